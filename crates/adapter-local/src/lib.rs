@@ -1,0 +1,526 @@
+//! execseam's embedded default adapter: runs each [`Command`] on this host with `tokio::process`.
+//!
+//! - **argv** is passed to `execve` exactly; there is no shell.
+//! - **workdir** must exist: a missing one is `Err(NotFound)`, before anything is spawned.
+//! - **env**: every command starts from an environment built from scratch, never the host's whole
+//!   environment (so host credentials do not leak into commands): the variables named by
+//!   [`LocalConfig::inherit`] (by default `PATH`, `HOME`, `USER`, `LOGNAME`, `LANG`, `TMPDIR`) are
+//!   copied from this process when set, then [`LocalConfig::base_env`], then [`Command::env`] on
+//!   top. `PATH` falls back to `/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`.
+//! - **stdin**: the command's bytes; empty stdin is `/dev/null` (immediate EOF), never inherited.
+//! - **stdout and stderr** are drained concurrently, so neither pipe can fill and deadlock.
+//! - Each command leads its own **process group**. Dropping the exec future or the event stream
+//!   before the exit (a deadline, a cancel) SIGKILLs the whole group. After the command exits, its
+//!   pipes are drained for at most [`LocalConfig::drain_timeout`] (a background child may hold
+//!   them open); background processes are not killed after a normal exit.
+//! - A program that cannot be found gives `Exit::Code(127)` and one that cannot be executed
+//!   `Exit::Code(126)`, each with a message on stderr, as every POSIX shell (and every
+//!   shell-wrapped backend) reports them. A signal death is `Exit::Signal(n)`.
+//! - With a [`launcher`](LocalConfig::launcher) (the emulators use `unshare` to give each sandbox
+//!   its own mount namespace), the command runs as `launcher… /bin/sh -c <wrapper>` and the
+//!   workdir is entered by the wrapper inside the launcher's view of the filesystem.
+#![warn(missing_docs)]
+// Killing a process group needs libc::kill; it is the only unsafe code in the crate.
+#![allow(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use execseam_core::degrade::{self, WRAPPER_MARK, WrapOptions};
+use execseam_core::{
+    BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Event, EventStream, Exec,
+    ExecStream, Exit, Output, Retry,
+};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+const PROVIDER: &str = "local";
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Configuration of [`LocalExec`]; the defaults suit running commands on this host.
+#[derive(Clone)]
+pub struct LocalConfig {
+    inherit: Vec<String>,
+    base_env: BTreeMap<String, String>,
+    launcher: Vec<String>,
+    drain_timeout: Duration,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        LocalConfig {
+            inherit: ["PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR"]
+                .map(String::from)
+                .to_vec(),
+            base_env: BTreeMap::new(),
+            launcher: Vec::new(),
+            drain_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+impl std::fmt::Debug for LocalConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalConfig")
+            .field("inherit", &self.inherit)
+            .field("base_env", &self.base_env.keys().collect::<Vec<_>>())
+            .field("launcher", &self.launcher)
+            .field("drain_timeout", &self.drain_timeout)
+            .finish()
+    }
+}
+
+impl LocalConfig {
+    /// The defaults.
+    pub fn new() -> LocalConfig {
+        LocalConfig::default()
+    }
+
+    /// The host variables copied into every command's environment (replaces the default list).
+    #[must_use]
+    pub fn inherit<I, S>(mut self, keys: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.inherit = keys.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Variables set in every command's environment, after the inherited ones.
+    #[must_use]
+    pub fn base_env<I, K, V>(mut self, vars: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.base_env = vars
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        self
+    }
+
+    /// An argv prefix every command runs under (for example `unshare --mount … --`); the command
+    /// itself becomes `/bin/sh -c <wrapper>` so its workdir is entered inside the launcher.
+    #[must_use]
+    pub fn launcher<I, S>(mut self, argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.launcher = argv.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// How long to keep reading a command's pipes after it exited (default 1 s).
+    #[must_use]
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = timeout;
+        self
+    }
+
+    /// The environment a command with an empty [`Command::env`] starts with.
+    pub fn environment(&self) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        for key in &self.inherit {
+            if let Some(v) = std::env::var_os(key).and_then(|v| v.into_string().ok()) {
+                env.insert(key.clone(), v);
+            }
+        }
+        env.entry("PATH".to_owned())
+            .or_insert_with(|| DEFAULT_PATH.to_owned());
+        env.extend(self.base_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        env
+    }
+}
+
+/// Runs commands on this host. See the [crate docs](crate).
+#[derive(Clone, Debug, Default)]
+pub struct LocalExec {
+    config: Arc<LocalConfig>,
+}
+
+impl LocalExec {
+    /// An adapter with the default configuration.
+    pub fn new() -> LocalExec {
+        LocalExec::default()
+    }
+
+    /// An adapter with this configuration.
+    pub fn with_config(config: LocalConfig) -> LocalExec {
+        LocalExec {
+            config: Arc::new(config),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LocalConfig {
+        &self.config
+    }
+
+    /// The capabilities this adapter reports.
+    pub fn capabilities_of(config: &LocalConfig) -> Capabilities {
+        Capabilities {
+            argv: Delivery::Native,
+            stdin: Delivery::Native,
+            workdir: if config.launcher.is_empty() {
+                Delivery::Native
+            } else {
+                Delivery::ShellWrapped
+            },
+            env: Delivery::Native,
+            streaming: true,
+            remote_kill: true,
+            binary_output: true,
+            max_stdin: None,
+            max_output: None,
+            native_tools: &[],
+        }
+    }
+
+    async fn spawn(&self, cmd: &Command) -> Result<Spawned, Result<Output, Error>> {
+        let launched = !self.config.launcher.is_empty();
+        let argv: Vec<String> = if launched {
+            let wrap = WrapOptions {
+                workdir: true,
+                ..WrapOptions::default()
+            };
+            let mut argv = self.config.launcher.clone();
+            argv.extend(degrade::wrap(cmd, &wrap).map_err(Err)?);
+            argv
+        } else {
+            cmd.argv().to_vec()
+        };
+        let mut proc = tokio::process::Command::new(&argv[0]);
+        proc.args(&argv[1..])
+            .env_clear()
+            .envs(self.config.environment())
+            .envs(cmd.env())
+            .stdin(if cmd.stdin().is_empty() {
+                Stdio::null()
+            } else {
+                Stdio::piped()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        if let (false, Some(dir)) = (launched, cmd.workdir()) {
+            match tokio::fs::metadata(dir).await {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(Err(error(
+                        ErrorKind::NotFound,
+                        format!("workdir {dir} is not a directory"),
+                    )));
+                }
+                Err(e) => {
+                    return Err(Err(error(
+                        ErrorKind::NotFound,
+                        format!("workdir {dir} does not exist: {e}"),
+                    )));
+                }
+            }
+            proc.current_dir(dir);
+        }
+        let mut child = match proc.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                // What a shell would report: the command ran and failed, it is not an infra error.
+                let (code, why) = match e.kind() {
+                    std::io::ErrorKind::NotFound => (127, "command not found"),
+                    std::io::ErrorKind::PermissionDenied => (126, "permission denied"),
+                    _ => {
+                        return Err(Err(error(
+                            ErrorKind::Internal,
+                            format!("cannot start {:?}: {e}", argv[0]),
+                        )
+                        .with_retry(Retry::SAFE)
+                        .with_source(e)));
+                    }
+                };
+                let msg = format!("execseam-local: {}: {why}\n", argv[0]);
+                return Err(Ok(Output::new(Bytes::new(), msg, Exit::Code(code))));
+            }
+        };
+        let guard = GroupKill::new(child.id());
+        if let Some(mut stdin) = child.stdin.take() {
+            let data = cmd.stdin().clone();
+            // A command that exits without reading its stdin makes this fail with EPIPE: fine.
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&data).await;
+            });
+        }
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        Ok(Spawned {
+            child,
+            stdout,
+            stderr,
+            guard,
+            launched,
+        })
+    }
+}
+
+struct Spawned {
+    child: tokio::process::Child,
+    stdout: tokio::process::ChildStdout,
+    stderr: tokio::process::ChildStderr,
+    guard: GroupKill,
+    launched: bool,
+}
+
+fn error(kind: ErrorKind, message: impl Into<String>) -> Error {
+    Error::new(kind, message)
+        .with_provider(PROVIDER)
+        .with_operation("exec")
+}
+
+fn exit_of(status: ExitStatus) -> Result<Exit, Error> {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(code) = status.code() {
+        Ok(Exit::Code(code))
+    } else if let Some(sig) = status.signal() {
+        Ok(Exit::Signal(sig))
+    } else {
+        Err(
+            Error::protocol(format!("unrecognised exit status {status:?}"))
+                .with_provider(PROVIDER)
+                .with_operation("exec"),
+        )
+    }
+}
+
+/// SIGKILLs a process group on drop unless disarmed (the leader was reaped, so the id may be
+/// reused and must not be signalled any more).
+struct GroupKill(Option<i32>);
+
+impl GroupKill {
+    fn new(pid: Option<u32>) -> GroupKill {
+        GroupKill(pid.and_then(|p| i32::try_from(p).ok()))
+    }
+
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            // SAFETY: kill(2) has no memory-safety preconditions; the group is ours and its leader
+            // has not been reaped yet, so the id cannot have been reused.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+            tracing::debug!(provider = PROVIDER, pgid, "killed the process group");
+        }
+    }
+}
+
+async fn read_some<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    if buf.capacity() - buf.len() < READ_CHUNK / 2 {
+        buf.reserve(READ_CHUNK);
+    }
+    r.read_buf(buf).await
+}
+
+fn io_error(what: &str, e: std::io::Error) -> Error {
+    error(ErrorKind::Internal, format!("{what}: {e}"))
+        .with_retry(Retry::Unsafe)
+        .with_source(e)
+}
+
+impl Exec for LocalExec {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        LocalExec::capabilities_of(&self.config)
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        Box::pin(async move {
+            tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
+            let mut s = match self.spawn(&command).await {
+                Ok(s) => s,
+                Err(done) => return done,
+            };
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let (mut out_open, mut err_open) = (true, true);
+            let mut status = None;
+            let mut drain_until = None;
+            while out_open || err_open || status.is_none() {
+                let drain = async {
+                    match drain_until {
+                        Some(t) => tokio::time::sleep_until(t).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    r = read_some(&mut s.stdout, &mut out), if out_open => {
+                        out_open = r.map_err(|e| io_error("reading stdout", e))? > 0;
+                    }
+                    r = read_some(&mut s.stderr, &mut err), if err_open => {
+                        err_open = r.map_err(|e| io_error("reading stderr", e))? > 0;
+                    }
+                    st = s.child.wait(), if status.is_none() => {
+                        status = Some(st.map_err(|e| io_error("waiting for the command", e))?);
+                        s.guard.disarm();
+                        drain_until = Some(Instant::now() + self.config.drain_timeout);
+                    }
+                    () = drain => break,
+                }
+            }
+            let exit = exit_of(status.expect("loop ends after the exit"))?;
+            tracing::debug!(provider = PROVIDER, ?exit, "exited");
+            let output = Output::new(out, err, exit);
+            if s.launched {
+                degrade::check_wrapped(output).map_err(|e| e.with_provider(PROVIDER))
+            } else {
+                Ok(output)
+            }
+        })
+    }
+
+    fn streaming(&self) -> Option<&dyn ExecStream> {
+        Some(self)
+    }
+}
+
+impl ExecStream for LocalExec {
+    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+        Box::pin(async move {
+            tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec_stream");
+            let (tx, rx) = mpsc::channel(32);
+            match self.spawn(&command).await {
+                Ok(s) => {
+                    tokio::spawn(drive(s, tx, self.config.drain_timeout));
+                }
+                Err(Ok(output)) => {
+                    // Not found / not executable: the same answer as `exec`, as events.
+                    for ev in [
+                        Event::Stdout(output.stdout),
+                        Event::Stderr(output.stderr),
+                        Event::Exit(output.exit),
+                    ] {
+                        let _ = tx.try_send(Ok(ev));
+                    }
+                }
+                Err(Err(e)) => return Err(e),
+            }
+            Ok(EventStream::new(Receiver(rx)))
+        })
+    }
+}
+
+struct Receiver(mpsc::Receiver<Result<Event, Error>>);
+
+impl futures_core::Stream for Receiver {
+    type Item = Result<Event, Error>;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// Holds back stderr while it may still turn out to be the wrapper's own failure (launcher mode).
+struct Held(Option<BytesMut>);
+
+impl Held {
+    /// Returns bytes that can be sent now.
+    fn push(&mut self, b: Bytes) -> Option<Bytes> {
+        let Some(held) = self.0.as_mut() else {
+            return Some(b);
+        };
+        held.extend_from_slice(&b);
+        let n = held.len().min(WRAPPER_MARK.len());
+        if held[..n] == WRAPPER_MARK.as_bytes()[..n] {
+            None
+        } else {
+            self.0.take().map(BytesMut::freeze)
+        }
+    }
+}
+
+async fn drive(mut s: Spawned, tx: mpsc::Sender<Result<Event, Error>>, drain: Duration) {
+    let mut held = Held(s.launched.then(BytesMut::new));
+    let (mut out_open, mut err_open) = (true, true);
+    let mut status = None;
+    let mut drain_until = None;
+    let (mut out_buf, mut err_buf) = (Vec::new(), Vec::new());
+    while out_open || err_open || status.is_none() {
+        let drain_sleep = async {
+            match drain_until {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let event = tokio::select! {
+            r = read_some(&mut s.stdout, &mut out_buf), if out_open => match r {
+                Ok(0) => { out_open = false; None }
+                Ok(_) => Some(Ok(Event::Stdout(Bytes::from(std::mem::take(&mut out_buf))))),
+                Err(e) => Some(Err(io_error("reading stdout", e))),
+            },
+            r = read_some(&mut s.stderr, &mut err_buf), if err_open => match r {
+                Ok(0) => { err_open = false; None }
+                Ok(_) => held.push(Bytes::from(std::mem::take(&mut err_buf))).map(|b| Ok(Event::Stderr(b))),
+                Err(e) => Some(Err(io_error("reading stderr", e))),
+            },
+            st = s.child.wait(), if status.is_none() => {
+                match st {
+                    Ok(st) => {
+                        status = Some(st);
+                        s.guard.disarm();
+                        drain_until = Some(Instant::now() + drain);
+                        None
+                    }
+                    Err(e) => Some(Err(io_error("waiting for the command", e))),
+                }
+            }
+            () = drain_sleep => break,
+            // The consumer dropped the stream: returning drops the guard, which kills the group.
+            () = tx.closed() => return,
+        };
+        if let Some(ev) = event {
+            let failed = ev.is_err();
+            if tx.send(ev).await.is_err() || failed {
+                return;
+            }
+        }
+    }
+    let exit = match exit_of(status.expect("loop ends after the exit")) {
+        Ok(exit) => exit,
+        Err(e) => {
+            let _ = tx.send(Err(e)).await;
+            return;
+        }
+    };
+    if let Some(held) = held.0.take() {
+        let output = Output::new(Bytes::new(), held.freeze(), exit);
+        match degrade::check_wrapped(output) {
+            Err(e) => {
+                let _ = tx.send(Err(e.with_provider(PROVIDER))).await;
+                return;
+            }
+            Ok(o) if !o.stderr.is_empty() => {
+                if tx.send(Ok(Event::Stderr(o.stderr))).await.is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+        }
+    }
+    let _ = tx.send(Ok(Event::Exit(exit))).await;
+}

@@ -1,0 +1,256 @@
+//! The cases. Each is a plain `async fn(&Target) -> CaseResult`; [`all`] lists them in run order.
+
+use std::fmt::Write as _;
+
+use execseam_core::{BoxFuture, Command, Error, ErrorKind, Output, Retry};
+
+use crate::{Case, CaseResult, Outcome, Target};
+
+mod exec;
+mod faults;
+
+/// Builds the case list, giving each async fn a boxed wrapper.
+macro_rules! cases {
+    ($($name:literal => $f:path : $about:literal),* $(,)?) => {
+        vec![$({
+            fn run(t: &Target) -> BoxFuture<'_, CaseResult> {
+                Box::pin($f(t))
+            }
+            Case { name: $name, about: $about, run }
+        }),*]
+    };
+}
+
+/// Every case, in run order. `fault-sandbox-vanishes` destroys the sandbox, so it runs last.
+pub fn all() -> Vec<Case> {
+    let mut v = exec_cases();
+    v.extend(fault_cases());
+    v
+}
+
+/// The cases about exec behaviour.
+pub fn exec_cases() -> Vec<Case> {
+    cases![
+        "command-validation" => exec::command_validation:
+            "invalid commands are rejected with InvalidCommand before any I/O",
+        "exit-code-is-a-result" => exec::exit_codes:
+            "exit codes 0..=255 round-trip exactly and are Ok results (property)",
+        "stdout-stderr-separate" => exec::separate_streams:
+            "`printf o; printf e >&2; exit 3` gives stdout o, stderr e, code 3 (snapshot)",
+        "fast-failure-keeps-stderr" => exec::fast_failure:
+            "a command that fails at once keeps all of its stderr",
+        "missing-program" => exec::missing_program:
+            "a program that does not exist is exit 127 with a message, or Err(NotFound)",
+        "binary-output-exact" => exec::binary_output:
+            "NUL and 0xFF bytes on stdout and stderr arrive exactly",
+        "large-output-both-streams" => exec::large_output:
+            "8 MiB on stdout and stderr at once completes byte-exact, no deadlock",
+        "stdin-roundtrip" => exec::stdin_roundtrip:
+            "arbitrary bytes on stdin come back from cat byte-exact (property)",
+        "no-stdin-is-eof" => exec::no_stdin:
+            "without stdin, cat sees EOF at once",
+        "argv-roundtrip" => exec::argv_roundtrip:
+            "arbitrary argv comes back exactly through printf '%s\\0' (property)",
+        "workdir-honoured" => exec::workdir:
+            "the command runs in the workdir asked for",
+        "workdir-missing" => exec::workdir_missing:
+            "a workdir that does not exist is Err(NotFound), not an exit code",
+        "env-honoured" => exec::env:
+            "env values (spaces, quotes, newlines, empty) and odd keys reach the command",
+        "env-baseline" => exec::env_baseline:
+            "the base environment has a PATH, and Command.env overrides it",
+        "kill-is-ambiguous" => exec::kill_signals:
+            "kill -9/-15 $$ give 137/143 or Signal(9/15), classified ambiguous",
+        "concurrent-execs-isolated" => exec::concurrent:
+            "concurrent commands get their own output",
+        "dead-endpoint-is-an-error" => exec::dead_endpoint:
+            "an endpoint where nothing listens gives Err(Unavailable), never Ok",
+        "vanished-sandbox-is-an-error" => exec::vanished_sandbox:
+            "a sandbox that does not exist gives Err(NotFound), never Ok",
+        "streaming-declared" => exec::streaming_declared:
+            "Capabilities::streaming matches Exec::streaming()",
+        "streaming-matches-buffered" => exec::streaming_matches:
+            "streamed chunks concatenate to the buffered result; exactly one exit, last",
+        "deadline-keeps-partial-and-kills" => exec::deadline:
+            "the host deadline gives Err(Timeout(Command)) with partial output; the process is gone",
+        "output-cap-records-truncation" => exec::output_cap:
+            "the host output cap keeps N bytes and records what it dropped",
+    ]
+}
+
+/// The fault-injection cases (emulated runs).
+pub fn fault_cases() -> Vec<Case> {
+    cases![
+        "fault-rate-limited" => faults::rate_limited:
+            "429 with Retry-After is Err(RateLimited), retry safe after the given delay",
+        "fault-server-error" => faults::server_error:
+            "500 on the exec is Err(Internal|Unavailable), retry unsafe (it may have run)",
+        "fault-unavailable" => faults::unavailable:
+            "503 is Err(Unavailable) with a retry class other than never",
+        "fault-connection-reset" => faults::reset:
+            "a connection reset before the response is Err(Unavailable|Protocol), retry unsafe",
+        "fault-stream-cut" => faults::stream_cut:
+            "a response cut before its exit is an Err, never Ok",
+        "fault-malformed-body" => faults::malformed:
+            "a malformed response is Err(Protocol)",
+        "fault-latency" => faults::latency:
+            "a slow response still gives the exact result",
+        "fault-auth" => faults::auth:
+            "rejected credentials are Err(Unauthenticated), retry never",
+        "fault-no-duplicate-execution" => faults::no_duplicate:
+            "a 500 on the exec does not make the adapter or its SDK submit it again",
+        "fault-sandbox-vanishes" => faults::sandbox_vanishes:
+            "a sandbox that disappears mid-command gives an Err, never Ok",
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers shared by the cases.
+
+pub(crate) fn fail<T>(msg: impl Into<String>) -> Result<T, Outcome> {
+    Err(Outcome::Fail(msg.into()))
+}
+
+pub(crate) fn na<T>(why: impl Into<String>) -> Result<T, Outcome> {
+    Err(Outcome::NotApplicable(why.into()))
+}
+
+pub(crate) fn cmd<const N: usize>(argv: [&str; N]) -> Command {
+    Command::new(argv).expect("the suite builds valid commands")
+}
+
+pub(crate) fn sh(script: &str) -> Command {
+    cmd(["sh", "-c", script])
+}
+
+/// Runs a command and requires an `Ok`.
+pub(crate) async fn run_ok(t: &Target, c: Command) -> Result<Output, Outcome> {
+    let argv = c.argv().to_vec();
+    t.exec
+        .exec(c)
+        .await
+        .or_else(|e| fail(format!("{argv:?} returned Err instead of Ok: {e}")))
+}
+
+/// Bytes as a readable, lossless string.
+pub(crate) fn show(b: &[u8]) -> String {
+    let mut s = String::from("\"");
+    for chunk in b.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => s.push_str("\\\""),
+                '\\' => s.push_str("\\\\"),
+                '\n' => s.push_str("\\n"),
+                '\t' => s.push_str("\\t"),
+                '\r' => s.push_str("\\r"),
+                c if c.is_control() => {
+                    let _ = write!(s, "\\u{{{:x}}}", c as u32);
+                }
+                c => s.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(s, "\\x{b:02x}");
+        }
+    }
+    s.push('"');
+    s
+}
+
+/// Shows at most `max` bytes.
+pub(crate) fn show_short(b: &[u8], max: usize) -> String {
+    if b.len() <= max {
+        show(b)
+    } else {
+        format!("{}… ({} bytes)", show(&b[..max]), b.len())
+    }
+}
+
+/// A renderable output for snapshots.
+pub(crate) fn render(o: &Output) -> String {
+    format!(
+        "exit: {:?}\nstdout: {}\nstderr: {}\ntruncated: {:?}",
+        o.exit,
+        show(&o.stdout),
+        show(&o.stderr),
+        o.truncated
+    )
+}
+
+/// Requires two byte strings to be equal, reporting the first difference.
+pub(crate) fn same(what: &str, got: &[u8], want: &[u8]) -> CaseResult {
+    if got == want {
+        return Ok(());
+    }
+    let at = got
+        .iter()
+        .zip(want)
+        .position(|(a, b)| a != b)
+        .unwrap_or(got.len().min(want.len()));
+    let from = at.saturating_sub(16);
+    fail(format!(
+        "{what} differs at byte {at} (got {} bytes, want {}):\n  got:  {}\n  want: {}",
+        got.len(),
+        want.len(),
+        show_short(&got[from..], 64),
+        show_short(&want[from..], 64)
+    ))
+}
+
+/// A line diff (for records and snapshots): `-` lines are expected, `+` lines are what came.
+pub fn diff(want: &str, got: &str) -> String {
+    let (w, g): (Vec<_>, Vec<_>) = (want.lines().collect(), got.lines().collect());
+    let mut out = String::new();
+    let n = w.len().max(g.len());
+    for i in 0..n {
+        match (w.get(i), g.get(i)) {
+            (Some(a), Some(b)) if a == b => {}
+            (a, b) => {
+                if let Some(a) = a {
+                    let _ = writeln!(out, "  -{a}");
+                }
+                if let Some(b) = b {
+                    let _ = writeln!(out, "  +{b}");
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Requires an error of one of `kinds` with one of `retries` (empty = any).
+pub(crate) fn expect_err(
+    what: &str,
+    r: Result<Output, Error>,
+    kinds: &[ErrorKind],
+    retries: &[Retry],
+) -> Result<Error, Outcome> {
+    let e = match r {
+        Ok(o) => {
+            return fail(format!(
+                "{what}: got Ok ({:?}, stdout {}) instead of an error",
+                o.exit,
+                show_short(&o.stdout, 64)
+            ));
+        }
+        Err(e) => e,
+    };
+    if !kinds.contains(&e.kind()) {
+        return fail(format!(
+            "{what}: error kind {:?}, want one of {kinds:?}: {e}",
+            e.kind()
+        ));
+    }
+    let retry_ok = retries.is_empty()
+        || retries.iter().any(|r| match (r, e.retry()) {
+            (Retry::Safe { after: None }, Retry::Safe { .. }) => true,
+            (a, b) => *a == b,
+        });
+    if !retry_ok {
+        return fail(format!(
+            "{what}: retry {:?}, want one of {retries:?}: {e}",
+            e.retry()
+        ));
+    }
+    Ok(e)
+}

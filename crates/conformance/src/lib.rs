@@ -1,0 +1,242 @@
+//! The behaviour suite every execseam adapter must pass.
+//!
+//! The suite is a list of [`Case`]s: plain async functions over a [`Target`] (a `&dyn Exec`, its
+//! [`Capabilities`](execseam_core::Capabilities), a scratch directory in the sandbox, and, for
+//! emulated runs, a fault injector). A case passes, fails with a diff, or is not applicable with the
+//! capability or target property that rules it out; nothing is skipped silently.
+//!
+//! Each adapter crate has a `tests/conformance.rs` with `harness = false` that calls [`main`]:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use execseam_conformance::Target;
+//!
+//! fn main() {
+//!     execseam_conformance::main(|| async {
+//!         # let exec: Arc<dyn execseam_core::Exec> = unimplemented!();
+//!         Ok(Target::new("myadapter", exec).scratch("/tmp/execseam-conformance"))
+//!     });
+//! }
+//! ```
+//!
+//! The runner prints one line per case and ends with `N passed, M failed, K not applicable`, writes
+//! a JSON report to `target/conformance/<adapter>.json`, and compares the outcome of each case with
+//! the record in `docs/conformance/<adapter>.txt` (rewritten when `EXECSEAM_CONFORMANCE_BLESS=1`,
+//! which `cargo xtask conformance --adapter all` sets).
+//!
+//! Snapshots are named explicitly and live in this crate's `snapshots/` directory, so every adapter
+//! is compared against the same files: every backend must produce the same bytes.
+//!
+//! Environment: `EXECSEAM_PROPTEST_CASES` (cases per property, default from the target, 32 unless
+//! set), `EXECSEAM_PROPTEST_SEED` (a seed; the default is a fixed one so runs are repeatable).
+#![warn(missing_docs)]
+
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use execseam_core::{BoxFuture, Exec};
+
+pub mod cases;
+mod property;
+mod report;
+mod snapshot;
+
+pub use report::{CaseReport, Report, main, run, run_cases};
+
+/// What a case concluded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The adapter behaved as the contract says.
+    Pass,
+    /// It did not; the text says how (a diff where there is one).
+    Fail(String),
+    /// The case does not apply; the text names the capability or property that rules it out.
+    NotApplicable(String),
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Pass => f.write_str("pass"),
+            Outcome::Fail(why) => write!(f, "FAIL: {why}"),
+            Outcome::NotApplicable(why) => write!(f, "n/a: {why}"),
+        }
+    }
+}
+
+/// What a case body returns: `Ok(())` is a pass; `Err` carries a failure or "not applicable".
+pub type CaseResult = Result<(), Outcome>;
+
+/// One named behaviour check.
+#[derive(Clone, Copy)]
+pub struct Case {
+    /// A stable kebab-case name (used in reports, records and filters).
+    pub name: &'static str,
+    /// One line: what the case proves.
+    pub about: &'static str,
+    /// The check.
+    pub run: fn(&Target) -> BoxFuture<'_, CaseResult>,
+}
+
+impl fmt::Debug for Case {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Case").field("name", &self.name).finish()
+    }
+}
+
+/// A fault an emulator can inject into the next request that submits a command.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// HTTP 429 (or the protocol's equivalent) with a retry-after of this many seconds.
+    RateLimited {
+        /// The retry-after the emulator sends.
+        retry_after_secs: u64,
+    },
+    /// HTTP 500 after the command was accepted (it may have run).
+    ServerError,
+    /// HTTP 503 (or gRPC UNAVAILABLE).
+    Unavailable,
+    /// The connection is reset before any response byte.
+    ResetBeforeResponse,
+    /// The response (stream) is cut before its exit frame.
+    CutBeforeExit,
+    /// The response body (or a frame) is malformed.
+    MalformedBody,
+    /// The response is delayed by this long, then served normally.
+    Latency(Duration),
+    /// Credentials are rejected.
+    AuthFailure,
+    /// The sandbox disappears while the command runs (it stays gone).
+    SandboxVanishes,
+}
+
+/// Fault injection, provided by an emulator for emulated runs.
+pub trait Faults: Send + Sync {
+    /// Arms `fault` for the next request that submits a command. Returns false if this emulator
+    /// cannot inject it (the case is then reported not applicable, with that reason).
+    fn inject(&self, fault: Fault) -> bool;
+    /// Disarms anything still armed.
+    fn clear(&self);
+    /// How many command-submitting requests the emulator has received, if it counts them (used to
+    /// prove that a failed exec is never re-submitted).
+    fn exec_requests(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// What the suite runs against.
+pub struct Target {
+    /// The adapter's short name (`local`, `fly`, …); names the report and the record.
+    pub name: String,
+    /// The adapter under test.
+    pub exec: Arc<dyn Exec>,
+    /// An absolute, canonical directory the suite may create and write in, inside the sandbox.
+    pub scratch: String,
+    /// The same adapter configured against an endpoint where nothing listens.
+    pub dead_endpoint: Option<Arc<dyn Exec>>,
+    /// The same adapter pointed at a sandbox that does not exist (or no longer does).
+    pub vanished_sandbox: Option<Arc<dyn Exec>>,
+    /// Fault injection (emulated runs only).
+    pub faults: Option<Arc<dyn Faults>>,
+    /// A run against the real provider: records are not compared and proptest case counts are low.
+    pub live: bool,
+    /// Cases per property test unless `EXECSEAM_PROPTEST_CASES` says otherwise.
+    pub proptest_cases: u32,
+    keep_alive: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+impl Target {
+    /// A target with a scratch directory of `/tmp/execseam-conformance` and nothing else.
+    pub fn new(name: impl Into<String>, exec: Arc<dyn Exec>) -> Target {
+        Target {
+            name: name.into(),
+            exec,
+            scratch: "/tmp/execseam-conformance".into(),
+            dead_endpoint: None,
+            vanished_sandbox: None,
+            faults: None,
+            live: false,
+            proptest_cases: 32,
+            keep_alive: Vec::new(),
+        }
+    }
+
+    /// Sets the scratch directory (absolute and canonical: no symlinks on the way).
+    #[must_use]
+    pub fn scratch(mut self, dir: impl Into<String>) -> Target {
+        self.scratch = dir.into();
+        self
+    }
+
+    /// Sets the dead-endpoint variant of the adapter.
+    #[must_use]
+    pub fn dead_endpoint(mut self, exec: Arc<dyn Exec>) -> Target {
+        self.dead_endpoint = Some(exec);
+        self
+    }
+
+    /// Sets the vanished-sandbox variant of the adapter.
+    #[must_use]
+    pub fn vanished_sandbox(mut self, exec: Arc<dyn Exec>) -> Target {
+        self.vanished_sandbox = Some(exec);
+        self
+    }
+
+    /// Sets the fault injector.
+    #[must_use]
+    pub fn faults(mut self, faults: Arc<dyn Faults>) -> Target {
+        self.faults = Some(faults);
+        self
+    }
+
+    /// Marks a live run.
+    #[must_use]
+    pub fn live(mut self, live: bool) -> Target {
+        self.live = live;
+        self
+    }
+
+    /// Sets the default number of cases per property.
+    #[must_use]
+    pub fn proptest_cases(mut self, n: u32) -> Target {
+        self.proptest_cases = n;
+        self
+    }
+
+    /// Keeps `value` (an emulator handle, a temp dir) alive as long as the target.
+    #[must_use]
+    pub fn keep_alive(mut self, value: impl Any + Send + Sync) -> Target {
+        self.keep_alive.push(Box::new(value));
+        self
+    }
+
+    /// A path under the scratch directory.
+    pub fn path(&self, rel: &str) -> String {
+        format!("{}/{rel}", self.scratch.trim_end_matches('/'))
+    }
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target")
+            .field("name", &self.name)
+            .field("provider", &self.exec.provider())
+            .field("scratch", &self.scratch)
+            .field("live", &self.live)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs a future to completion on a fresh multi-thread runtime (for `harness = false` tests).
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(f)
+}

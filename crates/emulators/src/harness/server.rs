@@ -1,0 +1,154 @@
+//! The loopback server every emulator runs on: HTTP/1.1 and HTTP/2 (prior knowledge, so gRPC
+//! over h2c works), WebSocket upgrades, and a per-connection reset for fault injection.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+use tower_service::Service;
+
+/// Lets a handler reset its own connection (a request extension on every request).
+#[derive(Clone, Debug)]
+pub struct ConnControl {
+    reset: Arc<Notify>,
+}
+
+impl ConnControl {
+    /// Resets the connection: the client sees a TCP RST and no response. The handler should then
+    /// wait forever ([`std::future::pending`]); its future is dropped with the connection.
+    pub fn reset(&self) {
+        self.reset.notify_one();
+    }
+}
+
+/// Resets the request's connection and never returns (so it fits any handler's return type).
+pub async fn reset_connection<T>(ctl: Option<&ConnControl>) -> T {
+    if let Some(ctl) = ctl {
+        ctl.reset();
+    }
+    std::future::pending().await
+}
+
+/// A running server. Dropping it (or [`Server::shutdown`]) stops accepting and closes every
+/// connection.
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Binds `addr` (use port 0 for an ephemeral port) and serves `router`.
+    pub async fn start(addr: SocketAddr, router: Router) -> std::io::Result<Server> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(listener, router, stopped));
+        tracing::debug!(%addr, "emulator listening");
+        Ok(Server {
+            addr,
+            stop,
+            task: Some(task),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops the server and waits for its connections to close.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+async fn accept_loop(listener: TcpListener, router: Router, mut stopped: watch::Receiver<bool>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => {
+                    conns.spawn(serve_connection(stream, router.clone(), stopped.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = stopped.changed() => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.shutdown().await;
+}
+
+async fn serve_connection(stream: TcpStream, router: Router, mut stopped: watch::Receiver<bool>) {
+    let _ = stream.set_nodelay(true);
+    // A second descriptor on the same socket, to set SO_LINGER=0 (an RST on close) on reset.
+    let twin = stream
+        .into_std()
+        .and_then(|s| Ok((s.try_clone()?, s)))
+        .and_then(|(twin, s)| Ok((twin, TcpStream::from_std(s)?)));
+    let (twin, stream) = match twin {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot prepare the connection");
+            return;
+        }
+    };
+    let reset = Arc::new(Notify::new());
+    let ctl = ConnControl {
+        reset: reset.clone(),
+    };
+    let service =
+        hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(ctl.clone());
+            let mut router = router.clone();
+            async move {
+                let req = req.map(Body::new);
+                let resp = router.call(req).await;
+                Ok::<_, Infallible>(resp.unwrap_or_else(|never| match never {}))
+            }
+        });
+    let builder = Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+    tokio::select! {
+        r = conn => {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        }
+        () = reset.notified() => {
+            if let Ok(twin) = TcpStream::from_std(twin) {
+                #[allow(deprecated)] // zero linger never blocks: it is exactly the RST we want
+                let _ = twin.set_linger(Some(Duration::ZERO));
+            }
+            tracing::debug!("connection reset by fault injection");
+        }
+        _ = stopped.changed() => {}
+    }
+}

@@ -1,0 +1,90 @@
+//! Faithful local emulators of sandbox providers' wire protocols.
+//!
+//! Each provider module (behind a feature of the same name) serves that provider's exec and files
+//! surface on loopback, following the published wire format (paths, status codes, headers, field
+//! names, framing), and runs the commands for real through [`execseam_local`] in a per-sandbox
+//! root (see [`harness::sandbox`]). Every emulator can inject faults deterministically
+//! ([`harness::faults`]).
+//!
+//! The emulators are proven by the providers' own official clients (their SDKs from PyPI or npm)
+//! in interop tests, and they are a product: `execseam emulate <provider>` runs one until
+//! interrupted and prints the environment an official SDK needs to reach it.
+#![warn(missing_docs)]
+
+use std::net::SocketAddr;
+
+pub mod harness;
+
+pub use harness::{Fault, FaultHandle, FaultRule, Isolation, Server};
+
+// Provider modules. Each adds itself here, behind its feature.
+// @providers
+
+/// How to start an emulator.
+#[derive(Clone, Debug)]
+pub struct EmulatorOptions {
+    /// Where to listen (port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// Faults armed from the start (`execseam emulate --fault`).
+    pub faults: Vec<FaultRule>,
+    /// The credential the emulator accepts; `None` accepts any non-empty one.
+    pub token: Option<String>,
+    /// How sandbox paths are made to look like the provider's.
+    pub isolation: Isolation,
+}
+
+impl Default for EmulatorOptions {
+    fn default() -> Self {
+        EmulatorOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            faults: Vec::new(),
+            token: None,
+            isolation: Isolation::detect(),
+        }
+    }
+}
+
+/// A running emulator, as the CLI sees it.
+pub struct Emulator {
+    /// The provider's name.
+    pub provider: &'static str,
+    /// The base URL the emulator serves.
+    pub base_url: String,
+    /// Environment variables an official SDK (and our adapter's `from_env`) needs to reach it.
+    pub env: Vec<(String, String)>,
+    /// Its faults.
+    pub faults: FaultHandle,
+    /// Keeps the server and the provider's state alive.
+    pub guard: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for Emulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Emulator")
+            .field("provider", &self.provider)
+            .field("base_url", &self.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The providers compiled in.
+pub fn providers() -> &'static [&'static str] {
+    &[
+        // @provider-names
+    ]
+}
+
+/// Starts the named provider's emulator.
+pub async fn start(provider: &str, options: EmulatorOptions) -> std::io::Result<Emulator> {
+    let _ = &options;
+    match provider {
+        // @provider-start
+        other => Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "no emulator named {other:?}; compiled in: {:?}",
+                providers()
+            ),
+        )),
+    }
+}

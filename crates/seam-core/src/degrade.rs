@@ -1,0 +1,528 @@
+//! Degradations shared by every adapter whose backend lacks a [`Command`] field.
+//!
+//! - [`quote`] / [`join`]: exact POSIX shell quoting, for backends that take one command string
+//!   (Daytona, AgentCore). `sh -c "$(join argv)"` runs exactly `argv`.
+//! - [`wrap`]: a `/bin/sh -c` script that synthesises the workdir, the environment and a stdin
+//!   redirect for backends without those fields (Fly Machines has neither workdir nor env).
+//! - [`check_wrapped`]: turns the wrapper's own failures (a missing workdir, a missing stdin file)
+//!   back into typed errors, so they are never reported as the command's exit code.
+//!
+//! The wrapper stops *the library* from interpreting argv; it does not stop the backend from
+//! running a shell. Every construct used works in dash, bash (also as `sh`) and busybox ash.
+
+use std::borrow::Cow;
+use std::collections::hash_map::RandomState;
+use std::fmt::Write as _;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+
+use crate::command::Command;
+use crate::error::{Error, ErrorKind, Retry};
+use crate::output::{Exit, Output};
+
+/// Quotes one argument for a POSIX shell, byte-exactly.
+///
+/// Words made only of `[A-Za-z0-9_@%+:,./-]` are left as they are; everything else (including
+/// the empty string and words containing `=` or a leading `~`) is single-quoted, with each `'`
+/// written as `'\''`.
+pub fn quote(arg: &str) -> Cow<'_, str> {
+    let plain = !arg.is_empty()
+        && arg.bytes().all(|b| {
+            b.is_ascii_alphanumeric()
+                || matches!(
+                    b,
+                    b'_' | b'@' | b'%' | b'+' | b':' | b',' | b'.' | b'/' | b'-'
+                )
+        });
+    if plain {
+        return Cow::Borrowed(arg);
+    }
+    let mut out = String::with_capacity(arg.len() + 2);
+    out.push('\'');
+    for c in arg.chars() {
+        if c == '\'' {
+            out.push_str("'\\''");
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\'');
+    Cow::Owned(out)
+}
+
+/// Quotes and joins argv into one shell command line.
+pub fn join<S: AsRef<str>>(argv: &[S]) -> String {
+    let mut out = String::new();
+    for (i, a) in argv.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(&quote(a.as_ref()));
+    }
+    out
+}
+
+/// Where a wrapped command's stdin comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum StdinFrom {
+    /// Leave stdin as the backend delivers it.
+    #[default]
+    Backend,
+    /// A file the adapter uploaded to this absolute path; the wrapper opens it, removes it, then
+    /// runs the command with it as stdin.
+    File(String),
+    /// The backend's (text-only) stdin carries the bytes base64-encoded; the wrapper decodes them
+    /// to this absolute temporary path, opens it, removes it, and runs the command with it as
+    /// stdin. Pair with [`base64_encode`].
+    Base64(String),
+}
+
+/// What [`wrap`] synthesises.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct WrapOptions {
+    /// `cd` into [`Command::workdir`] first.
+    pub workdir: bool,
+    /// Set [`Command::env`] with `env --`.
+    pub env: bool,
+    /// Redirect stdin.
+    pub stdin: StdinFrom,
+}
+
+/// The prefix of the line the wrapper writes to stderr when it fails itself.
+pub const WRAPPER_MARK: &str = "execseam-wrapper: ";
+/// The exit status the wrapper uses for its own failures (with a marker line on stderr).
+pub const WRAPPER_STATUS: i32 = 125;
+
+/// Builds the `/bin/sh -c` script that runs `cmd` with the requested parts synthesised.
+///
+/// Fails with [`ErrorKind::Unsupported`] only for a program name that no shell construct can run
+/// exactly: one that starts with `-` and contains `=`.
+pub fn script(cmd: &Command, opts: &WrapOptions) -> Result<String, Error> {
+    let mut s = String::new();
+    let fail = |what: &str| {
+        format!(
+            "{{ printf '%s\\n' {} >&2; exit {WRAPPER_STATUS}; }}",
+            quote(&format!("{WRAPPER_MARK}{what}"))
+        )
+    };
+    match &opts.stdin {
+        StdinFrom::Backend => {}
+        StdinFrom::File(path) | StdinFrom::Base64(path) => {
+            let q = quote(path);
+            if matches!(opts.stdin, StdinFrom::Base64(_)) {
+                // A subshell, so the umask does not leak into the command.
+                let _ = writeln!(
+                    s,
+                    "(umask 077 && base64 -d > {q}) || {}",
+                    fail("cannot decode stdin")
+                );
+            }
+            // `exec 0<` on a missing file would exit the shell without our marker: test first.
+            let _ = writeln!(s, "[ -r {q} ] || {}", fail("stdin file is missing"));
+            let _ = writeln!(s, "exec 0< {q}");
+            let _ = writeln!(s, "rm -f -- {q}");
+        }
+    }
+    if opts.workdir
+        && let Some(dir) = cmd.workdir()
+    {
+        let _ = writeln!(
+            s,
+            "cd -- {} 2>/dev/null || {}",
+            quote(dir),
+            fail(&format!("workdir does not exist: {dir}"))
+        );
+    }
+    let program = cmd.program();
+    let rest = join(cmd.args());
+    let sep = if rest.is_empty() { "" } else { " " };
+    let env: Vec<String> = if opts.env {
+        cmd.env()
+            .iter()
+            .map(|(k, v)| quote(&format!("{k}={v}")).into_owned())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let dash = program.starts_with('-');
+    let eq = program.contains('=');
+    if dash && eq {
+        return Err(Error::unsupported(format!(
+            "argv[0] {program:?} starts with '-' and contains '=': no shell construct runs it exactly"
+        ))
+        .with_provider("core")
+        .with_operation("wrap"));
+    }
+    if env.is_empty() {
+        if dash {
+            // bash parses options of `exec`; env stops at `--` and runs the rest literally.
+            let _ = write!(s, "exec env -- {}{sep}{rest}", quote(program));
+        } else {
+            let _ = write!(s, "exec {}{sep}{rest}", quote(program));
+        }
+    } else if eq {
+        // env would take `a=b` as an assignment: let an inner shell exec it as a word.
+        let _ = write!(
+            s,
+            "exec env -- {} /bin/sh -c 'exec \"$0\" \"$@\"' {}{sep}{rest}",
+            env.join(" "),
+            quote(program)
+        );
+    } else {
+        let _ = write!(
+            s,
+            "exec env -- {} {}{sep}{rest}",
+            env.join(" "),
+            quote(program)
+        );
+    }
+    Ok(s)
+}
+
+/// The argv that runs [`script`]: `["/bin/sh", "-c", script]`.
+pub fn wrap(cmd: &Command, opts: &WrapOptions) -> Result<Vec<String>, Error> {
+    Ok(vec!["/bin/sh".into(), "-c".into(), script(cmd, opts)?])
+}
+
+/// A new command that runs `cmd` through the wrapper: its argv is [`wrap`]'s, the wrapped parts
+/// are removed, the tool is kept; with [`StdinFrom::Base64`] its stdin becomes the base64 text,
+/// with [`StdinFrom::File`] its stdin is emptied (the adapter uploads `cmd.stdin()` itself).
+pub fn wrapped_command(cmd: &Command, opts: &WrapOptions) -> Result<Command, Error> {
+    let mut b = cmd.clone().into_builder().argv(wrap(cmd, opts)?);
+    if opts.workdir {
+        b = b.no_workdir();
+    }
+    if opts.env {
+        b = b.clear_env();
+    }
+    b = match &opts.stdin {
+        StdinFrom::Backend => b,
+        StdinFrom::File(_) => b.stdin(Bytes::new()),
+        StdinFrom::Base64(_) => b.stdin(base64_encode(cmd.stdin())),
+    };
+    b.build()
+}
+
+/// Maps the wrapper's own failures back to typed errors; any other output passes through.
+///
+/// A missing workdir becomes [`ErrorKind::NotFound`] ([`Retry::Never`]); a missing or undecodable
+/// stdin file becomes [`ErrorKind::Internal`] with [`Retry::SAFE`], since the command never started.
+pub fn check_wrapped(output: Output) -> Result<Output, Error> {
+    if output.exit != Exit::Code(WRAPPER_STATUS)
+        || !output.stderr.starts_with(WRAPPER_MARK.as_bytes())
+    {
+        return Ok(output);
+    }
+    let line = String::from_utf8_lossy(&output.stderr[WRAPPER_MARK.len()..]);
+    let line = line.lines().next().unwrap_or_default().to_owned();
+    let err = if line.starts_with("workdir does not exist") {
+        Error::new(ErrorKind::NotFound, line)
+    } else {
+        Error::new(ErrorKind::Internal, line).with_retry(Retry::SAFE)
+    };
+    Err(err.with_operation("exec"))
+}
+
+/// A fresh path for a temporary file under `dir` (`<dir>/.execseam-<16 hex digits>`).
+pub fn temp_path(dir: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    let dir = dir.trim_end_matches('/');
+    format!("{dir}/.execseam-{:016x}", h.finish())
+}
+
+/// Standard base64 (RFC 4648, with padding), as `base64 -d` reads it. Lines are not wrapped.
+pub fn base64_encode(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        out.push(T[(n >> 18) as usize & 63] as char);
+        out.push(T[(n >> 12) as usize & 63] as char);
+        out.push(if chunk.len() > 1 {
+            T[(n >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        out.push(if chunk.len() > 2 {
+            T[n as usize & 63] as char
+        } else {
+            '='
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::process::{Command as Proc, Stdio};
+
+    /// The shells the quoting must hold for. busybox is used when installed.
+    fn shells() -> Vec<Vec<&'static str>> {
+        let mut v = vec![
+            vec!["/bin/sh", "-c"],
+            vec!["bash", "--posix", "-c"],
+            vec!["bash", "-c"],
+        ];
+        if Proc::new("busybox")
+            .arg("true")
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            v.push(vec!["busybox", "sh", "-c"]);
+        }
+        v
+    }
+
+    fn run(shell: &[&str], script: &str, stdin: &[u8]) -> std::process::Output {
+        use std::io::Write;
+        let mut child = Proc::new(shell[0])
+            .args(&shell[1..])
+            .arg(script)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    fn nul_joined(args: &[String]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for a in args {
+            v.extend_from_slice(a.as_bytes());
+            v.push(0);
+        }
+        v
+    }
+
+    /// Strings that stress a shell: quotes, `$`, backticks, backslashes, newlines, globs, `=`,
+    /// `~`, leading dashes, unicode, empty.
+    fn nasty() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            Just("'".to_string()),
+            Just("\"".to_string()),
+            Just("$HOME".to_string()),
+            Just("`id`".to_string()),
+            Just("$(id)".to_string()),
+            Just("\\".to_string()),
+            Just("\n".to_string()),
+            Just(" ".to_string()),
+            Just("*".to_string()),
+            Just("~".to_string()),
+            Just("=".to_string()),
+            Just("-".to_string()),
+            Just("--".to_string()),
+            Just("!".to_string()),
+            Just("é✓".to_string()),
+            Just("%s".to_string()),
+            "[^\u{0}]{0,3}",
+        ];
+        prop::collection::vec(piece, 0..6).prop_map(|v| v.concat())
+    }
+
+    #[test]
+    fn quote_leaves_plain_words_and_quotes_the_rest() {
+        assert_eq!(quote("abc-1.2/x_y"), "abc-1.2/x_y");
+        assert_eq!(quote(""), "''");
+        assert_eq!(quote("a b"), "'a b'");
+        assert_eq!(quote("it's"), "'it'\\''s'");
+        assert_eq!(quote("A=b"), "'A=b'");
+        assert_eq!(quote("~"), "'~'");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn sh_c_of_join_reproduces_argv(args in prop::collection::vec(nasty(), 0..5)) {
+            let mut argv = vec!["printf".to_string(), "%s\\0".to_string()];
+            argv.extend(args.iter().cloned());
+            let line = join(&argv);
+            // printf with no operands prints the format once: expect one empty field then.
+            let want = if args.is_empty() { vec![0u8] } else { nul_joined(&args) };
+            for shell in shells() {
+                let out = run(&shell, &line, b"");
+                prop_assert_eq!(&out.stdout, &want, "shell {:?} line {:?}", shell, line);
+            }
+        }
+
+        #[test]
+        fn wrapper_synthesises_workdir_env_and_stdin(
+            args in prop::collection::vec(nasty(), 0..4),
+            value in nasty(),
+            stdin in prop::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let dir = std::env::temp_dir().canonicalize().unwrap();
+            let mut b = Command::builder(["sh", "-c", "printf '%s\\0' \"$(pwd)\" \"$EXECSEAM_V\" \"$@\"; cat", "sh"])
+                .args(args.iter().cloned())
+                .workdir(dir.to_str().unwrap())
+                .env("EXECSEAM_V", value.clone());
+            b = b.stdin(stdin.clone());
+            let cmd = b.build().unwrap();
+            let tmp = temp_path(dir.to_str().unwrap());
+            let opts = WrapOptions { workdir: true, env: true, stdin: StdinFrom::Base64(tmp.clone()) };
+            let wrapped = wrapped_command(&cmd, &opts).unwrap();
+            let mut want = nul_joined(&[dir.to_str().unwrap().to_string(), value.clone()]);
+            want.extend(nul_joined(&args));
+            want.extend_from_slice(&stdin);
+            for shell in shells() {
+                let out = run(&shell, &wrapped.argv()[2], wrapped.stdin());
+                prop_assert_eq!(&out.stdout, &want, "shell {:?}: {}", shell, String::from_utf8_lossy(&out.stderr));
+                prop_assert!(!std::path::Path::new(&tmp).exists(), "temp file left behind");
+            }
+        }
+    }
+
+    #[test]
+    fn program_names_with_dash_or_equals_run_literally() {
+        let dir = tempdir();
+        for name in ["-dash", "a=b", "plain"] {
+            let path = format!("{dir}/{name}");
+            std::fs::write(
+                &path,
+                "#!/bin/sh\nprintf 'ran %s:%s' \"$0\" \"$EXECSEAM_X\"\n",
+            )
+            .unwrap();
+            set_exec(&path);
+            for with_env in [false, true] {
+                let mut b = Command::builder([name]).workdir(&dir);
+                if with_env {
+                    b = b.env("EXECSEAM_X", "y");
+                }
+                let cmd = b.build().unwrap();
+                let opts = WrapOptions {
+                    workdir: true,
+                    env: true,
+                    stdin: StdinFrom::Backend,
+                };
+                let script = script(&cmd, &opts).unwrap();
+                for shell in shells() {
+                    let out = run(&shell, &format!("PATH=\"{dir}:$PATH\"\n{script}"), b"");
+                    let got = String::from_utf8_lossy(&out.stdout).into_owned();
+                    assert!(
+                        got.starts_with("ran "),
+                        "{shell:?} {name} env={with_env}: {got:?} {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    assert!(got.ends_with(if with_env { ":y" } else { ":" }), "{got}");
+                }
+            }
+        }
+        let bad = Command::new(["-a=b"]).unwrap();
+        let err = script(&bad, &WrapOptions::default()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unsupported);
+    }
+
+    #[test]
+    fn wrapper_failures_become_typed_errors() {
+        let cmd = Command::builder(["true"])
+            .workdir("/nonexistent/execseam")
+            .build()
+            .unwrap();
+        let opts = WrapOptions {
+            workdir: true,
+            ..Default::default()
+        };
+        let s = script(&cmd, &opts).unwrap();
+        let out = run(&["/bin/sh", "-c"], &s, b"");
+        let output = Output::new(
+            out.stdout,
+            out.stderr,
+            Exit::Code(out.status.code().unwrap()),
+        );
+        let err = check_wrapped(output).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotFound);
+        assert!(err.message().contains("/nonexistent/execseam"));
+
+        let cmd = Command::new(["cat"]).unwrap();
+        let opts = WrapOptions {
+            stdin: StdinFrom::File("/nonexistent/stdin".into()),
+            ..Default::default()
+        };
+        let out = run(&["/bin/sh", "-c"], &script(&cmd, &opts).unwrap(), b"");
+        let output = Output::new(
+            out.stdout,
+            out.stderr,
+            Exit::Code(out.status.code().unwrap()),
+        );
+        let err = check_wrapped(output).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Internal);
+        assert!(err.retry().is_safe());
+
+        // A command's own 125 without the marker is its result.
+        let own = Output::new("", "boom\n", Exit::Code(125));
+        assert_eq!(check_wrapped(own.clone()).unwrap(), own);
+    }
+
+    #[test]
+    fn missing_program_is_127_like_every_shell() {
+        let cmd = Command::builder(["/nonexistent/prog"])
+            .env("A", "b")
+            .build()
+            .unwrap();
+        for env in [false, true] {
+            let opts = WrapOptions {
+                env,
+                ..Default::default()
+            };
+            let out = run(&["/bin/sh", "-c"], &script(&cmd, &opts).unwrap(), b"");
+            assert_eq!(out.status.code(), Some(127));
+            assert!(!out.stderr.is_empty());
+        }
+    }
+
+    #[test]
+    fn base64_matches_the_rfc_vectors() {
+        for (i, o) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64_encode(i.as_bytes()), o);
+        }
+    }
+
+    #[test]
+    fn temp_paths_are_distinct() {
+        let a = temp_path("/tmp/");
+        let b = temp_path("/tmp");
+        assert_ne!(a, b);
+        assert!(a.starts_with("/tmp/.execseam-"));
+    }
+
+    fn tempdir() -> String {
+        let p = temp_path(
+            std::env::temp_dir()
+                .canonicalize()
+                .unwrap()
+                .to_str()
+                .unwrap(),
+        );
+        std::fs::create_dir(&p).unwrap();
+        p
+    }
+
+    fn set_exec(path: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}

@@ -1,0 +1,370 @@
+use std::borrow::Cow;
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+use crate::output::PartialOutput;
+
+/// What went wrong with the infrastructure. A non-zero exit is never one of these.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The command was rejected before any I/O (empty argv, NUL bytes, `=` in an env key,
+    /// relative workdir), or the adapter cannot express it on this backend.
+    InvalidCommand,
+    /// The backend cannot do what was asked (for example streaming on Fly Machines).
+    Unsupported,
+    /// Missing or rejected credentials.
+    Unauthenticated,
+    /// Credentials are valid but not allowed to do this.
+    PermissionDenied,
+    /// The sandbox, process, file or workdir does not exist.
+    NotFound,
+    /// A conflicting state (a lease held by someone else, a busy session).
+    Conflict,
+    /// The provider asked us to slow down.
+    RateLimited,
+    /// The provider or the sandbox could not be reached or is temporarily unable to serve.
+    Unavailable,
+    /// A deadline fired; which one is named.
+    Timeout(Deadline),
+    /// The caller cancelled.
+    Cancelled,
+    /// The provider's answer broke the protocol: malformed, truncated, or missing the exit status.
+    Protocol,
+    /// Output exceeded a limit of the provider or of the host.
+    OutputLimit,
+    /// Anything else on the provider's side (HTTP 500 and friends).
+    Internal,
+}
+
+/// Which deadline fired for an [`ErrorKind::Timeout`].
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Deadline {
+    /// One request to the provider took too long.
+    Request,
+    /// The command's own deadline (set by the host or the adapter) expired; it was killed.
+    Command,
+    /// The sandbox's lifetime ended.
+    SandboxLifetime,
+    /// The provider reported a timeout without saying which.
+    Unknown,
+}
+
+/// Whether the operation may be retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Retry {
+    /// Retrying would fail the same way.
+    Never,
+    /// Nothing ran; retrying is safe, after the given delay if the provider named one.
+    Safe {
+        /// The provider's `Retry-After` (or equivalent), if any.
+        after: Option<Duration>,
+    },
+    /// The command may already have run: retrying could run it twice.
+    Unsafe,
+}
+
+impl Retry {
+    /// `Retry::Safe { after: None }`.
+    pub const SAFE: Retry = Retry::Safe { after: None };
+
+    /// True only for [`Retry::Safe`].
+    pub fn is_safe(&self) -> bool {
+        matches!(self, Retry::Safe { .. })
+    }
+
+    /// The delay asked for by the provider, if any.
+    pub fn after(&self) -> Option<Duration> {
+        match self {
+            Retry::Safe { after } => *after,
+            _ => None,
+        }
+    }
+}
+
+/// A transport status reported alongside an error, where known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WireStatus {
+    /// An HTTP status code.
+    Http(u16),
+    /// A gRPC (or Connect) status code number.
+    Grpc(i32),
+}
+
+/// An infrastructure failure: one struct with a kind, a retry class and context.
+///
+/// `Display` is one line. No token, env value or stdin is ever put in an `Error` by this
+/// workspace's adapters; messages quote the provider, not the request.
+pub struct Error {
+    kind: ErrorKind,
+    retry: Retry,
+    provider: Cow<'static, str>,
+    operation: Cow<'static, str>,
+    status: Option<WireStatus>,
+    code: Option<String>,
+    message: String,
+    source: Option<Box<dyn StdError + Send + Sync + 'static>>,
+    partial: Option<Box<PartialOutput>>,
+}
+
+impl Error {
+    /// A new error with [`Retry::Never`]; set the rest with the `with_*` methods.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error {
+            kind,
+            retry: Retry::Never,
+            provider: Cow::Borrowed(""),
+            operation: Cow::Borrowed(""),
+            status: None,
+            code: None,
+            message: message.into(),
+            source: None,
+            partial: None,
+        }
+    }
+
+    /// Shorthand for an [`ErrorKind::Protocol`] error, which is always [`Retry::Unsafe`] unless
+    /// changed: a malformed answer says nothing about whether the command ran.
+    pub fn protocol(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Protocol, message).with_retry(Retry::Unsafe)
+    }
+
+    /// Shorthand for an [`ErrorKind::Unsupported`] error.
+    pub fn unsupported(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Unsupported, message)
+    }
+
+    /// Sets the retry class.
+    #[must_use]
+    pub fn with_retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Sets the provider name (`"fly"`, `"e2b"`, …).
+    #[must_use]
+    pub fn with_provider(mut self, provider: impl Into<Cow<'static, str>>) -> Self {
+        self.provider = provider.into();
+        self
+    }
+
+    /// Sets the operation that failed (`"exec"`, `"create_sandbox"`, …).
+    #[must_use]
+    pub fn with_operation(mut self, operation: impl Into<Cow<'static, str>>) -> Self {
+        self.operation = operation.into();
+        self
+    }
+
+    /// Sets the transport status.
+    #[must_use]
+    pub fn with_status(mut self, status: WireStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Sets the provider's own error code (`"CONTAINER_UNAVAILABLE"`, …).
+    #[must_use]
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    /// Attaches the underlying error.
+    #[must_use]
+    pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// Attaches the output collected before the failure (a deadline, a cut stream).
+    #[must_use]
+    pub fn with_partial(mut self, partial: PartialOutput) -> Self {
+        self.partial = Some(Box::new(partial));
+        self
+    }
+
+    /// Fills provider and operation only where they are still empty (for adapters that wrap
+    /// errors from shared helpers).
+    #[must_use]
+    pub fn or_context(
+        mut self,
+        provider: impl Into<Cow<'static, str>>,
+        operation: impl Into<Cow<'static, str>>,
+    ) -> Self {
+        if self.provider.is_empty() {
+            self.provider = provider.into();
+        }
+        if self.operation.is_empty() {
+            self.operation = operation.into();
+        }
+        self
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The retry class.
+    pub fn retry(&self) -> Retry {
+        self.retry
+    }
+
+    /// The provider name, or `""`.
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    /// The operation, or `""`.
+    pub fn operation(&self) -> &str {
+        &self.operation
+    }
+
+    /// The transport status, if known.
+    pub fn status(&self) -> Option<WireStatus> {
+        self.status
+    }
+
+    /// The provider's error code, if any.
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Output collected before the failure, if any.
+    pub fn partial(&self) -> Option<&PartialOutput> {
+        self.partial.as_deref()
+    }
+
+    /// Takes the partial output out of the error.
+    pub fn take_partial(&mut self) -> Option<PartialOutput> {
+        self.partial.take().map(|b| *b)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            ErrorKind::InvalidCommand => "invalid command",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Unauthenticated => "unauthenticated",
+            ErrorKind::PermissionDenied => "permission denied",
+            ErrorKind::NotFound => "not found",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::RateLimited => "rate limited",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Timeout(Deadline::Request) => "timeout (request)",
+            ErrorKind::Timeout(Deadline::Command) => "timeout (command deadline)",
+            ErrorKind::Timeout(Deadline::SandboxLifetime) => "timeout (sandbox lifetime)",
+            ErrorKind::Timeout(Deadline::Unknown) => "timeout (unspecified)",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Protocol => "protocol error",
+            ErrorKind::OutputLimit => "output limit exceeded",
+            ErrorKind::Internal => "internal error",
+        };
+        f.write_str(s)
+    }
+}
+
+impl fmt::Display for Retry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Retry::Never => f.write_str("never"),
+            Retry::Safe { after: None } => f.write_str("safe"),
+            Retry::Safe { after: Some(d) } => write!(f, "safe after {}ms", d.as_millis()),
+            Retry::Unsafe => f.write_str("unsafe (may have run)"),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let who = match (self.provider.is_empty(), self.operation.is_empty()) {
+            (true, true) => String::new(),
+            (false, true) => format!("{}: ", self.provider),
+            (true, false) => format!("{}: ", self.operation),
+            (false, false) => format!("{} {}: ", self.provider, self.operation),
+        };
+        // One line, always: newlines in provider messages are escaped.
+        let message = self.message.replace('\n', "\\n").replace('\r', "\\r");
+        write!(f, "{who}{}: {message}", self.kind)?;
+        let mut extra = Vec::new();
+        match self.status {
+            Some(WireStatus::Http(s)) => extra.push(format!("http {s}")),
+            Some(WireStatus::Grpc(c)) => extra.push(format!("grpc {c}")),
+            None => {}
+        }
+        if let Some(code) = &self.code {
+            extra.push(format!("code {code}"));
+        }
+        extra.push(format!("retry {}", self.retry));
+        write!(f, " [{}]", extra.join(", "))
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("kind", &self.kind)
+            .field("retry", &self.retry)
+            .field("provider", &self.provider)
+            .field("operation", &self.operation)
+            .field("status", &self.status)
+            .field("code", &self.code)
+            .field("message", &self.message)
+            .field("source", &self.source)
+            .field("partial", &self.partial)
+            .finish()
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_is_one_line_with_context() {
+        let e = Error::new(ErrorKind::RateLimited, "slow down\nplease")
+            .with_provider("fly")
+            .with_operation("exec")
+            .with_status(WireStatus::Http(429))
+            .with_code("rate_limited")
+            .with_retry(Retry::Safe {
+                after: Some(Duration::from_secs(2)),
+            });
+        let s = e.to_string();
+        assert_eq!(
+            s,
+            "fly exec: rate limited: slow down\\nplease [http 429, code rate_limited, retry safe after 2000ms]"
+        );
+        assert!(!s.contains('\n'));
+    }
+
+    #[test]
+    fn protocol_errors_default_to_unsafe() {
+        assert_eq!(Error::protocol("cut").retry(), Retry::Unsafe);
+        assert_eq!(Error::new(ErrorKind::Internal, "x").retry(), Retry::Never);
+    }
+
+    #[test]
+    fn retry_after_only_on_safe() {
+        let d = Some(Duration::from_millis(5));
+        assert_eq!(Retry::Safe { after: d }.after(), d);
+        assert_eq!(Retry::Unsafe.after(), None);
+        assert!(!Retry::Unsafe.is_safe());
+    }
+}

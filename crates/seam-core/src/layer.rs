@@ -1,0 +1,821 @@
+//! Host-side layers: policy that wraps any [`Exec`] without touching [`Command`].
+//!
+//! - [`WithDeadline`]: the host's own deadline. When it fires the command is abandoned (adapters
+//!   with [`remote_kill`](crate::Capabilities::remote_kill) kill it) and the result is an `Err` of
+//!   kind [`Timeout(Command)`](crate::Deadline::Command) carrying the partial output.
+//! - [`WithOutputCap`]: keeps at most N bytes of each stream and records what it dropped in
+//!   [`Output::truncated`].
+//! - [`WithRetry`]: retries only errors whose class is [`Retry::Safe`], with exponential backoff,
+//!   honouring the provider's retry-after. An exec that may have started is never re-submitted.
+//!
+//! Recommended order, innermost first: `adapter.with_retry(..).with_deadline(..).with_output_cap(..)`
+//! (the deadline bounds the retries; the cap sees the deadline's partial output).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use bytes::{Bytes, BytesMut};
+use futures_core::Stream;
+use tokio::time::{Instant, Sleep};
+
+use crate::capabilities::Capabilities;
+use crate::command::Command;
+use crate::error::{Deadline, Error, ErrorKind, Retry};
+use crate::exec::{BoxFuture, Event, EventStream, Exec, ExecStream};
+use crate::output::{Output, PartialOutput, Truncated};
+
+/// Adds the layers to every [`Exec`].
+pub trait ExecExt: Exec + Sized {
+    /// See [`WithDeadline`].
+    fn with_deadline(self, limit: Duration) -> WithDeadline<Self> {
+        WithDeadline { inner: self, limit }
+    }
+
+    /// See [`WithOutputCap`].
+    fn with_output_cap(self, max_bytes_per_stream: u64) -> WithOutputCap<Self> {
+        WithOutputCap {
+            inner: self,
+            cap: max_bytes_per_stream,
+        }
+    }
+
+    /// See [`WithRetry`].
+    fn with_retry(self, policy: RetryPolicy) -> WithRetry<Self> {
+        WithRetry {
+            inner: self,
+            policy,
+        }
+    }
+}
+
+impl<E: Exec + Sized> ExecExt for E {}
+
+// ---------------------------------------------------------------------------------------------
+// Deadline
+
+/// The host's deadline on each command. See the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct WithDeadline<E> {
+    inner: E,
+    limit: Duration,
+}
+
+impl<E> WithDeadline<E> {
+    /// The wrapped adapter.
+    pub fn inner(&self) -> &E {
+        &self.inner
+    }
+}
+
+fn deadline_error(provider: &str, limit: Duration, killed: bool, partial: PartialOutput) -> Error {
+    let what = if killed {
+        "the command was killed"
+    } else {
+        "the command was abandoned; this backend cannot kill it"
+    };
+    Error::new(
+        ErrorKind::Timeout(Deadline::Command),
+        format!(
+            "the host's deadline of {}ms expired; {what}",
+            limit.as_millis()
+        ),
+    )
+    .with_retry(Retry::Unsafe)
+    .with_provider(provider.to_owned())
+    .with_operation("exec")
+    .with_partial(partial)
+}
+
+impl<E: Exec> Exec for WithDeadline<E> {
+    fn provider(&self) -> &str {
+        self.inner.provider()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        Box::pin(async move {
+            let deadline = Instant::now() + self.limit;
+            let killed = self.inner.capabilities().remote_kill;
+            let Some(streaming) = self.inner.streaming() else {
+                // Without a stream there is no partial output to keep.
+                return match tokio::time::timeout_at(deadline, self.inner.exec(command)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(deadline_error(
+                        self.provider(),
+                        self.limit,
+                        killed,
+                        PartialOutput::default(),
+                    )),
+                };
+            };
+            let mut stream =
+                match tokio::time::timeout_at(deadline, streaming.exec_stream(command)).await {
+                    Ok(r) => r?,
+                    Err(_) => {
+                        return Err(deadline_error(
+                            self.provider(),
+                            self.limit,
+                            killed,
+                            PartialOutput::default(),
+                        ));
+                    }
+                };
+            let (mut stdout, mut stderr) = (BytesMut::new(), BytesMut::new());
+            loop {
+                match tokio::time::timeout_at(deadline, stream.next()).await {
+                    Ok(Some(Ok(Event::Stdout(b)))) => stdout.extend_from_slice(&b),
+                    Ok(Some(Ok(Event::Stderr(b)))) => stderr.extend_from_slice(&b),
+                    Ok(Some(Ok(Event::Exit(exit)))) => {
+                        return Ok(Output::new(stdout.freeze(), stderr.freeze(), exit));
+                    }
+                    Ok(Some(Err(mut e))) => {
+                        if e.partial().is_none() {
+                            e = e.with_partial(PartialOutput {
+                                stdout: stdout.freeze(),
+                                stderr: stderr.freeze(),
+                            });
+                        }
+                        return Err(e);
+                    }
+                    Ok(None) => {
+                        return Err(Error::protocol("the stream ended without an exit status")
+                            .with_provider(self.provider().to_owned())
+                            .with_operation("exec")
+                            .with_partial(PartialOutput {
+                                stdout: stdout.freeze(),
+                                stderr: stderr.freeze(),
+                            }));
+                    }
+                    Err(_) => {
+                        // Dropping the stream is the adapter's signal to kill the command.
+                        drop(stream);
+                        return Err(deadline_error(
+                            self.provider(),
+                            self.limit,
+                            killed,
+                            PartialOutput {
+                                stdout: stdout.freeze(),
+                                stderr: stderr.freeze(),
+                            },
+                        ));
+                    }
+                }
+            }
+        })
+    }
+
+    fn streaming(&self) -> Option<&dyn ExecStream> {
+        self.inner.streaming().map(|_| self as &dyn ExecStream)
+    }
+}
+
+impl<E: Exec> ExecStream for WithDeadline<E> {
+    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+        Box::pin(async move {
+            let inner = self
+                .inner
+                .streaming()
+                .ok_or_else(|| Error::unsupported("the wrapped adapter cannot stream"))?;
+            let deadline = Instant::now() + self.limit;
+            let killed = self.inner.capabilities().remote_kill;
+            let stream = match tokio::time::timeout_at(deadline, inner.exec_stream(command)).await {
+                Ok(r) => r?,
+                Err(_) => {
+                    return Err(deadline_error(
+                        self.provider(),
+                        self.limit,
+                        killed,
+                        PartialOutput::default(),
+                    ));
+                }
+            };
+            Ok(EventStream::new(DeadlineStream {
+                inner: Some(stream),
+                sleep: Box::pin(tokio::time::sleep_until(deadline)),
+                provider: self.provider().to_owned(),
+                limit: self.limit,
+                killed,
+            }))
+        })
+    }
+}
+
+struct DeadlineStream {
+    inner: Option<EventStream>,
+    sleep: Pin<Box<Sleep>>,
+    provider: String,
+    limit: Duration,
+    killed: bool,
+}
+
+impl Stream for DeadlineStream {
+    type Item = Result<Event, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        if let Poll::Ready(item) = Pin::new(inner).poll_next(cx) {
+            if matches!(item, None | Some(Ok(Event::Exit(_))) | Some(Err(_))) {
+                if item.is_none() {
+                    this.inner = None;
+                }
+                if matches!(item, Some(Ok(Event::Exit(_)))) {
+                    // Stop watching the clock once the command has ended.
+                    this.sleep
+                        .as_mut()
+                        .reset(Instant::now() + Duration::from_secs(86_400 * 365));
+                }
+            }
+            return Poll::Ready(item);
+        }
+        if this.sleep.as_mut().poll(cx).is_ready() {
+            this.inner = None; // drop: the adapter kills the command
+            let partial = PartialOutput::default();
+            return Poll::Ready(Some(Err(deadline_error(
+                &this.provider,
+                this.limit,
+                this.killed,
+                partial,
+            ))));
+        }
+        Poll::Pending
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output cap
+
+/// Keeps at most `cap` bytes of each stream; see the [module docs](self).
+///
+/// On the buffered path the dropped byte counts are recorded in [`Output::truncated`]. On the
+/// streaming path chunks are cut at the cap (the exit event carries no counts).
+#[derive(Clone, Debug)]
+pub struct WithOutputCap<E> {
+    inner: E,
+    cap: u64,
+}
+
+#[derive(Default)]
+struct Capped {
+    buf: BytesMut,
+    dropped: u64,
+}
+
+impl Capped {
+    /// Keeps what fits and returns the kept part.
+    fn push(&mut self, cap: u64, b: &Bytes) -> Bytes {
+        let room = cap.saturating_sub(self.buf.len() as u64) as usize;
+        let keep = b.len().min(room);
+        self.buf.extend_from_slice(&b[..keep]);
+        self.dropped += (b.len() - keep) as u64;
+        b.slice(..keep)
+    }
+}
+
+fn cap_bytes(b: &Bytes, cap: u64) -> (Bytes, u64) {
+    let keep = (b.len() as u64).min(cap) as usize;
+    (b.slice(..keep), (b.len() - keep) as u64)
+}
+
+impl<E: Exec> Exec for WithOutputCap<E> {
+    fn provider(&self) -> &str {
+        self.inner.provider()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        Box::pin(async move {
+            let cap = self.cap;
+            let Some(streaming) = self.inner.streaming() else {
+                let cap_partial = |mut e: Error| {
+                    if let Some(p) = e.take_partial() {
+                        e = e.with_partial(PartialOutput {
+                            stdout: cap_bytes(&p.stdout, cap).0,
+                            stderr: cap_bytes(&p.stderr, cap).0,
+                        });
+                    }
+                    e
+                };
+                let out = self.inner.exec(command).await.map_err(cap_partial)?;
+                let (stdout, so) = cap_bytes(&out.stdout, cap);
+                let (stderr, se) = cap_bytes(&out.stderr, cap);
+                return Ok(
+                    Output::new(stdout, stderr, out.exit).with_truncated(Truncated {
+                        stdout: out.truncated.stdout + so,
+                        stderr: out.truncated.stderr + se,
+                    }),
+                );
+            };
+            // Stream so that memory stays bounded even when the command writes gigabytes.
+            let mut stream = streaming.exec_stream(command).await?;
+            let (mut out, mut err) = (Capped::default(), Capped::default());
+            loop {
+                match stream.next().await {
+                    Some(Ok(Event::Stdout(b))) => {
+                        out.push(cap, &b);
+                    }
+                    Some(Ok(Event::Stderr(b))) => {
+                        err.push(cap, &b);
+                    }
+                    Some(Ok(Event::Exit(exit))) => {
+                        return Ok(Output::new(out.buf.freeze(), err.buf.freeze(), exit)
+                            .with_truncated(Truncated {
+                                stdout: out.dropped,
+                                stderr: err.dropped,
+                            }));
+                    }
+                    Some(Err(mut e)) => {
+                        // Keep what we collected; a partial from a layer below is capped too.
+                        let (mut so, mut se) = (out.buf.freeze(), err.buf.freeze());
+                        if let Some(p) = e.take_partial()
+                            && (p.stdout.len() > so.len() || p.stderr.len() > se.len())
+                        {
+                            so = cap_bytes(&p.stdout, cap).0;
+                            se = cap_bytes(&p.stderr, cap).0;
+                        }
+                        return Err(e.with_partial(PartialOutput {
+                            stdout: so,
+                            stderr: se,
+                        }));
+                    }
+                    None => {
+                        return Err(Error::protocol("the stream ended without an exit status")
+                            .with_provider(self.provider().to_owned())
+                            .with_operation("exec")
+                            .with_partial(PartialOutput {
+                                stdout: out.buf.freeze(),
+                                stderr: err.buf.freeze(),
+                            }));
+                    }
+                }
+            }
+        })
+    }
+
+    fn streaming(&self) -> Option<&dyn ExecStream> {
+        self.inner.streaming().map(|_| self as &dyn ExecStream)
+    }
+}
+
+impl<E: Exec> ExecStream for WithOutputCap<E> {
+    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+        Box::pin(async move {
+            let inner = self
+                .inner
+                .streaming()
+                .ok_or_else(|| Error::unsupported("the wrapped adapter cannot stream"))?;
+            let stream = inner.exec_stream(command).await?;
+            Ok(EventStream::new(CapStream {
+                inner: stream,
+                cap: self.cap,
+                out: 0,
+                err: 0,
+            }))
+        })
+    }
+}
+
+struct CapStream {
+    inner: EventStream,
+    cap: u64,
+    out: u64,
+    err: u64,
+}
+
+impl Stream for CapStream {
+    type Item = Result<Event, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            let this = &mut *self;
+            let item = match Pin::new(&mut this.inner).poll_next(cx) {
+                Poll::Ready(item) => item,
+                Poll::Pending => return Poll::Pending,
+            };
+            let (seen, b, is_out) = match item {
+                Some(Ok(Event::Stdout(b))) => (&mut this.out, b, true),
+                Some(Ok(Event::Stderr(b))) => (&mut this.err, b, false),
+                other => return Poll::Ready(other),
+            };
+            let (kept, _) = cap_bytes(&b, this.cap.saturating_sub(*seen));
+            *seen += kept.len() as u64;
+            if kept.is_empty() {
+                continue; // over the cap: keep draining so the command is not blocked
+            }
+            return Poll::Ready(Some(Ok(if is_out {
+                Event::Stdout(kept)
+            } else {
+                Event::Stderr(kept)
+            })));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retry
+
+/// How [`WithRetry`] backs off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in total, the first included.
+    pub max_attempts: usize,
+    /// The first delay.
+    pub min_delay: Duration,
+    /// The largest delay between attempts (a provider's retry-after may exceed it).
+    pub max_delay: Duration,
+    /// Randomise delays.
+    pub jitter: bool,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 3,
+            min_delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(10),
+            jitter: true,
+        }
+    }
+}
+
+/// Retries [`Retry::Safe`] errors only; see the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct WithRetry<E> {
+    inner: E,
+    policy: RetryPolicy,
+}
+
+impl<E> WithRetry<E> {
+    fn backoff(&self) -> ExponentialBuilder {
+        let b = ExponentialBuilder::new()
+            .with_min_delay(self.policy.min_delay)
+            .with_max_delay(self.policy.max_delay)
+            .with_max_times(self.policy.max_attempts.saturating_sub(1));
+        if self.policy.jitter {
+            b.with_jitter()
+        } else {
+            b
+        }
+    }
+}
+
+fn adjust(e: &Error, next: Option<Duration>) -> Option<Duration> {
+    // `None` means the attempts are used up; a retry-after never adds attempts.
+    next.map(|d| e.retry().after().map_or(d, |after| after.max(d)))
+}
+
+impl<E: Exec> Exec for WithRetry<E> {
+    fn provider(&self) -> &str {
+        self.inner.provider()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        Box::pin(async move {
+            (|| self.inner.exec(command.clone()))
+                .retry(self.backoff())
+                .sleep(tokio::time::sleep)
+                .when(|e: &Error| e.retry().is_safe())
+                .adjust(adjust)
+                .await
+        })
+    }
+
+    fn streaming(&self) -> Option<&dyn ExecStream> {
+        self.inner.streaming().map(|_| self as &dyn ExecStream)
+    }
+}
+
+impl<E: Exec> ExecStream for WithRetry<E> {
+    /// Retries opening the stream only; once events flow nothing is re-submitted.
+    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+        Box::pin(async move {
+            let inner = self
+                .inner
+                .streaming()
+                .ok_or_else(|| Error::unsupported("the wrapped adapter cannot stream"))?;
+            (|| inner.exec_stream(command.clone()))
+                .retry(self.backoff())
+                .sleep(tokio::time::sleep)
+                .when(|e: &Error| e.retry().is_safe())
+                .adjust(adjust)
+                .await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::Exit;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A scripted adapter: each exec pops the next answer.
+    struct Script {
+        answers: Mutex<Vec<Result<Output, Error>>>,
+        calls: AtomicUsize,
+    }
+
+    impl Script {
+        fn new(mut answers: Vec<Result<Output, Error>>) -> Script {
+            answers.reverse();
+            Script {
+                answers: Mutex::new(answers),
+                calls: AtomicUsize::new(0),
+            }
+        }
+    }
+
+    impl Exec for Script {
+        fn provider(&self) -> &str {
+            "script"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities {
+                streaming: false,
+                ..Capabilities::FULL
+            }
+        }
+        fn exec(&self, _: Command) -> BoxFuture<'_, Result<Output, Error>> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let next = self.answers.lock().unwrap().pop().expect("no more answers");
+            Box::pin(async move { next })
+        }
+    }
+
+    /// A streaming adapter that emits `chunks` then either exits or hangs forever.
+    struct Slow {
+        chunks: Vec<Event>,
+        hang: bool,
+        dropped: std::sync::Arc<AtomicUsize>,
+    }
+
+    struct SlowStream {
+        items: std::vec::IntoIter<Event>,
+        hang: bool,
+        dropped: std::sync::Arc<AtomicUsize>,
+    }
+
+    impl Drop for SlowStream {
+        fn drop(&mut self) {
+            self.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Stream for SlowStream {
+        type Item = Result<Event, Error>;
+        fn poll_next(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+            match self.items.next() {
+                Some(e) => Poll::Ready(Some(Ok(e))),
+                None if self.hang => Poll::Pending,
+                None => Poll::Ready(None),
+            }
+        }
+    }
+
+    impl Exec for Slow {
+        fn provider(&self) -> &str {
+            "slow"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::FULL
+        }
+        fn exec(&self, c: Command) -> BoxFuture<'_, Result<Output, Error>> {
+            Box::pin(async move { self.exec_stream(c).await?.collect().await })
+        }
+        fn streaming(&self) -> Option<&dyn ExecStream> {
+            Some(self)
+        }
+    }
+
+    impl ExecStream for Slow {
+        fn exec_stream(&self, _: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+            let s = SlowStream {
+                items: self.chunks.clone().into_iter(),
+                hang: self.hang,
+                dropped: self.dropped.clone(),
+            };
+            Box::pin(async move { Ok(EventStream::new(s)) })
+        }
+    }
+
+    fn cmd() -> Command {
+        Command::new(["true"]).unwrap()
+    }
+
+    fn ok(code: i32) -> Result<Output, Error> {
+        Ok(Output::new("", "", Exit::Code(code)))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_retries_safe_errors_only_and_honours_retry_after() {
+        let s = Script::new(vec![
+            Err(
+                Error::new(ErrorKind::RateLimited, "429").with_retry(Retry::Safe {
+                    after: Some(Duration::from_secs(30)),
+                }),
+            ),
+            ok(7),
+        ]);
+        let r = s.with_retry(RetryPolicy::default());
+        let start = Instant::now();
+        let out = r.exec(cmd()).await.unwrap();
+        assert_eq!(
+            out.exit,
+            Exit::Code(7),
+            "a non-zero exit is returned, not retried"
+        );
+        assert!(
+            start.elapsed() >= Duration::from_secs(30),
+            "retry-after honoured"
+        );
+        assert_eq!(r.inner.calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_never_resubmits_an_exec_that_may_have_run() {
+        for retry in [Retry::Unsafe, Retry::Never] {
+            let s = Script::new(vec![
+                Err(Error::new(ErrorKind::Internal, "500").with_retry(retry)),
+                ok(0),
+            ]);
+            let r = s.with_retry(RetryPolicy::default());
+            let err = r.exec(cmd()).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Internal);
+            assert_eq!(r.inner.calls.load(Ordering::SeqCst), 1);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_gives_up_after_max_attempts() {
+        let safe = || Err(Error::new(ErrorKind::Unavailable, "503").with_retry(Retry::SAFE));
+        let s = Script::new(vec![safe(), safe(), safe(), ok(0)]);
+        let r = s.with_retry(RetryPolicy {
+            max_attempts: 3,
+            ..RetryPolicy::default()
+        });
+        assert_eq!(
+            r.exec(cmd()).await.unwrap_err().kind(),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(r.inner.calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deadline_returns_timeout_with_partial_output_and_drops_the_stream() {
+        let dropped = std::sync::Arc::new(AtomicUsize::new(0));
+        let slow = Slow {
+            chunks: vec![
+                Event::Stdout(Bytes::from_static(b"start")),
+                Event::Stderr(Bytes::from_static(b"warn")),
+            ],
+            hang: true,
+            dropped: dropped.clone(),
+        };
+        let d = slow.with_deadline(Duration::from_secs(2));
+        let err = d.exec(cmd()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Timeout(Deadline::Command));
+        assert_eq!(err.retry(), Retry::Unsafe);
+        let p = err.partial().unwrap();
+        assert_eq!(
+            (&p.stdout[..], &p.stderr[..]),
+            (&b"start"[..], &b"warn"[..])
+        );
+        assert_eq!(
+            dropped.load(Ordering::SeqCst),
+            1,
+            "the stream was dropped (kill)"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deadline_does_not_fire_for_a_command_that_exits() {
+        let slow = Slow {
+            chunks: vec![
+                Event::Stdout(Bytes::from_static(b"x")),
+                Event::Exit(Exit::Code(3)),
+            ],
+            hang: false,
+            dropped: Default::default(),
+        };
+        let d = slow.with_deadline(Duration::from_secs(2));
+        assert_eq!(
+            d.exec(cmd()).await.unwrap(),
+            Output::new("x", "", Exit::Code(3))
+        );
+        let mut s = d.streaming().unwrap().exec_stream(cmd()).await.unwrap();
+        assert_eq!(
+            s.next().await.unwrap().unwrap(),
+            Event::Stdout(Bytes::from_static(b"x"))
+        );
+        assert_eq!(s.next().await.unwrap().unwrap(), Event::Exit(Exit::Code(3)));
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deadline_on_the_stream_interface_yields_a_timeout_item() {
+        let slow = Slow {
+            chunks: vec![Event::Stdout(Bytes::from_static(b"x"))],
+            hang: true,
+            dropped: Default::default(),
+        };
+        let d = slow.with_deadline(Duration::from_secs(1));
+        let mut s = d.streaming().unwrap().exec_stream(cmd()).await.unwrap();
+        assert!(matches!(s.next().await, Some(Ok(Event::Stdout(_)))));
+        let e = s.next().await.unwrap().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Timeout(Deadline::Command));
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deadline_without_streaming_still_fires() {
+        struct Never;
+        impl Exec for Never {
+            fn provider(&self) -> &str {
+                "never"
+            }
+            fn capabilities(&self) -> Capabilities {
+                Capabilities {
+                    streaming: false,
+                    remote_kill: false,
+                    ..Capabilities::FULL
+                }
+            }
+            fn exec(&self, _: Command) -> BoxFuture<'_, Result<Output, Error>> {
+                Box::pin(std::future::pending())
+            }
+        }
+        let err = Never
+            .with_deadline(Duration::from_secs(1))
+            .exec(cmd())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Timeout(Deadline::Command));
+        assert!(err.message().contains("cannot kill"));
+    }
+
+    #[tokio::test]
+    async fn output_cap_records_what_it_dropped_on_both_paths() {
+        let big = Output::new(vec![b'o'; 100], vec![b'e'; 10], Exit::Code(1));
+        let s = Script::new(vec![Ok(big)]);
+        let out = s.with_output_cap(40).exec(cmd()).await.unwrap();
+        assert_eq!(out.stdout.len(), 40);
+        assert_eq!(out.stderr.len(), 10);
+        assert_eq!(
+            out.truncated,
+            Truncated {
+                stdout: 60,
+                stderr: 0
+            }
+        );
+        assert_eq!(out.exit, Exit::Code(1));
+
+        let slow = Slow {
+            chunks: vec![
+                Event::Stdout(Bytes::from(vec![b'a'; 30])),
+                Event::Stdout(Bytes::from(vec![b'b'; 30])),
+                Event::Stderr(Bytes::from(vec![b'c'; 5])),
+                Event::Exit(Exit::Code(0)),
+            ],
+            hang: false,
+            dropped: Default::default(),
+        };
+        let capped = slow.with_output_cap(40);
+        let out = capped.exec(cmd()).await.unwrap();
+        assert_eq!(
+            &out.stdout[..],
+            [vec![b'a'; 30], vec![b'b'; 10]].concat().as_slice()
+        );
+        assert_eq!(
+            out.truncated,
+            Truncated {
+                stdout: 20,
+                stderr: 0
+            }
+        );
+        let streamed = capped
+            .streaming()
+            .unwrap()
+            .exec_stream(cmd())
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        assert_eq!(streamed.stdout, out.stdout);
+    }
+}

@@ -1,0 +1,85 @@
+//! `cargo xtask`: the workspace's chores, with no dependencies beyond std.
+//!
+//! - `cargo xtask conformance --adapter <name>|all [--live] [-- FILTER]`
+//! - `cargo xtask publish-check`
+//! - `cargo xtask bench`
+
+mod bench;
+mod conformance;
+mod matrix;
+mod publish;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("conformance") => conformance::run(&args[1..]),
+        Some("publish-check") => publish::run(&args[1..]),
+        Some("bench") => bench::run(&args[1..]),
+        _ => Err(usage()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn usage() -> String {
+    "usage:\n  cargo xtask conformance --adapter <name>|all [--live] [-- FILTER]\n  cargo xtask publish-check\n  cargo xtask bench".into()
+}
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is in the workspace")
+        .to_path_buf()
+}
+
+/// Runs a command in the workspace root, failing on a non-zero exit.
+pub fn run_cmd(cmd: &mut Command) -> Result<(), String> {
+    cmd.current_dir(root());
+    eprintln!("xtask: running {cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed: {status}"))
+    }
+}
+
+/// `cargo`, as the one that runs us.
+pub fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+/// Every adapter in the workspace: `crates/adapter-<name>` → `<name>`, `local` first.
+pub fn adapters() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root().join("crates"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()?
+                        .strip_prefix("adapter-")
+                        .map(str::to_owned)
+                })
+                .filter(|n| {
+                    root()
+                        .join("crates")
+                        .join(format!("adapter-{n}/tests/conformance.rs"))
+                        .exists()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort_by_key(|n| (n != "local", n.clone()));
+    names
+}
