@@ -14,6 +14,7 @@
 use std::net::SocketAddr;
 
 pub mod harness;
+pub mod interop;
 
 pub use harness::{Fault, FaultHandle, FaultRule, Isolation, Server};
 
