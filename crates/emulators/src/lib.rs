@@ -20,6 +20,22 @@ pub use harness::{Fault, FaultHandle, FaultRule, Isolation, Server};
 
 // Provider modules. Each adds itself here, behind its feature.
 // @providers
+#[cfg(feature = "e2b")]
+pub mod e2b;
+#[cfg(feature = "daytona")]
+pub mod daytona;
+#[cfg(feature = "fly")]
+pub mod fly;
+#[cfg(feature = "sprites")]
+pub mod sprites;
+#[cfg(any(feature = "fly", feature = "sprites"))]
+mod timefmt;
+#[cfg(feature = "ax")]
+pub mod ax;
+#[cfg(feature = "cloudflare")]
+pub mod cloudflare;
+#[cfg(feature = "agentcore")]
+pub mod agentcore;
 
 /// How to start an emulator.
 #[derive(Clone, Debug)]
@@ -72,6 +88,20 @@ impl std::fmt::Debug for Emulator {
 pub fn providers() -> &'static [&'static str] {
     &[
         // @provider-names
+        #[cfg(feature = "e2b")]
+        "e2b",
+        #[cfg(feature = "daytona")]
+        "daytona",
+        #[cfg(feature = "fly")]
+        "fly",
+        #[cfg(feature = "sprites")]
+        "sprites",
+        #[cfg(feature = "ax")]
+        "ax",
+        #[cfg(feature = "cloudflare")]
+        "cloudflare",
+        #[cfg(feature = "agentcore")]
+        "agentcore",
     ]
 }
 
@@ -80,6 +110,20 @@ pub async fn start(provider: &str, options: EmulatorOptions) -> std::io::Result<
     let _ = &options;
     match provider {
         // @provider-start
+        #[cfg(feature = "e2b")]
+        "e2b" => e2b::start(options).await,
+        #[cfg(feature = "daytona")]
+        "daytona" => daytona::start(options).await,
+        #[cfg(feature = "fly")]
+        "fly" => fly::start(options).await,
+        #[cfg(feature = "sprites")]
+        "sprites" => sprites::start(options).await,
+        #[cfg(feature = "ax")]
+        "ax" => ax::start(options).await,
+        #[cfg(feature = "cloudflare")]
+        "cloudflare" => cloudflare::start(options).await,
+        #[cfg(feature = "agentcore")]
+        "agentcore" => agentcore::start(options).await,
         other => Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
             format!(

@@ -1,0 +1,325 @@
+//! Configuration of the Cloudflare adapter, and [`CloudflareConfig::from_env`].
+
+use std::fmt;
+use std::time::Duration;
+
+use execseam_core::{Error, ErrorKind};
+use secrecy::{ExposeSecret, SecretString};
+
+/// The bridge Worker's URL (for example `https://sandbox-bridge.<account>.workers.dev`).
+pub const ENV_WORKER_URL: &str = "CLOUDFLARE_SANDBOX_WORKER_URL";
+/// The bridge's `SANDBOX_API_KEY` (the same variable the OpenAI Agents SDK reads).
+pub const ENV_API_KEY: &str = "CLOUDFLARE_SANDBOX_API_KEY";
+/// An existing sandbox id to attach to (otherwise the adapter asks the bridge for a new one).
+pub const ENV_SANDBOX_ID: &str = "CLOUDFLARE_SANDBOX_ID";
+/// A bridge session id, sent as `Session-Id` on every request (optional).
+pub const ENV_SESSION_ID: &str = "CLOUDFLARE_SANDBOX_SESSION_ID";
+/// `streaming` (the default) or `exact`; see [`OutputMode`].
+pub const ENV_MODE: &str = "EXECSEAM_CLOUDFLARE_MODE";
+
+/// Every environment variable [`CloudflareConfig::from_env`] reads.
+pub const ENV_VARS: &[&str] = &[
+    ENV_WORKER_URL,
+    ENV_API_KEY,
+    ENV_SANDBOX_ID,
+    ENV_SESSION_ID,
+    ENV_MODE,
+];
+
+/// The sandbox's files API (and so every temporary file of the adapter) is confined to this tree.
+pub const WORKSPACE: &str = "/workspace";
+
+/// How the adapter obtains a command's stdout and stderr.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OutputMode {
+    /// Read them from the exec SSE stream as they come (the default). The bridge decodes the
+    /// command's output as UTF-8 text before re-encoding it as base64, so bytes that are not
+    /// valid UTF-8 arrive as U+FFFD: `Capabilities::binary_output` is false in this mode.
+    #[default]
+    Streaming,
+    /// Redirect them to two files under `/workspace/.execseam/` and fetch those raw with the
+    /// files API after the exit: byte-exact, but nothing arrives before the command ends (no
+    /// streaming), and each command costs three more requests (two file reads and a clean-up).
+    Exact,
+}
+
+impl OutputMode {
+    /// `streaming` or `exact`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OutputMode::Streaming => "streaming",
+            OutputMode::Exact => "exact",
+        }
+    }
+}
+
+impl std::str::FromStr for OutputMode {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<OutputMode, Error> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "streaming" | "stream" => Ok(OutputMode::Streaming),
+            "exact" => Ok(OutputMode::Exact),
+            other => Err(config_error(format!(
+                "{ENV_MODE}={other:?}: want `streaming` or `exact`"
+            ))),
+        }
+    }
+}
+
+/// Configuration of [`CloudflareExec`](crate::CloudflareExec).
+#[derive(Clone)]
+pub struct CloudflareConfig {
+    pub(crate) base_url: String,
+    pub(crate) api_key: Option<SecretString>,
+    pub(crate) api_prefix: String,
+    pub(crate) sandbox_id: Option<String>,
+    pub(crate) session_id: Option<String>,
+    pub(crate) mode: OutputMode,
+    pub(crate) command_timeout: Option<Duration>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) verify_sandbox: bool,
+    pub(crate) connect_attempts: u32,
+}
+
+impl fmt::Debug for CloudflareConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CloudflareConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("api_prefix", &self.api_prefix)
+            .field("sandbox_id", &self.sandbox_id)
+            .field("session_id", &self.session_id)
+            .field("mode", &self.mode)
+            .field("command_timeout", &self.command_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("verify_sandbox", &self.verify_sandbox)
+            .field("connect_attempts", &self.connect_attempts)
+            .finish()
+    }
+}
+
+pub(crate) fn config_error(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::InvalidCommand, message)
+        .with_provider(crate::PROVIDER)
+        .with_operation("config")
+}
+
+impl CloudflareConfig {
+    /// A configuration for the bridge Worker at `base_url`, with no API key (a bridge without
+    /// `SANDBOX_API_KEY` skips authentication).
+    pub fn new(base_url: impl Into<String>) -> CloudflareConfig {
+        CloudflareConfig {
+            base_url: base_url.into().trim_end_matches('/').to_owned(),
+            api_key: None,
+            api_prefix: "/v1".into(),
+            sandbox_id: None,
+            session_id: None,
+            mode: OutputMode::Streaming,
+            command_timeout: None,
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(120),
+            verify_sandbox: true,
+            connect_attempts: 4,
+        }
+    }
+
+    /// Reads [`ENV_VARS`]: `CLOUDFLARE_SANDBOX_WORKER_URL` (required), `CLOUDFLARE_SANDBOX_API_KEY`,
+    /// `CLOUDFLARE_SANDBOX_ID`, `CLOUDFLARE_SANDBOX_SESSION_ID`, `EXECSEAM_CLOUDFLARE_MODE`.
+    pub fn from_env() -> Result<CloudflareConfig, Error> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let url = var(ENV_WORKER_URL)
+            .ok_or_else(|| config_error(format!("{ENV_WORKER_URL} is not set")))?;
+        let mut c = CloudflareConfig::new(url);
+        if let Some(key) = var(ENV_API_KEY) {
+            c = c.api_key(key);
+        }
+        if let Some(id) = var(ENV_SANDBOX_ID) {
+            c = c.sandbox_id(id);
+        }
+        if let Some(sid) = var(ENV_SESSION_ID) {
+            c = c.session_id(sid);
+        }
+        if let Some(mode) = var(ENV_MODE) {
+            c = c.mode(mode.parse()?);
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// The bridge's `SANDBOX_API_KEY`, sent as `Authorization: Bearer`.
+    #[must_use]
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(SecretString::from(key.into()));
+        self
+    }
+
+    /// The bridge's `apiRoutePrefix` (default `/v1`).
+    #[must_use]
+    pub fn api_prefix(mut self, prefix: impl Into<String>) -> Self {
+        let p = prefix.into();
+        self.api_prefix = format!("/{}", p.trim_matches('/'));
+        self
+    }
+
+    /// Attach to this sandbox id (`[a-z2-7]{1,128}`) instead of asking the bridge for a new one.
+    #[must_use]
+    pub fn sandbox_id(mut self, id: impl Into<String>) -> Self {
+        self.sandbox_id = Some(id.into());
+        self
+    }
+
+    /// Run every command in this bridge session (`Session-Id` header). Without it commands run
+    /// sessionless, which is what a stateless `Exec` wants.
+    #[must_use]
+    pub fn session_id(mut self, id: impl Into<String>) -> Self {
+        self.session_id = Some(id.into());
+        self
+    }
+
+    /// How output is obtained; see [`OutputMode`].
+    #[must_use]
+    pub fn mode(mut self, mode: OutputMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// The bridge's `timeout_ms`: the sandbox kills a command that runs longer (sessionless:
+    /// exit 124 plus a line on stderr, which the adapter reports as `Timeout(Command)`). Unset by
+    /// default: deadlines belong to the host (`execseam_core::layer`), but since the bridge
+    /// cannot kill an abandoned command, this bounds how long one keeps running.
+    #[must_use]
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = Some(timeout);
+        self
+    }
+
+    /// TCP/TLS connect timeout (default 10 s).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Timeout of each non-exec request: create, files (default 120 s). The exec stream has
+    /// none: its length is the command's, bounded by the host's deadline.
+    #[must_use]
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Check before every command that the sandbox's container is still the one this adapter
+    /// connected to (default true). The bridge silently gives a sandbox id whose container was
+    /// destroyed or replaced a fresh, empty container; with this check such a command fails
+    /// with `NotFound` instead of running against a blank `/workspace`.
+    #[must_use]
+    pub fn verify_sandbox(mut self, verify: bool) -> Self {
+        self.verify_sandbox = verify;
+        self
+    }
+
+    /// How many times connecting retries a bridge answer that is safe to retry
+    /// (`capacity_exceeded`, `pool_error`, 429), with exponential backoff (default 4).
+    #[must_use]
+    pub fn connect_attempts(mut self, attempts: u32) -> Self {
+        self.connect_attempts = attempts.max(1);
+        self
+    }
+
+    /// The base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// The output mode.
+    pub fn output_mode(&self) -> OutputMode {
+        self.mode
+    }
+
+    pub(crate) fn bearer(&self) -> Option<&str> {
+        self.api_key.as_ref().map(|k| k.expose_secret())
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
+            return Err(config_error(format!(
+                "the bridge URL {:?} must start with http:// or https://",
+                self.base_url
+            )));
+        }
+        if let Some(id) = &self.sandbox_id
+            && !valid_sandbox_id(id)
+        {
+            return Err(config_error(format!(
+                "sandbox id {id:?} is not what the bridge accepts ([a-z2-7]{{1,128}})"
+            )));
+        }
+        if let Some(sid) = &self.session_id
+            && !valid_session_id(sid)
+        {
+            return Err(config_error(format!(
+                "session id {sid:?} is not what the bridge accepts ([a-zA-Z0-9._-]{{1,128}}, no `..`)"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The bridge's sandbox id rule: `^[a-z2-7]{1,128}$`.
+pub fn valid_sandbox_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || (b'2'..=b'7').contains(&b))
+}
+
+/// The bridge's session id rule: `^[a-zA-Z0-9._-]{1,128}$` and no `..`.
+pub fn valid_session_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && !id.contains("..")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_redacts_the_key() {
+        let c = CloudflareConfig::new("https://b.example/").api_key("sekrit-token");
+        let d = format!("{c:?}");
+        assert!(!d.contains("sekrit-token"), "{d}");
+        assert!(d.contains("<redacted>"));
+        assert_eq!(c.base_url(), "https://b.example");
+    }
+
+    #[test]
+    fn ids_follow_the_bridge_rules() {
+        assert!(valid_sandbox_id("mfrggzdfmy2tqnrzgezdgnbv"));
+        assert!(!valid_sandbox_id("Upper"));
+        assert!(!valid_sandbox_id("a1"));
+        assert!(!valid_sandbox_id(""));
+        assert!(valid_session_id("s-1.x_y"));
+        assert!(!valid_session_id("a..b"));
+        assert!(!valid_session_id("a b"));
+        let bad = CloudflareConfig::new("https://x").sandbox_id("NOPE");
+        assert_eq!(
+            bad.validate().unwrap_err().kind(),
+            ErrorKind::InvalidCommand
+        );
+        let bad = CloudflareConfig::new("ftp://x");
+        assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!("exact".parse::<OutputMode>().unwrap(), OutputMode::Exact);
+        assert_eq!("".parse::<OutputMode>().unwrap(), OutputMode::Streaming);
+        assert!("binary".parse::<OutputMode>().is_err());
+    }
+}

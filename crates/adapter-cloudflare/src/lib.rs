@@ -1,0 +1,104 @@
+//! execseam adapter for [Cloudflare Sandbox](https://developers.cloudflare.com/sandbox/), through
+//! the official **sandbox bridge** Worker (`@cloudflare/sandbox/bridge`).
+//!
+//! Code outside a Worker cannot reach a Cloudflare sandbox directly: the Sandbox SDK is a Durable
+//! Object library and the container's own API listens only inside Cloudflare. Cloudflare's answer
+//! is the bridge, a reference Worker that you deploy in your account and call over HTTP with
+//! `Authorization: Bearer <SANDBOX_API_KEY>`. This adapter speaks that API:
+//! `POST /v1/sandbox` (a new id), `POST /v1/sandbox/{id}/exec` (`{argv, timeout_ms, cwd}`,
+//! answered with an SSE stream of base64 `stdout`/`stderr` events and a terminal `exit` or
+//! `error`), `GET`/`PUT /v1/sandbox/{id}/file/<path>`, sessions through the `Session-Id` header,
+//! `GET /v1/sandbox/{id}/running` and `DELETE /v1/sandbox/{id}`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), execseam_core::Error> {
+//! use execseam_cloudflare::{CloudflareConfig, CloudflareExec};
+//! use execseam_core::{Command, Exec};
+//!
+//! let exec = CloudflareExec::connect(
+//!     CloudflareConfig::new("https://sandbox-bridge.example.workers.dev").api_key("…"),
+//! )
+//! .await?;
+//! let out = exec.exec(Command::new(["uname", "-a"])?).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Capabilities and degradations
+//!
+//! | | streaming mode (default) | exact mode |
+//! |---|---|---|
+//! | argv | shell-wrapped: the bridge only runs `bash -c <string>`; the adapter sends `/bin/sh -c <script>` where the script quotes argv exactly ([`execseam_core::degrade`]) | same |
+//! | workdir | shell-wrapped (`cd`), any absolute directory; a missing one is `NotFound` | same |
+//! | env | shell-wrapped (`env --`): the exec request has no env field | same |
+//! | stdin | temp file: uploaded with `PUT /file` under `/workspace/.execseam/`, then redirected (32 MiB at most) | same |
+//! | stdout/stderr bytes | **lossy**: the bridge decodes output as UTF-8 text, so invalid bytes arrive as U+FFFD (`binary_output: false`) | **exact**: redirected to files and fetched raw |
+//! | streaming | yes ([`ExecStream`](execseam_core::ExecStream)) | no (output is fetched after the exit) |
+//! | remote kill | no: the bridge has no kill route and does not stop a command when the client goes away | no |
+//!
+//! Why streaming is the default: agent tools mostly read text, live output matters for long
+//! commands, and exact mode costs three more requests per command and leaves nothing to show
+//! before the exit. Choose [`OutputMode::Exact`] when bytes matter (binary files through `cat`,
+//! `base64` is not an option, …).
+//!
+//! # Quirks handled
+//!
+//! - The SSE `exit` event is the only success terminator. A stream that ends without it is a
+//!   `Protocol` error; an SSE `error` event is an error with `Retry::Unsafe` (the command was
+//!   started). A JSON `{"error","code"}` answer before the stream is mapped by code and status
+//!   (see [`error`]): `capacity_exceeded` and `pool_error` are `Unavailable` with `Retry::Safe`
+//!   (the sandbox's container was not even assigned), `unauthorized` is `Unauthenticated`, a
+//!   `cwd` or path outside `/workspace` (403 `invalid_request`) is `PermissionDenied`.
+//! - The bridge gives any well-formed sandbox id a container on first use, and a fresh one when
+//!   the old container stopped or was destroyed: a deleted sandbox does not fail, it silently
+//!   comes back empty. With `verify_sandbox` (default) the adapter plants a marker file when it
+//!   connects and every command checks it first, so this case is `Err(NotFound)`.
+//! - The adapter's script runs the command in a subshell, so a signal death reaches the bridge
+//!   as the shell's 128+n from a normally exiting process (the bridge only carries a number).
+//! - No request is retried automatically, and the exec never is; `connect` retries only
+//!   answers that prove nothing ran, with backoff.
+//! - Tokens never reach `Debug` or tracing; `argv[0]` is annotated into the bridge's traces by
+//!   the bridge itself, and here it is always `/bin/sh`.
+#![warn(missing_docs)]
+
+pub mod client;
+pub mod config;
+pub mod error;
+mod exec;
+pub mod wire;
+
+use execseam_core::{Capabilities, Delivery};
+
+pub use client::BridgeClient;
+pub use config::{CloudflareConfig, ENV_VARS, OutputMode};
+pub use exec::{CloudflareExec, MAX_WRITE, TEMP_DIR};
+
+/// The provider name in errors and reports.
+pub const PROVIDER: &str = "cloudflare";
+
+/// Capabilities in the default [`OutputMode::Streaming`].
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::ShellWrapped,
+    stdin: Delivery::TempFile,
+    workdir: Delivery::ShellWrapped,
+    env: Delivery::ShellWrapped,
+    streaming: true,
+    remote_kill: false,
+    binary_output: false,
+    max_stdin: Some(MAX_WRITE),
+    max_output: None,
+    native_tools: &[],
+};
+
+/// Capabilities in [`OutputMode::Exact`].
+pub const CAPABILITIES_EXACT: Capabilities = Capabilities {
+    argv: Delivery::ShellWrapped,
+    stdin: Delivery::TempFile,
+    workdir: Delivery::ShellWrapped,
+    env: Delivery::ShellWrapped,
+    streaming: false,
+    remote_kill: false,
+    binary_output: true,
+    max_stdin: Some(MAX_WRITE),
+    max_output: None,
+    native_tools: &[],
+};

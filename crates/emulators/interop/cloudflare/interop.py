@@ -1,0 +1,134 @@
+"""Runs the OpenAI Agents SDK's Cloudflare sandbox client (openai-agents on PyPI, written by
+OpenAI against the @cloudflare/sandbox bridge Worker) against the execseam emulator.
+
+Environment: CLOUDFLARE_SANDBOX_WORKER_URL and CLOUDFLARE_SANDBOX_API_KEY (the SDK reads the key
+from that variable itself). Prints one `ok <what>` line per check; any failure raises.
+"""
+
+import asyncio
+import io
+import os
+import sys
+
+import aiohttp
+from agents.extensions.sandbox.cloudflare import (
+    CloudflareSandboxClient,
+    CloudflareSandboxClientOptions,
+)
+from agents.sandbox.errors import WorkspaceReadNotFoundError
+
+
+def ok(what):
+    print(f"ok {what}", flush=True)
+
+
+def check(cond, what, detail=""):
+    if not cond:
+        raise AssertionError(f"{what}: {detail}")
+    ok(what)
+
+
+async def main():
+    url = os.environ["CLOUDFLARE_SANDBOX_WORKER_URL"]
+    client = CloudflareSandboxClient(exec_timeout_s=30, request_timeout_s=30)
+    session = await client.create(options=CloudflareSandboxClientOptions(worker_url=url))
+    sandbox_id = session._inner.state.sandbox_id
+    check(
+        len(sandbox_id) == 26 and all(c in "abcdefghijklmnopqrstuvwxyz234567" for c in sandbox_id),
+        "create returns a 26-character base32 sandbox id",
+        sandbox_id,
+    )
+    await session.start()
+    ok("start (mkdir -p /workspace through exec)")
+
+    r = await session.exec("printf out; printf err >&2; exit 3")
+    check(
+        (r.stdout, r.stderr, r.exit_code) == (b"out", b"err", 3),
+        "exec keeps stdout, stderr and the exit code apart",
+        repr((r.stdout, r.stderr, r.exit_code)),
+    )
+
+    r = await session.exec("printf", "%s|", "a b", "it's", "$HOME", shell=False)
+    check(
+        r.stdout == b"a b|it's|$HOME|" and r.exit_code == 0,
+        "argv is quoted by the bridge (shellQuote) and reaches the program exactly",
+        repr(r.stdout),
+    )
+
+    r = await session.exec("pwd; printf '%s' \"$HOME\"")
+    check(r.stdout == b"/workspace\n/root", "default cwd /workspace and HOME /root", repr(r.stdout))
+
+    payload = bytes(range(256)) * 4
+    await session.write("/workspace/dir/data.bin", io.BytesIO(payload))
+    ok("write (PUT /file) of 1024 binary bytes")
+    r = await session.exec("od -An -tx1 -v /workspace/dir/data.bin | tr -d ' \\n' | head -c 64")
+    check(
+        r.stdout == payload[:32].hex().encode(),
+        "a file written through the files API is seen by commands at the same path",
+        repr(r.stdout),
+    )
+    data = (await session.read("/workspace/dir/data.bin")).read()
+    check(data == payload, "read (GET /file) returns the raw bytes", f"{len(data)} bytes")
+
+    r = await session.exec("printf 'from a command' > /workspace/made.txt")
+    data = (await session.read("/workspace/made.txt")).read()
+    check(data == b"from a command", "a file made by a command is read through the files API", repr(data))
+
+    try:
+        await session.read("/workspace/no-such-file")
+    except WorkspaceReadNotFoundError:
+        ok("a missing file is WorkspaceReadNotFoundError (404 workspace_read_not_found)")
+    else:
+        raise AssertionError("reading a missing file succeeded")
+
+    entries = await session.ls("/workspace/dir")
+    names = sorted(e.path.rsplit("/", 1)[-1] for e in entries)
+    check("data.bin" in names, "ls through exec", repr(names))
+
+    check(await session.running(), "running is true")
+
+    archive = await session.persist_workspace()
+    tar = archive.read()
+    check(len(tar) > 1024, "persist_workspace returns a tar of /workspace", f"{len(tar)} bytes")
+    await session.exec("rm -rf /workspace/dir /workspace/made.txt")
+    await session.hydrate_workspace(io.BytesIO(tar))
+    data = (await session.read("/workspace/dir/data.bin")).read()
+    check(data == payload, "hydrate_workspace restores it", f"{len(data)} bytes")
+
+    # Wire-level checks with the SDK's own HTTP stack: an SSE error event and the JSON errors.
+    key = os.environ["CLOUDFLARE_SANDBOX_API_KEY"]
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"}) as http:
+        async with http.post(f"{url}/v1/sandbox/{sandbox_id}/exec", json={"argv": []}) as resp:
+            body = await resp.json()
+            check(
+                resp.status == 400 and body == {"error": "argv must be a non-empty array", "code": "invalid_request"},
+                "empty argv is 400 invalid_request",
+                f"{resp.status} {body}",
+            )
+        async with http.post(
+            f"{url}/v1/sandbox/{sandbox_id}/exec", json={"argv": ["true"], "cwd": "/etc"}
+        ) as resp:
+            body = await resp.json()
+            check(resp.status == 403 and body["code"] == "invalid_request", "cwd outside /workspace is 403", f"{resp.status} {body}")
+        async with http.get(f"{url}/v1/sandbox/{sandbox_id}/file/etc/passwd") as resp:
+            check(resp.status == 403, "file path outside /workspace is 403", str(resp.status))
+    async with aiohttp.ClientSession(headers={"Authorization": "Bearer wrong"}) as http:
+        async with http.post(f"{url}/v1/sandbox") as resp:
+            body = await resp.json()
+            check(
+                resp.status == 401 and body == {"error": "Unauthorized", "code": "unauthorized"},
+                "a wrong token is 401 unauthorized",
+                f"{resp.status} {body}",
+            )
+
+    await client.delete(session)
+    ok("delete (DELETE /v1/sandbox/{id})")
+    print("interop: all checks passed", flush=True)
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main())
+    except Exception as e:  # noqa: BLE001
+        print(f"FAILED: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        raise

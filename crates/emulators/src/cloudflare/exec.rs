@@ -1,0 +1,518 @@
+//! `POST /v1/sandbox/{id}/exec`: validation in the bridge's order, faults, sessions, and the SSE
+//! stream.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderValue, Request, Response, header};
+use bytes::Bytes;
+use execseam_core::degrade::quote;
+use execseam_core::{Command, Event, ExecStream, Exit};
+use tokio::sync::mpsc;
+
+use super::routes::{MAX_BODY, read_body, session_header};
+use super::wire::{
+    Utf8Stream, base64, error_json, resolve_workspace_path, shell_quote, sse_event, text,
+};
+use super::{Entry, Session, State, WORKSPACE};
+use crate::harness::{ConnControl, Fault, reset_connection};
+
+const SESSIONS_DIR: &str = "/tmp/.execseam-bridge-sessions";
+
+/// An ISO 8601 UTC timestamp with milliseconds (`new Date().toISOString()`).
+pub(crate) fn timestamp() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = now.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        now.subsec_millis()
+    )
+}
+
+/// Creates a session's state: working directory and environment (the container's
+/// `createSession`, cwd defaulting to `/workspace`).
+pub(crate) async fn new_session(
+    entry: &Entry,
+    id: &str,
+    cwd: Option<&str>,
+    env: &[(String, String)],
+) -> std::io::Result<()> {
+    let dir = format!("{SESSIONS_DIR}/{id}");
+    let host = entry.sandbox.host_path(&dir);
+    tokio::fs::create_dir_all(&host).await?;
+    let cwd = cwd.unwrap_or(WORKSPACE);
+    tokio::fs::write(host.join("cwd"), entry.sandbox.visible_path(cwd)).await?;
+    let mut lines = String::new();
+    for (k, v) in env {
+        if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            lines.push_str(&format!("export {k}={}\n", quote(v)));
+        }
+    }
+    tokio::fs::write(host.join("env"), lines).await?;
+    entry.sessions.lock().expect("sessions").insert(
+        id.to_owned(),
+        Arc::new(Session {
+            dir,
+            lock: tokio::sync::Mutex::new(()),
+        }),
+    );
+    Ok(())
+}
+
+/// The script that gives a sessionless `bash -c` the behaviour of the session's persistent
+/// shell: restore, run, save (or record that the command ended the shell).
+const SESSION_SCRIPT: &str = r#"__execseam_S=$1; __execseam_cmd=$2; shift 2
+. "$__execseam_S/env" 2>/dev/null
+[ -f "$__execseam_S/funcs" ] && . "$__execseam_S/funcs"
+cd -- "$(cat "$__execseam_S/cwd")" 2>/dev/null || cd /workspace 2>/dev/null
+[ -n "$__execseam_cwd" ] && cd -- "$__execseam_cwd"
+unset __execseam_cwd
+__execseam_done=0
+trap '__execseam_s=$?; if [ "$__execseam_done" = 1 ]; then pwd > "$__execseam_S/cwd"; export -p > "$__execseam_S/env"; declare -f > "$__execseam_S/funcs"; else printf %s "$__execseam_s" > "$__execseam_S/terminated"; fi' EXIT
+eval "$__execseam_cmd"
+__execseam_status=$?
+__execseam_done=1
+exit $__execseam_status
+"#;
+
+/// What the runner task reports to the response stream.
+enum Raw {
+    Out(Bytes),
+    Err(Bytes),
+    Exit(Exit),
+    Failed(String),
+    TimedOut,
+}
+
+fn sse_response(body: Body) -> Response<Body> {
+    let mut r = Response::new(body);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+fn quote_argv(argv: &[serde_json::Value]) -> Option<String> {
+    let mut parts = Vec::with_capacity(argv.len());
+    for a in argv {
+        let s = match a {
+            serde_json::Value::String(s) => shell_quote(s),
+            serde_json::Value::Number(n) => shell_quote(&n.to_string()),
+            serde_json::Value::Bool(b) => b.to_string(),
+            // `[..].join(' ')` renders null as an empty string.
+            serde_json::Value::Null => String::new(),
+            // `arg.replace` on an object or array throws: Hono answers 500.
+            _ => return None,
+        };
+        parts.push(s);
+    }
+    Some(parts.join(" "))
+}
+
+pub(crate) async fn exec(
+    state: Arc<State>,
+    entry: Arc<Entry>,
+    req: Request<Body>,
+) -> Response<Body> {
+    let fault = state.faults.take("exec");
+    let ctl = req.extensions().get::<ConnControl>().cloned();
+    match fault {
+        Some(Fault::AuthFailure) => return error_json("Unauthorized", "unauthorized", 401),
+        Some(Fault::RateLimited { retry_after_secs }) => {
+            // Cloudflare's edge (a rate limiting rule) answers before the Worker runs.
+            let mut r = text("error code: 1015", 429);
+            r.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_str(&retry_after_secs.to_string()).expect("digits"),
+            );
+            return r;
+        }
+        Some(Fault::Unavailable) => {
+            return error_json(
+                "Maximum number of running container instances exceeded: instance limit reached",
+                "capacity_exceeded",
+                503,
+            );
+        }
+        Some(Fault::ResetBeforeResponse) => return reset_connection(ctl.as_ref()).await,
+        Some(Fault::Latency(d)) => tokio::time::sleep(d).await,
+        _ => {}
+    }
+    let headers = req.headers().clone();
+    let Ok(raw) = read_body(req, MAX_BODY).await else {
+        return error_json("Invalid JSON body", "invalid_request", 400);
+    };
+    let Ok(body) = serde_json::from_slice::<serde_json::Value>(&raw) else {
+        return error_json("Invalid JSON body", "invalid_request", 400);
+    };
+    if body.is_null() {
+        // `null.argv` throws.
+        return text("Internal Server Error", 500);
+    }
+    let argv = match body.get("argv").and_then(|v| v.as_array()) {
+        Some(a) if !a.is_empty() => a.clone(),
+        _ => return error_json("argv must be a non-empty array", "invalid_request", 400),
+    };
+    let session_id = match session_header(&headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let Some(command) = quote_argv(&argv) else {
+        return text("Internal Server Error", 500);
+    };
+    let timeout = body
+        .get("timeout_ms")
+        .and_then(|v| v.as_f64())
+        .map(|ms| Duration::from_millis(ms.max(0.0).min(u64::MAX as f64) as u64));
+    let cwd = match body.get("cwd").and_then(|v| v.as_str()) {
+        Some(c) => match resolve_workspace_path(c) {
+            Some(r) => Some(r),
+            None => {
+                return error_json(
+                    "cwd must resolve to a location within /workspace",
+                    "invalid_request",
+                    403,
+                );
+            }
+        },
+        None => None,
+    };
+    let session = match &session_id {
+        None => None,
+        Some(sid) => {
+            let existing = entry.sessions.lock().expect("sessions").get(sid).cloned();
+            match existing {
+                Some(s) => Some(s),
+                None => {
+                    // `getSession` on an unknown id: the container creates it with defaults.
+                    if let Err(e) = new_session(&entry, sid, None, &[]).await {
+                        return error_json(
+                            &format!("exec failed: {e}"),
+                            "exec_transport_error",
+                            502,
+                        );
+                    }
+                    entry.sessions.lock().expect("sessions").get(sid).cloned()
+                }
+            }
+        }
+    };
+    let cmd = match &session {
+        None => Command::builder(["/bin/bash", "-c", &command])
+            .workdir(
+                entry
+                    .sandbox
+                    .visible_path(cwd.as_deref().unwrap_or(WORKSPACE)),
+            )
+            .build(),
+        Some(s) => {
+            let mut b = Command::builder([
+                "/bin/bash",
+                "-c",
+                SESSION_SCRIPT,
+                "bash",
+                &entry.sandbox.visible_path(&s.dir),
+                &command,
+            ]);
+            if let Some(c) = &cwd {
+                b = b.env("__execseam_cwd", entry.sandbox.visible_path(c));
+            }
+            b.build()
+        }
+    };
+    let cmd = match cmd {
+        Ok(c) => c,
+        Err(_) => return text("Internal Server Error", 500),
+    };
+
+    let (tx, rx) = mpsc::channel::<Raw>(64);
+    let runner = {
+        let entry = entry.clone();
+        let session = session.clone();
+        tokio::spawn(async move { run(entry, session, cmd, timeout, tx).await })
+    };
+    entry.sandbox.track(runner.abort_handle());
+
+    if fault == Some(Fault::ServerError) {
+        // The command runs to its end, then the Worker throws (Hono's default 500).
+        let mut rx = rx;
+        while rx.recv().await.is_some() {}
+        return text("Internal Server Error", 500);
+    }
+    if fault == Some(Fault::SandboxVanishes) {
+        let state = state.clone();
+        let id = entry.sandbox.id().to_owned();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            state.destroy(&id);
+        });
+    }
+    let cut = fault == Some(Fault::CutBeforeExit);
+    let malformed = fault == Some(Fault::MalformedBody);
+    let what = Framing {
+        command,
+        session: session_id,
+        timeout,
+        entry,
+    };
+    sse_response(Body::from_stream(frames(rx, what, cut, malformed)))
+}
+
+struct Framing {
+    command: String,
+    session: Option<String>,
+    timeout: Option<Duration>,
+    entry: Arc<Entry>,
+}
+
+fn frames(
+    rx: mpsc::Receiver<Raw>,
+    f: Framing,
+    cut: bool,
+    malformed: bool,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    struct St {
+        rx: mpsc::Receiver<Raw>,
+        f: Framing,
+        out: Utf8Stream,
+        err: Utf8Stream,
+        stderr_ended_nl: bool,
+        cut: bool,
+        malformed: bool,
+        done: bool,
+    }
+    let st = St {
+        rx,
+        f,
+        out: Utf8Stream::default(),
+        err: Utf8Stream::default(),
+        stderr_ended_nl: true,
+        cut,
+        malformed,
+        done: false,
+    };
+    futures_util::stream::unfold(st, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        if st.malformed {
+            st.malformed = false;
+            return Some((
+                Ok(Bytes::from(sse_event("stdout", "%%% not base64 %%%"))),
+                st,
+            ));
+        }
+        loop {
+            let frame = match st.rx.recv().await {
+                Some(Raw::Out(b)) => {
+                    let s = st.out.push(&b);
+                    (!s.is_empty()).then(|| sse_event("stdout", &base64(s.as_bytes())))
+                }
+                Some(Raw::Err(b)) => {
+                    let s = st.err.push(&b);
+                    if let Some(last) = s.as_bytes().last() {
+                        st.stderr_ended_nl = *last == b'\n';
+                    }
+                    (!s.is_empty()).then(|| sse_event("stderr", &base64(s.as_bytes())))
+                }
+                Some(Raw::Exit(exit)) => {
+                    st.done = true;
+                    if st.cut {
+                        return None;
+                    }
+                    let mut s = String::new();
+                    let tail = st.out.finish();
+                    if !tail.is_empty() {
+                        s.push_str(&sse_event("stdout", &base64(tail.as_bytes())));
+                    }
+                    let tail = st.err.finish();
+                    if !tail.is_empty() {
+                        s.push_str(&sse_event("stderr", &base64(tail.as_bytes())));
+                    }
+                    let code = exit.shell_status();
+                    match terminated(&st.f) {
+                        Some(sid) => s.push_str(&sse_event(
+                            "error",
+                            &serde_json::json!({
+                                "error": format!("Session '{sid}' terminated: the command exited the session's shell (exit code {code})"),
+                                "code": "exec_error",
+                            })
+                            .to_string(),
+                        )),
+                        None => s.push_str(&sse_event(
+                            "exit",
+                            &serde_json::json!({ "exit_code": code }).to_string(),
+                        )),
+                    }
+                    Some(s)
+                }
+                Some(Raw::TimedOut) => {
+                    st.done = true;
+                    if st.cut {
+                        return None;
+                    }
+                    let ms = st.f.timeout.map(|d| d.as_millis()).unwrap_or_default();
+                    let mut s = String::new();
+                    match &st.f.session {
+                        Some(sid) => s.push_str(&sse_event(
+                            "error",
+                            &serde_json::json!({
+                                "error": format!(
+                                    "Failed to execute command '{}' in session '{sid}': Command timeout after {ms}ms",
+                                    st.f.command
+                                ),
+                                "code": "exec_error",
+                            })
+                            .to_string(),
+                        )),
+                        None => {
+                            let line = format!(
+                                "{}Command timed out after {ms}ms\n",
+                                if st.stderr_ended_nl { "" } else { "\n" }
+                            );
+                            s.push_str(&sse_event("stderr", &base64(line.as_bytes())));
+                            s.push_str(&sse_event("exit", "{\"exit_code\":124}"));
+                        }
+                    }
+                    Some(s)
+                }
+                Some(Raw::Failed(msg)) => {
+                    st.done = true;
+                    if st.cut {
+                        return None;
+                    }
+                    Some(sse_event(
+                        "error",
+                        &serde_json::json!({ "error": msg, "code": "exec_error" }).to_string(),
+                    ))
+                }
+                None => {
+                    // The runner was killed with the sandbox (destroyed while the command ran).
+                    st.done = true;
+                    if st.cut {
+                        return None;
+                    }
+                    Some(sse_event(
+                        "error",
+                        &serde_json::json!({
+                            "error": "Container stopped while the command was running: the sandbox was destroyed",
+                            "code": "exec_error",
+                        })
+                        .to_string(),
+                    ))
+                }
+            };
+            if let Some(frame) = frame {
+                return Some((Ok(Bytes::from(frame)), st));
+            }
+        }
+    })
+}
+
+/// For a session command whose shell ended: evicts the session (the next call recreates it)
+/// and returns its id.
+fn terminated(f: &Framing) -> Option<String> {
+    let sid = f.session.as_ref()?;
+    let session = f
+        .entry
+        .sessions
+        .lock()
+        .expect("sessions")
+        .get(sid)
+        .cloned()?;
+    let marker = f
+        .entry
+        .sandbox
+        .host_path(&format!("{}/terminated", session.dir));
+    if !marker.exists() {
+        return None;
+    }
+    f.entry.sessions.lock().expect("sessions").remove(sid);
+    let _ = std::fs::remove_dir_all(f.entry.sandbox.host_path(&session.dir));
+    Some(sid.clone())
+}
+
+/// Runs the command; keeps draining when the client is gone (the bridge does not stop a
+/// command whose caller disconnected). Aborted (the process group killed) when the sandbox is
+/// destroyed.
+async fn run(
+    entry: Arc<Entry>,
+    session: Option<Arc<Session>>,
+    cmd: Command,
+    timeout: Option<Duration>,
+    tx: mpsc::Sender<Raw>,
+) {
+    let _guard = match &session {
+        Some(s) => Some(s.lock.lock().await),
+        None => None,
+    };
+    let send = |raw: Raw| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(raw).await;
+        }
+    };
+    let mut stream = match ExecStream::exec_stream(entry.sandbox.exec(), cmd).await {
+        Ok(s) => s,
+        Err(e) => {
+            send(Raw::Failed(format!(
+                "Failed to start the command: {}",
+                e.message()
+            )))
+            .await;
+            return;
+        }
+    };
+    let deadline = timeout.map(|d| tokio::time::Instant::now() + d);
+    loop {
+        let sleep = async {
+            match deadline {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            item = stream.next() => match item {
+                Some(Ok(Event::Stdout(b))) => send(Raw::Out(b)).await,
+                Some(Ok(Event::Stderr(b))) => send(Raw::Err(b)).await,
+                Some(Ok(Event::Exit(x))) => {
+                    send(Raw::Exit(x)).await;
+                    return;
+                }
+                Some(Err(e)) => {
+                    send(Raw::Failed(e.message().to_owned())).await;
+                    return;
+                }
+                None => {
+                    send(Raw::Failed("Stream ended without completion event".into())).await;
+                    return;
+                }
+            },
+            () = sleep => {
+                drop(stream); // kills the process group
+                send(Raw::TimedOut).await;
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! Cloudflare Sandbox, as reached from outside Cloudflare: the **sandbox bridge** Worker's HTTP
+//! API (`@cloudflare/sandbox/bridge` 0.12.10, whose OpenAPI document is served at
+//! `/v1/openapi.json` and checked against this emulator by schemathesis).
+//!
+//! What is reproduced, from the bridge's source:
+//! - the route table under `/v1` (and `/health`), Hono's `404 Not Found` for anything else under
+//!   it and the worker's `Not Found` outside it;
+//! - the first middleware: a sandbox id in the path must match `^[a-z2-7]{1,128}$` (400
+//!   `invalid_request`, checked before auth), then `Authorization: Bearer` (case-insensitive
+//!   scheme on `/v1/sandbox*`, exact `Bearer ` on `/v1/pool/*` and `/v1/openapi*`, which also
+//!   take `?token=`), 401 `unauthorized`;
+//! - `POST /v1/sandbox` mints 16 random bytes as 26 lowercase base32 characters and assigns no
+//!   container; like the bridge's warm pool, any well-formed id gets a fresh sandbox on first
+//!   use, and an id whose sandbox was destroyed gets a new, empty one;
+//! - exec: `{argv, timeout_ms, cwd}`, `argv` shell-quoted with the bridge's `shellQuote` and run
+//!   as `bash -c` in `/workspace` (or the resolved `cwd`; 403 outside `/workspace`), answered
+//!   `200 text/event-stream` with `event: stdout|stderr` (base64 of the UTF-8 re-encoding of
+//!   the output decoded as text, so invalid bytes become U+FFFD, as with the real SDK), a
+//!   terminal `event: exit` `{"exit_code":N}` or `event: error` `{"error","code"}`;
+//! - `timeout_ms`: sessionless, the command is killed and the exit is 124 with
+//!   `Command timed out after Nms` on stderr; in a session it is an `error` event;
+//! - sessions: `Session-Id` (validated, 400) scopes exec to a session whose working directory,
+//!   exported variables and functions persist between commands; without the header a command
+//!   runs sessionless; a command that exits the session's shell ends the session (an `error`
+//!   event, as the SDK's 410 `SESSION_TERMINATED` surfaces through the bridge);
+//! - files: `GET`/`PUT /v1/sandbox/{id}/file/<path>` with `/workspace` containment (403), 404
+//!   `workspace_read_not_found`, 413 `payload_too_large` above 32 MiB, parents created on write;
+//! - `running`, `persist`/`hydrate` (tar of `/workspace`), `session` create/delete, `DELETE`
+//!   (204, also for unknown ids), pool statistics, `/health`, the OpenAPI document.
+//!
+//! Deliberate deviations (listed in `docs/adapters/cloudflare.md`): tunnels, bucket mounts and
+//! the PTY WebSocket answer with their documented 502 errors (the emulator has no cloudflared,
+//! s3fs or PTY); a timed-out command is killed at once (no 5 s grace between SIGTERM and SIGKILL);
+//! a signal death is reported as 128+n.
+//!
+//! Faults (route `exec`, at the top of the exec handler): 429 with `Retry-After` (as Cloudflare's
+//! edge answers: `error code: 1015`), 500 after running the command (Hono's `Internal Server
+//! Error`), 503 `capacity_exceeded`, a reset before the response, a stream cut before `exit`, a
+//! `stdout` event whose data is not base64, latency, 401 `unauthorized`, and the sandbox destroyed
+//! mid-command (an `exec_error` event; its id then gets a fresh sandbox, as on the real bridge).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+
+use crate::harness::{FaultHandle, Isolation, Sandbox, SandboxSpec, Server};
+use crate::{Emulator, EmulatorOptions};
+
+mod exec;
+mod routes;
+pub mod wire;
+
+/// The bridge's OpenAPI document (from `@cloudflare/sandbox` 0.12.10), served at
+/// `/v1/openapi.json` and used by the schema check.
+pub const OPENAPI: &str = include_str!("../../interop/cloudflare/openapi-0.12.10.json");
+
+/// The container's default working directory, and the only tree the files API reaches.
+pub const WORKSPACE: &str = "/workspace";
+
+/// The environment of the `cloudflare/sandbox` image (Ubuntu 22.04, running as root).
+pub fn default_env() -> BTreeMap<String, String> {
+    [
+        ("HOME", "/root"),
+        (
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ),
+        ("SANDBOX_VERSION", "0.12.10"),
+        ("LANG", "C.UTF-8"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+fn spec() -> SandboxSpec {
+    SandboxSpec {
+        private_paths: vec![WORKSPACE.into(), "/tmp".into(), "/root".into()],
+        env: default_env(),
+        name: "cloudflare".into(),
+    }
+}
+
+/// A bridge session: a persistent shell's state (working directory, exported variables and
+/// functions live in files under the sandbox's `/tmp`), one command at a time.
+pub(crate) struct Session {
+    pub(crate) dir: String,
+    pub(crate) lock: tokio::sync::Mutex<()>,
+}
+
+/// One sandbox behind an id.
+pub(crate) struct Entry {
+    pub(crate) sandbox: Arc<Sandbox>,
+    pub(crate) sessions: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+/// The emulator's state.
+pub(crate) struct State {
+    pub(crate) token: Option<String>,
+    pub(crate) isolation: Isolation,
+    pub(crate) faults: FaultHandle,
+    pub(crate) sandboxes: Mutex<HashMap<String, Arc<Entry>>>,
+}
+
+impl State {
+    /// The warm pool's `getContainer`: the sandbox behind `id`, created on first use.
+    pub(crate) fn get_or_create(&self, id: &str) -> std::io::Result<Arc<Entry>> {
+        let mut map = self.sandboxes.lock().expect("sandboxes");
+        if let Some(e) = map.get(id)
+            && e.sandbox.is_alive()
+        {
+            return Ok(e.clone());
+        }
+        let sandbox = Sandbox::create(id, spec(), self.isolation)?;
+        let entry = Arc::new(Entry {
+            sandbox,
+            sessions: Mutex::new(HashMap::new()),
+        });
+        map.insert(id.to_owned(), entry.clone());
+        Ok(entry)
+    }
+
+    /// Destroys the sandbox behind `id` (its processes are killed); true if there was one.
+    pub(crate) fn destroy(&self, id: &str) -> bool {
+        let entry = self.sandboxes.lock().expect("sandboxes").remove(id);
+        match entry {
+            Some(e) => {
+                e.sandbox.destroy();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A running bridge emulator, with typed access for tests.
+pub struct CloudflareEmulator {
+    server: Server,
+    state: Arc<State>,
+}
+
+impl std::fmt::Debug for CloudflareEmulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CloudflareEmulator")
+            .field("base_url", &self.server.base_url())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The token placed in [`CloudflareEmulator::env`] when the emulator accepts any token.
+pub const ANY_TOKEN: &str = "execseam-emulator-token";
+
+impl CloudflareEmulator {
+    /// Starts the emulator.
+    pub async fn start(options: EmulatorOptions) -> std::io::Result<CloudflareEmulator> {
+        let faults = FaultHandle::new();
+        for rule in &options.faults {
+            faults.add(rule.clone());
+        }
+        let state = Arc::new(State {
+            token: options.token.clone(),
+            isolation: options.isolation,
+            faults,
+            sandboxes: Mutex::new(HashMap::new()),
+        });
+        let router = Router::new()
+            .fallback(routes::handle)
+            .with_state(state.clone());
+        let server = Server::start(options.listen, router).await?;
+        Ok(CloudflareEmulator { server, state })
+    }
+
+    /// `http://127.0.0.1:<port>` (the bridge Worker's URL; the API is under `/v1`).
+    pub fn base_url(&self) -> String {
+        self.server.base_url()
+    }
+
+    /// The token clients should send.
+    pub fn token(&self) -> &str {
+        self.state.token.as_deref().unwrap_or(ANY_TOKEN)
+    }
+
+    /// `CLOUDFLARE_SANDBOX_WORKER_URL` and `CLOUDFLARE_SANDBOX_API_KEY` (what our adapter's
+    /// `from_env` reads; the OpenAI Agents SDK reads the key from the same variable and takes
+    /// the URL as `worker_url`).
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("CLOUDFLARE_SANDBOX_WORKER_URL".into(), self.base_url()),
+            ("CLOUDFLARE_SANDBOX_API_KEY".into(), self.token().to_owned()),
+        ]
+    }
+
+    /// The fault injector (route `exec`).
+    pub fn faults(&self) -> &FaultHandle {
+        &self.state.faults
+    }
+
+    /// The sandbox behind `id`, if it has one now.
+    pub fn sandbox(&self, id: &str) -> Option<Arc<Sandbox>> {
+        self.state
+            .sandboxes
+            .lock()
+            .expect("sandboxes")
+            .get(id)
+            .map(|e| e.sandbox.clone())
+    }
+
+    /// The ids that have a sandbox now.
+    pub fn sandbox_ids(&self) -> Vec<String> {
+        let mut v: Vec<_> = self
+            .state
+            .sandboxes
+            .lock()
+            .expect("sandboxes")
+            .keys()
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Destroys the sandbox behind `id` (as `DELETE /v1/sandbox/{id}` does); true if it had one.
+    pub fn destroy_sandbox(&self, id: &str) -> bool {
+        self.state.destroy(id)
+    }
+
+    /// The CLI's view: base URL, environment, faults, and a guard keeping everything alive.
+    pub fn into_emulator(self) -> Emulator {
+        Emulator {
+            provider: "cloudflare",
+            base_url: self.base_url(),
+            env: self.env(),
+            faults: self.state.faults.clone(),
+            guard: Box::new(self),
+        }
+    }
+}
+
+impl Drop for CloudflareEmulator {
+    fn drop(&mut self) {
+        for (_, e) in self.state.sandboxes.lock().expect("sandboxes").drain() {
+            e.sandbox.destroy();
+        }
+    }
+}
+
+/// Starts the bridge emulator (the registry's entry point).
+pub async fn start(options: EmulatorOptions) -> std::io::Result<Emulator> {
+    Ok(CloudflareEmulator::start(options).await?.into_emulator())
+}

@@ -1,0 +1,86 @@
+//! The bridge emulator against clients no one here wrote:
+//!
+//! 1. the OpenAI Agents SDK's Cloudflare sandbox client (`openai-agents[cloudflare]` from PyPI,
+//!    pinned in `interop/cloudflare/requirements.txt`): create, start, exec, files, ls,
+//!    running, persist/hydrate, delete, and wire-level error shapes with its HTTP stack;
+//! 2. schemathesis (pinned in `interop/cloudflare/requirements-schema.txt`) driving every
+//!    operation of the bridge's own OpenAPI document against the emulator, checking status
+//!    codes, content types and response bodies against it.
+//!
+//! Both fail loudly when PyPI cannot be reached.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use execseam_emulators::EmulatorOptions;
+use execseam_emulators::cloudflare::CloudflareEmulator;
+use execseam_emulators::interop::{python_env, run_python};
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/cloudflare")
+}
+
+fn show(out: &Output) -> String {
+    format!(
+        "status {}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openai_agents_cloudflare_client_against_the_emulator() {
+    let emulator = CloudflareEmulator::start(EmulatorOptions::default())
+        .await
+        .expect("emulator");
+    let env = emulator.env();
+    let out = tokio::task::spawn_blocking(move || {
+        let python = python_env("cloudflare", &dir().join("requirements.txt"))?;
+        run_python(&python, &dir().join("interop.py"), &env)
+    })
+    .await
+    .expect("join")
+    .expect("the interop script could not run (is PyPI reachable?)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        text.contains("interop: all checks passed"),
+        "{}",
+        show(&out)
+    );
+    let checks = text.lines().filter(|l| l.starts_with("ok ")).count();
+    assert!(checks >= 20, "only {checks} checks ran:\n{}", show(&out));
+    // The SDK deleted its sandbox.
+    assert!(
+        emulator.sandbox_ids().is_empty(),
+        "{:?}",
+        emulator.sandbox_ids()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_bridge_openapi_document_holds_for_the_emulator() {
+    let emulator = CloudflareEmulator::start(EmulatorOptions::default())
+        .await
+        .expect("emulator");
+    let mut env = emulator.env();
+    env.push((
+        "EXECSEAM_OPENAPI".into(),
+        dir().join("openapi-0.12.10.json").display().to_string(),
+    ));
+    env.push((
+        "EXECSEAM_SCHEMATHESIS_HOOKS".into(),
+        dir().join("schema_hooks.py").display().to_string(),
+    ));
+    let out = tokio::task::spawn_blocking(move || {
+        let python = python_env("cloudflare-schema", &dir().join("requirements-schema.txt"))?;
+        run_python(&python, &dir().join("schema_check.py"), &env)
+    })
+    .await
+    .expect("join")
+    .expect("the schema check could not run (is PyPI reachable?)");
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("schema check: passed"), "{}", show(&out));
+}
