@@ -119,6 +119,13 @@ impl LocalConfig {
         self
     }
 
+    /// The argv prefix set by [`launcher`](Self::launcher) (empty when commands run directly):
+    /// for emulators that spawn processes themselves (interactive stdin, signals) in the same
+    /// sandbox view.
+    pub fn launcher_argv(&self) -> &[String] {
+        &self.launcher
+    }
+
     /// How long to keep reading a command's pipes after it exited (default 1 s).
     #[must_use]
     pub fn drain_timeout(mut self, timeout: Duration) -> Self {

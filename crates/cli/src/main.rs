@@ -35,6 +35,9 @@ enum Cmd {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Print the README's markdown table.
+        #[arg(long, conflicts_with = "json")]
+        markdown: bool,
     },
     /// Run a provider emulator on loopback until interrupted.
     Emulate(run::EmulateArgs),
@@ -55,7 +58,7 @@ fn main() -> ExitCode {
     rt.block_on(async move {
         match cli.command {
             Cmd::Run(args) => run::run(args).await,
-            Cmd::Adapters { json } => run::adapters(json),
+            Cmd::Adapters { json, markdown } => run::adapters(json, markdown),
             Cmd::Emulate(args) => run::emulate(args).await,
         }
     })

@@ -200,7 +200,34 @@ fn delivery(d: Delivery) -> &'static str {
     }
 }
 
-pub fn adapters(as_json: bool) -> ExitCode {
+/// The README's adapter table (checked by `tests/readme.rs`).
+pub fn markdown_table() -> String {
+    let yn = |b: bool| if b { "yes" } else { "no" };
+    let mut s = String::from(
+        "| adapter | argv | stdin | workdir | env | streaming | remote kill | binary output |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for a in registry::all() {
+        let c = (a.capabilities)();
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            a.name,
+            delivery(c.argv),
+            delivery(c.stdin),
+            delivery(c.workdir),
+            delivery(c.env),
+            yn(c.streaming),
+            yn(c.remote_kill),
+            yn(c.binary_output)
+        ));
+    }
+    s
+}
+
+pub fn adapters(as_json: bool, markdown: bool) -> ExitCode {
+    if markdown {
+        print!("{}", markdown_table());
+        return ExitCode::SUCCESS;
+    }
     let all = registry::all();
     if as_json {
         let list: Vec<Value> = all

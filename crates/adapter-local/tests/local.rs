@@ -1,0 +1,222 @@
+//! Behaviour specific to the local adapter (the shared behaviour is in tests/conformance.rs).
+
+use std::time::{Duration, Instant};
+
+use execseam_core::{Command, ErrorKind, Event, Exec, Exit};
+use execseam_local::{LocalConfig, LocalExec};
+
+fn alive(pid: &str) -> bool {
+    std::path::Path::new(&format!("/proc/{}", pid.trim())).exists()
+        && !std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+async fn gone_within(pid: &str, limit: Duration) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if !alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn the_host_environment_does_not_leak_into_commands() {
+    // cargo sets CARGO_PKG_NAME for this test process; a command must not see it.
+    assert!(std::env::var("CARGO_PKG_NAME").is_ok());
+    let out = LocalExec::new()
+        .exec(Command::new(["env"]).unwrap())
+        .await
+        .unwrap();
+    let env = String::from_utf8(out.stdout.to_vec()).unwrap();
+    assert!(!env.contains("CARGO_PKG_NAME="), "{env}");
+    assert!(env.lines().any(|l| l.starts_with("PATH=")), "{env}");
+
+    let inheriting = LocalExec::with_config(
+        LocalConfig::new()
+            .inherit(["CARGO_PKG_NAME"])
+            .base_env([("BASE", "b")]),
+    );
+    let out = inheriting
+        .exec(
+            Command::builder(["env"])
+                .env("BASE", "overridden")
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let env = String::from_utf8(out.stdout.to_vec()).unwrap();
+    assert!(env.contains("CARGO_PKG_NAME=execseam-local"), "{env}");
+    assert!(
+        env.lines().any(|l| l == "BASE=overridden"),
+        "Command.env wins over the base: {env}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_stream_kills_the_whole_process_group() {
+    let exec = LocalExec::new();
+    let cmd = Command::new(["sh", "-c", "sleep 300 & echo $!; wait"]).unwrap();
+    let mut stream = exec.streaming().unwrap().exec_stream(cmd).await.unwrap();
+    let pid = match stream.next().await {
+        Some(Ok(Event::Stdout(b))) => String::from_utf8(b.to_vec()).unwrap(),
+        other => panic!("want the grandchild's pid first, got {other:?}"),
+    };
+    assert!(alive(&pid));
+    drop(stream);
+    assert!(
+        gone_within(&pid, Duration::from_secs(5)).await,
+        "grandchild {pid} survived the drop"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_an_exec_future_kills_the_whole_process_group() {
+    let dir = std::env::temp_dir().join(format!("execseam-local-drop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pidfile = dir.join("pid");
+    let script = format!("sleep 300 & echo $! > '{}'; wait", pidfile.display());
+    let exec = LocalExec::new();
+    let r = tokio::time::timeout(
+        Duration::from_millis(500),
+        exec.exec(Command::new(["sh", "-c", &script]).unwrap()),
+    )
+    .await;
+    assert!(r.is_err(), "the command cannot have finished");
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    assert!(
+        gone_within(&pid, Duration::from_secs(5)).await,
+        "grandchild {pid} survived the drop"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_mib_on_each_stream_does_not_deadlock() {
+    const N: usize = 100 << 20;
+    let cmd = Command::new([
+        "sh",
+        "-c",
+        "head -c 104857600 /dev/zero & head -c 104857600 /dev/zero >&2; wait",
+    ])
+    .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(120), LocalExec::new().exec(cmd))
+        .await
+        .expect("no deadlock")
+        .unwrap();
+    assert_eq!((out.stdout.len(), out.stderr.len()), (N, N));
+    assert!(out.stdout.iter().all(|&b| b == 0) && out.stderr.iter().all(|&b| b == 0));
+}
+
+#[tokio::test]
+async fn a_background_child_holding_the_pipes_does_not_hang_the_exec() {
+    let exec = LocalExec::with_config(LocalConfig::new().drain_timeout(Duration::from_millis(200)));
+    let started = Instant::now();
+    let out = exec
+        .exec(Command::new(["sh", "-c", "sleep 30 & echo hi"]).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(out.stdout.as_ref(), b"hi\n");
+    assert_eq!(out.exit, Exit::Code(0));
+}
+
+#[tokio::test]
+async fn not_found_and_not_executable_are_127_and_126() {
+    let exec = LocalExec::new();
+    let out = exec
+        .exec(Command::new(["/nonexistent/execseam"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.exit, Exit::Code(127));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("command not found"));
+
+    let file = std::env::temp_dir().join(format!("execseam-not-exec-{}", std::process::id()));
+    std::fs::write(&file, "#!/bin/sh\necho never\n").unwrap();
+    let out = exec
+        .exec(Command::new([file.to_str().unwrap()]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.exit, Exit::Code(126));
+    assert!(out.stdout.is_empty());
+    let _ = std::fs::remove_file(file);
+
+    // The streaming path gives the same answer.
+    let out = exec
+        .streaming()
+        .unwrap()
+        .exec_stream(Command::new(["/nonexistent/execseam"]).unwrap())
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(out.exit, Exit::Code(127));
+}
+
+#[tokio::test]
+async fn with_a_launcher_the_wrapper_enters_the_workdir_and_reports_a_missing_one() {
+    let exec = LocalExec::with_config(LocalConfig::new().launcher(["env", "--"]));
+    assert_eq!(
+        exec.capabilities().workdir,
+        execseam_core::Delivery::ShellWrapped
+    );
+    let cmd = Command::builder(["pwd"])
+        .workdir("/")
+        .env("K", "v")
+        .build()
+        .unwrap();
+    let out = exec.exec(cmd).await.unwrap();
+    assert_eq!(out.stdout.as_ref(), b"/\n");
+
+    let missing = Command::builder(["true"])
+        .workdir("/nonexistent/execseam")
+        .build()
+        .unwrap();
+    let err = exec.exec(missing.clone()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    let err = exec
+        .streaming()
+        .unwrap()
+        .exec_stream(missing)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+
+    // Held-back stderr that only looks like the wrapper's is released with the exit.
+    let cmd = Command::new(["sh", "-c", "printf 'execseam-wrapper: mine' >&2; exit 3"]).unwrap();
+    let out = exec
+        .streaming()
+        .unwrap()
+        .exec_stream(cmd)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.stderr.as_ref(), out.exit),
+        (&b"execseam-wrapper: mine"[..], Exit::Code(3))
+    );
+}
+
+#[tokio::test]
+async fn signals_are_reported_as_signals() {
+    let out = LocalExec::new()
+        .exec(Command::new(["sh", "-c", "kill -INT $$"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.exit, Exit::Signal(2));
+    assert_eq!(out.exit.shell_status(), 130);
+}

@@ -1,0 +1,121 @@
+//! `execseam run`: streams to the right place, exit statuses, `--json`, infrastructure errors.
+
+use std::process::{Command, Output};
+
+fn execseam(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_execseam"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn stdout_stderr_and_the_exit_code_pass_through() {
+    let out = execseam(&["run", "--", "sh", "-c", "echo out; echo err >&2; exit 7"]);
+    assert_eq!(out.stdout, b"out\n");
+    assert_eq!(out.stderr, b"err\n");
+    assert_eq!(out.status.code(), Some(7));
+}
+
+#[test]
+fn json_shows_a_nul_byte_losslessly() {
+    let out = execseam(&["run", "--json", "--", "printf", "a\\0b"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stdout"].as_str().unwrap().as_bytes(), b"a\0b");
+    assert_eq!(v["stdout_base64"], "YQBi");
+    assert_eq!(v["exit"]["code"], 0);
+}
+
+#[test]
+fn json_keeps_non_utf8_output_in_base64() {
+    let out = execseam(&["run", "--json", "--", "printf", "\\377"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["stdout"].is_null());
+    assert_eq!(v["stdout_base64"], "/w==");
+}
+
+#[test]
+fn a_signal_exits_128_plus_n() {
+    let out = execseam(&["run", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(out.status.code(), Some(143));
+    let out = execseam(&["run", "--json", "--", "sh", "-c", "kill -KILL $$"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["exit"]["signal"], 9);
+    assert_eq!(v["ambiguous_kill"], true);
+}
+
+#[test]
+fn an_infrastructure_error_is_one_typed_line_and_exit_125() {
+    let out = execseam(&["run", "--workdir", "/nonexistent/execseam", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("not found") && err.contains("retry never"),
+        "{err}"
+    );
+    let out = execseam(&[
+        "run",
+        "--json",
+        "--workdir",
+        "/nonexistent/execseam",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(125));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "NotFound");
+    assert_eq!(v["error"]["retry"]["class"], "never");
+}
+
+#[test]
+fn invalid_commands_fail_before_running() {
+    let out = execseam(&["run", "--workdir", "relative", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid command"));
+    let out = execseam(&["run", "--env", "A=B=C", "--env", "NOEQUALS", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+}
+
+#[test]
+fn stdin_from_a_file_or_none() {
+    let file = std::env::temp_dir().join(format!("execseam-cli-stdin-{}", std::process::id()));
+    std::fs::write(&file, b"\0in\xff").unwrap();
+    let out = execseam(&["run", "--stdin", file.to_str().unwrap(), "--", "cat"]);
+    assert_eq!(out.stdout, b"\0in\xff");
+    let out = execseam(&["run", "--", "cat"]);
+    assert_eq!(out.stdout, b"", "without --stdin, stdin is at EOF");
+    let _ = std::fs::remove_file(file);
+}
+
+#[test]
+fn a_deadline_is_an_infrastructure_timeout_with_partial_output() {
+    let out = execseam(&[
+        "run",
+        "--json",
+        "--timeout",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "echo started; sleep 30",
+    ]);
+    assert_eq!(out.status.code(), Some(125));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "Timeout(Command)");
+    assert_eq!(v["error"]["partial"]["stdout"], "started\n");
+}
+
+#[test]
+fn adapters_lists_local() {
+    let out = execseam(&["adapters", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let local = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "local")
+        .unwrap();
+    assert_eq!(local["capabilities"]["streaming"], true);
+}
