@@ -43,6 +43,7 @@ mod error;
 mod exec;
 #[cfg(feature = "layers")]
 pub mod layer;
+pub mod native;
 mod output;
 
 pub use capabilities::{Capabilities, Delivery};
