@@ -20,22 +20,22 @@ pub use harness::{Fault, FaultHandle, FaultRule, Isolation, Server};
 
 // Provider modules. Each adds itself here, behind its feature.
 // @providers
-#[cfg(feature = "e2b")]
-pub mod e2b;
+#[cfg(feature = "agentcore")]
+pub mod agentcore;
+#[cfg(feature = "ax")]
+pub mod ax;
+#[cfg(feature = "cloudflare")]
+pub mod cloudflare;
 #[cfg(feature = "daytona")]
 pub mod daytona;
+#[cfg(feature = "e2b")]
+pub mod e2b;
 #[cfg(feature = "fly")]
 pub mod fly;
 #[cfg(feature = "sprites")]
 pub mod sprites;
 #[cfg(any(feature = "fly", feature = "sprites"))]
 mod timefmt;
-#[cfg(feature = "ax")]
-pub mod ax;
-#[cfg(feature = "cloudflare")]
-pub mod cloudflare;
-#[cfg(feature = "agentcore")]
-pub mod agentcore;
 
 /// How to start an emulator.
 #[derive(Clone, Debug)]

@@ -1,0 +1,213 @@
+//! Configuration of [`AxExec`](crate::AxExec).
+
+use std::fmt;
+use std::time::Duration;
+
+use execseam_core::{Error, ErrorKind};
+
+use crate::error::PROVIDER;
+
+/// The port google/ax serves the guest services on (`ax ssh`, the runner contract).
+pub const AX_PORT: u16 = 80;
+/// The env library's own default port (`guest.DefaultPort`).
+pub const ENV_LIBRARY_PORT: u16 = 8080;
+/// The guest's default per-stream spool limit (10 MiB); output beyond it is discarded by the guest.
+pub const GUEST_MAX_LOG_BYTES: u64 = 10 * 1024 * 1024;
+
+/// Environment variable: the guest endpoint, `host:port` or `http://host:port`.
+pub const ENV_ENDPOINT: &str = "AX_GUEST_ENDPOINT";
+/// Environment variable (optional): `<atespace>/<actor>`, sent as `ate-target-actor` to route
+/// through the Substrate router.
+pub const ENV_TARGET_ACTOR: &str = "AX_TARGET_ACTOR";
+
+/// How to reach one guest and how patient to be with it.
+#[derive(Clone)]
+pub struct AxConfig {
+    pub(crate) endpoint: String,
+    pub(crate) target_actor: Option<String>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) max_message_size: usize,
+    pub(crate) max_log_bytes: u64,
+    pub(crate) max_resumes: u32,
+    pub(crate) exit_poll_timeout: Duration,
+}
+
+impl fmt::Debug for AxConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Nothing here is secret (the guest API has no credentials), but keep the shape stable.
+        f.debug_struct("AxConfig")
+            .field("endpoint", &self.endpoint)
+            .field("target_actor", &self.target_actor)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("max_message_size", &self.max_message_size)
+            .field("max_log_bytes", &self.max_log_bytes)
+            .field("max_resumes", &self.max_resumes)
+            .field("exit_poll_timeout", &self.exit_poll_timeout)
+            .finish()
+    }
+}
+
+fn config_error(message: String) -> Error {
+    Error::new(ErrorKind::InvalidCommand, message)
+        .with_provider(PROVIDER)
+        .with_operation("config")
+}
+
+impl AxConfig {
+    /// A guest at `endpoint`: `host:port`, `http://host:port`, or a bare host (port 80, as AX).
+    ///
+    /// The guest services are plain-text gRPC (h2c); an `https://` endpoint is rejected.
+    pub fn new(endpoint: impl AsRef<str>) -> Result<AxConfig, Error> {
+        let raw = endpoint.as_ref().trim();
+        if raw.starts_with("https://") {
+            return Err(config_error(format!(
+                "endpoint {raw:?}: the guest services are plain-text gRPC (h2c); TLS is not supported"
+            )));
+        }
+        let rest = raw.strip_prefix("http://").unwrap_or(raw);
+        let rest = rest.trim_end_matches('/');
+        if rest.is_empty() || rest.contains('/') || rest.contains(char::is_whitespace) {
+            return Err(config_error(format!(
+                "endpoint {raw:?} is not host[:port] or http://host[:port]"
+            )));
+        }
+        let has_port = match rest.rsplit_once(':') {
+            // `[::1]:80` or `host:80`; a bare IPv6 literal needs brackets.
+            Some((host, port)) => {
+                if port.parse::<u16>().is_err() || host.is_empty() {
+                    return Err(config_error(format!("endpoint {raw:?} has no valid port")));
+                }
+                true
+            }
+            None => false,
+        };
+        let endpoint = if has_port {
+            format!("http://{rest}")
+        } else {
+            format!("http://{rest}:{AX_PORT}")
+        };
+        Ok(AxConfig {
+            endpoint,
+            target_actor: None,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            max_message_size: 16 * 1024 * 1024,
+            max_log_bytes: GUEST_MAX_LOG_BYTES,
+            max_resumes: 5,
+            exit_poll_timeout: Duration::from_secs(3600),
+        })
+    }
+
+    /// From the environment: [`ENV_ENDPOINT`] (required) and [`ENV_TARGET_ACTOR`] (optional).
+    pub fn from_env() -> Result<AxConfig, Error> {
+        let endpoint = std::env::var(ENV_ENDPOINT).map_err(|_| {
+            config_error(format!(
+                "{ENV_ENDPOINT} is not set (the guest's host:port, e.g. the task's worker IP and port 80)"
+            ))
+        })?;
+        let mut config = AxConfig::new(endpoint)?;
+        if let Ok(actor) = std::env::var(ENV_TARGET_ACTOR)
+            && !actor.is_empty()
+        {
+            config = config.target_actor(actor)?;
+        }
+        Ok(config)
+    }
+
+    /// Routes every call through the Substrate router to `<atespace>/<actor>` (metadata
+    /// `ate-target-actor`).
+    pub fn target_actor(mut self, actor: impl Into<String>) -> Result<AxConfig, Error> {
+        let actor = actor.into();
+        if actor.is_empty() || !actor.is_ascii() || actor.bytes().any(|b| b.is_ascii_control()) {
+            return Err(config_error(format!(
+                "target actor {actor:?} is not printable ASCII (<atespace>/<actor>)"
+            )));
+        }
+        self.target_actor = Some(actor);
+        Ok(self)
+    }
+
+    /// How long to wait for a TCP connection (default 5 s).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> AxConfig {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The deadline of each unary call and file transfer (default 30 s); output streams have
+    /// none (the command runs as long as it runs; HTTP/2 keepalive detects dead connections).
+    #[must_use]
+    pub fn request_timeout(mut self, timeout: Duration) -> AxConfig {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The largest gRPC message accepted (default 16 MiB: the guest sends each spool delta as one
+    /// message, up to its 10 MiB limit plus a marker).
+    #[must_use]
+    pub fn max_message_size(mut self, bytes: usize) -> AxConfig {
+        self.max_message_size = bytes;
+        self
+    }
+
+    /// The guest's per-stream spool limit (default 10 MiB, the env library's `MaxLogBytes`).
+    /// Output that reaches it with the guest's truncation marker is an `OutputLimit` error.
+    #[must_use]
+    pub fn max_log_bytes(mut self, bytes: u64) -> AxConfig {
+        self.max_log_bytes = bytes;
+        self
+    }
+
+    /// How many consecutive failed output streams (without progress) are resumed before the
+    /// exec fails (default 5).
+    #[must_use]
+    pub fn max_resumes(mut self, n: u32) -> AxConfig {
+        self.max_resumes = n;
+        self
+    }
+
+    /// How long to poll `GetProcess` after an output stream ended without the exit message
+    /// while the process still runs (default 1 h, the guest's own default process timeout).
+    #[must_use]
+    pub fn exit_poll_timeout(mut self, timeout: Duration) -> AxConfig {
+        self.exit_poll_timeout = timeout;
+        self
+    }
+
+    /// The endpoint URL (`http://host:port`).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The routing target, if any.
+    pub fn actor(&self) -> Option<&str> {
+        self.target_actor.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(
+            AxConfig::new("10.0.0.7").unwrap().endpoint(),
+            "http://10.0.0.7:80"
+        );
+        assert_eq!(
+            AxConfig::new("http://127.0.0.1:8080/").unwrap().endpoint(),
+            "http://127.0.0.1:8080"
+        );
+        assert_eq!(
+            AxConfig::new("[::1]:9000").unwrap().endpoint(),
+            "http://[::1]:9000"
+        );
+        for bad in ["https://x:443", "", "x:notaport", "http://x/y", "a b:80"] {
+            assert!(AxConfig::new(bad).is_err(), "{bad}");
+        }
+        assert!(AxConfig::new("x").unwrap().target_actor("ns/a\nb").is_err());
+    }
+}

@@ -1,0 +1,549 @@
+//! The [`Exec`] and [`ExecStream`] implementation.
+//!
+//! One exec is: `StartProcess{command, cwd, env, stdin}` → (if stdin) `WriteProcessInput` in the
+//! background → `StreamProcessOutput{follow}` from byte offsets until its `exit` message.
+//!
+//! - A stream that fails (reset, truncated, UNAVAILABLE) is resumed from the bytes received so
+//!   far, per stream, up to [`AxConfig::max_resumes`] times in a row without progress.
+//! - A stream that ends cleanly without the exit message (the documented `follow=false` shape,
+//!   or a guest that closes early) is followed by polling `GetProcess` (50 ms, backing off to
+//!   1 s, bounded by [`AxConfig::exit_poll_timeout`]) until the process exited, then by a new
+//!   stream from the offsets, which drains the rest and ends with the exit message. The exit
+//!   code is only ever the one the guest sent: a process that cannot be observed is an `Err`.
+//! - Dropping the returned future or stream before the exit sends `SignalProcess{SIGNAL_KILL}`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use execseam_core::{
+    BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Event, EventStream, Exec,
+    ExecStream, Exit, Output, Retry,
+};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tonic::{Code, Status};
+
+use crate::client::Guest;
+use crate::config::{AxConfig, GUEST_MAX_LOG_BYTES};
+use crate::error::{self, Origin, PROVIDER, Phase, from_status};
+use crate::wire::{Process, ProcessState, Signal, StartProcessRequest, process_output};
+
+/// The marker the guest appends once when a spool reaches its limit.
+pub const TRUNCATION_MARKER: &[u8] = b"\n\n[guest: maximum log limit of ";
+
+/// The capabilities with the default configuration.
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::Native,
+    stdin: Delivery::Native,
+    workdir: Delivery::Native,
+    env: Delivery::Native,
+    streaming: true,
+    remote_kill: true,
+    binary_output: true,
+    max_stdin: None,
+    max_output: Some(GUEST_MAX_LOG_BYTES),
+    native_tools: &[],
+};
+
+/// Runs commands in one agent-substrate guest. See the [crate docs](crate).
+#[derive(Clone, Debug)]
+pub struct AxExec {
+    config: Arc<AxConfig>,
+}
+
+impl AxExec {
+    /// An adapter for the guest `config` describes. No I/O happens until the first call.
+    pub fn new(config: AxConfig) -> AxExec {
+        AxExec {
+            config: Arc::new(config),
+        }
+    }
+
+    /// [`AxConfig::from_env`], then [`AxExec::new`].
+    pub fn from_env() -> Result<AxExec, Error> {
+        Ok(AxExec::new(AxConfig::from_env()?))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AxConfig {
+        &self.config
+    }
+
+    fn guest(&self, op: &'static str) -> Result<Guest, Error> {
+        Guest::connect(&self.config).map_err(|s| from_status(s, op, Phase::Other))
+    }
+
+    /// Reads a whole file through `FileSystemService.ReadFile` (a missing file is `NotFound`;
+    /// the guest resolves relative paths against its workspace and may confine paths to it).
+    pub async fn read_file(&self, path: &str) -> Result<Bytes, Error> {
+        let guest = self.guest("read_file")?;
+        guest
+            .read_file(path)
+            .await
+            .map_err(|s| from_status(s, "read_file", Phase::Other))
+    }
+
+    /// Replaces a file through `FileSystemService.WriteFile` (parents are created; `mode` 0 means
+    /// the guest's 0644). Returns the bytes written, checked against `data`.
+    pub async fn write_file(
+        &self,
+        path: &str,
+        data: impl Into<Bytes>,
+        mode: u32,
+    ) -> Result<u64, Error> {
+        let data = data.into();
+        let len = data.len() as u64;
+        let guest = self.guest("write_file")?;
+        let written = guest
+            .write_file(path, data, mode)
+            .await
+            .map_err(|s| from_status(s, "write_file", Phase::Other))?;
+        if u64::try_from(written).ok() != Some(len) {
+            return Err(Error::protocol(format!(
+                "the guest reports {written} bytes written, {len} were sent"
+            ))
+            .with_provider(PROVIDER)
+            .with_operation("write_file"));
+        }
+        Ok(len)
+    }
+
+    async fn start(&self, command: Command) -> Result<EventStream, Error> {
+        tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
+        let guest = self.guest("exec")?;
+        let stdin = command.stdin().clone();
+        let request = StartProcessRequest {
+            command: command.argv().to_vec(),
+            cwd: command.workdir().unwrap_or_default().to_owned(),
+            env: command
+                .env()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect::<HashMap<_, _>>(),
+            stdin: !stdin.is_empty(),
+            timeout: None,
+        };
+        let process = guest
+            .start(request)
+            .await
+            .map_err(|s| from_status(s, "exec", Phase::Start))?;
+        if process.process_id.is_empty() {
+            return Err(protocol("StartProcess answered without a process_id"));
+        }
+        match ProcessState::try_from(process.state) {
+            Ok(ProcessState::Running | ProcessState::Exited) => {}
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "StartProcess answered process {:?} with state {}: a guest without process states \
+                         serves the older ateenv.v1alpha (StreamProcessOutputs/KillProcess), which this adapter does not speak",
+                        process.process_id, process.state
+                    ),
+                )
+                .with_retry(Retry::Unsafe)
+                .with_provider(PROVIDER)
+                .with_operation("exec"));
+            }
+        }
+        tracing::debug!(provider = PROVIDER, process_id = %process.process_id, "started");
+        let (tx, rx) = mpsc::channel(16);
+        let driver = Driver {
+            guest,
+            id: process.process_id,
+            config: self.config.clone(),
+            tx,
+            offsets: [0, 0],
+            tails: [Vec::new(), Vec::new()],
+            stdin_error: Arc::new(Mutex::new(None)),
+        };
+        tokio::spawn(driver.run(stdin));
+        Ok(EventStream::new(Receiver(rx)))
+    }
+}
+
+fn protocol(message: impl Into<String>) -> Error {
+    Error::protocol(message)
+        .with_provider(PROVIDER)
+        .with_operation("exec")
+}
+
+impl Exec for AxExec {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            max_output: Some(self.config.max_log_bytes),
+            ..CAPABILITIES
+        }
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        Box::pin(async move { self.start(command).await?.collect().await })
+    }
+
+    fn streaming(&self) -> Option<&dyn ExecStream> {
+        Some(self)
+    }
+}
+
+impl ExecStream for AxExec {
+    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+        Box::pin(self.start(command))
+    }
+}
+
+struct Receiver(mpsc::Receiver<Result<Event, Error>>);
+
+impl futures_core::Stream for Receiver {
+    type Item = Result<Event, Error>;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// SIGKILLs the process group on drop unless disarmed (the exec was abandoned or failed while the
+/// process may still run).
+struct KillOnDrop {
+    guest: Guest,
+    id: String,
+    armed: bool,
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (guest, id) = (self.guest.clone(), std::mem::take(&mut self.id));
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                match guest.signal(&id, Signal::Kill).await {
+                    Ok(_) => tracing::debug!(provider = PROVIDER, process_id = %id, "killed"),
+                    Err(s) => {
+                        tracing::debug!(provider = PROVIDER, process_id = %id, status = %s.code(), "kill failed")
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// What one output stream ended with.
+enum Outcome {
+    Exit(Process),
+    /// Ended with OK before the exit message.
+    Ended,
+    Failed(Status),
+    /// The consumer went away.
+    Dropped,
+}
+
+struct Driver {
+    guest: Guest,
+    id: String,
+    config: Arc<AxConfig>,
+    tx: mpsc::Sender<Result<Event, Error>>,
+    /// Bytes received so far: the offsets to resume from.
+    offsets: [i64; 2],
+    /// The bytes received at or past the guest's log limit (to recognise its marker).
+    tails: [Vec<u8>; 2],
+    stdin_error: Arc<Mutex<Option<Error>>>,
+}
+
+impl Driver {
+    async fn run(mut self, stdin: Bytes) {
+        let mut kill = KillOnDrop {
+            guest: self.guest.clone(),
+            id: self.id.clone(),
+            armed: true,
+        };
+        let stdin_task = (!stdin.is_empty()).then(|| {
+            let (guest, id, slot) = (
+                self.guest.clone(),
+                self.id.clone(),
+                self.stdin_error.clone(),
+            );
+            tokio::spawn(feed_stdin(guest, id, stdin, slot))
+        });
+        let result = self.follow().await;
+        if let Some(t) = stdin_task {
+            t.abort();
+        }
+        let result = match result {
+            None => return, // dropped: `kill` fires
+            Some(r) => r,
+        };
+        let stdin_failed = self.stdin_error.lock().expect("stdin slot").take();
+        let result = match (result, stdin_failed) {
+            (Ok(_), Some(e)) => Err((e, true)),
+            (r, _) => r,
+        };
+        match result {
+            Ok(exit) => {
+                kill.armed = false;
+                let _ = self.tx.send(Ok(Event::Exit(exit))).await;
+            }
+            Err((e, exited)) => {
+                kill.armed = !exited;
+                let _ = self.tx.send(Err(e)).await;
+            }
+        }
+    }
+
+    /// Follows the output to the exit. `None` when the consumer went away; `Err((e, exited))`.
+    async fn follow(&mut self) -> Option<Result<Exit, (Error, bool)>> {
+        let mut failures = 0u32;
+        let mut endings = 0u32;
+        loop {
+            let before = self.offsets;
+            let outcome = self.stream_once().await;
+            let progressed = self.offsets != before;
+            if progressed {
+                failures = 0;
+                endings = 0;
+            }
+            match outcome {
+                Outcome::Dropped => return None,
+                Outcome::Exit(p) => return Some(self.exit_of(p).map_err(|e| (e, true))),
+                Outcome::Failed(s) => {
+                    if !error::resumable(&s) || failures >= self.config.max_resumes {
+                        let e = from_status(s, "exec", Phase::Started);
+                        let e = if failures > 0 {
+                            annotate(e, &format!("after {failures} resumed output streams"))
+                        } else {
+                            e
+                        };
+                        return Some(Err((e, false)));
+                    }
+                    failures += 1;
+                    tracing::debug!(provider = PROVIDER, process_id = %self.id, code = %s.code(), failures, "output stream failed; resuming");
+                    let backoff = Duration::from_millis(100 << failures.min(4));
+                    if !self.sleep(backoff).await {
+                        return None;
+                    }
+                }
+                Outcome::Ended => {
+                    if endings >= self.config.max_resumes {
+                        return Some(Err((
+                            protocol(format!(
+                                "the guest ended the output stream of {} without the exit message {} times in a row",
+                                self.id,
+                                endings + 1
+                            )),
+                            false,
+                        )));
+                    }
+                    endings += 1;
+                    match self.poll_until_exited().await? {
+                        Ok(()) => {}
+                        Err(e) => return Some(Err((e, false))),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sleeps unless the consumer goes away first (false).
+    async fn sleep(&self, d: Duration) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(d) => true,
+            () = self.tx.closed() => false,
+        }
+    }
+
+    /// One `StreamProcessOutput{follow: true}` from the current offsets.
+    async fn stream_once(&mut self) -> Outcome {
+        let tx = self.tx.clone();
+        let open = tokio::select! {
+            r = self.guest.output(&self.id, self.offsets[0], self.offsets[1], true) => r,
+            () = tx.closed() => return Outcome::Dropped,
+        };
+        let mut stream = match open {
+            Ok(s) => s,
+            Err(s) => return Outcome::Failed(s),
+        };
+        loop {
+            let next = tokio::select! {
+                r = stream.message() => r,
+                () = tx.closed() => return Outcome::Dropped,
+            };
+            let output = match next {
+                Ok(Some(m)) => m.output,
+                Ok(None) => return Outcome::Ended,
+                Err(s) => return Outcome::Failed(s),
+            };
+            let (i, bytes) = match output {
+                Some(process_output::Output::Stdout(b)) => (0, b),
+                Some(process_output::Output::Stderr(b)) => (1, b),
+                Some(process_output::Output::Exit(p)) => return Outcome::Exit(p),
+                None => {
+                    // An output kind this proto does not know (a newer guest): skipped, as
+                    // protobuf readers skip unknown fields.
+                    tracing::debug!(
+                        provider = PROVIDER,
+                        "skipping an unknown ProcessOutput variant"
+                    );
+                    continue;
+                }
+            };
+            if bytes.is_empty() {
+                continue;
+            }
+            self.note_tail(i, &bytes);
+            self.offsets[i] += bytes.len() as i64;
+            let event = if i == 0 {
+                Event::Stdout(bytes)
+            } else {
+                Event::Stderr(bytes)
+            };
+            if tx.send(Ok(event)).await.is_err() {
+                return Outcome::Dropped;
+            }
+        }
+    }
+
+    fn note_tail(&mut self, i: usize, bytes: &[u8]) {
+        let limit = i64::try_from(self.config.max_log_bytes).unwrap_or(i64::MAX);
+        let start = self.offsets[i];
+        let end = start + bytes.len() as i64;
+        if end <= limit {
+            return;
+        }
+        let skip = usize::try_from((limit - start).max(0)).unwrap_or(0);
+        let tail = &mut self.tails[i];
+        let room = 256usize.saturating_sub(tail.len());
+        tail.extend(bytes[skip..].iter().take(room));
+    }
+
+    /// Polls `GetProcess` until the process exited. `None` if the consumer went away.
+    async fn poll_until_exited(&mut self) -> Option<Result<(), Error>> {
+        let deadline = Instant::now() + self.config.exit_poll_timeout;
+        let mut delay = Duration::from_millis(50);
+        let mut failures = 0u32;
+        loop {
+            let tx = self.tx.clone();
+            let r = tokio::select! {
+                r = self.guest.get(&self.id) => r,
+                () = tx.closed() => return None,
+            };
+            match r {
+                Ok(p) => {
+                    failures = 0;
+                    match ProcessState::try_from(p.state) {
+                        Ok(ProcessState::Exited) => return Some(Ok(())),
+                        Ok(ProcessState::Running) => {}
+                        _ => {
+                            return Some(Err(protocol(format!(
+                                "GetProcess({}) answered state {}",
+                                self.id, p.state
+                            ))));
+                        }
+                    }
+                }
+                Err(s) if error::resumable(&s) && failures < self.config.max_resumes => {
+                    failures += 1;
+                }
+                Err(s) => return Some(Err(from_status(s, "exec", Phase::Started))),
+            }
+            if Instant::now() + delay > deadline {
+                return Some(Err(Error::new(
+                    ErrorKind::Timeout(execseam_core::Deadline::Request),
+                    format!(
+                        "the output stream of {} ended without the exit message and the process still runs after {:?} of polling",
+                        self.id, self.config.exit_poll_timeout
+                    ),
+                )
+                .with_retry(Retry::Unsafe)
+                .with_provider(PROVIDER)
+                .with_operation("exec")));
+            }
+            if !self.sleep(delay).await {
+                return None;
+            }
+            delay = (delay * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// The exit the guest reported, checked.
+    fn exit_of(&self, p: Process) -> Result<Exit, Error> {
+        if !p.process_id.is_empty() && p.process_id != self.id {
+            return Err(protocol(format!(
+                "the exit message names process {:?}, not {:?}",
+                p.process_id, self.id
+            )));
+        }
+        if ProcessState::try_from(p.state) != Ok(ProcessState::Exited) {
+            return Err(protocol(format!(
+                "the exit message of {} has state {}, not EXITED",
+                self.id, p.state
+            )));
+        }
+        if p.exit_code < 0 {
+            return Err(protocol(format!(
+                "the guest could not determine how {} ended (exit_code {})",
+                self.id, p.exit_code
+            )));
+        }
+        for (i, name) in [(0, "stdout"), (1, "stderr")] {
+            if self.tails[i].starts_with(TRUNCATION_MARKER) {
+                return Err(Error::new(
+                    ErrorKind::OutputLimit,
+                    format!(
+                        "the guest truncated {name} at its {} byte log limit (the command exited with {})",
+                        self.config.max_log_bytes, p.exit_code
+                    ),
+                )
+                .with_provider(PROVIDER)
+                .with_operation("exec"));
+            }
+        }
+        tracing::debug!(provider = PROVIDER, process_id = %self.id, exit_code = p.exit_code, "exited");
+        Ok(Exit::Code(p.exit_code))
+    }
+}
+
+fn annotate(e: Error, what: &str) -> Error {
+    let message = format!("{} ({what})", e.message());
+    let mut out = Error::new(e.kind(), message)
+        .with_retry(e.retry())
+        .with_provider(PROVIDER)
+        .with_operation("exec");
+    if let Some(s) = e.status() {
+        out = out.with_status(s);
+    }
+    if let Some(c) = e.code() {
+        out = out.with_code(c.to_owned());
+    }
+    out
+}
+
+/// Feeds stdin, then closes it. The guest answers FAILED_PRECONDITION once the process exited
+/// or closed its stdin (a command that does not read all of its input): that is not a failure.
+/// Any other failure leaves the process waiting for input that will never come, so it is
+/// recorded (the exec becomes an `Err`) and the process is killed.
+async fn feed_stdin(guest: Guest, id: String, data: Bytes, slot: Arc<Mutex<Option<Error>>>) {
+    let len = data.len();
+    match guest.write_input(&id, data).await {
+        Ok(n) if usize::try_from(n).ok() == Some(len) => {}
+        Ok(n) => {
+            tracing::debug!(provider = PROVIDER, process_id = %id, written = n, len, "stdin partly written");
+        }
+        Err(s) if s.code() == Code::FailedPrecondition && error::origin(&s) == Origin::Peer => {
+            tracing::debug!(provider = PROVIDER, process_id = %id, "stdin not fully read: {}", s.message());
+        }
+        Err(s) => {
+            let e = from_status(s, "write_input", Phase::Started);
+            let e = annotate(e, "stdin could not be delivered; the process was killed");
+            *slot.lock().expect("stdin slot") = Some(e);
+            let _ = guest.signal(&id, Signal::Kill).await;
+        }
+    }
+}

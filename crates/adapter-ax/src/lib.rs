@@ -1,0 +1,53 @@
+//! execseam adapter for the **agent-substrate guest services** (`ateenv.v1alpha`, gRPC over
+//! h2c), the API google/ax serves inside a task when `TaskSpec.debug` is true (`ax ssh` uses it).
+//!
+//! `StartProcessRequest{command, cwd, env, stdin}` is execseam's `Command{argv, workdir, env,
+//! stdin}` field for field, and output is addressed by byte offsets, so a dropped connection is
+//! resumed instead of guessed at. Unlike AX's own client (which turns every infrastructure error
+//! into exit code 1), a process that cannot be observed is an `Err`, never an exit code.
+//!
+//! # Capabilities ([`CAPABILITIES`])
+//!
+//! | | |
+//! |---|---|
+//! | argv | native (`command`, executed without a shell) |
+//! | stdin | native (`stdin: true` + `WriteProcessInput`, then `close`) |
+//! | workdir | native (`cwd`) |
+//! | env | native (`env`, layered on the guest's environment) |
+//! | streaming | yes (`StreamProcessOutput{follow}`) |
+//! | remote kill | yes (`SignalProcess{SIGNAL_KILL}` to the process group when an exec is dropped) |
+//! | binary output | yes (`bytes` fields) |
+//! | max output | 10 MiB per stream (the guest's spool limit; beyond it: `Err(OutputLimit)`) |
+//!
+//! # Version
+//!
+//! This crate speaks the proto version google/ax pins (agent-substrate/env 4468a200: `Process`
+//! with `state`, `StreamProcessOutput` ending in an `exit` message, `WriteProcessInput`,
+//! `SignalProcess`, `WriteFileRequest{path, mode, seek_offset, chunk}`). The older published
+//! variant (`StreamProcessOutputs` without exit, `GetProcess` with `status`, `KillProcess`, no
+//! stdin, `WriteFileRequest{path, chunk, mode, append}`) is **not** offered: its `Process` and
+//! `WriteFileRequest` reuse field numbers with other wire types, so one client cannot serve both,
+//! and it lacks stdin. A guest of that version is detected (its `StartProcess` answer has no
+//! state) and reported as `Unsupported`.
+//!
+//! # Quirks
+//!
+//! - A program that cannot be started is the guest's INTERNAL `starting process: …`, not a
+//!   process: it maps to `Err(NotFound)` (missing program or missing workdir: Go reports both as
+//!   ENOENT) with `Retry::Never`.
+//! - Exit codes are the guest's: a signalled process is `Exit::Code(128 + n)`.
+//! - The guest sends each spool delta as one message (up to 10 MiB): the receive limit is 16 MiB.
+//! - There is no listing RPC: glob and list run as commands (the library sorts). Files are read
+//!   and written with [`AxExec::read_file`] / [`AxExec::write_file`].
+//!
+//! Errors: see [`error`] for the gRPC status → `ErrorKind` + `Retry` table.
+#![warn(missing_docs)]
+
+pub mod client;
+pub mod config;
+pub mod error;
+mod exec;
+pub mod wire;
+
+pub use config::{AX_PORT, AxConfig, ENV_ENDPOINT, ENV_LIBRARY_PORT, ENV_TARGET_ACTOR};
+pub use exec::{AxExec, CAPABILITIES, TRUNCATION_MARKER};

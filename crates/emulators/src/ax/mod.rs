@@ -1,0 +1,756 @@
+//! Emulator of the agent-substrate guest services (`ateenv.v1alpha`, the version google/ax
+//! pins): `ProcessService` and `FileSystemService` over plain-text gRPC (h2c) on loopback, with
+//! the server behaviour of agent-substrate/env's guest (see [`tracker`] and [`files`]), plus
+//! `/healthz` and `/readyz` on the same port as AX's runner serves them.
+//!
+//! # Guests and routing
+//!
+//! One emulator is one guest reached directly (AX's `ax ssh` path, no routing header) and also a
+//! minimal Substrate router: a request carrying `ate-target-actor: <atespace>/<actor>` goes to
+//! that guest ([`AxEmulator::add_guest`] adds more, each its own sandbox); an unknown actor is
+//! `NOT_FOUND "target actor … not found"` (the router's own answer is not published: inferred).
+//!
+//! # Faults
+//!
+//! Route `exec` (`StartProcess`) renders the nine standard faults:
+//!
+//! | fault | rendering |
+//! |---|---|
+//! | `429[:s]` | `RESOURCE_EXHAUSTED` with `grpc-retry-pushback-ms: s*1000`; nothing starts |
+//! | `500` | the process starts, then `INTERNAL` |
+//! | `503` | `UNAVAILABLE`; nothing starts |
+//! | `reset` | the process starts, then the TCP connection is reset (no response) |
+//! | `cut` | the process starts; every output stream of it is cut before the exit message (the HTTP/2 body ends without gRPC trailers) |
+//! | `malformed` | the process starts; the response message is not valid protobuf |
+//! | `latency:<ms>` | the answer is delayed |
+//! | `auth` | `UNAUTHENTICATED`; nothing starts |
+//! | `vanish` | the process starts; 300 ms later the guest is destroyed (processes killed, streams reset, actor unknown) |
+//!
+//! Route `stream` (each `StreamProcessOutput` call) adds the guest's own failure modes, each for
+//! one stream: `reset` resets the connection right after the first output message (a stream
+//! reset in the middle of output), `cut` ends the stream with OK before the exit message (the
+//! documented "ends without exit" shape), `503` is `UNAVAILABLE`, `malformed` a bad message.
+//! Route `get` (`GetProcess`) takes the status faults (`503`, `500`, `auth`, `429`).
+
+pub mod files;
+pub mod tracker;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use axum::body::Body;
+use bytes::Bytes;
+use execseam_ax::wire::file_system_service_server::FileSystemServiceServer;
+use execseam_ax::wire::google::protobuf::Timestamp;
+use execseam_ax::wire::process_service_server::{ProcessService, ProcessServiceServer};
+use execseam_ax::wire::{
+    GetProcessRequest, Process, ProcessOutput, ProcessState, Signal, SignalProcessRequest,
+    StartProcessRequest, StreamProcessOutputRequest, WriteProcessInputRequest,
+    WriteProcessInputResponse, process_output,
+};
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::harness::{ConnControl, Fault, FaultHandle, Isolation, Sandbox, SandboxSpec, Server};
+use crate::{Emulator, EmulatorOptions};
+use tracker::{Limits, Proc, StartOptions, Tracker, TrackerError};
+
+/// The guest's workspace: default cwd and the files root.
+pub const WORKSPACE: &str = "/workspace";
+/// The actor name of the emulator's first guest.
+pub const PRIMARY_ACTOR: &str = "execseam/guest-0";
+
+/// A server-streaming body fed by a channel.
+pub struct Channel<T>(mpsc::Receiver<Result<T, Status>>);
+
+impl<T> futures_core::Stream for Channel<T> {
+    type Item = Result<T, Status>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// One guest: a sandbox and its process tracker.
+pub struct GuestState {
+    actor: String,
+    tracker: Arc<Tracker>,
+    alive: AtomicBool,
+    streams: Mutex<Vec<ConnControl>>,
+}
+
+impl std::fmt::Debug for GuestState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuestState")
+            .field("actor", &self.actor)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GuestState {
+    /// Its actor name (`<atespace>/<actor>`).
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+
+    /// Its sandbox (files at the guest's paths: `sandbox().host_path("/workspace/x")`).
+    pub fn sandbox(&self) -> &Arc<Sandbox> {
+        self.tracker.sandbox()
+    }
+
+    /// Processes still running.
+    pub fn running(&self) -> usize {
+        self.tracker.running().len()
+    }
+
+    /// A process by id, for tests (`None` once forgotten).
+    pub fn process(&self, id: &str) -> Option<Arc<Proc>> {
+        self.tracker.get(id).ok()
+    }
+
+    /// True until it vanished.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Destroys the guest: kills every process group, resets its open output streams, removes
+    /// its files. Idempotent.
+    pub fn vanish(&self) {
+        if !self.alive.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        for p in self.tracker.running() {
+            tracker::kill_group_now(p.pid, 9);
+        }
+        for ctl in self.streams.lock().expect("streams").drain(..) {
+            ctl.reset();
+        }
+        self.tracker.sandbox().destroy();
+    }
+}
+
+impl Drop for GuestState {
+    fn drop(&mut self) {
+        for p in self.tracker.running() {
+            tracker::kill_group_now(p.pid, 9);
+        }
+    }
+}
+
+/// State shared by the services.
+pub(crate) struct Shared {
+    guests: Mutex<HashMap<String, Arc<GuestState>>>,
+    primary: Arc<GuestState>,
+    faults: FaultHandle,
+    limits: Limits,
+    isolation: Isolation,
+    pub(crate) files_root: String,
+    pub(crate) confine_files: bool,
+}
+
+impl Shared {
+    fn new_guest(&self, actor: &str) -> std::io::Result<Arc<GuestState>> {
+        make_guest(actor, self.isolation, self.limits.clone())
+    }
+
+    /// The guest a request is for: `ate-target-actor`, or the directly reached guest.
+    pub(crate) fn route<T>(&self, request: &Request<T>) -> Result<Arc<GuestState>, Status> {
+        match request
+            .metadata()
+            .get(execseam_ax::wire::TARGET_ACTOR_HEADER)
+        {
+            Some(v) => {
+                let actor = v
+                    .to_str()
+                    .map_err(|_| Status::invalid_argument("ate-target-actor is not ASCII"))?;
+                self.guests
+                    .lock()
+                    .expect("guests")
+                    .get(actor)
+                    .filter(|g| g.is_alive())
+                    .cloned()
+                    .ok_or_else(|| Status::not_found(format!("target actor {actor:?} not found")))
+            }
+            None if self.primary.is_alive() => Ok(self.primary.clone()),
+            None => Err(Status::unavailable("the guest is gone")),
+        }
+    }
+}
+
+fn make_guest(
+    actor: &str,
+    isolation: Isolation,
+    limits: Limits,
+) -> std::io::Result<Arc<GuestState>> {
+    let env = [
+        (
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ),
+        ("HOME", "/root"),
+        ("WORKSPACE", WORKSPACE),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let spec = SandboxSpec {
+        private_paths: vec![WORKSPACE.into(), "/tmp".into()],
+        env,
+        name: "ax".into(),
+    };
+    let sandbox = Sandbox::create(actor, spec, isolation)?;
+    let workspace = sandbox.visible_path(WORKSPACE);
+    let _ = workspace; // the tracker resolves paths in the guest's view and maps them itself
+    Ok(Arc::new(GuestState {
+        actor: actor.to_owned(),
+        tracker: Arc::new(Tracker::new(sandbox, WORKSPACE, limits)),
+        alive: AtomicBool::new(true),
+        streams: Mutex::new(Vec::new()),
+    }))
+}
+
+/// A change to the HTTP body made after the handler answered (for faults that a gRPC handler
+/// cannot express).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BodyFault {
+    /// Replace the body with a frame that is not valid protobuf (then OK trailers).
+    Malformed,
+    /// Drop the trailers: the HTTP/2 stream ends without a gRPC status.
+    StripTrailers,
+}
+
+fn status_fault(fault: Fault) -> Option<Status> {
+    match fault {
+        Fault::RateLimited { retry_after_secs } => {
+            let mut s = Status::resource_exhausted("emulated fault: rate limited");
+            if let Ok(v) = (retry_after_secs * 1000).to_string().parse() {
+                s.metadata_mut().insert("grpc-retry-pushback-ms", v);
+            }
+            Some(s)
+        }
+        Fault::Unavailable => Some(Status::unavailable(
+            "emulated fault: the guest is unavailable",
+        )),
+        Fault::AuthFailure => Some(Status::unauthenticated(
+            "emulated fault: the credentials were rejected",
+        )),
+        _ => None,
+    }
+}
+
+fn rpc_error(e: TrackerError, id: &str) -> Status {
+    match e {
+        TrackerError::NotFound => Status::not_found(format!("process {id:?} not found")),
+        TrackerError::Exited => Status::failed_precondition(format!("process {id:?} has exited")),
+        TrackerError::NoStdin => {
+            Status::failed_precondition(format!("process {id:?} was started without stdin"))
+        }
+        TrackerError::StdinClosed => {
+            Status::failed_precondition(format!("stdin of process {id:?} is closed"))
+        }
+        TrackerError::TooMany(n) => Status::resource_exhausted(format!(
+            "maximum concurrent processes limit reached ({n}); wait for running processes to exit or signal them"
+        )),
+        TrackerError::Other(m) => Status::internal(m),
+    }
+}
+
+fn timestamp(t: SystemTime) -> Timestamp {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    Timestamp {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+/// ProcessState.ToProto.
+pub fn to_proto(p: &Proc) -> Process {
+    let ended = p.ended();
+    Process {
+        process_id: p.id.clone(),
+        command: p.command.clone(),
+        pid: p.pid,
+        state: if ended.is_some() {
+            ProcessState::Exited as i32
+        } else {
+            ProcessState::Running as i32
+        },
+        exit_code: match ended {
+            Some(e) if e.signal != 0 => 128 + e.signal,
+            Some(e) => e.code,
+            None => 0,
+        },
+        started_at: Some(timestamp(p.started_at)),
+        finished_at: ended.map(|e| timestamp(e.at)),
+    }
+}
+
+fn lookup(guest: &GuestState, id: &str) -> Result<Arc<Proc>, Status> {
+    if id.is_empty() {
+        return Err(Status::invalid_argument("process_id cannot be empty"));
+    }
+    guest.tracker.get(id).map_err(|e| rpc_error(e, id))
+}
+
+struct Processes {
+    shared: Arc<Shared>,
+}
+
+#[tonic::async_trait]
+impl ProcessService for Processes {
+    async fn start_process(
+        &self,
+        request: Request<StartProcessRequest>,
+    ) -> Result<Response<Process>, Status> {
+        let fault = self.shared.faults.take("exec");
+        if let Some(s) = fault.and_then(status_fault) {
+            return Err(s);
+        }
+        if let Some(Fault::Latency(d)) = fault {
+            tokio::time::sleep(d).await;
+        }
+        let ctl = request.extensions().get::<ConnControl>().cloned();
+        let guest = self.shared.route(&request)?;
+        let req = request.into_inner();
+        if req.command.is_empty() {
+            return Err(Status::invalid_argument("command cannot be empty"));
+        }
+        let timeout = match &req.timeout {
+            None => Duration::ZERO,
+            Some(d) => {
+                let valid = d.seconds >= 0
+                    && (0..1_000_000_000).contains(&d.nanos)
+                    && d.seconds <= 315_576_000_000;
+                if !valid {
+                    return Err(Status::invalid_argument("timeout is invalid"));
+                }
+                Duration::new(d.seconds as u64, d.nanos as u32)
+            }
+        };
+        let proc = guest
+            .tracker
+            .start(StartOptions {
+                command: req.command,
+                cwd: req.cwd,
+                env: req.env,
+                stdin: req.stdin,
+                timeout,
+            })
+            .await
+            .map_err(|e| rpc_error(e, ""))?;
+        let mut response = Response::new(to_proto(&proc));
+        match fault {
+            Some(Fault::ServerError) => {
+                return Err(Status::internal(
+                    "emulated fault: internal error after the process started",
+                ));
+            }
+            Some(Fault::ResetBeforeResponse) => {
+                return crate::harness::reset_connection(ctl.as_ref()).await;
+            }
+            Some(Fault::CutBeforeExit) => proc.cut.store(true, Ordering::SeqCst),
+            Some(Fault::MalformedBody) => {
+                response.extensions_mut().insert(BodyFault::Malformed);
+            }
+            Some(Fault::SandboxVanishes) => {
+                let guest = guest.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    guest.vanish();
+                });
+            }
+            _ => {}
+        }
+        Ok(response)
+    }
+
+    async fn get_process(
+        &self,
+        request: Request<GetProcessRequest>,
+    ) -> Result<Response<Process>, Status> {
+        let fault = self.shared.faults.take("get");
+        if let Some(s) = fault.and_then(status_fault) {
+            return Err(s);
+        }
+        if fault == Some(Fault::ServerError) {
+            return Err(Status::internal("emulated fault: internal error"));
+        }
+        let guest = self.shared.route(&request)?;
+        let proc = lookup(&guest, &request.get_ref().process_id)?;
+        Ok(Response::new(to_proto(&proc)))
+    }
+
+    type StreamProcessOutputStream = Pin<Box<Channel<ProcessOutput>>>;
+
+    async fn stream_process_output(
+        &self,
+        request: Request<StreamProcessOutputRequest>,
+    ) -> Result<Response<Self::StreamProcessOutputStream>, Status> {
+        let fault = self.shared.faults.take("stream");
+        if let Some(s) = fault.and_then(status_fault) {
+            return Err(s);
+        }
+        match fault {
+            Some(Fault::ServerError) => {
+                return Err(Status::internal("emulated fault: internal error"));
+            }
+            Some(Fault::Latency(d)) => tokio::time::sleep(d).await,
+            Some(Fault::SandboxVanishes) => {
+                let guest = self.shared.route(&request)?;
+                guest.vanish();
+                return Err(Status::unavailable("the guest is gone"));
+            }
+            _ => {}
+        }
+        let ctl = request.extensions().get::<ConnControl>().cloned();
+        let guest = self.shared.route(&request)?;
+        let req = request.into_inner();
+        let proc = lookup(&guest, &req.process_id)?;
+        if req.stdout_offset < 0 || req.stderr_offset < 0 {
+            return Err(Status::invalid_argument("offsets cannot be negative"));
+        }
+        if let Some(ctl) = &ctl {
+            let mut streams = guest.streams.lock().expect("streams");
+            streams.push(ctl.clone());
+            if streams.len() > 64 {
+                streams.remove(0);
+            }
+        }
+        let (tx, rx) = mpsc::channel(4);
+        let cut = proc.cut.load(Ordering::SeqCst);
+        tokio::spawn(follow(
+            proc,
+            [req.stdout_offset, req.stderr_offset],
+            req.follow,
+            tx,
+            fault,
+            ctl,
+        ));
+        let mut response = Response::new(Box::pin(Channel(rx)));
+        if cut {
+            response.extensions_mut().insert(BodyFault::StripTrailers);
+        }
+        if fault == Some(Fault::MalformedBody) {
+            response.extensions_mut().insert(BodyFault::Malformed);
+        }
+        Ok(response)
+    }
+
+    async fn write_process_input(
+        &self,
+        request: Request<Streaming<WriteProcessInputRequest>>,
+    ) -> Result<Response<WriteProcessInputResponse>, Status> {
+        let guest = self.shared.route(&request)?;
+        let mut stream = request.into_inner();
+        let mut proc: Option<(Arc<Proc>, String)> = None;
+        let mut total: i64 = 0;
+        while let Some(m) = stream.message().await? {
+            if proc.is_none() {
+                if m.process_id.is_empty() {
+                    return Err(Status::invalid_argument(
+                        "process_id is required on the first message",
+                    ));
+                }
+                let p = guest
+                    .tracker
+                    .get(&m.process_id)
+                    .map_err(|e| rpc_error(e, &m.process_id))?;
+                proc = Some((p, m.process_id.clone()));
+            }
+            let (p, id) = proc.as_ref().expect("set above");
+            if !m.data.is_empty() {
+                let n = p.write_input(&m.data).await.map_err(|e| rpc_error(e, id))?;
+                total += n as i64;
+            }
+            if m.close {
+                p.close_input().await.map_err(|e| rpc_error(e, id))?;
+            }
+        }
+        if proc.is_none() {
+            return Err(Status::invalid_argument(
+                "process_id is required on the first message",
+            ));
+        }
+        Ok(Response::new(WriteProcessInputResponse {
+            bytes_written: total,
+        }))
+    }
+
+    async fn signal_process(
+        &self,
+        request: Request<SignalProcessRequest>,
+    ) -> Result<Response<Process>, Status> {
+        let guest = self.shared.route(&request)?;
+        let req = request.into_inner();
+        let proc = lookup(&guest, &req.process_id)?;
+        let sig = match Signal::try_from(req.signal) {
+            Ok(Signal::Unspecified) | Err(_) => {
+                let name = Signal::try_from(req.signal)
+                    .map(|s| s.as_str_name().to_owned())
+                    .unwrap_or_else(|_| req.signal.to_string());
+                return Err(Status::invalid_argument(format!(
+                    "unsupported signal {name}"
+                )));
+            }
+            Ok(s) => s as i32,
+        };
+        if proc.ended().is_some() || !tracker::kill_group(proc.pid, sig).await {
+            return Err(rpc_error(TrackerError::Exited, &req.process_id));
+        }
+        Ok(Response::new(to_proto(&proc)))
+    }
+}
+
+/// The StreamProcessOutput loop: deltas of stdout then stderr, the exit message once the process
+/// exited and everything was sent; with `follow`, waits for changes.
+async fn follow(
+    proc: Arc<Proc>,
+    mut offsets: [i64; 2],
+    follow: bool,
+    tx: mpsc::Sender<Result<ProcessOutput, Status>>,
+    fault: Option<Fault>,
+    ctl: Option<ConnControl>,
+) {
+    let mut changes = proc.subscribe();
+    let cut = proc.cut.load(Ordering::SeqCst) || fault == Some(Fault::CutBeforeExit);
+    let reset = fault == Some(Fault::ResetBeforeResponse);
+    let reset_now = |ctl: &Option<ConnControl>| {
+        if let Some(c) = ctl {
+            c.reset();
+        }
+    };
+    loop {
+        changes.borrow_and_update();
+        let exited = proc.ended().is_some();
+        for _ in 0..if exited { 2 } else { 1 } {
+            for (i, offset) in offsets.iter_mut().enumerate() {
+                let (data, next) = proc.read(i, *offset);
+                *offset = next;
+                if data.is_empty() {
+                    continue;
+                }
+                let output = if i == 0 {
+                    process_output::Output::Stdout(data)
+                } else {
+                    process_output::Output::Stderr(data)
+                };
+                if tx
+                    .send(Ok(ProcessOutput {
+                        output: Some(output),
+                    }))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                if reset {
+                    // A stream reset in the middle of output.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    reset_now(&ctl);
+                    return;
+                }
+            }
+        }
+        if exited {
+            if cut {
+                return;
+            }
+            if reset {
+                reset_now(&ctl);
+                return;
+            }
+            let _ = tx
+                .send(Ok(ProcessOutput {
+                    output: Some(process_output::Output::Exit(to_proto(&proc))),
+                }))
+                .await;
+            return;
+        }
+        if !follow || fault == Some(Fault::CutBeforeExit) {
+            return;
+        }
+        tokio::select! {
+            r = changes.changed() => if r.is_err() { return },
+            () = tx.closed() => return,
+        }
+    }
+}
+
+/// Applies [`BodyFault`]s to the responses that carry one.
+async fn body_faults(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let response = next.run(request).await;
+    match response.extensions().get::<BodyFault>().copied() {
+        None => response,
+        Some(BodyFault::StripTrailers) => response.map(|b| Body::new(NoTrailers(b))),
+        Some(BodyFault::Malformed) => response.map(|_| Body::new(Malformed(0))),
+    }
+}
+
+/// A body with its trailers dropped.
+struct NoTrailers(Body);
+
+impl http_body::Body for NoTrailers {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        match Pin::new(&mut self.0).poll_frame(cx) {
+            Poll::Ready(Some(Ok(f))) if f.is_trailers() => Poll::Ready(None),
+            other => other,
+        }
+    }
+}
+
+/// One gRPC message that is not valid protobuf (field 1, length 5, one byte), then OK trailers.
+struct Malformed(u8);
+
+impl http_body::Body for Malformed {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        self.0 += 1;
+        Poll::Ready(match self.0 {
+            1 => Some(Ok(http_body::Frame::data(Bytes::from_static(&[
+                0, 0, 0, 0, 3, 0x0a, 0x05, b'x',
+            ])))),
+            2 => {
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                Some(Ok(http_body::Frame::trailers(trailers)))
+            }
+            _ => None,
+        })
+    }
+}
+
+/// A running emulator with its typed handle.
+pub struct AxEmulator {
+    server: Server,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for AxEmulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AxEmulator")
+            .field("addr", &self.server.addr())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AxEmulator {
+    /// Starts the emulator (one guest, [`PRIMARY_ACTOR`]) on `options.listen`.
+    pub async fn start(options: EmulatorOptions) -> std::io::Result<AxEmulator> {
+        let limits = Limits::default();
+        let primary = make_guest(PRIMARY_ACTOR, options.isolation, limits.clone())?;
+        let faults = FaultHandle::new();
+        for rule in &options.faults {
+            faults.add(rule.clone());
+        }
+        let mut guests = HashMap::new();
+        guests.insert(PRIMARY_ACTOR.to_owned(), primary.clone());
+        let shared = Arc::new(Shared {
+            guests: Mutex::new(guests),
+            primary,
+            faults,
+            limits,
+            isolation: options.isolation,
+            files_root: WORKSPACE.to_owned(),
+            confine_files: true,
+        });
+        const MAX: usize = 64 * 1024 * 1024;
+        let processes = ProcessServiceServer::new(Processes {
+            shared: shared.clone(),
+        })
+        .max_decoding_message_size(MAX)
+        .max_encoding_message_size(MAX);
+        let files = FileSystemServiceServer::new(files::Files {
+            shared: shared.clone(),
+        })
+        .max_decoding_message_size(MAX)
+        .max_encoding_message_size(MAX);
+        let router = tonic::service::Routes::new(processes)
+            .add_service(files)
+            .into_axum_router()
+            .route("/healthz", axum::routing::get(|| async { "ok" }))
+            .route("/readyz", axum::routing::get(|| async { "ok" }))
+            .layer(axum::middleware::from_fn(body_faults));
+        let server = Server::start(options.listen, router).await?;
+        Ok(AxEmulator { server, shared })
+    }
+
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    /// `127.0.0.1:<port>`: what `AX_GUEST_ENDPOINT` takes.
+    pub fn endpoint(&self) -> String {
+        self.server.addr().to_string()
+    }
+
+    /// The faults (routes `exec`, `stream`, `get`).
+    pub fn faults(&self) -> &FaultHandle {
+        &self.shared.faults
+    }
+
+    /// The directly reached guest.
+    pub fn primary(&self) -> &Arc<GuestState> {
+        &self.shared.primary
+    }
+
+    /// A guest by actor name.
+    pub fn guest(&self, actor: &str) -> Option<Arc<GuestState>> {
+        self.shared
+            .guests
+            .lock()
+            .expect("guests")
+            .get(actor)
+            .cloned()
+    }
+
+    /// Adds a guest (its own sandbox) reachable with `ate-target-actor: <actor>`.
+    pub fn add_guest(&self, actor: &str) -> std::io::Result<Arc<GuestState>> {
+        let g = self.shared.new_guest(actor)?;
+        self.shared
+            .guests
+            .lock()
+            .expect("guests")
+            .insert(actor.to_owned(), g.clone());
+        Ok(g)
+    }
+
+    /// The environment our adapter's `from_env` reads.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![(execseam_ax::ENV_ENDPOINT.to_owned(), self.endpoint())]
+    }
+
+    /// As the registry's [`Emulator`].
+    pub fn into_emulator(self) -> Emulator {
+        Emulator {
+            provider: "ax",
+            base_url: self.server.base_url(),
+            env: self.env(),
+            faults: self.shared.faults.clone(),
+            guard: Box::new(self),
+        }
+    }
+}
+
+/// Starts the emulator (see [`AxEmulator::start`]).
+pub async fn start(options: EmulatorOptions) -> std::io::Result<Emulator> {
+    Ok(AxEmulator::start(options).await?.into_emulator())
+}
