@@ -1,0 +1,780 @@
+//! HTTP and WebSocket calls to Daytona's control plane and to a sandbox's toolbox.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use execseam_core::{Error, ErrorKind};
+use reqwest::header::{self, HeaderMap, HeaderValue};
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use secrecy::ExposeSecret;
+use serde::de::DeserializeOwned;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::Role;
+
+use crate::config::DaytonaConfig;
+use crate::error::{self, PROVIDER, Phase};
+use crate::wire;
+
+/// The multipart boundary we send uploads with.
+const UPLOAD_BOUNDARY: &str = "execseam-daytona-upload-7d1c9e";
+
+/// A WebSocket over a reqwest upgrade (HTTP/1.1, TLS where the URL says https).
+pub(crate) type Ws = WebSocketStream<reqwest::Upgraded>;
+
+/// The authenticated HTTP client, shared by the control plane and the toolbox.
+#[derive(Clone)]
+pub(crate) struct Client {
+    http: reqwest::Client,
+    ws: reqwest::Client,
+    headers: HeaderMap,
+    api_url: String,
+    request_timeout: Duration,
+}
+
+impl Client {
+    pub(crate) fn new(config: &DaytonaConfig) -> Result<Client, Error> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut headers = HeaderMap::new();
+        let mut auth = HeaderValue::from_str(&format!("Bearer {}", config.token.expose_secret()))
+            .map_err(|_| config_error("the token is not a valid header value"))?;
+        auth.set_sensitive(true);
+        headers.insert(header::AUTHORIZATION, auth);
+        headers.insert(
+            wire::SOURCE_HEADER,
+            HeaderValue::from_static("sdk-execseam"),
+        );
+        headers.insert(
+            wire::SDK_VERSION_HEADER,
+            HeaderValue::from_static(wire::SDK_VERSION),
+        );
+        if let Some(org) = &config.organization_id {
+            headers.insert(
+                wire::ORGANIZATION_HEADER,
+                HeaderValue::from_str(org)
+                    .map_err(|_| config_error("the organization id is not a valid header value"))?,
+            );
+        }
+        let build = |http1: bool| {
+            let mut b = reqwest::Client::builder()
+                .connect_timeout(config.connect_timeout)
+                .user_agent(concat!("execseam-daytona/", env!("CARGO_PKG_VERSION")))
+                // Never re-send anything by itself: a re-sent exec could run twice.
+                .retry(reqwest::retry::never());
+            if http1 {
+                b = b.http1_only();
+            }
+            b.build()
+                .map_err(|e| config_error(&format!("cannot build the HTTP client: {e}")))
+        };
+        Ok(Client {
+            http: build(false)?,
+            ws: build(true)?,
+            headers,
+            api_url: config.api_url.trim_end_matches('/').to_owned(),
+            request_timeout: config.request_timeout,
+        })
+    }
+
+    fn request(&self, method: Method, url: &str, timeout: bool) -> RequestBuilder {
+        let rb = self.http.request(method, url).headers(self.headers.clone());
+        if timeout {
+            rb.timeout(self.request_timeout)
+        } else {
+            rb
+        }
+    }
+
+    /// Sends and maps every non-2xx answer to an error.
+    async fn send(
+        &self,
+        rb: RequestBuilder,
+        operation: &'static str,
+        phase: Phase,
+    ) -> Result<Response, Error> {
+        let resp = rb
+            .send()
+            .await
+            .map_err(|e| error::from_transport(e, operation, phase))?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp.bytes().await.unwrap_or_default();
+        Err(error::from_response(
+            status, &headers, &body, operation, phase,
+        ))
+    }
+
+    async fn body(resp: Response, operation: &'static str, phase: Phase) -> Result<Bytes, Error> {
+        resp.bytes()
+            .await
+            .map_err(|e| error::from_transport(e, operation, phase))
+    }
+
+    async fn json<T: DeserializeOwned>(
+        resp: Response,
+        operation: &'static str,
+        phase: Phase,
+    ) -> Result<T, Error> {
+        let body = Self::body(resp, operation, phase).await?;
+        parse_json(&body, operation)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Control plane
+
+    pub(crate) async fn create_sandbox(
+        &self,
+        body: &wire::CreateSandbox,
+    ) -> Result<wire::Sandbox, Error> {
+        let rb = self
+            .request(Method::POST, &format!("{}/sandbox", self.api_url), true)
+            .json(body);
+        let resp = self.send(rb, "create_sandbox", Phase::Before).await?;
+        Self::json(resp, "create_sandbox", Phase::Before).await
+    }
+
+    pub(crate) async fn get_sandbox(&self, id: &str) -> Result<wire::Sandbox, Error> {
+        let url = format!("{}/sandbox/{}", self.api_url, path_segment(id));
+        let resp = self
+            .send(
+                self.request(Method::GET, &url, true),
+                "get_sandbox",
+                Phase::Before,
+            )
+            .await?;
+        Self::json(resp, "get_sandbox", Phase::Before).await
+    }
+
+    pub(crate) async fn delete_sandbox(&self, id: &str) -> Result<(), Error> {
+        let url = format!("{}/sandbox/{}", self.api_url, path_segment(id));
+        self.send(
+            self.request(Method::DELETE, &url, true),
+            "delete_sandbox",
+            Phase::Before,
+        )
+        .await
+        .map(drop)
+    }
+
+    pub(crate) async fn toolbox_proxy_url(&self, id: &str) -> Result<String, Error> {
+        let url = format!(
+            "{}/sandbox/{}/toolbox-proxy-url",
+            self.api_url,
+            path_segment(id)
+        );
+        let resp = self
+            .send(
+                self.request(Method::GET, &url, true),
+                "get_toolbox_proxy_url",
+                Phase::Before,
+            )
+            .await?;
+        let u: wire::ToolboxProxyUrl =
+            Self::json(resp, "get_toolbox_proxy_url", Phase::Before).await?;
+        Ok(u.url)
+    }
+}
+
+/// One sandbox's toolbox: `{toolboxProxyUrl}/{sandboxId}/…`.
+#[derive(Clone)]
+pub(crate) struct Toolbox {
+    client: Arc<Client>,
+    base: String,
+}
+
+impl Toolbox {
+    pub(crate) fn new(client: Arc<Client>, toolbox_proxy_url: &str, sandbox_id: &str) -> Toolbox {
+        Toolbox {
+            client,
+            base: format!(
+                "{}/{}",
+                toolbox_proxy_url.trim_end_matches('/'),
+                path_segment(sandbox_id)
+            ),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub(crate) async fn create_session(&self, session_id: &str) -> Result<(), Error> {
+        let rb = self
+            .client
+            .request(Method::POST, &self.url("/process/session"), true)
+            .json(&wire::CreateSessionRequest { session_id });
+        self.client
+            .send(rb, "create_session", Phase::Before)
+            .await
+            .map(drop)
+    }
+
+    pub(crate) async fn delete_session(&self, session_id: &str) -> Result<(), Error> {
+        let url = self.url(&format!("/process/session/{}", path_segment(session_id)));
+        self.client
+            .send(
+                self.client.request(Method::DELETE, &url, true),
+                "delete_session",
+                Phase::Before,
+            )
+            .await
+            .map(drop)
+    }
+
+    /// The request that runs the command. It has no timeout (commands take as long as they
+    /// take) and is never re-sent.
+    pub(crate) async fn session_exec(
+        &self,
+        session_id: &str,
+        command: &str,
+        run_async: bool,
+    ) -> Result<wire::SessionExecuteResponse, Error> {
+        let url = self.url(&format!(
+            "/process/session/{}/exec",
+            path_segment(session_id)
+        ));
+        let body = wire::SessionExecuteRequest {
+            command,
+            run_async: run_async.then_some(true),
+        };
+        let rb = self.client.request(Method::POST, &url, false).json(&body);
+        let resp = self.client.send(rb, "exec", Phase::Submitted).await?;
+        let expected = if run_async {
+            StatusCode::ACCEPTED
+        } else {
+            StatusCode::OK
+        };
+        if resp.status() != expected {
+            return Err(error::protocol(
+                "exec",
+                format!(
+                    "the session exec answered {} where {} was expected",
+                    resp.status().as_u16(),
+                    expected.as_u16()
+                ),
+            ));
+        }
+        Client::json(resp, "exec", Phase::Submitted).await
+    }
+
+    pub(crate) async fn get_command(
+        &self,
+        session_id: &str,
+        command_id: &str,
+    ) -> Result<wire::SessionCommand, Error> {
+        let url = self.url(&format!(
+            "/process/session/{}/command/{}",
+            path_segment(session_id),
+            path_segment(command_id)
+        ));
+        let resp = self
+            .client
+            .send(
+                self.client.request(Method::GET, &url, true),
+                "get_session_command",
+                Phase::Submitted,
+            )
+            .await?;
+        Client::json(resp, "get_session_command", Phase::Submitted).await
+    }
+
+    /// Opens `…/logs?follow=true` as a WebSocket (over an HTTP/1.1 upgrade, so TLS and proxies
+    /// are reqwest's).
+    pub(crate) async fn follow_logs(
+        &self,
+        session_id: &str,
+        command_id: &str,
+    ) -> Result<Ws, Error> {
+        const OP: &str = "follow_logs";
+        let url = self.url(&format!(
+            "/process/session/{}/command/{}/logs?follow=true",
+            path_segment(session_id),
+            path_segment(command_id)
+        ));
+        let key = tokio_tungstenite::tungstenite::handshake::client::generate_key();
+        let rb = self
+            .client
+            .ws
+            .get(&url)
+            .headers(self.client.headers.clone())
+            .header(header::CONNECTION, "Upgrade")
+            .header(header::UPGRADE, "websocket")
+            .header(header::SEC_WEBSOCKET_VERSION, "13")
+            .header(header::SEC_WEBSOCKET_KEY, &key)
+            .timeout(self.client.request_timeout);
+        let resp = rb
+            .send()
+            .await
+            .map_err(|e| error::from_transport(e, OP, Phase::Submitted))?;
+        if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+            let status = resp.status().as_u16();
+            let headers = resp.headers().clone();
+            let body = resp.bytes().await.unwrap_or_default();
+            if (200..300).contains(&status) {
+                return Err(error::protocol(
+                    OP,
+                    format!("the log stream answered {status} instead of a WebSocket upgrade"),
+                ));
+            }
+            return Err(error::from_response(
+                status,
+                &headers,
+                &body,
+                OP,
+                Phase::Submitted,
+            ));
+        }
+        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+        let got = resp
+            .headers()
+            .get(header::SEC_WEBSOCKET_ACCEPT)
+            .and_then(|v| v.to_str().ok());
+        if got != Some(accept.as_str()) {
+            return Err(error::protocol(
+                OP,
+                "the log stream's WebSocket handshake has a wrong Sec-WebSocket-Accept",
+            ));
+        }
+        let upgraded = resp
+            .upgrade()
+            .await
+            .map_err(|e| error::from_transport(e, OP, Phase::Submitted))?;
+        Ok(WebSocketStream::from_raw_socket(upgraded, Role::Client, None).await)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Files
+
+    /// `POST /files/bulk-upload`: `files[i].path` then `files[i].file` for each file.
+    pub(crate) async fn upload(&self, files: &[(&str, &[u8])]) -> Result<(), Error> {
+        const OP: &str = "upload_files";
+        let mut body = Vec::new();
+        for (i, (path, data)) in files.iter().enumerate() {
+            body.extend_from_slice(
+                format!(
+                    "--{UPLOAD_BOUNDARY}\r\nContent-Disposition: form-data; name=\"files[{i}].path\"\r\n\r\n{path}\r\n"
+                )
+                .as_bytes(),
+            );
+            body.extend_from_slice(
+                format!(
+                    "--{UPLOAD_BOUNDARY}\r\nContent-Disposition: form-data; name=\"files[{i}].file\"; filename=\"{}\"\r\nContent-Type: application/octet-stream\r\n\r\n",
+                    quote_filename(path)
+                )
+                .as_bytes(),
+            );
+            body.extend_from_slice(data);
+            body.extend_from_slice(b"\r\n");
+        }
+        body.extend_from_slice(format!("--{UPLOAD_BOUNDARY}--\r\n").as_bytes());
+        let rb = self
+            .client
+            .request(Method::POST, &self.url("/files/bulk-upload"), true)
+            .header(
+                header::CONTENT_TYPE,
+                format!("multipart/form-data; boundary={UPLOAD_BOUNDARY}"),
+            )
+            .body(body);
+        let resp = self.client.send(rb, OP, Phase::Before).await?;
+        let bytes = Client::body(resp, OP, Phase::Before).await?;
+        // Old daemons answer with an empty body; newer ones list what they wrote.
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        let r: wire::UploadResponse = parse_json(&bytes, OP)?;
+        if !r.errors.is_empty() {
+            return Err(Error::new(ErrorKind::Internal, r.errors.join(", "))
+                .with_provider(PROVIDER)
+                .with_operation(OP));
+        }
+        Ok(())
+    }
+
+    /// `POST /files/bulk-download`: one part per path, in order; an `error` part is that file's
+    /// error.
+    pub(crate) async fn download(
+        &self,
+        paths: &[&str],
+    ) -> Result<Vec<Result<Bytes, Error>>, Error> {
+        const OP: &str = "download_files";
+        let rb = self
+            .client
+            .request(Method::POST, &self.url("/files/bulk-download"), true)
+            .header(header::ACCEPT, "multipart/form-data")
+            .json(&wire::FilesDownloadRequest { paths });
+        let resp = self.client.send(rb, OP, Phase::Before).await?;
+        let ctype = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let boundary = multipart_boundary(&ctype).ok_or_else(|| {
+            error::protocol(
+                OP,
+                format!("unexpected Content-Type {ctype:?} for a bulk download"),
+            )
+            .with_retry(execseam_core::Retry::SAFE)
+        })?;
+        let body = Client::body(resp, OP, Phase::Before).await?;
+        let parts = parse_multipart(&body, &boundary)
+            .map_err(|m| error::protocol(OP, m).with_retry(execseam_core::Retry::SAFE))?;
+        let mut out = Vec::with_capacity(paths.len());
+        for path in paths {
+            let part = parts.iter().find(|p| p.filename.as_deref() == Some(*path));
+            out.push(match part {
+                None => Err(error::protocol(
+                    OP,
+                    format!("the bulk download has no part for {path:?}"),
+                )
+                .with_retry(execseam_core::Retry::SAFE)),
+                Some(p) if p.name.as_deref() == Some("file") => Ok(p.data.clone()),
+                Some(p) => {
+                    let status = serde_json::from_slice::<wire::ErrorResponse>(&p.data)
+                        .ok()
+                        .and_then(|e| e.status_code)
+                        .unwrap_or(500);
+                    Err(error::from_response(
+                        status,
+                        &HeaderMap::new(),
+                        &p.data,
+                        OP,
+                        Phase::Before,
+                    ))
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    async fn get_json<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        op: &'static str,
+    ) -> Result<T, Error> {
+        let rb = self.client.request(
+            Method::GET,
+            &format!("{}{}", self.url(path), query_string(query)),
+            true,
+        );
+        let resp = self.client.send(rb, op, Phase::Before).await?;
+        Client::json(resp, op, Phase::Before).await
+    }
+
+    pub(crate) async fn list(&self, path: &str) -> Result<Vec<wire::FileInfo>, Error> {
+        self.get_json("/files", &[("path", path)], "list_files")
+            .await
+    }
+
+    pub(crate) async fn info(&self, path: &str) -> Result<wire::FileInfo, Error> {
+        self.get_json("/files/info", &[("path", path)], "get_file_info")
+            .await
+    }
+
+    pub(crate) async fn find(&self, path: &str, pattern: &str) -> Result<Vec<wire::Match>, Error> {
+        self.get_json(
+            "/files/find",
+            &[("path", path), ("pattern", pattern)],
+            "find_in_files",
+        )
+        .await
+    }
+
+    pub(crate) async fn search(&self, path: &str, pattern: &str) -> Result<Vec<String>, Error> {
+        let r: wire::SearchFilesResponse = self
+            .get_json(
+                "/files/search",
+                &[("path", path), ("pattern", pattern)],
+                "search_files",
+            )
+            .await?;
+        Ok(r.files)
+    }
+
+    pub(crate) async fn delete_file(&self, path: &str, recursive: bool) -> Result<(), Error> {
+        let rb = self.client.request(
+            Method::DELETE,
+            &format!(
+                "{}{}",
+                self.url("/files"),
+                query_string(&[
+                    ("path", path),
+                    ("recursive", if recursive { "true" } else { "false" }),
+                ])
+            ),
+            true,
+        );
+        self.client
+            .send(rb, "delete_file", Phase::Before)
+            .await
+            .map(drop)
+    }
+}
+
+fn config_error(msg: &str) -> Error {
+    Error::new(ErrorKind::InvalidCommand, msg)
+        .with_provider(PROVIDER)
+        .with_operation("config")
+}
+
+fn parse_json<T: DeserializeOwned>(body: &[u8], operation: &'static str) -> Result<T, Error> {
+    serde_json::from_slice(body).map_err(|e| {
+        error::protocol(
+            operation,
+            format!(
+                "malformed answer ({e}): {:?}",
+                String::from_utf8_lossy(&body[..body.len().min(200)])
+            ),
+        )
+    })
+}
+
+/// Percent-encodes one path segment (ids are normally plain, but never trust that).
+pub(crate) fn path_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `?k=v&…`, each part percent-encoded.
+fn query_string(pairs: &[(&str, &str)]) -> String {
+    let mut s = String::new();
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        s.push(if i == 0 { '?' } else { '&' });
+        s.push_str(&path_segment(k));
+        s.push('=');
+        s.push_str(&path_segment(v));
+    }
+    s
+}
+
+fn quote_filename(path: &str) -> String {
+    path.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+fn multipart_boundary(content_type: &str) -> Option<String> {
+    let mut it = content_type.split(';');
+    if !it
+        .next()?
+        .trim()
+        .eq_ignore_ascii_case("multipart/form-data")
+    {
+        return None;
+    }
+    it.find_map(|p| {
+        let (k, v) = p.trim().split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case("boundary")
+            .then(|| v.trim().trim_matches('"').to_owned())
+    })
+}
+
+/// One part of a multipart body.
+#[derive(Debug)]
+pub(crate) struct Part {
+    pub(crate) name: Option<String>,
+    pub(crate) filename: Option<String>,
+    pub(crate) data: Bytes,
+}
+
+/// Parses a complete `multipart/form-data` body; a missing closing boundary is an error (the
+/// official SDK raises "Truncated multipart response" in that case).
+pub(crate) fn parse_multipart(body: &Bytes, boundary: &str) -> Result<Vec<Part>, String> {
+    let delim = format!("--{boundary}");
+    let find = |from: usize, pat: &[u8]| -> Option<usize> {
+        body[from..]
+            .windows(pat.len())
+            .position(|w| w == pat)
+            .map(|p| p + from)
+    };
+    let mut pos = find(0, delim.as_bytes()).ok_or("no multipart boundary in the body")?;
+    let mut parts = Vec::new();
+    loop {
+        let after = pos + delim.len();
+        if body[after..].starts_with(b"--") {
+            return Ok(parts);
+        }
+        if !body[after..].starts_with(b"\r\n") {
+            return Err("malformed multipart boundary line".into());
+        }
+        let head_start = after + 2;
+        let head_end = find(head_start, b"\r\n\r\n").ok_or("truncated multipart headers")?;
+        let headers = String::from_utf8_lossy(&body[head_start..head_end]).into_owned();
+        let data_start = head_end + 4;
+        let next_delim = format!("\r\n{delim}");
+        let data_end = find(data_start, next_delim.as_bytes())
+            .ok_or("truncated multipart response: closing boundary not received")?;
+        let (mut name, mut filename, mut filename_star) = (None, None, None);
+        for line in headers.split("\r\n") {
+            let Some((k, v)) = line.split_once(':') else {
+                continue;
+            };
+            if !k.trim().eq_ignore_ascii_case("content-disposition") {
+                continue;
+            }
+            for param in split_params(v) {
+                let Some((pk, pv)) = param.split_once('=') else {
+                    continue;
+                };
+                let pv = pv.trim();
+                match pk.trim().to_ascii_lowercase().as_str() {
+                    "name" => name = Some(unquote(pv)),
+                    "filename" => filename = Some(unquote(pv)),
+                    "filename*" => filename_star = decode_rfc5987(pv),
+                    _ => {}
+                }
+            }
+        }
+        parts.push(Part {
+            name,
+            filename: filename_star.or(filename),
+            data: body.slice(data_start..data_end),
+        });
+        pos = data_end + 2;
+    }
+}
+
+fn split_params(v: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut escaped = false;
+    for c in v.chars() {
+        if escaped {
+            cur.push(c);
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' if quoted => {
+                cur.push(c);
+                escaped = true;
+            }
+            '"' => {
+                quoted = !quoted;
+                cur.push(c);
+            }
+            ';' if !quoted => out.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out
+}
+
+fn unquote(v: &str) -> String {
+    let Some(inner) = v.strip_prefix('"').and_then(|s| s.strip_suffix('"')) else {
+        return v.to_owned();
+    };
+    let mut out = String::new();
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if let Some(n) = chars.next() {
+                out.push(n);
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn decode_rfc5987(v: &str) -> Option<String> {
+    let mut it = v.splitn(3, '\'');
+    let charset = it.next()?;
+    let _lang = it.next()?;
+    let enc = it.next()?;
+    if !charset.eq_ignore_ascii_case("utf-8") {
+        return None;
+    }
+    let bytes = enc.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bulk-download answer of the research notes (part B6), byte for byte.
+    const FIXTURE: &[u8] = b"--DAYTONA-FILE-BOUNDARY\r\n\
+Content-Disposition: form-data; name=\"file\"; filename=\"/tmp/a.txt\"; filename*=utf-8''%2Ftmp%2Fa.txt\r\n\
+Content-Length: 11\r\n\
+Content-Type: text/plain; charset=utf-8\r\n\
+\r\n\
+hello\r\nworld\r\n\
+--DAYTONA-FILE-BOUNDARY\r\n\
+Content-Disposition: form-data; name=\"error\"; filename=\"/tmp/missing\"; filename*=utf-8''%2Ftmp%2Fmissing\r\n\
+Content-Type: application/json; charset=utf-8\r\n\
+\r\n\
+{\"statusCode\":404,\"message\":\"file not found: /tmp/missing\",\"code\":\"FILE_NOT_FOUND\",\"timestamp\":\"2024-01-01T00:00:00Z\",\"path\":\"/tmp/missing\",\"method\":\"POST\"}\r\n\
+--DAYTONA-FILE-BOUNDARY--\r\n";
+
+    #[test]
+    fn parses_the_bulk_download_fixture() {
+        assert_eq!(
+            multipart_boundary("multipart/form-data; boundary=DAYTONA-FILE-BOUNDARY").as_deref(),
+            Some("DAYTONA-FILE-BOUNDARY")
+        );
+        let parts = parse_multipart(&Bytes::from_static(FIXTURE), "DAYTONA-FILE-BOUNDARY").unwrap();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[0].name.as_deref(), Some("file"));
+        assert_eq!(parts[0].filename.as_deref(), Some("/tmp/a.txt"));
+        assert_eq!(parts[0].data.as_ref(), b"hello\r\nworld");
+        assert_eq!(parts[1].name.as_deref(), Some("error"));
+        assert_eq!(parts[1].filename.as_deref(), Some("/tmp/missing"));
+        let e = error::from_response(404, &HeaderMap::new(), &parts[1].data, "x", Phase::Before);
+        assert_eq!(e.kind(), ErrorKind::NotFound);
+        assert_eq!(e.code(), Some("FILE_NOT_FOUND"));
+    }
+
+    #[test]
+    fn a_truncated_multipart_body_is_an_error() {
+        let cut = &FIXTURE[..FIXTURE.len() - 30];
+        let err =
+            parse_multipart(&Bytes::copy_from_slice(cut), "DAYTONA-FILE-BOUNDARY").unwrap_err();
+        assert!(err.contains("truncated"), "{err}");
+    }
+
+    #[test]
+    fn filename_star_wins_and_handles_unicode_and_quotes() {
+        let body = Bytes::from(
+            "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/tmp/x?y \\\"q\\\"\"; filename*=utf-8''%2Ftmp%2Fx%C3%A9y%20%22q%22\r\n\r\nD\r\n--b--\r\n",
+        );
+        let parts = parse_multipart(&body, "b").unwrap();
+        assert_eq!(parts[0].filename.as_deref(), Some("/tmp/xéy \"q\""));
+        let body = Bytes::from(
+            "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/tmp/a;b \\\"c\\\"\"\r\n\r\nD\r\n--b--\r\n",
+        );
+        let parts = parse_multipart(&body, "b").unwrap();
+        assert_eq!(parts[0].filename.as_deref(), Some("/tmp/a;b \"c\""));
+    }
+
+    #[test]
+    fn path_segments_are_escaped() {
+        assert_eq!(path_segment("sbx-1_a.b"), "sbx-1_a.b");
+        assert_eq!(path_segment("a/b c"), "a%2Fb%20c");
+    }
+}

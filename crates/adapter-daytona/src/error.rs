@@ -1,0 +1,295 @@
+//! Daytona's errors mapped to [`ErrorKind`] and [`Retry`].
+//!
+//! Every Daytona component answers errors with the same envelope,
+//! `{"statusCode", "message", "code"?, "source"?, "timestamp", "path", "method"?}`: the API
+//! (`source: DAYTONA_API`), the toolbox proxy (`DAYTONA_PROXY`: `SANDBOX_NOT_FOUND` 404,
+//! `SANDBOX_NOT_STARTED` 400, `RUNNER_UNREACHABLE` 502) and the daemon (`DAYTONA_DAEMON`:
+//! `FILE_NOT_FOUND`, `PROCESS_EXECUTION_TIMEOUT`, `SESSION_ENDED`, …). Old daemons send some
+//! errors with an empty body; the status alone decides then.
+//!
+//! The retry class depends on the [`Phase`]: before the request that runs the command, nothing
+//! ran and a retry is safe where the status allows; from that request on, the command may have
+//! run, and every failure but a rejection (400, 401, 403, 404, 409, 429) is [`Retry::Unsafe`].
+
+use std::time::Duration;
+
+use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
+use reqwest::header::HeaderMap;
+
+use crate::wire::ErrorResponse;
+
+/// The provider name in errors.
+pub const PROVIDER: &str = "daytona";
+
+/// Where in an exec a failure happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Nothing that runs the command was sent yet (session create, stdin upload, control plane,
+    /// files API).
+    Before,
+    /// The command was submitted (or may have been): it may have run.
+    Submitted,
+}
+
+/// Maps an HTTP error answer.
+pub fn from_response(
+    status: u16,
+    headers: &HeaderMap,
+    body: &[u8],
+    operation: &'static str,
+    phase: Phase,
+) -> Error {
+    let envelope: ErrorResponse = serde_json::from_slice(body).unwrap_or_default();
+    let code = envelope.code.clone().filter(|c| !c.is_empty());
+    let mut text = envelope.text().unwrap_or_else(|| {
+        let raw = String::from_utf8_lossy(body);
+        let raw = raw.trim();
+        if raw.is_empty() {
+            format!("HTTP {status} with an empty body")
+        } else {
+            raw.chars().take(300).collect()
+        }
+    });
+    if let Some(src) = &envelope.source {
+        text = format!("{text} (from {src})");
+    }
+    let after = retry_after(headers);
+    let submitted = phase == Phase::Submitted;
+    let unsafe_or = |safe: Retry| if submitted { Retry::Unsafe } else { safe };
+    let code_is = |c: &str| code.as_deref() == Some(c);
+    let (kind, retry) = match status {
+        400 if code_is("SANDBOX_NOT_STARTED") => (ErrorKind::Unavailable, Retry::Never),
+        // v0.190 daemons answer a session that died under a running command with this 400.
+        400 if submitted && text.contains("session cancelled") => {
+            (ErrorKind::Unavailable, Retry::Unsafe)
+        }
+        400 | 422 => (ErrorKind::InvalidCommand, Retry::Never),
+        401 => (ErrorKind::Unauthenticated, Retry::Never),
+        403 => (ErrorKind::PermissionDenied, Retry::Never),
+        404 => (ErrorKind::NotFound, Retry::Never),
+        408 => {
+            let deadline = if code_is("PROCESS_EXECUTION_TIMEOUT") {
+                Deadline::Command
+            } else {
+                Deadline::Unknown
+            };
+            (ErrorKind::Timeout(deadline), unsafe_or(Retry::SAFE))
+        }
+        409 => (ErrorKind::Conflict, Retry::Never),
+        // SESSION_ENDED, COMMAND_ALREADY_COMPLETED: the shell that ran the command is gone.
+        410 => (ErrorKind::Unavailable, unsafe_or(Retry::SAFE)),
+        429 => (ErrorKind::RateLimited, Retry::Safe { after }),
+        502..=504 => (ErrorKind::Unavailable, unsafe_or(Retry::Safe { after })),
+        500..=599 => (ErrorKind::Internal, unsafe_or(Retry::SAFE)),
+        _ => (ErrorKind::Internal, Retry::Never),
+    };
+    let mut e = Error::new(kind, text)
+        .with_retry(retry)
+        .with_provider(PROVIDER)
+        .with_operation(operation)
+        .with_status(WireStatus::Http(status));
+    if let Some(code) = code {
+        e = e.with_code(code);
+    }
+    e
+}
+
+/// Maps a transport failure (no HTTP answer, or a broken body).
+pub fn from_transport(err: reqwest::Error, operation: &'static str, phase: Phase) -> Error {
+    let submitted = phase == Phase::Submitted;
+    let (kind, retry) = if err.is_connect() {
+        // The connection was never made: the request was not sent.
+        (ErrorKind::Unavailable, Retry::SAFE)
+    } else if err.is_timeout() {
+        (
+            ErrorKind::Timeout(Deadline::Request),
+            if submitted {
+                Retry::Unsafe
+            } else {
+                Retry::SAFE
+            },
+        )
+    } else if err.is_decode() {
+        (ErrorKind::Protocol, Retry::Unsafe)
+    } else {
+        (
+            ErrorKind::Unavailable,
+            if submitted {
+                Retry::Unsafe
+            } else {
+                Retry::SAFE
+            },
+        )
+    };
+    let mut msg = err.to_string();
+    let mut src: Option<&dyn std::error::Error> = std::error::Error::source(&err);
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    Error::new(kind, msg)
+        .with_retry(retry)
+        .with_provider(PROVIDER)
+        .with_operation(operation)
+        .with_source(err)
+}
+
+/// A malformed or truncated answer: the command's fate is unknown.
+pub fn protocol(operation: &'static str, msg: impl Into<String>) -> Error {
+    Error::protocol(msg)
+        .with_provider(PROVIDER)
+        .with_operation(operation)
+}
+
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::{HeaderValue, RETRY_AFTER};
+
+    fn map(status: u16, body: &str, phase: Phase) -> Error {
+        from_response(status, &HeaderMap::new(), body.as_bytes(), "exec", phase)
+    }
+
+    #[test]
+    fn each_status_maps_to_a_kind_and_retry_class() {
+        use ErrorKind as K;
+        let cases: Vec<(u16, &str, Phase, ErrorKind, Retry)> = vec![
+            (
+                400,
+                r#"{"statusCode":400,"message":"bad request: command cannot be empty","code":"BAD_REQUEST"}"#,
+                Phase::Submitted,
+                K::InvalidCommand,
+                Retry::Never,
+            ),
+            (
+                400,
+                r#"{"statusCode":400,"message":"sandbox is not running","code":"SANDBOX_NOT_STARTED","source":"DAYTONA_PROXY"}"#,
+                Phase::Before,
+                K::Unavailable,
+                Retry::Never,
+            ),
+            (
+                400,
+                r#"{"statusCode":400,"message":"session cancelled"}"#,
+                Phase::Submitted,
+                K::Unavailable,
+                Retry::Unsafe,
+            ),
+            (
+                401,
+                r#"{"statusCode":401,"message":"Unauthorized"}"#,
+                Phase::Submitted,
+                K::Unauthenticated,
+                Retry::Never,
+            ),
+            (403, "", Phase::Before, K::PermissionDenied, Retry::Never),
+            (
+                404,
+                r#"{"statusCode":404,"message":"Sandbox with ID or name x not found","code":"SANDBOX_NOT_FOUND","source":"DAYTONA_PROXY"}"#,
+                Phase::Before,
+                K::NotFound,
+                Retry::Never,
+            ),
+            (
+                408,
+                r#"{"statusCode":408,"message":"command execution timeout","code":"PROCESS_EXECUTION_TIMEOUT","source":"DAYTONA_DAEMON"}"#,
+                Phase::Submitted,
+                K::Timeout(Deadline::Command),
+                Retry::Unsafe,
+            ),
+            (
+                408,
+                r#"{"statusCode":408,"message":"command execution timeout","code":"REQUEST_TIMEOUT"}"#,
+                Phase::Submitted,
+                K::Timeout(Deadline::Unknown),
+                Retry::Unsafe,
+            ),
+            (
+                409,
+                r#"{"statusCode":409,"message":"conflict: session already exists","code":"CONFLICT"}"#,
+                Phase::Before,
+                K::Conflict,
+                Retry::Never,
+            ),
+            (
+                410,
+                r#"{"statusCode":410,"message":"session ended","code":"SESSION_ENDED","source":"DAYTONA_DAEMON"}"#,
+                Phase::Submitted,
+                K::Unavailable,
+                Retry::Unsafe,
+            ),
+            (
+                500,
+                r#"{"statusCode":500,"message":"boom"}"#,
+                Phase::Submitted,
+                K::Internal,
+                Retry::Unsafe,
+            ),
+            (
+                500,
+                r#"{"statusCode":500,"message":"boom"}"#,
+                Phase::Before,
+                K::Internal,
+                Retry::SAFE,
+            ),
+            (
+                502,
+                r#"{"statusCode":502,"message":"runner is unreachable","code":"RUNNER_UNREACHABLE","source":"DAYTONA_PROXY"}"#,
+                Phase::Submitted,
+                K::Unavailable,
+                Retry::Unsafe,
+            ),
+            (
+                503,
+                "<html>503</html>",
+                Phase::Before,
+                K::Unavailable,
+                Retry::SAFE,
+            ),
+        ];
+        for (status, body, phase, kind, retry) in cases {
+            let e = map(status, body, phase);
+            assert_eq!((e.kind(), e.retry()), (kind, retry), "{status} {body}: {e}");
+            assert_eq!(e.status(), Some(WireStatus::Http(status)));
+            assert_eq!(e.provider(), "daytona");
+        }
+    }
+
+    #[test]
+    fn rate_limits_carry_retry_after_even_on_the_exec_request() {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_static("3"));
+        let e = from_response(
+            429,
+            &h,
+            br#"{"statusCode":429,"message":"ThrottlerException: Too Many Requests"}"#,
+            "exec",
+            Phase::Submitted,
+        );
+        assert_eq!(e.kind(), ErrorKind::RateLimited);
+        assert_eq!(
+            e.retry(),
+            Retry::Safe {
+                after: Some(Duration::from_secs(3))
+            }
+        );
+    }
+
+    #[test]
+    fn the_code_and_source_are_kept() {
+        let e = map(
+            404,
+            r#"{"statusCode":404,"message":"file not found: /x","code":"FILE_NOT_FOUND","source":"DAYTONA_DAEMON"}"#,
+            Phase::Before,
+        );
+        assert_eq!(e.code(), Some("FILE_NOT_FOUND"));
+        assert!(e.message().contains("DAYTONA_DAEMON"));
+        assert!(e.message().contains("file not found: /x"));
+    }
+}

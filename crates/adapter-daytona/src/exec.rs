@@ -1,0 +1,987 @@
+//! The [`Exec`]/[`ExecStream`] implementation: every command runs in its own Daytona session.
+//!
+//! # Why sessions, and why the output is framed
+//!
+//! Daytona's one-shot `POST /process/execute` merges stdout and stderr into one `result` string,
+//! which the contract forbids; the session API is the only one that keeps them apart. But the
+//! daemon labels the session's output **line by line** with a shell `read -r` loop: every line
+//! gets a `\n` even if it had none (`printf o` comes back as `o\n`), NUL bytes are dropped, and the
+//! two streams are interleaved by whole lines. Reporting those bytes would lie about the output.
+//!
+//! So the command is run under a small POSIX `sh` framing script (below) that base64-encodes each
+//! stream in chunks as it is produced (`dd` reads whatever the pipe holds, so output still streams)
+//! into newline-terminated lines, which the daemon's labeller passes through unchanged. After both
+//! streams end, the script writes a trailer: `.` on stderr and `:<status>` on stdout. The adapter
+//! decodes the lines back to the exact bytes, requires both trailers (a missing one is a cut or
+//! truncated answer: [`ErrorKind::Protocol`]), and checks that the status in the trailer equals the
+//! `exitCode` Daytona reports.
+//!
+//! # One exec
+//!
+//! 1. stdin, if any, is uploaded with the files API to a fresh temp file
+//!    ([`degrade::StdinFrom::File`]); the session input route takes text only.
+//! 2. `POST /process/session` creates a session with a fresh id.
+//! 3. `POST /process/session/{id}/exec` runs the framed command: synchronously for
+//!    [`Exec::exec`] (one request answers with `stdout`, `stderr` and `exitCode`), or with
+//!    `runAsync` for [`ExecStream::exec_stream`], whose output is read from the
+//!    `logs?follow=true` WebSocket and whose exit code from `GET …/command/{cmdId}`.
+//! 4. `DELETE /process/session/{id}` removes the session. Dropping the exec future or the event
+//!    stream early does the same in the background, which kills the command's process tree.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use bytes::{Bytes, BytesMut};
+use execseam_core::degrade::{self, StdinFrom, WrapOptions};
+use execseam_core::{
+    BoxFuture, Capabilities, Command, Delivery, Error, Event, EventStream, Exec, ExecStream, Exit,
+    Output,
+};
+use futures_util::StreamExt as _;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+use crate::client::{Client, Toolbox, Ws};
+use crate::config::{DaytonaConfig, SandboxChoice};
+use crate::error::{self, PROVIDER};
+use crate::wire::{self, STDERR_PREFIX, STDOUT_PREFIX};
+
+/// What the Daytona adapter does; see the crate docs for each degradation.
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::ShellWrapped,
+    stdin: Delivery::TempFile,
+    workdir: Delivery::ShellWrapped,
+    env: Delivery::ShellWrapped,
+    streaming: true,
+    remote_kill: true,
+    binary_output: true,
+    max_stdin: None,
+    max_output: None,
+    native_tools: &[],
+};
+
+/// The framing script, run as `/bin/sh -c FRAME sh SCRIPT` where SCRIPT is the core's wrapper
+/// (workdir, env, stdin, then `exec argv`). `e` encodes its stdin in chunks of whatever one
+/// `read` returns (at most 64 KiB) as base64 lines; fd 5 carries the command's status out of the
+/// pipeline; fds 3–5 are closed for the command, so a background child cannot hold them open.
+pub const FRAME: &str = r#"e() { while c=$(dd bs=65536 count=1 2>/dev/null | base64) && [ -n "$c" ]; do printf '%s\n' "$c"; done; }
+exec 4>&1
+s=$( { { { /bin/sh -c "$1" </dev/null 3>&- 4>&- 5>&-; echo "$?" >&5; } 2>&1 1>&3 3>&- | { e; echo .; } >&2 4>&- 5>&-; } 3>&1 | e >&4 5>&-; } 5>&1 )
+printf ':%s\n' "$s"
+exit "$s""#;
+
+/// The command text sent to the session for one command.
+pub fn session_command(script: &str) -> String {
+    degrade::join(&["/bin/sh", "-c", FRAME, "sh", script])
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+/// Which stream a log byte belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Splits the daemon's prefixed log (`\x01\x01\x01` / `\x02\x02\x02`) into streams, as the SDK
+/// does: a marker switches the current stream until the next one; a marker split across chunks is
+/// held back.
+#[derive(Default)]
+struct Demux {
+    current: Option<Stream>,
+    held: Vec<u8>,
+}
+
+impl Demux {
+    fn feed(&mut self, chunk: &[u8], out: &mut Vec<(Stream, Vec<u8>)>) -> Result<(), String> {
+        let mut buf = std::mem::take(&mut self.held);
+        buf.extend_from_slice(chunk);
+        let mut i = 0;
+        let mut start = 0;
+        let flush = |cur: Option<Stream>, data: &[u8], out: &mut Vec<(Stream, Vec<u8>)>| {
+            if data.is_empty() {
+                return Ok(());
+            }
+            match cur {
+                Some(s) => {
+                    out.push((s, data.to_vec()));
+                    Ok(())
+                }
+                None => Err(format!(
+                    "the session log has {} bytes before any stream marker (was the output combined?)",
+                    data.len()
+                )),
+            }
+        };
+        while i < buf.len() {
+            let b = buf[i];
+            if b == 1 || b == 2 {
+                let rest = &buf[i..];
+                let marker = if b == 1 { STDOUT_PREFIX } else { STDERR_PREFIX };
+                if rest.len() < 3 && marker.starts_with(rest) {
+                    flush(self.current, &buf[start..i], out)?;
+                    self.held = rest.to_vec();
+                    return Ok(());
+                }
+                if rest.starts_with(marker) {
+                    flush(self.current, &buf[start..i], out)?;
+                    self.current = Some(if b == 1 {
+                        Stream::Stdout
+                    } else {
+                        Stream::Stderr
+                    });
+                    i += 3;
+                    start = i;
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        flush(self.current, &buf[start..], out)
+    }
+
+    fn finish(&mut self, out: &mut Vec<(Stream, Vec<u8>)>) -> Result<(), String> {
+        let held = std::mem::take(&mut self.held);
+        if held.is_empty() {
+            return Ok(());
+        }
+        match self.current {
+            Some(s) => {
+                out.push((s, held));
+                Ok(())
+            }
+            None => Err("the session log ends with a partial stream marker".into()),
+        }
+    }
+}
+
+/// Decodes one stream of the framing: base64 lines, then the stream's trailer.
+#[derive(Default)]
+struct Lines {
+    partial: Vec<u8>,
+    trailer: Option<Vec<u8>>,
+}
+
+impl Lines {
+    /// Feeds bytes; calls `data` with each decoded chunk.
+    fn feed(
+        &mut self,
+        stream: Stream,
+        bytes: &[u8],
+        mut data: impl FnMut(Bytes),
+    ) -> Result<(), String> {
+        let mut rest = bytes;
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            let mut line = std::mem::take(&mut self.partial);
+            line.extend_from_slice(&rest[..nl]);
+            rest = &rest[nl + 1..];
+            if let Some(t) = &self.trailer {
+                return Err(format!(
+                    "{stream:?} has output after its end marker {:?}: {:?}",
+                    String::from_utf8_lossy(t),
+                    snippet(&line)
+                ));
+            }
+            let is_trailer = match stream {
+                Stream::Stdout => line.first() == Some(&b':'),
+                Stream::Stderr => line == b".",
+            };
+            if is_trailer {
+                self.trailer = Some(line);
+                continue;
+            }
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(&line)
+                .map_err(|_| {
+                    format!(
+                        "{stream:?} of the framed command has a line that is not base64: {:?}",
+                        snippet(&line)
+                    )
+                })?;
+            if !decoded.is_empty() {
+                data(Bytes::from(decoded));
+            }
+        }
+        self.partial.extend_from_slice(rest);
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.trailer.is_some()
+    }
+
+    fn check_end(&self, stream: Stream) -> Result<(), String> {
+        if !self.partial.is_empty() {
+            return Err(format!(
+                "{stream:?} ends inside a line: {:?}",
+                snippet(&self.partial)
+            ));
+        }
+        if self.trailer.is_none() {
+            return Err(format!(
+                "{stream:?} ended without its end marker: the output was cut"
+            ));
+        }
+        Ok(())
+    }
+
+    fn status(&self) -> Result<i32, String> {
+        let t = self.trailer.as_deref().unwrap_or_default();
+        std::str::from_utf8(&t[1..])
+            .ok()
+            .and_then(|s| s.parse::<i32>().ok())
+            .ok_or_else(|| format!("a malformed exit trailer {:?}", snippet(t)))
+    }
+}
+
+fn snippet(b: &[u8]) -> String {
+    String::from_utf8_lossy(&b[..b.len().min(160)]).into_owned()
+}
+
+/// Decodes everything of a finished command: stdout and stderr strings as the daemon split them,
+/// or the raw prefixed log.
+fn decode_complete(stdout: &[u8], stderr: &[u8]) -> Result<(Bytes, Bytes, i32), String> {
+    let (mut out, mut err) = (BytesMut::new(), BytesMut::new());
+    let (mut lo, mut le) = (Lines::default(), Lines::default());
+    lo.feed(Stream::Stdout, stdout, |b| out.extend_from_slice(&b))?;
+    le.feed(Stream::Stderr, stderr, |b| err.extend_from_slice(&b))?;
+    lo.check_end(Stream::Stdout)?;
+    le.check_end(Stream::Stderr)?;
+    Ok((out.freeze(), err.freeze(), lo.status()?))
+}
+
+fn split_raw(raw: &[u8]) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let mut demux = Demux::default();
+    let mut parts = Vec::new();
+    demux.feed(raw, &mut parts)?;
+    demux.finish(&mut parts)?;
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    for (s, b) in parts {
+        match s {
+            Stream::Stdout => out.extend_from_slice(&b),
+            Stream::Stderr => err.extend_from_slice(&b),
+        }
+    }
+    Ok((out, err))
+}
+
+/// Reads a synchronous session exec answer into an [`Output`].
+fn output_from_response(resp: &wire::SessionExecuteResponse) -> Result<Output, Error> {
+    let proto = |m: String| error::protocol("exec", m);
+    let code = resp
+        .exit_code
+        .ok_or_else(|| proto("the session exec answered without an exitCode".into()))?;
+    let (so, se) = match (&resp.stdout, &resp.stderr, &resp.output) {
+        (Some(o), Some(e), _) => (o.as_bytes().to_vec(), e.as_bytes().to_vec()),
+        (_, _, Some(raw)) => split_raw(raw.as_bytes()).map_err(proto)?,
+        _ => {
+            return Err(proto(
+                "the session exec answered without the command's output".into(),
+            ));
+        }
+    };
+    let (stdout, stderr, status) = decode_complete(&so, &se).map_err(proto)?;
+    if status != code {
+        return Err(proto(format!(
+            "the framed status {status} differs from Daytona's exitCode {code}"
+        )));
+    }
+    Ok(Output::new(stdout, stderr, Exit::Code(code)))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The adapter
+
+struct Inner {
+    client: Arc<Client>,
+    toolbox: Toolbox,
+    sandbox_id: String,
+    temp_dir: String,
+}
+
+/// Runs commands in one Daytona sandbox. Cheap to clone.
+#[derive(Clone)]
+pub struct DaytonaExec {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for DaytonaExec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaytonaExec")
+            .field("sandbox_id", &self.inner.sandbox_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DaytonaExec {
+    /// Connects as the configuration says: attaches to an existing sandbox (waiting until it is
+    /// `started`), or creates one.
+    pub async fn connect(config: DaytonaConfig) -> Result<DaytonaExec, Error> {
+        let client = Arc::new(Client::new(&config)?);
+        let sandbox = match &config.sandbox {
+            SandboxChoice::Existing(id) => client.get_sandbox(id).await?,
+            SandboxChoice::Create { snapshot } => {
+                let body = wire::CreateSandbox {
+                    labels: [("code-toolbox-language".to_owned(), "python".to_owned())].into(),
+                    snapshot: snapshot.clone(),
+                    target: config.target.clone(),
+                    ..Default::default()
+                };
+                client.create_sandbox(&body).await?
+            }
+        };
+        let sandbox = wait_started(&client, sandbox, config.start_timeout).await?;
+        let url = match sandbox.toolbox_proxy_url.as_deref() {
+            Some(u) if !u.is_empty() => u.to_owned(),
+            _ => client.toolbox_proxy_url(&sandbox.id).await?,
+        };
+        Ok(DaytonaExec::from_parts(client, &config, &url, &sandbox.id))
+    }
+
+    /// An adapter for a sandbox whose toolbox URL is already known (`toolboxProxyUrl` of its
+    /// `Sandbox` DTO). No request is made.
+    pub fn with_toolbox(
+        config: DaytonaConfig,
+        toolbox_proxy_url: &str,
+        sandbox_id: &str,
+    ) -> Result<DaytonaExec, Error> {
+        let client = Arc::new(Client::new(&config)?);
+        Ok(DaytonaExec::from_parts(
+            client,
+            &config,
+            toolbox_proxy_url,
+            sandbox_id,
+        ))
+    }
+
+    fn from_parts(
+        client: Arc<Client>,
+        config: &DaytonaConfig,
+        url: &str,
+        sandbox_id: &str,
+    ) -> DaytonaExec {
+        DaytonaExec {
+            inner: Arc::new(Inner {
+                toolbox: Toolbox::new(client.clone(), url, sandbox_id),
+                client,
+                sandbox_id: sandbox_id.to_owned(),
+                temp_dir: config.temp_dir.clone(),
+            }),
+        }
+    }
+
+    /// The sandbox's id.
+    pub fn sandbox_id(&self) -> &str {
+        &self.inner.sandbox_id
+    }
+
+    /// Deletes the sandbox (`DELETE /sandbox/{id}`).
+    pub async fn delete_sandbox(&self) -> Result<(), Error> {
+        self.inner
+            .client
+            .delete_sandbox(&self.inner.sandbox_id)
+            .await
+    }
+
+    /// Writes a file (`POST /files/bulk-upload`); parent directories are created.
+    pub async fn upload_file(&self, path: &str, data: &[u8]) -> Result<(), Error> {
+        self.inner.toolbox.upload(&[(path, data)]).await
+    }
+
+    /// Reads a file (`POST /files/bulk-download`).
+    pub async fn download_file(&self, path: &str) -> Result<Bytes, Error> {
+        let mut r = self.inner.toolbox.download(&[path]).await?;
+        r.pop()
+            .unwrap_or_else(|| Err(error::protocol("download_files", "no part in the answer")))
+    }
+
+    /// Lists a directory (`GET /files?path=`), in the daemon's order.
+    pub async fn list_files(&self, path: &str) -> Result<Vec<wire::FileInfo>, Error> {
+        self.inner.toolbox.list(path).await
+    }
+
+    /// One entry's metadata (`GET /files/info?path=`).
+    pub async fn file_info(&self, path: &str) -> Result<wire::FileInfo, Error> {
+        self.inner.toolbox.info(path).await
+    }
+
+    /// Daytona's `find_files`: lines containing `pattern` literally, below `path` (binary files
+    /// are skipped by the daemon). The order is the daemon's walk; sort before showing it.
+    pub async fn find_in_files(
+        &self,
+        path: &str,
+        pattern: &str,
+    ) -> Result<Vec<wire::Match>, Error> {
+        self.inner.toolbox.find(path, pattern).await
+    }
+
+    /// Daytona's `search_files`: paths below `path` whose base name matches the glob `pattern`
+    /// (Go `filepath.Match`; directories included). Sort before showing it.
+    pub async fn search_files(&self, path: &str, pattern: &str) -> Result<Vec<String>, Error> {
+        self.inner.toolbox.search(path, pattern).await
+    }
+
+    /// Deletes a file, or a directory with `recursive`.
+    pub async fn delete_file(&self, path: &str, recursive: bool) -> Result<(), Error> {
+        self.inner.toolbox.delete_file(path, recursive).await
+    }
+}
+
+async fn wait_started(
+    client: &Client,
+    mut sandbox: wire::Sandbox,
+    timeout: Duration,
+) -> Result<wire::Sandbox, Error> {
+    let until = Instant::now() + timeout;
+    loop {
+        match sandbox.state.as_deref() {
+            None | Some("started") => return Ok(sandbox),
+            Some(s @ ("error" | "build_failed" | "destroyed" | "destroying")) => {
+                let why = sandbox.error_reason.clone().unwrap_or_default();
+                let kind = if s.starts_with("destr") {
+                    execseam_core::ErrorKind::NotFound
+                } else {
+                    execseam_core::ErrorKind::Unavailable
+                };
+                return Err(Error::new(
+                    kind,
+                    format!("sandbox {} is in state {s} {why}", sandbox.id),
+                )
+                .with_provider(PROVIDER)
+                .with_operation("connect"));
+            }
+            Some(other) => {
+                if Instant::now() > until {
+                    return Err(Error::new(
+                        execseam_core::ErrorKind::Timeout(execseam_core::Deadline::Request),
+                        format!(
+                            "sandbox {} is still {other} after {}s",
+                            sandbox.id,
+                            timeout.as_secs()
+                        ),
+                    )
+                    .with_retry(execseam_core::Retry::SAFE)
+                    .with_provider(PROVIDER)
+                    .with_operation("connect"));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        sandbox = client.get_sandbox(&sandbox.id).await?;
+    }
+}
+
+fn fresh_id(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = degrade::temp_path("/");
+    format!(
+        "{prefix}-{}-{}",
+        t.trim_start_matches("/.execseam-"),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A prepared command: the framed session command and where its stdin goes.
+struct Plan {
+    command: String,
+    stdin: Option<(String, Bytes)>,
+}
+
+impl Plan {
+    fn new(inner: &Inner, cmd: &Command) -> Result<Plan, Error> {
+        let stdin_path = (!cmd.stdin().is_empty()).then(|| degrade::temp_path(&inner.temp_dir));
+        let opts = WrapOptions {
+            workdir: true,
+            env: true,
+            stdin: stdin_path
+                .clone()
+                .map_or(StdinFrom::Backend, StdinFrom::File),
+        };
+        let script = degrade::script(cmd, &opts).map_err(|e| e.or_context(PROVIDER, "exec"))?;
+        Ok(Plan {
+            command: session_command(&script),
+            stdin: stdin_path.map(|p| (p, cmd.stdin().clone())),
+        })
+    }
+}
+
+/// A session that runs one command; deleted (killing the command) when dropped unless closed.
+struct Session {
+    toolbox: Toolbox,
+    id: String,
+    open: bool,
+}
+
+impl Session {
+    /// Uploads stdin and creates the session. Nothing has run yet: every error here is retryable
+    /// as its status says.
+    async fn open(inner: &Inner, plan: &Plan) -> Result<Session, Error> {
+        if let Some((path, data)) = &plan.stdin {
+            inner
+                .toolbox
+                .upload(&[(path, data)])
+                .await
+                .map_err(|e| e.or_context(PROVIDER, "exec"))?;
+        }
+        let id = fresh_id("execseam");
+        if let Err(e) = inner.toolbox.create_session(&id).await {
+            if let Some((path, _)) = &plan.stdin {
+                let _ = inner.toolbox.delete_file(path, false).await;
+            }
+            return Err(e);
+        }
+        Ok(Session {
+            toolbox: inner.toolbox.clone(),
+            id,
+            open: true,
+        })
+    }
+
+    /// Deletes the session now (after the command ended). A failure leaks an idle session and
+    /// is logged, not reported: the command's result stands.
+    async fn close(mut self) {
+        self.open = false;
+        if let Err(e) = self.toolbox.delete_session(&self.id).await {
+            tracing::warn!(session = %self.id, error = %e, "could not delete a Daytona session");
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if !self.open {
+            return;
+        }
+        // Abandoned mid-command: deleting the session kills its process tree.
+        let toolbox = self.toolbox.clone();
+        let id = std::mem::take(&mut self.id);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = toolbox.delete_session(&id).await {
+                    tracing::warn!(session = %id, error = %e, "could not kill an abandoned Daytona command");
+                }
+            });
+        }
+    }
+}
+
+async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
+    let plan = Plan::new(&inner, &cmd)?;
+    let session = Session::open(&inner, &plan).await?;
+    let resp = inner
+        .toolbox
+        .session_exec(&session.id, &plan.command, false)
+        .await?;
+    let output = output_from_response(&resp)?;
+    session.close().await;
+    degrade::check_wrapped(output).map_err(|e| e.or_context(PROVIDER, "exec"))
+}
+
+impl Exec for DaytonaExec {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        Box::pin(run(self.inner.clone(), command))
+    }
+
+    fn streaming(&self) -> Option<&dyn ExecStream> {
+        Some(self)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streaming
+
+/// How long to wait, after both trailers, for Daytona to record the exit code.
+const EXIT_CODE_WAIT: Duration = Duration::from_secs(15);
+
+struct Streamer {
+    session: Option<Session>,
+    toolbox: Toolbox,
+    cmd_id: String,
+    ws: Option<Ws>,
+    demux: Demux,
+    out: Lines,
+    err: Lines,
+    pending: VecDeque<Event>,
+    /// stdout and stderr seen so far, for the wrapper check at the end.
+    first_stderr: BytesMut,
+    done: bool,
+}
+
+impl Streamer {
+    fn fail(&mut self, e: Error) -> Option<(Result<Event, Error>, Streamer)> {
+        self.done = true;
+        Some((Err(e), self.take()))
+    }
+
+    fn take(&mut self) -> Streamer {
+        Streamer {
+            session: self.session.take(),
+            toolbox: self.toolbox.clone(),
+            cmd_id: std::mem::take(&mut self.cmd_id),
+            ws: self.ws.take(),
+            demux: std::mem::take(&mut self.demux),
+            out: std::mem::take(&mut self.out),
+            err: std::mem::take(&mut self.err),
+            pending: std::mem::take(&mut self.pending),
+            first_stderr: std::mem::take(&mut self.first_stderr),
+            done: self.done,
+        }
+    }
+
+    fn feed(&mut self, chunk: &[u8]) -> Result<(), String> {
+        let mut parts = Vec::new();
+        self.demux.feed(chunk, &mut parts)?;
+        self.route(parts)
+    }
+
+    fn route(&mut self, parts: Vec<(Stream, Vec<u8>)>) -> Result<(), String> {
+        for (s, b) in parts {
+            let pending = &mut self.pending;
+            match s {
+                Stream::Stdout => self
+                    .out
+                    .feed(s, &b, |d| pending.push_back(Event::Stdout(d)))?,
+                Stream::Stderr => {
+                    let first = &mut self.first_stderr;
+                    self.err.feed(s, &b, |d| {
+                        if first.len() < 4096 {
+                            first.extend_from_slice(&d[..d.len().min(4096 - first.len())]);
+                        }
+                        pending.push_back(Event::Stderr(d));
+                    })?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for Daytona's exit code and checks it against the trailer.
+    async fn exit(&mut self) -> Result<Exit, Error> {
+        let status = self
+            .out
+            .status()
+            .map_err(|m| error::protocol("exec_stream", m))?;
+        let session = self
+            .session
+            .as_ref()
+            .map(|s| s.id.clone())
+            .unwrap_or_default();
+        let until = Instant::now() + EXIT_CODE_WAIT;
+        let code = loop {
+            let c = self.toolbox.get_command(&session, &self.cmd_id).await?;
+            if let Some(code) = c.exit_code {
+                break code;
+            }
+            if Instant::now() > until {
+                return Err(error::protocol(
+                    "exec_stream",
+                    "Daytona recorded no exit code for a command whose output has ended",
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        if code != status {
+            return Err(error::protocol(
+                "exec_stream",
+                format!("the framed status {status} differs from Daytona's exitCode {code}"),
+            ));
+        }
+        // The wrapper's own failures (missing workdir, missing stdin file) become typed errors.
+        let probe = Output::new(
+            Bytes::new(),
+            self.first_stderr.split().freeze(),
+            Exit::Code(code),
+        );
+        degrade::check_wrapped(probe).map_err(|e| e.or_context(PROVIDER, "exec_stream"))?;
+        Ok(Exit::Code(code))
+    }
+
+    async fn next(mut self) -> Option<(Result<Event, Error>, Streamer)> {
+        loop {
+            if let Some(ev) = self.pending.pop_front() {
+                return Some((Ok(ev), self));
+            }
+            if self.done {
+                return None;
+            }
+            if self.out.done() && self.err.done() {
+                self.ws = None;
+                let r = self.exit().await;
+                match r {
+                    Ok(exit) => {
+                        self.done = true;
+                        if let Some(s) = self.session.take() {
+                            s.close().await;
+                        }
+                        return Some((Ok(Event::Exit(exit)), self));
+                    }
+                    Err(e) => return self.fail(e),
+                }
+            }
+            let Some(ws) = self.ws.as_mut() else {
+                return self.fail(error::protocol("exec_stream", "the log stream is gone"));
+            };
+            match ws.next().await {
+                Some(Ok(Message::Binary(b))) => {
+                    if let Err(m) = self.feed(&b) {
+                        return self.fail(error::protocol("exec_stream", m));
+                    }
+                }
+                Some(Ok(Message::Text(t))) => {
+                    if let Err(m) = self.feed(t.as_bytes()) {
+                        return self.fail(error::protocol("exec_stream", m));
+                    }
+                }
+                Some(Ok(Message::Close(frame))) => {
+                    let mut parts = Vec::new();
+                    if let Err(m) = self
+                        .demux
+                        .finish(&mut parts)
+                        .and_then(|()| self.route(parts))
+                    {
+                        return self.fail(error::protocol("exec_stream", m));
+                    }
+                    let code = frame.as_ref().map(|f| f.code);
+                    if matches!(code, None | Some(CloseCode::Normal)) {
+                        let ended = self
+                            .out
+                            .check_end(Stream::Stdout)
+                            .and_then(|()| self.err.check_end(Stream::Stderr));
+                        if let Err(m) = ended {
+                            return self.fail(error::protocol("exec_stream", m));
+                        }
+                    } else {
+                        let reason = frame.map(|f| f.reason.to_string()).unwrap_or_default();
+                        return self.fail(
+                            Error::new(
+                                execseam_core::ErrorKind::Unavailable,
+                                format!("the log stream closed with {code:?} {reason}"),
+                            )
+                            .with_retry(execseam_core::Retry::Unsafe)
+                            .with_provider(PROVIDER)
+                            .with_operation("exec_stream"),
+                        );
+                    }
+                    self.ws = None;
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    return self.fail(
+                        Error::new(
+                            execseam_core::ErrorKind::Unavailable,
+                            format!("the log stream broke: {e}"),
+                        )
+                        .with_retry(execseam_core::Retry::Unsafe)
+                        .with_provider(PROVIDER)
+                        .with_operation("exec_stream"),
+                    );
+                }
+                None => {
+                    return self.fail(error::protocol(
+                        "exec_stream",
+                        "the log stream was cut before the command's end",
+                    ));
+                }
+            }
+        }
+    }
+}
+
+async fn start_stream(inner: Arc<Inner>, cmd: Command) -> Result<EventStream, Error> {
+    let plan = Plan::new(&inner, &cmd)?;
+    let session = Session::open(&inner, &plan).await?;
+    let resp = inner
+        .toolbox
+        .session_exec(&session.id, &plan.command, true)
+        .await
+        .map_err(|e| e.or_context(PROVIDER, "exec_stream"))?;
+    let ws = inner.toolbox.follow_logs(&session.id, &resp.cmd_id).await?;
+    let streamer = Streamer {
+        session: Some(session),
+        toolbox: inner.toolbox.clone(),
+        cmd_id: resp.cmd_id,
+        ws: Some(ws),
+        demux: Demux::default(),
+        out: Lines::default(),
+        err: Lines::default(),
+        pending: VecDeque::new(),
+        first_stderr: BytesMut::new(),
+        done: false,
+    };
+    Ok(EventStream::new(futures_util::stream::unfold(
+        streamer,
+        Streamer::next,
+    )))
+}
+
+impl ExecStream for DaytonaExec {
+    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+        Box::pin(start_stream(self.inner.clone(), command))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_frame(shell: &str, script: &str) -> std::process::Output {
+        let cmd = session_command(script);
+        std::process::Command::new(shell)
+            .arg("-c")
+            .arg(&cmd)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// The daemon's labeller: each line prefixed, a `\n` forced on the last one.
+    fn label(prefix: &[u8], data: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        if data.is_empty() {
+            return v;
+        }
+        for line in data
+            .strip_suffix(b"\n")
+            .unwrap_or(data)
+            .split(|&b| b == b'\n')
+        {
+            v.extend_from_slice(prefix);
+            v.extend_from_slice(line);
+            v.push(b'\n');
+        }
+        v
+    }
+
+    #[test]
+    fn the_frame_round_trips_exact_bytes_in_every_shell() {
+        let cmd = Command::builder([
+            "sh",
+            "-c",
+            "printf 'a\\000b\\377'; printf 'no newline' >&2; exit 7",
+        ])
+        .build()
+        .unwrap();
+        let script = degrade::script(&cmd, &WrapOptions::default()).unwrap();
+        for shell in ["/bin/sh", "bash", "dash"] {
+            let o = run_frame(shell, &script);
+            assert_eq!(o.status.code(), Some(7), "{shell}");
+            let (out, err, status) = decode_complete(&o.stdout, &o.stderr).unwrap();
+            assert_eq!(out.as_ref(), b"a\0b\xff", "{shell}");
+            assert_eq!(err.as_ref(), b"no newline", "{shell}");
+            assert_eq!(status, 7);
+            // Through the daemon's line labeller and our demux: the same bytes.
+            let mut log = label(STDOUT_PREFIX, &o.stdout);
+            log.extend(label(STDERR_PREFIX, &o.stderr));
+            let (so, se) = split_raw(&log).unwrap();
+            let (out2, err2, _) = decode_complete(&so, &se).unwrap();
+            assert_eq!((out2, err2), (out, err));
+        }
+    }
+
+    #[test]
+    fn empty_output_is_just_the_trailers() {
+        let cmd = Command::new(["true"]).unwrap();
+        let script = degrade::script(&cmd, &WrapOptions::default()).unwrap();
+        let o = run_frame("/bin/sh", &script);
+        assert_eq!(o.stdout, b":0\n");
+        assert_eq!(o.stderr, b".\n");
+    }
+
+    #[test]
+    fn missing_trailers_and_garbage_are_protocol_errors() {
+        assert!(
+            decode_complete(b"aGk=\n", b".\n")
+                .unwrap_err()
+                .contains("end marker")
+        );
+        assert!(
+            decode_complete(b":0\n", b"")
+                .unwrap_err()
+                .contains("end marker")
+        );
+        assert!(
+            decode_complete(b"sh: 1: dd: not found\n:0\n", b".\n")
+                .unwrap_err()
+                .contains("not base64")
+        );
+        assert!(
+            decode_complete(b":0\naGk=\n", b".\n")
+                .unwrap_err()
+                .contains("after its end")
+        );
+        assert!(decode_complete(b"aGk=", b".\n").is_err());
+    }
+
+    #[test]
+    fn the_demux_handles_markers_split_across_chunks() {
+        let log = b"\x01\x01\x01aGk=\n\x02\x02\x02.\n\x01\x01\x01:0\n";
+        for cut in 0..log.len() {
+            let mut d = Demux::default();
+            let mut parts = Vec::new();
+            d.feed(&log[..cut], &mut parts).unwrap();
+            d.feed(&log[cut..], &mut parts).unwrap();
+            d.finish(&mut parts).unwrap();
+            let (mut o, mut e) = (Vec::new(), Vec::new());
+            for (s, b) in parts {
+                match s {
+                    Stream::Stdout => o.extend(b),
+                    Stream::Stderr => e.extend(b),
+                }
+            }
+            assert_eq!(o, b"aGk=\n:0\n", "cut at {cut}");
+            assert_eq!(e, b".\n");
+        }
+        let mut d = Demux::default();
+        assert!(d.feed(b"combined output\n", &mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn sync_responses_of_both_shapes_decode_and_disagreeing_codes_fail() {
+        let split = wire::SessionExecuteResponse {
+            cmd_id: "c".into(),
+            output: None,
+            stdout: Some("aGk=\n:3\n".into()),
+            stderr: Some("ZQ==\n.\n".into()),
+            exit_code: Some(3),
+        };
+        let o = output_from_response(&split).unwrap();
+        assert_eq!(o, Output::new("hi", "e", Exit::Code(3)));
+        let raw = wire::SessionExecuteResponse {
+            cmd_id: "c".into(),
+            output: Some(
+                "\u{1}\u{1}\u{1}aGk=\n\u{2}\u{2}\u{2}ZQ==\n\u{2}\u{2}\u{2}.\n\u{1}\u{1}\u{1}:3\n"
+                    .into(),
+            ),
+            stdout: None,
+            stderr: None,
+            exit_code: Some(3),
+        };
+        assert_eq!(output_from_response(&raw).unwrap(), o);
+        let wrong = wire::SessionExecuteResponse {
+            exit_code: Some(0),
+            ..split.clone()
+        };
+        assert_eq!(
+            output_from_response(&wrong).unwrap_err().kind(),
+            execseam_core::ErrorKind::Protocol
+        );
+        let no_code = wire::SessionExecuteResponse {
+            exit_code: None,
+            ..split
+        };
+        assert!(output_from_response(&no_code).is_err());
+    }
+}

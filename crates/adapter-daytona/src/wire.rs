@@ -1,0 +1,345 @@
+//! Daytona's wire format, spelled as Daytona spells it (camelCase JSON).
+//!
+//! Sources: the generated clients `daytona_api_client` and `daytona_toolbox_api_client` 0.226.1
+//! (`models/*.py`) and the daemon source (`apps/daemon/pkg/toolbox/**`). Unknown fields are
+//! ignored on input; optional fields are omitted on output, as the official SDK does.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The header whose value selects the daemon's response shapes (see [`SDK_VERSION`]).
+pub const SDK_VERSION_HEADER: &str = "X-Daytona-SDK-Version";
+/// The SDK version we announce. Daemons answer clients at 0.167.0 or later with the session
+/// output already split into `stdout` and `stderr` (and JSON from the plain logs route).
+pub const SDK_VERSION: &str = "0.226.1";
+/// The source header the official SDKs send (`sdk-python`, `sdk-typescript`); ours.
+pub const SOURCE_HEADER: &str = "X-Daytona-Source";
+/// Organization header, used with a JWT instead of an API key.
+pub const ORGANIZATION_HEADER: &str = "X-Daytona-Organization-ID";
+
+/// The stdout marker in a session's log: each stdout line starts with it.
+pub const STDOUT_PREFIX: &[u8; 3] = b"\x01\x01\x01";
+/// The stderr marker in a session's log: each stderr line starts with it.
+pub const STDERR_PREFIX: &[u8; 3] = b"\x02\x02\x02";
+
+/// `POST /sandbox` body (`CreateSandbox`). The SDK's default body is
+/// `{"env": {}, "labels": {"code-toolbox-language": "python"}, "volumes": []}`.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateSandbox {
+    /// Environment variables of the sandbox.
+    pub env: BTreeMap<String, String>,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Volumes to mount (none by default).
+    pub volumes: Vec<serde_json::Value>,
+    /// The snapshot to start from; the organization's default when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// The region.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Minutes of inactivity before the sandbox stops (0 disables).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_stop_interval: Option<u32>,
+}
+
+/// The `Sandbox` DTO, reduced to what the adapter reads.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sandbox {
+    /// The sandbox id.
+    pub id: String,
+    /// `started`, `creating`, `stopped`, `error`, …; absent on some list items.
+    #[serde(default)]
+    pub state: Option<String>,
+    /// The reason for an `error` state.
+    #[serde(default)]
+    pub error_reason: Option<String>,
+    /// `{region proxy}/toolbox`; empty on list items (then `GET /sandbox/{id}/toolbox-proxy-url`).
+    #[serde(default)]
+    pub toolbox_proxy_url: Option<String>,
+}
+
+/// `GET /sandbox/{id}/toolbox-proxy-url`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ToolboxProxyUrl {
+    /// The toolbox base, without the sandbox id.
+    pub url: String,
+}
+
+/// `POST /process/session`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateSessionRequest<'a> {
+    /// The session id (unique per sandbox; `entrypoint` is reserved).
+    pub session_id: &'a str,
+}
+
+/// `POST /process/session/{sessionId}/exec`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionExecuteRequest<'a> {
+    /// The command text, sourced by the session's shell.
+    pub command: &'a str,
+    /// `true`: answer 202 at once and keep the command's stdin open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_async: Option<bool>,
+}
+
+/// The answer to a session exec: 200 (sync) or 202 (async, `cmdId` only).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionExecuteResponse {
+    /// The command id (a UUID).
+    pub cmd_id: String,
+    /// The raw log (with `\x01\x01\x01`/`\x02\x02\x02` line prefixes for SDK >= 0.27).
+    #[serde(default)]
+    pub output: Option<String>,
+    /// stdout, demultiplexed by the daemon (SDK >= 0.167).
+    #[serde(default)]
+    pub stdout: Option<String>,
+    /// stderr, demultiplexed by the daemon (SDK >= 0.167).
+    #[serde(default)]
+    pub stderr: Option<String>,
+    /// The exit code; absent for async commands.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+}
+
+/// `GET /process/session/{sessionId}/command/{commandId}`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionCommand {
+    /// The command id.
+    pub id: String,
+    /// The command text.
+    #[serde(default)]
+    pub command: String,
+    /// Absent while the command runs.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+}
+
+/// `GET …/logs` as JSON (SDK >= 0.167).
+#[derive(Clone, Debug, Deserialize)]
+pub struct SessionCommandLogsResponse {
+    /// The raw prefixed log.
+    pub output: String,
+    /// Demultiplexed stdout.
+    pub stdout: String,
+    /// Demultiplexed stderr.
+    pub stderr: String,
+}
+
+/// The error envelope of the API (NestJS), the proxy and the daemon:
+/// `{statusCode, message, code?, source?, error?, timestamp, path, method?}`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorResponse {
+    /// The HTTP status repeated.
+    #[serde(default)]
+    pub status_code: Option<u16>,
+    /// A string, or (NestJS validation) an array of strings.
+    #[serde(default)]
+    pub message: Option<serde_json::Value>,
+    /// `NOT_FOUND`, `FILE_NOT_FOUND`, `SESSION_ENDED`, `SANDBOX_NOT_FOUND`, …
+    #[serde(default)]
+    pub code: Option<String>,
+    /// `DAYTONA_API`, `DAYTONA_PROXY`, `DAYTONA_DAEMON`, `DAYTONA_RUNNER`.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// NestJS' reason phrase; some daemon routes put the message here.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl ErrorResponse {
+    /// The message as one string, `message` first, then `error`.
+    pub fn text(&self) -> Option<String> {
+        match &self.message {
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(serde_json::Value::Array(items)) => Some(
+                items
+                    .iter()
+                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            Some(other) if !other.is_null() => Some(other.to_string()),
+            _ => self.error.clone(),
+        }
+    }
+}
+
+/// A directory entry (`GET /files?path=`, `GET /files/info?path=`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileInfo {
+    /// The base name.
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Go `FileMode.String()`: `-rw-r--r--`, `drwxr-xr-x`.
+    pub mode: String,
+    /// Go `time.String()` (deprecated by Daytona in favour of `modifiedAt`).
+    #[serde(default)]
+    pub mod_time: String,
+    /// RFC 3339, newer daemons.
+    #[serde(default)]
+    pub modified_at: Option<String>,
+    /// True for a directory.
+    pub is_dir: bool,
+    /// Numeric uid, as a string.
+    pub owner: String,
+    /// Numeric gid, as a string.
+    pub group: String,
+    /// Four octal digits: `0644`.
+    pub permissions: String,
+    /// The full path, newer daemons.
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+/// One hit of `GET /files/find?path=&pattern=` (a literal substring search).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct Match {
+    /// The file.
+    pub file: String,
+    /// 1-based line number.
+    pub line: u64,
+    /// The whole line, without its newline.
+    pub content: String,
+}
+
+/// `GET /files/search?path=&pattern=` (a glob on base names).
+#[derive(Clone, Debug, Deserialize)]
+pub struct SearchFilesResponse {
+    /// The matching paths, as walked.
+    pub files: Vec<String>,
+}
+
+/// `POST /files/bulk-download`.
+#[derive(Clone, Debug, Serialize)]
+pub struct FilesDownloadRequest<'a> {
+    /// The paths, in the order the parts come back.
+    pub paths: &'a [&'a str],
+}
+
+/// `POST /files/bulk-upload` answer.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct UploadResponse {
+    /// What was written.
+    #[serde(default)]
+    pub files: Vec<UploadedFile>,
+    /// Per-file errors (with a 400).
+    #[serde(default)]
+    pub errors: Vec<String>,
+}
+
+/// One uploaded file.
+#[derive(Clone, Debug, Deserialize)]
+pub struct UploadedFile {
+    /// Its path.
+    pub path: String,
+    /// Bytes written.
+    #[serde(default)]
+    pub bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_dto_from_the_research_transcript_parses() {
+        let s: Sandbox = serde_json::from_str(
+            r#"{"id":"sbx-1","organizationId":"org1","name":"sbx-1","user":"daytona","env":{},"labels":{"code-toolbox-language":"python"},
+ "public":false,"networkBlockAll":false,"kvm":false,"target":"us","cpu":1,"gpu":0,"memory":1,"disk":3,
+ "state":"started","toolboxProxyUrl":"http://127.0.0.1:18081/toolbox"}"#,
+        )
+        .unwrap();
+        assert_eq!(s.id, "sbx-1");
+        assert_eq!(s.state.as_deref(), Some("started"));
+        assert_eq!(
+            s.toolbox_proxy_url.as_deref(),
+            Some("http://127.0.0.1:18081/toolbox")
+        );
+    }
+
+    #[test]
+    fn requests_are_spelled_like_the_sdk() {
+        let r = serde_json::to_string(&SessionExecuteRequest {
+            command: "echo hi",
+            run_async: None,
+        })
+        .unwrap();
+        assert_eq!(r, r#"{"command":"echo hi"}"#);
+        let r = serde_json::to_string(&SessionExecuteRequest {
+            command: "x",
+            run_async: Some(true),
+        })
+        .unwrap();
+        assert_eq!(r, r#"{"command":"x","runAsync":true}"#);
+        let r = serde_json::to_string(&CreateSessionRequest { session_id: "s1" }).unwrap();
+        assert_eq!(r, r#"{"sessionId":"s1"}"#);
+        let r = serde_json::to_string(&CreateSandbox {
+            labels: [("code-toolbox-language".into(), "python".into())].into(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(
+            r,
+            r#"{"env":{},"labels":{"code-toolbox-language":"python"},"volumes":[]}"#
+        );
+    }
+
+    #[test]
+    fn session_responses_of_each_version_parse() {
+        // SDK >= 0.167: raw output plus the daemon's split (captured with SDK 0.226.1).
+        let r: SessionExecuteResponse = serde_json::from_str(
+            "{\"cmdId\":\"c1\",\"output\":\"\\u0001\\u0001\\u0001out\\n\\u0002\\u0002\\u0002bad\\n\",\"stdout\":\"out\\n\",\"stderr\":\"bad\\n\",\"exitCode\":0}",
+        )
+        .unwrap();
+        assert_eq!(r.stdout.as_deref(), Some("out\n"));
+        assert_eq!(r.exit_code, Some(0));
+        // Async: cmdId only.
+        let r: SessionExecuteResponse = serde_json::from_str(r#"{"cmdId":"c2"}"#).unwrap();
+        assert!(r.exit_code.is_none() && r.output.is_none());
+        let c: SessionCommand = serde_json::from_str(r#"{"id":"c2","command":"sleep 1"}"#).unwrap();
+        assert!(c.exit_code.is_none());
+    }
+
+    #[test]
+    fn error_envelopes_parse_with_string_or_array_messages() {
+        let e: ErrorResponse = serde_json::from_str(
+            r#"{"statusCode":404,"message":"not found: session not found","code":"NOT_FOUND","timestamp":"2024-01-01T12:00:00Z","path":"/process/session/x","method":"GET"}"#,
+        )
+        .unwrap();
+        assert_eq!(e.status_code, Some(404));
+        assert_eq!(e.code.as_deref(), Some("NOT_FOUND"));
+        assert_eq!(e.text().unwrap(), "not found: session not found");
+        let e: ErrorResponse = serde_json::from_str(
+            r#"{"statusCode":400,"message":["cpu must be a number","memory too big"],"error":"Bad Request"}"#,
+        )
+        .unwrap();
+        assert_eq!(e.text().unwrap(), "cpu must be a number; memory too big");
+        let e: ErrorResponse = serde_json::from_str(
+            r#"{"error":"request body must be {\"paths\": [ ... ]} and non-empty"}"#,
+        )
+        .unwrap();
+        assert!(e.text().unwrap().starts_with("request body"));
+    }
+
+    #[test]
+    fn file_info_parses_the_daemon_shape() {
+        let f: FileInfo = serde_json::from_str(
+            r#"{"name":"a.txt","size":3,"mode":"-rw-r--r--","modTime":"2024-01-01 00:00:00 +0000 UTC","modifiedAt":"2024-01-01T00:00:00Z",
+ "isDir":false,"owner":"1000","group":"1000","permissions":"0644","path":"/tmp/a.txt"}"#,
+        )
+        .unwrap();
+        assert_eq!(f.permissions, "0644");
+        assert!(!f.is_dir);
+    }
+}

@@ -1,0 +1,68 @@
+//! The conformance suite against the Daytona emulator (`cargo xtask conformance --adapter
+//! daytona`), or against Daytona itself with `EXECSEAM_LIVE=1` (see `DaytonaConfig::from_env`).
+
+use std::sync::Arc;
+
+use execseam_conformance::Target;
+use execseam_core::{Error, ErrorKind, Exec};
+use execseam_daytona::{DaytonaConfig, DaytonaExec};
+use execseam_emulators::EmulatorOptions;
+use execseam_emulators::daytona::DaytonaEmulator;
+
+fn main() {
+    execseam_conformance::main(|| async {
+        if std::env::var("EXECSEAM_LIVE").as_deref() == Ok("1") {
+            let exec = DaytonaExec::connect(DaytonaConfig::from_env()?).await?;
+            return Ok(Target::new("daytona", Arc::new(exec) as Arc<dyn Exec>)
+                .scratch(format!("/tmp/execseam-conformance-{}", std::process::id()))
+                .live(true)
+                .proptest_cases(8));
+        }
+        let emu = DaytonaEmulator::start(EmulatorOptions::default())
+            .await
+            .map_err(|e| Error::new(ErrorKind::Unavailable, format!("emulator: {e}")))?;
+        let config = || {
+            DaytonaConfig::new(emu.token().to_owned())
+                .api_url(emu.api_url())
+                .create_sandbox(None)
+        };
+        let exec = DaytonaExec::connect(config()).await?;
+        let scratch = "/home/daytona/execseam-conformance".to_owned();
+        let scratch = emu
+            .visible_path(exec.sandbox_id(), &scratch)
+            .unwrap_or(scratch);
+
+        let made = exec
+            .exec(execseam_core::Command::new([
+                "mkdir", "-p", "--", &scratch,
+            ])?)
+            .await?;
+        if !made.exit.success() {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!("mkdir {scratch}: {made:?}"),
+            ));
+        }
+
+        // A port that was just free: nothing listens there.
+        let dead_port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+            l.local_addr().expect("an address").port()
+        };
+        let dead = DaytonaExec::with_toolbox(
+            config(),
+            &format!("http://127.0.0.1:{dead_port}/toolbox"),
+            exec.sandbox_id(),
+        )?;
+        let vanished =
+            DaytonaExec::with_toolbox(config(), &emu.toolbox_proxy_url(), "no-such-sandbox-7f3a")?;
+        let faults = Arc::new(emu.faults().clone());
+        Ok(Target::new("daytona", Arc::new(exec) as Arc<dyn Exec>)
+            .scratch(scratch)
+            .dead_endpoint(Arc::new(dead))
+            .vanished_sandbox(Arc::new(vanished))
+            .faults(faults)
+            .proptest_cases(16)
+            .keep_alive(emu))
+    });
+}

@@ -1,0 +1,159 @@
+"""The official Daytona Python SDK against the execseam Daytona emulator.
+
+Run by crates/emulators/tests/interop_daytona.rs with DAYTONA_API_URL / DAYTONA_API_KEY set, and
+EXPECT_HOME / EXPECT_TMP: where the sandbox's home and /tmp appear to commands (the same paths
+unless the emulator runs without mount namespaces). Prints one line per check and "OK" at the end;
+any failed assertion is a non-zero exit.
+"""
+
+import asyncio
+import os
+import time
+
+from daytona import (
+    CodeRunParams,
+    Daytona,
+    DaytonaError,
+    DaytonaNotFoundError,
+    FileUpload,
+    SessionExecuteRequest,
+)
+
+HOME = os.environ["EXPECT_HOME"]
+TMP = os.environ["EXPECT_TMP"]
+
+
+def check(name, cond, detail=""):
+    if not cond:
+        raise AssertionError(f"{name}: {detail}")
+    print(f"ok {name}")
+
+
+daytona = Daytona()
+sandbox = daytona.create()
+check("create", sandbox.id and sandbox.state == "started", sandbox.state)
+again = daytona.get(sandbox.id)
+check("get", again.id == sandbox.id)
+
+# process.exec: merged output, non-zero exit is a result (no exception).
+r = sandbox.process.exec("echo hi; echo err >&2; exit 3", cwd=TMP, timeout=10)
+check("exec merged", r.exit_code == 3 and r.result == "hi\nerr\n", repr(r))
+r = sandbox.process.exec("pwd; echo $HOME; whoami >/dev/null 2>&1; echo $USER")
+check("exec default cwd and env", r.result == f"{HOME}\n{HOME}\ndaytona\n", repr(r.result))
+r = sandbox.process.exec("printf '%s' \"$GREETING\"", env={"GREETING": "hé llo"})
+check("exec env", r.result == "hé llo", repr(r.result))
+r = sandbox.process.exec("true", cwd="/nonexistent-dir")
+check("exec bad cwd", r.exit_code == -1 and "no such file" in r.result, repr(r))
+try:
+    sandbox.process.exec("sleep 5", timeout=1)
+    check("exec timeout", False, "no error")
+except DaytonaError as e:
+    check("exec timeout", e.status_code == 408, repr(e))
+
+# code_run: merged, argv joined unquoted as the daemon does.
+r = sandbox.process.code_run(
+    'import sys\nprint("py", sys.argv[1:])\nprint("to stderr", file=sys.stderr)',
+    params=CodeRunParams(argv=["a", "b c"]),
+)
+check("code_run", r.exit_code == 0 and r.result == "py ['a', 'b', 'c']\nto stderr\n", repr(r.result))
+
+# Sessions: state persists, stdout/stderr separated, line-labelled output.
+sandbox.process.create_session("s1")
+r = sandbox.process.execute_session_command("s1", SessionExecuteRequest(command=f"export FOO=bar; cd {TMP}"))
+check("session sync 1", r.exit_code == 0 and r.cmd_id, repr(r))
+r = sandbox.process.execute_session_command(
+    "s1", SessionExecuteRequest(command='echo "$FOO $(pwd)"; echo bad >&2; printf tail')
+)
+check(
+    "session sync split",
+    r.exit_code == 0 and r.stdout == f"bar {TMP}\ntail\n" and r.stderr == "bad\n",
+    repr(r),
+)
+check("session raw output has markers", "\x01\x01\x01" in (r.output or ""), repr(r.output))
+r = sandbox.process.execute_session_command("s1", SessionExecuteRequest(command="sh -c 'exit 7'"))
+check("session exit code", r.exit_code == 7, repr(r))
+
+# Async with input.
+r = sandbox.process.execute_session_command(
+    "s1",
+    SessionExecuteRequest(command='read line; echo "got $line"; echo e2 >&2', run_async=True),
+)
+cid = r.cmd_id
+check("session async", cid and r.exit_code is None, repr(r))
+cmd = sandbox.process.get_session_command("s1", cid)
+check("get_session_command running", cmd.exit_code is None, repr(cmd))
+sandbox.process.send_session_command_input("s1", cid, "hello\n")
+deadline = time.time() + 20
+while time.time() < deadline:
+    cmd = sandbox.process.get_session_command("s1", cid)
+    if cmd.exit_code is not None:
+        break
+    time.sleep(0.1)
+check("get_session_command done", cmd.exit_code == 0, repr(cmd))
+logs = sandbox.process.get_session_command_logs("s1", cid)
+check("logs split", logs.stdout == "got hello\n" and logs.stderr == "e2\n", repr(logs))
+
+# Streaming logs over the WebSocket.
+r = sandbox.process.execute_session_command(
+    "s1",
+    SessionExecuteRequest(
+        command="for i in 1 2 3; do echo o$i; echo e$i >&2; sleep 0.1; done", run_async=True
+    ),
+)
+outs, errs = [], []
+asyncio.run(sandbox.process.get_session_command_logs_async("s1", r.cmd_id, outs.append, errs.append))
+check("logs streamed", "".join(outs) == "o1\no2\no3\n" and "".join(errs) == "e1\ne2\ne3\n", repr((outs, errs)))
+
+session = sandbox.process.get_session("s1")
+check("get_session", session.session_id == "s1" and len(session.commands) == 5, repr(session))
+check("list_sessions", [s.session_id for s in sandbox.process.list_sessions()] == ["s1"])
+sandbox.process.delete_session("s1")
+try:
+    sandbox.process.get_session("s1")
+    check("deleted session", False, "still there")
+except DaytonaNotFoundError:
+    check("deleted session", True)
+
+# Files.
+sandbox.fs.upload_file(b"hello world\nsecond line\n", f"{TMP}/dir/a.txt")
+sandbox.fs.upload_files(
+    [
+        FileUpload(b"\x00\xffbin hello", f"{TMP}/dir/b.bin"),
+        FileUpload(b"x hello", f"{TMP}/dir/sub/c.txt"),
+    ]
+)
+check("download binary", sandbox.fs.download_file(f"{TMP}/dir/b.bin") == b"\x00\xffbin hello")
+check("download text", sandbox.fs.download_file(f"{TMP}/dir/a.txt") == b"hello world\nsecond line\n")
+entries = sandbox.fs.list_files(f"{TMP}/dir")
+check(
+    "list",
+    [(e.name, e.is_dir) for e in entries] == [("a.txt", False), ("b.bin", False), ("sub", True)],
+    repr(entries),
+)
+info = sandbox.fs.get_file_info(f"{TMP}/dir/a.txt")
+check("info", info.size == 24 and info.permissions == "0644" and not info.is_dir, repr(info))
+matches = sandbox.fs.find_files(f"{TMP}/dir", "hello")
+check(
+    "find",
+    sorted((m.file, m.line, m.content) for m in matches)
+    == [(f"{TMP}/dir/a.txt", 1, "hello world"), (f"{TMP}/dir/sub/c.txt", 1, "x hello")],
+    repr(matches),
+)
+found = sandbox.fs.search_files(f"{TMP}/dir", "*.txt")
+check("search", sorted(found.files) == [f"{TMP}/dir/a.txt", f"{TMP}/dir/sub/c.txt"], repr(found))
+r = sandbox.process.exec(f"cat {TMP}/dir/a.txt; printf made > {TMP}/dir/from-cmd")
+check("files and commands share the filesystem", r.result == "hello world\nsecond line\n", repr(r.result))
+check("and back", sandbox.fs.download_file(f"{TMP}/dir/from-cmd") == b"made")
+try:
+    sandbox.fs.download_file(f"{TMP}/nope")
+    check("download missing", False, "no error")
+except DaytonaNotFoundError:
+    check("download missing", True)
+
+daytona.delete(sandbox)
+try:
+    daytona.get(sandbox.id)
+    check("delete", False, "still there")
+except DaytonaNotFoundError:
+    check("delete", True)
+print("OK")

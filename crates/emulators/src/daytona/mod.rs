@@ -1,0 +1,465 @@
+//! A Daytona emulator: the control plane (`/api/sandbox…`) and the toolbox proxy
+//! (`/toolbox/{sandboxId}/…`) on one loopback port.
+//!
+//! What it reproduces (see `shared/research/e2b-daytona.md` part B and the daemon source):
+//!
+//! - the `Sandbox` DTO with every field the official SDK requires, `state: started` at once,
+//!   `toolboxProxyUrl = http://127.0.0.1:<port>/toolbox`, create/get/delete answering 200;
+//! - `POST /process/execute` and `/process/code-run`: the command written to the stdin of the
+//!   daemon's shell (zsh, else bash, else sh, as `GetShell()` picks from `/etc/shells`), stdout
+//!   and stderr merged into `result`, 408 on `timeout`, 200 with `exitCode -1` for a bad `cwd`;
+//!   code-run's `printf | base64 -d | python3 -u - <argv joined unquoted>`;
+//! - sessions: a persistent shell per session fed through its stdin; each command is written to
+//!   `cmd.sh` and sourced, its output labelled line by line into `output.log` by two shell
+//!   `read -r` loops (`\x01\x01\x01` stdout, `\x02\x02\x02` stderr, a `\n` forced on a last
+//!   line), the exit code written after the labellers drain; sync 200 / async 202; the answers'
+//!   shape chosen by `X-Daytona-SDK-Version` exactly as the daemon does; `logs?follow=true` as a
+//!   WebSocket of binary frames (≤ 1024 bytes) closed with 1000 about 1 s after the exit; input to
+//!   async commands; deleting a session kills its process tree;
+//! - files: list/info with the daemon's `FileInfo`, bulk-download multipart (`DAYTONA-FILE-BOUNDARY`,
+//!   `filename*` echo, JSON `error` parts), bulk-upload (`files[i].path` before `files[i].file`),
+//!   find (literal, binary files skipped), search (base-name glob), folder, delete;
+//! - the error envelope `{statusCode, message, code, source, timestamp, path, method}`.
+//!
+//! Faults: the request that runs a command is route `"exec"` (`POST …/session/{id}/exec`, and
+//! `POST /process/execute` / `code-run`). Route `"session"` with `vanish` ends the session (its
+//! shell dies) while the command runs: the pending exec answers 410 `SESSION_ENDED`.
+//!
+//! Sandbox paths: `/home/daytona` (HOME and the default working directory) and `/tmp` are private
+//! per sandbox; the daemon's session files live under `/tmp/.daytona/sessions`.
+
+mod api;
+mod files;
+mod process;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Request, State as AxState};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use http::{HeaderMap, StatusCode};
+
+use crate::harness::{FaultHandle, Isolation, Sandbox, SandboxSpec, Server};
+use crate::{Emulator, EmulatorOptions};
+
+/// The default user's home, which is also the daemon's working directory.
+pub const HOME: &str = "/home/daytona";
+/// Where the emulated daemon keeps its session files (inside the sandbox).
+pub const SESSIONS_DIR: &str = "/tmp/.daytona/sessions";
+/// The default organization id in DTOs.
+const ORG: &str = "execseam-emulator-org";
+
+/// A running Daytona emulator with typed access for tests.
+pub struct DaytonaEmulator {
+    server: Server,
+    state: Arc<State>,
+}
+
+impl std::fmt::Debug for DaytonaEmulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaytonaEmulator")
+            .field("base_url", &self.server.base_url())
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct State {
+    pub(crate) base_url: String,
+    pub(crate) token: Option<String>,
+    pub(crate) isolation: Isolation,
+    pub(crate) faults: FaultHandle,
+    pub(crate) sandboxes: Mutex<HashMap<String, Arc<SandboxEntry>>>,
+    pub(crate) gone: Mutex<HashSet<String>>,
+}
+
+/// One emulated sandbox.
+pub(crate) struct SandboxEntry {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) created_at: String,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) sandbox: Arc<Sandbox>,
+    pub(crate) sessions: Mutex<HashMap<String, Arc<process::Session>>>,
+}
+
+impl DaytonaEmulator {
+    /// Starts the emulator.
+    pub async fn start(options: EmulatorOptions) -> std::io::Result<DaytonaEmulator> {
+        let faults = FaultHandle::new();
+        for rule in &options.faults {
+            faults.add(rule.clone());
+        }
+        // The base URL is only known after binding: bind first, then serve with the state.
+        let listener = std::net::TcpListener::bind(options.listen)?;
+        let addr = listener.local_addr()?;
+        drop(listener);
+        let state = Arc::new(State {
+            base_url: format!("http://{addr}"),
+            token: options.token.clone(),
+            isolation: options.isolation,
+            faults,
+            sandboxes: Mutex::new(HashMap::new()),
+            gone: Mutex::new(HashSet::new()),
+        });
+        let server = Server::start(addr, router(state.clone())).await?;
+        Ok(DaytonaEmulator { server, state })
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn base_url(&self) -> String {
+        self.server.base_url()
+    }
+
+    /// The control plane: `DAYTONA_API_URL`.
+    pub fn api_url(&self) -> String {
+        format!("{}/api", self.server.base_url())
+    }
+
+    /// The toolbox base every sandbox's DTO names.
+    pub fn toolbox_proxy_url(&self) -> String {
+        format!("{}/toolbox", self.server.base_url())
+    }
+
+    /// The API key to use (the configured one, or a placeholder that is accepted).
+    pub fn token(&self) -> &str {
+        self.state
+            .token
+            .as_deref()
+            .unwrap_or("dtn_execseam_emulator")
+    }
+
+    /// The faults.
+    pub fn faults(&self) -> &FaultHandle {
+        &self.state.faults
+    }
+
+    /// Arms "the session ends while the next command runs".
+    pub fn end_next_session_mid_command(&self) {
+        self.state
+            .faults
+            .arm("session", crate::harness::Fault::SandboxVanishes);
+    }
+
+    /// What the official SDK and `DaytonaConfig::from_env` need.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("DAYTONA_API_URL".into(), self.api_url()),
+            ("DAYTONA_API_KEY".into(), self.token().to_owned()),
+            ("DAYTONA_TARGET".into(), "us".into()),
+            // The SDK's Socket.IO event stream is not emulated (a 404 makes it fall back).
+            ("DAYTONA_USE_DEPRECATED_POLLING".into(), "true".into()),
+        ]
+    }
+
+    /// How the sandbox `id`'s commands see `path` (differs only without mount namespaces).
+    pub fn visible_path(&self, id: &str, path: &str) -> Option<String> {
+        let sb = self
+            .state
+            .sandboxes
+            .lock()
+            .expect("sandboxes")
+            .get(id)?
+            .clone();
+        Some(sb.sandbox.visible_path(path))
+    }
+
+    /// Where the sandbox `id`'s `path` is on this host.
+    pub fn host_path(&self, id: &str, path: &str) -> Option<std::path::PathBuf> {
+        let sb = self
+            .state
+            .sandboxes
+            .lock()
+            .expect("sandboxes")
+            .get(id)?
+            .clone();
+        Some(sb.sandbox.host_path(path))
+    }
+
+    /// The ids of the live sandboxes.
+    pub fn sandbox_ids(&self) -> Vec<String> {
+        self.state
+            .sandboxes
+            .lock()
+            .expect("sandboxes")
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// How many sessions the sandbox `id` has open.
+    pub fn session_count(&self, id: &str) -> usize {
+        self.state
+            .sandboxes
+            .lock()
+            .expect("sandboxes")
+            .get(id)
+            .map_or(0, |s| s.sessions.lock().expect("sessions").len())
+    }
+
+    /// Destroys a sandbox as if the provider had (its processes die; requests get 404).
+    pub fn destroy_sandbox(&self, id: &str) {
+        self.state.destroy(id);
+    }
+
+    /// Converts into the CLI's untyped handle.
+    pub fn into_emulator(self) -> Emulator {
+        Emulator {
+            provider: "daytona",
+            base_url: self.base_url(),
+            env: self.env(),
+            faults: self.state.faults.clone(),
+            guard: Box::new(self),
+        }
+    }
+}
+
+/// Starts the emulator (the registry's entry point).
+pub async fn start(options: EmulatorOptions) -> std::io::Result<Emulator> {
+    Ok(DaytonaEmulator::start(options).await?.into_emulator())
+}
+
+impl State {
+    pub(crate) fn sandbox(&self, id: &str) -> Option<Arc<SandboxEntry>> {
+        let map = self.sandboxes.lock().expect("sandboxes");
+        if let Some(s) = map.get(id) {
+            return Some(s.clone());
+        }
+        map.values().find(|s| s.name == id).cloned()
+    }
+
+    pub(crate) fn destroy(&self, id: &str) {
+        let entry = self.sandboxes.lock().expect("sandboxes").remove(id);
+        if let Some(e) = entry {
+            self.gone.lock().expect("gone").insert(e.id.clone());
+            for s in e.sessions.lock().expect("sessions").drain() {
+                s.1.kill();
+            }
+            e.sandbox.destroy();
+        }
+    }
+
+    pub(crate) fn spec(&self) -> SandboxSpec {
+        let env: BTreeMap<String, String> = [
+            ("HOME", HOME),
+            ("USER", "daytona"),
+            ("LOGNAME", "daytona"),
+            (
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            ),
+            ("LANG", "C.UTF-8"),
+            ("HOSTNAME", "daytona"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        SandboxSpec {
+            private_paths: vec![HOME.into(), "/tmp".into()],
+            env,
+            name: "daytona".into(),
+        }
+    }
+}
+
+fn router(state: Arc<State>) -> Router {
+    Router::new()
+        .route("/api/sandbox", post(api::create).get(api::list))
+        .route("/api/sandbox/{id}", get(api::get_one).delete(api::delete))
+        .route("/api/sandbox/{id}/toolbox-proxy-url", get(api::proxy_url))
+        .route("/api/sandbox/{id}/start", post(api::get_one))
+        .route("/toolbox/{id}/{*rest}", any(toolbox))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn not_found(req: Request) -> Response {
+    let path = req.uri().path().to_owned();
+    envelope(
+        StatusCode::NOT_FOUND,
+        &format!("Cannot {} {path}", req.method()),
+        None,
+        "DAYTONA_API",
+        &path,
+        req.method().as_str(),
+    )
+}
+
+/// Checks `Authorization: Bearer <token>`.
+pub(crate) fn authorized(state: &State, headers: &HeaderMap) -> bool {
+    let Some(v) = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let Some(token) = v.strip_prefix("Bearer ") else {
+        return false;
+    };
+    match &state.token {
+        Some(t) => t == token,
+        None => !token.is_empty(),
+    }
+}
+
+pub(crate) fn unauthorized(source: &str, path: &str, method: &str) -> Response {
+    envelope(
+        StatusCode::UNAUTHORIZED,
+        "Unauthorized",
+        Some("UNAUTHORIZED"),
+        source,
+        path,
+        method,
+    )
+}
+
+/// The error envelope every Daytona component sends.
+pub(crate) fn envelope(
+    status: StatusCode,
+    message: &str,
+    code: Option<&str>,
+    source: &str,
+    path: &str,
+    method: &str,
+) -> Response {
+    let mut body = serde_json::json!({
+        "statusCode": status.as_u16(),
+        "message": message,
+        "timestamp": files::rfc3339(std::time::SystemTime::now()),
+        "path": path,
+        "method": method,
+        "source": source,
+    });
+    if let Some(code) = code {
+        body["code"] = code.into();
+    }
+    json_response(status, &body)
+}
+
+pub(crate) fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
+    (
+        status,
+        [(
+            http::header::CONTENT_TYPE,
+            "application/json; charset=utf-8",
+        )],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The toolbox proxy: `/toolbox/{sandboxId}/{path}`.
+async fn toolbox(
+    AxState(state): AxState<Arc<State>>,
+    Path((id, rest)): Path<(String, String)>,
+    req: Request<Body>,
+) -> Response {
+    let path = format!("/{rest}");
+    let method = req.method().as_str().to_owned();
+    if !authorized(&state, req.headers()) {
+        return unauthorized("DAYTONA_PROXY", req.uri().path(), &method);
+    }
+    let Some(sb) = state.sandbox(&id) else {
+        return envelope(
+            StatusCode::NOT_FOUND,
+            &format!("Sandbox with ID or name {id} not found"),
+            Some("SANDBOX_NOT_FOUND"),
+            "DAYTONA_PROXY",
+            req.uri().path(),
+            &method,
+        );
+    };
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match (method.as_str(), segs.as_slice()) {
+        ("GET", ["version"]) => {
+            json_response(StatusCode::OK, &serde_json::json!({"version": "0.226.1"}))
+        }
+        ("GET", ["user-home-dir"]) => {
+            json_response(StatusCode::OK, &serde_json::json!({"dir": HOME}))
+        }
+        ("GET", ["work-dir"]) => json_response(StatusCode::OK, &serde_json::json!({"dir": HOME})),
+        ("POST", ["process", "execute"]) => process::execute(state, sb, req, false).await,
+        ("POST", ["process", "code-run"]) => process::execute(state, sb, req, true).await,
+        ("GET", ["process", "session"]) => process::list_sessions(sb).await,
+        ("POST", ["process", "session"]) => process::create_session(sb, req).await,
+        ("GET", ["process", "session", sid]) => process::get_session(sb, sid, &path).await,
+        ("DELETE", ["process", "session", sid]) => process::delete_session(sb, sid, &path).await,
+        ("POST", ["process", "session", sid, "exec"]) => {
+            let sid = (*sid).to_owned();
+            process::session_exec(state, sb, &sid, req).await
+        }
+        ("GET", ["process", "session", sid, "command", cid]) => {
+            process::get_command(sb, sid, cid, &path).await
+        }
+        ("GET", ["process", "session", sid, "command", cid, "logs"]) => {
+            let (sid, cid) = ((*sid).to_owned(), (*cid).to_owned());
+            process::logs(sb, &sid, &cid, req).await
+        }
+        ("POST", ["process", "session", sid, "command", cid, "input"]) => {
+            let (sid, cid) = ((*sid).to_owned(), (*cid).to_owned());
+            process::input(sb, &sid, &cid, req).await
+        }
+        ("GET", ["files"] | ["files", ""]) => files::list(sb, req).await,
+        ("GET", ["files", "info"]) => files::info(sb, req).await,
+        ("GET", ["files", "find"]) => files::find(sb, req).await,
+        ("GET", ["files", "search"]) => files::search(sb, req).await,
+        ("GET", ["files", "download"]) => files::download_one(sb, req).await,
+        ("POST", ["files", "bulk-download"]) => files::bulk_download(sb, req).await,
+        ("POST", ["files", "bulk-upload"]) => files::bulk_upload(sb, req).await,
+        ("POST", ["files", "folder"]) => files::folder(sb, req).await,
+        ("DELETE", ["files"] | ["files", ""]) => files::delete(sb, req).await,
+        _ => daemon_error(
+            StatusCode::NOT_FOUND,
+            "not found",
+            Some("NOT_FOUND"),
+            &path,
+            &method,
+        ),
+    }
+}
+
+/// An error from the daemon (`source: DAYTONA_DAEMON`).
+pub(crate) fn daemon_error(
+    status: StatusCode,
+    message: &str,
+    code: Option<&str>,
+    path: &str,
+    method: &str,
+) -> Response {
+    envelope(status, message, code, "DAYTONA_DAEMON", path, method)
+}
+
+/// A random UUIDv4.
+pub(crate) fn uuid_v4() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let mut words = [0u64; 2];
+    for w in &mut words {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(N.fetch_add(1, Ordering::Relaxed));
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        *w = h.finish();
+    }
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&words[0].to_le_bytes());
+    b[8..].copy_from_slice(&words[1].to_le_bytes());
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}

@@ -1,0 +1,52 @@
+//! The official Daytona Python SDK (PyPI `daytona`, pinned in `interop/daytona/requirements.txt`)
+//! against the Daytona emulator: sandbox create/get/delete, `process.exec` and `code_run`,
+//! sessions (sync and async, command status, split logs, streamed logs, input), and the files API.
+//! Fails loudly when PyPI cannot be reached.
+
+use std::path::Path;
+
+use execseam_emulators::EmulatorOptions;
+use execseam_emulators::daytona::DaytonaEmulator;
+use execseam_emulators::interop;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_python_sdk_works_against_the_emulator() {
+    let emu = DaytonaEmulator::start(EmulatorOptions::default())
+        .await
+        .expect("the emulator starts");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/daytona");
+    let reqs = dir.join("requirements.txt");
+    let python = tokio::task::spawn_blocking(move || interop::python_env("daytona", &reqs))
+        .await
+        .unwrap()
+        .expect("a virtualenv with the official daytona SDK");
+    // Where the sandbox's home and /tmp appear to its commands.
+    let probe = emu.visible_path("probe", "/tmp");
+    assert!(probe.is_none(), "no sandbox exists yet");
+    let iso = execseam_emulators::Isolation::detect();
+    let (home, tmp) = match iso {
+        execseam_emulators::Isolation::Namespaces => {
+            ("/home/daytona".to_owned(), "/tmp".to_owned())
+        }
+        execseam_emulators::Isolation::Translate => panic!(
+            "the Daytona interop check needs mount namespaces (root and unshare): without them \
+             sandbox paths differ from Daytona's and the SDK's path assertions cannot hold"
+        ),
+    };
+    let mut env = emu.env();
+    env.push(("EXPECT_HOME".into(), home));
+    env.push(("EXPECT_TMP".into(), tmp));
+    let script = dir.join("sdk_check.py");
+    let out = tokio::task::spawn_blocking(move || interop::run_python(&python, &script, &env))
+        .await
+        .unwrap()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.lines().last() == Some("OK"),
+        "the SDK check failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(emu.sandbox_ids().is_empty(), "the SDK deleted its sandbox");
+}
