@@ -1,0 +1,488 @@
+//! The HTTP calls: the control plane (REST) and envd (Connect RPCs plus its plain `/files` and
+//! `/health` routes), with the headers the SDK sends.
+
+use std::fmt;
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use reqwest::header::{
+    AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT,
+};
+use reqwest::{Method, Url};
+use secrecy::{ExposeSecret, SecretString};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::config::{ApiRoutes, E2bConfig, ENVD_PORT};
+use crate::connect::{self, CallError, ServerStream};
+use crate::wire;
+
+/// `User-Agent` on every request. Never `connect-python`: envd rewrites answers for that exact
+/// agent (its legacy interceptor).
+pub(crate) const USER_AGENT_VALUE: &str = concat!("execseam-e2b/", env!("CARGO_PKG_VERSION"));
+
+/// How long the `/health` probe waits (the SDK's `HEALTH_CHECK_TIMEOUT`).
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Builds the HTTP client: rustls with ring, no automatic retries (an exec is never re-sent).
+pub(crate) fn http_client(config: &E2bConfig) -> Result<reqwest::Client, reqwest::Error> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .connect_timeout(config.connect_timeout)
+        .read_timeout(config.stream_idle_timeout)
+        .retry(reqwest::retry::never())
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+}
+
+fn join(base: &Url, path: &str) -> Url {
+    let mut u = base.clone();
+    let p = format!(
+        "{}/{}",
+        u.path().trim_end_matches('/'),
+        path.trim_start_matches('/')
+    );
+    u.set_path(&p);
+    u.set_query(None);
+    u
+}
+
+async fn rest<B: Serialize>(
+    http: &reqwest::Client,
+    method: Method,
+    url: Url,
+    key: &SecretString,
+    body: Option<&B>,
+    timeout: Duration,
+) -> Result<reqwest::Response, CallError> {
+    let mut key = HeaderValue::from_str(key.expose_secret())
+        .map_err(|_| CallError::Protocol("the API key is not a valid header value".into()))?;
+    key.set_sensitive(true);
+    let mut req = http
+        .request(method, url)
+        .header("X-API-KEY", key)
+        .header(USER_AGENT, USER_AGENT_VALUE)
+        .timeout(timeout);
+    if let Some(b) = body {
+        let json = serde_json::to_vec(b)
+            .map_err(|e| CallError::Protocol(format!("cannot encode the request: {e}")))?;
+        req = req.header(CONTENT_TYPE, "application/json").body(json);
+    }
+    let resp = req.send().await.map_err(reqwest_error)?;
+    if resp.status().is_success() {
+        Ok(resp)
+    } else {
+        Err(connect::error_of(resp).await)
+    }
+}
+
+fn reqwest_error(e: reqwest::Error) -> CallError {
+    if e.is_connect() {
+        CallError::Connect(e)
+    } else if e.is_timeout() {
+        CallError::Timeout(e)
+    } else {
+        CallError::Transport(e)
+    }
+}
+
+async fn json_of<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T, CallError> {
+    let body = resp.bytes().await.map_err(reqwest_error)?;
+    serde_json::from_slice(&body).map_err(|e| {
+        CallError::Protocol(format!(
+            "a malformed answer ({e}): {}",
+            String::from_utf8_lossy(&body[..body.len().min(200)])
+        ))
+    })
+}
+
+/// The control plane (`X-API-KEY`).
+pub(crate) struct ControlPlane<'a> {
+    pub http: &'a reqwest::Client,
+    pub base: Url,
+    pub config: &'a E2bConfig,
+}
+
+impl ControlPlane<'_> {
+    /// `POST /v2/sandboxes` (201), or the legacy `POST /sandboxes`.
+    pub(crate) async fn create(&self) -> Result<wire::Sandbox, CallError> {
+        let (path, secure) = match self.config.api_routes {
+            ApiRoutes::V2 => ("v2/sandboxes", None),
+            ApiRoutes::Legacy => ("sandboxes", Some(true)),
+        };
+        let body = wire::NewSandbox {
+            template_id: &self.config.template,
+            timeout: Some(self.config.sandbox_timeout.as_secs().max(1)),
+            metadata: &self.config.metadata,
+            env_vars: &self.config.sandbox_env,
+            secure,
+        };
+        let resp = rest(
+            self.http,
+            Method::POST,
+            join(&self.base, path),
+            &self.config.api_key,
+            Some(&body),
+            self.config.request_timeout,
+        )
+        .await?;
+        json_of(resp).await
+    }
+
+    /// `POST /v2/sandboxes/{id}/connect` (200 running, 201 resumed), or the legacy route.
+    pub(crate) async fn connect(&self, id: &str) -> Result<wire::Sandbox, CallError> {
+        let path = match self.config.api_routes {
+            ApiRoutes::V2 => format!("v2/sandboxes/{id}/connect"),
+            ApiRoutes::Legacy => format!("sandboxes/{id}/connect"),
+        };
+        let body = wire::ConnectSandbox {
+            timeout: Some(self.config.sandbox_timeout.as_secs().max(1)),
+        };
+        let resp = rest(
+            self.http,
+            Method::POST,
+            join(&self.base, &path),
+            &self.config.api_key,
+            Some(&body),
+            self.config.request_timeout,
+        )
+        .await?;
+        json_of(resp).await
+    }
+
+    /// `DELETE /sandboxes/{id}`: true when killed, false when it did not exist (404).
+    pub(crate) async fn kill(&self, id: &str) -> Result<bool, CallError> {
+        match rest::<()>(
+            self.http,
+            Method::DELETE,
+            join(&self.base, &format!("sandboxes/{id}")),
+            &self.config.api_key,
+            None,
+            self.config.request_timeout,
+        )
+        .await
+        {
+            Ok(_) => Ok(true),
+            Err(CallError::Http { status: 404, .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `POST /sandboxes/{id}/timeout` (204).
+    pub(crate) async fn set_timeout(&self, id: &str, timeout: Duration) -> Result<(), CallError> {
+        #[derive(Serialize)]
+        struct Body {
+            timeout: u64,
+        }
+        rest(
+            self.http,
+            Method::POST,
+            join(&self.base, &format!("sandboxes/{id}/timeout")),
+            &self.config.api_key,
+            Some(&Body {
+                timeout: timeout.as_secs().max(1),
+            }),
+            self.config.request_timeout,
+        )
+        .await
+        .map(drop)
+    }
+}
+
+/// What `/health` said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Health {
+    /// 2xx: envd answered.
+    Running,
+    /// The proxy says the sandbox was not found.
+    Gone,
+    /// No conclusive answer.
+    Unknown,
+}
+
+/// One sandbox's envd.
+pub(crate) struct Envd {
+    pub http: reqwest::Client,
+    pub base: Url,
+    /// Routing, access token, user, User-Agent (secrets marked sensitive).
+    pub headers: HeaderMap,
+    pub request_timeout: Duration,
+    pub keepalive: Duration,
+    /// envd ≥ 0.5.7 takes `application/octet-stream` uploads.
+    pub octet_stream_upload: bool,
+}
+
+impl fmt::Debug for Envd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Envd")
+            .field("base", &self.base.as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Envd {
+    /// The headers every envd request carries.
+    pub(crate) fn headers_for(
+        sandbox_id: &str,
+        access_token: Option<&SecretString>,
+        user: Option<&str>,
+    ) -> Result<HeaderMap, String> {
+        let mut h = HeaderMap::new();
+        let id = HeaderValue::from_str(sandbox_id)
+            .map_err(|_| format!("sandbox id {sandbox_id:?} is not a valid header value"))?;
+        h.insert(HeaderName::from_static("e2b-sandbox-id"), id);
+        h.insert(
+            HeaderName::from_static("e2b-sandbox-port"),
+            HeaderValue::from(ENVD_PORT),
+        );
+        if let Some(token) = access_token {
+            let mut v = HeaderValue::from_str(token.expose_secret())
+                .map_err(|_| "the envd access token is not a valid header value".to_owned())?;
+            v.set_sensitive(true);
+            h.insert(HeaderName::from_static("x-access-token"), v);
+        }
+        if let Some(user) = user {
+            let mut v = HeaderValue::from_str(&format!("Basic {}", B64.encode(format!("{user}:"))))
+                .map_err(|_| format!("user {user:?} is not a valid header value"))?;
+            v.set_sensitive(true);
+            h.insert(AUTHORIZATION, v);
+        }
+        h.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+        Ok(h)
+    }
+
+    fn url(&self, path: &str) -> Url {
+        join(&self.base, path)
+    }
+
+    /// `process.Process/Start`; `deadline` becomes `Connect-Timeout-Ms` (envd kills the process
+    /// when it fires).
+    pub(crate) async fn start(
+        &self,
+        req: &wire::StartRequest,
+        deadline: Option<Duration>,
+    ) -> Result<ServerStream, CallError> {
+        let mut headers = self.headers.clone();
+        headers.insert(
+            HeaderName::from_static("keepalive-ping-interval"),
+            HeaderValue::from(self.keepalive.as_secs().max(1)),
+        );
+        connect::server_stream(
+            &self.http,
+            self.url("process.Process/Start"),
+            headers,
+            req,
+            deadline,
+        )
+        .await
+    }
+
+    async fn unary<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        method: &str,
+        req: &Req,
+    ) -> Result<Resp, CallError> {
+        connect::unary(
+            &self.http,
+            self.url(method),
+            self.headers.clone(),
+            req,
+            Some(self.request_timeout),
+        )
+        .await
+    }
+
+    /// `process.Process/SendInput`.
+    pub(crate) async fn send_input(
+        &self,
+        process: wire::ProcessSelector,
+        data: &[u8],
+    ) -> Result<(), CallError> {
+        let req = wire::SendInputRequest {
+            process,
+            input: wire::ProcessInput {
+                stdin: B64.encode(data),
+            },
+        };
+        self.unary::<_, wire::Empty>("process.Process/SendInput", &req)
+            .await
+            .map(drop)
+    }
+
+    /// `process.Process/StreamInput` with every chunk in one request.
+    pub(crate) async fn stream_input(
+        &self,
+        process: wire::ProcessSelector,
+        data: &[u8],
+        chunk: usize,
+    ) -> Result<(), CallError> {
+        let mut msgs = vec![wire::StreamInputRequest::Start { process }];
+        msgs.extend(data.chunks(chunk).map(|c| wire::StreamInputRequest::Data {
+            input: wire::ProcessInput {
+                stdin: B64.encode(c),
+            },
+        }));
+        connect::client_stream::<_, wire::Empty>(
+            &self.http,
+            self.url("process.Process/StreamInput"),
+            self.headers.clone(),
+            &msgs,
+            Some(self.request_timeout),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// `process.Process/CloseStdin` (envd ≥ 0.5.2).
+    pub(crate) async fn close_stdin(
+        &self,
+        process: wire::ProcessSelector,
+    ) -> Result<(), CallError> {
+        self.unary::<_, wire::Empty>(
+            "process.Process/CloseStdin",
+            &wire::CloseStdinRequest { process },
+        )
+        .await
+        .map(drop)
+    }
+
+    /// `process.Process/SendSignal` with `SIGNAL_SIGKILL`.
+    pub(crate) async fn kill(&self, process: wire::ProcessSelector) -> Result<(), CallError> {
+        self.unary::<_, wire::Empty>(
+            "process.Process/SendSignal",
+            &wire::SendSignalRequest {
+                process,
+                signal: "SIGNAL_SIGKILL",
+            },
+        )
+        .await
+        .map(drop)
+    }
+
+    /// `filesystem.Filesystem/ListDir`.
+    pub(crate) async fn list_dir(
+        &self,
+        path: &str,
+        depth: u32,
+    ) -> Result<Vec<wire::EntryInfo>, CallError> {
+        let r: wire::ListDirResponse = self
+            .unary(
+                "filesystem.Filesystem/ListDir",
+                &wire::ListDirRequest { path, depth },
+            )
+            .await?;
+        Ok(r.entries)
+    }
+
+    /// `filesystem.Filesystem/Stat`.
+    pub(crate) async fn stat(&self, path: &str) -> Result<wire::EntryInfo, CallError> {
+        let r: wire::StatResponse = self
+            .unary("filesystem.Filesystem/Stat", &wire::StatRequest { path })
+            .await?;
+        r.entry
+            .ok_or_else(|| CallError::Protocol("a Stat answer without an entry".into()))
+    }
+
+    fn files_url(&self, path: &str, user: Option<&str>) -> Url {
+        let mut u = self.url("files");
+        {
+            let mut q = u.query_pairs_mut();
+            q.append_pair("path", path);
+            if let Some(user) = user {
+                q.append_pair("username", user);
+            }
+        }
+        u
+    }
+
+    /// `GET /files?path=`: the file's bytes.
+    pub(crate) async fn read_file(
+        &self,
+        path: &str,
+        user: Option<&str>,
+    ) -> Result<Bytes, CallError> {
+        let resp = self
+            .http
+            .get(self.files_url(path, user))
+            .headers(self.headers.clone())
+            .timeout(self.request_timeout)
+            .send()
+            .await
+            .map_err(reqwest_error)?;
+        if !resp.status().is_success() {
+            return Err(connect::error_of(resp).await);
+        }
+        resp.bytes().await.map_err(reqwest_error)
+    }
+
+    /// `POST /files?path=`: octet-stream (envd ≥ 0.5.7) or multipart with the part named `file`.
+    pub(crate) async fn write_file(
+        &self,
+        path: &str,
+        data: Bytes,
+        user: Option<&str>,
+    ) -> Result<wire::WriteInfo, CallError> {
+        let req = self
+            .http
+            .post(self.files_url(path, user))
+            .headers(self.headers.clone())
+            .timeout(self.request_timeout);
+        let req = if self.octet_stream_upload {
+            req.header(CONTENT_TYPE, "application/octet-stream")
+                .body(data)
+        } else {
+            let boundary = format!("execseam{:016x}", crate::exec::random_u64());
+            let mut body = Vec::with_capacity(data.len() + 256);
+            let name = path.replace('"', "%22").replace(['\r', '\n'], "");
+            body.extend_from_slice(
+                format!(
+                    "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+                )
+                .as_bytes(),
+            );
+            body.extend_from_slice(&data);
+            body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+            req.header(
+                CONTENT_TYPE,
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(body)
+        };
+        let resp = req.send().await.map_err(reqwest_error)?;
+        if !resp.status().is_success() {
+            return Err(connect::error_of(resp).await);
+        }
+        let infos: Vec<wire::WriteInfo> = json_of(resp).await?;
+        infos.into_iter().next().ok_or_else(|| {
+            CallError::Protocol("POST /files answered without the written file".into())
+        })
+    }
+
+    /// `GET /health`: 204 when envd answers; the proxy's 502 "was not found" when the sandbox
+    /// is gone.
+    pub(crate) async fn health(&self) -> Health {
+        let resp = self
+            .http
+            .get(self.url("health"))
+            .headers(self.headers.clone())
+            .timeout(HEALTH_TIMEOUT)
+            .send()
+            .await;
+        let Ok(resp) = resp else {
+            return Health::Unknown;
+        };
+        if resp.status().is_success() {
+            return Health::Running;
+        }
+        match connect::error_of(resp).await {
+            CallError::Http {
+                status: 502,
+                message,
+                ..
+            } if message.contains(crate::error::SANDBOX_NOT_FOUND) => Health::Gone,
+            _ => Health::Unknown,
+        }
+    }
+}

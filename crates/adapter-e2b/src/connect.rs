@@ -1,0 +1,739 @@
+//! The Connect protocol (<https://connectrpc.com/docs/protocol>) as E2B's SDKs speak it to envd:
+//! the JSON codec, no compression, over HTTP/1.1 or HTTP/2.
+//!
+//! - **Unary**: `POST /<pkg>.<Service>/<Method>`, `Content-Type: application/json`, the bare JSON
+//!   message both ways. An error is a non-200 status with `{"code":"<connect code>","message":…}`.
+//! - **Server stream**: `Content-Type: application/connect+json`; the request is one enveloped
+//!   message and the response a sequence of envelopes (`[flags:u8][len:u32 BE][payload]`) ending
+//!   with an end-stream envelope (flag `0x02`) whose JSON carries an `error` when the call failed,
+//!   still in an HTTP 200.
+//! - **Client stream** (`StreamInput`): several request envelopes, one response message plus the
+//!   end-stream envelope.
+//! - `Connect-Timeout-Ms` carries the deadline; envd treats it on `Start` as the process lifetime.
+//!
+//! Anything that is not a Connect answer (an edge proxy's `502 {"code":502,…}`, an HTML page, a
+//! 429 from a gateway) is returned as [`CallError::Http`], with the integer `code` of a JSON body
+//! overriding the status, as the E2B SDK does.
+//!
+//! This is the only place in the crate that knows the framing.
+
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// `Content-Type` of unary calls.
+pub(crate) const UNARY_CONTENT_TYPE: &str = "application/json";
+/// `Content-Type` of streaming calls.
+pub(crate) const STREAM_CONTENT_TYPE: &str = "application/connect+json";
+/// Envelope flag: the payload is compressed (never negotiated here).
+pub(crate) const FLAG_COMPRESSED: u8 = 0x01;
+/// Envelope flag: the end-stream message.
+pub(crate) const FLAG_END_STREAM: u8 = 0x02;
+/// The largest envelope accepted: envd sends at most 32 KiB of output per message (base64 in
+/// JSON), so anything near this is not envd.
+pub(crate) const MAX_MESSAGE: usize = 16 << 20;
+/// How much of an error body is read.
+const MAX_ERROR_BODY: usize = 64 << 10;
+
+/// The sixteen Connect codes, spelled as on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Code {
+    /// `canceled`
+    Canceled,
+    /// `unknown`
+    Unknown,
+    /// `invalid_argument`
+    InvalidArgument,
+    /// `deadline_exceeded`
+    DeadlineExceeded,
+    /// `not_found`
+    NotFound,
+    /// `already_exists`
+    AlreadyExists,
+    /// `permission_denied`
+    PermissionDenied,
+    /// `resource_exhausted`
+    ResourceExhausted,
+    /// `failed_precondition`
+    FailedPrecondition,
+    /// `aborted`
+    Aborted,
+    /// `out_of_range`
+    OutOfRange,
+    /// `unimplemented`
+    Unimplemented,
+    /// `internal`
+    Internal,
+    /// `unavailable`
+    Unavailable,
+    /// `data_loss`
+    DataLoss,
+    /// `unauthenticated`
+    Unauthenticated,
+}
+
+impl Code {
+    const ALL: [Code; 16] = [
+        Code::Canceled,
+        Code::Unknown,
+        Code::InvalidArgument,
+        Code::DeadlineExceeded,
+        Code::NotFound,
+        Code::AlreadyExists,
+        Code::PermissionDenied,
+        Code::ResourceExhausted,
+        Code::FailedPrecondition,
+        Code::Aborted,
+        Code::OutOfRange,
+        Code::Unimplemented,
+        Code::Internal,
+        Code::Unavailable,
+        Code::DataLoss,
+        Code::Unauthenticated,
+    ];
+
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::Canceled => "canceled",
+            Code::Unknown => "unknown",
+            Code::InvalidArgument => "invalid_argument",
+            Code::DeadlineExceeded => "deadline_exceeded",
+            Code::NotFound => "not_found",
+            Code::AlreadyExists => "already_exists",
+            Code::PermissionDenied => "permission_denied",
+            Code::ResourceExhausted => "resource_exhausted",
+            Code::FailedPrecondition => "failed_precondition",
+            Code::Aborted => "aborted",
+            Code::OutOfRange => "out_of_range",
+            Code::Unimplemented => "unimplemented",
+            Code::Internal => "internal",
+            Code::Unavailable => "unavailable",
+            Code::DataLoss => "data_loss",
+            Code::Unauthenticated => "unauthenticated",
+        }
+    }
+
+    /// Parses the wire spelling.
+    pub fn parse(s: &str) -> Option<Code> {
+        Code::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    /// The gRPC status number (for [`WireStatus::Grpc`](execseam_core::WireStatus)).
+    pub fn grpc(self) -> i32 {
+        match self {
+            Code::Canceled => 1,
+            Code::Unknown => 2,
+            Code::InvalidArgument => 3,
+            Code::DeadlineExceeded => 4,
+            Code::NotFound => 5,
+            Code::AlreadyExists => 6,
+            Code::PermissionDenied => 7,
+            Code::ResourceExhausted => 8,
+            Code::FailedPrecondition => 9,
+            Code::Aborted => 10,
+            Code::OutOfRange => 11,
+            Code::Unimplemented => 12,
+            Code::Internal => 13,
+            Code::Unavailable => 14,
+            Code::DataLoss => 15,
+            Code::Unauthenticated => 16,
+        }
+    }
+}
+
+/// A Connect error as received: from a unary error body or an end-stream message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RpcError {
+    /// The code.
+    pub code: Code,
+    /// The message (may be empty).
+    pub message: String,
+}
+
+/// Why a call failed, before it is given a meaning by `error.rs`.
+#[derive(Debug)]
+pub(crate) enum CallError {
+    /// No connection could be made: nothing was sent.
+    Connect(reqwest::Error),
+    /// The client-side timeout fired.
+    Timeout(reqwest::Error),
+    /// The transport failed after the request may have been sent (reset, cut body).
+    Transport(reqwest::Error),
+    /// A non-Connect HTTP error answer (proxy, gateway, envd's plain HTTP routes).
+    Http {
+        /// The effective status: the integer `code` of a JSON body, else the HTTP status.
+        status: u16,
+        /// The message (`message` of a JSON body, else the body text).
+        message: String,
+        /// `Retry-After` in delta-seconds, if sent.
+        retry_after: Option<Duration>,
+    },
+    /// A Connect error: a unary error body or an end-stream error.
+    Rpc {
+        /// The error.
+        error: RpcError,
+        /// The HTTP status it came with (200 for end-stream errors).
+        http_status: u16,
+        /// `Retry-After`, if sent.
+        retry_after: Option<Duration>,
+        /// True when it arrived in an end-stream message.
+        in_stream: bool,
+    },
+    /// The answer broke the protocol.
+    Protocol(String),
+}
+
+impl CallError {
+    fn from_reqwest(e: reqwest::Error) -> CallError {
+        if e.is_connect() {
+            CallError::Connect(e)
+        } else if e.is_timeout() {
+            CallError::Timeout(e)
+        } else if e.is_builder() {
+            CallError::Protocol(format!("cannot build the request: {e}"))
+        } else {
+            CallError::Transport(e)
+        }
+    }
+}
+
+/// Encodes one envelope.
+pub(crate) fn envelope(flags: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(5 + payload.len());
+    v.push(flags);
+    v.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+/// One decoded envelope.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// A message (flags 0).
+    Message(Bytes),
+    /// The end-stream message, parsed.
+    End(Option<RpcError>),
+}
+
+/// An incremental envelope decoder.
+#[derive(Debug, Default)]
+pub(crate) struct Decoder {
+    buf: BytesMut,
+}
+
+impl Decoder {
+    pub(crate) fn push(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// True when no partial envelope is buffered.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The next complete envelope, if one is buffered.
+    pub(crate) fn next(&mut self) -> Result<Option<Frame>, String> {
+        if self.buf.len() < 5 {
+            return Ok(None);
+        }
+        let flags = self.buf[0];
+        let len = u32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]]) as usize;
+        if len > MAX_MESSAGE {
+            return Err(format!(
+                "an envelope of {len} bytes exceeds the {MAX_MESSAGE}-byte limit"
+            ));
+        }
+        if flags & FLAG_COMPRESSED != 0 {
+            return Err("a compressed envelope, but identity encoding was negotiated".into());
+        }
+        if flags & !(FLAG_COMPRESSED | FLAG_END_STREAM) != 0 {
+            return Err(format!("unknown envelope flags {flags:#04x}"));
+        }
+        if self.buf.len() < 5 + len {
+            return Ok(None);
+        }
+        self.buf.advance(5);
+        let payload = self.buf.split_to(len).freeze();
+        if flags & FLAG_END_STREAM != 0 {
+            return parse_end_stream(&payload).map(|e| Some(Frame::End(e)));
+        }
+        Ok(Some(Frame::Message(payload)))
+    }
+}
+
+/// Parses an end-stream message: `{"error"?: {...}, "metadata"?: {...}}`.
+fn parse_end_stream(payload: &[u8]) -> Result<Option<RpcError>, String> {
+    let v: serde_json::Value = serde_json::from_slice(payload)
+        .map_err(|e| format!("the end-stream message is not JSON: {e}"))?;
+    let Some(obj) = v.as_object() else {
+        return Err("the end-stream message is not a JSON object".into());
+    };
+    match obj.get("error") {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(err) => rpc_error_of(err)
+            .map(Some)
+            .ok_or_else(|| format!("the end-stream error is not a Connect error: {err}")),
+    }
+}
+
+/// A Connect error object: a string `code` that names a Connect code.
+fn rpc_error_of(v: &serde_json::Value) -> Option<RpcError> {
+    let code = Code::parse(v.get("code")?.as_str()?)?;
+    let message = v
+        .get("message")
+        .and_then(|m| m.as_str())
+        .unwrap_or_default()
+        .to_owned();
+    Some(RpcError { code, message })
+}
+
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let v = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    v.parse::<u64>().ok().map(Duration::from_secs)
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+async fn read_limited(mut resp: reqwest::Response, limit: usize) -> Result<Vec<u8>, CallError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(CallError::from_reqwest)? {
+        body.extend_from_slice(&chunk);
+        if body.len() >= limit {
+            body.truncate(limit);
+            break;
+        }
+    }
+    Ok(body)
+}
+
+/// Turns a non-success answer into a [`CallError`]: a Connect error body (a JSON object whose
+/// string `code` is a Connect code) or a plain HTTP error.
+pub(crate) async fn error_of(resp: reqwest::Response) -> CallError {
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let after = retry_after(&headers);
+    let body = match read_limited(resp, MAX_ERROR_BODY).await {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    error_of_parts(status, &headers, &body, after)
+}
+
+pub(crate) fn error_of_parts(
+    status: u16,
+    headers: &HeaderMap,
+    body: &[u8],
+    retry_after: Option<Duration>,
+) -> CallError {
+    let json = if content_type(headers) == "application/json" {
+        serde_json::from_slice::<serde_json::Value>(body).ok()
+    } else {
+        None
+    };
+    if let Some(v) = &json
+        && let Some(error) = rpc_error_of(v)
+    {
+        return CallError::Rpc {
+            error,
+            http_status: status,
+            retry_after,
+            in_stream: false,
+        };
+    }
+    let mut effective = status;
+    let mut message = None;
+    if let Some(obj) = json.as_ref().and_then(|v| v.as_object()) {
+        if let Some(code) = obj.get("code").and_then(|c| c.as_u64())
+            && let Ok(code) = u16::try_from(code)
+        {
+            effective = code;
+        }
+        message = obj
+            .get("message")
+            .and_then(|m| m.as_str())
+            .map(str::to_owned);
+    }
+    let message = message.unwrap_or_else(|| {
+        let text = String::from_utf8_lossy(body);
+        let text = text.trim();
+        if text.is_empty() {
+            format!("HTTP {status}")
+        } else {
+            text.chars().take(512).collect()
+        }
+    });
+    CallError::Http {
+        status: effective,
+        message,
+        retry_after,
+    }
+}
+
+fn timeout_header(timeout: Option<Duration>) -> Option<HeaderValue> {
+    let ms = timeout?.as_millis().clamp(1, 9_999_999_999);
+    HeaderValue::from_str(&ms.to_string()).ok()
+}
+
+/// Calls a unary method.
+pub(crate) async fn unary<Req: Serialize, Resp: DeserializeOwned>(
+    http: &reqwest::Client,
+    url: reqwest::Url,
+    headers: HeaderMap,
+    request: &Req,
+    timeout: Option<Duration>,
+) -> Result<Resp, CallError> {
+    let body = serde_json::to_vec(request)
+        .map_err(|e| CallError::Protocol(format!("cannot encode the request: {e}")))?;
+    let mut req = http
+        .post(url)
+        .headers(headers)
+        .header(CONTENT_TYPE, UNARY_CONTENT_TYPE)
+        .header("connect-protocol-version", "1")
+        .header("accept-encoding", "identity")
+        .header("content-encoding", "identity")
+        .body(body);
+    if let Some(t) = timeout {
+        req = req.timeout(t);
+        if let Some(v) = timeout_header(Some(t)) {
+            req = req.header("connect-timeout-ms", v);
+        }
+    }
+    let resp = req.send().await.map_err(CallError::from_reqwest)?;
+    if resp.status().as_u16() != 200 {
+        return Err(error_of(resp).await);
+    }
+    if content_type(resp.headers()) != UNARY_CONTENT_TYPE {
+        let ct = content_type(resp.headers());
+        return Err(CallError::Protocol(format!(
+            "a unary answer with Content-Type {ct:?}, want {UNARY_CONTENT_TYPE}"
+        )));
+    }
+    let body = resp.bytes().await.map_err(CallError::from_reqwest)?;
+    serde_json::from_slice(&body).map_err(|e| {
+        CallError::Protocol(format!(
+            "a malformed answer ({e}): {}",
+            String::from_utf8_lossy(&body[..body.len().min(200)])
+        ))
+    })
+}
+
+/// Opens a server stream. `timeout` is sent as `Connect-Timeout-Ms` only: the stream lasts as
+/// long as the server says (idle connections are bounded by the client's read timeout).
+pub(crate) async fn server_stream<Req: Serialize>(
+    http: &reqwest::Client,
+    url: reqwest::Url,
+    headers: HeaderMap,
+    request: &Req,
+    timeout: Option<Duration>,
+) -> Result<ServerStream, CallError> {
+    let payload = serde_json::to_vec(request)
+        .map_err(|e| CallError::Protocol(format!("cannot encode the request: {e}")))?;
+    let mut req = http
+        .post(url)
+        .headers(headers)
+        .header(CONTENT_TYPE, STREAM_CONTENT_TYPE)
+        .header("connect-protocol-version", "1")
+        .header("connect-accept-encoding", "identity")
+        .header("connect-content-encoding", "identity")
+        .body(envelope(0, &payload));
+    if let Some(v) = timeout_header(timeout) {
+        req = req.header("connect-timeout-ms", v);
+    }
+    let resp = req.send().await.map_err(CallError::from_reqwest)?;
+    stream_of(resp).await
+}
+
+async fn stream_of(resp: reqwest::Response) -> Result<ServerStream, CallError> {
+    if resp.status().as_u16() != 200 {
+        return Err(error_of(resp).await);
+    }
+    let ct = content_type(resp.headers());
+    if ct != STREAM_CONTENT_TYPE {
+        // A JSON error body with a 200 is still an error answer, not a stream.
+        let headers = resp.headers().clone();
+        let body = read_limited(resp, MAX_ERROR_BODY).await?;
+        if let CallError::Rpc { error, .. } = error_of_parts(200, &headers, &body, None) {
+            return Err(CallError::Rpc {
+                error,
+                http_status: 200,
+                retry_after: None,
+                in_stream: false,
+            });
+        }
+        return Err(CallError::Protocol(format!(
+            "a streaming answer with Content-Type {ct:?}, want {STREAM_CONTENT_TYPE}"
+        )));
+    }
+    Ok(ServerStream {
+        resp,
+        decoder: Decoder::default(),
+        finished: false,
+    })
+}
+
+/// The response side of a server stream.
+#[derive(Debug)]
+pub(crate) struct ServerStream {
+    resp: reqwest::Response,
+    decoder: Decoder,
+    finished: bool,
+}
+
+impl ServerStream {
+    /// The next message; `Ok(None)` after a successful end-stream. An end-stream error is
+    /// [`CallError::Rpc`] with `in_stream`; a body that ends without the end-stream message is
+    /// [`CallError::Protocol`]. Cancel-safe: nothing is lost if the future is dropped.
+    pub(crate) async fn message<T: DeserializeOwned>(&mut self) -> Result<Option<T>, CallError> {
+        loop {
+            if self.finished {
+                return Ok(None);
+            }
+            match self.decoder.next().map_err(CallError::Protocol)? {
+                Some(Frame::Message(payload)) => {
+                    return serde_json::from_slice(&payload).map(Some).map_err(|e| {
+                        CallError::Protocol(format!(
+                            "a malformed stream message ({e}): {}",
+                            String::from_utf8_lossy(&payload[..payload.len().min(200)])
+                        ))
+                    });
+                }
+                Some(Frame::End(error)) => {
+                    self.finished = true;
+                    if !self.decoder.is_empty() {
+                        return Err(CallError::Protocol(
+                            "bytes after the end-stream message".into(),
+                        ));
+                    }
+                    return match error {
+                        None => Ok(None),
+                        Some(error) => Err(CallError::Rpc {
+                            error,
+                            http_status: 200,
+                            retry_after: None,
+                            in_stream: true,
+                        }),
+                    };
+                }
+                None => {}
+            }
+            match self.resp.chunk().await.map_err(CallError::from_reqwest)? {
+                Some(chunk) => self.decoder.push(&chunk),
+                None => {
+                    self.finished = true;
+                    return Err(CallError::Protocol(if self.decoder.is_empty() {
+                        "the stream ended without its end-stream message".into()
+                    } else {
+                        "the stream ended inside an envelope".into()
+                    }));
+                }
+            }
+        }
+    }
+}
+
+/// Calls a client-streaming method with all of its messages known up front; returns the one
+/// response message.
+pub(crate) async fn client_stream<Req: Serialize, Resp: DeserializeOwned>(
+    http: &reqwest::Client,
+    url: reqwest::Url,
+    headers: HeaderMap,
+    requests: &[Req],
+    timeout: Option<Duration>,
+) -> Result<Resp, CallError> {
+    let mut body = Vec::new();
+    for r in requests {
+        let payload = serde_json::to_vec(r)
+            .map_err(|e| CallError::Protocol(format!("cannot encode the request: {e}")))?;
+        body.extend(envelope(0, &payload));
+    }
+    let mut req = http
+        .post(url)
+        .headers(headers)
+        .header(CONTENT_TYPE, STREAM_CONTENT_TYPE)
+        .header("connect-protocol-version", "1")
+        .header("connect-accept-encoding", "identity")
+        .header("connect-content-encoding", "identity")
+        .body(body);
+    if let Some(t) = timeout {
+        req = req.timeout(t);
+        if let Some(v) = timeout_header(Some(t)) {
+            req = req.header("connect-timeout-ms", v);
+        }
+    }
+    let resp = req.send().await.map_err(CallError::from_reqwest)?;
+    let mut stream = stream_of(resp).await?;
+    let Some(msg) = stream.message::<Resp>().await? else {
+        return Err(CallError::Protocol(
+            "a client stream ended without its response message".into(),
+        ));
+    };
+    match stream.message::<serde_json::Value>().await? {
+        None => Ok(msg),
+        Some(extra) => Err(CallError::Protocol(format!(
+            "a second response message on a client stream: {extra}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelopes_round_trip_across_chunk_boundaries() {
+        let mut wire = envelope(0, br#"{"event":{"start":{"pid":412}}}"#);
+        wire.extend(envelope(0, br#"{"event":{"data":{"stdout":"aGkK"}}}"#));
+        wire.extend(envelope(FLAG_END_STREAM, b"{}"));
+        // Byte by byte: a decoder must never yield a partial envelope.
+        let mut d = Decoder::default();
+        let mut frames = Vec::new();
+        for b in &wire {
+            d.push(std::slice::from_ref(b));
+            while let Some(f) = d.next().unwrap() {
+                frames.push(f);
+            }
+        }
+        assert_eq!(
+            frames,
+            vec![
+                Frame::Message(Bytes::from_static(br#"{"event":{"start":{"pid":412}}}"#)),
+                Frame::Message(Bytes::from_static(
+                    br#"{"event":{"data":{"stdout":"aGkK"}}}"#
+                )),
+                Frame::End(None),
+            ]
+        );
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn the_captured_request_prefix_matches() {
+        // From the research capture: `00 00 00 00 4a` + 74 bytes of JSON.
+        let payload =
+            br#"{"process":{"cmd":"/bin/bash","args":["-l","-c","echo hi"]},"stdin":false}"#;
+        assert_eq!(payload.len(), 0x4a);
+        assert_eq!(&envelope(0, payload)[..5], &[0, 0, 0, 0, 0x4a]);
+    }
+
+    #[test]
+    fn end_stream_errors_are_parsed() {
+        let mut d = Decoder::default();
+        d.push(&envelope(
+            FLAG_END_STREAM,
+            br#"{"error":{"code":"deadline_exceeded","message":"context deadline exceeded"}}"#,
+        ));
+        assert_eq!(
+            d.next().unwrap(),
+            Some(Frame::End(Some(RpcError {
+                code: Code::DeadlineExceeded,
+                message: "context deadline exceeded".into()
+            })))
+        );
+        let mut d = Decoder::default();
+        d.push(&envelope(
+            FLAG_END_STREAM,
+            br#"{"error":{"code":"nonsense"}}"#,
+        ));
+        assert!(d.next().is_err());
+        let mut d = Decoder::default();
+        d.push(&envelope(
+            FLAG_END_STREAM,
+            b"{\"metadata\":{\"a\":[\"b\"]}}",
+        ));
+        assert_eq!(d.next().unwrap(), Some(Frame::End(None)));
+    }
+
+    #[test]
+    fn compressed_oversized_and_unknown_flags_are_rejected() {
+        for wire in [
+            envelope(FLAG_COMPRESSED, b"x"),
+            envelope(0x80, b"x"),
+            vec![0, 0xff, 0xff, 0xff, 0xff],
+        ] {
+            let mut d = Decoder::default();
+            d.push(&wire);
+            assert!(d.next().is_err(), "{wire:?}");
+        }
+    }
+
+    #[test]
+    fn error_bodies_are_told_apart() {
+        let mut h = HeaderMap::new();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        // A Connect error: a string code.
+        match error_of_parts(
+            404,
+            &h,
+            br#"{"code":"not_found","message":"file not found"}"#,
+            None,
+        ) {
+            CallError::Rpc {
+                error, http_status, ..
+            } => {
+                assert_eq!(error.code, Code::NotFound);
+                assert_eq!(http_status, 404);
+            }
+            other => panic!("{other:?}"),
+        }
+        // The edge proxy: an integer code, which overrides the status.
+        let mut h2 = HeaderMap::new();
+        h2.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/json; charset=utf-8"),
+        );
+        match error_of_parts(
+            200,
+            &h2,
+            br#"{"sandboxId":"x","message":"The sandbox was not found","code":502}"#,
+            None,
+        ) {
+            CallError::Http {
+                status, message, ..
+            } => {
+                assert_eq!(status, 502);
+                assert_eq!(message, "The sandbox was not found");
+            }
+            other => panic!("{other:?}"),
+        }
+        // An unknown string code is not a Connect error.
+        match error_of_parts(500, &h, br#"{"code":"weird","message":"m"}"#, None) {
+            CallError::Http {
+                status: 500,
+                message,
+                ..
+            } => assert_eq!(message, "m"),
+            other => panic!("{other:?}"),
+        }
+        // HTML from a gateway.
+        match error_of_parts(503, &HeaderMap::new(), b"<html>busy</html>", None) {
+            CallError::Http {
+                status: 503,
+                message,
+                ..
+            } => assert!(message.contains("busy")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn codes_round_trip() {
+        for c in Code::ALL {
+            assert_eq!(Code::parse(c.as_str()), Some(c));
+        }
+        assert_eq!(Code::parse("NOT_FOUND"), None);
+    }
+}

@@ -1,0 +1,987 @@
+//! [`E2bExec`]: one E2B sandbox, its commands (`process.Start`) and its files.
+
+use std::collections::BTreeMap;
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use execseam_core::degrade::{self, WrapOptions};
+use execseam_core::{
+    BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
+    ExecStream, Exit, Output,
+};
+use secrecy::SecretString;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::client::{ControlPlane, Envd, Health};
+use crate::config::E2bConfig;
+use crate::connect::{CallError, Code, RpcError, ServerStream};
+use crate::error::{self, Ctx, Gone, PROVIDER, Stage};
+use crate::wire::{self, ProcessSelector};
+
+/// stdin up to this size goes in one `SendInput`; more goes through `StreamInput` in chunks of
+/// this size.
+const STDIN_CHUNK: usize = 64 << 10;
+/// A sandbox whose lifetime ends within this margin is taken as expired when it is found gone.
+const LIFETIME_SLACK: Duration = Duration::from_secs(2);
+
+pub(crate) fn random_u64() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// An envd version, `major.minor.patch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EnvdVersion(pub u32, pub u32, pub u32);
+
+impl EnvdVersion {
+    /// `CloseStdin` exists (`ENVD_ENVD_CLOSE`).
+    pub const CLOSE_STDIN: EnvdVersion = EnvdVersion(0, 5, 2);
+    /// `stdin: false` is honoured (`ENVD_COMMANDS_STDIN`).
+    pub const STDIN_FLAG: EnvdVersion = EnvdVersion(0, 3, 0);
+    /// A default user exists (`ENVD_DEFAULT_USER`); older envd needs `user`.
+    pub const DEFAULT_USER: EnvdVersion = EnvdVersion(0, 4, 0);
+    /// `POST /files` takes `application/octet-stream`.
+    pub const OCTET_STREAM_UPLOAD: EnvdVersion = EnvdVersion(0, 5, 7);
+
+    /// Parses `0.6.13` (a pre-release or build suffix is ignored).
+    pub fn parse(s: &str) -> Option<EnvdVersion> {
+        let core = s.trim().trim_start_matches('v').split(['-', '+']).next()?;
+        let mut it = core.split('.');
+        let major = it.next()?.parse().ok()?;
+        let minor = it.next().unwrap_or("0").parse().ok()?;
+        let patch = it.next().unwrap_or("0").parse().ok()?;
+        Some(EnvdVersion(major, minor, patch))
+    }
+}
+
+impl fmt::Display for EnvdVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.0, self.1, self.2)
+    }
+}
+
+/// What identifies a running sandbox to envd, for [`E2bExec::attach`] (no control-plane call).
+#[derive(Clone)]
+pub struct Attach {
+    /// The sandbox id.
+    pub sandbox_id: String,
+    /// Its `envdAccessToken`, if it is a secure sandbox.
+    pub envd_access_token: Option<SecretString>,
+    /// Its envd version, as the control plane reported it.
+    pub envd_version: String,
+    /// Its domain, as the control plane reported it (`None`: the configured domain).
+    pub domain: Option<String>,
+}
+
+impl fmt::Debug for Attach {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Attach")
+            .field("sandbox_id", &self.sandbox_id)
+            .field(
+                "envd_access_token",
+                &self.envd_access_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("envd_version", &self.envd_version)
+            .field("domain", &self.domain)
+            .finish()
+    }
+}
+
+struct Inner {
+    config: E2bConfig,
+    http: reqwest::Client,
+    sandbox_id: String,
+    envd_version: EnvdVersion,
+    envd: Envd,
+    /// The user sent to envd (explicit, or `user` for envd < 0.4.0).
+    user: Option<String>,
+    /// We created the sandbox (and may kill it on drop).
+    owned: bool,
+    killed: AtomicBool,
+    /// When the lifetime we asked for ends, if we asked.
+    end_at: Mutex<Option<Instant>>,
+}
+
+impl Inner {
+    fn control(&self) -> Result<ControlPlane<'_>, Error> {
+        Ok(ControlPlane {
+            http: &self.http,
+            base: self.config.api_base()?,
+            config: &self.config,
+        })
+    }
+
+    fn lifetime_over(&self) -> bool {
+        self.end_at
+            .lock()
+            .expect("end_at")
+            .is_some_and(|end| Instant::now() + LIFETIME_SLACK >= end)
+    }
+
+    /// Maps a failed call, probing `/health` when the failure cannot tell whether the sandbox
+    /// is gone (as the SDK does).
+    async fn fail(&self, call: CallError, mut ctx: Ctx) -> Error {
+        match error::gone(&call) {
+            Gone::Yes => ctx.gone = true,
+            Gone::Maybe if matches!(ctx.stage, Stage::ExecSubmit | Stage::ExecRunning) => {
+                ctx.gone = self.envd.health().await == Health::Gone;
+            }
+            _ => {}
+        }
+        if ctx.gone {
+            ctx.lifetime_over = self.lifetime_over();
+        }
+        error::map(call, &ctx)
+    }
+
+    /// SIGKILLs a process; by tag the pid may not be registered yet, so not_found is retried
+    /// briefly.
+    async fn kill_process(&self, target: ProcessSelector) {
+        let by_tag = matches!(target, ProcessSelector::Tag(_));
+        for attempt in 0..4 {
+            match self.envd.kill(target.clone()).await {
+                Ok(()) => {
+                    tracing::debug!(provider = PROVIDER, ?target, "killed the process");
+                    return;
+                }
+                Err(CallError::Rpc {
+                    error:
+                        RpcError {
+                            code: Code::NotFound,
+                            ..
+                        },
+                    ..
+                }) if by_tag && attempt < 3 => {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => {
+                    tracing::debug!(provider = PROVIDER, ?target, error = ?e, "kill failed");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if !(self.owned && self.config.kill_on_drop) || self.killed.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                provider = PROVIDER,
+                sandbox = %self.sandbox_id,
+                "no runtime to kill the sandbox on drop; it ends with its timeout"
+            );
+            return;
+        };
+        let http = self.http.clone();
+        let config = self.config.clone();
+        let id = self.sandbox_id.clone();
+        handle.spawn(async move {
+            let Ok(base) = config.api_base() else { return };
+            let cp = ControlPlane {
+                http: &http,
+                base,
+                config: &config,
+            };
+            let r = cp.kill(&id).await;
+            tracing::debug!(provider = PROVIDER, sandbox = %id, ok = r.is_ok(), "killed the sandbox on drop");
+        });
+    }
+}
+
+/// Commands and files in one E2B sandbox. Cheap to clone (one shared connection pool).
+///
+/// See the [crate docs](crate) for what is native and what is not.
+#[derive(Clone)]
+pub struct E2bExec {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for E2bExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("E2bExec")
+            .field("sandbox_id", &self.inner.sandbox_id)
+            .field("envd_version", &self.inner.envd_version)
+            .field("envd", &self.inner.envd)
+            .finish_non_exhaustive()
+    }
+}
+
+fn setup_error(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::InvalidCommand, message)
+        .with_provider(PROVIDER)
+        .with_operation("config")
+}
+
+impl E2bExec {
+    /// Creates a sandbox from [`E2bConfig::template`] (`POST /v2/sandboxes`, or the legacy route).
+    pub async fn create(config: E2bConfig) -> Result<E2bExec, Error> {
+        let http = new_http(&config)?;
+        let sandbox = ControlPlane {
+            http: &http,
+            base: config.api_base()?,
+            config: &config,
+        }
+        .create()
+        .await
+        .map_err(|e| error::map(e, &Ctx::new("create_sandbox", Stage::NonIdempotent)))?;
+        let end = Instant::now() + config.sandbox_timeout;
+        E2bExec::build(config, http, sandbox, true, Some(end))
+    }
+
+    /// Connects to a running (or paused: it is resumed) sandbox
+    /// (`POST /v2/sandboxes/{id}/connect`), setting its lifetime to
+    /// [`E2bConfig::sandbox_timeout`] from now.
+    pub async fn connect(config: E2bConfig, sandbox_id: &str) -> Result<E2bExec, Error> {
+        let http = new_http(&config)?;
+        let sandbox = ControlPlane {
+            http: &http,
+            base: config.api_base()?,
+            config: &config,
+        }
+        .connect(sandbox_id)
+        .await
+        .map_err(|e| error::map(e, &Ctx::new("connect_sandbox", Stage::Idempotent)))?;
+        let end = Instant::now() + config.sandbox_timeout;
+        E2bExec::build(config, http, sandbox, false, Some(end))
+    }
+
+    /// Uses a sandbox whose id, token and envd version are already known, without calling the
+    /// control plane. Its lifetime is unknown, so a sandbox found gone is `NotFound`.
+    pub fn attach(config: E2bConfig, attach: Attach) -> Result<E2bExec, Error> {
+        let http = new_http(&config)?;
+        let sandbox = wire::Sandbox {
+            template_id: String::new(),
+            sandbox_id: attach.sandbox_id,
+            envd_version: attach.envd_version,
+            envd_access_token: None,
+            domain: attach.domain,
+        };
+        E2bExec::build_with_token(config, http, sandbox, attach.envd_access_token, false, None)
+    }
+
+    /// [`E2bConfig::from_env`], then [`connect`](Self::connect) to `E2B_SANDBOX_ID` when set,
+    /// else [`create`](Self::create).
+    pub async fn from_env() -> Result<E2bExec, Error> {
+        let config = E2bConfig::from_env()?;
+        match std::env::var("E2B_SANDBOX_ID")
+            .ok()
+            .filter(|s| !s.is_empty())
+        {
+            Some(id) => E2bExec::connect(config, &id).await,
+            None => E2bExec::create(config).await,
+        }
+    }
+
+    fn build(
+        config: E2bConfig,
+        http: reqwest::Client,
+        mut sandbox: wire::Sandbox,
+        owned: bool,
+        end_at: Option<Instant>,
+    ) -> Result<E2bExec, Error> {
+        let token = sandbox.envd_access_token.take().map(SecretString::from);
+        E2bExec::build_with_token(config, http, sandbox, token, owned, end_at)
+    }
+
+    fn build_with_token(
+        config: E2bConfig,
+        http: reqwest::Client,
+        sandbox: wire::Sandbox,
+        token: Option<SecretString>,
+        owned: bool,
+        end_at: Option<Instant>,
+    ) -> Result<E2bExec, Error> {
+        let version = EnvdVersion::parse(&sandbox.envd_version).ok_or_else(|| {
+            Error::protocol(format!(
+                "envdVersion {:?} is not a version",
+                sandbox.envd_version
+            ))
+            .with_provider(PROVIDER)
+            .with_operation("create_sandbox")
+        })?;
+        if version < EnvdVersion(0, 1, 0) {
+            return Err(Error::unsupported(format!(
+                "envd {version} is too old (the SDK requires 0.1.0): rebuild the template"
+            ))
+            .with_provider(PROVIDER)
+            .with_operation("create_sandbox"));
+        }
+        let user = config
+            .user
+            .clone()
+            .or_else(|| (version < EnvdVersion::DEFAULT_USER).then(|| "user".to_owned()));
+        let base = config.envd_base(&sandbox.sandbox_id, sandbox.domain.as_deref())?;
+        let headers = Envd::headers_for(&sandbox.sandbox_id, token.as_ref(), user.as_deref())
+            .map_err(setup_error)?;
+        let envd = Envd {
+            http: http.clone(),
+            base,
+            headers,
+            request_timeout: config.request_timeout,
+            keepalive: config.keepalive_interval,
+            octet_stream_upload: version >= EnvdVersion::OCTET_STREAM_UPLOAD,
+        };
+        Ok(E2bExec {
+            inner: Arc::new(Inner {
+                sandbox_id: sandbox.sandbox_id,
+                envd_version: version,
+                envd,
+                user,
+                owned,
+                killed: AtomicBool::new(false),
+                end_at: Mutex::new(end_at),
+                config,
+                http,
+            }),
+        })
+    }
+
+    /// The sandbox id.
+    pub fn sandbox_id(&self) -> &str {
+        &self.inner.sandbox_id
+    }
+
+    /// The sandbox's envd version.
+    pub fn envd_version(&self) -> EnvdVersion {
+        self.inner.envd_version
+    }
+
+    /// Kills the sandbox (`DELETE /sandboxes/{id}`): true if it was running, false if it did not
+    /// exist.
+    pub async fn kill(&self) -> Result<bool, Error> {
+        let r = self
+            .inner
+            .control()?
+            .kill(&self.inner.sandbox_id)
+            .await
+            .map_err(|e| error::map(e, &Ctx::new("kill_sandbox", Stage::Idempotent)))?;
+        self.inner.killed.store(true, Ordering::SeqCst);
+        Ok(r)
+    }
+
+    /// Sets the sandbox's remaining lifetime (`POST /sandboxes/{id}/timeout`).
+    pub async fn set_timeout(&self, timeout: Duration) -> Result<(), Error> {
+        self.inner
+            .control()?
+            .set_timeout(&self.inner.sandbox_id, timeout)
+            .await
+            .map_err(|e| error::map(e, &Ctx::new("set_timeout", Stage::Idempotent)))?;
+        *self.inner.end_at.lock().expect("end_at") = Some(Instant::now() + timeout);
+        Ok(())
+    }
+
+    /// Reads a file (`GET /files?path=`).
+    pub async fn read_file(&self, path: &str) -> Result<Bytes, Error> {
+        let user = self.inner.user.as_deref();
+        match self.inner.envd.read_file(path, user).await {
+            Ok(b) => Ok(b),
+            Err(e) => Err(self
+                .inner
+                .fail(e, Ctx::new("read_file", Stage::Idempotent))
+                .await),
+        }
+    }
+
+    /// Writes a file, creating its parents (`POST /files?path=`).
+    pub async fn write_file(&self, path: &str, data: impl Into<Bytes>) -> Result<(), Error> {
+        let user = self.inner.user.as_deref();
+        match self.inner.envd.write_file(path, data.into(), user).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self
+                .inner
+                .fail(e, Ctx::new("write_file", Stage::Idempotent))
+                .await),
+        }
+    }
+
+    /// Lists a directory to `depth` levels (`filesystem.Filesystem/ListDir`), in envd's order
+    /// (lexical, depth-first); the caller orders and truncates.
+    pub async fn list_dir(&self, path: &str, depth: u32) -> Result<Vec<wire::EntryInfo>, Error> {
+        match self.inner.envd.list_dir(path, depth.max(1)).await {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self
+                .inner
+                .fail(e, Ctx::new("list_dir", Stage::Idempotent))
+                .await),
+        }
+    }
+
+    /// Stats a path (`filesystem.Filesystem/Stat`, lstat semantics).
+    pub async fn stat(&self, path: &str) -> Result<wire::EntryInfo, Error> {
+        match self.inner.envd.stat(path).await {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self
+                .inner
+                .fail(e, Ctx::new("stat", Stage::Idempotent))
+                .await),
+        }
+    }
+
+    async fn start(&self, cmd: Command) -> Result<EventStream, Error> {
+        let inner = &self.inner;
+        let stdin = cmd.stdin().clone();
+        if !stdin.is_empty() && inner.envd_version < EnvdVersion::CLOSE_STDIN {
+            return Err(Error::unsupported(format!(
+                "envd {} cannot close stdin (needs {}): rebuild the template",
+                inner.envd_version,
+                EnvdVersion::CLOSE_STDIN
+            ))
+            .with_provider(PROVIDER)
+            .with_operation("exec"));
+        }
+        if stdin.is_empty() && inner.envd_version < EnvdVersion::STDIN_FLAG {
+            return Err(Error::unsupported(format!(
+                "envd {} always opens stdin and cannot close it: rebuild the template",
+                inner.envd_version
+            ))
+            .with_provider(PROVIDER)
+            .with_operation("exec"));
+        }
+        let tag = format!("execseam-{:016x}", random_u64());
+        let (argv, envs) = deliverable(&cmd)?;
+        let req = wire::StartRequest {
+            process: wire::ProcessConfig {
+                cmd: argv[0].clone(),
+                args: argv[1..].to_vec(),
+                envs,
+                cwd: cmd.workdir().map(str::to_owned),
+            },
+            tag: Some(tag.clone()),
+            stdin: !stdin.is_empty(),
+        };
+        let deadline = inner.config.command_timeout;
+        let mut ctx = Ctx::new("exec", Stage::ExecSubmit);
+        ctx.deadline = deadline.map(|_| Deadline::Command);
+        tracing::debug!(provider = PROVIDER, sandbox = %inner.sandbox_id, tool = %cmd.tool(), program = %cmd.program(), argc = cmd.argv().len(), "exec");
+
+        // From here a dropped future kills whatever may have started, by tag until the pid is known.
+        let mut guard = KillGuard {
+            inner: self.inner.clone(),
+            target: Some(ProcessSelector::Tag(tag)),
+        };
+        let mut stream = match inner.envd.start(&req, deadline).await {
+            Ok(s) => s,
+            Err(e) => {
+                if !may_have_started(&e) {
+                    guard.disarm();
+                }
+                return Err(inner.fail(e, ctx).await);
+            }
+        };
+        let pid = match stream.message::<wire::StartResponse>().await {
+            Ok(Some(wire::StartResponse {
+                event:
+                    Some(wire::ProcessEvent {
+                        start: Some(start), ..
+                    }),
+            })) => start.pid,
+            Ok(Some(other)) => {
+                return Err(Error::protocol(format!(
+                    "the first event of process.Start is not a start event: {other:?}"
+                ))
+                .with_provider(PROVIDER)
+                .with_operation("exec"));
+            }
+            Ok(None) => {
+                return Err(
+                    Error::protocol("process.Start ended before its start event")
+                        .with_provider(PROVIDER)
+                        .with_operation("exec"),
+                );
+            }
+            Err(e) => {
+                // envd answers an in-stream error before the start event only when it did not
+                // start the process (a missing cwd, a bad user).
+                if matches!(
+                    e,
+                    CallError::Rpc {
+                        in_stream: true,
+                        ..
+                    }
+                ) {
+                    guard.disarm();
+                }
+                return Err(inner.fail(e, ctx).await);
+            }
+        };
+        guard.target = Some(ProcessSelector::Pid(pid));
+        ctx.stage = Stage::ExecRunning;
+        let stdin_task = (!stdin.is_empty()).then(|| {
+            let inner = self.inner.clone();
+            tokio::spawn(async move { feed_stdin(inner, pid, stdin).await })
+        });
+        let running = Running {
+            inner: self.inner.clone(),
+            stream,
+            guard,
+            stdin: stdin_task,
+            exit: None,
+            done: false,
+            ctx,
+        };
+        Ok(EventStream::new(futures_util::stream::unfold(
+            running,
+            |mut r| async move {
+                let item = r.next().await?;
+                Some((item, r))
+            },
+        )))
+    }
+}
+
+fn new_http(config: &E2bConfig) -> Result<reqwest::Client, Error> {
+    crate::client::http_client(config).map_err(|e| {
+        Error::new(
+            ErrorKind::Internal,
+            format!("cannot build the HTTP client: {e}"),
+        )
+        .with_provider(PROVIDER)
+        .with_operation("config")
+        .with_source(e)
+    })
+}
+
+/// True for a name a POSIX shell keeps in the environment it passes on.
+fn is_shell_name(key: &str) -> bool {
+    let mut b = key.bytes();
+    b.next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// The argv and `envs` to send. envd starts every process through
+/// `/bin/sh -c '… exec nice "$@"'`, and dash (`/bin/sh` on E2B's templates) drops environment
+/// variables whose names are not shell identifiers (`A-B.c`). Those are delivered by
+/// `env -- KEY=VALUE` inside an exact `/bin/sh -c` wrapper instead ([`degrade::wrap`]); every
+/// other variable goes in `envs`, and argv is untouched.
+fn deliverable(cmd: &Command) -> Result<(Vec<String>, BTreeMap<String, String>), Error> {
+    let (plain, odd): (BTreeMap<_, _>, BTreeMap<_, _>) = cmd
+        .env()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .partition(|(k, _)| is_shell_name(k));
+    if odd.is_empty() {
+        return Ok((cmd.argv().to_vec(), plain));
+    }
+    let only_odd = cmd
+        .clone()
+        .into_builder()
+        .clear_env()
+        .envs(odd)
+        .no_workdir()
+        .build()?;
+    let opts = WrapOptions {
+        env: true,
+        ..WrapOptions::default()
+    };
+    let argv = degrade::wrap(&only_odd, &opts).map_err(|e| e.with_provider(PROVIDER))?;
+    Ok((argv, plain))
+}
+
+/// Whether a failed `process.Start` may have started the process.
+fn may_have_started(e: &CallError) -> bool {
+    match e {
+        CallError::Connect(_) => false,
+        CallError::Http { status, .. } => !matches!(status, 400..=499 | 502 | 503),
+        CallError::Rpc { .. } => false,
+        CallError::Timeout(_) | CallError::Transport(_) | CallError::Protocol(_) => true,
+    }
+}
+
+/// Sends stdin then closes it. A process that exits (or closes stdin) without reading all of it
+/// is not an error, as with a local pipe.
+async fn feed_stdin(inner: Arc<Inner>, pid: u32, data: Bytes) -> Result<(), Error> {
+    let sent = if data.len() <= STDIN_CHUNK {
+        inner
+            .envd
+            .send_input(ProcessSelector::Pid(pid), &data)
+            .await
+    } else {
+        inner
+            .envd
+            .stream_input(ProcessSelector::Pid(pid), &data, STDIN_CHUNK)
+            .await
+    };
+    match sent {
+        Ok(()) => {}
+        Err(e) if stdin_gone(&e) => return Ok(()),
+        Err(e) => {
+            return Err(inner
+                .fail(e, Ctx::new("send_stdin", Stage::NonIdempotent))
+                .await);
+        }
+    }
+    match inner.envd.close_stdin(ProcessSelector::Pid(pid)).await {
+        Ok(()) => Ok(()),
+        Err(e) if stdin_gone(&e) => Ok(()),
+        Err(e) => Err(inner
+            .fail(e, Ctx::new("close_stdin", Stage::Idempotent))
+            .await),
+    }
+}
+
+/// envd's answers for a process that is gone or no longer reads its stdin.
+fn stdin_gone(e: &CallError) -> bool {
+    match e {
+        CallError::Rpc {
+            error: RpcError { code, message },
+            ..
+        } => {
+            *code == Code::NotFound
+                || (matches!(code, Code::Internal | Code::Unknown)
+                    && ["broken pipe", "file already closed", "closed pipe"]
+                        .iter()
+                        .any(|m| message.contains(m)))
+        }
+        _ => false,
+    }
+}
+
+/// SIGKILLs the process on drop unless disarmed (it ended, or never started).
+struct KillGuard {
+    inner: Arc<Inner>,
+    target: Option<ProcessSelector>,
+}
+
+impl KillGuard {
+    fn disarm(&mut self) {
+        self.target = None;
+    }
+}
+
+impl Drop for KillGuard {
+    fn drop(&mut self) {
+        let Some(target) = self.target.take() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                provider = PROVIDER,
+                ?target,
+                "no runtime to kill the process"
+            );
+            return;
+        };
+        let inner = self.inner.clone();
+        handle.spawn(async move { inner.kill_process(target).await });
+    }
+}
+
+/// A running command's event stream.
+struct Running {
+    inner: Arc<Inner>,
+    stream: ServerStream,
+    guard: KillGuard,
+    stdin: Option<JoinHandle<Result<(), Error>>>,
+    /// The end event, held until the end-stream message confirms the stream is complete.
+    exit: Option<Exit>,
+    done: bool,
+    ctx: Ctx,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(t) = self.stdin.take() {
+            t.abort();
+        }
+    }
+}
+
+fn protocol(message: impl Into<String>) -> Error {
+    Error::protocol(message)
+        .with_provider(PROVIDER)
+        .with_operation("exec")
+}
+
+impl Running {
+    async fn next(&mut self) -> Option<Result<Event, Error>> {
+        if self.done {
+            return None;
+        }
+        let r = self.step().await;
+        if !matches!(r, Ok(Event::Stdout(_) | Event::Stderr(_))) {
+            self.done = true;
+        }
+        Some(r)
+    }
+
+    async fn step(&mut self) -> Result<Event, Error> {
+        loop {
+            let msg = match &mut self.stdin {
+                Some(task) => tokio::select! {
+                    joined = task => {
+                        self.stdin = None;
+                        match joined {
+                            Ok(Ok(())) => continue,
+                            // The command waits for stdin that will never come: the guard kills it.
+                            Ok(Err(e)) => return Err(e),
+                            Err(join) => return Err(protocol(format!("the stdin task failed: {join}"))),
+                        }
+                    }
+                    m = self.stream.message::<wire::StartResponse>() => m,
+                },
+                None => self.stream.message::<wire::StartResponse>().await,
+            };
+            match msg {
+                Ok(Some(resp)) => {
+                    let Some(event) = resp.event else {
+                        return Err(protocol("a stream message without an event"));
+                    };
+                    if let Some(data) = event.data {
+                        if self.exit.is_some() {
+                            return Err(protocol("output after the end event"));
+                        }
+                        let (out, b64) = match (data.stdout, data.stderr, data.pty) {
+                            (Some(s), None, None) => (true, s),
+                            (None, Some(s), None) => (false, s),
+                            other => {
+                                return Err(protocol(format!(
+                                    "a data event that is not exactly one of stdout/stderr: {other:?}"
+                                )));
+                            }
+                        };
+                        let bytes = B64.decode(b64.as_bytes()).map_err(|e| {
+                            protocol(format!("a data event that is not base64: {e}"))
+                        })?;
+                        if bytes.is_empty() {
+                            continue;
+                        }
+                        let bytes = Bytes::from(bytes);
+                        return Ok(if out {
+                            Event::Stdout(bytes)
+                        } else {
+                            Event::Stderr(bytes)
+                        });
+                    } else if let Some(end) = event.end {
+                        if self.exit.is_some() {
+                            return Err(protocol("a second end event"));
+                        }
+                        // The process is over: nothing left to kill.
+                        self.guard.disarm();
+                        self.exit = Some(exit_of(&end).map_err(protocol)?);
+                    } else if event.keepalive.is_some() {
+                        continue;
+                    } else if event.start.is_some() {
+                        return Err(protocol("a second start event"));
+                    } else {
+                        return Err(protocol("an event of an unknown kind"));
+                    }
+                }
+                Ok(None) => {
+                    return match self.exit.take() {
+                        Some(exit) => {
+                            tracing::debug!(provider = PROVIDER, ?exit, "exited");
+                            Ok(Event::Exit(exit))
+                        }
+                        None => Err(protocol(
+                            "the stream ended without an end event (no exit status)",
+                        )),
+                    };
+                }
+                Err(e) => return Err(self.inner.fail(e, self.ctx).await),
+            }
+        }
+    }
+}
+
+/// The exit an end event reports. `exitCode` absent is 0 (proto3 JSON); a process killed by a
+/// signal has `exited` false, `exitCode` -1 and Go's `signal: <name>` status.
+pub(crate) fn exit_of(end: &wire::EndEvent) -> Result<Exit, String> {
+    if end.exited {
+        return Ok(Exit::Code(end.exit_code));
+    }
+    let status = end.status.trim_end_matches(" (core dumped)");
+    if let Some(name) = status.strip_prefix("signal: ")
+        && let Some(n) = go_signal_number(name)
+    {
+        return Ok(Exit::Signal(n));
+    }
+    Err(format!(
+        "an end event without an exit status: exited=false, exitCode={}, status={:?}",
+        end.exit_code, end.status
+    ))
+}
+
+/// Linux signal numbers from Go's `syscall.Signal.String()` names.
+fn go_signal_number(name: &str) -> Option<i32> {
+    const NAMES: [&str; 31] = [
+        "hangup",
+        "interrupt",
+        "quit",
+        "illegal instruction",
+        "trace/breakpoint trap",
+        "aborted",
+        "bus error",
+        "floating point exception",
+        "killed",
+        "user defined signal 1",
+        "segmentation fault",
+        "user defined signal 2",
+        "broken pipe",
+        "alarm clock",
+        "terminated",
+        "stack fault",
+        "child exited",
+        "continued",
+        "stopped (signal)",
+        "stopped",
+        "stopped (tty input)",
+        "stopped (tty output)",
+        "urgent I/O condition",
+        "CPU time limit exceeded",
+        "file size limit exceeded",
+        "virtual timer expired",
+        "profiling timer expired",
+        "window changed",
+        "I/O possible",
+        "power failure",
+        "bad system call",
+    ];
+    if let Some(i) = NAMES.iter().position(|n| *n == name) {
+        return Some(i as i32 + 1);
+    }
+    // Unnamed signals (real-time ones): "signal 34".
+    name.strip_prefix("signal ")?.parse().ok()
+}
+
+impl Exec for E2bExec {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        crate::CAPABILITIES
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        Box::pin(async move { self.start(command).await?.collect().await })
+    }
+
+    fn streaming(&self) -> Option<&dyn ExecStream> {
+        Some(self)
+    }
+}
+
+impl ExecStream for E2bExec {
+    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+        Box::pin(self.start(command))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn end(exit_code: i32, exited: bool, status: &str) -> wire::EndEvent {
+        wire::EndEvent {
+            exit_code,
+            exited,
+            status: status.into(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn exits_are_reported_exactly() {
+        assert_eq!(exit_of(&end(0, true, "exit status 0")), Ok(Exit::Code(0)));
+        assert_eq!(exit_of(&end(3, true, "exit status 3")), Ok(Exit::Code(3)));
+        assert_eq!(
+            exit_of(&end(-1, false, "signal: killed")),
+            Ok(Exit::Signal(9))
+        );
+        assert_eq!(
+            exit_of(&end(-1, false, "signal: terminated")),
+            Ok(Exit::Signal(15))
+        );
+        assert_eq!(
+            exit_of(&end(-1, false, "signal: segmentation fault (core dumped)")),
+            Ok(Exit::Signal(11))
+        );
+        assert_eq!(
+            exit_of(&end(-1, false, "signal: signal 34")),
+            Ok(Exit::Signal(34))
+        );
+        // Never an invented code: an end event that says neither is a protocol error.
+        assert!(exit_of(&end(0, false, "")).is_err());
+        assert!(exit_of(&end(-1, false, "signal: mystery")).is_err());
+    }
+
+    #[test]
+    fn env_names_dash_would_drop_go_through_env_and_the_rest_stays_native() {
+        let c = Command::builder(["printenv", "A-B.c"])
+            .env("A-B.c", "v=1")
+            .env("PLAIN_1", "p")
+            .build()
+            .unwrap();
+        let (argv, envs) = deliverable(&c).unwrap();
+        assert_eq!(&argv[..2], ["/bin/sh", "-c"]);
+        assert_eq!(argv[2], "exec env -- 'A-B.c=v=1' printenv A-B.c");
+        assert_eq!(
+            envs,
+            BTreeMap::from([("PLAIN_1".to_owned(), "p".to_owned())])
+        );
+        let c = Command::builder(["printenv"])
+            .env("_ok9", "x")
+            .build()
+            .unwrap();
+        let (argv, envs) = deliverable(&c).unwrap();
+        assert_eq!(argv, ["printenv"]);
+        assert_eq!(envs.len(), 1);
+        assert!(!is_shell_name("9a") && !is_shell_name("") && is_shell_name("_"));
+    }
+
+    #[test]
+    fn versions_parse_and_gate_features() {
+        assert_eq!(EnvdVersion::parse("0.6.13"), Some(EnvdVersion(0, 6, 13)));
+        assert_eq!(
+            EnvdVersion::parse("v0.5.2-beta"),
+            Some(EnvdVersion(0, 5, 2))
+        );
+        assert_eq!(
+            EnvdVersion::parse("99.99.99"),
+            Some(EnvdVersion(99, 99, 99))
+        );
+        assert_eq!(EnvdVersion::parse("x"), None);
+        assert!(EnvdVersion(0, 5, 1) < EnvdVersion::CLOSE_STDIN);
+        assert!(EnvdVersion(0, 6, 13) >= EnvdVersion::OCTET_STREAM_UPLOAD);
+    }
+
+    #[test]
+    fn only_a_gone_process_or_closed_pipe_is_a_benign_stdin_failure() {
+        let rpc = |code, m: &str| CallError::Rpc {
+            error: RpcError {
+                code,
+                message: m.into(),
+            },
+            http_status: 500,
+            retry_after: None,
+            in_stream: false,
+        };
+        assert!(stdin_gone(&rpc(
+            Code::NotFound,
+            "process with pid 4 not found"
+        )));
+        assert!(stdin_gone(&rpc(
+            Code::Internal,
+            "error writing to stdin of process '4': write |1: broken pipe"
+        )));
+        assert!(!stdin_gone(&rpc(Code::Internal, "disk on fire")));
+        assert!(!stdin_gone(&rpc(Code::Unauthenticated, "broken pipe")));
+        assert!(!stdin_gone(&CallError::Protocol("x".into())));
+    }
+}

@@ -1,0 +1,76 @@
+//! execseam adapter for [E2B](https://e2b.dev) sandboxes.
+//!
+//! Two planes, as in the official SDKs:
+//!
+//! - the **control plane** (`https://api.<domain>`, `X-API-KEY`): create a sandbox
+//!   (`POST /v2/sandboxes`, or the legacy `POST /sandboxes`), connect to a running or paused one
+//!   (`POST /v2/sandboxes/{id}/connect`), kill it (`DELETE /sandboxes/{id}`);
+//! - **envd** inside the sandbox, spoken to with the Connect protocol and the JSON codec
+//!   (`process.Process/Start` and friends, `filesystem.Filesystem/ListDir`), plus its plain
+//!   `/files` and `/health` routes. Every envd request carries the routing headers
+//!   `E2b-Sandbox-Id`/`E2b-Sandbox-Port` and the sandbox's `X-Access-Token`.
+//!
+//! # Capabilities
+//!
+//! | | |
+//! |---|---|
+//! | argv | native: `ProcessConfig{cmd: argv[0], args: argv[1..]}`, no `bash -l -c` |
+//! | workdir | native (`cwd`); a missing one is `Err(NotFound)` (envd's `invalid_argument "cwd '…' does not exist"`) |
+//! | env | native (`envs`, on top of envd's `PATH`, `HOME`, `USER`, `LOGNAME` and the sandbox's `envVars`) |
+//! | stdin | native: `stdin: true` only when [`Command::stdin`](execseam_core::Command::stdin) is non-empty, then `SendInput` (≤ 64 KiB) or `StreamInput`, then `CloseStdin`; otherwise envd gives the process `/dev/null` |
+//! | streaming | yes: envd's data events, as they come (≤ 32 KiB each) |
+//! | remote kill | yes: dropping an exec or its stream sends `SendSignal SIGKILL` (by tag until the pid is known) |
+//! | binary output | yes (base64 bytes) |
+//!
+//! # Exit status
+//!
+//! envd's end event carries Go's `ProcessState`: `exited` with `exitCode` (absent means 0, proto3
+//! JSON omits defaults), or, for a process killed by a signal, `exitCode: -1` with the status
+//! `signal: killed`, which becomes [`Exit::Signal(9)`](execseam_core::Exit::Signal). A non-zero
+//! exit is an `Ok` result, never an error (the SDK raises `CommandExitException` for it). An end
+//! event that says neither, or a stream that ends without one, is an `Err(Protocol)`.
+//!
+//! # Quirks
+//!
+//! - envd does not kill a process when its stream is closed (commands outlive their client,
+//!   e2b-dev/E2B#500); this adapter kills it explicitly.
+//! - envd's `Connect-Timeout-Ms` on `Start` is the process lifetime: it is sent only when
+//!   [`E2bConfig::command_timeout`] is set.
+//! - A dead sandbox answers `502 {"message":"The sandbox was not found"}` from the edge proxy; an
+//!   ambiguous `unavailable` (or a cut stream) is resolved by probing `GET /health`, as the SDK
+//!   does. See [`error`](crate#errors) below for the four timeouts.
+//!
+//! # Errors
+//!
+//! See the module docs of `error.rs` (rendered in `docs/adapters/e2b.md`): every HTTP status,
+//! every Connect code and the transport map to an [`ErrorKind`](execseam_core::ErrorKind) and a
+//! [`Retry`](execseam_core::Retry); `Timeout(Request | Command | SandboxLifetime | Unknown)` are
+//! told apart.
+#![warn(missing_docs)]
+
+use execseam_core::{Capabilities, Delivery};
+
+mod client;
+mod config;
+mod connect;
+mod error;
+mod exec;
+pub mod wire;
+
+pub use config::{ApiRoutes, E2bConfig, ENVD_PORT, SHARED_HOST_DOMAINS};
+pub use connect::{Code, RpcError};
+pub use exec::{Attach, E2bExec, EnvdVersion};
+
+/// What this adapter does; see the [crate docs](crate).
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::Native,
+    stdin: Delivery::Native,
+    workdir: Delivery::Native,
+    env: Delivery::Native,
+    streaming: true,
+    remote_kill: true,
+    binary_output: true,
+    max_stdin: None,
+    max_output: None,
+    native_tools: &[],
+};

@@ -1,0 +1,634 @@
+//! `filesystem.Filesystem` (Stat, MakeDir, Move, ListDir, Remove) and envd's `/files` routes,
+//! with envd's semantics (`services/filesystem/*.go`, `api/{download,upload}.go`). Paths are the
+//! sandbox's (`/home/user/x`); symlinks are resolved in the sandbox's view.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::OnceLock;
+
+use axum::body::Body;
+use axum::extract::Query;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use super::connect::{self as rpc, RpcError};
+use super::{EnvdRequest, Sbx, clean, plain_error, resolve, user_named, user_of};
+use crate::harness::Sandbox;
+
+/// uid → name and gid → name from the host's `/etc/passwd` and `/etc/group`.
+fn names(file: &str) -> &'static HashMap<u32, String> {
+    static PASSWD: OnceLock<HashMap<u32, String>> = OnceLock::new();
+    static GROUP: OnceLock<HashMap<u32, String>> = OnceLock::new();
+    let cell = if file == "passwd" { &PASSWD } else { &GROUP };
+    cell.get_or_init(|| {
+        std::fs::read_to_string(format!("/etc/{file}"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.split(':');
+                let name = it.next()?;
+                let id = it.nth(1)?.parse().ok()?;
+                Some((id, name.to_owned()))
+            })
+            .collect()
+    })
+}
+
+fn owner(uid: u32) -> String {
+    names("passwd")
+        .get(&uid)
+        .cloned()
+        .unwrap_or_else(|| uid.to_string())
+}
+
+fn group(gid: u32) -> String {
+    names("group")
+        .get(&gid)
+        .cloned()
+        .unwrap_or_else(|| gid.to_string())
+}
+
+/// Go's `FileMode.String()` for a Unix mode.
+pub(crate) fn mode_string(md: &std::fs::Metadata) -> String {
+    let ft = md.file_type();
+    let m = md.mode();
+    let mut s = String::new();
+    if ft.is_dir() {
+        s.push('d');
+    }
+    if ft.is_symlink() {
+        s.push('L');
+    }
+    if ft.is_block_device() || ft.is_char_device() {
+        s.push('D');
+    }
+    if ft.is_fifo() {
+        s.push('p');
+    }
+    if ft.is_socket() {
+        s.push('S');
+    }
+    if m & 0o4000 != 0 {
+        s.push('u');
+    }
+    if m & 0o2000 != 0 {
+        s.push('g');
+    }
+    if ft.is_char_device() {
+        s.push('c');
+    }
+    if m & 0o1000 != 0 {
+        s.push('t');
+    }
+    if s.is_empty() {
+        s.push('-');
+    }
+    for (i, c) in "rwxrwxrwx".chars().enumerate() {
+        s.push(if m & (1 << (8 - i)) != 0 { c } else { '-' });
+    }
+    s
+}
+
+fn file_type_name(ft: std::fs::FileType) -> &'static str {
+    if ft.is_symlink() {
+        "FILE_TYPE_SYMLINK"
+    } else if ft.is_dir() {
+        "FILE_TYPE_DIRECTORY"
+    } else if ft.is_file() {
+        "FILE_TYPE_FILE"
+    } else {
+        "FILE_TYPE_UNSPECIFIED"
+    }
+}
+
+/// An `EntryInfo` in proto3 JSON (defaults omitted, `size` as a string).
+fn entry_json(
+    path: &str,
+    md: &std::fs::Metadata,
+    file_type: &str,
+    symlink_target: Option<&str>,
+    perm_md: &std::fs::Metadata,
+) -> Value {
+    let mut e = serde_json::Map::new();
+    let name = path.rsplit('/').next().unwrap_or_default();
+    if !name.is_empty() {
+        e.insert("name".into(), json!(name));
+    }
+    if file_type != "FILE_TYPE_UNSPECIFIED" {
+        e.insert("type".into(), json!(file_type));
+    }
+    e.insert("path".into(), json!(path));
+    if md.len() != 0 {
+        e.insert("size".into(), json!(md.len().to_string()));
+    }
+    let mode = perm_md.permissions().mode() & 0o777;
+    if mode != 0 {
+        e.insert("mode".into(), json!(mode));
+    }
+    e.insert("permissions".into(), json!(mode_string(md)));
+    e.insert("owner".into(), json!(owner(md.uid())));
+    e.insert("group".into(), json!(group(md.gid())));
+    if let Ok(t) = md.modified() {
+        e.insert("modifiedTime".into(), json!(super::time::rfc3339(t)));
+    }
+    if let Some(t) = symlink_target {
+        e.insert("symlinkTarget".into(), json!(t));
+    }
+    Value::Object(e)
+}
+
+/// `filepath.EvalSymlinks` in the sandbox's view: absolute link targets are sandbox paths.
+fn eval_symlinks(sandbox: &Sandbox, path: &str) -> io::Result<String> {
+    let mut todo: VecDeque<String> = path
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let mut done: Vec<String> = Vec::new();
+    let mut links = 0;
+    while let Some(c) = todo.pop_front() {
+        match c.as_str() {
+            "." => continue,
+            ".." => {
+                done.pop();
+                continue;
+            }
+            _ => {}
+        }
+        let candidate = format!(
+            "/{}",
+            done.iter()
+                .chain([&c])
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("/")
+        );
+        let host = sandbox.host_path(&candidate);
+        let md = std::fs::symlink_metadata(&host)?;
+        if md.file_type().is_symlink() {
+            links += 1;
+            if links > 255 {
+                return Err(io::Error::other("too many links"));
+            }
+            let target = std::fs::read_link(&host)?;
+            let target = target.to_string_lossy();
+            if target.starts_with('/') {
+                done.clear();
+            }
+            for part in target.split('/').filter(|p| !p.is_empty()).rev() {
+                todo.push_front(part.to_owned());
+            }
+        } else {
+            done.push(c);
+        }
+    }
+    Ok(format!("/{}", done.join("/")))
+}
+
+fn internal(e: impl std::fmt::Display) -> RpcError {
+    RpcError::new("internal", e.to_string())
+}
+
+/// envd's `entryInfo` (Stat): lstat, and for a symlink the target's type and permission bits.
+fn stat_entry(sbx: &Sbx, path: &str) -> Result<Value, RpcError> {
+    let host = sbx.sandbox.host_path(path);
+    let md = std::fs::symlink_metadata(&host).map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
+            RpcError::new(
+                "not_found",
+                format!("file not found: lstat {path}: no such file or directory"),
+            )
+        } else {
+            internal(format!("error getting file info: {e}"))
+        }
+    })?;
+    if md.file_type().is_symlink() {
+        let target = eval_symlinks(&sbx.sandbox, path).ok();
+        let target_md = target
+            .as_deref()
+            .and_then(|t| std::fs::metadata(sbx.sandbox.host_path(t)).ok());
+        let ft = match &target_md {
+            Some(t) if t.is_dir() => "FILE_TYPE_DIRECTORY",
+            Some(t) if t.is_file() => "FILE_TYPE_FILE",
+            _ => "FILE_TYPE_UNSPECIFIED",
+        };
+        let perm = target_md.as_ref().unwrap_or(&md);
+        return Ok(entry_json(path, &md, ft, target.as_deref(), perm));
+    }
+    Ok(entry_json(
+        path,
+        &md,
+        file_type_name(md.file_type()),
+        None,
+        &md,
+    ))
+}
+
+/// `filepath.WalkDir` from `dir`, lexically, without following symlinks, to `depth` levels; the
+/// paths are under `requested`.
+fn walk(
+    sbx: &Sbx,
+    requested: &str,
+    dir: &str,
+    depth: u32,
+    level: u32,
+    out: &mut Vec<Value>,
+) -> io::Result<()> {
+    let host = sbx.sandbox.host_path(dir);
+    let mut entries: Vec<_> = std::fs::read_dir(&host)?.collect::<Result<_, _>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let md = std::fs::symlink_metadata(e.path())?;
+        let path = format!("{}/{name}", requested.trim_end_matches('/'));
+        out.push(entry_json(
+            &path,
+            &md,
+            file_type_name(md.file_type()),
+            None,
+            &md,
+        ));
+        if md.is_dir() && level < depth {
+            let sub = format!("{}/{name}", dir.trim_end_matches('/'));
+            walk(sbx, &path, &sub, depth, level + 1, out)?;
+        }
+    }
+    Ok(())
+}
+
+fn list_dir(sbx: &Sbx, v: &Value, user: &super::User) -> Result<Value, RpcError> {
+    let path = rpc::field(v, "path", "path")
+        .and_then(|p| p.as_str())
+        .unwrap_or("");
+    let depth = rpc::int_field(v, "depth", "depth")?.unwrap_or(0);
+    let depth = if depth <= 0 { 1 } else { depth as u32 };
+    let requested = resolve(path, user);
+    let resolved = eval_symlinks(&sbx.sandbox, &requested).map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
+            RpcError::new(
+                "not_found",
+                format!("path not found: lstat {requested}: no such file or directory"),
+            )
+        } else if e.to_string().contains("too many links") {
+            RpcError::new(
+                "failed_precondition",
+                format!("cyclic symlink or chain >255 links at {requested:?}"),
+            )
+        } else {
+            internal(format!("error resolving symlink: {e}"))
+        }
+    })?;
+    let md = std::fs::metadata(sbx.sandbox.host_path(&resolved))
+        .map_err(|e| internal(format!("error getting file info: {e}")))?;
+    if !md.is_dir() {
+        return Err(RpcError::new(
+            "invalid_argument",
+            format!("path is not a directory: {resolved}"),
+        ));
+    }
+    let mut entries = Vec::new();
+    walk(sbx, &requested, &resolved, depth, 1, &mut entries)
+        .map_err(|e| internal(format!("error reading directory {resolved}: {e}")))?;
+    Ok(if entries.is_empty() {
+        json!({})
+    } else {
+        json!({"entries": entries})
+    })
+}
+
+fn make_dir(sbx: &Sbx, v: &Value, user: &super::User) -> Result<Value, RpcError> {
+    let path = resolve(
+        rpc::field(v, "path", "path")
+            .and_then(|p| p.as_str())
+            .unwrap_or(""),
+        user,
+    );
+    let host = sbx.sandbox.host_path(&path);
+    match std::fs::metadata(&host) {
+        Ok(md) if md.is_dir() => {
+            return Err(RpcError::new(
+                "already_exists",
+                format!("directory already exists: {path}"),
+            ));
+        }
+        Ok(_) => {
+            return Err(RpcError::new(
+                "invalid_argument",
+                format!("path already exists but it is not a directory: {path}"),
+            ));
+        }
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            return Err(internal(format!("error getting file info: {e}")));
+        }
+        Err(_) => {}
+    }
+    std::fs::create_dir_all(&host).map_err(internal)?;
+    let name = path.rsplit('/').next().unwrap_or_default();
+    Ok(json!({"entry": {"name": name, "type": "FILE_TYPE_DIRECTORY", "path": path}}))
+}
+
+fn move_entry(sbx: &Sbx, v: &Value, user: &super::User) -> Result<Value, RpcError> {
+    let get = |k: &str| rpc::field(v, k, k).and_then(|p| p.as_str()).unwrap_or("");
+    let source = resolve(get("source"), user);
+    let destination = resolve(get("destination"), user);
+    let src_host = sbx.sandbox.host_path(&source);
+    if std::fs::symlink_metadata(&src_host).is_err() {
+        return Err(RpcError::new(
+            "not_found",
+            format!("source file not found: {source}"),
+        ));
+    }
+    let dst_host = sbx.sandbox.host_path(&destination);
+    if let Some(parent) = dst_host.parent() {
+        std::fs::create_dir_all(parent).map_err(internal)?;
+    }
+    std::fs::rename(&src_host, &dst_host).map_err(|e| internal(format!("error renaming: {e}")))?;
+    Ok(json!({"entry": stat_entry(sbx, &destination)?}))
+}
+
+fn remove(sbx: &Sbx, v: &Value, user: &super::User) -> Result<Value, RpcError> {
+    let path = resolve(
+        rpc::field(v, "path", "path")
+            .and_then(|p| p.as_str())
+            .unwrap_or(""),
+        user,
+    );
+    let host = sbx.sandbox.host_path(&path);
+    let r = match std::fs::symlink_metadata(&host) {
+        Ok(md) if md.is_dir() => std::fs::remove_dir_all(&host),
+        Ok(_) => std::fs::remove_file(&host),
+        Err(_) => Ok(()), // os.RemoveAll: a missing path is fine
+    };
+    r.map_err(|e| internal(format!("error removing file or directory: {e}")))?;
+    Ok(json!({}))
+}
+
+/// Routes `/filesystem.Filesystem/<method>`.
+pub(crate) async fn dispatch(req: EnvdRequest, method: String) -> Response {
+    if !matches!(
+        method.as_str(),
+        "Stat" | "MakeDir" | "Move" | "ListDir" | "Remove"
+    ) {
+        if matches!(
+            method.as_str(),
+            "WatchDir" | "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher"
+        ) {
+            return RpcError::new(
+                "unimplemented",
+                format!("filesystem.Filesystem/{method} is not emulated"),
+            )
+            .unary_response();
+        }
+        return plain_error(StatusCode::NOT_FOUND, "404 page not found");
+    }
+    if rpc::content_type(&req.headers) != "application/json" {
+        return rpc::unsupported_media_type("application/json");
+    }
+    let user = match user_of(&req.headers) {
+        Ok(u) => u,
+        Err(m) => return RpcError::new("unauthenticated", m).unary_response(),
+    };
+    let body = match axum::body::to_bytes(req.body, usize::MAX).await {
+        Ok(b) => b,
+        Err(e) => return RpcError::new("invalid_argument", e.to_string()).unary_response(),
+    };
+    let sbx = req.sbx;
+    let r = rpc::parse(&body).and_then(|v| match method.as_str() {
+        "Stat" => {
+            let path = resolve(
+                rpc::field(&v, "path", "path")
+                    .and_then(|p| p.as_str())
+                    .unwrap_or(""),
+                &user,
+            );
+            stat_entry(&sbx, &path).map(|e| json!({"entry": e}))
+        }
+        "MakeDir" => make_dir(&sbx, &v, &user),
+        "Move" => move_entry(&sbx, &v, &user),
+        "ListDir" => list_dir(&sbx, &v, &user),
+        "Remove" => remove(&sbx, &v, &user),
+        _ => unreachable!("checked above"),
+    });
+    match r {
+        Ok(v) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            v.to_string(),
+        )
+            .into_response(),
+        Err(e) => e.unary_response(),
+    }
+}
+
+fn unauthorized() -> Response {
+    plain_error(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized access, please provide a valid access token or method signing if supported",
+    )
+}
+
+fn query(req: &EnvdRequest) -> HashMap<String, String> {
+    Query::<HashMap<String, String>>::try_from_uri(&req.uri)
+        .map(|q| q.0)
+        .unwrap_or_default()
+}
+
+/// `GET /files?path=&username=`: the raw bytes.
+pub(crate) async fn download(req: EnvdRequest, token_ok: bool) -> Response {
+    if !token_ok {
+        return unauthorized();
+    }
+    let q = query(&req);
+    let user = match user_named(
+        q.get("username")
+            .map(String::as_str)
+            .filter(|s| !s.is_empty()),
+    ) {
+        Ok(u) => u,
+        Err(m) => return plain_error(StatusCode::UNAUTHORIZED, m),
+    };
+    let path = resolve(q.get("path").map(String::as_str).unwrap_or(""), &user);
+    let host = req.sbx.sandbox.host_path(&path);
+    match std::fs::metadata(&host) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return plain_error(
+                StatusCode::NOT_FOUND,
+                format!("path '{path}' does not exist"),
+            );
+        }
+        Err(e) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Ok(md) if md.is_dir() => {
+            return plain_error(
+                StatusCode::BAD_REQUEST,
+                format!("path '{path}' is a directory"),
+            );
+        }
+        Ok(_) => {}
+    }
+    match tokio::fs::read(&host).await {
+        Ok(bytes) => {
+            let name = path.rsplit('/').next().unwrap_or_default().to_owned();
+            let ct = if name.ends_with(".txt") {
+                "text/plain; charset=utf-8"
+            } else {
+                "application/octet-stream"
+            };
+            (
+                StatusCode::OK,
+                [
+                    (header::CONTENT_TYPE, ct.to_owned()),
+                    (
+                        header::CONTENT_DISPOSITION,
+                        format!("inline; filename=\"{name}\""),
+                    ),
+                    (header::VARY, "Accept-Encoding".to_owned()),
+                ],
+                Body::from(bytes),
+            )
+                .into_response()
+        }
+        Err(e) => plain_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+fn write_one(sbx: &Sbx, path: &str, data: &[u8]) -> Result<Value, Response> {
+    let host = sbx.sandbox.host_path(path);
+    if host.is_dir() {
+        return Err(plain_error(
+            StatusCode::BAD_REQUEST,
+            format!("path is a directory: {path}"),
+        ));
+    }
+    if let Some(parent) = host.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| plain_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    }
+    std::fs::write(&host, data).map_err(|e| {
+        if e.raw_os_error() == Some(28) {
+            plain_error(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "not enough disk space available",
+            )
+        } else {
+            plain_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
+    })?;
+    let name = Path::new(path)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok(json!({"name": name, "type": "file", "path": path}))
+}
+
+/// `POST /files?path=&username=`: multipart (parts named `file`; the part's filename is the
+/// destination when `path` is absent) or `application/octet-stream`.
+pub(crate) async fn upload(req: EnvdRequest, token_ok: bool) -> Response {
+    if !token_ok {
+        return unauthorized();
+    }
+    let q = query(&req);
+    let user = match user_named(
+        q.get("username")
+            .map(String::as_str)
+            .filter(|s| !s.is_empty()),
+    ) {
+        Ok(u) => u,
+        Err(m) => return plain_error(StatusCode::UNAUTHORIZED, m),
+    };
+    let path_param = q
+        .get("path")
+        .filter(|p| !p.is_empty())
+        .map(|p| resolve(p, &user));
+    let ct_full = req
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let ct = rpc::content_type(&req.headers);
+    if req
+        .headers
+        .get(header::CONTENT_ENCODING)
+        .is_some_and(|v| v != "identity")
+    {
+        return plain_error(
+            StatusCode::BAD_REQUEST,
+            "the emulator does not take compressed uploads",
+        );
+    }
+    let body = match axum::body::to_bytes(req.body, usize::MAX).await {
+        Ok(b) => b,
+        Err(e) => return plain_error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let mut written = Vec::new();
+    match ct.as_str() {
+        "application/octet-stream" => {
+            let Some(path) = path_param else {
+                return plain_error(
+                    StatusCode::BAD_REQUEST,
+                    "path is required for octet-stream uploads",
+                );
+            };
+            match write_one(&req.sbx, &path, &body) {
+                Ok(v) => written.push(v),
+                Err(r) => return r,
+            }
+        }
+        "multipart/form-data" => {
+            let Ok(boundary) = multer::parse_boundary(&ct_full) else {
+                return plain_error(StatusCode::BAD_REQUEST, "missing multipart boundary");
+            };
+            let stream = futures_util::stream::once(async move { Ok::<Bytes, io::Error>(body) });
+            let mut mp = multer::Multipart::new(stream, boundary);
+            let mut seen = std::collections::HashSet::new();
+            loop {
+                let field = match mp.next_field().await {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break,
+                    Err(e) => return plain_error(StatusCode::BAD_REQUEST, e.to_string()),
+                };
+                if field.name() != Some("file") {
+                    continue;
+                }
+                let path = match (&path_param, field.file_name()) {
+                    (Some(p), _) => p.clone(),
+                    (None, Some(f)) => resolve(f, &user),
+                    (None, None) => {
+                        return plain_error(StatusCode::BAD_REQUEST, "a file part without a path");
+                    }
+                };
+                if !seen.insert(path.clone()) {
+                    return plain_error(
+                        StatusCode::BAD_REQUEST,
+                        format!("cannot upload multiple files to the same path '{path}'"),
+                    );
+                }
+                let data = match field.bytes().await {
+                    Ok(d) => d,
+                    Err(e) => return plain_error(StatusCode::BAD_REQUEST, e.to_string()),
+                };
+                match write_one(&req.sbx, &clean(&path), &data) {
+                    Ok(v) => written.push(v),
+                    Err(r) => return r,
+                }
+            }
+        }
+        other => {
+            return plain_error(
+                StatusCode::BAD_REQUEST,
+                format!("unsupported content type: {other}"),
+            );
+        }
+    }
+    // envd writes this without a Content-Type; Go sniffs it as text.
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        Value::Array(written).to_string(),
+    )
+        .into_response()
+}

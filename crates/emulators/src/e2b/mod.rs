@@ -1,0 +1,1004 @@
+//! E2B: the control plane (`/v2/sandboxes`, `/sandboxes/{id}`, …, `X-API-KEY`) and, on the same
+//! port, envd as seen through E2B's edge proxy (routing by `E2b-Sandbox-Id`/`E2b-Sandbox-Port` or
+//! by `Host: 49983-<id>.<domain>`; the proxy's `502 "The sandbox was not found"` for a sandbox
+//! that is gone), speaking the Connect protocol with the JSON codec (`process.Process/*`,
+//! `filesystem.Filesystem/*`) and envd's plain routes (`/files`, `/health`, `/envs`).
+//!
+//! Follows `../shared/research/e2b-daytona.md` part A and envd's source
+//! (`infra/packages/envd`): envd version `0.6.13` is reported so the official SDK enables its
+//! features; proto3 JSON with defaults omitted, int64 as strings, base64 bytes; the sandbox's home
+//! is `/home/user` with `HOME`, `USER`, `LOGNAME` and `PATH` set as envd sets them.
+//!
+//! Faults on route `"exec"` (`process.Start`): the nine of the harness, rendered the way E2B's
+//! proxy or envd would answer, plus [`StreamFault`]s armed through [`E2bEmulator`]: an in-stream
+//! Connect error and a stream that ends without its end event. The control plane's create call
+//! takes faults on route `"create"`.
+//!
+//! Not emulated: PTYs (`pty` in `Start` is `unimplemented`), directory watchers, signed `/files`
+//! URLs, gzip on `/files`, users other than `user` and `root` (commands run as the emulator's own
+//! user whatever the selected user is).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, State as AxState};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::harness::{ConnControl, Fault, FaultHandle, Isolation, Sandbox, SandboxSpec, Server};
+use crate::{Emulator, EmulatorOptions};
+
+mod connect;
+mod fs;
+mod process;
+pub mod time;
+
+/// The envd version reported (≥ 0.6.4 enables every feature of the SDK 2.x).
+pub const ENVD_VERSION: &str = "0.6.13";
+/// envd's port.
+pub const ENVD_PORT: u16 = 49983;
+/// The API key advertised when [`EmulatorOptions::token`] is `None` (any non-empty key works).
+pub const DEFAULT_API_KEY: &str = "e2b_emulator_key";
+/// `PATH` in envd's own environment on E2B's base template.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// The default user and its home.
+pub const DEFAULT_USER: &str = "user";
+/// The default user's home.
+pub const HOME: &str = "/home/user";
+/// Paths each sandbox owns privately.
+pub const PRIVATE_PATHS: [&str; 3] = ["/home/user", "/root", "/tmp"];
+
+/// A fault of `process.Start` beyond the harness's nine, armed with
+/// [`E2bEmulator::arm_stream_fault`] for the next `Start`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamFault {
+    /// Right after the start event, end the stream with this Connect error (HTTP 200 and an
+    /// end-stream envelope); the process keeps running.
+    Error {
+        /// The Connect code (`internal`, `unavailable`, …).
+        code: &'static str,
+        /// The message.
+        message: String,
+    },
+    /// Stream the output, then end the stream successfully (`{}`) without the end event.
+    NoEndEvent,
+}
+
+/// One request as the emulator received it (for wire assertions in tests).
+#[derive(Clone, Debug)]
+pub struct RecordedRequest {
+    /// The method.
+    pub method: String,
+    /// The path.
+    pub path: String,
+    /// Headers, lowercased names; `x-access-token`, `x-api-key` and `authorization` values are
+    /// replaced by `<present>`.
+    pub headers: BTreeMap<String, String>,
+}
+
+/// A sandbox created directly through the typed handle.
+#[derive(Clone, Debug)]
+pub struct SandboxCreated {
+    /// Its id.
+    pub sandbox_id: String,
+    /// Its `envdAccessToken`.
+    pub envd_access_token: String,
+    /// The envd version reported.
+    pub envd_version: String,
+}
+
+pub(crate) struct Sbx {
+    id: String,
+    template: String,
+    token: String,
+    sandbox: Arc<Sandbox>,
+    env_vars: BTreeMap<String, String>,
+    metadata: BTreeMap<String, String>,
+    started_at: SystemTime,
+    end_at: Mutex<(Instant, SystemTime)>,
+    procs: Mutex<HashMap<u32, Arc<process::Proc>>>,
+}
+
+impl Sbx {
+    fn set_lifetime(&self, timeout: Duration) {
+        *self.end_at.lock().expect("end_at") =
+            (Instant::now() + timeout, SystemTime::now() + timeout);
+    }
+
+    fn kill_all(&self) {
+        let procs: Vec<_> = self
+            .procs
+            .lock()
+            .expect("procs")
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
+        for p in procs {
+            p.kill_group();
+        }
+        self.sandbox.destroy();
+    }
+}
+
+impl Drop for Sbx {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+pub(crate) struct State {
+    api_key: Option<String>,
+    isolation: Isolation,
+    faults: FaultHandle,
+    stream_faults: Mutex<VecDeque<StreamFault>>,
+    sandboxes: Mutex<HashMap<String, Arc<Sbx>>>,
+    log: Mutex<VecDeque<RecordedRequest>>,
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    h.finish()
+}
+
+fn random_id(len: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut s = String::with_capacity(len);
+    while s.len() < len {
+        let mut n = random_u64();
+        for _ in 0..12 {
+            if s.len() == len {
+                break;
+            }
+            s.push(ALPHABET[(n % 36) as usize] as char);
+            n /= 36;
+        }
+    }
+    s
+}
+
+impl State {
+    fn create(
+        &self,
+        template: &str,
+        timeout: Duration,
+        env_vars: BTreeMap<String, String>,
+        metadata: BTreeMap<String, String>,
+    ) -> std::io::Result<Arc<Sbx>> {
+        let id = format!("i{}", random_id(19));
+        let spec = SandboxSpec {
+            private_paths: PRIVATE_PATHS.iter().map(|p| p.to_string()).collect(),
+            env: [
+                ("PATH", DEFAULT_PATH),
+                ("HOME", HOME),
+                ("USER", DEFAULT_USER),
+                ("LOGNAME", DEFAULT_USER),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+            name: "e2b".into(),
+        };
+        let sandbox = Sandbox::create(id.clone(), spec, self.isolation)?;
+        let sbx = Arc::new(Sbx {
+            id: id.clone(),
+            template: template.to_owned(),
+            token: format!("{:016x}{:016x}", random_u64(), random_u64()),
+            sandbox,
+            env_vars,
+            metadata,
+            started_at: SystemTime::now(),
+            end_at: Mutex::new((Instant::now(), SystemTime::now())),
+            procs: Mutex::new(HashMap::new()),
+        });
+        sbx.set_lifetime(timeout);
+        self.sandboxes
+            .lock()
+            .expect("sandboxes")
+            .insert(id, sbx.clone());
+        Ok(sbx)
+    }
+
+    fn get(&self, id: &str) -> Option<Arc<Sbx>> {
+        self.sandboxes.lock().expect("sandboxes").get(id).cloned()
+    }
+
+    /// Removes the sandbox and kills everything in it.
+    pub(crate) fn kill(&self, id: &str) -> bool {
+        let removed = self.sandboxes.lock().expect("sandboxes").remove(id);
+        match removed {
+            Some(s) => {
+                s.kill_all();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn reap_expired(&self) {
+        let now = Instant::now();
+        let expired: Vec<String> = self
+            .sandboxes
+            .lock()
+            .expect("sandboxes")
+            .values()
+            .filter(|s| s.end_at.lock().expect("end_at").0 <= now)
+            .map(|s| s.id.clone())
+            .collect();
+        for id in expired {
+            tracing::debug!(sandbox = %id, "sandbox reached its timeout");
+            self.kill(&id);
+        }
+    }
+
+    fn record(&self, method: &Method, uri: &Uri, headers: &HeaderMap) {
+        let headers = headers
+            .iter()
+            .map(|(k, v)| {
+                let name = k.as_str().to_ascii_lowercase();
+                let value = if matches!(
+                    name.as_str(),
+                    "x-access-token" | "x-api-key" | "authorization"
+                ) {
+                    "<present>".to_owned()
+                } else {
+                    String::from_utf8_lossy(v.as_bytes()).into_owned()
+                };
+                (name, value)
+            })
+            .collect();
+        let mut log = self.log.lock().expect("log");
+        if log.len() >= 2000 {
+            log.pop_front();
+        }
+        log.push_back(RecordedRequest {
+            method: method.to_string(),
+            path: uri.path().to_owned(),
+            headers,
+        });
+    }
+
+    fn key_ok(&self, headers: &HeaderMap) -> bool {
+        let got = headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        match &self.api_key {
+            Some(k) => got == k,
+            None => !got.is_empty(),
+        }
+    }
+}
+
+/// A running E2B emulator with its typed handle.
+pub struct E2bEmulator {
+    server: Server,
+    state: Arc<State>,
+    key: String,
+}
+
+impl std::fmt::Debug for E2bEmulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("E2bEmulator")
+            .field("base_url", &self.server.base_url())
+            .finish_non_exhaustive()
+    }
+}
+
+impl E2bEmulator {
+    /// Starts the emulator.
+    pub async fn start(options: EmulatorOptions) -> std::io::Result<E2bEmulator> {
+        let faults = FaultHandle::new();
+        for rule in options.faults {
+            faults.add(rule);
+        }
+        let state = Arc::new(State {
+            api_key: options.token.clone(),
+            isolation: options.isolation,
+            faults,
+            stream_faults: Mutex::new(VecDeque::new()),
+            sandboxes: Mutex::new(HashMap::new()),
+            log: Mutex::new(VecDeque::new()),
+        });
+        let server = Server::start(options.listen, router(state.clone())).await?;
+        let weak = Arc::downgrade(&state);
+        tokio::spawn(reaper(weak));
+        Ok(E2bEmulator {
+            server,
+            state,
+            key: options.token.unwrap_or_else(|| DEFAULT_API_KEY.to_owned()),
+        })
+    }
+
+    /// `http://127.0.0.1:<port>`: the control plane and (as `E2B_SANDBOX_URL`) every sandbox.
+    pub fn base_url(&self) -> String {
+        self.server.base_url()
+    }
+
+    /// The API key the emulator accepts (advertised in [`env`](Self::env)).
+    pub fn api_key(&self) -> &str {
+        &self.key
+    }
+
+    /// The environment the official SDK and `execseam-e2b`'s `from_env` need.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let base = self.base_url();
+        vec![
+            ("E2B_API_URL".into(), base.clone()),
+            ("E2B_SANDBOX_URL".into(), base),
+            ("E2B_API_KEY".into(), self.key.clone()),
+            ("E2B_DOMAIN".into(), "e2b.local".into()),
+        ]
+    }
+
+    /// The fault handle (route `"exec"` is `process.Start`, `"create"` the control plane's create).
+    pub fn faults(&self) -> FaultHandle {
+        self.state.faults.clone()
+    }
+
+    /// Arms an E2B-specific fault for the next `process.Start` (after the harness's faults).
+    pub fn arm_stream_fault(&self, fault: StreamFault) {
+        self.state
+            .stream_faults
+            .lock()
+            .expect("stream faults")
+            .push_back(fault);
+    }
+
+    /// Creates a sandbox directly (no HTTP), with this lifetime.
+    pub fn create_sandbox(&self, timeout: Duration) -> std::io::Result<SandboxCreated> {
+        let s = self
+            .state
+            .create("base", timeout, BTreeMap::new(), BTreeMap::new())?;
+        Ok(SandboxCreated {
+            sandbox_id: s.id.clone(),
+            envd_access_token: s.token.clone(),
+            envd_version: ENVD_VERSION.into(),
+        })
+    }
+
+    /// Kills a sandbox as if its timeout fired; false if there was none.
+    pub fn kill_sandbox(&self, id: &str) -> bool {
+        self.state.kill(id)
+    }
+
+    /// The ids of the running sandboxes.
+    pub fn sandbox_ids(&self) -> Vec<String> {
+        let mut v: Vec<_> = self
+            .state
+            .sandboxes
+            .lock()
+            .expect("sandboxes")
+            .keys()
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Where a sandbox path lives on the host (for tests), if the sandbox runs.
+    pub fn host_path(&self, id: &str, sandbox_path: &str) -> Option<std::path::PathBuf> {
+        self.state
+            .get(id)
+            .map(|s| s.sandbox.host_path(sandbox_path))
+    }
+
+    /// The pids of the processes envd tracks in a sandbox.
+    pub fn processes(&self, id: &str) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .state
+            .get(id)
+            .map(|s| s.procs.lock().expect("procs").keys().copied().collect())
+            .unwrap_or_default();
+        v.sort_unstable();
+        v
+    }
+
+    /// The requests received so far (the last 2000).
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.state
+            .log
+            .lock()
+            .expect("log")
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// The generic [`Emulator`] view (for the CLI).
+    pub fn into_emulator(self) -> Emulator {
+        Emulator {
+            provider: "e2b",
+            base_url: self.base_url(),
+            env: self.env(),
+            faults: self.state.faults.clone(),
+            guard: Box::new(self),
+        }
+    }
+}
+
+impl Drop for E2bEmulator {
+    fn drop(&mut self) {
+        let ids: Vec<String> = self
+            .state
+            .sandboxes
+            .lock()
+            .expect("sandboxes")
+            .keys()
+            .cloned()
+            .collect();
+        for id in ids {
+            self.state.kill(&id);
+        }
+    }
+}
+
+/// Starts the E2B emulator (the registry entry).
+pub async fn start(options: EmulatorOptions) -> std::io::Result<Emulator> {
+    Ok(E2bEmulator::start(options).await?.into_emulator())
+}
+
+async fn reaper(state: Weak<State>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        match state.upgrade() {
+            Some(s) => s.reap_expired(),
+            None => return,
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Routing
+
+fn router(state: Arc<State>) -> Router {
+    Router::new()
+        .route("/sandboxes", post(create_v1).get(list))
+        .route("/v2/sandboxes", post(create_v2).get(list))
+        .route("/sandboxes/{id}", get(get_sandbox).delete(kill_sandbox))
+        .route("/sandboxes/{id}/connect", post(connect_sandbox))
+        .route("/v2/sandboxes/{id}/connect", post(connect_sandbox))
+        .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .fallback(envd)
+        .layer(DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+/// JSON with the charset the Go services send.
+pub(crate) fn plain_json(status: StatusCode, body: Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The `{"code":<int>,"message"}` error of the control plane and envd's plain routes.
+pub(crate) fn plain_error(status: StatusCode, message: impl Into<String>) -> Response {
+    plain_json(
+        status,
+        json!({"code": status.as_u16(), "message": message.into()}),
+    )
+}
+
+/// Renders a harness fault as E2B's edge would answer it; `None` means "serve normally"
+/// (latency is applied here; the stream faults are the caller's).
+async fn edge_fault(fault: Fault, ctl: Option<&ConnControl>) -> Option<Response> {
+    match fault {
+        Fault::RateLimited { retry_after_secs } => {
+            let mut r = plain_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate limit exceeded, please try again later",
+            );
+            r.headers_mut().insert(
+                header::RETRY_AFTER,
+                header::HeaderValue::from(retry_after_secs),
+            );
+            Some(r)
+        }
+        Fault::Unavailable => Some(plain_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service unavailable",
+        )),
+        Fault::AuthFailure => Some(plain_error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized access, please provide a valid access token or method signing if supported",
+        )),
+        Fault::ResetBeforeResponse => Some(crate::harness::reset_connection(ctl).await),
+        Fault::Latency(d) => {
+            tokio::time::sleep(d).await;
+            None
+        }
+        _ => None,
+    }
+}
+
+fn sandbox_json(s: &Sbx) -> Value {
+    json!({
+        "templateID": s.template,
+        "sandboxID": s.id,
+        "clientID": "6532622b",
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": s.token,
+        "trafficAccessToken": null,
+        "domain": null,
+    })
+}
+
+fn detail_json(s: &Sbx) -> Value {
+    let end = s.end_at.lock().expect("end_at").1;
+    json!({
+        "templateID": s.template,
+        "sandboxID": s.id,
+        "clientID": "6532622b",
+        "startedAt": time::rfc3339(s.started_at),
+        "endAt": time::rfc3339(end),
+        "cpuCount": 2,
+        "memoryMB": 512,
+        "diskSizeMB": 22_000,
+        "state": "running",
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": s.token,
+        "domain": null,
+        "metadata": s.metadata,
+    })
+}
+
+fn not_found_sandbox(id: &str) -> Response {
+    plain_error(
+        StatusCode::NOT_FOUND,
+        format!("sandbox \"{id}\" doesn't exist or you don't have access to it"),
+    )
+}
+
+fn unauthorized_key() -> Response {
+    plain_error(
+        StatusCode::UNAUTHORIZED,
+        "Invalid API key, please visit https://e2b.dev/docs/api-key for more information.",
+    )
+}
+
+fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
+    v.and_then(|v| v.as_object())
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn create(
+    state: Arc<State>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    ctl: Option<ConnControl>,
+    body: Bytes,
+    default_timeout: u64,
+) -> Response {
+    state.record(&method, &uri, &headers);
+    if let Some(f) = state.faults.take("create") {
+        if f == Fault::ServerError {
+            return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "internal server error");
+        }
+        if let Some(r) = edge_fault(f, ctl.as_ref()).await {
+            return r;
+        }
+    }
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
+        return plain_error(
+            StatusCode::BAD_REQUEST,
+            "request body has an error: not JSON",
+        );
+    };
+    let Some(template) = req.get("templateID").and_then(|t| t.as_str()) else {
+        return plain_error(
+            StatusCode::BAD_REQUEST,
+            "request body has an error: doesn't match schema: property \"templateID\" is missing",
+        );
+    };
+    let timeout = req
+        .get("timeout")
+        .and_then(|t| t.as_u64())
+        .unwrap_or(default_timeout);
+    match state.create(
+        template,
+        Duration::from_secs(timeout),
+        string_map(req.get("envVars")),
+        string_map(req.get("metadata")),
+    ) {
+        Ok(s) => plain_json(StatusCode::CREATED, sandbox_json(&s)),
+        Err(e) => plain_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot create the sandbox: {e}"),
+        ),
+    }
+}
+
+async fn create_v2(
+    AxState(state): AxState<Arc<State>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    ctl: Option<axum::Extension<ConnControl>>,
+    body: Bytes,
+) -> Response {
+    create(state, method, uri, headers, ctl.map(|c| c.0), body, 300).await
+}
+
+async fn create_v1(
+    AxState(state): AxState<Arc<State>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    ctl: Option<axum::Extension<ConnControl>>,
+    body: Bytes,
+) -> Response {
+    // The legacy `NewSandbox` schema's default timeout is 15 s.
+    create(state, method, uri, headers, ctl.map(|c| c.0), body, 15).await
+}
+
+async fn connect_sandbox(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    state.record(&method, &uri, &headers);
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    let Some(s) = state.get(&id) else {
+        return not_found_sandbox(&id);
+    };
+    let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if let Some(t) = req.get("timeout").and_then(|t| t.as_u64()) {
+        let want = Instant::now() + Duration::from_secs(t);
+        if want > s.end_at.lock().expect("end_at").0 {
+            s.set_lifetime(Duration::from_secs(t));
+        }
+    }
+    plain_json(StatusCode::OK, sandbox_json(&s))
+}
+
+async fn get_sandbox(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    state.record(&method, &uri, &headers);
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    match state.get(&id) {
+        Some(s) => plain_json(StatusCode::OK, detail_json(&s)),
+        None => not_found_sandbox(&id),
+    }
+}
+
+async fn kill_sandbox(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    state.record(&method, &uri, &headers);
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    if state.kill(&id) {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        not_found_sandbox(&id)
+    }
+}
+
+async fn set_timeout(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    state.record(&method, &uri, &headers);
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    let Some(s) = state.get(&id) else {
+        return not_found_sandbox(&id);
+    };
+    let Some(t) = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("timeout").and_then(|t| t.as_u64()))
+    else {
+        return plain_error(
+            StatusCode::BAD_REQUEST,
+            "request body has an error: property \"timeout\" is missing",
+        );
+    };
+    s.set_lifetime(Duration::from_secs(t));
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn list(
+    AxState(state): AxState<Arc<State>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    state.record(&method, &uri, &headers);
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    let all: Vec<Value> = state
+        .sandboxes
+        .lock()
+        .expect("sandboxes")
+        .values()
+        .map(|s| detail_json(s))
+        .collect();
+    plain_json(StatusCode::OK, Value::Array(all))
+}
+
+// ------------------------------------------------------------------------------------------------
+// envd behind the edge proxy
+
+/// The sandbox a request is routed to: the `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers, else a
+/// `Host` of the form `49983-<id>.<domain>`.
+fn route_sandbox(headers: &HeaderMap) -> Result<Option<String>, Response> {
+    let id = headers.get("e2b-sandbox-id").and_then(|v| v.to_str().ok());
+    let port = headers
+        .get("e2b-sandbox-port")
+        .and_then(|v| v.to_str().ok());
+    match (id, port) {
+        (Some(id), Some(port)) => {
+            if port != ENVD_PORT.to_string() {
+                return Err(plain_json(
+                    StatusCode::BAD_GATEWAY,
+                    json!({"sandboxId": id, "message": "The sandbox is running but port is not open", "port": port, "code": 502}),
+                ));
+            }
+            return Ok(Some(id.to_owned()));
+        }
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(plain_error(
+                StatusCode::BAD_REQUEST,
+                "missing header: both E2b-Sandbox-Id and E2b-Sandbox-Port are required",
+            ));
+        }
+        (None, None) => {}
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let label = host.split('.').next().unwrap_or_default();
+    if host.contains('.')
+        && let Some((port, id)) = label.split_once('-')
+        && port.parse::<u16>().is_ok()
+        && !id.is_empty()
+    {
+        if port != ENVD_PORT.to_string() {
+            return Err(plain_json(
+                StatusCode::BAD_GATEWAY,
+                json!({"sandboxId": id, "message": "The sandbox is running but port is not open", "port": port, "code": 502}),
+            ));
+        }
+        return Ok(Some(id.to_owned()));
+    }
+    Ok(None)
+}
+
+/// The proxy's answer for a sandbox that does not run.
+pub(crate) fn sandbox_not_found(id: &str) -> Response {
+    plain_json(
+        StatusCode::BAD_GATEWAY,
+        json!({"sandboxId": id, "message": "The sandbox was not found", "code": 502}),
+    )
+}
+
+/// A request routed to one sandbox's envd.
+pub(crate) struct EnvdRequest {
+    pub state: Arc<State>,
+    pub sbx: Arc<Sbx>,
+    pub method: Method,
+    pub uri: Uri,
+    pub headers: HeaderMap,
+    pub ctl: Option<ConnControl>,
+    pub body: Body,
+}
+
+async fn envd(
+    AxState(state): AxState<Arc<State>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    ctl: Option<axum::Extension<ConnControl>>,
+    body: Body,
+) -> Response {
+    state.record(&method, &uri, &headers);
+    let id = match route_sandbox(&headers) {
+        Ok(Some(id)) => id,
+        Ok(None) => {
+            // The control plane's own health route; anything else is unknown here.
+            if method == Method::GET && uri.path() == "/health" {
+                return (StatusCode::OK, "Health check successful").into_response();
+            }
+            return plain_error(StatusCode::NOT_FOUND, "not found");
+        }
+        Err(r) => return r,
+    };
+    let Some(sbx) = state.get(&id) else {
+        return sandbox_not_found(&id);
+    };
+    let path = uri.path().to_owned();
+    // envd's auth middleware: the access token is required except on these routes, where
+    // `/files` checks it itself (or a signature).
+    let open = matches!(
+        (&method, path.as_str()),
+        (&Method::GET, "/health") | (&Method::GET, "/files") | (&Method::POST, "/files")
+    );
+    let token_ok = headers
+        .get("x-access-token")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t == sbx.token);
+    if !open && !token_ok {
+        return plain_error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized access, please provide a valid access token or method signing if supported",
+        );
+    }
+    let req = EnvdRequest {
+        state,
+        sbx,
+        method,
+        uri,
+        headers,
+        ctl: ctl.map(|c| c.0),
+        body,
+    };
+    match (req.method.clone(), path.as_str()) {
+        (Method::GET, "/health") => StatusCode::NO_CONTENT.into_response(),
+        (Method::GET, "/envs") => plain_json(StatusCode::OK, json!(req.sbx.env_vars)),
+        (Method::GET, "/files") => fs::download(req, token_ok).await,
+        (Method::POST, "/files") => fs::upload(req, token_ok).await,
+        (Method::POST, p) if p.starts_with("/process.Process/") => {
+            process::dispatch(req, p.trim_start_matches("/process.Process/").to_owned()).await
+        }
+        (Method::POST, p) if p.starts_with("/filesystem.Filesystem/") => {
+            fs::dispatch(
+                req,
+                p.trim_start_matches("/filesystem.Filesystem/").to_owned(),
+            )
+            .await
+        }
+        _ => plain_error(StatusCode::NOT_FOUND, "404 page not found"),
+    }
+}
+
+/// The user a request acts as: `Authorization: Basic base64("<user>:")` (or the `username`
+/// query parameter on `/files`), else the default user.
+pub(crate) struct User {
+    pub name: String,
+    pub home: &'static str,
+}
+
+pub(crate) fn user_named(name: Option<&str>) -> Result<User, String> {
+    match name.unwrap_or(DEFAULT_USER) {
+        "user" => Ok(User {
+            name: "user".into(),
+            home: HOME,
+        }),
+        "root" => Ok(User {
+            name: "root".into(),
+            home: "/root",
+        }),
+        other => Err(format!("invalid username: '{other}'")),
+    }
+}
+
+pub(crate) fn user_of(headers: &HeaderMap) -> Result<User, String> {
+    use base64::Engine as _;
+    let Some(auth) = headers.get(header::AUTHORIZATION) else {
+        return user_named(None);
+    };
+    let auth = auth.to_str().unwrap_or_default();
+    let Some(b64) = auth.strip_prefix("Basic ") else {
+        return Err("invalid authorization header".into());
+    };
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|_| "invalid authorization header".to_owned())?;
+    let text = String::from_utf8_lossy(&decoded);
+    let name = text.split(':').next().unwrap_or_default();
+    user_named(Some(name))
+}
+
+/// envd's `ExpandAndResolve`: `""` is the home, `~` and `~/x` are expanded, relative paths are
+/// joined to the home; the result is cleaned lexically.
+pub(crate) fn resolve(path: &str, user: &User) -> String {
+    let joined = if path.is_empty() || path == "~" {
+        user.home.to_owned()
+    } else if let Some(rest) = path.strip_prefix("~/") {
+        format!("{}/{rest}", user.home)
+    } else if path.starts_with('/') {
+        path.to_owned()
+    } else {
+        format!("{}/{path}", user.home)
+    };
+    clean(&joined)
+}
+
+/// Go's `filepath.Clean` for absolute paths.
+pub(crate) fn clean(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_resolve_like_envd() {
+        let u = user_named(None).unwrap();
+        assert_eq!(resolve("", &u), "/home/user");
+        assert_eq!(resolve("~", &u), "/home/user");
+        assert_eq!(resolve("~/a/../b", &u), "/home/user/b");
+        assert_eq!(resolve("rel/x", &u), "/home/user/rel/x");
+        assert_eq!(resolve("/tmp//x/.", &u), "/tmp/x");
+        assert!(user_named(Some("mallory")).is_err());
+    }
+
+    #[test]
+    fn routing_by_headers_or_host() {
+        let mut h = HeaderMap::new();
+        h.insert("e2b-sandbox-id", "abc".parse().unwrap());
+        h.insert("e2b-sandbox-port", "49983".parse().unwrap());
+        assert_eq!(route_sandbox(&h).unwrap(), Some("abc".into()));
+        h.remove("e2b-sandbox-port");
+        assert!(route_sandbox(&h).is_err());
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, "49983-sbx9.e2b.local".parse().unwrap());
+        assert_eq!(route_sandbox(&h).unwrap(), Some("sbx9".into()));
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, "127.0.0.1:4000".parse().unwrap());
+        assert_eq!(route_sandbox(&h).unwrap(), None);
+    }
+}
