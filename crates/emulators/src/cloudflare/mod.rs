@@ -76,7 +76,8 @@ pub fn default_env() -> BTreeMap<String, String> {
 
 fn spec() -> SandboxSpec {
     SandboxSpec {
-        private_paths: vec![WORKSPACE.into(), "/tmp".into(), "/root".into()],
+        // /tmp last: the sandbox roots live under the host's /tmp, which it hides.
+        private_paths: vec![WORKSPACE.into(), "/root".into(), "/tmp".into()],
         env: default_env(),
         name: "cloudflare".into(),
     }
