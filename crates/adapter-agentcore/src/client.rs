@@ -1,0 +1,146 @@
+//! The calls: the SDK client, configured without `aws-config`, and one helper per operation.
+//!
+//! Retries: the SDK's standard retry strategy (3 attempts) stays on for the session calls and the
+//! tools that cannot start a command (they are idempotent, and StartCodeInterpreterSession carries
+//! an idempotency token). For every invocation that submits a command the SDK's retries are
+//! switched off: it would re-send `InvokeCodeInterpreter` on an HTTP 500, running the command
+//! again.
+
+use std::sync::Arc;
+
+use aws_sdk_bedrockagentcore as ac;
+use aws_sdk_bedrockagentcore::config::retry::RetryConfig;
+use aws_sdk_bedrockagentcore::config::timeout::TimeoutConfig;
+use aws_sdk_bedrockagentcore::config::{BehaviorVersion, Region, StalledStreamProtectionConfig};
+use aws_sdk_bedrockagentcore::types::{CodeInterpreterStreamOutput, ToolArguments, ToolName};
+use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
+use execseam_core::Error;
+
+use crate::config::AgentCoreConfig;
+use crate::error::{self, Op};
+use crate::wire::ToolResult;
+
+/// One SDK client bound to one code interpreter.
+#[derive(Clone, Debug)]
+pub(crate) struct Client {
+    sdk: ac::Client,
+    identifier: Arc<str>,
+}
+
+impl Client {
+    pub(crate) fn new(config: &AgentCoreConfig) -> Client {
+        // rustls with ring (no aws-lc); the connector also speaks plain http:// (the emulator).
+        let http = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
+            .build_https();
+        let mut b = ac::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(config.region.clone()))
+            .credentials_provider(config.credentials.provider())
+            .http_client(http)
+            .retry_config(RetryConfig::standard().with_max_attempts(3))
+            // A command may be silent for minutes: a quiet event stream is not a stalled one.
+            .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(config.connect_timeout)
+                    .build(),
+            );
+        if let Some(url) = &config.endpoint_url {
+            b = b.endpoint_url(url.trim_end_matches('/'));
+        }
+        Client {
+            sdk: ac::Client::from_conf(b.build()),
+            identifier: Arc::from(config.identifier.as_str()),
+        }
+    }
+
+    /// The code interpreter identifier.
+    pub(crate) fn identifier(&self) -> &str {
+        &self.identifier
+    }
+
+    /// StartCodeInterpreterSession: the new session's id.
+    pub(crate) async fn start_session(
+        &self,
+        name: &str,
+        timeout_secs: i32,
+    ) -> Result<String, Error> {
+        let out = self
+            .sdk
+            .start_code_interpreter_session()
+            .code_interpreter_identifier(self.identifier())
+            .name(name)
+            .session_timeout_seconds(timeout_secs)
+            .send()
+            .await
+            .map_err(|e| error::from_operation(Op::StartSession, e))?;
+        let sid = out.session_id();
+        if sid.is_empty() {
+            return Err(error::protocol(
+                Op::StartSession,
+                "StartCodeInterpreterSession returned an empty sessionId",
+            ));
+        }
+        Ok(sid.to_owned())
+    }
+
+    /// StopCodeInterpreterSession.
+    pub(crate) async fn stop_session(&self, session_id: &str) -> Result<(), Error> {
+        self.sdk
+            .stop_code_interpreter_session()
+            .code_interpreter_identifier(self.identifier())
+            .session_id(session_id)
+            .send()
+            .await
+            .map_err(|e| error::from_operation(Op::StopSession, e))?;
+        Ok(())
+    }
+
+    /// InvokeCodeInterpreter: sends one tool call and reads its event stream to the end.
+    ///
+    /// `op` decides the retry policy: [`Op::submits`] calls go out exactly once.
+    pub(crate) async fn invoke(
+        &self,
+        op: Op,
+        session_id: &str,
+        tool: ToolName,
+        arguments: ToolArguments,
+    ) -> Result<ToolResult, Error> {
+        let mut call = self
+            .sdk
+            .invoke_code_interpreter()
+            .code_interpreter_identifier(self.identifier())
+            .session_id(session_id)
+            .name(tool)
+            .arguments(arguments)
+            .customize();
+        if op.submits() {
+            call =
+                call.config_override(ac::Config::builder().retry_config(RetryConfig::disabled()));
+        }
+        let mut out = call
+            .send()
+            .await
+            .map_err(|e| error::from_operation(op, e))?;
+        let mut result = ToolResult::default();
+        loop {
+            match out.stream.recv().await {
+                Ok(Some(CodeInterpreterStreamOutput::Result(r))) => result.push(r),
+                // An event type this SDK does not know: not ours to interpret, and not an error.
+                Ok(Some(_)) => {
+                    tracing::debug!("agentcore: ignoring an unknown event in the stream");
+                }
+                Ok(None) => break,
+                Err(e) => return Err(error::from_stream(op, e)),
+            }
+        }
+        if result.events == 0 {
+            return Err(error::protocol(
+                op,
+                "the event stream ended without a result event",
+            ));
+        }
+        Ok(result)
+    }
+}

@@ -1,0 +1,446 @@
+//! Configuration: region, credentials, endpoint, code interpreter, session and exec mode.
+//!
+//! [`AgentCoreConfig::from_env`] reads the standard AWS variables itself (no `aws-config`, so no
+//! profile files, SSO, IMDS or web identity); any other credential source can be plugged in with
+//! [`AgentCoreConfig::credentials_provider`].
+
+use std::fmt;
+use std::time::Duration;
+
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::SharedCredentialsProvider;
+use execseam_core::{Error, ErrorKind};
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::PROVIDER;
+
+/// The built-in code interpreter (`bedrock_agentcore`'s `DEFAULT_IDENTIFIER`).
+pub const DEFAULT_IDENTIFIER: &str = "aws.codeinterpreter.v1";
+/// The session working directory of the AWS-managed code interpreter, where relative paths of the
+/// files tools land.
+pub const DEFAULT_SESSION_ROOT: &str = "/opt/amazon/genesis1p-tools/var";
+/// The session lifetime asked for when the adapter starts a session (the service default).
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// How a command is run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExecMode {
+    /// One `InvokeCodeInterpreter` call with the `executeCommand` tool: the result carries the exit
+    /// code and both streams. Dropping the exec cannot stop the command (no handle exists), so
+    /// `remote_kill` is false. The default: one round trip per command.
+    #[default]
+    Command,
+    /// `startCommandExecution`, then `getTask` until the task ends; dropping the exec (a host
+    /// deadline, a cancel) sends `stopTask`. `remote_kill` is true; costs at least one more round
+    /// trip per command, and a command is not bound by the per-invocation time limit.
+    Task,
+}
+
+impl ExecMode {
+    fn parse(s: &str) -> Option<ExecMode> {
+        match s {
+            "command" | "executeCommand" => Some(ExecMode::Command),
+            "task" | "startCommandExecution" => Some(ExecMode::Task),
+            _ => None,
+        }
+    }
+}
+
+/// Static credentials (the secret and the session token never reach `Debug`).
+#[derive(Clone)]
+pub(crate) struct StaticKeys {
+    pub(crate) access_key_id: String,
+    pub(crate) secret_access_key: SecretString,
+    pub(crate) session_token: Option<SecretString>,
+}
+
+#[derive(Clone)]
+pub(crate) enum CredentialSource {
+    Static(StaticKeys),
+    Provider(SharedCredentialsProvider),
+}
+
+impl CredentialSource {
+    pub(crate) fn provider(&self) -> SharedCredentialsProvider {
+        match self {
+            CredentialSource::Static(k) => SharedCredentialsProvider::new(Credentials::new(
+                k.access_key_id.clone(),
+                k.secret_access_key.expose_secret().to_owned(),
+                k.session_token
+                    .as_ref()
+                    .map(|t| t.expose_secret().to_owned()),
+                None,
+                "execseam",
+            )),
+            CredentialSource::Provider(p) => p.clone(),
+        }
+    }
+}
+
+/// Configuration of [`AgentCoreExec`](crate::AgentCoreExec).
+#[derive(Clone)]
+pub struct AgentCoreConfig {
+    pub(crate) region: String,
+    pub(crate) endpoint_url: Option<String>,
+    pub(crate) credentials: CredentialSource,
+    pub(crate) identifier: String,
+    pub(crate) session_id: Option<String>,
+    pub(crate) session_name: Option<String>,
+    pub(crate) session_timeout: Duration,
+    pub(crate) mode: ExecMode,
+    pub(crate) exact_output: bool,
+    pub(crate) session_root: String,
+    pub(crate) temp_dir: String,
+    pub(crate) poll_max: Duration,
+    pub(crate) connect_timeout: Duration,
+}
+
+impl fmt::Debug for AgentCoreConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let credentials = match &self.credentials {
+            CredentialSource::Static(k) => format!(
+                "static(access key {}, secret <redacted>{})",
+                k.access_key_id,
+                if k.session_token.is_some() {
+                    ", session token <redacted>"
+                } else {
+                    ""
+                }
+            ),
+            CredentialSource::Provider(_) => "provider".to_owned(),
+        };
+        f.debug_struct("AgentCoreConfig")
+            .field("region", &self.region)
+            .field("endpoint_url", &self.endpoint_url)
+            .field("credentials", &credentials)
+            .field("identifier", &self.identifier)
+            .field("session_id", &self.session_id)
+            .field("session_name", &self.session_name)
+            .field("session_timeout", &self.session_timeout)
+            .field("mode", &self.mode)
+            .field("exact_output", &self.exact_output)
+            .field("session_root", &self.session_root)
+            .field("temp_dir", &self.temp_dir)
+            .field("poll_max", &self.poll_max)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+fn config_error(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::InvalidCommand, message)
+        .with_provider(PROVIDER)
+        .with_operation("config")
+}
+
+fn missing_credentials(message: &str) -> Error {
+    Error::new(ErrorKind::Unauthenticated, message)
+        .with_provider(PROVIDER)
+        .with_operation("config")
+}
+
+fn env_nonempty(key: &str) -> Option<String> {
+    std::env::var(key).ok().filter(|v| !v.is_empty())
+}
+
+impl AgentCoreConfig {
+    /// A configuration with static keys; everything else takes its default (the built-in code
+    /// interpreter, a new session per adapter, [`ExecMode::Command`], exact output).
+    pub fn new(
+        region: impl Into<String>,
+        access_key_id: impl Into<String>,
+        secret_access_key: impl Into<String>,
+    ) -> AgentCoreConfig {
+        AgentCoreConfig {
+            region: region.into(),
+            endpoint_url: None,
+            credentials: CredentialSource::Static(StaticKeys {
+                access_key_id: access_key_id.into(),
+                secret_access_key: SecretString::from(secret_access_key.into()),
+                session_token: None,
+            }),
+            identifier: DEFAULT_IDENTIFIER.to_owned(),
+            session_id: None,
+            session_name: None,
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            mode: ExecMode::Command,
+            exact_output: true,
+            session_root: DEFAULT_SESSION_ROOT.to_owned(),
+            temp_dir: "/tmp".to_owned(),
+            poll_max: Duration::from_millis(500),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Reads the environment:
+    ///
+    /// - `AWS_REGION` (or `AWS_DEFAULT_REGION`): required.
+    /// - `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`: required; `AWS_SESSION_TOKEN`: optional.
+    /// - `AWS_ENDPOINT_URL_BEDROCK_AGENTCORE` (or `AWS_ENDPOINT_URL`): an endpoint override, as
+    ///   the AWS SDKs read it (the emulator sets it).
+    /// - `AGENTCORE_CODE_INTERPRETER_ID`: default `aws.codeinterpreter.v1`.
+    /// - `AGENTCORE_SESSION_ID`: attach to this session instead of starting one (it is then never
+    ///   stopped by the adapter).
+    /// - `AGENTCORE_SESSION_TIMEOUT_SECONDS`: the lifetime of a started session (default 900).
+    /// - `AGENTCORE_EXEC_MODE`: `command` (default) or `task`.
+    /// - `AGENTCORE_EXACT_OUTPUT`: `1` (default) or `0`; see the crate docs.
+    /// - `AGENTCORE_SESSION_ROOT`: the session working directory (default
+    ///   `/opt/amazon/genesis1p-tools/var`).
+    pub fn from_env() -> Result<AgentCoreConfig, Error> {
+        let region = env_nonempty("AWS_REGION")
+            .or_else(|| env_nonempty("AWS_DEFAULT_REGION"))
+            .ok_or_else(|| config_error("AWS_REGION (or AWS_DEFAULT_REGION) is not set"))?;
+        let key = env_nonempty("AWS_ACCESS_KEY_ID").ok_or_else(|| {
+            missing_credentials(
+                "AWS_ACCESS_KEY_ID is not set (this adapter reads static keys from the environment; \
+                 plug any other source in with AgentCoreConfig::credentials_provider)",
+            )
+        })?;
+        let secret = env_nonempty("AWS_SECRET_ACCESS_KEY")
+            .ok_or_else(|| missing_credentials("AWS_SECRET_ACCESS_KEY is not set"))?;
+        let mut c = AgentCoreConfig::new(region, key, secret);
+        if let Some(token) = env_nonempty("AWS_SESSION_TOKEN") {
+            c = c.session_token(token);
+        }
+        if let Some(url) = env_nonempty("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE")
+            .or_else(|| env_nonempty("AWS_ENDPOINT_URL"))
+        {
+            c = c.endpoint_url(url);
+        }
+        if let Some(id) = env_nonempty("AGENTCORE_CODE_INTERPRETER_ID") {
+            c = c.code_interpreter(id);
+        }
+        if let Some(sid) = env_nonempty("AGENTCORE_SESSION_ID") {
+            c = c.session_id(sid);
+        }
+        if let Some(t) = env_nonempty("AGENTCORE_SESSION_TIMEOUT_SECONDS") {
+            let secs: u64 = t.parse().map_err(|_| {
+                config_error(format!(
+                    "AGENTCORE_SESSION_TIMEOUT_SECONDS={t:?} is not a number"
+                ))
+            })?;
+            c = c.session_timeout(Duration::from_secs(secs));
+        }
+        if let Some(m) = env_nonempty("AGENTCORE_EXEC_MODE") {
+            let mode = ExecMode::parse(&m).ok_or_else(|| {
+                config_error(format!(
+                    "AGENTCORE_EXEC_MODE={m:?}: want `command` or `task`"
+                ))
+            })?;
+            c = c.mode(mode);
+        }
+        if let Some(x) = env_nonempty("AGENTCORE_EXACT_OUTPUT") {
+            c = c.exact_output(match x.as_str() {
+                "1" | "true" => true,
+                "0" | "false" => false,
+                _ => {
+                    return Err(config_error(format!(
+                        "AGENTCORE_EXACT_OUTPUT={x:?}: want 1 or 0"
+                    )));
+                }
+            });
+        }
+        if let Some(root) = env_nonempty("AGENTCORE_SESSION_ROOT") {
+            c = c.session_root(root);
+        }
+        Ok(c)
+    }
+
+    /// The environment variables [`from_env`](Self::from_env) reads.
+    pub const ENV: &'static [&'static str] = &[
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE",
+        "AWS_ENDPOINT_URL",
+        "AGENTCORE_CODE_INTERPRETER_ID",
+        "AGENTCORE_SESSION_ID",
+        "AGENTCORE_SESSION_TIMEOUT_SECONDS",
+        "AGENTCORE_EXEC_MODE",
+        "AGENTCORE_EXACT_OUTPUT",
+        "AGENTCORE_SESSION_ROOT",
+    ];
+
+    /// A session token for temporary credentials (static keys only).
+    #[must_use]
+    pub fn session_token(mut self, token: impl Into<String>) -> Self {
+        if let CredentialSource::Static(k) = &mut self.credentials {
+            k.session_token = Some(SecretString::from(token.into()));
+        }
+        self
+    }
+
+    /// Any credentials provider (for example one built with `aws-config`), instead of static keys.
+    #[must_use]
+    pub fn credentials_provider(mut self, provider: SharedCredentialsProvider) -> Self {
+        self.credentials = CredentialSource::Provider(provider);
+        self
+    }
+
+    /// The base URL of the data plane (`scheme://host:port`), instead of the regional endpoint.
+    #[must_use]
+    pub fn endpoint_url(mut self, url: impl Into<String>) -> Self {
+        self.endpoint_url = Some(url.into());
+        self
+    }
+
+    /// The code interpreter identifier (default `aws.codeinterpreter.v1`).
+    #[must_use]
+    pub fn code_interpreter(mut self, identifier: impl Into<String>) -> Self {
+        self.identifier = identifier.into();
+        self
+    }
+
+    /// Attach to an existing session (never stopped by the adapter) instead of starting one.
+    #[must_use]
+    pub fn session_id(mut self, id: impl Into<String>) -> Self {
+        self.session_id = Some(id.into());
+        self
+    }
+
+    /// The name given to a started session (default `execseam-<random>`).
+    #[must_use]
+    pub fn session_name(mut self, name: impl Into<String>) -> Self {
+        self.session_name = Some(name.into());
+        self
+    }
+
+    /// The lifetime asked for a started session (1 s ..= 8 h; default 900 s).
+    #[must_use]
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How commands are run (default [`ExecMode::Command`]).
+    #[must_use]
+    pub fn mode(mut self, mode: ExecMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Whether output is carried base64-framed on stdout so it arrives byte-exact (default
+    /// true); see the crate docs.
+    #[must_use]
+    pub fn exact_output(mut self, on: bool) -> Self {
+        self.exact_output = on;
+        self
+    }
+
+    /// The session working directory, where relative file paths land (default
+    /// `/opt/amazon/genesis1p-tools/var`).
+    #[must_use]
+    pub fn session_root(mut self, root: impl Into<String>) -> Self {
+        self.session_root = root.into();
+        self
+    }
+
+    /// The directory for the exact-output capture files (default `/tmp`).
+    #[must_use]
+    pub fn temp_dir(mut self, dir: impl Into<String>) -> Self {
+        self.temp_dir = dir.into();
+        self
+    }
+
+    /// The longest pause between two `getTask` polls in [`ExecMode::Task`] (default 500 ms; the
+    /// first polls come sooner).
+    #[must_use]
+    pub fn poll_max(mut self, max: Duration) -> Self {
+        self.poll_max = max;
+        self
+    }
+
+    /// The TCP/TLS connect timeout (default 10 s).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The exec mode.
+    pub fn exec_mode(&self) -> ExecMode {
+        self.mode
+    }
+
+    /// Whether exact output is on.
+    pub fn is_exact_output(&self) -> bool {
+        self.exact_output
+    }
+
+    /// The session working directory.
+    pub fn session_root_dir(&self) -> &str {
+        &self.session_root
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        if self.region.is_empty() {
+            return Err(config_error("the region is empty"));
+        }
+        if self.identifier.is_empty() {
+            return Err(config_error("the code interpreter identifier is empty"));
+        }
+        let secs = self.session_timeout.as_secs();
+        if !(1..=28_800).contains(&secs) {
+            return Err(config_error(format!(
+                "session timeout {secs} s is outside 1..=28800"
+            )));
+        }
+        for (what, dir) in [
+            ("session root", &self.session_root),
+            ("temp dir", &self.temp_dir),
+        ] {
+            if !dir.starts_with('/') || dir.contains('\0') {
+                return Err(config_error(format!("the {what} {dir:?} is not absolute")));
+            }
+        }
+        if let Some(sid) = &self.session_id
+            && (sid.is_empty() || sid.len() > 40 || !sid.bytes().all(|b| b.is_ascii_alphanumeric()))
+        {
+            return Err(config_error(format!(
+                "session id {sid:?} does not match [0-9a-zA-Z]{{1,40}}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_redacts_the_secret_and_the_token() {
+        let c = AgentCoreConfig::new("us-east-1", "AKIDEXAMPLE", "wJalrXUtnFEMI-secret")
+            .session_token("FwoGZX-token");
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("wJalrXUtnFEMI-secret"), "{dbg}");
+        assert!(!dbg.contains("FwoGZX-token"), "{dbg}");
+        assert!(dbg.contains("AKIDEXAMPLE"), "{dbg}");
+        assert!(dbg.contains("<redacted>"), "{dbg}");
+    }
+
+    #[test]
+    fn validation_rejects_bad_values_before_any_io() {
+        let ok = AgentCoreConfig::new("us-east-1", "a", "b");
+        assert!(ok.validate().is_ok());
+        for bad in [
+            ok.clone().session_timeout(Duration::from_secs(0)),
+            ok.clone().session_timeout(Duration::from_secs(28_801)),
+            ok.clone().session_id("not-alnum!"),
+            ok.clone().session_root("relative"),
+            ok.clone().code_interpreter(""),
+        ] {
+            let e = bad.validate().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidCommand, "{e}");
+        }
+    }
+
+    #[test]
+    fn exec_modes_parse() {
+        assert_eq!(ExecMode::parse("task"), Some(ExecMode::Task));
+        assert_eq!(ExecMode::parse("command"), Some(ExecMode::Command));
+        assert_eq!(ExecMode::parse("nope"), None);
+    }
+}

@@ -1,0 +1,387 @@
+//! AgentCore errors → [`ErrorKind`] + [`Retry`].
+//!
+//! Two channels carry infrastructure failures: the HTTP status of the call (modelled exceptions
+//! named by `x-amzn-errortype`, plus the AWS front door's own errors), and exception events inside
+//! the 200 event stream. A generic `:message-type = error` frame, a bad frame, or a stream that
+//! ends without a result is a [`ErrorKind::Protocol`] error.
+//!
+//! The retry class depends on whether the call submits a command (`executeCommand`,
+//! `startCommandExecution`): for those, anything that may have reached the sandbox is
+//! [`Retry::Unsafe`]; only an HTTP rejection (a 4xx with a modelled code, a 429/402) or a
+//! connection that was never made is [`Retry::Safe`].
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+use aws_sdk_bedrockagentcore::config::http::HttpResponse;
+use aws_sdk_bedrockagentcore::error::{ProvideErrorMetadata, SdkError};
+use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
+
+use crate::PROVIDER;
+
+/// The call that failed: it names the error's operation and decides whether a retry is safe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// StartCodeInterpreterSession.
+    StartSession,
+    /// StopCodeInterpreterSession.
+    StopSession,
+    /// InvokeCodeInterpreter that starts a command (`executeCommand`, `startCommandExecution`).
+    Submit,
+    /// `getTask`.
+    Poll,
+    /// `stopTask`.
+    StopTask,
+    /// `writeFiles` (the stdin upload or the files API).
+    WriteFiles,
+    /// `readFiles`.
+    ReadFiles,
+    /// `listFiles`.
+    ListFiles,
+    /// `removeFiles`.
+    RemoveFiles,
+}
+
+impl Op {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Op::StartSession => "start_session",
+            Op::StopSession => "stop_session",
+            Op::Submit => "exec",
+            Op::Poll => "get_task",
+            Op::StopTask => "stop_task",
+            Op::WriteFiles => "write_files",
+            Op::ReadFiles => "read_files",
+            Op::ListFiles => "list_files",
+            Op::RemoveFiles => "remove_files",
+        }
+    }
+
+    /// True for calls that may start a command: never re-sent, and unsafe to retry once sent.
+    pub(crate) fn submits(self) -> bool {
+        matches!(self, Op::Submit)
+    }
+}
+
+/// Where an error was reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Channel {
+    /// The HTTP status of the call: the request was rejected as a whole.
+    Http,
+    /// An exception event inside the 200 stream: the request was accepted.
+    Stream,
+}
+
+/// The kind for an AgentCore (or AWS front-door) error code, falling back on the HTTP status.
+pub(crate) fn kind_for(code: Option<&str>, status: Option<u16>) -> ErrorKind {
+    let by_code = code.map(|c| match c {
+        "ValidationException" | "validationException" | "SerializationException" => {
+            Some(ErrorKind::InvalidCommand)
+        }
+        "ServiceQuotaExceededException" | "serviceQuotaExceededException" => {
+            Some(ErrorKind::RateLimited)
+        }
+        "ThrottlingException" | "throttlingException" | "TooManyRequestsException" => {
+            Some(ErrorKind::RateLimited)
+        }
+        "AccessDeniedException" | "accessDeniedException" => Some(ErrorKind::PermissionDenied),
+        "ResourceNotFoundException" | "resourceNotFoundException" => Some(ErrorKind::NotFound),
+        "ConflictException" | "conflictException" => Some(ErrorKind::Conflict),
+        "InternalServerException" | "internalServerException" | "InternalFailure" => {
+            Some(ErrorKind::Internal)
+        }
+        "ServiceUnavailableException" | "ServiceUnavailable" => Some(ErrorKind::Unavailable),
+        // The AWS front door's answers to missing, unknown, expired or mis-signed credentials.
+        "UnrecognizedClientException"
+        | "InvalidSignatureException"
+        | "IncompleteSignatureException"
+        | "MissingAuthenticationTokenException"
+        | "MissingAuthenticationToken"
+        | "InvalidClientTokenId"
+        | "ExpiredTokenException"
+        | "ExpiredToken"
+        | "SignatureDoesNotMatch" => Some(ErrorKind::Unauthenticated),
+        _ => None,
+    });
+    if let Some(Some(kind)) = by_code {
+        return kind;
+    }
+    match status {
+        Some(401) => ErrorKind::Unauthenticated,
+        Some(403) => ErrorKind::PermissionDenied,
+        Some(404) => ErrorKind::NotFound,
+        Some(409) => ErrorKind::Conflict,
+        Some(402 | 429) => ErrorKind::RateLimited,
+        Some(400 | 413 | 422) => ErrorKind::InvalidCommand,
+        Some(502..=504) => ErrorKind::Unavailable,
+        _ => ErrorKind::Internal,
+    }
+}
+
+/// The retry class of an error of `kind` reported on `channel` for `op`.
+pub(crate) fn retry_for(
+    kind: ErrorKind,
+    op: Op,
+    channel: Channel,
+    retry_after: Option<Duration>,
+) -> Retry {
+    let may_have_run = op.submits();
+    match kind {
+        ErrorKind::InvalidCommand
+        | ErrorKind::Unauthenticated
+        | ErrorKind::PermissionDenied
+        | ErrorKind::NotFound => Retry::Never,
+        // A rejection of the whole request by its HTTP status: nothing ran.
+        ErrorKind::RateLimited | ErrorKind::Conflict if channel == Channel::Http => {
+            Retry::Safe { after: retry_after }
+        }
+        _ if may_have_run => Retry::Unsafe,
+        _ => Retry::Safe { after: retry_after },
+    }
+}
+
+fn base(kind: ErrorKind, op: Op, message: impl Into<String>) -> Error {
+    Error::new(kind, message)
+        .with_provider(PROVIDER)
+        .with_operation(op.name())
+}
+
+/// A protocol error: malformed, truncated, or missing what the result must carry.
+pub(crate) fn protocol(op: Op, message: impl Into<String>) -> Error {
+    let retry = if op.submits() {
+        Retry::Unsafe
+    } else {
+        Retry::SAFE
+    };
+    base(ErrorKind::Protocol, op, message).with_retry(retry)
+}
+
+/// A tool-level failure (`isError: true` without a usable result).
+pub(crate) fn tool_error(op: Op, kind: ErrorKind, message: impl Into<String>) -> Error {
+    let retry = retry_for(kind, op, Channel::Stream, None);
+    base(kind, op, message).with_retry(retry)
+}
+
+fn retry_after(raw: &HttpResponse) -> Option<Duration> {
+    let v = raw.headers().get("retry-after")?;
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// True if the error chain says the connection was never made (nothing was sent).
+fn never_connected(err: &(dyn StdError + 'static)) -> bool {
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::AddrNotAvailable
+                    | std::io::ErrorKind::HostUnreachable
+                    | std::io::ErrorKind::NetworkUnreachable
+            )
+        {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+fn chain(err: &(dyn StdError + 'static)) -> String {
+    let mut s = err.to_string();
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let m = e.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = e.source();
+    }
+    s
+}
+
+/// The parts of an [`SdkError`] that do not depend on its response type.
+fn transport<E, R>(op: Op, err: &SdkError<E, R>) -> Option<Error>
+where
+    E: StdError + 'static,
+    R: std::fmt::Debug + 'static,
+{
+    let unsafe_or_safe = if op.submits() {
+        Retry::Unsafe
+    } else {
+        Retry::SAFE
+    };
+    match err {
+        SdkError::ConstructionFailure(_) => Some(
+            base(
+                ErrorKind::Internal,
+                op,
+                format!("the request could not be built: {}", chain(err)),
+            )
+            .with_retry(Retry::Never),
+        ),
+        SdkError::TimeoutError(_) => Some(
+            base(
+                ErrorKind::Timeout(Deadline::Request),
+                op,
+                format!("the request timed out: {}", chain(err)),
+            )
+            .with_retry(unsafe_or_safe),
+        ),
+        SdkError::DispatchFailure(d) => {
+            let (kind, retry) = if d.is_timeout() {
+                (ErrorKind::Timeout(Deadline::Request), unsafe_or_safe)
+            } else if never_connected(err) {
+                (ErrorKind::Unavailable, Retry::SAFE)
+            } else if d.is_user() {
+                (ErrorKind::Internal, Retry::Never)
+            } else {
+                (ErrorKind::Unavailable, unsafe_or_safe)
+            };
+            Some(base(kind, op, format!("transport failure: {}", chain(err))).with_retry(retry))
+        }
+        SdkError::ResponseError(_) => {
+            Some(protocol(op, format!("malformed response: {}", chain(err))))
+        }
+        _ => None,
+    }
+}
+
+/// Maps an error of an SDK operation (`send()`), with its HTTP response.
+pub(crate) fn from_operation<E>(op: Op, err: SdkError<E, HttpResponse>) -> Error
+where
+    E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
+{
+    if let Some(e) = transport(op, &err) {
+        return e;
+    }
+    let SdkError::ServiceError(ctx) = &err else {
+        return protocol(op, format!("unexpected SDK error: {}", chain(&err)));
+    };
+    let raw = ctx.raw();
+    let status = raw.status().as_u16();
+    let service = ctx.err();
+    let code = service.code().map(str::to_owned);
+    let message = service.message().unwrap_or("(no message)").to_owned();
+    let kind = kind_for(code.as_deref(), Some(status));
+    let retry = retry_for(kind, op, Channel::Http, retry_after(raw));
+    let mut e = base(kind, op, message)
+        .with_status(WireStatus::Http(status))
+        .with_retry(retry);
+    if let Some(code) = code {
+        e = e.with_code(code);
+    }
+    e.with_source(err)
+}
+
+/// Maps an error of the event stream (`recv()`): an exception event, or a bad frame.
+pub(crate) fn from_stream<E, R>(op: Op, err: SdkError<E, R>) -> Error
+where
+    E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    if let Some(e) = transport(op, &err) {
+        return e;
+    }
+    let SdkError::ServiceError(ctx) = &err else {
+        return protocol(op, format!("unexpected stream error: {}", chain(&err)));
+    };
+    let service = ctx.err();
+    let Some(code) = service.code().map(str::to_owned) else {
+        // An exception event of a type this SDK does not model.
+        return protocol(
+            op,
+            format!(
+                "an unrecognised exception event in the stream: {}",
+                service.message().unwrap_or("(no message)")
+            ),
+        );
+    };
+    let message = service.message().unwrap_or("(no message)").to_owned();
+    let kind = kind_for(Some(&code), None);
+    let retry = retry_for(kind, op, Channel::Stream, None);
+    base(kind, op, message)
+        .with_code(code)
+        .with_retry(retry)
+        .with_source(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_modelled_exception_has_its_kind() {
+        let table = [
+            ("ValidationException", 400, ErrorKind::InvalidCommand),
+            ("ServiceQuotaExceededException", 402, ErrorKind::RateLimited),
+            ("AccessDeniedException", 403, ErrorKind::PermissionDenied),
+            ("ResourceNotFoundException", 404, ErrorKind::NotFound),
+            ("ConflictException", 409, ErrorKind::Conflict),
+            ("ThrottlingException", 429, ErrorKind::RateLimited),
+            ("InternalServerException", 500, ErrorKind::Internal),
+            (
+                "UnrecognizedClientException",
+                403,
+                ErrorKind::Unauthenticated,
+            ),
+            ("InvalidSignatureException", 403, ErrorKind::Unauthenticated),
+            ("ServiceUnavailableException", 503, ErrorKind::Unavailable),
+        ];
+        for (code, status, kind) in table {
+            assert_eq!(kind_for(Some(code), Some(status)), kind, "{code}");
+        }
+        // The in-stream member names map the same way.
+        assert_eq!(
+            kind_for(Some("throttlingException"), None),
+            ErrorKind::RateLimited
+        );
+        // Unknown codes fall back on the status.
+        assert_eq!(
+            kind_for(Some("Whatever"), Some(503)),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(kind_for(None, Some(500)), ErrorKind::Internal);
+        assert_eq!(kind_for(None, Some(403)), ErrorKind::PermissionDenied);
+    }
+
+    #[test]
+    fn retry_classes_never_resubmit_what_may_have_run() {
+        let after = Some(Duration::from_secs(2));
+        // HTTP rejections of a submit: safe.
+        assert_eq!(
+            retry_for(ErrorKind::RateLimited, Op::Submit, Channel::Http, after),
+            Retry::Safe { after }
+        );
+        // A 500 on a submit: it may have run.
+        assert_eq!(
+            retry_for(ErrorKind::Internal, Op::Submit, Channel::Http, None),
+            Retry::Unsafe
+        );
+        // In-stream throttling of a submit: the request was accepted, so it may have run.
+        assert_eq!(
+            retry_for(ErrorKind::RateLimited, Op::Submit, Channel::Stream, None),
+            Retry::Unsafe
+        );
+        // A 500 on a read: safe.
+        assert_eq!(
+            retry_for(ErrorKind::Internal, Op::ReadFiles, Channel::Http, None),
+            Retry::SAFE
+        );
+        for k in [
+            ErrorKind::NotFound,
+            ErrorKind::Unauthenticated,
+            ErrorKind::PermissionDenied,
+            ErrorKind::InvalidCommand,
+        ] {
+            assert_eq!(
+                retry_for(k, Op::Submit, Channel::Http, None),
+                Retry::Never,
+                "{k:?}"
+            );
+        }
+        assert_eq!(protocol(Op::Submit, "x").retry(), Retry::Unsafe);
+        assert_eq!(protocol(Op::ReadFiles, "x").retry(), Retry::SAFE);
+    }
+}

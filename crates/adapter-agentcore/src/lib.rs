@@ -1,0 +1,80 @@
+//! execseam adapter for the **AWS Bedrock AgentCore Code Interpreter**, on the official Rust SDK
+//! (`aws-sdk-bedrockagentcore`: SigV4 and the `application/vnd.amazon.eventstream` parser are the
+//! SDK's; rustls with ring, no aws-lc, no `aws-config`).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), execseam_core::Error> {
+//! use execseam_agentcore::AgentCoreExec;
+//! use execseam_core::{Command, Exec};
+//!
+//! let exec = AgentCoreExec::from_env().await?; // starts a session
+//! let out = exec.exec(Command::new(["sh", "-c", "echo hi; exit 3"])?).await?;
+//! assert_eq!(out.exit.code(), Some(3));
+//! exec.close().await?; // stops it
+//! # Ok(()) }
+//! ```
+//!
+//! # How a command runs
+//!
+//! - **Session**: [`AgentCoreExec::connect`] calls `StartCodeInterpreterSession` (or attaches to a
+//!   given session id); [`AgentCoreExec::close`] calls `StopCodeInterpreterSession`.
+//! - **argv** → `executeCommand` takes one shell string: argv is quoted exactly with
+//!   [`execseam_core::degrade::join`], and **workdir** and **env** are synthesised by the core's
+//!   wrapper ([`degrade::wrapped_command`](execseam_core::degrade::wrapped_command), whose own
+//!   failures — a missing workdir — become typed errors through `check_wrapped`).
+//! - **stdin**: uploaded with `writeFiles` (a base64 `blob`) to a temporary file under the session
+//!   root, which the wrapper opens, deletes and redirects from. Without stdin the command's stdin
+//!   is `/dev/null` (the service's own stdin is not an empty pipe).
+//! - **Exact output** (on by default): the service returns stdout and stderr as JSON strings, and
+//!   has been observed to return `\r\n` line endings (a pty). So the command's stdout and stderr
+//!   are captured to two files in the sandbox, and the result's stdout carries one frame:
+//!   `execseam-exact-v1`, base64 of stdout, `execseam-exact-stderr`, base64 of stderr,
+//!   `execseam-exact-end <status>`. Bytes arrive exactly and separately whatever the transport does;
+//!   a frame that is missing or cut is a `Protocol` error, never a guess. It needs `base64` in the
+//!   sandbox (coreutils; present in the AWS image). With `exact_output(false)` the result's
+//!   `structuredContent.stdout/stderr` are returned as they are (`binary_output = false`).
+//! - **Exit**: `structuredContent.exitCode` (cross-checked with the frame's status). A negative
+//!   code is read as a signal (`-9` → `Exit::Signal(9)`), as a Python runner reports one.
+//!   `isError: true` with exit 0, or without any exit code, is an infrastructure error.
+//! - **Modes** ([`ExecMode`]): `Command` (default) is one `InvokeCodeInterpreter(executeCommand)`;
+//!   `Task` is `startCommandExecution` + `getTask` polling, and dropping the exec (a host
+//!   deadline, a cancel) sends `stopTask`: `remote_kill` is true only in this mode.
+//!
+//! # Errors and retries
+//!
+//! Modelled exceptions, whether the HTTP status of the call or an exception event in the stream,
+//! map to [`ErrorKind`](execseam_core::ErrorKind): ValidationException (400) → `InvalidCommand`,
+//! ServiceQuotaExceededException (**402**) and ThrottlingException (429) → `RateLimited`,
+//! AccessDeniedException (403) → `PermissionDenied`, ResourceNotFoundException (404) → `NotFound`,
+//! ConflictException (409) → `Conflict`, InternalServerException (500) → `Internal`; the AWS front
+//! door's credential errors (UnrecognizedClientException, InvalidSignatureException, …) →
+//! `Unauthenticated`. A `:message-type = error` frame, a frame with a bad CRC, an unparsable event
+//! or a stream that ends without a result → `Protocol`.
+//!
+//! The SDK's automatic retries are **off for every call that submits a command**: the SDK would
+//! re-send `InvokeCodeInterpreter` on an HTTP 500 and run the command again. Errors of such calls
+//! are `Retry::Unsafe` unless the request was rejected as a whole (a 4xx status, a 429 with its
+//! `Retry-After`) or never connected. Session calls and the read-only tools keep the SDK's
+//! standard retries (3 attempts).
+//!
+//! # Files
+//!
+//! [`AgentCoreExec::read_file`], [`write_file`](AgentCoreExec::write_file),
+//! [`list_dir`](AgentCoreExec::list_dir) (sorted by name here, whatever order the service
+//! returns) and [`remove_files`](AgentCoreExec::remove_files) use the `readFiles`, `writeFiles`,
+//! `listFiles` and `removeFiles` tools. Paths under the session root are sent relative to it.
+#![warn(missing_docs)]
+
+mod client;
+mod config;
+mod error;
+mod exec;
+mod wire;
+
+pub use config::{
+    AgentCoreConfig, DEFAULT_IDENTIFIER, DEFAULT_SESSION_ROOT, DEFAULT_SESSION_TIMEOUT, ExecMode,
+};
+pub use exec::{AgentCoreExec, CAPABILITIES, DirEntry, capabilities_for};
+
+/// The provider name in errors and reports.
+pub const PROVIDER: &str = "agentcore";

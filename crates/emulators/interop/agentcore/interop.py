@@ -1,0 +1,207 @@
+"""boto3's bedrock-agentcore client against the execseam AgentCore emulator.
+
+Usage: interop.py main|faults (or EXECSEAM_INTEROP_PHASE=main|faults). The endpoint, region and keys come from the environment the
+emulator advertises (AWS_ENDPOINT_URL_BEDROCK_AGENTCORE, AWS_REGION, AWS_ACCESS_KEY_ID, ...);
+endpoint_url is also passed explicitly. Prints one `ok <check>` line per check and exits non-zero
+on the first failure.
+"""
+
+import os
+import sys
+import time
+
+import boto3
+import botocore
+from botocore.config import Config
+from botocore.exceptions import ClientError, EventStreamError
+
+IDENT = os.environ.get("AGENTCORE_CODE_INTERPRETER_ID", "aws.codeinterpreter.v1")
+
+
+def client(retries=None):
+    cfg = Config(retries=retries) if retries else None
+    return boto3.client(
+        "bedrock-agentcore",
+        endpoint_url=os.environ["AWS_ENDPOINT_URL_BEDROCK_AGENTCORE"],
+        region_name=os.environ["AWS_REGION"],
+        aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+        config=cfg,
+    )
+
+
+def ok(name):
+    print(f"ok {name}", flush=True)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def invoke(c, sid, name, args):
+    """One InvokeCodeInterpreter call: every event of the stream, in order."""
+    resp = c.invoke_code_interpreter(
+        codeInterpreterIdentifier=IDENT, sessionId=sid, name=name, arguments=args
+    )
+    check(resp["sessionId"] == sid, f"sessionId header echoed: {resp.get('sessionId')}")
+    return [ev for ev in resp["stream"]]
+
+
+def result(c, sid, name, args):
+    events = invoke(c, sid, name, args)
+    check(len(events) == 1 and "result" in events[0], f"one result event: {events}")
+    return events[0]["result"]
+
+
+def main():
+    c = client()
+    s = c.start_code_interpreter_session(
+        codeInterpreterIdentifier=IDENT, name="interop", sessionTimeoutSeconds=300
+    )
+    sid = s["sessionId"]
+    check(len(sid) == 26 and sid.isalnum(), f"session id shape: {sid}")
+    check(hasattr(s["createdAt"], "year"), "createdAt parsed as a timestamp")
+    ok("start_code_interpreter_session")
+
+    g = c.get_code_interpreter_session(codeInterpreterIdentifier=IDENT, sessionId=sid)
+    check(g["status"] == "READY", f"status {g['status']}")
+    check(g["sessionTimeoutSeconds"] == 300, "timeout kept")
+    ok("get_code_interpreter_session READY")
+
+    r = result(c, sid, "executeCommand", {"command": "echo hello"})
+    sc = r["structuredContent"]
+    check(sc["stdout"] == "hello\r\n", f"stdout {sc['stdout']!r} (pty line endings)")
+    check(sc["stderr"] == "" and sc["exitCode"] == 0, f"{sc}")
+    check(r["isError"] is False, "isError false")
+    check(r["content"][0]["type"] == "text", "a text block")
+    check(isinstance(sc["executionTime"], float), "executionTime is a double")
+    ok("executeCommand success")
+
+    r = result(c, sid, "executeCommand", {"command": "echo out; echo err >&2; exit 7"})
+    sc = r["structuredContent"]
+    check(sc["exitCode"] == 7, f"exit {sc['exitCode']}")
+    check(sc["stdout"] == "out\r\n", f"stdout {sc['stdout']!r}")
+    check(sc["stderr"] == "err\n", f"stderr {sc['stderr']!r}")
+    check(r["isError"] is True, "isError true for a non-zero exit")
+    ok("executeCommand non-zero exit and stderr")
+
+    r = result(
+        c,
+        sid,
+        "writeFiles",
+        {"content": [{"path": "data.txt", "text": "pikachu"}, {"path": "bin/raw.dat", "blob": b"\x00\xff\x80"}]},
+    )
+    check(r["content"][0]["text"] == "Successfully wrote all 2 files", f"{r}")
+    ok("writeFiles text and blob")
+
+    r = result(c, sid, "readFiles", {"paths": ["data.txt", "bin/raw.dat"]})
+    res = [b["resource"] for b in r["content"]]
+    check(res[0]["text"] == "pikachu" and res[0]["uri"] == "file:///data.txt", f"{res[0]}")
+    check(res[1]["blob"] == b"\x00\xff\x80", f"blob {res[1].get('blob')!r}")
+    ok("readFiles text and blob")
+
+    r = result(c, sid, "listFiles", {"directoryPath": ""})
+    names = sorted(b["name"] for b in r["content"])
+    check(names == ["bin", "data.txt"], f"listing {names}")
+    kinds = {b["name"]: b["description"] for b in r["content"]}
+    check(kinds == {"bin": "Directory", "data.txt": "File"}, f"{kinds}")
+    ok("listFiles")
+
+    r = result(c, sid, "executeCommand", {"command": "cat data.txt; od -An -tx1 bin/raw.dat"})
+    check(r["structuredContent"]["stdout"] == "pikachu 00 ff 80\r\n", f"{r['structuredContent']}")
+    ok("files written through writeFiles are seen by commands")
+
+    r = result(c, sid, "startCommandExecution", {"command": "sleep 0.5; echo done; echo e >&2"})
+    sc = r["structuredContent"]
+    check(sc["taskStatus"] == "submitted", f"{sc}")
+    task = sc["taskId"]
+    seen = set()
+    for _ in range(100):
+        r = result(c, sid, "getTask", {"taskId": task})
+        status = r["structuredContent"]["taskStatus"]
+        seen.add(status)
+        if status not in ("submitted", "working"):
+            break
+        time.sleep(0.1)
+    sc = r["structuredContent"]
+    check(status == "completed", f"final status {status}")
+    check("working" in seen, f"statuses seen {seen}")
+    check(sc["exitCode"] == 0 and sc["stdout"] == "done\r\n" and sc["stderr"] == "e\n", f"{sc}")
+    ok("startCommandExecution + getTask")
+
+    r = result(c, sid, "startCommandExecution", {"command": "sleep 60"})
+    task = r["structuredContent"]["taskId"]
+    r = result(c, sid, "stopTask", {"taskId": task})
+    check(r["content"][0]["text"] == "Successfully canceled a command execution task", f"{r}")
+    r = result(c, sid, "getTask", {"taskId": task})
+    check(r["structuredContent"]["taskStatus"] == "canceled", f"{r}")
+    ok("stopTask")
+
+    r = result(c, sid, "removeFiles", {"paths": ["data.txt"]})
+    check(r["isError"] is False, f"{r}")
+    ok("removeFiles")
+
+    lst = c.list_code_interpreter_sessions(codeInterpreterIdentifier=IDENT)
+    check(any(i["sessionId"] == sid and i["status"] == "READY" for i in lst["items"]), f"{lst}")
+    ok("list_code_interpreter_sessions")
+
+    st = c.stop_code_interpreter_session(codeInterpreterIdentifier=IDENT, sessionId=sid)
+    check(st["sessionId"] == sid and hasattr(st["lastUpdatedAt"], "year"), f"{st}")
+    g = c.get_code_interpreter_session(codeInterpreterIdentifier=IDENT, sessionId=sid)
+    check(g["status"] == "TERMINATED", f"status {g['status']}")
+    ok("stop_code_interpreter_session TERMINATED")
+
+    try:
+        invoke(c, sid, "executeCommand", {"command": "true"})
+        check(False, "invoke on a stopped session must fail")
+    except ClientError as e:
+        check(e.response["Error"]["Code"] == "ResourceNotFoundException", f"{e.response}")
+        check(e.response["ResponseMetadata"]["HTTPStatusCode"] == 404, "404")
+    ok("a stopped session is ResourceNotFoundException")
+
+
+def faults():
+    """The Rust side armed, on route `exec`, in order: a validationException event, an HTTP 402
+    ServiceQuotaExceededException, a result frame with a bad message CRC, a generic error frame."""
+    c = client(retries={"max_attempts": 1, "mode": "standard"})
+    sid = c.start_code_interpreter_session(codeInterpreterIdentifier=IDENT)["sessionId"]
+
+    try:
+        invoke(c, sid, "executeCommand", {"command": "true"})
+        check(False, "an exception event must raise")
+    except EventStreamError as e:
+        check(e.response["Error"]["Code"] == "validationException", f"{e.response}")
+    ok("exception event -> EventStreamError validationException")
+
+    try:
+        invoke(c, sid, "executeCommand", {"command": "true"})
+        check(False, "a 402 must raise")
+    except ClientError as e:
+        check(e.response["Error"]["Code"] == "ServiceQuotaExceededException", f"{e.response}")
+        check(e.response["ResponseMetadata"]["HTTPStatusCode"] == 402, "402")
+    ok("HTTP 402 -> ServiceQuotaExceededException")
+
+    try:
+        invoke(c, sid, "executeCommand", {"command": "true"})
+        check(False, "a bad CRC must raise")
+    except botocore.eventstream.ChecksumMismatch as e:
+        print(f"   ({type(e).__name__}: {e})")
+    ok("bad message CRC -> ChecksumMismatch")
+
+    try:
+        invoke(c, sid, "executeCommand", {"command": "true"})
+        check(False, "an error frame must raise")
+    except EventStreamError as e:
+        check(e.response["Error"]["Code"] == "InternalFailure", f"{e.response}")
+    ok("error frame -> EventStreamError InternalFailure")
+
+    r = result(c, sid, "executeCommand", {"command": "echo fine"})
+    check(r["structuredContent"]["stdout"] == "fine\r\n", f"{r}")
+    ok("the next call is served normally")
+
+
+if __name__ == "__main__":
+    phase = sys.argv[1] if len(sys.argv) > 1 else os.environ["EXECSEAM_INTEROP_PHASE"]
+    {"main": main, "faults": faults}[phase]()
+    print("done", flush=True)

@@ -1,0 +1,453 @@
+//! AWS Bedrock AgentCore Code Interpreter (data plane) on loopback.
+//!
+//! The five REST routes of the `bedrock-agentcore` data plane's code-interpreter operations
+//! (restJson1, API version 2024-02-28):
+//!
+//! | Operation | Route |
+//! |---|---|
+//! | StartCodeInterpreterSession | `PUT /code-interpreters/{id}/sessions/start` |
+//! | InvokeCodeInterpreter | `POST /code-interpreters/{id}/tools/invoke` (header `x-amzn-code-interpreter-session-id`) |
+//! | StopCodeInterpreterSession | `PUT /code-interpreters/{id}/sessions/stop?sessionId=` |
+//! | GetCodeInterpreterSession | `GET /code-interpreters/{id}/sessions/get?sessionId=` |
+//! | ListCodeInterpreterSessions | `POST /code-interpreters/{id}/sessions/list` |
+//!
+//! InvokeCodeInterpreter answers with `application/vnd.amazon.eventstream`: one `result` event
+//! (a `CodeInterpreterResult`), or an exception event, framed with correct prelude and message
+//! CRCs ([`eventstream`]). Errors of the whole call are restJson1 errors (status,
+//! `x-amzn-errortype`, `{"message"}`). Session status is `READY` or `TERMINATED`; a session ends
+//! when stopped or when its `sessionTimeoutSeconds` runs out, and its commands are killed.
+//!
+//! Tools: `executeCommand` (bash `-c` in the session directory), `startCommandExecution`,
+//! `getTask`, `stopTask`, `writeFiles`, `readFiles`, `listFiles`, `removeFiles`, and
+//! `executeCode` for `python` (stateless: each call is a fresh `python3 -c`).
+//!
+//! Each session is a [`Sandbox`] whose `/opt/amazon/genesis1p-tools/var` (the working directory,
+//! `HOME`) and `/tmp` are private; files tools resolve relative paths against the working
+//! directory, like the service. Reproduced quirks: `executeCommand` stdout has `\r\n` line
+//! endings (a pty's, as observed on the service), `executionTime` is in seconds (observed; the
+//! model says milliseconds), `readFiles` resources carry no `type`, `listFiles` is in directory
+//! order (unsorted), a signal death is a negative `exitCode` (a Python runner's convention; the
+//! service's own is unknown).
+//!
+//! **SigV4 is not verified**: a request needs an `authorization` header naming a credential
+//! (`Credential=<access key id>/…`); with [`EmulatorOptions::token`] the access key id must equal it.
+//! Signatures, dates, scopes and session tokens are ignored.
+//!
+//! Faults: the nine standard ones on route `exec` (the invocation that submits a command:
+//! `executeCommand`, `startCommandExecution`, `executeCode`), rendered in AgentCore's wire format
+//! (429 ThrottlingException with `Retry-After`, 500 InternalServerException after the command ran,
+//! 503 ServiceUnavailableException, a reset, a result frame cut in half, a result whose JSON is
+//! broken, a delay, 403 UnrecognizedClientException, the session terminated mid-command with a
+//! `resourceNotFoundException` event); other routes: `files`, `task`, `start`, `stop`, `get`,
+//! `list`. AgentCore-specific faults ([`AgentCoreFault`]: any modelled exception as an HTTP error
+//! or as a stream event, the generic error frame, bad CRCs, a stream without a result) are armed
+//! with [`AgentCoreEmulator::arm`].
+
+pub mod eventstream;
+mod routes;
+mod tools;
+pub mod wire;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use execseam_core::Output;
+use tokio::task::AbortHandle;
+
+use crate::harness::{FaultHandle, Isolation, Sandbox, SandboxSpec, Server};
+use crate::{Emulator, EmulatorOptions};
+
+pub use wire::Exception;
+
+/// The built-in code interpreter's identifier.
+pub const DEFAULT_IDENTIFIER: &str = "aws.codeinterpreter.v1";
+/// The session working directory (and `HOME`) of the AWS-managed code interpreter.
+pub const SESSION_ROOT: &str = "/opt/amazon/genesis1p-tools/var";
+/// The user commands run as on the service.
+pub const SESSION_USER: &str = "genesis1ptools";
+/// The access key id the emulator advertises in [`Emulator::env`] when no token is set.
+pub const ACCESS_KEY_ID: &str = "AKIAEXECSEAMEMULATOR";
+/// The region it advertises (any region is accepted).
+pub const REGION: &str = "us-east-1";
+
+/// A fault of AgentCore's own wire format, beyond the nine standard ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentCoreFault {
+    /// The call fails with this modelled exception as its HTTP status. An
+    /// `InternalServerException` is sent after the tool ran; the others before.
+    HttpException(Exception),
+    /// A 200 stream whose only message is this exception event (after the tool ran for an
+    /// `InternalServerException`, before it otherwise).
+    StreamException(Exception),
+    /// An exception event of a type the model does not have.
+    UnknownException,
+    /// The generic AWS error frame (`:message-type = error`) instead of the result.
+    ErrorFrame,
+    /// The result frame with a corrupted prelude CRC.
+    BadPreludeCrc,
+    /// The result frame with a corrupted message CRC.
+    BadMessageCrc,
+    /// A 200 stream that ends cleanly without any event (after the tool ran).
+    NoResult,
+}
+
+/// A session's status, as `GetCodeInterpreterSession` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionStatus {
+    /// Accepting invocations.
+    Ready,
+    /// Stopped or expired.
+    Terminated,
+}
+
+impl SessionStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Ready => "READY",
+            SessionStatus::Terminated => "TERMINATED",
+        }
+    }
+}
+
+/// How a task (`startCommandExecution`) stands.
+#[derive(Clone, Debug)]
+pub(crate) enum TaskState {
+    Working,
+    Done { output: Output, elapsed: Duration },
+    Failed { message: String },
+    Canceled,
+}
+
+pub(crate) struct Task {
+    pub(crate) state: Mutex<TaskState>,
+    pub(crate) abort: Mutex<Option<AbortHandle>>,
+}
+
+pub(crate) struct Session {
+    pub(crate) id: String,
+    pub(crate) identifier: String,
+    pub(crate) name: String,
+    pub(crate) created_at: SystemTime,
+    pub(crate) created: Instant,
+    pub(crate) timeout: Duration,
+    pub(crate) status: Mutex<SessionStatus>,
+    pub(crate) last_updated: Mutex<SystemTime>,
+    pub(crate) sandbox: Arc<Sandbox>,
+    pub(crate) tasks: Mutex<HashMap<String, Arc<Task>>>,
+}
+
+impl Session {
+    pub(crate) fn status(&self) -> SessionStatus {
+        *self.status.lock().expect("status")
+    }
+
+    pub(crate) fn expired(&self) -> bool {
+        self.created.elapsed() >= self.timeout
+    }
+
+    /// Ends the session: status TERMINATED, every command and task killed, the root removed.
+    pub(crate) fn terminate(&self) {
+        {
+            let mut s = self.status.lock().expect("status");
+            if *s == SessionStatus::Terminated {
+                return;
+            }
+            *s = SessionStatus::Terminated;
+        }
+        *self.last_updated.lock().expect("last updated") = SystemTime::now();
+        for task in self.tasks.lock().expect("tasks").values() {
+            let mut st = task.state.lock().expect("task");
+            if matches!(*st, TaskState::Working) {
+                *st = TaskState::Canceled;
+            }
+        }
+        self.sandbox.destroy();
+    }
+}
+
+pub(crate) struct State {
+    pub(crate) token: Option<String>,
+    pub(crate) isolation: Isolation,
+    pub(crate) faults: FaultHandle,
+    pub(crate) extra: Mutex<VecDeque<(String, AgentCoreFault)>>,
+    pub(crate) sessions: Mutex<BTreeMap<(SystemTime, String), Arc<Session>>>,
+    pub(crate) by_id: Mutex<HashMap<String, Arc<Session>>>,
+    pub(crate) tokens: Mutex<HashMap<String, String>>,
+    pub(crate) pty_line_endings: AtomicBool,
+}
+
+/// What a request should suffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Armed {
+    Standard(crate::harness::Fault),
+    Extra(AgentCoreFault),
+}
+
+impl State {
+    /// Counts the request of `route` and returns the fault to inject, if any.
+    pub(crate) fn take(&self, route: &str) -> Option<Armed> {
+        if let Some(f) = self.faults.take(route) {
+            return Some(Armed::Standard(f));
+        }
+        let mut extra = self.extra.lock().expect("extra faults");
+        let i = extra.iter().position(|(r, _)| r == route || r == "*")?;
+        extra.remove(i).map(|(_, f)| Armed::Extra(f))
+    }
+
+    pub(crate) fn session(&self, id: &str) -> Option<Arc<Session>> {
+        let s = self.by_id.lock().expect("sessions").get(id).cloned()?;
+        if s.status() == SessionStatus::Ready && s.expired() {
+            s.terminate();
+        }
+        Some(s)
+    }
+
+    pub(crate) fn spec() -> SandboxSpec {
+        let env: BTreeMap<String, String> = [
+            ("HOME", SESSION_ROOT),
+            ("USER", SESSION_USER),
+            ("LOGNAME", SESSION_USER),
+            ("SHELL", "/bin/bash"),
+            (
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        SandboxSpec {
+            // The session root before /tmp: each bind mount's source lives under the host's /tmp.
+            private_paths: vec![SESSION_ROOT.to_owned(), "/tmp".to_owned()],
+            env,
+            name: "agentcore".to_owned(),
+        }
+    }
+
+    pub(crate) fn create_session(
+        &self,
+        identifier: &str,
+        name: String,
+        timeout: Duration,
+    ) -> std::io::Result<Arc<Session>> {
+        let id = wire::session_id();
+        let sandbox = Sandbox::create(id.clone(), State::spec(), self.isolation)?;
+        let now = SystemTime::now();
+        let session = Arc::new(Session {
+            id: id.clone(),
+            identifier: identifier.to_owned(),
+            name,
+            created_at: now,
+            created: Instant::now(),
+            timeout,
+            status: Mutex::new(SessionStatus::Ready),
+            last_updated: Mutex::new(now),
+            sandbox,
+            tasks: Mutex::new(HashMap::new()),
+        });
+        self.by_id
+            .lock()
+            .expect("sessions")
+            .insert(id.clone(), session.clone());
+        self.sessions
+            .lock()
+            .expect("sessions")
+            .insert((now, id), session.clone());
+        Ok(session)
+    }
+
+    fn reap(&self) {
+        let all: Vec<Arc<Session>> = self
+            .by_id
+            .lock()
+            .expect("sessions")
+            .values()
+            .cloned()
+            .collect();
+        for s in all {
+            if s.status() == SessionStatus::Ready && s.expired() {
+                tracing::debug!(session = %s.id, "agentcore emulator: session timed out");
+                s.terminate();
+            }
+        }
+    }
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        if let Ok(all) = self.by_id.lock() {
+            for s in all.values() {
+                s.terminate();
+            }
+        }
+    }
+}
+
+/// A running AgentCore emulator, with typed access for tests.
+pub struct AgentCoreEmulator {
+    server: Server,
+    state: Arc<State>,
+}
+
+impl std::fmt::Debug for AgentCoreEmulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentCoreEmulator")
+            .field("base_url", &self.server.base_url())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentCoreEmulator {
+    /// Starts the emulator.
+    pub async fn start(options: EmulatorOptions) -> std::io::Result<AgentCoreEmulator> {
+        let faults = FaultHandle::new();
+        for rule in &options.faults {
+            faults.add(rule.clone());
+        }
+        let state = Arc::new(State {
+            token: options.token.clone(),
+            isolation: options.isolation,
+            faults,
+            extra: Mutex::new(VecDeque::new()),
+            sessions: Mutex::new(BTreeMap::new()),
+            by_id: Mutex::new(HashMap::new()),
+            tokens: Mutex::new(HashMap::new()),
+            pty_line_endings: AtomicBool::new(true),
+        });
+        let server = Server::start(options.listen, routes::router(state.clone())).await?;
+        let weak: Weak<State> = Arc::downgrade(&state);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                match weak.upgrade() {
+                    Some(s) => s.reap(),
+                    None => break,
+                }
+            }
+        });
+        Ok(AgentCoreEmulator { server, state })
+    }
+
+    /// `http://127.0.0.1:<port>` (the SDKs' `endpoint_url`).
+    pub fn base_url(&self) -> String {
+        self.server.base_url()
+    }
+
+    /// The variables the AWS SDKs (boto3, the Rust SDK) and `AgentCoreConfig::from_env` need.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let key = self
+            .state
+            .token
+            .clone()
+            .unwrap_or_else(|| ACCESS_KEY_ID.to_owned());
+        vec![
+            ("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE".into(), self.base_url()),
+            ("AWS_REGION".into(), REGION.into()),
+            ("AWS_ACCESS_KEY_ID".into(), key),
+            (
+                "AWS_SECRET_ACCESS_KEY".into(),
+                "execseam-emulator-does-not-verify-signatures".into(),
+            ),
+            (
+                "AGENTCORE_CODE_INTERPRETER_ID".into(),
+                DEFAULT_IDENTIFIER.into(),
+            ),
+        ]
+    }
+
+    /// The standard fault handle (routes `exec`, `files`, `task`, `start`, `stop`, `get`, `list`).
+    pub fn faults(&self) -> &FaultHandle {
+        &self.state.faults
+    }
+
+    /// Arms an AgentCore-specific fault for the next request of `route` (`"*"`: any route).
+    pub fn arm(&self, route: &str, fault: AgentCoreFault) {
+        self.state
+            .extra
+            .lock()
+            .expect("extra faults")
+            .push_back((route.to_owned(), fault));
+    }
+
+    /// How many requests of `route` arrived (`exec`: invocations that submit a command).
+    pub fn count(&self, route: &str) -> u64 {
+        self.state.faults.count(route)
+    }
+
+    /// Whether `pty`-style `\r\n` line endings are applied to command stdout (default true, as
+    /// observed on the service).
+    pub fn set_pty_line_endings(&self, on: bool) {
+        self.state.pty_line_endings.store(on, Ordering::SeqCst);
+    }
+
+    /// The status of a session, if it exists.
+    pub fn session_status(&self, id: &str) -> Option<SessionStatus> {
+        self.state.session(id).map(|s| s.status())
+    }
+
+    /// Every session id, oldest first.
+    pub fn session_ids(&self) -> Vec<String> {
+        self.state
+            .sessions
+            .lock()
+            .expect("sessions")
+            .values()
+            .map(|s| s.id.clone())
+            .collect()
+    }
+
+    /// Where a path of a session's sandbox lives on the host (relative paths: under the
+    /// session root), to check files from a test.
+    pub fn host_path(&self, session: &str, path: &str) -> Option<PathBuf> {
+        let s = self.state.session(session)?;
+        Some(s.sandbox.host_path(&tools::resolve(path)))
+    }
+
+    /// The path a session's commands see for `path` (differs from it only without namespaces).
+    pub fn visible_path(&self, session: &str, path: &str) -> Option<String> {
+        let s = self.state.session(session)?;
+        Some(s.sandbox.visible_path(path))
+    }
+
+    /// Creates a session directly (as StartCodeInterpreterSession would) and returns its id.
+    pub fn create_session(&self, timeout: Duration) -> std::io::Result<String> {
+        Ok(self
+            .state
+            .create_session(DEFAULT_IDENTIFIER, "direct".to_owned(), timeout)?
+            .id
+            .clone())
+    }
+
+    /// Terminates a session as StopCodeInterpreterSession would.
+    pub fn terminate(&self, id: &str) -> bool {
+        match self.state.session(id) {
+            Some(s) => {
+                s.terminate();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The generic [`Emulator`] handle (for the CLI and the registry).
+    pub fn into_emulator(self) -> Emulator {
+        Emulator {
+            provider: "agentcore",
+            base_url: self.base_url(),
+            env: self.env(),
+            faults: self.state.faults.clone(),
+            guard: Box::new(self),
+        }
+    }
+}
+
+/// Starts the AgentCore emulator (the registry's entry point).
+pub async fn start(options: EmulatorOptions) -> std::io::Result<Emulator> {
+    Ok(AgentCoreEmulator::start(options).await?.into_emulator())
+}
+
+#[cfg(test)]
+mod tests;
