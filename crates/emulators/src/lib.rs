@@ -35,7 +35,7 @@ pub mod fly;
 #[cfg(feature = "sprites")]
 pub mod sprites;
 #[cfg(any(feature = "fly", feature = "sprites"))]
-mod timefmt;
+mod util;
 
 /// How to start an emulator.
 #[derive(Clone, Debug)]

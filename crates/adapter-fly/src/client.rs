@@ -1,0 +1,162 @@
+//! The HTTP calls: exec, get, start, wait.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use execseam_core::{Error, ErrorKind};
+use reqwest::{Method, RequestBuilder};
+
+use crate::config::FlyConfig;
+use crate::error::{Op, error, from_status, from_transport};
+use crate::wire::{Machine, MachineExecRequest, WaitResponse};
+
+/// A Machines API client for one machine. reqwest's own retries are disabled: an exec POST that
+/// may have reached the machine is never sent twice (fly-go's transport would re-send it on
+/// 502/503; this one does not).
+#[derive(Clone, Debug)]
+pub(crate) struct Client {
+    http: reqwest::Client,
+    config: Arc<FlyConfig>,
+}
+
+/// Percent-encodes one path segment (app names and machine ids are plain, but never trust that).
+fn segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl Client {
+    pub(crate) fn new(config: Arc<FlyConfig>) -> Result<Client, Error> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .retry(reqwest::retry::never())
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| {
+                error(
+                    ErrorKind::Internal,
+                    Op::Control("connect"),
+                    format!("cannot build the HTTP client: {e}"),
+                )
+            })?;
+        Ok(Client { http, config })
+    }
+
+    pub(crate) fn config(&self) -> &FlyConfig {
+        &self.config
+    }
+
+    fn url(&self, suffix: &str) -> String {
+        format!(
+            "{}/v1/apps/{}/machines/{}{suffix}",
+            self.config.base_url,
+            segment(&self.config.app),
+            segment(&self.config.machine)
+        )
+    }
+
+    fn request(&self, method: Method, suffix: &str) -> RequestBuilder {
+        let mut r = self
+            .http
+            .request(method, self.url(suffix))
+            .header(reqwest::header::AUTHORIZATION, self.config.authorization());
+        if let Some(nonce) = &self.config.lease_nonce {
+            r = r.header("fly-machine-lease-nonce", nonce);
+        }
+        r
+    }
+
+    /// Sends a request and returns the status, headers and body of a 2xx answer; anything else
+    /// is mapped to an error.
+    async fn send(&self, req: RequestBuilder, op: Op) -> Result<Bytes, Error> {
+        let resp = req.send().await.map_err(|e| from_transport(e, op))?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp.bytes().await.map_err(|e| from_transport(e, op))?;
+        if (200..300).contains(&status) {
+            Ok(body)
+        } else {
+            Err(from_status(status, &headers, &body, op))
+        }
+    }
+
+    /// `POST …/exec`: the raw body of the 200 answer.
+    pub(crate) async fn exec(&self, body: &MachineExecRequest) -> Result<Bytes, Error> {
+        let json = serde_json::to_vec(body).map_err(|e| {
+            error(
+                ErrorKind::InvalidCommand,
+                Op::Exec,
+                format!("cannot encode the request: {e}"),
+            )
+        })?;
+        let req = self
+            .request(Method::POST, "/exec")
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .timeout(self.config.exec_timeout + self.config.request_slack)
+            .body(json);
+        self.send(req, Op::Exec).await
+    }
+
+    /// `GET …/{id}`.
+    pub(crate) async fn machine(&self) -> Result<Machine, Error> {
+        let op = Op::Control("get_machine");
+        let req = self
+            .request(Method::GET, "")
+            .timeout(Duration::from_secs(30));
+        let body = self.send(req, op).await?;
+        serde_json::from_slice(&body).map_err(|e| {
+            Error::protocol(format!("the machine is not valid JSON: {e}"))
+                .with_provider(crate::PROVIDER)
+                .with_operation("get_machine")
+        })
+    }
+
+    /// `POST …/start`.
+    pub(crate) async fn start(&self) -> Result<(), Error> {
+        let req = self
+            .request(Method::POST, "/start")
+            .timeout(Duration::from_secs(60));
+        self.send(req, Op::Control("start")).await.map(drop)
+    }
+
+    /// `GET …/wait?state=started&timeout=N`: true once started, false on the API's 408 (call again).
+    pub(crate) async fn wait_started(&self, timeout_secs: u64) -> Result<bool, Error> {
+        let secs = timeout_secs.clamp(1, 60);
+        let op = Op::Control("wait");
+        let req = self
+            .request(Method::GET, &format!("/wait?state=started&timeout={secs}"))
+            .timeout(Duration::from_secs(secs + 15));
+        match self.send(req, op).await {
+            Ok(body) => {
+                let w: WaitResponse = serde_json::from_slice(&body).map_err(|e| {
+                    Error::protocol(format!("the wait answer is not valid JSON: {e}"))
+                        .with_provider(crate::PROVIDER)
+                        .with_operation("wait")
+                })?;
+                Ok(w.ok)
+            }
+            Err(e) if e.status() == Some(execseam_core::WireStatus::Http(408)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segment;
+
+    #[test]
+    fn segments_are_escaped() {
+        assert_eq!(segment("my-app_1"), "my-app_1");
+        assert_eq!(segment("a/b c"), "a%2Fb%20c");
+    }
+}

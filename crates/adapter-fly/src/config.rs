@@ -1,0 +1,257 @@
+//! Configuration of the Fly Machines adapter.
+
+use std::fmt;
+use std::time::Duration;
+
+use execseam_core::{Error, ErrorKind};
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::PROVIDER;
+
+/// The public Machines API (what fly-go uses unless `FLY_FLAPS_BASE_URL` says otherwise).
+pub const DEFAULT_BASE_URL: &str = "https://api.machines.dev";
+
+/// Where the adapter runs commands, and how.
+///
+/// `Debug` never shows the token.
+#[derive(Clone)]
+pub struct FlyConfig {
+    pub(crate) base_url: String,
+    pub(crate) token: SecretString,
+    pub(crate) app: String,
+    pub(crate) machine: String,
+    pub(crate) exec_timeout: Duration,
+    pub(crate) request_slack: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) temp_dir: String,
+    pub(crate) max_stdin: u64,
+    pub(crate) container: Option<String>,
+    pub(crate) lease_nonce: Option<String>,
+    pub(crate) start_timeout: Duration,
+}
+
+impl fmt::Debug for FlyConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FlyConfig")
+            .field("base_url", &self.base_url)
+            .field("token", &"<redacted>")
+            .field("app", &self.app)
+            .field("machine", &self.machine)
+            .field("exec_timeout", &self.exec_timeout)
+            .field("request_slack", &self.request_slack)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("temp_dir", &self.temp_dir)
+            .field("max_stdin", &self.max_stdin)
+            .field("container", &self.container)
+            .field("lease_nonce", &self.lease_nonce.as_ref().map(|_| "<set>"))
+            .field("start_timeout", &self.start_timeout)
+            .finish()
+    }
+}
+
+impl FlyConfig {
+    /// A configuration for machine `machine` of app `app`, against the public Machines API.
+    ///
+    /// The token is a Fly API token: a macaroon (`fm2_…`, as `fly tokens create` prints it, with or
+    /// without its `FlyV1 ` prefix) is sent as `Authorization: FlyV1 …`, anything else as
+    /// `Authorization: Bearer …`, exactly as fly-go does.
+    pub fn new(
+        app: impl Into<String>,
+        machine: impl Into<String>,
+        token: impl Into<SecretString>,
+    ) -> FlyConfig {
+        FlyConfig {
+            base_url: DEFAULT_BASE_URL.to_owned(),
+            token: token.into(),
+            app: app.into(),
+            machine: machine.into(),
+            exec_timeout: Duration::from_secs(120),
+            request_slack: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            temp_dir: "/tmp".to_owned(),
+            max_stdin: 1 << 20,
+            container: None,
+            lease_nonce: None,
+            start_timeout: Duration::from_secs(180),
+        }
+    }
+
+    /// Reads the configuration from the environment:
+    ///
+    /// - `FLY_API_TOKEN` (required): the token;
+    /// - `FLY_APP_NAME` (required): the app;
+    /// - `FLY_MACHINE_ID` (required): the machine;
+    /// - `FLY_FLAPS_BASE_URL` (optional, fly-go's name): the Machines API base URL;
+    /// - `FLY_EXEC_TIMEOUT` (optional): seconds, sent as the exec's `timeout`;
+    /// - `FLY_EXEC_CONTAINER` (optional): the container of a multi-container machine.
+    pub fn from_env() -> Result<FlyConfig, Error> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let token = var("FLY_API_TOKEN")
+            .ok_or_else(|| config_error(ErrorKind::Unauthenticated, "FLY_API_TOKEN is not set"))?;
+        let app = var("FLY_APP_NAME")
+            .ok_or_else(|| config_error(ErrorKind::InvalidCommand, "FLY_APP_NAME is not set"))?;
+        let machine = var("FLY_MACHINE_ID")
+            .ok_or_else(|| config_error(ErrorKind::InvalidCommand, "FLY_MACHINE_ID is not set"))?;
+        let mut c = FlyConfig::new(app, machine, SecretString::from(token));
+        if let Some(url) = var("FLY_FLAPS_BASE_URL") {
+            c = c.base_url(url);
+        }
+        if let Some(t) = var("FLY_EXEC_TIMEOUT") {
+            let secs: u64 = t.parse().map_err(|_| {
+                config_error(
+                    ErrorKind::InvalidCommand,
+                    format!("FLY_EXEC_TIMEOUT={t:?} is not a number of seconds"),
+                )
+            })?;
+            c = c.exec_timeout(Duration::from_secs(secs));
+        }
+        if let Some(container) = var("FLY_EXEC_CONTAINER") {
+            c = c.container(container);
+        }
+        Ok(c)
+    }
+
+    /// The Machines API base URL (default [`DEFAULT_BASE_URL`]; `http://_api.internal:4280` from
+    /// inside a Fly private network; an emulator's URL in tests).
+    #[must_use]
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = url.into().trim_end_matches('/').to_owned();
+        self
+    }
+
+    /// The command deadline sent as the exec's `timeout` (whole seconds, at least 1; default 120 s).
+    /// The HTTP request itself may take this plus [`request_slack`](Self::request_slack).
+    #[must_use]
+    pub fn exec_timeout(mut self, timeout: Duration) -> Self {
+        self.exec_timeout = timeout.max(Duration::from_secs(1));
+        self
+    }
+
+    /// How much longer than the exec timeout the HTTP request may take, so that the server's own
+    /// deadline fires first (default 30 s).
+    #[must_use]
+    pub fn request_slack(mut self, slack: Duration) -> Self {
+        self.request_slack = slack;
+        self
+    }
+
+    /// The TCP/TLS connect timeout (default 10 s).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// A writable directory in the machine for the binary-stdin temporary file (default `/tmp`).
+    #[must_use]
+    pub fn temp_dir(mut self, dir: impl Into<String>) -> Self {
+        self.temp_dir = dir.into();
+        self
+    }
+
+    /// The largest stdin accepted, in bytes (default 1 MiB, flyctl's own cap); larger stdin is
+    /// rejected with `InvalidCommand` before any request.
+    #[must_use]
+    pub fn max_stdin(mut self, bytes: u64) -> Self {
+        self.max_stdin = bytes;
+        self
+    }
+
+    /// The container to run in, for a multi-container machine (the `container` field).
+    #[must_use]
+    pub fn container(mut self, container: impl Into<String>) -> Self {
+        self.container = Some(container.into());
+        self
+    }
+
+    /// A lease nonce this caller holds; sent as `fly-machine-lease-nonce` on every request.
+    #[must_use]
+    pub fn lease_nonce(mut self, nonce: impl Into<String>) -> Self {
+        self.lease_nonce = Some(nonce.into());
+        self
+    }
+
+    /// How long [`FlyExec::ensure_started`](crate::FlyExec::ensure_started) may take in total
+    /// (default 180 s).
+    #[must_use]
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = timeout;
+        self
+    }
+
+    /// The app name.
+    pub fn app(&self) -> &str {
+        &self.app
+    }
+
+    /// The machine id.
+    pub fn machine(&self) -> &str {
+        &self.machine
+    }
+
+    /// The `Authorization` header value, normalised as fly-go's `Tokens::FlapsHeader` does: any
+    /// `Bearer`/`FlyV1` scheme pasted into the token is stripped; macaroons (`fm1r_`, `fm1a_`,
+    /// `fm2_`) are sent as `FlyV1 m1,m2`, other tokens as `Bearer t`.
+    pub(crate) fn authorization(&self) -> String {
+        authorization(self.token.expose_secret())
+    }
+}
+
+pub(crate) fn authorization(raw: &str) -> String {
+    let mut token = raw.trim();
+    loop {
+        match token.split_once(' ') {
+            Some((scheme, rest))
+                if scheme.eq_ignore_ascii_case("bearer")
+                    || scheme.eq_ignore_ascii_case("flyv1") =>
+            {
+                token = rest.trim();
+            }
+            _ => break,
+        }
+    }
+    let (mut macaroons, mut others) = (Vec::new(), Vec::new());
+    for t in token.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        match t.split_once('_').map(|(p, _)| p) {
+            Some("fm1r" | "fm1a" | "fm2") => macaroons.push(t),
+            _ => others.push(t),
+        }
+    }
+    if macaroons.is_empty() {
+        format!("Bearer {}", others.join(","))
+    } else {
+        format!("FlyV1 {}", macaroons.join(","))
+    }
+}
+
+fn config_error(kind: ErrorKind, message: impl Into<String>) -> Error {
+    Error::new(kind, message)
+        .with_provider(PROVIDER)
+        .with_operation("from_env")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authorization_follows_fly_go() {
+        assert_eq!(authorization("abc"), "Bearer abc");
+        assert_eq!(authorization("Bearer abc"), "Bearer abc");
+        assert_eq!(authorization("FlyV1 fm2_xyz"), "FlyV1 fm2_xyz");
+        assert_eq!(
+            authorization("Bearer FlyV1 fm2_a,fm2_b"),
+            "FlyV1 fm2_a,fm2_b"
+        );
+        assert_eq!(authorization("fm1r_a, oauth"), "FlyV1 fm1r_a");
+    }
+
+    #[test]
+    fn debug_redacts_the_token() {
+        let c =
+            FlyConfig::new("app", "m", SecretString::from("fm2_supersecret")).lease_nonce("n0nce");
+        let d = format!("{c:?}");
+        assert!(!d.contains("supersecret"), "{d}");
+        assert!(!d.contains("n0nce"), "{d}");
+    }
+}

@@ -1,0 +1,291 @@
+//! Machines API failures → `ErrorKind` + `Retry`.
+
+use std::time::Duration;
+
+use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
+use reqwest::header::HeaderMap;
+
+use crate::PROVIDER;
+use crate::wire::ErrorBody;
+
+/// The text the API returns when an exec's output is too large (third-party observation, 2026).
+pub(crate) const OUTPUT_LIMIT_TEXT: &str = "exceeds the maximum allowed response size";
+
+/// Whether the failed request could have started a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// The exec POST: once sent, the command may have run.
+    Exec,
+    /// Anything else (get, start, wait): nothing runs in the machine.
+    Control(&'static str),
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Exec => "exec",
+            Op::Control(n) => n,
+        }
+    }
+
+    /// The retry class of a failure after the request was sent.
+    fn sent(self) -> Retry {
+        match self {
+            Op::Exec => Retry::Unsafe,
+            Op::Control(_) => Retry::SAFE,
+        }
+    }
+}
+
+pub(crate) fn error(kind: ErrorKind, op: Op, message: impl Into<String>) -> Error {
+    Error::new(kind, message)
+        .with_provider(PROVIDER)
+        .with_operation(op.name())
+}
+
+/// The `<code>: <message>` convention of Machines API errors (`deadline_exceeded: …`,
+/// `failed_precondition: …`, `invalid_argument: …`).
+fn code_of(text: &str) -> Option<&str> {
+    let (code, _) = text.split_once(':')?;
+    (!code.is_empty() && code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')).then_some(code)
+}
+
+/// Maps a non-2xx answer. `body` is the raw body, parsed leniently (`{"error"}`,
+/// `{"status","message"}`, or plain text).
+pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], op: Op) -> Error {
+    let parsed: Option<ErrorBody> = serde_json::from_slice(body).ok();
+    let text = parsed
+        .as_ref()
+        .and_then(|b| b.message.clone().or_else(|| b.error.clone()))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_owned());
+    let text = if text.is_empty() {
+        format!("HTTP {status} with an empty body")
+    } else {
+        text
+    };
+    let request_id = headers
+        .get("fly-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(|id| format!(" (request id {id})"))
+        .unwrap_or_default();
+    let message = format!("{text}{request_id}");
+    let code = code_of(&text).map(str::to_owned).or_else(|| {
+        parsed
+            .as_ref()
+            .and_then(|b| b.status.clone())
+            .filter(|s| s != "error" && s != "unknown")
+    });
+    let (kind, retry) = if text.contains(OUTPUT_LIMIT_TEXT) {
+        // The command ran; its output was too large to return.
+        (ErrorKind::OutputLimit, Retry::Unsafe)
+    } else {
+        match status {
+            400 | 413 | 422 => (ErrorKind::InvalidCommand, Retry::Never),
+            401 => (ErrorKind::Unauthenticated, Retry::Never),
+            403 => (ErrorKind::PermissionDenied, Retry::Never),
+            404 => (ErrorKind::NotFound, Retry::Never),
+            408 => match op {
+                // The server's own deadline (the exec's `timeout`) fired: the command ran.
+                Op::Exec => (ErrorKind::Timeout(Deadline::Command), Retry::Unsafe),
+                Op::Control(_) => (ErrorKind::Timeout(Deadline::Request), Retry::SAFE),
+            },
+            // A lease held by someone else: the request was refused before anything ran.
+            409 => (ErrorKind::Conflict, Retry::SAFE),
+            // failed_precondition (e.g. the machine is not started): start it first.
+            412 => (ErrorKind::Conflict, Retry::Never),
+            429 => (
+                ErrorKind::RateLimited,
+                Retry::Safe {
+                    after: retry_after(headers),
+                },
+            ),
+            502..=504 => (ErrorKind::Unavailable, op.sent()),
+            500..=599 => (ErrorKind::Internal, op.sent()),
+            _ => (ErrorKind::InvalidCommand, Retry::Never),
+        }
+    };
+    let mut e = error(kind, op, message)
+        .with_retry(retry)
+        .with_status(WireStatus::Http(status));
+    if let Some(code) = code {
+        e = e.with_code(code);
+    }
+    e
+}
+
+/// `Retry-After` in seconds (the HTTP-date form is not used by the Machines API).
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+/// Maps a transport failure. Before the request left (connect), nothing ran; after, an exec may
+/// have run.
+pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
+    let (kind, retry, what) = if e.is_connect() {
+        (ErrorKind::Unavailable, Retry::SAFE, "cannot connect")
+    } else if e.is_timeout() {
+        (
+            ErrorKind::Timeout(Deadline::Request),
+            op.sent(),
+            "the request timed out",
+        )
+    } else if e.is_body() || e.is_decode() {
+        (
+            ErrorKind::Unavailable,
+            op.sent(),
+            "the response was cut off",
+        )
+    } else {
+        (ErrorKind::Unavailable, op.sent(), "the connection failed")
+    };
+    let message = format!("{what}: {}", chain(&e));
+    error(kind, op, message).with_retry(retry).with_source(e)
+}
+
+/// The error and its sources on one line (reqwest's own message is terse).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(status: u16, body: &str) -> Error {
+        from_status(status, &HeaderMap::new(), body.as_bytes(), Op::Exec)
+    }
+
+    #[test]
+    fn each_status_has_its_kind_and_retry() {
+        let cases: &[(u16, &str, ErrorKind, Retry)] = &[
+            (
+                400,
+                r#"{"error":"invalid_argument: bad"}"#,
+                ErrorKind::InvalidCommand,
+                Retry::Never,
+            ),
+            (
+                401,
+                r#"{"error":"unauthorized"}"#,
+                ErrorKind::Unauthenticated,
+                Retry::Never,
+            ),
+            (
+                403,
+                r#"{"error":"forbidden"}"#,
+                ErrorKind::PermissionDenied,
+                Retry::Never,
+            ),
+            (
+                404,
+                r#"{"error":"machine not found"}"#,
+                ErrorKind::NotFound,
+                Retry::Never,
+            ),
+            (
+                408,
+                r#"{"error":"deadline_exceeded: Post \"http://unix/v1/exec\": net/http: request canceled"}"#,
+                ErrorKind::Timeout(Deadline::Command),
+                Retry::Unsafe,
+            ),
+            (
+                409,
+                r#"{ "status":"error", "message":"machine ID 3d8d413b29d089 lease currently held by a@b.c"}"#,
+                ErrorKind::Conflict,
+                Retry::SAFE,
+            ),
+            (
+                412,
+                r#"{"error":"failed_precondition: machine is not started"}"#,
+                ErrorKind::Conflict,
+                Retry::Never,
+            ),
+            (
+                429,
+                r#"{"error":"rate limited"}"#,
+                ErrorKind::RateLimited,
+                Retry::SAFE,
+            ),
+            (
+                500,
+                r#"{"error":"internal"}"#,
+                ErrorKind::Internal,
+                Retry::Unsafe,
+            ),
+            (502, "bad gateway", ErrorKind::Unavailable, Retry::Unsafe),
+            (503, "", ErrorKind::Unavailable, Retry::Unsafe),
+            (504, "", ErrorKind::Unavailable, Retry::Unsafe),
+        ];
+        for (status, body, kind, retry) in cases {
+            let e = map(*status, body);
+            assert_eq!(
+                (e.kind(), e.retry()),
+                (*kind, *retry),
+                "{status} {body}: {e}"
+            );
+            assert_eq!(e.status(), Some(WireStatus::Http(*status)));
+            assert_eq!(e.provider(), "fly");
+        }
+    }
+
+    #[test]
+    fn message_wins_over_error_and_codes_are_extracted() {
+        let e = map(409, r#"{"error":"x","message":"lease currently held"}"#);
+        assert_eq!(e.message(), "lease currently held");
+        let e = map(408, r#"{"error":"deadline_exceeded: Post ..."}"#);
+        assert_eq!(e.code(), Some("deadline_exceeded"));
+        let e = map(
+            400,
+            r#"{"error":"capacity","status":"insufficient_capacity"}"#,
+        );
+        assert_eq!(e.code(), Some("insufficient_capacity"));
+        let e = map(500, "not json at all");
+        assert_eq!(e.message(), "not json at all");
+    }
+
+    #[test]
+    fn the_output_limit_is_its_own_kind_whatever_the_status() {
+        for status in [400, 413, 500] {
+            let e = map(
+                status,
+                r#"{"error":"exec output exceeds the maximum allowed response size after JSON encoding (10485760 byte limit)"}"#,
+            );
+            assert_eq!(
+                (e.kind(), e.retry()),
+                (ErrorKind::OutputLimit, Retry::Unsafe)
+            );
+        }
+    }
+
+    #[test]
+    fn retry_after_and_request_id_are_kept() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", "7".parse().unwrap());
+        h.insert("fly-request-id", "01JJ-fra".parse().unwrap());
+        let e = from_status(429, &h, b"{}", Op::Exec);
+        assert_eq!(
+            e.retry(),
+            Retry::Safe {
+                after: Some(Duration::from_secs(7))
+            }
+        );
+        assert!(e.message().contains("01JJ-fra"), "{e}");
+    }
+}

@@ -1,0 +1,389 @@
+//! The `Exec` implementation over `POST /v1/apps/{app}/machines/{id}/exec`.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use execseam_core::degrade::{self, StdinFrom, WrapOptions};
+use execseam_core::{
+    BoxFuture, Capabilities, Command, Deadline, Delivery, Error, ErrorKind, Exec, Exit, Output,
+};
+use tokio::time::Instant;
+
+use crate::PROVIDER;
+use crate::client::Client;
+use crate::config::FlyConfig;
+use crate::error::{Op, error};
+use crate::wire::{ExecResponse, MachineExecRequest};
+
+/// The capabilities with the default configuration (see the [crate docs](crate)).
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::Native,
+    stdin: Delivery::TempFile,
+    workdir: Delivery::ShellWrapped,
+    env: Delivery::ShellWrapped,
+    streaming: false,
+    remote_kill: false,
+    binary_output: false,
+    max_stdin: Some(1 << 20),
+    max_output: Some(2 << 20),
+    native_tools: &[],
+};
+
+/// Runs commands on one Fly Machine. See the [crate docs](crate).
+#[derive(Clone, Debug)]
+pub struct FlyExec {
+    client: Client,
+}
+
+/// A request ready to send, and whether its output must go through `check_wrapped`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prepared {
+    /// The JSON body.
+    pub body: MachineExecRequest,
+    /// The command runs inside the `/bin/sh -c` wrapper.
+    pub wrapped: bool,
+}
+
+impl FlyExec {
+    /// An adapter with this configuration (no request is made).
+    pub fn new(config: FlyConfig) -> Result<FlyExec, Error> {
+        Ok(FlyExec {
+            client: Client::new(Arc::new(config))?,
+        })
+    }
+
+    /// An adapter configured from the environment ([`FlyConfig::from_env`]).
+    pub fn from_env() -> Result<FlyExec, Error> {
+        FlyExec::new(FlyConfig::from_env()?)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FlyConfig {
+        self.client.config()
+    }
+
+    /// The capabilities this configuration gives ([`CAPABILITIES`] with its `max_stdin`).
+    pub fn capabilities_of(config: &FlyConfig) -> Capabilities {
+        Capabilities {
+            max_stdin: Some(config.max_stdin),
+            ..CAPABILITIES
+        }
+    }
+
+    /// Makes sure the machine is `started`: reads its state, starts it if it is stopped,
+    /// suspended or created, and waits (`GET …/wait?state=started`, at most 60 s per call, again
+    /// on the API's 408) until it is, within [`FlyConfig::start_timeout`].
+    ///
+    /// Exec needs a started machine: the API forwards it to the machine's init.
+    pub async fn ensure_started(&self) -> Result<(), Error> {
+        let deadline = Instant::now() + self.config().start_timeout;
+        loop {
+            let machine = self.client.machine().await?;
+            match machine.state.as_str() {
+                "started" => return Ok(()),
+                "stopped" | "suspended" | "created" | "failed" => {
+                    tracing::debug!(provider = PROVIDER, state = %machine.state, "starting the machine");
+                    match self.client.start().await {
+                        Ok(()) => {}
+                        // Someone else is starting it, or a lease is held: wait and look again.
+                        Err(e) if e.kind() == ErrorKind::Conflict => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                "destroyed" | "destroying" | "replaced" | "migrated" => {
+                    return Err(error(
+                        ErrorKind::NotFound,
+                        Op::Control("ensure_started"),
+                        format!("machine {} is {}", machine.id, machine.state),
+                    ));
+                }
+                // starting, stopping, restarting, suspending, updating, replacing, creating…
+                _ => {}
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(error(
+                    ErrorKind::Timeout(Deadline::Request),
+                    Op::Control("ensure_started"),
+                    format!(
+                        "machine {} did not reach `started` within {:?} (last state {:?})",
+                        self.config().machine,
+                        self.config().start_timeout,
+                        machine.state
+                    ),
+                ));
+            }
+            if self.client.wait_started(left.as_secs().max(1)).await? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Builds the request for `command` without sending it: argv as `command`; workdir and env
+    /// through the `/bin/sh -c` wrapper; text stdin in `stdin`; binary stdin base64-encoded in
+    /// `stdin` and decoded by the wrapper into a temporary file.
+    pub fn prepare(&self, command: &Command) -> Result<Prepared, Error> {
+        prepare(self.config(), command)
+    }
+}
+
+pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Error> {
+    let len = cmd.stdin().len() as u64;
+    if len > config.max_stdin {
+        return Err(error(
+            ErrorKind::InvalidCommand,
+            Op::Exec,
+            format!(
+                "stdin is {len} bytes; this adapter accepts at most {} (FlyConfig::max_stdin)",
+                config.max_stdin
+            ),
+        ));
+    }
+    let binary = std::str::from_utf8(cmd.stdin()).is_err();
+    let stdin = if binary {
+        StdinFrom::Base64(degrade::temp_path(&config.temp_dir))
+    } else {
+        StdinFrom::Backend
+    };
+    let wrapped = binary || cmd.workdir().is_some() || !cmd.env().is_empty();
+    let (argv, stdin_bytes): (Vec<String>, Bytes) = if wrapped {
+        let w = degrade::wrapped_command(
+            cmd,
+            &WrapOptions {
+                workdir: true,
+                env: true,
+                stdin,
+            },
+        )
+        .map_err(|e| e.or_context(PROVIDER, "exec"))?;
+        (w.argv().to_vec(), w.stdin().clone())
+    } else {
+        (cmd.argv().to_vec(), cmd.stdin().clone())
+    };
+    let stdin = if stdin_bytes.is_empty() {
+        None
+    } else {
+        // Valid UTF-8 by construction: the original text, or base64.
+        Some(String::from_utf8_lossy(&stdin_bytes).into_owned())
+    };
+    Ok(Prepared {
+        body: MachineExecRequest {
+            command: argv,
+            stdin,
+            timeout: Some(config.exec_timeout.as_secs().max(1)),
+            container: config.container.clone(),
+        },
+        wrapped,
+    })
+}
+
+/// Reads a 200 answer (`flydv1.ExecResponse`). Zero values are omitted by the API, so a missing
+/// `exit_code` is 0 and missing streams are empty; anything that is not such an object is a
+/// protocol error, never an invented result.
+pub fn parse_response(body: &[u8], wrapped: bool) -> Result<Output, Error> {
+    let proto = |m: String| {
+        Error::protocol(m)
+            .with_provider(PROVIDER)
+            .with_operation("exec")
+    };
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+        proto(format!(
+            "the exec answer is not valid JSON ({e}): {:?}",
+            String::from_utf8_lossy(&body[..body.len().min(200)])
+        ))
+    })?;
+    if !value.is_object() {
+        return Err(proto(format!("the exec answer is not an object: {value}")));
+    }
+    let r: ExecResponse = serde_json::from_value(value).map_err(|e| {
+        proto(format!(
+            "the exec answer has a field of the wrong type: {e}"
+        ))
+    })?;
+    if let Some(err) = &r.error
+        && r.stdout.is_none()
+        && r.stderr.is_none()
+        && r.exit_code.is_none()
+        && r.exit_signal.is_none()
+    {
+        return Err(proto(format!(
+            "HTTP 200 carrying an error, not a result: {err}"
+        )));
+    }
+    let exit = match (r.exit_signal.filter(|s| *s != 0), r.exit_code) {
+        (Some(sig), _) => match i32::try_from(sig) {
+            Ok(sig) if sig > 0 => Exit::Signal(sig),
+            _ => return Err(proto(format!("exit_signal {sig} is not a signal number"))),
+        },
+        (None, None) => Exit::Code(0),
+        (None, Some(code)) => match i32::try_from(code) {
+            Ok(code) if code >= 0 => Exit::Code(code),
+            _ => {
+                return Err(proto(format!(
+                    "exit_code {code} without an exit_signal: the API did not say how the command ended"
+                )));
+            }
+        },
+    };
+    let output = Output::new(
+        r.stdout.unwrap_or_default(),
+        r.stderr.unwrap_or_default(),
+        exit,
+    );
+    if wrapped {
+        degrade::check_wrapped(output).map_err(|e| e.with_provider(PROVIDER))
+    } else {
+        Ok(output)
+    }
+}
+
+impl Exec for FlyExec {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        FlyExec::capabilities_of(self.config())
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        Box::pin(async move {
+            let prepared = prepare(self.config(), &command)?;
+            tracing::debug!(
+                provider = PROVIDER,
+                tool = %command.tool(),
+                program = %command.program(),
+                argc = command.argv().len(),
+                wrapped = prepared.wrapped,
+                "exec"
+            );
+            let body = self.client.exec(&prepared.body).await?;
+            let out = parse_response(&body, prepared.wrapped)?;
+            tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
+            Ok(out)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrecy::SecretString;
+
+    fn config() -> FlyConfig {
+        FlyConfig::new("app", "m", SecretString::from("t"))
+    }
+
+    #[test]
+    fn plain_commands_go_as_argv() {
+        let p = prepare(&config(), &Command::new(["echo", "a b"]).unwrap()).unwrap();
+        assert!(!p.wrapped);
+        assert_eq!(p.body.command, ["echo", "a b"]);
+        assert_eq!(p.body.stdin, None);
+        assert_eq!(p.body.timeout, Some(120));
+        let json = serde_json::to_value(&p.body).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"command": ["echo", "a b"], "timeout": 120})
+        );
+    }
+
+    #[test]
+    fn text_stdin_is_native_binary_stdin_is_base64_through_the_wrapper() {
+        let c = Command::builder(["cat"]).stdin("héllo\n").build().unwrap();
+        let p = prepare(&config(), &c).unwrap();
+        assert!(!p.wrapped);
+        assert_eq!(p.body.stdin.as_deref(), Some("héllo\n"));
+
+        let c = Command::builder(["cat"])
+            .stdin(&b"\xff\x00"[..])
+            .build()
+            .unwrap();
+        let p = prepare(&config(), &c).unwrap();
+        assert!(p.wrapped);
+        assert_eq!(p.body.command[..2], ["/bin/sh", "-c"]);
+        assert!(
+            p.body.command[2].contains("base64 -d"),
+            "{}",
+            p.body.command[2]
+        );
+        assert_eq!(p.body.stdin.as_deref(), Some("/wA="));
+    }
+
+    #[test]
+    fn workdir_and_env_use_the_wrapper() {
+        let c = Command::builder(["pwd"])
+            .workdir("/srv")
+            .env("A", "b c")
+            .build()
+            .unwrap();
+        let p = prepare(&config(), &c).unwrap();
+        assert!(p.wrapped);
+        let script = &p.body.command[2];
+        assert!(script.contains("cd -- /srv"), "{script}");
+        assert!(script.contains("'A=b c'"), "{script}");
+    }
+
+    #[test]
+    fn too_much_stdin_is_rejected_before_any_request() {
+        let c = Command::builder(["cat"])
+            .stdin(vec![b'a'; 11])
+            .build()
+            .unwrap();
+        let e = prepare(&config().max_stdin(10), &c).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidCommand);
+    }
+
+    #[test]
+    fn responses_map_to_outputs_exactly() {
+        let o = parse_response(br#"{"stdout":"hi\n"}"#, false).unwrap();
+        assert_eq!(o, Output::new("hi\n", "", Exit::Code(0)));
+        let o = parse_response(br#"{}"#, false).unwrap();
+        assert_eq!(o, Output::new("", "", Exit::Code(0)));
+        let o = parse_response(
+            br#"{"stdout":"","stderr":"e","exit_code":3,"exit_signal":0}"#,
+            false,
+        )
+        .unwrap();
+        assert_eq!(o, Output::new("", "e", Exit::Code(3)));
+        let o = parse_response(br#"{"exit_code":-1,"exit_signal":9}"#, false).unwrap();
+        assert_eq!(o.exit, Exit::Signal(9));
+        let o = parse_response(br#"{"stdout":"x","unknown_field":[1]}"#, false).unwrap();
+        assert_eq!(o.stdout.as_ref(), b"x");
+    }
+
+    #[test]
+    fn malformed_responses_are_protocol_errors() {
+        for body in [
+            &b"{\"stdout\":\"ran\",\"exit_co"[..],
+            b"[]",
+            b"\"text\"",
+            b"",
+            br#"{"exit_code":"0"}"#,
+            br#"{"exit_code":-1}"#,
+            br#"{"error":"boom"}"#,
+        ] {
+            let e = parse_response(body, false).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                ErrorKind::Protocol,
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
+            assert_eq!(e.retry(), execseam_core::Retry::Unsafe);
+        }
+    }
+
+    #[test]
+    fn the_wrappers_own_failures_become_typed_errors() {
+        let body = serde_json::json!({
+            "stderr": "execseam-wrapper: workdir does not exist: /nope\n",
+            "exit_code": 125
+        })
+        .to_string();
+        let e = parse_response(body.as_bytes(), true).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound);
+        // Unwrapped, a 125 is the command's own.
+        assert!(parse_response(body.as_bytes(), false).is_ok());
+    }
+}

@@ -1,0 +1,61 @@
+//! execseam adapter for [Fly Machines](https://fly.io/docs/machines/): runs each [`Command`] with
+//! `POST /v1/apps/{app}/machines/{id}/exec` of the Machines API.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), execseam_core::Error> {
+//! use execseam_core::{Command, Exec};
+//! use execseam_fly::FlyExec;
+//!
+//! let fly = FlyExec::from_env()?; // FLY_API_TOKEN, FLY_APP_NAME, FLY_MACHINE_ID
+//! fly.ensure_started().await?;
+//! let out = fly.exec(Command::new(["uname", "-a"])?).await?;
+//! println!("{:?}: {}", out.exit, String::from_utf8_lossy(&out.stdout));
+//! # Ok(()) }
+//! ```
+//!
+//! # Capabilities ([`CAPABILITIES`])
+//!
+//! | field | value | how |
+//! |---|---|---|
+//! | argv | native | the `command` array (never the deprecated `cmd` string); inside the wrapper, quoted exactly |
+//! | stdin | temp file | text stdin goes natively in the `stdin` string; binary stdin is base64 in `stdin`, decoded by the wrapper into a temporary file under [`FlyConfig::temp_dir`] that is removed before the command runs |
+//! | workdir | shell-wrapped | the API has no cwd field: `/bin/sh -c 'cd -- DIR …'`; a missing workdir is `Err(NotFound)` |
+//! | env | shell-wrapped | the API has no env field: `exec env -- K=V … prog` on top of the machine's environment |
+//! | streaming | no | the API answers once, with everything (`streaming()` is `None`) |
+//! | remote_kill | no | there is no exec id and no kill route; dropping the exec leaves the command running until its `timeout` |
+//! | binary_output | no | stdout and stderr are JSON strings: invalid UTF-8 arrives as U+FFFD |
+//! | max_stdin | 1 MiB | flyctl's own cap (configurable); larger stdin is `InvalidCommand` before any request |
+//! | max_output | 2 MiB | the observed safe size; above it the API answers with an output-limit error (`ErrorKind::OutputLimit`) |
+//!
+//! The wrapper (`execseam_core::degrade`) needs `/bin/sh`, `env` and, for binary stdin, `base64`
+//! in the machine's image; commands without workdir, env or binary stdin are sent as bare argv and
+//! need nothing.
+//!
+//! # Quirks
+//!
+//! - **HTTP 200 does not mean success**: a non-zero `exit_code` is an `Ok` result.
+//! - **Zero values are omitted** (`flydv1.ExecResponse` is protobuf-encoded): a missing
+//!   `exit_code` is 0, missing streams are empty. A body that is not such an object is
+//!   `Err(Protocol)`, as is a negative `exit_code` without an `exit_signal`.
+//! - **`exit_signal`** (dropped by fly-go) becomes [`Exit::Signal`](execseam_core::Exit::Signal).
+//! - **Never re-sent**: reqwest's retries are off; a 502/503 on the exec is an `Err` with
+//!   `Retry::Unsafe` (fly-go's transport would re-send the POST and run the command twice).
+//! - **Timeouts**: every exec sends `timeout` ([`FlyConfig::exec_timeout`], 120 s by default); the
+//!   HTTP request may take 30 s longer, so the server's deadline fires first. The server's
+//!   timeout answer (408 / `deadline_exceeded`) is `Timeout(Command)` with `Retry::Unsafe`.
+//! - **The machine must be started**: [`FlyExec::ensure_started`] starts it and waits.
+//!
+//! Error mapping: see `docs/adapters/fly.md`.
+#![warn(missing_docs)]
+
+mod client;
+mod config;
+mod error;
+mod exec;
+pub mod wire;
+
+pub use config::{DEFAULT_BASE_URL, FlyConfig};
+pub use exec::{CAPABILITIES, FlyExec, Prepared, parse_response};
+
+/// The provider name in errors and capabilities.
+pub const PROVIDER: &str = "fly";

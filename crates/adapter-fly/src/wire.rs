@@ -1,0 +1,85 @@
+//! The Machines API's JSON, named as the API spells it.
+//!
+//! Sources: the Machines OpenAPI spec (`MachineExecRequest`, `flydv1.ExecResponse`,
+//! `ErrorResponse`), fly-go `machine_types.go` and `flaps/flaps.go`, and the Machines API docs
+//! (`machines-resource`: start, wait). Unknown fields are ignored everywhere.
+
+use serde::{Deserialize, Serialize};
+
+/// `MachineExecRequest`: the body of `POST /v1/apps/{app}/machines/{id}/exec`.
+///
+/// `command` is argv (the deprecated `cmd` string is never sent); `stdin` is the whole of stdin
+/// as one JSON string; `timeout` is in seconds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineExecRequest {
+    /// argv; `command[0]` is the program.
+    pub command: Vec<String>,
+    /// The whole of stdin (text).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub stdin: Option<String>,
+    /// The server-side deadline, in seconds.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub timeout: Option<u64>,
+    /// The container of a multi-container machine.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub container: Option<String>,
+}
+
+/// `flydv1.ExecResponse`: every field is optional in the spec, and zero values are omitted by the
+/// server's protobuf-style JSON encoding (`{"stdout":"hi\n"}` is a successful `echo hi`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct ExecResponse {
+    /// What the command wrote to stdout, as a JSON string.
+    #[serde(default)]
+    pub stdout: Option<String>,
+    /// What it wrote to stderr.
+    #[serde(default)]
+    pub stderr: Option<String>,
+    /// The exit code (absent means 0).
+    #[serde(default)]
+    pub exit_code: Option<i64>,
+    /// The signal that ended the command (absent or 0: none). fly-go drops this field.
+    #[serde(default)]
+    pub exit_signal: Option<i64>,
+    /// Present only in error bodies; a 200 carrying it is not an exec result.
+    #[serde(default)]
+    pub error: Option<serde_json::Value>,
+}
+
+/// The error bodies seen from the Machines API: the spec's `ErrorResponse`
+/// (`{"error","status","details"}`), and `{"status":"error","message":…}` (lease conflicts).
+/// fly-go prefers `message` over `error`.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ErrorBody {
+    /// The error text (`deadline_exceeded: …`, `machine not found`, …).
+    #[serde(default)]
+    pub error: Option<String>,
+    /// The message, when present (wins over `error`, as in fly-go).
+    #[serde(default)]
+    pub message: Option<String>,
+    /// `unknown`, `insufficient_capacity`, `name_taken`, or `error`.
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+/// The fields of a `Machine` the adapter reads (`GET /v1/apps/{app}/machines/{id}`).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct Machine {
+    /// The machine id.
+    #[serde(default)]
+    pub id: String,
+    /// `created`, `started`, `stopped`, `suspended`, … (see the machine-states docs).
+    #[serde(default)]
+    pub state: String,
+    /// The current instance.
+    #[serde(default)]
+    pub instance_id: Option<String>,
+}
+
+/// The answer of `GET …/wait`: `{"ok": true}`.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct WaitResponse {
+    /// True once the state was reached.
+    #[serde(default)]
+    pub ok: bool,
+}

@@ -1,0 +1,59 @@
+//! The conformance suite against the Fly Machines emulator (`cargo xtask conformance --adapter
+//! fly`), or against a real machine with `EXECSEAM_LIVE=1` (`FLY_API_TOKEN`, `FLY_APP_NAME`,
+//! `FLY_MACHINE_ID`, optionally `FLY_FLAPS_BASE_URL`).
+
+use std::sync::Arc;
+
+use execseam_conformance::Target;
+use execseam_core::{Error, ErrorKind};
+use execseam_emulators::EmulatorOptions;
+use execseam_emulators::fly::{FlyEmulator, FlyOptions};
+use execseam_fly::{FlyConfig, FlyExec};
+
+fn setup(e: std::io::Error) -> Error {
+    Error::new(
+        ErrorKind::Internal,
+        format!("cannot start the Fly emulator: {e}"),
+    )
+}
+
+/// A loopback URL where nothing listens (a port bound, then released).
+fn dead_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = l.local_addr().expect("its address").port();
+    drop(l);
+    format!("http://127.0.0.1:{port}")
+}
+
+fn main() {
+    execseam_conformance::main(|| async {
+        if std::env::var("EXECSEAM_LIVE").is_ok_and(|v| v == "1") {
+            let fly = FlyExec::from_env()?;
+            fly.ensure_started().await?;
+            let scratch = format!("/tmp/execseam-conformance-{}", std::process::id());
+            return Ok(Target::new("fly", Arc::new(fly))
+                .scratch(scratch)
+                .proptest_cases(8)
+                .live(true));
+        }
+        let emu = FlyEmulator::start(EmulatorOptions::default(), FlyOptions::default())
+            .await
+            .map_err(setup)?;
+        let m = emu.default_machine();
+        let config = |base: String, machine: &str| {
+            FlyConfig::new(m.app(), machine, emu.token()).base_url(base)
+        };
+        let fly = FlyExec::new(config(emu.base_url(), m.id()))?;
+        fly.ensure_started().await?;
+        let dead = FlyExec::new(config(dead_url(), m.id()))?;
+        let gone = FlyExec::new(config(emu.base_url(), "0000000000dead"))?;
+        let scratch = m.visible_path("/tmp/execseam-conformance");
+        Ok(Target::new("fly", Arc::new(fly))
+            .scratch(scratch)
+            .dead_endpoint(Arc::new(dead))
+            .vanished_sandbox(Arc::new(gone))
+            .faults(Arc::new(emu.faults().clone()))
+            .proptest_cases(16)
+            .keep_alive(emu))
+    });
+}

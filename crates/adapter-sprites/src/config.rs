@@ -1,0 +1,208 @@
+//! Configuration of the Sprites adapter.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use execseam_core::{Error, ErrorKind};
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::PROVIDER;
+
+/// The public Sprites API.
+pub const DEFAULT_BASE_URL: &str = "https://api.sprites.dev";
+
+/// How commands are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// `GET /v1/sprites/{name}/exec` upgraded to a WebSocket: streaming, exact bytes, kill.
+    WebSocket,
+    /// `POST /v1/sprites/{name}/exec`: one HTTP request, for networks where WebSockets are not
+    /// wanted. Its frames carry no length, so output is attributed per HTTP chunk: no streaming,
+    /// no kill, and output bytes are not guaranteed exact (`binary_output = false`).
+    Http,
+}
+
+/// What a command with [`Command::env`](execseam_core::Command::env) is sent with.
+///
+/// The API reference says the `env` parameters *replace* the sprite's default environment; the
+/// 2025 server code *merges* them over the image's environment. `Command::env` means "added to
+/// the base environment", so the adapter must not depend on which is true.
+#[derive(Clone, PartialEq, Eq)]
+pub enum BaseEnv {
+    /// Read the sprite's environment once (`env -0` with no `env` parameters) and send it with
+    /// every command that sets variables: correct under both semantics (the default).
+    Discover,
+    /// Send only `Command::env`, trusting the server to merge.
+    Server,
+    /// Send this environment under `Command::env`.
+    Fixed(BTreeMap<String, String>),
+}
+
+impl fmt::Debug for BaseEnv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BaseEnv::Discover => f.write_str("Discover"),
+            BaseEnv::Server => f.write_str("Server"),
+            BaseEnv::Fixed(m) => f
+                .debug_tuple("Fixed")
+                .field(&m.keys().collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
+
+/// Where the adapter runs commands, and how. `Debug` never shows the token.
+#[derive(Clone)]
+pub struct SpritesConfig {
+    pub(crate) base_url: String,
+    pub(crate) token: SecretString,
+    pub(crate) sprite: String,
+    pub(crate) transport: Transport,
+    pub(crate) base_env: BaseEnv,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) stdin_chunk: usize,
+    pub(crate) ping_interval: Duration,
+    pub(crate) pong_timeout: Duration,
+}
+
+impl fmt::Debug for SpritesConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SpritesConfig")
+            .field("base_url", &self.base_url)
+            .field("token", &"<redacted>")
+            .field("sprite", &self.sprite)
+            .field("transport", &self.transport)
+            .field("base_env", &self.base_env)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("stdin_chunk", &self.stdin_chunk)
+            .field("ping_interval", &self.ping_interval)
+            .field("pong_timeout", &self.pong_timeout)
+            .finish()
+    }
+}
+
+impl SpritesConfig {
+    /// A configuration for sprite `sprite` against the public API, over WebSockets.
+    pub fn new(sprite: impl Into<String>, token: impl Into<SecretString>) -> SpritesConfig {
+        SpritesConfig {
+            base_url: DEFAULT_BASE_URL.to_owned(),
+            token: token.into(),
+            sprite: sprite.into(),
+            transport: Transport::WebSocket,
+            base_env: BaseEnv::Discover,
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            stdin_chunk: 64 * 1024,
+            ping_interval: Duration::from_secs(15),
+            pong_timeout: Duration::from_secs(45),
+        }
+    }
+
+    /// Reads the configuration from the environment:
+    ///
+    /// - `SPRITE_TOKEN` (required; the Sprites CLI's name): the API token;
+    /// - `SPRITE_NAME` (required): the sprite;
+    /// - `SPRITES_API_URL` (optional, the CLI's name): the API base URL;
+    /// - `SPRITES_EXEC_TRANSPORT` (optional): `websocket` (default) or `http`.
+    pub fn from_env() -> Result<SpritesConfig, Error> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let token = var("SPRITE_TOKEN")
+            .ok_or_else(|| config_error(ErrorKind::Unauthenticated, "SPRITE_TOKEN is not set"))?;
+        let sprite = var("SPRITE_NAME")
+            .ok_or_else(|| config_error(ErrorKind::InvalidCommand, "SPRITE_NAME is not set"))?;
+        let mut c = SpritesConfig::new(sprite, SecretString::from(token));
+        if let Some(url) = var("SPRITES_API_URL") {
+            c = c.base_url(url);
+        }
+        match var("SPRITES_EXEC_TRANSPORT").as_deref() {
+            None | Some("websocket" | "ws") => {}
+            Some("http" | "post") => c = c.transport(Transport::Http),
+            Some(other) => {
+                return Err(config_error(
+                    ErrorKind::InvalidCommand,
+                    format!("SPRITES_EXEC_TRANSPORT={other:?}: want websocket or http"),
+                ));
+            }
+        }
+        Ok(c)
+    }
+
+    /// The API base URL (default [`DEFAULT_BASE_URL`]; an emulator's URL in tests).
+    #[must_use]
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = url.into().trim_end_matches('/').to_owned();
+        self
+    }
+
+    /// The exec transport (default [`Transport::WebSocket`]).
+    #[must_use]
+    pub fn transport(mut self, transport: Transport) -> Self {
+        self.transport = transport;
+        self
+    }
+
+    /// What commands with env are sent with (default [`BaseEnv::Discover`]).
+    #[must_use]
+    pub fn base_env(mut self, base: BaseEnv) -> Self {
+        self.base_env = base;
+        self
+    }
+
+    /// The TCP/TLS connect timeout (default 10 s).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The timeout of the WebSocket handshake and of the small HTTP calls (kill, probe;
+    /// default 30 s). The command itself has no deadline here: use the host's deadline layer.
+    #[must_use]
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// How often a ping is sent on an exec WebSocket (default 15 s, as the SDKs), and how long
+    /// without any frame before the connection is declared lost (default 45 s).
+    #[must_use]
+    pub fn keepalive(mut self, ping_interval: Duration, pong_timeout: Duration) -> Self {
+        self.ping_interval = ping_interval;
+        self.pong_timeout = pong_timeout;
+        self
+    }
+
+    /// The sprite's name.
+    pub fn sprite(&self) -> &str {
+        &self.sprite
+    }
+
+    pub(crate) fn authorization(&self) -> String {
+        format!("Bearer {}", self.token.expose_secret())
+    }
+}
+
+fn config_error(kind: ErrorKind, message: impl Into<String>) -> Error {
+    Error::new(kind, message)
+        .with_provider(PROVIDER)
+        .with_operation("from_env")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_redacts_the_token_and_env_values() {
+        let c = SpritesConfig::new("s", SecretString::from("spr_secret_token")).base_env(
+            BaseEnv::Fixed([("K".to_string(), "hidden-value".to_string())].into()),
+        );
+        let d = format!("{c:?}");
+        assert!(!d.contains("spr_secret_token"), "{d}");
+        assert!(!d.contains("hidden-value"), "{d}");
+        assert!(d.contains("\"K\""), "{d}");
+    }
+}

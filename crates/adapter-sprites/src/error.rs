@@ -1,0 +1,236 @@
+//! Sprites API failures → `ErrorKind` + `Retry`.
+
+use std::time::Duration;
+
+use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
+use reqwest::header::HeaderMap;
+
+use crate::PROVIDER;
+use crate::wire::ApiError;
+
+/// What observed production answers for a sprite that does not exist (HTTP 500).
+pub(crate) const UNKNOWN_SPRITE_TEXT: &str = "failed to retrieve sprite";
+
+/// Whether the failed request could have started a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// An exec request: once sent, the command may have run.
+    Exec,
+    /// Anything else (kill, probe): nothing new runs.
+    Control(&'static str),
+}
+
+impl Op {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Op::Exec => "exec",
+            Op::Control(n) => n,
+        }
+    }
+
+    fn sent(self) -> Retry {
+        match self {
+            Op::Exec => Retry::Unsafe,
+            Op::Control(_) => Retry::SAFE,
+        }
+    }
+}
+
+pub(crate) fn error(kind: ErrorKind, op: Op, message: impl Into<String>) -> Error {
+    Error::new(kind, message)
+        .with_provider(PROVIDER)
+        .with_operation(op.name())
+}
+
+pub(crate) fn protocol(op: Op, message: impl Into<String>) -> Error {
+    Error::protocol(message)
+        .with_provider(PROVIDER)
+        .with_operation(op.name())
+}
+
+/// Maps a non-success answer (a refused WebSocket upgrade, a failed POST).
+pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], op: Op) -> Error {
+    let parsed: Option<ApiError> = serde_json::from_slice(body).ok();
+    let raw = String::from_utf8_lossy(body).trim().to_owned();
+    let text = parsed
+        .as_ref()
+        .and_then(|b| match (&b.error, &b.message) {
+            (Some(e), Some(m)) => Some(format!("{e}: {m}")),
+            (Some(e), None) => Some(e.clone()),
+            (None, Some(m)) => Some(m.clone()),
+            (None, None) => None,
+        })
+        .unwrap_or_else(|| raw.clone());
+    let text = if text.is_empty() {
+        format!("HTTP {status} with an empty body")
+    } else {
+        text
+    };
+    // A machine code (`sprite_creation_rate_limited`) is kept as the provider's code.
+    let code = parsed
+        .as_ref()
+        .and_then(|b| b.error.clone())
+        .filter(|e| !e.is_empty() && e.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
+    let (kind, retry) = match status {
+        400 | 413 | 414 | 422 => (ErrorKind::InvalidCommand, Retry::Never),
+        401 => (ErrorKind::Unauthenticated, Retry::Never),
+        403 => (ErrorKind::PermissionDenied, Retry::Never),
+        // 404 for a sprite (or session) that does not exist; 410 for a session that ended.
+        404 | 410 => (ErrorKind::NotFound, Retry::Never),
+        408 => (ErrorKind::Timeout(Deadline::Request), op.sent()),
+        409 => (ErrorKind::Conflict, Retry::SAFE),
+        429 => {
+            let after = retry_after(headers).or_else(|| {
+                parsed
+                    .as_ref()
+                    .and_then(|b| b.retry_after_seconds)
+                    .map(Duration::from_secs)
+            });
+            (ErrorKind::RateLimited, Retry::Safe { after })
+        }
+        // Observed: an unknown sprite is a 500 with this text, before anything runs.
+        500 if text.contains(UNKNOWN_SPRITE_TEXT) => (ErrorKind::NotFound, Retry::Never),
+        502..=504 => (ErrorKind::Unavailable, op.sent()),
+        500..=599 => (ErrorKind::Internal, op.sent()),
+        _ => (ErrorKind::InvalidCommand, Retry::Never),
+    };
+    let mut e = error(kind, op, text)
+        .with_retry(retry)
+        .with_status(WireStatus::Http(status));
+    if let Some(code) = code {
+        e = e.with_code(code);
+    }
+    e
+}
+
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+/// Maps a transport failure of an HTTP request. Before the request left (connect), nothing ran.
+pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
+    let (kind, retry, what) = if e.is_connect() {
+        (ErrorKind::Unavailable, Retry::SAFE, "cannot connect")
+    } else if e.is_timeout() {
+        (
+            ErrorKind::Timeout(Deadline::Request),
+            op.sent(),
+            "the request timed out",
+        )
+    } else {
+        (ErrorKind::Unavailable, op.sent(), "the connection failed")
+    };
+    error(kind, op, format!("{what}: {}", chain(&e)))
+        .with_retry(retry)
+        .with_source(e)
+}
+
+/// The connection of a running command was lost before its exit frame.
+pub(crate) fn lost(what: impl std::fmt::Display) -> Error {
+    error(
+        ErrorKind::Unavailable,
+        Op::Exec,
+        format!("the connection was lost before the exit frame: {what}"),
+    )
+    .with_retry(Retry::Unsafe)
+}
+
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(status: u16, body: &str) -> Error {
+        from_status(status, &HeaderMap::new(), body.as_bytes(), Op::Exec)
+    }
+
+    #[test]
+    fn observed_and_documented_errors() {
+        let cases: &[(u16, &str, ErrorKind, Retry)] = &[
+            (
+                401,
+                r#"{"error":"authentication failed"}"#,
+                ErrorKind::Unauthenticated,
+                Retry::Never,
+            ),
+            (
+                404,
+                r#"{"error":"sprite not found"}"#,
+                ErrorKind::NotFound,
+                Retry::Never,
+            ),
+            (
+                500,
+                r#"{"error":"failed to retrieve sprite"}"#,
+                ErrorKind::NotFound,
+                Retry::Never,
+            ),
+            (
+                500,
+                r#"{"error":"internal server error"}"#,
+                ErrorKind::Internal,
+                Retry::Unsafe,
+            ),
+            (
+                500,
+                "failed to start process",
+                ErrorKind::Internal,
+                Retry::Unsafe,
+            ),
+            (
+                400,
+                "No command specified",
+                ErrorKind::InvalidCommand,
+                Retry::Never,
+            ),
+            (503, "", ErrorKind::Unavailable, Retry::Unsafe),
+            (
+                429,
+                r#"{"error":"sprite_creation_rate_limited","message":"slow down"}"#,
+                ErrorKind::RateLimited,
+                Retry::SAFE,
+            ),
+        ];
+        for (status, body, kind, retry) in cases {
+            let e = map(*status, body);
+            assert_eq!(
+                (e.kind(), e.retry()),
+                (*kind, *retry),
+                "{status} {body}: {e}"
+            );
+            assert_eq!(e.provider(), "sprites");
+            assert_eq!(e.status(), Some(WireStatus::Http(*status)));
+        }
+    }
+
+    #[test]
+    fn retry_after_comes_from_the_header_or_the_body() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", "3".parse().unwrap());
+        let e = from_status(429, &h, b"{}", Op::Exec);
+        assert_eq!(e.retry().after(), Some(Duration::from_secs(3)));
+        let e = map(429, r#"{"error":"rate_limited","retry_after_seconds":9}"#);
+        assert_eq!(e.retry().after(), Some(Duration::from_secs(9)));
+        assert_eq!(e.code(), Some("rate_limited"));
+    }
+}

@@ -1,0 +1,502 @@
+//! The `Exec` and `ExecStream` implementation.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use execseam_core::{
+    BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Event, EventStream, Exec,
+    ExecStream, Exit, Output, Retry,
+};
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::{OnceCell, mpsc};
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+use crate::PROVIDER;
+use crate::client::{Client, Connected};
+use crate::config::{BaseEnv, SpritesConfig, Transport};
+use crate::error::{Op, chain, error, lost, protocol};
+use crate::wire::{self, EXIT, Frame, STDERR, STDIN, STDIN_EOF, STDOUT, Text};
+
+/// The capabilities over WebSockets (the default transport).
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::Native,
+    stdin: Delivery::Native,
+    workdir: Delivery::Native,
+    env: Delivery::Native,
+    streaming: true,
+    remote_kill: true,
+    binary_output: true,
+    max_stdin: None,
+    max_output: None,
+    native_tools: &[],
+};
+
+/// The capabilities over the HTTP POST fallback.
+pub const HTTP_CAPABILITIES: Capabilities = Capabilities {
+    streaming: false,
+    remote_kill: false,
+    binary_output: false,
+    ..CAPABILITIES
+};
+
+/// Runs commands on one sprite. See the [crate docs](crate).
+#[derive(Clone, Debug)]
+pub struct SpritesExec {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: Client,
+    discovered: OnceCell<BTreeMap<String, String>>,
+}
+
+/// Variables of the discovered environment that describe the discovering process, not the sprite.
+const NOT_BASE: &[&str] = &["PWD", "OLDPWD", "SHLVL", "_"];
+
+impl SpritesExec {
+    /// An adapter with this configuration (no request is made).
+    pub fn new(config: SpritesConfig) -> Result<SpritesExec, Error> {
+        Ok(SpritesExec {
+            inner: Arc::new(Inner {
+                client: Client::new(Arc::new(config))?,
+                discovered: OnceCell::new(),
+            }),
+        })
+    }
+
+    /// An adapter configured from the environment ([`SpritesConfig::from_env`]).
+    pub fn from_env() -> Result<SpritesExec, Error> {
+        SpritesExec::new(SpritesConfig::from_env()?)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SpritesConfig {
+        self.inner.client.config()
+    }
+
+    /// The capabilities of a configuration.
+    pub fn capabilities_of(config: &SpritesConfig) -> Capabilities {
+        match config.transport {
+            Transport::WebSocket => CAPABILITIES,
+            Transport::Http => HTTP_CAPABILITIES,
+        }
+    }
+
+    /// The environment sent with a command that sets variables: the base (see [`BaseEnv`]) with
+    /// `Command::env` on top; `None` for a command without env (the sprite's default applies).
+    async fn env_for(&self, cmd: &Command) -> Result<Option<BTreeMap<String, String>>, Error> {
+        if cmd.env().is_empty() {
+            return Ok(None);
+        }
+        let mut env = match &self.config().base_env {
+            BaseEnv::Server => BTreeMap::new(),
+            BaseEnv::Fixed(m) => m.clone(),
+            BaseEnv::Discover => self
+                .inner
+                .discovered
+                .get_or_try_init(|| self.discover())
+                .await?
+                .clone(),
+        };
+        env.extend(cmd.env().iter().map(|(k, v)| (k.clone(), v.clone())));
+        Ok(Some(env))
+    }
+
+    /// Runs `env -0` without `env` parameters and reads the sprite's default environment.
+    async fn discover(&self) -> Result<BTreeMap<String, String>, Error> {
+        let cmd = Command::new(["env", "-0"]).expect("a valid command");
+        let out = self.run(cmd, None).await.map_err(|e| {
+            error(
+                e.kind(),
+                Op::Control("discover_env"),
+                format!("cannot read the sprite's environment: {}", e.message()),
+            )
+            .with_retry(Retry::SAFE)
+        })?;
+        if !out.exit.success() {
+            return Err(error(
+                ErrorKind::Internal,
+                Op::Control("discover_env"),
+                format!(
+                    "`env -0` exited {:?}: {}",
+                    out.exit,
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+            ));
+        }
+        Ok(out
+            .stdout
+            .split(|b| *b == 0)
+            .filter_map(|kv| {
+                let kv = std::str::from_utf8(kv).ok()?;
+                let (k, v) = kv.split_once('=')?;
+                (!k.is_empty() && !NOT_BASE.contains(&k)).then(|| (k.to_owned(), v.to_owned()))
+            })
+            .collect())
+    }
+
+    /// Runs a command to its end with the configured transport.
+    async fn run(
+        &self,
+        cmd: Command,
+        env: Option<BTreeMap<String, String>>,
+    ) -> Result<Output, Error> {
+        match self.config().transport {
+            Transport::WebSocket => self.stream(cmd, env).await?.collect().await,
+            Transport::Http => self.post(cmd, env).await,
+        }
+    }
+
+    /// Starts a command over a WebSocket.
+    async fn stream(
+        &self,
+        cmd: Command,
+        env: Option<BTreeMap<String, String>>,
+    ) -> Result<EventStream, Error> {
+        let stdin = cmd.stdin().clone();
+        let query = wire::exec_query(&cmd, env.as_ref(), !stdin.is_empty());
+        let conn = self.inner.client.connect(&query).await?;
+        let (tx, rx) = mpsc::channel(32);
+        tokio::spawn(drive(
+            self.inner.clone(),
+            conn,
+            stdin,
+            cmd.workdir().map(str::to_owned),
+            tx,
+        ));
+        Ok(EventStream::new(futures_util::stream::unfold(
+            rx,
+            |mut rx| async move { rx.recv().await.map(|item| (item, rx)) },
+        )))
+    }
+
+    /// Runs a command with `POST /exec`.
+    async fn post(
+        &self,
+        cmd: Command,
+        env: Option<BTreeMap<String, String>>,
+    ) -> Result<Output, Error> {
+        let stdin = cmd.stdin().clone();
+        let query = wire::exec_query(&cmd, env.as_ref(), !stdin.is_empty());
+        let resp = match self.inner.client.post_exec(&query, stdin).await {
+            Ok(r) => r,
+            Err(e) => {
+                // The server answers a process it cannot start (its dir is missing) with a 500.
+                if e.kind() == ErrorKind::Internal
+                    && let Some(dir) = cmd.workdir()
+                    && let Some(why) = self.inner.client.dir_missing(dir).await
+                {
+                    return Err(error(ErrorKind::NotFound, Op::Exec, why));
+                }
+                return Err(e);
+            }
+        };
+        parse_http_body(resp.bytes_stream()).await
+    }
+}
+
+/// Reads a `POST /exec` body: frames with the WebSocket ids but no lengths. Each HTTP chunk is
+/// taken as one frame (what the server writes and what every client assumes); the exit is a
+/// `[0x03, code]` chunk or, where an intermediary merged chunks, the body's last two bytes. A body
+/// that ends without an exit, a frame with an unknown id, or a cut body is an `Err`.
+pub async fn parse_http_body<S>(mut chunks: S) -> Result<Output, Error>
+where
+    S: futures_util::Stream<Item = reqwest::Result<Bytes>> + Unpin,
+{
+    let (mut out, mut err) = (BytesMut::new(), BytesMut::new());
+    let mut last: Option<u8> = None; // stream of the last data frame
+    let mut exit: Option<i32> = None;
+    let mut exit_pending = false; // an `[0x03]` chunk whose code byte is in the next chunk
+    let partial = |out: &BytesMut, err: &BytesMut| execseam_core::PartialOutput {
+        stdout: out.clone().freeze(),
+        stderr: err.clone().freeze(),
+    };
+    while let Some(chunk) = chunks.next().await {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                return Err(lost(chain(&e)).with_partial(partial(&out, &err)));
+            }
+        };
+        if chunk.is_empty() {
+            continue;
+        }
+        if exit.is_some() {
+            return Err(
+                protocol(Op::Exec, "data after the exit frame").with_partial(partial(&out, &err))
+            );
+        }
+        if exit_pending {
+            if chunk.len() == 1 {
+                exit = Some(i32::from(chunk[0]));
+                exit_pending = false;
+                continue;
+            }
+            return Err(protocol(Op::Exec, "an exit frame without its code")
+                .with_partial(partial(&out, &err)));
+        }
+        match chunk[0] {
+            STDOUT => {
+                out.extend_from_slice(&chunk[1..]);
+                last = Some(STDOUT);
+            }
+            STDERR => {
+                err.extend_from_slice(&chunk[1..]);
+                last = Some(STDERR);
+            }
+            EXIT => match chunk.len() {
+                2 => exit = Some(i32::from(chunk[1])),
+                1 => exit_pending = true,
+                n => {
+                    return Err(protocol(Op::Exec, format!("an exit frame of {n} bytes"))
+                        .with_partial(partial(&out, &err)));
+                }
+            },
+            other => {
+                return Err(protocol(
+                    Op::Exec,
+                    format!(
+                        "a frame with unknown stream id 0x{other:02x} (chunk boundaries lost?)"
+                    ),
+                )
+                .with_partial(partial(&out, &err)));
+            }
+        }
+    }
+    if exit.is_none() && !exit_pending {
+        // Merged chunks: the exit frame is the tail of the last data frame.
+        let buf = match last {
+            Some(STDOUT) => Some(&mut out),
+            Some(STDERR) => Some(&mut err),
+            _ => None,
+        };
+        if let Some(buf) = buf
+            && buf.len() >= 2
+            && buf[buf.len() - 2] == EXIT
+        {
+            exit = Some(i32::from(buf[buf.len() - 1]));
+            buf.truncate(buf.len() - 2);
+        }
+    }
+    match exit {
+        Some(code) => Ok(Output::new(out.freeze(), err.freeze(), Exit::Code(code))),
+        None => Err(protocol(Op::Exec, "the body ended without an exit frame")
+            .with_partial(partial(&out, &err))),
+    }
+}
+
+/// Drives one exec WebSocket: feeds stdin, forwards output, ends at the exit (closing the socket
+/// itself: the server would keep it open ~5 s), and kills the command if the consumer goes away
+/// first.
+async fn drive(
+    inner: Arc<Inner>,
+    conn: Connected,
+    stdin: Bytes,
+    workdir: Option<String>,
+    tx: mpsc::Sender<Result<Event, Error>>,
+) {
+    let config = inner.client.config().clone();
+    let signal_capable = conn.signal_capable;
+    let (mut sink, mut stream) = conn.ws.split();
+    let (wtx, mut wrx) = mpsc::channel::<Message>(8);
+    // The writer: every outgoing message goes through one task, so reading never waits on it.
+    let writer = tokio::spawn(async move {
+        while let Some(m) = wrx.recv().await {
+            let close = matches!(m, Message::Close(_));
+            if sink.send(m).await.is_err() || close {
+                break;
+            }
+        }
+        let _ = sink.flush().await;
+    });
+    // stdin, then the EOF frame (also without stdin, as sprites-go does).
+    let feeder = {
+        let wtx = wtx.clone();
+        let chunk = config.stdin_chunk.max(1);
+        tokio::spawn(async move {
+            for part in stdin.chunks(chunk) {
+                let mut m = Vec::with_capacity(part.len() + 1);
+                m.push(STDIN);
+                m.extend_from_slice(part);
+                if wtx.send(Message::Binary(m.into())).await.is_err() {
+                    return;
+                }
+            }
+            let _ = wtx.send(Message::Binary(vec![STDIN_EOF].into())).await;
+        })
+    };
+    let mut session_id: Option<String> = None;
+    let mut got_output = false;
+    let mut last_rx = Instant::now();
+    let mut ping =
+        tokio::time::interval_at(Instant::now() + config.ping_interval, config.ping_interval);
+    let close = || {
+        Message::Close(Some(CloseFrame {
+            code: CloseCode::Normal,
+            reason: "".into(),
+        }))
+    };
+    let outcome: Result<Exit, Error> = loop {
+        tokio::select! {
+            msg = stream.next() => {
+                last_rx = Instant::now();
+                match msg {
+                    Some(Ok(Message::Binary(data))) => match wire::parse_binary(&data) {
+                        Ok(None) => {}
+                        Ok(Some(Frame::Exit(code))) => break Ok(Exit::Code(code)),
+                        Ok(Some(Frame::Stdout(b))) => {
+                            got_output = true;
+                            if tx.send(Ok(Event::Stdout(b))).await.is_err() {
+                                kill(&inner, session_id.as_deref(), &wtx, signal_capable).await;
+                                feeder.abort();
+                                let _ = writer.await;
+                                return;
+                            }
+                        }
+                        Ok(Some(Frame::Stderr(b))) => {
+                            got_output = true;
+                            if tx.send(Ok(Event::Stderr(b))).await.is_err() {
+                                kill(&inner, session_id.as_deref(), &wtx, signal_capable).await;
+                                feeder.abort();
+                                let _ = writer.await;
+                                return;
+                            }
+                        }
+                        Err(why) => break Err(protocol(Op::Exec, why)),
+                    },
+                    Some(Ok(Message::Text(text))) => match wire::parse_text(text.as_str()) {
+                        Text::SessionInfo { session_id: id } => session_id = id,
+                        Text::Exit(code) => match i32::try_from(code) {
+                            Ok(c) if c >= 0 => break Ok(Exit::Code(c)),
+                            _ => break Err(protocol(Op::Exec, format!("exit message with exit_code {code}"))),
+                        },
+                        Text::Other => {}
+                    },
+                    Some(Ok(Message::Close(frame))) => {
+                        let why = frame.map_or_else(|| "no close code".to_owned(), |f| format!("close code {}", u16::from(f.code)));
+                        break Err(protocol(Op::Exec, format!("the server closed the socket before the exit frame ({why})")));
+                    }
+                    Some(Ok(_)) => {} // ping, pong
+                    Some(Err(e)) => break Err(lost(chain(&e))),
+                    None => break Err(lost("the socket ended")),
+                }
+            }
+            () = tx.closed() => {
+                // The consumer dropped the stream (a deadline, a cancel): kill the command.
+                kill(&inner, session_id.as_deref(), &wtx, signal_capable).await;
+                feeder.abort();
+                let _ = writer.await;
+                return;
+            }
+            _ = ping.tick() => {
+                if last_rx.elapsed() > config.pong_timeout {
+                    break Err(lost(format!("no frame for {:?}", config.pong_timeout)));
+                }
+                let _ = wtx.send(Message::Ping(Bytes::new())).await;
+            }
+        }
+    };
+    feeder.abort();
+    // Close at once: the server lingers after the exit and would make every exec wait for it.
+    let _ = wtx.send(close()).await;
+    drop(wtx);
+    let item = match outcome {
+        Ok(exit) => Ok(Event::Exit(exit)),
+        Err(e) => {
+            // A command whose workdir does not exist is never started: the server drops the
+            // socket. Ask the filesystem API whether that is what happened.
+            let missing = match (&workdir, got_output) {
+                (Some(dir), false) => inner.client.dir_missing(dir).await,
+                _ => None,
+            };
+            match missing {
+                Some(why) => Err(error(ErrorKind::NotFound, Op::Exec, why)),
+                None => Err(e),
+            }
+        }
+    };
+    let _ = tx.send(item).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+}
+
+/// Kills the session through the kill route (and, if the server takes them, a signal message on
+/// the socket), then closes the socket.
+async fn kill(
+    inner: &Inner,
+    session_id: Option<&str>,
+    wtx: &mpsc::Sender<Message>,
+    signal_capable: bool,
+) {
+    if signal_capable {
+        let _ = wtx
+            .send(Message::Text(r#"{"type":"signal","signal":"KILL"}"#.into()))
+            .await;
+    }
+    match session_id {
+        Some(id) => {
+            if let Err(e) = inner.client.kill(id).await {
+                tracing::warn!(provider = PROVIDER, session = id, error = %e, "could not kill the dropped command");
+            }
+        }
+        None => tracing::warn!(
+            provider = PROVIDER,
+            "dropped before session_info: the command is left to the server's max_run_after_disconnect"
+        ),
+    }
+    let _ = wtx
+        .send(Message::Close(Some(CloseFrame {
+            code: CloseCode::Normal,
+            reason: "".into(),
+        })))
+        .await;
+}
+
+impl Exec for SpritesExec {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        SpritesExec::capabilities_of(self.config())
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        Box::pin(async move {
+            tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
+            let env = self.env_for(&command).await?;
+            let out = self.run(command, env).await?;
+            tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
+            Ok(out)
+        })
+    }
+
+    fn streaming(&self) -> Option<&dyn ExecStream> {
+        match self.config().transport {
+            Transport::WebSocket => Some(self),
+            Transport::Http => None,
+        }
+    }
+}
+
+impl ExecStream for SpritesExec {
+    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+        Box::pin(async move {
+            if self.config().transport == Transport::Http {
+                return Err(Error::unsupported(
+                    "streaming needs the WebSocket transport (configured: HTTP POST)",
+                )
+                .with_provider(PROVIDER)
+                .with_operation("exec_stream"));
+            }
+            tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec_stream");
+            let env = self.env_for(&command).await?;
+            self.stream(command, env).await
+        })
+    }
+}

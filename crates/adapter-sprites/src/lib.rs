@@ -1,0 +1,60 @@
+//! execseam adapter for [Fly Sprites](https://sprites.dev): runs each [`Command`] through the
+//! Sprites exec API, over a WebSocket (`GET /v1/sprites/{name}/exec`, the default) or the HTTP
+//! `POST /v1/sprites/{name}/exec` fallback.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), execseam_core::Error> {
+//! use execseam_core::{Command, Exec};
+//! use execseam_sprites::SpritesExec;
+//!
+//! let sprite = SpritesExec::from_env()?; // SPRITE_TOKEN, SPRITE_NAME[, SPRITES_API_URL]
+//! let out = sprite
+//!     .exec(Command::builder(["ls", "-la"]).workdir("/home/sprite").build()?)
+//!     .await?;
+//! println!("{:?}: {}", out.exit, String::from_utf8_lossy(&out.stdout));
+//! # Ok(()) }
+//! ```
+//!
+//! # Capabilities ([`CAPABILITIES`]; [`HTTP_CAPABILITIES`] for the POST fallback)
+//!
+//! | field | WebSocket | HTTP POST |
+//! |---|---|---|
+//! | argv | native: `cmd` once per element, `path` = argv[0], exec'd without a shell | same |
+//! | stdin | native: `stdin=true`, `[0x00]+chunk` frames (64 KiB), then `[0x04]`; empty stdin is `stdin=false` (`/dev/null`) | the request body |
+//! | workdir | native: `dir`; a missing workdir is `Err(NotFound)` (see quirks) | same |
+//! | env | native: `env=K=V`, over the base environment ([`BaseEnv`]) | same |
+//! | streaming | yes | no |
+//! | remote_kill | yes: dropping the exec or the stream calls `POST /exec/{session}/kill?signal=KILL` | no |
+//! | binary_output | yes: binary frames | no: frames have no length, so bytes are attributed per HTTP chunk |
+//!
+//! # Quirks
+//!
+//! - **The exit code is one byte** (`[0x03, code]`); a command killed by a signal is reported as
+//!   whatever the server sends (128+n from a container runtime, 255 from the 2025 server), as
+//!   `Exit::Code`. A text `{"type":"exit","exit_code":N}` is accepted too. An exit frame without
+//!   its code, an unknown frame id, or a socket that ends before the exit is an `Err`
+//!   (`Protocol`/`Unavailable`, `Retry::Unsafe`), never an invented exit code.
+//! - **The adapter closes the socket** right after the exit frame (the server keeps it open ~5 s).
+//! - **`env` replaces the environment** (API reference) or merges (2025 server code): with
+//!   [`BaseEnv::Discover`] the sprite's own environment is read once (`env -0`) and sent under
+//!   `Command::env`, which is right either way.
+//! - **A missing workdir**: the server cannot start the process and drops the socket (WebSocket)
+//!   or answers 500 (POST); the adapter then asks the filesystem API (`GET /fs/list`) and reports
+//!   `Err(NotFound)` if the directory is missing.
+//! - **Unknown sprite**: `404`, or the observed `500 {"error":"failed to retrieve sprite"}`: both
+//!   `Err(NotFound)`, `Retry::Never`.
+//!
+//! Error mapping and live configuration: `docs/adapters/sprites.md`.
+#![warn(missing_docs)]
+
+mod client;
+mod config;
+mod error;
+mod exec;
+pub mod wire;
+
+pub use config::{BaseEnv, DEFAULT_BASE_URL, SpritesConfig, Transport};
+pub use exec::{CAPABILITIES, HTTP_CAPABILITIES, SpritesExec, parse_http_body};
+
+/// The provider name in errors and capabilities.
+pub const PROVIDER: &str = "sprites";

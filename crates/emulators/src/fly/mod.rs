@@ -1,0 +1,422 @@
+//! Fly Machines: the Machines API's exec route and the machine lifecycle an exec client needs.
+//!
+//! Routes (all JSON, `Authorization: Bearer <tok>`, `FlyV1 <tok>` or `Bearer FlyV1 <tok>`):
+//!
+//! - `POST /v1/apps/{app}/machines/{id}/exec`: `MachineExecRequest` → `200 flydv1.ExecResponse`,
+//!   **also when the command failed** (its `exit_code` says so). argv from `command`, or the
+//!   deprecated `cmd` split shell-words style; run without a shell in the machine's sandbox, cwd
+//!   `/`; `stdin` written then closed (absent: `/dev/null`); `timeout` seconds (default
+//!   [`FlyOptions::default_timeout`]). Zero values are omitted ([`FlyOptions::omit_empty`]); a
+//!   signal death is `exit_code: -1, exit_signal: N`; invalid UTF-8 becomes U+FFFD as Go's JSON
+//!   encoder writes it; a response over 10 MiB is the API's output-limit error. Route name for
+//!   faults: `exec`.
+//! - `GET /v1/apps/{app}/machines`, `POST /v1/apps/{app}/machines` (create; `skip_launch`),
+//!   `GET|DELETE /v1/apps/{app}/machines/{id}`, `POST …/start|stop|suspend`,
+//!   `GET …/wait?state=&timeout=&instance_id=` (1–60 s, 408 on timeout),
+//!   `POST|GET|DELETE …/lease` (409 while someone else holds it; exec honours it too).
+//!
+//! Each machine is a [`Sandbox`] whose private paths are `/root`, `/tmp` and `/data`; its
+//! environment has `HOME=/root`, a standard `PATH`, and Fly's runtime variables (`FLY_APP_NAME`,
+//! `FLY_MACHINE_ID`, `FLY_ALLOC_ID`, `FLY_REGION`, `FLY_PROCESS_GROUP`) plus `config.env` of the
+//! create request. Stopping a machine destroys its sandbox (processes killed; a started machine
+//! is "completely reset", as Fly's docs say); suspending keeps it.
+//!
+//! What is inferred rather than documented (see `docs/adapters/fly.md`): the 412 for exec on a
+//! machine that is not started, the 408 `deadline_exceeded` body for a timed-out command
+//! ([`TimeoutMode`]), the 400 status of the output-limit error, and the 401 body.
+
+mod routes;
+pub mod wire;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+
+use crate::harness::{FaultHandle, Isolation, Sandbox, SandboxSpec, Server};
+use crate::util::hex_id;
+use crate::{Emulator, EmulatorOptions};
+
+/// The app the default machine belongs to.
+pub const DEFAULT_APP: &str = "execseam-emulated";
+/// The token put in [`Emulator::env`] when the emulator accepts any token.
+pub const PLACEHOLDER_TOKEN: &str = "fly-emulator-token";
+/// The cwd of exec'd commands.
+pub const DEFAULT_CWD: &str = "/";
+const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// What the emulator does when an exec's `timeout` expires (the real answer is not documented).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeoutMode {
+    /// The command is killed and the API answers `408 {"error":"deadline_exceeded: …"}` (the
+    /// error text flyctl users reported).
+    Error,
+    /// The command is killed and the API answers 200 with `exit_signal: 9` and what was written.
+    Signal,
+}
+
+/// Behaviour switches.
+#[derive(Clone, Debug)]
+pub struct FlyOptions {
+    /// Omit zero values from `flydv1.ExecResponse`, as protobuf JSON does (default true).
+    pub omit_empty: bool,
+    /// What a timed-out exec answers.
+    pub timeout_mode: TimeoutMode,
+    /// The timeout of an exec that sends none (default 30 s).
+    pub default_timeout: Duration,
+    /// The response size limit after JSON encoding (default 10485760, the API's).
+    pub max_response_bytes: usize,
+    /// How long `starting`/`stopping` last (default 200 ms).
+    pub transition: Duration,
+}
+
+impl Default for FlyOptions {
+    fn default() -> Self {
+        FlyOptions {
+            omit_empty: true,
+            timeout_mode: TimeoutMode::Error,
+            default_timeout: Duration::from_secs(30),
+            max_response_bytes: 10_485_760,
+            transition: Duration::from_millis(200),
+        }
+    }
+}
+
+/// A lease on a machine.
+#[derive(Clone, Debug)]
+pub(crate) struct Lease {
+    pub(crate) nonce: String,
+    pub(crate) owner: String,
+    pub(crate) description: String,
+    pub(crate) expires: SystemTime,
+    pub(crate) version: String,
+}
+
+/// One emulated machine.
+pub struct Machine {
+    app: String,
+    id: String,
+    name: String,
+    region: String,
+    created: SystemTime,
+    env: BTreeMap<String, String>,
+    image: String,
+    instance_id: Mutex<String>,
+    state: watch::Sender<String>,
+    sandbox: Mutex<Option<Arc<Sandbox>>>,
+    lease: Mutex<Option<Lease>>,
+    isolation: Isolation,
+}
+
+impl std::fmt::Debug for Machine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Machine")
+            .field("app", &self.app)
+            .field("id", &self.id)
+            .field("state", &*self.state.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Machine {
+    /// The app.
+    pub fn app(&self) -> &str {
+        &self.app
+    }
+
+    /// The machine id (14 hex digits, as Fly's).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The current state (`started`, `stopped`, …).
+    pub fn state(&self) -> String {
+        self.state.borrow().clone()
+    }
+
+    /// The running sandbox, if the machine has one (not after stop or destroy).
+    pub fn sandbox(&self) -> Option<Arc<Sandbox>> {
+        self.sandbox.lock().expect("sandbox").clone()
+    }
+
+    /// A machine path as the machine's commands see it (see [`Sandbox::visible_path`]).
+    pub fn visible_path(&self, path: &str) -> String {
+        match self.sandbox() {
+            Some(s) => s.visible_path(path),
+            None => path.to_owned(),
+        }
+    }
+
+    /// Takes a lease for `owner` (as `POST …/lease` would) and returns its nonce.
+    pub fn acquire_lease(&self, owner: &str, ttl: Duration) -> String {
+        let nonce = hex_id(12);
+        *self.lease.lock().expect("lease") = Some(Lease {
+            nonce: nonce.clone(),
+            owner: owner.to_owned(),
+            description: String::new(),
+            expires: SystemTime::now() + ttl,
+            version: hex_id(26).to_uppercase(),
+        });
+        nonce
+    }
+
+    pub(crate) fn spec(&self) -> SandboxSpec {
+        let mut env: BTreeMap<String, String> = [
+            ("HOME", "/root"),
+            ("PATH", PATH),
+            ("FLY_APP_NAME", self.app.as_str()),
+            ("FLY_MACHINE_ID", self.id.as_str()),
+            ("FLY_ALLOC_ID", self.id.as_str()),
+            ("FLY_REGION", self.region.as_str()),
+            ("FLY_PROCESS_GROUP", "app"),
+            ("FLY_IMAGE_REF", self.image.as_str()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        env.extend(self.env.clone());
+        SandboxSpec {
+            // `/tmp` last: the sandbox roots live under the host's /tmp, which the bind hides.
+            private_paths: vec!["/root".into(), "/data".into(), "/tmp".into()],
+            env,
+            name: format!("fly-{}", self.id),
+        }
+    }
+
+    /// Boots the machine: a fresh sandbox (if none), a new instance id, state `started`.
+    pub(crate) fn boot(&self) -> io::Result<()> {
+        let mut sb = self.sandbox.lock().expect("sandbox");
+        if sb.is_none() {
+            *sb = Some(Sandbox::create(
+                self.id.clone(),
+                self.spec(),
+                self.isolation,
+            )?);
+            *self.instance_id.lock().expect("instance") = hex_id(26).to_uppercase();
+        }
+        drop(sb);
+        self.set_state("started");
+        Ok(())
+    }
+
+    /// Kills everything and drops the sandbox.
+    pub(crate) fn halt(&self, state: &str) {
+        if let Some(s) = self.sandbox.lock().expect("sandbox").take() {
+            s.destroy();
+        }
+        self.set_state(state);
+    }
+
+    /// Sets the state (and wakes waiters).
+    pub fn set_state(&self, state: &str) {
+        self.state.send_replace(state.to_owned());
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<String> {
+        self.state.subscribe()
+    }
+}
+
+pub(crate) struct State {
+    pub(crate) token: Option<String>,
+    pub(crate) faults: FaultHandle,
+    pub(crate) isolation: Isolation,
+    pub(crate) options: Mutex<FlyOptions>,
+    pub(crate) machines: Mutex<BTreeMap<(String, String), Arc<Machine>>>,
+}
+
+impl State {
+    pub(crate) fn options(&self) -> FlyOptions {
+        self.options.lock().expect("options").clone()
+    }
+
+    pub(crate) fn machine(&self, app: &str, id: &str) -> Option<Arc<Machine>> {
+        self.machines
+            .lock()
+            .expect("machines")
+            .get(&(app.to_owned(), id.to_owned()))
+            .cloned()
+    }
+
+    pub(crate) fn create_machine(
+        &self,
+        app: &str,
+        name: Option<String>,
+        region: Option<String>,
+        image: Option<String>,
+        env: BTreeMap<String, String>,
+        launch: bool,
+    ) -> io::Result<Arc<Machine>> {
+        let id = hex_id(14);
+        let (state, _) = watch::channel("created".to_owned());
+        let m = Arc::new(Machine {
+            app: app.to_owned(),
+            name: name.unwrap_or_else(|| format!("emulated-{}", &id[..6])),
+            id: id.clone(),
+            region: region.unwrap_or_else(|| "iad".to_owned()),
+            created: SystemTime::now(),
+            env,
+            image: image.unwrap_or_else(|| "registry-1.docker.io/library/debian:stable".to_owned()),
+            instance_id: Mutex::new(hex_id(26).to_uppercase()),
+            state,
+            sandbox: Mutex::new(None),
+            lease: Mutex::new(None),
+            isolation: self.isolation,
+        });
+        if launch {
+            m.boot()?;
+        }
+        self.machines
+            .lock()
+            .expect("machines")
+            .insert((app.to_owned(), id), m.clone());
+        Ok(m)
+    }
+
+    /// Destroys a machine: processes killed, root removed, gone from the API.
+    pub(crate) fn destroy(&self, app: &str, id: &str) -> bool {
+        let m = self
+            .machines
+            .lock()
+            .expect("machines")
+            .remove(&(app.to_owned(), id.to_owned()));
+        match m {
+            Some(m) => {
+                m.halt("destroyed");
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A running Fly Machines emulator (the typed handle for tests).
+pub struct FlyEmulator {
+    server: Server,
+    state: Arc<State>,
+    default_machine: Arc<Machine>,
+}
+
+impl std::fmt::Debug for FlyEmulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlyEmulator")
+            .field("base_url", &self.server.base_url())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FlyEmulator {
+    /// Starts the emulator with one started machine in app [`DEFAULT_APP`].
+    pub async fn start(options: EmulatorOptions, fly: FlyOptions) -> io::Result<FlyEmulator> {
+        let faults = FaultHandle::new();
+        for rule in &options.faults {
+            faults.add(rule.clone());
+        }
+        let state = Arc::new(State {
+            token: options.token.clone(),
+            faults,
+            isolation: options.isolation,
+            options: Mutex::new(fly),
+            machines: Mutex::new(BTreeMap::new()),
+        });
+        let default_machine =
+            state.create_machine(DEFAULT_APP, None, None, None, BTreeMap::new(), true)?;
+        let server = Server::start(options.listen, routes::router(state.clone())).await?;
+        Ok(FlyEmulator {
+            server,
+            state,
+            default_machine,
+        })
+    }
+
+    /// `http://127.0.0.1:<port>` (the Machines API base URL: requests go to `<base>/v1/...`).
+    pub fn base_url(&self) -> String {
+        self.server.base_url()
+    }
+
+    /// A token the emulator accepts.
+    pub fn token(&self) -> String {
+        self.state
+            .token
+            .clone()
+            .unwrap_or_else(|| PLACEHOLDER_TOKEN.to_owned())
+    }
+
+    /// The fault injector (route `exec`).
+    pub fn faults(&self) -> &FaultHandle {
+        &self.state.faults
+    }
+
+    /// The machine created at start.
+    pub fn default_machine(&self) -> Arc<Machine> {
+        self.default_machine.clone()
+    }
+
+    /// Creates and starts a machine in `app`.
+    pub fn create_machine(&self, app: &str) -> io::Result<Arc<Machine>> {
+        self.state
+            .create_machine(app, None, None, None, BTreeMap::new(), true)
+    }
+
+    /// A machine by app and id.
+    pub fn machine(&self, app: &str, id: &str) -> Option<Arc<Machine>> {
+        self.state.machine(app, id)
+    }
+
+    /// Stops a machine (as `POST …/stop` does, without the transition delay).
+    pub fn stop_machine(&self, machine: &Machine) {
+        machine.halt("stopped");
+    }
+
+    /// Changes the behaviour switches.
+    pub fn set_options(&self, f: impl FnOnce(&mut FlyOptions)) {
+        f(&mut self.state.options.lock().expect("options"));
+    }
+
+    /// How many exec requests arrived.
+    pub fn exec_requests(&self) -> u64 {
+        self.state.faults.count("exec")
+    }
+
+    /// The environment the adapter's `FlyConfig::from_env` (and fly-go, for the base URL and the
+    /// token) reads.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("FLY_FLAPS_BASE_URL".into(), self.base_url()),
+            ("FLY_API_TOKEN".into(), self.token()),
+            ("FLY_APP_NAME".into(), self.default_machine.app.clone()),
+            ("FLY_MACHINE_ID".into(), self.default_machine.id.clone()),
+        ]
+    }
+
+    /// The untyped handle the CLI uses.
+    pub fn into_emulator(self) -> Emulator {
+        Emulator {
+            provider: "fly",
+            base_url: self.base_url(),
+            env: self.env(),
+            faults: self.state.faults.clone(),
+            guard: Box::new(self),
+        }
+    }
+}
+
+impl Drop for FlyEmulator {
+    fn drop(&mut self) {
+        let all: Vec<_> = std::mem::take(&mut *self.state.machines.lock().expect("machines"))
+            .into_values()
+            .collect();
+        for m in all {
+            m.halt("destroyed");
+        }
+    }
+}
+
+/// Starts the Fly Machines emulator with the default [`FlyOptions`].
+pub async fn start(options: EmulatorOptions) -> io::Result<Emulator> {
+    Ok(FlyEmulator::start(options, FlyOptions::default())
+        .await?
+        .into_emulator())
+}

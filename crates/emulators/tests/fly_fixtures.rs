@@ -1,0 +1,1 @@
+//! Fly Machines emulator fixtures (written below).

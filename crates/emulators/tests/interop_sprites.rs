@@ -1,0 +1,1 @@
+//! Interop: the official sprites-py SDK against the Sprites emulator (written below).
