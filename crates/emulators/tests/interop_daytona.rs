@@ -43,10 +43,13 @@ async fn the_official_python_sdk_works_against_the_emulator() {
         .expect("python runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}");
     assert!(
         out.status.success() && stdout.lines().last() == Some("OK"),
         "the SDK check failed ({}):\n{stdout}\n{stderr}",
         out.status
     );
+    let checks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
+    assert_eq!(checks, 30, "every check of sdk_check.py ran:\n{stdout}");
     assert!(emu.sandbox_ids().is_empty(), "the SDK deleted its sandbox");
 }

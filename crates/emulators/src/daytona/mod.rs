@@ -152,8 +152,6 @@ impl DaytonaEmulator {
             ("DAYTONA_API_URL".into(), self.api_url()),
             ("DAYTONA_API_KEY".into(), self.token().to_owned()),
             ("DAYTONA_TARGET".into(), "us".into()),
-            // The SDK's Socket.IO event stream is not emulated (a 404 makes it fall back).
-            ("DAYTONA_USE_DEPRECATED_POLLING".into(), "true".into()),
         ]
     }
 

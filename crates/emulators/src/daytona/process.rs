@@ -994,6 +994,17 @@ pub(super) async fn input(sb: Arc<SandboxEntry>, sid: &str, cid: &str, req: Requ
     }
     let pipe = s.cmd_dir(cid).join("input.pipe");
     let write = tokio::task::spawn_blocking(move || {
+        // The shell creates the FIFO when it reaches the command: wait for it.
+        use std::os::unix::fs::FileTypeExt as _;
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while !std::fs::metadata(&pipe).is_ok_and(|m| m.file_type().is_fifo()) {
+            if std::time::Instant::now() > until {
+                return Err(std::io::Error::other(
+                    "the command's input pipe never appeared",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         std::fs::OpenOptions::new()
             .write(true)
             .open(&pipe)
