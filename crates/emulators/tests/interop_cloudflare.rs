@@ -20,6 +20,14 @@ fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/cloudflare")
 }
 
+/// A configured `SANDBOX_API_KEY`, so that a wrong token is refused.
+fn options() -> EmulatorOptions {
+    EmulatorOptions {
+        token: Some("interop-secret".into()),
+        ..EmulatorOptions::default()
+    }
+}
+
 fn show(out: &Output) -> String {
     format!(
         "status {}\n--- stdout\n{}\n--- stderr\n{}",
@@ -31,7 +39,7 @@ fn show(out: &Output) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn openai_agents_cloudflare_client_against_the_emulator() {
-    let emulator = CloudflareEmulator::start(EmulatorOptions::default())
+    let emulator = CloudflareEmulator::start(options())
         .await
         .expect("emulator");
     let env = emulator.env();
@@ -50,7 +58,7 @@ async fn openai_agents_cloudflare_client_against_the_emulator() {
         show(&out)
     );
     let checks = text.lines().filter(|l| l.starts_with("ok ")).count();
-    assert!(checks >= 20, "only {checks} checks ran:\n{}", show(&out));
+    assert_eq!(checks, 26, "{}", show(&out));
     // The SDK deleted its sandbox.
     assert!(
         emulator.sandbox_ids().is_empty(),
@@ -61,7 +69,7 @@ async fn openai_agents_cloudflare_client_against_the_emulator() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_bridge_openapi_document_holds_for_the_emulator() {
-    let emulator = CloudflareEmulator::start(EmulatorOptions::default())
+    let emulator = CloudflareEmulator::start(options())
         .await
         .expect("emulator");
     let mut env = emulator.env();

@@ -22,6 +22,33 @@ def ok(what):
     print(f"ok {what}", flush=True)
 
 
+async def sse_exec(http, url, argv, session=None, **extra):
+    """POST /exec and decode the SSE stream by hand: (stdout, stderr, terminal event, payload)."""
+    import base64
+    import json
+
+    headers = {"Session-Id": session} if session else {}
+    async with http.post(url, json={"argv": argv, **extra}, headers=headers) as resp:
+        assert resp.status == 200, resp.status
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        text = (await resp.read()).decode()
+    out, err, terminal = b"", b"", None
+    for block in text.split("\n\n"):
+        if not block:
+            continue
+        lines = block.split("\n")
+        event = lines[0].removeprefix("event: ")
+        data = "\n".join(l.removeprefix("data: ") for l in lines[1:])
+        assert terminal is None, f"an event after the terminal one: {block!r}"
+        if event == "stdout":
+            out += base64.b64decode(data)
+        elif event == "stderr":
+            err += base64.b64decode(data)
+        else:
+            terminal = (event, json.loads(data))
+    return out, err, terminal
+
+
 def check(cond, what, detail=""):
     if not cond:
         raise AssertionError(f"{what}: {detail}")
@@ -112,6 +139,38 @@ async def main():
             check(resp.status == 403 and body["code"] == "invalid_request", "cwd outside /workspace is 403", f"{resp.status} {body}")
         async with http.get(f"{url}/v1/sandbox/{sandbox_id}/file/etc/passwd") as resp:
             check(resp.status == 403, "file path outside /workspace is 403", str(resp.status))
+        exec_url = f"{url}/v1/sandbox/{sandbox_id}/exec"
+        out, _, term = await sse_exec(http, exec_url, ["printf", "a\\377b"])
+        check(
+            out == "a\ufffdb".encode() and term == ("exit", {"exit_code": 0}),
+            "non-UTF-8 output arrives as U+FFFD (the bridge decodes output as text)",
+            repr((out, term)),
+        )
+        async with http.post(f"{url}/v1/sandbox/{sandbox_id}/session", json={"id": "interop", "env": {"GREETING": "hi"}}) as resp:
+            body = await resp.json()
+            check(resp.status == 200 and body == {"id": "interop"}, "session create", f"{resp.status} {body}")
+        await sse_exec(http, exec_url, ["bash", "-c", "true"], session="interop")
+        out, _, term = await sse_exec(http, exec_url, ["cd", "/tmp"], session="interop")
+        out, _, term = await sse_exec(http, exec_url, ["export", "LEVEL=2"], session="interop")
+        out, _, term = await sse_exec(http, exec_url, ["sh", "-c", 'printf "%s %s %s" "$PWD" "$GREETING" "$LEVEL"'], session="interop")
+        check(out == b"/tmp hi 2", "a session keeps cd and export between commands", repr((out, term)))
+        out, _, term = await sse_exec(http, exec_url, ["sh", "-c", 'printf "%s %s" "$PWD" "${LEVEL-unset}"'])
+        check(out == b"/workspace unset", "without Session-Id a command runs sessionless", repr(out))
+        out, err, term = await sse_exec(http, exec_url, ["sleep", "5"], timeout_ms=300)
+        check(
+            term == ("exit", {"exit_code": 124}) and err.endswith(b"Command timed out after 300ms\n"),
+            "timeout_ms: sessionless exit 124 with the timeout line on stderr",
+            repr((err, term)),
+        )
+        out, err, term = await sse_exec(http, exec_url, ["sleep", "5"], session="interop", timeout_ms=300)
+        check(
+            term is not None and term[0] == "error" and "Command timeout after 300ms" in term[1]["error"],
+            "timeout_ms in a session: an SSE error event",
+            repr(term),
+        )
+        async with http.delete(f"{url}/v1/sandbox/{sandbox_id}/session/interop") as resp:
+            body = await resp.json()
+            check(resp.status == 200 and body["success"] is True and body["sessionId"] == "interop", "session delete", f"{resp.status} {body}")
     async with aiohttp.ClientSession(headers={"Authorization": "Bearer wrong"}) as http:
         async with http.post(f"{url}/v1/sandbox") as resp:
             body = await resp.json()
