@@ -40,6 +40,7 @@ use std::time::Duration;
 use execseam_core::{BoxFuture, Exec};
 
 pub mod cases;
+pub mod hostile;
 mod property;
 mod report;
 mod snapshot;

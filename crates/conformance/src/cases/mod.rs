@@ -8,6 +8,7 @@ use crate::{Case, CaseResult, Outcome, Target};
 
 mod exec;
 mod faults;
+mod tools;
 
 /// Builds the case list, giving each async fn a boxed wrapper.
 macro_rules! cases {
@@ -24,6 +25,7 @@ macro_rules! cases {
 /// Every case, in run order. `fault-sandbox-vanishes` destroys the sandbox, so it runs last.
 pub fn all() -> Vec<Case> {
     let mut v = exec_cases();
+    v.extend(tool_cases());
     v.extend(fault_cases());
     v
 }
@@ -75,6 +77,38 @@ pub fn exec_cases() -> Vec<Case> {
             "the host deadline gives Err(Timeout(Command)) with partial output; the process is gone",
         "output-cap-records-truncation" => exec::output_cap:
             "the host output cap keeps N bytes and records what it dropped",
+    ]
+}
+
+/// The builtin tools (`execseam-tools`) through the adapter, and the hostile-order proof.
+pub fn tool_cases() -> Vec<Case> {
+    cases![
+        "tools-commands-carry-tool" => tools::commands_carry_their_tool:
+            "every tool's command carries its Tool (glob, list, grep, read, bash)",
+        "tools-glob-snapshot" => tools::glob:
+            "glob on the fixture tree: sorted by relative path in byte order, then truncated (snapshot)",
+        "tools-list-snapshot" => tools::list:
+            "list on the fixture tree at several depths, directories marked (snapshot)",
+        "tools-grep-snapshot" => tools::grep:
+            "grep on the fixture tree: regex, fixed, ignore-case, path filter, limit (snapshot)",
+        "tools-read-snapshot" => tools::read:
+            "read whole files, line ranges and byte ranges, bytes exact (snapshot)",
+        "tools-write-atomic" => tools::write:
+            "write round-trips bytes, keeps an existing file's mode, leaves no temporary file",
+        "tools-apply-patch" => tools::apply_patch:
+            "a multi-file unified diff applies (snapshot); a conflicting hunk writes nothing",
+        "tools-bash" => tools::bash:
+            "bash keeps stdout, stderr and the exit code apart; workdir honoured (snapshot)",
+        "tools-errors-typed" => tools::errors:
+            "missing file, missing directory, directory, invalid regex/glob: typed errors, never empty results",
+        "tools-permission-denied" => tools::permission_denied:
+            "unreadable and unwritable paths give PermissionDenied; a walk names what it skipped",
+        "tools-non-utf8-names" => tools::non_utf8_names:
+            "a name that is not UTF-8 is listed with its raw bytes, sorted by them (snapshot)",
+        "tools-hostile-fixture" => tools::hostile_fixture:
+            "every tool's fixture output is byte-identical through shuffled records and random chunks",
+        "tools-hostile-order" => tools::hostile_order:
+            "random trees (odd names, deep, empty dirs): list/glob/grep/read match an oracle, directly and through the hostile adapter (property)",
     ]
 }
 

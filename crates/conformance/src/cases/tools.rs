@@ -1,0 +1,1112 @@
+//! The builtin tools (`execseam-tools`) through the adapter: byte-exact snapshots of every tool on
+//! one fixture tree (the same files for every adapter), typed errors, and the hostile-order proof:
+//! records shuffled and output cut into random chunks change nothing.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use execseam_core::{Command, Delivery, Exec, Tool};
+use execseam_tools::{
+    Entry, GrepOptions, Listing, Match, ReadRange, RelPath, ToolError, Tools, WriteOptions, escape,
+};
+use proptest::prelude::*;
+
+use super::{fail, na, render, run_ok, same};
+use crate::hostile::Hostile;
+use crate::{CaseResult, Outcome, Target, property, snapshot};
+
+// ---------------------------------------------------------------------------------------------
+// Building trees in the sandbox.
+
+/// Bytes as a `printf` format that prints exactly them (octal escapes for anything not plain);
+/// the script puts `%s` (with an empty argument) in front, so a leading `-` is never an option.
+fn printf_format(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len());
+    for &c in b {
+        match c {
+            b'%' => s.push_str("%%"),
+            b'\\' => s.push_str("\\\\"),
+            0x20..=0x7e => s.push(c as char),
+            _ => {
+                let _ = write!(s, "\\{c:03o}");
+            }
+        }
+    }
+    s
+}
+
+/// What to create: directories and files by relative path (raw bytes), in order.
+#[derive(Clone, Debug, Default)]
+struct Plan(Vec<(Vec<u8>, Option<Vec<u8>>)>);
+
+impl Plan {
+    fn dir(&mut self, p: impl AsRef<[u8]>) -> &mut Plan {
+        self.0.push((p.as_ref().to_vec(), None));
+        self
+    }
+    fn file(&mut self, p: impl AsRef<[u8]>, content: impl AsRef<[u8]>) -> &mut Plan {
+        self.0
+            .push((p.as_ref().to_vec(), Some(content.as_ref().to_vec())));
+        self
+    }
+}
+
+const CREATE: &str = r#"set -e
+root=$1; shift
+rm -rf "$root"; mkdir -p "$root"; cd "$root"
+while [ $# -gt 0 ]; do
+  p=$(printf "%s$2" ""; printf x); p=${p%x}
+  case $1 in
+  d) mkdir -p -- "$p"; shift 2;;
+  f) printf "%s$3" "" > "$p"; shift 3;;
+  *) exit 9;;
+  esac
+done"#;
+
+/// Recreates `root` (absolute) with exactly the plan's entries.
+async fn create(t: &Target, root: &str, plan: &Plan) -> Result<(), Outcome> {
+    let mut argv: Vec<String> = vec![
+        "sh".into(),
+        "-c".into(),
+        CREATE.into(),
+        "sh".into(),
+        root.into(),
+    ];
+    for (p, content) in &plan.0 {
+        match content {
+            None => argv.extend(["d".into(), printf_format(p)]),
+            Some(c) => argv.extend(["f".into(), printf_format(p), printf_format(c)]),
+        }
+    }
+    let o = run_ok(t, Command::new(argv).expect("valid")).await?;
+    if !o.exit.success() {
+        return fail(format!("creating the tree {root} failed: {}", render(&o)));
+    }
+    Ok(())
+}
+
+async fn remove(t: &Target, root: &str) {
+    let _ = t
+        .exec
+        .exec(Command::new(["rm", "-rf", "--", root]).expect("valid"))
+        .await;
+}
+
+/// The fixture every snapshot is taken on: UTF-8 names only (the non-UTF-8 case has its own).
+fn fixture_plan() -> Plan {
+    let mut p = Plan::default();
+    p.dir("src/nested/deep")
+        .dir("docs/empty")
+        .dir(".hidden")
+        .file("README.md", "# Fixture\nA needle in the readme.\n")
+        .file("src/main.rs", "fn main() {\n    println!(\"needle\");\n}\n")
+        .file("src/lib.rs", "pub fn f() {}\n// NEEDLE in upper case\n")
+        .file("src/nested/deep/x.rs", "needle at depth\n")
+        .file("docs/guide.md", "line one\nneedle two\nline three")
+        .file("sp ace.txt", "needle with a space\n")
+        .file("quo'te\"s.txt", "no match here\n")
+        .file("new\nline.txt", "needle after a newline name\n")
+        .file("-dash.txt", "-needle\n")
+        .file("é-unicode.txt", "needle é\n")
+        .file("Zed.txt", "needle Z\n")
+        .file(".hidden/h.txt", "needle hidden\n")
+        .file("bin.dat", b"needle\0binary\nneedle text\n")
+        .file("crlf.txt", "needle crlf\r\nsecond\r\n")
+        .file("a[1].txt", "needle bracket\n")
+        .file("🦀.rs", "// needle crab\n");
+    p
+}
+
+async fn fixture(t: &Target) -> Result<String, Outcome> {
+    let root = t.path("tools-fixture");
+    create(t, &root, &fixture_plan()).await?;
+    Ok(root)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendering (what the snapshots hold).
+
+fn header<T>(what: &str, l: &Listing<T>) -> String {
+    format!(
+        "{what}: {} items, {} omitted, {} skipped\n",
+        l.items.len(),
+        l.omitted,
+        l.skipped.len()
+    )
+}
+
+fn render_paths(what: &str, l: &Listing<RelPath>) -> String {
+    let mut s = header(what, l);
+    for p in &l.items {
+        let _ = writeln!(s, "  {p}");
+    }
+    s
+}
+
+fn render_entries(what: &str, l: &Listing<Entry>) -> String {
+    let mut s = header(what, l);
+    for e in &l.items {
+        let _ = writeln!(s, "  {}{}", e.path, if e.is_dir { "/" } else { "" });
+    }
+    s
+}
+
+fn render_matches(what: &str, l: &Listing<Match>) -> String {
+    let mut s = header(what, l);
+    for m in &l.items {
+        let _ = writeln!(s, "  {}:{}: {}", m.path, m.line, escape(&m.text));
+    }
+    s
+}
+
+fn tool_err(what: &str, e: ToolError) -> Outcome {
+    Outcome::Fail(format!("{what}: {e}"))
+}
+
+/// The glob cases of the snapshot: (pattern, limit).
+const GLOBS: &[(&str, usize)] = &[
+    ("**", 1000),
+    ("**", 3),
+    ("**/*.rs", 1000),
+    ("src/**", 1000),
+    ("*.txt", 1000),
+    ("{docs,src}/*.{md,rs}", 1000),
+    ("a\\[1\\].txt", 1000),
+    ("[!-.a-z]*", 1000),
+    ("?ed.txt", 1000),
+    ("no/such/dir/*", 1000),
+];
+
+async fn glob_text(tools: &Tools<'_>, root: &str) -> Result<String, Outcome> {
+    let mut s = String::new();
+    for &(pattern, limit) in GLOBS {
+        let l = tools
+            .glob(root, pattern, limit)
+            .await
+            .map_err(|e| tool_err(&format!("glob {pattern:?}"), e))?;
+        s.push_str(&render_paths(
+            &format!("glob {pattern:?} limit {limit}"),
+            &l,
+        ));
+    }
+    Ok(s)
+}
+
+const LISTS: &[(&str, Option<u32>, usize)] = &[
+    ("", Some(1), 1000),
+    ("", Some(2), 1000),
+    ("", None, 1000),
+    ("", None, 4),
+    ("src", Some(1), 1000),
+    ("docs/empty", None, 1000),
+];
+
+async fn list_text(tools: &Tools<'_>, root: &str) -> Result<String, Outcome> {
+    let mut s = String::new();
+    for &(sub, depth, limit) in LISTS {
+        let dir = if sub.is_empty() {
+            root.to_owned()
+        } else {
+            format!("{root}/{sub}")
+        };
+        let l = tools
+            .list(&dir, depth, limit)
+            .await
+            .map_err(|e| tool_err(&format!("list {sub:?}"), e))?;
+        s.push_str(&render_entries(
+            &format!("list {sub:?} depth {depth:?} limit {limit}"),
+            &l,
+        ));
+    }
+    Ok(s)
+}
+
+fn greps() -> Vec<(&'static str, GrepOptions, usize)> {
+    let opts = |glob: Option<&str>, fixed, ignore_case| GrepOptions {
+        glob: glob.map(Into::into),
+        fixed,
+        ignore_case,
+    };
+    vec![
+        ("needle", opts(None, false, false), 1000),
+        ("needle", opts(None, false, false), 2),
+        ("NEEDLE", opts(Some("*.rs"), false, true), 1000),
+        ("^needle [a-zé]+$", opts(None, false, false), 1000),
+        ("println!(", opts(None, true, false), 1000),
+        ("needle|line", opts(Some("docs/*"), false, false), 1000),
+        ("no such text", opts(None, false, false), 1000),
+    ]
+}
+
+async fn grep_text(tools: &Tools<'_>, root: &str) -> Result<String, Outcome> {
+    let mut s = String::new();
+    for (re, o, limit) in greps() {
+        let l = tools
+            .grep(root, re, &o, limit)
+            .await
+            .map_err(|e| tool_err(&format!("grep {re:?}"), e))?;
+        let what = format!(
+            "grep {re:?} glob {:?} fixed {} ignore_case {} limit {limit}",
+            o.glob, o.fixed, o.ignore_case
+        );
+        s.push_str(&render_matches(&what, &l));
+    }
+    Ok(s)
+}
+
+const READS: &[(&str, ReadRange)] = &[
+    ("docs/guide.md", ReadRange::All),
+    (
+        "docs/guide.md",
+        ReadRange::Lines {
+            first: 2,
+            count: Some(1),
+        },
+    ),
+    (
+        "docs/guide.md",
+        ReadRange::Lines {
+            first: 2,
+            count: None,
+        },
+    ),
+    (
+        "docs/guide.md",
+        ReadRange::Lines {
+            first: 9,
+            count: None,
+        },
+    ),
+    (
+        "docs/guide.md",
+        ReadRange::Bytes {
+            offset: 5,
+            len: Some(8),
+        },
+    ),
+    (
+        "docs/guide.md",
+        ReadRange::Bytes {
+            offset: 30,
+            len: None,
+        },
+    ),
+    ("bin.dat", ReadRange::All),
+    (
+        "crlf.txt",
+        ReadRange::Lines {
+            first: 1,
+            count: Some(1),
+        },
+    ),
+    ("new\nline.txt", ReadRange::All),
+];
+
+async fn read_text(tools: &Tools<'_>, root: &str) -> Result<String, Outcome> {
+    let mut s = String::new();
+    for (p, range) in READS {
+        let b = tools
+            .read(&format!("{root}/{p}"), *range)
+            .await
+            .map_err(|e| tool_err(&format!("read {p:?}"), e))?;
+        let _ = writeln!(s, "read {:?} {range:?}: {}", p, super::show(&b));
+    }
+    Ok(s)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Snapshot cases.
+
+pub(crate) async fn glob(t: &Target) -> CaseResult {
+    let root = fixture(t).await?;
+    let text = glob_text(&Tools::new(&*t.exec), &root).await?;
+    snapshot::check("tools-glob", &text)
+}
+
+pub(crate) async fn list(t: &Target) -> CaseResult {
+    let root = fixture(t).await?;
+    let text = list_text(&Tools::new(&*t.exec), &root).await?;
+    snapshot::check("tools-list", &text)
+}
+
+pub(crate) async fn grep(t: &Target) -> CaseResult {
+    let root = fixture(t).await?;
+    let text = grep_text(&Tools::new(&*t.exec), &root).await?;
+    snapshot::check("tools-grep", &text)
+}
+
+pub(crate) async fn read(t: &Target) -> CaseResult {
+    let root = fixture(t).await?;
+    let text = read_text(&Tools::new(&*t.exec), &root).await?;
+    snapshot::check("tools-read", &text)
+}
+
+pub(crate) async fn bash(t: &Target) -> CaseResult {
+    let tools = Tools::new(&*t.exec);
+    let o = tools
+        .bash(
+            "printf 'out %s' \"$((6 * 7))\"; printf err >&2; exit 3",
+            None,
+        )
+        .await
+        .map_err(|e| tool_err("bash", e))?;
+    let mut text = render(&o);
+    let dir = t.path("tools-bash");
+    run_ok(t, Command::new(["mkdir", "-p", "--", &dir]).expect("valid")).await?;
+    let o = tools
+        .bash("pwd -P", Some(&dir))
+        .await
+        .map_err(|e| tool_err("bash in a workdir", e))?;
+    same(
+        "pwd -P through bash",
+        &o.stdout,
+        format!("{dir}\n").as_bytes(),
+    )?;
+    let o = tools
+        .bash("kill -9 $$", None)
+        .await
+        .map_err(|e| tool_err("bash kill", e))?;
+    if !o.exit.is_ambiguous_kill() {
+        return fail(format!(
+            "bash `kill -9 $$`: {:?} is not an ambiguous kill",
+            o.exit
+        ));
+    }
+    text.push('\n');
+    snapshot::check("tools-bash", &text)
+}
+
+fn stdin_gate(t: &Target) -> CaseResult {
+    if t.exec.capabilities().stdin == Delivery::Unsupported {
+        return na(
+            "capabilities.stdin = Unsupported (write and apply_patch feed file contents through stdin)",
+        );
+    }
+    Ok(())
+}
+
+/// A listing of `dir` with every entry, hidden ones (temporary files) included, each rendered
+/// losslessly (escaped), directories with a trailing `/`.
+async fn names(tools: &Tools<'_>, dir: &str) -> Result<Vec<String>, Outcome> {
+    let l = tools
+        .list(dir, None, usize::MAX)
+        .await
+        .map_err(|e| tool_err("list", e))?;
+    Ok(l.items
+        .iter()
+        .map(|e| format!("{}{}", e.path, if e.is_dir { "/" } else { "" }))
+        .collect())
+}
+
+pub(crate) async fn write(t: &Target) -> CaseResult {
+    stdin_gate(t)?;
+    let tools = Tools::new(&*t.exec);
+    let dir = t.path("tools-write");
+    create(
+        t,
+        &dir,
+        Plan::default().file("exec.sh", "#!/bin/sh\necho old\n"),
+    )
+    .await?;
+    let bytes_ok = t.exec.capabilities().binary_output;
+    let content: Vec<u8> = if bytes_ok {
+        (0..=255u8).cycle().take(70_000).collect()
+    } else {
+        b"text only: this adapter's transport decodes output as text\n".repeat(1000)
+    };
+    let file = format!("{dir}/new file.bin");
+    tools
+        .write(&file, content.clone())
+        .await
+        .map_err(|e| tool_err("write a new file", e))?;
+    let back = tools
+        .read(&file, ReadRange::All)
+        .await
+        .map_err(|e| tool_err("read it back", e))?;
+    same("written then read", &back, &content)?;
+    // Overwriting keeps the mode (an executable stays executable) and the content is replaced.
+    run_ok(
+        t,
+        Command::new(["chmod", "755", &format!("{dir}/exec.sh")]).expect("valid"),
+    )
+    .await?;
+    tools
+        .write(&format!("{dir}/exec.sh"), "#!/bin/sh\necho new\n")
+        .await
+        .map_err(|e| tool_err("overwrite", e))?;
+    let o = run_ok(t, Command::new([format!("{dir}/exec.sh")]).expect("valid")).await?;
+    same(
+        "the overwritten script runs (mode kept)",
+        &o.stdout,
+        b"new\n",
+    )?;
+    // Empty content, and parents created on request.
+    tools
+        .write(&format!("{dir}/empty"), "")
+        .await
+        .map_err(|e| tool_err("write empty", e))?;
+    tools
+        .write_with(
+            &format!("{dir}/a/b/c.txt"),
+            "deep\n",
+            WriteOptions {
+                create_parents: true,
+            },
+        )
+        .await
+        .map_err(|e| tool_err("write with create_parents", e))?;
+    let got = names(&tools, &dir).await?;
+    let want = [
+        "a/",
+        "a/b/",
+        "a/b/c.txt",
+        "empty",
+        "exec.sh",
+        "new file.bin",
+    ];
+    if got != want {
+        return fail(format!(
+            "after the writes the directory holds {got:?}, want {want:?} (no temporary file left)"
+        ));
+    }
+    let e = tools.read(&format!("{dir}/empty"), ReadRange::All).await;
+    match e {
+        Ok(b) if b.is_empty() => Ok(()),
+        other => fail(format!("the empty file reads as {other:?}")),
+    }
+}
+
+const PATCH: &str = "diff --git a/src/lib.rs b/src/lib.rs
+--- a/src/lib.rs
++++ b/src/lib.rs
+@@ -1,2 +1,3 @@
+ pub fn f() {}
+-// NEEDLE in upper case
++// patched
++pub fn g() {}
+--- /dev/null
++++ b/new/dir/created.txt
+@@ -0,0 +1,2 @@
++created
++by the patch
+--- a/docs/guide.md
++++ b/docs/guide.md
+@@ -2,2 +2,2 @@
+ needle two
+-line three
+\\ No newline at end of file
++line three, now with a newline
+--- a/Zed.txt
++++ /dev/null
+@@ -1 +0,0 @@
+-needle Z
+";
+
+pub(crate) async fn apply_patch(t: &Target) -> CaseResult {
+    stdin_gate(t)?;
+    let root = fixture(t).await?;
+    let tools = Tools::new(&*t.exec);
+    let before = names(&tools, &root).await?;
+    // A conflict in the last file: nothing at all is written.
+    let bad = PATCH.replace("-needle Z\n", "-needle Y\n");
+    match tools.apply_patch(&root, &bad).await {
+        Err(ToolError::PatchConflict { path, hunk: 1, .. })
+            if path == format!("{root}/Zed.txt") => {}
+        other => return fail(format!("a hunk that does not apply: got {other:?}")),
+    }
+    let after_conflict = names(&tools, &root).await?;
+    if after_conflict != before {
+        return fail(format!(
+            "a failed patch changed the tree:\n{}",
+            super::diff(&before.join("\n"), &after_conflict.join("\n"))
+        ));
+    }
+    let lib = tools
+        .read(&format!("{root}/src/lib.rs"), ReadRange::All)
+        .await
+        .map_err(|e| tool_err("read", e))?;
+    same(
+        "src/lib.rs after a failed patch",
+        &lib,
+        b"pub fn f() {}\n// NEEDLE in upper case\n",
+    )?;
+    // A creation over an existing file.
+    let exists = "--- /dev/null\n+++ b/README.md\n@@ -0,0 +1 @@\n+x\n";
+    match tools.apply_patch(&root, exists).await {
+        Err(ToolError::AlreadyExists { .. }) => {}
+        other => return fail(format!("creating an existing file: got {other:?}")),
+    }
+    // The good patch.
+    let report = tools
+        .apply_patch(&root, PATCH)
+        .await
+        .map_err(|e| tool_err("apply_patch", e))?;
+    let mut text = String::from("report:\n");
+    for f in &report {
+        let _ = writeln!(text, "  {} {:?}", f.path, f.change);
+    }
+    let after = names(&tools, &root).await?;
+    text.push_str("tree:\n");
+    for n in &after {
+        let _ = writeln!(text, "  {n}");
+    }
+    for p in ["src/lib.rs", "new/dir/created.txt", "docs/guide.md"] {
+        let b = tools
+            .read(&format!("{root}/{p}"), ReadRange::All)
+            .await
+            .map_err(|e| tool_err(&format!("read {p}"), e))?;
+        let _ = writeln!(text, "{p}: {}", super::show(&b));
+    }
+    snapshot::check("tools-apply-patch", &text)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors.
+
+fn expect_tool_err<T: std::fmt::Debug>(
+    what: &str,
+    r: Result<T, ToolError>,
+    ok: impl Fn(&ToolError) -> bool,
+) -> CaseResult {
+    match r {
+        Err(e) if ok(&e) => Ok(()),
+        Err(e) => fail(format!("{what}: wrong error {:?}: {e}", e.code())),
+        Ok(v) => fail(format!("{what}: got Ok({v:?}) instead of a typed error")),
+    }
+}
+
+pub(crate) async fn errors(t: &Target) -> CaseResult {
+    let root = fixture(t).await?;
+    let tools = Tools::new(&*t.exec);
+    let before = names(&tools, &root).await?;
+    let missing = format!("{root}/no such file");
+    let is = |p: &str| {
+        let p = p.to_owned();
+        move |e: &ToolError| e.path() == Some(p.as_str())
+    };
+    expect_tool_err(
+        "read a missing file",
+        tools.read(&missing, ReadRange::All).await,
+        |e| matches!(e, ToolError::NotFound { path } if *path == missing),
+    )?;
+    expect_tool_err(
+        "read a directory",
+        tools.read(&format!("{root}/src"), ReadRange::All).await,
+        |e| matches!(e, ToolError::IsADirectory { .. }) && is(&format!("{root}/src"))(e),
+    )?;
+    expect_tool_err(
+        "read under a file",
+        tools
+            .read(&format!("{root}/README.md/x"), ReadRange::All)
+            .await,
+        |e| matches!(e, ToolError::NotFound { .. }),
+    )?;
+    expect_tool_err(
+        "read a relative path",
+        tools.read("rel/x", ReadRange::All).await,
+        |e| matches!(e, ToolError::InvalidArgument { .. }),
+    )?;
+    expect_tool_err(
+        "list a missing directory",
+        tools.list(&missing, None, 10).await,
+        |e| matches!(e, ToolError::NotFound { path } if *path == missing),
+    )?;
+    expect_tool_err(
+        "list a file",
+        tools.list(&format!("{root}/README.md"), None, 10).await,
+        |e| matches!(e, ToolError::NotADirectory { .. }),
+    )?;
+    expect_tool_err(
+        "glob a missing root",
+        tools.glob(&missing, "**", 10).await,
+        |e| matches!(e, ToolError::NotFound { .. }),
+    )?;
+    expect_tool_err(
+        "glob with a malformed pattern",
+        tools.glob(&root, "[ab", 10).await,
+        |e| matches!(e, ToolError::InvalidPattern { .. }),
+    )?;
+    expect_tool_err(
+        "grep with an invalid regex",
+        tools
+            .grep(&root, "needle(", &GrepOptions::default(), 10)
+            .await,
+        |e| matches!(e, ToolError::InvalidPattern { pattern, message } if pattern == "needle(" && !message.is_empty()),
+    )?;
+    expect_tool_err(
+        "grep a missing root",
+        tools.grep(&missing, "x", &GrepOptions::default(), 10).await,
+        |e| matches!(e, ToolError::NotFound { .. }),
+    )?;
+    if t.exec.capabilities().stdin.is_supported() {
+        let dir = format!("{root}/no such dir");
+        expect_tool_err(
+            "write into a missing directory",
+            tools.write(&format!("{dir}/f.txt"), "x").await,
+            |e| matches!(e, ToolError::NotFound { path } if *path == dir),
+        )?;
+        expect_tool_err(
+            "write over a directory",
+            tools.write(&format!("{root}/src"), "x").await,
+            |e| matches!(e, ToolError::IsADirectory { .. }),
+        )?;
+        expect_tool_err(
+            "write under a file",
+            tools.write(&format!("{root}/README.md/x"), "x").await,
+            |e| matches!(e, ToolError::NotADirectory { .. }),
+        )?;
+    }
+    // Nothing above may have left a trace in the fixture.
+    let after = names(&tools, &root).await?;
+    if after != before {
+        return fail(format!(
+            "the failed calls changed the fixture:\n{}",
+            super::diff(&before.join("\n"), &after.join("\n"))
+        ));
+    }
+    Ok(())
+}
+
+async fn uid(t: &Target) -> Result<String, Outcome> {
+    let o = run_ok(t, Command::new(["id", "-u"]).expect("valid")).await?;
+    Ok(String::from_utf8_lossy(&o.stdout).trim().to_owned())
+}
+
+pub(crate) async fn permission_denied(t: &Target) -> CaseResult {
+    let id = uid(t).await?;
+    if id == "0" {
+        return na(
+            "the sandbox user is root (uid 0), to whom permission bits do not apply; \
+             execseam-tools' tests prove this mapping as an unprivileged user",
+        );
+    }
+    let root = t.path("tools-denied");
+    create(
+        t,
+        &root,
+        Plan::default()
+            .dir("closed")
+            .dir("ro")
+            .file("closed/x", "needle\n")
+            .file("secret", "needle\n")
+            .file("open", "needle\n"),
+    )
+    .await?;
+    let chmod = format!("chmod 000 '{root}/closed' '{root}/secret' && chmod 555 '{root}/ro'");
+    run_ok(t, super::sh(&chmod)).await?;
+    let tools = Tools::new(&*t.exec);
+    let r = async {
+        expect_tool_err(
+            "read an unreadable file",
+            tools.read(&format!("{root}/secret"), ReadRange::All).await,
+            |e| matches!(e, ToolError::PermissionDenied { .. }),
+        )?;
+        expect_tool_err(
+            "list an unreadable directory",
+            tools.list(&format!("{root}/closed"), None, 10).await,
+            |e| matches!(e, ToolError::PermissionDenied { .. }),
+        )?;
+        expect_tool_err(
+            "read below an unsearchable directory",
+            tools.read(&format!("{root}/closed/x"), ReadRange::All).await,
+            |e| matches!(e, ToolError::PermissionDenied { .. }),
+        )?;
+        if t.exec.capabilities().stdin.is_supported() {
+            expect_tool_err(
+                "write into a read-only directory",
+                tools.write(&format!("{root}/ro/new"), "x").await,
+                |e| matches!(e, ToolError::PermissionDenied { .. }),
+            )?;
+        }
+        // A walk over unreadable parts is a result that says what it skipped.
+        let g = tools
+            .grep(&root, "needle", &GrepOptions::default(), 100)
+            .await
+            .map_err(|e| tool_err("grep over unreadable parts", e))?;
+        if g.items.len() != 1 || g.skipped.is_empty() {
+            return fail(format!(
+                "grep over unreadable parts: {} matches, skipped {:?}; want 1 match and the skipped parts named",
+                g.items.len(),
+                g.skipped
+            ));
+        }
+        Ok(())
+    }
+    .await;
+    let _ = t
+        .exec
+        .exec(super::sh(&format!(
+            "chmod -R u+rwx '{root}'; rm -rf '{root}'"
+        )))
+        .await;
+    r
+}
+
+pub(crate) async fn non_utf8_names(t: &Target) -> CaseResult {
+    if !t.exec.capabilities().binary_output {
+        return na(
+            "capabilities.binary_output = false: a name that is not UTF-8 cannot come back through a text transport",
+        );
+    }
+    let root = t.path("tools-bytes");
+    create(
+        t,
+        &root,
+        Plan::default()
+            .file(b"bad\xffname.txt", b"needle latin\xe9\n")
+            .file("ok.txt", "needle\n")
+            .dir(b"dir\xfe"),
+    )
+    .await?;
+    let tools = Tools::new(&*t.exec);
+    let g = tools
+        .glob(&root, "**", 100)
+        .await
+        .map_err(|e| tool_err("glob", e))?;
+    let l = tools
+        .list(&root, None, 100)
+        .await
+        .map_err(|e| tool_err("list", e))?;
+    let m = tools
+        .grep(&root, "needle", &GrepOptions::default(), 100)
+        .await
+        .map_err(|e| tool_err("grep", e))?;
+    if g.items.first().and_then(RelPath::as_str).is_some() {
+        return fail("the non-UTF-8 name came back as UTF-8");
+    }
+    if g.items.first().map(RelPath::as_bytes) != Some(b"bad\xffname.txt".as_slice()) {
+        return fail(format!(
+            "the raw bytes of the name were not kept: {:?}",
+            g.items
+        ));
+    }
+    let text = format!(
+        "{}{}{}",
+        render_paths("glob \"**\"", &g),
+        render_entries("list", &l),
+        render_matches("grep \"needle\"", &m)
+    );
+    remove(t, &root).await;
+    snapshot::check("tools-non-utf8", &text)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile order.
+
+/// Every snapshot text of the fixture, through `hostile` (streaming or not) and directly, must be
+/// byte-identical.
+pub(crate) async fn hostile_fixture(t: &Target) -> CaseResult {
+    let root = fixture(t).await?;
+    let plain = Tools::new(&*t.exec);
+    let want = [
+        glob_text(&plain, &root).await?,
+        list_text(&plain, &root).await?,
+        grep_text(&plain, &root).await?,
+        read_text(&plain, &root).await?,
+    ];
+    for seed in 1..=4u64 {
+        let h = Hostile::new(t.exec.clone(), seed);
+        let tools = Tools::new(&h).streaming(seed % 2 == 0);
+        let got = [
+            glob_text(&tools, &root).await?,
+            list_text(&tools, &root).await?,
+            grep_text(&tools, &root).await?,
+            read_text(&tools, &root).await?,
+        ];
+        for (g, w) in got.iter().zip(&want) {
+            if g != w {
+                return fail(format!(
+                    "through the hostile adapter (seed {seed}) the output differs:\n{}",
+                    super::diff(w, g)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A random tree: names with spaces, newlines, quotes, unicode, leading dashes, glob characters;
+/// deep nesting; empty directories.
+#[derive(Clone, Debug)]
+enum Node {
+    File(Vec<u8>),
+    Dir(BTreeMap<Vec<u8>, Node>),
+}
+
+fn name(bytes: bool) -> impl Strategy<Value = Vec<u8>> {
+    let mut pieces: Vec<&'static [u8]> = vec![
+        b"a",
+        b"b",
+        b"Z",
+        b"needle",
+        b" ",
+        b"\n",
+        b"'",
+        b"\"",
+        "é".as_bytes(),
+        "🦀".as_bytes(),
+        b"-",
+        b"--",
+        b".",
+        b"*",
+        b"[x]",
+        b"\\",
+        b"$x",
+        b"\t",
+        b"0",
+        b"~",
+    ];
+    if bytes {
+        pieces.push(b"\xff");
+    }
+    prop::collection::vec(prop::sample::select(pieces), 1..4)
+        .prop_map(|v| v.concat())
+        .prop_filter("not . or ..", |n| n != b"." && n != b"..")
+}
+
+fn content() -> impl Strategy<Value = Vec<u8>> {
+    let line = prop::sample::select(vec![
+        &b"needle"[..],
+        b"x needle y",
+        b"nothing",
+        b"",
+        b"NEEDLE",
+        "é needle".as_bytes(),
+        b"needle\r",
+    ]);
+    (prop::collection::vec(line, 0..5), any::<bool>()).prop_map(|(lines, nl)| {
+        let mut c = lines.join(&b'\n');
+        if nl && !lines.is_empty() {
+            c.push(b'\n');
+        }
+        c
+    })
+}
+
+fn tree(bytes: bool) -> impl Strategy<Value = BTreeMap<Vec<u8>, Node>> {
+    let leaf = content().prop_map(Node::File);
+    let node = leaf.prop_recursive(5, 40, 5, move |inner| {
+        prop::collection::btree_map(name(bytes), inner, 0..5).prop_map(Node::Dir)
+    });
+    prop::collection::btree_map(name(bytes), node, 0..7)
+}
+
+/// (path, is_dir, content) of every entry, depth-first.
+fn flatten(prefix: &[u8], t: &BTreeMap<Vec<u8>, Node>, out: &mut Vec<(Vec<u8>, Option<Vec<u8>>)>) {
+    for (n, node) in t {
+        let mut p = prefix.to_vec();
+        if !p.is_empty() {
+            p.push(b'/');
+        }
+        p.extend_from_slice(n);
+        match node {
+            Node::File(c) => out.push((p, Some(c.clone()))),
+            Node::Dir(sub) => {
+                out.push((p.clone(), None));
+                flatten(&p, sub, out);
+            }
+        }
+    }
+}
+
+/// What the tools must say about a tree, computed from the tree alone.
+struct Oracle {
+    entries: Vec<(Vec<u8>, bool)>,
+    files: Vec<Vec<u8>>,
+    matches: Vec<(Vec<u8>, u64, Vec<u8>)>,
+}
+
+fn oracle(flat: &[(Vec<u8>, Option<Vec<u8>>)]) -> Oracle {
+    let mut entries: Vec<(Vec<u8>, bool)> =
+        flat.iter().map(|(p, c)| (p.clone(), c.is_none())).collect();
+    entries.sort();
+    let mut files: Vec<Vec<u8>> = flat
+        .iter()
+        .filter(|(_, c)| c.is_some())
+        .map(|(p, _)| p.clone())
+        .collect();
+    files.sort();
+    let mut matches = Vec::new();
+    for (p, c) in flat {
+        let Some(c) = c else { continue };
+        let body = c.strip_suffix(b"\n").unwrap_or(c);
+        if c.is_empty() {
+            continue;
+        }
+        for (i, line) in body.split(|&b| b == b'\n').enumerate() {
+            if line.windows(6).any(|w| w == b"needle") {
+                matches.push((p.clone(), i as u64 + 1, line.to_vec()));
+            }
+        }
+    }
+    matches.sort();
+    Oracle {
+        entries,
+        files,
+        matches,
+    }
+}
+
+static TREES: AtomicU64 = AtomicU64::new(0);
+
+async fn check_tree(
+    exec: Arc<dyn Exec>,
+    scratch: String,
+    tree: BTreeMap<Vec<u8>, Node>,
+    seed: u64,
+    limit: usize,
+) -> Result<(), String> {
+    let t = Target::new("property", exec.clone()).scratch(scratch);
+    let root = t.path(&format!(
+        "tools-tree-{}",
+        TREES.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mut flat = Vec::new();
+    flatten(b"", &tree, &mut flat);
+    let mut plan = Plan::default();
+    for (p, c) in &flat {
+        match c {
+            None => plan.dir(p),
+            Some(c) => plan.file(p, c),
+        };
+    }
+    create(&t, &root, &plan).await.map_err(|o| o.to_string())?;
+    let r = compare_tree(&exec, &root, &flat, seed, limit).await;
+    remove(&t, &root).await;
+    r
+}
+
+async fn compare_tree(
+    exec: &Arc<dyn Exec>,
+    root: &str,
+    flat: &[(Vec<u8>, Option<Vec<u8>>)],
+    seed: u64,
+    limit: usize,
+) -> Result<(), String> {
+    let want = oracle(flat);
+    let hostile = Hostile::new(exec.clone(), seed);
+    let plain = Tools::new(&**exec);
+    let mean = Tools::new(&hostile).streaming(seed % 2 == 1);
+    let e = |what: &str| {
+        let what = what.to_owned();
+        move |e: ToolError| format!("{what}: {e}")
+    };
+    for (name, tools) in [("direct", &plain), ("hostile", &mean)] {
+        // list: every entry, marked, in byte order, then truncated.
+        let l = tools.list(root, None, limit).await.map_err(e("list"))?;
+        let got: Vec<(Vec<u8>, bool)> = l
+            .items
+            .iter()
+            .map(|x| (x.path.as_bytes().to_vec(), x.is_dir))
+            .collect();
+        let keep = want.entries.len().min(limit);
+        if got != want.entries[..keep] || l.omitted != want.entries.len() - keep {
+            return Err(format!(
+                "{name} list (limit {limit}): got {got:?} (+{} omitted), want {:?} (+{})",
+                l.omitted,
+                &want.entries[..keep],
+                want.entries.len() - keep
+            ));
+        }
+        // glob "**": every file.
+        let g = tools.glob(root, "**", limit).await.map_err(e("glob"))?;
+        let got: Vec<Vec<u8>> = g.items.iter().map(|p| p.as_bytes().to_vec()).collect();
+        let keep = want.files.len().min(limit);
+        if got != want.files[..keep] || g.omitted != want.files.len() - keep {
+            return Err(format!(
+                "{name} glob ** (limit {limit}): got {got:?} (+{}), want {:?}",
+                g.omitted,
+                &want.files[..keep]
+            ));
+        }
+        // grep: every line with "needle", by path then line.
+        let m = tools
+            .grep(root, "needle", &GrepOptions::default(), limit)
+            .await
+            .map_err(e("grep"))?;
+        let got: Vec<(Vec<u8>, u64, Vec<u8>)> = m
+            .items
+            .iter()
+            .map(|x| (x.path.as_bytes().to_vec(), x.line, x.text.to_vec()))
+            .collect();
+        let keep = want.matches.len().min(limit);
+        if got != want.matches[..keep] || m.omitted != want.matches.len() - keep {
+            return Err(format!(
+                "{name} grep needle (limit {limit}): got {got:?} (+{}), want {:?}",
+                m.omitted,
+                &want.matches[..keep]
+            ));
+        }
+    }
+    // read: every UTF-8-named file's bytes, through random chunks.
+    for (p, c) in flat {
+        let (Some(c), Ok(p)) = (c, std::str::from_utf8(p)) else {
+            continue;
+        };
+        let b = mean
+            .read(&format!("{root}/{p}"), ReadRange::All)
+            .await
+            .map_err(e("read"))?;
+        if b.as_ref() != c.as_slice() {
+            return Err(format!("hostile read {p:?}: {:?}, want {:?}", b, c));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn hostile_order(t: &Target) -> CaseResult {
+    let bytes = t.exec.capabilities().binary_output;
+    let exec = t.exec.clone();
+    let scratch = t.scratch.clone();
+    property::check(
+        t,
+        move || (tree(bytes), any::<u64>(), 0usize..40),
+        move |(tree, seed, limit)| check_tree(exec.clone(), scratch.clone(), tree, seed, limit),
+    )
+    .await
+}
+
+/// The tools' commands carry their tool, so an adapter can route and count them.
+pub(crate) async fn commands_carry_their_tool(t: &Target) -> CaseResult {
+    struct Spy {
+        inner: Arc<dyn Exec>,
+        seen: std::sync::Mutex<Vec<Tool>>,
+    }
+    impl Exec for Spy {
+        fn provider(&self) -> &str {
+            self.inner.provider()
+        }
+        fn capabilities(&self) -> execseam_core::Capabilities {
+            self.inner.capabilities()
+        }
+        fn exec(
+            &self,
+            command: Command,
+        ) -> execseam_core::BoxFuture<'_, Result<execseam_core::Output, execseam_core::Error>>
+        {
+            self.seen.lock().expect("lock").push(command.tool().clone());
+            self.inner.exec(command)
+        }
+    }
+    let root = fixture(t).await?;
+    let spy = Spy {
+        inner: t.exec.clone(),
+        seen: Default::default(),
+    };
+    let tools = Tools::new(&spy);
+    let _ = tools.glob(&root, "**", 1).await;
+    let _ = tools.list(&root, Some(1), 1).await;
+    let _ = tools.grep(&root, "x", &GrepOptions::default(), 1).await;
+    let _ = tools
+        .read(&format!("{root}/README.md"), ReadRange::All)
+        .await;
+    let _ = tools.bash("true", None).await;
+    let seen = spy.seen.lock().expect("lock").clone();
+    let want = [Tool::GLOB, Tool::LIST, Tool::GREP, Tool::READ, Tool::BASH];
+    if seen != want {
+        return fail(format!("commands carried tools {seen:?}, want {want:?}"));
+    }
+    Ok(())
+}
