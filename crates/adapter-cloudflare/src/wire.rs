@@ -130,10 +130,7 @@ impl SseDecoder {
         }
         self.buf.extend_from_slice(chunk);
         let mut out = Vec::new();
-        loop {
-            let Some(pos) = self.buf.iter().position(|&b| b == b'\n' || b == b'\r') else {
-                break;
-            };
+        while let Some(pos) = self.buf.iter().position(|&b| b == b'\n' || b == b'\r') {
             let line = self.buf.split_to(pos);
             let end = self.buf.split_to(1)[0];
             if end == b'\r' {

@@ -91,4 +91,15 @@ async fn the_bridge_openapi_document_holds_for_the_emulator() {
     assert!(out.status.success(), "{}", show(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("schema check: passed"), "{}", show(&out));
+    // The summary (operations, test cases, failures dropped by the documented filter).
+    let summary: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.contains("SUMMARY"))
+        .collect();
+    println!("{}", summary.join("\n"));
+    assert!(
+        text.contains("Tested: 19"),
+        "every operation but the PTY must be tested:\n{}",
+        show(&out)
+    );
 }

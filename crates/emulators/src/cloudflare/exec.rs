@@ -54,7 +54,9 @@ pub(crate) async fn new_session(
     cwd: Option<&str>,
     env: &[(String, String)],
 ) -> std::io::Result<()> {
-    let dir = format!("{SESSIONS_DIR}/{id}");
+    // Any string is a session id here: name the directory by its hex, never by the id itself.
+    let hex: String = id.bytes().take(120).map(|b| format!("{b:02x}")).collect();
+    let dir = format!("{SESSIONS_DIR}/{hex}");
     let host = entry.sandbox.host_path(&dir);
     tokio::fs::create_dir_all(&host).await?;
     let cwd = cwd.unwrap_or(WORKSPACE);
@@ -260,7 +262,19 @@ pub(crate) async fn exec(
     };
     let cmd = match cmd {
         Ok(c) => c,
-        Err(_) => return text("Internal Server Error", 500),
+        Err(_) => {
+            // A NUL in argv reaches Bun.spawn inside the container, which throws; the SDK's
+            // exec rejects and the bridge reports it in the already open stream.
+            let frame = sse_event(
+                "error",
+                &serde_json::json!({
+                    "error": "The argument 'args' must be a string without null bytes",
+                    "code": "exec_error",
+                })
+                .to_string(),
+            );
+            return sse_response(Body::from(frame));
+        }
     };
 
     let (tx, rx) = mpsc::channel::<Raw>(64);
