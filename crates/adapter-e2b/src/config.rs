@@ -83,6 +83,8 @@ pub struct E2bConfig {
     pub api_routes: ApiRoutes,
     /// Kill a sandbox this adapter created when the last handle to it is dropped (default true).
     pub kill_on_drop: bool,
+    /// Serve the tools' `list` and `glob` from `ListDir` when provably exact (default true).
+    pub native_tools: bool,
 }
 
 impl fmt::Debug for E2bConfig {
@@ -104,6 +106,7 @@ impl fmt::Debug for E2bConfig {
             .field("user", &self.user)
             .field("api_routes", &self.api_routes)
             .field("kill_on_drop", &self.kill_on_drop)
+            .field("native_tools", &self.native_tools)
             .finish()
     }
 }
@@ -142,6 +145,7 @@ impl E2bConfig {
             user: None,
             api_routes: ApiRoutes::V2,
             kill_on_drop: true,
+            native_tools: true,
         }
     }
 

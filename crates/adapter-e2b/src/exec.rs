@@ -12,6 +12,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
 use execseam_core::degrade::{self, WrapOptions};
+use execseam_core::native::NativeRequest;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
     ExecStream, Exit, Output,
@@ -24,6 +25,7 @@ use crate::client::{ControlPlane, Envd, Health};
 use crate::config::E2bConfig;
 use crate::connect::{CallError, Code, RpcError, ServerStream};
 use crate::error::{self, Ctx, Gone, PROVIDER, Stage};
+use crate::native::{self, Native, Who};
 use crate::wire::{self, ProcessSelector};
 
 /// stdin up to this size goes in one `SendInput`; more goes through `StreamInput` in chunks of
@@ -428,6 +430,33 @@ impl E2bExec {
             Err(e) => Err(self
                 .inner
                 .fail(e, Ctx::new("stat", Stage::Idempotent))
+                .await),
+        }
+    }
+
+    /// Serves a tools listing from `Stat`/`ListDir` when the answer is provably the script's.
+    async fn native(&self, req: &NativeRequest) -> Result<Native, Error> {
+        let who = Who {
+            user: self.inner.user.as_deref().unwrap_or("user"),
+        };
+        let envd = &self.inner.envd;
+        let served = native::serve(
+            req,
+            &who,
+            |p: String| async move { envd.stat(&p).await },
+            |p: String, depth| async move { envd.list_dir(&p, depth).await },
+        )
+        .await;
+        match served {
+            Ok(n) => {
+                if matches!(n, Native::RunScript) {
+                    tracing::debug!(provider = PROVIDER, tool = %req.tool(), "native listing not provably exact: running the script");
+                }
+                Ok(n)
+            }
+            Err(e) => Err(self
+                .inner
+                .fail(e, Ctx::new("exec", Stage::Idempotent))
                 .await),
         }
     }
@@ -865,11 +894,26 @@ impl Exec for E2bExec {
     }
 
     fn capabilities(&self) -> Capabilities {
-        crate::CAPABILITIES
+        let mut c = crate::CAPABILITIES;
+        if !self.inner.config.native_tools {
+            c.native_tools = &[];
+        }
+        c
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        Box::pin(async move { self.start(command).await?.collect().await })
+        Box::pin(async move {
+            if self.inner.config.native_tools
+                && let Some(req) = NativeRequest::parse(&command)
+                && matches!(req, NativeRequest::List(_) | NativeRequest::Glob(_))
+            {
+                match self.native(&req).await? {
+                    Native::Output(out) => return Ok(out),
+                    Native::RunScript => {}
+                }
+            }
+            self.start(command).await?.collect().await
+        })
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {

@@ -21,6 +21,7 @@
 //! | streaming | yes: envd's data events, as they come (≤ 32 KiB each) |
 //! | remote kill | yes: dropping an exec or its stream sends `SendSignal SIGKILL` (by tag until the pid is known) |
 //! | binary output | yes (base64 bytes) |
+//! | native tools | `list` and `glob` from `filesystem.Filesystem/ListDir` (with `depth`) when the answer is provably what `find` would print (see below); otherwise, and for `grep`, the script runs |
 //!
 //! # Exit status
 //!
@@ -40,6 +41,16 @@
 //!   ambiguous `unavailable` (or a cut stream) is resolved by probing `GET /health`, as the SDK
 //!   does. See [`error`](crate#errors) below for the four timeouts.
 //!
+//! # Native listings
+//!
+//! Commands built by `execseam-tools` for [`Tool::LIST`] and [`Tool::GLOB`] (recognised with
+//! [`execseam_core::native::NativeRequest::parse`]) are answered from `Stat` + `ListDir` instead
+//! of running `find`, but only when the result is certain to be byte-identical: envd's filesystem
+//! calls run as root while commands run as the sandbox user, so every directory `find` would read
+//! must be readable by that user according to the reported owner, group and mode (supplementary
+//! groups are not counted); a symlinked root, an entry reported outside the root or any unexpected
+//! `ListDir` error runs the script instead. [`E2bConfig::native_tools`] turns this off.
+//!
 //! # Errors
 //!
 //! See the module docs of `error.rs` (rendered in `docs/adapters/e2b.md`): every HTTP status,
@@ -48,13 +59,14 @@
 //! told apart.
 #![warn(missing_docs)]
 
-use execseam_core::{Capabilities, Delivery};
+use execseam_core::{Capabilities, Delivery, Tool};
 
 mod client;
 mod config;
 mod connect;
 mod error;
 mod exec;
+mod native;
 pub mod wire;
 
 pub use config::{ApiRoutes, E2bConfig, ENVD_PORT, SHARED_HOST_DOMAINS};
@@ -72,5 +84,5 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     binary_output: true,
     max_stdin: None,
     max_output: None,
-    native_tools: &[],
+    native_tools: &[Tool::LIST, Tool::GLOB],
 };

@@ -242,7 +242,12 @@ fn walk(
     let mut entries: Vec<_> = std::fs::read_dir(&host)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
-        let name = e.file_name().to_string_lossy().into_owned();
+        // envd's protojson marshalling rejects strings that are not UTF-8: the whole call fails.
+        let Some(name) = e.file_name().to_str().map(str::to_owned) else {
+            return Err(io::Error::other(
+                "proto: field filesystem.EntryInfo.name contains invalid UTF-8",
+            ));
+        };
         let md = std::fs::symlink_metadata(e.path())?;
         let path = format!("{}/{name}", requested.trim_end_matches('/'));
         out.push(entry_json(

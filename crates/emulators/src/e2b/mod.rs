@@ -104,6 +104,9 @@ pub(crate) struct Sbx {
     started_at: SystemTime,
     end_at: Mutex<(Instant, SystemTime)>,
     procs: Mutex<HashMap<u32, Arc<process::Proc>>>,
+    /// Set (before its processes are killed) when the sandbox goes away: its open streams end
+    /// the way the proxy ends them, not with the killed processes' end events.
+    gone: tokio::sync::watch::Sender<bool>,
 }
 
 impl Sbx {
@@ -113,6 +116,7 @@ impl Sbx {
     }
 
     fn kill_all(&self) {
+        self.gone.send_replace(true);
         let procs: Vec<_> = self
             .procs
             .lock()
@@ -206,6 +210,7 @@ impl State {
             started_at: SystemTime::now(),
             end_at: Mutex::new((Instant::now(), SystemTime::now())),
             procs: Mutex::new(HashMap::new()),
+            gone: tokio::sync::watch::channel(false).0,
         });
         sbx.set_lifetime(timeout);
         self.sandboxes

@@ -472,12 +472,17 @@ struct StreamPlan {
     proc: Arc<Proc>,
     state: Arc<State>,
     sandbox_id: String,
+    gone: tokio::sync::watch::Receiver<bool>,
     /// Kill the process and end with `deadline_exceeded` at this instant (Start); on Connect
     /// only the stream ends.
     deadline: Option<Instant>,
     kill_at_deadline: bool,
     keepalive: Duration,
     mode: Mode,
+}
+
+fn is_gone(gone: &tokio::sync::watch::Receiver<bool>) -> bool {
+    *gone.borrow()
 }
 
 async fn run_stream(p: StreamPlan) {
@@ -487,6 +492,7 @@ async fn run_stream(p: StreamPlan) {
         proc,
         state,
         sandbox_id,
+        mut gone,
         deadline,
         kill_at_deadline,
         keepalive,
@@ -513,6 +519,11 @@ async fn run_stream(p: StreamPlan) {
         _ => {}
     }
     let vanish_at = (mode == Mode::Vanish).then(|| Instant::now() + Duration::from_millis(300));
+    let lost = RpcError::new(
+        "unavailable",
+        format!("the connection to sandbox {sandbox_id} ended before the stream completed"),
+    );
+    let gone_now = gone.clone();
     let mut ping_at = Instant::now() + keepalive;
     let at = |t: Option<Instant>| async move {
         match t {
@@ -524,6 +535,11 @@ async fn run_stream(p: StreamPlan) {
         tokio::select! {
             () = tx.closed() => return,
             ev = sub.recv() => match ev {
+                // The sandbox went away (its processes were killed after this was set).
+                _ if is_gone(&gone_now) => {
+                    let _ = tx.send(Ok(end_stream(Some(&lost)))).await;
+                    return;
+                }
                 Some(Out::End(end)) => {
                     match mode {
                         Mode::Cut => {
@@ -565,11 +581,13 @@ async fn run_stream(p: StreamPlan) {
             }
             () = at(vanish_at) => {
                 state.kill(&sandbox_id);
-                let e = RpcError::new(
-                    "unavailable",
-                    format!("the connection to sandbox {sandbox_id} ended before the stream completed"),
-                );
-                let _ = tx.send(Ok(end_stream(Some(&e)))).await;
+                let _ = tx.send(Ok(end_stream(Some(&lost)))).await;
+                return;
+            }
+            ok = async { gone.wait_for(|g| *g).await.is_ok() } => {
+                if ok {
+                    let _ = tx.send(Ok(end_stream(Some(&lost)))).await;
+                }
                 return;
             }
         }
@@ -678,6 +696,7 @@ async fn start(mut req: EnvdRequest) -> Response {
         proc,
         state: req.state.clone(),
         sandbox_id: req.sbx.id.clone(),
+        gone: req.sbx.gone.subscribe(),
         deadline: timeout.map(|t| Instant::now() + t),
         kill_at_deadline: true,
         keepalive,
@@ -746,6 +765,7 @@ async fn connect(mut req: EnvdRequest) -> Response {
         proc,
         state: req.state.clone(),
         sandbox_id: req.sbx.id.clone(),
+        gone: req.sbx.gone.subscribe(),
         deadline: timeout.map(|t| Instant::now() + t),
         kill_at_deadline: false,
         keepalive,

@@ -1,0 +1,409 @@
+//! The adapter against the emulator, beyond the conformance suite: the wire it sends, the four
+//! timeouts, the E2B-specific stream faults, stdin paths, files, control-plane routes, and the
+//! native listings proven byte-identical to the scripts they replace.
+
+use std::time::{Duration, Instant};
+
+use execseam_core::native::{GlobRequest, NativeRequest, records};
+use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit, Retry, Tool};
+use execseam_e2b::{ApiRoutes, E2bConfig, E2bExec};
+use execseam_emulators::e2b::{E2bEmulator, RecordedRequest, StreamFault};
+use execseam_emulators::{EmulatorOptions, Fault};
+
+async fn emulator() -> E2bEmulator {
+    E2bEmulator::start(EmulatorOptions::default())
+        .await
+        .expect("the emulator starts")
+}
+
+fn config(emu: &E2bEmulator) -> E2bConfig {
+    let mut c = E2bConfig::new(emu.api_key());
+    c.api_url = Some(emu.base_url().parse().unwrap());
+    c.sandbox_url = Some(emu.base_url().parse().unwrap());
+    c
+}
+
+fn sh(script: &str) -> Command {
+    Command::new(["sh", "-c", script]).unwrap()
+}
+
+fn requests(emu: &E2bEmulator, path: &str) -> Vec<RecordedRequest> {
+    emu.requests()
+        .into_iter()
+        .filter(|r| r.path == path)
+        .collect()
+}
+
+/// Waits until the emulator tracks no process in the sandbox.
+async fn no_process_left(emu: &E2bEmulator, id: &str) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !emu.processes(id).is_empty() {
+        assert!(
+            Instant::now() < until,
+            "processes still running: {:?}",
+            emu.processes(id)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_wire_matches_the_sdk() {
+    let emu = emulator().await;
+    let exec = E2bExec::create(config(&emu)).await.unwrap();
+    let out = exec
+        .exec(
+            Command::builder(["cat"])
+                .stdin("in")
+                .env("A", "1")
+                .workdir("/tmp")
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(&out.stdout[..], b"in");
+
+    let create = &requests(&emu, "/v2/sandboxes")[0];
+    assert_eq!(create.method, "POST");
+    assert_eq!(create.headers["x-api-key"], "<present>");
+
+    let start = &requests(&emu, "/process.Process/Start")[0];
+    let h = &start.headers;
+    assert_eq!(h["content-type"], "application/connect+json");
+    assert_eq!(h["connect-protocol-version"], "1");
+    assert_eq!(h["connect-accept-encoding"], "identity");
+    assert_eq!(h["keepalive-ping-interval"], "50");
+    assert_eq!(h["e2b-sandbox-id"], exec.sandbox_id());
+    assert_eq!(h["e2b-sandbox-port"], "49983");
+    assert_eq!(h["x-access-token"], "<present>");
+    assert!(h["user-agent"].starts_with("execseam-e2b/"), "{h:?}");
+    assert!(
+        !h.contains_key("connect-timeout-ms"),
+        "no command deadline unless configured: envd would kill at it"
+    );
+    assert!(!h.contains_key("authorization"), "envd's default user");
+
+    let input = &requests(&emu, "/process.Process/SendInput")[0];
+    assert_eq!(input.headers["content-type"], "application/json");
+    assert!(input.headers.contains_key("connect-timeout-ms"));
+    assert_eq!(requests(&emu, "/process.Process/CloseStdin").len(), 1);
+    // Without stdin nothing is sent after the start.
+    let before = emu.requests().len();
+    exec.exec(Command::new(["true"]).unwrap()).await.unwrap();
+    let after: Vec<_> = emu.requests()[before..]
+        .iter()
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(after, ["/process.Process/Start"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_deadline_is_timeout_command_with_partial_output_and_kills() {
+    let emu = emulator().await;
+    let mut c = config(&emu);
+    c.command_timeout = Some(Duration::from_secs(1));
+    let exec = E2bExec::create(c).await.unwrap();
+    let started = Instant::now();
+    let err = exec
+        .exec(sh("echo start; exec sleep 30"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout(Deadline::Command), "{err}");
+    assert_eq!(err.retry(), Retry::Unsafe);
+    assert_eq!(&err.partial().unwrap().stdout[..], b"start\n");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let start = &requests(&emu, "/process.Process/Start")[0];
+    assert_eq!(start.headers["connect-timeout-ms"], "1000");
+    no_process_left(&emu, exec.sandbox_id()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sandbox_lifetime_running_out_is_told_apart_from_a_killed_sandbox() {
+    let emu = emulator().await;
+    let mut c = config(&emu);
+    c.sandbox_timeout = Duration::from_secs(2);
+    let exec = E2bExec::create(c.clone()).await.unwrap();
+    let err = exec.exec(sh("printf a; sleep 30")).await.unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::Timeout(Deadline::SandboxLifetime),
+        "{err}"
+    );
+    assert_eq!(err.retry(), Retry::Never);
+    assert_eq!(&err.partial().unwrap().stdout[..], b"a");
+    // Later calls say the same.
+    let err = exec.exec(sh("true")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout(Deadline::SandboxLifetime));
+
+    // Killed well before its lifetime: NotFound, mid-command and after.
+    c.sandbox_timeout = Duration::from_secs(600);
+    let exec = E2bExec::create(c).await.unwrap();
+    let id = exec.sandbox_id().to_owned();
+    let running = tokio::spawn({
+        let exec = exec.clone();
+        async move { exec.exec(sh("printf b; sleep 30")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(emu.kill_sandbox(&id));
+    let err = running.await.unwrap().unwrap_err();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::NotFound, Retry::Never),
+        "{err}"
+    );
+    let err = exec.exec(sh("true")).await.unwrap_err();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::NotFound, Retry::Never)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_in_stream_error_after_the_start_is_unsafe_and_the_process_is_killed() {
+    let emu = emulator().await;
+    let exec = E2bExec::create(config(&emu)).await.unwrap();
+    emu.arm_stream_fault(StreamFault::Error {
+        code: "internal",
+        message: "error sending data event: broken".into(),
+    });
+    let err = exec.exec(sh("sleep 30")).await.unwrap_err();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::Internal, Retry::Unsafe),
+        "{err}"
+    );
+    assert_eq!(err.code(), Some("internal"));
+    no_process_left(&emu, exec.sandbox_id()).await;
+
+    emu.arm_stream_fault(StreamFault::Error {
+        code: "canceled",
+        message: "canceled".into(),
+    });
+    let err = exec.exec(sh("sleep 30")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout(Deadline::Request), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_without_an_end_event_is_a_protocol_error_never_an_exit() {
+    let emu = emulator().await;
+    let exec = E2bExec::create(config(&emu)).await.unwrap();
+    emu.arm_stream_fault(StreamFault::NoEndEvent);
+    let err = exec.exec(sh("printf out; exit 4")).await.unwrap_err();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::Protocol, Retry::Unsafe),
+        "{err}"
+    );
+    assert_eq!(&err.partial().unwrap().stdout[..], b"out");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dropping_a_stream_kills_the_process() {
+    let emu = emulator().await;
+    let exec = E2bExec::create(config(&emu)).await.unwrap();
+    let mut stream = exec
+        .streaming()
+        .unwrap()
+        .exec_stream(sh("echo up; exec sleep 60"))
+        .await
+        .unwrap();
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(first, execseam_core::Event::Stdout("up\n".into()));
+    assert_eq!(emu.processes(exec.sandbox_id()).len(), 1);
+    drop(stream);
+    no_process_left(&emu, exec.sandbox_id()).await;
+    let kill = &requests(&emu, "/process.Process/SendSignal")[0];
+    assert_eq!(kill.headers["content-type"], "application/json");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stdin_paths_and_a_command_that_does_not_read_it() {
+    let emu = emulator().await;
+    let exec = E2bExec::create(config(&emu)).await.unwrap();
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let out = exec
+        .exec(
+            Command::builder(["cat"])
+                .stdin(big.clone())
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.stdout.len(), big.len());
+    assert!(out.stdout == big);
+    assert_eq!(requests(&emu, "/process.Process/StreamInput").len(), 1);
+    // A command that never reads its stdin is still an Ok result (as with a local pipe).
+    for script in ["exit 0", "head -c 1"] {
+        let out = exec
+            .exec(
+                Command::builder(["sh", "-c", script])
+                    .stdin(big.clone())
+                    .build()
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert!(out.exit.success(), "{script}: {out:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn files_users_and_the_control_plane() {
+    let emu = emulator().await;
+    let mut c = config(&emu);
+    c.api_routes = ApiRoutes::Legacy;
+    let exec = E2bExec::create(c.clone()).await.unwrap();
+    assert_eq!(requests(&emu, "/sandboxes").len(), 1, "the legacy route");
+
+    exec.write_file("/home/user/a/b.txt", "hello")
+        .await
+        .unwrap();
+    assert_eq!(
+        &exec.read_file("/home/user/a/b.txt").await.unwrap()[..],
+        b"hello"
+    );
+    let out = exec.exec(sh("cat /home/user/a/b.txt")).await.unwrap();
+    assert_eq!(&out.stdout[..], b"hello");
+    let err = exec.read_file("/home/user/nope").await.unwrap_err();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::NotFound, Retry::Never)
+    );
+    let entries = exec.list_dir("/home/user", 2).await.unwrap();
+    let paths: Vec<_> = entries.iter().map(|e| e.path.as_str()).collect();
+    assert!(paths.contains(&"/home/user/a/b.txt"), "{paths:?}");
+    let st = exec.stat("/home/user/a/b.txt").await.unwrap();
+    assert_eq!(st.size, 5);
+
+    // Connect to the same sandbox by id; run as root.
+    let mut root = c.clone();
+    root.user = Some("root".into());
+    let again = E2bExec::connect(root, exec.sandbox_id()).await.unwrap();
+    assert_eq!(
+        requests(&emu, &format!("/sandboxes/{}/connect", exec.sandbox_id())).len(),
+        1
+    );
+    let out = again.exec(sh("printf %s \"$HOME\"")).await.unwrap();
+    assert_eq!(&out.stdout[..], b"/root");
+    let start = requests(&emu, "/process.Process/Start");
+    assert_eq!(start.last().unwrap().headers["authorization"], "<present>");
+
+    assert!(again.kill().await.unwrap());
+    assert!(!again.kill().await.unwrap(), "a second kill finds nothing");
+    let err = exec.exec(sh("true")).await.unwrap_err();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::NotFound, Retry::Never)
+    );
+
+    // Connecting to a sandbox that does not exist.
+    let err = E2bExec::connect(c.clone(), "inope").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+
+    // Create faults: the control plane's own answers.
+    emu.faults().arm(
+        "create",
+        Fault::RateLimited {
+            retry_after_secs: 2,
+        },
+    );
+    let err = E2bExec::create(c.clone()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RateLimited);
+    assert_eq!(
+        err.retry(),
+        Retry::Safe {
+            after: Some(Duration::from_secs(2))
+        }
+    );
+    let mut bad = c;
+    bad.api_key = "".to_owned().into();
+    let err = E2bExec::create(bad).await.unwrap_err();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::Unauthenticated, Retry::Never)
+    );
+}
+
+/// The script's records, sorted (the library sorts; order is not part of the contract).
+fn sorted_records(stdout: &[u8]) -> Vec<Vec<u8>> {
+    let mut v: Vec<Vec<u8>> = records(stdout).unwrap().map(<[u8]>::to_vec).collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn native_listings_are_byte_identical_to_the_scripts() {
+    let emu = emulator().await;
+    let exec = E2bExec::create(config(&emu)).await.unwrap();
+    let tree = "set -e; r=/home/user/t; mkdir -p $r/a/b/c $r/empty $r/'sp ace' $r/locked; \
+        printf x > $r/top.txt; printf y > $r/a/one.rs; printf z > $r/a/b/two.rs; printf w > $r/a/b/c/three.txt; \
+        printf q > \"$r/sp ace/new
+line.rs\"; ln -s ../top.txt $r/a/link.txt; ln -s b $r/a/dirlink; mkfifo $r/a/fifo; \
+        printf s > $r/locked/secret; chmod 700 $r/locked; ln -s /home/user/t /home/user/tlink; printf f > /home/user/file";
+    let out = exec.exec(sh(tree)).await.unwrap();
+    assert!(out.exit.success(), "{out:?}");
+
+    let list = |root: &str, depth| NativeRequest::list(root, depth);
+    let glob = |start: &str, name: Option<&str>| {
+        NativeRequest::Glob(GlobRequest {
+            root: "/home/user/t".into(),
+            start: start.into(),
+            name: name.map(Into::into),
+        })
+    };
+    // (request, served natively?)
+    let cases = [
+        (list("/home/user/t", Some(1)), true),
+        (list("/home/user/t/a", Some(2)), true),
+        (list("/home/user/t/a", None), true),
+        // `locked` is 0700 root: the sandbox user could not read it, so ListDir's answer (as
+        // root) is not what `find` would print: the script runs. At depth 1 it is not read.
+        (list("/home/user/t", Some(2)), false),
+        (list("/home/user/t", None), false),
+        (list("/home/user/nope", None), true),
+        (list("/home/user/file", Some(1)), true),
+        (list("/home/user/tlink", Some(1)), false),
+        (glob("", Some("*.rs")), false),
+        (glob("a", Some("*.rs")), true),
+        (glob("a", None), true),
+        (glob("a/b", Some("t*")), true),
+        (glob("missing", None), true),
+        (glob("top.txt", None), true),
+    ];
+    for (req, native) in cases {
+        let cmd = req.command().unwrap();
+        let script = cmd.clone().into_builder().tool(Tool::EXEC).build().unwrap();
+        let starts_before = requests(&emu, "/process.Process/Start").len();
+        let got = exec.exec(cmd).await.unwrap();
+        let served_natively = requests(&emu, "/process.Process/Start").len() == starts_before;
+        let want = exec.exec(script).await.unwrap();
+        assert_eq!(served_natively, native, "{req:?}");
+        assert_eq!(got.exit, want.exit, "{req:?}: {got:?} vs {want:?}");
+        assert_eq!(got.stderr, want.stderr, "{req:?}");
+        if got.exit == Exit::Code(execseam_core::native::STATUS) {
+            assert_eq!(got.stdout, want.stdout, "{req:?}");
+        } else {
+            assert_eq!(
+                sorted_records(&got.stdout),
+                sorted_records(&want.stdout),
+                "{req:?}"
+            );
+        }
+    }
+    // The native path made ListDir calls.
+    assert!(!requests(&emu, "/filesystem.Filesystem/ListDir").is_empty());
+
+    // Turned off: every listing runs its script.
+    let mut c = config(&emu);
+    c.native_tools = false;
+    let plain = E2bExec::create(c).await.unwrap();
+    assert!(plain.capabilities().native_tools.is_empty());
+    let before = requests(&emu, "/process.Process/Start").len();
+    plain
+        .exec(list("/home/user", Some(1)).command().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(requests(&emu, "/process.Process/Start").len(), before + 1);
+}
