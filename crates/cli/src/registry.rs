@@ -33,6 +33,61 @@ pub fn all() -> Vec<Adapter> {
             },
         },
         // @adapters: each adapter adds one entry here.
+        Adapter {
+            name: "cloudflare",
+            about: "Cloudflare Sandbox through the sandbox bridge Worker (CLOUDFLARE_SANDBOX_ID or a new sandbox; EXECSEAM_CLOUDFLARE_MODE=exact for byte-exact output)",
+            env: execseam_cloudflare::ENV_VARS,
+            capabilities: || {
+                let mode = std::env::var("EXECSEAM_CLOUDFLARE_MODE")
+                    .ok()
+                    .and_then(|m| m.parse().ok())
+                    .unwrap_or_default();
+                execseam_cloudflare::CloudflareExec::capabilities_of(mode)
+            },
+            connect: || {
+                Box::pin(async {
+                    Ok(Arc::new(execseam_cloudflare::CloudflareExec::from_env().await?) as Arc<dyn Exec>)
+                })
+            },
+        },
+        Adapter {
+            name: "daytona",
+            about: "Daytona sandboxes (each command in its own session; DAYTONA_SANDBOX_ID or a new sandbox)",
+            env: &[
+                "DAYTONA_API_KEY",
+                "DAYTONA_JWT_TOKEN",
+                "DAYTONA_ORGANIZATION_ID",
+                "DAYTONA_API_URL",
+                "DAYTONA_TARGET",
+                "DAYTONA_SANDBOX_ID",
+                "DAYTONA_SNAPSHOT",
+                "EXECSEAM_DAYTONA_TEMP_DIR",
+            ],
+            capabilities: || execseam_daytona::CAPABILITIES,
+            connect: || {
+                Box::pin(async {
+                    let config = execseam_daytona::DaytonaConfig::from_env()?;
+                    Ok(Arc::new(execseam_daytona::DaytonaExec::connect(config).await?) as Arc<dyn Exec>)
+                })
+            },
+        },
+        Adapter {
+            name: "agentcore",
+            about: "AWS Bedrock AgentCore Code Interpreter (a session per run unless AGENTCORE_SESSION_ID is set)",
+            env: execseam_agentcore::AgentCoreConfig::ENV,
+            capabilities: || {
+                execseam_agentcore::AgentCoreConfig::from_env()
+                    .map(|c| {
+                        execseam_agentcore::capabilities_for(c.exec_mode(), c.is_exact_output())
+                    })
+                    .unwrap_or(execseam_agentcore::CAPABILITIES)
+            },
+            connect: || {
+                Box::pin(async {
+                    Ok(Arc::new(execseam_agentcore::AgentCoreExec::from_env().await?) as Arc<dyn Exec>)
+                })
+            },
+        },
     ]
 }
 
