@@ -27,7 +27,12 @@ exec cat "$p"
 /// commit). An existing regular file's mode is kept (`cp -p`, then overwritten).
 const WRITE_SCRIPT: &str = r#"f() { printf 'execseam-tools: %s: %s\n' "$1" "$2" >&2; exit 3; }
 p=$1; t=$2; d=${p%/*}; [ -n "$d" ] || d=/
-[ -z "$3" ] || mkdir -p "$d" 2>/dev/null || :
+if [ -n "$3" ] && [ ! -d "$d" ]; then
+  m=$(mkdir -p "$d" 2>&1) || case $m in
+  *'ermission denied'*) f permission-denied "$d";;
+  *'ot a directory'*|*'ile exists'*) f not-a-directory "$d";;
+  esac
+fi
 if [ ! -d "$d" ]; then
   [ -e "$d" ] && f not-a-directory "$d"
   case $(ls -d -- "$d" 2>&1) in *'ermission denied'*) f permission-denied "$d";; esac
