@@ -13,7 +13,8 @@ use tokio::sync::mpsc;
 
 use super::routes::{MAX_BODY, read_body, session_header};
 use super::wire::{
-    Utf8Stream, base64, error_json, resolve_workspace_path, shell_quote, sse_event, text,
+    Utf8Stream, base64, error_body, error_json, resolve_workspace_path, shell_quote, sse_event,
+    text,
 };
 use super::{Entry, Session, State, WORKSPACE};
 use crate::harness::{ConnControl, Fault, reset_connection};
@@ -267,11 +268,10 @@ pub(crate) async fn exec(
             // exec rejects and the bridge reports it in the already open stream.
             let frame = sse_event(
                 "error",
-                &serde_json::json!({
-                    "error": "The argument 'args' must be a string without null bytes",
-                    "code": "exec_error",
-                })
-                .to_string(),
+                &error_body(
+                    "The argument 'args' must be a string without null bytes",
+                    "exec_error",
+                ),
             );
             return sse_response(Body::from(frame));
         }
@@ -385,11 +385,7 @@ fn frames(
                     match terminated(&st.f) {
                         Some(sid) => s.push_str(&sse_event(
                             "error",
-                            &serde_json::json!({
-                                "error": format!("Session '{sid}' terminated: the command exited the session's shell (exit code {code})"),
-                                "code": "exec_error",
-                            })
-                            .to_string(),
+                            &error_body(&format!("Session '{sid}' terminated: the command exited the session's shell (exit code {code})"), "exec_error"),
                         )),
                         None => s.push_str(&sse_event(
                             "exit",
@@ -408,14 +404,10 @@ fn frames(
                     match &st.f.session {
                         Some(sid) => s.push_str(&sse_event(
                             "error",
-                            &serde_json::json!({
-                                "error": format!(
+                            &error_body(&format!(
                                     "Failed to execute command '{}' in session '{sid}': Command timeout after {ms}ms",
                                     st.f.command
-                                ),
-                                "code": "exec_error",
-                            })
-                            .to_string(),
+                                ), "exec_error"),
                         )),
                         None => {
                             let line = format!(
@@ -433,10 +425,7 @@ fn frames(
                     if st.cut {
                         return None;
                     }
-                    Some(sse_event(
-                        "error",
-                        &serde_json::json!({ "error": msg, "code": "exec_error" }).to_string(),
-                    ))
+                    Some(sse_event("error", &error_body(&msg, "exec_error")))
                 }
                 None => {
                     // The runner was killed with the sandbox (destroyed while the command ran).
@@ -446,11 +435,10 @@ fn frames(
                     }
                     Some(sse_event(
                         "error",
-                        &serde_json::json!({
-                            "error": "Container stopped while the command was running: the sandbox was destroyed",
-                            "code": "exec_error",
-                        })
-                        .to_string(),
+                        &error_body(
+                            "Container stopped while the command was running: the sandbox was destroyed",
+                            "exec_error",
+                        ),
                     ))
                 }
             };

@@ -250,3 +250,221 @@ impl Drop for CloudflareEmulator {
 pub async fn start(options: EmulatorOptions) -> std::io::Result<Emulator> {
     Ok(CloudflareEmulator::start(options).await?.into_emulator())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn emulator() -> (CloudflareEmulator, reqwest::Client) {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let emu = CloudflareEmulator::start(EmulatorOptions {
+            token: Some("k".into()),
+            ..EmulatorOptions::default()
+        })
+        .await
+        .expect("emulator");
+        (emu, reqwest::Client::new())
+    }
+
+    async fn status_body(r: reqwest::RequestBuilder) -> (u16, String) {
+        let resp = r.send().await.expect("request");
+        let status = resp.status().as_u16();
+        (status, resp.text().await.expect("body"))
+    }
+
+    #[tokio::test]
+    async fn routing_auth_and_error_shapes_follow_the_bridge() {
+        let (emu, http) = emulator().await;
+        let base = emu.base_url();
+        // The id is checked before auth, on every sandbox route.
+        let (s, b) = status_body(http.get(format!("{base}/v1/sandbox/NOT-base32/running"))).await;
+        assert_eq!(
+            (s, b.as_str()),
+            (
+                400,
+                r#"{"error":"Invalid sandbox ID format","code":"invalid_request"}"#
+            )
+        );
+        let (s, b) = status_body(http.post(format!("{base}/v1/sandbox"))).await;
+        assert_eq!(
+            (s, b.as_str()),
+            (401, r#"{"error":"Unauthorized","code":"unauthorized"}"#)
+        );
+        // Case-insensitive scheme on /v1/sandbox*, exact on /v1/pool/*.
+        let (s, b) = status_body(
+            http.post(format!("{base}/v1/sandbox"))
+                .header("authorization", "bearer k"),
+        )
+        .await;
+        assert_eq!(s, 200, "{b}");
+        let id: serde_json::Value = serde_json::from_str(&b).unwrap();
+        let id = id["id"].as_str().unwrap().to_owned();
+        assert!(id.len() == 26 && wire::valid_sandbox_id(&id), "{id}");
+        assert!(
+            emu.sandbox_ids().is_empty(),
+            "minting an id assigns no container"
+        );
+        let (s, _) = status_body(
+            http.get(format!("{base}/v1/pool/stats"))
+                .header("authorization", "bearer k"),
+        )
+        .await;
+        assert_eq!(s, 401);
+        let (s, _) = status_body(http.get(format!("{base}/v1/pool/stats")).bearer_auth("k")).await;
+        assert_eq!(s, 200);
+        let (s, _) = status_body(http.get(format!("{base}/v1/openapi.json?token=k"))).await;
+        assert_eq!(s, 200);
+        assert_eq!(
+            status_body(http.get(format!("{base}/health"))).await,
+            (200, r#"{"ok":true}"#.into())
+        );
+        assert_eq!(
+            status_body(http.get(format!("{base}/elsewhere"))).await,
+            (404, "Not Found".into())
+        );
+        assert_eq!(
+            status_body(http.get(format!("{base}/v1/nope")).bearer_auth("k")).await,
+            (404, "404 Not Found".into())
+        );
+        // DELETE of an id that never had a container: 204, and still none.
+        let (s, _) = status_body(
+            http.delete(format!("{base}/v1/sandbox/{id}"))
+                .bearer_auth("k"),
+        )
+        .await;
+        assert_eq!(s, 204);
+        assert!(emu.sandbox_ids().is_empty());
+    }
+
+    #[tokio::test]
+    async fn exec_sse_bytes_sessions_and_containment() {
+        let (emu, http) = emulator().await;
+        let base = emu.base_url();
+        let exec = format!("{base}/v1/sandbox/abc/exec");
+        let (s, b) = status_body(
+            http.post(&exec)
+                .bearer_auth("k")
+                .json(&serde_json::json!({"argv": ["printf", "hi"]})),
+        )
+        .await;
+        assert_eq!(s, 200);
+        assert_eq!(
+            b,
+            "event: stdout\ndata: aGk=\n\nevent: exit\ndata: {\"exit_code\":0}\n\n"
+        );
+        let (s, b) = status_body(
+            http.post(&exec)
+                .bearer_auth("k")
+                .header("session-id", "a..b")
+                .json(&serde_json::json!({"argv": ["true"]})),
+        )
+        .await;
+        assert_eq!(
+            (s, b.as_str()),
+            (
+                400,
+                r#"{"error":"Invalid session ID format","code":"invalid_request"}"#
+            )
+        );
+        let (s, b) = status_body(
+            http.post(&exec)
+                .bearer_auth("k")
+                .json(&serde_json::json!({"argv": ["true"], "cwd": "../etc"})),
+        )
+        .await;
+        assert_eq!(
+            (s, b.as_str()),
+            (
+                403,
+                r#"{"error":"cwd must resolve to a location within /workspace","code":"invalid_request"}"#
+            )
+        );
+        let (s, b) = status_body(http.post(&exec).bearer_auth("k").body("{nope")).await;
+        assert_eq!(
+            (s, b.as_str()),
+            (
+                400,
+                r#"{"error":"Invalid JSON body","code":"invalid_request"}"#
+            )
+        );
+        // Two sandboxes do not share /workspace.
+        let (s, _) = status_body(
+            http.put(format!("{base}/v1/sandbox/abc/file/workspace/x/f"))
+                .bearer_auth("k")
+                .body("A"),
+        )
+        .await;
+        assert_eq!(s, 200);
+        let (s, b) = status_body(
+            http.get(format!("{base}/v1/sandbox/abd/file/workspace/x/f"))
+                .bearer_auth("k"),
+        )
+        .await;
+        assert_eq!(
+            (s, b.as_str()),
+            (
+                404,
+                r#"{"error":"File not found: /workspace/x/f","code":"workspace_read_not_found"}"#
+            )
+        );
+        assert_eq!(
+            status_body(
+                http.get(format!("{base}/v1/sandbox/abc/file/workspace/x/f"))
+                    .bearer_auth("k")
+            )
+            .await,
+            (200, "A".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_client_that_goes_away_does_not_stop_the_command_but_destroying_the_sandbox_does() {
+        let (emu, http) = emulator().await;
+        let base = emu.base_url();
+        let exec = format!("{base}/v1/sandbox/abc/exec");
+        let resp = http
+            .post(&exec)
+            .bearer_auth("k")
+            .json(&serde_json::json!({"argv": ["sh", "-c", "sleep 1; echo done > /workspace/f"]}))
+            .send()
+            .await
+            .unwrap();
+        drop(resp);
+        tokio::time::sleep(std::time::Duration::from_millis(1800)).await;
+        assert_eq!(
+            status_body(
+                http.get(format!("{base}/v1/sandbox/abc/file/workspace/f"))
+                    .bearer_auth("k")
+            )
+            .await,
+            (200, "done\n".into())
+        );
+        // Destroyed mid-command: an SSE error event, and the id comes back with a fresh sandbox.
+        let emu = Arc::new(emu);
+        let killer = {
+            let emu = emu.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                emu.destroy_sandbox("abc")
+            })
+        };
+        let (s, b) = status_body(
+            http.post(&exec)
+                .bearer_auth("k")
+                .json(&serde_json::json!({"argv": ["sleep", "30"]})),
+        )
+        .await;
+        assert!(killer.await.unwrap());
+        assert_eq!(s, 200);
+        assert!(
+            b.starts_with("event: error\ndata: {") && b.contains("\"code\":\"exec_error\""),
+            "{b}"
+        );
+        let (s, _) = status_body(
+            http.get(format!("{base}/v1/sandbox/abc/file/workspace/f"))
+                .bearer_auth("k"),
+        )
+        .await;
+        assert_eq!(s, 404, "a fresh, empty workspace");
+    }
+}

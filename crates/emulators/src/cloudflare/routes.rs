@@ -720,14 +720,18 @@ fn session_delete(entry: Arc<Entry>, sid: &str) -> Response<Body> {
     match removed {
         Some(s) => {
             let _ = std::fs::remove_dir_all(entry.sandbox.host_path(&s.dir));
-            json(
-                &serde_json::json!({
-                    "success": true,
-                    "sessionId": sid,
-                    "timestamp": super::exec::timestamp(),
-                }),
-                200,
-            )
+            // The container's key order: success, sessionId, timestamp.
+            let body = format!(
+                "{{\"success\":true,\"sessionId\":{},\"timestamp\":{}}}",
+                serde_json::Value::from(sid),
+                serde_json::Value::from(super::exec::timestamp())
+            );
+            let mut r = Response::new(Body::from(body));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                "application/json".parse().expect("static"),
+            );
+            r
         }
         None => error_json(
             &format!("session delete failed: Session '{sid}' not found"),

@@ -5,9 +5,18 @@
 use axum::body::Body;
 use axum::http::{HeaderValue, Response, StatusCode, header};
 
+/// `{"error":…,"code":…}` in the bridge's key order (`JSON.stringify({error, code})`).
+pub fn error_body(error: &str, code: &str) -> String {
+    format!(
+        "{{\"error\":{},\"code\":{}}}",
+        serde_json::Value::from(error),
+        serde_json::Value::from(code)
+    )
+}
+
 /// `{"error": …, "code": …}` with a status (`errorJson`).
 pub fn error_json(error: &str, code: &str, status: u16) -> Response<Body> {
-    let body = serde_json::json!({ "error": error, "code": code }).to_string();
+    let body = error_body(error, code);
     let mut r = Response::new(Body::from(body));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut().insert(
