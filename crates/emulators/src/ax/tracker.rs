@@ -445,12 +445,16 @@ impl Tracker {
         } else {
             // The sandbox's private mounts exist only inside the launcher: enter the directory
             // there, then exec argv exactly.
+            // The requested env goes through env(1) in the wrapper: a shell drops variables
+            // whose names are not identifiers, which the guest (execve) passes on.
             let cmd = Command::builder(opts.command.clone())
                 .workdir(visible_cwd.clone())
+                .envs(opts.env.iter().map(|(k, v)| (k.clone(), v.clone())))
                 .build()
                 .map_err(|e| starting(e.message().to_owned()))?;
             let wrap = WrapOptions {
                 workdir: true,
+                env: true,
                 ..WrapOptions::default()
             };
             let argv: Vec<String> = launcher
@@ -458,7 +462,7 @@ impl Tracker {
                 .chain(degrade::wrap(&cmd, &wrap).map_err(|e| starting(e.message().to_owned()))?)
                 .collect();
             let mut p = tokio::process::Command::new(&argv[0]);
-            p.args(&argv[1..]);
+            p.args(&argv[1..]).current_dir("/");
             p
         };
         let mut env = self.base_env();

@@ -1,0 +1,576 @@
+//! The adapter against the emulator: AX's own acceptance behaviours (its `internal/guest`
+//! client tests, replayed with AX's calling pattern on the generated stubs and through the
+//! adapter), resuming after a reset, a stream that ends without the exit, kills, files, routing.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use execseam_ax::wire::process_service_client::ProcessServiceClient;
+use execseam_ax::wire::{
+    GetProcessRequest, ProcessState, Signal, SignalProcessRequest, StartProcessRequest,
+    StreamProcessOutputRequest, WriteProcessInputRequest, process_output::Output,
+};
+use execseam_ax::{AxConfig, AxExec};
+use execseam_core::{Command, ErrorKind, Event, Exec, Exit, Retry};
+use execseam_emulators::ax::AxEmulator;
+use execseam_emulators::{EmulatorOptions, Fault};
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+
+async fn emulator() -> AxEmulator {
+    AxEmulator::start(EmulatorOptions::default())
+        .await
+        .expect("the ax emulator starts")
+}
+
+fn adapter(emu: &AxEmulator) -> AxExec {
+    AxExec::new(AxConfig::new(emu.endpoint()).unwrap())
+}
+
+async fn raw(emu: &AxEmulator) -> ProcessServiceClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{}", emu.endpoint()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    ProcessServiceClient::new(channel)
+}
+
+fn sh(script: &str) -> Vec<String> {
+    vec!["sh".into(), "-c".into(), script.into()]
+}
+
+/// What AX's `Client.Exec` does (internal/guest/client.go): StartProcess{stdin: given}, a
+/// WriteProcessInput goroutine, SignalProcess for forwarded signals, StreamProcessOutput{follow}
+/// until the exit message, GetProcess polling every 50 ms if the stream ends without one.
+struct AxRun {
+    code: i32,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+async fn ax_exec(
+    client: &ProcessServiceClient<Channel>,
+    command: Vec<String>,
+    stdin: Option<mpsc::Receiver<Bytes>>,
+    signal_when: Option<(&'static [u8], Signal)>,
+) -> AxRun {
+    let mut c = client.clone();
+    let proc = c
+        .start_process(StartProcessRequest {
+            command,
+            stdin: stdin.is_some(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let id = proc.process_id.clone();
+    if let Some(mut rx) = stdin {
+        let (mut c, id) = (client.clone(), id.clone());
+        tokio::spawn(async move {
+            let (tx2, rx2) = mpsc::channel(4);
+            let call = tokio::spawn(async move {
+                let stream = futures_stream(rx2);
+                c.write_process_input(stream).await
+            });
+            while let Some(data) = rx.recv().await {
+                let _ = tx2
+                    .send(WriteProcessInputRequest {
+                        process_id: id.clone(),
+                        data,
+                        close: false,
+                    })
+                    .await;
+            }
+            let _ = tx2
+                .send(WriteProcessInputRequest {
+                    process_id: id.clone(),
+                    data: Bytes::new(),
+                    close: true,
+                })
+                .await;
+            drop(tx2);
+            let _ = call.await;
+        });
+    }
+    let mut stream = c
+        .stream_process_output(StreamProcessOutputRequest {
+            process_id: id.clone(),
+            follow: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut run = AxRun {
+        code: -1,
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+    };
+    let mut signalled = false;
+    while let Some(m) = stream.message().await.unwrap() {
+        match m.output {
+            Some(Output::Exit(p)) => {
+                run.code = p.exit_code;
+                return run;
+            }
+            Some(Output::Stdout(b)) => run.stdout.extend_from_slice(&b),
+            Some(Output::Stderr(b)) => run.stderr.extend_from_slice(&b),
+            None => {}
+        }
+        if let Some((trigger, sig)) = signal_when
+            && !signalled
+            && run.stdout.windows(trigger.len()).any(|w| w == trigger)
+        {
+            signalled = true;
+            // Like a user at `ax ssh` pressing ^C until the command stops: dash catches SIGINT
+            // under `-c` and may exec its last command (`cat`) with a SIGINT it caught but had
+            // not acted on yet, so one signal at that instant can be lost (on any guest).
+            let (mut c, id) = (c.clone(), id.clone());
+            tokio::spawn(async move {
+                loop {
+                    let r = c
+                        .signal_process(SignalProcessRequest {
+                            process_id: id.clone(),
+                            signal: sig as i32,
+                        })
+                        .await;
+                    match r {
+                        Ok(p) if p.get_ref().state == ProcessState::Running as i32 => {}
+                        _ => return, // exited (FAILED_PRECONDITION) or gone
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            });
+        }
+    }
+    // The polling fallback.
+    loop {
+        let p = c
+            .get_process(GetProcessRequest {
+                process_id: id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if p.state != ProcessState::Running as i32 {
+            run.code = p.exit_code;
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn futures_stream<T: Send + 'static>(
+    rx: mpsc::Receiver<T>,
+) -> impl futures_core::Stream<Item = T> + Send + 'static {
+    struct S<T>(mpsc::Receiver<T>);
+    impl<T> futures_core::Stream for S<T> {
+        type Item = T;
+        fn poll_next(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<T>> {
+            self.0.poll_recv(cx)
+        }
+    }
+    S(rx)
+}
+
+fn input(chunks: &[&'static [u8]]) -> mpsc::Receiver<Bytes> {
+    let (tx, rx) = mpsc::channel(chunks.len().max(1));
+    for c in chunks {
+        tx.try_send(Bytes::from_static(c)).unwrap();
+    }
+    rx
+}
+
+// ---- AX's acceptance behaviours (internal/guest/client_test.go) ----
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ax_stdin_is_echoed() {
+    let emu = emulator().await;
+    let client = raw(&emu).await;
+    let run = ax_exec(
+        &client,
+        vec!["cat".into()],
+        Some(input(&[b"hello from stdin\n"])),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (run.code, run.stdout.as_slice()),
+        (0, &b"hello from stdin\n"[..])
+    );
+
+    let out = adapter(&emu)
+        .exec(
+            Command::builder(["cat"])
+                .stdin("hello from stdin\n")
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.stdout.as_ref(), b"hello from stdin\n");
+    assert_eq!(out.exit, Exit::Code(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ax_interactive_line_by_line_echo() {
+    let emu = emulator().await;
+    let mut c = raw(&emu).await;
+    let id = c
+        .start_process(StartProcessRequest {
+            command: vec!["cat".into()],
+            stdin: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .process_id;
+    let (tx, rx) = mpsc::channel(4);
+    let mut writer = c.clone();
+    let call = tokio::spawn(async move { writer.write_process_input(futures_stream(rx)).await });
+    let mut out = c
+        .stream_process_output(StreamProcessOutputRequest {
+            process_id: id.clone(),
+            follow: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    for line in ["one\n", "two\n", "three\n"] {
+        tx.send(WriteProcessInputRequest {
+            process_id: id.clone(),
+            data: Bytes::from(line),
+            close: false,
+        })
+        .await
+        .unwrap();
+        // The echo arrives while the process (and its stdin) is still open.
+        let m = tokio::time::timeout(Duration::from_secs(10), out.message())
+            .await
+            .expect("the echo arrives")
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.output, Some(Output::Stdout(Bytes::from(line))));
+    }
+    tx.send(WriteProcessInputRequest {
+        process_id: id.clone(),
+        data: Bytes::new(),
+        close: true,
+    })
+    .await
+    .unwrap();
+    drop(tx);
+    assert_eq!(call.await.unwrap().unwrap().into_inner().bytes_written, 14);
+    let m = out.message().await.unwrap().unwrap();
+    match m.output {
+        Some(Output::Exit(p)) => assert_eq!(p.exit_code, 0),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ax_exit_code_from_stdin() {
+    let emu = emulator().await;
+    let client = raw(&emu).await;
+    let run = ax_exec(
+        &client,
+        sh("read code; exit $code"),
+        Some(input(&[b"7\n"])),
+        None,
+    )
+    .await;
+    assert_eq!(run.code, 7);
+    let out = adapter(&emu)
+        .exec(
+            Command::builder(["sh", "-c", "read code; exit $code"])
+                .stdin("7\n")
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.exit, Exit::Code(7), "a non-zero exit is a result");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ax_without_stdin_reads_empty() {
+    let emu = emulator().await;
+    let client = raw(&emu).await;
+    let run = ax_exec(&client, sh("cat; echo done"), None, None).await;
+    assert_eq!((run.code, run.stdout.as_slice()), (0, &b"done\n"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ax_sigint_gives_130() {
+    let emu = emulator().await;
+    let client = raw(&emu).await;
+    // stdin stays open (nothing is sent, nothing closes it): cat blocks until the signal.
+    let (_keep, rx) = mpsc::channel::<Bytes>(1);
+    let run = tokio::time::timeout(
+        Duration::from_secs(20),
+        ax_exec(
+            &client,
+            sh("echo ready; cat"),
+            Some(rx),
+            Some((b"ready\n", Signal::Int)),
+        ),
+    )
+    .await
+    .expect("SIGINT ends the process");
+    assert_eq!(run.code, 130, "128 + SIGINT");
+    assert_eq!(run.stdout, b"ready\n");
+}
+
+// ---- resume, end without exit, faults on the output stream ----
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_reset_mid_output_is_resumed_from_the_offsets() {
+    let emu = emulator().await;
+    emu.faults().arm("stream", Fault::ResetBeforeResponse);
+    let before = emu.faults().count("stream");
+    let out = adapter(&emu)
+        .exec(
+            Command::new([
+                "sh",
+                "-c",
+                "printf a; sleep 0.5; printf b >&2; printf c; exit 3",
+            ])
+            .unwrap(),
+        )
+        .await
+        .expect("the reset is healed by resuming");
+    assert_eq!(
+        (out.stdout.as_ref(), out.stderr.as_ref(), out.exit),
+        (&b"ac"[..], &b"b"[..], Exit::Code(3))
+    );
+    assert!(
+        emu.faults().count("stream") >= before + 2,
+        "a second stream resumed the first"
+    );
+    assert_eq!(
+        emu.faults().count("exec"),
+        1,
+        "the command was started once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_that_ends_without_the_exit_is_followed_by_polling() {
+    let emu = emulator().await;
+    emu.faults().arm("stream", Fault::CutBeforeExit);
+    let out = adapter(&emu)
+        .exec(Command::new(["sh", "-c", "printf x; sleep 0.4; printf y >&2; exit 5"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.stdout.as_ref(), out.stderr.as_ref(), out.exit),
+        (&b"x"[..], &b"y"[..], Exit::Code(5))
+    );
+    assert!(emu.faults().count("get") >= 1, "GetProcess was polled");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transient_unavailable_stream_is_retried() {
+    let emu = emulator().await;
+    emu.faults().arm("stream", Fault::Unavailable);
+    let out = adapter(&emu)
+        .exec(Command::new(["sh", "-c", "printf ok"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!((out.stdout.as_ref(), out.exit), (&b"ok"[..], Exit::Code(0)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unobservable_process_is_an_error_never_an_exit_code() {
+    let emu = emulator().await;
+    // Every output stream of the process is cut before its exit: it cannot be observed.
+    emu.faults().arm("exec", Fault::CutBeforeExit);
+    let err = adapter(&emu)
+        .exec(Command::new(["sh", "-c", "printf partial; exit 1"]).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+    assert_eq!(err.retry(), Retry::Unsafe);
+    assert!(err.partial().unwrap().stdout.starts_with(b"partial"));
+    assert_eq!(emu.faults().count("exec"), 1, "never re-submitted");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unavailable_before_the_start_is_safe_after_it_unsafe() {
+    let emu = emulator().await;
+    emu.faults().arm("exec", Fault::Unavailable);
+    let err = adapter(&emu)
+        .exec(Command::new(["true"]).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::Unavailable, Retry::SAFE)
+    );
+    // After the start, UNAVAILABLE on every stream: resumed, then given up, unsafe.
+    emu.faults().add("stream=503@always".parse().unwrap());
+    let err = adapter(&emu)
+        .exec(Command::new(["true"]).unwrap())
+        .await
+        .unwrap_err();
+    emu.faults().clear();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::Unavailable, Retry::Unsafe)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn output_past_the_guest_limit_is_an_output_limit_error() {
+    let emu = emulator().await;
+    let err = adapter(&emu)
+        .exec(Command::new(["sh", "-c", "head -c 11000000 /dev/zero; exit 0"]).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutputLimit, "{err}");
+    let partial = err.partial().unwrap();
+    assert!(partial.stdout.len() > 10 * 1024 * 1024);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_program_and_workdir_are_not_found() {
+    let emu = emulator().await;
+    let ax = adapter(&emu);
+    let err = ax
+        .exec(Command::new(["execseam-nope"]).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::NotFound, Retry::Never)
+    );
+    assert!(
+        err.message().contains("executable file not found in $PATH"),
+        "{err}"
+    );
+    let err = ax
+        .exec(
+            Command::builder(["true"])
+                .workdir("/workspace/nope")
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+}
+
+// ---- kill, files, routing ----
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dropping_the_stream_kills_the_process_group() {
+    let emu = emulator().await;
+    let ax = adapter(&emu);
+    let mut stream = ax
+        .streaming()
+        .unwrap()
+        .exec_stream(Command::new(["sh", "-c", "echo started; sleep 30 & sleep 30; wait"]).unwrap())
+        .await
+        .unwrap();
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(first, Event::Stdout(Bytes::from_static(b"started\n")));
+    assert_eq!(emu.primary().running(), 1);
+    drop(stream);
+    let until = Instant::now() + Duration::from_secs(10);
+    while emu.primary().running() > 0 {
+        assert!(Instant::now() < until, "the process survived the drop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn files_and_commands_share_the_workspace() {
+    let emu = emulator().await;
+    let ax = adapter(&emu);
+    let data = Bytes::from(
+        (0..200_000u32)
+            .map(|i| (i % 251) as u8)
+            .collect::<Vec<u8>>(),
+    );
+    assert_eq!(
+        ax.write_file("/workspace/d/f.bin", data.clone(), 0)
+            .await
+            .unwrap(),
+        200_000
+    );
+    let out = ax
+        .exec(Command::new(["cat", "/workspace/d/f.bin"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, data);
+    ax.exec(Command::new(["sh", "-c", "printf made > /workspace/m.txt"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        ax.read_file("/workspace/m.txt").await.unwrap().as_ref(),
+        b"made"
+    );
+    assert_eq!(
+        ax.read_file("m.txt").await.unwrap().as_ref(),
+        b"made",
+        "relative to the root"
+    );
+    // An empty file is one message with an empty chunk.
+    assert_eq!(
+        ax.write_file("/workspace/empty", Bytes::new(), 0)
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(ax.read_file("/workspace/empty").await.unwrap().is_empty());
+    let err = ax.read_file("/workspace/none").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    let err = ax.read_file("/etc/passwd").await.unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::PermissionDenied,
+        "confined to the workspace"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_target_actor_routes_to_its_own_guest() {
+    let emu = emulator().await;
+    emu.add_guest("team/other").unwrap();
+    let a = adapter(&emu);
+    let b = AxExec::new(
+        AxConfig::new(emu.endpoint())
+            .unwrap()
+            .target_actor("team/other")
+            .unwrap(),
+    );
+    a.exec(Command::new(["sh", "-c", "printf a > /workspace/who"]).unwrap())
+        .await
+        .unwrap();
+    b.exec(Command::new(["sh", "-c", "printf b > /workspace/who"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(a.read_file("/workspace/who").await.unwrap().as_ref(), b"a");
+    assert_eq!(b.read_file("/workspace/who").await.unwrap().as_ref(), b"b");
+    let gone = AxExec::new(
+        AxConfig::new(emu.endpoint())
+            .unwrap()
+            .target_actor("team/none")
+            .unwrap(),
+    );
+    let err = gone
+        .exec(Command::new(["true"]).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::NotFound, Retry::Never)
+    );
+}
