@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use aws_sdk_bedrockagentcore::config::http::HttpResponse;
 use aws_sdk_bedrockagentcore::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_bedrockagentcore::types::error::CodeInterpreterStreamOutputError;
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 
 use crate::PROVIDER;
@@ -275,10 +276,31 @@ where
     e.with_source(err)
 }
 
+/// The modelled member an exception event is, by its variant (the SDK does not copy the
+/// `:exception-type` header into the error's `code()`).
+fn stream_member(e: &CodeInterpreterStreamOutputError) -> Option<&'static str> {
+    Some(if e.is_validation_exception() {
+        "validationException"
+    } else if e.is_service_quota_exceeded_exception() {
+        "serviceQuotaExceededException"
+    } else if e.is_throttling_exception() {
+        "throttlingException"
+    } else if e.is_access_denied_exception() {
+        "accessDeniedException"
+    } else if e.is_resource_not_found_exception() {
+        "resourceNotFoundException"
+    } else if e.is_conflict_exception() {
+        "conflictException"
+    } else if e.is_internal_server_exception() {
+        "internalServerException"
+    } else {
+        return None;
+    })
+}
+
 /// Maps an error of the event stream (`recv()`): an exception event, or a bad frame.
-pub(crate) fn from_stream<E, R>(op: Op, err: SdkError<E, R>) -> Error
+pub(crate) fn from_stream<R>(op: Op, err: SdkError<CodeInterpreterStreamOutputError, R>) -> Error
 where
-    E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
     if let Some(e) = transport(op, &err) {
@@ -288,18 +310,18 @@ where
         return protocol(op, format!("unexpected stream error: {}", chain(&err)));
     };
     let service = ctx.err();
-    let Some(code) = service.code().map(str::to_owned) else {
+    let message = service.message().unwrap_or("(no message)").to_owned();
+    let Some(code) = stream_member(service) else {
         // An exception event of a type this SDK does not model.
         return protocol(
             op,
             format!(
-                "an unrecognised exception event in the stream: {}",
-                service.message().unwrap_or("(no message)")
+                "an unrecognised exception event in the stream ({}): {message}",
+                service.code().unwrap_or("no code")
             ),
         );
     };
-    let message = service.message().unwrap_or("(no message)").to_owned();
-    let kind = kind_for(Some(&code), None);
+    let kind = kind_for(Some(code), None);
     let retry = retry_for(kind, op, Channel::Stream, None);
     base(kind, op, message)
         .with_code(code)

@@ -32,6 +32,7 @@ async fn run(phase: &'static str, env: Vec<(String, String)>) -> String {
         out.status
     );
     assert!(stdout.trim_end().ends_with("done"), "{stdout}");
+    println!("interop.py {phase}:\n{stdout}");
     stdout
 }
 

@@ -75,7 +75,11 @@ fn unrecognized_client() -> Response {
 }
 
 /// Renders the faults that answer before the operation runs; `None` lets it run.
-async fn before(armed: Option<Armed>, ctl: Option<&ConnControl>) -> Option<Response> {
+async fn before(
+    armed: Option<Armed>,
+    ctl: Option<&ConnControl>,
+    session: Option<&str>,
+) -> Option<Response> {
     match armed? {
         Armed::Standard(Fault::Latency(d)) => {
             tokio::time::sleep(d).await;
@@ -100,7 +104,7 @@ async fn before(armed: Option<Armed>, ctl: Option<&ConnControl>) -> Option<Respo
         }
         Armed::Extra(AgentCoreFault::StreamException(e)) if e != Exception::InternalServer => {
             Some(stream_response(
-                None,
+                session,
                 vec![eventstream::exception_event(
                     e.member(),
                     e.body(&format!("injected {}", e.member()))
@@ -189,7 +193,7 @@ async fn start(
     body: Bytes,
 ) -> Response {
     let armed = state.take("start");
-    if let Some(r) = before(armed, ctl.as_deref()).await {
+    if let Some(r) = before(armed, ctl.as_deref(), None).await {
         return r;
     }
     if let Err(r) = authorize(&state, &headers) {
@@ -279,7 +283,7 @@ async fn stop(
     ctl: Option<Extension<ConnControl>>,
 ) -> Response {
     let armed = state.take("stop");
-    if let Some(r) = before(armed, ctl.as_deref()).await {
+    if let Some(r) = before(armed, ctl.as_deref(), None).await {
         return r;
     }
     if let Err(r) = authorize(&state, &headers) {
@@ -312,7 +316,7 @@ async fn get_session(
     ctl: Option<Extension<ConnControl>>,
 ) -> Response {
     let armed = state.take("get");
-    if let Some(r) = before(armed, ctl.as_deref()).await {
+    if let Some(r) = before(armed, ctl.as_deref(), None).await {
         return r;
     }
     if let Err(r) = authorize(&state, &headers) {
@@ -343,7 +347,7 @@ async fn list(
     body: Bytes,
 ) -> Response {
     let armed = state.take("list");
-    if let Some(r) = before(armed, ctl.as_deref()).await {
+    if let Some(r) = before(armed, ctl.as_deref(), None).await {
         return r;
     }
     if let Err(r) = authorize(&state, &headers) {
@@ -418,7 +422,10 @@ async fn invoke(
         .unwrap_or_default()
         .to_owned();
     let armed = state.take(tools::route_of(&tool));
-    if let Some(r) = before(armed, ctl.as_deref()).await {
+    let sid_header = headers
+        .get("x-amzn-code-interpreter-session-id")
+        .and_then(|v| v.to_str().ok());
+    if let Some(r) = before(armed, ctl.as_deref(), sid_header).await {
         return r;
     }
     if let Err(r) = authorize(&state, &headers) {
