@@ -34,6 +34,15 @@ pub fn all() -> Vec<Adapter> {
         },
         // @adapters: each adapter adds one entry here.
         Adapter {
+            name: "ax",
+            about: "agent-substrate guest services as google/ax serves them (ateenv.v1alpha over plain-text gRPC)",
+            env: &[execseam_ax::ENV_ENDPOINT, execseam_ax::ENV_TARGET_ACTOR],
+            capabilities: || execseam_ax::CAPABILITIES,
+            connect: || {
+                Box::pin(async { Ok(Arc::new(execseam_ax::AxExec::from_env()?) as Arc<dyn Exec>) })
+            },
+        },
+        Adapter {
             name: "cloudflare",
             about: "Cloudflare Sandbox through the sandbox bridge Worker (CLOUDFLARE_SANDBOX_ID or a new sandbox; EXECSEAM_CLOUDFLARE_MODE=exact for byte-exact output)",
             env: execseam_cloudflare::ENV_VARS,
