@@ -7,6 +7,7 @@
 
 mod registry;
 mod run;
+mod tools;
 
 use std::process::ExitCode;
 
@@ -41,6 +42,18 @@ enum Cmd {
     },
     /// Run a provider emulator on loopback until interrupted.
     Emulate(run::EmulateArgs),
+    /// Paths below the root matching a glob, sorted, truncated (builtin tool).
+    Glob(tools::GlobArgs),
+    /// Entries below a directory, sorted, truncated (builtin tool).
+    List(tools::ListArgs),
+    /// Lines matching a regular expression, sorted by path and line (builtin tool).
+    Grep(tools::GrepArgs),
+    /// Print a file, or a line or byte range of it (builtin tool).
+    Read(tools::ReadArgs),
+    /// Write stdin (or a file) to a path atomically (builtin tool).
+    Write(tools::WriteArgs),
+    /// Apply a unified diff below the root, all or nothing (builtin tool).
+    Patch(tools::PatchArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +73,12 @@ fn main() -> ExitCode {
             Cmd::Run(args) => run::run(args).await,
             Cmd::Adapters { json, markdown } => run::adapters(json, markdown),
             Cmd::Emulate(args) => run::emulate(args).await,
+            Cmd::Glob(args) => tools::glob(args).await,
+            Cmd::List(args) => tools::list(args).await,
+            Cmd::Grep(args) => tools::grep(args).await,
+            Cmd::Read(args) => tools::read(args).await,
+            Cmd::Write(args) => tools::write(args).await,
+            Cmd::Patch(args) => tools::patch(args).await,
         }
     })
 }
