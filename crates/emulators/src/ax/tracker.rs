@@ -544,7 +544,9 @@ impl Tracker {
             reaped.changed.send_modify(|v| *v += 1);
             *tracker.active.lock().expect("active") -= 1;
         });
-        self.sandbox.track(reaper.abort_handle());
+        // Not tracked by the sandbox: the guest kills process groups itself (GuestState::vanish)
+        // and the reaper must live on to record how they ended.
+        drop(reaper);
         Ok(proc)
     }
 }
