@@ -802,8 +802,12 @@ mod tests {
 
     #[test]
     fn capabilities_follow_the_configuration() {
-        assert!(!CAPABILITIES.remote_kill);
-        assert!(CAPABILITIES.binary_output);
+        let default = AgentCoreConfig::new("r", "a", "b");
+        assert_eq!(
+            CAPABILITIES,
+            capabilities_for(default.exec_mode(), default.is_exact_output())
+        );
+        assert!(!capabilities_for(default.exec_mode(), true).remote_kill);
         assert!(capabilities_for(ExecMode::Task, true).remote_kill);
         assert!(!capabilities_for(ExecMode::Command, false).binary_output);
     }
