@@ -285,10 +285,19 @@ async fn files_users_and_the_control_plane() {
         requests(&emu, &format!("/sandboxes/{}/connect", exec.sandbox_id())).len(),
         1
     );
-    let out = again.exec(sh("printf %s \"$HOME\"")).await.unwrap();
-    assert_eq!(&out.stdout[..], b"/root");
+    let out = again.exec(sh("printf %s \"$HOME\"; id -u")).await.unwrap();
+    assert_eq!(&out.stdout[..], b"/root0\n");
     let start = requests(&emu, "/process.Process/Start");
     assert_eq!(start.last().unwrap().headers["authorization"], "<present>");
+    let out = exec
+        .exec(sh("id -u; stat -c %u /home/user/a/b.txt"))
+        .await
+        .unwrap();
+    assert_eq!(
+        &out.stdout[..],
+        b"1000\n1000\n",
+        "commands and uploads belong to `user`"
+    );
 
     assert!(again.kill().await.unwrap());
     assert!(!again.kill().await.unwrap(), "a second kill finds nothing");
@@ -341,7 +350,7 @@ async fn native_listings_are_byte_identical_to_the_scripts() {
         printf x > $r/top.txt; printf y > $r/a/one.rs; printf z > $r/a/b/two.rs; printf w > $r/a/b/c/three.txt; \
         printf q > \"$r/sp ace/new
 line.rs\"; ln -s ../top.txt $r/a/link.txt; ln -s b $r/a/dirlink; mkfifo $r/a/fifo; \
-        printf s > $r/locked/secret; chmod 700 $r/locked; ln -s /home/user/t /home/user/tlink; printf f > /home/user/file";
+        printf s > $r/locked/secret; chmod 000 $r/locked; ln -s /home/user/t /home/user/tlink; printf f > /home/user/file";
     let out = exec.exec(sh(tree)).await.unwrap();
     assert!(out.exit.success(), "{out:?}");
 
@@ -358,8 +367,8 @@ line.rs\"; ln -s ../top.txt $r/a/link.txt; ln -s b $r/a/dirlink; mkfifo $r/a/fif
         (list("/home/user/t", Some(1)), true),
         (list("/home/user/t/a", Some(2)), true),
         (list("/home/user/t/a", None), true),
-        // `locked` is 0700 root: the sandbox user could not read it, so ListDir's answer (as
-        // root) is not what `find` would print: the script runs. At depth 1 it is not read.
+        // `locked` is mode 000: the sandbox user cannot read it, so ListDir's answer (envd runs
+        // as root) is not what `find` prints: the script runs. At depth 1 it is not read.
         (list("/home/user/t", Some(2)), false),
         (list("/home/user/t", None), false),
         (list("/home/user/nope", None), true),

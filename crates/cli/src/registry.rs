@@ -34,6 +34,28 @@ pub fn all() -> Vec<Adapter> {
         },
         // @adapters: each adapter adds one entry here.
         Adapter {
+            name: "e2b",
+            about: "E2B sandboxes: control plane plus envd over Connect (E2B_SANDBOX_ID, or a new sandbox that ends with E2B_SANDBOX_TIMEOUT)",
+            env: &[
+                "E2B_API_KEY",
+                "E2B_DOMAIN",
+                "E2B_API_URL",
+                "E2B_SANDBOX_URL",
+                "E2B_SANDBOX_ID",
+                "E2B_TEMPLATE",
+                "E2B_SANDBOX_TIMEOUT",
+                "E2B_COMMAND_TIMEOUT",
+                "E2B_USER",
+                "E2B_API_ROUTES",
+            ],
+            capabilities: || execseam_e2b::CAPABILITIES,
+            connect: || {
+                Box::pin(async {
+                    Ok(Arc::new(execseam_e2b::E2bExec::from_env().await?) as Arc<dyn Exec>)
+                })
+            },
+        },
+        Adapter {
             name: "ax",
             about: "agent-substrate guest services as google/ax serves them (ateenv.v1alpha over plain-text gRPC)",
             env: &[execseam_ax::ENV_ENDPOINT, execseam_ax::ENV_TARGET_ACTOR],

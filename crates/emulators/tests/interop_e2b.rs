@@ -95,7 +95,8 @@ async fn the_official_sdk_maps_the_emulators_faults_to_its_exceptions() {
     let emu = E2bEmulator::start(EmulatorOptions::default())
         .await
         .unwrap();
-    let cases: Vec<(&str, &str, Box<dyn Fn(&E2bEmulator)>)> = vec![
+    type Arm = Box<dyn Fn(&E2bEmulator)>;
+    let cases: Vec<(&str, &str, Arm)> = vec![
         (
             "rate-limited",
             "RateLimitException",

@@ -6,7 +6,6 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::sync::OnceLock;
 
 use axum::body::Body;
 use axum::extract::Query;
@@ -19,37 +18,12 @@ use super::connect::{self as rpc, RpcError};
 use super::{EnvdRequest, Sbx, clean, plain_error, resolve, user_named, user_of};
 use crate::harness::Sandbox;
 
-/// uid → name and gid → name from the host's `/etc/passwd` and `/etc/group`.
-fn names(file: &str) -> &'static HashMap<u32, String> {
-    static PASSWD: OnceLock<HashMap<u32, String>> = OnceLock::new();
-    static GROUP: OnceLock<HashMap<u32, String>> = OnceLock::new();
-    let cell = if file == "passwd" { &PASSWD } else { &GROUP };
-    cell.get_or_init(|| {
-        std::fs::read_to_string(format!("/etc/{file}"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| {
-                let mut it = l.split(':');
-                let name = it.next()?;
-                let id = it.nth(1)?.parse().ok()?;
-                Some((id, name.to_owned()))
-            })
-            .collect()
-    })
-}
-
 fn owner(uid: u32) -> String {
-    names("passwd")
-        .get(&uid)
-        .cloned()
-        .unwrap_or_else(|| uid.to_string())
+    super::account_name(uid)
 }
 
 fn group(gid: u32) -> String {
-    names("group")
-        .get(&gid)
-        .cloned()
-        .unwrap_or_else(|| gid.to_string())
+    super::account_name(gid)
 }
 
 /// Go's `FileMode.String()` for a Unix mode.
@@ -331,7 +305,7 @@ fn make_dir(sbx: &Sbx, v: &Value, user: &super::User) -> Result<Value, RpcError>
         }
         Err(_) => {}
     }
-    std::fs::create_dir_all(&host).map_err(internal)?;
+    super::ensure_dirs(sbx, &host, user.uid).map_err(internal)?;
     let name = path.rsplit('/').next().unwrap_or_default();
     Ok(json!({"entry": {"name": name, "type": "FILE_TYPE_DIRECTORY", "path": path}}))
 }
@@ -349,7 +323,7 @@ fn move_entry(sbx: &Sbx, v: &Value, user: &super::User) -> Result<Value, RpcErro
     }
     let dst_host = sbx.sandbox.host_path(&destination);
     if let Some(parent) = dst_host.parent() {
-        std::fs::create_dir_all(parent).map_err(internal)?;
+        super::ensure_dirs(sbx, parent, user.uid).map_err(internal)?;
     }
     std::fs::rename(&src_host, &dst_host).map_err(|e| internal(format!("error renaming: {e}")))?;
     Ok(json!({"entry": stat_entry(sbx, &destination)?}))
@@ -500,7 +474,7 @@ pub(crate) async fn download(req: EnvdRequest, token_ok: bool) -> Response {
     }
 }
 
-fn write_one(sbx: &Sbx, path: &str, data: &[u8]) -> Result<Value, Response> {
+fn write_one(sbx: &Sbx, path: &str, data: &[u8], uid: u32) -> Result<Value, Response> {
     let host = sbx.sandbox.host_path(path);
     if host.is_dir() {
         return Err(plain_error(
@@ -509,7 +483,7 @@ fn write_one(sbx: &Sbx, path: &str, data: &[u8]) -> Result<Value, Response> {
         ));
     }
     if let Some(parent) = host.parent() {
-        std::fs::create_dir_all(parent)
+        super::ensure_dirs(sbx, parent, uid)
             .map_err(|e| plain_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     }
     std::fs::write(&host, data).map_err(|e| {
@@ -522,6 +496,7 @@ fn write_one(sbx: &Sbx, path: &str, data: &[u8]) -> Result<Value, Response> {
             plain_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
         }
     })?;
+    super::chown(sbx, &host, uid);
     let name = Path::new(path)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -578,7 +553,7 @@ pub(crate) async fn upload(req: EnvdRequest, token_ok: bool) -> Response {
                     "path is required for octet-stream uploads",
                 );
             };
-            match write_one(&req.sbx, &path, &body) {
+            match write_one(&req.sbx, &path, &body, user.uid) {
                 Ok(v) => written.push(v),
                 Err(r) => return r,
             }
@@ -616,7 +591,7 @@ pub(crate) async fn upload(req: EnvdRequest, token_ok: bool) -> Response {
                     Ok(d) => d,
                     Err(e) => return plain_error(StatusCode::BAD_REQUEST, e.to_string()),
                 };
-                match write_one(&req.sbx, &clean(&path), &data) {
+                match write_one(&req.sbx, &clean(&path), &data, user.uid) {
                     Ok(v) => written.push(v),
                     Err(r) => return r,
                 }

@@ -14,9 +14,16 @@
 //! Connect error and a stream that ends without its end event. The control plane's create call
 //! takes faults on route `"create"`.
 //!
+//! Users: `user` (uid 1000, home `/home/user`, the default) and `root`. With namespaces (the
+//! emulator runs as root) commands run as the selected user (`setpriv`) and the files API gives
+//! what it creates to that user, as envd does; without, everything runs as the emulator's user.
+//! The host's `/etc/passwd` is the sandbox's, so `whoami` names uid 1000 as the host does.
+//!
 //! Not emulated: PTYs (`pty` in `Start` is `unimplemented`), directory watchers, signed `/files`
-//! URLs, gzip on `/files`, users other than `user` and `root` (commands run as the emulator's own
-//! user whatever the selected user is).
+//! URLs, gzip on `/files`, users other than `user` and `root`.
+
+// Handlers return a ready `Response` as their error: the size is axum's.
+#![allow(clippy::result_large_err)]
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -104,6 +111,9 @@ pub(crate) struct Sbx {
     started_at: SystemTime,
     end_at: Mutex<(Instant, SystemTime)>,
     procs: Mutex<HashMap<u32, Arc<process::Proc>>>,
+    /// Commands run as the selected user (uid 1000 for `user`) and files get its ownership:
+    /// only possible as root with namespaces.
+    privileged: bool,
     /// Set (before its processes are killed) when the sandbox goes away: its open streams end
     /// the way the proxy ends them, not with the killed processes' end events.
     gone: tokio::sync::watch::Sender<bool>,
@@ -211,7 +221,21 @@ impl State {
             end_at: Mutex::new((Instant::now(), SystemTime::now())),
             procs: Mutex::new(HashMap::new()),
             gone: tokio::sync::watch::channel(false).0,
+            privileged: self.isolation == Isolation::Namespaces,
         });
+        if sbx.privileged {
+            // As on E2B: the home belongs to `user`, `/tmp` is world-writable and sticky.
+            use std::os::unix::fs::PermissionsExt;
+            chown(&sbx, &sbx.sandbox.host_path(HOME), USER_UID);
+            std::fs::set_permissions(
+                sbx.sandbox.host_path("/tmp"),
+                std::fs::Permissions::from_mode(0o1777),
+            )?;
+            std::fs::set_permissions(
+                sbx.sandbox.host_path("/root"),
+                std::fs::Permissions::from_mode(0o700),
+            )?;
+        }
         sbx.set_lifetime(timeout);
         self.sandboxes
             .lock()
@@ -913,6 +937,51 @@ async fn envd(
 pub(crate) struct User {
     pub name: String,
     pub home: &'static str,
+    pub uid: u32,
+}
+
+/// The uid (and gid) of the sandbox's `user`, as on E2B's templates.
+pub const USER_UID: u32 = 1000;
+
+/// The account names the sandbox's `/etc/passwd` and `/etc/group` give (owner and group in
+/// `EntryInfo`).
+pub(crate) fn account_name(id: u32) -> String {
+    match id {
+        0 => "root".into(),
+        USER_UID => DEFAULT_USER.into(),
+        65534 => "nogroup".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Changes ownership where the emulator can (as root with namespaces); elsewhere it cannot and
+/// everything stays the emulator's own.
+pub(crate) fn chown(sbx: &Sbx, host: &std::path::Path, uid: u32) {
+    if sbx.privileged {
+        let _ = std::os::unix::fs::lchown(host, Some(uid), Some(uid));
+    }
+}
+
+/// envd's `EnsureDirs`: creates the missing directories of `host` (a directory) one by one,
+/// each owned by the user.
+pub(crate) fn ensure_dirs(sbx: &Sbx, host: &std::path::Path, uid: u32) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut p = host;
+    while !p.exists() {
+        missing.push(p.to_path_buf());
+        match p.parent() {
+            Some(parent) => p = parent,
+            None => break,
+        }
+    }
+    for dir in missing.iter().rev() {
+        match std::fs::create_dir(dir) {
+            Ok(()) => chown(sbx, dir, uid),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn user_named(name: Option<&str>) -> Result<User, String> {
@@ -920,10 +989,12 @@ pub(crate) fn user_named(name: Option<&str>) -> Result<User, String> {
         "user" => Ok(User {
             name: "user".into(),
             home: HOME,
+            uid: USER_UID,
         }),
         "root" => Ok(User {
             name: "root".into(),
             home: "/root",
+            uid: 0,
         }),
         other => Err(format!("invalid username: '{other}'")),
     }

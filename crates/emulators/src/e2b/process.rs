@@ -378,6 +378,16 @@ fn spawn(
         ..WrapOptions::default()
     };
     let mut argv: Vec<String> = sbx.sandbox.exec().config().launcher_argv().to_vec();
+    if sbx.privileged && user.uid != 0 {
+        // envd runs the process with the user's uid, gid and groups.
+        argv.extend([
+            "setpriv".to_owned(),
+            format!("--reuid={}", user.uid),
+            format!("--regid={}", user.uid),
+            "--clear-groups".to_owned(),
+            "--".to_owned(),
+        ]);
+    }
     argv.extend(degrade::wrap(&command, &wrap).map_err(|e| {
         RpcError::new(
             "invalid_argument",
