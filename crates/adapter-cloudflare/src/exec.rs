@@ -565,6 +565,47 @@ impl ExecStream for CloudflareExec {
 mod tests {
     use super::*;
 
+    #[tokio::test(start_paused = true)]
+    async fn connect_retries_only_what_proves_nothing_ran() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let calls = AtomicU32::new(0);
+        let r = with_backoff(4, || {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n < 2 {
+                    Err(Error::new(ErrorKind::Unavailable, "capacity_exceeded")
+                        .with_retry(Retry::SAFE))
+                } else {
+                    Ok(n)
+                }
+            }
+        })
+        .await;
+        assert_eq!(r.unwrap(), 2);
+        for retry in [Retry::Unsafe, Retry::Never] {
+            let calls = AtomicU32::new(0);
+            let r: Result<(), Error> = with_backoff(4, || {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async move { Err(Error::new(ErrorKind::Internal, "x").with_retry(retry)) }
+            })
+            .await;
+            assert!(r.is_err());
+            assert_eq!(
+                calls.load(Ordering::SeqCst),
+                1,
+                "{retry:?} is never retried"
+            );
+        }
+        let calls = AtomicU32::new(0);
+        let r: Result<(), Error> = with_backoff(3, || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async move { Err(Error::new(ErrorKind::Unavailable, "x").with_retry(Retry::SAFE)) }
+        })
+        .await;
+        assert!(r.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 3, "attempts are bounded");
+    }
+
     #[test]
     fn the_timeout_line_is_recognised_only_with_exit_124() {
         let err = b"partial\nCommand timed out after 500ms\n";

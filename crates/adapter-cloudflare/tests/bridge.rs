@@ -1,0 +1,185 @@
+//! Adapter behaviour beyond the conformance suite, against the bridge emulator: the bridge's
+//! `timeout_ms`, sessions, the sandbox check, credentials, limits.
+
+use std::time::Duration;
+
+use execseam_cloudflare::wire::CreateSessionRequest;
+use execseam_cloudflare::{CloudflareConfig, CloudflareExec, OutputMode};
+use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit, Retry};
+use execseam_emulators::EmulatorOptions;
+use execseam_emulators::cloudflare::CloudflareEmulator;
+
+async fn emulator() -> CloudflareEmulator {
+    CloudflareEmulator::start(EmulatorOptions {
+        token: Some("secret".into()),
+        ..EmulatorOptions::default()
+    })
+    .await
+    .expect("emulator")
+}
+
+fn config(emu: &CloudflareEmulator, mode: OutputMode) -> CloudflareConfig {
+    CloudflareConfig::new(emu.base_url())
+        .api_key("secret")
+        .mode(mode)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_bridge_timeout_is_a_command_timeout_with_the_partial_output() {
+    let emu = emulator().await;
+    for mode in [OutputMode::Streaming, OutputMode::Exact] {
+        let exec =
+            CloudflareExec::connect(config(&emu, mode).command_timeout(Duration::from_millis(700)))
+                .await
+                .unwrap();
+        let cmd = Command::new(["sh", "-c", "echo start; sleep 5"]).unwrap();
+        let err = exec.exec(cmd).await.unwrap_err();
+        assert_eq!(
+            err.kind(),
+            ErrorKind::Timeout(Deadline::Command),
+            "{mode:?}: {err}"
+        );
+        assert_eq!(err.retry(), Retry::Unsafe);
+        assert_eq!(
+            err.partial().unwrap().stdout.as_ref(),
+            b"start\n",
+            "{mode:?}"
+        );
+        // A command's own exit 124 is a result.
+        let own = exec
+            .exec(Command::new(["sh", "-c", "echo 'not the bridge' >&2; exit 124"]).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(own.exit, Exit::Code(124));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_configured_session_is_sent_as_session_id() {
+    let emu = emulator().await;
+    let plain = CloudflareExec::connect(config(&emu, OutputMode::Streaming))
+        .await
+        .unwrap();
+    let request = CreateSessionRequest {
+        id: Some("agent-1".into()),
+        env: Some([("SESSION_VAR".to_owned(), "from the session".to_owned())].into()),
+        ..CreateSessionRequest::default()
+    };
+    let sid = plain
+        .client()
+        .create_session(plain.sandbox_id(), &request)
+        .await
+        .unwrap();
+    assert_eq!(sid, "agent-1");
+    let in_session = CloudflareExec::connect(
+        config(&emu, OutputMode::Streaming)
+            .sandbox_id(plain.sandbox_id())
+            .session_id("agent-1"),
+    )
+    .await
+    .unwrap();
+    let printenv = || Command::new(["sh", "-c", "printf '%s' \"${SESSION_VAR-unset}\""]).unwrap();
+    let out = in_session.exec(printenv()).await.unwrap();
+    assert_eq!(out.stdout.as_ref(), b"from the session");
+    let out = plain.exec(printenv()).await.unwrap();
+    assert_eq!(
+        out.stdout.as_ref(),
+        b"unset",
+        "sessionless without the header"
+    );
+    plain
+        .client()
+        .delete_session(plain.sandbox_id(), "agent-1")
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replaced_container_is_not_found_and_attaching_without_the_check_works() {
+    let emu = emulator().await;
+    let exec = CloudflareExec::connect(config(&emu, OutputMode::Streaming))
+        .await
+        .unwrap();
+    exec.exec(Command::new(["touch", "/workspace/state"]).unwrap())
+        .await
+        .unwrap();
+    assert!(exec.client().running(exec.sandbox_id()).await.unwrap());
+    exec.destroy().await.unwrap();
+    let err = exec
+        .exec(Command::new(["true"]).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::NotFound, Retry::Never),
+        "{err}"
+    );
+    assert!(err.message().contains("the workspace is gone"), "{err}");
+    // The id itself works again, with a fresh workspace, for whoever attaches anew.
+    let again = CloudflareExec::connect(
+        config(&emu, OutputMode::Streaming)
+            .sandbox_id(exec.sandbox_id())
+            .verify_sandbox(false),
+    )
+    .await
+    .unwrap();
+    let out = again
+        .exec(Command::new(["ls", "/workspace/state"]).unwrap())
+        .await
+        .unwrap();
+    assert_ne!(out.exit, Exit::Code(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn credentials_and_limits_fail_before_any_command() {
+    let emu = emulator().await;
+    let err = CloudflareExec::connect(CloudflareConfig::new(emu.base_url()).api_key("wrong"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::Unauthenticated, Retry::Never),
+        "{err}"
+    );
+    assert_eq!(err.code(), Some("unauthorized"));
+
+    let exec = CloudflareExec::connect(config(&emu, OutputMode::Exact))
+        .await
+        .unwrap();
+    let before = emu.faults().count("exec");
+    let huge = Command::builder(["cat"])
+        .stdin(vec![b'x'; 32 * 1024 * 1024 + 1])
+        .build()
+        .unwrap();
+    let err = exec.exec(huge).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidCommand, "{err}");
+    assert_eq!(emu.faults().count("exec"), before, "nothing was sent");
+
+    let err =
+        CloudflareExec::connect(CloudflareConfig::new(emu.base_url()).sandbox_id("Not-Base32"))
+            .await
+            .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidCommand);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exact_mode_removes_its_capture_files() {
+    let emu = emulator().await;
+    let exec = CloudflareExec::connect(config(&emu, OutputMode::Exact))
+        .await
+        .unwrap();
+    let out = exec
+        .exec(Command::new(["sh", "-c", "printf '\\377'; printf '\\000' >&2"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.stdout.as_ref(), out.stderr.as_ref()),
+        (&b"\xff"[..], &b"\0"[..])
+    );
+    let left = exec
+        .exec(Command::new(["sh", "-c", "ls -A /workspace/.execseam | grep -c '[.]out$'"]).unwrap())
+        .await
+        .unwrap();
+    // Only the listing command's own capture file: the first command's were removed.
+    assert_eq!(left.stdout.as_ref(), b"1\n", "{left:?}");
+}
