@@ -40,14 +40,15 @@
 //! root `/`, just `/` and the relative path). Paths are raw bytes: anything but NUL, newlines
 //! included, not necessarily UTF-8.
 //!
-//! - **List** (`find ROOT -mindepth 1 [-maxdepth DEPTH]`): one record `PATH\0` per entry below the
-//!   root (the root itself excluded) down to `depth` levels (all levels when `None`), symlinks not
-//!   followed (a symlink is an entry, never descended). A **directory** is written **twice**
+//! - **List** (`find -H ROOT -mindepth 1 [-maxdepth DEPTH]`): one record `PATH\0` per entry below
+//!   the root (the root itself excluded) down to `depth` levels (all levels when `None`). The root
+//!   is followed if it is a symlink; nothing below it is (a symlink is an entry, never descended). A **directory** is written **twice**
 //!   (`PATH\0PATH\0`, adjacent or not); every other entry once. Build it with [`Listing`].
 //! - **Glob** (`find ROOT[/START] -mindepth 1 ! -type d [-name NAME]`): one record `PATH\0` per
 //!   entry that is not a directory (files, symlinks, others), anywhere below `ROOT/START`, symlinks
-//!   not followed, whose last component matches `name` (see [`name_matches`]). A missing `START`
-//!   gives no records, not an error. Extra records are harmless (the library matches the exact
+//!   not followed, whose last component matches `name` (see [`name_matches`]). A `START` with a
+//!   component that is missing, not a directory or a symlink gives no records, not an error (the
+//!   walk from the root would not reach below it either). Extra records are harmless (the library matches the exact
 //!   glob afterwards); missing ones are a bug. Build it with [`Listing`] (`is_dir = false`).
 //! - **Grep**: for each match, `PATH\0LINE:TEXT\n`, where `PATH` is a regular file (`-type f`, not
 //!   through a symlink) below `ROOT/START` whose name matches `name`, `LINE` the 1-based decimal line
@@ -104,26 +105,37 @@ fi
 [ -r "$r" ] && [ -x "$r" ] || f permission-denied "$r"
 "#;
 
-const LIST_BODY: &str = r#"if [ -n "$2" ]; then exec find "$r" -mindepth 1 -maxdepth "$2" \( -type d -print0 -print0 \) -o -print0; fi
-exec find "$r" -mindepth 1 \( -type d -print0 -print0 \) -o -print0
+const LIST_BODY: &str = r#"if [ -n "$2" ]; then exec find -H "$r" -mindepth 1 -maxdepth "$2" \( -type d -print0 -print0 \) -o -print0; fi
+exec find -H "$r" -mindepth 1 \( -type d -print0 -print0 \) -o -print0
 "#;
 
-const GLOB_BODY: &str = r#"s=$r; [ -z "$2" ] || s=${r%/}/$2
-[ -d "$s" ] || exit 0
-if [ -n "$3" ]; then exec find "$s" -mindepth 1 ! -type d -name "$3" -print0; fi
-exec find "$s" -mindepth 1 ! -type d -print0
+/// Sets `s` to `ROOT/START`, or exits with no records when a component of START is missing, not a
+/// directory, or a symlink (the walk from the root would not descend into it either).
+const START: &str = r#"s=$r
+if [ -n "$START" ]; then
+  set -f; ifs=$IFS; IFS=/
+  for c in $START; do s=${s%/}/$c; if [ -L "$s" ] || [ ! -d "$s" ]; then exit 0; fi; done
+  IFS=$ifs; set +f
+fi
+"#;
+
+const GLOB_BODY: &str = r#"if [ -n "$3" ]; then exec find -H "$s" -mindepth 1 ! -type d -name "$3" -print0; fi
+exec find -H "$s" -mindepth 1 ! -type d -print0
 "#;
 
 /// GNU grep (`-Z`) runs once per batch of files; any other grep (busybox) once per file, after
 /// the shell prints the file's path.
-const GREP_BODY: &str = r#"e=$2; s=$r; [ -z "$3" ] || s=${r%/}/$3; o=-E
+const GREP_BODY: &str = r#"e=$2; o=-E
 case $5 in *F*) o=-F;; esac
 case $5 in *i*) o="$o -i";; esac
 m=$(printf '\n' | grep $o -e "$e" 2>&1 >/dev/null)
 [ $? -le 1 ] || f invalid-pattern "$m"
-[ -d "$s" ] || exit 0
-set -- "$s" -type f
-[ -z "$4" ] || set -- "$@" -name "$4"
+START=$3
+"#;
+
+const GREP_WALK: &str = r#"n=$4
+set -- -H "$s" -type f
+[ -z "$n" ] || set -- "$@" -name "$n"
 if printf 'x\n' | grep -Z -e x >/dev/null 2>&1; then
   exec find "$@" -exec grep -Z -n -H -a $o -e "$e" -- {} +
 fi
@@ -135,11 +147,11 @@ fn list_script() -> String {
 }
 
 fn glob_script() -> String {
-    format!("{PRELUDE}{GLOB_BODY}")
+    format!("{PRELUDE}START=$2\n{START}{GLOB_BODY}")
 }
 
 fn grep_script() -> String {
-    format!("{PRELUDE}{GREP_BODY}")
+    format!("{PRELUDE}{GREP_BODY}{START}{GREP_WALK}")
 }
 
 /// A listing command built by `execseam-tools`, recognised by [`NativeRequest::parse`].
@@ -1094,6 +1106,40 @@ mod tests {
             assert_eq!(got, want);
             let o = run(&grep(&r, "HELLO", true, true).command().unwrap());
             assert_eq!(grep_records(&o.stdout).unwrap().len(), 6);
+        }
+
+        #[test]
+        fn the_root_is_followed_and_nothing_below_it() {
+            let t = tree("links");
+            let r = root(&t);
+            std::os::unix::fs::symlink(t.0.join("src"), t.0.join("link")).unwrap();
+            let via = format!("{r}/link");
+            let o = run(&NativeRequest::list(via.clone(), Some(1)).command().unwrap());
+            assert_eq!(
+                sorted_records(&via, &o.stdout),
+                vec![b"a.rs".to_vec(), b"deep".to_vec(), b"deep".to_vec()]
+            );
+            // From the real root, `link` is one entry, not descended.
+            let o = run(&NativeRequest::list(r.clone(), None).command().unwrap());
+            let all = sorted_records(&r, &o.stdout);
+            assert!(
+                all.contains(&b"link".to_vec()) && !all.iter().any(|p| p.starts_with(b"link/"))
+            );
+            // A start through the symlink gives nothing; through the real directory, the files.
+            let o = run(&glob(&r, "link/deep", None).command().unwrap());
+            assert_eq!((o.exit, o.stdout.len()), (Exit::Code(0), 0));
+            let o = run(&grep(&r, "hello", false, false).command().unwrap());
+            assert!(
+                !grep_records(&o.stdout)
+                    .unwrap()
+                    .iter()
+                    .any(|g| g.path.ends_with(b"link/a.rs"))
+            );
+            let o = run(&glob(&r, "src/deep", Some("*.rs")).command().unwrap());
+            assert_eq!(
+                sorted_records(&r, &o.stdout),
+                vec![b"src/deep/er/b.rs".to_vec()]
+            );
         }
 
         #[test]
