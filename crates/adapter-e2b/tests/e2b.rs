@@ -416,3 +416,16 @@ line.rs\"; ln -s ../top.txt $r/a/link.txt; ln -s b $r/a/dirlink; mkfifo $r/a/fif
         .unwrap();
     assert_eq!(requests(&emu, "/process.Process/Start").len(), before + 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keepalives_are_ignored_and_a_quiet_command_completes() {
+    let emu = emulator().await;
+    let mut c = config(&emu);
+    c.keepalive_interval = Duration::from_secs(1);
+    let exec = E2bExec::create(c).await.unwrap();
+    let out = exec.exec(sh("sleep 2.5; echo done")).await.unwrap();
+    assert_eq!(&out.stdout[..], b"done\n");
+    assert_eq!(out.exit, Exit::Code(0));
+    let start = &requests(&emu, "/process.Process/Start")[0];
+    assert_eq!(start.headers["keepalive-ping-interval"], "1");
+}

@@ -158,3 +158,119 @@ async fn the_official_sdk_maps_the_emulators_faults_to_its_exceptions() {
         emu.faults().clear();
     }
 }
+
+/// The bytes of a `process.Start` stream, checked against the research capture: envelopes, the
+/// start/data/keepalive/end events in proto3 JSON with defaults omitted, and the end-stream
+/// envelope `02 00 00 00 02 {}`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_stream_is_envds_on_the_wire() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let emu = E2bEmulator::start(EmulatorOptions::default())
+        .await
+        .unwrap();
+    let sbx = emu.create_sandbox(Duration::from_secs(60)).unwrap();
+    let http = reqwest::Client::new();
+    let start = |body: &str, keepalive: &str| {
+        let mut wire = vec![0u8];
+        wire.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        wire.extend_from_slice(body.as_bytes());
+        http.post(format!("{}/process.Process/Start", emu.base_url()))
+            .header("content-type", "application/connect+json")
+            .header("connect-protocol-version", "1")
+            .header("keepalive-ping-interval", keepalive)
+            .header("e2b-sandbox-id", &sbx.sandbox_id)
+            .header("e2b-sandbox-port", "49983")
+            .header("x-access-token", &sbx.envd_access_token)
+            .body(wire)
+    };
+    let resp = start(
+        r#"{"process":{"cmd":"/bin/sh","args":["-c","sleep 1.5; printf hi"]},"stdin":false}"#,
+        "1",
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/connect+json");
+    let body = resp.bytes().await.unwrap();
+    let mut frames = Vec::new();
+    let mut rest = &body[..];
+    while !rest.is_empty() {
+        let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+        frames.push((
+            rest[0],
+            String::from_utf8(rest[5..5 + len].to_vec()).unwrap(),
+        ));
+        rest = &rest[5 + len..];
+    }
+    let (flags, first) = &frames[0];
+    assert_eq!(*flags, 0);
+    assert!(first.starts_with(r#"{"event":{"start":{"pid":"#), "{first}");
+    assert!(
+        frames.contains(&(0, r#"{"event":{"keepalive":{}}}"#.to_owned())),
+        "a keepalive after a second without output: {frames:?}"
+    );
+    assert!(frames.contains(&(0, r#"{"event":{"data":{"stdout":"aGk="}}}"#.to_owned())));
+    let n = frames.len();
+    assert_eq!(
+        frames[n - 2],
+        (
+            0,
+            r#"{"event":{"end":{"exited":true,"status":"exit status 0"}}}"#.to_owned()
+        )
+    );
+    assert_eq!(frames[n - 1], (2, "{}".to_owned()));
+
+    // A missing cwd: HTTP 200 and only the end-stream error.
+    let resp = start(
+        r#"{"process":{"cmd":"true","cwd":"/home/user/nope"},"stdin":false}"#,
+        "50",
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.bytes().await.unwrap();
+    assert_eq!(body[0], 2);
+    assert_eq!(
+        &body[5..],
+        br#"{"error":{"code":"invalid_argument","message":"cwd '/home/user/nope' does not exist"}}"#
+    );
+
+    // A unary error: mapped status and the Connect error body.
+    let resp = http
+        .post(format!("{}/filesystem.Filesystem/Stat", emu.base_url()))
+        .header("content-type", "application/json")
+        .header("e2b-sandbox-id", &sbx.sandbox_id)
+        .header("e2b-sandbox-port", "49983")
+        .header("x-access-token", &sbx.envd_access_token)
+        .body(r#"{"path":"/nope"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    let v: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(v["code"], "not_found");
+
+    // Without the access token: envd's plain 401; an unknown sandbox: the proxy's 502.
+    let resp = http
+        .post(format!("{}/filesystem.Filesystem/Stat", emu.base_url()))
+        .header("content-type", "application/json")
+        .header("e2b-sandbox-id", &sbx.sandbox_id)
+        .header("e2b-sandbox-port", "49983")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    let resp = http
+        .get(format!("{}/health", emu.base_url()))
+        .header("e2b-sandbox-id", "igone")
+        .header("e2b-sandbox-port", "49983")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 502);
+    let v: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(v["message"], "The sandbox was not found");
+}
