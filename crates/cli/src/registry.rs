@@ -77,7 +77,10 @@ pub fn all() -> Vec<Adapter> {
             },
             connect: || {
                 Box::pin(async {
-                    Ok(Arc::new(execseam_cloudflare::CloudflareExec::from_env().await?) as Arc<dyn Exec>)
+                    Ok(
+                        Arc::new(execseam_cloudflare::CloudflareExec::from_env().await?)
+                            as Arc<dyn Exec>,
+                    )
                 })
             },
         },
