@@ -410,11 +410,18 @@ pub(crate) async fn write(t: &Target) -> CaseResult {
         Plan::default().file("exec.sh", "#!/bin/sh\necho old\n"),
     )
     .await?;
-    let bytes_ok = t.exec.capabilities().binary_output;
-    let content: Vec<u8> = if bytes_ok {
-        (0..=255u8).cycle().take(70_000).collect()
+    let caps = t.exec.capabilities();
+    // 70 000 bytes, or as much as the adapter's stdin takes.
+    let size = caps.max_stdin.map_or(70_000, |m| (m as usize).min(70_000));
+    let content: Vec<u8> = if caps.binary_output {
+        (0..=255u8).cycle().take(size).collect()
     } else {
-        b"text only: this adapter's transport decodes output as text\n".repeat(1000)
+        b"text only: this adapter's transport decodes output as text\n"
+            .iter()
+            .copied()
+            .cycle()
+            .take(size)
+            .collect()
     };
     let file = format!("{dir}/new file.bin");
     tools
