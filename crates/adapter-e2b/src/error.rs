@@ -424,14 +424,7 @@ mod tests {
         ] {
             let e = map(call, &exec_ctx(Stage::ExecSubmit));
             assert_eq!((e.kind(), e.retry()), (ErrorKind::NotFound, Retry::Never));
-            assert_eq!(
-                e.code(),
-                Some(if e.status() == Some(WireStatus::Http(502)) {
-                    "sandbox_not_found"
-                } else {
-                    "unavailable"
-                })
-            );
+            assert!(e.message().contains("not running"), "{e}");
         }
         // A probe that found the sandbox gone turns an ambiguous cut into the same.
         let mut ctx = exec_ctx(Stage::ExecRunning);
