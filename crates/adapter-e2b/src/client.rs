@@ -324,12 +324,14 @@ impl Envd {
                 stdin: B64.encode(c),
             },
         }));
+        // No deadline: envd writes to the pipe as fast as the process reads, which may take
+        // longer than any request timeout (the exec's own deadline, if any, bounds it).
         connect::client_stream::<_, wire::Empty>(
             &self.http,
             self.url("process.Process/StreamInput"),
             self.headers.clone(),
             &msgs,
-            Some(self.request_timeout),
+            None,
         )
         .await
         .map(drop)
