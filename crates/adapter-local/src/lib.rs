@@ -18,7 +18,9 @@
 //!   shell-wrapped backend) reports them. A signal death is `Exit::Signal(n)`.
 //! - With a [`launcher`](LocalConfig::launcher) (the emulators use `unshare` to give each sandbox
 //!   its own mount namespace), the command runs as `launcher… /bin/sh -c <wrapper>` and the
-//!   workdir is entered by the wrapper inside the launcher's view of the filesystem.
+//!   workdir is entered by the wrapper inside the launcher's view of the filesystem. The wrapper
+//!   marks its own failures with [`LAUNCHER_MARK`], so a command that an adapter wrapped itself
+//!   keeps its own wrapper's failure as its output.
 #![warn(missing_docs)]
 // Killing a process group needs libc::kill; it is the only unsafe code in the crate.
 #![allow(unsafe_code)]
@@ -29,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use execseam_core::degrade::{self, WRAPPER_MARK, WrapOptions};
+use execseam_core::degrade::{self, WrapOptions};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Event, EventStream, Exec,
     ExecStream, Exit, Output, Retry,
@@ -39,6 +41,11 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 const PROVIDER: &str = "local";
+
+/// The marker of the launcher's own wrapper failures (a missing workdir, a failed set-up step of
+/// the launcher). It differs from [`degrade::WRAPPER_MARK`] so that a command which an adapter
+/// wrapped itself, and whose wrapper failed, reaches the caller as that command's output.
+pub const LAUNCHER_MARK: &str = "execseam-launcher: ";
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -200,7 +207,7 @@ impl LocalExec {
                 ..WrapOptions::default()
             };
             let mut argv = self.config.launcher.clone();
-            argv.extend(degrade::wrap(cmd, &wrap).map_err(Err)?);
+            argv.extend(degrade::wrap_with_marker(cmd, &wrap, LAUNCHER_MARK).map_err(Err)?);
             argv
         } else {
             cmd.argv().to_vec()
@@ -392,7 +399,8 @@ impl Exec for LocalExec {
             tracing::debug!(provider = PROVIDER, ?exit, "exited");
             let output = Output::new(out, err, exit);
             if s.launched {
-                degrade::check_wrapped(output).map_err(|e| e.with_provider(PROVIDER))
+                degrade::check_wrapped_with_marker(output, LAUNCHER_MARK)
+                    .map_err(|e| e.with_provider(PROVIDER))
             } else {
                 Ok(output)
             }
@@ -452,8 +460,8 @@ impl Held {
             return Some(b);
         };
         held.extend_from_slice(&b);
-        let n = held.len().min(WRAPPER_MARK.len());
-        if held[..n] == WRAPPER_MARK.as_bytes()[..n] {
+        let n = held.len().min(LAUNCHER_MARK.len());
+        if held[..n] == LAUNCHER_MARK.as_bytes()[..n] {
             None
         } else {
             self.0.take().map(BytesMut::freeze)
@@ -516,7 +524,7 @@ async fn drive(mut s: Spawned, tx: mpsc::Sender<Result<Event, Error>>, drain: Du
     };
     if let Some(held) = held.0.take() {
         let output = Output::new(Bytes::new(), held.freeze(), exit);
-        match degrade::check_wrapped(output) {
+        match degrade::check_wrapped_with_marker(output, LAUNCHER_MARK) {
             Err(e) => {
                 let _ = tx.send(Err(e.with_provider(PROVIDER))).await;
                 return;

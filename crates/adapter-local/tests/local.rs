@@ -194,8 +194,35 @@ async fn with_a_launcher_the_wrapper_enters_the_workdir_and_reports_a_missing_on
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
 
+    // A command an adapter wrapped itself keeps its own wrapper's failure as its output.
+    let inner = Command::builder(["true"])
+        .workdir("/nonexistent/inner")
+        .build()
+        .unwrap();
+    let opts = execseam_core::degrade::WrapOptions {
+        workdir: true,
+        ..Default::default()
+    };
+    let inner = execseam_core::degrade::wrapped_command(&inner, &opts).unwrap();
+    let out = exec.exec(inner.clone()).await.unwrap();
+    assert_eq!(out.exit, Exit::Code(execseam_core::degrade::WRAPPER_STATUS));
+    assert!(
+        out.stderr
+            .starts_with(execseam_core::degrade::WRAPPER_MARK.as_bytes())
+    );
+    let streamed = exec
+        .streaming()
+        .unwrap()
+        .exec_stream(inner)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(streamed, out);
+
     // Held-back stderr that only looks like the wrapper's is released with the exit.
-    let cmd = Command::new(["sh", "-c", "printf 'execseam-wrapper: mine' >&2; exit 3"]).unwrap();
+    let cmd = Command::new(["sh", "-c", "printf 'execseam-launcher: mine' >&2; exit 3"]).unwrap();
     let out = exec
         .streaming()
         .unwrap()
@@ -207,7 +234,7 @@ async fn with_a_launcher_the_wrapper_enters_the_workdir_and_reports_a_missing_on
         .unwrap();
     assert_eq!(
         (out.stderr.as_ref(), out.exit),
-        (&b"execseam-wrapper: mine"[..], Exit::Code(3))
+        (&b"execseam-launcher: mine"[..], Exit::Code(3))
     );
 }
 

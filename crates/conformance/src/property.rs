@@ -20,7 +20,7 @@ fn seed() -> [u8; 32] {
     let n: u64 = std::env::var("EXECSEAM_PROPTEST_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed_0f_e7ec_5ea3);
+        .unwrap_or(0x5eed_0fe7_ec5e_a3a3);
     let mut s = [0u8; 32];
     for (i, chunk) in s.chunks_mut(8).enumerate() {
         chunk.copy_from_slice(&(n.rotate_left(i as u32 * 8)).to_le_bytes());

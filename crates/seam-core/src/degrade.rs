@@ -100,11 +100,25 @@ pub const WRAPPER_STATUS: i32 = 125;
 /// Fails with [`ErrorKind::Unsupported`] only for a program name that no shell construct can run
 /// exactly: one that starts with `-` and contains `=`.
 pub fn script(cmd: &Command, opts: &WrapOptions) -> Result<String, Error> {
+    script_with_marker(cmd, opts, WRAPPER_MARK)
+}
+
+/// [`script`] with another marker for the wrapper's own failures.
+///
+/// A wrapper that runs commands which may themselves be wrapped (the emulators' sandbox runner
+/// runs adapters' wrapped commands) must use a marker of its own, so that it never mistakes the
+/// inner wrapper's failure, which is the command's output, for its own. Pair with
+/// [`check_wrapped_with_marker`].
+pub fn script_with_marker(
+    cmd: &Command,
+    opts: &WrapOptions,
+    marker: &str,
+) -> Result<String, Error> {
     let mut s = String::new();
     let fail = |what: &str| {
         format!(
             "{{ printf '%s\\n' {} >&2; exit {WRAPPER_STATUS}; }}",
-            quote(&format!("{WRAPPER_MARK}{what}"))
+            quote(&format!("{marker}{what}"))
         )
     };
     match &opts.stdin {
@@ -186,6 +200,19 @@ pub fn wrap(cmd: &Command, opts: &WrapOptions) -> Result<Vec<String>, Error> {
     Ok(vec!["/bin/sh".into(), "-c".into(), script(cmd, opts)?])
 }
 
+/// [`wrap`] with [`script_with_marker`].
+pub fn wrap_with_marker(
+    cmd: &Command,
+    opts: &WrapOptions,
+    marker: &str,
+) -> Result<Vec<String>, Error> {
+    Ok(vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        script_with_marker(cmd, opts, marker)?,
+    ])
+}
+
 /// A new command that runs `cmd` through the wrapper: its argv is [`wrap`]'s, the wrapped parts
 /// are removed, the tool is kept; with [`StdinFrom::Base64`] its stdin becomes the base64 text,
 /// with [`StdinFrom::File`] its stdin is emptied (the adapter uploads `cmd.stdin()` itself).
@@ -210,12 +237,15 @@ pub fn wrapped_command(cmd: &Command, opts: &WrapOptions) -> Result<Command, Err
 /// A missing workdir becomes [`ErrorKind::NotFound`] ([`Retry::Never`]); a missing or undecodable
 /// stdin file becomes [`ErrorKind::Internal`] with [`Retry::SAFE`], since the command never started.
 pub fn check_wrapped(output: Output) -> Result<Output, Error> {
-    if output.exit != Exit::Code(WRAPPER_STATUS)
-        || !output.stderr.starts_with(WRAPPER_MARK.as_bytes())
-    {
+    check_wrapped_with_marker(output, WRAPPER_MARK)
+}
+
+/// [`check_wrapped`] for a wrapper built by [`script_with_marker`].
+pub fn check_wrapped_with_marker(output: Output, marker: &str) -> Result<Output, Error> {
+    if output.exit != Exit::Code(WRAPPER_STATUS) || !output.stderr.starts_with(marker.as_bytes()) {
         return Ok(output);
     }
-    let line = String::from_utf8_lossy(&output.stderr[WRAPPER_MARK.len()..]);
+    let line = String::from_utf8_lossy(&output.stderr[marker.len()..]);
     let line = line.lines().next().unwrap_or_default().to_owned();
     let err = if line.starts_with("workdir does not exist") {
         Error::new(ErrorKind::NotFound, line)
@@ -467,6 +497,34 @@ mod tests {
         // A command's own 125 without the marker is its result.
         let own = Output::new("", "boom\n", Exit::Code(125));
         assert_eq!(check_wrapped(own.clone()).unwrap(), own);
+    }
+
+    #[test]
+    fn an_outer_wrapper_with_its_own_marker_passes_the_inner_failure_through() {
+        let inner = Command::builder(["true"])
+            .workdir("/nonexistent/inner")
+            .build()
+            .unwrap();
+        let opts = WrapOptions {
+            workdir: true,
+            ..Default::default()
+        };
+        let inner = wrapped_command(&inner, &opts).unwrap();
+        let outer = inner.into_builder().workdir("/").build().unwrap();
+        let s = script_with_marker(&outer, &opts, "outer: ").unwrap();
+        let out = run(&["/bin/sh", "-c"], &s, b"");
+        let output = Output::new(
+            out.stdout,
+            out.stderr,
+            Exit::Code(out.status.code().unwrap()),
+        );
+        // The outer check sees the command's own output...
+        let output = check_wrapped_with_marker(output, "outer: ").unwrap();
+        // ...and the inner check types it.
+        assert_eq!(
+            check_wrapped(output).unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
     }
 
     #[test]

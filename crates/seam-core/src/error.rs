@@ -98,6 +98,11 @@ pub enum WireStatus {
 /// `Display` is one line. No token, env value or stdin is ever put in an `Error` by this
 /// workspace's adapters; messages quote the provider, not the request.
 pub struct Error {
+    // Boxed: a `Result<T, Error>` stays one pointer wide on the error side.
+    inner: Box<Inner>,
+}
+
+struct Inner {
     kind: ErrorKind,
     retry: Retry,
     provider: Cow<'static, str>,
@@ -113,15 +118,17 @@ impl Error {
     /// A new error with [`Retry::Never`]; set the rest with the `with_*` methods.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
         Error {
-            kind,
-            retry: Retry::Never,
-            provider: Cow::Borrowed(""),
-            operation: Cow::Borrowed(""),
-            status: None,
-            code: None,
-            message: message.into(),
-            source: None,
-            partial: None,
+            inner: Box::new(Inner {
+                kind,
+                retry: Retry::Never,
+                provider: Cow::Borrowed(""),
+                operation: Cow::Borrowed(""),
+                status: None,
+                code: None,
+                message: message.into(),
+                source: None,
+                partial: None,
+            }),
         }
     }
 
@@ -139,49 +146,49 @@ impl Error {
     /// Sets the retry class.
     #[must_use]
     pub fn with_retry(mut self, retry: Retry) -> Self {
-        self.retry = retry;
+        self.inner.retry = retry;
         self
     }
 
     /// Sets the provider name (`"fly"`, `"e2b"`, …).
     #[must_use]
     pub fn with_provider(mut self, provider: impl Into<Cow<'static, str>>) -> Self {
-        self.provider = provider.into();
+        self.inner.provider = provider.into();
         self
     }
 
     /// Sets the operation that failed (`"exec"`, `"create_sandbox"`, …).
     #[must_use]
     pub fn with_operation(mut self, operation: impl Into<Cow<'static, str>>) -> Self {
-        self.operation = operation.into();
+        self.inner.operation = operation.into();
         self
     }
 
     /// Sets the transport status.
     #[must_use]
     pub fn with_status(mut self, status: WireStatus) -> Self {
-        self.status = Some(status);
+        self.inner.status = Some(status);
         self
     }
 
     /// Sets the provider's own error code (`"CONTAINER_UNAVAILABLE"`, …).
     #[must_use]
     pub fn with_code(mut self, code: impl Into<String>) -> Self {
-        self.code = Some(code.into());
+        self.inner.code = Some(code.into());
         self
     }
 
     /// Attaches the underlying error.
     #[must_use]
     pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
-        self.source = Some(Box::new(source));
+        self.inner.source = Some(Box::new(source));
         self
     }
 
     /// Attaches the output collected before the failure (a deadline, a cut stream).
     #[must_use]
     pub fn with_partial(mut self, partial: PartialOutput) -> Self {
-        self.partial = Some(Box::new(partial));
+        self.inner.partial = Some(Box::new(partial));
         self
     }
 
@@ -193,58 +200,58 @@ impl Error {
         provider: impl Into<Cow<'static, str>>,
         operation: impl Into<Cow<'static, str>>,
     ) -> Self {
-        if self.provider.is_empty() {
-            self.provider = provider.into();
+        if self.inner.provider.is_empty() {
+            self.inner.provider = provider.into();
         }
-        if self.operation.is_empty() {
-            self.operation = operation.into();
+        if self.inner.operation.is_empty() {
+            self.inner.operation = operation.into();
         }
         self
     }
 
     /// The kind.
     pub fn kind(&self) -> ErrorKind {
-        self.kind
+        self.inner.kind
     }
 
     /// The retry class.
     pub fn retry(&self) -> Retry {
-        self.retry
+        self.inner.retry
     }
 
     /// The provider name, or `""`.
     pub fn provider(&self) -> &str {
-        &self.provider
+        &self.inner.provider
     }
 
     /// The operation, or `""`.
     pub fn operation(&self) -> &str {
-        &self.operation
+        &self.inner.operation
     }
 
     /// The transport status, if known.
     pub fn status(&self) -> Option<WireStatus> {
-        self.status
+        self.inner.status
     }
 
     /// The provider's error code, if any.
     pub fn code(&self) -> Option<&str> {
-        self.code.as_deref()
+        self.inner.code.as_deref()
     }
 
     /// The message.
     pub fn message(&self) -> &str {
-        &self.message
+        &self.inner.message
     }
 
     /// Output collected before the failure, if any.
     pub fn partial(&self) -> Option<&PartialOutput> {
-        self.partial.as_deref()
+        self.inner.partial.as_deref()
     }
 
     /// Takes the partial output out of the error.
     pub fn take_partial(&mut self) -> Option<PartialOutput> {
-        self.partial.take().map(|b| *b)
+        self.inner.partial.take().map(|b| *b)
     }
 }
 
@@ -285,25 +292,28 @@ impl fmt::Display for Retry {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let who = match (self.provider.is_empty(), self.operation.is_empty()) {
+        let who = match (
+            self.inner.provider.is_empty(),
+            self.inner.operation.is_empty(),
+        ) {
             (true, true) => String::new(),
-            (false, true) => format!("{}: ", self.provider),
-            (true, false) => format!("{}: ", self.operation),
-            (false, false) => format!("{} {}: ", self.provider, self.operation),
+            (false, true) => format!("{}: ", self.inner.provider),
+            (true, false) => format!("{}: ", self.inner.operation),
+            (false, false) => format!("{} {}: ", self.inner.provider, self.inner.operation),
         };
         // One line, always: newlines in provider messages are escaped.
-        let message = self.message.replace('\n', "\\n").replace('\r', "\\r");
-        write!(f, "{who}{}: {message}", self.kind)?;
+        let message = self.inner.message.replace('\n', "\\n").replace('\r', "\\r");
+        write!(f, "{who}{}: {message}", self.inner.kind)?;
         let mut extra = Vec::new();
-        match self.status {
+        match self.inner.status {
             Some(WireStatus::Http(s)) => extra.push(format!("http {s}")),
             Some(WireStatus::Grpc(c)) => extra.push(format!("grpc {c}")),
             None => {}
         }
-        if let Some(code) = &self.code {
+        if let Some(code) = &self.inner.code {
             extra.push(format!("code {code}"));
         }
-        extra.push(format!("retry {}", self.retry));
+        extra.push(format!("retry {}", self.inner.retry));
         write!(f, " [{}]", extra.join(", "))
     }
 }
@@ -311,22 +321,23 @@ impl fmt::Display for Error {
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Error")
-            .field("kind", &self.kind)
-            .field("retry", &self.retry)
-            .field("provider", &self.provider)
-            .field("operation", &self.operation)
-            .field("status", &self.status)
-            .field("code", &self.code)
-            .field("message", &self.message)
-            .field("source", &self.source)
-            .field("partial", &self.partial)
+            .field("kind", &self.inner.kind)
+            .field("retry", &self.inner.retry)
+            .field("provider", &self.inner.provider)
+            .field("operation", &self.inner.operation)
+            .field("status", &self.inner.status)
+            .field("code", &self.inner.code)
+            .field("message", &self.inner.message)
+            .field("source", &self.inner.source)
+            .field("partial", &self.inner.partial)
             .finish()
     }
 }
 
 impl StdError for Error {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source
+        self.inner
+            .source
             .as_deref()
             .map(|e| e as &(dyn StdError + 'static))
     }

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use execseam_core::degrade::{self, WRAPPER_MARK, WRAPPER_STATUS};
-use execseam_local::{LocalConfig, LocalExec};
+use execseam_core::degrade::{self, WRAPPER_STATUS};
+use execseam_local::{LAUNCHER_MARK, LocalConfig, LocalExec};
 use tokio::task::AbortHandle;
 
 /// How a sandbox's paths are made to look like the provider's.
@@ -113,7 +113,7 @@ impl Sandbox {
                     "-c".into(),
                     // Bind each private directory over its provider path, then run the command.
                     format!(
-                        "n=$1; shift; while [ \"$n\" -gt 0 ]; do mkdir -p \"$2\" && mount --bind \"$1\" \"$2\" || {{ printf '%s\\n' '{WRAPPER_MARK}sandbox mount failed' >&2; exit {WRAPPER_STATUS}; }}; shift 2; n=$((n-1)); done; exec \"$@\""
+                        "n=$1; shift; while [ \"$n\" -gt 0 ]; do mkdir -p \"$2\" && mount --bind \"$1\" \"$2\" || {{ printf '%s\\n' '{LAUNCHER_MARK}sandbox mount failed' >&2; exit {WRAPPER_STATUS}; }}; shift 2; n=$((n-1)); done; exec \"$@\""
                     ),
                     "sh".into(),
                     spec.private_paths.len().to_string(),
