@@ -31,8 +31,11 @@ fn record_names() -> Result<Vec<String>, String> {
     Ok(names)
 }
 
-/// Reads every record: case → outcome, in file order.
-fn records() -> Result<Vec<(String, Vec<(String, String)>)>, String> {
+/// One record: its name and `(case, outcome)` pairs in file order.
+type Record = (String, Vec<(String, String)>);
+
+/// Reads every record.
+fn records() -> Result<Vec<Record>, String> {
     let mut out = Vec::new();
     for name in record_names()? {
         let path = root().join("docs/conformance").join(format!("{name}.txt"));
