@@ -64,9 +64,6 @@
 //! returns) and [`remove_files`](AgentCoreExec::remove_files) use the `readFiles`, `writeFiles`,
 //! `listFiles` and `removeFiles` tools. Paths under the session root are sent relative to it.
 #![warn(missing_docs)]
-// Every fallible function here returns the contract's `execseam_core::Error` (152 bytes): boxing
-// it per adapter would only move the allocation.
-#![allow(clippy::result_large_err)]
 
 mod client;
 mod config;
