@@ -118,7 +118,12 @@ impl Sandbox {
                     "sh".into(),
                     spec.private_paths.len().to_string(),
                 ];
-                for p in &spec.private_paths {
+                // A target that contains the sandbox roots (a private `/tmp`, since the roots
+                // live under the host's temp dir) would hide the sources of the binds after it:
+                // mount those last.
+                let mut order: Vec<&String> = spec.private_paths.iter().collect();
+                order.sort_by_key(|p| root.starts_with(p.as_str()));
+                for p in order {
                     launcher.push(
                         root.join(p.trim_start_matches('/'))
                             .to_string_lossy()
@@ -254,7 +259,8 @@ mod tests {
 
     fn spec() -> SandboxSpec {
         SandboxSpec {
-            private_paths: vec!["/home/emu".into(), "/tmp".into()],
+            // `/tmp` first on purpose: it contains the roots, so it must be mounted last.
+            private_paths: vec!["/tmp".into(), "/home/emu".into()],
             env: [("HOME".to_string(), "/home/emu".to_string())]
                 .into_iter()
                 .collect(),
