@@ -42,8 +42,6 @@
 //!
 //! Errors: see [`error`] for the gRPC status → `ErrorKind` + `Retry` table.
 #![warn(missing_docs)]
-// `execseam_core::Error` is 152 bytes (the core's design, shared by every adapter).
-#![allow(clippy::result_large_err)]
 
 pub mod client;
 pub mod config;
