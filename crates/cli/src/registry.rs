@@ -34,6 +34,42 @@ pub fn all() -> Vec<Adapter> {
         },
         // @adapters: each adapter adds one entry here.
         Adapter {
+            name: "fly",
+            about: "Fly Machines through the Machines API exec endpoint (the machine is started first if it is stopped)",
+            env: &[
+                "FLY_API_TOKEN",
+                "FLY_APP_NAME",
+                "FLY_MACHINE_ID",
+                "FLY_FLAPS_BASE_URL",
+                "FLY_EXEC_TIMEOUT",
+                "FLY_EXEC_CONTAINER",
+            ],
+            capabilities: || execseam_fly::CAPABILITIES,
+            connect: || {
+                Box::pin(async {
+                    let fly = execseam_fly::FlyExec::from_env()?;
+                    fly.ensure_started().await?;
+                    Ok(Arc::new(fly) as Arc<dyn Exec>)
+                })
+            },
+        },
+        Adapter {
+            name: "sprites",
+            about: "Fly Sprites over the exec WebSocket (SPRITES_EXEC_TRANSPORT=http for the POST fallback)",
+            env: &[
+                "SPRITE_TOKEN",
+                "SPRITE_NAME",
+                "SPRITES_API_URL",
+                "SPRITES_EXEC_TRANSPORT",
+            ],
+            capabilities: || execseam_sprites::CAPABILITIES,
+            connect: || {
+                Box::pin(async {
+                    Ok(Arc::new(execseam_sprites::SpritesExec::from_env()?) as Arc<dyn Exec>)
+                })
+            },
+        },
+        Adapter {
             name: "e2b",
             about: "E2B sandboxes: control plane plus envd over Connect (E2B_SANDBOX_ID, or a new sandbox that ends with E2B_SANDBOX_TIMEOUT)",
             env: &[

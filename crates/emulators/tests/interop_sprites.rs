@@ -1,1 +1,61 @@
-//! Interop: the official sprites-py SDK against the Sprites emulator (written below).
+//! The official Sprites Python SDK (PyPI `sprites-py`, pinned in
+//! `interop/sprites/requirements.txt`) against the Sprites emulator: sprites CRUD, exec over the
+//! WebSocket (argv, cwd, env, stdin, stdout and stderr separately, exit codes, a failing command),
+//! control mode's fallback, sessions (list, kill), the filesystem API, and the errors. Fails loudly
+//! when PyPI cannot be reached.
+
+use std::path::Path;
+
+use execseam_emulators::sprites::{SpritesEmulator, SpritesOptions};
+use execseam_emulators::{EmulatorOptions, Isolation, interop};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_python_sdk_works_against_the_emulator() {
+    assert_eq!(
+        Isolation::detect(),
+        Isolation::Namespaces,
+        "the Sprites interop check needs mount namespaces (root and unshare): without them the \
+         sprite's paths are not /home/sprite and the SDK's path checks cannot hold"
+    );
+    let emu = SpritesEmulator::start(
+        EmulatorOptions {
+            token: Some("spr-interop-token".into()),
+            ..EmulatorOptions::default()
+        },
+        SpritesOptions::default(),
+    )
+    .await
+    .expect("the emulator starts");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/sprites");
+    let reqs = dir.join("requirements.txt");
+    let python = tokio::task::spawn_blocking(move || interop::python_env("sprites", &reqs))
+        .await
+        .unwrap()
+        .expect("a virtualenv with the official sprites-py SDK");
+    let env = emu.env();
+    let script = dir.join("sdk_check.py");
+    let out = tokio::task::spawn_blocking(move || interop::run_python(&python, &script, &env))
+        .await
+        .unwrap()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}");
+    assert!(
+        out.status.success() && stdout.lines().last() == Some("OK"),
+        "the SDK check failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let checks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
+    assert_eq!(checks, 39, "every check of sdk_check.py ran:\n{stdout}");
+    // The SDK's requests reached the exec route (and were counted there).
+    assert!(
+        emu.exec_requests() >= 20,
+        "{} exec requests",
+        emu.exec_requests()
+    );
+    assert!(
+        emu.sprite("interop-py").is_none(),
+        "the SDK destroyed its sprite"
+    );
+}

@@ -386,9 +386,12 @@ async fn make_fifo(
     ))
 }
 
-/// Feeds stdin chunks to the FIFO; `None` (or the channel closing) is EOF.
+/// Feeds stdin chunks to the FIFO; `None` (or the channel closing) is EOF. The writer is only
+/// dropped (EOF) once the command has opened the FIFO (its wrapper removes the path right after
+/// opening it): a FIFO opened for reading with no writer left would block forever.
 fn stdin_pump(
     mut tx: tokio::net::unix::pipe::Sender,
+    fifo_host: String,
 ) -> (
     mpsc::UnboundedSender<Option<Bytes>>,
     tokio::task::JoinHandle<()>,
@@ -399,6 +402,9 @@ fn stdin_pump(
             if tx.write_all(&b).await.is_err() {
                 break;
             }
+        }
+        while std::path::Path::new(&fifo_host).exists() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         drop(tx);
     });
@@ -431,7 +437,7 @@ async fn start_session(
         let (host, visible, tx) = make_fifo(sprite)
             .await
             .map_err(|e| StartError::Internal(format!("stdin pipe: {e}")))?;
-        let (send, task) = stdin_pump(tx);
+        let (send, task) = stdin_pump(tx, host.clone());
         (Some(host), Some(visible), Some((send, task)))
     } else {
         (None, None, None)

@@ -1,0 +1,186 @@
+"""The official Sprites Python SDK (sprites-py, pinned in requirements.txt) against the Sprites
+emulator: sprites CRUD, exec over the WebSocket (argv, cwd, env, stdin, separate stdout and
+stderr, exit codes, a failing command, a missing program), control mode falling back to direct
+WebSockets, sessions (list, kill), the filesystem API seeing what commands write and the reverse,
+and the errors (bad token, unknown sprite). Prints one `ok <name>` per check and `OK` at the end.
+
+Environment: SPRITES_API_URL, SPRITE_TOKEN, SPRITE_NAME (from the emulator).
+"""
+
+import io
+import os
+import sys
+import threading
+import time
+
+import sprites
+from sprites import SpritesClient
+from sprites.exceptions import APIError, AuthenticationError, ExecError, SpriteError
+from sprites.session import kill_session, list_sessions
+
+URL = os.environ["SPRITES_API_URL"]
+TOKEN = os.environ["SPRITE_TOKEN"]
+NAME = os.environ["SPRITE_NAME"]
+
+
+def check(name, cond, detail=""):
+    if not cond:
+        print(f"FAIL {name}: {detail}", flush=True)
+        sys.exit(1)
+    print(f"ok {name}", flush=True)
+
+
+client = SpritesClient(TOKEN, base_url=URL)
+
+# -- sprites ------------------------------------------------------------------------------------
+info = client.get_sprite(NAME)
+check("get_sprite", info.name == NAME and info.status == "running", repr(info.status))
+created = client.create_sprite("interop-py")
+check("create_sprite", created.name == "interop-py")
+names = [s.name for s in client.list_sprites().sprites]
+check("list_sprites", NAME in names and "interop-py" in names, repr(names))
+sprite = client.sprite(NAME)
+
+# -- exec: argv, stdout and stderr separately, exit codes -----------------------------------------
+r = sprite.run("printf", "%s|", "a b", "", "'q'", "$HOME", "*", "é✓", capture_output=True)
+check("argv is exact", r.returncode == 0 and r.stdout == "a b||'q'|$HOME|*|é✓|".encode(), repr(r))
+
+r = sprite.run("sh", "-c", "printf out; printf err >&2; exit 3", capture_output=True)
+check(
+    "stdout and stderr are separate, exit 3 is a result",
+    (r.returncode, r.stdout, r.stderr) == (3, b"out", b"err"),
+    repr(r),
+)
+
+for code in (0, 1, 42, 125, 255):
+    r = sprite.run("sh", "-c", f"exit {code}", capture_output=True)
+    check(f"exit {code}", r.returncode == code, repr(r))
+
+r = sprite.run("sh", "-c", "kill -9 $$", capture_output=True)
+check("a signal death is 128+n", r.returncode == 137, repr(r))
+
+try:
+    sprite.command("sh", "-c", "echo boom >&2; exit 7").output()
+    check("a failing command raises ExitError", False, "no exception")
+except ExecError as e:
+    check(
+        "a failing command raises ExitError",
+        e.exit_code() == 7 and e.stderr == b"boom\n",
+        repr((e.exit_code(), e.stderr)),
+    )
+
+r = sprite.run("execseam-no-such-program", capture_output=True)
+check("a missing program is 127", r.returncode == 127 and r.stderr != b"", repr(r))
+
+big = sprite.run("sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' x", capture_output=True)
+check("3 MB of output", big.stdout == b"x" * 3_000_000, len(big.stdout))
+
+# -- cwd, env ---------------------------------------------------------------------------------------
+r = sprite.run("pwd", capture_output=True)
+check("the default cwd is /home/sprite", r.stdout == b"/home/sprite\n", repr(r))
+sprite.run("mkdir", "-p", "/home/sprite/sub dir")
+r = sprite.run("pwd", cwd="/home/sprite/sub dir", capture_output=True)
+check("cwd", r.stdout == b"/home/sprite/sub dir\n", repr(r))
+
+r = sprite.run("sh", "-c", 'printf "%s|%s" "$HOME" "$USER"', capture_output=True)
+check("the default environment", r.stdout == b"/home/sprite|sprite", repr(r))
+r = sprite.run(
+    "sh", "-c", 'printf "%s|%s" "$FOO" "${HOME-unset}"', env={"FOO": "bar baz"}, capture_output=True
+)
+check("env replaces the default environment", r.stdout == b"bar baz|unset", repr(r))
+
+# -- stdin ----------------------------------------------------------------------------------------
+data = bytes(range(256)) * 40
+out = sprite.command("cat", stdin=io.BytesIO(data)).output()
+check("stdin round-trips (binary, 10 KiB)", out == data, len(out))
+out = sprite.command("wc", "-c").output()
+check("no stdin is EOF at once", out.strip() == b"0", repr(out))
+
+# -- control mode falls back to direct WebSockets ---------------------------------------------------
+cc = SpritesClient(TOKEN, base_url=URL, control_mode=True)
+r = cc.sprite(NAME).run("echo", "via control fallback", capture_output=True)
+check("control mode falls back", r.stdout == b"via control fallback\n", repr(r))
+
+# -- timing: the SDK closes first, so the server's 5 s linger is not paid ----------------------------
+t0 = time.monotonic()
+sprite.run("true")
+check("no linger", time.monotonic() - t0 < 3, time.monotonic() - t0)
+
+# -- filesystem ---------------------------------------------------------------------------------------
+fs = sprite.filesystem("/home/sprite")
+(fs / "notes/hello.txt").write_text("from the files api\n")
+r = sprite.run("cat", "/home/sprite/notes/hello.txt", capture_output=True)
+check("commands see files written through the API", r.stdout == b"from the files api\n", repr(r))
+sprite.run("sh", "-c", "printf 'from a command' > /home/sprite/notes/cmd.txt")
+check("the API sees files written by commands", (fs / "notes/cmd.txt").read_text() == "from a command")
+st = (fs / "notes/hello.txt").stat()
+check("stat", st.size == 19 and not st.is_dir and st.mode == "0644", repr(st))
+check("listdir", sorted((fs / "notes").listdir()) == ["cmd.txt", "hello.txt"])
+(fs / "made/deep").mkdir(parents=True)
+# (The SDKs' stat is `list(path).entries[0]`, and list of a directory is its children, as the API
+# reference says: so `is_dir()` of an *empty* directory is False against the real API too. Check
+# through the parent's listing and a command instead.)
+r = sprite.run("test", "-d", "/home/sprite/made/deep")
+check("mkdir", r.returncode == 0 and (fs / "made").listdir() == ["deep"], repr(r))
+(fs / "notes/cmd.txt").rename("renamed.txt")
+check("rename", (fs / "notes/renamed.txt").exists() and not (fs / "notes/cmd.txt").exists())
+(fs / "notes/hello.txt").chmod(0o600)
+r = sprite.run("stat", "-c", "%a", "/home/sprite/notes/hello.txt", capture_output=True)
+check("chmod", r.stdout == b"600\n", repr(r))
+(fs / "notes").rmtree()
+check("rmtree", not (fs / "notes").exists())
+try:
+    (fs / "missing.txt").read_text()
+    check("reading a missing file raises", False, "no exception")
+except sprites.FileNotFoundError_:
+    check("reading a missing file raises", True)
+
+# -- sessions -------------------------------------------------------------------------------------------
+result = {}
+
+
+def long_running():
+    result["r"] = sprite.run("sleep", "30", capture_output=True)
+
+
+t = threading.Thread(target=long_running)
+t.start()
+session = None
+for _ in range(100):
+    found = [s for s in list_sessions(sprite) if "sleep 30" in s.command]
+    if found:
+        session = found[0]
+        break
+    time.sleep(0.05)
+check("list_sessions shows the running command", session is not None and session.is_active)
+messages = [m.type for m in kill_session(sprite, str(session.id), signal="SIGTERM", timeout=1)]
+check("kill_session streams its progress", messages[0] == "signal" and messages[-1] == "complete", repr(messages))
+t.join(10)
+check("the killed command ends", not t.is_alive() and result["r"].returncode == 137, repr(result.get("r")))
+
+# -- errors -----------------------------------------------------------------------------------------------
+bad = SpritesClient("wrong-token", base_url=URL)
+try:
+    bad.get_sprite(NAME)
+    check("a bad token is rejected", False, "no exception")
+except AuthenticationError:
+    check("a bad token is rejected", True)
+try:
+    bad.sprite(NAME).run("true")
+    check("a bad token is rejected on exec", False, "no exception")
+except APIError as e:
+    check("a bad token is rejected on exec", e.status_code == 401, repr(e))
+try:
+    client.get_sprite("no-such-sprite")
+    check("an unknown sprite is an error", False, "no exception")
+except SpriteError as e:
+    check("an unknown sprite is an error", "failed to retrieve sprite" in str(e), str(e))
+try:
+    client.sprite("no-such-sprite").run("true")
+    check("exec on an unknown sprite is an error", False, "no exception")
+except APIError as e:
+    check("exec on an unknown sprite is an error", e.status_code == 500, repr(e))
+
+client.destroy_sprite("interop-py")
+check("destroy_sprite", "interop-py" not in [s.name for s in client.list_sprites().sprites])
+print("OK", flush=True)
