@@ -892,6 +892,22 @@ fn signal_name(s: &str) -> String {
 }
 
 async fn kill(st: St, Path((name, id)): Path<(String, String)>, req: Request) -> Response {
+    // Counted (and faultable) as route `kill`.
+    match st.faults.take("kill") {
+        Some(Fault::ServerError) => {
+            return json_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &wire::error("internal server error"),
+            );
+        }
+        Some(Fault::Unavailable) => {
+            return json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &wire::error("service unavailable"),
+            );
+        }
+        _ => {}
+    }
     let sprite = match sprite_for(&st, req.headers(), &name) {
         Ok(s) => s,
         Err(r) => return r,

@@ -1,0 +1,211 @@
+//! Behaviour of the Fly adapter against the emulator beyond the conformance suite: starting the
+//! machine, leases, the API's timeout and output limit, 503 never re-sent, token forms.
+
+use std::time::{Duration, Instant};
+
+use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit, Output, Retry, WireStatus};
+use execseam_emulators::fly::{FlyEmulator, FlyOptions, TimeoutMode};
+use execseam_emulators::{EmulatorOptions, Fault};
+use execseam_fly::{FlyConfig, FlyExec};
+
+const TOKEN: &str = "fm2_lJPECAAAAAAAAMx6xBDH";
+
+async fn emulator(opts: FlyOptions) -> FlyEmulator {
+    FlyEmulator::start(
+        EmulatorOptions {
+            token: Some(TOKEN.into()),
+            ..EmulatorOptions::default()
+        },
+        opts,
+    )
+    .await
+    .expect("the emulator starts")
+}
+
+fn adapter(emu: &FlyEmulator, f: impl FnOnce(FlyConfig) -> FlyConfig) -> FlyExec {
+    let m = emu.default_machine();
+    FlyExec::new(f(
+        FlyConfig::new(m.app(), m.id(), TOKEN).base_url(emu.base_url())
+    ))
+    .expect("an adapter")
+}
+
+fn sh(script: &str) -> Command {
+    Command::new(["sh", "-c", script]).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ensure_started_starts_a_stopped_or_suspended_machine() {
+    let emu = emulator(FlyOptions {
+        transition: Duration::from_millis(300),
+        ..FlyOptions::default()
+    })
+    .await;
+    let fly = adapter(&emu, |c| c);
+    let m = emu.default_machine();
+
+    emu.stop_machine(&m);
+    let e = fly.exec(sh("true")).await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.retry()),
+        (ErrorKind::Conflict, Retry::Never),
+        "{e}"
+    );
+    assert_eq!(e.status(), Some(WireStatus::Http(412)));
+
+    let t = Instant::now();
+    fly.ensure_started().await.unwrap();
+    assert_eq!(m.state(), "started");
+    assert!(
+        t.elapsed() >= Duration::from_millis(250),
+        "it waited for the start"
+    );
+    assert!(fly.exec(sh("true")).await.unwrap().exit.success());
+
+    m.set_state("suspended");
+    fly.ensure_started().await.unwrap();
+    assert_eq!(m.state(), "started");
+    fly.ensure_started().await.unwrap(); // already started: nothing to do
+
+    let other =
+        FlyExec::new(FlyConfig::new(m.app(), "0000000000dead", TOKEN).base_url(emu.base_url()))
+            .unwrap();
+    let e = other.ensure_started().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_held_elsewhere_is_a_conflict_and_the_holder_passes() {
+    let emu = emulator(FlyOptions::default()).await;
+    let nonce = emu
+        .default_machine()
+        .acquire_lease("someone@else.example", Duration::from_secs(60));
+    let fly = adapter(&emu, |c| c);
+    let e = fly.exec(sh("true")).await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.retry()),
+        (ErrorKind::Conflict, Retry::SAFE),
+        "{e}"
+    );
+    assert!(e.message().contains("lease currently held"), "{e}");
+    let holder = adapter(&emu, |c| c.lease_nonce(nonce));
+    assert!(holder.exec(sh("true")).await.unwrap().exit.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_apis_timeout_is_a_command_timeout_and_may_have_run() {
+    let emu = emulator(FlyOptions::default()).await;
+    let fly = adapter(&emu, |c| c.exec_timeout(Duration::from_secs(1)));
+    let e = fly.exec(sh("sleep 5")).await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.retry()),
+        (ErrorKind::Timeout(Deadline::Command), Retry::Unsafe),
+        "{e}"
+    );
+    assert_eq!(e.code(), Some("deadline_exceeded"));
+
+    // Where the API answers with the killed command's signal instead, that is the result.
+    emu.set_options(|o| o.timeout_mode = TimeoutMode::Signal);
+    let o = fly.exec(sh("printf partial; exec sleep 5")).await.unwrap();
+    assert_eq!(o, Output::new("partial", "", Exit::Signal(9)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_output_limit_is_output_limit() {
+    let emu = emulator(FlyOptions::default()).await;
+    let fly = adapter(&emu, |c| c);
+    // 4 MiB of NULs: 6 bytes each once JSON-escaped (\u0000), over the 10 MiB response limit.
+    let e = fly.exec(sh("head -c 4194304 /dev/zero")).await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.retry()),
+        (ErrorKind::OutputLimit, Retry::Unsafe),
+        "{e}"
+    );
+    // Below the limit the output is exact.
+    let o = fly
+        .exec(sh("head -c 2097152 /dev/zero | tr '\\0' x"))
+        .await
+        .unwrap();
+    assert_eq!(o.stdout.len(), 2 << 20);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_503_on_the_exec_is_never_sent_again() {
+    let emu = emulator(FlyOptions::default()).await;
+    let fly = adapter(&emu, |c| c);
+    for fault in [
+        Fault::Unavailable,
+        Fault::ServerError,
+        Fault::ResetBeforeResponse,
+    ] {
+        emu.faults().arm("exec", fault);
+        let before = emu.exec_requests();
+        let e = fly.exec(sh("true")).await.unwrap_err();
+        assert_eq!(e.retry(), Retry::Unsafe, "{fault:?}: {e}");
+        assert_eq!(emu.exec_requests(), before + 1, "{fault:?} was not retried");
+    }
+    emu.faults().arm(
+        "exec",
+        Fault::RateLimited {
+            retry_after_secs: 7,
+        },
+    );
+    let e = fly.exec(sh("true")).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::RateLimited);
+    assert_eq!(e.retry().after(), Some(Duration::from_secs(7)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_are_sent_as_fly_go_sends_them() {
+    let emu = emulator(FlyOptions::default()).await;
+    for token in [
+        TOKEN.to_owned(),
+        format!("FlyV1 {TOKEN}"),
+        format!("Bearer FlyV1 {TOKEN}"),
+    ] {
+        let m = emu.default_machine();
+        let fly =
+            FlyExec::new(FlyConfig::new(m.app(), m.id(), token).base_url(emu.base_url())).unwrap();
+        assert!(fly.exec(sh("true")).await.unwrap().exit.success());
+        assert!(
+            !format!("{fly:?}").contains("lJPEC"),
+            "Debug never shows the token"
+        );
+    }
+    let m = emu.default_machine();
+    let bad =
+        FlyExec::new(FlyConfig::new(m.app(), m.id(), "wrong").base_url(emu.base_url())).unwrap();
+    let e = bad.exec(sh("true")).await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.retry()),
+        (ErrorKind::Unauthenticated, Retry::Never)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn results_are_the_same_whether_zero_values_are_omitted_or_not() {
+    for omit_empty in [true, false] {
+        let emu = emulator(FlyOptions {
+            omit_empty,
+            ..FlyOptions::default()
+        })
+        .await;
+        let fly = adapter(&emu, |c| c);
+        assert_eq!(
+            fly.exec(sh("true")).await.unwrap(),
+            Output::new("", "", Exit::Code(0))
+        );
+        assert_eq!(
+            fly.exec(sh("printf o; printf e >&2; exit 3"))
+                .await
+                .unwrap(),
+            Output::new("o", "e", Exit::Code(3))
+        );
+        // Binary stdin goes through the base64 temp file exactly (output is text: look at hex).
+        let c = Command::builder(["od", "-An", "-tx1"])
+            .stdin(vec![0u8, 0xff, b'\n'])
+            .build()
+            .unwrap();
+        assert_eq!(fly.exec(c).await.unwrap().stdout.as_ref(), b" 00 ff 0a\n");
+    }
+}

@@ -1,0 +1,326 @@
+//! Behaviour of the Sprites adapter against the emulator beyond the conformance suite: kill on
+//! drop through the session kill route, the HTTP POST transport, the environment semantics, the
+//! error mapping of the observed answers, and closing the socket first.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use execseam_core::{Command, ErrorKind, Event, Exec, Exit, Output, Retry};
+use execseam_emulators::sprites::{
+    DEFAULT_SPRITE, EnvMode, SignalExit, SpritesEmulator, SpritesOptions, UnknownSprite,
+};
+use execseam_emulators::{EmulatorOptions, Fault};
+use execseam_sprites::{BaseEnv, SpritesConfig, SpritesExec, Transport};
+
+async fn emulator(opts: SpritesOptions) -> SpritesEmulator {
+    SpritesEmulator::start(
+        EmulatorOptions {
+            token: Some("spr_test".into()),
+            ..EmulatorOptions::default()
+        },
+        opts,
+    )
+    .await
+    .expect("the emulator starts")
+}
+
+fn adapter(emu: &SpritesEmulator, f: impl FnOnce(SpritesConfig) -> SpritesConfig) -> SpritesExec {
+    SpritesExec::new(f(
+        SpritesConfig::new(DEFAULT_SPRITE, "spr_test").base_url(emu.base_url())
+    ))
+    .expect("an adapter")
+}
+
+fn sh(script: &str) -> Command {
+    Command::new(["sh", "-c", script]).unwrap()
+}
+
+async fn pid_alive(sprite: &SpritesExec, pidfile: &str) -> bool {
+    let o = sprite
+        .exec(sh(&format!(
+            "kill -0 \"$(cat {pidfile})\" 2>/dev/null && echo alive || echo gone"
+        )))
+        .await
+        .unwrap();
+    o.stdout.as_ref() == b"alive\n"
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dropping_the_stream_kills_the_command_through_the_kill_route() {
+    // The server would keep an orphan running for a minute: only the kill route can end it fast.
+    let emu = emulator(SpritesOptions {
+        max_run_after_disconnect: Duration::from_secs(60),
+        ..SpritesOptions::default()
+    })
+    .await;
+    let sprite = adapter(&emu, |c| c);
+    let stream = sprite.streaming().expect("streaming over WebSockets");
+    let mut events = stream
+        .exec_stream(sh(
+            "echo $$ > /home/sprite/pid; echo started; exec sleep 60",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        events.next().await.unwrap().unwrap(),
+        Event::Stdout("started\n".into())
+    );
+    assert!(pid_alive(&sprite, "/home/sprite/pid").await);
+    let sessions = emu.sprite(DEFAULT_SPRITE).unwrap();
+    assert_eq!(sessions.sessions().len(), 1);
+    drop(events);
+    let t = Instant::now();
+    while !sessions.sessions().is_empty() || pid_alive(&sprite, "/home/sprite/pid").await {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the command outlived its stream"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        emu.faults().count("kill"),
+        1,
+        "POST /exec/{{id}}/kill was called once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dropping_the_exec_future_kills_too() {
+    let emu = emulator(SpritesOptions {
+        max_run_after_disconnect: Duration::from_secs(60),
+        ..SpritesOptions::default()
+    })
+    .await;
+    let sprite = adapter(&emu, |c| c);
+    let r = tokio::time::timeout(
+        Duration::from_millis(800),
+        sprite.exec(sh("echo $$ > /home/sprite/pid2; exec sleep 60")),
+    )
+    .await;
+    assert!(r.is_err(), "still running at the timeout");
+    let t = Instant::now();
+    while pid_alive(&sprite, "/home/sprite/pid2").await {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the command outlived its exec"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_adapter_closes_first_so_the_servers_linger_costs_nothing() {
+    let emu = emulator(SpritesOptions::default()).await; // 5 s linger, as production
+    let sprite = adapter(&emu, |c| c);
+    let t = Instant::now();
+    for _ in 0..3 {
+        assert!(
+            sprite
+                .exec(Command::new(["true"]).unwrap())
+                .await
+                .unwrap()
+                .exit
+                .success()
+        );
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "{:?} for 3 execs",
+        t.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_http_post_transport() {
+    let emu = emulator(SpritesOptions::default()).await;
+    let sprite = adapter(&emu, |c| c.transport(Transport::Http));
+    assert!(sprite.streaming().is_none());
+    assert!(!sprite.capabilities().streaming && !sprite.capabilities().remote_kill);
+
+    let o = sprite
+        .exec(sh("printf out; printf err >&2; exit 3"))
+        .await
+        .unwrap();
+    assert_eq!(o, Output::new("out", "err", Exit::Code(3)));
+    let c = Command::builder(["cat"])
+        .stdin("through the body")
+        .build()
+        .unwrap();
+    assert_eq!(
+        sprite.exec(c).await.unwrap().stdout.as_ref(),
+        b"through the body"
+    );
+    assert_eq!(
+        sprite
+            .exec(Command::new(["cat"]).unwrap())
+            .await
+            .unwrap()
+            .stdout
+            .as_ref(),
+        b""
+    );
+    let c = Command::builder(["pwd"])
+        .workdir("/tmp")
+        .env("A", "1")
+        .build()
+        .unwrap();
+    assert_eq!(sprite.exec(c).await.unwrap().stdout.as_ref(), b"/tmp\n");
+
+    // A missing workdir: the server answers 500 "failed to start process"; the files API says why.
+    let c = Command::builder(["true"])
+        .workdir("/home/sprite/nope")
+        .build()
+        .unwrap();
+    let e = sprite.exec(c).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+
+    // Faults in this transport's own format.
+    for (fault, kinds, retry) in [
+        (
+            Fault::CutBeforeExit,
+            &[ErrorKind::Unavailable, ErrorKind::Protocol][..],
+            Retry::Unsafe,
+        ),
+        (
+            Fault::MalformedBody,
+            &[ErrorKind::Protocol][..],
+            Retry::Unsafe,
+        ),
+        (
+            Fault::ServerError,
+            &[ErrorKind::Internal][..],
+            Retry::Unsafe,
+        ),
+        (
+            Fault::AuthFailure,
+            &[ErrorKind::Unauthenticated][..],
+            Retry::Never,
+        ),
+    ] {
+        emu.faults().arm("exec", fault);
+        let before = emu.exec_requests();
+        let e = sprite
+            .exec(sh("printf before; sleep 0.2; printf after"))
+            .await
+            .unwrap_err();
+        assert!(kinds.contains(&e.kind()), "{fault:?}: {e}");
+        assert_eq!(e.retry(), retry, "{fault:?}: {e}");
+        assert_eq!(emu.exec_requests(), before + 1, "{fault:?}: never re-sent");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn env_is_added_to_the_base_environment_under_either_server_semantics() {
+    for mode in [EnvMode::Replace, EnvMode::Merge] {
+        let emu = emulator(SpritesOptions {
+            env_mode: mode,
+            ..SpritesOptions::default()
+        })
+        .await;
+        let sprite = adapter(&emu, |c| c); // BaseEnv::Discover
+        let c = Command::builder(["sh", "-c", "printf '%s|%s|%s' \"$A\" \"$HOME\" \"$USER\""])
+            .env("A", "x y")
+            .build()
+            .unwrap();
+        let before = emu.exec_requests();
+        assert_eq!(
+            sprite.exec(c.clone()).await.unwrap().stdout.as_ref(),
+            b"x y|/home/sprite|sprite",
+            "{mode:?}"
+        );
+        assert_eq!(
+            emu.exec_requests(),
+            before + 2,
+            "discovery, then the command"
+        );
+        sprite.exec(c).await.unwrap();
+        assert_eq!(
+            emu.exec_requests(),
+            before + 3,
+            "the environment is read once"
+        );
+
+        // Trusting the server: right only where it merges.
+        let trusting = adapter(&emu, |c| c.base_env(BaseEnv::Server));
+        let c = Command::builder(["sh", "-c", "printf '%s' \"${HOME-unset}\""])
+            .env("A", "1")
+            .build()
+            .unwrap();
+        let home = trusting.exec(c).await.unwrap().stdout;
+        let want: &[u8] = match mode {
+            EnvMode::Replace => b"unset",
+            EnvMode::Merge => b"/home/sprite",
+        };
+        assert_eq!(home.as_ref(), want, "{mode:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn observed_errors_map_to_typed_errors() {
+    let emu = emulator(SpritesOptions::default()).await;
+    let true_ = || Command::new(["true"]).unwrap();
+
+    // The observed 500 {"error":"failed to retrieve sprite"} and the 404 are both NotFound.
+    let gone =
+        SpritesExec::new(SpritesConfig::new("ghost", "spr_test").base_url(emu.base_url())).unwrap();
+    let e = gone.exec(true_()).await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.retry()),
+        (ErrorKind::NotFound, Retry::Never),
+        "{e}"
+    );
+    emu.set_options(|o| o.unknown_sprite = UnknownSprite::NotFound);
+    let e = gone.exec(true_()).await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.retry()),
+        (ErrorKind::NotFound, Retry::Never),
+        "{e}"
+    );
+
+    // 401 {"error":"authentication failed"}.
+    let bad =
+        SpritesExec::new(SpritesConfig::new(DEFAULT_SPRITE, "wrong").base_url(emu.base_url()))
+            .unwrap();
+    let e = bad.exec(true_()).await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.retry()),
+        (ErrorKind::Unauthenticated, Retry::Never),
+        "{e}"
+    );
+    assert!(
+        !format!("{e:?}{e}").contains("wrong"),
+        "the token never appears in errors"
+    );
+
+    // A 255 from the 2025 server's signal handling is reported as it came, never reinterpreted.
+    emu.set_options(|o| o.signal_exit = SignalExit::Raw255);
+    let sprite = adapter(&emu, |c| c);
+    assert_eq!(
+        sprite.exec(sh("kill -9 $$")).await.unwrap().exit,
+        Exit::Code(255)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sprite_vanishing_mid_command_is_an_error_and_stays_one() {
+    let emu = emulator(SpritesOptions::default()).await;
+    let sprite = Arc::new(adapter(&emu, |c| c));
+    let running = {
+        let s = sprite.clone();
+        tokio::spawn(async move { s.exec(sh("printf start; sleep 30")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(emu.destroy_sprite(DEFAULT_SPRITE));
+    let e = running.await.unwrap().unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Protocol),
+        "{e}"
+    );
+    assert_eq!(e.retry(), Retry::Unsafe);
+    assert_eq!(e.partial().map(|p| p.stdout.as_ref()), Some(&b"start"[..]));
+    let e = sprite
+        .exec(Command::new(["true"]).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+}
