@@ -128,6 +128,8 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 /// Maps a transport failure. Before the request left (connect), nothing ran; after, an exec may
 /// have run.
 pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
+    // The URL can carry argv and env values (Sprites sends them in the query): never keep it.
+    let e = e.without_url();
     let (kind, retry, what) = if e.is_connect() {
         (ErrorKind::Unavailable, Retry::SAFE, "cannot connect")
     } else if e.is_timeout() {

@@ -116,6 +116,8 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 
 /// Maps a transport failure of an HTTP request. Before the request left (connect), nothing ran.
 pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
+    // The URL can carry argv and env values (Sprites sends them in the query): never keep it.
+    let e = e.without_url();
     let (kind, retry, what) = if e.is_connect() {
         (ErrorKind::Unavailable, Retry::SAFE, "cannot connect")
     } else if e.is_timeout() {

@@ -324,3 +324,60 @@ async fn the_sprite_vanishing_mid_command_is_an_error_and_stays_one() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn env_values_and_argv_never_reach_error_messages() {
+    // Sprites carries argv and env in the URL query; transport errors must not repeat the URL.
+    let emu = emulator(SpritesOptions::default()).await;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = format!("http://{}", l.local_addr().unwrap());
+    drop(l);
+    let secret = || {
+        Command::builder(["printf", "argv-secret-1"])
+            .env("TOKEN", "env-secret-2")
+            .build()
+            .unwrap()
+    };
+    for (sprite, fault) in [
+        (
+            SpritesExec::new(
+                SpritesConfig::new(DEFAULT_SPRITE, "spr_test")
+                    .base_url(dead_url)
+                    .base_env(BaseEnv::Server),
+            )
+            .unwrap(),
+            None,
+        ),
+        (
+            adapter(&emu, |c| c.base_env(BaseEnv::Server)),
+            Some(Fault::ResetBeforeResponse),
+        ),
+        (
+            adapter(&emu, |c| {
+                c.base_env(BaseEnv::Server).transport(Transport::Http)
+            }),
+            Some(Fault::ResetBeforeResponse),
+        ),
+    ] {
+        if let Some(f) = fault {
+            emu.faults().arm("exec", f);
+        }
+        let e = sprite.exec(secret()).await.unwrap_err();
+        let shown = format!("{e} {e:?}");
+        assert!(
+            !shown.contains("secret-1") && !shown.contains("secret-2"),
+            "{shown}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pings_keep_a_silent_command_alive() {
+    let emu = emulator(SpritesOptions::default()).await;
+    let sprite = adapter(&emu, |c| {
+        c.keepalive(Duration::from_millis(100), Duration::from_millis(600))
+    });
+    // Silent for 2 s: longer than the 600 ms without frames, but the server answers the pings.
+    let o = sprite.exec(sh("sleep 2; printf done")).await.unwrap();
+    assert_eq!(o.stdout.as_ref(), b"done");
+}

@@ -375,3 +375,47 @@ async fn a_disconnected_command_runs_on_for_max_run_after_disconnect() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tty_mode_has_raw_frames_and_a_text_exit() {
+    // No real PTY here (documented): stdout and stderr arrive merged as raw binary frames, stdin
+    // frames are raw, the exit is the text message, then a close.
+    let emu = emulator(SpritesOptions::default()).await;
+    let mut ws = connect(&emu, "cmd=head&cmd=-c&cmd=3&tty=true&rows=40&cols=120")
+        .await
+        .unwrap();
+    ws.send(Message::Binary(b"abc".to_vec().into()))
+        .await
+        .unwrap();
+    let (mut text, mut raw) = (Vec::new(), Vec::new());
+    let mut closed = false;
+    while let Some(Ok(m)) = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .unwrap()
+    {
+        match m {
+            Message::Text(t) => text.push(serde_json::from_str::<Value>(t.as_str()).unwrap()),
+            Message::Binary(b) => raw.extend_from_slice(&b),
+            Message::Close(_) => {
+                closed = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(raw, b"abc");
+    assert_eq!(text[0]["type"], "session_info");
+    assert_eq!(
+        (
+            text[0]["tty"].as_bool(),
+            text[0]["rows"].as_u64(),
+            text[0]["cols"].as_u64()
+        ),
+        (Some(true), Some(40), Some(120))
+    );
+    assert_eq!(
+        text.last().unwrap(),
+        &serde_json::json!({"type": "exit", "exit_code": 0})
+    );
+    assert!(closed, "the server closes after a TTY exit");
+}
