@@ -330,6 +330,10 @@ impl DaytonaExec {
                     labels: [("code-toolbox-language".to_owned(), "python".to_owned())].into(),
                     snapshot: snapshot.clone(),
                     target: config.target.clone(),
+                    // A sandbox we created is ours to clean up: Daytona deletes it as soon as
+                    // it stops, which it does after 15 idle minutes (or `delete_sandbox`).
+                    auto_stop_interval: Some(15),
+                    auto_delete_interval: Some(0),
                     ..Default::default()
                 };
                 client.create_sandbox(&body).await?

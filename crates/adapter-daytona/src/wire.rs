@@ -43,6 +43,9 @@ pub struct CreateSandbox {
     /// Minutes of inactivity before the sandbox stops (0 disables).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_stop_interval: Option<u32>,
+    /// Minutes after stopping before the sandbox is deleted (0: at once; negative: never).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_delete_interval: Option<i32>,
 }
 
 /// The `Sandbox` DTO, reduced to what the adapter reads.

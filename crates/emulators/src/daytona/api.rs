@@ -75,10 +75,10 @@ pub(super) async fn create(
     if let Some(r) = check(&state, &headers, &uri, &method) {
         return r;
     }
-    if let Some(f) = state.faults.take("create") {
-        if let Some(r) = super::process::generic_fault(f, "DAYTONA_API", uri.path(), "POST").await {
-            return r;
-        }
+    if let Some(f) = state.faults.take("create")
+        && let Some(r) = super::process::generic_fault(f, "DAYTONA_API", uri.path(), "POST").await
+    {
+        return r;
     }
     let req: CreateSandbox = if body.is_empty() {
         CreateSandbox::default()

@@ -383,13 +383,12 @@ pub(crate) fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
                         return false;
                     }
                 }
-                b'\\' if p + 1 < pattern.len() => {
-                    if pattern[p + 1] == name[n] {
-                        p += 2;
-                        n += 1;
-                        continue;
-                    }
+                b'\\' if p + 1 < pattern.len() && pattern[p + 1] == name[n] => {
+                    p += 2;
+                    n += 1;
+                    continue;
                 }
+                b'\\' if p + 1 < pattern.len() => {}
                 c if c == name[n] => {
                     p += 1;
                     n += 1;
@@ -642,11 +641,11 @@ pub(super) async fn bulk_upload(sb: Arc<SandboxEntry>, req: Request) -> Response
                     continue;
                 };
                 let host: PathBuf = sb.sandbox.host_path(&sandbox_path(&dest));
-                if let Some(parent) = host.parent() {
-                    if let Err(e) = std::fs::create_dir_all(parent) {
-                        errors.push(format!("{dest}: {e}"));
-                        continue;
-                    }
+                if let Some(parent) = host.parent()
+                    && let Err(e) = std::fs::create_dir_all(parent)
+                {
+                    errors.push(format!("{dest}: {e}"));
+                    continue;
                 }
                 let mut data = Vec::new();
                 let mut field = field;

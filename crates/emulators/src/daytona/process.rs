@@ -378,10 +378,10 @@ pub(super) async fn execute(
         let mut kept = String::new();
         for line in text.split_inclusive('\n') {
             if let Some(rest) = line.strip_prefix(ARTIFACT_PREFIX) {
-                if let Ok(v) = serde_json::from_str::<serde_json::Value>(rest.trim()) {
-                    if v["type"] == "chart" {
-                        charts.push(v["value"].clone());
-                    }
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(rest.trim())
+                    && v["type"] == "chart"
+                {
+                    charts.push(v["value"].clone());
                 }
                 continue;
             }
@@ -496,7 +496,7 @@ impl Session {
         if let Some(t) = self.task.lock().expect("task").take() {
             t.abort();
         }
-        let _ = self.ended.send(true);
+        let _ = self.ended.send_replace(true);
     }
 
     fn is_ended(&self) -> bool {
@@ -643,16 +643,16 @@ async fn spawn_session(sb: &Arc<SandboxEntry>, sid: &str) -> std::io::Result<Ses
     let ended2 = ended.clone();
     let sandbox = sb.sandbox.clone();
     let task = tokio::spawn(async move {
-        if let Some(streaming) = sandbox.exec().streaming() {
-            if let Ok(mut events) = streaming.exec_stream(cmd).await {
-                while let Some(ev) = events.next().await {
-                    if matches!(ev, Err(_) | Ok(execseam_core::Event::Exit(_))) {
-                        break;
-                    }
+        if let Some(streaming) = sandbox.exec().streaming()
+            && let Ok(mut events) = streaming.exec_stream(cmd).await
+        {
+            while let Some(ev) = events.next().await {
+                if matches!(ev, Err(_) | Ok(execseam_core::Event::Exit(_))) {
+                    break;
                 }
             }
         }
-        let _ = ended2.send(true);
+        let _ = ended2.send_replace(true);
     });
     sb.sandbox.track(task.abort_handle());
     Ok(Session {
@@ -1163,10 +1163,30 @@ async fn stream_log<S>(
             .await;
         return;
     };
+    if cut {
+        // Fault injection: once the command has ended, send the first half of its log and drop
+        // the connection without a Close frame (the end of the log never arrives).
+        loop {
+            if session.exit_code(cid).is_some() || session.is_ended() {
+                break;
+            }
+            tokio::select! {
+                m = ws.next() => if matches!(m, None | Some(Err(_)) | Some(Ok(Message::Close(_)))) {
+                    return;
+                },
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
+        let log = tokio::fs::read(&log_path).await.unwrap_or_default();
+        let half = &log[..log.len() / 2];
+        if !half.is_empty() {
+            let _ = ws.send(Message::Binary(half.to_vec().into())).await;
+        }
+        return;
+    }
     let mut buf = vec![0u8; 1024];
     let mut held: Vec<u8> = Vec::new();
     let mut empty = 0u32;
-    let mut sent_any = false;
     loop {
         let n = file.read(&mut buf).await.unwrap_or(0);
         if n > 0 {
@@ -1189,17 +1209,10 @@ async fn stream_log<S>(
             if ws.send(Message::Binary(chunk.into())).await.is_err() {
                 return;
             }
-            if cut && sent_any {
-                return; // dropped without a Close frame: the stream is cut
-            }
-            sent_any = true;
             continue;
         }
         empty += 1;
         let exited = session.exit_code(cid).is_some();
-        if cut && exited {
-            return;
-        }
         if !follow || session.is_ended() || (empty >= 50 && exited) {
             break;
         }

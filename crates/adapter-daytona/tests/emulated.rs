@@ -1,0 +1,271 @@
+//! The adapter against the Daytona emulator, beyond the conformance suite: the files API, the
+//! session lifecycle (one session per exec, deleted afterwards and on drop), a session that ends
+//! mid-command, streaming that really streams, and errors at connect.
+
+use std::time::{Duration, Instant};
+
+use execseam_core::{Command, ErrorKind, Event, Exec, Exit, Retry, WireStatus};
+use execseam_daytona::{DaytonaConfig, DaytonaExec};
+use execseam_emulators::daytona::DaytonaEmulator;
+use execseam_emulators::{EmulatorOptions, Fault};
+
+async fn setup() -> (DaytonaEmulator, DaytonaExec) {
+    let emu = DaytonaEmulator::start(EmulatorOptions::default())
+        .await
+        .unwrap();
+    let exec = DaytonaExec::connect(config(&emu)).await.unwrap();
+    (emu, exec)
+}
+
+fn config(emu: &DaytonaEmulator) -> DaytonaConfig {
+    DaytonaConfig::new(emu.token().to_owned()).api_url(emu.api_url())
+}
+
+fn sh(script: &str) -> Command {
+    Command::new(["sh", "-c", script]).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_files_api_round_trips_and_shares_the_filesystem_with_commands() {
+    let (emu, exec) = setup().await;
+    let dir = emu.visible_path(exec.sandbox_id(), "/tmp/files").unwrap();
+    let data: Vec<u8> = (0..=255u8)
+        .chain(b"\nhello world\n".iter().copied())
+        .collect();
+    exec.upload_file(&format!("{dir}/a.bin"), &data)
+        .await
+        .unwrap();
+    exec.upload_file(&format!("{dir}/sub/b.txt"), b"one\nhello two\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        exec.download_file(&format!("{dir}/a.bin")).await.unwrap(),
+        data
+    );
+    let out = exec
+        .exec(Command::new(["cat", &format!("{dir}/sub/b.txt")]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.stdout.as_ref(), b"one\nhello two\n");
+
+    let names: Vec<_> = exec
+        .list_files(&dir)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|f| (f.name, f.is_dir))
+        .collect();
+    assert_eq!(names, [("a.bin".into(), false), ("sub".into(), true)]);
+    let info = exec.file_info(&format!("{dir}/a.bin")).await.unwrap();
+    assert_eq!(info.size, data.len() as u64);
+
+    // find: literal, and the binary file is skipped by the daemon.
+    let hits = exec.find_in_files(&dir, "hello").await.unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(
+        (
+            hits[0].file.as_str(),
+            hits[0].line,
+            hits[0].content.as_str()
+        ),
+        (format!("{dir}/sub/b.txt").as_str(), 2, "hello two")
+    );
+    let mut found = exec.search_files(&dir, "*.txt").await.unwrap();
+    found.sort();
+    assert_eq!(found, [format!("{dir}/sub/b.txt")]);
+
+    let err = exec
+        .download_file(&format!("{dir}/missing"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    assert_eq!(err.code(), Some("FILE_NOT_FOUND"));
+    exec.delete_file(&dir, true).await.unwrap();
+    let err = exec.list_files(&dir).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_exec_gets_a_session_that_is_deleted_afterwards_and_stdin_files_are_removed() {
+    let (emu, exec) = setup().await;
+    let id = exec.sandbox_id().to_owned();
+    for i in 0..3 {
+        let c = Command::builder(["cat"])
+            .stdin(format!("input {i}\0"))
+            .build()
+            .unwrap();
+        let o = exec.exec(c).await.unwrap();
+        assert_eq!(o.stdout, format!("input {i}\0"));
+    }
+    let s = exec.exec_stream_helper(sh("printf x")).await;
+    assert_eq!(s, b"x");
+    assert_eq!(
+        emu.session_count(&id),
+        0,
+        "sessions are deleted after each exec"
+    );
+    let o = exec
+        .exec(sh("ls -A /tmp | grep -c '^\\.execseam-' || true"))
+        .await
+        .unwrap();
+    assert_eq!(o.stdout.as_ref(), b"0\n", "stdin temp files are removed");
+}
+
+trait StreamHelper {
+    async fn exec_stream_helper(&self, c: Command) -> Vec<u8>;
+}
+
+impl StreamHelper for DaytonaExec {
+    async fn exec_stream_helper(&self, c: Command) -> Vec<u8> {
+        let s = self.streaming().unwrap().exec_stream(c).await.unwrap();
+        s.collect().await.unwrap().stdout.to_vec()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dropping_an_exec_deletes_its_session_and_kills_the_command() {
+    let (emu, exec) = setup().await;
+    let id = exec.sandbox_id().to_owned();
+    let pidfile = emu.visible_path(&id, "/tmp/drop.pid").unwrap();
+    let script = format!("echo $$ > {pidfile}; exec sleep 60");
+    let r = tokio::time::timeout(Duration::from_secs(2), exec.exec(sh(&script))).await;
+    assert!(r.is_err(), "the command was still running");
+    let until = Instant::now() + Duration::from_secs(10);
+    while emu.session_count(&id) > 0 {
+        assert!(Instant::now() < until, "the session was not deleted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let check = format!("kill -0 \"$(cat {pidfile})\" 2>/dev/null && echo alive || echo gone");
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let o = exec.exec(sh(&check)).await.unwrap();
+        if o.stdout.as_ref() == b"gone\n" {
+            break;
+        }
+        assert!(Instant::now() < until, "the command outlived its session");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_that_ends_mid_command_is_an_unsafe_error_not_a_result() {
+    let (emu, exec) = setup().await;
+    emu.end_next_session_mid_command();
+    let err = exec
+        .exec(sh("printf started; sleep 5; printf done"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(err.retry(), Retry::Unsafe);
+    assert_eq!(err.status(), Some(WireStatus::Http(410)));
+    assert_eq!(err.code(), Some("SESSION_ENDED"));
+
+    // Streaming: the log stream closes normally but without the trailers.
+    emu.end_next_session_mid_command();
+    let stream = tokio::time::timeout(
+        Duration::from_secs(20),
+        exec.streaming()
+            .unwrap()
+            .exec_stream(sh("printf started; sleep 5; printf done")),
+    )
+    .await
+    .expect("exec_stream answers")
+    .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(20), stream.collect())
+        .await
+        .expect("the stream ends")
+        .unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::Protocol | ErrorKind::Unavailable),
+        "{err}"
+    );
+    assert_eq!(err.retry(), Retry::Unsafe);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn streaming_delivers_output_before_the_command_ends() {
+    let (_emu, exec) = setup().await;
+    let started = Instant::now();
+    let mut s = exec
+        .streaming()
+        .unwrap()
+        .exec_stream(sh("printf first; sleep 3; printf second >&2; exit 4"))
+        .await
+        .unwrap();
+    let first = s.next().await.unwrap().unwrap();
+    assert_eq!(first, Event::Stdout("first".into()));
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "the first chunk came only after {:?}",
+        started.elapsed()
+    );
+    let mut rest = Vec::new();
+    while let Some(ev) = s.next().await {
+        rest.push(ev.unwrap());
+    }
+    assert_eq!(
+        rest,
+        [Event::Stderr("second".into()), Event::Exit(Exit::Code(4))]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_log_stream_is_an_error() {
+    let (emu, exec) = setup().await;
+    emu.faults().arm("exec", Fault::CutBeforeExit);
+    let stream = exec
+        .streaming()
+        .unwrap()
+        .exec_stream(sh("printf before; sleep 1; printf after"))
+        .await
+        .unwrap();
+    let err = stream.collect().await.unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::Protocol | ErrorKind::Unavailable),
+        "{err}"
+    );
+    assert_eq!(err.retry(), Retry::Unsafe);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connect_errors_are_typed_and_a_deleted_sandbox_is_not_found() {
+    let emu = DaytonaEmulator::start(EmulatorOptions {
+        token: Some("right".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let err = DaytonaExec::connect(DaytonaConfig::new("wrong").api_url(emu.api_url()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unauthenticated, "{err}");
+    assert_eq!(err.retry(), Retry::Never);
+
+    let err = DaytonaExec::connect(
+        DaytonaConfig::new("right")
+            .api_url(emu.api_url())
+            .sandbox("no-such-sandbox"),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+
+    let exec = DaytonaExec::connect(DaytonaConfig::new("right").api_url(emu.api_url()))
+        .await
+        .unwrap();
+    // Attaching by id works too.
+    let again = DaytonaExec::connect(
+        DaytonaConfig::new("right")
+            .api_url(emu.api_url())
+            .sandbox(exec.sandbox_id()),
+    )
+    .await
+    .unwrap();
+    let o = again.exec(sh("printf same")).await.unwrap();
+    assert_eq!(o.stdout.as_ref(), b"same");
+    exec.delete_sandbox().await.unwrap();
+    let err = again.exec(sh("true")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    assert_eq!(err.code(), Some("SANDBOX_NOT_FOUND"));
+    assert!(emu.sandbox_ids().is_empty());
+}
