@@ -91,13 +91,23 @@ async fn dropping_the_exec_future_kills_too() {
         ..SpritesOptions::default()
     })
     .await;
-    let sprite = adapter(&emu, |c| c);
-    let r = tokio::time::timeout(
-        Duration::from_millis(800),
-        sprite.exec(sh("echo $$ > /home/sprite/pid2; exec sleep 60")),
-    )
-    .await;
-    assert!(r.is_err(), "still running at the timeout");
+    let sprite = Arc::new(adapter(&emu, |c| c));
+    let running = {
+        let s = sprite.clone();
+        tokio::spawn(async move {
+            s.exec(sh("echo $$ > /home/sprite/pid2; exec sleep 60"))
+                .await
+        })
+    };
+    let t = Instant::now();
+    while !pid_alive(&sprite, "/home/sprite/pid2").await {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the command never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    running.abort(); // drops the exec future
     let t = Instant::now();
     while pid_alive(&sprite, "/home/sprite/pid2").await {
         assert!(
@@ -106,6 +116,7 @@ async fn dropping_the_exec_future_kills_too() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    assert_eq!(emu.faults().count("kill"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
