@@ -13,8 +13,10 @@ fn main() {
     execseam_conformance::main(|| async {
         if std::env::var("EXECSEAM_LIVE").as_deref() == Ok("1") {
             let exec = DaytonaExec::connect(DaytonaConfig::from_env()?).await?;
+            let scratch = format!("/tmp/execseam-conformance-{}", std::process::id());
+            mkdir(&exec, &scratch).await?;
             return Ok(Target::new("daytona", Arc::new(exec) as Arc<dyn Exec>)
-                .scratch(format!("/tmp/execseam-conformance-{}", std::process::id()))
+                .scratch(scratch)
                 .live(true)
                 .proptest_cases(8));
         }
@@ -32,17 +34,7 @@ fn main() {
             .visible_path(exec.sandbox_id(), &scratch)
             .unwrap_or(scratch);
 
-        let made = exec
-            .exec(execseam_core::Command::new([
-                "mkdir", "-p", "--", &scratch,
-            ])?)
-            .await?;
-        if !made.exit.success() {
-            return Err(Error::new(
-                ErrorKind::Internal,
-                format!("mkdir {scratch}: {made:?}"),
-            ));
-        }
+        mkdir(&exec, &scratch).await?;
 
         // A port that was just free: nothing listens there.
         let dead_port = {
@@ -65,4 +57,17 @@ fn main() {
             .proptest_cases(16)
             .keep_alive(emu))
     });
+}
+
+async fn mkdir(exec: &DaytonaExec, dir: &str) -> Result<(), Error> {
+    let made = exec
+        .exec(execseam_core::Command::new(["mkdir", "-p", "--", dir])?)
+        .await?;
+    if !made.exit.success() {
+        return Err(Error::new(
+            ErrorKind::Internal,
+            format!("mkdir {dir}: {made:?}"),
+        ));
+    }
+    Ok(())
 }
