@@ -344,29 +344,28 @@ async fn drive(
     };
     let outcome: Result<Exit, Error> = loop {
         tokio::select! {
+            // Frames first: a ping tick must never win over data already waiting.
+            biased;
             msg = stream.next() => {
                 last_rx = Instant::now();
                 match msg {
                     Some(Ok(Message::Binary(data))) => match wire::parse_binary(&data) {
                         Ok(None) => {}
-                        Ok(Some(Frame::Exit(code))) => break Ok(Exit::Code(code)),
-                        Ok(Some(Frame::Stdout(b))) => {
+                        Ok(Some(frame)) => {
+                            let event = match frame {
+                                Frame::Exit(code) => break Ok(Exit::Code(code)),
+                                Frame::Stdout(b) => Event::Stdout(b),
+                                Frame::Stderr(b) => Event::Stderr(b),
+                            };
                             got_output = true;
-                            if tx.send(Ok(Event::Stdout(b))).await.is_err() {
+                            if tx.send(Ok(event)).await.is_err() {
                                 kill(&inner, session_id.as_deref(), &wtx, signal_capable).await;
                                 feeder.abort();
-                                let _ = writer.await;
+                                finish_writer(writer).await;
                                 return;
                             }
-                        }
-                        Ok(Some(Frame::Stderr(b))) => {
-                            got_output = true;
-                            if tx.send(Ok(Event::Stderr(b))).await.is_err() {
-                                kill(&inner, session_id.as_deref(), &wtx, signal_capable).await;
-                                feeder.abort();
-                                let _ = writer.await;
-                                return;
-                            }
+                            // Waiting on a slow consumer is not silence on the socket.
+                            last_rx = Instant::now();
                         }
                         Err(why) => break Err(protocol(Op::Exec, why)),
                     },
@@ -391,7 +390,7 @@ async fn drive(
                 // The consumer dropped the stream (a deadline, a cancel): kill the command.
                 kill(&inner, session_id.as_deref(), &wtx, signal_capable).await;
                 feeder.abort();
-                let _ = writer.await;
+                finish_writer(writer).await;
                 return;
             }
             _ = ping.tick() => {
@@ -422,11 +421,22 @@ async fn drive(
         }
     };
     let _ = tx.send(item).await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    finish_writer(writer).await;
 }
 
-/// Kills the session through the kill route (and, if the server takes them, a signal message on
-/// the socket), then closes the socket.
+/// Lets the writer send what is queued (the close frame) for a moment, then gives up on it.
+async fn finish_writer(mut writer: tokio::task::JoinHandle<()>) {
+    if tokio::time::timeout(Duration::from_secs(2), &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+    }
+}
+
+/// Kills the session: a signal message on the socket when the server takes them, then the kill
+/// route with the id from `session_info` (which waits for the process to end), then a close.
+/// Nothing here waits on the socket's writer.
 async fn kill(
     inner: &Inner,
     session_id: Option<&str>,
@@ -434,9 +444,7 @@ async fn kill(
     signal_capable: bool,
 ) {
     if signal_capable {
-        let _ = wtx
-            .send(Message::Text(r#"{"type":"signal","signal":"KILL"}"#.into()))
-            .await;
+        let _ = wtx.try_send(Message::Text(r#"{"type":"signal","signal":"KILL"}"#.into()));
     }
     match session_id {
         Some(id) => {
@@ -449,12 +457,10 @@ async fn kill(
             "dropped before session_info: the command is left to the server's max_run_after_disconnect"
         ),
     }
-    let _ = wtx
-        .send(Message::Close(Some(CloseFrame {
-            code: CloseCode::Normal,
-            reason: "".into(),
-        })))
-        .await;
+    let _ = wtx.try_send(Message::Close(Some(CloseFrame {
+        code: CloseCode::Normal,
+        reason: "".into(),
+    })));
 }
 
 impl Exec for SpritesExec {

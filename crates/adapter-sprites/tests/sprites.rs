@@ -392,3 +392,23 @@ async fn pings_keep_a_silent_command_alive() {
     let o = sprite.exec(sh("sleep 2; printf done")).await.unwrap();
     assert_eq!(o.stdout.as_ref(), b"done");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_consumer_is_not_a_silent_socket() {
+    let emu = emulator(SpritesOptions::default()).await;
+    let sprite = adapter(&emu, |c| {
+        c.keepalive(Duration::from_millis(50), Duration::from_millis(200))
+    });
+    let script = "i=0; while [ $i -lt 200 ]; do echo $i; i=$((i+1)); sleep 0.001; done";
+    let events = sprite
+        .streaming()
+        .unwrap()
+        .exec_stream(sh(script))
+        .await
+        .unwrap();
+    // The driver's queue fills up while nobody reads, for far longer than the pong timeout.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let o = events.collect().await.unwrap();
+    let want: String = (0..200).map(|i| format!("{i}\n")).collect();
+    assert_eq!(o.stdout.as_ref(), want.as_bytes());
+}
