@@ -96,6 +96,8 @@ pub fn from_response(
 
 /// Maps a transport failure (no HTTP answer, or a broken body).
 pub fn from_transport(err: reqwest::Error, operation: &'static str, phase: Phase) -> Error {
+    // The URL names sandbox ids and file paths; the operation says enough.
+    let err = err.without_url();
     let submitted = phase == Phase::Submitted;
     let (kind, retry) = if err.is_connect() {
         // The connection was never made: the request was not sent.
