@@ -419,3 +419,143 @@ async fn tty_mode_has_raw_frames_and_a_text_exit() {
     );
     assert!(closed, "the server closes after a TTY exit");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_filesystem_api_shares_files_with_commands() {
+    let emu = emulator(SpritesOptions::default()).await;
+    let http = reqwest::Client::new();
+    let base = format!("{}/v1/sprites/{DEFAULT_SPRITE}/fs", emu.base_url());
+    let auth = ("authorization", "Bearer tok");
+
+    // `mkdir` (the docs' name) as well as `mkdirParents` (the SDKs'); relative to workingDir.
+    let r = http
+        .put(format!(
+            "{base}/write?path=a%2Fb.txt&workingDir=%2Fhome%2Fsprite&mode=0640&mkdir=true"
+        ))
+        .header(auth.0, auth.1)
+        .body("data")
+        .send()
+        .await
+        .unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"path": "/home/sprite/a/b.txt", "size": 4, "mode": "0640"})
+    );
+
+    // Listing a file returns that file (the SDKs' stat); a directory, its children.
+    let list = |path: &'static str| {
+        http.get(format!("{base}/list?path={path}&workingDir=%2F"))
+            .header(auth.0, auth.1)
+            .send()
+    };
+    let v: Value = list("%2Fhome%2Fsprite%2Fa%2Fb.txt")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["count"], 1);
+    let e = &v["entries"][0];
+    assert_eq!(
+        (
+            e["name"].as_str(),
+            e["type"].as_str(),
+            e["size"].as_u64(),
+            e["mode"].as_str(),
+            e["isDir"].as_bool()
+        ),
+        (
+            Some("b.txt"),
+            Some("file"),
+            Some(4),
+            Some("0640"),
+            Some(false)
+        )
+    );
+    assert!(e["modTime"].as_str().unwrap().ends_with('Z'));
+    let v: Value = list("%2Fhome%2Fsprite%2Fa")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["entries"][0]["path"], "/home/sprite/a/b.txt");
+    let r = list("%2Fhome%2Fsprite%2Fnope").await.unwrap();
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["code"], "ENOENT");
+
+    // Copy, chown, then a command sees the result at the same path.
+    let post = |op: &'static str, body: Value| {
+        http.post(format!("{base}/{op}"))
+            .header(auth.0, auth.1)
+            .json(&body)
+            .send()
+    };
+    let v: Value = post(
+        "copy",
+        serde_json::json!({"source": "a", "dest": "c", "workingDir": "/home/sprite", "recursive": true}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(v["count"], 1);
+    assert_eq!(v["totalBytes"], 4);
+    let v: Value = post(
+        "chown",
+        serde_json::json!({"path": "/home/sprite/c/b.txt", "workingDir": "/", "uid": 1000, "gid": 1000}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(v["affected"][0]["uid"], 1000);
+    let mut ws = connect(
+        &emu,
+        "cmd=stat&cmd=-c&cmd=%25u%3A%25g%3A%25s&cmd=%2Fhome%2Fsprite%2Fc%2Fb.txt",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        frames(&mut ws).await.1,
+        [b"\x011000:1000:4\n".to_vec(), vec![3, 0]]
+    );
+
+    // workingDir is required; delete takes a JSON body too (the docs) and is recursive on demand.
+    let r = http
+        .get(format!("{base}/read?path=%2Fetc%2Fhostname"))
+        .header(auth.0, auth.1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let r = http
+        .delete(format!("{base}/delete"))
+        .header(auth.0, auth.1)
+        .json(&serde_json::json!({"path": "/home/sprite/c", "workingDir": "/", "recursive": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400, "a non-empty directory without recursive");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["code"], "ENOTEMPTY");
+    let v: Value = http
+        .delete(format!(
+            "{base}/delete?path=%2Fhome%2Fsprite%2Fc&workingDir=%2F&recursive=true"
+        ))
+        .header(auth.0, auth.1)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        v["deleted"],
+        serde_json::json!(["/home/sprite/c/b.txt", "/home/sprite/c"])
+    );
+}

@@ -53,6 +53,7 @@ pub(crate) fn router(state: Arc<State>) -> Router {
         .route("/v1/sprites/{name}/fs/rename", post(fs::rename))
         .route("/v1/sprites/{name}/fs/copy", post(fs::copy))
         .route("/v1/sprites/{name}/fs/chmod", post(fs::chmod))
+        .route("/v1/sprites/{name}/fs/chown", post(fs::chown))
         .fallback(|| async { json_response(StatusCode::NOT_FOUND, &wire::error("not found")) })
         .layer(axum::middleware::map_response(common_headers))
         .layer(DefaultBodyLimit::max(256 << 20))

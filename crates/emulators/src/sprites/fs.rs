@@ -1,4 +1,5 @@
-//! `/v1/sprites/{name}/fs/*`: the filesystem API, on the same files the sprite's commands see.
+//! `/v1/sprites/{name}/fs/*` (read, write, list, delete, rename, copy, chmod, chown): the
+//! filesystem API, on the same files the sprite's commands see.
 //!
 //! Shapes from sprites-go (`filesystem.go`, `filesystem_control.go`), sprites-py 0.7.2
 //! (`filesystem.py`) and the published filesystem reference: `workingDir` is required; relative
@@ -452,6 +453,51 @@ pub(crate) async fn chmod(
             return fs_error("chmod", &path, &e);
         }
         affected.push(json!({"path": path, "mode": format!("{mode:04o}")}));
+    }
+    json_response(
+        StatusCode::OK,
+        &json!({"count": affected.len(), "affected": affected}),
+    )
+}
+
+pub(crate) async fn chown(
+    st: St,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let v = match body_json(&body) {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let t = match target(
+        &st,
+        &headers,
+        &name,
+        v["path"].as_str(),
+        v["workingDir"].as_str(),
+    ) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let id = |k: &str| v[k].as_u64().and_then(|n| u32::try_from(n).ok());
+    let (uid, gid) = (id("uid"), id("gid"));
+    let mut targets = vec![(t.host.clone(), t.path.clone())];
+    if v["recursive"].as_bool() == Some(true) && t.host.is_dir() {
+        let mut all = Vec::new();
+        let _ = walk(&t.host, &t.path, true, &mut all);
+        for e in all {
+            if let Some(p) = e["path"].as_str() {
+                targets.push((t.sprite.sandbox.host_path(p), p.to_owned()));
+            }
+        }
+    }
+    let mut affected = Vec::new();
+    for (host, path) in targets {
+        if let Err(e) = std::os::unix::fs::lchown(&host, uid, gid) {
+            return fs_error("chown", &path, &e);
+        }
+        affected.push(json!({"path": path, "uid": uid, "gid": gid}));
     }
     json_response(
         StatusCode::OK,

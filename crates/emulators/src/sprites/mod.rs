@@ -28,7 +28,7 @@
 //!   stdin = the body when `stdin=true`; `200 application/octet-stream`, each frame its own chunk,
 //!   `[0x03, code]` last; a command that cannot start is `500 failed to start process`.
 //! - `GET /control`: `404 {"error":"not found"}`, so every SDK uses direct WebSockets.
-//! - `/fs/read|write|list|delete|rename|copy|chmod` (see `fs.rs`).
+//! - `/fs/read|write|list|delete|rename|copy|chmod|chown` (see `fs.rs`).
 //! - `GET|POST /v1/sprites`, `GET|PUT|DELETE /v1/sprites/{name}`.
 //!
 //! Faults (route `exec`, on the request that submits a command: the WebSocket upgrade or the
