@@ -660,7 +660,20 @@ async fn exec(
     }
     let outcome = run(&sandbox, cmd, timeout).await;
     let (stdout, stderr, code, signal) = match outcome {
-        Run::Vanished => return not_found(),
+        // The sandbox went away under the command: destroyed (gone from the API), or stopped.
+        Run::Vanished => {
+            return match st.machine(&app, &id) {
+                None => not_found(),
+                Some(m) => err(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!(
+                        "internal: machine {} is {} and its command was killed",
+                        m.id(),
+                        m.state()
+                    ),
+                ),
+            };
+        }
         Run::Failed(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, &format!("internal: {e}")),
         Run::TimedOut { stdout, stderr } => match options.timeout_mode {
             TimeoutMode::Error => {
