@@ -10,13 +10,15 @@ use std::process::{Command, Output, Stdio};
 
 /// The workspace's target directory (`CARGO_TARGET_DIR`, or `<workspace>/target`).
 pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .ancestors()
-            .nth(2)
-            .map(|p| p.join("target"))
-            .unwrap_or_else(|| PathBuf::from("target"))
-    })
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .ancestors()
+                .nth(2)
+                .map(|p| p.join("target"))
+                .unwrap_or_else(|| PathBuf::from("target"))
+        })
 }
 
 /// Ensures `target/interop/<name>/venv` exists with exactly `requirements` installed (pinned
@@ -33,10 +35,20 @@ pub fn python_env(name: &str, requirements: &Path) -> io::Result<PathBuf> {
     let _ = std::fs::remove_dir_all(&venv);
     std::fs::create_dir_all(&dir)?;
     let host_python = std::env::var("EXECSEAM_PYTHON").unwrap_or_else(|_| "python3".into());
-    check(Command::new(&host_python).arg("-m").arg("venv").arg(&venv), "creating the virtualenv")?;
+    check(
+        Command::new(&host_python).arg("-m").arg("venv").arg(&venv),
+        "creating the virtualenv",
+    )?;
     check(
         Command::new(&python)
-            .args(["-m", "pip", "install", "--disable-pip-version-check", "--quiet", "-r"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--quiet",
+                "-r",
+            ])
             .arg(requirements),
         "installing the official SDK from the registry (is PyPI reachable?)",
     )?;

@@ -1,5 +1,5 @@
 //! Small helpers shared by the fly and sprites emulators: RFC 3339 timestamps without a date-time
-//! dependency, ids, and the nested-wrapper output fix-up.
+//! dependency, and ids.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -52,30 +52,6 @@ pub(crate) fn hex_id(len: usize) -> String {
     }
     out.truncate(len);
     out
-}
-
-/// The bytes a command wrote to stderr when the sandbox runner mistook them for its own
-/// wrapper's failure.
-///
-/// The sandbox's runner (`execseam-local` with a launcher) wraps every command in
-/// `execseam_core::degrade`'s shell wrapper and turns an exit 125 whose stderr starts with
-/// `execseam-wrapper: ` into an `Err`. Commands that an adapter *itself* wrapped with the same
-/// wrapper (Fly: workdir and env) print exactly that when *their* workdir is missing, and must
-/// reach the client as output. The runner's own wrapper cannot fail that way here (the emulators
-/// always give it an existing workdir and no stdin file), so such an error is the command's own
-/// one-line message: rebuild it (`printf '%s\n'`, exit 125) so the client sees the bytes the
-/// command wrote. The runner's genuine failure (`sandbox mount failed`) is not rebuilt.
-pub(crate) fn wrapper_output(e: &execseam_core::Error) -> Option<Vec<u8>> {
-    use execseam_core::ErrorKind;
-    use execseam_core::degrade::WRAPPER_MARK;
-    let own = e.provider() == "local"
-        && e.operation() == "exec"
-        && matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Internal)
-        && e.message() != "sandbox mount failed"
-        && (e.message().starts_with("workdir does not exist")
-            || e.message().starts_with("stdin file is missing")
-            || e.message().starts_with("cannot decode stdin"));
-    own.then(|| format!("{WRAPPER_MARK}{}\n", e.message()).into_bytes())
 }
 
 #[cfg(test)]

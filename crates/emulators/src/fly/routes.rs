@@ -525,13 +525,7 @@ async fn run(sandbox: &Arc<Sandbox>, cmd: Command, timeout: Duration) -> Run {
                     Some(Ok(Event::Stdout(b))) => stdout.extend_from_slice(&b),
                     Some(Ok(Event::Stderr(b))) => stderr.extend_from_slice(&b),
                     Some(Ok(Event::Exit(exit))) => return Run::Exited { stdout, stderr, exit },
-                    Some(Err(e)) => match crate::util::wrapper_output(&e) {
-                        Some(tail) => {
-                            stderr.extend_from_slice(&tail);
-                            return Run::Exited { stdout, stderr, exit: Exit::Code(125) };
-                        }
-                        None => return Run::Failed(e.to_string()),
-                    },
+                    Some(Err(e)) => return Run::Failed(e.to_string()),
                     None => return Run::Failed("the command's stream ended without an exit".into()),
                 },
                 // Dropping the stream kills the command's process group.

@@ -233,13 +233,6 @@ pub(crate) async fn drive(
                     session.finish(Out::Exit(code)).await;
                     return Some(code);
                 }
-                Some(Err(e)) if crate::util::wrapper_output(&e).is_some() => {
-                    let tail = crate::util::wrapper_output(&e).unwrap_or_default();
-                    session.publish(Out::Stderr(Bytes::from(tail))).await;
-                    let code = exit_byte(Exit::Code(125), mode);
-                    session.finish(Out::Exit(code)).await;
-                    return Some(code);
-                }
                 Some(Err(e)) if !published && e.kind() == execseam_core::ErrorKind::NotFound => {
                     session.finish(Out::StartFailed).await;
                     return None;
