@@ -63,6 +63,11 @@ pub fn from_response(
         400 if submitted && text.contains("session cancelled") => {
             (ErrorKind::Unavailable, Retry::Unsafe)
         }
+        // Older proxies answer an unknown sandbox with this 400 (newer: 404 SANDBOX_NOT_FOUND).
+        400 if text.contains("failed to get runner info") => (ErrorKind::NotFound, Retry::Never),
+        // The adapter never sends an invalid exec: a 400 there (v0.190 daemons answer failures to
+        // read the exit code that way) may follow a run.
+        400 | 422 if submitted => (ErrorKind::Internal, Retry::Unsafe),
         400 | 422 => (ErrorKind::InvalidCommand, Retry::Never),
         401 => (ErrorKind::Unauthenticated, Retry::Never),
         403 => (ErrorKind::PermissionDenied, Retry::Never),
@@ -164,9 +169,23 @@ mod tests {
         let cases: Vec<(u16, &str, Phase, ErrorKind, Retry)> = vec![
             (
                 400,
-                r#"{"statusCode":400,"message":"bad request: command cannot be empty","code":"BAD_REQUEST"}"#,
-                Phase::Submitted,
+                r#"{"statusCode":400,"message":"bad request: invalid mode format","code":"BAD_REQUEST"}"#,
+                Phase::Before,
                 K::InvalidCommand,
+                Retry::Never,
+            ),
+            (
+                400,
+                r#"{"statusCode":400,"message":"failed to read exit code file: EIO","code":"BAD_REQUEST"}"#,
+                Phase::Submitted,
+                K::Internal,
+                Retry::Unsafe,
+            ),
+            (
+                400,
+                r#"{"statusCode":400,"message":"failed to get runner info: 404 Not Found"}"#,
+                Phase::Before,
+                K::NotFound,
                 Retry::Never,
             ),
             (

@@ -518,32 +518,44 @@ impl Plan {
 struct Session {
     toolbox: Toolbox,
     id: String,
+    /// The session may exist: delete it when dropped.
     open: bool,
+    /// The stdin file, until the command that removes it was submitted.
+    stdin: Option<String>,
 }
 
 impl Session {
     /// Uploads stdin and creates the session. Nothing has run yet: every error here is retryable
-    /// as its status says.
+    /// as its status says. Dropped half-way, it cleans up what it made.
     async fn open(inner: &Inner, plan: &Plan) -> Result<Session, Error> {
+        let mut session = Session {
+            toolbox: inner.toolbox.clone(),
+            id: fresh_id("execseam"),
+            open: false,
+            stdin: None,
+        };
         if let Some((path, data)) = &plan.stdin {
+            session.stdin = Some(path.clone());
             inner
                 .toolbox
                 .upload(&[(path, data)])
                 .await
                 .map_err(|e| e.or_context(PROVIDER, "exec"))?;
         }
-        let id = fresh_id("execseam");
-        if let Err(e) = inner.toolbox.create_session(&id).await {
-            if let Some((path, _)) = &plan.stdin {
-                let _ = inner.toolbox.delete_file(path, false).await;
+        session.open = true;
+        if let Err(e) = inner.toolbox.create_session(&session.id).await {
+            session.open = false;
+            if let Some(path) = session.stdin.take() {
+                let _ = inner.toolbox.delete_file(&path, false).await;
             }
             return Err(e);
         }
-        Ok(Session {
-            toolbox: inner.toolbox.clone(),
-            id,
-            open: true,
-        })
+        Ok(session)
+    }
+
+    /// Marks the command as submitted: from now on the wrapper owns (and removes) the stdin file.
+    fn submitted(&mut self) {
+        self.stdin = None;
     }
 
     /// Deletes the session now (after the command ended). A failure leaks an idle session and
@@ -558,16 +570,22 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        if !self.open {
+        let stdin = self.stdin.take();
+        if !self.open && stdin.is_none() {
             return;
         }
-        // Abandoned mid-command: deleting the session kills its process tree.
+        // Abandoned: deleting the session kills its process tree; an unused stdin file goes too.
         let toolbox = self.toolbox.clone();
-        let id = std::mem::take(&mut self.id);
+        let id = self.open.then(|| std::mem::take(&mut self.id));
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                if let Err(e) = toolbox.delete_session(&id).await {
+                if let Some(id) = id
+                    && let Err(e) = toolbox.delete_session(&id).await
+                {
                     tracing::warn!(session = %id, error = %e, "could not kill an abandoned Daytona command");
+                }
+                if let Some(path) = stdin {
+                    let _ = toolbox.delete_file(&path, false).await;
                 }
             });
         }
@@ -576,7 +594,8 @@ impl Drop for Session {
 
 async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
     let plan = Plan::new(&inner, &cmd)?;
-    let session = Session::open(&inner, &plan).await?;
+    let mut session = Session::open(&inner, &plan).await?;
+    session.submitted();
     let resp = inner
         .toolbox
         .session_exec(&session.id, &plan.command, false)
@@ -806,7 +825,8 @@ impl Streamer {
 
 async fn start_stream(inner: Arc<Inner>, cmd: Command) -> Result<EventStream, Error> {
     let plan = Plan::new(&inner, &cmd)?;
-    let session = Session::open(&inner, &plan).await?;
+    let mut session = Session::open(&inner, &plan).await?;
+    session.submitted();
     let resp = inner
         .toolbox
         .session_exec(&session.id, &plan.command, true)
