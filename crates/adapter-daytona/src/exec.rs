@@ -638,7 +638,7 @@ struct Streamer {
     out: Lines,
     err: Lines,
     pending: VecDeque<Event>,
-    /// stdout and stderr seen so far, for the wrapper check at the end.
+    /// The start of stderr, for the wrapper check at the end.
     first_stderr: BytesMut,
     done: bool,
 }
@@ -741,7 +741,10 @@ impl Streamer {
                 return None;
             }
             if self.out.done() && self.err.done() {
-                self.ws = None;
+                // Both trailers are in: say goodbye without waiting for the daemon's own close.
+                if let Some(mut ws) = self.ws.take() {
+                    let _ = tokio::time::timeout(Duration::from_millis(200), ws.close(None)).await;
+                }
                 let r = self.exit().await;
                 match r {
                     Ok(exit) => {
