@@ -69,7 +69,7 @@ fn main() -> ExitCode {
         }
     };
     rt.block_on(async move {
-        match cli.command {
+        let code = match cli.command {
             Cmd::Run(args) => run::run(args).await,
             Cmd::Adapters { json, markdown } => run::adapters(json, markdown),
             Cmd::Emulate(args) => run::emulate(args).await,
@@ -79,6 +79,9 @@ fn main() -> ExitCode {
             Cmd::Read(args) => tools::read(args).await,
             Cmd::Write(args) => tools::write(args).await,
             Cmd::Patch(args) => tools::patch(args).await,
-        }
+        };
+        // Sandboxes and sessions this run created are removed before the runtime shuts down.
+        registry::close_all().await;
+        code
     })
 }

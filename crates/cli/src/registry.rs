@@ -3,9 +3,33 @@
 //! Each adapter crate provides its capabilities and a `from_env` constructor; this table is the
 //! only place the CLI names them.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use execseam_core::{BoxFuture, Capabilities, Error, Exec};
+
+/// Clean-ups to run before the CLI exits: sandboxes and sessions this run created.
+static CLOSERS: Mutex<Vec<(&'static str, BoxFuture<'static, Result<(), Error>>)>> =
+    Mutex::new(Vec::new());
+
+/// Registers `cleanup` to run when the command is done (whatever its result).
+fn on_exit(adapter: &'static str, cleanup: BoxFuture<'static, Result<(), Error>>) {
+    CLOSERS.lock().expect("closers").push((adapter, cleanup));
+}
+
+/// True when `var` names no existing sandbox, so this run creates one (and must remove it).
+fn creates(var: &str) -> bool {
+    std::env::var(var).map_or(true, |v| v.is_empty())
+}
+
+/// Runs every registered clean-up; a failure is reported on stderr, never hidden.
+pub async fn close_all() {
+    let closers = std::mem::take(&mut *CLOSERS.lock().expect("closers"));
+    for (adapter, cleanup) in closers {
+        if let Err(e) = cleanup.await {
+            eprintln!("execseam: {adapter}: cleaning up the sandbox this run created failed: {e}");
+        }
+    }
+}
 
 /// One adapter.
 pub struct Adapter {
@@ -87,7 +111,12 @@ pub fn all() -> Vec<Adapter> {
             capabilities: || execseam_e2b::CAPABILITIES,
             connect: || {
                 Box::pin(async {
-                    Ok(Arc::new(execseam_e2b::E2bExec::from_env().await?) as Arc<dyn Exec>)
+                    let e2b = execseam_e2b::E2bExec::from_env().await?;
+                    if creates("E2B_SANDBOX_ID") {
+                        let owned = e2b.clone();
+                        on_exit("e2b", Box::pin(async move { owned.kill().await.map(drop) }));
+                    }
+                    Ok(Arc::new(e2b) as Arc<dyn Exec>)
                 })
             },
         },
@@ -113,10 +142,12 @@ pub fn all() -> Vec<Adapter> {
             },
             connect: || {
                 Box::pin(async {
-                    Ok(
-                        Arc::new(execseam_cloudflare::CloudflareExec::from_env().await?)
-                            as Arc<dyn Exec>,
-                    )
+                    let cf = execseam_cloudflare::CloudflareExec::from_env().await?;
+                    if creates("CLOUDFLARE_SANDBOX_ID") {
+                        let owned = cf.clone();
+                        on_exit("cloudflare", Box::pin(async move { owned.destroy().await }));
+                    }
+                    Ok(Arc::new(cf) as Arc<dyn Exec>)
                 })
             },
         },
@@ -137,7 +168,15 @@ pub fn all() -> Vec<Adapter> {
             connect: || {
                 Box::pin(async {
                     let config = execseam_daytona::DaytonaConfig::from_env()?;
-                    Ok(Arc::new(execseam_daytona::DaytonaExec::connect(config).await?) as Arc<dyn Exec>)
+                    let daytona = execseam_daytona::DaytonaExec::connect(config).await?;
+                    if creates("DAYTONA_SANDBOX_ID") {
+                        let owned = daytona.clone();
+                        on_exit(
+                            "daytona",
+                            Box::pin(async move { owned.delete_sandbox().await }),
+                        );
+                    }
+                    Ok(Arc::new(daytona) as Arc<dyn Exec>)
                 })
             },
         },
@@ -154,7 +193,11 @@ pub fn all() -> Vec<Adapter> {
             },
             connect: || {
                 Box::pin(async {
-                    Ok(Arc::new(execseam_agentcore::AgentCoreExec::from_env().await?) as Arc<dyn Exec>)
+                    let agentcore = execseam_agentcore::AgentCoreExec::from_env().await?;
+                    // close() stops only a session this adapter started.
+                    let owned = agentcore.clone();
+                    on_exit("agentcore", Box::pin(async move { owned.close().await }));
+                    Ok(Arc::new(agentcore) as Arc<dyn Exec>)
                 })
             },
         },
