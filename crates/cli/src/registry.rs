@@ -7,12 +7,17 @@ use std::sync::{Arc, Mutex};
 
 use execseam_core::{BoxFuture, Capabilities, Error, Exec};
 
+/// A clean-up: removes a sandbox or session.
+type Cleanup = BoxFuture<'static, Result<(), Error>>;
+
+/// Connects an adapter from the environment.
+type Connect = fn() -> BoxFuture<'static, Result<Arc<dyn Exec>, Error>>;
+
 /// Clean-ups to run before the CLI exits: sandboxes and sessions this run created.
-static CLOSERS: Mutex<Vec<(&'static str, BoxFuture<'static, Result<(), Error>>)>> =
-    Mutex::new(Vec::new());
+static CLOSERS: Mutex<Vec<(&'static str, Cleanup)>> = Mutex::new(Vec::new());
 
 /// Registers `cleanup` to run when the command is done (whatever its result).
-fn on_exit(adapter: &'static str, cleanup: BoxFuture<'static, Result<(), Error>>) {
+fn on_exit(adapter: &'static str, cleanup: Cleanup) {
     CLOSERS.lock().expect("closers").push((adapter, cleanup));
 }
 
@@ -42,7 +47,7 @@ pub struct Adapter {
     /// Its capabilities (as configured by default).
     pub capabilities: fn() -> Capabilities,
     /// Connects using the environment.
-    pub connect: fn() -> BoxFuture<'static, Result<Arc<dyn Exec>, Error>>,
+    pub connect: Connect,
 }
 
 pub fn all() -> Vec<Adapter> {
