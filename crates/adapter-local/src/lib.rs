@@ -155,6 +155,47 @@ impl LocalConfig {
     }
 }
 
+/// The signals this process ignores (`SIG_IGN`), which a child would inherit through `exec`.
+fn ignored_signals() -> &'static [i32] {
+    static IGNORED: std::sync::OnceLock<Vec<i32>> = std::sync::OnceLock::new();
+    IGNORED.get_or_init(|| {
+        (1..32)
+            .filter(|&sig| sig != libc::SIGKILL && sig != libc::SIGSTOP)
+            .filter(|&sig| {
+                // SAFETY: a query (null new action) into a zeroed, properly sized struct.
+                unsafe {
+                    let mut old: libc::sigaction = std::mem::zeroed();
+                    libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                        && old.sa_sigaction == libc::SIG_IGN
+                }
+            })
+            .collect()
+    })
+}
+
+/// Makes `cmd` start with every signal at its default disposition.
+///
+/// An ignored signal survives `exec`: under `nohup`, or started in the background by a
+/// non-interactive shell, this process ignores SIGHUP or SIGINT, and so would every command it
+/// runs (`kill -INT` would then not stop them). A sandbox's command starts like a fresh process.
+/// Costs nothing when no signal is ignored (the spawn stays on the fast path).
+/// [`LocalExec`] does this itself; runners that spawn processes on their own can call it.
+pub fn restore_default_signals(cmd: &mut tokio::process::Command) {
+    let ignored = ignored_signals();
+    if ignored.is_empty() {
+        return;
+    }
+    // SAFETY: the closure only calls signal(2), which is async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &sig in ignored {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Runs commands on this host. See the [crate docs](crate).
 #[derive(Clone, Debug, Default)]
 pub struct LocalExec {
@@ -226,6 +267,7 @@ impl LocalExec {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        restore_default_signals(&mut proc);
         if let (false, Some(dir)) = (launched, cmd.workdir()) {
             match tokio::fs::metadata(dir).await {
                 Ok(m) if m.is_dir() => {}

@@ -247,3 +247,24 @@ async fn signals_are_reported_as_signals() {
     assert_eq!(out.exit, Exit::Signal(2));
     assert_eq!(out.exit.shell_status(), 130);
 }
+
+#[tokio::test]
+async fn commands_start_with_default_signal_dispositions() {
+    // Run a nested test process with SIGINT ignored, as `nohup` or a background job would: the
+    // commands it runs must still die from SIGINT.
+    if std::env::var_os("EXECSEAM_NESTED_SIGINT").is_some() {
+        let out = LocalExec::new()
+            .exec(Command::new(["sh", "-c", "kill -INT $$; echo survived"]).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(out.exit, Exit::Signal(2), "{out:?}");
+        return;
+    }
+    let me = std::env::current_exe().unwrap();
+    let status = std::process::Command::new("sh")
+        .args(["-c", "trap '' INT; exec \"$0\" commands_start_with_default_signal_dispositions --exact --nocapture", me.to_str().unwrap()])
+        .env("EXECSEAM_NESTED_SIGINT", "1")
+        .status()
+        .unwrap();
+    assert!(status.success(), "the nested run failed: {status}");
+}

@@ -1,9 +1,6 @@
 //! JSON shapes, error responses, timestamps and identifiers, as the service spells them.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use axum::body::Body;
 use axum::response::Response;
@@ -80,19 +77,9 @@ impl Exception {
     }
 }
 
-static COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// 64 unpredictable bits (no RNG dependency: a randomly keyed hash of a counter and the clock).
+/// 64 unpredictable bits (no RNG dependency).
 pub fn random_u64() -> u64 {
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
-    h.finish()
+    crate::harness::clock::random_u64()
 }
 
 /// A session id as the service makes them: 26 characters of `[0-9A-Z]` (a ULID).
@@ -126,26 +113,7 @@ pub fn uuid() -> String {
 
 /// `2025-08-01T12:34:56.789Z`.
 pub fn iso8601(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_millis()
-    )
+    crate::harness::clock::rfc3339(t, crate::harness::clock::Fraction::Millis)
 }
 
 fn with_request_id(mut resp: Response) -> Response {
@@ -208,6 +176,7 @@ pub fn tool_error(message: &str) -> Value {
 mod tests {
     use super::*;
     use std::time::Duration;
+    use std::time::UNIX_EPOCH;
 
     #[test]
     fn timestamps_are_iso8601() {

@@ -478,6 +478,7 @@ impl Tracker {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(false);
+        execseam_local::restore_default_signals(&mut proc);
         let mut child = proc
             .spawn()
             .map_err(|e| starting(format!("fork/exec {path}: {e}")))?;

@@ -17,34 +17,14 @@ use super::wire::{
     text,
 };
 use super::{Entry, Session, State, WORKSPACE};
+use crate::harness::clock::{self, Fraction};
 use crate::harness::{ConnControl, Fault, reset_connection};
 
 const SESSIONS_DIR: &str = "/tmp/.execseam-bridge-sessions";
 
 /// An ISO 8601 UTC timestamp with milliseconds (`new Date().toISOString()`).
 pub(crate) fn timestamp() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = now.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        now.subsec_millis()
-    )
+    clock::rfc3339(std::time::SystemTime::now(), Fraction::Millis)
 }
 
 /// Creates a session's state: working directory and environment (the container's

@@ -11,54 +11,23 @@ use futures_util::StreamExt as _;
 use http::StatusCode;
 
 use super::{HOME, SandboxEntry, daemon_error, json_response};
+use crate::harness::clock::{self, Fraction};
 
 const BOUNDARY: &str = "DAYTONA-FILE-BOUNDARY";
 
 /// RFC 3339 in UTC with seconds: `2024-01-01T00:00:00Z`.
 pub(crate) fn rfc3339(t: SystemTime) -> String {
-    let (date, secs, _) = civil(t);
-    format!(
-        "{date}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    clock::rfc3339(t, Fraction::None)
 }
 
 /// Go's `time.String()` in UTC: `2024-01-01 00:00:00.123456789 +0000 UTC`.
 fn go_time(t: SystemTime) -> String {
-    let (date, secs, nanos) = civil(t);
-    let frac = if nanos == 0 {
-        String::new()
-    } else {
-        format!(".{nanos:09}").trim_end_matches('0').to_owned()
-    };
+    let u = clock::Utc::of(t);
     format!(
-        "{date} {:02}:{:02}:{:02}{frac} +0000 UTC",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
-}
-
-fn civil(t: SystemTime) -> (String, u64, u32) {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let days = (d.as_secs() / 86_400) as i64;
-    let secs = d.as_secs() % 86_400;
-    // Howard Hinnant's days-to-civil.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (
-        format!("{year:04}-{month:02}-{day:02}"),
-        secs,
-        d.subsec_nanos(),
+        "{} {}{} +0000 UTC",
+        u.date(),
+        u.time(),
+        u.fraction(Fraction::Trimmed)
     )
 }
 

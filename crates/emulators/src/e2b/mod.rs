@@ -26,7 +26,6 @@
 #![allow(clippy::result_large_err)]
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -156,19 +155,8 @@ pub(crate) struct State {
     log: Mutex<VecDeque<RecordedRequest>>,
 }
 
-static COUNTER: AtomicU64 = AtomicU64::new(0);
-
 fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
-    h.finish()
+    crate::harness::clock::random_u64()
 }
 
 fn random_id(len: usize) -> String {

@@ -418,6 +418,7 @@ fn spawn(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(false);
+    execseam_local::restore_default_signals(&mut proc);
     let mut child = proc.spawn().map_err(|e| {
         RpcError::new(
             "invalid_argument",

@@ -1,6 +1,7 @@
 //! What every provider emulator shares: the loopback [`Server`], deterministic [`faults`], and the
 //! [`Sandbox`] that really runs commands.
 
+pub mod clock;
 pub mod faults;
 pub mod sandbox;
 pub mod server;
