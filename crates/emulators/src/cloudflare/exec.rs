@@ -75,24 +75,6 @@ __execseam_done=1
 exit $__execseam_status
 "#;
 
-/// Runs `argv` behind one sentinel byte on stderr, which [`run`] removes again.
-///
-/// The harness's runner (`LocalExec` with a launcher) reads a command that exits 125 with
-/// stderr starting `execseam-wrapper: ` as the failure of its own wrapper and turns it into an
-/// error. The commands of a shell-wrapping client (our adapter among them) legitimately end that
-/// way, and the bridge must pass their output through untouched: with the sentinel in front, only
-/// the harness's own failures (which happen before it) are read as such.
-fn sentinel<const N: usize>(argv: [&str; N]) -> Vec<String> {
-    let mut v: Vec<String> = vec![
-        "/bin/sh".into(),
-        "-c".into(),
-        "printf . >&2; exec \"$@\"".into(),
-        "sh".into(),
-    ];
-    v.extend(argv.iter().map(|s| (*s).to_owned()));
-    v
-}
-
 /// What the runner task reports to the response stream.
 enum Raw {
     Out(Bytes),
@@ -219,7 +201,7 @@ pub(crate) async fn exec(
         }
     };
     let cmd = match &session {
-        None => Command::builder(sentinel(["/bin/bash", "-c", &command]))
+        None => Command::builder(["/bin/bash", "-c", &command])
             .workdir(
                 entry
                     .sandbox
@@ -227,14 +209,14 @@ pub(crate) async fn exec(
             )
             .build(),
         Some(s) => {
-            let mut b = Command::builder(sentinel([
+            let mut b = Command::builder([
                 "/bin/bash",
                 "-c",
                 SESSION_SCRIPT,
                 "bash",
                 &entry.sandbox.visible_path(&s.dir),
                 &command,
-            ]));
+            ]);
             if let Some(c) = &cwd {
                 b = b.env("__execseam_cwd", entry.sandbox.visible_path(c));
             }
@@ -484,7 +466,6 @@ async fn run(
         }
     };
     let deadline = timeout.map(|d| tokio::time::Instant::now() + d);
-    let mut sentinel = true;
     loop {
         let sleep = async {
             match deadline {
@@ -495,15 +476,7 @@ async fn run(
         tokio::select! {
             item = stream.next() => match item {
                 Some(Ok(Event::Stdout(b))) => send(Raw::Out(b)).await,
-                Some(Ok(Event::Stderr(mut b))) => {
-                    if sentinel && !b.is_empty() {
-                        b = b.slice(1..);
-                        sentinel = false;
-                    }
-                    if !b.is_empty() {
-                        send(Raw::Err(b)).await;
-                    }
-                }
+                Some(Ok(Event::Stderr(b))) => send(Raw::Err(b)).await,
                 Some(Ok(Event::Exit(x))) => {
                     send(Raw::Exit(x)).await;
                     return;
