@@ -58,9 +58,6 @@
 //! [`Retry`](execseam_core::Retry); `Timeout(Request | Command | SandboxLifetime | Unknown)` are
 //! told apart.
 #![warn(missing_docs)]
-// `execseam_core::Error` is the contract's error type (152 bytes); boxing it here would only
-// move the allocation.
-#![allow(clippy::result_large_err)]
 
 use execseam_core::{Capabilities, Delivery, Tool};
 

@@ -10,7 +10,8 @@
 //! in interop tests, and they are a product: `execseam emulate <provider>` runs one until
 //! interrupted and prints the environment an official SDK needs to reach it.
 #![warn(missing_docs)]
-// Handlers return `Result<_, Response>`, axum's idiom; a response is large by nature.
+// Handlers return `Result<_, Response>` (axum's idiom) or `Result<_, tonic::Status>`; both error
+// types are large by nature.
 #![allow(clippy::result_large_err)]
 
 use std::net::SocketAddr;

@@ -1,6 +1,4 @@
 //! The REST routes, authentication, and the rendering of faults in AgentCore's wire format.
-// Early returns carry a ready `Response` (128 bytes); boxing them buys nothing in a test server.
-#![allow(clippy::result_large_err)]
 
 use std::collections::HashMap;
 use std::pin::Pin;

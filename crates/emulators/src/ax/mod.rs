@@ -32,8 +32,6 @@
 //! documented "ends without exit" shape), `503` is `UNAVAILABLE`, `malformed` a bad message.
 //! Route `get` (`GetProcess`) takes the status faults (`503`, `500`, `auth`, `429`).
 
-#![allow(clippy::result_large_err)] // tonic::Status, the gRPC error type, is large
-
 pub mod files;
 #[cfg(test)]
 mod tests;

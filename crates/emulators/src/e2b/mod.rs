@@ -22,9 +22,6 @@
 //! Not emulated: PTYs (`pty` in `Start` is `unimplemented`), directory watchers, signed `/files`
 //! URLs, gzip on `/files`, users other than `user` and `root`.
 
-// Handlers return a ready `Response` as their error: the size is axum's.
-#![allow(clippy::result_large_err)]
-
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};

@@ -41,9 +41,6 @@
 //! `HOME=/home/sprite`, `USER=sprite`, `LOGNAME=sprite`, `SHELL=/bin/bash`, a standard `PATH`;
 //! default cwd `/home/sprite`. A signal death is reported as 128+n ([`SignalExit`]).
 
-// Handlers return ready `Response`s as their error values, as axum handlers do.
-#![allow(clippy::result_large_err)]
-
 mod exec;
 mod fs;
 mod query;
