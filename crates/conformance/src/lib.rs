@@ -13,7 +13,8 @@
 //!
 //! fn main() {
 //!     execseam_conformance::main(|| async {
-//!         # let exec: Arc<dyn execseam_core::Exec> = unimplemented!();
+//!         // Your adapter, configured against its emulator (or the real provider).
+//!         let exec = Arc::new(execseam_local::LocalExec::new());
 //!         Ok(Target::new("myadapter", exec).scratch("/tmp/execseam-conformance"))
 //!     });
 //! }

@@ -23,7 +23,14 @@ pub fn target_dir() -> PathBuf {
 
 /// Ensures `target/interop/<name>/venv` exists with exactly `requirements` installed (pinned
 /// versions) and returns its `python`. Re-creates the venv when the requirements change.
+///
+/// Tests of one binary run in parallel and may ask for the same virtualenv at once: creation is
+/// serialised (cargo runs test binaries one after the other).
 pub fn python_env(name: &str, requirements: &Path) -> io::Result<PathBuf> {
+    static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = CREATING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = target_dir().join("interop").join(name);
     let venv = dir.join("venv");
     let python = venv.join("bin").join("python");
