@@ -9,9 +9,10 @@
 //!   directory above the root, must be readable and searchable by the user according to the
 //!   owner, group and mode bits `ListDir`/`Stat` report (the user's supplementary groups are not
 //!   known, so only a grant that holds without them counts);
-//! - a root that is a symlink (`find -P` does not follow it, `ListDir` does), a path `ListDir`
-//!   reports outside the root, or any `ListDir` error other than not-found/not-a-directory sends
-//!   the command to the script;
+//! - a root (or glob start) that is a symlink (the script's `find -H` follows a symlinked root;
+//!   whether envd's `ListDir` reports the entries under the same path is not certain), a path
+//!   `ListDir` reports outside the root, or any `ListDir` error other than
+//!   not-found/not-a-directory sends the command to the script;
 //! - a directory entry is a `FILE_TYPE_DIRECTORY` that is not a symlink (envd ≤ 0.6 reports
 //!   symlinks as `FILE_TYPE_SYMLINK`, newer envd the target's type with `isSymlink`), as
 //!   `find -type d` sees it.
