@@ -315,7 +315,12 @@ pub async fn emulate(args: EmulateArgs) -> ExitCode {
         println!("export {k}={}", execseam_core::degrade::quote(v));
     }
     let _ = std::io::stdout().flush();
-    let _ = tokio::signal::ctrl_c().await;
+    // Until interrupted or terminated; dropping the emulator removes its sandboxes.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+    }
     drop(emulator);
     ExitCode::SUCCESS
 }

@@ -136,20 +136,29 @@ impl Faults for Broken {
     }
 }
 
-fn scratch() -> String {
+/// Removes a scratch directory when the target that uses it is dropped.
+struct Remove(std::path::PathBuf);
+
+impl Drop for Remove {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Gives `target` a fresh scratch directory, removed with the target.
+fn scratched(target: Target) -> Target {
     let dir = std::env::temp_dir().canonicalize().unwrap().join(format!(
         "execseam-teeth-{}-{}",
         std::process::id(),
         execseam_core::degrade::temp_path("/").trim_start_matches("/.execseam-")
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    dir.to_str().unwrap().to_owned()
+    let path = dir.to_str().unwrap().to_owned();
+    target.scratch(path).keep_alive(Remove(dir))
 }
 
 async fn outcome(exec: Arc<dyn Exec>, faults: Option<Arc<dyn Faults>>, case: &str) -> Outcome {
-    let mut target = Target::new("teeth", exec)
-        .scratch(scratch())
-        .proptest_cases(16);
+    let mut target = Target::new("teeth", exec).proptest_cases(16);
     if let Some(f) = faults {
         target = target.faults(f);
     }
@@ -224,8 +233,10 @@ async fn claiming_a_capability_it_lacks_is_caught() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_endpoint_that_answers_ok_is_caught() {
-    let mut target =
-        Target::new("teeth", Arc::new(LocalExec::new()) as Arc<dyn Exec>).scratch(scratch());
+    let mut target = scratched(Target::new(
+        "teeth",
+        Arc::new(LocalExec::new()) as Arc<dyn Exec>,
+    ));
     target = target.dead_endpoint(Broken::new(Lie::InventSuccess));
     let report = run(&target, Some("dead-endpoint-is-an-error")).await;
     assert!(matches!(
@@ -236,9 +247,11 @@ async fn a_dead_endpoint_that_answers_ok_is_caught() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_honest_adapter_passes_everything_that_applies() {
-    let target = Target::new("teeth", Arc::new(LocalExec::new()) as Arc<dyn Exec>)
-        .scratch(scratch())
-        .proptest_cases(8);
+    let target = scratched(Target::new(
+        "teeth",
+        Arc::new(LocalExec::new()) as Arc<dyn Exec>,
+    ))
+    .proptest_cases(8);
     let report = run(&target, None).await;
     assert_eq!(report.failed(), 0, "{}", report.summary());
     assert!(report.passed() >= 18, "{}", report.summary());
