@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use super::eventstream;
 use super::tools::{self, Outcome, TOOL_NAMES};
 use super::wire::{self, Exception};
-use super::{AgentCoreFault, Armed, SessionStatus, State};
+use super::{AgentCoreFault, Armed, Session, SessionStatus, State};
 use crate::harness::{ConnControl, Fault, reset_connection};
 
 type St = AxState<Arc<State>>;
@@ -275,6 +275,29 @@ fn not_found(what: &str) -> Response {
     wire::exception(Exception::ResourceNotFound, what)
 }
 
+/// The common start of the session routes: the armed fault (applied before anything else), the
+/// credentials, the `sessionId` parameter, and the session of this code interpreter.
+async fn admit_session(
+    state: &Arc<State>,
+    route: &'static str,
+    identifier: &str,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    ctl: Option<Extension<ConnControl>>,
+) -> Result<(Option<Armed>, Arc<Session>), Response> {
+    let armed = state.take(route);
+    if let Some(r) = before(armed, ctl.as_deref(), None).await {
+        return Err(r);
+    }
+    authorize(state, headers)?;
+    let sid = session_param(q)?;
+    let s = state
+        .session(sid)
+        .filter(|s| s.identifier == identifier)
+        .ok_or_else(|| not_found(&format!("Session not found: {sid}")))?;
+    Ok((armed, s))
+}
+
 async fn stop(
     AxState(state): St,
     Path(identifier): Path<String>,
@@ -282,19 +305,9 @@ async fn stop(
     headers: HeaderMap,
     ctl: Option<Extension<ConnControl>>,
 ) -> Response {
-    let armed = state.take("stop");
-    if let Some(r) = before(armed, ctl.as_deref(), None).await {
-        return r;
-    }
-    if let Err(r) = authorize(&state, &headers) {
-        return r;
-    }
-    let sid = match session_param(&q) {
-        Ok(s) => s,
+    let (armed, s) = match admit_session(&state, "stop", &identifier, &q, &headers, ctl).await {
+        Ok(admitted) => admitted,
         Err(r) => return r,
-    };
-    let Some(s) = state.session(sid).filter(|s| s.identifier == identifier) else {
-        return not_found(&format!("Session not found: {sid}"));
     };
     s.terminate();
     if matches!(armed, Some(Armed::Standard(Fault::ServerError))) {
@@ -315,19 +328,9 @@ async fn get_session(
     headers: HeaderMap,
     ctl: Option<Extension<ConnControl>>,
 ) -> Response {
-    let armed = state.take("get");
-    if let Some(r) = before(armed, ctl.as_deref(), None).await {
-        return r;
-    }
-    if let Err(r) = authorize(&state, &headers) {
-        return r;
-    }
-    let sid = match session_param(&q) {
-        Ok(s) => s,
+    let (_, s) = match admit_session(&state, "get", &identifier, &q, &headers, ctl).await {
+        Ok(admitted) => admitted,
         Err(r) => return r,
-    };
-    let Some(s) = state.session(sid).filter(|s| s.identifier == identifier) else {
-        return not_found(&format!("Session not found: {sid}"));
     };
     wire::ok_json(&json!({
         "codeInterpreterIdentifier": s.identifier,
