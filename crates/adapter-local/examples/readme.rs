@@ -1,6 +1,7 @@
 use std::time::Duration;
 
-use execseam_core::{Command, ErrorKind, Exec, ExecExt, Exit, Tool};
+use execseam_core::{Command, ErrorKind, Exec, Exit, Tool};
+use execseam_layers::ExecExt;
 use execseam_local::LocalExec;
 
 #[tokio::main]

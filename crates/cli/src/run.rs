@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use clap::Args;
 use execseam_core::degrade::base64_encode;
-use execseam_core::{
-    Command, Delivery, Error, ErrorKind, Exec, ExecExt, Exit, Output, Retry, WireStatus,
-};
+use execseam_core::{Command, Delivery, Error, ErrorKind, Exec, Exit, Output, Retry, WireStatus};
+use execseam_layers::ExecExt;
 use serde_json::{Value, json};
 
 use crate::{INFRA_FAILURE, registry};

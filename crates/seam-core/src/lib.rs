@@ -30,10 +30,9 @@
 //!    with [`degrade::quote`] / [`degrade::join`].
 //! 5. Listings are ordered and truncated by the library, never by the sandbox (see `execseam-tools`).
 //! 6. No policy, limits or budget inside [`Command`]: policy lives on the host side, in adapter
-//!    configuration and in [`layer`]s.
+//!    configuration and in host-side layers (`execseam-layers`).
 //!
 //! The conformance suite (`execseam-conformance`) enforces each rule against every adapter.
-#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod capabilities;
@@ -41,8 +40,6 @@ mod command;
 pub mod degrade;
 mod error;
 mod exec;
-#[cfg(feature = "layers")]
-pub mod layer;
 pub mod native;
 mod output;
 
@@ -51,6 +48,3 @@ pub use command::{Command, CommandBuilder, Tool};
 pub use error::{Deadline, Error, ErrorKind, Retry, WireStatus};
 pub use exec::{BoxFuture, Event, EventStream, Exec, ExecStream};
 pub use output::{Exit, ExitClass, Output, PartialOutput, Truncated};
-
-#[cfg(feature = "layers")]
-pub use layer::ExecExt;

@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use execseam_core::layer::ExecExt;
 use execseam_core::{
     Command, Deadline, Delivery, ErrorKind, Event, Exec, Exit, Output, Retry, Truncated,
 };
+use execseam_layers::ExecExt;
 use proptest::prelude::*;
 
 use super::{cmd, expect_err, fail, na, render, run_ok, same, sh, show, show_short};

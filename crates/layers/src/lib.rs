@@ -1,8 +1,8 @@
 //! Host-side layers: policy that wraps any [`Exec`] without touching [`Command`].
 //!
 //! - [`WithDeadline`]: the host's own deadline. When it fires the command is abandoned (adapters
-//!   with [`remote_kill`](crate::Capabilities::remote_kill) kill it) and the result is an `Err` of
-//!   kind [`Timeout(Command)`](crate::Deadline::Command) carrying the partial output.
+//!   with [`remote_kill`](execseam_core::Capabilities::remote_kill) kill it) and the result is an `Err` of
+//!   kind [`Timeout(Command)`](execseam_core::Deadline::Command) carrying the partial output.
 //! - [`WithOutputCap`]: keeps at most N bytes of each stream and records what it dropped in
 //!   [`Output::truncated`].
 //! - [`WithRetry`]: retries only errors whose class is [`Retry::Safe`], with exponential backoff,
@@ -20,11 +20,10 @@ use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use tokio::time::{Instant, Sleep};
 
-use crate::capabilities::Capabilities;
-use crate::command::Command;
-use crate::error::{Deadline, Error, ErrorKind, Retry};
-use crate::exec::{BoxFuture, Event, EventStream, Exec, ExecStream};
-use crate::output::{Output, PartialOutput, Truncated};
+use execseam_core::{
+    BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
+    ExecStream, Output, PartialOutput, Retry, Truncated,
+};
 
 /// Adds the layers to every [`Exec`].
 pub trait ExecExt: Exec + Sized {
@@ -520,7 +519,7 @@ impl<E: Exec> ExecStream for WithRetry<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::Exit;
+    use execseam_core::Exit;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
