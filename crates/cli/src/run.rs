@@ -169,6 +169,7 @@ fn error_json(e: &Error) -> Value {
     let status = match e.status() {
         Some(WireStatus::Http(s)) => json!({ "http": s }),
         Some(WireStatus::Grpc(c)) => json!({ "grpc": c }),
+        Some(other) => json!({ "other": format!("{other:?}") }),
         None => Value::Null,
     };
     let partial = e.partial().map(|p| {

@@ -424,6 +424,10 @@ impl Stream for CapStream {
 // Retry
 
 /// How [`WithRetry`] backs off.
+///
+/// `#[non_exhaustive]`: new knobs (a total retry budget, say) are added without breaking anyone;
+/// build one with [`RetryPolicy::default`] and the `with_*` setters.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Attempts in total, the first included.
@@ -444,6 +448,36 @@ impl Default for RetryPolicy {
             max_delay: Duration::from_secs(10),
             jitter: true,
         }
+    }
+}
+
+impl RetryPolicy {
+    /// Sets the attempts in total, the first included (at least 1).
+    #[must_use]
+    pub fn with_max_attempts(mut self, attempts: usize) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// Sets the first delay.
+    #[must_use]
+    pub fn with_min_delay(mut self, delay: Duration) -> Self {
+        self.min_delay = delay;
+        self
+    }
+
+    /// Sets the largest delay between attempts.
+    #[must_use]
+    pub fn with_max_delay(mut self, delay: Duration) -> Self {
+        self.max_delay = delay;
+        self
+    }
+
+    /// Randomises delays (default true).
+    #[must_use]
+    pub fn with_jitter(mut self, jitter: bool) -> Self {
+        self.jitter = jitter;
+        self
     }
 }
 

@@ -14,7 +14,12 @@ pub enum ErrorKind {
     InvalidCommand,
     /// The backend cannot do what was asked (for example streaming on Fly Machines).
     Unsupported,
-    /// Missing or rejected credentials.
+    /// The adapter's configuration is wrong, found before any I/O: a bad URL, a missing
+    /// required setting, a missing credential, an unknown option. (A credential the provider
+    /// rejected is [`Unauthenticated`](ErrorKind::Unauthenticated).)
+    InvalidConfig,
+    /// The provider rejected the credentials (a missing one is
+    /// [`InvalidConfig`](ErrorKind::InvalidConfig)).
     Unauthenticated,
     /// Credentials are valid but not allowed to do this.
     PermissionDenied,
@@ -85,6 +90,10 @@ impl Retry {
 }
 
 /// A transport status reported alongside an error, where known.
+///
+/// `#[non_exhaustive]`: a transport with its own status space (a WebSocket close code, say) may
+/// be added.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WireStatus {
     /// An HTTP status code.
@@ -141,6 +150,11 @@ impl Error {
     /// Shorthand for an [`ErrorKind::Unsupported`] error.
     pub fn unsupported(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::Unsupported, message)
+    }
+
+    /// Shorthand for an [`ErrorKind::InvalidConfig`] error (operation `config` unless changed).
+    pub fn invalid_config(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::InvalidConfig, message).with_operation("config")
     }
 
     /// Sets the retry class.
@@ -260,6 +274,7 @@ impl fmt::Display for ErrorKind {
         let s = match self {
             ErrorKind::InvalidCommand => "invalid command",
             ErrorKind::Unsupported => "unsupported",
+            ErrorKind::InvalidConfig => "invalid configuration",
             ErrorKind::Unauthenticated => "unauthenticated",
             ErrorKind::PermissionDenied => "permission denied",
             ErrorKind::NotFound => "not found",

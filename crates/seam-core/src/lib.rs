@@ -40,11 +40,17 @@ mod command;
 pub mod degrade;
 mod error;
 mod exec;
+mod lifecycle;
 pub mod native;
 mod output;
+pub mod transport;
 
 pub use capabilities::{Capabilities, Delivery};
 pub use command::{Command, CommandBuilder, Tool};
 pub use error::{Deadline, Error, ErrorKind, Retry, WireStatus};
 pub use exec::{BoxFuture, Event, EventStream, Exec, ExecStream};
+pub use lifecycle::{
+    LifecycleCapabilities, ListFilter, Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec,
+    SandboxState, SpecSupport, gone_is_destroyed,
+};
 pub use output::{Exit, ExitClass, Output, PartialOutput, Truncated};

@@ -1,0 +1,900 @@
+//! Sandbox lifecycle: a [`Provider`] creates, connects to, lists and destroys sandboxes; a
+//! [`Sandbox`] is one of them, an [`Exec`] that knows its id and is ended by an awaited
+//! [`close`](Sandbox::close).
+//!
+//! ```
+//! use execseam_core::{ListFilter, SandboxSpec};
+//! use std::time::Duration;
+//!
+//! let spec = SandboxSpec::new()
+//!     .with_image("python:3.12")
+//!     .with_env("LANG", "C.UTF-8")
+//!     .with_label("team", "agents")
+//!     .with_lifetime(Duration::from_secs(600));
+//! assert_eq!(spec.labels().get("team").map(String::as_str), Some("agents"));
+//! let filter = ListFilter::new().with_label("team", "agents");
+//! # let _ = filter;
+//! // let sandbox = provider.create(spec).await?;   // Box<dyn Sandbox>, owned: close destroys it
+//! // let out = sandbox.exec(cmd).await?;
+//! // sandbox.close().await?;
+//! ```
+//!
+//! # Ownership
+//!
+//! A handle returned by [`Provider::create`] **owns** its sandbox: [`Sandbox::close`] destroys
+//! it. A handle returned by [`Provider::connect`] does not: `close` only releases what the
+//! handle holds (connections, sessions) and the sandbox keeps running. Either can be changed with
+//! [`Sandbox::set_owned`] (keep a sandbox you created, say, to hand its id to another process; or
+//! take over one you connected to). [`Sandbox::destroy`] destroys whatever the ownership.
+//!
+//! `close` and `destroy` are awaited and return a `Result`: teardown is never left to `Drop`.
+//! Adapters may still destroy an owned, unclosed sandbox when its last handle is dropped (a
+//! best-effort safety net that needs a running async runtime and is not awaited); code that
+//! cares closes.
+//!
+//! Destroy is idempotent: destroying a sandbox that is already gone is `Ok(())`. After a sandbox
+//! is destroyed, an exec through any handle to it is an `Err` of kind
+//! [`NotFound`](crate::ErrorKind::NotFound), never an `Ok` and never an exit code.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::capabilities::Capabilities;
+use crate::error::{Error, ErrorKind};
+use crate::exec::{BoxFuture, Exec};
+
+/// Which lifecycle operations a provider has, and which [`SandboxSpec`] fields it honours.
+///
+/// Filled in literally by each adapter (its `LIFECYCLE` constant) and read by the conformance
+/// suite: an operation declared `false` must fail with
+/// [`Unsupported`](crate::ErrorKind::Unsupported); one declared `true` must work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LifecycleCapabilities {
+    /// [`Provider::create`] makes a new sandbox.
+    pub create: bool,
+    /// [`Provider::connect`] attaches to an existing sandbox by id.
+    pub connect: bool,
+    /// [`Provider::list`] lists sandboxes.
+    pub list: bool,
+    /// [`Provider::destroy`] and [`Sandbox::destroy`] end a sandbox.
+    pub destroy: bool,
+    /// The spec fields [`Provider::create`] honours; any other field set is an error.
+    pub spec: SpecSupport,
+    /// The provider-specific [`SandboxSpec::with_option`] keys [`Provider::create`] accepts.
+    pub options: &'static [&'static str],
+}
+
+impl LifecycleCapabilities {
+    /// No lifecycle at all: the adapter only runs commands in a sandbox it was configured with.
+    pub const NONE: LifecycleCapabilities = LifecycleCapabilities {
+        create: false,
+        connect: false,
+        list: false,
+        destroy: false,
+        spec: SpecSupport::NONE,
+        options: &[],
+    };
+}
+
+/// Which [`SandboxSpec`] fields a provider honours on create.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpecSupport {
+    /// [`SandboxSpec::with_image`] (an image, template or snapshot name).
+    pub image: bool,
+    /// [`SandboxSpec::with_env`]: environment variables for every command in the sandbox.
+    pub env: bool,
+    /// [`SandboxSpec::with_label`]: labels (metadata) set on create and filtered on by [`ListFilter`].
+    pub labels: bool,
+    /// [`SandboxSpec::with_lifetime`]: the sandbox ends this long after it was created.
+    pub lifetime: bool,
+    /// [`SandboxSpec::with_idle_timeout`]: the sandbox stops after this long without activity.
+    pub idle_timeout: bool,
+    /// [`SandboxSpec::with_cpu_millis`].
+    pub cpu: bool,
+    /// [`SandboxSpec::with_memory_mib`].
+    pub memory: bool,
+    /// [`SandboxSpec::with_disk_mib`].
+    pub disk: bool,
+}
+
+impl SpecSupport {
+    /// No field is honoured: only an empty spec is accepted.
+    pub const NONE: SpecSupport = SpecSupport {
+        image: false,
+        env: false,
+        labels: false,
+        lifetime: false,
+        idle_timeout: false,
+        cpu: false,
+        memory: false,
+        disk: false,
+    };
+}
+
+/// What to create: the portable part of a sandbox's definition, plus provider-specific options.
+///
+/// Every field is optional; the provider's defaults (its configuration) fill the rest. A field
+/// the provider cannot honour is an error from [`Provider::create`] (see [`SandboxSpec::check`]),
+/// never silently ignored. `Debug` never prints env values.
+#[non_exhaustive]
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct SandboxSpec {
+    image: Option<String>,
+    env: BTreeMap<String, String>,
+    labels: BTreeMap<String, String>,
+    lifetime: Option<Duration>,
+    idle_timeout: Option<Duration>,
+    cpu_millis: Option<u32>,
+    memory_mib: Option<u64>,
+    disk_mib: Option<u64>,
+    options: BTreeMap<String, String>,
+}
+
+impl SandboxSpec {
+    /// An empty spec: the provider's defaults.
+    pub fn new() -> SandboxSpec {
+        SandboxSpec::default()
+    }
+
+    /// The image, template or snapshot to start from.
+    #[must_use]
+    pub fn with_image(mut self, image: impl Into<String>) -> Self {
+        self.image = Some(image.into());
+        self
+    }
+
+    /// An environment variable for every command run in the sandbox (a command's own
+    /// [`Command`](crate::Command) env overrides it).
+    #[must_use]
+    pub fn with_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// A label (metadata entry) on the sandbox, for [`ListFilter`].
+    #[must_use]
+    pub fn with_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// How long the sandbox may live, from creation.
+    #[must_use]
+    pub fn with_lifetime(mut self, lifetime: Duration) -> Self {
+        self.lifetime = Some(lifetime);
+        self
+    }
+
+    /// How long the sandbox may sit idle before the provider stops it.
+    #[must_use]
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = Some(timeout);
+        self
+    }
+
+    /// CPU, in thousandths of a virtual CPU (`1000` is one vCPU).
+    #[must_use]
+    pub fn with_cpu_millis(mut self, millis: u32) -> Self {
+        self.cpu_millis = Some(millis);
+        self
+    }
+
+    /// Memory, in MiB.
+    #[must_use]
+    pub fn with_memory_mib(mut self, mib: u64) -> Self {
+        self.memory_mib = Some(mib);
+        self
+    }
+
+    /// Disk, in MiB.
+    #[must_use]
+    pub fn with_disk_mib(mut self, mib: u64) -> Self {
+        self.disk_mib = Some(mib);
+        self
+    }
+
+    /// A provider-specific option (the extension point): the keys each provider accepts are in
+    /// its [`LifecycleCapabilities::options`]; any other key is
+    /// [`InvalidConfig`](crate::ErrorKind::InvalidConfig).
+    #[must_use]
+    pub fn with_option(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.options.insert(key.into(), value.into());
+        self
+    }
+
+    /// The image, template or snapshot, if set.
+    pub fn image(&self) -> Option<&str> {
+        self.image.as_deref()
+    }
+
+    /// The sandbox-wide environment.
+    pub fn env(&self) -> &BTreeMap<String, String> {
+        &self.env
+    }
+
+    /// The labels.
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.labels
+    }
+
+    /// The lifetime, if set.
+    pub fn lifetime(&self) -> Option<Duration> {
+        self.lifetime
+    }
+
+    /// The idle timeout, if set.
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        self.idle_timeout
+    }
+
+    /// The CPU in thousandths of a vCPU, if set.
+    pub fn cpu_millis(&self) -> Option<u32> {
+        self.cpu_millis
+    }
+
+    /// The memory in MiB, if set.
+    pub fn memory_mib(&self) -> Option<u64> {
+        self.memory_mib
+    }
+
+    /// The disk in MiB, if set.
+    pub fn disk_mib(&self) -> Option<u64> {
+        self.disk_mib
+    }
+
+    /// The provider-specific options.
+    pub fn options(&self) -> &BTreeMap<String, String> {
+        &self.options
+    }
+
+    /// Checks the spec against what `provider` supports, before any I/O: a field it does not
+    /// honour is [`Unsupported`](crate::ErrorKind::Unsupported), naming the field; an unknown
+    /// option, an env key or label that is not well formed, or a zero size is
+    /// [`InvalidConfig`](crate::ErrorKind::InvalidConfig).
+    ///
+    /// Label keys are 1 to 63 bytes of ASCII letters, digits and `-_./`; values are at most 255
+    /// bytes with no control characters (the intersection of what the providers accept).
+    pub fn check(&self, provider: &str, lifecycle: &LifecycleCapabilities) -> Result<(), Error> {
+        let s = &lifecycle.spec;
+        let unsupported = |field: &str| {
+            Err(
+                Error::unsupported(format!("{provider} does not support {field} on create"))
+                    .with_provider(provider.to_owned())
+                    .with_operation("create"),
+            )
+        };
+        let invalid = |message: String| {
+            Err(Error::invalid_config(message)
+                .with_provider(provider.to_owned())
+                .with_operation("create"))
+        };
+        if !lifecycle.create {
+            return Err(
+                Error::unsupported(format!("{provider} cannot create sandboxes"))
+                    .with_provider(provider.to_owned())
+                    .with_operation("create"),
+            );
+        }
+        if self.image.is_some() && !s.image {
+            return unsupported("an image");
+        }
+        if !self.env.is_empty() && !s.env {
+            return unsupported("sandbox-wide env");
+        }
+        if !self.labels.is_empty() && !s.labels {
+            return unsupported("labels");
+        }
+        if self.lifetime.is_some() && !s.lifetime {
+            return unsupported("a lifetime");
+        }
+        if self.idle_timeout.is_some() && !s.idle_timeout {
+            return unsupported("an idle timeout");
+        }
+        if self.cpu_millis.is_some() && !s.cpu {
+            return unsupported("a CPU size");
+        }
+        if self.memory_mib.is_some() && !s.memory {
+            return unsupported("a memory size");
+        }
+        if self.disk_mib.is_some() && !s.disk {
+            return unsupported("a disk size");
+        }
+        if let Some(image) = self
+            .image
+            .as_ref()
+            .filter(|i| i.is_empty() || i.contains(['\0', '\n']))
+        {
+            return invalid(format!("image {image:?} is not a name"));
+        }
+        for key in self.env.keys() {
+            if key.is_empty() || key.contains(['=', '\0']) {
+                return invalid(format!("env key {key:?} is not a variable name"));
+            }
+        }
+        for value in self.env.values() {
+            if value.contains('\0') {
+                return invalid("an env value contains NUL".to_owned());
+            }
+        }
+        for (key, value) in &self.labels {
+            check_label(key, value).or_else(invalid)?;
+        }
+        if self.cpu_millis == Some(0) || self.memory_mib == Some(0) || self.disk_mib == Some(0) {
+            return invalid("a resource size of zero".to_owned());
+        }
+        if self.lifetime == Some(Duration::ZERO) || self.idle_timeout == Some(Duration::ZERO) {
+            return invalid("a timeout of zero".to_owned());
+        }
+        if let Some(key) = self
+            .options
+            .keys()
+            .find(|k| !lifecycle.options.contains(&k.as_str()))
+        {
+            let known = if lifecycle.options.is_empty() {
+                "none".to_owned()
+            } else {
+                lifecycle.options.join(", ")
+            };
+            return invalid(format!(
+                "unknown {provider} option {key:?} (known: {known})"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks one label: see [`SandboxSpec::check`].
+pub(crate) fn check_label(key: &str, value: &str) -> Result<(), String> {
+    let key_ok = (1..=63).contains(&key.len())
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'));
+    if !key_ok {
+        return Err(format!(
+            "label key {key:?} must be 1-63 ASCII letters, digits or -_./"
+        ));
+    }
+    if value.len() > 255 || value.chars().any(char::is_control) {
+        return Err(format!(
+            "label {key:?}: the value must be at most 255 bytes without control characters"
+        ));
+    }
+    Ok(())
+}
+
+impl fmt::Debug for SandboxSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SandboxSpec")
+            .field("image", &self.image)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("labels", &self.labels)
+            .field("lifetime", &self.lifetime)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("cpu_millis", &self.cpu_millis)
+            .field("memory_mib", &self.memory_mib)
+            .field("disk_mib", &self.disk_mib)
+            .field("options", &self.options.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Which sandboxes [`Provider::list`] returns: those carrying every label given (all of them when
+/// empty).
+#[non_exhaustive]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    labels: BTreeMap<String, String>,
+}
+
+impl ListFilter {
+    /// Every sandbox.
+    pub fn new() -> ListFilter {
+        ListFilter::default()
+    }
+
+    /// Only sandboxes whose label `key` is `value`.
+    #[must_use]
+    pub fn with_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// The labels asked for.
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.labels
+    }
+
+    /// True if `info` carries every label of the filter (for providers that filter client-side).
+    pub fn matches(&self, info: &SandboxInfo) -> bool {
+        self.labels
+            .iter()
+            .all(|(k, v)| info.labels.get(k).is_some_and(|have| have == v))
+    }
+
+    /// Checks the filter before any I/O, as [`SandboxSpec::check`] checks labels.
+    pub fn check(&self, provider: &str, lifecycle: &LifecycleCapabilities) -> Result<(), Error> {
+        let fail = |e: Error| Err(e.with_provider(provider.to_owned()).with_operation("list"));
+        if !lifecycle.list {
+            return fail(Error::unsupported(format!(
+                "{provider} cannot list sandboxes"
+            )));
+        }
+        if !self.labels.is_empty() && !lifecycle.spec.labels {
+            return fail(Error::unsupported(format!("{provider} has no labels")));
+        }
+        for (key, value) in &self.labels {
+            if let Err(m) = check_label(key, value) {
+                return fail(Error::invalid_config(m));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The state of a listed sandbox, as far as the provider says.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SandboxState {
+    /// Being created or started.
+    Starting,
+    /// Running: commands can run.
+    Running,
+    /// Paused or suspended (it resumes on connect where the provider does that).
+    Paused,
+    /// Stopped but not destroyed.
+    Stopped,
+    /// The provider said something else, or nothing.
+    Unknown,
+}
+
+impl fmt::Display for SandboxState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SandboxState::Starting => "starting",
+            SandboxState::Running => "running",
+            SandboxState::Paused => "paused",
+            SandboxState::Stopped => "stopped",
+            SandboxState::Unknown => "unknown",
+        })
+    }
+}
+
+/// One sandbox, as [`Provider::list`] reports it.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxInfo {
+    /// The id [`Provider::connect`] and [`Provider::destroy`] take.
+    pub id: String,
+    /// Its labels (metadata).
+    pub labels: BTreeMap<String, String>,
+    /// Its state.
+    pub state: SandboxState,
+    /// The image, template or snapshot it runs, if the provider says.
+    pub image: Option<String>,
+}
+
+impl SandboxInfo {
+    /// A sandbox with this id, no labels and an unknown state.
+    pub fn new(id: impl Into<String>) -> SandboxInfo {
+        SandboxInfo {
+            id: id.into(),
+            labels: BTreeMap::new(),
+            state: SandboxState::Unknown,
+            image: None,
+        }
+    }
+
+    /// Sets the labels.
+    #[must_use]
+    pub fn with_labels(mut self, labels: BTreeMap<String, String>) -> Self {
+        self.labels = labels;
+        self
+    }
+
+    /// Sets the state.
+    #[must_use]
+    pub fn with_state(mut self, state: SandboxState) -> Self {
+        self.state = state;
+        self
+    }
+
+    /// Sets the image.
+    #[must_use]
+    pub fn with_image(mut self, image: impl Into<String>) -> Self {
+        self.image = Some(image.into());
+        self
+    }
+}
+
+/// One sandbox: runs commands ([`Exec`], and [`ExecStream`](crate::ExecStream) through
+/// [`Exec::streaming`] where the adapter streams), knows its id, and is ended by an awaited
+/// [`close`](Sandbox::close). See the [module docs](self) for ownership.
+pub trait Sandbox: Exec {
+    /// The provider's id for this sandbox (what [`Provider::connect`] takes).
+    fn id(&self) -> &str;
+
+    /// True if [`close`](Sandbox::close) destroys the sandbox: a handle from
+    /// [`Provider::create`] starts owned, one from [`Provider::connect`] does not.
+    fn owned(&self) -> bool;
+
+    /// Changes the ownership: `false` keeps a created sandbox running after `close` (and after
+    /// drop); `true` makes `close` destroy a connected one.
+    fn set_owned(&self, owned: bool);
+
+    /// Ends this handle: destroys the sandbox if the handle owns it, then releases what the
+    /// handle holds. Idempotent.
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>>;
+
+    /// Destroys the sandbox, whatever the ownership. Idempotent: a sandbox that is already gone
+    /// is `Ok(())`.
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>>;
+}
+
+/// Creates, connects to, lists and destroys sandboxes of one provider. Configured without I/O
+/// (each adapter's `<P>Provider::new(config)` or `from_env()`); the I/O happens in these calls.
+///
+/// Every method has a default that fails with [`Unsupported`](crate::ErrorKind::Unsupported), so
+/// an adapter implements what its provider has and says so in
+/// [`lifecycle`](Provider::lifecycle).
+pub trait Provider: Send + Sync {
+    /// The provider's short name (`"local"`, `"e2b"`, …), as [`Exec::provider`] gives it.
+    fn provider(&self) -> &str;
+
+    /// What the sandboxes of this provider can do (as configured).
+    fn capabilities(&self) -> Capabilities;
+
+    /// Which lifecycle operations this provider has.
+    fn lifecycle(&self) -> LifecycleCapabilities;
+
+    /// Creates a sandbox from `spec`; the handle owns it. `spec` is checked first
+    /// ([`SandboxSpec::check`]).
+    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
+        let _ = spec;
+        unsupported(self.provider(), "create")
+    }
+
+    /// Connects to the existing sandbox `id`; the handle does not own it. A sandbox that does
+    /// not exist is [`NotFound`](crate::ErrorKind::NotFound).
+    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
+        let _ = id;
+        unsupported(self.provider(), "connect")
+    }
+
+    /// Lists the sandboxes `filter` selects, in no particular order, every page fetched.
+    fn list<'a>(
+        &'a self,
+        filter: &'a ListFilter,
+    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
+        let _ = filter;
+        unsupported(self.provider(), "list")
+    }
+
+    /// Destroys the sandbox `id`. Idempotent: a sandbox that is already gone is `Ok(())`.
+    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        let _ = id;
+        unsupported(self.provider(), "destroy")
+    }
+}
+
+fn unsupported<'a, T: Send + 'a>(
+    provider: &str,
+    operation: &'static str,
+) -> BoxFuture<'a, Result<T, Error>> {
+    let e = Error::unsupported(format!("{provider} has no {operation}"))
+        .with_provider(provider.to_owned())
+        .with_operation(operation);
+    Box::pin(async move { Err(e) })
+}
+
+/// The ownership state a [`Sandbox`] keeps: whether `close` destroys, and whether the handle
+/// was closed or the sandbox destroyed already. Shared by clones of a handle.
+#[derive(Clone, Debug)]
+pub struct Ownership(Arc<OwnershipState>);
+
+#[derive(Debug)]
+struct OwnershipState {
+    owned: AtomicBool,
+    closed: AtomicBool,
+    destroyed: AtomicBool,
+}
+
+impl Ownership {
+    /// For a handle from [`Provider::create`]: owned.
+    pub fn created() -> Ownership {
+        Ownership::new(true)
+    }
+
+    /// For a handle from [`Provider::connect`]: not owned.
+    pub fn connected() -> Ownership {
+        Ownership::new(false)
+    }
+
+    fn new(owned: bool) -> Ownership {
+        Ownership(Arc::new(OwnershipState {
+            owned: AtomicBool::new(owned),
+            closed: AtomicBool::new(false),
+            destroyed: AtomicBool::new(false),
+        }))
+    }
+
+    /// See [`Sandbox::owned`].
+    pub fn owned(&self) -> bool {
+        self.0.owned.load(Ordering::SeqCst)
+    }
+
+    /// See [`Sandbox::set_owned`].
+    pub fn set_owned(&self, owned: bool) {
+        self.0.owned.store(owned, Ordering::SeqCst);
+    }
+
+    /// Marks the handle closed; true the first time only.
+    pub fn begin_close(&self) -> bool {
+        !self.0.closed.swap(true, Ordering::SeqCst)
+    }
+
+    /// True once [`close`](Sandbox::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.0.closed.load(Ordering::SeqCst)
+    }
+
+    /// Records that the sandbox was destroyed.
+    pub fn mark_destroyed(&self) {
+        self.0.destroyed.store(true, Ordering::SeqCst);
+    }
+
+    /// True once the sandbox was destroyed through a handle sharing this state.
+    pub fn is_destroyed(&self) -> bool {
+        self.0.destroyed.load(Ordering::SeqCst)
+    }
+
+    /// True if dropping the last handle should destroy the sandbox (the safety net): owned, not
+    /// closed, not destroyed.
+    pub fn destroy_on_drop(&self) -> bool {
+        self.owned() && !self.is_closed() && !self.is_destroyed()
+    }
+}
+
+/// A destroy that found the sandbox already gone counts as done: maps `Err(NotFound)` to
+/// `Ok(())`, for [`Sandbox::destroy`] and [`Provider::destroy`] implementations.
+pub fn gone_is_destroyed(result: Result<(), Error>) -> Result<(), Error> {
+    match result {
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+macro_rules! forward_provider {
+    ($($ty:ty),*) => {$(
+        impl<T: Provider + ?Sized> Provider for $ty {
+            fn provider(&self) -> &str {
+                (**self).provider()
+            }
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+            fn lifecycle(&self) -> LifecycleCapabilities {
+                (**self).lifecycle()
+            }
+            fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
+                (**self).create(spec)
+            }
+            fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
+                (**self).connect(id)
+            }
+            fn list<'a>(&'a self, filter: &'a ListFilter) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
+                (**self).list(filter)
+            }
+            fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+                (**self).destroy(id)
+            }
+        }
+    )*};
+}
+
+forward_provider!(&T, Box<T>, Arc<T>);
+
+macro_rules! forward_sandbox {
+    ($($ty:ty),*) => {$(
+        impl<T: Sandbox + ?Sized> Sandbox for $ty {
+            fn id(&self) -> &str {
+                (**self).id()
+            }
+            fn owned(&self) -> bool {
+                (**self).owned()
+            }
+            fn set_owned(&self, owned: bool) {
+                (**self).set_owned(owned)
+            }
+            fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+                (**self).close()
+            }
+            fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+                (**self).destroy()
+            }
+        }
+    )*};
+}
+
+forward_sandbox!(&T, Box<T>, Arc<T>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Command, Exit, Output};
+    use std::future::Future;
+
+    const SOME: LifecycleCapabilities = LifecycleCapabilities {
+        create: true,
+        connect: true,
+        list: true,
+        destroy: true,
+        spec: SpecSupport {
+            image: true,
+            labels: true,
+            ..SpecSupport::NONE
+        },
+        options: &["region"],
+    };
+
+    #[test]
+    fn an_unsupported_field_is_unsupported_and_named() {
+        let e = SandboxSpec::new()
+            .with_lifetime(Duration::from_secs(5))
+            .check("p", &SOME)
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        assert!(e.message().contains("lifetime"), "{e}");
+        assert_eq!((e.provider(), e.operation()), ("p", "create"));
+        let e = SandboxSpec::new()
+            .with_env("A", "1")
+            .check("p", &SOME)
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+    }
+
+    #[test]
+    fn bad_values_and_unknown_options_are_invalid_config() {
+        let bad = [
+            SandboxSpec::new().with_label("", "x"),
+            SandboxSpec::new().with_label("a=b", "x"),
+            SandboxSpec::new().with_label("k", "line\nbreak"),
+            SandboxSpec::new().with_image(""),
+            SandboxSpec::new().with_option("zone", "x"),
+        ];
+        for spec in bad {
+            let e = spec.check("p", &SOME).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{spec:?}: {e}");
+        }
+        SandboxSpec::new()
+            .with_image("base")
+            .with_label("team", "a-b")
+            .with_option("region", "iad")
+            .check("p", &SOME)
+            .unwrap();
+    }
+
+    #[test]
+    fn no_create_means_unsupported_even_for_an_empty_spec() {
+        let e = SandboxSpec::new()
+            .check("ax", &LifecycleCapabilities::NONE)
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+    }
+
+    #[test]
+    fn debug_hides_env_values() {
+        let d = format!("{:?}", SandboxSpec::new().with_env("TOKEN", "hunter2"));
+        assert!(d.contains("TOKEN") && !d.contains("hunter2"), "{d}");
+    }
+
+    #[test]
+    fn filters_match_every_label() {
+        let mut labels = BTreeMap::new();
+        labels.insert("a".to_owned(), "1".to_owned());
+        labels.insert("b".to_owned(), "2".to_owned());
+        let info = SandboxInfo::new("x").with_labels(labels);
+        assert!(ListFilter::new().matches(&info));
+        assert!(
+            ListFilter::new()
+                .with_label("a", "1")
+                .with_label("b", "2")
+                .matches(&info)
+        );
+        assert!(!ListFilter::new().with_label("a", "2").matches(&info));
+        assert!(!ListFilter::new().with_label("c", "1").matches(&info));
+    }
+
+    #[test]
+    fn ownership_is_shared_and_close_happens_once() {
+        let o = Ownership::created();
+        let clone = o.clone();
+        assert!(o.destroy_on_drop());
+        clone.set_owned(false);
+        assert!(!o.owned() && !o.destroy_on_drop());
+        assert!(o.begin_close());
+        assert!(!clone.begin_close());
+        assert!(!Ownership::connected().owned());
+    }
+
+    #[test]
+    fn gone_counts_as_destroyed() {
+        assert!(gone_is_destroyed(Err(Error::new(ErrorKind::NotFound, "gone"))).is_ok());
+        assert!(gone_is_destroyed(Err(Error::new(ErrorKind::Internal, "x"))).is_err());
+    }
+
+    struct Fixed;
+
+    impl Exec for Fixed {
+        fn provider(&self) -> &str {
+            "fixed"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::FULL
+        }
+        fn exec(&self, _: Command) -> BoxFuture<'_, Result<Output, Error>> {
+            Box::pin(async { Ok(Output::new("", "", Exit::Code(0))) })
+        }
+    }
+
+    impl Sandbox for Fixed {
+        fn id(&self) -> &str {
+            "s1"
+        }
+        fn owned(&self) -> bool {
+            false
+        }
+        fn set_owned(&self, _: bool) {}
+        fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    struct ConnectOnly;
+
+    impl Provider for ConnectOnly {
+        fn provider(&self) -> &str {
+            "connect-only"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::FULL
+        }
+        fn lifecycle(&self) -> LifecycleCapabilities {
+            LifecycleCapabilities {
+                connect: true,
+                ..LifecycleCapabilities::NONE
+            }
+        }
+        fn connect<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
+            Box::pin(async { Ok(Box::new(Fixed) as Box<dyn Sandbox>) })
+        }
+    }
+
+    fn block<F: Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn providers_and_sandboxes_are_dyn_and_upcast_to_exec() {
+        let p: Arc<dyn Provider> = Arc::new(ConnectOnly);
+        let e = block(p.create(SandboxSpec::new())).err().unwrap();
+        assert_eq!(
+            (e.kind(), e.operation()),
+            (ErrorKind::Unsupported, "create")
+        );
+        let e = block(p.list(&ListFilter::new())).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        let s = block(p.connect("s1")).unwrap();
+        assert_eq!(s.id(), "s1");
+        let exec: Arc<dyn Exec> = Arc::<dyn Sandbox>::from(s);
+        assert_eq!(exec.provider(), "fixed");
+    }
+}
