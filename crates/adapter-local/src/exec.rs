@@ -1,0 +1,421 @@
+//! [`LocalExec`]: runs each command on this host with `tokio::process`.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use execseam_core::degrade::{self, WrapOptions};
+use execseam_core::{
+    BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Event, EventStream, Exec,
+    ExecStream, Exit, Output, Retry,
+};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::config::LocalConfig;
+use crate::error::{error, exit_of, io_error};
+use crate::{LAUNCHER_MARK, PROVIDER};
+
+const READ_CHUNK: usize = 64 * 1024;
+
+/// The signals this process ignores (`SIG_IGN`), which a child would inherit through `exec`.
+fn ignored_signals() -> &'static [i32] {
+    static IGNORED: std::sync::OnceLock<Vec<i32>> = std::sync::OnceLock::new();
+    IGNORED.get_or_init(|| {
+        (1..32)
+            .filter(|&sig| sig != libc::SIGKILL && sig != libc::SIGSTOP)
+            .filter(|&sig| {
+                // SAFETY: a query (null new action) into a zeroed, properly sized struct.
+                unsafe {
+                    let mut old: libc::sigaction = std::mem::zeroed();
+                    libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                        && old.sa_sigaction == libc::SIG_IGN
+                }
+            })
+            .collect()
+    })
+}
+
+/// Makes `cmd` start with every signal at its default disposition.
+///
+/// An ignored signal survives `exec`: under `nohup`, or started in the background by a
+/// non-interactive shell, this process ignores SIGHUP or SIGINT, and so would every command it
+/// runs (`kill -INT` would then not stop them). A sandbox's command starts like a fresh process.
+/// Costs nothing when no signal is ignored (the spawn stays on the fast path).
+/// [`LocalExec`] does this itself; runners that spawn processes on their own can call it.
+pub fn restore_default_signals(cmd: &mut tokio::process::Command) {
+    let ignored = ignored_signals();
+    if ignored.is_empty() {
+        return;
+    }
+    // SAFETY: the closure only calls signal(2), which is async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &sig in ignored {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Runs commands on this host. See the [crate docs](crate).
+#[derive(Clone, Debug, Default)]
+pub struct LocalExec {
+    config: Arc<LocalConfig>,
+}
+
+impl LocalExec {
+    /// An adapter with the default configuration.
+    pub fn new() -> LocalExec {
+        LocalExec::default()
+    }
+
+    /// An adapter with this configuration.
+    pub fn with_config(config: LocalConfig) -> LocalExec {
+        LocalExec {
+            config: Arc::new(config),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LocalConfig {
+        &self.config
+    }
+
+    /// The capabilities this adapter reports.
+    pub fn capabilities_of(config: &LocalConfig) -> Capabilities {
+        Capabilities {
+            argv: Delivery::Native,
+            stdin: Delivery::Native,
+            workdir: if config.launcher.is_empty() {
+                Delivery::Native
+            } else {
+                Delivery::ShellWrapped
+            },
+            env: Delivery::Native,
+            streaming: true,
+            remote_kill: true,
+            binary_output: true,
+            max_stdin: None,
+            max_output: None,
+            native_tools: &[],
+        }
+    }
+
+    async fn spawn(&self, cmd: &Command) -> Result<Spawned, Result<Output, Error>> {
+        let launched = !self.config.launcher.is_empty();
+        let argv: Vec<String> = if launched {
+            let wrap = WrapOptions {
+                workdir: true,
+                ..WrapOptions::default()
+            };
+            let mut argv = self.config.launcher.clone();
+            argv.extend(degrade::wrap_with_marker(cmd, &wrap, LAUNCHER_MARK).map_err(Err)?);
+            argv
+        } else {
+            cmd.argv().to_vec()
+        };
+        let mut proc = tokio::process::Command::new(&argv[0]);
+        proc.args(&argv[1..])
+            .env_clear()
+            .envs(self.config.environment())
+            .envs(cmd.env())
+            .stdin(if cmd.stdin().is_empty() {
+                Stdio::null()
+            } else {
+                Stdio::piped()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        restore_default_signals(&mut proc);
+        if let (false, Some(dir)) = (launched, cmd.workdir()) {
+            match tokio::fs::metadata(dir).await {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(Err(error(
+                        ErrorKind::NotFound,
+                        format!("workdir {dir} is not a directory"),
+                    )));
+                }
+                Err(e) => {
+                    return Err(Err(error(
+                        ErrorKind::NotFound,
+                        format!("workdir {dir} does not exist: {e}"),
+                    )));
+                }
+            }
+            proc.current_dir(dir);
+        }
+        let mut child = match proc.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                // What a shell would report: the command ran and failed, it is not an infra error.
+                let (code, why) = match e.kind() {
+                    std::io::ErrorKind::NotFound => (127, "command not found"),
+                    std::io::ErrorKind::PermissionDenied => (126, "permission denied"),
+                    _ => {
+                        return Err(Err(error(
+                            ErrorKind::Internal,
+                            format!("cannot start {:?}: {e}", argv[0]),
+                        )
+                        .with_retry(Retry::SAFE)
+                        .with_source(e)));
+                    }
+                };
+                let msg = format!("execseam-local: {}: {why}\n", argv[0]);
+                return Err(Ok(Output::new(Bytes::new(), msg, Exit::Code(code))));
+            }
+        };
+        let guard = GroupKill::new(child.id());
+        if let Some(mut stdin) = child.stdin.take() {
+            let data = cmd.stdin().clone();
+            // A command that exits without reading its stdin makes this fail with EPIPE: fine.
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&data).await;
+            });
+        }
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        Ok(Spawned {
+            child,
+            stdout,
+            stderr,
+            guard,
+            launched,
+        })
+    }
+}
+
+struct Spawned {
+    child: tokio::process::Child,
+    stdout: tokio::process::ChildStdout,
+    stderr: tokio::process::ChildStderr,
+    guard: GroupKill,
+    launched: bool,
+}
+
+/// SIGKILLs a process group on drop unless disarmed (the leader was reaped, so the id may be
+/// reused and must not be signalled any more).
+struct GroupKill(Option<i32>);
+
+impl GroupKill {
+    fn new(pid: Option<u32>) -> GroupKill {
+        GroupKill(pid.and_then(|p| i32::try_from(p).ok()))
+    }
+
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            // SAFETY: kill(2) has no memory-safety preconditions; the group is ours and its leader
+            // has not been reaped yet, so the id cannot have been reused.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+            tracing::debug!(provider = PROVIDER, pgid, "killed the process group");
+        }
+    }
+}
+
+async fn read_some<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    if buf.capacity() - buf.len() < READ_CHUNK / 2 {
+        buf.reserve(READ_CHUNK);
+    }
+    r.read_buf(buf).await
+}
+
+impl Exec for LocalExec {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        LocalExec::capabilities_of(&self.config)
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        Box::pin(async move {
+            tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
+            let mut s = match self.spawn(&command).await {
+                Ok(s) => s,
+                Err(done) => return done,
+            };
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let (mut out_open, mut err_open) = (true, true);
+            let mut status = None;
+            let mut drain_until = None;
+            while out_open || err_open || status.is_none() {
+                let drain = async {
+                    match drain_until {
+                        Some(t) => tokio::time::sleep_until(t).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    r = read_some(&mut s.stdout, &mut out), if out_open => {
+                        out_open = r.map_err(|e| io_error("reading stdout", e))? > 0;
+                    }
+                    r = read_some(&mut s.stderr, &mut err), if err_open => {
+                        err_open = r.map_err(|e| io_error("reading stderr", e))? > 0;
+                    }
+                    st = s.child.wait(), if status.is_none() => {
+                        status = Some(st.map_err(|e| io_error("waiting for the command", e))?);
+                        s.guard.disarm();
+                        drain_until = Some(Instant::now() + self.config.drain_timeout);
+                    }
+                    () = drain => break,
+                }
+            }
+            let exit = exit_of(status.expect("loop ends after the exit"))?;
+            tracing::debug!(provider = PROVIDER, ?exit, "exited");
+            let output = Output::new(out, err, exit);
+            if s.launched {
+                degrade::check_wrapped_with_marker(output, LAUNCHER_MARK)
+                    .map_err(|e| e.with_provider(PROVIDER))
+            } else {
+                Ok(output)
+            }
+        })
+    }
+
+    fn streaming(&self) -> Option<&dyn ExecStream> {
+        Some(self)
+    }
+}
+
+impl ExecStream for LocalExec {
+    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+        Box::pin(async move {
+            tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec_stream");
+            let (tx, rx) = mpsc::channel(32);
+            match self.spawn(&command).await {
+                Ok(s) => {
+                    tokio::spawn(drive(s, tx, self.config.drain_timeout));
+                }
+                Err(Ok(output)) => {
+                    // Not found / not executable: the same answer as `exec`, as events.
+                    for ev in [
+                        Event::Stdout(output.stdout),
+                        Event::Stderr(output.stderr),
+                        Event::Exit(output.exit),
+                    ] {
+                        let _ = tx.try_send(Ok(ev));
+                    }
+                }
+                Err(Err(e)) => return Err(e),
+            }
+            Ok(EventStream::new(Receiver(rx)))
+        })
+    }
+}
+
+struct Receiver(mpsc::Receiver<Result<Event, Error>>);
+
+impl futures_core::Stream for Receiver {
+    type Item = Result<Event, Error>;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// Holds back stderr while it may still turn out to be the wrapper's own failure (launcher mode).
+struct Held(Option<BytesMut>);
+
+impl Held {
+    /// Returns bytes that can be sent now.
+    fn push(&mut self, b: Bytes) -> Option<Bytes> {
+        let Some(held) = self.0.as_mut() else {
+            return Some(b);
+        };
+        held.extend_from_slice(&b);
+        let n = held.len().min(LAUNCHER_MARK.len());
+        if held[..n] == LAUNCHER_MARK.as_bytes()[..n] {
+            None
+        } else {
+            self.0.take().map(BytesMut::freeze)
+        }
+    }
+}
+
+async fn drive(mut s: Spawned, tx: mpsc::Sender<Result<Event, Error>>, drain: Duration) {
+    let mut held = Held(s.launched.then(BytesMut::new));
+    let (mut out_open, mut err_open) = (true, true);
+    let mut status = None;
+    let mut drain_until = None;
+    let (mut out_buf, mut err_buf) = (Vec::new(), Vec::new());
+    while out_open || err_open || status.is_none() {
+        let drain_sleep = async {
+            match drain_until {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let event = tokio::select! {
+            r = read_some(&mut s.stdout, &mut out_buf), if out_open => match r {
+                Ok(0) => { out_open = false; None }
+                Ok(_) => Some(Ok(Event::Stdout(Bytes::from(std::mem::take(&mut out_buf))))),
+                Err(e) => Some(Err(io_error("reading stdout", e))),
+            },
+            r = read_some(&mut s.stderr, &mut err_buf), if err_open => match r {
+                Ok(0) => { err_open = false; None }
+                Ok(_) => held.push(Bytes::from(std::mem::take(&mut err_buf))).map(|b| Ok(Event::Stderr(b))),
+                Err(e) => Some(Err(io_error("reading stderr", e))),
+            },
+            st = s.child.wait(), if status.is_none() => {
+                match st {
+                    Ok(st) => {
+                        status = Some(st);
+                        s.guard.disarm();
+                        drain_until = Some(Instant::now() + drain);
+                        None
+                    }
+                    Err(e) => Some(Err(io_error("waiting for the command", e))),
+                }
+            }
+            () = drain_sleep => break,
+            // The consumer dropped the stream: returning drops the guard, which kills the group.
+            () = tx.closed() => return,
+        };
+        if let Some(ev) = event {
+            let failed = ev.is_err();
+            if tx.send(ev).await.is_err() || failed {
+                return;
+            }
+        }
+    }
+    let exit = match exit_of(status.expect("loop ends after the exit")) {
+        Ok(exit) => exit,
+        Err(e) => {
+            let _ = tx.send(Err(e)).await;
+            return;
+        }
+    };
+    if let Some(held) = held.0.take() {
+        let output = Output::new(Bytes::new(), held.freeze(), exit);
+        match degrade::check_wrapped_with_marker(output, LAUNCHER_MARK) {
+            Err(e) => {
+                let _ = tx.send(Err(e.with_provider(PROVIDER))).await;
+                return;
+            }
+            Ok(o) if !o.stderr.is_empty() => {
+                if tx.send(Ok(Event::Stderr(o.stderr))).await.is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+        }
+    }
+    let _ = tx.send(Ok(Event::Exit(exit))).await;
+}
