@@ -1,7 +1,12 @@
 //! [`LocalConfig`]: what every command's environment starts from, and an optional launcher.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
+
+use execseam_core::Error;
+
+use crate::ENV_VARS;
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -12,6 +17,7 @@ pub struct LocalConfig {
     base_env: BTreeMap<String, String>,
     pub(crate) launcher: Vec<String>,
     pub(crate) drain_timeout: Duration,
+    pub(crate) sandbox_root: PathBuf,
 }
 
 impl Default for LocalConfig {
@@ -23,6 +29,7 @@ impl Default for LocalConfig {
             base_env: BTreeMap::new(),
             launcher: Vec::new(),
             drain_timeout: Duration::from_secs(1),
+            sandbox_root: std::env::temp_dir().join("execseam-local"),
         }
     }
 }
@@ -34,6 +41,7 @@ impl std::fmt::Debug for LocalConfig {
             .field("base_env", &self.base_env.keys().collect::<Vec<_>>())
             .field("launcher", &self.launcher)
             .field("drain_timeout", &self.drain_timeout)
+            .field("sandbox_root", &self.sandbox_root)
             .finish()
     }
 }
@@ -42,6 +50,36 @@ impl LocalConfig {
     /// The defaults.
     pub fn new() -> LocalConfig {
         LocalConfig::default()
+    }
+
+    /// The defaults, then the variables in [`ENV_VARS`] from this process's environment.
+    pub fn from_env() -> Result<LocalConfig, Error> {
+        LocalConfig::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// The defaults, then the variables in [`ENV_VARS`] as `vars` gives them (an unset or empty
+    /// variable keeps the default): `EXECSEAM_LOCAL_SANDBOX_ROOT`, the directory sandboxes are
+    /// created in (absolute).
+    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<LocalConfig, Error> {
+        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
+        let mut c = LocalConfig::new();
+        if let Some(root) = var(ENV_VARS[0]) {
+            c = c.sandbox_root(root);
+        }
+        Ok(c)
+    }
+
+    /// The directory [`LocalProvider`](crate::LocalProvider) creates sandboxes in (default
+    /// `$TMPDIR/execseam-local`); it must be absolute.
+    #[must_use]
+    pub fn sandbox_root(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.sandbox_root = dir.into();
+        self
+    }
+
+    /// The directory sandboxes are created in.
+    pub fn sandbox_root_dir(&self) -> &std::path::Path {
+        &self.sandbox_root
     }
 
     /// The host variables copied into every command's environment (replaces the default list).

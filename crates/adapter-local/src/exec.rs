@@ -8,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 use execseam_core::degrade::{self, WrapOptions};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Event, EventStream, Exec,
-    ExecStream, Exit, Output, Retry,
+    ExecStream, Exit, Output, Ownership, Retry, Sandbox,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -62,22 +62,92 @@ pub fn restore_default_signals(cmd: &mut tokio::process::Command) {
 }
 
 /// Runs commands on this host. See the [crate docs](crate).
+///
+/// [`LocalExec::new`] runs them on the host itself (the embedded default; its [`Sandbox::id`] is
+/// `host` and it cannot be destroyed). A handle from [`LocalProvider`](crate::LocalProvider) runs
+/// them in a sandbox directory.
 #[derive(Clone, Debug, Default)]
 pub struct LocalExec {
     config: Arc<LocalConfig>,
+    sandbox: Option<Arc<SandboxDir>>,
 }
 
+/// A local sandbox: a directory, its env, and who removes it.
+#[derive(Debug)]
+pub(crate) struct SandboxDir {
+    pub(crate) id: String,
+    pub(crate) dir: std::path::PathBuf,
+    /// `<dir>/work`, the default workdir.
+    pub(crate) work: String,
+    pub(crate) env: std::collections::BTreeMap<String, String>,
+    pub(crate) ownership: Ownership,
+}
+
+impl Drop for SandboxDir {
+    fn drop(&mut self) {
+        // The safety net: an owned sandbox nobody closed is removed with its last handle.
+        if self.ownership.destroy_on_drop() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+            tracing::debug!(provider = PROVIDER, sandbox = %self.id, "removed on drop");
+        }
+    }
+}
+
+/// The id of the host handle ([`LocalExec::new`]).
+const HOST_ID: &str = "host";
+
 impl LocalExec {
-    /// An adapter with the default configuration.
+    /// An adapter with the default configuration, on the host.
     pub fn new() -> LocalExec {
         LocalExec::default()
     }
 
-    /// An adapter with this configuration.
+    /// An adapter with this configuration, on the host.
     pub fn with_config(config: LocalConfig) -> LocalExec {
         LocalExec {
             config: Arc::new(config),
+            sandbox: None,
         }
+    }
+
+    pub(crate) fn in_sandbox(config: Arc<LocalConfig>, sandbox: SandboxDir) -> LocalExec {
+        LocalExec {
+            config,
+            sandbox: Some(Arc::new(sandbox)),
+        }
+    }
+
+    /// The sandbox's working directory (`None` on the host).
+    pub fn workdir(&self) -> Option<&str> {
+        self.sandbox.as_deref().map(|s| s.work.as_str())
+    }
+
+    /// Puts `cmd` in the sandbox: its workdir by default, the sandbox env under the command's.
+    /// A destroyed sandbox is `NotFound`.
+    async fn place(&self, cmd: Command) -> Result<Command, Error> {
+        let Some(sbx) = self.sandbox.as_deref() else {
+            return Ok(cmd);
+        };
+        if !tokio::fs::metadata(&sbx.work)
+            .await
+            .is_ok_and(|m| m.is_dir())
+        {
+            return Err(error(
+                ErrorKind::NotFound,
+                format!("sandbox {} does not exist (it was destroyed)", sbx.id),
+            ));
+        }
+        if cmd.workdir().is_some() && sbx.env.is_empty() {
+            return Ok(cmd);
+        }
+        let mut env = sbx.env.clone();
+        env.extend(cmd.env().iter().map(|(k, v)| (k.clone(), v.clone())));
+        let workdir = cmd.workdir().unwrap_or(&sbx.work).to_owned();
+        cmd.into_builder()
+            .clear_env()
+            .envs(env)
+            .workdir(workdir)
+            .build()
     }
 
     /// The configuration.
@@ -88,24 +158,17 @@ impl LocalExec {
     /// The capabilities this adapter reports.
     pub fn capabilities_of(config: &LocalConfig) -> Capabilities {
         Capabilities {
-            argv: Delivery::Native,
-            stdin: Delivery::Native,
             workdir: if config.launcher.is_empty() {
                 Delivery::Native
             } else {
                 Delivery::ShellWrapped
             },
-            env: Delivery::Native,
-            streaming: true,
-            remote_kill: true,
-            binary_output: true,
-            max_stdin: None,
-            max_output: None,
-            native_tools: &[],
+            ..crate::CAPABILITIES
         }
     }
 
-    async fn spawn(&self, cmd: &Command) -> Result<Spawned, Result<Output, Error>> {
+    async fn spawn(&self, cmd: Command) -> Result<Spawned, Result<Output, Error>> {
+        let cmd = &self.place(cmd).await.map_err(Err)?;
         let launched = !self.config.launcher.is_empty();
         let argv: Vec<String> = if launched {
             let wrap = WrapOptions {
@@ -245,7 +308,7 @@ impl Exec for LocalExec {
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         Box::pin(async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
-            let mut s = match self.spawn(&command).await {
+            let mut s = match self.spawn(command).await {
                 Ok(s) => s,
                 Err(done) => return done,
             };
@@ -297,7 +360,7 @@ impl ExecStream for LocalExec {
         Box::pin(async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec_stream");
             let (tx, rx) = mpsc::channel(32);
-            match self.spawn(&command).await {
+            match self.spawn(command).await {
                 Ok(s) => {
                     tokio::spawn(drive(s, tx, self.config.drain_timeout));
                 }
@@ -418,4 +481,47 @@ async fn drive(mut s: Spawned, tx: mpsc::Sender<Result<Event, Error>>, drain: Du
         }
     }
     let _ = tx.send(Ok(Event::Exit(exit))).await;
+}
+
+impl Sandbox for LocalExec {
+    fn id(&self) -> &str {
+        self.sandbox.as_deref().map_or(HOST_ID, |s| s.id.as_str())
+    }
+
+    fn owned(&self) -> bool {
+        self.sandbox.as_deref().is_some_and(|s| s.ownership.owned())
+    }
+
+    fn set_owned(&self, owned: bool) {
+        if let Some(s) = self.sandbox.as_deref() {
+            s.ownership.set_owned(owned);
+        }
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            match self.sandbox.as_deref() {
+                Some(s) if s.ownership.begin_close() && s.ownership.owned() => {
+                    Sandbox::destroy(self).await
+                }
+                _ => Ok(()),
+            }
+        })
+    }
+
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let Some(s) = self.sandbox.as_deref() else {
+                return Err(Error::unsupported(
+                    "the host is not a sandbox: it cannot be destroyed",
+                )
+                .with_provider(PROVIDER)
+                .with_operation("destroy"));
+            };
+            crate::provider::remove(&s.dir).await?;
+            s.ownership.mark_destroyed();
+            tracing::debug!(provider = PROVIDER, sandbox = %s.id, "destroyed");
+            Ok(())
+        })
+    }
 }

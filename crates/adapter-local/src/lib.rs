@@ -28,9 +28,44 @@
 mod config;
 mod error;
 mod exec;
+mod provider;
+
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
 
 pub use config::LocalConfig;
 pub use exec::{LocalExec, restore_default_signals};
+pub use provider::LocalProvider;
+
+/// What this adapter does without a launcher (with one, the workdir is shell-wrapped).
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::Native,
+    stdin: Delivery::Native,
+    workdir: Delivery::Native,
+    env: Delivery::Native,
+    streaming: true,
+    remote_kill: true,
+    binary_output: true,
+    max_stdin: None,
+    max_output: None,
+    native_tools: &[],
+};
+
+/// Local sandboxes are directories (see [`LocalProvider`]): every operation, with env and labels.
+pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    create: true,
+    connect: true,
+    list: true,
+    destroy: true,
+    spec: SpecSupport {
+        env: true,
+        labels: true,
+        ..SpecSupport::NONE
+    },
+    options: &[],
+};
+
+/// The environment variables [`LocalConfig::from_env`] reads.
+pub const ENV_VARS: &[&str] = &["EXECSEAM_LOCAL_SANDBOX_ROOT"];
 
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "local";

@@ -1,0 +1,271 @@
+//! [`LocalProvider`]: local "sandboxes" are private directories on this host.
+//!
+//! A sandbox is `<sandbox_root>/<id>/`: its `work/` directory is the working directory of every
+//! command run without one, its env (from [`SandboxSpec::with_env`]) is set for every command,
+//! and its labels are kept beside it. It is **not an isolation boundary**: commands run as this
+//! process's user with the host's whole filesystem in view; use an emulator or a provider for
+//! isolation. Destroying it removes the directory (a process it started keeps running).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use execseam_core::transport::random_id;
+use execseam_core::{
+    BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Ownership,
+    Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState,
+};
+
+use crate::config::LocalConfig;
+use crate::exec::{LocalExec, SandboxDir};
+use crate::{LIFECYCLE, PROVIDER};
+
+/// Creates, connects to, lists and destroys local sandboxes (directories). See the
+/// [module docs](self).
+#[derive(Clone, Debug)]
+pub struct LocalProvider {
+    config: Arc<LocalConfig>,
+}
+
+const LABELS: &str = "labels";
+const ENV: &str = "env";
+const WORK: &str = "work";
+
+fn lifecycle_error(kind: ErrorKind, operation: &'static str, message: String) -> Error {
+    Error::new(kind, message)
+        .with_provider(PROVIDER)
+        .with_operation(operation)
+}
+
+fn io_failure(operation: &'static str, what: &str, e: std::io::Error) -> Error {
+    let kind = match e.kind() {
+        std::io::ErrorKind::NotFound => ErrorKind::NotFound,
+        std::io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
+        _ => ErrorKind::Internal,
+    };
+    lifecycle_error(kind, operation, format!("{what}: {e}")).with_source(e)
+}
+
+/// `key=value\0` records (keys never hold `=` or NUL: the spec is checked first).
+fn encode(map: &BTreeMap<String, String>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in map {
+        out.extend_from_slice(k.as_bytes());
+        out.push(b'=');
+        out.extend_from_slice(v.as_bytes());
+        out.push(0);
+    }
+    out
+}
+
+fn decode(bytes: &[u8]) -> BTreeMap<String, String> {
+    bytes
+        .split(|b| *b == 0)
+        .filter_map(|r| {
+            let r = std::str::from_utf8(r).ok()?;
+            let (k, v) = r.split_once('=')?;
+            Some((k.to_owned(), v.to_owned()))
+        })
+        .collect()
+}
+
+/// Ids are `local-` and 16 hex digits; anything else names no sandbox (and never a path).
+fn valid_id(id: &str) -> bool {
+    id.strip_prefix("local-")
+        .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+impl LocalProvider {
+    /// A provider with this configuration. The sandbox root must be absolute
+    /// ([`InvalidConfig`](ErrorKind::InvalidConfig) otherwise); nothing is created yet.
+    pub fn new(config: LocalConfig) -> Result<LocalProvider, Error> {
+        if !config.sandbox_root.is_absolute() {
+            return Err(Error::invalid_config(format!(
+                "the sandbox root {} is not absolute",
+                config.sandbox_root.display()
+            ))
+            .with_provider(PROVIDER));
+        }
+        Ok(LocalProvider {
+            config: Arc::new(config),
+        })
+    }
+
+    /// [`LocalConfig::from_env`], then [`new`](Self::new).
+    pub fn from_env() -> Result<LocalProvider, Error> {
+        LocalProvider::new(LocalConfig::from_env()?)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LocalConfig {
+        &self.config
+    }
+
+    fn dir(&self, id: &str) -> PathBuf {
+        self.config.sandbox_root.join(id)
+    }
+
+    /// Creates a sandbox directory; the handle owns it.
+    pub async fn create(&self, spec: SandboxSpec) -> Result<LocalExec, Error> {
+        spec.check(PROVIDER, &LIFECYCLE)?;
+        let root = &self.config.sandbox_root;
+        tokio::fs::create_dir_all(root)
+            .await
+            .map_err(|e| io_failure("create", "cannot create the sandbox root", e))?;
+        let id = format!("local-{}", random_id(16));
+        let dir = self.dir(&id);
+        tokio::fs::create_dir(&dir)
+            .await
+            .map_err(|e| io_failure("create", "cannot create the sandbox", e))?;
+        let write = async {
+            write_private(&dir.join(ENV), &encode(spec.env())).await?;
+            tokio::fs::write(dir.join(LABELS), encode(spec.labels())).await?;
+            tokio::fs::create_dir(dir.join(WORK)).await
+        };
+        if let Err(e) = write.await {
+            let _ = tokio::fs::remove_dir_all(&dir).await;
+            return Err(io_failure("create", "cannot set up the sandbox", e));
+        }
+        tracing::debug!(provider = PROVIDER, sandbox = %id, "created");
+        Ok(self.handle(id, spec.env().clone(), Ownership::created()))
+    }
+
+    /// Connects to an existing sandbox directory; the handle does not own it.
+    pub async fn connect(&self, id: &str) -> Result<LocalExec, Error> {
+        let dir = self.existing(id, "connect").await?;
+        let env = tokio::fs::read(dir.join(ENV))
+            .await
+            .map(|b| decode(&b))
+            .map_err(|e| io_failure("connect", "cannot read the sandbox", e))?;
+        Ok(self.handle(id.to_owned(), env, Ownership::connected()))
+    }
+
+    /// Lists the sandbox directories under the root that `filter` selects.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<SandboxInfo>, Error> {
+        filter.check(PROVIDER, &LIFECYCLE)?;
+        let mut entries = match tokio::fs::read_dir(&self.config.sandbox_root).await {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_failure("list", "cannot read the sandbox root", e)),
+        };
+        let mut out = Vec::new();
+        while let Some(entry) = entries
+            .next_entry()
+            .await
+            .map_err(|e| io_failure("list", "cannot read the sandbox root", e))?
+        {
+            let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if !valid_id(&id) {
+                continue;
+            }
+            // A sandbox destroyed while we list is simply not there.
+            let Ok(labels) = tokio::fs::read(entry.path().join(LABELS)).await else {
+                continue;
+            };
+            let info = SandboxInfo::new(id)
+                .with_labels(decode(&labels))
+                .with_state(SandboxState::Running);
+            if filter.matches(&info) {
+                out.push(info);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes a sandbox directory. A sandbox that does not exist is `Ok(())`.
+    pub async fn destroy(&self, id: &str) -> Result<(), Error> {
+        if !valid_id(id) {
+            return Ok(());
+        }
+        remove(&self.dir(id)).await
+    }
+
+    async fn existing(&self, id: &str, operation: &'static str) -> Result<PathBuf, Error> {
+        let missing = || {
+            lifecycle_error(
+                ErrorKind::NotFound,
+                operation,
+                format!("sandbox {id:?} does not exist"),
+            )
+        };
+        if !valid_id(id) {
+            return Err(missing());
+        }
+        let dir = self.dir(id);
+        match tokio::fs::metadata(dir.join(WORK)).await {
+            Ok(m) if m.is_dir() => Ok(dir),
+            _ => Err(missing()),
+        }
+    }
+
+    fn handle(&self, id: String, env: BTreeMap<String, String>, ownership: Ownership) -> LocalExec {
+        let dir = self.dir(&id);
+        let work = dir.join(WORK).to_string_lossy().into_owned();
+        LocalExec::in_sandbox(
+            self.config.clone(),
+            SandboxDir {
+                id,
+                dir,
+                work,
+                env,
+                ownership,
+            },
+        )
+    }
+}
+
+async fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut f = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .await?;
+    f.write_all(data).await?;
+    f.flush().await
+}
+
+/// Removes a sandbox directory; already gone is fine.
+pub(crate) async fn remove(dir: &Path) -> Result<(), Error> {
+    match tokio::fs::remove_dir_all(dir).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_failure("destroy", "cannot remove the sandbox", e)),
+    }
+}
+
+impl Provider for LocalProvider {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        LocalExec::capabilities_of(&self.config)
+    }
+
+    fn lifecycle(&self) -> LifecycleCapabilities {
+        LIFECYCLE
+    }
+
+    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move { Ok(Box::new(LocalProvider::create(self, spec).await?) as _) })
+    }
+
+    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move { Ok(Box::new(LocalProvider::connect(self, id).await?) as _) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        filter: &'a ListFilter,
+    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
+        Box::pin(LocalProvider::list(self, filter))
+    }
+
+    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(LocalProvider::destroy(self, id))
+    }
+}
