@@ -1,12 +1,14 @@
 //! The HTTP calls: the control plane (REST) and envd (Connect RPCs plus its plain `/files` and
 //! `/health` routes), with the headers the SDK sends.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
+use execseam_core::transport::escape_path_segment;
 use reqwest::header::{
     AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT,
 };
@@ -79,6 +81,8 @@ async fn rest<B: Serialize>(
 }
 
 fn reqwest_error(e: reqwest::Error) -> CallError {
+    // The URL names the sandbox and, for files, the path: never keep it.
+    let e = e.without_url();
     if e.is_connect() {
         CallError::Connect(e)
     } else if e.is_timeout() {
@@ -98,6 +102,14 @@ async fn json_of<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T, Call
     })
 }
 
+/// What a create asks for: the spec over the configuration's defaults.
+pub(crate) struct NewSandbox {
+    pub template: String,
+    pub timeout: Duration,
+    pub metadata: BTreeMap<String, String>,
+    pub env: BTreeMap<String, String>,
+}
+
 /// The control plane (`X-API-KEY`).
 pub(crate) struct ControlPlane<'a> {
     pub http: &'a reqwest::Client,
@@ -107,16 +119,16 @@ pub(crate) struct ControlPlane<'a> {
 
 impl ControlPlane<'_> {
     /// `POST /v2/sandboxes` (201), or the legacy `POST /sandboxes`.
-    pub(crate) async fn create(&self) -> Result<wire::Sandbox, CallError> {
+    pub(crate) async fn create(&self, new: &NewSandbox) -> Result<wire::Sandbox, CallError> {
         let (path, secure) = match self.config.api_routes {
             ApiRoutes::V2 => ("v2/sandboxes", None),
             ApiRoutes::Legacy => ("sandboxes", Some(true)),
         };
         let body = wire::NewSandbox {
-            template_id: &self.config.template,
-            timeout: Some(self.config.sandbox_timeout.as_secs().max(1)),
-            metadata: &self.config.metadata,
-            env_vars: &self.config.sandbox_env,
+            template_id: &new.template,
+            timeout: Some(new.timeout.as_secs().max(1)),
+            metadata: &new.metadata,
+            env_vars: &new.env,
             secure,
         };
         let resp = rest(
@@ -131,11 +143,68 @@ impl ControlPlane<'_> {
         json_of(resp).await
     }
 
+    /// `GET /v2/sandboxes?metadata=…&state=running,paused`, every page (`X-Next-Token`).
+    ///
+    /// The metadata filter is encoded as the SDK encodes it (`sandbox_async/paginator.py`: each
+    /// key and value `quote`d, then the pairs `urlencode`d, so each is escaped twice, and the
+    /// whole sent as one query value), which the API decodes three times (the query string,
+    /// then `infra` `utils/sandboxes_list.go` `parseFilters` unescapes the value, splits it on
+    /// `&` and `=`, and unescapes each part).
+    pub(crate) async fn list(
+        &self,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<Vec<wire::ListedSandbox>, CallError> {
+        let filter = metadata
+            .iter()
+            .map(|(k, v)| {
+                let twice = |s: &str| escape_path_segment(&escape_path_segment(s));
+                format!("{}={}", twice(k), twice(v))
+            })
+            .collect::<Vec<_>>()
+            .join("&");
+        let mut out = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let mut url = join(&self.base, "v2/sandboxes");
+            {
+                let mut q = url.query_pairs_mut();
+                q.append_pair("state", "running,paused");
+                if !filter.is_empty() {
+                    q.append_pair("metadata", &filter);
+                }
+                if let Some(token) = &next {
+                    q.append_pair("nextToken", token);
+                }
+            }
+            let resp = rest::<()>(
+                self.http,
+                Method::GET,
+                url,
+                &self.config.api_key,
+                None,
+                self.config.request_timeout,
+            )
+            .await?;
+            next = resp
+                .headers()
+                .get("x-next-token")
+                .and_then(|v| v.to_str().ok())
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned);
+            let page: Vec<wire::ListedSandbox> = json_of(resp).await?;
+            let empty = page.is_empty();
+            out.extend(page);
+            if next.is_none() || empty {
+                return Ok(out);
+            }
+        }
+    }
+
     /// `POST /v2/sandboxes/{id}/connect` (200 running, 201 resumed), or the legacy route.
     pub(crate) async fn connect(&self, id: &str) -> Result<wire::Sandbox, CallError> {
         let path = match self.config.api_routes {
-            ApiRoutes::V2 => format!("v2/sandboxes/{id}/connect"),
-            ApiRoutes::Legacy => format!("sandboxes/{id}/connect"),
+            ApiRoutes::V2 => format!("v2/sandboxes/{}/connect", escape_path_segment(id)),
+            ApiRoutes::Legacy => format!("sandboxes/{}/connect", escape_path_segment(id)),
         };
         let body = wire::ConnectSandbox {
             timeout: Some(self.config.sandbox_timeout.as_secs().max(1)),
@@ -157,7 +226,10 @@ impl ControlPlane<'_> {
         match rest::<()>(
             self.http,
             Method::DELETE,
-            join(&self.base, &format!("sandboxes/{id}")),
+            join(
+                &self.base,
+                &format!("sandboxes/{}", escape_path_segment(id)),
+            ),
             &self.config.api_key,
             None,
             self.config.request_timeout,
@@ -179,7 +251,10 @@ impl ControlPlane<'_> {
         rest(
             self.http,
             Method::POST,
-            join(&self.base, &format!("sandboxes/{id}/timeout")),
+            join(
+                &self.base,
+                &format!("sandboxes/{}/timeout", escape_path_segment(id)),
+            ),
             &self.config.api_key,
             Some(&Body {
                 timeout: timeout.as_secs().max(1),
@@ -435,7 +510,7 @@ impl Envd {
             req.header(CONTENT_TYPE, "application/octet-stream")
                 .body(data)
         } else {
-            let boundary = format!("execseam{:016x}", crate::exec::random_u64());
+            let boundary = format!("execseam{:016x}", execseam_core::transport::random_u64());
             let mut body = Vec::with_capacity(data.len() + 256);
             let name = path.replace('"', "%22").replace(['\r', '\n'], "");
             body.extend_from_slice(

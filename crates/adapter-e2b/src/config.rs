@@ -14,9 +14,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use execseam_core::{Error, ErrorKind};
+use execseam_core::Error;
 use reqwest::Url;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::PROVIDER;
 
 /// The domains on which the SDK uses the shared `sandbox.<domain>` host
 /// (`e2b/sandbox_domains.py`).
@@ -44,47 +46,29 @@ pub enum ApiRoutes {
     Legacy,
 }
 
-/// Configuration of [`E2bExec`](crate::E2bExec). `Debug` never prints the API key or env values.
+/// Configuration of [`E2bProvider`](crate::E2bProvider): credentials, endpoints, defaults for
+/// new sandboxes, timeouts. Built with [`E2bConfig::new`] and the setters, or
+/// [`E2bConfig::from_env`]; checked (URLs) by [`E2bProvider::new`](crate::E2bProvider::new).
+/// `Debug` never prints the API key or env values.
 #[derive(Clone)]
 pub struct E2bConfig {
-    /// The API key (`X-API-KEY`).
-    pub api_key: SecretString,
-    /// The domain (`E2B_DOMAIN`, default `e2b.app`).
-    pub domain: String,
-    /// The control plane (`E2B_API_URL`); `None` means `https://api.<domain>`.
-    pub api_url: Option<Url>,
-    /// envd for every sandbox (`E2B_SANDBOX_URL`); `None` derives it from the domain.
-    pub sandbox_url: Option<Url>,
-    /// The template to create sandboxes from (`E2B_TEMPLATE`, default `base`).
-    pub template: String,
-    /// The sandbox lifetime asked for on create and connect (`E2B_SANDBOX_TIMEOUT` seconds,
-    /// default 300).
-    pub sandbox_timeout: Duration,
-    /// Sandbox-wide environment variables set at create (`envVars`).
-    pub sandbox_env: BTreeMap<String, String>,
-    /// Metadata set at create.
-    pub metadata: BTreeMap<String, String>,
-    /// Bound on each unary call and control-plane request (default 60 s, the SDK's).
-    pub request_timeout: Duration,
-    /// Bound on establishing a connection (default 10 s).
-    pub connect_timeout: Duration,
-    /// A stream with no byte (not even a keepalive) for this long is dead (default 150 s).
-    pub stream_idle_timeout: Duration,
-    /// Sent as `Connect-Timeout-Ms` on `process.Start`: envd kills the command at this deadline
-    /// and the exec fails with `Timeout(Command)`. `None` (the default) sends none: commands run
-    /// until they exit or the host's deadline drops them (which kills them with `SendSignal`).
-    pub command_timeout: Option<Duration>,
-    /// `Keepalive-Ping-Interval` asked of envd on streams (default 50 s, the SDK's).
-    pub keepalive_interval: Duration,
-    /// Run as this user (`Authorization: Basic base64("<user>:")`); `None` is envd's default
-    /// user (`user` on E2B templates).
-    pub user: Option<String>,
-    /// Which create/connect routes to use.
-    pub api_routes: ApiRoutes,
-    /// Kill a sandbox this adapter created when the last handle to it is dropped (default true).
-    pub kill_on_drop: bool,
-    /// Serve the tools' `list` and `glob` from `ListDir` when provably exact (default true).
-    pub native_tools: bool,
+    pub(crate) api_key: SecretString,
+    pub(crate) domain: String,
+    pub(crate) api_url: Option<String>,
+    pub(crate) sandbox_url: Option<String>,
+    pub(crate) template: String,
+    pub(crate) sandbox_timeout: Duration,
+    pub(crate) sandbox_env: BTreeMap<String, String>,
+    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) request_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) stream_idle_timeout: Duration,
+    pub(crate) command_timeout: Option<Duration>,
+    pub(crate) keepalive_interval: Duration,
+    pub(crate) user: Option<String>,
+    pub(crate) api_routes: ApiRoutes,
+    pub(crate) kill_on_drop: bool,
+    pub(crate) native_tools: bool,
 }
 
 impl fmt::Debug for E2bConfig {
@@ -92,8 +76,8 @@ impl fmt::Debug for E2bConfig {
         f.debug_struct("E2bConfig")
             .field("api_key", &"<redacted>")
             .field("domain", &self.domain)
-            .field("api_url", &self.api_url.as_ref().map(Url::as_str))
-            .field("sandbox_url", &self.sandbox_url.as_ref().map(Url::as_str))
+            .field("api_url", &self.api_url)
+            .field("sandbox_url", &self.sandbox_url)
             .field("template", &self.template)
             .field("sandbox_timeout", &self.sandbox_timeout)
             .field("sandbox_env", &self.sandbox_env.keys().collect::<Vec<_>>())
@@ -112,9 +96,7 @@ impl fmt::Debug for E2bConfig {
 }
 
 fn config_error(message: impl Into<String>) -> Error {
-    Error::new(ErrorKind::InvalidCommand, message)
-        .with_provider("e2b")
-        .with_operation("config")
+    Error::invalid_config(message).with_provider(PROVIDER)
 }
 
 fn parse_url(what: &str, s: &str) -> Result<Url, Error> {
@@ -149,21 +131,30 @@ impl E2bConfig {
         }
     }
 
-    /// Reads the environment the SDK reads: `E2B_API_KEY` (required), `E2B_DOMAIN`,
-    /// `E2B_API_URL`, `E2B_SANDBOX_URL`; plus `E2B_TEMPLATE`, `E2B_SANDBOX_TIMEOUT` (seconds),
-    /// `E2B_COMMAND_TIMEOUT` (seconds), `E2B_USER` and `E2B_API_ROUTES` (`v2`|`legacy`).
+    /// Reads the environment the SDK reads (see [`ENV_VARS`](crate::ENV_VARS)).
     pub fn from_env() -> Result<E2bConfig, Error> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        E2bConfig::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the variables in [`ENV_VARS`](crate::ENV_VARS) as `vars` gives them (an unset or empty one keeps
+    /// the default): `E2B_API_KEY` (required), `E2B_DOMAIN`, `E2B_API_URL`, `E2B_SANDBOX_URL`;
+    /// plus `E2B_TEMPLATE`, `E2B_SANDBOX_TIMEOUT` (seconds), `E2B_COMMAND_TIMEOUT` (seconds),
+    /// `E2B_USER` and `E2B_API_ROUTES` (`v2`|`legacy`). A missing key or a bad value is
+    /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
+    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<E2bConfig, Error> {
+        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
         let key = var("E2B_API_KEY").ok_or_else(|| config_error("E2B_API_KEY is not set"))?;
         let mut c = E2bConfig::new(key);
         if let Some(d) = var("E2B_DOMAIN") {
             c.domain = d;
         }
         if let Some(u) = var("E2B_API_URL") {
-            c.api_url = Some(parse_url("E2B_API_URL", &u)?);
+            parse_url("E2B_API_URL", &u)?;
+            c.api_url = Some(u);
         }
         if let Some(u) = var("E2B_SANDBOX_URL") {
-            c.sandbox_url = Some(parse_url("E2B_SANDBOX_URL", &u)?);
+            parse_url("E2B_SANDBOX_URL", &u)?;
+            c.sandbox_url = Some(u);
         }
         if let Some(t) = var("E2B_TEMPLATE") {
             c.template = t;
@@ -194,18 +185,150 @@ impl E2bConfig {
         Ok(c)
     }
 
+    /// The domain (`E2B_DOMAIN`, default `e2b.app`).
+    #[must_use]
+    pub fn domain(mut self, domain: impl Into<String>) -> Self {
+        self.domain = domain.into();
+        self
+    }
+
+    /// The control plane (`E2B_API_URL`); unset means `https://api.<domain>`.
+    #[must_use]
+    pub fn api_url(mut self, url: impl Into<String>) -> Self {
+        self.api_url = Some(url.into());
+        self
+    }
+
+    /// envd for every sandbox (`E2B_SANDBOX_URL`); unset derives it from the domain.
+    #[must_use]
+    pub fn sandbox_url(mut self, url: impl Into<String>) -> Self {
+        self.sandbox_url = Some(url.into());
+        self
+    }
+
+    /// The template new sandboxes start from unless the spec names one (`E2B_TEMPLATE`,
+    /// default `base`).
+    #[must_use]
+    pub fn template(mut self, template: impl Into<String>) -> Self {
+        self.template = template.into();
+        self
+    }
+
+    /// The lifetime asked for on create (unless the spec sets one) and on connect
+    /// (`E2B_SANDBOX_TIMEOUT` seconds, default 300).
+    #[must_use]
+    pub fn sandbox_timeout(mut self, timeout: Duration) -> Self {
+        self.sandbox_timeout = timeout;
+        self
+    }
+
+    /// A sandbox-wide environment variable set on every create (`envVars`), under the spec's.
+    #[must_use]
+    pub fn sandbox_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.sandbox_env.insert(key.into(), value.into());
+        self
+    }
+
+    /// A metadata entry set on every create, under the spec's labels.
+    #[must_use]
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// Bound on each unary call and control-plane request (default 60 s, the SDK's).
+    #[must_use]
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Bound on establishing a connection (default 10 s).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// A stream with no byte (not even a keepalive) for this long is dead (default 150 s).
+    #[must_use]
+    pub fn stream_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.stream_idle_timeout = timeout;
+        self
+    }
+
+    /// Sent as `Connect-Timeout-Ms` on `process.Start`: envd kills the command at this deadline
+    /// and the exec fails with `Timeout(Command)`. `None` (the default) sends none: commands run
+    /// until they exit or the host's deadline drops them (which kills them with `SendSignal`).
+    #[must_use]
+    pub fn command_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// `Keepalive-Ping-Interval` asked of envd on streams (default 50 s, the SDK's).
+    #[must_use]
+    pub fn keepalive_interval(mut self, interval: Duration) -> Self {
+        self.keepalive_interval = interval;
+        self
+    }
+
+    /// Run as this user (`Authorization: Basic base64("<user>:")`); unset is envd's default
+    /// user (`user` on E2B templates).
+    #[must_use]
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// Which create/connect routes to use.
+    #[must_use]
+    pub fn api_routes(mut self, routes: ApiRoutes) -> Self {
+        self.api_routes = routes;
+        self
+    }
+
+    /// Kill an owned sandbox that was never closed when its last handle is dropped (the safety
+    /// net; default true).
+    #[must_use]
+    pub fn kill_on_drop(mut self, kill: bool) -> Self {
+        self.kill_on_drop = kill;
+        self
+    }
+
+    /// Serve the tools' `list` and `glob` from `ListDir` when provably exact (default true).
+    #[must_use]
+    pub fn native_tools(mut self, native: bool) -> Self {
+        self.native_tools = native;
+        self
+    }
+
+    /// Checks every setting that can be wrong before any I/O.
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        self.api_base()?;
+        self.envd_base("sbx", None)?;
+        if self.api_key.expose_secret().is_empty() {
+            return Err(config_error("the API key is empty"));
+        }
+        Ok(())
+    }
+
     /// The control plane's base URL.
-    pub fn api_base(&self) -> Result<Url, Error> {
+    pub(crate) fn api_base(&self) -> Result<Url, Error> {
         match &self.api_url {
-            Some(u) => Ok(u.clone()),
+            Some(u) => parse_url("the API URL", u),
             None => parse_url("the API URL", &format!("https://api.{}", self.domain)),
         }
     }
 
     /// envd's base URL for a sandbox, given the domain the control plane returned for it.
-    pub fn envd_base(&self, sandbox_id: &str, sandbox_domain: Option<&str>) -> Result<Url, Error> {
+    pub(crate) fn envd_base(
+        &self,
+        sandbox_id: &str,
+        sandbox_domain: Option<&str>,
+    ) -> Result<Url, Error> {
         if let Some(u) = &self.sandbox_url {
-            return Ok(u.clone());
+            return parse_url("the sandbox URL", u);
         }
         let domain = sandbox_domain
             .filter(|d| !d.is_empty())
@@ -241,13 +364,13 @@ mod tests {
             c.envd_base("sbx1", Some("example.com")).unwrap().as_str(),
             "https://49983-sbx1.example.com/"
         );
-        c.domain = "self.hosted".into();
+        c = c.domain("self.hosted");
         assert_eq!(c.api_base().unwrap().as_str(), "https://api.self.hosted/");
         assert_eq!(
             c.envd_base("sbx1", None).unwrap().as_str(),
             "https://49983-sbx1.self.hosted/"
         );
-        c.sandbox_url = Some(Url::parse("http://127.0.0.1:9/").unwrap());
+        c = c.sandbox_url("http://127.0.0.1:9/");
         assert_eq!(
             c.envd_base("sbx1", Some("e2b.app")).unwrap().as_str(),
             "http://127.0.0.1:9/"
@@ -256,8 +379,7 @@ mod tests {
 
     #[test]
     fn debug_redacts_the_key_and_env_values() {
-        let mut c = E2bConfig::new("e2b_supersecret");
-        c.sandbox_env.insert("TOKEN".into(), "hunter2".into());
+        let c = E2bConfig::new("e2b_supersecret").sandbox_env("TOKEN", "hunter2");
         let d = format!("{c:?}");
         assert!(!d.contains("supersecret"), "{d}");
         assert!(!d.contains("hunter2"), "{d}");

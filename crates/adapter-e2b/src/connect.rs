@@ -189,6 +189,7 @@ pub(crate) enum CallError {
 
 impl CallError {
     fn from_reqwest(e: reqwest::Error) -> CallError {
+        let e = e.without_url();
         if e.is_connect() {
             CallError::Connect(e)
         } else if e.is_timeout() {
@@ -292,8 +293,8 @@ fn rpc_error_of(v: &serde_json::Value) -> Option<RpcError> {
 }
 
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let v = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    v.parse::<u64>().ok().map(Duration::from_secs)
+    let v = headers.get(RETRY_AFTER)?.to_str().ok()?;
+    execseam_core::transport::parse_retry_after(v, std::time::SystemTime::now())
 }
 
 fn content_type(headers: &HeaderMap) -> String {

@@ -18,12 +18,12 @@
 
 use std::time::Duration;
 
+use execseam_core::transport::{self, Effect, Failure, Sent};
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 
 use crate::connect::{CallError, Code, RpcError};
 
-/// The provider name on every error.
-pub(crate) const PROVIDER: &str = "e2b";
+pub(crate) use crate::PROVIDER;
 
 /// The substring of the edge proxy's answer for a sandbox that does not exist any more
 /// (`SANDBOX_NOT_FOUND_MESSAGE` in the SDK).
@@ -49,12 +49,17 @@ impl Stage {
         matches!(self, Stage::ExecSubmit | Stage::ExecRunning)
     }
 
+    /// What repeating the call could do.
+    fn effect(self) -> Effect {
+        match self {
+            Stage::Idempotent => Effect::Idempotent,
+            _ => Effect::NonIdempotent,
+        }
+    }
+
     /// The retry class of a failure whose request reached the server (or may have).
     fn after_send(self) -> Retry {
-        match self {
-            Stage::Idempotent => Retry::SAFE,
-            _ => Retry::Unsafe,
-        }
+        transport::retry_class(self.effect(), Sent::Maybe)
     }
 }
 
@@ -163,34 +168,23 @@ fn gone_error(ctx: &Ctx, message: String, status: Option<WireStatus>) -> Error {
 /// Maps a failed call to an [`Error`].
 pub(crate) fn map(call: CallError, ctx: &Ctx) -> Error {
     match call {
-        CallError::Connect(e) => err(
-            ErrorKind::Unavailable,
-            Retry::SAFE,
-            ctx,
-            format!("cannot connect: {e}"),
-        )
-        .with_source(e),
+        CallError::Connect(e) => {
+            let (kind, retry) = transport::failure(Failure::Connect, ctx.stage.effect());
+            let m = format!("cannot connect: {}", transport::error_chain(&e));
+            err(kind, retry, ctx, m).with_source(e)
+        }
         CallError::Timeout(e) => {
-            let retry = ctx.stage.after_send();
-            err(
-                ErrorKind::Timeout(Deadline::Request),
-                retry,
-                ctx,
-                format!("the request timed out: {e}"),
-            )
-            .with_source(e)
+            let (kind, retry) = transport::failure(Failure::Timeout, ctx.stage.effect());
+            let m = format!("the request timed out: {}", transport::error_chain(&e));
+            err(kind, retry, ctx, m).with_source(e)
         }
         CallError::Transport(e) => {
+            let m = format!("the connection broke: {}", transport::error_chain(&e));
             if ctx.gone {
-                return gone_error(ctx, format!("the connection broke: {e}"), None);
+                return gone_error(ctx, m, None);
             }
-            err(
-                ErrorKind::Unavailable,
-                ctx.stage.after_send(),
-                ctx,
-                format!("the connection broke: {e}"),
-            )
-            .with_source(e)
+            let (kind, retry) = transport::failure(Failure::Cut, ctx.stage.effect());
+            err(kind, retry, ctx, m).with_source(e)
         }
         CallError::Protocol(m) => {
             if ctx.gone {

@@ -1,10 +1,8 @@
 //! [`E2bExec`]: one E2B sandbox, its commands (`process.Start`) and its files.
 
 use std::collections::BTreeMap;
-use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,13 +13,13 @@ use execseam_core::degrade::{self, WrapOptions};
 use execseam_core::native::NativeRequest;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
-    ExecStream, Exit, Output,
+    ExecStream, Exit, Output, Ownership, Sandbox,
 };
 use secrecy::SecretString;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::client::{ControlPlane, Envd, Health};
+use crate::client::{ControlPlane, Envd, Health, NewSandbox};
 use crate::config::E2bConfig;
 use crate::connect::{CallError, Code, RpcError, ServerStream};
 use crate::error::{self, Ctx, Gone, PROVIDER, Stage};
@@ -33,14 +31,6 @@ use crate::wire::{self, ProcessSelector};
 const STDIN_CHUNK: usize = 64 << 10;
 /// A sandbox whose lifetime ends within this margin is taken as expired when it is found gone.
 const LIFETIME_SLACK: Duration = Duration::from_secs(2);
-
-pub(crate) fn random_u64() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u32(std::process::id());
-    h.finish()
-}
 
 /// An envd version, `major.minor.patch`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -108,9 +98,8 @@ struct Inner {
     envd: Envd,
     /// The user sent to envd (explicit, or `user` for envd < 0.4.0).
     user: Option<String>,
-    /// We created the sandbox (and may kill it on drop).
-    owned: bool,
-    killed: AtomicBool,
+    /// Who ends the sandbox: created by us (close kills it) or connected to.
+    ownership: Ownership,
     /// When the lifetime we asked for ends, if we asked.
     end_at: Mutex<Option<Instant>>,
 }
@@ -178,7 +167,7 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if !(self.owned && self.config.kill_on_drop) || self.killed.load(Ordering::SeqCst) {
+        if !(self.config.kill_on_drop && self.ownership.destroy_on_drop()) {
             return;
         }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -224,32 +213,36 @@ impl fmt::Debug for E2bExec {
 }
 
 fn setup_error(message: impl Into<String>) -> Error {
-    Error::new(ErrorKind::InvalidCommand, message)
-        .with_provider(PROVIDER)
-        .with_operation("config")
+    Error::invalid_config(message).with_provider(PROVIDER)
 }
 
 impl E2bExec {
-    /// Creates a sandbox from [`E2bConfig::template`] (`POST /v2/sandboxes`, or the legacy route).
-    pub async fn create(config: E2bConfig) -> Result<E2bExec, Error> {
-        let http = new_http(&config)?;
+    /// Creates a sandbox (`POST /v2/sandboxes`, or the legacy route); the handle owns it.
+    pub(crate) async fn create(
+        config: E2bConfig,
+        http: reqwest::Client,
+        new: &NewSandbox,
+    ) -> Result<E2bExec, Error> {
         let sandbox = ControlPlane {
             http: &http,
             base: config.api_base()?,
             config: &config,
         }
-        .create()
+        .create(new)
         .await
-        .map_err(|e| error::map(e, &Ctx::new("create_sandbox", Stage::NonIdempotent)))?;
-        let end = Instant::now() + config.sandbox_timeout;
-        E2bExec::build(config, http, sandbox, true, Some(end))
+        .map_err(|e| error::map(e, &Ctx::new("create", Stage::NonIdempotent)))?;
+        let end = Instant::now() + new.timeout;
+        E2bExec::build(config, http, sandbox, Ownership::created(), Some(end))
     }
 
     /// Connects to a running (or paused: it is resumed) sandbox
-    /// (`POST /v2/sandboxes/{id}/connect`), setting its lifetime to
-    /// [`E2bConfig::sandbox_timeout`] from now.
-    pub async fn connect(config: E2bConfig, sandbox_id: &str) -> Result<E2bExec, Error> {
-        let http = new_http(&config)?;
+    /// (`POST /v2/sandboxes/{id}/connect`), setting its lifetime to the configured
+    /// `sandbox_timeout` from now; the handle does not own it.
+    pub(crate) async fn connect(
+        config: E2bConfig,
+        http: reqwest::Client,
+        sandbox_id: &str,
+    ) -> Result<E2bExec, Error> {
         let sandbox = ControlPlane {
             http: &http,
             base: config.api_base()?,
@@ -257,15 +250,18 @@ impl E2bExec {
         }
         .connect(sandbox_id)
         .await
-        .map_err(|e| error::map(e, &Ctx::new("connect_sandbox", Stage::Idempotent)))?;
+        .map_err(|e| error::map(e, &Ctx::new("connect", Stage::Idempotent)))?;
         let end = Instant::now() + config.sandbox_timeout;
-        E2bExec::build(config, http, sandbox, false, Some(end))
+        E2bExec::build(config, http, sandbox, Ownership::connected(), Some(end))
     }
 
     /// Uses a sandbox whose id, token and envd version are already known, without calling the
     /// control plane. Its lifetime is unknown, so a sandbox found gone is `NotFound`.
-    pub fn attach(config: E2bConfig, attach: Attach) -> Result<E2bExec, Error> {
-        let http = new_http(&config)?;
+    pub(crate) fn attach(
+        config: E2bConfig,
+        http: reqwest::Client,
+        attach: Attach,
+    ) -> Result<E2bExec, Error> {
         let sandbox = wire::Sandbox {
             template_id: String::new(),
             sandbox_id: attach.sandbox_id,
@@ -273,31 +269,25 @@ impl E2bExec {
             envd_access_token: None,
             domain: attach.domain,
         };
-        E2bExec::build_with_token(config, http, sandbox, attach.envd_access_token, false, None)
-    }
-
-    /// [`E2bConfig::from_env`], then [`connect`](Self::connect) to `E2B_SANDBOX_ID` when set,
-    /// else [`create`](Self::create).
-    pub async fn from_env() -> Result<E2bExec, Error> {
-        let config = E2bConfig::from_env()?;
-        match std::env::var("E2B_SANDBOX_ID")
-            .ok()
-            .filter(|s| !s.is_empty())
-        {
-            Some(id) => E2bExec::connect(config, &id).await,
-            None => E2bExec::create(config).await,
-        }
+        E2bExec::build_with_token(
+            config,
+            http,
+            sandbox,
+            attach.envd_access_token,
+            Ownership::connected(),
+            None,
+        )
     }
 
     fn build(
         config: E2bConfig,
         http: reqwest::Client,
         mut sandbox: wire::Sandbox,
-        owned: bool,
+        ownership: Ownership,
         end_at: Option<Instant>,
     ) -> Result<E2bExec, Error> {
         let token = sandbox.envd_access_token.take().map(SecretString::from);
-        E2bExec::build_with_token(config, http, sandbox, token, owned, end_at)
+        E2bExec::build_with_token(config, http, sandbox, token, ownership, end_at)
     }
 
     fn build_with_token(
@@ -305,7 +295,7 @@ impl E2bExec {
         http: reqwest::Client,
         sandbox: wire::Sandbox,
         token: Option<SecretString>,
-        owned: bool,
+        ownership: Ownership,
         end_at: Option<Instant>,
     ) -> Result<E2bExec, Error> {
         let version = EnvdVersion::parse(&sandbox.envd_version).ok_or_else(|| {
@@ -314,14 +304,14 @@ impl E2bExec {
                 sandbox.envd_version
             ))
             .with_provider(PROVIDER)
-            .with_operation("create_sandbox")
+            .with_operation("create")
         })?;
         if version < EnvdVersion(0, 1, 0) {
             return Err(Error::unsupported(format!(
                 "envd {version} is too old (the SDK requires 0.1.0): rebuild the template"
             ))
             .with_provider(PROVIDER)
-            .with_operation("create_sandbox"));
+            .with_operation("create"));
         }
         let user = config
             .user
@@ -344,8 +334,7 @@ impl E2bExec {
                 envd_version: version,
                 envd,
                 user,
-                owned,
-                killed: AtomicBool::new(false),
+                ownership,
                 end_at: Mutex::new(end_at),
                 config,
                 http,
@@ -364,15 +353,15 @@ impl E2bExec {
     }
 
     /// Kills the sandbox (`DELETE /sandboxes/{id}`): true if it was running, false if it did not
-    /// exist.
+    /// exist. [`Sandbox::destroy`] is the same without the answer.
     pub async fn kill(&self) -> Result<bool, Error> {
         let r = self
             .inner
             .control()?
             .kill(&self.inner.sandbox_id)
             .await
-            .map_err(|e| error::map(e, &Ctx::new("kill_sandbox", Stage::Idempotent)))?;
-        self.inner.killed.store(true, Ordering::SeqCst);
+            .map_err(|e| error::map(e, &Ctx::new("destroy", Stage::Idempotent)))?;
+        self.inner.ownership.mark_destroyed();
         Ok(r)
     }
 
@@ -481,7 +470,7 @@ impl E2bExec {
             .with_provider(PROVIDER)
             .with_operation("exec"));
         }
-        let tag = format!("execseam-{:016x}", random_u64());
+        let tag = format!("execseam-{}", execseam_core::transport::random_id(16));
         let (argv, envs) = deliverable(&cmd)?;
         let req = wire::StartRequest {
             process: wire::ProcessConfig {
@@ -573,7 +562,7 @@ impl E2bExec {
     }
 }
 
-fn new_http(config: &E2bConfig) -> Result<reqwest::Client, Error> {
+pub(crate) fn new_http(config: &E2bConfig) -> Result<reqwest::Client, Error> {
     crate::client::http_client(config).map_err(|e| {
         Error::new(
             ErrorKind::Internal,
@@ -924,6 +913,34 @@ impl Exec for E2bExec {
 impl ExecStream for E2bExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
         Box::pin(self.start(command))
+    }
+}
+
+impl Sandbox for E2bExec {
+    fn id(&self) -> &str {
+        &self.inner.sandbox_id
+    }
+
+    fn owned(&self) -> bool {
+        self.inner.ownership.owned()
+    }
+
+    fn set_owned(&self, owned: bool) {
+        self.inner.ownership.set_owned(owned);
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let o = &self.inner.ownership;
+            if o.begin_close() && o.owned() && !o.is_destroyed() {
+                Sandbox::destroy(self).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move { self.kill().await.map(drop) })
     }
 }
 

@@ -59,7 +59,7 @@
 //! told apart.
 #![warn(missing_docs)]
 
-use execseam_core::{Capabilities, Delivery, Tool};
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport, Tool};
 
 mod client;
 mod config;
@@ -67,11 +67,47 @@ mod connect;
 mod error;
 mod exec;
 mod native;
+mod provider;
 pub mod wire;
 
 pub use config::{ApiRoutes, E2bConfig, ENVD_PORT, SHARED_HOST_DOMAINS};
 pub use connect::{Code, RpcError};
 pub use exec::{Attach, E2bExec, EnvdVersion};
+pub use provider::E2bProvider;
+
+/// The provider name in errors and reports.
+pub const PROVIDER: &str = "e2b";
+
+/// The environment variables [`E2bConfig::from_env`] reads.
+pub const ENV_VARS: &[&str] = &[
+    "E2B_API_KEY",
+    "E2B_DOMAIN",
+    "E2B_API_URL",
+    "E2B_SANDBOX_URL",
+    "E2B_TEMPLATE",
+    "E2B_SANDBOX_TIMEOUT",
+    "E2B_COMMAND_TIMEOUT",
+    "E2B_USER",
+    "E2B_API_ROUTES",
+];
+
+/// E2B's lifecycle: create (`POST /v2/sandboxes`: template, `envVars`, `metadata`, `timeout`),
+/// connect (`POST /v2/sandboxes/{id}/connect`), list (`GET /v2/sandboxes?metadata=`), destroy
+/// (`DELETE /sandboxes/{id}`). Resources come from the template.
+pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    create: true,
+    connect: true,
+    list: true,
+    destroy: true,
+    spec: SpecSupport {
+        image: true,
+        env: true,
+        labels: true,
+        lifetime: true,
+        ..SpecSupport::NONE
+    },
+    options: &[],
+};
 
 /// What this adapter does; see the [crate docs](crate).
 pub const CAPABILITIES: Capabilities = Capabilities {

@@ -61,6 +61,23 @@ pub struct Sandbox {
     pub domain: Option<String>,
 }
 
+/// One entry of `GET /v2/sandboxes` (`ListedSandbox`; unknown fields ignored).
+#[derive(Deserialize, Debug, Clone)]
+pub struct ListedSandbox {
+    /// The sandbox id.
+    #[serde(rename = "sandboxID")]
+    pub sandbox_id: String,
+    /// The template.
+    #[serde(rename = "templateID", default)]
+    pub template_id: String,
+    /// `running` or `paused`.
+    #[serde(default)]
+    pub state: String,
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
 // ------------------------------------------------------------------------------------------------
 // envd: process.Process
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use execseam_conformance::Target;
-use execseam_core::{Command, Exec};
-use execseam_e2b::{Attach, E2bConfig, E2bExec};
+use execseam_core::{Command, Exec, SandboxSpec};
+use execseam_e2b::{Attach, E2bConfig, E2bExec, E2bProvider};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::e2b::E2bEmulator;
 
@@ -17,9 +17,11 @@ const SCRATCH: &str = "/home/user/execseam-conformance";
 fn main() {
     execseam_conformance::main(|| async {
         if std::env::var("EXECSEAM_LIVE").as_deref() == Ok("1") {
-            let exec = E2bExec::from_env().await?;
+            let provider = E2bProvider::from_env()?;
+            let exec = provider.create(SandboxSpec::new()).await?;
             prepare(&exec).await?;
             return Ok(Target::new("e2b", Arc::new(exec))
+                .provider(Arc::new(provider))
                 .scratch(SCRATCH)
                 .live(true)
                 .proptest_cases(4));
@@ -29,11 +31,12 @@ fn main() {
             .map_err(|e| {
                 execseam_core::Error::new(execseam_core::ErrorKind::Internal, e.to_string())
             })?;
-        let mut config = E2bConfig::new(emulator.api_key());
-        config.api_url = Some(emulator.base_url().parse().expect("a URL"));
-        config.sandbox_url = Some(emulator.base_url().parse().expect("a URL"));
-        config.sandbox_timeout = Duration::from_secs(3600);
-        let exec = E2bExec::create(config.clone()).await?;
+        let config = E2bConfig::new(emulator.api_key())
+            .api_url(emulator.base_url())
+            .sandbox_url(emulator.base_url())
+            .sandbox_timeout(Duration::from_secs(3600));
+        let provider = E2bProvider::new(config.clone())?;
+        let exec = provider.create(SandboxSpec::new()).await?;
         prepare(&exec).await?;
 
         // An endpoint where nothing listens: bind a port, then drop the listener.
@@ -41,37 +44,33 @@ fn main() {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let mut dead = config.clone();
-        dead.sandbox_url = Some(
-            format!("http://127.0.0.1:{dead_port}")
-                .parse()
-                .expect("a URL"),
-        );
-        let dead = E2bExec::attach(
-            dead,
-            Attach {
-                sandbox_id: exec.sandbox_id().to_owned(),
-                envd_access_token: None,
-                envd_version: "0.6.13".into(),
-                domain: None,
-            },
-        )?;
+        let dead = E2bProvider::new(
+            config
+                .clone()
+                .sandbox_url(format!("http://127.0.0.1:{dead_port}")),
+        )?
+        .attach(Attach {
+            sandbox_id: execseam_core::Sandbox::id(&exec).to_owned(),
+            envd_access_token: None,
+            envd_version: "0.6.13".into(),
+            domain: None,
+        })?;
         // A sandbox id the emulator never issued.
-        let vanished = E2bExec::attach(
-            config.clone(),
-            Attach {
-                sandbox_id: "inosuchsandbox000000".into(),
-                envd_access_token: Some("nope".to_owned().into()),
-                envd_version: "0.6.13".into(),
-                domain: None,
-            },
-        )?;
+        let vanished = provider.attach(Attach {
+            sandbox_id: "inosuchsandbox000000".into(),
+            envd_access_token: Some("nope".to_owned().into()),
+            envd_version: "0.6.13".into(),
+            domain: None,
+        })?;
         let faults = emulator.faults();
+        let counter = emulator.sandbox_counter();
         Ok(Target::new("e2b", Arc::new(exec))
             .scratch(SCRATCH)
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(vanished))
             .faults(Arc::new(faults))
+            .provider(Arc::new(provider))
+            .live_sandboxes(counter)
             .proptest_cases(16)
             .keep_alive(emulator))
     });

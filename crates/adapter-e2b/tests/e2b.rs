@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use execseam_core::native::{GlobRequest, NativeRequest, records};
-use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit, Retry, Tool};
-use execseam_e2b::{ApiRoutes, E2bConfig, E2bExec};
+use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit, Retry, Sandbox, SandboxSpec, Tool};
+use execseam_e2b::{ApiRoutes, E2bConfig, E2bExec, E2bProvider};
 use execseam_emulators::e2b::{E2bEmulator, RecordedRequest, StreamFault};
 use execseam_emulators::{EmulatorOptions, Fault};
 
@@ -17,10 +17,17 @@ async fn emulator() -> E2bEmulator {
 }
 
 fn config(emu: &E2bEmulator) -> E2bConfig {
-    let mut c = E2bConfig::new(emu.api_key());
-    c.api_url = Some(emu.base_url().parse().unwrap());
-    c.sandbox_url = Some(emu.base_url().parse().unwrap());
-    c
+    E2bConfig::new(emu.api_key())
+        .api_url(emu.base_url())
+        .sandbox_url(emu.base_url())
+}
+
+async fn create(config: E2bConfig) -> Result<E2bExec, execseam_core::Error> {
+    E2bProvider::new(config)?.create(SandboxSpec::new()).await
+}
+
+async fn connect(config: E2bConfig, id: &str) -> Result<E2bExec, execseam_core::Error> {
+    E2bProvider::new(config)?.connect(id).await
 }
 
 fn sh(script: &str) -> Command {
@@ -50,7 +57,7 @@ async fn no_process_left(emu: &E2bEmulator, id: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_wire_matches_the_sdk() {
     let emu = emulator().await;
-    let exec = E2bExec::create(config(&emu)).await.unwrap();
+    let exec = create(config(&emu)).await.unwrap();
     let out = exec
         .exec(
             Command::builder(["cat"])
@@ -74,7 +81,7 @@ async fn the_wire_matches_the_sdk() {
     assert_eq!(h["connect-protocol-version"], "1");
     assert_eq!(h["connect-accept-encoding"], "identity");
     assert_eq!(h["keepalive-ping-interval"], "50");
-    assert_eq!(h["e2b-sandbox-id"], exec.sandbox_id());
+    assert_eq!(h["e2b-sandbox-id"], exec.id());
     assert_eq!(h["e2b-sandbox-port"], "49983");
     assert_eq!(h["x-access-token"], "<present>");
     assert!(h["user-agent"].starts_with("execseam-e2b/"), "{h:?}");
@@ -101,9 +108,8 @@ async fn the_wire_matches_the_sdk() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_command_deadline_is_timeout_command_with_partial_output_and_kills() {
     let emu = emulator().await;
-    let mut c = config(&emu);
-    c.command_timeout = Some(Duration::from_secs(1));
-    let exec = E2bExec::create(c).await.unwrap();
+    let c = config(&emu).command_timeout(Some(Duration::from_secs(1)));
+    let exec = create(c).await.unwrap();
     let started = Instant::now();
     let err = exec
         .exec(sh("echo start; exec sleep 30"))
@@ -115,15 +121,14 @@ async fn a_command_deadline_is_timeout_command_with_partial_output_and_kills() {
     assert!(started.elapsed() < Duration::from_secs(10));
     let start = &requests(&emu, "/process.Process/Start")[0];
     assert_eq!(start.headers["connect-timeout-ms"], "1000");
-    no_process_left(&emu, exec.sandbox_id()).await;
+    no_process_left(&emu, exec.id()).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_sandbox_lifetime_running_out_is_told_apart_from_a_killed_sandbox() {
     let emu = emulator().await;
-    let mut c = config(&emu);
-    c.sandbox_timeout = Duration::from_secs(2);
-    let exec = E2bExec::create(c.clone()).await.unwrap();
+    let c = config(&emu).sandbox_timeout(Duration::from_secs(2));
+    let exec = create(c.clone()).await.unwrap();
     let err = exec.exec(sh("printf a; sleep 30")).await.unwrap_err();
     assert_eq!(
         err.kind(),
@@ -137,9 +142,10 @@ async fn the_sandbox_lifetime_running_out_is_told_apart_from_a_killed_sandbox() 
     assert_eq!(err.kind(), ErrorKind::Timeout(Deadline::SandboxLifetime));
 
     // Killed well before its lifetime: NotFound, mid-command and after.
-    c.sandbox_timeout = Duration::from_secs(600);
-    let exec = E2bExec::create(c).await.unwrap();
-    let id = exec.sandbox_id().to_owned();
+    let exec = create(c.sandbox_timeout(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let id = exec.id().to_owned();
     let running = tokio::spawn({
         let exec = exec.clone();
         async move { exec.exec(sh("printf b; sleep 30")).await }
@@ -162,7 +168,7 @@ async fn the_sandbox_lifetime_running_out_is_told_apart_from_a_killed_sandbox() 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_in_stream_error_after_the_start_is_unsafe_and_the_process_is_killed() {
     let emu = emulator().await;
-    let exec = E2bExec::create(config(&emu)).await.unwrap();
+    let exec = create(config(&emu)).await.unwrap();
     emu.arm_stream_fault(StreamFault::Error {
         code: "internal",
         message: "error sending data event: broken".into(),
@@ -174,7 +180,7 @@ async fn an_in_stream_error_after_the_start_is_unsafe_and_the_process_is_killed(
         "{err}"
     );
     assert_eq!(err.code(), Some("internal"));
-    no_process_left(&emu, exec.sandbox_id()).await;
+    no_process_left(&emu, exec.id()).await;
 
     emu.arm_stream_fault(StreamFault::Error {
         code: "canceled",
@@ -187,7 +193,7 @@ async fn an_in_stream_error_after_the_start_is_unsafe_and_the_process_is_killed(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stream_without_an_end_event_is_a_protocol_error_never_an_exit() {
     let emu = emulator().await;
-    let exec = E2bExec::create(config(&emu)).await.unwrap();
+    let exec = create(config(&emu)).await.unwrap();
     emu.arm_stream_fault(StreamFault::NoEndEvent);
     let err = exec.exec(sh("printf out; exit 4")).await.unwrap_err();
     assert_eq!(
@@ -201,7 +207,7 @@ async fn a_stream_without_an_end_event_is_a_protocol_error_never_an_exit() {
 #[tokio::test(flavor = "multi_thread")]
 async fn dropping_a_stream_kills_the_process() {
     let emu = emulator().await;
-    let exec = E2bExec::create(config(&emu)).await.unwrap();
+    let exec = create(config(&emu)).await.unwrap();
     let mut stream = exec
         .streaming()
         .unwrap()
@@ -210,9 +216,9 @@ async fn dropping_a_stream_kills_the_process() {
         .unwrap();
     let first = stream.next().await.unwrap().unwrap();
     assert_eq!(first, execseam_core::Event::Stdout("up\n".into()));
-    assert_eq!(emu.processes(exec.sandbox_id()).len(), 1);
+    assert_eq!(emu.processes(exec.id()).len(), 1);
     drop(stream);
-    no_process_left(&emu, exec.sandbox_id()).await;
+    no_process_left(&emu, exec.id()).await;
     let kill = &requests(&emu, "/process.Process/SendSignal")[0];
     assert_eq!(kill.headers["content-type"], "application/json");
 }
@@ -220,7 +226,7 @@ async fn dropping_a_stream_kills_the_process() {
 #[tokio::test(flavor = "multi_thread")]
 async fn stdin_paths_and_a_command_that_does_not_read_it() {
     let emu = emulator().await;
-    let exec = E2bExec::create(config(&emu)).await.unwrap();
+    let exec = create(config(&emu)).await.unwrap();
     let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
     let out = exec
         .exec(
@@ -252,9 +258,8 @@ async fn stdin_paths_and_a_command_that_does_not_read_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn files_users_and_the_control_plane() {
     let emu = emulator().await;
-    let mut c = config(&emu);
-    c.api_routes = ApiRoutes::Legacy;
-    let exec = E2bExec::create(c.clone()).await.unwrap();
+    let c = config(&emu).api_routes(ApiRoutes::Legacy);
+    let exec = create(c.clone()).await.unwrap();
     assert_eq!(requests(&emu, "/sandboxes").len(), 1, "the legacy route");
 
     exec.write_file("/home/user/a/b.txt", "hello")
@@ -278,11 +283,10 @@ async fn files_users_and_the_control_plane() {
     assert_eq!(st.size, 5);
 
     // Connect to the same sandbox by id; run as root.
-    let mut root = c.clone();
-    root.user = Some("root".into());
-    let again = E2bExec::connect(root, exec.sandbox_id()).await.unwrap();
+    let root = c.clone().user("root");
+    let again = connect(root, exec.id()).await.unwrap();
     assert_eq!(
-        requests(&emu, &format!("/sandboxes/{}/connect", exec.sandbox_id())).len(),
+        requests(&emu, &format!("/sandboxes/{}/connect", exec.id())).len(),
         1
     );
     let out = again.exec(sh("printf %s \"$HOME\"; id -u")).await.unwrap();
@@ -308,7 +312,7 @@ async fn files_users_and_the_control_plane() {
     );
 
     // Connecting to a sandbox that does not exist.
-    let err = E2bExec::connect(c.clone(), "inope").await.unwrap_err();
+    let err = connect(c.clone(), "inope").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound);
 
     // Create faults: the control plane's own answers.
@@ -318,7 +322,7 @@ async fn files_users_and_the_control_plane() {
             retry_after_secs: 2,
         },
     );
-    let err = E2bExec::create(c.clone()).await.unwrap_err();
+    let err = create(c.clone()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::RateLimited);
     assert_eq!(
         err.retry(),
@@ -326,13 +330,17 @@ async fn files_users_and_the_control_plane() {
             after: Some(Duration::from_secs(2))
         }
     );
-    let mut bad = c;
-    bad.api_key = "".to_owned().into();
-    let err = E2bExec::create(bad).await.unwrap_err();
+    emu.faults().arm("create", Fault::AuthFailure);
+    let err = create(c.clone()).await.unwrap_err();
     assert_eq!(
         (err.kind(), err.retry()),
         (ErrorKind::Unauthenticated, Retry::Never)
     );
+    // An empty key or a bad URL never reaches the network.
+    let err = E2bProvider::new(E2bConfig::new("")).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    let err = E2bProvider::new(c.api_url("ftp://x")).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
 }
 
 /// The script's records, sorted (the library sorts; order is not part of the contract).
@@ -345,7 +353,7 @@ fn sorted_records(stdout: &[u8]) -> Vec<Vec<u8>> {
 #[tokio::test(flavor = "multi_thread")]
 async fn native_listings_are_byte_identical_to_the_scripts() {
     let emu = emulator().await;
-    let exec = E2bExec::create(config(&emu)).await.unwrap();
+    let exec = create(config(&emu)).await.unwrap();
     let tree = "set -e; r=/home/user/t; mkdir -p $r/a/b/c $r/empty $r/'sp ace' $r/locked; \
         printf x > $r/top.txt; printf y > $r/a/one.rs; printf z > $r/a/b/two.rs; printf w > $r/a/b/c/three.txt; \
         printf q > \"$r/sp ace/new
@@ -405,9 +413,8 @@ line.rs\"; ln -s ../top.txt $r/a/link.txt; ln -s b $r/a/dirlink; mkfifo $r/a/fif
     assert!(!requests(&emu, "/filesystem.Filesystem/ListDir").is_empty());
 
     // Turned off: every listing runs its script.
-    let mut c = config(&emu);
-    c.native_tools = false;
-    let plain = E2bExec::create(c).await.unwrap();
+    let c = config(&emu).native_tools(false);
+    let plain = create(c).await.unwrap();
     assert!(plain.capabilities().native_tools.is_empty());
     let before = requests(&emu, "/process.Process/Start").len();
     plain
@@ -420,12 +427,61 @@ line.rs\"; ln -s ../top.txt $r/a/link.txt; ln -s b $r/a/dirlink; mkfifo $r/a/fif
 #[tokio::test(flavor = "multi_thread")]
 async fn keepalives_are_ignored_and_a_quiet_command_completes() {
     let emu = emulator().await;
-    let mut c = config(&emu);
-    c.keepalive_interval = Duration::from_secs(1);
-    let exec = E2bExec::create(c).await.unwrap();
+    let c = config(&emu).keepalive_interval(Duration::from_secs(1));
+    let exec = create(c).await.unwrap();
     let out = exec.exec(sh("sleep 2.5; echo done")).await.unwrap();
     assert_eq!(&out.stdout[..], b"done\n");
     assert_eq!(out.exit, Exit::Code(0));
     let start = &requests(&emu, "/process.Process/Start")[0];
     assert_eq!(start.headers["keepalive-ping-interval"], "1");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_lifecycle_maps_to_the_control_plane() {
+    use execseam_core::{ListFilter, Provider};
+    let emu = emulator().await;
+    let count = emu.sandbox_counter();
+    let p = E2bProvider::new(config(&emu)).unwrap();
+    let spec = SandboxSpec::new()
+        .with_image("base")
+        .with_label("suite", "a b&c=d")
+        .with_env("GREETING", "hi")
+        .with_lifetime(Duration::from_secs(120));
+    let a = p.create(spec).await.unwrap();
+    assert!(a.owned());
+    let out = a.exec(sh("printf %s \"$GREETING\"")).await.unwrap();
+    assert_eq!(&out.stdout[..], b"hi", "envVars reach every command");
+    let create = &requests(&emu, "/v2/sandboxes")[0];
+    assert_eq!(create.method, "POST");
+
+    // The filter survives the SDK's triple encoding: a value with `&`, `=` and a space.
+    let listed = p
+        .list(&ListFilter::new().with_label("suite", "a b&c=d"))
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, a.id());
+    assert_eq!(listed[0].labels["suite"], "a b&c=d");
+    assert!(
+        p.list(&ListFilter::new().with_label("suite", "other"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let b = p.connect(a.id()).await.unwrap();
+    assert!(!b.owned());
+    b.close().await.unwrap();
+    assert_eq!(count(), 1, "closing a connected handle leaves the sandbox");
+    a.close().await.unwrap();
+    assert_eq!(count(), 0);
+    let e = a.exec(sh("true")).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    Sandbox::destroy(&a).await.unwrap();
+    Provider::destroy(&p, a.id()).await.unwrap();
+    let e = p
+        .create(SandboxSpec::new().with_cpu_millis(2000))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
 }

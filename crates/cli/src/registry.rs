@@ -101,25 +101,22 @@ pub fn all() -> Vec<Adapter> {
         Adapter {
             name: "e2b",
             about: "E2B sandboxes: control plane plus envd over Connect (E2B_SANDBOX_ID, or a new sandbox that ends with E2B_SANDBOX_TIMEOUT)",
-            env: &[
-                "E2B_API_KEY",
-                "E2B_DOMAIN",
-                "E2B_API_URL",
-                "E2B_SANDBOX_URL",
-                "E2B_SANDBOX_ID",
-                "E2B_TEMPLATE",
-                "E2B_SANDBOX_TIMEOUT",
-                "E2B_COMMAND_TIMEOUT",
-                "E2B_USER",
-                "E2B_API_ROUTES",
-            ],
+            env: execseam_e2b::ENV_VARS,
             capabilities: || execseam_e2b::CAPABILITIES,
             connect: || {
                 Box::pin(async {
-                    let e2b = execseam_e2b::E2bExec::from_env().await?;
+                    use execseam_core::Sandbox;
+                    let provider = execseam_e2b::E2bProvider::from_env()?;
+                    let e2b = match std::env::var("E2B_SANDBOX_ID")
+                        .ok()
+                        .filter(|s| !s.is_empty())
+                    {
+                        Some(id) => provider.connect(&id).await?,
+                        None => provider.create(execseam_core::SandboxSpec::new()).await?,
+                    };
                     if creates("E2B_SANDBOX_ID") {
                         let owned = e2b.clone();
-                        on_exit("e2b", Box::pin(async move { owned.kill().await.map(drop) }));
+                        on_exit("e2b", Box::pin(async move { owned.close().await }));
                     }
                     Ok(Arc::new(e2b) as Arc<dyn Exec>)
                 })

@@ -38,7 +38,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use execseam_core::{BoxFuture, Exec};
+use execseam_core::{BoxFuture, Exec, Provider};
 
 pub mod cases;
 pub mod hostile;
@@ -148,6 +148,12 @@ pub struct Target {
     pub live: bool,
     /// Cases per property test unless `EXECSEAM_PROPTEST_CASES` says otherwise.
     pub proptest_cases: u32,
+    /// The adapter's provider, configured like [`exec`](Target::exec): the lifecycle cases run
+    /// against it, gated on its [`LifecycleCapabilities`](execseam_core::LifecycleCapabilities).
+    pub provider: Option<Arc<dyn Provider>>,
+    /// How many sandboxes the emulator holds right now (a test-only count): after the suite,
+    /// none that it created may be left.
+    pub live_sandboxes: Option<Arc<dyn Fn() -> usize + Send + Sync>>,
     keep_alive: Vec<Box<dyn Any + Send + Sync>>,
 }
 
@@ -163,6 +169,8 @@ impl Target {
             faults: None,
             live: false,
             proptest_cases: 32,
+            provider: None,
+            live_sandboxes: None,
             keep_alive: Vec::new(),
         }
     }
@@ -206,6 +214,20 @@ impl Target {
     #[must_use]
     pub fn proptest_cases(mut self, n: u32) -> Target {
         self.proptest_cases = n;
+        self
+    }
+
+    /// Sets the provider for the lifecycle cases.
+    #[must_use]
+    pub fn provider(mut self, provider: Arc<dyn Provider>) -> Target {
+        self.provider = Some(provider);
+        self
+    }
+
+    /// Sets the emulator's count of live sandboxes.
+    #[must_use]
+    pub fn live_sandboxes(mut self, count: impl Fn() -> usize + Send + Sync + 'static) -> Target {
+        self.live_sandboxes = Some(Arc::new(count));
         self
     }
 

@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Path, State as AxState};
+use axum::extract::{DefaultBodyLimit, Path, Query, State as AxState};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -406,6 +406,17 @@ impl E2bEmulator {
         v
     }
 
+    /// A counter of the running sandboxes that outlives this handle (for the conformance
+    /// suite's "nothing left behind" check).
+    pub fn sandbox_counter(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let state = Arc::downgrade(&self.state);
+        move || {
+            state
+                .upgrade()
+                .map_or(0, |s| s.sandboxes.lock().expect("sandboxes").len())
+        }
+    }
+
     /// Where a sandbox path lives on the host (for tests), if the sandbox runs.
     pub fn host_path(&self, id: &str, sandbox_path: &str) -> Option<std::path::PathBuf> {
         self.state
@@ -766,19 +777,87 @@ async fn list(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
     state.record(&method, &uri, &headers);
     if !state.key_ok(&headers) {
         return unauthorized_key();
     }
-    let all: Vec<Value> = state
-        .sandboxes
-        .lock()
-        .expect("sandboxes")
-        .values()
-        .map(|s| detail_json(s))
-        .collect();
-    plain_json(StatusCode::OK, Value::Array(all))
+    // `metadata` is decoded as the API decodes it (infra `utils/sandboxes_list.go`
+    // `parseFilters`): the value (already query-decoded once) is unescaped again, split on `&`
+    // and `=`, and each key and value unescaped a third time; a pair without exactly one `=`
+    // is a 400 "Error parsing metadata".
+    let filter = match query.get("metadata").map(|m| parse_metadata_filter(m)) {
+        None => None,
+        Some(Some(f)) => Some(f),
+        Some(None) => {
+            return plain_error(StatusCode::BAD_REQUEST, "Error parsing metadata");
+        }
+    };
+    // Every sandbox here runs: a `state` that leaves out `running` lists nothing.
+    let running = query
+        .get("state")
+        .is_none_or(|s| s.split(',').any(|s| s == "running"));
+    let all: Vec<Value> = if running {
+        state
+            .sandboxes
+            .lock()
+            .expect("sandboxes")
+            .values()
+            .filter(|s| {
+                filter
+                    .as_ref()
+                    .is_none_or(|f| f.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+            })
+            .map(|s| detail_json(s))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let total = all.len().to_string();
+    let mut resp = plain_json(StatusCode::OK, Value::Array(all));
+    if let Ok(v) = total.parse() {
+        resp.headers_mut().insert("x-total-running", v);
+    }
+    resp
+}
+
+/// Go's `url.QueryUnescape`: `%XX` and `+` as a space; a bad escape is an error.
+fn query_unescape(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn parse_metadata_filter(raw: &str) -> Option<BTreeMap<String, String>> {
+    let query = query_unescape(raw)?;
+    let mut filters = BTreeMap::new();
+    for pair in query.split('&') {
+        let parts: Vec<&str> = pair.split('=').collect();
+        if parts.len() != 2 {
+            return None;
+        }
+        filters.insert(query_unescape(parts[0])?, query_unescape(parts[1])?);
+    }
+    Some(filters)
 }
 
 // ------------------------------------------------------------------------------------------------

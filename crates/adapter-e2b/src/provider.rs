@@ -1,0 +1,161 @@
+//! [`E2bProvider`]: the control plane's sandbox lifecycle.
+
+use execseam_core::{
+    BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Provider, Sandbox,
+    SandboxInfo, SandboxSpec, SandboxState, gone_is_destroyed,
+};
+
+use crate::client::{ControlPlane, NewSandbox};
+use crate::config::E2bConfig;
+use crate::error::{self, Ctx, Stage};
+use crate::exec::{Attach, E2bExec, new_http};
+use crate::{LIFECYCLE, PROVIDER};
+
+/// Creates, connects to, lists and destroys E2B sandboxes. Built without I/O; cheap to clone
+/// (one connection pool).
+///
+/// | operation | E2B call | notes |
+/// |---|---|---|
+/// | [`create`](Self::create) | `POST /v2/sandboxes` | image → `templateID`, env → `envVars`, labels → `metadata`, lifetime → `timeout` (seconds) |
+/// | [`connect`](Self::connect) | `POST /v2/sandboxes/{id}/connect` | resumes a paused sandbox; sets its lifetime to [`E2bConfig::sandbox_timeout`] |
+/// | [`list`](Self::list) | `GET /v2/sandboxes?metadata=…&state=running,paused` | every page (`X-Next-Token`) |
+/// | [`destroy`](Self::destroy) | `DELETE /sandboxes/{id}` | a 404 (already gone) is `Ok` |
+#[derive(Clone, Debug)]
+pub struct E2bProvider {
+    config: E2bConfig,
+    http: reqwest::Client,
+}
+
+impl E2bProvider {
+    /// A provider with this configuration; a bad URL or an empty key is
+    /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig). No I/O.
+    pub fn new(config: E2bConfig) -> Result<E2bProvider, Error> {
+        config.validate()?;
+        let http = new_http(&config)?;
+        Ok(E2bProvider { config, http })
+    }
+
+    /// [`E2bConfig::from_env`], then [`new`](Self::new).
+    pub fn from_env() -> Result<E2bProvider, Error> {
+        E2bProvider::new(E2bConfig::from_env()?)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &E2bConfig {
+        &self.config
+    }
+
+    fn control(&self) -> Result<ControlPlane<'_>, Error> {
+        Ok(ControlPlane {
+            http: &self.http,
+            base: self.config.api_base()?,
+            config: &self.config,
+        })
+    }
+
+    /// Creates a sandbox; the handle owns it (close kills it).
+    pub async fn create(&self, spec: SandboxSpec) -> Result<E2bExec, Error> {
+        spec.check(PROVIDER, &LIFECYCLE)?;
+        let c = &self.config;
+        let mut metadata = c.metadata.clone();
+        metadata.extend(spec.labels().clone());
+        let mut env = c.sandbox_env.clone();
+        env.extend(spec.env().clone());
+        let new = NewSandbox {
+            template: spec.image().unwrap_or(&c.template).to_owned(),
+            timeout: spec.lifetime().unwrap_or(c.sandbox_timeout),
+            metadata,
+            env,
+        };
+        E2bExec::create(self.config.clone(), self.http.clone(), &new).await
+    }
+
+    /// Connects to a running or paused sandbox; the handle does not own it.
+    pub async fn connect(&self, id: &str) -> Result<E2bExec, Error> {
+        E2bExec::connect(self.config.clone(), self.http.clone(), id).await
+    }
+
+    /// Uses a sandbox whose id, token and envd version are already known, without calling the
+    /// control plane (for a sandbox created elsewhere that handed over its token). The handle
+    /// does not own it.
+    pub fn attach(&self, attach: Attach) -> Result<E2bExec, Error> {
+        E2bExec::attach(self.config.clone(), self.http.clone(), attach)
+    }
+
+    /// Lists the running and paused sandboxes `filter` selects (the API filters on metadata).
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<SandboxInfo>, Error> {
+        filter.check(PROVIDER, &LIFECYCLE)?;
+        let listed = self
+            .control()?
+            .list(filter.labels())
+            .await
+            .map_err(|e| error::map(e, &Ctx::new("list", Stage::Idempotent)))?;
+        Ok(listed
+            .into_iter()
+            .map(|s| {
+                let state = match s.state.as_str() {
+                    "running" => SandboxState::Running,
+                    "paused" | "pausing" => SandboxState::Paused,
+                    _ => SandboxState::Unknown,
+                };
+                let mut info = SandboxInfo::new(s.sandbox_id)
+                    .with_labels(s.metadata.unwrap_or_default())
+                    .with_state(state);
+                if !s.template_id.is_empty() {
+                    info = info.with_image(s.template_id);
+                }
+                info
+            })
+            // The API filters already; a server that did not is caught here.
+            .filter(|i| filter.matches(i))
+            .collect())
+    }
+
+    /// Kills a sandbox (`DELETE /sandboxes/{id}`); one that does not exist is `Ok(())`.
+    pub async fn destroy(&self, id: &str) -> Result<(), Error> {
+        let r = self
+            .control()?
+            .kill(id)
+            .await
+            .map(drop)
+            .map_err(|e| error::map(e, &Ctx::new("destroy", Stage::Idempotent)));
+        gone_is_destroyed(r)
+    }
+}
+
+impl Provider for E2bProvider {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut c = crate::CAPABILITIES;
+        if !self.config.native_tools {
+            c.native_tools = &[];
+        }
+        c
+    }
+
+    fn lifecycle(&self) -> LifecycleCapabilities {
+        LIFECYCLE
+    }
+
+    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move { Ok(Box::new(E2bProvider::create(self, spec).await?) as _) })
+    }
+
+    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move { Ok(Box::new(E2bProvider::connect(self, id).await?) as _) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        filter: &'a ListFilter,
+    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
+        Box::pin(E2bProvider::list(self, filter))
+    }
+
+    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(E2bProvider::destroy(self, id))
+    }
+}
