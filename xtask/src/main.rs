@@ -3,11 +3,13 @@
 //! - `cargo xtask conformance --adapter <name>|all [--live] [-- FILTER]`
 //! - `cargo xtask publish-check`
 //! - `cargo xtask bench`
+//! - `cargo xtask tidy`
 
 mod bench;
 mod conformance;
 mod matrix;
 mod publish;
+mod tidy;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -18,6 +20,7 @@ fn main() -> ExitCode {
         Some("conformance") => conformance::run(&args[1..]),
         Some("publish-check") => publish::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
+        Some("tidy") => tidy::run(&args[1..]),
         _ => Err(usage()),
     };
     match result {
@@ -30,7 +33,7 @@ fn main() -> ExitCode {
 }
 
 fn usage() -> String {
-    "usage:\n  cargo xtask conformance --adapter <name>|all [--live] [-- FILTER]\n  cargo xtask publish-check\n  cargo xtask bench".into()
+    "usage:\n  cargo xtask conformance --adapter <name>|all [--live] [-- FILTER]\n  cargo xtask publish-check\n  cargo xtask bench\n  cargo xtask tidy".into()
 }
 
 /// The workspace root.

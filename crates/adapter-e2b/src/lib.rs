@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
 //! execseam adapter for [E2B](https://e2b.dev) sandboxes.
 //!
 //! Two planes, as in the official SDKs:

@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
 //! execseam's embedded default adapter: runs each [`Command`] on this host with `tokio::process`.
 //!
 //! - **argv** is passed to `execve` exactly; there is no shell.

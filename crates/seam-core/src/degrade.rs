@@ -11,10 +11,7 @@
 //! running a shell. Every construct used works in dash, bash (also as `sh`) and busybox ash.
 
 use std::borrow::Cow;
-use std::collections::hash_map::RandomState;
 use std::fmt::Write as _;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
@@ -257,12 +254,8 @@ pub fn check_wrapped_with_marker(output: Output, marker: &str) -> Result<Output,
 
 /// A fresh path for a temporary file under `dir` (`<dir>/.execseam-<16 hex digits>`).
 pub fn temp_path(dir: &str) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u32(std::process::id());
     let dir = dir.trim_end_matches('/');
-    format!("{dir}/.execseam-{:016x}", h.finish())
+    format!("{dir}/.execseam-{}", crate::transport::random_id(16))
 }
 
 /// Standard base64 (RFC 4648, with padding), as `base64 -d` reads it. Lines are not wrapped.
