@@ -2,11 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use execseam_core::Error;
 
 use crate::ENV_VARS;
+use crate::exec::Spawner;
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -16,6 +18,7 @@ pub struct LocalConfig {
     pub(crate) inherit: Vec<String>,
     base_env: BTreeMap<String, String>,
     pub(crate) launcher: Vec<String>,
+    pub(crate) spawner: Option<Arc<dyn Spawner>>,
     pub(crate) drain_timeout: Duration,
     pub(crate) sandbox_root: PathBuf,
 }
@@ -28,6 +31,7 @@ impl Default for LocalConfig {
                 .to_vec(),
             base_env: BTreeMap::new(),
             launcher: Vec::new(),
+            spawner: None,
             drain_timeout: Duration::from_secs(1),
             sandbox_root: std::env::temp_dir().join("execseam-local"),
         }
@@ -40,6 +44,7 @@ impl std::fmt::Debug for LocalConfig {
             .field("inherit", &self.inherit)
             .field("base_env", &self.base_env.keys().collect::<Vec<_>>())
             .field("launcher", &self.launcher)
+            .field("spawner", &self.spawner.as_ref().map(|_| "set"))
             .field("drain_timeout", &self.drain_timeout)
             .field("sandbox_root", &self.sandbox_root)
             .finish()
@@ -125,6 +130,14 @@ impl LocalConfig {
     /// sandbox view.
     pub fn launcher_argv(&self) -> &[String] {
         &self.launcher
+    }
+
+    /// Starts every command through `spawner` (an emulator's sandbox) instead of on this host;
+    /// the workdir is then checked and entered by the spawner, natively.
+    #[must_use]
+    pub fn spawner(mut self, spawner: Arc<dyn Spawner>) -> Self {
+        self.spawner = Some(spawner);
+        self
     }
 
     /// How long to keep reading a command's pipes after it exited (default 1 s).

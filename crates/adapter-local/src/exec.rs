@@ -93,6 +93,30 @@ impl Drop for SandboxDir {
     }
 }
 
+/// Starts a command's process somewhere other than this host's own process tree and filesystem
+/// (an emulator's sandbox). [`LocalExec`] prepares the process (program, arguments, environment,
+/// stdio, its own process group, default signal dispositions, kill on drop); the spawner starts it
+/// with `workdir` (a path as the sandbox sees it) as its working directory.
+pub trait Spawner: Send + Sync + 'static {
+    /// Starts `command` in `workdir` (`None`: the spawner's default).
+    fn spawn(
+        &self,
+        command: tokio::process::Command,
+        workdir: Option<String>,
+    ) -> BoxFuture<'static, Result<tokio::process::Child, SpawnError>>;
+}
+
+/// Why a [`Spawner`] could not start a process.
+#[derive(Debug)]
+pub enum SpawnError {
+    /// The workdir does not exist, or is not a directory, where the command runs: `NotFound`.
+    Workdir(String),
+    /// Starting failed; a missing program (`NotFound`) or one that cannot be executed
+    /// (`PermissionDenied`) is the command's result (127 or 126), anything else an `Internal`
+    /// error.
+    Io(std::io::Error),
+}
+
 /// The id of the host handle ([`LocalExec::new`]).
 const HOST_ID: &str = "host";
 
@@ -196,7 +220,8 @@ impl LocalExec {
             .process_group(0)
             .kill_on_drop(true);
         restore_default_signals(&mut proc);
-        if let (false, Some(dir)) = (launched, cmd.workdir()) {
+        let spawner = self.config.spawner.is_some();
+        if let (false, false, Some(dir)) = (launched, spawner, cmd.workdir()) {
             match tokio::fs::metadata(dir).await {
                 Ok(m) if m.is_dir() => {}
                 Ok(_) => {
@@ -214,7 +239,17 @@ impl LocalExec {
             }
             proc.current_dir(dir);
         }
-        let mut child = match proc.spawn() {
+        let spawned = match &self.config.spawner {
+            Some(spawner) => match spawner.spawn(proc, cmd.workdir().map(str::to_owned)).await {
+                Ok(c) => Ok(c),
+                Err(SpawnError::Workdir(why)) => {
+                    return Err(Err(error(ErrorKind::NotFound, why)));
+                }
+                Err(SpawnError::Io(e)) => Err(e),
+            },
+            None => proc.spawn(),
+        };
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
                 // What a shell would report: the command ran and failed, it is not an infra error.

@@ -25,6 +25,9 @@
 //!   workdir is entered by the wrapper inside the launcher's view of the filesystem. The wrapper
 //!   marks its own failures with [`LAUNCHER_MARK`], so a command that an adapter wrapped itself
 //!   keeps its own wrapper's failure as its output.
+//! - With a [`spawner`](LocalConfig::spawner) (the emulators' sandboxes), the prepared process is
+//!   started by the [`Spawner`] (inside the sandbox's namespaces, as its user), which also checks
+//!   and enters the workdir; everything else (pipes, process group, kills, exit) is as above.
 #![warn(missing_docs)]
 // Killing a process group needs libc::kill; it is the only unsafe code in the crate.
 #![allow(unsafe_code)]
@@ -37,7 +40,7 @@ mod provider;
 use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
 
 pub use config::LocalConfig;
-pub use exec::{LocalExec, restore_default_signals};
+pub use exec::{LocalExec, SpawnError, Spawner, restore_default_signals};
 pub use provider::LocalProvider;
 
 /// What this adapter does without a launcher (with one, the workdir is shell-wrapped).

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 pub mod harness;
 pub mod interop;
 
-pub use harness::{Fault, FaultHandle, FaultRule, Isolation, Server};
+pub use harness::{Fault, FaultHandle, FaultRule, Isolation, Mount, Sandboxing, Server};
 
 // Provider modules. Each adds itself here, behind its feature.
 // @providers
@@ -49,8 +49,8 @@ pub struct EmulatorOptions {
     pub faults: Vec<FaultRule>,
     /// The credential the emulator accepts; `None` accepts any non-empty one.
     pub token: Option<String>,
-    /// How sandbox paths are made to look like the provider's.
-    pub isolation: Isolation,
+    /// How sandboxes are made on this host (isolation, bound host paths, state directory).
+    pub sandboxing: Sandboxing,
 }
 
 impl Default for EmulatorOptions {
@@ -59,7 +59,7 @@ impl Default for EmulatorOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             faults: Vec::new(),
             token: None,
-            isolation: Isolation::detect(),
+            sandboxing: Sandboxing::default(),
         }
     }
 }

@@ -57,7 +57,7 @@ use std::time::{Duration, Instant, SystemTime};
 use execseam_core::Output;
 use tokio::task::AbortHandle;
 
-use crate::harness::{FaultHandle, Isolation, Sandbox, SandboxSpec, Server};
+use crate::harness::{FaultHandle, Sandbox, SandboxSpec, Sandboxing, Server, User};
 use crate::{Emulator, EmulatorOptions};
 
 pub use wire::Exception;
@@ -68,6 +68,8 @@ pub const DEFAULT_IDENTIFIER: &str = "aws.codeinterpreter.v1";
 pub const SESSION_ROOT: &str = "/opt/amazon/genesis1p-tools/var";
 /// The user commands run as on the service.
 pub const SESSION_USER: &str = "genesis1ptools";
+/// Its uid.
+pub const SESSION_UID: u32 = 992;
 /// The access key id the emulator advertises in [`Emulator::env`] when no token is set.
 pub const ACCESS_KEY_ID: &str = "AKIAEXECSEAMEMULATOR";
 /// The region it advertises (any region is accepted).
@@ -170,7 +172,7 @@ impl Session {
 
 pub(crate) struct State {
     pub(crate) token: Option<String>,
-    pub(crate) isolation: Isolation,
+    pub(crate) sandboxing: Sandboxing,
     pub(crate) faults: FaultHandle,
     pub(crate) extra: Mutex<VecDeque<(String, AgentCoreFault)>>,
     pub(crate) sessions: Mutex<BTreeMap<(SystemTime, String), Arc<Session>>>,
@@ -207,9 +209,6 @@ impl State {
 
     pub(crate) fn spec() -> SandboxSpec {
         let env: BTreeMap<String, String> = [
-            ("HOME", SESSION_ROOT),
-            ("USER", SESSION_USER),
-            ("LOGNAME", SESSION_USER),
             ("SHELL", "/bin/bash"),
             (
                 "PATH",
@@ -219,12 +218,15 @@ impl State {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-        SandboxSpec {
-            // The session root before /tmp: each bind mount's source lives under the host's /tmp.
-            private_paths: vec![SESSION_ROOT.to_owned(), "/tmp".to_owned()],
+        // The service runs commands as `genesis1ptools`, uid 992 (research note, correction of
+        // 2026-12-01), home the session root; the hostname is not documented.
+        SandboxSpec::new(
+            "agentcore",
+            "localhost",
+            User::new(SESSION_USER, SESSION_UID, SESSION_ROOT),
             env,
-            name: "agentcore".to_owned(),
-        }
+        )
+        .other_users([User::root()])
     }
 
     pub(crate) fn create_session(
@@ -234,7 +236,7 @@ impl State {
         timeout: Duration,
     ) -> std::io::Result<Arc<Session>> {
         let id = wire::session_id();
-        let sandbox = Sandbox::create(id.clone(), State::spec(), self.isolation)?;
+        let sandbox = Sandbox::create(id.clone(), State::spec(), &self.sandboxing)?;
         let now = SystemTime::now();
         let session = Arc::new(Session {
             id: id.clone(),
@@ -309,7 +311,7 @@ impl AgentCoreEmulator {
         }
         let state = Arc::new(State {
             token: options.token.clone(),
-            isolation: options.isolation,
+            sandboxing: options.sandboxing,
             faults,
             extra: Mutex::new(VecDeque::new()),
             sessions: Mutex::new(BTreeMap::new()),
@@ -404,6 +406,11 @@ impl AgentCoreEmulator {
     pub fn host_path(&self, session: &str, path: &str) -> Option<PathBuf> {
         let s = self.state.session(session)?;
         Some(s.sandbox.host_path(&tools::resolve(path)))
+    }
+
+    /// A session's sandbox, to inspect it from a test.
+    pub fn sandbox(&self, session: &str) -> Option<Arc<Sandbox>> {
+        Some(self.state.session(session)?.sandbox.clone())
     }
 
     /// The path a session's commands see for `path` (differs from it only without namespaces).

@@ -364,11 +364,13 @@ async fn tasks_run_report_and_stop() {
         .unwrap()
         .to_owned();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let pid: i32 = std::fs::read_to_string(emu.host_path(&sid, "/tmp/pid").unwrap())
+    let pid: u32 = std::fs::read_to_string(emu.host_path(&sid, "/tmp/pid").unwrap())
         .unwrap()
         .trim()
         .parse()
         .unwrap();
+    // Checked from the host, by the process's host pid.
+    let pid = emu.sandbox(&sid).unwrap().host_pid(pid).expect("running");
     let v = raw
         .invoke(&sid, "stopTask", json!({ "taskId": task }))
         .await

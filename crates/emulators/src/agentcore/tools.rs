@@ -67,7 +67,7 @@ pub(crate) fn resolve(path: &str) -> String {
 
 fn writable(path: &str) -> bool {
     State::spec()
-        .private_paths
+        .private_paths()
         .iter()
         .any(|p| path == p.as_str() || path.starts_with(&format!("{}/", p.trim_end_matches('/'))))
 }

@@ -58,7 +58,9 @@ use execseam_ax::wire::{
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::harness::{ConnControl, Fault, FaultHandle, Isolation, Sandbox, SandboxSpec, Server};
+use crate::harness::{
+    ConnControl, Dir, Fault, FaultHandle, Sandbox, SandboxSpec, Sandboxing, Server, User,
+};
 use crate::{Emulator, EmulatorOptions};
 use tracker::{Limits, Proc, StartOptions, Tracker, TrackerError};
 
@@ -126,7 +128,7 @@ impl GuestState {
             return;
         }
         for p in self.tracker.running() {
-            tracker::kill_group_now(p.pid, 9);
+            tracker::kill_group_now(p.host_pid, 9);
         }
         for ctl in self.streams.lock().expect("streams").drain(..) {
             ctl.reset();
@@ -138,7 +140,7 @@ impl GuestState {
 impl Drop for GuestState {
     fn drop(&mut self) {
         for p in self.tracker.running() {
-            tracker::kill_group_now(p.pid, 9);
+            tracker::kill_group_now(p.host_pid, 9);
         }
     }
 }
@@ -149,14 +151,14 @@ pub(crate) struct Shared {
     primary: Arc<GuestState>,
     faults: FaultHandle,
     limits: Limits,
-    isolation: Isolation,
+    sandboxing: Sandboxing,
     pub(crate) files_root: String,
     pub(crate) confine_files: bool,
 }
 
 impl Shared {
     fn new_guest(&self, actor: &str) -> std::io::Result<Arc<GuestState>> {
-        make_guest(actor, self.isolation, self.limits.clone())
+        make_guest(actor, &self.sandboxing, self.limits.clone())
     }
 
     /// The guest a request is for: `ate-target-actor`, or the directly reached guest.
@@ -185,7 +187,7 @@ impl Shared {
 
 fn make_guest(
     actor: &str,
-    isolation: Isolation,
+    sandboxing: &Sandboxing,
     limits: Limits,
 ) -> std::io::Result<Arc<GuestState>> {
     let env = [
@@ -193,18 +195,14 @@ fn make_guest(
             "PATH",
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         ),
-        ("HOME", "/root"),
         ("WORKSPACE", WORKSPACE),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    let spec = SandboxSpec {
-        private_paths: vec![WORKSPACE.into(), "/tmp".into()],
-        env,
-        name: "ax".into(),
-    };
-    let sandbox = Sandbox::create(actor, spec, isolation)?;
+    .collect::<std::collections::BTreeMap<String, String>>();
+    // The guest runs its tools as root in its workspace; its hostname is not documented.
+    let spec = SandboxSpec::new("ax", "localhost", User::root(), env).dirs([Dir::root(WORKSPACE)]);
+    let sandbox = Sandbox::create(actor, spec, sandboxing)?;
     let workspace = sandbox.visible_path(WORKSPACE);
     let _ = workspace; // the tracker resolves paths in the guest's view and maps them itself
     Ok(Arc::new(GuestState {
@@ -500,7 +498,7 @@ impl ProcessService for Processes {
             }
             Ok(s) => s as i32,
         };
-        if proc.ended().is_some() || !tracker::kill_group(proc.pid, sig).await {
+        if proc.ended().is_some() || !tracker::kill_group(proc.host_pid, sig).await {
             return Err(rpc_error(TrackerError::Exited, &req.process_id));
         }
         Ok(Response::new(to_proto(&proc)))
@@ -657,7 +655,7 @@ impl AxEmulator {
     /// Starts the emulator (one guest, [`PRIMARY_ACTOR`]) on `options.listen`.
     pub async fn start(options: EmulatorOptions) -> std::io::Result<AxEmulator> {
         let limits = Limits::default();
-        let primary = make_guest(PRIMARY_ACTOR, options.isolation, limits.clone())?;
+        let primary = make_guest(PRIMARY_ACTOR, &options.sandboxing, limits.clone())?;
         let faults = FaultHandle::new();
         for rule in &options.faults {
             faults.add(rule.clone());
@@ -669,7 +667,7 @@ impl AxEmulator {
             primary,
             faults,
             limits,
-            isolation: options.isolation,
+            sandboxing: options.sandboxing.clone(),
             files_root: WORKSPACE.to_owned(),
             confine_files: true,
         });

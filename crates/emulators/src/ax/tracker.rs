@@ -11,8 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use execseam_core::Command;
-use execseam_core::degrade::{self, WrapOptions};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::ChildStdin;
 use tokio::sync::watch;
@@ -121,8 +119,10 @@ pub struct Proc {
     pub id: String,
     /// argv as requested.
     pub command: Vec<String>,
-    /// The process group leader's pid.
+    /// Its pid inside the sandbox (what the guest reports).
     pub pid: i32,
+    /// Its pid on the host, which leads its process group there (what the guest signals).
+    pub host_pid: i32,
     /// When it started.
     pub started_at: SystemTime,
     spools: Mutex<[Spool; 2]>,
@@ -436,35 +436,9 @@ impl Tracker {
             return Err(starting(format!("fork/exec {path}: invalid argument")));
         }
 
-        let launcher = self.sandbox.exec().config().launcher_argv().to_vec();
-        let visible_cwd = self.sandbox.visible_path(&cwd);
-        let mut proc = if launcher.is_empty() {
-            let mut p = tokio::process::Command::new(&opts.command[0]);
-            p.args(&opts.command[1..]).current_dir(&visible_cwd);
-            p
-        } else {
-            // The sandbox's private mounts exist only inside the launcher: enter the directory
-            // there, then exec argv exactly.
-            // The requested env goes through env(1) in the wrapper: a shell drops variables
-            // whose names are not identifiers, which the guest (execve) passes on.
-            let cmd = Command::builder(opts.command.clone())
-                .workdir(visible_cwd.clone())
-                .envs(opts.env.iter().map(|(k, v)| (k.clone(), v.clone())))
-                .build()
-                .map_err(|e| starting(e.message().to_owned()))?;
-            let wrap = WrapOptions {
-                workdir: true,
-                env: true,
-                ..WrapOptions::default()
-            };
-            let argv: Vec<String> = launcher
-                .into_iter()
-                .chain(degrade::wrap(&cmd, &wrap).map_err(|e| starting(e.message().to_owned()))?)
-                .collect();
-            let mut p = tokio::process::Command::new(&argv[0]);
-            p.args(&argv[1..]).current_dir("/");
-            p
-        };
+        // exec.Command: argv exactly (Args[0] the name as given, Path the resolved program).
+        let mut proc = tokio::process::Command::new(&path);
+        proc.arg0(&opts.command[0]).args(&opts.command[1..]);
         let mut env = self.base_env();
         env.extend(opts.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         proc.env_clear()
@@ -476,18 +450,26 @@ impl Tracker {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(false);
-        execseam_local::restore_default_signals(&mut proc);
-        let mut child = proc
-            .spawn()
-            .map_err(|e| starting(format!("fork/exec {path}: {e}")))?;
-        let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+        let spawned = self
+            .sandbox
+            .spawn(proc, self.sandbox.user(), &cwd)
+            .await
+            .map_err(|e| match e {
+                execseam_local::SpawnError::Workdir(_) => {
+                    starting(format!("fork/exec {path}: no such file or directory"))
+                }
+                execseam_local::SpawnError::Io(e) => starting(format!("fork/exec {path}: {e}")),
+            })?;
+        let mut child = spawned.child;
+        let host_pid = i32::try_from(spawned.host_pid).unwrap_or(0);
+        let pid = i32::try_from(spawned.pid).unwrap_or(0);
         let (changed, _) = watch::channel(0u64);
         let proc = Arc::new(Proc {
             id: self.new_id(),
             command: opts.command.clone(),
             pid,
+            host_pid,
             started_at: SystemTime::now(),
             spools: Mutex::new([Spool::default(), Spool::default()]),
             ended: Mutex::new(None),
@@ -519,7 +501,7 @@ impl Tracker {
             let status = tokio::select! {
                 s = child.wait() => s,
                 () = tokio::time::sleep_until(deadline.into()) => {
-                    kill_group(pid, 9).await;
+                    kill_group(host_pid, 9).await;
                     child.wait().await
                 }
             };

@@ -44,7 +44,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 
-use crate::harness::{FaultHandle, Isolation, Sandbox, SandboxSpec, Server};
+use crate::harness::{Dir, FaultHandle, Sandbox, SandboxSpec, Sandboxing, Server, User};
 use crate::{Emulator, EmulatorOptions};
 
 mod exec;
@@ -74,13 +74,27 @@ pub fn default_env() -> BTreeMap<String, String> {
     .collect()
 }
 
-fn spec() -> SandboxSpec {
-    SandboxSpec {
-        // /tmp last: the sandbox roots live under the host's /tmp, which it hides.
-        private_paths: vec![WORKSPACE.into(), "/root".into(), "/tmp".into()],
-        env: default_env(),
-        name: "cloudflare".into(),
-    }
+fn spec(id: &str) -> SandboxSpec {
+    // The container runs as root; its hostname is not documented (a container's id here).
+    let mut env = default_env();
+    env.remove("HOME");
+    SandboxSpec::new("cloudflare", &hostname(id), User::root(), env).dirs([Dir::root(WORKSPACE)])
+}
+
+/// A hostname-safe form of a sandbox id (at most 63 characters of `[a-z0-9-]`).
+fn hostname(id: &str) -> String {
+    let h: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(63)
+        .collect();
+    if h.is_empty() { "sandbox".into() } else { h }
 }
 
 /// A bridge session: a persistent shell's state (working directory, exported variables and
@@ -99,7 +113,7 @@ pub(crate) struct Entry {
 /// The emulator's state.
 pub(crate) struct State {
     pub(crate) token: Option<String>,
-    pub(crate) isolation: Isolation,
+    pub(crate) sandboxing: Sandboxing,
     pub(crate) faults: FaultHandle,
     pub(crate) sandboxes: Mutex<HashMap<String, Arc<Entry>>>,
 }
@@ -113,7 +127,7 @@ impl State {
         {
             return Ok(e.clone());
         }
-        let sandbox = Sandbox::create(id, spec(), self.isolation)?;
+        let sandbox = Sandbox::create(id, spec(id), &self.sandboxing)?;
         let entry = Arc::new(Entry {
             sandbox,
             sessions: Mutex::new(HashMap::new()),
@@ -161,7 +175,7 @@ impl CloudflareEmulator {
         }
         let state = Arc::new(State {
             token: options.token.clone(),
-            isolation: options.isolation,
+            sandboxing: options.sandboxing,
             faults,
             sandboxes: Mutex::new(HashMap::new()),
         });

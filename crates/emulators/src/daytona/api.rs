@@ -99,7 +99,7 @@ pub(super) async fn create(
     };
     let _ = req.target;
     let id = super::uuid_v4();
-    let sandbox = match Sandbox::create(id.clone(), state.spec(), state.isolation) {
+    let sandbox = match Sandbox::create(id.clone(), state.spec(), &state.sandboxing) {
         Ok(s) => s,
         Err(e) => {
             return envelope(

@@ -1,7 +1,7 @@
 //! The toolbox's filesystem routes.
 
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -11,6 +11,7 @@ use futures_util::StreamExt as _;
 use http::StatusCode;
 
 use super::{HOME, SandboxEntry, daemon_error, json_response};
+use crate::harness::Fs;
 use crate::harness::clock::{self, Fraction};
 
 const BOUNDARY: &str = "DAYTONA-FILE-BOUNDARY";
@@ -153,6 +154,25 @@ fn rel(sb: &SandboxEntry, req: &Request) -> String {
         .to_owned()
 }
 
+/// Runs a files-API step as the daemon does: inside the sandbox, as the sandbox's user (the
+/// daemon runs as `daytona`: its permission checks are that user's, new files are its).
+async fn as_daemon<F>(sb: &SandboxEntry, route: &str, method: &'static str, f: F) -> Response
+where
+    F: FnOnce(&Fs) -> Response + Send + 'static,
+{
+    let user = sb.sandbox.user().clone();
+    match sb.sandbox.fs_as(&user, move |fs| Ok(f(fs))).await {
+        Ok(r) => r,
+        Err(e) => daemon_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("the sandbox is unreachable: {e}"),
+            None,
+            route,
+            method,
+        ),
+    }
+}
+
 fn io_error(e: &std::io::Error, what: &str, path: &str, method: &str) -> Response {
     let (status, code) = match e.kind() {
         std::io::ErrorKind::NotFound => (StatusCode::NOT_FOUND, "FILE_NOT_FOUND"),
@@ -170,12 +190,14 @@ pub(super) async fn list(sb: Arc<SandboxEntry>, req: Request) -> Response {
         .and_then(|d| d.parse().ok())
         .unwrap_or(1)
         .max(1);
-    let host = sb.sandbox.host_path(&p);
-    let mut out = Vec::new();
-    if let Err(e) = list_into(&host, &p, depth, &mut out) {
-        return io_error(&e, "file not found", &route, "GET");
-    }
-    json_response(StatusCode::OK, &serde_json::Value::Array(out))
+    as_daemon(&sb, &route.clone(), "GET", move |fs| {
+        let mut out = Vec::new();
+        if let Err(e) = list_into(&fs.path(&p), &p, depth, &mut out) {
+            return io_error(&e, "file not found", &route, "GET");
+        }
+        json_response(StatusCode::OK, &serde_json::Value::Array(out))
+    })
+    .await
 }
 
 fn list_into(
@@ -211,15 +233,21 @@ pub(super) async fn info(sb: Arc<SandboxEntry>, req: Request) -> Response {
         );
     };
     let p = sandbox_path(&p);
-    match std::fs::metadata(sb.sandbox.host_path(&p)) {
-        Ok(meta) => {
-            let name = Path::new(&p)
-                .file_name()
-                .map_or_else(|| "/".to_owned(), |n| n.to_string_lossy().into_owned());
-            json_response(StatusCode::OK, &file_info(&name, &meta, Some(&p)))
-        }
-        Err(e) => io_error(&e, &format!("file not found: {p}"), &route, "GET"),
-    }
+    as_daemon(
+        &sb,
+        &route.clone(),
+        "GET",
+        move |fs| match std::fs::metadata(fs.path(&p)) {
+            Ok(meta) => {
+                let name = Path::new(&p)
+                    .file_name()
+                    .map_or_else(|| "/".to_owned(), |n| n.to_string_lossy().into_owned());
+                json_response(StatusCode::OK, &file_info(&name, &meta, Some(&p)))
+            }
+            Err(e) => io_error(&e, &format!("file not found: {p}"), &route, "GET"),
+        },
+    )
+    .await
 }
 
 /// Walks like Go's `filepath.Walk` (lstat, no symlink following, unreadable dirs skipped),
@@ -263,29 +291,32 @@ pub(super) async fn find(sb: Arc<SandboxEntry>, req: Request) -> Response {
         );
     };
     let p = sandbox_path(&p);
-    let mut hits = Vec::new();
-    walk(&sb.sandbox.host_path(&p), &p, &mut |shown, host, meta| {
-        if !meta.is_file() {
-            return;
-        }
-        let Ok(data) = std::fs::read(host) else {
-            return;
-        };
-        if data[..data.len().min(512)].contains(&0) {
-            return; // binary
-        }
-        for (i, line) in data.split(|&b| b == b'\n').enumerate() {
-            if line.len() > 64 * 1024 {
-                break;
+    as_daemon(&sb, &route, "GET", move |fs| {
+        let mut hits = Vec::new();
+        walk(&fs.path(&p), &p, &mut |shown, host, meta| {
+            if !meta.is_file() {
+                return;
             }
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let text = String::from_utf8_lossy(line);
-            if text.contains(pattern.as_str()) {
-                hits.push(serde_json::json!({"file": shown, "line": i + 1, "content": text}));
+            let Ok(data) = std::fs::read(host) else {
+                return;
+            };
+            if data[..data.len().min(512)].contains(&0) {
+                return; // binary
             }
-        }
-    });
-    json_response(StatusCode::OK, &serde_json::Value::Array(hits))
+            for (i, line) in data.split(|&b| b == b'\n').enumerate() {
+                if line.len() > 64 * 1024 {
+                    break;
+                }
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                let text = String::from_utf8_lossy(line);
+                if text.contains(pattern.as_str()) {
+                    hits.push(serde_json::json!({"file": shown, "line": i + 1, "content": text}));
+                }
+            }
+        });
+        json_response(StatusCode::OK, &serde_json::Value::Array(hits))
+    })
+    .await
 }
 
 /// Go's `filepath.Match` on one name (no separators in `name`).
@@ -394,17 +425,20 @@ pub(super) async fn search(sb: Arc<SandboxEntry>, req: Request) -> Response {
         );
     };
     let p = sandbox_path(&p);
-    let mut files = Vec::new();
-    walk(&sb.sandbox.host_path(&p), &p, &mut |shown, host, _| {
-        let base = host
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if glob_match(pattern.as_bytes(), base.as_bytes()) {
-            files.push(shown.to_owned());
-        }
-    });
-    json_response(StatusCode::OK, &serde_json::json!({"files": files}))
+    as_daemon(&sb, &route, "GET", move |fs| {
+        let mut files = Vec::new();
+        walk(&fs.path(&p), &p, &mut |shown, host, _| {
+            let base = host
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if glob_match(pattern.as_bytes(), base.as_bytes()) {
+                files.push(shown.to_owned());
+            }
+        });
+        json_response(StatusCode::OK, &serde_json::json!({"files": files}))
+    })
+    .await
 }
 
 fn mime(path: &str) -> &'static str {
@@ -448,10 +482,7 @@ fn disposition(name: &str, path: &str) -> String {
     )
 }
 
-fn read_for_download(
-    sb: &SandboxEntry,
-    path: &str,
-) -> Result<Vec<u8>, (u16, &'static str, String)> {
+fn read_for_download(fs: &Fs, path: &str) -> Result<Vec<u8>, (u16, &'static str, String)> {
     if path.is_empty() {
         return Err((
             400,
@@ -459,7 +490,7 @@ fn read_for_download(
             "invalid file path: path is empty".into(),
         ));
     }
-    let host = sb.sandbox.host_path(&sandbox_path(path));
+    let host = fs.path(&sandbox_path(path));
     match std::fs::metadata(&host) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err((404, "FILE_NOT_FOUND", format!("file not found: {path}")));
@@ -484,21 +515,27 @@ pub(super) async fn download_one(sb: Arc<SandboxEntry>, req: Request) -> Respons
     let route = rel(&sb, &req);
     let q = query(&req);
     let p = param(&q, "path").unwrap_or_default();
-    match read_for_download(&sb, &p) {
-        Ok(data) => (
-            StatusCode::OK,
-            [(http::header::CONTENT_TYPE, "application/octet-stream")],
-            data,
-        )
-            .into_response(),
-        Err((status, code, msg)) => daemon_error(
-            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            &msg,
-            Some(code),
-            &route,
-            "GET",
-        ),
-    }
+    as_daemon(
+        &sb,
+        &route.clone(),
+        "GET",
+        move |fs| match read_for_download(fs, &p) {
+            Ok(data) => (
+                StatusCode::OK,
+                [(http::header::CONTENT_TYPE, "application/octet-stream")],
+                data,
+            )
+                .into_response(),
+            Err((status, code, msg)) => daemon_error(
+                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                &msg,
+                Some(code),
+                &route,
+                "GET",
+            ),
+        },
+    )
+    .await
 }
 
 pub(super) async fn bulk_download(sb: Arc<SandboxEntry>, req: Request) -> Response {
@@ -519,10 +556,11 @@ pub(super) async fn bulk_download(sb: Arc<SandboxEntry>, req: Request) -> Respon
             );
         }
     };
+    as_daemon(&sb, &route, "POST", move |fs| {
     let mut out = Vec::new();
     for p in &paths {
         out.extend_from_slice(format!("--{BOUNDARY}\r\n").as_bytes());
-        match read_for_download(&sb, p) {
+        match read_for_download(fs, p) {
             Ok(data) => {
                 out.extend_from_slice(
                     format!(
@@ -553,7 +591,6 @@ pub(super) async fn bulk_download(sb: Arc<SandboxEntry>, req: Request) -> Respon
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
-    let _ = route;
     (
         StatusCode::OK,
         [(
@@ -563,6 +600,8 @@ pub(super) async fn bulk_download(sb: Arc<SandboxEntry>, req: Request) -> Respon
         out,
     )
         .into_response()
+    })
+    .await
 }
 
 pub(super) async fn bulk_upload(sb: Arc<SandboxEntry>, req: Request) -> Response {
@@ -609,13 +648,6 @@ pub(super) async fn bulk_upload(sb: Arc<SandboxEntry>, req: Request) -> Response
                     errors.push(format!("file[{idx}]: missing .path metadata"));
                     continue;
                 };
-                let host: PathBuf = sb.sandbox.host_path(&sandbox_path(&dest));
-                if let Some(parent) = host.parent()
-                    && let Err(e) = std::fs::create_dir_all(parent)
-                {
-                    errors.push(format!("{dest}: {e}"));
-                    continue;
-                }
                 let mut data = Vec::new();
                 let mut field = field;
                 let mut failed = false;
@@ -632,8 +664,20 @@ pub(super) async fn bulk_upload(sb: Arc<SandboxEntry>, req: Request) -> Response
                 if failed {
                     continue;
                 }
-                match std::fs::write(&host, &data) {
-                    Ok(()) => files.push(serde_json::json!({"path": dest, "bytes": data.len()})),
+                let (target, n) = (sandbox_path(&dest), data.len());
+                let user = sb.sandbox.user().clone();
+                let written = sb
+                    .sandbox
+                    .fs_as(&user, move |fs| {
+                        let host = fs.path(&target);
+                        if let Some(parent) = host.parent() {
+                            std::fs::create_dir_all(parent)?;
+                        }
+                        std::fs::write(&host, &data)
+                    })
+                    .await;
+                match written {
+                    Ok(()) => files.push(serde_json::json!({"path": dest, "bytes": n})),
                     Err(e) => errors.push(format!("{dest}: {e}")),
                 }
             }
@@ -673,14 +717,17 @@ pub(super) async fn folder(sb: Arc<SandboxEntry>, req: Request) -> Response {
             "POST",
         );
     };
-    let host = sb.sandbox.host_path(&sandbox_path(&p));
-    match std::fs::create_dir_all(&host) {
-        Ok(()) => {
-            let _ = std::fs::set_permissions(&host, std::fs::Permissions::from_mode(mode));
-            StatusCode::CREATED.into_response()
+    as_daemon(&sb, &route.clone(), "POST", move |fs| {
+        let host = fs.path(&sandbox_path(&p));
+        match std::fs::create_dir_all(&host) {
+            Ok(()) => {
+                let _ = std::fs::set_permissions(&host, std::fs::Permissions::from_mode(mode));
+                StatusCode::CREATED.into_response()
+            }
+            Err(e) => io_error(&e, "failed to create folder", &route, "POST"),
         }
-        Err(e) => io_error(&e, "failed to create folder", &route, "POST"),
-    }
+    })
+    .await
 }
 
 pub(super) async fn delete(sb: Arc<SandboxEntry>, req: Request) -> Response {
@@ -696,25 +743,28 @@ pub(super) async fn delete(sb: Arc<SandboxEntry>, req: Request) -> Response {
         );
     };
     let recursive = param(&q, "recursive").as_deref() == Some("true");
-    let host = sb.sandbox.host_path(&sandbox_path(&p));
-    let r = match std::fs::symlink_metadata(&host) {
-        Err(e) => Err(e),
-        Ok(m) if m.is_dir() && !recursive => {
-            return daemon_error(
-                StatusCode::BAD_REQUEST,
-                "bad request: cannot delete directory without recursive flag",
-                Some("BAD_REQUEST"),
-                &route,
-                "DELETE",
-            );
+    as_daemon(&sb, &route.clone(), "DELETE", move |fs| {
+        let host = fs.path(&sandbox_path(&p));
+        let r = match std::fs::symlink_metadata(&host) {
+            Err(e) => Err(e),
+            Ok(m) if m.is_dir() && !recursive => {
+                return daemon_error(
+                    StatusCode::BAD_REQUEST,
+                    "bad request: cannot delete directory without recursive flag",
+                    Some("BAD_REQUEST"),
+                    &route,
+                    "DELETE",
+                );
+            }
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&host),
+            Ok(_) => std::fs::remove_file(&host),
+        };
+        match r {
+            Ok(()) => StatusCode::NO_CONTENT.into_response(),
+            Err(e) => io_error(&e, "failed to delete", &route, "DELETE"),
         }
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&host),
-        Ok(_) => std::fs::remove_file(&host),
-    };
-    match r {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => io_error(&e, "failed to delete", &route, "DELETE"),
-    }
+    })
+    .await
 }
 
 #[cfg(test)]

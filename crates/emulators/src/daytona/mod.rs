@@ -44,11 +44,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use http::{HeaderMap, StatusCode};
 
-use crate::harness::{FaultHandle, Isolation, Sandbox, SandboxSpec, Server};
+use crate::harness::{FaultHandle, Sandbox, SandboxSpec, Sandboxing, Server, User};
 use crate::{Emulator, EmulatorOptions};
 
 /// The default user's home, which is also the daemon's working directory.
 pub const HOME: &str = "/home/daytona";
+/// The default user's uid in the default image.
+pub const DAYTONA_UID: u32 = 1001;
 /// Where the emulated daemon keeps its session files (inside the sandbox).
 pub const SESSIONS_DIR: &str = "/tmp/.daytona/sessions";
 /// The default organization id in DTOs.
@@ -71,7 +73,7 @@ impl std::fmt::Debug for DaytonaEmulator {
 pub(crate) struct State {
     pub(crate) base_url: String,
     pub(crate) token: Option<String>,
-    pub(crate) isolation: Isolation,
+    pub(crate) sandboxing: Sandboxing,
     pub(crate) faults: FaultHandle,
     pub(crate) sandboxes: Mutex<HashMap<String, Arc<SandboxEntry>>>,
     pub(crate) gone: Mutex<HashSet<String>>,
@@ -102,7 +104,7 @@ impl DaytonaEmulator {
         let state = Arc::new(State {
             base_url: format!("http://{addr}"),
             token: options.token.clone(),
-            isolation: options.isolation,
+            sandboxing: options.sandboxing,
             faults,
             sandboxes: Mutex::new(HashMap::new()),
             gone: Mutex::new(HashSet::new()),
@@ -244,9 +246,6 @@ impl State {
 
     pub(crate) fn spec(&self) -> SandboxSpec {
         let env: BTreeMap<String, String> = [
-            ("HOME", HOME),
-            ("USER", "daytona"),
-            ("LOGNAME", "daytona"),
             (
                 "PATH",
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -257,11 +256,16 @@ impl State {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-        SandboxSpec {
-            private_paths: vec![HOME.into(), "/tmp".into()],
+        // The default image (daytonaio/sandbox, `images/sandbox/Dockerfile`) starts from
+        // mcr.microsoft.com/devcontainers/python, whose `vscode` user is uid 1000, then runs
+        // `useradd -m daytona` (so uid 1001) with passwordless sudo, and `USER daytona`.
+        SandboxSpec::new(
+            "daytona",
+            "daytona",
+            User::new("daytona", DAYTONA_UID, HOME).groups(["sudo"]),
             env,
-            name: "daytona".into(),
-        }
+        )
+        .other_users([User::root()])
     }
 }
 

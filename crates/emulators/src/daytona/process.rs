@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -482,7 +481,9 @@ struct CmdEntry {
 /// A session: a shell reading commands from a FIFO, in the sandbox.
 pub(crate) struct Session {
     id: String,
-    dir_host: PathBuf,
+    sandbox: Arc<crate::harness::Sandbox>,
+    /// The session's directory as the sandbox sees it (the daemon's state, owned by its user).
+    dir: String,
     dir_visible: String,
     stdin: Mutex<std::fs::File>,
     commands: Mutex<Vec<CmdEntry>>,
@@ -503,17 +504,25 @@ impl Session {
         *self.ended.borrow()
     }
 
-    fn cmd_dir(&self, cid: &str) -> PathBuf {
-        self.dir_host.join(cid)
+    /// A file of a command's directory, as the sandbox sees it.
+    fn cmd_file(&self, cid: &str, name: &str) -> String {
+        format!("{}/{cid}/{name}", self.dir)
+    }
+
+    fn read(&self, cid: &str, name: &str) -> Option<Vec<u8>> {
+        let f = self.cmd_file(cid, name);
+        self.sandbox
+            .fs_blocking(move |fs| std::fs::read(fs.path(&f)))
+            .ok()
     }
 
     fn exit_code(&self, cid: &str) -> Option<i32> {
-        let s = std::fs::read_to_string(self.cmd_dir(cid).join("exit_code")).ok()?;
+        let s = String::from_utf8(self.read(cid, "exit_code")?).ok()?;
         s.trim_end_matches('\n').lines().next()?.trim().parse().ok()
     }
 
     fn log(&self, cid: &str) -> Vec<u8> {
-        std::fs::read(self.cmd_dir(cid).join("output.log")).unwrap_or_default()
+        self.read(cid, "output.log").unwrap_or_default()
     }
 
     fn command_json(&self, c: &CmdEntry) -> serde_json::Value {
@@ -613,19 +622,24 @@ pub(super) async fn create_session(sb: Arc<SandboxEntry>, req: Request) -> Respo
 
 async fn spawn_session(sb: &Arc<SandboxEntry>, sid: &str) -> std::io::Result<Session> {
     let dir = format!("{SESSIONS_DIR}/{sid}");
-    let dir_host = sb.sandbox.host_path(&dir);
-    std::fs::create_dir_all(&dir_host)?;
-    let fifo = dir_host.join("stdin.fifo");
-    let _ = std::fs::remove_file(&fifo);
-    let st = std::process::Command::new("mkfifo").arg(&fifo).status()?;
-    if !st.success() {
-        return Err(std::io::Error::other("mkfifo failed"));
-    }
-    // Read-write: never blocks, and the shell never sees EOF while we hold it.
-    let stdin = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&fifo)?;
+    // The daemon runs as the sandbox's user: its state belongs to that user.
+    let user = sb.sandbox.user().clone();
+    let d = dir.clone();
+    let stdin = sb
+        .sandbox
+        .fs(move |fs| {
+            fs.create_dir_all_as(&d, &user)?;
+            let fifo = format!("{d}/stdin.fifo");
+            let _ = std::fs::remove_file(fs.path(&fifo));
+            fs.mkfifo(&fs.path(&fifo), 0o600)?;
+            fs.chown(&fifo, &user)?;
+            // Read-write: never blocks, and the shell never sees EOF while we hold it.
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(fs.path(&fifo))
+        })
+        .await?;
     let dir_visible = sb.sandbox.visible_path(&dir);
     let cmd = Command::builder([
         "/bin/sh".to_owned(),
@@ -657,7 +671,8 @@ async fn spawn_session(sb: &Arc<SandboxEntry>, sid: &str) -> std::io::Result<Ses
     sb.sandbox.track(task.abort_handle());
     Ok(Session {
         id: sid.to_owned(),
-        dir_host,
+        sandbox: sb.sandbox.clone(),
+        dir,
         dir_visible,
         stdin: Mutex::new(stdin),
         commands: Mutex::new(Vec::new()),
@@ -704,7 +719,11 @@ pub(super) async fn delete_session(sb: Arc<SandboxEntry>, sid: &str, path: &str)
         return session_not_found(path, "DELETE");
     };
     s.kill();
-    let _ = std::fs::remove_dir_all(&s.dir_host);
+    let dir = s.dir.clone();
+    let _ = sb
+        .sandbox
+        .fs(move |fs| std::fs::remove_dir_all(fs.path(&dir)))
+        .await;
     StatusCode::NO_CONTENT.into_response()
 }
 
@@ -807,10 +826,23 @@ pub(super) async fn session_exec(
         );
     }
     let cid = super::uuid_v4();
-    let cmd_dir = s.cmd_dir(&cid);
-    let prepared = std::fs::create_dir_all(&cmd_dir)
-        .and_then(|()| std::fs::write(cmd_dir.join("cmd.sh"), r.command.as_bytes()))
-        .and_then(|()| std::fs::write(cmd_dir.join("output.log"), b""));
+    let (cmd_dir, user, command) = (
+        format!("{}/{cid}", s.dir),
+        sb.sandbox.user().clone(),
+        r.command.clone(),
+    );
+    let prepared = sb
+        .sandbox
+        .fs(move |fs| {
+            fs.create_dir_all_as(&cmd_dir, &user)?;
+            for (name, data) in [("cmd.sh", command.as_bytes()), ("output.log", b"")] {
+                let f = format!("{cmd_dir}/{name}");
+                std::fs::write(fs.path(&f), data)?;
+                fs.chown(&f, &user)?;
+            }
+            Ok(())
+        })
+        .await;
     if let Err(e) = prepared {
         return daemon_error(
             StatusCode::BAD_REQUEST,
@@ -992,8 +1024,9 @@ pub(super) async fn input(sb: Arc<SandboxEntry>, sid: &str, cid: &str, req: Requ
             "POST",
         );
     }
-    let pipe = s.cmd_dir(cid).join("input.pipe");
-    let write = tokio::task::spawn_blocking(move || {
+    let pipe = s.cmd_file(cid, "input.pipe");
+    let write = s.sandbox.fs(move |fs| {
+        let pipe = fs.path(&pipe);
         // The shell creates the FIFO when it reaches the command: wait for it.
         use std::os::unix::fs::FileTypeExt as _;
         let until = std::time::Instant::now() + Duration::from_secs(5);
@@ -1011,7 +1044,7 @@ pub(super) async fn input(sb: Arc<SandboxEntry>, sid: &str, cid: &str, req: Requ
             .and_then(|mut f| f.write_all(i.data.as_bytes()))
     });
     match tokio::time::timeout(Duration::from_secs(5), write).await {
-        Ok(Ok(Ok(()))) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
         _ => daemon_error(
             StatusCode::GONE,
             "command input is closed",
@@ -1100,7 +1133,7 @@ pub(super) async fn logs(
                 .map(str::to_owned)
         });
     let on_upgrade = hyper::upgrade::on(&mut req);
-    let log_path = s.cmd_dir(cid).join("output.log");
+    let log_path = s.cmd_file(cid, "output.log");
     let cid = cid.to_owned();
     let session = s.clone();
     tokio::spawn(async move {
@@ -1147,14 +1180,18 @@ async fn stream_log<S>(
     mut ws: WebSocketStream<S>,
     session: Arc<Session>,
     cid: &str,
-    log_path: PathBuf,
+    log_path: String,
     follow: bool,
     combined: bool,
     cut: bool,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let Ok(mut file) = tokio::fs::File::open(&log_path).await else {
+    let opened = session
+        .sandbox
+        .fs(move |fs| std::fs::File::open(fs.path(&log_path)))
+        .await;
+    let Ok(mut file) = opened.map(tokio::fs::File::from_std) else {
         let _ = ws
             .send(Message::Close(Some(CloseFrame {
                 code: CloseCode::Error,
@@ -1177,7 +1214,7 @@ async fn stream_log<S>(
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {}
             }
         }
-        let log = tokio::fs::read(&log_path).await.unwrap_or_default();
+        let log = session.log(cid);
         let half = &log[..log.len() / 2];
         if !half.is_empty() {
             let _ = ws.send(Message::Binary(half.to_vec().into())).await;

@@ -35,7 +35,9 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::harness::{ConnControl, Fault, FaultHandle, Isolation, Sandbox, SandboxSpec, Server};
+use crate::harness::{
+    ConnControl, Fault, FaultHandle, Isolation, Sandbox, SandboxSpec, Sandboxing, Server,
+};
 use crate::{Emulator, EmulatorOptions};
 
 mod connect;
@@ -55,8 +57,8 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 pub const DEFAULT_USER: &str = "user";
 /// The default user's home.
 pub const HOME: &str = "/home/user";
-/// Paths each sandbox owns privately.
-pub const PRIVATE_PATHS: [&str; 3] = ["/home/user", "/root", "/tmp"];
+/// The hostname of every E2B sandbox.
+pub const HOSTNAME: &str = "e2b.local";
 
 /// A fault of `process.Start` beyond the harness's nine, armed with
 /// [`E2bEmulator::arm_stream_fault`] for the next `Start`.
@@ -145,7 +147,7 @@ impl Drop for Sbx {
 
 pub(crate) struct State {
     api_key: Option<String>,
-    isolation: Isolation,
+    sandboxing: Sandboxing,
     faults: FaultHandle,
     stream_faults: Mutex<VecDeque<StreamFault>>,
     sandboxes: Mutex<HashMap<String, Arc<Sbx>>>,
@@ -181,20 +183,11 @@ impl State {
         metadata: BTreeMap<String, String>,
     ) -> std::io::Result<Arc<Sbx>> {
         let id = format!("i{}", random_id(19));
-        let spec = SandboxSpec {
-            private_paths: PRIVATE_PATHS.iter().map(|p| p.to_string()).collect(),
-            env: [
-                ("PATH", DEFAULT_PATH),
-                ("HOME", HOME),
-                ("USER", DEFAULT_USER),
-                ("LOGNAME", DEFAULT_USER),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect(),
-            name: "e2b".into(),
-        };
-        let sandbox = Sandbox::create(id.clone(), spec, self.isolation)?;
+        // E2B's base template: `user` (uid 1000, in sudo) and root; hostname `e2b.local`.
+        let user = crate::harness::User::new(DEFAULT_USER, USER_UID, HOME).groups(["sudo"]);
+        let spec = SandboxSpec::new("e2b", HOSTNAME, user, [("PATH", DEFAULT_PATH)])
+            .other_users([crate::harness::User::root()]);
+        let sandbox = Sandbox::create(id.clone(), spec, &self.sandboxing)?;
         let sbx = Arc::new(Sbx {
             id: id.clone(),
             template: template.to_owned(),
@@ -206,21 +199,8 @@ impl State {
             end_at: Mutex::new((Instant::now(), SystemTime::now())),
             procs: Mutex::new(HashMap::new()),
             gone: tokio::sync::watch::channel(false).0,
-            privileged: self.isolation == Isolation::Namespaces,
+            privileged: self.sandboxing.isolation == Isolation::Namespaces,
         });
-        if sbx.privileged {
-            // As on E2B: the home belongs to `user`, `/tmp` is world-writable and sticky.
-            use std::os::unix::fs::PermissionsExt;
-            chown(&sbx, &sbx.sandbox.host_path(HOME), USER_UID);
-            std::fs::set_permissions(
-                sbx.sandbox.host_path("/tmp"),
-                std::fs::Permissions::from_mode(0o1777),
-            )?;
-            std::fs::set_permissions(
-                sbx.sandbox.host_path("/root"),
-                std::fs::Permissions::from_mode(0o700),
-            )?;
-        }
         sbx.set_lifetime(timeout);
         self.sandboxes
             .lock()
@@ -324,7 +304,7 @@ impl E2bEmulator {
         }
         let state = Arc::new(State {
             api_key: options.token.clone(),
-            isolation: options.isolation,
+            sandboxing: options.sandboxing,
             faults,
             stream_faults: Mutex::new(VecDeque::new()),
             sandboxes: Mutex::new(HashMap::new()),

@@ -20,8 +20,6 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
-use execseam_core::Command;
-use execseam_core::degrade::{self, WrapOptions};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
@@ -58,7 +56,10 @@ pub(crate) struct EndInfo {
 
 /// One process envd tracks.
 pub(crate) struct Proc {
+    /// Its pid inside the sandbox (what envd reports and what `echo $$` prints).
     pub pid: u32,
+    /// Its pid on the host: the one to signal (it leads its own process group there).
+    host_pid: u32,
     pub tag: Option<String>,
     pub config: Value,
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
@@ -83,13 +84,13 @@ impl Proc {
         if self.reaped.load(Ordering::SeqCst) {
             return Err(io::Error::from_raw_os_error(libc::ESRCH));
         }
-        kill(self.pid as i32, sig)
+        kill(self.host_pid as i32, sig)
     }
 
     /// Kills its whole process group (the sandbox is going away).
     pub(crate) fn kill_group(&self) {
         if !self.reaped.load(Ordering::SeqCst) {
-            let _ = kill(-(self.pid as i32), libc::SIGKILL);
+            let _ = kill(-(self.host_pid as i32), libc::SIGKILL);
         }
     }
 
@@ -348,52 +349,31 @@ fn parse_start(v: &Value) -> Result<Spawn, RpcError> {
     })
 }
 
-fn spawn(
+async fn spawn(
     sbx: &Arc<Sbx>,
     s: Spawn,
     user: &User,
 ) -> Result<(Arc<Proc>, mpsc::Receiver<Out>), RpcError> {
     let cwd = resolve(s.cwd.as_deref().unwrap_or(""), user);
-    if !sbx.sandbox.host_path(&cwd).exists() {
-        return Err(RpcError::new(
-            "invalid_argument",
-            format!("cwd '{cwd}' does not exist"),
-        ));
-    }
     let user_cmd = std::iter::once(s.cmd.clone())
         .chain(s.args.iter().cloned())
         .collect::<Vec<_>>()
         .join(" ");
-    let command = Command::builder(std::iter::once(s.cmd.clone()).chain(s.args.iter().cloned()))
-        .workdir(sbx.sandbox.visible_path(&cwd))
-        .build()
-        .map_err(|e| {
-            RpcError::new(
-                "invalid_argument",
-                format!("error starting process '{user_cmd}': {}", e.message()),
-            )
-        })?;
-    let wrap = WrapOptions {
-        workdir: true,
-        ..WrapOptions::default()
-    };
-    let mut argv: Vec<String> = sbx.sandbox.exec().config().launcher_argv().to_vec();
-    if sbx.privileged && user.uid != 0 {
-        // envd runs the process with the user's uid, gid and groups.
-        argv.extend([
-            "setpriv".to_owned(),
-            format!("--reuid={}", user.uid),
-            format!("--regid={}", user.uid),
-            "--clear-groups".to_owned(),
-            "--".to_owned(),
-        ]);
-    }
-    argv.extend(degrade::wrap(&command, &wrap).map_err(|e| {
-        RpcError::new(
+    if s.cmd.contains('\0') || s.args.iter().any(|a| a.contains('\0')) {
+        return Err(RpcError::new(
             "invalid_argument",
-            format!("error starting process '{user_cmd}': {e}"),
-        )
-    })?);
+            format!("error starting process '{user_cmd}': argument contains a NUL byte"),
+        ));
+    }
+    // envd (`handler.New`) runs every command through this wrapper, which sets the OOM score and
+    // nice value before exec-ing it; a missing program is therefore nice's exit 127.
+    let mut argv: Vec<String> = vec![
+        "-c".into(),
+        "echo 100 > /proc/$$/oom_score_adj && exec /usr/bin/nice -n 0 \"${@}\"".into(),
+        "--".into(),
+        s.cmd.clone(),
+    ];
+    argv.extend(s.args.iter().cloned());
     // envd: PATH from its own environment, then the user's HOME/USER/LOGNAME, then the sandbox's
     // env vars, then the request's (the last value wins).
     let mut env: BTreeMap<String, String> = BTreeMap::new();
@@ -403,12 +383,10 @@ fn spawn(
     env.insert("LOGNAME".into(), user.name.clone());
     env.extend(sbx.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())));
     env.extend(s.envs.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let mut proc = tokio::process::Command::new(&argv[0]);
-    proc.args(&argv[1..])
+    let mut proc = tokio::process::Command::new("/bin/sh");
+    proc.args(&argv)
         .env_clear()
         .envs(&env)
-        // The wrapper enters the cwd itself; start from `/` so no host path leaks (OLDPWD).
-        .current_dir("/")
         .stdin(if s.stdin {
             Stdio::piped()
         } else {
@@ -416,20 +394,31 @@ fn spawn(
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(false);
-    execseam_local::restore_default_signals(&mut proc);
-    let mut child = proc.spawn().map_err(|e| {
-        RpcError::new(
-            "invalid_argument",
-            format!("error starting process '{user_cmd}': {e}"),
-        )
-    })?;
-    let pid = child
-        .id()
-        .ok_or_else(|| RpcError::new("internal", "the process has no pid"))?;
+    let account = sbx
+        .sandbox
+        .spec()
+        .user_named(&user.name)
+        .cloned()
+        .ok_or_else(|| RpcError::new("internal", format!("no account {}", user.name)))?;
+    let spawned = sbx
+        .sandbox
+        .spawn(proc, &account, &cwd)
+        .await
+        .map_err(|e| match e {
+            execseam_local::SpawnError::Workdir(_) => {
+                RpcError::new("invalid_argument", format!("cwd '{cwd}' does not exist"))
+            }
+            execseam_local::SpawnError::Io(e) => RpcError::new(
+                "invalid_argument",
+                format!("error starting process '{user_cmd}': {e}"),
+            ),
+        })?;
+    let mut child = spawned.child;
+    let pid = spawned.pid;
     let p = Arc::new(Proc {
         pid,
+        host_pid: spawned.host_pid,
         tag: s.tag,
         config: s.config,
         stdin: tokio::sync::Mutex::new(child.stdin.take()),
@@ -440,6 +429,20 @@ fn spawn(
     sbx.procs.lock().expect("procs").insert(pid, p.clone());
     tokio::spawn(pump(p.clone(), child, Arc::downgrade(sbx)));
     Ok((p, rx))
+}
+
+/// envd runs a `Start` with a `Connect-Timeout-Ms` under a context of its own (not the request's:
+/// "we do not want the command to be killed if the request context is cancelled", `start.go`),
+/// so the process is killed at the deadline whether or not the client still listens. envd's
+/// `exec.CommandContext` kills the process itself; the emulator kills its whole process group.
+fn kill_at(proc: &Arc<Proc>, deadline: Instant) {
+    let proc = Arc::downgrade(proc);
+    tokio::spawn(async move {
+        tokio::time::sleep_until(deadline).await;
+        if let Some(p) = proc.upgrade() {
+            p.kill_group();
+        }
+    });
 }
 
 /// A response body fed from a channel (an `Err` item aborts the response: a cut stream).
@@ -584,7 +587,8 @@ async fn run_stream(p: StreamPlan) {
             }
             () = at(deadline) => {
                 if kill_at_deadline {
-                    let _ = proc.signal(libc::SIGKILL);
+                    // Also killed by `kill_at`, which does not depend on this stream.
+                    proc.kill_group();
                 }
                 let e = RpcError::new("deadline_exceeded", "context deadline exceeded");
                 let _ = tx.send(Ok(end_stream(Some(&e)))).await;
@@ -687,10 +691,13 @@ async fn start(mut req: EnvdRequest) -> Response {
         Err(e) => return failed_stream(&e),
     };
     let keepalive = header_secs(&req, "keepalive-ping-interval").unwrap_or(DEFAULT_KEEPALIVE);
-    let (proc, mut sub) = match spawn(&req.sbx, parsed, &user) {
+    let (proc, mut sub) = match spawn(&req.sbx, parsed, &user).await {
         Ok(p) => p,
         Err(e) => return failed_stream(&e),
     };
+    if let Some(t) = timeout {
+        kill_at(&proc, Instant::now() + t);
+    }
     if mode == Mode::ServerError {
         // The command ran; the answer is lost behind an HTTP 500.
         while let Some(ev) = sub.recv().await {

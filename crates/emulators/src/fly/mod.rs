@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
-use crate::harness::{FaultHandle, Isolation, Sandbox, SandboxSpec, Server};
+use crate::harness::{Dir, FaultHandle, Sandbox, SandboxSpec, Sandboxing, Server, User};
 use crate::util::hex_id;
 use crate::{Emulator, EmulatorOptions};
 
@@ -107,7 +107,7 @@ pub struct Machine {
     state: watch::Sender<String>,
     sandbox: Mutex<Option<Arc<Sandbox>>>,
     lease: Mutex<Option<Lease>>,
-    isolation: Isolation,
+    sandboxing: Sandboxing,
 }
 
 impl std::fmt::Debug for Machine {
@@ -164,7 +164,6 @@ impl Machine {
 
     pub(crate) fn spec(&self) -> SandboxSpec {
         let mut env: BTreeMap<String, String> = [
-            ("HOME", "/root"),
             ("PATH", PATH),
             ("FLY_APP_NAME", self.app.as_str()),
             ("FLY_MACHINE_ID", self.id.as_str()),
@@ -177,12 +176,8 @@ impl Machine {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
         env.extend(self.env.clone());
-        SandboxSpec {
-            // `/tmp` last: the sandbox roots live under the host's /tmp, which the bind hides.
-            private_paths: vec!["/root".into(), "/data".into(), "/tmp".into()],
-            env,
-            name: format!("fly-{}", self.id),
-        }
+        // A Machine runs its image's processes as root; its hostname is the Machine's id.
+        SandboxSpec::new("fly", &self.id, User::root(), env).dirs([Dir::root("/data")])
     }
 
     /// Boots the machine: a fresh sandbox (if none), a new instance id, state `started`.
@@ -192,7 +187,7 @@ impl Machine {
             *sb = Some(Sandbox::create(
                 self.id.clone(),
                 self.spec(),
-                self.isolation,
+                &self.sandboxing,
             )?);
             *self.instance_id.lock().expect("instance") = hex_id(26).to_uppercase();
         }
@@ -222,7 +217,7 @@ impl Machine {
 pub(crate) struct State {
     pub(crate) token: Option<String>,
     pub(crate) faults: FaultHandle,
-    pub(crate) isolation: Isolation,
+    pub(crate) sandboxing: Sandboxing,
     pub(crate) options: Mutex<FlyOptions>,
     pub(crate) machines: Mutex<BTreeMap<(String, String), Arc<Machine>>>,
 }
@@ -263,7 +258,7 @@ impl State {
             state,
             sandbox: Mutex::new(None),
             lease: Mutex::new(None),
-            isolation: self.isolation,
+            sandboxing: self.sandboxing.clone(),
         });
         if launch {
             m.boot()?;
@@ -317,7 +312,7 @@ impl FlyEmulator {
         let state = Arc::new(State {
             token: options.token.clone(),
             faults,
-            isolation: options.isolation,
+            sandboxing: options.sandboxing,
             options: Mutex::new(fly),
             machines: Mutex::new(BTreeMap::new()),
         });

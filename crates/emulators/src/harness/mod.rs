@@ -5,7 +5,10 @@ pub mod clock;
 pub mod faults;
 pub mod sandbox;
 pub mod server;
+pub(crate) mod sys;
 
 pub use faults::{Fault, FaultHandle, FaultRule, When};
-pub use sandbox::{Isolation, Sandbox, SandboxSpec};
+pub use sandbox::{
+    Dir, Fs, Isolation, Mount, Sandbox, SandboxChild, SandboxSpec, Sandboxing, User,
+};
 pub use server::{ConnControl, Server, reset_connection};

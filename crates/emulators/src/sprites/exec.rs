@@ -367,24 +367,20 @@ async fn make_fifo(
     sprite: &Sprite,
 ) -> std::io::Result<(String, String, tokio::net::unix::pipe::Sender)> {
     let name = format!("/tmp/.execseam-stdin-{}", hex_id(16));
-    let host = sprite.sandbox.host_path(&name);
-    let status = tokio::process::Command::new("mkfifo")
-        .arg("-m")
-        .arg("600")
-        .arg(&host)
-        .status()
+    let n = name.clone();
+    // Made as the sprite's user, who runs the command that opens it.
+    let file = sprite
+        .sandbox
+        .fs_as(sprite.sandbox.user(), move |fs| {
+            fs.mkfifo(&fs.path(&n), 0o600)?;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(fs.path(&n))
+        })
         .await?;
-    if !status.success() {
-        return Err(std::io::Error::other(format!("mkfifo failed: {status}")));
-    }
-    let tx = tokio::net::unix::pipe::OpenOptions::new()
-        .read_write(true)
-        .open_sender(&host)?;
-    Ok((
-        host.to_string_lossy().into_owned(),
-        sprite.visible_path(&name),
-        tx,
-    ))
+    let tx = tokio::net::unix::pipe::Sender::from_file(file)?;
+    Ok((name.clone(), sprite.visible_path(&name), tx))
 }
 
 /// Feeds stdin chunks to the FIFO; `None` (or the channel closing) is EOF. The writer is only
@@ -392,7 +388,8 @@ async fn make_fifo(
 /// opening it): a FIFO opened for reading with no writer left would block forever.
 fn stdin_pump(
     mut tx: tokio::net::unix::pipe::Sender,
-    fifo_host: String,
+    sandbox: Arc<crate::harness::Sandbox>,
+    fifo: String,
 ) -> (
     mpsc::UnboundedSender<Option<Bytes>>,
     tokio::task::JoinHandle<()>,
@@ -404,7 +401,12 @@ fn stdin_pump(
                 break;
             }
         }
-        while std::path::Path::new(&fifo_host).exists() {
+        loop {
+            let f = fifo.clone();
+            let exists = sandbox.fs(move |fs| Ok(fs.path(&f).exists())).await;
+            if !exists.unwrap_or(false) {
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         drop(tx);
@@ -430,15 +432,19 @@ async fn start_session(
     spec: &Spec,
 ) -> Result<Started, StartError> {
     let opts = st.options();
-    let dir_host = sprite.sandbox.host_path(&spec.dir);
-    if !dir_host.is_dir() {
+    let dir = spec.dir.clone();
+    let is_dir = sprite
+        .sandbox
+        .fs(move |fs| Ok(fs.path(&dir).is_dir()))
+        .await;
+    if !is_dir.unwrap_or(false) {
         return Err(StartError::CannotStart);
     }
     let (fifo_host, fifo_visible, pump) = if spec.stdin {
         let (host, visible, tx) = make_fifo(sprite)
             .await
             .map_err(|e| StartError::Internal(format!("stdin pipe: {e}")))?;
-        let (send, task) = stdin_pump(tx, host.clone());
+        let (send, task) = stdin_pump(tx, sprite.sandbox.clone(), host.clone());
         (Some(host), Some(visible), Some((send, task)))
     } else {
         (None, None, None)
@@ -459,8 +465,11 @@ async fn start_session(
     let stream = match sprite.sandbox.exec().exec_stream(cmd).await {
         Ok(s) => s,
         Err(e) => {
-            if let Some(h) = &fifo_host {
-                let _ = std::fs::remove_file(h);
+            if let Some(h) = fifo_host.clone() {
+                let _ = sprite
+                    .sandbox
+                    .fs(move |fs| std::fs::remove_file(fs.path(&h)))
+                    .await;
             }
             return Err(if e.kind() == execseam_core::ErrorKind::NotFound {
                 StartError::CannotStart
@@ -489,7 +498,10 @@ async fn start_session(
             t.abort();
         }
         if let Some(h) = fifo_host {
-            let _ = std::fs::remove_file(h);
+            let _ = sprite2
+                .sandbox
+                .fs(move |fs| std::fs::remove_file(fs.path(&h)))
+                .await;
         }
     });
     sprite.sandbox.track(task.abort_handle());

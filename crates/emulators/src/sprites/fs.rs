@@ -22,6 +22,7 @@ use super::Sprite;
 use super::State;
 use super::exec::{json_response, sprite_for};
 use super::query::Query;
+use crate::harness::Fs;
 use crate::util::rfc3339;
 
 type St = AxState<Arc<State>>;
@@ -81,11 +82,53 @@ fn parse_mode(s: &str) -> Option<u32> {
     u32::from_str_radix(s.trim_start_matches("0o"), 8).ok()
 }
 
-/// The common parameters: the sprite, the absolute path and its host location.
+/// The common parameters: the sprite, the absolute path, and who does the operation.
 struct Target {
     sprite: Arc<Sprite>,
     path: String,
-    host: PathBuf,
+    /// `asRoot=true`: as root instead of the sprite's user.
+    as_root: bool,
+}
+
+impl Target {
+    fn user(&self) -> crate::harness::User {
+        if self.as_root {
+            crate::harness::User::root()
+        } else {
+            self.sprite.sandbox.user().clone()
+        }
+    }
+
+    /// Runs the operation as the sprite's server does: inside the sprite, as its user (root with
+    /// `asRoot`), so permissions and new files' owners are the user's. `f` gets the path to use.
+    async fn run<F>(self, f: F) -> Response
+    where
+        F: FnOnce(&Fs, Target, PathBuf) -> Response + Send + 'static,
+    {
+        let (sandbox, user) = (self.sprite.sandbox.clone(), self.user());
+        let done = sandbox
+            .fs_as(&user, move |fs| {
+                let host = fs.path(&self.path);
+                Ok(f(fs, self, host))
+            })
+            .await;
+        done.unwrap_or_else(|e| fs_error("open", "/", &e))
+    }
+
+    /// [`run`](Self::run) over two paths of the same sprite (rename, copy).
+    async fn run2<F>(self, other: Target, f: F) -> Response
+    where
+        F: FnOnce(&Fs, Target, PathBuf, Target, PathBuf) -> Response + Send + 'static,
+    {
+        let (sandbox, user) = (self.sprite.sandbox.clone(), self.user());
+        let done = sandbox
+            .fs_as(&user, move |fs| {
+                let (a, b) = (fs.path(&self.path), fs.path(&other.path));
+                Ok(f(fs, self, a, other, b))
+            })
+            .await;
+        done.unwrap_or_else(|e| fs_error("open", "/", &e))
+    }
 }
 
 fn target(
@@ -103,8 +146,15 @@ fn target(
         return Err(bad_request("path is required"));
     };
     let path = resolve(path, wd);
-    let host = sprite.sandbox.host_path(&path);
-    Ok(Target { sprite, path, host })
+    Ok(Target {
+        sprite,
+        path,
+        as_root: false,
+    })
+}
+
+fn as_root(t: &mut Target, yes: bool) {
+    t.as_root = yes;
 }
 
 fn entry(name: &str, path: &str, m: &std::fs::Metadata) -> Value {
@@ -128,7 +178,7 @@ fn entry(name: &str, path: &str, m: &std::fs::Metadata) -> Value {
 
 pub(crate) async fn read(st: St, Path(name): Path<String>, req: Request) -> Response {
     let q = Query::parse(req.uri().query());
-    let t = match target(
+    let mut t = match target(
         &st,
         req.headers(),
         &name,
@@ -138,29 +188,33 @@ pub(crate) async fn read(st: St, Path(name): Path<String>, req: Request) -> Resp
         Ok(t) => t,
         Err(r) => return r,
     };
-    if t.host.is_dir() {
-        return fs_error(
-            "read",
-            &t.path,
-            &std::io::Error::from(ErrorKind::IsADirectory),
-        );
-    }
-    match std::fs::read(&t.host) {
-        Ok(data) => {
-            let mut r = (StatusCode::OK, data).into_response();
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/octet-stream"),
+    as_root(&mut t, q.flag("asRoot"));
+    t.run(|_, t, host| {
+        if host.is_dir() {
+            return fs_error(
+                "read",
+                &t.path,
+                &std::io::Error::from(ErrorKind::IsADirectory),
             );
-            r
         }
-        Err(e) => fs_error("open", &t.path, &e),
-    }
+        match std::fs::read(&host) {
+            Ok(data) => {
+                let mut r = (StatusCode::OK, data).into_response();
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/octet-stream"),
+                );
+                r
+            }
+            Err(e) => fs_error("open", &t.path, &e),
+        }
+    })
+    .await
 }
 
 pub(crate) async fn write(st: St, Path(name): Path<String>, req: Request) -> Response {
     let q = Query::parse(req.uri().query());
-    let t = match target(
+    let mut t = match target(
         &st,
         req.headers(),
         &name,
@@ -182,22 +236,26 @@ pub(crate) async fn write(st: St, Path(name): Path<String>, req: Request) -> Res
         Ok(b) => b,
         Err(e) => return bad_request(&format!("cannot read the body: {e}")),
     };
-    if mkdir
-        && let Some(parent) = t.host.parent()
-        && let Err(e) = std::fs::create_dir_all(parent)
-    {
-        return fs_error("mkdir", &t.path, &e);
-    }
-    if let Err(e) = std::fs::write(&t.host, &body) {
-        return fs_error("open", &t.path, &e);
-    }
-    if let Err(e) = std::fs::set_permissions(&t.host, std::fs::Permissions::from_mode(mode)) {
-        return fs_error("chmod", &t.path, &e);
-    }
-    json_response(
-        StatusCode::OK,
-        &json!({"path": t.path, "size": body.len(), "mode": format!("{mode:04o}")}),
-    )
+    as_root(&mut t, q.flag("asRoot"));
+    t.run(move |_, t, host| {
+        if mkdir
+            && let Some(parent) = host.parent()
+            && let Err(e) = std::fs::create_dir_all(parent)
+        {
+            return fs_error("mkdir", &t.path, &e);
+        }
+        if let Err(e) = std::fs::write(&host, &body) {
+            return fs_error("open", &t.path, &e);
+        }
+        if let Err(e) = std::fs::set_permissions(&host, std::fs::Permissions::from_mode(mode)) {
+            return fs_error("chmod", &t.path, &e);
+        }
+        json_response(
+            StatusCode::OK,
+            &json!({"path": t.path, "size": body.len(), "mode": format!("{mode:04o}")}),
+        )
+    })
+    .await
 }
 
 fn walk(dir: &FsPath, shown: &str, recursive: bool, out: &mut Vec<Value>) -> std::io::Result<()> {
@@ -223,7 +281,7 @@ fn walk(dir: &FsPath, shown: &str, recursive: bool, out: &mut Vec<Value>) -> std
 
 pub(crate) async fn list(st: St, Path(name): Path<String>, req: Request) -> Response {
     let q = Query::parse(req.uri().query());
-    let t = match target(
+    let mut t = match target(
         &st,
         req.headers(),
         &name,
@@ -233,24 +291,29 @@ pub(crate) async fn list(st: St, Path(name): Path<String>, req: Request) -> Resp
         Ok(t) => t,
         Err(r) => return r,
     };
-    let m = match std::fs::symlink_metadata(&t.host) {
-        Ok(m) => m,
-        Err(e) => return fs_error("stat", &t.path, &e),
-    };
-    let mut entries = Vec::new();
-    if m.is_dir() {
-        if let Err(e) = walk(&t.host, &t.path, q.flag("recursive"), &mut entries) {
-            return fs_error("readdir", &t.path, &e);
+    as_root(&mut t, q.flag("asRoot"));
+    let recursive = q.flag("recursive");
+    t.run(move |_, t, host| {
+        let m = match std::fs::symlink_metadata(&host) {
+            Ok(m) => m,
+            Err(e) => return fs_error("stat", &t.path, &e),
+        };
+        let mut entries = Vec::new();
+        if m.is_dir() {
+            if let Err(e) = walk(&host, &t.path, recursive, &mut entries) {
+                return fs_error("readdir", &t.path, &e);
+            }
+        } else {
+            // Listing a file returns that file: SDKs implement stat as list + entries[0].
+            let name = t.path.rsplit('/').next().unwrap_or_default().to_owned();
+            entries.push(entry(&name, &t.path, &m));
         }
-    } else {
-        // Listing a file returns that file: SDKs implement stat as list + entries[0].
-        let name = t.path.rsplit('/').next().unwrap_or_default().to_owned();
-        entries.push(entry(&name, &t.path, &m));
-    }
-    json_response(
-        StatusCode::OK,
-        &json!({"path": t.path, "count": entries.len(), "entries": entries}),
-    )
+        json_response(
+            StatusCode::OK,
+            &json!({"path": t.path, "count": entries.len(), "entries": entries}),
+        )
+    })
+    .await
 }
 
 pub(crate) async fn delete(st: St, Path(name): Path<String>, req: Request) -> Response {
@@ -269,39 +332,46 @@ pub(crate) async fn delete(st: St, Path(name): Path<String>, req: Request) -> Re
         .map(str::to_owned)
         .or_else(|| json["workingDir"].as_str().map(str::to_owned));
     let recursive = q.flag("recursive") || json["recursive"].as_bool() == Some(true);
-    let t = match target(&st, &headers, &name, path.as_deref(), wd.as_deref()) {
+    let mut t = match target(&st, &headers, &name, path.as_deref(), wd.as_deref()) {
         Ok(t) => t,
         Err(r) => return r,
     };
-    let m = match std::fs::symlink_metadata(&t.host) {
-        Ok(m) => m,
-        Err(e) => return fs_error("remove", &t.path, &e),
-    };
-    let mut deleted = Vec::new();
-    let r = if m.is_dir() {
-        if recursive {
-            let mut all = Vec::new();
-            let _ = walk(&t.host, &t.path, true, &mut all);
-            deleted.extend(
-                all.iter()
-                    .rev()
-                    .filter_map(|e| e["path"].as_str().map(str::to_owned)),
-            );
-            std::fs::remove_dir_all(&t.host)
+    as_root(
+        &mut t,
+        q.flag("asRoot") || json["asRoot"].as_bool() == Some(true),
+    );
+    t.run(move |_, t, host| {
+        let m = match std::fs::symlink_metadata(&host) {
+            Ok(m) => m,
+            Err(e) => return fs_error("remove", &t.path, &e),
+        };
+        let mut deleted = Vec::new();
+        let r = if m.is_dir() {
+            if recursive {
+                let mut all = Vec::new();
+                let _ = walk(&host, &t.path, true, &mut all);
+                deleted.extend(
+                    all.iter()
+                        .rev()
+                        .filter_map(|e| e["path"].as_str().map(str::to_owned)),
+                );
+                std::fs::remove_dir_all(&host)
+            } else {
+                std::fs::remove_dir(&host)
+            }
         } else {
-            std::fs::remove_dir(&t.host)
+            std::fs::remove_file(&host)
+        };
+        if let Err(e) = r {
+            return fs_error("remove", &t.path, &e);
         }
-    } else {
-        std::fs::remove_file(&t.host)
-    };
-    if let Err(e) = r {
-        return fs_error("remove", &t.path, &e);
-    }
-    deleted.push(t.path.clone());
-    json_response(
-        StatusCode::OK,
-        &json!({"count": deleted.len(), "deleted": deleted}),
-    )
+        deleted.push(t.path.clone());
+        json_response(
+            StatusCode::OK,
+            &json!({"count": deleted.len(), "deleted": deleted}),
+        )
+    })
+    .await
 }
 
 fn body_json(body: &Bytes) -> Result<Value, Response> {
@@ -327,13 +397,16 @@ pub(crate) async fn rename(
         Ok(t) => t,
         Err(r) => return r,
     };
-    match std::fs::rename(&src.host, &dst.host) {
+    let mut src = src;
+    as_root(&mut src, v["asRoot"].as_bool() == Some(true));
+    src.run2(dst, |_, src, s, dst, d| match std::fs::rename(&s, &d) {
         Ok(()) => json_response(
             StatusCode::OK,
             &json!({"source": src.path, "dest": dst.path}),
         ),
         Err(e) => fs_error("rename", &src.path, &e),
-    }
+    })
+    .await
 }
 
 fn copy_tree(
@@ -391,27 +464,27 @@ pub(crate) async fn copy(
         Ok(t) => t,
         Err(r) => return r,
     };
-    if src.host.is_dir() && v["recursive"].as_bool() == Some(false) {
-        return fs_error(
-            "copy",
-            &src.path,
-            &std::io::Error::from(ErrorKind::IsADirectory),
-        );
-    }
-    let (mut copied, mut total) = (Vec::new(), 0u64);
-    match copy_tree(
-        &src.host,
-        &dst.host,
-        (&src.path, &dst.path),
-        &mut copied,
-        &mut total,
-    ) {
-        Ok(()) => json_response(
-            StatusCode::OK,
-            &json!({"count": copied.len(), "copied": copied, "totalBytes": total}),
-        ),
-        Err(e) => fs_error("copy", &src.path, &e),
-    }
+    let mut src = src;
+    as_root(&mut src, v["asRoot"].as_bool() == Some(true));
+    let not_recursive = v["recursive"].as_bool() == Some(false);
+    src.run2(dst, move |_, src, s, dst, d| {
+        if s.is_dir() && not_recursive {
+            return fs_error(
+                "copy",
+                &src.path,
+                &std::io::Error::from(ErrorKind::IsADirectory),
+            );
+        }
+        let (mut copied, mut total) = (Vec::new(), 0u64);
+        match copy_tree(&s, &d, (&src.path, &dst.path), &mut copied, &mut total) {
+            Ok(()) => json_response(
+                StatusCode::OK,
+                &json!({"count": copied.len(), "copied": copied, "totalBytes": total}),
+            ),
+            Err(e) => fs_error("copy", &src.path, &e),
+        }
+    })
+    .await
 }
 
 pub(crate) async fn chmod(
@@ -437,27 +510,33 @@ pub(crate) async fn chmod(
     let Some(mode) = v["mode"].as_str().and_then(parse_mode) else {
         return bad_request("mode must be an octal string such as \"0755\"");
     };
-    let mut targets = vec![(t.host.clone(), t.path.clone())];
-    if v["recursive"].as_bool() == Some(true) && t.host.is_dir() {
-        let mut all = Vec::new();
-        let _ = walk(&t.host, &t.path, true, &mut all);
-        for e in all {
-            if let Some(p) = e["path"].as_str() {
-                targets.push((t.sprite.sandbox.host_path(p), p.to_owned()));
+    let mut t = t;
+    as_root(&mut t, v["asRoot"].as_bool() == Some(true));
+    let recursive = v["recursive"].as_bool() == Some(true);
+    t.run(move |fs, t, host| {
+        let mut targets = vec![(host.clone(), t.path.clone())];
+        if recursive && host.is_dir() {
+            let mut all = Vec::new();
+            let _ = walk(&host, &t.path, true, &mut all);
+            for e in all {
+                if let Some(p) = e["path"].as_str() {
+                    targets.push((fs.path(p), p.to_owned()));
+                }
             }
         }
-    }
-    let mut affected = Vec::new();
-    for (host, path) in targets {
-        if let Err(e) = std::fs::set_permissions(&host, std::fs::Permissions::from_mode(mode)) {
-            return fs_error("chmod", &path, &e);
+        let mut affected = Vec::new();
+        for (host, path) in targets {
+            if let Err(e) = std::fs::set_permissions(&host, std::fs::Permissions::from_mode(mode)) {
+                return fs_error("chmod", &path, &e);
+            }
+            affected.push(json!({"path": path, "mode": format!("{mode:04o}")}));
         }
-        affected.push(json!({"path": path, "mode": format!("{mode:04o}")}));
-    }
-    json_response(
-        StatusCode::OK,
-        &json!({"count": affected.len(), "affected": affected}),
-    )
+        json_response(
+            StatusCode::OK,
+            &json!({"count": affected.len(), "affected": affected}),
+        )
+    })
+    .await
 }
 
 pub(crate) async fn chown(
@@ -482,27 +561,34 @@ pub(crate) async fn chown(
     };
     let id = |k: &str| v[k].as_u64().and_then(|n| u32::try_from(n).ok());
     let (uid, gid) = (id("uid"), id("gid"));
-    let mut targets = vec![(t.host.clone(), t.path.clone())];
-    if v["recursive"].as_bool() == Some(true) && t.host.is_dir() {
-        let mut all = Vec::new();
-        let _ = walk(&t.host, &t.path, true, &mut all);
-        for e in all {
-            if let Some(p) = e["path"].as_str() {
-                targets.push((t.sprite.sandbox.host_path(p), p.to_owned()));
+    // Giving a file away needs root (the server's own privilege).
+    let mut t = t;
+    as_root(&mut t, true);
+    let recursive = v["recursive"].as_bool() == Some(true);
+    t.run(move |fs, t, host| {
+        let mut targets = vec![(host.clone(), t.path.clone())];
+        if recursive && host.is_dir() {
+            let mut all = Vec::new();
+            let _ = walk(&host, &t.path, true, &mut all);
+            for e in all {
+                if let Some(p) = e["path"].as_str() {
+                    targets.push((fs.path(p), p.to_owned()));
+                }
             }
         }
-    }
-    let mut affected = Vec::new();
-    for (host, path) in targets {
-        if let Err(e) = std::os::unix::fs::lchown(&host, uid, gid) {
-            return fs_error("chown", &path, &e);
+        let mut affected = Vec::new();
+        for (host, path) in targets {
+            if let Err(e) = std::os::unix::fs::lchown(&host, uid, gid) {
+                return fs_error("chown", &path, &e);
+            }
+            affected.push(json!({"path": path, "uid": uid, "gid": gid}));
         }
-        affected.push(json!({"path": path, "uid": uid, "gid": gid}));
-    }
-    json_response(
-        StatusCode::OK,
-        &json!({"count": affected.len(), "affected": affected}),
-    )
+        json_response(
+            StatusCode::OK,
+            &json!({"count": affected.len(), "affected": affected}),
+        )
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use crate::harness::{FaultHandle, Isolation, Sandbox, SandboxSpec, Server};
+use crate::harness::{FaultHandle, Sandbox, SandboxSpec, Sandboxing, Server, User};
 use crate::util::hex_id;
 use crate::{Emulator, EmulatorOptions};
 
@@ -65,6 +65,8 @@ pub const DEFAULT_SPRITE: &str = "execseam";
 pub const PLACEHOLDER_TOKEN: &str = "sprites-emulator-token";
 /// The home directory and default cwd.
 pub const HOME: &str = "/home/sprite";
+/// The `sprite` user's uid.
+pub const SPRITE_UID: u32 = 1001;
 /// The `Sprite-Version` header sent on every response.
 pub const SPRITE_VERSION: &str = "v0.0.1-rc46";
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -181,21 +183,21 @@ impl Sprite {
     }
 
     fn spec(name: &str) -> SandboxSpec {
-        let env = [
-            ("HOME", HOME),
-            ("USER", "sprite"),
-            ("LOGNAME", "sprite"),
-            ("SHELL", "/bin/bash"),
-            ("PATH", PATH),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-        SandboxSpec {
-            private_paths: vec![HOME.into(), "/tmp".into()],
+        let env = [("SHELL", "/bin/bash"), ("PATH", PATH)]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect::<BTreeMap<String, String>>();
+        let _ = name;
+        // superfly/sprites-go `base-env/images/ubuntu-devtools/Dockerfile`: `useradd -u 1001
+        // sprite`, passwordless sudo, groups sudo and users, `USER sprite`; its entrypoint names
+        // the host `sprite` in /etc/hosts.
+        SandboxSpec::new(
+            "sprite",
+            "sprite",
+            User::new("sprite", SPRITE_UID, HOME).groups(["sudo", "users"]),
             env,
-            name: format!("sprite-{name}"),
-        }
+        )
+        .other_users([User::root()])
     }
 
     /// Kills every session (their clients see the socket drop) and removes the sandbox.
@@ -216,7 +218,7 @@ impl Sprite {
 pub(crate) struct State {
     pub(crate) token: Option<String>,
     pub(crate) faults: FaultHandle,
-    pub(crate) isolation: Isolation,
+    pub(crate) sandboxing: Sandboxing,
     pub(crate) options: Mutex<SpritesOptions>,
     pub(crate) sprites: Mutex<BTreeMap<String, Arc<Sprite>>>,
     pub(crate) next_session: AtomicU64,
@@ -236,7 +238,7 @@ impl State {
         if let Some(s) = all.get(name) {
             return Ok((s.clone(), false));
         }
-        let sandbox = Sandbox::create(name.to_owned(), Sprite::spec(name), self.isolation)?;
+        let sandbox = Sandbox::create(name.to_owned(), Sprite::spec(name), &self.sandboxing)?;
         let s = Arc::new(Sprite {
             name: name.to_owned(),
             id: format!("sprite-{}", hex_id(32)),
@@ -289,7 +291,7 @@ impl SpritesEmulator {
         let state = Arc::new(State {
             token: options.token.clone(),
             faults,
-            isolation: options.isolation,
+            sandboxing: options.sandboxing,
             options: Mutex::new(sprites),
             sprites: Mutex::new(BTreeMap::new()),
             next_session: AtomicU64::new(1000),

@@ -1,0 +1,441 @@
+//! The harness's own proofs. Each test makes its sandboxes under a state directory of its own and
+//! counts only what it created (other people run emulators on the same machine).
+
+use std::time::{Duration, Instant};
+
+use execseam_core::{Command, Exec, Exit};
+
+use super::*;
+
+/// A state directory for one test, removed (if empty) at the end.
+struct StateDir(PathBuf);
+
+impl StateDir {
+    fn new(name: &str) -> StateDir {
+        let p = std::env::temp_dir().join(format!(
+            "execseam-harness-test-{name}-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        StateDir(p)
+    }
+
+    fn sandboxing(&self, isolation: Isolation) -> Sandboxing {
+        Sandboxing {
+            isolation,
+            mounts: Vec::new(),
+            state_dir: Some(self.0.clone()),
+        }
+    }
+
+    fn entries(&self) -> usize {
+        std::fs::read_dir(&self.0).unwrap().count()
+    }
+}
+
+impl Drop for StateDir {
+    /// Waits for the test's sandboxes to be torn down (on their own threads), then removes the
+    /// directory, which must then be empty.
+    fn drop(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.entries() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let left = self.entries();
+        let _ = std::fs::remove_dir(&self.0);
+        if !std::thread::panicking() {
+            assert_eq!(left, 0, "sandbox state left in {}", self.0.display());
+        }
+    }
+}
+
+fn spec() -> SandboxSpec {
+    let user = User::new("emu", 1000, "/home/emu").groups(["users"]);
+    SandboxSpec::new(
+        "test",
+        "emu-host",
+        user,
+        [("PATH", "/usr/local/bin:/usr/bin:/bin")],
+    )
+    .other_users([User::root()])
+    .dirs([Dir::root("/workspace")])
+}
+
+fn namespaces() -> bool {
+    Isolation::detect() == Isolation::Namespaces
+}
+
+async fn run(s: &Sandbox, script: &str) -> execseam_core::Output {
+    s.exec()
+        .exec(Command::new(["sh", "-c", script]).unwrap())
+        .await
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Waits until the sandbox's teardown finished and its state directory is gone.
+async fn gone(state: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while state.exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!state.exists(), "{} left behind", state.display());
+}
+
+fn alive(host_pid: u32) -> bool {
+    // A zombie is dead for our purposes.
+    std::fs::read_to_string(format!("/proc/{host_pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[tokio::test]
+async fn files_and_commands_see_the_same_paths_and_sandboxes_are_private() {
+    let dir = StateDir::new("paths");
+    let iso = Isolation::detect();
+    let a = Sandbox::create("a", spec(), &dir.sandboxing(iso)).unwrap();
+    let b = Sandbox::create("b", spec(), &dir.sandboxing(iso)).unwrap();
+    a.fs(|fs| std::fs::write(fs.path("/home/emu/f.txt"), "from files api"))
+        .await
+        .unwrap();
+    let home = a.visible_path("/home/emu");
+    let cmd = Command::builder(["sh", "-c", "cat \"$HOME/f.txt\"; printf x > /tmp/t; pwd"])
+        .workdir(&home)
+        .build()
+        .unwrap();
+    let out = a.exec().exec(cmd).await.unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        format!("from files api{home}\n"),
+        "{out:?}"
+    );
+    let t = a.fs(|fs| std::fs::read(fs.path("/tmp/t"))).await.unwrap();
+    assert_eq!(t, b"x");
+    assert!(
+        !b.fs(|fs| Ok(fs.path("/tmp/t").exists())).await.unwrap(),
+        "sandbox b must not see a's /tmp"
+    );
+    let out = run(&b, "cat /tmp/t").await;
+    assert_eq!(out.exit, Exit::Code(1));
+    let (sa, sb) = (a.state_dir().to_path_buf(), b.state_dir().to_path_buf());
+    a.destroy();
+    b.destroy();
+    gone(&sa).await;
+    gone(&sb).await;
+    assert_eq!(dir.entries(), 0);
+}
+
+#[tokio::test]
+async fn a_missing_workdir_inside_the_sandbox_is_not_found() {
+    let dir = StateDir::new("workdir");
+    let s = Sandbox::create("c", spec(), &dir.sandboxing(Isolation::detect())).unwrap();
+    let cmd = Command::builder(["true"])
+        .workdir(s.visible_path("/home/emu/nope"))
+        .build()
+        .unwrap();
+    let err = s.exec().exec(cmd).await.unwrap_err();
+    assert_eq!(err.kind(), execseam_core::ErrorKind::NotFound);
+    let out = s
+        .exec()
+        .exec(Command::new(["no-such-program-execseam"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.exit, Exit::Code(127), "{out:?}");
+}
+
+#[tokio::test]
+async fn ps_lists_only_the_sandbox_and_ids_are_the_providers() {
+    if !namespaces() {
+        eprintln!(
+            "SKIP-REASON: needs root (Isolation::Namespaces); degraded mode has no pid isolation"
+        );
+        return;
+    }
+    let dir = StateDir::new("ps");
+    let a = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
+    let b = Sandbox::create("b", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
+    // A daemon in b must not show in a.
+    run(&b, "sleep 30 >/dev/null 2>&1 &").await;
+    let out = run(&a, "ps -e -o pid=,comm=").await;
+    let lines: Vec<String> = text(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_owned())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l == "1 sh"),
+        "pid 1 is the init: {lines:?}"
+    );
+    for l in &lines {
+        let comm = l.split_whitespace().nth(1).unwrap_or("");
+        assert!(
+            ["sh", "cat", "ps"].contains(&comm),
+            "a process that is not the sandbox's: {l} in {lines:?}"
+        );
+    }
+    assert!(lines.len() <= 4, "{lines:?}");
+    let out = run(
+        &a,
+        "id -u; id -un; id -g; id -Gn; echo $HOME; hostname; uname -n; cat /etc/hostname",
+    )
+    .await;
+    assert_eq!(
+        text(&out.stdout),
+        "1000\nemu\n1000\nemu users\n/home/emu\nemu-host\nemu-host\nemu-host\n",
+        "{out:?}"
+    );
+    let root = a.exec_as(&User::root());
+    let out = root
+        .exec(
+            Command::new([
+                "sh",
+                "-c",
+                "id -u; echo $HOME; stat -c %U:%a /home/emu /root /tmp /workspace",
+            ])
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        "0\n/root\nemu:755\nroot:700\nroot:1777\nroot:755\n",
+        "{out:?}"
+    );
+    // The host's processes are not even addressable.
+    let out = run(&a, &format!("kill -0 {}", std::process::id())).await;
+    assert_ne!(out.exit, Exit::Code(0));
+}
+
+#[tokio::test]
+async fn writes_stay_in_the_sandbox_and_the_host_is_hidden() {
+    if !namespaces() {
+        eprintln!(
+            "SKIP-REASON: needs root (Isolation::Namespaces); degraded mode shares the host filesystem"
+        );
+        return;
+    }
+    let dir = StateDir::new("fs");
+    let a = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
+    let b = Sandbox::create("b", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
+    let nanos = std::time::SystemTime::UNIX_EPOCH
+        .elapsed()
+        .unwrap()
+        .as_nanos();
+    let marker = format!("execseam-harness-{}-{nanos}", std::process::id());
+    let root = a.exec_as(&User::root());
+    let out = root
+        .exec(
+            Command::new([
+                "sh",
+                "-c",
+                &format!("echo x > /var/tmp/{marker} && echo y > /etc/{marker} && echo z > /usr/local/{marker} && cat /var/tmp/{marker} /etc/{marker}"),
+            ])
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(text(&out.stdout), "x\ny\n", "{out:?}");
+    for p in ["/var/tmp", "/etc", "/usr/local"] {
+        assert!(
+            !Path::new(&format!("{p}/{marker}")).exists(),
+            "{p}/{marker} reached the host"
+        );
+    }
+    let out = run(&b, &format!("cat /var/tmp/{marker}")).await;
+    assert_ne!(out.exit, Exit::Code(0), "b sees a's /var/tmp");
+    // The checkout (this test's working directory) and the host's homes are not visible.
+    let cwd = std::env::current_dir().unwrap();
+    let out = run(
+        &a,
+        &format!("ls -A {} /root /home /tmp 2>&1; ls -A / ", cwd.display()),
+    )
+    .await;
+    let listing = text(&out.stdout);
+    assert!(
+        listing.contains("No such file or directory") || listing.contains("cannot access"),
+        "the checkout is visible: {listing}"
+    );
+    assert!(!listing.contains("Cargo.toml"), "{listing}");
+    // Unprivileged: the host's root-owned files cannot be written even below the overlay.
+    let out = run(&a, "echo no >> /etc/passwd").await;
+    assert_ne!(out.exit, Exit::Code(0), "{out:?}");
+    // Root inside cannot mount or make devices (its bounding set lacks the capabilities).
+    let out = root
+        .exec(
+            Command::new([
+                "sh",
+                "-c",
+                "mount -t tmpfs t /mnt || mknod /tmp/vda b 254 0 || echo denied",
+            ])
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(text(&out.stdout).ends_with("denied\n"), "{out:?}");
+}
+
+#[tokio::test]
+async fn the_files_api_resolves_symlinks_inside_the_sandbox() {
+    if !namespaces() {
+        eprintln!("SKIP-REASON: needs root (Isolation::Namespaces)");
+        return;
+    }
+    let dir = StateDir::new("symlink");
+    let s = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
+    let host_target = dir.0.join("host-victim");
+    run(
+        &s,
+        &format!("ln -s {} /home/emu/link", host_target.display()),
+    )
+    .await;
+    s.fs(|fs| std::fs::write(fs.path("/home/emu/link"), "through the link"))
+        .await
+        .unwrap_err(); // the target's directory does not exist inside the sandbox
+    assert!(!host_target.exists(), "the files API wrote a host file");
+    let host_etc = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    run(&s, "ln -s /etc/hostname /home/emu/h").await;
+    let read = s
+        .fs(|fs| std::fs::read_to_string(fs.path("/home/emu/h")))
+        .await
+        .unwrap();
+    assert_eq!(read, "emu-host\n");
+    assert_ne!(read, host_etc);
+}
+
+#[tokio::test]
+async fn destroy_kills_daemons_and_a_dropped_exec_kills_its_group() {
+    if !namespaces() {
+        eprintln!("SKIP-REASON: needs root (Isolation::Namespaces)");
+        return;
+    }
+    let dir = StateDir::new("kill");
+    let s = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
+    // A command that outlives its deadline: the exec future is dropped, its group is killed.
+    let slow = Command::new(["sh", "-c", "sleep 30 & sleep 30; wait"]).unwrap();
+    let r = tokio::time::timeout(Duration::from_millis(300), s.exec().exec(slow)).await;
+    assert!(r.is_err());
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let left: Vec<u32> = s
+            .processes()
+            .unwrap()
+            .into_iter()
+            .filter(|p| {
+                alive(*p)
+                    && std::fs::read_to_string(format!("/proc/{p}/comm"))
+                        .is_ok_and(|c| c.trim() == "sleep")
+            })
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running after the deadline: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A daemon (its own session, reparented to the init) dies with the sandbox.
+    run(&s, "setsid sh -c 'sleep 60' >/dev/null 2>&1 < /dev/null &").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let procs = s.processes().unwrap();
+    assert!(procs.len() >= 3, "init, cat and the daemon: {procs:?}");
+    let state = s.state_dir().to_path_buf();
+    s.destroy();
+    gone(&state).await;
+    for p in procs {
+        assert!(!alive(p), "process {p} survived destroy");
+    }
+}
+
+#[tokio::test]
+async fn spawn_reports_the_pid_the_sandbox_sees() {
+    if !namespaces() {
+        eprintln!("SKIP-REASON: needs root (Isolation::Namespaces)");
+        return;
+    }
+    let dir = StateDir::new("spawn");
+    let s = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.args(["-c", "echo $$; ps -o pgid= -p $$"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdout(std::process::Stdio::piped());
+    let child = s.spawn(cmd, s.user(), "/workspace").await.unwrap();
+    assert_ne!(child.pid, child.host_pid);
+    let out = child.child.wait_with_output().await.unwrap();
+    let lines: Vec<String> = text(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_owned())
+        .collect();
+    assert_eq!(
+        lines,
+        [child.pid.to_string(), child.pid.to_string()],
+        "its own group, inside"
+    );
+}
+
+#[tokio::test]
+async fn mounts_bind_host_paths_on_purpose() {
+    if !namespaces() {
+        eprintln!("SKIP-REASON: needs root (Isolation::Namespaces)");
+        return;
+    }
+    let dir = StateDir::new("mount");
+    let host = tempdir_in(&dir.0, "host");
+    std::fs::write(host.join("README"), "repo\n").unwrap();
+    let mut sandboxing = dir.sandboxing(Isolation::Namespaces);
+    sandboxing.mounts = vec![
+        format!("{}:/home/emu/repo", host.display())
+            .parse()
+            .unwrap(),
+        format!("{}:/srv/ro:ro", host.display()).parse().unwrap(),
+    ];
+    let s = Sandbox::create("a", spec(), &sandboxing).unwrap();
+    let root = s.exec_as(&User::root());
+    let out = root
+        .exec(Command::new(["sh", "-c", "cat /home/emu/repo/README /srv/ro/README; echo w > /home/emu/repo/new; echo w > /srv/ro/other || echo ro"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(text(&out.stdout), "repo\nrepo\nro\n", "{out:?}");
+    assert!(host.join("new").exists());
+    assert!(!host.join("other").exists());
+    let state = s.state_dir().to_path_buf();
+    drop(s);
+    gone(&state).await;
+    std::fs::remove_dir_all(&host).unwrap();
+    assert_eq!(dir.entries(), 0);
+}
+
+fn tempdir_in(base: &Path, name: &str) -> PathBuf {
+    let p = base.join(name);
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+#[tokio::test]
+async fn the_degraded_mode_translates_paths() {
+    let dir = StateDir::new("translate");
+    let s = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Translate)).unwrap();
+    let home = s.visible_path("/home/emu");
+    assert!(
+        home.starts_with(&*s.state_dir().to_string_lossy()),
+        "{home}"
+    );
+    let out = run(&s, "echo $HOME").await;
+    assert_eq!(text(&out.stdout), format!("{home}\n"));
+    s.fs(|fs| std::fs::write(fs.path("/tmp/x"), "1"))
+        .await
+        .unwrap();
+    assert!(s.state_dir().join("tmp/x").exists());
+    assert!(s.processes().is_none());
+    let state = s.state_dir().to_path_buf();
+    drop(s);
+    assert!(!state.exists());
+}

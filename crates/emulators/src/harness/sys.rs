@@ -1,0 +1,181 @@
+//! The few system calls the sandboxes need that std does not offer: entering a sandbox's
+//! namespaces from one thread, dropping privileges in a child before `exec`, whiteouts and opaque
+//! directories for the overlay, and signals. Each call is a thin wrapper with its SAFETY comment;
+//! nothing else in the harness is `unsafe`.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))
+}
+
+/// Moves the calling thread (only it) into these namespaces (`(ns file, CLONE_NEW*)`): it first
+/// stops sharing its filesystem attributes (root, cwd) with the process's other threads, which
+/// `setns` into a mount namespace requires, so the process's other threads keep the host's view.
+/// Processes the thread starts afterwards are born inside (for the pid namespace, only its
+/// children are). On any error the thread must not be used for sandbox work.
+pub(crate) fn enter_on_this_thread(namespaces: &[(&File, libc::c_int)]) -> io::Result<()> {
+    // SAFETY: unshare(2) takes flags only; CLONE_FS affects this thread's fs_struct alone.
+    check(unsafe { libc::unshare(libc::CLONE_FS) })?;
+    for (file, kind) in namespaces {
+        // SAFETY: setns(2) takes an open namespace fd (borrowed for the call) and a type flag.
+        check(unsafe { libc::setns(file.as_raw_fd(), *kind) })?;
+    }
+    Ok(())
+}
+
+/// Makes the calling thread (only it: raw system calls, not glibc's process-wide wrappers) do
+/// file operations as `creds`: supplementary groups, then fs gid and fs uid. The kernel then
+/// checks permissions as that user and drops the thread's file capabilities (CAP_DAC_OVERRIDE,
+/// CAP_CHOWN, …), and new files belong to it. The thread must be thrown away afterwards.
+pub(crate) fn become_fs_user_on_this_thread(creds: &Creds) -> io::Result<()> {
+    // SAFETY: raw setgroups(2) over a live slice, then setfsgid(2) and setfsuid(2), which take
+    // integers; all three change this thread's credentials only.
+    unsafe {
+        if libc::syscall(
+            libc::SYS_setgroups,
+            creds.groups.len() as libc::c_long,
+            creds.groups.as_ptr(),
+        ) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        libc::syscall(libc::SYS_setfsgid, creds.gid as libc::c_long);
+        libc::syscall(libc::SYS_setfsuid, creds.uid as libc::c_long);
+        // Both return the previous value; asking again with an invalid id (-1) reads it back.
+        let uid = libc::syscall(libc::SYS_setfsuid, -1 as libc::c_long);
+        let gid = libc::syscall(libc::SYS_setfsgid, -1 as libc::c_long);
+        if uid != creds.uid as libc::c_long || gid != creds.gid as libc::c_long {
+            return Err(io::Error::other("setfsuid/setfsgid did not take"));
+        }
+    }
+    Ok(())
+}
+
+/// The capabilities a sandbox's processes keep in their bounding set (Docker's default set, less
+/// CAP_MKNOD: there is no device cgroup here). Root inside a sandbox can then not mount, load
+/// modules, change the host's clock or network, open files by handle or trace, while it can still
+/// chown, kill its own processes and bind low ports.
+const KEPT_CAPS: [u32; 13] = [
+    0,  // CAP_CHOWN
+    1,  // CAP_DAC_OVERRIDE
+    3,  // CAP_FOWNER
+    4,  // CAP_FSETID
+    5,  // CAP_KILL
+    6,  // CAP_SETGID
+    7,  // CAP_SETUID
+    8,  // CAP_SETPCAP
+    10, // CAP_NET_BIND_SERVICE
+    13, // CAP_NET_RAW
+    18, // CAP_SYS_CHROOT
+    29, // CAP_AUDIT_WRITE
+    31, // CAP_SETFCAP
+];
+
+/// Who a sandbox process runs as.
+#[derive(Clone, Debug)]
+pub(crate) struct Creds {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+/// Makes `cmd`'s child, just before `exec`, drop the capabilities a sandbox must not have from
+/// its bounding set, then take `creds` (supplementary groups, gid, uid; real, effective and
+/// saved). Raw system calls: in the child only the calling thread exists, and glibc's wrappers
+/// would try to synchronise threads that are not there.
+pub(crate) fn drop_privileges_in_child(cmd: &mut tokio::process::Command, creds: Creds) {
+    let groups: Vec<libc::gid_t> = creds.groups.clone();
+    // SAFETY: the closure runs between fork and exec; it only makes system calls (prctl,
+    // setgroups, setresgid, setresuid), which are async-signal-safe, over data allocated before
+    // the fork, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            for cap in 0..64u32 {
+                if KEPT_CAPS.contains(&cap) {
+                    continue;
+                }
+                let r = libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0);
+                if r != 0 {
+                    let e = io::Error::last_os_error();
+                    // Capabilities past this kernel's last one do not exist.
+                    if e.raw_os_error() != Some(libc::EINVAL) {
+                        return Err(e);
+                    }
+                }
+            }
+            let r = libc::syscall(
+                libc::SYS_setgroups,
+                groups.len() as libc::c_long,
+                groups.as_ptr(),
+            );
+            if r != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let (u, g) = (creds.uid as libc::c_long, creds.gid as libc::c_long);
+            if libc::syscall(libc::SYS_setresgid, g, g, g) != 0
+                || libc::syscall(libc::SYS_setresuid, u, u, u) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Creates a character device node (`0/0` is an overlayfs whiteout: it hides the lower entry).
+pub(crate) fn mknod_char(path: &Path, mode: u32, major: u32, minor: u32) -> io::Result<()> {
+    let p = c_path(path)?;
+    // SAFETY: `p` is a valid NUL-terminated path for the duration of the call.
+    check(unsafe {
+        libc::mknod(
+            p.as_ptr(),
+            libc::S_IFCHR | mode,
+            libc::makedev(major, minor),
+        )
+    })
+}
+
+/// Creates a FIFO.
+pub(crate) fn mkfifo(path: &Path, mode: u32) -> io::Result<()> {
+    let p = c_path(path)?;
+    // SAFETY: `p` is a valid NUL-terminated path for the duration of the call.
+    check(unsafe { libc::mkfifo(p.as_ptr(), mode) })
+}
+
+/// Marks a directory of an overlay's upper layer opaque: the lower directory's entries are not
+/// merged into it.
+pub(crate) fn set_opaque(path: &Path) -> io::Result<()> {
+    let p = c_path(path)?;
+    let name = c"trusted.overlay.opaque";
+    // SAFETY: both strings are valid and NUL-terminated, the value is a 1-byte buffer that
+    // outlives the call.
+    check(unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), b"y".as_ptr().cast(), 1, 0) })
+}
+
+/// kill(2).
+pub(crate) fn kill(pid: i32, sig: i32) -> io::Result<()> {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    check(unsafe { libc::kill(pid, sig) })
+}
+
+/// This process's effective uid.
+pub(crate) fn euid() -> u32 {
+    // SAFETY: geteuid(2) cannot fail and has no preconditions.
+    unsafe { libc::geteuid() }
+}
