@@ -1,0 +1,4 @@
+//! execseam adapter for Modal Sandboxes.
+#![warn(missing_docs)]
+
+pub mod wire;
