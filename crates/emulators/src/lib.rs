@@ -35,6 +35,8 @@ pub mod daytona;
 pub mod e2b;
 #[cfg(feature = "fly")]
 pub mod fly;
+#[cfg(feature = "modal")]
+pub mod modal;
 #[cfg(feature = "sprites")]
 pub mod sprites;
 #[cfg(any(feature = "fly", feature = "sprites"))]
@@ -105,6 +107,8 @@ pub fn providers() -> &'static [&'static str] {
         "cloudflare",
         #[cfg(feature = "agentcore")]
         "agentcore",
+        #[cfg(feature = "modal")]
+        "modal",
     ]
 }
 
@@ -127,6 +131,8 @@ pub async fn start(provider: &str, options: EmulatorOptions) -> std::io::Result<
         "cloudflare" => cloudflare::start(options).await,
         #[cfg(feature = "agentcore")]
         "agentcore" => agentcore::start(options).await,
+        #[cfg(feature = "modal")]
+        "modal" => modal::start(options).await,
         other => Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
             format!(

@@ -1,0 +1,437 @@
+//! The processes the task command router runs: argv executed without a shell in its own process
+//! group inside the sandbox, stdout and stderr kept whole and addressed by byte offset (so a read
+//! can resume after a reconnect, `TaskExecStdioReadRequest.offset`), stdin fed through a queue
+//! by offset (`TaskExecStdinWrite`, `TaskExecStdinWriteStream`), `timeout_secs` enforced here
+//! with SIGKILL, and the end recorded as a code or a signal (`TaskExecWaitResponse.exit_status`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use execseam_core::Command;
+use execseam_core::degrade::{self, WrapOptions};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, watch};
+
+use crate::harness::Sandbox;
+
+/// How a process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal killed it.
+    Signal(i32),
+}
+
+/// Where stderr goes (`TaskExecStderrConfig`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StderrTo {
+    /// Discarded (0, the proto3 default).
+    Devnull,
+    /// Its own stream (1).
+    Pipe,
+    /// Merged into stdout (2).
+    Stdout,
+}
+
+/// What `TaskExecStart` asks for, resolved against the sandbox.
+#[derive(Clone, Debug)]
+pub struct Spawn {
+    /// argv.
+    pub argv: Vec<String>,
+    /// Absolute working directory inside the sandbox.
+    pub cwd: String,
+    /// The whole environment.
+    pub env: BTreeMap<String, String>,
+    /// stdout is piped to the client (else discarded).
+    pub stdout: bool,
+    /// Where stderr goes.
+    pub stderr: StderrTo,
+    /// Killed after this long (`timeout_secs`).
+    pub timeout: Option<Duration>,
+}
+
+/// Why a process could not start.
+#[derive(Debug)]
+pub enum SpawnError {
+    /// The program or the working directory does not exist.
+    NotFound(String),
+    /// Anything else.
+    Other(String),
+}
+
+#[derive(Default)]
+struct Spool {
+    data: Vec<u8>,
+    eof: bool,
+}
+
+#[derive(Default)]
+struct Stdin {
+    /// Bytes accepted so far (`TaskExecStdinStatusResponse.num_bytes_written`).
+    accepted: u64,
+    closed: bool,
+    tx: Option<mpsc::UnboundedSender<Bytes>>,
+    /// Bumped by `TaskExecStdinStatus`, which evicts any stream in flight.
+    generation: u64,
+}
+
+/// Why a stdin write was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StdinError {
+    /// Stdin is closed, or the process has exited.
+    Closed,
+    /// The write starts past what was accepted (a gap).
+    Gap {
+        /// What the server has.
+        accepted: u64,
+    },
+    /// A newer stream (or a status query) took over.
+    Evicted,
+}
+
+/// One exec'd process.
+pub struct Proc {
+    /// The client's `exec_id`.
+    pub id: String,
+    /// Its process group.
+    pub pgid: i32,
+    /// Set by the `cut` fault: its reads and waits end without a gRPC status.
+    pub cut: AtomicBool,
+    spools: Mutex<[Spool; 2]>,
+    ended: Mutex<Option<Ended>>,
+    stdin: Mutex<Stdin>,
+    changed: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for Proc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proc")
+            .field("id", &self.id)
+            .field("pgid", &self.pgid)
+            .field("ended", &self.ended())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Proc {
+    /// How it ended, if it has.
+    pub fn ended(&self) -> Option<Ended> {
+        *self.ended.lock().expect("ended")
+    }
+
+    /// A receiver that changes whenever output arrives or the process ends.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Output of stream `fd` (0 stdout, 1 stderr) from `offset` (at most `max` bytes), and
+    /// whether that stream is finished (no byte will ever follow what is returned).
+    pub fn read(&self, fd: usize, offset: u64, max: usize) -> (Bytes, bool) {
+        let spools = self.spools.lock().expect("spools");
+        let s = &spools[fd];
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(s.data.len());
+        let end = start.saturating_add(max).min(s.data.len());
+        let chunk = Bytes::copy_from_slice(&s.data[start..end]);
+        (chunk, s.eof && end == s.data.len())
+    }
+
+    /// Accepts stdin bytes `data` written at `offset`; bytes before what was already accepted
+    /// are a retry's overlap and are dropped. `eof` closes stdin after them. `generation` is the
+    /// stream's ticket from [`Proc::stdin_ticket`] (`None` for the unary write).
+    pub fn write_stdin(
+        &self,
+        offset: u64,
+        data: &[u8],
+        eof: bool,
+        generation: Option<u64>,
+    ) -> Result<(), StdinError> {
+        let mut st = self.stdin.lock().expect("stdin");
+        if generation.is_some_and(|g| g != st.generation) {
+            return Err(StdinError::Evicted);
+        }
+        let end = offset + data.len() as u64;
+        if st.closed {
+            // A retry of the write that closed stdin is fine; anything new is refused.
+            return if end <= st.accepted && eof {
+                Ok(())
+            } else {
+                Err(StdinError::Closed)
+            };
+        }
+        if self.ended().is_some() {
+            return Err(StdinError::Closed);
+        }
+        if offset > st.accepted {
+            return Err(StdinError::Gap {
+                accepted: st.accepted,
+            });
+        }
+        let skip = (st.accepted - offset) as usize;
+        if skip < data.len() {
+            let fresh = Bytes::copy_from_slice(&data[skip..]);
+            st.accepted += fresh.len() as u64;
+            if let Some(tx) = &st.tx {
+                let _ = tx.send(fresh);
+            }
+        }
+        if eof {
+            st.closed = true;
+            st.tx = None; // the writer drains the queue, then closes the pipe
+        }
+        Ok(())
+    }
+
+    /// `TaskExecStdinStatus`: what was accepted and whether stdin is closed. Evicts any stream
+    /// in flight (as the proto documents).
+    pub fn stdin_status(&self) -> (u64, bool) {
+        let mut st = self.stdin.lock().expect("stdin");
+        st.generation += 1;
+        (st.accepted, st.closed)
+    }
+
+    /// A ticket for one `TaskExecStdinWriteStream`: it evicts the stream before it.
+    pub fn stdin_ticket(&self) -> u64 {
+        let mut st = self.stdin.lock().expect("stdin");
+        st.generation += 1;
+        st.generation
+    }
+
+    /// Kills the process group with `sig`.
+    pub fn kill(&self, sig: i32) {
+        if self.ended().is_none() {
+            kill_group_now(self.pgid, sig);
+        }
+    }
+}
+
+/// Sends `sig` to the process group `pgid` with kill(1) (the crate has no unsafe code).
+pub fn kill_group_now(pgid: i32, sig: i32) {
+    if pgid <= 1 {
+        return;
+    }
+    let _ = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg("--")
+        .arg(format!("-{pgid}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Resolves argv[0] against the process's PATH inside the sandbox.
+fn look_path(sandbox: &Sandbox, program: &str, path: &str) -> Option<String> {
+    if program.contains('/') {
+        return is_executable(&sandbox.host_path(program)).then(|| program.to_owned());
+    }
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| format!("{}/{program}", d.trim_end_matches('/')))
+        .find(|c| is_executable(&sandbox.host_path(c)))
+}
+
+/// Starts a process in `sandbox`. The program and the working directory are checked first, as a
+/// spawn inside the container would fail for them (ENOENT) before anything runs.
+pub fn spawn(sandbox: &Sandbox, id: &str, spec: Spawn) -> Result<Arc<Proc>, SpawnError> {
+    let enoent = "No such file or directory (os error 2)";
+    match std::fs::metadata(sandbox.host_path(&spec.cwd)) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(SpawnError::NotFound(format!(
+                "failed to spawn exec: working directory {:?}: Not a directory (os error 20)",
+                spec.cwd
+            )));
+        }
+        Err(_) => {
+            return Err(SpawnError::NotFound(format!(
+                "failed to spawn exec: working directory {:?}: {enoent}",
+                spec.cwd
+            )));
+        }
+    }
+    let path_var = spec.env.get("PATH").cloned().unwrap_or_default();
+    let Some(program) = look_path(sandbox, &spec.argv[0], &path_var) else {
+        return Err(SpawnError::NotFound(format!(
+            "failed to spawn exec: program {:?}: {enoent}",
+            spec.argv[0]
+        )));
+    };
+    let launcher = sandbox.exec().config().launcher_argv().to_vec();
+    let visible_cwd = sandbox.visible_path(&spec.cwd);
+    let mut proc = if launcher.is_empty() {
+        let mut p = tokio::process::Command::new(sandbox.visible_path(&program));
+        p.args(&spec.argv[1..]).current_dir(&visible_cwd);
+        p
+    } else {
+        // The private mounts exist only inside the launcher: enter the directory there, then
+        // exec argv exactly (the environment is set on the launcher and inherited).
+        let mut argv = spec.argv.clone();
+        argv[0] = program;
+        let cmd = Command::builder(argv)
+            .workdir(visible_cwd)
+            .build()
+            .map_err(|e| SpawnError::Other(e.message().to_owned()))?;
+        let wrap = WrapOptions {
+            workdir: true,
+            ..WrapOptions::default()
+        };
+        let script =
+            degrade::wrap(&cmd, &wrap).map_err(|e| SpawnError::Other(e.message().to_owned()))?;
+        let argv: Vec<String> = launcher.into_iter().chain(script).collect();
+        let mut p = tokio::process::Command::new(&argv[0]);
+        p.args(&argv[1..]).current_dir("/");
+        p
+    };
+    proc.env_clear()
+        .envs(&spec.env)
+        .stdin(Stdio::piped())
+        .stdout(if spec.stdout || spec.stderr == StderrTo::Stdout {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stderr(match spec.stderr {
+            StderrTo::Devnull => Stdio::null(),
+            StderrTo::Pipe | StderrTo::Stdout => Stdio::piped(),
+        })
+        .process_group(0)
+        .kill_on_drop(false);
+    execseam_local::restore_default_signals(&mut proc);
+    let mut child = proc
+        .spawn()
+        .map_err(|e| SpawnError::Other(format!("failed to spawn exec: {e}")))?;
+    let pgid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let (changed, _) = watch::channel(0u64);
+    let p = Arc::new(Proc {
+        id: id.to_owned(),
+        pgid,
+        cut: AtomicBool::new(false),
+        spools: Mutex::new([Spool::default(), Spool::default()]),
+        ended: Mutex::new(None),
+        stdin: Mutex::new(Stdin {
+            tx: Some(tx),
+            ..Stdin::default()
+        }),
+        changed,
+    });
+    // stdout-only exec: stderr is discarded; merged: both pipes feed spool 0.
+    let out_fd = 0;
+    let err_fd = if spec.stderr == StderrTo::Stdout {
+        0
+    } else {
+        1
+    };
+    let keep_err = spec.stderr == StderrTo::Pipe || spec.stdout;
+    let pump_out = child
+        .stdout
+        .take()
+        .map(|r| tokio::spawn(pump(r, p.clone(), out_fd, spec.stdout)));
+    let pump_err = child
+        .stderr
+        .take()
+        .map(|r| tokio::spawn(pump(r, p.clone(), err_fd, keep_err)));
+    if let Some(mut pipe) = child.stdin.take() {
+        tokio::spawn(async move {
+            let mut rx = rx;
+            while let Some(chunk) = rx.recv().await {
+                if pipe.write_all(&chunk).await.is_err() {
+                    break; // the process stopped reading (EPIPE): the rest is dropped
+                }
+            }
+            let _ = pipe.shutdown().await;
+        });
+    }
+    let reaped = p.clone();
+    let timeout = spec.timeout;
+    tokio::spawn(async move {
+        let status = match timeout {
+            None => child.wait().await,
+            Some(t) => {
+                let deadline = Instant::now() + t;
+                tokio::select! {
+                    s = child.wait() => s,
+                    () = tokio::time::sleep_until(deadline.into()) => {
+                        kill_group_now(pgid, 9);
+                        child.wait().await
+                    }
+                }
+            }
+        };
+        // Output still in the pipes is delivered: wait for the copiers to reach EOF, but not
+        // for descendants that keep a pipe open after the process itself is gone.
+        for pump in [pump_out, pump_err].into_iter().flatten() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), pump).await;
+        }
+        use std::os::unix::process::ExitStatusExt;
+        let ended = match status {
+            Ok(s) => match (s.code(), s.signal()) {
+                (Some(c), _) => Ended::Code(c),
+                (None, Some(sig)) => Ended::Signal(sig),
+                _ => Ended::Code(-1),
+            },
+            Err(_) => Ended::Code(-1),
+        };
+        {
+            let mut spools = reaped.spools.lock().expect("spools");
+            spools[0].eof = true;
+            spools[1].eof = true;
+        }
+        *reaped.ended.lock().expect("ended") = Some(ended);
+        {
+            let mut st = reaped.stdin.lock().expect("stdin");
+            st.tx = None;
+        }
+        reaped.changed.send_modify(|v| *v += 1);
+    });
+    Ok(p)
+}
+
+async fn pump<R: AsyncRead + Unpin>(mut r: R, p: Arc<Proc>, fd: usize, keep: bool) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if keep {
+                    p.spools.lock().expect("spools")[fd]
+                        .data
+                        .extend_from_slice(&buf[..n]);
+                    p.changed.send_modify(|v| *v += 1);
+                }
+            }
+        }
+    }
+}
+
+/// Waits until `p` has ended.
+pub async fn wait(p: &Proc) -> Ended {
+    let mut rx = p.subscribe();
+    loop {
+        if let Some(e) = p.ended() {
+            return e;
+        }
+        if rx.changed().await.is_err() {
+            // The sender lives in `p` itself: this cannot happen while `p` is borrowed.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Marks a process cut (see [`Proc::cut`]).
+pub fn cut(p: &Proc) {
+    p.cut.store(true, Ordering::SeqCst);
+}

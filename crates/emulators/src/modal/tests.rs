@@ -1,0 +1,1 @@
+//! Tests of the Modal emulator through generated tonic clients.
