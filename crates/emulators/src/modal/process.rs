@@ -277,15 +277,18 @@ pub fn spawn(sandbox: &Sandbox, id: &str, spec: Spawn) -> Result<Arc<Proc>, Spaw
         p
     } else {
         // The private mounts exist only inside the launcher: enter the directory there, then
-        // exec argv exactly (the environment is set on the launcher and inherited).
+        // exec argv exactly. The environment goes through env(1): a shell drops variables
+        // whose names are not identifiers, which an execve passes on.
         let mut argv = spec.argv.clone();
         argv[0] = program;
         let cmd = Command::builder(argv)
             .workdir(visible_cwd)
+            .envs(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())))
             .build()
             .map_err(|e| SpawnError::Other(e.message().to_owned()))?;
         let wrap = WrapOptions {
             workdir: true,
+            env: true,
             ..WrapOptions::default()
         };
         let script =
