@@ -714,3 +714,34 @@ impl Router {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_are_v4_shaped_and_distinct() {
+        let a = uuid4();
+        let b = uuid4();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 36);
+        let parts: Vec<&str> = a.split('-').collect();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12]
+        );
+        assert!(parts[2].starts_with('4'));
+        assert!(matches!(&parts[3][..1], "8" | "9" | "a" | "b"));
+    }
+
+    #[test]
+    fn the_exp_of_a_jwt_is_read_without_verifying() {
+        let payload = URL_SAFE_NO_PAD.encode(br#"{"sub":"x","exp":1700000000}"#);
+        assert_eq!(jwt_exp(&format!("h.{payload}.sig")), Some(1_700_000_000));
+        let float = URL_SAFE_NO_PAD.encode(br#"{"exp":12.5}"#);
+        assert_eq!(jwt_exp(&format!("h.{float}.s")), Some(12));
+        assert_eq!(jwt_exp("not-a-jwt"), None);
+        let none = URL_SAFE_NO_PAD.encode(br#"{"sub":"x"}"#);
+        assert_eq!(jwt_exp(&format!("h.{none}.s")), None);
+    }
+}

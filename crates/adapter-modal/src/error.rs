@@ -104,7 +104,10 @@ pub fn retry_after(status: &Status) -> Option<Duration> {
         .iter()
         .filter(|a| a.type_url.rsplit('/').next() == Some("modal.client.RPCRetryPolicy"))
         .find_map(|a| RpcRetryPolicy::decode(a.value.as_ref()).ok())
-        .map(|p| Duration::from_secs_f32(p.retry_after_secs.max(0.1)))
+        // f32 seconds to whole milliseconds (0.1f32 is not 100 ms exactly).
+        .map(|p| {
+            Duration::from_millis((f64::from(p.retry_after_secs.max(0.1)) * 1000.0).round() as u64)
+        })
 }
 
 /// Maps a status from operation `op` in `phase`.
