@@ -119,7 +119,7 @@ impl Fixture {
         out
     }
 
-    async fn wait(&mut self, exec_id: &str) -> tcr::task_exec_wait_response::ExitStatus {
+    async fn wait(&mut self, exec_id: &str) -> ExitStatus {
         let req = self.bearer(tcr::TaskExecWaitRequest {
             task_id: self.task_id.clone(),
             exec_id: exec_id.into(),
