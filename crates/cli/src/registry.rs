@@ -203,6 +203,22 @@ pub fn all() -> Vec<Adapter> {
                 })
             },
         },
+        Adapter {
+            name: "modal",
+            about: "Modal Sandboxes over gRPC: the control plane and the task command router (EXECSEAM_MODAL_SANDBOX_ID, or a new sandbox)",
+            env: execseam_modal::ENV,
+            capabilities: || execseam_modal::CAPABILITIES,
+            connect: || {
+                Box::pin(async {
+                    let modal = execseam_modal::ModalExec::from_env().await?;
+                    if creates(execseam_modal::config::ENV_SANDBOX_ID) {
+                        let owned = modal.clone();
+                        on_exit("modal", Box::pin(async move { owned.terminate().await }));
+                    }
+                    Ok(Arc::new(modal) as Arc<dyn Exec>)
+                })
+            },
+        },
     ]
 }
 
