@@ -12,10 +12,10 @@ use std::path::PathBuf;
 use std::process::{Command as Process, Stdio};
 use std::time::{Duration, Instant};
 
-use execseam_core::{Command, Exec};
+use execseam_core::{Command, Exec, Sandbox, SandboxSpec};
 use execseam_emulators::modal::{ModalEmulator, TOKEN_ID};
 use execseam_emulators::{EmulatorOptions, interop};
-use execseam_modal::{ModalConfig, ModalExec};
+use execseam_modal::{ModalConfig, ModalExec, ModalProvider};
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -67,12 +67,13 @@ fn main() {
             .await
             .expect("emulator");
         let config = ModalConfig::new(TOKEN_ID, emu.token_secret())
-            .unwrap()
             .server_url(emu.url())
-            .unwrap()
-            .sandbox_timeout(Duration::from_secs(3600))
-            .unwrap();
-        let exec = ModalExec::create(config).await.expect("create");
+            .sandbox_timeout(Duration::from_secs(3600));
+        let exec = ModalProvider::new(config)
+            .expect("config")
+            .create(SandboxSpec::new())
+            .await
+            .expect("create");
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../emulators/interop/modal");
         let python = interop::python_env("modal", &dir.join("requirements.txt"))
             .expect("the modal virtualenv (is PyPI reachable?)");
@@ -115,6 +116,6 @@ fn main() {
         }
         drop(client.child.stdin.take());
         let _ = client.child.wait();
-        exec.terminate().await.expect("terminate");
+        exec.close().await.expect("close");
     });
 }

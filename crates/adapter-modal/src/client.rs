@@ -33,19 +33,9 @@ const JWT_MARGIN: Duration = Duration::from_secs(30);
 
 /// A random UUID v4, as the client makes exec ids and idempotency keys (`uuid.uuid4()`).
 pub fn uuid4() -> String {
-    use std::hash::{BuildHasher, Hasher};
     let mut b = [0u8; 16];
-    for (i, chunk) in b.chunks_mut(8).enumerate() {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_usize(i);
-        h.write_u128(
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0),
-        );
-        chunk.copy_from_slice(&h.finish().to_le_bytes());
-    }
+    b[..8].copy_from_slice(&execseam_core::transport::random_u64().to_le_bytes());
+    b[8..].copy_from_slice(&execseam_core::transport::random_u64().to_le_bytes());
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
@@ -121,9 +111,14 @@ impl std::fmt::Debug for Control {
 
 /// What a sandbox create needs.
 pub struct Create {
+    /// The app.
     pub app_id: String,
+    /// The definition.
     pub definition: api::Sandbox,
+    /// Sandbox-wide environment (sent as `secret_sources`, as the client sends `env=`).
     pub env: Vec<(String, String)>,
+    /// Tags.
+    pub tags: Vec<(String, String)>,
 }
 
 impl Control {
@@ -260,13 +255,13 @@ impl Control {
 
     /// `ImageGetOrCreate` of `Image.from_registry(tag)`, then `ImageJoinStreaming` until the
     /// build has a final result.
-    pub async fn image(&self, app_id: &str) -> Result<String, Status> {
-        if let Some(id) = &self.config.image_id {
-            return Ok(id.clone());
+    pub async fn image(&self, app_id: &str, image: &str) -> Result<String, Status> {
+        if image.starts_with("im-") {
+            return Ok(image.to_owned());
         }
         let msg = api::ImageGetOrCreateRequest {
             image: Some(api::Image {
-                dockerfile_commands: vec![format!("FROM {}", self.config.image)],
+                dockerfile_commands: vec![format!("FROM {image}")],
                 ..Default::default()
             }),
             app_id: app_id.to_owned(),
@@ -365,6 +360,14 @@ impl Control {
                     source: Some(api::secret_source::Source::Env(env)),
                 }]
             },
+            tags: create
+                .tags
+                .into_iter()
+                .map(|(tag_name, tag_value)| api::SandboxTag {
+                    tag_name,
+                    tag_value,
+                })
+                .collect(),
             ..Default::default()
         };
         self.create_with_retries(
@@ -492,16 +495,21 @@ impl Control {
     /// One page of `SandboxListV2` (both V1 and V2 sandboxes, newest first).
     pub async fn list_page(
         &self,
-        app_id: &str,
         before: f64,
-        include_finished: bool,
+        tags: &std::collections::BTreeMap<String, String>,
     ) -> Result<Vec<api::SandboxInfo>, Status> {
         let msg = api::SandboxListRequest {
-            app_id: app_id.to_owned(),
+            app_id: String::new(),
             before_timestamp: before,
             environment_name: self.config.environment.clone().unwrap_or_default(),
-            include_finished,
-            tags: Vec::new(),
+            include_finished: false,
+            tags: tags
+                .iter()
+                .map(|(k, v)| api::SandboxTag {
+                    tag_name: k.clone(),
+                    tag_value: v.clone(),
+                })
+                .collect(),
         };
         let r = self
             .unary(
@@ -530,7 +538,8 @@ async fn timed<R>(
     match tokio::time::timeout(limit, fut).await {
         Ok(r) => r.map(tonic::Response::into_inner),
         Err(_) => Err(Status::deadline_exceeded(format!(
-            "no answer within {limit:?}"
+            "{} {limit:?}",
+            crate::error::TIMER_MESSAGE
         ))),
     }
 }

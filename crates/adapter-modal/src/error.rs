@@ -1,51 +1,60 @@
-//! gRPC statuses and Modal's error details → [`ErrorKind`] + [`Retry`].
+//! gRPC statuses and Modal's error details → [`ErrorKind`] + [`Retry`], on the core's
+//! [`transport`] helpers.
 //!
 //! Three things decide the mapping:
 //!
-//! - **Where the status came from** ([`Origin`]): Modal's word, a connection that never opened
-//!   (nothing was sent), a transport failure after the request may have been sent, or a status
-//!   tonic made up while decoding (a malformed message, a stream without its trailers).
+//! - **Where the status came from** ([`Origin`]): Modal's word (then
+//!   [`transport::grpc_status`] gives the kind and class), a connection that never opened
+//!   ([`Failure::Connect`]: nothing was sent), our own request timer ([`Failure::Timeout`]), a
+//!   transport failure after the request may have been sent ([`Failure::Cut`]), or a status tonic
+//!   made up while decoding: a malformed message or a stream without its trailers
+//!   ([`Failure::Malformed`]).
 //! - **Modal's details**: `grpc-status-details-bin` carries an `RPCStatus` whose `details` are
-//!   `Any`s; an `RPCRetryPolicy{retry_after_secs}` among them is the server asking to be called
-//!   again after that long (the client honours it for any status, `modal/_utils/grpc_utils.py`
-//!   `get_server_retry_policy`; at least 0.1 s, as there).
-//! - **The phase** ([`Phase`]): before `TaskExecStart` answered the command may not exist;
-//!   after it, every failure is [`Retry::Unsafe`].
+//!   `Any`s; an `RPCRetryPolicy{retry_after_secs}` among them is the server's delay before a
+//!   retry (the client honours it for any status, `modal/_utils/grpc_utils.py`
+//!   `get_server_retry_policy`; at least 0.1 s, as there). It becomes the `after` of a
+//!   `RESOURCE_EXHAUSTED` (otherwise `Retry::Safe` without a delay).
+//! - **The phase** ([`Phase`]): `TaskExecStart` and the creating calls are
+//!   [`Effect::NonIdempotent`]; lookups, access, list and terminate are idempotent; after
+//!   `TaskExecStart` answered every failure is [`Retry::Unsafe`] (the command ran, or runs).
 //!
-//! | status | kind | retry (start phase) |
+//! | status | kind | retry (exec start) |
 //! |---|---|---|
 //! | `UNAUTHENTICATED` | Unauthenticated | never |
 //! | `PERMISSION_DENIED` | PermissionDenied | never |
 //! | `NOT_FOUND` | NotFound | never |
 //! | `INVALID_ARGUMENT`, `OUT_OF_RANGE` | InvalidCommand | never |
-//! | `ALREADY_EXISTS`, `FAILED_PRECONDITION`, `ABORTED` | Conflict | never |
+//! | `ALREADY_EXISTS`, `FAILED_PRECONDITION` | Conflict | never |
+//! | `ABORTED` | Conflict | unsafe |
 //! | `RESOURCE_EXHAUSTED` | RateLimited | safe, after the `RPCRetryPolicy` delay |
-//! | `UNAVAILABLE` | Unavailable | safe (after the delay, if any) |
-//! | `DEADLINE_EXCEEDED` | Timeout(Request) | unsafe |
-//! | `INTERNAL`, `UNKNOWN`, `DATA_LOSS` | Internal | unsafe |
+//! | `UNAVAILABLE` | Unavailable | unsafe (the router may have taken it; the official client repeats it with the same `exec_id`, see `ModalConfig::exec_start_retries`) |
+//! | `DEADLINE_EXCEEDED` | Timeout(Unknown) | unsafe |
+//! | `INTERNAL`, `UNKNOWN` | Internal | unsafe |
 //! | `CANCELLED` | Cancelled | unsafe |
+//! | `DATA_LOSS` | Protocol | unsafe |
 //! | `UNIMPLEMENTED` | Unsupported | never |
 //! | connection refused / unreachable | Unavailable | safe |
+//! | our request timer | Timeout(Request) | unsafe |
 //! | reset, broken HTTP/2 stream | Unavailable | unsafe |
 //! | malformed message, missing trailers | Protocol | unsafe |
 
-use std::error::Error as StdError;
 use std::time::Duration;
 
-use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
+use execseam_core::transport::{self, Effect, Failure};
+use execseam_core::{Error, ErrorKind, Retry, WireStatus};
 use prost::Message as _;
 use tonic::{Code, Status};
 
+use crate::PROVIDER;
 use crate::wire::api::{RpcRetryPolicy, RpcStatus};
-
-/// The provider name in errors.
-pub const PROVIDER: &str = "modal";
 
 /// Where a [`Status`] came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Origin {
     /// The connection could not be opened: the request never left.
     Connect,
+    /// Our own per-call timer fired.
+    Timer,
     /// The transport failed after the request may have been sent.
     Transport,
     /// tonic rejected what came back.
@@ -62,17 +71,29 @@ const DECODE_PREFIXES: &[&str] = &[
     "Error decompressing",
 ];
 
+/// The message of the status our own timer makes (see `client::timed`).
+pub(crate) const TIMER_MESSAGE: &str = "execseam: no answer within";
+
 /// Classifies a status by its origin.
 pub fn origin(status: &Status) -> Origin {
-    let mut source: Option<&(dyn StdError + 'static)> = status.source();
-    if source.is_some() {
-        while let Some(e) = source {
-            if e.downcast_ref::<tonic::ConnectError>().is_some() {
-                return Origin::Connect;
-            }
-            source = e.source();
+    use std::error::Error as _;
+    if let Some(source) = status.source() {
+        // tonic wraps a connect failure in its transport error; the chain's text names it.
+        let chain = transport::error_chain(source);
+        let mut connect = false;
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(source);
+        while let Some(e) = cur {
+            connect |= e.downcast_ref::<tonic::ConnectError>().is_some();
+            cur = e.source();
         }
-        return Origin::Transport;
+        return if connect || chain.contains("tcp connect error") {
+            Origin::Connect
+        } else {
+            Origin::Transport
+        };
+    }
+    if status.message().starts_with(TIMER_MESSAGE) {
+        return Origin::Timer;
     }
     if DECODE_PREFIXES
         .iter()
@@ -90,10 +111,19 @@ pub enum Phase {
     Start,
     /// After `TaskExecStart` answered: the command ran, or runs.
     Started,
-    /// A control-plane call that creates something (repeated only with its idempotency key).
+    /// A control-plane call that creates something.
     Create,
     /// A call that runs nothing (lookup, access, list, terminate).
     Other,
+}
+
+impl Phase {
+    fn effect(self) -> Effect {
+        match self {
+            Phase::Start | Phase::Started | Phase::Create => Effect::NonIdempotent,
+            Phase::Other => Effect::Idempotent,
+        }
+    }
 }
 
 /// The delay Modal asked for: an `RPCRetryPolicy` in the status details.
@@ -115,16 +145,17 @@ pub fn from_status(status: Status, op: &'static str, phase: Phase) -> Error {
     let origin = origin(&status);
     let code = status.code();
     let (kind, retry) = classify(&status, origin, phase);
-    let message = if status.message().is_empty() {
-        code.description().to_owned()
-    } else {
-        status.message().to_owned()
-    };
     let message = match origin {
-        Origin::Connect => format!("cannot connect to Modal: {message}"),
-        Origin::Transport => format!("transport failure: {message}"),
-        Origin::Decode => format!("malformed answer: {message}"),
-        Origin::Peer => message,
+        Origin::Peer | Origin::Timer if status.message().is_empty() => {
+            code.description().to_owned()
+        }
+        Origin::Peer | Origin::Timer => status.message().to_owned(),
+        Origin::Connect => format!(
+            "cannot connect to Modal: {}",
+            transport::error_chain(&status)
+        ),
+        Origin::Transport => format!("transport failure: {}", transport::error_chain(&status)),
+        Origin::Decode => format!("malformed answer: {}", status.message()),
     };
     let mut err = Error::new(kind, message)
         .with_retry(retry)
@@ -132,7 +163,7 @@ pub fn from_status(status: Status, op: &'static str, phase: Phase) -> Error {
         .with_operation(op)
         .with_status(WireStatus::Grpc(code as i32))
         .with_code(code_name(code));
-    if origin != Origin::Peer {
+    if !matches!(origin, Origin::Peer | Origin::Timer) {
         err = err.with_source(status);
     }
     err
@@ -140,67 +171,35 @@ pub fn from_status(status: Status, op: &'static str, phase: Phase) -> Error {
 
 /// The kind and retry class for a status.
 pub fn classify(status: &Status, origin: Origin, phase: Phase) -> (ErrorKind, Retry) {
-    let unsafe_or = |before: Retry| match phase {
-        Phase::Started => Retry::Unsafe,
-        Phase::Start | Phase::Create | Phase::Other => before,
+    let effect = phase.effect();
+    let (kind, retry) = match origin {
+        Origin::Connect => transport::failure(Failure::Connect, effect),
+        Origin::Timer => transport::failure(Failure::Timeout, effect),
+        Origin::Transport => transport::failure(Failure::Cut, effect),
+        Origin::Decode => transport::failure(Failure::Malformed, effect),
+        Origin::Peer => match status.code() {
+            Code::Ok => (ErrorKind::Protocol, Retry::Never),
+            Code::ResourceExhausted => (
+                ErrorKind::RateLimited,
+                Retry::Safe {
+                    after: retry_after(status),
+                },
+            ),
+            code => transport::grpc_status(code as i32, effect),
+        },
     };
-    match origin {
-        Origin::Connect => return (ErrorKind::Unavailable, unsafe_or(Retry::SAFE)),
-        Origin::Transport => {
-            let kind = if status.code() == Code::Cancelled
-                && status.message().contains("Timeout expired")
-            {
-                ErrorKind::Timeout(Deadline::Request)
-            } else {
-                ErrorKind::Unavailable
-            };
-            let retry = match phase {
-                Phase::Other => Retry::SAFE,
-                _ => Retry::Unsafe,
-            };
-            return (kind, retry);
-        }
-        Origin::Decode => {
-            let retry = match phase {
-                Phase::Other => Retry::Never,
-                _ => Retry::Unsafe,
-            };
-            return (ErrorKind::Protocol, retry);
-        }
-        Origin::Peer => {}
-    }
-    let after = retry_after(status);
-    match status.code() {
-        Code::Ok => (ErrorKind::Protocol, unsafe_or(Retry::Never)),
-        Code::Cancelled => (ErrorKind::Cancelled, unsafe_or(Retry::Unsafe)),
-        Code::Unknown | Code::Internal | Code::DataLoss => {
-            (ErrorKind::Internal, unsafe_or(Retry::Unsafe))
-        }
-        Code::InvalidArgument | Code::OutOfRange => {
-            (ErrorKind::InvalidCommand, unsafe_or(Retry::Never))
-        }
-        Code::DeadlineExceeded => (
-            ErrorKind::Timeout(Deadline::Request),
-            unsafe_or(Retry::Unsafe),
-        ),
-        Code::NotFound => (ErrorKind::NotFound, unsafe_or(Retry::Never)),
-        Code::AlreadyExists | Code::FailedPrecondition | Code::Aborted => {
-            (ErrorKind::Conflict, unsafe_or(Retry::Never))
-        }
-        Code::PermissionDenied => (ErrorKind::PermissionDenied, unsafe_or(Retry::Never)),
-        Code::Unauthenticated => (ErrorKind::Unauthenticated, unsafe_or(Retry::Never)),
-        Code::ResourceExhausted => (ErrorKind::RateLimited, unsafe_or(Retry::Safe { after })),
-        Code::Unavailable => (ErrorKind::Unavailable, unsafe_or(Retry::Safe { after })),
-        Code::Unimplemented => (ErrorKind::Unsupported, unsafe_or(Retry::Never)),
+    match phase {
+        Phase::Started => (kind, Retry::Unsafe),
+        _ => (kind, retry),
     }
 }
 
-/// True for statuses the official client retries (`RETRYABLE_GRPC_STATUS_CODES`:
+/// True for statuses the official client repeats (`RETRYABLE_GRPC_STATUS_CODES`:
 /// DEADLINE_EXCEEDED, UNAVAILABLE, CANCELLED, INTERNAL, UNKNOWN), transport failures, and any
 /// status carrying a retry policy; for calls that are safe to repeat.
 pub fn transient(status: &Status) -> bool {
     match origin(status) {
-        Origin::Connect | Origin::Transport => true,
+        Origin::Connect | Origin::Transport | Origin::Timer => true,
         Origin::Decode => false,
         Origin::Peer => {
             retry_after(status).is_some()
@@ -220,7 +219,7 @@ pub fn transient(status: &Status) -> bool {
 /// transport failure, a stream cut before its status, or a status the client retries.
 pub fn resumable(status: &Status) -> bool {
     match origin(status) {
-        Origin::Connect | Origin::Transport => true,
+        Origin::Connect | Origin::Transport | Origin::Timer => true,
         Origin::Decode => {
             status
                 .message()
@@ -318,7 +317,7 @@ mod tests {
                 Retry::Never,
             ),
             (Code::NotFound, ErrorKind::NotFound, Retry::Never),
-            (Code::Unavailable, ErrorKind::Unavailable, Retry::SAFE),
+            (Code::Unavailable, ErrorKind::Unavailable, Retry::Unsafe),
             (Code::Internal, ErrorKind::Internal, Retry::Unsafe),
             (Code::FailedPrecondition, ErrorKind::Conflict, Retry::Never),
             (Code::Unimplemented, ErrorKind::Unsupported, Retry::Never),
@@ -345,6 +344,12 @@ mod tests {
         assert_eq!(
             classify(&cut, Origin::Decode, Phase::Start),
             (ErrorKind::Protocol, Retry::Unsafe)
+        );
+        let timer = Status::deadline_exceeded(format!("{TIMER_MESSAGE} 1s"));
+        assert_eq!(origin(&timer), Origin::Timer);
+        assert_eq!(
+            classify(&timer, Origin::Timer, Phase::Other).0,
+            ErrorKind::Timeout(execseam_core::Deadline::Request)
         );
         let bad = Status::internal("failed to decode Protobuf message: x");
         assert!(!resumable(&bad));

@@ -11,50 +11,20 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Deadline, Delivery, Error, ErrorKind, Event, EventStream,
-    Exec, ExecStream, Exit, Output, Retry,
+    BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
+    ExecStream, Exit, Output, Ownership, Retry, Sandbox,
 };
 use tokio::sync::{OnceCell, mpsc};
 use tonic::{Code, Status};
 
-use crate::client::{AccessTarget, Control, Create, Router, uuid4};
-use crate::config::{ENV_SANDBOX_ID, ModalConfig, config_error};
-use crate::error::{self, PROVIDER, Phase, from_status, protocol};
+use crate::client::{AccessTarget, Control, Router, uuid4};
+use crate::config::ModalConfig;
+use crate::error::{self, Phase, from_status, protocol};
 use crate::wire::{api, tcr};
-
-/// The capabilities of the adapter.
-pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
-    stdin: Delivery::Native,
-    workdir: Delivery::Native,
-    env: Delivery::Native,
-    streaming: true,
-    // Modal has no call that kills one command (the 1.6.4 client has none either); only
-    // `timeout_secs` (ModalConfig::exec_timeout) and terminating the sandbox stop it.
-    remote_kill: false,
-    binary_output: true,
-    max_stdin: None,
-    max_output: None,
-    native_tools: &[],
-};
+use crate::{CAPABILITIES, PROVIDER};
 
 /// The stdin bytes per `TaskExecStdinWrite` (the client buffers up to 16 MiB per drain).
 const STDIN_CHUNK: usize = 4 * 1024 * 1024;
-
-/// A sandbox as `SandboxListV2` reports it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SandboxSummary {
-    /// `sb-…`.
-    pub id: String,
-    /// The app it belongs to.
-    pub app_id: String,
-    /// Its name, if it has one.
-    pub name: Option<String>,
-    /// Created at, seconds since the epoch.
-    pub created_at: f64,
-    /// True while it runs.
-    pub running: bool,
-}
 
 /// True for an id of the V1 shape: `sb-` and 22 of `[0-9A-Za-z]`
 /// (`modal/sandbox/_common.py` `_is_v1_sandbox_id`); every other id is V2.
@@ -73,9 +43,28 @@ struct Inner {
     task_id: OnceCell<String>,
     first_access: Mutex<Option<api::CommandRouterAccess>>,
     router: OnceCell<Arc<Router>>,
+    ownership: Ownership,
 }
 
-/// Commands in one Modal sandbox. Cheap to clone. See the [crate docs](crate).
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if !(self.config.terminate_on_drop && self.ownership.destroy_on_drop()) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(provider = PROVIDER, sandbox = %self.sandbox_id, "no runtime to terminate the sandbox on drop; it ends with its timeout");
+            return;
+        };
+        let (control, id, v2) = (self.control.clone(), self.sandbox_id.clone(), self.v2);
+        handle.spawn(async move {
+            let r = control.terminate(&id, v2).await;
+            tracing::debug!(provider = PROVIDER, sandbox = %id, ok = r.is_ok(), "terminated the sandbox on drop");
+        });
+    }
+}
+
+/// Commands in one Modal sandbox: [`Exec`], [`ExecStream`] and [`Sandbox`]. Cheap to clone
+/// (clones share the handle's ownership). Made by [`ModalProvider`](crate::ModalProvider).
 #[derive(Clone)]
 pub struct ModalExec {
     inner: Arc<Inner>,
@@ -86,160 +75,32 @@ impl std::fmt::Debug for ModalExec {
         f.debug_struct("ModalExec")
             .field("sandbox_id", &self.inner.sandbox_id)
             .field("task_id", &self.inner.task_id.get())
+            .field("owned", &self.inner.ownership.owned())
             .finish_non_exhaustive()
     }
 }
 
-fn control(config: &Arc<ModalConfig>) -> Result<Arc<Control>, Error> {
-    Control::new(config.clone())
-        .map(Arc::new)
-        .map_err(|s| from_status(s, "config", Phase::Other))
+/// A finished sandbox (no task, or router access refused as FAILED_PRECONDITION) can never run
+/// a command: `NotFound` (the V2 client turns the latter into `NotFoundError`,
+/// `sandbox/_impl_v2.py` `_open_command_router_client`).
+fn finished_or(s: Status, op: &'static str) -> Error {
+    if s.code() == Code::FailedPrecondition && error::origin(&s) == error::Origin::Peer {
+        Error::new(ErrorKind::NotFound, s.message().to_owned())
+            .with_retry(Retry::Never)
+            .with_provider(PROVIDER)
+            .with_operation(op)
+    } else {
+        from_status(s, op, Phase::Other)
+    }
 }
 
 impl ModalExec {
-    /// Creates a sandbox: `AppGetOrCreate`, `ImageGetOrCreate` (unless an image id is
-    /// configured), `AuthTokenGet`, `SandboxCreateV2`. Retried creates carry the same
-    /// idempotency key, so a lost answer does not make a second sandbox.
-    pub async fn create(config: ModalConfig) -> Result<ModalExec, Error> {
-        let config = Arc::new(config);
-        let control = control(&config)?;
-        let app_id = control
-            .app()
-            .await
-            .map_err(|s| from_status(s, "create_sandbox", Phase::Create))?;
-        let image_id = control
-            .image(&app_id)
-            .await
-            .map_err(|s| from_status(s, "create_sandbox", Phase::Create))?;
-        let definition = api::Sandbox {
-            image_id,
-            timeout_secs: u32::try_from(config.sandbox_timeout.as_secs()).unwrap_or(u32::MAX),
-            idle_timeout_secs: config
-                .idle_timeout
-                .map(|d| u32::try_from(d.as_secs().max(1)).unwrap_or(u32::MAX)),
-            workdir: config.workdir.clone(),
-            network_access: Some(api::NetworkAccess {
-                network_access_type: api::network_access::NetworkAccessType::Open as i32,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let created = control
-            .create_sandbox(Create {
-                app_id,
-                definition,
-                env: Vec::new(),
-            })
-            .await
-            .map_err(|s| from_status(s, "create_sandbox", Phase::Create))?;
-        if created.sandbox_id.is_empty() {
-            return Err(protocol(
-                "create_sandbox",
-                "SandboxCreateV2 returned no sandbox_id",
-            ));
-        }
-        tracing::debug!(provider = PROVIDER, sandbox = %created.sandbox_id, "created");
-        let exec = ModalExec::build(config, control, created.sandbox_id);
-        if !created.task_id.is_empty() {
-            let _ = exec.inner.task_id.set(created.task_id);
-        }
-        *exec.inner.first_access.lock().expect("access") = created.command_router_access;
-        Ok(exec)
-    }
-
-    /// Connects to a running sandbox by id (`SandboxWait` with timeout 0, then its task and
-    /// router access). V1 ids use the V1 RPCs. A finished sandbox is `NotFound`.
-    pub async fn connect(config: ModalConfig, sandbox_id: &str) -> Result<ModalExec, Error> {
-        let exec = ModalExec::attach(config, sandbox_id)?;
-        let inner = &exec.inner;
-        let result = inner
-            .control
-            .wait(sandbox_id, inner.v2, 0.0)
-            .await
-            .map_err(|s| from_status(s, "connect_sandbox", Phase::Other))?;
-        if let Some(r) = result {
-            return Err(Error::new(
-                ErrorKind::NotFound,
-                format!(
-                    "sandbox {sandbox_id} has finished (status {}{})",
-                    r.status,
-                    if r.exception.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", r.exception)
-                    }
-                ),
-            )
-            .with_retry(Retry::Never)
-            .with_provider(PROVIDER)
-            .with_operation("connect_sandbox"));
-        }
-        exec.router("connect_sandbox").await?;
-        Ok(exec)
-    }
-
-    /// A handle on sandbox `sandbox_id` without any call: its task and router access are
-    /// fetched by the first exec (a sandbox that does not exist is then `NotFound`).
-    pub fn attach(config: ModalConfig, sandbox_id: &str) -> Result<ModalExec, Error> {
-        if !sandbox_id.starts_with("sb-") || !sandbox_id.is_ascii() {
-            return Err(config_error(format!(
-                "sandbox id {sandbox_id:?} does not start with sb-"
-            )));
-        }
-        let config = Arc::new(config);
-        let control = control(&config)?;
-        Ok(ModalExec::build(config, control, sandbox_id.to_owned()))
-    }
-
-    /// [`ModalConfig::from_env`], then [`connect`](Self::connect) to
-    /// `EXECSEAM_MODAL_SANDBOX_ID` when set, else [`create`](Self::create).
-    pub async fn from_env() -> Result<ModalExec, Error> {
-        let config = ModalConfig::from_env()?;
-        match std::env::var(ENV_SANDBOX_ID).ok().filter(|s| !s.is_empty()) {
-            Some(id) => ModalExec::connect(config, &id).await,
-            None => ModalExec::create(config).await,
-        }
-    }
-
-    /// The running sandboxes of the configured app (`SandboxListV2`, every page).
-    pub async fn list(config: ModalConfig) -> Result<Vec<SandboxSummary>, Error> {
-        let config = Arc::new(config);
-        let control = control(&config)?;
-        let map = |s| from_status(s, "list_sandboxes", Phase::Other);
-        let app_id = control.app().await.map_err(map)?;
-        let mut out = Vec::new();
-        let mut before = 0.0;
-        loop {
-            let page = control
-                .list_page(&app_id, before, false)
-                .await
-                .map_err(map)?;
-            let Some(last) = page.last() else { break };
-            if before > 0.0 && last.created_at >= before {
-                return Err(protocol(
-                    "list_sandboxes",
-                    "SandboxListV2 did not page backwards",
-                ));
-            }
-            before = last.created_at;
-            out.extend(page.into_iter().map(|s| {
-                SandboxSummary {
-                    running: s
-                        .task_info
-                        .as_ref()
-                        .and_then(|t| t.result.as_ref())
-                        .is_none_or(|r| r.status == 0),
-                    id: s.id,
-                    app_id: s.app_id,
-                    name: (!s.name.is_empty()).then_some(s.name),
-                    created_at: s.created_at,
-                }
-            }));
-        }
-        Ok(out)
-    }
-
-    fn build(config: Arc<ModalConfig>, control: Arc<Control>, sandbox_id: String) -> ModalExec {
+    fn build(
+        config: Arc<ModalConfig>,
+        control: Arc<Control>,
+        sandbox_id: String,
+        ownership: Ownership,
+    ) -> ModalExec {
         ModalExec {
             inner: Arc::new(Inner {
                 v2: !is_v1_sandbox_id(&sandbox_id),
@@ -249,8 +110,26 @@ impl ModalExec {
                 task_id: OnceCell::new(),
                 first_access: Mutex::new(None),
                 router: OnceCell::new(),
+                ownership,
             }),
         }
+    }
+
+    pub(crate) fn created(
+        config: Arc<ModalConfig>,
+        control: Arc<Control>,
+        created: api::SandboxCreateV2Response,
+    ) -> ModalExec {
+        let exec = ModalExec::build(config, control, created.sandbox_id, Ownership::created());
+        if !created.task_id.is_empty() {
+            let _ = exec.inner.task_id.set(created.task_id);
+        }
+        *exec.inner.first_access.lock().expect("access") = created.command_router_access;
+        exec
+    }
+
+    pub(crate) fn attached(config: Arc<ModalConfig>, control: Arc<Control>, id: &str) -> ModalExec {
+        ModalExec::build(config, control, id.to_owned(), Ownership::connected())
     }
 
     /// The sandbox id.
@@ -268,28 +147,32 @@ impl ModalExec {
         &self.inner.config
     }
 
-    /// Terminates the sandbox (`SandboxTerminateV2`; every command in it ends). Idempotent.
+    /// Terminates the sandbox (every command in it ends), whatever the ownership. Idempotent:
+    /// a sandbox already gone is `Ok(())`.
     pub async fn terminate(&self) -> Result<(), Error> {
-        self.inner
+        let r = self
+            .inner
             .control
             .terminate(&self.inner.sandbox_id, self.inner.v2)
             .await
-            .map_err(|s| from_status(s, "terminate_sandbox", Phase::Other))
+            .map_err(|s| from_status(s, "destroy", Phase::Other));
+        execseam_core::gone_is_destroyed(r)?;
+        self.inner.ownership.mark_destroyed();
+        Ok(())
     }
 
-    /// The sandbox's result once it has finished (`SandboxWait` with timeout 0), `None` while
-    /// it runs.
+    /// The sandbox's result once it has finished (`SandboxWait` with timeout 0; the client's
+    /// `Sandbox.poll`), `None` while it runs.
     pub async fn poll(&self) -> Result<Option<api::GenericResult>, Error> {
         self.inner
             .control
             .wait(&self.inner.sandbox_id, self.inner.v2, 0.0)
             .await
-            .map_err(|s| from_status(s, "poll_sandbox", Phase::Other))
+            .map_err(|s| from_status(s, "poll", Phase::Other))
     }
 
-    async fn router(&self, op: &'static str) -> Result<Arc<Router>, Error> {
+    pub(crate) async fn router(&self, op: &'static str) -> Result<Arc<Router>, Error> {
         let inner = &self.inner;
-        let map = |s| from_status(s, op, Phase::Other);
         let task_id = inner
             .task_id
             .get_or_try_init(|| async {
@@ -297,17 +180,7 @@ impl ModalExec {
                     .control
                     .task_id(&inner.sandbox_id, inner.v2)
                     .await
-                    .map_err(|s| {
-                        // A finished sandbox has no task: the command can never run.
-                        if s.code() == Code::FailedPrecondition {
-                            Error::new(ErrorKind::NotFound, s.message().to_owned())
-                                .with_retry(Retry::Never)
-                                .with_provider(PROVIDER)
-                                .with_operation(op)
-                        } else {
-                            map(s)
-                        }
-                    })
+                    .map_err(|s| finished_or(s, op))
             })
             .await?
             .clone();
@@ -323,22 +196,15 @@ impl ModalExec {
                 let first = inner.first_access.lock().expect("access").take();
                 let access = match first {
                     Some(a) => a,
-                    None => inner.control.access(&target).await.map_err(|s| {
-                        // FAILED_PRECONDITION here means the sandbox has finished (the V2
-                        // client turns it into NotFoundError, sandbox/_impl_v2.py).
-                        if s.code() == Code::FailedPrecondition {
-                            Error::new(ErrorKind::NotFound, s.message().to_owned())
-                                .with_retry(Retry::Never)
-                                .with_provider(PROVIDER)
-                                .with_operation(op)
-                        } else {
-                            map(s)
-                        }
-                    })?,
+                    None => inner
+                        .control
+                        .access(&target)
+                        .await
+                        .map_err(|s| finished_or(s, op))?,
                 };
                 Router::new(inner.control.clone(), target, access)
                     .map(Arc::new)
-                    .map_err(map)
+                    .map_err(|s| from_status(s, op, Phase::Other))
             })
             .await
             .cloned()
@@ -431,6 +297,34 @@ impl Exec for ModalExec {
 impl ExecStream for ModalExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
         Box::pin(self.start(command))
+    }
+}
+
+impl Sandbox for ModalExec {
+    fn id(&self) -> &str {
+        &self.inner.sandbox_id
+    }
+
+    fn owned(&self) -> bool {
+        self.inner.ownership.owned()
+    }
+
+    fn set_owned(&self, owned: bool) {
+        self.inner.ownership.set_owned(owned);
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let o = &self.inner.ownership;
+            if o.begin_close() && o.owned() && !o.is_destroyed() {
+                self.terminate().await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.terminate())
     }
 }
 

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use execseam_conformance::Target;
-use execseam_core::{Command, Error, ErrorKind, Exec};
+use execseam_core::{Command, Error, ErrorKind, Exec, Sandbox, SandboxSpec};
 use execseam_emulators::EmulatorOptions;
-use execseam_emulators::modal::ModalEmulator;
-use execseam_modal::{ModalConfig, ModalExec};
+use execseam_emulators::modal::{ModalEmulator, TOKEN_ID};
+use execseam_modal::{ModalConfig, ModalExec, ModalProvider};
 
 /// The scratch directory, in root's home (a private directory of the emulated sandbox).
 const SCRATCH: &str = "/root/execseam-conformance";
@@ -17,9 +17,11 @@ const SCRATCH: &str = "/root/execseam-conformance";
 fn main() {
     execseam_conformance::main(|| async {
         if std::env::var("EXECSEAM_LIVE").as_deref() == Ok("1") {
-            let exec = ModalExec::from_env().await?;
+            let provider = ModalProvider::from_env()?;
+            let exec = provider.create(SandboxSpec::new()).await?;
             prepare(&exec).await?;
             return Ok(Target::new("modal", Arc::new(exec))
+                .provider(Arc::new(provider))
                 .scratch(SCRATCH)
                 .live(true)
                 .proptest_cases(4));
@@ -27,11 +29,11 @@ fn main() {
         let emulator = ModalEmulator::start(EmulatorOptions::default())
             .await
             .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
-        let config =
-            ModalConfig::new(execseam_emulators::modal::TOKEN_ID, emulator.token_secret())?
-                .server_url(emulator.url())?
-                .sandbox_timeout(Duration::from_secs(3600))?;
-        let exec = ModalExec::create(config.clone()).await?;
+        let config = ModalConfig::new(TOKEN_ID, emulator.token_secret())
+            .server_url(emulator.url())
+            .sandbox_timeout(Duration::from_secs(3600));
+        let provider = ModalProvider::new(config.clone())?;
+        let exec = provider.create(SandboxSpec::new()).await?;
         prepare(&exec).await?;
 
         // An endpoint where nothing listens: bind a port, then drop the listener.
@@ -39,20 +41,19 @@ fn main() {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let dead = ModalExec::attach(
-            config
-                .clone()
-                .server_url(format!("http://127.0.0.1:{dead_port}"))?,
-            exec.sandbox_id(),
-        )?;
+        let dead = ModalProvider::new(config.server_url(format!("http://127.0.0.1:{dead_port}")))?
+            .attach(exec.id())?;
         // A V2 sandbox id the emulator never issued.
-        let vanished = ModalExec::attach(config, "sb-01ARZ3NDEKTSV4RRFFQ69G5FAV")?;
+        let vanished = provider.attach("sb-01ARZ3NDEKTSV4RRFFQ69G5FAV")?;
         let faults = emulator.faults().clone();
+        let counter = emulator.sandbox_counter();
         Ok(Target::new("modal", Arc::new(exec))
             .scratch(SCRATCH)
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(vanished))
             .faults(Arc::new(faults))
+            .provider(Arc::new(provider))
+            .live_sandboxes(counter)
             .proptest_cases(16)
             .keep_alive(emulator))
     });

@@ -1,13 +1,17 @@
-//! The Modal adapter against the emulator: lifecycle (create, connect by id, list, terminate),
-//! token refresh, idempotent creates and exec starts, the exec timeout, V1 sandboxes, signals.
+//! The Modal adapter against the emulator: lifecycle (create with a spec, connect by id, list by
+//! label, destroy, close by ownership), token refresh, idempotent creates and exec starts, the
+//! exec timeout, V1 sandboxes, signals.
 
 use std::time::{Duration, Instant};
 
-use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit};
+use execseam_core::{
+    Command, Deadline, ErrorKind, Exec, Exit, ListFilter, Provider, Sandbox, SandboxSpec,
+    SandboxState,
+};
 use execseam_emulators::modal::{ModalEmulator, TOKEN_ID};
 use execseam_emulators::{EmulatorOptions, Fault, FaultRule};
 use execseam_modal::wire::api;
-use execseam_modal::{ModalConfig, ModalExec, is_v1_sandbox_id};
+use execseam_modal::{ModalConfig, ModalExec, ModalProvider, is_v1_sandbox_id};
 
 async fn emulator() -> ModalEmulator {
     ModalEmulator::start(EmulatorOptions::default())
@@ -17,11 +21,16 @@ async fn emulator() -> ModalEmulator {
 
 fn config(emu: &ModalEmulator) -> ModalConfig {
     ModalConfig::new(TOKEN_ID, emu.token_secret())
-        .unwrap()
         .server_url(emu.url())
-        .unwrap()
         .sandbox_timeout(Duration::from_secs(600))
-        .unwrap()
+}
+
+fn provider(emu: &ModalEmulator) -> ModalProvider {
+    ModalProvider::new(config(emu)).unwrap()
+}
+
+async fn create(emu: &ModalEmulator) -> ModalExec {
+    provider(emu).create(SandboxSpec::new()).await.unwrap()
 }
 
 fn sh(script: &str) -> Command {
@@ -35,28 +44,75 @@ async fn stdout(exec: &ModalExec, script: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn lifecycle_create_connect_list_terminate() {
+async fn lifecycle_create_connect_list_destroy() {
     let emu = emulator().await;
-    let a = ModalExec::create(config(&emu)).await.unwrap();
-    assert!(!is_v1_sandbox_id(a.sandbox_id()), "{}", a.sandbox_id());
+    let p = provider(&emu);
+    let spec = SandboxSpec::new()
+        .with_env("SB_LEVEL", "sandbox")
+        .with_label("team", "agents")
+        .with_lifetime(Duration::from_secs(120))
+        .with_cpu_millis(500)
+        .with_memory_mib(512)
+        .with_option("name", "worker-1")
+        .with_option("workdir", "/root/work");
+    let a = p.create(spec).await.unwrap();
+    assert!(!is_v1_sandbox_id(a.id()), "{}", a.id());
+    assert!(a.owned());
     assert!(a.task_id().is_some_and(|t| t.starts_with("ta-")));
-    assert_eq!(stdout(&a, "echo hi > /root/f; cat /root/f").await, "hi\n");
+    assert_eq!(
+        stdout(&a, "echo $SB_LEVEL $(pwd); echo hi > /root/f").await,
+        "sandbox /root/work\n"
+    );
+    assert_eq!(
+        emu.sandbox(a.id()).unwrap().name.as_deref(),
+        Some("worker-1")
+    );
+    assert_eq!(emu.sandbox(a.id()).unwrap().timeout_secs, 120);
 
-    // Connect by id: the same sandbox (its files), a new handle.
-    let b = ModalExec::connect(config(&emu), a.sandbox_id())
+    // Connect by id: the same sandbox (its files), a handle that does not own it.
+    let b = p.connect(a.id()).await.unwrap();
+    assert!(!b.owned());
+    assert_eq!(stdout(&b, "cat /root/f").await, "hi\n");
+    b.close().await.unwrap();
+    assert!(
+        a.poll().await.unwrap().is_none(),
+        "closing a connected handle keeps it"
+    );
+
+    let c = p
+        .create(SandboxSpec::new().with_label("team", "other"))
         .await
         .unwrap();
-    assert_eq!(stdout(&b, "cat /root/f").await, "hi\n");
+    let all = p.list(&ListFilter::new()).await.unwrap();
+    let ids: Vec<&str> = all.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, [c.id(), a.id()], "newest first");
+    assert!(all.iter().all(|s| s.state == SandboxState::Running));
+    let agents = p
+        .list(&ListFilter::new().with_label("team", "agents"))
+        .await
+        .unwrap();
+    assert_eq!(agents.len(), 1);
+    assert_eq!(agents[0].id, a.id());
+    assert_eq!(
+        agents[0].labels.get("team").map(String::as_str),
+        Some("agents")
+    );
 
-    let c = ModalExec::create(config(&emu)).await.unwrap();
-    let listed = ModalExec::list(config(&emu)).await.unwrap();
-    let ids: Vec<&str> = listed.iter().map(|s| s.id.as_str()).collect();
-    assert_eq!(ids, [c.sandbox_id(), a.sandbox_id()], "newest first");
-    assert!(listed.iter().all(|s| s.running));
-    assert!(a.poll().await.unwrap().is_none(), "running");
+    // Unsupported spec fields fail before any call.
+    let e = p
+        .create(SandboxSpec::new().with_disk_mib(1024))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    let e = p
+        .create(SandboxSpec::new().with_option("gpu", "a10g"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
 
-    a.terminate().await.unwrap();
-    a.terminate().await.expect("terminate is idempotent");
+    // close() of the owned handle terminates it; exec through any handle is then NotFound.
+    a.close().await.unwrap();
+    a.close().await.expect("close is idempotent");
     let result = a.poll().await.unwrap().expect("finished");
     assert_eq!(
         result.status,
@@ -64,33 +120,68 @@ async fn lifecycle_create_connect_list_terminate() {
     );
     let e = b.exec(sh("true")).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
-    let e = ModalExec::connect(config(&emu), a.sandbox_id())
-        .await
-        .unwrap_err();
+    let e = p.connect(a.id()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
-    let ids: Vec<String> = ModalExec::list(config(&emu))
+    let ids: Vec<String> = p
+        .list(&ListFilter::new())
         .await
         .unwrap()
         .into_iter()
         .map(|s| s.id)
         .collect();
-    assert_eq!(
-        ids,
-        [c.sandbox_id().to_owned()],
-        "terminated ones are not listed"
-    );
-    let e = ModalExec::connect(config(&emu), "sb-01ARZ3NDEKTSV4RRFFQ69G5FAV")
+    assert_eq!(ids, [c.id().to_owned()], "terminated ones are not listed");
+    let e = p
+        .connect("sb-01ARZ3NDEKTSV4RRFFQ69G5FAV")
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
-    c.terminate().await.unwrap();
+    // destroy by id, idempotent (a gone sandbox is Ok); through the dyn Provider too.
+    let dynp: &dyn Provider = &p;
+    dynp.destroy(c.id()).await.unwrap();
+    dynp.destroy(c.id()).await.unwrap();
+    dynp.destroy("sb-01ARZ3NDEKTSV4RRFFQ69G5FAV").await.unwrap();
+    assert!(p.list(&ListFilter::new()).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_owned_handle_dropped_unclosed_is_terminated() {
+    let emu = emulator().await;
+    let counter = emu.sandbox_counter();
+    let a = create(&emu).await;
+    let kept = create(&emu).await;
+    kept.set_owned(false);
+    assert_eq!(counter(), 2);
+    drop(a);
+    drop(kept);
+    let until = Instant::now() + Duration::from_secs(5);
+    while counter() != 1 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(counter(), 1, "the owned one is gone, the released one runs");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_idle_timeout_ends_an_idle_sandbox() {
+    let emu = emulator().await;
+    let s = provider(&emu)
+        .create(SandboxSpec::new().with_idle_timeout(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    // A command that runs longer than the idle timeout keeps it alive.
+    assert_eq!(stdout(&s, "sleep 1.5; echo busy").await, "busy\n");
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let r = s.poll().await.unwrap().expect("ended");
+    assert_eq!(
+        r.status,
+        api::generic_result::GenericStatus::IdleTimeout as i32
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_auth_token_is_fetched_again_before_its_exp() {
     let emu = emulator().await;
     emu.set_token_lifetimes(Duration::from_secs(4), Duration::from_secs(3600));
-    let exec = ModalExec::create(config(&emu)).await.unwrap();
+    let exec = create(&emu).await;
     assert_eq!(emu.faults().count("auth-token"), 1);
     exec.poll().await.unwrap();
     assert_eq!(emu.faults().count("auth-token"), 1, "still fresh: reused");
@@ -109,7 +200,7 @@ async fn the_router_jwt_is_fetched_again_within_30s_of_its_exp() {
     let emu = emulator().await;
     // A router JWT with 20 s to live is always within the 30 s margin: every call refreshes.
     emu.set_token_lifetimes(Duration::from_secs(3600), Duration::from_secs(20));
-    let exec = ModalExec::create(config(&emu)).await.unwrap();
+    let exec = create(&emu).await;
     let before = emu.faults().count("access");
     assert_eq!(stdout(&exec, "echo a").await, "a\n");
     assert!(emu.faults().count("access") > before, "refreshed");
@@ -134,27 +225,33 @@ async fn a_create_whose_answer_is_lost_makes_one_sandbox() {
     for fault in ["create=500", "create=reset"] {
         emu.faults().add(fault.parse::<FaultRule>().unwrap());
         let before = emu.sandboxes().len();
-        let exec = ModalExec::create(config(&emu)).await.expect(fault);
+        let exec = provider(&emu)
+            .create(SandboxSpec::new())
+            .await
+            .expect(fault);
         assert_eq!(emu.sandboxes().len(), before + 1, "{fault}");
         assert_eq!(emu.sandboxes().last().unwrap().id, exec.sandbox_id());
         assert_eq!(stdout(&exec, "echo ok").await, "ok\n");
     }
     // Rejected credentials are not retried.
     emu.faults().arm("create", Fault::AuthFailure);
-    let e = ModalExec::create(config(&emu)).await.unwrap_err();
+    let e = provider(&emu).create(SandboxSpec::new()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
-    let wrong = ModalConfig::new(TOKEN_ID, "as-wrong")
+    let wrong = ModalConfig::new(TOKEN_ID, "as-wrong").server_url(emu.url());
+    let e = ModalProvider::new(wrong)
         .unwrap()
-        .server_url(emu.url())
-        .unwrap();
-    let e = ModalExec::create(wrong).await.unwrap_err();
+        .create(SandboxSpec::new())
+        .await
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn exec_start_retries_reuse_the_exec_id_so_the_command_runs_once() {
     let emu = emulator().await;
-    let exec = ModalExec::create(config(&emu).exec_start_retries(2))
+    let exec = ModalProvider::new(config(&emu).exec_start_retries(2))
+        .unwrap()
+        .create(SandboxSpec::new())
         .await
         .unwrap();
     for fault in [
@@ -177,7 +274,9 @@ async fn exec_start_retries_reuse_the_exec_id_so_the_command_runs_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_exec_timeout_is_enforced_by_modal() {
     let emu = emulator().await;
-    let exec = ModalExec::create(config(&emu).exec_timeout(Duration::from_secs(1)))
+    let exec = ModalProvider::new(config(&emu).exec_timeout(Duration::from_secs(1)))
+        .unwrap()
+        .create(SandboxSpec::new())
         .await
         .unwrap();
     let started = Instant::now();
@@ -201,7 +300,7 @@ async fn the_exec_timeout_is_enforced_by_modal() {
 #[tokio::test(flavor = "multi_thread")]
 async fn signals_are_signals_and_codes_are_codes() {
     let emu = emulator().await;
-    let exec = ModalExec::create(config(&emu)).await.unwrap();
+    let exec = create(&emu).await;
     let o = exec.exec(sh("kill -TERM $$")).await.unwrap();
     assert_eq!(o.exit, Exit::Signal(15));
     assert!(o.exit.is_ambiguous_kill());
@@ -259,16 +358,16 @@ async fn v1_sandboxes_are_reached_through_the_v1_rpcs() {
         .into_inner()
         .sandbox_id;
     assert!(is_v1_sandbox_id(&id), "{id}");
-    let exec = ModalExec::connect(config(&emu), &id).await.unwrap();
+    let exec = provider(&emu).connect(&id).await.unwrap();
     assert_eq!(stdout(&exec, "echo v1").await, "v1\n");
-    exec.terminate().await.unwrap();
+    exec.destroy().await.unwrap();
     assert!(exec.poll().await.unwrap().is_some());
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn no_secret_reaches_debug() {
     let emu = emulator().await;
-    let exec = ModalExec::create(config(&emu)).await.unwrap();
+    let exec = create(&emu).await;
     let shown = format!("{exec:?} {:?}", exec.config());
     assert!(!shown.contains(&emu.token_secret()), "{shown}");
     assert!(!shown.contains("eyJ"), "no JWT: {shown}");

@@ -206,14 +206,22 @@ pub fn all() -> Vec<Adapter> {
         Adapter {
             name: "modal",
             about: "Modal Sandboxes over gRPC: the control plane and the task command router (EXECSEAM_MODAL_SANDBOX_ID, or a new sandbox)",
-            env: execseam_modal::ENV,
+            env: execseam_modal::ENV_VARS,
             capabilities: || execseam_modal::CAPABILITIES,
             connect: || {
                 Box::pin(async {
-                    let modal = execseam_modal::ModalExec::from_env().await?;
-                    if creates(execseam_modal::config::ENV_SANDBOX_ID) {
+                    use execseam_core::Sandbox;
+                    let provider = execseam_modal::ModalProvider::from_env()?;
+                    let modal = match std::env::var("EXECSEAM_MODAL_SANDBOX_ID")
+                        .ok()
+                        .filter(|s| !s.is_empty())
+                    {
+                        Some(id) => provider.connect(&id).await?,
+                        None => provider.create(execseam_core::SandboxSpec::new()).await?,
+                    };
+                    if creates("EXECSEAM_MODAL_SANDBOX_ID") {
                         let owned = modal.clone();
-                        on_exit("modal", Box::pin(async move { owned.terminate().await }));
+                        on_exit("modal", Box::pin(async move { owned.close().await }));
                     }
                     Ok(Arc::new(modal) as Arc<dyn Exec>)
                 })

@@ -12,8 +12,6 @@
 //!   verifying, `_utils/auth_token_manager.py` `_decode_jwt`); the signature is random bytes, and
 //!   the emulator accepts only tokens it issued.
 
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -22,12 +20,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 const CROCKFORD: &[u8] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
-/// 64 random bits (std's `RandomState` is seeded randomly per instance).
+/// 64 random bits.
 pub fn random_u64() -> u64 {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(SEQ.fetch_add(1, Ordering::Relaxed));
-    h.finish()
+    execseam_core::transport::random_u64()
 }
 
 /// `n` random bytes.

@@ -121,6 +121,7 @@ pub struct ModalSandbox {
     execs: Mutex<HashMap<String, Arc<Proc>>>,
     result: watch::Sender<Option<GenericResult>>,
     finished_at: Mutex<f64>,
+    last_active: Mutex<std::time::Instant>,
 }
 
 impl std::fmt::Debug for ModalSandbox {
@@ -152,6 +153,20 @@ impl ModalSandbox {
     /// An exec by id.
     pub fn exec(&self, exec_id: &str) -> Option<Arc<Proc>> {
         self.execs.lock().expect("execs").get(exec_id).cloned()
+    }
+
+    /// Records activity (a router call): the idle timeout counts from the last one.
+    pub(crate) fn touch(&self) {
+        *self.last_active.lock().expect("active") = std::time::Instant::now();
+    }
+
+    /// True while one of its commands runs.
+    fn busy(&self) -> bool {
+        self.execs
+            .lock()
+            .expect("execs")
+            .values()
+            .any(|p| p.ended().is_none())
     }
 
     /// How many execs it has run.
@@ -354,6 +369,7 @@ impl Shared {
             execs: Mutex::new(HashMap::new()),
             result,
             finished_at: Mutex::new(0.0),
+            last_active: Mutex::new(std::time::Instant::now()),
         });
         {
             let mut st = self.lock();
@@ -368,6 +384,27 @@ impl Shared {
                 sb.finish(GenericStatus::Timeout, 0, "Sandbox timed out");
             }
         });
+        // The idle timeout: no command running and no router call for that long (inferred
+        // from the client docs: "idle" means nothing executing and no I/O).
+        if let Some(idle) = def.idle_timeout_secs.filter(|s| *s > 0) {
+            let idle = Duration::from_secs(u64::from(idle));
+            let weak = Arc::downgrade(&sb);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    let Some(sb) = weak.upgrade() else { return };
+                    if !sb.is_running() {
+                        return;
+                    }
+                    if sb.busy() {
+                        sb.touch();
+                    } else if sb.last_active.lock().expect("active").elapsed() >= idle {
+                        sb.finish(GenericStatus::IdleTimeout, 0, "Sandbox idle timeout");
+                        return;
+                    }
+                }
+            });
+        }
         if !def.entrypoint_args.is_empty() {
             self.start_entrypoint(&sb, def.entrypoint_args.clone())?;
         }
@@ -578,6 +615,21 @@ impl ModalEmulator {
         let mut v: Vec<_> = self.shared.lock().sandboxes.values().cloned().collect();
         v.sort_by(|a, b| a.created_at.total_cmp(&b.created_at));
         v
+    }
+
+    /// A counter of the running sandboxes that outlives this handle (for the conformance
+    /// suite's "nothing left behind" check).
+    pub fn sandbox_counter(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let shared = Arc::downgrade(&self.shared);
+        move || {
+            shared.upgrade().map_or(0, |s| {
+                s.lock()
+                    .sandboxes
+                    .values()
+                    .filter(|sb| sb.is_running())
+                    .count()
+            })
+        }
     }
 
     /// Makes a sandbox disappear (as the `vanish` fault does).

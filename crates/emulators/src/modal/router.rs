@@ -48,7 +48,10 @@ impl Router {
             _ => return Err(Status::unauthenticated("invalid token")),
         }
         match st.tasks.get(task_id) {
-            Some(sb) if sb.is_running() => Ok(sb.clone()),
+            Some(sb) if sb.is_running() => {
+                sb.touch();
+                Ok(sb.clone())
+            }
             _ => Err(task_gone(task_id)),
         }
     }
