@@ -16,7 +16,7 @@ use execseam_modal::wire::google::protobuf::Empty;
 use futures_core::Stream;
 use tonic::{Request, Response, Status};
 
-use super::{Shared, ids, now_secs, secret_env, status_fault};
+use super::{Shared, ids, now_secs, secret_env};
 use crate::harness::grpc::BodyFault;
 use crate::harness::{ConnControl, Fault, reset_connection};
 
@@ -55,20 +55,9 @@ impl Control {
         }
     }
 
-    /// Takes this route's fault: latency is served here, status faults become the error, the
-    /// rest is returned for [`Control::answer`].
+    /// See [`Shared::fault`]; the rest is rendered by [`Control::answer`].
     async fn fault(&self, route: &str) -> Result<Option<Fault>, Status> {
-        match self.shared.faults.take(route) {
-            Some(Fault::Latency(d)) => {
-                tokio::time::sleep(d).await;
-                Ok(None)
-            }
-            Some(f) => match status_fault(f) {
-                Some(s) => Err(s),
-                None => Ok(Some(f)),
-            },
-            None => Ok(None),
-        }
+        self.shared.fault(route).await
     }
 
     /// Answers `body` after the request took effect, rendering a remaining fault.

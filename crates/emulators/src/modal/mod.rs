@@ -436,6 +436,22 @@ impl Shared {
         Ok(())
     }
 
+    /// Takes `route`'s fault: latency is served here, the status faults become the error, the
+    /// rest is returned for the handler to render after the request took effect.
+    async fn fault(&self, route: &str) -> Result<Option<Fault>, Status> {
+        match self.faults.take(route) {
+            Some(Fault::Latency(d)) => {
+                tokio::time::sleep(d).await;
+                Ok(None)
+            }
+            Some(f) => match status_fault(f) {
+                Some(s) => Err(s),
+                None => Ok(Some(f)),
+            },
+            None => Ok(None),
+        }
+    }
+
     fn vanish(&self, sb: &ModalSandbox) {
         sb.finish(
             GenericStatus::InternalFailure,

@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::control::BoxStream;
 use super::process::{self, Ended, Proc, StderrTo, StdinError};
-use super::{ModalSandbox, Shared, exec_env, now_secs, secret_env, spawn_status, status_fault};
+use super::{ModalSandbox, Shared, exec_env, now_secs, secret_env, spawn_status};
 use crate::harness::grpc::BodyFault;
 use crate::harness::{ConnControl, Fault, reset_connection};
 
@@ -70,17 +70,7 @@ impl Router {
     }
 
     async fn fault(&self, route: &str) -> Result<Option<Fault>, Status> {
-        match self.shared.faults.take(route) {
-            Some(Fault::Latency(d)) => {
-                tokio::time::sleep(d).await;
-                Ok(None)
-            }
-            Some(f) => match status_fault(f) {
-                Some(s) => Err(s),
-                None => Ok(Some(f)),
-            },
-            None => Ok(None),
-        }
+        self.shared.fault(route).await
     }
 
     fn vanish_soon(&self, sb: &Arc<ModalSandbox>) {
