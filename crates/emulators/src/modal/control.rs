@@ -123,6 +123,7 @@ impl Control {
         let make = || async {
             self.shared
                 .new_sandbox(v2, &args.app_id, &def, env.clone(), args.tags.clone())
+                .await
                 .map(|sb| sb.id.clone())
         };
         let id = match &cell {

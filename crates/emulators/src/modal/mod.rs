@@ -33,12 +33,14 @@
 //!
 //! # Sandboxes
 //!
-//! Each sandbox is a [`Sandbox`] with Modal's image view: commands run as root with
+//! Each sandbox is a harness [`Sandbox`] (its own pid, mount, UTS and IPC namespaces, an
+//! overlay root over the host's `/`) with Modal's image view: commands run as root with
 //! `HOME=/root`, Debian's `PATH`, working directory `/` unless `Sandbox.create(workdir=)` set
 //! one, and the filesystem helper at `/__modal/.bin/modal-sandbox-fs-tools` (see
 //! `modal-sandbox-fs-tools.py` beside this file for its protocol and where the formats come
 //! from). The sandbox's `timeout_secs` is enforced here (the client's own deadline only stops
-//! waiting); at the end the result is `GENERIC_STATUS_TIMEOUT`.
+//! waiting); at the end the result is `GENERIC_STATUS_TIMEOUT`. Terminating a sandbox kills its
+//! whole pid namespace.
 //!
 //! # Faults
 //!
@@ -78,7 +80,7 @@ use tokio::sync::watch;
 use tonic::Status;
 
 use crate::harness::grpc::body_faults;
-use crate::harness::{Fault, FaultHandle, Isolation, Sandbox, SandboxSpec, Server};
+use crate::harness::{Dir, Fault, FaultHandle, Sandbox, SandboxSpec, Sandboxing, Server, User};
 use crate::{Emulator, EmulatorOptions};
 use process::Proc;
 
@@ -239,7 +241,7 @@ struct State {
 
 pub(crate) struct Shared {
     faults: FaultHandle,
-    isolation: Isolation,
+    sandboxing: Sandboxing,
     token: Option<String>,
     url: OnceLock<String>,
     lifetimes: Mutex<(Duration, Duration)>,
@@ -286,7 +288,7 @@ impl Shared {
         }
     }
 
-    fn new_sandbox(
+    async fn new_sandbox(
         &self,
         v2: bool,
         app_id: &str,
@@ -332,22 +334,26 @@ impl Shared {
         } else {
             (ids::v1("sb"), ids::v1_task())
         };
-        let spec = SandboxSpec {
-            private_paths: vec!["/root".into(), "/tmp".into(), "/__modal/.bin".into()],
-            env: [("PATH", IMAGE_PATH), ("HOME", "/root"), ("LANG", "C.UTF-8")]
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
-            name: "modal".into(),
-        };
-        let sandbox = Sandbox::create(id.clone(), spec, self.isolation)
+        // Modal's image view: root, Debian's PATH (the python:*-slim images `debian_slim` builds
+        // on), and Modal's own directory for the filesystem helper. The hostname is not
+        // documented: inferred.
+        let image_env = [("PATH", IMAGE_PATH), ("LANG", "C.UTF-8")];
+        let spec = SandboxSpec::new("modal", "modal", User::root(), image_env)
+            .dirs([Dir::root("/__modal"), Dir::root("/__modal/.bin")]);
+        let sandbox = Sandbox::create(id.clone(), spec, &self.sandboxing)
             .map_err(|e| Status::internal(format!("cannot create the sandbox: {e}")))?;
-        install_fs_tools(&sandbox)
-            .map_err(|e| Status::internal(format!("cannot install the fs helper: {e}")))?;
-        if !sandbox.host_path(&workdir).is_dir() {
-            // The container runtime creates the working directory of the sandbox.
-            let _ = std::fs::create_dir_all(sandbox.host_path(&workdir));
-        }
+        let dir = workdir.clone();
+        sandbox
+            .fs(move |fs| {
+                use std::os::unix::fs::PermissionsExt;
+                let helper = fs.path(FS_TOOLS_PATH);
+                std::fs::write(&helper, FS_TOOLS)?;
+                std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755))?;
+                // The container runtime creates the sandbox's working directory.
+                std::fs::create_dir_all(fs.path(&dir))
+            })
+            .await
+            .map_err(|e| Status::internal(format!("cannot prepare the sandbox: {e}")))?;
         let (result, _) = watch::channel(None);
         let sb = Arc::new(ModalSandbox {
             id: id.clone(),
@@ -406,13 +412,18 @@ impl Shared {
             });
         }
         if !def.entrypoint_args.is_empty() {
-            self.start_entrypoint(&sb, def.entrypoint_args.clone())?;
+            self.start_entrypoint(&sb, def.entrypoint_args.clone())
+                .await?;
         }
         Ok(sb)
     }
 
     /// Runs `Sandbox.create(*args)`: the sandbox ends when it exits, with its code.
-    fn start_entrypoint(&self, sb: &Arc<ModalSandbox>, argv: Vec<String>) -> Result<(), Status> {
+    async fn start_entrypoint(
+        &self,
+        sb: &Arc<ModalSandbox>,
+        argv: Vec<String>,
+    ) -> Result<(), Status> {
         let spec = process::Spawn {
             argv,
             cwd: sb.workdir.clone(),
@@ -421,7 +432,13 @@ impl Shared {
             stderr: process::StderrTo::Devnull,
             timeout: None,
         };
-        let p = process::spawn(&sb.sandbox, "entrypoint", spec).map_err(spawn_status)?;
+        let p = process::spawn(&sb.sandbox, "entrypoint", spec)
+            .await
+            .map_err(spawn_status)?;
+        sb.execs
+            .lock()
+            .expect("execs")
+            .insert("\0entrypoint".to_owned(), p.clone());
         let weak = Arc::downgrade(sb);
         tokio::spawn(async move {
             let ended = process::wait(&p).await;
@@ -491,16 +508,6 @@ fn secret_env(sources: &[api::SecretSource]) -> Result<BTreeMap<String, String>,
     Ok(env)
 }
 
-fn install_fs_tools(sandbox: &Sandbox) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let host = sandbox.host_path(FS_TOOLS_PATH);
-    if let Some(dir) = host.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&host, FS_TOOLS)?;
-    std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o755))
-}
-
 fn spawn_status(e: process::SpawnError) -> Status {
     match e {
         process::SpawnError::NotFound(m) => Status::not_found(m),
@@ -566,7 +573,7 @@ impl ModalEmulator {
         }
         let shared = Arc::new(Shared {
             faults,
-            isolation: options.isolation,
+            sandboxing: options.sandboxing.clone(),
             token: options.token.clone(),
             url: OnceLock::new(),
             lifetimes: Mutex::new((Duration::from_secs(3600), Duration::from_secs(3600))),

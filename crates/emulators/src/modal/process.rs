@@ -5,15 +5,12 @@
 //! with SIGKILL, and the end recorded as a code or a signal (`TaskExecWaitResponse.exit_status`).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use execseam_core::Command;
-use execseam_core::degrade::{self, WrapOptions};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
@@ -99,8 +96,9 @@ pub enum StdinError {
 pub struct Proc {
     /// The client's `exec_id`.
     pub id: String,
-    /// Its process group.
-    pub pgid: i32,
+    /// Its pid on the host, which leads its process group.
+    pub host_pid: u32,
+    sandbox: std::sync::Weak<Sandbox>,
     /// Set by the `cut` fault: its reads and waits end without a gRPC status.
     pub cut: AtomicBool,
     spools: Mutex<[Spool; 2]>,
@@ -113,7 +111,7 @@ impl std::fmt::Debug for Proc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Proc")
             .field("id", &self.id)
-            .field("pgid", &self.pgid)
+            .field("host_pid", &self.host_pid)
             .field("ended", &self.ended())
             .finish_non_exhaustive()
     }
@@ -206,99 +204,21 @@ impl Proc {
 
     /// Kills the process group with `sig`.
     pub fn kill(&self, sig: i32) {
-        if self.ended().is_none() {
-            kill_group_now(self.pgid, sig);
+        if self.ended().is_none()
+            && let Some(sb) = self.sandbox.upgrade()
+        {
+            let _ = sb.signal_group(self.host_pid, sig);
         }
     }
 }
 
-/// Sends `sig` to the process group `pgid` with kill(1) (the crate has no unsafe code).
-pub fn kill_group_now(pgid: i32, sig: i32) {
-    if pgid <= 1 {
-        return;
-    }
-    let _ = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg("--")
-        .arg(format!("-{pgid}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// Resolves argv[0] against the process's PATH inside the sandbox.
-fn look_path(sandbox: &Sandbox, program: &str, path: &str) -> Option<String> {
-    if program.contains('/') {
-        return is_executable(&sandbox.host_path(program)).then(|| program.to_owned());
-    }
-    path.split(':')
-        .filter(|d| !d.is_empty())
-        .map(|d| format!("{}/{program}", d.trim_end_matches('/')))
-        .find(|c| is_executable(&sandbox.host_path(c)))
-}
-
-/// Starts a process in `sandbox`. The program and the working directory are checked first, as a
-/// spawn inside the container would fail for them (ENOENT) before anything runs.
-pub fn spawn(sandbox: &Sandbox, id: &str, spec: Spawn) -> Result<Arc<Proc>, SpawnError> {
-    let enoent = "No such file or directory (os error 2)";
-    match std::fs::metadata(sandbox.host_path(&spec.cwd)) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(SpawnError::NotFound(format!(
-                "failed to spawn exec: working directory {:?}: Not a directory (os error 20)",
-                spec.cwd
-            )));
-        }
-        Err(_) => {
-            return Err(SpawnError::NotFound(format!(
-                "failed to spawn exec: working directory {:?}: {enoent}",
-                spec.cwd
-            )));
-        }
-    }
-    let path_var = spec.env.get("PATH").cloned().unwrap_or_default();
-    let Some(program) = look_path(sandbox, &spec.argv[0], &path_var) else {
-        return Err(SpawnError::NotFound(format!(
-            "failed to spawn exec: program {:?}: {enoent}",
-            spec.argv[0]
-        )));
-    };
-    let launcher = sandbox.exec().config().launcher_argv().to_vec();
-    let visible_cwd = sandbox.visible_path(&spec.cwd);
-    let mut proc = if launcher.is_empty() {
-        let mut p = tokio::process::Command::new(sandbox.visible_path(&program));
-        p.args(&spec.argv[1..]).current_dir(&visible_cwd);
-        p
-    } else {
-        // The private mounts exist only inside the launcher: enter the directory there, then
-        // exec argv exactly. The environment goes through env(1): a shell drops variables
-        // whose names are not identifiers, which an execve passes on.
-        let mut argv = spec.argv.clone();
-        argv[0] = program;
-        let cmd = Command::builder(argv)
-            .workdir(visible_cwd)
-            .envs(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())))
-            .build()
-            .map_err(|e| SpawnError::Other(e.message().to_owned()))?;
-        let wrap = WrapOptions {
-            workdir: true,
-            env: true,
-            ..WrapOptions::default()
-        };
-        let script =
-            degrade::wrap(&cmd, &wrap).map_err(|e| SpawnError::Other(e.message().to_owned()))?;
-        let argv: Vec<String> = launcher.into_iter().chain(script).collect();
-        let mut p = tokio::process::Command::new(&argv[0]);
-        p.args(&argv[1..]).current_dir("/");
-        p
-    };
-    proc.env_clear()
+/// Starts a process in `sandbox` as its user, argv exactly (no shell). A working directory or
+/// a program that does not exist fails the spawn inside the sandbox (ENOENT) before anything
+/// runs.
+pub async fn spawn(sandbox: &Arc<Sandbox>, id: &str, spec: Spawn) -> Result<Arc<Proc>, SpawnError> {
+    let mut proc = tokio::process::Command::new(&spec.argv[0]);
+    proc.args(&spec.argv[1..])
+        .env_clear()
         .envs(&spec.env)
         .stdin(Stdio::piped())
         .stdout(if spec.stdout || spec.stderr == StderrTo::Stdout {
@@ -310,18 +230,33 @@ pub fn spawn(sandbox: &Sandbox, id: &str, spec: Spawn) -> Result<Arc<Proc>, Spaw
             StderrTo::Devnull => Stdio::null(),
             StderrTo::Pipe | StderrTo::Stdout => Stdio::piped(),
         })
-        .process_group(0)
         .kill_on_drop(false);
-    execseam_local::restore_default_signals(&mut proc);
-    let mut child = proc
-        .spawn()
-        .map_err(|e| SpawnError::Other(format!("failed to spawn exec: {e}")))?;
-    let pgid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+    let spawned = sandbox
+        .spawn(proc, sandbox.user(), &spec.cwd)
+        .await
+        .map_err(|e| match e {
+            execseam_local::SpawnError::Workdir(_) => SpawnError::NotFound(format!(
+                "failed to spawn exec: working directory {:?}: No such file or directory (os error 2)",
+                spec.cwd
+            )),
+            execseam_local::SpawnError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                SpawnError::NotFound(format!(
+                    "failed to spawn exec: program {:?}: {e}",
+                    spec.argv[0]
+                ))
+            }
+            execseam_local::SpawnError::Io(e) => {
+                SpawnError::Other(format!("failed to spawn exec {:?}: {e}", spec.argv[0]))
+            }
+        })?;
+    let mut child = spawned.child;
+    let host_pid = spawned.host_pid;
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     let (changed, _) = watch::channel(0u64);
     let p = Arc::new(Proc {
         id: id.to_owned(),
-        pgid,
+        host_pid,
+        sandbox: Arc::downgrade(sandbox),
         cut: AtomicBool::new(false),
         spools: Mutex::new([Spool::default(), Spool::default()]),
         ended: Mutex::new(None),
@@ -368,7 +303,7 @@ pub fn spawn(sandbox: &Sandbox, id: &str, spec: Spawn) -> Result<Arc<Proc>, Spaw
                 tokio::select! {
                     s = child.wait() => s,
                     () = tokio::time::sleep_until(deadline.into()) => {
-                        kill_group_now(pgid, 9);
+                        reaped.kill(9);
                         child.wait().await
                     }
                 }

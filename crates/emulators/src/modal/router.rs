@@ -180,7 +180,9 @@ impl TaskCommandRouter for Router {
                 },
                 timeout: req.timeout_secs.map(|s| Duration::from_secs(u64::from(s))),
             };
-            let p = process::spawn(sb.sandbox(), &req.exec_id, spec).map_err(spawn_status)?;
+            let p = process::spawn(sb.sandbox(), &req.exec_id, spec)
+                .await
+                .map_err(spawn_status)?;
             let mut execs = sb.execs.lock().expect("execs");
             execs.entry(req.exec_id.clone()).or_insert(p);
         }
