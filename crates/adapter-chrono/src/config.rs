@@ -94,7 +94,7 @@ impl ChronoConfig {
             request_slack: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             max_stdin: 8 << 20,
-            max_response_bytes: MAX_RESPONSE_BYTES * 16,
+            max_response_bytes: MAX_RESPONSE_BYTES * 64,
             durable: false,
             policy: DurablePolicy::default(),
         }
@@ -204,7 +204,7 @@ impl ChronoConfig {
         self
     }
 
-    /// The largest response body read (default 16 MiB); a larger one is `OutputLimit`.
+    /// The largest response body read (default 64 MiB; Aevatar uses 1 MiB); a larger one is `OutputLimit`.
     pub fn max_response_bytes(mut self, bytes: usize) -> Self {
         self.max_response_bytes = bytes;
         self

@@ -1,1 +1,77 @@
-fn main() {}
+//! The conformance suite against the Chrono emulator (`cargo xtask conformance --adapter
+//! chrono`), or against a real service with `EXECSEAM_LIVE=1` (`CHRONO_BASE_URL`,
+//! `CHRONO_TOKEN`, optionally `CHRONO_DELEGATION_TOKEN`, `CHRONO_VIA`).
+
+use std::sync::Arc;
+
+use execseam_chrono::{ChronoConfig, ChronoExec};
+use execseam_conformance::Target;
+use execseam_core::{Error, ErrorKind};
+use execseam_emulators::EmulatorOptions;
+use execseam_emulators::chrono::{ChronoEmulator, ChronoOptions};
+
+fn setup(e: std::io::Error) -> Error {
+    Error::new(ErrorKind::Internal, format!("cannot start the Chrono emulator: {e}"))
+}
+
+/// A loopback URL where nothing listens (a port bound, then released).
+fn dead_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = l.local_addr().expect("its address").port();
+    drop(l);
+    format!("http://127.0.0.1:{port}")
+}
+
+fn main() {
+    execseam_conformance::main(|| async {
+        if std::env::var("EXECSEAM_LIVE").is_ok_and(|v| v == "1") {
+            let chrono = ChronoExec::from_env()?;
+            return Ok(Target::new("chrono", Arc::new(chrono))
+                .scratch("/tmp/execseam-conformance")
+                .proptest_cases(4)
+                .live(true));
+        }
+        let emu = ChronoEmulator::start(EmulatorOptions::default(), ChronoOptions::default())
+            .await
+            .map_err(setup)?;
+        let config = |base: String| ChronoConfig::new(base).token(emu.token()).timeout_secs(120);
+        let chrono = ChronoExec::new(config(emu.base_url()))?;
+        let dead = ChronoExec::new(config(dead_url()))?;
+        let scratch = Scratch::new();
+        Ok(Target::new("chrono", Arc::new(chrono))
+            // Each execution is a fresh sandbox: only paths outside its private /workspace and
+            // /tmp persist between commands.
+            .scratch(scratch.0.clone())
+            .dead_endpoint(Arc::new(dead))
+            .faults(Arc::new(emu.faults().clone()))
+            .proptest_cases(12)
+            .keep_alive(emu)
+            .keep_alive(scratch))
+    });
+}
+
+/// A directory outside each execution's private `/workspace` and `/tmp`, so that it outlives
+/// one execution (the suite writes fixtures with one command and reads them with the next).
+/// Removed when the target is dropped.
+struct Scratch(String);
+
+impl Scratch {
+    fn new() -> Scratch {
+        Scratch(scratch())
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch() -> String {
+    let dir = std::path::Path::new("/var/tmp")
+        .canonicalize()
+        .expect("/var/tmp")
+        .join(format!("execseam-chrono-conformance-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("the scratch dir");
+    dir.to_string_lossy().into_owned()
+}

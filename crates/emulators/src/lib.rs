@@ -27,6 +27,8 @@ pub use harness::{Fault, FaultHandle, FaultRule, Isolation, Mount, Sandboxing, S
 pub mod agentcore;
 #[cfg(feature = "ax")]
 pub mod ax;
+#[cfg(feature = "chrono")]
+pub mod chrono;
 #[cfg(feature = "cloudflare")]
 pub mod cloudflare;
 #[cfg(feature = "daytona")]
@@ -105,6 +107,8 @@ pub fn providers() -> &'static [&'static str] {
         "cloudflare",
         #[cfg(feature = "agentcore")]
         "agentcore",
+        #[cfg(feature = "chrono")]
+        "chrono",
     ]
 }
 
@@ -127,6 +131,8 @@ pub async fn start(provider: &str, options: EmulatorOptions) -> std::io::Result<
         "cloudflare" => cloudflare::start(options).await,
         #[cfg(feature = "agentcore")]
         "agentcore" => agentcore::start(options).await,
+        #[cfg(feature = "chrono")]
+        "chrono" => chrono::start(options).await,
         other => Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
             format!(
