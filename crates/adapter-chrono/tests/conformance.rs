@@ -31,7 +31,11 @@ fn main() {
                 .proptest_cases(4)
                 .live(true));
         }
-        let emu = ChronoEmulator::start(EmulatorOptions::default(), ChronoOptions::default())
+        // TypeScript runs on tsx, pinned and installed from npm (fails loudly without npm).
+        let mut options = ChronoOptions::default();
+        options.runtimes.typescript =
+            Some(execseam_emulators::interop::typescript_runtime().map_err(setup)?);
+        let emu = ChronoEmulator::start(EmulatorOptions::default(), options)
             .await
             .map_err(setup)?;
         let config = |base: String| ChronoConfig::new(base).token(emu.token()).timeout_secs(120);
