@@ -723,3 +723,146 @@ fn check_id(id: &str, op: Op) -> Result<(), Error> {
         .with_retry(Retry::Never))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::wire::Language;
+
+    /// Answers from a script and records what was asked.
+    #[derive(Default)]
+    struct Script {
+        answers: Mutex<VecDeque<Result<Answer, Error>>>,
+        asked: Mutex<Vec<(Method, String, Vec<(&'static str, String)>)>>,
+    }
+
+    impl Transport for Script {
+        fn send(&self, ex: Exchange) -> BoxFuture<'_, Result<Answer, Error>> {
+            self.asked.lock().unwrap().push((ex.method, ex.path, ex.headers));
+            let a = self.answers.lock().unwrap().pop_front().expect("a scripted answer");
+            Box::pin(async move { a })
+        }
+    }
+
+    fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> Result<Answer, Error> {
+        Ok(Answer {
+            status,
+            headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            body: body.as_bytes().to_vec().into(),
+        })
+    }
+
+    const ID: &str = "op_0123456789abcdefghijklmnopqrstuv";
+
+    fn receipt() -> String {
+        format!(
+            r#"{{"operation_id":"{ID}","status":"queued","status_url":"https://elsewhere.example/x","created_at":"2026-08-14T10:00:00Z","expires_at":"2026-08-15T10:00:00Z"}}"#
+        )
+    }
+
+    fn snapshot(status: &str, version: i64) -> String {
+        format!(
+            r#"{{"operation_id":"{ID}","status":"{status}","phase":"execute","cleanup_status":"not_started","version":{version},"cancel_requested":false,"result_available":false,"created_at":"2026-08-14T10:00:00Z","updated_at":"2026-08-14T10:00:00Z","expires_at":"2026-08-15T10:00:00Z"}}"#
+        )
+    }
+
+    fn client(script: Arc<Script>) -> DurableClient {
+        DurableClient::with_transport(script, DurablePolicy::default())
+    }
+
+    fn op() -> Operation {
+        Operation::new("tool:v1:operation:k", ExecuteRequest::new(Language::Python, "print(1)", 5)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn paths_come_from_the_id_and_etags_are_sent_back() {
+        // Aevatar test SubmitAsync_UsesPublicApiAndBuildsCanonicalPathsFromOperationId.
+        let s = Arc::new(Script::default());
+        s.answers.lock().unwrap().extend([
+            answer(202, &[("location", "https://elsewhere.example/x"), ("retry-after", "0")], &receipt()),
+            answer(200, &[("etag", "\"v2\""), ("retry-after", "3600")], &snapshot("running", 2)),
+            answer(304, &[("etag", "\"v2\"")], ""),
+            answer(200, &[("etag", "\"v3\"")], &snapshot("succeeded", 3)),
+            answer(200, &[], r#"{"success":true,"output":{"stdout":"1\n","stderr":"","exit_code":0}}"#),
+        ]);
+        let c = client(s.clone());
+        let mut o = op();
+        let mut waits = Vec::new();
+        let t = loop {
+            match c.step(&mut o).await.unwrap() {
+                Progress::Wait(d) => waits.push(d),
+                Progress::Done(t) => break t,
+            }
+        };
+        assert!(matches!(t, Terminal::Ran { ref output, .. } if output.stdout == "1\n"));
+        let asked = s.asked.lock().unwrap();
+        let paths: Vec<&str> = asked.iter().map(|(_, p, _)| p.as_str()).collect();
+        assert_eq!(paths, ["/executions", &format!("/executions/{ID}"), &format!("/executions/{ID}"), &format!("/executions/{ID}"), &format!("/executions/{ID}/result")]);
+        assert_eq!(asked[0].2, [("Idempotency-Key", "tool:v1:operation:k".to_owned())]);
+        assert!(asked[1].2.is_empty(), "no ETag known yet");
+        assert_eq!(asked[2].2, [("If-None-Match", "\"v2\"".to_owned())]);
+        // 0 from the receipt, 3600 capped to 30, 2 s default on the 304 without Retry-After.
+        assert_eq!(waits, [Duration::ZERO, Duration::from_secs(30), Duration::from_secs(2), Duration::ZERO]);
+        assert_eq!(o.stats.not_modified, 1);
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_receipt_is_resubmitted_with_the_same_key_a_404_before_an_id_is_not() {
+        let s = Arc::new(Script::default());
+        s.answers.lock().unwrap().extend([
+            answer(202, &[], "{\"operation_id\": \"op_"),
+            answer(202, &[], &receipt()),
+        ]);
+        let c = client(s.clone());
+        let mut o = op();
+        assert!(matches!(c.step(&mut o).await.unwrap(), Progress::Wait(_)));
+        assert!(o.operation_id.is_none());
+        c.step(&mut o).await.unwrap();
+        assert_eq!(o.operation_id.as_deref(), Some(ID));
+        let keys: Vec<String> = s.asked.lock().unwrap().iter().map(|(_, _, h)| h[0].1.clone()).collect();
+        assert_eq!(keys, ["tool:v1:operation:k", "tool:v1:operation:k"]);
+
+        // No id yet: a 404 (unknown route) is an error, not Terminal::NotFound.
+        let s = Arc::new(Script::default());
+        s.answers.lock().unwrap().push_back(answer(404, &[], r#"{"error":{"code":"NOT_FOUND"}}"#));
+        let e = client(s).step(&mut op()).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound);
+    }
+
+    #[tokio::test]
+    async fn unknown_statuses_and_missing_etags_are_malformed() {
+        for (status, headers, body) in [
+            (200, vec![("etag", "\"v1\"")], snapshot("paused", 1)),
+            (200, vec![], snapshot("running", 1)),
+            (304, vec![], String::new()),
+        ] {
+            let s = Arc::new(Script::default());
+            s.answers.lock().unwrap().push_back(answer(status, &headers, &body));
+            let mut o = Operation::resume("k", ExecuteRequest::new(Language::Bash, "", 5), ID, Some("\"v1\"".into())).unwrap();
+            let e = client(s).step(&mut o).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Protocol, "{status} {body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn exchanges_are_bounded_and_a_slow_one_is_transient() {
+        struct Slow;
+        impl Transport for Slow {
+            fn send(&self, _: Exchange) -> BoxFuture<'_, Result<Answer, Error>> {
+                Box::pin(async {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    unreachable!()
+                })
+            }
+        }
+        let policy = DurablePolicy { exchange_timeout: Duration::from_millis(50), ..DurablePolicy::default() };
+        let c = DurableClient::with_transport(Arc::new(Slow), policy);
+        let mut o = Operation::resume("k", ExecuteRequest::new(Language::Bash, "", 5), ID, None).unwrap();
+        let p = c.step(&mut o).await.unwrap();
+        assert_eq!(p, Progress::Wait(Duration::from_secs(2)));
+        assert_eq!((o.stats.timeouts, o.stats.transient_failures), (1, 1));
+    }
+}

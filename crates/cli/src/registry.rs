@@ -63,28 +63,6 @@ pub fn all() -> Vec<Adapter> {
         },
         // @adapters: each adapter adds one entry here.
         Adapter {
-            name: "chrono",
-            about: "Chrono Sandbox through POST /execute (CHRONO_DURABLE=1: the durable /executions contract)",
-            env: &[
-                "CHRONO_BASE_URL",
-                "CHRONO_TOKEN",
-                "CHRONO_DELEGATION_TOKEN",
-                "CHRONO_VIA",
-                "CHRONO_TIMEOUT_SECS",
-                "CHRONO_DURABLE",
-            ],
-            capabilities: || {
-                execseam_chrono::ChronoConfig::from_env()
-                    .map(|c| execseam_chrono::ChronoExec::capabilities_of(&c))
-                    .unwrap_or(execseam_chrono::CAPABILITIES)
-            },
-            connect: || {
-                Box::pin(async {
-                    Ok(Arc::new(execseam_chrono::ChronoExec::from_env()?) as Arc<dyn Exec>)
-                })
-            },
-        },
-        Adapter {
             name: "fly",
             about: "Fly Machines through the Machines API exec endpoint (the machine is started first if it is stopped)",
             env: &[
@@ -222,6 +200,28 @@ pub fn all() -> Vec<Adapter> {
                     let owned = agentcore.clone();
                     on_exit("agentcore", Box::pin(async move { owned.close().await }));
                     Ok(Arc::new(agentcore) as Arc<dyn Exec>)
+                })
+            },
+        },
+        Adapter {
+            name: "chrono",
+            about: "Chrono Sandbox through POST /execute (CHRONO_DURABLE=1: the durable /executions contract)",
+            env: &[
+                "CHRONO_BASE_URL",
+                "CHRONO_TOKEN",
+                "CHRONO_DELEGATION_TOKEN",
+                "CHRONO_VIA",
+                "CHRONO_TIMEOUT_SECS",
+                "CHRONO_DURABLE",
+            ],
+            capabilities: || {
+                execseam_chrono::ChronoConfig::from_env()
+                    .map(|c| execseam_chrono::ChronoExec::capabilities_of(&c))
+                    .unwrap_or(execseam_chrono::CAPABILITIES)
+            },
+            connect: || {
+                Box::pin(async {
+                    Ok(Arc::new(execseam_chrono::ChronoExec::from_env()?) as Arc<dyn Exec>)
                 })
             },
         },
