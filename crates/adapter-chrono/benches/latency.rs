@@ -61,8 +61,11 @@ fn main() {
         let sync = ChronoExec::new(config.clone()).expect("sync");
         let durable = ChronoExec::new(config.durable(true)).expect("durable");
         let local = execseam_local::LocalExec::new();
-        let paths: [(&str, &dyn Exec); 3] =
-            [("local", &local), ("chrono /execute", &sync), ("chrono /executions", &durable)];
+        let paths: [(&str, &dyn Exec); 3] = [
+            ("local", &local),
+            ("chrono /execute", &sync),
+            ("chrono /executions", &durable),
+        ];
         for (_, e) in paths {
             once(e).await; // warm up
         }

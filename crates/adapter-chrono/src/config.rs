@@ -124,7 +124,9 @@ impl ChronoConfig {
         }
         if let Some(t) = var("CHRONO_TIMEOUT_SECS") {
             let secs = t.parse().map_err(|_| {
-                config_error(format!("CHRONO_TIMEOUT_SECS={t:?} is not a number of seconds"))
+                config_error(format!(
+                    "CHRONO_TIMEOUT_SECS={t:?} is not a number of seconds"
+                ))
             })?;
             c = c.timeout_secs(secs);
         }

@@ -61,6 +61,8 @@ pub struct Accepted {
 }
 
 /// An answer to `GET /executions/{id}`.
+// One value per exchange: boxing would only cost an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StatusAnswer {
     /// 200: the current snapshot and its ETag.
@@ -82,6 +84,8 @@ pub enum StatusAnswer {
 }
 
 /// An answer to `GET /executions/{id}/result`.
+// One value per exchange: boxing would only cost an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ResultAnswer {
     /// 200: the `/execute`-shaped result.
@@ -153,6 +157,8 @@ pub enum Stage {
 }
 
 /// What one step concluded.
+// One value per exchange: boxing would only cost an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Progress {
     /// Not terminal yet: step again after this delay (already capped).
@@ -223,11 +229,12 @@ impl Operation {
     /// `request` (validated: [`ExecuteRequest::validate`]). Fails before any I/O.
     pub fn new(key: impl Into<String>, request: ExecuteRequest) -> Result<Operation, Error> {
         let key = key.into();
-        wire::check_idempotency_key(&key)
-            .map_err(|m| error(ErrorKind::InvalidCommand, Op::Submit, m).with_retry(Retry::Never))?;
-        request
-            .validate()
-            .map_err(|m| error(ErrorKind::InvalidCommand, Op::Submit, m).with_retry(Retry::Never))?;
+        wire::check_idempotency_key(&key).map_err(|m| {
+            error(ErrorKind::InvalidCommand, Op::Submit, m).with_retry(Retry::Never)
+        })?;
+        request.validate().map_err(|m| {
+            error(ErrorKind::InvalidCommand, Op::Submit, m).with_retry(Retry::Never)
+        })?;
         Ok(Operation {
             key,
             request,
@@ -341,7 +348,11 @@ impl DurableClient {
                 op,
                 format!("the exchange took longer than {bound:?}"),
             )
-            .with_retry(if op == Op::Execute { Retry::Unsafe } else { Retry::SAFE })),
+            .with_retry(if op == Op::Execute {
+                Retry::Unsafe
+            } else {
+                Retry::SAFE
+            })),
         };
         if let Some(s) = stats {
             s.exchanges += 1;
@@ -397,7 +408,11 @@ impl DurableClient {
     }
 
     /// `GET /executions/{id}` once, with `If-None-Match` when `etag` is given.
-    pub async fn status(&self, operation_id: &str, etag: Option<&str>) -> Result<StatusAnswer, Error> {
+    pub async fn status(
+        &self,
+        operation_id: &str,
+        etag: Option<&str>,
+    ) -> Result<StatusAnswer, Error> {
         self.status_with(operation_id, etag, None).await
     }
 
@@ -416,7 +431,10 @@ impl DurableClient {
         let etag_of = |a: &Answer, what: &str| -> Result<String, Error> {
             match a.header("etag") {
                 Some(t) if wire::valid_etag(t) => Ok(t.to_owned()),
-                Some(t) => Err(protocol(Op::Status, format!("{what} with an invalid ETag {t:?}"))),
+                Some(t) => Err(protocol(
+                    Op::Status,
+                    format!("{what} with an invalid ETag {t:?}"),
+                )),
                 None => Err(protocol(Op::Status, format!("{what} without an ETag"))),
             }
         };
@@ -718,7 +736,10 @@ fn check_id(id: &str, op: Op) -> Result<(), Error> {
         Err(error(
             ErrorKind::InvalidCommand,
             op,
-            format!("{:?} is not an operation id (`op_` + 32 of [A-Za-z0-9_-])", id.chars().take(40).collect::<String>()),
+            format!(
+                "{:?} is not an operation id (`op_` + 32 of [A-Za-z0-9_-])",
+                id.chars().take(40).collect::<String>()
+            ),
         )
         .with_retry(Retry::Never))
     }
@@ -732,17 +753,27 @@ mod tests {
     use super::*;
     use crate::wire::Language;
 
+    type Asked = (Method, String, Vec<(&'static str, String)>);
+
     /// Answers from a script and records what was asked.
     #[derive(Default)]
     struct Script {
         answers: Mutex<VecDeque<Result<Answer, Error>>>,
-        asked: Mutex<Vec<(Method, String, Vec<(&'static str, String)>)>>,
+        asked: Mutex<Vec<Asked>>,
     }
 
     impl Transport for Script {
         fn send(&self, ex: Exchange) -> BoxFuture<'_, Result<Answer, Error>> {
-            self.asked.lock().unwrap().push((ex.method, ex.path, ex.headers));
-            let a = self.answers.lock().unwrap().pop_front().expect("a scripted answer");
+            self.asked
+                .lock()
+                .unwrap()
+                .push((ex.method, ex.path, ex.headers));
+            let a = self
+                .answers
+                .lock()
+                .unwrap()
+                .pop_front()
+                .expect("a scripted answer");
             Box::pin(async move { a })
         }
     }
@@ -750,7 +781,10 @@ mod tests {
     fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> Result<Answer, Error> {
         Ok(Answer {
             status,
-            headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             body: body.as_bytes().to_vec().into(),
         })
     }
@@ -774,7 +808,11 @@ mod tests {
     }
 
     fn op() -> Operation {
-        Operation::new("tool:v1:operation:k", ExecuteRequest::new(Language::Python, "print(1)", 5)).unwrap()
+        Operation::new(
+            "tool:v1:operation:k",
+            ExecuteRequest::new(Language::Python, "print(1)", 5),
+        )
+        .unwrap()
     }
 
     #[tokio::test]
@@ -782,11 +820,26 @@ mod tests {
         // Aevatar test SubmitAsync_UsesPublicApiAndBuildsCanonicalPathsFromOperationId.
         let s = Arc::new(Script::default());
         s.answers.lock().unwrap().extend([
-            answer(202, &[("location", "https://elsewhere.example/x"), ("retry-after", "0")], &receipt()),
-            answer(200, &[("etag", "\"v2\""), ("retry-after", "3600")], &snapshot("running", 2)),
+            answer(
+                202,
+                &[
+                    ("location", "https://elsewhere.example/x"),
+                    ("retry-after", "0"),
+                ],
+                &receipt(),
+            ),
+            answer(
+                200,
+                &[("etag", "\"v2\""), ("retry-after", "3600")],
+                &snapshot("running", 2),
+            ),
             answer(304, &[("etag", "\"v2\"")], ""),
             answer(200, &[("etag", "\"v3\"")], &snapshot("succeeded", 3)),
-            answer(200, &[], r#"{"success":true,"output":{"stdout":"1\n","stderr":"","exit_code":0}}"#),
+            answer(
+                200,
+                &[],
+                r#"{"success":true,"output":{"stdout":"1\n","stderr":"","exit_code":0}}"#,
+            ),
         ]);
         let c = client(s.clone());
         let mut o = op();
@@ -800,12 +853,32 @@ mod tests {
         assert!(matches!(t, Terminal::Ran { ref output, .. } if output.stdout == "1\n"));
         let asked = s.asked.lock().unwrap();
         let paths: Vec<&str> = asked.iter().map(|(_, p, _)| p.as_str()).collect();
-        assert_eq!(paths, ["/executions", &format!("/executions/{ID}"), &format!("/executions/{ID}"), &format!("/executions/{ID}"), &format!("/executions/{ID}/result")]);
-        assert_eq!(asked[0].2, [("Idempotency-Key", "tool:v1:operation:k".to_owned())]);
+        assert_eq!(
+            paths,
+            [
+                "/executions",
+                &format!("/executions/{ID}"),
+                &format!("/executions/{ID}"),
+                &format!("/executions/{ID}"),
+                &format!("/executions/{ID}/result")
+            ]
+        );
+        assert_eq!(
+            asked[0].2,
+            [("Idempotency-Key", "tool:v1:operation:k".to_owned())]
+        );
         assert!(asked[1].2.is_empty(), "no ETag known yet");
         assert_eq!(asked[2].2, [("If-None-Match", "\"v2\"".to_owned())]);
         // 0 from the receipt, 3600 capped to 30, 2 s default on the 304 without Retry-After.
-        assert_eq!(waits, [Duration::ZERO, Duration::from_secs(30), Duration::from_secs(2), Duration::ZERO]);
+        assert_eq!(
+            waits,
+            [
+                Duration::ZERO,
+                Duration::from_secs(30),
+                Duration::from_secs(2),
+                Duration::ZERO
+            ]
+        );
         assert_eq!(o.stats.not_modified, 1);
     }
 
@@ -822,12 +895,21 @@ mod tests {
         assert!(o.operation_id.is_none());
         c.step(&mut o).await.unwrap();
         assert_eq!(o.operation_id.as_deref(), Some(ID));
-        let keys: Vec<String> = s.asked.lock().unwrap().iter().map(|(_, _, h)| h[0].1.clone()).collect();
+        let keys: Vec<String> = s
+            .asked
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, _, h)| h[0].1.clone())
+            .collect();
         assert_eq!(keys, ["tool:v1:operation:k", "tool:v1:operation:k"]);
 
         // No id yet: a 404 (unknown route) is an error, not Terminal::NotFound.
         let s = Arc::new(Script::default());
-        s.answers.lock().unwrap().push_back(answer(404, &[], r#"{"error":{"code":"NOT_FOUND"}}"#));
+        s.answers
+            .lock()
+            .unwrap()
+            .push_back(answer(404, &[], r#"{"error":{"code":"NOT_FOUND"}}"#));
         let e = client(s).step(&mut op()).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::NotFound);
     }
@@ -840,8 +922,17 @@ mod tests {
             (304, vec![], String::new()),
         ] {
             let s = Arc::new(Script::default());
-            s.answers.lock().unwrap().push_back(answer(status, &headers, &body));
-            let mut o = Operation::resume("k", ExecuteRequest::new(Language::Bash, "", 5), ID, Some("\"v1\"".into())).unwrap();
+            s.answers
+                .lock()
+                .unwrap()
+                .push_back(answer(status, &headers, &body));
+            let mut o = Operation::resume(
+                "k",
+                ExecuteRequest::new(Language::Bash, "", 5),
+                ID,
+                Some("\"v1\"".into()),
+            )
+            .unwrap();
             let e = client(s).step(&mut o).await.unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Protocol, "{status} {body}");
         }
@@ -858,9 +949,13 @@ mod tests {
                 })
             }
         }
-        let policy = DurablePolicy { exchange_timeout: Duration::from_millis(50), ..DurablePolicy::default() };
+        let policy = DurablePolicy {
+            exchange_timeout: Duration::from_millis(50),
+            ..DurablePolicy::default()
+        };
         let c = DurableClient::with_transport(Arc::new(Slow), policy);
-        let mut o = Operation::resume("k", ExecuteRequest::new(Language::Bash, "", 5), ID, None).unwrap();
+        let mut o =
+            Operation::resume("k", ExecuteRequest::new(Language::Bash, "", 5), ID, None).unwrap();
         let p = c.step(&mut o).await.unwrap();
         assert_eq!(p, Progress::Wait(Duration::from_secs(2)));
         assert_eq!((o.stats.timeouts, o.stats.transient_failures), (1, 1));

@@ -84,9 +84,7 @@ pub fn from_status(status: u16, retry_after: Option<Duration>, body: &[u8], op: 
         }
         (Some(codes::IDEMPOTENCY_KEY_REUSE), _) => (ErrorKind::Conflict, Retry::Never),
         (Some(codes::OPERATION_NOT_TERMINAL), _) => (ErrorKind::Conflict, safe_after),
-        (Some(codes::UNAUTHENTICATED), _) | (_, 401) => {
-            (ErrorKind::Unauthenticated, Retry::Never)
-        }
+        (Some(codes::UNAUTHENTICATED), _) | (_, 401) => (ErrorKind::Unauthenticated, Retry::Never),
         (Some(codes::FORBIDDEN), _) | (_, 403) => (ErrorKind::PermissionDenied, Retry::Never),
         (Some(codes::OPERATION_NOT_FOUND), _) | (_, 404) => (ErrorKind::NotFound, Retry::Never),
         (Some(codes::OPERATION_EXPIRED), _) | (_, 410) => (ErrorKind::NotFound, Retry::Never),
@@ -102,12 +100,13 @@ pub fn from_status(status: u16, retry_after: Option<Duration>, body: &[u8], op: 
         (Some(codes::SANDBOX_TIMEOUT), _) => (ErrorKind::Timeout(Deadline::Command), op.sent()),
         // A public edge gave up on the request (Cloudflare's 524): the program may still run.
         (_, 408 | 504 | 524) => (ErrorKind::Timeout(Deadline::Request), op.sent()),
-        (Some(codes::SANDBOX_UNREACHABLE), _) | (_, 502 | 503) => {
-            (ErrorKind::Unavailable, match op {
+        (Some(codes::SANDBOX_UNREACHABLE), _) | (_, 502 | 503) => (
+            ErrorKind::Unavailable,
+            match op {
                 Op::Execute => Retry::Unsafe,
                 _ => safe_after,
-            })
-        }
+            },
+        ),
         (_, 500..=599) => (ErrorKind::Internal, op.sent()),
         (_, 400..=499) => (ErrorKind::InvalidCommand, Retry::Never),
         _ => (ErrorKind::Protocol, op.sent()),
@@ -122,7 +121,9 @@ pub fn from_status(status: u16, retry_after: Option<Duration>, body: &[u8], op: 
 fn message_of(body: &[u8]) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
     let inner = match v.get("body") {
-        Some(serde_json::Value::String(s)) if v.get("error").and_then(|e| e.as_bool()) == Some(true) => {
+        Some(serde_json::Value::String(s))
+            if v.get("error").and_then(|e| e.as_bool()) == Some(true) =>
+        {
             serde_json::from_str(s).ok()?
         }
         Some(b @ serde_json::Value::Object(_)) => b.clone(),
@@ -155,7 +156,11 @@ pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
             "the exchange timed out",
         )
     } else if e.is_body() || e.is_decode() {
-        (ErrorKind::Unavailable, op.sent(), "the response was cut off")
+        (
+            ErrorKind::Unavailable,
+            op.sent(),
+            "the response was cut off",
+        )
     } else {
         (ErrorKind::Unavailable, op.sent(), "the connection failed")
     };
@@ -187,26 +192,67 @@ mod tests {
     }
 
     fn body(code: &str) -> String {
-        format!(r#"{{"success":false,"error":{{"code":"{code}","message":"m"}},"diagnostic_id":"d-1"}}"#)
+        format!(
+            r#"{{"success":false,"error":{{"code":"{code}","message":"m"}},"diagnostic_id":"d-1"}}"#
+        )
     }
 
     #[test]
     fn the_execute_table() {
         // research/ax-agentcore-chrono.md §3.3 (NyxIdCodeExecutionPortTests, ClassifyProxyFailure).
         let cases: &[(u16, &str, ErrorKind, Retry)] = &[
-            (401, "UNAUTHENTICATED", ErrorKind::Unauthenticated, Retry::Never),
+            (
+                401,
+                "UNAUTHENTICATED",
+                ErrorKind::Unauthenticated,
+                Retry::Never,
+            ),
             (403, "FORBIDDEN", ErrorKind::PermissionDenied, Retry::Never),
-            (400, "INVALID_REQUEST", ErrorKind::InvalidCommand, Retry::Never),
-            (504, "SANDBOX_TIMEOUT", ErrorKind::Timeout(Deadline::Command), Retry::Unsafe),
-            (502, "SANDBOX_CREATION_FAILED", ErrorKind::Unavailable, Retry::SAFE),
-            (503, "SANDBOX_UNREACHABLE", ErrorKind::Unavailable, Retry::Unsafe),
+            (
+                400,
+                "INVALID_REQUEST",
+                ErrorKind::InvalidCommand,
+                Retry::Never,
+            ),
+            (
+                504,
+                "SANDBOX_TIMEOUT",
+                ErrorKind::Timeout(Deadline::Command),
+                Retry::Unsafe,
+            ),
+            (
+                502,
+                "SANDBOX_CREATION_FAILED",
+                ErrorKind::Unavailable,
+                Retry::SAFE,
+            ),
+            (
+                503,
+                "SANDBOX_UNREACHABLE",
+                ErrorKind::Unavailable,
+                Retry::Unsafe,
+            ),
             (500, "INTERNAL_ERROR", ErrorKind::Internal, Retry::Unsafe),
-            (429, "EXECUTION_CAPACITY_EXCEEDED", ErrorKind::RateLimited, Retry::SAFE),
-            (524, "EDGE", ErrorKind::Timeout(Deadline::Request), Retry::Unsafe),
+            (
+                429,
+                "EXECUTION_CAPACITY_EXCEEDED",
+                ErrorKind::RateLimited,
+                Retry::SAFE,
+            ),
+            (
+                524,
+                "EDGE",
+                ErrorKind::Timeout(Deadline::Request),
+                Retry::Unsafe,
+            ),
         ];
         for (status, code, kind, retry) in cases {
             let e = map(*status, &body(code), Op::Execute);
-            assert_eq!((e.kind(), e.retry()), (*kind, *retry), "{status} {code}: {e}");
+            assert_eq!(
+                (e.kind(), e.retry()),
+                (*kind, *retry),
+                "{status} {code}: {e}"
+            );
             assert_eq!(e.code(), Some(*code));
             assert_eq!(e.status(), Some(WireStatus::Http(*status)));
         }
@@ -216,13 +262,17 @@ mod tests {
     fn unknown_codes_fall_back_to_the_status() {
         let e = map(502, "<html>bad gateway</html>", Op::Execute);
         assert_eq!(e.code(), Some("NYXID_PROXY_HTTP_502"));
-        assert_eq!((e.kind(), e.retry()), (ErrorKind::Unavailable, Retry::Unsafe));
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::Unavailable, Retry::Unsafe)
+        );
     }
 
     #[test]
     fn nyxid_envelopes_are_looked_into() {
         // ChronoProxyFailureInspector: {"error": true, "status", "body": "<json string>"}.
-        let env = serde_json::json!({"error": true, "status": 504, "body": body("SANDBOX_TIMEOUT")});
+        let env =
+            serde_json::json!({"error": true, "status": 504, "body": body("SANDBOX_TIMEOUT")});
         let e = from_status(502, None, env.to_string().as_bytes(), Op::Execute);
         assert_eq!(e.code(), Some("SANDBOX_TIMEOUT"));
         assert_eq!(e.kind(), ErrorKind::Timeout(Deadline::Command));
@@ -233,19 +283,77 @@ mod tests {
     #[test]
     fn the_durable_table() {
         let cases: &[(u16, &str, Op, ErrorKind, Retry)] = &[
-            (400, "IDEMPOTENCY_KEY_MISSING", Op::Submit, ErrorKind::InvalidCommand, Retry::Never),
-            (409, "IDEMPOTENCY_KEY_REUSE", Op::Submit, ErrorKind::Conflict, Retry::Never),
-            (503, "ASYNC_EXECUTION_UNAVAILABLE", Op::Submit, ErrorKind::Unsupported, Retry::Never),
-            (413, "EXECUTION_PAYLOAD_TOO_LARGE", Op::Submit, ErrorKind::InvalidCommand, Retry::Never),
-            (503, "SANDBOX_UNREACHABLE", Op::Submit, ErrorKind::Unavailable, Retry::SAFE),
-            (500, "INTERNAL_ERROR", Op::Submit, ErrorKind::Internal, Retry::SAFE),
-            (404, "OPERATION_NOT_FOUND", Op::Status, ErrorKind::NotFound, Retry::Never),
-            (410, "OPERATION_EXPIRED", Op::Result, ErrorKind::NotFound, Retry::Never),
-            (409, "OPERATION_NOT_TERMINAL", Op::Result, ErrorKind::Conflict, Retry::SAFE),
+            (
+                400,
+                "IDEMPOTENCY_KEY_MISSING",
+                Op::Submit,
+                ErrorKind::InvalidCommand,
+                Retry::Never,
+            ),
+            (
+                409,
+                "IDEMPOTENCY_KEY_REUSE",
+                Op::Submit,
+                ErrorKind::Conflict,
+                Retry::Never,
+            ),
+            (
+                503,
+                "ASYNC_EXECUTION_UNAVAILABLE",
+                Op::Submit,
+                ErrorKind::Unsupported,
+                Retry::Never,
+            ),
+            (
+                413,
+                "EXECUTION_PAYLOAD_TOO_LARGE",
+                Op::Submit,
+                ErrorKind::InvalidCommand,
+                Retry::Never,
+            ),
+            (
+                503,
+                "SANDBOX_UNREACHABLE",
+                Op::Submit,
+                ErrorKind::Unavailable,
+                Retry::SAFE,
+            ),
+            (
+                500,
+                "INTERNAL_ERROR",
+                Op::Submit,
+                ErrorKind::Internal,
+                Retry::SAFE,
+            ),
+            (
+                404,
+                "OPERATION_NOT_FOUND",
+                Op::Status,
+                ErrorKind::NotFound,
+                Retry::Never,
+            ),
+            (
+                410,
+                "OPERATION_EXPIRED",
+                Op::Result,
+                ErrorKind::NotFound,
+                Retry::Never,
+            ),
+            (
+                409,
+                "OPERATION_NOT_TERMINAL",
+                Op::Result,
+                ErrorKind::Conflict,
+                Retry::SAFE,
+            ),
         ];
         for (status, code, op, kind, retry) in cases {
             let e = map(*status, &body(code), *op);
-            assert_eq!((e.kind(), e.retry()), (*kind, *retry), "{status} {code}: {e}");
+            assert_eq!(
+                (e.kind(), e.retry()),
+                (*kind, *retry),
+                "{status} {code}: {e}"
+            );
         }
     }
 }

@@ -16,7 +16,9 @@ use crate::config::ChronoConfig;
 use crate::durable::{DurableClient, Operation, Progress, Terminal};
 use crate::error::{Op, error, from_status, protocol};
 use crate::http::{Exchange, HttpTransport, Method};
-use crate::wire::{self, Completion, ErrorBody, ExecOutput, ExecuteRequest, InputFile, Language, codes};
+use crate::wire::{
+    self, Completion, ErrorBody, ExecOutput, ExecuteRequest, InputFile, Language, codes,
+};
 
 /// The capabilities with the default (synchronous) configuration.
 pub const CAPABILITIES: Capabilities = Capabilities {
@@ -124,7 +126,8 @@ impl ChronoExec {
         // on one operation; a new exec is a new operation.
         let nonce = degrade::temp_path("/");
         let hash = request.payload_hash();
-        let key = wire::operation_key(&[b"execseam-chrono/exec", nonce.as_bytes(), hash.as_bytes()]);
+        let key =
+            wire::operation_key(&[b"execseam-chrono/exec", nonce.as_bytes(), hash.as_bytes()]);
         let mut op = Operation::new(key, request)?;
         let mut guard = CancelOnDrop {
             client: self.durable.clone(),
@@ -221,7 +224,9 @@ impl Drop for CancelOnDrop {
 /// Errors of the durable loop, as an exec reports them: once a submit may have reached the
 /// service, the program may have run, so nothing is safe to retry with a *new* key.
 fn durable_exec_error(e: Error, submitted: bool) -> Error {
-    let never_reached = !submitted && e.status().is_none() && e.kind() == ErrorKind::Unavailable
+    let never_reached = !submitted
+        && e.status().is_none()
+        && e.kind() == ErrorKind::Unavailable
         && e.message().starts_with(crate::error::CONNECT_FAILED);
     if never_reached || e.retry() == Retry::Never {
         e
@@ -251,7 +256,12 @@ pub(crate) fn output_of(o: ExecOutput, wrapped: bool, op: Op) -> Result<Output, 
     let exit = match o.exit_code {
         c if c >= 0 => Exit::Code(c),
         c if (-64..=-1).contains(&c) => Exit::Signal(-c),
-        c => return Err(protocol(op, format!("exit_code {c} is neither a code nor a signal"))),
+        c => {
+            return Err(protocol(
+                op,
+                format!("exit_code {c} is neither a code nor a signal"),
+            ));
+        }
     };
     let out = Output::new(o.stdout, o.stderr, exit);
     if wrapped {
@@ -293,15 +303,17 @@ pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, 
     }
     let wrap = cmd.workdir().is_some() || !cmd.env().is_empty();
     let program = if wrap {
-        degrade::join(&degrade::wrap(
-            cmd,
-            &WrapOptions {
-                workdir: true,
-                env: true,
-                stdin: StdinFrom::Backend,
-            },
+        degrade::join(
+            &degrade::wrap(
+                cmd,
+                &WrapOptions {
+                    workdir: true,
+                    env: true,
+                    stdin: StdinFrom::Backend,
+                },
+            )
+            .map_err(|e| e.or_context(PROVIDER, "exec"))?,
         )
-        .map_err(|e| e.or_context(PROVIDER, "exec"))?)
     } else {
         degrade::join(cmd.argv())
     };
@@ -316,7 +328,8 @@ pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, 
             path: name.clone(),
             content: degrade::base64_encode(cmd.stdin()),
         });
-        let fail = degrade::quote(&format!("{WRAPPER_MARK}stdin file missing: {name}")).into_owned();
+        let fail =
+            degrade::quote(&format!("{WRAPPER_MARK}stdin file missing: {name}")).into_owned();
         format!(
             "if [ -f {q} ]; then exec 0<{q}; rm -f -- {q}; else printf '%s\\n' {fail} >&2; exit {WRAPPER_STATUS}; fi\n"
         )
@@ -358,7 +371,8 @@ impl Exec for ChronoExec {
             let out = if self.config().durable {
                 self.run_durable(prepared.request, prepared.wrapped).await?
             } else {
-                self.send_execute(&prepared.request, prepared.wrapped).await?
+                self.send_execute(&prepared.request, prepared.wrapped)
+                    .await?
             };
             tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
             Ok(out)
@@ -376,7 +390,11 @@ mod tests {
 
     #[test]
     fn argv_becomes_an_exact_bash_program_with_stdin_at_eof() {
-        let p = prepare(&config(), &Command::new(["printf", "%s\\n", "a b", "it's"]).unwrap()).unwrap();
+        let p = prepare(
+            &config(),
+            &Command::new(["printf", "%s\\n", "a b", "it's"]).unwrap(),
+        )
+        .unwrap();
         assert!(!p.wrapped);
         assert_eq!(p.request.language, Language::Bash);
         assert_eq!(p.request.timeout_secs, Some(180));
@@ -385,7 +403,10 @@ mod tests {
             "exec 0</dev/null\nexec printf '%s\\n' 'a b' 'it'\\''s'\n"
         );
         let json = String::from_utf8(p.request.to_json()).unwrap();
-        assert!(json.starts_with(r#"{"language":"bash","script":"#), "{json}");
+        assert!(
+            json.starts_with(r#"{"language":"bash","script":"#),
+            "{json}"
+        );
     }
 
     #[test]
@@ -401,7 +422,11 @@ mod tests {
         assert_eq!(p.request.input_files.len(), 1);
         let f = &p.request.input_files[0];
         assert_eq!(f.content, "AP9oaQ==");
-        assert!(!f.path.starts_with('/') && f.path.starts_with(".execseam-"), "{}", f.path);
+        assert!(
+            !f.path.starts_with('/') && f.path.starts_with(".execseam-"),
+            "{}",
+            f.path
+        );
         let s = &p.request.script;
         assert!(s.contains(&format!("exec 0<{}", f.path)), "{s}");
         assert!(s.contains("cd -- /srv"), "{s}");
@@ -415,7 +440,10 @@ mod tests {
             let e = prepare(&config().timeout_secs(secs), &c).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidCommand, "{e}");
         }
-        let c = Command::builder(["cat"]).stdin(vec![b'a'; 11]).build().unwrap();
+        let c = Command::builder(["cat"])
+            .stdin(vec![b'a'; 11])
+            .build()
+            .unwrap();
         let e = prepare(&config().max_stdin(10), &c).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidCommand);
     }
@@ -433,9 +461,25 @@ mod tests {
 
     #[test]
     fn outputs_keep_codes_and_signals() {
-        let o = |c| ExecOutput { stdout: "o".into(), stderr: "e".into(), exit_code: c, execution_time_ms: None, display_data: None, files: None };
-        assert_eq!(output_of(o(3), false, Op::Execute).unwrap().exit, Exit::Code(3));
-        assert_eq!(output_of(o(-9), false, Op::Execute).unwrap().exit, Exit::Signal(9));
-        assert_eq!(output_of(o(-1000), false, Op::Execute).unwrap_err().kind(), ErrorKind::Protocol);
+        let o = |c| ExecOutput {
+            stdout: "o".into(),
+            stderr: "e".into(),
+            exit_code: c,
+            execution_time_ms: None,
+            display_data: None,
+            files: None,
+        };
+        assert_eq!(
+            output_of(o(3), false, Op::Execute).unwrap().exit,
+            Exit::Code(3)
+        );
+        assert_eq!(
+            output_of(o(-9), false, Op::Execute).unwrap().exit,
+            Exit::Signal(9)
+        );
+        assert_eq!(
+            output_of(o(-1000), false, Op::Execute).unwrap_err().kind(),
+            ErrorKind::Protocol
+        );
     }
 }

@@ -163,7 +163,9 @@ impl HttpTransport {
             r = r.header(*k, v);
         }
         if let Some(body) = ex.body {
-            r = r.header(reqwest::header::CONTENT_TYPE, "application/json").body(body);
+            r = r
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body);
         }
         let mut resp = r.send().await.map_err(|e| from_transport(e, op))?;
         let status = resp.status().as_u16();
@@ -179,7 +181,9 @@ impl HttpTransport {
                 return Err(error(
                     ErrorKind::OutputLimit,
                     op,
-                    format!("the answer is larger than {max} bytes (ChronoConfig::max_response_bytes)"),
+                    format!(
+                        "the answer is larger than {max} bytes (ChronoConfig::max_response_bytes)"
+                    ),
                 )
                 .with_retry(execseam_core::Retry::Unsafe));
             }

@@ -131,7 +131,10 @@ impl fmt::Debug for InputFile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InputFile")
             .field("path", &self.path)
-            .field("content", &format_args!("<{} base64 chars>", self.content.len()))
+            .field(
+                "content",
+                &format_args!("<{} base64 chars>", self.content.len()),
+            )
             .finish()
     }
 }
@@ -682,25 +685,120 @@ pub struct CodeSpec {
 
 /// The error-code table (research note §3.5), one row per code, in the order of [`codes`].
 pub const ERROR_CODES: &[CodeSpec] = &[
-    CodeSpec { code: codes::IDEMPOTENCY_KEY_MISSING, status: 400, routes: "POST /executions", source: "seed 004 production probe" },
-    CodeSpec { code: codes::IDEMPOTENCY_KEY_REUSE, status: 409, routes: "POST /executions", source: "Durable.cs, seed 004" },
-    CodeSpec { code: codes::OPERATION_NOT_TERMINAL, status: 409, routes: "GET /executions/{id}/result", source: "Durable.cs, tests" },
-    CodeSpec { code: codes::ASYNC_EXECUTION_UNAVAILABLE, status: 503, routes: "/executions*", source: "Durable.cs (503 default), seed 004" },
-    CodeSpec { code: codes::EXECUTION_CAPACITY_EXCEEDED, status: 429, routes: "any", source: "Durable.cs (429 default)" },
-    CodeSpec { code: codes::OPERATION_NOT_FOUND, status: 404, routes: "status, result, cancel", source: "Durable tests" },
-    CodeSpec { code: codes::OPERATION_EXPIRED, status: 410, routes: "status, result, cancel", source: "Durable.cs (client-assigned)" },
-    CodeSpec { code: codes::EXECUTION_PAYLOAD_TOO_LARGE, status: 413, routes: "POST /executions", source: "Durable.cs (413 default)" },
-    CodeSpec { code: codes::EXECUTION_FAILED, status: 200, routes: "/execute, result", source: "NyxIdCodeExecutionPort.cs" },
-    CodeSpec { code: codes::DEPENDENCY_INSTALL_FAILED, status: 200, routes: "/execute, result", source: "NyxIdCodeExecutionPort.cs" },
-    CodeSpec { code: codes::EXECUTION_CANCELLED, status: 200, routes: "result (no output), snapshot failure", source: "Durable.cs, tests" },
-    CodeSpec { code: codes::OUTCOME_UNCERTAIN, status: 200, routes: "result (no output), snapshot failure", source: "Durable.cs, tests" },
-    CodeSpec { code: codes::UNAUTHENTICATED, status: 401, routes: "any", source: "NyxIdCodeExecutionPort tests" },
-    CodeSpec { code: codes::FORBIDDEN, status: 403, routes: "any", source: "NyxIdCodeExecutionPort tests" },
-    CodeSpec { code: codes::INVALID_REQUEST, status: 400, routes: "any", source: "NyxIdCodeExecutionPort.cs (4xx; 400 inferred)" },
-    CodeSpec { code: codes::SANDBOX_TIMEOUT, status: 504, routes: "/execute", source: "NyxIdCodeExecutionPort tests" },
-    CodeSpec { code: codes::SANDBOX_CREATION_FAILED, status: 502, routes: "/execute", source: "NyxIdCodeExecutionPort tests" },
-    CodeSpec { code: codes::SANDBOX_UNREACHABLE, status: 503, routes: "/execute", source: "ClassifyProxyFailure (5xx; 503 inferred)" },
-    CodeSpec { code: codes::INTERNAL_ERROR, status: 500, routes: "any", source: "NyxIdCodeExecutionPort tests" },
+    CodeSpec {
+        code: codes::IDEMPOTENCY_KEY_MISSING,
+        status: 400,
+        routes: "POST /executions",
+        source: "seed 004 production probe",
+    },
+    CodeSpec {
+        code: codes::IDEMPOTENCY_KEY_REUSE,
+        status: 409,
+        routes: "POST /executions",
+        source: "Durable.cs, seed 004",
+    },
+    CodeSpec {
+        code: codes::OPERATION_NOT_TERMINAL,
+        status: 409,
+        routes: "GET /executions/{id}/result",
+        source: "Durable.cs, tests",
+    },
+    CodeSpec {
+        code: codes::ASYNC_EXECUTION_UNAVAILABLE,
+        status: 503,
+        routes: "/executions*",
+        source: "Durable.cs (503 default), seed 004",
+    },
+    CodeSpec {
+        code: codes::EXECUTION_CAPACITY_EXCEEDED,
+        status: 429,
+        routes: "any",
+        source: "Durable.cs (429 default)",
+    },
+    CodeSpec {
+        code: codes::OPERATION_NOT_FOUND,
+        status: 404,
+        routes: "status, result, cancel",
+        source: "Durable tests",
+    },
+    CodeSpec {
+        code: codes::OPERATION_EXPIRED,
+        status: 410,
+        routes: "status, result, cancel",
+        source: "Durable.cs (client-assigned)",
+    },
+    CodeSpec {
+        code: codes::EXECUTION_PAYLOAD_TOO_LARGE,
+        status: 413,
+        routes: "POST /executions",
+        source: "Durable.cs (413 default)",
+    },
+    CodeSpec {
+        code: codes::EXECUTION_FAILED,
+        status: 200,
+        routes: "/execute, result",
+        source: "NyxIdCodeExecutionPort.cs",
+    },
+    CodeSpec {
+        code: codes::DEPENDENCY_INSTALL_FAILED,
+        status: 200,
+        routes: "/execute, result",
+        source: "NyxIdCodeExecutionPort.cs",
+    },
+    CodeSpec {
+        code: codes::EXECUTION_CANCELLED,
+        status: 200,
+        routes: "result (no output), snapshot failure",
+        source: "Durable.cs, tests",
+    },
+    CodeSpec {
+        code: codes::OUTCOME_UNCERTAIN,
+        status: 200,
+        routes: "result (no output), snapshot failure",
+        source: "Durable.cs, tests",
+    },
+    CodeSpec {
+        code: codes::UNAUTHENTICATED,
+        status: 401,
+        routes: "any",
+        source: "NyxIdCodeExecutionPort tests",
+    },
+    CodeSpec {
+        code: codes::FORBIDDEN,
+        status: 403,
+        routes: "any",
+        source: "NyxIdCodeExecutionPort tests",
+    },
+    CodeSpec {
+        code: codes::INVALID_REQUEST,
+        status: 400,
+        routes: "any",
+        source: "NyxIdCodeExecutionPort.cs (4xx; 400 inferred)",
+    },
+    CodeSpec {
+        code: codes::SANDBOX_TIMEOUT,
+        status: 504,
+        routes: "/execute",
+        source: "NyxIdCodeExecutionPort tests",
+    },
+    CodeSpec {
+        code: codes::SANDBOX_CREATION_FAILED,
+        status: 502,
+        routes: "/execute",
+        source: "NyxIdCodeExecutionPort tests",
+    },
+    CodeSpec {
+        code: codes::SANDBOX_UNREACHABLE,
+        status: 503,
+        routes: "/execute",
+        source: "ClassifyProxyFailure (5xx; 503 inferred)",
+    },
+    CodeSpec {
+        code: codes::INTERNAL_ERROR,
+        status: 500,
+        routes: "any",
+        source: "NyxIdCodeExecutionPort tests",
+    },
 ];
 
 /// The table row of `code`, if the code is known.
@@ -752,7 +850,9 @@ pub fn envelope_status(body: &[u8]) -> Option<u16> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     let obj = value.as_object()?;
     if obj.get("error")?.as_bool()? {
-        obj.get("status")?.as_u64().and_then(|s| u16::try_from(s).ok())
+        obj.get("status")?
+            .as_u64()
+            .and_then(|s| u16::try_from(s).ok())
     } else {
         None
     }
@@ -809,9 +909,7 @@ pub fn valid_diagnostic_id(id: &str) -> bool {
 /// An ETag as Aevatar accepts it: 1..=512 characters, no surrounding whitespace, no control
 /// characters.
 pub fn valid_etag(etag: &str) -> bool {
-    (1..=512).contains(&etag.len())
-        && etag.trim() == etag
-        && !etag.chars().any(|c| c.is_control())
+    (1..=512).contains(&etag.len()) && etag.trim() == etag && !etag.chars().any(|c| c.is_control())
 }
 
 /// The ETag of a version, as in the fixtures: `"v7"` (a strong tag, quotes included).
@@ -863,7 +961,9 @@ pub fn parse_rfc3339(s: &str) -> Option<i128> {
     }
     let num = |r: std::ops::Range<usize>| -> Option<i64> {
         let t = s.get(r)?;
-        t.bytes().all(|c| c.is_ascii_digit()).then(|| t.parse().ok())?
+        t.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse().ok())?
     };
     let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (hour, min, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);

@@ -11,7 +11,10 @@ use execseam_emulators::EmulatorOptions;
 use execseam_emulators::chrono::{ChronoEmulator, ChronoOptions};
 
 fn setup(e: std::io::Error) -> Error {
-    Error::new(ErrorKind::Internal, format!("cannot start the Chrono emulator: {e}"))
+    Error::new(
+        ErrorKind::Internal,
+        format!("cannot start the Chrono emulator: {e}"),
+    )
 }
 
 /// A loopback URL where nothing listens (a port bound, then released).
@@ -75,7 +78,10 @@ fn scratch() -> String {
     let dir = std::path::Path::new("/var/tmp")
         .canonicalize()
         .expect("/var/tmp")
-        .join(format!("execseam-chrono-conformance-{}", std::process::id()));
+        .join(format!(
+            "execseam-chrono-conformance-{}",
+            std::process::id()
+        ));
     std::fs::create_dir_all(&dir).expect("the scratch dir");
     dir.to_string_lossy().into_owned()
 }

@@ -468,9 +468,11 @@ pub struct CodeArgs {
 pub async fn code(a: CodeArgs) -> ExitCode {
     let r = async {
         let language: execseam_tools::Language =
-            a.language.parse().map_err(|e: Error| ToolError::InvalidArgument {
-                message: e.message().to_owned(),
-            })?;
+            a.language
+                .parse()
+                .map_err(|e: Error| ToolError::InvalidArgument {
+                    message: e.message().to_owned(),
+                })?;
         let mut source = Vec::new();
         let read = if a.file == "-" {
             std::io::stdin().read_to_end(&mut source).map(|_| ())

@@ -110,7 +110,13 @@ pub fn typescript_runtime() -> io::Result<Vec<String>> {
         std::fs::write(tmp.join("package.json"), "{\"private\": true}\n")?;
         check(
             Command::new("npm")
-                .args(["install", "--no-audit", "--no-fund", "--save-exact", "--prefix"])
+                .args([
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--save-exact",
+                    "--prefix",
+                ])
                 .arg(&tmp)
                 .arg(format!("tsx@{TSX_VERSION}")),
             "installing tsx from the npm registry (is it reachable?)",

@@ -161,11 +161,16 @@ impl CodeRequest {
             ["python3", "-c", s] if stdin.is_empty() => (Language::Python, s.to_string()),
             ["node", "-e", s] if stdin.is_empty() => (Language::Javascript, s.to_string()),
             ["bash", "-c", s] if stdin.is_empty() => (Language::Bash, s.to_string()),
-            ["sh", "-c", l, "execseam-code", s] if *l == TYPESCRIPT_LAUNCHER && stdin.is_empty() => {
+            ["sh", "-c", l, "execseam-code", s]
+                if *l == TYPESCRIPT_LAUNCHER && stdin.is_empty() =>
+            {
                 (Language::Typescript, s.to_string())
             }
             ["python3", "-"] => (Language::Python, String::from_utf8(stdin.to_vec()).ok()?),
-            ["node", "-"] => (Language::Javascript, String::from_utf8(stdin.to_vec()).ok()?),
+            ["node", "-"] => (
+                Language::Javascript,
+                String::from_utf8(stdin.to_vec()).ok()?,
+            ),
             _ => return None,
         };
         Some(CodeRequest { language, source })
@@ -186,14 +191,18 @@ mod tests {
                 assert_eq!(CodeRequest::parse(&c), Some(r), "{l} {src:?}");
             }
         }
-        let c = CodeRequest::new(Language::Python, "print(1)").command().unwrap();
+        let c = CodeRequest::new(Language::Python, "print(1)")
+            .command()
+            .unwrap();
         assert_eq!(c.argv(), ["python3", "-c", "print(1)"]);
     }
 
     #[test]
     fn large_sources_go_on_stdin_or_are_rejected() {
         let big = "x".repeat(MAX_ARG_SOURCE + 1);
-        let c = CodeRequest::new(Language::Python, big.clone()).command().unwrap();
+        let c = CodeRequest::new(Language::Python, big.clone())
+            .command()
+            .unwrap();
         assert_eq!(c.argv(), ["python3", "-"]);
         assert_eq!(c.stdin().len(), big.len());
         assert_eq!(CodeRequest::parse(&c).unwrap().source, big);
@@ -207,7 +216,11 @@ mod tests {
     fn other_commands_are_not_code() {
         let c = Command::new(["python3", "-c", "x"]).unwrap();
         assert_eq!(CodeRequest::parse(&c), None, "the tool must be CODE");
-        let c = Command::builder(["python3", "-c", "x"]).tool(Tool::CODE).workdir("/w").build().unwrap();
+        let c = Command::builder(["python3", "-c", "x"])
+            .tool(Tool::CODE)
+            .workdir("/w")
+            .build()
+            .unwrap();
         assert_eq!(CodeRequest::parse(&c), None, "no workdir");
         assert!("ruby".parse::<Language>().is_err());
         let d = format!("{:?}", CodeRequest::new(Language::Bash, "SECRET"));

@@ -550,11 +550,11 @@ impl<'a> Tools<'a> {
                 message: format!("timeout {timeout:?} is outside 1..=600 s"),
             });
         }
-        let cmd = CodeRequest::new(language, source)
-            .command()
-            .map_err(|e| ToolError::InvalidArgument {
+        let cmd = CodeRequest::new(language, source).command().map_err(|e| {
+            ToolError::InvalidArgument {
                 message: e.message().to_owned(),
-            })?;
+            }
+        })?;
         match tokio::time::timeout(timeout, self.run(cmd)).await {
             Ok(r) => r,
             Err(_) => Err(ToolError::Exec(

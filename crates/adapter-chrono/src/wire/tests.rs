@@ -15,7 +15,11 @@ fn aevatar_sends_language_script_timeout_in_that_order() {
     );
     assert!(r.validate().is_ok());
     for bad in [0, 601, u32::MAX] {
-        assert!(ExecuteRequest::new(Language::Bash, "", bad).validate().is_err());
+        assert!(
+            ExecuteRequest::new(Language::Bash, "", bad)
+                .validate()
+                .is_err()
+        );
     }
     for ok in [1, 600] {
         assert!(check_timeout(ok).is_ok());
@@ -35,7 +39,10 @@ fn ornn_fields_are_accepted_and_unknown_fields_tolerated() {
     assert_eq!(r.input_files[0].path, "data.csv");
     assert_eq!(r.timeout_secs, Some(60));
     // Unknown languages are rejected.
-    assert!(serde_json::from_value::<ExecuteRequest>(json!({"language": "ruby", "script": ""})).is_err());
+    assert!(
+        serde_json::from_value::<ExecuteRequest>(json!({"language": "ruby", "script": ""}))
+            .is_err()
+    );
     assert_eq!("typescript".parse::<Language>(), Ok(Language::Typescript));
     assert!("ts".parse::<Language>().is_err());
 }
@@ -44,7 +51,10 @@ fn ornn_fields_are_accepted_and_unknown_fields_tolerated() {
 fn debug_never_shows_the_script_env_values_or_files() {
     let mut r = ExecuteRequest::new(Language::Bash, "echo SECRET-SCRIPT", 5);
     r.env.insert("TOKEN".into(), "SECRET-ENV".into());
-    r.input_files.push(InputFile { path: "f".into(), content: "U0VDUkVU".into() });
+    r.input_files.push(InputFile {
+        path: "f".into(),
+        content: "U0VDUkVU".into(),
+    });
     let d = format!("{r:?}");
     assert!(!d.contains("SECRET") && !d.contains("U0VDUkVU"), "{d}");
     assert!(d.contains("TOKEN"), "{d}");
@@ -54,8 +64,10 @@ fn debug_never_shows_the_script_env_values_or_files() {
 fn the_payload_hash_ignores_key_order_and_whitespace_only() {
     let a: ExecuteRequest =
         serde_json::from_str(r#"{"language":"python","script":"x","timeout_secs":5}"#).unwrap();
-    let b: ExecuteRequest =
-        serde_json::from_str("{ \"timeout_secs\": 5,\n \"script\": \"x\", \"language\": \"python\" }").unwrap();
+    let b: ExecuteRequest = serde_json::from_str(
+        "{ \"timeout_secs\": 5,\n \"script\": \"x\", \"language\": \"python\" }",
+    )
+    .unwrap();
     assert_eq!(a.payload_hash(), b.payload_hash());
     let c = ExecuteRequest::new(Language::Python, "x", 6);
     assert_ne!(a.payload_hash(), c.payload_hash());
@@ -69,10 +81,18 @@ fn completed_answers_follow_aevatars_invariants() {
         "output": {"stdout": "42\n", "stderr": "", "exit_code": 0, "execution_time_ms": 17,
                    "display_data": [], "files": []},
         "diagnostic_id": "diag-code-1"}"#;
-    let Completion::Ran { output, error, diagnostic_id } = parse_completion(ok).unwrap() else {
+    let Completion::Ran {
+        output,
+        error,
+        diagnostic_id,
+    } = parse_completion(ok).unwrap()
+    else {
         panic!()
     };
-    assert_eq!((output.stdout.as_str(), output.exit_code, error), ("42\n", 0, None));
+    assert_eq!(
+        (output.stdout.as_str(), output.exit_code, error),
+        ("42\n", 0, None)
+    );
     assert_eq!(diagnostic_id.as_deref(), Some("diag-code-1"));
 
     // Completed with failure: HTTP 200, success:false, an output and EXECUTION_FAILED.
@@ -80,14 +100,22 @@ fn completed_answers_follow_aevatars_invariants() {
         "output": {"stdout": "partial output", "stderr": "traceback", "exit_code": 7, "execution_time_ms": 31},
         "error": {"code": "EXECUTION_FAILED", "message": "boom", "details": {"ename": "E", "evalue": "v", "traceback": []}},
         "diagnostic_id": "diag-code-2"}"#;
-    let Completion::Ran { output, error, .. } = parse_completion(failed).unwrap() else { panic!() };
+    let Completion::Ran { output, error, .. } = parse_completion(failed).unwrap() else {
+        panic!()
+    };
     assert_eq!(output.exit_code, 7);
     assert_eq!(error.unwrap().code, codes::EXECUTION_FAILED);
 
     // Terminal result without output (Durable tests): cancelled.
-    let cancelled = br#"{"success": false, "error": {"code": "EXECUTION_CANCELLED", "phase": "execute"}}"#;
-    let Completion::NoOutput { error, .. } = parse_completion(cancelled).unwrap() else { panic!() };
-    assert_eq!((error.code.as_str(), error.phase), ("EXECUTION_CANCELLED", Some(Phase::Execute)));
+    let cancelled =
+        br#"{"success": false, "error": {"code": "EXECUTION_CANCELLED", "phase": "execute"}}"#;
+    let Completion::NoOutput { error, .. } = parse_completion(cancelled).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        (error.code.as_str(), error.phase),
+        ("EXECUTION_CANCELLED", Some(Phase::Execute))
+    );
 }
 
 #[test]
@@ -117,7 +145,9 @@ fn answers_breaking_the_invariants_are_malformed() {
     }
     // An invalid diagnostic id is ignored, not fatal.
     let body = br#"{"success":true,"output":{"stdout":"","stderr":"","exit_code":0},"diagnostic_id":"has space"}"#;
-    let Completion::Ran { diagnostic_id, .. } = parse_completion(body).unwrap() else { panic!() };
+    let Completion::Ran { diagnostic_id, .. } = parse_completion(body).unwrap() else {
+        panic!()
+    };
     assert_eq!(diagnostic_id, None);
 }
 
@@ -137,15 +167,29 @@ const OP: &str = "op_0123456789abcdefghijklmnopqrstuv";
 #[test]
 fn snapshots_parse_and_require_every_field() {
     let s = parse_snapshot(snapshot_fixture().to_string().as_bytes(), OP).unwrap();
-    assert_eq!((s.status, s.phase, s.version), (Status::Running, Phase::Execute, 7));
+    assert_eq!(
+        (s.status, s.phase, s.version),
+        (Status::Running, Phase::Execute, 7)
+    );
     assert!(!s.status.is_terminal());
     for field in [
-        "operation_id", "status", "phase", "cleanup_status", "version", "cancel_requested",
-        "result_available", "created_at", "updated_at", "expires_at",
+        "operation_id",
+        "status",
+        "phase",
+        "cleanup_status",
+        "version",
+        "cancel_requested",
+        "result_available",
+        "created_at",
+        "updated_at",
+        "expires_at",
     ] {
         let mut v = snapshot_fixture();
         v.as_object_mut().unwrap().remove(field);
-        assert!(parse_snapshot(v.to_string().as_bytes(), OP).is_err(), "{field}");
+        assert!(
+            parse_snapshot(v.to_string().as_bytes(), OP).is_err(),
+            "{field}"
+        );
     }
 }
 
@@ -165,13 +209,32 @@ fn unknown_enum_values_strings_for_booleans_and_foreign_ids_are_malformed() {
     for (field, value) in cases {
         let mut v = snapshot_fixture();
         v[field] = value.clone();
-        assert!(parse_snapshot(v.to_string().as_bytes(), OP).is_err(), "{field}={value}");
+        assert!(
+            parse_snapshot(v.to_string().as_bytes(), OP).is_err(),
+            "{field}={value}"
+        );
     }
     // Every status the clients accept, including the ones the brief omitted.
-    for s in ["queued", "provisioning", "preparing", "running", "collecting", "succeeded", "failed", "cancelled", "outcome_uncertain"] {
+    for s in [
+        "queued",
+        "provisioning",
+        "preparing",
+        "running",
+        "collecting",
+        "succeeded",
+        "failed",
+        "cancelled",
+        "outcome_uncertain",
+    ] {
         let mut v = snapshot_fixture();
         v["status"] = json!(s);
-        assert_eq!(parse_snapshot(v.to_string().as_bytes(), OP).unwrap().status.as_str(), s);
+        assert_eq!(
+            parse_snapshot(v.to_string().as_bytes(), OP)
+                .unwrap()
+                .status
+                .as_str(),
+            s
+        );
     }
 }
 
@@ -192,7 +255,10 @@ fn receipts_are_validated() {
     ] {
         let mut v = r.clone();
         v[field] = value.clone();
-        assert!(parse_receipt(v.to_string().as_bytes()).is_err(), "{field}={value}");
+        assert!(
+            parse_receipt(v.to_string().as_bytes()).is_err(),
+            "{field}={value}"
+        );
     }
 }
 
@@ -216,25 +282,54 @@ fn the_idempotency_key_rule() {
 fn error_codes_are_found_directly_at_top_level_and_inside_nyxid_envelopes() {
     // ChronoProxyFailureInspector tests: error.code first, then top-level code, then one level
     // into the NyxID envelope's body (a JSON string or an object).
-    assert_eq!(error_code(br#"{"success":false,"error":{"code":"SANDBOX_TIMEOUT"}}"#).as_deref(), Some("SANDBOX_TIMEOUT"));
-    assert_eq!(error_code(br#"{"code":"FORBIDDEN"}"#).as_deref(), Some("FORBIDDEN"));
+    assert_eq!(
+        error_code(br#"{"success":false,"error":{"code":"SANDBOX_TIMEOUT"}}"#).as_deref(),
+        Some("SANDBOX_TIMEOUT")
+    );
+    assert_eq!(
+        error_code(br#"{"code":"FORBIDDEN"}"#).as_deref(),
+        Some("FORBIDDEN")
+    );
     let env = json!({"error": true, "status": 504,
         "body": "{\"success\":false,\"error\":{\"code\":\"SANDBOX_TIMEOUT\",\"message\":\"t\"}}"});
-    assert_eq!(error_code(env.to_string().as_bytes()).as_deref(), Some("SANDBOX_TIMEOUT"));
+    assert_eq!(
+        error_code(env.to_string().as_bytes()).as_deref(),
+        Some("SANDBOX_TIMEOUT")
+    );
     assert_eq!(envelope_status(env.to_string().as_bytes()), Some(504));
-    let env = json!({"error": true, "status": 409, "body": {"error": {"code": "IDEMPOTENCY_KEY_REUSE"}}});
-    assert_eq!(error_code(env.to_string().as_bytes()).as_deref(), Some("IDEMPOTENCY_KEY_REUSE"));
+    let env =
+        json!({"error": true, "status": 409, "body": {"error": {"code": "IDEMPOTENCY_KEY_REUSE"}}});
+    assert_eq!(
+        error_code(env.to_string().as_bytes()).as_deref(),
+        Some("IDEMPOTENCY_KEY_REUSE")
+    );
     assert_eq!(error_code(b"<html>bad gateway</html>"), None);
     assert_eq!(error_code(br#"{"error":{"code":"has space"}}"#), None);
 }
 
 #[test]
 fn the_code_table_has_one_row_per_code_with_the_notes_status() {
-    assert_eq!(code_spec(codes::IDEMPOTENCY_KEY_MISSING).unwrap().status, 400);
+    assert_eq!(
+        code_spec(codes::IDEMPOTENCY_KEY_MISSING).unwrap().status,
+        400
+    );
     assert_eq!(code_spec(codes::IDEMPOTENCY_KEY_REUSE).unwrap().status, 409);
-    assert_eq!(code_spec(codes::OPERATION_NOT_TERMINAL).unwrap().status, 409);
-    assert_eq!(code_spec(codes::ASYNC_EXECUTION_UNAVAILABLE).unwrap().status, 503);
-    assert_eq!(code_spec(codes::EXECUTION_CAPACITY_EXCEEDED).unwrap().status, 429);
+    assert_eq!(
+        code_spec(codes::OPERATION_NOT_TERMINAL).unwrap().status,
+        409
+    );
+    assert_eq!(
+        code_spec(codes::ASYNC_EXECUTION_UNAVAILABLE)
+            .unwrap()
+            .status,
+        503
+    );
+    assert_eq!(
+        code_spec(codes::EXECUTION_CAPACITY_EXCEEDED)
+            .unwrap()
+            .status,
+        429
+    );
     assert_eq!(code_spec(codes::OPERATION_EXPIRED).unwrap().status, 410);
     assert_eq!(code_spec(codes::SANDBOX_TIMEOUT).unwrap().status, 504);
     let mut seen = std::collections::HashSet::new();
@@ -259,9 +354,16 @@ fn etags_and_conditional_requests() {
 fn retry_after_values() {
     assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
     assert_eq!(parse_retry_after(" 3600 "), Some(Duration::from_secs(3600)));
-    assert_eq!(parse_retry_after("-5"), Some(Duration::ZERO), "Aevatar: <= 0 becomes 0");
+    assert_eq!(
+        parse_retry_after("-5"),
+        Some(Duration::ZERO),
+        "Aevatar: <= 0 becomes 0"
+    );
     assert_eq!(parse_retry_after("0.5"), Some(Duration::from_millis(500)));
-    assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT"), Some(Duration::ZERO));
+    assert_eq!(
+        parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT"),
+        Some(Duration::ZERO)
+    );
     assert_eq!(parse_retry_after("soon"), None);
 }
 
@@ -269,17 +371,36 @@ fn retry_after_values() {
 fn rfc3339_round_trips_and_rejects_garbage() {
     let t = UNIX_EPOCH + Duration::from_secs(1_786_701_600); // 2026-08-14T10:00:00Z
     assert_eq!(format_rfc3339(t), "2026-08-14T10:00:00Z");
-    assert_eq!(parse_rfc3339("2026-08-14T10:00:00Z"), Some(1_786_701_600_000));
-    assert_eq!(parse_rfc3339("2026-08-14T12:00:00.250+02:00"), Some(1_786_701_600_250));
+    assert_eq!(
+        parse_rfc3339("2026-08-14T10:00:00Z"),
+        Some(1_786_701_600_000)
+    );
+    assert_eq!(
+        parse_rfc3339("2026-08-14T12:00:00.250+02:00"),
+        Some(1_786_701_600_250)
+    );
     assert_eq!(parse_rfc3339("2000-02-29T00:00:00Z"), Some(951_782_400_000));
-    for bad in ["2026-02-30T00:00:00Z", "2026-08-14 10:00", "2026-08-14T10:00:00", "x", "2026-08-14T10:00:00.Z"] {
+    for bad in [
+        "2026-02-30T00:00:00Z",
+        "2026-08-14 10:00",
+        "2026-08-14T10:00:00",
+        "x",
+        "2026-08-14T10:00:00.Z",
+    ] {
         assert_eq!(parse_rfc3339(bad), None, "{bad}");
     }
 }
 
 #[test]
 fn completed_constructor_keeps_the_invariants() {
-    let out = |code| ExecOutput { stdout: "o".into(), stderr: "e".into(), exit_code: code, execution_time_ms: Some(1), display_data: None, files: None };
+    let out = |code| ExecOutput {
+        stdout: "o".into(),
+        stderr: "e".into(),
+        exit_code: code,
+        execution_time_ms: Some(1),
+        display_data: None,
+        files: None,
+    };
     for code in [0, 1, 127, -1] {
         let r = ExecuteResponse::completed(out(code), None);
         let body = serde_json::to_vec(&r).unwrap();

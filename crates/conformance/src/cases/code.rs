@@ -40,7 +40,10 @@ fn program(language: Language) -> (&'static str, &'static str) {
 async fn check(t: &Target, language: Language) -> CaseResult {
     let (runtime, source) = program(language);
     let tools = Tools::new(&*t.exec);
-    let out = match tools.code(language, source, Some(Duration::from_secs(120))).await {
+    let out = match tools
+        .code(language, source, Some(Duration::from_secs(120)))
+        .await
+    {
         Ok(out) => out,
         // A native code runtime without this language refuses it.
         Err(ToolError::Exec(e))
@@ -69,8 +72,16 @@ async fn check(t: &Target, language: Language) -> CaseResult {
             show_short(&out.stderr, 200)
         ));
     }
-    same(&format!("code({language}) stdout"), &out.stdout, STDOUT.as_bytes())?;
-    same(&format!("code({language}) stderr"), &out.stderr, STDERR.as_bytes())
+    same(
+        &format!("code({language}) stdout"),
+        &out.stdout,
+        STDOUT.as_bytes(),
+    )?;
+    same(
+        &format!("code({language}) stderr"),
+        &out.stderr,
+        STDERR.as_bytes(),
+    )
 }
 
 pub(crate) async fn python(t: &Target) -> CaseResult {
@@ -93,16 +104,31 @@ pub(crate) async fn bash(t: &Target) -> CaseResult {
 pub(crate) async fn validation(t: &Target) -> CaseResult {
     let before = t.faults.as_ref().and_then(|f| f.exec_requests());
     let tools = Tools::new(&*t.exec);
-    for timeout in [Duration::ZERO, Duration::from_millis(999), Duration::from_secs(601)] {
-        match tools.code(Language::Python, "print(1)", Some(timeout)).await {
+    for timeout in [
+        Duration::ZERO,
+        Duration::from_millis(999),
+        Duration::from_secs(601),
+    ] {
+        match tools
+            .code(Language::Python, "print(1)", Some(timeout))
+            .await
+        {
             Err(ToolError::InvalidArgument { .. }) => {}
-            other => return fail(format!("timeout {timeout:?}: {other:?}, want InvalidArgument")),
+            other => {
+                return fail(format!(
+                    "timeout {timeout:?}: {other:?}, want InvalidArgument"
+                ));
+            }
         }
     }
     let big = "#".repeat(execseam_core::code::MAX_ARG_SOURCE + 1);
     match tools.code(Language::Bash, &big, None).await {
         Err(ToolError::InvalidArgument { .. }) => {}
-        other => return fail(format!("an oversized bash source: {other:?}, want InvalidArgument")),
+        other => {
+            return fail(format!(
+                "an oversized bash source: {other:?}, want InvalidArgument"
+            ));
+        }
     }
     let after = t.faults.as_ref().and_then(|f| f.exec_requests());
     if before != after {

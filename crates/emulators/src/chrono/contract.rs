@@ -126,14 +126,22 @@ impl Record {
         let failed_phase = self.phase;
         match end {
             End::Result(r) => {
-                self.status = if r.success { Status::Succeeded } else { Status::Failed };
+                self.status = if r.success {
+                    Status::Succeeded
+                } else {
+                    Status::Failed
+                };
                 self.failure = r.error.as_ref().map(|e| Failure {
                     code: e.code.clone(),
                     message: e.message.clone(),
                 });
                 self.result = Some(r);
             }
-            End::Without { status, code, message } => {
+            End::Without {
+                status,
+                code,
+                message,
+            } => {
                 self.status = status;
                 self.failure = Some(Failure {
                     code: code.to_owned(),
@@ -208,6 +216,8 @@ impl Record {
 }
 
 /// How an operation ended.
+// One value per operation: boxing would only cost an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum End {
     /// The program ran (or its result is an `/execute` error body with output).
@@ -235,7 +245,11 @@ pub enum SubmitDecision {
 }
 
 /// The idempotency decision. An expired record under the key no longer binds it.
-pub fn decide_submit(existing: Option<&Record>, payload_hash: &str, now: SystemTime) -> SubmitDecision {
+pub fn decide_submit(
+    existing: Option<&Record>,
+    payload_hash: &str,
+    now: SystemTime,
+) -> SubmitDecision {
     match existing {
         None => SubmitDecision::Create,
         Some(r) if r.is_expired(now) => SubmitDecision::Create,
@@ -389,9 +403,24 @@ mod tests {
         r.advance(Status::Running, Phase::Execute, t);
         r.advance(Status::Running, Phase::Execute, t); // no change, no bump
         assert_eq!(r.version, 3);
-        let out = ExecOutput { stdout: "42\n".into(), stderr: String::new(), exit_code: 0, execution_time_ms: Some(5), display_data: None, files: None };
+        let out = ExecOutput {
+            stdout: "42\n".into(),
+            stderr: String::new(),
+            exit_code: 0,
+            execution_time_ms: Some(5),
+            display_data: None,
+            files: None,
+        };
         r.finish(End::Result(ExecuteResponse::completed(out, None)), t);
-        assert_eq!((r.status, r.phase, r.cleanup, r.version), (Status::Succeeded, Phase::Complete, CleanupStatus::Complete, 4));
+        assert_eq!(
+            (r.status, r.phase, r.cleanup, r.version),
+            (
+                Status::Succeeded,
+                Phase::Complete,
+                CleanupStatus::Complete,
+                4
+            )
+        );
         let s = r.snapshot();
         assert!(s.result_available && s.terminal_at.is_some());
         // Terminal records never change again.
@@ -408,9 +437,15 @@ mod tests {
         let r = rec();
         let now = r.created;
         assert_eq!(decide_submit(None, "h1", now), SubmitDecision::Create);
-        assert_eq!(decide_submit(Some(&r), "h1", now), SubmitDecision::Replay(r.id.clone()));
+        assert_eq!(
+            decide_submit(Some(&r), "h1", now),
+            SubmitDecision::Replay(r.id.clone())
+        );
         assert_eq!(decide_submit(Some(&r), "h2", now), SubmitDecision::Conflict);
-        assert_eq!(decide_submit(Some(&r), "h2", r.expires), SubmitDecision::Create);
+        assert_eq!(
+            decide_submit(Some(&r), "h2", r.expires),
+            SubmitDecision::Create
+        );
     }
 
     #[test]
@@ -425,17 +460,33 @@ mod tests {
         assert_eq!(status_reply(&r, Some("\"v0\""), 1).status, 200);
         let p = result_reply(&r, 2);
         assert_eq!((p.status, p.header("retry-after")), (409, Some("2")));
-        assert_eq!(wire::error_code(&p.body).as_deref(), Some(codes::OPERATION_NOT_TERMINAL));
+        assert_eq!(
+            wire::error_code(&p.body).as_deref(),
+            Some(codes::OPERATION_NOT_TERMINAL)
+        );
         let t = r.created;
         r.advance(Status::Running, Phase::Execute, t);
         assert!(r.request_cancel(t));
         assert_eq!(cancel_reply(&r).status, 202);
-        r.finish(End::Without { status: Status::Cancelled, code: codes::EXECUTION_CANCELLED, message: "cancelled".into() }, t);
+        r.finish(
+            End::Without {
+                status: Status::Cancelled,
+                code: codes::EXECUTION_CANCELLED,
+                message: "cancelled".into(),
+            },
+            t,
+        );
         let c = cancel_reply(&r);
         assert_eq!(c.status, 200);
         let res = result_reply(&r, 1);
-        let wire::Completion::NoOutput { error, .. } = wire::parse_completion(&res.body).unwrap() else { panic!() };
-        assert_eq!((error.code.as_str(), error.phase), (codes::EXECUTION_CANCELLED, Some(Phase::Execute)));
+        let wire::Completion::NoOutput { error, .. } = wire::parse_completion(&res.body).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (error.code.as_str(), error.phase),
+            (codes::EXECUTION_CANCELLED, Some(Phase::Execute))
+        );
         // A terminal status has no Retry-After.
         assert_eq!(status_reply(&r, None, 1).header("retry-after"), None);
     }
@@ -444,8 +495,17 @@ mod tests {
     fn owners_and_expiry() {
         let r = rec();
         assert!(lookup_failure(Some(&r), "alice", r.created).is_none());
-        assert_eq!(lookup_failure(Some(&r), "bob", r.created).unwrap().status, 404);
-        assert_eq!(lookup_failure(Some(&r), "alice", r.expires).unwrap().status, 410);
-        assert_eq!(lookup_failure(None, "alice", r.created).unwrap().status, 404);
+        assert_eq!(
+            lookup_failure(Some(&r), "bob", r.created).unwrap().status,
+            404
+        );
+        assert_eq!(
+            lookup_failure(Some(&r), "alice", r.expires).unwrap().status,
+            410
+        );
+        assert_eq!(
+            lookup_failure(None, "alice", r.created).unwrap().status,
+            404
+        );
     }
 }

@@ -102,13 +102,19 @@ impl std::fmt::Debug for ChronoEmulator {
 
 impl ChronoEmulator {
     /// Starts an emulator.
-    pub async fn start(options: EmulatorOptions, chrono: ChronoOptions) -> io::Result<ChronoEmulator> {
+    pub async fn start(
+        options: EmulatorOptions,
+        chrono: ChronoOptions,
+    ) -> io::Result<ChronoEmulator> {
         let faults = FaultHandle::new();
         for r in &options.faults {
             faults.add(r.clone());
         }
         let shared = Arc::new(routes::Shared {
-            runner: Arc::new(runner::Runner::new(chrono.runtimes.clone(), options.isolation)),
+            runner: Arc::new(runner::Runner::new(
+                chrono.runtimes.clone(),
+                options.isolation,
+            )),
             options: chrono,
             store: store::MemoryStore::new(),
             faults,

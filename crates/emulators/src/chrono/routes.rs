@@ -13,10 +13,10 @@ use execseam_chrono::wire::{self, ExecuteRequest, ExecuteResponse, Phase, Status
 use futures_util::StreamExt as _;
 use tokio::sync::{mpsc, watch};
 
+use super::ChronoOptions;
 use super::contract::{self, End, Record, Reply, error_reply};
 use super::runner::{Chunk, RunEnd, Runner};
 use super::store::{MemoryStore, Submitted};
-use super::ChronoOptions;
 use crate::harness::clock::hex_id;
 use crate::harness::{ConnControl, Fault, FaultHandle, reset_connection};
 
@@ -39,9 +39,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/executions/{id}", get(status))
         .route("/executions/{id}/result", get(result))
         .route("/executions/{id}/cancel", post(cancel))
-        .fallback(|| async {
-            render(error_reply(404, "NOT_FOUND", "no such route", None))
-        })
+        .fallback(|| async { render(error_reply(404, "NOT_FOUND", "no such route", None)) })
         .layer(DefaultBodyLimit::disable())
         .with_state(shared)
 }
@@ -49,7 +47,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 /// Renders a contract reply.
 pub(crate) fn render(r: Reply) -> Response {
     let mut resp = Response::new(Body::from(r.body));
-    *resp.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    *resp.status_mut() =
+        StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     for (k, v) in r.headers {
         if let Ok(v) = HeaderValue::from_str(&v) {
             resp.headers_mut().insert(k, v);
@@ -84,19 +83,39 @@ fn malformed(status: u16) -> Response {
 
 /// Faults that end the request at once, credentials, and the owner. The remaining fault (if any)
 /// is the handler's to render after doing its work.
-async fn admit(s: &Shared, route: &str, headers: &HeaderMap) -> Result<(String, Option<Fault>), Response> {
+async fn admit(
+    s: &Shared,
+    route: &str,
+    headers: &HeaderMap,
+) -> Result<(String, Option<Fault>), Response> {
     let fault = s.faults.take(route);
     if let Some(Fault::Latency(d)) = fault {
         tokio::time::sleep(d).await;
     }
     let retry = s.options.retry_after_secs;
     match fault {
-        Some(Fault::AuthFailure) => return Err(err(401, codes::UNAUTHENTICATED, "the credential was rejected")),
+        Some(Fault::AuthFailure) => {
+            return Err(err(
+                401,
+                codes::UNAUTHENTICATED,
+                "the credential was rejected",
+            ));
+        }
         Some(Fault::RateLimited { retry_after_secs }) => {
-            return Err(render(error_reply(429, codes::EXECUTION_CAPACITY_EXCEEDED, "too many executions", Some(retry_after_secs))));
+            return Err(render(error_reply(
+                429,
+                codes::EXECUTION_CAPACITY_EXCEEDED,
+                "too many executions",
+                Some(retry_after_secs),
+            )));
         }
         Some(Fault::Unavailable) => {
-            return Err(render(error_reply(503, codes::SANDBOX_UNREACHABLE, "the sandbox service is unavailable", Some(retry))));
+            return Err(render(error_reply(
+                503,
+                codes::SANDBOX_UNREACHABLE,
+                "the sandbox service is unavailable",
+                Some(retry),
+            )));
         }
         _ => {}
     }
@@ -106,10 +125,18 @@ async fn admit(s: &Shared, route: &str, headers: &HeaderMap) -> Result<(String, 
         .and_then(|v| v.split_once(' ').map(|(_, t)| t.trim().to_owned()))
         .filter(|t| !t.is_empty());
     let Some(token) = token else {
-        return Err(err(401, codes::UNAUTHENTICATED, "missing bearer credential"));
+        return Err(err(
+            401,
+            codes::UNAUTHENTICATED,
+            "missing bearer credential",
+        ));
     };
     if s.token.as_ref().is_some_and(|want| *want != token) {
-        return Err(err(401, codes::UNAUTHENTICATED, "the credential was rejected"));
+        return Err(err(
+            401,
+            codes::UNAUTHENTICATED,
+            "the credential was rejected",
+        ));
     }
     let owner = wire::sha256_hex(token.as_bytes())[..16].to_owned();
     Ok((owner, fault.filter(|f| !matches!(f, Fault::Latency(_)))))
@@ -121,7 +148,10 @@ fn parse_request(s: &Shared, body: &[u8]) -> Result<ExecuteRequest, Response> {
         return Err(err(
             413,
             codes::EXECUTION_PAYLOAD_TOO_LARGE,
-            &format!("the body is larger than {} bytes", s.options.max_payload_bytes),
+            &format!(
+                "the body is larger than {} bytes",
+                s.options.max_payload_bytes
+            ),
         ));
     }
     let req: ExecuteRequest = serde_json::from_slice(body)
@@ -132,7 +162,10 @@ fn parse_request(s: &Shared, body: &[u8]) -> Result<ExecuteRequest, Response> {
         return Err(err(
             400,
             codes::INVALID_REQUEST,
-            &format!("language {} is not available in this sandbox image", req.language),
+            &format!(
+                "language {} is not available in this sandbox image",
+                req.language
+            ),
         ));
     }
     Ok(req)
@@ -144,12 +177,21 @@ fn vanish(fault: Option<Fault>) -> Option<Duration> {
 
 fn end_response(end: RunEnd) -> Response {
     match end {
-        RunEnd::Exited(out) => {
-            render_json(200, &ExecuteResponse::completed(out, Some(contract::diagnostic_id())))
-        }
-        RunEnd::TimedOut => err(504, codes::SANDBOX_TIMEOUT, "the program exceeded timeout_secs and was killed"),
+        RunEnd::Exited(out) => render_json(
+            200,
+            &ExecuteResponse::completed(out, Some(contract::diagnostic_id())),
+        ),
+        RunEnd::TimedOut => err(
+            504,
+            codes::SANDBOX_TIMEOUT,
+            "the program exceeded timeout_secs and was killed",
+        ),
         RunEnd::Cancelled => err(500, codes::INTERNAL_ERROR, "cancelled"),
-        RunEnd::Vanished => err(503, codes::SANDBOX_UNREACHABLE, "the sandbox disappeared while the program ran"),
+        RunEnd::Vanished => err(
+            503,
+            codes::SANDBOX_UNREACHABLE,
+            "the sandbox disappeared while the program ran",
+        ),
         RunEnd::Invalid(m) => err(400, codes::INVALID_REQUEST, &m),
         RunEnd::CreationFailed(m) => err(502, codes::SANDBOX_CREATION_FAILED, &m),
     }
@@ -163,7 +205,12 @@ fn render_json(status: u16, body: &impl serde::Serialize) -> Response {
     })
 }
 
-async fn execute(State(s): S, headers: HeaderMap, conn: Option<axum::Extension<ConnControl>>, body: Bytes) -> Response {
+async fn execute(
+    State(s): S,
+    headers: HeaderMap,
+    conn: Option<axum::Extension<ConnControl>>,
+    body: Bytes,
+) -> Response {
     let (_owner, fault) = match admit(&s, "exec", &headers).await {
         Ok(v) => v,
         Err(r) => return r,
@@ -173,11 +220,23 @@ async fn execute(State(s): S, headers: HeaderMap, conn: Option<axum::Extension<C
         Err(r) => return r,
     };
     if !s.runner.try_reserve(s.options.max_concurrent) {
-        return render(error_reply(429, codes::EXECUTION_CAPACITY_EXCEEDED, "every sandbox is busy", Some(s.options.retry_after_secs)));
+        return render(error_reply(
+            429,
+            codes::EXECUTION_CAPACITY_EXCEEDED,
+            "every sandbox is busy",
+            Some(s.options.retry_after_secs),
+        ));
     }
     let end = s
         .runner
-        .run(&req, s.options.default_timeout_secs, std::future::pending(), vanish(fault), None, || {})
+        .run(
+            &req,
+            s.options.default_timeout_secs,
+            std::future::pending(),
+            vanish(fault),
+            None,
+            || {},
+        )
         .await;
     let resp = end_response(end);
     match fault {
@@ -186,7 +245,9 @@ async fn execute(State(s): S, headers: HeaderMap, conn: Option<axum::Extension<C
         Some(Fault::ResetBeforeResponse) => reset_connection(conn.as_deref()).await,
         Some(Fault::CutBeforeExit) => {
             let status = resp.status().as_u16();
-            let body = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap_or_default();
+            let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .unwrap_or_default();
             cut(status, body.to_vec())
         }
         Some(Fault::MalformedBody) => malformed(200),
@@ -222,7 +283,12 @@ async fn execute_stream(State(s): S, headers: HeaderMap, body: Bytes) -> Respons
         Err(r) => return r,
     };
     if !s.runner.try_reserve(s.options.max_concurrent) {
-        return render(error_reply(429, codes::EXECUTION_CAPACITY_EXCEEDED, "every sandbox is busy", Some(s.options.retry_after_secs)));
+        return render(error_reply(
+            429,
+            codes::EXECUTION_CAPACITY_EXCEEDED,
+            "every sandbox is busy",
+            Some(s.options.retry_after_secs),
+        ));
     }
     let (tx, rx) = mpsc::unbounded_channel::<Sse>();
     let (ctx, mut crx) = mpsc::unbounded_channel::<Chunk>();
@@ -236,7 +302,14 @@ async fn execute_stream(State(s): S, headers: HeaderMap, body: Bytes) -> Respons
             }
         });
         let end = runner
-            .run(&req, default_timeout, std::future::pending(), vanish(fault), Some(ctx), || {})
+            .run(
+                &req,
+                default_timeout,
+                std::future::pending(),
+                vanish(fault),
+                Some(ctx),
+                || {},
+            )
             .await;
         let _ = pump.await;
         let _ = tx.send(Sse::End(end));
@@ -245,43 +318,77 @@ async fn execute_stream(State(s): S, headers: HeaderMap, body: Bytes) -> Respons
     let stream = futures_util::stream::unfold((rx, guard), move |(mut rx, guard)| async move {
         let item = rx.recv().await?;
         let line = match item {
-            Sse::Chunk(Chunk::Stdout(t)) => sse_line(serde_json::json!({"type": "stdout", "text": t})),
-            Sse::Chunk(Chunk::Stderr(t)) => sse_line(serde_json::json!({"type": "stderr", "text": t})),
+            Sse::Chunk(Chunk::Stdout(t)) => {
+                sse_line(serde_json::json!({"type": "stdout", "text": t}))
+            }
+            Sse::Chunk(Chunk::Stderr(t)) => {
+                sse_line(serde_json::json!({"type": "stderr", "text": t}))
+            }
             Sse::End(_) if fault == Some(Fault::CutBeforeExit) => return None,
-            Sse::End(_) if fault == Some(Fault::MalformedBody) => Bytes::from_static(b"data: {\"type\": \"compl\n\n"),
+            Sse::End(_) if fault == Some(Fault::MalformedBody) => {
+                Bytes::from_static(b"data: {\"type\": \"compl\n\n")
+            }
             Sse::End(RunEnd::Exited(out)) => sse_line(serde_json::json!({
                 "type": "complete", "exit_code": out.exit_code,
                 "execution_time_ms": out.execution_time_ms.unwrap_or(0)})),
             Sse::End(end) => {
                 let (code, text) = match end {
-                    RunEnd::TimedOut => (codes::SANDBOX_TIMEOUT, "the program exceeded timeout_secs".to_owned()),
-                    RunEnd::Vanished => (codes::SANDBOX_UNREACHABLE, "the sandbox disappeared".to_owned()),
+                    RunEnd::TimedOut => (
+                        codes::SANDBOX_TIMEOUT,
+                        "the program exceeded timeout_secs".to_owned(),
+                    ),
+                    RunEnd::Vanished => (
+                        codes::SANDBOX_UNREACHABLE,
+                        "the sandbox disappeared".to_owned(),
+                    ),
                     RunEnd::Invalid(m) => (codes::INVALID_REQUEST, m),
                     RunEnd::CreationFailed(m) => (codes::SANDBOX_CREATION_FAILED, m),
                     _ => (codes::INTERNAL_ERROR, "internal".to_owned()),
                 };
-                sse_line(serde_json::json!({"type": "error", "ename": code, "evalue": text, "traceback": []}))
+                sse_line(
+                    serde_json::json!({"type": "error", "ename": code, "evalue": text, "traceback": []}),
+                )
             }
         };
         Some((Ok::<_, std::io::Error>(line), (rx, guard)))
     });
     let mut resp = Response::new(Body::from_stream(stream.boxed()));
-    resp.headers_mut().insert("content-type", HeaderValue::from_static("text/event-stream"));
-    resp.headers_mut().insert("cache-control", HeaderValue::from_static("no-cache"));
+    resp.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
+    resp.headers_mut()
+        .insert("cache-control", HeaderValue::from_static("no-cache"));
     resp
 }
 
-async fn submit(State(s): S, headers: HeaderMap, conn: Option<axum::Extension<ConnControl>>, body: Bytes) -> Response {
+async fn submit(
+    State(s): S,
+    headers: HeaderMap,
+    conn: Option<axum::Extension<ConnControl>>,
+    body: Bytes,
+) -> Response {
     let (owner, fault) = match admit(&s, "exec", &headers).await {
         Ok(v) => v,
         Err(r) => return r,
     };
     if !s.options.async_enabled {
-        return err(503, codes::ASYNC_EXECUTION_UNAVAILABLE, "asynchronous execution is disabled");
+        return err(
+            503,
+            codes::ASYNC_EXECUTION_UNAVAILABLE,
+            "asynchronous execution is disabled",
+        );
     }
     // The key is checked before the body (seed 004: the empty-body probe got this code).
-    let Some(key) = headers.get(wire::IDEMPOTENCY_KEY_HEADER).and_then(|v| v.to_str().ok()) else {
-        return err(400, codes::IDEMPOTENCY_KEY_MISSING, "Idempotency-Key is required");
+    let Some(key) = headers
+        .get(wire::IDEMPOTENCY_KEY_HEADER)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return err(
+            400,
+            codes::IDEMPOTENCY_KEY_MISSING,
+            "Idempotency-Key is required",
+        );
     };
     if let Err(m) = wire::check_idempotency_key(key) {
         return err(400, codes::INVALID_REQUEST, &m);
@@ -303,12 +410,24 @@ async fn submit(State(s): S, headers: HeaderMap, conn: Option<axum::Extension<Co
     let key_hash = fresh.key_hash.clone();
     let base = s.base_url.get().cloned().unwrap_or_default();
     let retry = s.options.retry_after_secs;
-    let reply = match s.store.submit(fresh, &key_hash, now, s.options.max_concurrent) {
+    let reply = match s
+        .store
+        .submit(fresh, &key_hash, now, s.options.max_concurrent)
+    {
         Submitted::Conflict => {
-            return err(409, codes::IDEMPOTENCY_KEY_REUSE, "the key was used with another payload");
+            return err(
+                409,
+                codes::IDEMPOTENCY_KEY_REUSE,
+                "the key was used with another payload",
+            );
         }
         Submitted::Full => {
-            return render(error_reply(429, codes::EXECUTION_CAPACITY_EXCEEDED, "too many active executions", Some(retry)));
+            return render(error_reply(
+                429,
+                codes::EXECUTION_CAPACITY_EXCEEDED,
+                "too many active executions",
+                Some(retry),
+            ));
         }
         Submitted::Replayed(rec) => contract::submit_reply(&rec, &base, retry),
         Submitted::Created(rec, cancel) => {
@@ -319,7 +438,9 @@ async fn submit(State(s): S, headers: HeaderMap, conn: Option<axum::Extension<Co
     match fault {
         // The operation exists; the answer is lost or broken (the client must resubmit with
         // the same key and converge on it).
-        Some(Fault::ServerError) => err(500, codes::INTERNAL_ERROR, "internal error after accepting"),
+        Some(Fault::ServerError) => {
+            err(500, codes::INTERNAL_ERROR, "internal error after accepting")
+        }
         Some(Fault::ResetBeforeResponse) => reset_connection(conn.as_deref()).await,
         Some(Fault::CutBeforeExit) => cut(202, reply.body),
         Some(Fault::MalformedBody) => malformed(202),
@@ -328,9 +449,17 @@ async fn submit(State(s): S, headers: HeaderMap, conn: Option<axum::Extension<Co
 }
 
 /// Runs one operation through its phases.
-async fn drive(s: Arc<Shared>, id: String, req: ExecuteRequest, mut cancel: watch::Receiver<bool>, vanish: Option<Duration>) {
+async fn drive(
+    s: Arc<Shared>,
+    id: String,
+    req: ExecuteRequest,
+    mut cancel: watch::Receiver<bool>,
+    vanish: Option<Duration>,
+) {
     let now = SystemTime::now;
-    s.store.update(&id, |r| r.advance(Status::Provisioning, Phase::SandboxCreate, now()));
+    s.store.update(&id, |r| {
+        r.advance(Status::Provisioning, Phase::SandboxCreate, now())
+    });
     if !s.options.phase_delay.is_zero() {
         tokio::time::sleep(s.options.phase_delay).await;
     }
@@ -348,7 +477,14 @@ async fn drive(s: Arc<Shared>, id: String, req: ExecuteRequest, mut cancel: watc
             s.runner.release();
         }
         s.store.update(&id, |r| {
-            r.finish(End::Without { status: Status::Cancelled, code: codes::EXECUTION_CANCELLED, message: "cancelled before it ran".into() }, now())
+            r.finish(
+                End::Without {
+                    status: Status::Cancelled,
+                    code: codes::EXECUTION_CANCELLED,
+                    message: "cancelled before it ran".into(),
+                },
+                now(),
+            )
         });
         return;
     }
@@ -359,18 +495,52 @@ async fn drive(s: Arc<Shared>, id: String, req: ExecuteRequest, mut cancel: watc
     };
     let end = s
         .runner
-        .run(&req, s.options.default_timeout_secs, cancelled, vanish, None, move || {
-            store.update(&started_id, |r| r.advance(Status::Running, Phase::Execute, now()));
-        })
+        .run(
+            &req,
+            s.options.default_timeout_secs,
+            cancelled,
+            vanish,
+            None,
+            move || {
+                store.update(&started_id, |r| {
+                    r.advance(Status::Running, Phase::Execute, now())
+                });
+            },
+        )
         .await;
-    s.store.update(&id, |r| r.advance(Status::Collecting, Phase::Collect, now()));
+    s.store.update(&id, |r| {
+        r.advance(Status::Collecting, Phase::Collect, now())
+    });
     let end = match end {
-        RunEnd::Exited(out) => End::Result(ExecuteResponse::completed(out, Some(contract::diagnostic_id()))),
-        RunEnd::TimedOut => End::Without { status: Status::Failed, code: codes::SANDBOX_TIMEOUT, message: "the program exceeded timeout_secs and was killed".into() },
-        RunEnd::Cancelled => End::Without { status: Status::Cancelled, code: codes::EXECUTION_CANCELLED, message: "cancelled".into() },
-        RunEnd::Vanished => End::Without { status: Status::OutcomeUncertain, code: codes::OUTCOME_UNCERTAIN, message: "the sandbox disappeared while the program ran".into() },
-        RunEnd::Invalid(m) => End::Without { status: Status::Failed, code: codes::INVALID_REQUEST, message: m },
-        RunEnd::CreationFailed(m) => End::Without { status: Status::Failed, code: codes::SANDBOX_CREATION_FAILED, message: m },
+        RunEnd::Exited(out) => End::Result(ExecuteResponse::completed(
+            out,
+            Some(contract::diagnostic_id()),
+        )),
+        RunEnd::TimedOut => End::Without {
+            status: Status::Failed,
+            code: codes::SANDBOX_TIMEOUT,
+            message: "the program exceeded timeout_secs and was killed".into(),
+        },
+        RunEnd::Cancelled => End::Without {
+            status: Status::Cancelled,
+            code: codes::EXECUTION_CANCELLED,
+            message: "cancelled".into(),
+        },
+        RunEnd::Vanished => End::Without {
+            status: Status::OutcomeUncertain,
+            code: codes::OUTCOME_UNCERTAIN,
+            message: "the sandbox disappeared while the program ran".into(),
+        },
+        RunEnd::Invalid(m) => End::Without {
+            status: Status::Failed,
+            code: codes::INVALID_REQUEST,
+            message: m,
+        },
+        RunEnd::CreationFailed(m) => End::Without {
+            status: Status::Failed,
+            code: codes::SANDBOX_CREATION_FAILED,
+            message: m,
+        },
     };
     s.store.update(&id, |r| r.finish(end, now()));
 }
@@ -385,7 +555,11 @@ fn readable(s: &Shared, id: &str, owner: &str) -> Result<Record, Response> {
 }
 
 /// Renders a read reply with the late faults of a read route.
-async fn read_fault(reply: Reply, fault: Option<Fault>, conn: Option<axum::Extension<ConnControl>>) -> Response {
+async fn read_fault(
+    reply: Reply,
+    fault: Option<Fault>,
+    conn: Option<axum::Extension<ConnControl>>,
+) -> Response {
     match fault {
         Some(Fault::ServerError) => err(500, codes::INTERNAL_ERROR, "internal error"),
         Some(Fault::ResetBeforeResponse) => reset_connection(conn.as_deref()).await,
@@ -401,7 +575,12 @@ async fn read_fault(reply: Reply, fault: Option<Fault>, conn: Option<axum::Exten
     }
 }
 
-async fn status(State(s): S, Path(id): Path<String>, headers: HeaderMap, conn: Option<axum::Extension<ConnControl>>) -> Response {
+async fn status(
+    State(s): S,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    conn: Option<axum::Extension<ConnControl>>,
+) -> Response {
     let (owner, fault) = match admit(&s, "status", &headers).await {
         Ok(v) => v,
         Err(r) => return r,
@@ -411,10 +590,20 @@ async fn status(State(s): S, Path(id): Path<String>, headers: HeaderMap, conn: O
         Err(r) => return r,
     };
     let inm = headers.get("if-none-match").and_then(|v| v.to_str().ok());
-    read_fault(contract::status_reply(&rec, inm, s.options.retry_after_secs), fault, conn).await
+    read_fault(
+        contract::status_reply(&rec, inm, s.options.retry_after_secs),
+        fault,
+        conn,
+    )
+    .await
 }
 
-async fn result(State(s): S, Path(id): Path<String>, headers: HeaderMap, conn: Option<axum::Extension<ConnControl>>) -> Response {
+async fn result(
+    State(s): S,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    conn: Option<axum::Extension<ConnControl>>,
+) -> Response {
     let (owner, fault) = match admit(&s, "result", &headers).await {
         Ok(v) => v,
         Err(r) => return r,
@@ -423,10 +612,21 @@ async fn result(State(s): S, Path(id): Path<String>, headers: HeaderMap, conn: O
         Ok(r) => r,
         Err(r) => return r,
     };
-    read_fault(contract::result_reply(&rec, s.options.retry_after_secs), fault, conn).await
+    read_fault(
+        contract::result_reply(&rec, s.options.retry_after_secs),
+        fault,
+        conn,
+    )
+    .await
 }
 
-async fn cancel(State(s): S, Path(id): Path<String>, headers: HeaderMap, conn: Option<axum::Extension<ConnControl>>, body: Bytes) -> Response {
+async fn cancel(
+    State(s): S,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    conn: Option<axum::Extension<ConnControl>>,
+    body: Bytes,
+) -> Response {
     let (owner, fault) = match admit(&s, "cancel", &headers).await {
         Ok(v) => v,
         Err(r) => return r,
@@ -435,8 +635,14 @@ async fn cancel(State(s): S, Path(id): Path<String>, headers: HeaderMap, conn: O
         return r;
     }
     // Aevatar sends exactly `{}`; accept any JSON object.
-    if !body.is_empty() && serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&body).is_err() {
-        return err(400, codes::INVALID_REQUEST, "the cancel body is not a JSON object");
+    if !body.is_empty()
+        && serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&body).is_err()
+    {
+        return err(
+            400,
+            codes::INVALID_REQUEST,
+            "the cancel body is not a JSON object",
+        );
     }
     s.store.request_cancel(&id, SystemTime::now());
     let rec = s

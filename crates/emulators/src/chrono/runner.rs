@@ -170,7 +170,9 @@ impl Runner {
     /// Takes a running slot if fewer than `limit` are taken.
     pub(crate) fn try_reserve(&self, limit: usize) -> bool {
         self.running
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < limit).then_some(n + 1))
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < limit).then_some(n + 1)
+            })
             .is_ok()
     }
 
@@ -197,10 +199,11 @@ impl Runner {
                 req.language
             ));
         };
-        let sandbox = match Sandbox::create(format!("chrono-{}", hex_id(12)), spec(), self.isolation) {
-            Ok(s) => s,
-            Err(e) => return RunEnd::CreationFailed(e.to_string()),
-        };
+        let sandbox =
+            match Sandbox::create(format!("chrono-{}", hex_id(12)), spec(), self.isolation) {
+                Ok(s) => s,
+                Err(e) => return RunEnd::CreationFailed(e.to_string()),
+            };
         let ext = match req.language {
             Language::Python => "py",
             Language::Javascript => "js",
@@ -301,7 +304,9 @@ async fn collect(
             Event::Exit(exit) => return Ok((out, err, exit)),
         }
     }
-    Err(execseam_core::Error::protocol("the stream ended without an exit"))
+    Err(execseam_core::Error::protocol(
+        "the stream ended without an exit",
+    ))
 }
 
 /// An input file path: relative to the working directory (no `..`), or absolute under it or

@@ -58,7 +58,13 @@ impl MemoryStore {
     /// Decides and, for a new operation, inserts it, atomically: two submits with the same
     /// (owner, key) never create two operations.
     /// A new operation is refused ([`Submitted::Full`]) when `capacity` operations are active.
-    pub fn submit(&self, fresh: Record, key_hash: &str, now: SystemTime, capacity: usize) -> Submitted {
+    pub fn submit(
+        &self,
+        fresh: Record,
+        key_hash: &str,
+        now: SystemTime,
+        capacity: usize,
+    ) -> Submitted {
         let mut inner = self.inner.lock().expect("store");
         let index = (fresh.owner.clone(), key_hash.to_owned());
         let existing = inner.by_key.get(&index).and_then(|id| inner.ops.get(id));
@@ -66,7 +72,12 @@ impl MemoryStore {
             SubmitDecision::Replay(id) => Submitted::Replayed(inner.ops[&id].record.clone()),
             SubmitDecision::Conflict => Submitted::Conflict,
             SubmitDecision::Create
-                if inner.ops.values().filter(|s| !s.record.status.is_terminal()).count() >= capacity =>
+                if inner
+                    .ops
+                    .values()
+                    .filter(|s| !s.record.status.is_terminal())
+                    .count()
+                    >= capacity =>
             {
                 Submitted::Full
             }
