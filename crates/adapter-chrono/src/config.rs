@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use execseam_core::{Error, ErrorKind};
+use execseam_core::Error;
 use secrecy::SecretString;
 
 use crate::PROVIDER;
@@ -100,24 +100,32 @@ impl ChronoConfig {
         }
     }
 
-    /// Reads the configuration from the environment:
+    /// Reads the configuration from the environment ([`ENV_VARS`](crate::ENV_VARS)); see
+    /// [`from_vars`](Self::from_vars).
+    pub fn from_env() -> Result<ChronoConfig, Error> {
+        ChronoConfig::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the configuration from `vars` (empty values count as unset):
     ///
     /// - `CHRONO_BASE_URL` (required): the service root;
-    /// - `CHRONO_TOKEN` (optional): sent as `Authorization: Bearer …`;
-    /// - `CHRONO_DELEGATION_TOKEN` (optional): sent as `X-NyxID-Delegation-Token`;
-    /// - `CHRONO_VIA` (optional): the NyxID UserService id, sent as `_nyxid_via`;
-    /// - `CHRONO_TIMEOUT_SECS` (optional): 1..=600, default 180;
-    /// - `CHRONO_DURABLE` (optional): `1` runs commands through `/executions`.
-    pub fn from_env() -> Result<ChronoConfig, Error> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    /// - `CHRONO_TOKEN`: sent as `Authorization: Bearer …`;
+    /// - `CHRONO_DELEGATION_TOKEN`: sent as `X-NyxID-Delegation-Token`;
+    /// - `CHRONO_VIA`: the NyxID UserService id, sent as `_nyxid_via`;
+    /// - `CHRONO_TIMEOUT_SECS`: 1..=600, default 180;
+    /// - `CHRONO_DURABLE`: `1`/`true` runs commands through `/executions`.
+    ///
+    /// Anything missing or unparsable is `InvalidConfig`, before any I/O.
+    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<ChronoConfig, Error> {
+        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
         let base = var("CHRONO_BASE_URL")
             .ok_or_else(|| config_error("CHRONO_BASE_URL is not set".to_owned()))?;
         let mut c = ChronoConfig::new(base);
         if let Some(t) = var("CHRONO_TOKEN") {
-            c = c.token(SecretString::from(t));
+            c = c.token(t);
         }
         if let Some(t) = var("CHRONO_DELEGATION_TOKEN") {
-            c = c.delegation_token(SecretString::from(t));
+            c = c.delegation_token(t);
         }
         if let Some(v) = var("CHRONO_VIA") {
             c = c.via(v);
@@ -131,7 +139,15 @@ impl ChronoConfig {
             c = c.timeout_secs(secs);
         }
         if let Some(d) = var("CHRONO_DURABLE") {
-            c = c.durable(matches!(d.as_str(), "1" | "true" | "yes"));
+            c = c.durable(match d.as_str() {
+                "1" | "true" | "yes" => true,
+                "0" | "false" | "no" => false,
+                other => {
+                    return Err(config_error(format!(
+                        "CHRONO_DURABLE={other:?} is not 1/0, true/false or yes/no"
+                    )));
+                }
+            });
         }
         c.validate()?;
         Ok(c)
@@ -156,32 +172,38 @@ impl ChronoConfig {
     }
 
     /// The service root.
+    #[must_use]
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.base_url = url.into().trim_end_matches('/').to_owned();
         self
     }
 
     /// The NyxID UserService id (`?_nyxid_via=`), when going through the NyxID proxy.
+    #[must_use]
     pub fn via(mut self, user_service_id: impl Into<String>) -> Self {
         self.via = Some(user_service_id.into());
         self
     }
 
-    /// The bearer credential (a NyxID bearer or Agent Key `nyxid_ag_…`).
-    pub fn token(mut self, token: impl Into<SecretString>) -> Self {
-        self.token = Some(token.into());
+    /// The bearer credential (a NyxID bearer or Agent Key `nyxid_ag_…`); kept in a
+    /// `SecretString`, never shown.
+    #[must_use]
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(SecretString::from(token.into()));
         self
     }
 
     /// The short-lived `X-NyxID-Delegation-Token` (scope `sandbox:execute`), when calling past
     /// NyxID.
-    pub fn delegation_token(mut self, token: impl Into<SecretString>) -> Self {
-        self.delegation_token = Some(token.into());
+    #[must_use]
+    pub fn delegation_token(mut self, token: impl Into<String>) -> Self {
+        self.delegation_token = Some(SecretString::from(token.into()));
         self
     }
 
     /// `timeout_secs` sent with every execution: 1..=600, default 180. An invalid value is
-    /// rejected with `InvalidConfig`-class errors before any I/O.
+    /// `InvalidConfig`, before any I/O.
+    #[must_use]
     pub fn timeout_secs(mut self, secs: u32) -> Self {
         self.timeout_secs = secs;
         self
@@ -189,36 +211,42 @@ impl ChronoConfig {
 
     /// How much longer than `timeout_secs` the synchronous HTTP request may take (default 30 s),
     /// so the server's deadline fires first.
+    #[must_use]
     pub fn request_slack(mut self, slack: Duration) -> Self {
         self.request_slack = slack;
         self
     }
 
     /// TCP connect timeout (default 10 s).
+    #[must_use]
     pub fn connect_timeout(mut self, t: Duration) -> Self {
         self.connect_timeout = t;
         self
     }
 
     /// The largest stdin accepted (default 8 MiB); larger is `InvalidCommand` before any I/O.
+    #[must_use]
     pub fn max_stdin(mut self, bytes: u64) -> Self {
         self.max_stdin = bytes;
         self
     }
 
     /// The largest response body read (default 64 MiB; Aevatar uses 1 MiB); a larger one is `OutputLimit`.
+    #[must_use]
     pub fn max_response_bytes(mut self, bytes: usize) -> Self {
         self.max_response_bytes = bytes;
         self
     }
 
     /// Run commands through the durable `/executions` contract instead of `/execute`.
+    #[must_use]
     pub fn durable(mut self, yes: bool) -> Self {
         self.durable = yes;
         self
     }
 
     /// The durable client's timing rules.
+    #[must_use]
     pub fn policy(mut self, policy: DurablePolicy) -> Self {
         self.policy = policy;
         self
@@ -241,8 +269,5 @@ impl ChronoConfig {
 }
 
 pub(crate) fn config_error(message: String) -> Error {
-    // TODO(shape-v1): ErrorKind::InvalidConfig once the foundation lands it.
-    Error::new(ErrorKind::InvalidCommand, message)
-        .with_provider(PROVIDER)
-        .with_operation("config")
+    Error::invalid_config(message).with_provider(PROVIDER)
 }

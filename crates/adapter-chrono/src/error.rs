@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use execseam_core::transport::{self, Effect, Failure, Sent};
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 
 use crate::PROVIDER;
@@ -34,12 +35,18 @@ impl Op {
         }
     }
 
+    /// `/execute` runs the program again when repeated; everything else is idempotent (a
+    /// submit with the same key converges on the same operation).
+    pub fn effect(self) -> Effect {
+        match self {
+            Op::Execute => Effect::NonIdempotent,
+            _ => Effect::Idempotent,
+        }
+    }
+
     /// The retry class of a failure after the request was (maybe) sent.
     fn sent(self) -> Retry {
-        match self {
-            Op::Execute => Retry::Unsafe,
-            _ => Retry::SAFE,
-        }
+        transport::retry_class(self.effect(), Sent::Maybe)
     }
 }
 
@@ -107,9 +114,9 @@ pub fn from_status(status: u16, retry_after: Option<Duration>, body: &[u8], op: 
                 _ => safe_after,
             },
         ),
-        (_, 500..=599) => (ErrorKind::Internal, op.sent()),
-        (_, 400..=499) => (ErrorKind::InvalidCommand, Retry::Never),
-        _ => (ErrorKind::Protocol, op.sent()),
+        // A 2xx or 3xx that is not the answer the route has.
+        (_, 200..=399) => (ErrorKind::Protocol, op.sent()),
+        (_, s) => transport::http_status(s, op.effect(), retry_after),
     };
     let code = code.unwrap_or_else(|| format!("NYXID_PROXY_HTTP_{status}"));
     error(kind, op, message)
@@ -147,40 +154,18 @@ pub(crate) const CONNECT_FAILED: &str = "cannot connect";
 pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
     // The URL may carry the NyxID route id: never keep it.
     let e = e.without_url();
-    let (kind, retry, what) = if e.is_connect() {
-        (ErrorKind::Unavailable, Retry::SAFE, CONNECT_FAILED)
+    let (f, what) = if e.is_connect() {
+        (Failure::Connect, CONNECT_FAILED)
     } else if e.is_timeout() {
-        (
-            ErrorKind::Timeout(Deadline::Request),
-            op.sent(),
-            "the exchange timed out",
-        )
+        (Failure::Timeout, "the exchange timed out")
     } else if e.is_body() || e.is_decode() {
-        (
-            ErrorKind::Unavailable,
-            op.sent(),
-            "the response was cut off",
-        )
+        (Failure::Cut, "the response was cut off")
     } else {
-        (ErrorKind::Unavailable, op.sent(), "the connection failed")
+        (Failure::Other, "the connection failed")
     };
-    let message = format!("{what}: {}", chain(&e));
+    let (kind, retry) = transport::failure(f, op.effect());
+    let message = format!("{what}: {}", transport::error_chain(&e));
     error(kind, op, message).with_retry(retry).with_source(e)
-}
-
-/// The error and its sources on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 #[cfg(test)]

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use execseam_core::code::CodeRequest;
 use execseam_core::degrade::{self, StdinFrom, WRAPPER_MARK, WRAPPER_STATUS, WrapOptions};
+use execseam_core::transport;
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Deadline, Delivery, Error, ErrorKind, Exec, Exit, Output,
-    Retry, Tool,
+    BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Ownership,
+    Retry, Sandbox,
 };
 
-use crate::PROVIDER;
 use crate::config::ChronoConfig;
 use crate::durable::{DurableClient, Operation, Progress, Terminal};
 use crate::error::{Op, error, from_status, protocol};
@@ -19,26 +19,16 @@ use crate::http::{Exchange, HttpTransport, Method};
 use crate::wire::{
     self, Completion, ErrorBody, ExecOutput, ExecuteRequest, InputFile, Language, codes,
 };
+use crate::{CAPABILITIES, PROVIDER};
 
-/// The capabilities with the default (synchronous) configuration.
-pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::ShellWrapped,
-    stdin: Delivery::TempFile,
-    workdir: Delivery::ShellWrapped,
-    env: Delivery::ShellWrapped,
-    streaming: false,
-    remote_kill: false,
-    binary_output: false,
-    max_stdin: Some(8 << 20),
-    max_output: None,
-    native_tools: &[Tool::CODE],
-};
-
-/// Runs commands on Chrono Sandbox. See the [crate docs](crate).
+/// A handle on Chrono Sandbox: runs commands (each in a fresh sandbox of the service). See the
+/// [crate docs](crate).
 #[derive(Clone, Debug)]
 pub struct ChronoExec {
     http: HttpTransport,
     durable: DurableClient,
+    id: String,
+    ownership: Arc<Ownership>,
 }
 
 /// A request ready to send, and whether its output must go through `check_wrapped`.
@@ -58,7 +48,12 @@ impl ChronoExec {
         let policy = config.policy;
         let http = HttpTransport::new(Arc::new(config))?;
         let durable = DurableClient::with_transport(Arc::new(http.clone()), policy);
-        Ok(ChronoExec { http, durable })
+        Ok(ChronoExec {
+            http,
+            durable,
+            id: format!("chrono-{}", transport::random_id(16)),
+            ownership: Arc::new(Ownership::created()),
+        })
     }
 
     /// An adapter configured from the environment ([`ChronoConfig::from_env`]).
@@ -124,7 +119,7 @@ impl ChronoExec {
     async fn run_durable(&self, request: ExecuteRequest, wrapped: bool) -> Result<Output, Error> {
         // A key per exec attempt: retries inside this attempt (a lost submit response) converge
         // on one operation; a new exec is a new operation.
-        let nonce = degrade::temp_path("/");
+        let nonce = transport::random_id(32);
         let hash = request.payload_hash();
         let key =
             wire::operation_key(&[b"execseam-chrono/exec", nonce.as_bytes(), hash.as_bytes()]);
@@ -273,7 +268,7 @@ pub(crate) fn output_of(o: ExecOutput, wrapped: bool, op: Op) -> Result<Output, 
 
 /// The stdin file's name, relative to the program's working directory (`input_files`).
 fn stdin_name() -> String {
-    degrade::temp_path(".").trim_start_matches("./").to_owned()
+    format!(".execseam-stdin-{}", transport::random_id(16))
 }
 
 pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, Error> {
@@ -380,6 +375,36 @@ impl Exec for ChronoExec {
     }
 }
 
+/// Chrono keeps nothing between executions: the handle names no remote sandbox, and closing or
+/// destroying it has nothing to remove.
+impl Sandbox for ChronoExec {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn owned(&self) -> bool {
+        self.ownership.owned()
+    }
+
+    fn set_owned(&self, owned: bool) {
+        self.ownership.set_owned(owned);
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            self.ownership.begin_close();
+            Ok(())
+        })
+    }
+
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            self.ownership.mark_destroyed();
+            Ok(())
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,7 +463,7 @@ mod tests {
         let c = Command::new(["true"]).unwrap();
         for secs in [0, 601] {
             let e = prepare(&config().timeout_secs(secs), &c).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::InvalidCommand, "{e}");
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
         }
         let c = Command::builder(["cat"])
             .stdin(vec![b'a'; 11])

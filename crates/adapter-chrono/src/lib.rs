@@ -1,19 +1,12 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
 //! execseam adapter for Chrono Sandbox (seed 004: Aevatar's `code_execute`): runs each
 //! [`Command`](execseam_core::Command) as a `bash` program through the synchronous
 //! `POST /execute`, or through the durable `/executions` contract
 //! ([`ChronoConfig::durable`]); and a typed [`DurableClient`] for `/executions`, usable on its
 //! own, whose reconcile loop follows Aevatar's rules.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), execseam_core::Error> {
-//! use execseam_core::{Command, Exec};
-//! use execseam_chrono::{ChronoConfig, ChronoExec};
-//!
-//! let chrono = ChronoExec::new(ChronoConfig::new("http://127.0.0.1:8080").timeout_secs(60))?;
-//! let out = chrono.exec(Command::new(["uname", "-a"])?).await?;
-//! println!("{:?}: {}", out.exit, String::from_utf8_lossy(&out.stdout));
-//! # Ok(()) }
-//! ```
 //!
 //! # Capabilities ([`CAPABILITIES`])
 //!
@@ -46,12 +39,48 @@ pub mod durable;
 mod error;
 mod exec;
 pub mod http;
+mod provider;
 pub mod wire;
 
 pub use config::{ChronoConfig, DurablePolicy};
 pub use durable::{DurableClient, Operation, Terminal};
 pub use error::{Op, from_status};
-pub use exec::{CAPABILITIES, ChronoExec, Prepared};
+pub use exec::{ChronoExec, Prepared};
+pub use provider::ChronoProvider;
+
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, Tool};
 
 /// The provider name in errors and capabilities.
 pub const PROVIDER: &str = "chrono";
+
+/// The environment variables [`ChronoConfig::from_env`] reads.
+pub const ENV_VARS: &[&str] = &[
+    "CHRONO_BASE_URL",
+    "CHRONO_TOKEN",
+    "CHRONO_DELEGATION_TOKEN",
+    "CHRONO_VIA",
+    "CHRONO_TIMEOUT_SECS",
+    "CHRONO_DURABLE",
+];
+
+/// Chrono has no sandbox that outlives one execution: [`ChronoProvider::create`] returns a handle
+/// on the service (no call is made, no spec field applies); there is nothing to connect to, list
+/// or destroy.
+pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    create: true,
+    ..LifecycleCapabilities::NONE
+};
+
+/// The capabilities with the default (synchronous) configuration; see the [crate docs](crate).
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::ShellWrapped,
+    stdin: Delivery::TempFile,
+    workdir: Delivery::ShellWrapped,
+    env: Delivery::ShellWrapped,
+    streaming: false,
+    remote_kill: false,
+    binary_output: false,
+    max_stdin: Some(8 << 20),
+    max_output: None,
+    native_tools: &[Tool::CODE],
+};

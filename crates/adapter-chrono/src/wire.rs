@@ -928,22 +928,14 @@ pub fn if_none_match_matches(if_none_match: &str, etag: &str) -> bool {
 }
 
 /// `Retry-After` as delta-seconds (the form Chrono sends); negative values become 0 (Aevatar).
-/// The HTTP-date form is read too. `None` when absent or unreadable.
+/// The HTTP-date and fractional forms are read too
+/// ([`execseam_core::transport::parse_retry_after`]). `None` when unreadable.
 pub fn parse_retry_after(value: &str) -> Option<Duration> {
     let v = value.trim();
-    if let Ok(secs) = v.parse::<i64>() {
-        return Some(Duration::from_secs(secs.max(0) as u64));
+    if v.parse::<i64>().is_ok_and(|s| s < 0) {
+        return Some(Duration::ZERO);
     }
-    if let Ok(secs) = v.parse::<f64>()
-        && secs.is_finite()
-    {
-        return Some(Duration::from_secs_f64(secs.max(0.0).min(u32::MAX as f64)));
-    }
-    let when = parse_http_date(v)?;
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i128);
-    Some(Duration::from_millis((when - now).max(0) as u64))
+    execseam_core::transport::parse_retry_after(v, SystemTime::now())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1020,20 +1012,6 @@ pub fn format_rfc3339(t: SystemTime) -> String {
         sod / 60 % 60,
         sod % 60
     )
-}
-
-fn parse_http_date(s: &str) -> Option<i128> {
-    // IMF-fixdate only: `Sun, 06 Nov 1994 08:49:37 GMT`.
-    let p: Vec<&str> = s.split_whitespace().collect();
-    if p.len() != 6 || p[5] != "GMT" {
-        return None;
-    }
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let month = MONTHS.iter().position(|m| *m == p[2])? + 1;
-    let stamp = format!("{}-{month:02}-{:0>2}T{}Z", p[3], p[1], p[4]);
-    parse_rfc3339(&stamp)
 }
 
 fn is_leap(y: i64) -> bool {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use execseam_chrono::{ChronoConfig, ChronoExec};
+use execseam_chrono::{ChronoConfig, ChronoExec, ChronoProvider};
 use execseam_conformance::Target;
 use execseam_core::{Error, ErrorKind};
 use execseam_emulators::EmulatorOptions;
@@ -44,12 +44,14 @@ fn main() {
         let config = |base: String| ChronoConfig::new(base).token(emu.token()).timeout_secs(120);
         let chrono = ChronoExec::new(config(emu.base_url()))?;
         let dead = ChronoExec::new(config(dead_url()))?;
+        let provider = ChronoProvider::new(config(emu.base_url()))?;
         let scratch = Scratch::new();
         Ok(Target::new("chrono", Arc::new(chrono))
             // Each execution is a fresh sandbox: only paths outside its private /workspace and
             // /tmp persist between commands.
             .scratch(scratch.0.clone())
             .dead_endpoint(Arc::new(dead))
+            .provider(Arc::new(provider))
             .faults(Arc::new(emu.faults().clone()))
             .proptest_cases(12)
             .keep_alive(emu)
