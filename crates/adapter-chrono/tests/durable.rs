@@ -601,3 +601,53 @@ async fn every_language_runs_through_both_paths() {
         (ErrorKind::InvalidCommand, Some(codes::INVALID_REQUEST))
     );
 }
+
+#[tokio::test]
+async fn tokens_never_reach_debug_or_errors() {
+    let emu = emulator(ChronoOptions::default()).await;
+    let secret = "nyxid_ag_SECRET-BEARER";
+    let delegation = "SECRET-DELEGATION";
+    let config = ChronoConfig::new(emu.base_url())
+        .token(secret)
+        .delegation_token(delegation)
+        .via("us-code-alpha")
+        .policy(policy());
+    let chrono = ChronoExec::new(config.clone()).unwrap();
+    let client = DurableClient::new(config.clone()).unwrap();
+    let mut op = Operation::new(key("debug"), bash("echo SECRET-SOURCE")).unwrap();
+    let shown = format!("{config:?} {chrono:?} {client:?} {op:?}");
+    for s in [secret, delegation, "SECRET-SOURCE", op.key()] {
+        assert!(!shown.contains(s), "{s} in {shown}");
+    }
+    emu.faults().arm("exec", Fault::AuthFailure);
+    let e = chrono
+        .exec(Command::new(["true"]).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.kind(), e.retry()),
+        (ErrorKind::Unauthenticated, Retry::Never)
+    );
+    let shown = format!("{e} {e:?}");
+    assert!(
+        !shown.contains(secret) && !shown.contains(delegation),
+        "{shown}"
+    );
+    // A dead endpoint's transport error carries no URL (the route id is in the query).
+    let dead = ChronoExec::new(
+        ChronoConfig::new("http://127.0.0.1:9")
+            .token(secret)
+            .via("us-code-alpha"),
+    )
+    .unwrap();
+    let e = dead
+        .exec(Command::new(["true"]).unwrap())
+        .await
+        .unwrap_err();
+    let shown = format!("{e} {e:?}");
+    assert!(
+        !shown.contains("us-code-alpha") && !shown.contains(secret),
+        "{shown}"
+    );
+    let _ = client.step(&mut op).await;
+}
