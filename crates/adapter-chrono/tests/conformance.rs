@@ -9,6 +9,7 @@ use execseam_conformance::Target;
 use execseam_core::{Error, ErrorKind};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::chrono::{ChronoEmulator, ChronoOptions};
+use execseam_emulators::harness::sandbox::Mount;
 
 fn setup(e: std::io::Error) -> Error {
     Error::new(
@@ -38,18 +39,24 @@ fn main() {
         let mut options = ChronoOptions::default();
         options.runtimes.typescript =
             Some(execseam_emulators::interop::typescript_runtime().map_err(setup)?);
-        let emu = ChronoEmulator::start(EmulatorOptions::default(), options)
+        // Each execution is a fresh sandbox: the suite's scratch directory (fixtures written by
+        // one command, read by the next) is a host directory mounted into every sandbox.
+        let scratch = Scratch::new();
+        let mut emulator = EmulatorOptions::default();
+        emulator.sandboxing.mounts.push(Mount {
+            host: scratch.0.clone().into(),
+            sandbox: SCRATCH.into(),
+            read_only: false,
+        });
+        let emu = ChronoEmulator::start(emulator, options)
             .await
             .map_err(setup)?;
         let config = |base: String| ChronoConfig::new(base).token(emu.token()).timeout_secs(120);
         let chrono = ChronoExec::new(config(emu.base_url()))?;
         let dead = ChronoExec::new(config(dead_url()))?;
         let provider = ChronoProvider::new(config(emu.base_url()))?;
-        let scratch = Scratch::new();
         Ok(Target::new("chrono", Arc::new(chrono))
-            // Each execution is a fresh sandbox: only paths outside its private /workspace and
-            // /tmp persist between commands.
-            .scratch(scratch.0.clone())
+            .scratch(SCRATCH)
             .dead_endpoint(Arc::new(dead))
             .provider(Arc::new(provider))
             .faults(Arc::new(emu.faults().clone()))
@@ -59,9 +66,10 @@ fn main() {
     });
 }
 
-/// A directory outside each execution's private `/workspace` and `/tmp`, so that it outlives
-/// one execution (the suite writes fixtures with one command and reads them with the next).
-/// Removed when the target is dropped.
+/// Where the scratch directory appears inside every sandbox.
+const SCRATCH: &str = "/mnt/execseam-conformance";
+
+/// The host side of the scratch directory; removed when the target is dropped.
 struct Scratch(String);
 
 impl Scratch {

@@ -14,8 +14,8 @@
 //! | `GET /executions/{id}/result` | 200 `/execute` body, or terminal without output; 409 `OPERATION_NOT_TERMINAL` + `Retry-After` | `result` |
 //! | `POST /executions/{id}/cancel` | 200 (terminal) or 202 snapshot + `ETag` | `cancel` |
 //!
-//! Each execution gets a fresh [`Sandbox`](crate::harness::Sandbox) (private `/workspace`, the
-//! working directory and `HOME`, and `/tmp`), removed when it ends. Languages: `python`
+//! Each execution gets a fresh [`Sandbox`](crate::harness::Sandbox) (its own root filesystem,
+//! pid and mount namespaces; programs run as root in `/workspace`), removed when it ends. Languages: `python`
 //! (`python3`), `javascript` (`node`), `typescript` (`tsx`, see [`Runtimes::detect`]), `bash`;
 //! the program is written to a file and run by the interpreter. A language without a runtime is
 //! 400 `INVALID_REQUEST`. A signal death is reported as exit code 128+n.
@@ -111,10 +111,12 @@ impl ChronoEmulator {
             faults.add(r.clone());
         }
         let shared = Arc::new(routes::Shared {
-            runner: Arc::new(runner::Runner::new(
-                chrono.runtimes.clone(),
-                options.isolation,
-            )),
+            runner: Arc::new(runner::Runner::new(chrono.runtimes.clone(), {
+                // The interpreters must be visible inside each sandbox's root.
+                let mut s = options.sandboxing.clone();
+                s.mounts.extend(chrono.runtimes.mounts());
+                s
+            })),
             options: chrono,
             store: store::MemoryStore::new(),
             faults,

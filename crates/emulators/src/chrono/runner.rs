@@ -14,7 +14,8 @@ use execseam_core::{Command, Event, Exec, Exit};
 use tokio::sync::mpsc;
 
 use crate::harness::clock::hex_id;
-use crate::harness::{Isolation, Sandbox, SandboxSpec};
+use crate::harness::sandbox::{Dir, Mount, User};
+use crate::harness::{Sandbox, SandboxSpec, Sandboxing};
 
 /// The program's working directory (and `HOME`) inside the sandbox.
 pub const WORKDIR: &str = "/workspace";
@@ -58,6 +59,40 @@ impl Runtimes {
                 }
             })
             .clone()
+    }
+
+    /// Read-only mounts that make the interpreters visible inside a sandbox, whose root hides
+    /// the host's `/root`, `/home`, `/tmp` and the checkout: for each absolute path of a prefix
+    /// outside the system directories, its installation (the directory holding `node_modules`,
+    /// or the parent of a `bin` directory, or the file's directory).
+    pub fn mounts(&self) -> Vec<Mount> {
+        const SYSTEM: [&str; 6] = ["/usr/", "/bin/", "/sbin/", "/lib", "/opt/", "/etc/"];
+        let mut out: Vec<Mount> = Vec::new();
+        let all = [&self.python, &self.javascript, &self.typescript, &self.bash];
+        for arg in all.into_iter().flatten().flatten() {
+            if !arg.starts_with('/') || SYSTEM.iter().any(|s| arg.starts_with(s)) {
+                continue;
+            }
+            let path = std::path::Path::new(arg);
+            let install = if let Some(i) = arg.find("/node_modules/") {
+                std::path::PathBuf::from(&arg[..i])
+            } else {
+                match path.parent() {
+                    Some(bin) if bin.ends_with("bin") => bin.parent().unwrap_or(bin).to_path_buf(),
+                    Some(dir) => dir.to_path_buf(),
+                    None => continue,
+                }
+            };
+            let sandbox = install.to_string_lossy().into_owned();
+            if !out.iter().any(|m| m.sandbox == sandbox) {
+                out.push(Mount {
+                    host: install,
+                    sandbox,
+                    read_only: true,
+                });
+            }
+        }
+        out
     }
 
     /// The prefix for `language`.
@@ -116,7 +151,7 @@ pub enum Chunk {
 #[derive(Debug)]
 pub struct Runner {
     pub(crate) runtimes: Runtimes,
-    pub(crate) isolation: Isolation,
+    pub(crate) sandboxing: Sandboxing,
     executions: AtomicU64,
     running: AtomicUsize,
 }
@@ -130,28 +165,20 @@ impl Drop for Running<'_> {
     }
 }
 
-fn spec() -> SandboxSpec {
-    let env: BTreeMap<String, String> = [
-        ("HOME", WORKDIR),
-        ("LANG", "C.UTF-8"),
-        ("PYTHONUNBUFFERED", "1"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    SandboxSpec {
-        // `/tmp` last: the sandbox roots live under the host's /tmp, which the bind hides.
-        private_paths: vec![WORKDIR.into(), "/tmp".into()],
-        env,
-        name: "chrono".into(),
-    }
+fn spec(id: &str) -> SandboxSpec {
+    let env: BTreeMap<String, String> = [("LANG", "C.UTF-8"), ("PYTHONUNBUFFERED", "1")]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    // The user Chrono runs programs as is undocumented; root, as the other code runtimes here.
+    SandboxSpec::new("chrono", id, User::root(), env).dirs([Dir::root(WORKDIR)])
 }
 
 impl Runner {
-    pub(crate) fn new(runtimes: Runtimes, isolation: Isolation) -> Runner {
+    pub(crate) fn new(runtimes: Runtimes, sandboxing: Sandboxing) -> Runner {
         Runner {
             runtimes,
-            isolation,
+            sandboxing,
             executions: AtomicU64::new(0),
             running: AtomicUsize::new(0),
         }
@@ -199,11 +226,11 @@ impl Runner {
                 req.language
             ));
         };
-        let sandbox =
-            match Sandbox::create(format!("chrono-{}", hex_id(12)), spec(), self.isolation) {
-                Ok(s) => s,
-                Err(e) => return RunEnd::CreationFailed(e.to_string()),
-            };
+        let id = format!("chrono-{}", hex_id(12));
+        let sandbox = match Sandbox::create(id.clone(), spec(&id), &self.sandboxing) {
+            Ok(s) => s,
+            Err(e) => return RunEnd::CreationFailed(e.to_string()),
+        };
         let ext = match req.language {
             Language::Python => "py",
             Language::Javascript => "js",
@@ -211,9 +238,7 @@ impl Runner {
             Language::Bash => "sh",
         };
         let program = format!("/tmp/.chrono-program/main.{ext}");
-        if let Err(e) = write(&sandbox, &program, req.script.as_bytes()) {
-            return RunEnd::CreationFailed(format!("cannot write the program: {e}"));
-        }
+        let mut files = vec![(program.clone(), req.script.as_bytes().to_vec())];
         for f in &req.input_files {
             let Some(path) = input_path(&f.path) else {
                 return RunEnd::Invalid(format!("input file path {:?} is not allowed", f.path));
@@ -221,9 +246,10 @@ impl Runner {
             let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&f.content) else {
                 return RunEnd::Invalid(format!("input file {:?} is not valid base64", f.path));
             };
-            if let Err(e) = write(&sandbox, &path, &bytes) {
-                return RunEnd::Invalid(format!("cannot write input file {:?}: {e}", f.path));
-            }
+            files.push((path, bytes));
+        }
+        if let Err(e) = write(&sandbox, files).await {
+            return RunEnd::Invalid(format!("cannot write the program or its input files: {e}"));
         }
         let mut argv: Vec<String> = prefix.to_vec();
         argv.push(sandbox.visible_path(&program));
@@ -322,10 +348,17 @@ fn input_path(p: &str) -> Option<String> {
     }
 }
 
-fn write(sandbox: &Arc<Sandbox>, path: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let host = sandbox.host_path(path);
-    if let Some(dir) = host.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(host, bytes)
+async fn write(sandbox: &Arc<Sandbox>, files: Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
+    sandbox
+        .fs(move |fs| {
+            for (path, bytes) in files {
+                let p = fs.path(&path);
+                if let Some(dir) = p.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                std::fs::write(p, bytes)?;
+            }
+            Ok(())
+        })
+        .await
 }
