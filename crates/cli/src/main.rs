@@ -54,6 +54,8 @@ enum Cmd {
     Write(tools::WriteArgs),
     /// Apply a unified diff below the root, all or nothing (builtin tool).
     Patch(tools::PatchArgs),
+    /// Run an exact Python, JavaScript, TypeScript or Bash program (builtin tool).
+    Code(tools::CodeArgs),
 }
 
 fn main() -> ExitCode {
@@ -79,6 +81,7 @@ fn main() -> ExitCode {
             Cmd::Read(args) => tools::read(args).await,
             Cmd::Write(args) => tools::write(args).await,
             Cmd::Patch(args) => tools::patch(args).await,
+            Cmd::Code(args) => tools::code(args).await,
         };
         // Sandboxes and sessions this run created are removed before the runtime shuts down.
         registry::close_all().await;

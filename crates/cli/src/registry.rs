@@ -227,6 +227,28 @@ pub fn all() -> Vec<Adapter> {
                 })
             },
         },
+        Adapter {
+            name: "chrono",
+            about: "Chrono Sandbox through POST /execute (CHRONO_DURABLE=1: the durable /executions contract)",
+            env: &[
+                "CHRONO_BASE_URL",
+                "CHRONO_TOKEN",
+                "CHRONO_DELEGATION_TOKEN",
+                "CHRONO_VIA",
+                "CHRONO_TIMEOUT_SECS",
+                "CHRONO_DURABLE",
+            ],
+            capabilities: || {
+                execseam_chrono::ChronoConfig::from_env()
+                    .map(|c| execseam_chrono::ChronoExec::capabilities_of(&c))
+                    .unwrap_or(execseam_chrono::CAPABILITIES)
+            },
+            connect: || {
+                Box::pin(async {
+                    Ok(Arc::new(execseam_chrono::ChronoExec::from_env()?) as Arc<dyn Exec>)
+                })
+            },
+        },
     ]
 }
 

@@ -27,6 +27,8 @@ pub use harness::{Fault, FaultHandle, FaultRule, Isolation, Mount, Sandboxing, S
 pub mod agentcore;
 #[cfg(feature = "ax")]
 pub mod ax;
+#[cfg(feature = "chrono")]
+pub mod chrono;
 #[cfg(feature = "cloudflare")]
 pub mod cloudflare;
 #[cfg(feature = "daytona")]
@@ -109,6 +111,8 @@ pub fn providers() -> &'static [&'static str] {
         "agentcore",
         #[cfg(feature = "modal")]
         "modal",
+        #[cfg(feature = "chrono")]
+        "chrono",
     ]
 }
 
@@ -133,6 +137,8 @@ pub async fn start(provider: &str, options: EmulatorOptions) -> std::io::Result<
         "agentcore" => agentcore::start(options).await,
         #[cfg(feature = "modal")]
         "modal" => modal::start(options).await,
+        #[cfg(feature = "chrono")]
+        "chrono" => chrono::start(options).await,
         other => Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
             format!(

@@ -36,6 +36,7 @@
 #![warn(missing_docs)]
 
 mod capabilities;
+pub mod code;
 mod command;
 pub mod degrade;
 mod error;

@@ -6,6 +6,7 @@ use execseam_core::{BoxFuture, Command, Error, ErrorKind, Output, Retry};
 
 use crate::{Case, CaseResult, Outcome, Target};
 
+mod code;
 mod exec;
 mod faults;
 mod tools;
@@ -107,6 +108,16 @@ pub fn tool_cases() -> Vec<Case> {
             "a name that is not UTF-8 is listed with its raw bytes, sorted by them (snapshot)",
         "tools-hostile-fixture" => tools::hostile_fixture:
             "every tool's fixture output is byte-identical through shuffled records and random chunks",
+        "tools-code-validation" => code::validation:
+            "code: a timeout outside 1..=600 s or an oversized source is InvalidArgument, before any I/O",
+        "tools-code-python" => code::python:
+            "code(python): the exact source runs; stdout, stderr and exit 3 come back exactly",
+        "tools-code-javascript" => code::javascript:
+            "code(javascript): the exact source runs; stdout, stderr and exit 3 come back exactly",
+        "tools-code-typescript" => code::typescript:
+            "code(typescript): the exact source runs; stdout, stderr and exit 3 come back exactly",
+        "tools-code-bash" => code::bash:
+            "code(bash): the exact source runs; stdout, stderr and exit 3 come back exactly",
         "tools-hostile-order" => tools::hostile_order:
             "random trees (odd names, deep, empty dirs): list/glob/grep/read match an oracle, directly and through the hostile adapter (property)",
     ]
