@@ -8,6 +8,7 @@ const BENCHES: &[(&str, &str)] = &[
     ("execseam-local", "overhead"),
     ("execseam-tools", "glob"),
     ("execseam-modal", "exec_latency"),
+    ("execseam-docker", "latency"),
 ];
 
 pub fn run(args: &[String]) -> Result<(), String> {

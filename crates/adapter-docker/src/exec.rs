@@ -584,7 +584,7 @@ enum Action {
 /// Kills every process whose environment holds the tag, twice (a fork between the two passes
 /// is caught by the second); it skips itself, and needs `sh`, `tr`, `grep` and `kill` in the image.
 /// (`tr` because busybox `grep -F` stops comparing at a NUL.)
-const KILL_SCRIPT: &str = r#"for pass in 1 2; do for p in /proc/[0-9]*; do n=${p#/proc/}; [ "$n" = "$$" ] && continue; tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qx "$1" && kill -9 "$n" 2>/dev/null; done; done; exit 0"#;
+const KILL_SCRIPT: &str = r#"for pass in 1 2; do for p in /proc/[0-9]*; do n=${p#/proc/}; [ "$n" = "$$" ] && continue; tr '\0' '\n' 2>/dev/null < "$p/environ" | grep -qx "$1" && kill -9 "$n" 2>/dev/null; done; done; exit 0"#;
 
 impl Action {
     async fn run(self, docker: Docker) {
