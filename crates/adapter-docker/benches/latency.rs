@@ -12,8 +12,8 @@ use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
-use execseam_core::{Command, Exec};
-use execseam_docker::{DockerConfig, DockerExec, Mode};
+use execseam_core::{Command, Exec, Sandbox, SandboxSpec};
+use execseam_docker::{DockerConfig, DockerExec, DockerProvider, Mode};
 use futures_util::StreamExt;
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -181,10 +181,12 @@ fn main() {
             .negotiate_version()
             .await
             .expect("engine");
-        let warm = DockerExec::create(config.clone())
+        let warm = DockerProvider::new(config.clone())
+            .expect("config")
+            .create(SandboxSpec::new())
             .await
             .expect("warm container");
-        let id = warm.container_id().unwrap().to_owned();
+        let id = warm.id().to_owned();
         compare(
             "warm: true",
             n(60),
@@ -200,10 +202,14 @@ fn main() {
             async || raw_exec(&d, &id, &big).await,
         )
         .await;
-        warm.destroy().await.expect("destroy");
+        warm.close().await.expect("close");
 
         let per_call_config = config.clone().mode(Mode::PerCall);
-        let per_call = DockerExec::per_call(per_call_config.clone()).expect("per-call");
+        let per_call = DockerProvider::new(per_call_config.clone())
+            .expect("config")
+            .create(SandboxSpec::new())
+            .await
+            .expect("per-call sandbox");
         compare(
             "per call: true",
             n(30),

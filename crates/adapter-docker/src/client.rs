@@ -6,42 +6,46 @@ use bollard::{API_DEFAULT_VERSION, Docker};
 use execseam_core::Error;
 use tokio::sync::OnceCell;
 
-use crate::config::{DEFAULT_HOST, DockerConfig};
-use crate::error::{Stage, engine, invalid_config};
+use crate::config::{DockerConfig, config_error};
+use crate::error::{Stage, engine};
 
 /// Marks every container this adapter creates (value `true`).
 pub const LABEL_MANAGED: &str = "io.execseam.managed";
 /// The mode a container was created for (`warm` or `per-call`).
 pub const LABEL_MODE: &str = "io.execseam.mode";
+/// Per call: the sandbox (handle) id a container serves, so destroying the handle can remove the
+/// containers of its running commands.
+pub const LABEL_SANDBOX: &str = "io.execseam.sandbox";
 
 /// A bollard client, built and version-negotiated on first use (so a configuration naming an
-/// engine that is down is accepted, and the first command reports `Unavailable`).
+/// engine that is down is accepted, and the first request reports `Unavailable`).
 pub(crate) struct Client {
     pub(crate) host: String,
+    tls: Option<std::path::PathBuf>,
     timeout: u64,
     negotiated: OnceCell<Docker>,
 }
 
 impl Client {
     pub(crate) fn new(config: &DockerConfig) -> Result<Client, Error> {
-        let host = config
-            .host
-            .clone()
-            .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()))
-            .unwrap_or_else(|| DEFAULT_HOST.to_owned());
-        let known = ["unix://", "tcp://", "http://", "https://"];
-        if !known.iter().any(|p| host.starts_with(p)) {
-            return Err(invalid_config(format!(
-                "engine address {host:?}: expected unix://, tcp://, http:// or https://"
-            )));
-        }
-        if needs_tls(&host) && !cfg!(feature = "tls") {
-            return Err(invalid_config(format!(
+        let host = config.host.clone();
+        let tls = host.starts_with("https://") || (host.starts_with("tcp://") && config.tls_verify);
+        if tls && !cfg!(feature = "tls") {
+            return Err(config_error(format!(
                 "engine address {host:?} needs TLS: build execseam-docker with the `tls` feature"
             )));
         }
+        let cert_dir = || {
+            config
+                .cert_path
+                .clone()
+                .map(std::path::PathBuf::from)
+                .or_else(|| std::env::home_dir().map(|h| h.join(".docker")))
+                .unwrap_or_default()
+        };
         Ok(Client {
             host,
+            tls: tls.then(cert_dir),
             timeout: config.request_timeout.as_secs().max(1),
             negotiated: OnceCell::new(),
         })
@@ -53,10 +57,10 @@ impl Client {
         self.negotiated
             .get_or_try_init(|| async {
                 self.connect()
-                    .map_err(|e| engine("connect", Stage::Before, e))?
+                    .map_err(|e| engine("connect", Stage::Idempotent, e))?
                     .negotiate_version()
                     .await
-                    .map_err(|e| engine("version", Stage::Before, e))
+                    .map_err(|e| engine("version", Stage::Idempotent, e))
             })
             .await
     }
@@ -66,26 +70,16 @@ impl Client {
         if let Some(path) = host.strip_prefix("unix://") {
             return Docker::connect_with_unix(path, timeout, API_DEFAULT_VERSION);
         }
-        if needs_tls(host) {
-            return tls(host, timeout);
+        if let Some(dir) = &self.tls {
+            return tls(host, dir, timeout);
         }
         Docker::connect_with_http(host, timeout, API_DEFAULT_VERSION)
     }
 }
 
-fn needs_tls(host: &str) -> bool {
-    host.starts_with("https://")
-        || (host.starts_with("tcp://")
-            && std::env::var_os("DOCKER_TLS_VERIFY").is_some_and(|v| !v.is_empty()))
-}
-
-/// TLS with the client certificate in `DOCKER_CERT_PATH` (default `~/.docker`), as the docker CLI.
+/// TLS with the client certificate in `dir`, as the docker CLI does.
 #[cfg(feature = "tls")]
-fn tls(host: &str, timeout: u64) -> Result<Docker, bollard::errors::Error> {
-    let dir = std::env::var_os("DOCKER_CERT_PATH")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".docker")))
-        .unwrap_or_default();
+fn tls(host: &str, dir: &std::path::Path, timeout: u64) -> Result<Docker, bollard::errors::Error> {
     Docker::connect_with_ssl(
         host,
         &dir.join("key.pem"),
@@ -97,17 +91,25 @@ fn tls(host: &str, timeout: u64) -> Result<Docker, bollard::errors::Error> {
 }
 
 #[cfg(not(feature = "tls"))]
-fn tls(host: &str, _timeout: u64) -> Result<Docker, bollard::errors::Error> {
+fn tls(
+    host: &str,
+    _dir: &std::path::Path,
+    _timeout: u64,
+) -> Result<Docker, bollard::errors::Error> {
     Err(bollard::errors::Error::UnsupportedURISchemeError {
         uri: host.to_owned(),
     })
 }
 
-/// The labels of a container created for `config`.
-pub(crate) fn labels(config: &DockerConfig) -> HashMap<String, String> {
+/// The labels of a container created for `config`: its own, the adapter's, and `extra`.
+pub(crate) fn labels<'a>(
+    config: &'a DockerConfig,
+    extra: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> HashMap<String, String> {
     let mut l: HashMap<String, String> = config
         .labels
         .iter()
+        .chain(extra)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     l.insert(LABEL_MANAGED.into(), "true".into());
@@ -115,12 +117,9 @@ pub(crate) fn labels(config: &DockerConfig) -> HashMap<String, String> {
     l
 }
 
-/// The list filter matching containers created for `config`.
-pub(crate) fn label_filter(config: &DockerConfig) -> HashMap<String, Vec<String>> {
-    let mut l: Vec<String> = labels(config)
-        .into_iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
+/// The list filter for containers carrying every label of `labels`.
+pub(crate) fn label_filter(labels: &HashMap<String, String>) -> HashMap<String, Vec<String>> {
+    let mut l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
     l.sort();
     HashMap::from([("label".to_owned(), l)])
 }

@@ -1,35 +1,40 @@
-//! Engine failures as typed errors: never an exit code.
+//! Engine failures as typed errors, never exit codes.
+//!
+//! Each request is classified by what repeating it could do ([`Effect`]); the kind and retry
+//! class come from `execseam_core::transport` (`http_status` for the engine's answers, `failure`
+//! for the transport), with these overrides, each observed on podman 4.3's compat API or taken
+//! from Docker's:
+//!
+//! | answer | kind | why |
+//! |---|---|---|
+//! | 404, or podman's 500 `… no such container` | `NotFound` | podman answers 500 for a container removed under a running exec |
+//! | Docker's 409 `… is not running`, podman's 500 `… container state improper` | `NotFound` | an exec into a stopped container: the sandbox is not there to run it |
+//! | anything after the exec was started | retry `Unsafe` (unless `Never`) | the command may have run, whichever request failed |
+//! | bollard's `SocketNotFoundError` | `Unavailable` | no engine at that path |
+//! | a malformed answer (JSON, base64, a missing header) | `Protocol` | |
 
 use bollard::errors::Error as EngineError;
-use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
+use execseam_core::transport::{self, Effect, Failure};
+use execseam_core::{Error, ErrorKind, Retry, WireStatus};
 
 use crate::PROVIDER;
 
-/// The kind of a configuration error.
-pub(crate) const INVALID_CONFIG: ErrorKind = ErrorKind::InvalidCommand;
-
-pub(crate) fn invalid_config(message: impl Into<String>) -> Error {
-    Error::new(INVALID_CONFIG, message)
-        .with_retry(Retry::Never)
-        .with_provider(PROVIDER)
-        .with_operation("configure")
-}
-
-/// Whether the command may have started when a request failed: decides the retry class of a
-/// transport failure or a 5xx.
+/// Where a failed request sits in an exec; decides the retry class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Stage {
-    /// Nothing ran yet (create, start, inspect, list): retrying is safe.
-    Before,
-    /// The exec was started, or may have been: retrying could run the command twice.
+    /// A read, a kill, a remove, creating an exec instance: safe to repeat.
+    Idempotent,
+    /// Creating a container: repeating it makes another one (no command ran).
+    NonIdempotent,
+    /// Starting the exec, or anything after: the command may have run.
     Started,
 }
 
 impl Stage {
-    fn retry(self) -> Retry {
+    fn effect(self) -> Effect {
         match self {
-            Stage::Before => Retry::SAFE,
-            Stage::Started => Retry::Unsafe,
+            Stage::Idempotent => Effect::Idempotent,
+            Stage::NonIdempotent | Stage::Started => Effect::NonIdempotent,
         }
     }
 }
@@ -38,79 +43,71 @@ pub(crate) fn engine(operation: &'static str, stage: Stage, e: EngineError) -> E
     engine_hint(operation, stage, e, "")
 }
 
-/// [`engine`], with `hint` appended to the message (what the user can do about it).
+/// [`engine`], with `hint` (what the user can do about it) appended to the message.
 pub(crate) fn engine_hint(
     operation: &'static str,
     stage: Stage,
     e: EngineError,
     hint: &str,
 ) -> Error {
-    let (kind, retry, status, mut message) = match &e {
+    let effect = stage.effect();
+    let (kind, mut retry, status) = match &e {
         EngineError::DockerResponseServerError {
             status_code,
             message,
         } => {
-            let code = *status_code;
-            let (kind, retry) = match code {
-                400 => (ErrorKind::InvalidCommand, Retry::Never),
-                401 => (ErrorKind::Unauthenticated, Retry::Never),
-                403 => (ErrorKind::PermissionDenied, Retry::Never),
-                404 => (ErrorKind::NotFound, Retry::Never),
-                // podman answers 500 for a container it no longer has
-                _ if message.contains("no such container") => (ErrorKind::NotFound, Retry::Never),
-                429 => (ErrorKind::RateLimited, Retry::SAFE),
-                _ if not_running(message) => (ErrorKind::NotFound, Retry::Never),
-                409 => (ErrorKind::Conflict, Retry::Never),
-                503 => (ErrorKind::Unavailable, stage.retry()),
-                _ => (ErrorKind::Internal, stage.retry()),
+            let (kind, retry) = if is_gone(&e) || not_running(message) {
+                (ErrorKind::NotFound, Retry::Never)
+            } else {
+                transport::http_status(*status_code, effect, None)
             };
-            (kind, retry, Some(WireStatus::Http(code)), message.clone())
+            (kind, retry, Some(WireStatus::Http(*status_code)))
         }
-        EngineError::SocketNotFoundError(path) => (
-            ErrorKind::Unavailable,
-            stage.retry(),
-            None,
-            format!("no engine socket at {path} (is the engine running? DOCKER_HOST)"),
-        ),
-        // Nothing of this request was sent; whether the command runs already is the stage's say.
-        EngineError::HyperLegacyError { err } if err.is_connect() => (
-            ErrorKind::Unavailable,
-            stage.retry(),
-            None,
-            format!("cannot connect to the engine: {e}"),
-        ),
-        EngineError::RequestTimeoutError => (
-            ErrorKind::Timeout(Deadline::Request),
-            stage.retry(),
-            None,
-            "the engine did not answer within the request timeout".to_owned(),
-        ),
+        EngineError::SocketNotFoundError(_) => {
+            let (k, r) = transport::failure(Failure::Connect, effect);
+            (k, r, None)
+        }
+        EngineError::HyperLegacyError { err } if err.is_connect() => {
+            let (k, r) = transport::failure(Failure::Connect, effect);
+            (k, r, None)
+        }
+        EngineError::RequestTimeoutError => {
+            let (k, r) = transport::failure(Failure::Timeout, effect);
+            (k, r, None)
+        }
         EngineError::JsonDataError { .. }
         | EngineError::JsonSerdeError { .. }
         | EngineError::HttpHeaderNotFoundError(_)
         | EngineError::HttpHeaderToStrError { .. }
         | EngineError::Base64DecodeError { .. }
-        | EngineError::APIVersionParseError {} => (
-            ErrorKind::Protocol,
-            stage.retry(),
-            None,
-            format!("malformed engine answer: {e}"),
-        ),
+        | EngineError::APIVersionParseError {} => {
+            let (k, r) = transport::failure(Failure::Malformed, effect);
+            (k, r, None)
+        }
         EngineError::HyperLegacyError { .. }
         | EngineError::HyperResponseError { .. }
-        | EngineError::IOError { .. } => (
-            ErrorKind::Unavailable,
-            stage.retry(),
-            None,
-            format!("the engine connection failed: {e}"),
-        ),
-        EngineError::UnsupportedURISchemeError { uri } => (
-            INVALID_CONFIG,
-            Retry::Never,
-            None,
-            format!("engine address {uri:?}: unsupported scheme"),
-        ),
-        _ => (ErrorKind::Internal, stage.retry(), None, e.to_string()),
+        | EngineError::IOError { .. } => {
+            let (k, r) = transport::failure(Failure::Cut, effect);
+            (k, r, None)
+        }
+        EngineError::UnsupportedURISchemeError { .. } => {
+            (ErrorKind::InvalidConfig, Retry::Never, None)
+        }
+        _ => {
+            let (k, r) = transport::failure(Failure::Other, effect);
+            (k, r, None)
+        }
+    };
+    // Once the exec was started the command may have run, even if this request never left.
+    if stage == Stage::Started && retry != Retry::Never {
+        retry = Retry::Unsafe;
+    }
+    let mut message = match &e {
+        EngineError::DockerResponseServerError { message, .. } => message.clone(),
+        EngineError::SocketNotFoundError(path) => {
+            format!("no engine socket at {path} (is the engine running? DOCKER_HOST)")
+        }
+        _ => transport::error_chain(&e),
     };
     if !hint.is_empty() {
         message = format!("{message} ({hint})");
@@ -127,7 +124,7 @@ pub(crate) fn engine_hint(
 }
 
 /// Whether the engine says the container (or exec) does not exist: Docker answers 404, podman
-/// 4.3 sometimes 500 "… does not exist in database: no such container".
+/// 4.3 sometimes 500 `… does not exist in database: no such container`.
 pub(crate) fn is_gone(e: &EngineError) -> bool {
     match e {
         EngineError::DockerResponseServerError {
@@ -138,9 +135,15 @@ pub(crate) fn is_gone(e: &EngineError) -> bool {
     }
 }
 
-/// Docker answers 409 "container … is not running"; podman 500 "container state improper".
+/// Docker answers 409 `container … is not running`; podman 500 `… container state improper`.
 fn not_running(message: &str) -> bool {
     message.contains("is not running") || message.contains("state improper")
+}
+
+/// podman's transient `stopped` state (exited, not yet cleaned up), which Docker's schema and so
+/// bollard's typed answers do not have.
+pub(crate) fn is_podman_stopped_state(e: &EngineError) -> bool {
+    matches!(e, EngineError::JsonDataError { message, .. } if message.contains("unknown variant `stopped`"))
 }
 
 /// A typed error of this adapter that is not a failed request.
@@ -172,37 +175,51 @@ mod tests {
         let cases = [
             (
                 server(404, "no such image"),
-                Stage::Before,
+                Stage::NonIdempotent,
                 ErrorKind::NotFound,
                 Retry::Never,
             ),
             (
-                // podman 4.3 on an exec into a stopped container
                 server(
                     500,
                     "can only create exec sessions on running containers: container state improper",
                 ),
-                Stage::Before,
+                Stage::Idempotent,
+                ErrorKind::NotFound,
+                Retry::Never,
+            ),
+            (
+                server(
+                    500,
+                    "container abc does not exist in database: no such container",
+                ),
+                Stage::Started,
                 ErrorKind::NotFound,
                 Retry::Never,
             ),
             (
                 server(409, "Container abc is not running"),
-                Stage::Before,
+                Stage::Idempotent,
                 ErrorKind::NotFound,
                 Retry::Never,
             ),
             (
                 server(409, "name in use"),
-                Stage::Before,
+                Stage::NonIdempotent,
                 ErrorKind::Conflict,
                 Retry::Never,
             ),
             (
                 server(500, "boom"),
-                Stage::Before,
+                Stage::Idempotent,
                 ErrorKind::Internal,
                 Retry::SAFE,
+            ),
+            (
+                server(500, "boom"),
+                Stage::NonIdempotent,
+                ErrorKind::Internal,
+                Retry::Unsafe,
             ),
             (
                 server(500, "boom"),
@@ -211,15 +228,28 @@ mod tests {
                 Retry::Unsafe,
             ),
             (
+                server(400, "bad parameter"),
+                Stage::NonIdempotent,
+                ErrorKind::InvalidCommand,
+                Retry::Never,
+            ),
+            (
                 EngineError::SocketNotFoundError("/x.sock".into()),
-                Stage::Before,
+                Stage::NonIdempotent,
                 ErrorKind::Unavailable,
                 Retry::SAFE,
             ),
             (
+                // The exec had started: a follow-up request that never left still may not be redone.
+                EngineError::SocketNotFoundError("/x.sock".into()),
+                Stage::Started,
+                ErrorKind::Unavailable,
+                Retry::Unsafe,
+            ),
+            (
                 EngineError::RequestTimeoutError,
                 Stage::Started,
-                ErrorKind::Timeout(Deadline::Request),
+                ErrorKind::Timeout(execseam_core::Deadline::Request),
                 Retry::Unsafe,
             ),
         ];

@@ -11,38 +11,25 @@ use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::query_parameters::ContainerArchiveInfoOptions;
 use bytes::BytesMut;
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Event, EventStream, Exec,
-    ExecStream, Exit, Output, PartialOutput, Retry, degrade,
+    BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
+    Output, Ownership, PartialOutput, Retry, Sandbox, degrade, transport,
 };
 use futures_util::{Stream, StreamExt};
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinHandle;
 
 use crate::PROVIDER;
-use crate::client::Client;
-use crate::config::{DockerConfig, Mode};
+use crate::client::{self, Client, LABEL_SANDBOX};
+use crate::config::DockerConfig;
+use crate::containers;
 use crate::error::{Stage, adapter, engine, engine_hint, is_gone};
-use crate::sandbox;
-
-/// What the adapter does, literally (read by the conformance suite).
-pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
-    stdin: Delivery::TempFile,
-    workdir: Delivery::Native,
-    env: Delivery::Native,
-    streaming: true,
-    remote_kill: true,
-    binary_output: true,
-    max_stdin: None,
-    max_output: None,
-    native_tools: &[],
-};
 
 /// The variable every exec carries, with a value unique to the exec, so that a kill finds the
 /// exec's processes and their children (Docker's API has no exec kill).
 pub const EXEC_TAG_VAR: &str = "EXECSEAM_EXEC";
 
-/// Runs commands in containers through the Docker Engine API; see the crate docs.
+/// A sandbox: the warm container (every command a Docker exec in it), or, per call, a handle
+/// whose every command gets a fresh container. Cheap to clone; see the crate docs.
 #[derive(Clone)]
 pub struct DockerExec {
     pub(crate) inner: Arc<Inner>,
@@ -50,9 +37,16 @@ pub struct DockerExec {
 
 pub(crate) struct Inner {
     pub(crate) config: DockerConfig,
-    pub(crate) client: Client,
-    /// The warm container; `None` per call.
-    pub(crate) container: Option<String>,
+    pub(crate) client: Arc<Client>,
+    pub(crate) target: Target,
+    pub(crate) ownership: Ownership,
+}
+
+pub(crate) enum Target {
+    /// The warm container's id.
+    Container(String),
+    /// Per call: the handle's id, the label value of its commands' containers.
+    PerCall(String),
 }
 
 impl std::fmt::Debug for DockerExec {
@@ -60,7 +54,8 @@ impl std::fmt::Debug for DockerExec {
         f.debug_struct("DockerExec")
             .field("host", &self.inner.client.host)
             .field("mode", &self.inner.config.mode)
-            .field("container", &self.inner.container)
+            .field("id", &self.id())
+            .field("owned", &self.inner.ownership.owned())
             .finish_non_exhaustive()
     }
 }
@@ -75,38 +70,43 @@ pub struct DockerOutput {
     /// flag is the one place the host can classify it, and only as far as the engine is right
     /// (podman 4.3 on cgroup v1 reports `false` for a kernel OOM kill; see the adapter page).
     pub oom_killed: Option<bool>,
-    /// The container the command ran in (removed by now in per-call mode).
+    /// The container the command ran in (removed by now, per call).
     pub container: String,
 }
 
 impl DockerExec {
-    pub(crate) fn from_parts(
+    pub(crate) fn new(
         config: DockerConfig,
-        container: Option<String>,
-    ) -> Result<DockerExec, Error> {
-        config.validate()?;
-        let client = Client::new(&config)?;
-        Ok(DockerExec {
+        client: Arc<Client>,
+        target: Target,
+        ownership: Ownership,
+    ) -> DockerExec {
+        DockerExec {
             inner: Arc::new(Inner {
                 config,
                 client,
-                container,
+                target,
+                ownership,
             }),
-        })
+        }
     }
 
-    /// An adapter that runs every command in a fresh container from `config`'s image, removed
-    /// when the command ends (the mode is set to [`Mode::PerCall`]). No request is made here.
-    pub fn per_call(config: DockerConfig) -> Result<DockerExec, Error> {
-        DockerExec::from_parts(config.mode(Mode::PerCall), None)
+    /// The sandbox id: the container id in warm mode, the handle's own id per call.
+    pub fn id(&self) -> &str {
+        match &self.inner.target {
+            Target::Container(id) | Target::PerCall(id) => id,
+        }
     }
 
     /// The warm container's id (`None` per call).
     pub fn container_id(&self) -> Option<&str> {
-        self.inner.container.as_deref()
+        match &self.inner.target {
+            Target::Container(id) => Some(id),
+            Target::PerCall(_) => None,
+        }
     }
 
-    /// The configuration.
+    /// The configuration its containers are made with (the provider's, with the spec merged).
     pub fn config(&self) -> &DockerConfig {
         &self.inner.config
     }
@@ -138,25 +138,72 @@ impl DockerExec {
     }
 
     async fn start(&self, command: Command) -> Result<Run, Error> {
+        if self.inner.ownership.is_destroyed() {
+            return Err(adapter(
+                ErrorKind::NotFound,
+                Retry::Never,
+                "exec",
+                format!("sandbox {} was destroyed", self.id()),
+            ));
+        }
         let docker = self.inner.client.get().await?.clone();
         let config = &self.inner.config;
-        let Some(warm) = &self.inner.container else {
-            let id = sandbox::create(&docker, config).await?;
-            let mut cleanup = Cleanup::new(docker.clone());
-            cleanup.arm(Action::Remove(id.clone()));
-            return match start_exec(&docker, config, &id, command, true).await {
-                Ok(mut run) => {
-                    // The container goes with the exec; removing it kills everything in it.
-                    std::mem::swap(&mut run.cleanup, &mut cleanup);
-                    Ok(run)
-                }
-                Err(e) => {
-                    cleanup.run_now().await;
-                    Err(e)
-                }
-            };
+        let sandbox = match &self.inner.target {
+            Target::Container(id) => return start_exec(&docker, config, id, command, false).await,
+            Target::PerCall(sandbox) => sandbox,
         };
-        start_exec(&docker, config, warm, command, false).await
+        let labels = client::labels(config, [(&LABEL_SANDBOX.to_owned(), sandbox)]);
+        let id = containers::create(&docker, config, labels).await?;
+        let mut cleanup = Cleanup::new(docker.clone());
+        cleanup.arm(Action::Remove(id.clone()));
+        match start_exec(&docker, config, &id, command, true).await {
+            Ok(mut run) => {
+                // The container goes with the exec; removing it kills everything in it.
+                std::mem::swap(&mut run.cleanup, &mut cleanup);
+                Ok(run)
+            }
+            Err(e) => {
+                cleanup.run_now().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes the sandbox's containers: the warm one, or per call those of commands still running.
+    async fn remove_containers(&self) -> Result<(), Error> {
+        let docker = self.inner.client.get().await?;
+        match &self.inner.target {
+            Target::Container(id) => containers::destroy(docker, id).await,
+            Target::PerCall(sandbox) => {
+                let labels =
+                    client::labels(&self.inner.config, [(&LABEL_SANDBOX.to_owned(), sandbox)]);
+                for c in containers::list(docker, &labels).await? {
+                    containers::destroy(docker, &c.id).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let Target::Container(id) = &self.target else {
+            return; // per call, every command's container is removed with the command
+        };
+        if !(self.config.destroy_on_drop && self.ownership.destroy_on_drop()) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(provider = PROVIDER, container = %id, "no runtime to remove the container on drop");
+            return;
+        };
+        let (client, id) = (self.client.clone(), id.clone());
+        handle.spawn(async move {
+            if let Ok(docker) = client.get().await {
+                containers::remove(docker, &id).await;
+            }
+        });
     }
 }
 
@@ -191,15 +238,11 @@ async fn start_exec(
         working_dir: workdir.clone(),
         ..Default::default()
     };
-    let hint = if per_call {
-        "the per-call container is not running: does its keepalive stay up in this image?"
-    } else {
-        ""
-    };
+    let hint = "if the container stopped by itself: does its keepalive stay up in this image?";
     let created = docker
         .create_exec(container, options)
         .await
-        .map_err(|e| engine_hint("create exec", Stage::Before, e, hint))?;
+        .map_err(|e| engine_hint("create exec", Stage::Idempotent, e, hint))?;
     let mut cleanup = Cleanup::new(docker.clone());
     if !per_call {
         cleanup.arm(Action::Kill {
@@ -483,7 +526,7 @@ impl Run {
         }
         // A container that stopped or vanished took the command with it: not the command's exit.
         if matches!(code, 137 | 143) {
-            match sandbox::state(&self.docker, &self.container, "inspect container").await? {
+            match containers::state(&self.docker, &self.container).await? {
                 None => {
                     return Err(adapter(
                         ErrorKind::NotFound,
@@ -589,7 +632,7 @@ const KILL_SCRIPT: &str = r#"for pass in 1 2; do for p in /proc/[0-9]*; do n=${p
 impl Action {
     async fn run(self, docker: Docker) {
         match self {
-            Action::Remove(id) => sandbox::remove(&docker, &id).await,
+            Action::Remove(id) => containers::remove(&docker, &id).await,
             Action::Kill { container, tag } => {
                 if let Err(e) = kill_tagged(&docker, &container, &tag).await {
                     tracing::warn!(container, error = %e, "killing an abandoned exec failed");
@@ -678,23 +721,7 @@ impl Drop for Cleanup {
 
 /// 128 bits that no other exec has.
 fn new_tag() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    let half = |salt: u64| {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(salt);
-        h.write_u64(n);
-        h.write_u128(now);
-        h.write_u32(std::process::id());
-        h.finish()
-    };
-    format!("{:016x}{:016x}", half(1), half(2))
+    transport::random_id(32)
 }
 
 impl Exec for DockerExec {
@@ -703,7 +730,7 @@ impl Exec for DockerExec {
     }
 
     fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
+        crate::CAPABILITIES
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
@@ -728,6 +755,40 @@ impl ExecStream for DockerExec {
                     Some((item, more.then_some(run)))
                 },
             )))
+        })
+    }
+}
+
+impl Sandbox for DockerExec {
+    fn id(&self) -> &str {
+        DockerExec::id(self)
+    }
+
+    fn owned(&self) -> bool {
+        self.inner.ownership.owned()
+    }
+
+    fn set_owned(&self, owned: bool) {
+        self.inner.ownership.set_owned(owned);
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let o = &self.inner.ownership;
+            if o.begin_close() && o.owned() && !o.is_destroyed() {
+                Sandbox::destroy(self).await?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Removes the container (warm), or the containers of commands still running (per call);
+    /// later commands through any handle are `Err(NotFound)`.
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            execseam_core::gone_is_destroyed(self.remove_containers().await)?;
+            self.inner.ownership.mark_destroyed();
+            Ok(())
         })
     }
 }

@@ -16,11 +16,13 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bollard::Docker;
 use bollard::query_parameters::{KillContainerOptions, StartContainerOptions};
 use execseam_conformance::{Fault, Faults, Target};
-use execseam_docker::config::ENV_MODE;
-use execseam_docker::{DockerConfig, DockerExec, Mode};
+use execseam_core::{Sandbox, SandboxSpec};
+use execseam_docker::{DockerProvider, Mode};
+
+const ENV_MODE: &str = "EXECSEAM_DOCKER_MODE";
+const SUITE: &str = "conformance";
 
 fn record_name(mode: Mode) -> &'static str {
     match mode {
@@ -35,68 +37,72 @@ fn main() {
         Err(_) => return both_modes(),
     };
     execseam_conformance::main(move || async move {
-        let config = support::config("conformance").mode(mode);
-        support::require_engine(&config).await;
-        let dead_socket =
-            std::env::temp_dir().join(format!("execseam-no-engine-{}.sock", std::process::id()));
-        let dead_host = format!("unix://{}", dead_socket.display());
-        match mode {
-            Mode::Warm => {
-                let exec = DockerExec::create(config.clone()).await?;
-                let id = exec.container_id().expect("warm").to_owned();
-                let dead = DockerExec::with_container(config.clone().host(dead_host), &id)?;
-                // A container this adapter created, then removed.
-                let gone = DockerExec::create(config.clone()).await?;
-                gone.destroy().await?;
-                let faults = EngineFaults::new(Some(id.clone()), config.clone());
-                Ok(Target::new(record_name(mode), Arc::new(exec))
-                    .scratch("/tmp/execseam-conformance")
-                    .dead_endpoint(Arc::new(dead))
-                    .vanished_sandbox(Arc::new(gone))
-                    .faults(Arc::new(faults))
-                    .proptest_cases(16)
-                    .keep_alive(support::Destroy(config, id)))
-            }
-            Mode::PerCall => {
-                let worktree = tempfile::tempdir().map_err(|e| {
-                    execseam_core::Error::new(execseam_core::ErrorKind::Internal, e.to_string())
-                })?;
-                let config = config.worktree(worktree.path().to_string_lossy());
-                let exec = DockerExec::per_call(config.clone())?;
-                let dead = DockerExec::per_call(config.clone().host(dead_host))?;
-                // Per call there is no sandbox to lose but the image: one that is not there.
-                let missing = DockerConfig::new("localhost/execseam-no-such-image:0")
-                    .label(support::TEST_LABEL, "conformance");
-                let gone = DockerExec::per_call(missing)?;
-                let faults = EngineFaults::new(None, config);
-                Ok(Target::new(record_name(mode), Arc::new(exec))
-                    .scratch("/workspace/execseam-conformance")
-                    .dead_endpoint(Arc::new(dead))
-                    .vanished_sandbox(Arc::new(gone))
-                    .faults(Arc::new(faults))
-                    .proptest_cases(8)
-                    .keep_alive(worktree))
-            }
+        support::sweep(SUITE).await;
+        let worktree = tempfile::tempdir().map_err(|e| {
+            execseam_core::Error::new(execseam_core::ErrorKind::Internal, e.to_string())
+        })?;
+        let mut config = support::config(SUITE).mode(mode);
+        if mode == Mode::PerCall {
+            config = config.worktree(worktree.path().to_string_lossy());
         }
+        let provider = DockerProvider::new(config.clone())?;
+        let exec = provider.create(SandboxSpec::new()).await?;
+        // Nothing listens on a socket path that does not exist.
+        let dead_host = format!(
+            "unix://{}",
+            std::env::temp_dir()
+                .join(format!("execseam-no-engine-{}.sock", std::process::id()))
+                .display()
+        );
+        let dead = DockerProvider::new(config.clone().host(dead_host))?.attach(exec.id())?;
+        let scratch = match mode {
+            Mode::Warm => "/tmp/execseam-conformance",
+            Mode::PerCall => "/workspace/execseam-conformance",
+        };
+        // A sandbox this adapter created, then destroyed.
+        let gone = provider.create(SandboxSpec::new()).await?;
+        Sandbox::destroy(&gone).await?;
+        let faults = EngineFaults {
+            warm: exec.container_id().map(str::to_owned),
+            pending: Mutex::new(None),
+        };
+        let cases = if mode == Mode::Warm { 16 } else { 4 };
+        let mut target = Target::new(record_name(mode), Arc::new(exec.clone()))
+            .scratch(scratch)
+            .dead_endpoint(Arc::new(dead))
+            .vanished_sandbox(Arc::new(gone))
+            .faults(Arc::new(faults))
+            .provider(Arc::new(provider))
+            .live_sandboxes(move || count(mode))
+            .proptest_cases(cases)
+            .keep_alive(worktree);
+        if let Some(id) = exec.container_id() {
+            target = target.keep_alive(support::Destroy(config, id.to_owned()));
+        }
+        Ok(target)
     });
+}
+
+/// How many containers of this suite the engine holds (from a thread of its own: the count is
+/// asked for synchronously).
+fn count(mode: Mode) -> usize {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(support::containers(SUITE, mode))
+            .len()
+    })
+    .join()
+    .expect("counting containers")
 }
 
 /// Real engine faults: only [`Fault::SandboxVanishes`], which the engine can be made to do.
 struct EngineFaults {
     /// The warm container (killed, then restarted by `clear`), or `None` per call.
     warm: Option<String>,
-    config: DockerConfig,
     pending: Mutex<Option<tokio::task::JoinHandle<()>>>,
-}
-
-impl EngineFaults {
-    fn new(warm: Option<String>, config: DockerConfig) -> EngineFaults {
-        EngineFaults {
-            warm,
-            config,
-            pending: Mutex::new(None),
-        }
-    }
 }
 
 impl Faults for EngineFaults {
@@ -104,24 +110,18 @@ impl Faults for EngineFaults {
         if fault != Fault::SandboxVanishes {
             return false;
         }
-        let (warm, config) = (self.warm.clone(), self.config.clone());
+        let warm = self.warm.clone();
         let task = tokio::spawn(async move {
-            // The case's command runs `printf start; sleep 5`: take the container away in the middle.
+            // The case's command runs `printf start; sleep 5`: take the container away meanwhile.
             tokio::time::sleep(Duration::from_millis(1500)).await;
-            let docker = Docker::connect_with_defaults().expect("DOCKER_HOST");
             match warm {
                 Some(id) => {
+                    let docker = support::engine().await;
                     let _ = docker
                         .kill_container(&id, None::<KillContainerOptions>)
                         .await;
                 }
-                None => {
-                    for c in DockerExec::list(&config).await.unwrap_or_default() {
-                        if let Ok(e) = DockerExec::with_container(config.clone(), c.id) {
-                            let _ = e.destroy().await;
-                        }
-                    }
-                }
+                None => support::sweep_mode(SUITE, Mode::PerCall).await,
             }
         });
         *self.pending.lock().unwrap() = Some(task);
@@ -135,16 +135,16 @@ impl Faults for EngineFaults {
         let Some(id) = self.warm.clone() else { return };
         // Bring the warm container back for the cases that follow (its filesystem is kept).
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
+            tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .expect("a runtime");
-            rt.block_on(async {
-                let docker = Docker::connect_with_defaults().expect("DOCKER_HOST");
-                let _ = docker
-                    .start_container(&id, None::<StartContainerOptions>)
-                    .await;
-            });
+                .expect("a runtime")
+                .block_on(async {
+                    let docker = support::engine().await;
+                    let _ = docker
+                        .start_container(&id, None::<StartContainerOptions>)
+                        .await;
+                });
         })
         .join();
     }

@@ -9,44 +9,34 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use bollard::Docker;
 use bollard::query_parameters::{KillContainerOptions, StopContainerOptions};
-use execseam_core::layer::ExecExt;
-use execseam_core::{Command, Deadline, ErrorKind, Event, Exec, Exit, Retry};
+use execseam_core::{
+    Command, Deadline, ErrorKind, Event, Exec, Exit, ListFilter, Retry, Sandbox, SandboxSpec,
+};
 use execseam_docker::{DockerConfig, DockerExec, Mode};
-use support::{Destroy, config, require_engine};
+use execseam_layers::ExecExt;
+use support::{Destroy, config, containers, engine, provider, sweep, warm_with};
 
 fn sh(script: &str) -> Command {
     Command::new(["sh", "-c", script]).expect("valid")
 }
 
 async fn warm(suite: &str) -> (DockerExec, Destroy) {
-    let c = config(suite);
-    require_engine(&c).await;
-    support::sweep(&c).await;
-    let exec = DockerExec::create(c.clone())
+    sweep(suite).await;
+    warm_with(config(suite)).await
+}
+
+async fn per_call_with(config: DockerConfig) -> DockerExec {
+    provider(&config.mode(Mode::PerCall))
+        .create(SandboxSpec::new())
         .await
-        .unwrap_or_else(|e| panic!("creating a warm container: {e}"));
-    let id = exec.container_id().expect("warm").to_owned();
-    (exec, Destroy(c, id))
+        .unwrap_or_else(|e| panic!("a per-call sandbox: {e}"))
 }
 
 async fn per_call(suite: &str) -> (DockerExec, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let c = config(suite).worktree(dir.path().to_string_lossy());
-    require_engine(&c).await;
-    support::sweep(&c.clone().mode(Mode::PerCall)).await;
-    (DockerExec::per_call(c).expect("per-call adapter"), dir)
-}
-
-/// The containers of `suite` in `mode`, running or not.
-async fn containers(suite: &str, mode: Mode) -> Vec<String> {
-    DockerExec::list(&config(suite).mode(mode))
-        .await
-        .expect("listing containers")
-        .into_iter()
-        .map(|c| c.id)
-        .collect()
+    let exec = per_call_with(config(suite).worktree(dir.path().to_string_lossy())).await;
+    (exec, dir)
 }
 
 async fn no_containers_within(suite: &str, limit: Duration) {
@@ -62,10 +52,6 @@ async fn no_containers_within(suite: &str, limit: Duration) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-fn engine() -> Docker {
-    Docker::connect_with_defaults().expect("DOCKER_HOST")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,33 +86,44 @@ async fn exits_125_126_127_are_results_and_engine_failures_are_errors() {
         assert!(!o.stderr.is_empty());
     }
     // The engine's own failures are typed errors, never 125.
-    let missing = DockerConfig::new("localhost/execseam-no-such-image:0")
-        .label(support::TEST_LABEL, "collisions");
-    let e = DockerExec::per_call(missing.clone())
-        .unwrap()
-        .exec(sh("true"))
+    let missing = config("collisions").image("localhost/execseam-no-such-image:0");
+    for mode in [Mode::Warm, Mode::PerCall] {
+        let e = provider(&missing.clone().mode(mode))
+            .create(SandboxSpec::new())
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "{mode:?}: {e}");
+        assert!(e.message().contains("image"), "{e}");
+    }
+    let e = provider(&config("collisions"))
+        .connect("execseam-no-such-container")
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
-    assert!(e.message().contains("image"), "{e}");
-    let e = DockerExec::create(missing).await.unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
-    let e = DockerExec::connect(config("collisions"), "execseam-no-such-container")
-        .await
-        .unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
-    // A keepalive the image does not have: the container cannot start, and is removed.
+    // A keepalive the image does not have: the init starts and exits at once. Create sees it
+    // if the init is already gone when it looks (then it removes the container); otherwise the
+    // first command does. Either way an error naming the keepalive, never an exit code.
     let before = containers("collisions", Mode::Warm).await;
-    let e = DockerExec::create(config("collisions").keepalive(["/no/such/keepalive"]))
+    let e = match provider(&config("collisions").keepalive(["/no/such/keepalive"]))
+        .create(SandboxSpec::new())
         .await
-        .unwrap_err();
-    assert_ne!(e.kind(), ErrorKind::NotFound, "{e}");
+    {
+        Err(e) => {
+            assert_eq!(
+                containers("collisions", Mode::Warm).await,
+                before,
+                "the failed container is left"
+            );
+            e
+        }
+        Ok(s) => {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let e = s.exec(sh("true")).await.unwrap_err();
+            s.close().await.unwrap();
+            e
+        }
+    };
     assert!(e.message().contains("keepalive"), "{e}");
-    assert_eq!(
-        containers("collisions", Mode::Warm).await,
-        before,
-        "the failed container is left"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,6 +144,7 @@ async fn sigterm_gives_143_and_the_init_is_pid_1() {
     // With the init as PID 1, SIGTERM reaches the keepalive: a stop does not wait for the timeout.
     let started = Instant::now();
     engine()
+        .await
         .stop_container(
             &guard.1,
             Some(StopContainerOptions {
@@ -240,6 +238,7 @@ async fn a_killed_exec_leaves_no_process() {
 async fn a_per_call_container_never_outlives_its_exec() {
     let suite = "outlive";
     let (p, _d) = per_call(suite).await;
+    sweep(suite).await;
     let o = p.exec_detailed(sh("echo hi")).await.unwrap();
     assert_eq!(o.output.exit, Exit::Code(0));
     assert!(
@@ -280,13 +279,10 @@ async fn a_per_call_container_never_outlives_its_exec() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oom_kill_is_the_ambiguous_137_with_the_engine_flag() {
-    let dir = tempfile::tempdir().unwrap();
+    sweep("oom").await;
     let c = config("oom").memory(24 << 20);
-    require_engine(&c).await;
-    support::sweep(&c).await;
-    let p = DockerExec::per_call(c.clone().worktree(dir.path().to_string_lossy())).unwrap();
-    let w = DockerExec::create(c.clone()).await.unwrap();
-    let _g = Destroy(c, w.container_id().unwrap().to_owned());
+    let p = per_call_with(c.clone()).await;
+    let (w, _g) = warm_with(c).await;
     for exec in [&p, &w] {
         let o = exec
             // One process that grows until the kernel kills it (a pipeline would keep allocating
@@ -314,13 +310,10 @@ async fn a_container_stopped_or_removed_mid_exec_is_an_error() {
         let killer = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(800)).await;
             if remove {
-                DockerExec::with_container(config("vanish"), id)
-                    .unwrap()
-                    .destroy()
-                    .await
-                    .unwrap();
+                provider(&config("vanish")).destroy(&id).await.unwrap();
             } else {
                 engine()
+                    .await
                     .kill_container(&id, None::<KillContainerOptions>)
                     .await
                     .unwrap();
@@ -373,9 +366,11 @@ async fn the_engine_stopping_mid_exec_is_an_error() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    sweep("engine-stop").await;
     let c = config("engine-stop").host(format!("unix://{}", sock.display()));
-    let w = DockerExec::create(c).await.unwrap();
-    let _g = Destroy(config("engine-stop"), w.container_id().unwrap().to_owned());
+    let (w, _g) = warm_with(c).await;
+    // The guard removes it through the main service.
+    let _g = Destroy(config("engine-stop"), w.id().to_owned());
     let pid = service.id();
     let killer = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(800)).await;
@@ -408,18 +403,29 @@ async fn the_engine_stopping_mid_exec_is_an_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_engine_is_unavailable_and_safe_to_retry() {
     let c = config("dead").host("unix:///nonexistent/execseam-engine.sock");
-    for exec in [
-        DockerExec::with_container(c.clone(), "x").unwrap(),
-        DockerExec::per_call(c.clone()).unwrap(),
-    ] {
-        let e = exec.exec(sh("true")).await.unwrap_err();
+    let e = provider(&c)
+        .attach("x")
+        .unwrap()
+        .exec(sh("true"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.kind(), e.retry()),
+        (ErrorKind::Unavailable, Retry::SAFE),
+        "{e}"
+    );
+    for mode in [Mode::Warm, Mode::PerCall] {
+        let e = provider(&c.clone().mode(mode))
+            .create(SandboxSpec::new())
+            .await
+            .unwrap_err();
         assert_eq!(
             (e.kind(), e.retry()),
             (ErrorKind::Unavailable, Retry::SAFE),
             "{e}"
         );
     }
-    let e = DockerExec::create(c).await.unwrap_err();
+    let e = provider(&c).list(&ListFilter::new()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
 }
 
@@ -525,46 +531,152 @@ async fn an_env_value_with_a_newline_reaches_the_command() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lifecycle_create_list_connect_destroy() {
     let suite = "lifecycle";
+    sweep(suite).await;
     let c = config(suite);
-    require_engine(&c).await;
-    let a = DockerExec::create(c.clone()).await.unwrap();
-    let id = a.container_id().unwrap().to_owned();
+    let p = provider(&c);
+    let spec = SandboxSpec::new()
+        .with_label("run", "one")
+        .with_env("SANDBOX_WIDE", "yes")
+        .with_memory_mib(256)
+        .with_cpu_millis(500);
+    let a = p.create(spec).await.unwrap();
+    let id = a.id().to_owned();
     let _g = Destroy(c.clone(), id.clone());
-    let listed = DockerExec::list(&c).await.unwrap();
+    assert!(a.owned());
+    let listed = p
+        .list(&ListFilter::new().with_label("run", "one"))
+        .await
+        .unwrap();
     assert_eq!(
         listed.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
         [id.as_str()]
     );
-    assert_eq!(listed[0].state, "running");
-    a.exec(sh("echo state > /tmp/state")).await.unwrap();
-    // Another adapter, connected by id, sees the same container.
-    let b = DockerExec::connect(c.clone(), &id).await.unwrap();
-    assert_eq!(
-        b.exec(sh("cat /tmp/state")).await.unwrap().stdout,
-        "state\n"
-    );
-    // A stopped container is started again by connect, its files kept.
-    engine()
-        .kill_container(&id, None::<KillContainerOptions>)
-        .await
-        .unwrap();
-    let b = DockerExec::connect(c.clone(), &id).await.unwrap();
-    assert_eq!(
-        b.exec(sh("cat /tmp/state")).await.unwrap().stdout,
-        "state\n"
-    );
-    // Labels filter: another suite's list does not show it.
+    assert_eq!(listed[0].state, execseam_core::SandboxState::Running);
+    assert_eq!(listed[0].labels.get("run").map(String::as_str), Some("one"));
     assert!(
-        DockerExec::list(&config("lifecycle-other"))
+        p.list(&ListFilter::new().with_label("run", "two"))
             .await
             .unwrap()
             .is_empty()
     );
-    b.destroy().await.unwrap();
-    b.destroy().await.unwrap(); // idempotent
-    assert!(DockerExec::list(&c).await.unwrap().is_empty());
-    let e = a.exec(sh("true")).await.unwrap_err();
+    assert_eq!(
+        a.exec(sh("printf %s \"$SANDBOX_WIDE\""))
+            .await
+            .unwrap()
+            .stdout,
+        "yes"
+    );
+    let limits = a
+        .exec(sh("cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max"))
+        .await
+        .unwrap();
+    assert_eq!(
+        limits.stdout,
+        format!("{}\n", 256 << 20),
+        "the memory limit"
+    );
+    a.exec(sh("echo state > /tmp/state")).await.unwrap();
+
+    // Another handle, connected by id, sees the same container and does not own it.
+    let b = p.connect(&id).await.unwrap();
+    assert!(!b.owned());
+    assert_eq!(
+        b.exec(sh("cat /tmp/state")).await.unwrap().stdout,
+        "state\n"
+    );
+    b.close().await.unwrap();
+    assert_eq!(
+        a.exec(sh("cat /tmp/state")).await.unwrap().stdout,
+        "state\n",
+        "close of a connected handle removed it"
+    );
+    // A stopped container is started again by connect, its files kept.
+    engine()
+        .await
+        .kill_container(&id, None::<KillContainerOptions>)
+        .await
+        .unwrap();
+    let b = p.connect(&id).await.unwrap();
+    assert_eq!(
+        b.exec(sh("cat /tmp/state")).await.unwrap().stdout,
+        "state\n"
+    );
+    // Labels scope the provider: another suite's does not list it.
+    assert!(
+        provider(&config("lifecycle-other"))
+            .list(&ListFilter::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Close of the owning handle removes it; destroy is idempotent; commands then fail NotFound.
+    a.close().await.unwrap();
+    assert!(p.list(&ListFilter::new()).await.unwrap().is_empty());
+    p.destroy(&id).await.unwrap();
+    Sandbox::destroy(&b).await.unwrap();
+    for h in [&a, &b] {
+        let e = h.exec(sh("true")).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    }
+    let e = p.connect(&id).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound);
-    let e = DockerExec::connect(c, &id).await.unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::NotFound);
+
+    // A lifetime: the engine removes the container when it ends.
+    let short = p
+        .create(SandboxSpec::new().with_lifetime(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let _g2 = Destroy(c.clone(), short.id().to_owned());
+    assert_eq!(short.exec(sh("echo up")).await.unwrap().stdout, "up\n");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let e = short.exec(sh("true")).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    assert!(containers(suite, Mode::Warm).await.is_empty());
+
+    // Dropping the last handle of an owned, unclosed sandbox removes it (best effort).
+    let dropped = p.create(SandboxSpec::new()).await.unwrap();
+    let _g3 = Destroy(c.clone(), dropped.id().to_owned());
+    drop(dropped);
+    let until = Instant::now() + Duration::from_secs(5);
+    while !containers(suite, Mode::Warm).await.is_empty() {
+        assert!(
+            Instant::now() < until,
+            "the dropped sandbox's container is still there"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_call_lifecycle_is_create_and_destroy() {
+    let suite = "per-call-lifecycle";
+    sweep(suite).await;
+    let p = provider(&config(suite).mode(Mode::PerCall));
+    let e = p.list(&ListFilter::new()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported);
+    let e = p.connect("anything").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported);
+    let s = p
+        .create(SandboxSpec::new().with_env("WIDE", "1"))
+        .await
+        .unwrap();
+    assert_eq!(s.exec(sh("printf %s $WIDE")).await.unwrap().stdout, "1");
+    // Destroy removes the containers of commands still running, and ends the handle.
+    let s2 = s.clone();
+    let running = tokio::spawn(async move { s2.exec(sh("printf start; sleep 30")).await });
+    let until = Instant::now() + Duration::from_secs(10);
+    while containers(suite, Mode::PerCall).await.is_empty() {
+        assert!(
+            Instant::now() < until,
+            "the command's container never appeared"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    s.close().await.unwrap();
+    let e = running.await.unwrap().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    assert!(containers(suite, Mode::PerCall).await.is_empty());
+    let e = s.exec(sh("true")).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
 }

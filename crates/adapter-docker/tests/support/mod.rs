@@ -2,7 +2,12 @@
 //! `.ci/podman start` writes them to `target/podman/env` (`.ci/run` starts it and exports them).
 #![allow(dead_code)]
 
-use execseam_docker::{DockerConfig, DockerExec};
+use std::collections::HashMap;
+
+use bollard::Docker;
+use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
+use execseam_core::{Sandbox, SandboxSpec};
+use execseam_docker::{DockerConfig, DockerExec, DockerProvider, LABEL_MODE, Mode};
 
 /// Labels every container these tests create, so only they are ever removed.
 pub const TEST_LABEL: &str = "io.execseam.test";
@@ -24,21 +29,73 @@ pub fn config(suite: &str) -> DockerConfig {
         .label(TEST_LABEL, suite)
 }
 
-/// Fails (with [`NO_ENGINE`]) unless the engine answers.
-pub async fn require_engine(config: &DockerConfig) {
-    if let Err(e) = DockerExec::list(config).await {
-        panic!("the engine does not answer ({e}): {NO_ENGINE}");
+pub fn provider(config: &DockerConfig) -> DockerProvider {
+    DockerProvider::new(config.clone()).expect("a valid configuration")
+}
+
+/// The engine, straight through bollard (to stop, kill and list behind the adapter's back).
+pub async fn engine() -> Docker {
+    let d = Docker::connect_with_defaults().unwrap_or_else(|e| panic!("{e}: {NO_ENGINE}"));
+    d.negotiate_version()
+        .await
+        .unwrap_or_else(|e| panic!("the engine does not answer ({e}): {NO_ENGINE}"))
+}
+
+/// The ids of `suite`'s containers in `mode`, running or not.
+pub async fn containers(suite: &str, mode: Mode) -> Vec<String> {
+    let filters = HashMap::from([(
+        "label".to_owned(),
+        vec![
+            format!("{TEST_LABEL}={suite}"),
+            format!("{LABEL_MODE}={}", mode.as_str()),
+        ],
+    )]);
+    let options = ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
+    let mut ids: Vec<String> = engine()
+        .await
+        .list_containers(Some(options))
+        .await
+        .expect("listing containers")
+        .into_iter()
+        .filter_map(|c| c.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Removes what an earlier, interrupted run of `suite` left (its labels name the suite, so
+/// nothing else is touched).
+pub async fn sweep(suite: &str) {
+    for mode in [Mode::Warm, Mode::PerCall] {
+        sweep_mode(suite, mode).await;
     }
 }
 
-/// Removes what an earlier, interrupted run of `config`'s suite left in `config`'s mode (its
-/// labels name the suite, so nothing else is touched).
-pub async fn sweep(config: &DockerConfig) {
-    for c in DockerExec::list(config).await.unwrap_or_default() {
-        if let Ok(e) = DockerExec::with_container(config.clone(), c.id) {
-            let _ = e.destroy().await;
-        }
+/// [`sweep`], in one mode.
+pub async fn sweep_mode(suite: &str, mode: Mode) {
+    let d = engine().await;
+    for id in containers(suite, mode).await {
+        let options = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        let _ = d.remove_container(&id, Some(options)).await;
     }
+}
+
+/// A warm sandbox of `suite` (owned), and a guard that removes it.
+pub async fn warm_with(config: DockerConfig) -> (DockerExec, Destroy) {
+    let exec = provider(&config.clone().mode(Mode::Warm))
+        .create(SandboxSpec::new())
+        .await
+        .unwrap_or_else(|e| panic!("creating a warm container: {e}: {NO_ENGINE}"));
+    let id = exec.id().to_owned();
+    (exec, Destroy(config, id))
 }
 
 /// Removes the warm container when dropped, from a thread with its own runtime and client (so it
@@ -54,11 +111,16 @@ impl Drop for Destroy {
                 .build()
                 .expect("a runtime");
             rt.block_on(async {
-                if let Ok(e) = DockerExec::with_container(config, id) {
-                    let _ = e.destroy().await;
+                if let Ok(p) = DockerProvider::new(config.mode(Mode::Warm)) {
+                    let _ = p.destroy(&id).await;
                 }
             });
         })
         .join();
     }
+}
+
+/// `Sandbox::destroy`, named.
+pub async fn destroy(exec: &DockerExec) {
+    Sandbox::destroy(exec).await.expect("destroy");
 }
