@@ -348,6 +348,7 @@ async fn the_engine_stopping_mid_exec_is_an_error() {
     let mut service = std::process::Command::new("podman")
         .args(["system", "service", "--time=0"])
         .arg(format!("unix://{}", sock.display()))
+        .current_dir(&dir)
         .env("CONTAINERS_CONF", format!("{dir}/containers.conf"))
         .env("CONTAINERS_STORAGE_CONF", format!("{dir}/storage.conf"))
         .env(
