@@ -39,19 +39,31 @@ async fn per_call(suite: &str) -> (DockerExec, tempfile::TempDir) {
     (exec, dir)
 }
 
-async fn no_containers_within(suite: &str, limit: Duration) {
+/// Polls `left` until it is empty; fails naming `what` after `limit`.
+async fn none_left_within<F: AsyncFnMut() -> Vec<String>>(
+    what: &str,
+    limit: Duration,
+    mut left: F,
+) {
     let until = Instant::now() + limit;
     loop {
-        let left = containers(suite, Mode::PerCall).await;
-        if left.is_empty() {
+        let l = left().await;
+        if l.is_empty() {
             return;
         }
         assert!(
             Instant::now() < until,
-            "per-call containers still there after {limit:?}: {left:?}"
+            "{what} still there after {limit:?}: {l:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+async fn no_containers_within(suite: &str, limit: Duration) {
+    none_left_within("per-call containers", limit, async || {
+        containers(suite, Mode::PerCall).await
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,18 +189,7 @@ async fn processes(exec: &DockerExec, needle: &str) -> Vec<String> {
 }
 
 async fn gone_within(exec: &DockerExec, needle: &str, limit: Duration) {
-    let until = Instant::now() + limit;
-    loop {
-        let left = processes(exec, needle).await;
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < until,
-            "still running after {limit:?}: {left:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    none_left_within("processes", limit, async || processes(exec, needle).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -639,14 +640,12 @@ async fn lifecycle_create_list_connect_destroy() {
     let dropped = p.create(SandboxSpec::new()).await.unwrap();
     let _g3 = Destroy(c.clone(), dropped.id().to_owned());
     drop(dropped);
-    let until = Instant::now() + Duration::from_secs(5);
-    while !containers(suite, Mode::Warm).await.is_empty() {
-        assert!(
-            Instant::now() < until,
-            "the dropped sandbox's container is still there"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    none_left_within(
+        "the dropped sandbox's container",
+        Duration::from_secs(5),
+        async || containers(suite, Mode::Warm).await,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
