@@ -591,6 +591,13 @@ mod tests {
     }
 
     #[test]
+    fn debug_never_shows_env_values() {
+        let c = DockerConfig::new("img").env("TOKEN", "s3cr3t-value");
+        let shown = format!("{c:?}");
+        assert!(shown.contains("TOKEN") && !shown.contains("s3cr3t-value"), "{shown}");
+    }
+
+    #[test]
     fn modes_parse() {
         assert_eq!("per-call".parse::<Mode>().unwrap(), Mode::PerCall);
         assert_eq!("warm".parse::<Mode>().unwrap(), Mode::Warm);
