@@ -183,6 +183,30 @@ pub fn all() -> Vec<Adapter> {
             },
         },
         Adapter {
+            name: "docker",
+            about: "containers over the Docker Engine API, Docker or podman (EXECSEAM_DOCKER_MODE=warm: EXECSEAM_DOCKER_CONTAINER or a new container; per-call: a fresh container per command)",
+            env: execseam_docker::ENV_VARS,
+            capabilities: || execseam_docker::CAPABILITIES,
+            connect: || {
+                Box::pin(async {
+                    use execseam_core::Sandbox;
+                    let provider = execseam_docker::DockerProvider::from_env()?;
+                    let docker = match std::env::var("EXECSEAM_DOCKER_CONTAINER")
+                        .ok()
+                        .filter(|s| !s.is_empty())
+                    {
+                        Some(id) => provider.connect(&id).await?,
+                        None => provider.create(execseam_core::SandboxSpec::new()).await?,
+                    };
+                    if creates("EXECSEAM_DOCKER_CONTAINER") {
+                        let owned = docker.clone();
+                        on_exit("docker", Box::pin(async move { owned.close().await }));
+                    }
+                    Ok(Arc::new(docker) as Arc<dyn Exec>)
+                })
+            },
+        },
+        Adapter {
             name: "agentcore",
             about: "AWS Bedrock AgentCore Code Interpreter (a session per run unless AGENTCORE_SESSION_ID is set)",
             env: execseam_agentcore::AgentCoreConfig::ENV,
