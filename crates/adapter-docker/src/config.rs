@@ -594,7 +594,10 @@ mod tests {
     fn debug_never_shows_env_values() {
         let c = DockerConfig::new("img").env("TOKEN", "s3cr3t-value");
         let shown = format!("{c:?}");
-        assert!(shown.contains("TOKEN") && !shown.contains("s3cr3t-value"), "{shown}");
+        assert!(
+            shown.contains("TOKEN") && !shown.contains("s3cr3t-value"),
+            "{shown}"
+        );
     }
 
     #[test]
