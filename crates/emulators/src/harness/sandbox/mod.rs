@@ -342,7 +342,7 @@ impl Sandbox {
                 (None, Self::exec_translated(&translation, &spec, &spec.user))
             }
         };
-        Ok(Arc::new(Sandbox {
+        let sandbox = Arc::new(Sandbox {
             id,
             spec,
             isolation,
@@ -352,7 +352,11 @@ impl Sandbox {
             exec,
             running: Mutex::new(Vec::new()),
             alive: AtomicBool::new(true),
-        }))
+        });
+        let mut live = LIVE.lock().expect("live sandboxes");
+        live.retain(|w| w.strong_count() > 0);
+        live.push(Arc::downgrade(&sandbox));
+        Ok(sandbox)
     }
 
     fn exec_translated(t: &Translation, spec: &SandboxSpec, user: &User) -> LocalExec {
@@ -636,6 +640,26 @@ impl Drop for Sandbox {
     fn drop(&mut self) {
         self.destroy();
     }
+}
+
+/// Every sandbox this process created (weakly: dropping the last handle destroys one).
+static LIVE: Mutex<Vec<std::sync::Weak<Sandbox>>> = Mutex::new(Vec::new());
+
+/// Destroys every sandbox of this process that still exists (for a shutdown: `execseam emulate`
+/// on SIGTERM or SIGINT, whatever still holds them), then waits (up to `limit`) for their
+/// teardown. True if nothing is left.
+pub async fn destroy_all(limit: std::time::Duration) -> bool {
+    let live: Vec<Arc<Sandbox>> = LIVE
+        .lock()
+        .expect("live sandboxes")
+        .drain(..)
+        .filter_map(|w| w.upgrade())
+        .collect();
+    for s in &live {
+        s.destroy();
+    }
+    drop(live);
+    wait_for_teardowns(limit).await
 }
 
 /// How many sandboxes of this process exist or are still being torn down: after the last
