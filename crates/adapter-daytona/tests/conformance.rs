@@ -50,6 +50,7 @@ fn main() {
             DaytonaExec::with_toolbox(config(), &emu.toolbox_proxy_url(), "no-such-sandbox-7f3a")?;
         let faults = Arc::new(emu.faults().clone());
         Ok(Target::new("daytona", Arc::new(exec) as Arc<dyn Exec>)
+            .environment(execseam_emulators::Isolation::detect().record_line())
             .scratch(scratch)
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(vanished))

@@ -49,6 +49,7 @@ fn main() {
         let gone = FlyExec::new(config(emu.base_url(), "0000000000dead"))?;
         let scratch = m.visible_path("/tmp/execseam-conformance");
         Ok(Target::new("fly", Arc::new(fly))
+            .environment(execseam_emulators::Isolation::detect().record_line())
             .scratch(scratch)
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(gone))

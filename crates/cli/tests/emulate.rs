@@ -37,7 +37,10 @@ fn start(name: &str) -> Emulate {
     let (mut env, mut banner) = (Vec::new(), String::new());
     loop {
         let mut line = String::new();
-        assert!(out.read_line(&mut line).unwrap() > 0, "emulate exited early");
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "emulate exited early"
+        );
         banner.push_str(&line);
         if let Some(kv) = line.trim().strip_prefix("export ") {
             let (k, v) = kv.split_once('=').unwrap();
@@ -103,7 +106,12 @@ impl Emulate {
 
 fn ppid(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// Every live process below `root`.
@@ -128,8 +136,13 @@ fn descendants(root: u32) -> Vec<u32> {
 }
 
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
 }
 
 fn signal(pid: u32, sig: &str) {
@@ -185,7 +198,11 @@ fn stops_cleanly(sig: &str) {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_gone(&started, Duration::from_secs(2));
-    assert_eq!(entries(&emu.state), Vec::<String>::new(), "state left behind");
+    assert_eq!(
+        entries(&emu.state),
+        Vec::<String>::new(),
+        "state left behind"
+    );
     std::fs::remove_dir(&emu.state).unwrap();
 }
 

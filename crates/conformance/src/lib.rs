@@ -154,6 +154,9 @@ pub struct Target {
     /// How many sandboxes the emulator holds right now (a test-only count): after the suite,
     /// none that it created may be left.
     pub live_sandboxes: Option<Arc<dyn Fn() -> usize + Send + Sync>>,
+    /// What the target runs on, when it matters to the outcome (an emulator's sandbox isolation):
+    /// written into the record's header.
+    pub environment: Option<String>,
     keep_alive: Vec<Box<dyn Any + Send + Sync>>,
 }
 
@@ -171,8 +174,17 @@ impl Target {
             proptest_cases: 32,
             provider: None,
             live_sandboxes: None,
+            environment: None,
             keep_alive: Vec::new(),
         }
+    }
+
+    /// Names what the target runs on (for example the emulator's sandbox isolation); the record
+    /// says it, so a run in another environment shows as a changed record.
+    #[must_use]
+    pub fn environment(mut self, environment: impl Into<String>) -> Target {
+        self.environment = Some(environment.into());
+        self
     }
 
     /// Sets the scratch directory (absolute and canonical: no symlinks on the way).

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use execseam_core::{Command, Exec, Exit};
-use execseam_emulators::harness::{Isolation, Sandbox, Sandboxing};
 use execseam_emulators::EmulatorOptions;
+use execseam_emulators::harness::{Isolation, Sandbox, Sandboxing};
 
 /// A state directory of the test's own, checked empty (and removed) at the end.
 struct StateDir(PathBuf);
@@ -28,10 +28,8 @@ impl StateDir {
             "these proofs need root and util-linux's unshare (the emulators' real sandboxes); \
              the degraded mode has no pid, filesystem or user isolation to prove"
         );
-        let p = std::env::temp_dir().join(format!(
-            "execseam-isolation-{name}-{}",
-            std::process::id()
-        ));
+        let p =
+            std::env::temp_dir().join(format!("execseam-isolation-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&p).unwrap();
         StateDir(p)
     }
@@ -79,8 +77,13 @@ fn text(b: &[u8]) -> String {
 
 /// Alive and not a zombie.
 fn alive(host_pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{host_pid}/stat"))
-        .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    std::fs::read_to_string(format!("/proc/{host_pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
 }
 
 /// `ps -e` shows the sandbox's own processes only, `id -u` and the hostname are the provider's,
@@ -91,7 +94,10 @@ async fn isolated(a: &Sandbox, b: &Sandbox, uid: u32, hostname: &str) {
         .lines()
         .map(|l| l.trim().to_owned())
         .collect();
-    assert!(lines.iter().any(|l| l == "1 sh"), "pid 1 is the init: {lines:?}");
+    assert!(
+        lines.iter().any(|l| l == "1 sh"),
+        "pid 1 is the init: {lines:?}"
+    );
     for l in &lines {
         let comm = l.split_whitespace().nth(1).unwrap_or("");
         assert!(
@@ -104,9 +110,16 @@ async fn isolated(a: &Sandbox, b: &Sandbox, uid: u32, hostname: &str) {
     let name = format!(
         "execseam-isolation-{}-{}",
         std::process::id(),
-        std::time::SystemTime::UNIX_EPOCH.elapsed().unwrap().as_nanos()
+        std::time::SystemTime::UNIX_EPOCH
+            .elapsed()
+            .unwrap()
+            .as_nanos()
     );
-    let out = sh(a, &format!("echo x > /var/tmp/{name} && cat /var/tmp/{name}")).await;
+    let out = sh(
+        a,
+        &format!("echo x > /var/tmp/{name} && cat /var/tmp/{name}"),
+    )
+    .await;
     assert_eq!(text(&out.stdout), "x\n", "{out:?}");
     assert!(
         !Path::new(&format!("/var/tmp/{name}")).exists(),
@@ -138,7 +151,10 @@ async fn host_pid_from(s: &Sandbox, file: &'static str) -> u32 {
         if let Some(host) = pid.and_then(|p| s.host_pid(p)) {
             return host;
         }
-        assert!(Instant::now() < deadline, "{file} never named a live process");
+        assert!(
+            Instant::now() < deadline,
+            "{file} never named a live process"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -224,8 +240,8 @@ async fn e2b_sandboxes_are_isolated_and_timeouts_kill() {
     isolated(&sa, &sb, 1000, "e2b.local").await;
     // process.Start with Connect-Timeout-Ms: envd kills at the deadline whatever the client does.
     let start = |ms: u64| {
-        let body = serde_json::json!({"process": {"cmd": "/bin/sh", "args": ["-c", TIMED]}})
-            .to_string();
+        let body =
+            serde_json::json!({"process": {"cmd": "/bin/sh", "args": ["-c", TIMED]}}).to_string();
         let mut framed = vec![0u8];
         framed.extend_from_slice(&(body.len() as u32).to_be_bytes());
         framed.extend_from_slice(body.as_bytes());

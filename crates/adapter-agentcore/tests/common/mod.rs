@@ -67,6 +67,7 @@ pub async fn target(name: &str, mode: ExecMode) -> Result<Target, Error> {
     let gone =
         AgentCoreExec::connect(config.clone().session_id("01VANISHED0000000000000000")).await?;
     Ok(Target::new(name, Arc::new(exec))
+        .environment(execseam_emulators::Isolation::detect().record_line())
         .scratch(scratch)
         .dead_endpoint(Arc::new(dead))
         .vanished_sandbox(Arc::new(gone))

@@ -146,8 +146,7 @@ impl FileSystemService for Files {
                 if req.seek_offset < 0 {
                     return Err(Status::invalid_argument("seek_offset cannot be negative"));
                 }
-                let (shown, mode, truncate) =
-                    (req.path.clone(), req.mode, req.seek_offset == 0);
+                let (shown, mode, truncate) = (req.path.clone(), req.mode, req.seek_offset == 0);
                 let mut f = guest
                     .tracker
                     .sandbox()

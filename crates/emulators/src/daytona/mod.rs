@@ -171,7 +171,13 @@ impl DaytonaEmulator {
 
     /// A sandbox's harness handle (to inspect it from a test).
     pub fn sandbox(&self, id: &str) -> Option<Arc<Sandbox>> {
-        let e = self.state.sandboxes.lock().expect("sandboxes").get(id).cloned()?;
+        let e = self
+            .state
+            .sandboxes
+            .lock()
+            .expect("sandboxes")
+            .get(id)
+            .cloned()?;
         Some(e.sandbox.clone())
     }
 

@@ -132,6 +132,18 @@ impl Isolation {
         })
     }
 
+    /// A short line for conformance records (`Target::environment`): which mode ran.
+    pub fn record_line(self) -> &'static str {
+        match self {
+            Isolation::Namespaces => {
+                "emulated sandboxes with namespaces (own pid, mount, UTS, IPC; overlay root; the provider's users)"
+            }
+            Isolation::Translate => {
+                "emulated sandboxes DEGRADED (no root: commands on the host, provider paths translated)"
+            }
+        }
+    }
+
     /// One line for banners and records: what isolation is in force.
     pub fn describe(self) -> &'static str {
         match self {
@@ -552,9 +564,10 @@ impl Sandbox {
         }
     }
 
-    /// Transitional, for emulator code not yet moved to [`fs`](Self::fs): where a sandbox path
-    /// can be reached from the host (`/proc/<init>/root/…`). Unlike `fs`, an absolute symlink
-    /// met on the way resolves against the host's root.
+    /// For tests and inspection only: where a sandbox path can be reached from the host
+    /// (`/proc/<init>/root/…`; the translated path in [`Isolation::Translate`]). Unlike
+    /// [`fs`](Self::fs), an absolute symlink met on the way resolves against the host's root, so
+    /// emulator code never uses it (a test checks).
     #[doc(hidden)]
     pub fn host_path(&self, sandbox_path: &str) -> PathBuf {
         match &self.ns {
