@@ -451,19 +451,15 @@ pub(crate) async fn download(req: EnvdRequest, token_ok: bool) -> Response {
         Err(e) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     match read {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return plain_error(
-                StatusCode::NOT_FOUND,
-                format!("path '{path}' does not exist"),
-            );
-        }
-        Err(e) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        Ok(None) => {
-            return plain_error(
-                StatusCode::BAD_REQUEST,
-                format!("path '{path}' is a directory"),
-            );
-        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => plain_error(
+            StatusCode::NOT_FOUND,
+            format!("path '{path}' does not exist"),
+        ),
+        Err(e) => plain_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Ok(None) => plain_error(
+            StatusCode::BAD_REQUEST,
+            format!("path '{path}' is a directory"),
+        ),
         Ok(Some(bytes)) => {
             let name = path.rsplit('/').next().unwrap_or_default().to_owned();
             let ct = if name.ends_with(".txt") {

@@ -463,7 +463,7 @@ async fn the_files_api_as_a_user_has_that_users_permissions_and_ownership() {
         .fs_as(&user, |fs| std::fs::write(fs.path("/etc/hostname"), "nope"))
         .await
         .unwrap_err();
-    assert_eq!(denied.kind(), std::io::ErrorKind::PermissionDenied);
+    assert_eq!(denied.kind(), io::ErrorKind::PermissionDenied);
     // As root (a daemon that runs as root) the same write works, inside the sandbox only.
     s.fs(|fs| std::fs::write(fs.path("/etc/hostname"), "changed\n"))
         .await
