@@ -324,7 +324,7 @@ pub fn adapters(as_json: bool, markdown: bool) -> ExitCode {
         let list: Vec<Value> = all
             .iter()
             .map(|a| {
-                let c = registry::capabilities(&a);
+                let c = registry::capabilities(a);
                 json!({
                     "name": a.name,
                     "about": a.about,
@@ -356,7 +356,7 @@ pub fn adapters(as_json: bool, markdown: bool) -> ExitCode {
         "adapter", "argv", "stdin", "workdir", "env", "stream", "kill", "binary"
     );
     for a in &all {
-        let c = registry::capabilities(&a);
+        let c = registry::capabilities(a);
         let yn = |b: bool| if b { "yes" } else { "no" };
         println!(
             "{:<11} {:<13} {:<13} {:<13} {:<13} {:<6} {:<5} {:<6} {}",
