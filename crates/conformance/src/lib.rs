@@ -151,6 +151,10 @@ pub struct Target {
     /// output has closed it (so a background child delays the exit on the real service): the
     /// reason, with its source. `background-child-detached` is then not applicable.
     pub exit_waits_for_children: Option<String>,
+    /// A well-formed id of a sandbox that does not exist (`connect` must answer `NotFound`).
+    /// The default, `execseamnosuchsandbox0`, suits providers whose ids are free-form; one
+    /// that checks an id's form first (Modal: `sb-…`) gives one of that form.
+    pub missing_sandbox_id: String,
     keep_alive: Vec<Box<dyn Any + Send + Sync>>,
     suite: SuiteState,
 }
@@ -178,6 +182,7 @@ impl Target {
             provider: None,
             live_sandboxes: None,
             exit_waits_for_children: None,
+            missing_sandbox_id: "execseamnosuchsandbox0".into(),
             keep_alive: Vec::new(),
             suite: SuiteState {
                 id: format!("run-{}", execseam_core::transport::random_id(12)),
@@ -248,6 +253,13 @@ impl Target {
     #[must_use]
     pub fn exit_waits_for_children(mut self, reason: impl Into<String>) -> Target {
         self.exit_waits_for_children = Some(reason.into());
+        self
+    }
+
+    /// Sets [`Target::missing_sandbox_id`].
+    #[must_use]
+    pub fn missing_sandbox_id(mut self, id: impl Into<String>) -> Target {
+        self.missing_sandbox_id = id.into();
         self
     }
 

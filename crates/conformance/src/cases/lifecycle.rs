@@ -131,7 +131,7 @@ pub(crate) async fn declared(t: &Target) -> CaseResult {
         unsupported("destroy", p.destroy("execseam-no-such-sandbox").await)?;
     }
     if l.connect {
-        match p.connect("execseamnosuchsandbox0").await {
+        match p.connect(&t.missing_sandbox_id).await {
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             Err(e) => {
                 return fail(format!(
