@@ -151,6 +151,10 @@ pub struct Target {
     /// output has closed it (so a background child delays the exit on the real service): the
     /// reason, with its source. `background-child-detached` is then not applicable.
     pub exit_waits_for_children: Option<String>,
+    /// Set when every execution runs in a sandbox of its own that ends with it (Chrono), so a
+    /// background child ends with its command: the reason. `background-child-detached` then
+    /// checks that the child is gone instead of running.
+    pub children_end_with_the_command: Option<String>,
     /// A well-formed id of a sandbox that does not exist (`connect` must answer `NotFound`).
     /// The default, `execseamnosuchsandbox0`, suits providers whose ids are free-form; one
     /// that checks an id's form first (Modal: `sb-…`) gives one of that form.
@@ -182,6 +186,7 @@ impl Target {
             provider: None,
             live_sandboxes: None,
             exit_waits_for_children: None,
+            children_end_with_the_command: None,
             missing_sandbox_id: "execseamnosuchsandbox0".into(),
             keep_alive: Vec::new(),
             suite: SuiteState {
@@ -253,6 +258,13 @@ impl Target {
     #[must_use]
     pub fn exit_waits_for_children(mut self, reason: impl Into<String>) -> Target {
         self.exit_waits_for_children = Some(reason.into());
+        self
+    }
+
+    /// Declares [`Target::children_end_with_the_command`].
+    #[must_use]
+    pub fn children_end_with_the_command(mut self, reason: impl Into<String>) -> Target {
+        self.children_end_with_the_command = Some(reason.into());
         self
     }
 

@@ -87,7 +87,7 @@ pub fn exec_cases() -> Vec<Case> {
         "env-baseline" => exec::env_baseline:
             "the base environment has a PATH, and Command.env overrides it",
         "background-child-detached" => lifecycle::background_child:
-            "`sleep 5 & echo started` returns started, exit 0, well under 5 s; the child keeps running",
+            "`sleep 5 & echo started` returns started, exit 0, well under 5 s; the child keeps running (or is gone, where each execution has a sandbox of its own)",
         "kill-is-ambiguous" => exec::kill_signals:
             "kill -9/-15 $$ give 137/143 or Signal(9/15), classified ambiguous",
         "concurrent-execs-isolated" => exec::concurrent:
