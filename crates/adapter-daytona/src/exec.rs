@@ -520,6 +520,7 @@ impl Plan {
             stdin: stdin_path
                 .clone()
                 .map_or(StdinFrom::Backend, StdinFrom::File),
+            ..WrapOptions::default()
         };
         let script = degrade::script(cmd, &opts).map_err(|e| e.or_context(PROVIDER, "exec"))?;
         Ok(Plan {
