@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
 //! `execseam`: run commands and builtin tools through any adapter, list adapters, run emulators.
 //!
 //! Exit status of `execseam run`: the command's own exit code; 128+n when it was killed by

@@ -1,24 +1,13 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
 //! The behaviour suite every execseam adapter must pass.
 //!
 //! The suite is a list of [`Case`]s: plain async functions over a [`Target`] (a `&dyn Exec`, its
 //! [`Capabilities`](execseam_core::Capabilities), a scratch directory in the sandbox, and, for
 //! emulated runs, a fault injector). A case passes, fails with a diff, or is not applicable with the
 //! capability or target property that rules it out; nothing is skipped silently.
-//!
-//! Each adapter crate has a `tests/conformance.rs` with `harness = false` that calls [`main`]:
-//!
-//! ```no_run
-//! use std::sync::Arc;
-//! use execseam_conformance::Target;
-//!
-//! fn main() {
-//!     execseam_conformance::main(|| async {
-//!         // Your adapter, configured against its emulator (or the real provider).
-//!         let exec = Arc::new(execseam_local::LocalExec::new());
-//!         Ok(Target::new("myadapter", exec).scratch("/tmp/execseam-conformance"))
-//!     });
-//! }
-//! ```
 //!
 //! The runner prints one line per case and ends with `N passed, M failed, K not applicable`, writes
 //! a JSON report to `target/conformance/<adapter>.json`, and compares the outcome of each case with
