@@ -76,6 +76,13 @@ fn main() {
             .live_sandboxes(move || count(mode))
             .proptest_cases(cases)
             .keep_alive(worktree);
+        if mode == Mode::PerCall {
+            // Each command's container is removed (force, with what runs in it) before its
+            // result returns: a background child ends with it.
+            target = target.children_end_with_the_command(
+                "per call: every command runs in a fresh container, removed with everything in it before the result returns",
+            );
+        }
         if let Some(id) = exec.container_id() {
             target = target.keep_alive(support::Destroy(config, id.to_owned()));
         }
@@ -150,13 +157,22 @@ impl Faults for EngineFaults {
     }
 }
 
-/// Runs this binary once per mode, passing the arguments through (a name filter).
+/// Runs this binary once per mode, passing the arguments through (a name filter, `--exact`).
+/// `--list` lists the cases once: both modes have the same ones, and a runner that lists first
+/// and then runs each case by name (`cargo nextest run`) must not see duplicates; each case it
+/// runs then runs in both modes.
 fn both_modes() {
     let exe = std::env::current_exe().expect("the test binary's path");
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let listing = args.iter().any(|a| a == "--list");
     let mut failed = Vec::new();
     for mode in [Mode::Warm, Mode::PerCall] {
-        println!("=== mode {} ===", mode.as_str());
+        if listing && mode == Mode::PerCall {
+            break;
+        }
+        if !listing {
+            println!("=== mode {} ===", mode.as_str());
+        }
         let status = std::process::Command::new(&exe)
             .args(&args)
             .env(ENV_MODE, mode.as_str())
