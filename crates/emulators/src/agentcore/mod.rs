@@ -22,7 +22,8 @@
 //! `executeCode` for `python` and `javascript` (one interpreter context per session and language,
 //! kept between calls, reset by `clearContext: true`; `typescript` is answered with a tool error).
 //!
-//! `executionTime` is in milliseconds, as the model documents. Commands and code run as
+//! `executionTime`: seconds for commands (observed on the service, against the model's
+//! milliseconds), milliseconds for `executeCode` (the model; never observed). Commands and code run as
 //! `genesis1ptools` (uid 992); a fresh session directory holds [`SESSION_DIR_ENTRIES`].
 //!
 //! Each session is a [`Sandbox`] whose `/opt/amazon/genesis1p-tools/var` (the working directory,

@@ -144,8 +144,10 @@ fn command_result(state: &State, output: &Output, elapsed: Duration) -> Value {
             "stdout": stdout,
             "stderr": stderr,
             "exitCode": code,
-            // Milliseconds: the model's `ToolResultStructuredContent.executionTime` doc.
-            "executionTime": elapsed.as_secs_f64() * 1000.0,
+            // Seconds, as observed on the service (a captured `echo` answered 0.00498; the
+            // fixtures in adapter-agentcore/tests/agentcore.rs), although the model documents
+            // milliseconds: the observation wins for commands.
+            "executionTime": elapsed.as_secs_f64(),
         })),
         code != 0,
     )
@@ -234,6 +236,8 @@ pub(crate) async fn run_tool(
                             "stdout": cell.stdout,
                             "stderr": cell.stderr,
                             "exitCode": cell.exit_code,
+                            // Milliseconds, as the model documents (no capture of
+                            // executeCode's executionTime exists to say otherwise).
                             "executionTime": started.elapsed().as_secs_f64() * 1000.0,
                         })),
                         cell.exit_code != 0,
