@@ -1,5 +1,5 @@
-//! The gRPC calls: one [`Guest`] per exec or file operation, over a lazily connected tonic
-//! [`Channel`] (h2c). tonic never retries by itself; every retry decision is made in
+//! The gRPC calls: one [`Guest`] per guest handle, over one lazily connected tonic [`Channel`]
+//! (h2c) that every exec and file operation of the handle shares. tonic never retries by itself; every retry decision is made in
 //! [`exec`](crate::exec) with the phase in mind.
 
 use std::time::Duration;
@@ -28,6 +28,14 @@ pub struct Guest {
     files: FileSystemServiceClient<Channel>,
     actor: Option<MetadataValue<tonic::metadata::Ascii>>,
     timeout: Duration,
+}
+
+impl std::fmt::Debug for Guest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guest")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Guest {

@@ -13,7 +13,7 @@
 //! - Dropping the returned future or stream before the exit sends `SignalProcess{SIGNAL_KILL}`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -38,6 +38,10 @@ pub struct AxExec {
     endpoint: String,
     /// The address as given to connect (the sandbox's id).
     id: String,
+    /// The guest's one gRPC channel, made on first use and shared by every call and every clone
+    /// of this handle (tonic multiplexes calls over it and reconnects it when it breaks), as AX's
+    /// own client keeps one `grpc.ClientConn` per guest.
+    guest: Arc<OnceLock<Guest>>,
 }
 
 impl AxExec {
@@ -46,6 +50,7 @@ impl AxExec {
             config,
             endpoint,
             id,
+            guest: Arc::new(OnceLock::new()),
         }
     }
 
@@ -60,7 +65,12 @@ impl AxExec {
     }
 
     fn guest(&self, op: &'static str) -> Result<Guest, Error> {
-        Guest::connect(&self.config, &self.endpoint).map_err(|s| from_status(s, op, Phase::Other))
+        if let Some(g) = self.guest.get() {
+            return Ok(g.clone());
+        }
+        let g = Guest::connect(&self.config, &self.endpoint)
+            .map_err(|s| from_status(s, op, Phase::Other))?;
+        Ok(self.guest.get_or_init(|| g).clone())
     }
 
     /// Reads a whole file through `FileSystemService.ReadFile` (a missing file is `NotFound`;

@@ -569,3 +569,50 @@ async fn the_target_actor_routes_to_its_own_guest() {
         (ErrorKind::NotFound, Retry::Never)
     );
 }
+
+/// A loopback TCP proxy to `target` that counts the connections it accepts.
+async fn counting_proxy(
+    target: String,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let n = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let target = target.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_grpc_connection_serves_every_exec_and_file_call_of_a_guest() {
+    // AX keeps one grpc.ClientConn per guest (internal/guest/client.go: grpc.NewClient once per
+    // Client); the adapter keeps one tonic Channel per guest handle, shared by its clones.
+    let emu = emulator().await;
+    let (addr, accepted) = counting_proxy(emu.endpoint()).await;
+    let exec = on(AxConfig::new(), &addr);
+    let clone = exec.clone();
+    for i in 0..5 {
+        let out = exec
+            .exec(Command::new(sh(&format!("echo {i}"))).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(out.stdout, format!("{i}\n").as_bytes());
+    }
+    clone.write_file("one.txt", b"x".to_vec(), 0).await.unwrap();
+    assert_eq!(&exec.read_file("one.txt").await.unwrap()[..], b"x");
+    clone.exec(Command::new(sh("true")).unwrap()).await.unwrap();
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one TCP connection for seven execs and two file calls"
+    );
+}

@@ -426,11 +426,19 @@ fn timed_out(enabled: bool, exit: Exit, stderr: &[u8]) -> bool {
     if !enabled || exit != Exit::Code(124) {
         return false;
     }
+    // The container emits `Command timed out after ${timeoutMs}ms\n` as is, with no newline
+    // inserted before it, so it may end a partial line of the command's own stderr.
     let text = String::from_utf8_lossy(stderr);
-    text.trim_end_matches('\n')
+    let last = text
+        .trim_end_matches('\n')
         .rsplit('\n')
         .next()
-        .is_some_and(|l| l.starts_with(TIMED_OUT))
+        .unwrap_or("");
+    last.rfind(TIMED_OUT).is_some_and(|i| {
+        last[i + TIMED_OUT.len()..]
+            .strip_suffix("ms")
+            .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+    })
 }
 
 fn timeout_error(stdout: Bytes, stderr: Bytes) -> Error {
@@ -675,6 +683,16 @@ mod tests {
         assert!(!timed_out(false, Exit::Code(124), err));
         assert!(!timed_out(true, Exit::Code(1), err));
         assert!(!timed_out(true, Exit::Code(124), b"my own 124\n"));
+        assert!(timed_out(
+            true,
+            Exit::Code(124),
+            b"partialCommand timed out after 500ms\n"
+        ));
+        assert!(!timed_out(
+            true,
+            Exit::Code(124),
+            b"Command timed out after 500ms, said I\n"
+        ));
     }
 
     #[test]

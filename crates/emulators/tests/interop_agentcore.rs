@@ -1,5 +1,7 @@
 //! boto3 (the official AWS SDK for Python, pinned in `interop/agentcore/requirements.txt`) against
-//! the AgentCore emulator: sessions, executeCommand (success, non-zero exit, stderr), the files
+//! the AgentCore emulator: sessions, executeCommand (success, non-zero exit, stderr, the user, the
+//! executionTime in seconds as observed), executeCode (executionTime in ms as documented; (a python and a javascript context per session,
+//! clearContext), the fresh session directory's listing, the files
 //! tools, the task tools, and AgentCore-specific faults (an exception event, an HTTP 402, a bad
 //! CRC, the generic error frame) as botocore's own event-stream parser sees them.
 //!
@@ -52,6 +54,13 @@ async fn boto3_drives_the_emulator() {
         "ok start_code_interpreter_session",
         "ok get_code_interpreter_session READY",
         "ok executeCommand success",
+        "ok executeCommand executionTime in seconds, as observed",
+        "ok commands run as genesis1ptools (992) in the session directory",
+        "ok executeCode python: variables, functions and imports survive between calls",
+        "ok executeCode python runs as genesis1ptools in the session directory",
+        "ok executeCode python: an exception is an error result and the context survives it",
+        "ok executeCode python: clearContext resets the context",
+        "ok executeCode javascript: a context per session, reset by clearContext",
         "ok executeCommand non-zero exit and stderr",
         "ok writeFiles text and blob",
         "ok readFiles text and blob",

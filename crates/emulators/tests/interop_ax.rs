@@ -1,7 +1,8 @@
 //! grpcio (Google's gRPC runtime for Python, pinned in `interop/ax/requirements.txt`) against the
 //! ax emulator, with stubs that grpcio-tools' protoc generates from execseam's guest.proto at run
 //! time: AX's calling pattern (StartProcess with stdin, WriteProcessInput, StreamProcessOutput to
-//! the exit message), offsets, SIGINT, the guest's error codes and the files service.
+//! the exit message), offsets, SIGINT, the guest's error codes and the files service, and 9 MiB of
+//! output and a 9 MiB file read through a channel with gRPC's default 4 MiB receive limit.
 //!
 //! The env repository's own Python client (`ate_env`, distribution `ate-env-client`) is not on
 //! PyPI, so it cannot be run here; this checks the emulator against the reference gRPC stack.
@@ -45,6 +46,8 @@ async fn grpcio_drives_the_emulator() {
         "ok WriteFile/ReadFile, seen by commands",
         "ok an empty WriteFile is INVALID_ARGUMENT",
         "ok NOT_FOUND for a missing file",
+        "ok 9 MiB of output in messages of at most 1 MiB, default gRPC limits",
+        "ok a 9 MiB ReadFile in chunks of at most 64 KiB, default gRPC limits",
     ] {
         assert!(stdout.contains(check), "missing {check:?}:\n{stdout}");
     }

@@ -17,6 +17,13 @@ from botocore.exceptions import ClientError, EventStreamError
 
 IDENT = os.environ.get("AGENTCORE_CODE_INTERPRETER_ID", "aws.codeinterpreter.v1")
 
+# What a fresh session's working directory lists on the service (research note
+# cf-vercel-modal-nf.md, correction "AWS AgentCore Code Interpreter behaviour").
+FRESH_SESSION_DIR = [
+    ".ipython", "log", "node_modules", "nodejs-js-execution", "nodejs-ts-execution",
+    "package-lock.json", "package.json", "run",
+]
+
 
 def client(retries=None):
     cfg = Config(retries=retries) if retries else None
@@ -78,6 +85,24 @@ def main():
     check(isinstance(sc["executionTime"], float), "executionTime is a double")
     ok("executeCommand success")
 
+    # executionTime of a command: botocore's model documents milliseconds, but the real service
+    # answered 0.004979 for `echo` (a capture from a published notebook, served as a fixture in
+    # crates/adapter-agentcore/tests/agentcore.rs): seconds, as observed.
+    r = result(c, sid, "executeCommand", {"command": "sleep 0.3"})
+    t = r["structuredContent"]["executionTime"]
+    check(0.3 <= t < 30, f"executionTime {t} (seconds, as observed)")
+    ok("executeCommand executionTime in seconds, as observed")
+
+    # Commands run as genesis1ptools, uid 992, in the session directory, which is HOME
+    # (correction note above).
+    r = result(c, sid, "executeCommand", {"command": "id -un; id -u; pwd; echo $HOME"})
+    lines = r["structuredContent"]["stdout"].split("\r\n")
+    check(lines[:2] == ["genesis1ptools", "992"], f"{lines}")
+    check(lines[2] == lines[3] == "/opt/amazon/genesis1p-tools/var", f"{lines}")
+    ok("commands run as genesis1ptools (992) in the session directory")
+
+    executes_code(c, sid)
+
     r = result(c, sid, "executeCommand", {"command": "echo out; echo err >&2; exit 7"})
     sc = r["structuredContent"]
     check(sc["exitCode"] == 7, f"exit {sc['exitCode']}")
@@ -103,9 +128,13 @@ def main():
 
     r = result(c, sid, "listFiles", {"directoryPath": ""})
     names = sorted(b["name"] for b in r["content"])
-    check(names == ["bin", "data.txt"], f"listing {names}")
+    # A fresh session's directory is not empty on the service: a real listing shows these
+    # (research note cf-vercel-modal-nf.md, correction "AWS AgentCore Code Interpreter
+    # behaviour"); ours come on top.
+    check(names == sorted(FRESH_SESSION_DIR + ["bin", "data.txt"]), f"listing {names}")
     kinds = {b["name"]: b["description"] for b in r["content"]}
-    check(kinds == {"bin": "Directory", "data.txt": "File"}, f"{kinds}")
+    check(kinds["bin"] == "Directory" and kinds["data.txt"] == "File", f"{kinds}")
+    check(kinds[".ipython"] == "Directory" and kinds["package.json"] == "File", f"{kinds}")
     ok("listFiles")
 
     r = result(c, sid, "executeCommand", {"command": "cat data.txt; od -An -tx1 bin/raw.dat"})
@@ -159,6 +188,61 @@ def main():
         check(e.response["Error"]["Code"] == "ResourceNotFoundException", f"{e.response}")
         check(e.response["ResponseMetadata"]["HTTPStatusCode"] == 404, "404")
     ok("a stopped session is ResourceNotFoundException")
+
+
+def code(c, sid, src, language="python", clear=None):
+    args = {"code": src, "language": language}
+    if clear is not None:
+        args["clearContext"] = clear
+    return result(c, sid, "executeCode", args)
+
+
+def executes_code(c, sid):
+    """executeCode keeps an interpreter context per session: variables, functions and imports of
+    one call are there in the next; clearContext: true resets it (botocore's model:
+    ToolArguments.clearContext "Whether to clear the context for the tool"; the correction note).
+    ProgrammingLanguage is python | javascript | typescript (model); the emulator serves python
+    and javascript (Node.js, LanguageRuntime "nodejs")."""
+    r = code(c, sid, "import math\nx = 41\ndef inc(v):\n    return v + 1\nprint('set')")
+    sc = r["structuredContent"]
+    check(sc["stdout"] == "set\n" and sc["exitCode"] == 0 and r["isError"] is False, f"{r}")
+    # executeCode's executionTime: milliseconds, as the model documents (never captured).
+    r2 = code(c, sid, "import time\ntime.sleep(0.3)")
+    t = r2["structuredContent"]["executionTime"]
+    check(isinstance(t, float) and 300 <= t < 30000, f"executeCode executionTime {t} (ms)")
+    r = code(c, sid, "print(inc(x), math.floor(2.5))", clear=False)
+    check(r["structuredContent"]["stdout"] == "42 2\n", f"{r}")
+    ok("executeCode python: variables, functions and imports survive between calls")
+
+    r = code(c, sid, "import os, getpass\nprint(os.getcwd(), os.getuid(), getpass.getuser())")
+    check(
+        r["structuredContent"]["stdout"] == "/opt/amazon/genesis1p-tools/var 992 genesis1ptools\n",
+        f"{r}",
+    )
+    ok("executeCode python runs as genesis1ptools in the session directory")
+
+    r = code(c, sid, "raise ValueError('boom')")
+    sc = r["structuredContent"]
+    check(r["isError"] is True and sc["exitCode"] != 0, f"{r}")
+    check("ValueError: boom" in sc["stderr"], f"{sc}")
+    r = code(c, sid, "print(x)")
+    check(r["structuredContent"]["stdout"] == "41\n", f"{r}")
+    ok("executeCode python: an exception is an error result and the context survives it")
+
+    r = code(c, sid, "print(x)", clear=True)
+    sc = r["structuredContent"]
+    check(r["isError"] is True and "NameError" in sc["stderr"], f"{r}")
+    r = code(c, sid, "import sys\nprint('math' in dir())")
+    check(r["structuredContent"]["stdout"] == "False\n", f"{r}")
+    ok("executeCode python: clearContext resets the context")
+
+    r = code(c, sid, "let n = 1; function twice(v) { return 2 * v; }", language="javascript")
+    check(r["isError"] is False, f"{r}")
+    r = code(c, sid, "console.log(twice(n + 20))", language="javascript")
+    check(r["structuredContent"]["stdout"] == "42\n", f"{r}")
+    r = code(c, sid, "console.log(typeof n)", language="javascript", clear=True)
+    check(r["structuredContent"]["stdout"] == "undefined\n", f"{r}")
+    ok("executeCode javascript: a context per session, reset by clearContext")
 
 
 def faults():

@@ -120,4 +120,34 @@ try:
 except grpc.RpcError as err:
     assert err.code() == grpc.StatusCode.NOT_FOUND, err
 print("ok NOT_FOUND for a missing file")
+
+# Large output with gRPC's default limits (4 MiB receive, as AX's grpc.NewClient has): the guest
+# sends a delta as several messages of at most 1 MiB (agent-substrate/env
+# guest/process/service.go@859629af, logChunkBytes = 1 << 20), and ReadFile streams 64 KiB chunks
+# (guest/filesystem/service.go@012c258c).
+MiB = 1 << 20
+p = procs.StartProcess(pb.StartProcessRequest(command=[
+    "sh", "-c", "head -c 9437184 /dev/zero; head -c 2097152 /dev/zero >&2"]))
+sizes = {"stdout": [], "stderr": []}
+x = None
+for m in procs.StreamProcessOutput(pb.StreamProcessOutputRequest(process_id=p.process_id, follow=True)):
+    kind = m.WhichOneof("output")
+    if kind == "exit":
+        x = m.exit
+    else:
+        sizes[kind].append(len(getattr(m, kind)))
+assert x is not None and x.exit_code == 0, x
+assert sum(sizes["stdout"]) == 9 * MiB and sum(sizes["stderr"]) == 2 * MiB, sizes
+assert max(sizes["stdout"] + sizes["stderr"]) <= MiB, sizes
+assert len(sizes["stdout"]) >= 9, sizes
+print("ok 9 MiB of output in messages of at most 1 MiB, default gRPC limits")
+
+big = os.urandom(3 * MiB) * 3
+w = files.WriteFile(iter(
+    [pb.WriteFileRequest(path="/workspace/interop/big", chunk=big[:MiB])]
+    + [pb.WriteFileRequest(chunk=big[i:i + MiB]) for i in range(MiB, len(big), MiB)]))
+assert w.bytes_written == len(big), w
+chunks = [c.chunk for c in files.ReadFile(pb.ReadFileRequest(path="/workspace/interop/big"))]
+assert b"".join(chunks) == big and max(map(len, chunks)) <= 64 * 1024, [len(c) for c in chunks[:3]]
+print("ok a 9 MiB ReadFile in chunks of at most 64 KiB, default gRPC limits")
 print("done")

@@ -32,6 +32,13 @@ async def sse_exec(http, url, argv, session=None, **extra):
         assert resp.status == 200, resp.status
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         text = (await resp.read()).decode()
+    return decode_sse(text)
+
+
+def decode_sse(text, events=None):
+    import base64
+    import json
+
     out, err, terminal = b"", b"", None
     for block in text.split("\n\n"):
         if not block:
@@ -40,6 +47,8 @@ async def sse_exec(http, url, argv, session=None, **extra):
         event = lines[0].removeprefix("event: ")
         data = "\n".join(l.removeprefix("data: ") for l in lines[1:])
         assert terminal is None, f"an event after the terminal one: {block!r}"
+        if events is not None and event in ("stdout", "stderr"):
+            events.append((event, base64.b64decode(data)))
         if event == "stdout":
             out += base64.b64decode(data)
         elif event == "stderr":
@@ -149,24 +158,62 @@ async def main():
         async with http.post(f"{url}/v1/sandbox/{sandbox_id}/session", json={"id": "interop", "env": {"GREETING": "hi"}}) as resp:
             body = await resp.json()
             check(resp.status == 200 and body == {"id": "interop"}, "session create", f"{resp.status} {body}")
+        # The real bridge always runs exec on the container's streaming path, which runs a
+        # session command in the background of the session's shell (container session.ts
+        # buildFIFOScript(isBackground=true); Cloudflare's docs/SESSION_EXECUTION.md: Background,
+        # "State Persists? No"): cd, export and functions do not persist, the creation-time env
+        # and cwd apply (research note cf-vercel-modal-nf.md, correction "Cloudflare bridge
+        # sessions"; the bridge's exec route in @cloudflare/sandbox 0.12.10 dist/bridge/index.js).
+        async with http.post(f"{url}/v1/sandbox/{sandbox_id}/session", json={"id": "placed", "cwd": "/workspace/dir"}) as resp:
+            check(resp.status == 200 and (await resp.json()) == {"id": "placed"}, "session create with a cwd")
+        out, _, term = await sse_exec(http, exec_url, ["pwd"], session="placed")
+        check(out == b"/workspace/dir\n", "a session's creation-time cwd applies", repr((out, term)))
         await sse_exec(http, exec_url, ["bash", "-c", "true"], session="interop")
         out, _, term = await sse_exec(http, exec_url, ["cd", "/tmp"], session="interop")
         out, _, term = await sse_exec(http, exec_url, ["export", "LEVEL=2"], session="interop")
-        out, _, term = await sse_exec(http, exec_url, ["sh", "-c", 'printf "%s %s %s" "$PWD" "$GREETING" "$LEVEL"'], session="interop")
-        check(out == b"/tmp hi 2", "a session keeps cd and export between commands", repr((out, term)))
+        out, _, term = await sse_exec(http, exec_url, ["bash", "-c", "f() { :; }"], session="interop")
+        out, _, term = await sse_exec(http, exec_url, ["bash", "-c", 'printf "%s %s %s %s" "$PWD" "$GREETING" "${LEVEL-unset}" "$(type -t f || echo nofunc)"'], session="interop")
+        check(
+            out == b"/workspace hi unset nofunc\n",
+            "a session applies its creation-time env; cd, export and functions do not persist",
+            repr((out, term)),
+        )
+        out, _, term = await sse_exec(http, exec_url, ["bash", "-c", "exit 3"], session="interop")
+        check(term == ("exit", {"exit_code": 3}), "exit in a session command is its exit code", repr(term))
+        # Line by line, each line with a newline; a final partial line gains one.
+        async with http.post(exec_url, json={"argv": ["bash", "-c", "printf 'a\\nb\\nc'; printf 'e1\\ne2' >&2"]}, headers={"Session-Id": "interop"}) as resp:
+            events = []
+            out, err, term = decode_sse((await resp.read()).decode(), events)
+        check(
+            [e for e in events if e[0] == "stdout"] == [("stdout", b"a\n"), ("stdout", b"b\n"), ("stdout", b"c\n")]
+            and err == b"e1\ne2\n" and term == ("exit", {"exit_code": 0}),
+            "session output is re-emitted line by line with a trailing newline",
+            repr((events, term)),
+        )
+        async with http.post(f"{url}/v1/sandbox/{sandbox_id}/session", json={}) as resp:
+            sid = (await resp.json())["id"]
+            # The SDK's createSession: options?.id || `session-${Date.now()}`.
+            check(
+                resp.status == 200 and sid.startswith("session-") and sid[8:].isdigit() and len(sid[8:]) == 13,
+                "a session created without an id is session-<ms>",
+                sid,
+            )
         out, _, term = await sse_exec(http, exec_url, ["sh", "-c", 'printf "%s %s" "$PWD" "${LEVEL-unset}"'])
         check(out == b"/workspace unset", "without Session-Id a command runs sessionless", repr(out))
-        out, err, term = await sse_exec(http, exec_url, ["sleep", "5"], timeout_ms=300)
+        # The container's executeStream emits `Command timed out after ${timeoutMs}ms\n` as is,
+        # with no newline inserted before it (correction note).
+        out, err, term = await sse_exec(http, exec_url, ["bash", "-c", "printf partial >&2; sleep 5"], timeout_ms=300)
         check(
-            term == ("exit", {"exit_code": 124}) and err.endswith(b"Command timed out after 300ms\n"),
-            "timeout_ms: sessionless exit 124 with the timeout line on stderr",
+            term == ("exit", {"exit_code": 124}) and err == b"partialCommand timed out after 300ms\n",
+            "timeout_ms: sessionless exit 124 with the timeout line on stderr, no newline inserted",
             repr((err, term)),
         )
-        out, err, term = await sse_exec(http, exec_url, ["sleep", "5"], session="interop", timeout_ms=300)
+        # timeout_ms is not applied to session targets (execution-service.ts executeStream).
+        out, err, term = await sse_exec(http, exec_url, ["bash", "-c", "sleep 0.6; echo late"], session="interop", timeout_ms=100)
         check(
-            term is not None and term[0] == "error" and "Command timeout after 300ms" in term[1]["error"],
-            "timeout_ms in a session: an SSE error event",
-            repr(term),
+            term == ("exit", {"exit_code": 0}) and out == b"late\n",
+            "timeout_ms is not applied to a session command",
+            repr((out, term)),
         )
         async with http.delete(f"{url}/v1/sandbox/{sandbox_id}/session/interop") as resp:
             body = await resp.json()

@@ -19,13 +19,17 @@
 //!
 //! Tools: `executeCommand` (bash `-c` in the session directory), `startCommandExecution`,
 //! `getTask`, `stopTask`, `writeFiles`, `readFiles`, `listFiles`, `removeFiles`, and
-//! `executeCode` for `python` (stateless: each call is a fresh `python3 -c`).
+//! `executeCode` for `python` and `javascript` (one interpreter context per session and language,
+//! kept between calls, reset by `clearContext: true`; `typescript` is answered with a tool error).
+//!
+//! `executionTime`: seconds for commands (observed on the service, against the model's
+//! milliseconds), milliseconds for `executeCode` (the model; never observed). Commands and code run as
+//! `genesis1ptools` (uid 992); a fresh session directory holds [`SESSION_DIR_ENTRIES`].
 //!
 //! Each session is a [`Sandbox`] whose `/opt/amazon/genesis1p-tools/var` (the working directory,
 //! `HOME`) and `/tmp` are private; files tools resolve relative paths against the working
 //! directory, like the service. Reproduced quirks: `executeCommand` stdout has `\r\n` line
-//! endings (a pty's, as observed on the service), `executionTime` is in seconds (observed; the
-//! model says milliseconds), `readFiles` resources carry no `type`, `listFiles` is in directory
+//! endings (a pty's, as observed on the service), `readFiles` resources carry no `type`, `listFiles` is in directory
 //! order (unsorted), a signal death is a negative `exitCode` (a Python runner's convention; the
 //! service's own is unknown).
 //!
@@ -44,6 +48,7 @@
 //! with [`AgentCoreEmulator::arm`].
 
 pub mod eventstream;
+mod kernel;
 mod routes;
 mod tools;
 pub mod wire;
@@ -139,6 +144,8 @@ pub(crate) struct Session {
     pub(crate) last_updated: Mutex<SystemTime>,
     pub(crate) sandbox: Arc<Sandbox>,
     pub(crate) tasks: Mutex<HashMap<String, Arc<Task>>>,
+    /// `executeCode`'s interpreter contexts, by language ([`kernel`]).
+    pub(crate) kernels: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<kernel::Kernel>>>>>,
 }
 
 impl Session {
@@ -164,6 +171,13 @@ impl Session {
             let mut st = task.state.lock().expect("task");
             if matches!(*st, TaskState::Working) {
                 *st = TaskState::Canceled;
+            }
+        }
+        for slot in self.kernels.lock().expect("kernels").drain() {
+            if let Ok(mut k) = slot.1.try_lock()
+                && let Some(k) = k.as_mut()
+            {
+                k.kill();
             }
         }
         self.sandbox.destroy();
@@ -249,7 +263,9 @@ impl State {
             last_updated: Mutex::new(now),
             sandbox,
             tasks: Mutex::new(HashMap::new()),
+            kernels: Mutex::new(HashMap::new()),
         });
+        populate(&session.sandbox)?;
         self.by_id
             .lock()
             .expect("sessions")
@@ -276,6 +292,39 @@ impl State {
             }
         }
     }
+}
+
+/// What a fresh session's working directory holds on the service (a real listing, research note
+/// `cf-vercel-modal-nf.md`, correction "AWS AgentCore Code Interpreter behaviour"): `.ipython`,
+/// `log`, `node_modules`, `nodejs-js-execution`, `nodejs-ts-execution`, `package.json`,
+/// `package-lock.json`, `run`. Their contents are not known; the emulator's are empty directories
+/// and minimal npm manifests, owned by the session's user.
+pub const SESSION_DIR_ENTRIES: &[&str] = &[
+    ".ipython",
+    "log",
+    "node_modules",
+    "nodejs-js-execution",
+    "nodejs-ts-execution",
+    "package.json",
+    "package-lock.json",
+    "run",
+];
+
+fn populate(sandbox: &Sandbox) -> std::io::Result<()> {
+    sandbox.fs_blocking_as(sandbox.user(), |fs| {
+        for name in SESSION_DIR_ENTRIES {
+            let host = fs.path(&format!("{SESSION_ROOT}/{name}"));
+            match *name {
+                "package.json" => std::fs::write(host, "{\n  \"dependencies\": {}\n}\n")?,
+                "package-lock.json" => std::fs::write(
+                    host,
+                    "{\n  \"lockfileVersion\": 3,\n  \"requires\": true,\n  \"packages\": {}\n}\n",
+                )?,
+                _ => std::fs::create_dir_all(host)?,
+            }
+        }
+        Ok(())
+    })
 }
 
 impl Drop for State {

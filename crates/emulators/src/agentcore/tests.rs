@@ -298,7 +298,12 @@ async fn files_and_commands_share_the_session_directory() {
         })
         .collect();
     names.sort_unstable();
-    assert_eq!(names, ["d", "data.txt", "sub"]);
+    // A fresh session directory is not empty on the service (SESSION_DIR_ENTRIES, from a real
+    // listing in the research note's correction); ours come on top.
+    let mut want: Vec<&str> = super::SESSION_DIR_ENTRIES.to_vec();
+    want.extend(["d", "data.txt", "sub"]);
+    want.sort_unstable();
+    assert_eq!(names, want);
     let r = raw
         .invoke(&sid, "readFiles", json!({ "paths": ["/tmp/t"] }))
         .await;

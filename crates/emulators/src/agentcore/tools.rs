@@ -144,6 +144,9 @@ fn command_result(state: &State, output: &Output, elapsed: Duration) -> Value {
             "stdout": stdout,
             "stderr": stderr,
             "exitCode": code,
+            // Seconds, as observed on the service (a captured `echo` answered 0.00498; the
+            // fixtures in adapter-agentcore/tests/agentcore.rs), although the model documents
+            // milliseconds: the observation wins for commands.
             "executionTime": elapsed.as_secs_f64(),
         })),
         code != 0,
@@ -198,23 +201,50 @@ pub(crate) async fn run_tool(
                 return Outcome::Result(tool_error("The 'code' argument is required"));
             };
             let language = arg_str(args, "language").unwrap_or("python");
-            if language != "python" {
+            if !matches!(language, "python" | "javascript" | "typescript") {
                 return Outcome::Result(tool_error(&format!(
-                    "language {language:?} is not emulated (only python)"
+                    "Unsupported language {language:?} (python, javascript, typescript)"
                 )));
             }
-            let argv = vec!["python3".to_owned(), "-c".to_owned(), code.to_owned()];
-            match run(session, argv, vanish).await {
-                Ok((o, t)) => {
-                    let mut r = command_result(state, &o, t);
+            if super::kernel::argv(language).is_none() {
+                return Outcome::Result(tool_error(&format!(
+                    "language {language:?} is not emulated (python and javascript are)"
+                )));
+            }
+            let clear = args
+                .get("clearContext")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            if vanish {
+                let s = session.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    s.terminate();
+                });
+            }
+            let started = Instant::now();
+            let cell = super::kernel::execute(session, language, code, clear).await;
+            if session.status() == super::SessionStatus::Terminated {
+                return Outcome::Vanished(format!("Session {} was terminated", session.id));
+            }
+            match cell {
+                Ok(cell) => {
                     // Code output is not a pty's.
-                    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
-                    r["structuredContent"]["stdout"] = Value::String(stdout.clone());
-                    r["content"] = json!([text(&stdout)]);
+                    let r = result(
+                        vec![text(&cell.stdout)],
+                        Some(json!({
+                            "stdout": cell.stdout,
+                            "stderr": cell.stderr,
+                            "exitCode": cell.exit_code,
+                            // Milliseconds, as the model documents (no capture of
+                            // executeCode's executionTime exists to say otherwise).
+                            "executionTime": started.elapsed().as_secs_f64() * 1000.0,
+                        })),
+                        cell.exit_code != 0,
+                    );
                     Outcome::Result(r)
                 }
-                Err(None) => Outcome::Vanished(format!("Session {} was terminated", session.id)),
-                Err(Some(m)) => Outcome::Result(tool_error(&m)),
+                Err(m) => Outcome::Result(tool_error(&m)),
             }
         }
         "startCommandExecution" => {

@@ -496,6 +496,13 @@ impl ProcessService for Processes {
 
 /// The StreamProcessOutput loop: deltas of stdout then stderr, the exit message once the process
 /// exited and everything was sent; with `follow`, waits for changes.
+/// The most output bytes one `ProcessOutput` message carries: the guest drains a delta "in
+/// bounded chunks" of `logChunkBytes int64 = 1 << 20`, "keeping every message comfortably under
+/// gRPC's default 4 MiB receive ceiling" (agent-substrate/env `guest/process/service.go`@859629af,
+/// StreamProcessLogs). A client with gRPC's default limits (AX's `grpc.NewClient`) reads any
+/// amount of output.
+pub const OUTPUT_CHUNK: usize = 1 << 20;
+
 async fn follow(
     proc: Arc<Proc>,
     mut offsets: [i64; 2],
@@ -519,28 +526,29 @@ async fn follow(
             for (i, offset) in offsets.iter_mut().enumerate() {
                 let (data, next) = proc.read(i, *offset);
                 *offset = next;
-                if data.is_empty() {
-                    continue;
-                }
-                let output = if i == 0 {
-                    process_output::Output::Stdout(data)
-                } else {
-                    process_output::Output::Stderr(data)
-                };
-                if tx
-                    .send(Ok(ProcessOutput {
-                        output: Some(output),
-                    }))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-                if reset {
-                    // A stream reset in the middle of output.
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    reset_now(&ctl);
-                    return;
+                // A delta goes out as several messages of at most OUTPUT_CHUNK bytes each.
+                for start in (0..data.len()).step_by(OUTPUT_CHUNK) {
+                    let piece = data.slice(start..data.len().min(start + OUTPUT_CHUNK));
+                    let output = if i == 0 {
+                        process_output::Output::Stdout(piece)
+                    } else {
+                        process_output::Output::Stderr(piece)
+                    };
+                    if tx
+                        .send(Ok(ProcessOutput {
+                            output: Some(output),
+                        }))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    if reset {
+                        // A stream reset in the middle of output.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        reset_now(&ctl);
+                        return;
+                    }
                 }
             }
         }

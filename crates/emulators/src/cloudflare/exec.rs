@@ -55,30 +55,28 @@ pub(crate) async fn new_session(
             std::fs::write(host.join("env"), lines)
         })
         .await?;
-    entry.sessions.lock().expect("sessions").insert(
-        id.to_owned(),
-        Arc::new(Session {
-            dir,
-            lock: tokio::sync::Mutex::new(()),
-        }),
-    );
+    entry
+        .sessions
+        .lock()
+        .expect("sessions")
+        .insert(id.to_owned(), Arc::new(Session { dir }));
     Ok(())
 }
 
-/// The script that gives a sessionless `bash -c` the behaviour of the session's persistent
-/// shell: restore, run, save (or record that the command ended the shell).
+/// A session command as the real bridge runs it: the bridge always takes the container's
+/// streaming path (`executor.exec(command, {stream: true, onOutput})`, `dist/bridge/index.js`
+/// exec route), which runs it in the background of the session's shell (`session.ts`
+/// `buildFIFOScript(isBackground=true)`: `{ cmd } < /dev/null > "$sp" 2> "$ep" &`). So the
+/// session's creation-time cwd and env apply, stdin is `/dev/null`, and nothing the command does
+/// to its shell (`cd`, `export`, functions, `exit`) persists: Cloudflare's
+/// `docs/SESSION_EXECUTION.md`, "Background | execStream(), startProcess() | State Persists? No"
+/// (research note cf-vercel-modal-nf.md, correction "Cloudflare bridge sessions").
 const SESSION_SCRIPT: &str = r#"__execseam_S=$1; __execseam_cmd=$2; shift 2
 . "$__execseam_S/env" 2>/dev/null
-[ -f "$__execseam_S/funcs" ] && . "$__execseam_S/funcs"
 cd -- "$(cat "$__execseam_S/cwd")" 2>/dev/null || cd /workspace 2>/dev/null
 [ -n "$__execseam_cwd" ] && cd -- "$__execseam_cwd"
-unset __execseam_cwd
-__execseam_done=0
-trap '__execseam_s=$?; if [ "$__execseam_done" = 1 ]; then pwd > "$__execseam_S/cwd"; export -p > "$__execseam_S/env"; declare -f > "$__execseam_S/funcs"; else printf %s "$__execseam_s" > "$__execseam_S/terminated"; fi' EXIT
-eval "$__execseam_cmd"
-__execseam_status=$?
-__execseam_done=1
-exit $__execseam_status
+unset __execseam_cwd __execseam_S
+{ eval "$__execseam_cmd"; } < /dev/null
 "#;
 
 /// What the runner task reports to the response stream.
@@ -248,8 +246,10 @@ pub(crate) async fn exec(
     let (tx, rx) = mpsc::channel::<Raw>(64);
     let runner = {
         let entry = entry.clone();
-        let session = session.clone();
-        tokio::spawn(async move { run(entry, session, cmd, timeout, tx).await })
+        // `timeout_ms` is not applied to session targets (the container's
+        // `execution-service.ts` `executeStream`, session branch).
+        let timeout = if session.is_some() { None } else { timeout };
+        tokio::spawn(async move { run(entry, cmd, timeout, tx).await })
     };
     entry.sandbox.track(runner.abort_handle());
 
@@ -270,19 +270,47 @@ pub(crate) async fn exec(
     let cut = fault == Some(Fault::CutBeforeExit);
     let malformed = fault == Some(Fault::MalformedBody);
     let what = Framing {
-        command,
-        session: session_id,
+        lines: session_id.is_some(),
         timeout,
-        entry,
     };
     sse_response(Body::from_stream(frames(rx, what, cut, malformed)))
 }
 
 struct Framing {
-    command: String,
-    session: Option<String>,
+    /// A session command: output re-emitted line by line, each line with `\n` (a final line
+    /// without one gains it), as the container's session stream does (`session.ts`, the
+    /// background FIFO readers; research note, correction "Cloudflare bridge sessions").
+    lines: bool,
     timeout: Option<Duration>,
-    entry: Arc<Entry>,
+}
+
+/// Splits `text` (appended to `pending`) into the SSE events of one stream: for a session, one
+/// event per complete line; sessionless, the text as it came.
+fn emit(kind: &str, pending: &mut String, text: &str, lines: bool) -> String {
+    if !lines {
+        return if text.is_empty() {
+            String::new()
+        } else {
+            sse_event(kind, &base64(text.as_bytes()))
+        };
+    }
+    pending.push_str(text);
+    let mut s = String::new();
+    while let Some(i) = pending.find('\n') {
+        let line: String = pending.drain(..=i).collect();
+        s.push_str(&sse_event(kind, &base64(line.as_bytes())));
+    }
+    s
+}
+
+/// The end of a session stream's output: a final line without a newline gains one.
+fn flush(kind: &str, pending: &mut String, lines: bool) -> String {
+    if !lines || pending.is_empty() {
+        return String::new();
+    }
+    pending.push('\n');
+    let line = std::mem::take(pending);
+    sse_event(kind, &base64(line.as_bytes()))
 }
 
 fn frames(
@@ -296,7 +324,7 @@ fn frames(
         f: Framing,
         out: Utf8Stream,
         err: Utf8Stream,
-        stderr_ended_nl: bool,
+        pending: [String; 2],
         cut: bool,
         malformed: bool,
         done: bool,
@@ -306,7 +334,7 @@ fn frames(
         f,
         out: Utf8Stream::default(),
         err: Utf8Stream::default(),
-        stderr_ended_nl: true,
+        pending: [String::new(), String::new()],
         cut,
         malformed,
         done: false,
@@ -326,40 +354,32 @@ fn frames(
             let frame = match st.rx.recv().await {
                 Some(Raw::Out(b)) => {
                     let s = st.out.push(&b);
-                    (!s.is_empty()).then(|| sse_event("stdout", &base64(s.as_bytes())))
+                    let f = emit("stdout", &mut st.pending[0], &s, st.f.lines);
+                    (!f.is_empty()).then_some(f)
                 }
                 Some(Raw::Err(b)) => {
                     let s = st.err.push(&b);
-                    if let Some(last) = s.as_bytes().last() {
-                        st.stderr_ended_nl = *last == b'\n';
-                    }
-                    (!s.is_empty()).then(|| sse_event("stderr", &base64(s.as_bytes())))
+                    let f = emit("stderr", &mut st.pending[1], &s, st.f.lines);
+                    (!f.is_empty()).then_some(f)
                 }
                 Some(Raw::Exit(exit)) => {
                     st.done = true;
                     if st.cut {
                         return None;
                     }
+                    let lines = st.f.lines;
                     let mut s = String::new();
                     let tail = st.out.finish();
-                    if !tail.is_empty() {
-                        s.push_str(&sse_event("stdout", &base64(tail.as_bytes())));
-                    }
+                    s.push_str(&emit("stdout", &mut st.pending[0], &tail, lines));
+                    s.push_str(&flush("stdout", &mut st.pending[0], lines));
                     let tail = st.err.finish();
-                    if !tail.is_empty() {
-                        s.push_str(&sse_event("stderr", &base64(tail.as_bytes())));
-                    }
+                    s.push_str(&emit("stderr", &mut st.pending[1], &tail, lines));
+                    s.push_str(&flush("stderr", &mut st.pending[1], lines));
                     let code = exit.shell_status();
-                    match terminated(&st.f) {
-                        Some(sid) => s.push_str(&sse_event(
-                            "error",
-                            &error_body(&format!("Session '{sid}' terminated: the command exited the session's shell (exit code {code})"), "exec_error"),
-                        )),
-                        None => s.push_str(&sse_event(
-                            "exit",
-                            &serde_json::json!({ "exit_code": code }).to_string(),
-                        )),
-                    }
+                    s.push_str(&sse_event(
+                        "exit",
+                        &serde_json::json!({ "exit_code": code }).to_string(),
+                    ));
                     Some(s)
                 }
                 Some(Raw::TimedOut) => {
@@ -367,25 +387,14 @@ fn frames(
                     if st.cut {
                         return None;
                     }
+                    // Only sessionless commands time out. The line is emitted as is, with no
+                    // newline inserted before it (the container's `executeStream`:
+                    // `Command timed out after ${timeoutMs}ms\n`).
                     let ms = st.f.timeout.map(|d| d.as_millis()).unwrap_or_default();
                     let mut s = String::new();
-                    match &st.f.session {
-                        Some(sid) => s.push_str(&sse_event(
-                            "error",
-                            &error_body(&format!(
-                                    "Failed to execute command '{}' in session '{sid}': Command timeout after {ms}ms",
-                                    st.f.command
-                                ), "exec_error"),
-                        )),
-                        None => {
-                            let line = format!(
-                                "{}Command timed out after {ms}ms\n",
-                                if st.stderr_ended_nl { "" } else { "\n" }
-                            );
-                            s.push_str(&sse_event("stderr", &base64(line.as_bytes())));
-                            s.push_str(&sse_event("exit", "{\"exit_code\":124}"));
-                        }
-                    }
+                    let line = format!("Command timed out after {ms}ms\n");
+                    s.push_str(&sse_event("stderr", &base64(line.as_bytes())));
+                    s.push_str(&sse_event("exit", "{\"exit_code\":124}"));
                     Some(s)
                 }
                 Some(Raw::Failed(msg)) => {
@@ -417,50 +426,10 @@ fn frames(
     })
 }
 
-/// For a session command whose shell ended: evicts the session (the next call recreates it)
-/// and returns its id.
-fn terminated(f: &Framing) -> Option<String> {
-    let sid = f.session.as_ref()?;
-    let session = f
-        .entry
-        .sessions
-        .lock()
-        .expect("sessions")
-        .get(sid)
-        .cloned()?;
-    let dir = session.dir.clone();
-    let ended = f
-        .entry
-        .sandbox
-        .fs_blocking(move |fs| {
-            if !fs.path(&format!("{dir}/terminated")).exists() {
-                return Ok(false);
-            }
-            let _ = std::fs::remove_dir_all(fs.path(&dir));
-            Ok(true)
-        })
-        .unwrap_or(false);
-    if !ended {
-        return None;
-    }
-    f.entry.sessions.lock().expect("sessions").remove(sid);
-    Some(sid.clone())
-}
-
 /// Runs the command; keeps draining when the client is gone (the bridge does not stop a
 /// command whose caller disconnected). Aborted (the process group killed) when the sandbox is
 /// destroyed.
-async fn run(
-    entry: Arc<Entry>,
-    session: Option<Arc<Session>>,
-    cmd: Command,
-    timeout: Option<Duration>,
-    tx: mpsc::Sender<Raw>,
-) {
-    let _guard = match &session {
-        Some(s) => Some(s.lock.lock().await),
-        None => None,
-    };
+async fn run(entry: Arc<Entry>, cmd: Command, timeout: Option<Duration>, tx: mpsc::Sender<Raw>) {
     let deadline = timeout.map(|d| tokio::time::Instant::now() + d);
     // A client that stays connected but stops reading must not hold the deadline back: a send
     // gives up at the deadline (the loop then kills the command).

@@ -18,11 +18,13 @@
 //!   the output decoded as text, so invalid bytes become U+FFFD, as with the real SDK), a
 //!   terminal `event: exit` `{"exit_code":N}` or `event: error` `{"error","code"}`;
 //! - `timeout_ms`: sessionless, the command is killed and the exit is 124 with
-//!   `Command timed out after Nms` on stderr; in a session it is an `error` event;
-//! - sessions: `Session-Id` (validated, 400) scopes exec to a session whose working directory,
-//!   exported variables and functions persist between commands; without the header a command
-//!   runs sessionless; a command that exits the session's shell ends the session (an `error`
-//!   event, as the SDK's 410 `SESSION_TERMINATED` surfaces through the bridge);
+//!   `Command timed out after Nms\n` on stderr (no newline inserted before it); not applied to
+//!   session targets;
+//! - sessions: `Session-Id` (validated, 400) scopes exec to a session, run as the real bridge
+//!   runs it (the container's streaming, background path): the session's creation-time cwd and
+//!   env apply, `cd`/`export`/functions do not persist between commands, stdin is `/dev/null`,
+//!   and output is re-emitted line by line with `\n` (a final partial line gains one); a session
+//!   created without an id is `session-<ms>`; without the header a command runs sessionless;
 //! - files: `GET`/`PUT /v1/sandbox/{id}/file/<path>` with `/workspace` containment (403), 404
 //!   `workspace_read_not_found`, 413 `payload_too_large` above 32 MiB, parents created on write;
 //! - `running`, `persist`/`hydrate` (tar of `/workspace`), `session` create/delete, `DELETE`
@@ -97,11 +99,10 @@ fn hostname(id: &str) -> String {
     if h.is_empty() { "sandbox".into() } else { h }
 }
 
-/// A bridge session: a persistent shell's state (working directory, exported variables and
-/// functions live in files under the sandbox's `/tmp`), one command at a time.
+/// A bridge session: its creation-time working directory and environment (files under the
+/// sandbox's `/tmp`), applied to each of its commands; nothing a command does persists.
 pub(crate) struct Session {
     pub(crate) dir: String,
-    pub(crate) lock: tokio::sync::Mutex<()>,
 }
 
 /// One sandbox behind an id.

@@ -690,11 +690,10 @@ async fn session_create(entry: Arc<Entry>, req: Request<Body>) -> Response<Body>
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
         .unwrap_or_else(|| {
-            let mut b = [0u8; 6];
-            fill_random(&mut b);
-            let hexs: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            // The SDK's `createSession`: `options?.id || \`session-${Date.now()}\``
+            // (@cloudflare/sandbox 0.12.10 `dist/sandbox-*.js`).
             format!(
-                "session_{}_{hexs}",
+                "session-{}",
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_millis())
