@@ -36,7 +36,10 @@ impl Tokens {
 
     /// Adds `owner` with the token whose [`hash_token`] is `hash`.
     pub fn insert_hash(&mut self, owner: &str, hash: &str) -> Result<(), String> {
-        let h = hash.trim().trim_start_matches("sha256:").to_ascii_lowercase();
+        let h = hash
+            .trim()
+            .trim_start_matches("sha256:")
+            .to_ascii_lowercase();
         if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(format!("the hash for owner {owner:?} is not 64 hex digits"));
         }

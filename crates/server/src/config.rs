@@ -173,9 +173,9 @@ impl Config {
             sandbox: a.sandbox,
             tokens,
             stable_replica_id: a.replica_id.is_some(),
-            replica_id: a
-                .replica_id
-                .unwrap_or_else(|| format!("replica-{}", execseam_chrono::contract::random_hex(12))),
+            replica_id: a.replica_id.unwrap_or_else(|| {
+                format!("replica-{}", execseam_chrono::contract::random_hex(12))
+            }),
             max_operations: a.max_operations,
             max_running: a.max_running,
             max_payload_bytes: a.max_payload_bytes,

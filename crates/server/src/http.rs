@@ -41,7 +41,11 @@ pub fn router(node: Arc<Node>) -> Router {
 }
 
 async fn count(State(n): S, req: Request, next: Next) -> Response {
-    let route: &'static str = match req.extensions().get::<MatchedPath>().map(MatchedPath::as_str) {
+    let route: &'static str = match req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str)
+    {
         Some("/execute") => "execute",
         Some("/execute/stream") => "execute_stream",
         Some("/executions") => "submit",
@@ -60,7 +64,8 @@ async fn count(State(n): S, req: Request, next: Next) -> Response {
 /// Renders a contract reply.
 pub fn render(r: Reply) -> Response {
     let mut resp = Response::new(Body::from(r.body));
-    *resp.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    *resp.status_mut() =
+        StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     for (k, v) in r.headers {
         if let Ok(v) = HeaderValue::from_str(&v) {
             resp.headers_mut().insert(k, v);
@@ -102,11 +107,17 @@ fn owner(n: &Node, headers: &HeaderMap) -> Result<String, Response> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| {
             let (scheme, t) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| t.trim().to_owned())
+            scheme
+                .eq_ignore_ascii_case("bearer")
+                .then(|| t.trim().to_owned())
         })
         .filter(|t| !t.is_empty());
     let Some(token) = token else {
-        return Err(err(401, codes::UNAUTHENTICATED, "a bearer token is required"));
+        return Err(err(
+            401,
+            codes::UNAUTHENTICATED,
+            "a bearer token is required",
+        ));
     };
     tokens
         .owner(&SecretString::from(token))
@@ -130,7 +141,9 @@ async fn read_body(n: &Node, headers: &HeaderMap, body: Body) -> Result<Bytes, R
     if declared.is_some_and(|l| l > limit) {
         return Err(too_large());
     }
-    axum::body::to_bytes(body, limit).await.map_err(|_| too_large())
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large())
 }
 
 /// Parses and checks a request body. The error text never quotes the body.
@@ -277,20 +290,27 @@ async fn execute_stream(State(n): S, headers: HeaderMap, body: Body) -> Response
                 "execution_time_ms": out.execution_time_ms.unwrap_or(0)})),
             Sse::End(end) => {
                 let (code, text) = match end {
-                    RunEnd::TimedOut => (codes::SANDBOX_TIMEOUT, "the program exceeded timeout_secs".to_owned()),
+                    RunEnd::TimedOut => (
+                        codes::SANDBOX_TIMEOUT,
+                        "the program exceeded timeout_secs".to_owned(),
+                    ),
                     RunEnd::CreationFailed(m) => (codes::SANDBOX_CREATION_FAILED, m),
                     RunEnd::Invalid(m) => (codes::INVALID_REQUEST, m),
                     RunEnd::Uncertain(m) => (codes::SANDBOX_UNREACHABLE, m),
                     _ => (codes::INTERNAL_ERROR, "internal".to_owned()),
                 };
-                sse(serde_json::json!({"type": "error", "ename": code, "evalue": text, "traceback": []}))
+                sse(
+                    serde_json::json!({"type": "error", "ename": code, "evalue": text, "traceback": []}),
+                )
             }
         };
         Some((Ok::<_, std::io::Error>(line), (rx, guard)))
     });
     let mut resp = Response::new(Body::from_stream(stream.boxed()));
-    resp.headers_mut()
-        .insert("content-type", HeaderValue::from_static("text/event-stream"));
+    resp.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
     resp.headers_mut()
         .insert("cache-control", HeaderValue::from_static("no-cache"));
     resp
@@ -323,7 +343,11 @@ async fn submit(State(n): S, headers: HeaderMap, body: Body) -> Response {
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
     else {
-        return err(400, codes::IDEMPOTENCY_KEY_MISSING, "Idempotency-Key is required");
+        return err(
+            400,
+            codes::IDEMPOTENCY_KEY_MISSING,
+            "Idempotency-Key is required",
+        );
     };
     if let Err(m) = wire::check_idempotency_key(&key) {
         return err(400, codes::INVALID_REQUEST, &m);
@@ -387,7 +411,11 @@ async fn status(State(n): S, Path(id): Path<String>, headers: HeaderMap) -> Resp
         Err(r) => return r,
     };
     let inm = headers.get("if-none-match").and_then(|v| v.to_str().ok());
-    render(contract::status_reply(&op.rec, inm, n.config.retry_after_secs))
+    render(contract::status_reply(
+        &op.rec,
+        inm,
+        n.config.retry_after_secs,
+    ))
 }
 
 async fn result(State(n): S, Path(id): Path<String>, headers: HeaderMap) -> Response {
@@ -418,7 +446,11 @@ async fn cancel(State(n): S, Path(id): Path<String>, headers: HeaderMap, body: B
     if !body.is_empty()
         && serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&body).is_err()
     {
-        return err(400, codes::INVALID_REQUEST, "the cancel body is not a JSON object");
+        return err(
+            400,
+            codes::INVALID_REQUEST,
+            "the cancel body is not a JSON object",
+        );
     }
     let mut rec = match n.request_cancel(&id).await {
         Ok(Some(r)) => r,

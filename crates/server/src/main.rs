@@ -7,7 +7,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "execseam-server", about = "The Chrono contract served over any execseam adapter")]
+#[command(
+    name = "execseam-server",
+    about = "The Chrono contract served over any execseam adapter"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -31,7 +34,10 @@ fn main() -> ExitCode {
     };
     match cli.cmd {
         Cmd::HashToken => execseam_server::hash_token_stdin(),
-        Cmd::Serve(args) => match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Cmd::Serve(args) => match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
             Ok(rt) => rt.block_on(execseam_server::serve(args)),
             Err(e) => {
                 eprintln!("execseam serve: {e}");

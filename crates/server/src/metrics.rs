@@ -10,8 +10,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Bucket bounds in seconds.
-const EXEC_BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0];
-const STORE_BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
+const EXEC_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0,
+];
+const STORE_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
 
 /// A cumulative histogram.
 #[derive(Debug)]
@@ -40,8 +44,10 @@ impl Histogram {
                 c.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.sum_micros
-            .fetch_add(u64::try_from(d.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.sum_micros.fetch_add(
+            u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -54,7 +60,11 @@ impl Histogram {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} histogram");
         for (b, c) in self.bounds.iter().zip(&self.counts) {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {}", c.load(Ordering::Relaxed));
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{b}\"}} {}",
+                c.load(Ordering::Relaxed)
+            );
         }
         let n = self.count.load(Ordering::Relaxed);
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {n}");
@@ -100,7 +110,9 @@ impl Metrics {
     /// The exposition, with `ops` (status, count) from the store.
     pub fn render(&self, ops: &[(String, i64)], store_up: bool) -> String {
         let mut out = String::new();
-        out.push_str("# HELP execseam_operations Operations in the store by status (all replicas).\n");
+        out.push_str(
+            "# HELP execseam_operations Operations in the store by status (all replicas).\n",
+        );
         out.push_str("# TYPE execseam_operations gauge\n");
         for s in [
             "queued",
@@ -116,7 +128,9 @@ impl Metrics {
             let n = ops.iter().find(|(k, _)| k == s).map_or(0, |(_, n)| *n);
             let _ = writeln!(out, "execseam_operations{{status=\"{s}\"}} {n}");
         }
-        out.push_str("# HELP execseam_store_up 1 if the last store query of this scrape succeeded.\n");
+        out.push_str(
+            "# HELP execseam_store_up 1 if the last store query of this scrape succeeded.\n",
+        );
         out.push_str("# TYPE execseam_store_up gauge\n");
         let _ = writeln!(out, "execseam_store_up {}", u8::from(store_up));
         self.exec_latency.render(
@@ -143,7 +157,9 @@ impl Metrics {
             "execseam_reconciled_total {}",
             self.reconciled.load(Ordering::Relaxed)
         );
-        out.push_str("# HELP execseam_http_requests_total Requests answered, by route and status code.\n");
+        out.push_str(
+            "# HELP execseam_http_requests_total Requests answered, by route and status code.\n",
+        );
         out.push_str("# TYPE execseam_http_requests_total counter\n");
         let m = self.requests.lock().unwrap_or_else(|e| e.into_inner());
         for ((route, status), n) in m.iter() {

@@ -112,7 +112,9 @@ impl Node {
         if self.config.stable_replica_id {
             let n = self.store.drop_leases(&self.config.replica_id).await?;
             if n > 0 {
-                eprintln!("execseam serve: {n} operation(s) held by this replica's previous run will be reconciled");
+                eprintln!(
+                    "execseam serve: {n} operation(s) held by this replica's previous run will be reconciled"
+                );
             }
         }
         self.reconcile().await;
@@ -146,7 +148,12 @@ impl Node {
                             };
                             match self
                                 .store
-                                .claim(&id, &self.config.replica_id, self.lease_until(), SystemTime::now())
+                                .claim(
+                                    &id,
+                                    &self.config.replica_id,
+                                    self.lease_until(),
+                                    SystemTime::now(),
+                                )
                                 .await
                             {
                                 Ok(true) => {
@@ -307,7 +314,11 @@ impl Node {
             }
             if last_renew.elapsed() >= renew_every {
                 last_renew = std::time::Instant::now();
-                if let Err(e) = self.store.renew(&self.config.replica_id, self.lease_until()).await {
+                if let Err(e) = self
+                    .store
+                    .renew(&self.config.replica_id, self.lease_until())
+                    .await
+                {
                     log_store("renew", &e);
                 }
             }

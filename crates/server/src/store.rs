@@ -281,7 +281,11 @@ impl Store {
     pub async fn get(&self, id: &str) -> Result<Option<Stored>, StoreError> {
         let sql = format!("SELECT {COLUMNS} FROM operations WHERE id = $1");
         let row = self
-            .timed(sqlx::query(&sql).bind(id.to_owned()).fetch_optional(&self.pool))
+            .timed(
+                sqlx::query(&sql)
+                    .bind(id.to_owned())
+                    .fetch_optional(&self.pool),
+            )
             .await
             .map_err(db("get"))?;
         row.as_ref().map(Store::row).transpose()
@@ -583,7 +587,11 @@ impl Store {
             "UPDATE operations SET lease_expires_ms = 0 WHERE lease_owner = $1 AND status IN {LEASED}"
         );
         let done = self
-            .timed(sqlx::query(&sql).bind(replica.to_owned()).execute(&self.pool))
+            .timed(
+                sqlx::query(&sql)
+                    .bind(replica.to_owned())
+                    .execute(&self.pool),
+            )
             .await
             .map_err(db("drop leases"))?;
         Ok(done.rows_affected())
