@@ -241,3 +241,21 @@ pub fn postgres_url() -> String {
         env.display()
     );
 }
+
+/// A fresh database on the test PostgreSQL (`.ci/postgres start`), as a URL.
+pub async fn postgres_db(name: &str) -> String {
+    use sqlx::Connection as _;
+    let admin = postgres_url();
+    sqlx::any::install_default_drivers();
+    let mut conn = sqlx::AnyConnection::connect(&admin)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("cannot reach the test PostgreSQL ({e}); run `.ci/postgres start`")
+        });
+    let db = format!("t_{name}_{}", execseam_chrono::contract::random_hex(10));
+    sqlx::Executor::execute(&mut conn, format!("CREATE DATABASE {db}").as_str())
+        .await
+        .unwrap();
+    let base = admin.rsplit_once('/').unwrap().0;
+    format!("{base}/{db}")
+}
