@@ -77,8 +77,8 @@ pub struct ServeArgs {
     pub no_async: bool,
 }
 
-/// The checked configuration.
-#[derive(Clone, Debug)]
+/// The checked configuration. `Debug` shows the store URL without its password.
+#[derive(Clone)]
 pub struct Config {
     /// Adapter name.
     pub adapter: String,
@@ -120,6 +120,18 @@ pub struct Config {
     pub async_enabled: bool,
     /// How often a replica looks for queued work, cancels and expired leases.
     pub tick: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("adapter", &self.adapter)
+            .field("listen", &self.listen)
+            .field("store", &self.store_display())
+            .field("tokens", &self.tokens)
+            .field("replica_id", &self.replica_id)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Config {

@@ -117,7 +117,7 @@ async fn raw(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, reqwest::header::HeaderMap, String) {
-    let mut r = reqwest::Client::new()
+    let mut r = http_client()
         .request(method, format!("{base}{path}"))
         .body(body.to_owned());
     for (k, v) in headers {

@@ -13,7 +13,7 @@ use execseam_chrono::wire::{self, Status, codes};
 use execseam_chrono::{Operation, Terminal};
 
 async fn get(url: &str) -> (u16, Vec<u8>) {
-    let r = reqwest::Client::new()
+    let r = http_client()
         .get(url)
         .bearer_auth(ALICE)
         .send()

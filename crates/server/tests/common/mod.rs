@@ -259,3 +259,9 @@ pub async fn postgres_db(name: &str) -> String {
     let base = admin.rsplit_once('/').unwrap().0;
     format!("{base}/{db}")
 }
+
+/// A plain HTTP client (rustls with ring, as everywhere in the workspace).
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
