@@ -75,18 +75,22 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
 async fn load(name: &str, store: String) -> Result<(), String> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-load");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let log = dir.join(format!("{name}-{}.log", execseam_chrono::contract::random_hex(8)));
+    let log = dir.join(format!(
+        "{name}-{}.log",
+        execseam_chrono::contract::random_hex(8)
+    ));
     let mut config = Config::new(store);
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.max_operations = SUBMITS + 64;
     config.max_running = 16;
     let server = Server::start(config).await?;
     let client = Arc::new(
-        DurableClient::new(
-            ChronoConfig::new(server.base_url())
-                .token("bench")
-                .policy(DurablePolicy { default_retry_after: Duration::from_millis(20), ..DurablePolicy::default() }),
-        )
+        DurableClient::new(ChronoConfig::new(server.base_url()).token("bench").policy(
+            DurablePolicy {
+                default_retry_after: Duration::from_millis(20),
+                ..DurablePolicy::default()
+            },
+        ))
         .map_err(|e| e.to_string())?
         .with_sleep(Arc::new(Short)),
     );
@@ -107,14 +111,29 @@ async fn load(name: &str, store: String) -> Result<(), String> {
                     format!("echo {n} >> '{}'", log.display()),
                     60,
                 );
-                let key = wire::operation_key(&[b"bench", n.to_string().as_bytes(), log.to_string_lossy().as_bytes()]);
+                let key = wire::operation_key(&[
+                    b"bench",
+                    n.to_string().as_bytes(),
+                    log.to_string_lossy().as_bytes(),
+                ]);
                 let s = Instant::now();
-                let id = client.submit(&key, &req).await.map_err(|e| format!("submit {n}: {e}"))?.receipt.operation_id;
+                let id = client
+                    .submit(&key, &req)
+                    .await
+                    .map_err(|e| format!("submit {n}: {e}"))?
+                    .receipt
+                    .operation_id;
                 let submit = s.elapsed();
                 let mut etag: Option<String> = None;
                 let status = loop {
-                    match client.status(&id, etag.as_deref()).await.map_err(|e| format!("status {n}: {e}"))? {
-                        StatusAnswer::Snapshot { snapshot, etag: e, .. } => {
+                    match client
+                        .status(&id, etag.as_deref())
+                        .await
+                        .map_err(|e| format!("status {n}: {e}"))?
+                    {
+                        StatusAnswer::Snapshot {
+                            snapshot, etag: e, ..
+                        } => {
                             if snapshot.status.is_terminal() {
                                 break snapshot.status;
                             }
@@ -125,7 +144,15 @@ async fn load(name: &str, store: String) -> Result<(), String> {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 };
                 let replay = if n % 10 == 0 {
-                    Some(client.submit(&key, &req).await.map_err(|e| format!("replay {n}: {e}"))?.receipt.operation_id == id)
+                    Some(
+                        client
+                            .submit(&key, &req)
+                            .await
+                            .map_err(|e| format!("replay {n}: {e}"))?
+                            .receipt
+                            .operation_id
+                            == id,
+                    )
                 } else {
                     None
                 };
@@ -143,7 +170,13 @@ async fn load(name: &str, store: String) -> Result<(), String> {
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let mut runs: BTreeMap<usize, usize> = BTreeMap::new();
     for l in text.lines() {
-        *runs.entry(l.trim().parse().map_err(|_| format!("bad log line {l:?}"))?).or_default() += 1;
+        *runs
+            .entry(
+                l.trim()
+                    .parse()
+                    .map_err(|_| format!("bad log line {l:?}"))?,
+            )
+            .or_default() += 1;
     }
     let lost = rows
         .iter()
@@ -178,15 +211,24 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // nothing for `cargo test --benches` to list
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let result = rt.block_on(async {
         let sqlite = format!(
             "sqlite://{}",
             PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join(format!("../../target/bench-load/load-{}.db", execseam_chrono::contract::random_hex(8)))
+                .join(format!(
+                    "../../target/bench-load/load-{}.db",
+                    execseam_chrono::contract::random_hex(8)
+                ))
                 .display()
         );
-        std::fs::create_dir_all(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-load")).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-load"),
+        )
+        .map_err(|e| e.to_string())?;
         load("sqlite", sqlite).await?;
         load("postgres", postgres_db().await?).await
     });

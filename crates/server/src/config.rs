@@ -24,7 +24,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "sqlite://execseam-serve.db")]
     pub store: String,
     /// Run every operation in this existing sandbox (connect) instead of a fresh sandbox each.
-    #[arg(long, env = "EXECSEAM_SANDBOX")]
+    #[arg(long)]
     pub sandbox: Option<String>,
     /// Bearer tokens: a file of `OWNER SHA256-HEX` lines (`execseam-server hash-token` prints
     /// the hash; `#` starts a comment). Required unless --no-auth.

@@ -2,6 +2,9 @@
 //! headers from [`execseam_chrono::wire`], replies from [`execseam_chrono::contract`]), plus
 //! `/healthz` and `/metrics`.
 
+// A handler's early answer is a `Response` (axum's idiom); it is built once per request.
+#![allow(clippy::result_large_err)]
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 

@@ -19,7 +19,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Serve /execute and /executions.
-    Serve(execseam_server::ServeArgs),
+    Serve(Box<execseam_server::ServeArgs>),
     /// Print the hash of the token read from stdin (for the --tokens file).
     HashToken,
 }
@@ -38,7 +38,7 @@ fn main() -> ExitCode {
             .enable_all()
             .build()
         {
-            Ok(rt) => rt.block_on(execseam_server::serve(args)),
+            Ok(rt) => rt.block_on(execseam_server::serve(*args)),
             Err(e) => {
                 eprintln!("execseam serve: {e}");
                 ExitCode::FAILURE

@@ -57,7 +57,8 @@ fn describe(e: &sqlx::Error) -> String {
         sqlx::Error::RowNotFound => "no row".into(),
         sqlx::Error::Configuration(_) => "invalid store URL or options".into(),
         sqlx::Error::Migrate(m) => format!("migration failed: {m}"),
-        other => format!("{}", std::any::type_name_of_val(other)),
+        // No variant but `Database` quotes row data.
+        other => other.to_string(),
     }
 }
 

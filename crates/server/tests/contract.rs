@@ -225,7 +225,7 @@ async fn status_is_conditional_and_results_are_pending_until_terminal() {
     let s = server(|_| {}).await;
     let c = client(&s.base_url(), ALICE);
     let a = c
-        .submit(&key("304"), &bash("sleep 1.5; echo late"))
+        .submit(&key("304"), &bash("sleep 2.5; echo late"))
         .await
         .unwrap();
     assert_eq!(a.retry_after, Some(Duration::from_secs(1)));
@@ -235,13 +235,20 @@ async fn status_is_conditional_and_results_are_pending_until_terminal() {
             .is_some_and(|l| l.ends_with(&wire::path::status(&a.receipt.operation_id)))
     );
     let id = a.receipt.operation_id;
-    let StatusAnswer::Snapshot {
-        etag,
-        retry_after,
-        snapshot,
-    } = c.status(&id, None).await.unwrap()
-    else {
-        panic!("a full answer without If-None-Match")
+    // Read once it runs (the version stays put while the program runs).
+    let (etag, retry_after, snapshot) = loop {
+        let StatusAnswer::Snapshot {
+            etag,
+            retry_after,
+            snapshot,
+        } = c.status(&id, None).await.unwrap()
+        else {
+            panic!("a full answer without If-None-Match")
+        };
+        if snapshot.status == Status::Running {
+            break (etag, retry_after, snapshot);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(etag, wire::etag_for_version(snapshot.version));
     assert_eq!(
@@ -262,7 +269,7 @@ async fn status_is_conditional_and_results_are_pending_until_terminal() {
         }
     );
     let mut op =
-        Operation::resume(key("x"), bash("sleep 1.5; echo late"), &id, Some(etag)).unwrap();
+        Operation::resume(key("x"), bash("sleep 2.5; echo late"), &id, Some(etag)).unwrap();
     assert_eq!(ran(&run(&c, &mut op).await), ("late\n", 0));
     assert!(op.stats.conditional > 0, "{:?}", op.stats);
     let ResultAnswer::Ready(Completion::Ran { output, .. }) = c.result(&id).await.unwrap() else {
