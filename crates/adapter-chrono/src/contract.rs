@@ -317,25 +317,10 @@ pub fn operation_id() -> String {
     format!("op_{}", random_hex(32))
 }
 
-/// `len` lowercase hex characters from std's randomly keyed hasher over a counter and the clock:
-/// ids that differ, not secrets.
+/// `len` lowercase hex characters ([`execseam_core::transport::random_id`]): ids that differ,
+/// not secrets.
 pub fn random_hex(len: usize) -> String {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut out = String::with_capacity(len + 16);
-    while out.len() < len {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-        h.write_u128(
-            SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos()),
-        );
-        out.push_str(&format!("{:016x}", h.finish()));
-    }
-    out.truncate(len);
-    out
+    execseam_core::transport::random_id(len)
 }
 
 /// The 202 of a submit (fresh or replayed).
