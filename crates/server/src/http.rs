@@ -141,12 +141,42 @@ async fn read_body(n: &Node, headers: &HeaderMap, body: Body) -> Result<Bytes, R
         .get("content-length")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
+    let mut stream = body.into_data_stream();
     if declared.is_some_and(|l| l > limit) {
+        drain(stream, limit).await;
         return Err(too_large());
     }
-    axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| too_large())
+    let mut buf = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let Ok(chunk) = chunk else {
+            return Err(err(
+                400,
+                codes::INVALID_REQUEST,
+                "the body could not be read",
+            ));
+        };
+        if buf.len() + chunk.len() > limit {
+            drain(stream, limit).await;
+            return Err(too_large());
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(buf))
+}
+
+/// Reads and drops what the client still sends (up to a bound), so that it reads the 413
+/// instead of seeing its connection closed mid-upload.
+async fn drain(mut stream: axum::body::BodyDataStream, limit: usize) {
+    let bound = limit.saturating_mul(4).max(1 << 20);
+    let mut seen = 0usize;
+    while let Ok(Some(Ok(chunk))) =
+        tokio::time::timeout(Duration::from_secs(5), stream.next()).await
+    {
+        seen += chunk.len();
+        if seen > bound {
+            break;
+        }
+    }
 }
 
 /// Parses and checks a request body. The error text never quotes the body.
