@@ -10,6 +10,8 @@ const BENCHES: &[(&str, &str)] = &[
     ("execseam-modal", "exec_latency"),
     ("execseam-chrono", "latency"),
     ("execseam-server", "load"),
+    ("execseam-docker", "latency"),
+    ("execseam-emulators", "launcher"),
 ];
 
 pub fn run(args: &[String]) -> Result<(), String> {
