@@ -9,6 +9,7 @@ const BENCHES: &[(&str, &str)] = &[
     ("execseam-tools", "glob"),
     ("execseam-modal", "exec_latency"),
     ("execseam-chrono", "latency"),
+    ("execseam-server", "load"),
     ("execseam-docker", "latency"),
     ("execseam-emulators", "launcher"),
 ];

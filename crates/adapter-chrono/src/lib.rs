@@ -35,6 +35,7 @@
 #![warn(missing_docs)]
 
 mod config;
+pub mod contract;
 pub mod durable;
 mod error;
 mod exec;

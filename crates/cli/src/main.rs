@@ -73,6 +73,9 @@ enum Cmd {
     Patch(tools::PatchArgs),
     /// Run an exact Python, JavaScript, TypeScript or Bash program (builtin tool).
     Code(tools::CodeArgs),
+    /// Serve Chrono's /execute and durable /executions contract over an adapter, on SQLite or
+    /// PostgreSQL (docs/server.md).
+    Serve(Box<execseam_server::ServeArgs>),
 }
 
 fn main() -> ExitCode {
@@ -100,6 +103,7 @@ fn main() -> ExitCode {
             Cmd::Write(args) => tools::write(args).await,
             Cmd::Patch(args) => tools::patch(args).await,
             Cmd::Code(args) => tools::code(args).await,
+            Cmd::Serve(args) => execseam_server::serve(*args).await,
         };
         // Sandboxes and sessions this run created are removed before the runtime shuts down.
         registry::close_all().await;

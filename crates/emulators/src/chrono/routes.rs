@@ -7,7 +7,7 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use execseam_chrono::wire::{self, ExecuteRequest, ExecuteResponse, Phase, Status, codes};
 use futures_util::StreamExt as _;
@@ -651,10 +651,4 @@ async fn cancel(
         .await
         .expect("the record exists");
     read_fault(contract::cancel_reply(&rec), fault, conn).await
-}
-
-impl IntoResponse for Reply {
-    fn into_response(self) -> Response {
-        render(self)
-    }
 }

@@ -1,0 +1,160 @@
+//! Two `execseam-server serve` processes on one PostgreSQL (`.ci/postgres start`): an operation
+//! submitted to one is served (status, result, cancel) by the other; the cancel reaches the
+//! owner through the store and kills the command; an operation whose owner is killed -9 is
+//! found by lease expiry and reconciled by the survivor as `outcome_uncertain`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use execseam_chrono::durable::ResultAnswer;
+use execseam_chrono::wire::{Completion, Status, codes};
+use execseam_chrono::{Operation, Terminal};
+
+fn args(store: &str, tokens: &std::path::Path, replica: &str) -> Vec<String> {
+    [
+        "--store",
+        store,
+        "--tokens",
+        tokens.to_str().unwrap(),
+        "--listen",
+        &format!("127.0.0.1:{}", free_port()),
+        "--replica-id",
+        replica,
+        "--lease-secs",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+async fn owner_of(store: &str, id: &str) -> Option<String> {
+    use sqlx::{Connection as _, Row as _};
+    let mut c = sqlx::AnyConnection::connect(store).await.unwrap();
+    sqlx::query("SELECT lease_owner FROM operations WHERE id = $1")
+        .bind(id.to_owned())
+        .fetch_one(&mut c)
+        .await
+        .unwrap()
+        .try_get("lease_owner")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn one_replica_serves_what_the_other_runs_and_cancels_through_the_store() {
+    let store = postgres_db("serve").await;
+    let tokens = token_file();
+    let a = Proc::spawn(&args(&store, &tokens, "replica-a"));
+    let b = Proc::spawn(&args(&store, &tokens, "replica-b"));
+    let (ca, cb) = (client(&a.base_url, ALICE), client(&b.base_url, ALICE));
+
+    // Submitted to A, read through B (status with ETag, then the result).
+    let req = bash("echo from-a; exit 2");
+    let id = ca
+        .submit(&key("ab"), &req)
+        .await
+        .unwrap()
+        .receipt
+        .operation_id;
+    let mut op = Operation::resume(key("ab2"), req.clone(), &id, None).unwrap();
+    let t = run(&cb, &mut op).await;
+    assert!(
+        matches!(&t, Terminal::Ran { output, .. } if output.stdout == "from-a\n" && output.exit_code == 2),
+        "{t:?}"
+    );
+    let ResultAnswer::Ready(Completion::Ran { output, .. }) = cb.result(&id).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(output.stdout, "from-a\n");
+    // Idempotency holds across replicas: the same key on B is the same operation.
+    let k = key("same");
+    let x = ca.submit(&k, &req).await.unwrap().receipt.operation_id;
+    assert_eq!(cb.submit(&k, &req).await.unwrap().receipt.operation_id, x);
+    assert_eq!(
+        cb.submit(&k, &bash("true")).await.unwrap_err().code(),
+        Some(codes::IDEMPOTENCY_KEY_REUSE)
+    );
+
+    // A long program, whichever replica claimed it, is cancelled through the other one.
+    let m = marker();
+    let long = bash(&format!("sleep {m}"));
+    let id = ca
+        .submit(&key("long"), &long)
+        .await
+        .unwrap()
+        .receipt
+        .operation_id;
+    until("the program runs", || !processes_with(&m).is_empty()).await;
+    let holder = owner_of(&store, &id).await.expect("leased");
+    let other = if holder == "replica-a" { &cb } else { &ca };
+    let mut op = Operation::resume(key("l"), long, &id, None).unwrap();
+    op.request_cancel();
+    let t = run(other, &mut op).await;
+    let Terminal::Cancelled {
+        snapshot: Some(s), ..
+    } = &t
+    else {
+        panic!("{t:?}")
+    };
+    assert_eq!(
+        s.failure.as_ref().map(|f| f.code.as_str()),
+        Some(codes::EXECUTION_CANCELLED)
+    );
+    until("the process is gone", || processes_with(&m).is_empty()).await;
+    drop((a, b));
+}
+
+#[tokio::test]
+async fn a_dead_owner_is_found_by_lease_expiry_and_reconciled_by_the_survivor() {
+    let store = postgres_db("lease").await;
+    let tokens = token_file();
+    let mut a = Proc::spawn(&args(&store, &tokens, "replica-a"));
+    let ca = client(&a.base_url, ALICE);
+    let m = marker();
+    let long = bash(&format!("sleep {m}"));
+    let k = key("dies");
+    let id = ca.submit(&k, &long).await.unwrap().receipt.operation_id;
+    until("the program runs", || !processes_with(&m).is_empty()).await;
+    assert_eq!(owner_of(&store, &id).await.as_deref(), Some("replica-a"));
+    // B starts with A alive: it must not touch A's operation while A's lease is renewed.
+    let b = Proc::spawn(&args(&store, &tokens, "replica-b"));
+    let cb = client(&b.base_url, ALICE);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let s = cb.status(&id, None).await.unwrap();
+    let execseam_chrono::durable::StatusAnswer::Snapshot { snapshot, .. } = s else {
+        panic!()
+    };
+    assert_eq!(snapshot.status, Status::Running, "A renews its lease");
+
+    a.kill9();
+    for pid in processes_with(&m) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    let t0 = std::time::Instant::now();
+    let mut op = Operation::resume(k.clone(), long.clone(), &id, None).unwrap();
+    let t = run(&cb, &mut op).await;
+    let Terminal::OutcomeUncertain {
+        snapshot: Some(s), ..
+    } = &t
+    else {
+        panic!("{t:?}")
+    };
+    assert_eq!(
+        s.failure.as_ref().map(|f| f.code.as_str()),
+        Some(codes::OUTCOME_UNCERTAIN)
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "found within a few leases: {:?}",
+        t0.elapsed()
+    );
+    assert!(processes_with(&m).is_empty(), "never run again");
+    // Same key, same payload: still that operation.
+    assert_eq!(cb.submit(&k, &long).await.unwrap().receipt.operation_id, id);
+    let out = b.output();
+    assert!(!out.contains(ALICE), "{out}");
+}

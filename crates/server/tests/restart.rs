@@ -1,0 +1,148 @@
+//! kill -9 the real `execseam-server serve` binary while operations are done, running and
+//! queued; restart it on the same SQLite store: done results are served byte for byte, the
+//! queued one runs, the running one is reconciled as `outcome_uncertain` (the local adapter
+//! cannot reattach to a process, and the command may have run: it is never run again), and
+//! idempotency holds across the restart.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use execseam_chrono::wire::{self, Status, codes};
+use execseam_chrono::{Operation, Terminal};
+
+async fn get(url: &str) -> (u16, Vec<u8>) {
+    let r = http_client()
+        .get(url)
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.bytes().await.unwrap().to_vec())
+}
+
+async fn status_of(base: &str, id: &str) -> Status {
+    let (st, body) = get(&format!("{base}{}", wire::path::status(id))).await;
+    assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
+    wire::parse_snapshot(&body, id).unwrap().status
+}
+
+#[tokio::test]
+async fn kill_9_and_restart_keeps_results_runs_the_queue_and_reconciles_the_running() {
+    let store = sqlite_url("restart");
+    let tokens = token_file();
+    let args = |port: u16| -> Vec<String> {
+        [
+            "--store",
+            &store,
+            "--tokens",
+            tokens.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--replica-id",
+            "node-1",
+            "--max-running",
+            "1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let mut first = Proc::spawn(&args(free_port()));
+    let base = first.base_url.clone();
+    let c = client(&base, ALICE);
+
+    // Done: an output with every awkward byte a JSON string can carry.
+    let done_req =
+        bash(r#"printf 'a\tb\n"quoted" \\ \u00e9 \u2603\n'; printf 'err\n' >&2; exit 5"#);
+    let mut done = Operation::new(key("done"), done_req.clone()).unwrap();
+    let t = run(&c, &mut done).await;
+    assert!(
+        matches!(&t, Terminal::Ran { output, .. } if output.exit_code == 5),
+        "{t:?}"
+    );
+    let done_id = done.operation_id.clone().unwrap();
+    let (st, before) = get(&format!("{base}{}", wire::path::result(&done_id))).await;
+    assert_eq!(st, 200);
+
+    // Running: a sleep that outlives the server.
+    let m = marker();
+    let running_req = bash(&format!("sleep {m}"));
+    let running_key = key("running");
+    let running = c
+        .submit(&running_key, &running_req)
+        .await
+        .unwrap()
+        .receipt
+        .operation_id;
+    until("the program runs", || !processes_with(&m).is_empty()).await;
+    assert_eq!(status_of(&base, &running).await, Status::Running);
+
+    // Queued behind it (one slot).
+    let queued_req = bash("echo ran-after-restart");
+    let queued = c
+        .submit(&key("queued"), &queued_req)
+        .await
+        .unwrap()
+        .receipt
+        .operation_id;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(status_of(&base, &queued).await, Status::Queued);
+
+    first.kill9();
+    // The local adapter's process group is not the server's: the program survives the kill
+    // (that is why the operation cannot be called done or failed). End it here.
+    let orphans = processes_with(&m);
+    assert!(
+        !orphans.is_empty(),
+        "the program outlived the killed server"
+    );
+    for pid in orphans {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+
+    let second = Proc::spawn(&args(free_port()));
+    let base = second.base_url.clone();
+    let c = client(&base, ALICE);
+
+    // Done: byte for byte.
+    let (st, after) = get(&format!("{base}{}", wire::path::result(&done_id))).await;
+    assert_eq!(st, 200);
+    assert_eq!(after, before, "the stored result is served byte for byte");
+    // Queued: runs now.
+    let mut q = Operation::resume(key("q"), queued_req, &queued, None).unwrap();
+    assert_eq!(ran(&run(&c, &mut q).await), ("ran-after-restart\n", 0));
+    // Running: reconciled, never re-run.
+    let mut r =
+        Operation::resume(running_key.clone(), running_req.clone(), &running, None).unwrap();
+    let t = run(&c, &mut r).await;
+    let Terminal::OutcomeUncertain {
+        snapshot: Some(s), ..
+    } = &t
+    else {
+        panic!("{t:?}")
+    };
+    assert_eq!(
+        s.failure.as_ref().map(|f| f.code.as_str()),
+        Some(codes::OUTCOME_UNCERTAIN)
+    );
+    assert!(processes_with(&m).is_empty(), "not started again");
+    // The same key and payload converge on the same operation; another payload is 409.
+    let again = c.submit(&running_key, &running_req).await.unwrap();
+    assert_eq!(again.receipt.operation_id, running);
+    assert_eq!(again.receipt.status, Status::OutcomeUncertain);
+    let e = c
+        .submit(&running_key, &bash("echo other"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(codes::IDEMPOTENCY_KEY_REUSE));
+    let again = c.submit(done.key(), &done_req).await.unwrap();
+    assert_eq!(again.receipt.operation_id, done_id);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(processes_with(&m).is_empty());
+    let out = second.output();
+    assert!(out.contains("held by this replica's previous run"), "{out}");
+}
