@@ -141,3 +141,48 @@ pub fn typescript_runtime() -> io::Result<Vec<String>> {
         .ok_or_else(|| io::Error::other("node is not on PATH"))?;
     Ok(vec![node, cli.to_string_lossy().into_owned()])
 }
+
+/// Ensures `target/interop/<name>/node_modules` holds exactly what `<dir>/package-lock.json`
+/// pins (`npm ci --ignore-scripts`, so nothing from the registry runs at install time) and
+/// returns the npm directory. Re-installs when the lockfile changes. Needs `node` and `npm`.
+pub fn node_env(name: &str, dir: &Path) -> io::Result<PathBuf> {
+    static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = CREATING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let npm_dir = target_dir().join("interop").join(name);
+    let lock = std::fs::read_to_string(dir.join("package-lock.json"))?;
+    let manifest = std::fs::read_to_string(dir.join("package.json"))?;
+    let stamp = npm_dir.join("installed-package-lock.json");
+    if npm_dir.join("node_modules").is_dir()
+        && std::fs::read_to_string(&stamp).ok().as_deref() == Some(lock.as_str())
+    {
+        return Ok(npm_dir);
+    }
+    let _ = std::fs::remove_dir_all(npm_dir.join("node_modules"));
+    std::fs::create_dir_all(&npm_dir)?;
+    std::fs::write(npm_dir.join("package.json"), manifest)?;
+    std::fs::write(npm_dir.join("package-lock.json"), &lock)?;
+    check(
+        Command::new("npm")
+            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&npm_dir),
+        "installing the official npm client from the registry (is the npm registry reachable? are node and npm installed?)",
+    )?;
+    std::fs::write(&stamp, lock)?;
+    Ok(npm_dir)
+}
+
+/// Runs `script` with `node`, resolving packages from `npm_dir`, with `env`.
+pub fn run_node(npm_dir: &Path, script: &Path, env: &[(String, String)]) -> io::Result<Output> {
+    // ESM resolves bare imports from the importing file's directory upwards: run a copy of the
+    // script from inside the npm directory.
+    let copy = npm_dir.join(script.file_name().unwrap_or_else(|| "check.mjs".as_ref()));
+    std::fs::copy(script, &copy)?;
+    Command::new("node")
+        .arg(&copy)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(npm_dir)
+        .stdin(Stdio::null())
+        .output()
+}

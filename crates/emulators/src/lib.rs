@@ -41,6 +41,8 @@ pub mod fly;
 pub mod modal;
 #[cfg(feature = "sprites")]
 pub mod sprites;
+#[cfg(feature = "vercel")]
+pub mod vercel;
 #[cfg(any(feature = "fly", feature = "sprites"))]
 mod util;
 
@@ -113,6 +115,8 @@ pub fn providers() -> &'static [&'static str] {
         "modal",
         #[cfg(feature = "chrono")]
         "chrono",
+        #[cfg(feature = "vercel")]
+        "vercel",
     ]
 }
 
@@ -139,6 +143,8 @@ pub async fn start(provider: &str, options: EmulatorOptions) -> std::io::Result<
         "modal" => modal::start(options).await,
         #[cfg(feature = "chrono")]
         "chrono" => chrono::start(options).await,
+        #[cfg(feature = "vercel")]
+        "vercel" => vercel::start(options).await,
         other => Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
             format!(

@@ -1,0 +1,627 @@
+//! Commands: start (detached or awaited NDJSON), wait, logs, kill, stdin.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request};
+use axum::http::{HeaderValue, StatusCode, Uri, header};
+use axum::response::Response;
+use base64::Engine as _;
+use execseam_core::{Command, Event, Exec, ExecStream};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+
+use super::routes::{
+    St, api_error, bad_request, json_body, not_found, ok, query, query_get, status_fault, stopped,
+};
+use super::state::{CommandRecord, Progress, Session, State, Stream, new_id, now_ms};
+use super::{CWD, USER};
+use crate::harness::clock::hex_id;
+use crate::harness::{ConnControl, Fault};
+
+/// Where the wrapper records pids and stdin FIFOs live, inside each sandbox.
+const RUN_DIR: &str = "/tmp/.execseam-vercel";
+/// The most a stdin request may carry after base64 decoding (the Python SDK's chunk is 512 KiB,
+/// "keeping the base64 JSON body under the API's 1 MB limit").
+const MAX_STDIN_BODY: usize = 1024 * 1024;
+
+/// Records its pid, takes stdin from the FIFO (or nothing), then becomes the command.
+const WRAPPER: &str = r#"p=$1; f=$2; shift 2
+printf '%s' "$$" > "$p"
+if [ -n "$f" ]; then exec 0<"$f"; rm -f -- "$f"; else exec 0</dev/null; fi
+exec "$@""#;
+
+/// The writer end of a command's stdin FIFO and how much went through it.
+pub(crate) struct StdinPipe {
+    tx: Option<tokio::net::unix::pipe::Sender>,
+    fifo: PathBuf,
+    written: u64,
+}
+
+impl StdinPipe {
+    /// Drops the writer (EOF) once the command has opened the FIFO (its wrapper removes the
+    /// path right after opening it; a reader that opens with no writer left would block).
+    async fn close(&mut self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while self.fifo.exists() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        self.tx = None;
+    }
+}
+
+fn ndjson(body: Body) -> Response {
+    let mut r = Response::new(body);
+    // Compared with `!==` by the TS SDK: exactly this, no parameters.
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    r
+}
+
+fn line(v: &Value) -> Bytes {
+    let mut s = v.to_string();
+    s.push('\n');
+    Bytes::from(s)
+}
+
+/// Incremental UTF-8 decoding: a sequence split across chunks is joined; invalid bytes are
+/// U+FFFD.
+#[derive(Default)]
+struct Utf8 {
+    pending: Vec<u8>,
+}
+
+impl Utf8 {
+    fn push(&mut self, chunk: &[u8]) -> String {
+        let mut buf = std::mem::take(&mut self.pending);
+        buf.extend_from_slice(chunk);
+        let mut out = String::new();
+        let mut rest: &[u8] = &buf;
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(s) => {
+                    out.push_str(s);
+                    return out;
+                }
+                Err(e) => {
+                    let (valid, after) = rest.split_at(e.valid_up_to());
+                    out.push_str(std::str::from_utf8(valid).expect("valid prefix"));
+                    match e.error_len() {
+                        Some(n) => {
+                            out.push('\u{FFFD}');
+                            rest = &after[n..];
+                        }
+                        None => {
+                            self.pending = after.to_vec();
+                            return out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self) -> String {
+        if self.pending.is_empty() {
+            String::new()
+        } else {
+            self.pending.clear();
+            "\u{FFFD}".to_owned()
+        }
+    }
+}
+
+fn session_for(st: &State, sid: &str) -> Result<Arc<Session>, Response> {
+    st.session(sid).ok_or_else(|| not_found("Session", sid))
+}
+
+fn command_for(session: &Session, cid: &str) -> Result<Arc<CommandRecord>, Response> {
+    session.command(cid).ok_or_else(|| not_found("Command", cid))
+}
+
+/// What `POST …/cmd` asks for.
+struct RunRequest {
+    command: String,
+    args: Vec<String>,
+    cwd: String,
+    env: Vec<(String, String)>,
+    sudo: bool,
+    wait: bool,
+    logs: bool,
+    timeout: Option<Duration>,
+    attach_stdin: bool,
+}
+
+fn parse_run(body: &serde_json::Map<String, Value>, uri: &Uri) -> Result<RunRequest, Response> {
+    let q = query(uri);
+    let flag = |key: &str| {
+        body.get(key).and_then(Value::as_bool).unwrap_or(false) || query_get(&q, key) == Some("true")
+    };
+    let command = match body.get("command") {
+        Some(Value::String(c)) if !c.is_empty() => c.clone(),
+        _ => return Err(bad_request("command must be a non-empty string")),
+    };
+    let args = match body.get("args") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad_request("args must be strings"))?,
+        Some(_) => return Err(bad_request("args must be an array")),
+    };
+    let cwd = match body.get("cwd") {
+        None | Some(Value::Null) => CWD.to_owned(),
+        Some(Value::String(c)) => resolve(CWD, c),
+        Some(_) => return Err(bad_request("cwd must be a string")),
+    };
+    let env = match body.get("env") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad_request("env values must be strings"))?,
+        Some(_) => return Err(bad_request("env must be an object")),
+    };
+    let timeout = match body.get("timeout") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_f64() {
+            Some(ms) if ms >= 0.0 => Some(Duration::from_millis(ms as u64)),
+            _ => return Err(bad_request("timeout must be a number of milliseconds")),
+        },
+    };
+    Ok(RunRequest {
+        command,
+        args,
+        cwd,
+        env,
+        sudo: body.get("sudo").and_then(Value::as_bool).unwrap_or(false),
+        wait: flag("wait"),
+        logs: flag("logs"),
+        timeout,
+        attach_stdin: body.get("attachStdin").and_then(Value::as_bool).unwrap_or(false),
+    })
+}
+
+/// `path` against `cwd` (absolute paths win), with `.` and `..` folded.
+pub(crate) fn resolve(cwd: &str, path: &str) -> String {
+    let joined = if path.starts_with('/') {
+        path.to_owned()
+    } else {
+        format!("{}/{path}", cwd.trim_end_matches('/'))
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for p in joined.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+async fn make_fifo(session: &Session) -> std::io::Result<(StdinPipe, String)> {
+    let name = format!("{RUN_DIR}/stdin-{}", hex_id(16));
+    let host = session.root.host_path(&name);
+    let status = tokio::process::Command::new("mkfifo")
+        .arg("-m")
+        .arg("600")
+        .arg(&host)
+        .status()
+        .await?;
+    if !status.success() {
+        return Err(std::io::Error::other(format!("mkfifo failed: {status}")));
+    }
+    let tx = tokio::net::unix::pipe::OpenOptions::new()
+        .read_write(true)
+        .open_sender(&host)?;
+    Ok((
+        StdinPipe {
+            tx: Some(tx),
+            fifo: host,
+            written: 0,
+        },
+        session.root.visible_path(&name),
+    ))
+}
+
+/// `POST /v2/sandboxes/sessions/{sid}/cmd`.
+pub(crate) async fn run(st: St, Path(sid): Path<String>, uri: Uri, req: Request) -> Response {
+    let fault = st.faults.take("exec");
+    let ctl = req.extensions().get::<ConnControl>().cloned();
+    if let Some(r) = status_fault(fault, ctl.as_ref()).await {
+        return r;
+    }
+    let session = match session_for(&st, &sid) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if !session.is_running() {
+        return stopped();
+    }
+    let Ok(raw) = axum::body::to_bytes(req.into_body(), MAX_STDIN_BODY * 2).await else {
+        return bad_request("Invalid body");
+    };
+    let body = match json_body(&raw) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let rr = match parse_run(&body, &uri) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    if !session.root.host_path(&rr.cwd).is_dir() {
+        return bad_request(&format!("The working directory {:?} does not exist", rr.cwd));
+    }
+    let run_dir = session.root.host_path(RUN_DIR);
+    if let Err(e) = std::fs::create_dir_all(&run_dir) {
+        return api_error(StatusCode::INTERNAL_SERVER_ERROR, "internal_server_error", &e.to_string());
+    }
+    let (pipe, fifo) = if rr.attach_stdin {
+        match make_fifo(&session).await {
+            Ok((p, f)) => (Some(p), f),
+            Err(e) => {
+                return api_error(StatusCode::INTERNAL_SERVER_ERROR, "internal_server_error", &e.to_string());
+            }
+        }
+    } else {
+        (None, String::new())
+    };
+    let id = new_id("cmd");
+    let (progress, _) = watch::channel(Progress::default());
+    let record = Arc::new(CommandRecord {
+        id: id.clone(),
+        name: rr.command.clone(),
+        args: rr.args.clone(),
+        cwd: rr.cwd.clone(),
+        session_id: session.id.clone(),
+        started_at: now_ms(),
+        logs: Mutex::new(Vec::new()),
+        progress,
+        stdin: pipe.map(tokio::sync::Mutex::new),
+        pid_file: format!("{RUN_DIR}/{id}.pid"),
+        task: Mutex::new(None),
+    });
+    session.commands.lock().expect("commands").push(record.clone());
+
+    let mut argv = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        WRAPPER.to_owned(),
+        "sh".to_owned(),
+        session.root.visible_path(&record.pid_file),
+        fifo,
+        rr.command.clone(),
+    ];
+    argv.extend(rr.args.iter().cloned());
+    let _ = (rr.sudo, USER); // every command runs as the emulator's user until users land
+    let mut b = Command::builder(argv).workdir(session.root.visible_path(&rr.cwd));
+    for (k, v) in session.env.iter().map(|(k, v)| (k.clone(), v.clone())).chain(rr.env.iter().cloned()) {
+        b = b.env(k, v);
+    }
+    let cmd = match b.build() {
+        Ok(c) => c,
+        Err(e) => return bad_request(&e.to_string()),
+    };
+    let task = tokio::spawn(execute(session.clone(), record.clone(), cmd, rr.timeout));
+    *record.task.lock().expect("task") = Some(task.abort_handle());
+
+    match fault {
+        Some(Fault::ServerError) => {
+            let mut rx = record.progress.subscribe();
+            let _ = rx.wait_for(|p| p.exit.is_some() || p.lost).await;
+            return api_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_server_error",
+                "An unexpected internal error occurred",
+            );
+        }
+        Some(Fault::SandboxVanishes) => {
+            let s = session.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                s.stop();
+            });
+        }
+        _ => {}
+    }
+    if !rr.wait {
+        return ok(json!({ "command": record.started_payload() }));
+    }
+    let first = line(&json!({ "command": record.started_payload() }));
+    let follow = follow(record, rr.logs, true, fault);
+    ndjson(Body::from_stream(
+        futures_util::stream::once(async move { Ok::<_, std::io::Error>(first) }).chain(follow),
+    ))
+}
+
+/// Runs the command: output into the record's log, then its exit (128+n for a signal; SIGKILL,
+/// 137, at `timeout`, as the service enforces it).
+async fn execute(
+    session: Arc<Session>,
+    record: Arc<CommandRecord>,
+    cmd: Command,
+    timeout: Option<Duration>,
+) {
+    let mut stream = match ExecStream::exec_stream(session.root.exec(), cmd).await {
+        Ok(s) => s,
+        Err(e) => {
+            record.push_log(Stream::Stderr, format!("{}\n", e.message()));
+            record.finish(127);
+            return;
+        }
+    };
+    let (mut out, mut err) = (Utf8::default(), Utf8::default());
+    let deadline = timeout.map(|d| tokio::time::Instant::now() + d);
+    loop {
+        let sleep = async {
+            match deadline {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            item = stream.next() => match item {
+                Some(Ok(Event::Stdout(b))) => record.push_log(Stream::Stdout, out.push(&b)),
+                Some(Ok(Event::Stderr(b))) => record.push_log(Stream::Stderr, err.push(&b)),
+                Some(Ok(Event::Exit(x))) => {
+                    record.push_log(Stream::Stdout, out.finish());
+                    record.push_log(Stream::Stderr, err.finish());
+                    record.finish(x.shell_status());
+                    return;
+                }
+                Some(Err(e)) => {
+                    record.push_log(Stream::Stderr, format!("{}\n", e.message()));
+                    record.finish(126);
+                    return;
+                }
+                None => {
+                    record.finish(255);
+                    return;
+                }
+            },
+            () = sleep => {
+                drop(stream); // kills the process group
+                record.push_log(Stream::Stdout, out.finish());
+                record.push_log(Stream::Stderr, err.finish());
+                record.finish(137);
+                return;
+            }
+        }
+    }
+}
+
+/// NDJSON log lines from the first, live, until the command ends; then (`with_final`) the
+/// finished `{command}`. A command whose session stopped under it ends with an in-band error.
+fn follow(
+    record: Arc<CommandRecord>,
+    logs: bool,
+    with_final: bool,
+    fault: Option<Fault>,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    struct St {
+        record: Arc<CommandRecord>,
+        rx: watch::Receiver<Progress>,
+        next: usize,
+        logs: bool,
+        with_final: bool,
+        cut: bool,
+        malformed: bool,
+        done: bool,
+    }
+    let rx = record.progress.subscribe();
+    let st = St {
+        record,
+        rx,
+        next: 0,
+        logs,
+        with_final,
+        cut: fault == Some(Fault::CutBeforeExit),
+        malformed: fault == Some(Fault::MalformedBody),
+        done: false,
+    };
+    futures_util::stream::unfold(st, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        if st.malformed {
+            st.malformed = false;
+            return Some((Ok(Bytes::from_static(b"{\"stream\":\"stdout\",\"data\":\n")), st));
+        }
+        loop {
+            if st.logs
+                && let Some((stream, data)) = st.record.log_line(st.next)
+            {
+                st.next += 1;
+                let v = json!({ "stream": stream.as_str(), "data": data });
+                return Some((Ok(line(&v)), st));
+            }
+            let p = st.rx.borrow_and_update().clone();
+            let drained = !st.logs || st.next >= p.lines;
+            if drained && (p.exit.is_some() || p.lost) {
+                st.done = true;
+                if st.cut {
+                    return None;
+                }
+                if p.lost {
+                    let v = json!({"stream": "error", "data": {
+                        "code": "sandbox_stopped",
+                        "message": "The sandbox was stopped while the command was running",
+                    }});
+                    return Some((Ok(line(&v)), st));
+                }
+                if !st.with_final {
+                    return None;
+                }
+                return Some((Ok(line(&json!({ "command": st.record.payload() }))), st));
+            }
+            if !drained {
+                continue;
+            }
+            if st.rx.changed().await.is_err() {
+                return None;
+            }
+        }
+    })
+}
+
+/// `GET …/cmd`.
+pub(crate) async fn list(st: St, Path(sid): Path<String>) -> Response {
+    let session = match session_for(&st, &sid) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let all: Vec<Value> = session
+        .commands
+        .lock()
+        .expect("commands")
+        .iter()
+        .map(|c| c.payload())
+        .collect();
+    ok(json!({ "commands": all }))
+}
+
+/// `GET …/cmd/{cid}[?wait=true]`.
+pub(crate) async fn get(st: St, Path((sid, cid)): Path<(String, String)>, uri: Uri) -> Response {
+    let session = match session_for(&st, &sid) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let record = match command_for(&session, &cid) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    if query_get(&query(&uri), "wait") == Some("true") {
+        let mut rx = record.progress.subscribe();
+        let _ = rx.wait_for(|p| p.exit.is_some() || p.lost).await;
+        if record.progress.borrow().lost {
+            return stopped();
+        }
+    }
+    ok(json!({ "command": record.payload() }))
+}
+
+/// `GET …/cmd/{cid}/logs`.
+pub(crate) async fn logs(st: St, Path((sid, cid)): Path<(String, String)>) -> Response {
+    let session = match session_for(&st, &sid) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let record = match command_for(&session, &cid) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    ndjson(Body::from_stream(follow(record, true, false, None)))
+}
+
+/// `POST …/cmd/{cid}/kill {signal}`: the signal goes to the command's process.
+pub(crate) async fn kill(st: St, Path((sid, cid)): Path<(String, String)>, body: Bytes) -> Response {
+    let session = match session_for(&st, &sid) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let record = match command_for(&session, &cid) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let body = match json_body(&body) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let signal = match body.get("signal") {
+        None | Some(Value::Null) => 15,
+        Some(v) => match v.as_u64().filter(|n| (1..=64).contains(n)) {
+            Some(n) => n,
+            None => return bad_request("signal must be a signal number"),
+        },
+    };
+    if !record.is_done() {
+        // A command started a moment ago may not have recorded its pid yet.
+        let file = session.root.host_path(&record.pid_file);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let mut pid = None;
+        while pid.is_none() && !record.is_done() && tokio::time::Instant::now() < deadline {
+            pid = std::fs::read_to_string(&file).ok().and_then(|p| p.trim().parse::<u32>().ok());
+            if pid.is_none() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        if let Some(pid) = pid {
+            let cmd = Command::new(["kill", &format!("-{signal}"), &pid.to_string()]).expect("argv");
+            let _ = session.root.exec().exec(cmd).await;
+        }
+    }
+    ok(json!({ "command": record.payload() }))
+}
+
+/// `POST …/cmd/{cid}/stdin {data?, offset?, close?}`: resumable writes (a resent request with
+/// the same offset skips what already arrived), `{bytesWritten}` back.
+pub(crate) async fn stdin(st: St, Path((sid, cid)): Path<(String, String)>, body: Bytes) -> Response {
+    let session = match session_for(&st, &sid) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let record = match command_for(&session, &cid) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let unavailable = || {
+        api_error(
+            StatusCode::BAD_REQUEST,
+            "command_stdin_unavailable",
+            "The command's stdin is not available: it was not attached, is closed, or the command exited",
+        )
+    };
+    let Some(pipe) = &record.stdin else {
+        return unavailable();
+    };
+    let body = match json_body(&body) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let data = match body.get("data") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => match base64::engine::general_purpose::STANDARD.decode(s) {
+            Ok(d) => d,
+            Err(_) => return bad_request("data must be base64"),
+        },
+        Some(_) => return bad_request("data must be a base64 string"),
+    };
+    if data.len() > MAX_STDIN_BODY {
+        return api_error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "stdin chunk too large");
+    }
+    let close = body.get("close").and_then(Value::as_bool).unwrap_or(false);
+    let mut pipe = pipe.lock().await;
+    let written = pipe.written;
+    let offset = body.get("offset").and_then(Value::as_u64).unwrap_or(written);
+    if offset > written {
+        return bad_request(&format!("offset {offset} is past the {written} bytes written"));
+    }
+    if pipe.tx.is_none() || record.is_done() {
+        return unavailable();
+    }
+    let skip = ((written - offset) as usize).min(data.len());
+    let fresh = &data[skip..];
+    if !fresh.is_empty() {
+        let tx = pipe.tx.as_mut().expect("open");
+        if tx.write_all(fresh).await.is_err() {
+            pipe.tx = None;
+            return unavailable();
+        }
+        pipe.written += fresh.len() as u64;
+    }
+    if close {
+        pipe.close().await;
+    }
+    ok(json!({ "command": record.payload(), "bytesWritten": pipe.written }))
+}
