@@ -165,7 +165,13 @@ pub fn node_env(name: &str, dir: &Path) -> io::Result<PathBuf> {
     std::fs::write(npm_dir.join("package-lock.json"), &lock)?;
     check(
         Command::new("npm")
-            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"])
+            .args([
+                "ci",
+                "--ignore-scripts",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+            ])
             .current_dir(&npm_dir),
         "installing the official npm client from the registry (is the npm registry reachable? are node and npm installed?)",
     )?;

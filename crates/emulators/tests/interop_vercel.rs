@@ -49,7 +49,11 @@ fn arm_faults_when_ready(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         for (n, fault) in rules {
-            faults.add(FaultRule { route: "exec".into(), when: When::Nth(n), fault });
+            faults.add(FaultRule {
+                route: "exec".into(),
+                when: When::Nth(n),
+                fault,
+            });
         }
         std::fs::write(&a, b"").expect("armed");
     });
@@ -66,7 +70,10 @@ fn assert_checks(name: &str, out: &std::process::Output, want: usize) {
         out.status
     );
     let checks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
-    assert_eq!(checks, want, "every check of the {name} script ran:\n{stdout}");
+    assert_eq!(
+        checks, want,
+        "every check of the {name} script ran:\n{stdout}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -92,7 +99,11 @@ async fn the_official_python_sdk_works_against_the_emulator() {
         .unwrap()
         .expect("python runs");
     assert_checks("Python", &out, 40);
-    assert!(emu.sandbox_names().is_empty(), "the SDK deleted its sandboxes: {:?}", emu.sandbox_names());
+    assert!(
+        emu.sandbox_names().is_empty(),
+        "the SDK deleted its sandboxes: {:?}",
+        emu.sandbox_names()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -109,7 +120,12 @@ async fn the_official_typescript_sdk_works_against_the_emulator() {
         &emu,
         scratch.path(),
         vec![
-            (1, Fault::RateLimited { retry_after_secs: 1 }),
+            (
+                1,
+                Fault::RateLimited {
+                    retry_after_secs: 1,
+                },
+            ),
             (3, Fault::CutBeforeExit),
             (4, Fault::ServerError),
         ],
@@ -123,5 +139,9 @@ async fn the_official_typescript_sdk_works_against_the_emulator() {
         .unwrap()
         .expect("node runs");
     assert_checks("TypeScript", &out, 29);
-    assert!(emu.sandbox_names().is_empty(), "the SDK deleted its sandbox: {:?}", emu.sandbox_names());
+    assert!(
+        emu.sandbox_names().is_empty(),
+        "the SDK deleted its sandbox: {:?}",
+        emu.sandbox_names()
+    );
 }

@@ -1,6 +1,5 @@
 //! Commands: start (detached or awaited NDJSON), wait, logs, kill, stdin.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,7 +11,6 @@ use base64::Engine as _;
 use execseam_core::{Command, Event, Exec, ExecStream};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use super::routes::{
@@ -20,8 +18,8 @@ use super::routes::{
 };
 use super::state::{CommandRecord, Progress, Session, State, Stream, new_id, now_ms};
 use super::{CWD, USER};
-use crate::harness::clock::hex_id;
 use crate::harness::{ConnControl, Fault};
+use crate::stream::{StdinFifo, Utf8};
 
 /// Where the wrapper records pids and stdin FIFOs live, inside each sandbox.
 const RUN_DIR: &str = "/tmp/.execseam-vercel";
@@ -35,24 +33,8 @@ printf '%s' "$$" > "$p"
 if [ -n "$f" ]; then exec 0<"$f"; rm -f -- "$f"; else exec 0</dev/null; fi
 exec "$@""#;
 
-/// The writer end of a command's stdin FIFO and how much went through it.
-pub(crate) struct StdinPipe {
-    tx: Option<tokio::net::unix::pipe::Sender>,
-    fifo: PathBuf,
-    written: u64,
-}
-
-impl StdinPipe {
-    /// Drops the writer (EOF) once the command has opened the FIFO (its wrapper removes the
-    /// path right after opening it; a reader that opens with no writer left would block).
-    async fn close(&mut self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while self.fifo.exists() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        self.tx = None;
-    }
-}
+/// A command's stdin (the Python SDK's `attachStdin`).
+pub(crate) type StdinPipe = StdinFifo;
 
 fn ndjson(body: Body) -> Response {
     let mut r = Response::new(body);
@@ -70,59 +52,14 @@ fn line(v: &Value) -> Bytes {
     Bytes::from(s)
 }
 
-/// Incremental UTF-8 decoding: a sequence split across chunks is joined; invalid bytes are
-/// U+FFFD.
-#[derive(Default)]
-struct Utf8 {
-    pending: Vec<u8>,
-}
-
-impl Utf8 {
-    fn push(&mut self, chunk: &[u8]) -> String {
-        let mut buf = std::mem::take(&mut self.pending);
-        buf.extend_from_slice(chunk);
-        let mut out = String::new();
-        let mut rest: &[u8] = &buf;
-        loop {
-            match std::str::from_utf8(rest) {
-                Ok(s) => {
-                    out.push_str(s);
-                    return out;
-                }
-                Err(e) => {
-                    let (valid, after) = rest.split_at(e.valid_up_to());
-                    out.push_str(std::str::from_utf8(valid).expect("valid prefix"));
-                    match e.error_len() {
-                        Some(n) => {
-                            out.push('\u{FFFD}');
-                            rest = &after[n..];
-                        }
-                        None => {
-                            self.pending = after.to_vec();
-                            return out;
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    fn finish(&mut self) -> String {
-        if self.pending.is_empty() {
-            String::new()
-        } else {
-            self.pending.clear();
-            "\u{FFFD}".to_owned()
-        }
-    }
-}
-
 fn session_for(st: &State, sid: &str) -> Result<Arc<Session>, Response> {
     st.session(sid).ok_or_else(|| not_found("Session", sid))
 }
 
 fn command_for(session: &Session, cid: &str) -> Result<Arc<CommandRecord>, Response> {
-    session.command(cid).ok_or_else(|| not_found("Command", cid))
+    session
+        .command(cid)
+        .ok_or_else(|| not_found("Command", cid))
 }
 
 /// What `POST …/cmd` asks for.
@@ -141,7 +78,8 @@ struct RunRequest {
 fn parse_run(body: &serde_json::Map<String, Value>, uri: &Uri) -> Result<RunRequest, Response> {
     let q = query(uri);
     let flag = |key: &str| {
-        body.get(key).and_then(Value::as_bool).unwrap_or(false) || query_get(&q, key) == Some("true")
+        body.get(key).and_then(Value::as_bool).unwrap_or(false)
+            || query_get(&q, key) == Some("true")
     };
     let command = match body.get("command") {
         Some(Value::String(c)) if !c.is_empty() => c.clone(),
@@ -186,7 +124,10 @@ fn parse_run(body: &serde_json::Map<String, Value>, uri: &Uri) -> Result<RunRequ
         wait: flag("wait"),
         logs: flag("logs"),
         timeout,
-        attach_stdin: body.get("attachStdin").and_then(Value::as_bool).unwrap_or(false),
+        attach_stdin: body
+            .get("attachStdin")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
     })
 }
 
@@ -208,31 +149,6 @@ pub(crate) fn resolve(cwd: &str, path: &str) -> String {
         }
     }
     format!("/{}", parts.join("/"))
-}
-
-async fn make_fifo(session: &Session) -> std::io::Result<(StdinPipe, String)> {
-    let name = format!("{RUN_DIR}/stdin-{}", hex_id(16));
-    let host = session.root.host_path(&name);
-    let status = tokio::process::Command::new("mkfifo")
-        .arg("-m")
-        .arg("600")
-        .arg(&host)
-        .status()
-        .await?;
-    if !status.success() {
-        return Err(std::io::Error::other(format!("mkfifo failed: {status}")));
-    }
-    let tx = tokio::net::unix::pipe::OpenOptions::new()
-        .read_write(true)
-        .open_sender(&host)?;
-    Ok((
-        StdinPipe {
-            tx: Some(tx),
-            fifo: host,
-            written: 0,
-        },
-        session.root.visible_path(&name),
-    ))
 }
 
 /// `POST /v2/sandboxes/sessions/{sid}/cmd`.
@@ -261,17 +177,28 @@ pub(crate) async fn run(st: St, Path(sid): Path<String>, uri: Uri, req: Request)
         Err(r) => return r,
     };
     if !session.root.host_path(&rr.cwd).is_dir() {
-        return bad_request(&format!("The working directory {:?} does not exist", rr.cwd));
+        return bad_request(&format!(
+            "The working directory {:?} does not exist",
+            rr.cwd
+        ));
     }
     let run_dir = session.root.host_path(RUN_DIR);
     if let Err(e) = std::fs::create_dir_all(&run_dir) {
-        return api_error(StatusCode::INTERNAL_SERVER_ERROR, "internal_server_error", &e.to_string());
+        return api_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_server_error",
+            &e.to_string(),
+        );
     }
     let (pipe, fifo) = if rr.attach_stdin {
-        match make_fifo(&session).await {
+        match StdinFifo::create(&session.root, RUN_DIR).await {
             Ok((p, f)) => (Some(p), f),
             Err(e) => {
-                return api_error(StatusCode::INTERNAL_SERVER_ERROR, "internal_server_error", &e.to_string());
+                return api_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal_server_error",
+                    &e.to_string(),
+                );
             }
         }
     } else {
@@ -292,7 +219,11 @@ pub(crate) async fn run(st: St, Path(sid): Path<String>, uri: Uri, req: Request)
         pid_file: format!("{RUN_DIR}/{id}.pid"),
         task: Mutex::new(None),
     });
-    session.commands.lock().expect("commands").push(record.clone());
+    session
+        .commands
+        .lock()
+        .expect("commands")
+        .push(record.clone());
 
     let mut argv = vec![
         "/bin/sh".to_owned(),
@@ -306,7 +237,12 @@ pub(crate) async fn run(st: St, Path(sid): Path<String>, uri: Uri, req: Request)
     argv.extend(rr.args.iter().cloned());
     let _ = (rr.sudo, USER); // every command runs as the emulator's user until users land
     let mut b = Command::builder(argv).workdir(session.root.visible_path(&rr.cwd));
-    for (k, v) in session.env.iter().map(|(k, v)| (k.clone(), v.clone())).chain(rr.env.iter().cloned()) {
+    for (k, v) in session
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .chain(rr.env.iter().cloned())
+    {
         b = b.env(k, v);
     }
     let cmd = match b.build() {
@@ -436,7 +372,10 @@ fn follow(
         }
         if st.malformed {
             st.malformed = false;
-            return Some((Ok(Bytes::from_static(b"{\"stream\":\"stdout\",\"data\":\n")), st));
+            return Some((
+                Ok(Bytes::from_static(b"{\"stream\":\"stdout\",\"data\":\n")),
+                st,
+            ));
         }
         loop {
             if st.logs
@@ -525,7 +464,11 @@ pub(crate) async fn logs(st: St, Path((sid, cid)): Path<(String, String)>) -> Re
 }
 
 /// `POST …/cmd/{cid}/kill {signal}`: the signal goes to the command's process.
-pub(crate) async fn kill(st: St, Path((sid, cid)): Path<(String, String)>, body: Bytes) -> Response {
+pub(crate) async fn kill(
+    st: St,
+    Path((sid, cid)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
     let session = match session_for(&st, &sid) {
         Ok(s) => s,
         Err(r) => return r,
@@ -551,13 +494,16 @@ pub(crate) async fn kill(st: St, Path((sid, cid)): Path<(String, String)>, body:
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         let mut pid = None;
         while pid.is_none() && !record.is_done() && tokio::time::Instant::now() < deadline {
-            pid = std::fs::read_to_string(&file).ok().and_then(|p| p.trim().parse::<u32>().ok());
+            pid = std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|p| p.trim().parse::<u32>().ok());
             if pid.is_none() {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
         }
         if let Some(pid) = pid {
-            let cmd = Command::new(["kill", &format!("-{signal}"), &pid.to_string()]).expect("argv");
+            let cmd =
+                Command::new(["kill", &format!("-{signal}"), &pid.to_string()]).expect("argv");
             let _ = session.root.exec().exec(cmd).await;
         }
     }
@@ -566,7 +512,11 @@ pub(crate) async fn kill(st: St, Path((sid, cid)): Path<(String, String)>, body:
 
 /// `POST …/cmd/{cid}/stdin {data?, offset?, close?}`: resumable writes (a resent request with
 /// the same offset skips what already arrived), `{bytesWritten}` back.
-pub(crate) async fn stdin(st: St, Path((sid, cid)): Path<(String, String)>, body: Bytes) -> Response {
+pub(crate) async fn stdin(
+    st: St,
+    Path((sid, cid)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
     let session = match session_for(&st, &sid) {
         Ok(s) => s,
         Err(r) => return r,
@@ -598,30 +548,34 @@ pub(crate) async fn stdin(st: St, Path((sid, cid)): Path<(String, String)>, body
         Some(_) => return bad_request("data must be a base64 string"),
     };
     if data.len() > MAX_STDIN_BODY {
-        return api_error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "stdin chunk too large");
+        return api_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "stdin chunk too large",
+        );
     }
     let close = body.get("close").and_then(Value::as_bool).unwrap_or(false);
     let mut pipe = pipe.lock().await;
-    let written = pipe.written;
-    let offset = body.get("offset").and_then(Value::as_u64).unwrap_or(written);
+    let written = pipe.written();
+    let offset = body
+        .get("offset")
+        .and_then(Value::as_u64)
+        .unwrap_or(written);
     if offset > written {
-        return bad_request(&format!("offset {offset} is past the {written} bytes written"));
+        return bad_request(&format!(
+            "offset {offset} is past the {written} bytes written"
+        ));
     }
-    if pipe.tx.is_none() || record.is_done() {
+    if !pipe.is_open() || record.is_done() {
         return unavailable();
     }
     let skip = ((written - offset) as usize).min(data.len());
     let fresh = &data[skip..];
-    if !fresh.is_empty() {
-        let tx = pipe.tx.as_mut().expect("open");
-        if tx.write_all(fresh).await.is_err() {
-            pipe.tx = None;
-            return unavailable();
-        }
-        pipe.written += fresh.len() as u64;
+    if !fresh.is_empty() && !pipe.write(fresh).await {
+        return unavailable();
     }
     if close {
         pipe.close().await;
     }
-    ok(json!({ "command": record.payload(), "bytesWritten": pipe.written }))
+    ok(json!({ "command": record.payload(), "bytesWritten": pipe.written() }))
 }

@@ -28,7 +28,11 @@ async fn sh(session: &Session, script: &str, args: &[&str], stdin: Option<Bytes>
     let cmd = b.build().expect("valid argv");
     match session.root.exec().exec(cmd).await {
         Ok(o) => o,
-        Err(e) => Output::new(Vec::new(), e.message().as_bytes().to_vec(), execseam_core::Exit::Code(125)),
+        Err(e) => Output::new(
+            Vec::new(),
+            e.message().as_bytes().to_vec(),
+            execseam_core::Exit::Code(125),
+        ),
     }
 }
 
@@ -41,7 +45,11 @@ pub(crate) async fn op(st: St, Path((sid, op)): Path<(String, String)>, req: Req
         return not_found("Session", &sid);
     };
     if !matches!(op.as_str(), "write" | "read" | "mkdir") {
-        return api_error(StatusCode::NOT_FOUND, "not_found", &format!("No filesystem op: {op}"));
+        return api_error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!("No filesystem op: {op}"),
+        );
     }
     if !session.is_running() {
         return stopped();
@@ -53,7 +61,11 @@ pub(crate) async fn op(st: St, Path((sid, op)): Path<(String, String)>, req: Req
         .unwrap_or("/")
         .to_owned();
     let Ok(body) = axum::body::to_bytes(req.into_body(), MAX_UPLOAD).await else {
-        return api_error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "The upload is too large");
+        return api_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "The upload is too large",
+        );
     };
     match op.as_str() {
         "write" => write(&session, &resolve(CWD, &extract_dir), body).await,
@@ -64,11 +76,18 @@ pub(crate) async fn op(st: St, Path((sid, op)): Path<(String, String)>, req: Req
 
 fn path_of(body: &Bytes) -> Result<(String, bool), Response> {
     let body = json_body(body)?;
-    let Some(path) = body.get("path").and_then(Value::as_str).filter(|p| !p.is_empty()) else {
+    let Some(path) = body
+        .get("path")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+    else {
         return Err(bad_request("path is required"));
     };
     let cwd = body.get("cwd").and_then(Value::as_str).unwrap_or(CWD);
-    let recursive = body.get("recursive").and_then(Value::as_bool).unwrap_or(false);
+    let recursive = body
+        .get("recursive")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     Ok((resolve(&resolve(CWD, cwd), path), recursive))
 }
 
@@ -86,7 +105,10 @@ async fn write(session: &Arc<Session>, dir: &str, body: Bytes) -> Response {
     )
     .await;
     if !out.exit.success() {
-        return bad_request(&format!("Failed to extract the archive: {}", stderr_of(&out)));
+        return bad_request(&format!(
+            "Failed to extract the archive: {}",
+            stderr_of(&out)
+        ));
     }
     ok(json!({}))
 }
@@ -94,7 +116,10 @@ async fn write(session: &Arc<Session>, dir: &str, body: Bytes) -> Response {
 /// Without a mount namespace the archive is unpacked in a scratch directory and each file moved
 /// to where the sandbox sees it (the documented degradation).
 async fn write_translated(session: &Arc<Session>, dir: &str, body: Bytes) -> Response {
-    let scratch = session.root.host_path(&format!("/tmp/.execseam-vercel-upload-{}", crate::harness::clock::hex_id(12)));
+    let scratch = session.root.host_path(&format!(
+        "/tmp/.execseam-vercel-upload-{}",
+        crate::harness::clock::hex_id(12)
+    ));
     let scratch_s = scratch.to_string_lossy().into_owned();
     let out = sh(
         session,
@@ -115,7 +140,12 @@ async fn write_translated(session: &Arc<Session>, dir: &str, body: Bytes) -> Res
     }
 }
 
-fn move_tree(base: &std::path::Path, at: &std::path::Path, dir: &str, session: &Session) -> Result<(), String> {
+fn move_tree(
+    base: &std::path::Path,
+    at: &std::path::Path,
+    dir: &str,
+    session: &Session,
+) -> Result<(), String> {
     for entry in std::fs::read_dir(at).map_err(|e| e.to_string())? {
         let entry = entry.map_err(|e| e.to_string())?;
         let path = entry.path();
@@ -124,7 +154,9 @@ fn move_tree(base: &std::path::Path, at: &std::path::Path, dir: &str, session: &
             continue;
         }
         let rel = path.strip_prefix(base).map_err(|e| e.to_string())?;
-        let target = session.root.host_path(&resolve(dir, &rel.to_string_lossy()));
+        let target = session
+            .root
+            .host_path(&resolve(dir, &rel.to_string_lossy()));
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
         }
@@ -156,9 +188,17 @@ async fn read(session: &Arc<Session>, body: &Bytes) -> Response {
             );
             r
         }
-        Some(44) => api_error(StatusCode::NOT_FOUND, "file_not_found", &format!("File not found: {path}")),
+        Some(44) => api_error(
+            StatusCode::NOT_FOUND,
+            "file_not_found",
+            &format!("File not found: {path}"),
+        ),
         Some(45) => bad_request(&format!("Path is a directory: {path}")),
-        _ => api_error(StatusCode::FORBIDDEN, "forbidden", &format!("Cannot read {path}: {}", stderr_of(&out))),
+        _ => api_error(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            &format!("Cannot read {path}: {}", stderr_of(&out)),
+        ),
     }
 }
 
@@ -173,13 +213,20 @@ async fn mkdir(session: &Arc<Session>, body: &Bytes) -> Response {
 [ -e "$1" ] && exit 46
 [ -d "$(dirname -- "$1")" ] || exit 44
 exec mkdir -- "$1""#,
-        &[&session.root.visible_path(&path), if recursive { "1" } else { "0" }],
+        &[
+            &session.root.visible_path(&path),
+            if recursive { "1" } else { "0" },
+        ],
         None,
     )
     .await;
     match out.exit.code() {
         Some(0) => ok(json!({})),
-        Some(44) => api_error(StatusCode::NOT_FOUND, "path_not_found", &format!("Parent directory not found: {path}")),
+        Some(44) => api_error(
+            StatusCode::NOT_FOUND,
+            "path_not_found",
+            &format!("Parent directory not found: {path}"),
+        ),
         Some(46) => bad_request(&format!("Path already exists: {path}")),
         _ => bad_request(&format!("mkdir failed: {}", stderr_of(&out))),
     }

@@ -85,12 +85,20 @@ impl std::fmt::Debug for VercelEmulator {
 
 impl VercelEmulator {
     /// Starts the emulator (no sandbox exists until one is created).
-    pub async fn start(options: EmulatorOptions, vercel: VercelOptions) -> io::Result<VercelEmulator> {
+    pub async fn start(
+        options: EmulatorOptions,
+        vercel: VercelOptions,
+    ) -> io::Result<VercelEmulator> {
         let faults = FaultHandle::new();
         for rule in &options.faults {
             faults.add(rule.clone());
         }
-        let state = Arc::new(State::new(options.token.clone(), faults, options.isolation, vercel));
+        let state = Arc::new(State::new(
+            options.token.clone(),
+            faults,
+            options.isolation,
+            vercel,
+        ));
         let server = Server::start(options.listen, routes::router(state.clone())).await?;
         Ok(VercelEmulator { server, state })
     }
@@ -103,7 +111,10 @@ impl VercelEmulator {
 
     /// A token the emulator accepts.
     pub fn token(&self) -> String {
-        self.state.token.clone().unwrap_or_else(|| PLACEHOLDER_TOKEN.to_owned())
+        self.state
+            .token
+            .clone()
+            .unwrap_or_else(|| PLACEHOLDER_TOKEN.to_owned())
     }
 
     /// The fault injector (routes `exec` and `create`).

@@ -28,14 +28,32 @@ pub(crate) fn router(state: Arc<State>) -> Router {
         .route("/v2/sandboxes/sessions", get(list_sessions))
         .route("/v2/sandboxes/sessions/{sid}", get(get_session))
         .route("/v2/sandboxes/sessions/{sid}/stop", post(stop_session))
-        .route("/v2/sandboxes/sessions/{sid}/extend-timeout", post(extend_timeout))
-        .route("/v2/sandboxes/sessions/{sid}/cmd", post(cmd::run).get(cmd::list))
+        .route(
+            "/v2/sandboxes/sessions/{sid}/extend-timeout",
+            post(extend_timeout),
+        )
+        .route(
+            "/v2/sandboxes/sessions/{sid}/cmd",
+            post(cmd::run).get(cmd::list),
+        )
         .route("/v2/sandboxes/sessions/{sid}/cmd/{cid}", get(cmd::get))
-        .route("/v2/sandboxes/sessions/{sid}/cmd/{cid}/logs", get(cmd::logs))
-        .route("/v2/sandboxes/sessions/{sid}/cmd/{cid}/kill", post(cmd::kill))
-        .route("/v2/sandboxes/sessions/{sid}/cmd/{cid}/stdin", post(cmd::stdin))
+        .route(
+            "/v2/sandboxes/sessions/{sid}/cmd/{cid}/logs",
+            get(cmd::logs),
+        )
+        .route(
+            "/v2/sandboxes/sessions/{sid}/cmd/{cid}/kill",
+            post(cmd::kill),
+        )
+        .route(
+            "/v2/sandboxes/sessions/{sid}/cmd/{cid}/stdin",
+            post(cmd::stdin),
+        )
         .route("/v2/sandboxes/sessions/{sid}/fs/{op}", post(fs::op))
-        .route("/v2/sandboxes/{name}", get(get_sandbox).delete(delete_sandbox))
+        .route(
+            "/v2/sandboxes/{name}",
+            get(get_sandbox).delete(delete_sandbox),
+        )
         .fallback(no_route)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -46,7 +64,10 @@ pub(crate) fn router(state: Arc<State>) -> Router {
 
 /// `{"error":{"code","message"}}` with the status (`base-client.ts` `ErrorResponseBody`).
 pub(crate) fn api_error(status: StatusCode, code: &str, message: &str) -> Response {
-    json_response(status, &json!({"error": {"code": code, "message": message}}))
+    json_response(
+        status,
+        &json!({"error": {"code": code, "message": message}}),
+    )
 }
 
 pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
@@ -71,7 +92,11 @@ pub(crate) fn forbidden() -> Response {
 }
 
 pub(crate) fn not_found(what: &str, id: &str) -> Response {
-    api_error(StatusCode::NOT_FOUND, "not_found", &format!("{what} not found: {id}"))
+    api_error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        &format!("{what} not found: {id}"),
+    )
 }
 
 pub(crate) fn stopped() -> Response {
@@ -263,10 +288,16 @@ async fn create(st: St, headers: HeaderMap, req: Request) -> Response {
     };
     let spec = Spec {
         project_id: project_id.to_owned(),
-        persistent: body.get("persistent").and_then(Value::as_bool).unwrap_or(false),
+        persistent: body
+            .get("persistent")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
         vcpus,
         memory: vcpus * 2048,
-        runtime: body.get("runtime").and_then(Value::as_str).map(str::to_owned),
+        runtime: body
+            .get("runtime")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
         ports,
         tags,
         env,
@@ -328,7 +359,10 @@ async fn list(st: St, uri: Uri) -> Response {
         .values()
         .filter(|sb| project.is_none_or(|p| sb.spec.project_id == p))
         .filter(|sb| sb.name.starts_with(prefix))
-        .filter(|sb| tags.iter().all(|(k, v)| sb.spec.tags.get(*k).map(String::as_str) == Some(*v)))
+        .filter(|sb| {
+            tags.iter()
+                .all(|(k, v)| sb.spec.tags.get(*k).map(String::as_str) == Some(*v))
+        })
         .cloned()
         .collect();
     let by_name = query_get(&q, "sortBy") == Some("name");
@@ -342,12 +376,19 @@ async fn list(st: St, uri: Uri) -> Response {
     if query_get(&q, "sortOrder") != Some("asc") {
         all.reverse();
     }
-    let start: usize = query_get(&q, "cursor").and_then(|c| c.parse().ok()).unwrap_or(0);
+    let start: usize = query_get(&q, "cursor")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
     let limit: usize = query_get(&q, "limit")
         .and_then(|l| l.parse().ok())
         .filter(|l| *l > 0)
         .unwrap_or(50);
-    let page: Vec<Value> = all.iter().skip(start).take(limit).map(|sb| sb.payload()).collect();
+    let page: Vec<Value> = all
+        .iter()
+        .skip(start)
+        .take(limit)
+        .map(|sb| sb.payload())
+        .collect();
     let next = (start + limit < all.len()).then(|| (start + limit).to_string());
     ok(json!({ "sandboxes": page, "pagination": { "count": page.len(), "next": next } }))
 }
@@ -374,7 +415,10 @@ async fn get_session(st: St, Path(sid): Path<String>) -> Response {
     let Some(s) = st.session(&sid) else {
         return not_found("Session", &sid);
     };
-    let routes = st.sandbox(&s.sandbox_name).map(|sb| sb.routes()).unwrap_or(json!([]));
+    let routes = st
+        .sandbox(&s.sandbox_name)
+        .map(|sb| sb.routes())
+        .unwrap_or(json!([]));
     ok(json!({ "session": s.payload(), "routes": routes }))
 }
 
@@ -404,7 +448,11 @@ async fn extend_timeout(st: St, Path(sid): Path<String>, body: Bytes) -> Respons
         Ok(b) => b,
         Err(r) => return r,
     };
-    let Some(d) = body.get("duration").and_then(Value::as_f64).filter(|d| *d > 0.0) else {
+    let Some(d) = body
+        .get("duration")
+        .and_then(Value::as_f64)
+        .filter(|d| *d > 0.0)
+    else {
         return bad_request("duration must be a positive number of milliseconds");
     };
     {

@@ -14,7 +14,8 @@ use crate::harness::{FaultHandle, Isolation, Sandbox, SandboxSpec};
 
 use super::{CWD, HOME, USER};
 
-const PATH: &str = "/vercel/runtimes/node24/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+const PATH: &str =
+    "/vercel/runtimes/node24/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const REGION: &str = "iad1";
 
 /// Behaviour switches.
@@ -115,7 +116,10 @@ impl VercelSandbox {
         if let Some(r) = &self.spec.runtime {
             m.insert("runtime".into(), json!(r));
         }
-        m.insert("timeout".into(), json!(*self.timeout_ms.lock().expect("timeout")));
+        m.insert(
+            "timeout".into(),
+            json!(*self.timeout_ms.lock().expect("timeout")),
+        );
         m.insert("createdAt".into(), json!(self.created_at));
         m.insert("updatedAt".into(), json!(inner.updated_at));
         m.insert("currentSessionId".into(), json!(session.id));
@@ -133,7 +137,13 @@ impl VercelSandbox {
         let sub_base: String = self
             .name
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
             .collect();
         Value::Array(
             self.spec
@@ -215,7 +225,10 @@ impl Session {
         if let Some(t) = inner.stopped_at {
             m.insert("requestedStopAt".into(), json!(t));
             m.insert("stoppedAt".into(), json!(t));
-            m.insert("duration".into(), json!(t.saturating_sub(self.requested_at)));
+            m.insert(
+                "duration".into(),
+                json!(t.saturating_sub(self.requested_at)),
+            );
         }
         m.insert("createdAt".into(), json!(self.requested_at));
         m.insert("cwd".into(), json!(CWD));
@@ -404,7 +417,12 @@ impl State {
     }
 
     pub(crate) fn names(&self) -> Vec<String> {
-        self.sandboxes.lock().expect("sandboxes").keys().cloned().collect()
+        self.sandboxes
+            .lock()
+            .expect("sandboxes")
+            .keys()
+            .cloned()
+            .collect()
     }
 
     pub(crate) fn session(&self, id: &str) -> Option<Arc<Session>> {
@@ -425,7 +443,13 @@ impl State {
         SandboxSpec {
             private_paths: vec![CWD.into(), HOME.into(), "/tmp".into()],
             env,
-            name: format!("vercel-{}", name.chars().filter(|c| c.is_ascii_alphanumeric()).take(24).collect::<String>()),
+            name: format!(
+                "vercel-{}",
+                name.chars()
+                    .filter(|c| c.is_ascii_alphanumeric())
+                    .take(24)
+                    .collect::<String>()
+            ),
         }
     }
 

@@ -1,0 +1,433 @@
+//! The exec WebSocket: handshake, stdin frames, output frames, the completion.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use execseam_core::{Command, Event, ExecStream};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+use super::{Entity, ExitCodeJson, State, WORKDIR};
+use crate::harness::Fault;
+use crate::stream::{StdinFifo, Utf8};
+use crate::ws::Ws;
+
+const B64: base64::engine::general_purpose::GeneralPurpose =
+    base64::engine::general_purpose::STANDARD;
+/// Where stdin FIFOs live inside each container.
+const RUN_DIR: &str = "/tmp/.execseam-northflank";
+/// Output bytes per frame.
+const MAX_CHUNK: usize = 32 * 1024;
+
+/// Takes stdin from the FIFO, then becomes the command.
+const WRAPPER: &str = r#"f=$1; shift; exec 0<"$f"; rm -f -- "$f"; exec "$@""#;
+
+fn text(v: &Value) -> Message {
+    Message::Text(v.to_string().into())
+}
+
+fn error_frame(message: &str) -> Message {
+    text(&json!({"type": "error", "data": {"message": message}}))
+}
+
+async fn close(ws: &mut Ws, code: CloseCode, reason: &str) {
+    let _ = ws
+        .send(Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.to_owned().into(),
+        })))
+        .await;
+    // Let the client answer the close, then drop the connection.
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while let Some(Ok(m)) = ws.next().await {
+            if m.is_close() {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+/// The next text (or binary) frame, as a JSON object; `Err` is the reason to give up.
+async fn next_frame(ws: &mut Ws) -> Result<Option<serde_json::Map<String, Value>>, String> {
+    loop {
+        match ws.next().await {
+            None | Some(Err(_)) => return Ok(None),
+            Some(Ok(Message::Text(t))) => return parse(t.as_bytes()).map(Some),
+            Some(Ok(Message::Binary(b))) => return parse(&b).map(Some),
+            Some(Ok(Message::Close(_))) => return Ok(None),
+            Some(Ok(_)) => {}
+        }
+    }
+}
+
+fn parse(raw: &[u8]) -> Result<serde_json::Map<String, Value>, String> {
+    match serde_json::from_slice::<Value>(raw) {
+        Ok(Value::Object(m)) => Ok(m),
+        _ => Err(format!(
+            "Failed to parse message: {}",
+            String::from_utf8_lossy(&raw[..raw.len().min(200)])
+        )),
+    }
+}
+
+/// What the init frame's `context` asks for.
+struct Context {
+    argv: Vec<String>,
+    base64: bool,
+    tty: bool,
+    instance: Option<String>,
+    container: Option<String>,
+    user: Option<String>,
+}
+
+fn words(s: &str) -> Vec<String> {
+    s.split_whitespace().map(str::to_owned).collect()
+}
+
+fn context(ctx: &serde_json::Map<String, Value>) -> Result<Context, String> {
+    let shell = match ctx.get("shell") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err("shell must be a string".into()),
+    };
+    let command: Option<Vec<String>> = match ctx.get("command") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(vec![s.clone()]),
+        Some(Value::Array(a)) => Some(
+            a.iter()
+                .map(|v| match v {
+                    Value::String(s) => Some(s.clone()),
+                    Value::Number(n) => Some(n.to_string()),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()
+                .ok_or("command must be a string or an array of strings")?,
+        ),
+        Some(_) => return Err("command must be a string or an array of strings".into()),
+    };
+    let is_string = matches!(ctx.get("command"), Some(Value::String(_)));
+    let argv = match (shell.as_deref(), command) {
+        // No shell: an argv as given; a string is split on whitespace (no quoting rules).
+        (Some("none"), Some(c)) if is_string => words(&c[0]),
+        (Some("none"), Some(c)) => c,
+        (Some("none"), None) => return Err("a command is required when shell is \"none\"".into()),
+        // A shell: its words, then the command as one string.
+        (Some(sh), Some(c)) => {
+            let mut argv = words(sh);
+            argv.push(c.join(" "));
+            argv
+        }
+        (Some(sh), None) => words(sh),
+        // Unset: "several shells are attempted" (docs): bash, else sh.
+        (None, Some(c)) => vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            r#"if command -v bash >/dev/null 2>&1; then exec bash -c "$0"; else exec sh -c "$0"; fi"#.into(),
+            c.join(" "),
+        ],
+        (None, None) => vec!["/bin/sh".into(), "-c".into(), "command -v bash >/dev/null 2>&1 && exec bash; exec sh".into()],
+    };
+    if argv.is_empty() {
+        return Err("empty command".into());
+    }
+    let string = |k: &str| ctx.get(k).and_then(Value::as_str).map(str::to_owned);
+    let user = match ctx.get("user") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        Some(_) => return Err("user must be a string or a number".into()),
+    };
+    Ok(Context {
+        argv,
+        base64: ctx.get("encoding").and_then(Value::as_str) == Some("base64"),
+        tty: ctx.get("tty").and_then(Value::as_bool).unwrap_or(false),
+        instance: string("instanceName"),
+        container: string("containerName"),
+        user,
+    })
+}
+
+/// Serves one exec socket.
+pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault: Option<Fault>) {
+    // 1. The init frame, with the token inside.
+    let first = match tokio::time::timeout(Duration::from_secs(30), next_frame(&mut ws)).await {
+        Ok(Ok(Some(f))) => f,
+        Ok(Ok(None)) => return,
+        Ok(Err(e)) => {
+            let _ = ws.send(error_frame(&e)).await;
+            return close(&mut ws, CloseCode::Policy, "bad frame").await;
+        }
+        Err(_) => return close(&mut ws, CloseCode::Policy, "no init frame").await,
+    };
+    let data = first
+        .get("data")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    if first.get("type").and_then(Value::as_str) != Some("init") {
+        let _ = ws.send(error_frame("Expected an init message")).await;
+        return close(&mut ws, CloseCode::Policy, "expected init").await;
+    }
+    let auth = data.get("auth").and_then(Value::as_object);
+    let token = auth
+        .filter(|a| a.get("type").and_then(Value::as_str) == Some("apiToken"))
+        .and_then(|a| a.get("apiToken"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if fault == Some(Fault::AuthFailure) || !st.accepts(token) {
+        let reply = json!({"type": "init", "data": {"auth": "failed", "message": "Authentication failed: invalid API token"}});
+        let _ = ws.send(text(&reply)).await;
+        // The Python one-shot sends `stdInEnd` right behind `init`, without waiting: take it
+        // before closing, so the client reads the refusal rather than a closed socket.
+        let _ = tokio::time::timeout(Duration::from_millis(200), next_frame(&mut ws)).await;
+        return close(&mut ws, CloseCode::Normal, "").await;
+    }
+    let ctx = match context(
+        data.get("context")
+            .and_then(Value::as_object)
+            .unwrap_or(&serde_json::Map::new()),
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = ws.send(error_frame(&e)).await;
+            return close(&mut ws, CloseCode::Normal, "").await;
+        }
+    };
+    if ctx
+        .instance
+        .as_deref()
+        .is_some_and(|i| i != entity.instance)
+    {
+        let _ = ws
+            .send(error_frame(&format!(
+                "Instance {} not found",
+                ctx.instance.as_deref().unwrap_or("")
+            )))
+            .await;
+        return close(&mut ws, CloseCode::Normal, "").await;
+    }
+    if ctx
+        .container
+        .as_deref()
+        .is_some_and(|c| c != entity.container())
+    {
+        let _ = ws
+            .send(error_frame(&format!(
+                "Container {} not found",
+                ctx.container.as_deref().unwrap_or("")
+            )))
+            .await;
+        return close(&mut ws, CloseCode::Normal, "").await;
+    }
+    if ctx.user.as_deref().is_some_and(|u| u != "root" && u != "0") {
+        let _ = ws
+            .send(error_frame(&format!(
+                "unable to find user {}: no matching entries in passwd file",
+                ctx.user.as_deref().unwrap_or("")
+            )))
+            .await;
+        return close(&mut ws, CloseCode::Normal, "").await;
+    }
+
+    // 2. Start the command, its stdin a FIFO fed by the payload frames.
+    let (fifo, fifo_path) = match StdinFifo::create(&entity.sandbox, RUN_DIR).await {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = ws.send(error_frame(&format!("exec failed: {e}"))).await;
+            return close(&mut ws, CloseCode::Error, "").await;
+        }
+    };
+    let mut argv = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        WRAPPER.to_owned(),
+        "sh".to_owned(),
+        fifo_path,
+    ];
+    if ctx.tty {
+        // A real pseudo-terminal: stdout and stderr merge, with its line discipline.
+        argv.extend([
+            "script".to_owned(),
+            "-qefc".to_owned(),
+            execseam_core::degrade::join(&ctx.argv),
+            "/dev/null".to_owned(),
+        ]);
+    } else {
+        argv.extend(ctx.argv.iter().cloned());
+    }
+    let cmd = match Command::builder(argv)
+        .workdir(entity.sandbox.visible_path(WORKDIR))
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = ws.send(error_frame(&e.to_string())).await;
+            return close(&mut ws, CloseCode::Normal, "").await;
+        }
+    };
+    let mut events = match ExecStream::exec_stream(entity.sandbox.exec(), cmd).await {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ws
+                .send(error_frame(&format!("exec failed: {}", e.message())))
+                .await;
+            return close(&mut ws, CloseCode::Normal, "").await;
+        }
+    };
+    let reply = json!({"type": "init", "data": {"auth": "successful", "context": {
+        "instanceName": entity.instance, "containerName": entity.container(),
+    }}});
+    if ws.send(text(&reply)).await.is_err() {
+        return;
+    }
+    let stdin = stdin_pump(fifo);
+    let vanish = fault == Some(Fault::SandboxVanishes);
+    let vanish_at = tokio::time::Instant::now() + Duration::from_millis(300);
+    if fault == Some(Fault::MalformedBody) {
+        let _ = ws
+            .send(Message::Text("{\"type\":\"stdOut\",\"data\":".into()))
+            .await;
+    }
+    let (mut out, mut err) = (Utf8::default(), Utf8::default());
+    let base64 = ctx.base64;
+    let exit = loop {
+        let vanish_timer = async {
+            if vanish {
+                tokio::time::sleep_until(vanish_at).await
+            } else {
+                std::future::pending().await
+            }
+        };
+        tokio::select! {
+            frame = next_frame(&mut ws) => match frame {
+                Ok(Some(f)) => match f.get("type").and_then(Value::as_str) {
+                    Some("payload") => {
+                        let data = f.get("data").and_then(Value::as_str).unwrap_or("");
+                        let bytes = if base64 {
+                            match B64.decode(data) {
+                                Ok(b) => b,
+                                Err(_) => {
+                                    let _ = ws.send(error_frame("payload is not valid base64")).await;
+                                    return close(&mut ws, CloseCode::Normal, "").await;
+                                }
+                            }
+                        } else {
+                            data.as_bytes().to_vec()
+                        };
+                        let _ = stdin.send(Some(Bytes::from(bytes)));
+                    }
+                    Some("stdInEnd") => {
+                        let _ = stdin.send(None);
+                    }
+                    Some("resize") | Some("init") => {}
+                    _ => {
+                        let _ = ws.send(error_frame(&format!("unable to parse message: {}", Value::Object(f)))).await;
+                        return close(&mut ws, CloseCode::Normal, "").await;
+                    }
+                },
+                Ok(None) => return, // the client left: dropping `events` kills the command
+                Err(e) => {
+                    let _ = ws.send(error_frame(&e)).await;
+                    return close(&mut ws, CloseCode::Normal, "").await;
+                }
+            },
+            ev = events.next() => match ev {
+                Some(Ok(Event::Stdout(b))) => {
+                    if !send_output(&mut ws, "stdOut", &b, base64, &mut out).await { return; }
+                }
+                Some(Ok(Event::Stderr(b))) => {
+                    if !send_output(&mut ws, "stdErr", &b, base64, &mut err).await { return; }
+                }
+                Some(Ok(Event::Exit(x))) => break x.shell_status(),
+                Some(Err(e)) => {
+                    let _ = ws.send(error_frame(e.message())).await;
+                    return close(&mut ws, CloseCode::Normal, "").await;
+                }
+                None => {
+                    let _ = ws.send(error_frame("the command's stream ended without an exit")).await;
+                    return close(&mut ws, CloseCode::Normal, "").await;
+                }
+            },
+            () = vanish_timer => {
+                drop(events);
+                return close(&mut ws, CloseCode::Error, "container terminated").await;
+            }
+        }
+    };
+    for (name, dec) in [("stdOut", &mut out), ("stdErr", &mut err)] {
+        let tail = dec.finish();
+        if !base64 && !tail.is_empty() {
+            let _ = ws.send(text(&json!({"type": name, "data": tail}))).await;
+        }
+    }
+    match fault {
+        Some(Fault::CutBeforeExit) => return close(&mut ws, CloseCode::Normal, "").await,
+        Some(Fault::ServerError) => {
+            let _ = ws.send(error_frame("Internal server error")).await;
+            return close(&mut ws, CloseCode::Normal, "").await;
+        }
+        _ => {}
+    }
+    let code = match st.options().exit_code {
+        ExitCodeJson::Number => json!(exit),
+        ExitCodeJson::NumberOnSuccess if exit == 0 => json!(0),
+        _ => json!(exit.to_string()),
+    };
+    let status = if exit == 0 { "Success" } else { "Failure" };
+    let _ = ws
+        .send(text(
+            &json!({"type": "completion", "data": {"exitCode": code, "status": status}}),
+        ))
+        .await;
+    close(&mut ws, CloseCode::Normal, "").await;
+}
+
+/// One output chunk as frames (text: decoded UTF-8; base64: each frame decodable alone).
+async fn send_output(ws: &mut Ws, name: &str, data: &[u8], base64: bool, dec: &mut Utf8) -> bool {
+    for chunk in data.chunks(MAX_CHUNK) {
+        let payload = if base64 {
+            B64.encode(chunk)
+        } else {
+            dec.push(chunk)
+        };
+        if payload.is_empty() {
+            continue;
+        }
+        if ws
+            .send(text(&json!({"type": name, "data": payload})))
+            .await
+            .is_err()
+        {
+            return false;
+        }
+    }
+    true
+}
+
+/// Feeds stdin chunks to the FIFO in order; `None` closes it.
+fn stdin_pump(mut fifo: StdinFifo) -> mpsc::UnboundedSender<Option<Bytes>> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Option<Bytes>>();
+    tokio::spawn(async move {
+        while let Some(item) = rx.recv().await {
+            match item {
+                Some(b) => {
+                    if !fifo.write(&b).await {
+                        break;
+                    }
+                }
+                None => {
+                    fifo.close().await;
+                    // Keep draining (and ignoring) anything after the end.
+                }
+            }
+        }
+    });
+    tx
+}
