@@ -86,9 +86,8 @@ impl Api {
         if !(200..300).contains(&status) {
             return Err(CallError::http(status, &headers, &body));
         }
-        let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
-            CallError::Protocol(format!("the answer is not JSON: {e}"))
-        })?;
+        let v: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| CallError::Protocol(format!("the answer is not JSON: {e}")))?;
         Ok(v["data"].clone())
     }
 
@@ -96,7 +95,11 @@ impl Api {
     pub(crate) async fn upgrade(&self, path: &str) -> Result<Ws, CallError> {
         let mut url = self.url(path);
         // reqwest speaks http(s); the scheme only matters to the server as ws(s).
-        let _ = url.set_scheme(if url.scheme() == "https" { "https" } else { "http" });
+        let _ = url.set_scheme(if url.scheme() == "https" {
+            "https"
+        } else {
+            "http"
+        });
         let key = {
             let r = [
                 execseam_core::transport::random_u64().to_le_bytes(),

@@ -185,7 +185,10 @@ impl NorthflankConfig {
             config_error(format!("the API URL {:?} is not a URL: {e}", self.api_url))
         })?;
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(config_error(format!("the API URL {:?} is not http(s)", self.api_url)));
+            return Err(config_error(format!(
+                "the API URL {:?} is not http(s)",
+                self.api_url
+            )));
         }
         Ok(url)
     }
@@ -205,10 +208,17 @@ mod tests {
             _ => None,
         })
         .unwrap();
-        assert_eq!((c.token(), c.project_id(), c.api_url.as_str()), ("t", "p", "http://127.0.0.1:1"));
-        let e = NorthflankConfig::from_vars(|k| (k == "NORTHFLANK_API_TOKEN").then(|| "t".into())).unwrap_err();
+        assert_eq!(
+            (c.token(), c.project_id(), c.api_url.as_str()),
+            ("t", "p", "http://127.0.0.1:1")
+        );
+        let e = NorthflankConfig::from_vars(|k| (k == "NORTHFLANK_API_TOKEN").then(|| "t".into()))
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidConfig);
-        let e = NorthflankConfig::new("t", "p").api_url("nope").validate().unwrap_err();
+        let e = NorthflankConfig::new("t", "p")
+            .api_url("nope")
+            .validate()
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidConfig);
         assert!(!format!("{:?}", NorthflankConfig::new("sekrit", "p")).contains("sekrit"));
     }

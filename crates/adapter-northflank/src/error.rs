@@ -44,7 +44,11 @@ pub(crate) enum CallError {
 }
 
 impl CallError {
-    pub(crate) fn http(status: u16, headers: &reqwest::header::HeaderMap, body: &[u8]) -> CallError {
+    pub(crate) fn http(
+        status: u16,
+        headers: &reqwest::header::HeaderMap,
+        body: &[u8],
+    ) -> CallError {
         let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
         let message = v["error"]["message"]
             .as_str()
@@ -92,14 +96,32 @@ pub(crate) fn map(e: CallError, op: &'static str, effect: Effect) -> Error {
             let (kind, retry) = transport::failure(f, effect);
             base(kind, retry, transport::error_chain(&t)).with_source(t.without_url())
         }
-        CallError::Timeout(m) => base(ErrorKind::Timeout(execseam_core::Deadline::Request), after_send, m),
-        CallError::AuthFailed(m) => base(ErrorKind::Unauthenticated, Retry::Never, format!("the exec handshake was refused: {m}")),
-        CallError::Frame { message, started: false } => {
-            base(ErrorKind::InvalidCommand, Retry::Never, format!("the exec proxy refused the command: {message}"))
-        }
-        CallError::Frame { message, started: true } => {
-            base(ErrorKind::Internal, after_send, format!("the exec proxy reported an error: {message}"))
-        }
+        CallError::Timeout(m) => base(
+            ErrorKind::Timeout(execseam_core::Deadline::Request),
+            after_send,
+            m,
+        ),
+        CallError::AuthFailed(m) => base(
+            ErrorKind::Unauthenticated,
+            Retry::Never,
+            format!("the exec handshake was refused: {m}"),
+        ),
+        CallError::Frame {
+            message,
+            started: false,
+        } => base(
+            ErrorKind::InvalidCommand,
+            Retry::Never,
+            format!("the exec proxy refused the command: {message}"),
+        ),
+        CallError::Frame {
+            message,
+            started: true,
+        } => base(
+            ErrorKind::Internal,
+            after_send,
+            format!("the exec proxy reported an error: {message}"),
+        ),
         CallError::Closed(m) => base(ErrorKind::Unavailable, after_send, m),
         CallError::Protocol(m) => base(ErrorKind::Protocol, after_send, m),
     }
@@ -112,16 +134,45 @@ mod tests {
     #[test]
     fn failures_before_the_init_frame_are_safe_and_after_it_unsafe() {
         let h = reqwest::header::HeaderMap::new();
-        let e = map(CallError::http(503, &h, br#"{"error":{"status":503,"message":"down"}}"#), "exec", Effect::Idempotent);
+        let e = map(
+            CallError::http(503, &h, br#"{"error":{"status":503,"message":"down"}}"#),
+            "exec",
+            Effect::Idempotent,
+        );
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Unavailable, Retry::SAFE));
         assert_eq!(e.message(), "503: down");
-        let e = map(CallError::AuthFailed("bad".into()), "exec", Effect::NonIdempotent);
-        assert_eq!((e.kind(), e.retry()), (ErrorKind::Unauthenticated, Retry::Never));
-        let e = map(CallError::Closed("gone".into()), "exec", Effect::NonIdempotent);
-        assert_eq!((e.kind(), e.retry()), (ErrorKind::Unavailable, Retry::Unsafe));
-        let e = map(CallError::Frame { message: "x".into(), started: true }, "exec", Effect::NonIdempotent);
+        let e = map(
+            CallError::AuthFailed("bad".into()),
+            "exec",
+            Effect::NonIdempotent,
+        );
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::Unauthenticated, Retry::Never)
+        );
+        let e = map(
+            CallError::Closed("gone".into()),
+            "exec",
+            Effect::NonIdempotent,
+        );
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::Unavailable, Retry::Unsafe)
+        );
+        let e = map(
+            CallError::Frame {
+                message: "x".into(),
+                started: true,
+            },
+            "exec",
+            Effect::NonIdempotent,
+        );
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Internal, Retry::Unsafe));
-        let e = map(CallError::Protocol("x".into()), "exec", Effect::NonIdempotent);
+        let e = map(
+            CallError::Protocol("x".into()),
+            "exec",
+            Effect::NonIdempotent,
+        );
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Protocol, Retry::Unsafe));
     }
 }

@@ -20,7 +20,8 @@ use crate::error::{CallError, map};
 use crate::wire::{self, ExecContext, ServerFrame};
 use crate::{CAPABILITIES, PROVIDER};
 
-const B64: base64::engine::general_purpose::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+const B64: base64::engine::general_purpose::GeneralPurpose =
+    base64::engine::general_purpose::STANDARD;
 
 /// What a handle runs in: a service's or a job's container.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,17 +42,21 @@ impl Target {
             Some(_) => {
                 return Err(Error::new(
                     ErrorKind::InvalidCommand,
-                    format!("{id:?} is not a service or job id (`svc`, `services/svc`, `jobs/job`)"),
+                    format!(
+                        "{id:?} is not a service or job id (`svc`, `services/svc`, `jobs/job`)"
+                    ),
                 )
                 .with_provider(PROVIDER));
             }
         };
         match &t {
-            Target::Service(s) | Target::Job(s) if s.is_empty() || s.contains('/') => Err(Error::new(
-                ErrorKind::InvalidCommand,
-                format!("{id:?} is not a service or job id"),
-            )
-            .with_provider(PROVIDER)),
+            Target::Service(s) | Target::Job(s) if s.is_empty() || s.contains('/') => {
+                Err(Error::new(
+                    ErrorKind::InvalidCommand,
+                    format!("{id:?} is not a service or job id"),
+                )
+                .with_provider(PROVIDER))
+            }
             _ => Ok(t),
         }
     }
@@ -143,15 +148,25 @@ impl NorthflankExec {
                 group: c.group.as_deref(),
             },
         );
-        sink.send(Message::Text(init.into()))
-            .await
-            .map_err(|e| map(CallError::Closed(format!("the exec socket broke: {e}")), "exec", Effect::NonIdempotent))?;
+        sink.send(Message::Text(init.into())).await.map_err(|e| {
+            map(
+                CallError::Closed(format!("the exec socket broke: {e}")),
+                "exec",
+                Effect::NonIdempotent,
+            )
+        })?;
         let stdin = command.stdin().clone();
         if stdin.is_empty() {
             // As the Python one-shot does: the end of stdin right behind `init`.
             sink.send(Message::Text(wire::STDIN_END.into()))
                 .await
-                .map_err(|e| map(CallError::Closed(format!("the exec socket broke: {e}")), "exec", Effect::NonIdempotent))?;
+                .map_err(|e| {
+                    map(
+                        CallError::Closed(format!("the exec socket broke: {e}")),
+                        "exec",
+                        Effect::NonIdempotent,
+                    )
+                })?;
         }
         let st = St {
             stream,
@@ -196,7 +211,9 @@ fn spawn_stdin(mut sink: Sink, data: Bytes, chunk: usize) -> tokio::task::JoinHa
                 return None;
             }
         }
-        sink.send(Message::Text(wire::STDIN_END.into())).await.ok()?;
+        sink.send(Message::Text(wire::STDIN_END.into()))
+            .await
+            .ok()?;
         Some(sink)
     })
 }
@@ -224,7 +241,12 @@ async fn next(mut st: St) -> Option<(Result<Event, Error>, St)> {
             Some(Ok(_)) => continue,
             Some(Err(e)) => {
                 st.done = true;
-                return Some((Err(fail(CallError::Closed(format!("the exec socket broke: {e}")))), st));
+                return Some((
+                    Err(fail(CallError::Closed(format!(
+                        "the exec socket broke: {e}"
+                    )))),
+                    st,
+                ));
             }
         };
         let frame = match wire::parse_frame(&msg) {
@@ -243,11 +265,21 @@ async fn next(mut st: St) -> Option<(Result<Event, Error>, St)> {
             }
             ServerFrame::AuthFailed(m) => {
                 st.done = true;
-                return Some((Err(map(CallError::AuthFailed(m), "exec", Effect::NonIdempotent)), st));
+                return Some((
+                    Err(map(CallError::AuthFailed(m), "exec", Effect::NonIdempotent)),
+                    st,
+                ));
             }
-            ServerFrame::Stdout(d) | ServerFrame::Stderr(d) if B64.decode(d.as_bytes()).is_err() => {
+            ServerFrame::Stdout(d) | ServerFrame::Stderr(d)
+                if B64.decode(d.as_bytes()).is_err() =>
+            {
                 st.done = true;
-                return Some((Err(fail(CallError::Protocol("output that is not base64".into()))), st));
+                return Some((
+                    Err(fail(CallError::Protocol(
+                        "output that is not base64".into(),
+                    ))),
+                    st,
+                ));
             }
             ServerFrame::Stdout(d) => {
                 let b = Bytes::from(B64.decode(d.as_bytes()).expect("checked"));
@@ -276,7 +308,11 @@ async fn next(mut st: St) -> Option<(Result<Event, Error>, St)> {
                 let started = st.started;
                 return Some((Err(fail(CallError::Frame { message, started })), st));
             }
-            ServerFrame::Completion { exit_code, status, message } => {
+            ServerFrame::Completion {
+                exit_code,
+                status,
+                message,
+            } => {
                 st.done = true;
                 let Some(code) = exit_code else {
                     return Some((

@@ -5,7 +5,7 @@
 use execseam_core::transport::{Effect, escape_path_segment};
 use execseam_core::{
     BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Provider, Sandbox,
-    SandboxInfo, SandboxState,
+    SandboxInfo, SandboxSpec, SandboxState,
 };
 
 use crate::client::Api;
@@ -48,12 +48,35 @@ impl NorthflankProvider {
         &self.api.config
     }
 
+    /// Always `Unsupported` (after the spec check): Northflank's exec creates nothing; services
+    /// and jobs are defined on the platform. Connect to one instead.
+    pub async fn create(&self, spec: SandboxSpec) -> Result<NorthflankExec, Error> {
+        spec.check(PROVIDER, &LIFECYCLE)?;
+        Err(Error::unsupported(
+            "Northflank's exec cannot create a service or job (connect-only): connect to one",
+        )
+        .with_provider(PROVIDER)
+        .with_operation("create"))
+    }
+
+    /// Always `Unsupported`: deleting a service or job is not an exec operation.
+    pub async fn destroy(&self, id: &str) -> Result<(), Error> {
+        let _ = Target::parse(id)?;
+        Err(Error::unsupported(
+            "Northflank's exec cannot delete the service or job it runs in (connect-only)",
+        )
+        .with_provider(PROVIDER)
+        .with_operation("destroy"))
+    }
+
     /// A handle on a service (`svc` or `services/svc`) or a job (`jobs/job`), after checking it
     /// exists. It does not own what it runs in.
     pub async fn connect(&self, id: &str) -> Result<NorthflankExec, Error> {
         let target = Target::parse(id)?;
         let (segment, name) = target.segment();
-        let path = self.api.project_path(&format!("{segment}/{}", escape_path_segment(name)));
+        let path = self
+            .api
+            .project_path(&format!("{segment}/{}", escape_path_segment(name)));
         let data = self
             .api
             .get(&path)
@@ -112,6 +135,10 @@ impl Provider for NorthflankProvider {
         LIFECYCLE
     }
 
+    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move { Ok(Box::new(NorthflankProvider::create(self, spec).await?) as _) })
+    }
+
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         Box::pin(async move { Ok(Box::new(NorthflankProvider::connect(self, id).await?) as _) })
     }
@@ -121,5 +148,9 @@ impl Provider for NorthflankProvider {
         filter: &'a ListFilter,
     ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
         Box::pin(NorthflankProvider::list(self, filter))
+    }
+
+    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(NorthflankProvider::destroy(self, id))
     }
 }

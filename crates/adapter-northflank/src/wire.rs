@@ -105,15 +105,30 @@ pub fn parse_frame(raw: &[u8]) -> Result<ServerFrame, String> {
                 data.get("message").and_then(Value::as_str).unwrap_or("")
             ))),
         },
-        Some("stdOut") => text(data).map(ServerFrame::Stdout).ok_or_else(|| "stdOut data is not a string".into()),
-        Some("stdErr") => text(data).map(ServerFrame::Stderr).ok_or_else(|| "stdErr data is not a string".into()),
+        Some("stdOut") => text(data)
+            .map(ServerFrame::Stdout)
+            .ok_or_else(|| "stdOut data is not a string".into()),
+        Some("stdErr") => text(data)
+            .map(ServerFrame::Stderr)
+            .ok_or_else(|| "stdErr data is not a string".into()),
         Some("completion") if data.is_object() => Ok(ServerFrame::Completion {
             exit_code: data.get("exitCode").and_then(exit_code),
-            status: data.get("status").and_then(Value::as_str).unwrap_or("").to_owned(),
-            message: data.get("message").and_then(Value::as_str).unwrap_or("").to_owned(),
+            status: data
+                .get("status")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            message: data
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
         }),
         Some("error") => Ok(ServerFrame::Error(
-            data.get("message").and_then(Value::as_str).map(str::to_owned).unwrap_or_else(|| data.to_string()),
+            data.get("message")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| data.to_string()),
         )),
         other => Err(format!("unknown frame type {other:?}: {v}")),
     }
@@ -123,8 +138,14 @@ pub fn parse_frame(raw: &[u8]) -> Result<ServerFrame, String> {
 /// inside `command-exec`; `/v1/teams/…/command-exec` is a 404).
 pub fn exec_path(team: Option<&str>, project: &str, segment: &str, id: &str) -> String {
     let esc = execseam_core::transport::escape_path_segment;
-    let team = team.map(|t| format!("teams/{}/", esc(t))).unwrap_or_default();
-    format!("/v1/command-exec/{team}projects/{}/{segment}/{}", esc(project), esc(id))
+    let team = team
+        .map(|t| format!("teams/{}/", esc(t)))
+        .unwrap_or_default();
+    format!(
+        "/v1/command-exec/{team}projects/{}/{segment}/{}",
+        esc(project),
+        esc(id)
+    )
 }
 
 #[cfg(test)]
@@ -133,17 +154,32 @@ mod tests {
 
     #[test]
     fn frames_parse_as_the_clients_parse_them() {
-        assert_eq!(parse_frame(br#"{"type":"init","data":{"auth":"successful","context":{}}}"#).unwrap(), ServerFrame::Ready);
+        assert_eq!(
+            parse_frame(br#"{"type":"init","data":{"auth":"successful","context":{}}}"#).unwrap(),
+            ServerFrame::Ready
+        );
         assert!(matches!(
             parse_frame(br#"{"type":"init","data":{"auth":"failed","message":"bad token"}}"#).unwrap(),
             ServerFrame::AuthFailed(m) if m.contains("bad token")
         ));
-        assert_eq!(parse_frame(br#"{"type":"stdOut","data":"aGk="}"#).unwrap(), ServerFrame::Stdout("aGk=".into()));
+        assert_eq!(
+            parse_frame(br#"{"type":"stdOut","data":"aGk="}"#).unwrap(),
+            ServerFrame::Stdout("aGk=".into())
+        );
         for (raw, want) in [
-            (r#"{"type":"completion","data":{"exitCode":"42","status":"Failure"}}"#, Some(42)),
-            (r#"{"type":"completion","data":{"exitCode":0,"status":"Success"}}"#, Some(0)),
+            (
+                r#"{"type":"completion","data":{"exitCode":"42","status":"Failure"}}"#,
+                Some(42),
+            ),
+            (
+                r#"{"type":"completion","data":{"exitCode":0,"status":"Success"}}"#,
+                Some(0),
+            ),
             (r#"{"type":"completion","data":{"status":"Unknown"}}"#, None),
-            (r#"{"type":"completion","data":{"exitCode":"x","status":"Failure"}}"#, None),
+            (
+                r#"{"type":"completion","data":{"exitCode":"x","status":"Failure"}}"#,
+                None,
+            ),
         ] {
             match parse_frame(raw.as_bytes()).unwrap() {
                 ServerFrame::Completion { exit_code, .. } => assert_eq!(exit_code, want, "{raw}"),
@@ -169,12 +205,21 @@ mod tests {
             group: None,
         };
         let v: Value = serde_json::from_str(&init_frame("tok", &ctx)).unwrap();
-        assert_eq!(v["data"]["auth"], json!({"type": "apiToken", "apiToken": "tok"}));
+        assert_eq!(
+            v["data"]["auth"],
+            json!({"type": "apiToken", "apiToken": "tok"})
+        );
         assert_eq!(
             v["data"]["context"],
             json!({"command": ["ls", "-la"], "shell": "none", "encoding": "base64", "tty": false, "user": "root"})
         );
-        assert_eq!(exec_path(Some("t 1"), "p", "services", "s"), "/v1/command-exec/teams/t%201/projects/p/services/s");
-        assert_eq!(exec_path(None, "p", "jobs", "j"), "/v1/command-exec/projects/p/jobs/j");
+        assert_eq!(
+            exec_path(Some("t 1"), "p", "services", "s"),
+            "/v1/command-exec/teams/t%201/projects/p/services/s"
+        );
+        assert_eq!(
+            exec_path(None, "p", "jobs", "j"),
+            "/v1/command-exec/projects/p/jobs/j"
+        );
     }
 }

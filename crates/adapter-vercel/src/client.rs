@@ -19,14 +19,15 @@ pub(crate) struct Api {
 }
 
 /// A request body.
-pub(crate) enum Body<'a> {
+pub(crate) enum Body {
     None,
     Json(Vec<u8>),
-    Bytes(Vec<u8>, &'a str),
+    /// A file upload: a gzip'd tar whose entry names are relative to `/` (`x-cwd: /`).
+    TarGz(Vec<u8>),
 }
 
-impl<'a> Body<'a> {
-    pub(crate) fn json(v: &impl Serialize) -> Body<'a> {
+impl Body {
+    pub(crate) fn json(v: &impl Serialize) -> Body {
         Body::Json(serde_json::to_vec(v).expect("serializable"))
     }
 }
@@ -43,7 +44,11 @@ pub(crate) fn http_client(config: &VercelConfig) -> Result<reqwest::Client, reqw
 impl Api {
     fn url(&self, path: &str, query: &[(&str, &str)]) -> Url {
         let mut u = self.base.clone();
-        let p = format!("{}/{}", u.path().trim_end_matches('/'), path.trim_start_matches('/'));
+        let p = format!(
+            "{}/{}",
+            u.path().trim_end_matches('/'),
+            path.trim_start_matches('/')
+        );
         u.set_path(&p);
         u.set_query(None);
         {
@@ -63,7 +68,7 @@ impl Api {
         method: Method,
         path: &str,
         query: &[(&str, &str)],
-        body: Body<'_>,
+        body: Body,
         stream: bool,
     ) -> Result<reqwest::Response, CallError> {
         let mut req = self
@@ -76,8 +81,13 @@ impl Api {
         }
         req = match body {
             Body::None => req,
-            Body::Json(b) => req.header(reqwest::header::CONTENT_TYPE, "application/json").body(b),
-            Body::Bytes(b, ct) => req.header(reqwest::header::CONTENT_TYPE, ct).body(b),
+            Body::Json(b) => req
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(b),
+            Body::TarGz(b) => req
+                .header(reqwest::header::CONTENT_TYPE, "application/gzip")
+                .header("x-cwd", "/")
+                .body(b),
         };
         let resp = req.send().await.map_err(CallError::Transport)?;
         if resp.status().is_success() {
@@ -95,7 +105,7 @@ impl Api {
         method: Method,
         path: &str,
         query: &[(&str, &str)],
-        body: Body<'_>,
+        body: Body,
     ) -> Result<T, CallError> {
         let resp = self.send(method, path, query, body, false).await?;
         let bytes = resp.bytes().await.map_err(CallError::Transport)?;

@@ -167,7 +167,9 @@ impl VercelConfig {
         }
         if let Some(v) = var("VERCEL_SANDBOX_VCPUS") {
             let n = num("VERCEL_SANDBOX_VCPUS", v)?;
-            c.vcpus = Some(u32::try_from(n).map_err(|_| config_error("VERCEL_SANDBOX_VCPUS is too large"))?);
+            c.vcpus = Some(
+                u32::try_from(n).map_err(|_| config_error("VERCEL_SANDBOX_VCPUS is too large"))?,
+            );
         }
         if let Some(v) = var("VERCEL_COMMAND_TIMEOUT") {
             c.command_timeout = Some(Duration::from_secs(num("VERCEL_COMMAND_TIMEOUT", v)?));
@@ -176,7 +178,11 @@ impl VercelConfig {
             c.sudo = match v.as_str() {
                 "1" | "true" => true,
                 "0" | "false" => false,
-                other => return Err(config_error(format!("VERCEL_SANDBOX_SUDO {other:?}: want true or false"))),
+                other => {
+                    return Err(config_error(format!(
+                        "VERCEL_SANDBOX_SUDO {other:?}: want true or false"
+                    )));
+                }
             };
         }
         Ok(c)
@@ -281,10 +287,14 @@ impl VercelConfig {
         if self.team_id.is_empty() || self.project_id.is_empty() {
             return Err(config_error("the team id and the project id are required"));
         }
-        let url = reqwest::Url::parse(&self.api_url)
-            .map_err(|e| config_error(format!("the API URL {:?} is not a URL: {e}", self.api_url)))?;
+        let url = reqwest::Url::parse(&self.api_url).map_err(|e| {
+            config_error(format!("the API URL {:?} is not a URL: {e}", self.api_url))
+        })?;
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(config_error(format!("the API URL {:?} is not http(s)", self.api_url)));
+            return Err(config_error(format!(
+                "the API URL {:?} is not http(s)",
+                self.api_url
+            )));
         }
         if self.vcpus == Some(0) {
             return Err(config_error("vcpus must be at least 1"));
@@ -299,8 +309,10 @@ mod tests {
     use execseam_core::ErrorKind;
 
     fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: BTreeMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |k| m.get(k).cloned()
     }
 
@@ -335,7 +347,10 @@ mod tests {
 
     #[test]
     fn bad_values_are_invalid_config_before_any_io() {
-        for (k, v) in [("VERCEL_SANDBOX_TIMEOUT", "soon"), ("VERCEL_SANDBOX_SUDO", "maybe")] {
+        for (k, v) in [
+            ("VERCEL_SANDBOX_TIMEOUT", "soon"),
+            ("VERCEL_SANDBOX_SUDO", "maybe"),
+        ] {
             let e = VercelConfig::from_vars(vars(&[
                 ("VERCEL_TOKEN", "t"),
                 ("VERCEL_TEAM_ID", "team"),
@@ -345,7 +360,10 @@ mod tests {
             .unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{k}");
         }
-        let e = VercelConfig::new("t", "team", "p").api_url("ftp://x").validate().unwrap_err();
+        let e = VercelConfig::new("t", "team", "p")
+            .api_url("ftp://x")
+            .validate()
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidConfig);
     }
 }

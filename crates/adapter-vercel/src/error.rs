@@ -44,7 +44,11 @@ pub(crate) enum CallError {
 }
 
 impl CallError {
-    pub(crate) fn http(status: u16, headers: &reqwest::header::HeaderMap, body: &[u8]) -> CallError {
+    pub(crate) fn http(
+        status: u16,
+        headers: &reqwest::header::HeaderMap,
+        body: &[u8],
+    ) -> CallError {
         let parsed: ErrorBody = serde_json::from_slice(body).unwrap_or_default();
         let invalid_token = serde_json::from_slice::<serde_json::Value>(body)
             .ok()
@@ -134,8 +138,12 @@ pub(crate) fn map(e: CallError, op: &'static str, effect: Effect) -> Error {
         }
         CallError::Stream { code, message } => {
             let retry = transport::retry_class(effect, transport::Sent::Maybe);
-            base(ErrorKind::Unavailable, retry, format!("the command's stream failed: {code}: {message}"))
-                .with_code(code)
+            base(
+                ErrorKind::Unavailable,
+                retry,
+                format!("the command's stream failed: {code}: {message}"),
+            )
+            .with_code(code)
         }
     }
 }
@@ -157,25 +165,56 @@ mod tests {
     #[test]
     fn the_api_answers_map_as_documented() {
         let e = map(
-            http(403, r#"{"error":{"code":"forbidden","message":"Not authorized","invalidToken":true}}"#),
+            http(
+                403,
+                r#"{"error":{"code":"forbidden","message":"Not authorized","invalidToken":true}}"#,
+            ),
             "exec",
             Effect::NonIdempotent,
         );
-        assert_eq!((e.kind(), e.retry()), (ErrorKind::Unauthenticated, Retry::Never));
-        let e = map(http(403, r#"{"error":{"code":"forbidden","message":"no"}}"#), "exec", Effect::NonIdempotent);
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::Unauthenticated, Retry::Never)
+        );
+        let e = map(
+            http(403, r#"{"error":{"code":"forbidden","message":"no"}}"#),
+            "exec",
+            Effect::NonIdempotent,
+        );
         assert_eq!(e.kind(), ErrorKind::PermissionDenied);
         let e = map(
-            http(400, r#"{"error":{"code":"bad_request","message":"The working directory \"/x\" does not exist"}}"#),
+            http(
+                400,
+                r#"{"error":{"code":"bad_request","message":"The working directory \"/x\" does not exist"}}"#,
+            ),
             "exec",
             Effect::NonIdempotent,
         );
         assert_eq!(e.kind(), ErrorKind::NotFound);
-        let e = map(http(500, r#"{"error":{"code":"internal_server_error","message":"x"}}"#), "exec", Effect::NonIdempotent);
+        let e = map(
+            http(
+                500,
+                r#"{"error":{"code":"internal_server_error","message":"x"}}"#,
+            ),
+            "exec",
+            Effect::NonIdempotent,
+        );
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Internal, Retry::Unsafe));
         assert_eq!(e.code(), Some("internal_server_error"));
-        let e = map(CallError::Cut("ended".into()), "exec", Effect::NonIdempotent);
-        assert_eq!((e.kind(), e.retry()), (ErrorKind::Unavailable, Retry::Unsafe));
-        let e = map(CallError::Protocol("bad".into()), "exec", Effect::NonIdempotent);
+        let e = map(
+            CallError::Cut("ended".into()),
+            "exec",
+            Effect::NonIdempotent,
+        );
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::Unavailable, Retry::Unsafe)
+        );
+        let e = map(
+            CallError::Protocol("bad".into()),
+            "exec",
+            Effect::NonIdempotent,
+        );
         assert_eq!(e.kind(), ErrorKind::Protocol);
         assert!(http(410, r#"{"error":{"code":"sandbox_stopped","message":"m"}}"#).is_stopped());
         assert!(!http(404, "{}").is_stopped());

@@ -68,9 +68,18 @@ impl Drop for Inner {
 }
 
 pub(crate) async fn delete(api: &Api, name: &str) -> Result<(), Error> {
-    let path = format!("/v2/sandboxes/{}", execseam_core::transport::escape_path_segment(name));
+    let path = format!(
+        "/v2/sandboxes/{}",
+        execseam_core::transport::escape_path_segment(name)
+    );
     let r = api
-        .send(Method::DELETE, &path, &[("projectId", &api.config.project_id)], Body::None, false)
+        .send(
+            Method::DELETE,
+            &path,
+            &[("projectId", &api.config.project_id)],
+            Body::None,
+            false,
+        )
         .await
         .map(drop)
         .map_err(|e| map(e, "destroy", Effect::Idempotent));
@@ -118,7 +127,10 @@ impl VercelExec {
             .json(
                 Method::GET,
                 &path,
-                &[("projectId", &self.inner.api.config.project_id), ("resume", "true")],
+                &[
+                    ("projectId", &self.inner.api.config.project_id),
+                    ("resume", "true"),
+                ],
                 Body::None,
             )
             .await?;
@@ -133,14 +145,24 @@ impl VercelExec {
         method: Method,
         rest: &str,
         query: &[(&str, &str)],
-        body: impl Fn() -> Body<'static>,
+        body: impl Fn() -> Body,
         stream: bool,
     ) -> Result<reqwest::Response, CallError> {
         let api = &self.inner.api;
-        match api.send(method.clone(), &self.session_path(rest), query, body(), stream).await {
+        match api
+            .send(
+                method.clone(),
+                &self.session_path(rest),
+                query,
+                body(),
+                stream,
+            )
+            .await
+        {
             Err(e) if e.is_stopped() => {
                 self.resume().await?;
-                api.send(method, &self.session_path(rest), query, body(), stream).await
+                api.send(method, &self.session_path(rest), query, body(), stream)
+                    .await
             }
             other => other,
         }
@@ -189,19 +211,33 @@ impl VercelExec {
             command_id: None,
             stdin: Some(stdin),
             stdin_task: None,
-            guard: KillGuard { exec: self.clone(), command: None },
+            guard: KillGuard {
+                exec: self.clone(),
+                command: None,
+            },
             done: false,
         };
-        Ok(EventStream::new(futures_util::stream::unfold(state, next_event)))
+        Ok(EventStream::new(futures_util::stream::unfold(
+            state, next_event,
+        )))
     }
 
     /// `POST …/cmd/{id}/kill {signal}`.
     pub async fn kill(&self, command_id: &str, signal: u8) -> Result<(), Error> {
         let body = serde_json::to_vec(&serde_json::json!({ "signal": signal })).expect("json");
-        let rest = format!("cmd/{}/kill", execseam_core::transport::escape_path_segment(command_id));
+        let rest = format!(
+            "cmd/{}/kill",
+            execseam_core::transport::escape_path_segment(command_id)
+        );
         self.inner
             .api
-            .send(Method::POST, &self.session_path(&rest), &[], Body::Json(body), false)
+            .send(
+                Method::POST,
+                &self.session_path(&rest),
+                &[],
+                Body::Json(body),
+                false,
+            )
             .await
             .map(drop)
             .map_err(|e| map(e, "kill", Effect::Idempotent))
@@ -210,40 +246,52 @@ impl VercelExec {
     /// Writes files (`POST …/fs/write`, one gzip'd tar, extracted by the sandbox's user); paths
     /// are absolute or relative to [`SANDBOX_CWD`]; `mode` is the file's permission bits.
     pub async fn write_files(&self, files: &[(&str, &[u8], u32)]) -> Result<(), Error> {
-        let names: Vec<String> = files.iter().map(|(p, _, _)| wire::entry_name(p, SANDBOX_CWD)).collect();
+        let names: Vec<String> = files
+            .iter()
+            .map(|(p, _, _)| wire::entry_name(p, SANDBOX_CWD))
+            .collect();
         let entries: Vec<TarFile<'_>> = files
             .iter()
             .zip(&names)
-            .map(|((_, content, mode), name)| TarFile { name, content, mode: *mode })
+            .map(|((_, content, mode), name)| TarFile {
+                name,
+                content,
+                mode: *mode,
+            })
             .collect();
         let tar = wire::tar_gz(&entries).map_err(|e| {
-            Error::new(ErrorKind::Internal, format!("cannot build the archive: {e}")).with_provider(PROVIDER)
+            Error::new(
+                ErrorKind::Internal,
+                format!("cannot build the archive: {e}"),
+            )
+            .with_provider(PROVIDER)
         })?;
-        let api = &self.inner.api;
-        let send = || {
-            api.http
-                .post(api_url(api, &self.session_path("fs/write")))
-                .bearer_auth(api.config.token())
-                .header(reqwest::header::CONTENT_TYPE, "application/gzip")
-                .header("x-cwd", "/")
-                .timeout(api.config.request_timeout)
-                .body(tar.clone())
-                .send()
-        };
-        let r = match checked(send().await).await {
-            Err(e) if e.is_stopped() => {
-                self.resume().await.map_err(|e| map(e, "write", Effect::Idempotent))?;
-                checked(send().await).await
-            }
-            other => other,
-        };
-        r.map(drop).map_err(|e| map(e, "write", Effect::Idempotent))
+        self.on_session(
+            Method::POST,
+            "fs/write",
+            &[],
+            || Body::TarGz(tar.clone()),
+            false,
+        )
+        .await
+        .map(drop)
+        .map_err(|e| map(e, "write", Effect::Idempotent))
     }
 
     /// Reads a file (`POST …/fs/read`); a missing one is `Ok(None)` (the API's 404).
     pub async fn read_file(&self, path: &str) -> Result<Option<Bytes>, Error> {
-        let body = serde_json::to_vec(&serde_json::json!({ "path": path, "cwd": SANDBOX_CWD })).expect("json");
-        match self.on_session(Method::POST, "fs/read", &[], || Body::Json(body.clone()), false).await {
+        let body = serde_json::to_vec(&serde_json::json!({ "path": path, "cwd": SANDBOX_CWD }))
+            .expect("json");
+        match self
+            .on_session(
+                Method::POST,
+                "fs/read",
+                &[],
+                || Body::Json(body.clone()),
+                false,
+            )
+            .await
+        {
             Ok(resp) => {
                 let ct = resp
                     .headers()
@@ -253,12 +301,17 @@ impl VercelExec {
                     .to_owned();
                 if !ct.contains("application/octet-stream") {
                     return Err(map(
-                        CallError::Protocol(format!("expected application/octet-stream, got {ct:?}")),
+                        CallError::Protocol(format!(
+                            "expected application/octet-stream, got {ct:?}"
+                        )),
                         "read",
                         Effect::Idempotent,
                     ));
                 }
-                resp.bytes().await.map(Some).map_err(|e| map(CallError::Transport(e), "read", Effect::Idempotent))
+                resp.bytes()
+                    .await
+                    .map(Some)
+                    .map_err(|e| map(CallError::Transport(e), "read", Effect::Idempotent))
             }
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(map(e, "read", Effect::Idempotent)),
@@ -267,41 +320,37 @@ impl VercelExec {
 
     /// Makes a directory (`POST …/fs/mkdir`; `recursive` makes its parents too).
     pub async fn mkdir(&self, path: &str, recursive: bool) -> Result<(), Error> {
-        let body = serde_json::to_vec(&serde_json::json!({ "path": path, "cwd": SANDBOX_CWD, "recursive": recursive }))
-            .expect("json");
-        self.on_session(Method::POST, "fs/mkdir", &[], || Body::Json(body.clone()), false)
-            .await
-            .map(drop)
-            .map_err(|e| map(e, "mkdir", Effect::Idempotent))
+        let body = serde_json::to_vec(
+            &serde_json::json!({ "path": path, "cwd": SANDBOX_CWD, "recursive": recursive }),
+        )
+        .expect("json");
+        self.on_session(
+            Method::POST,
+            "fs/mkdir",
+            &[],
+            || Body::Json(body.clone()),
+            false,
+        )
+        .await
+        .map(drop)
+        .map_err(|e| map(e, "mkdir", Effect::Idempotent))
     }
 
     /// Stops the current session (`POST …/stop`); the sandbox resumes on its next use.
     pub async fn stop(&self) -> Result<(), Error> {
         self.inner
             .api
-            .send(Method::POST, &self.session_path("stop"), &[], Body::None, false)
+            .send(
+                Method::POST,
+                &self.session_path("stop"),
+                &[],
+                Body::None,
+                false,
+            )
             .await
             .map(drop)
             .map_err(|e| map(e, "stop", Effect::Idempotent))
     }
-}
-
-fn api_url(api: &Api, path: &str) -> reqwest::Url {
-    let mut u = api.base.clone();
-    u.set_path(&format!("{}/{}", u.path().trim_end_matches('/'), path.trim_start_matches('/')));
-    u.query_pairs_mut().append_pair("teamId", &api.config.team_id);
-    u
-}
-
-async fn checked(r: Result<reqwest::Response, reqwest::Error>) -> Result<reqwest::Response, CallError> {
-    let resp = r.map_err(CallError::Transport)?;
-    if resp.status().is_success() {
-        return Ok(resp);
-    }
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let body = resp.bytes().await.unwrap_or_default();
-    Err(CallError::http(status, &headers, &body))
 }
 
 /// Kills the command when its stream is dropped before the exit (a deadline, a cancel, a cut).
@@ -312,8 +361,12 @@ struct KillGuard {
 
 impl Drop for KillGuard {
     fn drop(&mut self) {
-        let Some(id) = self.command.take() else { return };
-        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+        let Some(id) = self.command.take() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let exec = self.exec.clone();
         handle.spawn(async move {
             let _ = exec.kill(&id, 9).await;
@@ -321,7 +374,8 @@ impl Drop for KillGuard {
     }
 }
 
-type ByteStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Bytes>> + Send>>;
+type ByteStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
 struct StreamState {
     exec: VercelExec,
@@ -358,14 +412,22 @@ async fn next_event(mut st: StreamState) -> Option<(Result<Event, Error>, Stream
                     if let Some(input) = st.stdin.take().filter(|s| !s.is_empty()) {
                         let exec = st.exec.clone();
                         let id = c.id.clone();
-                        st.stdin_task = Some(tokio::spawn(async move { write_stdin(&exec, &id, input).await }));
+                        st.stdin_task =
+                            Some(tokio::spawn(
+                                async move { write_stdin(&exec, &id, input).await },
+                            ));
                     }
                     st.command_id = Some(c.id);
                 }
                 (Line::Command(c), true) => {
                     st.done = true;
                     let Some(code) = c.exit_code else {
-                        return Some((Err(fail(CallError::Protocol("the final command line has no exitCode".into()))), st));
+                        return Some((
+                            Err(fail(CallError::Protocol(
+                                "the final command line has no exitCode".into(),
+                            ))),
+                            st,
+                        ));
                     };
                     if let Some(task) = st.stdin_task.take()
                         && let Ok(Err(e)) = task.await
@@ -377,7 +439,12 @@ async fn next_event(mut st: StreamState) -> Option<(Result<Event, Error>, Stream
                 }
                 (_, false) => {
                     st.done = true;
-                    return Some((Err(fail(CallError::Protocol("output before the command line".into()))), st));
+                    return Some((
+                        Err(fail(CallError::Protocol(
+                            "output before the command line".into(),
+                        ))),
+                        st,
+                    ));
                 }
                 (Line::Stdout(s), true) => return Some((Ok(Event::Stdout(Bytes::from(s))), st)),
                 (Line::Stderr(s), true) => return Some((Ok(Event::Stderr(Bytes::from(s))), st)),
@@ -413,7 +480,10 @@ async fn next_event(mut st: StreamState) -> Option<(Result<Event, Error>, Stream
 /// close), as the Python SDK does. A command that exited or stopped reading (`404`, `400
 /// command_stdin_unavailable`) is a closed pipe, not an error.
 async fn write_stdin(exec: &VercelExec, id: &str, input: Bytes) -> Result<(), Error> {
-    let rest = format!("cmd/{}/stdin", execseam_core::transport::escape_path_segment(id));
+    let rest = format!(
+        "cmd/{}/stdin",
+        execseam_core::transport::escape_path_segment(id)
+    );
     let path = exec.session_path(&rest);
     let api = &exec.inner.api;
     let mut offset = 0u64;
@@ -423,14 +493,22 @@ async fn write_stdin(exec: &VercelExec, id: &str, input: Bytes) -> Result<(), Er
     };
     for chunk in input.chunks(STDIN_CHUNK) {
         let data = base64::engine::general_purpose::STANDARD.encode(chunk);
-        let body = Body::json(&StdinWrite { data: Some(&data), offset, close: false });
+        let body = Body::json(&StdinWrite {
+            data: Some(&data),
+            offset,
+            close: false,
+        });
         match api.send(Method::POST, &path, &[], body, false).await {
             Ok(_) => offset += chunk.len() as u64,
             Err(e) if closed(&e) => return Ok(()),
             Err(e) => return Err(map(e, "stdin", Effect::NonIdempotent)),
         }
     }
-    let body = Body::json(&StdinWrite { data: None, offset, close: true });
+    let body = Body::json(&StdinWrite {
+        data: None,
+        offset,
+        close: true,
+    });
     match api.send(Method::POST, &path, &[], body, false).await {
         Ok(_) => Ok(()),
         Err(e) if closed(&e) => Ok(()),

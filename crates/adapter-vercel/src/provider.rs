@@ -67,7 +67,11 @@ impl VercelProvider {
             ports: c.ports.clone(),
             ..CreateSandbox::default()
         };
-        match spec.image().map(str::to_owned).or_else(|| c.runtime.clone()) {
+        match spec
+            .image()
+            .map(str::to_owned)
+            .or_else(|| c.runtime.clone())
+        {
             Some(i) if RUNTIMES.contains(&i.as_str()) => body.runtime = Some(i),
             Some(i) => body.image = Some(i),
             None => {}
@@ -102,7 +106,10 @@ impl VercelProvider {
             .json(
                 Method::GET,
                 &path,
-                &[("projectId", &self.api.config.project_id), ("resume", "true")],
+                &[
+                    ("projectId", &self.api.config.project_id),
+                    ("resume", "true"),
+                ],
                 Body::None,
             )
             .await
@@ -115,10 +122,25 @@ impl VercelProvider {
         ))
     }
 
+    /// A handle on a sandbox whose name and current session are known, without calling the API
+    /// (a stopped session is resumed on first use). It does not own the sandbox.
+    pub fn attach(&self, name: &str, session_id: &str) -> VercelExec {
+        VercelExec::new(
+            self.api.clone(),
+            name.to_owned(),
+            session_id.to_owned(),
+            Ownership::connected(),
+        )
+    }
+
     /// Lists the project's sandboxes that `filter` selects.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<SandboxInfo>, Error> {
         filter.check(PROVIDER, &LIFECYCLE)?;
-        let tag = filter.labels().iter().next().map(|(k, v)| format!("{k}:{v}"));
+        let tag = filter
+            .labels()
+            .iter()
+            .next()
+            .map(|(k, v)| format!("{k}:{v}"));
         let mut out = Vec::new();
         let mut cursor: Option<String> = None;
         loop {

@@ -288,7 +288,13 @@ pub fn tar_gz(files: &[TarFile<'_>]) -> std::io::Result<Vec<u8>> {
             None => {
                 // A PAX extended header carries the full name.
                 let record = pax_record("path", f.name);
-                tar.extend(header(b"././@PaxHeader", b"", record.len() as u64, 0o644, b'x'));
+                tar.extend(header(
+                    b"././@PaxHeader",
+                    b"",
+                    record.len() as u64,
+                    0o644,
+                    b'x',
+                ));
                 tar.extend(record.as_bytes());
                 pad(&mut tar);
                 let short = &f.name.as_bytes()[f.name.len().saturating_sub(99)..];
@@ -337,9 +343,10 @@ fn pax_record(key: &str, value: &str) -> String {
 }
 
 fn octal(field: &mut [u8], value: u64) {
-    let s = format!("{value:0width$o}", width = field.len() - 1);
-    field[..field.len() - 1].copy_from_slice(&s.as_bytes()[s.len() - (field.len() - 1)..]);
-    field[field.len() - 1] = 0;
+    let n = field.len() - 1;
+    let s = format!("{value:0n$o}");
+    field[..n].copy_from_slice(&s.as_bytes()[s.len() - n..]);
+    field[n] = 0;
 }
 
 fn header(name: &[u8], prefix: &[u8], size: u64, mode: u32, kind: u8) -> [u8; 512] {
@@ -392,18 +399,34 @@ mod tests {
         let started = br#"{"command":{"id":"cmd_1","name":"echo","args":[],"cwd":"/","sessionId":"se","exitCode":null,"startedAt":1}}"#;
         assert_eq!(
             parse_line(started).unwrap(),
-            Line::Command(CommandPayload { id: "cmd_1".into(), exit_code: None })
+            Line::Command(CommandPayload {
+                id: "cmd_1".into(),
+                exit_code: None
+            })
         );
         let done = br#"{"command":{"id":"cmd_1","exitCode":3,"durationMs":5}}"#;
         assert_eq!(
             parse_line(done).unwrap(),
-            Line::Command(CommandPayload { id: "cmd_1".into(), exit_code: Some(3) })
+            Line::Command(CommandPayload {
+                id: "cmd_1".into(),
+                exit_code: Some(3)
+            })
         );
-        assert_eq!(parse_line(br#"{"stream":"stdout","data":"hi\n"}"#).unwrap(), Line::Stdout("hi\n".into()));
-        assert_eq!(parse_line(br#"{"data":"e","stream":"stderr"}"#).unwrap(), Line::Stderr("e".into()));
         assert_eq!(
-            parse_line(br#"{"stream":"error","data":{"code":"sandbox_stopped","message":"m"}}"#).unwrap(),
-            Line::Error { code: "sandbox_stopped".into(), message: "m".into() }
+            parse_line(br#"{"stream":"stdout","data":"hi\n"}"#).unwrap(),
+            Line::Stdout("hi\n".into())
+        );
+        assert_eq!(
+            parse_line(br#"{"data":"e","stream":"stderr"}"#).unwrap(),
+            Line::Stderr("e".into())
+        );
+        assert_eq!(
+            parse_line(br#"{"stream":"error","data":{"code":"sandbox_stopped","message":"m"}}"#)
+                .unwrap(),
+            Line::Error {
+                code: "sandbox_stopped".into(),
+                message: "m".into()
+            }
         );
         assert!(parse_line(b"{\"stream\":\"stdout\",\"data\":").is_err());
         assert!(parse_line(br#"{"stream":"stdout","data":3}"#).is_err());
@@ -421,14 +444,25 @@ mod tests {
 
     #[test]
     fn entry_names_are_relative_to_the_root() {
-        assert_eq!(entry_name("/vercel/sandbox/a.txt", "/vercel/sandbox"), "vercel/sandbox/a.txt");
-        assert_eq!(entry_name("sub/../b.txt", "/vercel/sandbox"), "vercel/sandbox/b.txt");
+        assert_eq!(
+            entry_name("/vercel/sandbox/a.txt", "/vercel/sandbox"),
+            "vercel/sandbox/a.txt"
+        );
+        assert_eq!(
+            entry_name("sub/../b.txt", "/vercel/sandbox"),
+            "vercel/sandbox/b.txt"
+        );
         assert_eq!(entry_name("./c", "/tmp/"), "tmp/c");
     }
 
     #[test]
     fn tar_headers_checksum_and_names() {
-        let gz = tar_gz(&[TarFile { name: "vercel/sandbox/a.txt", content: b"hello", mode: 0o755 }]).unwrap();
+        let gz = tar_gz(&[TarFile {
+            name: "vercel/sandbox/a.txt",
+            content: b"hello",
+            mode: 0o755,
+        }])
+        .unwrap();
         let mut tar = Vec::new();
         std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut tar).unwrap();
         assert_eq!(tar.len(), 512 + 512 + 1024);

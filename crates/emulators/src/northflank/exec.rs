@@ -166,6 +166,11 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
         }
         Err(_) => return close(&mut ws, CloseCode::Policy, "no init frame").await,
     };
+    if fault == Some(Fault::ResetBeforeResponse) {
+        // The command travels in the `init` frame: the connection drops once it has arrived,
+        // before any answer (no close frame), so the client cannot know whether it ran.
+        return;
+    }
     let data = first
         .get("data")
         .and_then(Value::as_object)

@@ -42,7 +42,8 @@
 //! directory `/app`; `/app`, `/root` and `/tmp` are private to it.
 //!
 //! Faults on route `"exec"` (the WebSocket upgrade): 429 with `Retry-After` and 503 before the
-//! upgrade, a reset, `auth: "failed"`, 500 = the command runs and an `error` frame replaces the
+//! upgrade, the connection dropped once the `init` frame (the command) arrived (reset),
+//! `auth: "failed"`, 500 = the command runs and an `error` frame replaces the
 //! completion, a normal close before the completion (cut), a non-JSON frame (malformed),
 //! latency, and the container vanishing mid-command (the socket closes with 1011, no completion).
 

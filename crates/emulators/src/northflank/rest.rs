@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use super::{Entity, Kind, State, TEAM_ID, WORKDIR, exec, iso};
 use crate::harness::clock::hex_id;
-use crate::harness::{ConnControl, Fault, reset_connection};
+use crate::harness::{ConnControl, Fault};
 use crate::stream::Utf8;
 use crate::ws::{Ws, is_upgrade, upgrade};
 
@@ -566,10 +566,10 @@ async fn exec_route(st: St, Path(p): Params, mut req: Request) -> Response {
         Some(Fault::Unavailable) => {
             return error(StatusCode::SERVICE_UNAVAILABLE, "Service unavailable");
         }
-        Some(Fault::ResetBeforeResponse) => return reset_connection(ctl.as_ref()).await,
         Some(Fault::Latency(d)) => tokio::time::sleep(d).await,
         _ => {}
     }
+    let _ = ctl;
     let project = match scope(&st, &p) {
         Ok(p) => p,
         Err(r) => return r,

@@ -1,5 +1,6 @@
 //! Commands: start (detached or awaited NDJSON), wait, logs, kill, stdin.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,11 +28,13 @@ const RUN_DIR: &str = "/tmp/.execseam-vercel";
 /// "keeping the base64 JSON body under the API's 1 MB limit").
 const MAX_STDIN_BODY: usize = 1024 * 1024;
 
-/// Records its pid, takes stdin from the FIFO (or nothing), then becomes the command.
+/// Records its pid, takes stdin from the FIFO (or nothing), then becomes the command through
+/// `env NAME=VALUE… command args…`: the service spawns the process with its environment
+/// directly, and a shell would drop names that are not shell identifiers (`A-B.c`).
 const WRAPPER: &str = r#"p=$1; f=$2; shift 2
 printf '%s' "$$" > "$p"
 if [ -n "$f" ]; then exec 0<"$f"; rm -f -- "$f"; else exec 0</dev/null; fi
-exec "$@""#;
+exec env "$@""#;
 
 /// A command's stdin (the Python SDK's `attachStdin`).
 pub(crate) type StdinPipe = StdinFifo;
@@ -232,20 +235,21 @@ pub(crate) async fn run(st: St, Path(sid): Path<String>, uri: Uri, req: Request)
         "sh".to_owned(),
         session.root.visible_path(&record.pid_file),
         fifo,
-        rr.command.clone(),
     ];
+    let mut env: BTreeMap<String, String> = session.env.clone();
+    env.extend(rr.env.iter().cloned());
+    argv.extend(env.into_iter().map(|(k, v)| format!("{k}={v}")));
+    if rr.command.contains('=') {
+        // `env` would take it for an assignment.
+        return bad_request("a program name cannot contain '='");
+    }
+    argv.push(rr.command.clone());
     argv.extend(rr.args.iter().cloned());
     let _ = (rr.sudo, USER); // every command runs as the emulator's user until users land
-    let mut b = Command::builder(argv).workdir(session.root.visible_path(&rr.cwd));
-    for (k, v) in session
-        .env
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .chain(rr.env.iter().cloned())
+    let cmd = match Command::builder(argv)
+        .workdir(session.root.visible_path(&rr.cwd))
+        .build()
     {
-        b = b.env(k, v);
-    }
-    let cmd = match b.build() {
         Ok(c) => c,
         Err(e) => return bad_request(&e.to_string()),
     };

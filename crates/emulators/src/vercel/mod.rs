@@ -132,6 +132,16 @@ impl VercelEmulator {
         self.state.names()
     }
 
+    /// A count of the sandboxes that exist (for the conformance suite's leak check).
+    pub fn sandbox_counter(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let state = Arc::downgrade(&self.state);
+        move || {
+            state
+                .upgrade()
+                .map_or(0, |s| s.sandboxes.lock().expect("sandboxes").len())
+        }
+    }
+
     /// How many command-submitting requests arrived.
     pub fn exec_requests(&self) -> u64 {
         self.state.faults.count("exec")
