@@ -249,6 +249,50 @@ pub fn all() -> Vec<Adapter> {
                 })
             },
         },
+        Adapter {
+            name: "vercel",
+            about: "Vercel Sandbox over its REST API (VERCEL_SANDBOX_NAME, or a new sandbox deleted when the run ends)",
+            env: execseam_vercel::ENV_VARS,
+            capabilities: || execseam_vercel::CAPABILITIES,
+            connect: || {
+                Box::pin(async {
+                    use execseam_core::Sandbox;
+                    let provider = execseam_vercel::VercelProvider::from_env()?;
+                    let sb = match std::env::var("VERCEL_SANDBOX_NAME")
+                        .ok()
+                        .filter(|s| !s.is_empty())
+                    {
+                        Some(name) => provider.connect(&name).await?,
+                        None => provider.create(execseam_core::SandboxSpec::new()).await?,
+                    };
+                    if creates("VERCEL_SANDBOX_NAME") {
+                        let owned = sb.clone();
+                        on_exit("vercel", Box::pin(async move { owned.close().await }));
+                    }
+                    Ok(Arc::new(sb) as Arc<dyn Exec>)
+                })
+            },
+        },
+        Adapter {
+            name: "northflank",
+            about: "a Northflank service's container over the exec WebSocket (NORTHFLANK_SERVICE_ID; connect-only)",
+            env: execseam_northflank::ENV_VARS,
+            capabilities: || execseam_northflank::CAPABILITIES,
+            connect: || {
+                Box::pin(async {
+                    let provider = execseam_northflank::NorthflankProvider::from_env()?;
+                    let id = std::env::var("NORTHFLANK_SERVICE_ID")
+                        .ok()
+                        .filter(|s| !s.is_empty())
+                        .ok_or_else(|| {
+                            Error::invalid_config(
+                                "NORTHFLANK_SERVICE_ID names the service (or jobs/<id>) to run in",
+                            )
+                        })?;
+                    Ok(Arc::new(provider.connect(&id).await?) as Arc<dyn Exec>)
+                })
+            },
+        },
     ]
 }
 
