@@ -57,22 +57,23 @@ impl Utf8 {
     }
 }
 
-/// The writer end of a command's stdin FIFO (held open read-write, so the command's open never
-/// blocks) and how many bytes went through it.
+/// The writer end of a command's stdin FIFO and how many bytes went through it.
+///
+/// Until the command opens the FIFO, the emulator holds it read-write (so neither side's open
+/// blocks); once it has (its wrapper removes the path), a write-only end replaces that one, so a
+/// command that exits or closes its stdin makes the next write fail (EPIPE), as a pipe does.
 pub(crate) struct StdinFifo {
     tx: Option<tokio::net::unix::pipe::Sender>,
     host: PathBuf,
     written: u64,
+    write_only: bool,
 }
 
 impl StdinFifo {
     /// Makes a FIFO under `dir` (a sandbox path); returns it and the path its commands see. The
     /// command must open it as stdin, then remove the path (the sign [`close`](Self::close)
     /// waits for): `exec 0<"$f"; rm -f -- "$f"`.
-    pub(crate) async fn create(
-        sandbox: &Sandbox,
-        dir: &str,
-    ) -> std::io::Result<(StdinFifo, String)> {
+    pub(crate) async fn create(sandbox: &Sandbox, dir: &str) -> std::io::Result<(StdinFifo, String)> {
         let name = format!("{dir}/stdin-{}", hex_id(16));
         let host = sandbox.host_path(&name);
         if let Some(parent) = host.parent() {
@@ -95,6 +96,7 @@ impl StdinFifo {
                 tx: Some(tx),
                 host,
                 written: 0,
+                write_only: false,
             },
             sandbox.visible_path(&name),
         ))
@@ -110,8 +112,34 @@ impl StdinFifo {
         self.tx.is_some()
     }
 
+    /// Waits (up to 5 s) for the command to open the FIFO, then swaps the read-write end for a
+    /// write-only one opened through `/proc/self/fd` (the path is gone by then).
+    async fn attach(&mut self) {
+        if self.write_only || self.tx.is_none() {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while self.host.exists() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        if self.host.exists() {
+            return; // never opened: keep the read-write end
+        }
+        use std::os::fd::AsRawFd;
+        let fd = self.tx.as_ref().expect("open").as_raw_fd();
+        match tokio::net::unix::pipe::OpenOptions::new().open_sender(format!("/proc/self/fd/{fd}")) {
+            Ok(w) => {
+                self.tx = Some(w);
+                self.write_only = true;
+            }
+            // ENXIO: no reader any more (the command is gone).
+            Err(_) => self.tx = None,
+        }
+    }
+
     /// Writes `data`; `false` when the command no longer reads (the writer is then closed).
     pub(crate) async fn write(&mut self, data: &[u8]) -> bool {
+        self.attach().await;
         let Some(tx) = self.tx.as_mut() else {
             return false;
         };
@@ -126,10 +154,7 @@ impl StdinFifo {
     /// Closes the writer (EOF) once the command has opened the FIFO: a reader that opens it
     /// with no writer left would block forever.
     pub(crate) async fn close(&mut self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while self.host.exists() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        self.attach().await;
         self.tx = None;
     }
 }
