@@ -10,7 +10,6 @@ use execseam_core::{
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::vercel::{PROJECT_ID, TEAM_ID, VercelEmulator, VercelOptions};
 use execseam_vercel::{VercelConfig, VercelProvider};
-use futures_util::StreamExt;
 
 async fn setup() -> (VercelEmulator, VercelProvider) {
     let emu = VercelEmulator::start(EmulatorOptions::default(), VercelOptions::default())
