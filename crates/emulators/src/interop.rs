@@ -192,3 +192,23 @@ pub fn run_node(npm_dir: &Path, script: &Path, env: &[(String, String)]) -> io::
         .stdin(Stdio::null())
         .output()
 }
+
+/// The per-call durations a benchmark script printed, one number of milliseconds per line.
+pub fn timings(out: &Output) -> io::Result<Vec<std::time::Duration>> {
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "the benchmark script failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            l.trim()
+                .parse::<f64>()
+                .map(|ms| std::time::Duration::from_secs_f64(ms / 1000.0))
+                .map_err(|_| io::Error::other(format!("not a number of ms: {l:?}")))
+        })
+        .collect()
+}

@@ -73,7 +73,10 @@ impl StdinFifo {
     /// Makes a FIFO under `dir` (a sandbox path); returns it and the path its commands see. The
     /// command must open it as stdin, then remove the path (the sign [`close`](Self::close)
     /// waits for): `exec 0<"$f"; rm -f -- "$f"`.
-    pub(crate) async fn create(sandbox: &Sandbox, dir: &str) -> std::io::Result<(StdinFifo, String)> {
+    pub(crate) async fn create(
+        sandbox: &Sandbox,
+        dir: &str,
+    ) -> std::io::Result<(StdinFifo, String)> {
         let name = format!("{dir}/stdin-{}", hex_id(16));
         let host = sandbox.host_path(&name);
         if let Some(parent) = host.parent() {
@@ -127,7 +130,8 @@ impl StdinFifo {
         }
         use std::os::fd::AsRawFd;
         let fd = self.tx.as_ref().expect("open").as_raw_fd();
-        match tokio::net::unix::pipe::OpenOptions::new().open_sender(format!("/proc/self/fd/{fd}")) {
+        match tokio::net::unix::pipe::OpenOptions::new().open_sender(format!("/proc/self/fd/{fd}"))
+        {
             Ok(w) => {
                 self.tx = Some(w);
                 self.write_only = true;
