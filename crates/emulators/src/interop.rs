@@ -212,3 +212,52 @@ pub fn timings(out: &Output) -> io::Result<Vec<std::time::Duration>> {
         })
         .collect()
 }
+
+/// Asserts that a client check script succeeded, printed `OK` last, and ran exactly `want`
+/// checks (lines starting `ok `): a check that silently stopped running fails the test.
+pub fn assert_checks(name: &str, out: &Output, want: usize) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}");
+    assert!(
+        out.status.success() && stdout.lines().last() == Some("OK"),
+        "the {name} check failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let checks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
+    assert_eq!(
+        checks, want,
+        "every check of the {name} script ran:\n{stdout}"
+    );
+}
+
+/// Arms `rules` (`(route, nth, fault)`) on `faults` once a client script creates
+/// `<scratch>/faults-ready`, then creates `<scratch>/faults-armed`, which the script waits for.
+/// Returns the two paths as the `FAULTS_READY` / `FAULTS_ARMED` environment.
+pub fn arm_faults_when_ready(
+    faults: &crate::FaultHandle,
+    scratch: &Path,
+    rules: Vec<(&'static str, u64, crate::Fault)>,
+) -> Vec<(String, String)> {
+    let ready = scratch.join("faults-ready");
+    let armed = scratch.join("faults-armed");
+    let faults = faults.clone();
+    let (r, a) = (ready.clone(), armed.clone());
+    std::thread::spawn(move || {
+        while !r.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        for (route, n, fault) in rules {
+            faults.add(crate::FaultRule {
+                route: route.into(),
+                when: crate::harness::When::Nth(n),
+                fault,
+            });
+        }
+        let _ = std::fs::write(&a, b"");
+    });
+    vec![
+        ("FAULTS_READY".into(), ready.to_string_lossy().into_owned()),
+        ("FAULTS_ARMED".into(), armed.to_string_lossy().into_owned()),
+    ]
+}

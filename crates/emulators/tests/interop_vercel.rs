@@ -5,9 +5,8 @@
 //! files, the lifecycle, and two injected faults. Fails loudly when a registry cannot be reached.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use execseam_emulators::harness::{Fault, FaultRule, When};
+use execseam_emulators::harness::Fault;
 use execseam_emulators::vercel::{VercelEmulator, VercelOptions};
 use execseam_emulators::{EmulatorOptions, Isolation, interop};
 
@@ -33,49 +32,6 @@ async fn emulator() -> VercelEmulator {
     .expect("the emulator starts")
 }
 
-/// Arms `rules` (route `exec`, `(nth, fault)`) once the client says it is ready (it creates a
-/// file); the client waits for the second file.
-fn arm_faults_when_ready(
-    emu: &VercelEmulator,
-    scratch: &Path,
-    rules: Vec<(u64, Fault)>,
-) -> (PathBuf, PathBuf) {
-    let ready = scratch.join("faults-ready");
-    let armed = scratch.join("faults-armed");
-    let faults = emu.faults().clone();
-    let (r, a) = (ready.clone(), armed.clone());
-    tokio::spawn(async move {
-        while !r.exists() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        for (n, fault) in rules {
-            faults.add(FaultRule {
-                route: "exec".into(),
-                when: When::Nth(n),
-                fault,
-            });
-        }
-        std::fs::write(&a, b"").expect("armed");
-    });
-    (ready, armed)
-}
-
-fn assert_checks(name: &str, out: &std::process::Output, want: usize) {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{stdout}");
-    assert!(
-        out.status.success() && stdout.lines().last() == Some("OK"),
-        "the {name} check failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let checks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
-    assert_eq!(
-        checks, want,
-        "every check of the {name} script ran:\n{stdout}"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_official_python_sdk_works_against_the_emulator() {
     let emu = emulator().await;
@@ -85,20 +41,22 @@ async fn the_official_python_sdk_works_against_the_emulator() {
         .unwrap()
         .expect("a virtualenv with the official vercel-sandbox SDK");
     let scratch = tempfile::tempdir().expect("scratch");
-    let (ready, armed) = arm_faults_when_ready(
-        &emu,
+    let faults = interop::arm_faults_when_ready(
+        emu.faults(),
         scratch.path(),
-        vec![(1, Fault::ServerError), (2, Fault::CutBeforeExit)],
+        vec![
+            ("exec", 1, Fault::ServerError),
+            ("exec", 2, Fault::CutBeforeExit),
+        ],
     );
     let mut env = emu.env();
-    env.push(("FAULTS_READY".into(), ready.to_string_lossy().into()));
-    env.push(("FAULTS_ARMED".into(), armed.to_string_lossy().into()));
+    env.extend(faults);
     let script = dir().join("sdk_check.py");
     let out = tokio::task::spawn_blocking(move || interop::run_python(&python, &script, &env))
         .await
         .unwrap()
         .expect("python runs");
-    assert_checks("Python", &out, 40);
+    interop::assert_checks("Python", &out, 40);
     assert!(
         emu.sandbox_names().is_empty(),
         "the SDK deleted its sandboxes: {:?}",
@@ -116,29 +74,29 @@ async fn the_official_typescript_sdk_works_against_the_emulator() {
     let scratch = tempfile::tempdir().expect("scratch");
     // 429 on the 1st submit (the SDK's retry is the 2nd), a cut stream on the 3rd, a 500 on the
     // 4th (the SDK's retry of it is the 5th).
-    let (ready, armed) = arm_faults_when_ready(
-        &emu,
+    let faults = interop::arm_faults_when_ready(
+        emu.faults(),
         scratch.path(),
         vec![
             (
+                "exec",
                 1,
                 Fault::RateLimited {
                     retry_after_secs: 1,
                 },
             ),
-            (3, Fault::CutBeforeExit),
-            (4, Fault::ServerError),
+            ("exec", 3, Fault::CutBeforeExit),
+            ("exec", 4, Fault::ServerError),
         ],
     );
     let mut env = emu.env();
-    env.push(("FAULTS_READY".into(), ready.to_string_lossy().into()));
-    env.push(("FAULTS_ARMED".into(), armed.to_string_lossy().into()));
+    env.extend(faults);
     let script = dir().join("sdk_check.mjs");
     let out = tokio::task::spawn_blocking(move || interop::run_node(&npm, &script, &env))
         .await
         .unwrap()
         .expect("node runs");
-    assert_checks("TypeScript", &out, 29);
+    interop::assert_checks("TypeScript", &out, 29);
     assert!(
         emu.sandbox_names().is_empty(),
         "the SDK deleted its sandbox: {:?}",

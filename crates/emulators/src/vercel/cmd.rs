@@ -59,10 +59,17 @@ fn session_for(st: &State, sid: &str) -> Result<Arc<Session>, Response> {
     st.session(sid).ok_or_else(|| not_found("Session", sid))
 }
 
-fn command_for(session: &Session, cid: &str) -> Result<Arc<CommandRecord>, Response> {
-    session
+/// The session and the command a `…/cmd/{cid}…` route names, or its 404.
+fn session_and_command(
+    st: &State,
+    sid: &str,
+    cid: &str,
+) -> Result<(Arc<Session>, Arc<CommandRecord>), Response> {
+    let session = session_for(st, sid)?;
+    let record = session
         .command(cid)
-        .ok_or_else(|| not_found("Command", cid))
+        .ok_or_else(|| not_found("Command", cid))?;
+    Ok((session, record))
 }
 
 /// What `POST …/cmd` asks for.
@@ -436,12 +443,8 @@ pub(crate) async fn list(st: St, Path(sid): Path<String>) -> Response {
 
 /// `GET …/cmd/{cid}[?wait=true]`.
 pub(crate) async fn get(st: St, Path((sid, cid)): Path<(String, String)>, uri: Uri) -> Response {
-    let session = match session_for(&st, &sid) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let record = match command_for(&session, &cid) {
-        Ok(c) => c,
+    let (_, record) = match session_and_command(&st, &sid, &cid) {
+        Ok(sc) => sc,
         Err(r) => return r,
     };
     if query_get(&query(&uri), "wait") == Some("true") {
@@ -456,12 +459,8 @@ pub(crate) async fn get(st: St, Path((sid, cid)): Path<(String, String)>, uri: U
 
 /// `GET …/cmd/{cid}/logs`.
 pub(crate) async fn logs(st: St, Path((sid, cid)): Path<(String, String)>) -> Response {
-    let session = match session_for(&st, &sid) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let record = match command_for(&session, &cid) {
-        Ok(c) => c,
+    let (_, record) = match session_and_command(&st, &sid, &cid) {
+        Ok(sc) => sc,
         Err(r) => return r,
     };
     ndjson(Body::from_stream(follow(record, true, false, None)))
@@ -473,12 +472,8 @@ pub(crate) async fn kill(
     Path((sid, cid)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    let session = match session_for(&st, &sid) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let record = match command_for(&session, &cid) {
-        Ok(c) => c,
+    let (session, record) = match session_and_command(&st, &sid, &cid) {
+        Ok(sc) => sc,
         Err(r) => return r,
     };
     let body = match json_body(&body) {
@@ -521,12 +516,8 @@ pub(crate) async fn stdin(
     Path((sid, cid)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    let session = match session_for(&st, &sid) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let record = match command_for(&session, &cid) {
-        Ok(c) => c,
+    let (_, record) = match session_and_command(&st, &sid, &cid) {
+        Ok(sc) => sc,
         Err(r) => return r,
     };
     let unavailable = || {
