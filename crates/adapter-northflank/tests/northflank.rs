@@ -146,6 +146,29 @@ async fn exit_codes_as_numbers_or_strings_stdin_and_a_job() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_user_setting_picks_the_images_account() {
+    let (_emu, config) = setup().await;
+    for user in ["northflank", "1000"] {
+        let svc = NorthflankProvider::new(config.clone().user(user))
+            .unwrap()
+            .attach(Target::Service(SERVICE_ID.into()));
+        let out = svc
+            .exec(Command::new(["id", "-un"]).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(out.stdout.as_ref(), b"northflank\n", "{user}");
+    }
+    let root = NorthflankProvider::new(config)
+        .unwrap()
+        .attach(Target::Service(SERVICE_ID.into()));
+    let out = root
+        .exec(Command::new(["id", "-u"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.stdout.as_ref(), b"0\n", "the image's default user");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn refusals_are_typed() {
     let (emu, config) = setup().await;
     let bad = NorthflankProvider::new(config.clone().user("nobody-here")).unwrap();
@@ -166,4 +189,43 @@ async fn refusals_are_typed() {
     );
     let err = NorthflankProvider::new(NorthflankConfig::new("", "p")).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_service_is_its_own_container() {
+    let (emu, config) = setup().await;
+    let provider = NorthflankProvider::new(config).unwrap();
+    let svc = provider.connect(SERVICE_ID).await.unwrap();
+    let job = provider.connect(&format!("jobs/{JOB_ID}")).await.unwrap();
+    let instance = emu
+        .entity(
+            PROJECT_ID,
+            execseam_emulators::northflank::Kind::Service,
+            SERVICE_ID,
+        )
+        .unwrap()
+        .instance()
+        .to_owned();
+    let out = svc.exec(Command::new(["hostname"]).unwrap()).await.unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        instance,
+        "the pod's hostname"
+    );
+    let out = svc
+        .exec(Command::new(["sh", "-c", "ps -e -o pid= | wc -l"]).unwrap())
+        .await
+        .unwrap();
+    let n: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(n < 10, "ps lists only the container's processes: {n}");
+    let marker = format!("/var/tmp/execseam-nf-{}", std::process::id());
+    svc.exec(Command::new(["sh", "-c", &format!("echo x > {marker}")]).unwrap())
+        .await
+        .unwrap();
+    assert!(!std::path::Path::new(&marker).exists(), "not on the host");
+    let out = job
+        .exec(Command::new(["cat", &marker]).unwrap())
+        .await
+        .unwrap();
+    assert_ne!(out.exit, Exit::Code(0), "not in the job's container");
 }

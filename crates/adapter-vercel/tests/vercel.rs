@@ -234,3 +234,48 @@ async fn the_providers_trait_objects_work_and_bad_config_fails_before_io() {
         VercelProvider::new(VercelConfig::new("t", "t", "p").api_url("not a url")).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sandboxes_are_isolated_and_their_processes_end_with_them() {
+    let (emu, provider) = setup().await;
+    let a = provider.create(SandboxSpec::new()).await.unwrap();
+    let b = provider.create(SandboxSpec::new()).await.unwrap();
+    let out = a.exec(Command::new(["id", "-u"]).unwrap()).await.unwrap();
+    assert_eq!(
+        out.stdout.as_ref(),
+        b"1000\n",
+        "commands run as vercel-sandbox"
+    );
+    // Its own pid namespace: its init, its helper and this pipeline.
+    let out = a.exec(sh("ps -e -o pid= | wc -l")).await.unwrap();
+    let n: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(
+        n < 10,
+        "ps lists only the sandbox's processes (the host has hundreds): {n}"
+    );
+    // Writes outside the private paths stay in the sandbox.
+    let marker = format!("/var/tmp/execseam-vercel-{}", std::process::id());
+    a.exec(sh(&format!("echo x > {marker}"))).await.unwrap();
+    assert!(!std::path::Path::new(&marker).exists(), "not on the host");
+    let out = b
+        .exec(Command::new(["cat", &marker]).unwrap())
+        .await
+        .unwrap();
+    assert_ne!(out.exit, Exit::Code(0), "not in another sandbox");
+    // A daemonized child dies with its sandbox.
+    a.exec(sh("setsid sleep 300 >/dev/null 2>&1 < /dev/null &"))
+        .await
+        .unwrap();
+    let root = emu.sandbox(a.id()).unwrap().root().clone();
+    assert!(root.processes().is_some_and(|p| !p.is_empty()));
+    a.close().await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while root.processes().is_some_and(|p| !p.is_empty()) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        root.processes().is_none_or(|p| p.is_empty()),
+        "the daemon was killed"
+    );
+    b.close().await.unwrap();
+}

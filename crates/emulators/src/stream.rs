@@ -1,13 +1,128 @@
-//! Pieces the streaming emulators (Vercel, Northflank) share: incremental UTF-8 decoding of a
-//! command's output, and a FIFO that feeds a running command's stdin chunk by chunk.
+//! Pieces the streaming emulators (Vercel, Northflank) share: a process started in a sandbox
+//! whose stdin, output and signals the emulator drives itself, and incremental UTF-8 decoding of
+//! its output.
 
-use std::path::PathBuf;
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::process::Stdio;
 
-use tokio::io::AsyncWriteExt;
+use bytes::Bytes;
+use execseam_local::SpawnError;
+use tokio::io::AsyncReadExt;
+use tokio::process::ChildStdin;
+use tokio::sync::mpsc;
 
-use crate::harness::Sandbox;
-use crate::harness::clock::hex_id;
+use crate::harness::{Sandbox, User};
+
+/// What a running process produced.
+#[derive(Debug)]
+pub(crate) enum Out {
+    Stdout(Bytes),
+    Stderr(Bytes),
+    /// The exit: the code, or 128+n for signal n (a container runtime's convention).
+    Exit(i32),
+}
+
+/// A process started with [`start`].
+pub(crate) struct Running {
+    /// Its process group on the host (for [`Sandbox::signal_group`]).
+    pub(crate) host_pid: u32,
+    /// Its stdin, if asked for.
+    pub(crate) stdin: Option<ChildStdin>,
+    /// Output as it comes, then the exit.
+    pub(crate) events: mpsc::Receiver<Out>,
+}
+
+/// Starts `argv` (exec'd as given, no shell) in `sandbox` as `user` in `workdir`, with exactly
+/// `env` over the sandbox's environment and the user's `HOME`, `USER`, `LOGNAME`; stdin piped
+/// when `stdin`, else empty. A program that does not exist is a process that printed why and
+/// exited 127 (126: not executable), as a shell reports it.
+pub(crate) async fn start(
+    sandbox: &Sandbox,
+    user: &User,
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    workdir: &str,
+    stdin: bool,
+) -> Result<Running, SpawnError> {
+    let mut full: BTreeMap<String, String> = sandbox.spec().env.clone();
+    full.insert("HOME".into(), user.home.clone());
+    full.insert("USER".into(), user.name.clone());
+    full.insert("LOGNAME".into(), user.name.clone());
+    full.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let mut cmd = tokio::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .envs(&full)
+        .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let (tx, events) = mpsc::channel(64);
+    let mut child = match sandbox.spawn(cmd, user, workdir).await {
+        Ok(c) => c,
+        Err(SpawnError::Io(e))
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            let (code, why) = if e.kind() == std::io::ErrorKind::NotFound {
+                (127, "command not found")
+            } else {
+                (126, "permission denied")
+            };
+            let _ = tx
+                .send(Out::Stderr(Bytes::from(format!("{}: {why}\n", argv[0]))))
+                .await;
+            let _ = tx.send(Out::Exit(code)).await;
+            return Ok(Running {
+                host_pid: 0,
+                stdin: None,
+                events,
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    let host_pid = child.host_pid;
+    let stdin = child.child.stdin.take();
+    let mut out = child.child.stdout.take().expect("piped");
+    let mut err = child.child.stderr.take().expect("piped");
+    tokio::spawn(async move {
+        let (mut ob, mut eb) = (vec![0u8; 32 * 1024], vec![0u8; 32 * 1024]);
+        let (mut out_open, mut err_open) = (true, true);
+        while out_open || err_open {
+            tokio::select! {
+                r = out.read(&mut ob), if out_open => match r {
+                    Ok(0) | Err(_) => out_open = false,
+                    Ok(n) => {
+                        let _ = tx.send(Out::Stdout(Bytes::copy_from_slice(&ob[..n]))).await;
+                    }
+                },
+                r = err.read(&mut eb), if err_open => match r {
+                    Ok(0) | Err(_) => err_open = false,
+                    Ok(n) => {
+                        let _ = tx.send(Out::Stderr(Bytes::copy_from_slice(&eb[..n]))).await;
+                    }
+                },
+            }
+        }
+        let code = match child.child.wait().await {
+            Ok(status) => {
+                use std::os::unix::process::ExitStatusExt;
+                status
+                    .code()
+                    .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+            }
+            Err(_) => 255,
+        };
+        let _ = tx.send(Out::Exit(code)).await;
+    });
+    Ok(Running {
+        host_pid,
+        stdin,
+        events,
+    })
+}
 
 /// Incremental UTF-8 decoding: a sequence split across chunks is joined; invalid bytes become
 /// U+FFFD (what a text-only wire can carry).
@@ -54,117 +169,5 @@ impl Utf8 {
             self.pending.clear();
             "\u{FFFD}".to_owned()
         }
-    }
-}
-
-/// The writer end of a command's stdin FIFO and how many bytes went through it.
-///
-/// Until the command opens the FIFO, the emulator holds it read-write (so neither side's open
-/// blocks); once it has (its wrapper removes the path), a write-only end replaces that one, so a
-/// command that exits or closes its stdin makes the next write fail (EPIPE), as a pipe does.
-pub(crate) struct StdinFifo {
-    tx: Option<tokio::net::unix::pipe::Sender>,
-    host: PathBuf,
-    written: u64,
-    write_only: bool,
-}
-
-impl StdinFifo {
-    /// Makes a FIFO under `dir` (a sandbox path); returns it and the path its commands see. The
-    /// command must open it as stdin, then remove the path (the sign [`close`](Self::close)
-    /// waits for): `exec 0<"$f"; rm -f -- "$f"`.
-    pub(crate) async fn create(
-        sandbox: &Sandbox,
-        dir: &str,
-    ) -> std::io::Result<(StdinFifo, String)> {
-        let name = format!("{dir}/stdin-{}", hex_id(16));
-        let host = sandbox.host_path(&name);
-        if let Some(parent) = host.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        let status = tokio::process::Command::new("mkfifo")
-            .arg("-m")
-            .arg("600")
-            .arg(&host)
-            .status()
-            .await?;
-        if !status.success() {
-            return Err(std::io::Error::other(format!("mkfifo failed: {status}")));
-        }
-        let tx = tokio::net::unix::pipe::OpenOptions::new()
-            .read_write(true)
-            .open_sender(&host)?;
-        Ok((
-            StdinFifo {
-                tx: Some(tx),
-                host,
-                written: 0,
-                write_only: false,
-            },
-            sandbox.visible_path(&name),
-        ))
-    }
-
-    /// Bytes written so far.
-    pub(crate) fn written(&self) -> u64 {
-        self.written
-    }
-
-    /// False once closed, or once a write found no reader.
-    pub(crate) fn is_open(&self) -> bool {
-        self.tx.is_some()
-    }
-
-    /// Waits (up to 5 s) for the command to open the FIFO, then swaps the read-write end for a
-    /// write-only one opened through `/proc/self/fd` (the path is gone by then).
-    async fn attach(&mut self) {
-        if self.write_only || self.tx.is_none() {
-            return;
-        }
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while self.host.exists() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        if self.host.exists() {
-            return; // never opened: keep the read-write end
-        }
-        use std::os::fd::AsRawFd;
-        let fd = self.tx.as_ref().expect("open").as_raw_fd();
-        match tokio::net::unix::pipe::OpenOptions::new().open_sender(format!("/proc/self/fd/{fd}"))
-        {
-            Ok(w) => {
-                self.tx = Some(w);
-                self.write_only = true;
-            }
-            // ENXIO: no reader any more (the command is gone).
-            Err(_) => self.tx = None,
-        }
-    }
-
-    /// Writes `data`; `false` when the command no longer reads (the writer is then closed).
-    pub(crate) async fn write(&mut self, data: &[u8]) -> bool {
-        self.attach().await;
-        let Some(tx) = self.tx.as_mut() else {
-            return false;
-        };
-        if tx.write_all(data).await.is_err() {
-            self.tx = None;
-            return false;
-        }
-        self.written += data.len() as u64;
-        true
-    }
-
-    /// Closes the writer (EOF) once the command has opened the FIFO: a reader that opens it
-    /// with no writer left would block forever.
-    pub(crate) async fn close(&mut self) {
-        self.attach().await;
-        self.tx = None;
-    }
-}
-
-impl Drop for StdinFifo {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.host);
     }
 }

@@ -70,7 +70,7 @@ async fn the_official_python_sdk_works_against_the_emulator() {
         .await
         .unwrap()
         .expect("python runs");
-    interop::assert_checks("Python", &out, 31);
+    interop::assert_checks("Python", &out, 32);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -95,5 +95,5 @@ async fn the_official_js_client_works_against_the_emulator() {
         .await
         .unwrap()
         .expect("node runs");
-    interop::assert_checks("JS", &out, 21);
+    interop::assert_checks("JS", &out, 22);
 }

@@ -56,7 +56,7 @@ async fn the_official_python_sdk_works_against_the_emulator() {
         .await
         .unwrap()
         .expect("python runs");
-    interop::assert_checks("Python", &out, 40);
+    interop::assert_checks("Python", &out, 42);
     assert!(
         emu.sandbox_names().is_empty(),
         "the SDK deleted its sandboxes: {:?}",
@@ -96,7 +96,7 @@ async fn the_official_typescript_sdk_works_against_the_emulator() {
         .await
         .unwrap()
         .expect("node runs");
-    interop::assert_checks("TypeScript", &out, 29);
+    interop::assert_checks("TypeScript", &out, 31);
     assert!(
         emu.sandbox_names().is_empty(),
         "the SDK deleted its sandbox: {:?}",

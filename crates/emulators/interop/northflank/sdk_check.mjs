@@ -58,6 +58,9 @@ r = await api.exec.execServiceCommand(target, { command: ["printf", "[%s]\\n", .
 check(r.stdOut === argv.map((a) => `[${a}]\n`).join(""), "exec: argv is not re-parsed [DOC]", j(r.stdOut));
 r = await api.exec.execServiceCommand(target, { command: "echo $HOME && pwd", shell: "bash -c" });
 check(r.stdOut === "/root\n/app\n", "exec: a string in `bash -c` [DOC]", j(r.stdOut));
+// [DOC] "both the following commands will execute the command `id` as the root user": user 0.
+r = await api.exec.execServiceCommand(target, { command: "id", user: 0 });
+check(r.stdOut.startsWith("uid=0(root) gid=0(root)"), "exec: user 0 (a number) is root [DOC]", j(r.stdOut));
 r = await api.exec.execServiceCommand(target, { command: ["sh", "-c", "kill -TERM $$"] });
 check(r.commandResult.exitCode === "143", "exec: a signal death is 128+n", j(r.commandResult));
 r = await api.exec.execServiceCommand({ ...target, teamId: "execseam-team" }, { command: ["true"] });

@@ -55,6 +55,11 @@ with c.create_sandbox(name="interop-py", tags={"suite": "interop"}) as sb:
     r = sb.run_process("pwd", capture_output=True)
     check(r.returncode == 0 and r.stdout == "/vercel/sandbox\n", "exec: default cwd", repr(r))
 
+    r = sb.run_process("id", ["-un"], capture_output=True)
+    check(r.stdout == "vercel-sandbox\n", "exec: runs as vercel-sandbox [DOC]", repr(r.stdout))
+    r = sb.run_process("id", ["-u"], sudo=True, capture_output=True)
+    check(r.stdout == "0\n", "exec: sudo=True runs as root [DOC: sudo access is available]", repr(r.stdout))
+
     # [TS]/[PY] `command` + `args` are exec'd without a shell: argv survives byte for byte.
     argv = ["a b", "$HOME", "'q'", "*", ""]
     r = sb.run_process("printf", ["[%s]\\n", *argv], capture_output=True)
@@ -132,7 +137,7 @@ with c.create_sandbox(name="interop-py", tags={"suite": "interop"}) as sb:
     check(r.stdout == "ran\n", "files: the mode is kept", repr(r))
     r = sb.run_process("stat", ["-c", "%U", "/vercel/sandbox/hello.txt"], capture_output=True)
     owner = r.stdout.strip()
-    check(owner == os.environ.get("EXPECT_OWNER", owner), "files: extracted by the sandbox user", owner)
+    check(owner == "vercel-sandbox", "files: extracted by the sandbox user [DOC: user code runs as vercel-sandbox]", owner)
     try:
         sb.fs.read_bytes("/vercel/sandbox/missing.txt")
         check(False, "files: missing file", "no error")

@@ -1,32 +1,29 @@
 //! The exec WebSocket: handshake, stdin frames, output frames, the completion.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use execseam_core::{Command, Event, ExecStream};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio::process::ChildStdin;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use super::{Entity, ExitCodeJson, State, WORKDIR};
-use crate::harness::Fault;
-use crate::stream::{StdinFifo, Utf8};
+use crate::harness::{Fault, User};
+use crate::stream::{self, Out, Utf8};
 use crate::ws::Ws;
 
 const B64: base64::engine::general_purpose::GeneralPurpose =
     base64::engine::general_purpose::STANDARD;
-/// Where stdin FIFOs live inside each container.
-const RUN_DIR: &str = "/tmp/.execseam-northflank";
 /// Output bytes per frame.
 const MAX_CHUNK: usize = 32 * 1024;
-
-/// Takes stdin from the FIFO, then becomes the command.
-const WRAPPER: &str = r#"f=$1; shift; exec 0<"$f"; rm -f -- "$f"; exec "$@""#;
 
 fn text(v: &Value) -> Message {
     Message::Text(v.to_string().into())
@@ -231,59 +228,62 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
             .await;
         return close(&mut ws, CloseCode::Normal, "").await;
     }
-    if ctx.user.as_deref().is_some_and(|u| u != "root" && u != "0") {
-        let _ = ws
-            .send(error_frame(&format!(
-                "unable to find user {}: no matching entries in passwd file",
-                ctx.user.as_deref().unwrap_or("")
-            )))
-            .await;
-        return close(&mut ws, CloseCode::Normal, "").await;
-    }
-
-    // 2. Start the command, its stdin a FIFO fed by the payload frames.
-    let (fifo, fifo_path) = match StdinFifo::create(&entity.sandbox, RUN_DIR).await {
-        Ok(f) => f,
-        Err(e) => {
-            let _ = ws.send(error_frame(&format!("exec failed: {e}"))).await;
-            return close(&mut ws, CloseCode::Error, "").await;
-        }
+    // `user`: a name or uid of the image (the docs: "the name or uid of the user").
+    let user = match ctx.user.as_deref() {
+        None => User::root(),
+        Some(u) => match entity
+            .sandbox
+            .spec()
+            .users()
+            .into_iter()
+            .find(|x| x.name == u || x.uid.to_string() == u)
+        {
+            Some(found) => found.clone(),
+            None => {
+                let _ = ws
+                    .send(error_frame(&format!(
+                        "unable to find user {u}: no matching entries in passwd file"
+                    )))
+                    .await;
+                return close(&mut ws, CloseCode::Normal, "").await;
+            }
+        },
     };
-    let mut argv = vec![
-        "/bin/sh".to_owned(),
-        "-c".to_owned(),
-        WRAPPER.to_owned(),
-        "sh".to_owned(),
-        fifo_path,
-    ];
-    if ctx.tty {
+
+    // 2. Start the command, its stdin a pipe fed by the payload frames.
+    let argv = if ctx.tty {
         // A real pseudo-terminal: stdout and stderr merge, with its line discipline.
-        argv.extend([
+        vec![
             "script".to_owned(),
             "-qefc".to_owned(),
             execseam_core::degrade::join(&ctx.argv),
             "/dev/null".to_owned(),
-        ]);
+        ]
     } else {
-        argv.extend(ctx.argv.iter().cloned());
-    }
-    let cmd = match Command::builder(argv)
-        .workdir(entity.sandbox.visible_path(WORKDIR))
-        .build()
+        ctx.argv.clone()
+    };
+    let running = match stream::start(
+        &entity.sandbox,
+        &user,
+        &argv,
+        &BTreeMap::new(),
+        WORKDIR,
+        true,
+    )
+    .await
     {
-        Ok(c) => c,
+        Ok(r) => r,
         Err(e) => {
-            let _ = ws.send(error_frame(&e.to_string())).await;
+            let _ = ws.send(error_frame(&format!("exec failed: {e:?}"))).await;
             return close(&mut ws, CloseCode::Normal, "").await;
         }
     };
-    let mut events = match ExecStream::exec_stream(entity.sandbox.exec(), cmd).await {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = ws
-                .send(error_frame(&format!("exec failed: {}", e.message())))
-                .await;
-            return close(&mut ws, CloseCode::Normal, "").await;
+    let (host_pid, mut events) = (running.host_pid, running.events);
+    let sandbox = entity.sandbox.clone();
+    // The client left, or the container went: the command's group is killed.
+    let kill = move || {
+        if host_pid != 0 {
+            let _ = sandbox.signal_group(host_pid, libc::SIGKILL);
         }
     };
     let reply = json!({"type": "init", "data": {"auth": "successful", "context": {
@@ -292,7 +292,7 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
     if ws.send(text(&reply)).await.is_err() {
         return;
     }
-    let stdin = stdin_pump(fifo);
+    let stdin = stdin_pump(running.stdin);
     let vanish = fault == Some(Fault::SandboxVanishes);
     let vanish_at = tokio::time::Instant::now() + Duration::from_millis(300);
     if fault == Some(Fault::MalformedBody) {
@@ -337,31 +337,30 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
                         return close(&mut ws, CloseCode::Normal, "").await;
                     }
                 },
-                Ok(None) => return, // the client left: dropping `events` kills the command
+                Ok(None) => {
+                    kill(); // the client left
+                    return;
+                }
                 Err(e) => {
                     let _ = ws.send(error_frame(&e)).await;
                     return close(&mut ws, CloseCode::Normal, "").await;
                 }
             },
-            ev = events.next() => match ev {
-                Some(Ok(Event::Stdout(b))) => {
-                    if !send_output(&mut ws, "stdOut", &b, base64, &mut out).await { return; }
+            ev = events.recv() => match ev {
+                Some(Out::Stdout(b)) => {
+                    if !send_output(&mut ws, "stdOut", &b, base64, &mut out).await { kill(); return; }
                 }
-                Some(Ok(Event::Stderr(b))) => {
-                    if !send_output(&mut ws, "stdErr", &b, base64, &mut err).await { return; }
+                Some(Out::Stderr(b)) => {
+                    if !send_output(&mut ws, "stdErr", &b, base64, &mut err).await { kill(); return; }
                 }
-                Some(Ok(Event::Exit(x))) => break x.shell_status(),
-                Some(Err(e)) => {
-                    let _ = ws.send(error_frame(e.message())).await;
-                    return close(&mut ws, CloseCode::Normal, "").await;
-                }
+                Some(Out::Exit(code)) => break code,
                 None => {
                     let _ = ws.send(error_frame("the command's stream ended without an exit")).await;
                     return close(&mut ws, CloseCode::Normal, "").await;
                 }
             },
             () = vanish_timer => {
-                drop(events);
+                kill();
                 return close(&mut ws, CloseCode::Error, "container terminated").await;
             }
         }
@@ -416,21 +415,20 @@ async fn send_output(ws: &mut Ws, name: &str, data: &[u8], base64: bool, dec: &m
     true
 }
 
-/// Feeds stdin chunks to the FIFO in order; `None` closes it.
-fn stdin_pump(mut fifo: StdinFifo) -> mpsc::UnboundedSender<Option<Bytes>> {
+/// Feeds stdin chunks to the command in order; `None` closes it. A command that stops reading
+/// makes the rest go nowhere, as a closed pipe does.
+fn stdin_pump(mut pipe: Option<ChildStdin>) -> mpsc::UnboundedSender<Option<Bytes>> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Option<Bytes>>();
     tokio::spawn(async move {
         while let Some(item) = rx.recv().await {
-            match item {
-                Some(b) => {
-                    if !fifo.write(&b).await {
-                        break;
+            match (item, pipe.as_mut()) {
+                (Some(b), Some(w)) => {
+                    if w.write_all(&b).await.is_err() {
+                        pipe = None;
                     }
                 }
-                None => {
-                    fifo.close().await;
-                    // Keep draining (and ignoring) anything after the end.
-                }
+                (None, _) => pipe = None,
+                (Some(_), None) => {}
             }
         }
     });

@@ -38,8 +38,9 @@
 //! A job run executes `deployment.docker.customCommand` with `sh -c` (or the job's command), its
 //! output merged into log lines as container logs are.
 //!
-//! Every service and job is its own sandbox (the container): user `root`, `HOME=/root`, working
-//! directory `/app`; `/app`, `/root` and `/tmp` are private to it.
+//! Every service and job is its own sandbox (the container: own pid, mount and UTS namespaces,
+//! an overlay root, hostname = the instance name): user `root`, `HOME=/root`, working directory
+//! `/app`.
 //!
 //! Faults on route `"exec"` (the WebSocket upgrade): 429 with `Retry-After` and 503 before the
 //! upgrade, the connection dropped once the `init` frame (the command) arrived (reset),
@@ -56,7 +57,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use crate::harness::clock::{self, Fraction};
-use crate::harness::{FaultHandle, Isolation, Sandbox, SandboxSpec, Server};
+use crate::harness::{Dir, FaultHandle, Sandbox, SandboxSpec, Sandboxing, Server, User};
 use crate::{Emulator, EmulatorOptions};
 
 /// The token put in [`Emulator::env`] when the emulator accepts any token.
@@ -69,6 +70,8 @@ pub const PROJECT_ID: &str = "execseam";
 pub const SERVICE_ID: &str = "sandbox";
 /// The job that exists at start.
 pub const JOB_ID: &str = "sandbox-job";
+/// An unprivileged account of the emulated image (the docs' `USER northflank`), uid 1000.
+pub const EXTRA_USER: &str = "northflank";
 /// The container's working directory.
 pub const WORKDIR: &str = "/app";
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -159,7 +162,7 @@ impl Entity {
 pub(crate) struct State {
     pub(crate) token: Option<String>,
     pub(crate) faults: FaultHandle,
-    pub(crate) isolation: Isolation,
+    pub(crate) sandboxing: Sandboxing,
     pub(crate) options: Mutex<NorthflankOptions>,
     pub(crate) entities: Mutex<BTreeMap<(String, Kind, String), Arc<Entity>>>,
 }
@@ -207,27 +210,15 @@ impl State {
             Kind::Service => format!("{id}-{}-{}", clock::hex_id(9), clock::hex_id(5)),
             Kind::Job => format!("{id}-{}", clock::hex_id(5)),
         };
-        let env = [
-            ("HOME", "/root"),
-            ("USER", "root"),
-            ("PATH", PATH),
-            ("HOSTNAME", instance.as_str()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-        let spec = SandboxSpec {
-            private_paths: vec![WORKDIR.into(), "/root".into(), "/tmp".into()],
-            env,
-            name: format!(
-                "northflank-{}",
-                id.chars()
-                    .filter(|c| c.is_ascii_alphanumeric())
-                    .take(24)
-                    .collect::<String>()
-            ),
-        };
-        let sandbox = Sandbox::create(format!("{project}/{id}"), spec, self.isolation)?;
+        // The image's user is root (the docs: "the user set by the parent image (for example
+        // root for Alpine Linux)"); the pod's hostname is the instance name, as Kubernetes sets it.
+        let env = [("PATH", PATH), ("HOSTNAME", instance.as_str())];
+        // The docs' example of a Dockerfile user, `USER northflank`, exists too (uid 1000) for
+        // the `user` field of exec.
+        let spec = SandboxSpec::new("northflank", &instance, User::root(), env)
+            .other_users([User::new(EXTRA_USER, 1000, "/home/northflank")])
+            .dirs([Dir::root(WORKDIR)]);
+        let sandbox = Sandbox::create(format!("{project}/{id}"), spec, &self.sandboxing)?;
         let e = Arc::new(Entity {
             kind,
             project: project.to_owned(),
@@ -279,7 +270,7 @@ impl NorthflankEmulator {
         let state = Arc::new(State {
             token: options.token.clone(),
             faults,
-            isolation: options.isolation,
+            sandboxing: options.sandboxing,
             options: Mutex::new(northflank),
             entities: Mutex::new(BTreeMap::new()),
         });

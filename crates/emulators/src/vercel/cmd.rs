@@ -9,35 +9,30 @@ use axum::extract::{Path, Request};
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::Response;
 use base64::Engine as _;
-use execseam_core::{Command, Event, Exec, ExecStream};
+use execseam_local::SpawnError;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio::process::ChildStdin;
 use tokio::sync::watch;
 
+use super::CWD;
 use super::routes::{
     St, api_error, bad_request, json_body, not_found, ok, query, query_get, status_fault, stopped,
 };
-use super::state::{CommandRecord, Progress, Session, State, Stream, new_id, now_ms};
-use super::{CWD, USER};
-use crate::harness::{ConnControl, Fault};
-use crate::stream::{StdinFifo, Utf8};
+use super::state::{CommandRecord, Progress, Session, State, Stream, new_id, now_ms, sandbox_user};
+use crate::harness::{ConnControl, Fault, User};
+use crate::stream::{self, Out, Utf8};
 
-/// Where the wrapper records pids and stdin FIFOs live, inside each sandbox.
-const RUN_DIR: &str = "/tmp/.execseam-vercel";
 /// The most a stdin request may carry after base64 decoding (the Python SDK's chunk is 512 KiB,
 /// "keeping the base64 JSON body under the API's 1 MB limit").
 const MAX_STDIN_BODY: usize = 1024 * 1024;
 
-/// Records its pid, takes stdin from the FIFO (or nothing), then becomes the command through
-/// `env NAME=VALUE… command args…`: the service spawns the process with its environment
-/// directly, and a shell would drop names that are not shell identifiers (`A-B.c`).
-const WRAPPER: &str = r#"p=$1; f=$2; shift 2
-printf '%s' "$$" > "$p"
-if [ -n "$f" ]; then exec 0<"$f"; rm -f -- "$f"; else exec 0</dev/null; fi
-exec env "$@""#;
-
-/// A command's stdin (the Python SDK's `attachStdin`).
-pub(crate) type StdinPipe = StdinFifo;
+/// A command's stdin (the Python SDK's `attachStdin`) and how much went through it.
+pub(crate) struct StdinPipe {
+    pipe: Option<ChildStdin>,
+    written: u64,
+}
 
 fn ndjson(body: Body) -> Response {
     let mut r = Response::new(body);
@@ -186,38 +181,35 @@ pub(crate) async fn run(st: St, Path(sid): Path<String>, uri: Uri, req: Request)
         Ok(r) => r,
         Err(r) => return r,
     };
-    if !session.root.host_path(&rr.cwd).is_dir() {
-        return bad_request(&format!(
-            "The working directory {:?} does not exist",
-            rr.cwd
-        ));
-    }
-    let run_dir = session.root.host_path(RUN_DIR);
-    if let Err(e) = std::fs::create_dir_all(&run_dir) {
-        return api_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_server_error",
-            &e.to_string(),
-        );
-    }
-    let (pipe, fifo) = if rr.attach_stdin {
-        match StdinFifo::create(&session.root, RUN_DIR).await {
-            Ok((p, f)) => (Some(p), f),
+    let user = if rr.sudo {
+        User::root()
+    } else {
+        sandbox_user()
+    };
+    let mut env: BTreeMap<String, String> = session.env.clone();
+    env.extend(rr.env.iter().cloned());
+    let mut argv = vec![rr.command.clone()];
+    argv.extend(rr.args.iter().cloned());
+    let running =
+        match stream::start(&session.root, &user, &argv, &env, &rr.cwd, rr.attach_stdin).await {
+            Ok(r) => r,
+            Err(SpawnError::Workdir(_)) => {
+                return bad_request(&format!(
+                    "The working directory {:?} does not exist",
+                    rr.cwd
+                ));
+            }
             Err(e) => {
                 return api_error(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "internal_server_error",
-                    &e.to_string(),
+                    &format!("could not start the command: {e:?}"),
                 );
             }
-        }
-    } else {
-        (None, String::new())
-    };
-    let id = new_id("cmd");
+        };
     let (progress, _) = watch::channel(Progress::default());
     let record = Arc::new(CommandRecord {
-        id: id.clone(),
+        id: new_id("cmd"),
         name: rr.command.clone(),
         args: rr.args.clone(),
         cwd: rr.cwd.clone(),
@@ -225,8 +217,13 @@ pub(crate) async fn run(st: St, Path(sid): Path<String>, uri: Uri, req: Request)
         started_at: now_ms(),
         logs: Mutex::new(Vec::new()),
         progress,
-        stdin: pipe.map(tokio::sync::Mutex::new),
-        pid_file: format!("{RUN_DIR}/{id}.pid"),
+        stdin: rr.attach_stdin.then(|| {
+            tokio::sync::Mutex::new(StdinPipe {
+                pipe: None,
+                written: 0,
+            })
+        }),
+        host_pid: Mutex::new((running.host_pid != 0).then_some(running.host_pid)),
         task: Mutex::new(None),
     });
     session
@@ -234,33 +231,16 @@ pub(crate) async fn run(st: St, Path(sid): Path<String>, uri: Uri, req: Request)
         .lock()
         .expect("commands")
         .push(record.clone());
-
-    let mut argv = vec![
-        "/bin/sh".to_owned(),
-        "-c".to_owned(),
-        WRAPPER.to_owned(),
-        "sh".to_owned(),
-        session.root.visible_path(&record.pid_file),
-        fifo,
-    ];
-    let mut env: BTreeMap<String, String> = session.env.clone();
-    env.extend(rr.env.iter().cloned());
-    argv.extend(env.into_iter().map(|(k, v)| format!("{k}={v}")));
-    if rr.command.contains('=') {
-        // `env` would take it for an assignment.
-        return bad_request("a program name cannot contain '='");
+    let stdin = running.stdin;
+    if let (Some(slot), Some(pipe)) = (&record.stdin, stdin) {
+        slot.try_lock().expect("new").pipe = Some(pipe);
     }
-    argv.push(rr.command.clone());
-    argv.extend(rr.args.iter().cloned());
-    let _ = (rr.sudo, USER); // every command runs as the emulator's user until users land
-    let cmd = match Command::builder(argv)
-        .workdir(session.root.visible_path(&rr.cwd))
-        .build()
-    {
-        Ok(c) => c,
-        Err(e) => return bad_request(&e.to_string()),
-    };
-    let task = tokio::spawn(execute(session.clone(), record.clone(), cmd, rr.timeout));
+    let task = tokio::spawn(execute(
+        session.clone(),
+        record.clone(),
+        running.events,
+        rr.timeout,
+    ));
     *record.task.lock().expect("task") = Some(task.abort_handle());
 
     match fault {
@@ -292,60 +272,44 @@ pub(crate) async fn run(st: St, Path(sid): Path<String>, uri: Uri, req: Request)
     ))
 }
 
-/// Runs the command: output into the record's log, then its exit (128+n for a signal; SIGKILL,
-/// 137, at `timeout`, as the service enforces it).
+/// Follows the command: output into the record's log, then its exit (128+n for a signal). A
+/// `timeout` is a timer of its own (it fires whether or not anyone reads): SIGKILL to the
+/// command's group, so 137, as the service enforces it.
 async fn execute(
     session: Arc<Session>,
     record: Arc<CommandRecord>,
-    cmd: Command,
+    mut events: tokio::sync::mpsc::Receiver<Out>,
     timeout: Option<Duration>,
 ) {
-    let mut stream = match ExecStream::exec_stream(session.root.exec(), cmd).await {
-        Ok(s) => s,
-        Err(e) => {
-            record.push_log(Stream::Stderr, format!("{}\n", e.message()));
-            record.finish(127);
-            return;
-        }
-    };
-    let (mut out, mut err) = (Utf8::default(), Utf8::default());
-    let deadline = timeout.map(|d| tokio::time::Instant::now() + d);
-    loop {
-        let sleep = async {
-            match deadline {
-                Some(t) => tokio::time::sleep_until(t).await,
-                None => std::future::pending().await,
+    if let (Some(d), Some(pid)) = (timeout, *record.host_pid.lock().expect("pid")) {
+        let root = session.root.clone();
+        let mut rx = record.progress.subscribe();
+        tokio::spawn(async move {
+            if tokio::time::timeout(d, rx.wait_for(|p| p.exit.is_some() || p.lost))
+                .await
+                .is_err()
+            {
+                let _ = root.signal_group(pid, libc::SIGKILL);
             }
-        };
-        tokio::select! {
-            item = stream.next() => match item {
-                Some(Ok(Event::Stdout(b))) => record.push_log(Stream::Stdout, out.push(&b)),
-                Some(Ok(Event::Stderr(b))) => record.push_log(Stream::Stderr, err.push(&b)),
-                Some(Ok(Event::Exit(x))) => {
-                    record.push_log(Stream::Stdout, out.finish());
-                    record.push_log(Stream::Stderr, err.finish());
-                    record.finish(x.shell_status());
-                    return;
-                }
-                Some(Err(e)) => {
-                    record.push_log(Stream::Stderr, format!("{}\n", e.message()));
-                    record.finish(126);
-                    return;
-                }
-                None => {
-                    record.finish(255);
-                    return;
-                }
-            },
-            () = sleep => {
-                drop(stream); // kills the process group
+        });
+    }
+    let (mut out, mut err) = (Utf8::default(), Utf8::default());
+    while let Some(ev) = events.recv().await {
+        match ev {
+            Out::Stdout(b) => record.push_log(Stream::Stdout, out.push(&b)),
+            Out::Stderr(b) => record.push_log(Stream::Stderr, err.push(&b)),
+            Out::Exit(code) => {
                 record.push_log(Stream::Stdout, out.finish());
                 record.push_log(Stream::Stderr, err.finish());
-                record.finish(137);
+                if let Some(slot) = &record.stdin {
+                    slot.lock().await.pipe = None;
+                }
+                record.finish(code);
                 return;
             }
         }
     }
+    record.finish(255);
 }
 
 /// NDJSON log lines from the first, live, until the command ends; then (`with_final`) the
@@ -487,24 +451,10 @@ pub(crate) async fn kill(
             None => return bad_request("signal must be a signal number"),
         },
     };
-    if !record.is_done() {
-        // A command started a moment ago may not have recorded its pid yet.
-        let file = session.root.host_path(&record.pid_file);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        let mut pid = None;
-        while pid.is_none() && !record.is_done() && tokio::time::Instant::now() < deadline {
-            pid = std::fs::read_to_string(&file)
-                .ok()
-                .and_then(|p| p.trim().parse::<u32>().ok());
-            if pid.is_none() {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        }
-        if let Some(pid) = pid {
-            let cmd =
-                Command::new(["kill", &format!("-{signal}"), &pid.to_string()]).expect("argv");
-            let _ = session.root.exec().exec(cmd).await;
-        }
+    if !record.is_done()
+        && let Some(pid) = *record.host_pid.lock().expect("pid")
+    {
+        let _ = session.root.signal_group(pid, signal as i32);
     }
     ok(json!({ "command": record.payload() }))
 }
@@ -551,7 +501,7 @@ pub(crate) async fn stdin(
     }
     let close = body.get("close").and_then(Value::as_bool).unwrap_or(false);
     let mut pipe = pipe.lock().await;
-    let written = pipe.written();
+    let written = pipe.written;
     let offset = body
         .get("offset")
         .and_then(Value::as_u64)
@@ -561,16 +511,21 @@ pub(crate) async fn stdin(
             "offset {offset} is past the {written} bytes written"
         ));
     }
-    if !pipe.is_open() || record.is_done() {
+    if pipe.pipe.is_none() || record.is_done() {
         return unavailable();
     }
     let skip = ((written - offset) as usize).min(data.len());
     let fresh = &data[skip..];
-    if !fresh.is_empty() && !pipe.write(fresh).await {
-        return unavailable();
+    if !fresh.is_empty() {
+        let w = pipe.pipe.as_mut().expect("open");
+        if w.write_all(fresh).await.is_err() {
+            pipe.pipe = None; // EPIPE: the command stopped reading
+            return unavailable();
+        }
+        pipe.written += fresh.len() as u64;
     }
     if close {
-        pipe.close().await;
+        pipe.pipe = None;
     }
-    ok(json!({ "command": record.payload(), "bytesWritten": pipe.written() }))
+    ok(json!({ "command": record.payload(), "bytesWritten": pipe.written }))
 }

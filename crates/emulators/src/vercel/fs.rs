@@ -13,11 +13,12 @@ use serde_json::{Value, json};
 use super::CWD;
 use super::cmd::resolve;
 use super::routes::{St, api_error, bad_request, json_body, not_found, ok, stopped};
-use super::state::Session;
+use super::state::{Session, sandbox_user};
 use crate::harness::Isolation;
 
 const MAX_UPLOAD: usize = 256 * 1024 * 1024;
 
+/// Runs a small script in the sandbox as its user.
 async fn sh(session: &Session, script: &str, args: &[&str], stdin: Option<Bytes>) -> Output {
     let mut argv = vec!["/bin/sh", "-c", script, "sh"];
     argv.extend_from_slice(args);
@@ -26,7 +27,7 @@ async fn sh(session: &Session, script: &str, args: &[&str], stdin: Option<Bytes>
         b = b.stdin(s);
     }
     let cmd = b.build().expect("valid argv");
-    match session.root.exec().exec(cmd).await {
+    match session.root.exec_as(&sandbox_user()).exec(cmd).await {
         Ok(o) => o,
         Err(e) => Output::new(
             Vec::new(),
@@ -116,53 +117,57 @@ async fn write(session: &Arc<Session>, dir: &str, body: Bytes) -> Response {
 /// Without a mount namespace the archive is unpacked in a scratch directory and each file moved
 /// to where the sandbox sees it (the documented degradation).
 async fn write_translated(session: &Arc<Session>, dir: &str, body: Bytes) -> Response {
-    let scratch = session.root.host_path(&format!(
+    let scratch = format!(
         "/tmp/.execseam-vercel-upload-{}",
         crate::harness::clock::hex_id(12)
-    ));
-    let scratch_s = scratch.to_string_lossy().into_owned();
+    );
     let out = sh(
         session,
         r#"mkdir -p "$1" && exec tar -xzpf - --no-same-owner -C "$1""#,
-        &[&scratch_s],
+        &[&session.root.visible_path(&scratch)],
         Some(body),
     )
     .await;
-    let result = if out.exit.success() {
-        move_tree(&scratch, &scratch, dir, session)
-    } else {
-        Err(stderr_of(&out))
-    };
-    let _ = std::fs::remove_dir_all(&scratch);
-    match result {
+    if !out.exit.success() {
+        return bad_request(&format!(
+            "Failed to extract the archive: {}",
+            stderr_of(&out)
+        ));
+    }
+    let dir = dir.to_owned();
+    let moved = session
+        .root
+        .fs_as(&sandbox_user(), move |fs| {
+            let base = fs.path(&scratch);
+            let r = move_tree(fs, &base, &base, &dir);
+            let _ = std::fs::remove_dir_all(&base);
+            r
+        })
+        .await;
+    match moved {
         Ok(()) => ok(json!({})),
         Err(e) => bad_request(&format!("Failed to extract the archive: {e}")),
     }
 }
 
 fn move_tree(
+    fs: &crate::harness::Fs,
     base: &std::path::Path,
     at: &std::path::Path,
     dir: &str,
-    session: &Session,
-) -> Result<(), String> {
-    for entry in std::fs::read_dir(at).map_err(|e| e.to_string())? {
-        let entry = entry.map_err(|e| e.to_string())?;
-        let path = entry.path();
+) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(at)? {
+        let path = entry?.path();
         if path.is_dir() {
-            move_tree(base, &path, dir, session)?;
+            move_tree(fs, base, &path, dir)?;
             continue;
         }
-        let rel = path.strip_prefix(base).map_err(|e| e.to_string())?;
-        let target = session
-            .root
-            .host_path(&resolve(dir, &rel.to_string_lossy()));
+        let rel = path.strip_prefix(base).map_err(std::io::Error::other)?;
+        let target = fs.path(&resolve(dir, &rel.to_string_lossy()));
         if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(parent)?;
         }
-        std::fs::rename(&path, &target)
-            .or_else(|_| std::fs::copy(&path, &target).map(|_| ()))
-            .map_err(|e| e.to_string())?;
+        std::fs::rename(&path, &target).or_else(|_| std::fs::copy(&path, &target).map(drop))?;
     }
     Ok(())
 }
@@ -172,32 +177,37 @@ async fn read(session: &Arc<Session>, body: &Bytes) -> Response {
         Ok(p) => p,
         Err(r) => return r,
     };
-    let out = sh(
-        session,
-        r#"[ -e "$1" ] || exit 44; [ -d "$1" ] && exit 45; exec cat -- "$1""#,
-        &[&session.root.visible_path(&path)],
-        None,
-    )
-    .await;
-    match out.exit.code() {
-        Some(0) => {
-            let mut r = Response::new(Body::from(out.stdout));
+    let p = path.clone();
+    let got = session
+        .root
+        .fs_as(&sandbox_user(), move |fs| std::fs::read(fs.path(&p)))
+        .await;
+    match got {
+        Ok(bytes) => {
+            let mut r = Response::new(Body::from(bytes));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/octet-stream"),
             );
             r
         }
-        Some(44) => api_error(
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => api_error(
             StatusCode::NOT_FOUND,
             "file_not_found",
             &format!("File not found: {path}"),
         ),
-        Some(45) => bad_request(&format!("Path is a directory: {path}")),
-        _ => api_error(
+        Err(e) if e.kind() == std::io::ErrorKind::IsADirectory => {
+            bad_request(&format!("Path is a directory: {path}"))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => api_error(
             StatusCode::FORBIDDEN,
             "forbidden",
-            &format!("Cannot read {path}: {}", stderr_of(&out)),
+            &format!("Cannot read {path}: permission denied"),
+        ),
+        Err(e) => api_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_server_error",
+            &format!("Cannot read {path}: {e}"),
         ),
     }
 }
@@ -207,27 +217,32 @@ async fn mkdir(session: &Arc<Session>, body: &Bytes) -> Response {
         Ok(p) => p,
         Err(r) => return r,
     };
-    let out = sh(
-        session,
-        r#"if [ "$2" = 1 ]; then exec mkdir -p -- "$1"; fi
-[ -e "$1" ] && exit 46
-[ -d "$(dirname -- "$1")" ] || exit 44
-exec mkdir -- "$1""#,
-        &[
-            &session.root.visible_path(&path),
-            if recursive { "1" } else { "0" },
-        ],
-        None,
-    )
-    .await;
-    match out.exit.code() {
-        Some(0) => ok(json!({})),
-        Some(44) => api_error(
+    let p = path.clone();
+    let made = session
+        .root
+        .fs_as(&sandbox_user(), move |fs| {
+            if recursive {
+                std::fs::create_dir_all(fs.path(&p))
+            } else {
+                std::fs::create_dir(fs.path(&p))
+            }
+        })
+        .await;
+    match made {
+        Ok(()) => ok(json!({})),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => api_error(
             StatusCode::NOT_FOUND,
             "path_not_found",
             &format!("Parent directory not found: {path}"),
         ),
-        Some(46) => bad_request(&format!("Path already exists: {path}")),
-        _ => bad_request(&format!("mkdir failed: {}", stderr_of(&out))),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            bad_request(&format!("Path already exists: {path}"))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => api_error(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            &format!("Cannot create {path}: permission denied"),
+        ),
+        Err(e) => bad_request(&format!("mkdir failed: {e}")),
     }
 }

@@ -45,7 +45,7 @@ mod fs;
 mod routes;
 mod state;
 
-pub use state::{VercelOptions, VercelSandbox};
+pub use state::{SANDBOX_UID, VercelOptions, VercelSandbox};
 
 use std::io;
 use std::sync::Arc;
@@ -96,7 +96,7 @@ impl VercelEmulator {
         let state = Arc::new(State::new(
             options.token.clone(),
             faults,
-            options.isolation,
+            options.sandboxing,
             vercel,
         ));
         let server = Server::start(options.listen, routes::router(state.clone())).await?;

@@ -10,13 +10,21 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::harness::clock::hex_id;
-use crate::harness::{FaultHandle, Isolation, Sandbox, SandboxSpec};
+use crate::harness::{Dir, FaultHandle, Sandbox, SandboxSpec, Sandboxing, User};
 
 use super::{CWD, HOME, USER};
 
 const PATH: &str =
     "/vercel/runtimes/node24/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const REGION: &str = "iad1";
+
+/// The uid of `vercel-sandbox` (not documented; the image's first user).
+pub const SANDBOX_UID: u32 = 1000;
+
+/// `vercel-sandbox`, the user commands run as.
+pub(crate) fn sandbox_user() -> User {
+    User::new(USER, SANDBOX_UID, HOME)
+}
 
 /// Behaviour switches.
 #[derive(Clone, Debug)]
@@ -257,7 +265,7 @@ impl Session {
         }
         let _ = self.stopped.send(true);
         for c in self.commands.lock().expect("commands").iter() {
-            c.abort();
+            c.abort(&self.root);
         }
         true
     }
@@ -311,8 +319,8 @@ pub(crate) struct CommandRecord {
     pub(crate) logs: Mutex<Vec<(Stream, String)>>,
     pub(crate) progress: watch::Sender<Progress>,
     pub(crate) stdin: Option<tokio::sync::Mutex<super::cmd::StdinPipe>>,
-    /// Where the wrapper records the command's pid (a sandbox path).
-    pub(crate) pid_file: String,
+    /// The process group on the host, once started.
+    pub(crate) host_pid: Mutex<Option<u32>>,
     pub(crate) task: Mutex<Option<AbortHandle>>,
 }
 
@@ -368,7 +376,10 @@ impl CommandRecord {
     }
 
     /// Kills the command because its session stopped.
-    pub(crate) fn abort(&self) {
+    pub(crate) fn abort(&self, root: &Sandbox) {
+        if let Some(pid) = *self.host_pid.lock().expect("pid") {
+            let _ = root.signal_group(pid, libc::SIGKILL);
+        }
         if let Some(t) = self.task.lock().expect("task").take() {
             t.abort();
         }
@@ -388,7 +399,7 @@ impl CommandRecord {
 pub(crate) struct State {
     pub(crate) token: Option<String>,
     pub(crate) faults: FaultHandle,
-    pub(crate) isolation: Isolation,
+    pub(crate) sandboxing: Sandboxing,
     pub(crate) options: VercelOptions,
     pub(crate) sandboxes: Mutex<BTreeMap<String, Arc<VercelSandbox>>>,
     /// Every session ever started (stopped ones answer 410).
@@ -399,13 +410,13 @@ impl State {
     pub(crate) fn new(
         token: Option<String>,
         faults: FaultHandle,
-        isolation: Isolation,
+        sandboxing: Sandboxing,
         options: VercelOptions,
     ) -> State {
         State {
             token,
             faults,
-            isolation,
+            sandboxing,
             options,
             sandboxes: Mutex::new(BTreeMap::new()),
             sessions: Mutex::new(BTreeMap::new()),
@@ -429,28 +440,30 @@ impl State {
         self.sessions.lock().expect("sessions").get(id).cloned()
     }
 
+    /// The docs' system specifications: commands run as `vercel-sandbox` (uid inferred: the
+    /// image's first user, 1000) in `/vercel/sandbox`, which it owns; `sudo: true` runs them as
+    /// root.
     fn sandbox_spec(name: &str) -> SandboxSpec {
-        let env = [
-            ("HOME", HOME),
-            ("USER", USER),
-            ("LOGNAME", USER),
-            ("SHELL", "/bin/bash"),
-            ("PATH", PATH),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-        SandboxSpec {
-            private_paths: vec![CWD.into(), HOME.into(), "/tmp".into()],
-            env,
-            name: format!(
-                "vercel-{}",
-                name.chars()
-                    .filter(|c| c.is_ascii_alphanumeric())
-                    .take(24)
-                    .collect::<String>()
-            ),
-        }
+        let user = sandbox_user();
+        let hostname: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .take(63)
+            .collect();
+        SandboxSpec::new(
+            "vercel",
+            &hostname,
+            user.clone(),
+            [("SHELL", "/bin/bash"), ("PATH", PATH)],
+        )
+        .other_users([User::root()])
+        .dirs([Dir::root("/vercel"), Dir::owned(CWD, &user, 0o755)])
     }
 
     /// Creates a sandbox and its first session.
@@ -464,7 +477,7 @@ impl State {
         if all.contains_key(&name) {
             return Ok(None);
         }
-        let root = Sandbox::create(name.clone(), Self::sandbox_spec(&name), self.isolation)?;
+        let root = Sandbox::create(name.clone(), Self::sandbox_spec(&name), &self.sandboxing)?;
         let session = self.new_session(&name, &spec, &root, timeout_ms);
         let now = now_ms();
         let sb = Arc::new(VercelSandbox {
