@@ -336,7 +336,7 @@ async fn get_sandbox(st: St, Path(name): Path<String>, uri: Uri) -> Response {
     }))
 }
 
-async fn delete_sandbox(st: St, Path(name): Path<String>) -> Response {
+async fn delete_sandbox(st: St, Path(name): Path<String>, _body: Bytes) -> Response {
     match st.delete(&name) {
         Some(sb) => ok(json!({ "sandbox": sb.payload(), "routes": sb.routes() })),
         None => not_found("Sandbox", &name),
@@ -422,7 +422,9 @@ async fn get_session(st: St, Path(sid): Path<String>) -> Response {
     ok(json!({ "session": s.payload(), "routes": routes }))
 }
 
-async fn stop_session(st: St, Path(sid): Path<String>) -> Response {
+// The body (`{}` from the Python SDK) is taken even though nothing in it is used: a request
+// body left unread makes hyper close the keep-alive connection under the client's next request.
+async fn stop_session(st: St, Path(sid): Path<String>, _body: Bytes) -> Response {
     let Some(s) = st.session(&sid) else {
         return not_found("Session", &sid);
     };
