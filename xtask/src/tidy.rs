@@ -12,7 +12,7 @@ use crate::root;
 /// Adapters that have not been moved to the shape yet (their failures are expected; the test
 /// fails if one of them passes, so it is removed from here when it is converted). New adapters
 /// never go here.
-pub const PENDING: &[&str] = &["agentcore", "ax", "cloudflare", "daytona", "fly", "sprites"];
+pub const PENDING: &[&str] = &[];
 
 /// The fixed headings of every `docs/adapters/<name>.md`, in order.
 pub const DOC_HEADINGS: &[&str] = &[
@@ -242,11 +242,6 @@ pub fn check_adapter(name: &str) -> Vec<String> {
             &provider,
             format!("pub fn from_env() -> Result<{p}Provider, Error>"),
         ),
-        (
-            "provider.rs",
-            &provider,
-            "spec.check(PROVIDER, &LIFECYCLE)".to_owned(),
-        ),
         ("exec.rs", &exec, format!("impl Exec for {p}Exec")),
         ("exec.rs", &exec, format!("impl Sandbox for {p}Exec")),
     ] {
@@ -254,17 +249,17 @@ pub fn check_adapter(name: &str) -> Vec<String> {
             fail(format!("src/{file} lacks `{item}`"));
         }
     }
-    if provider.contains("LIFECYCLE")
-        && provider.contains("list(")
-        && !provider.contains("filter.check(")
-    {
+    if provider.contains("fn create(") && !provider.contains("spec.check(PROVIDER, &LIFECYCLE)") {
+        fail("src/provider.rs creates without `spec.check(PROVIDER, &LIFECYCLE)`".into());
+    }
+    if provider.contains("fn list(") && !provider.contains("filter.check(PROVIDER, &LIFECYCLE)") {
         fail("src/provider.rs lists without `filter.check(PROVIDER, &LIFECYCLE)`".into());
     }
 
     // The core transport helpers, not copies.
     let remote =
         manifest.contains("reqwest") || manifest.contains("tonic") || manifest.contains("aws-");
-    if remote && !error.contains("transport") {
+    if remote && !error.contains("execseam_core::transport") {
         fail("src/error.rs does not use execseam_core::transport".into());
     }
     if all.contains("RandomState") {
@@ -280,11 +275,61 @@ pub fn check_adapter(name: &str) -> Vec<String> {
     if manifest.contains("reqwest") && !all.contains("without_url") {
         fail("a reqwest adapter that never calls without_url()".into());
     }
-    if all.contains(".source()") && all.contains("while let Some") && !all.contains("error_chain") {
+    if all.contains(".source()") && all.contains("push_str(\": \")") && !all.contains("error_chain")
+    {
         fail("flattens error chains by hand: use transport::error_chain".into());
     }
 
     bad
+}
+
+/// The checks every crate under `crates/` passes (adapters and the rest): its README is its crate
+/// docs, a library's README has a Rust example (a doctest), and a crate with features has
+/// docs.rs metadata.
+pub fn check_crate(dir: &Path) -> Vec<String> {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut bad = Vec::new();
+    let manifest = read(&dir.join("Cargo.toml"));
+    if manifest.contains("[features]") && !manifest.contains("[package.metadata.docs.rs]") {
+        bad.push(format!(
+            "crates/{name}: has features but no [package.metadata.docs.rs] all-features = true"
+        ));
+    }
+    let lib = dir.join("src/lib.rs");
+    let (root, is_lib) = if lib.exists() {
+        (lib, true)
+    } else {
+        (dir.join("src/main.rs"), false)
+    };
+    if !read(&root).starts_with("#![doc = include_str!(\"../README.md\")]") {
+        bad.push(format!(
+            "crates/{name}: {} does not start with #![doc = include_str!(\"../README.md\")]",
+            root.strip_prefix(dir).unwrap_or(&root).display()
+        ));
+    }
+    if is_lib && !read(&dir.join("README.md")).contains("```rust") {
+        bad.push(format!(
+            "crates/{name}: README.md has no Rust example (it is the crate docs; the example is a doctest)"
+        ));
+    }
+    bad
+}
+
+/// Every crate directory under `crates/`.
+fn crate_dirs() -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(root().join("crates"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.join("Cargo.toml").exists())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
 }
 
 /// Names inside `pub use x::{A, B};` blocks spanning several lines.
@@ -316,6 +361,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
         failed |= !pending && !problems.is_empty();
     }
+    for dir in crate_dirs() {
+        let problems = check_crate(&dir);
+        for p in &problems {
+            println!("{p}");
+        }
+        failed |= !problems.is_empty();
+    }
     if failed {
         Err("the adapter shape is broken (see docs/architecture.md, \"Adding an adapter\")".into())
     } else {
@@ -345,6 +397,18 @@ mod tests {
         assert!(
             problems.is_empty(),
             "see docs/architecture.md, \"Adding an adapter\":\n{}",
+            problems.join("\n")
+        );
+    }
+
+    #[test]
+    fn crates_document_themselves() {
+        let dirs = crate_dirs();
+        assert!(dirs.len() > 10, "found only {} crates", dirs.len());
+        let problems: Vec<String> = dirs.iter().flat_map(|d| check_crate(d)).collect();
+        assert!(
+            problems.is_empty(),
+            "every crate's README is its crate docs:\n{}",
             problems.join("\n")
         );
     }

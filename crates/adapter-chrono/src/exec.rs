@@ -305,6 +305,7 @@ pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, 
                     workdir: true,
                     env: true,
                     stdin: StdinFrom::Backend,
+                    ..WrapOptions::default()
                 },
             )
             .map_err(|e| e.or_context(PROVIDER, "exec"))?,

@@ -33,6 +33,7 @@ fn main() {
             return Ok(Target::new("chrono", Arc::new(chrono))
                 .scratch("/tmp/execseam-conformance")
                 .proptest_cases(4)
+                .children_end_with_the_command(CHILDREN)
                 .live(true));
         }
         // TypeScript runs on tsx, pinned and installed from npm (fails loudly without npm).
@@ -60,11 +61,16 @@ fn main() {
             .dead_endpoint(Arc::new(dead))
             .provider(Arc::new(provider))
             .faults(Arc::new(emu.faults().clone()))
+            .children_end_with_the_command(CHILDREN)
             .proptest_cases(12)
             .keep_alive(emu)
             .keep_alive(scratch))
     });
 }
+
+/// Why a background child ends with its command here.
+const CHILDREN: &str = "Chrono runs every execution in a fresh sandbox removed when it ends \
+     (docs/adapters/chrono.md, Lifecycle), and the emulator kills the execution's process group";
 
 /// Where the scratch directory appears inside every sandbox.
 const SCRATCH: &str = "/mnt/execseam-conformance";

@@ -22,6 +22,7 @@ fn main() {
             prepare(&exec).await?;
             return Ok(Target::new("modal", Arc::new(exec))
                 .provider(Arc::new(provider))
+                .missing_sandbox_id("sb-01ARZ3NDEKTSV4RRFFQ69G5FAV")
                 .scratch(SCRATCH)
                 .live(true)
                 .proptest_cases(4));
@@ -54,6 +55,7 @@ fn main() {
             .faults(Arc::new(faults))
             .provider(Arc::new(provider))
             .live_sandboxes(counter)
+            .missing_sandbox_id("sb-01ARZ3NDEKTSV4RRFFQ69G5FAV")
             .proptest_cases(16)
             .keep_alive(emulator))
     });

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use execseam_core::degrade::{self, StdinFrom, WRAPPER_MARK, WRAPPER_STATUS, WrapOptions};
+use execseam_core::degrade::{self, StderrGate, StdinFrom, WrapOptions};
 use execseam_core::transport::Effect;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
@@ -115,14 +115,16 @@ impl NorthflankExec {
         let c = &api.config;
         // workdir and env through the `/bin/sh -c` wrapper: the protocol has neither.
         let wrapped = command.workdir().is_some() || !command.env().is_empty();
+        let wrap = WrapOptions {
+            workdir: true,
+            env: true,
+            stdin: StdinFrom::Backend,
+            ..WrapOptions::default()
+        };
         let argv = if wrapped {
             degrade::wrap(
                 &command,
-                &WrapOptions {
-                    workdir: true,
-                    env: true,
-                    stdin: StdinFrom::Backend,
-                },
+                &wrap,
             )
             .map_err(|e| e.or_context(PROVIDER, "exec"))?
         } else {
@@ -175,7 +177,12 @@ impl NorthflankExec {
             chunk: c.stdin_chunk,
             stdin_task: None,
             started: false,
-            held: wrapped.then(Vec::new),
+            held: if wrapped {
+                StderrGate::new(&wrap)
+            } else {
+                StderrGate::open()
+            },
+            wrap,
             queue: VecDeque::new(),
             done: false,
         };
@@ -193,7 +200,8 @@ struct St {
     stdin_task: Option<tokio::task::JoinHandle<Option<Sink>>>,
     started: bool,
     /// For a wrapped command: stderr held back while it could be the wrapper's own failure.
-    held: Option<Vec<u8>>,
+    held: StderrGate,
+    wrap: WrapOptions,
     queue: VecDeque<Event>,
     done: bool,
 }
@@ -229,7 +237,16 @@ async fn next(mut st: St) -> Option<(Result<Event, Error>, St)> {
         let msg = match st.stream.next().await {
             Some(Ok(Message::Text(t))) => Bytes::from(t.as_bytes().to_vec()),
             Some(Ok(Message::Binary(b))) => b,
-            Some(Ok(Message::Close(_))) | None => {
+            Some(Ok(Message::Close(_))) => {
+                st.done = true;
+                return Some((
+                    Err(fail(CallError::Closed(
+                        "the exec socket closed before the completion frame".into(),
+                    ))),
+                    st,
+                ));
+            }
+            None => {
                 st.done = true;
                 return Some((
                     Err(fail(CallError::Closed(
@@ -288,19 +305,9 @@ async fn next(mut st: St) -> Option<(Result<Event, Error>, St)> {
                 }
             }
             ServerFrame::Stderr(d) => {
-                let b = B64.decode(d.as_bytes()).expect("checked");
-                match &mut st.held {
-                    Some(held) => {
-                        held.extend_from_slice(&b);
-                        let n = held.len().min(WRAPPER_MARK.len());
-                        if held[..n] != WRAPPER_MARK.as_bytes()[..n] {
-                            let all = std::mem::take(held);
-                            st.held = None;
-                            st.queue.push_back(Event::Stderr(Bytes::from(all)));
-                        }
-                    }
-                    None if !b.is_empty() => st.queue.push_back(Event::Stderr(Bytes::from(b))),
-                    None => {}
+                let b = Bytes::from(B64.decode(d.as_bytes()).expect("checked"));
+                if let Some(b) = st.held.push(b).filter(|b| !b.is_empty()) {
+                    st.queue.push_back(Event::Stderr(b));
                 }
             }
             ServerFrame::Error(message) => {
@@ -322,15 +329,12 @@ async fn next(mut st: St) -> Option<(Result<Event, Error>, St)> {
                         st,
                     ));
                 };
-                if let Some(held) = st.held.take() {
-                    if code == WRAPPER_STATUS && held.starts_with(WRAPPER_MARK.as_bytes()) {
-                        let out = Output::new(Vec::new(), held, Exit::Code(code));
-                        if let Err(e) = degrade::check_wrapped(out) {
-                            return Some((Err(e.or_context(PROVIDER, "exec")), st));
-                        }
-                    } else if !held.is_empty() {
-                        st.queue.push_back(Event::Stderr(Bytes::from(held)));
+                match st.wrap.check(st.held.finish(Exit::Code(code))) {
+                    Err(e) => return Some((Err(e.or_context(PROVIDER, "exec")), st)),
+                    Ok(held) if !held.stderr.is_empty() => {
+                        st.queue.push_back(Event::Stderr(held.stderr));
                     }
+                    Ok(_) => {}
                 }
                 st.queue.push_back(Event::Exit(Exit::Code(code)));
                 // Close politely (best effort); the server closes too.

@@ -16,6 +16,11 @@ use execseam_northflank::{NorthflankConfig, NorthflankExec, NorthflankProvider, 
 /// The scratch directory, inside the container's working directory.
 const SCRATCH: &str = "/app/execseam-conformance";
 
+/// Why `background-child-detached` does not apply: Northflank's exec reaches the container
+/// through Kubernetes' streaming exec, and the container runtime answers the exit only once the
+/// output pipes are closed by every process holding them.
+const EXIT_WAITS: &str = "Kubernetes exec (the proxy's backend) reports the exit after the output pipes close: containerd's CRI execInternal waits on attachDone after the exit (internal/cri/server/container_execsync.go; its drain timeout covers ExecSync only, and its comment names `bash -c \"sleep 365d &\"` as holding the pipe)";
+
 fn main() {
     execseam_conformance::main(|| async {
         if std::env::var("EXECSEAM_LIVE").as_deref() == Ok("1") {
@@ -27,6 +32,7 @@ fn main() {
             prepare(&exec).await?;
             return Ok(Target::new("northflank", Arc::new(exec))
                 .provider(Arc::new(provider))
+                .exit_waits_for_children(EXIT_WAITS)
                 .scratch(SCRATCH)
                 .live(true)
                 .proptest_cases(4));
@@ -58,6 +64,7 @@ fn main() {
             .vanished_sandbox(Arc::new(vanished))
             .faults(Arc::new(faults))
             .provider(Arc::new(provider))
+            .exit_waits_for_children(EXIT_WAITS)
             .proptest_cases(16)
             .keep_alive(emulator))
     });

@@ -1,24 +1,13 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
 //! The behaviour suite every execseam adapter must pass.
 //!
 //! The suite is a list of [`Case`]s: plain async functions over a [`Target`] (a `&dyn Exec`, its
 //! [`Capabilities`](execseam_core::Capabilities), a scratch directory in the sandbox, and, for
 //! emulated runs, a fault injector). A case passes, fails with a diff, or is not applicable with the
 //! capability or target property that rules it out; nothing is skipped silently.
-//!
-//! Each adapter crate has a `tests/conformance.rs` with `harness = false` that calls [`main`]:
-//!
-//! ```no_run
-//! use std::sync::Arc;
-//! use execseam_conformance::Target;
-//!
-//! fn main() {
-//!     execseam_conformance::main(|| async {
-//!         // Your adapter, configured against its emulator (or the real provider).
-//!         let exec = Arc::new(execseam_local::LocalExec::new());
-//!         Ok(Target::new("myadapter", exec).scratch("/tmp/execseam-conformance"))
-//!     });
-//! }
-//! ```
 //!
 //! The runner prints one line per case and ends with `N passed, M failed, K not applicable`, writes
 //! a JSON report to `target/conformance/<adapter>.json`, and compares the outcome of each case with
@@ -35,8 +24,7 @@
 use std::any::Any;
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use execseam_core::{BoxFuture, Exec, Provider};
 
@@ -46,7 +34,10 @@ mod property;
 mod report;
 mod snapshot;
 
-pub use report::{CaseReport, Report, main, run, run_cases};
+pub use report::{CaseReport, Report, RunSummary, main, run, run_cases, run_with_args};
+
+/// The standard test harness the runner is built on, for [`run_with_args`].
+pub use libtest_mimic;
 
 /// What a case concluded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,32 +80,8 @@ impl fmt::Debug for Case {
     }
 }
 
-/// A fault an emulator can inject into the next request that submits a command.
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// HTTP 429 (or the protocol's equivalent) with a retry-after of this many seconds.
-    RateLimited {
-        /// The retry-after the emulator sends.
-        retry_after_secs: u64,
-    },
-    /// HTTP 500 after the command was accepted (it may have run).
-    ServerError,
-    /// HTTP 503 (or gRPC UNAVAILABLE).
-    Unavailable,
-    /// The connection is reset before any response byte.
-    ResetBeforeResponse,
-    /// The response (stream) is cut before its exit frame.
-    CutBeforeExit,
-    /// The response body (or a frame) is malformed.
-    MalformedBody,
-    /// The response is delayed by this long, then served normally.
-    Latency(Duration),
-    /// Credentials are rejected.
-    AuthFailure,
-    /// The sandbox disappears while the command runs (it stays gone).
-    SandboxVanishes,
-}
+/// A fault an emulator can inject: the emulators' own type (one `Fault` in the workspace).
+pub use execseam_emulators::Fault;
 
 /// Fault injection, provided by an emulator for emulated runs.
 pub trait Faults: Send + Sync {
@@ -127,6 +94,21 @@ pub trait Faults: Send + Sync {
     /// prove that a failed exec is never re-submitted).
     fn exec_requests(&self) -> Option<u64> {
         None
+    }
+}
+
+impl Faults for execseam_emulators::FaultHandle {
+    fn inject(&self, fault: Fault) -> bool {
+        self.arm("exec", fault);
+        true
+    }
+
+    fn clear(&self) {
+        execseam_emulators::FaultHandle::clear(self);
+    }
+
+    fn exec_requests(&self) -> Option<u64> {
+        Some(self.count("exec"))
     }
 }
 
@@ -154,7 +136,28 @@ pub struct Target {
     /// How many sandboxes the emulator holds right now (a test-only count): after the suite,
     /// none that it created may be left.
     pub live_sandboxes: Option<Arc<dyn Fn() -> usize + Send + Sync>>,
+    /// Set when the provider itself reports a command's exit only once every holder of its
+    /// output has closed it (so a background child delays the exit on the real service): the
+    /// reason, with its source. `background-child-detached` is then not applicable.
+    pub exit_waits_for_children: Option<String>,
+    /// Set when every execution runs in a sandbox of its own that ends with it (Chrono), so a
+    /// background child ends with its command: the reason. `background-child-detached` then
+    /// checks that the child is gone instead of running.
+    pub children_end_with_the_command: Option<String>,
+    /// A well-formed id of a sandbox that does not exist (`connect` must answer `NotFound`).
+    /// The default, `execseamnosuchsandbox0`, suits providers whose ids are free-form; one
+    /// that checks an id's form first (Modal: `sb-…`) gives one of that form.
+    pub missing_sandbox_id: String,
     keep_alive: Vec<Box<dyn Any + Send + Sync>>,
+    suite: SuiteState,
+}
+
+/// What the lifecycle cases share across the run.
+struct SuiteState {
+    /// A value unique to this run (the `execseam-suite` label of its sandboxes).
+    id: String,
+    created: Mutex<Vec<String>>,
+    baseline: Mutex<Option<usize>>,
 }
 
 impl Target {
@@ -171,7 +174,15 @@ impl Target {
             proptest_cases: 32,
             provider: None,
             live_sandboxes: None,
+            exit_waits_for_children: None,
+            children_end_with_the_command: None,
+            missing_sandbox_id: "execseamnosuchsandbox0".into(),
             keep_alive: Vec::new(),
+            suite: SuiteState {
+                id: format!("run-{}", execseam_core::transport::random_id(12)),
+                created: Mutex::new(Vec::new()),
+                baseline: Mutex::new(None),
+            },
         }
     }
 
@@ -231,11 +242,63 @@ impl Target {
         self
     }
 
+    /// Declares that the provider reports an exit only after the output is closed by every
+    /// process holding it (see [`Target::exit_waits_for_children`]).
+    #[must_use]
+    pub fn exit_waits_for_children(mut self, reason: impl Into<String>) -> Target {
+        self.exit_waits_for_children = Some(reason.into());
+        self
+    }
+
+    /// Declares [`Target::children_end_with_the_command`].
+    #[must_use]
+    pub fn children_end_with_the_command(mut self, reason: impl Into<String>) -> Target {
+        self.children_end_with_the_command = Some(reason.into());
+        self
+    }
+
+    /// Sets [`Target::missing_sandbox_id`].
+    #[must_use]
+    pub fn missing_sandbox_id(mut self, id: impl Into<String>) -> Target {
+        self.missing_sandbox_id = id.into();
+        self
+    }
+
     /// Keeps `value` (an emulator handle, a temp dir) alive as long as the target.
     #[must_use]
     pub fn keep_alive(mut self, value: impl Any + Send + Sync) -> Target {
         self.keep_alive.push(Box::new(value));
         self
+    }
+
+    /// The value of the `execseam-suite` label on every sandbox this run creates.
+    pub fn suite_id(&self) -> &str {
+        &self.suite.id
+    }
+
+    /// Records a sandbox the suite created (checked by `lifecycle-nothing-left`).
+    pub fn record_created(&self, id: &str) {
+        self.suite
+            .created
+            .lock()
+            .expect("created")
+            .push(id.to_owned());
+    }
+
+    /// The sandboxes the suite created.
+    pub fn created(&self) -> Vec<String> {
+        self.suite.created.lock().expect("created").clone()
+    }
+
+    /// The emulator's sandbox count before the first case, if it counts.
+    pub fn baseline(&self) -> Option<usize> {
+        *self.suite.baseline.lock().expect("baseline")
+    }
+
+    pub(crate) fn take_baseline(&self) {
+        if let Some(count) = &self.live_sandboxes {
+            *self.suite.baseline.lock().expect("baseline") = Some(count());
+        }
     }
 
     /// A path under the scratch directory.

@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
 //! Faithful local emulators of sandbox providers' wire protocols.
 //!
 //! Each provider module (behind a feature of the same name) serves that provider's exec and files
@@ -16,6 +20,7 @@
 
 use std::net::SocketAddr;
 
+pub mod capture;
 pub mod harness;
 pub mod interop;
 

@@ -36,6 +36,12 @@ pub(crate) struct Running {
 /// `env` over the sandbox's environment and the user's `HOME`, `USER`, `LOGNAME`; stdin piped
 /// when `stdin`, else empty. A program that does not exist is a process that printed why and
 /// exited 127 (126: not executable), as a shell reports it.
+///
+/// `drain`: how the exit relates to the output pipes. `None`: the exit is reported once both
+/// pipes are closed by every process holding them (a background child that keeps stdout open
+/// delays it), as a container runtime's exec does. `Some(d)`: once the process itself has exited,
+/// what is still in the pipes is read for at most `d`, then the exit is reported (a background
+/// child neither delays it by more than `d` nor is killed).
 pub(crate) async fn start(
     sandbox: &Sandbox,
     user: &User,
@@ -43,6 +49,7 @@ pub(crate) async fn start(
     env: &BTreeMap<String, String>,
     workdir: &str,
     stdin: bool,
+    drain: Option<std::time::Duration>,
 ) -> Result<Running, SpawnError> {
     let mut full: BTreeMap<String, String> = sandbox.spec().env.clone();
     full.insert("HOME".into(), user.home.clone());
@@ -90,8 +97,18 @@ pub(crate) async fn start(
     tokio::spawn(async move {
         let (mut ob, mut eb) = (vec![0u8; 32 * 1024], vec![0u8; 32 * 1024]);
         let (mut out_open, mut err_open) = (true, true);
+        let mut status = None;
+        let deadline = tokio::time::sleep(std::time::Duration::MAX / 4);
+        tokio::pin!(deadline);
         while out_open || err_open {
             tokio::select! {
+                r = child.child.wait(), if drain.is_some() && status.is_none() => {
+                    status = Some(r);
+                    if let Some(d) = drain {
+                        deadline.as_mut().reset(tokio::time::Instant::now() + d);
+                    }
+                }
+                () = &mut deadline => break,
                 r = out.read(&mut ob), if out_open => match r {
                     Ok(0) | Err(_) => out_open = false,
                     Ok(n) => {
@@ -106,7 +123,11 @@ pub(crate) async fn start(
                 },
             }
         }
-        let code = match child.child.wait().await {
+        let status = match status {
+            Some(s) => s,
+            None => child.child.wait().await,
+        };
+        let code = match status {
             Ok(status) => {
                 use std::os::unix::process::ExitStatusExt;
                 status

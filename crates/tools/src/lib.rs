@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
 //! The builtin tools of an agent host — glob, list, grep, read, write, apply_patch, bash and code — over
 //! any execseam adapter (`&dyn Exec`).
 //!

@@ -311,9 +311,13 @@ pub async fn spawn(sandbox: &Arc<Sandbox>, id: &str, spec: Spawn) -> Result<Arc<
         };
         // Output still in the pipes is delivered: wait for the copiers to reach EOF, but not
         // for descendants that keep a pipe open after the process itself is gone.
-        for pump in [pump_out, pump_err].into_iter().flatten() {
-            let _ = tokio::time::timeout(Duration::from_secs(2), pump).await;
-        }
+        // One bound for both pipes, not one each.
+        let drained = async {
+            for pump in [pump_out, pump_err].into_iter().flatten() {
+                let _ = pump.await;
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(2), drained).await;
         use std::os::unix::process::ExitStatusExt;
         let ended = match status {
             Ok(s) => match (s.code(), s.signal()) {

@@ -269,6 +269,9 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
         &BTreeMap::new(),
         WORKDIR,
         true,
+        // The exit once the pipes close, as Kubernetes' exec reports it (containerd's CRI
+        // execInternal waits on attachDone): a background child holding stdout delays it.
+        None,
     )
     .await
     {

@@ -24,6 +24,12 @@ use super::state::{CommandRecord, Progress, Session, State, Stream, new_id, now_
 use crate::harness::{ConnControl, Fault, User};
 use crate::stream::{self, Out, Utf8};
 
+/// How long output still in the pipes is read after the command itself exited, before its exit
+/// is reported: a background child that keeps stdout open (`sh -c 'sleep 5 & echo started'`)
+/// does not hold the exit for its lifetime. Vercel's in-VM agent is not public: this is the
+/// emulator's choice (docs/adapters/vercel.md, "Not verified").
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
+
 /// The most a stdin request may carry after base64 decoding (the Python SDK's chunk is 512 KiB,
 /// "keeping the base64 JSON body under the API's 1 MB limit").
 const MAX_STDIN_BODY: usize = 1024 * 1024;
@@ -191,7 +197,16 @@ pub(crate) async fn run(st: St, Path(sid): Path<String>, uri: Uri, req: Request)
     let mut argv = vec![rr.command.clone()];
     argv.extend(rr.args.iter().cloned());
     let running =
-        match stream::start(&session.root, &user, &argv, &env, &rr.cwd, rr.attach_stdin).await {
+        match stream::start(
+            &session.root,
+            &user,
+            &argv,
+            &env,
+            &rr.cwd,
+            rr.attach_stdin,
+            Some(DRAIN_AFTER_EXIT),
+        )
+        .await {
             Ok(r) => r,
             Err(SpawnError::Workdir(_)) => {
                 return bad_request(&format!(
