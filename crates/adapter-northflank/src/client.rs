@@ -1,12 +1,13 @@
 //! HTTP and WebSocket plumbing. reqwest does the TLS and the upgrade request (so a refused
-//! upgrade's status and body are read like any answer); tokio-tungstenite frames the upgraded
-//! connection.
+//! upgrade's status and body are read like any answer); tokio-websockets frames the upgraded
+//! connection. Not tokio-tungstenite (which the issue suggested): tungstenite logs every frame's
+//! payload at TRACE through `log`, and the `init` frame carries the token and the command, the
+//! `payload` frames stdin (tests/secrets.rs shows that nothing reaches a log now).
 
 use base64::Engine as _;
 use reqwest::header::{CONNECTION, UPGRADE};
 use reqwest::{Method, Url};
-use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_websockets::WebSocketStream;
 
 use crate::config::NorthflankConfig;
 use crate::error::CallError;
@@ -134,7 +135,7 @@ impl Api {
             let body = resp.bytes().await.unwrap_or_default();
             return Err(CallError::http(status, &headers, &body));
         }
-        let want = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+        let want = ws_accept(&key);
         let accept = resp
             .headers()
             .get("sec-websocket-accept")
@@ -145,9 +146,32 @@ impl Api {
             )));
         }
         let upgraded = resp.upgrade().await.map_err(CallError::Transport)?;
-        let config = WebSocketConfig::default()
-            .max_message_size(Some(64 << 20))
-            .max_frame_size(Some(64 << 20));
-        Ok(WebSocketStream::from_raw_socket(upgraded, Role::Client, Some(config)).await)
+        let limits = tokio_websockets::Limits::default().max_payload_len(Some(MAX_WS_MESSAGE));
+        Ok(tokio_websockets::ClientBuilder::new()
+            .limits(limits)
+            .take_over(upgraded))
+    }
+}
+
+/// The largest message accepted from the proxy (an output frame is one base64 chunk).
+const MAX_WS_MESSAGE: usize = 64 << 20;
+
+/// The `Sec-WebSocket-Accept` a server must answer `key` with (RFC 6455 §4.2.2).
+fn ws_accept(key: &str) -> String {
+    let mut sha = sha1_smol::Sha1::new();
+    sha.update(key.as_bytes());
+    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn accept_key_is_rfc_6455s() {
+        // RFC 6455 §1.3's example.
+        assert_eq!(
+            super::ws_accept("dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
     }
 }

@@ -13,7 +13,7 @@ use execseam_core::{
 };
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
-use tokio_tungstenite::tungstenite::Message;
+use tokio_websockets::Message;
 
 use crate::client::{Api, Ws};
 use crate::error::{CallError, map};
@@ -122,11 +122,7 @@ impl NorthflankExec {
             ..WrapOptions::default()
         };
         let argv = if wrapped {
-            degrade::wrap(
-                &command,
-                &wrap,
-            )
-            .map_err(|e| e.or_context(PROVIDER, "exec"))?
+            degrade::wrap(&command, &wrap).map_err(|e| e.or_context(PROVIDER, "exec"))?
         } else {
             command.argv().to_vec()
         };
@@ -150,7 +146,7 @@ impl NorthflankExec {
                 group: c.group.as_deref(),
             },
         );
-        sink.send(Message::Text(init.into())).await.map_err(|e| {
+        sink.send(Message::text(init)).await.map_err(|e| {
             map(
                 CallError::Closed(format!("the exec socket broke: {e}")),
                 "exec",
@@ -160,7 +156,7 @@ impl NorthflankExec {
         let stdin = command.stdin().clone();
         if stdin.is_empty() {
             // As the Python one-shot does: the end of stdin right behind `init`.
-            sink.send(Message::Text(wire::STDIN_END.into()))
+            sink.send(Message::text(wire::STDIN_END))
                 .await
                 .map_err(|e| {
                     map(
@@ -215,13 +211,11 @@ fn spawn_stdin(mut sink: Sink, data: Bytes, chunk: usize) -> tokio::task::JoinHa
     tokio::spawn(async move {
         for part in data.chunks(chunk) {
             let frame = wire::payload_frame(&B64.encode(part));
-            if sink.send(Message::Text(frame.into())).await.is_err() {
+            if sink.send(Message::text(frame)).await.is_err() {
                 return None;
             }
         }
-        sink.send(Message::Text(wire::STDIN_END.into()))
-            .await
-            .ok()?;
+        sink.send(Message::text(wire::STDIN_END)).await.ok()?;
         Some(sink)
     })
 }
@@ -235,9 +229,8 @@ async fn next(mut st: St) -> Option<(Result<Event, Error>, St)> {
             return None;
         }
         let msg = match st.stream.next().await {
-            Some(Ok(Message::Text(t))) => Bytes::from(t.as_bytes().to_vec()),
-            Some(Ok(Message::Binary(b))) => b,
-            Some(Ok(Message::Close(_))) => {
+            Some(Ok(m)) if m.is_text() || m.is_binary() => Bytes::from(m.into_payload()),
+            Some(Ok(m)) if m.is_close() => {
                 st.done = true;
                 return Some((
                     Err(fail(CallError::Closed(
@@ -343,7 +336,7 @@ async fn next(mut st: St) -> Option<(Result<Event, Error>, St)> {
                     None => st.sink.take(),
                 };
                 if let Some(mut s) = sink {
-                    let _ = s.send(Message::Close(None)).await;
+                    let _ = s.send(Message::close(None, "")).await;
                 }
             }
         }

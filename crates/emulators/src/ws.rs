@@ -8,8 +8,7 @@ use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use hyper_util::rt::TokioIo;
-use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_websockets::{Limits, WebSocketStream};
 
 /// A server-side WebSocket over an upgraded connection.
 pub(crate) type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
@@ -37,20 +36,16 @@ where
         *r.status_mut() = StatusCode::BAD_REQUEST;
         return r;
     };
-    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let accept = accept_key(key.as_bytes());
     let on_upgrade = hyper::upgrade::on(req);
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
-                let config = WebSocketConfig::default()
-                    .max_message_size(Some(256 << 20))
-                    .max_frame_size(Some(64 << 20));
-                let ws = WebSocketStream::from_raw_socket(
-                    TokioIo::new(upgraded),
-                    Role::Server,
-                    Some(config),
-                )
-                .await;
+                // tokio-websockets, not tungstenite: the frames carry the token and stdin, and
+                // tungstenite logs every frame's payload at TRACE.
+                let ws = tokio_websockets::ServerBuilder::new()
+                    .limits(Limits::default().max_payload_len(Some(256 << 20)))
+                    .serve(TokioIo::new(upgraded));
                 serve(ws).await;
             }
             Err(e) => tracing::debug!(error = %e, "websocket upgrade failed"),
@@ -65,4 +60,25 @@ where
         h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
     }
     r
+}
+
+/// The `Sec-WebSocket-Accept` for a client's `Sec-WebSocket-Key` (RFC 6455 §4.2.2).
+fn accept_key(key: &[u8]) -> String {
+    use base64::Engine as _;
+    let mut sha = sha1_smol::Sha1::new();
+    sha.update(key);
+    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn accept_key_is_rfc_6455s() {
+        // RFC 6455 §1.3's example.
+        assert_eq!(
+            super::accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
 }

@@ -11,9 +11,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::process::ChildStdin;
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_websockets::{CloseCode, Message};
 
 use super::{Entity, ExitCodeJson, State, WORKDIR};
 use crate::harness::{Fault, User};
@@ -26,7 +24,7 @@ const B64: base64::engine::general_purpose::GeneralPurpose =
 const MAX_CHUNK: usize = 32 * 1024;
 
 fn text(v: &Value) -> Message {
-    Message::Text(v.to_string().into())
+    Message::text(v.to_string())
 }
 
 fn error_frame(message: &str) -> Message {
@@ -34,12 +32,7 @@ fn error_frame(message: &str) -> Message {
 }
 
 async fn close(ws: &mut Ws, code: CloseCode, reason: &str) {
-    let _ = ws
-        .send(Message::Close(Some(CloseFrame {
-            code,
-            reason: reason.to_owned().into(),
-        })))
-        .await;
+    let _ = ws.send(Message::close(Some(code), reason)).await;
     // Let the client answer the close, then drop the connection.
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
         while let Some(Ok(m)) = ws.next().await {
@@ -56,9 +49,8 @@ async fn next_frame(ws: &mut Ws) -> Result<Option<serde_json::Map<String, Value>
     loop {
         match ws.next().await {
             None | Some(Err(_)) => return Ok(None),
-            Some(Ok(Message::Text(t))) => return parse(t.as_bytes()).map(Some),
-            Some(Ok(Message::Binary(b))) => return parse(&b).map(Some),
-            Some(Ok(Message::Close(_))) => return Ok(None),
+            Some(Ok(m)) if m.is_text() || m.is_binary() => return parse(m.as_payload()).map(Some),
+            Some(Ok(m)) if m.is_close() => return Ok(None),
             Some(Ok(_)) => {}
         }
     }
@@ -159,9 +151,9 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
         Ok(Ok(None)) => return,
         Ok(Err(e)) => {
             let _ = ws.send(error_frame(&e)).await;
-            return close(&mut ws, CloseCode::Policy, "bad frame").await;
+            return close(&mut ws, CloseCode::POLICY_VIOLATION, "bad frame").await;
         }
-        Err(_) => return close(&mut ws, CloseCode::Policy, "no init frame").await,
+        Err(_) => return close(&mut ws, CloseCode::POLICY_VIOLATION, "no init frame").await,
     };
     if fault == Some(Fault::ResetBeforeResponse) {
         // The command travels in the `init` frame: the connection drops once it has arrived,
@@ -175,7 +167,7 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
         .unwrap_or_default();
     if first.get("type").and_then(Value::as_str) != Some("init") {
         let _ = ws.send(error_frame("Expected an init message")).await;
-        return close(&mut ws, CloseCode::Policy, "expected init").await;
+        return close(&mut ws, CloseCode::POLICY_VIOLATION, "expected init").await;
     }
     let auth = data.get("auth").and_then(Value::as_object);
     let token = auth
@@ -189,7 +181,7 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
         // The Python one-shot sends `stdInEnd` right behind `init`, without waiting: take it
         // before closing, so the client reads the refusal rather than a closed socket.
         let _ = tokio::time::timeout(Duration::from_millis(200), next_frame(&mut ws)).await;
-        return close(&mut ws, CloseCode::Normal, "").await;
+        return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
     }
     let ctx = match context(
         data.get("context")
@@ -199,7 +191,7 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
         Ok(c) => c,
         Err(e) => {
             let _ = ws.send(error_frame(&e)).await;
-            return close(&mut ws, CloseCode::Normal, "").await;
+            return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
         }
     };
     if ctx
@@ -213,7 +205,7 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
                 ctx.instance.as_deref().unwrap_or("")
             )))
             .await;
-        return close(&mut ws, CloseCode::Normal, "").await;
+        return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
     }
     if ctx
         .container
@@ -226,7 +218,7 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
                 ctx.container.as_deref().unwrap_or("")
             )))
             .await;
-        return close(&mut ws, CloseCode::Normal, "").await;
+        return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
     }
     // `user`: a name or uid of the image (the docs: "the name or uid of the user").
     let user = match ctx.user.as_deref() {
@@ -245,7 +237,7 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
                         "unable to find user {u}: no matching entries in passwd file"
                     )))
                     .await;
-                return close(&mut ws, CloseCode::Normal, "").await;
+                return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
             }
         },
     };
@@ -278,7 +270,7 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
         Ok(r) => r,
         Err(e) => {
             let _ = ws.send(error_frame(&format!("exec failed: {e:?}"))).await;
-            return close(&mut ws, CloseCode::Normal, "").await;
+            return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
         }
     };
     let (host_pid, mut events) = (running.host_pid, running.events);
@@ -300,7 +292,7 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
     let vanish_at = tokio::time::Instant::now() + Duration::from_millis(300);
     if fault == Some(Fault::MalformedBody) {
         let _ = ws
-            .send(Message::Text("{\"type\":\"stdOut\",\"data\":".into()))
+            .send(Message::text("{\"type\":\"stdOut\",\"data\":"))
             .await;
     }
     let (mut out, mut err) = (Utf8::default(), Utf8::default());
@@ -323,7 +315,7 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
                                 Ok(b) => b,
                                 Err(_) => {
                                     let _ = ws.send(error_frame("payload is not valid base64")).await;
-                                    return close(&mut ws, CloseCode::Normal, "").await;
+                                    return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
                                 }
                             }
                         } else {
@@ -337,7 +329,7 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
                     Some("resize") | Some("init") => {}
                     _ => {
                         let _ = ws.send(error_frame(&format!("unable to parse message: {}", Value::Object(f)))).await;
-                        return close(&mut ws, CloseCode::Normal, "").await;
+                        return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
                     }
                 },
                 Ok(None) => {
@@ -346,7 +338,7 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
                 }
                 Err(e) => {
                     let _ = ws.send(error_frame(&e)).await;
-                    return close(&mut ws, CloseCode::Normal, "").await;
+                    return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
                 }
             },
             ev = events.recv() => match ev {
@@ -359,12 +351,12 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
                 Some(Out::Exit(code)) => break code,
                 None => {
                     let _ = ws.send(error_frame("the command's stream ended without an exit")).await;
-                    return close(&mut ws, CloseCode::Normal, "").await;
+                    return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
                 }
             },
             () = vanish_timer => {
                 kill();
-                return close(&mut ws, CloseCode::Error, "container terminated").await;
+                return close(&mut ws, CloseCode::INTERNAL_SERVER_ERROR, "container terminated").await;
             }
         }
     };
@@ -375,10 +367,10 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
         }
     }
     match fault {
-        Some(Fault::CutBeforeExit) => return close(&mut ws, CloseCode::Normal, "").await,
+        Some(Fault::CutBeforeExit) => return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await,
         Some(Fault::ServerError) => {
             let _ = ws.send(error_frame("Internal server error")).await;
-            return close(&mut ws, CloseCode::Normal, "").await;
+            return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
         }
         _ => {}
     }
@@ -393,7 +385,7 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
             &json!({"type": "completion", "data": {"exitCode": code, "status": status}}),
         ))
         .await;
-    close(&mut ws, CloseCode::Normal, "").await;
+    close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
 }
 
 /// One output chunk as frames (text: decoded UTF-8; base64: each frame decodable alone).

@@ -14,7 +14,7 @@ use execseam_core::{Command, Event, ExecStream};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::watch;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_websockets::{CloseCode, Message};
 
 use super::{Entity, Kind, State, TEAM_ID, WORKDIR, exec, iso};
 use crate::harness::clock::hex_id;
@@ -488,22 +488,22 @@ async fn logs(kind: Kind, st: St, Path(p): Params, req: Request) -> Response {
 /// a tail of one run closes (1000) once the run concluded and its lines are sent.
 async fn tail(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, run: Option<String>) {
     let first = match tokio::time::timeout(Duration::from_secs(30), ws.next()).await {
-        Ok(Some(Ok(Message::Text(t)))) => serde_json::from_str::<Value>(&t).unwrap_or(Value::Null),
+        Ok(Some(Ok(m))) if m.is_text() => {
+            serde_json::from_str::<Value>(m.as_text().unwrap_or_default()).unwrap_or(Value::Null)
+        }
         _ => return,
     };
     let token = first["data"]["auth"]["apiToken"].as_str().unwrap_or("");
     if first["type"] != "init" || !st.accepts(token) {
         let reply = json!({"type": "init", "data": {"auth": "failed", "message": "Authentication failed: invalid API token"}});
-        let _ = ws.send(Message::Text(reply.to_string().into())).await;
-        let _ = ws.close(None).await;
+        let _ = ws.send(Message::text(reply.to_string())).await;
+        let _ = ws
+            .send(Message::close(Some(CloseCode::NORMAL_CLOSURE), ""))
+            .await;
         return;
     }
     let reply = json!({"type": "init", "data": {"auth": "successful"}});
-    if ws
-        .send(Message::Text(reply.to_string().into()))
-        .await
-        .is_err()
-    {
+    if ws.send(Message::text(reply.to_string())).await.is_err() {
         return;
     }
     let mut sent: HashMap<String, usize> = HashMap::new();
@@ -521,16 +521,14 @@ async fn tail(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, run: Option<Strin
         }
         if !batch.is_empty() {
             let frame = json!({"type": "log-lines", "data": batch});
-            if ws
-                .send(Message::Text(frame.to_string().into()))
-                .await
-                .is_err()
-            {
+            if ws.send(Message::text(frame.to_string())).await.is_err() {
                 return;
             }
         }
         if all_done && run.is_some() && !runs.is_empty() {
-            let _ = ws.close(None).await;
+            let _ = ws
+                .send(Message::close(Some(CloseCode::NORMAL_CLOSURE), ""))
+                .await;
             while let Some(Ok(m)) = ws.next().await {
                 if m.is_close() {
                     break;
@@ -540,7 +538,8 @@ async fn tail(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, run: Option<Strin
         }
         tokio::select! {
             m = ws.next() => match m {
-                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return,
+                None | Some(Err(_)) => return,
+                Some(Ok(m)) if m.is_close() => return,
                 _ => {}
             },
             () = tokio::time::sleep(Duration::from_millis(50)) => {}

@@ -196,32 +196,32 @@ pub(crate) async fn run(st: St, Path(sid): Path<String>, uri: Uri, req: Request)
     env.extend(rr.env.iter().cloned());
     let mut argv = vec![rr.command.clone()];
     argv.extend(rr.args.iter().cloned());
-    let running =
-        match stream::start(
-            &session.root,
-            &user,
-            &argv,
-            &env,
-            &rr.cwd,
-            rr.attach_stdin,
-            Some(DRAIN_AFTER_EXIT),
-        )
-        .await {
-            Ok(r) => r,
-            Err(SpawnError::Workdir(_)) => {
-                return bad_request(&format!(
-                    "The working directory {:?} does not exist",
-                    rr.cwd
-                ));
-            }
-            Err(e) => {
-                return api_error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal_server_error",
-                    &format!("could not start the command: {e:?}"),
-                );
-            }
-        };
+    let running = match stream::start(
+        &session.root,
+        &user,
+        &argv,
+        &env,
+        &rr.cwd,
+        rr.attach_stdin,
+        Some(DRAIN_AFTER_EXIT),
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(SpawnError::Workdir(_)) => {
+            return bad_request(&format!(
+                "The working directory {:?} does not exist",
+                rr.cwd
+            ));
+        }
+        Err(e) => {
+            return api_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_server_error",
+                &format!("could not start the command: {e:?}"),
+            );
+        }
+    };
     let (progress, _) = watch::channel(Progress::default());
     let record = Arc::new(CommandRecord {
         id: new_id("cmd"),
