@@ -320,14 +320,16 @@ impl NorthflankEmulator {
     }
 
     /// The environment the Python SDK (`NORTHFLANK_API_TOKEN`, `NORTHFLANK_API_BASE_URL`) and
-    /// the adapter's `from_env` (those plus `NORTHFLANK_PROJECT_ID`, `NORTHFLANK_SERVICE_ID`)
-    /// read.
+    /// the adapter's `from_env` (those plus `NORTHFLANK_PROJECT_ID`) read; the service as the
+    /// sandbox `execseam run` connects to (`EXECSEAM_SANDBOX`: Northflank is connect-only) and
+    /// as the live conformance target names it (`NORTHFLANK_SERVICE_ID`).
     pub fn env(&self) -> Vec<(String, String)> {
         vec![
             ("NORTHFLANK_API_BASE_URL".into(), self.base_url()),
             ("NORTHFLANK_API_TOKEN".into(), self.token()),
             ("NORTHFLANK_PROJECT_ID".into(), PROJECT_ID.into()),
             ("NORTHFLANK_SERVICE_ID".into(), SERVICE_ID.into()),
+            ("EXECSEAM_SANDBOX".into(), SERVICE_ID.into()),
         ]
     }
 
