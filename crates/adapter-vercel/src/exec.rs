@@ -571,3 +571,207 @@ impl Sandbox for VercelExec {
         })
     }
 }
+
+impl VercelExec {
+    /// Starts `command` without waiting (`POST …/cmd` with `wait: false`, the SDKs' detached
+    /// `runCommand`): the answer is the command's id. Follow it with [`VercelCommand::wait`],
+    /// [`VercelCommand::logs`] and [`VercelCommand::kill`]. A detached command takes no stdin
+    /// here (`Unsupported` before any request: [`Exec::exec`] sends stdin).
+    pub async fn spawn(&self, command: Command) -> Result<VercelCommand, Error> {
+        if !command.stdin().is_empty() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "a detached command takes no stdin (exec sends it through the stdin route)",
+            )
+            .with_provider(PROVIDER)
+            .with_operation("spawn"));
+        }
+        let argv = command.argv();
+        let cfg = &self.inner.api.config;
+        let args: Vec<String> = argv[1..].to_vec();
+        let body = serde_json::to_vec(&RunCommand {
+            command: &argv[0],
+            args: &args,
+            cwd: command.workdir(),
+            env: command.env(),
+            sudo: cfg.sudo,
+            wait: false,
+            logs: false,
+            timeout: cfg.command_timeout.map(|d| d.as_millis() as u64),
+            attach_stdin: false,
+        })
+        .expect("serializable");
+        let resp = self
+            .on_session(Method::POST, "cmd", &[], || Body::Json(body.clone()), false)
+            .await
+            .map_err(|e| map(e, "spawn", Effect::NonIdempotent))?;
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| map(CallError::Transport(e), "spawn", Effect::NonIdempotent))?;
+        let got: wire::CommandResponse = serde_json::from_slice(&bytes).map_err(|e| {
+            map(
+                CallError::Protocol(format!("the answer is not {{command}}: {e}")),
+                "spawn",
+                Effect::NonIdempotent,
+            )
+        })?;
+        Ok(VercelCommand {
+            exec: self.clone(),
+            id: got.command.id,
+        })
+    }
+}
+
+/// A command started by [`VercelExec::spawn`]. Dropping it does nothing (the command goes on).
+#[derive(Clone, Debug)]
+pub struct VercelCommand {
+    exec: VercelExec,
+    id: String,
+}
+
+impl VercelCommand {
+    /// The command's id (`cmd_…`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn path(&self, rest: &str) -> String {
+        let id = execseam_core::transport::escape_path_segment(&self.id);
+        if rest.is_empty() {
+            format!("cmd/{id}")
+        } else {
+            format!("cmd/{id}/{rest}")
+        }
+    }
+
+    /// Waits for the exit (`GET …/cmd/{id}?wait=true`, the SDKs' `wait()`): 128+n for a
+    /// signal, as `Exit::Code`.
+    pub async fn wait(&self) -> Result<Exit, Error> {
+        let got: wire::CommandResponse = self
+            .exec
+            .inner
+            .api
+            .json(
+                Method::GET,
+                &self.exec.session_path(&self.path("")),
+                &[("wait", "true")],
+                Body::None,
+            )
+            .await
+            .map_err(|e| map(e, "wait", Effect::Idempotent))?;
+        match got.command.exit_code {
+            Some(code) => Ok(Exit::Code(code)),
+            None => Err(map(
+                CallError::Protocol("the waited command has no exitCode".into()),
+                "wait",
+                Effect::Idempotent,
+            )),
+        }
+    }
+
+    /// Its output from the start (`GET …/cmd/{id}/logs`, NDJSON `{"stream","data"}` lines, the
+    /// exact content type checked), as `Stdout`/`Stderr` events, live until the command ends,
+    /// then its exit (from [`wait`](Self::wait), as the SDKs' `output()` does): `collect()`
+    /// gives the whole [`Output`](execseam_core::Output). A cut stream or a line the SDKs would
+    /// reject is an error, never a quiet end.
+    pub async fn logs(&self) -> Result<EventStream, Error> {
+        let resp = self
+            .exec
+            .inner
+            .api
+            .send(
+                Method::GET,
+                &self.exec.session_path(&self.path("logs")),
+                &[],
+                Body::None,
+                true,
+            )
+            .await
+            .map_err(|e| map(e, "logs", Effect::Idempotent))?;
+        let ct = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        if ct != "application/x-ndjson" {
+            return Err(map(
+                CallError::Protocol(format!("expected application/x-ndjson, got {ct:?}")),
+                "logs",
+                Effect::Idempotent,
+            ));
+        }
+        struct St {
+            cmd: VercelCommand,
+            body: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
+            lines: LineSplitter,
+            pending: std::collections::VecDeque<Result<Event, Error>>,
+            done: bool,
+        }
+        let st = St {
+            cmd: self.clone(),
+            body: Box::pin(resp.bytes_stream()),
+            lines: LineSplitter::default(),
+            pending: std::collections::VecDeque::new(),
+            done: false,
+        };
+        let fail = |e: CallError| map(e, "logs", Effect::Idempotent);
+        Ok(EventStream::new(futures_util::stream::unfold(
+            st,
+            move |mut st| async move {
+                loop {
+                    if let Some(ev) = st.pending.pop_front() {
+                        return Some((ev, st));
+                    }
+                    if st.done {
+                        return None;
+                    }
+                    match st.body.next().await {
+                        Some(Ok(chunk)) => {
+                            for line in st.lines.push(&chunk) {
+                                let ev = match wire::parse_line(&line) {
+                                    Ok(Line::Stdout(s)) => Ok(Event::Stdout(Bytes::from(s))),
+                                    Ok(Line::Stderr(s)) => Ok(Event::Stderr(Bytes::from(s))),
+                                    Ok(Line::Command(_)) => continue,
+                                    Ok(Line::Error { code, message }) => {
+                                        st.done = true;
+                                        Err(fail(CallError::Stream { code, message }))
+                                    }
+                                    Err(m) => {
+                                        st.done = true;
+                                        Err(fail(CallError::Protocol(m)))
+                                    }
+                                };
+                                let stop = ev.is_err();
+                                st.pending.push_back(ev);
+                                if stop {
+                                    break;
+                                }
+                            }
+                        }
+                        Some(Err(e)) => {
+                            st.done = true;
+                            st.pending.push_back(Err(fail(CallError::Transport(e))));
+                        }
+                        None => {
+                            st.done = true;
+                            if st.lines.has_partial() {
+                                st.pending.push_back(Err(fail(CallError::Cut(
+                                    "the logs ended in the middle of a line".into(),
+                                ))));
+                            } else {
+                                st.pending.push_back(st.cmd.wait().await.map(Event::Exit));
+                            }
+                        }
+                    }
+                }
+            },
+        )))
+    }
+
+    /// Sends `signal` to it (`POST …/cmd/{id}/kill`).
+    pub async fn kill(&self, signal: u8) -> Result<(), Error> {
+        self.exec.kill(&self.id, signal).await
+    }
+}

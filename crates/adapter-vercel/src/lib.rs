@@ -29,7 +29,7 @@ mod provider;
 pub mod wire;
 
 pub use config::{DEFAULT_API_URL, VercelConfig};
-pub use exec::{SANDBOX_CWD, VercelExec};
+pub use exec::{SANDBOX_CWD, VercelCommand, VercelExec};
 pub use provider::VercelProvider;
 
 /// The provider name in errors and reports.

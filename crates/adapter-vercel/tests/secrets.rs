@@ -27,10 +27,9 @@ async fn secrets_never_reach_any_log_at_trace() {
     .await
     .unwrap();
     assert_eq!(emu.token(), TOKEN);
-    let provider = VercelProvider::new(
-        VercelConfig::new(TOKEN, TEAM_ID, PROJECT_ID).api_url(emu.base_url()),
-    )
-    .unwrap();
+    let provider =
+        VercelProvider::new(VercelConfig::new(TOKEN, TEAM_ID, PROJECT_ID).api_url(emu.base_url()))
+            .unwrap();
     let exec = provider.create(SandboxSpec::new()).await.unwrap();
     let cmd = Command::builder([
         "sh",

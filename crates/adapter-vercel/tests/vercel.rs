@@ -279,3 +279,58 @@ async fn sandboxes_are_isolated_and_their_processes_end_with_them() {
     );
     b.close().await.unwrap();
 }
+
+/// Detached commands: `spawn` answers with an id before the command ends, `logs` gives both
+/// streams apart (live, then complete), `wait` the exit, `kill` a signal's 128+n; stdin is
+/// refused before any request.
+#[tokio::test(flavor = "multi_thread")]
+async fn detached_commands_wait_logs_and_kill() {
+    let (emu, provider) = setup().await;
+    let sb = provider.create(SandboxSpec::new()).await.unwrap();
+    let started = std::time::Instant::now();
+    let cmd = sb
+        .spawn(sh("echo out; echo err >&2; sleep 1; echo late; exit 4"))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "spawn waited for the command: {:?}",
+        started.elapsed()
+    );
+    assert!(cmd.id().starts_with("cmd_"), "{}", cmd.id());
+    let mut logs = cmd.logs().await.unwrap();
+    // Live: the first line arrives before the command ends.
+    match logs.next().await {
+        Some(Ok(execseam_core::Event::Stdout(b))) => assert_eq!(b.as_ref(), b"out\n"),
+        other => panic!("first event {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_millis(900));
+    let rest = logs.collect().await.unwrap();
+    assert_eq!(rest.stdout.as_ref(), b"late\n", "{rest:?}");
+    assert_eq!(rest.stderr.as_ref(), b"err\n", "{rest:?}");
+    assert_eq!(rest.exit, Exit::Code(4));
+    // The logs again, from the start, and the exit.
+    let all = cmd.logs().await.unwrap().collect().await.unwrap();
+    assert_eq!(all.stdout.as_ref(), b"out\nlate\n", "{all:?}");
+    assert_eq!(cmd.wait().await.unwrap(), Exit::Code(4));
+    // waiting again answers at once with the same exit.
+    assert_eq!(cmd.wait().await.unwrap(), Exit::Code(4));
+
+    let long = sb.spawn(sh("sleep 30")).await.unwrap();
+    long.kill(15).await.unwrap();
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(10), long.wait())
+            .await
+            .expect("the killed command ends")
+            .unwrap(),
+        Exit::Code(143)
+    );
+
+    let refused = sb
+        .spawn(Command::builder(["cat"]).stdin("x").build().unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Unsupported, "{refused}");
+    sb.close().await.unwrap();
+    drop(emu);
+}
