@@ -11,6 +11,8 @@ const BENCHES: &[(&str, &str)] = &[
     ("execseam-chrono", "latency"),
     ("execseam-vercel", "sdk"),
     ("execseam-northflank", "sdk"),
+    ("execseam-docker", "latency"),
+    ("execseam-emulators", "launcher"),
 ];
 
 pub fn run(args: &[String]) -> Result<(), String> {

@@ -59,6 +59,7 @@ fn main() {
         let vanished = provider.attach(Entity::Service("no-such-service".into()));
         let faults = emulator.faults().clone();
         Ok(Target::new("northflank", Arc::new(exec))
+            .environment(execseam_emulators::Isolation::detect().record_line())
             .scratch(SCRATCH)
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(vanished))
