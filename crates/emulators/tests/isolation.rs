@@ -582,7 +582,9 @@ async fn northflank_containers_are_isolated_and_a_disconnected_command_is_killed
             .connect()
             .await
             .unwrap();
-        ws.send(tokio_websockets::Message::text(init)).await.unwrap();
+        ws.send(tokio_websockets::Message::text(init))
+            .await
+            .unwrap();
         tokio::time::sleep_until(deadline.into()).await;
         drop(ws); // gone, without a close frame
     });
