@@ -92,7 +92,8 @@ impl Emulate {
             .args(["run", "--adapter", "e2b", "--", "sh", "-c"])
             .arg("setsid sleep 300 </dev/null >/dev/null 2>&1 & echo started")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("E2B_SANDBOX_ID", id)
+            // The CLI's --sandbox (its variable): run in this sandbox and leave it running.
+            .env("EXECSEAM_SANDBOX", id)
             .output()
             .unwrap();
         assert_eq!(
