@@ -10,6 +10,8 @@ const BENCHES: &[(&str, &str)] = &[
     ("execseam-modal", "exec_latency"),
     ("execseam-chrono", "latency"),
     ("execseam-server", "load"),
+    ("execseam-vercel", "sdk"),
+    ("execseam-northflank", "sdk"),
     ("execseam-docker", "latency"),
     ("execseam-emulators", "launcher"),
 ];

@@ -141,3 +141,123 @@ pub fn typescript_runtime() -> io::Result<Vec<String>> {
         .ok_or_else(|| io::Error::other("node is not on PATH"))?;
     Ok(vec![node, cli.to_string_lossy().into_owned()])
 }
+
+/// Ensures `target/interop/<name>/node_modules` holds exactly what `<dir>/package-lock.json`
+/// pins (`npm ci --ignore-scripts`, so nothing from the registry runs at install time) and
+/// returns the npm directory. Re-installs when the lockfile changes. Needs `node` and `npm`.
+pub fn node_env(name: &str, dir: &Path) -> io::Result<PathBuf> {
+    static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = CREATING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let npm_dir = target_dir().join("interop").join(name);
+    let lock = std::fs::read_to_string(dir.join("package-lock.json"))?;
+    let manifest = std::fs::read_to_string(dir.join("package.json"))?;
+    let stamp = npm_dir.join("installed-package-lock.json");
+    if npm_dir.join("node_modules").is_dir()
+        && std::fs::read_to_string(&stamp).ok().as_deref() == Some(lock.as_str())
+    {
+        return Ok(npm_dir);
+    }
+    let _ = std::fs::remove_dir_all(npm_dir.join("node_modules"));
+    std::fs::create_dir_all(&npm_dir)?;
+    std::fs::write(npm_dir.join("package.json"), manifest)?;
+    std::fs::write(npm_dir.join("package-lock.json"), &lock)?;
+    check(
+        Command::new("npm")
+            .args([
+                "ci",
+                "--ignore-scripts",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+            ])
+            .current_dir(&npm_dir),
+        "installing the official npm client from the registry (is the npm registry reachable? are node and npm installed?)",
+    )?;
+    std::fs::write(&stamp, lock)?;
+    Ok(npm_dir)
+}
+
+/// Runs `script` with `node`, resolving packages from `npm_dir`, with `env`.
+pub fn run_node(npm_dir: &Path, script: &Path, env: &[(String, String)]) -> io::Result<Output> {
+    // ESM resolves bare imports from the importing file's directory upwards: run a copy of the
+    // script from inside the npm directory.
+    let copy = npm_dir.join(script.file_name().unwrap_or_else(|| "check.mjs".as_ref()));
+    std::fs::copy(script, &copy)?;
+    Command::new("node")
+        .arg(&copy)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(npm_dir)
+        .stdin(Stdio::null())
+        .output()
+}
+
+/// The per-call durations a benchmark script printed, one number of milliseconds per line.
+pub fn timings(out: &Output) -> io::Result<Vec<std::time::Duration>> {
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "the benchmark script failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            l.trim()
+                .parse::<f64>()
+                .map(|ms| std::time::Duration::from_secs_f64(ms / 1000.0))
+                .map_err(|_| io::Error::other(format!("not a number of ms: {l:?}")))
+        })
+        .collect()
+}
+
+/// Asserts that a client check script succeeded, printed `OK` last, and ran exactly `want`
+/// checks (lines starting `ok `): a check that silently stopped running fails the test.
+pub fn assert_checks(name: &str, out: &Output, want: usize) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}");
+    assert!(
+        out.status.success() && stdout.lines().last() == Some("OK"),
+        "the {name} check failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let checks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
+    assert_eq!(
+        checks, want,
+        "every check of the {name} script ran:\n{stdout}"
+    );
+}
+
+/// Arms `rules` (`(route, nth, fault)`) on `faults` once a client script creates
+/// `<scratch>/faults-ready`, then creates `<scratch>/faults-armed`, which the script waits for.
+/// Returns the two paths as the `FAULTS_READY` / `FAULTS_ARMED` environment.
+pub fn arm_faults_when_ready(
+    faults: &crate::FaultHandle,
+    scratch: &Path,
+    rules: Vec<(&'static str, u64, crate::Fault)>,
+) -> Vec<(String, String)> {
+    let ready = scratch.join("faults-ready");
+    let armed = scratch.join("faults-armed");
+    let faults = faults.clone();
+    let (r, a) = (ready.clone(), armed.clone());
+    std::thread::spawn(move || {
+        while !r.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        for (route, n, fault) in rules {
+            faults.add(crate::FaultRule {
+                route: route.into(),
+                when: crate::harness::When::Nth(n),
+                fault,
+            });
+        }
+        let _ = std::fs::write(&a, b"");
+    });
+    vec![
+        ("FAULTS_READY".into(), ready.to_string_lossy().into_owned()),
+        ("FAULTS_ARMED".into(), armed.to_string_lossy().into_owned()),
+    ]
+}

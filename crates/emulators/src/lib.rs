@@ -20,6 +20,7 @@
 
 use std::net::SocketAddr;
 
+pub mod capture;
 pub mod harness;
 pub mod interop;
 
@@ -43,10 +44,18 @@ pub mod e2b;
 pub mod fly;
 #[cfg(feature = "modal")]
 pub mod modal;
+#[cfg(feature = "northflank")]
+pub mod northflank;
 #[cfg(feature = "sprites")]
 pub mod sprites;
+#[cfg(any(feature = "vercel", feature = "northflank"))]
+mod stream;
 #[cfg(any(feature = "fly", feature = "sprites"))]
 mod util;
+#[cfg(feature = "vercel")]
+pub mod vercel;
+#[cfg(feature = "northflank")]
+mod ws;
 
 /// How to start an emulator.
 #[derive(Clone, Debug)]
@@ -117,6 +126,10 @@ pub fn providers() -> &'static [&'static str] {
         "modal",
         #[cfg(feature = "chrono")]
         "chrono",
+        #[cfg(feature = "vercel")]
+        "vercel",
+        #[cfg(feature = "northflank")]
+        "northflank",
     ]
 }
 
@@ -143,6 +156,10 @@ pub async fn start(provider: &str, options: EmulatorOptions) -> std::io::Result<
         "modal" => modal::start(options).await,
         #[cfg(feature = "chrono")]
         "chrono" => chrono::start(options).await,
+        #[cfg(feature = "vercel")]
+        "vercel" => vercel::start(options).await,
+        #[cfg(feature = "northflank")]
+        "northflank" => northflank::start(options).await,
         other => Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
             format!(

@@ -14,6 +14,8 @@ fn every_provider_feature_is_on() {
         ("modal", cfg!(feature = "modal")),
         ("chrono", cfg!(feature = "chrono")),
         ("e2b", cfg!(feature = "e2b")),
+        ("vercel", cfg!(feature = "vercel")),
+        ("northflank", cfg!(feature = "northflank")),
     ];
     let off: Vec<&str> = features.iter().filter(|f| !f.1).map(|f| f.0).collect();
     if off.is_empty() || std::env::var("EXECSEAM_EMULATORS_PARTIAL").as_deref() == Ok("1") {

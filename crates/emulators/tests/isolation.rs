@@ -483,3 +483,116 @@ async fn ax_guests_are_isolated_and_timeouts_kill() {
     drop(emu);
     dir.assert_empty().await;
 }
+
+#[cfg(feature = "vercel")]
+#[tokio::test(flavor = "multi_thread")]
+async fn vercel_sandboxes_are_isolated_and_timeouts_kill() {
+    use execseam_emulators::vercel::{PROJECT_ID, TEAM_ID, VercelEmulator, VercelOptions};
+    let dir = StateDir::new("vercel");
+    let emu = VercelEmulator::start(dir.options(), VercelOptions::default())
+        .await
+        .unwrap();
+    let base = emu.base_url();
+    for name in ["isolation-a", "isolation-b"] {
+        let r = client()
+            .post(format!("{base}/v3/sandboxes?teamId={TEAM_ID}"))
+            .bearer_auth(emu.token())
+            .json(&serde_json::json!({"projectId": PROJECT_ID, "name": name}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "create {name}: {}", r.status());
+    }
+    let (a, b) = (
+        emu.sandbox("isolation-a").unwrap(),
+        emu.sandbox("isolation-b").unwrap(),
+    );
+    // Commands run as `vercel-sandbox` (uid 1000 here); the hostname is the sandbox's name.
+    isolated(a.root(), b.root(), 1000, "isolation-a").await;
+    // `timeout` (ms) on POST …/cmd: the service's own SIGKILL timer, whether the client waits on
+    // the NDJSON stream or goes away.
+    let run = |ms: u64| {
+        client()
+            .post(format!(
+                "{base}/v2/sandboxes/sessions/{}/cmd?teamId={TEAM_ID}",
+                a.session_id()
+            ))
+            .bearer_auth(emu.token())
+            .json(&serde_json::json!({
+                "command": "sh", "args": ["-c", TIMED], "wait": true, "timeout": ms
+            }))
+    };
+    for read in [false, true] {
+        let deadline = Instant::now() + Duration::from_millis(1500);
+        let sent = tokio::spawn(send(run(1500), read));
+        killed_by(a.root(), deadline).await;
+        sent.await.unwrap();
+    }
+    // DELETE /v2/sandboxes/{name}: the sandbox and what runs in it are gone.
+    let root = a.root().clone();
+    drop(a);
+    let delete = client()
+        .delete(format!(
+            "{base}/v2/sandboxes/isolation-a?teamId={TEAM_ID}&projectId={PROJECT_ID}"
+        ))
+        .bearer_auth(emu.token());
+    destroy_kills(root, move || {
+        tokio::task::block_in_place(|| {
+            let r = tokio::runtime::Handle::current()
+                .block_on(delete.send())
+                .unwrap();
+            assert!(r.status().is_success(), "delete: {}", r.status());
+        })
+    })
+    .await;
+    drop(b);
+    drop(emu);
+    dir.assert_empty().await;
+}
+
+#[cfg(feature = "northflank")]
+#[tokio::test(flavor = "multi_thread")]
+async fn northflank_containers_are_isolated_and_a_disconnected_command_is_killed() {
+    use execseam_emulators::northflank::{
+        Kind, NorthflankEmulator, NorthflankOptions, PROJECT_ID, SERVICE_ID,
+    };
+    let dir = StateDir::new("northflank");
+    let emu = NorthflankEmulator::start(dir.options(), NorthflankOptions::default())
+        .await
+        .unwrap();
+    let a = emu.entity(PROJECT_ID, Kind::Service, SERVICE_ID).unwrap();
+    let b = emu.add_service(PROJECT_ID, "isolation-b").unwrap();
+    // The image's user is root; the hostname is the instance (pod) name.
+    isolated(a.sandbox(), b.sandbox(), 0, a.instance()).await;
+    // The exec protocol has no deadline; a client that goes away has its command's group killed
+    // (docs/adapters/northflank.md, "Not verified": Kubernetes would let it run).
+    let url = format!(
+        "{}/v1/command-exec/projects/{PROJECT_ID}/services/{SERVICE_ID}",
+        emu.base_url().replacen("http://", "ws://", 1)
+    );
+    let init = serde_json::json!({"type": "init", "data": {
+        "auth": {"type": "apiToken", "apiToken": emu.token()},
+        "context": {"command": ["sh", "-c", TIMED], "shell": "none", "encoding": "utf-8", "tty": false}
+    }})
+    .to_string();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let sent = tokio::spawn(async move {
+        use futures_util::SinkExt as _;
+        let (mut ws, _) = tokio_websockets::ClientBuilder::from_uri(url.parse().unwrap())
+            .connect()
+            .await
+            .unwrap();
+        ws.send(tokio_websockets::Message::text(init))
+            .await
+            .unwrap();
+        tokio::time::sleep_until(deadline.into()).await;
+        drop(ws); // gone, without a close frame
+    });
+    killed_by(a.sandbox(), deadline + Duration::from_millis(300)).await;
+    sent.await.unwrap();
+    // A container ends with its service: here, with the emulator.
+    let s = a.sandbox().clone();
+    drop((a, b));
+    destroy_kills(s, move || drop(emu)).await;
+    dir.assert_empty().await;
+}

@@ -36,8 +36,12 @@ pub use execseam_fly as fly;
 pub use execseam_local as local;
 #[cfg(feature = "modal")]
 pub use execseam_modal as modal;
+#[cfg(feature = "northflank")]
+pub use execseam_northflank as northflank;
 #[cfg(feature = "sprites")]
 pub use execseam_sprites as sprites;
+#[cfg(feature = "vercel")]
+pub use execseam_vercel as vercel;
 
 /// Reads one configuration variable (`None`: unset).
 pub type Vars<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -87,6 +91,8 @@ pub const KNOWN: &[&str] = &[
     "agentcore",
     "modal",
     "chrono",
+    "vercel",
+    "northflank",
 ];
 
 macro_rules! boxed {
@@ -231,6 +237,32 @@ pub fn adapters() -> Vec<Adapter> {
         build: |vars| {
             boxed!(execseam_chrono::ChronoProvider::new(
                 execseam_chrono::ChronoConfig::from_vars(vars)?
+            ))
+        },
+    });
+    #[cfg(feature = "vercel")]
+    v.push(Adapter {
+        name: execseam_vercel::PROVIDER,
+        about: "Vercel Sandbox through the Sandbox REST API (cmd + args, NDJSON logs, files as gzip'd tar)",
+        env: execseam_vercel::ENV_VARS,
+        capabilities: execseam_vercel::CAPABILITIES,
+        lifecycle: execseam_vercel::LIFECYCLE,
+        build: |vars| {
+            boxed!(execseam_vercel::VercelProvider::new(
+                execseam_vercel::VercelConfig::from_vars(vars)?
+            ))
+        },
+    });
+    #[cfg(feature = "northflank")]
+    v.push(Adapter {
+        name: execseam_northflank::PROVIDER,
+        about: "Northflank services and jobs over the exec WebSocket (connect only: the service or job is the sandbox)",
+        env: execseam_northflank::ENV_VARS,
+        capabilities: execseam_northflank::CAPABILITIES,
+        lifecycle: execseam_northflank::LIFECYCLE,
+        build: |vars| {
+            boxed!(execseam_northflank::NorthflankProvider::new(
+                execseam_northflank::NorthflankConfig::from_vars(vars)?
             ))
         },
     });

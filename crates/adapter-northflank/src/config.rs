@@ -1,0 +1,225 @@
+//! Configuration: the API token, the API base (exec is the same host over `ws(s)://`), the
+//! project (and team), and where and as whom commands run.
+
+use std::fmt;
+use std::time::Duration;
+
+use execseam_core::Error;
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::PROVIDER;
+
+/// The SDKs' default API base.
+pub const DEFAULT_API_URL: &str = "https://api.northflank.com";
+
+/// Configuration of [`NorthflankProvider`](crate::NorthflankProvider). Built with
+/// [`NorthflankConfig::new`] and the setters, or [`NorthflankConfig::from_env`]; checked by
+/// [`NorthflankProvider::new`](crate::NorthflankProvider::new). `Debug` never prints the token.
+#[derive(Clone)]
+pub struct NorthflankConfig {
+    pub(crate) token: SecretString,
+    pub(crate) project_id: String,
+    pub(crate) team_id: Option<String>,
+    pub(crate) api_url: String,
+    pub(crate) instance_name: Option<String>,
+    pub(crate) container_name: Option<String>,
+    pub(crate) user: Option<String>,
+    pub(crate) group: Option<String>,
+    pub(crate) request_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) stdin_chunk: usize,
+}
+
+impl fmt::Debug for NorthflankConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NorthflankConfig")
+            .field("token", &"<redacted>")
+            .field("project_id", &self.project_id)
+            .field("team_id", &self.team_id)
+            .field("api_url", &self.api_url)
+            .field("instance_name", &self.instance_name)
+            .field("container_name", &self.container_name)
+            .field("user", &self.user)
+            .field("group", &self.group)
+            .field("request_timeout", &self.request_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("stdin_chunk", &self.stdin_chunk)
+            .finish()
+    }
+}
+
+pub(crate) fn config_error(message: impl Into<String>) -> Error {
+    Error::invalid_config(message).with_provider(PROVIDER)
+}
+
+impl NorthflankConfig {
+    /// An API token and the project whose services and jobs commands run in.
+    pub fn new(token: impl Into<String>, project_id: impl Into<String>) -> NorthflankConfig {
+        NorthflankConfig {
+            token: SecretString::from(token.into()),
+            project_id: project_id.into(),
+            team_id: None,
+            api_url: DEFAULT_API_URL.into(),
+            instance_name: None,
+            container_name: None,
+            user: None,
+            group: None,
+            request_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+            stdin_chunk: 64 * 1024,
+        }
+    }
+
+    /// [`from_vars`](Self::from_vars) over the process environment.
+    pub fn from_env() -> Result<NorthflankConfig, Error> {
+        NorthflankConfig::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the Python SDK's variables, `NORTHFLANK_API_TOKEN` (or `NF_API_TOKEN`) and
+    /// `NORTHFLANK_API_BASE_URL` (or `NF_API_HOST`, `NF_HOST`), and `NORTHFLANK_PROJECT_ID`
+    /// (required), `NORTHFLANK_TEAM_ID`, `NORTHFLANK_INSTANCE`, `NORTHFLANK_CONTAINER`,
+    /// `NORTHFLANK_USER`, `NORTHFLANK_GROUP`. A missing token or project:
+    /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
+    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<NorthflankConfig, Error> {
+        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
+        let first = |ks: &[&str]| ks.iter().find_map(|k| var(k));
+        let token = first(&["NORTHFLANK_API_TOKEN", "NF_API_TOKEN"])
+            .ok_or_else(|| config_error("NORTHFLANK_API_TOKEN is not set"))?;
+        let project = var("NORTHFLANK_PROJECT_ID")
+            .ok_or_else(|| config_error("NORTHFLANK_PROJECT_ID is not set"))?;
+        let mut c = NorthflankConfig::new(token, project);
+        if let Some(u) = first(&["NORTHFLANK_API_BASE_URL", "NF_API_HOST", "NF_HOST"]) {
+            c.api_url = u;
+        }
+        c.team_id = var("NORTHFLANK_TEAM_ID");
+        c.instance_name = var("NORTHFLANK_INSTANCE");
+        c.container_name = var("NORTHFLANK_CONTAINER");
+        c.user = var("NORTHFLANK_USER");
+        c.group = var("NORTHFLANK_GROUP");
+        Ok(c)
+    }
+
+    /// The API base (`https://api.northflank.com`); exec uses its host with `ws(s)://`.
+    #[must_use]
+    pub fn api_url(mut self, url: impl Into<String>) -> Self {
+        self.api_url = url.into();
+        self
+    }
+
+    /// The team, for the team-scoped routes (`/v1/teams/{t}/…`, `/v1/command-exec/teams/{t}/…`).
+    #[must_use]
+    pub fn team_id(mut self, team: impl Into<String>) -> Self {
+        self.team_id = Some(team.into());
+        self
+    }
+
+    /// The instance to run in (unset: one the proxy picks).
+    #[must_use]
+    pub fn instance_name(mut self, name: impl Into<String>) -> Self {
+        self.instance_name = Some(name.into());
+        self
+    }
+
+    /// The container to run in (unset: the proxy picks).
+    #[must_use]
+    pub fn container_name(mut self, name: impl Into<String>) -> Self {
+        self.container_name = Some(name.into());
+        self
+    }
+
+    /// The user (name or uid) commands run as (unset: the image's `USER`).
+    #[must_use]
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// The group (name or gid) commands run with.
+    #[must_use]
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// The limit on a REST request and on the WebSocket handshake (default 60 s).
+    #[must_use]
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The limit on making a connection (default 10 s).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Raw stdin bytes per `payload` frame (default 64 KiB, the Python SDK's file-copy chunk).
+    #[must_use]
+    pub fn stdin_chunk(mut self, bytes: usize) -> Self {
+        self.stdin_chunk = bytes;
+        self
+    }
+
+    /// The project.
+    pub fn project_id(&self) -> &str {
+        &self.project_id
+    }
+
+    pub(crate) fn token(&self) -> &str {
+        self.token.expose_secret()
+    }
+
+    pub(crate) fn validate(&self) -> Result<reqwest::Url, Error> {
+        if self.token().is_empty() {
+            return Err(config_error("the API token is empty"));
+        }
+        if self.project_id.is_empty() {
+            return Err(config_error("the project id is empty"));
+        }
+        if self.stdin_chunk == 0 {
+            return Err(config_error("stdin_chunk must be at least 1 byte"));
+        }
+        let url = reqwest::Url::parse(&self.api_url).map_err(|e| {
+            config_error(format!("the API URL {:?} is not a URL: {e}", self.api_url))
+        })?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(config_error(format!(
+                "the API URL {:?} is not http(s)",
+                self.api_url
+            )));
+        }
+        Ok(url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use execseam_core::ErrorKind;
+
+    #[test]
+    fn the_sdks_variables_are_read_and_required_ones_checked() {
+        let c = NorthflankConfig::from_vars(|k| match k {
+            "NF_API_TOKEN" => Some("t".into()),
+            "NORTHFLANK_PROJECT_ID" => Some("p".into()),
+            "NF_HOST" => Some("http://127.0.0.1:1".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(
+            (c.token(), c.project_id(), c.api_url.as_str()),
+            ("t", "p", "http://127.0.0.1:1")
+        );
+        let e = NorthflankConfig::from_vars(|k| (k == "NORTHFLANK_API_TOKEN").then(|| "t".into()))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+        let e = NorthflankConfig::new("t", "p")
+            .api_url("nope")
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+        assert!(!format!("{:?}", NorthflankConfig::new("sekrit", "p")).contains("sekrit"));
+    }
+}

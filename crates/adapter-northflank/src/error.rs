@@ -1,0 +1,178 @@
+//! Every failure as an [`Error`] with a kind and a retry class, through the core's transport
+//! helpers. The command travels in the `init` frame, after the upgrade: what failed before it
+//! was sent cannot have run.
+//!
+//! | failure | kind, retry |
+//! |---|---|
+//! | the upgrade refused with a status (`429`, `503`, `404`, …) | the status's kind; `Safe` for 429/5xx (the `init` frame was never sent) |
+//! | no connection, or it broke before the upgrade completed | `Unavailable`, `Safe` |
+//! | `init` answered with `auth` ≠ `"successful"` | `Unauthenticated`, `Never` |
+//! | an `error` frame before the `init` reply (bad instance, container, user) | `InvalidCommand`, `Never` |
+//! | an `error` frame after it | `Internal`, `Unsafe` (the command may have run) |
+//! | the socket closed, or broke, before the `completion` frame | `Unavailable`, `Unsafe` |
+//! | a frame the clients would reject (bad JSON, unknown type, `exitCode` not a number) | `Protocol`, `Unsafe` |
+//! | REST: `{"error":{"status","message"}}` with its status | the status's kind |
+
+use std::time::SystemTime;
+
+use execseam_core::transport::{self, Effect, Failure, Sent};
+use execseam_core::{Error, ErrorKind, Retry, WireStatus};
+
+use crate::PROVIDER;
+
+/// What failed, before it is classified.
+#[derive(Debug)]
+pub(crate) enum CallError {
+    /// An HTTP error status (REST, or the refused upgrade) and its message.
+    Http {
+        status: u16,
+        message: String,
+        retry_after: Option<std::time::Duration>,
+    },
+    /// reqwest failed (no connection, a timeout, a broken upgrade).
+    Transport(reqwest::Error),
+    /// Nothing came back in time.
+    Timeout(String),
+    /// `init` came back with `auth` ≠ `"successful"`.
+    AuthFailed(String),
+    /// An `error` frame; `started`: after the `init` reply.
+    Frame { message: String, started: bool },
+    /// The socket closed or broke before the completion.
+    Closed(String),
+    /// A frame or body the clients would reject.
+    Protocol(String),
+}
+
+impl CallError {
+    pub(crate) fn http(
+        status: u16,
+        headers: &reqwest::header::HeaderMap,
+        body: &[u8],
+    ) -> CallError {
+        let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        let message = v["error"]["message"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
+        let retry_after = headers
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| transport::parse_retry_after(v, SystemTime::now()));
+        CallError::Http {
+            status,
+            message,
+            retry_after,
+        }
+    }
+}
+
+/// Classifies `e` for `op`; `effect` says what repeating it could do once it reached the
+/// server (an exec is `NonIdempotent` from the `init` frame on).
+pub(crate) fn map(e: CallError, op: &'static str, effect: Effect) -> Error {
+    let base = |kind: ErrorKind, retry: Retry, message: String| {
+        Error::new(kind, message)
+            .with_retry(retry)
+            .with_provider(PROVIDER)
+            .with_operation(op)
+    };
+    let after_send = transport::retry_class(effect, Sent::Maybe);
+    match e {
+        CallError::Http {
+            status,
+            message,
+            retry_after,
+        } => {
+            let (kind, retry) = transport::http_status(status, effect, retry_after);
+            base(kind, retry, format!("{status}: {message}")).with_status(WireStatus::Http(status))
+        }
+        CallError::Transport(t) => {
+            let f = if t.is_connect() {
+                Failure::Connect
+            } else if t.is_timeout() {
+                Failure::Timeout
+            } else {
+                Failure::Cut
+            };
+            let (kind, retry) = transport::failure(f, effect);
+            base(kind, retry, transport::error_chain(&t)).with_source(t.without_url())
+        }
+        CallError::Timeout(m) => base(
+            ErrorKind::Timeout(execseam_core::Deadline::Request),
+            after_send,
+            m,
+        ),
+        CallError::AuthFailed(m) => base(
+            ErrorKind::Unauthenticated,
+            Retry::Never,
+            format!("the exec handshake was refused: {m}"),
+        ),
+        CallError::Frame {
+            message,
+            started: false,
+        } => base(
+            ErrorKind::InvalidCommand,
+            Retry::Never,
+            format!("the exec proxy refused the command: {message}"),
+        ),
+        CallError::Frame {
+            message,
+            started: true,
+        } => base(
+            ErrorKind::Internal,
+            after_send,
+            format!("the exec proxy reported an error: {message}"),
+        ),
+        CallError::Closed(m) => base(ErrorKind::Unavailable, after_send, m),
+        CallError::Protocol(m) => base(ErrorKind::Protocol, after_send, m),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_before_the_init_frame_are_safe_and_after_it_unsafe() {
+        let h = reqwest::header::HeaderMap::new();
+        let e = map(
+            CallError::http(503, &h, br#"{"error":{"status":503,"message":"down"}}"#),
+            "exec",
+            Effect::Idempotent,
+        );
+        assert_eq!((e.kind(), e.retry()), (ErrorKind::Unavailable, Retry::SAFE));
+        assert_eq!(e.message(), "503: down");
+        let e = map(
+            CallError::AuthFailed("bad".into()),
+            "exec",
+            Effect::NonIdempotent,
+        );
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::Unauthenticated, Retry::Never)
+        );
+        let e = map(
+            CallError::Closed("gone".into()),
+            "exec",
+            Effect::NonIdempotent,
+        );
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::Unavailable, Retry::Unsafe)
+        );
+        let e = map(
+            CallError::Frame {
+                message: "x".into(),
+                started: true,
+            },
+            "exec",
+            Effect::NonIdempotent,
+        );
+        assert_eq!((e.kind(), e.retry()), (ErrorKind::Internal, Retry::Unsafe));
+        let e = map(
+            CallError::Protocol("x".into()),
+            "exec",
+            Effect::NonIdempotent,
+        );
+        assert_eq!((e.kind(), e.retry()), (ErrorKind::Protocol, Retry::Unsafe));
+    }
+}

@@ -1,0 +1,398 @@
+//! [`NorthflankExec`]: commands in one service's (or job's) container over the exec WebSocket.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use execseam_core::degrade::{self, StderrGate, StdinFrom, WrapOptions};
+use execseam_core::transport::Effect;
+use execseam_core::{
+    BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
+    Output, Ownership, Sandbox,
+};
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use tokio_websockets::Message;
+
+use crate::client::{Api, Ws};
+use crate::error::{CallError, map};
+use crate::wire::{self, ExecContext, ServerFrame};
+use crate::{CAPABILITIES, PROVIDER};
+
+const B64: base64::engine::general_purpose::GeneralPurpose =
+    base64::engine::general_purpose::STANDARD;
+
+/// What a handle runs in: a service's or a job's container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// `services/{id}`.
+    Service(String),
+    /// `jobs/{id}`.
+    Job(String),
+}
+
+impl Target {
+    /// `svc`, `services/svc` or `jobs/job`.
+    pub fn parse(id: &str) -> Result<Target, Error> {
+        let t = match id.split_once('/') {
+            None => Target::Service(id.to_owned()),
+            Some(("services", s)) => Target::Service(s.to_owned()),
+            Some(("jobs", j)) => Target::Job(j.to_owned()),
+            Some(_) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidCommand,
+                    format!(
+                        "{id:?} is not a service or job id (`svc`, `services/svc`, `jobs/job`)"
+                    ),
+                )
+                .with_provider(PROVIDER));
+            }
+        };
+        match &t {
+            Target::Service(s) | Target::Job(s) if s.is_empty() || s.contains('/') => {
+                Err(Error::new(
+                    ErrorKind::InvalidCommand,
+                    format!("{id:?} is not a service or job id"),
+                )
+                .with_provider(PROVIDER))
+            }
+            _ => Ok(t),
+        }
+    }
+
+    pub(crate) fn segment(&self) -> (&'static str, &str) {
+        match self {
+            Target::Service(s) => ("services", s),
+            Target::Job(j) => ("jobs", j),
+        }
+    }
+
+    /// The id as [`Sandbox::id`] gives it (`svc` or `jobs/job`).
+    pub fn id(&self) -> String {
+        match self {
+            Target::Service(s) => s.clone(),
+            Target::Job(j) => format!("jobs/{j}"),
+        }
+    }
+}
+
+/// One service's or job's container. Cheap to clone. Northflank's exec has no create or
+/// delete: handles come from [`NorthflankProvider::connect`](crate::NorthflankProvider::connect)
+/// and never own what they run in.
+#[derive(Clone, Debug)]
+pub struct NorthflankExec {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    api: Api,
+    target: Target,
+    id: String,
+    ownership: Ownership,
+}
+
+impl NorthflankExec {
+    pub(crate) fn new(api: Api, target: Target) -> NorthflankExec {
+        NorthflankExec {
+            inner: Arc::new(Inner {
+                id: target.id(),
+                api,
+                target,
+                ownership: Ownership::connected(),
+            }),
+        }
+    }
+
+    /// The service or job.
+    pub fn target(&self) -> &Target {
+        &self.inner.target
+    }
+
+    async fn start(&self, command: Command) -> Result<EventStream, Error> {
+        let api = &self.inner.api;
+        let c = &api.config;
+        // workdir and env through the `/bin/sh -c` wrapper: the protocol has neither.
+        let wrapped = command.workdir().is_some() || !command.env().is_empty();
+        let wrap = WrapOptions {
+            workdir: true,
+            env: true,
+            stdin: StdinFrom::Backend,
+            ..WrapOptions::default()
+        };
+        let argv = if wrapped {
+            degrade::wrap(&command, &wrap).map_err(|e| e.or_context(PROVIDER, "exec"))?
+        } else {
+            command.argv().to_vec()
+        };
+        let (segment, id) = self.inner.target.segment();
+        let path = wire::exec_path(c.team_id.as_deref(), &c.project_id, segment, id);
+        let ws = api
+            .upgrade(&path)
+            .await
+            .map_err(|e| map(e, "exec", Effect::Idempotent))?;
+        let (mut sink, stream) = ws.split();
+        let init = wire::init_frame(
+            c.token(),
+            &ExecContext {
+                command: &argv,
+                shell: "none",
+                encoding: "base64",
+                tty: false,
+                instance_name: c.instance_name.as_deref(),
+                container_name: c.container_name.as_deref(),
+                user: c.user.as_deref(),
+                group: c.group.as_deref(),
+            },
+        );
+        sink.send(Message::text(init)).await.map_err(|e| {
+            map(
+                CallError::Closed(format!("the exec socket broke: {e}")),
+                "exec",
+                Effect::NonIdempotent,
+            )
+        })?;
+        let stdin = command.stdin().clone();
+        if stdin.is_empty() {
+            // As the Python one-shot does: the end of stdin right behind `init`.
+            sink.send(Message::text(wire::STDIN_END))
+                .await
+                .map_err(|e| {
+                    map(
+                        CallError::Closed(format!("the exec socket broke: {e}")),
+                        "exec",
+                        Effect::NonIdempotent,
+                    )
+                })?;
+        }
+        let st = St {
+            stream,
+            sink: Some(sink),
+            stdin: (!stdin.is_empty()).then_some(stdin),
+            chunk: c.stdin_chunk,
+            stdin_task: None,
+            started: false,
+            held: if wrapped {
+                StderrGate::new(&wrap)
+            } else {
+                StderrGate::open()
+            },
+            wrap,
+            queue: VecDeque::new(),
+            done: false,
+        };
+        Ok(EventStream::new(futures_util::stream::unfold(st, next)))
+    }
+}
+
+type Sink = SplitSink<Ws, Message>;
+
+struct St {
+    stream: SplitStream<Ws>,
+    sink: Option<Sink>,
+    stdin: Option<Bytes>,
+    chunk: usize,
+    stdin_task: Option<tokio::task::JoinHandle<Option<Sink>>>,
+    started: bool,
+    /// For a wrapped command: stderr held back while it could be the wrapper's own failure.
+    held: StderrGate,
+    wrap: WrapOptions,
+    queue: VecDeque<Event>,
+    done: bool,
+}
+
+fn fail(e: CallError) -> Error {
+    map(e, "exec", Effect::NonIdempotent)
+}
+
+/// Sends stdin as `payload` frames, then `stdInEnd`; gives the sink back.
+fn spawn_stdin(mut sink: Sink, data: Bytes, chunk: usize) -> tokio::task::JoinHandle<Option<Sink>> {
+    tokio::spawn(async move {
+        for part in data.chunks(chunk) {
+            let frame = wire::payload_frame(&B64.encode(part));
+            if sink.send(Message::text(frame)).await.is_err() {
+                return None;
+            }
+        }
+        sink.send(Message::text(wire::STDIN_END)).await.ok()?;
+        Some(sink)
+    })
+}
+
+async fn next(mut st: St) -> Option<(Result<Event, Error>, St)> {
+    loop {
+        if let Some(ev) = st.queue.pop_front() {
+            return Some((Ok(ev), st));
+        }
+        if st.done {
+            return None;
+        }
+        let msg = match st.stream.next().await {
+            Some(Ok(m)) if m.is_text() || m.is_binary() => Bytes::from(m.into_payload()),
+            Some(Ok(m)) if m.is_close() => {
+                st.done = true;
+                return Some((
+                    Err(fail(CallError::Closed(
+                        "the exec socket closed before the completion frame".into(),
+                    ))),
+                    st,
+                ));
+            }
+            None => {
+                st.done = true;
+                return Some((
+                    Err(fail(CallError::Closed(
+                        "the exec socket closed before the completion frame".into(),
+                    ))),
+                    st,
+                ));
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => {
+                st.done = true;
+                return Some((
+                    Err(fail(CallError::Closed(format!(
+                        "the exec socket broke: {e}"
+                    )))),
+                    st,
+                ));
+            }
+        };
+        let frame = match wire::parse_frame(&msg) {
+            Ok(f) => f,
+            Err(m) => {
+                st.done = true;
+                return Some((Err(fail(CallError::Protocol(m))), st));
+            }
+        };
+        match frame {
+            ServerFrame::Ready => {
+                st.started = true;
+                if let (Some(data), Some(sink)) = (st.stdin.take(), st.sink.take()) {
+                    st.stdin_task = Some(spawn_stdin(sink, data, st.chunk));
+                }
+            }
+            ServerFrame::AuthFailed(m) => {
+                st.done = true;
+                return Some((
+                    Err(map(CallError::AuthFailed(m), "exec", Effect::NonIdempotent)),
+                    st,
+                ));
+            }
+            ServerFrame::Stdout(d) | ServerFrame::Stderr(d)
+                if B64.decode(d.as_bytes()).is_err() =>
+            {
+                st.done = true;
+                return Some((
+                    Err(fail(CallError::Protocol(
+                        "output that is not base64".into(),
+                    ))),
+                    st,
+                ));
+            }
+            ServerFrame::Stdout(d) => {
+                let b = Bytes::from(B64.decode(d.as_bytes()).expect("checked"));
+                if !b.is_empty() {
+                    st.queue.push_back(Event::Stdout(b));
+                }
+            }
+            ServerFrame::Stderr(d) => {
+                let b = Bytes::from(B64.decode(d.as_bytes()).expect("checked"));
+                if let Some(b) = st.held.push(b).filter(|b| !b.is_empty()) {
+                    st.queue.push_back(Event::Stderr(b));
+                }
+            }
+            ServerFrame::Error(message) => {
+                st.done = true;
+                let started = st.started;
+                return Some((Err(fail(CallError::Frame { message, started })), st));
+            }
+            ServerFrame::Completion {
+                exit_code,
+                status,
+                message,
+            } => {
+                st.done = true;
+                let Some(code) = exit_code else {
+                    return Some((
+                        Err(fail(CallError::Protocol(format!(
+                            "the completion has no usable exitCode (status {status:?}: {message})"
+                        )))),
+                        st,
+                    ));
+                };
+                match st.wrap.check(st.held.finish(Exit::Code(code))) {
+                    Err(e) => return Some((Err(e.or_context(PROVIDER, "exec")), st)),
+                    Ok(held) if !held.stderr.is_empty() => {
+                        st.queue.push_back(Event::Stderr(held.stderr));
+                    }
+                    Ok(_) => {}
+                }
+                st.queue.push_back(Event::Exit(Exit::Code(code)));
+                // Close politely (best effort); the server closes too.
+                let sink = match st.stdin_task.take() {
+                    Some(t) => t.await.ok().flatten(),
+                    None => st.sink.take(),
+                };
+                if let Some(mut s) = sink {
+                    let _ = s.send(Message::close(None, "")).await;
+                }
+            }
+        }
+    }
+}
+
+impl Exec for NorthflankExec {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        Box::pin(async move { self.start(command).await?.collect().await })
+    }
+
+    fn streaming(&self) -> Option<&dyn ExecStream> {
+        Some(self)
+    }
+}
+
+impl ExecStream for NorthflankExec {
+    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+        Box::pin(self.start(command))
+    }
+}
+
+impl Sandbox for NorthflankExec {
+    fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    fn owned(&self) -> bool {
+        self.inner.ownership.owned()
+    }
+
+    /// A Northflank service is never this adapter's to delete: ownership cannot be taken.
+    fn set_owned(&self, _owned: bool) {}
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            self.inner.ownership.begin_close();
+            Ok(())
+        })
+    }
+
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            Err(Error::unsupported(
+                "Northflank's exec cannot delete the service or job it runs in (connect-only)",
+            )
+            .with_provider(PROVIDER)
+            .with_operation("destroy"))
+        })
+    }
+}

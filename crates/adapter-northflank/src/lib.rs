@@ -1,0 +1,77 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
+//! Each command is one exec WebSocket (`/v1/command-exec/[teams/{t}/]projects/{p}/services/{id}`,
+//! `ws(s)://` on the API host): the first frame is `init` with the API token and the context
+//! (`command` as argv, `shell: "none"`, `encoding: "base64"`, `tty: false`), then stdin as
+//! `payload` frames and `stdInEnd` (right behind `init` when there is no stdin, as the Python SDK
+//! does; after the proxy's `init` reply otherwise), and the answer: `stdOut`/`stdErr` frames
+//! (base64, so output is byte-exact) and the `completion` with `exitCode` (a number or, as the
+//! proxy sends failures in practice, a numeric string).
+//!
+//! The protocol has no working directory and no environment: a command that sets either runs
+//! through the exact `/bin/sh -c` wrapper of [`execseam_core::degrade`] (a missing workdir is
+//! `Err(NotFound)`). It has no kill either: dropping an exec closes the socket, and what the
+//! proxy then does to the command is not documented (`remote_kill: false`). Nothing is
+//! retried once the `init` frame is sent.
+//!
+//! Error mapping, the lifecycle (connect-only) and what is not verified:
+//! `docs/adapters/northflank.md`.
+#![warn(missing_docs)]
+
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+
+mod client;
+mod config;
+mod error;
+mod exec;
+mod provider;
+pub mod wire;
+
+pub use config::{DEFAULT_API_URL, NorthflankConfig};
+pub use exec::{NorthflankExec, Target};
+pub use provider::NorthflankProvider;
+
+/// The provider name in errors and reports.
+pub const PROVIDER: &str = "northflank";
+
+/// The environment variables [`NorthflankConfig::from_env`] reads.
+pub const ENV_VARS: &[&str] = &[
+    "NORTHFLANK_API_TOKEN",
+    "NF_API_TOKEN",
+    "NORTHFLANK_API_BASE_URL",
+    "NF_API_HOST",
+    "NF_HOST",
+    "NORTHFLANK_PROJECT_ID",
+    "NORTHFLANK_TEAM_ID",
+    "NORTHFLANK_INSTANCE",
+    "NORTHFLANK_CONTAINER",
+    "NORTHFLANK_USER",
+    "NORTHFLANK_GROUP",
+];
+
+/// Connect-only: exec targets an existing service or job (`GET …/services/{id}` checks it);
+/// list gives the project's services; nothing is created or deleted.
+pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    create: false,
+    connect: true,
+    list: true,
+    destroy: false,
+    spec: SpecSupport::NONE,
+    options: &[],
+};
+
+/// What this adapter does; see the [crate docs](crate).
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::Native,
+    stdin: Delivery::Native,
+    workdir: Delivery::ShellWrapped,
+    env: Delivery::ShellWrapped,
+    streaming: true,
+    remote_kill: false,
+    binary_output: true,
+    max_stdin: None,
+    max_output: None,
+    native_tools: &[],
+};

@@ -1,0 +1,369 @@
+//! Configuration: credentials (an access token with its team and project, or an OIDC token),
+//! the API base, defaults for new sandboxes, timeouts.
+//!
+//! Credentials are resolved as the SDKs resolve them (`utils/get-credentials.ts`): an explicit
+//! `{token, teamId, projectId}` (all three, or none of them), else a Vercel OIDC token
+//! (`VERCEL_OIDC_TOKEN`, a JWT whose claims `owner_id` and `project_id` give the team and the
+//! project). The token is kept in a `secrecy` string and never printed.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use base64::Engine as _;
+use execseam_core::Error;
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::PROVIDER;
+
+/// The SDKs' default API base (`https://vercel.com/api`).
+pub const DEFAULT_API_URL: &str = "https://vercel.com/api";
+
+/// Configuration of [`VercelProvider`](crate::VercelProvider). Built with [`VercelConfig::new`]
+/// (or [`VercelConfig::from_oidc_token`]) and the setters, or [`VercelConfig::from_env`];
+/// checked by [`VercelProvider::new`](crate::VercelProvider::new). `Debug` never prints the
+/// token or env values.
+#[derive(Clone)]
+pub struct VercelConfig {
+    pub(crate) token: SecretString,
+    pub(crate) team_id: String,
+    pub(crate) project_id: String,
+    pub(crate) api_url: String,
+    pub(crate) runtime: Option<String>,
+    pub(crate) sandbox_timeout: Option<Duration>,
+    pub(crate) vcpus: Option<u32>,
+    pub(crate) ports: Vec<u16>,
+    pub(crate) sandbox_env: BTreeMap<String, String>,
+    pub(crate) tags: BTreeMap<String, String>,
+    pub(crate) command_timeout: Option<Duration>,
+    pub(crate) sudo: bool,
+    pub(crate) request_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+}
+
+impl fmt::Debug for VercelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VercelConfig")
+            .field("token", &"<redacted>")
+            .field("team_id", &self.team_id)
+            .field("project_id", &self.project_id)
+            .field("api_url", &self.api_url)
+            .field("runtime", &self.runtime)
+            .field("sandbox_timeout", &self.sandbox_timeout)
+            .field("vcpus", &self.vcpus)
+            .field("ports", &self.ports)
+            .field("sandbox_env", &self.sandbox_env.keys().collect::<Vec<_>>())
+            .field("tags", &self.tags.keys().collect::<Vec<_>>())
+            .field("command_timeout", &self.command_timeout)
+            .field("sudo", &self.sudo)
+            .field("request_timeout", &self.request_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+pub(crate) fn config_error(message: impl Into<String>) -> Error {
+    Error::invalid_config(message).with_provider(PROVIDER)
+}
+
+/// The team and project claims of a Vercel OIDC token (`owner_id`, `project_id`).
+fn oidc_claims(token: &str) -> Result<(String, String), Error> {
+    let payload = token
+        .split('.')
+        .nth(1)
+        .ok_or_else(|| config_error("the OIDC token is not a JWT"))?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .map_err(|_| config_error("the OIDC token's payload is not base64url"))?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|_| config_error("the OIDC token's payload is not JSON"))?;
+    let claim = |k: &str| {
+        claims[k]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| config_error(format!("the OIDC token has no {k} claim")))
+    };
+    Ok((claim("owner_id")?, claim("project_id")?))
+}
+
+impl VercelConfig {
+    /// An access token with its team and project, and every default.
+    pub fn new(
+        token: impl Into<String>,
+        team_id: impl Into<String>,
+        project_id: impl Into<String>,
+    ) -> VercelConfig {
+        VercelConfig {
+            token: SecretString::from(token.into()),
+            team_id: team_id.into(),
+            project_id: project_id.into(),
+            api_url: DEFAULT_API_URL.into(),
+            runtime: None,
+            sandbox_timeout: None,
+            vcpus: None,
+            ports: Vec::new(),
+            sandbox_env: BTreeMap::new(),
+            tags: BTreeMap::new(),
+            command_timeout: None,
+            sudo: false,
+            request_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// A Vercel OIDC token: the team and the project come from its `owner_id` and `project_id`
+    /// claims (the signature is the API's to check). Not a JWT, or a claim missing:
+    /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
+    pub fn from_oidc_token(token: impl Into<String>) -> Result<VercelConfig, Error> {
+        let token = token.into();
+        let (team, project) = oidc_claims(&token)?;
+        Ok(VercelConfig::new(token, team, project))
+    }
+
+    /// [`from_vars`](Self::from_vars) over the process environment.
+    pub fn from_env() -> Result<VercelConfig, Error> {
+        VercelConfig::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Reads `VERCEL_TOKEN`, `VERCEL_TEAM_ID`, `VERCEL_PROJECT_ID` (all three, or none), else
+    /// `VERCEL_OIDC_TOKEN`; then `VERCEL_API_URL`, `VERCEL_SANDBOX_RUNTIME`,
+    /// `VERCEL_SANDBOX_TIMEOUT` (seconds), `VERCEL_SANDBOX_VCPUS`, `VERCEL_COMMAND_TIMEOUT`
+    /// (seconds) and `VERCEL_SANDBOX_SUDO` (`1`/`true`). Missing credentials or a bad value:
+    /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
+    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<VercelConfig, Error> {
+        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
+        let explicit = [
+            var("VERCEL_TOKEN"),
+            var("VERCEL_TEAM_ID"),
+            var("VERCEL_PROJECT_ID"),
+        ];
+        let mut c = match explicit {
+            [Some(t), Some(team), Some(p)] => VercelConfig::new(t, team, p),
+            [None, None, None] => match var("VERCEL_OIDC_TOKEN") {
+                Some(t) => VercelConfig::from_oidc_token(t)?,
+                None => {
+                    return Err(config_error(
+                        "no credentials: set VERCEL_TOKEN, VERCEL_TEAM_ID and VERCEL_PROJECT_ID, or VERCEL_OIDC_TOKEN",
+                    ));
+                }
+            },
+            _ => {
+                return Err(config_error(
+                    "VERCEL_TOKEN, VERCEL_TEAM_ID and VERCEL_PROJECT_ID go together: set all three or none",
+                ));
+            }
+        };
+        if let Some(u) = var("VERCEL_API_URL") {
+            c.api_url = u;
+        }
+        c.runtime = var("VERCEL_SANDBOX_RUNTIME");
+        let num = |k: &str, v: String| {
+            v.parse::<u64>()
+                .map_err(|_| config_error(format!("{k} {v:?} is not a whole number")))
+        };
+        if let Some(v) = var("VERCEL_SANDBOX_TIMEOUT") {
+            c.sandbox_timeout = Some(Duration::from_secs(num("VERCEL_SANDBOX_TIMEOUT", v)?));
+        }
+        if let Some(v) = var("VERCEL_SANDBOX_VCPUS") {
+            let n = num("VERCEL_SANDBOX_VCPUS", v)?;
+            c.vcpus = Some(
+                u32::try_from(n).map_err(|_| config_error("VERCEL_SANDBOX_VCPUS is too large"))?,
+            );
+        }
+        if let Some(v) = var("VERCEL_COMMAND_TIMEOUT") {
+            c.command_timeout = Some(Duration::from_secs(num("VERCEL_COMMAND_TIMEOUT", v)?));
+        }
+        if let Some(v) = var("VERCEL_SANDBOX_SUDO") {
+            c.sudo = match v.as_str() {
+                "1" | "true" => true,
+                "0" | "false" => false,
+                other => {
+                    return Err(config_error(format!(
+                        "VERCEL_SANDBOX_SUDO {other:?}: want true or false"
+                    )));
+                }
+            };
+        }
+        Ok(c)
+    }
+
+    /// The API base (`VERCEL_API_URL`, default [`DEFAULT_API_URL`]); an emulator's URL offline.
+    #[must_use]
+    pub fn api_url(mut self, url: impl Into<String>) -> Self {
+        self.api_url = url.into();
+        self
+    }
+
+    /// The runtime of new sandboxes (`node24`, `node22`, `python3.13`; unset: the service's
+    /// default).
+    #[must_use]
+    pub fn runtime(mut self, runtime: impl Into<String>) -> Self {
+        self.runtime = Some(runtime.into());
+        self
+    }
+
+    /// How long a new sandbox's session lives (unset: the service's default, 5 minutes).
+    #[must_use]
+    pub fn sandbox_timeout(mut self, timeout: Duration) -> Self {
+        self.sandbox_timeout = Some(timeout);
+        self
+    }
+
+    /// Virtual CPUs of new sandboxes (memory follows, 2048 MB each).
+    #[must_use]
+    pub fn vcpus(mut self, vcpus: u32) -> Self {
+        self.vcpus = Some(vcpus);
+        self
+    }
+
+    /// A port new sandboxes expose.
+    #[must_use]
+    pub fn port(mut self, port: u16) -> Self {
+        self.ports.push(port);
+        self
+    }
+
+    /// An environment variable of every command in new sandboxes.
+    #[must_use]
+    pub fn sandbox_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.sandbox_env.insert(key.into(), value.into());
+        self
+    }
+
+    /// A tag of new sandboxes.
+    #[must_use]
+    pub fn tag(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.tags.insert(key.into(), value.into());
+        self
+    }
+
+    /// The service kills a command after this long (SIGKILL: exit 137); unset: no limit.
+    #[must_use]
+    pub fn command_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Run commands as root (`sudo: true`) instead of the sandbox's user, `vercel-sandbox`.
+    #[must_use]
+    pub fn sudo(mut self, sudo: bool) -> Self {
+        self.sudo = sudo;
+        self
+    }
+
+    /// The limit on one request that is not a command stream (default 60 s).
+    #[must_use]
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The limit on making a connection (default 10 s).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The team.
+    pub fn team_id(&self) -> &str {
+        &self.team_id
+    }
+
+    /// The project.
+    pub fn project_id(&self) -> &str {
+        &self.project_id
+    }
+
+    pub(crate) fn token(&self) -> &str {
+        self.token.expose_secret()
+    }
+
+    pub(crate) fn validate(&self) -> Result<reqwest::Url, Error> {
+        if self.token().is_empty() {
+            return Err(config_error("the token is empty"));
+        }
+        if self.team_id.is_empty() || self.project_id.is_empty() {
+            return Err(config_error("the team id and the project id are required"));
+        }
+        let url = reqwest::Url::parse(&self.api_url).map_err(|e| {
+            config_error(format!("the API URL {:?} is not a URL: {e}", self.api_url))
+        })?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(config_error(format!(
+                "the API URL {:?} is not http(s)",
+                self.api_url
+            )));
+        }
+        if self.vcpus == Some(0) {
+            return Err(config_error("vcpus must be at least 1"));
+        }
+        Ok(url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use execseam_core::ErrorKind;
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn credentials_come_in_threes_or_from_an_oidc_token() {
+        let c = VercelConfig::from_vars(vars(&[
+            ("VERCEL_TOKEN", "t"),
+            ("VERCEL_TEAM_ID", "team"),
+            ("VERCEL_PROJECT_ID", "prj"),
+        ]))
+        .unwrap();
+        assert_eq!((c.team_id(), c.project_id()), ("team", "prj"));
+        let e = VercelConfig::from_vars(vars(&[("VERCEL_TOKEN", "t")])).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+        let e = VercelConfig::from_vars(vars(&[])).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+        let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(br#"{"owner_id":"team_o","project_id":"prj_o","exp":1}"#);
+        let jwt = format!("eyJhbGciOiJSUzI1NiJ9.{payload}.sig");
+        let c = VercelConfig::from_vars(vars(&[("VERCEL_OIDC_TOKEN", &jwt)])).unwrap();
+        assert_eq!((c.team_id(), c.project_id()), ("team_o", "prj_o"));
+        let e = VercelConfig::from_oidc_token("not-a-jwt").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+    }
+
+    #[test]
+    fn debug_hides_the_token_and_env_values() {
+        let c = VercelConfig::new("sekrit-token", "t", "p").sandbox_env("K", "sekrit-value");
+        let d = format!("{c:?}");
+        assert!(!d.contains("sekrit"), "{d}");
+    }
+
+    #[test]
+    fn bad_values_are_invalid_config_before_any_io() {
+        for (k, v) in [
+            ("VERCEL_SANDBOX_TIMEOUT", "soon"),
+            ("VERCEL_SANDBOX_SUDO", "maybe"),
+        ] {
+            let e = VercelConfig::from_vars(vars(&[
+                ("VERCEL_TOKEN", "t"),
+                ("VERCEL_TEAM_ID", "team"),
+                ("VERCEL_PROJECT_ID", "prj"),
+                (k, v),
+            ]))
+            .unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{k}");
+        }
+        let e = VercelConfig::new("t", "team", "p")
+            .api_url("ftp://x")
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+    }
+}

@@ -1,0 +1,222 @@
+//! Every failure as an [`Error`] with a kind and a retry class, through the core's transport
+//! helpers. What differs from their defaults, and why:
+//!
+//! | answer | kind, retry | source |
+//! |---|---|---|
+//! | `403 {"error":{"code":"forbidden","invalidToken":true}}` | `Unauthenticated`, `Never` | Vercel's API answers a bad token with 403, not 401 |
+//! | `403` otherwise | `PermissionDenied`, `Never` | |
+//! | `400` on `POST …/cmd` saying the working directory does not exist | `NotFound`, `Never` | the command never started |
+//! | `410 sandbox_stopped`, `422 sandbox_stopping` | resumed once (`GET /v2/sandboxes/{name}?resume=true`), as the SDKs' `withResume` does; then `NotFound` | `sandbox.ts` |
+//! | an in-band `{"stream":"error"}` line | `Unavailable`, `Unsafe` (the command was running) | `api-client.ts` `StreamError` |
+//! | a stream that ends before the final `{command}` | `Unavailable`, `Unsafe` | the SDK's `stream_ended_early` |
+//! | a line that is not the SDK's NDJSON | `Protocol`, `Unsafe` | |
+//!
+//! A `POST …/cmd` is never retried by this adapter (the TS SDK's `withRetry` does retry it on
+//! 5xx and can run a command twice; the Python SDK does not).
+
+use std::time::{Duration, SystemTime};
+
+use execseam_core::transport::{self, Effect, Failure};
+use execseam_core::{Error, ErrorKind, Retry, WireStatus};
+
+use crate::PROVIDER;
+use crate::wire::ErrorBody;
+
+/// A failed call, before it is classified.
+#[derive(Debug)]
+pub(crate) enum CallError {
+    /// An error status and the API's `{"error":{"code","message"}}`.
+    Http {
+        status: u16,
+        code: String,
+        message: String,
+        invalid_token: bool,
+        retry_after: Option<Duration>,
+    },
+    /// The request failed in transport.
+    Transport(reqwest::Error),
+    /// The answer is not what the API sends.
+    Protocol(String),
+    /// The stream ended before its final line.
+    Cut(String),
+    /// An in-band `{"stream":"error"}` line.
+    Stream { code: String, message: String },
+}
+
+impl CallError {
+    pub(crate) fn http(
+        status: u16,
+        headers: &reqwest::header::HeaderMap,
+        body: &[u8],
+    ) -> CallError {
+        let parsed: ErrorBody = serde_json::from_slice(body).unwrap_or_default();
+        let invalid_token = serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v["error"]["invalidToken"].as_bool())
+            .unwrap_or(false);
+        let retry_after = headers
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| transport::parse_retry_after(v, SystemTime::now()));
+        let message = if parsed.error.message.is_empty() {
+            String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned()
+        } else {
+            parsed.error.message
+        };
+        CallError::Http {
+            status,
+            code: parsed.error.code,
+            message,
+            invalid_token,
+            retry_after,
+        }
+    }
+
+    /// `410 sandbox_stopped`, `422 sandbox_stopping`/`sandbox_snapshotting`: the SDKs resume.
+    pub(crate) fn is_stopped(&self) -> bool {
+        matches!(self, CallError::Http { status: 410, .. })
+            || matches!(self, CallError::Http { status: 422, code, .. }
+                if code == "sandbox_stopping" || code == "sandbox_snapshotting")
+    }
+
+    pub(crate) fn is_not_found(&self) -> bool {
+        matches!(self, CallError::Http { status: 404, .. })
+    }
+}
+
+/// Classifies `e` for operation `op`, whose repetition could do `effect`.
+pub(crate) fn map(e: CallError, op: &'static str, effect: Effect) -> Error {
+    let base = |kind: ErrorKind, retry: Retry, message: String| {
+        Error::new(kind, message)
+            .with_retry(retry)
+            .with_provider(PROVIDER)
+            .with_operation(op)
+    };
+    match e {
+        CallError::Http {
+            status,
+            code,
+            message,
+            invalid_token,
+            retry_after,
+        } => {
+            let (mut kind, mut retry) = transport::http_status(status, effect, retry_after);
+            if status == 403 && invalid_token {
+                (kind, retry) = (ErrorKind::Unauthenticated, Retry::Never);
+            }
+            if status == 400 && op == "exec" && is_missing_dir(&message) {
+                (kind, retry) = (ErrorKind::NotFound, Retry::Never);
+            }
+            let mut err = base(kind, retry, format!("{status} {code}: {message}"))
+                .with_status(WireStatus::Http(status));
+            if !code.is_empty() {
+                err = err.with_code(code);
+            }
+            err
+        }
+        CallError::Transport(t) => {
+            let f = if t.is_connect() {
+                Failure::Connect
+            } else if t.is_timeout() {
+                Failure::Timeout
+            } else if t.is_decode() {
+                Failure::Malformed
+            } else {
+                Failure::Cut
+            };
+            let (kind, retry) = transport::failure(f, effect);
+            let message = transport::error_chain(&t);
+            base(kind, retry, message).with_source(t.without_url())
+        }
+        CallError::Protocol(m) => {
+            let (kind, retry) = transport::failure(Failure::Malformed, effect);
+            base(kind, retry, m)
+        }
+        CallError::Cut(m) => {
+            let (kind, retry) = transport::failure(Failure::Cut, effect);
+            base(kind, retry, m)
+        }
+        CallError::Stream { code, message } => {
+            let retry = transport::retry_class(effect, transport::Sent::Maybe);
+            base(
+                ErrorKind::Unavailable,
+                retry,
+                format!("the command's stream failed: {code}: {message}"),
+            )
+            .with_code(code)
+        }
+    }
+}
+
+fn is_missing_dir(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    (m.contains("working directory") || m.contains("cwd"))
+        && (m.contains("does not exist") || m.contains("no such file") || m.contains("not found"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(status: u16, body: &str) -> CallError {
+        CallError::http(status, &reqwest::header::HeaderMap::new(), body.as_bytes())
+    }
+
+    #[test]
+    fn the_api_answers_map_as_documented() {
+        let e = map(
+            http(
+                403,
+                r#"{"error":{"code":"forbidden","message":"Not authorized","invalidToken":true}}"#,
+            ),
+            "exec",
+            Effect::NonIdempotent,
+        );
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::Unauthenticated, Retry::Never)
+        );
+        let e = map(
+            http(403, r#"{"error":{"code":"forbidden","message":"no"}}"#),
+            "exec",
+            Effect::NonIdempotent,
+        );
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied);
+        let e = map(
+            http(
+                400,
+                r#"{"error":{"code":"bad_request","message":"The working directory \"/x\" does not exist"}}"#,
+            ),
+            "exec",
+            Effect::NonIdempotent,
+        );
+        assert_eq!(e.kind(), ErrorKind::NotFound);
+        let e = map(
+            http(
+                500,
+                r#"{"error":{"code":"internal_server_error","message":"x"}}"#,
+            ),
+            "exec",
+            Effect::NonIdempotent,
+        );
+        assert_eq!((e.kind(), e.retry()), (ErrorKind::Internal, Retry::Unsafe));
+        assert_eq!(e.code(), Some("internal_server_error"));
+        let e = map(
+            CallError::Cut("ended".into()),
+            "exec",
+            Effect::NonIdempotent,
+        );
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::Unavailable, Retry::Unsafe)
+        );
+        let e = map(
+            CallError::Protocol("bad".into()),
+            "exec",
+            Effect::NonIdempotent,
+        );
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        assert!(http(410, r#"{"error":{"code":"sandbox_stopped","message":"m"}}"#).is_stopped());
+        assert!(!http(404, "{}").is_stopped());
+    }
+}

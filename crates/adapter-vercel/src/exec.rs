@@ -1,0 +1,777 @@
+//! [`VercelExec`]: one sandbox, its commands (the awaited NDJSON form of `POST …/cmd`), stdin
+//! through the stdin route, kill, and the files API.
+
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use execseam_core::transport::Effect;
+use execseam_core::{
+    BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
+    Ownership, Sandbox, gone_is_destroyed,
+};
+use futures_util::StreamExt;
+use reqwest::Method;
+
+use crate::client::{Api, Body};
+use crate::error::{CallError, map};
+use crate::wire::{self, Line, LineSplitter, RunCommand, StdinWrite, TarFile};
+use crate::{CAPABILITIES, PROVIDER};
+
+/// The session's working directory, where relative paths start.
+pub const SANDBOX_CWD: &str = "/vercel/sandbox";
+/// Bytes per stdin request: the Python SDK's chunk, "keeping the base64 JSON body under the
+/// API's 1 MB limit".
+const STDIN_CHUNK: usize = 512 * 1024;
+
+/// A Vercel sandbox: runs commands, reads and writes files. Cheap to clone (shared state).
+///
+/// The id is the sandbox's name. A handle from [`VercelProvider::create`](crate::VercelProvider::create)
+/// owns the sandbox ([`close`](Sandbox::close) deletes it); one from
+/// [`connect`](crate::VercelProvider::connect) does not.
+#[derive(Clone)]
+pub struct VercelExec {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    api: Api,
+    name: String,
+    session: Mutex<String>,
+    ownership: Ownership,
+}
+
+impl std::fmt::Debug for VercelExec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VercelExec")
+            .field("name", &self.inner.name)
+            .field("session", &self.session_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if !self.ownership.destroy_on_drop() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(provider = PROVIDER, sandbox = %self.name, "no runtime to delete the sandbox on drop; it stops at its timeout");
+            return;
+        };
+        let api = self.api.clone();
+        let name = self.name.clone();
+        handle.spawn(async move {
+            let _ = delete(&api, &name).await;
+        });
+    }
+}
+
+pub(crate) async fn delete(api: &Api, name: &str) -> Result<(), Error> {
+    let path = format!(
+        "/v2/sandboxes/{}",
+        execseam_core::transport::escape_path_segment(name)
+    );
+    let r = api
+        .send(
+            Method::DELETE,
+            &path,
+            &[("projectId", &api.config.project_id)],
+            Body::None,
+            false,
+        )
+        .await
+        .map(drop)
+        .map_err(|e| map(e, "destroy", Effect::Idempotent));
+    gone_is_destroyed(r)
+}
+
+impl VercelExec {
+    pub(crate) fn new(api: Api, name: String, session: String, ownership: Ownership) -> VercelExec {
+        VercelExec {
+            inner: Arc::new(Inner {
+                api,
+                name,
+                session: Mutex::new(session),
+                ownership,
+            }),
+        }
+    }
+
+    /// The sandbox's name (its id).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The current session's id (a stopped sandbox resumes in a new one).
+    pub fn session_id(&self) -> String {
+        self.inner.session.lock().expect("session").clone()
+    }
+
+    fn session_path(&self, rest: &str) -> String {
+        format!(
+            "/v2/sandboxes/sessions/{}/{rest}",
+            execseam_core::transport::escape_path_segment(&self.session_id())
+        )
+    }
+
+    /// `GET /v2/sandboxes/{name}?resume=true`: a stopped sandbox gets a new session.
+    async fn resume(&self) -> Result<(), CallError> {
+        let path = format!(
+            "/v2/sandboxes/{}",
+            execseam_core::transport::escape_path_segment(&self.inner.name)
+        );
+        let got: wire::SandboxAndSession = self
+            .inner
+            .api
+            .json(
+                Method::GET,
+                &path,
+                &[
+                    ("projectId", &self.inner.api.config.project_id),
+                    ("resume", "true"),
+                ],
+                Body::None,
+            )
+            .await?;
+        *self.inner.session.lock().expect("session") = got.session.id;
+        Ok(())
+    }
+
+    /// Sends a request on the current session; a stopped sandbox is resumed and the request
+    /// sent once more (the SDKs' `withResume`): a 410/422 means nothing was done.
+    async fn on_session(
+        &self,
+        method: Method,
+        rest: &str,
+        query: &[(&str, &str)],
+        body: impl Fn() -> Body,
+        stream: bool,
+    ) -> Result<reqwest::Response, CallError> {
+        let api = &self.inner.api;
+        match api
+            .send(
+                method.clone(),
+                &self.session_path(rest),
+                query,
+                body(),
+                stream,
+            )
+            .await
+        {
+            Err(e) if e.is_stopped() => {
+                self.resume().await?;
+                api.send(method, &self.session_path(rest), query, body(), stream)
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    async fn start(&self, command: Command) -> Result<EventStream, Error> {
+        let argv = command.argv();
+        let stdin = command.stdin().clone();
+        let cfg = &self.inner.api.config;
+        let env = command.env().clone();
+        let args: Vec<String> = argv[1..].to_vec();
+        let body = serde_json::to_vec(&RunCommand {
+            command: &argv[0],
+            args: &args,
+            cwd: command.workdir(),
+            env: &env,
+            sudo: cfg.sudo,
+            wait: true,
+            logs: true,
+            timeout: cfg.command_timeout.map(|d| d.as_millis() as u64),
+            attach_stdin: !stdin.is_empty(),
+        })
+        .expect("serializable");
+        let resp = self
+            .on_session(Method::POST, "cmd", &[], || Body::Json(body.clone()), true)
+            .await
+            .map_err(|e| map(e, "exec", Effect::NonIdempotent))?;
+        let ct = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        if ct != "application/x-ndjson" {
+            return Err(map(
+                CallError::Protocol(format!("expected application/x-ndjson, got {ct:?}")),
+                "exec",
+                Effect::NonIdempotent,
+            ));
+        }
+        let state = StreamState {
+            exec: self.clone(),
+            body: Box::pin(resp.bytes_stream()),
+            lines: LineSplitter::default(),
+            pending: std::collections::VecDeque::new(),
+            command_id: None,
+            stdin: Some(stdin),
+            stdin_task: None,
+            guard: KillGuard {
+                exec: self.clone(),
+                command: None,
+            },
+            done: false,
+        };
+        Ok(EventStream::new(futures_util::stream::unfold(
+            state, next_event,
+        )))
+    }
+
+    /// `POST …/cmd/{id}/kill {signal}`.
+    pub async fn kill(&self, command_id: &str, signal: u8) -> Result<(), Error> {
+        let body = serde_json::to_vec(&serde_json::json!({ "signal": signal })).expect("json");
+        let rest = format!(
+            "cmd/{}/kill",
+            execseam_core::transport::escape_path_segment(command_id)
+        );
+        self.inner
+            .api
+            .send(
+                Method::POST,
+                &self.session_path(&rest),
+                &[],
+                Body::Json(body),
+                false,
+            )
+            .await
+            .map(drop)
+            .map_err(|e| map(e, "kill", Effect::Idempotent))
+    }
+
+    /// Writes files (`POST …/fs/write`, one gzip'd tar, extracted by the sandbox's user); paths
+    /// are absolute or relative to [`SANDBOX_CWD`]; `mode` is the file's permission bits.
+    pub async fn write_files(&self, files: &[(&str, &[u8], u32)]) -> Result<(), Error> {
+        let names: Vec<String> = files
+            .iter()
+            .map(|(p, _, _)| wire::entry_name(p, SANDBOX_CWD))
+            .collect();
+        let entries: Vec<TarFile<'_>> = files
+            .iter()
+            .zip(&names)
+            .map(|((_, content, mode), name)| TarFile {
+                name,
+                content,
+                mode: *mode,
+            })
+            .collect();
+        let tar = wire::tar_gz(&entries).map_err(|e| {
+            Error::new(
+                ErrorKind::Internal,
+                format!("cannot build the archive: {e}"),
+            )
+            .with_provider(PROVIDER)
+        })?;
+        self.on_session(
+            Method::POST,
+            "fs/write",
+            &[],
+            || Body::TarGz(tar.clone()),
+            false,
+        )
+        .await
+        .map(drop)
+        .map_err(|e| map(e, "write", Effect::Idempotent))
+    }
+
+    /// Reads a file (`POST …/fs/read`); a missing one is `Ok(None)` (the API's 404).
+    pub async fn read_file(&self, path: &str) -> Result<Option<Bytes>, Error> {
+        let body = serde_json::to_vec(&serde_json::json!({ "path": path, "cwd": SANDBOX_CWD }))
+            .expect("json");
+        match self
+            .on_session(
+                Method::POST,
+                "fs/read",
+                &[],
+                || Body::Json(body.clone()),
+                false,
+            )
+            .await
+        {
+            Ok(resp) => {
+                let ct = resp
+                    .headers()
+                    .get(reqwest::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned();
+                if !ct.contains("application/octet-stream") {
+                    return Err(map(
+                        CallError::Protocol(format!(
+                            "expected application/octet-stream, got {ct:?}"
+                        )),
+                        "read",
+                        Effect::Idempotent,
+                    ));
+                }
+                resp.bytes()
+                    .await
+                    .map(Some)
+                    .map_err(|e| map(CallError::Transport(e), "read", Effect::Idempotent))
+            }
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(map(e, "read", Effect::Idempotent)),
+        }
+    }
+
+    /// Makes a directory (`POST …/fs/mkdir`; `recursive` makes its parents too).
+    pub async fn mkdir(&self, path: &str, recursive: bool) -> Result<(), Error> {
+        let body = serde_json::to_vec(
+            &serde_json::json!({ "path": path, "cwd": SANDBOX_CWD, "recursive": recursive }),
+        )
+        .expect("json");
+        self.on_session(
+            Method::POST,
+            "fs/mkdir",
+            &[],
+            || Body::Json(body.clone()),
+            false,
+        )
+        .await
+        .map(drop)
+        .map_err(|e| map(e, "mkdir", Effect::Idempotent))
+    }
+
+    /// Stops the current session (`POST …/stop`); the sandbox resumes on its next use.
+    pub async fn stop(&self) -> Result<(), Error> {
+        self.inner
+            .api
+            .send(
+                Method::POST,
+                &self.session_path("stop"),
+                &[],
+                Body::None,
+                false,
+            )
+            .await
+            .map(drop)
+            .map_err(|e| map(e, "stop", Effect::Idempotent))
+    }
+}
+
+/// Kills the command when its stream is dropped before the exit (a deadline, a cancel, a cut).
+struct KillGuard {
+    exec: VercelExec,
+    command: Option<String>,
+}
+
+impl Drop for KillGuard {
+    fn drop(&mut self) {
+        let Some(id) = self.command.take() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let exec = self.exec.clone();
+        handle.spawn(async move {
+            let _ = exec.kill(&id, 9).await;
+        });
+    }
+}
+
+type ByteStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+struct StreamState {
+    exec: VercelExec,
+    body: ByteStream,
+    lines: LineSplitter,
+    pending: std::collections::VecDeque<Vec<u8>>,
+    command_id: Option<String>,
+    stdin: Option<Bytes>,
+    stdin_task: Option<tokio::task::JoinHandle<Result<(), Error>>>,
+    guard: KillGuard,
+    done: bool,
+}
+
+fn fail(e: CallError) -> Error {
+    map(e, "exec", Effect::NonIdempotent)
+}
+
+async fn next_event(mut st: StreamState) -> Option<(Result<Event, Error>, StreamState)> {
+    if st.done {
+        return None;
+    }
+    loop {
+        if let Some(raw) = st.pending.pop_front() {
+            let line = match wire::parse_line(&raw) {
+                Ok(l) => l,
+                Err(m) => {
+                    st.done = true;
+                    return Some((Err(fail(CallError::Protocol(m))), st));
+                }
+            };
+            match (line, st.command_id.is_some()) {
+                (Line::Command(c), false) => {
+                    st.guard.command = Some(c.id.clone());
+                    if let Some(input) = st.stdin.take().filter(|s| !s.is_empty()) {
+                        let exec = st.exec.clone();
+                        let id = c.id.clone();
+                        st.stdin_task =
+                            Some(tokio::spawn(
+                                async move { write_stdin(&exec, &id, input).await },
+                            ));
+                    }
+                    st.command_id = Some(c.id);
+                }
+                (Line::Command(c), true) => {
+                    st.done = true;
+                    let Some(code) = c.exit_code else {
+                        return Some((
+                            Err(fail(CallError::Protocol(
+                                "the final command line has no exitCode".into(),
+                            ))),
+                            st,
+                        ));
+                    };
+                    if let Some(task) = st.stdin_task.take()
+                        && let Ok(Err(e)) = task.await
+                    {
+                        return Some((Err(e), st));
+                    }
+                    st.guard.command = None;
+                    return Some((Ok(Event::Exit(Exit::Code(code))), st));
+                }
+                (_, false) => {
+                    st.done = true;
+                    return Some((
+                        Err(fail(CallError::Protocol(
+                            "output before the command line".into(),
+                        ))),
+                        st,
+                    ));
+                }
+                (Line::Stdout(s), true) => return Some((Ok(Event::Stdout(Bytes::from(s))), st)),
+                (Line::Stderr(s), true) => return Some((Ok(Event::Stderr(Bytes::from(s))), st)),
+                (Line::Error { code, message }, true) => {
+                    st.done = true;
+                    return Some((Err(fail(CallError::Stream { code, message })), st));
+                }
+            }
+            continue;
+        }
+        match st.body.next().await {
+            Some(Ok(chunk)) => st.pending.extend(st.lines.push(&chunk)),
+            Some(Err(e)) => {
+                st.done = true;
+                return Some((Err(fail(CallError::Transport(e))), st));
+            }
+            None => {
+                st.done = true;
+                let m = if st.lines.has_partial() {
+                    "the command's stream ended in the middle of a line"
+                } else if st.command_id.is_none() {
+                    "the command's stream ended before the command started"
+                } else {
+                    "the command's stream ended before the command's exit"
+                };
+                return Some((Err(fail(CallError::Cut(m.into()))), st));
+            }
+        }
+    }
+}
+
+/// Writes stdin through `POST …/cmd/{id}/stdin` (base64 chunks at confirmed offsets, then the
+/// close), as the Python SDK does. A command that exited or stopped reading (`404`, `400
+/// command_stdin_unavailable`) is a closed pipe, not an error.
+async fn write_stdin(exec: &VercelExec, id: &str, input: Bytes) -> Result<(), Error> {
+    let rest = format!(
+        "cmd/{}/stdin",
+        execseam_core::transport::escape_path_segment(id)
+    );
+    let path = exec.session_path(&rest);
+    let api = &exec.inner.api;
+    let mut offset = 0u64;
+    let closed = |e: &CallError| {
+        matches!(e, CallError::Http { status: 404, .. })
+            || matches!(e, CallError::Http { status: 400, code, .. } if code == "command_stdin_unavailable")
+    };
+    for chunk in input.chunks(STDIN_CHUNK) {
+        let data = base64::engine::general_purpose::STANDARD.encode(chunk);
+        let body = Body::json(&StdinWrite {
+            data: Some(&data),
+            offset,
+            close: false,
+        });
+        match api.send(Method::POST, &path, &[], body, false).await {
+            Ok(_) => offset += chunk.len() as u64,
+            Err(e) if closed(&e) => return Ok(()),
+            Err(e) => return Err(map(e, "stdin", Effect::NonIdempotent)),
+        }
+    }
+    let body = Body::json(&StdinWrite {
+        data: None,
+        offset,
+        close: true,
+    });
+    match api.send(Method::POST, &path, &[], body, false).await {
+        Ok(_) => Ok(()),
+        Err(e) if closed(&e) => Ok(()),
+        Err(e) => Err(map(e, "stdin", Effect::Idempotent)),
+    }
+}
+
+impl Exec for VercelExec {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<execseam_core::Output, Error>> {
+        Box::pin(async move { self.start(command).await?.collect().await })
+    }
+
+    fn streaming(&self) -> Option<&dyn ExecStream> {
+        Some(self)
+    }
+}
+
+impl ExecStream for VercelExec {
+    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+        Box::pin(self.start(command))
+    }
+}
+
+impl Sandbox for VercelExec {
+    fn id(&self) -> &str {
+        &self.inner.name
+    }
+
+    fn owned(&self) -> bool {
+        self.inner.ownership.owned()
+    }
+
+    fn set_owned(&self, owned: bool) {
+        self.inner.ownership.set_owned(owned);
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let o = &self.inner.ownership;
+            if o.begin_close() && o.owned() && !o.is_destroyed() {
+                Sandbox::destroy(self).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            delete(&self.inner.api, &self.inner.name).await?;
+            self.inner.ownership.mark_destroyed();
+            Ok(())
+        })
+    }
+}
+
+impl VercelExec {
+    /// Starts `command` without waiting (`POST …/cmd` with `wait: false`, the SDKs' detached
+    /// `runCommand`): the answer is the command's id. Follow it with [`VercelCommand::wait`],
+    /// [`VercelCommand::logs`] and [`VercelCommand::kill`]. A detached command takes no stdin
+    /// here (`Unsupported` before any request: [`Exec::exec`] sends stdin).
+    pub async fn spawn(&self, command: Command) -> Result<VercelCommand, Error> {
+        if !command.stdin().is_empty() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "a detached command takes no stdin (exec sends it through the stdin route)",
+            )
+            .with_provider(PROVIDER)
+            .with_operation("spawn"));
+        }
+        let argv = command.argv();
+        let cfg = &self.inner.api.config;
+        let args: Vec<String> = argv[1..].to_vec();
+        let body = serde_json::to_vec(&RunCommand {
+            command: &argv[0],
+            args: &args,
+            cwd: command.workdir(),
+            env: command.env(),
+            sudo: cfg.sudo,
+            wait: false,
+            logs: false,
+            timeout: cfg.command_timeout.map(|d| d.as_millis() as u64),
+            attach_stdin: false,
+        })
+        .expect("serializable");
+        let resp = self
+            .on_session(Method::POST, "cmd", &[], || Body::Json(body.clone()), false)
+            .await
+            .map_err(|e| map(e, "spawn", Effect::NonIdempotent))?;
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| map(CallError::Transport(e), "spawn", Effect::NonIdempotent))?;
+        let got: wire::CommandResponse = serde_json::from_slice(&bytes).map_err(|e| {
+            map(
+                CallError::Protocol(format!("the answer is not {{command}}: {e}")),
+                "spawn",
+                Effect::NonIdempotent,
+            )
+        })?;
+        Ok(VercelCommand {
+            exec: self.clone(),
+            id: got.command.id,
+        })
+    }
+}
+
+/// A command started by [`VercelExec::spawn`]. Dropping it does nothing (the command goes on).
+#[derive(Clone, Debug)]
+pub struct VercelCommand {
+    exec: VercelExec,
+    id: String,
+}
+
+impl VercelCommand {
+    /// The command's id (`cmd_…`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn path(&self, rest: &str) -> String {
+        let id = execseam_core::transport::escape_path_segment(&self.id);
+        if rest.is_empty() {
+            format!("cmd/{id}")
+        } else {
+            format!("cmd/{id}/{rest}")
+        }
+    }
+
+    /// Waits for the exit (`GET …/cmd/{id}?wait=true`, the SDKs' `wait()`): 128+n for a
+    /// signal, as `Exit::Code`.
+    pub async fn wait(&self) -> Result<Exit, Error> {
+        let got: wire::CommandResponse = self
+            .exec
+            .inner
+            .api
+            .json(
+                Method::GET,
+                &self.exec.session_path(&self.path("")),
+                &[("wait", "true")],
+                Body::None,
+            )
+            .await
+            .map_err(|e| map(e, "wait", Effect::Idempotent))?;
+        match got.command.exit_code {
+            Some(code) => Ok(Exit::Code(code)),
+            None => Err(map(
+                CallError::Protocol("the waited command has no exitCode".into()),
+                "wait",
+                Effect::Idempotent,
+            )),
+        }
+    }
+
+    /// Its output from the start (`GET …/cmd/{id}/logs`, NDJSON `{"stream","data"}` lines, the
+    /// exact content type checked), as `Stdout`/`Stderr` events, live until the command ends,
+    /// then its exit (from [`wait`](Self::wait), as the SDKs' `output()` does): `collect()`
+    /// gives the whole [`Output`](execseam_core::Output). A cut stream or a line the SDKs would
+    /// reject is an error, never a quiet end.
+    pub async fn logs(&self) -> Result<EventStream, Error> {
+        let resp = self
+            .exec
+            .inner
+            .api
+            .send(
+                Method::GET,
+                &self.exec.session_path(&self.path("logs")),
+                &[],
+                Body::None,
+                true,
+            )
+            .await
+            .map_err(|e| map(e, "logs", Effect::Idempotent))?;
+        let ct = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        if ct != "application/x-ndjson" {
+            return Err(map(
+                CallError::Protocol(format!("expected application/x-ndjson, got {ct:?}")),
+                "logs",
+                Effect::Idempotent,
+            ));
+        }
+        struct St {
+            cmd: VercelCommand,
+            body: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
+            lines: LineSplitter,
+            pending: std::collections::VecDeque<Result<Event, Error>>,
+            done: bool,
+        }
+        let st = St {
+            cmd: self.clone(),
+            body: Box::pin(resp.bytes_stream()),
+            lines: LineSplitter::default(),
+            pending: std::collections::VecDeque::new(),
+            done: false,
+        };
+        let fail = |e: CallError| map(e, "logs", Effect::Idempotent);
+        Ok(EventStream::new(futures_util::stream::unfold(
+            st,
+            move |mut st| async move {
+                loop {
+                    if let Some(ev) = st.pending.pop_front() {
+                        return Some((ev, st));
+                    }
+                    if st.done {
+                        return None;
+                    }
+                    match st.body.next().await {
+                        Some(Ok(chunk)) => {
+                            for line in st.lines.push(&chunk) {
+                                let ev = match wire::parse_line(&line) {
+                                    Ok(Line::Stdout(s)) => Ok(Event::Stdout(Bytes::from(s))),
+                                    Ok(Line::Stderr(s)) => Ok(Event::Stderr(Bytes::from(s))),
+                                    Ok(Line::Command(_)) => continue,
+                                    Ok(Line::Error { code, message }) => {
+                                        st.done = true;
+                                        Err(fail(CallError::Stream { code, message }))
+                                    }
+                                    Err(m) => {
+                                        st.done = true;
+                                        Err(fail(CallError::Protocol(m)))
+                                    }
+                                };
+                                let stop = ev.is_err();
+                                st.pending.push_back(ev);
+                                if stop {
+                                    break;
+                                }
+                            }
+                        }
+                        Some(Err(e)) => {
+                            st.done = true;
+                            st.pending.push_back(Err(fail(CallError::Transport(e))));
+                        }
+                        None => {
+                            st.done = true;
+                            if st.lines.has_partial() {
+                                st.pending.push_back(Err(fail(CallError::Cut(
+                                    "the logs ended in the middle of a line".into(),
+                                ))));
+                            } else {
+                                st.pending.push_back(st.cmd.wait().await.map(Event::Exit));
+                            }
+                        }
+                    }
+                }
+            },
+        )))
+    }
+
+    /// Sends `signal` to it (`POST …/cmd/{id}/kill`).
+    pub async fn kill(&self, signal: u8) -> Result<(), Error> {
+        self.exec.kill(&self.id, signal).await
+    }
+}

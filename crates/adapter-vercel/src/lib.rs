@@ -1,0 +1,86 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
+//! Commands use the awaited form of `POST /v2/sandboxes/sessions/{id}/cmd` (`wait`, `logs`): an
+//! `application/x-ndjson` stream of `{command}` (started, `exitCode: null`), `{"stream":
+//! "stdout"|"stderr","data"}` lines, and the finished `{command}` with the exit code. argv goes
+//! as `command` + `args` and is exec'd without a shell; `workdir` is `cwd`; `env` is `env`;
+//! stdin goes through `POST …/cmd/{id}/stdin` (the Python SDK's route: `attachStdin`, base64
+//! chunks at confirmed offsets, then the close). Output is JSON text, so bytes that are not
+//! UTF-8 do not survive (`binary_output: false`).
+//!
+//! A signal death is reported by the service as 128+n and kept as [`Exit::Code`]
+//! (`execseam_core::Exit`): 137 and 143 are ambiguous, as everywhere. Dropping an exec or its
+//! stream kills the command (`POST …/cmd/{id}/kill {signal: 9}`). A stopped sandbox (`410`) is
+//! resumed and the request sent once more, as the SDKs do; a command submit is otherwise never
+//! retried.
+//!
+//! Error mapping, the lifecycle and what is not verified: `docs/adapters/vercel.md`.
+#![warn(missing_docs)]
+
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+
+mod client;
+mod config;
+mod error;
+mod exec;
+mod provider;
+pub mod wire;
+
+pub use config::{DEFAULT_API_URL, VercelConfig};
+pub use exec::{SANDBOX_CWD, VercelCommand, VercelExec};
+pub use provider::VercelProvider;
+
+/// The provider name in errors and reports.
+pub const PROVIDER: &str = "vercel";
+
+/// The environment variables [`VercelConfig::from_env`] reads.
+pub const ENV_VARS: &[&str] = &[
+    "VERCEL_TOKEN",
+    "VERCEL_TEAM_ID",
+    "VERCEL_PROJECT_ID",
+    "VERCEL_OIDC_TOKEN",
+    "VERCEL_API_URL",
+    "VERCEL_SANDBOX_RUNTIME",
+    "VERCEL_SANDBOX_TIMEOUT",
+    "VERCEL_SANDBOX_VCPUS",
+    "VERCEL_COMMAND_TIMEOUT",
+    "VERCEL_SANDBOX_SUDO",
+];
+
+/// Vercel's lifecycle: create (`POST /v3/sandboxes`), connect by name (`GET
+/// /v2/sandboxes/{name}?resume=true`), list (`GET /v2/sandboxes?project=&tags=`), destroy
+/// (`DELETE /v2/sandboxes/{name}`). Memory follows the vCPUs (2048 MB each); there is no idle
+/// timeout or disk size.
+pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    create: true,
+    connect: true,
+    list: true,
+    destroy: true,
+    spec: SpecSupport {
+        image: true,
+        env: true,
+        labels: true,
+        lifetime: true,
+        idle_timeout: false,
+        cpu: true,
+        memory: false,
+        disk: false,
+    },
+    options: &["name"],
+};
+
+/// What this adapter does; see the [crate docs](crate).
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::Native,
+    stdin: Delivery::Native,
+    workdir: Delivery::Native,
+    env: Delivery::Native,
+    streaming: true,
+    remote_kill: true,
+    binary_output: false,
+    max_stdin: None,
+    max_output: None,
+    native_tools: &[],
+};

@@ -1,0 +1,150 @@
+// The official TypeScript SDK (@vercel/sandbox 3.5.0) against the Vercel Sandbox emulator.
+//
+// Every expectation states what the real service or SDK does, with its source:
+// - [TS] @vercel/sandbox 3.5.0 src/api-client/{api-client,with-retry,validators}.ts,
+//   src/{sandbox,session,command}.ts (recovered from the package's source maps)
+// - [DOC] vercel.com/docs/vercel-sandbox/system-specifications (cwd /vercel/sandbox, user
+//   vercel-sandbox, sudo available)
+// - [TEST] vercel/sandbox packages/vercel-sandbox/src/command.test.ts (signal -> 128+n)
+//
+// The SDK has no base-URL option: its public `fetch` option rewrites https://vercel.com/api.
+// It has no stdin either: stdin goes through a file written with writeFiles.
+// Prints one "ok <name>" per check and "OK" at the end.
+import { Sandbox, APIError } from "@vercel/sandbox";
+import { existsSync, writeFileSync } from "node:fs";
+
+const URL = process.env.VERCEL_API_URL;
+const creds = {
+  token: process.env.VERCEL_TOKEN,
+  teamId: process.env.VERCEL_TEAM_ID,
+  projectId: process.env.VERCEL_PROJECT_ID,
+  fetch: (u, init) => fetch(String(u).replace("https://vercel.com/api", URL), init),
+};
+
+function ok(name) {
+  console.log(`ok ${name}`);
+}
+function check(cond, name, detail = "") {
+  if (!cond) {
+    console.log(`FAILED ${name}: ${detail}`);
+    process.exit(1);
+  }
+  ok(name);
+}
+const j = (v) => JSON.stringify(v);
+
+const sb = await Sandbox.create({ ...creds, name: "interop-ts", timeout: 600000 });
+check(sb.name === "interop-ts" && sb.status === "running", "create: named, running", sb.status);
+
+let r = await sb.runCommand("pwd");
+check(r.exitCode === 0 && (await r.stdout()) === "/vercel/sandbox\n", "exec: default cwd [DOC]");
+
+r = await sb.runCommand("id", ["-un"]);
+check((await r.stdout()) === "vercel-sandbox\n", "exec: runs as vercel-sandbox [DOC]", j(await r.stdout()));
+r = await sb.runCommand({ cmd: "id", args: ["-u"], sudo: true });
+check((await r.stdout()) === "0\n", "exec: sudo runs as root [DOC]", j(await r.stdout()));
+
+// [TS] cmd + args, no shell: argv survives byte for byte.
+const argv = ["a b", "$HOME", "'q'", "*", ""];
+r = await sb.runCommand("printf", ["[%s]\\n", ...argv]);
+check((await r.stdout()) === argv.map((a) => `[${a}]\n`).join(""), "exec: argv is not re-parsed", j(await r.stdout()));
+
+r = await sb.runCommand({ cmd: "sh", args: ["-c", "echo out; echo err >&2; exit 3"] });
+check(r.exitCode === 3 && (await r.stdout()) === "out\n" && (await r.stderr()) === "err\n", "exec: separate streams and exit 3", j([r.exitCode, await r.stdout(), await r.stderr()]));
+
+await sb.mkDir("/vercel/sandbox/sub");
+r = await sb.runCommand({ cmd: "pwd", cwd: "/vercel/sandbox/sub" });
+check((await r.stdout()) === "/vercel/sandbox/sub\n", "exec: cwd");
+
+r = await sb.runCommand({ cmd: "sh", args: ["-c", 'printf %s "$GREETING"'], env: { GREETING: "hi there" } });
+check((await r.stdout()) === "hi there", "exec: env");
+
+// No stdin API in the TS SDK: write the input as a file, redirect from it.
+await sb.writeFiles([{ path: "/tmp/in.txt", content: Buffer.from("from a file\n") }]);
+r = await sb.runCommand({ cmd: "sh", args: ["-c", "exec cat < /tmp/in.txt"] });
+check((await r.stdout()) === "from a file\n", "exec: stdin through a file");
+
+r = await sb.runCommand({ cmd: "sh", args: ["-c", "kill -TERM $$"] });
+check(r.exitCode === 143, "exec: signal death is 128+n [TEST]", r.exitCode);
+// [TS] `timeoutMs` -> body `timeout`: killed in the sandbox with SIGKILL -> 137.
+r = await sb.runCommand({ cmd: "sleep", args: ["30"], timeoutMs: 1000 });
+check(r.exitCode === 137, "exec: timeoutMs kills with SIGKILL", r.exitCode);
+
+// Detached: {command} with exitCode null, then wait (?wait=true) and logs (NDJSON).
+let cmd = await sb.runCommand({ cmd: "sh", args: ["-c", "echo one; sleep 0.3; echo two >&2; exit 4"], detached: true });
+check(cmd.exitCode === null, "detached: started without waiting", cmd.exitCode);
+const lines = [];
+for await (const l of cmd.logs()) lines.push([l.stream, l.data]);
+check(j(lines) === j([["stdout", "one\n"], ["stderr", "two\n"]]), "detached: logs stream in order", j(lines));
+const done = await cmd.wait();
+check(done.exitCode === 4, "detached: wait returns the exit code", done.exitCode);
+const again = await sb.getCommand(cmd.cmdId);
+check(again.exitCode === 4, "detached: get by id", again.exitCode);
+cmd = await sb.runCommand({ cmd: "sleep", args: ["30"], detached: true });
+await cmd.kill("SIGKILL");
+check((await cmd.wait()).exitCode === 137, "detached: kill(SIGKILL) -> 137");
+cmd = await sb.runCommand({ cmd: "sleep", args: ["30"], detached: true });
+await cmd.kill();
+check((await cmd.wait()).exitCode === 143, "detached: kill() sends SIGTERM -> 143");
+
+// Files: writeFiles = a gzip'd tar (x-cwd /, entry names relative to /); readFile = fs/read.
+await sb.writeFiles([
+  { path: "/vercel/sandbox/hello.txt", content: Buffer.from([104, 105, 0, 255, 10]) },
+  { path: "rel/nested.txt", content: "relative\n" },
+  { path: "/vercel/sandbox/run.sh", content: "#!/bin/sh\necho ran\n", mode: 0o755 },
+]);
+const buf = await sb.readFileToBuffer({ path: "/vercel/sandbox/hello.txt" });
+check(buf !== null && j([...buf]) === j([104, 105, 0, 255, 10]), "files: write then read bytes", j(buf && [...buf]));
+const rel = await sb.readFileToBuffer({ path: "/vercel/sandbox/rel/nested.txt" });
+check(rel !== null && rel.toString() === "relative\n", "files: relative paths join the session cwd");
+r = await sb.runCommand("/vercel/sandbox/run.sh");
+check((await r.stdout()) === "ran\n", "files: the mode is kept");
+r = await sb.runCommand({ cmd: "stat", args: ["-c", "%U", "/vercel/sandbox/hello.txt"] });
+const owner = (await r.stdout()).trim();
+check(owner === "vercel-sandbox", "files: extracted by the sandbox user [DOC]", owner);
+check((await sb.readFile({ path: "/vercel/sandbox/missing.txt" })) === null, "files: a missing file reads as null [TS readFile 404]");
+
+// Lifecycle.
+const got = await Sandbox.get({ ...creds, name: "interop-ts" });
+check(got.currentSession().sessionId === sb.currentSession().sessionId, "lifecycle: get by name");
+const page = await Sandbox.list({ ...creds });
+check(page.sandboxes.some((s) => s.name === "interop-ts"), "lifecycle: listed");
+const oldSession = sb.currentSession().sessionId;
+await sb.stop();
+// [TS withResume] a 410 makes the SDK resume (GET ?resume=true) and retry once.
+r = await sb.runCommand({ cmd: "cat", args: ["/vercel/sandbox/rel/nested.txt"] });
+check((await r.stdout()) === "relative\n" && sb.currentSession().sessionId !== oldSession, "lifecycle: resumed in a new session with its files");
+
+// Faults, armed by the Rust test (route `exec`): 1) 429 Retry-After: 1: [TS with-retry] waits and
+// retries, the command runs once; 2) cut before the final {command}: [TS runCommand] StreamError
+// `stream_ended_early`; 3) 500 after the command ran: [TS with-retry] retries 5xx, even this POST,
+// so the command runs twice (the documented trap a Rust client must not copy).
+writeFileSync(process.env.FAULTS_READY, "");
+while (!existsSync(process.env.FAULTS_ARMED)) await new Promise((res) => setTimeout(res, 50));
+r = await sb.runCommand({ cmd: "sh", args: ["-c", "echo a >> /tmp/ran429"] });
+check(r.exitCode === 0, "faults: 429 is retried after Retry-After");
+try {
+  r = await sb.runCommand({ cmd: "sh", args: ["-c", "echo partial"] });
+  check(false, "faults: cut", j(r.exitCode));
+} catch (e) {
+  check(e.name === "StreamError" && e.code === "stream_ended_early", "faults: a cut stream is StreamError(stream_ended_early)", `${e.name} ${e.code} ${e.message}`);
+}
+r = await sb.runCommand({ cmd: "sh", args: ["-c", "echo b >> /tmp/ran500"] });
+check(r.exitCode === 0, "faults: a 500 is retried", r.exitCode);
+const counts = await sb.runCommand({ cmd: "sh", args: ["-c", "wc -l < /tmp/ran429; wc -l < /tmp/ran500"] });
+check((await counts.stdout()) === "1\n2\n", "faults: 429 ran once, 500 ran twice", j(await counts.stdout()));
+
+await sb.delete();
+try {
+  await Sandbox.get({ ...creds, name: "interop-ts" });
+  check(false, "lifecycle: deleted", "still there");
+} catch (e) {
+  check(e instanceof APIError && e.response.status === 404, "lifecycle: deleted (404 after)", e.message);
+}
+try {
+  await Sandbox.create({ ...creds, token: "wrong", name: "never" });
+  check(false, "errors: bad token", "accepted");
+} catch (e) {
+  check(e instanceof APIError && e.response.status === 403, "errors: a bad token is APIError 403", e.message);
+}
+console.log("OK");

@@ -1,0 +1,203 @@
+"""The official Python SDK (vercel-sandbox 0.10.0) against the Vercel Sandbox emulator.
+
+Every expectation states what the real service does, with its source:
+- [PY] vercel-sandbox 0.10.0, vercel/sandbox/_internal/{api_client,service,process_stdin}.py
+- [TS] @vercel/sandbox 3.5.0 src/api-client/{api-client,validators}.ts (from the source maps)
+- [DOC] vercel.com/docs/vercel-sandbox/system-specifications (user `vercel-sandbox`,
+  cwd /vercel/sandbox, sudo available)
+- [TEST] vercel/sandbox packages/vercel-sandbox/src/command.test.ts (signal -> 128+n)
+
+Prints one "ok <name>" per check and "OK" at the end.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+from vercel.sandbox.sync import (
+    SandboxApiError,
+    SandboxCredentials,
+    SandboxPathNotFoundError,
+    SandboxServiceOptions,
+    SyncSandboxClient,
+)
+
+URL = os.environ["VERCEL_API_URL"]
+CREDS = SandboxCredentials(
+    token=os.environ["VERCEL_TOKEN"],
+    team_id=os.environ["VERCEL_TEAM_ID"],
+    project_id=os.environ["VERCEL_PROJECT_ID"],
+)
+
+
+def ok(name):
+    print(f"ok {name}", flush=True)
+
+
+def check(cond, name, detail=""):
+    if not cond:
+        print(f"FAILED {name}: {detail}", flush=True)
+        sys.exit(1)
+    ok(name)
+
+
+def client(creds=CREDS):
+    return SyncSandboxClient.create(
+        options=SandboxServiceOptions(base_url=URL, credentials_factory=lambda: creds)
+    )
+
+
+c = client()
+with c.create_sandbox(name="interop-py", tags={"suite": "interop"}) as sb:
+    check(sb.name == "interop-py", "create: named sandbox", sb.name)
+    # [DOC] the default working directory is /vercel/sandbox; [DOC] commands run as vercel-sandbox.
+    r = sb.run_process("pwd", capture_output=True)
+    check(r.returncode == 0 and r.stdout == "/vercel/sandbox\n", "exec: default cwd", repr(r))
+
+    r = sb.run_process("id", ["-un"], capture_output=True)
+    check(r.stdout == "vercel-sandbox\n", "exec: runs as vercel-sandbox [DOC]", repr(r.stdout))
+    r = sb.run_process("id", ["-u"], sudo=True, capture_output=True)
+    check(r.stdout == "0\n", "exec: sudo=True runs as root [DOC: sudo access is available]", repr(r.stdout))
+
+    # [TS]/[PY] `command` + `args` are exec'd without a shell: argv survives byte for byte.
+    argv = ["a b", "$HOME", "'q'", "*", ""]
+    r = sb.run_process("printf", ["[%s]\\n", *argv], capture_output=True)
+    check(r.stdout == "".join(f"[{a}]\n" for a in argv), "exec: argv is not re-parsed", repr(r.stdout))
+
+    # stdout and stderr are separate NDJSON streams ({"stream":"stdout"|"stderr"}), exit code from
+    # the final {command} line [TS runCommand].
+    r = sb.run_process("sh", ["-c", "echo out; echo err >&2; exit 3"], capture_output=True)
+    check((r.returncode, r.stdout, r.stderr) == (3, "out\n", "err\n"), "exec: separate streams and exit 3", repr(r))
+
+    r = sb.run_process("sh", ["-c", "exit 0"], capture_output=True)
+    check(r.returncode == 0, "exec: exit 0", repr(r))
+
+    sb.fs.mkdir("/vercel/sandbox/sub")
+    r = sb.run_process("pwd", cwd="/vercel/sandbox/sub", capture_output=True)
+    check(r.stdout == "/vercel/sandbox/sub\n", "exec: cwd", repr(r))
+    r = sb.run_process("pwd", cwd="sub", capture_output=True)
+    check(r.stdout == "/vercel/sandbox/sub\n", "exec: relative cwd joins the session cwd", repr(r))
+
+    r = sb.run_process("sh", ["-c", 'printf %s "$GREETING"'], env={"GREETING": "hi there"}, capture_output=True)
+    check(r.stdout == "hi there", "exec: env", repr(r))
+
+    # [PY process_stdin] input= starts the command with attachStdin and writes through
+    # POST .../cmd/{id}/stdin {data, offset} then {offset, close: true}.
+    r = sb.run_process("cat", input=b"from stdin\n", capture_output=True)
+    check(r.stdout == "from stdin\n", "exec: stdin through the stdin route", repr(r))
+    big = os.urandom(700 * 1024).hex().encode()  # 1.4 MB: three 512 KiB chunks
+    r = sb.run_process("sh", ["-c", "wc -c"], input=big, capture_output=True)
+    check(r.stdout.strip() == str(len(big)), "exec: stdin in several chunks", repr(r.stdout))
+    r = sb.run_process("sh", ["-c", "cat; echo done"], capture_output=True)
+    check(r.stdout == "done\n", "exec: no input = empty stdin", repr(r))
+
+    # [TEST] a command killed by a signal reports 128+n.
+    r = sb.run_process("sh", ["-c", "kill -TERM $$"], capture_output=True)
+    check(r.returncode == 143, "exec: signal death is 128+n", repr(r))
+    # [PY run_process kill_after] -> the body's `timeout`: the service SIGKILLs (137).
+    t0 = time.monotonic()
+    r = sb.run_process("sleep", ["30"], kill_after=1, capture_output=True)
+    check(r.returncode == 137 and time.monotonic() - t0 < 10, "exec: timeout kills with SIGKILL", repr(r))
+
+    r = sb.run_process("sh", ["-c", "printf '\\303'; sleep 0.1; printf '\\251\\n'"], capture_output=True)
+    check(r.stdout == "\u00e9\n", "exec: a UTF-8 sequence split across writes arrives whole", repr(r.stdout))
+
+    # Detached: POST .../cmd without wait -> {command}; GET .../cmd/{id}?wait=true; GET .../logs.
+    p = sb.create_process("sh", ["-c", "echo one; sleep 0.3; echo two >&2; exit 4"])
+    check(p.returncode is None, "detached: started without waiting", repr(p.returncode))
+    check(p.wait() == 4, "detached: wait returns the exit code")
+    out = p.stdout.read()
+    err = p.stderr.read()
+    check((out, err) == ("one\n", "two\n"), "detached: logs", repr((out, err)))
+    again = sb.get_process(p.id)
+    check(again.returncode == 4, "detached: get by id", repr(again.returncode))
+
+    p = sb.create_process("cat", stdin=subprocess.PIPE)
+    o, e = p.communicate(b"piped\n")
+    check(o == "piped\n" and p.returncode == 0, "detached: stdin=PIPE + communicate", repr((o, e)))
+
+    p = sb.create_process("sleep", ["30"])
+    p.kill()
+    check(p.wait() == 137, "detached: kill sends SIGKILL -> 137")
+    p = sb.create_process("sleep", ["30"])
+    p.terminate()
+    check(p.wait() == 143, "detached: terminate sends SIGTERM -> 143")
+    check(any(x.id == p.id for x in sb.query_processes()), "detached: listed")
+
+    # Files: [PY] write = a gzip'd tar to fs/write (x-cwd: /); read = fs/read (octet-stream).
+    sb.fs.write_bytes("/vercel/sandbox/hello.txt", b"hello\x00\xff bytes\n")
+    check(sb.fs.read_bytes("/vercel/sandbox/hello.txt") == b"hello\x00\xff bytes\n", "files: write then read bytes")
+    r = sb.run_process("cat", ["/vercel/sandbox/hello.txt"], capture_output=True)
+    check(r.stdout.startswith("hello"), "files: the command sees the written file", repr(r.stdout))
+    sb.fs.write_text("rel.txt", "relative\n")
+    check(sb.fs.read_text("/vercel/sandbox/rel.txt") == "relative\n", "files: relative paths join the session cwd")
+    sb.fs.write_bytes("/vercel/sandbox/run.sh", b"#!/bin/sh\necho ran\n", mode=0o755)
+    r = sb.run_process("/vercel/sandbox/run.sh", capture_output=True)
+    check(r.stdout == "ran\n", "files: the mode is kept", repr(r))
+    r = sb.run_process("stat", ["-c", "%U", "/vercel/sandbox/hello.txt"], capture_output=True)
+    owner = r.stdout.strip()
+    check(owner == "vercel-sandbox", "files: extracted by the sandbox user [DOC: user code runs as vercel-sandbox]", owner)
+    try:
+        sb.fs.read_bytes("/vercel/sandbox/missing.txt")
+        check(False, "files: missing file", "no error")
+    except SandboxPathNotFoundError:
+        ok("files: a missing file is SandboxPathNotFoundError")
+    sb.fs.mkdir("/vercel/sandbox/a/b/c")  # recursive=True is the SDK default
+    check(sb.fs.is_dir("/vercel/sandbox/a/b/c"), "files: mkdir (recursive)")
+    try:
+        sb.fs.mkdir("/vercel/sandbox/x/y", recursive=False)
+        check(False, "files: mkdir without parent", "no error")
+    except SandboxPathNotFoundError:
+        ok("files: mkdir without its parent is SandboxPathNotFoundError")
+    names = sorted(e.path for e in sb.fs.listdir("/vercel/sandbox"))
+    check({"hello.txt", "rel.txt", "run.sh", "a", "sub"} <= set(names), "files: listdir (a command)", repr(names))
+
+    # Lifecycle: get, list with a tag filter, stop, resume keeps the filesystem.
+    got = c.get_sandbox(name="interop-py")
+    check(got.current_session_id == sb.current_session_id, "lifecycle: get by name")
+    listed = [s.name for s in c.query_sandboxes()]
+    check("interop-py" in listed, "lifecycle: listed", repr(listed))
+    old = sb.current_session_id
+    sb.stop()
+    check(sb.status == "stopped", "lifecycle: stop", repr(sb.status))
+    # [TS withResume] a stopped sandbox resumes on the next operation, in a new session.
+    r = sb.run_process("cat", ["/vercel/sandbox/rel.txt"], capture_output=True)
+    check(r.stdout == "relative\n" and sb.current_session_id != old, "lifecycle: resumed in a new session with its files", repr((r.stdout, sb.current_session_id, old)))
+
+# The context manager deleted it.
+try:
+    c.get_sandbox(name="interop-py")
+    check(False, "lifecycle: deleted", "still there")
+except SandboxApiError as e:
+    check(e.status_code == 404, "lifecycle: deleted on context exit (404 after)", repr(e.status_code))
+
+# Errors: a bad token is 403 forbidden.
+bad = client(SandboxCredentials(token="wrong", team_id=CREDS.team_id, project_id=CREDS.project_id))
+try:
+    bad.create_sandbox(name="never")
+    check(False, "errors: bad token", "accepted")
+except SandboxApiError as e:
+    check(e.status_code == 403 and e.code == "forbidden", "errors: a bad token is 403 forbidden", repr((e.status_code, e.code)))
+
+# Injected faults (armed by the Rust test through the emulator's fault handle, route `exec`):
+# 1) `exec=500`: the command ran, then 500. [PY run_process]: a failed start is raised, never re-run.
+# 2) `exec=cut`: the NDJSON stream ends before the final {command}. [PY service.py run_process]:
+#    a truncated stream after the start is not an answer; the SDK follows the rest of the output
+#    from GET .../logs (skipping what it already delivered) and the exit from ?wait=true.
+with c.create_sandbox(name="interop-py-faults") as sb:
+    open(os.environ["FAULTS_READY"], "w").close()
+    while not os.path.exists(os.environ["FAULTS_ARMED"]):
+        time.sleep(0.05)
+    try:
+        r = sb.run_process("sh", ["-c", "echo ran >> /vercel/sandbox/count"], capture_output=True)
+        check(False, "faults: 500", repr(r))
+    except SandboxApiError as e:
+        check(e.status_code == 500, "faults: a 500 on run is SandboxApiError(500)", repr(e.status_code))
+    r = sb.run_process("sh", ["-c", "echo partial; echo more >&2; exit 5"], capture_output=True)
+    check((r.returncode, r.stdout, r.stderr) == (5, "partial\n", "more\n"), "faults: a cut stream is recovered from the logs and wait routes", repr(r))
+    r = sb.run_process("cat", ["/vercel/sandbox/count"], capture_output=True)
+    check(r.stdout == "ran\n", "faults: the 500'd command ran once, not retried", repr(r.stdout))
+
+c.close()
+print("OK")
