@@ -150,6 +150,25 @@ def main():
         lambda: sbx.commands.run("sleep 5", timeout=1),
     )
 
+    # The deadline kills the command, whether or not the SDK still listens: envd runs a Start
+    # with a timeout under a context of its own and `exec.CommandContext` kills the process at
+    # the deadline (infra `packages/envd/internal/services/process/start.go`); the SDK's
+    # `commands.run(timeout=)` sends it as `Connect-Timeout-Ms` (`e2b/sandbox_sync/commands/
+    # command.py` `run` -> `_start`, `timeout=`) and raises `TimeoutException` on the
+    # `deadline_exceeded` it gets (`e2b/envd/rpc.py` `handle_rpc_exception`).
+    expect_raise(
+        "timeout raises TimeoutException",
+        TimeoutException,
+        lambda: sbx.commands.run("sleep 2; touch /home/user/after-deadline", timeout=1),
+    )
+    time.sleep(2.5)
+    check("the deadline killed the command", not sbx.files.exists("/home/user/after-deadline"))
+    check(
+        "a timed-out command is gone from the list",
+        all("after-deadline" not in " ".join(p.args) for p in sbx.commands.list()),
+        repr(sbx.commands.list()),
+    )
+
     # Files: write, read, list with depth; the same paths as commands.
     info = sbx.files.write("/home/user/dir/x.txt", "data")
     check("files.write", info.path == "/home/user/dir/x.txt", repr(info))
@@ -183,6 +202,98 @@ def main():
     check("rename", sbx.files.exists("/home/user/dir/z.txt") and not sbx.files.exists("/home/user/dir/x.txt"))
     sbx.files.remove("/home/user/dir")
     check("remove", not sbx.files.exists("/home/user/dir"))
+
+    # files.write(metadata=): the SDK sends `X-Metadata-<key>` headers (`e2b/sandbox/filesystem/
+    # filesystem.py` `metadata_to_headers`); envd lowercases the keys and stores them as
+    # `user.e2b.<key>` xattrs, answers with what it reads back, and returns them on every
+    # EntryInfo (`envd/internal/api/upload.go` `extractMetadataHeaders`/`processFile`,
+    # `shared/pkg/filesystem/xattr.go`, `services/filesystem/utils.go` `entryInfo`).
+    info = sbx.files.write("/home/user/meta.txt", "m", metadata={"Owner": "alice", "stage": "draft-1"})
+    want = {"owner": "alice", "stage": "draft-1"}
+    check("write metadata comes back", info.metadata == want, repr(info))
+    check("get_info metadata", sbx.files.get_info("/home/user/meta.txt").metadata == want)
+    listed = {e.name: e.metadata for e in sbx.files.list("/home/user")}
+    check("list metadata", listed.get("meta.txt") == want, repr(listed))
+    # The metadata is the file's own: the xattrs are visible inside the sandbox.
+    r = sbx.commands.run(
+        "python3 -c \"import os; print(os.getxattr('/home/user/meta.txt', 'user.e2b.owner').decode())\""
+    )
+    check("metadata is an xattr in the sandbox", r.stdout == "alice\n", repr(r.stdout))
+    # Overwriting replaces the whole set (`WriteMetadata` clears keys absent from the upload).
+    info = sbx.files.write("/home/user/meta.txt", "m2", metadata={"stage": "final"})
+    check("rewrite replaces metadata", info.metadata == {"stage": "final"}, repr(info))
+    info = sbx.files.write("/home/user/meta.txt", "m3")
+    check("a write without metadata clears it", info.metadata is None, repr(info))
+    check("cleared on get_info too", sbx.files.get_info("/home/user/meta.txt").metadata is None)
+    expect_raise(
+        "bad metadata is InvalidArgumentException",
+        InvalidArgumentException,
+        lambda: sbx.files.write("/home/user/meta.txt", "x", metadata={"bad key": "v"}),
+    )
+
+    # gzip=True: the upload is gzip-compressed octet-stream with `Content-Encoding: gzip`
+    # (`filesystem.py` `write_files`, `to_upload_body`) and envd decompresses it
+    # (`api/encoding.go` `getDecompressedBody`); `read(gzip=True)` asks with
+    # `Accept-Encoding: gzip` and envd compresses the answer (`api/download.go`).
+    payload = "compressible " * 4096
+    sbx.files.write("/home/user/big.txt", payload, gzip=True)
+    r = sbx.commands.run("wc -c < /home/user/big.txt")
+    check("gzip upload is stored decompressed", r.stdout.strip() == str(len(payload)), repr(r.stdout))
+    check("gzip read", sbx.files.read("/home/user/big.txt", gzip=True) == payload)
+
+    # Signed URLs: `download_url`/`upload_url` sign `path:operation:username:token[:expiration]`
+    # with SHA-256 (`e2b/sandbox/signature.py`), envd checks it when no access token is sent
+    # (`api/auth.go` `validateSigning`). A plain HTTP client uses them without any SDK headers.
+    import httpx
+
+    sbx.files.write("/home/user/signed.txt", "signed-data")
+    url = sbx.download_url("/home/user/signed.txt")
+    check("download_url is signed", "signature=v1_" in url, url)
+    r = httpx.get(url)
+    check("download_url works", r.status_code == 200 and r.text == "signed-data", repr((r.status_code, r.text)))
+    r = httpx.get(sbx.download_url("/home/user/signed.txt", use_signature_expiration=60))
+    check("download_url with expiration", r.status_code == 200 and r.text == "signed-data", repr(r.status_code))
+    r = httpx.get(sbx.download_url("/home/user/signed.txt", use_signature_expiration=-10))
+    check("an expired signature is refused", r.status_code == 401, repr((r.status_code, r.text)))
+    r = httpx.get(url.replace("signed.txt", "other.txt"))
+    check("a signature is for its path only", r.status_code in (401, 404), repr((r.status_code, r.text)))
+    up = sbx.upload_url("/home/user/uploaded.txt")
+    r = httpx.post(up, files={"file": ("uploaded.txt", b"via-url")})
+    check("upload_url works", r.status_code == 200, repr((r.status_code, r.text)))
+    check("upload_url wrote the file", sbx.files.read("/home/user/uploaded.txt") == "via-url")
+    r = httpx.post(url, files={"file": ("x", b"x")})
+    check("a read signature cannot write", r.status_code in (401, 404), repr((r.status_code, r.text)))
+
+    # Connection handling: requests to a killed sandbox (the proxy's 502, bodies included) must
+    # not poison the SDK's pooled keep-alive connections for a healthy one: a server that
+    # answers without reading the body closes the connection and the next request on it fails
+    # with a transport error (`SandboxUnreachableException` from `e2b/envd/api.py`
+    # `handle_envd_api_transport_exception_with_health`). A loop of mixed calls, none may fail.
+    dead = Sandbox.create()
+    dead.kill()
+    body = "z" * 300_000
+    failures = []
+    for i in range(25):
+        for call in (
+            lambda: dead.files.write("/home/user/x.txt", body),
+            lambda: dead.commands.run("echo nope"),
+            lambda: dead.files.read("/home/user/x.txt"),
+        ):
+            try:
+                call()
+                failures.append(f"{i}: a call to the killed sandbox succeeded")
+            except SandboxNotRunningException:
+                pass
+            except Exception as e:  # noqa: BLE001 -- any other class is a failure
+                failures.append(f"{i}: killed sandbox: {type(e).__name__}: {e}")
+        try:
+            sbx.files.write(f"/home/user/loop/{i}.txt", body)
+            assert sbx.files.read(f"/home/user/loop/{i}.txt") == body
+            assert sbx.commands.run(f"echo {i}").stdout == f"{i}\n"
+            assert sbx.files.exists(f"/home/user/loop/{i}.txt")
+        except Exception as e:  # noqa: BLE001
+            failures.append(f"{i}: healthy sandbox: {type(e).__name__}: {e}")
+    check("mixed calls to killed and healthy sandboxes", not failures, "\n".join(failures))
 
     # A second sandbox is isolated from the first.
     other = Sandbox.create()

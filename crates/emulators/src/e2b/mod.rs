@@ -916,6 +916,15 @@ async fn envd(
     body: Body,
 ) -> Response {
     state.record(&method, &uri, &headers);
+    // Every answer, errors included, comes after the whole request body has been read: a server
+    // that answers early and leaves the body unread makes hyper close the connection, and a
+    // client that pooled it (the SDK keeps its connections alive) then fails its next request
+    // to a healthy sandbox with a transport error. Every envd route reads its body whole anyway
+    // (unary calls, client streams and uploads alike), so nothing streams less for this.
+    let body = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(b) => Body::from(b),
+        Err(e) => return plain_error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
     let id = match route_sandbox(&headers) {
         Ok(Some(id)) => id,
         Ok(None) => {
@@ -923,7 +932,17 @@ async fn envd(
             if method == Method::GET && uri.path() == "/health" {
                 return (StatusCode::OK, "Health check successful").into_response();
             }
-            return plain_error(StatusCode::NOT_FOUND, "not found");
+            // A signed `/files` URL from `download_url`/`upload_url`: with `E2B_SANDBOX_URL`
+            // set (how the emulator is reached) the SDK builds it on that URL, so it names no
+            // sandbox; the sandbox whose access token verifies the signature is the one meant
+            // (the real service routes it by its `49983-<id>.<domain>` host instead).
+            match (uri.path() == "/files")
+                .then(|| fs::signed_sandbox(&state, &method, &uri))
+                .flatten()
+            {
+                Some(id) => id,
+                None => return plain_error(StatusCode::NOT_FOUND, "not found"),
+            }
         }
         Err(r) => return r,
     };
@@ -959,8 +978,8 @@ async fn envd(
     match (req.method.clone(), path.as_str()) {
         (Method::GET, "/health") => StatusCode::NO_CONTENT.into_response(),
         (Method::GET, "/envs") => plain_json(StatusCode::OK, json!(req.sbx.env_vars)),
-        (Method::GET, "/files") => fs::download(req, token_ok).await,
-        (Method::POST, "/files") => fs::upload(req, token_ok).await,
+        (Method::GET, "/files") => fs::download(req).await,
+        (Method::POST, "/files") => fs::upload(req).await,
         (Method::POST, p) if p.starts_with("/process.Process/") => {
             process::dispatch(req, p.trim_start_matches("/process.Process/").to_owned()).await
         }
