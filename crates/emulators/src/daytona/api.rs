@@ -19,6 +19,7 @@ struct CreateSandbox {
     env: BTreeMap<String, String>,
     labels: BTreeMap<String, String>,
     target: Option<String>,
+    auto_stop_interval: Option<u64>,
 }
 
 fn dto(state: &State, s: &SandboxEntry, status: Option<&str>) -> serde_json::Value {
@@ -124,7 +125,11 @@ pub(super) async fn create(
         id: id.clone(),
         created_at: now.clone(),
         env: req.env,
-        life: Mutex::new(super::Life::new(labels, now)),
+        life: Mutex::new(super::Life::new(
+            labels,
+            now,
+            req.auto_stop_interval.unwrap_or(15),
+        )),
         sandbox,
         sessions: Mutex::new(Default::default()),
     });

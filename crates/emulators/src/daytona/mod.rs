@@ -105,11 +105,12 @@ pub(crate) struct Life {
 }
 
 impl Life {
-    pub(crate) fn new(labels: BTreeMap<String, String>, now: String) -> Life {
+    /// A started sandbox; `autoStopInterval` defaults to 15 minutes (the API's default).
+    pub(crate) fn new(labels: BTreeMap<String, String>, now: String, auto_stop: u64) -> Life {
         Life {
             state: "started",
             labels,
-            auto_stop: 15,
+            auto_stop,
             last_activity: std::time::Instant::now(),
             updated_at: now,
         }
