@@ -295,6 +295,56 @@ def main():
             failures.append(f"{i}: healthy sandbox: {type(e).__name__}: {e}")
     check("mixed calls to killed and healthy sandboxes", not failures, "\n".join(failures))
 
+    # Lifecycle. pause: `POST /sandboxes/{id}/pause` 204, 409 -> False when already paused
+    # (`e2b/sandbox_sync/sandbox_api.py` `_cls_pause`; infra `api/internal/handlers/
+    # sandbox_pause.go`); a paused sandbox is out of the proxy's catalog, so envd calls get the
+    # not-found 502 (`client-proxy/internal/proxy/proxy.go`); `connect` resumes it (201,
+    # `handlers/sandbox_connect.go`) with its processes where they were (a full pause keeps
+    # memory). list(query=) filters by metadata and state (`GET /v2/sandboxes?metadata=&state=`).
+    from e2b import SandboxQuery, SandboxState
+
+    life = Sandbox.create(metadata={"suite": "interop", "role": "life"}, timeout=600)
+    life.commands.run(
+        "i=0; while true; do i=$((i+1)); echo $i > /home/user/counter; sleep 0.1; done",
+        background=True,
+    )
+    time.sleep(0.6)
+    check("pause", life.pause() is True)
+    check("pause again is False", life.pause() is False)
+    check("get_info paused", life.get_info().state == SandboxState.PAUSED, repr(life.get_info().state))
+    paused = [i.sandbox_id for i in Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()]
+    check("list paused", paused == [life.sandbox_id], repr(paused))
+    running = [i.sandbox_id for i in Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING])).next_items()]
+    check("list running leaves the paused one out", life.sandbox_id not in running and sbx.sandbox_id in running, repr(running))
+    by_meta = [i.sandbox_id for i in Sandbox.list(query=SandboxQuery(metadata={"role": "life"})).next_items()]
+    check("list by metadata", by_meta == [life.sandbox_id], repr(by_meta))
+    expect_raise(
+        "commands on a paused sandbox raise SandboxNotRunningException",
+        SandboxNotRunningException,
+        lambda: life.commands.run("true"),
+    )
+    time.sleep(1.5)
+    resumed = Sandbox.connect(life.sandbox_id)
+    check("connect resumes", resumed.get_info().state == SandboxState.RUNNING)
+    c1 = int(resumed.files.read("/home/user/counter"))
+    time.sleep(0.6)
+    c2 = int(resumed.files.read("/home/user/counter"))
+    check("the processes were frozen while paused", 3 <= c1 <= 12, repr(c1))
+    check("and run again after the resume", c2 > c1, repr((c1, c2)))
+    # get_metrics: `GET /sandboxes/{id}/metrics` -> `[SandboxMetric]` (`_cls_get_metrics`).
+    m = resumed.get_metrics()
+    check(
+        "get_metrics",
+        len(m) >= 1 and m[0].cpu_count == 2 and m[0].mem_total > 0 and m[0].mem_used > 0,
+        repr(m),
+    )
+    # set_timeout: `POST /sandboxes/{id}/timeout` overwrites the end; at it the sandbox ends.
+    resumed.set_timeout(1)
+    time.sleep(2.5)
+    check("set_timeout expiry ends the sandbox", resumed.is_running() is False)
+    left = [i.sandbox_id for i in Sandbox.list().next_items()]
+    check("an expired sandbox is not listed", life.sandbox_id not in left, repr(left))
+
     # A second sandbox is isolated from the first.
     other = Sandbox.create()
     other.files.write("/home/user/only-here.txt", "x")
