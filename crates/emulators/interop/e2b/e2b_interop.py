@@ -264,6 +264,38 @@ def main():
     r = httpx.post(url, files={"file": ("x", b"x")})
     check("a read signature cannot write", r.status_code in (401, 404), repr((r.status_code, r.text)))
 
+    # files.watch_dir: the sync SDK polls (`CreateWatcher`, `GetWatcherEvents`, `RemoveWatcher`,
+    # `e2b/sandbox_sync/filesystem/watch_handle.py`); envd reports fsnotify's events with names
+    # relative to the watched directory (`envd/internal/services/filesystem/watch_sync.go`).
+    from e2b.sandbox.filesystem.watch_handle import FilesystemEventType as Ev
+
+    sbx.files.make_dir("/home/user/watched/sub")
+    w = sbx.files.watch_dir("/home/user/watched")
+    wr = sbx.files.watch_dir("/home/user/watched", recursive=True)
+    sbx.files.write("/home/user/watched/a.txt", "x")
+    time.sleep(0.3)
+    sbx.commands.run("chmod 600 /home/user/watched/a.txt")
+    time.sleep(0.3)
+    sbx.commands.run("printf deep > /home/user/watched/sub/b.txt")
+    time.sleep(0.3)
+    sbx.files.remove("/home/user/watched/a.txt")
+    time.sleep(0.3)
+    got = [(e.name, e.type) for e in w.get_new_events()]
+    for want in [("a.txt", Ev.CREATE), ("a.txt", Ev.WRITE), ("a.txt", Ev.CHMOD), ("a.txt", Ev.REMOVE)]:
+        check(f"watch_dir {want[1].value}", want in got, repr(got))
+    check("watch_dir is not recursive by default", all(not n.startswith("sub/") for n, _ in got), repr(got))
+    check("events are delivered once", w.get_new_events() == [])
+    got = [(e.name, e.type) for e in wr.get_new_events()]
+    check("recursive watch_dir", ("sub/b.txt", Ev.CREATE) in got, repr(got))
+    w.stop()
+    expect_raise("a stopped watcher is gone", SandboxException, w.get_new_events)
+    wr.stop()
+    expect_raise(
+        "watch_dir of a missing directory",
+        SandboxException,
+        lambda: sbx.files.watch_dir("/home/user/no-such-dir"),
+    )
+
     # Connection handling: requests to a killed sandbox (the proxy's 502, bodies included) must
     # not poison the SDK's pooled keep-alive connections for a healthy one: a server that
     # answers without reading the body closes the connection and the next request on it fails

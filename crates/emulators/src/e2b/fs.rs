@@ -451,8 +451,11 @@ pub(crate) async fn dispatch(req: EnvdRequest, method: String) -> Response {
     ) {
         if matches!(
             method.as_str(),
-            "WatchDir" | "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher"
+            "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher"
         ) {
+            return watcher_call(req, &method).await;
+        }
+        if method == "WatchDir" {
             return RpcError::new(
                 "unimplemented",
                 format!("filesystem.Filesystem/{method} is not emulated"),
@@ -495,6 +498,35 @@ pub(crate) async fn dispatch(req: EnvdRequest, method: String) -> Response {
         })
         .await
         .unwrap_or_else(|e| Err(internal(e)));
+    match r {
+        Ok(v) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            v.to_string(),
+        )
+            .into_response(),
+        Err(e) => e.unary_response(),
+    }
+}
+
+/// The polling watcher calls (`watch.rs`), unary with the JSON codec.
+async fn watcher_call(req: EnvdRequest, method: &str) -> Response {
+    if rpc::content_type(&req.headers) != "application/json" {
+        return rpc::unsupported_media_type("application/json");
+    }
+    let body = match axum::body::to_bytes(req.body, usize::MAX).await {
+        Ok(b) => b,
+        Err(e) => return RpcError::new("invalid_argument", e.to_string()).unary_response(),
+    };
+    let v = match rpc::parse(&body) {
+        Ok(v) => v,
+        Err(e) => return e.unary_response(),
+    };
+    let r = match method {
+        "CreateWatcher" => super::watch::create(&req.sbx, &v, &req.headers).await,
+        "GetWatcherEvents" => super::watch::events(&req.sbx, &v),
+        _ => super::watch::remove(&req.sbx, &v),
+    };
     match r {
         Ok(v) => (
             StatusCode::OK,

@@ -42,6 +42,7 @@ mod connect;
 mod fs;
 mod process;
 pub mod time;
+mod watch;
 
 /// The envd version reported (≥ 0.6.4 enables every feature of the SDK 2.x).
 pub const ENVD_VERSION: &str = "0.6.13";
@@ -113,6 +114,8 @@ pub(crate) struct Sbx {
     /// Paused (`POST /sandboxes/{id}/pause`): its processes are stopped (`SIGSTOP`), envd is
     /// unreachable through the proxy, its timeout does not run; `connect` resumes it.
     paused: std::sync::atomic::AtomicBool,
+    /// envd's directory watchers (`CreateWatcher`).
+    watchers: Mutex<HashMap<String, Arc<watch::Watcher>>>,
 }
 
 impl Sbx {
@@ -202,6 +205,7 @@ impl State {
             procs: Mutex::new(HashMap::new()),
             gone: tokio::sync::watch::channel(false).0,
             paused: std::sync::atomic::AtomicBool::new(false),
+            watchers: Mutex::new(HashMap::new()),
         });
         sbx.set_lifetime(timeout);
         self.sandboxes
