@@ -182,6 +182,7 @@ pub(crate) fn euid() -> u32 {
 
 /// The names of a file's extended attributes (listxattr(2), following symlinks); empty where
 /// the filesystem has none.
+#[cfg(feature = "e2b")]
 pub(crate) fn list_xattrs(path: &Path) -> io::Result<Vec<Vec<u8>>> {
     let p = c_path(path)?;
     let mut buf = vec![0u8; 4096];
@@ -206,6 +207,7 @@ pub(crate) fn list_xattrs(path: &Path) -> io::Result<Vec<Vec<u8>>> {
 }
 
 /// One extended attribute's value (getxattr(2), following symlinks).
+#[cfg(feature = "e2b")]
 pub(crate) fn get_xattr(path: &Path, name: &[u8]) -> io::Result<Vec<u8>> {
     let p = c_path(path)?;
     let n = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -220,6 +222,7 @@ pub(crate) fn get_xattr(path: &Path, name: &[u8]) -> io::Result<Vec<u8>> {
 }
 
 /// Sets an extended attribute (setxattr(2), following symlinks).
+#[cfg(feature = "e2b")]
 pub(crate) fn set_xattr(path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
     let p = c_path(path)?;
     let n = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -236,6 +239,7 @@ pub(crate) fn set_xattr(path: &Path, name: &str, value: &[u8]) -> io::Result<()>
 }
 
 /// Removes an extended attribute (removexattr(2), following symlinks).
+#[cfg(feature = "e2b")]
 pub(crate) fn remove_xattr(path: &Path, name: &[u8]) -> io::Result<()> {
     let p = c_path(path)?;
     let n = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
