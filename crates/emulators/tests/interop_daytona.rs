@@ -33,7 +33,11 @@ async fn the_official_python_sdk_works_against_the_emulator() {
              sandbox paths differ from Daytona's and the SDK's path assertions cannot hold"
         ),
     };
+    // `set_autostop_interval` counts minutes of inactivity: a minute lasts a second here, so
+    // the SDK check can see an idle sandbox stop.
+    emu.set_minute(std::time::Duration::from_secs(1));
     let mut env = emu.env();
+    env.push(("EXPECT_MINUTE_SECS".into(), "1".into()));
     env.push(("EXPECT_HOME".into(), home));
     env.push(("EXPECT_TMP".into(), tmp));
     let script = dir.join("sdk_check.py");
@@ -50,6 +54,6 @@ async fn the_official_python_sdk_works_against_the_emulator() {
         out.status
     );
     let checks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
-    assert_eq!(checks, 30, "every check of sdk_check.py ran:\n{stdout}");
+    assert_eq!(checks, 58, "every check of sdk_check.py ran:\n{stdout}");
     assert!(emu.sandbox_ids().is_empty(), "the SDK deleted its sandbox");
 }

@@ -9,7 +9,7 @@ use execseam_emulators::e2b::{E2bEmulator, StreamFault};
 use execseam_emulators::{EmulatorOptions, Fault, interop};
 
 /// Checks `e2b_interop.py main` makes; the run must report exactly this many.
-const MAIN_CHECKS: usize = 57;
+const MAIN_CHECKS: usize = 101;
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/e2b")
@@ -86,6 +86,11 @@ async fn the_official_sdk_runs_commands_and_files_against_the_emulator() {
         reqs.iter()
             .any(|r| r.path == "/files" && r.method == "POST")
     );
+    // `files.write(gzip=True)` and `files.write(metadata=)` as the SDK sends them.
+    assert!(reqs.iter().any(|r| r.path == "/files"
+        && r.headers.get("content-encoding").map(String::as_str) == Some("gzip")));
+    assert!(reqs.iter().any(|r| r.path == "/files"
+        && r.headers.get("x-metadata-owner").map(String::as_str) == Some("alice")));
     eprintln!("{out}");
 }
 
@@ -273,4 +278,68 @@ async fn a_start_stream_is_envds_on_the_wire() {
     assert_eq!(resp.status(), 502);
     let v: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(v["message"], "The sandbox was not found");
+}
+
+/// Keep-alive after an early answer: a request to a killed sandbox carrying a large body, then a
+/// request to a healthy one on the same connection. The proxy's 502 must come after the body
+/// is read, or the server closes the connection under the client's pooled second request (the
+/// SDK then fails a healthy call with `SandboxUnreachableException`, `e2b/envd/api.py`).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_to_a_killed_sandbox_keeps_the_connection_usable() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let emu = E2bEmulator::start(EmulatorOptions::default())
+        .await
+        .unwrap();
+    let dead = emu.create_sandbox(Duration::from_secs(60)).unwrap();
+    let live = emu.create_sandbox(Duration::from_secs(60)).unwrap();
+    assert!(emu.kill_sandbox(&dead.sandbox_id));
+    let addr = emu.base_url().trim_start_matches("http://").to_owned();
+    for round in 0..3 {
+        let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let body = vec![b'x'; 8 << 20];
+        let mut wire = format!(
+            "POST /files?path=/home/user/x HTTP/1.1\r\nHost: {addr}\r\ne2b-sandbox-id: {}\r\n\
+             e2b-sandbox-port: 49983\r\nx-access-token: {}\r\ncontent-type: application/octet-stream\r\n\
+             content-length: {}\r\n\r\n",
+            dead.sandbox_id,
+            dead.envd_access_token,
+            body.len()
+        )
+        .into_bytes();
+        wire.extend_from_slice(&body);
+        wire.extend_from_slice(
+            format!(
+                "GET /health HTTP/1.1\r\nHost: {addr}\r\ne2b-sandbox-id: {}\r\n\
+                 e2b-sandbox-port: 49983\r\n\r\n",
+                live.sandbox_id
+            )
+            .as_bytes(),
+        );
+        let (mut rd, mut wr) = conn.split();
+        let (write, read) = tokio::join!(wr.write_all(&wire), async {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while got
+                .windows(12)
+                .filter(|w| w.starts_with(b"HTTP/1.1 "))
+                .count()
+                < 2
+            {
+                match tokio::time::timeout(Duration::from_secs(10), rd.read(&mut buf)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+                    Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            String::from_utf8_lossy(&got).into_owned()
+        });
+        assert!(
+            write.is_ok(),
+            "round {round}: the server stopped reading: {write:?}"
+        );
+        assert!(read.starts_with("HTTP/1.1 502"), "round {round}: {read}");
+        assert!(
+            read.contains("HTTP/1.1 204"),
+            "round {round}: the healthy request got no answer on the kept-alive connection:\n{read}"
+        );
+    }
 }

@@ -16,6 +16,8 @@ from daytona import (
     DaytonaError,
     DaytonaNotFoundError,
     FileUpload,
+    ListSandboxesQuery,
+    SandboxState,
     SessionExecuteRequest,
 )
 
@@ -49,6 +51,15 @@ try:
     check("exec timeout", False, "no error")
 except DaytonaError as e:
     check("exec timeout", e.status_code == 408, repr(e))
+# The daemon kills the command at the deadline (`toolbox/process/execute.go`: a timer of its own
+# kills the process, whether or not the client still waits), not only answers 408.
+try:
+    sandbox.process.exec(f"sleep 2; touch {TMP}/after-deadline", timeout=1)
+except DaytonaError:
+    pass
+time.sleep(2.5)
+r = sandbox.process.exec(f"test -e {TMP}/after-deadline && echo ran || echo killed")
+check("exec timeout kills the command", r.result == "killed\n", repr(r.result))
 
 # code_run: merged, argv joined unquoted as the daemon does.
 r = sandbox.process.code_run(
@@ -149,6 +160,103 @@ try:
     check("download missing", False, "no error")
 except DaytonaNotFoundError:
     check("download missing", True)
+
+# move_files: `POST /files/move?source=&destination=`; replace_in_files: `POST /files/replace`
+# `{files, pattern, newValue}`; set_file_permissions: `POST /files/permissions?path=&mode=&owner=`
+# (`daytona_toolbox_api_client/api/file_system_api.py`; the daemon's `toolbox/fs/move_file.go`,
+# `replace_in_files.go`, `set_file_permissions.go`).
+sandbox.fs.move_files(f"{TMP}/dir/a.txt", f"{TMP}/dir/moved.txt")
+check(
+    "move_files",
+    sandbox.fs.download_file(f"{TMP}/dir/moved.txt") == b"hello world\nsecond line\n"
+    and sandbox.process.exec(f"test -e {TMP}/dir/a.txt; echo $?").result == "1\n",
+)
+sandbox.fs.move_files(f"{TMP}/dir/sub", f"{HOME}/moved-sub")
+check("move_files a directory across mounts", sandbox.fs.download_file(f"{HOME}/moved-sub/c.txt") == b"x hello")
+try:
+    sandbox.fs.move_files(f"{TMP}/dir/b.bin", f"{TMP}/dir/moved.txt")
+    check("move onto an existing file", False, "no error")
+except DaytonaError as e:
+    check("move onto an existing file", e.status_code == 409, repr(e))
+try:
+    sandbox.fs.move_files(f"{TMP}/dir/nope", f"{TMP}/dir/x")
+    check("move a missing file", False, "no error")
+except DaytonaNotFoundError:
+    check("move a missing file", True)
+results = sandbox.fs.replace_in_files([f"{TMP}/dir/moved.txt", f"{TMP}/dir/missing.txt"], "line", "LINE")
+check(
+    "replace_in_files",
+    [(r.file, r.success) for r in results] == [(f"{TMP}/dir/moved.txt", True), (f"{TMP}/dir/missing.txt", False)]
+    and "no such file or directory" in (results[1].error or ""),
+    repr(results),
+)
+check("replaced", sandbox.fs.download_file(f"{TMP}/dir/moved.txt") == b"hello world\nsecond LINE\n")
+sandbox.fs.set_file_permissions(f"{TMP}/dir/moved.txt", mode="750")
+check("set_file_permissions mode", sandbox.fs.get_file_info(f"{TMP}/dir/moved.txt").permissions == "0750")
+check(
+    "the mode is the file's own",
+    sandbox.process.exec(f"stat -c %a {TMP}/dir/moved.txt").result == "750\n",
+)
+sandbox.fs.set_file_permissions(f"{TMP}/dir/moved.txt", owner="daytona", group="daytona")
+check(
+    "set_file_permissions owner",
+    sandbox.process.exec(f"stat -c %U:%G {TMP}/dir/moved.txt").result == "daytona:daytona\n",
+)
+try:
+    sandbox.fs.set_file_permissions(f"{TMP}/dir/moved.txt", mode="9z")
+    check("bad mode", False, "no error")
+except DaytonaError as e:
+    check("bad mode", e.status_code == 400, repr(e))
+
+# Labels: `PUT /sandbox/{id}/labels` replaces the set (`sandbox.service.ts` `replaceLabels`);
+# list filters by them (`GET /sandbox?labels=<json>`, `ListSandboxesResponse`).
+other = daytona.create()
+labels = sandbox.set_labels({"team": "a", "tier": "gold"})
+check("set_labels", labels == {"team": "a", "tier": "gold"}, repr(labels))
+check("labels kept", daytona.get(sandbox.id).labels == {"team": "a", "tier": "gold"})
+listed = [s.id for s in daytona.list()]
+check("list all", sandbox.id in listed and other.id in listed, repr(listed))
+listed = [s.id for s in daytona.list(ListSandboxesQuery(labels={"team": "a"}))]
+check("list by label", listed == [sandbox.id], repr(listed))
+check("list by a label nobody has", list(daytona.list(ListSandboxesQuery(labels={"team": "b"}))) == [])
+
+# set_autostop_interval: `POST /sandbox/{id}/autostop/{minutes}`; the emulator's test shortens
+# a minute to a second (EXPECT_MINUTE_SECS), so one minute idle stops it.
+sandbox.set_autostop_interval(0)
+check("autostop 0", daytona.get(sandbox.id).auto_stop_interval == 0)
+other.set_autostop_interval(1)
+check("autostop set", daytona.get(other.id).auto_stop_interval == 1)
+time.sleep(float(os.environ["EXPECT_MINUTE_SECS"]) * 2 + 1)
+check("autostop stopped the idle sandbox", daytona.get(other.id).state == "stopped", daytona.get(other.id).state)
+check("autostop 0 never stops", daytona.get(sandbox.id).state == "started")
+daytona.delete(other)
+
+# stop/start (`sandbox.service.ts` `stop`/`start`): the processes die, the files stay; the
+# toolbox of a stopped sandbox is refused by the runner (400 "Is the Sandbox started?").
+sandbox.process.create_session("bg")
+sandbox.process.execute_session_command("bg", SessionExecuteRequest(command="sleep 300", run_async=True))
+sandbox.stop()
+check("stop", sandbox.state == "stopped" and daytona.get(sandbox.id).state == "stopped", sandbox.state)
+try:
+    sandbox.process.exec("echo hi")
+    check("exec on a stopped sandbox", False, "no error")
+except DaytonaError as e:
+    check("exec on a stopped sandbox", e.status_code == 400 and "started" in str(e), repr(e))
+listed = [s.id for s in daytona.list(ListSandboxesQuery(states=[SandboxState.STOPPED]))]
+check("list by state", listed == [sandbox.id], repr(listed))
+try:
+    sandbox.stop()
+    check("stop a stopped sandbox", False, "no error")
+except DaytonaError as e:
+    check("stop a stopped sandbox", e.status_code == 400, repr(e))
+sandbox.archive()
+sandbox.refresh_data()
+check("archive", sandbox.state == "archived", sandbox.state)
+sandbox.start()
+check("start", sandbox.state == "started", sandbox.state)
+r = sandbox.process.exec("pgrep -f 'sleep 300' >/dev/null && echo alive || echo gone")
+check("stop killed the processes", r.result == "gone\n", repr(r.result))
+check("files survive stop and start", sandbox.fs.download_file(f"{TMP}/dir/moved.txt") == b"hello world\nsecond LINE\n")
 
 daytona.delete(sandbox)
 try:

@@ -150,6 +150,25 @@ def main():
         lambda: sbx.commands.run("sleep 5", timeout=1),
     )
 
+    # The deadline kills the command, whether or not the SDK still listens: envd runs a Start
+    # with a timeout under a context of its own and `exec.CommandContext` kills the process at
+    # the deadline (infra `packages/envd/internal/services/process/start.go`); the SDK's
+    # `commands.run(timeout=)` sends it as `Connect-Timeout-Ms` (`e2b/sandbox_sync/commands/
+    # command.py` `run` -> `_start`, `timeout=`) and raises `TimeoutException` on the
+    # `deadline_exceeded` it gets (`e2b/envd/rpc.py` `handle_rpc_exception`).
+    expect_raise(
+        "timeout raises TimeoutException",
+        TimeoutException,
+        lambda: sbx.commands.run("sleep 2; touch /home/user/after-deadline", timeout=1),
+    )
+    time.sleep(2.5)
+    check("the deadline killed the command", not sbx.files.exists("/home/user/after-deadline"))
+    check(
+        "a timed-out command is gone from the list",
+        all("after-deadline" not in " ".join(p.args) for p in sbx.commands.list()),
+        repr(sbx.commands.list()),
+    )
+
     # Files: write, read, list with depth; the same paths as commands.
     info = sbx.files.write("/home/user/dir/x.txt", "data")
     check("files.write", info.path == "/home/user/dir/x.txt", repr(info))
@@ -183,6 +202,180 @@ def main():
     check("rename", sbx.files.exists("/home/user/dir/z.txt") and not sbx.files.exists("/home/user/dir/x.txt"))
     sbx.files.remove("/home/user/dir")
     check("remove", not sbx.files.exists("/home/user/dir"))
+
+    # files.write(metadata=): the SDK sends `X-Metadata-<key>` headers (`e2b/sandbox/filesystem/
+    # filesystem.py` `metadata_to_headers`); envd lowercases the keys and stores them as
+    # `user.e2b.<key>` xattrs, answers with what it reads back, and returns them on every
+    # EntryInfo (`envd/internal/api/upload.go` `extractMetadataHeaders`/`processFile`,
+    # `shared/pkg/filesystem/xattr.go`, `services/filesystem/utils.go` `entryInfo`).
+    info = sbx.files.write("/home/user/meta.txt", "m", metadata={"Owner": "alice", "stage": "draft-1"})
+    want = {"owner": "alice", "stage": "draft-1"}
+    check("write metadata comes back", info.metadata == want, repr(info))
+    check("get_info metadata", sbx.files.get_info("/home/user/meta.txt").metadata == want)
+    listed = {e.name: e.metadata for e in sbx.files.list("/home/user")}
+    check("list metadata", listed.get("meta.txt") == want, repr(listed))
+    # The metadata is the file's own: the xattrs are visible inside the sandbox.
+    r = sbx.commands.run(
+        "python3 -c \"import os; print(os.getxattr('/home/user/meta.txt', 'user.e2b.owner').decode())\""
+    )
+    check("metadata is an xattr in the sandbox", r.stdout == "alice\n", repr(r.stdout))
+    # Overwriting replaces the whole set (`WriteMetadata` clears keys absent from the upload).
+    info = sbx.files.write("/home/user/meta.txt", "m2", metadata={"stage": "final"})
+    check("rewrite replaces metadata", info.metadata == {"stage": "final"}, repr(info))
+    info = sbx.files.write("/home/user/meta.txt", "m3")
+    check("a write without metadata clears it", info.metadata is None, repr(info))
+    check("cleared on get_info too", sbx.files.get_info("/home/user/meta.txt").metadata is None)
+    expect_raise(
+        "bad metadata is InvalidArgumentException",
+        InvalidArgumentException,
+        lambda: sbx.files.write("/home/user/meta.txt", "x", metadata={"bad key": "v"}),
+    )
+
+    # gzip=True: the upload is gzip-compressed octet-stream with `Content-Encoding: gzip`
+    # (`filesystem.py` `write_files`, `to_upload_body`) and envd decompresses it
+    # (`api/encoding.go` `getDecompressedBody`); `read(gzip=True)` asks with
+    # `Accept-Encoding: gzip` and envd compresses the answer (`api/download.go`).
+    payload = "compressible " * 4096
+    sbx.files.write("/home/user/big.txt", payload, gzip=True)
+    r = sbx.commands.run("wc -c < /home/user/big.txt")
+    check("gzip upload is stored decompressed", r.stdout.strip() == str(len(payload)), repr(r.stdout))
+    check("gzip read", sbx.files.read("/home/user/big.txt", gzip=True) == payload)
+
+    # Signed URLs: `download_url`/`upload_url` sign `path:operation:username:token[:expiration]`
+    # with SHA-256 (`e2b/sandbox/signature.py`), envd checks it when no access token is sent
+    # (`api/auth.go` `validateSigning`). A plain HTTP client uses them without any SDK headers.
+    import httpx
+
+    sbx.files.write("/home/user/signed.txt", "signed-data")
+    url = sbx.download_url("/home/user/signed.txt")
+    check("download_url is signed", "signature=v1_" in url, url)
+    r = httpx.get(url)
+    check("download_url works", r.status_code == 200 and r.text == "signed-data", repr((r.status_code, r.text)))
+    r = httpx.get(sbx.download_url("/home/user/signed.txt", use_signature_expiration=60))
+    check("download_url with expiration", r.status_code == 200 and r.text == "signed-data", repr(r.status_code))
+    r = httpx.get(sbx.download_url("/home/user/signed.txt", use_signature_expiration=-10))
+    check("an expired signature is refused", r.status_code == 401, repr((r.status_code, r.text)))
+    r = httpx.get(url.replace("signed.txt", "other.txt"))
+    check("a signature is for its path only", r.status_code in (401, 404), repr((r.status_code, r.text)))
+    up = sbx.upload_url("/home/user/uploaded.txt")
+    r = httpx.post(up, files={"file": ("uploaded.txt", b"via-url")})
+    check("upload_url works", r.status_code == 200, repr((r.status_code, r.text)))
+    check("upload_url wrote the file", sbx.files.read("/home/user/uploaded.txt") == "via-url")
+    r = httpx.post(url, files={"file": ("x", b"x")})
+    check("a read signature cannot write", r.status_code in (401, 404), repr((r.status_code, r.text)))
+
+    # files.watch_dir: the sync SDK polls (`CreateWatcher`, `GetWatcherEvents`, `RemoveWatcher`,
+    # `e2b/sandbox_sync/filesystem/watch_handle.py`); envd reports fsnotify's events with names
+    # relative to the watched directory (`envd/internal/services/filesystem/watch_sync.go`).
+    from e2b.sandbox.filesystem.watch_handle import FilesystemEventType as Ev
+
+    sbx.files.make_dir("/home/user/watched/sub")
+    w = sbx.files.watch_dir("/home/user/watched")
+    wr = sbx.files.watch_dir("/home/user/watched", recursive=True)
+    sbx.files.write("/home/user/watched/a.txt", "x")
+    time.sleep(0.3)
+    sbx.commands.run("chmod 600 /home/user/watched/a.txt")
+    time.sleep(0.3)
+    sbx.commands.run("printf deep > /home/user/watched/sub/b.txt")
+    time.sleep(0.3)
+    sbx.files.remove("/home/user/watched/a.txt")
+    time.sleep(0.3)
+    got = [(e.name, e.type) for e in w.get_new_events()]
+    for want in [("a.txt", Ev.CREATE), ("a.txt", Ev.WRITE), ("a.txt", Ev.CHMOD), ("a.txt", Ev.REMOVE)]:
+        check(f"watch_dir {want[1].value}", want in got, repr(got))
+    check("watch_dir is not recursive by default", all(not n.startswith("sub/") for n, _ in got), repr(got))
+    check("events are delivered once", w.get_new_events() == [])
+    got = [(e.name, e.type) for e in wr.get_new_events()]
+    check("recursive watch_dir", ("sub/b.txt", Ev.CREATE) in got, repr(got))
+    w.stop()
+    expect_raise("a stopped watcher is gone", SandboxException, w.get_new_events)
+    wr.stop()
+    expect_raise(
+        "watch_dir of a missing directory",
+        SandboxException,
+        lambda: sbx.files.watch_dir("/home/user/no-such-dir"),
+    )
+
+    # Connection handling: requests to a killed sandbox (the proxy's 502, bodies included) must
+    # not poison the SDK's pooled keep-alive connections for a healthy one: a server that
+    # answers without reading the body closes the connection and the next request on it fails
+    # with a transport error (`SandboxUnreachableException` from `e2b/envd/api.py`
+    # `handle_envd_api_transport_exception_with_health`). A loop of mixed calls, none may fail.
+    dead = Sandbox.create()
+    dead.kill()
+    body = "z" * 300_000
+    failures = []
+    for i in range(25):
+        for call in (
+            lambda: dead.files.write("/home/user/x.txt", body),
+            lambda: dead.commands.run("echo nope"),
+            lambda: dead.files.read("/home/user/x.txt"),
+        ):
+            try:
+                call()
+                failures.append(f"{i}: a call to the killed sandbox succeeded")
+            except SandboxNotRunningException:
+                pass
+            except Exception as e:  # noqa: BLE001 -- any other class is a failure
+                failures.append(f"{i}: killed sandbox: {type(e).__name__}: {e}")
+        try:
+            sbx.files.write(f"/home/user/loop/{i}.txt", body)
+            assert sbx.files.read(f"/home/user/loop/{i}.txt") == body
+            assert sbx.commands.run(f"echo {i}").stdout == f"{i}\n"
+            assert sbx.files.exists(f"/home/user/loop/{i}.txt")
+        except Exception as e:  # noqa: BLE001
+            failures.append(f"{i}: healthy sandbox: {type(e).__name__}: {e}")
+    check("mixed calls to killed and healthy sandboxes", not failures, "\n".join(failures))
+
+    # Lifecycle. pause: `POST /sandboxes/{id}/pause` 204, 409 -> False when already paused
+    # (`e2b/sandbox_sync/sandbox_api.py` `_cls_pause`; infra `api/internal/handlers/
+    # sandbox_pause.go`); a paused sandbox is out of the proxy's catalog, so envd calls get the
+    # not-found 502 (`client-proxy/internal/proxy/proxy.go`); `connect` resumes it (201,
+    # `handlers/sandbox_connect.go`) with its processes where they were (a full pause keeps
+    # memory). list(query=) filters by metadata and state (`GET /v2/sandboxes?metadata=&state=`).
+    from e2b import SandboxQuery, SandboxState
+
+    life = Sandbox.create(metadata={"suite": "interop", "role": "life"}, timeout=600)
+    life.commands.run(
+        "i=0; while true; do i=$((i+1)); echo $i > /home/user/counter; sleep 0.1; done",
+        background=True,
+    )
+    time.sleep(0.6)
+    check("pause", life.pause() is True)
+    check("pause again is False", life.pause() is False)
+    check("get_info paused", life.get_info().state == SandboxState.PAUSED, repr(life.get_info().state))
+    paused = [i.sandbox_id for i in Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()]
+    check("list paused", paused == [life.sandbox_id], repr(paused))
+    running = [i.sandbox_id for i in Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING])).next_items()]
+    check("list running leaves the paused one out", life.sandbox_id not in running and sbx.sandbox_id in running, repr(running))
+    by_meta = [i.sandbox_id for i in Sandbox.list(query=SandboxQuery(metadata={"role": "life"})).next_items()]
+    check("list by metadata", by_meta == [life.sandbox_id], repr(by_meta))
+    expect_raise(
+        "commands on a paused sandbox raise SandboxNotRunningException",
+        SandboxNotRunningException,
+        lambda: life.commands.run("true"),
+    )
+    time.sleep(1.5)
+    resumed = Sandbox.connect(life.sandbox_id)
+    check("connect resumes", resumed.get_info().state == SandboxState.RUNNING)
+    c1 = int(resumed.files.read("/home/user/counter"))
+    time.sleep(0.6)
+    c2 = int(resumed.files.read("/home/user/counter"))
+    check("the processes were frozen while paused", 3 <= c1 <= 12, repr(c1))
+    check("and run again after the resume", c2 > c1, repr((c1, c2)))
+    # get_metrics: `GET /sandboxes/{id}/metrics` -> `[SandboxMetric]` (`_cls_get_metrics`).
+    m = resumed.get_metrics()
+    check(
+        "get_metrics",
+        len(m) >= 1 and m[0].cpu_count == 2 and m[0].mem_total > 0 and m[0].mem_used > 0,
+        repr(m),
+    )
+    # set_timeout: `POST /sandboxes/{id}/timeout` overwrites the end; at it the sandbox ends.
+    resumed.set_timeout(1)
+    time.sleep(2.5)
+    check("set_timeout expiry ends the sandbox", resumed.is_running() is False)
+    left = [i.sandbox_id for i in Sandbox.list().next_items()]
+    check("an expired sandbox is not listed", life.sandbox_id not in left, repr(left))
 
     # A second sandbox is isolated from the first.
     other = Sandbox.create()

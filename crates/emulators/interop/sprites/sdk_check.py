@@ -181,6 +181,51 @@ try:
 except APIError as e:
     check("exec on an unknown sprite is an error", e.status_code == 500, repr(e))
 
+# -- labels and the list's filters ---------------------------------------------------------------
+# Labels are a string list on create and on `PUT /v1/sprites/{name}` (sprites-py `client.py`
+# `create_sprite`/`update_sprite`; sprites-go `types.go` `CreateSpriteRequest`/`SpriteInfo`).
+labelled = client.create_sprite("interop-lab-a", labels=["team-a", "gpu"])
+check("labels on create", labelled.labels == ["team-a", "gpu"], repr(labelled.labels))
+check("labels kept", client.get_sprite("interop-lab-a").labels == ["team-a", "gpu"])
+client.create_sprite("interop-lab-b")
+updated = client.update_sprite("interop-lab-b", labels=["team-b"])
+check("update_sprite labels", updated.name == "interop-lab-b", repr(updated))
+check("labels updated", client.get_sprite("interop-lab-b").labels == ["team-b"])
+# `list_sprites(ListOptions(prefix=, max_results=, continuation_token=))` (`client.py`).
+names = sorted(s.name for s in client.list_sprites(sprites.types.ListOptions(prefix="interop-lab-")).sprites)
+check("list prefix", names == ["interop-lab-a", "interop-lab-b"], repr(names))
+page = client.list_sprites(sprites.types.ListOptions(prefix="interop-lab-", max_results=1))
+check("list page", [s.name for s in page.sprites] == ["interop-lab-a"] and page.has_more, repr(page))
+page = client.list_sprites(
+    sprites.types.ListOptions(prefix="interop-lab-", max_results=1, continuation_token=page.next_continuation_token)
+)
+check("list next page", [s.name for s in page.sprites] == ["interop-lab-b"] and not page.has_more, repr(page))
+check("list_all_sprites prefix", sorted(s.name for s in client.list_all_sprites(prefix="interop-lab-")) == names)
+client.destroy_sprite("interop-lab-a")
+client.destroy_sprite("interop-lab-b")
+
+# -- checkpoints ------------------------------------------------------------------------------------
+# `POST /checkpoint` and `POST /checkpoints/{id}/restore` answer NDJSON `StreamMessage`s,
+# `GET /checkpoints` a JSON list of `{id, create_time, comment}` (sprites-py `checkpoint.py`,
+# `sprite.py`; sprites-go `checkpoint.go`, `types.go`). Restoring brings the files back.
+sprite.run("sh", "-c", "mkdir -p /home/sprite/cp && printf one > /home/sprite/cp/f", capture_output=True)
+msgs = list(sprite.create_checkpoint("first"))
+check("create_checkpoint streams messages", msgs and all(m.type == "info" for m in msgs), repr(msgs))
+cps = sprite.list_checkpoints()
+check("list_checkpoints", [c.comment for c in cps] == ["first"] and cps[0].id, repr(cps))
+cp = sprite.get_checkpoint(cps[0].id)
+check("get_checkpoint", cp.id == cps[0].id and cp.comment == "first", repr(cp))
+sprite.run("sh", "-c", "printf two > /home/sprite/cp/f; printf new > /home/sprite/cp/g", capture_output=True)
+msgs = list(sprite.restore_checkpoint(cp.id))
+check("restore_checkpoint streams messages", msgs and all(m.type == "info" for m in msgs), repr(msgs))
+r = sprite.run("sh", "-c", "cat /home/sprite/cp/f; test -e /home/sprite/cp/g && echo g-left || echo g-gone", capture_output=True)
+check("restore brings the files back", r.stdout == b"oneg-gone\n", repr(r.stdout))
+try:
+    sprite.get_checkpoint("v999")
+    check("an unknown checkpoint is not found", False, "no exception")
+except sprites.exceptions.NotFoundError:
+    check("an unknown checkpoint is not found", True)
+
 client.destroy_sprite("interop-py")
 check("destroy_sprite", "interop-py" not in [s.name for s in client.list_sprites().sprites])
 print("OK", flush=True)

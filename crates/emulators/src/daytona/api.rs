@@ -19,16 +19,19 @@ struct CreateSandbox {
     env: BTreeMap<String, String>,
     labels: BTreeMap<String, String>,
     target: Option<String>,
+    auto_stop_interval: Option<u64>,
 }
 
-fn dto(state: &State, s: &SandboxEntry, status: &str) -> serde_json::Value {
+fn dto(state: &State, s: &SandboxEntry, status: Option<&str>) -> serde_json::Value {
+    let life = s.life.lock().expect("life");
+    let status = status.unwrap_or(life.state);
     serde_json::json!({
         "id": s.id,
         "organizationId": super::ORG,
         "name": s.name,
         "user": "daytona",
         "env": s.env,
-        "labels": s.labels,
+        "labels": life.labels,
         "public": false,
         "networkBlockAll": false,
         "kvm": false,
@@ -38,13 +41,13 @@ fn dto(state: &State, s: &SandboxEntry, status: &str) -> serde_json::Value {
         "memory": 1,
         "disk": 3,
         "state": status,
-        "desiredState": if status == "destroying" { "destroyed" } else { "started" },
+        "desiredState": if status == "destroying" { "destroyed" } else { status },
         "snapshot": "daytonaio/sandbox:0.4.3",
-        "autoStopInterval": 15,
+        "autoStopInterval": life.auto_stop,
         "autoArchiveInterval": 10080,
         "autoDeleteInterval": -1,
         "createdAt": s.created_at,
-        "updatedAt": s.created_at,
+        "updatedAt": life.updated_at,
         "daemonVersion": "0.226.1",
         "toolboxProxyUrl": format!("{}/toolbox", state.base_url),
     })
@@ -116,12 +119,17 @@ pub(super) async fn create(
     labels
         .entry("code-toolbox-language".into())
         .or_insert_with(|| "python".into());
+    let now = super::files::rfc3339(std::time::SystemTime::now());
     let entry = Arc::new(SandboxEntry {
         name: req.name.unwrap_or_else(|| id.clone()),
         id: id.clone(),
-        created_at: super::files::rfc3339(std::time::SystemTime::now()),
+        created_at: now.clone(),
         env: req.env,
-        labels,
+        life: Mutex::new(super::Life::new(
+            labels,
+            now,
+            req.auto_stop_interval.unwrap_or(15),
+        )),
         sandbox,
         sessions: Mutex::new(Default::default()),
     });
@@ -131,7 +139,7 @@ pub(super) async fn create(
         .expect("sandboxes")
         .insert(id, entry.clone());
     // NestJS @HttpCode(200): create answers 200, not 201.
-    json_response(StatusCode::OK, &dto(&state, &entry, "started"))
+    json_response(StatusCode::OK, &dto(&state, &entry, None))
 }
 
 pub(super) async fn get_one(
@@ -145,35 +153,42 @@ pub(super) async fn get_one(
         return r;
     }
     match state.sandbox(&id) {
-        Some(s) => json_response(StatusCode::OK, &dto(&state, &s, "started")),
+        Some(s) => json_response(StatusCode::OK, &dto(&state, &s, None)),
         None => not_found(&id, &uri, &method),
     }
 }
 
-#[derive(Default, Deserialize)]
-#[serde(default)]
-pub(super) struct ListQuery {
-    labels: Option<String>,
-    page: Option<usize>,
-    limit: Option<usize>,
+/// The query pairs, percent-decoded, repeated keys kept (`states` is `multi`: one pair per state,
+/// `daytona_api_client/api/sandbox_api.py` `_list_sandboxes_serialize`).
+fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
+    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .map(|q| q.0)
+        .unwrap_or_default()
 }
 
-/// `GET /sandbox` and `GET /sandbox/paginated`: `labels` is a JSON object (the SDKs send
-/// `json.dumps(labels)`, `daytona/_sync/daytona.py` `list`) and a sandbox matches when it
-/// carries every pair; pages are 1-based, 10 items by default, as the API documents.
+/// `GET /sandbox` (SDK 0.226.1: `ListSandboxesResponse {items, nextCursor}`, cursor pages) and
+/// `GET /sandbox/paginated` (`{items, total, page, totalPages}`). `labels` is a JSON object (the
+/// SDK sends `json.dumps(labels)`, `daytona/_sync/daytona.py` `_fetch_sandbox_page`) and a
+/// sandbox matches when it carries every pair; `states` (repeated or comma-separated), `id` and
+/// `name` filter too; `limit` bounds a page.
 pub(super) async fn list(
     AxState(state): AxState<Arc<State>>,
     headers: HeaderMap,
     uri: Uri,
     method: Method,
-    axum::extract::Query(q): axum::extract::Query<ListQuery>,
 ) -> Response {
     if let Some(r) = check(&state, &headers, &uri, &method) {
         return r;
     }
-    let filter: BTreeMap<String, String> = match q.labels.as_deref().filter(|l| !l.is_empty()) {
+    let q = query_pairs(&uri);
+    let get = |k: &str| {
+        q.iter()
+            .find(|(key, v)| key == k && !v.is_empty())
+            .map(|(_, v)| v.clone())
+    };
+    let filter: BTreeMap<String, String> = match get("labels") {
         None => BTreeMap::new(),
-        Some(l) => match serde_json::from_str(l) {
+        Some(l) => match serde_json::from_str(&l) {
             Ok(f) => f,
             Err(_) => {
                 return envelope(
@@ -187,22 +202,48 @@ pub(super) async fn list(
             }
         },
     };
+    let states: Vec<String> = q
+        .iter()
+        .filter(|(k, _)| k == "states" || k == "states[]")
+        .flat_map(|(_, v)| v.split(',').map(str::to_owned).collect::<Vec<_>>())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let (id, name) = (get("id"), get("name"));
     let mut items: Vec<_> = state
         .sandboxes
         .lock()
         .expect("sandboxes")
         .values()
-        .filter(|s| filter.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
-        .map(|s| (s.id.clone(), dto(&state, s, "started")))
+        .filter(|s| {
+            let life = s.life.lock().expect("life");
+            filter.iter().all(|(k, v)| life.labels.get(k) == Some(v))
+                && (states.is_empty() || states.iter().any(|st| st == life.state))
+                && id.as_ref().is_none_or(|i| *i == s.id)
+                && name.as_ref().is_none_or(|n| *n == s.name)
+        })
+        .map(|s| (s.id.clone(), dto(&state, s, None)))
         .collect();
     items.sort_by(|a, b| a.0.cmp(&b.0));
     let items: Vec<_> = items.into_iter().map(|(_, v)| v).collect();
-    if !uri.path().ends_with("/paginated") {
-        return json_response(StatusCode::OK, &serde_json::Value::Array(items));
-    }
     let total = items.len();
-    let limit = q.limit.unwrap_or(10).max(1);
-    let page = q.page.unwrap_or(1).max(1);
+    let limit = get("limit").and_then(|l| l.parse::<usize>().ok());
+    if !uri.path().ends_with("/paginated") {
+        let from = get("cursor")
+            .and_then(|c| c.parse::<usize>().ok())
+            .unwrap_or(0);
+        let limit = limit.unwrap_or(100).max(1);
+        let page: Vec<_> = items.into_iter().skip(from).take(limit).collect();
+        let next = (from + limit < total).then(|| (from + limit).to_string());
+        return json_response(
+            StatusCode::OK,
+            &serde_json::json!({"items": page, "nextCursor": next}),
+        );
+    }
+    let limit = limit.unwrap_or(10).max(1);
+    let page = get("page")
+        .and_then(|p| p.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
     let pages = total.div_ceil(limit).max(1);
     let items: Vec<_> = items
         .into_iter()
@@ -213,6 +254,151 @@ pub(super) async fn list(
         StatusCode::OK,
         &serde_json::json!({"items": items, "total": total, "page": page, "totalPages": pages}),
     )
+}
+
+fn sandbox_error(message: &str, uri: &Uri, method: &Method) -> Response {
+    envelope(
+        StatusCode::BAD_REQUEST,
+        message,
+        Some("BAD_REQUEST"),
+        "DAYTONA_API",
+        uri.path(),
+        method.as_str(),
+    )
+}
+
+/// `POST /sandbox/{id}/start` (`sandbox.service.ts` `start`): a stopped or archived sandbox
+/// starts (at once here: no `starting` state is observed), a started one is returned as is.
+pub(super) async fn start(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    if let Some(r) = check(&state, &headers, &uri, &method) {
+        return r;
+    }
+    let Some(s) = state.sandbox(&id) else {
+        return not_found(&id, &uri, &method);
+    };
+    {
+        let mut life = s.life.lock().expect("life");
+        if life.state != "started" {
+            life.state = "started";
+            life.touch();
+        }
+    }
+    json_response(StatusCode::OK, &dto(&state, &s, None))
+}
+
+/// `POST /sandbox/{id}/stop` (`sandbox.service.ts` `stop`): only a started sandbox stops
+/// ("Sandbox is not in a stoppable state"); its processes die, its filesystem stays.
+pub(super) async fn stop(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    if let Some(r) = check(&state, &headers, &uri, &method) {
+        return r;
+    }
+    let Some(s) = state.sandbox(&id) else {
+        return not_found(&id, &uri, &method);
+    };
+    if s.life.lock().expect("life").state != "started" {
+        return sandbox_error("Sandbox is not in a stoppable state", &uri, &method);
+    }
+    s.stop();
+    json_response(StatusCode::OK, &dto(&state, &s, None))
+}
+
+/// `POST /sandbox/{id}/archive` (`sandbox.service.ts` `archive`): only a stopped sandbox
+/// ("Sandbox is not stopped"); its files are kept (start brings it back).
+pub(super) async fn archive(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    if let Some(r) = check(&state, &headers, &uri, &method) {
+        return r;
+    }
+    let Some(s) = state.sandbox(&id) else {
+        return not_found(&id, &uri, &method);
+    };
+    {
+        let mut life = s.life.lock().expect("life");
+        if life.state != "stopped" {
+            drop(life);
+            return sandbox_error("Sandbox is not stopped", &uri, &method);
+        }
+        life.state = "archived";
+        life.touch();
+    }
+    json_response(StatusCode::OK, &dto(&state, &s, None))
+}
+
+#[derive(Deserialize)]
+struct Labels {
+    labels: BTreeMap<String, String>,
+}
+
+/// `PUT /sandbox/{id}/labels` `{"labels": {...}}` (`replaceLabels`: the whole set is replaced);
+/// answers `SandboxLabels`.
+pub(super) async fn replace_labels(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+    body: Bytes,
+) -> Response {
+    if let Some(r) = check(&state, &headers, &uri, &method) {
+        return r;
+    }
+    let Some(s) = state.sandbox(&id) else {
+        return not_found(&id, &uri, &method);
+    };
+    let Ok(req) = serde_json::from_slice::<Labels>(&body) else {
+        return sandbox_error("labels must be an object of strings", &uri, &method);
+    };
+    let mut life = s.life.lock().expect("life");
+    life.labels = req.labels;
+    life.touch();
+    json_response(StatusCode::OK, &serde_json::json!({"labels": life.labels}))
+}
+
+/// `POST /sandbox/{id}/autostop/{interval}` (`setAutostopInterval`): minutes of inactivity
+/// before the sandbox stops, 0 disables it; a negative or non-integer interval is a 400.
+pub(super) async fn set_autostop(
+    AxState(state): AxState<Arc<State>>,
+    Path((id, interval)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    if let Some(r) = check(&state, &headers, &uri, &method) {
+        return r;
+    }
+    let Some(s) = state.sandbox(&id) else {
+        return not_found(&id, &uri, &method);
+    };
+    let Ok(minutes) = interval.parse::<u64>() else {
+        return sandbox_error(
+            "Auto-stop interval must be a non-negative integer",
+            &uri,
+            &method,
+        );
+    };
+    {
+        let mut life = s.life.lock().expect("life");
+        life.auto_stop = minutes;
+        life.touch();
+    }
+    json_response(StatusCode::OK, &dto(&state, &s, None))
 }
 
 pub(super) async fn delete(
@@ -228,7 +414,7 @@ pub(super) async fn delete(
     let Some(s) = state.sandbox(&id) else {
         return not_found(&id, &uri, &method);
     };
-    let body = dto(&state, &s, "destroying");
+    let body = dto(&state, &s, Some("destroying"));
     state.destroy(&s.id);
     json_response(StatusCode::OK, &body)
 }

@@ -767,6 +767,215 @@ pub(super) async fn delete(sb: Arc<SandboxEntry>, req: Request) -> Response {
     .await
 }
 
+fn bad_request(message: &str, route: &str, method: &str) -> Response {
+    daemon_error(
+        StatusCode::BAD_REQUEST,
+        &format!("bad request: {message}"),
+        Some("BAD_REQUEST"),
+        route,
+        method,
+    )
+}
+
+/// Go's text for an errno (`syscall.Errno.Error()`), for the daemon's error strings.
+fn go_errno(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => "no such file or directory".into(),
+        Some(libc::EACCES) => "permission denied".into(),
+        Some(libc::EISDIR) => "is a directory".into(),
+        Some(libc::ENOTDIR) => "not a directory".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// Copies `src` to `dst` (recursively for a directory, keeping modes): `MoveFile`'s fallback
+/// when `os.Rename` fails (another mount).
+fn copy_tree(src: &Path, dst: &Path) -> std::io::Result<()> {
+    let md = std::fs::symlink_metadata(src)?;
+    if md.is_dir() {
+        std::fs::create_dir(dst)?;
+        std::fs::set_permissions(dst, md.permissions())?;
+        for e in std::fs::read_dir(src)? {
+            let e = e?;
+            copy_tree(&e.path(), &dst.join(e.file_name()))?;
+        }
+        Ok(())
+    } else {
+        std::fs::copy(src, dst).map(|_| ())
+    }
+}
+
+/// `POST /files/move?source=&destination=` (`toolbox/fs/move_file.go`): both required; the
+/// source and the destination's directory must exist (404), the destination must not (409);
+/// a rename, else a copy and a removal. 200 without a body.
+pub(super) async fn move_file(sb: Arc<SandboxEntry>, req: Request) -> Response {
+    let route = rel(&sb, &req);
+    let q = query(&req);
+    let (Some(src), Some(dst)) = (
+        param(&q, "source").filter(|p| !p.is_empty()),
+        param(&q, "destination").filter(|p| !p.is_empty()),
+    ) else {
+        return bad_request("source and destination paths are required", &route, "POST");
+    };
+    as_daemon(&sb, &route.clone(), "POST", move |fs| {
+        let (src_p, dst_p) = (sandbox_path(&src), sandbox_path(&dst));
+        let (hs, hd) = (fs.path(&src_p), fs.path(&dst_p));
+        if let Err(e) = std::fs::metadata(&hs) {
+            return io_error(&e, &format!("stat {src_p}"), &route, "POST");
+        }
+        let parent = Path::new(&dst_p)
+            .parent()
+            .map_or_else(|| "/".to_owned(), |p| p.to_string_lossy().into_owned());
+        if let Err(e) = std::fs::metadata(fs.path(&parent)) {
+            return io_error(&e, &format!("stat {parent}"), &route, "POST");
+        }
+        if std::fs::metadata(&hd).is_ok() {
+            return daemon_error(
+                StatusCode::CONFLICT,
+                "conflict: destination already exists",
+                Some("CONFLICT"),
+                &route,
+                "POST",
+            );
+        }
+        if std::fs::rename(&hs, &hd).is_err() {
+            if let Err(e) = copy_tree(&hs, &hd) {
+                return bad_request(&format!("failed to move file: {e}"), &route, "POST");
+            }
+            let removed = if hs.is_dir() {
+                std::fs::remove_dir_all(&hs)
+            } else {
+                std::fs::remove_file(&hs)
+            };
+            if let Err(e) = removed {
+                return json_response(
+                    StatusCode::OK,
+                    &serde_json::json!({
+                        "message": "file copied successfully but source could not be deleted",
+                        "error": format!("failed to delete source: {e}"),
+                    }),
+                );
+            }
+        }
+        StatusCode::OK.into_response()
+    })
+    .await
+}
+
+#[derive(serde::Deserialize)]
+struct ReplaceRequest {
+    files: Vec<String>,
+    pattern: String,
+    #[serde(rename = "newValue")]
+    new_value: Option<String>,
+}
+
+/// `POST /files/replace` `{files, pattern, newValue}` (`toolbox/fs/replace_in_files.go`): every
+/// occurrence of the literal pattern, file by file; one `{file, success, error?}` per file,
+/// errors as Go words them; 200.
+pub(super) async fn replace(sb: Arc<SandboxEntry>, req: Request) -> Response {
+    let route = rel(&sb, &req);
+    let body = match axum::body::to_bytes(req.into_body(), 64 << 20).await {
+        Ok(b) => b,
+        Err(e) => return bad_request(&format!("invalid request body: {e}"), &route, "POST"),
+    };
+    let r: ReplaceRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(&format!("invalid request body: {e}"), &route, "POST"),
+    };
+    as_daemon(&sb, &route.clone(), "POST", move |fs| {
+        let new_value = r.new_value.unwrap_or_default();
+        let results: Vec<serde_json::Value> = r
+            .files
+            .iter()
+            .map(|f| {
+                let host = fs.path(&sandbox_path(f));
+                let content = match std::fs::read(&host) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let op = if host.is_dir() { "read" } else { "open" };
+                        return serde_json::json!({"file": f, "success": false, "error": format!("{op} {f}: {}", go_errno(&e))});
+                    }
+                };
+                let text = String::from_utf8_lossy(&content).replace(&r.pattern, &new_value);
+                match std::fs::write(&host, text) {
+                    Ok(()) => serde_json::json!({"file": f, "success": true}),
+                    Err(e) => serde_json::json!({"file": f, "success": false, "error": format!("open {f}: {}", go_errno(&e))}),
+                }
+            })
+            .collect();
+        json_response(StatusCode::OK, &serde_json::Value::Array(results))
+    })
+    .await
+}
+
+/// `POST /files/permissions?path=&mode=&owner=&group=` (`toolbox/fs/set_file_permissions.go`):
+/// `mode` octal, `owner`/`group` names or numeric ids, each optional; 200 without a body.
+pub(super) async fn permissions(sb: Arc<SandboxEntry>, req: Request) -> Response {
+    let route = rel(&sb, &req);
+    let q = query(&req);
+    let Some(p) = param(&q, "path").filter(|p| !p.is_empty()) else {
+        return bad_request("path is required", &route, "POST");
+    };
+    let mode = param(&q, "mode").filter(|m| !m.is_empty());
+    let owner = param(&q, "owner").filter(|m| !m.is_empty());
+    let group = param(&q, "group").filter(|m| !m.is_empty());
+    let users = {
+        let mut u = vec![sb.sandbox.user().clone()];
+        u.push(crate::harness::User::root());
+        u
+    };
+    as_daemon(&sb, &route.clone(), "POST", move |fs| {
+        let sp = sandbox_path(&p);
+        let host = fs.path(&sp);
+        if let Err(e) = std::fs::metadata(&host) {
+            return io_error(&e, &format!("stat {sp}"), &route, "POST");
+        }
+        if let Some(m) = mode {
+            let Ok(bits) = u32::from_str_radix(&m, 8) else {
+                return bad_request("invalid mode format", &route, "POST");
+            };
+            if let Err(e) = std::fs::set_permissions(&host, std::fs::Permissions::from_mode(bits)) {
+                return bad_request(
+                    &format!("failed to change mode: chmod {sp}: {}", go_errno(&e)),
+                    &route,
+                    "POST",
+                );
+            }
+        }
+        if owner.is_some() || group.is_some() {
+            let lookup = |name: &str| -> Option<u32> {
+                name.parse::<u32>()
+                    .ok()
+                    .or_else(|| users.iter().find(|u| u.name == name).map(|u| u.uid))
+            };
+            let uid = match &owner {
+                None => None,
+                Some(o) => match lookup(o) {
+                    Some(u) => Some(u),
+                    None => return bad_request("user not found", &route, "POST"),
+                },
+            };
+            let gid = match &group {
+                None => None,
+                Some(g) => match lookup(g) {
+                    Some(u) => Some(u),
+                    None => return bad_request("group not found", &route, "POST"),
+                },
+            };
+            if let Err(e) = std::os::unix::fs::chown(&host, uid, gid) {
+                return bad_request(
+                    &format!("failed to change ownership: chown {sp}: {}", go_errno(&e)),
+                    &route,
+                    "POST",
+                );
+            }
+        }
+        StatusCode::OK.into_response()
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -77,6 +77,8 @@ pub(crate) struct State {
     pub(crate) faults: FaultHandle,
     pub(crate) sandboxes: Mutex<HashMap<String, Arc<SandboxEntry>>>,
     pub(crate) gone: Mutex<HashSet<String>>,
+    /// The length of an `autoStopInterval` minute.
+    pub(crate) minute: Mutex<std::time::Duration>,
 }
 
 /// One emulated sandbox.
@@ -85,12 +87,94 @@ pub(crate) struct SandboxEntry {
     pub(crate) name: String,
     pub(crate) created_at: String,
     pub(crate) env: BTreeMap<String, String>,
-    pub(crate) labels: BTreeMap<String, String>,
     pub(crate) sandbox: Arc<Sandbox>,
+    /// What the control plane changes: state, labels, auto-stop, last activity.
+    pub(crate) life: Mutex<Life>,
     pub(crate) sessions: Mutex<HashMap<String, Arc<process::Session>>>,
 }
 
+/// A sandbox's control-plane state.
+pub(crate) struct Life {
+    /// `started`, `stopped` or `archived` (every transition is immediate here).
+    pub(crate) state: &'static str,
+    pub(crate) labels: BTreeMap<String, String>,
+    /// `autoStopInterval` in minutes; 0 disables it.
+    pub(crate) auto_stop: u64,
+    pub(crate) last_activity: std::time::Instant,
+    pub(crate) updated_at: String,
+}
+
+impl Life {
+    /// A started sandbox; `autoStopInterval` defaults to 15 minutes (the API's default).
+    pub(crate) fn new(labels: BTreeMap<String, String>, now: String, auto_stop: u64) -> Life {
+        Life {
+            state: "started",
+            labels,
+            auto_stop,
+            last_activity: std::time::Instant::now(),
+            updated_at: now,
+        }
+    }
+
+    pub(crate) fn touch(&mut self) {
+        self.last_activity = std::time::Instant::now();
+        self.updated_at = files::rfc3339(std::time::SystemTime::now());
+    }
+}
+
+impl SandboxEntry {
+    /// Stops the sandbox: its sessions and processes die, its files stay.
+    pub(crate) fn stop(&self) {
+        for s in self.sessions.lock().expect("sessions").drain() {
+            s.1.kill();
+        }
+        self.sandbox.kill_processes();
+        let mut life = self.life.lock().expect("life");
+        life.state = "stopped";
+        life.touch();
+    }
+}
+
+/// Stops started sandboxes idle for longer than their `autoStopInterval` (the API's auto-stop
+/// check runs on a timer; activity is any toolbox request, the proxy's `updateLastActivity`).
+async fn auto_stopper(state: std::sync::Weak<State>) {
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let Some(st) = state.upgrade() else { return };
+        let minute = *st.minute.lock().expect("minute");
+        let idle: Vec<Arc<SandboxEntry>> = st
+            .sandboxes
+            .lock()
+            .expect("sandboxes")
+            .values()
+            .filter(|s| {
+                let l = s.life.lock().expect("life");
+                l.state == "started"
+                    && l.auto_stop > 0
+                    && l.last_activity.elapsed() >= minute * l.auto_stop as u32
+            })
+            .cloned()
+            .collect();
+        for s in idle {
+            tracing::debug!(sandbox = %s.id, "auto-stop");
+            s.stop();
+        }
+    }
+}
+
 impl DaytonaEmulator {
+    /// How long one minute of `autoStopInterval` lasts (a minute unless a test shortens it).
+    pub fn set_minute(&self, minute: std::time::Duration) {
+        *self.state.minute.lock().expect("minute") = minute;
+    }
+
+    /// A sandbox's state as the control plane reports it (`started`, `stopped`, `archived`).
+    pub fn sandbox_state(&self, id: &str) -> Option<&'static str> {
+        self.state
+            .sandbox(id)
+            .map(|s| s.life.lock().expect("life").state)
+    }
+
     /// Starts the emulator.
     pub async fn start(options: EmulatorOptions) -> std::io::Result<DaytonaEmulator> {
         let faults = FaultHandle::new();
@@ -108,8 +192,10 @@ impl DaytonaEmulator {
             faults,
             sandboxes: Mutex::new(HashMap::new()),
             gone: Mutex::new(HashSet::new()),
+            minute: Mutex::new(std::time::Duration::from_secs(60)),
         });
         let server = Server::start(addr, router(state.clone())).await?;
+        tokio::spawn(auto_stopper(Arc::downgrade(&state)));
         Ok(DaytonaEmulator { server, state })
     }
 
@@ -298,7 +384,17 @@ fn router(state: Arc<State>) -> Router {
         .route("/api/sandbox/paginated", get(api::list))
         .route("/api/sandbox/{id}", get(api::get_one).delete(api::delete))
         .route("/api/sandbox/{id}/toolbox-proxy-url", get(api::proxy_url))
-        .route("/api/sandbox/{id}/start", post(api::get_one))
+        .route("/api/sandbox/{id}/start", post(api::start))
+        .route("/api/sandbox/{id}/stop", post(api::stop))
+        .route("/api/sandbox/{id}/archive", post(api::archive))
+        .route(
+            "/api/sandbox/{id}/labels",
+            axum::routing::put(api::replace_labels),
+        )
+        .route(
+            "/api/sandbox/{id}/autostop/{interval}",
+            post(api::set_autostop),
+        )
         .route("/toolbox/{id}/{*rest}", any(toolbox))
         .fallback(not_found)
         .with_state(state)
@@ -400,6 +496,24 @@ async fn toolbox(
             &method,
         );
     };
+    // The proxy forwards to the runner, which finds no address for a stopped sandbox's
+    // container and answers 400 "… Is the Sandbox started?" (runner
+    // `pkg/api/controllers/proxy.go` `getProxyTarget`); a request is activity otherwise.
+    {
+        let mut life = sb.life.lock().expect("life");
+        if life.state != "started" {
+            drop(life);
+            return envelope(
+                StatusCode::BAD_REQUEST,
+                "bad request: no IP address found. Is the Sandbox started?",
+                Some("BAD_REQUEST"),
+                "DAYTONA_RUNNER",
+                req.uri().path(),
+                &method,
+            );
+        }
+        life.last_activity = std::time::Instant::now();
+    }
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (method.as_str(), segs.as_slice()) {
         ("GET", ["version"]) => {
@@ -439,6 +553,9 @@ async fn toolbox(
         ("POST", ["files", "bulk-upload"]) => files::bulk_upload(sb, req).await,
         ("POST", ["files", "folder"]) => files::folder(sb, req).await,
         ("DELETE", ["files"] | ["files", ""]) => files::delete(sb, req).await,
+        ("POST", ["files", "move"]) => files::move_file(sb, req).await,
+        ("POST", ["files", "replace"]) => files::replace(sb, req).await,
+        ("POST", ["files", "permissions"]) => files::permissions(sb, req).await,
         _ => daemon_error(
             StatusCode::NOT_FOUND,
             "not found",

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use axum::body::Body;
 use axum::extract::Query;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -191,15 +191,116 @@ fn stat_entry(fs: &Fs, path: &str) -> Result<Value, RpcError> {
             _ => "FILE_TYPE_UNSPECIFIED",
         };
         let perm = target_md.as_ref().unwrap_or(&md);
-        return Ok(entry_json(path, &md, ft, target.as_deref(), perm));
+        let mut e = entry_json(path, &md, ft, target.as_deref(), perm);
+        with_metadata(&mut e, &host);
+        return Ok(e);
     }
-    Ok(entry_json(
-        path,
-        &md,
-        file_type_name(md.file_type()),
-        None,
-        &md,
-    ))
+    let mut e = entry_json(path, &md, file_type_name(md.file_type()), None, &md);
+    with_metadata(&mut e, &host);
+    Ok(e)
+}
+
+/// The xattr namespace of a file's user metadata (`shared/pkg/filesystem/xattr.go`
+/// `MetadataXattrPrefix`).
+const METADATA_XATTR_PREFIX: &str = "user.e2b.";
+/// `MaxMetadataTotalLen`: names (with the prefix) plus values, per file.
+const METADATA_MAX_TOTAL: usize = 4096;
+
+/// `filesystem.ReadMetadata`: the `user.e2b.*` xattrs, the prefix stripped; entries that are
+/// not UTF-8 are skipped; none (or a filesystem without xattrs) is an empty map.
+pub(crate) fn read_metadata(host: &Path) -> serde_json::Map<String, Value> {
+    let mut out = serde_json::Map::new();
+    for name in crate::harness::sys::list_xattrs(host).unwrap_or_default() {
+        let Some(key) = name.strip_prefix(METADATA_XATTR_PREFIX.as_bytes()) else {
+            continue;
+        };
+        let (Ok(key), Ok(value)) = (
+            std::str::from_utf8(key),
+            crate::harness::sys::get_xattr(host, &name).map(String::from_utf8),
+        ) else {
+            continue;
+        };
+        if let Ok(value) = value {
+            out.insert(key.to_owned(), Value::String(value));
+        }
+    }
+    out
+}
+
+/// `EntryInfo.metadata` (field 11), omitted when empty as protojson omits an empty map.
+fn with_metadata(entry: &mut Value, host: &Path) {
+    let md = read_metadata(host);
+    if !md.is_empty()
+        && let Some(e) = entry.as_object_mut()
+    {
+        e.insert("metadata".into(), Value::Object(md));
+    }
+}
+
+/// `filesystem.WriteMetadata`: the file's `user.e2b.*` set becomes exactly `metadata` (an upload
+/// without metadata clears what an earlier upload set). A filesystem without xattrs keeps the
+/// file and no metadata, as envd does.
+fn write_metadata(host: &Path, metadata: &[(String, String)]) -> io::Result<()> {
+    use crate::harness::sys;
+    let existing = match sys::list_xattrs(host) {
+        Ok(v) => v,
+        Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for name in existing {
+        if let Some(key) = name.strip_prefix(METADATA_XATTR_PREFIX.as_bytes())
+            && !metadata.iter().any(|(k, _)| k.as_bytes() == key)
+        {
+            match sys::remove_xattr(host, &name) {
+                Err(e) if e.raw_os_error() != Some(libc::ENODATA) => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    for (k, v) in metadata {
+        sys::set_xattr(host, &format!("{METADATA_XATTR_PREFIX}{k}"), v.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// `extractMetadataHeaders` and `ValidateMetadata` (`api/upload.go`, `xattr.go`): every
+/// `X-Metadata-<key>` header, the key lowercased (Go canonicalises header names, envd then
+/// lowercases); keys and values printable US-ASCII, keys at most 246 bytes, 4 KiB in all.
+fn metadata_headers(headers: &HeaderMap) -> Result<Vec<(String, String)>, String> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut total = 0;
+    for (name, value) in headers {
+        let Some(key) = name.as_str().strip_prefix("x-metadata-") else {
+            continue;
+        };
+        if key.is_empty() || out.iter().any(|(k, _)| k == key) {
+            continue;
+        }
+        let value = value.as_bytes();
+        if key.len() > 255 - METADATA_XATTR_PREFIX.len() {
+            return Err(format!(
+                "metadata key {key:?} exceeds {} bytes",
+                255 - METADATA_XATTR_PREFIX.len()
+            ));
+        }
+        if let Some((i, c)) = value
+            .iter()
+            .enumerate()
+            .find(|(_, c)| !(0x20..=0x7e).contains(*c))
+        {
+            return Err(format!(
+                "metadata value for key {key:?} contains non-printable-ASCII byte 0x{c:02x} at offset {i}"
+            ));
+        }
+        total += METADATA_XATTR_PREFIX.len() + key.len() + value.len();
+        out.push((key.to_owned(), String::from_utf8_lossy(value).into_owned()));
+    }
+    if total > METADATA_MAX_TOTAL {
+        return Err(format!(
+            "total metadata size {total} exceeds {METADATA_MAX_TOTAL} bytes"
+        ));
+    }
+    Ok(out)
 }
 
 /// `filepath.WalkDir` from `dir`, lexically, without following symlinks, to `depth` levels; the
@@ -224,13 +325,9 @@ fn walk(
         };
         let md = std::fs::symlink_metadata(e.path())?;
         let path = format!("{}/{name}", requested.trim_end_matches('/'));
-        out.push(entry_json(
-            &path,
-            &md,
-            file_type_name(md.file_type()),
-            None,
-            &md,
-        ));
+        let mut entry = entry_json(&path, &md, file_type_name(md.file_type()), None, &md);
+        with_metadata(&mut entry, &e.path());
+        out.push(entry);
         if md.is_dir() && level < depth {
             let sub = format!("{}/{name}", dir.trim_end_matches('/'));
             walk(fs, &path, &sub, depth, level + 1, out)?;
@@ -354,8 +451,11 @@ pub(crate) async fn dispatch(req: EnvdRequest, method: String) -> Response {
     ) {
         if matches!(
             method.as_str(),
-            "WatchDir" | "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher"
+            "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher"
         ) {
+            return watcher_call(req, &method).await;
+        }
+        if method == "WatchDir" {
             return RpcError::new(
                 "unimplemented",
                 format!("filesystem.Filesystem/{method} is not emulated"),
@@ -409,11 +509,190 @@ pub(crate) async fn dispatch(req: EnvdRequest, method: String) -> Response {
     }
 }
 
-fn unauthorized() -> Response {
-    plain_error(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized access, please provide a valid access token or method signing if supported",
+/// The polling watcher calls (`watch.rs`), unary with the JSON codec.
+async fn watcher_call(req: EnvdRequest, method: &str) -> Response {
+    if rpc::content_type(&req.headers) != "application/json" {
+        return rpc::unsupported_media_type("application/json");
+    }
+    let body = match axum::body::to_bytes(req.body, usize::MAX).await {
+        Ok(b) => b,
+        Err(e) => return RpcError::new("invalid_argument", e.to_string()).unary_response(),
+    };
+    let v = match rpc::parse(&body) {
+        Ok(v) => v,
+        Err(e) => return e.unary_response(),
+    };
+    let r = match method {
+        "CreateWatcher" => super::watch::create(&req.sbx, &v, &req.headers).await,
+        "GetWatcherEvents" => super::watch::events(&req.sbx, &v),
+        _ => super::watch::remove(&req.sbx, &v),
+    };
+    match r {
+        Ok(v) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            v.to_string(),
+        )
+            .into_response(),
+        Err(e) => e.unary_response(),
+    }
+}
+
+/// `generateSignature` (`envd/internal/api/auth.go`): `v1_` and the unpadded base64 of the
+/// SHA-256 of `path:operation:username:token[:expiration]` (the SDK's `get_signature` in
+/// `e2b/sandbox/signature.py` computes the same).
+pub(crate) fn signature(
+    path: &str,
+    operation: &str,
+    username: &str,
+    token: &str,
+    expiration: Option<&str>,
+) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let raw = match expiration {
+        None => format!("{path}:{operation}:{username}:{token}"),
+        Some(exp) => format!("{path}:{operation}:{username}:{token}:{exp}"),
+    };
+    let digest = sha2::Sha256::digest(raw.as_bytes());
+    format!(
+        "v1_{}",
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(digest.as_slice())
     )
+}
+
+/// `validateSigning` (`api/auth.go`): an `X-Access-Token` header must be the sandbox's token;
+/// without one, `signature` must be the signature of the request's raw `path` and `username`
+/// query parameters for this operation, and an expiration (Unix seconds) must not have passed.
+fn validate_signing(
+    req: &EnvdRequest,
+    q: &HashMap<String, String>,
+    operation: &str,
+) -> Result<(), String> {
+    let header = req
+        .headers
+        .get("x-access-token")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !header.is_empty() {
+        return if header == req.sbx.token {
+            Ok(())
+        } else {
+            Err("access token present in header but does not match".into())
+        };
+    }
+    let Some(sig) = q.get("signature") else {
+        return Err("missing signature query parameter".into());
+    };
+    signature_ok(q, operation, &req.sbx.token, sig)
+}
+
+fn signature_ok(
+    q: &HashMap<String, String>,
+    operation: &str,
+    token: &str,
+    sig: &str,
+) -> Result<(), String> {
+    let exp = q.get("signature_expiration");
+    let want = signature(
+        q.get("path").map(String::as_str).unwrap_or(""),
+        operation,
+        q.get("username").map(String::as_str).unwrap_or(""),
+        token,
+        exp.map(String::as_str),
+    );
+    if want != sig {
+        return Err("invalid signature".into());
+    }
+    if let Some(exp) = exp {
+        let exp: i64 = exp.parse().map_err(|_| "invalid signature".to_owned())?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        if exp < now {
+            return Err("signature is already expired".into());
+        }
+    }
+    Ok(())
+}
+
+/// The sandbox a signed `/files` request that names none is for: the one (exactly one) whose
+/// access token verifies its signature.
+pub(crate) fn signed_sandbox(state: &super::State, method: &Method, uri: &Uri) -> Option<String> {
+    let q = Query::<HashMap<String, String>>::try_from_uri(uri).ok()?.0;
+    let sig = q.get("signature")?;
+    let operation = match *method {
+        Method::GET => "read",
+        Method::POST => "write",
+        _ => return None,
+    };
+    let sandboxes = state.sandboxes.lock().expect("sandboxes");
+    let mut matching = sandboxes.values().filter(|s| {
+        signature(
+            q.get("path").map(String::as_str).unwrap_or(""),
+            operation,
+            q.get("username").map(String::as_str).unwrap_or(""),
+            &s.token,
+            q.get("signature_expiration").map(String::as_str),
+        ) == *sig
+    });
+    let first = matching.next()?;
+    matching.next().is_none().then(|| first.id.clone())
+}
+
+/// `parseEncoding`: the coding without its parameters, lowercased.
+fn parse_encoding(value: &str) -> String {
+    value
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// `parseAcceptEncoding` (`api/encoding.go`): the best coding envd supports by quality, gzip
+/// being the only one; identity unless the header rejects it, which with no gzip is a 406.
+fn accepts_gzip(headers: &HeaderMap) -> Result<bool, String> {
+    let header = headers
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if header.trim().is_empty() {
+        return Ok(false);
+    }
+    let mut gzip_q: Option<f64> = None;
+    let mut identity_q: Option<f64> = None;
+    let mut wildcard_q: Option<f64> = None;
+    for item in header.split(',') {
+        let name = parse_encoding(item);
+        let q = item
+            .split(';')
+            .skip(1)
+            .filter_map(|p| {
+                let p = p.trim();
+                (p.len() > 2 && p[..2].eq_ignore_ascii_case("q="))
+                    .then(|| p[2..].parse::<f64>().ok())
+                    .flatten()
+            })
+            .next()
+            .unwrap_or(1.0);
+        match name.as_str() {
+            "gzip" => gzip_q = Some(q),
+            "identity" => identity_q = Some(q),
+            "*" => wildcard_q = Some(q),
+            _ => {}
+        }
+    }
+    let gzip = gzip_q.or(wildcard_q).unwrap_or(0.0);
+    let identity_rejected =
+        identity_q == Some(0.0) || (identity_q.is_none() && wildcard_q == Some(0.0));
+    if gzip > 0.0 && identity_q.is_none_or(|iq| gzip >= iq) {
+        return Ok(true);
+    }
+    if identity_rejected {
+        return Err("error parsing Accept-Encoding: no acceptable encoding found".into());
+    }
+    Ok(false)
 }
 
 fn query(req: &EnvdRequest) -> HashMap<String, String> {
@@ -423,11 +702,11 @@ fn query(req: &EnvdRequest) -> HashMap<String, String> {
 }
 
 /// `GET /files?path=&username=`: the raw bytes.
-pub(crate) async fn download(req: EnvdRequest, token_ok: bool) -> Response {
-    if !token_ok {
-        return unauthorized();
-    }
+pub(crate) async fn download(req: EnvdRequest) -> Response {
     let q = query(&req);
+    if let Err(m) = validate_signing(&req, &q, "read") {
+        return plain_error(StatusCode::UNAUTHORIZED, m);
+    }
     let user = match user_named(
         q.get("username")
             .map(String::as_str)
@@ -467,7 +746,11 @@ pub(crate) async fn download(req: EnvdRequest, token_ok: bool) -> Response {
             } else {
                 "application/octet-stream"
             };
-            (
+            let gzip = match accepts_gzip(&req.headers) {
+                Ok(g) => g,
+                Err(m) => return plain_error(StatusCode::NOT_ACCEPTABLE, m),
+            };
+            let mut resp = (
                 StatusCode::OK,
                 [
                     (header::CONTENT_TYPE, ct.to_owned()),
@@ -477,17 +760,41 @@ pub(crate) async fn download(req: EnvdRequest, token_ok: bool) -> Response {
                     ),
                     (header::VARY, "Accept-Encoding".to_owned()),
                 ],
-                Body::from(bytes),
             )
-                .into_response()
+                .into_response();
+            if gzip {
+                use std::io::Write as _;
+                let mut enc =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                if enc.write_all(&bytes).is_err() {
+                    return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "gzip failed");
+                }
+                let Ok(zipped) = enc.finish() else {
+                    return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "gzip failed");
+                };
+                resp.headers_mut().insert(
+                    header::CONTENT_ENCODING,
+                    header::HeaderValue::from_static("gzip"),
+                );
+                *resp.body_mut() = Body::from(zipped);
+            } else {
+                *resp.body_mut() = Body::from(bytes);
+            }
+            resp
         }
     }
 }
 
 /// [`write_one`] inside the sandbox.
-async fn write_in(sbx: &Sbx, path: String, data: Bytes, uid: u32) -> Result<Value, Response> {
+async fn write_in(
+    sbx: &Sbx,
+    path: String,
+    data: Bytes,
+    uid: u32,
+    metadata: Vec<(String, String)>,
+) -> Result<Value, Response> {
     sbx.sandbox
-        .fs(move |fs| Ok(write_one(fs, &path, &data, uid)))
+        .fs(move |fs| Ok(write_one(fs, &path, &data, uid, &metadata)))
         .await
         .unwrap_or_else(|e| {
             Err(plain_error(
@@ -497,7 +804,13 @@ async fn write_in(sbx: &Sbx, path: String, data: Bytes, uid: u32) -> Result<Valu
         })
 }
 
-fn write_one(fs: &Fs, path: &str, data: &[u8], uid: u32) -> Result<Value, Response> {
+fn write_one(
+    fs: &Fs,
+    path: &str,
+    data: &[u8],
+    uid: u32,
+    metadata: &[(String, String)],
+) -> Result<Value, Response> {
     let host = fs.path(path);
     if host.is_dir() {
         return Err(plain_error(
@@ -520,20 +833,33 @@ fn write_one(fs: &Fs, path: &str, data: &[u8], uid: u32) -> Result<Value, Respon
         }
     })?;
     super::chown(fs, &host, uid);
+    // `processFile`: the metadata is (re)written on every upload, then read back from disk for
+    // the answer's `metadata` (absent when there is none).
+    write_metadata(&host, metadata).map_err(|e| {
+        plain_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("error writing file metadata: {e}"),
+        )
+    })?;
     let name = Path::new(path)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    Ok(json!({"name": name, "type": "file", "path": path}))
+    let mut entry = json!({"name": name, "type": "file", "path": path});
+    let persisted = read_metadata(&host);
+    if !persisted.is_empty() {
+        entry["metadata"] = Value::Object(persisted);
+    }
+    Ok(entry)
 }
 
 /// `POST /files?path=&username=`: multipart (parts named `file`; the part's filename is the
 /// destination when `path` is absent) or `application/octet-stream`.
-pub(crate) async fn upload(req: EnvdRequest, token_ok: bool) -> Response {
-    if !token_ok {
-        return unauthorized();
-    }
+pub(crate) async fn upload(req: EnvdRequest) -> Response {
     let q = query(&req);
+    if let Err(m) = validate_signing(&req, &q, "write") {
+        return plain_error(StatusCode::UNAUTHORIZED, m);
+    }
     let user = match user_named(
         q.get("username")
             .map(String::as_str)
@@ -553,19 +879,45 @@ pub(crate) async fn upload(req: EnvdRequest, token_ok: bool) -> Response {
         .unwrap_or_default()
         .to_owned();
     let ct = rpc::content_type(&req.headers);
-    if req
-        .headers
-        .get(header::CONTENT_ENCODING)
-        .is_some_and(|v| v != "identity")
-    {
-        return plain_error(
-            StatusCode::BAD_REQUEST,
-            "the emulator does not take compressed uploads",
-        );
-    }
     let body = match axum::body::to_bytes(req.body, usize::MAX).await {
         Ok(b) => b,
         Err(e) => return plain_error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    // `getDecompressedBody` (`api/encoding.go`): gzip or identity; anything else is a 400.
+    let encoding = req
+        .headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let body = match parse_encoding(encoding).as_str() {
+        "" | "identity" => body,
+        "gzip" => {
+            use std::io::Read as _;
+            let mut out = Vec::new();
+            match flate2::read::MultiGzDecoder::new(&body[..]).read_to_end(&mut out) {
+                Ok(_) => Bytes::from(out),
+                Err(e) => {
+                    return plain_error(
+                        StatusCode::BAD_REQUEST,
+                        format!("error decompressing request body: {e}"),
+                    );
+                }
+            }
+        }
+        _ => {
+            return plain_error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "error decompressing request body: unsupported Content-Encoding: {encoding}, supported: [gzip]"
+                ),
+            );
+        }
+    };
+    let metadata = match metadata_headers(&req.headers) {
+        Ok(m) => m,
+        Err(m) => {
+            return plain_error(StatusCode::BAD_REQUEST, format!("invalid metadata: {m}"));
+        }
     };
     let mut written = Vec::new();
     match ct.as_str() {
@@ -576,7 +928,7 @@ pub(crate) async fn upload(req: EnvdRequest, token_ok: bool) -> Response {
                     "path is required for octet-stream uploads",
                 );
             };
-            match write_in(&req.sbx, path, body, user.uid).await {
+            match write_in(&req.sbx, path, body, user.uid, metadata.clone()).await {
                 Ok(v) => written.push(v),
                 Err(r) => return r,
             }
@@ -614,7 +966,7 @@ pub(crate) async fn upload(req: EnvdRequest, token_ok: bool) -> Response {
                     Ok(d) => d,
                     Err(e) => return plain_error(StatusCode::BAD_REQUEST, e.to_string()),
                 };
-                match write_in(&req.sbx, clean(&path), data, user.uid).await {
+                match write_in(&req.sbx, clean(&path), data, user.uid, metadata.clone()).await {
                     Ok(v) => written.push(v),
                     Err(r) => return r,
                 }

@@ -42,6 +42,7 @@ mod connect;
 mod fs;
 mod process;
 pub mod time;
+mod watch;
 
 /// The envd version reported (≥ 0.6.4 enables every feature of the SDK 2.x).
 pub const ENVD_VERSION: &str = "0.6.13";
@@ -110,9 +111,18 @@ pub(crate) struct Sbx {
     /// Set (before its processes are killed) when the sandbox goes away: its open streams end
     /// the way the proxy ends them, not with the killed processes' end events.
     gone: tokio::sync::watch::Sender<bool>,
+    /// Paused (`POST /sandboxes/{id}/pause`): its processes are stopped (`SIGSTOP`), envd is
+    /// unreachable through the proxy, its timeout does not run; `connect` resumes it.
+    paused: std::sync::atomic::AtomicBool,
+    /// envd's directory watchers (`CreateWatcher`).
+    watchers: Mutex<HashMap<String, Arc<watch::Watcher>>>,
 }
 
 impl Sbx {
+    fn is_paused(&self) -> bool {
+        self.paused.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn set_lifetime(&self, timeout: Duration) {
         *self.end_at.lock().expect("end_at") =
             (Instant::now() + timeout, SystemTime::now() + timeout);
@@ -194,6 +204,8 @@ impl State {
             end_at: Mutex::new((Instant::now(), SystemTime::now())),
             procs: Mutex::new(HashMap::new()),
             gone: tokio::sync::watch::channel(false).0,
+            paused: std::sync::atomic::AtomicBool::new(false),
+            watchers: Mutex::new(HashMap::new()),
         });
         sbx.set_lifetime(timeout);
         self.sandboxes
@@ -226,7 +238,7 @@ impl State {
             .lock()
             .expect("sandboxes")
             .values()
-            .filter(|s| s.end_at.lock().expect("end_at").0 <= now)
+            .filter(|s| !s.is_paused() && s.end_at.lock().expect("end_at").0 <= now)
             .map(|s| s.id.clone())
             .collect();
         for id in expired {
@@ -479,6 +491,8 @@ fn router(state: Arc<State>) -> Router {
         .route("/sandboxes/{id}/connect", post(connect_sandbox))
         .route("/v2/sandboxes/{id}/connect", post(connect_sandbox))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .route("/sandboxes/{id}/pause", post(pause_sandbox))
+        .route("/sandboxes/{id}/metrics", get(metrics))
         .fallback(envd)
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
@@ -557,7 +571,7 @@ fn detail_json(s: &Sbx) -> Value {
         "cpuCount": 2,
         "memoryMB": 512,
         "diskSizeMB": 22_000,
-        "state": "running",
+        "state": if s.is_paused() { "paused" } else { "running" },
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": s.token,
         "domain": null,
@@ -679,6 +693,15 @@ async fn connect_sandbox(
         return not_found_sandbox(&id);
     };
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    // `handlers/sandbox_connect.go`: a running sandbox answers 200 (its timeout only ever
+    // extended), a paused one is resumed with the timeout asked for (default 300 s) and
+    // answers 201.
+    if s.paused.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        s.sandbox.signal_processes(libc::SIGCONT);
+        let t = req.get("timeout").and_then(|t| t.as_u64()).unwrap_or(300);
+        s.set_lifetime(Duration::from_secs(t));
+        return plain_json(StatusCode::CREATED, sandbox_json(&s));
+    }
     if let Some(t) = req.get("timeout").and_then(|t| t.as_u64()) {
         let want = Instant::now() + Duration::from_secs(t);
         if want > s.end_at.lock().expect("end_at").0 {
@@ -686,6 +709,97 @@ async fn connect_sandbox(
         }
     }
     plain_json(StatusCode::OK, sandbox_json(&s))
+}
+
+/// `POST /sandboxes/{id}/pause` (`handlers/sandbox_pause.go`): 204; 409 when already paused.
+/// `mode: "filesystem"` drops the memory (the processes die); otherwise they are frozen.
+async fn pause_sandbox(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    state.record(&method, &uri, &headers);
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    let Some(s) = state.get(&id) else {
+        return not_found_sandbox(&id);
+    };
+    if s.paused.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return plain_error(
+            StatusCode::CONFLICT,
+            format!("Error pausing sandbox - sandbox '{id}' is already paused"),
+        );
+    }
+    let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if req.get("mode").and_then(|m| m.as_str()) == Some("filesystem") {
+        s.sandbox.kill_processes();
+    } else {
+        s.sandbox.signal_processes(libc::SIGSTOP);
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `GET /sandboxes/{id}/metrics`: one sample of now (`SandboxMetric`): the memory is the
+/// resident size of the sandbox's processes, the disk what the sandbox wrote; CPU count, memory
+/// and disk totals are the emulator's fixed sizes (those of `GET /sandboxes/{id}`).
+async fn metrics(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    state.record(&method, &uri, &headers);
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    let Some(s) = state.get(&id) else {
+        return not_found_sandbox(&id);
+    };
+    let rss: u64 = s
+        .sandbox
+        .processes()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/statm")).ok())
+        .filter_map(|m| m.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum::<u64>()
+        * 4096;
+    fn du(p: &std::path::Path) -> u64 {
+        let Ok(md) = std::fs::symlink_metadata(p) else {
+            return 0;
+        };
+        if md.is_dir() {
+            std::fs::read_dir(p)
+                .map(|d| d.flatten().map(|e| du(&e.path())).sum())
+                .unwrap_or(0)
+        } else {
+            md.len()
+        }
+    }
+    let disk = s.sandbox.upper_dir().map_or(0, |u| du(&u));
+    let now = SystemTime::now();
+    let unix = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    plain_json(
+        StatusCode::OK,
+        json!([{
+            "timestamp": time::rfc3339(now),
+            "timestampUnix": unix,
+            "cpuCount": 2,
+            "cpuUsedPct": 0.0,
+            "memUsed": rss,
+            "memTotal": 512u64 << 20,
+            "memCache": 0,
+            "diskUsed": disk,
+            "diskTotal": 22_000u64 << 20,
+        }]),
+    )
 }
 
 async fn get_sandbox(
@@ -773,26 +887,26 @@ async fn list(
             return plain_error(StatusCode::BAD_REQUEST, "Error parsing metadata");
         }
     };
-    // Every sandbox here runs: a `state` that leaves out `running` lists nothing.
-    let running = query
-        .get("state")
-        .is_none_or(|s| s.split(',').any(|s| s == "running"));
-    let all: Vec<Value> = if running {
-        state
-            .sandboxes
-            .lock()
-            .expect("sandboxes")
-            .values()
-            .filter(|s| {
-                filter
-                    .as_ref()
-                    .is_none_or(|f| f.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
-            })
-            .map(|s| detail_json(s))
-            .collect()
-    } else {
-        Vec::new()
+    // `state=running,paused` (both by default).
+    let wanted = |paused: bool| {
+        let name = if paused { "paused" } else { "running" };
+        query
+            .get("state")
+            .is_none_or(|s| s.split(',').any(|s| s == name))
     };
+    let all: Vec<Value> = state
+        .sandboxes
+        .lock()
+        .expect("sandboxes")
+        .values()
+        .filter(|s| wanted(s.is_paused()))
+        .filter(|s| {
+            filter
+                .as_ref()
+                .is_none_or(|f| f.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+        })
+        .map(|s| detail_json(s))
+        .collect();
     let total = all.len().to_string();
     let mut resp = plain_json(StatusCode::OK, Value::Array(all));
     if let Ok(v) = total.parse() {
@@ -916,6 +1030,15 @@ async fn envd(
     body: Body,
 ) -> Response {
     state.record(&method, &uri, &headers);
+    // Every answer, errors included, comes after the whole request body has been read: a server
+    // that answers early and leaves the body unread makes hyper close the connection, and a
+    // client that pooled it (the SDK keeps its connections alive) then fails its next request
+    // to a healthy sandbox with a transport error. Every envd route reads its body whole anyway
+    // (unary calls, client streams and uploads alike), so nothing streams less for this.
+    let body = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(b) => Body::from(b),
+        Err(e) => return plain_error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
     let id = match route_sandbox(&headers) {
         Ok(Some(id)) => id,
         Ok(None) => {
@@ -923,11 +1046,23 @@ async fn envd(
             if method == Method::GET && uri.path() == "/health" {
                 return (StatusCode::OK, "Health check successful").into_response();
             }
-            return plain_error(StatusCode::NOT_FOUND, "not found");
+            // A signed `/files` URL from `download_url`/`upload_url`: with `E2B_SANDBOX_URL`
+            // set (how the emulator is reached) the SDK builds it on that URL, so it names no
+            // sandbox; the sandbox whose access token verifies the signature is the one meant
+            // (the real service routes it by its `49983-<id>.<domain>` host instead).
+            match (uri.path() == "/files")
+                .then(|| fs::signed_sandbox(&state, &method, &uri))
+                .flatten()
+            {
+                Some(id) => id,
+                None => return plain_error(StatusCode::NOT_FOUND, "not found"),
+            }
         }
         Err(r) => return r,
     };
-    let Some(sbx) = state.get(&id) else {
+    // A paused sandbox is not in the proxy's catalog: without auto-resume the proxy answers as
+    // for one that does not exist (client-proxy `proxy.go` `catalogResolution`).
+    let Some(sbx) = state.get(&id).filter(|s| !s.is_paused()) else {
         return sandbox_not_found(&id);
     };
     let path = uri.path().to_owned();
@@ -959,8 +1094,8 @@ async fn envd(
     match (req.method.clone(), path.as_str()) {
         (Method::GET, "/health") => StatusCode::NO_CONTENT.into_response(),
         (Method::GET, "/envs") => plain_json(StatusCode::OK, json!(req.sbx.env_vars)),
-        (Method::GET, "/files") => fs::download(req, token_ok).await,
-        (Method::POST, "/files") => fs::upload(req, token_ok).await,
+        (Method::GET, "/files") => fs::download(req).await,
+        (Method::POST, "/files") => fs::upload(req).await,
         (Method::POST, p) if p.starts_with("/process.Process/") => {
             process::dispatch(req, p.trim_start_matches("/process.Process/").to_owned()).await
         }

@@ -179,3 +179,70 @@ pub(crate) fn euid() -> u32 {
     // SAFETY: geteuid(2) cannot fail and has no preconditions.
     unsafe { libc::geteuid() }
 }
+
+/// The names of a file's extended attributes (listxattr(2), following symlinks); empty where
+/// the filesystem has none.
+#[cfg(feature = "e2b")]
+pub(crate) fn list_xattrs(path: &Path) -> io::Result<Vec<Vec<u8>>> {
+    let p = c_path(path)?;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: `p` is NUL-terminated; `buf` is writable for `buf.len()` bytes.
+        let n = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            buf.truncate(n as usize);
+            return Ok(buf
+                .split(|b| *b == 0)
+                .filter(|n| !n.is_empty())
+                .map(<[u8]>::to_vec)
+                .collect());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ERANGE) && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 4, 0);
+            continue;
+        }
+        return Err(e);
+    }
+}
+
+/// One extended attribute's value (getxattr(2), following symlinks).
+#[cfg(feature = "e2b")]
+pub(crate) fn get_xattr(path: &Path, name: &[u8]) -> io::Result<Vec<u8>> {
+    let p = c_path(path)?;
+    let n = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: both strings are NUL-terminated; `buf` is writable for `buf.len()` bytes.
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(r as usize);
+    Ok(buf)
+}
+
+/// Sets an extended attribute (setxattr(2), following symlinks).
+#[cfg(feature = "e2b")]
+pub(crate) fn set_xattr(path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
+    let p = c_path(path)?;
+    let n = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: both strings are NUL-terminated; `value` is readable for its length.
+    check(unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    })
+}
+
+/// Removes an extended attribute (removexattr(2), following symlinks).
+#[cfg(feature = "e2b")]
+pub(crate) fn remove_xattr(path: &Path, name: &[u8]) -> io::Result<()> {
+    let p = c_path(path)?;
+    let n = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: both strings are NUL-terminated.
+    check(unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) })
+}

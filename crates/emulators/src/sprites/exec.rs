@@ -23,7 +23,9 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig
 use super::query::Query;
 use super::session::{Out, Session, drive};
 use super::wire::{self, EXIT, MAX_FRAME, STDERR, STDIN, STDIN_EOF, STDOUT};
-use super::{EnvMode, HOME, SPRITE_VERSION, Sprite, SpritesOptions, State, UnknownSprite, fs};
+use super::{
+    EnvMode, HOME, SPRITE_VERSION, Sprite, SpritesOptions, State, UnknownSprite, fs, lifecycle,
+};
 use crate::harness::{ConnControl, Fault, reset_connection};
 use crate::util::hex_id;
 
@@ -31,10 +33,31 @@ type St = AxState<Arc<State>>;
 
 pub(crate) fn router(state: Arc<State>) -> Router {
     Router::new()
-        .route("/v1/sprites", get(list_sprites).post(create_sprite))
+        .route(
+            "/v1/sprites",
+            get(lifecycle::list_sprites).post(create_sprite),
+        )
         .route(
             "/v1/sprites/{name}",
-            get(show_sprite).put(show_sprite).delete(delete_sprite),
+            get(show_sprite)
+                .put(lifecycle::update_sprite)
+                .delete(delete_sprite),
+        )
+        .route(
+            "/v1/sprites/{name}/checkpoint",
+            post(lifecycle::create_checkpoint),
+        )
+        .route(
+            "/v1/sprites/{name}/checkpoints",
+            get(lifecycle::list_checkpoints),
+        )
+        .route(
+            "/v1/sprites/{name}/checkpoints/{id}",
+            get(lifecycle::get_checkpoint),
+        )
+        .route(
+            "/v1/sprites/{name}/checkpoints/{id}/restore",
+            post(lifecycle::restore_checkpoint),
         )
         .route(
             "/v1/sprites/{name}/exec",
@@ -137,23 +160,6 @@ pub(crate) fn sprite_for(
 // ---------------------------------------------------------------------------------------------
 // Sprites
 
-async fn list_sprites(st: St, headers: HeaderMap) -> Response {
-    if let Err(r) = check_auth(&st, &headers) {
-        return r;
-    }
-    let all: Vec<Value> = st
-        .sprites
-        .lock()
-        .expect("sprites")
-        .values()
-        .map(|s| wire::sprite(&s.name, &s.id, s.created))
-        .collect();
-    json_response(
-        StatusCode::OK,
-        &json!({"sprites": all, "has_more": false, "next_continuation_token": null}),
-    )
-}
-
 async fn create_sprite(st: St, headers: HeaderMap, body: Bytes) -> Response {
     if let Err(r) = check_auth(&st, &headers) {
         return r;
@@ -163,10 +169,10 @@ async fn create_sprite(st: St, headers: HeaderMap, body: Bytes) -> Response {
         return json_response(StatusCode::BAD_REQUEST, &wire::error("name is required"));
     };
     match st.create_sprite(name) {
-        Ok((s, true)) => json_response(
-            StatusCode::CREATED,
-            &wire::sprite(&s.name, &s.id, s.created),
-        ),
+        Ok((s, true)) => {
+            lifecycle::set_created_labels(&s, &req);
+            json_response(StatusCode::CREATED, &s.info())
+        }
         Ok((_, false)) => {
             json_response(StatusCode::CONFLICT, &wire::error("sprite already exists"))
         }
@@ -179,7 +185,7 @@ async fn create_sprite(st: St, headers: HeaderMap, body: Bytes) -> Response {
 
 async fn show_sprite(st: St, Path(name): Path<String>, headers: HeaderMap) -> Response {
     match sprite_for(&st, &headers, &name) {
-        Ok(s) => json_response(StatusCode::OK, &wire::sprite(&s.name, &s.id, s.created)),
+        Ok(s) => json_response(StatusCode::OK, &s.info()),
         Err(r) => r,
     }
 }

@@ -43,6 +43,7 @@
 
 mod exec;
 mod fs;
+mod lifecycle;
 mod query;
 mod session;
 pub mod wire;
@@ -140,6 +141,8 @@ pub struct Sprite {
     sessions: Mutex<BTreeMap<u64, Arc<Session>>>,
     finished: Mutex<BTreeMap<u64, u8>>,
     alive: AtomicBool,
+    labels: Mutex<Vec<String>>,
+    checkpoints: Mutex<Vec<lifecycle::Checkpoint>>,
 }
 
 impl std::fmt::Debug for Sprite {
@@ -247,6 +250,8 @@ impl State {
             sessions: Mutex::new(BTreeMap::new()),
             finished: Mutex::new(BTreeMap::new()),
             alive: AtomicBool::new(true),
+            labels: Mutex::new(Vec::new()),
+            checkpoints: Mutex::new(Vec::new()),
         });
         all.insert(name.to_owned(), s.clone());
         Ok((s, true))

@@ -631,6 +631,28 @@ impl Sandbox {
         running.push(handle);
     }
 
+    /// Kills every process of the sandbox but its init, and aborts its running commands; the
+    /// sandbox and its files stay (a provider's "stop"). With [`Isolation::Translate`] only the
+    /// tracked commands end.
+    pub fn kill_processes(&self) {
+        for h in self.running.lock().expect("running").drain(..) {
+            h.abort(); // dropping the exec future kills the process group
+        }
+        self.signal_processes(libc::SIGKILL);
+    }
+
+    /// Sends `signal` to every process of the sandbox but its init (`SIGSTOP`/`SIGCONT` freeze
+    /// and thaw it, as a provider's pause and resume do). Nothing in [`Isolation::Translate`].
+    pub fn signal_processes(&self, signal: i32) {
+        if let Some(ns) = &self.ns {
+            for pid in ns.processes(usize::MAX) {
+                if sandbox_pid(pid) != Some(1) {
+                    let _ = crate::harness::sys::kill(pid as i32, signal);
+                }
+            }
+        }
+    }
+
     /// Kills every process of the sandbox and removes its state (the removal finishes on a
     /// thread of its own; [`teardowns_pending`] counts it until then). Idempotent.
     pub fn destroy(&self) {
