@@ -11,6 +11,7 @@
 //! SIGINT/SIGTERM (the command is killed and what the run created is destroyed first). A command
 //! that itself exits 125 is told apart by `--json`.
 
+mod mcp;
 mod registry;
 mod run;
 mod sandbox;
@@ -62,10 +63,16 @@ enum Cmd {
     Read(tools::ReadArgs),
     /// Write stdin (or a file) to a path atomically (builtin tool).
     Write(tools::WriteArgs),
-    /// Apply a unified diff below the root, all or nothing (builtin tool).
+    /// Replace exact text in a file, atomically (builtin tool).
+    Edit(tools::EditArgs),
+    /// Apply a unified diff or a `*** Begin Patch` patch below the root, all or nothing (builtin
+    /// tool).
     Patch(tools::PatchArgs),
     /// Run an exact Python, JavaScript, TypeScript or Bash program (builtin tool).
     Code(tools::CodeArgs),
+    /// Serve the builtin tools over the Model Context Protocol (stdio) on one sandbox, created at
+    /// start (or attached with --sandbox) and destroyed at exit.
+    Mcp(mcp::McpArgs),
 }
 
 fn main() -> ExitCode {
@@ -91,8 +98,10 @@ fn main() -> ExitCode {
             Cmd::Grep(args) => tools::grep(args).await,
             Cmd::Read(args) => tools::read(args).await,
             Cmd::Write(args) => tools::write(args).await,
+            Cmd::Edit(args) => tools::edit(args).await,
             Cmd::Patch(args) => tools::patch(args).await,
             Cmd::Code(args) => tools::code(args).await,
+            Cmd::Mcp(args) => mcp::mcp(args).await,
         };
         // Sandboxes and sessions this run created are removed before the runtime shuts down.
         registry::close_all().await;

@@ -65,7 +65,7 @@ fn an_infrastructure_error_is_one_typed_line_and_exit_125() {
     ]);
     assert_eq!(out.status.code(), Some(125));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["error"]["kind"], "NotFound");
+    assert_eq!(v["error"]["kind"], "not-found");
     assert_eq!(v["error"]["retry"]["class"], "never");
 }
 
@@ -104,7 +104,7 @@ fn a_deadline_is_an_infrastructure_timeout_with_partial_output() {
     ]);
     assert_eq!(out.status.code(), Some(125));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["error"]["kind"], "Timeout(Command)");
+    assert_eq!(v["error"]["kind"], "timeout-command");
     assert_eq!(v["error"]["partial"]["stdout"], "started\n");
 }
 

@@ -116,7 +116,7 @@ mod impls {
     /// deserializing an [`Output`]; `None` for anything else.
     fn base64_decode(s: &str) -> Option<Vec<u8>> {
         let b = s.as_bytes();
-        if b.len() % 4 != 0 {
+        if !b.len().is_multiple_of(4) {
             return None;
         }
         let val = |c: u8| -> Option<u32> {
