@@ -75,8 +75,28 @@ enum Cmd {
     Mcp(mcp::McpArgs),
 }
 
+/// Installs a subscriber honouring `RUST_LOG` (default `warn`), writing to stderr only: stdout
+/// carries a command's output, JSON or the MCP protocol, never a log line.
+///
+/// `rmcp` is capped at `info` whatever `RUST_LOG` says: at `debug` and `trace` it logs whole
+/// JSON-RPC messages, that is tool arguments (env values, stdin, file contents) and results
+/// (`tests/secrets.rs` caught it).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
+        .add_directive("rmcp=info".parse().expect("a valid directive"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        // A span's close line carries its duration (time.busy, time.idle).
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .try_init();
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_tracing();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -87,7 +107,7 @@ fn main() -> ExitCode {
             return ExitCode::from(INFRA_FAILURE);
         }
     };
-    rt.block_on(async move {
+    let code = rt.block_on(async move {
         let code = match cli.command {
             Cmd::Run(args) => run::run(args).await,
             Cmd::Sandbox(args) => sandbox::sandbox(args).await,
@@ -106,5 +126,8 @@ fn main() -> ExitCode {
         // Sandboxes and sessions this run created are removed before the runtime shuts down.
         registry::close_all().await;
         code
-    })
+    });
+    // A pending read of stdin (the MCP transport) must not hold the exit.
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    code
 }
