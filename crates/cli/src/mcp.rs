@@ -63,6 +63,10 @@ pub struct McpArgs {
     /// the rest is dropped and the count stated in the result.
     #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024)]
     max_output: usize,
+    /// Serve streamable HTTP at http://ADDR/mcp (loopback names only are accepted as Host)
+    /// instead of stdio, until SIGINT or SIGTERM; the one sandbox is shared by every session.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
 }
 
 fn pairs(what: &str, kvs: &[String]) -> Result<Vec<(String, String)>, String> {
@@ -123,8 +127,11 @@ pub async fn mcp(a: McpArgs) -> ExitCode {
             return crate::run::error_status(&e);
         }
     };
+    let server = McpServer::new(exec, root.clone(), a.max_output);
+    if let Some(addr) = a.http {
+        return serve_http(server, addr).await;
+    }
     tracing::info!(adapter = %a.adapter, root = %root, "mcp: serving on stdio");
-    let server = McpServer::new(exec, root, a.max_output);
     let running = match server.serve(rmcp::transport::stdio_pipes()).await {
         Ok(r) => r,
         Err(e) => {
@@ -148,6 +155,44 @@ pub async fn mcp(a: McpArgs) -> ExitCode {
         }
     };
     code
+}
+
+/// Streamable HTTP at `/mcp` until SIGINT/SIGTERM; prints the URL on stdout.
+async fn serve_http(server: McpServer, addr: std::net::SocketAddr) -> ExitCode {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let ct = tokio_util::sync::CancellationToken::new();
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().with_cancellation_token(ct.child_token()),
+    );
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("execseam: mcp: cannot listen on {addr}: {e}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let local = listener.local_addr().map_or(addr, |a| a);
+    println!("http://{local}/mcp");
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    tracing::info!(%local, "mcp: serving streamable HTTP");
+    let router = axum::Router::new().nest_service("/mcp", service);
+    let stop = ct.clone();
+    let served = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { stop.cancelled_owned().await })
+            .await
+    });
+    let s = crate::run::interrupted().await;
+    tracing::info!(status = s, "mcp: interrupted");
+    ct.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(2), served).await;
+    ExitCode::from(s)
 }
 
 /// The server: the tools over one sandbox.

@@ -404,3 +404,97 @@ async fn e2b_emulator_every_tool_and_the_sandbox_is_destroyed_at_exit() {
     until_no_sandbox(&base, &key).await;
     drop(client);
 }
+
+/// One HTTP/1.1 POST of a JSON-RPC message to the streamable HTTP endpoint; the status line,
+/// the session id header and the raw body (SSE frames).
+fn post(url: &str, session: Option<&str>, body: &Value) -> (String, Option<String>, String) {
+    let rest = url.trim_start_matches("http://");
+    let (addr, path) = rest.split_once('/').unwrap();
+    let body = body.to_string();
+    let mut s = TcpStream::connect(addr).unwrap();
+    let sid = session.map_or(String::new(), |id| {
+        format!("Mcp-Session-Id: {id}\r\nMCP-Protocol-Version: 2025-06-18\r\n")
+    });
+    write!(
+        s,
+        "POST /{path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{sid}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    let status = head.lines().next().unwrap_or_default().to_owned();
+    let id = head.lines().find_map(|l| {
+        l.to_ascii_lowercase()
+            .strip_prefix("mcp-session-id: ")
+            .map(|_| l[16..].trim().to_owned())
+    });
+    (status, id, body.to_owned())
+}
+
+#[test]
+fn streamable_http_behind_a_flag() {
+    let d = scratch("http");
+    let dir = d.to_str().unwrap().to_owned();
+    std::fs::write(d.join("hello.txt"), "hi there\n").unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_execseam"))
+        .args([
+            "mcp",
+            "--adapter",
+            "local",
+            "--root",
+            &dir,
+            "--http",
+            "127.0.0.1:0",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = line.trim().to_owned();
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
+        "{url}"
+    );
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw-http-test", "version": "0"}}});
+    let (status, sid, body) = post(&url, None, &init);
+    assert!(status.contains(" 200"), "{status} {body}");
+    assert!(body.contains("serverInfo"), "{body}");
+    let sid = sid.expect("a session id");
+    let (status, _, _) = post(
+        &url,
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert!(status.contains(" 202"), "{status}");
+    let (_, _, body) = post(
+        &url,
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    );
+    for t in TOOLS {
+        assert!(body.contains(&format!("\"name\":\"{t}\"")), "{t}: {body}");
+    }
+    let (_, _, body) = post(
+        &url,
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "read", "arguments": {"path": "hello.txt"}}}),
+    );
+    assert!(body.contains("hi there"), "{body}");
+    let st = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    let _ = std::fs::remove_dir_all(&d);
+}
