@@ -21,6 +21,8 @@ fn main() -> ExitCode {
         Some("publish-check") => publish::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("tidy") => tidy::run(&args[1..]),
+        // Rewrites docs/conformance-matrix.md from the records as they are (after a merge).
+        Some("matrix") => matrix::write(),
         _ => Err(usage()),
     };
     match result {
@@ -33,7 +35,7 @@ fn main() -> ExitCode {
 }
 
 fn usage() -> String {
-    "usage:\n  cargo xtask conformance --adapter <name>|all [--live] [-- FILTER]\n  cargo xtask publish-check\n  cargo xtask bench\n  cargo xtask tidy".into()
+    "usage:\n  cargo xtask conformance --adapter <name>|all [--live] [-- FILTER]\n  cargo xtask publish-check\n  cargo xtask bench\n  cargo xtask tidy\n  cargo xtask matrix".into()
 }
 
 /// The workspace root.

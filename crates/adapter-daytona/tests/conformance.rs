@@ -44,16 +44,24 @@ fn main() {
         let faults = Arc::new(emu.faults().clone());
         let count = emu.sandbox_counter();
         Ok(Target::new("daytona", Arc::new(exec) as Arc<dyn Exec>)
+            .environment(execseam_emulators::Isolation::detect().record_line())
             .scratch(scratch)
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(vanished))
             .faults(faults)
             .provider(Arc::new(provider))
             .live_sandboxes(count)
+            .children_end_with_the_command(CHILDREN)
             .proptest_cases(16)
             .keep_alive(emu))
     });
 }
+
+/// Each exec runs in a session of its own that the adapter deletes once the command's exit is
+/// known, and the daemon's session delete ends the session's whole process tree
+/// (`TerminateProcessTreeGracefully` in `apps/daemon/pkg/session/delete.go`, daytonaio/daytona):
+/// a background child ends with its exec on the real service too.
+const CHILDREN: &str = "the adapter deletes its session after each exec, and the daemon's session delete terminates the session's process tree (apps/daemon/pkg/session/delete.go: TerminateProcessTreeGracefully)";
 
 async fn mkdir(exec: &DaytonaExec, dir: &str) -> Result<(), Error> {
     let made = exec
