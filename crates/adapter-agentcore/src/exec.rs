@@ -672,7 +672,10 @@ impl Exec for AgentCoreExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        Box::pin(self.inner.clone().run(command))
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
+        let fut = Box::pin(self.inner.clone().run(command));
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 }
 

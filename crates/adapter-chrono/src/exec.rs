@@ -353,7 +353,8 @@ impl Exec for ChronoExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        Box::pin(async move {
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
+        let fut = Box::pin(async move {
             let prepared = prepare(self.config(), &command)?;
             tracing::debug!(
                 provider = PROVIDER,
@@ -372,7 +373,9 @@ impl Exec for ChronoExec {
             };
             tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
             Ok(out)
-        })
+        });
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 }
 

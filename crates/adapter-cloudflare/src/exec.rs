@@ -569,14 +569,17 @@ impl Exec for CloudflareExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        Box::pin(async move {
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
+        let fut = Box::pin(async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
             self.not_destroyed("exec")?;
             match self.config().output_mode() {
                 OutputMode::Streaming => self.stream_mode(command).await?.collect().await,
                 OutputMode::Exact => self.exact_mode(command).await,
             }
-        })
+        });
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -589,7 +592,8 @@ impl Exec for CloudflareExec {
 
 impl ExecStream for CloudflareExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        Box::pin(async move {
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
+        let fut = Box::pin(async move {
             self.not_destroyed("exec_stream")?;
             if self.config().output_mode() == OutputMode::Exact {
                 return Err(Error::unsupported(
@@ -599,7 +603,9 @@ impl ExecStream for CloudflareExec {
                 .with_operation("exec_stream"));
             }
             self.stream_mode(command).await
-        })
+        });
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 }
 

@@ -891,7 +891,8 @@ impl Exec for E2bExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        Box::pin(async move {
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
+        let fut = Box::pin(async move {
             if self.inner.config.native_tools
                 && let Some(req) = NativeRequest::parse(&command)
                 && matches!(req, NativeRequest::List(_) | NativeRequest::Glob(_))
@@ -902,7 +903,9 @@ impl Exec for E2bExec {
                 }
             }
             self.start(command).await?.collect().await
-        })
+        });
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -912,7 +915,10 @@ impl Exec for E2bExec {
 
 impl ExecStream for E2bExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        Box::pin(self.start(command))
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
+        let fut = Box::pin(self.start(command));
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 }
 

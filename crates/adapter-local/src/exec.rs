@@ -337,7 +337,8 @@ impl Exec for LocalExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        Box::pin(async move {
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
+        let fut = Box::pin(async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
             let mut s = match self.spawn(command).await {
                 Ok(s) => s,
@@ -379,7 +380,9 @@ impl Exec for LocalExec {
             } else {
                 Ok(output)
             }
-        })
+        });
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -389,7 +392,8 @@ impl Exec for LocalExec {
 
 impl ExecStream for LocalExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        Box::pin(async move {
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
+        let fut = Box::pin(async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec_stream");
             let (tx, rx) = mpsc::channel(32);
             match self.spawn(command).await {
@@ -409,7 +413,9 @@ impl ExecStream for LocalExec {
                 Err(Err(e)) => return Err(e),
             }
             Ok(EventStream::new(Receiver(rx)))
-        })
+        });
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 }
 

@@ -474,13 +474,16 @@ impl Exec for SpritesExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        Box::pin(async move {
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
+        let fut = Box::pin(async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
             let env = self.env_for(&command).await?;
             let out = self.run(command, env).await?;
             tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
             Ok(out)
-        })
+        });
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -493,7 +496,8 @@ impl Exec for SpritesExec {
 
 impl ExecStream for SpritesExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        Box::pin(async move {
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
+        let fut = Box::pin(async move {
             if self.config().transport == Transport::Http {
                 return Err(Error::unsupported(
                     "streaming needs the WebSocket transport (configured: HTTP POST)",
@@ -504,7 +508,9 @@ impl ExecStream for SpritesExec {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec_stream");
             let env = self.env_for(&command).await?;
             self.stream(command, env).await
-        })
+        });
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 }
 impl Sandbox for SpritesExec {

@@ -11,6 +11,7 @@
 //! SIGINT/SIGTERM (the command is killed and what the run created is destroyed first). A command
 //! that itself exits 125 is told apart by `--json`.
 
+mod mcp;
 mod registry;
 mod run;
 mod sandbox;
@@ -69,17 +70,43 @@ enum Cmd {
     Read(tools::ReadArgs),
     /// Write stdin (or a file) to a path atomically (builtin tool).
     Write(tools::WriteArgs),
-    /// Apply a unified diff below the root, all or nothing (builtin tool).
+    /// Replace exact text in a file, atomically (builtin tool).
+    Edit(tools::EditArgs),
+    /// Apply a unified diff or a `*** Begin Patch` patch below the root, all or nothing (builtin
+    /// tool).
     Patch(tools::PatchArgs),
     /// Run an exact Python, JavaScript, TypeScript or Bash program (builtin tool).
     Code(tools::CodeArgs),
     /// Serve Chrono's /execute and durable /executions contract over an adapter, on SQLite or
     /// PostgreSQL (docs/server.md).
     Serve(Box<execseam_server::ServeArgs>),
+    /// Serve the builtin tools over the Model Context Protocol (stdio) on one sandbox, created at
+    /// start (or attached with --sandbox) and destroyed at exit.
+    Mcp(mcp::McpArgs),
+}
+
+/// Installs a subscriber honouring `RUST_LOG` (default `warn`), writing to stderr only: stdout
+/// carries a command's output, JSON or the MCP protocol, never a log line.
+///
+/// `rmcp` is capped at `info` whatever `RUST_LOG` says: at `debug` and `trace` it logs whole
+/// JSON-RPC messages, that is tool arguments (env values, stdin, file contents) and results
+/// (`tests/secrets.rs` caught it).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
+        .add_directive("rmcp=info".parse().expect("a valid directive"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        // A span's close line carries its duration (time.busy, time.idle).
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .try_init();
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_tracing();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -90,7 +117,7 @@ fn main() -> ExitCode {
             return ExitCode::from(INFRA_FAILURE);
         }
     };
-    rt.block_on(async move {
+    let code = rt.block_on(async move {
         let code = match cli.command {
             Cmd::Run(args) => run::run(args).await,
             Cmd::Sandbox(args) => sandbox::sandbox(args).await,
@@ -101,12 +128,17 @@ fn main() -> ExitCode {
             Cmd::Grep(args) => tools::grep(args).await,
             Cmd::Read(args) => tools::read(args).await,
             Cmd::Write(args) => tools::write(args).await,
+            Cmd::Edit(args) => tools::edit(args).await,
             Cmd::Patch(args) => tools::patch(args).await,
             Cmd::Code(args) => tools::code(args).await,
             Cmd::Serve(args) => execseam_server::serve(*args).await,
+            Cmd::Mcp(args) => mcp::mcp(args).await,
         };
         // Sandboxes and sessions this run created are removed before the runtime shuts down.
         registry::close_all().await;
         code
-    })
+    });
+    // A pending read of stdin (the MCP transport) must not hold the exit.
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    code
 }

@@ -41,11 +41,20 @@ pub fn provider(name: &str) -> Result<Box<dyn Provider>, Error> {
 /// A sandbox to run in: `sandbox` when given (connected, left running), else a new one that is
 /// closed (destroyed) before the CLI exits.
 pub async fn open(name: &str, sandbox: Option<&str>) -> Result<Arc<dyn Exec>, Error> {
+    open_with(name, sandbox, SandboxSpec::new()).await
+}
+
+/// [`open`], creating from `spec` when no sandbox is given.
+pub async fn open_with(
+    name: &str,
+    sandbox: Option<&str>,
+    spec: SandboxSpec,
+) -> Result<Arc<dyn Exec>, Error> {
     let provider = provider(name)?;
     let handle: Arc<dyn Sandbox> = match sandbox.filter(|s| !s.is_empty()) {
         Some(id) => Arc::from(provider.connect(id).await?),
         None => {
-            let created: Arc<dyn Sandbox> = Arc::from(provider.create(SandboxSpec::new()).await?);
+            let created: Arc<dyn Sandbox> = Arc::from(provider.create(spec).await?);
             let owned = created.clone();
             CLOSERS.lock().expect("closers").push((
                 name.to_owned(),

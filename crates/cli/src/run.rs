@@ -5,8 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use execseam_core::degrade::base64_encode;
-use execseam_core::{Command, Delivery, Error, ErrorKind, Exec, Exit, Output, Retry, WireStatus};
+use execseam_core::{Command, Delivery, Error, ErrorKind, Exec, Output};
 use execseam_layers::ExecExt;
 use serde_json::{Value, json};
 
@@ -203,70 +202,16 @@ async fn run_inner(args: &RunArgs) -> Result<Output, Error> {
     }
 }
 
-fn bytes_json(prefix: &str, b: &[u8], obj: &mut serde_json::Map<String, Value>) {
-    obj.insert(
-        prefix.to_owned(),
-        std::str::from_utf8(b).map_or(Value::Null, |s| Value::String(s.to_owned())),
-    );
-    obj.insert(format!("{prefix}_base64"), Value::String(base64_encode(b)));
-}
-
-fn exit_json(exit: Exit) -> Value {
-    match exit {
-        Exit::Code(c) => json!({ "code": c }),
-        Exit::Signal(s) => json!({ "signal": s }),
-    }
-}
-
 /// The result as JSON: `stdout`/`stderr` as strings when they are UTF-8 (NUL bytes included,
 /// escaped by JSON), `null` otherwise, and always `stdout_base64`/`stderr_base64`.
 pub fn output_json(o: &Output) -> Value {
-    let mut obj = serde_json::Map::new();
-    bytes_json("stdout", &o.stdout, &mut obj);
-    bytes_json("stderr", &o.stderr, &mut obj);
-    obj.insert("exit".into(), exit_json(o.exit));
-    obj.insert(
-        "ambiguous_kill".into(),
-        Value::Bool(o.exit.is_ambiguous_kill()),
-    );
-    obj.insert(
-        "truncated".into(),
-        json!({ "stdout": o.truncated.stdout, "stderr": o.truncated.stderr }),
-    );
-    Value::Object(obj)
+    serde_json::to_value(o).unwrap_or(Value::Null)
 }
 
+/// The error as JSON: core's serde shape (`kind` a stable string such as `not-found` or
+/// `timeout-command`, `retry` as `{"class", "after_ms"}`).
 fn error_json(e: &Error) -> Value {
-    let retry = match e.retry() {
-        Retry::Never => json!({ "class": "never" }),
-        Retry::Safe { after } => {
-            json!({ "class": "safe", "after_ms": after.map(|d| d.as_millis() as u64) })
-        }
-        Retry::Unsafe => json!({ "class": "unsafe" }),
-    };
-    let status = match e.status() {
-        Some(WireStatus::Http(s)) => json!({ "http": s }),
-        Some(WireStatus::Grpc(c)) => json!({ "grpc": c }),
-        Some(other) => json!({ "other": format!("{other:?}") }),
-        None => Value::Null,
-    };
-    let partial = e.partial().map(|p| {
-        let mut obj = serde_json::Map::new();
-        bytes_json("stdout", &p.stdout, &mut obj);
-        bytes_json("stderr", &p.stderr, &mut obj);
-        Value::Object(obj)
-    });
-    json!({
-        "kind": format!("{:?}", e.kind()),
-        "retry": retry,
-        "provider": e.provider(),
-        "operation": e.operation(),
-        "status": status,
-        "code": e.code(),
-        "message": e.message(),
-        "display": e.to_string(),
-        "partial": partial,
-    })
+    serde_json::to_value(e).unwrap_or(Value::Null)
 }
 
 fn delivery(d: Delivery) -> &'static str {

@@ -90,10 +90,7 @@ pub async fn sandbox(args: SandboxArgs) -> ExitCode {
         Ok(code) => code,
         Err((json, e)) => {
             if json {
-                println!(
-                    "{}",
-                    json!({ "error": { "kind": format!("{:?}", e.kind()), "message": e.to_string() } })
-                );
+                println!("{}", json!({ "error": e }));
             } else {
                 eprintln!("execseam: {e}");
             }

@@ -12,7 +12,10 @@
 //! `--json` shapes: glob and list print `{"paths": [...], "omitted": N}` (paths relative to the
 //! root; list marks directories with a trailing `/`), plus `"skipped": [...]` when the walk could
 //! not read something and `"undecodable_base64": [...]` for names that are not UTF-8; grep prints
-//! `{"matches": [{"path", "line", "text"}], "omitted": N}`; read prints `{"content",
+//! `{"matches": [{"path", "line", "text", "before", "after"}], "omitted": N, "skipped": [...]}`
+//! (`-l`: `{"files": [...]}`, `-c`: `{"counts": [{"path", "count"}]}`; a path or text that is not
+//! UTF-8 is `{"base64": …}`); edit prints `{"path", "replacements"}`; errors print
+//! `{"error": {"code", "message", "path", "retry": {"class", …}, "kind"?}}`; read prints `{"content",
 //! "content_base64"}`; write prints `{"path", "bytes"}`; patch prints `{"files": [{"path",
 //! "change"}]}`.
 
@@ -21,7 +24,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use execseam_core::degrade::base64_encode;
-use execseam_core::{Error, Exec, Retry};
+use execseam_core::{Error, Exec};
 use execseam_tools::{
     Change, GrepOptions, Listing, ReadRange, RelPath, ToolError, Tools, WriteOptions, escape,
 };
@@ -85,7 +88,22 @@ pub struct GrepArgs {
     /// ASCII case-insensitive.
     #[arg(long, short = 'i')]
     ignore_case: bool,
-    /// Keep at most this many matches.
+    /// Lines of context before each match.
+    #[arg(long, short = 'B', value_name = "N", default_value_t = 0)]
+    before: usize,
+    /// Lines of context after each match.
+    #[arg(long, short = 'A', value_name = "N", default_value_t = 0)]
+    after: usize,
+    /// Lines of context before and after each match (overrides -A/-B).
+    #[arg(long, short = 'C', value_name = "N")]
+    context: Option<usize>,
+    /// Print only the files with a match (the limit counts files).
+    #[arg(long, short = 'l', conflicts_with = "count")]
+    files_with_matches: bool,
+    /// Print how many lines match in each file with a match (the limit counts files).
+    #[arg(long, short = 'c')]
+    count: bool,
+    /// Keep at most this many matches (or files with -l/-c).
     #[arg(long, default_value_t = 1000)]
     limit: usize,
     #[command(flatten)]
@@ -113,9 +131,9 @@ pub struct WriteArgs {
     /// Read the content from this file (default: this process's stdin).
     #[arg(long, value_name = "FILE")]
     from: Option<String>,
-    /// Create missing parent directories.
+    /// Fail when the parent directory is missing (by default missing parents are created).
     #[arg(long)]
-    create_parents: bool,
+    no_create_parents: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -155,21 +173,10 @@ async fn connect(c: &Common) -> Result<std::sync::Arc<dyn Exec>, ToolError> {
     Ok(registry::open(&c.adapter, c.sandbox.as_deref()).await?)
 }
 
+/// The error as JSON: `execseam_tools::wire`'s shape (`code`, `message`, `path`, `retry` as
+/// `{"class", "after_ms"}`, and `kind` for an infrastructure failure).
 fn error_json(e: &ToolError) -> Value {
-    let mut v = json!({
-        "code": e.code(),
-        "message": e.to_string(),
-        "path": e.path(),
-    });
-    if let ToolError::Exec(x) = e {
-        v["kind"] = json!(format!("{:?}", x.kind()));
-        v["retry"] = json!(match x.retry() {
-            Retry::Never => "never",
-            Retry::Safe { .. } => "safe",
-            Retry::Unsafe => "unsafe",
-        });
-    }
-    v
+    serde_json::to_value(e).unwrap_or(Value::Null)
 }
 
 /// Prints the outcome and picks the exit status.
@@ -281,40 +288,97 @@ pub async fn grep(a: GrepArgs) -> ExitCode {
             glob: a.glob.clone(),
             fixed: a.fixed,
             ignore_case: a.ignore_case,
+            before: a.context.unwrap_or(a.before),
+            after: a.context.unwrap_or(a.after),
         };
-        let l = Tools::new(&*exec)
-            .grep(&root(&a.common)?, &a.regex, &options, a.limit)
-            .await?;
-        if json {
-            let matches: Vec<Value> = l
-                .items
-                .iter()
-                .map(|m| {
-                    let mut v = json!({
-                        "path": m.path.as_str(),
-                        "line": m.line,
-                        "text": m.text_lossy(),
-                    });
-                    if m.path.as_str().is_none() {
-                        v["path_base64"] = json!(base64_encode(m.path.as_bytes()));
-                    }
-                    if std::str::from_utf8(&m.text).is_err() {
-                        v["text_base64"] = json!(base64_encode(&m.text));
-                    }
-                    v
-                })
-                .collect();
-            let mut v = json!({ "matches": matches, "omitted": l.omitted });
-            if !l.skipped.is_empty() {
-                v["skipped"] = json!(l.skipped);
+        let tools = Tools::new(&*exec);
+        let root = root(&a.common)?;
+        if a.files_with_matches {
+            let l = tools.grep_files(&root, &a.regex, &options, a.limit).await?;
+            if json {
+                println!(
+                    "{}",
+                    json!({ "files": l.items, "omitted": l.omitted, "skipped": l.skipped })
+                );
+            } else {
+                let mut out = std::io::stdout().lock();
+                for p in &l.items {
+                    let _ = writeln!(out, "{p}");
+                }
+                print_notes(&l);
             }
-            println!("{v}");
+            return Ok(());
+        }
+        if a.count {
+            let l = tools.grep_count(&root, &a.regex, &options, a.limit).await?;
+            if json {
+                println!(
+                    "{}",
+                    json!({ "counts": l.items, "omitted": l.omitted, "skipped": l.skipped })
+                );
+            } else {
+                let mut out = std::io::stdout().lock();
+                for c in &l.items {
+                    let _ = writeln!(out, "{}:{}", c.path, c.count);
+                }
+                print_notes(&l);
+            }
+            return Ok(());
+        }
+        let l = tools.grep(&root, &a.regex, &options, a.limit).await?;
+        if json {
+            println!(
+                "{}",
+                json!({ "matches": l.items, "omitted": l.omitted, "skipped": l.skipped })
+            );
         } else {
             let mut out = std::io::stdout().lock();
             for m in &l.items {
+                let first = m.line - m.before.len() as u64;
+                for (i, b) in m.before.iter().enumerate() {
+                    let _ = writeln!(out, "{}-{}-{}", m.path, first + i as u64, escape(b));
+                }
                 let _ = writeln!(out, "{}:{}:{}", m.path, m.line, escape(&m.text));
+                for (i, b) in m.after.iter().enumerate() {
+                    let _ = writeln!(out, "{}-{}-{}", m.path, m.line + 1 + i as u64, escape(b));
+                }
             }
             print_notes(&l);
+        }
+        Ok(())
+    }
+    .await;
+    finish(json, r)
+}
+
+#[derive(Args)]
+pub struct EditArgs {
+    /// The file, relative to the root or absolute.
+    path: String,
+    /// The exact text to replace (it must occur once unless --all).
+    #[arg(long)]
+    old: String,
+    /// The replacement.
+    #[arg(long)]
+    new: String,
+    /// Replace every occurrence.
+    #[arg(long)]
+    all: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// `execseam edit`: exact replacement; exit 1 when the text is absent or not unique.
+pub async fn edit(a: EditArgs) -> ExitCode {
+    let json = a.common.json;
+    let r = async {
+        let exec = connect(&a.common).await?;
+        let path = under(&root(&a.common)?, &a.path);
+        let n = Tools::new(&*exec)
+            .edit(&path, &a.old, &a.new, a.all)
+            .await?;
+        if json {
+            println!("{}", json!({ "path": path, "replacements": n }));
         }
         Ok(())
     }
@@ -399,7 +463,7 @@ pub async fn write(a: WriteArgs) -> ExitCode {
                 &path,
                 content,
                 WriteOptions {
-                    create_parents: a.create_parents,
+                    create_parents: !a.no_create_parents,
                 },
             )
             .await?;

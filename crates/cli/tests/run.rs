@@ -65,7 +65,7 @@ fn an_infrastructure_error_is_one_typed_line_and_exit_125() {
     ]);
     assert_eq!(out.status.code(), Some(125));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["error"]["kind"], "NotFound");
+    assert_eq!(v["error"]["kind"], "not-found");
     assert_eq!(v["error"]["retry"]["class"], "never");
 }
 
@@ -104,7 +104,7 @@ fn a_deadline_is_an_infrastructure_timeout_with_partial_output() {
     ]);
     assert_eq!(out.status.code(), Some(125));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["error"]["kind"], "Timeout(Command)");
+    assert_eq!(v["error"]["kind"], "timeout-command");
     assert_eq!(v["error"]["partial"]["stdout"], "started\n");
 }
 
@@ -119,4 +119,32 @@ fn adapters_lists_local() {
         .find(|a| a["name"] == "local")
         .unwrap();
     assert_eq!(local["capabilities"]["streaming"], true);
+}
+
+#[test]
+fn rust_log_goes_to_stderr_and_never_into_stdout() {
+    let out = Command::new(env!("CARGO_BIN_EXE_execseam"))
+        .args(["run", "--json", "--", "sh", "-c", "echo out"])
+        .env("RUST_LOG", "trace")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    // stdout is exactly the JSON object.
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stdout"], "out\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    // The adapter's exec span (provider, operation, tool) and its close line with the duration.
+    assert!(
+        err.lines()
+            .any(|l| l.contains("exec{provider=\"local\" operation=\"exec\"")),
+        "{err}"
+    );
+    assert!(err.contains("close time.busy="), "{err}");
+    // Without RUST_LOG: warnings only, so nothing here.
+    let out = Command::new(env!("CARGO_BIN_EXE_execseam"))
+        .args(["run", "--", "true"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(out.stderr, b"");
 }

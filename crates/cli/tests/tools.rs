@@ -95,7 +95,7 @@ fn grep_read_write_patch() {
     );
     assert_eq!(
         json(&o),
-        serde_json::json!({"matches": [{"path": "src/lib.rs", "line": 1, "text": "pub fn needle() {}"}], "omitted": 1})
+        serde_json::json!({"matches": [{"path": "src/lib.rs", "line": 1, "text": "pub fn needle() {}", "before": [], "after": []}], "omitted": 1, "skipped": []})
     );
     let o = execseam(
         &["read", "src/main.rs", "--lines", "2:1", "--root", root],
@@ -113,6 +113,48 @@ fn grep_read_write_patch() {
     let o = execseam(&["patch", "--root", root], Some(patch.as_bytes()));
     assert_eq!(o.stdout, b"modified new.txt\n", "{o:?}");
     assert_eq!(std::fs::read(t.0.join("new.txt")).unwrap(), b"bye\n");
+    // Context lines, files with matches, counts; edit; a Begin Patch.
+    let o = execseam(
+        &[
+            "grep", "needle", "-B", "1", "--root", root, "--glob", "main.rs",
+        ],
+        None,
+    );
+    assert_eq!(
+        o.stdout,
+        b"src/main.rs-1-fn main() {\nsrc/main.rs:2:    // needle\n"
+    );
+    let o = execseam(
+        &["grep", "needle", "-l", "--root", root, "--limit", "2"],
+        None,
+    );
+    assert_eq!(o.stdout, b"a b.txt\nsrc/lib.rs\n");
+    let o = execseam(&["grep", "e", "-c", "--root", root, "--json"], None);
+    assert_eq!(
+        json(&o)["counts"][0],
+        serde_json::json!({"path": "a b.txt", "count": 1})
+    );
+    let o = execseam(
+        &[
+            "edit", "new.txt", "--old", "bye", "--new", "ciao", "--root", root, "--json",
+        ],
+        None,
+    );
+    assert_eq!(json(&o)["replacements"], 1, "{o:?}");
+    let o = execseam(
+        &[
+            "edit", "new.txt", "--old", "zzz", "--new", "y", "--root", root, "--json",
+        ],
+        None,
+    );
+    assert_eq!(
+        (o.status.code(), json(&o)["error"]["code"].clone()),
+        (Some(1), "no-match".into())
+    );
+    let patch = "*** Begin Patch\n*** Update File: new.txt\n-ciao\n+hello\n*** End Patch\n";
+    let o = execseam(&["patch", "--root", root], Some(patch.as_bytes()));
+    assert_eq!(o.stdout, b"modified new.txt\n", "{o:?}");
+    assert_eq!(std::fs::read(t.0.join("new.txt")).unwrap(), b"hello\n");
 }
 
 #[test]
@@ -126,9 +168,29 @@ fn typed_errors_exit_1_and_infrastructure_errors_125() {
     let o = execseam(&["grep", "(", "--root", root, "--json"], None);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(json(&o)["error"]["code"], "invalid-pattern");
-    let o = execseam(&["write", "no/dir/x", "--root", root, "--json"], Some(b"x"));
+    let o = execseam(
+        &[
+            "write",
+            "no/dir/x",
+            "--no-create-parents",
+            "--root",
+            root,
+            "--json",
+        ],
+        Some(b"x"),
+    );
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(json(&o)["error"]["code"], "not-found");
+    assert_eq!(
+        json(&o)["error"]["retry"],
+        serde_json::json!({"class": "never"})
+    );
+    let o = execseam(&["write", "no/dir/x", "--root", root], Some(b"x"));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "parents are created by default: {o:?}"
+    );
     let patch = "--- a/b.txt\n+++ b/b.txt\n@@ -1 +1 @@\n-yes\n+no\n";
     let o = execseam(&["patch", "--root", root], Some(patch.as_bytes()));
     assert_eq!(o.status.code(), Some(1));

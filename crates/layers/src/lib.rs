@@ -23,6 +23,7 @@ use backon::{ExponentialBuilder, Retryable};
 use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use tokio::time::{Instant, Sleep};
+use tracing::Instrument;
 
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
@@ -101,75 +102,79 @@ impl<E: Exec> Exec for WithDeadline<E> {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        Box::pin(async move {
-            let deadline = Instant::now() + self.limit;
-            let killed = self.inner.capabilities().remote_kill;
-            let Some(streaming) = self.inner.streaming() else {
-                // Without a stream there is no partial output to keep.
-                return match tokio::time::timeout_at(deadline, self.inner.exec(command)).await {
-                    Ok(r) => r,
-                    Err(_) => Err(deadline_error(
-                        self.provider(),
-                        self.limit,
-                        killed,
-                        PartialOutput::default(),
-                    )),
-                };
-            };
-            let mut stream =
-                match tokio::time::timeout_at(deadline, streaming.exec_stream(command)).await {
-                    Ok(r) => r?,
-                    Err(_) => {
-                        return Err(deadline_error(
+        let span = tracing::debug_span!("deadline", provider = self.inner.provider(), operation = "exec", tool = %command.tool());
+        Box::pin(
+            async move {
+                let deadline = Instant::now() + self.limit;
+                let killed = self.inner.capabilities().remote_kill;
+                let Some(streaming) = self.inner.streaming() else {
+                    // Without a stream there is no partial output to keep.
+                    return match tokio::time::timeout_at(deadline, self.inner.exec(command)).await {
+                        Ok(r) => r,
+                        Err(_) => Err(deadline_error(
                             self.provider(),
                             self.limit,
                             killed,
                             PartialOutput::default(),
-                        ));
-                    }
+                        )),
+                    };
                 };
-            let (mut stdout, mut stderr) = (BytesMut::new(), BytesMut::new());
-            loop {
-                match tokio::time::timeout_at(deadline, stream.next()).await {
-                    Ok(Some(Ok(Event::Stdout(b)))) => stdout.extend_from_slice(&b),
-                    Ok(Some(Ok(Event::Stderr(b)))) => stderr.extend_from_slice(&b),
-                    Ok(Some(Ok(Event::Exit(exit)))) => {
-                        return Ok(Output::new(stdout.freeze(), stderr.freeze(), exit));
-                    }
-                    Ok(Some(Err(mut e))) => {
-                        if e.partial().is_none() {
-                            e = e.with_partial(PartialOutput {
-                                stdout: stdout.freeze(),
-                                stderr: stderr.freeze(),
-                            });
+                let mut stream =
+                    match tokio::time::timeout_at(deadline, streaming.exec_stream(command)).await {
+                        Ok(r) => r?,
+                        Err(_) => {
+                            return Err(deadline_error(
+                                self.provider(),
+                                self.limit,
+                                killed,
+                                PartialOutput::default(),
+                            ));
                         }
-                        return Err(e);
-                    }
-                    Ok(None) => {
-                        return Err(Error::protocol("the stream ended without an exit status")
-                            .with_provider(self.provider().to_owned())
-                            .with_operation("exec")
-                            .with_partial(PartialOutput {
-                                stdout: stdout.freeze(),
-                                stderr: stderr.freeze(),
-                            }));
-                    }
-                    Err(_) => {
-                        // Dropping the stream is the adapter's signal to kill the command.
-                        drop(stream);
-                        return Err(deadline_error(
-                            self.provider(),
-                            self.limit,
-                            killed,
-                            PartialOutput {
-                                stdout: stdout.freeze(),
-                                stderr: stderr.freeze(),
-                            },
-                        ));
+                    };
+                let (mut stdout, mut stderr) = (BytesMut::new(), BytesMut::new());
+                loop {
+                    match tokio::time::timeout_at(deadline, stream.next()).await {
+                        Ok(Some(Ok(Event::Stdout(b)))) => stdout.extend_from_slice(&b),
+                        Ok(Some(Ok(Event::Stderr(b)))) => stderr.extend_from_slice(&b),
+                        Ok(Some(Ok(Event::Exit(exit)))) => {
+                            return Ok(Output::new(stdout.freeze(), stderr.freeze(), exit));
+                        }
+                        Ok(Some(Err(mut e))) => {
+                            if e.partial().is_none() {
+                                e = e.with_partial(PartialOutput {
+                                    stdout: stdout.freeze(),
+                                    stderr: stderr.freeze(),
+                                });
+                            }
+                            return Err(e);
+                        }
+                        Ok(None) => {
+                            return Err(Error::protocol("the stream ended without an exit status")
+                                .with_provider(self.provider().to_owned())
+                                .with_operation("exec")
+                                .with_partial(PartialOutput {
+                                    stdout: stdout.freeze(),
+                                    stderr: stderr.freeze(),
+                                }));
+                        }
+                        Err(_) => {
+                            // Dropping the stream is the adapter's signal to kill the command.
+                            drop(stream);
+                            return Err(deadline_error(
+                                self.provider(),
+                                self.limit,
+                                killed,
+                                PartialOutput {
+                                    stdout: stdout.freeze(),
+                                    stderr: stderr.freeze(),
+                                },
+                            ));
+                        }
                     }
                 }
             }
-        })
+            .instrument(span),
+        )
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -179,32 +184,37 @@ impl<E: Exec> Exec for WithDeadline<E> {
 
 impl<E: Exec> ExecStream for WithDeadline<E> {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        Box::pin(async move {
-            let inner = self
-                .inner
-                .streaming()
-                .ok_or_else(|| Error::unsupported("the wrapped adapter cannot stream"))?;
-            let deadline = Instant::now() + self.limit;
-            let killed = self.inner.capabilities().remote_kill;
-            let stream = match tokio::time::timeout_at(deadline, inner.exec_stream(command)).await {
-                Ok(r) => r?,
-                Err(_) => {
-                    return Err(deadline_error(
-                        self.provider(),
-                        self.limit,
-                        killed,
-                        PartialOutput::default(),
-                    ));
-                }
-            };
-            Ok(EventStream::new(DeadlineStream {
-                inner: Some(stream),
-                sleep: Box::pin(tokio::time::sleep_until(deadline)),
-                provider: self.provider().to_owned(),
-                limit: self.limit,
-                killed,
-            }))
-        })
+        let span = tracing::debug_span!("deadline", provider = self.inner.provider(), operation = "exec_stream", tool = %command.tool());
+        Box::pin(
+            async move {
+                let inner = self
+                    .inner
+                    .streaming()
+                    .ok_or_else(|| Error::unsupported("the wrapped adapter cannot stream"))?;
+                let deadline = Instant::now() + self.limit;
+                let killed = self.inner.capabilities().remote_kill;
+                let stream =
+                    match tokio::time::timeout_at(deadline, inner.exec_stream(command)).await {
+                        Ok(r) => r?,
+                        Err(_) => {
+                            return Err(deadline_error(
+                                self.provider(),
+                                self.limit,
+                                killed,
+                                PartialOutput::default(),
+                            ));
+                        }
+                    };
+                Ok(EventStream::new(DeadlineStream {
+                    inner: Some(stream),
+                    sleep: Box::pin(tokio::time::sleep_until(deadline)),
+                    provider: self.provider().to_owned(),
+                    limit: self.limit,
+                    killed,
+                }))
+            }
+            .instrument(span),
+        )
     }
 }
 
@@ -297,72 +307,76 @@ impl<E: Exec> Exec for WithOutputCap<E> {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        Box::pin(async move {
-            let cap = self.cap;
-            let Some(streaming) = self.inner.streaming() else {
-                let cap_partial = |mut e: Error| {
-                    if let Some(p) = e.take_partial() {
-                        e = e.with_partial(PartialOutput {
-                            stdout: cap_bytes(&p.stdout, cap).0,
-                            stderr: cap_bytes(&p.stderr, cap).0,
-                        });
-                    }
-                    e
-                };
-                let out = self.inner.exec(command).await.map_err(cap_partial)?;
-                let (stdout, so) = cap_bytes(&out.stdout, cap);
-                let (stderr, se) = cap_bytes(&out.stderr, cap);
-                return Ok(
-                    Output::new(stdout, stderr, out.exit).with_truncated(Truncated {
-                        stdout: out.truncated.stdout + so,
-                        stderr: out.truncated.stderr + se,
-                    }),
-                );
-            };
-            // Stream so that memory stays bounded even when the command writes gigabytes.
-            let mut stream = streaming.exec_stream(command).await?;
-            let (mut out, mut err) = (Capped::default(), Capped::default());
-            loop {
-                match stream.next().await {
-                    Some(Ok(Event::Stdout(b))) => {
-                        out.push(cap, &b);
-                    }
-                    Some(Ok(Event::Stderr(b))) => {
-                        err.push(cap, &b);
-                    }
-                    Some(Ok(Event::Exit(exit))) => {
-                        return Ok(Output::new(out.buf.freeze(), err.buf.freeze(), exit)
-                            .with_truncated(Truncated {
-                                stdout: out.dropped,
-                                stderr: err.dropped,
-                            }));
-                    }
-                    Some(Err(mut e)) => {
-                        // Keep what we collected; a partial from a layer below is capped too.
-                        let (mut so, mut se) = (out.buf.freeze(), err.buf.freeze());
-                        if let Some(p) = e.take_partial()
-                            && (p.stdout.len() > so.len() || p.stderr.len() > se.len())
-                        {
-                            so = cap_bytes(&p.stdout, cap).0;
-                            se = cap_bytes(&p.stderr, cap).0;
+        let span = tracing::debug_span!("output_cap", provider = self.inner.provider(), operation = "exec", tool = %command.tool());
+        Box::pin(
+            async move {
+                let cap = self.cap;
+                let Some(streaming) = self.inner.streaming() else {
+                    let cap_partial = |mut e: Error| {
+                        if let Some(p) = e.take_partial() {
+                            e = e.with_partial(PartialOutput {
+                                stdout: cap_bytes(&p.stdout, cap).0,
+                                stderr: cap_bytes(&p.stderr, cap).0,
+                            });
                         }
-                        return Err(e.with_partial(PartialOutput {
-                            stdout: so,
-                            stderr: se,
-                        }));
-                    }
-                    None => {
-                        return Err(Error::protocol("the stream ended without an exit status")
-                            .with_provider(self.provider().to_owned())
-                            .with_operation("exec")
-                            .with_partial(PartialOutput {
-                                stdout: out.buf.freeze(),
-                                stderr: err.buf.freeze(),
+                        e
+                    };
+                    let out = self.inner.exec(command).await.map_err(cap_partial)?;
+                    let (stdout, so) = cap_bytes(&out.stdout, cap);
+                    let (stderr, se) = cap_bytes(&out.stderr, cap);
+                    return Ok(
+                        Output::new(stdout, stderr, out.exit).with_truncated(Truncated {
+                            stdout: out.truncated.stdout + so,
+                            stderr: out.truncated.stderr + se,
+                        }),
+                    );
+                };
+                // Stream so that memory stays bounded even when the command writes gigabytes.
+                let mut stream = streaming.exec_stream(command).await?;
+                let (mut out, mut err) = (Capped::default(), Capped::default());
+                loop {
+                    match stream.next().await {
+                        Some(Ok(Event::Stdout(b))) => {
+                            out.push(cap, &b);
+                        }
+                        Some(Ok(Event::Stderr(b))) => {
+                            err.push(cap, &b);
+                        }
+                        Some(Ok(Event::Exit(exit))) => {
+                            return Ok(Output::new(out.buf.freeze(), err.buf.freeze(), exit)
+                                .with_truncated(Truncated {
+                                    stdout: out.dropped,
+                                    stderr: err.dropped,
+                                }));
+                        }
+                        Some(Err(mut e)) => {
+                            // Keep what we collected; a partial from a layer below is capped too.
+                            let (mut so, mut se) = (out.buf.freeze(), err.buf.freeze());
+                            if let Some(p) = e.take_partial()
+                                && (p.stdout.len() > so.len() || p.stderr.len() > se.len())
+                            {
+                                so = cap_bytes(&p.stdout, cap).0;
+                                se = cap_bytes(&p.stderr, cap).0;
+                            }
+                            return Err(e.with_partial(PartialOutput {
+                                stdout: so,
+                                stderr: se,
                             }));
+                        }
+                        None => {
+                            return Err(Error::protocol("the stream ended without an exit status")
+                                .with_provider(self.provider().to_owned())
+                                .with_operation("exec")
+                                .with_partial(PartialOutput {
+                                    stdout: out.buf.freeze(),
+                                    stderr: err.buf.freeze(),
+                                }));
+                        }
                     }
                 }
             }
-        })
+            .instrument(span),
+        )
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -372,19 +386,23 @@ impl<E: Exec> Exec for WithOutputCap<E> {
 
 impl<E: Exec> ExecStream for WithOutputCap<E> {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        Box::pin(async move {
-            let inner = self
-                .inner
-                .streaming()
-                .ok_or_else(|| Error::unsupported("the wrapped adapter cannot stream"))?;
-            let stream = inner.exec_stream(command).await?;
-            Ok(EventStream::new(CapStream {
-                inner: stream,
-                cap: self.cap,
-                out: 0,
-                err: 0,
-            }))
-        })
+        let span = tracing::debug_span!("output_cap", provider = self.inner.provider(), operation = "exec_stream", tool = %command.tool());
+        Box::pin(
+            async move {
+                let inner = self
+                    .inner
+                    .streaming()
+                    .ok_or_else(|| Error::unsupported("the wrapped adapter cannot stream"))?;
+                let stream = inner.exec_stream(command).await?;
+                Ok(EventStream::new(CapStream {
+                    inner: stream,
+                    cap: self.cap,
+                    out: 0,
+                    err: 0,
+                }))
+            }
+            .instrument(span),
+        )
     }
 }
 
@@ -511,6 +529,19 @@ fn adjust(e: &Error, next: Option<Duration>) -> Option<Duration> {
     next.map(|d| e.retry().after().map_or(d, |after| after.max(d)))
 }
 
+/// Logs each retry: the error's kind and message (never the command), its retry class and the
+/// delay before the next attempt.
+fn notify(e: &Error, delay: Duration) {
+    tracing::info!(
+        kind = e.kind().as_str(),
+        retry = e.retry().class(),
+        status = ?e.status(),
+        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+        reason = %e,
+        "retrying"
+    );
+}
+
 impl<E: Exec> Exec for WithRetry<E> {
     fn provider(&self) -> &str {
         self.inner.provider()
@@ -521,14 +552,19 @@ impl<E: Exec> Exec for WithRetry<E> {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        Box::pin(async move {
-            (|| self.inner.exec(command.clone()))
-                .retry(self.backoff())
-                .sleep(tokio::time::sleep)
-                .when(|e: &Error| e.retry().is_safe())
-                .adjust(adjust)
-                .await
-        })
+        let span = tracing::debug_span!("retry", provider = self.inner.provider(), operation = "exec", tool = %command.tool());
+        Box::pin(
+            async move {
+                (|| self.inner.exec(command.clone()))
+                    .retry(self.backoff())
+                    .sleep(tokio::time::sleep)
+                    .when(|e: &Error| e.retry().is_safe())
+                    .adjust(adjust)
+                    .notify(notify)
+                    .await
+            }
+            .instrument(span),
+        )
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -539,18 +575,23 @@ impl<E: Exec> Exec for WithRetry<E> {
 impl<E: Exec> ExecStream for WithRetry<E> {
     /// Retries opening the stream only; once events flow nothing is re-submitted.
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        Box::pin(async move {
-            let inner = self
-                .inner
-                .streaming()
-                .ok_or_else(|| Error::unsupported("the wrapped adapter cannot stream"))?;
-            (|| inner.exec_stream(command.clone()))
-                .retry(self.backoff())
-                .sleep(tokio::time::sleep)
-                .when(|e: &Error| e.retry().is_safe())
-                .adjust(adjust)
-                .await
-        })
+        let span = tracing::debug_span!("retry", provider = self.inner.provider(), operation = "exec_stream", tool = %command.tool());
+        Box::pin(
+            async move {
+                let inner = self
+                    .inner
+                    .streaming()
+                    .ok_or_else(|| Error::unsupported("the wrapped adapter cannot stream"))?;
+                (|| inner.exec_stream(command.clone()))
+                    .retry(self.backoff())
+                    .sleep(tokio::time::sleep)
+                    .when(|e: &Error| e.retry().is_safe())
+                    .adjust(adjust)
+                    .notify(notify)
+                    .await
+            }
+            .instrument(span),
+        )
     }
 }
 
@@ -558,8 +599,8 @@ impl<E: Exec> ExecStream for WithRetry<E> {
 mod tests {
     use super::*;
     use execseam_core::Exit;
-    use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
 
     /// A scripted adapter: each exec pops the next answer.
     struct Script {
@@ -598,13 +639,13 @@ mod tests {
     struct Slow {
         chunks: Vec<Event>,
         hang: bool,
-        dropped: std::sync::Arc<AtomicUsize>,
+        dropped: Arc<AtomicUsize>,
     }
 
     struct SlowStream {
         items: std::vec::IntoIter<Event>,
         hang: bool,
-        dropped: std::sync::Arc<AtomicUsize>,
+        dropped: Arc<AtomicUsize>,
     }
 
     impl Drop for SlowStream {
@@ -656,6 +697,75 @@ mod tests {
 
     fn ok(code: i32) -> Result<Output, Error> {
         Ok(Output::new("", "", Exit::Code(code)))
+    }
+
+    /// Keeps every event's fields as text.
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<String>>);
+
+    impl tracing::field::Visit for Capture {
+        fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+            self.0.lock().unwrap().push_str(&format!("{f}={v:?} "));
+        }
+    }
+
+    impl tracing::Subscriber for Capture {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, s: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            s.record(&mut self.clone());
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, e: &tracing::Event<'_>) {
+            e.record(&mut self.clone());
+            self.0.lock().unwrap().push('\n');
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[test]
+    fn each_retry_is_logged_with_its_reason_and_delay() {
+        let cap = Capture::default();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        tracing::subscriber::with_default(cap.clone(), || {
+            rt.block_on(async {
+                let s =
+                    Script::new(vec![
+                        Err(Error::new(ErrorKind::Unavailable, "503 from the provider")
+                            .with_retry(Retry::Safe {
+                                after: Some(Duration::from_millis(1500)),
+                            })),
+                        ok(0),
+                    ]);
+                s.with_retry(RetryPolicy::default())
+                    .exec(cmd())
+                    .await
+                    .unwrap();
+            })
+        });
+        let log = cap.0.lock().unwrap().clone();
+        let retry: Vec<&str> = log.lines().filter(|l| l.contains("retrying")).collect();
+        assert_eq!(retry.len(), 1, "{log}");
+        for want in [
+            "kind=\"unavailable\"",
+            "retry=\"safe\"",
+            "delay_ms=1500",
+            "503 from the provider",
+        ] {
+            assert!(retry[0].contains(want), "{want}: {log}");
+        }
+        assert!(
+            log.contains("operation=\"exec\""),
+            "the layer's span: {log}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -714,7 +824,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn deadline_returns_timeout_with_partial_output_and_drops_the_stream() {
-        let dropped = std::sync::Arc::new(AtomicUsize::new(0));
+        let dropped = Arc::new(AtomicUsize::new(0));
         let slow = Slow {
             chunks: vec![
                 Event::Stdout(Bytes::from_static(b"start")),

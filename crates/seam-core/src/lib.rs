@@ -49,6 +49,7 @@ mod lifecycle;
 pub mod native;
 mod output;
 pub mod transport;
+pub mod wire;
 
 pub use capabilities::{Capabilities, Delivery};
 pub use command::{Command, CommandBuilder, Tool};

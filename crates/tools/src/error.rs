@@ -11,7 +11,8 @@ use execseam_core::{Error, ErrorKind, Exit, Retry, Tool};
 ///   [`PermissionDenied`](ToolError::PermissionDenied),
 ///   [`InvalidPattern`](ToolError::InvalidPattern), [`InvalidArgument`](ToolError::InvalidArgument),
 ///   [`AlreadyExists`](ToolError::AlreadyExists), [`InvalidPatch`](ToolError::InvalidPatch),
-///   [`PatchConflict`](ToolError::PatchConflict). Retrying the same request fails the same way.
+///   [`PatchConflict`](ToolError::PatchConflict), [`NoMatch`](ToolError::NoMatch),
+///   [`NotUnique`](ToolError::NotUnique). Retrying the same request fails the same way.
 /// - **About the infrastructure**: [`Exec`](ToolError::Exec) wraps the seam's
 ///   [`execseam_core::Error`] unchanged (its kind and retry class are the adapter's), including
 ///   [`ErrorKind::Protocol`] when the sandbox's answer does not follow the tool's wire format and
@@ -77,6 +78,19 @@ pub enum ToolError {
         /// What did not match.
         message: String,
     },
+    /// `edit`: the text to replace is not in the file; nothing was written.
+    NoMatch {
+        /// The absolute path of the file.
+        path: String,
+    },
+    /// `edit` without `replace_all`: the text to replace occurs more than once; nothing was
+    /// written.
+    NotUnique {
+        /// The absolute path of the file.
+        path: String,
+        /// How many times it occurs (non-overlapping, from the start).
+        count: usize,
+    },
     /// The tool's command ended in a way the tool does not recognise (its exit and stderr).
     Failed {
         /// The tool.
@@ -97,7 +111,9 @@ impl ToolError {
             | ToolError::IsADirectory { path }
             | ToolError::PermissionDenied { path }
             | ToolError::AlreadyExists { path }
-            | ToolError::PatchConflict { path, .. } => Some(path),
+            | ToolError::PatchConflict { path, .. }
+            | ToolError::NoMatch { path }
+            | ToolError::NotUnique { path, .. } => Some(path),
             _ => None,
         }
     }
@@ -132,6 +148,8 @@ impl ToolError {
             ToolError::AlreadyExists { .. } => "already-exists",
             ToolError::InvalidPatch { .. } => "invalid-patch",
             ToolError::PatchConflict { .. } => "patch-conflict",
+            ToolError::NoMatch { .. } => "no-match",
+            ToolError::NotUnique { .. } => "not-unique",
             ToolError::Failed { .. } => "failed",
         }
     }
@@ -182,6 +200,11 @@ impl fmt::Display for ToolError {
                 hunk,
                 message,
             } => write!(f, "patch does not apply to {path} (hunk {hunk}): {message}"),
+            ToolError::NoMatch { path } => write!(f, "the text to replace is not in {path}"),
+            ToolError::NotUnique { path, count } => write!(
+                f,
+                "the text to replace occurs {count} times in {path}; give more context or replace_all"
+            ),
             ToolError::Failed { tool, exit, stderr } => {
                 let stderr = stderr.trim_end().replace('\n', "\\n");
                 write!(f, "{tool} failed ({exit:?}): {stderr}")

@@ -51,12 +51,16 @@
 //! ```
 #![warn(missing_docs)]
 
+mod context;
+mod envelope;
 mod error;
 mod file;
 mod glob;
 mod listing;
 mod patch;
 mod path;
+#[cfg(feature = "serde")]
+pub mod wire;
 
 use bytes::Bytes;
 use execseam_core::degrade::temp_path;
@@ -82,14 +86,35 @@ pub struct GrepOptions {
     pub fixed: bool,
     /// ASCII case-insensitive matching (`grep -i`).
     pub ignore_case: bool,
+    /// Lines of context before each match ([`Match::before`]; `grep -B`).
+    pub before: usize,
+    /// Lines of context after each match ([`Match::after`]; `grep -A`).
+    pub after: usize,
 }
 
 /// Options of [`Tools::write_with`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WriteOptions {
-    /// Create missing parent directories (`mkdir -p`) instead of failing with
-    /// [`ToolError::NotFound`].
+    /// Create missing parent directories (`mkdir -p`), the default; `false` refuses with
+    /// [`ToolError::NotFound`] (the missing directory's path) instead.
     pub create_parents: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> WriteOptions {
+        WriteOptions {
+            create_parents: true,
+        }
+    }
+}
+
+/// How many lines of one file matched ([`Tools::grep_count`]).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FileCount {
+    /// The file, relative to the search root.
+    pub path: RelPath,
+    /// How many of its lines matched (at least 1).
+    pub count: u64,
 }
 
 /// What [`Tools::apply_patch`] did to one file.
@@ -103,6 +128,17 @@ pub enum Change {
     Deleted,
 }
 
+impl Change {
+    /// The stable name: `created`, `modified`, `deleted`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Change::Created => "created",
+            Change::Modified => "modified",
+            Change::Deleted => "deleted",
+        }
+    }
+}
+
 /// One file touched by [`Tools::apply_patch`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PatchedFile {
@@ -110,6 +146,15 @@ pub struct PatchedFile {
     pub path: String,
     /// What happened to it.
     pub change: Change,
+}
+
+/// One file of a patch being applied: where, whether it existed, its content so far (`None`:
+/// absent or deleted).
+struct PatchState {
+    rel: String,
+    abs: String,
+    existed: bool,
+    content: Option<Vec<u8>>,
 }
 
 /// The tools, over one adapter.
@@ -192,7 +237,7 @@ impl<'a> Tools<'a> {
         self.exec
     }
 
-    async fn run(&self, cmd: Command) -> Result<Output, ToolError> {
+    pub(crate) async fn run(&self, cmd: Command) -> Result<Output, ToolError> {
         if self.stream
             && let Some(s) = self.exec.streaming()
         {
@@ -249,6 +294,10 @@ impl<'a> Tools<'a> {
     /// `limit` kept. Binary files are searched as text (every line, NUL bytes included in
     /// [`Match::text`]).
     ///
+    /// With [`GrepOptions::before`] / [`GrepOptions::after`], each kept match carries up to that
+    /// many neighbouring lines of its file ([`Match::before`], [`Match::after`]), read by one
+    /// further command after the search (a file changed in between gives the new lines).
+    ///
     /// An invalid regular expression is [`ToolError::InvalidPattern`] (with the sandbox `grep`'s
     /// message), never an empty result. Files the sandbox user cannot read are reported in
     /// [`Listing::skipped`].
@@ -259,6 +308,81 @@ impl<'a> Tools<'a> {
         options: &GrepOptions,
         limit: usize,
     ) -> Result<Listing<Match>, ToolError> {
+        let (req, filter, out) = self.grep_run(root, regex, options).await?;
+        let mut l = listing::grep_output(self.exec.provider(), &req, filter.as_ref(), &out, limit)?;
+        if (options.before > 0 || options.after > 0) && !l.items.is_empty() {
+            context::fill(self, &req.root, &mut l.items, options.before, options.after).await?;
+        }
+        Ok(l)
+    }
+
+    /// The files with at least one line matching `regex` (`grep -l`), as [`Tools::grep`] searches
+    /// them, sorted by path, the first `limit` kept ([`Listing::omitted`] counts files).
+    pub async fn grep_files(
+        &self,
+        root: &str,
+        regex: &str,
+        options: &GrepOptions,
+        limit: usize,
+    ) -> Result<Listing<RelPath>, ToolError> {
+        let counts = self.grep_count(root, regex, options, usize::MAX).await?;
+        let total = counts.items.len();
+        let items: Vec<RelPath> = counts
+            .items
+            .into_iter()
+            .take(limit)
+            .map(|c| c.path)
+            .collect();
+        Ok(Listing {
+            omitted: total - items.len(),
+            items,
+            skipped: counts.skipped,
+        })
+    }
+
+    /// How many lines match `regex` in each file that has any (`grep -c`, files without a match
+    /// left out), as [`Tools::grep`] searches them, sorted by path, the first `limit` kept
+    /// ([`Listing::omitted`] counts files). Every match is counted, whatever `limit`.
+    pub async fn grep_count(
+        &self,
+        root: &str,
+        regex: &str,
+        options: &GrepOptions,
+        limit: usize,
+    ) -> Result<Listing<FileCount>, ToolError> {
+        let (req, filter, out) = self.grep_run(root, regex, options).await?;
+        let all = listing::grep_output(
+            self.exec.provider(),
+            &req,
+            filter.as_ref(),
+            &out,
+            usize::MAX,
+        )?;
+        let mut counts: Vec<FileCount> = Vec::new();
+        for m in all.items {
+            match counts.last_mut() {
+                Some(c) if c.path == m.path => c.count += 1,
+                _ => counts.push(FileCount {
+                    path: m.path,
+                    count: 1,
+                }),
+            }
+        }
+        let total = counts.len();
+        counts.truncate(limit);
+        Ok(Listing {
+            omitted: total - counts.len(),
+            items: counts,
+            skipped: all.skipped,
+        })
+    }
+
+    async fn grep_run(
+        &self,
+        root: &str,
+        regex: &str,
+        options: &GrepOptions,
+    ) -> Result<(GrepRequest, Option<Glob>, Output), ToolError> {
         let root = normalize_absolute("root", root)?;
         if regex.contains(['\n', '\0']) {
             return Err(ToolError::InvalidPattern {
@@ -292,7 +416,7 @@ impl<'a> Tools<'a> {
                 message,
             });
         }
-        listing::grep_output(self.exec.provider(), &req, filter.as_ref(), &out, limit)
+        Ok((req, filter, out))
     }
 
     /// The bytes of the file at `path` (absolute), or the part `range` selects.
@@ -307,10 +431,13 @@ impl<'a> Tools<'a> {
     }
 
     /// Writes `content` to the file at `path` (absolute), atomically: through stdin into a
-    /// temporary file in the same directory, then renamed over the path. An existing file's mode
-    /// is kept; a symlink at the path is replaced, not followed.
+    /// temporary file in the same directory, then renamed over the path. Missing parent
+    /// directories are created (refuse with [`Tools::write_with`] and
+    /// `WriteOptions { create_parents: false }`). An existing file's mode is kept; a symlink at
+    /// the path is replaced, not followed.
     ///
-    /// Errors: the directory is missing ([`ToolError::NotFound`] with the directory's path), the
+    /// Errors: a parent is not a directory ([`ToolError::NotADirectory`]), the directory is
+    /// missing and `create_parents` is off ([`ToolError::NotFound`] with the directory's path), the
     /// path is a directory ([`ToolError::IsADirectory`]), the directory or the file is not
     /// writable ([`ToolError::PermissionDenied`]); an adapter without stdin gives
     /// [`ToolError::Exec`] of kind `Unsupported`.
@@ -346,6 +473,45 @@ impl<'a> Tools<'a> {
         check_file_output(&Tool::WRITE, &out)
     }
 
+    /// Replaces the exact text `old` with `new` in the file at `path` (absolute): the one
+    /// occurrence of `old`, or every (non-overlapping) occurrence with `replace_all`. Returns how
+    /// many were replaced. The file is read, changed in memory and written back atomically as by
+    /// [`Tools::write`] (mode kept); it is not a compare-and-swap: a concurrent writer between the
+    /// read and the rename loses its change.
+    ///
+    /// Errors, with nothing written: `old` is empty ([`ToolError::InvalidArgument`]), absent
+    /// ([`ToolError::NoMatch`]), or found more than once without `replace_all`
+    /// ([`ToolError::NotUnique`] with the count); and those of [`Tools::read`] (a missing file is
+    /// [`ToolError::NotFound`]; `edit` never creates one).
+    pub async fn edit(
+        &self,
+        path: &str,
+        old: &str,
+        new: &str,
+        replace_all: bool,
+    ) -> Result<usize, ToolError> {
+        let path = normalize_absolute("path", path)?;
+        if old.is_empty() {
+            return Err(ToolError::invalid("the text to replace is empty"));
+        }
+        let content = self.read(&path, ReadRange::All).await?;
+        let (changed, count) = replace_exact(&content, old.as_bytes(), new.as_bytes());
+        match count {
+            0 => return Err(ToolError::NoMatch { path }),
+            n if n > 1 && !replace_all => return Err(ToolError::NotUnique { path, count: n }),
+            _ => {}
+        }
+        self.write_with(
+            &path,
+            changed,
+            WriteOptions {
+                create_parents: false,
+            },
+        )
+        .await?;
+        Ok(count)
+    }
+
     fn check_stdin(&self, len: usize) -> Result<(), ToolError> {
         let caps = self.exec.capabilities();
         if !caps.stdin.is_supported() {
@@ -365,95 +531,186 @@ impl<'a> Tools<'a> {
         Ok(())
     }
 
-    /// Applies a unified diff (see the `patch` module docs for what is accepted) to files below
-    /// `root`: every target is read, every hunk applied in memory, and only if all apply are the
-    /// new contents written — each staged to a temporary file in its directory, then all renamed
-    /// (and deleted files removed) by one final command. A hunk that does not apply is
-    /// [`ToolError::PatchConflict`] and nothing is written; a creation over an existing file is
-    /// [`ToolError::AlreadyExists`].
+    /// Applies a patch to files below `root`: a unified diff (see the `patch` module docs for what
+    /// is accepted) or the `*** Begin Patch` format coding models emit (see the `envelope` module
+    /// docs; it may also rename with `*** Move to:`). Every target is read, every hunk applied in
+    /// memory, and only if all apply are the new contents written — each staged to a temporary
+    /// file in its directory, then all renamed (and deleted files removed) by one final command.
+    /// A hunk that does not apply is [`ToolError::PatchConflict`] and nothing is written; a
+    /// creation over an existing file is [`ToolError::AlreadyExists`]; an update or deletion of a
+    /// missing file is [`ToolError::NotFound`].
     pub async fn apply_patch(
         &self,
         root: &str,
         patch: &str,
     ) -> Result<Vec<PatchedFile>, ToolError> {
         let root = normalize_absolute("root", root)?;
-        let sections = patch::parse(patch)?;
-        // path -> (absolute path, original existed, current content)
-        let mut files: Vec<(String, String, bool, Option<Vec<u8>>)> = Vec::new();
-        for (idx, sec) in sections.iter().enumerate() {
-            let rel =
-                path::normalize_relative(sec.path()).map_err(|m| ToolError::InvalidPatch {
-                    line: 0,
-                    message: format!("file section {}: {m}", idx + 1),
-                })?;
-            if let (Some(o), Some(n)) = (&sec.old, &sec.new)
-                && path::normalize_relative(o).ok() != path::normalize_relative(n).ok()
-            {
-                return Err(ToolError::InvalidPatch {
-                    line: 0,
-                    message: format!("{o:?} → {n:?}: renames are not supported"),
-                });
-            }
-            let abs = path::join(&root, &rel);
-            let slot = match files.iter().position(|f| f.0 == rel) {
-                Some(i) => i,
-                None => {
-                    let current = match self.read(&abs, ReadRange::All).await {
-                        Ok(b) => Some(b.to_vec()),
-                        Err(ToolError::NotFound { .. }) if sec.old.is_none() => None,
-                        Err(e) => return Err(e),
-                    };
-                    let existed = current.is_some();
-                    files.push((rel.clone(), abs.clone(), existed, current));
-                    files.len() - 1
+        let mut files: Vec<PatchState> = Vec::new();
+        if envelope::is_envelope(patch) {
+            for (idx, op) in envelope::parse(patch)?.into_iter().enumerate() {
+                let section = idx + 1;
+                match op {
+                    envelope::Op::Add { path, content } => {
+                        let i = self.patch_slot(&mut files, &root, &path, section).await?;
+                        if files[i].content.is_some() {
+                            return Err(ToolError::AlreadyExists {
+                                path: files[i].abs.clone(),
+                            });
+                        }
+                        files[i].content = Some(content);
+                    }
+                    envelope::Op::Delete { path } => {
+                        let i = self.patch_slot(&mut files, &root, &path, section).await?;
+                        if files[i].content.take().is_none() {
+                            return Err(ToolError::NotFound {
+                                path: files[i].abs.clone(),
+                            });
+                        }
+                    }
+                    envelope::Op::Update {
+                        path,
+                        move_to,
+                        chunks,
+                    } => {
+                        let i = self.patch_slot(&mut files, &root, &path, section).await?;
+                        let Some(current) = &files[i].content else {
+                            return Err(ToolError::NotFound {
+                                path: files[i].abs.clone(),
+                            });
+                        };
+                        let applied =
+                            envelope::apply(current, &chunks).map_err(|(hunk, message)| {
+                                ToolError::PatchConflict {
+                                    path: files[i].abs.clone(),
+                                    hunk,
+                                    message,
+                                }
+                            })?;
+                        match move_to {
+                            Some(dest) => {
+                                let j = self.patch_slot(&mut files, &root, &dest, section).await?;
+                                if j != i {
+                                    if files[j].content.is_some() {
+                                        return Err(ToolError::AlreadyExists {
+                                            path: files[j].abs.clone(),
+                                        });
+                                    }
+                                    files[i].content = None;
+                                }
+                                files[j].content = Some(applied);
+                            }
+                            None => files[i].content = Some(applied),
+                        }
+                    }
                 }
-            };
-            let current = &mut files[slot].3;
-            match (&sec.old, &sec.new, current.as_ref()) {
-                (None, _, Some(_)) => return Err(ToolError::AlreadyExists { path: abs }),
-                (Some(_), _, None) => return Err(ToolError::NotFound { path: abs }),
-                _ => {}
             }
-            let base = current.clone().unwrap_or_default();
-            let applied = patch::apply(&base, &sec.hunks).map_err(|(hunk, message)| {
-                ToolError::PatchConflict {
-                    path: abs.clone(),
-                    hunk,
-                    message,
-                }
-            })?;
-            if sec.new.is_none() {
-                if !applied.is_empty() {
-                    return Err(ToolError::PatchConflict {
-                        path: abs,
-                        hunk: sec.hunks.len(),
-                        message: "the file has lines the deletion does not remove".into(),
+        } else {
+            for (idx, sec) in patch::parse(patch)?.iter().enumerate() {
+                if let (Some(o), Some(n)) = (&sec.old, &sec.new)
+                    && path::normalize_relative(o).ok() != path::normalize_relative(n).ok()
+                {
+                    return Err(ToolError::InvalidPatch {
+                        line: 0,
+                        message: format!("{o:?} → {n:?}: renames are not supported"),
                     });
                 }
-                *current = None;
-            } else {
-                *current = Some(applied);
+                let i = self
+                    .patch_slot(&mut files, &root, sec.path(), idx + 1)
+                    .await?;
+                let abs = files[i].abs.clone();
+                match (&sec.old, files[i].content.as_ref()) {
+                    (None, Some(_)) => return Err(ToolError::AlreadyExists { path: abs }),
+                    (Some(_), None) => return Err(ToolError::NotFound { path: abs }),
+                    _ => {}
+                }
+                let base = files[i].content.clone().unwrap_or_default();
+                let applied = patch::apply(&base, &sec.hunks).map_err(|(hunk, message)| {
+                    ToolError::PatchConflict {
+                        path: abs.clone(),
+                        hunk,
+                        message,
+                    }
+                })?;
+                if sec.new.is_none() {
+                    if !applied.is_empty() {
+                        return Err(ToolError::PatchConflict {
+                            path: abs,
+                            hunk: sec.hunks.len(),
+                            message: "the file has lines the deletion does not remove".into(),
+                        });
+                    }
+                    files[i].content = None;
+                } else {
+                    files[i].content = Some(applied);
+                }
             }
         }
-        // Stage every new content, then commit in one command.
+        self.commit_patch(files).await
+    }
+
+    /// The index in `files` of the file `rel` names below `root`, read the first time.
+    async fn patch_slot(
+        &self,
+        files: &mut Vec<PatchState>,
+        root: &str,
+        rel: &str,
+        section: usize,
+    ) -> Result<usize, ToolError> {
+        // An absolute path below the root is taken as relative to it (models write those).
+        let under = rel
+            .strip_prefix(root)
+            .and_then(|r| r.strip_prefix('/'))
+            .filter(|_| root != "/")
+            .or_else(|| (root == "/").then(|| rel.strip_prefix('/')).flatten())
+            .unwrap_or(rel);
+        let rel = path::normalize_relative(under).map_err(|m| ToolError::InvalidPatch {
+            line: 0,
+            message: format!("file section {section}: {m}"),
+        })?;
+        if let Some(i) = files.iter().position(|f| f.rel == rel) {
+            return Ok(i);
+        }
+        let abs = path::join(root, &rel);
+        let content = match self.read(&abs, ReadRange::All).await {
+            Ok(b) => Some(b.to_vec()),
+            Err(ToolError::NotFound { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        files.push(PatchState {
+            rel,
+            abs,
+            existed: content.is_some(),
+            content,
+        });
+        Ok(files.len() - 1)
+    }
+
+    /// Stages every new content, then commits in one command; cleans up on failure.
+    async fn commit_patch(&self, files: Vec<PatchState>) -> Result<Vec<PatchedFile>, ToolError> {
         let mut staged: Vec<String> = Vec::new();
         let mut steps = Vec::new();
         let mut report = Vec::new();
-        for (rel, abs, existed, content) in &files {
+        for PatchState {
+            rel,
+            abs,
+            existed,
+            content,
+        } in files
+        {
             match content {
                 Some(bytes) => {
                     if let Err(e) = self.check_stdin(bytes.len()) {
                         self.cleanup(&staged).await;
                         return Err(e);
                     }
-                    let temp = temp_path(parent(abs));
+                    let temp = temp_path(parent(&abs));
                     let cmd = file::write_command(
                         Tool::APPLY_PATCH,
-                        abs,
+                        &abs,
                         &temp,
                         !existed,
                         true,
-                        Bytes::from(bytes.clone()),
+                        Bytes::from(bytes),
                     )?;
                     let r = match self.run(cmd).await {
                         Ok(out) => check_file_output(&Tool::APPLY_PATCH, &out),
@@ -466,23 +723,20 @@ impl<'a> Tools<'a> {
                         return Err(e);
                     }
                     staged.push(temp.clone());
-                    steps.push(file::Step::Rename {
-                        temp,
-                        path: abs.clone(),
-                    });
+                    steps.push(file::Step::Rename { temp, path: abs });
                     report.push(PatchedFile {
-                        path: rel.clone(),
-                        change: if *existed {
+                        path: rel,
+                        change: if existed {
                             Change::Modified
                         } else {
                             Change::Created
                         },
                     });
                 }
-                None if *existed => {
-                    steps.push(file::Step::Remove { path: abs.clone() });
+                None if existed => {
+                    steps.push(file::Step::Remove { path: abs });
                     report.push(PatchedFile {
-                        path: rel.clone(),
+                        path: rel,
                         change: Change::Deleted,
                     });
                 }
@@ -578,6 +832,25 @@ impl<'a> Tools<'a> {
 pub const CODE_DEFAULT_TIMEOUT: Duration = Duration::from_secs(180);
 /// The largest `code` timeout.
 pub const CODE_MAX_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// `haystack` with every non-overlapping `old` (from the start) replaced by `new`, and the count.
+fn replace_exact(haystack: &[u8], old: &[u8], new: &[u8]) -> (Vec<u8>, usize) {
+    let mut out = Vec::with_capacity(haystack.len());
+    let mut count = 0;
+    let mut i = 0;
+    while i + old.len() <= haystack.len() {
+        if &haystack[i..i + old.len()] == old {
+            out.extend_from_slice(new);
+            i += old.len();
+            count += 1;
+        } else {
+            out.push(haystack[i]);
+            i += 1;
+        }
+    }
+    out.extend_from_slice(&haystack[i..]);
+    (out, count)
+}
 
 /// The directory of an absolute, normalised path (`/` for a top-level entry).
 fn parent(path: &str) -> &str {

@@ -47,6 +47,12 @@ pub struct Match {
     pub line: u64,
     /// The line without its `\n`, raw bytes (a `\r` of a CRLF file stays).
     pub text: Bytes,
+    /// Up to [`GrepOptions::before`](crate::GrepOptions::before) lines before it (lines
+    /// `line - before.len() .. line`), in file order, without their `\n`; empty without context.
+    pub before: Vec<Bytes>,
+    /// Up to [`GrepOptions::after`](crate::GrepOptions::after) lines after it, in file order,
+    /// without their `\n`; fewer at the end of the file.
+    pub after: Vec<Bytes>,
 }
 
 impl Match {
@@ -222,6 +228,8 @@ pub(crate) fn grep_output(
             path: RelPath::from_bytes(stdout.slice_ref(rel)),
             line,
             text: stdout.slice_ref(text),
+            before: Vec::new(),
+            after: Vec::new(),
         })
         .collect();
     Ok(Listing {

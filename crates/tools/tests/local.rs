@@ -85,6 +85,7 @@ async fn render(tools: &Tools<'_>, root: &str) -> String {
                 glob: Some("*.rs".into()),
                 fixed: true,
                 ignore_case: true,
+                ..GrepOptions::default()
             },
             100,
         )
@@ -186,6 +187,28 @@ async fn busybox_tools_give_the_same_bytes() {
         Err(ToolError::InvalidPattern { message, .. }) => assert!(!message.is_empty()),
         other => panic!("busybox grep, invalid regex: {other:?}"),
     }
+    // Context lines through busybox's wc/head, edit, and the envelope format.
+    let ctx = GrepOptions {
+        before: 1,
+        after: 1,
+        ..GrepOptions::default()
+    };
+    let g = tools.grep(&d.p("src"), "^no$", &ctx, 10).await.unwrap();
+    assert_eq!(g.items.len(), 1, "{g:?}");
+    assert_eq!(g.items[0].before, ["needle"]);
+    assert_eq!(g.items[0].after, ["needle again"]);
+    assert_eq!(
+        tools.edit(&d.p("w.txt"), "TWO", "2", false).await.unwrap(),
+        1
+    );
+    tools
+        .apply_patch(
+            &d.s(),
+            "*** Begin Patch\n*** Update File: w.txt\n@@\n one\n-2\n+two\n*** End Patch\n",
+        )
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(d.0.join("w.txt")).unwrap(), b"one\ntwo\n");
     match tools.read(&d.p("nope"), ReadRange::All).await {
         Err(ToolError::NotFound { .. }) => {}
         other => panic!("{other:?}"),
@@ -348,9 +371,20 @@ async fn write_is_atomic_and_keeps_the_mode() {
         .collect();
     names.sort();
     assert_eq!(names, ["link", "x.sh"]);
-    match tools.write(&d.p("missing/x"), "x").await {
+    // Parents are created by default; refused on request.
+    let refuse = WriteOptions {
+        create_parents: false,
+    };
+    match tools.write_with(&d.p("missing/x"), "x", refuse).await {
         Err(ToolError::NotFound { path }) => assert_eq!(path, d.p("missing")),
         other => panic!("{other:?}"),
+    }
+    assert!(!d.0.join("missing").exists());
+    tools.write(&d.p("made/deep/x"), "x").await.unwrap();
+    assert_eq!(std::fs::read(d.0.join("made/deep/x")).unwrap(), b"x");
+    match tools.write(&d.p("x.sh/y"), "x").await {
+        Err(ToolError::NotADirectory { .. }) => {}
+        other => panic!("a file as a parent: {other:?}"),
     }
     match tools.write("relative/x", "x").await {
         Err(ToolError::InvalidArgument { .. }) => {}

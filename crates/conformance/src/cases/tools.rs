@@ -228,6 +228,7 @@ fn greps() -> Vec<(&'static str, GrepOptions, usize)> {
         glob: glob.map(Into::into),
         fixed,
         ignore_case,
+        ..GrepOptions::default()
     };
     vec![
         ("needle", opts(None, false, false), 1000),
@@ -455,15 +456,9 @@ pub(crate) async fn write(t: &Target) -> CaseResult {
         .await
         .map_err(|e| tool_err("write empty", e))?;
     tools
-        .write_with(
-            &format!("{dir}/a/b/c.txt"),
-            "deep\n",
-            WriteOptions {
-                create_parents: true,
-            },
-        )
+        .write(&format!("{dir}/a/b/c.txt"), "deep\n")
         .await
-        .map_err(|e| tool_err("write with create_parents", e))?;
+        .map_err(|e| tool_err("write creating missing parents (the default)", e))?;
     let got = names(&tools, &dir).await?;
     let want = [
         "a/",
@@ -650,8 +645,16 @@ pub(crate) async fn errors(t: &Target) -> CaseResult {
     if t.exec.capabilities().stdin.is_supported() {
         let dir = format!("{root}/no such dir");
         expect_tool_err(
-            "write into a missing directory",
-            tools.write(&format!("{dir}/f.txt"), "x").await,
+            "write into a missing directory, create_parents off",
+            tools
+                .write_with(
+                    &format!("{dir}/f.txt"),
+                    "x",
+                    WriteOptions {
+                        create_parents: false,
+                    },
+                )
+                .await,
             |e| matches!(e, ToolError::NotFound { path } if *path == dir),
         )?;
         expect_tool_err(

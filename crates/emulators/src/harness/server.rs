@@ -128,10 +128,21 @@ async fn serve_connection(stream: TcpStream, router: Router, mut stopped: watch:
         hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(ctl.clone());
             let mut router = router.clone();
+            // The route only: never the query string, headers or body (they may carry tokens).
+            let (method, route) = (req.method().clone(), req.uri().path().to_owned());
+            let started = std::time::Instant::now();
             async move {
                 let req = req.map(Body::new);
                 let resp = router.call(req).await;
-                Ok::<_, Infallible>(resp.unwrap_or_else(|never| match never {}))
+                let resp = resp.unwrap_or_else(|never| match never {});
+                tracing::debug!(
+                    %method,
+                    route = %route,
+                    status = resp.status().as_u16(),
+                    latency_ms = started.elapsed().as_millis() as u64,
+                    "emulator request"
+                );
+                Ok::<_, Infallible>(resp)
             }
         });
     let builder = Builder::new(TokioExecutor::new());

@@ -1,0 +1,704 @@
+//! `execseam mcp`: the builtin tools as a Model Context Protocol server over stdio, on one sandbox.
+//!
+//! The sandbox is chosen through the facade's registry (`--adapter`), attached with `--sandbox ID`
+//! (left running) or created at start from `--image`/`--label`/`--env` and destroyed at exit:
+//! when the client closes stdin, on SIGINT and on SIGTERM. stdout carries only the protocol;
+//! diagnostics go to stderr (`RUST_LOG`).
+//!
+//! Every tool takes typed arguments whose JSON Schema the client sees in `tools/list`; missing,
+//! unknown or mistyped arguments are a tool error (`isError: true`, "failed to deserialize
+//! parameters: …"), as rmcp reports them and as the MCP spec asks for input validation errors
+//! (so the model can correct itself), never a crash; inconsistent ones (both `script` and
+//! `argv`) are the tool error `invalid-argument`. A tool's own
+//! failure (a missing file, a patch that does not apply, an infrastructure error with its kind
+//! and retry class) is a tool result with `isError: true` and the error as structured content
+//! (`execseam_tools::wire`). A command's non-zero exit is a normal result. Output limits are
+//! stated in every result (`truncated` bytes, `omitted` items).
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use clap::Args;
+use execseam::{Command, Deadline, Error, ErrorKind, Exec, Output, Retry, SandboxSpec, Tool};
+use execseam_tools::{
+    GrepOptions, Language, ReadRange, ToolError, Tools, WriteOptions, normalize_absolute,
+};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ServerCapabilities, ServerConfig};
+use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::registry;
+use crate::run::USAGE;
+
+#[derive(Args)]
+pub struct McpArgs {
+    /// The adapter.
+    #[arg(long, default_value = "local")]
+    adapter: String,
+    /// Attach to this existing sandbox (left running at exit); without it a sandbox is created
+    /// at start and destroyed at exit.
+    #[arg(long, env = "EXECSEAM_SANDBOX")]
+    sandbox: Option<String>,
+    /// The image, template or snapshot of the sandbox created at start.
+    #[arg(long, conflicts_with = "sandbox")]
+    image: Option<String>,
+    /// A label of the sandbox created at start, KEY=VALUE (repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE", conflicts_with = "sandbox")]
+    labels: Vec<String>,
+    /// A sandbox-wide environment variable of the sandbox created at start, KEY=VALUE
+    /// (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE", conflicts_with = "sandbox")]
+    env: Vec<String>,
+    /// The absolute directory relative tool paths are resolved against (default: the current
+    /// directory for the local adapter, `/` otherwise).
+    #[arg(long, value_name = "DIR")]
+    root: Option<String>,
+    /// At most this many bytes of each text a tool returns (stdout, stderr, a file's content);
+    /// the rest is dropped and the count stated in the result.
+    #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024)]
+    max_output: usize,
+    /// Serve streamable HTTP at http://ADDR/mcp (loopback names only are accepted as Host)
+    /// instead of stdio, until SIGINT or SIGTERM; the one sandbox is shared by every session.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
+}
+
+fn pairs(what: &str, kvs: &[String]) -> Result<Vec<(String, String)>, String> {
+    kvs.iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .ok_or_else(|| format!("--{what} {kv:?} is not KEY=VALUE"))
+        })
+        .collect()
+}
+
+/// Runs the server until the client goes away or a signal arrives; the sandbox this run created
+/// is destroyed by the caller (`registry::close_all`).
+pub async fn mcp(a: McpArgs) -> ExitCode {
+    let spec = (|| -> Result<SandboxSpec, String> {
+        let mut spec = SandboxSpec::new();
+        if let Some(i) = &a.image {
+            spec = spec.with_image(i.clone());
+        }
+        for (k, v) in pairs("label", &a.labels)? {
+            spec = spec.with_label(k, v);
+        }
+        for (k, v) in pairs("env", &a.env)? {
+            spec = spec.with_env(k, v);
+        }
+        Ok(spec)
+    })();
+    let spec = match spec {
+        Ok(s) => s,
+        Err(m) => {
+            eprintln!("execseam: {m}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let root = match &a.root {
+        Some(r) => r.clone(),
+        None if a.adapter == "local" => match std::env::current_dir() {
+            Ok(d) => d.to_string_lossy().into_owned(),
+            Err(e) => {
+                eprintln!("execseam: the current directory: {e}");
+                return ExitCode::from(USAGE);
+            }
+        },
+        None => "/".to_owned(),
+    };
+    let root = match normalize_absolute("--root", &root) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("execseam: {e}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let exec = match registry::open_with(&a.adapter, a.sandbox.as_deref(), spec).await {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("execseam: {e}");
+            return crate::run::error_status(&e);
+        }
+    };
+    let server = McpServer::new(exec, root.clone(), a.max_output);
+    if let Some(addr) = a.http {
+        return serve_http(server, addr).await;
+    }
+    tracing::info!(adapter = %a.adapter, root = %root, "mcp: serving on stdio");
+    let running = match server.serve(rmcp::transport::stdio_pipes()).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("execseam: mcp: the client did not initialize: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let token = running.cancellation_token();
+    let waiting = running.waiting();
+    tokio::pin!(waiting);
+    let code = tokio::select! {
+        r = &mut waiting => {
+            tracing::info!(reason = ?r.as_ref().ok(), "mcp: the client closed the connection");
+            ExitCode::SUCCESS
+        }
+        s = crate::run::interrupted() => {
+            tracing::info!(status = s, "mcp: interrupted");
+            token.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(2), &mut waiting).await;
+            ExitCode::from(s)
+        }
+    };
+    code
+}
+
+/// Streamable HTTP at `/mcp` until SIGINT/SIGTERM; prints the URL on stdout.
+async fn serve_http(server: McpServer, addr: std::net::SocketAddr) -> ExitCode {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let ct = tokio_util::sync::CancellationToken::new();
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().with_cancellation_token(ct.child_token()),
+    );
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("execseam: mcp: cannot listen on {addr}: {e}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let local = listener.local_addr().map_or(addr, |a| a);
+    println!("http://{local}/mcp");
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    tracing::info!(%local, "mcp: serving streamable HTTP");
+    let router = axum::Router::new().nest_service("/mcp", service);
+    let stop = ct.clone();
+    let served = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { stop.cancelled_owned().await })
+            .await
+    });
+    let s = crate::run::interrupted().await;
+    tracing::info!(status = s, "mcp: interrupted");
+    ct.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(2), served).await;
+    ExitCode::from(s)
+}
+
+/// The server: the tools over one sandbox.
+#[derive(Clone)]
+pub struct McpServer {
+    exec: Arc<dyn Exec>,
+    root: String,
+    max_output: usize,
+    #[allow(dead_code)] // read by the code #[tool_handler] generates
+    tool_router: ToolRouter<McpServer>,
+}
+
+/// `bash`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BashArgs {
+    /// A shell script, run with `bash -c` (or `sh -c` where the sandbox has no bash). Give this
+    /// or `argv`, not both.
+    #[serde(default)]
+    pub script: Option<String>,
+    /// The program and its arguments, run exactly as given (no shell). Give this or `script`.
+    #[serde(default)]
+    pub argv: Option<Vec<String>>,
+    /// The working directory (absolute, or relative to the server's root; default: the root).
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// Environment variables for this command.
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Text to feed the command's stdin.
+    #[serde(default)]
+    pub stdin: Option<String>,
+    /// Seconds before the command is killed, 1..=600 (default 120).
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+}
+
+/// `read`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadArgs {
+    /// The file (absolute, or relative to the server's root).
+    pub path: String,
+    /// The first line to return, 1-based (default 1).
+    #[serde(default)]
+    pub offset: Option<u64>,
+    /// How many lines at most (default: to the end, within the output limit).
+    #[serde(default)]
+    pub limit: Option<u64>,
+}
+
+/// `write`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteArgs {
+    /// The file (absolute, or relative to the server's root). It is replaced atomically.
+    pub path: String,
+    /// The whole new content.
+    pub content: String,
+    /// Create missing parent directories (default true); false fails on a missing directory.
+    #[serde(default)]
+    pub create_parents: Option<bool>,
+}
+
+/// `edit`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditArgs {
+    /// The file (absolute, or relative to the server's root).
+    pub path: String,
+    /// The exact text to replace (whitespace and newlines included). It must occur exactly
+    /// once unless `replace_all` is true.
+    pub old: String,
+    /// The replacement text.
+    pub new: String,
+    /// Replace every occurrence instead of requiring exactly one (default false).
+    #[serde(default)]
+    pub replace_all: bool,
+}
+
+/// `glob`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GlobArgs {
+    /// The glob, relative to `dir`: `*`, `?`, `[a-z]`, `{a,b}`, `**` for any depth
+    /// (`src/**/*.rs`).
+    pub pattern: String,
+    /// The directory to search (default: the server's root).
+    #[serde(default)]
+    pub dir: Option<String>,
+    /// At most this many paths (default 1000); the rest are counted in `omitted`.
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// `grep`'s output mode.
+#[derive(Debug, Default, Clone, Copy, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GrepMode {
+    /// Matching lines with their line numbers (and context lines if asked).
+    #[default]
+    Content,
+    /// Only the paths of files with a match.
+    Files,
+    /// How many lines match in each file.
+    Count,
+}
+
+/// `grep`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepArgs {
+    /// A POSIX extended regular expression (`grep -E`), or a plain string with `fixed`.
+    pub pattern: String,
+    /// The directory to search (default: the server's root).
+    #[serde(default)]
+    pub dir: Option<String>,
+    /// Only files matching this glob (without `/`: the file name at any depth, as `*.rs`).
+    #[serde(default)]
+    pub glob: Option<String>,
+    /// The pattern is a plain string, not a regular expression.
+    #[serde(default)]
+    pub fixed: bool,
+    /// ASCII case-insensitive matching.
+    #[serde(default)]
+    pub ignore_case: bool,
+    /// Lines of context before each match (content mode).
+    #[serde(default)]
+    pub before: usize,
+    /// Lines of context after each match (content mode).
+    #[serde(default)]
+    pub after: usize,
+    /// `content` (default), `files` or `count`.
+    #[serde(default)]
+    pub mode: GrepMode,
+    /// At most this many matches (content) or files (files, count); default 200.
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// `list`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListArgs {
+    /// The directory (default: the server's root).
+    #[serde(default)]
+    pub dir: Option<String>,
+    /// How many levels below it, 1 = its children (default 1).
+    #[serde(default)]
+    pub depth: Option<u32>,
+    /// At most this many entries (default 1000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// `apply_patch`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PatchArgs {
+    /// A unified diff (`--- a/x` / `+++ b/x` / `@@ … @@`) or the `*** Begin Patch` format
+    /// (`*** Add File:`, `*** Update File:`, `*** Delete File:`, `*** End Patch`). All of it
+    /// applies or nothing is written.
+    pub patch: String,
+    /// The directory the patch's paths are relative to (default: the server's root).
+    #[serde(default)]
+    pub dir: Option<String>,
+}
+
+/// `code`'s language.
+#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CodeLanguage {
+    /// `python3 -c`.
+    Python,
+    /// `node -e`.
+    Javascript,
+    /// `tsx --eval`.
+    Typescript,
+    /// `bash -c`.
+    Bash,
+}
+
+/// `code`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CodeArgs {
+    /// The language of `source`.
+    pub language: CodeLanguage,
+    /// The program, run exactly as given.
+    pub source: String,
+    /// Seconds, 1..=600 (default 180).
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+}
+
+/// A tool-level failure as the client sees it: `isError` with the error as structured content.
+fn tool_error(e: &ToolError) -> CallToolResult {
+    tracing::debug!(
+        code = e.code(),
+        retry = e.retry().class(),
+        "mcp: tool error"
+    );
+    CallToolResult::structured_error(json!({ "error": e }))
+}
+
+fn ok(v: Value) -> CallToolResult {
+    CallToolResult::structured(v)
+}
+
+/// At most `max` bytes of `b` (cut at a character boundary when it is text), and how many were
+/// dropped.
+fn capped(b: &[u8], max: usize) -> (&[u8], usize) {
+    if b.len() <= max {
+        return (b, 0);
+    }
+    let mut end = max;
+    while end > 0 && std::str::from_utf8(&b[..end]).is_err() && max - end < 4 {
+        end -= 1;
+    }
+    if std::str::from_utf8(&b[..end]).is_err() {
+        end = max;
+    }
+    (&b[..end], b.len() - end)
+}
+
+/// A text field: the string when UTF-8, else `{"base64": …}`.
+fn text(b: &[u8]) -> Value {
+    match std::str::from_utf8(b) {
+        Ok(s) => Value::String(s.to_owned()),
+        Err(_) => json!({ "base64": execseam::degrade::base64_encode(b) }),
+    }
+}
+
+impl McpServer {
+    /// The server over `exec`, resolving relative paths against `root`.
+    pub fn new(exec: Arc<dyn Exec>, root: String, max_output: usize) -> McpServer {
+        McpServer {
+            exec,
+            root,
+            max_output,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    fn tools(&self) -> Tools<'_> {
+        Tools::new(&*self.exec)
+    }
+
+    fn path(&self, p: Option<&str>) -> String {
+        match p {
+            None | Some("") | Some(".") => self.root.clone(),
+            Some(p) if p.starts_with('/') => p.to_owned(),
+            Some(p) if self.root == "/" => format!("/{p}"),
+            Some(p) => format!("{}/{p}", self.root),
+        }
+    }
+
+    fn output(&self, o: &Output) -> Value {
+        let (out, out_dropped) = capped(&o.stdout, self.max_output);
+        let (err, err_dropped) = capped(&o.stderr, self.max_output);
+        json!({
+            "exit": o.exit,
+            "ambiguous_kill": o.exit.is_ambiguous_kill(),
+            "stdout": text(out),
+            "stderr": text(err),
+            "truncated": {
+                "stdout": o.truncated.stdout + out_dropped as u64,
+                "stderr": o.truncated.stderr + err_dropped as u64,
+            },
+        })
+    }
+}
+
+#[tool_router]
+impl McpServer {
+    #[tool(
+        description = "Run a command in the sandbox: a shell `script` (bash, or sh where bash is missing) or an exact `argv`. Returns stdout, stderr and the exit status separately; a non-zero exit is a normal result, not an error. An infrastructure failure is an error with its `kind` and `retry` class. Output beyond the server's limit is dropped and counted in `truncated`."
+    )]
+    async fn bash(&self, Parameters(a): Parameters<BashArgs>) -> Result<CallToolResult, ErrorData> {
+        let mut b = match (&a.script, &a.argv) {
+            (Some(s), None) => Command::builder([
+                "sh",
+                "-c",
+                "if command -v bash >/dev/null 2>&1; then exec bash -c \"$1\"; fi; exec sh -c \"$1\"",
+                "execseam-bash",
+                s,
+            ]),
+            (None, Some(argv)) if !argv.is_empty() => Command::builder(argv.clone()),
+            _ => {
+                return Ok(tool_error(&ToolError::InvalidArgument {
+                    message: "give exactly one of `script` and a non-empty `argv`".into(),
+                }));
+            }
+        }
+        .tool(Tool::BASH)
+        .workdir(self.path(a.workdir.as_deref()));
+        for (k, v) in a.env.iter().flatten() {
+            b = b.env(k, v);
+        }
+        if let Some(s) = &a.stdin {
+            b = b.stdin(Bytes::from(s.clone().into_bytes()));
+        }
+        let timeout = a.timeout_secs.unwrap_or(120);
+        if !(1..=600).contains(&timeout) {
+            return Ok(tool_error(&ToolError::InvalidArgument {
+                message: format!("timeout_secs {timeout} is outside 1..=600"),
+            }));
+        }
+        let cmd = match b.build() {
+            Ok(c) => c,
+            Err(e) => return Ok(tool_error(&ToolError::Exec(e))),
+        };
+        let timeout = Duration::from_secs(timeout);
+        let r = match tokio::time::timeout(timeout, self.exec.exec(cmd)).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout(Deadline::Command),
+                format!("the command ran longer than {timeout:?}"),
+            )
+            .with_provider(self.exec.provider().to_owned())
+            .with_operation("exec")
+            .with_retry(Retry::Unsafe)),
+        };
+        Ok(match r {
+            Ok(o) => ok(self.output(&o)),
+            Err(e) => tool_error(&ToolError::Exec(e)),
+        })
+    }
+
+    #[tool(
+        description = "Read a text file from the sandbox, whole or `limit` lines from line `offset` (1-based). Content that is not UTF-8 comes back as {\"base64\": …}; content beyond the server's limit is dropped and counted in `truncated`."
+    )]
+    async fn read(&self, Parameters(a): Parameters<ReadArgs>) -> Result<CallToolResult, ErrorData> {
+        let path = self.path(Some(&a.path));
+        let range = match (a.offset, a.limit) {
+            (None, None) => ReadRange::All,
+            (first, count) => ReadRange::Lines {
+                first: first.unwrap_or(1),
+                count,
+            },
+        };
+        Ok(match self.tools().read(&path, range).await {
+            Ok(b) => {
+                let (kept, dropped) = capped(&b, self.max_output);
+                ok(json!({ "path": path, "content": text(kept), "truncated": dropped }))
+            }
+            Err(e) => tool_error(&e),
+        })
+    }
+
+    #[tool(
+        description = "Write a whole file in the sandbox, atomically (a temporary file renamed over it; an existing file's mode is kept). Missing parent directories are created unless `create_parents` is false."
+    )]
+    async fn write(
+        &self,
+        Parameters(a): Parameters<WriteArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let path = self.path(Some(&a.path));
+        let n = a.content.len();
+        let options = WriteOptions {
+            create_parents: a.create_parents.unwrap_or(true),
+        };
+        Ok(
+            match self
+                .tools()
+                .write_with(&path, a.content.into_bytes(), options)
+                .await
+            {
+                Ok(()) => ok(json!({ "path": path, "bytes": n })),
+                Err(e) => tool_error(&e),
+            },
+        )
+    }
+
+    #[tool(
+        description = "Replace exact text in a file: `old` must occur exactly once (error `not-unique` with the count otherwise, or `no-match` when absent) unless `replace_all` is true. The file is rewritten atomically; nothing is written on error."
+    )]
+    async fn edit(&self, Parameters(a): Parameters<EditArgs>) -> Result<CallToolResult, ErrorData> {
+        let path = self.path(Some(&a.path));
+        Ok(
+            match self
+                .tools()
+                .edit(&path, &a.old, &a.new, a.replace_all)
+                .await
+            {
+                Ok(n) => ok(json!({ "path": path, "replacements": n })),
+                Err(e) => tool_error(&e),
+            },
+        )
+    }
+
+    #[tool(
+        description = "Find files whose path relative to `dir` matches a glob (`**/*.rs`). Sorted by path in byte order; at most `limit`, the rest counted in `omitted`."
+    )]
+    async fn glob(&self, Parameters(a): Parameters<GlobArgs>) -> Result<CallToolResult, ErrorData> {
+        let dir = self.path(a.dir.as_deref());
+        Ok(
+            match self
+                .tools()
+                .glob(&dir, &a.pattern, a.limit.unwrap_or(1000))
+                .await
+            {
+                Ok(l) => ok(
+                    json!({ "dir": dir, "paths": l.items, "omitted": l.omitted, "skipped": l.skipped }),
+                ),
+                Err(e) => tool_error(&e),
+            },
+        )
+    }
+
+    #[tool(
+        description = "Search file contents below `dir` with a POSIX extended regex (or a plain string with `fixed`), optionally `ignore_case`, filtered by `glob`. `mode`: `content` (matching lines with line numbers, `before`/`after` context lines), `files` (paths only) or `count` (matches per file). Sorted by path then line; at most `limit`, the rest counted in `omitted`."
+    )]
+    async fn grep(&self, Parameters(a): Parameters<GrepArgs>) -> Result<CallToolResult, ErrorData> {
+        let dir = self.path(a.dir.as_deref());
+        let options = GrepOptions {
+            glob: a.glob.clone(),
+            fixed: a.fixed,
+            ignore_case: a.ignore_case,
+            before: a.before,
+            after: a.after,
+        };
+        let limit = a.limit.unwrap_or(200);
+        let t = self.tools();
+        let r = match a.mode {
+            GrepMode::Content => t
+                .grep(&dir, &a.pattern, &options, limit)
+                .await
+                .map(|l| json!({ "dir": dir, "matches": l.items, "omitted": l.omitted, "skipped": l.skipped })),
+            GrepMode::Files => t
+                .grep_files(&dir, &a.pattern, &options, limit)
+                .await
+                .map(|l| json!({ "dir": dir, "files": l.items, "omitted": l.omitted, "skipped": l.skipped })),
+            GrepMode::Count => t
+                .grep_count(&dir, &a.pattern, &options, limit)
+                .await
+                .map(|l| json!({ "dir": dir, "counts": l.items, "omitted": l.omitted, "skipped": l.skipped })),
+        };
+        Ok(match r {
+            Ok(v) => ok(v),
+            Err(e) => tool_error(&e),
+        })
+    }
+
+    #[tool(
+        description = "List the entries below a directory down to `depth` levels (default 1), directories marked with `is_dir`, symlinks never followed. Sorted by path; at most `limit`, the rest counted in `omitted`."
+    )]
+    async fn list(&self, Parameters(a): Parameters<ListArgs>) -> Result<CallToolResult, ErrorData> {
+        let dir = self.path(a.dir.as_deref());
+        Ok(
+            match self
+                .tools()
+                .list(&dir, Some(a.depth.unwrap_or(1)), a.limit.unwrap_or(1000))
+                .await
+            {
+                Ok(l) => ok(
+                    json!({ "dir": dir, "entries": l.items, "omitted": l.omitted, "skipped": l.skipped }),
+                ),
+                Err(e) => tool_error(&e),
+            },
+        )
+    }
+
+    #[tool(
+        description = "Apply a patch below `dir`: a unified diff or the `*** Begin Patch` / `*** Add File:` / `*** Update File:` / `*** Delete File:` / `*** End Patch` format. All or nothing: if any hunk does not apply (error `patch-conflict`), no file is written."
+    )]
+    async fn apply_patch(
+        &self,
+        Parameters(a): Parameters<PatchArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let dir = self.path(a.dir.as_deref());
+        Ok(match self.tools().apply_patch(&dir, &a.patch).await {
+            Ok(files) => ok(json!({ "dir": dir, "files": files })),
+            Err(e) => tool_error(&e),
+        })
+    }
+
+    #[tool(
+        description = "Run an exact Python, JavaScript, TypeScript or Bash program in the sandbox. Returns stdout, stderr and the exit status separately; a non-zero exit is a normal result."
+    )]
+    async fn code(&self, Parameters(a): Parameters<CodeArgs>) -> Result<CallToolResult, ErrorData> {
+        let language = match a.language {
+            CodeLanguage::Python => Language::Python,
+            CodeLanguage::Javascript => Language::Javascript,
+            CodeLanguage::Typescript => Language::Typescript,
+            CodeLanguage::Bash => Language::Bash,
+        };
+        let timeout = a.timeout_secs.map(Duration::from_secs);
+        Ok(
+            match self.tools().code(language, &a.source, timeout).await {
+                Ok(o) => ok(self.output(&o)),
+                Err(e) => tool_error(&e),
+            },
+        )
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
+            format!(
+                "Tools over one {} sandbox. Relative paths are resolved against {}.",
+                self.exec.provider(),
+                self.root
+            ),
+        )
+    }
+}
