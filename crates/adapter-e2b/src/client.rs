@@ -285,6 +285,8 @@ pub(crate) struct Envd {
     pub headers: HeaderMap,
     pub request_timeout: Duration,
     pub keepalive: Duration,
+    /// The longest wait for one complete stream message (keepalives included).
+    pub idle: Duration,
     /// envd ≥ 0.5.7 takes `application/octet-stream` uploads.
     pub octet_stream_upload: bool,
 }
@@ -350,6 +352,7 @@ impl Envd {
             headers,
             req,
             deadline,
+            self.idle,
         )
         .await
     }

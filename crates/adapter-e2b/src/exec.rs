@@ -326,6 +326,7 @@ impl E2bExec {
             headers,
             request_timeout: config.request_timeout,
             keepalive: config.keepalive_interval,
+            idle: config.stream_idle_timeout,
             octet_stream_upload: version >= EnvdVersion::OCTET_STREAM_UPLOAD,
         };
         Ok(E2bExec {
@@ -617,7 +618,10 @@ fn may_have_started(e: &CallError) -> bool {
         CallError::Connect(_) => false,
         CallError::Http { status, .. } => !matches!(status, 400..=499 | 502 | 503),
         CallError::Rpc { .. } => false,
-        CallError::Timeout(_) | CallError::Transport(_) | CallError::Protocol(_) => true,
+        CallError::Timeout(_)
+        | CallError::Idle(_)
+        | CallError::Transport(_)
+        | CallError::Protocol(_) => true,
     }
 }
 

@@ -201,7 +201,8 @@ impl ChaosProxy {
 
     /// Replaces the rules; counts start again from zero.
     pub fn set_rules(&self, rules: Vec<Rule>) {
-        *self.state.rules.lock().expect("chaos rules") = rules.into_iter().map(|r| (r, 0)).collect();
+        *self.state.rules.lock().expect("chaos rules") =
+            rules.into_iter().map(|r| (r, 0)).collect();
     }
 
     /// Every request seen so far, in order.
@@ -306,7 +307,9 @@ fn status_response(code: u16, retry_after: Option<u64>) -> Response<ChaosBody> {
 async fn handle(state: Arc<State>, mut req: Request<Incoming>) -> Result<Response<ChaosBody>, Cut> {
     let action = state.fire(req.method().as_str(), req.uri().path());
     match action {
-        Some(Action::Status { code, retry_after }) => return Ok(status_response(code, retry_after)),
+        Some(Action::Status { code, retry_after }) => {
+            return Ok(status_response(code, retry_after));
+        }
         Some(Action::Reset) => return Err(Cut),
         Some(Action::Hang) => std::future::pending::<()>().await,
         Some(Action::Delay(d)) => tokio::time::sleep(d).await,
@@ -356,9 +359,15 @@ async fn handle(state: Arc<State>, mut req: Request<Incoming>) -> Result<Respons
     }
     let (mut parts, body) = resp.into_parts();
     let Some(action) = action.filter(|a| !matches!(a, Action::Delay(_))) else {
-        return Ok(Response::from_parts(parts, body.map_err(BoxError::from).boxed_unsync()));
+        return Ok(Response::from_parts(
+            parts,
+            body.map_err(BoxError::from).boxed_unsync(),
+        ));
     };
-    if matches!(action, Action::Endless | Action::DropLast | Action::Garbage(_)) {
+    if matches!(
+        action,
+        Action::Endless | Action::DropLast | Action::Garbage(_)
+    ) {
         parts.headers.remove(header::CONTENT_LENGTH);
     }
     parts.headers.remove(header::TRANSFER_ENCODING);
@@ -368,7 +377,10 @@ async fn handle(state: Arc<State>, mut req: Request<Incoming>) -> Result<Respons
 }
 
 /// Sends the request on a fresh connection to the upstream, in the request's HTTP version.
-async fn forward(upstream: &str, mut req: Request<Incoming>) -> Result<Response<Incoming>, BoxError> {
+async fn forward(
+    upstream: &str,
+    mut req: Request<Incoming>,
+) -> Result<Response<Incoming>, BoxError> {
     let tcp = TcpStream::connect(upstream).await?;
     let _ = tcp.set_nodelay(true);
     let io = TokioIo::new(tcp);
@@ -379,7 +391,8 @@ async fn forward(upstream: &str, mut req: Request<Incoming>) -> Result<Response<
             .map_or("/", |pq| pq.as_str())
             .to_owned();
         *req.uri_mut() = format!("http://{upstream}{pq}").parse()?;
-        let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
         tokio::spawn(async move {
             let _ = conn.await;
         });

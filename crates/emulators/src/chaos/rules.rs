@@ -287,7 +287,10 @@ impl FromStr for Rule {
             None => (None, matcher),
         };
         let (path, nth) = match rest.split_once('#') {
-            Some((p, n)) => (p, parse_nth(n).map_err(|e| format!("bad chaos rule {s:?}: {e}"))?),
+            Some((p, n)) => (
+                p,
+                parse_nth(n).map_err(|e| format!("bad chaos rule {s:?}: {e}"))?,
+            ),
             None => (rest, Nth::Every),
         };
         if path != "*" && !path.starts_with('/') {

@@ -36,7 +36,8 @@ async fn upstream() -> Upstream {
             get(move || {
                 h2.fetch_add(1, Ordering::SeqCst);
                 async {
-                    let chunks = ["one,", "two,", "three"].map(|c: &'static str| Bytes::from_static(c.as_bytes()));
+                    let chunks = ["one,", "two,", "three"]
+                        .map(|c: &'static str| Bytes::from_static(c.as_bytes()));
                     axum::body::Body::new(Paced(chunks.to_vec().into_iter(), None))
                 }
             }),
@@ -51,7 +52,10 @@ async fn upstream() -> Upstream {
 }
 
 /// A body that yields each piece after a short pause (so they are separate chunks).
-struct Paced(std::vec::IntoIter<Bytes>, Option<Pin<Box<tokio::time::Sleep>>>);
+struct Paced(
+    std::vec::IntoIter<Bytes>,
+    Option<Pin<Box<tokio::time::Sleep>>>,
+);
 
 impl Body for Paced {
     type Data = Bytes;
@@ -130,9 +134,13 @@ async fn passes_through_untouched_on_http1_and_http2() {
     let up = upstream().await;
     let p = proxy(&up, "").await;
     for c in [client(), h2_client()] {
-        let (s, b) = get_text(&c, format!("{}/text", p.base_url())).await.unwrap();
+        let (s, b) = get_text(&c, format!("{}/text", p.base_url()))
+            .await
+            .unwrap();
         assert_eq!((s, &b[..]), (200, TEXT.as_bytes()));
-        let (_, b) = get_text(&c, format!("{}/chunks", p.base_url())).await.unwrap();
+        let (_, b) = get_text(&c, format!("{}/chunks", p.base_url()))
+            .await
+            .unwrap();
         assert_eq!(&b[..], b"one,two,three");
     }
     assert_eq!(up.hits.load(Ordering::SeqCst), 4);
@@ -150,7 +158,11 @@ async fn status_answers_without_forwarding_and_counts_select_the_nth() {
     assert_eq!(r.status().as_u16(), 429);
     assert_eq!(r.headers()["retry-after"], "86400");
     assert_eq!(get_text(&c, url).await.unwrap().0, 200);
-    assert_eq!(up.hits.load(Ordering::SeqCst), 2, "the 429 was not forwarded");
+    assert_eq!(
+        up.hits.load(Ordering::SeqCst),
+        2,
+        "the 429 was not forwarded"
+    );
     let fired: Vec<_> = p.requests().iter().map(|s| s.fired).collect();
     assert_eq!(
         fired,
@@ -195,39 +207,73 @@ async fn body_actions_tamper_with_what_the_client_reads() {
     let up = upstream().await;
     for c in [client(), h2_client()] {
         let p = proxy(&up, "/text=truncate:10").await;
-        let r = c.get(format!("{}/text", p.base_url())).send().await.unwrap();
-        assert!(r.bytes().await.is_err(), "a truncated body read as complete");
+        let r = c
+            .get(format!("{}/text", p.base_url()))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.bytes().await.is_err(),
+            "a truncated body read as complete"
+        );
 
         let p = proxy(&up, "*=rechunk:1").await;
-        let (_, b) = get_text(&c, format!("{}/chunks", p.base_url())).await.unwrap();
+        let (_, b) = get_text(&c, format!("{}/chunks", p.base_url()))
+            .await
+            .unwrap();
         assert_eq!(&b[..], b"one,two,three", "re-chunking changes nothing");
         let p = proxy(&up, "*=rechunk:65536").await;
-        let (_, b) = get_text(&c, format!("{}/chunks", p.base_url())).await.unwrap();
+        let (_, b) = get_text(&c, format!("{}/chunks", p.base_url()))
+            .await
+            .unwrap();
         assert_eq!(&b[..], b"one,two,three");
 
         let p = proxy(&up, "*=drop-last").await;
-        let (_, b) = get_text(&c, format!("{}/chunks", p.base_url())).await.unwrap();
-        assert_eq!(&b[..], b"one,two,", "the final piece is dropped: {:?}", p.requests());
+        let (_, b) = get_text(&c, format!("{}/chunks", p.base_url()))
+            .await
+            .unwrap();
+        assert_eq!(
+            &b[..],
+            b"one,two,",
+            "the final piece is dropped: {:?}",
+            p.requests()
+        );
 
         let p = proxy(&up, "*=garbage:50").await;
-        let (s, b) = get_text(&c, format!("{}/text", p.base_url())).await.unwrap();
+        let (s, b) = get_text(&c, format!("{}/text", p.base_url()))
+            .await
+            .unwrap();
         assert_eq!((s, b.len()), (200, 50));
         assert_ne!(&b[..], &TEXT.as_bytes()[..50]);
 
         let p = proxy(&up, "*=trickle:5:8").await;
         let start = Instant::now();
-        let (_, b) = get_text(&c, format!("{}/text", p.base_url())).await.unwrap();
+        let (_, b) = get_text(&c, format!("{}/text", p.base_url()))
+            .await
+            .unwrap();
         assert_eq!(&b[..], TEXT.as_bytes());
-        assert!(start.elapsed() >= Duration::from_millis(40), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() >= Duration::from_millis(40),
+            "{:?}",
+            start.elapsed()
+        );
 
         let p = proxy(&up, "*=stall").await;
-        let r = c.get(format!("{}/text", p.base_url())).send().await.unwrap();
+        let r = c
+            .get(format!("{}/text", p.base_url()))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status().as_u16(), 200, "headers arrive");
         let body = tokio::time::timeout(Duration::from_millis(300), r.bytes()).await;
         assert!(body.is_err(), "a stalled body completed");
 
         let p = proxy(&up, "*=endless").await;
-        let mut r = c.get(format!("{}/text", p.base_url())).send().await.unwrap();
+        let mut r = c
+            .get(format!("{}/text", p.base_url()))
+            .send()
+            .await
+            .unwrap();
         let mut n = 0usize;
         while n < 4 << 20 {
             let chunk = r.chunk().await.unwrap().expect("an endless body ended");
@@ -252,7 +298,11 @@ async fn ws_frames(p: &ChaosProxy) -> Vec<u8> {
         .position(|w| w == b"\r\n\r\n")
         .expect("a 101 head")
         + 4;
-    assert!(all.starts_with(b"HTTP/1.1 101"), "{:?}", String::from_utf8_lossy(&all));
+    assert!(
+        all.starts_with(b"HTTP/1.1 101"),
+        "{:?}",
+        String::from_utf8_lossy(&all)
+    );
     all.split_off(head_end)
 }
 

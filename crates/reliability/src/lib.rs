@@ -1,0 +1,394 @@
+//! The reliability suite: every adapter × every chaos rule × every request of an exec, with the
+//! host layers off and on, through [`execseam_emulators::chaos::ChaosProxy`] in front of the
+//! adapter's emulator (see `docs/reliability.md`).
+//!
+//! Each case runs one command that appends a line to a marker file, then prints and exits 3:
+//!
+//! - **never `Ok` for a broken answer**: an `Ok` must be exactly `out`/`err`/exit 3;
+//! - **at most one execution**: the marker has at most one line, retries or not;
+//! - **the right retry class**: an error classed `Safe` ("nothing ran") must leave no marker,
+//!   so an error after the submit is never `Safe`;
+//! - **answers come in bounded time**: with the deadline layer, within a second of the
+//!   deadline (a `Timeout(Command)` never earlier than it); without it, within the adapter's own
+//!   idle timeout and request timeouts (a generous bound: no case may hang);
+//! - **bounded memory**: the peak RSS of the whole process (emulators included) stays under a
+//!   limit, although rules send endless bodies;
+//! - rules that keep the answer legal (delay, re-chunking) must give the exact `Ok`.
+//!
+//! An adapter joins the suite with one [`Adapter`] entry in `tests/reliability.rs`.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use execseam_core::{BoxFuture, Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Retry};
+use execseam_emulators::chaos::{ChaosProxy, Rule};
+use execseam_layers::{ExecExt, RetryPolicy};
+
+/// How a case is set up for one adapter.
+#[derive(Clone, Copy, Debug)]
+pub struct Knobs {
+    /// The adapter's own idle (read) timeout for this run: short, so a stalled answer ends
+    /// quickly without the deadline layer.
+    pub idle_timeout: Duration,
+}
+
+/// One adapter in the suite: how to start its emulator and reach one sandbox in it.
+pub struct Adapter {
+    /// The provider's name.
+    pub name: &'static str,
+    /// Starts the emulator, makes one sandbox directly (not through the proxy), and says how to
+    /// reach that sandbox through any base URL.
+    pub setup: fn(Knobs) -> BoxFuture<'static, Result<Setup, Error>>,
+}
+
+/// Builds a handle on the suite's sandbox whose every request goes to the given base URL.
+pub type Through =
+    Arc<dyn Fn(String) -> BoxFuture<'static, Result<Arc<dyn Exec>, Error>> + Send + Sync>;
+
+/// What [`Adapter::setup`] returns.
+pub struct Setup {
+    /// The emulator's base URL (the proxy's upstream).
+    pub upstream: String,
+    /// A writable directory in the sandbox for the markers.
+    pub scratch: String,
+    /// The sandbox, reached directly: counts the markers.
+    pub direct: Arc<dyn Exec>,
+    /// The same sandbox through a base URL (the proxy's).
+    pub through: Through,
+    /// Keeps the emulator alive.
+    pub guard: Box<dyn Any + Send + Sync>,
+}
+
+/// What a rule's answer must be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// The answer stays legal: the result must be the exact `Ok`.
+    Correct,
+    /// Anything typed, within the invariants.
+    Invariants,
+}
+
+/// The suite's parameters.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Actions (rule grammar, without the matcher), each applied to the Nth request of an exec
+    /// for every N the exec makes.
+    pub actions: Vec<(&'static str, Expect)>,
+    /// The deadline of the layered runs.
+    pub deadline: Duration,
+    /// The adapters' idle timeout.
+    pub idle_timeout: Duration,
+    /// The bound on a bare case (no layers).
+    pub bare_bound: Duration,
+    /// Cases in flight at once.
+    pub parallel: usize,
+    /// The peak RSS allowed for the whole process, in bytes.
+    pub rss_limit: u64,
+}
+
+/// Host layers on a case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Layers {
+    /// The adapter alone.
+    Bare,
+    /// `adapter.with_retry(..).with_deadline(..)`.
+    RetryAndDeadline,
+}
+
+/// The suite's result.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// Cases run, per adapter.
+    pub cases: BTreeMap<&'static str, usize>,
+    /// Failed cases, one line each.
+    pub failures: Vec<String>,
+    /// Adapters that could not be set up.
+    pub setup_failures: Vec<String>,
+    /// The process's peak RSS at the end, in bytes.
+    pub peak_rss: u64,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// The rules tried.
+    pub rules: usize,
+}
+
+impl Summary {
+    /// The line the suite prints (and `docs/reliability.md` quotes).
+    pub fn line(&self, options: &Options) -> String {
+        let total: usize = self.cases.values().sum();
+        let mut per = String::new();
+        for (name, n) in &self.cases {
+            let _ = write!(per, "{}{name} {n}", if per.is_empty() { "" } else { ", " });
+        }
+        format!(
+            "reliability: {total} cases ({per}; {} actions x every request N of an exec, alone and from N on, x {{bare, retry+deadline}}): {} passed, {} failed; peak RSS {} MiB (limit {} MiB); {:.1} s",
+            self.rules,
+            total - self.failures.len(),
+            self.failures.len() + self.setup_failures.len(),
+            self.peak_rss >> 20,
+            options.rss_limit >> 20,
+            self.elapsed.as_secs_f64()
+        )
+    }
+}
+
+/// The command every case runs: one marker line, then `out`, `err` and exit 3.
+pub const SCRIPT: &str = "echo ran >> \"$1\"; printf out; printf err >&2; exit 3";
+
+fn expected() -> Output {
+    Output::new("out", "err", Exit::Code(3))
+}
+
+fn command(marker: &str) -> Command {
+    Command::new(["sh", "-c", SCRIPT, "sh", marker]).expect("a valid command")
+}
+
+fn policy() -> RetryPolicy {
+    RetryPolicy::default()
+        .with_max_attempts(3)
+        .with_min_delay(Duration::from_millis(20))
+        .with_max_delay(Duration::from_millis(100))
+        .with_jitter(false)
+}
+
+/// The process's peak resident set (`VmHWM`), in bytes.
+pub fn peak_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// How many times the case's command ran.
+async fn runs(direct: &dyn Exec, marker: &str) -> Result<usize, String> {
+    let count = Command::new([
+        "sh",
+        "-c",
+        "if [ -e \"$1\" ]; then wc -l < \"$1\"; else echo 0; fi",
+        "sh",
+        marker,
+    ])
+    .expect("valid");
+    let out = direct
+        .exec(count)
+        .await
+        .map_err(|e| format!("counting the marker failed: {e}"))?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(|_| format!("a marker count that is not a number: {out:?}"))
+}
+
+fn localhost() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// How many requests one clean exec makes through the proxy.
+async fn requests_per_exec(setup: &Setup) -> Result<usize, String> {
+    let proxy = ChaosProxy::start(localhost(), &setup.upstream, vec![])
+        .await
+        .map_err(|e| e.to_string())?;
+    let exec = (setup.through)(proxy.base_url())
+        .await
+        .map_err(|e| format!("connecting through the proxy: {e}"))?;
+    proxy.clear_requests();
+    let marker = format!("{}/rel-probe", setup.scratch);
+    let out = exec
+        .exec(command(&marker))
+        .await
+        .map_err(|e| format!("a clean exec through the proxy failed: {e}"))?;
+    if out != expected() {
+        return Err(format!("a clean exec through the proxy answered {out:?}"));
+    }
+    let n = proxy.requests().len();
+    drop(exec);
+    proxy.shutdown().await;
+    Ok(n)
+}
+
+struct Case {
+    id: usize,
+    rule: Rule,
+    layers: Layers,
+    expect: Expect,
+}
+
+impl Case {
+    fn name(&self, adapter: &str) -> String {
+        format!("{adapter} [{}] {:?}", self.rule, self.layers)
+    }
+}
+
+/// Checks one outcome against the invariants; `Err` says what broke.
+fn check(
+    case: &Case,
+    options: &Options,
+    result: Option<Result<Output, Error>>,
+    elapsed: Duration,
+    ran: usize,
+) -> Result<(), String> {
+    let bound = match case.layers {
+        Layers::Bare => options.bare_bound,
+        Layers::RetryAndDeadline => options.deadline + Duration::from_secs(1),
+    };
+    let Some(result) = result else {
+        return Err(format!("no answer within {bound:?} (ran {ran}x)"));
+    };
+    if ran > 1 {
+        return Err(format!("ran {ran} times: {result:?}"));
+    }
+    if elapsed > bound {
+        return Err(format!("answered after {elapsed:?}, more than {bound:?}"));
+    }
+    match result {
+        Ok(out) => {
+            if out != expected() {
+                return Err(format!("a wrong Ok: {out:?}"));
+            }
+            if ran != 1 {
+                return Err(format!("Ok, but the command ran {ran} times"));
+            }
+        }
+        Err(e) => {
+            if case.expect == Expect::Correct {
+                return Err(format!("a legal answer failed: {e}"));
+            }
+            if e.retry().is_safe() && ran > 0 {
+                return Err(format!("classed Safe (nothing ran) but it ran: {e}"));
+            }
+            if e.kind() == ErrorKind::Timeout(Deadline::Command) {
+                if case.layers == Layers::Bare {
+                    return Err(format!("a host deadline error without the layer: {e}"));
+                }
+                if elapsed < options.deadline {
+                    return Err(format!("the deadline fired early, after {elapsed:?}: {e}"));
+                }
+            }
+            if e.kind() == ErrorKind::InvalidCommand {
+                return Err(format!("a valid command rejected: {e}"));
+            }
+            if e.retry() == Retry::Never && ran > 0 && e.kind() == ErrorKind::Unsupported {
+                return Err(format!("Unsupported after it ran: {e}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn run_case(setup: &Setup, case: &Case, options: &Options) -> Result<(), String> {
+    let proxy = ChaosProxy::start(localhost(), &setup.upstream, vec![])
+        .await
+        .map_err(|e| format!("proxy: {e}"))?;
+    let exec = (setup.through)(proxy.base_url())
+        .await
+        .map_err(|e| format!("connecting through the proxy: {e}"))?;
+    proxy.set_rules(vec![case.rule.clone()]);
+    proxy.clear_requests();
+    let marker = format!("{}/rel-{}", setup.scratch, case.id);
+    let cmd = command(&marker);
+    let bound = match case.layers {
+        Layers::Bare => options.bare_bound,
+        Layers::RetryAndDeadline => options.deadline + Duration::from_secs(1),
+    };
+    let start = Instant::now();
+    let result = match case.layers {
+        Layers::Bare => tokio::time::timeout(bound, exec.exec(cmd)).await.ok(),
+        Layers::RetryAndDeadline => {
+            let layered = exec
+                .clone()
+                .with_retry(policy())
+                .with_deadline(options.deadline);
+            tokio::time::timeout(bound, layered.exec(cmd)).await.ok()
+        }
+    };
+    let elapsed = start.elapsed();
+    drop(exec);
+    // Nothing the proxy still holds may run the command after the count.
+    proxy.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let ran = runs(setup.direct.as_ref(), &marker).await?;
+    check(case, options, result, elapsed, ran)
+}
+
+/// Runs every case for every adapter.
+pub async fn run(adapters: &[Adapter], options: &Options) -> Summary {
+    let start = Instant::now();
+    let mut summary = Summary {
+        rules: options.actions.len(),
+        ..Summary::default()
+    };
+    let knobs = Knobs {
+        idle_timeout: options.idle_timeout,
+    };
+    let sem = Arc::new(tokio::sync::Semaphore::new(options.parallel.max(1)));
+    for adapter in adapters {
+        let setup = match (adapter.setup)(knobs).await {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                summary
+                    .setup_failures
+                    .push(format!("{}: setup failed: {e}", adapter.name));
+                continue;
+            }
+        };
+        let per_exec = match requests_per_exec(&setup).await {
+            Ok(n) => n,
+            Err(e) => {
+                summary
+                    .setup_failures
+                    .push(format!("{}: {e}", adapter.name));
+                continue;
+            }
+        };
+        let mut cases = Vec::new();
+        // The Nth request alone, and the Nth with every later one (retries, polls, kills).
+        let nths = (1..=per_exec).flat_map(|n| [format!("{n}"), format!("{n}+")]);
+        for nth in nths {
+            for (action, expect) in &options.actions {
+                for layers in [Layers::Bare, Layers::RetryAndDeadline] {
+                    let rule: Rule = format!("*#{nth}={action}")
+                        .parse()
+                        .unwrap_or_else(|e| panic!("the suite's rule {action:?}: {e}"));
+                    cases.push(Case {
+                        id: cases.len(),
+                        rule,
+                        layers,
+                        expect: *expect,
+                    });
+                }
+            }
+        }
+        summary.cases.insert(adapter.name, cases.len());
+        let mut tasks = tokio::task::JoinSet::new();
+        for case in cases {
+            let (setup, options, sem) = (setup.clone(), options.clone(), sem.clone());
+            let name = adapter.name;
+            tasks.spawn(async move {
+                let _permit = sem.acquire_owned().await.expect("semaphore");
+                let r = run_case(&setup, &case, &options).await;
+                r.map_err(|e| format!("{}: {e}", case.name(name)))
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => summary.failures.push(e),
+                Err(join) => summary
+                    .failures
+                    .push(format!("{}: a case panicked: {join}", adapter.name)),
+            }
+        }
+    }
+    summary.failures.sort();
+    summary.peak_rss = peak_rss();
+    summary.elapsed = start.elapsed();
+    summary
+}
