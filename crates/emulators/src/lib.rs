@@ -19,6 +19,7 @@ use std::net::SocketAddr;
 pub mod chaos;
 pub mod harness;
 pub mod interop;
+pub mod probe;
 
 pub use harness::{Fault, FaultHandle, FaultRule, Isolation, Mount, Sandboxing, Server};
 

@@ -289,34 +289,59 @@ pub const MAX_ARG_STRLEN: usize = 32 * 4096;
 /// A provider's limit on the size of a command's argv and env, checked by [`check_size`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SizeLimit {
-    /// argv and env together, in bytes, counting each string with its NUL and each env entry
-    /// as `KEY=VALUE`.
+    /// argv and env together, in bytes: each string with its NUL (env entries as `KEY=VALUE`),
+    /// plus [`SizeLimit::overhead`] per string.
     pub total: usize,
     /// The longest single argv string or env entry (`KEY=VALUE`), its NUL included.
     pub string: usize,
+    /// Bytes counted per string on top of its own (`execve`: its 8-byte pointer).
+    pub overhead: usize,
     /// Where the limit comes from, quoted in the error (`"Linux execve in the sandbox"`).
     pub source: &'static str,
 }
 
 impl SizeLimit {
-    /// `execve(2)` on Linux: each string at most [`MAX_ARG_STRLEN`], and `total` in all (the
-    /// kernel's `ARG_MAX` is a quarter of the stack limit, 2 MiB by default, shared with the
-    /// environment the provider's own daemon adds: pass what is left).
+    /// `execve(2)` on Linux: each string at most [`MAX_ARG_STRLEN`], and `total` in all,
+    /// pointers included (the kernel's `ARG_MAX` is a quarter of the stack limit, 2 MiB by
+    /// default, shared with the environment the provider's own daemon adds: pass what is
+    /// left).
     pub const fn execve(total: usize, source: &'static str) -> SizeLimit {
         SizeLimit {
             total,
             string: MAX_ARG_STRLEN,
+            overhead: 8,
             source,
         }
     }
 }
 
-/// The bytes argv and env take: `(total, longest string)`, as [`SizeLimit`] counts them.
-pub fn command_size(command: &Command) -> (usize, usize) {
+/// The size of a command's argv and env.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommandSize {
+    /// The bytes of every string with its NUL (env entries as `KEY=VALUE`).
+    pub bytes: usize,
+    /// How many strings (argv and env entries).
+    pub strings: usize,
+    /// The longest one, its NUL included.
+    pub longest: usize,
+}
+
+/// The size of `command`'s argv and env.
+pub fn command_size(command: &Command) -> CommandSize {
     let argv = command.argv().iter().map(|a| a.len() + 1);
     let env = command.env().iter().map(|(k, v)| k.len() + 1 + v.len() + 1);
-    argv.chain(env)
-        .fold((0, 0), |(total, longest), n| (total + n, longest.max(n)))
+    argv.chain(env).fold(
+        CommandSize {
+            bytes: 0,
+            strings: 0,
+            longest: 0,
+        },
+        |s, n| CommandSize {
+            bytes: s.bytes + n,
+            strings: s.strings + 1,
+            longest: s.longest.max(n),
+        },
+    )
 }
 
 /// Rejects a command whose argv and env exceed `limit`, before any I/O:
@@ -327,11 +352,12 @@ pub fn check_size(
     command: &Command,
     limit: &SizeLimit,
 ) -> Result<(), Error> {
-    let (total, longest) = command_size(command);
-    let what = if longest > limit.string {
+    let size = command_size(command);
+    let total = size.bytes + size.strings * limit.overhead;
+    let what = if size.longest > limit.string {
         format!(
-            "one argv string or env entry takes {longest} bytes, more than the {} allowed ({})",
-            limit.string, limit.source
+            "one argv string or env entry takes {} bytes, more than the {} allowed ({})",
+            size.longest, limit.string, limit.source
         )
     } else if total > limit.total {
         format!(
@@ -556,8 +582,25 @@ mod tests {
             .env("A", "b")
             .build()
             .unwrap();
-        assert_eq!(command_size(&ok), (5 + 3 + 4, 5));
-        assert!(check_size("p", &ok, &limit).is_ok());
+        assert_eq!(
+            command_size(&ok),
+            CommandSize {
+                bytes: 5 + 3 + 4,
+                strings: 3,
+                longest: 5
+            }
+        );
+        assert!(
+            check_size("p", &ok, &limit).is_ok(),
+            "12 bytes + 3 pointers"
+        );
+        let many = Command::new(vec!["a"; 5]).unwrap();
+        assert!(check_size("p", &many, &limit).is_ok(), "10 + 40");
+        let many = Command::new(vec!["a"; 7]).unwrap();
+        assert!(
+            check_size("p", &many, &limit).is_err(),
+            "14 + 56: the pointers count"
+        );
         let big = Command::new(["echo", &"secret".repeat(20)]).unwrap();
         let e = check_size("p", &big, &limit).unwrap_err();
         assert_eq!(

@@ -38,7 +38,7 @@ async fn upstream() -> Upstream {
                 async {
                     let chunks = ["one,", "two,", "three"]
                         .map(|c: &'static str| Bytes::from_static(c.as_bytes()));
-                    axum::body::Body::new(Paced(chunks.to_vec().into_iter(), None))
+                    axum::body::Body::new(Paced(Vec::from(chunks).into_iter(), None))
                 }
             }),
         )
