@@ -1,5 +1,8 @@
 //! The loopback server every emulator runs on: HTTP/1.1 and HTTP/2 (prior knowledge, so gRPC
 //! over h2c works), WebSocket upgrades, and a per-connection reset for fault injection.
+//!
+//! Every request body is bounded ([`MAX_REQUEST_BODY`]): a handler that buffers a body fails
+//! at the bound instead of holding a 2 GiB upload in memory.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -14,6 +17,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tower_service::Service;
+
+/// The most a request body may carry, in bytes (128 MiB); beyond it the body fails, and the
+/// handler reading it answers with an error.
+pub const MAX_REQUEST_BODY: usize = 128 << 20;
 
 /// Lets a handler reset its own connection (a request extension on every request).
 #[derive(Clone, Debug)]
@@ -129,7 +136,7 @@ async fn serve_connection(stream: TcpStream, router: Router, mut stopped: watch:
             req.extensions_mut().insert(ctl.clone());
             let mut router = router.clone();
             async move {
-                let req = req.map(Body::new);
+                let req = req.map(|b| Body::new(http_body_util::Limited::new(b, MAX_REQUEST_BODY)));
                 let resp = router.call(req).await;
                 Ok::<_, Infallible>(resp.unwrap_or_else(|never| match never {}))
             }
