@@ -96,14 +96,15 @@ fn peak_rss_mib() -> u64 {
 /// error at the server's bound, so a 2 GiB upload never sits in memory.
 #[tokio::test]
 async fn request_bodies_are_bounded() {
+    use axum::http::StatusCode;
     use execseam_emulators::harness::server::MAX_REQUEST_BODY;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let router = Router::new().route(
         "/upload",
         axum::routing::post(|body: axum::body::Body| async move {
             match axum::body::to_bytes(body, usize::MAX).await {
-                Ok(b) => (axum::http::StatusCode::OK, b.len().to_string()),
-                Err(e) => (axum::http::StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
+                Ok(b) => (StatusCode::OK, b.len().to_string()),
+                Err(e) => (StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
             }
         }),
     );
