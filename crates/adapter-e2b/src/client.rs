@@ -428,6 +428,18 @@ impl Envd {
         .map(drop)
     }
 
+    /// The pid of the process with `tag`, from `process.Process/List`, if envd tracks it.
+    pub(crate) async fn pid_of_tag(&self, tag: &str) -> Result<Option<u32>, CallError> {
+        let list: wire::ListResponse = self
+            .unary("process.Process/List", &serde_json::json!({}))
+            .await?;
+        Ok(list
+            .processes
+            .iter()
+            .find(|p| p.tag.as_deref() == Some(tag))
+            .map(|p| p.pid))
+    }
+
     /// `process.Process/SendSignal` with `SIGNAL_SIGKILL`.
     pub(crate) async fn kill(&self, process: wire::ProcessSelector) -> Result<(), CallError> {
         self.unary::<_, wire::Empty>(

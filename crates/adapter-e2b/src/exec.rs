@@ -142,7 +142,19 @@ impl Inner {
     /// would survive: the group is killed first by a `kill -9 -PGID` started next to it. By
     /// tag the pid may not be registered yet, so not_found is retried briefly. `Ok` when the
     /// process is gone.
-    async fn kill_process(&self, target: ProcessSelector) -> Result<(), Error> {
+    async fn kill_process(&self, mut target: ProcessSelector) -> Result<(), Error> {
+        if let ProcessSelector::Tag(tag) = &target {
+            // The start event has not been read: find the pid, for the group.
+            for attempt in 0..4 {
+                if let Ok(Some(pid)) = self.envd.pid_of_tag(tag).await {
+                    target = ProcessSelector::Pid(pid);
+                    break;
+                }
+                if attempt < 3 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
         if let ProcessSelector::Pid(pid) = target {
             self.kill_group(pid).await;
         }

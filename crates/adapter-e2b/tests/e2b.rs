@@ -536,7 +536,15 @@ async fn kills_reach_background_children_and_pipeline_members() {
     }
     let left = gone_within(&token, Duration::from_secs(5)).await;
     kill_leftovers(&token);
-    assert_eq!(left, Ok(()), "survivors of a dropped exec");
+    assert_eq!(
+        left,
+        Ok(()),
+        "survivors of a dropped exec: {:?}",
+        emu.requests()
+            .iter()
+            .map(|r| r.path.clone())
+            .collect::<Vec<_>>()
+    );
 
     // A dropped stream.
     let token = unique_sleep();
