@@ -24,7 +24,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use execseam_core::{BoxFuture, Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Retry};
+use execseam_core::{
+    BoxFuture, Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Retry, Sandbox,
+};
 use execseam_emulators::chaos::{ChaosProxy, Rule};
 use execseam_layers::{ExecExt, RetryPolicy};
 
@@ -55,8 +57,8 @@ pub struct Setup {
     pub upstream: String,
     /// A writable directory in the sandbox for the markers.
     pub scratch: String,
-    /// The sandbox, reached directly: counts the markers.
-    pub direct: Arc<dyn Exec>,
+    /// The sandbox, reached directly: counts the markers; destroyed by the orphan check.
+    pub direct: Arc<dyn Sandbox>,
     /// The same sandbox through a base URL (the proxy's).
     pub through: Through,
     /// Keeps the emulator alive.
@@ -168,7 +170,7 @@ pub fn peak_rss() -> u64 {
 }
 
 /// How many times the case's command ran.
-async fn runs(direct: &dyn Exec, marker: &str) -> Result<usize, String> {
+async fn runs(direct: &dyn Sandbox, marker: &str) -> Result<usize, String> {
     let count = Command::new([
         "sh",
         "-c",
@@ -314,7 +316,7 @@ async fn run_case(setup: &Setup, case: &Case, options: &Options) -> Result<(), S
     // Nothing the proxy still holds may run the command after the count.
     proxy.shutdown().await;
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let ran = runs(setup.direct.as_ref(), &marker).await?;
+    let ran = runs(&*setup.direct, &marker).await?;
     check(case, options, result, elapsed, ran)
 }
 
@@ -391,4 +393,76 @@ pub async fn run(adapters: &[Adapter], options: &Options) -> Summary {
     summary.peak_rss = peak_rss();
     summary.elapsed = start.elapsed();
     summary
+}
+
+/// How a sandbox's background child is ended in the orphan check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// `Sandbox::destroy`.
+    Destroy,
+    /// The emulator stops (its guard and every handle dropped).
+    EmulatorStop,
+}
+
+/// No process a command started may outlive its sandbox or its emulator: for every adapter, a
+/// command leaves a background child (`sleep N &`), then the sandbox is destroyed (or the
+/// emulator stopped), and no host process may still have the child's argv. Returns the
+/// failures, one line each, and the number of cases.
+pub async fn orphans(adapters: &[Adapter], options: &Options) -> (usize, Vec<String>) {
+    let knobs = Knobs {
+        idle_timeout: options.idle_timeout,
+    };
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for adapter in adapters {
+        for ending in [Ending::Destroy, Ending::EmulatorStop] {
+            cases += 1;
+            let name = format!("orphans {} {ending:?}", adapter.name);
+            if let Err(e) = orphan_case(adapter, knobs, ending).await {
+                failures.push(format!("{name}: {e}"));
+            }
+        }
+    }
+    (cases, failures)
+}
+
+async fn orphan_case(adapter: &Adapter, knobs: Knobs, ending: Ending) -> Result<(), String> {
+    use execseam_emulators::probe::{
+        gone_within, kill_leftovers, processes_with_arg, unique_sleep,
+    };
+    let setup = (adapter.setup)(knobs)
+        .await
+        .map_err(|e| format!("setup failed: {e}"))?;
+    let token = unique_sleep();
+    let cmd =
+        Command::new(["sh", "-c", "sleep \"$1\" & echo started", "sh", &token]).expect("valid");
+    let direct = setup.direct.clone();
+    // The exec's own answer is not the point here (the background-child case of the
+    // conformance suite checks it); it must only have started the child.
+    let run = tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(15), direct.exec(cmd)).await;
+    });
+    let until = Instant::now() + Duration::from_secs(15);
+    while processes_with_arg(&token).is_empty() {
+        if Instant::now() > until {
+            run.abort();
+            return Err("the background child never started".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    match ending {
+        Ending::Destroy => {
+            let r = setup.direct.destroy().await;
+            run.abort();
+            r.map_err(|e| format!("destroy failed: {e}"))?;
+        }
+        Ending::EmulatorStop => {
+            run.abort();
+            let _ = run.await;
+            drop(setup);
+        }
+    }
+    let left = gone_within(&token, Duration::from_secs(5)).await;
+    kill_leftovers(&token);
+    left.map_err(|pids| format!("the background child survived (host pids {pids:?})"))
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use execseam_core::{BoxFuture, Error, ErrorKind, Exec, Sandbox, SandboxSpec};
-use execseam_reliability::{Adapter, Expect, Knobs, Options, Setup, Through, run};
+use execseam_reliability::{Adapter, Expect, Knobs, Options, Setup, Through, orphans, run};
 
 /// Every adapter the suite drives. Local has no network, so no proxy can stand in front of it.
 const ADAPTERS: &[Adapter] = &[Adapter {
@@ -103,16 +103,32 @@ fn main() {
         })
         .collect();
     let summary = runtime.block_on(run(&adapters, &options));
-    for f in summary.setup_failures.iter().chain(&summary.failures) {
+    let (orphan_cases, orphan_failures) = runtime.block_on(orphans(&adapters, &options));
+    for f in summary
+        .setup_failures
+        .iter()
+        .chain(&summary.failures)
+        .chain(&orphan_failures)
+    {
         println!("FAIL {f}");
     }
     println!("{}", summary.line(&options));
+    println!(
+        "orphans: {orphan_cases} cases ({} adapters x {{sandbox destroyed, emulator stopped}}): {} passed, {} failed",
+        adapters.len(),
+        orphan_cases - orphan_failures.len(),
+        orphan_failures.len()
+    );
     let over = summary.peak_rss > options.rss_limit;
     if over {
         println!("FAIL the peak RSS is over the limit");
     }
     runtime.shutdown_timeout(Duration::from_secs(2));
-    if over || !summary.failures.is_empty() || !summary.setup_failures.is_empty() {
+    if over
+        || !summary.failures.is_empty()
+        || !summary.setup_failures.is_empty()
+        || !orphan_failures.is_empty()
+    {
         std::process::exit(1);
     }
 }
