@@ -16,6 +16,7 @@
 
 use std::net::SocketAddr;
 
+pub mod capture;
 pub mod chaos;
 pub mod harness;
 pub mod interop;
