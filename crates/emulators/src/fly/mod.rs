@@ -108,6 +108,8 @@ pub struct Machine {
     sandbox: Mutex<Option<Arc<Sandbox>>>,
     lease: Mutex<Option<Lease>>,
     isolation: Isolation,
+    /// `config.metadata`.
+    pub(crate) metadata: Mutex<BTreeMap<String, String>>,
 }
 
 impl std::fmt::Debug for Machine {
@@ -264,6 +266,7 @@ impl State {
             sandbox: Mutex::new(None),
             lease: Mutex::new(None),
             isolation: self.isolation,
+            metadata: Mutex::new(BTreeMap::new()),
         });
         if launch {
             m.boot()?;
@@ -288,6 +291,19 @@ impl State {
                 true
             }
             None => false,
+        }
+    }
+}
+
+impl FlyEmulator {
+    /// A counter of the machines that exist (not destroyed), across apps, that outlives this
+    /// handle (for the conformance suite's "nothing left behind" check).
+    pub fn sandbox_counter(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let state = Arc::downgrade(&self.state);
+        move || {
+            state
+                .upgrade()
+                .map_or(0, |s| s.machines.lock().expect("machines").len())
         }
     }
 }
