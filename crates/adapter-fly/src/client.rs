@@ -206,6 +206,14 @@ impl Client {
     }
 }
 
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8], op: &'static str) -> Result<T, Error> {
+    serde_json::from_slice(body).map_err(|e| {
+        Error::protocol(format!("the answer is not valid JSON: {e}"))
+            .with_provider(crate::PROVIDER)
+            .with_operation(op)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::segment;
@@ -215,12 +223,4 @@ mod tests {
         assert_eq!(segment("my-app_1"), "my-app_1");
         assert_eq!(segment("a/b c"), "a%2Fb%20c");
     }
-}
-
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8], op: &'static str) -> Result<T, Error> {
-    serde_json::from_slice(body).map_err(|e| {
-        Error::protocol(format!("the answer is not valid JSON: {e}"))
-            .with_provider(crate::PROVIDER)
-            .with_operation(op)
-    })
 }
