@@ -268,6 +268,19 @@ pub struct SpritesEmulator {
     state: Arc<State>,
 }
 
+impl SpritesEmulator {
+    /// A counter of the sprites that exist, that outlives this handle (for the conformance
+    /// suite's "nothing left behind" check).
+    pub fn sandbox_counter(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let state = Arc::downgrade(&self.state);
+        move || {
+            state
+                .upgrade()
+                .map_or(0, |s| s.sprites.lock().expect("sprites").len())
+        }
+    }
+}
+
 impl std::fmt::Debug for SpritesEmulator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SpritesEmulator")
