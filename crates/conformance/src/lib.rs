@@ -147,6 +147,10 @@ pub struct Target {
     /// How many sandboxes the emulator holds right now (a test-only count): after the suite,
     /// none that it created may be left.
     pub live_sandboxes: Option<Arc<dyn Fn() -> usize + Send + Sync>>,
+    /// Set when the provider itself reports a command's exit only once every holder of its
+    /// output has closed it (so a background child delays the exit on the real service): the
+    /// reason, with its source. `background-child-detached` is then not applicable.
+    pub exit_waits_for_children: Option<String>,
     keep_alive: Vec<Box<dyn Any + Send + Sync>>,
     suite: SuiteState,
 }
@@ -173,6 +177,7 @@ impl Target {
             proptest_cases: 32,
             provider: None,
             live_sandboxes: None,
+            exit_waits_for_children: None,
             keep_alive: Vec::new(),
             suite: SuiteState {
                 id: format!("run-{}", execseam_core::transport::random_id(12)),
@@ -235,6 +240,14 @@ impl Target {
     #[must_use]
     pub fn live_sandboxes(mut self, count: impl Fn() -> usize + Send + Sync + 'static) -> Target {
         self.live_sandboxes = Some(Arc::new(count));
+        self
+    }
+
+    /// Declares that the provider reports an exit only after the output is closed by every
+    /// process holding it (see [`Target::exit_waits_for_children`]).
+    #[must_use]
+    pub fn exit_waits_for_children(mut self, reason: impl Into<String>) -> Target {
+        self.exit_waits_for_children = Some(reason.into());
         self
     }
 

@@ -139,6 +139,23 @@ pub(crate) async fn declared(t: &Target) -> CaseResult {
                     e.kind()
                 ));
             }
+            // A provider that only connects takes addresses as ids and may not look before
+            // the first call (AX: a guest is an address): then that call must fail.
+            Ok(s) if !l.create => match s.exec(sh("true")).await {
+                Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Unavailable) => {}
+                Err(e) => {
+                    return fail(format!(
+                        "an exec in a sandbox that does not exist: {:?} instead of NotFound or Unavailable: {e}",
+                        e.kind()
+                    ));
+                }
+                Ok(o) => {
+                    return fail(format!(
+                        "an exec in a sandbox that does not exist gave Ok({:?})",
+                        o.exit
+                    ));
+                }
+            },
             Ok(s) => {
                 return fail(format!(
                     "connecting to a sandbox that does not exist succeeded ({})",
@@ -346,6 +363,11 @@ pub(crate) async fn unsupported_spec_field(t: &Target) -> CaseResult {
 }
 
 pub(crate) async fn background_child(t: &Target) -> CaseResult {
+    if let Some(why) = &t.exit_waits_for_children {
+        return na(format!(
+            "the provider's exit waits for the output's holders: {why}"
+        ));
+    }
     let pidfile = t.path("execseam-background.pid");
     let script = format!("sleep 5 & echo $! > '{pidfile}'; echo started");
     let start = Instant::now();
