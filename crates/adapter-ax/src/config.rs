@@ -14,9 +14,6 @@ pub const ENV_LIBRARY_PORT: u16 = 8080;
 /// The guest's default per-stream spool limit (10 MiB); output beyond it is discarded by the guest.
 pub const GUEST_MAX_LOG_BYTES: u64 = 10 * 1024 * 1024;
 
-/// The variable the CLI and earlier versions read for the guest endpoint, `host:port` or
-/// `http://host:port` (the guest is `connect`'s argument now; `EXECSEAM_SANDBOX` in the CLI).
-pub const ENV_ENDPOINT: &str = "AX_GUEST_ENDPOINT";
 /// Environment variable (optional): `<atespace>/<actor>`, sent as `ate-target-actor` to route
 /// through the Substrate router.
 pub const ENV_TARGET_ACTOR: &str = "AX_TARGET_ACTOR";

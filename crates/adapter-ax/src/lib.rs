@@ -59,7 +59,7 @@ use execseam_core::{Capabilities, Delivery, LifecycleCapabilities};
 
 use crate::config::GUEST_MAX_LOG_BYTES;
 
-pub use config::{AX_PORT, AxConfig, ENV_ENDPOINT, ENV_LIBRARY_PORT, ENV_TARGET_ACTOR};
+pub use config::{AX_PORT, AxConfig, ENV_LIBRARY_PORT, ENV_TARGET_ACTOR};
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "ax";
 pub use exec::AxExec;

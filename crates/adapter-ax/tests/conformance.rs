@@ -1,5 +1,5 @@
 //! The conformance suite against the ax emulator (`cargo xtask conformance --adapter ax`), or
-//! against a real guest with `EXECSEAM_LIVE=1` (`AX_GUEST_ENDPOINT`, optional `AX_TARGET_ACTOR`).
+//! against a real guest with `EXECSEAM_LIVE=1` (`EXECSEAM_SANDBOX`: the guest's host:port; optional `AX_TARGET_ACTOR`).
 
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
 //! The conformance suite against the Sprites emulator (`cargo xtask conformance --adapter
-//! sprites`), or against a real sprite with `EXECSEAM_LIVE=1` (`SPRITE_TOKEN`, `SPRITE_NAME`,
+//! sprites`), or against a sprite it creates with `EXECSEAM_LIVE=1` (`SPRITE_TOKEN`,
 //! optionally `SPRITES_API_URL`).
 
 use std::sync::Arc;

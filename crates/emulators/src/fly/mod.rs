@@ -403,7 +403,8 @@ impl FlyEmulator {
             ("FLY_FLAPS_BASE_URL".into(), self.base_url()),
             ("FLY_API_TOKEN".into(), self.token()),
             ("FLY_APP_NAME".into(), self.default_machine.app.clone()),
-            ("FLY_MACHINE_ID".into(), self.default_machine.id.clone()),
+            // The default machine, as the sandbox `execseam run` connects to.
+            ("EXECSEAM_SANDBOX".into(), self.default_machine.id.clone()),
         ]
     }
 

@@ -356,13 +356,14 @@ impl SpritesEmulator {
     }
 
     /// The environment the Sprites CLI (`SPRITES_API_URL`, `SPRITE_TOKEN`) and the adapter's
-    /// `SpritesConfig::from_env` (those plus `SPRITE_NAME`) read. The SDKs read nothing: pass
-    /// these to `SpritesClient(token, base_url=…)`.
+    /// `SpritesConfig::from_env` read, and the default sprite as the sandbox `execseam run`
+    /// connects to (`EXECSEAM_SANDBOX`). The SDKs read nothing: pass these to
+    /// `SpritesClient(token, base_url=…)`.
     pub fn env(&self) -> Vec<(String, String)> {
         vec![
             ("SPRITES_API_URL".into(), self.base_url()),
             ("SPRITE_TOKEN".into(), self.token()),
-            ("SPRITE_NAME".into(), DEFAULT_SPRITE.into()),
+            ("EXECSEAM_SANDBOX".into(), DEFAULT_SPRITE.into()),
         ]
     }
 
