@@ -97,6 +97,49 @@ impl Client {
         Ok(())
     }
 
+    /// GetCodeInterpreterSession: the session's status (`READY`, `TERMINATED`).
+    pub(crate) async fn session_status(&self, session_id: &str) -> Result<String, Error> {
+        let out = self
+            .sdk
+            .get_code_interpreter_session()
+            .code_interpreter_identifier(self.identifier())
+            .session_id(session_id)
+            .send()
+            .await
+            .map_err(|e| error::from_operation(Op::GetSession, e))?;
+        Ok(out
+            .status()
+            .map(|s| s.as_str().to_owned())
+            .unwrap_or_default())
+    }
+
+    /// ListCodeInterpreterSessions with status `READY`, every page: `(id, name)`.
+    pub(crate) async fn list_sessions(&self) -> Result<Vec<(String, String)>, Error> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .sdk
+                .list_code_interpreter_sessions()
+                .code_interpreter_identifier(self.identifier())
+                .status(aws_sdk_bedrockagentcore::types::CodeInterpreterSessionStatus::Ready)
+                .set_next_token(token.take())
+                .send()
+                .await
+                .map_err(|e| error::from_operation(Op::ListSessions, e))?;
+            out.extend(page.items().iter().map(|s| {
+                (
+                    s.session_id().to_owned(),
+                    s.name().unwrap_or_default().to_owned(),
+                )
+            }));
+            match page.next_token() {
+                Some(t) if !t.is_empty() => token = Some(t.to_owned()),
+                _ => return Ok(out),
+            }
+        }
+    }
+
     /// InvokeCodeInterpreter: sends one tool call and reads its event stream to the end.
     ///
     /// `op` decides the retry policy: [`Op::submits`] calls go out exactly once.

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::SharedCredentialsProvider;
-use execseam_core::{Error, ErrorKind};
+use execseam_core::Error;
+#[cfg(test)]
+use execseam_core::ErrorKind;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::PROVIDER;
@@ -84,7 +86,6 @@ pub struct AgentCoreConfig {
     pub(crate) endpoint_url: Option<String>,
     pub(crate) credentials: CredentialSource,
     pub(crate) identifier: String,
-    pub(crate) session_id: Option<String>,
     pub(crate) session_name: Option<String>,
     pub(crate) session_timeout: Duration,
     pub(crate) mode: ExecMode,
@@ -114,7 +115,6 @@ impl fmt::Debug for AgentCoreConfig {
             .field("endpoint_url", &self.endpoint_url)
             .field("credentials", &credentials)
             .field("identifier", &self.identifier)
-            .field("session_id", &self.session_id)
             .field("session_name", &self.session_name)
             .field("session_timeout", &self.session_timeout)
             .field("mode", &self.mode)
@@ -128,19 +128,11 @@ impl fmt::Debug for AgentCoreConfig {
 }
 
 fn config_error(message: impl Into<String>) -> Error {
-    Error::new(ErrorKind::InvalidCommand, message)
-        .with_provider(PROVIDER)
-        .with_operation("config")
+    Error::invalid_config(message).with_provider(PROVIDER)
 }
 
 fn missing_credentials(message: &str) -> Error {
-    Error::new(ErrorKind::Unauthenticated, message)
-        .with_provider(PROVIDER)
-        .with_operation("config")
-}
-
-fn env_nonempty(key: &str) -> Option<String> {
-    std::env::var(key).ok().filter(|v| !v.is_empty())
+    config_error(message)
 }
 
 impl AgentCoreConfig {
@@ -160,7 +152,6 @@ impl AgentCoreConfig {
                 session_token: None,
             }),
             identifier: DEFAULT_IDENTIFIER.to_owned(),
-            session_id: None,
             session_name: None,
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             mode: ExecMode::Command,
@@ -172,6 +163,11 @@ impl AgentCoreConfig {
         }
     }
 
+    /// Reads the variables in [`ENV_VARS`](crate::ENV_VARS) from this process's environment.
+    pub fn from_env() -> Result<AgentCoreConfig, Error> {
+        AgentCoreConfig::from_vars(|k| std::env::var(k).ok())
+    }
+
     /// Reads the environment:
     ///
     /// - `AWS_REGION` (or `AWS_DEFAULT_REGION`): required.
@@ -179,14 +175,16 @@ impl AgentCoreConfig {
     /// - `AWS_ENDPOINT_URL_BEDROCK_AGENTCORE` (or `AWS_ENDPOINT_URL`): an endpoint override, as
     ///   the AWS SDKs read it (the emulator sets it).
     /// - `AGENTCORE_CODE_INTERPRETER_ID`: default `aws.codeinterpreter.v1`.
-    /// - `AGENTCORE_SESSION_ID`: attach to this session instead of starting one (it is then never
-    ///   stopped by the adapter).
     /// - `AGENTCORE_SESSION_TIMEOUT_SECONDS`: the lifetime of a started session (default 900).
     /// - `AGENTCORE_EXEC_MODE`: `command` (default) or `task`.
     /// - `AGENTCORE_EXACT_OUTPUT`: `1` (default) or `0`; see the crate docs.
     /// - `AGENTCORE_SESSION_ROOT`: the session working directory (default
     ///   `/opt/amazon/genesis1p-tools/var`).
-    pub fn from_env() -> Result<AgentCoreConfig, Error> {
+    ///
+    /// Each is read as `vars` gives it (unset or empty keeps the default); a missing or malformed
+    /// one is [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
+    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<AgentCoreConfig, Error> {
+        let env_nonempty = |k: &str| vars(k).filter(|v| !v.is_empty());
         let region = env_nonempty("AWS_REGION")
             .or_else(|| env_nonempty("AWS_DEFAULT_REGION"))
             .ok_or_else(|| config_error("AWS_REGION (or AWS_DEFAULT_REGION) is not set"))?;
@@ -209,9 +207,6 @@ impl AgentCoreConfig {
         }
         if let Some(id) = env_nonempty("AGENTCORE_CODE_INTERPRETER_ID") {
             c = c.code_interpreter(id);
-        }
-        if let Some(sid) = env_nonempty("AGENTCORE_SESSION_ID") {
-            c = c.session_id(sid);
         }
         if let Some(t) = env_nonempty("AGENTCORE_SESSION_TIMEOUT_SECONDS") {
             let secs: u64 = t.parse().map_err(|_| {
@@ -243,25 +238,9 @@ impl AgentCoreConfig {
         if let Some(root) = env_nonempty("AGENTCORE_SESSION_ROOT") {
             c = c.session_root(root);
         }
+        c.validate()?;
         Ok(c)
     }
-
-    /// The environment variables [`from_env`](Self::from_env) reads.
-    pub const ENV: &'static [&'static str] = &[
-        "AWS_REGION",
-        "AWS_DEFAULT_REGION",
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE",
-        "AWS_ENDPOINT_URL",
-        "AGENTCORE_CODE_INTERPRETER_ID",
-        "AGENTCORE_SESSION_ID",
-        "AGENTCORE_SESSION_TIMEOUT_SECONDS",
-        "AGENTCORE_EXEC_MODE",
-        "AGENTCORE_EXACT_OUTPUT",
-        "AGENTCORE_SESSION_ROOT",
-    ];
 
     /// A session token for temporary credentials (static keys only).
     #[must_use]
@@ -290,13 +269,6 @@ impl AgentCoreConfig {
     #[must_use]
     pub fn code_interpreter(mut self, identifier: impl Into<String>) -> Self {
         self.identifier = identifier.into();
-        self
-    }
-
-    /// Attach to an existing session (never stopped by the adapter) instead of starting one.
-    #[must_use]
-    pub fn session_id(mut self, id: impl Into<String>) -> Self {
-        self.session_id = Some(id.into());
         self
     }
 
@@ -395,13 +367,6 @@ impl AgentCoreConfig {
                 return Err(config_error(format!("the {what} {dir:?} is not absolute")));
             }
         }
-        if let Some(sid) = &self.session_id
-            && (sid.is_empty() || sid.len() > 40 || !sid.bytes().all(|b| b.is_ascii_alphanumeric()))
-        {
-            return Err(config_error(format!(
-                "session id {sid:?} does not match [0-9a-zA-Z]{{1,40}}"
-            )));
-        }
         Ok(())
     }
 }
@@ -428,12 +393,11 @@ mod tests {
         for bad in [
             ok.clone().session_timeout(Duration::from_secs(0)),
             ok.clone().session_timeout(Duration::from_secs(28_801)),
-            ok.clone().session_id("not-alnum!"),
             ok.clone().session_root("relative"),
             ok.clone().code_interpreter(""),
         ] {
             let e = bad.validate().unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::InvalidCommand, "{e}");
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
         }
     }
 

@@ -27,6 +27,10 @@ pub(crate) enum Op {
     StartSession,
     /// StopCodeInterpreterSession.
     StopSession,
+    /// GetCodeInterpreterSession.
+    GetSession,
+    /// ListCodeInterpreterSessions.
+    ListSessions,
     /// InvokeCodeInterpreter that starts a command (`executeCommand`, `startCommandExecution`).
     Submit,
     /// `getTask`.
@@ -48,6 +52,8 @@ impl Op {
         match self {
             Op::StartSession => "start_session",
             Op::StopSession => "stop_session",
+            Op::GetSession => "get_session",
+            Op::ListSessions => "list_sessions",
             Op::Submit => "exec",
             Op::Poll => "get_task",
             Op::StopTask => "stop_task",
@@ -165,7 +171,7 @@ pub(crate) fn tool_error(op: Op, kind: ErrorKind, message: impl Into<String>) ->
 
 fn retry_after(raw: &HttpResponse) -> Option<Duration> {
     let v = raw.headers().get("retry-after")?;
-    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+    execseam_core::transport::parse_retry_after(v, std::time::SystemTime::now())
 }
 
 /// True if the error chain says the connection was never made (nothing was sent).
@@ -189,17 +195,7 @@ fn never_connected(err: &(dyn StdError + 'static)) -> bool {
 }
 
 fn chain(err: &(dyn StdError + 'static)) -> String {
-    let mut s = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        let m = e.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = e.source();
-    }
-    s
+    execseam_core::transport::error_chain(err)
 }
 
 /// The parts of an [`SdkError`] that do not depend on its response type.

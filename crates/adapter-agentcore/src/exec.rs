@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aws_sdk_bedrockagentcore::types::{ContentBlockType, InputContentBlock, ToolArguments};
@@ -11,7 +10,8 @@ use aws_smithy_types::Blob;
 use bytes::Bytes;
 use execseam_core::degrade::{self, StdinFrom, WrapOptions};
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Exec, Exit, Output, Retry,
+    BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Exec, Exit, Output, Ownership,
+    Retry, Sandbox, gone_is_destroyed,
 };
 
 use crate::PROVIDER;
@@ -19,9 +19,6 @@ use crate::client::Client;
 use crate::config::{AgentCoreConfig, ExecMode};
 use crate::error::{self, Op};
 use crate::wire::{self, TaskStatus, ToolResult, tool};
-
-/// The capabilities with the default configuration ([`ExecMode::Command`], exact output).
-pub const CAPABILITIES: Capabilities = capabilities_for(ExecMode::Command, true);
 
 /// The capabilities of a configuration.
 pub const fn capabilities_for(mode: ExecMode, exact_output: bool) -> Capabilities {
@@ -73,15 +70,14 @@ struct Inner {
     client: Client,
     config: AgentCoreConfig,
     session_id: String,
-    owned: bool,
-    closed: AtomicBool,
+    ownership: Ownership,
 }
 
 impl fmt::Debug for AgentCoreExec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AgentCoreExec")
             .field("session_id", &self.inner.session_id)
-            .field("owned", &self.inner.owned)
+            .field("owned", &self.inner.ownership.owned())
             .field("config", &self.inner.config)
             .finish()
     }
@@ -89,7 +85,7 @@ impl fmt::Debug for AgentCoreExec {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if !self.owned || self.closed.swap(true, Ordering::SeqCst) {
+        if !self.ownership.destroy_on_drop() {
             return;
         }
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
@@ -111,33 +107,38 @@ fn session_name() -> String {
 }
 
 impl AgentCoreExec {
-    /// Starts a session (or attaches to `config.session_id`) and returns the adapter.
-    pub async fn connect(config: AgentCoreConfig) -> Result<AgentCoreExec, Error> {
-        config.validate()?;
-        let client = Client::new(&config);
-        let (session_id, owned) = match &config.session_id {
-            Some(sid) => (sid.clone(), false),
-            None => {
-                let name = config.session_name.clone().unwrap_or_else(session_name);
-                let timeout = i32::try_from(config.session_timeout.as_secs()).unwrap_or(28_800);
-                (client.start_session(&name, timeout).await?, true)
-            }
-        };
-        tracing::debug!(session = %session_id, owned, "agentcore: session ready");
-        Ok(AgentCoreExec {
+    /// Starts a session; the handle owns it (close stops it).
+    pub(crate) async fn start(
+        client: Client,
+        config: AgentCoreConfig,
+        timeout: Duration,
+    ) -> Result<AgentCoreExec, Error> {
+        let name = config.session_name.clone().unwrap_or_else(session_name);
+        let timeout = i32::try_from(timeout.as_secs()).unwrap_or(28_800);
+        let session_id = client.start_session(&name, timeout).await?;
+        tracing::debug!(session = %session_id, "agentcore: session started");
+        Ok(AgentCoreExec::attach(
+            client,
+            config,
+            session_id,
+            Ownership::created(),
+        ))
+    }
+
+    pub(crate) fn attach(
+        client: Client,
+        config: AgentCoreConfig,
+        session_id: String,
+        ownership: Ownership,
+    ) -> AgentCoreExec {
+        AgentCoreExec {
             inner: Arc::new(Inner {
                 client,
                 config,
                 session_id,
-                owned,
-                closed: AtomicBool::new(false),
+                ownership,
             }),
-        })
-    }
-
-    /// [`AgentCoreConfig::from_env`] then [`connect`](Self::connect).
-    pub async fn from_env() -> Result<AgentCoreExec, Error> {
-        AgentCoreExec::connect(AgentCoreConfig::from_env()?).await
+        }
     }
 
     /// The session's id.
@@ -150,13 +151,14 @@ impl AgentCoreExec {
         &self.inner.config
     }
 
-    /// Stops the session if this adapter started it (idempotent; attached sessions are left
-    /// alone). Commands still running in it are ended by the service.
-    pub async fn close(&self) -> Result<(), Error> {
-        if !self.inner.owned || self.inner.closed.swap(true, Ordering::SeqCst) {
-            return Ok(());
+    /// Stops the session (StopCodeInterpreterSession); one that is already gone is `Ok`.
+    /// Commands still running in it are ended by the service.
+    pub async fn stop_session(&self) -> Result<(), Error> {
+        let r = gone_is_destroyed(self.inner.client.stop_session(&self.inner.session_id).await);
+        if r.is_ok() {
+            self.inner.ownership.mark_destroyed();
         }
-        self.inner.client.stop_session(&self.inner.session_id).await
+        r
     }
 
     /// The path the files tools are given for `path`: relative to the session root when it lies
@@ -673,6 +675,34 @@ impl Exec for AgentCoreExec {
     }
 }
 
+impl Sandbox for AgentCoreExec {
+    fn id(&self) -> &str {
+        &self.inner.session_id
+    }
+
+    fn owned(&self) -> bool {
+        self.inner.ownership.owned()
+    }
+
+    fn set_owned(&self, owned: bool) {
+        self.inner.ownership.set_owned(owned);
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let o = &self.inner.ownership;
+            if o.begin_close() && o.owned() && !o.is_destroyed() {
+                self.stop_session().await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.stop_session())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -804,7 +834,7 @@ mod tests {
     fn capabilities_follow_the_configuration() {
         let default = AgentCoreConfig::new("r", "a", "b");
         assert_eq!(
-            CAPABILITIES,
+            crate::CAPABILITIES,
             capabilities_for(default.exec_mode(), default.is_exact_output())
         );
         assert!(!capabilities_for(default.exec_mode(), true).remote_kill);

@@ -1,23 +1,13 @@
-//! execseam adapter for the **AWS Bedrock AgentCore Code Interpreter**, on the official Rust SDK
-//! (`aws-sdk-bedrockagentcore`: SigV4 and the `application/vnd.amazon.eventstream` parser are the
-//! SDK's; rustls with ring, no aws-lc, no `aws-config`).
+#![doc = include_str!("../README.md")]
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), execseam_core::Error> {
-//! use execseam_agentcore::AgentCoreExec;
-//! use execseam_core::{Command, Exec};
+//! # Details
 //!
-//! let exec = AgentCoreExec::from_env().await?; // starts a session
-//! let out = exec.exec(Command::new(["sh", "-c", "echo hi; exit 3"])?).await?;
-//! assert_eq!(out.exit.code(), Some(3));
-//! exec.close().await?; // stops it
-//! # Ok(()) }
-//! ```
 //!
 //! # How a command runs
 //!
-//! - **Session**: [`AgentCoreExec::connect`] calls `StartCodeInterpreterSession` (or attaches to a
-//!   given session id); [`AgentCoreExec::close`] calls `StopCodeInterpreterSession`.
+//! - **Session**: [`AgentCoreProvider::create`] calls `StartCodeInterpreterSession`
+//!   ([`AgentCoreProvider::connect`] attaches to a given session id); closing an owned handle
+//!   calls `StopCodeInterpreterSession`.
 //! - **argv** → `executeCommand` takes one shell string: argv is quoted exactly with
 //!   [`execseam_core::degrade::join`], and **workdir** and **env** are synthesised by the core's
 //!   wrapper ([`degrade::wrapped_command`](execseam_core::degrade::wrapped_command), whose own
@@ -69,12 +59,50 @@ mod client;
 mod config;
 mod error;
 mod exec;
+mod provider;
 mod wire;
+
+use execseam_core::{Capabilities, LifecycleCapabilities, SpecSupport};
 
 pub use config::{
     AgentCoreConfig, DEFAULT_IDENTIFIER, DEFAULT_SESSION_ROOT, DEFAULT_SESSION_TIMEOUT, ExecMode,
 };
-pub use exec::{AgentCoreExec, CAPABILITIES, DirEntry, capabilities_for};
+pub use exec::{AgentCoreExec, DirEntry, capabilities_for};
+pub use provider::AgentCoreProvider;
+
+/// The capabilities with the default configuration (command mode, exact output).
+pub const CAPABILITIES: Capabilities = capabilities_for(ExecMode::Command, true);
+
+/// AgentCore's lifecycle (see [`AgentCoreProvider`]): a sandbox is a Code Interpreter session,
+/// started with a lifetime (`sessionTimeoutSeconds`), found, listed (`READY` sessions) and
+/// stopped. Sessions carry no labels, image, env or sizes.
+pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    create: true,
+    connect: true,
+    list: true,
+    destroy: true,
+    spec: SpecSupport {
+        lifetime: true,
+        ..SpecSupport::NONE
+    },
+    options: &["name"],
+};
+
+/// The environment variables [`AgentCoreConfig::from_env`] reads.
+pub const ENV_VARS: &[&str] = &[
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE",
+    "AWS_ENDPOINT_URL",
+    "AGENTCORE_CODE_INTERPRETER_ID",
+    "AGENTCORE_SESSION_TIMEOUT_SECONDS",
+    "AGENTCORE_EXEC_MODE",
+    "AGENTCORE_EXACT_OUTPUT",
+    "AGENTCORE_SESSION_ROOT",
+];
 
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "agentcore";

@@ -8,8 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_bedrockagentcore as ac;
-use execseam_agentcore::{AgentCoreConfig, AgentCoreExec, ExecMode};
-use execseam_core::{Command, ErrorKind, Exec, Exit, Output, Retry, WireStatus};
+use execseam_agentcore::{AgentCoreConfig, AgentCoreProvider, ExecMode};
+use execseam_core::{
+    Command, ErrorKind, Exec, Exit, Output, Retry, Sandbox, SandboxSpec, WireStatus,
+};
 use execseam_emulators::agentcore::eventstream;
 use execseam_emulators::agentcore::{AgentCoreFault, Exception, SessionStatus};
 use execseam_emulators::harness::Fault;
@@ -23,7 +25,7 @@ fn sh(script: &str) -> Command {
 async fn the_adapter_starts_and_stops_its_session() {
     let emu = common::emulator().await;
     let exec = common::connect(&emu, common::config(&emu)).await;
-    let sid = exec.session_id().to_owned();
+    let sid = exec.id().to_owned();
     assert_eq!(emu.session_status(&sid), Some(SessionStatus::Ready));
     let out = exec
         .exec(sh("printf o; printf e >&2; exit 3"))
@@ -43,7 +45,9 @@ async fn the_adapter_starts_and_stops_its_session() {
 
     // An attached session is left alone by close().
     let sid2 = emu.create_session(Duration::from_secs(300)).unwrap();
-    let attached = AgentCoreExec::connect(common::config(&emu).session_id(&sid2))
+    let attached = AgentCoreProvider::new(common::config(&emu))
+        .unwrap()
+        .connect(&sid2)
         .await
         .unwrap();
     attached.close().await.unwrap();
@@ -53,7 +57,7 @@ async fn the_adapter_starts_and_stops_its_session() {
 async fn no_duplicate(mode: ExecMode) {
     let emu = common::emulator().await;
     let exec = common::connect(&emu, common::config(&emu).mode(mode)).await;
-    let sid = exec.session_id().to_owned();
+    let sid = exec.id().to_owned();
     let marker = emu.visible_path(&sid, "/tmp/ran").unwrap();
     let before = emu.count("exec");
     emu.faults().arm("exec", Fault::ServerError);
@@ -332,9 +336,7 @@ async fn the_files_tools_round_trip_and_listings_are_sorted() {
     assert_eq!(list[0].path, format!("{root}/dir/a.bin"));
 
     // A file written by a command is read back by the tool, at the same absolute path.
-    let tmp = emu
-        .visible_path(exec.session_id(), "/tmp/from-cmd")
-        .unwrap();
+    let tmp = emu.visible_path(exec.id(), "/tmp/from-cmd").unwrap();
     exec.exec(sh(&format!("printf 'by command' > '{tmp}'")))
         .await
         .unwrap();
@@ -483,10 +485,12 @@ fn fixture_config(server: &execseam_emulators::Server) -> AgentCoreConfig {
 async fn captured_service_results_are_read_as_they_are() {
     let calls = Arc::new(Mutex::new(Vec::new()));
     let server = fixture_server(calls.clone()).await;
-    let exec = AgentCoreExec::connect(fixture_config(&server))
+    let exec = AgentCoreProvider::new(fixture_config(&server))
+        .unwrap()
+        .create(SandboxSpec::new())
         .await
         .unwrap();
-    assert_eq!(exec.session_id(), SID);
+    assert_eq!(exec.id(), SID);
     let out = exec
         .exec(Command::new(["echo", "Hello world!"]).unwrap())
         .await
@@ -519,7 +523,9 @@ async fn captured_service_results_are_read_as_they_are() {
 async fn captured_task_results_drive_the_task_mode() {
     let calls = Arc::new(Mutex::new(Vec::new()));
     let server = fixture_server(calls.clone()).await;
-    let exec = AgentCoreExec::connect(fixture_config(&server).mode(ExecMode::Task))
+    let exec = AgentCoreProvider::new(fixture_config(&server).mode(ExecMode::Task))
+        .unwrap()
+        .create(SandboxSpec::new())
         .await
         .unwrap();
     let out = exec.exec(sh("sleep 30 && echo complete")).await.unwrap();

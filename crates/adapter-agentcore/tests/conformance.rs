@@ -26,7 +26,7 @@ impl Drop for Close {
     fn drop(&mut self) {
         let exec = self.0.clone();
         if let Ok(h) = tokio::runtime::Handle::try_current() {
-            h.spawn(async move { exec.close().await });
+            h.spawn(async move { execseam_core::Sandbox::close(&exec).await });
         }
     }
 }
@@ -40,8 +40,10 @@ fn main() {
             } else {
                 config.mode(mode())
             };
-            let exec = AgentCoreExec::connect(config).await?;
+            let provider = execseam_agentcore::AgentCoreProvider::new(config)?;
+            let exec = provider.create(execseam_core::SandboxSpec::new()).await?;
             return Ok(Target::new("agentcore", Arc::new(exec.clone()))
+                .provider(Arc::new(provider))
                 .scratch("/tmp/execseam-conformance")
                 .live(true)
                 .keep_alive(Close(exec)));

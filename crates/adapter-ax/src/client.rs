@@ -33,8 +33,8 @@ pub struct Guest {
 impl Guest {
     /// A guest for `config`; connects on first use (so this needs no I/O and cannot fail on the
     /// network: a dead endpoint shows up as the first call's UNAVAILABLE).
-    pub fn connect(config: &AxConfig) -> Result<Guest, Status> {
-        let endpoint = Endpoint::from_shared(config.endpoint.clone())
+    pub fn connect(config: &AxConfig, endpoint: &str) -> Result<Guest, Status> {
+        let endpoint = Endpoint::from_shared(endpoint.to_owned())
             .map_err(|e| Status::invalid_argument(format!("endpoint: {e}")))?
             .connect_timeout(config.connect_timeout)
             .tcp_nodelay(true)

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use execseam_core::{Error, ErrorKind};
+use execseam_core::Error;
 
 use crate::error::PROVIDER;
 
@@ -14,8 +14,6 @@ pub const ENV_LIBRARY_PORT: u16 = 8080;
 /// The guest's default per-stream spool limit (10 MiB); output beyond it is discarded by the guest.
 pub const GUEST_MAX_LOG_BYTES: u64 = 10 * 1024 * 1024;
 
-/// Environment variable: the guest endpoint, `host:port` or `http://host:port`.
-pub const ENV_ENDPOINT: &str = "AX_GUEST_ENDPOINT";
 /// Environment variable (optional): `<atespace>/<actor>`, sent as `ate-target-actor` to route
 /// through the Substrate router.
 pub const ENV_TARGET_ACTOR: &str = "AX_TARGET_ACTOR";
@@ -23,7 +21,6 @@ pub const ENV_TARGET_ACTOR: &str = "AX_TARGET_ACTOR";
 /// How to reach one guest and how patient to be with it.
 #[derive(Clone)]
 pub struct AxConfig {
-    pub(crate) endpoint: String,
     pub(crate) target_actor: Option<String>,
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
@@ -37,7 +34,6 @@ impl fmt::Debug for AxConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Nothing here is secret (the guest API has no credentials), but keep the shape stable.
         f.debug_struct("AxConfig")
-            .field("endpoint", &self.endpoint)
             .field("target_actor", &self.target_actor)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
@@ -50,46 +46,53 @@ impl fmt::Debug for AxConfig {
 }
 
 fn config_error(message: String) -> Error {
-    Error::new(ErrorKind::InvalidCommand, message)
-        .with_provider(PROVIDER)
-        .with_operation("config")
+    Error::invalid_config(message).with_provider(PROVIDER)
+}
+
+/// Parses a guest address: `host:port`, `http://host:port`, or a bare host (port 80, as AX), into
+/// `http://host:port`. The guest services are plain-text gRPC (h2c): `https://` is refused.
+pub(crate) fn parse_endpoint(raw: &str) -> Result<String, String> {
+    let raw = raw.trim();
+    if raw.starts_with("https://") {
+        return Err(format!(
+            "endpoint {raw:?}: the guest services are plain-text gRPC (h2c); TLS is not supported"
+        ));
+    }
+    let rest = raw.strip_prefix("http://").unwrap_or(raw);
+    let rest = rest.trim_end_matches('/');
+    if rest.is_empty() || rest.contains('/') || rest.contains(char::is_whitespace) {
+        return Err(format!(
+            "endpoint {raw:?} is not host[:port] or http://host[:port]"
+        ));
+    }
+    let has_port = match rest.rsplit_once(':') {
+        // `[::1]:80` or `host:80`; a bare IPv6 literal needs brackets.
+        Some((host, port)) => {
+            if port.parse::<u16>().is_err() || host.is_empty() {
+                return Err(format!("endpoint {raw:?} has no valid port"));
+            }
+            true
+        }
+        None => false,
+    };
+    Ok(if has_port {
+        format!("http://{rest}")
+    } else {
+        format!("http://{rest}:{AX_PORT}")
+    })
+}
+
+impl Default for AxConfig {
+    fn default() -> Self {
+        AxConfig::new()
+    }
 }
 
 impl AxConfig {
-    /// A guest at `endpoint`: `host:port`, `http://host:port`, or a bare host (port 80, as AX).
-    ///
-    /// The guest services are plain-text gRPC (h2c); an `https://` endpoint is rejected.
-    pub fn new(endpoint: impl AsRef<str>) -> Result<AxConfig, Error> {
-        let raw = endpoint.as_ref().trim();
-        if raw.starts_with("https://") {
-            return Err(config_error(format!(
-                "endpoint {raw:?}: the guest services are plain-text gRPC (h2c); TLS is not supported"
-            )));
-        }
-        let rest = raw.strip_prefix("http://").unwrap_or(raw);
-        let rest = rest.trim_end_matches('/');
-        if rest.is_empty() || rest.contains('/') || rest.contains(char::is_whitespace) {
-            return Err(config_error(format!(
-                "endpoint {raw:?} is not host[:port] or http://host[:port]"
-            )));
-        }
-        let has_port = match rest.rsplit_once(':') {
-            // `[::1]:80` or `host:80`; a bare IPv6 literal needs brackets.
-            Some((host, port)) => {
-                if port.parse::<u16>().is_err() || host.is_empty() {
-                    return Err(config_error(format!("endpoint {raw:?} has no valid port")));
-                }
-                true
-            }
-            None => false,
-        };
-        let endpoint = if has_port {
-            format!("http://{rest}")
-        } else {
-            format!("http://{rest}:{AX_PORT}")
-        };
-        Ok(AxConfig {
-            endpoint,
+    /// The defaults: no routing target, AX's timeouts and limits. The guest is not
+    /// configuration: it is [`AxProvider::connect`](crate::AxProvider::connect)'s argument.
+    pub fn new() -> AxConfig {
+        AxConfig {
             target_actor: None,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
@@ -97,36 +100,45 @@ impl AxConfig {
             max_log_bytes: GUEST_MAX_LOG_BYTES,
             max_resumes: 5,
             exit_poll_timeout: Duration::from_secs(3600),
-        })
+        }
     }
 
-    /// From the environment: [`ENV_ENDPOINT`] (required) and [`ENV_TARGET_ACTOR`] (optional).
+    /// Reads [`ENV_VARS`](crate::ENV_VARS) from this process's environment.
     pub fn from_env() -> Result<AxConfig, Error> {
-        let endpoint = std::env::var(ENV_ENDPOINT).map_err(|_| {
-            config_error(format!(
-                "{ENV_ENDPOINT} is not set (the guest's host:port, e.g. the task's worker IP and port 80)"
-            ))
-        })?;
-        let mut config = AxConfig::new(endpoint)?;
-        if let Ok(actor) = std::env::var(ENV_TARGET_ACTOR)
-            && !actor.is_empty()
-        {
-            config = config.target_actor(actor)?;
+        AxConfig::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Reads [`ENV_TARGET_ACTOR`] (optional) as `vars` gives it. A malformed value is
+    /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
+    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<AxConfig, Error> {
+        let mut config = AxConfig::new();
+        if let Some(actor) = vars(ENV_TARGET_ACTOR).filter(|a| !a.is_empty()) {
+            config = config.target_actor(actor);
         }
+        config.validate()?;
         Ok(config)
     }
 
-    /// Routes every call through the Substrate router to `<atespace>/<actor>` (metadata
-    /// `ate-target-actor`).
-    pub fn target_actor(mut self, actor: impl Into<String>) -> Result<AxConfig, Error> {
-        let actor = actor.into();
-        if actor.is_empty() || !actor.is_ascii() || actor.bytes().any(|b| b.is_ascii_control()) {
+    /// Checks what can be wrong before any I/O.
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        if let Some(actor) = &self.target_actor
+            && (actor.is_empty()
+                || !actor.is_ascii()
+                || actor.bytes().any(|b| b.is_ascii_control()))
+        {
             return Err(config_error(format!(
                 "target actor {actor:?} is not printable ASCII (<atespace>/<actor>)"
             )));
         }
-        self.target_actor = Some(actor);
-        Ok(self)
+        Ok(())
+    }
+
+    /// Routes every call through the Substrate router to `<atespace>/<actor>` (metadata
+    /// `ate-target-actor`).
+    #[must_use]
+    pub fn target_actor(mut self, actor: impl Into<String>) -> AxConfig {
+        self.target_actor = Some(actor.into());
+        self
     }
 
     /// How long to wait for a TCP connection (default 5 s).
@@ -176,11 +188,6 @@ impl AxConfig {
         self
     }
 
-    /// The endpoint URL (`http://host:port`).
-    pub fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
     /// The routing target, if any.
     pub fn actor(&self) -> Option<&str> {
         self.target_actor.as_deref()
@@ -193,21 +200,15 @@ mod tests {
 
     #[test]
     fn endpoints() {
+        assert_eq!(parse_endpoint("10.0.0.7").unwrap(), "http://10.0.0.7:80");
         assert_eq!(
-            AxConfig::new("10.0.0.7").unwrap().endpoint(),
-            "http://10.0.0.7:80"
-        );
-        assert_eq!(
-            AxConfig::new("http://127.0.0.1:8080/").unwrap().endpoint(),
+            parse_endpoint("http://127.0.0.1:8080/").unwrap(),
             "http://127.0.0.1:8080"
         );
-        assert_eq!(
-            AxConfig::new("[::1]:9000").unwrap().endpoint(),
-            "http://[::1]:9000"
-        );
+        assert_eq!(parse_endpoint("[::1]:9000").unwrap(), "http://[::1]:9000");
         for bad in ["https://x:443", "", "x:notaport", "http://x/y", "a b:80"] {
-            assert!(AxConfig::new(bad).is_err(), "{bad}");
+            assert!(parse_endpoint(bad).is_err(), "{bad}");
         }
-        assert!(AxConfig::new("x").unwrap().target_actor("ns/a\nb").is_err());
+        assert!(AxConfig::new().target_actor("ns/a\nb").validate().is_err());
     }
 }

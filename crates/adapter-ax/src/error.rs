@@ -17,7 +17,7 @@ use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 use tonic::{Code, Status};
 
 /// The provider name in errors.
-pub const PROVIDER: &str = "ax";
+pub use crate::PROVIDER;
 
 /// Where a [`Status`] came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,11 +106,13 @@ pub fn from_status(status: Status, op: &'static str, phase: Phase) -> Error {
 }
 
 fn describe(origin: Origin, message: &str, code: Code) -> String {
-    let message = if message.is_empty() {
+    // Transport messages can name the endpoint's URL: never keep it.
+    let message = execseam_core::transport::strip_urls(if message.is_empty() {
         code.description()
     } else {
         message
-    };
+    });
+    let message = message.as_str();
     match origin {
         Origin::Connect => format!("cannot connect to the guest: {message}"),
         Origin::Transport => format!("transport failure: {message}"),

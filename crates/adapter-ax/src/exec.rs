@@ -18,52 +18,40 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Event, EventStream, Exec,
-    ExecStream, Exit, Output, Retry,
+    BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
+    Output, Retry, Sandbox,
 };
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
 use crate::client::Guest;
-use crate::config::{AxConfig, GUEST_MAX_LOG_BYTES};
+use crate::config::AxConfig;
 use crate::error::{self, Origin, PROVIDER, Phase, from_status};
 use crate::wire::{Process, ProcessState, Signal, StartProcessRequest, process_output};
-
-/// The marker the guest appends once when a spool reaches its limit.
-pub const TRUNCATION_MARKER: &[u8] = b"\n\n[guest: maximum log limit of ";
-
-/// The capabilities with the default configuration.
-pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
-    stdin: Delivery::Native,
-    workdir: Delivery::Native,
-    env: Delivery::Native,
-    streaming: true,
-    remote_kill: true,
-    binary_output: true,
-    max_stdin: None,
-    max_output: Some(GUEST_MAX_LOG_BYTES),
-    native_tools: &[],
-};
 
 /// Runs commands in one agent-substrate guest. See the [crate docs](crate).
 #[derive(Clone, Debug)]
 pub struct AxExec {
     config: Arc<AxConfig>,
+    /// `http://host:port`.
+    endpoint: String,
+    /// The address as given to connect (the sandbox's id).
+    id: String,
 }
 
 impl AxExec {
-    /// An adapter for the guest `config` describes. No I/O happens until the first call.
-    pub fn new(config: AxConfig) -> AxExec {
+    pub(crate) fn new(config: Arc<AxConfig>, endpoint: String, id: String) -> AxExec {
         AxExec {
-            config: Arc::new(config),
+            config,
+            endpoint,
+            id,
         }
     }
 
-    /// [`AxConfig::from_env`], then [`AxExec::new`].
-    pub fn from_env() -> Result<AxExec, Error> {
-        Ok(AxExec::new(AxConfig::from_env()?))
+    /// The guest's endpoint URL (`http://host:port`).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
     }
 
     /// The configuration.
@@ -72,7 +60,7 @@ impl AxExec {
     }
 
     fn guest(&self, op: &'static str) -> Result<Guest, Error> {
-        Guest::connect(&self.config).map_err(|s| from_status(s, op, Phase::Other))
+        Guest::connect(&self.config, &self.endpoint).map_err(|s| from_status(s, op, Phase::Other))
     }
 
     /// Reads a whole file through `FileSystemService.ReadFile` (a missing file is `NotFound`;
@@ -178,7 +166,7 @@ impl Exec for AxExec {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_output: Some(self.config.max_log_bytes),
-            ..CAPABILITIES
+            ..crate::CAPABILITIES
         }
     }
 
@@ -493,7 +481,7 @@ impl Driver {
             )));
         }
         for (i, name) in [(0, "stdout"), (1, "stderr")] {
-            if self.tails[i].starts_with(TRUNCATION_MARKER) {
+            if self.tails[i].starts_with(crate::TRUNCATION_MARKER) {
                 return Err(Error::new(
                     ErrorKind::OutputLimit,
                     format!(
@@ -545,5 +533,32 @@ async fn feed_stdin(guest: Guest, id: String, data: Bytes, slot: Arc<Mutex<Optio
             *slot.lock().expect("stdin slot") = Some(e);
             let _ = guest.signal(&id, Signal::Kill).await;
         }
+    }
+}
+impl Sandbox for AxExec {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Never: guests are declared outside execseam (an AX task), so no handle owns one.
+    fn owned(&self) -> bool {
+        false
+    }
+
+    /// A guest cannot be owned: this does nothing (`destroy` is `Unsupported`).
+    fn set_owned(&self, _owned: bool) {}
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async {
+            Err(Error::unsupported(
+                "an agent-substrate guest is ended by its task, not through its guest services",
+            )
+            .with_provider(PROVIDER)
+            .with_operation("destroy"))
+        })
     }
 }

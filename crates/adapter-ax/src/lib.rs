@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
 //! execseam adapter for the **agent-substrate guest services** (`ateenv.v1alpha`, gRPC over
 //! h2c), the API google/ax serves inside a task when `TaskSpec.debug` is true (`ax ssh` uses it).
 //!
@@ -49,5 +53,41 @@ pub mod error;
 mod exec;
 pub mod wire;
 
-pub use config::{AX_PORT, AxConfig, ENV_ENDPOINT, ENV_LIBRARY_PORT, ENV_TARGET_ACTOR};
-pub use exec::{AxExec, CAPABILITIES, TRUNCATION_MARKER};
+mod provider;
+
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities};
+
+use crate::config::GUEST_MAX_LOG_BYTES;
+
+pub use config::{AX_PORT, AxConfig, ENV_LIBRARY_PORT, ENV_TARGET_ACTOR};
+/// The provider name in errors and reports.
+pub const PROVIDER: &str = "ax";
+pub use exec::AxExec;
+pub use provider::AxProvider;
+
+/// The marker the guest appends once when a spool reaches its limit.
+pub const TRUNCATION_MARKER: &[u8] = b"\n\n[guest: maximum log limit of ";
+
+/// The capabilities with the default configuration.
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::Native,
+    stdin: Delivery::Native,
+    workdir: Delivery::Native,
+    env: Delivery::Native,
+    streaming: true,
+    remote_kill: true,
+    binary_output: true,
+    max_stdin: None,
+    max_output: Some(GUEST_MAX_LOG_BYTES),
+    native_tools: &[],
+};
+
+/// AX's lifecycle: connect only. A guest belongs to a task declared elsewhere (the AX API or
+/// `ax run`); execseam neither creates, lists nor ends it.
+pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    connect: true,
+    ..LifecycleCapabilities::NONE
+};
+
+/// The environment variables [`AxConfig::from_env`] reads.
+pub const ENV_VARS: &[&str] = &[ENV_TARGET_ACTOR];

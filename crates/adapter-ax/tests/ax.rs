@@ -10,7 +10,7 @@ use execseam_ax::wire::{
     GetProcessRequest, ProcessState, Signal, SignalProcessRequest, StartProcessRequest,
     StreamProcessOutputRequest, WriteProcessInputRequest, process_output::Output,
 };
-use execseam_ax::{AxConfig, AxExec};
+use execseam_ax::{AxConfig, AxExec, AxProvider};
 use execseam_core::{Command, ErrorKind, Event, Exec, Exit, Retry};
 use execseam_emulators::ax::AxEmulator;
 use execseam_emulators::{EmulatorOptions, Fault};
@@ -24,7 +24,12 @@ async fn emulator() -> AxEmulator {
 }
 
 fn adapter(emu: &AxEmulator) -> AxExec {
-    AxExec::new(AxConfig::new(emu.endpoint()).unwrap())
+    on(AxConfig::new(), &emu.endpoint())
+}
+
+/// A handle on the guest at `address` (no request).
+fn on(config: AxConfig, address: &str) -> AxExec {
+    AxProvider::new(config).unwrap().attach(address).unwrap()
 }
 
 async fn raw(emu: &AxEmulator) -> ProcessServiceClient<Channel> {
@@ -545,12 +550,7 @@ async fn the_target_actor_routes_to_its_own_guest() {
     let emu = emulator().await;
     emu.add_guest("team/other").unwrap();
     let a = adapter(&emu);
-    let b = AxExec::new(
-        AxConfig::new(emu.endpoint())
-            .unwrap()
-            .target_actor("team/other")
-            .unwrap(),
-    );
+    let b = on(AxConfig::new().target_actor("team/other"), &emu.endpoint());
     a.exec(Command::new(["sh", "-c", "printf a > /workspace/who"]).unwrap())
         .await
         .unwrap();
@@ -559,12 +559,7 @@ async fn the_target_actor_routes_to_its_own_guest() {
         .unwrap();
     assert_eq!(a.read_file("/workspace/who").await.unwrap().as_ref(), b"a");
     assert_eq!(b.read_file("/workspace/who").await.unwrap().as_ref(), b"b");
-    let gone = AxExec::new(
-        AxConfig::new(emu.endpoint())
-            .unwrap()
-            .target_actor("team/none")
-            .unwrap(),
-    );
+    let gone = on(AxConfig::new().target_actor("team/none"), &emu.endpoint());
     let err = gone
         .exec(Command::new(["true"]).unwrap())
         .await

@@ -1,9 +1,9 @@
 //! The conformance suite against the ax emulator (`cargo xtask conformance --adapter ax`), or
-//! against a real guest with `EXECSEAM_LIVE=1` (`AX_GUEST_ENDPOINT`, optional `AX_TARGET_ACTOR`).
+//! against a real guest with `EXECSEAM_LIVE=1` (`EXECSEAM_SANDBOX`: the guest's host:port; optional `AX_TARGET_ACTOR`).
 
 use std::sync::Arc;
 
-use execseam_ax::{AxConfig, AxExec};
+use execseam_ax::{AxConfig, AxProvider};
 use execseam_conformance::Target;
 use execseam_core::{Error, ErrorKind};
 use execseam_emulators::EmulatorOptions;
@@ -12,7 +12,11 @@ use execseam_emulators::ax::{AxEmulator, PRIMARY_ACTOR};
 fn main() {
     execseam_conformance::main(|| async {
         if std::env::var("EXECSEAM_LIVE").is_ok_and(|v| v == "1") {
-            let exec = AxExec::from_env()?;
+            let provider = AxProvider::from_env()?;
+            let address = std::env::var("EXECSEAM_SANDBOX").map_err(|_| {
+                Error::invalid_config("EXECSEAM_SANDBOX (the guest's host:port) is not set")
+            })?;
+            let exec = provider.connect(&address).await?;
             // The guest's files root is /workspace; commands may write anywhere they can.
             return Ok(Target::new("ax", Arc::new(exec))
                 .scratch(format!("/tmp/execseam-conformance-{}", std::process::id()))
@@ -25,15 +29,16 @@ fn main() {
         let endpoint = emulator.endpoint();
         // Through the router path (ate-target-actor), so vanishing the guest is visible as the
         // router's NOT_FOUND; the direct path is covered by the adapter's own tests.
-        let config = AxConfig::new(&endpoint)?.target_actor(PRIMARY_ACTOR)?;
-        let exec = AxExec::new(config);
+        let provider = AxProvider::new(AxConfig::new().target_actor(PRIMARY_ACTOR))?;
+        let exec = provider.connect(&endpoint).await?;
         let dead = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(setup)?;
             let addr = l.local_addr().map_err(setup)?;
             drop(l);
-            AxExec::new(AxConfig::new(addr.to_string())?)
+            AxProvider::new(AxConfig::new())?.attach(&addr.to_string())?
         };
-        let gone = AxExec::new(AxConfig::new(&endpoint)?.target_actor("execseam/no-such-actor")?);
+        let gone = AxProvider::new(AxConfig::new().target_actor("execseam/no-such-actor"))?
+            .attach(&endpoint)?;
         // The scratch directory: the guest's workspace, as commands see it.
         let scratch = emulator
             .primary()
@@ -52,6 +57,10 @@ fn main() {
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(gone))
             .faults(faults)
+            .provider(Arc::new(provider))
+            .exit_waits_for_children(
+                "the guest's reaper records the exit after cmd.Wait, which waits for the output copiers (cmd.Stdout is a cappedWriter, not a file: agent-substrate/env guest/process/tracker.go)",
+            )
             .proptest_cases(16)
             .keep_alive(emulator))
     });

@@ -52,8 +52,8 @@ pub fn encode_path(path: &str) -> String {
 }
 
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let v = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    v.parse::<u64>().ok().map(Duration::from_secs)
+    let v = headers.get(RETRY_AFTER)?.to_str().ok()?;
+    execseam_core::transport::parse_retry_after(v, std::time::SystemTime::now())
 }
 
 impl BridgeClient {

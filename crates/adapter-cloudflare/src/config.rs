@@ -3,28 +3,19 @@
 use std::fmt;
 use std::time::Duration;
 
-use execseam_core::{Error, ErrorKind};
+use execseam_core::Error;
+#[cfg(test)]
+use execseam_core::ErrorKind;
 use secrecy::{ExposeSecret, SecretString};
 
 /// The bridge Worker's URL (for example `https://sandbox-bridge.<account>.workers.dev`).
 pub const ENV_WORKER_URL: &str = "CLOUDFLARE_SANDBOX_WORKER_URL";
 /// The bridge's `SANDBOX_API_KEY` (the same variable the OpenAI Agents SDK reads).
 pub const ENV_API_KEY: &str = "CLOUDFLARE_SANDBOX_API_KEY";
-/// An existing sandbox id to attach to (otherwise the adapter asks the bridge for a new one).
-pub const ENV_SANDBOX_ID: &str = "CLOUDFLARE_SANDBOX_ID";
 /// A bridge session id, sent as `Session-Id` on every request (optional).
 pub const ENV_SESSION_ID: &str = "CLOUDFLARE_SANDBOX_SESSION_ID";
 /// `streaming` (the default) or `exact`; see [`OutputMode`].
 pub const ENV_MODE: &str = "EXECSEAM_CLOUDFLARE_MODE";
-
-/// Every environment variable [`CloudflareConfig::from_env`] reads.
-pub const ENV_VARS: &[&str] = &[
-    ENV_WORKER_URL,
-    ENV_API_KEY,
-    ENV_SANDBOX_ID,
-    ENV_SESSION_ID,
-    ENV_MODE,
-];
 
 /// The sandbox's files API (and so every temporary file of the adapter) is confined to this tree.
 pub const WORKSPACE: &str = "/workspace";
@@ -73,7 +64,6 @@ pub struct CloudflareConfig {
     pub(crate) base_url: String,
     pub(crate) api_key: Option<SecretString>,
     pub(crate) api_prefix: String,
-    pub(crate) sandbox_id: Option<String>,
     pub(crate) session_id: Option<String>,
     pub(crate) mode: OutputMode,
     pub(crate) command_timeout: Option<Duration>,
@@ -89,7 +79,6 @@ impl fmt::Debug for CloudflareConfig {
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("api_prefix", &self.api_prefix)
-            .field("sandbox_id", &self.sandbox_id)
             .field("session_id", &self.session_id)
             .field("mode", &self.mode)
             .field("command_timeout", &self.command_timeout)
@@ -102,9 +91,7 @@ impl fmt::Debug for CloudflareConfig {
 }
 
 pub(crate) fn config_error(message: impl Into<String>) -> Error {
-    Error::new(ErrorKind::InvalidCommand, message)
-        .with_provider(crate::PROVIDER)
-        .with_operation("config")
+    Error::invalid_config(message).with_provider(crate::PROVIDER)
 }
 
 impl CloudflareConfig {
@@ -115,7 +102,6 @@ impl CloudflareConfig {
             base_url: base_url.into().trim_end_matches('/').to_owned(),
             api_key: None,
             api_prefix: "/v1".into(),
-            sandbox_id: None,
             session_id: None,
             mode: OutputMode::Streaming,
             command_timeout: None,
@@ -126,18 +112,22 @@ impl CloudflareConfig {
         }
     }
 
-    /// Reads [`ENV_VARS`]: `CLOUDFLARE_SANDBOX_WORKER_URL` (required), `CLOUDFLARE_SANDBOX_API_KEY`,
-    /// `CLOUDFLARE_SANDBOX_ID`, `CLOUDFLARE_SANDBOX_SESSION_ID`, `EXECSEAM_CLOUDFLARE_MODE`.
+    /// Reads the variables in [`ENV_VARS`](crate::ENV_VARS) from this process's environment.
     pub fn from_env() -> Result<CloudflareConfig, Error> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        CloudflareConfig::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Reads [`ENV_VARS`](crate::ENV_VARS) as `vars` gives them: `CLOUDFLARE_SANDBOX_WORKER_URL`
+    /// (required), `CLOUDFLARE_SANDBOX_API_KEY`, `CLOUDFLARE_SANDBOX_SESSION_ID`,
+    /// `EXECSEAM_CLOUDFLARE_MODE`. A missing or malformed one is
+    /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
+    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<CloudflareConfig, Error> {
+        let var = |k: &str| vars(k).filter(|v| !v.trim().is_empty());
         let url = var(ENV_WORKER_URL)
             .ok_or_else(|| config_error(format!("{ENV_WORKER_URL} is not set")))?;
         let mut c = CloudflareConfig::new(url);
         if let Some(key) = var(ENV_API_KEY) {
             c = c.api_key(key);
-        }
-        if let Some(id) = var(ENV_SANDBOX_ID) {
-            c = c.sandbox_id(id);
         }
         if let Some(sid) = var(ENV_SESSION_ID) {
             c = c.session_id(sid);
@@ -161,13 +151,6 @@ impl CloudflareConfig {
     pub fn api_prefix(mut self, prefix: impl Into<String>) -> Self {
         let p = prefix.into();
         self.api_prefix = format!("/{}", p.trim_matches('/'));
-        self
-    }
-
-    /// Attach to this sandbox id (`[a-z2-7]{1,128}`) instead of asking the bridge for a new one.
-    #[must_use]
-    pub fn sandbox_id(mut self, id: impl Into<String>) -> Self {
-        self.sandbox_id = Some(id.into());
         self
     }
 
@@ -250,13 +233,6 @@ impl CloudflareConfig {
                 self.base_url
             )));
         }
-        if let Some(id) = &self.sandbox_id
-            && !valid_sandbox_id(id)
-        {
-            return Err(config_error(format!(
-                "sandbox id {id:?} is not what the bridge accepts ([a-z2-7]{{1,128}})"
-            )));
-        }
         if let Some(sid) = &self.session_id
             && !valid_session_id(sid)
         {
@@ -307,11 +283,8 @@ mod tests {
         assert!(valid_session_id("s-1.x_y"));
         assert!(!valid_session_id("a..b"));
         assert!(!valid_session_id("a b"));
-        let bad = CloudflareConfig::new("https://x").sandbox_id("NOPE");
-        assert_eq!(
-            bad.validate().unwrap_err().kind(),
-            ErrorKind::InvalidCommand
-        );
+        let bad = CloudflareConfig::new("https://x").session_id("a b");
+        assert_eq!(bad.validate().unwrap_err().kind(), ErrorKind::InvalidConfig);
         let bad = CloudflareConfig::new("ftp://x");
         assert!(bad.validate().is_err());
     }

@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use execseam_core::transport::{self, Effect, Failure, Sent};
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 
 use crate::PROVIDER;
@@ -27,11 +28,15 @@ pub enum Phase {
 }
 
 impl Phase {
-    fn unsure(self) -> Retry {
+    fn effect(self) -> Effect {
         match self {
-            Phase::Idempotent => Retry::SAFE,
-            Phase::ExecSubmit | Phase::ExecStream => Retry::Unsafe,
+            Phase::Idempotent => Effect::Idempotent,
+            Phase::ExecSubmit | Phase::ExecStream => Effect::NonIdempotent,
         }
+    }
+
+    fn unsure(self) -> Retry {
+        transport::retry_class(self.effect(), Sent::Maybe)
     }
 }
 
@@ -257,33 +262,21 @@ pub fn stream_error(e: &ErrorResponse) -> Error {
 
 /// A transport failure of reqwest.
 pub fn transport_error(e: reqwest::Error, operation: &'static str, phase: Phase) -> Error {
-    let (kind, retry) = if e.is_connect() {
+    // The URL names the sandbox and file paths: never keep it.
+    let e = e.without_url();
+    let failure = if e.is_connect() {
         // The request never reached the bridge.
-        (ErrorKind::Unavailable, Retry::SAFE)
+        Failure::Connect
     } else if e.is_timeout() {
-        (ErrorKind::Timeout(Deadline::Request), phase.unsure())
+        Failure::Timeout
     } else if e.is_decode() {
-        (ErrorKind::Protocol, phase.unsure())
+        Failure::Malformed
     } else {
-        (ErrorKind::Unavailable, phase.unsure())
+        Failure::Other
     };
-    let msg = chain(&e);
+    let (kind, retry) = transport::failure(failure, phase.effect());
+    let msg = transport::error_chain(&e);
     err(kind, msg, operation).with_retry(retry).with_source(e)
-}
-
-/// The error and its sources on one line (reqwest's own Display hides the cause).
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 /// A protocol violation (malformed body or frame, missing exit).

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use execseam_core::degrade::{self, StdinFrom, WRAPPER_MARK, WRAPPER_STATUS, WrapOptions, quote};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
-    ExecStream, Exit, Output, PartialOutput, Retry,
+    ExecStream, Exit, Output, Ownership, PartialOutput, Retry, Sandbox, gone_is_destroyed,
 };
 use futures_util::StreamExt;
 
@@ -41,6 +41,26 @@ struct Inner {
     client: BridgeClient,
     sandbox_id: String,
     marker: Option<String>,
+    ownership: Ownership,
+}
+
+impl Drop for Inner {
+    /// The safety net: an owned sandbox nobody closed is deleted on the runtime, if there is one.
+    fn drop(&mut self) {
+        if !self.ownership.destroy_on_drop() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(provider = PROVIDER, sandbox = %self.sandbox_id, "no runtime to delete the sandbox on drop");
+            return;
+        };
+        let client = self.client.clone();
+        let id = self.sandbox_id.clone();
+        handle.spawn(async move {
+            let r = client.delete_sandbox(&id).await;
+            tracing::debug!(provider = PROVIDER, sandbox = %id, ok = r.is_ok(), "deleted the sandbox on drop");
+        });
+    }
 }
 
 impl std::fmt::Debug for CloudflareExec {
@@ -61,21 +81,17 @@ fn fail_line(what: &str) -> String {
 }
 
 impl CloudflareExec {
-    /// Connects as configured: attaches to `sandbox_id` if set, otherwise asks the bridge for a
-    /// new sandbox (`POST /v1/sandbox`). With `verify_sandbox` (the default) it then writes a
-    /// marker file into `/workspace/.execseam/`, which assigns the sandbox its container; every
-    /// later command first checks that the marker is still there.
-    ///
-    /// Answers that are safe to retry (`capacity_exceeded`, `pool_error`, 429, connection
-    /// refused) are retried with exponential backoff, `connect_attempts` times in all.
-    pub async fn connect(config: CloudflareConfig) -> Result<CloudflareExec, Error> {
-        config.validate()?;
-        let attempts = config.connect_attempts;
-        let client = BridgeClient::new(Arc::new(config))?;
-        let sandbox_id = match client.config().sandbox_id.clone() {
-            Some(id) => id,
-            None => with_backoff(attempts, || client.create_sandbox()).await?,
-        };
+    /// A handle on sandbox `sandbox_id`. With `verify_sandbox` (the default) it writes a marker
+    /// file into `/workspace/.execseam/`, which assigns the sandbox its container; every later
+    /// command first checks that the marker is still there. Answers that are safe to retry
+    /// (`capacity_exceeded`, `pool_error`, 429, connection refused) are retried with exponential
+    /// backoff, `connect_attempts` times in all.
+    pub(crate) async fn open(
+        client: BridgeClient,
+        sandbox_id: String,
+        ownership: Ownership,
+    ) -> Result<CloudflareExec, Error> {
+        let attempts = client.config().connect_attempts;
         let marker = if client.config().verify_sandbox {
             let path = degrade::temp_path(TEMP_DIR).replace(".execseam-", "sandbox-");
             with_backoff(attempts, || {
@@ -87,19 +103,25 @@ impl CloudflareExec {
             None
         };
         tracing::debug!(provider = PROVIDER, sandbox = %sandbox_id, "connected");
-        Ok(CloudflareExec {
+        Ok(CloudflareExec::from_parts(
+            client, sandbox_id, marker, ownership,
+        ))
+    }
+
+    pub(crate) fn from_parts(
+        client: BridgeClient,
+        sandbox_id: String,
+        marker: Option<String>,
+        ownership: Ownership,
+    ) -> CloudflareExec {
+        CloudflareExec {
             inner: Arc::new(Inner {
                 client,
                 sandbox_id,
                 marker,
+                ownership,
             }),
-        })
-    }
-
-    /// Reads the configuration from the environment ([`CloudflareConfig::from_env`]) and
-    /// connects.
-    pub async fn from_env() -> Result<CloudflareExec, Error> {
-        CloudflareExec::connect(CloudflareConfig::from_env()?).await
+        }
     }
 
     /// The sandbox id (26 base32 characters when the bridge minted it).
@@ -120,16 +142,37 @@ impl CloudflareExec {
         }
     }
 
-    /// Destroys the sandbox (`DELETE /v1/sandbox/{id}`, best effort on the bridge's side).
-    pub async fn destroy(&self) -> Result<(), Error> {
-        self.inner
-            .client
-            .delete_sandbox(&self.inner.sandbox_id)
-            .await
+    /// Destroys the sandbox (`DELETE /v1/sandbox/{id}`: 204, also for an id that never had a
+    /// container).
+    pub async fn delete_sandbox(&self) -> Result<(), Error> {
+        let r = gone_is_destroyed(
+            self.inner
+                .client
+                .delete_sandbox(&self.inner.sandbox_id)
+                .await,
+        );
+        if r.is_ok() {
+            self.inner.ownership.mark_destroyed();
+        }
+        r
     }
 
     fn config(&self) -> &CloudflareConfig {
         self.inner.client.config()
+    }
+
+    /// A sandbox this handle destroyed is gone; no request is sent, because the bridge would
+    /// give the id a fresh container (`getSandbox` creates on first use).
+    fn not_destroyed(&self, operation: &'static str) -> Result<(), Error> {
+        if self.inner.ownership.is_destroyed() {
+            return Err(Error::new(
+                ErrorKind::NotFound,
+                format!("sandbox {} was destroyed", self.inner.sandbox_id),
+            )
+            .with_provider(PROVIDER)
+            .with_operation(operation));
+        }
+        Ok(())
     }
 
     /// The script the sandbox runs: the sandbox check, the output capture (exact mode), then
@@ -279,7 +322,7 @@ impl CloudflareExec {
 }
 
 /// Retries an operation that cannot run a command while its error says retrying is safe.
-async fn with_backoff<T, F, Fut>(attempts: u32, mut f: F) -> Result<T, Error>
+pub(crate) async fn with_backoff<T, F, Fut>(attempts: u32, mut f: F) -> Result<T, Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, Error>>,
@@ -531,6 +574,7 @@ impl Exec for CloudflareExec {
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         Box::pin(async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
+            self.not_destroyed("exec")?;
             match self.config().output_mode() {
                 OutputMode::Streaming => self.stream_mode(command).await?.collect().await,
                 OutputMode::Exact => self.exact_mode(command).await,
@@ -549,6 +593,7 @@ impl Exec for CloudflareExec {
 impl ExecStream for CloudflareExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
         Box::pin(async move {
+            self.not_destroyed("exec_stream")?;
             if self.config().output_mode() == OutputMode::Exact {
                 return Err(Error::unsupported(
                     "the exact output mode fetches output after the exit: it does not stream",
@@ -558,6 +603,34 @@ impl ExecStream for CloudflareExec {
             }
             self.stream_mode(command).await
         })
+    }
+}
+
+impl Sandbox for CloudflareExec {
+    fn id(&self) -> &str {
+        &self.inner.sandbox_id
+    }
+
+    fn owned(&self) -> bool {
+        self.inner.ownership.owned()
+    }
+
+    fn set_owned(&self, owned: bool) {
+        self.inner.ownership.set_owned(owned);
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let o = &self.inner.ownership;
+            if o.begin_close() && o.owned() && !o.is_destroyed() {
+                self.delete_sandbox().await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.delete_sandbox())
     }
 }
 

@@ -1,5 +1,6 @@
-//! execseam adapter for [Cloudflare Sandbox](https://developers.cloudflare.com/sandbox/), through
-//! the official **sandbox bridge** Worker (`@cloudflare/sandbox/bridge`).
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
 //!
 //! Code outside a Worker cannot reach a Cloudflare sandbox directly: the Sandbox SDK is a Durable
 //! Object library and the container's own API listens only inside Cloudflare. Cloudflare's answer
@@ -10,18 +11,6 @@
 //! `error`), `GET`/`PUT /v1/sandbox/{id}/file/<path>`, sessions through the `Session-Id` header,
 //! `GET /v1/sandbox/{id}/running` and `DELETE /v1/sandbox/{id}`.
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), execseam_core::Error> {
-//! use execseam_cloudflare::{CloudflareConfig, CloudflareExec};
-//! use execseam_core::{Command, Exec};
-//!
-//! let exec = CloudflareExec::connect(
-//!     CloudflareConfig::new("https://sandbox-bridge.example.workers.dev").api_key("…"),
-//! )
-//! .await?;
-//! let out = exec.exec(Command::new(["uname", "-a"])?).await?;
-//! # Ok(()) }
-//! ```
 //!
 //! # Capabilities and degradations
 //!
@@ -64,13 +53,35 @@ pub mod client;
 pub mod config;
 pub mod error;
 mod exec;
+mod provider;
 pub mod wire;
 
-use execseam_core::{Capabilities, Delivery};
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
 
 pub use client::BridgeClient;
-pub use config::{CloudflareConfig, ENV_VARS, OutputMode};
+pub use config::{CloudflareConfig, OutputMode};
 pub use exec::{CloudflareExec, MAX_WRITE, TEMP_DIR};
+pub use provider::CloudflareProvider;
+
+/// Every environment variable [`CloudflareConfig::from_env`] reads.
+pub const ENV_VARS: &[&str] = &[
+    config::ENV_WORKER_URL,
+    config::ENV_API_KEY,
+    config::ENV_SESSION_ID,
+    config::ENV_MODE,
+];
+
+/// The bridge's lifecycle (see [`CloudflareProvider`]): mint an id, connect to a running
+/// sandbox, delete. The bridge has no list route, and a sandbox takes no image, env, labels or
+/// sizes from the caller (they are the Worker's deployment).
+pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    create: true,
+    connect: true,
+    list: false,
+    destroy: true,
+    spec: SpecSupport::NONE,
+    options: &[],
+};
 
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "cloudflare";

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use execseam_cloudflare::wire::CreateSessionRequest;
-use execseam_cloudflare::{CloudflareConfig, CloudflareExec, OutputMode};
-use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit, Retry};
+use execseam_cloudflare::{CloudflareConfig, CloudflareExec, CloudflareProvider, OutputMode};
+use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit, Retry, Sandbox, SandboxSpec};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::cloudflare::CloudflareEmulator;
 
@@ -24,14 +24,19 @@ fn config(emu: &CloudflareEmulator, mode: OutputMode) -> CloudflareConfig {
         .mode(mode)
 }
 
+async fn create(config: CloudflareConfig) -> Result<CloudflareExec, execseam_core::Error> {
+    CloudflareProvider::new(config)?
+        .create(SandboxSpec::new())
+        .await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_bridge_timeout_is_a_command_timeout_with_the_partial_output() {
     let emu = emulator().await;
     for mode in [OutputMode::Streaming, OutputMode::Exact] {
-        let exec =
-            CloudflareExec::connect(config(&emu, mode).command_timeout(Duration::from_millis(700)))
-                .await
-                .unwrap();
+        let exec = create(config(&emu, mode).command_timeout(Duration::from_millis(700)))
+            .await
+            .unwrap();
         let cmd = Command::new(["sh", "-c", "echo start; sleep 5"]).unwrap();
         let err = exec.exec(cmd).await.unwrap_err();
         assert_eq!(
@@ -57,9 +62,7 @@ async fn the_bridge_timeout_is_a_command_timeout_with_the_partial_output() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_configured_session_is_sent_as_session_id() {
     let emu = emulator().await;
-    let plain = CloudflareExec::connect(config(&emu, OutputMode::Streaming))
-        .await
-        .unwrap();
+    let plain = create(config(&emu, OutputMode::Streaming)).await.unwrap();
     let request = CreateSessionRequest {
         id: Some("agent-1".into()),
         env: Some([("SESSION_VAR".to_owned(), "from the session".to_owned())].into()),
@@ -67,17 +70,16 @@ async fn a_configured_session_is_sent_as_session_id() {
     };
     let sid = plain
         .client()
-        .create_session(plain.sandbox_id(), &request)
+        .create_session(plain.id(), &request)
         .await
         .unwrap();
     assert_eq!(sid, "agent-1");
-    let in_session = CloudflareExec::connect(
-        config(&emu, OutputMode::Streaming)
-            .sandbox_id(plain.sandbox_id())
-            .session_id("agent-1"),
-    )
-    .await
-    .unwrap();
+    let in_session =
+        CloudflareProvider::new(config(&emu, OutputMode::Streaming).session_id("agent-1"))
+            .unwrap()
+            .connect(plain.id())
+            .await
+            .unwrap();
     let printenv = || Command::new(["sh", "-c", "printf '%s' \"${SESSION_VAR-unset}\""]).unwrap();
     let out = in_session.exec(printenv()).await.unwrap();
     assert_eq!(out.stdout.as_ref(), b"from the session");
@@ -89,7 +91,7 @@ async fn a_configured_session_is_sent_as_session_id() {
     );
     plain
         .client()
-        .delete_session(plain.sandbox_id(), "agent-1")
+        .delete_session(plain.id(), "agent-1")
         .await
         .unwrap();
 }
@@ -97,14 +99,12 @@ async fn a_configured_session_is_sent_as_session_id() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replaced_container_is_not_found_and_attaching_without_the_check_works() {
     let emu = emulator().await;
-    let exec = CloudflareExec::connect(config(&emu, OutputMode::Streaming))
-        .await
-        .unwrap();
+    let exec = create(config(&emu, OutputMode::Streaming)).await.unwrap();
     exec.exec(Command::new(["touch", "/workspace/state"]).unwrap())
         .await
         .unwrap();
-    assert!(exec.client().running(exec.sandbox_id()).await.unwrap());
-    exec.destroy().await.unwrap();
+    assert!(exec.client().running(exec.id()).await.unwrap());
+    exec.delete_sandbox().await.unwrap();
     let err = exec
         .exec(Command::new(["true"]).unwrap())
         .await
@@ -116,13 +116,9 @@ async fn a_replaced_container_is_not_found_and_attaching_without_the_check_works
     );
     assert!(err.message().contains("the workspace is gone"), "{err}");
     // The id itself works again, with a fresh workspace, for whoever attaches anew.
-    let again = CloudflareExec::connect(
-        config(&emu, OutputMode::Streaming)
-            .sandbox_id(exec.sandbox_id())
-            .verify_sandbox(false),
-    )
-    .await
-    .unwrap();
+    let again = CloudflareProvider::new(config(&emu, OutputMode::Streaming).verify_sandbox(false))
+        .unwrap()
+        .attach(exec.id());
     let out = again
         .exec(Command::new(["ls", "/workspace/state"]).unwrap())
         .await
@@ -133,7 +129,7 @@ async fn a_replaced_container_is_not_found_and_attaching_without_the_check_works
 #[tokio::test(flavor = "multi_thread")]
 async fn credentials_and_limits_fail_before_any_command() {
     let emu = emulator().await;
-    let err = CloudflareExec::connect(CloudflareConfig::new(emu.base_url()).api_key("wrong"))
+    let err = create(CloudflareConfig::new(emu.base_url()).api_key("wrong"))
         .await
         .unwrap_err();
     assert_eq!(
@@ -143,9 +139,7 @@ async fn credentials_and_limits_fail_before_any_command() {
     );
     assert_eq!(err.code(), Some("unauthorized"));
 
-    let exec = CloudflareExec::connect(config(&emu, OutputMode::Exact))
-        .await
-        .unwrap();
+    let exec = create(config(&emu, OutputMode::Exact)).await.unwrap();
     let before = emu.faults().count("exec");
     let huge = Command::builder(["cat"])
         .stdin(vec![b'x'; 32 * 1024 * 1024 + 1])
@@ -155,19 +149,20 @@ async fn credentials_and_limits_fail_before_any_command() {
     assert_eq!(err.kind(), ErrorKind::InvalidCommand, "{err}");
     assert_eq!(emu.faults().count("exec"), before, "nothing was sent");
 
-    let err =
-        CloudflareExec::connect(CloudflareConfig::new(emu.base_url()).sandbox_id("Not-Base32"))
-            .await
-            .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidCommand);
+    let err = CloudflareProvider::new(CloudflareConfig::new(emu.base_url()))
+        .unwrap()
+        .connect("Not-Base32")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    let err = CloudflareProvider::new(CloudflareConfig::new("ftp://x")).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn exact_mode_removes_its_capture_files() {
     let emu = emulator().await;
-    let exec = CloudflareExec::connect(config(&emu, OutputMode::Exact))
-        .await
-        .unwrap();
+    let exec = create(config(&emu, OutputMode::Exact)).await.unwrap();
     let out = exec
         .exec(Command::new(["sh", "-c", "printf '\\377'; printf '\\000' >&2"]).unwrap())
         .await

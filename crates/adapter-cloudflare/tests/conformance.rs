@@ -10,9 +10,10 @@
 use std::sync::Arc;
 
 use execseam_cloudflare::config::ENV_MODE;
-use execseam_cloudflare::{CloudflareConfig, CloudflareExec, OutputMode};
+use execseam_cloudflare::{CloudflareConfig, CloudflareProvider, OutputMode};
 use execseam_conformance::Target;
 use execseam_core::{Error, ErrorKind};
+use execseam_core::{Sandbox, SandboxSpec};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::cloudflare::CloudflareEmulator;
 
@@ -36,9 +37,10 @@ fn main() {
     };
     execseam_conformance::main(move || async move {
         if live {
-            let config = CloudflareConfig::from_env()?.mode(mode);
-            let exec = CloudflareExec::connect(config).await?;
+            let provider = CloudflareProvider::new(CloudflareConfig::from_env()?.mode(mode))?;
+            let exec = provider.create(SandboxSpec::new()).await?;
             return Ok(Target::new(record_name(mode), Arc::new(exec))
+                .provider(Arc::new(provider))
                 .scratch("/workspace/execseam-conformance")
                 .live(true));
         }
@@ -48,7 +50,8 @@ fn main() {
         let config = CloudflareConfig::new(emulator.base_url())
             .api_key(emulator.token())
             .mode(mode);
-        let exec = CloudflareExec::connect(config.clone()).await?;
+        let provider = CloudflareProvider::new(config.clone())?;
+        let exec = provider.create(SandboxSpec::new()).await?;
 
         // Nothing listens on a port that was bound and released.
         let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -58,23 +61,26 @@ fn main() {
         let dead = CloudflareConfig::new(format!("http://127.0.0.1:{dead_port}"))
             .api_key(emulator.token())
             .mode(mode)
-            .sandbox_id(exec.sandbox_id())
             .verify_sandbox(false);
-        let dead = CloudflareExec::connect(dead).await?;
+        let dead = CloudflareProvider::new(dead)?.attach(exec.id());
 
         // A sandbox this adapter connected to, then destroyed: the bridge (and the emulator)
         // gives the id a fresh container, which the adapter's sandbox check reports.
-        let gone = CloudflareExec::connect(config).await?;
-        if !emulator.destroy_sandbox(gone.sandbox_id()) {
+        let gone = provider.create(SandboxSpec::new()).await?;
+        gone.set_owned(false);
+        if !emulator.destroy_sandbox(gone.id()) {
             return Err(setup_error("destroying a sandbox", "it had no container"));
         }
 
         let faults = emulator.faults().clone();
+        let count = emulator.sandbox_counter();
         Ok(Target::new(record_name(mode), Arc::new(exec))
             .scratch("/workspace/execseam-conformance")
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(gone))
             .faults(Arc::new(faults))
+            .provider(Arc::new(provider))
+            .live_sandboxes(count)
             .proptest_cases(16)
             .keep_alive(emulator))
     });

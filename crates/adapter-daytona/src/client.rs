@@ -159,6 +159,36 @@ impl Client {
         .map(drop)
     }
 
+    /// `GET /sandbox/paginated?labels=<JSON>&page=N&limit=100`, every page (the SDKs send the
+    /// labels as `json.dumps(labels)`).
+    pub(crate) async fn list_sandboxes(
+        &self,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<wire::Sandbox>, Error> {
+        const OP: &str = "list_sandboxes";
+        let labels = serde_json::to_string(labels).unwrap_or_else(|_| "{}".into());
+        let mut out = Vec::new();
+        let mut page = 1u32;
+        loop {
+            let page_s = page.to_string();
+            let url = format!(
+                "{}/sandbox/paginated{}",
+                self.api_url,
+                query_string(&[("labels", &labels), ("page", &page_s), ("limit", "100")])
+            );
+            let resp = self
+                .send(self.request(Method::GET, &url, true), OP, Phase::Before)
+                .await?;
+            let p: wire::SandboxPage = Self::json(resp, OP, Phase::Before).await?;
+            let empty = p.items.is_empty();
+            out.extend(p.items);
+            if empty || page >= p.total_pages {
+                return Ok(out);
+            }
+            page += 1;
+        }
+    }
+
     pub(crate) async fn toolbox_proxy_url(&self, id: &str) -> Result<String, Error> {
         let url = format!(
             "{}/sandbox/{}/toolbox-proxy-url",
@@ -279,6 +309,36 @@ impl Toolbox {
             )
             .await?;
         Client::json(resp, "get_session_command", Phase::Submitted).await
+    }
+
+    /// The command's whole log so far (`GET …/logs`), raw with its line prefixes: the `output`
+    /// of the JSON answer (SDK ≥ 0.167), or the `text/plain` body of older daemons.
+    pub(crate) async fn logs(&self, session_id: &str, command_id: &str) -> Result<Vec<u8>, Error> {
+        const OP: &str = "get_session_command_logs";
+        let url = self.url(&format!(
+            "/process/session/{}/command/{}/logs",
+            path_segment(session_id),
+            path_segment(command_id)
+        ));
+        let resp = self
+            .client
+            .send(
+                self.client.request(Method::GET, &url, true),
+                OP,
+                Phase::Submitted,
+            )
+            .await?;
+        let json = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        let body = Client::body(resp, OP, Phase::Submitted).await?;
+        if !json {
+            return Ok(body.to_vec());
+        }
+        let logs: wire::CommandLogs = parse_json(&body, OP)?;
+        Ok(logs.output.unwrap_or_default().into_bytes())
     }
 
     /// Opens `…/logs?follow=true` as a WebSocket (over an HTTP/1.1 upgrade, so TLS and proxies
@@ -516,9 +576,7 @@ impl Toolbox {
 }
 
 fn config_error(msg: &str) -> Error {
-    Error::new(ErrorKind::InvalidCommand, msg)
-        .with_provider(PROVIDER)
-        .with_operation("config")
+    Error::invalid_config(msg).with_provider(PROVIDER)
 }
 
 fn parse_json<T: DeserializeOwned>(body: &[u8], operation: &'static str) -> Result<T, Error> {

@@ -3,35 +3,22 @@
 use std::fmt;
 use std::time::Duration;
 
-use execseam_core::{Error, ErrorKind};
+use execseam_core::Error;
 use secrecy::SecretString;
 
 /// Daytona Cloud's API.
 pub const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
 
-/// Which sandbox the adapter runs commands in.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SandboxChoice {
-    /// An existing sandbox, by id or name.
-    Existing(String),
-    /// A new sandbox created by [`DaytonaExec::connect`](crate::DaytonaExec::connect) (from the
-    /// organization's default snapshot, or the one named here).
-    Create {
-        /// The snapshot, if not the default.
-        snapshot: Option<String>,
-    },
-}
-
-/// How to reach Daytona. Build with [`DaytonaConfig::new`] or [`DaytonaConfig::from_env`].
-///
-/// `Debug` never prints the token.
+/// How to reach Daytona, and the defaults for new sandboxes. Build with [`DaytonaConfig::new`]
+/// and the setters, or [`DaytonaConfig::from_env`]; checked by
+/// [`DaytonaProvider::new`](crate::DaytonaProvider::new). `Debug` never prints the token.
 #[derive(Clone)]
 pub struct DaytonaConfig {
     pub(crate) api_url: String,
     pub(crate) token: SecretString,
     pub(crate) organization_id: Option<String>,
     pub(crate) target: Option<String>,
-    pub(crate) sandbox: SandboxChoice,
+    pub(crate) snapshot: Option<String>,
     pub(crate) temp_dir: String,
     pub(crate) request_timeout: Duration,
     pub(crate) connect_timeout: Duration,
@@ -45,7 +32,7 @@ impl fmt::Debug for DaytonaConfig {
             .field("token", &"<redacted>")
             .field("organization_id", &self.organization_id)
             .field("target", &self.target)
-            .field("sandbox", &self.sandbox)
+            .field("snapshot", &self.snapshot)
             .field("temp_dir", &self.temp_dir)
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -56,14 +43,14 @@ impl fmt::Debug for DaytonaConfig {
 
 impl DaytonaConfig {
     /// An API key (or a JWT with [`organization_id`](Self::organization_id)) against
-    /// [`DEFAULT_API_URL`], creating a sandbox on connect.
+    /// [`DEFAULT_API_URL`].
     pub fn new(token: impl Into<String>) -> DaytonaConfig {
         DaytonaConfig {
             api_url: DEFAULT_API_URL.into(),
             token: SecretString::from(token.into()),
             organization_id: None,
             target: None,
-            sandbox: SandboxChoice::Create { snapshot: None },
+            snapshot: None,
             temp_dir: "/tmp".into(),
             request_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),
@@ -71,16 +58,23 @@ impl DaytonaConfig {
         }
     }
 
-    /// Reads the same variables as the official SDKs, plus the sandbox to use:
+    /// Reads the variables in [`ENV_VARS`](crate::ENV_VARS) from this process's environment.
+    pub fn from_env() -> Result<DaytonaConfig, Error> {
+        DaytonaConfig::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the same variables as the official SDKs, as `vars` gives them (unset or empty keeps
+    /// the default):
     ///
     /// - `DAYTONA_API_KEY`, or `DAYTONA_JWT_TOKEN` with `DAYTONA_ORGANIZATION_ID` (required);
     /// - `DAYTONA_API_URL` (default [`DEFAULT_API_URL`]; the deprecated `DAYTONA_SERVER_URL` too);
     /// - `DAYTONA_TARGET` (region for a created sandbox);
-    /// - `DAYTONA_SANDBOX_ID` (an existing sandbox, by id or name; without it one is created,
-    ///   from `DAYTONA_SNAPSHOT` if set);
-    /// - `EXECSEAM_DAYTONA_TEMP_DIR` (where stdin files go, default `/tmp`).
-    pub fn from_env() -> Result<DaytonaConfig, Error> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    /// - `DAYTONA_SNAPSHOT` (the snapshot new sandboxes start from, unless the spec names one);
+    /// - `EXECSEAM_DAYTONA_TEMP_DIR` (where stdin files and output FIFOs go, default `/tmp`).
+    ///
+    /// A missing credential is [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
+    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<DaytonaConfig, Error> {
+        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
         let (token, org) = match (var("DAYTONA_API_KEY"), var("DAYTONA_JWT_TOKEN")) {
             (Some(key), _) => (key, var("DAYTONA_ORGANIZATION_ID")),
             (None, Some(jwt)) => {
@@ -101,16 +95,25 @@ impl DaytonaConfig {
             c.api_url = url;
         }
         c.target = var("DAYTONA_TARGET");
-        c.sandbox = match var("DAYTONA_SANDBOX_ID") {
-            Some(id) => SandboxChoice::Existing(id),
-            None => SandboxChoice::Create {
-                snapshot: var("DAYTONA_SNAPSHOT"),
-            },
-        };
+        c.snapshot = var("DAYTONA_SNAPSHOT");
         if let Some(dir) = var("EXECSEAM_DAYTONA_TEMP_DIR") {
-            c = c.temp_dir(dir)?;
+            c = c.temp_dir(dir);
         }
+        c.validate()?;
         Ok(c)
+    }
+
+    /// Checks what can be wrong before any I/O.
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        if !self.temp_dir.starts_with('/') || self.temp_dir.contains(['\0', '\'']) {
+            return Err(config_error(
+                "the temp dir must be an absolute path without quotes",
+            ));
+        }
+        if !(self.api_url.starts_with("http://") || self.api_url.starts_with("https://")) {
+            return Err(config_error("the API URL must be http(s)"));
+        }
+        Ok(())
     }
 
     /// The control-plane base URL (`…/api`).
@@ -134,28 +137,20 @@ impl DaytonaConfig {
         self
     }
 
-    /// Uses an existing sandbox (id or name).
+    /// The snapshot new sandboxes start from when the spec names none (default: the
+    /// organization's).
     #[must_use]
-    pub fn sandbox(mut self, id_or_name: impl Into<String>) -> Self {
-        self.sandbox = SandboxChoice::Existing(id_or_name.into());
+    pub fn snapshot(mut self, snapshot: impl Into<String>) -> Self {
+        self.snapshot = Some(snapshot.into());
         self
     }
 
-    /// Creates a sandbox on connect, from `snapshot` or the default.
+    /// The directory in the sandbox for stdin files and the output FIFOs (absolute; default
+    /// `/tmp`).
     #[must_use]
-    pub fn create_sandbox(mut self, snapshot: Option<String>) -> Self {
-        self.sandbox = SandboxChoice::Create { snapshot };
+    pub fn temp_dir(mut self, dir: impl Into<String>) -> Self {
+        self.temp_dir = dir.into();
         self
-    }
-
-    /// The directory in the sandbox for stdin files (absolute; default `/tmp`).
-    pub fn temp_dir(mut self, dir: impl Into<String>) -> Result<Self, Error> {
-        let dir = dir.into();
-        if !dir.starts_with('/') || dir.contains('\0') {
-            return Err(config_error("the temp dir must be an absolute path"));
-        }
-        self.temp_dir = dir;
-        Ok(self)
     }
 
     /// The timeout of each control or files request. The request that runs a command has none:
@@ -173,8 +168,7 @@ impl DaytonaConfig {
         self
     }
 
-    /// How long [`DaytonaExec::connect`](crate::DaytonaExec::connect) waits for a sandbox to
-    /// reach `started`.
+    /// How long create and connect wait for a sandbox to reach `started`.
     #[must_use]
     pub fn start_timeout(mut self, t: Duration) -> Self {
         self.start_timeout = t;
@@ -183,9 +177,7 @@ impl DaytonaConfig {
 }
 
 fn config_error(msg: &str) -> Error {
-    Error::new(ErrorKind::InvalidCommand, msg)
-        .with_provider("daytona")
-        .with_operation("config")
+    Error::invalid_config(msg).with_provider(crate::PROVIDER)
 }
 
 #[cfg(test)]
@@ -202,7 +194,18 @@ mod tests {
 
     #[test]
     fn temp_dir_must_be_absolute() {
-        assert!(DaytonaConfig::new("k").temp_dir("tmp").is_err());
-        assert!(DaytonaConfig::new("k").temp_dir("/var/tmp").is_ok());
+        assert!(DaytonaConfig::new("k").temp_dir("tmp").validate().is_err());
+        assert!(
+            DaytonaConfig::new("k")
+                .temp_dir("/var/tmp")
+                .validate()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_missing_credential_is_invalid_config() {
+        let e = DaytonaConfig::from_vars(|_| None).unwrap_err();
+        assert_eq!(e.kind(), execseam_core::ErrorKind::InvalidConfig);
     }
 }

@@ -13,13 +13,13 @@
 
 use std::time::Duration;
 
+use execseam_core::transport::{self, Effect, Failure};
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 use reqwest::header::HeaderMap;
 
 use crate::wire::ErrorResponse;
 
-/// The provider name in errors.
-pub const PROVIDER: &str = "daytona";
+pub use crate::PROVIDER;
 
 /// Where in an exec a failure happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,43 +99,26 @@ pub fn from_response(
     e
 }
 
-/// Maps a transport failure (no HTTP answer, or a broken body).
+/// Maps a transport failure (no HTTP answer, or a broken body) with the core's classification:
+/// before the command's request nothing ran; from it on, the command may have.
 pub fn from_transport(err: reqwest::Error, operation: &'static str, phase: Phase) -> Error {
     // The URL names sandbox ids and file paths; the operation says enough.
     let err = err.without_url();
-    let submitted = phase == Phase::Submitted;
-    let (kind, retry) = if err.is_connect() {
-        // The connection was never made: the request was not sent.
-        (ErrorKind::Unavailable, Retry::SAFE)
-    } else if err.is_timeout() {
-        (
-            ErrorKind::Timeout(Deadline::Request),
-            if submitted {
-                Retry::Unsafe
-            } else {
-                Retry::SAFE
-            },
-        )
-    } else if err.is_decode() {
-        (ErrorKind::Protocol, Retry::Unsafe)
-    } else {
-        (
-            ErrorKind::Unavailable,
-            if submitted {
-                Retry::Unsafe
-            } else {
-                Retry::SAFE
-            },
-        )
+    let effect = match phase {
+        Phase::Before => Effect::Idempotent,
+        Phase::Submitted => Effect::NonIdempotent,
     };
-    let mut msg = err.to_string();
-    let mut src: Option<&dyn std::error::Error> = std::error::Error::source(&err);
-    while let Some(s) = src {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        src = s.source();
-    }
-    Error::new(kind, msg)
+    let failure = if err.is_connect() {
+        Failure::Connect
+    } else if err.is_timeout() {
+        Failure::Timeout
+    } else if err.is_decode() {
+        Failure::Malformed
+    } else {
+        Failure::Cut
+    };
+    let (kind, retry) = transport::failure(failure, effect);
+    Error::new(kind, transport::error_chain(&err))
         .with_retry(retry)
         .with_provider(PROVIDER)
         .with_operation(operation)
@@ -151,7 +134,7 @@ pub fn protocol(operation: &'static str, msg: impl Into<String>) -> Error {
 
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+    transport::parse_retry_after(v, std::time::SystemTime::now())
 }
 
 #[cfg(test)]

@@ -37,45 +37,51 @@ use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
 use execseam_core::degrade::{self, StdinFrom, WrapOptions};
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Delivery, Error, Event, EventStream, Exec, ExecStream, Exit,
-    Output,
+    BoxFuture, Capabilities, Command, Error, Event, EventStream, Exec, ExecStream, Exit, Output,
+    Ownership, Sandbox, gone_is_destroyed,
 };
 use futures_util::StreamExt as _;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use crate::client::{Client, Toolbox, Ws};
-use crate::config::{DaytonaConfig, SandboxChoice};
+use crate::config::DaytonaConfig;
 use crate::error::{self, PROVIDER};
 use crate::wire::{self, STDERR_PREFIX, STDOUT_PREFIX};
 
-/// What the Daytona adapter does; see the crate docs for each degradation.
-pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::ShellWrapped,
-    stdin: Delivery::TempFile,
-    workdir: Delivery::ShellWrapped,
-    env: Delivery::ShellWrapped,
-    streaming: true,
-    remote_kill: true,
-    binary_output: true,
-    max_stdin: None,
-    max_output: None,
-    native_tools: &[],
-};
-
-/// The framing script, run as `/bin/sh -c FRAME sh SCRIPT` where SCRIPT is the core's wrapper
-/// (workdir, env, stdin, then `exec argv`). `e` encodes its stdin in chunks of whatever one
-/// `read` returns (at most 64 KiB) as base64 lines; fd 5 carries the command's status out of the
-/// pipeline; fds 3–5 are closed for the command, so a background child cannot hold them open.
-pub const FRAME: &str = r#"e() { while c=$(dd bs=65536 count=1 2>/dev/null | base64) && [ -n "$c" ]; do printf '%s\n' "$c"; done; }
-exec 4>&1
-s=$( { { { /bin/sh -c "$1" </dev/null 3>&- 4>&- 5>&-; echo "$?" >&5; } 2>&1 1>&3 3>&- | { e; echo .; } >&2 4>&- 5>&-; } 3>&1 | e >&4 5>&-; } 5>&1 )
+/// The framing script, run as `/bin/sh -c FRAME sh SCRIPT TEMPDIR` where SCRIPT is the core's
+/// wrapper (workdir, env, stdin, then `exec argv`).
+///
+/// `e` encodes its stdin in chunks of whatever one `read` returns (at most 64 KiB) as base64
+/// lines. The command writes into two FIFOs in a fresh directory under TEMPDIR, each read by
+/// one encoder in the background. The command's exit is its own (as the daemon records a
+/// session command's: `apps/daemon/pkg/session/execute.go` writes the exit code as soon as the
+/// command returns, before its log readers drain): once it has exited, the encoders get at most
+/// one second to reach the end of its output; a background child that still holds the FIFOs
+/// open keeps running, but what it writes after that is not part of this command's output (as
+/// with the local adapter's drain). Then come the trailers: `.` on stderr, `:<status>` on
+/// stdout. The encoders redirect with `exec` and the watchdog closes its descriptors, so no
+/// shell keeps a saved copy of the session's stdout or stderr open once they are killed.
+pub const FRAME: &str = r#"e() { while c=$(dd bs=65536 count=1 2>/dev/null | base64 2>/dev/null) && [ -n "$c" ]; do printf '%s\n' "$c"; done; }
+if ! d=$(mktemp -d "$2/.execseam-frame.XXXXXX") || ! mkfifo "$d/o" "$d/e"; then
+  printf 'execseam-wrapper: cannot create the output FIFOs in %s\n' "$2" | base64 >&2
+  echo . >&2; echo ':125'; exit 125
+fi
+( exec <"$d/o" 2>/dev/null; e ) & o=$!
+( exec <"$d/e" >&2 2>/dev/null; e ) & r=$!
+/bin/sh -c "$1" </dev/null >"$d/o" 2>"$d/e"
+s=$?
+( sleep 1; kill "$o" "$r" ) </dev/null >/dev/null 2>&1 & w=$!
+wait "$o" "$r" 2>/dev/null
+kill "$w" 2>/dev/null
+rm -rf "$d"
+echo . >&2
 printf ':%s\n' "$s"
 exit "$s""#;
 
-/// The command text sent to the session for one command.
-pub fn session_command(script: &str) -> String {
-    degrade::join(&["/bin/sh", "-c", FRAME, "sh", script])
+/// The command text sent to the session for one command; `temp_dir` holds the frame's FIFOs.
+pub fn session_command(script: &str, temp_dir: &str) -> String {
+    degrade::join(&["/bin/sh", "-c", FRAME, "sh", script, temp_dir])
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -302,6 +308,26 @@ struct Inner {
     toolbox: Toolbox,
     sandbox_id: String,
     temp_dir: String,
+    ownership: Ownership,
+}
+
+impl Drop for Inner {
+    /// The safety net: an owned sandbox nobody closed is deleted on the runtime, if there is one.
+    fn drop(&mut self) {
+        if !self.ownership.destroy_on_drop() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(provider = PROVIDER, sandbox = %self.sandbox_id, "no runtime to delete the sandbox on drop");
+            return;
+        };
+        let client = self.client.clone();
+        let id = self.sandbox_id.clone();
+        handle.spawn(async move {
+            let r = client.delete_sandbox(&id).await;
+            tracing::debug!(provider = PROVIDER, sandbox = %id, ok = r.is_ok(), "deleted the sandbox on drop");
+        });
+    }
 }
 
 /// Runs commands in one Daytona sandbox. Cheap to clone.
@@ -319,55 +345,42 @@ impl std::fmt::Debug for DaytonaExec {
 }
 
 impl DaytonaExec {
-    /// Connects as the configuration says: attaches to an existing sandbox (waiting until it is
-    /// `started`), or creates one.
-    pub async fn connect(config: DaytonaConfig) -> Result<DaytonaExec, Error> {
-        let client = Arc::new(Client::new(&config)?);
-        let sandbox = match &config.sandbox {
-            SandboxChoice::Existing(id) => client.get_sandbox(id).await?,
-            SandboxChoice::Create { snapshot } => {
-                let body = wire::CreateSandbox {
-                    labels: [("code-toolbox-language".to_owned(), "python".to_owned())].into(),
-                    snapshot: snapshot.clone(),
-                    target: config.target.clone(),
-                    // A sandbox we created is ours to clean up: Daytona deletes it as soon as
-                    // it stops, which it does after 15 idle minutes (or `delete_sandbox`).
-                    auto_stop_interval: Some(15),
-                    auto_delete_interval: Some(0),
-                    ..Default::default()
-                };
-                client.create_sandbox(&body).await?
-            }
-        };
-        let sandbox = wait_started(&client, sandbox, config.start_timeout).await?;
-        let url = match sandbox.toolbox_proxy_url.as_deref() {
-            Some(u) if !u.is_empty() => u.to_owned(),
-            _ => client.toolbox_proxy_url(&sandbox.id).await?,
-        };
-        Ok(DaytonaExec::from_parts(client, &config, &url, &sandbox.id))
-    }
-
-    /// An adapter for a sandbox whose toolbox URL is already known (`toolboxProxyUrl` of its
-    /// `Sandbox` DTO). No request is made.
-    pub fn with_toolbox(
-        config: DaytonaConfig,
-        toolbox_proxy_url: &str,
-        sandbox_id: &str,
+    /// A handle on a started sandbox (`sandbox` as the control plane returned it).
+    pub(crate) async fn open(
+        client: Arc<Client>,
+        config: &DaytonaConfig,
+        sandbox: wire::Sandbox,
+        ownership: Ownership,
     ) -> Result<DaytonaExec, Error> {
-        let client = Arc::new(Client::new(&config)?);
-        Ok(DaytonaExec::from_parts(
-            client,
-            &config,
-            toolbox_proxy_url,
-            sandbox_id,
-        ))
+        let id = sandbox.id.clone();
+        let opened = async {
+            let sandbox = wait_started(&client, sandbox, config.start_timeout).await?;
+            match sandbox.toolbox_proxy_url.as_deref() {
+                Some(u) if !u.is_empty() => Ok(u.to_owned()),
+                _ => client.toolbox_proxy_url(&sandbox.id).await,
+            }
+        }
+        .await;
+        match opened {
+            Ok(url) => Ok(DaytonaExec::from_parts(
+                client, config, &url, &id, ownership,
+            )),
+            Err(e) => {
+                // A sandbox we created and cannot use is not left behind.
+                if ownership.owned() {
+                    let _ = client.delete_sandbox(&id).await;
+                }
+                Err(e)
+            }
+        }
     }
 
-    fn from_parts(
+    pub(crate) fn from_parts(
         client: Arc<Client>,
         config: &DaytonaConfig,
         url: &str,
         sandbox_id: &str,
+        ownership: Ownership,
     ) -> DaytonaExec {
         DaytonaExec {
             inner: Arc::new(Inner {
@@ -375,21 +388,23 @@ impl DaytonaExec {
                 client,
                 sandbox_id: sandbox_id.to_owned(),
                 temp_dir: config.temp_dir.clone(),
+                ownership,
             }),
         }
     }
 
-    /// The sandbox's id.
-    pub fn sandbox_id(&self) -> &str {
-        &self.inner.sandbox_id
-    }
-
-    /// Deletes the sandbox (`DELETE /sandbox/{id}`).
+    /// Deletes the sandbox (`DELETE /sandbox/{id}`); one that is already gone is `Ok`.
     pub async fn delete_sandbox(&self) -> Result<(), Error> {
-        self.inner
-            .client
-            .delete_sandbox(&self.inner.sandbox_id)
-            .await
+        let r = gone_is_destroyed(
+            self.inner
+                .client
+                .delete_sandbox(&self.inner.sandbox_id)
+                .await,
+        );
+        if r.is_ok() {
+            self.inner.ownership.mark_destroyed();
+        }
+        r
     }
 
     /// Writes a file (`POST /files/bulk-upload`); parent directories are created.
@@ -508,7 +523,7 @@ impl Plan {
         };
         let script = degrade::script(cmd, &opts).map_err(|e| e.or_context(PROVIDER, "exec"))?;
         Ok(Plan {
-            command: session_command(&script),
+            command: session_command(&script, &inner.temp_dir),
             stdin: stdin_path.map(|p| (p, cmd.stdin().clone())),
         })
     }
@@ -592,6 +607,38 @@ impl Drop for Session {
     }
 }
 
+/// How long to wait for the log's trailers once Daytona recorded the exit code: the daemon
+/// records it when the command returns, before its log readers drain
+/// (`apps/daemon/pkg/session/execute.go`), so the log it answers with may lack the tail.
+const LOG_TAIL_WAIT: Duration = Duration::from_secs(10);
+
+/// Reads the whole log until both trailers are in (or [`LOG_TAIL_WAIT`] passed).
+async fn complete_from_logs(
+    toolbox: &Toolbox,
+    session: &str,
+    cmd_id: &str,
+    code: i32,
+) -> Result<Output, Error> {
+    let until = Instant::now() + LOG_TAIL_WAIT;
+    loop {
+        let raw = toolbox.logs(session, cmd_id).await?;
+        let decoded = split_raw(&raw).and_then(|(so, se)| decode_complete(&so, &se));
+        match decoded {
+            Ok((stdout, stderr, status)) if status == code => {
+                return Ok(Output::new(stdout, stderr, Exit::Code(code)));
+            }
+            Ok((_, _, status)) => {
+                return Err(error::protocol(
+                    "exec",
+                    format!("the framed status {status} differs from Daytona's exitCode {code}"),
+                ));
+            }
+            Err(m) if Instant::now() > until => return Err(error::protocol("exec", m)),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
 async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
     let plan = Plan::new(&inner, &cmd)?;
     let mut session = Session::open(&inner, &plan).await?;
@@ -600,7 +647,14 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
         .toolbox
         .session_exec(&session.id, &plan.command, false)
         .await?;
-    let output = output_from_response(&resp)?;
+    let output = match (output_from_response(&resp), resp.exit_code) {
+        (Ok(o), _) => o,
+        // The answer came before the log's tail: read the log until it is complete.
+        (Err(e), Some(code)) if e.kind() == execseam_core::ErrorKind::Protocol => {
+            complete_from_logs(&inner.toolbox, &session.id, &resp.cmd_id, code).await?
+        }
+        (Err(e), _) => return Err(e),
+    };
     session.close().await;
     degrade::check_wrapped(output).map_err(|e| e.or_context(PROVIDER, "exec"))
 }
@@ -611,7 +665,7 @@ impl Exec for DaytonaExec {
     }
 
     fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
+        crate::CAPABILITIES
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
@@ -640,6 +694,8 @@ struct Streamer {
     pending: VecDeque<Event>,
     /// The start of stderr, for the wrapper check at the end.
     first_stderr: BytesMut,
+    /// Raw log bytes fed so far (to resume from the whole log if the stream ends early).
+    fed: usize,
     done: bool,
 }
 
@@ -660,11 +716,13 @@ impl Streamer {
             err: std::mem::take(&mut self.err),
             pending: std::mem::take(&mut self.pending),
             first_stderr: std::mem::take(&mut self.first_stderr),
+            fed: self.fed,
             done: self.done,
         }
     }
 
     fn feed(&mut self, chunk: &[u8]) -> Result<(), String> {
+        self.fed += chunk.len();
         let mut parts = Vec::new();
         self.demux.feed(chunk, &mut parts)?;
         self.route(parts)
@@ -689,6 +747,39 @@ impl Streamer {
             }
         }
         Ok(())
+    }
+
+    /// Feeds what the whole log holds beyond what the stream delivered, until both trailers
+    /// are in.
+    async fn tail_from_logs(&mut self) -> Result<(), Error> {
+        let session = self
+            .session
+            .as_ref()
+            .map(|s| s.id.clone())
+            .unwrap_or_default();
+        let until = Instant::now() + LOG_TAIL_WAIT;
+        loop {
+            let raw = self.toolbox.logs(&session, &self.cmd_id).await?;
+            if raw.len() > self.fed {
+                let rest = raw[self.fed..].to_vec();
+                self.feed(&rest)
+                    .map_err(|m| error::protocol("exec_stream", m))?;
+            }
+            if self.out.done() && self.err.done() {
+                return Ok(());
+            }
+            if Instant::now() > until {
+                let mut parts = Vec::new();
+                self.demux
+                    .finish(&mut parts)
+                    .and_then(|()| self.route(parts))
+                    .and_then(|()| self.out.check_end(Stream::Stdout))
+                    .and_then(|()| self.err.check_end(Stream::Stderr))
+                    .map_err(|m| error::protocol("exec_stream", m))?;
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Waits for Daytona's exit code and checks it against the trailer.
@@ -772,21 +863,21 @@ impl Streamer {
                     }
                 }
                 Some(Ok(Message::Close(frame))) => {
-                    let mut parts = Vec::new();
-                    if let Err(m) = self
-                        .demux
-                        .finish(&mut parts)
-                        .and_then(|()| self.route(parts))
-                    {
-                        return self.fail(error::protocol("exec_stream", m));
-                    }
                     let code = frame.as_ref().map(|f| f.code);
                     if matches!(code, None | Some(CloseCode::Normal)) {
-                        let ended = self
-                            .out
-                            .check_end(Stream::Stdout)
-                            .and_then(|()| self.err.check_end(Stream::Stderr));
-                        if let Err(m) = ended {
+                        // The daemon ends the follow when the exit code is recorded, which can
+                        // be before its readers drained the tail: read the rest from the log.
+                        if !(self.out.done() && self.err.done())
+                            && let Err(e) = self.tail_from_logs().await
+                        {
+                            return self.fail(e);
+                        }
+                        let mut parts = Vec::new();
+                        if let Err(m) = self
+                            .demux
+                            .finish(&mut parts)
+                            .and_then(|()| self.route(parts))
+                        {
                             return self.fail(error::protocol("exec_stream", m));
                         }
                     } else {
@@ -846,6 +937,7 @@ async fn start_stream(inner: Arc<Inner>, cmd: Command) -> Result<EventStream, Er
         err: Lines::default(),
         pending: VecDeque::new(),
         first_stderr: BytesMut::new(),
+        fed: 0,
         done: false,
     };
     Ok(EventStream::new(futures_util::stream::unfold(
@@ -860,12 +952,40 @@ impl ExecStream for DaytonaExec {
     }
 }
 
+impl Sandbox for DaytonaExec {
+    fn id(&self) -> &str {
+        &self.inner.sandbox_id
+    }
+
+    fn owned(&self) -> bool {
+        self.inner.ownership.owned()
+    }
+
+    fn set_owned(&self, owned: bool) {
+        self.inner.ownership.set_owned(owned);
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let o = &self.inner.ownership;
+            if o.begin_close() && o.owned() && !o.is_destroyed() {
+                self.delete_sandbox().await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.delete_sandbox())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn run_frame(shell: &str, script: &str) -> std::process::Output {
-        let cmd = session_command(script);
+        let cmd = session_command(script, "/tmp");
         std::process::Command::new(shell)
             .arg("-c")
             .arg(&cmd)

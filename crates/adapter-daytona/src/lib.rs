@@ -1,15 +1,6 @@
-//! execseam adapter for [Daytona](https://www.daytona.io) sandboxes.
+#![doc = include_str!("../README.md")]
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), execseam_core::Error> {
-//! use execseam_core::{Command, Exec};
-//! use execseam_daytona::{DaytonaConfig, DaytonaExec};
-//!
-//! let exec = DaytonaExec::connect(DaytonaConfig::from_env()?).await?;
-//! let out = exec.exec(Command::new(["sh", "-c", "printf o; printf e >&2; exit 3"])?).await?;
-//! assert_eq!((&out.stdout[..], &out.stderr[..]), (&b"o"[..], &b"e"[..]));
-//! # Ok(()) }
-//! ```
+//! # Details
 //!
 //! # How a command runs
 //!
@@ -45,11 +36,62 @@
 //! request has no timeout and is never re-sent (reqwest's retries are off).
 #![warn(missing_docs)]
 
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+
 mod client;
 pub mod config;
 pub mod error;
 pub mod exec;
+mod provider;
 pub mod wire;
 
-pub use config::{DaytonaConfig, SandboxChoice};
-pub use exec::{CAPABILITIES, DaytonaExec};
+pub use config::DaytonaConfig;
+pub use exec::DaytonaExec;
+pub use provider::DaytonaProvider;
+
+/// The provider name in errors and reports.
+pub const PROVIDER: &str = "daytona";
+
+/// What the Daytona adapter does; see the crate docs for each degradation.
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::ShellWrapped,
+    stdin: Delivery::TempFile,
+    workdir: Delivery::ShellWrapped,
+    env: Delivery::ShellWrapped,
+    streaming: true,
+    remote_kill: true,
+    binary_output: true,
+    max_stdin: None,
+    max_output: None,
+    native_tools: &[],
+};
+
+/// Daytona's lifecycle (see [`DaytonaProvider`]): create from a snapshot with env, labels and an
+/// idle stop; connect, list by labels, delete. Resources come from the snapshot; a lifetime has
+/// no equivalent.
+pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    create: true,
+    connect: true,
+    list: true,
+    destroy: true,
+    spec: SpecSupport {
+        image: true,
+        env: true,
+        labels: true,
+        idle_timeout: true,
+        ..SpecSupport::NONE
+    },
+    options: &[],
+};
+
+/// The environment variables [`DaytonaConfig::from_env`] reads.
+pub const ENV_VARS: &[&str] = &[
+    "DAYTONA_API_KEY",
+    "DAYTONA_JWT_TOKEN",
+    "DAYTONA_ORGANIZATION_ID",
+    "DAYTONA_API_URL",
+    "DAYTONA_SERVER_URL",
+    "DAYTONA_TARGET",
+    "DAYTONA_SNAPSHOT",
+    "EXECSEAM_DAYTONA_TEMP_DIR",
+];

@@ -63,6 +63,24 @@ pub struct Sandbox {
     /// `{region proxy}/toolbox`; empty on list items (then `GET /sandbox/{id}/toolbox-proxy-url`).
     #[serde(default)]
     pub toolbox_proxy_url: Option<String>,
+    /// Labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The snapshot it was created from.
+    #[serde(default)]
+    pub snapshot: Option<String>,
+}
+
+/// `GET /sandbox/paginated` (`PaginatedSandboxes`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxPage {
+    /// This page's sandboxes.
+    #[serde(default)]
+    pub items: Vec<Sandbox>,
+    /// The number of pages.
+    #[serde(default)]
+    pub total_pages: u32,
 }
 
 /// `GET /sandbox/{id}/toolbox-proxy-url`.
@@ -70,6 +88,14 @@ pub struct Sandbox {
 pub struct ToolboxProxyUrl {
     /// The toolbox base, without the sandbox id.
     pub url: String,
+}
+
+/// `GET …/command/{id}/logs` (SDK ≥ 0.167): the raw log and the daemon's split of it.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct CommandLogs {
+    /// The raw log, with line prefixes.
+    #[serde(default)]
+    pub output: Option<String>,
 }
 
 /// `POST /process/session`.

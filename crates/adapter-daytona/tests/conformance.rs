@@ -4,18 +4,20 @@
 use std::sync::Arc;
 
 use execseam_conformance::Target;
-use execseam_core::{Error, ErrorKind, Exec};
-use execseam_daytona::{DaytonaConfig, DaytonaExec};
+use execseam_core::{Error, ErrorKind, Exec, Sandbox, SandboxSpec};
+use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::daytona::DaytonaEmulator;
 
 fn main() {
     execseam_conformance::main(|| async {
         if std::env::var("EXECSEAM_LIVE").as_deref() == Ok("1") {
-            let exec = DaytonaExec::connect(DaytonaConfig::from_env()?).await?;
+            let provider = DaytonaProvider::from_env()?;
+            let exec = provider.create(SandboxSpec::new()).await?;
             let scratch = format!("/tmp/execseam-conformance-{}", std::process::id());
             mkdir(&exec, &scratch).await?;
             return Ok(Target::new("daytona", Arc::new(exec) as Arc<dyn Exec>)
+                .provider(Arc::new(provider))
                 .scratch(scratch)
                 .live(true)
                 .proptest_cases(8));
@@ -23,16 +25,12 @@ fn main() {
         let emu = DaytonaEmulator::start(EmulatorOptions::default())
             .await
             .map_err(|e| Error::new(ErrorKind::Unavailable, format!("emulator: {e}")))?;
-        let config = || {
-            DaytonaConfig::new(emu.token().to_owned())
-                .api_url(emu.api_url())
-                .create_sandbox(None)
-        };
-        let exec = DaytonaExec::connect(config()).await?;
+        let provider = DaytonaProvider::new(
+            DaytonaConfig::new(emu.token().to_owned()).api_url(emu.api_url()),
+        )?;
+        let exec = provider.create(SandboxSpec::new()).await?;
         let scratch = "/home/daytona/execseam-conformance".to_owned();
-        let scratch = emu
-            .visible_path(exec.sandbox_id(), &scratch)
-            .unwrap_or(scratch);
+        let scratch = emu.visible_path(exec.id(), &scratch).unwrap_or(scratch);
 
         mkdir(&exec, &scratch).await?;
 
@@ -41,19 +39,17 @@ fn main() {
             let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
             l.local_addr().expect("an address").port()
         };
-        let dead = DaytonaExec::with_toolbox(
-            config(),
-            &format!("http://127.0.0.1:{dead_port}/toolbox"),
-            exec.sandbox_id(),
-        )?;
-        let vanished =
-            DaytonaExec::with_toolbox(config(), &emu.toolbox_proxy_url(), "no-such-sandbox-7f3a")?;
+        let dead = provider.attach(&format!("http://127.0.0.1:{dead_port}/toolbox"), exec.id());
+        let vanished = provider.attach(&emu.toolbox_proxy_url(), "no-such-sandbox-7f3a");
         let faults = Arc::new(emu.faults().clone());
+        let count = emu.sandbox_counter();
         Ok(Target::new("daytona", Arc::new(exec) as Arc<dyn Exec>)
             .scratch(scratch)
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(vanished))
             .faults(faults)
+            .provider(Arc::new(provider))
+            .live_sandboxes(count)
             .proptest_cases(16)
             .keep_alive(emu))
     });

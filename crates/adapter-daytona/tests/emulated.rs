@@ -4,8 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use execseam_core::{Command, ErrorKind, Event, Exec, Exit, Retry, WireStatus};
-use execseam_daytona::{DaytonaConfig, DaytonaExec};
+use execseam_core::{
+    Command, ErrorKind, Event, Exec, Exit, Retry, Sandbox, SandboxSpec, WireStatus,
+};
+use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider};
 use execseam_emulators::daytona::DaytonaEmulator;
 use execseam_emulators::{EmulatorOptions, Fault};
 
@@ -13,8 +15,14 @@ async fn setup() -> (DaytonaEmulator, DaytonaExec) {
     let emu = DaytonaEmulator::start(EmulatorOptions::default())
         .await
         .unwrap();
-    let exec = DaytonaExec::connect(config(&emu)).await.unwrap();
+    let exec = create(config(&emu)).await.unwrap();
     (emu, exec)
+}
+
+async fn create(config: DaytonaConfig) -> Result<DaytonaExec, execseam_core::Error> {
+    DaytonaProvider::new(config)?
+        .create(SandboxSpec::new())
+        .await
 }
 
 fn config(emu: &DaytonaEmulator) -> DaytonaConfig {
@@ -28,7 +36,7 @@ fn sh(script: &str) -> Command {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_files_api_round_trips_and_shares_the_filesystem_with_commands() {
     let (emu, exec) = setup().await;
-    let dir = emu.visible_path(exec.sandbox_id(), "/tmp/files").unwrap();
+    let dir = emu.visible_path(exec.id(), "/tmp/files").unwrap();
     let data: Vec<u8> = (0..=255u8)
         .chain(b"\nhello world\n".iter().copied())
         .collect();
@@ -88,7 +96,7 @@ async fn the_files_api_round_trips_and_shares_the_filesystem_with_commands() {
 #[tokio::test(flavor = "multi_thread")]
 async fn each_exec_gets_a_session_that_is_deleted_afterwards_and_stdin_files_are_removed() {
     let (emu, exec) = setup().await;
-    let id = exec.sandbox_id().to_owned();
+    let id = exec.id().to_owned();
     for i in 0..3 {
         let c = Command::builder(["cat"])
             .stdin(format!("input {i}\0"))
@@ -125,7 +133,7 @@ impl StreamHelper for DaytonaExec {
 #[tokio::test(flavor = "multi_thread")]
 async fn dropping_an_exec_deletes_its_session_and_kills_the_command() {
     let (emu, exec) = setup().await;
-    let id = exec.sandbox_id().to_owned();
+    let id = exec.id().to_owned();
     let pidfile = emu.visible_path(&id, "/tmp/drop.pid").unwrap();
     let script = format!("echo $$ > {pidfile}; exec sleep 60");
     let r = tokio::time::timeout(Duration::from_secs(2), exec.exec(sh(&script))).await;
@@ -235,32 +243,19 @@ async fn connect_errors_are_typed_and_a_deleted_sandbox_is_not_found() {
     })
     .await
     .unwrap();
-    let err = DaytonaExec::connect(DaytonaConfig::new("wrong").api_url(emu.api_url()))
+    let err = create(DaytonaConfig::new("wrong").api_url(emu.api_url()))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unauthenticated, "{err}");
     assert_eq!(err.retry(), Retry::Never);
 
-    let err = DaytonaExec::connect(
-        DaytonaConfig::new("right")
-            .api_url(emu.api_url())
-            .sandbox("no-such-sandbox"),
-    )
-    .await
-    .unwrap_err();
+    let right = DaytonaProvider::new(DaytonaConfig::new("right").api_url(emu.api_url())).unwrap();
+    let err = right.connect("no-such-sandbox").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
 
-    let exec = DaytonaExec::connect(DaytonaConfig::new("right").api_url(emu.api_url()))
-        .await
-        .unwrap();
-    // Attaching by id works too.
-    let again = DaytonaExec::connect(
-        DaytonaConfig::new("right")
-            .api_url(emu.api_url())
-            .sandbox(exec.sandbox_id()),
-    )
-    .await
-    .unwrap();
+    let exec = right.create(SandboxSpec::new()).await.unwrap();
+    // Connecting by id works too.
+    let again = right.connect(exec.id()).await.unwrap();
     let o = again.exec(sh("printf same")).await.unwrap();
     assert_eq!(o.stdout.as_ref(), b"same");
     exec.delete_sandbox().await.unwrap();

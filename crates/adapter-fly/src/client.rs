@@ -11,26 +11,19 @@ use crate::config::FlyConfig;
 use crate::error::{Op, error, from_status, from_transport};
 use crate::wire::{Machine, MachineExecRequest, WaitResponse};
 
-/// A Machines API client for one machine. reqwest's own retries are disabled: an exec POST that
+/// A Machines API client for one app (and one machine for the machine calls). reqwest's own retries are disabled: an exec POST that
 /// may have reached the machine is never sent twice (fly-go's transport would re-send it on
 /// 502/503; this one does not).
 #[derive(Clone, Debug)]
 pub(crate) struct Client {
     http: reqwest::Client,
     config: Arc<FlyConfig>,
+    machine: String,
 }
 
 /// Percent-encodes one path segment (app names and machine ids are plain, but never trust that).
 fn segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    execseam_core::transport::escape_path_segment(s)
 }
 
 impl Client {
@@ -48,26 +41,50 @@ impl Client {
                     format!("cannot build the HTTP client: {e}"),
                 )
             })?;
-        Ok(Client { http, config })
+        Ok(Client {
+            http,
+            config,
+            machine: String::new(),
+        })
+    }
+
+    /// The same client for machine `id`.
+    pub(crate) fn for_machine(&self, id: &str) -> Client {
+        Client {
+            http: self.http.clone(),
+            config: self.config.clone(),
+            machine: id.to_owned(),
+        }
     }
 
     pub(crate) fn config(&self) -> &FlyConfig {
         &self.config
     }
 
-    fn url(&self, suffix: &str) -> String {
+    pub(crate) fn machine_id(&self) -> &str {
+        &self.machine
+    }
+
+    fn app_url(&self) -> String {
         format!(
-            "{}/v1/apps/{}/machines/{}{suffix}",
+            "{}/v1/apps/{}/machines",
             self.config.base_url,
-            segment(&self.config.app),
-            segment(&self.config.machine)
+            segment(&self.config.app)
         )
     }
 
+    fn url(&self, suffix: &str) -> String {
+        format!("{}/{}{suffix}", self.app_url(), segment(&self.machine))
+    }
+
     fn request(&self, method: Method, suffix: &str) -> RequestBuilder {
+        self.request_to(method, self.url(suffix))
+    }
+
+    fn request_to(&self, method: Method, url: String) -> RequestBuilder {
         let mut r = self
             .http
-            .request(method, self.url(suffix))
+            .request(method, url)
             .header(reqwest::header::AUTHORIZATION, self.config.authorization());
         if let Some(nonce) = &self.config.lease_nonce {
             r = r.header("fly-machine-lease-nonce", nonce);
@@ -120,6 +137,45 @@ impl Client {
         })
     }
 
+    /// `POST /v1/apps/{app}/machines`: creates (and starts) a machine.
+    pub(crate) async fn create_machine(
+        &self,
+        body: &crate::wire::CreateMachine,
+    ) -> Result<Machine, Error> {
+        let op = Op::Control("create");
+        let json = serde_json::to_vec(body).map_err(|e| {
+            error(
+                ErrorKind::InvalidConfig,
+                op,
+                format!("cannot encode the request: {e}"),
+            )
+        })?;
+        let req = self
+            .request_to(Method::POST, self.app_url())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .timeout(Duration::from_secs(60))
+            .body(json);
+        let body = self.send(req, op).await?;
+        parse(&body, "create")
+    }
+
+    /// `GET /v1/apps/{app}/machines`.
+    pub(crate) async fn list_machines(&self) -> Result<Vec<Machine>, Error> {
+        let req = self
+            .request_to(Method::GET, self.app_url())
+            .timeout(Duration::from_secs(30));
+        let body = self.send(req, Op::Control("list")).await?;
+        parse(&body, "list")
+    }
+
+    /// `DELETE …/{id}?kill=true` (fly-go's `Destroy` with `Kill`): stops and destroys.
+    pub(crate) async fn destroy(&self) -> Result<(), Error> {
+        let req = self
+            .request(Method::DELETE, "?kill=true")
+            .timeout(Duration::from_secs(60));
+        self.send(req, Op::Control("destroy")).await.map(drop)
+    }
+
     /// `POST …/start`.
     pub(crate) async fn start(&self) -> Result<(), Error> {
         let req = self
@@ -148,6 +204,14 @@ impl Client {
             Err(e) => Err(e),
         }
     }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8], op: &'static str) -> Result<T, Error> {
+    serde_json::from_slice(body).map_err(|e| {
+        Error::protocol(format!("the answer is not valid JSON: {e}"))
+            .with_provider(crate::PROVIDER)
+            .with_operation(op)
+    })
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use execseam_core::{Error, ErrorKind};
+use execseam_core::Error;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::PROVIDER;
@@ -11,15 +11,16 @@ use crate::PROVIDER;
 /// The public Machines API (what fly-go uses unless `FLY_FLAPS_BASE_URL` says otherwise).
 pub const DEFAULT_BASE_URL: &str = "https://api.machines.dev";
 
-/// Where the adapter runs commands, and how.
-///
-/// `Debug` never shows the token.
+/// Which app the adapter manages machines in, and how it runs commands. Built with
+/// [`FlyConfig::new`] and the setters, or [`FlyConfig::from_env`]; checked by
+/// [`FlyProvider::new`](crate::FlyProvider::new). `Debug` never shows the token.
 #[derive(Clone)]
 pub struct FlyConfig {
     pub(crate) base_url: String,
     pub(crate) token: SecretString,
     pub(crate) app: String,
-    pub(crate) machine: String,
+    pub(crate) image: Option<String>,
+    pub(crate) region: Option<String>,
     pub(crate) exec_timeout: Duration,
     pub(crate) request_slack: Duration,
     pub(crate) connect_timeout: Duration,
@@ -36,7 +37,8 @@ impl fmt::Debug for FlyConfig {
             .field("base_url", &self.base_url)
             .field("token", &"<redacted>")
             .field("app", &self.app)
-            .field("machine", &self.machine)
+            .field("image", &self.image)
+            .field("region", &self.region)
             .field("exec_timeout", &self.exec_timeout)
             .field("request_slack", &self.request_slack)
             .field("connect_timeout", &self.connect_timeout)
@@ -50,21 +52,18 @@ impl fmt::Debug for FlyConfig {
 }
 
 impl FlyConfig {
-    /// A configuration for machine `machine` of app `app`, against the public Machines API.
+    /// A configuration for the machines of app `app`, against the public Machines API.
     ///
     /// The token is a Fly API token: a macaroon (`fm2_…`, as `fly tokens create` prints it, with or
     /// without its `FlyV1 ` prefix) is sent as `Authorization: FlyV1 …`, anything else as
     /// `Authorization: Bearer …`, exactly as fly-go does.
-    pub fn new(
-        app: impl Into<String>,
-        machine: impl Into<String>,
-        token: impl Into<SecretString>,
-    ) -> FlyConfig {
+    pub fn new(app: impl Into<String>, token: impl Into<String>) -> FlyConfig {
         FlyConfig {
             base_url: DEFAULT_BASE_URL.to_owned(),
-            token: token.into(),
+            token: SecretString::from(token.into()),
             app: app.into(),
-            machine: machine.into(),
+            image: None,
+            region: None,
             exec_timeout: Duration::from_secs(120),
             request_slack: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
@@ -76,39 +75,77 @@ impl FlyConfig {
         }
     }
 
-    /// Reads the configuration from the environment:
+    /// Reads the variables in [`ENV_VARS`](crate::ENV_VARS) from this process's environment.
+    pub fn from_env() -> Result<FlyConfig, Error> {
+        FlyConfig::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the configuration as `vars` gives it (unset or empty keeps the default):
     ///
     /// - `FLY_API_TOKEN` (required): the token;
     /// - `FLY_APP_NAME` (required): the app;
-    /// - `FLY_MACHINE_ID` (required): the machine;
     /// - `FLY_FLAPS_BASE_URL` (optional, fly-go's name): the Machines API base URL;
     /// - `FLY_EXEC_TIMEOUT` (optional): seconds, sent as the exec's `timeout`;
-    /// - `FLY_EXEC_CONTAINER` (optional): the container of a multi-container machine.
-    pub fn from_env() -> Result<FlyConfig, Error> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let token = var("FLY_API_TOKEN")
-            .ok_or_else(|| config_error(ErrorKind::Unauthenticated, "FLY_API_TOKEN is not set"))?;
-        let app = var("FLY_APP_NAME")
-            .ok_or_else(|| config_error(ErrorKind::InvalidCommand, "FLY_APP_NAME is not set"))?;
-        let machine = var("FLY_MACHINE_ID")
-            .ok_or_else(|| config_error(ErrorKind::InvalidCommand, "FLY_MACHINE_ID is not set"))?;
-        let mut c = FlyConfig::new(app, machine, SecretString::from(token));
+    /// - `FLY_EXEC_CONTAINER` (optional): the container of a multi-container machine;
+    /// - `EXECSEAM_FLY_IMAGE`, `EXECSEAM_FLY_REGION` (optional): the image and region of created
+    ///   machines when the spec names none.
+    ///
+    /// A missing or malformed setting is [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
+    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<FlyConfig, Error> {
+        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
+        let token = var("FLY_API_TOKEN").ok_or_else(|| config_error("FLY_API_TOKEN is not set"))?;
+        let app = var("FLY_APP_NAME").ok_or_else(|| config_error("FLY_APP_NAME is not set"))?;
+        let mut c = FlyConfig::new(app, token);
         if let Some(url) = var("FLY_FLAPS_BASE_URL") {
             c = c.base_url(url);
         }
         if let Some(t) = var("FLY_EXEC_TIMEOUT") {
             let secs: u64 = t.parse().map_err(|_| {
-                config_error(
-                    ErrorKind::InvalidCommand,
-                    format!("FLY_EXEC_TIMEOUT={t:?} is not a number of seconds"),
-                )
+                config_error(format!("FLY_EXEC_TIMEOUT={t:?} is not a number of seconds"))
             })?;
             c = c.exec_timeout(Duration::from_secs(secs));
         }
         if let Some(container) = var("FLY_EXEC_CONTAINER") {
             c = c.container(container);
         }
+        c.image = var("EXECSEAM_FLY_IMAGE");
+        c.region = var("EXECSEAM_FLY_REGION");
+        c.validate()?;
         Ok(c)
+    }
+
+    /// Checks what can be wrong before any I/O.
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
+            return Err(config_error(format!(
+                "the Machines API URL {:?} is not http(s)",
+                self.base_url
+            )));
+        }
+        if self.app.is_empty() {
+            return Err(config_error("the app name is empty"));
+        }
+        if self.token.expose_secret().trim().is_empty() {
+            return Err(config_error("the API token is empty"));
+        }
+        if !self.temp_dir.starts_with('/') {
+            return Err(config_error("the temp dir must be absolute"));
+        }
+        Ok(())
+    }
+
+    /// The image of created machines when the spec names none.
+    #[must_use]
+    pub fn image(mut self, image: impl Into<String>) -> Self {
+        self.image = Some(image.into());
+        self
+    }
+
+    /// The region of created machines (default: the API's choice).
+    #[must_use]
+    pub fn region(mut self, region: impl Into<String>) -> Self {
+        self.region = Some(region.into());
+        self
     }
 
     /// The Machines API base URL (default [`DEFAULT_BASE_URL`]; `http://_api.internal:4280` from
@@ -184,11 +221,6 @@ impl FlyConfig {
         &self.app
     }
 
-    /// The machine id.
-    pub fn machine(&self) -> &str {
-        &self.machine
-    }
-
     /// The `Authorization` header value, normalised as fly-go's `Tokens::FlapsHeader` does: any
     /// `Bearer`/`FlyV1` scheme pasted into the token is stripped; macaroons (`fm1r_`, `fm1a_`,
     /// `fm2_`) are sent as `FlyV1 m1,m2`, other tokens as `Bearer t`.
@@ -224,10 +256,8 @@ pub(crate) fn authorization(raw: &str) -> String {
     }
 }
 
-fn config_error(kind: ErrorKind, message: impl Into<String>) -> Error {
-    Error::new(kind, message)
-        .with_provider(PROVIDER)
-        .with_operation("from_env")
+fn config_error(message: impl Into<String>) -> Error {
+    Error::invalid_config(message).with_provider(PROVIDER)
 }
 
 #[cfg(test)]
@@ -248,8 +278,7 @@ mod tests {
 
     #[test]
     fn debug_redacts_the_token() {
-        let c =
-            FlyConfig::new("app", "m", SecretString::from("fm2_supersecret")).lease_nonce("n0nce");
+        let c = FlyConfig::new("app", "fm2_supersecret").lease_nonce("n0nce");
         let d = format!("{c:?}");
         assert!(!d.contains("supersecret"), "{d}");
         assert!(!d.contains("n0nce"), "{d}");

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use execseam_core::transport::{self, Effect, Failure, Sent};
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 use reqwest::header::HeaderMap;
 
@@ -28,12 +29,17 @@ impl Op {
         }
     }
 
+    /// What repeating the request could do.
+    fn effect(self) -> Effect {
+        match self {
+            Op::Exec => Effect::NonIdempotent,
+            Op::Control(_) => Effect::Idempotent,
+        }
+    }
+
     /// The retry class of a failure after the request was sent.
     fn sent(self) -> Retry {
-        match self {
-            Op::Exec => Retry::Unsafe,
-            Op::Control(_) => Retry::SAFE,
-        }
+        transport::retry_class(self.effect(), Sent::Maybe)
     }
 }
 
@@ -115,14 +121,8 @@ pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], op: Op)
 
 /// `Retry-After` in seconds (the HTTP-date form is not used by the Machines API).
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    headers
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .map(Duration::from_secs)
+    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    transport::parse_retry_after(v, std::time::SystemTime::now())
 }
 
 /// Maps a transport failure. Before the request left (connect), nothing ran; after, an exec may
@@ -130,40 +130,18 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
     // The URL can carry argv and env values (Sprites sends them in the query): never keep it.
     let e = e.without_url();
-    let (kind, retry, what) = if e.is_connect() {
-        (ErrorKind::Unavailable, Retry::SAFE, "cannot connect")
+    let (failure, what) = if e.is_connect() {
+        (Failure::Connect, "cannot connect")
     } else if e.is_timeout() {
-        (
-            ErrorKind::Timeout(Deadline::Request),
-            op.sent(),
-            "the request timed out",
-        )
+        (Failure::Timeout, "the request timed out")
     } else if e.is_body() || e.is_decode() {
-        (
-            ErrorKind::Unavailable,
-            op.sent(),
-            "the response was cut off",
-        )
+        (Failure::Cut, "the response was cut off")
     } else {
-        (ErrorKind::Unavailable, op.sent(), "the connection failed")
+        (Failure::Other, "the connection failed")
     };
-    let message = format!("{what}: {}", chain(&e));
+    let (kind, retry) = transport::failure(failure, op.effect());
+    let message = format!("{what}: {}", transport::error_chain(&e));
     error(kind, op, message).with_retry(retry).with_source(e)
-}
-
-/// The error and its sources on one line (reqwest's own message is terse).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 #[cfg(test)]

@@ -1,11 +1,10 @@
 //! The `Exec` implementation over `POST /v1/apps/{app}/machines/{id}/exec`.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use execseam_core::degrade::{self, StdinFrom, WrapOptions};
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Deadline, Delivery, Error, ErrorKind, Exec, Exit, Output,
+    BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Ownership,
+    Sandbox, gone_is_destroyed,
 };
 use tokio::time::Instant;
 
@@ -15,24 +14,11 @@ use crate::config::FlyConfig;
 use crate::error::{Op, error};
 use crate::wire::{ExecResponse, MachineExecRequest};
 
-/// The capabilities with the default configuration (see the [crate docs](crate)).
-pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
-    stdin: Delivery::TempFile,
-    workdir: Delivery::ShellWrapped,
-    env: Delivery::ShellWrapped,
-    streaming: false,
-    remote_kill: false,
-    binary_output: false,
-    max_stdin: Some(1 << 20),
-    max_output: Some(2 << 20),
-    native_tools: &[],
-};
-
-/// Runs commands on one Fly Machine. See the [crate docs](crate).
+/// Runs commands on one Fly Machine. See the [crate docs](crate). Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct FlyExec {
     client: Client,
+    ownership: Ownership,
 }
 
 /// A request ready to send, and whether its output must go through `check_wrapped`.
@@ -45,16 +31,8 @@ pub struct Prepared {
 }
 
 impl FlyExec {
-    /// An adapter with this configuration (no request is made).
-    pub fn new(config: FlyConfig) -> Result<FlyExec, Error> {
-        Ok(FlyExec {
-            client: Client::new(Arc::new(config))?,
-        })
-    }
-
-    /// An adapter configured from the environment ([`FlyConfig::from_env`]).
-    pub fn from_env() -> Result<FlyExec, Error> {
-        FlyExec::new(FlyConfig::from_env()?)
+    pub(crate) fn new(client: Client, ownership: Ownership) -> FlyExec {
+        FlyExec { client, ownership }
     }
 
     /// The configuration.
@@ -66,7 +44,7 @@ impl FlyExec {
     pub fn capabilities_of(config: &FlyConfig) -> Capabilities {
         Capabilities {
             max_stdin: Some(config.max_stdin),
-            ..CAPABILITIES
+            ..crate::CAPABILITIES
         }
     }
 
@@ -107,7 +85,7 @@ impl FlyExec {
                     Op::Control("ensure_started"),
                     format!(
                         "machine {} did not reach `started` within {:?} (last state {:?})",
-                        self.config().machine,
+                        self.client.machine_id(),
                         self.config().start_timeout,
                         machine.state
                     ),
@@ -265,13 +243,51 @@ impl Exec for FlyExec {
     }
 }
 
+impl FlyExec {
+    /// Destroys the machine (`DELETE …?kill=true`); one that is already gone is `Ok`.
+    pub async fn destroy_machine(&self) -> Result<(), Error> {
+        let r = gone_is_destroyed(self.client.destroy().await);
+        if r.is_ok() {
+            self.ownership.mark_destroyed();
+        }
+        r
+    }
+}
+
+impl Sandbox for FlyExec {
+    fn id(&self) -> &str {
+        self.client.machine_id()
+    }
+
+    fn owned(&self) -> bool {
+        self.ownership.owned()
+    }
+
+    fn set_owned(&self, owned: bool) {
+        self.ownership.set_owned(owned);
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let o = &self.ownership;
+            if o.begin_close() && o.owned() && !o.is_destroyed() {
+                self.destroy_machine().await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.destroy_machine())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use secrecy::SecretString;
 
     fn config() -> FlyConfig {
-        FlyConfig::new("app", "m", SecretString::from("t"))
+        FlyConfig::new("app", "t")
     }
 
     #[test]

@@ -1,17 +1,6 @@
-//! execseam adapter for [Fly Machines](https://fly.io/docs/machines/): runs each [`Command`] with
-//! `POST /v1/apps/{app}/machines/{id}/exec` of the Machines API.
+#![doc = include_str!("../README.md")]
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), execseam_core::Error> {
-//! use execseam_core::{Command, Exec};
-//! use execseam_fly::FlyExec;
-//!
-//! let fly = FlyExec::from_env()?; // FLY_API_TOKEN, FLY_APP_NAME, FLY_MACHINE_ID
-//! fly.ensure_started().await?;
-//! let out = fly.exec(Command::new(["uname", "-a"])?).await?;
-//! println!("{:?}: {}", out.exit, String::from_utf8_lossy(&out.stdout));
-//! # Ok(()) }
-//! ```
+//! # Details
 //!
 //! # Capabilities ([`CAPABILITIES`])
 //!
@@ -43,19 +32,67 @@
 //! - **Timeouts**: every exec sends `timeout` ([`FlyConfig::exec_timeout`], 120 s by default); the
 //!   HTTP request may take 30 s longer, so the server's deadline fires first. The server's
 //!   timeout answer (408 / `deadline_exceeded`) is `Timeout(Command)` with `Retry::Unsafe`.
-//! - **The machine must be started**: [`FlyExec::ensure_started`] starts it and waits.
+//! - **The machine must be started**: connect and create start it and wait
+//!   ([`FlyExec::ensure_started`]).
 //!
 //! Error mapping: see `docs/adapters/fly.md`.
 #![warn(missing_docs)]
+
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
 
 mod client;
 mod config;
 mod error;
 mod exec;
+mod provider;
 pub mod wire;
 
 pub use config::{DEFAULT_BASE_URL, FlyConfig};
-pub use exec::{CAPABILITIES, FlyExec, Prepared, parse_response};
+pub use exec::{FlyExec, Prepared, parse_response};
+pub use provider::FlyProvider;
+
+/// The capabilities with the default configuration (see the [crate docs](crate)).
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::Native,
+    stdin: Delivery::TempFile,
+    workdir: Delivery::ShellWrapped,
+    env: Delivery::ShellWrapped,
+    streaming: false,
+    remote_kill: false,
+    binary_output: false,
+    max_stdin: Some(1 << 20),
+    max_output: Some(2 << 20),
+    native_tools: &[],
+};
+
+/// Fly's lifecycle (see [`FlyProvider`]): machines of one app, created from an image with env,
+/// metadata labels, CPUs and memory; connect, list, destroy.
+pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    create: true,
+    connect: true,
+    list: true,
+    destroy: true,
+    spec: SpecSupport {
+        image: true,
+        env: true,
+        labels: true,
+        cpu: true,
+        memory: true,
+        ..SpecSupport::NONE
+    },
+    options: &[],
+};
+
+/// The environment variables [`FlyConfig::from_env`] reads.
+pub const ENV_VARS: &[&str] = &[
+    "FLY_API_TOKEN",
+    "FLY_APP_NAME",
+    "FLY_FLAPS_BASE_URL",
+    "FLY_EXEC_TIMEOUT",
+    "FLY_EXEC_CONTAINER",
+    "EXECSEAM_FLY_IMAGE",
+    "EXECSEAM_FLY_REGION",
+];
 
 /// The provider name in errors and capabilities.
 pub const PROVIDER: &str = "fly";

@@ -4,6 +4,8 @@
 //! `ErrorResponse`), fly-go `machine_types.go` and `flaps/flaps.go`, and the Machines API docs
 //! (`machines-resource`: start, wait). Unknown fields are ignored everywhere.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// `MachineExecRequest`: the body of `POST /v1/apps/{app}/machines/{id}/exec`.
@@ -74,6 +76,59 @@ pub struct Machine {
     /// The current instance.
     #[serde(default)]
     pub instance_id: Option<String>,
+    /// The configuration (its image and metadata are read by list).
+    #[serde(default)]
+    pub config: Option<MachineConfigView>,
+}
+
+/// What the adapter reads of a machine's `config`.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct MachineConfigView {
+    /// The image.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+/// `POST /v1/apps/{app}/machines`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CreateMachine {
+    /// The region, if not the API's choice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// The machine's configuration.
+    pub config: CreateMachineConfig,
+}
+
+/// `MachineConfig`, what the adapter sets of it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CreateMachineConfig {
+    /// The image.
+    pub image: String,
+    /// Environment variables.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Metadata (the labels).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    /// CPUs and memory, if asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guest: Option<Guest>,
+    /// The machine is destroyed when it exits (it is ours).
+    pub auto_destroy: bool,
+}
+
+/// `MachineGuest`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Guest {
+    /// `shared` or `performance`.
+    pub cpu_kind: String,
+    /// CPUs.
+    pub cpus: u32,
+    /// Memory in MB.
+    pub memory_mb: u64,
 }
 
 /// The answer of `GET …/wait`: `{"ok": true}`.

@@ -1,14 +1,15 @@
 //! The conformance suite against the Fly Machines emulator (`cargo xtask conformance --adapter
-//! fly`), or against a real machine with `EXECSEAM_LIVE=1` (`FLY_API_TOKEN`, `FLY_APP_NAME`,
-//! `FLY_MACHINE_ID`, optionally `FLY_FLAPS_BASE_URL`).
+//! fly`), or against a real app with `EXECSEAM_LIVE=1` (`FLY_API_TOKEN`, `FLY_APP_NAME`,
+//! `EXECSEAM_FLY_IMAGE`, optionally `FLY_FLAPS_BASE_URL`): a machine is created for the run.
 
 use std::sync::Arc;
 
 use execseam_conformance::Target;
+use execseam_core::SandboxSpec;
 use execseam_core::{Error, ErrorKind};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::fly::{FlyEmulator, FlyOptions};
-use execseam_fly::{FlyConfig, FlyExec};
+use execseam_fly::{FlyConfig, FlyProvider};
 
 fn setup(e: std::io::Error) -> Error {
     Error::new(
@@ -28,10 +29,11 @@ fn dead_url() -> String {
 fn main() {
     execseam_conformance::main(|| async {
         if std::env::var("EXECSEAM_LIVE").is_ok_and(|v| v == "1") {
-            let fly = FlyExec::from_env()?;
-            fly.ensure_started().await?;
+            let provider = FlyProvider::from_env()?;
+            let fly = provider.create(SandboxSpec::new()).await?;
             let scratch = format!("/tmp/execseam-conformance-{}", std::process::id());
             return Ok(Target::new("fly", Arc::new(fly))
+                .provider(Arc::new(provider))
                 .scratch(scratch)
                 .proptest_cases(8)
                 .live(true));
@@ -40,19 +42,24 @@ fn main() {
             .await
             .map_err(setup)?;
         let m = emu.default_machine();
-        let config = |base: String, machine: &str| {
-            FlyConfig::new(m.app(), machine, emu.token()).base_url(base)
+        let config = |base: String| {
+            FlyConfig::new(m.app(), emu.token())
+                .base_url(base)
+                .image("debian:stable")
         };
-        let fly = FlyExec::new(config(emu.base_url(), m.id()))?;
-        fly.ensure_started().await?;
-        let dead = FlyExec::new(config(dead_url(), m.id()))?;
-        let gone = FlyExec::new(config(emu.base_url(), "0000000000dead"))?;
+        let provider = FlyProvider::new(config(emu.base_url()))?;
+        let fly = provider.connect(m.id()).await?;
+        let dead = FlyProvider::new(config(dead_url()))?.attach(m.id());
+        let gone = provider.attach("0000000000dead");
+        let count = emu.sandbox_counter();
         let scratch = m.visible_path("/tmp/execseam-conformance");
         Ok(Target::new("fly", Arc::new(fly))
             .scratch(scratch)
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(gone))
             .faults(Arc::new(emu.faults().clone()))
+            .provider(Arc::new(provider))
+            .live_sandboxes(count)
             .proptest_cases(16)
             .keep_alive(emu))
     });

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit, Output, Retry, WireStatus};
 use execseam_emulators::fly::{FlyEmulator, FlyOptions, TimeoutMode};
 use execseam_emulators::{EmulatorOptions, Fault};
-use execseam_fly::{FlyConfig, FlyExec};
+use execseam_fly::{FlyConfig, FlyExec, FlyProvider};
 
 const TOKEN: &str = "fm2_lJPECAAAAAAAAMx6xBDH";
 
@@ -24,10 +24,15 @@ async fn emulator(opts: FlyOptions) -> FlyEmulator {
 
 fn adapter(emu: &FlyEmulator, f: impl FnOnce(FlyConfig) -> FlyConfig) -> FlyExec {
     let m = emu.default_machine();
-    FlyExec::new(f(
-        FlyConfig::new(m.app(), m.id(), TOKEN).base_url(emu.base_url())
-    ))
-    .expect("an adapter")
+    on(
+        f(FlyConfig::new(m.app(), TOKEN).base_url(emu.base_url())),
+        m.id(),
+    )
+}
+
+/// A handle on machine `id` (no request).
+fn on(config: FlyConfig, id: &str) -> FlyExec {
+    FlyProvider::new(config).expect("a provider").attach(id)
 }
 
 fn sh(script: &str) -> Command {
@@ -67,9 +72,10 @@ async fn ensure_started_starts_a_stopped_or_suspended_machine() {
     assert_eq!(m.state(), "started");
     fly.ensure_started().await.unwrap(); // already started: nothing to do
 
-    let other =
-        FlyExec::new(FlyConfig::new(m.app(), "0000000000dead", TOKEN).base_url(emu.base_url()))
-            .unwrap();
+    let other = on(
+        FlyConfig::new(m.app(), TOKEN).base_url(emu.base_url()),
+        "0000000000dead",
+    );
     let e = other.ensure_started().await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
 }
@@ -164,8 +170,10 @@ async fn tokens_are_sent_as_fly_go_sends_them() {
         format!("Bearer FlyV1 {TOKEN}"),
     ] {
         let m = emu.default_machine();
-        let fly =
-            FlyExec::new(FlyConfig::new(m.app(), m.id(), token).base_url(emu.base_url())).unwrap();
+        let fly = on(
+            FlyConfig::new(m.app(), token).base_url(emu.base_url()),
+            m.id(),
+        );
         assert!(fly.exec(sh("true")).await.unwrap().exit.success());
         assert!(
             !format!("{fly:?}").contains("lJPEC"),
@@ -173,8 +181,10 @@ async fn tokens_are_sent_as_fly_go_sends_them() {
         );
     }
     let m = emu.default_machine();
-    let bad =
-        FlyExec::new(FlyConfig::new(m.app(), m.id(), "wrong").base_url(emu.base_url())).unwrap();
+    let bad = on(
+        FlyConfig::new(m.app(), "wrong").base_url(emu.base_url()),
+        m.id(),
+    );
     let e = bad.exec(sh("true")).await.unwrap_err();
     assert_eq!(
         (e.kind(), e.retry()),

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use execseam_conformance::Target;
-use execseam_local::LocalExec;
+use execseam_local::{LocalConfig, LocalExec, LocalProvider};
 
 fn main() {
     execseam_conformance::main(|| async {
@@ -13,8 +13,20 @@ fn main() {
             .join(format!("execseam-conformance-local-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("scratch dir");
         let scratch = dir.to_str().expect("a UTF-8 temp dir").to_owned();
+        // Local sandboxes for the lifecycle cases, in a root of their own.
+        let root = dir.join("sandboxes");
+        let provider = LocalProvider::new(LocalConfig::new().sandbox_root(&root))?;
+        let count = move || {
+            std::fs::read_dir(&root).map_or(0, |d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("local-"))
+                    .count()
+            })
+        };
         Ok(Target::new("local", Arc::new(LocalExec::new()))
             .scratch(scratch)
+            .provider(Arc::new(provider))
+            .live_sandboxes(count)
             .proptest_cases(64)
             .keep_alive(RemoveOnDrop(dir)))
     });

@@ -27,30 +27,19 @@ pub(crate) struct Client {
     http: reqwest::Client,
     upgrades: reqwest::Client,
     config: Arc<SpritesConfig>,
+    sprite: String,
 }
 
 fn segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    execseam_core::transport::escape_path_segment(s)
 }
 
 /// A fresh `Sec-WebSocket-Key`: 16 unpredictable-enough bytes, base64 (RFC 6455 only asks for a
 /// nonce).
 fn websocket_key() -> String {
-    use std::collections::hash_map::RandomState;
-    use std::hash::{BuildHasher, Hasher};
     let mut bytes = [0u8; 16];
-    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-        let mut h = RandomState::new().build_hasher();
-        h.write_usize(i);
-        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    for chunk in bytes.chunks_mut(8) {
+        chunk.copy_from_slice(&execseam_core::transport::random_u64().to_le_bytes());
     }
     execseam_core::degrade::base64_encode(&bytes)
 }
@@ -78,18 +67,125 @@ impl Client {
             http: build(false)?,
             upgrades: build(true)?,
             config,
+            sprite: String::new(),
         })
+    }
+
+    /// The same client for sprite `name`.
+    pub(crate) fn for_sprite(&self, name: &str) -> Client {
+        Client {
+            http: self.http.clone(),
+            upgrades: self.upgrades.clone(),
+            config: self.config.clone(),
+            sprite: name.to_owned(),
+        }
     }
 
     pub(crate) fn config(&self) -> &SpritesConfig {
         &self.config
     }
 
+    pub(crate) fn sprite(&self) -> &str {
+        &self.sprite
+    }
+
+    /// `POST /v1/sprites {"name"}`: 201 created; 409 exists.
+    pub(crate) async fn create_sprite(&self, name: &str) -> Result<(), Error> {
+        let op = Op::Control("create");
+        let body = serde_json::json!({ "name": name }).to_string();
+        let resp = self
+            .http
+            .post(format!("{}/v1/sprites", self.config.base_url))
+            .header(AUTHORIZATION, self.config.authorization())
+            .header(CONTENT_TYPE, "application/json")
+            .timeout(self.config.request_timeout)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| from_transport(e, op))?;
+        self.expect_ok(resp, op).await.map(drop)
+    }
+
+    /// `GET /v1/sprites/{name}`.
+    pub(crate) async fn get_sprite(&self) -> Result<(), Error> {
+        let op = Op::Control("connect");
+        let resp = self
+            .http
+            .get(self.url("", &[])?)
+            .header(AUTHORIZATION, self.config.authorization())
+            .timeout(self.config.request_timeout)
+            .send()
+            .await
+            .map_err(|e| from_transport(e, op))?;
+        self.expect_ok(resp, op).await.map(drop)
+    }
+
+    /// `DELETE /v1/sprites/{name}`.
+    pub(crate) async fn delete_sprite(&self) -> Result<(), Error> {
+        let op = Op::Control("destroy");
+        let resp = self
+            .http
+            .delete(self.url("", &[])?)
+            .header(AUTHORIZATION, self.config.authorization())
+            .timeout(self.config.request_timeout)
+            .send()
+            .await
+            .map_err(|e| from_transport(e, op))?;
+        self.expect_ok(resp, op).await.map(drop)
+    }
+
+    /// `GET /v1/sprites`, every page (`continuation_token`).
+    pub(crate) async fn list_sprites(&self) -> Result<Vec<crate::wire::SpriteInfo>, Error> {
+        let op = Op::Control("list");
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut url = reqwest::Url::parse(&format!("{}/v1/sprites", self.config.base_url))
+                .map_err(|e| {
+                    error(
+                        ErrorKind::InvalidConfig,
+                        op,
+                        format!("invalid base URL: {e}"),
+                    )
+                })?;
+            if let Some(t) = &token {
+                url.query_pairs_mut().append_pair("continuation_token", t);
+            }
+            let resp = self
+                .http
+                .get(url)
+                .header(AUTHORIZATION, self.config.authorization())
+                .timeout(self.config.request_timeout)
+                .send()
+                .await
+                .map_err(|e| from_transport(e, op))?;
+            let body = self.expect_ok(resp, op).await?;
+            let page: crate::wire::SpriteList = serde_json::from_slice(&body)
+                .map_err(|e| protocol(op, format!("the sprite list is not valid JSON: {e}")))?;
+            out.extend(page.sprites);
+            match page.next_continuation_token.filter(|t| !t.is_empty()) {
+                Some(t) if page.has_more => token = Some(t),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    async fn expect_ok(&self, resp: reqwest::Response, op: Op) -> Result<Bytes, Error> {
+        let status = resp.status().as_u16();
+        let headers: HeaderMap = resp.headers().clone();
+        let body = resp.bytes().await.map_err(|e| from_transport(e, op))?;
+        if (200..300).contains(&status) {
+            Ok(body)
+        } else {
+            Err(from_status(status, &headers, &body, op))
+        }
+    }
+
     fn url(&self, suffix: &str, query: &[(String, String)]) -> Result<reqwest::Url, Error> {
         let raw = format!(
             "{}/v1/sprites/{}{suffix}",
             self.config.base_url,
-            segment(&self.config.sprite)
+            segment(&self.sprite)
         );
         let mut url = reqwest::Url::parse(&raw).map_err(|e| {
             error(

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use execseam_core::{Error, ErrorKind};
+use execseam_core::Error;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::PROVIDER;
@@ -57,7 +57,6 @@ impl fmt::Debug for BaseEnv {
 pub struct SpritesConfig {
     pub(crate) base_url: String,
     pub(crate) token: SecretString,
-    pub(crate) sprite: String,
     pub(crate) transport: Transport,
     pub(crate) base_env: BaseEnv,
     pub(crate) connect_timeout: Duration,
@@ -72,7 +71,6 @@ impl fmt::Debug for SpritesConfig {
         f.debug_struct("SpritesConfig")
             .field("base_url", &self.base_url)
             .field("token", &"<redacted>")
-            .field("sprite", &self.sprite)
             .field("transport", &self.transport)
             .field("base_env", &self.base_env)
             .field("connect_timeout", &self.connect_timeout)
@@ -85,12 +83,11 @@ impl fmt::Debug for SpritesConfig {
 }
 
 impl SpritesConfig {
-    /// A configuration for sprite `sprite` against the public API, over WebSockets.
-    pub fn new(sprite: impl Into<String>, token: impl Into<SecretString>) -> SpritesConfig {
+    /// A configuration against the public API, over WebSockets.
+    pub fn new(token: impl Into<String>) -> SpritesConfig {
         SpritesConfig {
             base_url: DEFAULT_BASE_URL.to_owned(),
-            token: token.into(),
-            sprite: sprite.into(),
+            token: SecretString::from(token.into()),
             transport: Transport::WebSocket,
             base_env: BaseEnv::Discover,
             connect_timeout: Duration::from_secs(10),
@@ -101,19 +98,22 @@ impl SpritesConfig {
         }
     }
 
-    /// Reads the configuration from the environment:
+    /// Reads the variables in [`ENV_VARS`](crate::ENV_VARS) from this process's environment.
+    pub fn from_env() -> Result<SpritesConfig, Error> {
+        SpritesConfig::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the configuration as `vars` gives it (unset or empty keeps the default):
     ///
     /// - `SPRITE_TOKEN` (required; the Sprites CLI's name): the API token;
-    /// - `SPRITE_NAME` (required): the sprite;
     /// - `SPRITES_API_URL` (optional, the CLI's name): the API base URL;
     /// - `SPRITES_EXEC_TRANSPORT` (optional): `websocket` (default) or `http`.
-    pub fn from_env() -> Result<SpritesConfig, Error> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let token = var("SPRITE_TOKEN")
-            .ok_or_else(|| config_error(ErrorKind::Unauthenticated, "SPRITE_TOKEN is not set"))?;
-        let sprite = var("SPRITE_NAME")
-            .ok_or_else(|| config_error(ErrorKind::InvalidCommand, "SPRITE_NAME is not set"))?;
-        let mut c = SpritesConfig::new(sprite, SecretString::from(token));
+    ///
+    /// A missing or malformed setting is [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
+    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<SpritesConfig, Error> {
+        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
+        let token = var("SPRITE_TOKEN").ok_or_else(|| config_error("SPRITE_TOKEN is not set"))?;
+        let mut c = SpritesConfig::new(token);
         if let Some(url) = var("SPRITES_API_URL") {
             c = c.base_url(url);
         }
@@ -121,13 +121,29 @@ impl SpritesConfig {
             None | Some("websocket" | "ws") => {}
             Some("http" | "post") => c = c.transport(Transport::Http),
             Some(other) => {
-                return Err(config_error(
-                    ErrorKind::InvalidCommand,
-                    format!("SPRITES_EXEC_TRANSPORT={other:?}: want websocket or http"),
-                ));
+                return Err(config_error(format!(
+                    "SPRITES_EXEC_TRANSPORT={other:?}: want websocket or http"
+                )));
             }
         }
+        c.validate()?;
         Ok(c)
+    }
+
+    /// Checks what can be wrong before any I/O.
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        if reqwest::Url::parse(&self.base_url).is_err()
+            || !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://"))
+        {
+            return Err(config_error(format!(
+                "the API URL {:?} is not an http(s) URL",
+                self.base_url
+            )));
+        }
+        if self.token.expose_secret().is_empty() {
+            return Err(config_error("the token is empty"));
+        }
+        Ok(())
     }
 
     /// The API base URL (default [`DEFAULT_BASE_URL`]; an emulator's URL in tests).
@@ -175,20 +191,13 @@ impl SpritesConfig {
         self
     }
 
-    /// The sprite's name.
-    pub fn sprite(&self) -> &str {
-        &self.sprite
-    }
-
     pub(crate) fn authorization(&self) -> String {
         format!("Bearer {}", self.token.expose_secret())
     }
 }
 
-fn config_error(kind: ErrorKind, message: impl Into<String>) -> Error {
-    Error::new(kind, message)
-        .with_provider(PROVIDER)
-        .with_operation("from_env")
+fn config_error(message: impl Into<String>) -> Error {
+    Error::invalid_config(message).with_provider(PROVIDER)
 }
 
 #[cfg(test)]
@@ -197,9 +206,9 @@ mod tests {
 
     #[test]
     fn debug_redacts_the_token_and_env_values() {
-        let c = SpritesConfig::new("s", SecretString::from("spr_secret_token")).base_env(
-            BaseEnv::Fixed([("K".to_string(), "hidden-value".to_string())].into()),
-        );
+        let c = SpritesConfig::new("spr_secret_token").base_env(BaseEnv::Fixed(
+            [("K".to_string(), "hidden-value".to_string())].into(),
+        ));
         let d = format!("{c:?}");
         assert!(!d.contains("spr_secret_token"), "{d}");
         assert!(!d.contains("hidden-value"), "{d}");

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use execseam_core::transport::{self, Effect, Failure, Sent};
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 use reqwest::header::HeaderMap;
 
@@ -28,11 +29,15 @@ impl Op {
         }
     }
 
-    fn sent(self) -> Retry {
+    fn effect(self) -> Effect {
         match self {
-            Op::Exec => Retry::Unsafe,
-            Op::Control(_) => Retry::SAFE,
+            Op::Exec => Effect::NonIdempotent,
+            Op::Control(_) => Effect::Idempotent,
         }
+    }
+
+    fn sent(self) -> Retry {
+        transport::retry_class(self.effect(), Sent::Maybe)
     }
 }
 
@@ -104,31 +109,22 @@ pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], op: Op)
 }
 
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    headers
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .map(Duration::from_secs)
+    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    transport::parse_retry_after(v, std::time::SystemTime::now())
 }
 
 /// Maps a transport failure of an HTTP request. Before the request left (connect), nothing ran.
 pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
     // The URL can carry argv and env values (Sprites sends them in the query): never keep it.
     let e = e.without_url();
-    let (kind, retry, what) = if e.is_connect() {
-        (ErrorKind::Unavailable, Retry::SAFE, "cannot connect")
+    let (failure, what) = if e.is_connect() {
+        (Failure::Connect, "cannot connect")
     } else if e.is_timeout() {
-        (
-            ErrorKind::Timeout(Deadline::Request),
-            op.sent(),
-            "the request timed out",
-        )
+        (Failure::Timeout, "the request timed out")
     } else {
-        (ErrorKind::Unavailable, op.sent(), "the connection failed")
+        (Failure::Other, "the connection failed")
     };
+    let (kind, retry) = transport::failure(failure, op.effect());
     error(kind, op, format!("{what}: {}", chain(&e)))
         .with_retry(retry)
         .with_source(e)
@@ -144,18 +140,8 @@ pub(crate) fn lost(what: impl std::fmt::Display) -> Error {
     .with_retry(Retry::Unsafe)
 }
 
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = c.source();
-    }
-    s
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    transport::error_chain(e)
 }
 
 #[cfg(test)]

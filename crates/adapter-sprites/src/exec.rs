@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Event, EventStream, Exec,
-    ExecStream, Exit, Output, Retry,
+    BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
+    Output, Ownership, Retry, Sandbox, gone_is_destroyed,
 };
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::{OnceCell, mpsc};
@@ -22,28 +22,6 @@ use crate::config::{BaseEnv, SpritesConfig, Transport};
 use crate::error::{Op, chain, error, lost, protocol};
 use crate::wire::{self, EXIT, Frame, STDERR, STDIN, STDIN_EOF, STDOUT, Text};
 
-/// The capabilities over WebSockets (the default transport).
-pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
-    stdin: Delivery::Native,
-    workdir: Delivery::Native,
-    env: Delivery::Native,
-    streaming: true,
-    remote_kill: true,
-    binary_output: true,
-    max_stdin: None,
-    max_output: None,
-    native_tools: &[],
-};
-
-/// The capabilities over the HTTP POST fallback.
-pub const HTTP_CAPABILITIES: Capabilities = Capabilities {
-    streaming: false,
-    remote_kill: false,
-    binary_output: false,
-    ..CAPABILITIES
-};
-
 /// Runs commands on one sprite. See the [crate docs](crate).
 #[derive(Clone, Debug)]
 pub struct SpritesExec {
@@ -54,25 +32,48 @@ pub struct SpritesExec {
 struct Inner {
     client: Client,
     discovered: OnceCell<BTreeMap<String, String>>,
+    ownership: Ownership,
+}
+
+impl Drop for Inner {
+    /// The safety net: an owned sprite nobody closed is deleted on the runtime, if there is one.
+    fn drop(&mut self) {
+        if !self.ownership.destroy_on_drop() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(provider = PROVIDER, sprite = %self.client.sprite(), "no runtime to delete the sprite on drop");
+            return;
+        };
+        let client = self.client.clone();
+        handle.spawn(async move {
+            let r = client.delete_sprite().await;
+            tracing::debug!(provider = PROVIDER, sprite = %client.sprite(), ok = r.is_ok(), "deleted the sprite on drop");
+        });
+    }
 }
 
 /// Variables of the discovered environment that describe the discovering process, not the sprite.
 const NOT_BASE: &[&str] = &["PWD", "OLDPWD", "SHLVL", "_"];
 
 impl SpritesExec {
-    /// An adapter with this configuration (no request is made).
-    pub fn new(config: SpritesConfig) -> Result<SpritesExec, Error> {
-        Ok(SpritesExec {
+    pub(crate) fn new(client: Client, ownership: Ownership) -> SpritesExec {
+        SpritesExec {
             inner: Arc::new(Inner {
-                client: Client::new(Arc::new(config))?,
+                client,
                 discovered: OnceCell::new(),
+                ownership,
             }),
-        })
+        }
     }
 
-    /// An adapter configured from the environment ([`SpritesConfig::from_env`]).
-    pub fn from_env() -> Result<SpritesExec, Error> {
-        SpritesExec::new(SpritesConfig::from_env()?)
+    /// Deletes the sprite (`DELETE /v1/sprites/{name}`); one that is already gone is `Ok`.
+    pub async fn delete_sprite(&self) -> Result<(), Error> {
+        let r = gone_is_destroyed(self.inner.client.delete_sprite().await);
+        if r.is_ok() {
+            self.inner.ownership.mark_destroyed();
+        }
+        r
     }
 
     /// The configuration.
@@ -83,8 +84,8 @@ impl SpritesExec {
     /// The capabilities of a configuration.
     pub fn capabilities_of(config: &SpritesConfig) -> Capabilities {
         match config.transport {
-            Transport::WebSocket => CAPABILITIES,
-            Transport::Http => HTTP_CAPABILITIES,
+            Transport::WebSocket => crate::CAPABILITIES,
+            Transport::Http => crate::HTTP_CAPABILITIES,
         }
     }
 
@@ -504,5 +505,32 @@ impl ExecStream for SpritesExec {
             let env = self.env_for(&command).await?;
             self.stream(command, env).await
         })
+    }
+}
+impl Sandbox for SpritesExec {
+    fn id(&self) -> &str {
+        self.inner.client.sprite()
+    }
+
+    fn owned(&self) -> bool {
+        self.inner.ownership.owned()
+    }
+
+    fn set_owned(&self, owned: bool) {
+        self.inner.ownership.set_owned(owned);
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let o = &self.inner.ownership;
+            if o.begin_close() && o.owned() && !o.is_destroyed() {
+                self.delete_sprite().await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.delete_sprite())
     }
 }

@@ -1,19 +1,6 @@
-//! execseam adapter for [Fly Sprites](https://sprites.dev): runs each [`Command`] through the
-//! Sprites exec API, over a WebSocket (`GET /v1/sprites/{name}/exec`, the default) or the HTTP
-//! `POST /v1/sprites/{name}/exec` fallback.
+#![doc = include_str!("../README.md")]
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), execseam_core::Error> {
-//! use execseam_core::{Command, Exec};
-//! use execseam_sprites::SpritesExec;
-//!
-//! let sprite = SpritesExec::from_env()?; // SPRITE_TOKEN, SPRITE_NAME[, SPRITES_API_URL]
-//! let out = sprite
-//!     .exec(Command::builder(["ls", "-la"]).workdir("/home/sprite").build()?)
-//!     .await?;
-//! println!("{:?}: {}", out.exit, String::from_utf8_lossy(&out.stdout));
-//! # Ok(()) }
-//! ```
+//! # Details
 //!
 //! # Capabilities ([`CAPABILITIES`]; [`HTTP_CAPABILITIES`] for the POST fallback)
 //!
@@ -47,14 +34,54 @@
 //! Error mapping and live configuration: `docs/adapters/sprites.md`.
 #![warn(missing_docs)]
 
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+
 mod client;
 mod config;
 mod error;
 mod exec;
+mod provider;
 pub mod wire;
 
 pub use config::{BaseEnv, DEFAULT_BASE_URL, SpritesConfig, Transport};
-pub use exec::{CAPABILITIES, HTTP_CAPABILITIES, SpritesExec, parse_http_body};
+pub use exec::{SpritesExec, parse_http_body};
+pub use provider::SpritesProvider;
+
+/// The capabilities over WebSockets (the default transport).
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::Native,
+    stdin: Delivery::Native,
+    workdir: Delivery::Native,
+    env: Delivery::Native,
+    streaming: true,
+    remote_kill: true,
+    binary_output: true,
+    max_stdin: None,
+    max_output: None,
+    native_tools: &[],
+};
+
+/// The capabilities over the HTTP POST fallback.
+pub const HTTP_CAPABILITIES: Capabilities = Capabilities {
+    streaming: false,
+    remote_kill: false,
+    binary_output: false,
+    ..CAPABILITIES
+};
+
+/// Sprites' lifecycle (see [`SpritesProvider`]): a sprite is created by name (generated), found,
+/// listed and deleted; it has no image, env, labels or sizes to ask for.
+pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    create: true,
+    connect: true,
+    list: true,
+    destroy: true,
+    spec: SpecSupport::NONE,
+    options: &["name"],
+};
+
+/// The environment variables [`SpritesConfig::from_env`] reads.
+pub const ENV_VARS: &[&str] = &["SPRITE_TOKEN", "SPRITES_API_URL", "SPRITES_EXEC_TRANSPORT"];
 
 /// The provider name in errors and capabilities.
 pub const PROVIDER: &str = "sprites";

@@ -242,3 +242,28 @@ mod tests {
         assert_eq!(q, want);
     }
 }
+
+/// `GET /v1/sprites`: a page of sprites.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct SpriteList {
+    /// The sprites.
+    #[serde(default)]
+    pub sprites: Vec<SpriteInfo>,
+    /// More pages follow.
+    #[serde(default)]
+    pub has_more: bool,
+    /// The token for the next page.
+    #[serde(default)]
+    pub next_continuation_token: Option<String>,
+}
+
+/// One sprite of a list.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct SpriteInfo {
+    /// Its name (what the API's paths take).
+    #[serde(default)]
+    pub name: String,
+    /// Its status (`running`, `warm`, `cold`, …).
+    #[serde(default)]
+    pub status: Option<String>,
+}

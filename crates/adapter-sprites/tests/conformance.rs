@@ -1,5 +1,5 @@
 //! The conformance suite against the Sprites emulator (`cargo xtask conformance --adapter
-//! sprites`), or against a real sprite with `EXECSEAM_LIVE=1` (`SPRITE_TOKEN`, `SPRITE_NAME`,
+//! sprites`), or against a sprite it creates with `EXECSEAM_LIVE=1` (`SPRITE_TOKEN`,
 //! optionally `SPRITES_API_URL`).
 
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use execseam_conformance::Target;
 use execseam_core::{Error, ErrorKind};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator, SpritesOptions};
-use execseam_sprites::{SpritesConfig, SpritesExec};
+use execseam_sprites::{SpritesConfig, SpritesProvider};
 
 fn setup(e: std::io::Error) -> Error {
     Error::new(
@@ -28,9 +28,11 @@ fn dead_url() -> String {
 fn main() {
     execseam_conformance::main(|| async {
         if std::env::var("EXECSEAM_LIVE").is_ok_and(|v| v == "1") {
-            let sprite = SpritesExec::from_env()?;
+            let provider = SpritesProvider::from_env()?;
+            let sprite = provider.create(execseam_core::SandboxSpec::new()).await?;
             let scratch = format!("/home/sprite/execseam-conformance-{}", std::process::id());
             return Ok(Target::new("sprites", Arc::new(sprite))
+                .provider(Arc::new(provider))
                 .scratch(scratch)
                 .proptest_cases(8)
                 .live(true));
@@ -38,11 +40,12 @@ fn main() {
         let emu = SpritesEmulator::start(EmulatorOptions::default(), SpritesOptions::default())
             .await
             .map_err(setup)?;
-        let config =
-            |base: String, sprite: &str| SpritesConfig::new(sprite, emu.token()).base_url(base);
-        let sprite = SpritesExec::new(config(emu.base_url(), DEFAULT_SPRITE))?;
-        let dead = SpritesExec::new(config(dead_url(), DEFAULT_SPRITE))?;
-        let gone = SpritesExec::new(config(emu.base_url(), "no-such-sprite"))?;
+        let config = |base: String| SpritesConfig::new(emu.token()).base_url(base);
+        let provider = SpritesProvider::new(config(emu.base_url()))?;
+        let sprite = provider.connect(DEFAULT_SPRITE).await?;
+        let dead = SpritesProvider::new(config(dead_url()))?.attach(DEFAULT_SPRITE);
+        let gone = provider.attach("no-such-sprite");
+        let count = emu.sandbox_counter();
         let scratch = emu
             .sprite(DEFAULT_SPRITE)
             .expect("the default sprite")
@@ -52,6 +55,8 @@ fn main() {
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(gone))
             .faults(Arc::new(emu.faults().clone()))
+            .provider(Arc::new(provider))
+            .live_sandboxes(count)
             .proptest_cases(16)
             .keep_alive(emu))
     });

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use execseam_conformance::{Outcome, Target};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator, SpritesOptions};
-use execseam_sprites::{SpritesConfig, SpritesExec, Transport};
+use execseam_sprites::{SpritesConfig, SpritesProvider, Transport};
 
 #[test]
 fn over_http_post_every_case_passes_or_fails_detectably() {
@@ -20,13 +20,14 @@ fn over_http_post_every_case_passes_or_fails_detectably() {
         let emu = SpritesEmulator::start(EmulatorOptions::default(), SpritesOptions::default())
             .await
             .expect("the emulator starts");
-        let config = |sprite: &str| {
-            SpritesConfig::new(sprite, emu.token())
+        let provider = SpritesProvider::new(
+            SpritesConfig::new(emu.token())
                 .base_url(emu.base_url())
-                .transport(Transport::Http)
-        };
-        let sprite = SpritesExec::new(config(DEFAULT_SPRITE)).unwrap();
-        let gone = SpritesExec::new(config("no-such-sprite")).unwrap();
+                .transport(Transport::Http),
+        )
+        .unwrap();
+        let sprite = provider.attach(DEFAULT_SPRITE);
+        let gone = provider.attach("no-such-sprite");
         let scratch = emu
             .sprite(DEFAULT_SPRITE)
             .unwrap()

@@ -10,7 +10,7 @@ use execseam_emulators::sprites::{
     DEFAULT_SPRITE, EnvMode, SignalExit, SpritesEmulator, SpritesOptions, UnknownSprite,
 };
 use execseam_emulators::{EmulatorOptions, Fault};
-use execseam_sprites::{BaseEnv, SpritesConfig, SpritesExec, Transport};
+use execseam_sprites::{BaseEnv, SpritesConfig, SpritesExec, SpritesProvider, Transport};
 
 async fn emulator(opts: SpritesOptions) -> SpritesEmulator {
     SpritesEmulator::start(
@@ -25,10 +25,17 @@ async fn emulator(opts: SpritesOptions) -> SpritesEmulator {
 }
 
 fn adapter(emu: &SpritesEmulator, f: impl FnOnce(SpritesConfig) -> SpritesConfig) -> SpritesExec {
-    SpritesExec::new(f(
-        SpritesConfig::new(DEFAULT_SPRITE, "spr_test").base_url(emu.base_url())
-    ))
-    .expect("an adapter")
+    on(
+        f(SpritesConfig::new("spr_test").base_url(emu.base_url())),
+        DEFAULT_SPRITE,
+    )
+}
+
+/// A handle on sprite `name` (no request).
+fn on(config: SpritesConfig, name: &str) -> SpritesExec {
+    SpritesProvider::new(config)
+        .expect("a provider")
+        .attach(name)
 }
 
 fn sh(script: &str) -> Command {
@@ -272,8 +279,10 @@ async fn observed_errors_map_to_typed_errors() {
     let true_ = || Command::new(["true"]).unwrap();
 
     // The observed 500 {"error":"failed to retrieve sprite"} and the 404 are both NotFound.
-    let gone =
-        SpritesExec::new(SpritesConfig::new("ghost", "spr_test").base_url(emu.base_url())).unwrap();
+    let gone = on(
+        SpritesConfig::new("spr_test").base_url(emu.base_url()),
+        "ghost",
+    );
     let e = gone.exec(true_()).await.unwrap_err();
     assert_eq!(
         (e.kind(), e.retry()),
@@ -289,9 +298,10 @@ async fn observed_errors_map_to_typed_errors() {
     );
 
     // 401 {"error":"authentication failed"}.
-    let bad =
-        SpritesExec::new(SpritesConfig::new(DEFAULT_SPRITE, "wrong").base_url(emu.base_url()))
-            .unwrap();
+    let bad = on(
+        SpritesConfig::new("wrong").base_url(emu.base_url()),
+        DEFAULT_SPRITE,
+    );
     let e = bad.exec(true_()).await.unwrap_err();
     assert_eq!(
         (e.kind(), e.retry()),
@@ -351,12 +361,12 @@ async fn env_values_and_argv_never_reach_error_messages() {
     };
     for (sprite, fault) in [
         (
-            SpritesExec::new(
-                SpritesConfig::new(DEFAULT_SPRITE, "spr_test")
+            on(
+                SpritesConfig::new("spr_test")
                     .base_url(dead_url)
                     .base_env(BaseEnv::Server),
-            )
-            .unwrap(),
+                DEFAULT_SPRITE,
+            ),
             None,
         ),
         (

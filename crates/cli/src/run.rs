@@ -17,6 +17,10 @@ pub struct RunArgs {
     /// The adapter to run through.
     #[arg(long, default_value = "local")]
     adapter: String,
+    /// Run in this existing sandbox (left running); without it a sandbox is created and
+    /// destroyed before exiting.
+    #[arg(long, env = "EXECSEAM_SANDBOX")]
+    sandbox: Option<String>,
     /// Absolute working directory in the sandbox.
     #[arg(long)]
     workdir: Option<String>,
@@ -112,9 +116,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
 
 async fn run_inner(args: &RunArgs) -> Result<Output, Error> {
     let cmd = build_command(args)?;
-    let adapter =
-        registry::find(&args.adapter).map_err(|m| Error::new(ErrorKind::InvalidCommand, m))?;
-    let exec = (adapter.connect)().await?;
+    let exec = registry::open(&args.adapter, args.sandbox.as_deref()).await?;
     match args.timeout {
         Some(secs) if secs > 0.0 => {
             exec.with_deadline(Duration::from_secs_f64(secs))
@@ -207,7 +209,7 @@ pub fn markdown_table() -> String {
         "| adapter | argv | stdin | workdir | env | streaming | remote kill | binary output |\n|---|---|---|---|---|---|---|---|\n",
     );
     for a in registry::all() {
-        let c = (a.capabilities)();
+        let c = registry::capabilities(&a);
         s.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
             a.name,
@@ -233,7 +235,7 @@ pub fn adapters(as_json: bool, markdown: bool) -> ExitCode {
         let list: Vec<Value> = all
             .iter()
             .map(|a| {
-                let c = (a.capabilities)();
+                let c = registry::capabilities(&a);
                 json!({
                     "name": a.name,
                     "about": a.about,
@@ -260,7 +262,7 @@ pub fn adapters(as_json: bool, markdown: bool) -> ExitCode {
         "adapter", "argv", "stdin", "workdir", "env", "stream", "kill", "binary"
     );
     for a in &all {
-        let c = (a.capabilities)();
+        let c = registry::capabilities(&a);
         let yn = |b: bool| if b { "yes" } else { "no" };
         println!(
             "{:<11} {:<13} {:<13} {:<13} {:<13} {:<6} {:<5} {:<6} {}",

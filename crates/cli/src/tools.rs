@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use execseam_core::degrade::base64_encode;
-use execseam_core::{Error, ErrorKind, Exec, Retry};
+use execseam_core::{Exec, Retry};
 use execseam_tools::{
     Change, GrepOptions, Listing, ReadRange, RelPath, ToolError, Tools, WriteOptions, escape,
 };
@@ -35,6 +35,10 @@ pub struct Common {
     /// The adapter to run through.
     #[arg(long, default_value = "local")]
     adapter: String,
+    /// Work in this existing sandbox (left running); without it a sandbox is created and
+    /// destroyed before exiting.
+    #[arg(long, env = "EXECSEAM_SANDBOX")]
+    sandbox: Option<String>,
     /// The absolute directory paths are relative to (default: the current directory).
     #[arg(long, value_name = "DIR")]
     root: Option<String>,
@@ -148,9 +152,7 @@ fn under(root: &str, p: &str) -> String {
 }
 
 async fn connect(c: &Common) -> Result<std::sync::Arc<dyn Exec>, ToolError> {
-    let adapter = registry::find(&c.adapter)
-        .map_err(|m| ToolError::Exec(Error::new(ErrorKind::InvalidCommand, m)))?;
-    Ok((adapter.connect)().await?)
+    Ok(registry::open(&c.adapter, c.sandbox.as_deref()).await?)
 }
 
 fn error_json(e: &ToolError) -> Value {

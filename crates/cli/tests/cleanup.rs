@@ -66,7 +66,7 @@ async fn a_sandbox_created_by_the_run_is_removed_and_an_existing_one_is_kept() {
         "the sandbox the run created is gone"
     );
 
-    // A sandbox named by E2B_SANDBOX_ID belongs to the caller: it is kept.
+    // A sandbox named by --sandbox (EXECSEAM_SANDBOX) belongs to the caller: it is kept.
     let created = http(
         &base,
         &key,
@@ -78,7 +78,7 @@ async fn a_sandbox_created_by_the_run_is_removed_and_an_existing_one_is_kept() {
         .as_str()
         .unwrap()
         .to_owned();
-    let named = vec![("E2B_SANDBOX_ID".to_owned(), id.clone())];
+    let named = vec![("EXECSEAM_SANDBOX".to_owned(), id.clone())];
     let out = tokio::task::spawn_blocking(move || run(named))
         .await
         .unwrap();

@@ -35,8 +35,7 @@
 use std::any::Any;
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use execseam_core::{BoxFuture, Exec, Provider};
 
@@ -46,7 +45,10 @@ mod property;
 mod report;
 mod snapshot;
 
-pub use report::{CaseReport, Report, main, run, run_cases};
+pub use report::{CaseReport, Report, RunSummary, main, run, run_cases, run_with_args};
+
+/// The standard test harness the runner is built on, for [`run_with_args`].
+pub use libtest_mimic;
 
 /// What a case concluded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,32 +91,8 @@ impl fmt::Debug for Case {
     }
 }
 
-/// A fault an emulator can inject into the next request that submits a command.
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// HTTP 429 (or the protocol's equivalent) with a retry-after of this many seconds.
-    RateLimited {
-        /// The retry-after the emulator sends.
-        retry_after_secs: u64,
-    },
-    /// HTTP 500 after the command was accepted (it may have run).
-    ServerError,
-    /// HTTP 503 (or gRPC UNAVAILABLE).
-    Unavailable,
-    /// The connection is reset before any response byte.
-    ResetBeforeResponse,
-    /// The response (stream) is cut before its exit frame.
-    CutBeforeExit,
-    /// The response body (or a frame) is malformed.
-    MalformedBody,
-    /// The response is delayed by this long, then served normally.
-    Latency(Duration),
-    /// Credentials are rejected.
-    AuthFailure,
-    /// The sandbox disappears while the command runs (it stays gone).
-    SandboxVanishes,
-}
+/// A fault an emulator can inject: the emulators' own type (one `Fault` in the workspace).
+pub use execseam_emulators::Fault;
 
 /// Fault injection, provided by an emulator for emulated runs.
 pub trait Faults: Send + Sync {
@@ -127,6 +105,21 @@ pub trait Faults: Send + Sync {
     /// prove that a failed exec is never re-submitted).
     fn exec_requests(&self) -> Option<u64> {
         None
+    }
+}
+
+impl Faults for execseam_emulators::FaultHandle {
+    fn inject(&self, fault: Fault) -> bool {
+        self.arm("exec", fault);
+        true
+    }
+
+    fn clear(&self) {
+        execseam_emulators::FaultHandle::clear(self);
+    }
+
+    fn exec_requests(&self) -> Option<u64> {
+        Some(self.count("exec"))
     }
 }
 
@@ -154,7 +147,20 @@ pub struct Target {
     /// How many sandboxes the emulator holds right now (a test-only count): after the suite,
     /// none that it created may be left.
     pub live_sandboxes: Option<Arc<dyn Fn() -> usize + Send + Sync>>,
+    /// Set when the provider itself reports a command's exit only once every holder of its
+    /// output has closed it (so a background child delays the exit on the real service): the
+    /// reason, with its source. `background-child-detached` is then not applicable.
+    pub exit_waits_for_children: Option<String>,
     keep_alive: Vec<Box<dyn Any + Send + Sync>>,
+    suite: SuiteState,
+}
+
+/// What the lifecycle cases share across the run.
+struct SuiteState {
+    /// A value unique to this run (the `execseam-suite` label of its sandboxes).
+    id: String,
+    created: Mutex<Vec<String>>,
+    baseline: Mutex<Option<usize>>,
 }
 
 impl Target {
@@ -171,7 +177,13 @@ impl Target {
             proptest_cases: 32,
             provider: None,
             live_sandboxes: None,
+            exit_waits_for_children: None,
             keep_alive: Vec::new(),
+            suite: SuiteState {
+                id: format!("run-{}", execseam_core::transport::random_id(12)),
+                created: Mutex::new(Vec::new()),
+                baseline: Mutex::new(None),
+            },
         }
     }
 
@@ -231,11 +243,49 @@ impl Target {
         self
     }
 
+    /// Declares that the provider reports an exit only after the output is closed by every
+    /// process holding it (see [`Target::exit_waits_for_children`]).
+    #[must_use]
+    pub fn exit_waits_for_children(mut self, reason: impl Into<String>) -> Target {
+        self.exit_waits_for_children = Some(reason.into());
+        self
+    }
+
     /// Keeps `value` (an emulator handle, a temp dir) alive as long as the target.
     #[must_use]
     pub fn keep_alive(mut self, value: impl Any + Send + Sync) -> Target {
         self.keep_alive.push(Box::new(value));
         self
+    }
+
+    /// The value of the `execseam-suite` label on every sandbox this run creates.
+    pub fn suite_id(&self) -> &str {
+        &self.suite.id
+    }
+
+    /// Records a sandbox the suite created (checked by `lifecycle-nothing-left`).
+    pub fn record_created(&self, id: &str) {
+        self.suite
+            .created
+            .lock()
+            .expect("created")
+            .push(id.to_owned());
+    }
+
+    /// The sandboxes the suite created.
+    pub fn created(&self) -> Vec<String> {
+        self.suite.created.lock().expect("created").clone()
+    }
+
+    /// The emulator's sandbox count before the first case, if it counts.
+    pub fn baseline(&self) -> Option<usize> {
+        *self.suite.baseline.lock().expect("baseline")
+    }
+
+    pub(crate) fn take_baseline(&self) {
+        if let Some(count) = &self.live_sandboxes {
+            *self.suite.baseline.lock().expect("baseline") = Some(count());
+        }
     }
 
     /// A path under the scratch directory.

@@ -151,25 +151,21 @@ pub async fn run_cases(target: &Target, list: &[Case], filter: Option<&str>) -> 
                 Err(_) => Outcome::Fail(format!("the watchdog fired after {WATCHDOG:?}")),
             },
         };
-        let elapsed = start.elapsed();
-        let line = match &outcome {
-            Outcome::Pass => format!("pass  {} ({} ms)", case.name, elapsed.as_millis()),
-            Outcome::Fail(why) => format!("FAIL  {}: {}", case.name, one_line(why)),
-            Outcome::NotApplicable(why) => format!("n/a   {}: {why}", case.name),
-        };
-        println!("{line}");
-        let _ = std::io::stdout().flush();
-        report.cases.push(CaseReport {
+        let c = CaseReport {
             name: case.name,
             outcome,
-            elapsed,
-        });
+            elapsed: start.elapsed(),
+        };
+        println!("{}", report_line(&c));
+        let _ = std::io::stdout().flush();
+        report.cases.push(c);
     }
     println!("{}", report.summary());
     report
 }
 
 async fn prepare(target: &Target) -> Result<(), Error> {
+    target.take_baseline();
     let cmd = Command::new(["mkdir", "-p", "--", &target.scratch])?;
     let out = target.exec.exec(cmd).await?;
     if out.exit.success() {
@@ -213,33 +209,203 @@ pub fn record_path(adapter: &str) -> PathBuf {
 
 /// The entry point of an adapter's `tests/conformance.rs` (`harness = false`).
 ///
-/// Builds the target with `setup`, runs the suite (the first argument not starting with `-` is a
-/// name filter), writes the JSON report, compares with (or, with `EXECSEAM_CONFORMANCE_BLESS=1`,
-/// rewrites) the committed record, and exits non-zero on any failure.
+/// Each case is a test of a standard libtest harness (`libtest-mimic`), so the usual arguments
+/// work: `-- --list`, `-- --exact tools-glob-snapshot`, a name filter, `--skip`, `--ignored`,
+/// and `cargo nextest run`. A case that does not apply is reported *ignored*, with the reason,
+/// never as passed. The cases share one target and run one at a time, in the suite's order
+/// (`--test-threads` is ignored).
+///
+/// `setup` builds the target the first time a case runs (never for `--list`). After the run
+/// come the per-case report lines, the summary line `N passed, M failed, K not applicable`, the
+/// JSON report, and, when every case ran, the comparison with (or, with
+/// `EXECSEAM_CONFORMANCE_BLESS=1`, the rewrite of) the committed record. Exits non-zero on any
+/// failure or a stale record.
 pub fn main<F, Fut>(setup: F)
 where
-    F: FnOnce() -> Fut,
+    F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<Target, Error>>,
 {
-    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    let code = crate::block_on(async move {
-        let target = match setup().await {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("conformance setup failed: {e}");
-                return 2;
+    let args = libtest_mimic::Arguments::from_args();
+    std::process::exit(run_with_args(args, setup).code);
+}
+
+/// What [`run_with_args`] concluded.
+#[derive(Debug)]
+pub struct RunSummary {
+    /// The process exit code [`main`] uses.
+    pub code: i32,
+    /// libtest's counts.
+    pub conclusion: libtest_mimic::Conclusion,
+    /// The cases that ran, in order (empty for `--list`).
+    pub report: Option<Report>,
+    /// True if `setup` was called.
+    pub set_up: bool,
+}
+
+/// [`main`] with explicit arguments (for testing the runner itself).
+pub fn run_with_args<F, Fut>(mut args: libtest_mimic::Arguments, setup: F) -> RunSummary
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Target, Error>>,
+{
+    use std::sync::{Arc, Mutex};
+
+    // One sandbox, cases in order: a case may depend on the one before (the vanishing sandbox
+    // runs last).
+    args.test_threads = Some(1);
+    let runtime = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime"),
+    );
+    type Setup = Box<dyn FnOnce() -> Result<Target, Error> + Send>;
+    let rt = runtime.clone();
+    let setup: Setup = Box::new(move || rt.block_on(setup()));
+    struct Shared {
+        setup: Option<Setup>,
+        target: Option<Result<Arc<Target>, String>>,
+        ran_setup: bool,
+        prepared: bool,
+        cases: Vec<CaseReport>,
+    }
+    let shared = Arc::new(Mutex::new(Shared {
+        setup: Some(setup),
+        target: None,
+        ran_setup: false,
+        prepared: false,
+        cases: Vec::new(),
+    }));
+    let target_of = {
+        let shared = shared.clone();
+        let runtime = runtime.clone();
+        move || -> Result<Arc<Target>, String> {
+            let mut s = shared.lock().expect("shared");
+            if s.target.is_none() {
+                let f = s.setup.take().expect("setup runs once");
+                s.ran_setup = true;
+                let t = f()
+                    .map(Arc::new)
+                    .map_err(|e| format!("conformance setup failed: {e}"));
+                s.target = Some(t);
             }
+            let t = s.target.clone().expect("set above")?;
+            if !s.prepared {
+                s.prepared = true;
+                if let Err(e) = runtime.block_on(prepare(&t)) {
+                    s.target = Some(Err(format!(
+                        "setup failed: cannot create the scratch directory: {e}"
+                    )));
+                    return Err(s.target.clone().expect("set").err().unwrap_or_default());
+                }
+            }
+            Ok(t)
+        }
+    };
+    let target_of = Arc::new(target_of);
+    let trials: Vec<libtest_mimic::Trial> = cases::all()
+        .into_iter()
+        .map(|case| {
+            let shared = shared.clone();
+            let runtime = runtime.clone();
+            let target_of = target_of.clone();
+            libtest_mimic::Trial::ignorable_test(case.name, move || {
+                let start = Instant::now();
+                let outcome = match target_of() {
+                    Err(e) => Outcome::Fail(e),
+                    Ok(t) => runtime.block_on(async {
+                        match tokio::time::timeout(WATCHDOG, (case.run)(&t)).await {
+                            Ok(Ok(())) => Outcome::Pass,
+                            Ok(Err(o)) => o,
+                            Err(_) => {
+                                Outcome::Fail(format!("the watchdog fired after {WATCHDOG:?}"))
+                            }
+                        }
+                    }),
+                };
+                let elapsed = start.elapsed();
+                shared.lock().expect("shared").cases.push(CaseReport {
+                    name: case.name,
+                    outcome: outcome.clone(),
+                    elapsed,
+                });
+                match outcome {
+                    Outcome::Pass => Ok(libtest_mimic::Completion::Completed),
+                    Outcome::NotApplicable(why) => Ok(libtest_mimic::Completion::ignored_with(
+                        format!("n/a: {why}"),
+                    )),
+                    Outcome::Fail(why) => Err(why.into()),
+                }
+            })
+        })
+        .collect();
+    let total = trials.len();
+    let conclusion = libtest_mimic::run(&args, trials);
+    let mut s = shared.lock().expect("shared");
+    let set_up = s.ran_setup;
+    if args.list || !set_up {
+        let code = i32::from(conclusion.has_failed());
+        return RunSummary {
+            code,
+            conclusion,
+            report: None,
+            set_up,
         };
-        println!(
-            "conformance: adapter {} (provider {}){}",
-            target.name,
-            target.exec.provider(),
-            if target.live { ", live" } else { "" }
-        );
-        let report = run(&target, filter.as_deref()).await;
-        finish(&target, &report, filter.is_some())
-    });
-    std::process::exit(code);
+    }
+    let target = match s.target.clone() {
+        Some(Ok(t)) => t,
+        _ => {
+            return RunSummary {
+                code: 1,
+                conclusion,
+                report: None,
+                set_up,
+            };
+        }
+    };
+    let report = Report {
+        adapter: target.name.clone(),
+        provider: target.exec.provider().to_owned(),
+        cases: std::mem::take(&mut s.cases),
+    };
+    drop(s);
+    println!(
+        "\nconformance: adapter {} (provider {}){}",
+        target.name,
+        target.exec.provider(),
+        if target.live { ", live" } else { "" }
+    );
+    for c in &report.cases {
+        println!("{}", report_line(c));
+    }
+    println!("{}", report.summary());
+    let complete = report.cases.len() == total;
+    let mut code = finish(&target, &report, !complete);
+    if conclusion.has_failed() {
+        code = 1;
+    }
+    // The target (emulators, scratch dirs) goes away inside the runtime it was made on.
+    {
+        let _enter = runtime.enter();
+        drop(target);
+        drop(target_of);
+        drop(shared);
+    }
+    RunSummary {
+        code,
+        conclusion,
+        report: Some(report),
+        set_up,
+    }
+}
+
+fn report_line(c: &CaseReport) -> String {
+    match &c.outcome {
+        Outcome::Pass => format!("pass  {} ({} ms)", c.name, c.elapsed.as_millis()),
+        Outcome::Fail(why) => format!("FAIL  {}: {}", c.name, one_line(why)),
+        Outcome::NotApplicable(why) => format!("n/a   {}: {why}", c.name),
+    }
 }
 
 fn finish(target: &Target, report: &Report, filtered: bool) -> i32 {

@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use execseam_agentcore::{AgentCoreConfig, AgentCoreExec, ExecMode};
+use execseam_agentcore::{AgentCoreConfig, AgentCoreExec, AgentCoreProvider, ExecMode};
 use execseam_conformance::Target;
 use execseam_core::{Error, ErrorKind};
+use execseam_core::{Sandbox, SandboxSpec};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::agentcore::{ACCESS_KEY_ID, AgentCoreEmulator, REGION, SESSION_ROOT};
 
@@ -27,18 +28,31 @@ pub fn config(emu: &AgentCoreEmulator) -> AgentCoreConfig {
 /// An adapter with its own session. Without mount namespaces the sandbox paths are translated,
 /// so the adapter is told where the session root really is.
 pub async fn connect(emu: &AgentCoreEmulator, config: AgentCoreConfig) -> AgentCoreExec {
-    let exec = AgentCoreExec::connect(config.clone())
+    let exec = AgentCoreProvider::new(config.clone())
+        .expect("a provider")
+        .create(SandboxSpec::new())
         .await
-        .expect("the adapter connects");
-    let sid = exec.session_id().to_owned();
+        .expect("the adapter starts a session");
+    let sid = exec.id().to_owned();
     let root = emu.visible_path(&sid, SESSION_ROOT).expect("a session");
     if root == SESSION_ROOT {
         return exec;
     }
     let tmp = emu.visible_path(&sid, "/tmp").expect("a session");
-    AgentCoreExec::connect(config.session_id(sid).session_root(root).temp_dir(tmp))
-        .await
-        .expect("attaches")
+    // The same session through translated paths; that handle owns it now.
+    exec.set_owned(false);
+    let attached = AgentCoreProvider::new(config.session_root(root).temp_dir(tmp))
+        .expect("a provider")
+        .attach(&sid);
+    attached.set_owned(true);
+    attached
+}
+
+/// A handle on session `id` (no request).
+pub fn attach(config: AgentCoreConfig, id: &str) -> AgentCoreExec {
+    AgentCoreProvider::new(config)
+        .expect("a provider")
+        .attach(id)
 }
 
 /// A port where nothing listens.
@@ -55,18 +69,19 @@ pub async fn target(name: &str, mode: ExecMode) -> Result<Target, Error> {
     let config = config(&emu).mode(mode);
     let exec = connect(&emu, config.clone()).await;
     let scratch = emu
-        .visible_path(exec.session_id(), "/tmp/execseam-conformance")
+        .visible_path(exec.id(), "/tmp/execseam-conformance")
         .expect("a session");
-    let dead = AgentCoreExec::connect(
+    let dead = attach(
         config
             .clone()
-            .endpoint_url(format!("http://127.0.0.1:{}", dead_port()))
-            .session_id("01DEADENDPOINT000000000000"),
-    )
-    .await?;
-    let gone =
-        AgentCoreExec::connect(config.clone().session_id("01VANISHED0000000000000000")).await?;
+            .endpoint_url(format!("http://127.0.0.1:{}", dead_port())),
+        "01DEADENDPOINT000000000000",
+    );
+    let gone = attach(config.clone(), "01VANISHED0000000000000000");
+    let count = emu.sandbox_counter();
     Ok(Target::new(name, Arc::new(exec))
+        .provider(Arc::new(AgentCoreProvider::new(config)?))
+        .live_sandboxes(count)
         .scratch(scratch)
         .dead_endpoint(Arc::new(dead))
         .vanished_sandbox(Arc::new(gone))

@@ -8,6 +8,7 @@ use crate::{Case, CaseResult, Outcome, Target};
 
 mod exec;
 mod faults;
+mod lifecycle;
 mod tools;
 
 /// Builds the case list, giving each async fn a boxed wrapper.
@@ -26,8 +27,31 @@ macro_rules! cases {
 pub fn all() -> Vec<Case> {
     let mut v = exec_cases();
     v.extend(tool_cases());
+    v.extend(lifecycle_cases());
     v.extend(fault_cases());
+    v.extend(cases![
+        "lifecycle-nothing-left" => lifecycle::nothing_left:
+            "after the suite, no sandbox it created is left (the emulator's count, and the list)",
+    ]);
     v
+}
+
+/// The sandbox lifecycle, gated on the provider's `LifecycleCapabilities`.
+pub fn lifecycle_cases() -> Vec<Case> {
+    cases![
+        "lifecycle-declared" => lifecycle::declared:
+            "operations declared unsupported fail with Unsupported; connecting to an unknown id is NotFound",
+        "lifecycle-create-exec-destroy" => lifecycle::create_exec_destroy:
+            "create, exec, close (owned: destroys), then exec is Err(NotFound), never Ok or an exit code",
+        "lifecycle-list-by-label" => lifecycle::list_by_label:
+            "a sandbox created with a label is in the list filtered by it, not in one filtered by another value",
+        "lifecycle-connect-sees-files" => lifecycle::connect_sees_files:
+            "connect by id sees files written through the first handle; closing it (not owned) leaves the sandbox",
+        "lifecycle-destroy-idempotent" => lifecycle::destroy_idempotent:
+            "destroying twice, through the handle and the provider, is Ok; then exec is NotFound",
+        "lifecycle-unsupported-spec-field" => lifecycle::unsupported_spec_field:
+            "a spec field the provider does not honour is refused (Unsupported) before anything is created",
+    ]
 }
 
 /// The cases about exec behaviour.
@@ -61,6 +85,8 @@ pub fn exec_cases() -> Vec<Case> {
             "env values (spaces, quotes, newlines, empty) and odd keys reach the command",
         "env-baseline" => exec::env_baseline:
             "the base environment has a PATH, and Command.env overrides it",
+        "background-child-detached" => lifecycle::background_child:
+            "`sleep 5 & echo started` returns started, exit 0, well under 5 s; the child keeps running",
         "kill-is-ambiguous" => exec::kill_signals:
             "kill -9/-15 $$ give 137/143 or Signal(9/15), classified ambiguous",
         "concurrent-execs-isolated" => exec::concurrent:

@@ -400,6 +400,22 @@ impl AgentCoreEmulator {
         self.state.session(id).map(|s| s.status())
     }
 
+    /// A counter of the READY sessions, that outlives this handle (for the conformance suite's
+    /// "nothing left behind" check).
+    pub fn sandbox_counter(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let state = Arc::downgrade(&self.state);
+        move || {
+            state.upgrade().map_or(0, |s| {
+                s.by_id
+                    .lock()
+                    .expect("sessions")
+                    .values()
+                    .filter(|x| x.status() == SessionStatus::Ready)
+                    .count()
+            })
+        }
+    }
+
     /// Every session id, oldest first.
     pub fn session_ids(&self) -> Vec<String> {
         self.state

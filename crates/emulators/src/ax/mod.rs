@@ -705,7 +705,7 @@ impl AxEmulator {
         self.server.addr()
     }
 
-    /// `127.0.0.1:<port>`: what `AX_GUEST_ENDPOINT` takes.
+    /// `127.0.0.1:<port>`: what `AxProvider::connect` takes.
     pub fn endpoint(&self) -> String {
         self.server.addr().to_string()
     }
@@ -741,9 +741,9 @@ impl AxEmulator {
         Ok(g)
     }
 
-    /// The environment our adapter's `from_env` reads.
+    /// The guest's address as the sandbox `execseam run` connects to (`EXECSEAM_SANDBOX`).
     pub fn env(&self) -> Vec<(String, String)> {
-        vec![(execseam_ax::ENV_ENDPOINT.to_owned(), self.endpoint())]
+        vec![("EXECSEAM_SANDBOX".to_owned(), self.endpoint())]
     }
 
     /// As the registry's [`Emulator`].

@@ -222,7 +222,18 @@ impl CloudflareEmulator {
             .map(|e| e.sandbox.clone())
     }
 
-    /// The ids that have a sandbox now.
+    /// A counter of the ids that have a container now, that outlives this handle (for the
+    /// conformance suite's "nothing left behind" check).
+    pub fn sandbox_counter(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let state = Arc::downgrade(&self.state);
+        move || {
+            state
+                .upgrade()
+                .map_or(0, |s| s.sandboxes.lock().expect("sandboxes").len())
+        }
+    }
+
+    /// The ids of the sandboxes that have a container.
     pub fn sandbox_ids(&self) -> Vec<String> {
         let mut v: Vec<_> = self
             .state

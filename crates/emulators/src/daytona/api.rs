@@ -150,26 +150,68 @@ pub(super) async fn get_one(
     }
 }
 
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(super) struct ListQuery {
+    labels: Option<String>,
+    page: Option<usize>,
+    limit: Option<usize>,
+}
+
+/// `GET /sandbox` and `GET /sandbox/paginated`: `labels` is a JSON object (the SDKs send
+/// `json.dumps(labels)`, `daytona/_sync/daytona.py` `list`) and a sandbox matches when it
+/// carries every pair; pages are 1-based, 10 items by default, as the API documents.
 pub(super) async fn list(
     AxState(state): AxState<Arc<State>>,
     headers: HeaderMap,
     uri: Uri,
     method: Method,
+    axum::extract::Query(q): axum::extract::Query<ListQuery>,
 ) -> Response {
     if let Some(r) = check(&state, &headers, &uri, &method) {
         return r;
     }
-    let items: Vec<_> = state
+    let filter: BTreeMap<String, String> = match q.labels.as_deref().filter(|l| !l.is_empty()) {
+        None => BTreeMap::new(),
+        Some(l) => match serde_json::from_str(l) {
+            Ok(f) => f,
+            Err(_) => {
+                return envelope(
+                    StatusCode::BAD_REQUEST,
+                    "Invalid labels JSON",
+                    Some("BAD_REQUEST"),
+                    "DAYTONA_API",
+                    uri.path(),
+                    method.as_str(),
+                );
+            }
+        },
+    };
+    let mut items: Vec<_> = state
         .sandboxes
         .lock()
         .expect("sandboxes")
         .values()
-        .map(|s| dto(&state, s, "started"))
+        .filter(|s| filter.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
+        .map(|s| (s.id.clone(), dto(&state, s, "started")))
         .collect();
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    let items: Vec<_> = items.into_iter().map(|(_, v)| v).collect();
+    if !uri.path().ends_with("/paginated") {
+        return json_response(StatusCode::OK, &serde_json::Value::Array(items));
+    }
     let total = items.len();
+    let limit = q.limit.unwrap_or(10).max(1);
+    let page = q.page.unwrap_or(1).max(1);
+    let pages = total.div_ceil(limit).max(1);
+    let items: Vec<_> = items
+        .into_iter()
+        .skip((page - 1) * limit)
+        .take(limit)
+        .collect();
     json_response(
         StatusCode::OK,
-        &serde_json::json!({"items": items, "total": total, "page": 1, "totalPages": 1}),
+        &serde_json::json!({"items": items, "total": total, "page": page, "totalPages": pages}),
     )
 }
 

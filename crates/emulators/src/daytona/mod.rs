@@ -197,6 +197,17 @@ impl DaytonaEmulator {
             .collect()
     }
 
+    /// A counter of the live sandboxes that outlives this handle (for the conformance suite's
+    /// "nothing left behind" check).
+    pub fn sandbox_counter(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let state = Arc::downgrade(&self.state);
+        move || {
+            state
+                .upgrade()
+                .map_or(0, |s| s.sandboxes.lock().expect("sandboxes").len())
+        }
+    }
+
     /// How many sessions the sandbox `id` has open.
     pub fn session_count(&self, id: &str) -> usize {
         self.state
@@ -277,6 +288,7 @@ impl State {
 fn router(state: Arc<State>) -> Router {
     Router::new()
         .route("/api/sandbox", post(api::create).get(api::list))
+        .route("/api/sandbox/paginated", get(api::list))
         .route("/api/sandbox/{id}", get(api::get_one).delete(api::delete))
         .route("/api/sandbox/{id}/toolbox-proxy-url", get(api::proxy_url))
         .route("/api/sandbox/{id}/start", post(api::get_one))

@@ -728,8 +728,10 @@ pub(super) async fn delete_session(sb: Arc<SandboxEntry>, sid: &str, path: &str)
 }
 
 /// The block written to the session shell for one command: behaves as the daemon's wrapper
-/// (labelled FIFOs, command sourced from `cmd.sh`, stdin held open for async commands, exit code
-/// written after the labellers drain).
+/// (labelled FIFOs, command sourced from `cmd.sh`, stdin held open for async commands). The exit
+/// code is the command's own: written as soon as the command returns, before the labellers
+/// drain, as `cmdWrapperFormat` in the daemon's `apps/daemon/pkg/session/execute.go` does (a
+/// background child that keeps the FIFOs open delays the log, not the exit).
 fn wrapper(dir: &str, run_async: bool) -> String {
     let q = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
     let holder = if run_async {
@@ -748,9 +750,9 @@ rm -f "$_op" "$_ep" "$_ip" && mkfifo "$_op" "$_ep" "$_ip" || echo 1 >> "$_d/exit
 _h=$!
 {{ . "$_d/cmd.sh"; }} < "$_ip" > "$_op" 2> "$_ep"
 _ec=$?
+echo "$_ec" >> "$_d/exit_code"
 kill "$_h" 2>/dev/null; wait "$_h" 2>/dev/null
 wait "$_r1" "$_r2"
-echo "$_ec" >> "$_d/exit_code"
 rm -f "$_op" "$_ep" "$_ip"
 }}
 "#,

@@ -111,6 +111,8 @@ pub struct Machine {
     sandbox: Mutex<Option<Arc<Sandbox>>>,
     lease: Mutex<Option<Lease>>,
     sandboxing: Sandboxing,
+    /// `config.metadata`.
+    pub(crate) metadata: Mutex<BTreeMap<String, String>>,
 }
 
 impl std::fmt::Debug for Machine {
@@ -262,6 +264,7 @@ impl State {
             sandbox: Mutex::new(None),
             lease: Mutex::new(None),
             sandboxing: self.sandboxing.clone(),
+            metadata: Mutex::new(BTreeMap::new()),
         });
         if launch {
             m.boot()?;
@@ -286,6 +289,19 @@ impl State {
                 true
             }
             None => false,
+        }
+    }
+}
+
+impl FlyEmulator {
+    /// A counter of the machines that exist (not destroyed), across apps, that outlives this
+    /// handle (for the conformance suite's "nothing left behind" check).
+    pub fn sandbox_counter(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let state = Arc::downgrade(&self.state);
+        move || {
+            state
+                .upgrade()
+                .map_or(0, |s| s.machines.lock().expect("machines").len())
         }
     }
 }
@@ -383,7 +399,8 @@ impl FlyEmulator {
             ("FLY_FLAPS_BASE_URL".into(), self.base_url()),
             ("FLY_API_TOKEN".into(), self.token()),
             ("FLY_APP_NAME".into(), self.default_machine.app.clone()),
-            ("FLY_MACHINE_ID".into(), self.default_machine.id.clone()),
+            // The default machine, as the sandbox `execseam run` connects to.
+            ("EXECSEAM_SANDBOX".into(), self.default_machine.id.clone()),
         ]
     }
 

@@ -92,6 +92,7 @@ fn machine_json(m: &Machine) -> Value {
         "image": m.image,
         "env": m.env,
         "guest": {"cpu_kind": "shared", "cpus": 1, "memory_mb": 256},
+        "metadata": *m.metadata.lock().expect("metadata"),
     });
     if m.env.is_empty() {
         config.as_object_mut().map(|c| c.remove("env"));
@@ -154,9 +155,20 @@ async fn create(st: St, Path(app): Path<String>, headers: HeaderMap, body: Bytes
                 .collect()
         })
         .unwrap_or_default();
+    let metadata: BTreeMap<String, String> = config["metadata"]
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default();
     let launch = !req.skip_launch.unwrap_or(false);
     match st.create_machine(&app, req.name, req.region, image, env, launch) {
-        Ok(m) => json_response(StatusCode::OK, &machine_json(&m)),
+        Ok(m) => {
+            *m.metadata.lock().expect("metadata") = metadata;
+            json_response(StatusCode::OK, &machine_json(&m))
+        }
         Err(e) => err(
             StatusCode::INTERNAL_SERVER_ERROR,
             &format!("cannot create: {e}"),
@@ -186,7 +198,10 @@ async fn destroy(
     let Some(m) = st.machine(&app, &id) else {
         return not_found();
     };
-    let force = q.get("force").is_some_and(|v| v == "true");
+    // `force=true` (the OpenAPI spec) or `kill=true` (fly-go's `Destroy`) stops a running one.
+    let force = ["force", "kill"]
+        .iter()
+        .any(|k| q.get(*k).is_some_and(|v| v == "true"));
     if m.state() == "started" && !force {
         return err(
             StatusCode::PRECONDITION_FAILED,

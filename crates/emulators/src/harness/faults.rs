@@ -325,35 +325,6 @@ impl FaultHandle {
     }
 }
 
-#[cfg(feature = "conformance")]
-impl execseam_conformance::Faults for FaultHandle {
-    fn inject(&self, fault: execseam_conformance::Fault) -> bool {
-        use execseam_conformance::Fault as C;
-        let f = match fault {
-            C::RateLimited { retry_after_secs } => Fault::RateLimited { retry_after_secs },
-            C::ServerError => Fault::ServerError,
-            C::Unavailable => Fault::Unavailable,
-            C::ResetBeforeResponse => Fault::ResetBeforeResponse,
-            C::CutBeforeExit => Fault::CutBeforeExit,
-            C::MalformedBody => Fault::MalformedBody,
-            C::Latency(d) => Fault::Latency(d),
-            C::AuthFailure => Fault::AuthFailure,
-            C::SandboxVanishes => Fault::SandboxVanishes,
-            _ => return false,
-        };
-        self.arm("exec", f);
-        true
-    }
-
-    fn clear(&self) {
-        FaultHandle::clear(self);
-    }
-
-    fn exec_requests(&self) -> Option<u64> {
-        Some(self.count("exec"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -276,6 +276,19 @@ pub struct SpritesEmulator {
     state: Arc<State>,
 }
 
+impl SpritesEmulator {
+    /// A counter of the sprites that exist, that outlives this handle (for the conformance
+    /// suite's "nothing left behind" check).
+    pub fn sandbox_counter(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let state = Arc::downgrade(&self.state);
+        move || {
+            state
+                .upgrade()
+                .map_or(0, |s| s.sprites.lock().expect("sprites").len())
+        }
+    }
+}
+
 impl std::fmt::Debug for SpritesEmulator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SpritesEmulator")
@@ -349,13 +362,14 @@ impl SpritesEmulator {
     }
 
     /// The environment the Sprites CLI (`SPRITES_API_URL`, `SPRITE_TOKEN`) and the adapter's
-    /// `SpritesConfig::from_env` (those plus `SPRITE_NAME`) read. The SDKs read nothing: pass
-    /// these to `SpritesClient(token, base_url=…)`.
+    /// `SpritesConfig::from_env` read, and the default sprite as the sandbox `execseam run`
+    /// connects to (`EXECSEAM_SANDBOX`). The SDKs read nothing: pass these to
+    /// `SpritesClient(token, base_url=…)`.
     pub fn env(&self) -> Vec<(String, String)> {
         vec![
             ("SPRITES_API_URL".into(), self.base_url()),
             ("SPRITE_TOKEN".into(), self.token()),
-            ("SPRITE_NAME".into(), DEFAULT_SPRITE.into()),
+            ("EXECSEAM_SANDBOX".into(), DEFAULT_SPRITE.into()),
         ]
     }
 

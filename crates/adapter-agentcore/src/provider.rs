@@ -1,0 +1,142 @@
+//! [`AgentCoreProvider`]: Code Interpreter sessions as sandboxes.
+
+use execseam_core::{
+    BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Ownership,
+    Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState, gone_is_destroyed,
+};
+
+use crate::client::Client;
+use crate::config::AgentCoreConfig;
+use crate::exec::{AgentCoreExec, capabilities_for};
+use crate::{LIFECYCLE, PROVIDER};
+
+/// Starts, finds, lists and stops Code Interpreter sessions. Built without I/O.
+///
+/// | operation | AgentCore call |
+/// |---|---|
+/// | [`create`](Self::create) | `StartCodeInterpreterSession` (lifetime → `sessionTimeoutSeconds`, else the configured one; the `name` option names it) |
+/// | [`connect`](Self::connect) | `GetCodeInterpreterSession`: a `READY` session; anything else is `NotFound` |
+/// | [`list`](Self::list) | `ListCodeInterpreterSessions` with status `READY`, every page |
+/// | [`destroy`](Self::destroy) | `StopCodeInterpreterSession`; a session already gone is `Ok` |
+#[derive(Clone, Debug)]
+pub struct AgentCoreProvider {
+    config: AgentCoreConfig,
+    client: Client,
+}
+
+impl AgentCoreProvider {
+    /// A provider with this configuration; what can be wrong in it is
+    /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig). No I/O.
+    pub fn new(config: AgentCoreConfig) -> Result<AgentCoreProvider, Error> {
+        config.validate()?;
+        let client = Client::new(&config);
+        Ok(AgentCoreProvider { config, client })
+    }
+
+    /// [`AgentCoreConfig::from_env`], then [`new`](Self::new).
+    pub fn from_env() -> Result<AgentCoreProvider, Error> {
+        AgentCoreProvider::new(AgentCoreConfig::from_env()?)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AgentCoreConfig {
+        &self.config
+    }
+
+    /// Starts a session; the handle owns it (close stops it).
+    pub async fn create(&self, spec: SandboxSpec) -> Result<AgentCoreExec, Error> {
+        spec.check(PROVIDER, &LIFECYCLE)?;
+        let timeout = spec.lifetime().unwrap_or(self.config.session_timeout);
+        if !(1..=28_800).contains(&timeout.as_secs()) {
+            return Err(Error::invalid_config(format!(
+                "a session lifetime of {} s is outside 1..=28800",
+                timeout.as_secs()
+            ))
+            .with_provider(PROVIDER)
+            .with_operation("create"));
+        }
+        let mut config = self.config.clone();
+        if let Some(name) = spec.options().get("name") {
+            config = config.session_name(name.clone());
+        }
+        AgentCoreExec::start(self.client.clone(), config, timeout).await
+    }
+
+    /// Attaches to the `READY` session `id`; not owned.
+    pub async fn connect(&self, id: &str) -> Result<AgentCoreExec, Error> {
+        let missing = |why: String| {
+            Error::new(ErrorKind::NotFound, why)
+                .with_provider(PROVIDER)
+                .with_operation("connect")
+        };
+        if id.is_empty() || id.len() > 40 || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(missing(format!(
+                "session id {id:?} does not match [0-9a-zA-Z]{{1,40}}"
+            )));
+        }
+        let status = self.client.session_status(id).await?;
+        if status != "READY" {
+            return Err(missing(format!("session {id} is {status}, not READY")));
+        }
+        Ok(self.attach(id))
+    }
+
+    /// A handle on session `id` without a request; not owned.
+    pub fn attach(&self, id: &str) -> AgentCoreExec {
+        AgentCoreExec::attach(
+            self.client.clone(),
+            self.config.clone(),
+            id.to_owned(),
+            Ownership::connected(),
+        )
+    }
+
+    /// Lists the `READY` sessions (sessions have no labels: a filter with labels is
+    /// `Unsupported`).
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<SandboxInfo>, Error> {
+        filter.check(PROVIDER, &LIFECYCLE)?;
+        let sessions = self.client.list_sessions().await?;
+        Ok(sessions
+            .into_iter()
+            .map(|(id, _name)| SandboxInfo::new(id).with_state(SandboxState::Running))
+            .collect())
+    }
+
+    /// Stops session `id`; one that is already gone is `Ok(())`.
+    pub async fn destroy(&self, id: &str) -> Result<(), Error> {
+        gone_is_destroyed(self.client.stop_session(id).await)
+    }
+}
+
+impl Provider for AgentCoreProvider {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities_for(self.config.exec_mode(), self.config.is_exact_output())
+    }
+
+    fn lifecycle(&self) -> LifecycleCapabilities {
+        LIFECYCLE
+    }
+
+    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move { Ok(Box::new(AgentCoreProvider::create(self, spec).await?) as _) })
+    }
+
+    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move { Ok(Box::new(AgentCoreProvider::connect(self, id).await?) as _) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        filter: &'a ListFilter,
+    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
+        Box::pin(AgentCoreProvider::list(self, filter))
+    }
+
+    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(AgentCoreProvider::destroy(self, id))
+    }
+}

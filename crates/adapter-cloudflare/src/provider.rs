@@ -1,0 +1,122 @@
+//! [`CloudflareProvider`]: the bridge's sandboxes.
+
+use std::sync::Arc;
+
+use execseam_core::{
+    BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, Ownership, Provider, Sandbox,
+    SandboxSpec, gone_is_destroyed,
+};
+
+use crate::client::BridgeClient;
+use crate::config::{CloudflareConfig, valid_sandbox_id};
+use crate::exec::{CloudflareExec, with_backoff};
+use crate::{LIFECYCLE, PROVIDER};
+
+/// Creates, connects to and deletes sandboxes through the bridge Worker. Built without I/O.
+///
+/// | operation | bridge call |
+/// |---|---|
+/// | [`create`](Self::create) | `POST /v1/sandbox` (a fresh id), then the marker write that assigns a container |
+/// | [`connect`](Self::connect) | `GET /v1/sandbox/{id}/running`: only a running sandbox has state to connect to; then the marker write |
+/// | list | none: the bridge has no list route (`Unsupported`) |
+/// | [`destroy`](Self::destroy) | `DELETE /v1/sandbox/{id}` (204, also for an id without a container) |
+#[derive(Clone, Debug)]
+pub struct CloudflareProvider {
+    client: BridgeClient,
+}
+
+impl CloudflareProvider {
+    /// A provider with this configuration; what can be wrong in it is
+    /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig). No I/O.
+    pub fn new(config: CloudflareConfig) -> Result<CloudflareProvider, Error> {
+        config.validate()?;
+        Ok(CloudflareProvider {
+            client: BridgeClient::new(Arc::new(config))?,
+        })
+    }
+
+    /// [`CloudflareConfig::from_env`], then [`new`](Self::new).
+    pub fn from_env() -> Result<CloudflareProvider, Error> {
+        CloudflareProvider::new(CloudflareConfig::from_env()?)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CloudflareConfig {
+        self.client.config()
+    }
+
+    /// Mints a sandbox id and assigns it a container; the handle owns it (close deletes it).
+    pub async fn create(&self, spec: SandboxSpec) -> Result<CloudflareExec, Error> {
+        spec.check(PROVIDER, &LIFECYCLE)?;
+        let attempts = self.config().connect_attempts;
+        let id = with_backoff(attempts, || self.client.create_sandbox()).await?;
+        match CloudflareExec::open(self.client.clone(), id.clone(), Ownership::created()).await {
+            Ok(exec) => Ok(exec),
+            Err(e) => {
+                let _ = self.client.delete_sandbox(&id).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Connects to the running sandbox `id`; not owned. A sandbox that is not running has no
+    /// container (a Cloudflare sandbox id names one only while it runs): `NotFound`.
+    pub async fn connect(&self, id: &str) -> Result<CloudflareExec, Error> {
+        let missing = || {
+            Error::new(
+                ErrorKind::NotFound,
+                format!("sandbox {id:?} is not running (no container to connect to)"),
+            )
+            .with_provider(PROVIDER)
+            .with_operation("connect")
+        };
+        if !valid_sandbox_id(id) || !self.client.running(id).await? {
+            return Err(missing());
+        }
+        CloudflareExec::open(self.client.clone(), id.to_owned(), Ownership::connected()).await
+    }
+
+    /// A handle on sandbox `id` without a request and without the marker check; not owned.
+    pub fn attach(&self, id: &str) -> CloudflareExec {
+        CloudflareExec::from_parts(
+            self.client.clone(),
+            id.to_owned(),
+            None,
+            Ownership::connected(),
+        )
+    }
+
+    /// Deletes sandbox `id`; one without a container is `Ok(())`.
+    pub async fn destroy(&self, id: &str) -> Result<(), Error> {
+        if !valid_sandbox_id(id) {
+            return Ok(());
+        }
+        gone_is_destroyed(self.client.delete_sandbox(id).await)
+    }
+}
+
+impl Provider for CloudflareProvider {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        CloudflareExec::capabilities_of(self.config().output_mode())
+    }
+
+    fn lifecycle(&self) -> LifecycleCapabilities {
+        LIFECYCLE
+    }
+
+    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move { Ok(Box::new(CloudflareProvider::create(self, spec).await?) as _) })
+    }
+
+    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move { Ok(Box::new(CloudflareProvider::connect(self, id).await?) as _) })
+    }
+
+    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(CloudflareProvider::destroy(self, id))
+    }
+}

@@ -1,0 +1,184 @@
+//! [`DaytonaProvider`]: the control plane's sandbox lifecycle.
+
+use std::sync::Arc;
+
+use execseam_core::{
+    BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Ownership, Provider,
+    Sandbox, SandboxInfo, SandboxSpec, SandboxState, gone_is_destroyed,
+};
+
+use crate::client::Client;
+use crate::config::DaytonaConfig;
+use crate::exec::DaytonaExec;
+use crate::wire;
+use crate::{LIFECYCLE, PROVIDER};
+
+/// The label the SDKs set on every sandbox (the code toolbox's language).
+const LANGUAGE_LABEL: &str = "code-toolbox-language";
+
+/// Creates, connects to, lists and destroys Daytona sandboxes. Built without I/O.
+///
+/// | operation | Daytona call |
+/// |---|---|
+/// | [`create`](Self::create) | `POST /sandbox` (image → `snapshot`, env → `env`, labels → `labels`, idle timeout → `autoStopInterval` minutes), then `GET /sandbox/{id}` until `started` |
+/// | [`connect`](Self::connect) | `GET /sandbox/{idOrName}`, waiting until `started` |
+/// | [`list`](Self::list) | `GET /sandbox/paginated?labels=<JSON>`, every page |
+/// | [`destroy`](Self::destroy) | `DELETE /sandbox/{id}` (404: already gone, `Ok`) |
+#[derive(Clone)]
+pub struct DaytonaProvider {
+    config: DaytonaConfig,
+    client: Arc<Client>,
+}
+
+impl std::fmt::Debug for DaytonaProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaytonaProvider")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DaytonaProvider {
+    /// A provider with this configuration; what can be wrong in it is
+    /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig). No I/O.
+    pub fn new(config: DaytonaConfig) -> Result<DaytonaProvider, Error> {
+        config.validate()?;
+        let client = Arc::new(Client::new(&config)?);
+        Ok(DaytonaProvider { config, client })
+    }
+
+    /// [`DaytonaConfig::from_env`], then [`new`](Self::new).
+    pub fn from_env() -> Result<DaytonaProvider, Error> {
+        DaytonaProvider::new(DaytonaConfig::from_env()?)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DaytonaConfig {
+        &self.config
+    }
+
+    /// Creates a sandbox and waits until it is started; the handle owns it (close deletes it).
+    pub async fn create(&self, spec: SandboxSpec) -> Result<DaytonaExec, Error> {
+        spec.check(PROVIDER, &LIFECYCLE)?;
+        let mut labels = spec.labels().clone();
+        labels
+            .entry(LANGUAGE_LABEL.to_owned())
+            .or_insert_with(|| "python".to_owned());
+        // Daytona stops an idle sandbox after whole minutes; we created it, so once stopped it
+        // is deleted at once.
+        let idle = spec.idle_timeout().map_or(15, |d| {
+            d.as_secs().div_ceil(60).clamp(1, u64::from(u32::MAX)) as u32
+        });
+        let body = wire::CreateSandbox {
+            env: spec.env().clone(),
+            labels,
+            snapshot: spec
+                .image()
+                .map(str::to_owned)
+                .or_else(|| self.config.snapshot.clone()),
+            target: self.config.target.clone(),
+            auto_stop_interval: Some(idle),
+            auto_delete_interval: Some(0),
+            ..Default::default()
+        };
+        let sandbox = self.client.create_sandbox(&body).await?;
+        DaytonaExec::open(
+            self.client.clone(),
+            &self.config,
+            sandbox,
+            Ownership::created(),
+        )
+        .await
+    }
+
+    /// Connects to an existing sandbox (by id or name), waiting until it is started; the handle
+    /// does not own it.
+    pub async fn connect(&self, id: &str) -> Result<DaytonaExec, Error> {
+        let sandbox = self.client.get_sandbox(id).await?;
+        DaytonaExec::open(
+            self.client.clone(),
+            &self.config,
+            sandbox,
+            Ownership::connected(),
+        )
+        .await
+    }
+
+    /// A handle on a sandbox whose toolbox URL is already known (`toolboxProxyUrl` of its
+    /// `Sandbox` DTO), without a request; not owned.
+    pub fn attach(&self, toolbox_proxy_url: &str, sandbox_id: &str) -> DaytonaExec {
+        DaytonaExec::from_parts(
+            self.client.clone(),
+            &self.config,
+            toolbox_proxy_url,
+            sandbox_id,
+            Ownership::connected(),
+        )
+    }
+
+    /// Lists the sandboxes `filter` selects (the API filters on labels).
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<SandboxInfo>, Error> {
+        filter.check(PROVIDER, &LIFECYCLE)?;
+        let listed = self.client.list_sandboxes(filter.labels()).await?;
+        Ok(listed
+            .into_iter()
+            .map(|s| {
+                let state = match s.state.as_deref() {
+                    Some("started") => SandboxState::Running,
+                    Some("creating" | "starting" | "pending_build" | "building_snapshot") => {
+                        SandboxState::Starting
+                    }
+                    Some("stopped" | "stopping") => SandboxState::Stopped,
+                    Some("archived" | "archiving") => SandboxState::Paused,
+                    _ => SandboxState::Unknown,
+                };
+                let mut info = SandboxInfo::new(s.id)
+                    .with_labels(s.labels)
+                    .with_state(state);
+                if let Some(snapshot) = s.snapshot {
+                    info = info.with_image(snapshot);
+                }
+                info
+            })
+            .filter(|i| filter.matches(i))
+            .collect())
+    }
+
+    /// Deletes a sandbox (`DELETE /sandbox/{id}`); one that does not exist is `Ok(())`.
+    pub async fn destroy(&self, id: &str) -> Result<(), Error> {
+        gone_is_destroyed(self.client.delete_sandbox(id).await)
+    }
+}
+
+impl Provider for DaytonaProvider {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        crate::CAPABILITIES
+    }
+
+    fn lifecycle(&self) -> LifecycleCapabilities {
+        LIFECYCLE
+    }
+
+    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move { Ok(Box::new(DaytonaProvider::create(self, spec).await?) as _) })
+    }
+
+    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move { Ok(Box::new(DaytonaProvider::connect(self, id).await?) as _) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        filter: &'a ListFilter,
+    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
+        Box::pin(DaytonaProvider::list(self, filter))
+    }
+
+    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(DaytonaProvider::destroy(self, id))
+    }
+}
