@@ -31,6 +31,8 @@
 //!         | drop-last           forward; drop the body's final piece and trailers, end cleanly
 //!         | garbage[:BYTES]     forward; the upstream's headers, then BYTES (default 4096)
 //!                               pseudo-random bytes instead of the body
+//!         | body:TEXT           forward; the upstream's headers, then TEXT instead of the body
+//!                               (`body:{}`: well-formed, and empty)
 //! ```
 //!
 //! Examples: `POST /process.Process/Start#1=status:429:86400`, `*#2=reset`, `GET
@@ -105,23 +107,28 @@ impl State {
     /// Counts the request against every rule that matches it and returns the first firing
     /// action.
     fn fire(&self, method: &str, path: &str) -> Option<Action> {
+        let fired = self.fire_inner(method, path);
+        self.seen.lock().expect("chaos log").push(Seen {
+            method: method.to_owned(),
+            path: path.to_owned(),
+            fired: fired.clone(),
+        });
+        if let Some(a) = &fired {
+            tracing::debug!(method, path, action = %a, "chaos rule fired");
+        }
+        fired
+    }
+
+    fn fire_inner(&self, method: &str, path: &str) -> Option<Action> {
         let mut rules = self.rules.lock().expect("chaos rules");
         let mut fired = None;
         for (rule, count) in rules.iter_mut() {
             if rule.matches(method, path) {
                 *count += 1;
                 if fired.is_none() && rule.fires_on(*count) {
-                    fired = Some(rule.action);
+                    fired = Some(rule.action.clone());
                 }
             }
-        }
-        self.seen.lock().expect("chaos log").push(Seen {
-            method: method.to_owned(),
-            path: path.to_owned(),
-            fired,
-        });
-        if let Some(a) = fired {
-            tracing::debug!(method, path, action = %a, "chaos rule fired");
         }
         fired
     }
@@ -326,8 +333,9 @@ async fn handle(state: Arc<State>, mut req: Request<Incoming>) -> Result<Respons
             return Ok(r);
         }
     };
-    match action {
+    match &action {
         Some(Action::StatusAfter { code }) => {
+            let code = *code;
             // Let the upstream finish its answer (the work is done), then lie about it.
             let body = resp.into_body();
             state.spawn(async move {
@@ -366,7 +374,7 @@ async fn handle(state: Arc<State>, mut req: Request<Incoming>) -> Result<Respons
     };
     if matches!(
         action,
-        Action::Endless | Action::DropLast | Action::Garbage(_)
+        Action::Endless | Action::DropLast | Action::Garbage(_) | Action::Body(_)
     ) {
         parts.headers.remove(header::CONTENT_LENGTH);
     }
@@ -464,6 +472,10 @@ async fn pump_body(
             drop(body);
             let piece = Bytes::from(vec![b'x'; ENDLESS_PIECE]);
             while tx.send(data(piece.clone())).await.is_ok() {}
+        }
+        Action::Body(text) => {
+            drop(body);
+            let _ = tx.send(data(Bytes::from(text))).await;
         }
         Action::Garbage(n) => {
             drop(body);

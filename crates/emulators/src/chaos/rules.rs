@@ -30,7 +30,7 @@ impl Nth {
 
 /// What a rule does to a request it fires on.
 #[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Answer with this status without forwarding the request (a gateway or rate limiter in
     /// front of the service), with `Retry-After: <secs>` when given.
@@ -77,6 +77,9 @@ pub enum Action {
     /// Forward; send the upstream's status and headers, then N pseudo-random bytes instead of
     /// its body, then a clean end.
     Garbage(usize),
+    /// Forward; send the upstream's status and headers, then this text instead of its body (a
+    /// well-formed but empty answer: `body:{}`).
+    Body(String),
 }
 
 impl fmt::Display for Action {
@@ -102,6 +105,7 @@ impl fmt::Display for Action {
             Action::Rechunk(n) => write!(f, "rechunk:{n}"),
             Action::DropLast => f.write_str("drop-last"),
             Action::Garbage(n) => write!(f, "garbage:{n}"),
+            Action::Body(text) => write!(f, "body:{text}"),
         }
     }
 }
@@ -109,12 +113,15 @@ impl fmt::Display for Action {
 /// Every action name, for error messages.
 pub const ACTIONS: &str = "status:CODE[:RETRY_AFTER_SECS], status-after:CODE, reset, reset-after, \
      delay:MS, hang, stall, trickle:MS[:BYTES], endless, truncate:BYTES, rechunk:BYTES, drop-last, \
-     garbage[:BYTES]";
+     garbage[:BYTES], body:TEXT";
 
 impl FromStr for Action {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Action, String> {
+        if let Some(text) = s.strip_prefix("body:") {
+            return Ok(Action::Body(text.to_owned()));
+        }
         let mut parts = s.split(':');
         let name = parts.next().unwrap_or_default();
         let args: Vec<&str> = parts.collect();
@@ -269,7 +276,7 @@ impl FromStr for Rule {
     fn from_str(s: &str) -> Result<Rule, String> {
         let s = s.trim();
         let (matcher, action) = s
-            .rsplit_once('=')
+            .split_once('=')
             .ok_or_else(|| format!("bad chaos rule {s:?}: want [METHOD ]PATH[#NTH]=ACTION"))?;
         let action: Action = action.trim().parse()?;
         let matcher = matcher.trim();
@@ -381,6 +388,7 @@ mod tests {
             "*=rechunk:1",
             "*=drop-last",
             "*=garbage:100",
+            "POST /x=body:{\"a\":1}",
         ] {
             let rule: Rule = r.parse().unwrap_or_else(|e| panic!("{r}: {e}"));
             assert_eq!(rule.to_string(), r);

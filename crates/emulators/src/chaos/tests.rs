@@ -163,7 +163,7 @@ async fn status_answers_without_forwarding_and_counts_select_the_nth() {
         2,
         "the 429 was not forwarded"
     );
-    let fired: Vec<_> = p.requests().iter().map(|s| s.fired).collect();
+    let fired: Vec<_> = p.requests().into_iter().map(|s| s.fired).collect();
     assert_eq!(
         fired,
         [
@@ -238,6 +238,12 @@ async fn body_actions_tamper_with_what_the_client_reads() {
             "the final piece is dropped: {:?}",
             p.requests()
         );
+
+        let p = proxy(&up, "*=body:{}").await;
+        let (s, b) = get_text(&c, format!("{}/text", p.base_url()))
+            .await
+            .unwrap();
+        assert_eq!((s, &b[..]), (200, &b"{}"[..]));
 
         let p = proxy(&up, "*=garbage:50").await;
         let (s, b) = get_text(&c, format!("{}/text", p.base_url()))

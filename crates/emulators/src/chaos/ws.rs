@@ -139,6 +139,10 @@ where
             client.write_all(&Noise::new().fill(n)).await?;
             client.flush().await?;
         }
+        Some(Action::Body(text)) => {
+            client.write_all(text.as_bytes()).await?;
+            client.flush().await?;
+        }
         Some(
             Action::Status { .. }
             | Action::StatusAfter { .. }
