@@ -150,12 +150,15 @@ fn daytona(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
         let emulator = DaytonaEmulator::start(EmulatorOptions::default())
             .await
             .map_err(internal)?;
-        let _ = knobs;
         let token = emulator.token().to_owned();
-        let config =
-            move |url: &str| DaytonaConfig::new(token.clone()).api_url(format!("{url}/api"));
+        let config = move |url: &str, idle: Duration| {
+            DaytonaConfig::new(token.clone())
+                .api_url(format!("{url}/api"))
+                .request_timeout(idle)
+                .idle_timeout(idle)
+        };
         let upstream = emulator.base_url();
-        let direct = DaytonaProvider::new(config(&upstream))?
+        let direct = DaytonaProvider::new(config(&upstream, knobs.idle_timeout))?
             .create(SandboxSpec::new())
             .await?;
         let id = direct.id().to_owned();
@@ -164,10 +167,9 @@ fn daytona(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             scratch: "/tmp".into(),
             direct: Arc::new(direct),
             through: through(move |url, idle| {
-                let _ = idle;
                 let toolbox = format!("{url}/toolbox");
                 Ok(
-                    Arc::new(DaytonaProvider::new(config(url))?.attach(&toolbox, &id))
+                    Arc::new(DaytonaProvider::new(config(url, idle))?.attach(&toolbox, &id))
                         as Arc<dyn Exec>,
                 )
             }),

@@ -36,6 +36,15 @@ impl ConnControl {
     }
 }
 
+/// The `Sec-WebSocket-Accept` for a client's `Sec-WebSocket-Key` (RFC 6455 §4.2.2).
+pub fn websocket_accept(key: &[u8]) -> String {
+    use base64::Engine as _;
+    let mut sha = sha1_smol::Sha1::new();
+    sha.update(key);
+    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
+}
+
 /// Resets the request's connection and never returns (so it fits any handler's return type).
 pub async fn reset_connection<T>(ctl: Option<&ConnControl>) -> T {
     if let Some(ctl) = ctl {
