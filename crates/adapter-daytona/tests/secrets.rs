@@ -51,10 +51,7 @@ async fn secrets_never_reach_any_log_at_trace() {
     assert_eq!(streamed, out);
     drop(exec);
 
-    assert!(
-        log.has_target("execseam_daytona") || log.len() > 0,
-        "the capture sees records"
-    );
+    assert!(!log.is_empty(), "the capture sees records");
     for secret in [TOKEN, ENV_SECRET, STDIN_SECRET, OUTPUT_SECRET] {
         if let Some(line) = log.find(secret.as_bytes()) {
             panic!("{secret:?} reached a log: {line}");
