@@ -59,6 +59,7 @@ mod client;
 mod config;
 mod error;
 mod exec;
+mod frames;
 mod provider;
 mod wire;
 

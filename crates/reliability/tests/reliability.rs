@@ -60,12 +60,13 @@ fn agentcore(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
         let emulator = AgentCoreEmulator::start(EmulatorOptions::default())
             .await
             .map_err(internal)?;
-        let _ = knobs;
-        let config = |url: &str| {
-            AgentCoreConfig::new("us-east-1", "AKIDEXAMPLE", "not-verified").endpoint_url(url)
+        let config = |url: &str, idle: Duration| {
+            AgentCoreConfig::new("us-east-1", "AKIDEXAMPLE", "not-verified")
+                .endpoint_url(url)
+                .idle_timeout(idle)
         };
         let upstream = emulator.base_url();
-        let direct = AgentCoreProvider::new(config(&upstream))?
+        let direct = AgentCoreProvider::new(config(&upstream, knobs.idle_timeout))?
             .create(SandboxSpec::new())
             .await?;
         let id = direct.id().to_owned();
@@ -75,7 +76,10 @@ fn agentcore(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             direct: Arc::new(direct),
             through: through(move |url, idle| {
                 let _ = idle;
-                Ok(Arc::new(AgentCoreProvider::new(config(url))?.attach(&id)) as Arc<dyn Exec>)
+                Ok(
+                    Arc::new(AgentCoreProvider::new(config(url, idle))?.attach(&id))
+                        as Arc<dyn Exec>,
+                )
             }),
             guard: Box::new(emulator),
         })
@@ -121,11 +125,15 @@ fn cloudflare(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
         let emulator = CloudflareEmulator::start(EmulatorOptions::default())
             .await
             .map_err(internal)?;
-        let _ = knobs;
         let token = emulator.token().to_owned();
-        let config = move |url: &str| CloudflareConfig::new(url).api_key(token.clone());
+        let config = move |url: &str, idle: Duration| {
+            CloudflareConfig::new(url)
+                .api_key(token.clone())
+                .request_timeout(idle)
+                .stream_idle_timeout(idle)
+        };
         let upstream = emulator.base_url();
-        let direct = CloudflareProvider::new(config(&upstream))?
+        let direct = CloudflareProvider::new(config(&upstream, knobs.idle_timeout))?
             .create(SandboxSpec::new())
             .await?;
         let id = direct.id().to_owned();
@@ -135,7 +143,10 @@ fn cloudflare(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             direct: Arc::new(direct),
             through: through(move |url, idle| {
                 let _ = idle;
-                Ok(Arc::new(CloudflareProvider::new(config(url))?.attach(&id)) as Arc<dyn Exec>)
+                Ok(
+                    Arc::new(CloudflareProvider::new(config(url, idle))?.attach(&id))
+                        as Arc<dyn Exec>,
+                )
             }),
             guard: Box::new(emulator),
         })
@@ -186,19 +197,27 @@ fn fly(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
         let emulator = FlyEmulator::start(EmulatorOptions::default(), FlyOptions::default())
             .await
             .map_err(internal)?;
-        let _ = knobs;
         let m = emulator.default_machine();
         let (app, token, id) = (m.app().to_owned(), emulator.token(), m.id().to_owned());
-        let config = move |url: &str| FlyConfig::new(app.clone(), token.clone()).base_url(url);
+        // Fly's exec answer comes when the command ends: its request is bounded by the
+        // command's timeout plus a slack.
+        let config = move |url: &str, idle: Duration| {
+            FlyConfig::new(app.clone(), token.clone())
+                .base_url(url)
+                .exec_timeout(idle)
+                .request_slack(idle)
+        };
         let upstream = emulator.base_url();
-        let direct = FlyProvider::new(config(&upstream))?.connect(&id).await?;
+        let direct = FlyProvider::new(config(&upstream, knobs.idle_timeout))?
+            .connect(&id)
+            .await?;
         Ok(Setup {
             upstream,
             scratch: "/tmp".into(),
             direct: Arc::new(direct),
             through: through(move |url, idle| {
                 let _ = idle;
-                Ok(Arc::new(FlyProvider::new(config(url))?.attach(&id)) as Arc<dyn Exec>)
+                Ok(Arc::new(FlyProvider::new(config(url, idle))?.attach(&id)) as Arc<dyn Exec>)
             }),
             guard: Box::new(emulator),
         })
