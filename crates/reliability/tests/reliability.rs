@@ -233,11 +233,15 @@ fn sprites(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             SpritesEmulator::start(EmulatorOptions::default(), SpritesOptions::default())
                 .await
                 .map_err(internal)?;
-        let _ = knobs;
         let token = emulator.token();
-        let config = move |url: &str| SpritesConfig::new(token.clone()).base_url(url);
+        let config = move |url: &str, idle: Duration| {
+            SpritesConfig::new(token.clone())
+                .base_url(url)
+                .request_timeout(idle)
+                .keepalive(idle / 4, idle)
+        };
         let upstream = emulator.base_url();
-        let direct = SpritesProvider::new(config(&upstream))?
+        let direct = SpritesProvider::new(config(&upstream, knobs.idle_timeout))?
             .connect(DEFAULT_SPRITE)
             .await?;
         Ok(Setup {
@@ -247,7 +251,7 @@ fn sprites(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             through: through(move |url, idle| {
                 let _ = idle;
                 Ok(
-                    Arc::new(SpritesProvider::new(config(url))?.attach(DEFAULT_SPRITE))
+                    Arc::new(SpritesProvider::new(config(url, idle))?.attach(DEFAULT_SPRITE))
                         as Arc<dyn Exec>,
                 )
             }),
