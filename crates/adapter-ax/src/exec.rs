@@ -1,7 +1,8 @@
 //! The [`Exec`] and [`ExecStream`] implementation.
 //!
-//! One exec is: `StartProcess{command, cwd, env, stdin}` → (if stdin) `WriteProcessInput` in the
-//! background → `StreamProcessOutput{follow}` from byte offsets until its `exit` message.
+//! One exec is: the size check ([`crate::SIZE_LIMIT`], before any I/O) → `StartProcess{command:
+//! [`detached`] argv, cwd, env, stdin}` → (if stdin) `WriteProcessInput` in the background →
+//! `StreamProcessOutput{follow}` from byte offsets until its `exit` message.
 //!
 //! - A stream that fails (reset, truncated, UNAVAILABLE) is resumed from the bytes received so
 //!   far, per stream, up to [`AxConfig::max_resumes`] times in a row without progress.
@@ -100,10 +101,12 @@ impl AxExec {
 
     async fn start(&self, command: Command) -> Result<EventStream, Error> {
         tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
+        execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         let guest = self.guest("exec")?;
         let stdin = command.stdin().clone();
+        let argv = detached(command.argv());
         let request = StartProcessRequest {
-            command: command.argv().to_vec(),
+            command: argv,
             cwd: command.workdir().unwrap_or_default().to_owned(),
             env: command
                 .env()
@@ -156,6 +159,45 @@ fn protocol(message: impl Into<String>) -> Error {
     Error::protocol(message)
         .with_provider(PROVIDER)
         .with_operation("exec")
+}
+
+/// Runs argv (`"$@"`, each string as given, run with `exec` so a program named like a shell
+/// builtin is still the program) with its output through two FIFOs this script reads, so the
+/// command's exit is its own. The guest records an exit only after `cmd.Wait`, which also waits
+/// for its output copiers (`cmd.Stdout` is a `cappedWriter`, not a file:
+/// agent-substrate/env `guest/process/tracker.go`), so a background child still holding the
+/// command's stdout (`sleep 60 &`) would hold the exec for as long as it lives, for good with a
+/// daemon. Once the command has exited, the readers get at most one second to drain what it
+/// wrote; the child keeps running, what it writes after that is not this command's output (as
+/// on the local and Daytona adapters), and it stays in the process group the adapter's kill
+/// reaches. Without a writable temp directory (or `mkfifo`) the command runs as it is, exactly,
+/// only without the detachment. The wrapper's variables are not exported, so the command's
+/// environment is the one it asked for.
+pub const DETACH: &str = r#"if d=$(mktemp -d "${TMPDIR:-/tmp}/.execseam-detach.XXXXXX" 2>/dev/null) && mkfifo "$d/o" "$d/e" 2>/dev/null; then
+  cat <"$d/o" & o=$!
+  cat <"$d/e" >&2 & r=$!
+  (exec "$@") >"$d/o" 2>"$d/e"
+  s=$?
+  ( sleep 1; kill "$o" "$r" ) </dev/null >/dev/null 2>&1 & w=$!
+  wait "$o" "$r" 2>/dev/null
+  kill "$w" 2>/dev/null
+  rm -rf "$d"
+  exit "$s"
+fi
+[ -n "$d" ] && rm -rf "$d"
+exec "$@""#;
+
+/// The argv sent to the guest for a command's argv: [`DETACH`] with the argv as its arguments.
+/// A program whose name starts with `-` is sent as it is (a shell's `exec` may read it as an
+/// option), so only it keeps the guest's own wait for children.
+pub fn detached(argv: &[String]) -> Vec<String> {
+    if argv.first().is_none_or(|p| p.starts_with('-')) {
+        return argv.to_vec();
+    }
+    let mut out = Vec::with_capacity(argv.len() + 4);
+    out.extend(["/bin/sh", "-c", DETACH, "sh"].map(str::to_owned));
+    out.extend(argv.iter().cloned());
+    out
 }
 
 impl Exec for AxExec {
