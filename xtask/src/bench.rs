@@ -4,7 +4,12 @@
 use crate::{cargo, run_cmd};
 
 /// `(package, bench target)`: the benchmarks of the workspace.
-const BENCHES: &[(&str, &str)] = &[("execseam-local", "overhead"), ("execseam-tools", "glob")];
+const BENCHES: &[(&str, &str)] = &[
+    ("execseam-local", "overhead"),
+    ("execseam-tools", "glob"),
+    ("execseam-modal", "exec_latency"),
+    ("execseam-chrono", "latency"),
+];
 
 pub fn run(args: &[String]) -> Result<(), String> {
     if let Some(a) = args.first() {

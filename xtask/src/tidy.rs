@@ -283,6 +283,55 @@ pub fn check_adapter(name: &str) -> Vec<String> {
     bad
 }
 
+/// The checks every crate under `crates/` passes (adapters and the rest): its README is its crate
+/// docs, a library's README has a Rust example (a doctest), and a crate with features has
+/// docs.rs metadata.
+pub fn check_crate(dir: &Path) -> Vec<String> {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut bad = Vec::new();
+    let manifest = read(&dir.join("Cargo.toml"));
+    if manifest.contains("[features]") && !manifest.contains("[package.metadata.docs.rs]") {
+        bad.push(format!(
+            "crates/{name}: has features but no [package.metadata.docs.rs] all-features = true"
+        ));
+    }
+    let lib = dir.join("src/lib.rs");
+    let (root, is_lib) = if lib.exists() {
+        (lib, true)
+    } else {
+        (dir.join("src/main.rs"), false)
+    };
+    if !read(&root).starts_with("#![doc = include_str!(\"../README.md\")]") {
+        bad.push(format!(
+            "crates/{name}: {} does not start with #![doc = include_str!(\"../README.md\")]",
+            root.strip_prefix(dir).unwrap_or(&root).display()
+        ));
+    }
+    if is_lib && !read(&dir.join("README.md")).contains("```rust") {
+        bad.push(format!(
+            "crates/{name}: README.md has no Rust example (it is the crate docs; the example is a doctest)"
+        ));
+    }
+    bad
+}
+
+/// Every crate directory under `crates/`.
+fn crate_dirs() -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(root().join("crates"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.join("Cargo.toml").exists())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
 /// Names inside `pub use x::{A, B};` blocks spanning several lines.
 fn all_reexports(lib: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -311,6 +360,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
             println!("{}{p}", if pending { "(pending) " } else { "" });
         }
         failed |= !pending && !problems.is_empty();
+    }
+    for dir in crate_dirs() {
+        let problems = check_crate(&dir);
+        for p in &problems {
+            println!("{p}");
+        }
+        failed |= !problems.is_empty();
     }
     if failed {
         Err("the adapter shape is broken (see docs/architecture.md, \"Adding an adapter\")".into())
@@ -341,6 +397,18 @@ mod tests {
         assert!(
             problems.is_empty(),
             "see docs/architecture.md, \"Adding an adapter\":\n{}",
+            problems.join("\n")
+        );
+    }
+
+    #[test]
+    fn crates_document_themselves() {
+        let dirs = crate_dirs();
+        assert!(dirs.len() > 10, "found only {} crates", dirs.len());
+        let problems: Vec<String> = dirs.iter().flat_map(|d| check_crate(d)).collect();
+        assert!(
+            problems.is_empty(),
+            "every crate's README is its crate docs:\n{}",
             problems.join("\n")
         );
     }

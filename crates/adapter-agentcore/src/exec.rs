@@ -304,6 +304,7 @@ impl Plan {
                 Some((_, abs)) => StdinFrom::File(abs.clone()),
                 None => StdinFrom::Backend,
             },
+            ..WrapOptions::default()
         };
         let wrapped =
             degrade::wrapped_command(cmd, &opts).map_err(|e| e.or_context(PROVIDER, "exec"))?;

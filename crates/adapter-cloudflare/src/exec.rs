@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use execseam_core::degrade::{self, StdinFrom, WRAPPER_MARK, WRAPPER_STATUS, WrapOptions, quote};
+use execseam_core::degrade::{
+    self, StderrGate, StdinFrom, WRAPPER_MARK, WRAPPER_STATUS, WrapOptions, quote,
+};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
     ExecStream, Exit, Output, Ownership, PartialOutput, Retry, Sandbox, gone_is_destroyed,
@@ -203,6 +205,7 @@ impl CloudflareExec {
                 Some((path, _)) => StdinFrom::File(path.clone()),
                 None => StdinFrom::Backend,
             },
+            ..WrapOptions::default()
         };
         let inner = degrade::script(cmd, &opts).map_err(|e| e.with_provider(PROVIDER))?;
         let mut s = String::new();
@@ -396,6 +399,11 @@ async fn collect_raw(mut events: ExecEvents) -> Result<(BytesMut, BytesMut, Exit
 /// Maps a failure of the adapter's own script (the sandbox check, the capture) or of the degrade
 /// wrapper to a typed error.
 fn wrapper_failure(output: Output) -> Result<Output, Error> {
+    if output.exit != Exit::Code(WRAPPER_STATUS)
+        || !output.stderr.starts_with(WRAPPER_MARK.as_bytes())
+    {
+        return Ok(output);
+    }
     let line = String::from_utf8_lossy(&output.stderr[WRAPPER_MARK.len()..])
         .lines()
         .next()
@@ -439,27 +447,10 @@ fn timeout_base() -> Error {
     .with_retry(Retry::Unsafe)
 }
 
-/// Holds back the start of stderr while it may still be the wrapper's failure line.
-struct Held(Option<BytesMut>);
-
-impl Held {
-    fn push(&mut self, b: Bytes) -> Option<Bytes> {
-        let Some(held) = self.0.as_mut() else {
-            return Some(b);
-        };
-        held.extend_from_slice(&b);
-        let n = held.len().min(WRAPPER_MARK.len());
-        if held[..n] == WRAPPER_MARK.as_bytes()[..n] {
-            None
-        } else {
-            self.0.take().map(BytesMut::freeze)
-        }
-    }
-}
-
 struct StreamState {
     events: ExecEvents,
-    held: Held,
+    /// Holds back the start of stderr while it may still be the wrapper's failure line.
+    held: StderrGate,
     tail: Vec<u8>,
     timeout_enabled: bool,
     queue: VecDeque<Result<Event, Error>>,
@@ -473,7 +464,7 @@ fn events_to_stream(
 ) -> impl futures_util::Stream<Item = Result<Event, Error>> + Send {
     let st = StreamState {
         events,
-        held: Held(Some(BytesMut::new())),
+        held: StderrGate::new(&WrapOptions::default()),
         tail: Vec::new(),
         timeout_enabled,
         queue: VecDeque::new(),
@@ -512,17 +503,12 @@ fn events_to_stream(
                         Ok(e) => e,
                         Err(e) => return Some((Err(e), st)),
                     };
-                    let held = st.held.0.take().map(BytesMut::freeze).unwrap_or_default();
-                    if exit == Exit::Code(WRAPPER_STATUS)
-                        && held.starts_with(WRAPPER_MARK.as_bytes())
-                    {
-                        let r = wrapper_failure(Output::new(Bytes::new(), held, exit));
-                        match r {
-                            Err(e) => return Some((Err(e), st)),
-                            Ok(o) => st.queue.push_back(Ok(Event::Stderr(o.stderr))),
+                    match wrapper_failure(st.held.finish(exit)) {
+                        Err(e) => return Some((Err(e), st)),
+                        Ok(o) if !o.stderr.is_empty() => {
+                            st.queue.push_back(Ok(Event::Stderr(o.stderr)));
                         }
-                    } else if !held.is_empty() {
-                        st.queue.push_back(Ok(Event::Stderr(held)));
+                        Ok(_) => {}
                     }
                     if timed_out(st.timeout_enabled, exit, &st.tail) {
                         // `EventStream::collect` attaches what was delivered as the partial.
@@ -533,23 +519,26 @@ fn events_to_stream(
                 }
                 Some(Ok(ExecEvent::Error(e))) => {
                     st.done = true;
-                    if let Some(h) = st.held.0.take().filter(|h| !h.is_empty()) {
-                        st.queue.push_back(Ok(Event::Stderr(h.freeze())));
+                    let h = st.held.take();
+                    if !h.is_empty() {
+                        st.queue.push_back(Ok(Event::Stderr(h)));
                     }
                     st.queue.push_back(Err(stream_error(&e)));
                 }
                 Some(Ok(ExecEvent::Other(_))) => {}
                 Some(Err(e)) => {
                     st.done = true;
-                    if let Some(h) = st.held.0.take().filter(|h| !h.is_empty()) {
-                        st.queue.push_back(Ok(Event::Stderr(h.freeze())));
+                    let h = st.held.take();
+                    if !h.is_empty() {
+                        st.queue.push_back(Ok(Event::Stderr(h)));
                     }
                     st.queue.push_back(Err(e));
                 }
                 None => {
                     st.done = true;
-                    if let Some(h) = st.held.0.take().filter(|h| !h.is_empty()) {
-                        st.queue.push_back(Ok(Event::Stderr(h.freeze())));
+                    let h = st.held.take();
+                    if !h.is_empty() {
+                        st.queue.push_back(Ok(Event::Stderr(h)));
                     }
                     st.queue.push_back(Err(protocol(
                         "the exec stream ended without an exit event",

@@ -104,8 +104,22 @@ async fn a_replaced_container_is_not_found_and_attaching_without_the_check_works
         .await
         .unwrap();
     assert!(exec.client().running(exec.id()).await.unwrap());
+    let provider = CloudflareProvider::new(config(&emu, OutputMode::Streaming)).unwrap();
+    let other = provider.connect(exec.id()).await.unwrap();
     exec.delete_sandbox().await.unwrap();
+    // The handle that destroyed it knows, without a request.
     let err = exec
+        .exec(Command::new(["true"]).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::NotFound, Retry::Never),
+        "{err}"
+    );
+    assert!(err.message().contains("was destroyed"), "{err}");
+    // Another handle finds its marker gone: the bridge gave the id a fresh container.
+    let err = other
         .exec(Command::new(["true"]).unwrap())
         .await
         .unwrap_err();

@@ -63,7 +63,7 @@ use crate::wire::{self, STDERR_PREFIX, STDOUT_PREFIX};
 /// stdout. The encoders redirect with `exec` and the watchdog closes its descriptors, so no
 /// shell keeps a saved copy of the session's stdout or stderr open once they are killed.
 pub const FRAME: &str = r#"e() { while c=$(dd bs=65536 count=1 2>/dev/null | base64 2>/dev/null) && [ -n "$c" ]; do printf '%s\n' "$c"; done; }
-if ! d=$(mktemp -d "$2/.execseam-frame.XXXXXX") || ! mkfifo "$d/o" "$d/e"; then
+if ! d=$(mktemp -d "$2/.execseam_frame.XXXXXX") || ! mkfifo "$d/o" "$d/e"; then
   printf 'execseam-wrapper: cannot create the output FIFOs in %s\n' "$2" | base64 >&2
   echo . >&2; echo ':125'; exit 125
 fi
@@ -520,6 +520,7 @@ impl Plan {
             stdin: stdin_path
                 .clone()
                 .map_or(StdinFrom::Backend, StdinFrom::File),
+            ..WrapOptions::default()
         };
         let script = degrade::script(cmd, &opts).map_err(|e| e.or_context(PROVIDER, "exec"))?;
         Ok(Plan {

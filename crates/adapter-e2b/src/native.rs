@@ -20,7 +20,7 @@
 //! Grep has no envd equivalent and always runs its script.
 
 use execseam_core::Output;
-use execseam_core::native::{self, Failure, Listing, NativeRequest};
+use execseam_core::native::{self, Failure, ListOutput, NativeRequest};
 
 use crate::connect::{CallError, Code, RpcError};
 use crate::wire::{EntryInfo, FileType};
@@ -197,7 +197,7 @@ where
                 Err(e) if is_infrastructure(&e) => return Err(e),
                 Err(_) => return Ok(Native::RunScript),
             };
-            let mut out = Listing::new(&root);
+            let mut out = ListOutput::new(&root);
             for e in &entries {
                 let Some(r) = rel(&root, e) else {
                     return Ok(Native::RunScript);
@@ -229,7 +229,7 @@ where
                             return Ok(Native::RunScript);
                         }
                         Ok(e) if !is_dir(&e) => {
-                            return Ok(Native::Output(Listing::new(&root).finish()));
+                            return Ok(Native::Output(ListOutput::new(&root).finish()));
                         }
                         Ok(e) => {
                             let last = i + 1 == parts.len();
@@ -243,7 +243,7 @@ where
                             }
                         }
                         Err(e) if not_found(&e) => {
-                            return Ok(Native::Output(Listing::new(&root).finish()));
+                            return Ok(Native::Output(ListOutput::new(&root).finish()));
                         }
                         Err(e) if is_infrastructure(&e) => return Err(e),
                         Err(_) => return Ok(Native::RunScript),
@@ -254,11 +254,11 @@ where
                 Ok(v) => v,
                 Err(e) if is_infrastructure(&e) => return Err(e),
                 Err(e) if not_found(&e) || not_a_directory(&e) => {
-                    return Ok(Native::Output(Listing::new(&root).finish()));
+                    return Ok(Native::Output(ListOutput::new(&root).finish()));
                 }
                 Err(_) => return Ok(Native::RunScript),
             };
-            let mut out = Listing::new(&root);
+            let mut out = ListOutput::new(&root);
             for e in &entries {
                 if native::relative(&start, e.path.as_bytes()).is_none() {
                     return Ok(Native::RunScript);

@@ -131,6 +131,7 @@ pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Err
                 workdir: true,
                 env: true,
                 stdin,
+                ..WrapOptions::default()
             },
         )
         .map_err(|e| e.or_context(PROVIDER, "exec"))?;

@@ -4,8 +4,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use execseam_core::degrade::{self, WrapOptions};
+use bytes::Bytes;
+use execseam_core::degrade::{self, StderrGate, WrapOptions};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Event, EventStream, Exec,
     ExecStream, Exit, Output, Ownership, Retry, Sandbox,
@@ -196,12 +196,8 @@ impl LocalExec {
         let cmd = &self.place(cmd).await.map_err(Err)?;
         let launched = !self.config.launcher.is_empty();
         let argv: Vec<String> = if launched {
-            let wrap = WrapOptions {
-                workdir: true,
-                ..WrapOptions::default()
-            };
             let mut argv = self.config.launcher.clone();
-            argv.extend(degrade::wrap_with_marker(cmd, &wrap, LAUNCHER_MARK).map_err(Err)?);
+            argv.extend(degrade::wrap(cmd, &launcher_wrap()).map_err(Err)?);
             argv
         } else {
             cmd.argv().to_vec()
@@ -386,7 +382,8 @@ impl Exec for LocalExec {
             tracing::debug!(provider = PROVIDER, ?exit, "exited");
             let output = Output::new(out, err, exit);
             if s.launched {
-                degrade::check_wrapped_with_marker(output, LAUNCHER_MARK)
+                launcher_wrap()
+                    .check(output)
                     .map_err(|e| e.with_provider(PROVIDER))
             } else {
                 Ok(output)
@@ -437,27 +434,23 @@ impl futures_core::Stream for Receiver {
     }
 }
 
-/// Holds back stderr while it may still turn out to be the wrapper's own failure (launcher mode).
-struct Held(Option<BytesMut>);
-
-impl Held {
-    /// Returns bytes that can be sent now.
-    fn push(&mut self, b: Bytes) -> Option<Bytes> {
-        let Some(held) = self.0.as_mut() else {
-            return Some(b);
-        };
-        held.extend_from_slice(&b);
-        let n = held.len().min(LAUNCHER_MARK.len());
-        if held[..n] == LAUNCHER_MARK.as_bytes()[..n] {
-            None
-        } else {
-            self.0.take().map(BytesMut::freeze)
-        }
+/// The launcher's wrapper: the workdir (the launcher cannot `chdir` for us), with the launcher's
+/// own marker so that a wrapped command's own wrapper failure stays the command's output.
+fn launcher_wrap() -> WrapOptions {
+    WrapOptions {
+        workdir: true,
+        marker: LAUNCHER_MARK,
+        ..WrapOptions::default()
     }
 }
 
 async fn drive(mut s: Spawned, tx: mpsc::Sender<Result<Event, Error>>, drain: Duration) {
-    let mut held = Held(s.launched.then(BytesMut::new));
+    // Holds back stderr while it may still be the launcher wrapper's own failure.
+    let mut held = if s.launched {
+        StderrGate::new(&launcher_wrap())
+    } else {
+        StderrGate::open()
+    };
     let (mut out_open, mut err_open) = (true, true);
     let mut status = None;
     let mut drain_until = None;
@@ -509,9 +502,8 @@ async fn drive(mut s: Spawned, tx: mpsc::Sender<Result<Event, Error>>, drain: Du
             return;
         }
     };
-    if let Some(held) = held.0.take() {
-        let output = Output::new(Bytes::new(), held.freeze(), exit);
-        match degrade::check_wrapped_with_marker(output, LAUNCHER_MARK) {
+    if s.launched {
+        match launcher_wrap().check(held.finish(exit)) {
             Err(e) => {
                 let _ = tx.send(Err(e.with_provider(PROVIDER))).await;
                 return;

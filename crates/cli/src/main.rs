@@ -1,12 +1,19 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
 //! `execseam`: run commands and builtin tools through any adapter, list adapters, run emulators.
 //!
 //! Exit status of `execseam run`: the command's own exit code; 128+n when it was killed by
 //! signal n; **125** when the infrastructure failed (one typed line on stderr, or a JSON `error`
-//! object with `--json`); 2 for a usage error. A command that itself exits 125 is told apart by
-//! `--json`.
+//! object with `--json`); **2** for a usage error (bad arguments, an unknown adapter, a
+//! configuration that cannot work, found before any I/O); 130/143 when interrupted by
+//! SIGINT/SIGTERM (the command is killed and what the run created is destroyed first). A command
+//! that itself exits 125 is told apart by `--json`.
 
 mod registry;
 mod run;
+mod sandbox;
 mod tools;
 
 use std::process::ExitCode;
@@ -29,8 +36,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run a command through an adapter.
+    /// Run a command through an adapter (in `--sandbox ID`, or in a sandbox created for it and
+    /// destroyed before exiting).
     Run(run::RunArgs),
+    /// Create, connect to, list and destroy sandboxes.
+    Sandbox(sandbox::SandboxArgs),
     /// List every adapter with its capabilities.
     Adapters {
         /// Print JSON.
@@ -54,6 +64,8 @@ enum Cmd {
     Write(tools::WriteArgs),
     /// Apply a unified diff below the root, all or nothing (builtin tool).
     Patch(tools::PatchArgs),
+    /// Run an exact Python, JavaScript, TypeScript or Bash program (builtin tool).
+    Code(tools::CodeArgs),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +83,7 @@ fn main() -> ExitCode {
     rt.block_on(async move {
         let code = match cli.command {
             Cmd::Run(args) => run::run(args).await,
+            Cmd::Sandbox(args) => sandbox::sandbox(args).await,
             Cmd::Adapters { json, markdown } => run::adapters(json, markdown),
             Cmd::Emulate(args) => run::emulate(args).await,
             Cmd::Glob(args) => tools::glob(args).await,
@@ -79,6 +92,7 @@ fn main() -> ExitCode {
             Cmd::Read(args) => tools::read(args).await,
             Cmd::Write(args) => tools::write(args).await,
             Cmd::Patch(args) => tools::patch(args).await,
+            Cmd::Code(args) => tools::code(args).await,
         };
         // Sandboxes and sessions this run created are removed before the runtime shuts down.
         registry::close_all().await;

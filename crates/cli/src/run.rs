@@ -90,16 +90,48 @@ fn build_command(args: &RunArgs) -> Result<Command, Error> {
     b.build()
 }
 
+/// The status of a usage error (clap's convention): bad arguments, an unknown adapter, a
+/// configuration that cannot work. Infrastructure failures are [`INFRA_FAILURE`].
+pub const USAGE: u8 = 2;
+
+/// The exit status for an error: usage errors (found before any I/O) are 2, the rest 125.
+pub fn error_status(e: &Error) -> ExitCode {
+    match e.kind() {
+        ErrorKind::InvalidConfig | ErrorKind::InvalidCommand if e.status().is_none() => {
+            ExitCode::from(USAGE)
+        }
+        _ => ExitCode::from(INFRA_FAILURE),
+    }
+}
+
+/// Resolves on SIGINT (130) or SIGTERM (143).
+pub async fn interrupted() -> u8 {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => 130,
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => 143,
+    }
+}
+
 pub async fn run(args: RunArgs) -> ExitCode {
-    let result = run_inner(&args).await;
+    // Interrupted: the exec is dropped (adapters with remote kill kill the command), and what
+    // this run created is destroyed by the caller's close_all before the process exits.
+    let result = tokio::select! {
+        r = run_inner(&args) => r,
+        sig = interrupted() => {
+            eprintln!("execseam: interrupted; killing the command and removing what this run created");
+            return ExitCode::from(sig);
+        }
+    };
     match result {
         Ok(output) => {
             if args.json {
                 println!("{}", output_json(&output));
-            } else {
+            } else if !output.stdout.is_empty() || !output.stderr.is_empty() {
+                // Not streamed (the adapter cannot): everything at the end.
                 let _ = std::io::stdout().write_all(&output.stdout);
-                let _ = std::io::stderr().write_all(&output.stderr);
                 let _ = std::io::stdout().flush();
+                let _ = std::io::stderr().write_all(&output.stderr);
             }
             ExitCode::from(output.exit.shell_status().clamp(0, 255) as u8)
         }
@@ -107,23 +139,60 @@ pub async fn run(args: RunArgs) -> ExitCode {
             if args.json {
                 println!("{}", json!({ "error": error_json(&e) }));
             } else {
+                // Whatever the command wrote before the failure still reaches the streams.
+                if let Some(p) = e.partial() {
+                    let _ = std::io::stdout().write_all(&p.stdout);
+                    let _ = std::io::stdout().flush();
+                    let _ = std::io::stderr().write_all(&p.stderr);
+                }
                 eprintln!("execseam: {e}");
             }
-            ExitCode::from(INFRA_FAILURE)
+            error_status(&e)
         }
     }
 }
 
+/// Runs the command. In text mode on an adapter that streams, chunks are written as they
+/// arrive and the returned output holds only the exit (its bytes are already out); otherwise the
+/// whole output is returned.
 async fn run_inner(args: &RunArgs) -> Result<Output, Error> {
     let cmd = build_command(args)?;
     let exec = registry::open(&args.adapter, args.sandbox.as_deref()).await?;
-    match args.timeout {
-        Some(secs) if secs > 0.0 => {
-            exec.with_deadline(Duration::from_secs_f64(secs))
-                .exec(cmd)
-                .await
+    let deadline = args
+        .timeout
+        .filter(|s| *s > 0.0)
+        .map(Duration::from_secs_f64);
+    let exec: std::sync::Arc<dyn Exec> = match deadline {
+        Some(d) => std::sync::Arc::new(exec.with_deadline(d)),
+        None => exec,
+    };
+    let streaming = if args.json { None } else { exec.streaming() };
+    let Some(streaming) = streaming else {
+        return exec.exec(cmd).await;
+    };
+    let mut events = streaming.exec_stream(cmd).await?;
+    let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
+    loop {
+        match events.next().await {
+            Some(Ok(execseam_core::Event::Stdout(b))) => {
+                let _ = out.write_all(&b);
+                let _ = out.flush();
+            }
+            Some(Ok(execseam_core::Event::Stderr(b))) => {
+                let _ = err.write_all(&b);
+            }
+            Some(Ok(execseam_core::Event::Exit(exit))) => {
+                return Ok(Output::new(Vec::new(), Vec::new(), exit));
+            }
+            // Already written: the error carries no partial output to print again.
+            Some(Err(mut e)) => {
+                let _ = e.take_partial();
+                return Err(e);
+            }
+            None => {
+                return Err(Error::protocol("the stream ended without an exit status"));
+            }
         }
-        _ => exec.exec(cmd).await,
     }
 }
 
@@ -202,16 +271,35 @@ fn delivery(d: Delivery) -> &'static str {
     }
 }
 
+/// The lifecycle operations an adapter has, as words.
+fn lifecycle(l: &execseam::LifecycleCapabilities) -> String {
+    let ops: Vec<&str> = [
+        (l.create, "create"),
+        (l.connect, "connect"),
+        (l.list, "list"),
+        (l.destroy, "destroy"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, n)| *n)
+    .collect();
+    if ops.is_empty() {
+        "none".to_owned()
+    } else {
+        ops.join(", ")
+    }
+}
+
 /// The README's adapter table (checked by `tests/readme.rs`).
 pub fn markdown_table() -> String {
     let yn = |b: bool| if b { "yes" } else { "no" };
     let mut s = String::from(
-        "| adapter | argv | stdin | workdir | env | streaming | remote kill | binary output |\n|---|---|---|---|---|---|---|---|\n",
+        "| adapter | argv | stdin | workdir | env | streaming | remote kill | binary output | lifecycle |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     for a in registry::all() {
         let c = registry::capabilities(&a);
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             a.name,
             delivery(c.argv),
             delivery(c.stdin),
@@ -219,7 +307,8 @@ pub fn markdown_table() -> String {
             delivery(c.env),
             yn(c.streaming),
             yn(c.remote_kill),
-            yn(c.binary_output)
+            yn(c.binary_output),
+            lifecycle(&a.lifecycle)
         ));
     }
     s
@@ -235,11 +324,16 @@ pub fn adapters(as_json: bool, markdown: bool) -> ExitCode {
         let list: Vec<Value> = all
             .iter()
             .map(|a| {
-                let c = registry::capabilities(&a);
+                let c = registry::capabilities(a);
                 json!({
                     "name": a.name,
                     "about": a.about,
                     "env": a.env,
+                    "lifecycle": {
+                        "create": a.lifecycle.create, "connect": a.lifecycle.connect,
+                        "list": a.lifecycle.list, "destroy": a.lifecycle.destroy,
+                        "labels": a.lifecycle.spec.labels,
+                    },
                     "capabilities": {
                         "argv": delivery(c.argv), "stdin": delivery(c.stdin),
                         "workdir": delivery(c.workdir), "env": delivery(c.env),
@@ -262,7 +356,7 @@ pub fn adapters(as_json: bool, markdown: bool) -> ExitCode {
         "adapter", "argv", "stdin", "workdir", "env", "stream", "kill", "binary"
     );
     for a in &all {
-        let c = registry::capabilities(&a);
+        let c = registry::capabilities(a);
         let yn = |b: bool| if b { "yes" } else { "no" };
         println!(
             "{:<11} {:<13} {:<13} {:<13} {:<13} {:<6} {:<5} {:<6} {}",

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use execseam_core::degrade::base64_encode;
-use execseam_core::{Exec, Retry};
+use execseam_core::{Error, Exec, Retry};
 use execseam_tools::{
     Change, GrepOptions, Listing, ReadRange, RelPath, ToolError, Tools, WriteOptions, escape,
 };
@@ -443,4 +443,81 @@ pub async fn patch(a: PatchArgs) -> ExitCode {
     }
     .await;
     finish(json, r)
+}
+
+#[derive(Args)]
+pub struct CodeArgs {
+    /// python, javascript, typescript or bash.
+    #[arg(long)]
+    language: String,
+    /// The adapter to run through.
+    #[arg(long, default_value = "local")]
+    adapter: String,
+    /// Run in this existing sandbox (left running); without it a sandbox is created and
+    /// destroyed before exiting.
+    #[arg(long, env = "EXECSEAM_SANDBOX")]
+    sandbox: Option<String>,
+    /// Seconds, 1..=600 (default 180).
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<u64>,
+    /// Print the whole result (or error) as one JSON object, as `execseam run --json`.
+    #[arg(long)]
+    json: bool,
+    /// The program's source file, or `-` for this process's stdin.
+    #[arg(value_name = "FILE|-")]
+    file: String,
+}
+
+/// `execseam code`: runs an exact source program; exits with the program's status (128+n for a
+/// signal), 1 for a bad request (language, timeout, unreadable file), 125 for an infrastructure
+/// failure.
+pub async fn code(a: CodeArgs) -> ExitCode {
+    let r = async {
+        let language: execseam_tools::Language =
+            a.language
+                .parse()
+                .map_err(|e: Error| ToolError::InvalidArgument {
+                    message: e.message().to_owned(),
+                })?;
+        let mut source = Vec::new();
+        let read = if a.file == "-" {
+            std::io::stdin().read_to_end(&mut source).map(|_| ())
+        } else {
+            std::fs::read(&a.file).map(|b| source = b)
+        };
+        read.map_err(|e| ToolError::InvalidArgument {
+            message: format!("reading {}: {e}", a.file),
+        })?;
+        let source = String::from_utf8(source).map_err(|_| ToolError::InvalidArgument {
+            message: format!("{} is not UTF-8 source", a.file),
+        })?;
+        let exec = connect(&Common {
+            adapter: a.adapter.clone(),
+            sandbox: a.sandbox.clone(),
+            root: None,
+            json: a.json,
+        })
+        .await?;
+        Tools::new(&*exec)
+            .code(
+                language,
+                &source,
+                a.timeout.map(std::time::Duration::from_secs),
+            )
+            .await
+    }
+    .await;
+    match r {
+        Ok(out) => {
+            if a.json {
+                println!("{}", crate::run::output_json(&out));
+            } else {
+                let _ = std::io::stdout().write_all(&out.stdout);
+                let _ = std::io::stderr().write_all(&out.stderr);
+                let _ = std::io::stdout().flush();
+            }
+            ExitCode::from(out.exit.shell_status().clamp(0, 255) as u8)
+        }
+        Err(e) => finish(a.json, Err(e)),
+    }
 }

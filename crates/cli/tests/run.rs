@@ -71,11 +71,12 @@ fn an_infrastructure_error_is_one_typed_line_and_exit_125() {
 
 #[test]
 fn invalid_commands_fail_before_running() {
+    // Usage errors, found before any I/O: exit 2 (clap's convention), not 125.
     let out = execseam(&["run", "--workdir", "relative", "--", "true"]);
-    assert_eq!(out.status.code(), Some(125));
+    assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid command"));
     let out = execseam(&["run", "--env", "A=B=C", "--env", "NOEQUALS", "--", "true"]);
-    assert_eq!(out.status.code(), Some(125));
+    assert_eq!(out.status.code(), Some(2));
 }
 
 #[test]

@@ -1,24 +1,13 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
 //! The behaviour suite every execseam adapter must pass.
 //!
 //! The suite is a list of [`Case`]s: plain async functions over a [`Target`] (a `&dyn Exec`, its
 //! [`Capabilities`](execseam_core::Capabilities), a scratch directory in the sandbox, and, for
 //! emulated runs, a fault injector). A case passes, fails with a diff, or is not applicable with the
 //! capability or target property that rules it out; nothing is skipped silently.
-//!
-//! Each adapter crate has a `tests/conformance.rs` with `harness = false` that calls [`main`]:
-//!
-//! ```no_run
-//! use std::sync::Arc;
-//! use execseam_conformance::Target;
-//!
-//! fn main() {
-//!     execseam_conformance::main(|| async {
-//!         // Your adapter, configured against its emulator (or the real provider).
-//!         let exec = Arc::new(execseam_local::LocalExec::new());
-//!         Ok(Target::new("myadapter", exec).scratch("/tmp/execseam-conformance"))
-//!     });
-//! }
-//! ```
 //!
 //! The runner prints one line per case and ends with `N passed, M failed, K not applicable`, writes
 //! a JSON report to `target/conformance/<adapter>.json`, and compares the outcome of each case with
@@ -151,6 +140,14 @@ pub struct Target {
     /// output has closed it (so a background child delays the exit on the real service): the
     /// reason, with its source. `background-child-detached` is then not applicable.
     pub exit_waits_for_children: Option<String>,
+    /// Set when every execution runs in a sandbox of its own that ends with it (Chrono), so a
+    /// background child ends with its command: the reason. `background-child-detached` then
+    /// checks that the child is gone instead of running.
+    pub children_end_with_the_command: Option<String>,
+    /// A well-formed id of a sandbox that does not exist (`connect` must answer `NotFound`).
+    /// The default, `execseamnosuchsandbox0`, suits providers whose ids are free-form; one
+    /// that checks an id's form first (Modal: `sb-…`) gives one of that form.
+    pub missing_sandbox_id: String,
     keep_alive: Vec<Box<dyn Any + Send + Sync>>,
     suite: SuiteState,
 }
@@ -178,6 +175,8 @@ impl Target {
             provider: None,
             live_sandboxes: None,
             exit_waits_for_children: None,
+            children_end_with_the_command: None,
+            missing_sandbox_id: "execseamnosuchsandbox0".into(),
             keep_alive: Vec::new(),
             suite: SuiteState {
                 id: format!("run-{}", execseam_core::transport::random_id(12)),
@@ -248,6 +247,20 @@ impl Target {
     #[must_use]
     pub fn exit_waits_for_children(mut self, reason: impl Into<String>) -> Target {
         self.exit_waits_for_children = Some(reason.into());
+        self
+    }
+
+    /// Declares [`Target::children_end_with_the_command`].
+    #[must_use]
+    pub fn children_end_with_the_command(mut self, reason: impl Into<String>) -> Target {
+        self.children_end_with_the_command = Some(reason.into());
+        self
+    }
+
+    /// Sets [`Target::missing_sandbox_id`].
+    #[must_use]
+    pub fn missing_sandbox_id(mut self, id: impl Into<String>) -> Target {
+        self.missing_sandbox_id = id.into();
         self
     }
 

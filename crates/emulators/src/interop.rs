@@ -85,3 +85,59 @@ pub fn run_python(python: &Path, script: &Path, env: &[(String, String)]) -> io:
         .stdin(Stdio::null())
         .output()
 }
+
+/// The pinned TypeScript runtime the Chrono emulator's tests use: `tsx` (esbuild under Node.js,
+/// which runs TypeScript on the Node.js 20 here; Node's own `--experimental-strip-types` needs
+/// 22.6 or later).
+pub const TSX_VERSION: &str = "4.20.6";
+
+/// Ensures `target/interop/typescript` holds `tsx@`[`TSX_VERSION`] from the npm registry and
+/// returns the argv prefix that runs a `.ts` file with it (`node …/tsx/dist/cli.mjs`). Fails
+/// loudly when npm or the registry is unreachable.
+pub fn typescript_runtime() -> io::Result<Vec<String>> {
+    static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = CREATING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let dir = target_dir().join("interop").join("typescript");
+    let cli = dir.join("node_modules/tsx/dist/cli.mjs");
+    let stamp = dir.join("installed-tsx.txt");
+    if !(cli.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(TSX_VERSION)) {
+        // Install next to it, then move into place: another test process may be reading it.
+        let tmp = dir.with_file_name(format!("typescript.tmp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp)?;
+        std::fs::write(tmp.join("package.json"), "{\"private\": true}\n")?;
+        check(
+            Command::new("npm")
+                .args([
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--save-exact",
+                    "--prefix",
+                ])
+                .arg(&tmp)
+                .arg(format!("tsx@{TSX_VERSION}")),
+            "installing tsx from the npm registry (is it reachable?)",
+        )?;
+        std::fs::write(tmp.join("installed-tsx.txt"), TSX_VERSION)?;
+        let _ = std::fs::remove_dir_all(&dir);
+        if let Err(e) = std::fs::rename(&tmp, &dir) {
+            let _ = std::fs::remove_dir_all(&tmp);
+            if !cli.exists() {
+                return Err(e);
+            }
+        }
+    }
+    let node = std::env::var("EXECSEAM_NODE").unwrap_or_else(|_| "node".into());
+    let node = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {node}"))
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .filter(|p| p.starts_with('/'))
+        .ok_or_else(|| io::Error::other("node is not on PATH"))?;
+    Ok(vec![node, cli.to_string_lossy().into_owned()])
+}

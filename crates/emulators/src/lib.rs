@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
 //! Faithful local emulators of sandbox providers' wire protocols.
 //!
 //! Each provider module (behind a feature of the same name) serves that provider's exec and files
@@ -30,6 +34,8 @@ pub use harness::{Fault, FaultHandle, FaultRule, Isolation, Mount, Sandboxing, S
 pub mod agentcore;
 #[cfg(feature = "ax")]
 pub mod ax;
+#[cfg(feature = "chrono")]
+pub mod chrono;
 #[cfg(feature = "cloudflare")]
 pub mod cloudflare;
 #[cfg(feature = "daytona")]
@@ -38,6 +44,8 @@ pub mod daytona;
 pub mod e2b;
 #[cfg(feature = "fly")]
 pub mod fly;
+#[cfg(feature = "modal")]
+pub mod modal;
 #[cfg(feature = "sprites")]
 pub mod sprites;
 #[cfg(any(feature = "fly", feature = "sprites"))]
@@ -108,6 +116,10 @@ pub fn providers() -> &'static [&'static str] {
         "cloudflare",
         #[cfg(feature = "agentcore")]
         "agentcore",
+        #[cfg(feature = "modal")]
+        "modal",
+        #[cfg(feature = "chrono")]
+        "chrono",
     ]
 }
 
@@ -130,6 +142,10 @@ pub async fn start(provider: &str, options: EmulatorOptions) -> std::io::Result<
         "cloudflare" => cloudflare::start(options).await,
         #[cfg(feature = "agentcore")]
         "agentcore" => agentcore::start(options).await,
+        #[cfg(feature = "modal")]
+        "modal" => modal::start(options).await,
+        #[cfg(feature = "chrono")]
+        "chrono" => chrono::start(options).await,
         other => Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
             format!(

@@ -20,6 +20,8 @@ pub use execseam_layers::ExecExt;
 pub use execseam_agentcore as agentcore;
 #[cfg(feature = "ax")]
 pub use execseam_ax as ax;
+#[cfg(feature = "chrono")]
+pub use execseam_chrono as chrono;
 #[cfg(feature = "cloudflare")]
 pub use execseam_cloudflare as cloudflare;
 #[cfg(feature = "daytona")]
@@ -30,6 +32,8 @@ pub use execseam_e2b as e2b;
 pub use execseam_fly as fly;
 #[cfg(feature = "local")]
 pub use execseam_local as local;
+#[cfg(feature = "modal")]
+pub use execseam_modal as modal;
 #[cfg(feature = "sprites")]
 pub use execseam_sprites as sprites;
 
@@ -78,6 +82,8 @@ pub const KNOWN: &[&str] = &[
     "cloudflare",
     "daytona",
     "agentcore",
+    "modal",
+    "chrono",
 ];
 
 macro_rules! boxed {
@@ -183,6 +189,32 @@ pub fn adapters() -> Vec<Adapter> {
         build: |vars| {
             boxed!(execseam_agentcore::AgentCoreProvider::new(
                 execseam_agentcore::AgentCoreConfig::from_vars(vars)?
+            ))
+        },
+    });
+    #[cfg(feature = "modal")]
+    v.push(Adapter {
+        name: execseam_modal::PROVIDER,
+        about: "Modal Sandboxes over gRPC: the control plane and the task command router",
+        env: execseam_modal::ENV_VARS,
+        capabilities: execseam_modal::CAPABILITIES,
+        lifecycle: execseam_modal::LIFECYCLE,
+        build: |vars| {
+            boxed!(execseam_modal::ModalProvider::new(
+                execseam_modal::ModalConfig::from_vars(vars)?
+            ))
+        },
+    });
+    #[cfg(feature = "chrono")]
+    v.push(Adapter {
+        name: execseam_chrono::PROVIDER,
+        about: "Chrono Sandbox through POST /execute (CHRONO_DURABLE=1: the durable /executions contract)",
+        env: execseam_chrono::ENV_VARS,
+        capabilities: execseam_chrono::CAPABILITIES,
+        lifecycle: execseam_chrono::LIFECYCLE,
+        build: |vars| {
+            boxed!(execseam_chrono::ChronoProvider::new(
+                execseam_chrono::ChronoConfig::from_vars(vars)?
             ))
         },
     });

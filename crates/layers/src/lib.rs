@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
 //! Host-side layers: policy that wraps any [`Exec`] without touching [`Command`].
 //!
 //! - [`WithDeadline`]: the host's own deadline. When it fires the command is abandoned (adapters

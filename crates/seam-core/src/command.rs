@@ -31,6 +31,8 @@ impl Tool {
     pub const LIST: Tool = Tool(Cow::Borrowed("list"));
     /// Applying a patch.
     pub const APPLY_PATCH: Tool = Tool(Cow::Borrowed("apply_patch"));
+    /// Running an exact source program (see [`code`](crate::code)).
+    pub const CODE: Tool = Tool(Cow::Borrowed("code"));
 
     /// A custom tool name. Validated when the command is built (non-empty, no NUL).
     pub fn custom(name: impl Into<String>) -> Tool {

@@ -5,7 +5,12 @@
 //! - [`wrap`]: a `/bin/sh -c` script that synthesises the workdir, the environment and a stdin
 //!   redirect for backends without those fields (Fly Machines has neither workdir nor env).
 //! - [`check_wrapped`]: turns the wrapper's own failures (a missing workdir, a missing stdin file)
-//!   back into typed errors, so they are never reported as the command's exit code.
+//!   back into typed errors, so they are never reported as the command's exit code;
+//!   [`StderrGate`] does the same for a stream (it holds back stderr while it may still be the
+//!   wrapper's line).
+//! - [`base64_encode`]: the one base64 this crate writes (standard alphabet, padded, as `base64
+//!   -d` reads it), so core needs no base64 dependency. Adapters that also decode use the
+//!   `base64` crate; both are RFC 4648 standard with padding.
 //!
 //! The wrapper stops *the library* from interpreting argv; it does not stop the backend from
 //! running a shell. Every construct used works in dash, bash (also as `sh`) and busybox ash.
@@ -76,8 +81,9 @@ pub enum StdinFrom {
     Base64(String),
 }
 
-/// What [`wrap`] synthesises.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+/// What [`wrap`] synthesises. Build it with `..WrapOptions::default()` for the fields you do not
+/// set, so that a field added later does not break you.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WrapOptions {
     /// `cd` into [`Command::workdir`] first.
     pub workdir: bool,
@@ -85,6 +91,33 @@ pub struct WrapOptions {
     pub env: bool,
     /// Redirect stdin.
     pub stdin: StdinFrom,
+    /// The prefix of the line the wrapper writes to stderr when it fails itself (default
+    /// [`WRAPPER_MARK`]).
+    ///
+    /// A wrapper that runs commands which may themselves be wrapped (the local adapter's
+    /// launcher runs commands that may be another adapter's wrapped ones) must use a marker of
+    /// its own, so that it never mistakes the inner wrapper's failure, which is the command's
+    /// output, for its own. Check its output with [`WrapOptions::check`] or a [`StderrGate`]
+    /// made from the same options.
+    pub marker: &'static str,
+}
+
+impl Default for WrapOptions {
+    fn default() -> WrapOptions {
+        WrapOptions {
+            workdir: false,
+            env: false,
+            stdin: StdinFrom::Backend,
+            marker: WRAPPER_MARK,
+        }
+    }
+}
+
+impl WrapOptions {
+    /// [`check_wrapped`] for a wrapper built with these options (their [`marker`](Self::marker)).
+    pub fn check(&self, output: Output) -> Result<Output, Error> {
+        check_marked(output, self.marker)
+    }
 }
 
 /// The prefix of the line the wrapper writes to stderr when it fails itself.
@@ -97,20 +130,7 @@ pub const WRAPPER_STATUS: i32 = 125;
 /// Fails with [`ErrorKind::Unsupported`] only for a program name that no shell construct can run
 /// exactly: one that starts with `-` and contains `=`.
 pub fn script(cmd: &Command, opts: &WrapOptions) -> Result<String, Error> {
-    script_with_marker(cmd, opts, WRAPPER_MARK)
-}
-
-/// [`script`] with another marker for the wrapper's own failures.
-///
-/// A wrapper that runs commands which may themselves be wrapped (the emulators' sandbox runner
-/// runs adapters' wrapped commands) must use a marker of its own, so that it never mistakes the
-/// inner wrapper's failure, which is the command's output, for its own. Pair with
-/// [`check_wrapped_with_marker`].
-pub fn script_with_marker(
-    cmd: &Command,
-    opts: &WrapOptions,
-    marker: &str,
-) -> Result<String, Error> {
+    let marker = opts.marker;
     let mut s = String::new();
     let fail = |what: &str| {
         format!(
@@ -197,19 +217,6 @@ pub fn wrap(cmd: &Command, opts: &WrapOptions) -> Result<Vec<String>, Error> {
     Ok(vec!["/bin/sh".into(), "-c".into(), script(cmd, opts)?])
 }
 
-/// [`wrap`] with [`script_with_marker`].
-pub fn wrap_with_marker(
-    cmd: &Command,
-    opts: &WrapOptions,
-    marker: &str,
-) -> Result<Vec<String>, Error> {
-    Ok(vec![
-        "/bin/sh".into(),
-        "-c".into(),
-        script_with_marker(cmd, opts, marker)?,
-    ])
-}
-
 /// A new command that runs `cmd` through the wrapper: its argv is [`wrap`]'s, the wrapped parts
 /// are removed, the tool is kept; with [`StdinFrom::Base64`] its stdin becomes the base64 text,
 /// with [`StdinFrom::File`] its stdin is emptied (the adapter uploads `cmd.stdin()` itself).
@@ -233,12 +240,12 @@ pub fn wrapped_command(cmd: &Command, opts: &WrapOptions) -> Result<Command, Err
 ///
 /// A missing workdir becomes [`ErrorKind::NotFound`] ([`Retry::Never`]); a missing or undecodable
 /// stdin file becomes [`ErrorKind::Internal`] with [`Retry::SAFE`], since the command never started.
+/// For a wrapper with another [`marker`](WrapOptions::marker), use [`WrapOptions::check`].
 pub fn check_wrapped(output: Output) -> Result<Output, Error> {
-    check_wrapped_with_marker(output, WRAPPER_MARK)
+    check_marked(output, WRAPPER_MARK)
 }
 
-/// [`check_wrapped`] for a wrapper built by [`script_with_marker`].
-pub fn check_wrapped_with_marker(output: Output, marker: &str) -> Result<Output, Error> {
+fn check_marked(output: Output, marker: &str) -> Result<Output, Error> {
     if output.exit != Exit::Code(WRAPPER_STATUS) || !output.stderr.starts_with(marker.as_bytes()) {
         return Ok(output);
     }
@@ -250,6 +257,85 @@ pub fn check_wrapped_with_marker(output: Output, marker: &str) -> Result<Output,
         Error::new(ErrorKind::Internal, line).with_retry(Retry::SAFE)
     };
     Err(err.with_operation("exec"))
+}
+
+/// The streaming counterpart of [`check_wrapped`]: holds back the start of stderr while it may
+/// still be the wrapper's failure line, so that a failure of the wrapper never reaches the
+/// consumer as the command's stderr.
+///
+/// Feed every stderr chunk through [`push`](Self::push) and deliver what it returns; at the
+/// exit, [`finish`](Self::finish) gives what is still held, as an [`Output`] to map with
+/// [`WrapOptions::check`] (or an adapter's own mapping that ends in it): `Err` is the wrapper's
+/// failure, `Ok` carries the stderr to deliver before the exit. At most the marker's length is
+/// held unless stderr really starts with the marker.
+///
+/// ```
+/// use bytes::Bytes;
+/// use execseam_core::degrade::{StderrGate, WrapOptions, WRAPPER_STATUS};
+/// use execseam_core::{ErrorKind, Exit};
+///
+/// let opts = WrapOptions::default();
+/// // The command's own stderr passes as soon as it cannot be the marker.
+/// let mut gate = StderrGate::new(&opts);
+/// assert_eq!(gate.push(Bytes::from_static(b"exec")), None);
+/// assert_eq!(gate.push(Bytes::from_static(b"ute me")), Some(Bytes::from_static(b"execute me")));
+/// assert_eq!(gate.push(Bytes::from_static(b"!")), Some(Bytes::from_static(b"!")));
+/// // The wrapper's own failure becomes a typed error.
+/// let mut gate = StderrGate::new(&opts);
+/// assert_eq!(gate.push(Bytes::from_static(b"execseam-wrapper: workdir does not exist: /x\n")), None);
+/// let err = opts.check(gate.finish(Exit::Code(WRAPPER_STATUS))).unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::NotFound);
+/// ```
+#[derive(Debug)]
+pub struct StderrGate {
+    marker: &'static str,
+    held: Option<bytes::BytesMut>,
+}
+
+impl StderrGate {
+    /// A gate for a wrapper built with `opts` (its [`marker`](WrapOptions::marker)).
+    pub fn new(opts: &WrapOptions) -> StderrGate {
+        StderrGate {
+            marker: opts.marker,
+            held: Some(bytes::BytesMut::new()),
+        }
+    }
+
+    /// A gate that holds nothing back (for output that did not go through a wrapper).
+    pub fn open() -> StderrGate {
+        StderrGate {
+            marker: WRAPPER_MARK,
+            held: None,
+        }
+    }
+
+    /// Takes one stderr chunk; returns the bytes to deliver now (`None`: held).
+    pub fn push(&mut self, chunk: Bytes) -> Option<Bytes> {
+        let Some(held) = self.held.as_mut() else {
+            return Some(chunk);
+        };
+        held.extend_from_slice(&chunk);
+        let n = held.len().min(self.marker.len());
+        if held[..n] == self.marker.as_bytes()[..n] {
+            None
+        } else {
+            self.held.take().map(bytes::BytesMut::freeze)
+        }
+    }
+
+    /// At the command's exit: what is held, as an output with no stdout, to map with
+    /// [`WrapOptions::check`]. The gate is open afterwards.
+    pub fn finish(&mut self, exit: Exit) -> Output {
+        Output::new(Bytes::new(), self.take(), exit)
+    }
+
+    /// What is held (on an error, to deliver before it); the gate is open afterwards.
+    pub fn take(&mut self) -> Bytes {
+        self.held
+            .take()
+            .map(bytes::BytesMut::freeze)
+            .unwrap_or_default()
+    }
 }
 
 /// A fresh path for a temporary file under `dir` (`<dir>/.execseam-<16 hex digits>`).
@@ -398,7 +484,7 @@ mod tests {
             b = b.stdin(stdin.clone());
             let cmd = b.build().unwrap();
             let tmp = temp_path(dir.to_str().unwrap());
-            let opts = WrapOptions { workdir: true, env: true, stdin: StdinFrom::Base64(tmp.clone()) };
+            let opts = WrapOptions { workdir: true, env: true, stdin: StdinFrom::Base64(tmp.clone()), ..WrapOptions::default() };
             let wrapped = wrapped_command(&cmd, &opts).unwrap();
             let mut want = nul_joined(&[dir.to_str().unwrap().to_string(), value.clone()]);
             want.extend(nul_joined(&args));
@@ -432,6 +518,7 @@ mod tests {
                     workdir: true,
                     env: true,
                     stdin: StdinFrom::Backend,
+                    ..WrapOptions::default()
                 };
                 let script = script(&cmd, &opts).unwrap();
                 for shell in shells() {
@@ -504,7 +591,11 @@ mod tests {
         };
         let inner = wrapped_command(&inner, &opts).unwrap();
         let outer = inner.into_builder().workdir("/").build().unwrap();
-        let s = script_with_marker(&outer, &opts, "outer: ").unwrap();
+        let outer_opts = WrapOptions {
+            marker: "outer: ",
+            ..opts.clone()
+        };
+        let s = script(&outer, &outer_opts).unwrap();
         let out = run(&["/bin/sh", "-c"], &s, b"");
         let output = Output::new(
             out.stdout,
@@ -512,7 +603,7 @@ mod tests {
             Exit::Code(out.status.code().unwrap()),
         );
         // The outer check sees the command's own output...
-        let output = check_wrapped_with_marker(output, "outer: ").unwrap();
+        let output = outer_opts.check(output).unwrap();
         // ...and the inner check types it.
         assert_eq!(
             check_wrapped(output).unwrap_err().kind(),

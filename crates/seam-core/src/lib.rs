@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
 //! The execseam contract: one small, strict seam between an agent host and a sandbox.
 //!
 //! An agent host runs its builtin tools (bash, read, write, glob, grep, apply_patch) by handing a
@@ -36,6 +40,7 @@
 #![warn(missing_docs)]
 
 mod capabilities;
+pub mod code;
 mod command;
 pub mod degrade;
 mod error;

@@ -10,7 +10,7 @@
 //! exactly as it reads the script's**. The helpers here build that output:
 //!
 //! ```
-//! use execseam_core::native::{Listing, NativeRequest};
+//! use execseam_core::native::{ListOutput, NativeRequest};
 //! use execseam_core::Tool;
 //!
 //! let cmd = NativeRequest::list("/work", Some(2)).command().unwrap();
@@ -18,7 +18,7 @@
 //! // In the adapter's exec():
 //! let Some(NativeRequest::List(req)) = NativeRequest::parse(&cmd) else { unreachable!() };
 //! assert_eq!((req.root.as_str(), req.depth), ("/work", Some(2)));
-//! let mut out = Listing::new(&req.root);
+//! let mut out = ListOutput::new(&req.root);
 //! for (relative_path, is_dir) in [("src", true), ("src/lib.rs", false)] {
 //!     // ... entries from the backend's ListDir(path, depth), in any order
 //!     out.entry(relative_path.as_bytes(), is_dir);
@@ -43,13 +43,13 @@
 //! - **List** (`find -H ROOT -mindepth 1 [-maxdepth DEPTH]`): one record `PATH\0` per entry below
 //!   the root (the root itself excluded) down to `depth` levels (all levels when `None`). The root
 //!   is followed if it is a symlink; nothing below it is (a symlink is an entry, never descended). A **directory** is written **twice**
-//!   (`PATH\0PATH\0`, adjacent or not); every other entry once. Build it with [`Listing`].
+//!   (`PATH\0PATH\0`, adjacent or not); every other entry once. Build it with [`ListOutput`].
 //! - **Glob** (`find ROOT[/START] -mindepth 1 ! -type d [-name NAME]`): one record `PATH\0` per
 //!   entry that is not a directory (files, symlinks, others), anywhere below `ROOT/START`, symlinks
 //!   not followed, whose last component matches `name` (see [`name_matches`]). A `START` with a
 //!   component that is missing, not a directory or a symlink gives no records, not an error (the
 //!   walk from the root would not reach below it either). Extra records are harmless (the library matches the exact
-//!   glob afterwards); missing ones are a bug. Build it with [`Listing`] (`is_dir = false`).
+//!   glob afterwards); missing ones are a bug. Build it with [`ListOutput`] (`is_dir = false`).
 //! - **Grep**: for each match, `PATH\0LINE:TEXT\n`, where `PATH` is a regular file (`-type f`, not
 //!   through a symlink) below `ROOT/START` whose name matches `name`, `LINE` the 1-based decimal line
 //!   number and `TEXT` the matching line without its `\n` (it may hold any other byte, NUL
@@ -531,16 +531,16 @@ pub fn grep_records(stdout: &[u8]) -> Result<Vec<GrepRecord<'_>>, Error> {
 
 /// Builds the stdout of a List or Glob served natively; see the module docs.
 #[derive(Clone, Debug)]
-pub struct Listing {
+pub struct ListOutput {
     root: String,
     stdout: Vec<u8>,
     stderr: Vec<u8>,
 }
 
-impl Listing {
+impl ListOutput {
     /// An empty listing of `root` (the request's root, verbatim).
-    pub fn new(root: &str) -> Listing {
-        Listing {
+    pub fn new(root: &str) -> ListOutput {
+        ListOutput {
             root: root.to_owned(),
             stdout: Vec::new(),
             stderr: Vec::new(),
@@ -842,13 +842,13 @@ mod tests {
 
     #[test]
     fn builders_write_the_wire_format() {
-        let mut l = Listing::new("/w");
+        let mut l = ListOutput::new("/w");
         l.entry(b"d", true);
         l.entry(b"d/f\nx", false);
         let o = l.finish();
         assert_eq!(&o.stdout[..], b"/w/d\0/w/d\0/w/d/f\nx\0");
         assert_eq!(o.exit, Exit::Code(0));
-        let mut l = Listing::new("/");
+        let mut l = ListOutput::new("/");
         l.entry(b"etc", false);
         l.skipped("find: '/root': Permission denied");
         let o = l.finish();
@@ -1039,7 +1039,7 @@ mod tests {
             let o = run(&NativeRequest::list(r.clone(), Some(2)).command().unwrap());
             assert_eq!(o.exit, Exit::Code(0), "{o:?}");
             let got = sorted_records(&r, &o.stdout);
-            let mut want = Listing::new(&r);
+            let mut want = ListOutput::new(&r);
             for (p, d) in [
                 ("src", true),
                 ("src/a.rs", false),

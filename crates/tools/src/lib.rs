@@ -1,4 +1,8 @@
-//! The builtin tools of an agent host — glob, list, grep, read, write, apply_patch and bash — over
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
+//! The builtin tools of an agent host — glob, list, grep, read, write, apply_patch, bash and code — over
 //! any execseam adapter (`&dyn Exec`).
 //!
 //! Each tool builds one [`Command`] with its [`Tool`] set and runs it through the seam, relying
@@ -57,7 +61,10 @@ mod path;
 use bytes::Bytes;
 use execseam_core::degrade::temp_path;
 use execseam_core::native::{self, Failure, GrepRequest, NativeRequest};
-use execseam_core::{Command, Error, Exec, Exit, Output, Tool};
+use std::time::Duration;
+
+pub use execseam_core::code::{CodeRequest, Language};
+use execseam_core::{Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Retry, Tool};
 
 pub use error::ToolError;
 pub use file::ReadRange;
@@ -526,7 +533,51 @@ impl<'a> Tools<'a> {
         }
         self.run(b.build()?).await
     }
+
+    /// Runs an exact source program (Aevatar's `code_execute`): `python3 -c`, `node -e`, `tsx
+    /// --eval` or `bash -c`, as [`execseam_core::code`] builds it, with [`Tool::CODE`] so an
+    /// adapter with a native code runtime (Chrono) serves it in its own language. stdout, stderr
+    /// and the exit code come back exactly; a non-zero exit is `Ok`.
+    ///
+    /// `timeout` is 1..=600 s ([`CODE_DEFAULT_TIMEOUT`] when `None`), checked before any I/O
+    /// like Aevatar's typed request; it is a host-side deadline (dropping the exec, which kills
+    /// the program where the adapter can), reported as `Timeout(Command)`.
+    pub async fn code(
+        &self,
+        language: Language,
+        source: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Output, ToolError> {
+        let timeout = timeout.unwrap_or(CODE_DEFAULT_TIMEOUT);
+        if timeout < Duration::from_secs(1) || timeout > CODE_MAX_TIMEOUT {
+            return Err(ToolError::InvalidArgument {
+                message: format!("timeout {timeout:?} is outside 1..=600 s"),
+            });
+        }
+        let cmd = CodeRequest::new(language, source).command().map_err(|e| {
+            ToolError::InvalidArgument {
+                message: e.message().to_owned(),
+            }
+        })?;
+        match tokio::time::timeout(timeout, self.run(cmd)).await {
+            Ok(r) => r,
+            Err(_) => Err(ToolError::Exec(
+                Error::new(
+                    ErrorKind::Timeout(Deadline::Command),
+                    format!("the {language} program ran longer than {timeout:?}"),
+                )
+                .with_provider(self.exec.provider().to_owned())
+                .with_operation("code")
+                .with_retry(Retry::Unsafe),
+            )),
+        }
+    }
 }
+
+/// The `code` tool's timeout when none is given (Aevatar's default).
+pub const CODE_DEFAULT_TIMEOUT: Duration = Duration::from_secs(180);
+/// The largest `code` timeout.
+pub const CODE_MAX_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The directory of an absolute, normalised path (`/` for a top-level entry).
 fn parent(path: &str) -> &str {

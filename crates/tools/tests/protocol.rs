@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Mutex;
 
-use execseam_core::native::{self, GrepHits, Listing, NativeRequest};
+use execseam_core::native::{self, GrepHits, ListOutput, NativeRequest};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Exec, Exit, Output, Retry, Tool,
 };
@@ -191,7 +191,7 @@ impl Exec for NativeFs {
                 NativeRequest::List(l) => {
                     let mut all = Vec::new();
                     walk(root, b"", 1, l.depth, &mut all);
-                    let mut out = Listing::new(&l.root);
+                    let mut out = ListOutput::new(&l.root);
                     for (p, d) in all.iter().rev() {
                         out.entry(p, *d);
                     }
@@ -205,7 +205,7 @@ impl Exec for NativeFs {
                     };
                     let mut all = Vec::new();
                     walk(&start, g.start.as_bytes(), 1, None, &mut all);
-                    let mut out = Listing::new(&g.root);
+                    let mut out = ListOutput::new(&g.root);
                     for (p, d) in all.iter().rev() {
                         let name = p.rsplit(|&b| b == b'/').next().unwrap();
                         if !d && g.matches_name(name) {

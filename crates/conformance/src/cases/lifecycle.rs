@@ -131,7 +131,7 @@ pub(crate) async fn declared(t: &Target) -> CaseResult {
         unsupported("destroy", p.destroy("execseam-no-such-sandbox").await)?;
     }
     if l.connect {
-        match p.connect("execseamnosuchsandbox0").await {
+        match p.connect(&t.missing_sandbox_id).await {
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             Err(e) => {
                 return fail(format!(
@@ -389,6 +389,20 @@ pub(crate) async fn background_child(t: &Target) -> CaseResult {
             "took {} ms: the exit waited for the background child (its exit is the command's own)",
             took.as_millis()
         ));
+    }
+    if t.children_end_with_the_command.is_some() {
+        // Each execution has a sandbox of its own: the child must be gone with it.
+        let check = format!(
+            "p=$(cat '{pidfile}' 2>/dev/null) || exit 0; rm -f '{pidfile}'; ! kill -0 \"$p\" 2>/dev/null"
+        );
+        return match t.exec.exec(sh(&check)).await {
+            Ok(o) if o.exit.success() => Ok(()),
+            Ok(o) => fail(format!(
+                "the background child outlived its execution, which was declared to end it (exit {:?})",
+                o.exit
+            )),
+            Err(e) => fail(format!("checking the background child failed: {e}")),
+        };
     }
     // The child keeps running (the command's exit does not kill it); then kill it.
     let check = format!(

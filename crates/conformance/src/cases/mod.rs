@@ -6,6 +6,7 @@ use execseam_core::{BoxFuture, Command, Error, ErrorKind, Output, Retry};
 
 use crate::{Case, CaseResult, Outcome, Target};
 
+mod code;
 mod exec;
 mod faults;
 mod lifecycle;
@@ -86,7 +87,7 @@ pub fn exec_cases() -> Vec<Case> {
         "env-baseline" => exec::env_baseline:
             "the base environment has a PATH, and Command.env overrides it",
         "background-child-detached" => lifecycle::background_child:
-            "`sleep 5 & echo started` returns started, exit 0, well under 5 s; the child keeps running",
+            "`sleep 5 & echo started` returns started, exit 0, well under 5 s; the child keeps running (or is gone, where each execution has a sandbox of its own)",
         "kill-is-ambiguous" => exec::kill_signals:
             "kill -9/-15 $$ give 137/143 or Signal(9/15), classified ambiguous",
         "concurrent-execs-isolated" => exec::concurrent:
@@ -133,6 +134,16 @@ pub fn tool_cases() -> Vec<Case> {
             "a name that is not UTF-8 is listed with its raw bytes, sorted by them (snapshot)",
         "tools-hostile-fixture" => tools::hostile_fixture:
             "every tool's fixture output is byte-identical through shuffled records and random chunks",
+        "tools-code-validation" => code::validation:
+            "code: a timeout outside 1..=600 s or an oversized source is InvalidArgument, before any I/O",
+        "tools-code-python" => code::python:
+            "code(python): the exact source runs; stdout, stderr and exit 3 come back exactly",
+        "tools-code-javascript" => code::javascript:
+            "code(javascript): the exact source runs; stdout, stderr and exit 3 come back exactly",
+        "tools-code-typescript" => code::typescript:
+            "code(typescript): the exact source runs; stdout, stderr and exit 3 come back exactly",
+        "tools-code-bash" => code::bash:
+            "code(bash): the exact source runs; stdout, stderr and exit 3 come back exactly",
         "tools-hostile-order" => tools::hostile_order:
             "random trees (odd names, deep, empty dirs): list/glob/grep/read match an oracle, directly and through the hostile adapter (property)",
     ]

@@ -1,7 +1,7 @@
 """grpcio (Google's gRPC runtime) against the ax emulator, with AX's calling pattern.
 
 The stubs are generated at run time by grpcio-tools' protoc from execseam's guest.proto (the
-proto's path comes in AX_PROTO_DIR); the endpoint in AX_GUEST_ENDPOINT. Prints one `ok ...` line
+proto's path comes in AX_PROTO_DIR); the endpoint in EXECSEAM_SANDBOX (the guest address the emulator announces). Prints one `ok ...` line
 per check and `done` at the end; any failure raises.
 """
 import importlib
@@ -28,7 +28,7 @@ sys.path.insert(0, out)
 pb = importlib.import_module("ateenv.v1alpha.guest_pb2")
 rpc = importlib.import_module("ateenv.v1alpha.guest_pb2_grpc")
 
-channel = grpc.insecure_channel(os.environ["AX_GUEST_ENDPOINT"])
+channel = grpc.insecure_channel(os.environ["EXECSEAM_SANDBOX"])
 procs = rpc.ProcessServiceStub(channel)
 files = rpc.FileSystemServiceStub(channel)
 

@@ -4,7 +4,7 @@ stderr, exit codes, a failing command, a missing program), control mode falling 
 WebSockets, sessions (list, kill), the filesystem API seeing what commands write and the reverse,
 and the errors (bad token, unknown sprite). Prints one `ok <name>` per check and `OK` at the end.
 
-Environment: SPRITES_API_URL, SPRITE_TOKEN, SPRITE_NAME (from the emulator).
+Environment: SPRITES_API_URL, SPRITE_TOKEN, EXECSEAM_SANDBOX (the default sprite; from the emulator).
 """
 
 import io
@@ -20,7 +20,7 @@ from sprites.session import kill_session, list_sessions
 
 URL = os.environ["SPRITES_API_URL"]
 TOKEN = os.environ["SPRITE_TOKEN"]
-NAME = os.environ["SPRITE_NAME"]
+NAME = os.environ["EXECSEAM_SANDBOX"]
 
 
 def check(name, cond, detail=""):

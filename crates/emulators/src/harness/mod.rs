@@ -3,6 +3,8 @@
 
 pub mod clock;
 pub mod faults;
+#[cfg(any(feature = "ax", feature = "modal"))]
+pub mod grpc;
 pub mod sandbox;
 pub mod server;
 pub(crate) mod sys;

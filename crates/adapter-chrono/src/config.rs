@@ -1,0 +1,273 @@
+//! Configuration of the Chrono adapter and of the durable client.
+
+use std::fmt;
+use std::time::Duration;
+
+use execseam_core::Error;
+use secrecy::SecretString;
+
+use crate::PROVIDER;
+use crate::wire::{DEFAULT_TIMEOUT_SECS, MAX_RESPONSE_BYTES, check_timeout};
+
+/// The timing rules of the durable client (seed 004, "Durable workflow execution").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DurablePolicy {
+    /// Upper bound of each HTTP exchange (submit, status, result, cancel). Aevatar: 15 s.
+    pub exchange_timeout: Duration,
+    /// `Retry-After` is honoured up to this. Aevatar: 30 s.
+    pub retry_after_cap: Duration,
+    /// The delay when an answer has no `Retry-After`. Aevatar: 2 s.
+    pub default_retry_after: Duration,
+    /// Consecutive transient failures (429, retryable 503, 5xx, transport) before the loop
+    /// gives up with the last error.
+    pub max_transient_failures: u32,
+}
+
+impl Default for DurablePolicy {
+    fn default() -> Self {
+        DurablePolicy {
+            exchange_timeout: Duration::from_secs(15),
+            retry_after_cap: Duration::from_secs(30),
+            default_retry_after: Duration::from_secs(2),
+            max_transient_failures: 30,
+        }
+    }
+}
+
+impl DurablePolicy {
+    /// The delay to wait for an answer's `Retry-After`: the default when absent, capped.
+    pub fn delay(&self, retry_after: Option<Duration>) -> Duration {
+        retry_after
+            .unwrap_or(self.default_retry_after)
+            .min(self.retry_after_cap)
+    }
+}
+
+/// Where and how the adapter reaches Chrono.
+///
+/// `Debug` never shows the tokens.
+#[derive(Clone)]
+pub struct ChronoConfig {
+    pub(crate) base_url: String,
+    pub(crate) via: Option<String>,
+    pub(crate) token: Option<SecretString>,
+    pub(crate) delegation_token: Option<SecretString>,
+    pub(crate) timeout_secs: u32,
+    pub(crate) request_slack: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) max_stdin: u64,
+    pub(crate) max_response_bytes: usize,
+    pub(crate) durable: bool,
+    pub(crate) policy: DurablePolicy,
+}
+
+impl fmt::Debug for ChronoConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let set = |s: &Option<SecretString>| s.as_ref().map(|_| "<redacted>");
+        f.debug_struct("ChronoConfig")
+            .field("base_url", &self.base_url)
+            .field("via", &self.via)
+            .field("token", &set(&self.token))
+            .field("delegation_token", &set(&self.delegation_token))
+            .field("timeout_secs", &self.timeout_secs)
+            .field("request_slack", &self.request_slack)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_stdin", &self.max_stdin)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .field("durable", &self.durable)
+            .field("policy", &self.policy)
+            .finish()
+    }
+}
+
+impl ChronoConfig {
+    /// A configuration for the service rooted at `base_url`: Chrono itself (`http://host:port`),
+    /// or a NyxID proxy route (`https://nyx.example/api/v1/proxy/s/chrono-sandbox`, with
+    /// [`via`](Self::via) naming the exact UserService).
+    pub fn new(base_url: impl Into<String>) -> ChronoConfig {
+        ChronoConfig {
+            base_url: base_url.into().trim_end_matches('/').to_owned(),
+            via: None,
+            token: None,
+            delegation_token: None,
+            timeout_secs: DEFAULT_TIMEOUT_SECS,
+            request_slack: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            max_stdin: 8 << 20,
+            max_response_bytes: MAX_RESPONSE_BYTES * 64,
+            durable: false,
+            policy: DurablePolicy::default(),
+        }
+    }
+
+    /// Reads the configuration from the environment ([`ENV_VARS`](crate::ENV_VARS)); see
+    /// [`from_vars`](Self::from_vars).
+    pub fn from_env() -> Result<ChronoConfig, Error> {
+        ChronoConfig::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the configuration from `vars` (empty values count as unset):
+    ///
+    /// - `CHRONO_BASE_URL` (required): the service root;
+    /// - `CHRONO_TOKEN`: sent as `Authorization: Bearer …`;
+    /// - `CHRONO_DELEGATION_TOKEN`: sent as `X-NyxID-Delegation-Token`;
+    /// - `CHRONO_VIA`: the NyxID UserService id, sent as `_nyxid_via`;
+    /// - `CHRONO_TIMEOUT_SECS`: 1..=600, default 180;
+    /// - `CHRONO_DURABLE`: `1`/`true` runs commands through `/executions`.
+    ///
+    /// Anything missing or unparsable is `InvalidConfig`, before any I/O.
+    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<ChronoConfig, Error> {
+        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
+        let base = var("CHRONO_BASE_URL")
+            .ok_or_else(|| config_error("CHRONO_BASE_URL is not set".to_owned()))?;
+        let mut c = ChronoConfig::new(base);
+        if let Some(t) = var("CHRONO_TOKEN") {
+            c = c.token(t);
+        }
+        if let Some(t) = var("CHRONO_DELEGATION_TOKEN") {
+            c = c.delegation_token(t);
+        }
+        if let Some(v) = var("CHRONO_VIA") {
+            c = c.via(v);
+        }
+        if let Some(t) = var("CHRONO_TIMEOUT_SECS") {
+            let secs = t.parse().map_err(|_| {
+                config_error(format!(
+                    "CHRONO_TIMEOUT_SECS={t:?} is not a number of seconds"
+                ))
+            })?;
+            c = c.timeout_secs(secs);
+        }
+        if let Some(d) = var("CHRONO_DURABLE") {
+            c = c.durable(match d.as_str() {
+                "1" | "true" | "yes" => true,
+                "0" | "false" | "no" => false,
+                other => {
+                    return Err(config_error(format!(
+                        "CHRONO_DURABLE={other:?} is not 1/0, true/false or yes/no"
+                    )));
+                }
+            });
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks the configuration (done again before every request).
+    pub fn validate(&self) -> Result<(), Error> {
+        check_timeout(self.timeout_secs)
+            .map_err(|m| config_error(format!("ChronoConfig::timeout_secs: {m}")))?;
+        if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
+            return Err(config_error(format!(
+                "the base URL {:?} is not http(s)",
+                self.base_url
+            )));
+        }
+        if self.policy.exchange_timeout.is_zero() {
+            return Err(config_error(
+                "DurablePolicy::exchange_timeout is zero".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The service root.
+    #[must_use]
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = url.into().trim_end_matches('/').to_owned();
+        self
+    }
+
+    /// The NyxID UserService id (`?_nyxid_via=`), when going through the NyxID proxy.
+    #[must_use]
+    pub fn via(mut self, user_service_id: impl Into<String>) -> Self {
+        self.via = Some(user_service_id.into());
+        self
+    }
+
+    /// The bearer credential (a NyxID bearer or Agent Key `nyxid_ag_…`); kept in a
+    /// `SecretString`, never shown.
+    #[must_use]
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(SecretString::from(token.into()));
+        self
+    }
+
+    /// The short-lived `X-NyxID-Delegation-Token` (scope `sandbox:execute`), when calling past
+    /// NyxID.
+    #[must_use]
+    pub fn delegation_token(mut self, token: impl Into<String>) -> Self {
+        self.delegation_token = Some(SecretString::from(token.into()));
+        self
+    }
+
+    /// `timeout_secs` sent with every execution: 1..=600, default 180. An invalid value is
+    /// `InvalidConfig`, before any I/O.
+    #[must_use]
+    pub fn timeout_secs(mut self, secs: u32) -> Self {
+        self.timeout_secs = secs;
+        self
+    }
+
+    /// How much longer than `timeout_secs` the synchronous HTTP request may take (default 30 s),
+    /// so the server's deadline fires first.
+    #[must_use]
+    pub fn request_slack(mut self, slack: Duration) -> Self {
+        self.request_slack = slack;
+        self
+    }
+
+    /// TCP connect timeout (default 10 s).
+    #[must_use]
+    pub fn connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = t;
+        self
+    }
+
+    /// The largest stdin accepted (default 8 MiB); larger is `InvalidCommand` before any I/O.
+    #[must_use]
+    pub fn max_stdin(mut self, bytes: u64) -> Self {
+        self.max_stdin = bytes;
+        self
+    }
+
+    /// The largest response body read (default 64 MiB; Aevatar uses 1 MiB); a larger one is `OutputLimit`.
+    #[must_use]
+    pub fn max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes;
+        self
+    }
+
+    /// Run commands through the durable `/executions` contract instead of `/execute`.
+    #[must_use]
+    pub fn durable(mut self, yes: bool) -> Self {
+        self.durable = yes;
+        self
+    }
+
+    /// The durable client's timing rules.
+    #[must_use]
+    pub fn policy(mut self, policy: DurablePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The configured `timeout_secs`.
+    pub fn configured_timeout_secs(&self) -> u32 {
+        self.timeout_secs
+    }
+
+    /// Whether commands go through `/executions`.
+    pub fn is_durable(&self) -> bool {
+        self.durable
+    }
+
+    /// The durable client's timing rules.
+    pub fn durable_policy(&self) -> DurablePolicy {
+        self.policy
+    }
+}
+
+pub(crate) fn config_error(message: String) -> Error {
+    Error::invalid_config(message).with_provider(PROVIDER)
+}

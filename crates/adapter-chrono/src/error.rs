@@ -1,0 +1,344 @@
+//! Chrono failures → `ErrorKind` + `Retry` (the table is in `docs/adapters/chrono.md`).
+
+use std::time::Duration;
+
+use execseam_core::transport::{self, Effect, Failure, Sent};
+use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
+
+use crate::PROVIDER;
+use crate::wire::{self, codes};
+
+/// Which exchange failed, which decides the retry class once a request was sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `POST /execute` (and `/execute/stream`): not idempotent; once sent it may have run.
+    Execute,
+    /// `POST /executions`: idempotent by key; a resend with the **same key** is safe.
+    Submit,
+    /// `GET /executions/{id}`.
+    Status,
+    /// `GET /executions/{id}/result`.
+    Result,
+    /// `POST /executions/{id}/cancel`.
+    Cancel,
+}
+
+impl Op {
+    /// The operation name in errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Execute => "execute",
+            Op::Submit => "submit",
+            Op::Status => "status",
+            Op::Result => "result",
+            Op::Cancel => "cancel",
+        }
+    }
+
+    /// `/execute` runs the program again when repeated; everything else is idempotent (a
+    /// submit with the same key converges on the same operation).
+    pub fn effect(self) -> Effect {
+        match self {
+            Op::Execute => Effect::NonIdempotent,
+            _ => Effect::Idempotent,
+        }
+    }
+
+    /// The retry class of a failure after the request was (maybe) sent.
+    fn sent(self) -> Retry {
+        transport::retry_class(self.effect(), Sent::Maybe)
+    }
+}
+
+pub(crate) fn error(kind: ErrorKind, op: Op, message: impl Into<String>) -> Error {
+    Error::new(kind, message)
+        .with_provider(PROVIDER)
+        .with_operation(op.name())
+}
+
+pub(crate) fn protocol(op: Op, message: impl Into<String>) -> Error {
+    error(ErrorKind::Protocol, op, message).with_retry(match op {
+        // An unreadable answer to a submit leaves the outcome unknown: resend with the same key.
+        Op::Submit => Retry::SAFE,
+        other => other.sent(),
+    })
+}
+
+/// Maps a non-2xx answer (or a 2xx that is not the expected one). The Chrono code is looked for
+/// in `error.code`, a top-level `code`, and one level into a NyxID proxy envelope; a code the
+/// table does not know falls back to the HTTP status (`NYXID_PROXY_HTTP_<status>`).
+pub fn from_status(status: u16, retry_after: Option<Duration>, body: &[u8], op: Op) -> Error {
+    // Through NyxID the upstream status may only be in the envelope.
+    let status = wire::envelope_status(body).unwrap_or(status);
+    let code = wire::error_code(body);
+    let message = message_of(body).unwrap_or_else(|| {
+        if body.is_empty() {
+            format!("HTTP {status} with an empty body")
+        } else {
+            format!(
+                "HTTP {status}: {}",
+                String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
+            )
+        }
+    });
+    let safe_after = Retry::Safe { after: retry_after };
+    let (kind, retry) = match (code.as_deref(), status) {
+        (Some(codes::IDEMPOTENCY_KEY_MISSING | codes::INVALID_REQUEST), _) => {
+            (ErrorKind::InvalidCommand, Retry::Never)
+        }
+        (Some(codes::EXECUTION_PAYLOAD_TOO_LARGE), _) | (_, 413) => {
+            (ErrorKind::InvalidCommand, Retry::Never)
+        }
+        (Some(codes::IDEMPOTENCY_KEY_REUSE), _) => (ErrorKind::Conflict, Retry::Never),
+        (Some(codes::OPERATION_NOT_TERMINAL), _) => (ErrorKind::Conflict, safe_after),
+        (Some(codes::UNAUTHENTICATED), _) | (_, 401) => (ErrorKind::Unauthenticated, Retry::Never),
+        (Some(codes::FORBIDDEN), _) | (_, 403) => (ErrorKind::PermissionDenied, Retry::Never),
+        (Some(codes::OPERATION_NOT_FOUND), _) | (_, 404) => (ErrorKind::NotFound, Retry::Never),
+        (Some(codes::OPERATION_EXPIRED), _) | (_, 410) => (ErrorKind::NotFound, Retry::Never),
+        // Refused before anything ran.
+        (Some(codes::EXECUTION_CAPACITY_EXCEEDED), _) | (_, 429) => {
+            (ErrorKind::RateLimited, safe_after)
+        }
+        // The asynchronous handler is switched off: retrying cannot help.
+        (Some(codes::ASYNC_EXECUTION_UNAVAILABLE), _) => (ErrorKind::Unsupported, Retry::Never),
+        // No sandbox was made, so nothing ran.
+        (Some(codes::SANDBOX_CREATION_FAILED), _) => (ErrorKind::Unavailable, Retry::SAFE),
+        // The server's own deadline (`timeout_secs`) fired: the program ran and was killed.
+        (Some(codes::SANDBOX_TIMEOUT), _) => (ErrorKind::Timeout(Deadline::Command), op.sent()),
+        // A public edge gave up on the request (Cloudflare's 524): the program may still run.
+        (_, 408 | 504 | 524) => (ErrorKind::Timeout(Deadline::Request), op.sent()),
+        (Some(codes::SANDBOX_UNREACHABLE), _) | (_, 502 | 503) => (
+            ErrorKind::Unavailable,
+            match op {
+                Op::Execute => Retry::Unsafe,
+                _ => safe_after,
+            },
+        ),
+        // A 2xx or 3xx that is not the answer the route has.
+        (_, 200..=399) => (ErrorKind::Protocol, op.sent()),
+        (_, s) => transport::http_status(s, op.effect(), retry_after),
+    };
+    let code = code.unwrap_or_else(|| format!("NYXID_PROXY_HTTP_{status}"));
+    error(kind, op, message)
+        .with_retry(retry)
+        .with_status(WireStatus::Http(status))
+        .with_code(code)
+}
+
+fn message_of(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let inner = match v.get("body") {
+        Some(serde_json::Value::String(s))
+            if v.get("error").and_then(|e| e.as_bool()) == Some(true) =>
+        {
+            serde_json::from_str(s).ok()?
+        }
+        Some(b @ serde_json::Value::Object(_)) => b.clone(),
+        _ => v,
+    };
+    let e = inner.get("error").unwrap_or(&inner);
+    let code = e.get("code").and_then(|c| c.as_str());
+    let msg = e.get("message").and_then(|m| m.as_str());
+    match (code, msg) {
+        (Some(c), Some(m)) => Some(format!("{c}: {m}")),
+        (Some(c), None) => Some(c.to_owned()),
+        (None, Some(m)) => Some(m.to_owned()),
+        (None, None) => None,
+    }
+}
+
+/// The start of the message of a failure to connect (nothing was sent).
+pub(crate) const CONNECT_FAILED: &str = "cannot connect";
+
+/// Maps a transport failure. Before the request left (connect), nothing ran.
+pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
+    // The URL may carry the NyxID route id: never keep it.
+    let e = e.without_url();
+    let (f, what) = if e.is_connect() {
+        (Failure::Connect, CONNECT_FAILED)
+    } else if e.is_timeout() {
+        (Failure::Timeout, "the exchange timed out")
+    } else if e.is_body() || e.is_decode() {
+        (Failure::Cut, "the response was cut off")
+    } else {
+        (Failure::Other, "the connection failed")
+    };
+    let (kind, retry) = transport::failure(f, op.effect());
+    let message = format!("{what}: {}", transport::error_chain(&e));
+    error(kind, op, message).with_retry(retry).with_source(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(status: u16, body: &str, op: Op) -> Error {
+        from_status(status, None, body.as_bytes(), op)
+    }
+
+    fn body(code: &str) -> String {
+        format!(
+            r#"{{"success":false,"error":{{"code":"{code}","message":"m"}},"diagnostic_id":"d-1"}}"#
+        )
+    }
+
+    #[test]
+    fn the_execute_table() {
+        // research/ax-agentcore-chrono.md §3.3 (NyxIdCodeExecutionPortTests, ClassifyProxyFailure).
+        let cases: &[(u16, &str, ErrorKind, Retry)] = &[
+            (
+                401,
+                "UNAUTHENTICATED",
+                ErrorKind::Unauthenticated,
+                Retry::Never,
+            ),
+            (403, "FORBIDDEN", ErrorKind::PermissionDenied, Retry::Never),
+            (
+                400,
+                "INVALID_REQUEST",
+                ErrorKind::InvalidCommand,
+                Retry::Never,
+            ),
+            (
+                504,
+                "SANDBOX_TIMEOUT",
+                ErrorKind::Timeout(Deadline::Command),
+                Retry::Unsafe,
+            ),
+            (
+                502,
+                "SANDBOX_CREATION_FAILED",
+                ErrorKind::Unavailable,
+                Retry::SAFE,
+            ),
+            (
+                503,
+                "SANDBOX_UNREACHABLE",
+                ErrorKind::Unavailable,
+                Retry::Unsafe,
+            ),
+            (500, "INTERNAL_ERROR", ErrorKind::Internal, Retry::Unsafe),
+            (
+                429,
+                "EXECUTION_CAPACITY_EXCEEDED",
+                ErrorKind::RateLimited,
+                Retry::SAFE,
+            ),
+            (
+                524,
+                "EDGE",
+                ErrorKind::Timeout(Deadline::Request),
+                Retry::Unsafe,
+            ),
+        ];
+        for (status, code, kind, retry) in cases {
+            let e = map(*status, &body(code), Op::Execute);
+            assert_eq!(
+                (e.kind(), e.retry()),
+                (*kind, *retry),
+                "{status} {code}: {e}"
+            );
+            assert_eq!(e.code(), Some(*code));
+            assert_eq!(e.status(), Some(WireStatus::Http(*status)));
+        }
+    }
+
+    #[test]
+    fn unknown_codes_fall_back_to_the_status() {
+        let e = map(502, "<html>bad gateway</html>", Op::Execute);
+        assert_eq!(e.code(), Some("NYXID_PROXY_HTTP_502"));
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::Unavailable, Retry::Unsafe)
+        );
+    }
+
+    #[test]
+    fn nyxid_envelopes_are_looked_into() {
+        // ChronoProxyFailureInspector: {"error": true, "status", "body": "<json string>"}.
+        let env =
+            serde_json::json!({"error": true, "status": 504, "body": body("SANDBOX_TIMEOUT")});
+        let e = from_status(502, None, env.to_string().as_bytes(), Op::Execute);
+        assert_eq!(e.code(), Some("SANDBOX_TIMEOUT"));
+        assert_eq!(e.kind(), ErrorKind::Timeout(Deadline::Command));
+        assert_eq!(e.status(), Some(WireStatus::Http(504)));
+        assert!(e.message().contains("SANDBOX_TIMEOUT: m"), "{e}");
+    }
+
+    #[test]
+    fn the_durable_table() {
+        let cases: &[(u16, &str, Op, ErrorKind, Retry)] = &[
+            (
+                400,
+                "IDEMPOTENCY_KEY_MISSING",
+                Op::Submit,
+                ErrorKind::InvalidCommand,
+                Retry::Never,
+            ),
+            (
+                409,
+                "IDEMPOTENCY_KEY_REUSE",
+                Op::Submit,
+                ErrorKind::Conflict,
+                Retry::Never,
+            ),
+            (
+                503,
+                "ASYNC_EXECUTION_UNAVAILABLE",
+                Op::Submit,
+                ErrorKind::Unsupported,
+                Retry::Never,
+            ),
+            (
+                413,
+                "EXECUTION_PAYLOAD_TOO_LARGE",
+                Op::Submit,
+                ErrorKind::InvalidCommand,
+                Retry::Never,
+            ),
+            (
+                503,
+                "SANDBOX_UNREACHABLE",
+                Op::Submit,
+                ErrorKind::Unavailable,
+                Retry::SAFE,
+            ),
+            (
+                500,
+                "INTERNAL_ERROR",
+                Op::Submit,
+                ErrorKind::Internal,
+                Retry::SAFE,
+            ),
+            (
+                404,
+                "OPERATION_NOT_FOUND",
+                Op::Status,
+                ErrorKind::NotFound,
+                Retry::Never,
+            ),
+            (
+                410,
+                "OPERATION_EXPIRED",
+                Op::Result,
+                ErrorKind::NotFound,
+                Retry::Never,
+            ),
+            (
+                409,
+                "OPERATION_NOT_TERMINAL",
+                Op::Result,
+                ErrorKind::Conflict,
+                Retry::SAFE,
+            ),
+        ];
+        for (status, code, op, kind, retry) in cases {
+            let e = map(*status, &body(code), *op);
+            assert_eq!(
+                (e.kind(), e.retry()),
+                (*kind, *retry),
+                "{status} {code}: {e}"
+            );
+        }
+    }
+}

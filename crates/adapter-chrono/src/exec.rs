@@ -1,0 +1,511 @@
+//! The `Exec` implementation: a `Command` becomes a `bash` program for `POST /execute` (or for
+//! the durable `/executions` contract).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use execseam_core::code::CodeRequest;
+use execseam_core::degrade::{self, StdinFrom, WRAPPER_MARK, WRAPPER_STATUS, WrapOptions};
+use execseam_core::transport;
+use execseam_core::{
+    BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Ownership,
+    Retry, Sandbox,
+};
+
+use crate::config::ChronoConfig;
+use crate::durable::{DurableClient, Operation, Progress, Terminal};
+use crate::error::{Op, error, from_status, protocol};
+use crate::http::{Exchange, HttpTransport, Method};
+use crate::wire::{
+    self, Completion, ErrorBody, ExecOutput, ExecuteRequest, InputFile, Language, codes,
+};
+use crate::{CAPABILITIES, PROVIDER};
+
+/// A handle on Chrono Sandbox: runs commands (each in a fresh sandbox of the service). See the
+/// [crate docs](crate).
+#[derive(Clone, Debug)]
+pub struct ChronoExec {
+    http: HttpTransport,
+    durable: DurableClient,
+    id: String,
+    ownership: Arc<Ownership>,
+}
+
+/// A request ready to send, and whether its output must go through `check_wrapped`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prepared {
+    /// The body.
+    pub request: ExecuteRequest,
+    /// The program runs the degrade wrapper (workdir, env or stdin), whose own failures are
+    /// turned back into typed errors.
+    pub wrapped: bool,
+}
+
+impl ChronoExec {
+    /// An adapter with this configuration (validated; no request is made).
+    pub fn new(config: ChronoConfig) -> Result<ChronoExec, Error> {
+        config.validate()?;
+        let policy = config.policy;
+        let http = HttpTransport::new(Arc::new(config))?;
+        let durable = DurableClient::with_transport(Arc::new(http.clone()), policy);
+        Ok(ChronoExec {
+            http,
+            durable,
+            id: format!("chrono-{}", transport::random_id(16)),
+            ownership: Arc::new(Ownership::created()),
+        })
+    }
+
+    /// An adapter configured from the environment ([`ChronoConfig::from_env`]).
+    pub fn from_env() -> Result<ChronoExec, Error> {
+        ChronoExec::new(ChronoConfig::from_env()?)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ChronoConfig {
+        self.http.config()
+    }
+
+    /// The durable client this adapter uses (same root, tokens and policy).
+    pub fn durable_client(&self) -> &DurableClient {
+        &self.durable
+    }
+
+    /// The capabilities of a configuration.
+    pub fn capabilities_of(config: &ChronoConfig) -> Capabilities {
+        Capabilities {
+            // Through `/executions` a dropped exec is cancelled (`POST …/cancel`).
+            remote_kill: config.durable,
+            max_stdin: Some(config.max_stdin),
+            ..CAPABILITIES
+        }
+    }
+
+    /// Builds the request for `command` without sending it.
+    pub fn prepare(&self, command: &Command) -> Result<Prepared, Error> {
+        prepare(self.config(), command)
+    }
+
+    /// Runs a program through `POST /execute` exactly as given (the `code` tool's native path).
+    pub async fn execute(&self, request: &ExecuteRequest) -> Result<Output, Error> {
+        request
+            .validate()
+            .map_err(|m| error(ErrorKind::InvalidCommand, Op::Execute, m))?;
+        self.send_execute(request, false).await
+    }
+
+    async fn send_execute(&self, request: &ExecuteRequest, wrapped: bool) -> Result<Output, Error> {
+        let secs = request.timeout_secs.unwrap_or(wire::DEFAULT_TIMEOUT_SECS);
+        let ex = Exchange {
+            method: Method::Post,
+            path: wire::path::EXECUTE.to_owned(),
+            headers: Vec::new(),
+            body: Some(request.to_json()),
+            timeout: Duration::from_secs(u64::from(secs)) + self.config().request_slack,
+            op: Op::Execute,
+        };
+        let a = self.http.exchange(ex).await?;
+        if a.status != 200 {
+            return Err(from_status(a.status, a.retry_after(), &a.body, Op::Execute));
+        }
+        let completion = wire::parse_completion(&a.body)
+            .map_err(|m| protocol(Op::Execute, format!("a malformed /execute answer: {m}")))?;
+        match completion {
+            Completion::Ran { output, .. } => output_of(output, wrapped, Op::Execute),
+            Completion::NoOutput { error, .. } => Err(no_output_error(error, Op::Execute)),
+        }
+    }
+
+    async fn run_durable(&self, request: ExecuteRequest, wrapped: bool) -> Result<Output, Error> {
+        // A key per exec attempt: retries inside this attempt (a lost submit response) converge
+        // on one operation; a new exec is a new operation.
+        let nonce = transport::random_id(32);
+        let hash = request.payload_hash();
+        let key =
+            wire::operation_key(&[b"execseam-chrono/exec", nonce.as_bytes(), hash.as_bytes()]);
+        let mut op = Operation::new(key, request)?;
+        let mut guard = CancelOnDrop {
+            client: self.durable.clone(),
+            id: Arc::new(Mutex::new(None)),
+        };
+        let terminal = loop {
+            let step = self.durable.step(&mut op).await;
+            *guard.id.lock().expect("id") = op.operation_id.clone();
+            match step {
+                Ok(Progress::Done(t)) => break t,
+                Ok(Progress::Wait(d)) => {
+                    if !d.is_zero() {
+                        tokio::time::sleep(d).await;
+                    }
+                }
+                Err(e) => {
+                    guard.disarm();
+                    return Err(durable_exec_error(e, op.operation_id.is_some()));
+                }
+            }
+        };
+        guard.disarm();
+        match terminal {
+            Terminal::Ran { output, .. } => output_of(output, wrapped, Op::Result),
+            Terminal::Failed { error, .. } => Err(no_output_error(error, Op::Result)),
+            Terminal::Cancelled { operation_id, .. } => Err(error(
+                ErrorKind::Cancelled,
+                Op::Status,
+                format!("operation {operation_id} was cancelled"),
+            )
+            .with_retry(Retry::Unsafe)
+            .with_code(codes::EXECUTION_CANCELLED)),
+            Terminal::OutcomeUncertain { operation_id, .. } => Err(error(
+                ErrorKind::Internal,
+                Op::Status,
+                format!("the service cannot tell whether operation {operation_id} ran"),
+            )
+            .with_retry(Retry::Unsafe)
+            .with_code(codes::OUTCOME_UNCERTAIN)),
+            Terminal::Expired { operation_id } => Err(error(
+                ErrorKind::NotFound,
+                Op::Status,
+                format!("operation {operation_id} expired"),
+            )
+            .with_retry(Retry::Unsafe)
+            .with_code(codes::OPERATION_EXPIRED)),
+            Terminal::NotFound { operation_id } => Err(error(
+                ErrorKind::NotFound,
+                Op::Status,
+                format!("operation {operation_id} is unknown to the service (restarted, or another owner's)"),
+            )
+            .with_retry(Retry::Unsafe)
+            .with_code(codes::OPERATION_NOT_FOUND)),
+            Terminal::KeyReused => Err(error(
+                ErrorKind::Conflict,
+                Op::Submit,
+                "the idempotency key was used with another payload",
+            )
+            .with_retry(Retry::Never)
+            .with_code(codes::IDEMPOTENCY_KEY_REUSE)),
+        }
+    }
+}
+
+/// Cancels the operation (in the background) if the exec is dropped before it is terminal.
+struct CancelOnDrop {
+    client: DurableClient,
+    id: Arc<Mutex<Option<String>>>,
+}
+
+impl CancelOnDrop {
+    fn disarm(&mut self) {
+        self.id.lock().expect("id").take();
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.lock().expect("id").take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let client = self.client.clone();
+        rt.spawn(async move {
+            if let Err(e) = client.cancel(&id).await {
+                tracing::debug!(provider = PROVIDER, error = %e, "cancel after drop failed");
+            }
+        });
+    }
+}
+
+/// Errors of the durable loop, as an exec reports them: once a submit may have reached the
+/// service, the program may have run, so nothing is safe to retry with a *new* key.
+fn durable_exec_error(e: Error, submitted: bool) -> Error {
+    let never_reached = !submitted
+        && e.status().is_none()
+        && e.kind() == ErrorKind::Unavailable
+        && e.message().starts_with(crate::error::CONNECT_FAILED);
+    if never_reached || e.retry() == Retry::Never {
+        e
+    } else {
+        e.with_retry(Retry::Unsafe)
+    }
+}
+
+pub(crate) fn no_output_error(e: ErrorBody, op: Op) -> Error {
+    let msg = match &e.message {
+        Some(m) => format!("{}: {m}", e.code),
+        None => e.code.clone(),
+    };
+    let kind = match e.code.as_str() {
+        codes::SANDBOX_TIMEOUT => ErrorKind::Timeout(Deadline::Command),
+        codes::EXECUTION_CANCELLED => ErrorKind::Cancelled,
+        _ => ErrorKind::Internal,
+    };
+    error(kind, op, msg)
+        .with_retry(Retry::Unsafe)
+        .with_code(e.code)
+}
+
+/// Maps a validated output. Exit codes are int32: a negative one is read as a signal (`-9`), a
+/// value that is neither is malformed.
+pub(crate) fn output_of(o: ExecOutput, wrapped: bool, op: Op) -> Result<Output, Error> {
+    let exit = match o.exit_code {
+        c if c >= 0 => Exit::Code(c),
+        c if (-64..=-1).contains(&c) => Exit::Signal(-c),
+        c => {
+            return Err(protocol(
+                op,
+                format!("exit_code {c} is neither a code nor a signal"),
+            ));
+        }
+    };
+    let out = Output::new(o.stdout, o.stderr, exit);
+    if wrapped {
+        degrade::check_wrapped(out).map_err(|e| e.or_context(PROVIDER, op.name()))
+    } else {
+        Ok(out)
+    }
+}
+
+/// The stdin file's name, relative to the program's working directory (`input_files`).
+fn stdin_name() -> String {
+    format!(".execseam-stdin-{}", transport::random_id(16))
+}
+
+pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, Error> {
+    config.validate()?;
+    let timeout = Some(config.timeout_secs);
+    // The `code` tool's commands run natively: the exact source in its own language.
+    if let Some(code) = CodeRequest::parse(cmd)
+        && let Ok(language) = code.language.as_str().parse::<Language>()
+    {
+        let mut request = ExecuteRequest::new(language, code.source, config.timeout_secs);
+        request.timeout_secs = timeout;
+        return Ok(Prepared {
+            request,
+            wrapped: false,
+        });
+    }
+    let len = cmd.stdin().len() as u64;
+    if len > config.max_stdin {
+        return Err(error(
+            ErrorKind::InvalidCommand,
+            Op::Execute,
+            format!(
+                "stdin is {len} bytes; this adapter accepts at most {} (ChronoConfig::max_stdin)",
+                config.max_stdin
+            ),
+        ));
+    }
+    let wrap = cmd.workdir().is_some() || !cmd.env().is_empty();
+    let program = if wrap {
+        degrade::join(
+            &degrade::wrap(
+                cmd,
+                &WrapOptions {
+                    workdir: true,
+                    env: true,
+                    stdin: StdinFrom::Backend,
+                    ..WrapOptions::default()
+                },
+            )
+            .map_err(|e| e.or_context(PROVIDER, "exec"))?,
+        )
+    } else {
+        degrade::join(cmd.argv())
+    };
+    let mut input_files = Vec::new();
+    // The program's stdin: the uploaded file (opened, then removed), else EOF.
+    let redirect = if cmd.stdin().is_empty() {
+        "exec 0</dev/null\n".to_owned()
+    } else {
+        let name = stdin_name();
+        let q = degrade::quote(&name);
+        input_files.push(InputFile {
+            path: name.clone(),
+            content: degrade::base64_encode(cmd.stdin()),
+        });
+        let fail =
+            degrade::quote(&format!("{WRAPPER_MARK}stdin file missing: {name}")).into_owned();
+        format!(
+            "if [ -f {q} ]; then exec 0<{q}; rm -f -- {q}; else printf '%s\\n' {fail} >&2; exit {WRAPPER_STATUS}; fi\n"
+        )
+    };
+    let script = format!("{redirect}exec {program}\n");
+    Ok(Prepared {
+        request: ExecuteRequest {
+            language: Language::Bash,
+            script,
+            timeout_secs: timeout,
+            env: Default::default(),
+            input_files,
+        },
+        wrapped: wrap || !cmd.stdin().is_empty(),
+    })
+}
+
+impl Exec for ChronoExec {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        ChronoExec::capabilities_of(self.config())
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        Box::pin(async move {
+            let prepared = prepare(self.config(), &command)?;
+            tracing::debug!(
+                provider = PROVIDER,
+                tool = %command.tool(),
+                argc = command.argv().len(),
+                language = %prepared.request.language,
+                wrapped = prepared.wrapped,
+                durable = self.config().durable,
+                "exec"
+            );
+            let out = if self.config().durable {
+                self.run_durable(prepared.request, prepared.wrapped).await?
+            } else {
+                self.send_execute(&prepared.request, prepared.wrapped)
+                    .await?
+            };
+            tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
+            Ok(out)
+        })
+    }
+}
+
+/// Chrono keeps nothing between executions: the handle names no remote sandbox, and closing or
+/// destroying it has nothing to remove.
+impl Sandbox for ChronoExec {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn owned(&self) -> bool {
+        self.ownership.owned()
+    }
+
+    fn set_owned(&self, owned: bool) {
+        self.ownership.set_owned(owned);
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            self.ownership.begin_close();
+            Ok(())
+        })
+    }
+
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            self.ownership.mark_destroyed();
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ChronoConfig {
+        ChronoConfig::new("http://127.0.0.1:1")
+    }
+
+    #[test]
+    fn argv_becomes_an_exact_bash_program_with_stdin_at_eof() {
+        let p = prepare(
+            &config(),
+            &Command::new(["printf", "%s\\n", "a b", "it's"]).unwrap(),
+        )
+        .unwrap();
+        assert!(!p.wrapped);
+        assert_eq!(p.request.language, Language::Bash);
+        assert_eq!(p.request.timeout_secs, Some(180));
+        assert_eq!(
+            p.request.script,
+            "exec 0</dev/null\nexec printf '%s\\n' 'a b' 'it'\\''s'\n"
+        );
+        let json = String::from_utf8(p.request.to_json()).unwrap();
+        assert!(
+            json.starts_with(r#"{"language":"bash","script":"#),
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn stdin_goes_in_input_files_and_workdir_env_through_the_wrapper() {
+        let c = Command::builder(["cat"])
+            .stdin(&b"\x00\xffhi"[..])
+            .workdir("/srv")
+            .env("A", "b c")
+            .build()
+            .unwrap();
+        let p = prepare(&config(), &c).unwrap();
+        assert!(p.wrapped);
+        assert_eq!(p.request.input_files.len(), 1);
+        let f = &p.request.input_files[0];
+        assert_eq!(f.content, "AP9oaQ==");
+        assert!(
+            !f.path.starts_with('/') && f.path.starts_with(".execseam-"),
+            "{}",
+            f.path
+        );
+        let s = &p.request.script;
+        assert!(s.contains(&format!("exec 0<{}", f.path)), "{s}");
+        assert!(s.contains("cd -- /srv"), "{s}");
+        assert!(s.contains("'A=b c'"), "{s}");
+    }
+
+    #[test]
+    fn bad_config_and_too_much_stdin_fail_before_any_io() {
+        let c = Command::new(["true"]).unwrap();
+        for secs in [0, 601] {
+            let e = prepare(&config().timeout_secs(secs), &c).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+        }
+        let c = Command::builder(["cat"])
+            .stdin(vec![b'a'; 11])
+            .build()
+            .unwrap();
+        let e = prepare(&config().max_stdin(10), &c).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidCommand);
+    }
+
+    #[test]
+    fn code_commands_run_natively() {
+        let c = CodeRequest::new(execseam_core::code::Language::Python, "print(1)")
+            .command()
+            .unwrap();
+        let p = prepare(&config(), &c).unwrap();
+        assert_eq!(p.request.language, Language::Python);
+        assert_eq!(p.request.script, "print(1)");
+        assert!(p.request.input_files.is_empty() && !p.wrapped);
+    }
+
+    #[test]
+    fn outputs_keep_codes_and_signals() {
+        let o = |c| ExecOutput {
+            stdout: "o".into(),
+            stderr: "e".into(),
+            exit_code: c,
+            execution_time_ms: None,
+            display_data: None,
+            files: None,
+        };
+        assert_eq!(
+            output_of(o(3), false, Op::Execute).unwrap().exit,
+            Exit::Code(3)
+        );
+        assert_eq!(
+            output_of(o(-9), false, Op::Execute).unwrap().exit,
+            Exit::Signal(9)
+        );
+        assert_eq!(
+            output_of(o(-1000), false, Op::Execute).unwrap_err().kind(),
+            ErrorKind::Protocol
+        );
+    }
+}

@@ -1,0 +1,86 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
+//! execseam adapter for Chrono Sandbox (seed 004: Aevatar's `code_execute`): runs each
+//! [`Command`](execseam_core::Command) as a `bash` program through the synchronous
+//! `POST /execute`, or through the durable `/executions` contract
+//! ([`ChronoConfig::durable`]); and a typed [`DurableClient`] for `/executions`, usable on its
+//! own, whose reconcile loop follows Aevatar's rules.
+//!
+//! # Capabilities ([`CAPABILITIES`])
+//!
+//! | field | value | how |
+//! |---|---|---|
+//! | argv | shell-wrapped | the program is `bash`: `exec` + argv quoted exactly ([`execseam_core::degrade::join`]) |
+//! | stdin | temp file | the bytes go in `input_files` (base64) under a fresh relative name; the program opens it as stdin and removes it; without stdin, stdin is `/dev/null` |
+//! | workdir | shell-wrapped | `cd --` in the degrade wrapper; a missing workdir is `Err(NotFound)` |
+//! | env | shell-wrapped | `env --` in the wrapper (Ornn's `env` field is not used: it cannot carry every key, and the server owns some) |
+//! | streaming | no | |
+//! | remote_kill | durable only | a dropped exec sends `POST /executions/{id}/cancel`; `/execute` has no cancel |
+//! | binary_output | no | stdout and stderr are JSON strings |
+//! | native_tools | `code` | the `code` tool's commands ([`execseam_core::code`]) are sent in their own language |
+//!
+//! # Rules kept
+//!
+//! - A `success:false` answer on HTTP 200 with an `output` (`EXECUTION_FAILED`) is a **result**:
+//!   `Ok` with the exit code. `success:true` with a non-zero exit, or a missing exit code, is
+//!   `Err(Protocol)` ([`wire::parse_completion`]).
+//! - `/execute` is never re-sent; every failure after it may have run is `Retry::Unsafe`.
+//! - `timeout_secs` (1..=600, default 180) is checked before any I/O.
+//! - The NyxID proxy envelope `{"error": true, "status", "body"}` is looked into for the code.
+//! - Tokens are `secrecy` types and never reach `Debug`, errors or traces.
+//!
+//! Error mapping: `docs/adapters/chrono.md`.
+#![warn(missing_docs)]
+
+mod config;
+pub mod durable;
+mod error;
+mod exec;
+pub mod http;
+mod provider;
+pub mod wire;
+
+pub use config::{ChronoConfig, DurablePolicy};
+pub use durable::{DurableClient, Operation, Terminal};
+pub use error::{Op, from_status};
+pub use exec::{ChronoExec, Prepared};
+pub use provider::ChronoProvider;
+
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, Tool};
+
+/// The provider name in errors and capabilities.
+pub const PROVIDER: &str = "chrono";
+
+/// The environment variables [`ChronoConfig::from_env`] reads.
+pub const ENV_VARS: &[&str] = &[
+    "CHRONO_BASE_URL",
+    "CHRONO_TOKEN",
+    "CHRONO_DELEGATION_TOKEN",
+    "CHRONO_VIA",
+    "CHRONO_TIMEOUT_SECS",
+    "CHRONO_DURABLE",
+];
+
+/// Chrono has no sandbox that outlives one execution: [`ChronoProvider::create`] returns a handle
+/// on the service (no call is made, no spec field applies); there is nothing to connect to, list
+/// or destroy.
+pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    create: true,
+    ..LifecycleCapabilities::NONE
+};
+
+/// The capabilities with the default (synchronous) configuration; see the [crate docs](crate).
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::ShellWrapped,
+    stdin: Delivery::TempFile,
+    workdir: Delivery::ShellWrapped,
+    env: Delivery::ShellWrapped,
+    streaming: false,
+    remote_kill: false,
+    binary_output: false,
+    max_stdin: Some(8 << 20),
+    max_output: None,
+    native_tools: &[Tool::CODE],
+};

@@ -1,0 +1,63 @@
+//! [`ChronoProvider`]: Chrono's (small) lifecycle.
+
+use execseam_core::{
+    BoxFuture, Capabilities, Error, LifecycleCapabilities, Provider, Sandbox, SandboxSpec,
+};
+
+use crate::config::ChronoConfig;
+use crate::exec::ChronoExec;
+use crate::{LIFECYCLE, PROVIDER};
+
+/// Makes [`ChronoExec`] handles. Chrono runs every execution in a fresh sandbox that is removed
+/// when it ends, so nothing can be connected to, listed or destroyed:
+///
+/// | operation | Chrono call | notes |
+/// |---|---|---|
+/// | [`create`](Self::create) | none | a handle on the service; no spec field applies |
+/// | connect, list, destroy | none | `Unsupported` (nothing outlives an execution) |
+#[derive(Clone, Debug)]
+pub struct ChronoProvider {
+    config: ChronoConfig,
+}
+
+impl ChronoProvider {
+    /// A provider with this configuration (checked: `InvalidConfig`); no I/O.
+    pub fn new(config: ChronoConfig) -> Result<ChronoProvider, Error> {
+        config.validate()?;
+        Ok(ChronoProvider { config })
+    }
+
+    /// [`ChronoConfig::from_env`], then [`new`](Self::new).
+    pub fn from_env() -> Result<ChronoProvider, Error> {
+        ChronoProvider::new(ChronoConfig::from_env()?)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ChronoConfig {
+        &self.config
+    }
+
+    /// A handle on the service (owned; closing it removes nothing, since nothing persists).
+    pub async fn create(&self, spec: SandboxSpec) -> Result<ChronoExec, Error> {
+        spec.check(PROVIDER, &LIFECYCLE)?;
+        ChronoExec::new(self.config.clone())
+    }
+}
+
+impl Provider for ChronoProvider {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        ChronoExec::capabilities_of(&self.config)
+    }
+
+    fn lifecycle(&self) -> LifecycleCapabilities {
+        LIFECYCLE
+    }
+
+    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move { Ok(Box::new(ChronoProvider::create(self, spec).await?) as _) })
+    }
+}

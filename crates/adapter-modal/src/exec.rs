@@ -1,0 +1,545 @@
+//! [`ModalExec`]: sandbox lifecycle and the [`Exec`] / [`ExecStream`] implementation.
+//!
+//! One exec is: `TaskExecStart{command_args, workdir, secret_sources: [env], stdout PIPE,
+//! stderr PIPE}` → stdin through `TaskExecStdinWrite` by offset, always closed with `eof` (an
+//! exec without stdin sees EOF at once) → `TaskExecStdioRead` for stdout and stderr at once,
+//! each reopened from its byte offset after a transient failure → `TaskExecWait` (`code`, or
+//! `signal` reported as [`Exit::Signal`]). All of it after the start runs concurrently.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use execseam_core::{
+    BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
+    ExecStream, Exit, Output, Ownership, Retry, Sandbox,
+};
+use tokio::sync::{OnceCell, mpsc};
+use tonic::{Code, Status};
+
+use crate::client::{AccessTarget, Control, Router, uuid4};
+use crate::config::ModalConfig;
+use crate::error::{self, Phase, from_status, protocol};
+use crate::wire::{api, tcr};
+use crate::{CAPABILITIES, PROVIDER};
+
+/// The stdin bytes per `TaskExecStdinWrite` (the client buffers up to 16 MiB per drain).
+const STDIN_CHUNK: usize = 4 * 1024 * 1024;
+
+/// True for an id of the V1 shape: `sb-` and 22 of `[0-9A-Za-z]`
+/// (`modal/sandbox/_common.py` `_is_v1_sandbox_id`); every other id is V2.
+pub fn is_v1_sandbox_id(id: &str) -> bool {
+    match id.split_once('-') {
+        Some(("sb", rest)) => rest.len() == 22 && rest.bytes().all(|b| b.is_ascii_alphanumeric()),
+        _ => false,
+    }
+}
+
+struct Inner {
+    config: Arc<ModalConfig>,
+    control: Arc<Control>,
+    sandbox_id: String,
+    v2: bool,
+    task_id: OnceCell<String>,
+    first_access: Mutex<Option<api::CommandRouterAccess>>,
+    router: OnceCell<Arc<Router>>,
+    ownership: Ownership,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if !(self.config.terminate_on_drop && self.ownership.destroy_on_drop()) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(provider = PROVIDER, sandbox = %self.sandbox_id, "no runtime to terminate the sandbox on drop; it ends with its timeout");
+            return;
+        };
+        let (control, id, v2) = (self.control.clone(), self.sandbox_id.clone(), self.v2);
+        handle.spawn(async move {
+            let r = control.terminate(&id, v2).await;
+            tracing::debug!(provider = PROVIDER, sandbox = %id, ok = r.is_ok(), "terminated the sandbox on drop");
+        });
+    }
+}
+
+/// Commands in one Modal sandbox: [`Exec`], [`ExecStream`] and [`Sandbox`]. Cheap to clone
+/// (clones share the handle's ownership). Made by [`ModalProvider`](crate::ModalProvider).
+#[derive(Clone)]
+pub struct ModalExec {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ModalExec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModalExec")
+            .field("sandbox_id", &self.inner.sandbox_id)
+            .field("task_id", &self.inner.task_id.get())
+            .field("owned", &self.inner.ownership.owned())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A finished sandbox (no task, or router access refused as FAILED_PRECONDITION) can never run
+/// a command: `NotFound` (the V2 client turns the latter into `NotFoundError`,
+/// `sandbox/_impl_v2.py` `_open_command_router_client`).
+fn finished_or(s: Status, op: &'static str) -> Error {
+    if s.code() == Code::FailedPrecondition && error::origin(&s) == error::Origin::Peer {
+        Error::new(ErrorKind::NotFound, s.message().to_owned())
+            .with_retry(Retry::Never)
+            .with_provider(PROVIDER)
+            .with_operation(op)
+    } else {
+        from_status(s, op, Phase::Other)
+    }
+}
+
+impl ModalExec {
+    fn build(
+        config: Arc<ModalConfig>,
+        control: Arc<Control>,
+        sandbox_id: String,
+        ownership: Ownership,
+    ) -> ModalExec {
+        ModalExec {
+            inner: Arc::new(Inner {
+                v2: !is_v1_sandbox_id(&sandbox_id),
+                config,
+                control,
+                sandbox_id,
+                task_id: OnceCell::new(),
+                first_access: Mutex::new(None),
+                router: OnceCell::new(),
+                ownership,
+            }),
+        }
+    }
+
+    pub(crate) fn created(
+        config: Arc<ModalConfig>,
+        control: Arc<Control>,
+        created: api::SandboxCreateV2Response,
+    ) -> ModalExec {
+        let exec = ModalExec::build(config, control, created.sandbox_id, Ownership::created());
+        if !created.task_id.is_empty() {
+            let _ = exec.inner.task_id.set(created.task_id);
+        }
+        *exec.inner.first_access.lock().expect("access") = created.command_router_access;
+        exec
+    }
+
+    pub(crate) fn attached(config: Arc<ModalConfig>, control: Arc<Control>, id: &str) -> ModalExec {
+        ModalExec::build(config, control, id.to_owned(), Ownership::connected())
+    }
+
+    /// The sandbox id.
+    pub fn sandbox_id(&self) -> &str {
+        &self.inner.sandbox_id
+    }
+
+    /// The task id, once known.
+    pub fn task_id(&self) -> Option<&str> {
+        self.inner.task_id.get().map(String::as_str)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ModalConfig {
+        &self.inner.config
+    }
+
+    /// Terminates the sandbox (every command in it ends), whatever the ownership. Idempotent:
+    /// a sandbox already gone is `Ok(())`.
+    pub async fn terminate(&self) -> Result<(), Error> {
+        let r = self
+            .inner
+            .control
+            .terminate(&self.inner.sandbox_id, self.inner.v2)
+            .await
+            .map_err(|s| from_status(s, "destroy", Phase::Other));
+        execseam_core::gone_is_destroyed(r)?;
+        self.inner.ownership.mark_destroyed();
+        Ok(())
+    }
+
+    /// The sandbox's result once it has finished (`SandboxWait` with timeout 0; the client's
+    /// `Sandbox.poll`), `None` while it runs.
+    pub async fn poll(&self) -> Result<Option<api::GenericResult>, Error> {
+        self.inner
+            .control
+            .wait(&self.inner.sandbox_id, self.inner.v2, 0.0)
+            .await
+            .map_err(|s| from_status(s, "poll", Phase::Other))
+    }
+
+    pub(crate) async fn router(&self, op: &'static str) -> Result<Arc<Router>, Error> {
+        let inner = &self.inner;
+        let task_id = inner
+            .task_id
+            .get_or_try_init(|| async {
+                inner
+                    .control
+                    .task_id(&inner.sandbox_id, inner.v2)
+                    .await
+                    .map_err(|s| finished_or(s, op))
+            })
+            .await?
+            .clone();
+        inner
+            .router
+            .get_or_try_init(|| async {
+                let target = if inner.v2 {
+                    AccessTarget::Sandbox(inner.sandbox_id.clone())
+                } else {
+                    AccessTarget::Task(task_id.clone())
+                };
+                // The access from create is good for the first connection only.
+                let first = inner.first_access.lock().expect("access").take();
+                let access = match first {
+                    Some(a) => a,
+                    None => inner
+                        .control
+                        .access(&target)
+                        .await
+                        .map_err(|s| finished_or(s, op))?,
+                };
+                Router::new(inner.control.clone(), target, access)
+                    .map(Arc::new)
+                    .map_err(|s| from_status(s, op, Phase::Other))
+            })
+            .await
+            .cloned()
+    }
+
+    async fn start(&self, command: Command) -> Result<EventStream, Error> {
+        tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
+        let router = self.router("exec").await?;
+        let task_id = self.task_id().unwrap_or_default().to_owned();
+        let exec_id = uuid4();
+        let env = api::StringMap {
+            contents: command
+                .env()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        };
+        let config = &self.inner.config;
+        let timeout_secs = config.exec_timeout.map(|d| {
+            let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+            u32::try_from(s.max(1)).unwrap_or(u32::MAX)
+        });
+        let request = tcr::TaskExecStartRequest {
+            task_id: task_id.clone(),
+            exec_id: exec_id.clone(),
+            command_args: command.argv().to_vec(),
+            // Both default to DEVNULL (0) in the proto: set them.
+            stdout_config: tcr::TaskExecStdoutConfig::Pipe as i32,
+            stderr_config: tcr::TaskExecStderrConfig::Pipe as i32,
+            timeout_secs,
+            workdir: command.workdir().map(str::to_owned),
+            // As the Python client sends env (sandbox/_common.py exec_via_tcr, _secret_sources).
+            secret_sources: if env.contents.is_empty() {
+                Vec::new()
+            } else {
+                vec![api::SecretSource {
+                    source: Some(api::secret_source::Source::Env(env)),
+                }]
+            },
+            ..Default::default()
+        };
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            match router.exec_start(request.clone()).await {
+                Ok(()) => break,
+                Err(s) if attempt < config.exec_start_retries && error::transient(&s) => {
+                    attempt += 1;
+                    let wait = error::retry_after(&s)
+                        .unwrap_or(Duration::from_millis(50 << attempt.min(5)));
+                    tracing::debug!(provider = PROVIDER, code = ?s.code(), attempt, "TaskExecStart failed; retrying with the same exec_id");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(s) => return Err(from_status(s, "exec", Phase::Start)),
+            }
+        }
+        tracing::debug!(provider = PROVIDER, %exec_id, "started");
+        let (tx, rx) = mpsc::channel(32);
+        let driver = Driver {
+            router,
+            task_id,
+            exec_id,
+            max_resumes: config.max_resumes,
+            deadline: config.exec_timeout.map(|d| (started, d)),
+            tx,
+        };
+        tokio::spawn(driver.run(command.stdin().clone()));
+        Ok(EventStream::new(Receiver(rx)))
+    }
+}
+
+impl Exec for ModalExec {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        Box::pin(async move { self.start(command).await?.collect().await })
+    }
+
+    fn streaming(&self) -> Option<&dyn ExecStream> {
+        Some(self)
+    }
+}
+
+impl ExecStream for ModalExec {
+    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+        Box::pin(self.start(command))
+    }
+}
+
+impl Sandbox for ModalExec {
+    fn id(&self) -> &str {
+        &self.inner.sandbox_id
+    }
+
+    fn owned(&self) -> bool {
+        self.inner.ownership.owned()
+    }
+
+    fn set_owned(&self, owned: bool) {
+        self.inner.ownership.set_owned(owned);
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let o = &self.inner.ownership;
+            if o.begin_close() && o.owned() && !o.is_destroyed() {
+                self.terminate().await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.terminate())
+    }
+}
+
+struct Receiver(mpsc::Receiver<Result<Event, Error>>);
+
+impl futures_core::Stream for Receiver {
+    type Item = Result<Event, Error>;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+struct Driver {
+    router: Arc<Router>,
+    task_id: String,
+    exec_id: String,
+    max_resumes: u32,
+    deadline: Option<(Instant, Duration)>,
+    tx: mpsc::Sender<Result<Event, Error>>,
+}
+
+fn started_error(s: Status) -> Error {
+    from_status(s, "exec", Phase::Started)
+}
+
+impl Driver {
+    async fn run(self, stdin: Bytes) {
+        let this = Arc::new(self);
+        let stdin_task = tokio::spawn(this.clone().feed_stdin(stdin));
+        let out = tokio::spawn(this.clone().read(tcr::TaskExecStdioFileDescriptor::Stdout));
+        let err = tokio::spawn(this.clone().read(tcr::TaskExecStdioFileDescriptor::Stderr));
+        let wait = tokio::spawn(this.clone().wait());
+        let abort = [
+            stdin_task.abort_handle(),
+            out.abort_handle(),
+            err.abort_handle(),
+            wait.abort_handle(),
+        ];
+        // Stops everything if the consumer goes away (no remote kill exists: see CAPABILITIES).
+        let consumer_gone = this.tx.clone();
+        let result = tokio::select! {
+            r = async {
+                let (o, e) = tokio::join!(out, err);
+                for r in [o, e] {
+                    match r {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => return Err(e),
+                        Err(_) => return Err(protocol("exec", "an output reader stopped")),
+                    }
+                }
+                match wait.await {
+                    Ok(r) => r,
+                    Err(_) => Err(protocol("exec", "the exit waiter stopped")),
+                }
+            } => Some(r),
+            () = consumer_gone.closed() => None,
+        };
+        let Some(result) = result else {
+            for a in abort {
+                a.abort();
+            }
+            return;
+        };
+        let stdin_failure = match stdin_task.await {
+            Ok(Err(e)) => Some(e),
+            _ => None,
+        };
+        let result = match (result, stdin_failure) {
+            (Ok(_), Some(e)) => Err(e),
+            (r, _) => r,
+        };
+        let _ = this.tx.send(result.map(Event::Exit)).await;
+    }
+
+    /// Writes stdin by offset and closes it. A write refused because the command already
+    /// exited (FAILED_PRECONDITION: it did not read it all) is not an error.
+    async fn feed_stdin(self: Arc<Self>, stdin: Bytes) -> Result<(), Error> {
+        let mut offset = 0usize;
+        loop {
+            let end = (offset + STDIN_CHUNK).min(stdin.len());
+            let eof = end == stdin.len();
+            let req = tcr::TaskExecStdinWriteRequest {
+                task_id: self.task_id.clone(),
+                exec_id: self.exec_id.clone(),
+                offset: offset as u64,
+                data: stdin.slice(offset..end),
+                eof,
+            };
+            let mut failures = 0;
+            loop {
+                match self.router.stdin_write(req.clone()).await {
+                    Ok(()) => break,
+                    Err(s) if s.code() == Code::FailedPrecondition => return Ok(()),
+                    // Offset-addressed: repeating a write is safe (the router drops the overlap).
+                    Err(s) if failures < self.max_resumes && error::transient(&s) => {
+                        failures += 1;
+                        tokio::time::sleep(Duration::from_millis(10 << failures.min(6))).await;
+                    }
+                    Err(s) => return Err(from_status(s, "exec_stdin", Phase::Started)),
+                }
+            }
+            if eof {
+                return Ok(());
+            }
+            offset = end;
+        }
+    }
+
+    /// Forwards one output stream, reopening it from the bytes received after a transient
+    /// failure (at most `max_resumes` times in a row without progress). A stream that ends
+    /// with OK has delivered everything.
+    async fn read(self: Arc<Self>, fd: tcr::TaskExecStdioFileDescriptor) -> Result<(), Error> {
+        let mut offset = 0u64;
+        let mut failures = 0u32;
+        loop {
+            let failure = match self.read_once(fd, &mut offset).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => return Ok(()), // the consumer went away; `run` notices
+                Err((s, progressed)) => {
+                    if progressed {
+                        failures = 0;
+                    }
+                    s
+                }
+            };
+            if !error::resumable(&failure) || failures >= self.max_resumes {
+                return Err(started_error(failure));
+            }
+            failures += 1;
+            tracing::debug!(provider = PROVIDER, code = ?failure.code(), failures, "output stream failed; reopening from its offset");
+            tokio::time::sleep(Duration::from_millis(10 << failures.min(6))).await;
+        }
+    }
+
+    /// One `TaskExecStdioRead` from `offset`. `Ok(true)`: ended OK; `Ok(false)`: dropped.
+    async fn read_once(
+        &self,
+        fd: tcr::TaskExecStdioFileDescriptor,
+        offset: &mut u64,
+    ) -> Result<bool, (Status, bool)> {
+        let start = *offset;
+        let progressed = |o: &u64| *o > start;
+        self.router.refresh_if_due().await.map_err(|s| (s, false))?;
+        let msg = tcr::TaskExecStdioReadRequest {
+            task_id: self.task_id.clone(),
+            exec_id: self.exec_id.clone(),
+            offset: *offset,
+            file_descriptor: fd as i32,
+        };
+        let req = self.router.request(msg).map_err(|s| (s, false))?;
+        let mut stream = match self.router.client().task_exec_stdio_read(req).await {
+            Ok(r) => r.into_inner(),
+            Err(s) => return Err((s, false)),
+        };
+        loop {
+            match stream.message().await {
+                Ok(Some(m)) => {
+                    if m.data.is_empty() {
+                        continue;
+                    }
+                    *offset += m.data.len() as u64;
+                    let event = match fd {
+                        tcr::TaskExecStdioFileDescriptor::Stdout => Event::Stdout(m.data),
+                        tcr::TaskExecStdioFileDescriptor::Stderr => Event::Stderr(m.data),
+                    };
+                    if self.tx.send(Ok(event)).await.is_err() {
+                        return Ok(false);
+                    }
+                }
+                Ok(None) => return Ok(true),
+                Err(s) => {
+                    let p = progressed(offset);
+                    return Err((s, p));
+                }
+            }
+        }
+    }
+
+    /// `TaskExecWait`, repeated on transient failures (it only reads).
+    async fn wait(self: Arc<Self>) -> Result<Exit, Error> {
+        let mut failures = 0u32;
+        let resp = loop {
+            match self.router.wait(&self.task_id, &self.exec_id).await {
+                Ok(r) => break r,
+                Err(s) if failures < self.max_resumes && error::resumable(&s) => {
+                    failures += 1;
+                    tokio::time::sleep(Duration::from_millis(50 << failures.min(5))).await;
+                }
+                Err(s) => return Err(started_error(s)),
+            }
+        };
+        use tcr::task_exec_wait_response::ExitStatus;
+        match resp.exit_status {
+            Some(ExitStatus::Code(c)) => Ok(Exit::Code(c)),
+            Some(ExitStatus::Signal(9)) if self.timed_out() => Err(Error::new(
+                ErrorKind::Timeout(Deadline::Command),
+                "Modal killed the command at its timeout_secs (ModalConfig::exec_timeout)",
+            )
+            .with_retry(Retry::Unsafe)
+            .with_provider(PROVIDER)
+            .with_operation("exec")),
+            Some(ExitStatus::Signal(n)) => Ok(Exit::Signal(n)),
+            None => Err(protocol(
+                "exec",
+                "TaskExecWait answered without a code or a signal",
+            )),
+        }
+    }
+
+    /// True when the configured exec timeout has passed (a SIGKILL then is Modal's).
+    fn timed_out(&self) -> bool {
+        self.deadline
+            .is_some_and(|(start, d)| start.elapsed() + Duration::from_millis(200) >= d)
+    }
+}

@@ -1,0 +1,110 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
+//! Two gRPC services, as the official `modal==1.6.4` client speaks them (h2c to a local
+//! emulator, TLS to Modal):
+//!
+//! - the **control plane** `modal.client.ModalClient` at `MODAL_SERVER_URL`
+//!   (`x-modal-token-id`/`x-modal-token-secret` on every call, the short-lived JWT from
+//!   `AuthTokenGet` as `x-modal-auth-token` on the V2 sandbox calls, one `x-idempotency-key`
+//!   per logical call kept across its retries);
+//! - the **task command router** `modal.task_command_router.TaskCommandRouter` of the
+//!   sandbox's task, at the URL the control plane hands out with a router JWT
+//!   (`authorization: Bearer …`), which runs the commands.
+//!
+//! The messages are generated at build time from the pinned wheel's own descriptors
+//! (`proto/modal-1.6.4.binpb`, exported by `proto/export.py`; see [`wire`]).
+//!
+//! # Capabilities
+//!
+//! | | |
+//! |---|---|
+//! | argv | native: `TaskExecStartRequest.command_args`, no shell |
+//! | workdir | native (`workdir`) |
+//! | env | native (`secret_sources: [{env}]`, as the client sends `exec(env=)`) |
+//! | stdin | native: `TaskExecStdinWrite` by offset, always closed with `eof` |
+//! | streaming | yes: `TaskExecStdioRead` per stream, reopened from its byte offset after a transient failure |
+//! | remote kill | **no**: Modal has no call that kills one command (nor has the client); [`ModalConfig::exec_timeout`] has Modal kill it (`timeout_secs`), destroying the sandbox ends everything |
+//! | binary output | yes (`bytes`) |
+//!
+//! # Exit status
+//!
+//! `TaskExecWait` answers `code` or `signal`: a code is [`Exit::Code`](execseam_core::Exit),
+//! a signal [`Exit::Signal`](execseam_core::Exit) (the client reports `128 + signal`). A SIGKILL
+//! after [`ModalConfig::exec_timeout`] is Modal's kill at `timeout_secs`: `Err(Timeout(Command))`.
+//! An answer with neither, or a stream that ends without its status, is an `Err`.
+//!
+//! # Errors
+//!
+//! See `docs/adapters/modal.md` (the module docs of `error.rs`): every gRPC status, Modal's
+//! `RPCRetryPolicy` detail and the transport map to an [`ErrorKind`](execseam_core::ErrorKind)
+//! and a [`Retry`](execseam_core::Retry).
+#![warn(missing_docs)]
+
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+
+mod client;
+mod config;
+mod error;
+mod exec;
+mod provider;
+pub mod wire;
+
+pub use config::{
+    DEFAULT_IMAGE, DEFAULT_IMAGE_BUILDER_VERSION, DEFAULT_SERVER_URL, MAX_LIFETIME, ModalConfig,
+};
+pub use exec::{ModalExec, is_v1_sandbox_id};
+pub use provider::{ModalProvider, OPTIONS};
+
+/// The provider name in errors and reports.
+pub const PROVIDER: &str = "modal";
+
+/// The environment variables [`ModalConfig::from_env`] reads.
+pub const ENV_VARS: &[&str] = &[
+    "MODAL_TOKEN_ID",
+    "MODAL_TOKEN_SECRET",
+    "MODAL_SERVER_URL",
+    "MODAL_ENVIRONMENT",
+    "EXECSEAM_MODAL_APP",
+    "EXECSEAM_MODAL_IMAGE",
+    "EXECSEAM_MODAL_SANDBOX_TIMEOUT",
+    "EXECSEAM_MODAL_EXEC_TIMEOUT",
+];
+
+/// Modal's lifecycle: create (`SandboxCreateV2`: image, env, tags, `timeout_secs`,
+/// `idle_timeout_secs`, `Resources{milli_cpu, memory_mb}`; options `name`, `workdir`), connect
+/// (`SandboxWaitV2` + `SandboxGetTaskIdV2` + `SandboxGetCommandRouterAccess`), list
+/// (`SandboxListV2`, by tags), destroy (`SandboxTerminateV2`). No disk size: Modal refuses
+/// ephemeral disk for sandboxes.
+pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    create: true,
+    connect: true,
+    list: true,
+    destroy: true,
+    spec: SpecSupport {
+        image: true,
+        env: true,
+        labels: true,
+        lifetime: true,
+        idle_timeout: true,
+        cpu: true,
+        memory: true,
+        disk: false,
+    },
+    options: OPTIONS,
+};
+
+/// What this adapter does; see the [crate docs](crate).
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::Native,
+    stdin: Delivery::Native,
+    workdir: Delivery::Native,
+    env: Delivery::Native,
+    streaming: true,
+    remote_kill: false,
+    binary_output: true,
+    max_stdin: None,
+    max_output: None,
+    native_tools: &[],
+};

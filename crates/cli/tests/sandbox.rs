@@ -1,0 +1,263 @@
+//! `execseam sandbox …` and `run --sandbox` through the built binary against the E2B emulator:
+//! create, run twice in the same sandbox (write then read), list by label, destroy; SIGTERM in
+//! the middle of a run leaves no sandbox; streamed output arrives before the command ends;
+//! usage errors exit 2.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One plain HTTP/1.1 request to the emulator's control plane; returns the body.
+fn http(base: &str, key: &str, method: &str, path: &str) -> String {
+    let addr = base.trim_start_matches("http://");
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nX-API-KEY: {key}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp.split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+struct Emu {
+    _emu: execseam_emulators::Emulator,
+    env: Vec<(String, String)>,
+    base: String,
+    key: String,
+}
+
+async fn emulator() -> Emu {
+    let emu = execseam_emulators::start("e2b", Default::default())
+        .await
+        .unwrap();
+    let key = emu
+        .env
+        .iter()
+        .find(|(k, _)| k == "E2B_API_KEY")
+        .unwrap()
+        .1
+        .clone();
+    Emu {
+        env: emu.env.clone(),
+        base: emu.base_url.clone(),
+        key,
+        _emu: emu,
+    }
+}
+
+fn execseam(env: &[(String, String)], args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_execseam"))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env_remove("EXECSEAM_SANDBOX")
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_run_twice_list_destroy() {
+    let e = emulator().await;
+    let env = e.env.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        let created = execseam(
+            &env,
+            &[
+                "sandbox",
+                "create",
+                "--adapter",
+                "e2b",
+                "--label",
+                "suite=cli",
+            ],
+        );
+        assert!(created.status.success(), "{}", text(&created.stderr));
+        let id = text(&created.stdout).trim().to_owned();
+        assert!(!id.is_empty());
+        // Write, then read, in the same sandbox.
+        let w = execseam(
+            &env,
+            &[
+                "run",
+                "--adapter",
+                "e2b",
+                "--sandbox",
+                &id,
+                "--",
+                "sh",
+                "-c",
+                "printf kept > /tmp/f",
+            ],
+        );
+        assert_eq!(w.status.code(), Some(0), "{}", text(&w.stderr));
+        let r = execseam(
+            &env,
+            &[
+                "run",
+                "--adapter",
+                "e2b",
+                "--sandbox",
+                &id,
+                "--",
+                "cat",
+                "/tmp/f",
+            ],
+        );
+        assert_eq!(
+            (r.status.code(), text(&r.stdout)),
+            (Some(0), "kept".to_owned()),
+            "{}",
+            text(&r.stderr)
+        );
+        let listed = execseam(
+            &env,
+            &[
+                "sandbox",
+                "list",
+                "--adapter",
+                "e2b",
+                "--label",
+                "suite=cli",
+            ],
+        );
+        assert!(
+            text(&listed.stdout).contains(&id),
+            "{}",
+            text(&listed.stdout)
+        );
+        let other = execseam(
+            &env,
+            &[
+                "sandbox",
+                "list",
+                "--adapter",
+                "e2b",
+                "--label",
+                "suite=other",
+            ],
+        );
+        assert!(!text(&other.stdout).contains(&id));
+        let connected = execseam(
+            &env,
+            &["sandbox", "connect", "--adapter", "e2b", &id, "--json"],
+        );
+        assert!(
+            text(&connected.stdout).contains(&id),
+            "{}",
+            text(&connected.stderr)
+        );
+        let gone = execseam(&env, &["sandbox", "destroy", "--adapter", "e2b", &id]);
+        assert!(gone.status.success(), "{}", text(&gone.stderr));
+        // Destroying again is fine; running in it is an infrastructure failure (NotFound).
+        assert!(
+            execseam(&env, &["sandbox", "destroy", "--adapter", "e2b", &id])
+                .status
+                .success()
+        );
+        let r = execseam(
+            &env,
+            &["run", "--adapter", "e2b", "--sandbox", &id, "--", "true"],
+        );
+        assert_eq!(r.status.code(), Some(125), "{}", text(&r.stderr));
+        id
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        http(&e.base, &e.key, "GET", "/sandboxes"),
+        "[]",
+        "{out} is gone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_run_kills_and_destroys_and_output_streams() {
+    let e = emulator().await;
+    let env = e.env.clone();
+    let (code, streamed_in) = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_execseam"))
+            .args([
+                "run",
+                "--adapter",
+                "e2b",
+                "--",
+                "sh",
+                "-c",
+                "echo started; exec sleep 30",
+            ])
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env_remove("EXECSEAM_SANDBOX")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        // The first line arrives while the command still runs: the output streams.
+        assert_eq!(line, "started\n");
+        let streamed_in = start.elapsed();
+        let pid = child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let status = child.wait().unwrap();
+        (status.code(), streamed_in)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(143), "SIGTERM exits 143");
+    assert!(streamed_in < Duration::from_secs(20), "{streamed_in:?}");
+    // No sandbox (and so no process in it) is left.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let listed = http(&e.base, &e.key, "GET", "/sandboxes");
+        if listed == "[]" {
+            break;
+        }
+        assert!(Instant::now() < until, "still there: {listed}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let none: Vec<(String, String)> = Vec::new();
+    for args in [
+        vec!["run", "--adapter", "no-such-adapter", "--", "true"],
+        vec!["run", "--", "sh", "-c", "true"],
+        vec!["run", "--workdir", "relative", "--", "true"],
+        vec!["sandbox", "create", "--label", "no-equals-sign"],
+        vec!["sandbox", "list", "--adapter", "e2b"],
+        vec!["run"],
+    ] {
+        let out = execseam(&none, &args);
+        let want = if args == ["run", "--", "sh", "-c", "true"] {
+            0
+        } else {
+            2
+        };
+        assert_eq!(
+            out.status.code(),
+            Some(want),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}

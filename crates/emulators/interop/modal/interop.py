@@ -1,0 +1,403 @@
+"""The official Modal client (modal==1.6.4, pinned in requirements.txt) against execseam's Modal
+emulator.
+
+Usage:
+    interop.py main          the sandbox, exec and filesystem surface, V2 (the default backend)
+    interop.py v1            the V1 backend (MODAL_SANDBOX_V2=0 is set by the caller)
+    interop.py fault <kind>  one call while the Rust side has armed a fault; prints
+                             `FAULT <kind> <outcome>`
+
+MODAL_SERVER_URL, MODAL_TOKEN_ID and MODAL_TOKEN_SECRET come from the environment.
+
+Every assertion states what the real service does, with the client source (the 1.6.4 wheel) or
+Modal's proto comments that say so; paths are relative to site-packages/modal. Prints `ok <check>`
+for each check and `done` at the end; any failure raises.
+"""
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+
+import modal
+from modal.exception import (
+    AlreadyExistsError,
+    AuthError,
+    InvalidError,
+    NotFoundError,
+    SandboxFilesystemDirectoryNotEmptyError,
+    SandboxFilesystemIsADirectoryError,
+    SandboxFilesystemNotADirectoryError,
+    SandboxFilesystemNotFoundError,
+    SandboxFilesystemPathAlreadyExistsError,
+    SandboxTimeoutError,
+)
+
+APP = "execseam-interop"
+FS_TOOLS = "/__modal/.bin/modal-sandbox-fs-tools"
+
+
+def check(name, cond, detail=""):
+    if not cond:
+        raise AssertionError(f"{name}: {detail}")
+    print(f"ok {name}", flush=True)
+
+
+def is_v1_id(sid):
+    # sandbox/_common.py _is_v1_sandbox_id: "sb-" + 22 of [0-9A-Za-z] is V1, anything else V2.
+    prefix, _, rest = sid.partition("-")
+    return prefix == "sb" and len(rest) == 22 and rest.isalnum() and rest.isascii()
+
+
+def run(sb, *args, **kw):
+    p = sb.exec(*args, **kw)
+    out, err = p.stdout.read(), p.stderr.read()
+    return p.wait(), out, err
+
+
+def main():
+    app = modal.App.lookup(APP, create_if_missing=True)
+    check("App.lookup(create_if_missing=True) gives an app id", app.app_id.startswith("ap-"), app.app_id)
+    try:
+        modal.App.lookup("execseam-no-such-app")
+        raise AssertionError("App.lookup of a missing app returned")
+    except NotFoundError:
+        # app.py lookup: create_if_missing=False sends OBJECT_CREATION_TYPE_UNSPECIFIED, a pure
+        # lookup; NOT_FOUND is NotFoundError (_grpc_client.py _STATUS_TO_EXCEPTION).
+        check("App.lookup of a missing app is NotFoundError", True)
+
+    t0 = time.monotonic()
+    sb = modal.Sandbox.create(app=app, timeout=120, env={"SB_LEVEL": "sandbox"})
+    check("Sandbox.create returns a V2 sandbox id (not the V1 shape)", not is_v1_id(sb.object_id), sb.object_id)
+    check("Sandbox.create takes under 2 s", time.monotonic() - t0 < 2, time.monotonic() - t0)
+
+    # exec: argv, workdir, env, stdin write/eof, separate stdout and stderr, wait/returncode.
+    # sandbox/_common.py exec_via_tcr sends argv as command_args, env as secret_sources.
+    p = sb.exec(
+        "bash", "-c", 'read -r line; echo "got:$line cwd:$(pwd) foo:$FOO sb:$SB_LEVEL"; echo err >&2; exit 3',
+        workdir="/tmp", env={"FOO": "bar baz"},
+    )
+    p.stdin.write(b"abc\n")
+    p.stdin.write_eof()
+    p.stdin.drain()
+    out, err = p.stdout.read(), p.stderr.read()
+    code = p.wait()
+    check("exec: stdin reaches the command, stdout is its own stream",
+          out == "got:abc cwd:/tmp foo:bar baz sb:sandbox\n", repr(out))
+    check("exec: stderr is a separate stream", err == "err\n", repr(err))
+    check("exec: wait() gives the exit code", code == 3 and p.returncode == 3, code)
+
+    code, out, _ = run(sb, "printf", "%s|", "a b", "$HOME", "'q'", "")
+    check("exec: argv is passed as is, never re-parsed by a shell", out == "a b|$HOME|'q'||", repr(out))
+
+    code, out, _ = run(sb, "sh", "-c", "echo $HOME; pwd; id -u")
+    check("exec: commands run as root with HOME=/root", out.split("\n")[0] == "/root" and out.split("\n")[2] == "0", repr(out))
+
+    # container_process.py wait(): a `signal` exit status is returned as 128 + signal.
+    code, _, _ = run(sb, "sh", "-c", "kill -TERM $$")
+    check("exec: death by SIGTERM is returncode 143 (128 + 15)", code == 143, code)
+    code, _, _ = run(sb, "sh", "-c", "kill -KILL $$")
+    check("exec: death by SIGKILL is returncode 137 (128 + 9)", code == 137, code)
+
+    # poll(): None while running (TaskExecPoll with no exit_status), then the code.
+    p = sb.exec("sh", "-c", "sleep 1; exit 5")
+    check("exec: poll() is None while the command runs", p.poll() is None)
+    check("exec: wait() after poll() gives the code", p.wait() == 5)
+    check("exec: poll() after the end gives the code", p.poll() == 5)
+
+    # Bytes exact with text=False.
+    p = sb.exec("sh", "-c", r"printf 'a\000b\377c'; printf '\001\376' >&2", text=False)
+    out, err = p.stdout.read(), p.stderr.read()
+    p.wait()
+    check("exec: binary stdout and stderr are exact (text=False)", out == b"a\x00b\xffc" and err == b"\x01\xfe", (out, err))
+
+    p = sb.exec("sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' x; head -c 1000000 /dev/zero | tr '\\0' y >&2")
+    out, err = p.stdout.read(), p.stderr.read()
+    check("exec: 3 MB on stdout and 1 MB on stderr at once arrive whole",
+          p.wait() == 0 and out == "x" * 3000000 and err == "y" * 1000000, (len(out), len(err)))
+
+    # A large stdin through TaskExecStdinWrite (offset-addressed, io_streams.py _StreamWriter).
+    blob = os.urandom(3 * 1024 * 1024)
+    p = sb.exec("sh", "-c", "cat | sha256sum | cut -c1-64")
+    p.stdin.write(blob)
+    p.stdin.write_eof()
+    p.stdin.drain()
+    import hashlib
+    check("exec: 3 MiB of stdin arrive exactly", p.stdout.read().strip() == hashlib.sha256(blob).hexdigest())
+    p.wait()
+
+    # Streaming: lines arrive while the command runs.
+    p = sb.exec("sh", "-c", "echo one; sleep 1; echo two")
+    t0 = time.monotonic()
+    first = next(iter(p.stdout))
+    check("exec: output streams before the command ends", first == "one\n" and time.monotonic() - t0 < 0.9,
+          (first, time.monotonic() - t0))
+    p.wait()
+
+    # timeout= on exec: the client stops waiting at its deadline and reports -1
+    # (container_process.py wait: ExecTimeoutError -> returncode -1), and the server kills the
+    # command (task_command_router.proto TaskExecStartRequest.timeout_secs: "If the command does
+    # not exit within this duration, the command will be killed").
+    p = sb.exec("sh", "-c", "echo $$ > /tmp/timed.pid; exec sleep 30", timeout=1)
+    t0 = time.monotonic()
+    code = p.wait()
+    check("exec: timeout= makes wait() return -1 at the deadline", code == -1 and time.monotonic() - t0 < 3, code)
+    gone = False
+    for _ in range(30):
+        c, _, _ = run(sb, "sh", "-c", 'kill -0 "$(cat /tmp/timed.pid)" 2>/dev/null')
+        if c != 0:
+            gone = True
+            break
+        time.sleep(0.2)
+    check("exec: timeout_secs kills the command in the sandbox", gone)
+
+    # Sandbox.from_id reattaches: SandboxWaitV2(timeout=0), SandboxGetTaskIdV2,
+    # SandboxGetCommandRouterAccess (sandbox/_impl_v2.py).
+    sb2 = modal.Sandbox.from_id(sb.object_id)
+    code, out, _ = run(sb2, "cat", "/tmp/timed.pid")
+    check("Sandbox.from_id: exec works on the reattached sandbox", code == 0 and out.strip().isdigit(), repr(out))
+    check("Sandbox.poll: None while running", sb2.poll() is None and sb.poll() is None)
+    try:
+        modal.Sandbox.from_id("sb-01ARZ3NDEKTSV4RRFFQ69G5FAV").exec("true").wait()
+        raise AssertionError("from_id of an unknown sandbox worked")
+    except NotFoundError:
+        check("Sandbox.from_id of an unknown id is NotFoundError", True)
+
+    # Tags and list (SandboxListV2 pages by before_timestamp, _sandbox.py _list).
+    sb.set_tags({"suite": "interop"})
+    check("set_tags/get_tags round-trip", sb.get_tags() == {"suite": "interop"}, sb.get_tags())
+    listed = [s.object_id for s in modal.Sandbox.list(app_id=app.app_id)]
+    check("Sandbox.list(app_id=) lists the sandbox", sb.object_id in listed, listed)
+    tagged = [s.object_id for s in modal.Sandbox.list(app_id=app.app_id, tags={"suite": "interop"})]
+    check("Sandbox.list(tags=) filters by tag", tagged == [sb.object_id], tagged)
+    check("Sandbox.list(tags=) with another value lists nothing",
+          list(modal.Sandbox.list(app_id=app.app_id, tags={"suite": "other"})) == [])
+
+    # Names: unique within an app (_sandbox.py create docstring: "AlreadyExistsError: If a
+    # sandbox with the same name already exists"); from_name resolves them.
+    named = modal.Sandbox.create(app=app, name="interop-named", timeout=60)
+    found = modal.Sandbox.from_name(APP, "interop-named")
+    check("Sandbox.from_name finds a named sandbox", found.object_id == named.object_id)
+    try:
+        modal.Sandbox.create(app=app, name="interop-named", timeout=60)
+        raise AssertionError("a second sandbox with the same name was created")
+    except AlreadyExistsError:
+        check("a second running sandbox with the same name is AlreadyExistsError", True)
+    named.terminate()
+
+    filesystem(sb)
+
+    # Entrypoint: the sandbox's own command; its exit code is the sandbox's returncode
+    # (_common.py _result_returncode returns result.exitcode for a finished sandbox).
+    ep = modal.Sandbox.create("sh", "-c", "exit 7", app=app, timeout=60)
+    ep.wait()
+    check("Sandbox.create(*args): the entrypoint's exit code is returncode", ep.returncode == 7, ep.returncode)
+
+    # The sandbox's own timeout is the server's (GENERIC_STATUS_TIMEOUT): wait() raises
+    # SandboxTimeoutError (_common.py raise_for_wait_result), returncode is 124 (_result_returncode).
+    short = modal.Sandbox.create(app=app, timeout=2)
+    t0 = time.monotonic()
+    try:
+        short.wait()
+        raise AssertionError("wait() on a timed-out sandbox returned")
+    except SandboxTimeoutError:
+        check("a sandbox past its timeout: wait() raises SandboxTimeoutError", 1.5 < time.monotonic() - t0 < 6,
+              time.monotonic() - t0)
+    check("a timed-out sandbox has returncode 124", short.returncode == 124, short.returncode)
+
+    # terminate(wait=True) returns the returncode of a terminated sandbox: 137 (_result_returncode).
+    code = sb.terminate(wait=True)
+    check("terminate(wait=True) gives 137", code == 137 and sb.returncode == 137, code)
+    try:
+        sb.exec("true").wait()
+        raise AssertionError("exec on a terminated sandbox worked")
+    except NotFoundError:
+        # _task_command_router_client.py exec_wait: "If just the task shuts down, the task
+        # command router will return a NOT_FOUND error".
+        check("exec on a terminated sandbox is NotFoundError", True)
+    print("done", flush=True)
+
+
+def filesystem(sb):
+    fs = sb.filesystem
+    # Every operation execs /__modal/.bin/modal-sandbox-fs-tools (sandbox/_filesystem.py).
+    fs.make_directory("/root/d/e")
+    fs.write_text("hello\n", "/root/d/e/a.txt")
+    check("filesystem: write_text then read_text", fs.read_text("/root/d/e/a.txt") == "hello\n")
+    data = bytes(range(256)) * 1000
+    fs.write_bytes(data, "/root/d/b.bin")
+    check("filesystem: write_bytes then read_bytes, binary exact", fs.read_bytes("/root/d/b.bin") == data)
+    code, out, _ = run(sb, "cat", "/root/d/e/a.txt")
+    check("filesystem: a file written through the API is seen by commands at the same path", out == "hello\n")
+    run(sb, "sh", "-c", "printf from-exec > /root/d/c.txt; ln -s c.txt /root/d/link")
+    check("filesystem: a file written by a command is read through the API", fs.read_text("/root/d/c.txt") == "from-exec")
+
+    entries = fs.list_files("/root/d")
+    names = [e.name for e in entries]
+    check("filesystem: list_files names every entry", sorted(names) == ["b.bin", "c.txt", "e", "link"], names)
+    by = {e.name: e for e in entries}
+    check("filesystem: list_files types", by["e"].is_dir() and by["b.bin"].is_file() and by["link"].is_symlink())
+    check("filesystem: list_files sizes and absolute paths", by["b.bin"].size == len(data) and by["b.bin"].path == "/root/d/b.bin",
+          (by["b.bin"].size, by["b.bin"].path))
+    check("filesystem: a symlink carries its target", by["link"].symlink_target == "c.txt", by["link"].symlink_target)
+    st = fs.stat("/root/d/e/a.txt")
+    check("filesystem: stat of a file", st.is_file() and st.size == 6 and st.name == "a.txt" and st.owner == "root",
+          st)
+    check("filesystem: stat mode and time", (st.mode & 0o170000) == 0o100000 and st.modified_time > 1e9, st)
+    check("filesystem: stat of a directory", fs.stat("/root/d").is_dir())
+
+    try:
+        fs.read_text("/root/nope.txt")
+        raise AssertionError("reading a missing file worked")
+    except SandboxFilesystemNotFoundError:
+        check("filesystem: reading a missing file is SandboxFilesystemNotFoundError", True)
+    try:
+        fs.read_bytes("/root/d")
+        raise AssertionError("reading a directory worked")
+    except SandboxFilesystemIsADirectoryError:
+        check("filesystem: reading a directory is SandboxFilesystemIsADirectoryError", True)
+    try:
+        fs.list_files("/root/d/c.txt")
+        raise AssertionError("listing a file worked")
+    except SandboxFilesystemNotADirectoryError:
+        check("filesystem: listing a file is SandboxFilesystemNotADirectoryError", True)
+    try:
+        fs.make_directory("/root/d", create_parents=False)
+        raise AssertionError("make_directory of an existing path worked")
+    except SandboxFilesystemPathAlreadyExistsError:
+        check("filesystem: make_directory(create_parents=False) of an existing path is PathAlreadyExists", True)
+    try:
+        fs.stat("/root/none")
+        raise AssertionError("stat of a missing path worked")
+    except SandboxFilesystemNotFoundError:
+        check("filesystem: stat of a missing path is SandboxFilesystemNotFoundError", True)
+    try:
+        fs.remove("/root/d")
+        raise AssertionError("removing a non-empty directory worked")
+    except SandboxFilesystemDirectoryNotEmptyError:
+        check("filesystem: remove of a non-empty directory is DirectoryNotEmpty", True)
+    try:
+        fs.write_text("x", "/root/d")
+        raise AssertionError("writing over a directory worked")
+    except SandboxFilesystemIsADirectoryError:
+        # The helper exits early; the client handles the refused stdin (ConflictError) and maps
+        # the helper's error (sandbox/_filesystem.py _exec_fs_tool_write).
+        check("filesystem: writing over a directory is SandboxFilesystemIsADirectoryError", True)
+    try:
+        fs.read_text("relative/path")
+        raise AssertionError("a relative path worked")
+    except InvalidError:
+        check("filesystem: a relative path is InvalidError before any call", True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "up.bin")
+        big = os.urandom(600 * 1024)  # more than two 256 KiB TaskExecStdinWriteStream chunks
+        with open(src, "wb") as f:
+            f.write(big)
+        fs.copy_from_local(src, "/tmp/up/up.bin")
+        dst = os.path.join(tmp, "down.bin")
+        fs.copy_to_local("/tmp/up/up.bin", dst)
+        with open(dst, "rb") as f:
+            check("filesystem: copy_from_local then copy_to_local (streamed stdin), exact", f.read() == big)
+
+    fs.remove("/root/d/c.txt")
+    check("filesystem: remove of a file", "c.txt" not in [e.name for e in fs.list_files("/root/d")])
+    fs.remove("/root/d", recursive=True)
+    try:
+        fs.stat("/root/d")
+        raise AssertionError("the removed directory is still there")
+    except SandboxFilesystemNotFoundError:
+        check("filesystem: remove(recursive=True) of a directory", True)
+
+    # The helper is a program in the sandbox, reachable by any exec.
+    code, _, err = run(sb, FS_TOOLS, '{"Stat": {"path": "/nonexistent"}}')
+    check("filesystem: the helper is in the sandbox and reports errors as JSON on stderr",
+          code == 1 and '"error_kind": "NotFound"' in err, (code, err))
+
+
+def v1():
+    # MODAL_SANDBOX_V2=0 selects the V1 backend (sandbox/_sandbox.py, config `sandbox_v2`):
+    # SandboxCreate, SandboxGetTaskId, TaskGetCommandRouterAccess, SandboxWait, SandboxTerminate.
+    app = modal.App.lookup(APP, create_if_missing=True)
+    sb = modal.Sandbox.create(app=app, timeout=60)
+    check("V1: Sandbox.create returns a V1-shaped id", is_v1_id(sb.object_id), sb.object_id)
+    code, out, err = run(sb, "sh", "-c", "printf out; printf err >&2; exit 4")
+    check("V1: exec through the task command router", (code, out, err) == (4, "out", "err"), (code, out, err))
+    again = modal.Sandbox.from_id(sb.object_id)
+    check("V1: from_id and poll", again.poll() is None)
+    code, out, _ = run(again, "echo", "reattached")
+    check("V1: exec on the reattached sandbox", out == "reattached\n")
+    check("V1: terminate(wait=True) gives 137", sb.terminate(wait=True) == 137)
+    print("done", flush=True)
+
+
+def fault(kind):
+    app = modal.App.lookup(APP, create_if_missing=True)
+    if kind == "create-auth":
+        try:
+            modal.Sandbox.create(app=app, timeout=30)
+            print(f"FAULT {kind} no-exception", flush=True)
+        except AuthError as e:
+            # UNAUTHENTICATED is AuthError (_grpc_client.py _STATUS_TO_EXCEPTION) and is not
+            # retried (grpc_utils.py RETRYABLE_GRPC_STATUS_CODES).
+            print(f"FAULT {kind} AuthError", flush=True)
+        return
+    if kind == "create-500":
+        before = len(list(modal.Sandbox.list(app_id=app.app_id)))
+        sb = modal.Sandbox.create(app=app, timeout=30)
+        after = len(list(modal.Sandbox.list(app_id=app.app_id)))
+        # INTERNAL is retried (RETRYABLE_GRPC_STATUS_CODES) with the same x-idempotency-key
+        # (grpc_utils.py _retry_transient_errors): one sandbox results.
+        print(f"FAULT {kind} created {after - before}", flush=True)
+        sb.terminate()
+        return
+    sb = modal.Sandbox.create(app=app, timeout=60)
+    try:
+        if kind == "exec-503":
+            t0 = time.monotonic()
+            code, out, _ = run(sb, "sh", "-c", "echo ran >> /tmp/once; cat /tmp/once")
+            # TaskExecStart is retried on UNAVAILABLE with the same exec_id
+            # (_task_command_router_client.py exec_start, call_with_retries_on_transient_errors).
+            print(f"FAULT {kind} code {code} runs {out.count('ran')}", flush=True)
+        elif kind == "exec-429":
+            t0 = time.monotonic()
+            code, out, _ = run(sb, "echo", "throttled")
+            # RESOURCE_EXHAUSTED with an RPCRetryPolicy detail is retried after retry_after_secs
+            # (call_with_retries_on_transient_errors, server_retry_after_secs).
+            print(f"FAULT {kind} code {code} waited {time.monotonic() - t0 >= 1.0}", flush=True)
+        elif kind == "exec-vanish":
+            p = sb.exec("sh", "-c", "echo start; sleep 10; echo end")
+            try:
+                p.stdout.read()
+                code = p.wait()
+                print(f"FAULT {kind} no-exception code {code}", flush=True)
+            except NotFoundError:
+                print(f"FAULT {kind} NotFoundError", flush=True)
+        elif kind == "exec-auth":
+            try:
+                run(sb, "true")
+                print(f"FAULT {kind} no-exception", flush=True)
+            except AuthError:
+                # One UNAUTHENTICATED from the router is retried once with a refreshed JWT only
+                # when the JWT is about to expire (_refresh_jwt); otherwise the retry reuses it.
+                print(f"FAULT {kind} AuthError", flush=True)
+        else:
+            raise SystemExit(f"unknown fault {kind}")
+    finally:
+        try:
+            sb.terminate()
+        except Exception:
+            pass
+
+
+if __name__ == "__main__":
+    phase = sys.argv[1] if len(sys.argv) > 1 else "main"
+    if phase == "main":
+        main()
+    elif phase == "v1":
+        v1()
+    elif phase == "fault":
+        fault(sys.argv[2])
+    else:
+        raise SystemExit(f"unknown phase {phase}")
