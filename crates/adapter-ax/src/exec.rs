@@ -104,7 +104,7 @@ impl AxExec {
         execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         let guest = self.guest("exec")?;
         let stdin = command.stdin().clone();
-        let argv = detached(command.argv());
+        let argv = detached(command.argv(), command.env());
         let request = StartProcessRequest {
             command: argv,
             cwd: command.workdir().unwrap_or_default().to_owned(),
@@ -187,17 +187,43 @@ fi
 [ -n "$d" ] && rm -rf "$d"
 exec "$@""#;
 
-/// The argv sent to the guest for a command's argv: [`DETACH`] with the argv as its arguments.
-/// A program whose name starts with `-` is sent as it is (a shell's `exec` may read it as an
-/// option), so only it keeps the guest's own wait for children.
-pub fn detached(argv: &[String]) -> Vec<String> {
-    if argv.first().is_none_or(|p| p.starts_with('-')) {
+/// The argv sent to the guest for a command: [`DETACH`] with the argv as its arguments.
+///
+/// A shell drops environment variables whose names are not shell identifiers
+/// (`EXECSEAM-DASHED.key`) before it runs anything, so those of `env` are given again, through
+/// `env --` in front of the argv (the guest still sets them all). A program whose name starts
+/// with `-` (a shell's `exec` may read it as an option), or that contains `=` when `env` is
+/// needed (env would take it for an assignment), is sent as it is: only it keeps the guest's own
+/// wait for background children.
+pub fn detached(argv: &[String], env: &std::collections::BTreeMap<String, String>) -> Vec<String> {
+    let odd: Vec<String> = env
+        .iter()
+        .filter(|(k, _)| !is_identifier(k))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let Some(program) = argv.first() else {
+        return Vec::new();
+    };
+    if program.starts_with('-') || (!odd.is_empty() && program.contains('=')) {
         return argv.to_vec();
     }
-    let mut out = Vec::with_capacity(argv.len() + 4);
+    let mut out = Vec::with_capacity(argv.len() + odd.len() + 6);
     out.extend(["/bin/sh", "-c", DETACH, "sh"].map(str::to_owned));
+    if !odd.is_empty() {
+        out.extend(["env", "--"].map(str::to_owned));
+        out.extend(odd);
+    }
     out.extend(argv.iter().cloned());
     out
+}
+
+/// A POSIX shell name: `[A-Za-z_][A-Za-z0-9_]*`.
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 impl Exec for AxExec {

@@ -606,12 +606,45 @@ async fn without_a_temp_dir_the_command_runs_unwrapped() {
 
 #[test]
 fn the_wrapper_keeps_argv_and_leaves_dash_programs_alone() {
+    use std::collections::BTreeMap;
+    let none = BTreeMap::new();
     let argv: Vec<String> = ["ls", "-l", "a b"].map(str::to_owned).to_vec();
-    let sent = execseam_ax::detached(&argv);
+    let sent = execseam_ax::detached(&argv, &none);
     assert_eq!(sent[..4], ["/bin/sh", "-c", execseam_ax::DETACH, "sh"]);
     assert_eq!(sent[4..], argv[..]);
     let dash: Vec<String> = vec!["-x".to_owned()];
-    assert_eq!(execseam_ax::detached(&dash), dash);
+    assert_eq!(execseam_ax::detached(&dash, &none), dash);
+    // Names a shell drops come again through env; identifiers are left to the guest.
+    let env = BTreeMap::from([
+        ("A-B.c".to_owned(), "v=1".to_owned()),
+        ("OK_1".to_owned(), "x".to_owned()),
+    ]);
+    let sent = execseam_ax::detached(&argv, &env);
+    assert_eq!(sent[4..7], ["env", "--", "A-B.c=v=1"]);
+    assert_eq!(sent[7..], argv[..]);
+    let eq: Vec<String> = vec!["a=b".to_owned()];
+    assert_eq!(execseam_ax::detached(&eq, &env), eq);
+    assert_eq!(execseam_ax::detached(&eq, &none)[4..], eq[..]);
+}
+
+/// Environment names that are not shell identifiers survive the wrapper (a shell drops them).
+#[tokio::test(flavor = "multi_thread")]
+async fn env_names_a_shell_drops_reach_the_command() {
+    let emu = emulator().await;
+    let ax = adapter(&emu);
+    let out = ax
+        .exec(
+            Command::builder(["env"])
+                .env("EXECSEAM-DASHED.key", "v=1")
+                .env("PLAIN", "p")
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().any(|l| l == "EXECSEAM-DASHED.key=v=1"), "{text}");
+    assert!(text.lines().any(|l| l == "PLAIN=p"), "{text}");
 }
 
 // ---- sizes (defect 11 of issue 24) ----
