@@ -419,7 +419,10 @@ impl Driver {
     async fn stream_once(&mut self) -> Outcome {
         let tx = self.tx.clone();
         let open = tokio::select! {
-            r = self.guest.output(&self.id, self.offsets[0], self.offsets[1], true) => r,
+            r = self.guest.bounded(
+                "StreamProcessOutput",
+                self.guest.output(&self.id, self.offsets[0], self.offsets[1], true),
+            ) => r,
             () = tx.closed() => return Outcome::Dropped,
         };
         let mut stream = match open {
@@ -427,9 +430,22 @@ impl Driver {
             Err(s) => return Outcome::Failed(s),
         };
         loop {
+            // `Streaming::message` is cancel safe: a message cut by the idle timeout goes on
+            // where it was.
             let next = tokio::select! {
-                r = stream.message() => r,
+                r = tokio::time::timeout(self.config.idle_timeout, stream.message()) => r,
                 () = tx.closed() => return Outcome::Dropped,
+            };
+            let Ok(next) = next else {
+                // Silence: a command may be silent; a broken stream or peer is not.
+                match self.guest.get(&self.id).await {
+                    Ok(p) if ProcessState::try_from(p.state) == Ok(ProcessState::Running) => {
+                        continue;
+                    }
+                    // Exited (or another state the poll reports): read again from the offsets.
+                    Ok(_) => return Outcome::Ended,
+                    Err(s) => return Outcome::Failed(s),
+                }
             };
             let output = match next {
                 Ok(Some(m)) => m.output,

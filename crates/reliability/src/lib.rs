@@ -1,21 +1,4 @@
-//! The reliability suite: every adapter × every chaos rule × every request of an exec, with the
-//! host layers off and on, through [`execseam_emulators::chaos::ChaosProxy`] in front of the
-//! adapter's emulator (see `docs/reliability.md`).
-//!
-//! Each case runs one command that appends a line to a marker file, then prints and exits 3:
-//!
-//! - **never `Ok` for a broken answer**: an `Ok` must be exactly `out`/`err`/exit 3;
-//! - **at most one execution**: the marker has at most one line, retries or not;
-//! - **the right retry class**: an error classed `Safe` ("nothing ran") must leave no marker,
-//!   so an error after the submit is never `Safe`;
-//! - **answers come in bounded time**: with the deadline layer, within a second of the
-//!   deadline (a `Timeout(Command)` never earlier than it); without it, within the adapter's own
-//!   idle timeout and request timeouts (a generous bound: no case may hang);
-//! - **bounded memory**: the peak RSS of the whole process (emulators included) stays under a
-//!   limit, although rules send endless bodies;
-//! - rules that keep the answer legal (delay, re-chunking) must give the exact `Ok`.
-//!
-//! An adapter joins the suite with one [`Adapter`] entry in `tests/reliability.rs`.
+#![doc = include_str!("../README.md")]
 
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -44,6 +27,9 @@ pub struct Adapter {
     /// Starts the emulator, makes one sandbox directly (not through the proxy), and says how to
     /// reach that sandbox through any base URL.
     pub setup: fn(Knobs) -> BoxFuture<'static, Result<Setup, Error>>,
+    /// Why a command's background child ends with its command (a fresh sandbox per
+    /// execution): the orphan check is then not applicable.
+    pub children_end: Option<&'static str>,
 }
 
 /// Builds a handle on the suite's sandbox whose every request goes to the given base URL, with
@@ -75,14 +61,62 @@ pub enum Expect {
     Invariants,
 }
 
+/// Which cases run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Matrix {
+    /// What `cargo test` runs (CI): for every request N of an exec, every action from N on
+    /// (`*#N+`), layered; bare, the actions that must end without a host deadline (`hang`,
+    /// `stall`, `trickle`, `endless`) and the wrong-`Ok` ones; alone (`*#N`), the answers a retry
+    /// may recover from (`status:429`, `status:503`, `reset`), layered.
+    Ci,
+    /// Every action × every request N, alone and from N on × {bare, layered}
+    /// (`EXECSEAM_RELIABILITY=full`).
+    Full,
+}
+
+impl Matrix {
+    /// The cases for one request N and one action: `(nth, layers)`.
+    fn cases(self, n: usize, action: &str) -> Vec<(String, Layers)> {
+        let all = [Layers::Bare, Layers::RetryAndDeadline];
+        let mut out = Vec::new();
+        match self {
+            Matrix::Full => {
+                for nth in [format!("{n}"), format!("{n}+")] {
+                    out.extend(all.iter().map(|l| (nth.clone(), *l)));
+                }
+            }
+            Matrix::Ci => {
+                let name = action.split(':').next().unwrap_or(action);
+                out.push((format!("{n}+"), Layers::RetryAndDeadline));
+                if matches!(
+                    name,
+                    "hang" | "stall" | "trickle" | "endless" | "truncate" | "drop-last" | "garbage" | "body"
+                ) {
+                    out.push((format!("{n}+"), Layers::Bare));
+                }
+                if matches!(action, "status:429" | "status:503" | "reset") {
+                    out.push((format!("{n}"), Layers::RetryAndDeadline));
+                }
+            }
+        }
+        out
+    }
+}
+
 /// The suite's parameters.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// Which cases run.
+    pub matrix: Matrix,
     /// Actions (rule grammar, without the matcher), each applied to the Nth request of an exec
     /// for every N the exec makes.
     pub actions: Vec<(&'static str, Expect)>,
     /// The deadline of the layered runs.
     pub deadline: Duration,
+    /// The deadline of the layered runs of rules that keep the answer legal (delay,
+    /// re-chunking): they check the exact `Ok`, not the deadline, and a delay on every request
+    /// of an adapter that polls adds up.
+    pub legal_deadline: Duration,
     /// The adapters' idle timeout in bare cases (short: a stalled answer must end without a
     /// host deadline).
     pub idle_timeout: Duration,
@@ -95,6 +129,70 @@ pub struct Options {
     pub parallel: usize,
     /// The peak RSS allowed for the whole process, in bytes.
     pub rss_limit: u64,
+}
+
+impl Options {
+    /// The suite as `cargo test` runs it: [`Matrix::Ci`], every action.
+    pub fn ci() -> Options {
+        use Expect::*;
+        Options {
+            matrix: Matrix::Ci,
+            actions: vec![
+                ("status:429", Invariants),
+                ("status:429:86400", Invariants),
+                ("status:503", Invariants),
+                ("status-after:502", Invariants),
+                ("reset", Invariants),
+                ("reset-after", Invariants),
+                ("hang", Invariants),
+                ("stall", Invariants),
+                ("trickle:100:1", Invariants),
+                ("endless", Invariants),
+                ("truncate:20", Invariants),
+                ("drop-last", Invariants),
+                ("garbage:4096", Invariants),
+                ("body:{}", Invariants),
+                ("delay:200", Correct),
+                ("rechunk:1", Correct),
+                ("rechunk:65536", Correct),
+            ],
+            deadline: Duration::from_secs(3),
+            legal_deadline: Duration::from_secs(20),
+            idle_timeout: Duration::from_secs(2),
+            layered_idle_timeout: Duration::from_secs(10),
+            bare_bound: Duration::from_secs(15),
+            parallel: 12,
+            rss_limit: 1 << 30,
+        }
+    }
+
+    /// Every case ([`Matrix::Full`]).
+    pub fn full() -> Options {
+        Options {
+            matrix: Matrix::Full,
+            ..Options::ci()
+        }
+    }
+
+    /// [`Options::full`] when `EXECSEAM_RELIABILITY` is `full`, else [`Options::ci`].
+    pub fn from_env() -> Options {
+        match std::env::var("EXECSEAM_RELIABILITY").as_deref() {
+            Ok("full") => Options::full(),
+            _ => Options::ci(),
+        }
+    }
+
+    /// How many cases one adapter whose exec makes `requests` requests gets.
+    pub fn cases_for(&self, requests: usize) -> usize {
+        (1..=requests)
+            .map(|n| {
+                self.actions
+                    .iter()
+                    .map(|(a, _)| self.matrix.cases(n, a).len())
+                    .sum::<usize>()
+            })
+            .sum()
+    }
 }
 
 /// Host layers on a case.
@@ -132,8 +230,12 @@ impl Summary {
             let _ = write!(per, "{}{name} {n}", if per.is_empty() { "" } else { ", " });
         }
         format!(
-            "reliability: {total} cases ({per}; {} actions x every request N of an exec, alone and from N on, x {{bare, retry+deadline}}): {} passed, {} failed; peak RSS {} MiB (limit {} MiB); {:.1} s",
+            "reliability: {total} cases ({per}; {} actions x every request N of an exec, {}): {} passed, {} failed; peak RSS {} MiB (limit {} MiB); {:.1} s",
             self.rules,
+            match options.matrix {
+                Matrix::Ci => "the CI matrix",
+                Matrix::Full => "alone and from N on, x {bare, retry+deadline}",
+            },
             total - self.failures.len(),
             self.failures.len() + self.setup_failures.len(),
             self.peak_rss >> 20,
@@ -229,6 +331,25 @@ struct Case {
 }
 
 impl Case {
+    /// The deadline of a layered run.
+    fn deadline(&self, options: &Options) -> Duration {
+        match self.expect {
+            Expect::Correct => options.legal_deadline,
+            Expect::Invariants => options.deadline,
+        }
+    }
+
+    /// When the answer must have come.
+    fn bound(&self, options: &Options) -> Duration {
+        match self.layers {
+            Layers::Bare if self.expect == Expect::Correct => {
+                options.bare_bound.max(options.legal_deadline)
+            }
+            Layers::Bare => options.bare_bound,
+            Layers::RetryAndDeadline => self.deadline(options) + Duration::from_secs(1),
+        }
+    }
+
     fn name(&self, adapter: &str) -> String {
         format!("{adapter} [{}] {:?}", self.rule, self.layers)
     }
@@ -242,10 +363,8 @@ fn check(
     elapsed: Duration,
     ran: usize,
 ) -> Result<(), String> {
-    let bound = match case.layers {
-        Layers::Bare => options.bare_bound,
-        Layers::RetryAndDeadline => options.deadline + Duration::from_secs(1),
-    };
+    let deadline = case.deadline(options);
+    let bound = case.bound(options);
     let Some(result) = result else {
         return Err(format!("no answer within {bound:?} (ran {ran}x)"));
     };
@@ -275,7 +394,7 @@ fn check(
                 if case.layers == Layers::Bare {
                     return Err(format!("a host deadline error without the layer: {e}"));
                 }
-                if elapsed < options.deadline {
+                if elapsed < deadline {
                     return Err(format!("the deadline fired early, after {elapsed:?}: {e}"));
                 }
             }
@@ -305,10 +424,7 @@ async fn run_case(setup: &Setup, case: &Case, options: &Options) -> Result<(), S
     proxy.clear_requests();
     let marker = format!("{}/rel-{}", setup.scratch, case.id);
     let cmd = command(&marker);
-    let bound = match case.layers {
-        Layers::Bare => options.bare_bound,
-        Layers::RetryAndDeadline => options.deadline + Duration::from_secs(1),
-    };
+    let bound = case.bound(options);
     let start = Instant::now();
     let result = match case.layers {
         Layers::Bare => tokio::time::timeout(bound, exec.exec(cmd)).await.ok(),
@@ -316,7 +432,7 @@ async fn run_case(setup: &Setup, case: &Case, options: &Options) -> Result<(), S
             let layered = exec
                 .clone()
                 .with_retry(policy())
-                .with_deadline(options.deadline);
+                .with_deadline(case.deadline(options));
             tokio::time::timeout(bound, layered.exec(cmd)).await.ok()
         }
     };
@@ -360,11 +476,9 @@ pub async fn run(adapters: &[Adapter], options: &Options) -> Summary {
             }
         };
         let mut cases = Vec::new();
-        // The Nth request alone, and the Nth with every later one (retries, polls, kills).
-        let nths = (1..=per_exec).flat_map(|n| [format!("{n}"), format!("{n}+")]);
-        for nth in nths {
+        for n in 1..=per_exec {
             for (action, expect) in &options.actions {
-                for layers in [Layers::Bare, Layers::RetryAndDeadline] {
+                for (nth, layers) in options.matrix.cases(n, action) {
                     let rule: Rule = format!("*#{nth}={action}")
                         .parse()
                         .unwrap_or_else(|e| panic!("the suite's rule {action:?}: {e}"));
@@ -447,6 +561,9 @@ async fn orphan_case(adapter: &Adapter, knobs: Knobs, ending: Ending) -> Result<
     use execseam_emulators::probe::{
         gone_within, kill_leftovers, processes_with_arg, unique_sleep,
     };
+    if let Some(why) = adapter.children_end {
+        return Ok(Applies::No(why.to_owned()));
+    }
     let setup = (adapter.setup)(knobs)
         .await
         .map_err(|e| format!("setup failed: {e}"))?;

@@ -6,38 +6,59 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use execseam_core::{BoxFuture, Error, ErrorKind, Exec, Sandbox, SandboxSpec};
-use execseam_reliability::{Adapter, Expect, Knobs, Options, Setup, Through, orphans, run};
+use execseam_reliability::{Adapter, Knobs, Options, Setup, Through, orphans, run};
 
 /// Every adapter the suite drives. Local has no network, so no proxy can stand in front of it.
 const ADAPTERS: &[Adapter] = &[
     Adapter {
         name: "agentcore",
         setup: agentcore,
+        children_end: None,
     },
     Adapter {
         name: "ax",
         setup: ax,
+        children_end: None,
     },
     Adapter {
         name: "cloudflare",
         setup: cloudflare,
+        children_end: None,
     },
     Adapter {
         name: "daytona",
         setup: daytona,
+        children_end: None,
     },
     Adapter {
         name: "e2b",
         setup: e2b,
+        children_end: None,
     },
     Adapter {
         name: "fly",
         setup: fly,
+        children_end: None,
     },
     Adapter {
         name: "sprites",
         setup: sprites,
+        children_end: None,
     },
+    Adapter {
+        name: "modal",
+        setup: modal,
+        children_end: None,
+    },
+    Adapter {
+        name: "chrono",
+        setup: chrono,
+        children_end: Some(
+            "Chrono runs every execution in a fresh sandbox removed when it ends; the background-child-detached conformance case checks the child is gone",
+        ),
+    },
+    // Vercel and Northflank join here when their adapters land: one entry and one setup
+    // function each (docs/reliability.md, "Adding an adapter").
 ];
 
 /// A [`Through`] from a function that builds a handle (without a request) for a base URL.
@@ -94,10 +115,16 @@ fn ax(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
         let emulator = AxEmulator::start(EmulatorOptions::default())
             .await
             .map_err(internal)?;
-        let _ = knobs;
-        let provider = || AxProvider::new(AxConfig::new().target_actor(PRIMARY_ACTOR));
+        let provider = |idle: Duration| {
+            AxProvider::new(
+                AxConfig::new()
+                    .target_actor(PRIMARY_ACTOR)
+                    .request_timeout(idle)
+                    .idle_timeout(idle),
+            )
+        };
         let endpoint = emulator.endpoint();
-        let direct = provider()?.connect(&endpoint).await?;
+        let direct = provider(knobs.idle_timeout)?.connect(&endpoint).await?;
         let upstream = if endpoint.starts_with("http://") {
             endpoint.clone()
         } else {
@@ -108,9 +135,8 @@ fn ax(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             scratch: "/tmp".into(),
             direct: Arc::new(direct),
             through: through(move |url, idle| {
-                let _ = idle;
                 let address = url.trim_start_matches("http://");
-                Ok(Arc::new(provider()?.attach(address)?) as Arc<dyn Exec>)
+                Ok(Arc::new(provider(idle)?.attach(address)?) as Arc<dyn Exec>)
             }),
             guard: Box::new(emulator),
         })
@@ -260,6 +286,112 @@ fn sprites(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     })
 }
 
+fn modal(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_emulators::EmulatorOptions;
+    use execseam_emulators::modal::{ModalEmulator, TOKEN_ID};
+    use execseam_modal::{ModalConfig, ModalProvider};
+    Box::pin(async move {
+        let emulator = ModalEmulator::start(EmulatorOptions::default())
+            .await
+            .map_err(internal)?;
+        let secret = emulator.token_secret();
+        // The router's URL comes from the control plane: through the proxy, the emulator
+        // answers with the proxy's address (x-forwarded-host), so router calls go through it.
+        let config = move |url: &str, idle: Duration| {
+            ModalConfig::new(TOKEN_ID, secret.clone())
+                .server_url(url)
+                .sandbox_timeout(Duration::from_secs(3600))
+                .request_timeout(idle)
+                .connect_timeout(idle)
+        };
+        let upstream = emulator.url();
+        let direct = ModalProvider::new(config(&upstream, knobs.idle_timeout))?
+            .create(SandboxSpec::new())
+            .await?;
+        let id = direct.id().to_owned();
+        Ok(Setup {
+            upstream,
+            scratch: "/tmp".into(),
+            direct: Arc::new(direct),
+            through: through(move |url, idle| {
+                Ok(Arc::new(ModalProvider::new(config(url, idle))?.attach(&id)?) as Arc<dyn Exec>)
+            }),
+            guard: Box::new(emulator),
+        })
+    })
+}
+
+fn chrono(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_chrono::{ChronoConfig, ChronoExec};
+    use execseam_emulators::EmulatorOptions;
+    use execseam_emulators::chrono::{ChronoEmulator, ChronoOptions};
+    use execseam_emulators::harness::sandbox::Mount;
+    Box::pin(async move {
+        // Every execution is a fresh sandbox: the markers live in a host directory mounted
+        // into each of them.
+        let scratch = ScratchDir::new("chrono")?;
+        let mut options = EmulatorOptions::default();
+        options.sandboxing.mounts.push(Mount {
+            host: scratch.0.clone(),
+            sandbox: "/mnt/execseam-reliability".into(),
+            read_only: false,
+        });
+        let chrono_options = ChronoOptions {
+            max_concurrent: 64,
+            ..ChronoOptions::default()
+        };
+        let emulator = ChronoEmulator::start(options, chrono_options)
+            .await
+            .map_err(internal)?;
+        let token = emulator.token();
+        let config = move |url: &str, idle: Duration| {
+            ChronoConfig::new(url)
+                .token(token.clone())
+                .timeout_secs(30)
+                .request_slack(idle)
+                .connect_timeout(idle)
+        };
+        let upstream = emulator.base_url();
+        let direct = ChronoExec::new(config(&upstream, knobs.idle_timeout))?;
+        Ok(Setup {
+            upstream,
+            scratch: "/mnt/execseam-reliability".into(),
+            direct: Arc::new(direct),
+            through: through(move |url, idle| {
+                Ok(Arc::new(ChronoExec::new(config(url, idle))?) as Arc<dyn Exec>)
+            }),
+            guard: Box::new((emulator, scratch)),
+        })
+    })
+}
+
+/// A host directory, removed when dropped.
+struct ScratchDir(std::path::PathBuf);
+
+impl ScratchDir {
+    fn new(name: &str) -> Result<ScratchDir, Error> {
+        let dir = std::path::Path::new("/var/tmp")
+            .canonicalize()
+            .map_err(internal)?
+            .join(format!(
+                "execseam-reliability-{name}-{}-{}",
+                std::process::id(),
+                execseam_core::transport::random_id(8)
+            ));
+        std::fs::create_dir_all(&dir).map_err(internal)?;
+        // The sandbox's user may not be root.
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).map_err(internal)?;
+        Ok(ScratchDir(dir))
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn internal(e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Internal, e.to_string())
 }
@@ -303,44 +435,13 @@ fn e2b(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     })
 }
 
-fn options() -> Options {
-    use Expect::*;
-    Options {
-        actions: vec![
-            ("status:429", Invariants),
-            ("status:429:86400", Invariants),
-            ("status:503", Invariants),
-            ("status-after:502", Invariants),
-            ("reset", Invariants),
-            ("reset-after", Invariants),
-            ("hang", Invariants),
-            ("stall", Invariants),
-            ("trickle:100:1", Invariants),
-            ("endless", Invariants),
-            ("truncate:20", Invariants),
-            ("drop-last", Invariants),
-            ("garbage:4096", Invariants),
-            ("body:{}", Invariants),
-            ("delay:200", Correct),
-            ("rechunk:1", Correct),
-            ("rechunk:65536", Correct),
-        ],
-        deadline: Duration::from_secs(3),
-        idle_timeout: Duration::from_secs(2),
-        layered_idle_timeout: Duration::from_secs(10),
-        bare_bound: Duration::from_secs(15),
-        parallel: 12,
-        rss_limit: 1 << 30,
-    }
-}
-
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("a runtime");
-    let options = options();
+    let options = Options::from_env();
     let only = std::env::var("EXECSEAM_RELIABILITY_ONLY").ok();
     let adapters: Vec<Adapter> = ADAPTERS
         .iter()
@@ -348,6 +449,7 @@ fn main() {
         .map(|a| Adapter {
             name: a.name,
             setup: a.setup,
+            children_end: a.children_end,
         })
         .collect();
     let summary = runtime.block_on(run(&adapters, &options));

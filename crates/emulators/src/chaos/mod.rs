@@ -322,6 +322,23 @@ async fn handle(state: Arc<State>, mut req: Request<Incoming>) -> Result<Respons
         Some(Action::Delay(d)) => tokio::time::sleep(d).await,
         _ => {}
     }
+    // The address the client reached, for upstreams that hand out URLs of their own (Modal's
+    // router access): a reverse proxy's `x-forwarded-host`.
+    let reached = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_owned)
+        });
+    if let Some(host) = reached.and_then(|h| HeaderValue::from_str(&h).ok()) {
+        req.headers_mut()
+            .entry(FORWARDED_HOST)
+            .or_insert(host);
+    }
     let upgrade = req.version() == Version::HTTP_11 && req.headers().contains_key(header::UPGRADE);
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let mut resp = match forward(&state.upstream, req).await {
@@ -383,6 +400,9 @@ async fn handle(state: Arc<State>, mut req: Request<Incoming>) -> Result<Respons
     state.spawn(pump_body(action, body, tx));
     Ok(Response::from_parts(parts, ChannelBody(rx).boxed_unsync()))
 }
+
+/// The header that tells the upstream which address the client reached (set when absent).
+pub const FORWARDED_HOST: &str = "x-forwarded-host";
 
 /// Sends the request on a fresh connection to the upstream, in the request's HTTP version.
 async fn forward(
