@@ -317,7 +317,13 @@ async fn requests_per_exec(setup: &Setup) -> Result<usize, String> {
     if out != expected() {
         return Err(format!("a clean exec through the proxy answered {out:?}"));
     }
-    let n = proxy.requests().len();
+    let seen = proxy.requests();
+    let n = seen.len();
+    if std::env::var_os("EXECSEAM_RELIABILITY_VERBOSE").is_some() {
+        for (i, r) in seen.iter().enumerate() {
+            eprintln!("request {}: {r:?}", i + 1);
+        }
+    }
     drop(exec);
     proxy.shutdown().await;
     Ok(n)
@@ -490,6 +496,10 @@ pub async fn run(adapters: &[Adapter], options: &Options) -> Summary {
                     });
                 }
             }
+        }
+        // `EXECSEAM_RELIABILITY_FILTER`: only the cases whose name contains it.
+        if let Ok(f) = std::env::var("EXECSEAM_RELIABILITY_FILTER") {
+            cases.retain(|c| c.name(adapter.name).contains(&f));
         }
         summary.cases.insert(adapter.name, cases.len());
         let mut tasks = tokio::task::JoinSet::new();

@@ -302,7 +302,11 @@ fn modal(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
                 .server_url(url)
                 .sandbox_timeout(Duration::from_secs(3600))
                 .request_timeout(idle)
+                .stream_idle_timeout(idle)
                 .connect_timeout(idle)
+                // A stream that cannot be opened is reopened up to max_resumes times, each
+                // bounded by the request timeout: a bare answer comes within their product.
+                .max_resumes(3)
         };
         let upstream = emulator.url();
         let direct = ModalProvider::new(config(&upstream, knobs.idle_timeout))?
@@ -345,9 +349,12 @@ fn chrono(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             .map_err(internal)?;
         let token = emulator.token();
         let config = move |url: &str, idle: Duration| {
+            // A synchronous /execute answers when the command ends: the request is bounded by
+            // the command's timeout plus the slack.
+            let secs = u32::try_from(idle.as_secs().max(1)).unwrap_or(u32::MAX);
             ChronoConfig::new(url)
                 .token(token.clone())
-                .timeout_secs(30)
+                .timeout_secs(secs)
                 .request_slack(idle)
                 .connect_timeout(idle)
         };
