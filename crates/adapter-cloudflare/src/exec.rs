@@ -563,6 +563,7 @@ impl Exec for CloudflareExec {
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         Box::pin(async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
+            execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
             self.not_destroyed("exec")?;
             match self.config().output_mode() {
                 OutputMode::Streaming => self.stream_mode(command).await?.collect().await,
@@ -582,6 +583,7 @@ impl Exec for CloudflareExec {
 impl ExecStream for CloudflareExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
         Box::pin(async move {
+            execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
             self.not_destroyed("exec_stream")?;
             if self.config().output_mode() == OutputMode::Exact {
                 return Err(Error::unsupported(

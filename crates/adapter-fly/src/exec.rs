@@ -106,6 +106,7 @@ impl FlyExec {
 }
 
 pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Error> {
+    execseam_core::transport::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
     let len = cmd.stdin().len() as u64;
     if len > config.max_stdin {
         return Err(error(

@@ -211,6 +211,7 @@ impl ModalExec {
     }
 
     async fn start(&self, command: Command) -> Result<EventStream, Error> {
+        execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
         let router = self.router("exec").await?;
         let task_id = self.task_id().unwrap_or_default().to_owned();

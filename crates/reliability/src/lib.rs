@@ -621,3 +621,150 @@ async fn orphan_case(adapter: &Adapter, knobs: Knobs, ending: Ending) -> Result<
     left.map(|()| Applies::Yes)
         .map_err(|pids| format!("the background child survived (host pids {pids:?})"))
 }
+
+/// Issue 24's size rule, for every adapter: a command far over any provider's limit (10 MiB of
+/// argv, holding a secret) is `InvalidCommand`, `Retry::Never`, with a message of at most
+/// [`Error::MAX_MESSAGE`] bytes that does not quote it, and no request reaches the proxy.
+/// Returns the failures, one line each.
+pub async fn sizes(adapters: &[Adapter], options: &Options) -> (usize, Vec<String>) {
+    const SECRET: &str = "s3cr3t-argv-0f6c";
+    let knobs = Knobs {
+        idle_timeout: options.idle_timeout,
+    };
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    let big = SECRET.repeat((10 << 20) / SECRET.len());
+    let commands = [
+        (
+            "one 10 MiB argument",
+            Command::new(["echo", big.as_str()]).expect("a valid command"),
+        ),
+        (
+            "10 MiB of env",
+            Command::builder(["true"])
+                .env("BIG", big.as_str())
+                .build()
+                .expect("a valid command"),
+        ),
+    ];
+    for adapter in adapters {
+        let setup = match (adapter.setup)(knobs).await {
+            Ok(s) => s,
+            Err(e) => {
+                failures.push(format!("sizes {}: setup failed: {e}", adapter.name));
+                continue;
+            }
+        };
+        for (what, cmd) in &commands {
+            cases += 1;
+            let name = format!("sizes {} [{what}]", adapter.name);
+            let r = size_case(&setup, options, cmd.clone(), SECRET).await;
+            if let Err(e) = r {
+                failures.push(format!("{name}: {e}"));
+            }
+        }
+    }
+    (cases, failures)
+}
+
+async fn size_case(
+    setup: &Setup,
+    options: &Options,
+    cmd: Command,
+    secret: &str,
+) -> Result<(), String> {
+    let proxy = ChaosProxy::start(localhost(), &setup.upstream, vec![])
+        .await
+        .map_err(|e| format!("proxy: {e}"))?;
+    let exec = (setup.through)(proxy.base_url(), options.idle_timeout)
+        .await
+        .map_err(|e| format!("connecting through the proxy: {e}"))?;
+    proxy.clear_requests();
+    let r = tokio::time::timeout(options.bare_bound, exec.exec(cmd)).await;
+    let seen = proxy.requests().len();
+    drop(exec);
+    proxy.shutdown().await;
+    let e = match r {
+        Err(_) => return Err(format!("no answer within {:?}", options.bare_bound)),
+        Ok(Ok(out)) => return Err(format!("Ok for an oversized command: exit {:?}", out.exit)),
+        Ok(Err(e)) => e,
+    };
+    let mut bad = Vec::new();
+    if (e.kind(), e.retry()) != (ErrorKind::InvalidCommand, Retry::Never) {
+        bad.push(format!("{:?}/{:?}, want InvalidCommand/Never", e.kind(), e.retry()));
+    }
+    if e.message().len() > Error::MAX_MESSAGE {
+        bad.push(format!("a message of {} bytes", e.message().len()));
+    }
+    if e.to_string().contains(secret) {
+        bad.push("the message quotes the command".into());
+    }
+    if seen > 0 {
+        bad.push(format!("{seen} requests were sent"));
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        let mut m = e.message().to_owned();
+        m.truncate(200);
+        Err(format!("{} ({m})", bad.join("; ")))
+    }
+}
+
+/// Issue 24's logging rule, for every adapter: with every `log` and `tracing` record captured
+/// at TRACE ([`execseam_emulators::capture`], installed for the rest of the process, so this
+/// runs last), a command with a secret stdin and a secret env value runs, buffered and
+/// streamed, and neither secret may reach any record (as text, hex or base64).
+pub async fn secrets(adapters: &[Adapter], options: &Options) -> (usize, Vec<String>) {
+    const STDIN: &str = "s3cr3t-stdin-9d1e";
+    const ENV: &str = "s3cr3t-env-4b7a";
+    let log = execseam_emulators::capture::install();
+    let knobs = Knobs {
+        idle_timeout: options.layered_idle_timeout,
+    };
+    let mut failures = Vec::new();
+    for adapter in adapters {
+        let name = format!("secrets {}", adapter.name);
+        let setup = match (adapter.setup)(knobs).await {
+            Ok(s) => s,
+            Err(e) => {
+                failures.push(format!("{name}: setup failed: {e}"));
+                continue;
+            }
+        };
+        let cmd = Command::builder(["sh", "-c", "cat >/dev/null; [ \"$S\" = \"$1\" ] && echo same", "sh", ENV])
+            .env("S", ENV)
+            .stdin(STDIN)
+            .build()
+            .expect("a valid command");
+        let exec: Arc<dyn Exec> = setup.direct.clone();
+        let mut runs = vec![("buffered", exec.exec(cmd.clone()).await)];
+        if let Some(s) = exec.streaming() {
+            let streamed = match s.exec_stream(cmd).await {
+                Ok(st) => st.collect().await,
+                Err(e) => Err(e),
+            };
+            runs.push(("streamed", streamed));
+        }
+        for (how, r) in runs {
+            match r {
+                Ok(o) if o.stdout.as_ref() == b"same\n" => {}
+                Ok(o) => failures.push(format!("{name}: the {how} command answered {o:?}")),
+                Err(e) => failures.push(format!("{name}: the {how} command failed: {e}")),
+            }
+        }
+        drop(exec);
+        drop(setup);
+        for secret in [STDIN, ENV] {
+            if let Some(line) = log.find(secret.as_bytes()) {
+                let mut line = line;
+                line.truncate(300);
+                failures.push(format!("{name}: {secret:?} reached a log: {line}"));
+            }
+        }
+    }
+    if log.is_empty() {
+        failures.push("secrets: the capture saw no record at all".into());
+    }
+    (adapters.len(), failures)
+}

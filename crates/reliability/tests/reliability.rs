@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use execseam_core::{BoxFuture, Error, ErrorKind, Exec, Sandbox, SandboxSpec};
-use execseam_reliability::{Adapter, Knobs, Options, Setup, Through, orphans, run};
+use execseam_reliability::{
+    Adapter, Knobs, Options, Setup, Through, orphans, run, secrets, sizes,
+};
 
 /// Every adapter the suite drives. Local has no network, so no proxy can stand in front of it.
 const ADAPTERS: &[Adapter] = &[
@@ -461,6 +463,9 @@ fn main() {
         .collect();
     let summary = runtime.block_on(run(&adapters, &options));
     let (orphan_cases, orphan_failures, orphan_na) = runtime.block_on(orphans(&adapters, &options));
+    let (size_cases, size_failures) = runtime.block_on(sizes(&adapters, &options));
+    // Last: the TRACE capture stays installed for the rest of the process.
+    let (secret_cases, secret_failures) = runtime.block_on(secrets(&adapters, &options));
     for n in &orphan_na {
         println!("{n}");
     }
@@ -469,6 +474,8 @@ fn main() {
         .iter()
         .chain(&summary.failures)
         .chain(&orphan_failures)
+        .chain(&size_failures)
+        .chain(&secret_failures)
     {
         println!("FAIL {f}");
     }
@@ -480,6 +487,24 @@ fn main() {
         orphan_na.len(),
         orphan_failures.len()
     );
+    println!(
+        "sizes: {size_cases} cases ({} adapters x {{10 MiB argv, 10 MiB env}}: InvalidCommand/Never before any request, message capped, not quoted): {} passed, {} failed",
+        adapters.len(),
+        size_cases - size_failures.len(),
+        size_failures.len()
+    );
+    println!(
+        "secrets: {secret_cases} cases ({} adapters, stdin and env secrets, buffered and streamed, every log and tracing record at TRACE): {} passed, {} failed",
+        adapters.len(),
+        secret_cases.saturating_sub(
+            secret_failures
+                .iter()
+                .filter_map(|f| f.split(':').next())
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+        ),
+        secret_failures.len()
+    );
     let over = summary.peak_rss > options.rss_limit;
     if over {
         println!("FAIL the peak RSS is over the limit");
@@ -489,6 +514,8 @@ fn main() {
         || !summary.failures.is_empty()
         || !summary.setup_failures.is_empty()
         || !orphan_failures.is_empty()
+        || !size_failures.is_empty()
+        || !secret_failures.is_empty()
     {
         std::process::exit(1);
     }

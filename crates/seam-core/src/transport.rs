@@ -315,6 +315,20 @@ impl SizeLimit {
     }
 }
 
+impl SizeLimit {
+    /// A command that reaches the sandbox as one shell script (`sh -c SCRIPT`, a single
+    /// `execve` string): argv and env together at most `total` bytes (at most
+    /// [`MAX_ARG_STRLEN`] less what the adapter's wrapper and quoting add).
+    pub const fn script(total: usize, source: &'static str) -> SizeLimit {
+        SizeLimit {
+            total,
+            string: total,
+            overhead: 0,
+            source,
+        }
+    }
+}
+
 /// The size of a command's argv and env.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CommandSize {
