@@ -84,7 +84,13 @@ impl Client {
                 .retry(reqwest::retry::never())
                 .redirect(reqwest::redirect::Policy::none());
             if http1 {
+                // The upgrade client: its connection becomes the WebSocket, whose silence the
+                // pings bound.
                 b = b.http1_only();
+            } else {
+                // Silence on any read (headers, or between body chunks) ends the request: an
+                // idle timeout, reset by every byte.
+                b = b.read_timeout(config.http_idle_timeout);
             }
             b.build().map_err(|e| {
                 error(

@@ -16,41 +16,57 @@ const ADAPTERS: &[Adapter] = &[
         name: "agentcore",
         setup: agentcore,
         children_end: None,
+        chunk_framed: None,
     },
     Adapter {
         name: "ax",
         setup: ax,
         children_end: None,
+        chunk_framed: None,
     },
     Adapter {
         name: "cloudflare",
         setup: cloudflare,
         children_end: None,
+        chunk_framed: None,
     },
     Adapter {
         name: "daytona",
         setup: daytona,
         children_end: None,
+        chunk_framed: None,
     },
     Adapter {
         name: "e2b",
         setup: e2b,
         children_end: None,
+        chunk_framed: None,
     },
     Adapter {
         name: "fly",
         setup: fly,
         children_end: None,
+        chunk_framed: None,
     },
     Adapter {
         name: "sprites",
         setup: sprites,
         children_end: None,
+        chunk_framed: None,
+    },
+    Adapter {
+        name: "sprites-http",
+        setup: sprites_http,
+        children_end: None,
+        chunk_framed: Some(
+            "the POST /exec body's frames have no lengths: each HTTP chunk is one frame (docs/adapters/sprites.md); re-chunked, it is Err(Protocol)",
+        ),
     },
     Adapter {
         name: "modal",
         setup: modal,
         children_end: None,
+        chunk_framed: None,
     },
     Adapter {
         name: "chrono",
@@ -58,6 +74,7 @@ const ADAPTERS: &[Adapter] = &[
         children_end: Some(
             "Chrono runs every execution in a fresh sandbox removed when it ends; the background-child-detached conformance case checks the child is gone",
         ),
+        chunk_framed: None,
     },
     // Vercel and Northflank join here when their adapters land: one entry and one setup
     // function each (docs/reliability.md, "Adding an adapter").
@@ -253,6 +270,18 @@ fn fly(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 }
 
 fn sprites(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    sprites_on(knobs, execseam_sprites::Transport::WebSocket)
+}
+
+/// Sprites over its HTTP exec transport (`POST …/exec`, the framed body).
+fn sprites_http(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    sprites_on(knobs, execseam_sprites::Transport::Http)
+}
+
+fn sprites_on(
+    knobs: Knobs,
+    transport: execseam_sprites::Transport,
+) -> BoxFuture<'static, Result<Setup, Error>> {
     use execseam_emulators::EmulatorOptions;
     use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator, SpritesOptions};
     use execseam_sprites::{SpritesConfig, SpritesProvider};
@@ -267,6 +296,8 @@ fn sprites(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
                 .base_url(url)
                 .request_timeout(idle)
                 .keepalive(idle / 4, idle)
+                .http_idle_timeout(idle)
+                .transport(transport)
         };
         let upstream = emulator.base_url();
         let direct = SpritesProvider::new(config(&upstream, knobs.idle_timeout))?
@@ -459,6 +490,7 @@ fn main() {
             name: a.name,
             setup: a.setup,
             children_end: a.children_end,
+            chunk_framed: a.chunk_framed,
         })
         .collect();
     let summary = runtime.block_on(run(&adapters, &options));
