@@ -9,6 +9,8 @@ const BENCHES: &[(&str, &str)] = &[
     ("execseam-tools", "glob"),
     ("execseam-modal", "exec_latency"),
     ("execseam-chrono", "latency"),
+    ("execseam-docker", "latency"),
+    ("execseam-emulators", "launcher"),
 ];
 
 pub fn run(args: &[String]) -> Result<(), String> {

@@ -249,10 +249,16 @@ pub fn check_adapter(name: &str) -> Vec<String> {
             fail(format!("src/{file} lacks `{item}`"));
         }
     }
-    if provider.contains("fn create(") && !provider.contains("spec.check(PROVIDER, &LIFECYCLE)") {
+    // Against the declared LIFECYCLE, or `self.lifecycle()` where the provider's lifecycle
+    // depends on its configuration (docker: warm or per call).
+    let checks = |what: &str| {
+        provider.contains(&format!("{what}.check(PROVIDER, &LIFECYCLE)"))
+            || provider.contains(&format!("{what}.check(PROVIDER, &self.lifecycle())"))
+    };
+    if provider.contains("fn create(") && !checks("spec") {
         fail("src/provider.rs creates without `spec.check(PROVIDER, &LIFECYCLE)`".into());
     }
-    if provider.contains("fn list(") && !provider.contains("filter.check(PROVIDER, &LIFECYCLE)") {
+    if provider.contains("fn list(") && !checks("filter") {
         fail("src/provider.rs lists without `filter.check(PROVIDER, &LIFECYCLE)`".into());
     }
 

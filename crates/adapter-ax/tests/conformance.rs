@@ -53,6 +53,7 @@ fn main() {
         .map_err(setup)?;
         let faults = Arc::new(emulator.faults().clone());
         Ok(Target::new("ax", Arc::new(exec))
+            .environment(execseam_emulators::Isolation::detect().record_line())
             .scratch(scratch)
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(gone))

@@ -57,6 +57,7 @@ fn main() {
         let dead = ChronoExec::new(config(dead_url()))?;
         let provider = ChronoProvider::new(config(emu.base_url()))?;
         Ok(Target::new("chrono", Arc::new(chrono))
+            .environment(execseam_emulators::Isolation::detect().record_line())
             .scratch(SCRATCH)
             .dead_endpoint(Arc::new(dead))
             .provider(Arc::new(provider))

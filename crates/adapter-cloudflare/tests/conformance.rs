@@ -75,6 +75,7 @@ fn main() {
         let faults = emulator.faults().clone();
         let count = emulator.sandbox_counter();
         Ok(Target::new(record_name(mode), Arc::new(exec))
+            .environment(execseam_emulators::Isolation::detect().record_line())
             .scratch("/workspace/execseam-conformance")
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(gone))

@@ -44,6 +44,7 @@ fn main() {
         let faults = Arc::new(emu.faults().clone());
         let count = emu.sandbox_counter();
         Ok(Target::new("daytona", Arc::new(exec) as Arc<dyn Exec>)
+            .environment(execseam_emulators::Isolation::detect().record_line())
             .scratch(scratch)
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(vanished))

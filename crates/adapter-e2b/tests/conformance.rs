@@ -65,6 +65,7 @@ fn main() {
         let faults = emulator.faults();
         let counter = emulator.sandbox_counter();
         Ok(Target::new("e2b", Arc::new(exec))
+            .environment(execseam_emulators::Isolation::detect().record_line())
             .scratch(SCRATCH)
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(vanished))

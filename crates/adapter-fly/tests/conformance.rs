@@ -54,6 +54,7 @@ fn main() {
         let count = emu.sandbox_counter();
         let scratch = m.visible_path("/tmp/execseam-conformance");
         Ok(Target::new("fly", Arc::new(fly))
+            .environment(execseam_emulators::Isolation::detect().record_line())
             .scratch(scratch)
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(gone))

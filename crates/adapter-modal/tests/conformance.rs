@@ -49,6 +49,7 @@ fn main() {
         let faults = emulator.faults().clone();
         let counter = emulator.sandbox_counter();
         Ok(Target::new("modal", Arc::new(exec))
+            .environment(execseam_emulators::Isolation::detect().record_line())
             .scratch(SCRATCH)
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(vanished))

@@ -51,6 +51,7 @@ fn main() {
             .expect("the default sprite")
             .visible_path("/home/sprite/execseam-conformance");
         Ok(Target::new("sprites", Arc::new(sprite))
+            .environment(execseam_emulators::Isolation::detect().record_line())
             .scratch(scratch)
             .dead_endpoint(Arc::new(dead))
             .vanished_sandbox(Arc::new(gone))

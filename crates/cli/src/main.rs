@@ -51,6 +51,13 @@ enum Cmd {
         markdown: bool,
     },
     /// Run a provider emulator on loopback until interrupted.
+    ///
+    /// Each emulated sandbox is a real sandbox on this machine's kernel (not a VM): as root, its
+    /// own pid, mount, UTS and IPC namespaces, a root filesystem that is an overlay over this
+    /// host's / (writes stay in the sandbox; host homes, /tmp and the checkout are hidden), the
+    /// provider's user and hostname; the network is the host's. Without root the emulator runs
+    /// in a degraded mode (commands run directly on this host, paths translated) and says so.
+    /// `--mount HOST:SANDBOX[:ro]` binds a host directory into every sandbox on purpose.
     Emulate(run::EmulateArgs),
     /// Paths below the root matching a glob, sorted, truncated (builtin tool).
     Glob(tools::GlobArgs),

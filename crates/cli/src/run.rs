@@ -57,6 +57,13 @@ pub struct EmulateArgs {
     /// The token the emulator accepts (default: any non-empty token).
     #[arg(long)]
     token: Option<String>,
+    /// Bind a host directory (or file) into every sandbox at SANDBOX, read-only with `:ro`
+    /// (repeatable): for a repository you want inside. Nothing of the host is visible otherwise.
+    #[arg(long = "mount", value_name = "HOST:SANDBOX[:ro]")]
+    mounts: Vec<String>,
+    /// Where the sandboxes' state (their upper layers) lives (default: the system temp dir).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<std::path::PathBuf>,
 }
 
 fn build_command(args: &RunArgs) -> Result<Command, Error> {
@@ -382,6 +389,18 @@ pub async fn emulate(args: EmulateArgs) -> ExitCode {
         token: args.token,
         ..Default::default()
     };
+    for m in &args.mounts {
+        match m.parse() {
+            Ok(m) => options.sandboxing.mounts.push(m),
+            Err(e) => {
+                eprintln!("execseam: --mount {m}: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    options.sandboxing.state_dir = args.state_dir;
+    let isolation = options.sandboxing.isolation;
+    let mounts = options.sandboxing.mounts.clone();
     for rule in &args.faults {
         match rule.parse() {
             Ok(r) => options.faults.push(r),
@@ -402,6 +421,19 @@ pub async fn emulate(args: EmulateArgs) -> ExitCode {
         "{} emulator listening on {}",
         emulator.provider, emulator.base_url
     );
+    // What the sandboxes are, on every start (stdout: users read it; stderr too when degraded).
+    println!("# {}", isolation.describe());
+    for m in &mounts {
+        println!(
+            "# mounted into every sandbox: {} at {}{}",
+            m.host.display(),
+            m.sandbox,
+            if m.read_only { " (read-only)" } else { "" }
+        );
+    }
+    if isolation == execseam_emulators::Isolation::Translate {
+        eprintln!("execseam: warning: {}", isolation.describe());
+    }
     println!(
         "# point an official SDK (or `execseam run --adapter {}`) at it:",
         emulator.provider
@@ -417,6 +449,11 @@ pub async fn emulate(args: EmulateArgs) -> ExitCode {
         _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
     }
     drop(emulator);
+    // Whatever still holds a sandbox (an open connection's task), kill and remove them all
+    // before exiting: no process, mount or state directory is left behind.
+    if !execseam_emulators::harness::sandbox::destroy_all(Duration::from_secs(10)).await {
+        eprintln!("execseam: some sandboxes were still being torn down at exit");
+    }
     ExitCode::SUCCESS
 }
 

@@ -136,6 +136,9 @@ pub struct Target {
     /// How many sandboxes the emulator holds right now (a test-only count): after the suite,
     /// none that it created may be left.
     pub live_sandboxes: Option<Arc<dyn Fn() -> usize + Send + Sync>>,
+    /// What the target runs on, when it matters to the outcome (an emulator's sandbox isolation):
+    /// written into the record's header.
+    pub environment: Option<String>,
     /// Set when the provider itself reports a command's exit only once every holder of its
     /// output has closed it (so a background child delays the exit on the real service): the
     /// reason, with its source. `background-child-detached` is then not applicable.
@@ -174,6 +177,7 @@ impl Target {
             proptest_cases: 32,
             provider: None,
             live_sandboxes: None,
+            environment: None,
             exit_waits_for_children: None,
             children_end_with_the_command: None,
             missing_sandbox_id: "execseamnosuchsandbox0".into(),
@@ -184,6 +188,14 @@ impl Target {
                 baseline: Mutex::new(None),
             },
         }
+    }
+
+    /// Names what the target runs on (for example the emulator's sandbox isolation); the record
+    /// says it, so a run in another environment shows as a changed record.
+    #[must_use]
+    pub fn environment(mut self, environment: impl Into<String>) -> Target {
+        self.environment = Some(environment.into());
+        self
     }
 
     /// Sets the scratch directory (absolute and canonical: no symlinks on the way).

@@ -33,6 +33,8 @@ pub struct Report {
     pub provider: String,
     /// One entry per case run, in order.
     pub cases: Vec<CaseReport>,
+    /// [`Target::environment`](crate::Target::environment).
+    pub environment: Option<String>,
 }
 
 impl Report {
@@ -106,6 +108,9 @@ impl Report {
     /// case, where the outcome is `pass`, `FAIL`, or `n/a: <reason>`.
     pub fn record(&self) -> String {
         let mut s = format!("# conformance record: adapter {}\n", self.adapter);
+        if let Some(env) = &self.environment {
+            s.push_str(&format!("# environment: {env}\n"));
+        }
         for c in &self.cases {
             let o = match &c.outcome {
                 Outcome::Pass => "pass".to_owned(),
@@ -134,6 +139,7 @@ pub async fn run_cases(target: &Target, list: &[Case], filter: Option<&str>) -> 
         adapter: target.name.clone(),
         provider: target.exec.provider().to_owned(),
         cases: Vec::new(),
+        environment: target.environment.clone(),
     };
     let setup = prepare(target).await;
     for case in list {
@@ -368,6 +374,7 @@ where
         adapter: target.name.clone(),
         provider: target.exec.provider().to_owned(),
         cases: std::mem::take(&mut s.cases),
+        environment: target.environment.clone(),
     };
     drop(s);
     println!(

@@ -26,6 +26,8 @@ pub use execseam_chrono as chrono;
 pub use execseam_cloudflare as cloudflare;
 #[cfg(feature = "daytona")]
 pub use execseam_daytona as daytona;
+#[cfg(feature = "docker")]
+pub use execseam_docker as docker;
 #[cfg(feature = "e2b")]
 pub use execseam_e2b as e2b;
 #[cfg(feature = "fly")]
@@ -81,6 +83,7 @@ pub const KNOWN: &[&str] = &[
     "ax",
     "cloudflare",
     "daytona",
+    "docker",
     "agentcore",
     "modal",
     "chrono",
@@ -176,6 +179,19 @@ pub fn adapters() -> Vec<Adapter> {
         build: |vars| {
             boxed!(execseam_daytona::DaytonaProvider::new(
                 execseam_daytona::DaytonaConfig::from_vars(vars)?
+            ))
+        },
+    });
+    #[cfg(feature = "docker")]
+    v.push(Adapter {
+        name: execseam_docker::PROVIDER,
+        about: "containers over the Docker Engine API, Docker or podman (EXECSEAM_DOCKER_MODE=warm: a long-lived container per sandbox; per-call: a fresh container per command)",
+        env: execseam_docker::ENV_VARS,
+        capabilities: execseam_docker::CAPABILITIES,
+        lifecycle: execseam_docker::LIFECYCLE,
+        build: |vars| {
+            boxed!(execseam_docker::DockerProvider::new(
+                execseam_docker::DockerConfig::from_vars(vars)?
             ))
         },
     });

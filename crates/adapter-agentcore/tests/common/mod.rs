@@ -80,6 +80,7 @@ pub async fn target(name: &str, mode: ExecMode) -> Result<Target, Error> {
     let gone = attach(config.clone(), "01VANISHED0000000000000000");
     let count = emu.sandbox_counter();
     Ok(Target::new(name, Arc::new(exec))
+        .environment(execseam_emulators::Isolation::detect().record_line())
         .provider(Arc::new(AgentCoreProvider::new(config)?))
         .live_sandboxes(count)
         .scratch(scratch)

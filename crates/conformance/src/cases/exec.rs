@@ -564,9 +564,11 @@ pub(crate) async fn deadline(t: &Target) -> CaseResult {
     if !caps.remote_kill {
         return Ok(()); // the backend cannot kill: nothing more to prove (stated in its docs)
     }
-    // The command must be gone (E2B#500: a command outliving the client's timeout).
+    // The command must be gone (E2B#500: a command outliving the client's timeout). A pid equal
+    // to the checking shell's own is not the command: a backend that runs every command in a
+    // fresh container repeats pids.
     let check = format!(
-        "pid=$(cat '{pidfile}') && if kill -0 \"$pid\" 2>/dev/null; then echo alive; else echo gone; fi"
+        "pid=$(cat '{pidfile}') && if [ \"$pid\" != \"$$\" ] && kill -0 \"$pid\" 2>/dev/null; then echo alive; else echo gone; fi"
     );
     let until = Instant::now() + Duration::from_secs(15);
     loop {

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::wire::{self, result, text, tool_error};
 use super::{SESSION_ROOT, Session, State, Task, TaskState};
+use crate::harness::Fs;
 
 /// What a tool call produced.
 pub(crate) enum Outcome {
@@ -362,7 +363,23 @@ fn start_task(_state: &State, session: &Arc<Session>, command: String) -> String
     id
 }
 
+/// Runs a files tool's work as the service's tools run: inside the session's sandbox, as its
+/// user (`genesis1ptools`), so permissions and new files' owners are that user's.
+fn as_tools<T, F>(session: &Session, f: F) -> std::io::Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&Fs) -> std::io::Result<T> + Send + 'static,
+{
+    session.sandbox.fs_blocking_as(session.sandbox.user(), f)
+}
+
 fn write_files(session: &Session, args: &Value) -> Value {
+    let args = args.clone();
+    as_tools(session, move |fs| Ok(write_files_in(fs, &args)))
+        .unwrap_or_else(|e| tool_error(&format!("The session's sandbox is unreachable: {e}")))
+}
+
+fn write_files_in(fs: &Fs, args: &Value) -> Value {
     let Some(items) = args.get("content").and_then(Value::as_array) else {
         return tool_error("The 'content' argument is required");
     };
@@ -386,7 +403,7 @@ fn write_files(session: &Session, args: &Value) -> Value {
         if !writable(&full) {
             return tool_error(&format!("Permission denied: {path}"));
         }
-        let host = session.sandbox.host_path(&full);
+        let host = fs.path(&full);
         if let Some(dir) = host.parent()
             && let Err(e) = std::fs::create_dir_all(dir)
         {
@@ -407,6 +424,12 @@ fn write_files(session: &Session, args: &Value) -> Value {
 }
 
 fn read_files(session: &Session, args: &Value) -> Value {
+    let args = args.clone();
+    as_tools(session, move |fs| Ok(read_files_in(fs, &args)))
+        .unwrap_or_else(|e| tool_error(&format!("The session's sandbox is unreachable: {e}")))
+}
+
+fn read_files_in(fs: &Fs, args: &Value) -> Value {
     let paths = arg_paths(args);
     if paths.is_empty() {
         return tool_error("The 'paths' argument is required");
@@ -414,7 +437,7 @@ fn read_files(session: &Session, args: &Value) -> Value {
     let mut content = Vec::new();
     for path in &paths {
         let full = resolve(path);
-        let host = session.sandbox.host_path(&full);
+        let host = fs.path(&full);
         match std::fs::read(&host) {
             Ok(bytes) => {
                 // No `type` in the resource: the service omits it (observed), though the model
@@ -439,11 +462,17 @@ fn read_files(session: &Session, args: &Value) -> Value {
 }
 
 fn list_files(session: &Session, args: &Value) -> Value {
+    let args = args.clone();
+    as_tools(session, move |fs| Ok(list_files_in(fs, &args)))
+        .unwrap_or_else(|e| tool_error(&format!("The session's sandbox is unreachable: {e}")))
+}
+
+fn list_files_in(fs: &Fs, args: &Value) -> Value {
     let given = arg_str(args, "directoryPath")
         .or_else(|| arg_str(args, "path"))
         .unwrap_or("");
     let full = resolve(given);
-    let host = session.sandbox.host_path(&full);
+    let host = fs.path(&full);
     let rd = match std::fs::read_dir(&host) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -482,6 +511,12 @@ fn list_files(session: &Session, args: &Value) -> Value {
 }
 
 fn remove_files(session: &Session, args: &Value) -> Value {
+    let args = args.clone();
+    as_tools(session, move |fs| Ok(remove_files_in(fs, &args)))
+        .unwrap_or_else(|e| tool_error(&format!("The session's sandbox is unreachable: {e}")))
+}
+
+fn remove_files_in(fs: &Fs, args: &Value) -> Value {
     let paths = arg_paths(args);
     if paths.is_empty() {
         return tool_error("The 'paths' argument is required");
@@ -491,7 +526,7 @@ fn remove_files(session: &Session, args: &Value) -> Value {
         if !writable(&full) {
             return tool_error(&format!("Permission denied: {path}"));
         }
-        let host = session.sandbox.host_path(&full);
+        let host = fs.path(&full);
         let r = if host.is_dir() {
             std::fs::remove_dir_all(&host)
         } else {

@@ -70,35 +70,39 @@ impl FileSystemService for Files {
         let guest = self.shared.route(&request)?;
         let req = request.into_inner();
         let path = self.resolve(&req.path)?;
-        let host = guest.tracker.sandbox().host_path(&path);
-        let file = match std::fs::File::open(&host) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && req.mode != 0 => {
-                // mode != 0: create it empty (with its parents); the stream ends with no chunks.
-                if let Some(parent) = host.parent() {
-                    let _ = std::fs::create_dir_all(parent);
-                }
-                create_with_mode(&host, req.mode).map_err(|e| {
-                    Status::internal(format!("failed to create file {:?}: {e}", req.path))
-                })?;
-                let (_tx, rx) = mpsc::channel(1);
-                return Ok(Response::new(Box::pin(Channel(rx))));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Status::not_found(format!("file {:?} not found", req.path)));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                return Err(Status::permission_denied(format!(
-                    "permission denied reading {:?}",
-                    req.path
-                )));
-            }
-            Err(e) => {
-                return Err(Status::internal(format!(
-                    "failed to open file {:?}: {e}",
-                    req.path
-                )));
-            }
+        let (shown, mode) = (req.path.clone(), req.mode);
+        let opened = guest
+            .tracker
+            .sandbox()
+            .fs(move |fs| {
+                let host = fs.path(&path);
+                Ok(match std::fs::File::open(&host) {
+                    Ok(f) => Ok(Some(f)),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && mode != 0 => {
+                        // mode != 0: create it empty (with its parents); no chunks follow.
+                        if let Some(parent) = host.parent() {
+                            let _ = std::fs::create_dir_all(parent);
+                        }
+                        create_with_mode(&host, mode).map(|()| None).map_err(|e| {
+                            Status::internal(format!("failed to create file {shown:?}: {e}"))
+                        })
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        Err(Status::not_found(format!("file {shown:?} not found")))
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(
+                        Status::permission_denied(format!("permission denied reading {shown:?}")),
+                    ),
+                    Err(e) => Err(Status::internal(format!(
+                        "failed to open file {shown:?}: {e}"
+                    ))),
+                })
+            })
+            .await
+            .map_err(|e| Status::unavailable(format!("the guest is unreachable: {e}")))??;
+        let Some(file) = opened else {
+            let (_tx, rx) = mpsc::channel(1);
+            return Ok(Response::new(Box::pin(Channel(rx))));
         };
         let (tx, rx) = mpsc::channel(4);
         let name = req.path.clone();
@@ -142,35 +146,41 @@ impl FileSystemService for Files {
                 if req.seek_offset < 0 {
                     return Err(Status::invalid_argument("seek_offset cannot be negative"));
                 }
-                let host = guest.tracker.sandbox().host_path(&path);
-                if let Some(parent) = host.parent()
-                    && let Err(e) = std::fs::create_dir_all(parent)
-                {
-                    return Err(Status::internal(format!(
-                        "failed to create parent directories for {:?}: {e}",
-                        req.path
-                    )));
-                }
-                let mode = if req.mode == 0 { 0o644 } else { req.mode };
-                let mut options = std::fs::OpenOptions::new();
-                options.create(true).write(true);
-                if req.seek_offset == 0 {
-                    options.truncate(true);
-                }
-                {
-                    use std::os::unix::fs::OpenOptionsExt;
-                    options.mode(mode);
-                }
-                let mut f = options.open(&host).map_err(|e| {
-                    if e.kind() == std::io::ErrorKind::PermissionDenied {
-                        Status::permission_denied(format!(
-                            "permission denied opening {:?}: {e}",
-                            req.path
-                        ))
-                    } else {
-                        Status::internal(format!("failed to create file {:?}: {e}", req.path))
-                    }
-                })?;
+                let (shown, mode, truncate) = (req.path.clone(), req.mode, req.seek_offset == 0);
+                let mut f = guest
+                    .tracker
+                    .sandbox()
+                    .fs(move |fs| {
+                        let host = fs.path(&path);
+                        if let Some(parent) = host.parent()
+                            && let Err(e) = std::fs::create_dir_all(parent)
+                        {
+                            return Ok(Err(Status::internal(format!(
+                                "failed to create parent directories for {shown:?}: {e}"
+                            ))));
+                        }
+                        let mode = if mode == 0 { 0o644 } else { mode };
+                        let mut options = std::fs::OpenOptions::new();
+                        options.create(true).write(true);
+                        if truncate {
+                            options.truncate(true);
+                        }
+                        {
+                            use std::os::unix::fs::OpenOptionsExt;
+                            options.mode(mode);
+                        }
+                        Ok(options.open(&host).map_err(|e| {
+                            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                                Status::permission_denied(format!(
+                                    "permission denied opening {shown:?}: {e}"
+                                ))
+                            } else {
+                                Status::internal(format!("failed to create file {shown:?}: {e}"))
+                            }
+                        }))
+                    })
+                    .await
+                    .map_err(|e| Status::unavailable(format!("the guest is unreachable: {e}")))??;
                 if req.seek_offset > 0 {
                     f.seek(SeekFrom::Start(req.seek_offset as u64))
                         .map_err(|e| {

@@ -110,7 +110,7 @@ impl GuestState {
         &self.actor
     }
 
-    /// Its sandbox (files at the guest's paths: `sandbox().host_path("/workspace/x")`).
+    /// Its sandbox (files at the guest's paths through `sandbox().fs(…)`).
     pub fn sandbox(&self) -> &Arc<Sandbox> {
         self.tracker.sandbox()
     }

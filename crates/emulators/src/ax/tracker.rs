@@ -335,21 +335,44 @@ impl Tracker {
         self.sandbox.exec().config().environment()
     }
 
-    /// exec.LookPath against the guest's own PATH, inside the sandbox's view.
-    fn look_path(&self, program: &str) -> Result<String, String> {
-        if program.contains('/') {
-            return Ok(program.to_owned());
-        }
-        let path = self.base_env().get("PATH").cloned().unwrap_or_default();
-        for dir in path.split(':').filter(|d| !d.is_empty()) {
-            let candidate = format!("{}/{program}", dir.trim_end_matches('/'));
-            if is_executable(&self.sandbox.host_path(&candidate)) {
-                return Ok(candidate);
+    /// What Go's exec.Command then Start check before forking, inside the sandbox's view:
+    /// LookPath against the guest's own PATH, then the directory, then the program (with
+    /// SysProcAttr set, a missing directory is `fork/exec <path>: no such file or directory`).
+    /// Returns the program's path, or the error's text.
+    async fn check_start(&self, program: &str, cwd: &str) -> Result<String, String> {
+        let path_var = self.base_env().get("PATH").cloned().unwrap_or_default();
+        let (program, cwd) = (program.to_owned(), cwd.to_owned());
+        let checked = self.sandbox.fs(move |fs| {
+            let path = if program.contains('/') {
+                program.clone()
+            } else {
+                let found = path_var
+                    .split(':')
+                    .filter(|d| !d.is_empty())
+                    .map(|dir| format!("{}/{program}", dir.trim_end_matches('/')))
+                    .find(|c| is_executable(&fs.path(c)));
+                match found {
+                    Some(p) => p,
+                    None => {
+                        return Ok(Err(format!(
+                            "exec: {program:?}: executable file not found in $PATH"
+                        )));
+                    }
+                }
+            };
+            match std::fs::metadata(fs.path(&cwd)) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Ok(Err(format!("fork/exec {path}: not a directory"))),
+                Err(_) => return Ok(Err(format!("fork/exec {path}: no such file or directory"))),
             }
-        }
-        Err(format!(
-            "exec: {program:?}: executable file not found in $PATH"
-        ))
+            let prog = fs.path(&path);
+            Ok(match std::fs::metadata(&prog) {
+                Ok(m) if m.is_file() && is_executable(&prog) => Ok(path),
+                Ok(_) => Err(format!("fork/exec {path}: permission denied")),
+                Err(_) => Err(format!("fork/exec {path}: no such file or directory")),
+            })
+        });
+        checked.await.unwrap_or_else(|e| Err(e.to_string()))
     }
 
     fn resolve_cwd(&self, cwd: &str) -> String {
@@ -410,28 +433,11 @@ impl Tracker {
         let starting = |e: String| TrackerError::Other(format!("starting process: {e}"));
         // Go: exec.Command does LookPath first, then Start forks and chdirs; with SysProcAttr set,
         // a missing directory is reported as `fork/exec <path>: no such file or directory`.
-        let path = self.look_path(&opts.command[0]).map_err(starting)?;
         let cwd = self.resolve_cwd(&opts.cwd);
-        let host_cwd = self.sandbox.host_path(&cwd);
-        match std::fs::metadata(&host_cwd) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(starting(format!("fork/exec {path}: not a directory"))),
-            Err(_) => {
-                return Err(starting(format!(
-                    "fork/exec {path}: no such file or directory"
-                )));
-            }
-        }
-        let host_prog = self.sandbox.host_path(&path);
-        match std::fs::metadata(&host_prog) {
-            Ok(m) if m.is_file() && is_executable(&host_prog) => {}
-            Ok(_) => return Err(starting(format!("fork/exec {path}: permission denied"))),
-            Err(_) => {
-                return Err(starting(format!(
-                    "fork/exec {path}: no such file or directory"
-                )));
-            }
-        }
+        let path = self
+            .check_start(&opts.command[0], &cwd)
+            .await
+            .map_err(starting)?;
         if opts.command.iter().any(|a| a.contains('\0')) || cwd.contains('\0') {
             return Err(starting(format!("fork/exec {path}: invalid argument")));
         }

@@ -38,17 +38,23 @@ pub(crate) async fn new_session(
     // Any string is a session id here: name the directory by its hex, never by the id itself.
     let hex: String = id.bytes().take(120).map(|b| format!("{b:02x}")).collect();
     let dir = format!("{SESSIONS_DIR}/{hex}");
-    let host = entry.sandbox.host_path(&dir);
-    tokio::fs::create_dir_all(&host).await?;
-    let cwd = cwd.unwrap_or(WORKSPACE);
-    tokio::fs::write(host.join("cwd"), entry.sandbox.visible_path(cwd)).await?;
+    let cwd = entry.sandbox.visible_path(cwd.unwrap_or(WORKSPACE));
     let mut lines = String::new();
     for (k, v) in env {
         if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             lines.push_str(&format!("export {k}={}\n", quote(v)));
         }
     }
-    tokio::fs::write(host.join("env"), lines).await?;
+    let d = dir.clone();
+    entry
+        .sandbox
+        .fs(move |fs| {
+            let host = fs.path(&d);
+            std::fs::create_dir_all(&host)?;
+            std::fs::write(host.join("cwd"), cwd)?;
+            std::fs::write(host.join("env"), lines)
+        })
+        .await?;
     entry.sessions.lock().expect("sessions").insert(
         id.to_owned(),
         Arc::new(Session {
@@ -422,15 +428,22 @@ fn terminated(f: &Framing) -> Option<String> {
         .expect("sessions")
         .get(sid)
         .cloned()?;
-    let marker = f
+    let dir = session.dir.clone();
+    let ended = f
         .entry
         .sandbox
-        .host_path(&format!("{}/terminated", session.dir));
-    if !marker.exists() {
+        .fs_blocking(move |fs| {
+            if !fs.path(&format!("{dir}/terminated")).exists() {
+                return Ok(false);
+            }
+            let _ = std::fs::remove_dir_all(fs.path(&dir));
+            Ok(true)
+        })
+        .unwrap_or(false);
+    if !ended {
         return None;
     }
     f.entry.sessions.lock().expect("sessions").remove(sid);
-    let _ = std::fs::remove_dir_all(f.entry.sandbox.host_path(&session.dir));
     Some(sid.clone())
 }
 
@@ -448,10 +461,20 @@ async fn run(
         Some(s) => Some(s.lock.lock().await),
         None => None,
     };
+    let deadline = timeout.map(|d| tokio::time::Instant::now() + d);
+    // A client that stays connected but stops reading must not hold the deadline back: a send
+    // gives up at the deadline (the loop then kills the command).
     let send = |raw: Raw| {
         let tx = tx.clone();
         async move {
-            let _ = tx.send(raw).await;
+            match deadline {
+                Some(t) => {
+                    let _ = tokio::time::timeout_at(t, tx.send(raw)).await;
+                }
+                None => {
+                    let _ = tx.send(raw).await;
+                }
+            }
         }
     };
     let mut stream = match ExecStream::exec_stream(entry.sandbox.exec(), cmd).await {
@@ -465,7 +488,6 @@ async fn run(
             return;
         }
     };
-    let deadline = timeout.map(|d| tokio::time::Instant::now() + d);
     loop {
         let sleep = async {
             match deadline {
@@ -492,7 +514,7 @@ async fn run(
             },
             () = sleep => {
                 drop(stream); // kills the process group
-                send(Raw::TimedOut).await;
+                let _ = tx.try_send(Raw::TimedOut);
                 return;
             }
         }

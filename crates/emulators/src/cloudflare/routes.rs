@@ -285,22 +285,34 @@ async fn file(entry: Arc<Entry>, req: Request<Body>, tail: &str) -> Response<Bod
     if let Err(r) = session_header(req.headers()) {
         return r;
     }
-    let host = entry.sandbox.host_path(&resolved);
     if req.method() == Method::GET {
-        return match tokio::fs::metadata(&host).await {
+        let r = resolved.clone();
+        let read = entry
+            .sandbox
+            .fs(move |fs| {
+                let host = fs.path(&r);
+                Ok(match std::fs::metadata(&host) {
+                    Err(e) => Err(e),
+                    Ok(m) if m.is_dir() => Ok(None),
+                    Ok(_) => Ok(Some(std::fs::read(&host))),
+                })
+            })
+            .await
+            .unwrap_or_else(Err);
+        return match read {
             Err(_) => error_json(
                 &format!("File not found: {resolved}"),
                 "workspace_read_not_found",
                 404,
             ),
-            Ok(m) if m.is_dir() => error_json(
+            Ok(None) => error_json(
                 &format!(
                     "read failed: EISDIR: illegal operation on a directory, read '{resolved}'"
                 ),
                 "exec_transport_error",
                 502,
             ),
-            Ok(_) => match tokio::fs::read(&host).await {
+            Ok(Some(data)) => match data {
                 Ok(data) => {
                     let mut r = Response::new(Body::from(data));
                     r.headers_mut().insert(
@@ -336,12 +348,14 @@ async fn file(entry: Arc<Entry>, req: Request<Body>, tail: &str) -> Response<Bod
             413,
         );
     }
-    let write = async {
+    let r = resolved.clone();
+    let write = entry.sandbox.fs(move |fs| {
+        let host = fs.path(&r);
         if let Some(parent) = host.parent() {
-            tokio::fs::create_dir_all(parent).await?;
+            std::fs::create_dir_all(parent)?;
         }
-        tokio::fs::write(&host, &body).await
-    };
+        std::fs::write(&host, &body)
+    });
     match write.await {
         Ok(()) => json(&serde_json::json!({ "ok": true }), 200),
         Err(e) => error_json(
@@ -487,7 +501,12 @@ async fn hydrate(entry: Arc<Entry>, req: Request<Body>) -> Response<Body> {
             .map(|d| d.as_millis())
             .unwrap_or_default()
     );
-    if let Err(e) = tokio::fs::write(entry.sandbox.host_path(&name), &body).await {
+    let n = name.clone();
+    let written = entry
+        .sandbox
+        .fs(move |fs| std::fs::write(fs.path(&n), &body))
+        .await;
+    if let Err(e) = written {
         return error_json(
             &format!("hydrate failed: {e}"),
             "workspace_archive_write_error",
@@ -719,7 +738,10 @@ fn session_delete(entry: Arc<Entry>, sid: &str) -> Response<Body> {
     let removed = entry.sessions.lock().expect("sessions").remove(sid);
     match removed {
         Some(s) => {
-            let _ = std::fs::remove_dir_all(entry.sandbox.host_path(&s.dir));
+            let dir = s.dir.clone();
+            let _ = entry
+                .sandbox
+                .fs_blocking(move |fs| std::fs::remove_dir_all(fs.path(&dir)));
             // The container's key order: success, sessionId, timestamp.
             let body = format!(
                 "{{\"success\":true,\"sessionId\":{},\"timestamp\":{}}}",

@@ -174,6 +174,18 @@ impl DaytonaEmulator {
         Some(sb.sandbox.visible_path(path))
     }
 
+    /// A sandbox's harness handle (to inspect it from a test).
+    pub fn sandbox(&self, id: &str) -> Option<Arc<Sandbox>> {
+        let e = self
+            .state
+            .sandboxes
+            .lock()
+            .expect("sandboxes")
+            .get(id)
+            .cloned()?;
+        Some(e.sandbox.clone())
+    }
+
     /// Where the sandbox `id`'s `path` is on this host.
     pub fn host_path(&self, id: &str, path: &str) -> Option<std::path::PathBuf> {
         let sb = self

@@ -324,23 +324,30 @@ pub(super) async fn execute(
             st.destroy(&id);
         });
     }
+    // The daemon (`toolbox/process/execute.go`) kills the command at the deadline from a timer
+    // of its own, 360 s unless the request sets one, whether or not the client still waits:
+    // here the deadline lives in the task that runs the command (dropping the exec future kills
+    // its process group), not in this handler, which a disconnect drops.
+    let timeout = Duration::from_secs(r.timeout.filter(|t| *t > 0).unwrap_or(DEFAULT_TIMEOUT_SECS));
     let sandbox = sb.sandbox.clone();
-    let run = tokio::spawn(async move { sandbox.exec().exec(cmd).await });
+    let run = tokio::spawn(async move {
+        tokio::time::timeout(timeout, sandbox.exec().exec(cmd))
+            .await
+            .ok()
+    });
     sb.sandbox.track(run.abort_handle());
-    let result = match r.timeout.filter(|t| *t > 0) {
-        Some(t) => match tokio::time::timeout(Duration::from_secs(t), run).await {
-            Ok(r) => r,
-            Err(_) => {
-                return daemon_error(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "command execution timeout",
-                    Some("PROCESS_EXECUTION_TIMEOUT"),
-                    &path,
-                    "POST",
-                );
-            }
-        },
-        None => run.await,
+    let result = match run.await {
+        Ok(None) => {
+            return daemon_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "command execution timeout",
+                Some("PROCESS_EXECUTION_TIMEOUT"),
+                &path,
+                "POST",
+            );
+        }
+        Ok(Some(r)) => Ok(r),
+        Err(e) => Err(e),
     };
     let (code, out) = match result {
         Ok(Ok(o)) => (
@@ -474,6 +481,9 @@ struct CmdEntry {
     command: String,
     cut: bool,
 }
+
+/// The daemon's deadline for `/process/execute` when the request sets none.
+const DEFAULT_TIMEOUT_SECS: u64 = 360;
 
 /// A session: a shell reading commands from a FIFO, in the sandbox.
 pub(crate) struct Session {

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::connect::{self as rpc, RpcError};
 use super::{EnvdRequest, Sbx, clean, plain_error, resolve, user_named, user_of};
-use crate::harness::Sandbox;
+use crate::harness::Fs;
 
 fn owner(uid: u32) -> String {
     super::account_name(uid)
@@ -116,7 +116,7 @@ fn entry_json(
 }
 
 /// `filepath.EvalSymlinks` in the sandbox's view: absolute link targets are sandbox paths.
-fn eval_symlinks(sandbox: &Sandbox, path: &str) -> io::Result<String> {
+fn eval_symlinks(fs: &Fs, path: &str) -> io::Result<String> {
     let mut todo: VecDeque<String> = path
         .split('/')
         .filter(|c| !c.is_empty())
@@ -141,7 +141,7 @@ fn eval_symlinks(sandbox: &Sandbox, path: &str) -> io::Result<String> {
                 .collect::<Vec<_>>()
                 .join("/")
         );
-        let host = sandbox.host_path(&candidate);
+        let host = fs.path(&candidate);
         let md = std::fs::symlink_metadata(&host)?;
         if md.file_type().is_symlink() {
             links += 1;
@@ -168,8 +168,8 @@ fn internal(e: impl std::fmt::Display) -> RpcError {
 }
 
 /// envd's `entryInfo` (Stat): lstat, and for a symlink the target's type and permission bits.
-fn stat_entry(sbx: &Sbx, path: &str) -> Result<Value, RpcError> {
-    let host = sbx.sandbox.host_path(path);
+fn stat_entry(fs: &Fs, path: &str) -> Result<Value, RpcError> {
+    let host = fs.path(path);
     let md = std::fs::symlink_metadata(&host).map_err(|e| {
         if e.kind() == io::ErrorKind::NotFound {
             RpcError::new(
@@ -181,10 +181,10 @@ fn stat_entry(sbx: &Sbx, path: &str) -> Result<Value, RpcError> {
         }
     })?;
     if md.file_type().is_symlink() {
-        let target = eval_symlinks(&sbx.sandbox, path).ok();
+        let target = eval_symlinks(fs, path).ok();
         let target_md = target
             .as_deref()
-            .and_then(|t| std::fs::metadata(sbx.sandbox.host_path(t)).ok());
+            .and_then(|t| std::fs::metadata(fs.path(t)).ok());
         let ft = match &target_md {
             Some(t) if t.is_dir() => "FILE_TYPE_DIRECTORY",
             Some(t) if t.is_file() => "FILE_TYPE_FILE",
@@ -205,14 +205,14 @@ fn stat_entry(sbx: &Sbx, path: &str) -> Result<Value, RpcError> {
 /// `filepath.WalkDir` from `dir`, lexically, without following symlinks, to `depth` levels; the
 /// paths are under `requested`.
 fn walk(
-    sbx: &Sbx,
+    fs: &Fs,
     requested: &str,
     dir: &str,
     depth: u32,
     level: u32,
     out: &mut Vec<Value>,
 ) -> io::Result<()> {
-    let host = sbx.sandbox.host_path(dir);
+    let host = fs.path(dir);
     let mut entries: Vec<_> = std::fs::read_dir(&host)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
@@ -233,20 +233,20 @@ fn walk(
         ));
         if md.is_dir() && level < depth {
             let sub = format!("{}/{name}", dir.trim_end_matches('/'));
-            walk(sbx, &path, &sub, depth, level + 1, out)?;
+            walk(fs, &path, &sub, depth, level + 1, out)?;
         }
     }
     Ok(())
 }
 
-fn list_dir(sbx: &Sbx, v: &Value, user: &super::User) -> Result<Value, RpcError> {
+fn list_dir(fs: &Fs, v: &Value, user: &super::User) -> Result<Value, RpcError> {
     let path = rpc::field(v, "path", "path")
         .and_then(|p| p.as_str())
         .unwrap_or("");
     let depth = rpc::int_field(v, "depth", "depth")?.unwrap_or(0);
     let depth = if depth <= 0 { 1 } else { depth as u32 };
     let requested = resolve(path, user);
-    let resolved = eval_symlinks(&sbx.sandbox, &requested).map_err(|e| {
+    let resolved = eval_symlinks(fs, &requested).map_err(|e| {
         if e.kind() == io::ErrorKind::NotFound {
             RpcError::new(
                 "not_found",
@@ -261,7 +261,7 @@ fn list_dir(sbx: &Sbx, v: &Value, user: &super::User) -> Result<Value, RpcError>
             internal(format!("error resolving symlink: {e}"))
         }
     })?;
-    let md = std::fs::metadata(sbx.sandbox.host_path(&resolved))
+    let md = std::fs::metadata(fs.path(&resolved))
         .map_err(|e| internal(format!("error getting file info: {e}")))?;
     if !md.is_dir() {
         return Err(RpcError::new(
@@ -270,7 +270,7 @@ fn list_dir(sbx: &Sbx, v: &Value, user: &super::User) -> Result<Value, RpcError>
         ));
     }
     let mut entries = Vec::new();
-    walk(sbx, &requested, &resolved, depth, 1, &mut entries)
+    walk(fs, &requested, &resolved, depth, 1, &mut entries)
         .map_err(|e| internal(format!("error reading directory {resolved}: {e}")))?;
     Ok(if entries.is_empty() {
         json!({})
@@ -279,14 +279,14 @@ fn list_dir(sbx: &Sbx, v: &Value, user: &super::User) -> Result<Value, RpcError>
     })
 }
 
-fn make_dir(sbx: &Sbx, v: &Value, user: &super::User) -> Result<Value, RpcError> {
+fn make_dir(fs: &Fs, v: &Value, user: &super::User) -> Result<Value, RpcError> {
     let path = resolve(
         rpc::field(v, "path", "path")
             .and_then(|p| p.as_str())
             .unwrap_or(""),
         user,
     );
-    let host = sbx.sandbox.host_path(&path);
+    let host = fs.path(&path);
     match std::fs::metadata(&host) {
         Ok(md) if md.is_dir() => {
             return Err(RpcError::new(
@@ -305,38 +305,38 @@ fn make_dir(sbx: &Sbx, v: &Value, user: &super::User) -> Result<Value, RpcError>
         }
         Err(_) => {}
     }
-    super::ensure_dirs(sbx, &host, user.uid).map_err(internal)?;
+    super::ensure_dirs(fs, &host, user.uid).map_err(internal)?;
     let name = path.rsplit('/').next().unwrap_or_default();
     Ok(json!({"entry": {"name": name, "type": "FILE_TYPE_DIRECTORY", "path": path}}))
 }
 
-fn move_entry(sbx: &Sbx, v: &Value, user: &super::User) -> Result<Value, RpcError> {
+fn move_entry(fs: &Fs, v: &Value, user: &super::User) -> Result<Value, RpcError> {
     let get = |k: &str| rpc::field(v, k, k).and_then(|p| p.as_str()).unwrap_or("");
     let source = resolve(get("source"), user);
     let destination = resolve(get("destination"), user);
-    let src_host = sbx.sandbox.host_path(&source);
+    let src_host = fs.path(&source);
     if std::fs::symlink_metadata(&src_host).is_err() {
         return Err(RpcError::new(
             "not_found",
             format!("source file not found: {source}"),
         ));
     }
-    let dst_host = sbx.sandbox.host_path(&destination);
+    let dst_host = fs.path(&destination);
     if let Some(parent) = dst_host.parent() {
-        super::ensure_dirs(sbx, parent, user.uid).map_err(internal)?;
+        super::ensure_dirs(fs, parent, user.uid).map_err(internal)?;
     }
     std::fs::rename(&src_host, &dst_host).map_err(|e| internal(format!("error renaming: {e}")))?;
-    Ok(json!({"entry": stat_entry(sbx, &destination)?}))
+    Ok(json!({"entry": stat_entry(fs, &destination)?}))
 }
 
-fn remove(sbx: &Sbx, v: &Value, user: &super::User) -> Result<Value, RpcError> {
+fn remove(fs: &Fs, v: &Value, user: &super::User) -> Result<Value, RpcError> {
     let path = resolve(
         rpc::field(v, "path", "path")
             .and_then(|p| p.as_str())
             .unwrap_or(""),
         user,
     );
-    let host = sbx.sandbox.host_path(&path);
+    let host = fs.path(&path);
     let r = match std::fs::symlink_metadata(&host) {
         Ok(md) if md.is_dir() => std::fs::remove_dir_all(&host),
         Ok(_) => std::fs::remove_file(&host),
@@ -376,22 +376,28 @@ pub(crate) async fn dispatch(req: EnvdRequest, method: String) -> Response {
         Err(e) => return RpcError::new("invalid_argument", e.to_string()).unary_response(),
     };
     let sbx = req.sbx;
-    let r = rpc::parse(&body).and_then(|v| match method.as_str() {
-        "Stat" => {
-            let path = resolve(
-                rpc::field(&v, "path", "path")
-                    .and_then(|p| p.as_str())
-                    .unwrap_or(""),
-                &user,
-            );
-            stat_entry(&sbx, &path).map(|e| json!({"entry": e}))
-        }
-        "MakeDir" => make_dir(&sbx, &v, &user),
-        "Move" => move_entry(&sbx, &v, &user),
-        "ListDir" => list_dir(&sbx, &v, &user),
-        "Remove" => remove(&sbx, &v, &user),
-        _ => unreachable!("checked above"),
-    });
+    let r = sbx
+        .sandbox
+        .fs(move |fs| {
+            Ok(rpc::parse(&body).and_then(|v| match method.as_str() {
+                "Stat" => {
+                    let path = resolve(
+                        rpc::field(&v, "path", "path")
+                            .and_then(|p| p.as_str())
+                            .unwrap_or(""),
+                        &user,
+                    );
+                    stat_entry(fs, &path).map(|e| json!({"entry": e}))
+                }
+                "MakeDir" => make_dir(fs, &v, &user),
+                "Move" => move_entry(fs, &v, &user),
+                "ListDir" => list_dir(fs, &v, &user),
+                "Remove" => remove(fs, &v, &user),
+                _ => unreachable!("checked above"),
+            }))
+        })
+        .await
+        .unwrap_or_else(|e| Err(internal(e)));
     match r {
         Ok(v) => (
             StatusCode::OK,
@@ -431,25 +437,30 @@ pub(crate) async fn download(req: EnvdRequest, token_ok: bool) -> Response {
         Err(m) => return plain_error(StatusCode::UNAUTHORIZED, m),
     };
     let path = resolve(q.get("path").map(String::as_str).unwrap_or(""), &user);
-    let host = req.sbx.sandbox.host_path(&path);
-    match std::fs::metadata(&host) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return plain_error(
-                StatusCode::NOT_FOUND,
-                format!("path '{path}' does not exist"),
-            );
-        }
+    let p = path.clone();
+    let read = req.sbx.sandbox.fs(move |fs| {
+        let host = fs.path(&p);
+        Ok(match std::fs::metadata(&host) {
+            Err(e) => Err(e),
+            Ok(md) if md.is_dir() => Ok(None),
+            Ok(_) => std::fs::read(&host).map(Some),
+        })
+    });
+    let read = match read.await {
+        Ok(r) => r,
         Err(e) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        Ok(md) if md.is_dir() => {
-            return plain_error(
-                StatusCode::BAD_REQUEST,
-                format!("path '{path}' is a directory"),
-            );
-        }
-        Ok(_) => {}
-    }
-    match tokio::fs::read(&host).await {
-        Ok(bytes) => {
+    };
+    match read {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => plain_error(
+            StatusCode::NOT_FOUND,
+            format!("path '{path}' does not exist"),
+        ),
+        Err(e) => plain_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Ok(None) => plain_error(
+            StatusCode::BAD_REQUEST,
+            format!("path '{path}' is a directory"),
+        ),
+        Ok(Some(bytes)) => {
             let name = path.rsplit('/').next().unwrap_or_default().to_owned();
             let ct = if name.ends_with(".txt") {
                 "text/plain; charset=utf-8"
@@ -470,12 +481,24 @@ pub(crate) async fn download(req: EnvdRequest, token_ok: bool) -> Response {
             )
                 .into_response()
         }
-        Err(e) => plain_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 
-fn write_one(sbx: &Sbx, path: &str, data: &[u8], uid: u32) -> Result<Value, Response> {
-    let host = sbx.sandbox.host_path(path);
+/// [`write_one`] inside the sandbox.
+async fn write_in(sbx: &Sbx, path: String, data: Bytes, uid: u32) -> Result<Value, Response> {
+    sbx.sandbox
+        .fs(move |fs| Ok(write_one(fs, &path, &data, uid)))
+        .await
+        .unwrap_or_else(|e| {
+            Err(plain_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                e.to_string(),
+            ))
+        })
+}
+
+fn write_one(fs: &Fs, path: &str, data: &[u8], uid: u32) -> Result<Value, Response> {
+    let host = fs.path(path);
     if host.is_dir() {
         return Err(plain_error(
             StatusCode::BAD_REQUEST,
@@ -483,7 +506,7 @@ fn write_one(sbx: &Sbx, path: &str, data: &[u8], uid: u32) -> Result<Value, Resp
         ));
     }
     if let Some(parent) = host.parent() {
-        super::ensure_dirs(sbx, parent, uid)
+        super::ensure_dirs(fs, parent, uid)
             .map_err(|e| plain_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     }
     std::fs::write(&host, data).map_err(|e| {
@@ -496,7 +519,7 @@ fn write_one(sbx: &Sbx, path: &str, data: &[u8], uid: u32) -> Result<Value, Resp
             plain_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
         }
     })?;
-    super::chown(sbx, &host, uid);
+    super::chown(fs, &host, uid);
     let name = Path::new(path)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -553,7 +576,7 @@ pub(crate) async fn upload(req: EnvdRequest, token_ok: bool) -> Response {
                     "path is required for octet-stream uploads",
                 );
             };
-            match write_one(&req.sbx, &path, &body, user.uid) {
+            match write_in(&req.sbx, path, body, user.uid).await {
                 Ok(v) => written.push(v),
                 Err(r) => return r,
             }
@@ -591,7 +614,7 @@ pub(crate) async fn upload(req: EnvdRequest, token_ok: bool) -> Response {
                     Ok(d) => d,
                     Err(e) => return plain_error(StatusCode::BAD_REQUEST, e.to_string()),
                 };
-                match write_one(&req.sbx, &clean(&path), &data, user.uid) {
+                match write_in(&req.sbx, clean(&path), data, user.uid).await {
                     Ok(v) => written.push(v),
                     Err(r) => return r,
                 }

@@ -35,9 +35,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::harness::{
-    ConnControl, Fault, FaultHandle, Isolation, Sandbox, SandboxSpec, Sandboxing, Server,
-};
+use crate::harness::{ConnControl, Fault, FaultHandle, Sandbox, SandboxSpec, Sandboxing, Server};
 use crate::{Emulator, EmulatorOptions};
 
 mod connect;
@@ -115,9 +113,6 @@ pub(crate) struct Sbx {
     started_at: SystemTime,
     end_at: Mutex<(Instant, SystemTime)>,
     procs: Mutex<HashMap<u32, Arc<process::Proc>>>,
-    /// Commands run as the selected user (uid 1000 for `user`) and files get its ownership:
-    /// only possible as root with namespaces.
-    privileged: bool,
     /// Set (before its processes are killed) when the sandbox goes away: its open streams end
     /// the way the proxy ends them, not with the killed processes' end events.
     gone: tokio::sync::watch::Sender<bool>,
@@ -205,7 +200,6 @@ impl State {
             end_at: Mutex::new((Instant::now(), SystemTime::now())),
             procs: Mutex::new(HashMap::new()),
             gone: tokio::sync::watch::channel(false).0,
-            privileged: self.sandboxing.isolation == Isolation::Namespaces,
         });
         sbx.set_lifetime(timeout);
         self.sandboxes
@@ -406,6 +400,11 @@ impl E2bEmulator {
         self.state
             .get(id)
             .map(|s| s.sandbox.host_path(sandbox_path))
+    }
+
+    /// A sandbox's harness handle (to inspect it from a test).
+    pub fn sandbox(&self, id: &str) -> Option<Arc<Sandbox>> {
+        self.state.get(id).map(|s| s.sandbox.clone())
     }
 
     /// The pids of the processes envd tracks in a sandbox.
@@ -1002,17 +1001,21 @@ pub(crate) fn account_name(id: u32) -> String {
     }
 }
 
-/// Changes ownership where the emulator can (as root with namespaces); elsewhere it cannot and
-/// everything stays the emulator's own.
-pub(crate) fn chown(sbx: &Sbx, host: &std::path::Path, uid: u32) {
-    if sbx.privileged {
+/// Gives a file envd creates to the user, as envd (root) does; without namespaces the emulator
+/// is not root and everything stays its own.
+pub(crate) fn chown(fs: &crate::harness::Fs, host: &std::path::Path, uid: u32) {
+    if fs.is_isolated() {
         let _ = std::os::unix::fs::lchown(host, Some(uid), Some(uid));
     }
 }
 
 /// envd's `EnsureDirs`: creates the missing directories of `host` (a directory) one by one,
 /// each owned by the user.
-pub(crate) fn ensure_dirs(sbx: &Sbx, host: &std::path::Path, uid: u32) -> std::io::Result<()> {
+pub(crate) fn ensure_dirs(
+    fs: &crate::harness::Fs,
+    host: &std::path::Path,
+    uid: u32,
+) -> std::io::Result<()> {
     let mut missing = Vec::new();
     let mut p = host;
     while !p.exists() {
@@ -1024,7 +1027,7 @@ pub(crate) fn ensure_dirs(sbx: &Sbx, host: &std::path::Path, uid: u32) -> std::i
     }
     for dir in missing.iter().rev() {
         match std::fs::create_dir(dir) {
-            Ok(()) => chown(sbx, dir, uid),
+            Ok(()) => chown(fs, dir, uid),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }

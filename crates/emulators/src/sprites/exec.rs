@@ -743,7 +743,12 @@ async fn prelude(
 
 /// The 500 fault: the command runs to its end, then the answer is an error.
 async fn run_then_fail(st: &State, sprite: &Sprite, spec: &Spec) -> Response {
-    if sprite.sandbox.host_path(&spec.dir).is_dir()
+    let dir = spec.dir.clone();
+    let is_dir = sprite
+        .sandbox
+        .fs(move |fs| Ok(fs.path(&dir).is_dir()))
+        .await;
+    if is_dir.unwrap_or(false)
         && let Ok(cmd) = build(sprite, spec, None, st.options().env_mode)
     {
         let _ = sprite.sandbox.exec().exec(cmd).await;

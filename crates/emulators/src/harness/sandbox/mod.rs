@@ -132,6 +132,18 @@ impl Isolation {
         })
     }
 
+    /// A short line for conformance records (`Target::environment`): which mode ran.
+    pub fn record_line(self) -> &'static str {
+        match self {
+            Isolation::Namespaces => {
+                "emulated sandboxes with namespaces (own pid, mount, UTS, IPC; overlay root; the provider's users)"
+            }
+            Isolation::Translate => {
+                "emulated sandboxes DEGRADED (no root: commands on the host, provider paths translated)"
+            }
+        }
+    }
+
     /// One line for banners and records: what isolation is in force.
     pub fn describe(self) -> &'static str {
         match self {
@@ -342,7 +354,7 @@ impl Sandbox {
                 (None, Self::exec_translated(&translation, &spec, &spec.user))
             }
         };
-        Ok(Arc::new(Sandbox {
+        let sandbox = Arc::new(Sandbox {
             id,
             spec,
             isolation,
@@ -352,7 +364,11 @@ impl Sandbox {
             exec,
             running: Mutex::new(Vec::new()),
             alive: AtomicBool::new(true),
-        }))
+        });
+        let mut live = LIVE.lock().expect("live sandboxes");
+        live.retain(|w| w.strong_count() > 0);
+        live.push(Arc::downgrade(&sandbox));
+        Ok(sandbox)
     }
 
     fn exec_translated(t: &Translation, spec: &SandboxSpec, user: &User) -> LocalExec {
@@ -548,9 +564,10 @@ impl Sandbox {
         }
     }
 
-    /// Transitional, for emulator code not yet moved to [`fs`](Self::fs): where a sandbox path
-    /// can be reached from the host (`/proc/<init>/root/…`). Unlike `fs`, an absolute symlink
-    /// met on the way resolves against the host's root.
+    /// For tests and inspection only: where a sandbox path can be reached from the host
+    /// (`/proc/<init>/root/…`; the translated path in [`Isolation::Translate`]). Unlike
+    /// [`fs`](Self::fs), an absolute symlink met on the way resolves against the host's root, so
+    /// emulator code never uses it (a test checks).
     #[doc(hidden)]
     pub fn host_path(&self, sandbox_path: &str) -> PathBuf {
         match &self.ns {
@@ -636,6 +653,26 @@ impl Drop for Sandbox {
     fn drop(&mut self) {
         self.destroy();
     }
+}
+
+/// Every sandbox this process created (weakly: dropping the last handle destroys one).
+static LIVE: Mutex<Vec<std::sync::Weak<Sandbox>>> = Mutex::new(Vec::new());
+
+/// Destroys every sandbox of this process that still exists (for a shutdown: `execseam emulate`
+/// on SIGTERM or SIGINT, whatever still holds them), then waits (up to `limit`) for their
+/// teardown. True if nothing is left.
+pub async fn destroy_all(limit: std::time::Duration) -> bool {
+    let live: Vec<Arc<Sandbox>> = LIVE
+        .lock()
+        .expect("live sandboxes")
+        .drain(..)
+        .filter_map(|w| w.upgrade())
+        .collect();
+    for s in &live {
+        s.destroy();
+    }
+    drop(live);
+    wait_for_teardowns(limit).await
 }
 
 /// How many sandboxes of this process exist or are still being torn down: after the last

@@ -439,3 +439,87 @@ async fn the_degraded_mode_translates_paths() {
     drop(s);
     assert!(!state.exists());
 }
+
+#[tokio::test]
+async fn the_files_api_as_a_user_has_that_users_permissions_and_ownership() {
+    if !namespaces() {
+        eprintln!("SKIP-REASON: needs root (Isolation::Namespaces)");
+        return;
+    }
+    let dir = StateDir::new("fsas");
+    let s = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
+    let user = s.user().clone();
+    let owner = s
+        .fs_as(&user, |fs| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::write(fs.path("/home/emu/mine"), "x")?;
+            let m = std::fs::metadata(fs.path("/home/emu/mine"))?;
+            Ok((m.uid(), m.gid()))
+        })
+        .await
+        .unwrap();
+    assert_eq!(owner, (1000, 1000));
+    let denied = s
+        .fs_as(&user, |fs| std::fs::write(fs.path("/etc/hostname"), "nope"))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.kind(), io::ErrorKind::PermissionDenied);
+    // As root (a daemon that runs as root) the same write works, inside the sandbox only.
+    s.fs(|fs| std::fs::write(fs.path("/etc/hostname"), "changed\n"))
+        .await
+        .unwrap();
+    let out = run(&s, "cat /etc/hostname").await;
+    assert_eq!(text(&out.stdout), "changed\n");
+    assert_ne!(
+        std::fs::read_to_string("/etc/hostname").unwrap(),
+        "changed\n"
+    );
+    // The emulator process itself kept its credentials (only the thread changed).
+    assert_eq!(crate::harness::sys::euid(), 0);
+    let me = std::fs::read_to_string("/proc/self/status").unwrap();
+    assert!(
+        me.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().skip(1).all(|u| u == "0")),
+        "{me}"
+    );
+}
+
+/// Emulator code reaches sandbox files only through `Sandbox::fs`/`fs_as` (paths and symlinks
+/// resolved inside the sandbox); `host_path` (through `/proc/<init>/root`, where an absolute
+/// symlink resolves on the host) is for tests.
+#[test]
+fn emulator_code_does_not_use_host_paths() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut bad = Vec::new();
+    let mut stack = vec![src];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            if !name.ends_with(".rs") || name == "tests.rs" {
+                continue;
+            }
+            if p.ends_with("harness/sandbox/mod.rs") {
+                continue; // defines it
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            // Allowed only inside an emulator's own `pub fn host_path` test accessor.
+            let mut in_accessor = false;
+            for (i, line) in text.lines().enumerate() {
+                if line.trim_start().starts_with("pub fn host_path") {
+                    in_accessor = true;
+                } else if in_accessor && line == "    }" {
+                    in_accessor = false;
+                }
+                if line.contains(".host_path(") && !in_accessor {
+                    bad.push(format!("{}:{}: {}", p.display(), i + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}

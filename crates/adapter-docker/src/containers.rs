@@ -1,0 +1,207 @@
+//! Containers on the engine: create (+ start), inspect, list, remove.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
+use bollard::query_parameters::{
+    CreateContainerOptions, InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
+    StartContainerOptions,
+};
+use execseam_core::{Error, SandboxInfo, SandboxState};
+
+use crate::client::label_filter;
+use crate::config::{DockerConfig, Mode, WORKSPACE, config_error};
+use crate::error::{Stage, engine, engine_hint, is_gone, is_podman_stopped_state};
+
+/// Creates and starts a container for `config` with `labels`; one that fails to start is removed.
+pub(crate) async fn create(
+    docker: &Docker,
+    config: &DockerConfig,
+    labels: HashMap<String, String>,
+) -> Result<String, Error> {
+    let keepalive = config.keepalive_argv();
+    let body = ContainerCreateBody {
+        image: Some(config.image.clone()),
+        entrypoint: Some(keepalive.clone()),
+        cmd: Some(Vec::new()),
+        user: config.user.clone(),
+        env: (!config.env.is_empty())
+            .then(|| config.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        labels: Some(labels),
+        host_config: Some(host_config(config)),
+        ..Default::default()
+    };
+    let created = docker
+        .create_container(None::<CreateContainerOptions>, body)
+        .await
+        .map_err(|e| {
+            engine_hint(
+                "create container",
+                Stage::NonIdempotent,
+                e,
+                "the adapter never pulls: the image must be on the engine",
+            )
+        })?;
+    if let Err(e) = docker
+        .start_container(&created.id, None::<StartContainerOptions>)
+        .await
+    {
+        remove(docker, &created.id).await;
+        let hint = format!("the keepalive {keepalive:?} must exist in the image");
+        return Err(engine_hint(
+            "start container",
+            Stage::NonIdempotent,
+            e,
+            &hint,
+        ));
+    }
+    // With an init the start succeeds even when the keepalive cannot run: the init exits at once.
+    // (Per call the exec that follows finds out, for the price of no extra request.)
+    if config.mode == Mode::Warm && !state(docker, &created.id).await?.is_some_and(|s| s.running) {
+        remove(docker, &created.id).await;
+        return Err(config_error(format!(
+            "the container exited as soon as it started: does the image have the keepalive {keepalive:?}?"
+        ))
+        .with_operation("start container"));
+    }
+    Ok(created.id)
+}
+
+fn host_config(config: &DockerConfig) -> HostConfig {
+    let ulimits = config
+        .ulimits
+        .iter()
+        .map(|u| ResourcesUlimits {
+            name: Some(u.name.clone()),
+            soft: Some(u.soft),
+            hard: Some(u.hard),
+        })
+        .collect::<Vec<_>>();
+    HostConfig {
+        init: Some(config.init),
+        runtime: config.runtime.clone(),
+        ulimits: (!ulimits.is_empty()).then_some(ulimits),
+        memory: config.memory,
+        // No swap beyond the memory limit, so the limit is what commands get.
+        memory_swap: config.memory,
+        nano_cpus: config.nano_cpus,
+        pids_limit: config.pids_limit,
+        network_mode: Some(config.network.clone()),
+        binds: config
+            .worktree
+            .as_ref()
+            .map(|w| vec![format!("{w}:{WORKSPACE}:rw")]),
+        // The engine removes the container when its keepalive ends (per call: even if this
+        // process died first). Exit codes never come from a container's wait status.
+        auto_remove: Some(config.auto_remove()),
+        ..Default::default()
+    }
+}
+
+/// What the engine says about a container.
+pub(crate) struct State {
+    pub(crate) running: bool,
+    pub(crate) oom_killed: Option<bool>,
+}
+
+/// The container's state; `None` if it does not exist.
+pub(crate) async fn state(docker: &Docker, id: &str) -> Result<Option<State>, Error> {
+    match docker
+        .inspect_container(id, None::<InspectContainerOptions>)
+        .await
+    {
+        Ok(r) => {
+            let s = r.state.unwrap_or_default();
+            Ok(Some(State {
+                running: s.running == Some(true),
+                oom_killed: s.oom_killed,
+            }))
+        }
+        Err(e) if is_gone(&e) => Ok(None),
+        Err(e) if is_podman_stopped_state(&e) => Ok(Some(State {
+            running: false,
+            oom_killed: None,
+        })),
+        Err(e) => Err(engine("inspect container", Stage::Idempotent, e)),
+    }
+}
+
+/// Removes a container and its anonymous volumes, killing what runs in it; one already gone is
+/// fine.
+pub(crate) async fn destroy(docker: &Docker, id: &str) -> Result<(), Error> {
+    let options = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    match docker.remove_container(id, Some(options)).await {
+        Ok(()) => Ok(()),
+        Err(e) if is_gone(&e) => Ok(()),
+        Err(e) => Err(engine("remove container", Stage::Idempotent, e)),
+    }
+}
+
+/// [`destroy`] on a clean-up path: a failure is logged.
+pub(crate) async fn remove(docker: &Docker, id: &str) {
+    if let Err(e) = destroy(docker, id).await {
+        tracing::warn!(container = id, error = %e, "removing the container failed");
+    }
+}
+
+/// The containers carrying every label of `labels`, sorted by id.
+pub(crate) async fn list(
+    docker: &Docker,
+    labels: &HashMap<String, String>,
+) -> Result<Vec<SandboxInfo>, Error> {
+    let options = ListContainersOptions {
+        all: true,
+        filters: Some(label_filter(labels)),
+        ..Default::default()
+    };
+    // podman's transient `stopped` state breaks bollard's schema for the whole list; it lasts
+    // until the engine has cleaned the container up, so ask again briefly.
+    let mut delay = Duration::from_millis(20);
+    let listed = loop {
+        match docker.list_containers(Some(options.clone())).await {
+            Err(e) if is_podman_stopped_state(&e) && delay < Duration::from_secs(2) => {
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            other => break other.map_err(|e| engine("list containers", Stage::Idempotent, e))?,
+        }
+    };
+    let mut out: Vec<SandboxInfo> = listed
+        .into_iter()
+        .filter_map(|c| {
+            let state = match c.state.map(|s| s.to_string()).as_deref() {
+                Some("running") => SandboxState::Running,
+                Some("created" | "restarting") => SandboxState::Starting,
+                Some("paused") => SandboxState::Paused,
+                Some("exited" | "dead" | "removing" | "stopping") => SandboxState::Stopped,
+                _ => SandboxState::Unknown,
+            };
+            let labels: BTreeMap<String, String> =
+                c.labels.unwrap_or_default().into_iter().collect();
+            let mut info = SandboxInfo::new(c.id?)
+                .with_labels(labels)
+                .with_state(state);
+            if let Some(image) = c.image {
+                info = info.with_image(image);
+            }
+            Some(info)
+        })
+        .collect();
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(out)
+}
+
+/// Whether the image is on the engine.
+pub(crate) async fn image_exists(docker: &Docker, image: &str) -> Result<bool, Error> {
+    match docker.inspect_image(image).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_gone(&e) => Ok(false),
+        Err(e) => Err(engine("inspect image", Stage::Idempotent, e)),
+    }
+}

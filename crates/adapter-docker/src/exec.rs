@@ -1,0 +1,841 @@
+//! Commands as Docker execs: in the warm container, or in a fresh container per call.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::errors::Error as EngineError;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::query_parameters::ContainerArchiveInfoOptions;
+use bytes::BytesMut;
+use execseam_core::{
+    BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
+    Output, Ownership, PartialOutput, Retry, Sandbox, degrade, transport,
+};
+use futures_util::{Stream, StreamExt};
+use tokio::io::AsyncWriteExt;
+use tokio::task::JoinHandle;
+
+use crate::PROVIDER;
+use crate::client::{self, Client, LABEL_SANDBOX};
+use crate::config::DockerConfig;
+use crate::containers;
+use crate::error::{Stage, adapter, engine, engine_hint, is_gone};
+
+/// The variable every exec carries, with a value unique to the exec, so that a kill finds the
+/// exec's processes and their children (Docker's API has no exec kill).
+pub const EXEC_TAG_VAR: &str = "EXECSEAM_EXEC";
+
+/// A sandbox: the warm container (every command a Docker exec in it), or, per call, a handle
+/// whose every command gets a fresh container. Cheap to clone; see the crate docs.
+#[derive(Clone)]
+pub struct DockerExec {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: DockerConfig,
+    pub(crate) client: Arc<Client>,
+    pub(crate) target: Target,
+    pub(crate) ownership: Ownership,
+}
+
+pub(crate) enum Target {
+    /// The warm container's id.
+    Container(String),
+    /// Per call: the handle's id, the label value of its commands' containers.
+    PerCall(String),
+}
+
+impl std::fmt::Debug for DockerExec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerExec")
+            .field("host", &self.inner.client.host)
+            .field("mode", &self.inner.config.mode)
+            .field("id", &self.id())
+            .field("owned", &self.inner.ownership.owned())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An [`Output`] with what the engine said about the container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DockerOutput {
+    /// What the command wrote and how it ended.
+    pub output: Output,
+    /// The engine's `State.OOMKilled` for the container, read when the exit is 137 (`None`
+    /// otherwise, or when the engine did not say). The exit stays the ambiguous 137 it is: this
+    /// flag is the one place the host can classify it, and only as far as the engine is right
+    /// (podman 4.3 on cgroup v1 reports `false` for a kernel OOM kill; see the adapter page).
+    pub oom_killed: Option<bool>,
+    /// The container the command ran in (removed by now, per call).
+    pub container: String,
+}
+
+impl DockerExec {
+    pub(crate) fn new(
+        config: DockerConfig,
+        client: Arc<Client>,
+        target: Target,
+        ownership: Ownership,
+    ) -> DockerExec {
+        DockerExec {
+            inner: Arc::new(Inner {
+                config,
+                client,
+                target,
+                ownership,
+            }),
+        }
+    }
+
+    /// The sandbox id: the container id in warm mode, the handle's own id per call.
+    pub fn id(&self) -> &str {
+        match &self.inner.target {
+            Target::Container(id) | Target::PerCall(id) => id,
+        }
+    }
+
+    /// The warm container's id (`None` per call).
+    pub fn container_id(&self) -> Option<&str> {
+        match &self.inner.target {
+            Target::Container(id) => Some(id),
+            Target::PerCall(_) => None,
+        }
+    }
+
+    /// The configuration its containers are made with (the provider's, with the spec merged).
+    pub fn config(&self) -> &DockerConfig {
+        &self.inner.config
+    }
+
+    /// Runs `command` like [`Exec::exec`], and also returns the engine's OOM flag.
+    pub async fn exec_detailed(&self, command: Command) -> Result<DockerOutput, Error> {
+        let mut run = self.start(command).await?;
+        let (mut stdout, mut stderr) = (BytesMut::new(), BytesMut::new());
+        loop {
+            match run.next_event().await {
+                Ok(Event::Stdout(b)) => stdout.extend_from_slice(&b),
+                Ok(Event::Stderr(b)) => stderr.extend_from_slice(&b),
+                Ok(Event::Exit(exit)) => {
+                    return Ok(DockerOutput {
+                        output: Output::new(stdout.freeze(), stderr.freeze(), exit),
+                        oom_killed: run.oom_killed,
+                        container: run.container.clone(),
+                    });
+                }
+                Err(e) if e.partial().is_some() => return Err(e),
+                Err(e) => {
+                    return Err(e.with_partial(PartialOutput {
+                        stdout: stdout.freeze(),
+                        stderr: stderr.freeze(),
+                    }));
+                }
+            }
+        }
+    }
+
+    async fn start(&self, command: Command) -> Result<Run, Error> {
+        if self.inner.ownership.is_destroyed() {
+            return Err(adapter(
+                ErrorKind::NotFound,
+                Retry::Never,
+                "exec",
+                format!("sandbox {} was destroyed", self.id()),
+            ));
+        }
+        let docker = self.inner.client.get().await?.clone();
+        let config = &self.inner.config;
+        let sandbox = match &self.inner.target {
+            Target::Container(id) => return start_exec(&docker, config, id, command, false).await,
+            Target::PerCall(sandbox) => sandbox,
+        };
+        let labels = client::labels(config, [(&LABEL_SANDBOX.to_owned(), sandbox)]);
+        let id = containers::create(&docker, config, labels).await?;
+        let mut cleanup = Cleanup::new(docker.clone());
+        cleanup.arm(Action::Remove(id.clone()));
+        match start_exec(&docker, config, &id, command, true).await {
+            Ok(mut run) => {
+                // The container goes with the exec; removing it kills everything in it.
+                std::mem::swap(&mut run.cleanup, &mut cleanup);
+                Ok(run)
+            }
+            Err(e) => {
+                cleanup.run_now().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes the sandbox's containers: the warm one, or per call those of commands still running.
+    async fn remove_containers(&self) -> Result<(), Error> {
+        let docker = self.inner.client.get().await?;
+        match &self.inner.target {
+            Target::Container(id) => containers::destroy(docker, id).await,
+            Target::PerCall(sandbox) => {
+                let labels =
+                    client::labels(&self.inner.config, [(&LABEL_SANDBOX.to_owned(), sandbox)]);
+                for c in containers::list(docker, &labels).await? {
+                    containers::destroy(docker, &c.id).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let Target::Container(id) = &self.target else {
+            return; // per call, every command's container is removed with the command
+        };
+        if !(self.config.destroy_on_drop && self.ownership.destroy_on_drop()) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(provider = PROVIDER, container = %id, "no runtime to remove the container on drop");
+            return;
+        };
+        let (client, id) = (self.client.clone(), id.clone());
+        handle.spawn(async move {
+            if let Ok(docker) = client.get().await {
+                containers::remove(docker, &id).await;
+            }
+        });
+    }
+}
+
+async fn start_exec(
+    docker: &Docker,
+    config: &DockerConfig,
+    container: &str,
+    command: Command,
+    per_call: bool,
+) -> Result<Run, Error> {
+    let tag = new_tag();
+    let workdir = command
+        .workdir()
+        .or(config.default_workdir())
+        .map(str::to_owned);
+    let (mut argv, mut env) = argv_and_env(&command)?;
+    env.push(format!("{EXEC_TAG_VAR}={tag}"));
+    let stdin = command.stdin().clone();
+    let stdin_attached = !stdin.is_empty();
+    if stdin_attached {
+        argv = stdin_via_temp_file(argv, &config.temp_dir)?;
+    }
+    let options = CreateExecOptions {
+        // Without stdin attached the exec's stdin is /dev/null: EOF at once, as the contract says.
+        attach_stdin: Some(stdin_attached),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        env: Some(env),
+        cmd: Some(argv),
+        user: config.user.clone(),
+        working_dir: workdir.clone(),
+        ..Default::default()
+    };
+    let hint = "if the container stopped by itself: does its keepalive stay up in this image?";
+    let created = docker
+        .create_exec(container, options)
+        .await
+        .map_err(|e| engine_hint("create exec", Stage::Idempotent, e, hint))?;
+    let mut cleanup = Cleanup::new(docker.clone());
+    if !per_call {
+        cleanup.arm(Action::Kill {
+            container: container.to_owned(),
+            tag,
+        });
+    }
+    let started = docker
+        .start_exec(
+            &created.id,
+            Some(StartExecOptions {
+                detach: false,
+                tty: false,
+                output_capacity: None,
+            }),
+        )
+        .await;
+    let (output, mut input) = match started {
+        Ok(StartExecResults::Attached { output, input }) => (output, input),
+        Ok(StartExecResults::Detached) => {
+            return Err(adapter(
+                ErrorKind::Protocol,
+                Retry::Unsafe,
+                "start exec",
+                "the engine detached an exec that was started attached",
+            ));
+        }
+        Err(e) => {
+            cleanup.run_now().await;
+            return Err(engine("start exec", Stage::Started, e));
+        }
+    };
+    // Written concurrently with reading, so a command that writes before it reads cannot
+    // deadlock; a command that exits without reading all of it is not an error.
+    let stdin = (!stdin.is_empty()).then(|| {
+        tokio::spawn(async move {
+            let _ = input.write_all(&stdin).await;
+            let _ = input.shutdown().await;
+        })
+    });
+    Ok(Run {
+        docker: docker.clone(),
+        container: container.to_owned(),
+        exec_id: created.id,
+        workdir,
+        per_call,
+        output,
+        stdin,
+        stdin_attached,
+        stderr_head: Vec::new(),
+        held: None,
+        reset_at_end: None,
+        pending: None,
+        cleanup,
+        oom_killed: None,
+        done: false,
+    })
+}
+
+/// The exec's `Cmd` and `Env`. podman 4.3's compat exec cuts an `Env` value at its first
+/// newline, so variables whose value holds one are set by `env --` in argv instead (through the
+/// core wrapper for a program name `env` would misread).
+fn argv_and_env(command: &Command) -> Result<(Vec<String>, Vec<String>), Error> {
+    let (multiline, native): (Vec<_>, Vec<_>) =
+        command.env().iter().partition(|(_, v)| v.contains('\n'));
+    let env = native.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    if multiline.is_empty() {
+        return Ok((command.argv().to_vec(), env));
+    }
+    let program = command.program();
+    if program.starts_with('-') || program.contains('=') {
+        let mut b = command.clone().into_builder().clear_env();
+        for (k, v) in &multiline {
+            b = b.env(k.as_str(), v.as_str());
+        }
+        let only = b.build()?;
+        let opts = degrade::WrapOptions {
+            env: true,
+            ..Default::default()
+        };
+        return Ok((degrade::wrap(&only, &opts)?, env));
+    }
+    let mut argv = vec!["env".to_owned(), "--".to_owned()];
+    argv.extend(multiline.iter().map(|(k, v)| format!("{k}={v}")));
+    argv.extend(command.argv().iter().cloned());
+    Ok((argv, env))
+}
+
+/// The argv that first stores all of stdin in a fresh file under `temp_dir` (mode 0600, as the
+/// exec's user), then runs `argv` with that file as stdin, removed before it starts.
+///
+/// podman 4.3 loses output when an exec exits with attached stdin still unread: conmon closes
+/// the attach socket, podman's read fails with ECONNRESET, and the frames still queued are
+/// dropped (measured here: most runs of `echo out; echo err >&2; exit 3` with 1 byte of unread
+/// stdin returned no output at all). Reading all of stdin before the command starts avoids it.
+fn stdin_via_temp_file(argv: Vec<String>, temp_dir: &str) -> Result<Vec<String>, Error> {
+    let path = degrade::temp_path(temp_dir);
+    let inner = Command::builder(argv).build()?;
+    let opts = degrade::WrapOptions {
+        stdin: degrade::StdinFrom::File(path.clone()),
+        ..Default::default()
+    };
+    let run = degrade::script(&inner, &opts)?;
+    let q = degrade::quote(&path);
+    let message = format!(
+        "{}cannot store stdin under {temp_dir}",
+        degrade::WRAPPER_MARK
+    );
+    let fail = degrade::quote(&message);
+    let status = degrade::WRAPPER_STATUS;
+    Ok(vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        format!(
+            "(umask 077 && cat > {q}) || {{ rm -f -- {q}; printf '%s\\n' {fail} >&2; exit {status}; }}\n{run}"
+        ),
+    ])
+}
+
+/// The line podman 4.3 appends to the stderr frames (libpod `hijackWriteError`) when its read of
+/// conmon's attach socket fails with ECONNRESET: after the runtime failed to start the command,
+/// and when an exec exits with attached stdin unread (frames are lost then: see
+/// [`stdin_via_temp_file`]). As the last frame it is dropped after a failed start (exit 125-127)
+/// and is a `Protocol` error otherwise; anywhere else it is the command's own output.
+fn is_podman_attach_reset(frame: &[u8]) -> bool {
+    let Some(rest) = frame.strip_prefix(b"Error: read unixpacket @->/proc/self/fd/") else {
+        return false;
+    };
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    digits > 0 && &rest[digits..] == b"/attach: read: connection reset by peer\n"
+}
+
+type Frames = Pin<Box<dyn Stream<Item = Result<LogOutput, EngineError>> + Send>>;
+
+/// One started exec.
+struct Run {
+    docker: Docker,
+    container: String,
+    exec_id: String,
+    workdir: Option<String>,
+    per_call: bool,
+    output: Frames,
+    stdin: Option<JoinHandle<()>>,
+    /// Stdin went through [`stdin_via_temp_file`]: its wrapper's own failure is an error.
+    stdin_attached: bool,
+    /// The first bytes of stderr, where the wrapper's failure line would be.
+    stderr_head: Vec<u8>,
+    /// A stderr frame held back until it is known not to be the last (see
+    /// [`is_podman_attach_reset`]).
+    held: Option<bytes::Bytes>,
+    /// That frame, when it was the last.
+    reset_at_end: Option<bytes::Bytes>,
+    pending: Option<Result<LogOutput, EngineError>>,
+    /// Kills the exec (warm) or removes the container (per call) unless the exec ended cleanly:
+    /// on an error here, and on drop (deadline, cancel) asynchronously.
+    cleanup: Cleanup,
+    oom_killed: Option<bool>,
+    done: bool,
+}
+
+impl Run {
+    /// The next chunk, then the exit; an error ends the run (and kills what is left of it).
+    async fn next_event(&mut self) -> Result<Event, Error> {
+        debug_assert!(!self.done);
+        let r = self.step().await;
+        if r.is_err() {
+            self.done = true;
+            self.abort_stdin();
+            self.cleanup.run_now().await;
+        }
+        r
+    }
+
+    async fn step(&mut self) -> Result<Event, Error> {
+        loop {
+            let frame = match self.pending.take() {
+                Some(f) => Some(f),
+                None => self.output.next().await,
+            };
+            if let Some(held) = self.held.take() {
+                if frame.is_none() {
+                    self.reset_at_end = Some(held);
+                } else {
+                    // Not the last frame: it was the command's own output.
+                    self.pending = frame;
+                    return Ok(self.stderr(held));
+                }
+            }
+            match frame {
+                Some(Ok(LogOutput::StdOut { message })) if !message.is_empty() => {
+                    return Ok(Event::Stdout(message));
+                }
+                Some(Ok(LogOutput::StdErr { message })) if !message.is_empty() => {
+                    if is_podman_attach_reset(&message) {
+                        self.held = Some(message);
+                        continue;
+                    }
+                    return Ok(self.stderr(message));
+                }
+                Some(Ok(
+                    LogOutput::StdOut { .. } | LogOutput::StdErr { .. } | LogOutput::StdIn { .. },
+                )) => {}
+                Some(Ok(LogOutput::Console { .. })) => {
+                    // bollard yields unframed bytes for a TTY stream and for a frame cut short.
+                    return Err(adapter(
+                        ErrorKind::Protocol,
+                        Retry::Unsafe,
+                        "read exec output",
+                        "the exec stream is not multiplexed stdout/stderr frames (cut mid-frame?)",
+                    ));
+                }
+                Some(Err(e)) => return Err(engine("read exec output", Stage::Started, e)),
+                None => {
+                    let exit = self.finish().await?;
+                    self.done = true;
+                    return Ok(Event::Exit(exit));
+                }
+            }
+        }
+    }
+
+    fn stderr(&mut self, chunk: bytes::Bytes) -> Event {
+        let room = 512usize.saturating_sub(self.stderr_head.len());
+        self.stderr_head
+            .extend_from_slice(&chunk[..room.min(chunk.len())]);
+        Event::Stderr(chunk)
+    }
+
+    /// The output ended: the exit code comes from exec inspect (never from a container wait
+    /// status, which podman's compat layer loses under auto-remove).
+    async fn finish(&mut self) -> Result<Exit, Error> {
+        let code = self.wait_exit().await?;
+        self.abort_stdin();
+        let code = i32::try_from(code)
+            .ok()
+            .filter(|c| (0..=255).contains(c))
+            .ok_or_else(|| {
+                adapter(
+                    ErrorKind::Protocol,
+                    Retry::Unsafe,
+                    "inspect exec",
+                    format!("the engine reported exit code {code}"),
+                )
+            })?;
+        if let Some(line) = self.reset_at_end.take() {
+            // 125/126/127: the runtime could not start the command (its message came first), so
+            // nothing of the command's can be missing; otherwise frames may have been lost.
+            if !(125..=127).contains(&code) {
+                return Err(adapter(
+                    ErrorKind::Protocol,
+                    Retry::Unsafe,
+                    "read exec output",
+                    format!(
+                        "podman lost the exec's attach connection ({}); output may be missing",
+                        String::from_utf8_lossy(&line).trim_end()
+                    ),
+                ));
+            }
+            tracing::debug!("dropped podman's attach-reset line after a failed start");
+        }
+        if self.stdin_attached && code == degrade::WRAPPER_STATUS {
+            let seen = Output::new(
+                bytes::Bytes::new(),
+                std::mem::take(&mut self.stderr_head),
+                Exit::Code(code),
+            );
+            degrade::check_wrapped(seen).map_err(|e| e.or_context(PROVIDER, "exec"))?;
+        }
+        // The runtime reports a missing workdir as 125-127 (127 for a missing one, 125 for a
+        // file), like a missing program; only the container's filesystem can tell them apart.
+        if (125..=127).contains(&code)
+            && let Some(dir) = self.workdir.clone()
+            && !self.is_dir(&dir).await?
+        {
+            return Err(adapter(
+                ErrorKind::NotFound,
+                Retry::Never,
+                "exec",
+                format!("workdir {dir:?} does not exist in the container"),
+            ));
+        }
+        // A container that stopped or vanished took the command with it: not the command's exit.
+        if matches!(code, 137 | 143) {
+            match containers::state(&self.docker, &self.container).await? {
+                None => {
+                    return Err(adapter(
+                        ErrorKind::NotFound,
+                        Retry::Unsafe,
+                        "exec",
+                        "the container was removed while the command ran",
+                    ));
+                }
+                Some(s) if !s.running => {
+                    return Err(adapter(
+                        ErrorKind::NotFound,
+                        Retry::Unsafe,
+                        "exec",
+                        format!("the container stopped while the command ran (exit {code})"),
+                    ));
+                }
+                Some(s) => self.oom_killed = s.oom_killed,
+            }
+        }
+        if self.per_call {
+            self.cleanup.run_now().await;
+        }
+        self.cleanup.disarm();
+        Ok(Exit::Code(code))
+    }
+
+    /// Polls exec inspect until the exec is no longer running: the stream also ends when a
+    /// command closes stdout and stderr and keeps running.
+    async fn wait_exit(&mut self) -> Result<i64, Error> {
+        let mut delay = Duration::from_millis(5);
+        loop {
+            let i = match self.docker.inspect_exec(&self.exec_id).await {
+                Ok(i) => i,
+                Err(e) if is_gone(&e) => {
+                    return Err(adapter(
+                        ErrorKind::NotFound,
+                        Retry::Unsafe,
+                        "inspect exec",
+                        "the container was removed while the command ran",
+                    ));
+                }
+                Err(e) => return Err(engine("inspect exec", Stage::Started, e)),
+            };
+            if i.running != Some(true) {
+                return i.exit_code.ok_or_else(|| {
+                    adapter(
+                        ErrorKind::Protocol,
+                        Retry::Unsafe,
+                        "inspect exec",
+                        "the exec ended without an exit code",
+                    )
+                });
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    async fn is_dir(&mut self, dir: &str) -> Result<bool, Error> {
+        let options = ContainerArchiveInfoOptions {
+            path: dir.to_owned(),
+        };
+        match self
+            .docker
+            .get_container_archive_info(&self.container, Some(options))
+            .await
+        {
+            // Go's os.FileMode: ModeDir is bit 31, ModeSymlink bit 27 (a link may point at one).
+            Ok(stat) => Ok(stat.file_mode & (1 << 31 | 1 << 27) != 0),
+            Err(EngineError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(false),
+            Err(e) => Err(engine("stat workdir", Stage::Started, e)),
+        }
+    }
+
+    fn abort_stdin(&mut self) {
+        if let Some(h) = self.stdin.take() {
+            h.abort();
+        }
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        self.abort_stdin();
+    }
+}
+
+/// What to undo for an exec that did not end cleanly.
+enum Action {
+    /// Kill every process of the exec (by its tag) in the warm container.
+    Kill { container: String, tag: String },
+    /// Remove the per-call container.
+    Remove(String),
+}
+
+/// Kills every process whose environment holds the tag, twice (a fork between the two passes
+/// is caught by the second); it skips itself, and needs `sh`, `tr`, `grep` and `kill` in the image.
+/// (`tr` because busybox `grep -F` stops comparing at a NUL.)
+const KILL_SCRIPT: &str = r#"for pass in 1 2; do for p in /proc/[0-9]*; do n=${p#/proc/}; [ "$n" = "$$" ] && continue; tr '\0' '\n' 2>/dev/null < "$p/environ" | grep -qx "$1" && kill -9 "$n" 2>/dev/null; done; done; exit 0"#;
+
+impl Action {
+    async fn run(self, docker: Docker) {
+        match self {
+            Action::Remove(id) => containers::remove(&docker, &id).await,
+            Action::Kill { container, tag } => {
+                if let Err(e) = kill_tagged(&docker, &container, &tag).await {
+                    tracing::warn!(container, error = %e, "killing an abandoned exec failed");
+                }
+            }
+        }
+    }
+}
+
+async fn kill_tagged(docker: &Docker, container: &str, tag: &str) -> Result<(), EngineError> {
+    let options = CreateExecOptions {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        user: Some("0".to_owned()),
+        cmd: Some(vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            KILL_SCRIPT.to_owned(),
+            "execseam-kill".to_owned(),
+            format!("{EXEC_TAG_VAR}={tag}"),
+        ]),
+        ..Default::default()
+    };
+    let created = docker.create_exec(container, options).await?;
+    if let StartExecResults::Attached { mut output, .. } =
+        docker.start_exec(&created.id, None).await?
+    {
+        while output.next().await.is_some() {}
+    }
+    Ok(())
+}
+
+/// Runs its action on drop unless disarmed: on the current tokio runtime, or on a thread with
+/// its own if there is none.
+struct Cleanup {
+    docker: Docker,
+    action: Option<Action>,
+}
+
+impl Cleanup {
+    fn new(docker: Docker) -> Cleanup {
+        Cleanup {
+            docker,
+            action: None,
+        }
+    }
+
+    fn arm(&mut self, action: Action) {
+        self.action = Some(action);
+    }
+
+    fn disarm(&mut self) {
+        self.action = None;
+    }
+
+    async fn run_now(&mut self) {
+        if let Some(a) = self.action.take() {
+            a.run(self.docker.clone()).await;
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let Some(action) = self.action.take() else {
+            return;
+        };
+        let fut = action.run(self.docker.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(fut);
+            }
+            Err(_) => {
+                std::thread::spawn(move || {
+                    if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        rt.block_on(fut);
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// 128 bits that no other exec has.
+fn new_tag() -> String {
+    transport::random_id(32)
+}
+
+impl Exec for DockerExec {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        crate::CAPABILITIES
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        Box::pin(async move { self.exec_detailed(command).await.map(|d| d.output) })
+    }
+
+    fn streaming(&self) -> Option<&dyn ExecStream> {
+        Some(self)
+    }
+}
+
+impl ExecStream for DockerExec {
+    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+        Box::pin(async move {
+            let run = self.start(command).await?;
+            Ok(EventStream::new(futures_util::stream::unfold(
+                Some(run),
+                |state| async move {
+                    let mut run = state?;
+                    let item = run.next_event().await;
+                    let more = !run.done;
+                    Some((item, more.then_some(run)))
+                },
+            )))
+        })
+    }
+}
+
+impl Sandbox for DockerExec {
+    fn id(&self) -> &str {
+        DockerExec::id(self)
+    }
+
+    fn owned(&self) -> bool {
+        self.inner.ownership.owned()
+    }
+
+    fn set_owned(&self, owned: bool) {
+        self.inner.ownership.set_owned(owned);
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let o = &self.inner.ownership;
+            if o.begin_close() && o.owned() && !o.is_destroyed() {
+                Sandbox::destroy(self).await?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Removes the container (warm), or the containers of commands still running (per call);
+    /// later commands through any handle are `Err(NotFound)`.
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            execseam_core::gone_is_destroyed(self.remove_containers().await)?;
+            self.inner.ownership.mark_destroyed();
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_are_unique_and_hex() {
+        let a = new_tag();
+        let b = new_tag();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn the_kill_script_is_valid_sh_and_kills_only_tagged_processes() {
+        // Run it on this host: a tagged sleep dies, an untagged one survives.
+        let tag = format!("{EXEC_TAG_VAR}={}", new_tag());
+        let spawn = |tagged: bool| {
+            let mut c = std::process::Command::new("sleep");
+            c.arg("30");
+            if tagged {
+                let (k, v) = tag.split_once('=').unwrap();
+                c.env(k, v);
+            }
+            c.spawn().unwrap()
+        };
+        let mut tagged = spawn(true);
+        let mut plain = spawn(false);
+        let status = std::process::Command::new("sh")
+            .args(["-c", KILL_SCRIPT, "execseam-kill", &tag])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let killed = tagged.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&killed),
+            Some(9)
+        );
+        assert!(
+            plain.try_wait().unwrap().is_none(),
+            "the untagged process was killed"
+        );
+        plain.kill().unwrap();
+        plain.wait().unwrap();
+    }
+}

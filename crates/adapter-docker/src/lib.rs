@@ -1,0 +1,129 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
+//! Two modes ([`Mode`]):
+//!
+//! - **Warm**: one long-lived container per sandbox (its keepalive under an init, labelled, with
+//!   the limits, runtime and ulimits given); every command is a Docker exec in it, so files and
+//!   processes persist between commands.
+//! - **Per call**: every command gets a fresh container (the same settings, plus the worktree
+//!   bind-mounted at `/workspace`, the default workdir), removed before the command's result is
+//!   returned. Only the worktree survives between commands.
+//!
+//! In both, a command is an exec: `POST /containers/{id}/exec` (argv as `Cmd`, `Env`,
+//! `WorkingDir`, `User`, never a TTY), `POST /exec/{id}/start` hijacked into multiplexed
+//! stdout/stderr frames, then `GET /exec/{id}/json` for the exit code.
+//!
+//! # Capabilities ([`CAPABILITIES`])
+//!
+//! | field | value | how |
+//! |---|---|---|
+//! | argv | native | the exec's `Cmd` array |
+//! | stdin | temp file | attached, then half-closed; a `sh` wrapper first stores all of it (`cat`) in a 0600 file under [`DockerConfig::temp_dir`], which becomes the command's stdin and is removed before it starts (podman loses output when an exec exits with attached stdin unread); empty stdin is not attached (`/dev/null`) |
+//! | workdir | native | the exec's `WorkingDir`; a missing one is `Err(NotFound)` |
+//! | env | native | the exec's `Env`, over the container's; a value with a newline goes through `env --` in argv (podman cuts `Env` values at a newline) |
+//! | streaming | yes | the frames as they arrive |
+//! | remote_kill | yes | warm: every process carrying the exec's [`EXEC_TAG_VAR`] is SIGKILLed by a kill exec; per call: the container is removed |
+//! | binary_output | yes | frames carry raw bytes |
+//!
+//! # What the engine gets wrong, and what the adapter does
+//!
+//! - **Exit codes come from exec inspect** after the output ends (polled while the exec still
+//!   runs), never from a container's wait status: through podman's compat socket `docker run
+//!   --rm` reports 0 for a command that exited 3, and an init reports 1 for a missing program.
+//! - **125/126/127 are results.** A command that exits with them is `Ok`; the engine's own
+//!   failures (image missing, container cannot start, container gone) are typed errors from the
+//!   API's answer. A missing program is 127 with the runtime's message, as in a shell. A missing
+//!   workdir is also 125-127 from the runtime: the adapter then stats the workdir through the
+//!   archive API and reports `Err(NotFound)` if it is not a directory.
+//! - **A stopped or removed container is an error**, not the 137 the exec then reports: on
+//!   137/143 the adapter inspects the container.
+//! - **podman writes its own errors into the stderr frames** (libpod `hijackWriteError`); its
+//!   attach-reset line is dropped after a failed start and is a `Protocol` error anywhere else it
+//!   ends a stream (frames may have been lost).
+//! - **podman's transient `stopped` state** is not in Docker's schema; it reads as "not running".
+//!
+//! Error mapping: see `error.rs` (rendered in `docs/adapters/docker.md`).
+#![warn(missing_docs)]
+
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+
+mod client;
+pub mod config;
+mod containers;
+mod error;
+mod exec;
+mod provider;
+
+pub use client::{LABEL_MANAGED, LABEL_MODE, LABEL_SANDBOX};
+pub use config::{DockerConfig, Mode, Ulimit};
+pub use exec::{DockerExec, DockerOutput, EXEC_TAG_VAR};
+pub use provider::{DockerProvider, OPTIONS};
+
+/// The provider name in errors, reports and the registry.
+pub const PROVIDER: &str = "docker";
+
+/// The environment variables [`DockerConfig::from_env`] reads.
+pub const ENV_VARS: &[&str] = &[
+    "DOCKER_HOST",
+    "DOCKER_TLS_VERIFY",
+    "DOCKER_CERT_PATH",
+    "EXECSEAM_DOCKER_IMAGE",
+    "EXECSEAM_DOCKER_MODE",
+    "EXECSEAM_DOCKER_WORKTREE",
+    "EXECSEAM_DOCKER_RUNTIME",
+    "EXECSEAM_DOCKER_ULIMITS",
+    "EXECSEAM_DOCKER_USER",
+    "EXECSEAM_DOCKER_NETWORK",
+    "EXECSEAM_DOCKER_MEMORY",
+];
+
+const SPEC: SpecSupport = SpecSupport {
+    image: true,
+    env: true,
+    labels: true,
+    lifetime: true,
+    idle_timeout: false,
+    cpu: true,
+    memory: true,
+    disk: false,
+};
+
+/// Warm mode: create (`POST /containers/create` + start: image, `Env`, `Labels`, `NanoCpus`,
+/// `Memory`, a lifetime as the keepalive's `sleep` with auto-remove), connect
+/// (`GET /containers/{id}/json`), list (`GET /containers/json` by label), destroy
+/// (`DELETE /containers/{id}?force=1&v=1`). Options: [`OPTIONS`].
+pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    create: true,
+    connect: true,
+    list: true,
+    destroy: true,
+    spec: SPEC,
+    options: OPTIONS,
+};
+
+/// Per call: create (an image check; the spec applies to every command's container) and destroy
+/// (removes the containers of commands still running); nothing persists to connect to or list.
+pub const PER_CALL_LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    create: true,
+    connect: false,
+    list: false,
+    destroy: true,
+    spec: SPEC,
+    options: OPTIONS,
+};
+
+/// What this adapter does; see the [crate docs](crate).
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::Native,
+    stdin: Delivery::TempFile,
+    workdir: Delivery::Native,
+    env: Delivery::Native,
+    streaming: true,
+    remote_kill: true,
+    binary_output: true,
+    max_stdin: None,
+    max_output: None,
+    native_tools: &[],
+};
