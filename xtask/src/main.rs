@@ -39,8 +39,13 @@ fn main() -> ExitCode {
 /// `cargo test -p execseam-reliability` with the suite's knobs as its environment.
 fn reliability(args: &[String]) -> Result<(), String> {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.current_dir(root())
-        .args(["test", "-p", "execseam-reliability", "--test", "reliability"]);
+    cmd.current_dir(root()).args([
+        "test",
+        "-p",
+        "execseam-reliability",
+        "--test",
+        "reliability",
+    ]);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {

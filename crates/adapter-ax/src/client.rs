@@ -77,7 +77,10 @@ impl Guest {
     pub async fn start(&self, request: StartProcessRequest) -> Result<Process, Status> {
         let r = self.request(request, Some(self.timeout));
         let mut client = self.process.clone();
-        Ok(self.bounded("StartProcess", client.start_process(r)).await?.into_inner())
+        Ok(self
+            .bounded("StartProcess", client.start_process(r))
+            .await?
+            .into_inner())
     }
 
     /// `GetProcess`.
@@ -89,7 +92,10 @@ impl Guest {
             Some(self.timeout),
         );
         let mut client = self.process.clone();
-        Ok(self.bounded("GetProcess", client.get_process(r)).await?.into_inner())
+        Ok(self
+            .bounded("GetProcess", client.get_process(r))
+            .await?
+            .into_inner())
     }
 
     /// A unary call bounded on this side by the request timeout: `grpc-timeout` only asks the
@@ -178,7 +184,10 @@ impl Guest {
             Some(self.timeout),
         );
         let mut client = self.process.clone();
-        Ok(self.bounded("SignalProcess", client.signal_process(r)).await?.into_inner())
+        Ok(self
+            .bounded("SignalProcess", client.signal_process(r))
+            .await?
+            .into_inner())
     }
 
     /// `ReadFile`: the whole file.

@@ -562,7 +562,11 @@ async fn argv_stdin_and_status_are_exact_through_the_wrapper() {
         .exec(Command::new(["echo", "a\\tb"]).unwrap())
         .await
         .unwrap();
-    assert_eq!(out.stdout.as_ref(), b"a\\tb\n", "the program, not the builtin");
+    assert_eq!(
+        out.stdout.as_ref(),
+        b"a\\tb\n",
+        "the program, not the builtin"
+    );
     let out = ax
         .exec(Command::new(["sh", "-c", "exit 201"]).unwrap())
         .await
@@ -575,7 +579,12 @@ async fn argv_stdin_and_status_are_exact_through_the_wrapper() {
     assert_eq!(out.exit, Exit::Code(137), "{out:?}");
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
     let out = ax
-        .exec(Command::builder(["cat"]).stdin(data.clone()).build().unwrap())
+        .exec(
+            Command::builder(["cat"])
+                .stdin(data.clone())
+                .build()
+                .unwrap(),
+        )
         .await
         .unwrap();
     assert!(out.stdout == data, "{} bytes back", out.stdout.len());
@@ -643,7 +652,10 @@ async fn env_names_a_shell_drops_reach_the_command() {
         .await
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.lines().any(|l| l == "EXECSEAM-DASHED.key=v=1"), "{text}");
+    assert!(
+        text.lines().any(|l| l == "EXECSEAM-DASHED.key=v=1"),
+        "{text}"
+    );
     assert!(text.lines().any(|l| l == "PLAIN=p"), "{text}");
 }
 

@@ -721,9 +721,11 @@ impl Router {
             exec_id: exec_id.to_owned(),
         };
         let d = self.control.config().request_timeout;
-        self.call(msg, Some(d), |mut c, r| async move {
-            c.task_exec_poll(r).await
-        })
+        self.call(
+            msg,
+            Some(d),
+            |mut c, r| async move { c.task_exec_poll(r).await },
+        )
         .await
     }
 

@@ -493,7 +493,10 @@ mod timeout_tests {
         assert_eq!(deadline_of(0.0), None);
         assert_eq!(deadline_of(1.5), Some(Duration::from_millis(1500)));
         // 1e19 s is a Duration (the deadline layer saturates the instant); beyond it, none.
-        assert_eq!(deadline_of(1e19), Some(Duration::from_secs(10_000_000_000_000_000_000)));
+        assert_eq!(
+            deadline_of(1e19),
+            Some(Duration::from_secs(10_000_000_000_000_000_000))
+        );
         for huge in [1e20, 1e30, f64::MAX] {
             assert_eq!(deadline_of(huge), Some(Duration::MAX), "{huge}");
         }

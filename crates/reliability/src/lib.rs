@@ -94,7 +94,14 @@ impl Matrix {
                 out.push((format!("{n}+"), Layers::RetryAndDeadline));
                 if matches!(
                     name,
-                    "hang" | "stall" | "trickle" | "endless" | "truncate" | "drop-last" | "garbage" | "body"
+                    "hang"
+                        | "stall"
+                        | "trickle"
+                        | "endless"
+                        | "truncate"
+                        | "drop-last"
+                        | "garbage"
+                        | "body"
                 ) {
                     out.push((format!("{n}+"), Layers::Bare));
                 }
@@ -699,7 +706,11 @@ async fn size_case(
     };
     let mut bad = Vec::new();
     if (e.kind(), e.retry()) != (ErrorKind::InvalidCommand, Retry::Never) {
-        bad.push(format!("{:?}/{:?}, want InvalidCommand/Never", e.kind(), e.retry()));
+        bad.push(format!(
+            "{:?}/{:?}, want InvalidCommand/Never",
+            e.kind(),
+            e.retry()
+        ));
     }
     if e.message().len() > Error::MAX_MESSAGE {
         bad.push(format!("a message of {} bytes", e.message().len()));
@@ -740,11 +751,17 @@ pub async fn secrets(adapters: &[Adapter], options: &Options) -> (usize, Vec<Str
                 continue;
             }
         };
-        let cmd = Command::builder(["sh", "-c", "cat >/dev/null; [ \"$S\" = \"$1\" ] && echo same", "sh", ENV])
-            .env("S", ENV)
-            .stdin(STDIN)
-            .build()
-            .expect("a valid command");
+        let cmd = Command::builder([
+            "sh",
+            "-c",
+            "cat >/dev/null; [ \"$S\" = \"$1\" ] && echo same",
+            "sh",
+            ENV,
+        ])
+        .env("S", ENV)
+        .stdin(STDIN)
+        .build()
+        .expect("a valid command");
         let exec: Arc<dyn Exec> = setup.direct.clone();
         let mut runs = vec![("buffered", exec.exec(cmd.clone()).await)];
         if let Some(s) = exec.streaming() {

@@ -6,9 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use execseam_core::{BoxFuture, Error, ErrorKind, Exec, Sandbox, SandboxSpec};
-use execseam_reliability::{
-    Adapter, Knobs, Options, Setup, Through, orphans, run, secrets, sizes,
-};
+use execseam_reliability::{Adapter, Knobs, Options, Setup, Through, orphans, run, secrets, sizes};
 
 /// Every adapter the suite drives. Local has no network, so no proxy can stand in front of it.
 const ADAPTERS: &[Adapter] = &[

@@ -335,9 +335,7 @@ async fn handle(state: Arc<State>, mut req: Request<Incoming>) -> Result<Respons
                 .map(str::to_owned)
         });
     if let Some(host) = reached.and_then(|h| HeaderValue::from_str(&h).ok()) {
-        req.headers_mut()
-            .entry(FORWARDED_HOST)
-            .or_insert(host);
+        req.headers_mut().entry(FORWARDED_HOST).or_insert(host);
     }
     let upgrade = req.version() == Version::HTTP_11 && req.headers().contains_key(header::UPGRADE);
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
