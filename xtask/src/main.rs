@@ -1,6 +1,8 @@
 //! `cargo xtask`: the workspace's chores, with no dependencies beyond std.
 //!
 //! - `cargo xtask conformance --adapter <name>|all [--live] [-- FILTER]`
+//! - `cargo xtask matrix` (rewrites docs/conformance-matrix.md from the committed records)
+//! - `cargo xtask reliability [--full] [--adapter <name>]` (the reliability suite; `--full`: every case)
 //! - `cargo xtask publish-check`
 //! - `cargo xtask bench`
 //! - `cargo xtask tidy`
@@ -21,8 +23,8 @@ fn main() -> ExitCode {
         Some("publish-check") => publish::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("tidy") => tidy::run(&args[1..]),
-        // Rewrites docs/conformance-matrix.md from the records as they are (after a merge).
         Some("matrix") => matrix::write(),
+        Some("reliability") => reliability(&args[1..]),
         _ => Err(usage()),
     };
     match result {
@@ -34,8 +36,39 @@ fn main() -> ExitCode {
     }
 }
 
+/// `cargo test -p execseam-reliability` with the suite's knobs as its environment.
+fn reliability(args: &[String]) -> Result<(), String> {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root()).args([
+        "test",
+        "-p",
+        "execseam-reliability",
+        "--test",
+        "reliability",
+    ]);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--full" => {
+                cmd.env("EXECSEAM_RELIABILITY", "full");
+            }
+            "--adapter" => {
+                let name = it.next().ok_or("--adapter needs a name")?;
+                cmd.env("EXECSEAM_RELIABILITY_ONLY", name);
+            }
+            other => return Err(format!("unknown argument {other:?}\n{}", usage())),
+        }
+    }
+    let status = cmd.status().map_err(|e| format!("cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the reliability suite failed: {status}"))
+    }
+}
+
 fn usage() -> String {
-    "usage:\n  cargo xtask conformance --adapter <name>|all [--live] [-- FILTER]\n  cargo xtask publish-check\n  cargo xtask bench\n  cargo xtask tidy\n  cargo xtask matrix".into()
+    "usage:\n  cargo xtask conformance --adapter <name>|all [--live] [-- FILTER]\n  cargo xtask matrix\n  cargo xtask reliability [--full] [--adapter <name>]\n  cargo xtask publish-check\n  cargo xtask bench\n  cargo xtask tidy".into()
 }
 
 /// The workspace root.

@@ -20,11 +20,15 @@ use crate::config::AgentCoreConfig;
 use crate::error::{self, Op};
 use crate::wire::ToolResult;
 
+/// The most text one invocation's result may carry (stdout, stderr and content blocks).
+const MAX_RESULT: usize = 64 << 20;
+
 /// One SDK client bound to one code interpreter.
 #[derive(Clone, Debug)]
 pub(crate) struct Client {
     sdk: ac::Client,
     identifier: Arc<str>,
+    idle: std::time::Duration,
 }
 
 impl Client {
@@ -41,6 +45,8 @@ impl Client {
             .retry_config(RetryConfig::standard().with_max_attempts(3))
             // A command may be silent for minutes: a quiet event stream is not a stalled one.
             .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
+            // The SDK buffers a message's claimed length before checking its prelude.
+            .interceptor(crate::frames::CheckFrames)
             .timeout_config(
                 TimeoutConfig::builder()
                     .connect_timeout(config.connect_timeout)
@@ -52,6 +58,7 @@ impl Client {
         Client {
             sdk: ac::Client::from_conf(b.build()),
             identifier: Arc::from(config.identifier.as_str()),
+            idle: config.idle_timeout,
         }
     }
 
@@ -72,8 +79,10 @@ impl Client {
             .code_interpreter_identifier(self.identifier())
             .name(name)
             .session_timeout_seconds(timeout_secs)
-            .send()
+            .send();
+        let out = tokio::time::timeout(self.idle, out)
             .await
+            .map_err(|_| error::idle(Op::StartSession, self.idle))?
             .map_err(|e| error::from_operation(Op::StartSession, e))?;
         let sid = out.session_id();
         if sid.is_empty() {
@@ -87,12 +96,15 @@ impl Client {
 
     /// StopCodeInterpreterSession.
     pub(crate) async fn stop_session(&self, session_id: &str) -> Result<(), Error> {
-        self.sdk
+        let out = self
+            .sdk
             .stop_code_interpreter_session()
             .code_interpreter_identifier(self.identifier())
             .session_id(session_id)
-            .send()
+            .send();
+        tokio::time::timeout(self.idle, out)
             .await
+            .map_err(|_| error::idle(Op::StopSession, self.idle))?
             .map_err(|e| error::from_operation(Op::StopSession, e))?;
         Ok(())
     }
@@ -104,8 +116,10 @@ impl Client {
             .get_code_interpreter_session()
             .code_interpreter_identifier(self.identifier())
             .session_id(session_id)
-            .send()
+            .send();
+        let out = tokio::time::timeout(self.idle, out)
             .await
+            .map_err(|_| error::idle(Op::GetSession, self.idle))?
             .map_err(|e| error::from_operation(Op::GetSession, e))?;
         Ok(out
             .status()
@@ -124,8 +138,10 @@ impl Client {
                 .code_interpreter_identifier(self.identifier())
                 .status(aws_sdk_bedrockagentcore::types::CodeInterpreterSessionStatus::Ready)
                 .set_next_token(token.take())
-                .send()
+                .send();
+            let page = tokio::time::timeout(self.idle, page)
                 .await
+                .map_err(|_| error::idle(Op::ListSessions, self.idle))?
                 .map_err(|e| error::from_operation(Op::ListSessions, e))?;
             out.extend(page.items().iter().map(|s| {
                 (
@@ -162,13 +178,21 @@ impl Client {
             call =
                 call.config_override(ac::Config::builder().retry_config(RetryConfig::disabled()));
         }
-        let mut out = call
-            .send()
+        let idle = self.idle;
+        let mut out = tokio::time::timeout(idle, call.send())
             .await
+            .map_err(|_| error::idle(op, idle))?
             .map_err(|e| error::from_operation(op, e))?;
         let mut result = ToolResult::default();
         loop {
-            match out.stream.recv().await {
+            // Each event must come within the idle timeout: a stalled or trickling stream ends.
+            let next = tokio::time::timeout(idle, out.stream.recv())
+                .await
+                .map_err(|_| error::idle(op, idle))?;
+            if result.size() > MAX_RESULT {
+                return Err(error::output_limit(op, MAX_RESULT));
+            }
+            match next {
                 Ok(Some(CodeInterpreterStreamOutput::Result(r))) => result.push(r),
                 // An event type this SDK does not know: not ours to interpret, and not an error.
                 Ok(Some(_)) => {

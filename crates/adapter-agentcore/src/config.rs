@@ -94,6 +94,7 @@ pub struct AgentCoreConfig {
     pub(crate) temp_dir: String,
     pub(crate) poll_max: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
 }
 
 impl fmt::Debug for AgentCoreConfig {
@@ -123,6 +124,7 @@ impl fmt::Debug for AgentCoreConfig {
             .field("temp_dir", &self.temp_dir)
             .field("poll_max", &self.poll_max)
             .field("connect_timeout", &self.connect_timeout)
+            .field("idle_timeout", &self.idle_timeout)
             .finish()
     }
 }
@@ -160,6 +162,7 @@ impl AgentCoreConfig {
             temp_dir: "/tmp".to_owned(),
             poll_max: Duration::from_millis(500),
             connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(600),
         }
     }
 
@@ -328,6 +331,15 @@ impl AgentCoreConfig {
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// The longest wait for an answer's head and then for each event of its stream (default
+    /// 10 min; a command silent for longer fails with `Timeout(Request)`), and the timeout of
+    /// each session call.
+    #[must_use]
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
         self
     }
 

@@ -163,6 +163,39 @@ pub(crate) fn protocol(op: Op, message: impl Into<String>) -> Error {
     base(ErrorKind::Protocol, op, message).with_retry(retry)
 }
 
+/// No answer head or no next event within the idle timeout.
+pub(crate) fn idle(op: Op, idle: Duration) -> Error {
+    let retry = if op.submits() {
+        Retry::Unsafe
+    } else {
+        Retry::SAFE
+    };
+    base(
+        ErrorKind::Timeout(Deadline::Request),
+        op,
+        format!(
+            "nothing from the event stream for {}ms (AgentCoreConfig::idle_timeout)",
+            idle.as_millis()
+        ),
+    )
+    .with_retry(retry)
+}
+
+/// The result grew beyond what an invocation may carry.
+pub(crate) fn output_limit(op: Op, limit: usize) -> Error {
+    let retry = if op.submits() {
+        Retry::Unsafe
+    } else {
+        Retry::Never
+    };
+    base(
+        ErrorKind::OutputLimit,
+        op,
+        format!("the tool's result exceeds {limit} bytes"),
+    )
+    .with_retry(retry)
+}
+
 /// A tool-level failure (`isError: true` without a usable result).
 pub(crate) fn tool_error(op: Op, kind: ErrorKind, message: impl Into<String>) -> Error {
     let retry = retry_for(kind, op, Channel::Stream, None);
@@ -226,6 +259,11 @@ where
             )
             .with_retry(unsafe_or_safe),
         ),
+        // The frame check refused the stream (see frames.rs): a malformed answer.
+        _ if crate::frames::is_frame_error(err) => Some(protocol(
+            op,
+            format!("a malformed event stream: {}", chain(err)),
+        )),
         SdkError::DispatchFailure(d) => {
             let (kind, retry) = if d.is_timeout() {
                 (ErrorKind::Timeout(Deadline::Request), unsafe_or_safe)

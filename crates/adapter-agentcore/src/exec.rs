@@ -542,6 +542,7 @@ impl Inner {
     }
 
     async fn run(self: Arc<Self>, cmd: Command) -> Result<Output, Error> {
+        execseam_core::transport::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
         let plan = Plan::new(&cmd, &self.config)?;
         if let Some((rel, _)) = &plan.stdin_file {
             self.write(Op::WriteFiles, rel, cmd.stdin().clone())

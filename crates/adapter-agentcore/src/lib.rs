@@ -59,6 +59,7 @@ mod client;
 mod config;
 mod error;
 mod exec;
+mod frames;
 mod provider;
 mod wire;
 
@@ -103,6 +104,15 @@ pub const ENV_VARS: &[&str] = &[
     "AGENTCORE_EXACT_OUTPUT",
     "AGENTCORE_SESSION_ROOT",
 ];
+
+/// The largest command (argv and env) sent, checked before any I/O: the command reaches the
+/// sandbox as one `bash -c` script, a single `execve` string of at most 128 KiB
+/// (`MAX_ARG_STRLEN`); 96 KiB leaves room for the wrapper and the quoting.
+pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
+    execseam_core::transport::SizeLimit::script(
+        96 * 1024,
+        "one bash -c script in the AgentCore sandbox: 128 KiB, 96 KiB before quoting",
+    );
 
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "agentcore";

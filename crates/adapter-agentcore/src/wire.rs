@@ -107,6 +107,13 @@ pub(crate) struct ToolResult {
 }
 
 impl ToolResult {
+    /// About how many bytes the result holds so far.
+    pub(crate) fn size(&self) -> usize {
+        self.stdout.as_ref().map_or(0, String::len)
+            + self.stderr.as_ref().map_or(0, String::len)
+            + self.text.len()
+    }
+
     /// Folds one `result` event in.
     pub(crate) fn push(&mut self, r: CodeInterpreterResult) {
         self.events += 1;

@@ -84,7 +84,11 @@ impl Guest {
     /// `StartProcess`.
     pub async fn start(&self, request: StartProcessRequest) -> Result<Process, Status> {
         let r = self.request(request, Some(self.timeout));
-        Ok(self.process.clone().start_process(r).await?.into_inner())
+        let mut client = self.process.clone();
+        Ok(self
+            .bounded("StartProcess", client.start_process(r))
+            .await?
+            .into_inner())
     }
 
     /// `GetProcess`.
@@ -95,7 +99,34 @@ impl Guest {
             },
             Some(self.timeout),
         );
-        Ok(self.process.clone().get_process(r).await?.into_inner())
+        let mut client = self.process.clone();
+        Ok(self
+            .bounded("GetProcess", client.get_process(r))
+            .await?
+            .into_inner())
+    }
+
+    /// A unary call bounded on this side by the request timeout: `grpc-timeout` only asks the
+    /// guest to give up, and a peer (or anything between) that never answers, or trickles the
+    /// answer, would hold the call for good. `DEADLINE_EXCEEDED` with no source, as a guest
+    /// answers it.
+    pub async fn bounded<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<T, Status>>,
+    ) -> Result<T, Status> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(r) => r,
+            Err(_) => Err(Status::deadline_exceeded(format!(
+                "{what}: no complete answer within the request timeout of {:?}",
+                self.timeout
+            ))),
+        }
+    }
+
+    /// The request timeout (`AxConfig::request_timeout`).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// `StreamProcessOutput` from the given offsets.
@@ -160,7 +191,11 @@ impl Guest {
             },
             Some(self.timeout),
         );
-        Ok(self.process.clone().signal_process(r).await?.into_inner())
+        let mut client = self.process.clone();
+        Ok(self
+            .bounded("SignalProcess", client.signal_process(r))
+            .await?
+            .into_inner())
     }
 
     /// `ReadFile`: the whole file.

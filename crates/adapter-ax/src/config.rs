@@ -28,6 +28,7 @@ pub struct AxConfig {
     pub(crate) max_log_bytes: u64,
     pub(crate) max_resumes: u32,
     pub(crate) exit_poll_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
 }
 
 impl fmt::Debug for AxConfig {
@@ -41,6 +42,7 @@ impl fmt::Debug for AxConfig {
             .field("max_log_bytes", &self.max_log_bytes)
             .field("max_resumes", &self.max_resumes)
             .field("exit_poll_timeout", &self.exit_poll_timeout)
+            .field("idle_timeout", &self.idle_timeout)
             .finish()
     }
 }
@@ -100,6 +102,7 @@ impl AxConfig {
             max_log_bytes: GUEST_MAX_LOG_BYTES,
             max_resumes: 5,
             exit_poll_timeout: Duration::from_secs(3600),
+            idle_timeout: Duration::from_secs(30),
         }
     }
 
@@ -180,7 +183,19 @@ impl AxConfig {
         self
     }
 
-    /// How long to poll `GetProcess` after an output stream ended without the exit message
+    /// How long an output stream may stay silent (no message, or a message that does not
+    /// complete) before the adapter asks the guest whether the process still runs (`GetProcess`,
+    /// bounded by the request timeout): if it runs, the stream is waited on again (a silent
+    /// command is not an error); if it exited, the output is read again from the offsets; if the
+    /// guest does not answer, the exec is `Err(Timeout(Request))`, `Retry::Unsafe`. Opening a
+    /// stream is bounded by the request timeout. Default 30 s.
+    #[must_use]
+    pub fn idle_timeout(mut self, timeout: Duration) -> AxConfig {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// How long the poll for an exit may go on after a stream ended without the exit message,
     /// while the process still runs (default 1 h, the guest's own default process timeout).
     #[must_use]
     pub fn exit_poll_timeout(mut self, timeout: Duration) -> AxConfig {

@@ -1,7 +1,8 @@
 //! The [`Exec`] and [`ExecStream`] implementation.
 //!
-//! One exec is: `StartProcess{command, cwd, env, stdin}` → (if stdin) `WriteProcessInput` in the
-//! background → `StreamProcessOutput{follow}` from byte offsets until its `exit` message.
+//! One exec is: the size check ([`crate::SIZE_LIMIT`], before any I/O) → `StartProcess{command:
+//! [`detached`] argv, cwd, env, stdin}` → (if stdin) `WriteProcessInput` in the background →
+//! `StreamProcessOutput{follow}` from byte offsets until its `exit` message.
 //!
 //! - A stream that fails (reset, truncated, UNAVAILABLE) is resumed from the bytes received so
 //!   far, per stream, up to [`AxConfig::max_resumes`] times in a row without progress.
@@ -110,10 +111,12 @@ impl AxExec {
 
     async fn start(&self, command: Command) -> Result<EventStream, Error> {
         tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
+        execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         let guest = self.guest("exec")?;
         let stdin = command.stdin().clone();
+        let argv = detached(command.argv(), command.env());
         let request = StartProcessRequest {
-            command: command.argv().to_vec(),
+            command: argv,
             cwd: command.workdir().unwrap_or_default().to_owned(),
             env: command
                 .env()
@@ -166,6 +169,71 @@ fn protocol(message: impl Into<String>) -> Error {
     Error::protocol(message)
         .with_provider(PROVIDER)
         .with_operation("exec")
+}
+
+/// Runs argv (`"$@"`, each string as given, run with `exec` so a program named like a shell
+/// builtin is still the program) with its output through two FIFOs this script reads, so the
+/// command's exit is its own. The guest records an exit only after `cmd.Wait`, which also waits
+/// for its output copiers (`cmd.Stdout` is a `cappedWriter`, not a file:
+/// agent-substrate/env `guest/process/tracker.go`), so a background child still holding the
+/// command's stdout (`sleep 60 &`) would hold the exec for as long as it lives, for good with a
+/// daemon. Once the command has exited, the readers get at most one second to drain what it
+/// wrote; the child keeps running, what it writes after that is not this command's output (as
+/// on the local and Daytona adapters), and it stays in the process group the adapter's kill
+/// reaches. Without a writable temp directory (or `mkfifo`) the command runs as it is, exactly,
+/// only without the detachment. The wrapper's variables are not exported, so the command's
+/// environment is the one it asked for.
+pub const DETACH: &str = r#"if d=$(mktemp -d "${TMPDIR:-/tmp}/.execseam-detach.XXXXXX" 2>/dev/null) && mkfifo "$d/o" "$d/e" 2>/dev/null; then
+  cat <"$d/o" & o=$!
+  cat <"$d/e" >&2 & r=$!
+  (exec "$@") >"$d/o" 2>"$d/e"
+  s=$?
+  ( sleep 1; kill "$o" "$r" ) </dev/null >/dev/null 2>&1 & w=$!
+  wait "$o" "$r" 2>/dev/null
+  kill "$w" 2>/dev/null
+  rm -rf "$d"
+  exit "$s"
+fi
+[ -n "$d" ] && rm -rf "$d"
+exec "$@""#;
+
+/// The argv sent to the guest for a command: [`DETACH`] with the argv as its arguments.
+///
+/// A shell drops environment variables whose names are not shell identifiers
+/// (`EXECSEAM-DASHED.key`) before it runs anything, so those of `env` are given again, through
+/// `env --` in front of the argv (the guest still sets them all). A program whose name starts
+/// with `-` (a shell's `exec` may read it as an option), or that contains `=` when `env` is
+/// needed (env would take it for an assignment), is sent as it is: only it keeps the guest's own
+/// wait for background children.
+pub fn detached(argv: &[String], env: &std::collections::BTreeMap<String, String>) -> Vec<String> {
+    let odd: Vec<String> = env
+        .iter()
+        .filter(|(k, _)| !is_identifier(k))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let Some(program) = argv.first() else {
+        return Vec::new();
+    };
+    if program.starts_with('-') || (!odd.is_empty() && program.contains('=')) {
+        return argv.to_vec();
+    }
+    let mut out = Vec::with_capacity(argv.len() + odd.len() + 6);
+    out.extend(["/bin/sh", "-c", DETACH, "sh"].map(str::to_owned));
+    if !odd.is_empty() {
+        out.extend(["env", "--"].map(str::to_owned));
+        out.extend(odd);
+    }
+    out.extend(argv.iter().cloned());
+    out
+}
+
+/// A POSIX shell name: `[A-Za-z_][A-Za-z0-9_]*`.
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 impl Exec for AxExec {
@@ -367,7 +435,10 @@ impl Driver {
     async fn stream_once(&mut self) -> Outcome {
         let tx = self.tx.clone();
         let open = tokio::select! {
-            r = self.guest.output(&self.id, self.offsets[0], self.offsets[1], true) => r,
+            r = self.guest.bounded(
+                "StreamProcessOutput",
+                self.guest.output(&self.id, self.offsets[0], self.offsets[1], true),
+            ) => r,
             () = tx.closed() => return Outcome::Dropped,
         };
         let mut stream = match open {
@@ -375,9 +446,22 @@ impl Driver {
             Err(s) => return Outcome::Failed(s),
         };
         loop {
+            // `Streaming::message` is cancel safe: a message cut by the idle timeout goes on
+            // where it was.
             let next = tokio::select! {
-                r = stream.message() => r,
+                r = tokio::time::timeout(self.config.idle_timeout, stream.message()) => r,
                 () = tx.closed() => return Outcome::Dropped,
+            };
+            let Ok(next) = next else {
+                // Silence: a command may be silent; a broken stream or peer is not.
+                match self.guest.get(&self.id).await {
+                    Ok(p) if ProcessState::try_from(p.state) == Ok(ProcessState::Running) => {
+                        continue;
+                    }
+                    // Exited (or another state the poll reports): read again from the offsets.
+                    Ok(_) => return Outcome::Ended,
+                    Err(s) => return Outcome::Failed(s),
+                }
             };
             let output = match next {
                 Ok(Some(m)) => m.output,

@@ -59,10 +59,18 @@ use execseam_core::{Capabilities, Delivery, LifecycleCapabilities};
 
 use crate::config::GUEST_MAX_LOG_BYTES;
 
+/// The largest command (argv and env) sent, checked before any I/O: the guest `execve`s it
+/// (128 KiB per string, 1 MiB in all, the rest of `ARG_MAX` left to the guest's environment).
+pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
+    execseam_core::transport::SizeLimit::execve(
+        1 << 20,
+        "execve in the AX guest: 128 KiB per string, 1 MiB in all",
+    );
+
 pub use config::{AX_PORT, AxConfig, ENV_LIBRARY_PORT, ENV_TARGET_ACTOR};
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "ax";
-pub use exec::AxExec;
+pub use exec::{AxExec, DETACH, detached};
 pub use provider::AxProvider;
 
 /// The marker the guest appends once when a spool reaches its limit.

@@ -445,21 +445,21 @@ async fn output_past_the_guest_limit_is_an_output_limit_error() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn missing_program_and_workdir_are_not_found() {
+async fn a_missing_program_is_127_and_a_missing_workdir_not_found() {
     let emu = emulator().await;
     let ax = adapter(&emu);
-    let err = ax
+    // Under the detaching wrapper the shell looks the program up, as a local shell does.
+    let out = ax
         .exec(Command::new(["execseam-nope"]).unwrap())
         .await
-        .unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::NotFound, Retry::Never)
-    );
+        .unwrap();
+    assert_eq!(out.exit, Exit::Code(127), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
     assert!(
-        err.message().contains("executable file not found in $PATH"),
-        "{err}"
+        String::from_utf8_lossy(&out.stderr).contains("execseam-nope"),
+        "{out:?}"
     );
+    // The guest checks the cwd before it starts anything (Go: fork/exec ...: ENOENT).
     let err = ax
         .exec(
             Command::builder(["true"])
@@ -469,7 +469,238 @@ async fn missing_program_and_workdir_are_not_found() {
         )
         .await
         .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::NotFound, Retry::Never),
+        "{err}"
+    );
+}
+
+// ---- the detaching wrapper (defect 2 of issue 24) ----
+
+/// A background child holding stdout does not hold the exec: the guest's reaper waits for its
+/// output copiers (tracker.go), which the emulator does too, so without the wrapper this takes
+/// the child's 30 s.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_background_child_does_not_hold_the_exit() {
+    let emu = emulator().await;
+    let ax = adapter(&emu);
+    let start = Instant::now();
+    let out = tokio::time::timeout(
+        Duration::from_secs(10),
+        ax.exec(
+            Command::new([
+                "sh",
+                "-c",
+                "sleep 30 & echo $! > /workspace/bg.pid; echo started; echo e >&2; exit 4",
+            ])
+            .unwrap(),
+        ),
+    )
+    .await
+    .expect("the exec returns before the child ends")
+    .unwrap();
+    let took = start.elapsed();
+    assert_eq!(
+        out,
+        execseam_core::Output::new("started\n", "e\n", Exit::Code(4))
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    // The child still runs (detached from the exec, not killed), then a kill of it works.
+    let alive = ax
+        .exec(Command::new(["sh", "-c", "kill -0 $(cat /workspace/bg.pid) && echo alive"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(alive.stdout.as_ref(), b"alive\n", "{alive:?}");
+    ax.exec(Command::new(["sh", "-c", "kill $(cat /workspace/bg.pid)"]).unwrap())
+        .await
+        .unwrap();
+}
+
+/// The streaming path too: the exit event comes while the child runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_background_child_does_not_hold_the_stream() {
+    let emu = emulator().await;
+    let ax = adapter(&emu);
+    let mut stream = ax
+        .streaming()
+        .unwrap()
+        .exec_stream(Command::new(["sh", "-c", "sleep 30 & echo started"]).unwrap())
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    let done = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(e) = stream.next().await {
+            events.push(e.unwrap());
+        }
+    })
+    .await;
+    assert!(done.is_ok(), "the stream did not end: {events:?}");
+    assert_eq!(
+        events,
+        vec![
+            Event::Stdout(Bytes::from_static(b"started\n")),
+            Event::Exit(Exit::Code(0))
+        ]
+    );
+}
+
+/// argv goes through the wrapper as given: each string one argument, the program `exec`ed (not a
+/// shell builtin of the same name: dash's `echo` would turn `\t` into a tab), the exit status and
+/// a large output intact, stdin delivered.
+#[tokio::test(flavor = "multi_thread")]
+async fn argv_stdin_and_status_are_exact_through_the_wrapper() {
+    let emu = emulator().await;
+    let ax = adapter(&emu);
+    let odd = ["a b", "", "'\"$x`", "*", "a\\tb", "--", "-n"];
+    let mut argv = vec!["printf".to_owned(), "[%s]".to_owned()];
+    argv.extend(odd.iter().map(|s| (*s).to_owned()));
+    let out = ax.exec(Command::new(argv).unwrap()).await.unwrap();
+    let want: String = odd.iter().map(|s| format!("[{s}]")).collect();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    let out = ax
+        .exec(Command::new(["echo", "a\\tb"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        out.stdout.as_ref(),
+        b"a\\tb\n",
+        "the program, not the builtin"
+    );
+    let out = ax
+        .exec(Command::new(["sh", "-c", "exit 201"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.exit, Exit::Code(201));
+    let out = ax
+        .exec(Command::new(["sh", "-c", "kill -9 $$"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.exit, Exit::Code(137), "{out:?}");
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+    let out = ax
+        .exec(
+            Command::builder(["cat"])
+                .stdin(data.clone())
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(out.stdout == data, "{} bytes back", out.stdout.len());
+    // The wrapper's variables do not reach the command.
+    let out = ax
+        .exec(Command::new(["sh", "-c", "echo \"${d-unset}${o-unset}${s-unset}\""]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.stdout.as_ref(), b"unsetunsetunset\n");
+}
+
+/// Without a usable temp directory the command still runs, exactly, without the detachment.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_temp_dir_the_command_runs_unwrapped() {
+    let emu = emulator().await;
+    let ax = adapter(&emu);
+    let out = ax
+        .exec(
+            Command::builder(["sh", "-c", "printf o; printf e >&2; exit 6"])
+                .env("TMPDIR", "/execseam-no-such-dir")
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out, execseam_core::Output::new("o", "e", Exit::Code(6)));
+}
+
+#[test]
+fn the_wrapper_keeps_argv_and_leaves_dash_programs_alone() {
+    use std::collections::BTreeMap;
+    let none = BTreeMap::new();
+    let argv: Vec<String> = ["ls", "-l", "a b"].map(str::to_owned).to_vec();
+    let sent = execseam_ax::detached(&argv, &none);
+    assert_eq!(sent[..4], ["/bin/sh", "-c", execseam_ax::DETACH, "sh"]);
+    assert_eq!(sent[4..], argv[..]);
+    let dash: Vec<String> = vec!["-x".to_owned()];
+    assert_eq!(execseam_ax::detached(&dash, &none), dash);
+    // Names a shell drops come again through env; identifiers are left to the guest.
+    let env = BTreeMap::from([
+        ("A-B.c".to_owned(), "v=1".to_owned()),
+        ("OK_1".to_owned(), "x".to_owned()),
+    ]);
+    let sent = execseam_ax::detached(&argv, &env);
+    assert_eq!(sent[4..7], ["env", "--", "A-B.c=v=1"]);
+    assert_eq!(sent[7..], argv[..]);
+    let eq: Vec<String> = vec!["a=b".to_owned()];
+    assert_eq!(execseam_ax::detached(&eq, &env), eq);
+    assert_eq!(execseam_ax::detached(&eq, &none)[4..], eq[..]);
+}
+
+/// Environment names that are not shell identifiers survive the wrapper (a shell drops them).
+#[tokio::test(flavor = "multi_thread")]
+async fn env_names_a_shell_drops_reach_the_command() {
+    let emu = emulator().await;
+    let ax = adapter(&emu);
+    let out = ax
+        .exec(
+            Command::builder(["env"])
+                .env("EXECSEAM-DASHED.key", "v=1")
+                .env("PLAIN", "p")
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l == "EXECSEAM-DASHED.key=v=1"),
+        "{text}"
+    );
+    assert!(text.lines().any(|l| l == "PLAIN=p"), "{text}");
+}
+
+// ---- sizes (defect 11 of issue 24) ----
+
+/// An oversized command is refused before any I/O: the address is dead, so any request would be
+/// `Unavailable`.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_command_is_invalid_before_any_request() {
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = l.local_addr().unwrap();
+        drop(l);
+        a
+    };
+    let ax = on(AxConfig::new(), &dead.to_string());
+    let secret = "s3cr3t-argv-".repeat(12_000);
+    for cmd in [
+        Command::new(["echo", secret.as_str()]).unwrap(),
+        Command::new(
+            std::iter::once("echo".to_owned())
+                .chain((0..12).map(|_| "x".repeat(100_000)))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap(),
+        Command::builder(["true"])
+            .env("BIG", "v".repeat(200_000))
+            .build()
+            .unwrap(),
+    ] {
+        let err = ax.exec(cmd).await.unwrap_err();
+        assert_eq!(
+            (err.kind(), err.retry()),
+            (ErrorKind::InvalidCommand, Retry::Never),
+            "{err}"
+        );
+        assert!(!err.message().contains("s3cr3t"), "{err}");
+        assert!(err.message().len() <= 1024, "{err}");
+    }
+    // Just under the limit is sent (and fails only because nobody listens).
+    let err = ax
+        .exec(Command::new(["echo", &"y".repeat(100_000)]).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
 }
 
 // ---- kill, files, routing ----

@@ -59,9 +59,6 @@ fn main() {
             .vanished_sandbox(Arc::new(gone))
             .faults(faults)
             .provider(Arc::new(provider))
-            .exit_waits_for_children(
-                "the guest's reaper records the exit after cmd.Wait, which waits for the output copiers (cmd.Stdout is a cappedWriter, not a file: agent-substrate/env guest/process/tracker.go)",
-            )
             .proptest_cases(16)
             .keep_alive(emulator))
     });

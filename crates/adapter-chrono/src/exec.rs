@@ -273,6 +273,7 @@ fn stdin_name() -> String {
 
 pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, Error> {
     config.validate()?;
+    transport::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
     let timeout = Some(config.timeout_secs);
     // The `code` tool's commands run natively: the exact source in its own language.
     if let Some(code) = CodeRequest::parse(cmd)

@@ -51,6 +51,15 @@ pub use provider::ChronoProvider;
 
 use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, Tool};
 
+/// The largest command (argv and env) sent, checked before any I/O: the command reaches the
+/// sandbox as one `bash -c` script, a single `execve` string of at most 128 KiB
+/// (`MAX_ARG_STRLEN`); 96 KiB leaves room for the wrapper and the quoting.
+pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
+    execseam_core::transport::SizeLimit::script(
+        96 * 1024,
+        "one bash -c script in the Chrono sandbox: 128 KiB, 96 KiB before quoting",
+    );
+
 /// The provider name in errors and capabilities.
 pub const PROVIDER: &str = "chrono";
 

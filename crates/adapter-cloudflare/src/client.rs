@@ -120,7 +120,9 @@ impl BridgeClient {
         }
         let status = resp.status().as_u16();
         let after = retry_after(resp.headers());
-        let body = resp.bytes().await.unwrap_or_default();
+        let body = read_limited(resp, MAX_ERROR_BODY, operation, phase)
+            .await
+            .unwrap_or_default();
         Err(http_error(status, after, &body, operation, phase))
     }
 
@@ -129,10 +131,7 @@ impl BridgeClient {
         operation: &'static str,
         phase: Phase,
     ) -> Result<T, Error> {
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| transport_error(e, operation, phase))?;
+        let body = read_limited(resp, MAX_JSON_BODY, operation, phase).await?;
         serde_json::from_slice(&body).map_err(|e| {
             protocol(
                 format!(
@@ -242,12 +241,19 @@ impl BridgeClient {
     /// events. JSON errors before the stream become an `Err` here; an SSE `error` event is an
     /// item of the stream.
     pub async fn exec(&self, id: &str, request: &ExecRequest) -> Result<ExecEvents, Error> {
-        // No whole-request timeout: the stream lasts as long as the command.
+        // No whole-request timeout: the stream lasts as long as the command. But each event
+        // (and the answer's head) must come within the idle timeout: the bridge sends no
+        // keepalives, so silence longer than that is a dead stream.
+        let idle = self.config.stream_idle_timeout;
         let rb = self
             .request(Method::POST, &format!("/sandbox/{id}/exec"), false)
             .header(ACCEPT, "text/event-stream")
             .json(request);
-        let resp = self.send(rb, "exec", Phase::ExecSubmit).await?;
+        let resp = match tokio::time::timeout(idle, self.send(rb, "exec", Phase::ExecSubmit)).await
+        {
+            Ok(r) => r?,
+            Err(_) => return Err(idle_error(idle, Phase::ExecSubmit)),
+        };
         let ct = resp
             .headers()
             .get(CONTENT_TYPE)
@@ -256,7 +262,10 @@ impl BridgeClient {
             .to_ascii_lowercase();
         if !ct.starts_with("text/event-stream") {
             let status = resp.status().as_u16();
-            let body = resp.bytes().await.unwrap_or_default();
+            // Only what the message quotes: the body may be endless.
+            let body = read_limited(resp, 200, "exec", Phase::ExecSubmit)
+                .await
+                .unwrap_or_else(|e| Bytes::from(e.to_string()));
             return Err(protocol(
                 format!(
                     "the exec answered HTTP {status} with {ct:?} instead of an event stream: {:?}",
@@ -266,8 +275,65 @@ impl BridgeClient {
                 Phase::ExecSubmit,
             ));
         }
-        Ok(Box::pin(sse_events(resp.bytes_stream())))
+        Ok(Box::pin(sse_events(resp.bytes_stream(), idle)))
     }
+}
+
+/// The most of an error answer read.
+const MAX_ERROR_BODY: usize = 64 << 10;
+/// The most of a JSON answer read.
+const MAX_JSON_BODY: usize = 16 << 20;
+
+/// Reads at most `limit` bytes of a body; more is an `OutputLimit` error.
+async fn read_limited(
+    resp: Response,
+    limit: usize,
+    operation: &'static str,
+    phase: Phase,
+) -> Result<Bytes, Error> {
+    let mut body = bytes::BytesMut::new();
+    let mut stream = resp.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| transport_error(e, operation, phase))?;
+        let room = limit - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            if limit <= 200 {
+                // A quote: what fits is enough.
+                return Ok(body.freeze());
+            }
+            return Err(Error::new(
+                ErrorKind::OutputLimit,
+                format!("the answer exceeds the {limit}-byte limit"),
+            )
+            .with_retry(if phase == Phase::Idempotent {
+                Retry::Never
+            } else {
+                Retry::Unsafe
+            })
+            .with_provider(PROVIDER)
+            .with_operation(operation));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+fn idle_error(idle: Duration, phase: Phase) -> Error {
+    Error::new(
+        ErrorKind::Timeout(execseam_core::Deadline::Request),
+        format!(
+            "no exec event for {}ms (the stream idle timeout; the bridge sends no keepalives)",
+            idle.as_millis()
+        ),
+    )
+    .with_retry(if phase == Phase::Idempotent {
+        Retry::SAFE
+    } else {
+        Retry::Unsafe
+    })
+    .with_provider(PROVIDER)
+    .with_operation("exec")
 }
 
 struct State<S> {
@@ -275,9 +341,12 @@ struct State<S> {
     decoder: SseDecoder,
     queue: VecDeque<Result<ExecEvent, Error>>,
     done: bool,
+    idle: Duration,
+    /// When the current event began to be awaited.
+    since: tokio::time::Instant,
 }
 
-fn sse_events<S>(body: S) -> impl Stream<Item = Result<ExecEvent, Error>> + Send
+fn sse_events<S>(body: S, idle: Duration) -> impl Stream<Item = Result<ExecEvent, Error>> + Send
 where
     S: Stream<Item = reqwest::Result<Bytes>> + Send + Unpin + 'static,
 {
@@ -286,6 +355,8 @@ where
         decoder: SseDecoder::new(),
         queue: VecDeque::new(),
         done: false,
+        idle,
+        since: tokio::time::Instant::now(),
     };
     futures_util::stream::unfold(state, |mut st| async move {
         loop {
@@ -294,12 +365,21 @@ where
                     st.queue.clear();
                     st.done = true;
                 }
+                st.since = tokio::time::Instant::now();
                 return Some((item, st));
             }
             if st.done {
                 return None;
             }
-            match st.body.next().await {
+            // A decode loop must not starve the runtime (a host deadline in this task, other
+            // tasks on this worker): each chunk costs budget, and yields when it is spent.
+            tokio::task::consume_budget().await;
+            let next = tokio::time::timeout_at(st.since + st.idle, st.body.next()).await;
+            let Ok(next) = next else {
+                st.done = true;
+                return Some((Err(idle_error(st.idle, Phase::ExecStream)), st));
+            };
+            match next {
                 None => {
                     st.done = true;
                     if st.decoder.pending() {

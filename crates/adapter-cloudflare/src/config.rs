@@ -20,6 +20,9 @@ pub const ENV_MODE: &str = "EXECSEAM_CLOUDFLARE_MODE";
 /// The sandbox's files API (and so every temporary file of the adapter) is confined to this tree.
 pub const WORKSPACE: &str = "/workspace";
 
+/// The default [`CloudflareConfig::stream_idle_timeout`].
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// How the adapter obtains a command's stdout and stderr.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum OutputMode {
@@ -69,6 +72,7 @@ pub struct CloudflareConfig {
     pub(crate) command_timeout: Option<Duration>,
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
+    pub(crate) stream_idle_timeout: Duration,
     pub(crate) verify_sandbox: bool,
     pub(crate) connect_attempts: u32,
 }
@@ -84,6 +88,7 @@ impl fmt::Debug for CloudflareConfig {
             .field("command_timeout", &self.command_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("stream_idle_timeout", &self.stream_idle_timeout)
             .field("verify_sandbox", &self.verify_sandbox)
             .field("connect_attempts", &self.connect_attempts)
             .finish()
@@ -107,6 +112,7 @@ impl CloudflareConfig {
             command_timeout: None,
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(120),
+            stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT,
             verify_sandbox: true,
             connect_attempts: 4,
         }
@@ -186,8 +192,16 @@ impl CloudflareConfig {
         self
     }
 
-    /// Timeout of each non-exec request: create, files (default 120 s). The exec stream has
-    /// none: its length is the command's, bounded by the host's deadline.
+    /// The longest wait for the exec answer's head and then for each of its events (default
+    /// 10 min): the bridge sends no keepalives, so a command silent for longer fails with
+    /// `Timeout(Request)` (`Retry::Unsafe`). Raise it for commands that are quiet for longer.
+    #[must_use]
+    pub fn stream_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.stream_idle_timeout = timeout;
+        self
+    }
+
+    /// The timeout of each request that is not the exec stream (default 120 s).
     #[must_use]
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;

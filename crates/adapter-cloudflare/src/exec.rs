@@ -572,6 +572,7 @@ impl Exec for CloudflareExec {
         let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
         let fut = Box::pin(async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
+            execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
             self.not_destroyed("exec")?;
             match self.config().output_mode() {
                 OutputMode::Streaming => self.stream_mode(command).await?.collect().await,
@@ -594,6 +595,7 @@ impl ExecStream for CloudflareExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
         let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
         let fut = Box::pin(async move {
+            execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
             self.not_destroyed("exec_stream")?;
             if self.config().output_mode() == OutputMode::Exact {
                 return Err(Error::unsupported(

@@ -83,6 +83,15 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     options: &[],
 };
 
+/// The largest command (argv and env) sent, checked before any I/O: the command reaches the
+/// sandbox as one `sh -c` script, a single `execve` string of at most 128 KiB
+/// (`MAX_ARG_STRLEN`); 96 KiB leaves room for the wrapper and the quoting.
+pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
+    execseam_core::transport::SizeLimit::script(
+        96 * 1024,
+        "one sh -c script in the Cloudflare container: 128 KiB, 96 KiB before quoting",
+    );
+
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "cloudflare";
 

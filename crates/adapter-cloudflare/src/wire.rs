@@ -108,10 +108,21 @@ pub struct SseEvent {
 #[derive(Debug, Default)]
 pub struct SseDecoder {
     buf: BytesMut,
+    /// How much of `buf` is known to hold no line end (each byte is scanned once).
+    scanned: usize,
     event: Option<String>,
     data: Vec<String>,
+    /// The bytes of the event's data lines so far.
+    data_len: usize,
     skip_lf: bool,
 }
+
+/// The longest SSE line accepted: an output event carries one base64 chunk of the command's
+/// output (the bridge sends what one read returns, far less than this).
+pub const MAX_SSE_LINE: usize = 16 << 20;
+
+/// The largest SSE event accepted (its data lines together).
+pub const MAX_SSE_EVENT: usize = 32 << 20;
 
 impl SseDecoder {
     /// A fresh decoder.
@@ -130,7 +141,25 @@ impl SseDecoder {
         }
         self.buf.extend_from_slice(chunk);
         let mut out = Vec::new();
-        while let Some(pos) = self.buf.iter().position(|&b| b == b'\n' || b == b'\r') {
+        loop {
+            // Only the bytes not scanned yet: a long line costs its length once, not per chunk.
+            let Some(rel) = self.buf[self.scanned..]
+                .iter()
+                .position(|&b| b == b'\n' || b == b'\r')
+            else {
+                self.scanned = self.buf.len();
+                if self.buf.len() > MAX_SSE_LINE {
+                    return Err(format!(
+                        "an SSE line longer than {MAX_SSE_LINE} bytes (the answer is not an event stream)"
+                    ));
+                }
+                break;
+            };
+            let pos = self.scanned + rel;
+            self.scanned = 0;
+            if pos > MAX_SSE_LINE {
+                return Err(format!("an SSE line longer than {MAX_SSE_LINE} bytes"));
+            }
             let line = self.buf.split_to(pos);
             let end = self.buf.split_to(1)[0];
             if end == b'\r' {
@@ -143,7 +172,7 @@ impl SseDecoder {
             let line = std::str::from_utf8(&line)
                 .map_err(|_| "an SSE line is not UTF-8".to_owned())?
                 .to_owned();
-            if let Some(ev) = self.line(&line) {
+            if let Some(ev) = self.line(&line)? {
                 out.push(ev);
             }
         }
@@ -156,18 +185,19 @@ impl SseDecoder {
         !self.buf.is_empty() || self.event.is_some() || !self.data.is_empty()
     }
 
-    fn line(&mut self, line: &str) -> Option<SseEvent> {
+    fn line(&mut self, line: &str) -> Result<Option<SseEvent>, String> {
         if line.is_empty() {
             if self.event.is_none() && self.data.is_empty() {
-                return None;
+                return Ok(None);
             }
-            return Some(SseEvent {
+            self.data_len = 0;
+            return Ok(Some(SseEvent {
                 event: self.event.take().unwrap_or_else(|| "message".into()),
                 data: std::mem::take(&mut self.data).join("\n"),
-            });
+            }));
         }
         if line.starts_with(':') {
-            return None;
+            return Ok(None);
         }
         let (field, value) = match line.split_once(':') {
             Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
@@ -175,10 +205,16 @@ impl SseDecoder {
         };
         match field {
             "event" => self.event = Some(value.to_owned()),
-            "data" => self.data.push(value.to_owned()),
+            "data" => {
+                self.data_len += value.len() + 1;
+                if self.data_len > MAX_SSE_EVENT {
+                    return Err(format!("an SSE event larger than {MAX_SSE_EVENT} bytes"));
+                }
+                self.data.push(value.to_owned());
+            }
             _ => {} // id, retry and unknown fields do not matter here
         }
-        None
+        Ok(None)
     }
 }
 
@@ -235,6 +271,36 @@ fn short(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A never-ending line is scanned once per byte, not once per chunk, and fails at the cap.
+    #[test]
+    fn a_never_ending_line_is_linear_and_capped() {
+        let start = std::time::Instant::now();
+        let mut d = SseDecoder::new();
+        let chunk = vec![b'x'; 4096];
+        let mut fed = 0usize;
+        let err = loop {
+            match d.push(&chunk) {
+                Ok(events) => assert!(events.is_empty()),
+                Err(e) => break e,
+            }
+            fed += chunk.len();
+            assert!(fed <= MAX_SSE_LINE + chunk.len(), "no cap");
+        };
+        assert!(err.contains("longer than"), "{err}");
+        // Quadratic rescanning of 16 MiB in 4 KiB chunks takes minutes; linear, milliseconds.
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+        // Lines split across chunks still decode.
+        let mut d = SseDecoder::new();
+        assert!(d.push(b"data: {\"a\"").unwrap().is_empty());
+        let ev = d.push(b":1}\n\n").unwrap();
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].data, "{\"a\":1}");
+    }
 
     /// The exact bytes the bridge's `writeSSE` produces (`event: X\ndata: Y\n\n`).
     fn frame(event: &str, data: &str) -> String {

@@ -3,14 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine as _;
 use bytes::Bytes;
 use execseam_core::{Error, ErrorKind};
 use reqwest::header::{self, HeaderMap, HeaderValue};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use secrecy::ExposeSecret;
 use serde::de::DeserializeOwned;
-use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_websockets::WebSocketStream;
 
 use crate::config::DaytonaConfig;
 use crate::error::{self, PROVIDER, Phase};
@@ -22,6 +22,73 @@ const UPLOAD_BOUNDARY: &str = "execseam-daytona-upload-7d1c9e";
 /// A WebSocket over a reqwest upgrade (HTTP/1.1, TLS where the URL says https).
 pub(crate) type Ws = WebSocketStream<reqwest::Upgraded>;
 
+/// The largest log-stream message accepted (the daemon sends the log line by line).
+pub(crate) const MAX_WS_MESSAGE: usize = 16 << 20;
+
+/// The most of an error answer read (its message is quoted, cut).
+const MAX_ERROR_BODY: usize = 64 << 10;
+
+/// The most of a JSON answer read (sandboxes, sessions, commands, listings).
+pub(crate) const MAX_JSON_BODY: usize = 16 << 20;
+
+/// The most of a log answer read for `max_output` bytes per stream: the log carries both
+/// streams in base64 lines (4/3), each line with its prefix, plus the trailers.
+pub(crate) fn log_limit(max_output: u64) -> usize {
+    usize::try_from(max_output)
+        .unwrap_or(usize::MAX / 4)
+        .saturating_mul(3)
+        .saturating_add(1 << 20)
+}
+
+/// A `Sec-WebSocket-Key`: 16 random bytes in base64 (RFC 6455 §4.1).
+fn ws_key() -> String {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&execseam_core::transport::random_u64().to_le_bytes());
+    bytes[8..].copy_from_slice(&execseam_core::transport::random_u64().to_le_bytes());
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The `Sec-WebSocket-Accept` a server must answer `key` with (RFC 6455 §4.2.2).
+fn ws_accept(key: &str) -> String {
+    let mut sha = sha1_smol::Sha1::new();
+    sha.update(key.as_bytes());
+    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
+}
+
+/// Reads at most `limit` bytes of a body; more is an `OutputLimit` error (with `phase`'s retry
+/// class), a broken body the transport error.
+pub(crate) async fn read_limited(
+    mut resp: Response,
+    limit: usize,
+    operation: &'static str,
+    phase: Phase,
+) -> Result<Bytes, Error> {
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| error::from_transport(e, operation, phase))?
+    {
+        if body.len() + chunk.len() > limit {
+            let e = Error::new(
+                ErrorKind::OutputLimit,
+                format!("the answer exceeds the {limit}-byte limit"),
+            )
+            .with_provider(PROVIDER)
+            .with_operation(operation)
+            .with_retry(if phase == Phase::Before {
+                execseam_core::Retry::Never
+            } else {
+                execseam_core::Retry::Unsafe
+            });
+            return Err(e);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
 /// The authenticated HTTP client, shared by the control plane and the toolbox.
 #[derive(Clone)]
 pub(crate) struct Client {
@@ -30,6 +97,12 @@ pub(crate) struct Client {
     headers: HeaderMap,
     api_url: String,
     request_timeout: Duration,
+    /// The most of a command's log read in one answer.
+    pub(crate) max_log: usize,
+    /// The most output an exec collects per stream.
+    pub(crate) max_output: u64,
+    /// The longest silence before the adapter asks whether the command ended.
+    pub(crate) idle_timeout: Duration,
 }
 
 impl Client {
@@ -73,6 +146,9 @@ impl Client {
             headers,
             api_url: config.api_url.trim_end_matches('/').to_owned(),
             request_timeout: config.request_timeout,
+            max_log: log_limit(config.max_output),
+            max_output: config.max_output,
+            idle_timeout: config.idle_timeout,
         })
     }
 
@@ -101,16 +177,16 @@ impl Client {
         }
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let body = resp.bytes().await.unwrap_or_default();
+        let body = read_limited(resp, MAX_ERROR_BODY, operation, phase)
+            .await
+            .unwrap_or_default();
         Err(error::from_response(
             status, &headers, &body, operation, phase,
         ))
     }
 
     async fn body(resp: Response, operation: &'static str, phase: Phase) -> Result<Bytes, Error> {
-        resp.bytes()
-            .await
-            .map_err(|e| error::from_transport(e, operation, phase))
+        read_limited(resp, MAX_JSON_BODY, operation, phase).await
     }
 
     async fn json<T: DeserializeOwned>(
@@ -254,8 +330,7 @@ impl Toolbox {
             .map(drop)
     }
 
-    /// The request that runs the command. It has no timeout (commands take as long as they
-    /// take) and is never re-sent.
+    /// The request that runs the command; never re-sent.
     pub(crate) async fn session_exec(
         &self,
         session_id: &str,
@@ -270,7 +345,12 @@ impl Toolbox {
             command,
             run_async: run_async.then_some(true),
         };
-        let rb = self.client.request(Method::POST, &url, false).json(&body);
+        // An async submit is answered at once: it gets the request timeout. A synchronous one
+        // lasts as long as the command (the caller watches the session instead).
+        let rb = self
+            .client
+            .request(Method::POST, &url, run_async)
+            .json(&body);
         let resp = self.client.send(rb, "exec", Phase::Submitted).await?;
         let expected = if run_async {
             StatusCode::ACCEPTED
@@ -287,7 +367,29 @@ impl Toolbox {
                 ),
             ));
         }
-        Client::json(resp, "exec", Phase::Submitted).await
+        // A synchronous answer carries the whole output: bounded like a log.
+        let body = read_limited(resp, self.client.max_log, "exec", Phase::Submitted).await?;
+        parse_json(&body, "exec")
+    }
+
+    /// `GET /process/session/{id}`: the session's commands (an exec's session has one).
+    pub(crate) async fn get_session(&self, session_id: &str) -> Result<wire::SessionInfo, Error> {
+        const OP: &str = "get_session";
+        let url = self.url(&format!("/process/session/{}", path_segment(session_id)));
+        let resp = self
+            .client
+            .send(
+                self.client.request(Method::GET, &url, true),
+                OP,
+                Phase::After,
+            )
+            .await?;
+        Client::json(resp, OP, Phase::After).await
+    }
+
+    /// Client limits and timeouts.
+    pub(crate) fn limits(&self) -> (u64, Duration) {
+        (self.client.max_output, self.client.idle_timeout)
     }
 
     pub(crate) async fn get_command(
@@ -305,10 +407,10 @@ impl Toolbox {
             .send(
                 self.client.request(Method::GET, &url, true),
                 "get_session_command",
-                Phase::Submitted,
+                Phase::After,
             )
             .await?;
-        Client::json(resp, "get_session_command", Phase::Submitted).await
+        Client::json(resp, "get_session_command", Phase::After).await
     }
 
     /// The command's whole log so far (`GET …/logs`), raw with its line prefixes: the `output`
@@ -325,7 +427,7 @@ impl Toolbox {
             .send(
                 self.client.request(Method::GET, &url, true),
                 OP,
-                Phase::Submitted,
+                Phase::After,
             )
             .await?;
         let json = resp
@@ -333,7 +435,7 @@ impl Toolbox {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/json"));
-        let body = Client::body(resp, OP, Phase::Submitted).await?;
+        let body = read_limited(resp, self.client.max_log, OP, Phase::After).await?;
         if !json {
             return Ok(body.to_vec());
         }
@@ -354,7 +456,7 @@ impl Toolbox {
             path_segment(session_id),
             path_segment(command_id)
         ));
-        let key = tokio_tungstenite::tungstenite::handshake::client::generate_key();
+        let key = ws_key();
         let rb = self
             .client
             .ws
@@ -368,11 +470,13 @@ impl Toolbox {
         let resp = rb
             .send()
             .await
-            .map_err(|e| error::from_transport(e, OP, Phase::Submitted))?;
+            .map_err(|e| error::from_transport(e, OP, Phase::After))?;
         if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
             let status = resp.status().as_u16();
             let headers = resp.headers().clone();
-            let body = resp.bytes().await.unwrap_or_default();
+            let body = read_limited(resp, MAX_ERROR_BODY, OP, Phase::After)
+                .await
+                .unwrap_or_default();
             if (200..300).contains(&status) {
                 return Err(error::protocol(
                     OP,
@@ -384,10 +488,10 @@ impl Toolbox {
                 &headers,
                 &body,
                 OP,
-                Phase::Submitted,
+                Phase::After,
             ));
         }
-        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+        let accept = ws_accept(&key);
         let got = resp
             .headers()
             .get(header::SEC_WEBSOCKET_ACCEPT)
@@ -401,8 +505,12 @@ impl Toolbox {
         let upgraded = resp
             .upgrade()
             .await
-            .map_err(|e| error::from_transport(e, OP, Phase::Submitted))?;
-        Ok(WebSocketStream::from_raw_socket(upgraded, Role::Client, None).await)
+            .map_err(|e| error::from_transport(e, OP, Phase::After))?;
+        // Bounded frames: a log message is a few lines of base64.
+        let limits = tokio_websockets::Limits::default().max_payload_len(Some(MAX_WS_MESSAGE));
+        Ok(tokio_websockets::ClientBuilder::new()
+            .limits(limits)
+            .take_over(upgraded))
     }
 
     // -----------------------------------------------------------------------------------------

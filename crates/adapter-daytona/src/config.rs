@@ -9,6 +9,9 @@ use secrecy::SecretString;
 /// Daytona Cloud's API.
 pub const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
 
+/// The default [`DaytonaConfig::max_output`]: 64 MiB per stream.
+pub const DEFAULT_MAX_OUTPUT: u64 = 64 << 20;
+
 /// How to reach Daytona, and the defaults for new sandboxes. Build with [`DaytonaConfig::new`]
 /// and the setters, or [`DaytonaConfig::from_env`]; checked by
 /// [`DaytonaProvider::new`](crate::DaytonaProvider::new). `Debug` never prints the token.
@@ -23,6 +26,8 @@ pub struct DaytonaConfig {
     pub(crate) request_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) start_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) max_output: u64,
 }
 
 impl fmt::Debug for DaytonaConfig {
@@ -37,6 +42,8 @@ impl fmt::Debug for DaytonaConfig {
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("start_timeout", &self.start_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_output", &self.max_output)
             .finish()
     }
 }
@@ -55,6 +62,8 @@ impl DaytonaConfig {
             request_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),
             start_timeout: Duration::from_secs(120),
+            idle_timeout: Duration::from_secs(30),
+            max_output: DEFAULT_MAX_OUTPUT,
         }
     }
 
@@ -165,6 +174,24 @@ impl DaytonaConfig {
     #[must_use]
     pub fn connect_timeout(mut self, t: Duration) -> Self {
         self.connect_timeout = t;
+        self
+    }
+
+    /// The longest silence on a command's log stream before the adapter asks Daytona, with
+    /// one status request, whether the command ended (default 30 s). A command that is still
+    /// running keeps its stream; one that ended while its stream stalled is finished from the
+    /// log's REST route. A silent command is never failed for its silence.
+    #[must_use]
+    pub fn idle_timeout(mut self, t: Duration) -> Self {
+        self.idle_timeout = t;
+        self
+    }
+
+    /// The most output [`Exec::exec`](execseam_core::Exec::exec) collects per stream (default
+    /// 64 MiB); beyond it the exec fails with `OutputLimit`. Streams are not limited.
+    #[must_use]
+    pub fn max_output(mut self, bytes: u64) -> Self {
+        self.max_output = bytes;
         self
     }
 

@@ -27,8 +27,11 @@ pub enum Phase {
     /// Nothing that runs the command was sent yet (session create, stdin upload, control plane,
     /// files API).
     Before,
-    /// The command was submitted (or may have been): it may have run.
+    /// The request that submits the command: it may have run (a rejection says it did not).
     Submitted,
+    /// A request after the submit (log follow, status, log read): whatever its own answer,
+    /// the command may be running, so nothing here is `Safe` (`transport::after_submit`).
+    After,
 }
 
 /// Maps an HTTP error answer.
@@ -54,7 +57,7 @@ pub fn from_response(
         text = format!("{text} (from {src})");
     }
     let after = retry_after(headers);
-    let submitted = phase == Phase::Submitted;
+    let submitted = phase != Phase::Before;
     let unsafe_or = |safe: Retry| if submitted { Retry::Unsafe } else { safe };
     let code_is = |c: &str| code.as_deref() == Some(c);
     let (kind, retry) = match status {
@@ -88,6 +91,11 @@ pub fn from_response(
         500..=599 => (ErrorKind::Internal, unsafe_or(Retry::SAFE)),
         _ => (ErrorKind::Internal, Retry::Never),
     };
+    let retry = if phase == Phase::After {
+        transport::after_submit_class(retry)
+    } else {
+        retry
+    };
     let mut e = Error::new(kind, text)
         .with_retry(retry)
         .with_provider(PROVIDER)
@@ -106,7 +114,7 @@ pub fn from_transport(err: reqwest::Error, operation: &'static str, phase: Phase
     let err = err.without_url();
     let effect = match phase {
         Phase::Before => Effect::Idempotent,
-        Phase::Submitted => Effect::NonIdempotent,
+        Phase::Submitted | Phase::After => Effect::NonIdempotent,
     };
     let failure = if err.is_connect() {
         Failure::Connect
@@ -117,7 +125,11 @@ pub fn from_transport(err: reqwest::Error, operation: &'static str, phase: Phase
     } else {
         Failure::Cut
     };
-    let (kind, retry) = transport::failure(failure, effect);
+    let (kind, mut retry) = transport::failure(failure, effect);
+    if phase == Phase::After {
+        // A refused connection on the log follow does not mean the command did not run.
+        retry = transport::after_submit_class(retry);
+    }
     Error::new(kind, transport::error_chain(&err))
         .with_retry(retry)
         .with_provider(PROVIDER)
@@ -144,6 +156,22 @@ mod tests {
 
     fn map(status: u16, body: &str, phase: Phase) -> Error {
         from_response(status, &HeaderMap::new(), body.as_bytes(), "exec", phase)
+    }
+
+    /// A 429 or a 503 on the log follow, the status poll or the log read comes after the
+    /// command was submitted: retrying the exec would run it twice.
+    #[test]
+    fn nothing_after_the_submit_is_safe() {
+        for status in [429, 503, 502, 408, 410, 500] {
+            let e = map(status, "", Phase::After);
+            assert_eq!(e.retry(), Retry::Unsafe, "{status}: {e}");
+        }
+        assert_eq!(
+            map(429, "", Phase::Submitted).retry(),
+            Retry::SAFE,
+            "a rejected submit ran nothing"
+        );
+        assert_eq!(map(404, "", Phase::After).retry(), Retry::Never);
     }
 
     #[test]

@@ -36,13 +36,13 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
 use execseam_core::degrade::{self, StdinFrom, WrapOptions};
+use execseam_core::transport::after_submit;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, Event, EventStream, Exec, ExecStream, Exit, Output,
     Ownership, Sandbox, gone_is_destroyed,
 };
-use futures_util::StreamExt as _;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use futures_util::{SinkExt as _, StreamExt as _};
+use tokio_websockets::CloseCode;
 
 use crate::client::{Client, Toolbox, Ws};
 use crate::config::DaytonaConfig;
@@ -574,6 +574,17 @@ impl Session {
         self.stdin = None;
     }
 
+    /// Deletes the session now, killing its process tree, and says whether Daytona confirmed it
+    /// (the awaitable kill).
+    async fn kill(mut self) -> Result<(), Error> {
+        self.open = false;
+        let r = self.toolbox.delete_session(&self.id).await;
+        if let Some(path) = self.stdin.take() {
+            let _ = self.toolbox.delete_file(&path, false).await;
+        }
+        r.map_err(|e| e.or_context(PROVIDER, "kill"))
+    }
+
     /// Deletes the session now (after the command ended). A failure leaks an idle session and
     /// is logged, not reported: the command's result stands.
     async fn close(mut self) {
@@ -641,21 +652,85 @@ async fn complete_from_logs(
 }
 
 async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
+    crate::check_size(&cmd)?;
     let plan = Plan::new(&inner, &cmd)?;
     let mut session = Session::open(&inner, &plan).await?;
     session.submitted();
-    let resp = inner
-        .toolbox
-        .session_exec(&session.id, &plan.command, false)
-        .await?;
-    let output = match (output_from_response(&resp), resp.exit_code) {
-        (Ok(o), _) => o,
-        // The answer came before the log's tail: read the log until it is complete.
-        (Err(e), Some(code)) if e.kind() == execseam_core::ErrorKind::Protocol => {
-            complete_from_logs(&inner.toolbox, &session.id, &resp.cmd_id, code).await?
+    let (max_output, idle) = inner.toolbox.limits();
+    // The synchronous answer comes when the command ends, however long that is; so silence is
+    // no error. But every idle period the session is asked whether its one command ended: if it
+    // did and the answer still does not come (a stalled or lost answer), the log is read instead.
+    let sid = session.id.clone();
+    let mut exec = Box::pin(inner.toolbox.session_exec(&sid, &plan.command, false));
+    let mut ended: Option<(String, i32)> = None;
+    let mut unseen = 0;
+    let answer = loop {
+        match tokio::time::timeout(idle, &mut exec).await {
+            Ok(r) => break Ok(r?),
+            Err(_) => {
+                if let Some(done) = ended.take() {
+                    break Err(done);
+                }
+                let info = inner
+                    .toolbox
+                    .get_session(&session.id)
+                    .await
+                    .map_err(after_submit)?;
+                let commands = info.commands.unwrap_or_default();
+                if commands.is_empty() {
+                    // Two idle periods and the daemon has not seen the command: the request is
+                    // lost (dropping it deletes the session, so a late arrival runs nothing).
+                    unseen += 1;
+                    if unseen >= 2 {
+                        return Err(Error::new(
+                            execseam_core::ErrorKind::Timeout(execseam_core::Deadline::Request),
+                            format!(
+                                "Daytona had not seen the command {}ms after it was sent",
+                                (idle * 2).as_millis()
+                            ),
+                        )
+                        .with_retry(execseam_core::Retry::Unsafe)
+                        .with_provider(PROVIDER)
+                        .with_operation("exec"));
+                    }
+                }
+                ended = commands
+                    .into_iter()
+                    .find_map(|c| c.exit_code.map(|code| (c.id, code)));
+            }
         }
-        (Err(e), _) => return Err(e),
     };
+    let output = match answer {
+        Ok(resp) => match (output_from_response(&resp), resp.exit_code) {
+            (Ok(o), _) => o,
+            // The answer came before the log's tail: read the log until it is complete.
+            (Err(e), Some(code)) if e.kind() == execseam_core::ErrorKind::Protocol => {
+                complete_from_logs(&inner.toolbox, &session.id, &resp.cmd_id, code)
+                    .await
+                    .map_err(after_submit)?
+            }
+            (Err(e), _) => return Err(e),
+        },
+        Err((cmd_id, code)) => {
+            drop(exec);
+            tracing::debug!(
+                provider = PROVIDER,
+                "the exec's answer stalled after the command ended: reading its log"
+            );
+            complete_from_logs(&inner.toolbox, &session.id, &cmd_id, code)
+                .await
+                .map_err(after_submit)?
+        }
+    };
+    if output.stdout.len() as u64 > max_output || output.stderr.len() as u64 > max_output {
+        return Err(Error::new(
+            execseam_core::ErrorKind::OutputLimit,
+            format!("the command wrote more than the {max_output} bytes per stream this adapter collects"),
+        )
+        .with_retry(execseam_core::Retry::Unsafe)
+        .with_provider(PROVIDER)
+        .with_operation("exec"));
+    }
     session.close().await;
     degrade::check_wrapped(output).map_err(|e| e.or_context(PROVIDER, "exec"))
 }
@@ -687,8 +762,12 @@ impl Exec for DaytonaExec {
 /// How long to wait, after both trailers, for Daytona to record the exit code.
 const EXIT_CODE_WAIT: Duration = Duration::from_secs(15);
 
+/// The running command's session, shared by the stream and its awaitable kill: whoever takes
+/// it ends it.
+type SessionSlot = Arc<std::sync::Mutex<Option<Session>>>;
+
 struct Streamer {
-    session: Option<Session>,
+    session: SessionSlot,
     toolbox: Toolbox,
     cmd_id: String,
     ws: Option<Ws>,
@@ -701,17 +780,29 @@ struct Streamer {
     /// Raw log bytes fed so far (to resume from the whole log if the stream ends early).
     fed: usize,
     done: bool,
+    /// The longest silence before asking whether the command ended.
+    idle: Duration,
 }
 
 impl Streamer {
+    /// Every failure here comes after the submit: the command may be running.
     fn fail(&mut self, e: Error) -> Option<(Result<Event, Error>, Streamer)> {
         self.done = true;
-        Some((Err(e), self.take()))
+        Some((Err(after_submit(e)), self.take()))
+    }
+
+    fn session_id(&self) -> String {
+        self.session
+            .lock()
+            .expect("session")
+            .as_ref()
+            .map(|s| s.id.clone())
+            .unwrap_or_default()
     }
 
     fn take(&mut self) -> Streamer {
         Streamer {
-            session: self.session.take(),
+            session: self.session.clone(),
             toolbox: self.toolbox.clone(),
             cmd_id: std::mem::take(&mut self.cmd_id),
             ws: self.ws.take(),
@@ -722,6 +813,7 @@ impl Streamer {
             first_stderr: std::mem::take(&mut self.first_stderr),
             fed: self.fed,
             done: self.done,
+            idle: self.idle,
         }
     }
 
@@ -756,11 +848,7 @@ impl Streamer {
     /// Feeds what the whole log holds beyond what the stream delivered, until both trailers
     /// are in.
     async fn tail_from_logs(&mut self) -> Result<(), Error> {
-        let session = self
-            .session
-            .as_ref()
-            .map(|s| s.id.clone())
-            .unwrap_or_default();
+        let session = self.session_id();
         let until = Instant::now() + LOG_TAIL_WAIT;
         loop {
             let raw = self.toolbox.logs(&session, &self.cmd_id).await?;
@@ -792,11 +880,7 @@ impl Streamer {
             .out
             .status()
             .map_err(|m| error::protocol("exec_stream", m))?;
-        let session = self
-            .session
-            .as_ref()
-            .map(|s| s.id.clone())
-            .unwrap_or_default();
+        let session = self.session_id();
         let until = Instant::now() + EXIT_CODE_WAIT;
         let code = loop {
             let c = self.toolbox.get_command(&session, &self.cmd_id).await?;
@@ -838,13 +922,14 @@ impl Streamer {
             if self.out.done() && self.err.done() {
                 // Both trailers are in: say goodbye without waiting for the daemon's own close.
                 if let Some(mut ws) = self.ws.take() {
-                    let _ = tokio::time::timeout(Duration::from_millis(200), ws.close(None)).await;
+                    let _ = tokio::time::timeout(Duration::from_millis(200), ws.close()).await;
                 }
                 let r = self.exit().await;
                 match r {
                     Ok(exit) => {
                         self.done = true;
-                        if let Some(s) = self.session.take() {
+                        let session = self.session.lock().expect("session").take();
+                        if let Some(s) = session {
                             s.close().await;
                         }
                         return Some((Ok(Event::Exit(exit)), self));
@@ -855,41 +940,54 @@ impl Streamer {
             let Some(ws) = self.ws.as_mut() else {
                 return self.fail(error::protocol("exec_stream", "the log stream is gone"));
             };
-            match ws.next().await {
-                Some(Ok(Message::Binary(b))) => {
-                    if let Err(m) = self.feed(&b) {
+            let msg = match tokio::time::timeout(self.idle, ws.next()).await {
+                Ok(m) => m,
+                Err(_) => {
+                    // Silence: a quiet command, or a stalled stream? Ask whether it ended.
+                    let session = self.session_id();
+                    match self.toolbox.get_command(&session, &self.cmd_id).await {
+                        Ok(c) if c.exit_code.is_some() => {
+                            tracing::debug!(
+                                provider = PROVIDER,
+                                "the log stream stalled after the command ended: reading its log"
+                            );
+                            self.ws = None;
+                            if let Err(e) = self.finish_from_logs().await {
+                                return self.fail(e);
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => return self.fail(e),
+                    }
+                    continue;
+                }
+            };
+            match msg {
+                Some(Ok(m)) if m.is_binary() || m.is_text() => {
+                    let payload = m.as_payload().to_vec();
+                    if let Err(m) = self.feed(&payload) {
                         return self.fail(error::protocol("exec_stream", m));
                     }
                 }
-                Some(Ok(Message::Text(t))) => {
-                    if let Err(m) = self.feed(t.as_bytes()) {
-                        return self.fail(error::protocol("exec_stream", m));
-                    }
-                }
-                Some(Ok(Message::Close(frame))) => {
-                    let code = frame.as_ref().map(|f| f.code);
-                    if matches!(code, None | Some(CloseCode::Normal)) {
+                Some(Ok(m)) if m.is_close() => {
+                    let close = m.as_close().map(|(c, r)| (c, r.to_owned()));
+                    if matches!(close, None | Some((CloseCode::NORMAL_CLOSURE, _)))
+                        || close
+                            .as_ref()
+                            .is_some_and(|(c, _)| *c == CloseCode::NO_STATUS_RECEIVED)
+                    {
                         // The daemon ends the follow when the exit code is recorded, which can
                         // be before its readers drained the tail: read the rest from the log.
-                        if !(self.out.done() && self.err.done())
-                            && let Err(e) = self.tail_from_logs().await
-                        {
+                        if let Err(e) = self.finish_from_logs().await {
                             return self.fail(e);
                         }
-                        let mut parts = Vec::new();
-                        if let Err(m) = self
-                            .demux
-                            .finish(&mut parts)
-                            .and_then(|()| self.route(parts))
-                        {
-                            return self.fail(error::protocol("exec_stream", m));
-                        }
                     } else {
-                        let reason = frame.map(|f| f.reason.to_string()).unwrap_or_default();
+                        let (code, reason) =
+                            close.unwrap_or((CloseCode::NORMAL_CLOSURE, String::new()));
                         return self.fail(
                             Error::new(
                                 execseam_core::ErrorKind::Unavailable,
-                                format!("the log stream closed with {code:?} {reason}"),
+                                format!("the log stream closed with {} {reason}", u16::from(code)),
                             )
                             .with_retry(execseam_core::Retry::Unsafe)
                             .with_provider(PROVIDER)
@@ -919,9 +1017,23 @@ impl Streamer {
             }
         }
     }
+
+    /// The stream ended (or stalled) after the command: what it did not deliver is read from
+    /// the whole log, then the frame is checked complete.
+    async fn finish_from_logs(&mut self) -> Result<(), Error> {
+        if !(self.out.done() && self.err.done()) {
+            self.tail_from_logs().await?;
+        }
+        let mut parts = Vec::new();
+        self.demux
+            .finish(&mut parts)
+            .and_then(|()| self.route(parts))
+            .map_err(|m| error::protocol("exec_stream", m))
+    }
 }
 
 async fn start_stream(inner: Arc<Inner>, cmd: Command) -> Result<EventStream, Error> {
+    crate::check_size(&cmd)?;
     let plan = Plan::new(&inner, &cmd)?;
     let mut session = Session::open(&inner, &plan).await?;
     session.submitted();
@@ -930,9 +1042,25 @@ async fn start_stream(inner: Arc<Inner>, cmd: Command) -> Result<EventStream, Er
         .session_exec(&session.id, &plan.command, true)
         .await
         .map_err(|e| e.or_context(PROVIDER, "exec_stream"))?;
-    let ws = inner.toolbox.follow_logs(&session.id, &resp.cmd_id).await?;
+    let slot: SessionSlot = Arc::new(std::sync::Mutex::new(Some(session)));
+    let ws = match inner
+        .toolbox
+        .follow_logs(&session_id(&slot), &resp.cmd_id)
+        .await
+    {
+        Ok(ws) => ws,
+        // The command runs: kill it before answering (nothing may race the caller's retry).
+        Err(e) => {
+            let session = slot.lock().expect("session").take();
+            if let Some(s) = session {
+                let _ = s.kill().await;
+            }
+            return Err(after_submit(e));
+        }
+    };
+    let (_, idle) = inner.toolbox.limits();
     let streamer = Streamer {
-        session: Some(session),
+        session: slot.clone(),
         toolbox: inner.toolbox.clone(),
         cmd_id: resp.cmd_id,
         ws: Some(ws),
@@ -943,11 +1071,27 @@ async fn start_stream(inner: Arc<Inner>, cmd: Command) -> Result<EventStream, Er
         first_stderr: BytesMut::new(),
         fed: 0,
         done: false,
+        idle,
     };
-    Ok(EventStream::new(futures_util::stream::unfold(
-        streamer,
-        Streamer::next,
-    )))
+    Ok(
+        EventStream::new(futures_util::stream::unfold(streamer, Streamer::next)).with_kill(
+            move || async move {
+                let session = slot.lock().expect("session").take();
+                match session {
+                    Some(s) => s.kill().await,
+                    None => Ok(()),
+                }
+            },
+        ),
+    )
+}
+
+fn session_id(slot: &SessionSlot) -> String {
+    slot.lock()
+        .expect("session")
+        .as_ref()
+        .map(|s| s.id.clone())
+        .unwrap_or_default()
 }
 
 impl ExecStream for DaytonaExec {

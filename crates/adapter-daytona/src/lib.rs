@@ -45,12 +45,25 @@ pub mod exec;
 mod provider;
 pub mod wire;
 
-pub use config::DaytonaConfig;
+pub use config::{DEFAULT_MAX_OUTPUT, DaytonaConfig};
 pub use exec::DaytonaExec;
 pub use provider::DaytonaProvider;
 
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "daytona";
+
+/// The largest command (argv and env) sent, checked before any I/O: it travels as one shell
+/// line, and the sandbox `execve`s the program at the end (128 KiB per string; 1 MiB in all,
+/// the rest of `ARG_MAX` left to the session's environment).
+pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
+    execseam_core::transport::SizeLimit::execve(
+        1 << 20,
+        "execve in the Daytona sandbox: 128 KiB per string, 1 MiB in all",
+    );
+
+pub(crate) fn check_size(cmd: &execseam_core::Command) -> Result<(), execseam_core::Error> {
+    execseam_core::transport::check_size(PROVIDER, cmd, &SIZE_LIMIT)
+}
 
 /// What the Daytona adapter does; see the crate docs for each degradation.
 pub const CAPABILITIES: Capabilities = Capabilities {
@@ -62,7 +75,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     remote_kill: true,
     binary_output: true,
     max_stdin: None,
-    max_output: None,
+    max_output: Some(DEFAULT_MAX_OUTPUT),
     native_tools: &[],
 };
 

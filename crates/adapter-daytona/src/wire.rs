@@ -151,6 +151,15 @@ pub struct SessionCommand {
     pub exit_code: Option<i32>,
 }
 
+/// `GET /process/session/{sessionId}`: the session and its commands.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    /// The commands run in the session so far.
+    #[serde(default)]
+    pub commands: Option<Vec<SessionCommand>>,
+}
+
 /// `GET …/logs` as JSON (SDK >= 0.167).
 #[derive(Clone, Debug, Deserialize)]
 pub struct SessionCommandLogsResponse {

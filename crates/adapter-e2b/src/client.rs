@@ -285,6 +285,8 @@ pub(crate) struct Envd {
     pub headers: HeaderMap,
     pub request_timeout: Duration,
     pub keepalive: Duration,
+    /// The longest wait for one complete stream message (keepalives included).
+    pub idle: Duration,
     /// envd ≥ 0.5.7 takes `application/octet-stream` uploads.
     pub octet_stream_upload: bool,
 }
@@ -350,6 +352,7 @@ impl Envd {
             headers,
             req,
             deadline,
+            self.idle,
         )
         .await
     }
@@ -423,6 +426,18 @@ impl Envd {
         )
         .await
         .map(drop)
+    }
+
+    /// The pid of the process with `tag`, from `process.Process/List`, if envd tracks it.
+    pub(crate) async fn pid_of_tag(&self, tag: &str) -> Result<Option<u32>, CallError> {
+        let list: wire::ListResponse = self
+            .unary("process.Process/List", &serde_json::json!({}))
+            .await?;
+        Ok(list
+            .processes
+            .iter()
+            .find(|p| p.tag.as_deref() == Some(tag))
+            .map(|p| p.pid))
     }
 
     /// `process.Process/SendSignal` with `SIGNAL_SIGKILL`.

@@ -185,6 +185,9 @@ pub(crate) enum CallError {
     },
     /// The answer broke the protocol.
     Protocol(String),
+    /// A stream message did not complete within the idle timeout (a stalled or trickling
+    /// answer; envd sends keepalives, so a live stream always completes one).
+    Idle(Duration),
 }
 
 impl CallError {
@@ -433,13 +436,15 @@ pub(crate) async fn unary<Req: Serialize, Resp: DeserializeOwned>(
 }
 
 /// Opens a server stream. `timeout` is sent as `Connect-Timeout-Ms` only: the stream lasts as
-/// long as the server says (idle connections are bounded by the client's read timeout).
+/// long as the server says, but each message must complete within `idle` (envd's keepalives
+/// come every `Keepalive-Ping-Interval`).
 pub(crate) async fn server_stream<Req: Serialize>(
     http: &reqwest::Client,
     url: reqwest::Url,
     headers: HeaderMap,
     request: &Req,
     timeout: Option<Duration>,
+    idle: Duration,
 ) -> Result<ServerStream, CallError> {
     let payload = serde_json::to_vec(request)
         .map_err(|e| CallError::Protocol(format!("cannot encode the request: {e}")))?;
@@ -454,11 +459,17 @@ pub(crate) async fn server_stream<Req: Serialize>(
     if let Some(v) = timeout_header(timeout) {
         req = req.header("connect-timeout-ms", v);
     }
-    let resp = req.send().await.map_err(CallError::from_reqwest)?;
-    stream_of(resp).await
+    let resp = match tokio::time::timeout(idle, req.send()).await {
+        Ok(r) => r.map_err(CallError::from_reqwest)?,
+        Err(_) => return Err(CallError::Idle(idle)),
+    };
+    stream_of(resp, Some(idle)).await
 }
 
-async fn stream_of(resp: reqwest::Response) -> Result<ServerStream, CallError> {
+async fn stream_of(
+    resp: reqwest::Response,
+    idle: Option<Duration>,
+) -> Result<ServerStream, CallError> {
     if resp.status().as_u16() != 200 {
         return Err(error_of(resp).await);
     }
@@ -483,6 +494,8 @@ async fn stream_of(resp: reqwest::Response) -> Result<ServerStream, CallError> {
         resp,
         decoder: Decoder::default(),
         finished: false,
+        idle,
+        since: tokio::time::Instant::now(),
     })
 }
 
@@ -492,6 +505,10 @@ pub(crate) struct ServerStream {
     resp: reqwest::Response,
     decoder: Decoder,
     finished: bool,
+    /// The longest wait for one complete message, if bounded.
+    idle: Option<Duration>,
+    /// When the caller asked for the message being read.
+    since: tokio::time::Instant,
 }
 
 impl ServerStream {
@@ -499,6 +516,7 @@ impl ServerStream {
     /// [`CallError::Rpc`] with `in_stream`; a body that ends without the end-stream message is
     /// [`CallError::Protocol`]. Cancel-safe: nothing is lost if the future is dropped.
     pub(crate) async fn message<T: DeserializeOwned>(&mut self) -> Result<Option<T>, CallError> {
+        self.since = tokio::time::Instant::now();
         loop {
             if self.finished {
                 return Ok(None);
@@ -531,7 +549,20 @@ impl ServerStream {
                 }
                 None => {}
             }
-            match self.resp.chunk().await.map_err(CallError::from_reqwest)? {
+            let chunk = match self.idle {
+                Some(idle) => {
+                    // Bounded per message, not per byte: a trickle never completes one.
+                    match tokio::time::timeout_at(self.since + idle, self.resp.chunk()).await {
+                        Ok(c) => c,
+                        Err(_) => {
+                            self.finished = true;
+                            return Err(CallError::Idle(idle));
+                        }
+                    }
+                }
+                None => self.resp.chunk().await,
+            };
+            match chunk.map_err(CallError::from_reqwest)? {
                 Some(chunk) => self.decoder.push(&chunk),
                 None => {
                     self.finished = true;
@@ -576,7 +607,7 @@ pub(crate) async fn client_stream<Req: Serialize, Resp: DeserializeOwned>(
         }
     }
     let resp = req.send().await.map_err(CallError::from_reqwest)?;
-    let mut stream = stream_of(resp).await?;
+    let mut stream = stream_of(resp, None).await?;
     let Some(msg) = stream.message::<Resp>().await? else {
         return Err(CallError::Protocol(
             "a client stream ended without its response message".into(),

@@ -178,6 +178,14 @@ pub(crate) fn map(call: CallError, ctx: &Ctx) -> Error {
             let m = format!("the request timed out: {}", transport::error_chain(&e));
             err(kind, retry, ctx, m).with_source(e)
         }
+        CallError::Idle(idle) => {
+            let (kind, retry) = transport::failure(Failure::Timeout, ctx.stage.effect());
+            let m = format!(
+                "no complete stream message for {}ms (the stream idle timeout; envd sends keepalives)",
+                idle.as_millis()
+            );
+            err(kind, retry, ctx, m)
+        }
         CallError::Transport(e) => {
             let m = format!("the connection broke: {}", transport::error_chain(&e));
             if ctx.gone {

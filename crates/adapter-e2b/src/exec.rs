@@ -136,15 +136,34 @@ impl Inner {
         error::map(call, &ctx)
     }
 
-    /// SIGKILLs a process; by tag the pid may not be registered yet, so not_found is retried
-    /// briefly.
-    async fn kill_process(&self, target: ProcessSelector) {
+    /// SIGKILLs a process and, once its pid is known, its whole process group. envd starts
+    /// each process in its own group (`Setpgid`) but its `SendSignal` signals the pid only
+    /// (`handler.go`: `p.cmd.Process.Signal`), so background children and pipeline members
+    /// would survive: the group is killed first by a `kill -9 -PGID` started next to it. By
+    /// tag the pid may not be registered yet, so not_found is retried briefly. `Ok` when the
+    /// process is gone.
+    async fn kill_process(&self, mut target: ProcessSelector) -> Result<(), Error> {
+        if let ProcessSelector::Tag(tag) = &target {
+            // The start event has not been read: find the pid, for the group.
+            for attempt in 0..4 {
+                if let Ok(Some(pid)) = self.envd.pid_of_tag(tag).await {
+                    target = ProcessSelector::Pid(pid);
+                    break;
+                }
+                if attempt < 3 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        if let ProcessSelector::Pid(pid) = target {
+            self.kill_group(pid).await;
+        }
         let by_tag = matches!(target, ProcessSelector::Tag(_));
         for attempt in 0..4 {
             match self.envd.kill(target.clone()).await {
                 Ok(()) => {
                     tracing::debug!(provider = PROVIDER, ?target, "killed the process");
-                    return;
+                    return Ok(());
                 }
                 Err(CallError::Rpc {
                     error:
@@ -156,11 +175,62 @@ impl Inner {
                 }) if by_tag && attempt < 3 => {
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
+                // Gone already (the group kill took it, or it exited): not_found, or Go's
+                // `os.Process.Signal` errors for a dead process (ESRCH, "already finished").
+                Err(CallError::Rpc {
+                    error: RpcError { code, message },
+                    ..
+                }) if !by_tag
+                    && (code == Code::NotFound
+                        || (code == Code::Internal
+                            && ["no such process", "process already finished"]
+                                .iter()
+                                .any(|m| message.to_lowercase().contains(m)))) =>
+                {
+                    return Ok(());
+                }
                 Err(e) => {
                     tracing::debug!(provider = PROVIDER, ?target, error = ?e, "kill failed");
-                    return;
+                    return Err(error::map(e, &Ctx::new("kill", Stage::Idempotent)));
                 }
             }
+        }
+        Err(Error::new(
+            ErrorKind::NotFound,
+            "the process to kill was never registered under its tag",
+        )
+        .with_provider(PROVIDER)
+        .with_operation("kill"))
+    }
+
+    /// `kill -9 -PGID` in the sandbox (the pid is its group's id), waited for boundedly.
+    async fn kill_group(&self, pid: u32) {
+        let req = wire::StartRequest {
+            process: wire::ProcessConfig {
+                cmd: "/bin/sh".into(),
+                args: vec![
+                    "-c".into(),
+                    "kill -9 -\"$1\" 2>/dev/null; exit 0".into(),
+                    "sh".into(),
+                    pid.to_string(),
+                ],
+                envs: BTreeMap::new(),
+                cwd: None,
+            },
+            tag: None,
+            stdin: false,
+        };
+        let run = async {
+            let mut stream = self.envd.start(&req, None).await?;
+            while stream.message::<wire::StartResponse>().await?.is_some() {}
+            Ok::<(), CallError>(())
+        };
+        match tokio::time::timeout(self.config.request_timeout, run).await {
+            Ok(Ok(())) => tracing::debug!(provider = PROVIDER, pid, "killed the process group"),
+            Ok(Err(e)) => {
+                tracing::debug!(provider = PROVIDER, pid, error = ?e, "the group kill failed")
+            }
+            Err(_) => tracing::debug!(provider = PROVIDER, pid, "the group kill timed out"),
         }
     }
 }
@@ -326,6 +396,7 @@ impl E2bExec {
             headers,
             request_timeout: config.request_timeout,
             keepalive: config.keepalive_interval,
+            idle: config.stream_idle_timeout,
             octet_stream_upload: version >= EnvdVersion::OCTET_STREAM_UPLOAD,
         };
         Ok(E2bExec {
@@ -451,6 +522,7 @@ impl E2bExec {
     }
 
     async fn start(&self, cmd: Command) -> Result<EventStream, Error> {
+        execseam_core::transport::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
         let inner = &self.inner;
         let stdin = cmd.stdin().clone();
         if !stdin.is_empty() && inner.envd_version < EnvdVersion::CLOSE_STDIN {
@@ -490,7 +562,7 @@ impl E2bExec {
         // From here a dropped future kills whatever may have started, by tag until the pid is known.
         let mut guard = KillGuard {
             inner: self.inner.clone(),
-            target: Some(ProcessSelector::Tag(tag)),
+            target: Arc::new(Mutex::new(Some(ProcessSelector::Tag(tag)))),
         };
         let mut stream = match inner.envd.start(&req, deadline).await {
             Ok(s) => s,
@@ -537,12 +609,13 @@ impl E2bExec {
                 return Err(inner.fail(e, ctx).await);
             }
         };
-        guard.target = Some(ProcessSelector::Pid(pid));
+        guard.aim(ProcessSelector::Pid(pid));
         ctx.stage = Stage::ExecRunning;
         let stdin_task = (!stdin.is_empty()).then(|| {
             let inner = self.inner.clone();
             tokio::spawn(async move { feed_stdin(inner, pid, stdin).await })
         });
+        let kill = guard.kill_now();
         let running = Running {
             inner: self.inner.clone(),
             stream,
@@ -552,13 +625,13 @@ impl E2bExec {
             done: false,
             ctx,
         };
-        Ok(EventStream::new(futures_util::stream::unfold(
-            running,
-            |mut r| async move {
+        Ok(
+            EventStream::new(futures_util::stream::unfold(running, |mut r| async move {
                 let item = r.next().await?;
                 Some((item, r))
-            },
-        )))
+            }))
+            .with_kill(kill),
+        )
     }
 }
 
@@ -617,7 +690,10 @@ fn may_have_started(e: &CallError) -> bool {
         CallError::Connect(_) => false,
         CallError::Http { status, .. } => !matches!(status, 400..=499 | 502 | 503),
         CallError::Rpc { .. } => false,
-        CallError::Timeout(_) | CallError::Transport(_) | CallError::Protocol(_) => true,
+        CallError::Timeout(_)
+        | CallError::Idle(_)
+        | CallError::Transport(_)
+        | CallError::Protocol(_) => true,
     }
 }
 
@@ -670,21 +746,41 @@ fn stdin_gone(e: &CallError) -> bool {
     }
 }
 
-/// SIGKILLs the process on drop unless disarmed (it ended, or never started).
+/// SIGKILLs the process (and its group) on drop unless disarmed (it ended, or never started),
+/// or unless [`KillGuard::kill_now`] took the target first.
 struct KillGuard {
     inner: Arc<Inner>,
-    target: Option<ProcessSelector>,
+    target: Arc<Mutex<Option<ProcessSelector>>>,
 }
 
 impl KillGuard {
     fn disarm(&mut self) {
-        self.target = None;
+        self.target.lock().expect("kill target").take();
+    }
+
+    fn aim(&mut self, target: ProcessSelector) {
+        *self.target.lock().expect("kill target") = Some(target);
+    }
+
+    /// The awaitable kill [`EventStream::with_kill`] takes: it takes the target, so the drop
+    /// sends nothing more.
+    fn kill_now(&self) -> impl FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send + 'static {
+        let (inner, slot) = (self.inner.clone(), self.target.clone());
+        move || {
+            let target = slot.lock().expect("kill target").take();
+            Box::pin(async move {
+                match target {
+                    Some(t) => inner.kill_process(t).await,
+                    None => Ok(()),
+                }
+            })
+        }
     }
 }
 
 impl Drop for KillGuard {
     fn drop(&mut self) {
-        let Some(target) = self.target.take() else {
+        let Some(target) = self.target.lock().expect("kill target").take() else {
             return;
         };
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -696,7 +792,9 @@ impl Drop for KillGuard {
             return;
         };
         let inner = self.inner.clone();
-        handle.spawn(async move { inner.kill_process(target).await });
+        handle.spawn(async move {
+            let _ = inner.kill_process(target).await;
+        });
     }
 }
 
@@ -734,6 +832,11 @@ impl Running {
         let r = self.step().await;
         if !matches!(r, Ok(Event::Stdout(_) | Event::Stderr(_))) {
             self.done = true;
+        }
+        if r.is_err() {
+            // The command may still run: kill it (and its group) before answering, so that
+            // whatever the caller does next (a retry, the next command) never races the kill.
+            let _ = self.guard.kill_now()().await;
         }
         Some(r)
     }
@@ -893,6 +996,7 @@ impl Exec for E2bExec {
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
         let fut = Box::pin(async move {
+            execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
             if self.inner.config.native_tools
                 && let Some(req) = NativeRequest::parse(&command)
                 && matches!(req, NativeRequest::List(_) | NativeRequest::Glob(_))

@@ -113,6 +113,15 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     options: &[],
 };
 
+/// The largest command (argv and env) sent, checked before any I/O: envd `execve`s it in the
+/// sandbox (through `/bin/sh -c … exec nice "$@"`), so Linux's limits apply: 128 KiB per
+/// string, and of the 2 MiB `ARG_MAX` 1 MiB is left to envd's own environment.
+pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
+    execseam_core::transport::SizeLimit::execve(
+        1 << 20,
+        "execve in the E2B sandbox: 128 KiB per string, 1 MiB in all",
+    );
+
 /// What this adapter does; see the [crate docs](crate).
 pub const CAPABILITIES: Capabilities = Capabilities {
     argv: Delivery::Native,

@@ -150,6 +150,25 @@ pub enum StreamInputRequest {
     },
 }
 
+/// `process.ListResponse` (only what the kill needs).
+#[derive(Deserialize, Debug, Default)]
+pub struct ListResponse {
+    /// The processes envd tracks.
+    #[serde(default)]
+    pub processes: Vec<ProcessInfo>,
+}
+
+/// `process.ProcessInfo` (only what the kill needs).
+#[derive(Deserialize, Debug)]
+pub struct ProcessInfo {
+    /// Its pid.
+    #[serde(default)]
+    pub pid: u32,
+    /// Its tag, if it has one.
+    #[serde(default)]
+    pub tag: Option<String>,
+}
+
 /// `process.SendSignalRequest`.
 #[derive(Serialize, Debug)]
 pub struct SendSignalRequest {

@@ -485,3 +485,114 @@ async fn the_lifecycle_maps_to_the_control_plane() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
 }
+
+/// envd's `SendSignal` signals the pid only (`handler.go`: `p.cmd.Process.Signal`), but the
+/// process leads its own group (`Setpgid`): a deadline, a dropped future and a dropped stream
+/// must take the background children and pipeline members too.
+#[tokio::test(flavor = "multi_thread")]
+async fn kills_reach_background_children_and_pipeline_members() {
+    use execseam_emulators::probe::{gone_within, kill_leftovers, unique_sleep};
+    use execseam_layers::ExecExt;
+    let emu = emulator().await;
+    let exec = create(config(&emu)).await.unwrap();
+    let family = |token: &str| {
+        Command::new([
+            "sh",
+            "-c",
+            "sleep \"$1\" & sleep \"$1\" | cat & echo started; sleep \"$1\"",
+            "sh",
+            token,
+        ])
+        .unwrap()
+    };
+    let wait_started = |token: String| async move {
+        let until = Instant::now() + Duration::from_secs(10);
+        while execseam_emulators::probe::processes_with_arg(&token).len() < 3 {
+            assert!(Instant::now() < until, "the family never started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+
+    // The host deadline: the kill is awaited, and only then called a kill.
+    let token = unique_sleep();
+    let err = (&exec)
+        .with_deadline(Duration::from_secs(2))
+        .exec(family(&token))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout(Deadline::Command));
+    assert!(err.message().contains("was killed"), "{err}");
+    let left = gone_within(&token, Duration::from_millis(500)).await;
+    kill_leftovers(&token);
+    assert_eq!(left, Ok(()), "survivors of the deadline kill");
+
+    // A dropped future.
+    let token = unique_sleep();
+    let run = exec.exec(family(&token));
+    let started = wait_started(token.clone());
+    tokio::select! {
+        _ = run => panic!("the family ended"),
+        () = started => {}
+    }
+    let left = gone_within(&token, Duration::from_secs(5)).await;
+    kill_leftovers(&token);
+    assert_eq!(
+        left,
+        Ok(()),
+        "survivors of a dropped exec: {:?}",
+        emu.requests()
+            .iter()
+            .map(|r| r.path.clone())
+            .collect::<Vec<_>>()
+    );
+
+    // A dropped stream.
+    let token = unique_sleep();
+    let stream = exec
+        .streaming()
+        .unwrap()
+        .exec_stream(family(&token))
+        .await
+        .unwrap();
+    wait_started(token.clone()).await;
+    drop(stream);
+    let left = gone_within(&token, Duration::from_secs(5)).await;
+    kill_leftovers(&token);
+    assert_eq!(left, Ok(()), "survivors of a dropped stream");
+}
+
+/// A command too large for the sandbox's `execve` is refused before any request, never
+/// retried, and its content is not echoed.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_command_is_refused_before_any_request() {
+    let emu = emulator().await;
+    let exec = create(config(&emu)).await.unwrap();
+    let before = requests(&emu, "/process.Process/Start").len();
+    let big = "secret-".repeat(10 << 20 >> 3);
+    for cmd in [
+        Command::new(["echo", big.as_str()]).unwrap(),
+        Command::builder(["true"])
+            .env("A", "x".repeat(200 << 10))
+            .build()
+            .unwrap(),
+        Command::new(vec!["x".repeat(100 << 10); 12]).unwrap(),
+    ] {
+        for err in [
+            exec.exec(cmd.clone()).await.unwrap_err(),
+            exec.streaming()
+                .unwrap()
+                .exec_stream(cmd)
+                .await
+                .unwrap_err(),
+        ] {
+            assert_eq!(
+                (err.kind(), err.retry()),
+                (ErrorKind::InvalidCommand, Retry::Never),
+                "{err}"
+            );
+            assert!(err.to_string().len() < 400, "{err}");
+            assert!(!err.to_string().contains("secret"), "{err}");
+        }
+    }
+    assert_eq!(requests(&emu, "/process.Process/Start").len(), before);
+}

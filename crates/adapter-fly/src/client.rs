@@ -11,6 +11,13 @@ use crate::config::FlyConfig;
 use crate::error::{Op, error, from_status, from_transport};
 use crate::wire::{Machine, MachineExecRequest, WaitResponse};
 
+/// The most of an error answer read.
+const MAX_ERROR_BODY: usize = 64 << 10;
+/// The most of a machine or lease answer read.
+const MAX_JSON_BODY: usize = 4 << 20;
+/// The most of an exec answer read: both streams at the 2 MiB output cap, JSON-escaped.
+const MAX_EXEC_BODY: usize = 2 * 6 * (2 << 20) + (64 << 10);
+
 /// A Machines API client for one app (and one machine for the machine calls). reqwest's own retries are disabled: an exec POST that
 /// may have reached the machine is never sent twice (fly-go's transport would re-send it on
 /// 502/503; this one does not).
@@ -95,11 +102,39 @@ impl Client {
     /// Sends a request and returns the status, headers and body of a 2xx answer; anything else
     /// is mapped to an error.
     async fn send(&self, req: RequestBuilder, op: Op) -> Result<Bytes, Error> {
-        let resp = req.send().await.map_err(|e| from_transport(e, op))?;
+        let mut resp = req.send().await.map_err(|e| from_transport(e, op))?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let body = resp.bytes().await.map_err(|e| from_transport(e, op))?;
-        if (200..300).contains(&status) {
+        let ok = (200..300).contains(&status);
+        // Bounded: an exec answer holds at most max_output per stream, JSON-escaped (up to six
+        // bytes per byte); anything else is small.
+        let limit = match (ok, op) {
+            (false, _) => MAX_ERROR_BODY,
+            (true, Op::Exec) => MAX_EXEC_BODY,
+            (true, _) => MAX_JSON_BODY,
+        };
+        let mut body = bytes::BytesMut::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| from_transport(e, op))? {
+            if body.len() + chunk.len() > limit {
+                if !ok {
+                    // Enough to quote.
+                    break;
+                }
+                return Err(error(
+                    ErrorKind::OutputLimit,
+                    op,
+                    format!("the answer exceeds the {limit}-byte limit"),
+                )
+                .with_retry(if op == Op::Exec {
+                    execseam_core::Retry::Unsafe
+                } else {
+                    execseam_core::Retry::Never
+                }));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let body = body.freeze();
+        if ok {
             Ok(body)
         } else {
             Err(from_status(status, &headers, &body, op))

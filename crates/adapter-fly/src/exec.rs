@@ -106,6 +106,7 @@ impl FlyExec {
 }
 
 pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Error> {
+    execseam_core::transport::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
     let len = cmd.stdin().len() as u64;
     if len > config.max_stdin {
         return Err(error(
@@ -145,15 +146,73 @@ pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Err
         // Valid UTF-8 by construction: the original text, or base64.
         Some(String::from_utf8_lossy(&stdin_bytes).into_owned())
     };
+    // Every command ends by writing a marker with its status to stderr, which the answer must
+    // carry: the API omits zero values, so `{}` is what a silent `true` returns, and also what
+    // a broken answer looks like. The marker tells them apart (argv is passed on as "$@").
+    let mut marked = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        END_SCRIPT.to_owned(),
+        "sh".to_owned(),
+    ];
+    marked.extend(argv);
     Ok(Prepared {
         body: MachineExecRequest {
-            command: argv,
+            command: marked,
             stdin,
             timeout: Some(config.exec_timeout.as_secs().max(1)),
             container: config.container.clone(),
         },
         wrapped,
     })
+}
+
+/// Runs argv, then writes [`END_MARK`] and the status to stderr and exits with that status.
+pub const END_SCRIPT: &str = "\"$@\"; s=$?; printf '\\036execseam-end:%s' \"$s\" >&2; exit \"$s\"";
+
+/// What [`END_SCRIPT`] writes last on stderr, before the status.
+pub const END_MARK: &[u8] = b"\x1eexecseam-end:";
+
+/// Reads a 200 answer to a command prepared here: [`parse_response`], then the end marker is
+/// required (unless a signal ended the command) and removed from stderr. An answer without it
+/// (`{}`, a cut or replaced body) is a protocol error, never an invented exit.
+pub fn parse_marked(body: &[u8], wrapped: bool) -> Result<Output, Error> {
+    let out = parse_response(body, false)?;
+    let proto = |m: String| {
+        Error::protocol(m)
+            .with_provider(PROVIDER)
+            .with_operation("exec")
+    };
+    let stderr = out.stderr.clone();
+    let marker = stderr
+        .windows(END_MARK.len())
+        .rposition(|w| w == END_MARK)
+        .map(|at| (at, &stderr[at + END_MARK.len()..]));
+    let out = match (marker, out.exit) {
+        (Some((at, status)), Exit::Code(code)) if status == code.to_string().as_bytes() => {
+            Output::new(out.stdout, stderr.slice(..at), Exit::Code(code))
+        }
+        (Some((at, _)), Exit::Signal(sig)) => {
+            Output::new(out.stdout, stderr.slice(..at), Exit::Signal(sig))
+        }
+        (None, Exit::Signal(sig)) => Output::new(out.stdout, stderr, Exit::Signal(sig)),
+        (Some((_, status)), exit) => {
+            return Err(proto(format!(
+                "the end marker says status {:?} but the answer says {exit:?}",
+                String::from_utf8_lossy(status)
+            )));
+        }
+        (None, _) => {
+            return Err(proto(
+                "the exec answer lacks the command's end marker: not a complete result".into(),
+            ));
+        }
+    };
+    if wrapped {
+        degrade::check_wrapped(out).map_err(|e| e.with_provider(PROVIDER))
+    } else {
+        Ok(out)
+    }
 }
 
 /// Reads a 200 answer (`flydv1.ExecResponse`). Zero values are omitted by the API, so a missing
@@ -238,7 +297,7 @@ impl Exec for FlyExec {
                 "exec"
             );
             let body = self.client.exec(&prepared.body).await?;
-            let out = parse_response(&body, prepared.wrapped)?;
+            let out = parse_marked(&body, prepared.wrapped)?;
             tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
             Ok(out)
         });
@@ -298,13 +357,16 @@ mod tests {
     fn plain_commands_go_as_argv() {
         let p = prepare(&config(), &Command::new(["echo", "a b"]).unwrap()).unwrap();
         assert!(!p.wrapped);
-        assert_eq!(p.body.command, ["echo", "a b"]);
+        assert_eq!(
+            p.body.command,
+            ["/bin/sh", "-c", END_SCRIPT, "sh", "echo", "a b"]
+        );
         assert_eq!(p.body.stdin, None);
         assert_eq!(p.body.timeout, Some(120));
         let json = serde_json::to_value(&p.body).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"command": ["echo", "a b"], "timeout": 120})
+            serde_json::json!({"command": ["/bin/sh", "-c", END_SCRIPT, "sh", "echo", "a b"], "timeout": 120})
         );
     }
 
@@ -321,11 +383,11 @@ mod tests {
             .unwrap();
         let p = prepare(&config(), &c).unwrap();
         assert!(p.wrapped);
-        assert_eq!(p.body.command[..2], ["/bin/sh", "-c"]);
+        assert_eq!(p.body.command[4..6], ["/bin/sh", "-c"]);
         assert!(
-            p.body.command[2].contains("base64 -d"),
+            p.body.command[6].contains("base64 -d"),
             "{}",
-            p.body.command[2]
+            p.body.command[6]
         );
         assert_eq!(p.body.stdin.as_deref(), Some("/wA="));
     }
@@ -339,9 +401,40 @@ mod tests {
             .unwrap();
         let p = prepare(&config(), &c).unwrap();
         assert!(p.wrapped);
-        let script = &p.body.command[2];
+        let script = &p.body.command[6];
         assert!(script.contains("cd -- /srv"), "{script}");
         assert!(script.contains("'A=b c'"), "{script}");
+    }
+
+    /// The API omits zero values, so `{}` is a silent `true`'s answer and a broken one's: only
+    /// the end marker tells them apart.
+    #[test]
+    fn an_answer_without_the_end_marker_is_never_an_exit() {
+        for body in [&br#"{}"#[..], br#"{"exit_code":0}"#, br#"{"stdout":"x"}"#] {
+            let e = parse_marked(body, false).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+        }
+        let ok = parse_marked(br#"{"stderr":"e\u001eexecseam-end:0"}"#, false).unwrap();
+        assert_eq!(ok, Output::new("", "e", Exit::Code(0)));
+        let ok = parse_marked(
+            br#"{"stdout":"o","stderr":"\u001eexecseam-end:3","exit_code":3}"#,
+            false,
+        )
+        .unwrap();
+        assert_eq!(ok, Output::new("o", "", Exit::Code(3)));
+        assert!(
+            parse_marked(br#"{"stderr":"\u001eexecseam-end:3"}"#, false).is_err(),
+            "disagrees"
+        );
+        let killed = parse_marked(br#"{"exit_signal":9}"#, false).unwrap();
+        assert_eq!(killed.exit, Exit::Signal(9));
+        // The real script, run here, writes exactly what parse_marked strips.
+        let o = std::process::Command::new("/bin/sh")
+            .args(["-c", END_SCRIPT, "sh", "sh", "-c", "printf x >&2; exit 4"])
+            .output()
+            .unwrap();
+        assert_eq!(o.stderr, [&b"x"[..], END_MARK, b"4"].concat());
+        assert_eq!(o.status.code(), Some(4));
     }
 
     #[test]

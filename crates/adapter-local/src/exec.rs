@@ -192,6 +192,7 @@ impl LocalExec {
     }
 
     async fn spawn(&self, cmd: Command) -> Result<Spawned, Result<Output, Error>> {
+        execseam_core::transport::check_size(PROVIDER, &cmd, &crate::size_limit()).map_err(Err)?;
         let cmd = &self.place(cmd).await.map_err(Err)?;
         let launched = !self.config.launcher.is_empty();
         let argv: Vec<String> = if launched {
@@ -252,6 +253,14 @@ impl LocalExec {
                 let (code, why) = match e.kind() {
                     std::io::ErrorKind::NotFound => (127, "command not found"),
                     std::io::ErrorKind::PermissionDenied => (126, "permission denied"),
+                    // Deterministic: retrying fails the same way.
+                    _ if e.raw_os_error() == Some(libc::E2BIG) => {
+                        return Err(Err(error(
+                            ErrorKind::InvalidCommand,
+                            format!("the command is too large for execve: {e}"),
+                        )
+                        .with_source(e)));
+                    }
                     _ => {
                         return Err(Err(error(
                             ErrorKind::Internal,

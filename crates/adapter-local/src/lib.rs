@@ -77,6 +77,19 @@ pub const ENV_VARS: &[&str] = &["EXECSEAM_LOCAL_SANDBOX_ROOT"];
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "local";
 
+/// The largest command (argv and env) this host's `execve` takes, checked before anything is
+/// spawned: 128 KiB per string, and the kernel's `ARG_MAX` (`sysconf(_SC_ARG_MAX)`, a quarter
+/// of the stack limit) less 64 KiB for the inherited variables (`PATH`, `HOME`, …).
+pub fn size_limit() -> execseam_core::transport::SizeLimit {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let arg_max = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
+    let arg_max = usize::try_from(arg_max).unwrap_or(2 << 20);
+    execseam_core::transport::SizeLimit::execve(
+        arg_max.saturating_sub(64 << 10),
+        "this host's execve: 128 KiB per string, ARG_MAX less 64 KiB in all",
+    )
+}
+
 /// The marker of the launcher's own wrapper failures (a missing workdir, a failed set-up step of
 /// the launcher). It differs from [`execseam_core::degrade::WRAPPER_MARK`] so that a command which
 /// an adapter wrapped itself, and whose wrapper failed, reaches the caller as that command's

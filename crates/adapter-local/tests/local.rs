@@ -268,3 +268,44 @@ async fn commands_start_with_default_signal_dispositions() {
         .unwrap();
     assert!(status.success(), "the nested run failed: {status}");
 }
+
+/// A command larger than this host's `execve` takes is refused before anything is spawned,
+/// never retried, and not quoted; if `execve` still says E2BIG (a launcher made it larger), that
+/// is deterministic too: `InvalidCommand`, `Retry::Never`, never `Safe`.
+#[tokio::test]
+async fn an_oversized_command_is_invalid_and_never_retried() {
+    use execseam_core::Retry;
+    let exec = LocalExec::new();
+    let secret = "secret-".repeat(3 << 20 >> 3);
+    for cmd in [
+        Command::new(["echo", secret.as_str()]).unwrap(),
+        Command::new(vec!["x".repeat(64 << 10); 64]).unwrap(),
+        Command::builder(["true"])
+            .env("BIG", "y".repeat(200 << 10))
+            .build()
+            .unwrap(),
+    ] {
+        let e = exec.exec(cmd).await.unwrap_err();
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::InvalidCommand, Retry::Never),
+            "{e}"
+        );
+        assert!(e.message().contains("too large"), "{e}");
+        assert!(!e.to_string().contains("secret"), "{e}");
+    }
+    // Within the check's limit, but the launcher adds a string execve refuses.
+    let launched = LocalExec::with_config(
+        LocalConfig::new().launcher(["env", &format!("PAD={}", "p".repeat(200 << 10))]),
+    );
+    let e = launched
+        .exec(Command::new(["true"]).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.kind(), e.retry()),
+        (ErrorKind::InvalidCommand, Retry::Never),
+        "{e}"
+    );
+    assert!(e.to_string().len() <= 1200, "{}", e.to_string().len());
+}

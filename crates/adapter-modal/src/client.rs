@@ -177,9 +177,13 @@ impl Control {
         let mut req = Request::new(api::AuthTokenGetRequest {});
         self.metadata(req.metadata_mut(), &uuid4(), 0)?;
         req.set_timeout(self.config.request_timeout);
-        let fetched = self.client.clone().auth_token_get(req).await;
+        let fetched = timed(
+            self.config.request_timeout,
+            self.client.clone().auth_token_get(req),
+        )
+        .await;
         let token = match fetched {
-            Ok(r) => r.into_inner().token,
+            Ok(r) => r.token,
             // A refresh that fails while the old token is still valid keeps the old one
             // (`_try_refresh_token`), except when the credentials were refused.
             Err(s) => match slot.as_ref() {
@@ -703,6 +707,37 @@ impl Router {
         })
         .await
         .map(drop)
+    }
+
+    /// `TaskExecPoll`: the exit status if the command has exited (bounded by the request
+    /// timeout).
+    pub async fn poll(
+        &self,
+        task_id: &str,
+        exec_id: &str,
+    ) -> Result<tcr::TaskExecPollResponse, Status> {
+        let msg = tcr::TaskExecPollRequest {
+            task_id: task_id.to_owned(),
+            exec_id: exec_id.to_owned(),
+        };
+        let d = self.control.config().request_timeout;
+        self.call(
+            msg,
+            Some(d),
+            |mut c, r| async move { c.task_exec_poll(r).await },
+        )
+        .await
+    }
+
+    /// `TaskExecStdioRead` opened (bounded by the request timeout up to its headers; the
+    /// stream itself is not).
+    pub async fn stdio_read(
+        &self,
+        msg: tcr::TaskExecStdioReadRequest,
+    ) -> Result<tonic::Streaming<tcr::TaskExecStdioReadResponse>, Status> {
+        let d = self.control.config().request_timeout;
+        let req = self.request(msg)?;
+        timed(d, self.client().task_exec_stdio_read(req)).await
     }
 
     /// `TaskExecWait`: blocks until the command exits.

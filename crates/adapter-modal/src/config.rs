@@ -41,6 +41,7 @@ pub struct ModalConfig {
     pub(crate) exec_start_retries: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
+    pub(crate) stream_idle_timeout: Duration,
     pub(crate) client_type: i32,
     pub(crate) client_version: String,
     pub(crate) max_resumes: u32,
@@ -66,6 +67,7 @@ impl fmt::Debug for ModalConfig {
             .field("exec_start_retries", &self.exec_start_retries)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("stream_idle_timeout", &self.stream_idle_timeout)
             .field("client_type", &self.client_type)
             .field("client_version", &self.client_version)
             .field("max_resumes", &self.max_resumes)
@@ -112,6 +114,7 @@ impl ModalConfig {
             exec_start_retries: 0,
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(60),
+            stream_idle_timeout: Duration::from_secs(30),
             // libmodal's convention for clients other than the Python SDK: LIBMODAL (7) and
             // "1.0.0", the Python version it behaves like (js/src/client.ts, go/client.go).
             client_type: 7,
@@ -277,6 +280,18 @@ impl ModalConfig {
     #[must_use]
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// How long an output stream or `TaskExecWait` may stay silent before the adapter asks the
+    /// router whether the command still runs (`TaskExecPoll`, bounded by the request timeout):
+    /// while it runs, the wait goes on (a silent command is not an error); once it exited, the
+    /// exit is the poll's and an output stream still silent is `Err(Timeout(Request))`,
+    /// `Retry::Unsafe`; a router that does not answer the poll ends the exec with its error.
+    /// Default 30 s.
+    #[must_use]
+    pub fn stream_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.stream_idle_timeout = timeout;
         self
     }
 

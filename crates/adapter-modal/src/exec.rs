@@ -211,6 +211,7 @@ impl ModalExec {
     }
 
     async fn start(&self, command: Command) -> Result<EventStream, Error> {
+        execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
         let router = self.router("exec").await?;
         let task_id = self.task_id().unwrap_or_default().to_owned();
@@ -268,6 +269,7 @@ impl ModalExec {
             task_id,
             exec_id,
             max_resumes: config.max_resumes,
+            idle: config.stream_idle_timeout,
             deadline: config.exec_timeout.map(|d| (started, d)),
             tx,
         };
@@ -351,6 +353,8 @@ struct Driver {
     task_id: String,
     exec_id: String,
     max_resumes: u32,
+    /// `ModalConfig::stream_idle_timeout`.
+    idle: Duration,
     deadline: Option<(Instant, Duration)>,
     tx: mpsc::Sender<Result<Event, Error>>,
 }
@@ -483,13 +487,40 @@ impl Driver {
             offset: *offset,
             file_descriptor: fd as i32,
         };
-        let req = self.router.request(msg).map_err(|s| (s, false))?;
-        let mut stream = match self.router.client().task_exec_stdio_read(req).await {
-            Ok(r) => r.into_inner(),
+        let mut stream = match self.router.stdio_read(msg).await {
+            Ok(r) => r,
             Err(s) => return Err((s, false)),
         };
         loop {
-            match stream.message().await {
+            // `Streaming::message` is cancel safe.
+            let Ok(next) = tokio::time::timeout(self.idle, stream.message()).await else {
+                // Silence: a running command may be silent; one that exited is not.
+                match self.router.poll(&self.task_id, &self.exec_id).await {
+                    Ok(p) if p.exit_status.is_none() => continue,
+                    Ok(_) => {
+                        return Err((
+                            Status::deadline_exceeded(format!(
+                                "the {fd:?} stream stayed silent for {:?} after the command exited (stream_idle_timeout)",
+                                self.idle
+                            )),
+                            progressed(offset),
+                        ));
+                    }
+                    // The router answers neither: not healed by reopening the stream.
+                    Err(s) if error::resumable(&s) => {
+                        return Err((
+                            Status::deadline_exceeded(format!(
+                                "the {fd:?} stream stayed silent for {:?} (stream_idle_timeout) and TaskExecPoll failed: {}",
+                                self.idle,
+                                s.message()
+                            )),
+                            progressed(offset),
+                        ));
+                    }
+                    Err(s) => return Err((s, progressed(offset))),
+                }
+            };
+            match next {
                 Ok(Some(m)) => {
                     if m.data.is_empty() {
                         continue;
@@ -515,9 +546,36 @@ impl Driver {
     /// `TaskExecWait`, repeated on transient failures (it only reads).
     async fn wait(self: Arc<Self>) -> Result<Exit, Error> {
         let mut failures = 0u32;
-        let resp = loop {
-            match self.router.wait(&self.task_id, &self.exec_id).await {
-                Ok(r) => break r,
+        let status = 'answer: loop {
+            let call = self.router.wait(&self.task_id, &self.exec_id);
+            tokio::pin!(call);
+            // A silent wait is checked with a poll every `idle`: while the command runs it goes
+            // on; once it exited, the poll's answer is the router's exit status.
+            let r = loop {
+                tokio::select! {
+                    r = &mut call => break r,
+                    () = tokio::time::sleep(self.idle) => {
+                        use tcr::task_exec_poll_response::ExitStatus as P;
+                        match self.router.poll(&self.task_id, &self.exec_id).await {
+                            Ok(p) => match p.exit_status {
+                                None => {}
+                                Some(P::Code(c)) => break 'answer Some((Some(c), None)),
+                                Some(P::Signal(n)) => break 'answer Some((None, Some(n))),
+                            },
+                            Err(s) => return Err(started_error(s)),
+                        }
+                    }
+                }
+            };
+            match r {
+                Ok(r) => {
+                    use tcr::task_exec_wait_response::ExitStatus as W;
+                    break match r.exit_status {
+                        Some(W::Code(c)) => Some((Some(c), None)),
+                        Some(W::Signal(n)) => Some((None, Some(n))),
+                        None => None,
+                    };
+                }
                 Err(s) if failures < self.max_resumes && error::resumable(&s) => {
                     failures += 1;
                     tokio::time::sleep(Duration::from_millis(50 << failures.min(5))).await;
@@ -525,18 +583,17 @@ impl Driver {
                 Err(s) => return Err(started_error(s)),
             }
         };
-        use tcr::task_exec_wait_response::ExitStatus;
-        match resp.exit_status {
-            Some(ExitStatus::Code(c)) => Ok(Exit::Code(c)),
-            Some(ExitStatus::Signal(9)) if self.timed_out() => Err(Error::new(
+        match status {
+            Some((Some(c), _)) => Ok(Exit::Code(c)),
+            Some((None, Some(9))) if self.timed_out() => Err(Error::new(
                 ErrorKind::Timeout(Deadline::Command),
                 "Modal killed the command at its timeout_secs (ModalConfig::exec_timeout)",
             )
             .with_retry(Retry::Unsafe)
             .with_provider(PROVIDER)
             .with_operation("exec")),
-            Some(ExitStatus::Signal(n)) => Ok(Exit::Signal(n)),
-            None => Err(protocol(
+            Some((None, Some(n))) => Ok(Exit::Signal(n)),
+            Some((None, None)) | None => Err(protocol(
                 "exec",
                 "TaskExecWait answered without a code or a signal",
             )),

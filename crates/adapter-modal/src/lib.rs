@@ -57,6 +57,15 @@ pub use config::{
 pub use exec::{ModalExec, is_v1_sandbox_id};
 pub use provider::{ModalProvider, OPTIONS};
 
+/// The largest command (argv and env) sent, checked before any I/O: Modal `execve`s the argv
+/// in the container (128 KiB per string, 1 MiB in all, the rest of `ARG_MAX` left to the
+/// image's environment).
+pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
+    execseam_core::transport::SizeLimit::execve(
+        1 << 20,
+        "execve in the Modal container: 128 KiB per string, 1 MiB in all",
+    );
+
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "modal";
 

@@ -1,19 +1,50 @@
 //! HTTP and WebSocket calls. reqwest does the HTTP (TLS, proxies, the upgrade request and its
-//! error answers); tokio-tungstenite frames the upgraded connection.
+//! error answers); tokio-websockets frames the upgraded connection (tungstenite logs every
+//! frame's payload, stdin included, at TRACE).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use execseam_core::{Error, ErrorKind};
 use reqwest::header::{AUTHORIZATION, CONNECTION, CONTENT_TYPE, HeaderMap, UPGRADE};
-use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_websockets::WebSocketStream;
 
 use crate::config::SpritesConfig;
 use crate::error::{Op, error, from_status, from_transport, protocol};
 use crate::wire::FsList;
 
 pub(crate) type Ws = WebSocketStream<reqwest::Upgraded>;
+
+/// The longest exec URL sent: argv and env travel in its query, and front ends refuse request
+/// lines past 64 KiB (an over-long one was answered as if the service were unavailable).
+pub const MAX_EXEC_URL: usize = 60 << 10;
+
+/// The most of an error answer read.
+const MAX_ERROR_BODY: usize = 64 << 10;
+
+/// The most of a control answer read.
+const MAX_JSON_BODY: usize = 16 << 20;
+
+/// Reads at most `limit` bytes of a body (the rest is not read).
+async fn read_capped(mut resp: reqwest::Response, limit: usize) -> Bytes {
+    let mut body = bytes::BytesMut::new();
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        let room = limit - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() >= limit {
+            break;
+        }
+    }
+    body.freeze()
+}
+
+/// The `Sec-WebSocket-Accept` for `key` (RFC 6455 §4.2.2).
+fn websocket_accept(key: &str) -> String {
+    let mut sha = sha1_smol::Sha1::new();
+    sha.update(key.as_bytes());
+    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    execseam_core::degrade::base64_encode(&sha.digest().bytes())
+}
 
 /// A connected exec WebSocket.
 pub(crate) struct Connected {
@@ -53,7 +84,13 @@ impl Client {
                 .retry(reqwest::retry::never())
                 .redirect(reqwest::redirect::Policy::none());
             if http1 {
+                // The upgrade client: its connection becomes the WebSocket, whose silence the
+                // pings bound.
                 b = b.http1_only();
+            } else {
+                // Silence on any read (headers, or between body chunks) ends the request: an
+                // idle timeout, reset by every byte.
+                b = b.read_timeout(config.http_idle_timeout);
             }
             b.build().map_err(|e| {
                 error(
@@ -173,12 +210,23 @@ impl Client {
     async fn expect_ok(&self, resp: reqwest::Response, op: Op) -> Result<Bytes, Error> {
         let status = resp.status().as_u16();
         let headers: HeaderMap = resp.headers().clone();
-        let body = resp.bytes().await.map_err(|e| from_transport(e, op))?;
-        if (200..300).contains(&status) {
-            Ok(body)
-        } else {
-            Err(from_status(status, &headers, &body, op))
+        if !(200..300).contains(&status) {
+            let body = read_capped(resp, MAX_ERROR_BODY).await;
+            return Err(from_status(status, &headers, &body, op));
         }
+        let mut resp = resp;
+        let mut body = bytes::BytesMut::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| from_transport(e, op))? {
+            if body.len() + chunk.len() > MAX_JSON_BODY {
+                return Err(error(
+                    ErrorKind::OutputLimit,
+                    op,
+                    format!("the answer exceeds {MAX_JSON_BODY} bytes"),
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body.freeze())
     }
 
     fn url(&self, suffix: &str, query: &[(String, String)]) -> Result<reqwest::Url, Error> {
@@ -197,7 +245,24 @@ impl Client {
         if !query.is_empty() {
             url.query_pairs_mut().extend_pairs(query);
         }
+        if url.as_str().len() > MAX_EXEC_URL {
+            // Nothing was sent: the command (argv and env, in the query) does not fit.
+            return Err(error(
+                ErrorKind::InvalidCommand,
+                Op::Exec,
+                format!(
+                    "the command does not fit in the exec URL: {} bytes with argv and env, at most {MAX_EXEC_URL}",
+                    url.as_str().len()
+                ),
+            )
+            .with_retry(execseam_core::Retry::Never));
+        }
         Ok(url)
+    }
+
+    /// The exec URL for `query`, or the error for one too long.
+    pub(crate) fn exec_url(&self, query: &[(String, String)]) -> Result<reqwest::Url, Error> {
+        self.url("/exec", query)
     }
 
     /// Opens `GET /exec?…` as a WebSocket. A refused upgrade is mapped from its status and body.
@@ -232,10 +297,10 @@ impl Client {
         let status = resp.status().as_u16();
         if status != 101 {
             let headers = resp.headers().clone();
-            let body = resp.bytes().await.unwrap_or_default();
+            let body = read_capped(resp, MAX_ERROR_BODY).await;
             return Err(from_status(status, &headers, &body, Op::Exec));
         }
-        let want = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+        let want = websocket_accept(&key);
         let accept = resp
             .headers()
             .get("sec-websocket-accept")
@@ -256,10 +321,9 @@ impl Client {
             .await
             .map_err(|e| from_transport(e, Op::Exec))?;
         // Output frames can be large: the Python SDK allows 10 MiB per message; allow more.
-        let config = WebSocketConfig::default()
-            .max_message_size(Some(64 << 20))
-            .max_frame_size(Some(64 << 20));
-        let ws = WebSocketStream::from_raw_socket(upgraded, Role::Client, Some(config)).await;
+        let ws = tokio_websockets::ClientBuilder::new()
+            .limits(tokio_websockets::Limits::default().max_payload_len(Some(64 << 20)))
+            .take_over(upgraded);
         Ok(Connected { ws, signal_capable })
     }
 
@@ -284,7 +348,7 @@ impl Client {
             return Ok(resp);
         }
         let headers: HeaderMap = resp.headers().clone();
-        let body = resp.bytes().await.unwrap_or_default();
+        let body = read_capped(resp, MAX_ERROR_BODY).await;
         Err(from_status(status, &headers, &body, Op::Exec))
     }
 
@@ -310,7 +374,7 @@ impl Client {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         // The answer is an NDJSON progress stream; reading it to the end waits for the kill.
-        let body = resp.bytes().await.map_err(|e| from_transport(e, op))?;
+        let body = read_capped(resp, MAX_ERROR_BODY).await;
         match status {
             200 | 410 => Ok(()),
             _ => Err(from_status(status, &headers, &body, op)),

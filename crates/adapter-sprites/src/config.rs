@@ -61,6 +61,7 @@ pub struct SpritesConfig {
     pub(crate) base_env: BaseEnv,
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
+    pub(crate) http_idle_timeout: Duration,
     pub(crate) stdin_chunk: usize,
     pub(crate) ping_interval: Duration,
     pub(crate) pong_timeout: Duration,
@@ -75,6 +76,7 @@ impl fmt::Debug for SpritesConfig {
             .field("base_env", &self.base_env)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("http_idle_timeout", &self.http_idle_timeout)
             .field("stdin_chunk", &self.stdin_chunk)
             .field("ping_interval", &self.ping_interval)
             .field("pong_timeout", &self.pong_timeout)
@@ -92,6 +94,7 @@ impl SpritesConfig {
             base_env: BaseEnv::Discover,
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
+            http_idle_timeout: Duration::from_secs(600),
             stdin_chunk: 64 * 1024,
             ping_interval: Duration::from_secs(15),
             pong_timeout: Duration::from_secs(45),
@@ -179,6 +182,17 @@ impl SpritesConfig {
     #[must_use]
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// How long any HTTP answer may stay silent (no byte: the response headers, or the next
+    /// chunk of a body) before it is `Err(Timeout(Request))`, `Retry::Unsafe` after the exec was
+    /// sent (default 10 min). The HTTP exec transport has no keepalive, so a command silent for
+    /// longer ends the same way: use the WebSocket transport (pings every `keepalive`
+    /// interval) for those.
+    #[must_use]
+    pub fn http_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.http_idle_timeout = timeout;
         self
     }
 

@@ -10,11 +10,9 @@ use execseam_core::{
     Output, Ownership, Retry, Sandbox, gone_is_destroyed,
 };
 use futures_util::{SinkExt, StreamExt};
-use tokio::sync::{OnceCell, mpsc};
+use tokio::sync::{OnceCell, mpsc, oneshot};
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_websockets::{CloseCode, Message};
 
 use crate::PROVIDER;
 use crate::client::{Client, Connected};
@@ -89,6 +87,19 @@ impl SpritesExec {
         }
     }
 
+    /// Refuses, before any request (the environment discovery included), a command that is too
+    /// large for the sprite or for the exec URL with its own argv and env alone.
+    fn fits(&self, cmd: &Command) -> Result<(), Error> {
+        execseam_core::transport::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
+        let env: BTreeMap<String, String> = cmd.env().clone();
+        let query = wire::exec_query(
+            cmd,
+            (!env.is_empty()).then_some(&env),
+            !cmd.stdin().is_empty(),
+        );
+        self.inner.client.exec_url(&query).map(drop)
+    }
+
     /// The environment sent with a command that sets variables: the base (see [`BaseEnv`]) with
     /// `Command::env` on top; `None` for a command without env (the sprite's default applies).
     async fn env_for(&self, cmd: &Command) -> Result<Option<BTreeMap<String, String>>, Error> {
@@ -160,21 +171,33 @@ impl SpritesExec {
         cmd: Command,
         env: Option<BTreeMap<String, String>>,
     ) -> Result<EventStream, Error> {
+        execseam_core::transport::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
         let stdin = cmd.stdin().clone();
         let query = wire::exec_query(&cmd, env.as_ref(), !stdin.is_empty());
         let conn = self.inner.client.connect(&query).await?;
         let (tx, rx) = mpsc::channel(32);
+        let (kill_tx, kill_rx) = mpsc::channel::<oneshot::Sender<Result<(), Error>>>(1);
         tokio::spawn(drive(
             self.inner.clone(),
             conn,
             stdin,
             cmd.workdir().map(str::to_owned),
             tx,
+            kill_rx,
         ));
-        Ok(EventStream::new(futures_util::stream::unfold(
-            rx,
-            |mut rx| async move { rx.recv().await.map(|item| (item, rx)) },
-        )))
+        Ok(
+            EventStream::new(futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|item| (item, rx))
+            }))
+            .with_kill(move || async move {
+                // Asks the driver to kill and waits for the kill route's answer.
+                let (reply, answer) = oneshot::channel();
+                if kill_tx.send(reply).await.is_err() {
+                    return Ok(()); // the driver ended: the command is over
+                }
+                answer.await.unwrap_or(Ok(()))
+            }),
+        )
     }
 
     /// Runs a command with `POST /exec`.
@@ -183,6 +206,7 @@ impl SpritesExec {
         cmd: Command,
         env: Option<BTreeMap<String, String>>,
     ) -> Result<Output, Error> {
+        execseam_core::transport::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
         let stdin = cmd.stdin().clone();
         let query = wire::exec_query(&cmd, env.as_ref(), !stdin.is_empty());
         let resp = match self.inner.client.post_exec(&query, stdin).await {
@@ -204,14 +228,18 @@ impl SpritesExec {
 
 /// Reads a `POST /exec` body: frames with the WebSocket ids but no lengths. Each HTTP chunk is
 /// taken as one frame (what the server writes and what every client assumes); the exit is a
-/// `[0x03, code]` chunk or, where an intermediary merged chunks, the body's last two bytes. A body
-/// that ends without an exit, a frame with an unknown id, or a cut body is an `Err`.
+/// `[0x03, code]` chunk. A body that ends without one (an exit merged into a data chunk
+/// included), a frame with an unknown id, or a cut body is an `Err`, never a guessed exit.
+///
+/// HTTP does not keep chunk boundaries: an intermediary (or the reader) that merges or splits
+/// chunks can move bytes between stdout and stderr undetectably when the result still ends
+/// with a clean exit chunk. The WebSocket transport (the default) frames every message and has
+/// no such gap; this one reports `binary_output: false`.
 pub async fn parse_http_body<S>(mut chunks: S) -> Result<Output, Error>
 where
     S: futures_util::Stream<Item = reqwest::Result<Bytes>> + Unpin,
 {
     let (mut out, mut err) = (BytesMut::new(), BytesMut::new());
-    let mut last: Option<u8> = None; // stream of the last data frame
     let mut exit: Option<i32> = None;
     let mut exit_pending = false; // an `[0x03]` chunk whose code byte is in the next chunk
     let partial = |out: &BytesMut, err: &BytesMut| execseam_core::PartialOutput {
@@ -245,11 +273,9 @@ where
         match chunk[0] {
             STDOUT => {
                 out.extend_from_slice(&chunk[1..]);
-                last = Some(STDOUT);
             }
             STDERR => {
                 err.extend_from_slice(&chunk[1..]);
-                last = Some(STDERR);
             }
             EXIT => match chunk.len() {
                 2 => exit = Some(i32::from(chunk[1])),
@@ -270,21 +296,8 @@ where
             }
         }
     }
-    if exit.is_none() && !exit_pending {
-        // Merged chunks: the exit frame is the tail of the last data frame.
-        let buf = match last {
-            Some(STDOUT) => Some(&mut out),
-            Some(STDERR) => Some(&mut err),
-            _ => None,
-        };
-        if let Some(buf) = buf
-            && buf.len() >= 2
-            && buf[buf.len() - 2] == EXIT
-        {
-            exit = Some(i32::from(buf[buf.len() - 1]));
-            buf.truncate(buf.len() - 2);
-        }
-    }
+    // No guessing: an exit merged into a data chunk (chunk boundaries lost on the way) is
+    // indistinguishable from output that ends in 0x03 X.
     match exit {
         Some(code) => Ok(Output::new(out.freeze(), err.freeze(), Exit::Code(code))),
         None => Err(protocol(Op::Exec, "the body ended without an exit frame")
@@ -301,6 +314,7 @@ async fn drive(
     stdin: Bytes,
     workdir: Option<String>,
     tx: mpsc::Sender<Result<Event, Error>>,
+    mut kill_rx: mpsc::Receiver<oneshot::Sender<Result<(), Error>>>,
 ) {
     let config = inner.client.config().clone();
     let signal_capable = conn.signal_capable;
@@ -309,7 +323,7 @@ async fn drive(
     // The writer: every outgoing message goes through one task, so reading never waits on it.
     let writer = tokio::spawn(async move {
         while let Some(m) = wrx.recv().await {
-            let close = matches!(m, Message::Close(_));
+            let close = m.is_close();
             if sink.send(m).await.is_err() || close {
                 break;
             }
@@ -325,11 +339,11 @@ async fn drive(
                 let mut m = Vec::with_capacity(part.len() + 1);
                 m.push(STDIN);
                 m.extend_from_slice(part);
-                if wtx.send(Message::Binary(m.into())).await.is_err() {
+                if wtx.send(Message::binary(m)).await.is_err() {
                     return;
                 }
             }
-            let _ = wtx.send(Message::Binary(vec![STDIN_EOF].into())).await;
+            let _ = wtx.send(Message::binary(vec![STDIN_EOF])).await;
         })
     };
     let mut session_id: Option<String> = None;
@@ -337,12 +351,7 @@ async fn drive(
     let mut last_rx = Instant::now();
     let mut ping =
         tokio::time::interval_at(Instant::now() + config.ping_interval, config.ping_interval);
-    let close = || {
-        Message::Close(Some(CloseFrame {
-            code: CloseCode::Normal,
-            reason: "".into(),
-        }))
-    };
+    let close = || Message::close(Some(CloseCode::NORMAL_CLOSURE), "");
     let outcome: Result<Exit, Error> = loop {
         tokio::select! {
             // Frames first: a ping tick must never win over data already waiting.
@@ -350,7 +359,7 @@ async fn drive(
             msg = stream.next() => {
                 last_rx = Instant::now();
                 match msg {
-                    Some(Ok(Message::Binary(data))) => match wire::parse_binary(&data) {
+                    Some(Ok(m)) if m.is_binary() => match wire::parse_binary(&Bytes::copy_from_slice(m.as_payload())) {
                         Ok(None) => {}
                         Ok(Some(frame)) => {
                             let event = match frame {
@@ -360,7 +369,7 @@ async fn drive(
                             };
                             got_output = true;
                             if tx.send(Ok(event)).await.is_err() {
-                                kill(&inner, session_id.as_deref(), &wtx, signal_capable).await;
+                                let _ = kill(&inner, session_id.as_deref(), &wtx, signal_capable).await;
                                 feeder.abort();
                                 finish_writer(writer).await;
                                 return;
@@ -370,7 +379,7 @@ async fn drive(
                         }
                         Err(why) => break Err(protocol(Op::Exec, why)),
                     },
-                    Some(Ok(Message::Text(text))) => match wire::parse_text(text.as_str()) {
+                    Some(Ok(m)) if m.is_text() => match wire::parse_text(m.as_text().unwrap_or_default()) {
                         Text::SessionInfo { session_id: id } => session_id = id,
                         Text::Exit(code) => match i32::try_from(code) {
                             Ok(c) if c >= 0 => break Ok(Exit::Code(c)),
@@ -378,8 +387,8 @@ async fn drive(
                         },
                         Text::Other => {}
                     },
-                    Some(Ok(Message::Close(frame))) => {
-                        let why = frame.map_or_else(|| "no close code".to_owned(), |f| format!("close code {}", u16::from(f.code)));
+                    Some(Ok(m)) if m.is_close() => {
+                        let why = m.as_close().map_or_else(|| "no close code".to_owned(), |(c, _)| format!("close code {}", u16::from(c)));
                         break Err(protocol(Op::Exec, format!("the server closed the socket before the exit frame ({why})")));
                     }
                     Some(Ok(_)) => {} // ping, pong
@@ -387,9 +396,17 @@ async fn drive(
                     None => break Err(lost("the socket ended")),
                 }
             }
+            Some(reply) = kill_rx.recv() => {
+                // An awaited kill (EventStream::kill): answer it once the kill route has.
+                let r = kill(&inner, session_id.as_deref(), &wtx, signal_capable).await;
+                let _ = reply.send(r);
+                feeder.abort();
+                finish_writer(writer).await;
+                return;
+            }
             () = tx.closed() => {
                 // The consumer dropped the stream (a deadline, a cancel): kill the command.
-                kill(&inner, session_id.as_deref(), &wtx, signal_capable).await;
+                let _ = kill(&inner, session_id.as_deref(), &wtx, signal_capable).await;
                 feeder.abort();
                 finish_writer(writer).await;
                 return;
@@ -398,7 +415,7 @@ async fn drive(
                 if last_rx.elapsed() > config.pong_timeout {
                     break Err(lost(format!("no frame for {:?}", config.pong_timeout)));
                 }
-                let _ = wtx.send(Message::Ping(Bytes::new())).await;
+                let _ = wtx.send(Message::ping(Bytes::new())).await;
             }
         }
     };
@@ -443,25 +460,28 @@ async fn kill(
     session_id: Option<&str>,
     wtx: &mpsc::Sender<Message>,
     signal_capable: bool,
-) {
+) -> Result<(), Error> {
     if signal_capable {
-        let _ = wtx.try_send(Message::Text(r#"{"type":"signal","signal":"KILL"}"#.into()));
+        let _ = wtx.try_send(Message::text(r#"{"type":"signal","signal":"KILL"}"#));
     }
-    match session_id {
-        Some(id) => {
-            if let Err(e) = inner.client.kill(id).await {
-                tracing::warn!(provider = PROVIDER, session = id, error = %e, "could not kill the dropped command");
-            }
+    let result = match session_id {
+        Some(id) => inner.client.kill(id).await.inspect_err(|e| {
+            tracing::warn!(provider = PROVIDER, session = id, error = %e, "could not kill the dropped command");
+        }),
+        None => {
+            tracing::warn!(
+                provider = PROVIDER,
+                "dropped before session_info: the command is left to the server's max_run_after_disconnect"
+            );
+            Err(error(
+                ErrorKind::Unavailable,
+                Op::Control("kill"),
+                "the command was dropped before the server named its session: it cannot be killed",
+            ))
         }
-        None => tracing::warn!(
-            provider = PROVIDER,
-            "dropped before session_info: the command is left to the server's max_run_after_disconnect"
-        ),
-    }
-    let _ = wtx.try_send(Message::Close(Some(CloseFrame {
-        code: CloseCode::Normal,
-        reason: "".into(),
-    })));
+    };
+    let _ = wtx.try_send(Message::close(Some(CloseCode::NORMAL_CLOSURE), ""));
+    result
 }
 
 impl Exec for SpritesExec {
@@ -477,6 +497,7 @@ impl Exec for SpritesExec {
         let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
         let fut = Box::pin(async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
+            self.fits(&command)?;
             let env = self.env_for(&command).await?;
             let out = self.run(command, env).await?;
             tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
@@ -506,6 +527,7 @@ impl ExecStream for SpritesExec {
                 .with_operation("exec_stream"));
             }
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec_stream");
+            self.fits(&command)?;
             let env = self.env_for(&command).await?;
             self.stream(command, env).await
         });

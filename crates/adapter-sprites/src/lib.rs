@@ -47,6 +47,17 @@ pub use config::{BaseEnv, DEFAULT_BASE_URL, SpritesConfig, Transport};
 pub use exec::{SpritesExec, parse_http_body};
 pub use provider::SpritesProvider;
 
+/// The largest command (argv and env) sent, checked before any I/O: the sprite `execve`s it
+/// (128 KiB per string); in all it must also fit the exec URL's query
+/// ([`MAX_EXEC_URL`](client::MAX_EXEC_URL) bytes, checked on the encoded URL).
+pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
+    execseam_core::transport::SizeLimit::execve(
+        1 << 20,
+        "execve in the sprite: 128 KiB per string",
+    );
+
+pub use client::MAX_EXEC_URL;
+
 /// The capabilities over WebSockets (the default transport).
 pub const CAPABILITIES: Capabilities = Capabilities {
     argv: Delivery::Native,

@@ -422,3 +422,59 @@ async fn a_slow_consumer_is_not_a_silent_socket() {
     let want: String = (0..200).map(|i| format!("{i}\n")).collect();
     assert_eq!(o.stdout.as_ref(), want.as_bytes());
 }
+
+/// argv and env travel in the exec URL's query: one that would not fit is refused before any
+/// request (`InvalidCommand`, `Retry::Never`), not reported as an unavailable service.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_too_large_for_the_exec_url_is_refused_before_any_request() {
+    let emu = emulator(SpritesOptions::default()).await;
+    for transport in [Transport::WebSocket, Transport::Http] {
+        let sprite = adapter(&emu, |c| c.transport(transport));
+        let before = emu.faults().count("exec");
+        let long = "a".repeat(70 << 10);
+        for cmd in [
+            Command::new(["echo", long.as_str()]).unwrap(),
+            Command::builder(["true"])
+                .env("BIG", long.as_str())
+                .build()
+                .unwrap(),
+        ] {
+            let e = sprite.exec(cmd).await.unwrap_err();
+            assert_eq!(
+                (e.kind(), e.retry()),
+                (ErrorKind::InvalidCommand, Retry::Never),
+                "{e}"
+            );
+            assert!(e.message().contains("exec URL"), "{e}");
+            assert!(!e.message().contains("aaaa"), "{e}");
+        }
+        assert_eq!(emu.faults().count("exec"), before, "nothing was sent");
+    }
+}
+
+/// The HTTP body's exit is a chunk of its own; an exit merged into the last data chunk (an
+/// intermediary merged chunks) is never guessed from the output's last two bytes.
+#[tokio::test]
+async fn an_exit_merged_into_output_is_never_guessed() {
+    use bytes::Bytes;
+    let body = |chunks: Vec<&'static [u8]>| {
+        futures_util::stream::iter(
+            chunks
+                .into_iter()
+                .map(|c| Ok::<_, reqwest::Error>(Bytes::from_static(c))),
+        )
+    };
+    let ok = execseam_sprites::parse_http_body(body(vec![b"\x01out", b"\x02err", b"\x03\x07"]))
+        .await
+        .unwrap();
+    assert_eq!(ok, Output::new("out", "err", Exit::Code(7)));
+    for merged in [
+        vec![&b"\x01out\x03\x07"[..]],
+        vec![&b"\x01out"[..], b"\x02err\x03\x00"],
+    ] {
+        let e = execseam_sprites::parse_http_body(body(merged))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+    }
+}

@@ -29,8 +29,10 @@ pub struct RunArgs {
     /// Feed this file to stdin (`-` for this process's stdin). Without it stdin is at EOF.
     #[arg(long, value_name = "FILE|-")]
     stdin: Option<String>,
-    /// Kill the command after this many seconds (a host-side deadline).
-    #[arg(long, value_name = "SECS")]
+    /// Kill the command after this many seconds (a host-side deadline; 0: none). A finite
+    /// number: `inf`, `nan` and negative values are usage errors; one too large for a
+    /// deadline means none.
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     timeout: Option<f64>,
     /// Print the whole result (or error) as one JSON object.
     #[arg(long)]
@@ -164,10 +166,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
 async fn run_inner(args: &RunArgs) -> Result<Output, Error> {
     let cmd = build_command(args)?;
     let exec = registry::open(&args.adapter, args.sandbox.as_deref()).await?;
-    let deadline = args
-        .timeout
-        .filter(|s| *s > 0.0)
-        .map(Duration::from_secs_f64);
+    let deadline = args.timeout.and_then(deadline_of);
     let exec: std::sync::Arc<dyn Exec> = match deadline {
         Some(d) => std::sync::Arc::new(exec.with_deadline(d)),
         None => exec,
@@ -401,4 +400,50 @@ pub async fn emulate(args: EmulateArgs) -> ExitCode {
         eprintln!("execseam: some sandboxes were still being torn down at exit");
     }
     ExitCode::SUCCESS
+}
+
+/// `--timeout`: a finite, non-negative number of seconds.
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !v.is_finite() {
+        return Err(format!("{s:?} is not a finite number of seconds"));
+    }
+    if v < 0.0 {
+        return Err(format!("{s:?} is negative"));
+    }
+    Ok(v)
+}
+
+/// The deadline for `--timeout SECS`: none for 0, saturated (none) when too large to be one.
+fn deadline_of(secs: f64) -> Option<Duration> {
+    if secs <= 0.0 {
+        return None;
+    }
+    Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
+}
+
+#[cfg(test)]
+mod timeout_tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_are_finite_and_saturate() {
+        for bad in ["inf", "-inf", "nan", "NaN", "-1", "x", ""] {
+            assert!(parse_timeout(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(parse_timeout("1.5"), Ok(1.5));
+        assert_eq!(deadline_of(0.0), None);
+        assert_eq!(deadline_of(1.5), Some(Duration::from_millis(1500)));
+        // 1e19 s is a Duration (the deadline layer saturates the instant); beyond it, none.
+        assert_eq!(
+            deadline_of(1e19),
+            Some(Duration::from_secs(10_000_000_000_000_000_000))
+        );
+        for huge in [1e20, 1e30, f64::MAX] {
+            assert_eq!(deadline_of(huge), Some(Duration::MAX), "{huge}");
+        }
+    }
 }

@@ -108,6 +108,21 @@ fn a_deadline_is_an_infrastructure_timeout_with_partial_output() {
     assert_eq!(v["error"]["partial"]["stdout"], "started\n");
 }
 
+/// Issue 24, defect 13: `--timeout` values that are not a finite number of seconds are usage
+/// errors (exit 2), and one too large for a deadline means none (no panic).
+#[test]
+fn timeouts_that_are_not_finite_are_usage_errors_and_huge_ones_saturate() {
+    for bad in ["inf", "nan", "-1"] {
+        let out = execseam(&["run", "--timeout", bad, "--", "true"]);
+        assert_eq!(out.status.code(), Some(2), "--timeout {bad}: {out:?}");
+    }
+    for huge in ["1e19", "1e30"] {
+        let out = execseam(&["run", "--timeout", huge, "--", "sh", "-c", "echo ok"]);
+        assert_eq!(out.status.code(), Some(0), "--timeout {huge}: {out:?}");
+        assert_eq!(out.stdout, b"ok\n");
+    }
+}
+
 #[test]
 fn adapters_lists_local() {
     let out = execseam(&["adapters", "--json"]);

@@ -21,8 +21,10 @@
 use std::net::SocketAddr;
 
 pub mod capture;
+pub mod chaos;
 pub mod harness;
 pub mod interop;
+pub mod probe;
 
 pub use harness::{Fault, FaultHandle, FaultRule, Isolation, Mount, Sandboxing, Server};
 

@@ -60,3 +60,77 @@ async fn serves_http1_and_h2c_and_resets_on_demand() {
         "closed after shutdown"
     );
 }
+
+/// A body of `chunks` MiB of zeros, made as it is sent.
+struct Zeros(usize);
+
+impl http_body::Body for Zeros {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        if self.0 == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        self.0 -= 1;
+        static MIB: [u8; 1 << 20] = [0; 1 << 20];
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(bytes::Bytes::from_static(
+            &MIB,
+        )))))
+    }
+}
+
+fn peak_rss_mib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap()
+        >> 10
+}
+
+/// A handler that buffers its body (as emulators do for JSON and Connect requests) gets an
+/// error at the server's bound, so a 2 GiB upload never sits in memory.
+#[tokio::test]
+async fn request_bodies_are_bounded() {
+    use axum::http::StatusCode;
+    use execseam_emulators::harness::server::MAX_REQUEST_BODY;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let router = Router::new().route(
+        "/upload",
+        axum::routing::post(|body: axum::body::Body| async move {
+            match axum::body::to_bytes(body, usize::MAX).await {
+                Ok(b) => (StatusCode::OK, b.len().to_string()),
+                Err(e) => (StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
+            }
+        }),
+    );
+    let server = Server::start("127.0.0.1:0".parse().unwrap(), router)
+        .await
+        .unwrap();
+    let before = peak_rss_mib();
+    let r = reqwest::Client::new()
+        .post(format!("{}/upload", server.base_url()))
+        .body(reqwest::Body::wrap(Zeros(2048)))
+        .send()
+        .await;
+    // The server answers (or cuts the upload) at the bound; either way it is not a 200.
+    if let Ok(r) = r {
+        assert_eq!(r.status().as_u16(), 413);
+    }
+    let grown = peak_rss_mib().saturating_sub(before);
+    assert!(
+        grown < (MAX_REQUEST_BODY as u64 >> 20) + 128,
+        "a 2 GiB upload grew the peak RSS by {grown} MiB"
+    );
+    let small = reqwest::Client::new()
+        .post(format!("{}/upload", server.base_url()))
+        .body(vec![1u8; 1000])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(small.text().await.unwrap(), "1000");
+}

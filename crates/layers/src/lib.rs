@@ -7,10 +7,16 @@
 //! - [`WithDeadline`]: the host's own deadline. When it fires the command is abandoned (adapters
 //!   with [`remote_kill`](execseam_core::Capabilities::remote_kill) kill it) and the result is an `Err` of
 //!   kind [`Timeout(Command)`](execseam_core::Deadline::Command) carrying the partial output.
+//!   Where the adapter's stream has an awaitable kill ([`EventStream::kill`]) the layer waits
+//!   for it (at most [`WithDeadline::kill_wait`], 750 ms by default), and the message says
+//!   "killed" only when the kill was answered. A deadline too large for the clock
+//!   (`Duration::MAX`) means none.
 //! - [`WithOutputCap`]: keeps at most N bytes of each stream and records what it dropped in
 //!   [`Output::truncated`].
 //! - [`WithRetry`]: retries only errors whose class is [`Retry::Safe`], with exponential backoff,
-//!   honouring the provider's retry-after. An exec that may have started is never re-submitted.
+//!   honouring the provider's retry-after up to [`RetryPolicy::max_retry_after`] (30 s by
+//!   default); a longer wait is not slept but returned as [`ErrorKind::RateLimited`]. An exec
+//!   that may have started is never re-submitted.
 //!
 //! Recommended order, innermost first: `adapter.with_retry(..).with_deadline(..).with_output_cap(..)`
 //! (the deadline bounds the retries; the cap sees the deadline's partial output).
@@ -18,12 +24,12 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tracing::Instrument;
 
 use backon::{ExponentialBuilder, Retryable};
 use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use tokio::time::{Instant, Sleep};
-use tracing::Instrument;
 
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
@@ -34,7 +40,11 @@ use execseam_core::{
 pub trait ExecExt: Exec + Sized {
     /// See [`WithDeadline`].
     fn with_deadline(self, limit: Duration) -> WithDeadline<Self> {
-        WithDeadline { inner: self, limit }
+        WithDeadline {
+            inner: self,
+            limit,
+            kill_wait: DEFAULT_KILL_WAIT,
+        }
     }
 
     /// See [`WithOutputCap`].
@@ -59,11 +69,16 @@ impl<E: Exec + Sized> ExecExt for E {}
 // ---------------------------------------------------------------------------------------------
 // Deadline
 
+/// How long [`WithDeadline`] waits for a kill to be answered by default: short, so the deadline
+/// error still comes within a second of its time.
+pub const DEFAULT_KILL_WAIT: Duration = Duration::from_millis(750);
+
 /// The host's deadline on each command. See the [module docs](self).
 #[derive(Clone, Debug)]
 pub struct WithDeadline<E> {
     inner: E,
     limit: Duration,
+    kill_wait: Duration,
 }
 
 impl<E> WithDeadline<E> {
@@ -71,13 +86,72 @@ impl<E> WithDeadline<E> {
     pub fn inner(&self) -> &E {
         &self.inner
     }
+
+    /// How long to wait for the adapter's kill to be answered once the deadline fired (default
+    /// [`DEFAULT_KILL_WAIT`]). An unanswered kill keeps going in the background.
+    #[must_use]
+    pub fn kill_wait(mut self, wait: Duration) -> Self {
+        self.kill_wait = wait;
+        self
+    }
 }
 
-fn deadline_error(provider: &str, limit: Duration, killed: bool, partial: PartialOutput) -> Error {
-    let what = if killed {
-        "the command was killed"
-    } else {
-        "the command was abandoned; this backend cannot kill it"
+/// `now + limit`, or (for a limit too large for the clock) a deadline that never comes.
+fn deadline_at(limit: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(limit)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30))
+}
+
+/// What became of the command when the deadline fired.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Killed {
+    /// The adapter answered its kill.
+    Confirmed,
+    /// Dropped; the adapter kills it in the background (`remote_kill`) or cannot.
+    Dropped { remote_kill: bool },
+    /// The kill was sent but not answered in time.
+    Unconfirmed(Duration),
+    /// The kill failed.
+    Failed(String),
+}
+
+/// Kills the stream, waiting at most `wait` for the answer; the kill keeps running after that.
+async fn kill_stream(stream: EventStream, remote_kill: bool, wait: Duration) -> Killed {
+    if !stream.can_confirm_kill() {
+        drop(stream);
+        return Killed::Dropped { remote_kill };
+    }
+    let task = tokio::spawn(stream.kill());
+    match tokio::time::timeout(wait, task).await {
+        Ok(Ok(Ok(true))) => Killed::Confirmed,
+        Ok(Ok(Ok(false))) => Killed::Dropped { remote_kill },
+        Ok(Ok(Err(e))) => Killed::Failed(e.to_string()),
+        Ok(Err(join)) => Killed::Failed(join.to_string()),
+        Err(_) => Killed::Unconfirmed(wait),
+    }
+}
+
+fn deadline_error(
+    provider: &str,
+    limit: Duration,
+    killed: &Killed,
+    partial: PartialOutput,
+) -> Error {
+    let what = match killed {
+        Killed::Confirmed => "the command was killed".to_owned(),
+        Killed::Dropped { remote_kill: true } => {
+            "the command was abandoned; the adapter kills it in the background (unconfirmed)"
+                .to_owned()
+        }
+        Killed::Dropped { remote_kill: false } => {
+            "the command was abandoned; this backend cannot kill it".to_owned()
+        }
+        Killed::Unconfirmed(wait) => format!(
+            "a kill was sent but not answered within {}ms",
+            wait.as_millis()
+        ),
+        Killed::Failed(e) => format!("the kill failed: {e}"),
     };
     Error::new(
         ErrorKind::Timeout(Deadline::Command),
@@ -105,8 +179,9 @@ impl<E: Exec> Exec for WithDeadline<E> {
         let span = tracing::debug_span!("deadline", provider = self.inner.provider(), operation = "exec", tool = %command.tool());
         Box::pin(
             async move {
-                let deadline = Instant::now() + self.limit;
-                let killed = self.inner.capabilities().remote_kill;
+                let deadline = deadline_at(self.limit);
+                let remote_kill = self.inner.capabilities().remote_kill;
+                let dropped = Killed::Dropped { remote_kill };
                 let Some(streaming) = self.inner.streaming() else {
                     // Without a stream there is no partial output to keep.
                     return match tokio::time::timeout_at(deadline, self.inner.exec(command)).await {
@@ -114,7 +189,7 @@ impl<E: Exec> Exec for WithDeadline<E> {
                         Err(_) => Err(deadline_error(
                             self.provider(),
                             self.limit,
-                            killed,
+                            &dropped,
                             PartialOutput::default(),
                         )),
                     };
@@ -126,7 +201,7 @@ impl<E: Exec> Exec for WithDeadline<E> {
                             return Err(deadline_error(
                                 self.provider(),
                                 self.limit,
-                                killed,
+                                &dropped,
                                 PartialOutput::default(),
                             ));
                         }
@@ -158,12 +233,11 @@ impl<E: Exec> Exec for WithDeadline<E> {
                                 }));
                         }
                         Err(_) => {
-                            // Dropping the stream is the adapter's signal to kill the command.
-                            drop(stream);
+                            let killed = kill_stream(stream, remote_kill, self.kill_wait).await;
                             return Err(deadline_error(
                                 self.provider(),
                                 self.limit,
-                                killed,
+                                &killed,
                                 PartialOutput {
                                     stdout: stdout.freeze(),
                                     stderr: stderr.freeze(),
@@ -191,8 +265,8 @@ impl<E: Exec> ExecStream for WithDeadline<E> {
                     .inner
                     .streaming()
                     .ok_or_else(|| Error::unsupported("the wrapped adapter cannot stream"))?;
-                let deadline = Instant::now() + self.limit;
-                let killed = self.inner.capabilities().remote_kill;
+                let deadline = deadline_at(self.limit);
+                let remote_kill = self.inner.capabilities().remote_kill;
                 let stream =
                     match tokio::time::timeout_at(deadline, inner.exec_stream(command)).await {
                         Ok(r) => r?,
@@ -200,17 +274,21 @@ impl<E: Exec> ExecStream for WithDeadline<E> {
                             return Err(deadline_error(
                                 self.provider(),
                                 self.limit,
-                                killed,
+                                &Killed::Dropped { remote_kill },
                                 PartialOutput::default(),
                             ));
                         }
                     };
-                Ok(EventStream::new(DeadlineStream {
+                let provider = self.provider().to_owned();
+                let (limit, kill_wait) = (self.limit, self.kill_wait);
+                Ok(stream.wrap(|stream| DeadlineStream {
                     inner: Some(stream),
                     sleep: Box::pin(tokio::time::sleep_until(deadline)),
-                    provider: self.provider().to_owned(),
-                    limit: self.limit,
-                    killed,
+                    killing: None,
+                    provider,
+                    limit,
+                    kill_wait,
+                    remote_kill,
                 }))
             }
             .instrument(span),
@@ -221,9 +299,12 @@ impl<E: Exec> ExecStream for WithDeadline<E> {
 struct DeadlineStream {
     inner: Option<EventStream>,
     sleep: Pin<Box<Sleep>>,
+    /// The kill in flight once the deadline fired.
+    killing: Option<BoxFuture<'static, Killed>>,
     provider: String,
     limit: Duration,
-    killed: bool,
+    kill_wait: Duration,
+    remote_kill: bool,
 }
 
 impl Stream for DeadlineStream {
@@ -231,32 +312,41 @@ impl Stream for DeadlineStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
+        if let Some(killing) = this.killing.as_mut() {
+            let Poll::Ready(killed) = killing.as_mut().poll(cx) else {
+                return Poll::Pending;
+            };
+            this.killing = None;
+            return Poll::Ready(Some(Err(deadline_error(
+                &this.provider,
+                this.limit,
+                &killed,
+                PartialOutput::default(),
+            ))));
+        }
         let Some(inner) = this.inner.as_mut() else {
             return Poll::Ready(None);
         };
         if let Poll::Ready(item) = Pin::new(inner).poll_next(cx) {
-            if matches!(item, None | Some(Ok(Event::Exit(_))) | Some(Err(_))) {
-                if item.is_none() {
-                    this.inner = None;
-                }
-                if matches!(item, Some(Ok(Event::Exit(_)))) {
-                    // Stop watching the clock once the command has ended.
-                    this.sleep
-                        .as_mut()
-                        .reset(Instant::now() + Duration::from_secs(86_400 * 365));
-                }
+            if item.is_none() {
+                this.inner = None;
+            }
+            if matches!(item, Some(Ok(Event::Exit(_)))) {
+                // Stop watching the clock once the command has ended.
+                this.sleep
+                    .as_mut()
+                    .reset(Instant::now() + Duration::from_secs(86_400 * 365));
             }
             return Poll::Ready(item);
         }
         if this.sleep.as_mut().poll(cx).is_ready() {
-            this.inner = None; // drop: the adapter kills the command
-            let partial = PartialOutput::default();
-            return Poll::Ready(Some(Err(deadline_error(
-                &this.provider,
-                this.limit,
-                this.killed,
-                partial,
-            ))));
+            let stream = this.inner.take().expect("checked above");
+            this.killing = Some(Box::pin(kill_stream(
+                stream,
+                this.remote_kill,
+                this.kill_wait,
+            )));
+            return self.poll_next(cx);
         }
         Poll::Pending
     }
@@ -394,9 +484,10 @@ impl<E: Exec> ExecStream for WithOutputCap<E> {
                     .streaming()
                     .ok_or_else(|| Error::unsupported("the wrapped adapter cannot stream"))?;
                 let stream = inner.exec_stream(command).await?;
-                Ok(EventStream::new(CapStream {
-                    inner: stream,
-                    cap: self.cap,
+                let cap = self.cap;
+                Ok(stream.wrap(|inner| CapStream {
+                    inner,
+                    cap,
                     out: 0,
                     err: 0,
                 }))
@@ -460,6 +551,10 @@ pub struct RetryPolicy {
     pub max_delay: Duration,
     /// Randomise delays.
     pub jitter: bool,
+    /// The longest retry-after the layer sleeps (default 30 s, as Aevatar's Chrono client caps
+    /// it). A provider asking for longer gets no retry: the error comes back as
+    /// [`ErrorKind::RateLimited`] with the provider's delay in its retry class.
+    pub max_retry_after: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -469,6 +564,7 @@ impl Default for RetryPolicy {
             min_delay: Duration::from_millis(200),
             max_delay: Duration::from_secs(10),
             jitter: true,
+            max_retry_after: Duration::from_secs(30),
         }
     }
 }
@@ -501,6 +597,13 @@ impl RetryPolicy {
         self.jitter = jitter;
         self
     }
+
+    /// Sets the longest retry-after the layer sleeps (default 30 s).
+    #[must_use]
+    pub fn with_max_retry_after(mut self, wait: Duration) -> Self {
+        self.max_retry_after = wait;
+        self
+    }
 }
 
 /// Retries [`Retry::Safe`] errors only; see the [module docs](self).
@@ -508,6 +611,19 @@ impl RetryPolicy {
 pub struct WithRetry<E> {
     inner: E,
     policy: RetryPolicy,
+}
+
+/// Logs each retry: the error's kind and message (never the command), its retry class and the
+/// delay before the next attempt.
+fn notify(e: &Error, delay: Duration) {
+    tracing::info!(
+        kind = e.kind().as_str(),
+        retry = e.retry().class(),
+        status = ?e.status(),
+        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+        reason = %e,
+        "retrying"
+    );
 }
 
 impl<E> WithRetry<E> {
@@ -529,17 +645,41 @@ fn adjust(e: &Error, next: Option<Duration>) -> Option<Duration> {
     next.map(|d| e.retry().after().map_or(d, |after| after.max(d)))
 }
 
-/// Logs each retry: the error's kind and message (never the command), its retry class and the
-/// delay before the next attempt.
-fn notify(e: &Error, delay: Duration) {
-    tracing::info!(
-        kind = e.kind().as_str(),
-        retry = e.retry().class(),
-        status = ?e.status(),
-        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-        reason = %e,
-        "retrying"
-    );
+impl<E> WithRetry<E> {
+    /// Safe, and not asking for a longer wait than the policy allows.
+    fn retryable(&self, e: &Error) -> bool {
+        e.retry().is_safe()
+            && e.retry()
+                .after()
+                .is_none_or(|after| after <= self.policy.max_retry_after)
+    }
+
+    /// An error that asked for a longer wait than the policy allows, as `RateLimited`.
+    fn over_cap(&self, e: Error) -> Error {
+        let cap = self.policy.max_retry_after;
+        let Some(after) = e.retry().after().filter(|after| *after > cap) else {
+            return e;
+        };
+        let mut out = Error::new(
+            ErrorKind::RateLimited,
+            format!(
+                "the provider asked to wait {}s before a retry, more than the retry policy allows ({}s): {}",
+                after.as_secs(),
+                cap.as_secs(),
+                e.message()
+            ),
+        )
+        .with_retry(e.retry())
+        .with_provider(e.provider().to_owned())
+        .with_operation(e.operation().to_owned());
+        if let Some(status) = e.status() {
+            out = out.with_status(status);
+        }
+        if let Some(code) = e.code() {
+            out = out.with_code(code.to_owned());
+        }
+        out.with_source(e)
+    }
 }
 
 impl<E: Exec> Exec for WithRetry<E> {
@@ -558,10 +698,11 @@ impl<E: Exec> Exec for WithRetry<E> {
                 (|| self.inner.exec(command.clone()))
                     .retry(self.backoff())
                     .sleep(tokio::time::sleep)
-                    .when(|e: &Error| e.retry().is_safe())
+                    .when(|e: &Error| self.retryable(e))
                     .adjust(adjust)
                     .notify(notify)
                     .await
+                    .map_err(|e| self.over_cap(e))
             }
             .instrument(span),
         )
@@ -585,10 +726,11 @@ impl<E: Exec> ExecStream for WithRetry<E> {
                 (|| inner.exec_stream(command.clone()))
                     .retry(self.backoff())
                     .sleep(tokio::time::sleep)
-                    .when(|e: &Error| e.retry().is_safe())
+                    .when(|e: &Error| self.retryable(e))
                     .adjust(adjust)
                     .notify(notify)
                     .await
+                    .map_err(|e| self.over_cap(e))
             }
             .instrument(span),
         )
@@ -639,13 +781,62 @@ mod tests {
     struct Slow {
         chunks: Vec<Event>,
         hang: bool,
-        dropped: Arc<AtomicUsize>,
+        dropped: std::sync::Arc<AtomicUsize>,
+    }
+
+    /// How a [`Killable`] stream's kill behaves.
+    #[derive(Clone, Copy)]
+    enum KillBehaviour {
+        AnsweredAfter(Duration),
+        Hangs,
+    }
+
+    /// A stream that hangs after one chunk and has an awaitable kill.
+    struct Killable {
+        kill: KillBehaviour,
+        killed: std::sync::Arc<AtomicUsize>,
+    }
+
+    impl Exec for Killable {
+        fn provider(&self) -> &str {
+            "killable"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::FULL
+        }
+        fn exec(&self, c: Command) -> BoxFuture<'_, Result<Output, Error>> {
+            Box::pin(async move { self.exec_stream(c).await?.collect().await })
+        }
+        fn streaming(&self) -> Option<&dyn ExecStream> {
+            Some(self)
+        }
+    }
+
+    impl ExecStream for Killable {
+        fn exec_stream(&self, _: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+            let s = SlowStream {
+                items: vec![Event::Stdout(Bytes::from_static(b"so far"))].into_iter(),
+                hang: true,
+                dropped: Default::default(),
+            };
+            let (kill, killed) = (self.kill, self.killed.clone());
+            Box::pin(async move {
+                Ok(EventStream::new(s).with_kill(move || async move {
+                    match kill {
+                        KillBehaviour::AnsweredAfter(d) => tokio::time::sleep(d).await,
+                        KillBehaviour::Hangs => std::future::pending().await,
+                    }
+                    killed.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }))
+            })
+        }
     }
 
     struct SlowStream {
         items: std::vec::IntoIter<Event>,
         hang: bool,
-        dropped: Arc<AtomicUsize>,
+        dropped: std::sync::Arc<AtomicUsize>,
     }
 
     impl Drop for SlowStream {
@@ -824,7 +1015,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn deadline_returns_timeout_with_partial_output_and_drops_the_stream() {
-        let dropped = Arc::new(AtomicUsize::new(0));
+        let dropped = std::sync::Arc::new(AtomicUsize::new(0));
         let slow = Slow {
             chunks: vec![
                 Event::Stdout(Bytes::from_static(b"start")),
@@ -913,6 +1104,108 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Timeout(Deadline::Command));
         assert!(err.message().contains("cannot kill"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deadline_waits_for_the_kill_and_says_killed_only_when_answered() {
+        let killed = std::sync::Arc::new(AtomicUsize::new(0));
+        let k = Killable {
+            kill: KillBehaviour::AnsweredAfter(Duration::from_millis(200)),
+            killed: killed.clone(),
+        };
+        let start = Instant::now();
+        let err = k
+            .with_deadline(Duration::from_secs(2))
+            .exec(cmd())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Timeout(Deadline::Command));
+        assert_eq!(killed.load(Ordering::SeqCst), 1, "the kill was awaited");
+        assert!(err.message().contains("was killed"), "{err}");
+        assert_eq!(err.partial().unwrap().stdout.as_ref(), b"so far");
+        assert_eq!(start.elapsed(), Duration::from_millis(2200));
+
+        // The stream interface waits for it too.
+        let k = Killable {
+            kill: KillBehaviour::AnsweredAfter(Duration::from_millis(100)),
+            killed: killed.clone(),
+        };
+        let d = k.with_deadline(Duration::from_secs(1));
+        let mut s = d.streaming().unwrap().exec_stream(cmd()).await.unwrap();
+        assert!(matches!(s.next().await, Some(Ok(Event::Stdout(_)))));
+        let e = s.next().await.unwrap().unwrap_err();
+        assert!(e.message().contains("was killed"), "{e}");
+        assert_eq!(killed.load(Ordering::SeqCst), 2);
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unanswered_kill_is_waited_for_boundedly_and_not_called_a_kill() {
+        let killed = std::sync::Arc::new(AtomicUsize::new(0));
+        let k = Killable {
+            kill: KillBehaviour::Hangs,
+            killed: killed.clone(),
+        };
+        let start = Instant::now();
+        let err = k
+            .with_deadline(Duration::from_secs(2))
+            .exec(cmd())
+            .await
+            .unwrap_err();
+        assert_eq!(start.elapsed(), Duration::from_secs(2) + DEFAULT_KILL_WAIT);
+        assert!(!err.message().contains("was killed"), "{err}");
+        assert!(err.message().contains("not answered"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_too_large_for_the_clock_means_none() {
+        let slow = || Slow {
+            chunks: vec![Event::Exit(Exit::Code(0))],
+            hang: false,
+            dropped: Default::default(),
+        };
+        for limit in [Duration::MAX, Duration::from_secs(u64::MAX / 2)] {
+            let d = slow().with_deadline(limit);
+            assert_eq!(d.exec(cmd()).await.unwrap().exit, Exit::Code(0));
+            let s = d.streaming().unwrap().exec_stream(cmd()).await.unwrap();
+            assert_eq!(s.collect().await.unwrap().exit, Exit::Code(0));
+        }
+        let r = Script::new(vec![ok(0)]).with_deadline(Duration::MAX);
+        assert_eq!(r.exec(cmd()).await.unwrap().exit, Exit::Code(0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_beyond_the_policy_is_not_slept_but_rate_limited() {
+        let day = Duration::from_secs(86_400);
+        for kind in [ErrorKind::RateLimited, ErrorKind::Unavailable] {
+            let s = Script::new(vec![
+                Err(Error::new(kind, "slow down")
+                    .with_provider("p")
+                    .with_retry(Retry::Safe { after: Some(day) })),
+                ok(0),
+            ]);
+            let r = s.with_retry(RetryPolicy::default());
+            let start = Instant::now();
+            let err = r.exec(cmd()).await.unwrap_err();
+            assert!(start.elapsed() < Duration::from_secs(1));
+            assert_eq!(r.inner.calls.load(Ordering::SeqCst), 1);
+            assert_eq!(err.kind(), ErrorKind::RateLimited, "{err}");
+            assert_eq!(err.retry().after(), Some(day));
+            assert!(err.message().contains("86400s"), "{err}");
+        }
+        // Within a raised cap it is honoured.
+        let s = Script::new(vec![
+            Err(
+                Error::new(ErrorKind::RateLimited, "429").with_retry(Retry::Safe {
+                    after: Some(Duration::from_secs(60)),
+                }),
+            ),
+            ok(0),
+        ]);
+        let r = s.with_retry(RetryPolicy::default().with_max_retry_after(Duration::from_secs(60)));
+        let start = Instant::now();
+        r.exec(cmd()).await.unwrap();
+        assert!(start.elapsed() >= Duration::from_secs(60));
     }
 
     #[tokio::test]

@@ -123,8 +123,30 @@ struct Inner {
     partial: Option<Box<PartialOutput>>,
 }
 
+/// Cuts `message` to at most [`Error::MAX_MESSAGE`] bytes (on a character boundary), saying how
+/// much was cut.
+fn cap_message(mut message: String) -> String {
+    if message.len() <= Error::MAX_MESSAGE {
+        return message;
+    }
+    let total = message.len();
+    let mut end = Error::MAX_MESSAGE - 40;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    message.push_str(&format!("… ({} more bytes)", total - end));
+    message
+}
+
 impl Error {
+    /// The longest message an error keeps, in bytes.
+    pub const MAX_MESSAGE: usize = 1024;
+
     /// A new error with [`Retry::Never`]; set the rest with the `with_*` methods.
+    ///
+    /// The message is cut at [`Error::MAX_MESSAGE`] bytes: a provider that echoes a request (a
+    /// 10 MiB argv) or answers with a huge body must not make the error as large.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
         Error {
             inner: Box::new(Inner {
@@ -134,7 +156,7 @@ impl Error {
                 operation: Cow::Borrowed(""),
                 status: None,
                 code: None,
-                message: message.into(),
+                message: cap_message(message.into()),
                 source: None,
                 partial: None,
             }),
@@ -378,6 +400,19 @@ mod tests {
             "fly exec: rate limited: slow down\\nplease [http 429, code rate_limited, retry safe after 2000ms]"
         );
         assert!(!s.contains('\n'));
+    }
+
+    #[test]
+    fn long_messages_are_cut() {
+        let e = Error::new(ErrorKind::Internal, "é".repeat(10_000));
+        assert!(
+            e.message().len() <= Error::MAX_MESSAGE,
+            "{}",
+            e.message().len()
+        );
+        assert!(e.message().ends_with("more bytes)"), "{}", e.message());
+        let short = Error::new(ErrorKind::Internal, "x".repeat(Error::MAX_MESSAGE));
+        assert_eq!(short.message().len(), Error::MAX_MESSAGE);
     }
 
     #[test]

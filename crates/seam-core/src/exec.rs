@@ -1,7 +1,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -59,10 +59,21 @@ pub enum Event {
     Exit(Exit),
 }
 
+type KillFn = Box<dyn FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send>;
+
 /// The events of a streamed command; see [`ExecStream::exec_stream`].
+///
+/// Dropping it abandons the command (adapters with
+/// [`remote_kill`](Capabilities::remote_kill) then kill it in the background, unconfirmed);
+/// [`EventStream::kill`] abandons it and waits for the adapter's kill to be answered, where the
+/// adapter provides one ([`EventStream::with_kill`]).
 pub struct EventStream {
     inner: Pin<Box<dyn Stream<Item = Result<Event, Error>> + Send + 'static>>,
     done: bool,
+    exited: bool,
+    // Shared, so a layer that wraps the stream and the wrapper's owner both reach it; whoever
+    // kills first takes it.
+    kill: Option<Arc<Mutex<Option<KillFn>>>>,
 }
 
 impl EventStream {
@@ -71,7 +82,66 @@ impl EventStream {
         EventStream {
             inner: Box::pin(stream),
             done: false,
+            exited: false,
+            kill: None,
         }
+    }
+
+    /// Gives the stream an awaitable kill: `kill()` is called at most once, by
+    /// [`EventStream::kill`], and its future sends the kill and resolves when the backend has
+    /// answered. Calling `kill()` must also stop the adapter's drop-time kill from being sent a
+    /// second time.
+    #[must_use]
+    pub fn with_kill<F, Fut>(mut self, kill: F) -> EventStream
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), Error>> + Send + 'static,
+    {
+        let f: KillFn = Box::new(move || Box::pin(kill()));
+        self.kill = Some(Arc::new(Mutex::new(Some(f))));
+        self
+    }
+
+    /// Wraps this stream in another (a layer's), keeping its kill: `wrap(|s| MyStream { s })`.
+    pub fn wrap<S>(self, f: impl FnOnce(EventStream) -> S) -> EventStream
+    where
+        S: Stream<Item = Result<Event, Error>> + Send + 'static,
+    {
+        let kill = self.kill.clone();
+        let mut outer = EventStream::new(f(self));
+        outer.kill = kill;
+        outer
+    }
+
+    /// True if [`EventStream::kill`] can wait for a confirmed kill.
+    pub fn can_confirm_kill(&self) -> bool {
+        self.exited
+            || self
+                .kill
+                .as_ref()
+                .is_some_and(|k| k.lock().map(|k| k.is_some()).unwrap_or(false))
+    }
+
+    /// Abandons the command and kills it, waiting for the adapter's kill to be answered.
+    ///
+    /// `Ok(true)`: the command is known not to run any more (the kill was answered, or the
+    /// exit was already seen). `Ok(false)`: this stream has no awaitable kill, so dropping it
+    /// was the only signal (see [`Capabilities::remote_kill`]). `Err`: the kill failed.
+    /// Callers bound the wait themselves (`tokio::time::timeout`).
+    pub async fn kill(mut self) -> Result<bool, Error> {
+        if self.exited {
+            return Ok(true);
+        }
+        let kill = self
+            .kill
+            .take()
+            .and_then(|k| k.lock().ok().and_then(|mut k| k.take()));
+        let Some(kill) = kill else {
+            return Ok(false);
+        };
+        let sent = kill();
+        drop(self);
+        sent.await.map(|()| true)
     }
 
     /// The next event, or `None` at the end.
@@ -132,8 +202,10 @@ impl Stream for EventStream {
             return Poll::Ready(None);
         }
         let item = self.inner.as_mut().poll_next(cx);
-        if let Poll::Ready(None) = item {
-            self.done = true;
+        match &item {
+            Poll::Ready(None) => self.done = true,
+            Poll::Ready(Some(Ok(Event::Exit(_)))) => self.exited = true,
+            _ => {}
         }
         item
     }
@@ -240,6 +312,31 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Unavailable);
         assert_eq!(err.partial().unwrap().stderr.as_ref(), b"e");
+    }
+
+    #[test]
+    fn kill_waits_for_the_adapters_kill_and_survives_wrapping() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let kills = Arc::new(AtomicUsize::new(0));
+        let k = kills.clone();
+        let s = stream(vec![Ok(Event::Stdout(Bytes::from_static(b"a")))]).with_kill(
+            move || async move {
+                k.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            },
+        );
+        assert!(s.can_confirm_kill());
+        let wrapped = s.wrap(|inner| inner);
+        assert!(block(wrapped.kill()).unwrap());
+        assert_eq!(kills.load(Ordering::SeqCst), 1);
+
+        // No kill: dropping is all there is.
+        assert!(!block(stream(vec![]).kill()).unwrap());
+        // After the exit there is nothing to kill.
+        let mut done = stream(vec![Ok(Event::Exit(Exit::Code(0)))])
+            .with_kill(|| async { Err(Error::new(ErrorKind::Internal, "must not be called")) });
+        assert!(block(done.next()).is_some());
+        assert!(block(done.kill()).unwrap());
     }
 
     #[test]

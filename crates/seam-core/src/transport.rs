@@ -14,11 +14,23 @@
 //!
 //! [`http_status`], [`grpc_status`] and [`failure`] give the default kind and class for an
 //! answer; an adapter overrides them only where its provider documents something else.
+//!
+//! **After the submit, nothing is `Safe`.** Once the request that submits a command may have
+//! reached the server, every later failure of that exec (following its log, polling its status,
+//! reading its exit, a 429 on any of them) means the command may be running: retrying the exec
+//! would run it twice. Pass those errors through [`after_submit`].
+//!
+//! # Sizes
+//!
+//! [`check_size`] rejects a command too large for the provider ([`SizeLimit`]) before any I/O,
+//! with [`ErrorKind::InvalidCommand`] and [`Retry::Never`] (retrying fails the same way), and a
+//! message naming the limit, never quoting the command.
 
 use std::error::Error as StdError;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::error::{Deadline, ErrorKind, Retry};
+use crate::command::Command;
+use crate::error::{Deadline, Error, ErrorKind, Retry};
 
 /// What repeating a request could do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -46,6 +58,24 @@ pub fn retry_class(effect: Effect, sent: Sent) -> Retry {
         (Sent::No, _) | (Sent::Maybe, Effect::Idempotent) => Retry::SAFE,
         (Sent::Maybe, Effect::NonIdempotent) => Retry::Unsafe,
     }
+}
+
+/// The retry class of a failure after the command was (maybe) submitted: `Safe` becomes
+/// `Unsafe` (the command may be running, so repeating the exec could run it twice); `Never`
+/// and `Unsafe` stay.
+pub fn after_submit_class(retry: Retry) -> Retry {
+    match retry {
+        Retry::Safe { .. } => Retry::Unsafe,
+        other => other,
+    }
+}
+
+/// `error` with its retry class passed through [`after_submit_class`]: for every failure of an
+/// exec after its submit request may have reached the server (log follow, status poll, exit
+/// read, stdin), whatever the failed request itself was.
+pub fn after_submit(error: Error) -> Error {
+    let retry = after_submit_class(error.retry());
+    error.with_retry(retry)
 }
 
 /// True if a failure of a request with this `effect` could mean the command ran.
@@ -252,6 +282,125 @@ pub fn escape_path_segment(segment: &str) -> String {
     out
 }
 
+/// Linux's `MAX_ARG_STRLEN`: the longest single argv string or environment entry `execve(2)`
+/// takes, its NUL included (32 pages).
+pub const MAX_ARG_STRLEN: usize = 32 * 4096;
+
+/// A provider's limit on the size of a command's argv and env, checked by [`check_size`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SizeLimit {
+    /// argv and env together, in bytes: each string with its NUL (env entries as `KEY=VALUE`),
+    /// plus [`SizeLimit::overhead`] per string.
+    pub total: usize,
+    /// The longest single argv string or env entry (`KEY=VALUE`), its NUL included.
+    pub string: usize,
+    /// Bytes counted per string on top of its own (`execve`: its 8-byte pointer).
+    pub overhead: usize,
+    /// Where the limit comes from, quoted in the error (`"Linux execve in the sandbox"`).
+    pub source: &'static str,
+}
+
+impl SizeLimit {
+    /// `execve(2)` on Linux: each string at most [`MAX_ARG_STRLEN`], and `total` in all,
+    /// pointers included (the kernel's `ARG_MAX` is a quarter of the stack limit, 2 MiB by
+    /// default, shared with the environment the provider's own daemon adds: pass what is
+    /// left).
+    pub const fn execve(total: usize, source: &'static str) -> SizeLimit {
+        SizeLimit {
+            total,
+            string: MAX_ARG_STRLEN,
+            overhead: 8,
+            source,
+        }
+    }
+}
+
+impl SizeLimit {
+    /// A command that reaches the sandbox as one shell script (`sh -c SCRIPT`, a single
+    /// `execve` string): argv and env together at most `total` bytes (at most
+    /// [`MAX_ARG_STRLEN`] less what the adapter's wrapper and quoting add).
+    pub const fn script(total: usize, source: &'static str) -> SizeLimit {
+        SizeLimit {
+            total,
+            string: total,
+            overhead: 0,
+            source,
+        }
+    }
+}
+
+/// The size of a command's argv and env.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommandSize {
+    /// The bytes of every string with its NUL (env entries as `KEY=VALUE`).
+    pub bytes: usize,
+    /// How many strings (argv and env entries).
+    pub strings: usize,
+    /// The longest one, its NUL included.
+    pub longest: usize,
+}
+
+/// The size of `command`'s argv and env.
+pub fn command_size(command: &Command) -> CommandSize {
+    let argv = command.argv().iter().map(|a| a.len() + 1);
+    let env = command.env().iter().map(|(k, v)| k.len() + 1 + v.len() + 1);
+    argv.chain(env).fold(
+        CommandSize {
+            bytes: 0,
+            strings: 0,
+            longest: 0,
+        },
+        |s, n| CommandSize {
+            bytes: s.bytes + n,
+            strings: s.strings + 1,
+            longest: s.longest.max(n),
+        },
+    )
+}
+
+/// Rejects a command whose argv and env exceed `limit`, before any I/O:
+/// [`ErrorKind::InvalidCommand`], [`Retry::Never`], a message with the sizes and the limit
+/// (never the command's content).
+pub fn check_size(
+    provider: &'static str,
+    command: &Command,
+    limit: &SizeLimit,
+) -> Result<(), Error> {
+    let size = command_size(command);
+    let total = size.bytes + size.strings * limit.overhead;
+    let what = if size.longest > limit.string {
+        format!(
+            "one argv string or env entry takes {} bytes, more than the {} allowed ({})",
+            size.longest, limit.string, limit.source
+        )
+    } else if total > limit.total {
+        format!(
+            "argv and env take {total} bytes, more than the {} allowed ({})",
+            limit.total, limit.source
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Error::new(
+        ErrorKind::InvalidCommand,
+        format!("the command is too large: {what}"),
+    )
+    .with_provider(provider)
+    .with_operation("exec"))
+}
+
+/// At most `max` bytes of a provider's body, as text for an error message: invalid UTF-8
+/// replaced, control characters escaped, and how much was cut said.
+pub fn quote_body(body: &[u8], max: usize) -> String {
+    let cut = body.len().min(max);
+    let text = String::from_utf8_lossy(&body[..cut]);
+    let mut out: String = text.chars().flat_map(char::escape_debug).collect();
+    if body.len() > cut {
+        out.push_str(&format!("… ({} more bytes)", body.len() - cut));
+    }
+    out
+}
+
 /// 64 unpredictable bits without an RNG dependency: std's randomly keyed hasher over a process
 /// counter, the pid and the clock. Good for ids that must not collide (sessions, temp files,
 /// idempotency keys), not for secrets.
@@ -428,6 +577,62 @@ mod tests {
             "a%20b%2Fc%25d~e.f_g-h"
         );
         assert_eq!(escape_path_segment("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn after_the_submit_nothing_is_safe() {
+        let e = Error::new(ErrorKind::RateLimited, "429").with_retry(Retry::Safe {
+            after: Some(Duration::from_secs(1)),
+        });
+        assert_eq!(after_submit(e).retry(), Retry::Unsafe);
+        assert_eq!(after_submit_class(Retry::Never), Retry::Never);
+        assert_eq!(after_submit_class(Retry::Unsafe), Retry::Unsafe);
+    }
+
+    #[test]
+    fn sizes_are_checked_without_quoting_the_command() {
+        let limit = SizeLimit::execve(64, "test");
+        let ok = Command::builder(["echo", "hi"])
+            .env("A", "b")
+            .build()
+            .unwrap();
+        assert_eq!(
+            command_size(&ok),
+            CommandSize {
+                bytes: 5 + 3 + 4,
+                strings: 3,
+                longest: 5
+            }
+        );
+        assert!(
+            check_size("p", &ok, &limit).is_ok(),
+            "12 bytes + 3 pointers"
+        );
+        let many = Command::new(vec!["a"; 5]).unwrap();
+        assert!(check_size("p", &many, &limit).is_ok(), "10 + 40");
+        let many = Command::new(vec!["a"; 7]).unwrap();
+        assert!(
+            check_size("p", &many, &limit).is_err(),
+            "14 + 56: the pointers count"
+        );
+        let big = Command::new(["echo", &"secret".repeat(20)]).unwrap();
+        let e = check_size("p", &big, &limit).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::InvalidCommand, Retry::Never)
+        );
+        assert!(!e.message().contains("secret"), "{e}");
+        assert!(e.message().contains("64"), "{e}");
+        let long = Command::new(["x".repeat(MAX_ARG_STRLEN)]).unwrap();
+        let e = check_size("p", &long, &SizeLimit::execve(usize::MAX, "t")).unwrap_err();
+        assert!(e.message().contains("one argv string"), "{e}");
+    }
+
+    #[test]
+    fn bodies_are_quoted_bounded() {
+        assert_eq!(quote_body(b"ab\ncd", 10), "ab\\ncd");
+        assert_eq!(quote_body("é\u{1}".as_bytes(), 10), "é\\u{1}");
+        assert_eq!(quote_body(&[b'x'; 100], 3), "xxx… (97 more bytes)");
     }
 
     #[test]

@@ -67,6 +67,18 @@ use crate::{Emulator, EmulatorOptions};
 
 pub use wire::Exception;
 
+/// The fault routes and what each renders (`--fault ROUTE=FAULT`): `InvokeCodeInterpreter` renders every fault per tool route (`exec`, `task`, `files`, `invoke`); the session routes render the edge faults (and `start`/`stop` a 500).
+pub const FAULTS: crate::harness::Rendered = &[
+    ("exec", crate::harness::FAULT_NAMES),
+    ("task", crate::harness::FAULT_NAMES),
+    ("files", crate::harness::FAULT_NAMES),
+    ("invoke", crate::harness::FAULT_NAMES),
+    ("start", &["latency", "429", "503", "reset", "auth", "500"]),
+    ("stop", &["latency", "429", "503", "reset", "auth", "500"]),
+    ("list", &["latency", "429", "503", "reset", "auth"]),
+    ("get", &["latency", "429", "503", "reset", "auth"]),
+];
+
 /// The built-in code interpreter's identifier.
 pub const DEFAULT_IDENTIFIER: &str = "aws.codeinterpreter.v1";
 /// The session working directory (and `HOME`) of the AWS-managed code interpreter.
@@ -355,9 +367,7 @@ impl AgentCoreEmulator {
     /// Starts the emulator.
     pub async fn start(options: EmulatorOptions) -> std::io::Result<AgentCoreEmulator> {
         let faults = FaultHandle::new();
-        for rule in &options.faults {
-            faults.add(rule.clone());
-        }
+        crate::harness::arm_checked(&faults, "agentcore", &options.faults, FAULTS)?;
         let state = Arc::new(State {
             token: options.token.clone(),
             sandboxing: options.sandboxing,

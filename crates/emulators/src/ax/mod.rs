@@ -63,6 +63,16 @@ use crate::harness::{
 use crate::{Emulator, EmulatorOptions};
 use tracker::{Limits, Proc, StartOptions, Tracker, TrackerError};
 
+/// The fault routes and what each renders (`--fault ROUTE=FAULT`): every fault on `exec` (`StartProcess`); statuses on `get`; statuses, latency and vanish on `stream`.
+pub const FAULTS: crate::harness::Rendered = &[
+    ("exec", crate::harness::FAULT_NAMES),
+    ("get", &["429", "503", "auth", "500"]),
+    (
+        "stream",
+        &["429", "503", "auth", "500", "latency", "vanish"],
+    ),
+];
+
 /// The guest's workspace: default cwd and the files root.
 pub const WORKSPACE: &str = "/workspace";
 /// The actor name of the emulator's first guest.
@@ -597,9 +607,7 @@ impl AxEmulator {
         let limits = Limits::default();
         let primary = make_guest(PRIMARY_ACTOR, &options.sandboxing, limits.clone())?;
         let faults = FaultHandle::new();
-        for rule in &options.faults {
-            faults.add(rule.clone());
-        }
+        crate::harness::arm_checked(&faults, "ax", &options.faults, FAULTS)?;
         let mut guests = HashMap::new();
         guests.insert(PRIMARY_ACTOR.to_owned(), primary.clone());
         let shared = Arc::new(Shared {

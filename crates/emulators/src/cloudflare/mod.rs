@@ -53,6 +53,9 @@ mod exec;
 mod routes;
 pub mod wire;
 
+/// The fault routes and what each renders (`--fault ROUTE=FAULT`): the bridge renders every fault on `exec` only.
+pub const FAULTS: crate::harness::Rendered = &[("exec", crate::harness::FAULT_NAMES)];
+
 /// The bridge's OpenAPI document (from `@cloudflare/sandbox` 0.12.10), served at
 /// `/v1/openapi.json` and used by the schema check.
 pub const OPENAPI: &str = include_str!("../../interop/cloudflare/openapi-0.12.10.json");
@@ -171,9 +174,7 @@ impl CloudflareEmulator {
     /// Starts the emulator.
     pub async fn start(options: EmulatorOptions) -> std::io::Result<CloudflareEmulator> {
         let faults = FaultHandle::new();
-        for rule in &options.faults {
-            faults.add(rule.clone());
-        }
+        crate::harness::arm_checked(&faults, "cloudflare", &options.faults, FAULTS)?;
         let state = Arc::new(State {
             token: options.token.clone(),
             sandboxing: options.sandboxing,

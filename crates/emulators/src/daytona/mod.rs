@@ -47,6 +47,13 @@ use http::{HeaderMap, StatusCode};
 use crate::harness::{FaultHandle, Sandbox, SandboxSpec, Sandboxing, Server, User};
 use crate::{Emulator, EmulatorOptions};
 
+/// The fault routes and what each renders (`--fault ROUTE=FAULT`): every fault on `exec`; the proxy's edge faults on `create`; `session` only vanishes.
+pub const FAULTS: crate::harness::Rendered = &[
+    ("exec", crate::harness::FAULT_NAMES),
+    ("create", &["429", "503", "auth", "latency"]),
+    ("session", &["vanish"]),
+];
+
 /// The default user's home, which is also the daemon's working directory.
 pub const HOME: &str = "/home/daytona";
 /// The default user's uid in the default image.
@@ -178,9 +185,7 @@ impl DaytonaEmulator {
     /// Starts the emulator.
     pub async fn start(options: EmulatorOptions) -> std::io::Result<DaytonaEmulator> {
         let faults = FaultHandle::new();
-        for rule in &options.faults {
-            faults.add(rule.clone());
-        }
+        crate::harness::arm_checked(&faults, "daytona", &options.faults, FAULTS)?;
         // The base URL is only known after binding: bind first, then serve with the state.
         let listener = std::net::TcpListener::bind(options.listen)?;
         let addr = listener.local_addr()?;

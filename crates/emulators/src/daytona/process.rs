@@ -14,10 +14,7 @@ use http::{HeaderMap, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt as _;
-use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
+use tokio_websockets::{CloseCode, Message, WebSocketStream};
 
 use super::{HOME, SESSIONS_DIR, SandboxEntry, State, daemon_error, envelope, json_response};
 use crate::harness::{ConnControl, Fault, reset_connection};
@@ -1152,7 +1149,7 @@ pub(super) async fn logs(
         let Ok(upgraded) = on_upgrade.await else {
             return;
         };
-        let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+        let ws = tokio_websockets::ServerBuilder::new().serve(TokioIo::new(upgraded));
         stream_log(
             ws,
             session,
@@ -1164,7 +1161,7 @@ pub(super) async fn logs(
         )
         .await;
     });
-    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(&key);
+    let accept = crate::harness::server::websocket_accept(&key);
     let mut resp = Response::new(Body::empty());
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = resp.headers_mut();
@@ -1205,10 +1202,10 @@ async fn stream_log<S>(
         .await;
     let Ok(mut file) = opened.map(tokio::fs::File::from_std) else {
         let _ = ws
-            .send(Message::Close(Some(CloseFrame {
-                code: CloseCode::Error,
-                reason: "log file not found".into(),
-            })))
+            .send(Message::close(
+                Some(CloseCode::INTERNAL_SERVER_ERROR),
+                "log file not found",
+            ))
             .await;
         return;
     };
@@ -1220,7 +1217,7 @@ async fn stream_log<S>(
                 break;
             }
             tokio::select! {
-                m = ws.next() => if matches!(m, None | Some(Err(_)) | Some(Ok(Message::Close(_)))) {
+                m = ws.next() => if !matches!(m, Some(Ok(ref m)) if !m.is_close()) {
                     return;
                 },
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {}
@@ -1229,7 +1226,7 @@ async fn stream_log<S>(
         let log = session.log(cid);
         let half = &log[..log.len() / 2];
         if !half.is_empty() {
-            let _ = ws.send(Message::Binary(half.to_vec().into())).await;
+            let _ = ws.send(Message::binary(half.to_vec())).await;
         }
         return;
     }
@@ -1255,7 +1252,7 @@ async fn stream_log<S>(
             } else {
                 buf[..n].to_vec()
             };
-            if ws.send(Message::Binary(chunk.into())).await.is_err() {
+            if ws.send(Message::binary(chunk)).await.is_err() {
                 return;
             }
             continue;
@@ -1267,20 +1264,17 @@ async fn stream_log<S>(
         }
         tokio::select! {
             m = ws.next() => match m {
-                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return,
-                Some(Ok(_)) => {}
+                Some(Ok(m)) if !m.is_close() => {}
+                _ => return,
             },
             _ = tokio::time::sleep(Duration::from_millis(20)) => {}
         }
     }
     if !held.is_empty() {
-        let _ = ws.send(Message::Binary(held.into())).await;
+        let _ = ws.send(Message::binary(held)).await;
     }
     let _ = ws
-        .send(Message::Close(Some(CloseFrame {
-            code: CloseCode::Normal,
-            reason: "".into(),
-        })))
+        .send(Message::close(Some(CloseCode::NORMAL_CLOSURE), ""))
         .await;
     // Let the client read the close frame before the connection goes.
     let _ = tokio::time::timeout(Duration::from_secs(1), async {

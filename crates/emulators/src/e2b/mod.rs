@@ -44,6 +44,12 @@ mod process;
 pub mod time;
 mod watch;
 
+/// The fault routes and what each renders (`--fault ROUTE=FAULT`): every fault on `exec` (`process.Start`); the control plane's on `create`.
+pub const FAULTS: crate::harness::Rendered = &[
+    ("exec", crate::harness::FAULT_NAMES),
+    ("create", &["429", "500", "503", "auth", "reset", "latency"]),
+];
+
 /// The envd version reported (≥ 0.6.4 enables every feature of the SDK 2.x).
 pub const ENVD_VERSION: &str = "0.6.13";
 /// envd's port.
@@ -305,9 +311,7 @@ impl E2bEmulator {
     /// Starts the emulator.
     pub async fn start(options: EmulatorOptions) -> std::io::Result<E2bEmulator> {
         let faults = FaultHandle::new();
-        for rule in options.faults {
-            faults.add(rule);
-        }
+        crate::harness::arm_checked(&faults, "e2b", &options.faults, FAULTS)?;
         let state = Arc::new(State {
             api_key: options.token.clone(),
             sandboxing: options.sandboxing,

@@ -39,6 +39,9 @@ use crate::harness::{Dir, FaultHandle, Sandbox, SandboxSpec, Sandboxing, Server,
 use crate::util::hex_id;
 use crate::{Emulator, EmulatorOptions};
 
+/// The fault routes and what each renders (`--fault ROUTE=FAULT`): every fault on `exec` only.
+pub const FAULTS: crate::harness::Rendered = &[("exec", crate::harness::FAULT_NAMES)];
+
 /// The app the default machine belongs to.
 pub const DEFAULT_APP: &str = "execseam-emulated";
 /// The token put in [`Emulator::env`] when the emulator accepts any token.
@@ -322,9 +325,7 @@ impl FlyEmulator {
     /// Starts the emulator with one started machine in app [`DEFAULT_APP`].
     pub async fn start(options: EmulatorOptions, fly: FlyOptions) -> io::Result<FlyEmulator> {
         let faults = FaultHandle::new();
-        for rule in &options.faults {
-            faults.add(rule.clone());
-        }
+        crate::harness::arm_checked(&faults, "fly", &options.faults, FAULTS)?;
         let state = Arc::new(State {
             token: options.token.clone(),
             faults,

@@ -3,6 +3,11 @@
 //! Each emulator names its routes (`"exec"` is always the request that submits a command) and
 //! calls [`FaultHandle::take`] at the top of each handler; the handler then renders the fault in
 //! its provider's wire format (status codes, error bodies, cut streams, bad frames).
+//!
+//! Each emulator also declares which faults each of its routes renders ([`Rendered`]), and
+//! [`check_rules`] refuses a rule naming an unknown route or a fault its route does not render,
+//! when the emulator starts: a rule is never accepted and then silently ignored. A rule on `*`
+//! applies wherever the fault is rendered (at least one route must render it).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -35,6 +40,99 @@ pub enum Fault {
     AuthFailure,
     /// Destroy the sandbox while the command runs.
     SandboxVanishes,
+}
+
+impl Fault {
+    /// The fault's name in rules, without its argument (`"429"`, `"latency"`, …; one of
+    /// [`FAULT_NAMES`]).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Fault::RateLimited { .. } => "429",
+            Fault::ServerError => "500",
+            Fault::Unavailable => "503",
+            Fault::ResetBeforeResponse => "reset",
+            Fault::CutBeforeExit => "cut",
+            Fault::MalformedBody => "malformed",
+            Fault::Latency(_) => "latency",
+            Fault::AuthFailure => "auth",
+            Fault::SandboxVanishes => "vanish",
+        }
+    }
+}
+
+/// Every fault's name ([`Fault::name`]).
+pub const FAULT_NAMES: &[&str] = &[
+    "429",
+    "500",
+    "503",
+    "reset",
+    "cut",
+    "malformed",
+    "latency",
+    "auth",
+    "vanish",
+];
+
+/// What an emulator renders: each route, with the names of the faults it renders there.
+pub type Rendered = &'static [(&'static str, &'static [&'static str])];
+
+/// Refuses a rule for a route the emulator does not have, or a fault that route does not
+/// render (see the [module docs](self)).
+pub fn check_rules(provider: &str, rules: &[FaultRule], rendered: Rendered) -> Result<(), String> {
+    for rule in rules {
+        let name = rule.fault.name();
+        if rule.route == "*" {
+            if !rendered.iter().any(|(_, faults)| faults.contains(&name)) {
+                return Err(format!(
+                    "the {provider} emulator renders fault {name:?} on no route (rule {rule})"
+                ));
+            }
+            continue;
+        }
+        let Some((_, faults)) = rendered.iter().find(|(r, _)| *r == rule.route) else {
+            let routes: Vec<&str> = rendered.iter().map(|(r, _)| *r).collect();
+            return Err(format!(
+                "the {provider} emulator has no fault route {:?} (rule {rule}): its routes are {}",
+                rule.route,
+                routes.join(", ")
+            ));
+        };
+        if !faults.contains(&name) {
+            return Err(format!(
+                "the {provider} emulator does not render fault {name:?} on route {:?} (rule {rule}): it renders {}",
+                rule.route,
+                faults.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks `rules` ([`check_rules`]) and adds them to `faults`: what an emulator's `start` does
+/// with its options' faults. The error is `InvalidInput`.
+pub fn arm_checked(
+    faults: &FaultHandle,
+    provider: &str,
+    rules: &[FaultRule],
+    rendered: Rendered,
+) -> std::io::Result<()> {
+    check_rules(provider, rules, rendered)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    for rule in rules {
+        faults.add(rule.clone());
+    }
+    Ok(())
+}
+
+impl fmt::Display for FaultRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.route, self.fault)?;
+        match self.when {
+            When::Nth(1) => Ok(()),
+            When::Nth(n) => write!(f, "@{n}"),
+            When::Always => f.write_str("@always"),
+        }
+    }
 }
 
 impl fmt::Display for Fault {
@@ -265,6 +363,39 @@ mod tests {
         assert_eq!(h.take("exec"), None, "a spent rule is removed");
         assert_eq!(h.count("exec"), 3);
         assert_eq!(h.count("files"), 1);
+    }
+
+    #[test]
+    fn rules_are_checked_against_what_the_emulator_renders() {
+        const RENDERED: Rendered = &[("exec", FAULT_NAMES), ("create", &["429", "500"])];
+        let rules = |s: &str| -> Vec<FaultRule> { vec![s.parse().unwrap()] };
+        assert!(check_rules("p", &rules("exec=cut"), RENDERED).is_ok());
+        assert!(check_rules("p", &rules("create=429:3@2"), RENDERED).is_ok());
+        assert!(check_rules("p", &rules("*=500@always"), RENDERED).is_ok());
+        let e = check_rules("p", &rules("create=malformed"), RENDERED).unwrap_err();
+        assert!(
+            e.contains("does not render") && e.contains("429, 500"),
+            "{e}"
+        );
+        let e = check_rules("p", &rules("nope=500"), RENDERED).unwrap_err();
+        assert!(
+            e.contains("no fault route") && e.contains("exec, create"),
+            "{e}"
+        );
+        const NARROW: Rendered = &[("exec", &["500"])];
+        assert!(check_rules("p", &rules("*=cut"), NARROW).is_err());
+        let h = FaultHandle::new();
+        assert!(arm_checked(&h, "p", &rules("create=cut"), RENDERED).is_err());
+        assert_eq!(h.take("create"), None, "nothing armed from a refused list");
+        arm_checked(&h, "p", &rules("create=500@2"), RENDERED).unwrap();
+        assert_eq!(
+            (h.take("create"), h.take("create")),
+            (None, Some(Fault::ServerError))
+        );
+        assert_eq!(
+            "create=500@2".parse::<FaultRule>().unwrap().to_string(),
+            "create=500@2"
+        );
     }
 
     #[test]

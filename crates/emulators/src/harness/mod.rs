@@ -9,7 +9,9 @@ pub mod sandbox;
 pub mod server;
 pub(crate) mod sys;
 
-pub use faults::{Fault, FaultHandle, FaultRule, When};
+pub use faults::{
+    FAULT_NAMES, Fault, FaultHandle, FaultRule, Rendered, When, arm_checked, check_rules,
+};
 pub use sandbox::{
     Dir, Fs, Isolation, Mount, Sandbox, SandboxChild, SandboxSpec, Sandboxing, User,
 };

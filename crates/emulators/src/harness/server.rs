@@ -1,5 +1,8 @@
 //! The loopback server every emulator runs on: HTTP/1.1 and HTTP/2 (prior knowledge, so gRPC
 //! over h2c works), WebSocket upgrades, and a per-connection reset for fault injection.
+//!
+//! Every request body is bounded ([`MAX_REQUEST_BODY`]): a handler that buffers a body fails
+//! at the bound instead of holding a 2 GiB upload in memory.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -15,6 +18,10 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tower_service::Service;
 
+/// The most a request body may carry, in bytes (128 MiB); beyond it the body fails, and the
+/// handler reading it answers with an error.
+pub const MAX_REQUEST_BODY: usize = 128 << 20;
+
 /// Lets a handler reset its own connection (a request extension on every request).
 #[derive(Clone, Debug)]
 pub struct ConnControl {
@@ -27,6 +34,15 @@ impl ConnControl {
     pub fn reset(&self) {
         self.reset.notify_one();
     }
+}
+
+/// The `Sec-WebSocket-Accept` for a client's `Sec-WebSocket-Key` (RFC 6455 §4.2.2).
+pub fn websocket_accept(key: &[u8]) -> String {
+    use base64::Engine as _;
+    let mut sha = sha1_smol::Sha1::new();
+    sha.update(key);
+    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
 }
 
 /// Resets the request's connection and never returns (so it fits any handler's return type).
@@ -132,7 +148,7 @@ async fn serve_connection(stream: TcpStream, router: Router, mut stopped: watch:
             let (method, route) = (req.method().clone(), req.uri().path().to_owned());
             let started = std::time::Instant::now();
             async move {
-                let req = req.map(Body::new);
+                let req = req.map(|b| Body::new(http_body_util::Limited::new(b, MAX_REQUEST_BODY)));
                 let resp = router.call(req).await;
                 let resp = resp.unwrap_or_else(|never| match never {});
                 tracing::debug!(

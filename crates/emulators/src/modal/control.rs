@@ -339,12 +339,13 @@ impl ModalClient for Control {
                 secret_sources: sources,
             }
         });
+        let forwarded = forwarded_host(r.metadata());
         let (id, task_id, fault) = self.create(true, r).await?;
         let sb = self.shared.sandbox(&id)?;
         let body = api::SandboxCreateV2Response {
             sandbox_id: id,
             tunnels: Vec::new(),
-            command_router_access: Some(self.shared.access(&task_id)),
+            command_router_access: Some(self.shared.access(&task_id, forwarded.as_deref())),
             task_id,
             metadata: Some(metadata(&sb)),
             sandbox_token: String::new(),
@@ -359,6 +360,7 @@ impl ModalClient for Control {
         let fault = self.fault("access").await?;
         self.auth_token(&r)?;
         let ctl = r.extensions().get::<ConnControl>().cloned();
+        let forwarded = forwarded_host(r.metadata());
         use api::sandbox_get_command_router_access_request::Target;
         let sb = match r.into_inner().target {
             Some(Target::SandboxId(id)) => self.shared.sandbox(&id)?,
@@ -381,7 +383,7 @@ impl ModalClient for Control {
                 sb.id
             )));
         }
-        let access = self.shared.access(&sb.task_id);
+        let access = self.shared.access(&sb.task_id, forwarded.as_deref());
         let body = api::SandboxGetCommandRouterAccessResponse {
             jwt: access.jwt,
             url: access.url,
@@ -524,6 +526,7 @@ impl ModalClient for Control {
     ) -> Result<Response<api::TaskGetCommandRouterAccessResponse>, Status> {
         self.fault("access").await?;
         self.credentials(&r)?;
+        let forwarded = forwarded_host(r.metadata());
         let task_id = r.into_inner().task_id;
         let sb = self
             .shared
@@ -537,7 +540,7 @@ impl ModalClient for Control {
                 "Task {task_id} has already finished"
             )));
         }
-        let a = self.shared.access(&task_id);
+        let a = self.shared.access(&task_id, forwarded.as_deref());
         Ok(Response::new(api::TaskGetCommandRouterAccessResponse {
             jwt: a.jwt,
             url: a.url,
@@ -696,4 +699,13 @@ fn futures_util_once<T: Send + Unpin + 'static>(item: T) -> impl Stream<Item = T
         }
     }
     Once(Some(item))
+}
+
+/// The address a reverse proxy says the client reached (`x-forwarded-host`), if any.
+fn forwarded_host(metadata: &tonic::metadata::MetadataMap) -> Option<String> {
+    metadata
+        .get(crate::chaos::FORWARDED_HOST)
+        .and_then(|v| v.to_str().ok())
+        .filter(|h| !h.is_empty() && !h.contains('/'))
+        .map(str::to_owned)
 }

@@ -281,10 +281,13 @@ impl Shared {
         t
     }
 
-    fn access(&self, task_id: &str) -> api::CommandRouterAccess {
+    /// Router access for a task. The router is served on the emulator's own port; a request
+    /// that came through a reverse proxy (`x-forwarded-host`, as the chaos proxy sets it) is
+    /// given the proxy's address instead, so the router calls go through it too.
+    fn access(&self, task_id: &str, forwarded: Option<&str>) -> api::CommandRouterAccess {
         api::CommandRouterAccess {
             jwt: self.issue_router_token(task_id),
-            url: self.url(),
+            url: forwarded.map_or_else(|| self.url(), |h| format!("http://{h}")),
         }
     }
 

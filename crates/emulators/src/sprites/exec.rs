@@ -15,10 +15,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
-use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_websockets::{CloseCode, Limits, Message, WebSocketStream};
 
 use super::query::Query;
 use super::session::{Out, Session, drive};
@@ -539,20 +536,14 @@ where
     let Some(key) = req.headers().get(header::SEC_WEBSOCKET_KEY).cloned() else {
         return text_response(StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key");
     };
-    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let accept = crate::harness::server::websocket_accept(key.as_bytes());
     let on_upgrade = hyper::upgrade::on(req);
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
-                let config = WebSocketConfig::default()
-                    .max_message_size(Some(256 << 20))
-                    .max_frame_size(Some(64 << 20));
-                let ws = WebSocketStream::from_raw_socket(
-                    TokioIo::new(upgraded),
-                    Role::Server,
-                    Some(config),
-                )
-                .await;
+                let ws = tokio_websockets::ServerBuilder::new()
+                    .limits(Limits::default().max_payload_len(Some(256 << 20)))
+                    .serve(TokioIo::new(upgraded));
                 serve(ws).await;
             }
             Err(e) => tracing::debug!(error = %e, "websocket upgrade failed"),
@@ -581,7 +572,7 @@ async fn send_output(ws: &mut Ws, stream: u8, data: &[u8], tty: bool) -> bool {
             f.extend_from_slice(chunk);
             f
         };
-        if ws.send(Message::Binary(frame.into())).await.is_err() {
+        if ws.send(Message::binary(frame)).await.is_err() {
             return false;
         }
     }
@@ -597,13 +588,13 @@ async fn linger(ws: &mut Ws, d: Duration) {
         tokio::select! {
             () = &mut deadline => {
                 let _ = ws
-                    .close(Some(CloseFrame { code: CloseCode::Normal, reason: "".into() }))
+                    .send(Message::close(Some(CloseCode::NORMAL_CLOSURE), ""))
                     .await;
                 return;
             }
             m = ws.next() => match m {
-                Some(Ok(Message::Close(_))) => {
-                    let _ = ws.flush().await; // the close reply tungstenite queued
+                Some(Ok(m)) if m.is_close() => {
+                    let _ = ws.flush().await; // the close reply queued
                     return;
                 }
                 None | Some(Err(_)) => return,
@@ -626,11 +617,7 @@ struct Conn {
 
 /// Serves one client of a session until the exit (or until it leaves: the session goes on).
 async fn serve_ws(mut ws: Ws, mut c: Conn) {
-    if ws
-        .send(Message::Text(c.info.to_string().into()))
-        .await
-        .is_err()
-    {
+    if ws.send(Message::text(c.info.to_string())).await.is_err() {
         return;
     }
     for out in std::mem::take(&mut c.replay) {
@@ -664,18 +651,18 @@ async fn serve_ws(mut ws: Ws, mut c: Conn) {
                     match c.fault {
                         Some(Fault::CutBeforeExit) => return,
                         Some(Fault::MalformedBody) => {
-                            let _ = ws.send(Message::Binary(vec![EXIT].into())).await;
+                            let _ = ws.send(Message::binary(vec![EXIT])).await;
                         }
                         _ if c.tty => {
                             let msg = json!({"type": "exit", "exit_code": code});
-                            let _ = ws.send(Message::Text(msg.to_string().into())).await;
+                            let _ = ws.send(Message::text(msg.to_string())).await;
                             let _ = ws
-                                .close(Some(CloseFrame { code: CloseCode::Normal, reason: "".into() }))
+                                .send(Message::close(Some(CloseCode::NORMAL_CLOSURE), ""))
                                 .await;
                             return;
                         }
                         _ => {
-                            let _ = ws.send(Message::Binary(vec![EXIT, code].into())).await;
+                            let _ = ws.send(Message::binary(vec![EXIT, code])).await;
                         }
                     }
                     linger(&mut ws, c.linger).await;
@@ -686,20 +673,21 @@ async fn serve_ws(mut ws: Ws, mut c: Conn) {
                 Some(Out::StartFailed) | Some(Out::Lost) | None => return,
             },
             msg = ws.next() => match msg {
-                Some(Ok(Message::Binary(d))) => {
+                Some(Ok(m)) if m.is_binary() => {
+                    let d = m.as_payload();
                     let Some(stdin) = &c.stdin else { continue };
                     if c.tty {
-                        let _ = stdin.send(Some(Bytes::copy_from_slice(&d)));
-                    } else if d.as_ref() == [STDIN_EOF] {
+                        let _ = stdin.send(Some(Bytes::copy_from_slice(d)));
+                    } else if d[..] == [STDIN_EOF] {
                         let _ = stdin.send(None);
                     } else if d.first() == Some(&STDIN) {
                         let _ = stdin.send(Some(Bytes::copy_from_slice(&d[1..])));
                     } else if !d.is_empty() {
-                        let _ = stdin.send(Some(Bytes::copy_from_slice(&d)));
+                        let _ = stdin.send(Some(Bytes::copy_from_slice(d)));
                     }
                 }
-                Some(Ok(Message::Text(t))) => {
-                    let v: Value = serde_json::from_str(t.as_str()).unwrap_or(Value::Null);
+                Some(Ok(m)) if m.is_text() => {
+                    let v: Value = serde_json::from_str(m.as_text().unwrap_or_default()).unwrap_or(Value::Null);
                     match v["type"].as_str() {
                         Some("signal") => {
                             let sig = v["signal"].as_str().unwrap_or("TERM");
@@ -713,8 +701,8 @@ async fn serve_ws(mut ws: Ws, mut c: Conn) {
                         _ => {} // resize and anything else: ignored without a PTY
                     }
                 }
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
-                Some(Ok(_)) => {}
+                Some(Ok(m)) if !m.is_close() => {}
+                _ => return,
             }
         }
     }

@@ -60,6 +60,12 @@ use crate::{Emulator, EmulatorOptions};
 
 pub use session::Session;
 
+/// The fault routes and what each renders (`--fault ROUTE=FAULT`): every fault on `exec`; `kill` answers a 500 or a 503.
+pub const FAULTS: crate::harness::Rendered = &[
+    ("exec", crate::harness::FAULT_NAMES),
+    ("kill", &["500", "503"]),
+];
+
 /// The sprite created at start.
 pub const DEFAULT_SPRITE: &str = "execseam";
 /// The token put in [`Emulator::env`] when the emulator accepts any token.
@@ -303,9 +309,7 @@ impl SpritesEmulator {
         sprites: SpritesOptions,
     ) -> io::Result<SpritesEmulator> {
         let faults = FaultHandle::new();
-        for rule in &options.faults {
-            faults.add(rule.clone());
-        }
+        crate::harness::arm_checked(&faults, "sprites", &options.faults, FAULTS)?;
         let state = Arc::new(State {
             token: options.token.clone(),
             faults,

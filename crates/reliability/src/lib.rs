@@ -1,0 +1,795 @@
+#![doc = include_str!("../README.md")]
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use execseam_core::{
+    BoxFuture, Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Retry, Sandbox,
+};
+use execseam_emulators::chaos::{ChaosProxy, Rule};
+use execseam_layers::{ExecExt, RetryPolicy};
+
+/// How a case is set up for one adapter.
+#[derive(Clone, Copy, Debug)]
+pub struct Knobs {
+    /// The adapter's own idle (read) timeout for the direct handle.
+    pub idle_timeout: Duration,
+}
+
+/// One adapter in the suite: how to start its emulator and reach one sandbox in it.
+pub struct Adapter {
+    /// The provider's name.
+    pub name: &'static str,
+    /// Starts the emulator, makes one sandbox directly (not through the proxy), and says how to
+    /// reach that sandbox through any base URL.
+    pub setup: fn(Knobs) -> BoxFuture<'static, Result<Setup, Error>>,
+    /// Why a command's background child ends with its command (a fresh sandbox per
+    /// execution): the orphan check is then not applicable.
+    pub children_end: Option<&'static str>,
+    /// Why the transport's framing depends on HTTP chunk boundaries, which intermediaries may
+    /// legally move: re-chunking is then held to the invariants (a typed error, never a wrong
+    /// `Ok`) instead of the exact `Ok`.
+    pub chunk_framed: Option<&'static str>,
+}
+
+/// Builds a handle on the suite's sandbox whose every request goes to the given base URL, with
+/// the adapter's own idle/read timeouts (and any request timeout that bounds a silent answer)
+/// set to the given duration.
+pub type Through =
+    Arc<dyn Fn(String, Duration) -> BoxFuture<'static, Result<Arc<dyn Exec>, Error>> + Send + Sync>;
+
+/// What [`Adapter::setup`] returns.
+pub struct Setup {
+    /// The emulator's base URL (the proxy's upstream).
+    pub upstream: String,
+    /// A writable directory in the sandbox for the markers.
+    pub scratch: String,
+    /// The sandbox, reached directly: counts the markers; destroyed by the orphan check.
+    pub direct: Arc<dyn Sandbox>,
+    /// The same sandbox through a base URL (the proxy's), with an idle timeout.
+    pub through: Through,
+    /// Keeps the emulator alive.
+    pub guard: Box<dyn Any + Send + Sync>,
+}
+
+/// What a rule's answer must be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// The answer stays legal: the result must be the exact `Ok`.
+    Correct,
+    /// Anything typed, within the invariants.
+    Invariants,
+}
+
+/// Which cases run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Matrix {
+    /// What `cargo test` runs (CI): for every request N of an exec, every action from N on
+    /// (`*#N+`), layered; bare, the actions that must end without a host deadline (`hang`,
+    /// `stall`, `trickle`, `endless`) and the wrong-`Ok` ones; alone (`*#N`), the answers a retry
+    /// may recover from (`status:429`, `status:503`, `reset`), layered.
+    Ci,
+    /// Every action × every request N, alone and from N on × {bare, layered}
+    /// (`EXECSEAM_RELIABILITY=full`).
+    Full,
+}
+
+impl Matrix {
+    /// The cases for one request N and one action: `(nth, layers)`.
+    fn cases(self, n: usize, action: &str) -> Vec<(String, Layers)> {
+        let all = [Layers::Bare, Layers::RetryAndDeadline];
+        let mut out = Vec::new();
+        match self {
+            Matrix::Full => {
+                for nth in [format!("{n}"), format!("{n}+")] {
+                    out.extend(all.iter().map(|l| (nth.clone(), *l)));
+                }
+            }
+            Matrix::Ci => {
+                let name = action.split(':').next().unwrap_or(action);
+                out.push((format!("{n}+"), Layers::RetryAndDeadline));
+                if matches!(
+                    name,
+                    "hang"
+                        | "stall"
+                        | "trickle"
+                        | "endless"
+                        | "truncate"
+                        | "drop-last"
+                        | "garbage"
+                        | "body"
+                ) {
+                    out.push((format!("{n}+"), Layers::Bare));
+                }
+                if matches!(action, "status:429" | "status:503" | "reset") {
+                    out.push((format!("{n}"), Layers::RetryAndDeadline));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The suite's parameters.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Which cases run.
+    pub matrix: Matrix,
+    /// Actions (rule grammar, without the matcher), each applied to the Nth request of an exec
+    /// for every N the exec makes.
+    pub actions: Vec<(&'static str, Expect)>,
+    /// The deadline of the layered runs.
+    pub deadline: Duration,
+    /// The deadline of the layered runs of rules that keep the answer legal (delay,
+    /// re-chunking): they check the exact `Ok`, not the deadline, and a delay on every request
+    /// of an adapter that polls adds up.
+    pub legal_deadline: Duration,
+    /// The adapters' idle timeout in bare cases (short: a stalled answer must end without a
+    /// host deadline).
+    pub idle_timeout: Duration,
+    /// The adapters' idle timeout in layered cases (longer than the deadline, so the deadline
+    /// is what fires).
+    pub layered_idle_timeout: Duration,
+    /// The bound on a bare case (no layers).
+    pub bare_bound: Duration,
+    /// Cases in flight at once.
+    pub parallel: usize,
+    /// The peak RSS allowed for the whole process, in bytes.
+    pub rss_limit: u64,
+}
+
+impl Options {
+    /// The suite as `cargo test` runs it: [`Matrix::Ci`], every action.
+    pub fn ci() -> Options {
+        use Expect::*;
+        Options {
+            matrix: Matrix::Ci,
+            actions: vec![
+                ("status:429", Invariants),
+                ("status:429:86400", Invariants),
+                ("status:503", Invariants),
+                ("status-after:502", Invariants),
+                ("reset", Invariants),
+                ("reset-after", Invariants),
+                ("hang", Invariants),
+                ("stall", Invariants),
+                ("trickle:100:1", Invariants),
+                ("endless", Invariants),
+                ("truncate:20", Invariants),
+                ("drop-last", Invariants),
+                ("garbage:4096", Invariants),
+                ("body:{}", Invariants),
+                ("delay:200", Correct),
+                ("rechunk:1", Correct),
+                ("rechunk:65536", Correct),
+            ],
+            deadline: Duration::from_secs(3),
+            legal_deadline: Duration::from_secs(20),
+            idle_timeout: Duration::from_secs(2),
+            layered_idle_timeout: Duration::from_secs(10),
+            bare_bound: Duration::from_secs(15),
+            parallel: 12,
+            rss_limit: 1 << 30,
+        }
+    }
+
+    /// Every case ([`Matrix::Full`]).
+    pub fn full() -> Options {
+        Options {
+            matrix: Matrix::Full,
+            ..Options::ci()
+        }
+    }
+
+    /// [`Options::full`] when `EXECSEAM_RELIABILITY` is `full`, else [`Options::ci`].
+    pub fn from_env() -> Options {
+        match std::env::var("EXECSEAM_RELIABILITY").as_deref() {
+            Ok("full") => Options::full(),
+            _ => Options::ci(),
+        }
+    }
+
+    /// How many cases one adapter whose exec makes `requests` requests gets.
+    pub fn cases_for(&self, requests: usize) -> usize {
+        (1..=requests)
+            .map(|n| {
+                self.actions
+                    .iter()
+                    .map(|(a, _)| self.matrix.cases(n, a).len())
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+}
+
+/// Host layers on a case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Layers {
+    /// The adapter alone.
+    Bare,
+    /// `adapter.with_retry(..).with_deadline(..)`.
+    RetryAndDeadline,
+}
+
+/// The suite's result.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// Cases run, per adapter.
+    pub cases: BTreeMap<&'static str, usize>,
+    /// Failed cases, one line each.
+    pub failures: Vec<String>,
+    /// Adapters that could not be set up.
+    pub setup_failures: Vec<String>,
+    /// The process's peak RSS at the end, in bytes.
+    pub peak_rss: u64,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// The rules tried.
+    pub rules: usize,
+}
+
+impl Summary {
+    /// The line the suite prints (and `docs/reliability.md` quotes).
+    pub fn line(&self, options: &Options) -> String {
+        let total: usize = self.cases.values().sum();
+        let mut per = String::new();
+        for (name, n) in &self.cases {
+            let _ = write!(per, "{}{name} {n}", if per.is_empty() { "" } else { ", " });
+        }
+        format!(
+            "reliability: {total} cases ({per}; {} actions x every request N of an exec, {}): {} passed, {} failed; peak RSS {} MiB (limit {} MiB); {:.1} s",
+            self.rules,
+            match options.matrix {
+                Matrix::Ci => "the CI matrix",
+                Matrix::Full => "alone and from N on, x {bare, retry+deadline}",
+            },
+            total - self.failures.len(),
+            self.failures.len() + self.setup_failures.len(),
+            self.peak_rss >> 20,
+            options.rss_limit >> 20,
+            self.elapsed.as_secs_f64()
+        )
+    }
+}
+
+/// The command every case runs: one marker line, then `out`, `err` and exit 3.
+pub const SCRIPT: &str = "echo ran >> \"$1\"; printf out; printf err >&2; exit 3";
+
+fn expected() -> Output {
+    Output::new("out", "err", Exit::Code(3))
+}
+
+fn command(marker: &str) -> Command {
+    Command::new(["sh", "-c", SCRIPT, "sh", marker]).expect("a valid command")
+}
+
+fn policy() -> RetryPolicy {
+    RetryPolicy::default()
+        .with_max_attempts(3)
+        .with_min_delay(Duration::from_millis(20))
+        .with_max_delay(Duration::from_millis(100))
+        .with_jitter(false)
+}
+
+/// The process's peak resident set (`VmHWM`), in bytes.
+pub fn peak_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// How many times the case's command ran.
+async fn runs(direct: &dyn Sandbox, marker: &str) -> Result<usize, String> {
+    let count = Command::new([
+        "sh",
+        "-c",
+        "if [ -e \"$1\" ]; then wc -l < \"$1\"; else echo 0; fi",
+        "sh",
+        marker,
+    ])
+    .expect("valid");
+    let out = direct
+        .exec(count)
+        .await
+        .map_err(|e| format!("counting the marker failed: {e}"))?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(|_| format!("a marker count that is not a number: {out:?}"))
+}
+
+fn localhost() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// How many requests one clean exec makes through the proxy.
+async fn requests_per_exec(setup: &Setup) -> Result<usize, String> {
+    let proxy = ChaosProxy::start(localhost(), &setup.upstream, vec![])
+        .await
+        .map_err(|e| e.to_string())?;
+    let exec = (setup.through)(proxy.base_url(), Duration::from_secs(30))
+        .await
+        .map_err(|e| format!("connecting through the proxy: {e}"))?;
+    proxy.clear_requests();
+    let marker = format!("{}/rel-probe", setup.scratch);
+    let out = exec
+        .exec(command(&marker))
+        .await
+        .map_err(|e| format!("a clean exec through the proxy failed: {e}"))?;
+    if out != expected() {
+        return Err(format!("a clean exec through the proxy answered {out:?}"));
+    }
+    let seen = proxy.requests();
+    let n = seen.len();
+    if std::env::var_os("EXECSEAM_RELIABILITY_VERBOSE").is_some() {
+        for (i, r) in seen.iter().enumerate() {
+            eprintln!("request {}: {r:?}", i + 1);
+        }
+    }
+    drop(exec);
+    proxy.shutdown().await;
+    Ok(n)
+}
+
+struct Case {
+    id: usize,
+    rule: Rule,
+    layers: Layers,
+    expect: Expect,
+}
+
+impl Case {
+    /// The deadline of a layered run.
+    fn deadline(&self, options: &Options) -> Duration {
+        match self.expect {
+            Expect::Correct => options.legal_deadline,
+            Expect::Invariants => options.deadline,
+        }
+    }
+
+    /// When the answer must have come.
+    fn bound(&self, options: &Options) -> Duration {
+        match self.layers {
+            Layers::Bare if self.expect == Expect::Correct => {
+                options.bare_bound.max(options.legal_deadline)
+            }
+            Layers::Bare => options.bare_bound,
+            Layers::RetryAndDeadline => self.deadline(options) + Duration::from_secs(1),
+        }
+    }
+
+    fn name(&self, adapter: &str) -> String {
+        format!("{adapter} [{}] {:?}", self.rule, self.layers)
+    }
+}
+
+/// Checks one outcome against the invariants; `Err` says what broke.
+fn check(
+    case: &Case,
+    options: &Options,
+    result: Option<Result<Output, Error>>,
+    elapsed: Duration,
+    ran: usize,
+) -> Result<(), String> {
+    let deadline = case.deadline(options);
+    let bound = case.bound(options);
+    let Some(result) = result else {
+        return Err(format!("no answer within {bound:?} (ran {ran}x)"));
+    };
+    if ran > 1 {
+        return Err(format!("ran {ran} times: {result:?}"));
+    }
+    if elapsed > bound {
+        return Err(format!("answered after {elapsed:?}, more than {bound:?}"));
+    }
+    match result {
+        Ok(out) => {
+            if out != expected() {
+                return Err(format!("a wrong Ok: {out:?}"));
+            }
+            if ran != 1 {
+                return Err(format!("Ok, but the command ran {ran} times"));
+            }
+        }
+        Err(e) => {
+            if case.expect == Expect::Correct {
+                return Err(format!("a legal answer failed: {e}"));
+            }
+            if e.retry().is_safe() && ran > 0 {
+                return Err(format!("classed Safe (nothing ran) but it ran: {e}"));
+            }
+            if e.kind() == ErrorKind::Timeout(Deadline::Command) {
+                if case.layers == Layers::Bare {
+                    return Err(format!("a host deadline error without the layer: {e}"));
+                }
+                if elapsed < deadline {
+                    return Err(format!("the deadline fired early, after {elapsed:?}: {e}"));
+                }
+            }
+            if e.kind() == ErrorKind::InvalidCommand {
+                return Err(format!("a valid command rejected: {e}"));
+            }
+            if e.retry() == Retry::Never && ran > 0 && e.kind() == ErrorKind::Unsupported {
+                return Err(format!("Unsupported after it ran: {e}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn run_case(setup: &Setup, case: &Case, options: &Options) -> Result<(), String> {
+    let proxy = ChaosProxy::start(localhost(), &setup.upstream, vec![])
+        .await
+        .map_err(|e| format!("proxy: {e}"))?;
+    let idle = match case.layers {
+        Layers::Bare => options.idle_timeout,
+        Layers::RetryAndDeadline => options.layered_idle_timeout,
+    };
+    let exec = (setup.through)(proxy.base_url(), idle)
+        .await
+        .map_err(|e| format!("connecting through the proxy: {e}"))?;
+    proxy.set_rules(vec![case.rule.clone()]);
+    proxy.clear_requests();
+    let marker = format!("{}/rel-{}", setup.scratch, case.id);
+    let cmd = command(&marker);
+    let bound = case.bound(options);
+    let start = Instant::now();
+    let result = match case.layers {
+        Layers::Bare => tokio::time::timeout(bound, exec.exec(cmd)).await.ok(),
+        Layers::RetryAndDeadline => {
+            let layered = exec
+                .clone()
+                .with_retry(policy())
+                .with_deadline(case.deadline(options));
+            tokio::time::timeout(bound, layered.exec(cmd)).await.ok()
+        }
+    };
+    let elapsed = start.elapsed();
+    drop(exec);
+    // Nothing the proxy still holds may run the command after the count.
+    proxy.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let ran = runs(&*setup.direct, &marker).await?;
+    check(case, options, result, elapsed, ran)
+}
+
+/// Runs every case for every adapter.
+pub async fn run(adapters: &[Adapter], options: &Options) -> Summary {
+    let start = Instant::now();
+    let mut summary = Summary {
+        rules: options.actions.len(),
+        ..Summary::default()
+    };
+    let knobs = Knobs {
+        idle_timeout: options.idle_timeout,
+    };
+    let sem = Arc::new(tokio::sync::Semaphore::new(options.parallel.max(1)));
+    for adapter in adapters {
+        let setup = match (adapter.setup)(knobs).await {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                summary
+                    .setup_failures
+                    .push(format!("{}: setup failed: {e}", adapter.name));
+                continue;
+            }
+        };
+        let per_exec = match requests_per_exec(&setup).await {
+            Ok(n) => n,
+            Err(e) => {
+                summary
+                    .setup_failures
+                    .push(format!("{}: {e}", adapter.name));
+                continue;
+            }
+        };
+        let mut cases = Vec::new();
+        for n in 1..=per_exec {
+            for (action, expect) in &options.actions {
+                let expect = match (adapter.chunk_framed, action.starts_with("rechunk")) {
+                    (Some(_), true) => &Expect::Invariants,
+                    _ => expect,
+                };
+                for (nth, layers) in options.matrix.cases(n, action) {
+                    let rule: Rule = format!("*#{nth}={action}")
+                        .parse()
+                        .unwrap_or_else(|e| panic!("the suite's rule {action:?}: {e}"));
+                    cases.push(Case {
+                        id: cases.len(),
+                        rule,
+                        layers,
+                        expect: *expect,
+                    });
+                }
+            }
+        }
+        // `EXECSEAM_RELIABILITY_FILTER`: only the cases whose name contains it.
+        if let Ok(f) = std::env::var("EXECSEAM_RELIABILITY_FILTER") {
+            cases.retain(|c| c.name(adapter.name).contains(&f));
+        }
+        summary.cases.insert(adapter.name, cases.len());
+        let mut tasks = tokio::task::JoinSet::new();
+        for case in cases {
+            let (setup, options, sem) = (setup.clone(), options.clone(), sem.clone());
+            let name = adapter.name;
+            tasks.spawn(async move {
+                let _permit = sem.acquire_owned().await.expect("semaphore");
+                let r = run_case(&setup, &case, &options).await;
+                r.map_err(|e| format!("{}: {e}", case.name(name)))
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => summary.failures.push(e),
+                Err(join) => summary
+                    .failures
+                    .push(format!("{}: a case panicked: {join}", adapter.name)),
+            }
+        }
+    }
+    summary.failures.sort();
+    summary.peak_rss = peak_rss();
+    summary.elapsed = start.elapsed();
+    summary
+}
+
+/// How a sandbox's background child is ended in the orphan check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// `Sandbox::destroy`.
+    Destroy,
+    /// The emulator stops (its guard and every handle dropped).
+    EmulatorStop,
+}
+
+/// No process a command started may outlive its sandbox or its emulator: for every adapter, a
+/// command leaves a background child (`sleep N &`), then the sandbox is destroyed (or the
+/// emulator stopped), and no host process may still have the child's argv. Returns the
+/// failures, one line each, and the number of cases.
+pub async fn orphans(adapters: &[Adapter], options: &Options) -> (usize, Vec<String>, Vec<String>) {
+    let knobs = Knobs {
+        idle_timeout: options.idle_timeout,
+    };
+    let mut failures = Vec::new();
+    let mut not_applicable = Vec::new();
+    let mut cases = 0;
+    for adapter in adapters {
+        for ending in [Ending::Destroy, Ending::EmulatorStop] {
+            cases += 1;
+            let name = format!("orphans {} {ending:?}", adapter.name);
+            match orphan_case(adapter, knobs, ending).await {
+                Ok(Applies::Yes) => {}
+                Ok(Applies::No(why)) => not_applicable.push(format!("{name}: n/a: {why}")),
+                Err(e) => failures.push(format!("{name}: {e}")),
+            }
+        }
+    }
+    (cases, failures, not_applicable)
+}
+
+enum Applies {
+    Yes,
+    No(String),
+}
+
+async fn orphan_case(adapter: &Adapter, knobs: Knobs, ending: Ending) -> Result<Applies, String> {
+    use execseam_emulators::probe::{
+        gone_within, kill_leftovers, processes_with_arg, unique_sleep,
+    };
+    if let Some(why) = adapter.children_end {
+        return Ok(Applies::No(why.to_owned()));
+    }
+    let setup = (adapter.setup)(knobs)
+        .await
+        .map_err(|e| format!("setup failed: {e}"))?;
+    let token = unique_sleep();
+    let cmd =
+        Command::new(["sh", "-c", "sleep \"$1\" & echo started", "sh", &token]).expect("valid");
+    let direct = setup.direct.clone();
+    // The exec's own answer is not the point here (the background-child case of the
+    // conformance suite checks it); it must only have started the child.
+    let run = tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(15), direct.exec(cmd)).await;
+    });
+    let until = Instant::now() + Duration::from_secs(15);
+    while processes_with_arg(&token).is_empty() {
+        if Instant::now() > until {
+            run.abort();
+            return Err("the background child never started".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    match ending {
+        Ending::Destroy => {
+            let r = setup.direct.destroy().await;
+            run.abort();
+            match r {
+                Ok(()) => {}
+                // A connect-only provider (AX: the guest ends with its task).
+                Err(e) if e.kind() == ErrorKind::Unsupported => {
+                    drop(setup);
+                    let _ = gone_within(&token, Duration::from_secs(5)).await;
+                    kill_leftovers(&token);
+                    return Ok(Applies::No(e.to_string()));
+                }
+                Err(e) => return Err(format!("destroy failed: {e}")),
+            }
+        }
+        Ending::EmulatorStop => {
+            run.abort();
+            let _ = run.await;
+            drop(setup);
+        }
+    }
+    let left = gone_within(&token, Duration::from_secs(5)).await;
+    kill_leftovers(&token);
+    left.map(|()| Applies::Yes)
+        .map_err(|pids| format!("the background child survived (host pids {pids:?})"))
+}
+
+/// Issue 24's size rule, for every adapter: a command far over any provider's limit (10 MiB of
+/// argv, holding a secret) is `InvalidCommand`, `Retry::Never`, with a message of at most
+/// [`Error::MAX_MESSAGE`] bytes that does not quote it, and no request reaches the proxy.
+/// Returns the failures, one line each.
+pub async fn sizes(adapters: &[Adapter], options: &Options) -> (usize, Vec<String>) {
+    const SECRET: &str = "s3cr3t-argv-0f6c";
+    let knobs = Knobs {
+        idle_timeout: options.idle_timeout,
+    };
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    let big = SECRET.repeat((10 << 20) / SECRET.len());
+    let commands = [
+        (
+            "one 10 MiB argument",
+            Command::new(["echo", big.as_str()]).expect("a valid command"),
+        ),
+        (
+            "10 MiB of env",
+            Command::builder(["true"])
+                .env("BIG", big.as_str())
+                .build()
+                .expect("a valid command"),
+        ),
+    ];
+    for adapter in adapters {
+        let setup = match (adapter.setup)(knobs).await {
+            Ok(s) => s,
+            Err(e) => {
+                failures.push(format!("sizes {}: setup failed: {e}", adapter.name));
+                continue;
+            }
+        };
+        for (what, cmd) in &commands {
+            cases += 1;
+            let name = format!("sizes {} [{what}]", adapter.name);
+            let r = size_case(&setup, options, cmd.clone(), SECRET).await;
+            if let Err(e) = r {
+                failures.push(format!("{name}: {e}"));
+            }
+        }
+    }
+    (cases, failures)
+}
+
+async fn size_case(
+    setup: &Setup,
+    options: &Options,
+    cmd: Command,
+    secret: &str,
+) -> Result<(), String> {
+    let proxy = ChaosProxy::start(localhost(), &setup.upstream, vec![])
+        .await
+        .map_err(|e| format!("proxy: {e}"))?;
+    let exec = (setup.through)(proxy.base_url(), options.idle_timeout)
+        .await
+        .map_err(|e| format!("connecting through the proxy: {e}"))?;
+    proxy.clear_requests();
+    let r = tokio::time::timeout(options.bare_bound, exec.exec(cmd)).await;
+    let seen = proxy.requests().len();
+    drop(exec);
+    proxy.shutdown().await;
+    let e = match r {
+        Err(_) => return Err(format!("no answer within {:?}", options.bare_bound)),
+        Ok(Ok(out)) => return Err(format!("Ok for an oversized command: exit {:?}", out.exit)),
+        Ok(Err(e)) => e,
+    };
+    let mut bad = Vec::new();
+    if (e.kind(), e.retry()) != (ErrorKind::InvalidCommand, Retry::Never) {
+        bad.push(format!(
+            "{:?}/{:?}, want InvalidCommand/Never",
+            e.kind(),
+            e.retry()
+        ));
+    }
+    if e.message().len() > Error::MAX_MESSAGE {
+        bad.push(format!("a message of {} bytes", e.message().len()));
+    }
+    if e.to_string().contains(secret) {
+        bad.push("the message quotes the command".into());
+    }
+    if seen > 0 {
+        bad.push(format!("{seen} requests were sent"));
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        let mut m = e.message().to_owned();
+        m.truncate(200);
+        Err(format!("{} ({m})", bad.join("; ")))
+    }
+}
+
+/// Issue 24's logging rule, for every adapter: with every `log` and `tracing` record captured
+/// at TRACE ([`execseam_emulators::capture`], installed for the rest of the process, so this
+/// runs last), a command with a secret stdin and a secret env value runs, buffered and
+/// streamed, and neither secret may reach any record (as text, hex or base64).
+pub async fn secrets(adapters: &[Adapter], options: &Options) -> (usize, Vec<String>) {
+    const STDIN: &str = "s3cr3t-stdin-9d1e";
+    const ENV: &str = "s3cr3t-env-4b7a";
+    let log = execseam_emulators::capture::install();
+    let knobs = Knobs {
+        idle_timeout: options.layered_idle_timeout,
+    };
+    let mut failures = Vec::new();
+    for adapter in adapters {
+        let name = format!("secrets {}", adapter.name);
+        let setup = match (adapter.setup)(knobs).await {
+            Ok(s) => s,
+            Err(e) => {
+                failures.push(format!("{name}: setup failed: {e}"));
+                continue;
+            }
+        };
+        let cmd = Command::builder([
+            "sh",
+            "-c",
+            "cat >/dev/null; [ \"$S\" = \"$1\" ] && echo same",
+            "sh",
+            ENV,
+        ])
+        .env("S", ENV)
+        .stdin(STDIN)
+        .build()
+        .expect("a valid command");
+        let exec: Arc<dyn Exec> = setup.direct.clone();
+        let mut runs = vec![("buffered", exec.exec(cmd.clone()).await)];
+        if let Some(s) = exec.streaming() {
+            let streamed = match s.exec_stream(cmd).await {
+                Ok(st) => st.collect().await,
+                Err(e) => Err(e),
+            };
+            runs.push(("streamed", streamed));
+        }
+        for (how, r) in runs {
+            match r {
+                Ok(o) if o.stdout.as_ref() == b"same\n" => {}
+                Ok(o) => failures.push(format!("{name}: the {how} command answered {o:?}")),
+                Err(e) => failures.push(format!("{name}: the {how} command failed: {e}")),
+            }
+        }
+        drop(exec);
+        drop(setup);
+        for secret in [STDIN, ENV] {
+            if let Some(line) = log.find(secret.as_bytes()) {
+                let mut line = line;
+                line.truncate(300);
+                failures.push(format!("{name}: {secret:?} reached a log: {line}"));
+            }
+        }
+    }
+    if log.is_empty() {
+        failures.push("secrets: the capture saw no record at all".into());
+    }
+    (adapters.len(), failures)
+}

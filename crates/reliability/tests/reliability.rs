@@ -1,0 +1,552 @@
+//! The reliability suite (`cargo test -p execseam-reliability`): every adapter in [`ADAPTERS`]
+//! against every chaos action on every request of an exec, bare and layered. See
+//! `docs/reliability.md`; to add an adapter, add a `setup` function and a table entry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use execseam_core::{BoxFuture, Error, ErrorKind, Exec, Sandbox, SandboxSpec};
+use execseam_reliability::{Adapter, Knobs, Options, Setup, Through, orphans, run, secrets, sizes};
+
+/// Every adapter the suite drives. Local has no network, so no proxy can stand in front of it.
+const ADAPTERS: &[Adapter] = &[
+    Adapter {
+        name: "agentcore",
+        setup: agentcore,
+        children_end: None,
+        chunk_framed: None,
+    },
+    Adapter {
+        name: "ax",
+        setup: ax,
+        children_end: None,
+        chunk_framed: None,
+    },
+    Adapter {
+        name: "cloudflare",
+        setup: cloudflare,
+        children_end: None,
+        chunk_framed: None,
+    },
+    Adapter {
+        name: "daytona",
+        setup: daytona,
+        children_end: None,
+        chunk_framed: None,
+    },
+    Adapter {
+        name: "e2b",
+        setup: e2b,
+        children_end: None,
+        chunk_framed: None,
+    },
+    Adapter {
+        name: "fly",
+        setup: fly,
+        children_end: None,
+        chunk_framed: None,
+    },
+    Adapter {
+        name: "sprites",
+        setup: sprites,
+        children_end: None,
+        chunk_framed: None,
+    },
+    Adapter {
+        name: "sprites-http",
+        setup: sprites_http,
+        children_end: None,
+        chunk_framed: Some(
+            "the POST /exec body's frames have no lengths: each HTTP chunk is one frame (docs/adapters/sprites.md); re-chunked, it is Err(Protocol)",
+        ),
+    },
+    Adapter {
+        name: "modal",
+        setup: modal,
+        children_end: None,
+        chunk_framed: None,
+    },
+    Adapter {
+        name: "chrono",
+        setup: chrono,
+        children_end: Some(
+            "Chrono runs every execution in a fresh sandbox removed when it ends; the background-child-detached conformance case checks the child is gone",
+        ),
+        chunk_framed: None,
+    },
+    // Vercel and Northflank join here when their adapters land: one entry and one setup
+    // function each (docs/reliability.md, "Adding an adapter").
+];
+
+/// A [`Through`] from a function that builds a handle (without a request) for a base URL.
+fn through<F>(f: F) -> Through
+where
+    F: Fn(&str, Duration) -> Result<Arc<dyn Exec>, Error> + Send + Sync + 'static,
+{
+    let f = Arc::new(f);
+    Arc::new(move |url: String, idle: Duration| {
+        let f = f.clone();
+        Box::pin(async move { f(&url, idle) })
+    })
+}
+
+fn agentcore(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_agentcore::{AgentCoreConfig, AgentCoreProvider};
+    use execseam_emulators::EmulatorOptions;
+    use execseam_emulators::agentcore::AgentCoreEmulator;
+    Box::pin(async move {
+        let emulator = AgentCoreEmulator::start(EmulatorOptions::default())
+            .await
+            .map_err(internal)?;
+        let config = |url: &str, idle: Duration| {
+            AgentCoreConfig::new("us-east-1", "AKIDEXAMPLE", "not-verified")
+                .endpoint_url(url)
+                .idle_timeout(idle)
+        };
+        let upstream = emulator.base_url();
+        let direct = AgentCoreProvider::new(config(&upstream, knobs.idle_timeout))?
+            .create(SandboxSpec::new())
+            .await?;
+        let id = direct.id().to_owned();
+        Ok(Setup {
+            upstream,
+            scratch: "/tmp".into(),
+            direct: Arc::new(direct),
+            through: through(move |url, idle| {
+                let _ = idle;
+                Ok(
+                    Arc::new(AgentCoreProvider::new(config(url, idle))?.attach(&id))
+                        as Arc<dyn Exec>,
+                )
+            }),
+            guard: Box::new(emulator),
+        })
+    })
+}
+
+fn ax(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_ax::{AxConfig, AxProvider};
+    use execseam_emulators::EmulatorOptions;
+    use execseam_emulators::ax::{AxEmulator, PRIMARY_ACTOR};
+    Box::pin(async move {
+        let emulator = AxEmulator::start(EmulatorOptions::default())
+            .await
+            .map_err(internal)?;
+        let provider = |idle: Duration| {
+            AxProvider::new(
+                AxConfig::new()
+                    .target_actor(PRIMARY_ACTOR)
+                    .request_timeout(idle)
+                    .idle_timeout(idle),
+            )
+        };
+        let endpoint = emulator.endpoint();
+        let direct = provider(knobs.idle_timeout)?.connect(&endpoint).await?;
+        let upstream = if endpoint.starts_with("http://") {
+            endpoint.clone()
+        } else {
+            format!("http://{endpoint}")
+        };
+        Ok(Setup {
+            upstream,
+            scratch: "/tmp".into(),
+            direct: Arc::new(direct),
+            through: through(move |url, idle| {
+                let address = url.trim_start_matches("http://");
+                Ok(Arc::new(provider(idle)?.attach(address)?) as Arc<dyn Exec>)
+            }),
+            guard: Box::new(emulator),
+        })
+    })
+}
+
+fn cloudflare(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_cloudflare::{CloudflareConfig, CloudflareProvider};
+    use execseam_emulators::EmulatorOptions;
+    use execseam_emulators::cloudflare::CloudflareEmulator;
+    Box::pin(async move {
+        let emulator = CloudflareEmulator::start(EmulatorOptions::default())
+            .await
+            .map_err(internal)?;
+        let token = emulator.token().to_owned();
+        let config = move |url: &str, idle: Duration| {
+            CloudflareConfig::new(url)
+                .api_key(token.clone())
+                .request_timeout(idle)
+                .stream_idle_timeout(idle)
+        };
+        let upstream = emulator.base_url();
+        let direct = CloudflareProvider::new(config(&upstream, knobs.idle_timeout))?
+            .create(SandboxSpec::new())
+            .await?;
+        let id = direct.id().to_owned();
+        Ok(Setup {
+            upstream,
+            scratch: "/workspace".into(),
+            direct: Arc::new(direct),
+            through: through(move |url, idle| {
+                let _ = idle;
+                Ok(
+                    Arc::new(CloudflareProvider::new(config(url, idle))?.attach(&id))
+                        as Arc<dyn Exec>,
+                )
+            }),
+            guard: Box::new(emulator),
+        })
+    })
+}
+
+fn daytona(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_daytona::{DaytonaConfig, DaytonaProvider};
+    use execseam_emulators::EmulatorOptions;
+    use execseam_emulators::daytona::DaytonaEmulator;
+    Box::pin(async move {
+        let emulator = DaytonaEmulator::start(EmulatorOptions::default())
+            .await
+            .map_err(internal)?;
+        let token = emulator.token().to_owned();
+        let config = move |url: &str, idle: Duration| {
+            DaytonaConfig::new(token.clone())
+                .api_url(format!("{url}/api"))
+                .request_timeout(idle)
+                .idle_timeout(idle)
+        };
+        let upstream = emulator.base_url();
+        let direct = DaytonaProvider::new(config(&upstream, knobs.idle_timeout))?
+            .create(SandboxSpec::new())
+            .await?;
+        let id = direct.id().to_owned();
+        Ok(Setup {
+            upstream,
+            scratch: "/tmp".into(),
+            direct: Arc::new(direct),
+            through: through(move |url, idle| {
+                let toolbox = format!("{url}/toolbox");
+                Ok(
+                    Arc::new(DaytonaProvider::new(config(url, idle))?.attach(&toolbox, &id))
+                        as Arc<dyn Exec>,
+                )
+            }),
+            guard: Box::new(emulator),
+        })
+    })
+}
+
+fn fly(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_emulators::EmulatorOptions;
+    use execseam_emulators::fly::{FlyEmulator, FlyOptions};
+    use execseam_fly::{FlyConfig, FlyProvider};
+    Box::pin(async move {
+        let emulator = FlyEmulator::start(EmulatorOptions::default(), FlyOptions::default())
+            .await
+            .map_err(internal)?;
+        let m = emulator.default_machine();
+        let (app, token, id) = (m.app().to_owned(), emulator.token(), m.id().to_owned());
+        // Fly's exec answer comes when the command ends: its request is bounded by the
+        // command's timeout plus a slack.
+        let config = move |url: &str, idle: Duration| {
+            FlyConfig::new(app.clone(), token.clone())
+                .base_url(url)
+                .exec_timeout(idle)
+                .request_slack(idle)
+        };
+        let upstream = emulator.base_url();
+        let direct = FlyProvider::new(config(&upstream, knobs.idle_timeout))?
+            .connect(&id)
+            .await?;
+        Ok(Setup {
+            upstream,
+            scratch: "/tmp".into(),
+            direct: Arc::new(direct),
+            through: through(move |url, idle| {
+                let _ = idle;
+                Ok(Arc::new(FlyProvider::new(config(url, idle))?.attach(&id)) as Arc<dyn Exec>)
+            }),
+            guard: Box::new(emulator),
+        })
+    })
+}
+
+fn sprites(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    sprites_on(knobs, execseam_sprites::Transport::WebSocket)
+}
+
+/// Sprites over its HTTP exec transport (`POST …/exec`, the framed body).
+fn sprites_http(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    sprites_on(knobs, execseam_sprites::Transport::Http)
+}
+
+fn sprites_on(
+    knobs: Knobs,
+    transport: execseam_sprites::Transport,
+) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_emulators::EmulatorOptions;
+    use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator, SpritesOptions};
+    use execseam_sprites::{SpritesConfig, SpritesProvider};
+    Box::pin(async move {
+        let emulator =
+            SpritesEmulator::start(EmulatorOptions::default(), SpritesOptions::default())
+                .await
+                .map_err(internal)?;
+        let token = emulator.token();
+        let config = move |url: &str, idle: Duration| {
+            SpritesConfig::new(token.clone())
+                .base_url(url)
+                .request_timeout(idle)
+                .keepalive(idle / 4, idle)
+                .http_idle_timeout(idle)
+                .transport(transport)
+        };
+        let upstream = emulator.base_url();
+        let direct = SpritesProvider::new(config(&upstream, knobs.idle_timeout))?
+            .connect(DEFAULT_SPRITE)
+            .await?;
+        Ok(Setup {
+            upstream,
+            scratch: "/tmp".into(),
+            direct: Arc::new(direct),
+            through: through(move |url, idle| {
+                let _ = idle;
+                Ok(
+                    Arc::new(SpritesProvider::new(config(url, idle))?.attach(DEFAULT_SPRITE))
+                        as Arc<dyn Exec>,
+                )
+            }),
+            guard: Box::new(emulator),
+        })
+    })
+}
+
+fn modal(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_emulators::EmulatorOptions;
+    use execseam_emulators::modal::{ModalEmulator, TOKEN_ID};
+    use execseam_modal::{ModalConfig, ModalProvider};
+    Box::pin(async move {
+        let emulator = ModalEmulator::start(EmulatorOptions::default())
+            .await
+            .map_err(internal)?;
+        let secret = emulator.token_secret();
+        // The router's URL comes from the control plane: through the proxy, the emulator
+        // answers with the proxy's address (x-forwarded-host), so router calls go through it.
+        let config = move |url: &str, idle: Duration| {
+            ModalConfig::new(TOKEN_ID, secret.clone())
+                .server_url(url)
+                .sandbox_timeout(Duration::from_secs(3600))
+                .request_timeout(idle)
+                .stream_idle_timeout(idle)
+                .connect_timeout(idle)
+                // A stream that cannot be opened is reopened up to max_resumes times, each
+                // bounded by the request timeout: a bare answer comes within their product.
+                .max_resumes(3)
+        };
+        let upstream = emulator.url();
+        let direct = ModalProvider::new(config(&upstream, knobs.idle_timeout))?
+            .create(SandboxSpec::new())
+            .await?;
+        let id = direct.id().to_owned();
+        Ok(Setup {
+            upstream,
+            scratch: "/tmp".into(),
+            direct: Arc::new(direct),
+            through: through(move |url, idle| {
+                Ok(Arc::new(ModalProvider::new(config(url, idle))?.attach(&id)?) as Arc<dyn Exec>)
+            }),
+            guard: Box::new(emulator),
+        })
+    })
+}
+
+fn chrono(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_chrono::{ChronoConfig, ChronoExec};
+    use execseam_emulators::EmulatorOptions;
+    use execseam_emulators::chrono::{ChronoEmulator, ChronoOptions};
+    use execseam_emulators::harness::sandbox::Mount;
+    Box::pin(async move {
+        // Every execution is a fresh sandbox: the markers live in a host directory mounted
+        // into each of them.
+        let scratch = ScratchDir::new("chrono")?;
+        let mut options = EmulatorOptions::default();
+        options.sandboxing.mounts.push(Mount {
+            host: scratch.0.clone(),
+            sandbox: "/mnt/execseam-reliability".into(),
+            read_only: false,
+        });
+        let chrono_options = ChronoOptions {
+            max_concurrent: 64,
+            ..ChronoOptions::default()
+        };
+        let emulator = ChronoEmulator::start(options, chrono_options)
+            .await
+            .map_err(internal)?;
+        let token = emulator.token();
+        let config = move |url: &str, idle: Duration| {
+            // A synchronous /execute answers when the command ends: the request is bounded by
+            // the command's timeout plus the slack.
+            let secs = u32::try_from(idle.as_secs().max(1)).unwrap_or(u32::MAX);
+            ChronoConfig::new(url)
+                .token(token.clone())
+                .timeout_secs(secs)
+                .request_slack(idle)
+                .connect_timeout(idle)
+        };
+        let upstream = emulator.base_url();
+        let direct = ChronoExec::new(config(&upstream, knobs.idle_timeout))?;
+        Ok(Setup {
+            upstream,
+            scratch: "/mnt/execseam-reliability".into(),
+            direct: Arc::new(direct),
+            through: through(move |url, idle| {
+                Ok(Arc::new(ChronoExec::new(config(url, idle))?) as Arc<dyn Exec>)
+            }),
+            guard: Box::new((emulator, scratch)),
+        })
+    })
+}
+
+/// A host directory, removed when dropped.
+struct ScratchDir(std::path::PathBuf);
+
+impl ScratchDir {
+    fn new(name: &str) -> Result<ScratchDir, Error> {
+        let dir = std::path::Path::new("/var/tmp")
+            .canonicalize()
+            .map_err(internal)?
+            .join(format!(
+                "execseam-reliability-{name}-{}-{}",
+                std::process::id(),
+                execseam_core::transport::random_id(8)
+            ));
+        std::fs::create_dir_all(&dir).map_err(internal)?;
+        // The sandbox's user may not be root.
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).map_err(internal)?;
+        Ok(ScratchDir(dir))
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Internal, e.to_string())
+}
+
+fn e2b(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_e2b::{E2bConfig, E2bProvider};
+    use execseam_emulators::EmulatorOptions;
+    use execseam_emulators::e2b::E2bEmulator;
+    Box::pin(async move {
+        let emulator = E2bEmulator::start(EmulatorOptions::default())
+            .await
+            .map_err(internal)?;
+        let key = emulator.api_key().to_owned();
+        let config = move |url: &str, idle: Duration| {
+            E2bConfig::new(key.clone())
+                .api_url(url)
+                .sandbox_url(url)
+                .sandbox_timeout(Duration::from_secs(3600))
+                .stream_idle_timeout(idle)
+                .request_timeout(idle)
+        };
+        let upstream = emulator.base_url();
+        let direct = E2bProvider::new(config(&upstream, knobs.idle_timeout))?
+            .create(SandboxSpec::new())
+            .await?;
+        let id = direct.id().to_owned();
+        let through: Through = Arc::new(move |url: String, idle: Duration| {
+            let (config, id) = (config(&url, idle), id.clone());
+            Box::pin(async move {
+                let exec = E2bProvider::new(config)?.connect(&id).await?;
+                Ok(Arc::new(exec) as Arc<dyn Exec>)
+            })
+        });
+        Ok(Setup {
+            upstream,
+            scratch: "/home/user".into(),
+            direct: Arc::new(direct),
+            through,
+            guard: Box::new(emulator),
+        })
+    })
+}
+
+fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let options = Options::from_env();
+    let only = std::env::var("EXECSEAM_RELIABILITY_ONLY").ok();
+    let adapters: Vec<Adapter> = ADAPTERS
+        .iter()
+        .filter(|a| only.as_deref().is_none_or(|o| o == a.name))
+        .map(|a| Adapter {
+            name: a.name,
+            setup: a.setup,
+            children_end: a.children_end,
+            chunk_framed: a.chunk_framed,
+        })
+        .collect();
+    let summary = runtime.block_on(run(&adapters, &options));
+    let (orphan_cases, orphan_failures, orphan_na) = runtime.block_on(orphans(&adapters, &options));
+    let (size_cases, size_failures) = runtime.block_on(sizes(&adapters, &options));
+    // Last: the TRACE capture stays installed for the rest of the process.
+    let (secret_cases, secret_failures) = runtime.block_on(secrets(&adapters, &options));
+    for n in &orphan_na {
+        println!("{n}");
+    }
+    for f in summary
+        .setup_failures
+        .iter()
+        .chain(&summary.failures)
+        .chain(&orphan_failures)
+        .chain(&size_failures)
+        .chain(&secret_failures)
+    {
+        println!("FAIL {f}");
+    }
+    println!("{}", summary.line(&options));
+    println!(
+        "orphans: {orphan_cases} cases ({} adapters x {{sandbox destroyed, emulator stopped}}): {} passed, {} not applicable, {} failed",
+        adapters.len(),
+        orphan_cases - orphan_failures.len() - orphan_na.len(),
+        orphan_na.len(),
+        orphan_failures.len()
+    );
+    println!(
+        "sizes: {size_cases} cases ({} adapters x {{10 MiB argv, 10 MiB env}}: InvalidCommand/Never before any request, message capped, not quoted): {} passed, {} failed",
+        adapters.len(),
+        size_cases - size_failures.len(),
+        size_failures.len()
+    );
+    println!(
+        "secrets: {secret_cases} cases ({} adapters, stdin and env secrets, buffered and streamed, every log and tracing record at TRACE): {} passed, {} failed",
+        adapters.len(),
+        secret_cases.saturating_sub(
+            secret_failures
+                .iter()
+                .filter_map(|f| f.split(':').next())
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+        ),
+        secret_failures.len()
+    );
+    let over = summary.peak_rss > options.rss_limit;
+    if over {
+        println!("FAIL the peak RSS is over the limit");
+    }
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    if over
+        || !summary.failures.is_empty()
+        || !summary.setup_failures.is_empty()
+        || !orphan_failures.is_empty()
+        || !size_failures.is_empty()
+        || !secret_failures.is_empty()
+    {
+        std::process::exit(1);
+    }
+}
