@@ -1,6 +1,7 @@
 //! `execseam sandbox …` and `run --sandbox` through the built binary against the E2B emulator:
-//! create, run twice in the same sandbox (write then read), list by label, destroy; SIGTERM in
-//! the middle of a run leaves no sandbox; streamed output arrives before the command ends;
+//! create, run twice in the same sandbox (write then read), list by label, destroy; SIGTERM or
+//! SIGINT in the middle of a run leaves no sandbox (exit 143 or 130); streamed output arrives
+//! before the command ends;
 //! usage errors exit 2.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -182,6 +183,17 @@ async fn create_run_twice_list_destroy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_mid_run_kills_and_destroys_and_output_streams() {
+    signal_mid_run("-TERM", 143).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_mid_run_kills_and_destroys_and_exits_130() {
+    signal_mid_run("-INT", 130).await;
+}
+
+/// Runs a long command through the binary, sends `signal` once its first line has streamed, and
+/// checks the exit status (128 + the signal's number) and that no sandbox is left.
+async fn signal_mid_run(signal: &'static str, want: i32) {
     let e = emulator().await;
     let env = e.env.clone();
     let (code, streamed_in) = tokio::task::spawn_blocking(move || {
@@ -212,7 +224,7 @@ async fn sigterm_mid_run_kills_and_destroys_and_output_streams() {
         let pid = child.id().to_string();
         assert!(
             Command::new("kill")
-                .args(["-TERM", &pid])
+                .args([signal, &pid])
                 .status()
                 .unwrap()
                 .success()
@@ -222,7 +234,7 @@ async fn sigterm_mid_run_kills_and_destroys_and_output_streams() {
     })
     .await
     .unwrap();
-    assert_eq!(code, Some(143), "SIGTERM exits 143");
+    assert_eq!(code, Some(want), "{signal} exits {want}");
     assert!(streamed_in < Duration::from_secs(20), "{streamed_in:?}");
     // No sandbox (and so no process in it) is left.
     let until = Instant::now() + Duration::from_secs(10);

@@ -781,7 +781,7 @@ mod tests {
     struct Slow {
         chunks: Vec<Event>,
         hang: bool,
-        dropped: std::sync::Arc<AtomicUsize>,
+        dropped: Arc<AtomicUsize>,
     }
 
     /// How a [`Killable`] stream's kill behaves.
@@ -794,7 +794,7 @@ mod tests {
     /// A stream that hangs after one chunk and has an awaitable kill.
     struct Killable {
         kill: KillBehaviour,
-        killed: std::sync::Arc<AtomicUsize>,
+        killed: Arc<AtomicUsize>,
     }
 
     impl Exec for Killable {
@@ -836,7 +836,7 @@ mod tests {
     struct SlowStream {
         items: std::vec::IntoIter<Event>,
         hang: bool,
-        dropped: std::sync::Arc<AtomicUsize>,
+        dropped: Arc<AtomicUsize>,
     }
 
     impl Drop for SlowStream {
@@ -1015,7 +1015,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn deadline_returns_timeout_with_partial_output_and_drops_the_stream() {
-        let dropped = std::sync::Arc::new(AtomicUsize::new(0));
+        let dropped = Arc::new(AtomicUsize::new(0));
         let slow = Slow {
             chunks: vec![
                 Event::Stdout(Bytes::from_static(b"start")),
@@ -1108,7 +1108,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn deadline_waits_for_the_kill_and_says_killed_only_when_answered() {
-        let killed = std::sync::Arc::new(AtomicUsize::new(0));
+        let killed = Arc::new(AtomicUsize::new(0));
         let k = Killable {
             kill: KillBehaviour::AnsweredAfter(Duration::from_millis(200)),
             killed: killed.clone(),
@@ -1141,7 +1141,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_unanswered_kill_is_waited_for_boundedly_and_not_called_a_kill() {
-        let killed = std::sync::Arc::new(AtomicUsize::new(0));
+        let killed = Arc::new(AtomicUsize::new(0));
         let k = Killable {
             kill: KillBehaviour::Hangs,
             killed: killed.clone(),
