@@ -734,7 +734,10 @@ impl Exec for DockerExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        Box::pin(async move { self.exec_detailed(command).await.map(|d| d.output) })
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
+        let fut = Box::pin(async move { self.exec_detailed(command).await.map(|d| d.output) });
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -744,7 +747,8 @@ impl Exec for DockerExec {
 
 impl ExecStream for DockerExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        Box::pin(async move {
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
+        let fut = Box::pin(async move {
             let run = self.start(command).await?;
             Ok(EventStream::new(futures_util::stream::unfold(
                 Some(run),
@@ -755,7 +759,9 @@ impl ExecStream for DockerExec {
                     Some((item, more.then_some(run)))
                 },
             )))
-        })
+        });
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 }
 

@@ -526,7 +526,10 @@ impl Exec for VercelExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<execseam_core::Output, Error>> {
-        Box::pin(async move { self.start(command).await?.collect().await })
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
+        let fut = Box::pin(async move { self.start(command).await?.collect().await });
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -536,7 +539,10 @@ impl Exec for VercelExec {
 
 impl ExecStream for VercelExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        Box::pin(self.start(command))
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
+        let fut = Box::pin(self.start(command));
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 }
 
