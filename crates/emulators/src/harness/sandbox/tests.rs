@@ -349,8 +349,13 @@ async fn destroy_kills_daemons_and_a_dropped_exec_kills_its_group() {
     let state = s.state_dir().to_path_buf();
     s.destroy();
     gone(&state).await;
+    // The kernel tears a pid namespace down asynchronously: allow it a bounded moment under load.
+    let until = Instant::now() + Duration::from_secs(5);
     for p in procs {
-        assert!(!alive(p), "process {p} survived destroy");
+        while alive(p) {
+            assert!(Instant::now() < until, "process {p} survived destroy");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 
