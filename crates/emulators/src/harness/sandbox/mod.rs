@@ -638,7 +638,25 @@ impl Sandbox {
         for h in self.running.lock().expect("running").drain(..) {
             h.abort(); // dropping the exec future kills the process group
         }
-        self.signal_processes(libc::SIGKILL);
+        // An aborted exec may be mid-poll on another worker and spawn after one scan, so
+        // the scan repeats until only the init (and zombies it has yet to reap) is left;
+        // bounded, so a process that cannot die does not hang the caller.
+        let Some(ns) = &self.ns else { return };
+        for _ in 0..200 {
+            let live: Vec<u32> = ns
+                .processes(usize::MAX)
+                .into_iter()
+                .filter(|&pid| sandbox_pid(pid) != Some(1) && !is_zombie(pid))
+                .collect();
+            if live.is_empty() {
+                return;
+            }
+            for pid in live {
+                let _ = crate::harness::sys::kill(pid as i32, libc::SIGKILL);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        tracing::warn!("processes of a stopped sandbox survived 200 SIGKILL rounds");
     }
 
     /// Sends `signal` to every process of the sandbox but its init (`SIGSTOP`/`SIGCONT` freeze
@@ -716,6 +734,14 @@ pub async fn wait_for_teardowns(limit: std::time::Duration) -> bool {
 }
 
 /// The pid a host process has in its own (innermost) pid namespace.
+/// True for a process that has exited and waits for its parent to reap it.
+fn is_zombie(host_pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{host_pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
+        .unwrap_or(true) // gone already
+}
+
 fn sandbox_pid(host_pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{host_pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
