@@ -28,7 +28,11 @@ pub struct DaytonaConfig {
     pub(crate) start_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) max_output: u64,
+    pub(crate) session_pool: usize,
 }
+
+/// The default [`DaytonaConfig::session_pool`]: idle sessions a handle keeps for reuse.
+pub const DEFAULT_SESSION_POOL: usize = 4;
 
 impl fmt::Debug for DaytonaConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -44,6 +48,7 @@ impl fmt::Debug for DaytonaConfig {
             .field("start_timeout", &self.start_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("max_output", &self.max_output)
+            .field("session_pool", &self.session_pool)
             .finish()
     }
 }
@@ -64,6 +69,7 @@ impl DaytonaConfig {
             start_timeout: Duration::from_secs(120),
             idle_timeout: Duration::from_secs(30),
             max_output: DEFAULT_MAX_OUTPUT,
+            session_pool: DEFAULT_SESSION_POOL,
         }
     }
 
@@ -192,6 +198,19 @@ impl DaytonaConfig {
     #[must_use]
     pub fn max_output(mut self, bytes: u64) -> Self {
         self.max_output = bytes;
+        self
+    }
+
+    /// How many idle sessions a sandbox handle keeps for reuse (default
+    /// [`DEFAULT_SESSION_POOL`]). An exec takes a free session (one request: the synchronous
+    /// session exec) and creates one only when all are busy; a session whose command did not
+    /// end cleanly (cancelled, timed out, dropped, failed after the submit) is deleted instead
+    /// of reused, and the pool's sessions are deleted by `close`/`destroy`. `0` gives every exec
+    /// a fresh session, deleted after it (three requests per exec, and a background child
+    /// ends with its command).
+    #[must_use]
+    pub fn session_pool(mut self, idle_sessions: usize) -> Self {
+        self.session_pool = idle_sessions;
         self
     }
 

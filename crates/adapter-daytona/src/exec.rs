@@ -309,12 +309,26 @@ struct Inner {
     sandbox_id: String,
     temp_dir: String,
     ownership: Ownership,
+    pool: PoolRef,
 }
 
 impl Drop for Inner {
-    /// The safety net: an owned sandbox nobody closed is deleted on the runtime, if there is one.
+    /// The safety net: an owned sandbox nobody closed is deleted on the runtime, if there is one;
+    /// otherwise the pool's idle sessions are (best effort: `close` is the way to await it).
     fn drop(&mut self) {
+        let idle = drain_pool(&self.pool);
         if !self.ownership.destroy_on_drop() {
+            if idle.is_empty() {
+                return;
+            }
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                let toolbox = self.toolbox.clone();
+                handle.spawn(async move {
+                    for id in idle {
+                        let _ = toolbox.delete_session(&id).await;
+                    }
+                });
+            }
             return;
         }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -389,12 +403,30 @@ impl DaytonaExec {
                 sandbox_id: sandbox_id.to_owned(),
                 temp_dir: config.temp_dir.clone(),
                 ownership,
+                pool: Pool::new(config.session_pool),
             }),
         }
     }
 
-    /// Deletes the sandbox (`DELETE /sandbox/{id}`); one that is already gone is `Ok`.
+    /// Deletes the pool's idle sessions (`DELETE /process/session/{id}` each, which ends the
+    /// background processes their commands left) and stops pooling: later execs get a session of
+    /// their own, deleted after them. Failures are logged: the sessions die with the sandbox.
+    pub async fn close_sessions(&self) {
+        for id in drain_pool(&self.inner.pool) {
+            match self.inner.toolbox.delete_session(&id).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == execseam_core::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(session = %id, error = %e, "could not delete a pooled Daytona session")
+                }
+            }
+        }
+    }
+
+    /// Deletes the pool's sessions ([`close_sessions`](Self::close_sessions)), then the sandbox
+    /// (`DELETE /sandbox/{id}`); one that is already gone is `Ok`.
     pub async fn delete_sandbox(&self) -> Result<(), Error> {
+        self.close_sessions().await;
         let r = gone_is_destroyed(
             self.inner
                 .client
@@ -523,17 +555,66 @@ impl Plan {
             ..WrapOptions::default()
         };
         let script = degrade::script(cmd, &opts).map_err(|e| e.or_context(PROVIDER, "exec"))?;
+        // The tag (unused by the frame) makes the text unique, so this command is found among
+        // the earlier ones of a reused session (`GET /process/session/{id}` lists them all).
+        let tag = fresh_id("x");
         Ok(Plan {
-            command: session_command(&script, &inner.temp_dir),
+            command: degrade::join(&["/bin/sh", "-c", FRAME, "sh", &script, &inner.temp_dir, &tag]),
             stdin: stdin_path.map(|p| (p, cmd.stdin().clone())),
         })
     }
 }
 
-/// A session that runs one command; deleted (killing the command) when dropped unless closed.
+/// How many commands one session runs before it is retired (deleted, and replaced by a fresh
+/// one when needed). The daemon keeps every command of a session (its `cmd.sh`, `output.log` and
+/// exit code under the session's directory, and its entry in `GET /process/session/{id}`) until
+/// the session is deleted (`apps/daemon/pkg/session/execute.go`, `delete.go`), so a session that
+/// lived for ever would grow without bound.
+pub const SESSION_MAX_USES: u32 = 256;
+
+/// The idle sessions of one sandbox handle ([`DaytonaConfig::session_pool`]).
+pub(crate) struct Pool {
+    idle: Vec<Idle>,
+    max_idle: usize,
+    /// `close`/`destroy` ran: sessions are no longer kept.
+    closed: bool,
+}
+
+struct Idle {
+    id: String,
+    uses: u32,
+}
+
+pub(crate) type PoolRef = Arc<std::sync::Mutex<Pool>>;
+
+impl Pool {
+    pub(crate) fn new(max_idle: usize) -> PoolRef {
+        Arc::new(std::sync::Mutex::new(Pool {
+            idle: Vec::new(),
+            max_idle,
+            closed: false,
+        }))
+    }
+}
+
+/// Closes the pool and hands back the ids of its idle sessions (to delete).
+fn drain_pool(pool: &PoolRef) -> Vec<String> {
+    let mut p = pool.lock().expect("pool");
+    p.closed = true;
+    p.idle.drain(..).map(|i| i.id).collect()
+}
+
+/// A session leased for one command: a free one of the pool, else a fresh one. Returned to the
+/// pool with [`release`](Self::release) once its command ended cleanly; deleted (killing
+/// whatever it still runs) when dropped without that, or with [`kill`](Self::kill).
 struct Session {
     toolbox: Toolbox,
+    pool: PoolRef,
     id: String,
+    /// Commands this session ran before this one.
+    uses: u32,
+    /// The session came from the pool (it ran commands before).
+    reused: bool,
     /// The session may exist: delete it when dropped.
     open: bool,
     /// The stdin file, until the command that removes it was submitted.
@@ -541,12 +622,16 @@ struct Session {
 }
 
 impl Session {
-    /// Uploads stdin and creates the session. Nothing has run yet: every error here is retryable
-    /// as its status says. Dropped half-way, it cleans up what it made.
+    /// Uploads stdin and leases a session (from the pool, or `POST /process/session`). Nothing
+    /// has run yet: every error here is retryable as its status says. Dropped half-way, it
+    /// cleans up what it made.
     async fn open(inner: &Inner, plan: &Plan) -> Result<Session, Error> {
         let mut session = Session {
             toolbox: inner.toolbox.clone(),
-            id: fresh_id("execseam"),
+            pool: inner.pool.clone(),
+            id: String::new(),
+            uses: 0,
+            reused: false,
             open: false,
             stdin: None,
         };
@@ -558,20 +643,39 @@ impl Session {
                 .await
                 .map_err(|e| e.or_context(PROVIDER, "exec"))?;
         }
-        session.open = true;
-        if let Err(e) = inner.toolbox.create_session(&session.id).await {
-            session.open = false;
-            if let Some(path) = session.stdin.take() {
+        let taken = inner.pool.lock().expect("pool").idle.pop();
+        match taken {
+            Some(idle) => {
+                session.id = idle.id;
+                session.uses = idle.uses;
+                session.reused = true;
+                session.open = true;
+            }
+            None => session.fresh(inner).await?,
+        }
+        Ok(session)
+    }
+
+    /// Replaces the leased session by a fresh one (`POST /process/session`).
+    async fn fresh(&mut self, inner: &Inner) -> Result<(), Error> {
+        self.id = fresh_id("execseam");
+        self.uses = 0;
+        self.reused = false;
+        self.open = true;
+        if let Err(e) = inner.toolbox.create_session(&self.id).await {
+            self.open = false;
+            if let Some(path) = self.stdin.take() {
                 let _ = inner.toolbox.delete_file(&path, false).await;
             }
             return Err(e);
         }
-        Ok(session)
+        Ok(())
     }
 
     /// Marks the command as submitted: from now on the wrapper owns (and removes) the stdin file.
     fn submitted(&mut self) {
         self.stdin = None;
+        self.uses += 1;
     }
 
     /// Deletes the session now, killing its process tree, and says whether Daytona confirmed it
@@ -585,10 +689,27 @@ impl Session {
         r.map_err(|e| e.or_context(PROVIDER, "kill"))
     }
 
-    /// Deletes the session now (after the command ended). A failure leaks an idle session and
-    /// is logged, not reported: the command's result stands.
-    async fn close(mut self) {
+    /// The command ended cleanly (its answer or both trailers and the exit code are in): the
+    /// session goes back to the pool, or is deleted when the pool is full or closed, or the
+    /// session is worn out ([`SESSION_MAX_USES`]). Nothing of the command stays in the session's
+    /// shell: each command runs in a `/bin/sh` of its own (see [`session_command`]).
+    async fn release(mut self) {
         self.open = false;
+        let keep = {
+            let mut p = self.pool.lock().expect("pool");
+            let keep = !p.closed && p.idle.len() < p.max_idle && self.uses < SESSION_MAX_USES;
+            if keep {
+                p.idle.push(Idle {
+                    id: std::mem::take(&mut self.id),
+                    uses: self.uses,
+                });
+            }
+            keep
+        };
+        if keep {
+            return;
+        }
+        // A failure leaks an idle session and is logged, not reported: the result stands.
         if let Err(e) = self.toolbox.delete_session(&self.id).await {
             tracing::warn!(session = %self.id, error = %e, "could not delete a Daytona session");
         }
@@ -617,6 +738,13 @@ impl Drop for Session {
             });
         }
     }
+}
+
+/// Whether a session exec's error says the daemon has no such session (404 `NOT_FOUND`, not the
+/// proxy's `SANDBOX_NOT_FOUND`): the daemon's `Execute` answers so before it writes anything to
+/// a shell (`apps/daemon/pkg/session/execute.go`), so the command did not run.
+fn session_is_gone(e: &Error) -> bool {
+    e.kind() == execseam_core::ErrorKind::NotFound && e.code() == Some("NOT_FOUND")
 }
 
 /// How long to wait for the log's trailers once Daytona recorded the exit code: the daemon
@@ -655,17 +783,35 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
     crate::check_size(&cmd)?;
     let plan = Plan::new(&inner, &cmd)?;
     let mut session = Session::open(&inner, &plan).await?;
-    session.submitted();
     let (max_output, idle) = inner.toolbox.limits();
     // The synchronous answer comes when the command ends, however long that is; so silence is
-    // no error. But every idle period the session is asked whether its one command ended: if it
+    // no error. But every idle period the session is asked whether this command ended: if it
     // did and the answer still does not come (a stalled or lost answer), the log is read instead.
-    let sid = session.id.clone();
-    let mut exec = Box::pin(inner.toolbox.session_exec(&sid, &plan.command, false));
+    let submit = |session: &mut Session| {
+        session.submitted();
+        let (toolbox, sid, command) = (
+            inner.toolbox.clone(),
+            session.id.clone(),
+            plan.command.clone(),
+        );
+        Box::pin(async move { toolbox.session_exec(&sid, &command, false).await })
+    };
+    let mut exec = submit(&mut session);
     let mut ended: Option<(String, i32)> = None;
     let mut unseen = 0;
     let answer = loop {
         match tokio::time::timeout(idle, &mut exec).await {
+            Ok(Err(e)) if session.reused && session_is_gone(&e) => {
+                // A pooled session someone deleted (or a restarted daemon) is answered 404
+                // before anything runs: the command goes to a fresh session instead, once.
+                tracing::debug!(provider = PROVIDER, session = %session.id, "a pooled session is gone: using a fresh one");
+                session.open = false;
+                session.stdin = plan.stdin.as_ref().map(|(p, _)| p.clone());
+                session.fresh(&inner).await?;
+                exec = submit(&mut session);
+                unseen = 0;
+                ended = None;
+            }
             Ok(r) => break Ok(r?),
             Err(_) => {
                 if let Some(done) = ended.take() {
@@ -676,7 +822,12 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
                     .get_session(&session.id)
                     .await
                     .map_err(after_submit)?;
-                let commands = info.commands.unwrap_or_default();
+                let commands: Vec<_> = info
+                    .commands
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|c| c.command == plan.command)
+                    .collect();
                 if commands.is_empty() {
                     // Two idle periods and the daemon has not seen the command: the request is
                     // lost (dropping it deletes the session, so a late arrival runs nothing).
@@ -731,7 +882,7 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
         .with_provider(PROVIDER)
         .with_operation("exec"));
     }
-    session.close().await;
+    session.release().await;
     degrade::check_wrapped(output).map_err(|e| e.or_context(PROVIDER, "exec"))
 }
 
@@ -930,7 +1081,7 @@ impl Streamer {
                         self.done = true;
                         let session = self.session.lock().expect("session").take();
                         if let Some(s) = session {
-                            s.close().await;
+                            s.release().await;
                         }
                         return Some((Ok(Event::Exit(exit)), self));
                     }
@@ -1121,6 +1272,8 @@ impl Sandbox for DaytonaExec {
             let o = &self.inner.ownership;
             if o.begin_close() && o.owned() && !o.is_destroyed() {
                 self.delete_sandbox().await?;
+            } else {
+                self.close_sessions().await;
             }
             Ok(())
         })

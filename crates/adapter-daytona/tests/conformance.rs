@@ -9,9 +9,6 @@ use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::daytona::DaytonaEmulator;
 
-/// Why `background-child-detached` checks that the child is gone.
-const CHILDREN_END: &str = "one session per command, deleted once it returns: the daemon's session delete signals the session's process group and process tree (SIGTERM, then SIGKILL; apps/daemon/pkg/session/delete.go terminateSession), so a background child ends with its command";
-
 fn main() {
     execseam_conformance::main(|| async {
         if std::env::var("EXECSEAM_LIVE").as_deref() == Ok("1") {
@@ -23,7 +20,6 @@ fn main() {
                 .provider(Arc::new(provider))
                 .scratch(scratch)
                 .live(true)
-                .children_end_with_the_command(CHILDREN_END)
                 .proptest_cases(8));
         }
         let emu = DaytonaEmulator::start(EmulatorOptions::default())
@@ -55,7 +51,6 @@ fn main() {
             .faults(faults)
             .provider(Arc::new(provider))
             .live_sandboxes(count)
-            .children_end_with_the_command(CHILDREN_END)
             .proptest_cases(16)
             .keep_alive(emu))
     });

@@ -1,6 +1,8 @@
 //! The adapter against the Daytona emulator, beyond the conformance suite: the files API, the
-//! session lifecycle (one session per exec, deleted afterwards and on drop), a session that ends
-//! mid-command, streaming that really streams, and errors at connect.
+//! session pool (a free session reused: one request per exec; nothing of a command stays in the
+//! session's shell; a session whose command did not end cleanly is deleted, never reused; the
+//! pool's sessions deleted at close), a session that ends mid-command, streaming that really
+//! streams, and errors at connect.
 
 use std::time::{Duration, Instant};
 
@@ -94,7 +96,7 @@ async fn the_files_api_round_trips_and_shares_the_filesystem_with_commands() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn each_exec_gets_a_session_that_is_deleted_afterwards_and_stdin_files_are_removed() {
+async fn sequential_execs_reuse_one_session_and_stdin_files_are_removed() {
     let (emu, exec) = setup().await;
     let id = exec.id().to_owned();
     for i in 0..3 {
@@ -107,16 +109,165 @@ async fn each_exec_gets_a_session_that_is_deleted_afterwards_and_stdin_files_are
     }
     let s = exec.exec_stream_helper(sh("printf x")).await;
     assert_eq!(s, b"x");
-    assert_eq!(
-        emu.session_count(&id),
-        0,
-        "sessions are deleted after each exec"
-    );
+    assert_eq!(emu.session_count(&id), 1, "one session, reused");
     let o = exec
         .exec(sh("ls -A /tmp | grep -c '^\\.execseam-' || true"))
         .await
         .unwrap();
     assert_eq!(o.stdout.as_ref(), b"0\n", "stdin temp files are removed");
+    exec.close_sessions().await;
+    assert_eq!(emu.session_count(&id), 0, "close_sessions deletes the pool's sessions");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warm_exec_is_one_request_and_without_the_pool_three() {
+    let emu = DaytonaEmulator::start(EmulatorOptions::default())
+        .await
+        .unwrap();
+    let pooled = create(config(&emu)).await.unwrap();
+    let single = create(config(&emu).session_pool(0)).await.unwrap();
+    let count = |exec: DaytonaExec, cmd: Command| {
+        let emu = &emu;
+        async move {
+            let before = emu.toolbox_requests();
+            let o = exec.exec(cmd).await.unwrap();
+            assert!(o.exit.success(), "{o:?}");
+            emu.toolbox_requests() - before
+        }
+    };
+    // The first exec creates the session; then each is the synchronous session exec alone.
+    assert_eq!(count(pooled.clone(), sh("true")).await, 2);
+    for _ in 0..3 {
+        assert_eq!(count(pooled.clone(), sh("true")).await, 1);
+    }
+    let with_stdin = Command::builder(["cat"]).stdin("x").build().unwrap();
+    assert_eq!(count(pooled.clone(), with_stdin.clone()).await, 2, "upload + exec");
+    assert_eq!(count(single.clone(), sh("true")).await, 3, "create + exec + delete");
+    assert_eq!(count(single.clone(), with_stdin).await, 4);
+    assert_eq!(emu.session_count(single.id()), 0);
+    pooled.close().await.unwrap();
+    single.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_of_a_command_stays_in_a_reused_session() {
+    let (emu, exec) = setup().await;
+    let home = "/home/daytona";
+    // A command that changes everything a shell has: cwd, variables (exported or not),
+    // options, traps, functions, aliases, umask.
+    let o = exec
+        .exec(sh("cd /tmp && export LEAK=1 && plain=2 && set -e -u && trap 'echo trapped' EXIT \
+              && f() { :; } && alias ll=ls && umask 077 && echo changed"))
+        .await
+        .unwrap();
+    assert_eq!(o.stdout.as_ref(), b"changed\ntrapped\n");
+    let with = Command::builder(["sh", "-c", "pwd; echo \"${PER_EXEC-unset}\""])
+        .workdir("/tmp")
+        .env("PER_EXEC", "yes")
+        .build()
+        .unwrap();
+    let o = exec.exec(with).await.unwrap();
+    assert_eq!(o.stdout.as_ref(), b"/tmp\nyes\n");
+    // The same session (the pool holds one), none of it left: the default cwd, no variables,
+    // no per-exec env, the default umask.
+    let probe = "pwd; echo \"${LEAK-unset} ${plain-unset} ${PER_EXEC-unset}\"; umask; \
+                 command -v f || echo no-f; trap";
+    let o = exec.exec(sh(probe)).await.unwrap();
+    let pwd = emu.visible_path(exec.id(), home).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{pwd}\nunset unset unset\n0022\nno-f\n"),
+        "stderr {:?}",
+        o.stderr
+    );
+    assert_eq!(emu.session_count(exec.id()), 1, "the session was reused");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_background_child_outlives_its_exec_until_the_sandbox_handle_closes() {
+    let emu = DaytonaEmulator::start(EmulatorOptions::default())
+        .await
+        .unwrap();
+    let provider = DaytonaProvider::new(config(&emu)).unwrap();
+    let owner = provider.create(SandboxSpec::new()).await.unwrap();
+    let exec = provider.connect(owner.id()).await.unwrap();
+    let pidfile = emu.visible_path(exec.id(), "/tmp/bg.pid").unwrap();
+    let started = Instant::now();
+    let o = exec
+        .exec(sh(&format!("sleep 60 & echo $! > {pidfile}; echo started")))
+        .await
+        .unwrap();
+    assert_eq!(o.stdout.as_ref(), b"started\n");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    let alive = format!("kill -0 \"$(cat {pidfile})\" 2>/dev/null && echo alive || echo gone");
+    let o = owner.exec(sh(&alive)).await.unwrap();
+    assert_eq!(o.stdout.as_ref(), b"alive\n", "the child keeps running");
+    // Closing the connected handle deletes its pool's sessions (not the sandbox): the child
+    // ends with its session, as the daemon's session delete terminates the process tree.
+    exec.close().await.unwrap();
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let o = owner.exec(sh(&alive)).await.unwrap();
+        if o.stdout.as_ref() == b"gone\n" {
+            break;
+        }
+        assert!(Instant::now() < until, "the child outlived its session");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    owner.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_execs_get_sessions_of_their_own_and_the_pool_keeps_a_few() {
+    let emu = DaytonaEmulator::start(EmulatorOptions::default())
+        .await
+        .unwrap();
+    let exec = create(config(&emu).session_pool(2)).await.unwrap();
+    let runs = (0..4).map(|i| {
+        let exec = exec.clone();
+        async move { exec.exec(sh(&format!("sleep 1; echo {i}"))).await.unwrap() }
+    });
+    let outs = futures_util::future::join_all(runs).await;
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(o.stdout, format!("{i}\n"));
+    }
+    assert_eq!(emu.session_count(exec.id()), 2, "two kept, the other two deleted");
+    exec.close().await.unwrap();
+    assert!(emu.sandbox_ids().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pooled_session_deleted_behind_our_back_is_replaced_without_running_twice() {
+    let (emu, exec) = setup().await;
+    let marker = emu.visible_path(exec.id(), "/tmp/runs").unwrap();
+    exec.exec(sh("true")).await.unwrap();
+    // Someone deletes the pooled session (the SDK's delete_session, say).
+    let base = format!("{}/{}", emu.toolbox_proxy_url(), exec.id());
+    let http = reqwest::Client::new();
+    let auth = format!("Bearer {}", emu.token());
+    let sessions: serde_json::Value = http
+        .get(format!("{base}/process/session"))
+        .header("Authorization", &auth)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let sid = sessions[0]["sessionId"].as_str().unwrap().to_owned();
+    let r = http
+        .delete(format!("{base}/process/session/{sid}"))
+        .header("Authorization", &auth)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let o = exec
+        .exec(sh(&format!("echo ran >> {marker}; cat {marker}")))
+        .await
+        .unwrap();
+    assert_eq!(o.stdout.as_ref(), b"ran\n", "ran once, in a fresh session");
+    assert_eq!(emu.session_count(exec.id()), 1);
 }
 
 trait StreamHelper {
@@ -134,6 +285,9 @@ impl StreamHelper for DaytonaExec {
 async fn dropping_an_exec_deletes_its_session_and_kills_the_command() {
     let (emu, exec) = setup().await;
     let id = exec.id().to_owned();
+    // A pooled session: the dropped exec runs in it, and it must not be reused afterwards.
+    exec.exec(sh("true")).await.unwrap();
+    assert_eq!(emu.session_count(&id), 1);
     let pidfile = emu.visible_path(&id, "/tmp/drop.pid").unwrap();
     let script = format!("echo $$ > {pidfile}; exec sleep 60");
     let r = tokio::time::timeout(Duration::from_secs(2), exec.exec(sh(&script))).await;

@@ -86,6 +86,8 @@ pub(crate) struct State {
     pub(crate) gone: Mutex<HashSet<String>>,
     /// The length of an `autoStopInterval` minute.
     pub(crate) minute: Mutex<std::time::Duration>,
+    /// Requests the toolbox proxy received (a test-only count: round trips per exec).
+    pub(crate) toolbox_requests: AtomicU64,
 }
 
 /// One emulated sandbox.
@@ -198,6 +200,7 @@ impl DaytonaEmulator {
             sandboxes: Mutex::new(HashMap::new()),
             gone: Mutex::new(HashSet::new()),
             minute: Mutex::new(std::time::Duration::from_secs(60)),
+            toolbox_requests: AtomicU64::new(0),
         });
         let server = Server::start(addr, router(state.clone())).await?;
         tokio::spawn(auto_stopper(Arc::downgrade(&state)));
@@ -304,6 +307,12 @@ impl DaytonaEmulator {
                 .upgrade()
                 .map_or(0, |s| s.sandboxes.lock().expect("sandboxes").len())
         }
+    }
+
+    /// How many requests the toolbox proxy (`/toolbox/…`, every sandbox) has received: a
+    /// test-only count of an adapter's round trips per exec. WebSocket upgrades count once.
+    pub fn toolbox_requests(&self) -> u64 {
+        self.state.toolbox_requests.load(Ordering::Relaxed)
     }
 
     /// How many sessions the sandbox `id` has open.
@@ -486,6 +495,7 @@ async fn toolbox(
     Path((id, rest)): Path<(String, String)>,
     req: Request<Body>,
 ) -> Response {
+    state.toolbox_requests.fetch_add(1, Ordering::Relaxed);
     let path = format!("/{rest}");
     let method = req.method().as_str().to_owned();
     if !authorized(&state, req.headers()) {

@@ -736,9 +736,13 @@ pub(super) async fn delete_session(sb: Arc<SandboxEntry>, sid: &str, path: &str)
 
 /// The block written to the session shell for one command: behaves as the daemon's wrapper
 /// (labelled FIFOs, command sourced from `cmd.sh`, stdin held open for async commands). The exit
-/// code is the command's own: written as soon as the command returns, before the labellers
-/// drain, as `cmdWrapperFormat` in the daemon's `apps/daemon/pkg/session/execute.go` does (a
-/// background child that keeps the FIFOs open delays the log, not the exit).
+/// code is the command's own status, written to `exit_code` only **after** the stdin holder is
+/// stopped and both labellers have drained, as `cmdWrapperFormat` in the daemon's
+/// `apps/daemon/pkg/session/execute.go` does at v0.190.0 (`b5a5d9e78`: "Write exit code only
+/// after labelers have flushed all output to the log file. Previously echo "$?" ran before
+/// wait, creating a race…"). So the synchronous answer and `GET …/command/{id}` see the whole
+/// log, and a background child that keeps the command's stdout or stderr open delays the exit
+/// code until it closes them (an older daemon, `0070d33`, wrote the code first).
 fn wrapper(dir: &str, run_async: bool) -> String {
     let q = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
     let holder = if run_async {
@@ -757,9 +761,9 @@ rm -f "$_op" "$_ep" "$_ip" && mkfifo "$_op" "$_ep" "$_ip" || echo 1 >> "$_d/exit
 _h=$!
 {{ . "$_d/cmd.sh"; }} < "$_ip" > "$_op" 2> "$_ep"
 _ec=$?
-echo "$_ec" >> "$_d/exit_code"
 kill "$_h" 2>/dev/null; wait "$_h" 2>/dev/null
 wait "$_r1" "$_r2"
+echo "$_ec" >> "$_d/exit_code"
 rm -f "$_op" "$_ep" "$_ip"
 }}
 "#,
