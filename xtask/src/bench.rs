@@ -11,6 +11,7 @@ const BENCHES: &[(&str, &str)] = &[
     ("execseam-chrono", "latency"),
     ("execseam-server", "load"),
     ("execseam-vercel", "sdk"),
+    ("execseam-daytona", "session_pool"),
     ("execseam-northflank", "sdk"),
     ("execseam-docker", "latency"),
     ("execseam-emulators", "launcher"),

@@ -1,4 +1,4 @@
-//! The [`Exec`]/[`ExecStream`] implementation: every command runs in its own Daytona session.
+//! The [`Exec`]/[`ExecStream`] implementation: commands run in pooled Daytona sessions.
 //!
 //! # Why sessions, and why the output is framed
 //!
@@ -20,13 +20,23 @@
 //!
 //! 1. stdin, if any, is uploaded with the files API to a fresh temp file
 //!    ([`degrade::StdinFrom::File`]); the session input route takes text only.
-//! 2. `POST /process/session` creates a session with a fresh id.
+//! 2. A free session is taken from the handle's pool; only if there is none,
+//!    `POST /process/session` creates one with a fresh id.
 //! 3. `POST /process/session/{id}/exec` runs the framed command: synchronously for
-//!    [`Exec::exec`] (one request answers with `stdout`, `stderr` and `exitCode`), or with
-//!    `runAsync` for [`ExecStream::exec_stream`], whose output is read from the
-//!    `logs?follow=true` WebSocket and whose exit code from `GET …/command/{cmdId}`.
-//! 4. `DELETE /process/session/{id}` removes the session. Dropping the exec future or the event
-//!    stream early does the same in the background, which kills the command's process tree.
+//!    [`Exec::exec`] (one request answers with `stdout`, `stderr` and `exitCode`: the daemon
+//!    polls the exit code itself, `apps/daemon/pkg/session/execute.go`), or with `runAsync` for
+//!    [`ExecStream::exec_stream`], whose output is read from the `logs?follow=true` WebSocket
+//!    and whose exit code from `GET …/command/{cmdId}`.
+//! 4. A command that ended cleanly returns its session to the pool (or deletes it when the pool
+//!    is full or closed, or the session ran [`SESSION_MAX_USES`] commands). Dropping the exec
+//!    future or the event stream early, or any failure after the submit, deletes the session
+//!    (`DELETE /process/session/{id}`, in the background when dropped), which kills the
+//!    command's process tree: a session in an unknown state is never reused.
+//!
+//! The session's shell sources the command text (`{ . cmd.sh; }`), but that text is one
+//! simple command, `/bin/sh -c FRAME …`: the command and the core's wrapper (workdir, env,
+//! stdin) run in that child shell, so no cwd, variable, option, trap or function of one exec
+//! is left in the session for the next.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -80,6 +90,8 @@ printf ':%s\n' "$s"
 exit "$s""#;
 
 /// The command text sent to the session for one command; `temp_dir` holds the frame's FIFOs.
+/// (The adapter appends one more argument, a unique tag the frame ignores, to find its command
+/// among a reused session's.)
 pub fn session_command(script: &str, temp_dir: &str) -> String {
     degrade::join(&["/bin/sh", "-c", FRAME, "sh", script, temp_dir])
 }
@@ -851,6 +863,8 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
             }
         }
     };
+    // A session whose answer was lost is not reused (the daemon's view of it is unknown).
+    let mut reuse = true;
     let output = match answer {
         Ok(resp) => match (output_from_response(&resp), resp.exit_code) {
             (Ok(o), _) => o,
@@ -864,6 +878,7 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
         },
         Err((cmd_id, code)) => {
             drop(exec);
+            reuse = false;
             tracing::debug!(
                 provider = PROVIDER,
                 "the exec's answer stalled after the command ended: reading its log"
@@ -882,7 +897,11 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
         .with_provider(PROVIDER)
         .with_operation("exec"));
     }
-    session.release().await;
+    if reuse {
+        session.release().await;
+    } else if let Err(e) = session.kill().await {
+        tracing::warn!(error = %e, "could not delete a Daytona session");
+    }
     degrade::check_wrapped(output).map_err(|e| e.or_context(PROVIDER, "exec"))
 }
 

@@ -5,9 +5,12 @@
 //! # How a command runs
 //!
 //! Never through `POST /process/execute`: that route merges stdout and stderr into one string.
-//! Each command gets its own **session** (`POST /process/session`), runs there
-//! (`POST /process/session/{id}/exec`), and the session is deleted afterwards; deleting it is also
-//! how an abandoned command is killed. The daemon labels session output line by line (a `\n` is
+//! Commands run in **sessions** (`POST /process/session/{id}/exec`) that a handle keeps in a small
+//! pool ([`DaytonaConfig::session_pool`]): a warm exec is that one request (the synchronous
+//! answer carries `stdout`, `stderr` and `exitCode`); a session is created only when all are
+//! busy, and deleted instead of reused when its command did not end cleanly; deleting it is also
+//! how an abandoned command is killed. Each command runs in a `/bin/sh` of its own, so nothing
+//! it does stays in the session's shell. The daemon labels session output line by line (a `\n` is
 //! added to a last line without one, NUL bytes are lost), so the command runs under a small framing
 //! script that base64-encodes each stream into lines and appends trailers; the adapter decodes the
 //! exact bytes and checks the trailer's status against Daytona's `exitCode`. See [`exec`](crate::exec)
@@ -26,7 +29,7 @@
 //! | stdin | a temp file uploaded with the files API (`POST /files/bulk-upload`), then redirected; the session input route takes text only |
 //! | stdout/stderr | separate and byte-exact (binary included) |
 //! | streaming | yes: the `logs?follow=true` WebSocket |
-//! | remote kill | yes: dropping the exec deletes the session, which kills its process tree |
+//! | remote kill | yes: dropping the exec deletes its session, which kills its process tree |
 //! | native tools | none: `find_files` is a literal search that skips binary files and `search_files` matches directories and returns paths as JSON strings, so neither gives the bytes `grep`/`find` would ([`DaytonaExec::find_in_files`] and [`DaytonaExec::search_files`] are available as such) |
 //!
 //! Errors: the `{statusCode, message, code, source}` envelope maps to [`ErrorKind`](execseam_core::ErrorKind)

@@ -116,7 +116,11 @@ async fn sequential_execs_reuse_one_session_and_stdin_files_are_removed() {
         .unwrap();
     assert_eq!(o.stdout.as_ref(), b"0\n", "stdin temp files are removed");
     exec.close_sessions().await;
-    assert_eq!(emu.session_count(&id), 0, "close_sessions deletes the pool's sessions");
+    assert_eq!(
+        emu.session_count(&id),
+        0,
+        "close_sessions deletes the pool's sessions"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -141,8 +145,16 @@ async fn a_warm_exec_is_one_request_and_without_the_pool_three() {
         assert_eq!(count(pooled.clone(), sh("true")).await, 1);
     }
     let with_stdin = Command::builder(["cat"]).stdin("x").build().unwrap();
-    assert_eq!(count(pooled.clone(), with_stdin.clone()).await, 2, "upload + exec");
-    assert_eq!(count(single.clone(), sh("true")).await, 3, "create + exec + delete");
+    assert_eq!(
+        count(pooled.clone(), with_stdin.clone()).await,
+        2,
+        "upload + exec"
+    );
+    assert_eq!(
+        count(single.clone(), sh("true")).await,
+        3,
+        "create + exec + delete"
+    );
     assert_eq!(count(single.clone(), with_stdin).await, 4);
     assert_eq!(emu.session_count(single.id()), 0);
     pooled.close().await.unwrap();
@@ -156,8 +168,10 @@ async fn nothing_of_a_command_stays_in_a_reused_session() {
     // A command that changes everything a shell has: cwd, variables (exported or not),
     // options, traps, functions, aliases, umask.
     let o = exec
-        .exec(sh("cd /tmp && export LEAK=1 && plain=2 && set -e -u && trap 'echo trapped' EXIT \
-              && f() { :; } && alias ll=ls && umask 077 && echo changed"))
+        .exec(sh(
+            "cd /tmp && export LEAK=1 && plain=2 && set -e -u && trap 'echo trapped' EXIT \
+              && f() { :; } && alias ll=ls && umask 077 && echo changed",
+        ))
         .await
         .unwrap();
     assert_eq!(o.stdout.as_ref(), b"changed\ntrapped\n");
@@ -198,7 +212,11 @@ async fn a_background_child_outlives_its_exec_until_the_sandbox_handle_closes() 
         .await
         .unwrap();
     assert_eq!(o.stdout.as_ref(), b"started\n");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     let alive = format!("kill -0 \"$(cat {pidfile})\" 2>/dev/null && echo alive || echo gone");
     let o = owner.exec(sh(&alive)).await.unwrap();
     assert_eq!(o.stdout.as_ref(), b"alive\n", "the child keeps running");
@@ -231,7 +249,11 @@ async fn concurrent_execs_get_sessions_of_their_own_and_the_pool_keeps_a_few() {
     for (i, o) in outs.iter().enumerate() {
         assert_eq!(o.stdout, format!("{i}\n"));
     }
-    assert_eq!(emu.session_count(exec.id()), 2, "two kept, the other two deleted");
+    assert_eq!(
+        emu.session_count(exec.id()),
+        2,
+        "two kept, the other two deleted"
+    );
     exec.close().await.unwrap();
     assert!(emu.sandbox_ids().is_empty());
 }

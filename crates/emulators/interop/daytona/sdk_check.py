@@ -125,6 +125,24 @@ try:
 except DaytonaNotFoundError:
     check("deleted session", True)
 
+# The daemon writes a session command's exit code only after its log labellers drained
+# (apps/daemon/pkg/session/execute.go cmdWrapperFormat at v0.190.0: "Write exit code only after
+# labelers have flushed all output to the log file"), so a synchronous answer holds the whole
+# log, and a background child that keeps the command's stdout open holds the answer until it
+# closes it.
+sandbox.process.create_session("s2")
+t0 = time.time()
+r = sandbox.process.execute_session_command(
+    "s2", SessionExecuteRequest(command="(sleep 1.5; echo late) & echo early")
+)
+took = time.time() - t0
+check(
+    "sync exit after the log drained",
+    r.exit_code == 0 and r.stdout == "early\nlate\n" and took >= 1.4,
+    repr((r, took)),
+)
+sandbox.process.delete_session("s2")
+
 # Files.
 sandbox.fs.upload_file(b"hello world\nsecond line\n", f"{TMP}/dir/a.txt")
 sandbox.fs.upload_files(
