@@ -342,6 +342,24 @@ impl DaytonaEmulator {
     }
 }
 
+impl Drop for DaytonaEmulator {
+    /// Stopping the emulator destroys its sandboxes: a session's shell (and whatever its
+    /// commands left running in the background) holds its sandbox, so nothing else would.
+    fn drop(&mut self) {
+        let ids: Vec<String> = self
+            .state
+            .sandboxes
+            .lock()
+            .expect("sandboxes")
+            .keys()
+            .cloned()
+            .collect();
+        for id in ids {
+            self.state.destroy(&id);
+        }
+    }
+}
+
 /// Starts the emulator (the registry's entry point).
 pub async fn start(options: EmulatorOptions) -> std::io::Result<Emulator> {
     Ok(DaytonaEmulator::start(options).await?.into_emulator())
