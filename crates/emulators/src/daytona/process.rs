@@ -524,8 +524,19 @@ impl Session {
     }
 
     fn exit_code(&self, cid: &str) -> Option<i32> {
-        let s = String::from_utf8(self.read(cid, "exit_code")?).ok()?;
-        s.trim_end_matches('\n').lines().next()?.trim().parse().ok()
+        parse_exit_code(self.read(cid, "exit_code")?)
+    }
+
+    /// [`exit_code`](Self::exit_code) without blocking a runtime thread (for the pollers: the
+    /// synchronous exec, the log follow and `GET …/command/{id}`, which run many at once).
+    async fn exit_code_async(&self, cid: &str) -> Option<i32> {
+        let f = self.cmd_file(cid, "exit_code");
+        let b = self
+            .sandbox
+            .fs(move |fs| std::fs::read(fs.path(&f)))
+            .await
+            .ok()?;
+        parse_exit_code(b)
     }
 
     fn log(&self, cid: &str) -> Vec<u8> {
@@ -539,6 +550,11 @@ impl Session {
         }
         v
     }
+}
+
+fn parse_exit_code(b: Vec<u8>) -> Option<i32> {
+    let s = String::from_utf8(b).ok()?;
+    s.trim_end_matches('\n').lines().next()?.trim().parse().ok()
 }
 
 fn session_not_found(path: &str, method: &str) -> Response {
@@ -915,7 +931,7 @@ pub(super) async fn session_exec(
     }
     let mut ended = s.ended.subscribe();
     let code = loop {
-        if let Some(code) = s.exit_code(&cid) {
+        if let Some(code) = s.exit_code_async(&cid).await {
             break code;
         }
         if *ended.borrow() {
@@ -982,9 +998,21 @@ pub(super) async fn get_command(
     let Some(s) = session(&sb, sid) else {
         return session_not_found(path, "GET");
     };
-    let cmds = s.commands.lock().expect("commands");
-    match cmds.iter().find(|c| c.id == cid) {
-        Some(c) => json_response(StatusCode::OK, &s.command_json(c)),
+    let found = s
+        .commands
+        .lock()
+        .expect("commands")
+        .iter()
+        .find(|c| c.id == cid)
+        .map(|c| (c.id.clone(), c.command.clone()));
+    match found {
+        Some((id, command)) => {
+            let mut v = serde_json::json!({"id": id, "command": command});
+            if let Some(code) = s.exit_code_async(&id).await {
+                v["exitCode"] = code.into();
+            }
+            json_response(StatusCode::OK, &v)
+        }
         None => command_not_found(path, "GET"),
     }
 }
@@ -1217,7 +1245,7 @@ async fn stream_log<S>(
         // Fault injection: once the command has ended, send the first half of its log and drop
         // the connection without a Close frame (the end of the log never arrives).
         loop {
-            if session.exit_code(cid).is_some() || session.is_ended() {
+            if session.exit_code_async(cid).await.is_some() || session.is_ended() {
                 break;
             }
             tokio::select! {
@@ -1262,7 +1290,7 @@ async fn stream_log<S>(
             continue;
         }
         empty += 1;
-        let exited = session.exit_code(cid).is_some();
+        let exited = session.exit_code_async(cid).await.is_some();
         if !follow || session.is_ended() || (empty >= 50 && exited) {
             break;
         }
