@@ -72,6 +72,7 @@ mod error;
 mod exec;
 mod native;
 mod provider;
+mod reattach;
 pub mod wire;
 
 pub use config::{ApiRoutes, E2bConfig, ENVD_PORT, SHARED_HOST_DOMAINS};
