@@ -249,7 +249,8 @@ async fn execute(State(n): S, headers: HeaderMap, body: Body) -> Response {
             &req,
             n.timeout(&req),
             std::future::pending(),
-            std::future::ready(true),
+            |_| std::future::ready(true),
+            false,
             None,
         )
         .await;
@@ -306,7 +307,8 @@ async fn execute_stream(State(n): S, headers: HeaderMap, body: Body) -> Response
                 &req,
                 node.timeout(&req),
                 std::future::pending(),
-                std::future::ready(true),
+                |_| std::future::ready(true),
+                false,
                 Some(ctx),
             )
             .await;
