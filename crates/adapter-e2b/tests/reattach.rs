@@ -98,7 +98,11 @@ async fn a_detached_command_outlives_its_client_and_is_attached_again_byte_exact
     assert_eq!(&out.stdout[..], b"one\n\xff\x00twothree\n");
     assert_eq!(&out.stderr[..], b"e1\ne2");
     assert_eq!(out.exit, Exit::Code(7));
-    assert_eq!(connects(&emu), before + 1, "it waited through process.Connect");
+    assert_eq!(
+        connects(&emu),
+        before + 1,
+        "it waited through process.Connect"
+    );
 
     // Attaching again gives the same answer (nothing is consumed) until released.
     let again = second

@@ -95,8 +95,7 @@ pub trait Reattach: Send + Sync {
     /// Starts `command` detached under `handle` (from [`Reattach::new_handle`] of the same
     /// sandbox). `Ok` once the backend has started it. An `Err` does not prove that it did not
     /// start (attach to find out).
-    fn start(&self, handle: &ProcessHandle, command: Command)
-    -> BoxFuture<'_, Result<(), Error>>;
+    fn start(&self, handle: &ProcessHandle, command: Command) -> BoxFuture<'_, Result<(), Error>>;
 
     /// Attaches to the command started under `handle`: see the trait docs for what the stream
     /// guarantees.

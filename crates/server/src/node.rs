@@ -391,7 +391,8 @@ impl Node {
             let _ = rx.wait_for(|c| *c).await;
         };
         let timeout = req.as_ref().map_or(Duration::ZERO, |r| self.timeout(r));
-        let ran = Duration::from_millis(u64::try_from(ms(SystemTime::now()) - d.started_ms).unwrap_or(0));
+        let ran =
+            Duration::from_millis(u64::try_from(ms(SystemTime::now()) - d.started_ms).unwrap_or(0));
         let end = self
             .runner
             .resume(&d, timeout.saturating_sub(ran), cancelled)

@@ -256,7 +256,9 @@ impl Runner {
                     u64::try_from(ms(std::time::SystemTime::now()) - d.started_ms).unwrap_or(0),
                 );
                 let t = Instant::now().checked_sub(ran).unwrap_or_else(Instant::now);
-                let end = self.wait_detached(r, &handle, timeout, &mut cancel, t).await;
+                let end = self
+                    .wait_detached(r, &handle, timeout, &mut cancel, t)
+                    .await;
                 if self.shared.is_some() {
                     let _ = r.release(&handle).await;
                 }

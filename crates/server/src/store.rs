@@ -300,7 +300,8 @@ impl Store {
             cancel_deadline_ms: r.try_get("cancel_deadline_ms").map_err(g)?,
             detached: match (
                 r.try_get::<Option<String>, _>("sandbox_id").map_err(g)?,
-                r.try_get::<Option<String>, _>("process_handle").map_err(g)?,
+                r.try_get::<Option<String>, _>("process_handle")
+                    .map_err(g)?,
                 r.try_get::<Option<i64>, _>("started_ms").map_err(g)?,
             ) {
                 (Some(sandbox_id), Some(handle), Some(started_ms)) => Some(Detached {

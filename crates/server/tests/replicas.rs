@@ -202,7 +202,10 @@ async fn a_dead_owners_e2b_command_is_reattached_by_the_survivor_and_its_cancel_
         .iter()
         .filter(|r| r.path == "/process.Process/Start")
         .count();
-    assert_eq!(starts, 1, "the program was started exactly once, never re-run");
+    assert_eq!(
+        starts, 1,
+        "the program was started exactly once, never re-run"
+    );
 
     let mut op = Operation::resume(k.clone(), long.clone(), &id, None).unwrap();
     op.request_cancel();

@@ -2,7 +2,8 @@
 //! queued; restart it on the same SQLite store: done results are served byte for byte, the
 //! queued one runs, the running one is reconciled as `outcome_uncertain` (the local adapter
 //! cannot reattach to a process, and the command may have run: it is never run again), and
-//! idempotency holds across the restart.
+//! idempotency holds across the restart. An E2B-backed running operation (the adapter has
+//! `Reattach`) is reattached after the restart and completes with its real exit and output.
 
 mod common;
 
@@ -218,7 +219,11 @@ printf 'after\n'; exit 4"#;
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(status_of(&base, &id).await, Status::Running, "still running");
+    assert_eq!(
+        status_of(&base, &id).await,
+        Status::Running,
+        "still running"
+    );
     std::fs::write(go(2), b"").unwrap();
 
     let mut op = Operation::resume(k.clone(), req.clone(), &id, None).unwrap();
@@ -226,7 +231,10 @@ printf 'after\n'; exit 4"#;
     let Terminal::Ran { output, .. } = &t else {
         panic!("{t:?}")
     };
-    assert_eq!(output.stdout, "before \u{e9}\t\"q\"\nwhile-detached\nafter\n");
+    assert_eq!(
+        output.stdout,
+        "before \u{e9}\t\"q\"\nwhile-detached\nafter\n"
+    );
     assert_eq!(output.stderr, "err-before\nerr-detached\n");
     assert_eq!(output.exit_code, 4);
     // Once, never re-run: one process.Start of the program (the input-less run starts nothing
@@ -241,5 +249,9 @@ printf 'after\n'; exit 4"#;
     until("the sandbox is destroyed", || emu.sandbox_ids().is_empty()).await;
     let again = c.submit(&k, &req).await.unwrap();
     assert_eq!(again.receipt.operation_id, id);
-    assert_eq!(again.receipt.status, Status::Failed, "exit 4 is a failed run");
+    assert_eq!(
+        again.receipt.status,
+        Status::Failed,
+        "exit 4 is a failed run"
+    );
 }
