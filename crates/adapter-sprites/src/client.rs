@@ -273,7 +273,8 @@ impl Client {
     /// Attaches to the session `id` (`GET /exec/{id}` as a WebSocket, the path form of servers
     /// ≥ rc30, which this adapter's `Sprite-Version` handling assumes everywhere).
     pub(crate) async fn attach(&self, id: &str) -> Result<Connected, Error> {
-        self.connect_at(&format!("/exec/{}", segment(id)), &[]).await
+        self.connect_at(&format!("/exec/{}", segment(id)), &[])
+            .await
     }
 
     /// The sessions of the sprite (`GET /exec` without an upgrade): `(id, command)` pairs. The

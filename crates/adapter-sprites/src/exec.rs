@@ -102,7 +102,10 @@ impl SpritesExec {
 
     /// The environment sent with a command that sets variables: the base (see [`BaseEnv`]) with
     /// `Command::env` on top; `None` for a command without env (the sprite's default applies).
-    pub(crate) async fn env_for(&self, cmd: &Command) -> Result<Option<BTreeMap<String, String>>, Error> {
+    pub(crate) async fn env_for(
+        &self,
+        cmd: &Command,
+    ) -> Result<Option<BTreeMap<String, String>>, Error> {
         if cmd.env().is_empty() {
             return Ok(None);
         }

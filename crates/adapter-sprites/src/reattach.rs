@@ -157,10 +157,12 @@ impl SpritesExec {
         // Wait for `session_info` (the server runs it), or the exit of a quick command.
         let r = loop {
             match stream.next().await {
-                Some(Ok(m)) if m.is_text() => match wire::parse_text(m.as_text().unwrap_or_default()) {
-                    Text::SessionInfo { .. } | Text::Exit(_) => break Ok(()),
-                    Text::Other => {}
-                },
+                Some(Ok(m)) if m.is_text() => {
+                    match wire::parse_text(m.as_text().unwrap_or_default()) {
+                        Text::SessionInfo { .. } | Text::Exit(_) => break Ok(()),
+                        Text::Other => {}
+                    }
+                }
                 Some(Ok(m)) if m.is_binary() => {
                     if let Ok(Some(Frame::Exit(_))) =
                         wire::parse_binary(&Bytes::copy_from_slice(m.as_payload()))
@@ -169,7 +171,9 @@ impl SpritesExec {
                     }
                 }
                 Some(Ok(m)) if m.is_close() => {
-                    break Err(lost("the server closed the socket before naming the session"));
+                    break Err(lost(
+                        "the server closed the socket before naming the session",
+                    ));
                 }
                 Some(Ok(_)) => {}
                 Some(Err(e)) => break Err(lost(crate::error::chain(&e))),

@@ -65,7 +65,9 @@ async fn attach_err(exec: &SpritesExec, handle: &ProcessHandle) -> execseam_core
 async fn a_detached_command_outlives_its_socket_and_is_attached_again_byte_exact() {
     let emu = emulator().await;
     let first = handle_on(&emu);
-    let r = first.reattach().expect("Sprites reattaches over WebSockets");
+    let r = first
+        .reattach()
+        .expect("Sprites reattaches over WebSockets");
     let handle = r.new_handle();
     let script = r#"printf 'one\n\377\000two-long-enough-to-overflow-the-ring\n'; printf 'e1\n' >&2; sleep 1.5; printf 'three\n'; printf 'e2' >&2; exit 7"#;
     r.start(&handle, sh(script)).await.unwrap();
