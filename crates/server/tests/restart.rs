@@ -255,3 +255,104 @@ printf 'after\n'; exit 4"#;
         "exit 4 is a failed run"
     );
 }
+
+/// The same with Sprites, in one shared sprite (`--sandbox`): the detached command outlives the
+/// killed server (beyond the default `max_run_after_disconnect`), is reattached after the restart
+/// and completes with its exit and exact output; its spool is released after.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_with_a_sprites_operation_running_reattaches_it_in_the_shared_sprite() {
+    use execseam_core::Exec as _;
+    use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator, SpritesOptions};
+    let emu = SpritesEmulator::start(
+        execseam_emulators::EmulatorOptions {
+            token: Some("spr_test".into()),
+            ..Default::default()
+        },
+        SpritesOptions {
+            // A command left to the default would be killed while no server runs.
+            max_run_after_disconnect: Duration::from_millis(300),
+            ..SpritesOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let sprite = emu.sprite(DEFAULT_SPRITE).unwrap();
+    let in_sprite = |script: String| {
+        let sprite = sprite.clone();
+        async move {
+            let cmd = execseam_core::Command::new(["sh", "-c", script.as_str()]).unwrap();
+            sprite.sandbox().exec().exec(cmd).await.unwrap()
+        }
+    };
+    let store = sqlite_url("restart-sprites");
+    let tokens = token_file();
+    let args = |port: u16| -> Vec<String> {
+        [
+            "--adapter",
+            "sprites",
+            "--sandbox",
+            DEFAULT_SPRITE,
+            "--store",
+            &store,
+            "--tokens",
+            tokens.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--replica-id",
+            "node-sprites",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let env = emu.env();
+    let mut first = Proc::spawn_with_env(&args(free_port()), &env);
+    let base = first.base_url.clone();
+    let c = client(&base, ALICE);
+    let script = r#"printf 'before\n'; printf 'err\n' >&2
+while [ ! -e /tmp/go-1 ]; do sleep 0.05; done
+printf 'while-detached \303\251\n'
+while [ ! -e /tmp/go-2 ]; do sleep 0.05; done
+printf 'after\n'; exit 3"#;
+    let req = bash(script);
+    let k = key("sprites-running");
+    let id = c.submit(&k, &req).await.unwrap().receipt.operation_id;
+    until("the command runs", || !sprite.sessions().is_empty()).await;
+    for _ in 0..200 {
+        if status_of(&base, &id).await == Status::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(status_of(&base, &id).await, Status::Running);
+
+    first.kill9();
+    in_sprite("touch /tmp/go-1".into()).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        sprite.sessions().len(),
+        1,
+        "the command outlived the killed server"
+    );
+
+    let second = Proc::spawn_with_env(&args(free_port()), &env);
+    let base = second.base_url.clone();
+    let c = client(&base, ALICE);
+    until("the restarted server reattached", || {
+        second.output().contains("reattaching")
+    })
+    .await;
+    in_sprite("touch /tmp/go-2".into()).await;
+    let mut op = Operation::resume(k.clone(), req.clone(), &id, None).unwrap();
+    let t = run(&c, &mut op).await;
+    let Terminal::Ran { output, .. } = &t else {
+        panic!("{t:?}")
+    };
+    assert_eq!(output.stdout, "before\nwhile-detached \u{e9}\nafter\n");
+    assert_eq!(output.stderr, "err\n");
+    assert_eq!(output.exit_code, 3);
+    // The spool is released once the result is known (the sprite is shared and stays).
+    let left = in_sprite("ls -A /tmp/execseam-reattach 2>/dev/null | wc -l".into()).await;
+    assert_eq!(String::from_utf8_lossy(&left.stdout).trim(), "0");
+    assert!(sprite.is_alive());
+}
