@@ -15,6 +15,10 @@ use crate::metrics::Metrics;
 use crate::runner::{RunEnd, Runner};
 use crate::store::{Detached, Guard, Store, StoreError, ms};
 
+/// The least time a taken-over command is given (to read the result of one that ended while no
+/// server watched, or to end), even past its timeout.
+const RESUME_GRACE: Duration = Duration::from_secs(5);
+
 /// A replica.
 pub struct Node {
     /// The configuration.
@@ -390,13 +394,16 @@ impl Node {
         let cancelled = async move {
             let _ = rx.wait_for(|c| *c).await;
         };
-        let timeout = req.as_ref().map_or(Duration::ZERO, |r| self.timeout(r));
+        let timeout = req.as_ref().map_or(
+            Duration::from_secs(u64::from(self.config.default_timeout_secs)),
+            |r| self.timeout(r),
+        );
         let ran =
             Duration::from_millis(u64::try_from(ms(SystemTime::now()) - d.started_ms).unwrap_or(0));
-        let end = self
-            .runner
-            .resume(&d, timeout.saturating_sub(ran), cancelled)
-            .await;
+        // What is left of the timeout, but at least RESUME_GRACE: a command that ended while no
+        // server watched must have its result read, not be reported as timed out.
+        let left = timeout.saturating_sub(ran).max(RESUME_GRACE);
+        let end = self.runner.resume(&d, left, cancelled).await;
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
