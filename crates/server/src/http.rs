@@ -250,6 +250,7 @@ async fn execute(State(n): S, headers: HeaderMap, body: Body) -> Response {
             n.timeout(&req),
             std::future::pending(),
             |_| std::future::ready(true),
+            |_| std::future::ready(()),
             false,
             None,
         )
@@ -308,6 +309,7 @@ async fn execute_stream(State(n): S, headers: HeaderMap, body: Body) -> Response
                 node.timeout(&req),
                 std::future::pending(),
                 |_| std::future::ready(true),
+                |_| std::future::ready(()),
                 false,
                 Some(ctx),
             )

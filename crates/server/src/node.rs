@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::runner::{RunEnd, Runner};
 use crate::store::{Detached, Guard, Store, StoreError, ms};
+use execseam_core::BoxFuture;
 
 /// The least time a taken-over command is given (to read the result of one that ended while no
 /// server watched, or to end), even past its timeout.
@@ -249,24 +250,43 @@ impl Node {
                 _ => false,
             }
         };
-        let end = self
+        let _ = self
             .runner
-            .run(&req, self.timeout(&req), cancelled, started, true, None)
+            .run(
+                &req,
+                self.timeout(&req),
+                cancelled,
+                started,
+                self.finisher(&id),
+                true,
+                None,
+            )
             .await;
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id);
-        let end = end_of(end);
-        if let Err(e) = self
-            .store
-            .update(&id, &guard, |r| {
-                r.advance(Status::Collecting, Phase::Collect, SystemTime::now());
-                r.finish(end.clone(), SystemTime::now());
+    }
+
+    /// Stores how the run of `id` ended (under this replica's lease), before its sandbox is
+    /// destroyed.
+    fn finisher(&self, id: &str) -> impl FnOnce(RunEnd) -> BoxFuture<'static, ()> + Send + 'static {
+        let store = self.store.clone();
+        let guard = Guard::Lease(self.config.replica_id.clone());
+        let id = id.to_owned();
+        move |end| {
+            Box::pin(async move {
+                let end = end_of(end);
+                if let Err(e) = store
+                    .update(&id, &guard, |r| {
+                        r.advance(Status::Collecting, Phase::Collect, SystemTime::now());
+                        r.finish(end.clone(), SystemTime::now());
+                    })
+                    .await
+                {
+                    log_store("finish", &e);
+                }
             })
-            .await
-        {
-            log_store("finish", &e);
         }
     }
 
@@ -381,7 +401,6 @@ impl Node {
 
     /// Finishes a taken-over operation through [`Runner::resume`].
     async fn resume(&self, id: String, op: crate::store::Stored, d: Detached) {
-        let guard = Guard::Lease(self.config.replica_id.clone());
         let req = op
             .request
             .as_deref()
@@ -403,22 +422,14 @@ impl Node {
         // What is left of the timeout, but at least RESUME_GRACE: a command that ended while no
         // server watched must have its result read, not be reported as timed out.
         let left = timeout.saturating_sub(ran).max(RESUME_GRACE);
-        let end = self.runner.resume(&d, left, cancelled).await;
+        let _ = self
+            .runner
+            .resume(&d, left, cancelled, self.finisher(&id))
+            .await;
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id);
-        let end = end_of(end);
-        if let Err(e) = self
-            .store
-            .update(&id, &guard, |r| {
-                r.advance(Status::Collecting, Phase::Collect, SystemTime::now());
-                r.finish(end.clone(), SystemTime::now());
-            })
-            .await
-        {
-            log_store("finish", &e);
-        }
     }
 
     /// Operations whose owner's lease expired: not started yet → queued again; started with a

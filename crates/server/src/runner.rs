@@ -23,7 +23,7 @@ use crate::store::{Detached, ms};
 const KILL_WAIT: Duration = Duration::from_secs(10);
 
 /// How a run ended.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum RunEnd {
     /// The program exited (any code).
     Exited(ExecOutput),
@@ -233,20 +233,26 @@ impl Runner {
     /// to its sandbox, attaches under its handle and waits for its end; `timeout` is what is
     /// left of the operation's. Anything that cannot prove the exit is `Uncertain`. The
     /// sandbox is destroyed after (unless it is the shared `--sandbox`).
-    pub async fn resume(
+    pub async fn resume<H>(
         &self,
         d: &Detached,
         timeout: Duration,
         cancel: impl Future<Output = ()> + Send,
-    ) -> RunEnd {
+        finished: impl FnOnce(RunEnd) -> H + Send,
+    ) -> RunEnd
+    where
+        H: Future<Output = ()> + Send,
+    {
         tokio::pin!(cancel);
         let sbx = match self.provider.connect(&d.sandbox_id).await {
             Ok(s) => s,
             Err(e) => {
-                return RunEnd::Uncertain(format!(
+                let end = RunEnd::Uncertain(format!(
                     "cannot reach the sandbox of the running command: {}",
                     describe(&e)
                 ));
+                finished(end.clone()).await;
+                return end;
             }
         };
         let handle = ProcessHandle::new(d.handle.clone());
@@ -269,6 +275,7 @@ impl Runner {
                 self.adapter()
             )),
         };
+        finished(end.clone()).await;
         if self.shared.is_none() {
             let _ = sbx.destroy().await;
         }
@@ -282,7 +289,37 @@ impl Runner {
     /// has [`Reattach`], the program is started detached and `started` gets its [`Detached`]
     /// (to store before the start); otherwise it gets `None`. With `chunks`, output is
     /// forwarded as it comes where the adapter streams (never detached).
-    pub async fn run<F>(
+    #[allow(clippy::too_many_arguments)]
+    pub async fn run<F, H>(
+        &self,
+        req: &ExecuteRequest,
+        timeout: Duration,
+        cancel: impl Future<Output = ()> + Send,
+        started: impl FnOnce(Option<Detached>) -> F + Send,
+        finished: impl FnOnce(RunEnd) -> H + Send,
+        detach: bool,
+        chunks: Option<mpsc::UnboundedSender<Chunk>>,
+    ) -> RunEnd
+    where
+        F: Future<Output = bool> + Send,
+        H: Future<Output = ()> + Send,
+    {
+        let (end, sbx) = self
+            .run_to_end(req, timeout, cancel, started, detach, chunks)
+            .await;
+        // The end is stored before the sandbox goes: a crash in between leaves a result, not
+        // a handle to a destroyed sandbox.
+        finished(end.clone()).await;
+        if let Some(sbx) = sbx {
+            if self.shared.is_none() {
+                let _ = sbx.destroy().await;
+            }
+            let _ = sbx.close().await;
+        }
+        end
+    }
+
+    async fn run_to_end<F>(
         &self,
         req: &ExecuteRequest,
         timeout: Duration,
@@ -290,21 +327,21 @@ impl Runner {
         started: impl FnOnce(Option<Detached>) -> F + Send,
         detach: bool,
         chunks: Option<mpsc::UnboundedSender<Chunk>>,
-    ) -> RunEnd
+    ) -> (RunEnd, Option<Box<dyn Sandbox>>)
     where
         F: Future<Output = bool> + Send,
     {
         let cmd = match Runner::command(req) {
             Ok(c) => c,
-            Err(m) => return RunEnd::Invalid(m),
+            Err(m) => return (RunEnd::Invalid(m), None),
         };
         tokio::pin!(cancel);
         let sbx = tokio::select! {
             s = self.sandbox() => match s {
                 Ok(s) => s,
-                Err(e) => return RunEnd::CreationFailed(describe(&e)),
+                Err(e) => return (RunEnd::CreationFailed(describe(&e)), None),
             },
-            () = &mut cancel => return RunEnd::Cancelled,
+            () = &mut cancel => return (RunEnd::Cancelled, None),
         };
         let end = self
             .run_in(
@@ -318,11 +355,7 @@ impl Runner {
                 chunks,
             )
             .await;
-        if self.shared.is_none() {
-            let _ = sbx.destroy().await;
-        }
-        let _ = sbx.close().await;
-        end
+        (end, Some(sbx))
     }
 
     #[allow(clippy::too_many_arguments)]
