@@ -90,14 +90,14 @@ impl fmt::Debug for Attach {
     }
 }
 
-struct Inner {
-    config: E2bConfig,
+pub(crate) struct Inner {
+    pub(crate) config: E2bConfig,
     http: reqwest::Client,
-    sandbox_id: String,
-    envd_version: EnvdVersion,
-    envd: Envd,
+    pub(crate) sandbox_id: String,
+    pub(crate) envd_version: EnvdVersion,
+    pub(crate) envd: Envd,
     /// The user sent to envd (explicit, or `user` for envd < 0.4.0).
-    user: Option<String>,
+    pub(crate) user: Option<String>,
     /// Who ends the sandbox: created by us (close kills it) or connected to.
     ownership: Ownership,
     /// When the lifetime we asked for ends, if we asked.
@@ -122,7 +122,7 @@ impl Inner {
 
     /// Maps a failed call, probing `/health` when the failure cannot tell whether the sandbox
     /// is gone (as the SDK does).
-    async fn fail(&self, call: CallError, mut ctx: Ctx) -> Error {
+    pub(crate) async fn fail(&self, call: CallError, mut ctx: Ctx) -> Error {
         match error::gone(&call) {
             Gone::Yes => ctx.gone = true,
             Gone::Maybe if matches!(ctx.stage, Stage::ExecSubmit | Stage::ExecRunning) => {
@@ -142,7 +142,7 @@ impl Inner {
     /// would survive: the group is killed first by a `kill -9 -PGID` started next to it. By
     /// tag the pid may not be registered yet, so not_found is retried briefly. `Ok` when the
     /// process is gone.
-    async fn kill_process(&self, mut target: ProcessSelector) -> Result<(), Error> {
+    pub(crate) async fn kill_process(&self, mut target: ProcessSelector) -> Result<(), Error> {
         if let ProcessSelector::Tag(tag) = &target {
             // The start event has not been read: find the pid, for the group.
             for attempt in 0..4 {
@@ -269,7 +269,7 @@ impl Drop for Inner {
 /// See the [crate docs](crate) for what is native and what is not.
 #[derive(Clone)]
 pub struct E2bExec {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl fmt::Debug for E2bExec {
@@ -660,7 +660,7 @@ fn is_shell_name(key: &str) -> bool {
 /// variables whose names are not shell identifiers (`A-B.c`). Those are delivered by
 /// `env -- KEY=VALUE` inside an exact `/bin/sh -c` wrapper instead ([`degrade::wrap`]); every
 /// other variable goes in `envs`, and argv is untouched.
-fn deliverable(cmd: &Command) -> Result<(Vec<String>, BTreeMap<String, String>), Error> {
+pub(crate) fn deliverable(cmd: &Command) -> Result<(Vec<String>, BTreeMap<String, String>), Error> {
     let (plain, odd): (BTreeMap<_, _>, BTreeMap<_, _>) = cmd
         .env()
         .iter()
@@ -1013,6 +1013,10 @@ impl Exec for E2bExec {
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
+        Some(self)
+    }
+
+    fn reattach(&self) -> Option<&dyn execseam_core::Reattach> {
         Some(self)
     }
 }

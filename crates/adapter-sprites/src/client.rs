@@ -267,7 +267,100 @@ impl Client {
 
     /// Opens `GET /exec?…` as a WebSocket. A refused upgrade is mapped from its status and body.
     pub(crate) async fn connect(&self, query: &[(String, String)]) -> Result<Connected, Error> {
-        let url = self.url("/exec", query)?;
+        self.connect_at("/exec", query).await
+    }
+
+    /// Attaches to the session `id` (`GET /exec/{id}` as a WebSocket, the path form of servers
+    /// ≥ rc30, which this adapter's `Sprite-Version` handling assumes everywhere).
+    pub(crate) async fn attach(&self, id: &str) -> Result<Connected, Error> {
+        self.connect_at(&format!("/exec/{}", segment(id)), &[])
+            .await
+    }
+
+    /// The sessions of the sprite (`GET /exec` without an upgrade): `(id, command)` pairs. The
+    /// list is `{"sessions":[…]}` or a bare array; ids are strings or integers
+    /// (research/fly-sprites.md §B.4).
+    pub(crate) async fn sessions(&self) -> Result<Vec<(String, String)>, Error> {
+        let op = Op::Control("sessions");
+        let url = self.url("/exec", &[])?;
+        let resp = self
+            .http
+            .get(url)
+            .header(AUTHORIZATION, self.config.authorization())
+            .timeout(self.config.request_timeout)
+            .send()
+            .await
+            .map_err(|e| from_transport(e, op))?;
+        let body = self.expect_ok(resp, op).await?;
+        let v: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| protocol(op, format!("the session list is not JSON: {e}")))?;
+        let list = match &v {
+            serde_json::Value::Array(a) => a.as_slice(),
+            v => v["sessions"].as_array().map_or(&[][..], Vec::as_slice),
+        };
+        Ok(list
+            .iter()
+            .filter_map(|s| {
+                let id = match &s["id"] {
+                    serde_json::Value::String(x) => x.clone(),
+                    serde_json::Value::Number(n) => n.to_string(),
+                    _ => return None,
+                };
+                Some((id, s["command"].as_str().unwrap_or_default().to_owned()))
+            })
+            .collect())
+    }
+
+    /// A file of the sprite (`GET /fs/read?path=`), `None` if it does not exist (404).
+    pub(crate) async fn read_file(&self, path: &str) -> Result<Option<Bytes>, Error> {
+        let op = Op::Control("read_file");
+        let url = self.url(
+            "/fs/read",
+            &[
+                ("path".to_owned(), path.to_owned()),
+                ("workingDir".to_owned(), "/".to_owned()),
+            ],
+        )?;
+        let resp = self
+            .http
+            .get(url)
+            .header(AUTHORIZATION, self.config.authorization())
+            .timeout(self.config.request_timeout)
+            .send()
+            .await
+            .map_err(|e| from_transport(e, op))?;
+        if resp.status().as_u16() == 404 {
+            return Ok(None);
+        }
+        self.expect_ok(resp, op).await.map(Some)
+    }
+
+    /// Writes a file of the sprite (`PUT /fs/write?path=&mkdir=true`).
+    pub(crate) async fn write_file(&self, path: &str, data: Bytes) -> Result<(), Error> {
+        let op = Op::Control("write_file");
+        let url = self.url(
+            "/fs/write",
+            &[
+                ("path".to_owned(), path.to_owned()),
+                ("workingDir".to_owned(), "/".to_owned()),
+                ("mkdir".to_owned(), "true".to_owned()),
+            ],
+        )?;
+        let resp = self
+            .http
+            .put(url)
+            .header(AUTHORIZATION, self.config.authorization())
+            .header(CONTENT_TYPE, "application/octet-stream")
+            .timeout(self.config.request_timeout)
+            .body(data)
+            .send()
+            .await
+            .map_err(|e| from_transport(e, op))?;
+        self.expect_ok(resp, op).await.map(drop)
+    }
+
+    async fn connect_at(&self, path: &str, query: &[(String, String)]) -> Result<Connected, Error> {
+        let url = self.url(path, query)?;
         let key = websocket_key();
         let send = self
             .upgrades

@@ -23,12 +23,12 @@ use crate::wire::{self, EXIT, Frame, STDERR, STDIN, STDIN_EOF, STDOUT, Text};
 /// Runs commands on one sprite. See the [crate docs](crate).
 #[derive(Clone, Debug)]
 pub struct SpritesExec {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
-struct Inner {
-    client: Client,
+pub(crate) struct Inner {
+    pub(crate) client: Client,
     discovered: OnceCell<BTreeMap<String, String>>,
     ownership: Ownership,
 }
@@ -89,7 +89,7 @@ impl SpritesExec {
 
     /// Refuses, before any request (the environment discovery included), a command that is too
     /// large for the sprite or for the exec URL with its own argv and env alone.
-    fn fits(&self, cmd: &Command) -> Result<(), Error> {
+    pub(crate) fn fits(&self, cmd: &Command) -> Result<(), Error> {
         execseam_core::transport::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
         let env: BTreeMap<String, String> = cmd.env().clone();
         let query = wire::exec_query(
@@ -102,7 +102,10 @@ impl SpritesExec {
 
     /// The environment sent with a command that sets variables: the base (see [`BaseEnv`]) with
     /// `Command::env` on top; `None` for a command without env (the sprite's default applies).
-    async fn env_for(&self, cmd: &Command) -> Result<Option<BTreeMap<String, String>>, Error> {
+    pub(crate) async fn env_for(
+        &self,
+        cmd: &Command,
+    ) -> Result<Option<BTreeMap<String, String>>, Error> {
         if cmd.env().is_empty() {
             return Ok(None);
         }
@@ -505,6 +508,11 @@ impl Exec for SpritesExec {
         });
         // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
         Box::pin(tracing::Instrument::instrument(fut, span))
+    }
+
+    fn reattach(&self) -> Option<&dyn execseam_core::Reattach> {
+        // Over WebSockets only: detaching needs `max_run_after_disconnect` and attach.
+        (self.config().transport == Transport::WebSocket).then_some(self as _)
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {

@@ -13,6 +13,7 @@
 //! | streaming | yes | no |
 //! | remote_kill | yes: dropping the exec or the stream calls `POST /exec/{session}/kill?signal=KILL` | no |
 //! | binary_output | yes: binary frames | no: frames have no length, so bytes are attributed per HTTP chunk |
+//! | reattach | yes: [`Reattach`](execseam_core::Reattach), output and exit spooled in the sprite (the attach replay is a bounded scrollback); see `reattach.rs` | no |
 //!
 //! # Quirks
 //!
@@ -41,6 +42,7 @@ mod config;
 mod error;
 mod exec;
 mod provider;
+mod reattach;
 pub mod wire;
 
 pub use config::{BaseEnv, DEFAULT_BASE_URL, SpritesConfig, Transport};

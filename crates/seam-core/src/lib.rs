@@ -54,7 +54,7 @@ pub mod wire;
 pub use capabilities::{Capabilities, Delivery};
 pub use command::{Command, CommandBuilder, Tool};
 pub use error::{Deadline, Error, ErrorKind, Retry, WireStatus};
-pub use exec::{BoxFuture, Event, EventStream, Exec, ExecStream};
+pub use exec::{BoxFuture, Event, EventStream, Exec, ExecStream, ProcessHandle, Reattach};
 pub use lifecycle::{
     LifecycleCapabilities, ListFilter, Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec,
     SandboxState, SpecSupport, gone_is_destroyed,

@@ -249,7 +249,9 @@ async fn execute(State(n): S, headers: HeaderMap, body: Body) -> Response {
             &req,
             n.timeout(&req),
             std::future::pending(),
-            std::future::ready(true),
+            |_| std::future::ready(true),
+            |_| std::future::ready(()),
+            false,
             None,
         )
         .await;
@@ -306,7 +308,9 @@ async fn execute_stream(State(n): S, headers: HeaderMap, body: Body) -> Response
                 &req,
                 node.timeout(&req),
                 std::future::pending(),
-                std::future::ready(true),
+                |_| std::future::ready(true),
+                |_| std::future::ready(()),
+                false,
                 Some(ctx),
             )
             .await;

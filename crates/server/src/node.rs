@@ -13,7 +13,12 @@ use tokio::sync::{Notify, Semaphore, watch};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::runner::{RunEnd, Runner};
-use crate::store::{Guard, Store, StoreError, ms};
+use crate::store::{Detached, Guard, Store, StoreError, ms};
+use execseam_core::BoxFuture;
+
+/// The least time a taken-over command is given (to read the result of one that ended while no
+/// server watched, or to end), even past its timeout.
+const RESUME_GRACE: Duration = Duration::from_secs(5);
 
 /// A replica.
 pub struct Node {
@@ -222,9 +227,17 @@ impl Node {
         let store = self.store.clone();
         let started_guard = guard.clone();
         let started_id = id.clone();
-        // The program may run only once `running` is stored: after a crash from here on, the
-        // operation is reconciled as outcome_uncertain, never run again.
-        let started = async move {
+        let me = self.config.replica_id.clone();
+        // The program may run only once `running` is stored (and, for a detached start, its
+        // handle before that): after a crash from here on, the operation is reattached where
+        // a handle is stored, else reconciled as outcome_uncertain; never run again.
+        let started = move |detached: Option<Detached>| async move {
+            if let Some(d) = &detached {
+                match store.set_detached(&started_id, &me, d).await {
+                    Ok(true) => {}
+                    _ => return false,
+                }
+            }
             match store
                 .update(&started_id, &started_guard, |r| {
                     if !r.cancel_requested {
@@ -237,24 +250,43 @@ impl Node {
                 _ => false,
             }
         };
-        let end = self
+        let _ = self
             .runner
-            .run(&req, self.timeout(&req), cancelled, started, None)
+            .run(
+                &req,
+                self.timeout(&req),
+                cancelled,
+                started,
+                self.finisher(&id),
+                true,
+                None,
+            )
             .await;
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id);
-        let end = end_of(end);
-        if let Err(e) = self
-            .store
-            .update(&id, &guard, |r| {
-                r.advance(Status::Collecting, Phase::Collect, SystemTime::now());
-                r.finish(end.clone(), SystemTime::now());
+    }
+
+    /// Stores how the run of `id` ended (under this replica's lease), before its sandbox is
+    /// destroyed.
+    fn finisher(&self, id: &str) -> impl FnOnce(RunEnd) -> BoxFuture<'static, ()> + Send + 'static {
+        let store = self.store.clone();
+        let guard = Guard::Lease(self.config.replica_id.clone());
+        let id = id.to_owned();
+        move |end| {
+            Box::pin(async move {
+                let end = end_of(end);
+                if let Err(e) = store
+                    .update(&id, &guard, |r| {
+                        r.advance(Status::Collecting, Phase::Collect, SystemTime::now());
+                        r.finish(end.clone(), SystemTime::now());
+                    })
+                    .await
+                {
+                    log_store("finish", &e);
+                }
             })
-            .await
-        {
-            log_store("finish", &e);
         }
     }
 
@@ -337,16 +369,82 @@ impl Node {
         }
     }
 
-    /// Operations whose owner's lease expired: not started yet → queued again; started →
+    /// A started operation whose owner's lease expired, if its command was started detached
+    /// (a handle is stored): take its lease and finish it by reattaching. `None`: no handle
+    /// (reconcile it as uncertain); `Some(Ok(None))`: another replica took it.
+    async fn take_over(
+        self: &Arc<Node>,
+        id: &str,
+        now: SystemTime,
+    ) -> Option<Result<Option<()>, StoreError>> {
+        let op = match self.store.get(id).await {
+            Ok(Some(op)) => op,
+            Ok(None) => return Some(Ok(None)),
+            Err(e) => return Some(Err(e)),
+        };
+        let d = op.detached.clone()?;
+        match self
+            .store
+            .take_over(id, &self.config.replica_id, self.lease_until(), ms(now))
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return Some(Ok(None)),
+            Err(e) => return Some(Err(e)),
+        }
+        eprintln!("execseam serve: reattaching to the running command of an operation");
+        let me = self.clone();
+        let id = id.to_owned();
+        tokio::spawn(async move { me.resume(id, op, d).await });
+        Some(Ok(Some(())))
+    }
+
+    /// Finishes a taken-over operation through [`Runner::resume`].
+    async fn resume(&self, id: String, op: crate::store::Stored, d: Detached) {
+        let req = op
+            .request
+            .as_deref()
+            .and_then(|r| serde_json::from_str::<ExecuteRequest>(r).ok());
+        let (tx, mut rx) = watch::channel(op.rec.cancel_requested);
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.clone(), tx);
+        let cancelled = async move {
+            let _ = rx.wait_for(|c| *c).await;
+        };
+        let timeout = req.as_ref().map_or(
+            Duration::from_secs(u64::from(self.config.default_timeout_secs)),
+            |r| self.timeout(r),
+        );
+        let ran =
+            Duration::from_millis(u64::try_from(ms(SystemTime::now()) - d.started_ms).unwrap_or(0));
+        // What is left of the timeout, but at least RESUME_GRACE: a command that ended while no
+        // server watched must have its result read, not be reported as timed out.
+        let left = timeout.saturating_sub(ran).max(RESUME_GRACE);
+        let _ = self
+            .runner
+            .resume(&d, left, cancelled, self.finisher(&id))
+            .await;
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+
+    /// Operations whose owner's lease expired: not started yet → queued again; started with a
+    /// stored process handle → taken over and finished by reattaching; started without one →
     /// `outcome_uncertain` (the command may have run: never run twice). Cancels past their
     /// absolute deadline → `outcome_uncertain`.
-    pub async fn reconcile(&self) {
+    pub async fn reconcile(self: &Arc<Node>) {
         let now = SystemTime::now();
         match self.store.expired_leases(ms(now)).await {
             Ok(list) => {
                 for (id, status) in list {
                     let done = if status == Status::Provisioning {
                         self.store.requeue(&id, now).await.map(|b| b.then_some(()))
+                    } else if let Some(taken) = self.take_over(&id, now).await {
+                        taken
                     } else {
                         self.store
                             .update(&id, &Guard::LeaseExpired(ms(now)), |r| {

@@ -9,15 +9,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use execseam::{Command, Error, ErrorKind, Event, Exit, Provider, Sandbox, SandboxSpec};
+use execseam::{
+    Command, Error, ErrorKind, Event, Exit, ProcessHandle, Provider, Reattach, Sandbox, SandboxSpec,
+};
 use execseam_chrono::wire::{ExecOutput, ExecuteRequest, Language};
 use execseam_core::code::{self, CodeRequest};
 use tokio::sync::mpsc;
 
 use crate::metrics::Metrics;
+use crate::store::{Detached, ms};
+
+/// How long a kill of a detached command may take before it is given up.
+const KILL_WAIT: Duration = Duration::from_secs(10);
 
 /// How a run ended.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum RunEnd {
     /// The program exited (any code).
     Exited(ExecOutput),
@@ -155,32 +161,121 @@ impl Runner {
         Ok(())
     }
 
-    /// Runs `req` to its end: `timeout` bounds the program; `cancel` resolving kills it.
-    /// `started` is called once the program is about to start (after the sandbox and inputs).
-    /// With `chunks`, output is forwarded as it comes where the adapter streams.
-    pub async fn run(
+    /// Kills a detached command through a fresh attach, boundedly; true if confirmed.
+    async fn kill_detached(&self, r: &dyn Reattach, handle: &ProcessHandle) -> bool {
+        let kill = async {
+            match r.attach(handle).await {
+                Ok(stream) => stream.kill().await.unwrap_or(false),
+                // Nothing to attach to: nothing runs.
+                Err(e) => e.kind() == ErrorKind::NotFound,
+            }
+        };
+        tokio::time::timeout(KILL_WAIT, kill).await.unwrap_or(false)
+    }
+
+    /// Attaches to a detached command and waits for its end, `timeout` (what is left of it)
+    /// and `cancel` killing it. An attach that cannot prove the exit is `Uncertain`.
+    async fn wait_detached(
         &self,
-        req: &ExecuteRequest,
+        r: &dyn Reattach,
+        handle: &ProcessHandle,
+        timeout: Duration,
+        cancel: &mut Pin<&mut impl Future<Output = ()>>,
+        t: Instant,
+    ) -> RunEnd {
+        let work = async {
+            let mut last = None;
+            for attempt in 0..3 {
+                match r.attach(handle).await {
+                    Ok(stream) => return stream.collect().await,
+                    Err(e) if e.kind() == ErrorKind::Unavailable && attempt < 2 => {
+                        last = Some(e);
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(last.unwrap_or_else(|| Error::new(ErrorKind::Unavailable, "attach failed")))
+        };
+        tokio::select! {
+            r = work => match r {
+                Ok(o) => RunEnd::Exited(ExecOutput {
+                    stdout: capped(&o.stdout, self.max_output),
+                    stderr: capped(&o.stderr, self.max_output),
+                    exit_code: exit_code(o.exit),
+                    execution_time_ms: Some(u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)),
+                    display_data: None,
+                    files: None,
+                }),
+                Err(e) => RunEnd::Uncertain(format!(
+                    "the command's outcome cannot be proven: {}",
+                    describe(&e)
+                )),
+            },
+            () = tokio::time::sleep(timeout) => {
+                if self.kill_detached(r, handle).await {
+                    RunEnd::TimedOut
+                } else {
+                    RunEnd::Uncertain("the program exceeded timeout_secs and could not be confirmed killed".into())
+                }
+            }
+            () = cancel.as_mut() => {
+                if self.kill_detached(r, handle).await {
+                    RunEnd::Cancelled
+                } else {
+                    RunEnd::Uncertain("cancelled, but the program could not be confirmed killed".into())
+                }
+            }
+        }
+    }
+
+    /// Finishes a command another process started detached (a crash, a replica lost): connects
+    /// to its sandbox, attaches under its handle and waits for its end; `timeout` is what is
+    /// left of the operation's. Anything that cannot prove the exit is `Uncertain`. The
+    /// sandbox is destroyed after (unless it is the shared `--sandbox`).
+    pub async fn resume<H>(
+        &self,
+        d: &Detached,
         timeout: Duration,
         cancel: impl Future<Output = ()> + Send,
-        started: impl Future<Output = bool> + Send,
-        chunks: Option<mpsc::UnboundedSender<Chunk>>,
-    ) -> RunEnd {
-        let cmd = match Runner::command(req) {
-            Ok(c) => c,
-            Err(m) => return RunEnd::Invalid(m),
-        };
+        finished: impl FnOnce(RunEnd) -> H + Send,
+    ) -> RunEnd
+    where
+        H: Future<Output = ()> + Send,
+    {
         tokio::pin!(cancel);
-        let sbx = tokio::select! {
-            s = self.sandbox() => match s {
-                Ok(s) => s,
-                Err(e) => return RunEnd::CreationFailed(describe(&e)),
-            },
-            () = &mut cancel => return RunEnd::Cancelled,
+        let sbx = match self.provider.connect(&d.sandbox_id).await {
+            Ok(s) => s,
+            Err(e) => {
+                let end = RunEnd::Uncertain(format!(
+                    "cannot reach the sandbox of the running command: {}",
+                    describe(&e)
+                ));
+                finished(end.clone()).await;
+                return end;
+            }
         };
-        let end = self
-            .run_in(&*sbx, req, cmd, timeout, &mut cancel, started, chunks)
-            .await;
+        let handle = ProcessHandle::new(d.handle.clone());
+        let end = match sbx.reattach() {
+            Some(r) => {
+                let ran = Duration::from_millis(
+                    u64::try_from(ms(std::time::SystemTime::now()) - d.started_ms).unwrap_or(0),
+                );
+                let t = Instant::now().checked_sub(ran).unwrap_or_else(Instant::now);
+                let end = self
+                    .wait_detached(r, &handle, timeout, &mut cancel, t)
+                    .await;
+                if self.shared.is_some() {
+                    let _ = r.release(&handle).await;
+                }
+                end
+            }
+            None => RunEnd::Uncertain(format!(
+                "the {} adapter cannot reattach to a running command",
+                self.adapter()
+            )),
+        };
+        finished(end.clone()).await;
         if self.shared.is_none() {
             let _ = sbx.destroy().await;
         }
@@ -188,21 +283,130 @@ impl Runner {
         end
     }
 
+    /// Runs `req` to its end: `timeout` bounds the program; `cancel` resolving kills it.
+    /// `started` is called once the program is about to start (after the sandbox and inputs);
+    /// it returns false when the program must not start. With `detach` and an adapter that
+    /// has [`Reattach`], the program is started detached and `started` gets its [`Detached`]
+    /// (to store before the start); otherwise it gets `None`. With `chunks`, output is
+    /// forwarded as it comes where the adapter streams (never detached).
     #[allow(clippy::too_many_arguments)]
-    async fn run_in(
+    pub async fn run<F, H>(
+        &self,
+        req: &ExecuteRequest,
+        timeout: Duration,
+        cancel: impl Future<Output = ()> + Send,
+        started: impl FnOnce(Option<Detached>) -> F + Send,
+        finished: impl FnOnce(RunEnd) -> H + Send,
+        detach: bool,
+        chunks: Option<mpsc::UnboundedSender<Chunk>>,
+    ) -> RunEnd
+    where
+        F: Future<Output = bool> + Send,
+        H: Future<Output = ()> + Send,
+    {
+        let (end, sbx) = self
+            .run_to_end(req, timeout, cancel, started, detach, chunks)
+            .await;
+        // The end is stored before the sandbox goes: a crash in between leaves a result, not
+        // a handle to a destroyed sandbox.
+        finished(end.clone()).await;
+        if let Some(sbx) = sbx {
+            if self.shared.is_none() {
+                let _ = sbx.destroy().await;
+            }
+            let _ = sbx.close().await;
+        }
+        end
+    }
+
+    async fn run_to_end<F>(
+        &self,
+        req: &ExecuteRequest,
+        timeout: Duration,
+        cancel: impl Future<Output = ()> + Send,
+        started: impl FnOnce(Option<Detached>) -> F + Send,
+        detach: bool,
+        chunks: Option<mpsc::UnboundedSender<Chunk>>,
+    ) -> (RunEnd, Option<Box<dyn Sandbox>>)
+    where
+        F: Future<Output = bool> + Send,
+    {
+        let cmd = match Runner::command(req) {
+            Ok(c) => c,
+            Err(m) => return (RunEnd::Invalid(m), None),
+        };
+        tokio::pin!(cancel);
+        let sbx = tokio::select! {
+            s = self.sandbox() => match s {
+                Ok(s) => s,
+                Err(e) => return (RunEnd::CreationFailed(describe(&e)), None),
+            },
+            () = &mut cancel => return (RunEnd::Cancelled, None),
+        };
+        let end = self
+            .run_in(
+                &*sbx,
+                req,
+                cmd,
+                timeout,
+                &mut cancel,
+                started,
+                detach && chunks.is_none(),
+                chunks,
+            )
+            .await;
+        (end, Some(sbx))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run_in<F>(
         &self,
         sbx: &dyn Sandbox,
         req: &ExecuteRequest,
         cmd: Command,
         timeout: Duration,
         cancel: &mut Pin<&mut impl Future<Output = ()>>,
-        started: impl Future<Output = bool> + Send,
+        started: impl FnOnce(Option<Detached>) -> F + Send,
+        detach: bool,
         chunks: Option<mpsc::UnboundedSender<Chunk>>,
-    ) -> RunEnd {
+    ) -> RunEnd
+    where
+        F: Future<Output = bool> + Send,
+    {
         if let Err(end) = self.inputs(sbx, req).await {
             return end;
         }
-        if !started.await {
+        if detach && let Some(r) = sbx.reattach() {
+            let handle = r.new_handle();
+            let d = Detached {
+                sandbox_id: sbx.id().to_owned(),
+                handle: handle.as_str().to_owned(),
+                started_ms: ms(std::time::SystemTime::now()),
+            };
+            // The handle is stored before the start: a crash from here on leaves a handle
+            // (attach then finds the command, or proves nothing and the outcome is uncertain).
+            if !started(Some(d)).await {
+                return RunEnd::Cancelled;
+            }
+            self.metrics
+                .executions
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let t = Instant::now();
+            let end = match r.start(&handle, cmd).await {
+                Ok(()) => self.wait_detached(r, &handle, timeout, cancel, t).await,
+                Err(e) => {
+                    // It may have started all the same: make sure it does not run on.
+                    self.kill_detached(r, &handle).await;
+                    RunEnd::Uncertain(describe(&e))
+                }
+            };
+            if self.shared.is_some() {
+                let _ = r.release(&handle).await;
+            }
+            self.metrics.exec_latency.observe(t.elapsed());
+            return end;
+        }
+        if !started(None).await {
             // The operation is no longer ours (a cancel or a reconcile got there first).
             return RunEnd::Cancelled;
         }

@@ -28,7 +28,7 @@ const LEASED: &str = "('provisioning','preparing','running','collecting')";
 const COLUMNS: &str = "id, owner, key_hash, payload_hash, request, status, phase, cleanup, version, \
     cancel_requested, cancel_deadline_ms, created_ms, updated_ms, expires_ms, terminal_ms, \
     first_event_ms, last_event_ms, failure_code, failure_message, result, lease_owner, \
-    lease_expires_ms";
+    lease_expires_ms, sandbox_id, process_handle, started_ms";
 
 /// A store failure (the database is unreachable, a query failed). Its text names the operation
 /// that failed, never a value.
@@ -86,6 +86,20 @@ pub struct Stored {
     pub lease_expires_ms: Option<i64>,
     /// The absolute cancel deadline (ms since the epoch), set by the first cancel.
     pub cancel_deadline_ms: Option<i64>,
+    /// Where the command runs and its [`execseam_core::ProcessHandle`], stored before it starts
+    /// (adapters with `Reattach` only).
+    pub detached: Option<Detached>,
+}
+
+/// A command started detached: enough for any replica to reattach to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Detached {
+    /// The sandbox it runs in.
+    pub sandbox_id: String,
+    /// The adapter's handle token.
+    pub handle: String,
+    /// When it was started (ms since the epoch); the timeout counts from here.
+    pub started_ms: i64,
 }
 
 /// What a submit found.
@@ -153,13 +167,22 @@ fn parse_name<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, StoreError> 
 /// The migrations, embedded.
 pub fn migrator() -> Migrator {
     Migrator {
-        migrations: Cow::Owned(vec![Migration::new(
-            1,
-            Cow::Borrowed("operations"),
-            MigrationType::Simple,
-            Cow::Borrowed(include_str!("../migrations/0001_operations.sql")),
-            false,
-        )]),
+        migrations: Cow::Owned(vec![
+            Migration::new(
+                1,
+                Cow::Borrowed("operations"),
+                MigrationType::Simple,
+                Cow::Borrowed(include_str!("../migrations/0001_operations.sql")),
+                false,
+            ),
+            Migration::new(
+                2,
+                Cow::Borrowed("process handle"),
+                MigrationType::Simple,
+                Cow::Borrowed(include_str!("../migrations/0002_process_handle.sql")),
+                false,
+            ),
+        ]),
         ignore_missing: false,
         locking: true,
         no_tx: false,
@@ -275,6 +298,19 @@ impl Store {
             lease_owner: r.try_get("lease_owner").map_err(g)?,
             lease_expires_ms: r.try_get("lease_expires_ms").map_err(g)?,
             cancel_deadline_ms: r.try_get("cancel_deadline_ms").map_err(g)?,
+            detached: match (
+                r.try_get::<Option<String>, _>("sandbox_id").map_err(g)?,
+                r.try_get::<Option<String>, _>("process_handle")
+                    .map_err(g)?,
+                r.try_get::<Option<i64>, _>("started_ms").map_err(g)?,
+            ) {
+                (Some(sandbox_id), Some(handle), Some(started_ms)) => Some(Detached {
+                    sandbox_id,
+                    handle,
+                    started_ms,
+                }),
+                _ => None,
+            },
         })
     }
 
@@ -400,6 +436,7 @@ impl Store {
                     lease_owner: None,
                     lease_expires_ms: None,
                     cancel_deadline_ms: None,
+                    detached: None,
                 })));
             }
             // A concurrent submit with the same key won: decide against its row.
@@ -630,13 +667,69 @@ impl Store {
             .collect()
     }
 
+    /// Stores where and under which handle the command of `id` is about to start, while
+    /// `replica` holds its lease. False if it does not any more.
+    pub async fn set_detached(
+        &self,
+        id: &str,
+        replica: &str,
+        d: &Detached,
+    ) -> Result<bool, StoreError> {
+        let sql = format!(
+            "UPDATE operations SET sandbox_id = $1, process_handle = $2, started_ms = $3 \
+             WHERE id = $4 AND lease_owner = $5 AND status IN {LEASED}"
+        );
+        let done = self
+            .timed(
+                sqlx::query(&sql)
+                    .bind(d.sandbox_id.clone())
+                    .bind(d.handle.clone())
+                    .bind(d.started_ms)
+                    .bind(id.to_owned())
+                    .bind(replica.to_owned())
+                    .execute(&self.pool),
+            )
+            .await
+            .map_err(db("store the process handle"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Takes over the started operation `id` whose lease expired before `now_ms`: `replica`
+    /// holds it until `lease_until`. False if another replica got there first (its lease is
+    /// no longer expired) or it ended. The contract state (and version) is unchanged.
+    pub async fn take_over(
+        &self,
+        id: &str,
+        replica: &str,
+        lease_until: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let sql = format!(
+            "UPDATE operations SET lease_owner = $1, lease_expires_ms = $2 \
+             WHERE id = $3 AND status IN {LEASED} AND lease_expires_ms < $4"
+        );
+        let done = self
+            .timed(
+                sqlx::query(&sql)
+                    .bind(replica.to_owned())
+                    .bind(lease_until)
+                    .bind(id.to_owned())
+                    .bind(now_ms)
+                    .execute(&self.pool),
+            )
+            .await
+            .map_err(db("take over"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Puts an operation whose owner died before its program started back in the queue.
     pub async fn requeue(&self, id: &str, now: SystemTime) -> Result<bool, StoreError> {
         let done = self
             .timed(
                 sqlx::query(
                     "UPDATE operations SET status = 'queued', phase = 'queued', version = version + 1, \
-                     updated_ms = $1, lease_owner = NULL, lease_expires_ms = NULL \
+                     updated_ms = $1, lease_owner = NULL, lease_expires_ms = NULL, sandbox_id = NULL, \
+                     process_handle = NULL, started_ms = NULL \
                      WHERE id = $2 AND status = 'provisioning' AND lease_expires_ms < $3",
                 )
                 .bind(ms(now))

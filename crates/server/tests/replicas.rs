@@ -1,7 +1,9 @@
 //! Two `execseam-server serve` processes on one PostgreSQL (`.ci/postgres start`): an operation
 //! submitted to one is served (status, result, cancel) by the other; the cancel reaches the
 //! owner through the store and kills the command; an operation whose owner is killed -9 is
-//! found by lease expiry and reconciled by the survivor as `outcome_uncertain`.
+//! found by lease expiry and reconciled by the survivor as `outcome_uncertain` (local adapter),
+//! or reattached by the survivor and cancelled through it, the cancel killing the command in the
+//! sandbox (E2B adapter, its emulator in this test process).
 
 mod common;
 
@@ -13,7 +15,13 @@ use execseam_chrono::wire::{Completion, Status, codes};
 use execseam_chrono::{Operation, Terminal};
 
 fn args(store: &str, tokens: &std::path::Path, replica: &str) -> Vec<String> {
+    args_for("local", store, tokens, replica)
+}
+
+fn args_for(adapter: &str, store: &str, tokens: &std::path::Path, replica: &str) -> Vec<String> {
     [
+        "--adapter",
+        adapter,
         "--store",
         store,
         "--tokens",
@@ -157,4 +165,68 @@ async fn a_dead_owner_is_found_by_lease_expiry_and_reconciled_by_the_survivor() 
     assert_eq!(cb.submit(&k, &long).await.unwrap().receipt.operation_id, id);
     let out = b.output();
     assert!(!out.contains(ALICE), "{out}");
+}
+
+#[tokio::test]
+async fn a_dead_owners_e2b_command_is_reattached_by_the_survivor_and_its_cancel_kills_it() {
+    let emu = execseam_emulators::e2b::E2bEmulator::start(Default::default())
+        .await
+        .unwrap();
+    let store = postgres_db("reattach").await;
+    let tokens = token_file();
+    let mut a = Proc::spawn_with_env(&args_for("e2b", &store, &tokens, "replica-a"), &emu.env());
+    let ca = client(&a.base_url, ALICE);
+    let long = bash("echo started; sleep 600; echo never");
+    let k = key("e2b-dies");
+    let id = ca.submit(&k, &long).await.unwrap().receipt.operation_id;
+    until("the sandbox exists", || emu.sandbox_ids().len() == 1).await;
+    let sandbox = emu.sandbox_ids()[0].clone();
+    until("the command runs", || !emu.processes(&sandbox).is_empty()).await;
+    assert_eq!(owner_of(&store, &id).await.as_deref(), Some("replica-a"));
+    let b = Proc::spawn_with_env(&args_for("e2b", &store, &tokens, "replica-b"), &emu.env());
+    let cb = client(&b.base_url, ALICE);
+
+    a.kill9();
+    // B finds the expired lease and takes the operation over instead of giving up on it.
+    for _ in 0..400 {
+        if owner_of(&store, &id).await.as_deref() == Some("replica-b") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(owner_of(&store, &id).await.as_deref(), Some("replica-b"));
+    assert!(b.output().contains("reattaching"), "{}", b.output());
+    assert!(!emu.processes(&sandbox).is_empty(), "still running");
+    let starts = emu
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/process.Process/Start")
+        .count();
+    assert_eq!(
+        starts, 1,
+        "the program was started exactly once, never re-run"
+    );
+
+    let mut op = Operation::resume(k.clone(), long.clone(), &id, None).unwrap();
+    op.request_cancel();
+    let t = run(&cb, &mut op).await;
+    let Terminal::Cancelled {
+        snapshot: Some(s), ..
+    } = &t
+    else {
+        panic!("{t:?}")
+    };
+    assert_eq!(
+        s.failure.as_ref().map(|f| f.code.as_str()),
+        Some(codes::EXECUTION_CANCELLED)
+    );
+    // Cancelled (not uncertain) means the kill was confirmed: SendSignal reached envd.
+    assert!(
+        emu.requests()
+            .iter()
+            .any(|r| r.path == "/process.Process/SendSignal"),
+        "the command was killed through envd"
+    );
+    // The sandbox is destroyed after.
+    until("the sandbox is gone", || emu.sandbox_ids().is_empty()).await;
 }

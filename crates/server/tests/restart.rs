@@ -2,7 +2,8 @@
 //! queued; restart it on the same SQLite store: done results are served byte for byte, the
 //! queued one runs, the running one is reconciled as `outcome_uncertain` (the local adapter
 //! cannot reattach to a process, and the command may have run: it is never run again), and
-//! idempotency holds across the restart.
+//! idempotency holds across the restart. An E2B-backed running operation (the adapter has
+//! `Reattach`) is reattached after the restart and completes with its real exit and output.
 
 mod common;
 
@@ -145,4 +146,213 @@ async fn kill_9_and_restart_keeps_results_runs_the_queue_and_reconciles_the_runn
     assert!(processes_with(&m).is_empty());
     let out = second.output();
     assert!(out.contains("held by this replica's previous run"), "{out}");
+}
+
+/// An E2B-backed operation running at kill -9 is reattached after the restart and finished with
+/// its real exit and byte-exact output: what it wrote before the kill, while no server was
+/// attached, and after the reattach. The E2B emulator runs in this test process, so the
+/// sandbox and its command outlive the killed server (as they do on E2B).
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_with_an_e2b_operation_running_reattaches_and_finishes_it_exactly() {
+    let emu = execseam_emulators::e2b::E2bEmulator::start(Default::default())
+        .await
+        .unwrap();
+    let store = sqlite_url("restart-e2b");
+    let tokens = token_file();
+    let args = |port: u16| -> Vec<String> {
+        [
+            "--adapter",
+            "e2b",
+            "--store",
+            &store,
+            "--tokens",
+            tokens.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--replica-id",
+            "node-e2b",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let mut first = Proc::spawn_with_env(&args(free_port()), &emu.env());
+    let base = first.base_url.clone();
+    let c = client(&base, ALICE);
+
+    // Three phases, each released by a file the test creates in the sandbox: before the kill,
+    // while no server is attached, after the reattach. Bytes JSON must escape, and stderr.
+    let script = r#"printf 'before \303\251\t"q"\n'; printf 'err-before\n' >&2
+while [ ! -e /tmp/go-1 ]; do sleep 0.05; done
+printf 'while-detached\n'; printf 'err-detached\n' >&2
+while [ ! -e /tmp/go-2 ]; do sleep 0.05; done
+printf 'after\n'; exit 4"#;
+    let req = bash(script);
+    let k = key("e2b-running");
+    let id = c.submit(&k, &req).await.unwrap().receipt.operation_id;
+    until("the sandbox exists", || emu.sandbox_ids().len() == 1).await;
+    let sandbox = emu.sandbox_ids()[0].clone();
+    until("the command runs", || !emu.processes(&sandbox).is_empty()).await;
+    for _ in 0..200 {
+        if status_of(&base, &id).await == Status::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(status_of(&base, &id).await, Status::Running);
+
+    first.kill9();
+    // The command runs on in the sandbox, and writes while nobody is attached.
+    let go = |n: u8| emu.host_path(&sandbox, &format!("/tmp/go-{n}")).unwrap();
+    std::fs::write(go(1), b"").unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !emu.processes(&sandbox).is_empty(),
+        "the command outlived the killed server"
+    );
+
+    let second = Proc::spawn_with_env(&args(free_port()), &emu.env());
+    let base = second.base_url.clone();
+    let c = client(&base, ALICE);
+    until("the restarted server reattached", || {
+        second.output().contains("reattaching")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        status_of(&base, &id).await,
+        Status::Running,
+        "still running"
+    );
+    std::fs::write(go(2), b"").unwrap();
+
+    let mut op = Operation::resume(k.clone(), req.clone(), &id, None).unwrap();
+    let t = run(&c, &mut op).await;
+    let Terminal::Ran { output, .. } = &t else {
+        panic!("{t:?}")
+    };
+    assert_eq!(
+        output.stdout,
+        "before \u{e9}\t\"q\"\nwhile-detached\nafter\n"
+    );
+    assert_eq!(output.stderr, "err-before\nerr-detached\n");
+    assert_eq!(output.exit_code, 4);
+    // Once, never re-run: one process.Start of the program (the input-less run starts nothing
+    // else but the reattach's Connect).
+    let starts = emu
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/process.Process/Start")
+        .count();
+    assert_eq!(starts, 1, "the program was started exactly once");
+    // The per-operation sandbox is destroyed once the result is stored.
+    until("the sandbox is destroyed", || emu.sandbox_ids().is_empty()).await;
+    let again = c.submit(&k, &req).await.unwrap();
+    assert_eq!(again.receipt.operation_id, id);
+    assert_eq!(
+        again.receipt.status,
+        Status::Failed,
+        "exit 4 is a failed run"
+    );
+}
+
+/// The same with Sprites, in one shared sprite (`--sandbox`): the detached command outlives the
+/// killed server (beyond the default `max_run_after_disconnect`), is reattached after the restart
+/// and completes with its exit and exact output; its spool is released after.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_with_a_sprites_operation_running_reattaches_it_in_the_shared_sprite() {
+    use execseam_core::Exec as _;
+    use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator, SpritesOptions};
+    let emu = SpritesEmulator::start(
+        execseam_emulators::EmulatorOptions {
+            token: Some("spr_test".into()),
+            ..Default::default()
+        },
+        SpritesOptions {
+            // A command left to the default would be killed while no server runs.
+            max_run_after_disconnect: Duration::from_millis(300),
+            ..SpritesOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let sprite = emu.sprite(DEFAULT_SPRITE).unwrap();
+    let in_sprite = |script: String| {
+        let sprite = sprite.clone();
+        async move {
+            let cmd = execseam_core::Command::new(["sh", "-c", script.as_str()]).unwrap();
+            sprite.sandbox().exec().exec(cmd).await.unwrap()
+        }
+    };
+    let store = sqlite_url("restart-sprites");
+    let tokens = token_file();
+    let args = |port: u16| -> Vec<String> {
+        [
+            "--adapter",
+            "sprites",
+            "--sandbox",
+            DEFAULT_SPRITE,
+            "--store",
+            &store,
+            "--tokens",
+            tokens.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--replica-id",
+            "node-sprites",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let env = emu.env();
+    let mut first = Proc::spawn_with_env(&args(free_port()), &env);
+    let base = first.base_url.clone();
+    let c = client(&base, ALICE);
+    let script = r#"printf 'before\n'; printf 'err\n' >&2
+while [ ! -e /tmp/go-1 ]; do sleep 0.05; done
+printf 'while-detached \303\251\n'
+while [ ! -e /tmp/go-2 ]; do sleep 0.05; done
+printf 'after\n'; exit 3"#;
+    let req = bash(script);
+    let k = key("sprites-running");
+    let id = c.submit(&k, &req).await.unwrap().receipt.operation_id;
+    until("the command runs", || !sprite.sessions().is_empty()).await;
+    for _ in 0..200 {
+        if status_of(&base, &id).await == Status::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(status_of(&base, &id).await, Status::Running);
+
+    first.kill9();
+    in_sprite("touch /tmp/go-1".into()).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        sprite.sessions().len(),
+        1,
+        "the command outlived the killed server"
+    );
+
+    let second = Proc::spawn_with_env(&args(free_port()), &env);
+    let base = second.base_url.clone();
+    let c = client(&base, ALICE);
+    until("the restarted server reattached", || {
+        second.output().contains("reattaching")
+    })
+    .await;
+    in_sprite("touch /tmp/go-2".into()).await;
+    let mut op = Operation::resume(k.clone(), req.clone(), &id, None).unwrap();
+    let t = run(&c, &mut op).await;
+    let Terminal::Ran { output, .. } = &t else {
+        panic!("{t:?}")
+    };
+    assert_eq!(output.stdout, "before\nwhile-detached \u{e9}\nafter\n");
+    assert_eq!(output.stderr, "err\n");
+    assert_eq!(output.exit_code, 3);
+    // The spool is released once the result is known (the sprite is shared and stays).
+    let left = in_sprite("ls -A /tmp/execseam-reattach 2>/dev/null | wc -l".into()).await;
+    assert_eq!(String::from_utf8_lossy(&left.stdout).trim(), "0");
+    assert!(sprite.is_alive());
 }

@@ -554,6 +554,13 @@ async fn run_stream(p: StreamPlan) {
                     let _ = tx.send(Ok(end_stream(Some(&lost)))).await;
                     return;
                 }
+                // Killed at the deadline: envd's `ctx.Done()` won (start.go), not the end
+                // event (without this, a loaded scheduler could deliver the end first).
+                Some(Out::End(_)) if kill_at_deadline && deadline.is_some_and(|d| Instant::now() >= d) => {
+                    let e = RpcError::new("deadline_exceeded", "context deadline exceeded");
+                    let _ = tx.send(Ok(end_stream(Some(&e)))).await;
+                    return;
+                }
                 Some(Out::End(end)) => {
                     match mode {
                         Mode::Cut => {
@@ -695,8 +702,11 @@ async fn start(mut req: EnvdRequest) -> Response {
         Ok(p) => p,
         Err(e) => return failed_stream(&e),
     };
-    if let Some(t) = timeout {
-        kill_at(&proc, Instant::now() + t);
+    // One instant for the kill and the stream's deadline: envd's context is done before the
+    // kill it causes, so the end event of a process killed at the deadline is never sent.
+    let deadline = timeout.map(|t| Instant::now() + t);
+    if let Some(d) = deadline {
+        kill_at(&proc, d);
     }
     if mode == Mode::ServerError {
         // The command ran; the answer is lost behind an HTTP 500.
@@ -715,7 +725,7 @@ async fn start(mut req: EnvdRequest) -> Response {
         state: req.state.clone(),
         sandbox_id: req.sbx.id.clone(),
         gone: req.sbx.gone.subscribe(),
-        deadline: timeout.map(|t| Instant::now() + t),
+        deadline,
         kill_at_deadline: true,
         keepalive,
         mode,

@@ -157,9 +157,15 @@ pub struct Proc {
 impl Proc {
     /// Spawns the real binary with `args` after `serve`, and waits for its listening line.
     pub fn spawn(args: &[String]) -> Proc {
+        Proc::spawn_with_env(args, &[])
+    }
+
+    /// [`Proc::spawn`] with more environment variables.
+    pub fn spawn_with_env(args: &[String], env: &[(String, String)]) -> Proc {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_execseam-server"))
             .arg("serve")
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
