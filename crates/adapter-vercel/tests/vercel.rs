@@ -299,15 +299,24 @@ async fn detached_commands_wait_logs_and_kill() {
     );
     assert!(cmd.id().starts_with("cmd_"), "{}", cmd.id());
     let mut logs = cmd.logs().await.unwrap();
-    // Live: the first line arrives before the command ends.
-    match logs.next().await {
-        Some(Ok(execseam_core::Event::Stdout(b))) => assert_eq!(b.as_ref(), b"out\n"),
-        other => panic!("first event {other:?}"),
+    // Live: the first stdout line arrives before the command ends. stdout and stderr are two
+    // pipes, so `err` may come before or after `out` (it did both ways in CI).
+    let mut early_err = Vec::new();
+    loop {
+        match logs.next().await {
+            Some(Ok(execseam_core::Event::Stdout(b))) => {
+                assert_eq!(b.as_ref(), b"out\n");
+                break;
+            }
+            Some(Ok(execseam_core::Event::Stderr(b))) => early_err.extend_from_slice(&b),
+            other => panic!("event before the first stdout line: {other:?}"),
+        }
     }
     assert!(started.elapsed() < Duration::from_millis(900));
     let rest = logs.collect().await.unwrap();
     assert_eq!(rest.stdout.as_ref(), b"late\n", "{rest:?}");
-    assert_eq!(rest.stderr.as_ref(), b"err\n", "{rest:?}");
+    early_err.extend_from_slice(&rest.stderr);
+    assert_eq!(early_err, b"err\n", "{rest:?}");
     assert_eq!(rest.exit, Exit::Code(4));
     // The logs again, from the start, and the exit.
     let all = cmd.logs().await.unwrap().collect().await.unwrap();
