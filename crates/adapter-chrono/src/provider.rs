@@ -58,6 +58,8 @@ impl Provider for ChronoProvider {
     }
 
     fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(ChronoProvider::create(self, spec).await?) as _) })
+        execseam_core::trace::create(Provider::provider(self), async move {
+            Ok(Box::new(ChronoProvider::create(self, spec).await?) as _)
+        })
     }
 }

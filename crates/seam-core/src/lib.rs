@@ -48,6 +48,8 @@ mod exec;
 mod lifecycle;
 pub mod native;
 mod output;
+#[cfg(feature = "tracing")]
+pub mod trace;
 pub mod transport;
 pub mod wire;
 
