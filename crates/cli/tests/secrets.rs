@@ -94,6 +94,8 @@ fn sandbox_cmd(emu: &Emu, provider: &str, args: &[&str]) -> (bool, String, Strin
         .args(["--adapter", provider])
         .args(&args[1..])
         .envs(emu.env.iter().map(|(k, v)| (k, v)))
+        // Fly machines need an image; the emulator takes any (the fly conformance test's).
+        .env("EXECSEAM_FLY_IMAGE", "debian:stable")
         .env("RUST_LOG", "trace")
         .output()
         .unwrap();

@@ -206,7 +206,10 @@ async fn conformance_subset_at_trace_logs_no_planted_secret() {
     let mut ran = Vec::new();
     for provider in execseam_emulators::providers() {
         let emu = emulate(provider, &dir);
-        let vars: BTreeMap<String, String> = emu.env.iter().cloned().collect();
+        let mut vars: BTreeMap<String, String> = emu.env.iter().cloned().collect();
+        // Fly machines need an image; the emulator takes any (the fly conformance test's).
+        vars.entry("EXECSEAM_FLY_IMAGE".into())
+            .or_insert_with(|| "debian:stable".into());
         let prov: Arc<dyn execseam_core::Provider> =
             Arc::from(execseam::provider_from(provider, &vars).unwrap());
         // A created sandbox with a planted sandbox-wide env value where the provider takes one;

@@ -98,7 +98,7 @@ async def main():
                 g = await good(s, "glob", {"pattern": "**/*.rs", "dir": ROOT})
                 assert g["paths"] == ["src/lib.rs"], g
                 ok("glob")
-                l = await good(s, "list", {"dir": ROOT})
+                l = await good(s, "list", {"dir": ROOT, "depth": 3})
                 assert [x["path"] for x in l["entries"]] == ["src", "src/lib.rs"], l
                 ok("list")
                 g = await good(s, "grep", {"pattern": "needle", "dir": ROOT})
@@ -134,17 +134,22 @@ async def main():
                 # An unknown tool is a protocol error (server/tools, "Error Handling").
                 try:
                     r = await s.call_tool("no_such_tool", {})
-                    assert r.is_error is True, r
-                except MCPError:
-                    pass
-                ok("unknown tool: refused")
-                l = await good(s, "list", {"dir": ROOT})
+                    raise AssertionError(f"an unknown tool answered a result: {r}")
+                except MCPError as e:
+                    # -32602 (invalid params) is the spec's example code for an unknown tool.
+                    assert e.error.code == -32602, e.error
+                ok("unknown tool: a protocol error (-32602), not a result")
+                l = await good(s, "list", {"dir": ROOT, "depth": 3})
                 assert len(l["entries"]) == 3, l
                 ok("the server still serves after the errors")
     with open(ERRLOG) as f:
         log = f.read()
-    assert "exec{" in log and "TRACE" in log, log[:2000]
-    ok("the server's trace log went to stderr, never into the protocol stream")
+    # Its spans: each tool's exec, and the sandbox created at start, destroyed at stdin EOF.
+    assert "exec{" in log, log[:2000]
+    assert 'lifecycle{provider="local" operation="create"' in log, log[:2000]
+    sandbox = log.split('lifecycle{provider="local" operation="create" sandbox="', 1)[1].split('"', 1)[0]
+    assert f"destroyed provider=\"local\" sandbox={sandbox}" in log, log[-2000:]
+    ok("the server's log went to stderr, never into the protocol stream; its sandbox destroyed at EOF")
     print("OK", flush=True)
 
 
