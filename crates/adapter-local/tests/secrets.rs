@@ -122,6 +122,7 @@ impl Subscriber for Spans {
 #[test]
 fn lifecycle_calls_run_in_spans_with_the_sandbox_id_and_no_spec_values() {
     use execseam_core::{ListFilter, Provider, SandboxSpec};
+    // Through the trait (the inherent methods of the same names have no lifecycle span).
     let spans = Spans::default();
     let dir = std::env::temp_dir().join(format!("execseam-local-spans-{}", std::process::id()));
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -134,22 +135,25 @@ fn lifecycle_calls_run_in_spans_with_the_sandbox_id_and_no_spec_values() {
                 execseam_local::LocalConfig::new().sandbox_root(&dir),
             )
             .unwrap();
-            let sb = p
-                .create(
-                    SandboxSpec::new()
-                        .with_env("API_TOKEN", ENV_SECRET)
-                        .with_label("team", STDIN_SECRET),
-                )
-                .await
-                .unwrap();
+            let sb = Provider::create(
+                &p,
+                SandboxSpec::new()
+                    .with_env("API_TOKEN", ENV_SECRET)
+                    .with_label("team", STDIN_SECRET),
+            )
+            .await
+            .unwrap();
             let id = sb.id().to_owned();
             sb.set_owned(false);
             drop(sb);
-            p.connect(&id).await.unwrap();
-            let listed = p.list(&ListFilter::new()).await.unwrap();
+            Provider::connect(&p, &id).await.unwrap();
+            let listed = Provider::list(&p, &ListFilter::new()).await.unwrap();
             assert!(listed.iter().any(|i| i.id == id));
-            p.destroy(&id).await.unwrap();
-            let e = p.connect("local-nosuchsandbox").await.err().unwrap();
+            Provider::destroy(&p, &id).await.unwrap();
+            let e = Provider::connect(&p, "local-nosuchsandbox")
+                .await
+                .err()
+                .unwrap();
             assert!(!format!("{e} {e:?}").contains(ENV_SECRET));
             id
         })
