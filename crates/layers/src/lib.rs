@@ -16,7 +16,10 @@
 //! - [`WithRetry`]: retries only errors whose class is [`Retry::Safe`], with exponential backoff,
 //!   honouring the provider's retry-after up to [`RetryPolicy::max_retry_after`] (30 s by
 //!   default); a longer wait is not slept but returned as [`ErrorKind::RateLimited`]. An exec
-//!   that may have started is never re-submitted.
+//!   that may have started is never re-submitted. Each attempt runs in an
+//!   `attempt{provider, operation, tool, attempt}` span (1-based) under the layer's `retry`
+//!   span, which closes with `attempts`; each retry is logged at `info` with the failed
+//!   attempt's number, the error's kind, retry class, status, message and the delay.
 //!
 //! Recommended order, innermost first: `adapter.with_retry(..).with_deadline(..).with_output_cap(..)`
 //! (the deadline bounds the retries; the cap sees the deadline's partial output).
