@@ -160,7 +160,10 @@ fn lifecycle_calls_run_in_spans_with_the_sandbox_id_and_no_spec_values() {
     });
     let _ = std::fs::remove_dir_all(&dir);
     let log = spans.0.lock().unwrap().clone();
-    let lines: Vec<&str> = log.lines().filter(|l| l.starts_with("span lifecycle ")).collect();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("span lifecycle "))
+        .collect();
     let op = |o: &str| {
         lines
             .iter()
@@ -188,7 +191,10 @@ fn lifecycle_calls_run_in_spans_with_the_sandbox_id_and_no_spec_values() {
         "{log}"
     );
     assert!(op("list")[0].contains("record count="), "{log}");
-    assert!(op("destroy")[0].contains(&format!("sandbox=\"{id}\"")), "{log}");
+    assert!(
+        op("destroy")[0].contains(&format!("sandbox=\"{id}\"")),
+        "{log}"
+    );
     for secret in [ENV_SECRET, STDIN_SECRET] {
         assert!(!log.contains(secret), "{secret} leaked: {log}");
     }
