@@ -58,8 +58,6 @@ impl Provider for ChronoProvider {
     }
 
     fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        execseam_core::trace::create(Provider::provider(self), async move {
-            Ok(Box::new(ChronoProvider::create(self, spec).await?) as _)
-        })
+        Box::pin(async move { Ok(Box::new(ChronoProvider::create(self, spec).await?) as _) })
     }
 }

@@ -109,22 +109,14 @@ impl Provider for CloudflareProvider {
     }
 
     fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        execseam_core::trace::create(Provider::provider(self), async move {
-            Ok(Box::new(CloudflareProvider::create(self, spec).await?) as _)
-        })
+        Box::pin(async move { Ok(Box::new(CloudflareProvider::create(self, spec).await?) as _) })
     }
 
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        execseam_core::trace::connect(Provider::provider(self), id, async move {
-            Ok(Box::new(CloudflareProvider::connect(self, id).await?) as _)
-        })
+        Box::pin(async move { Ok(Box::new(CloudflareProvider::connect(self, id).await?) as _) })
     }
 
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        execseam_core::trace::destroy(
-            Provider::provider(self),
-            id,
-            CloudflareProvider::destroy(self, id),
-        )
+        Box::pin(CloudflareProvider::destroy(self, id))
     }
 }

@@ -249,30 +249,22 @@ impl Provider for DockerProvider {
     }
 
     fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        execseam_core::trace::create(Provider::provider(self), async move {
-            Ok(Box::new(DockerProvider::create(self, spec).await?) as _)
-        })
+        Box::pin(async move { Ok(Box::new(DockerProvider::create(self, spec).await?) as _) })
     }
 
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        execseam_core::trace::connect(Provider::provider(self), id, async move {
-            Ok(Box::new(DockerProvider::connect(self, id).await?) as _)
-        })
+        Box::pin(async move { Ok(Box::new(DockerProvider::connect(self, id).await?) as _) })
     }
 
     fn list<'a>(
         &'a self,
         filter: &'a ListFilter,
     ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
-        execseam_core::trace::list(Provider::provider(self), DockerProvider::list(self, filter))
+        Box::pin(DockerProvider::list(self, filter))
     }
 
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        execseam_core::trace::destroy(
-            Provider::provider(self),
-            id,
-            DockerProvider::destroy(self, id),
-        )
+        Box::pin(DockerProvider::destroy(self, id))
     }
 }
 

@@ -251,29 +251,21 @@ impl Provider for LocalProvider {
     }
 
     fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        execseam_core::trace::create(Provider::provider(self), async move {
-            Ok(Box::new(LocalProvider::create(self, spec).await?) as _)
-        })
+        Box::pin(async move { Ok(Box::new(LocalProvider::create(self, spec).await?) as _) })
     }
 
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        execseam_core::trace::connect(Provider::provider(self), id, async move {
-            Ok(Box::new(LocalProvider::connect(self, id).await?) as _)
-        })
+        Box::pin(async move { Ok(Box::new(LocalProvider::connect(self, id).await?) as _) })
     }
 
     fn list<'a>(
         &'a self,
         filter: &'a ListFilter,
     ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
-        execseam_core::trace::list(Provider::provider(self), LocalProvider::list(self, filter))
+        Box::pin(LocalProvider::list(self, filter))
     }
 
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        execseam_core::trace::destroy(
-            Provider::provider(self),
-            id,
-            LocalProvider::destroy(self, id),
-        )
+        Box::pin(LocalProvider::destroy(self, id))
     }
 }

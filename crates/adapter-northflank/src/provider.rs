@@ -136,32 +136,21 @@ impl Provider for NorthflankProvider {
     }
 
     fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        execseam_core::trace::create(Provider::provider(self), async move {
-            Ok(Box::new(NorthflankProvider::create(self, spec).await?) as _)
-        })
+        Box::pin(async move { Ok(Box::new(NorthflankProvider::create(self, spec).await?) as _) })
     }
 
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        execseam_core::trace::connect(Provider::provider(self), id, async move {
-            Ok(Box::new(NorthflankProvider::connect(self, id).await?) as _)
-        })
+        Box::pin(async move { Ok(Box::new(NorthflankProvider::connect(self, id).await?) as _) })
     }
 
     fn list<'a>(
         &'a self,
         filter: &'a ListFilter,
     ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
-        execseam_core::trace::list(
-            Provider::provider(self),
-            NorthflankProvider::list(self, filter),
-        )
+        Box::pin(NorthflankProvider::list(self, filter))
     }
 
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        execseam_core::trace::destroy(
-            Provider::provider(self),
-            id,
-            NorthflankProvider::destroy(self, id),
-        )
+        Box::pin(NorthflankProvider::destroy(self, id))
     }
 }

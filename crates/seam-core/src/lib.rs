@@ -48,8 +48,6 @@ mod exec;
 mod lifecycle;
 pub mod native;
 mod output;
-#[cfg(feature = "tracing")]
-pub mod trace;
 pub mod transport;
 pub mod wire;
 
