@@ -122,7 +122,8 @@ impl Subscriber for Spans {
 #[test]
 fn lifecycle_calls_run_in_spans_with_the_sandbox_id_and_no_spec_values() {
     use execseam_core::{ListFilter, Provider, SandboxSpec};
-    // Through the trait (the inherent methods of the same names have no lifecycle span).
+    // Through the layers' `TracedProvider`, as the facade's registry builds every provider (the
+    // spans are a middleware: neither the contract nor the adapter emits them).
     let spans = Spans::default();
     let dir = std::env::temp_dir().join(format!("execseam-local-spans-{}", std::process::id()));
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -131,10 +132,12 @@ fn lifecycle_calls_run_in_spans_with_the_sandbox_id_and_no_spec_values() {
         .unwrap();
     let id = tracing::subscriber::with_default(spans.clone(), || {
         rt.block_on(async {
-            let p = execseam_local::LocalProvider::new(
-                execseam_local::LocalConfig::new().sandbox_root(&dir),
-            )
-            .unwrap();
+            let p = execseam_layers::TracedProvider::new(
+                execseam_local::LocalProvider::new(
+                    execseam_local::LocalConfig::new().sandbox_root(&dir),
+                )
+                .unwrap(),
+            );
             let sb = Provider::create(
                 &p,
                 SandboxSpec::new()
