@@ -21,6 +21,10 @@
 //!   span, which closes with `attempts`; each retry is logged at `info` with the failed
 //!   attempt's number, the error's kind, retry class, status, message and the delay.
 //!
+//! - [`TracedProvider`] (and [`traced`]): a [`Provider`](execseam_core::Provider) whose lifecycle
+//!   calls run in `lifecycle{provider, operation, sandbox, status, kind, count}` spans; the
+//!   facade's registry wraps every provider it builds in it.
+//!
 //! Recommended order, innermost first: `adapter.with_retry(..).with_deadline(..).with_output_cap(..)`
 //! (the deadline bounds the retries; the cap sees the deadline's partial output).
 
