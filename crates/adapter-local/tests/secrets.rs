@@ -82,3 +82,123 @@ fn secrets_never_reach_tracing_debug_or_errors() {
         );
     }
 }
+
+/// Like [`Capture`], with each span's name in front of its fields.
+#[derive(Clone, Default)]
+struct Spans(Arc<Mutex<String>>);
+
+impl Visit for Spans {
+    fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
+        let mut s = self.0.lock().unwrap();
+        s.push_str(&format!("{field}={value:?} "));
+    }
+}
+
+impl Subscriber for Spans {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, span: &Attributes<'_>) -> Id {
+        self.0
+            .lock()
+            .unwrap()
+            .push_str(&format!("\nspan {} ", span.metadata().name()));
+        span.record(&mut self.clone());
+        Id::from_u64(1)
+    }
+    fn record(&self, _: &Id, values: &Record<'_>) {
+        self.0.lock().unwrap().push_str("| record ");
+        values.record(&mut self.clone());
+    }
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, event: &Event<'_>) {
+        self.0.lock().unwrap().push_str("| event ");
+        event.record(&mut self.clone());
+    }
+    fn enter(&self, _: &Id) {}
+    fn exit(&self, _: &Id) {}
+}
+
+#[test]
+fn lifecycle_calls_run_in_spans_with_the_sandbox_id_and_no_spec_values() {
+    use execseam_core::{ListFilter, Provider, SandboxSpec};
+    // Through the layers' `TracedProvider`, as the facade's registry builds every provider (the
+    // spans are a middleware: neither the contract nor the adapter emits them).
+    let spans = Spans::default();
+    let dir = std::env::temp_dir().join(format!("execseam-local-spans-{}", std::process::id()));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let id = tracing::subscriber::with_default(spans.clone(), || {
+        rt.block_on(async {
+            let p = execseam_layers::TracedProvider::new(
+                execseam_local::LocalProvider::new(
+                    execseam_local::LocalConfig::new().sandbox_root(&dir),
+                )
+                .unwrap(),
+            );
+            let sb = Provider::create(
+                &p,
+                SandboxSpec::new()
+                    .with_env("API_TOKEN", ENV_SECRET)
+                    .with_label("team", STDIN_SECRET),
+            )
+            .await
+            .unwrap();
+            let id = sb.id().to_owned();
+            sb.set_owned(false);
+            drop(sb);
+            Provider::connect(&p, &id).await.unwrap();
+            let listed = Provider::list(&p, &ListFilter::new()).await.unwrap();
+            assert!(listed.iter().any(|i| i.id == id));
+            Provider::destroy(&p, &id).await.unwrap();
+            let e = Provider::connect(&p, "local-nosuchsandbox")
+                .await
+                .err()
+                .unwrap();
+            assert!(!format!("{e} {e:?}").contains(ENV_SECRET));
+            id
+        })
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let log = spans.0.lock().unwrap().clone();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("span lifecycle "))
+        .collect();
+    let op = |o: &str| {
+        lines
+            .iter()
+            .copied()
+            .filter(|l| l.contains(&format!("operation=\"{o}\"")))
+            .collect::<Vec<_>>()
+    };
+    // create records the new id once it returns; connect and destroy carry the id asked for.
+    let create = op("create");
+    assert_eq!(create.len(), 1, "{log}");
+    assert!(
+        create[0].contains("provider=\"local\"")
+            && create[0].contains(&format!("record sandbox=\"{id}\""))
+            && create[0].contains("ok=true"),
+        "{log}"
+    );
+    let connect = op("connect");
+    assert_eq!(connect.len(), 2, "{log}");
+    assert!(connect[0].contains(&format!("sandbox=\"{id}\"")), "{log}");
+    // The failed connect records its kind.
+    assert!(
+        connect[1].contains("sandbox=\"local-nosuchsandbox\"")
+            && connect[1].contains("kind=\"not-found\"")
+            && connect[1].contains("ok=false"),
+        "{log}"
+    );
+    assert!(op("list")[0].contains("record count="), "{log}");
+    assert!(
+        op("destroy")[0].contains(&format!("sandbox=\"{id}\"")),
+        "{log}"
+    );
+    for secret in [ENV_SECRET, STDIN_SECRET] {
+        assert!(!log.contains(secret), "{secret} leaked: {log}");
+    }
+}

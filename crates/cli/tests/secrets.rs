@@ -3,7 +3,10 @@
 //! written through the tools, sent through `execseam mcp` (the tools subset: bash with env and
 //! stdin, write, read, a failing write). Both processes log: the emulator (`execseam emulate`)
 //! and the server, each at trace to stderr; every line of both is searched. Tool errors are
-//! searched too.
+//! searched too. Then the lifecycle calls through `execseam sandbox` (create with a planted env
+//! value and a label, connect, list, destroy, a failing connect) at trace: each runs in its
+//! `lifecycle{provider, operation, sandbox, status, kind, count}` span, and their lines are
+//! searched the same way.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -82,12 +85,116 @@ async fn call(
     json!({ "is_error": r.is_error, "content": r.content, "structured": r.structured_content })
 }
 
+/// One `execseam sandbox …` command at `RUST_LOG=trace` against the emulator: (success, stdout,
+/// stderr, where the log goes).
+fn sandbox_cmd(emu: &Emu, provider: &str, args: &[&str]) -> (bool, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_execseam"))
+        .arg("sandbox")
+        .arg(args[0])
+        .args(["--adapter", provider])
+        .args(&args[1..])
+        .envs(emu.env.iter().map(|(k, v)| (k, v)))
+        // Fly machines need an image; the emulator takes any (the fly conformance test's).
+        .env("EXECSEAM_FLY_IMAGE", "debian:stable")
+        .env("RUST_LOG", "trace")
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The lifecycle calls through `execseam sandbox` (create with a planted env value and a label,
+/// connect, list, destroy), each in its `lifecycle{provider, operation, sandbox, …}` span. Returns
+/// every line they logged, and which operations ran.
+fn lifecycle_calls(emu: &Emu, provider: &str) -> (String, Vec<&'static str>) {
+    let mut logs = String::new();
+    let mut ran = Vec::new();
+    let label = "execseam-secrets=lifecycle";
+    let env = format!("K={ENV_SECRET}");
+    let mut created = None;
+    for args in [
+        vec!["create", "--label", label, "--env", &env],
+        vec!["create", "--label", label],
+    ] {
+        let (ok, out, err) = sandbox_cmd(emu, provider, &args);
+        logs.push_str(&err);
+        if ok {
+            created = Some(out.trim().to_owned());
+            break;
+        }
+    }
+    let span = |op: &str| format!("lifecycle{{provider=\"{provider}\" operation=\"{op}\"");
+    let default = emu
+        .env
+        .iter()
+        .find(|(k, _)| k == "EXECSEAM_SANDBOX")
+        .map(|(_, v)| v.clone());
+    if let Some(id) = &created {
+        ran.push("create");
+        assert!(
+            logs.lines()
+                .any(|l| l.contains(&span("create")) && l.contains(&format!("sandbox=\"{id}\""))),
+            "{provider}: no create span with the new sandbox's id {id}:\n{logs}"
+        );
+    }
+    if let Some(id) = created.as_ref().or(default.as_ref()) {
+        let (ok, _, err) = sandbox_cmd(emu, provider, &["connect", id]);
+        if ok {
+            ran.push("connect");
+            assert!(
+                err.lines()
+                    .any(|l| l.contains(&span("connect"))
+                        && l.contains(&format!("sandbox=\"{id}\""))),
+                "{provider}: no connect span with sandbox {id}:\n{err}"
+            );
+        }
+        logs.push_str(&err);
+    }
+    let (ok, out, err) = sandbox_cmd(emu, provider, &["list", "--label", label]);
+    if ok {
+        ran.push("list");
+        let n = out.lines().filter(|l| !l.trim().is_empty()).count();
+        assert!(
+            err.lines()
+                .any(|l| l.contains(&span("list")) && l.contains(&format!("count={n}"))),
+            "{provider}: no list span with count={n}:\n{out}\n{err}"
+        );
+    }
+    logs.push_str(&err);
+    if let Some(id) = &created {
+        let (ok, _, err) = sandbox_cmd(emu, provider, &["destroy", id]);
+        assert!(ok, "{provider}: destroy {id}: {err}");
+        ran.push("destroy");
+        assert!(
+            err.lines()
+                .any(|l| l.contains(&span("destroy")) && l.contains(&format!("sandbox=\"{id}\""))),
+            "{provider}: no destroy span with sandbox {id}:\n{err}"
+        );
+        logs.push_str(&err);
+    }
+    // An unknown id: a failed call's span carries the error's kind (and its status, if any).
+    let (ok, _, err) = sandbox_cmd(emu, provider, &["connect", "execseamnosuchsandbox0"]);
+    if !ok && err.contains(&span("connect")) {
+        assert!(
+            err.lines()
+                .any(|l| l.contains(&span("connect")) && l.contains("kind=")),
+            "{provider}: the failed connect's span has no kind:\n{err}"
+        );
+    }
+    logs.push_str(&err);
+    (logs, ran)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planted_secrets_never_reach_a_log_line_at_trace() {
     let dir = std::env::temp_dir().join(format!("execseam-secrets-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut ran = Vec::new();
+    let mut lifecycle_ran = Vec::new();
     for provider in execseam_emulators::providers() {
         let emu = emulate(provider, &dir);
         let server_log = dir.join(format!("{provider}-mcp.log"));
@@ -159,13 +266,26 @@ async fn planted_secrets_never_reach_a_log_line_at_trace() {
         }
         // Let both processes finish their last lines.
         tokio::time::sleep(Duration::from_millis(300)).await;
+        let (lifecycle_log, ops) = lifecycle_calls(&emu, provider);
+        lifecycle_ran.push((*provider, ops));
+        tokio::time::sleep(Duration::from_millis(300)).await;
         let emu_env = emu.env.clone();
         let emu_log = emu.log.clone();
         drop(emu);
         let logs = [
             std::fs::read_to_string(&server_log).unwrap(),
             std::fs::read_to_string(&emu_log).unwrap(),
+            lifecycle_log,
         ];
+        // The MCP server's own sandbox: created (or attached) in a span that names it.
+        assert!(
+            logs[0].contains(&format!(
+                "lifecycle{{provider=\"{provider}\" operation=\"create\""
+            )) || logs[0].contains(&format!(
+                "lifecycle{{provider=\"{provider}\" operation=\"connect\""
+            )),
+            "{provider}: the server's sandbox was neither created nor connected in a lifecycle span"
+        );
         assert!(
             logs[0].contains("TRACE") && logs[0].contains("exec{provider="),
             "{provider}: the server logged no trace and no exec span"
@@ -204,7 +324,10 @@ async fn planted_secrets_never_reach_a_log_line_at_trace() {
             .map(|(_, v)| v)
             .collect();
         secrets.retain(|s| !public.contains(&s));
-        for (which, log) in ["server", "emulator"].iter().zip(&logs) {
+        for (which, log) in ["server", "emulator", "lifecycle commands"]
+            .iter()
+            .zip(&logs)
+        {
             for secret in &secrets {
                 if let Some(line) = log.lines().find(|l| l.contains(secret)) {
                     panic!("{provider}: the {which} logged a planted secret: {line}");
@@ -224,6 +347,17 @@ async fn planted_secrets_never_reach_a_log_line_at_trace() {
         }
     }
     eprintln!("commands ran on: {ran:?}");
+    eprintln!("lifecycle calls: {lifecycle_ran:?}");
+    let with = |op: &str| {
+        lifecycle_ran
+            .iter()
+            .filter(|(_, ops)| ops.contains(&op))
+            .count()
+    };
+    assert!(
+        with("create") >= 5 && with("destroy") >= 5 && with("list") >= 5 && with("connect") >= 5,
+        "too few providers ran the lifecycle calls: {lifecycle_ran:?}"
+    );
     assert!(
         ran.len() >= 5,
         "too few adapters ran the bash call: {ran:?}"

@@ -97,7 +97,9 @@ pub const KNOWN: &[&str] = &[
 
 macro_rules! boxed {
     ($e:expr) => {
-        $e.map(|p| Box::new(p) as Box<dyn Provider>)
+        // Every provider the registry builds runs its lifecycle calls in the layers'
+        // `lifecycle` spans (a middleware: the contract crate has no tracing).
+        $e.map(|p| execseam_layers::traced(Box::new(p)))
     };
 }
 

@@ -16,12 +16,24 @@
 //! - [`WithRetry`]: retries only errors whose class is [`Retry::Safe`], with exponential backoff,
 //!   honouring the provider's retry-after up to [`RetryPolicy::max_retry_after`] (30 s by
 //!   default); a longer wait is not slept but returned as [`ErrorKind::RateLimited`]. An exec
-//!   that may have started is never re-submitted.
+//!   that may have started is never re-submitted. Each attempt runs in an
+//!   `attempt{provider, operation, tool, attempt}` span (1-based) under the layer's `retry`
+//!   span, which closes with `attempts`; each retry is logged at `info` with the failed
+//!   attempt's number, the error's kind, retry class, status, message and the delay.
+//!
+//! - [`TracedProvider`] (and [`traced`]): a [`Provider`](execseam_core::Provider) whose lifecycle
+//!   calls run in `lifecycle{provider, operation, sandbox, status, kind, count}` spans; the
+//!   facade's registry wraps every provider it builds in it.
 //!
 //! Recommended order, innermost first: `adapter.with_retry(..).with_deadline(..).with_output_cap(..)`
 //! (the deadline bounds the retries; the cap sees the deadline's partial output).
 
+mod provider;
+
+pub use provider::{TracedProvider, traced};
+
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tracing::Instrument;
@@ -613,10 +625,11 @@ pub struct WithRetry<E> {
     policy: RetryPolicy,
 }
 
-/// Logs each retry: the error's kind and message (never the command), its retry class and the
-/// delay before the next attempt.
-fn notify(e: &Error, delay: Duration) {
+/// Logs each retry: the failed attempt's number (1-based), the error's kind and message (never
+/// the command), its retry class and the delay before the next attempt.
+fn notify(attempt: u32, e: &Error, delay: Duration) {
     tracing::info!(
+        attempt,
         kind = e.kind().as_str(),
         retry = e.retry().class(),
         status = ?e.status(),
@@ -638,6 +651,18 @@ impl<E> WithRetry<E> {
             b
         }
     }
+}
+
+/// The span one attempt runs in: `attempt{provider, operation, tool, attempt}` (1-based), the
+/// parent of the wrapped adapter's `exec` span, so everything the adapter logs during attempt N
+/// carries `attempt=N`.
+fn attempt_span(
+    provider: &str,
+    operation: &'static str,
+    tool: &str,
+    attempt: u32,
+) -> tracing::Span {
+    tracing::debug_span!("attempt", provider, operation, tool = %tool, attempt)
 }
 
 fn adjust(e: &Error, next: Option<Duration>) -> Option<Duration> {
@@ -692,17 +717,25 @@ impl<E: Exec> Exec for WithRetry<E> {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        let span = tracing::debug_span!("retry", provider = self.inner.provider(), operation = "exec", tool = %command.tool());
+        let span = tracing::debug_span!("retry", provider = self.inner.provider(), operation = "exec", tool = %command.tool(), attempts = tracing::field::Empty);
+        let tool = command.tool().to_string();
         Box::pin(
             async move {
-                (|| self.inner.exec(command.clone()))
-                    .retry(self.backoff())
-                    .sleep(tokio::time::sleep)
-                    .when(|e: &Error| self.retryable(e))
-                    .adjust(adjust)
-                    .notify(notify)
-                    .await
-                    .map_err(|e| self.over_cap(e))
+                let n = AtomicU32::new(0);
+                let r = (|| {
+                    let attempt = n.fetch_add(1, Ordering::Relaxed) + 1;
+                    let span = attempt_span(self.inner.provider(), "exec", &tool, attempt);
+                    self.inner.exec(command.clone()).instrument(span)
+                })
+                .retry(self.backoff())
+                .sleep(tokio::time::sleep)
+                .when(|e: &Error| self.retryable(e))
+                .adjust(adjust)
+                .notify(|e: &Error, d| notify(n.load(Ordering::Relaxed), e, d))
+                .await
+                .map_err(|e| self.over_cap(e));
+                tracing::Span::current().record("attempts", n.load(Ordering::Relaxed));
+                r
             }
             .instrument(span),
         )
@@ -716,21 +749,29 @@ impl<E: Exec> Exec for WithRetry<E> {
 impl<E: Exec> ExecStream for WithRetry<E> {
     /// Retries opening the stream only; once events flow nothing is re-submitted.
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        let span = tracing::debug_span!("retry", provider = self.inner.provider(), operation = "exec_stream", tool = %command.tool());
+        let span = tracing::debug_span!("retry", provider = self.inner.provider(), operation = "exec_stream", tool = %command.tool(), attempts = tracing::field::Empty);
+        let tool = command.tool().to_string();
         Box::pin(
             async move {
                 let inner = self
                     .inner
                     .streaming()
                     .ok_or_else(|| Error::unsupported("the wrapped adapter cannot stream"))?;
-                (|| inner.exec_stream(command.clone()))
-                    .retry(self.backoff())
-                    .sleep(tokio::time::sleep)
-                    .when(|e: &Error| self.retryable(e))
-                    .adjust(adjust)
-                    .notify(notify)
-                    .await
-                    .map_err(|e| self.over_cap(e))
+                let n = AtomicU32::new(0);
+                let r = (|| {
+                    let attempt = n.fetch_add(1, Ordering::Relaxed) + 1;
+                    let span = attempt_span(self.inner.provider(), "exec_stream", &tool, attempt);
+                    inner.exec_stream(command.clone()).instrument(span)
+                })
+                .retry(self.backoff())
+                .sleep(tokio::time::sleep)
+                .when(|e: &Error| self.retryable(e))
+                .adjust(adjust)
+                .notify(|e: &Error, d| notify(n.load(Ordering::Relaxed), e, d))
+                .await
+                .map_err(|e| self.over_cap(e));
+                tracing::Span::current().record("attempts", n.load(Ordering::Relaxed));
+                r
             }
             .instrument(span),
         )
@@ -773,7 +814,10 @@ mod tests {
         fn exec(&self, _: Command) -> BoxFuture<'_, Result<Output, Error>> {
             self.calls.fetch_add(1, Ordering::SeqCst);
             let next = self.answers.lock().unwrap().pop().expect("no more answers");
-            Box::pin(async move { next })
+            Box::pin(async move {
+                tracing::debug!("inner call");
+                next
+            })
         }
     }
 
@@ -956,6 +1000,73 @@ mod tests {
         assert!(
             log.contains("operation=\"exec\""),
             "the layer's span: {log}"
+        );
+    }
+
+    /// A `fmt` subscriber's output, span context and close lines included.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn each_attempt_runs_in_a_span_with_its_number() {
+        let lines = Lines::default();
+        let w = lines.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .without_time()
+            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+            .with_writer(move || w.clone())
+            .finish();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let safe = || {
+            Err(Error::new(ErrorKind::Unavailable, "503").with_retry(Retry::Safe { after: None }))
+        };
+        tracing::subscriber::with_default(sub, || {
+            rt.block_on(async {
+                Script::new(vec![safe(), safe(), ok(0)])
+                    .with_retry(RetryPolicy::default())
+                    .exec(cmd())
+                    .await
+                    .unwrap();
+            })
+        });
+        let log = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        // What the adapter logs during attempt N is inside `attempt{.. attempt=N}`.
+        let inner: Vec<&str> = log.lines().filter(|l| l.contains("inner call")).collect();
+        assert_eq!(inner.len(), 3, "{log}");
+        for (i, l) in inner.iter().enumerate() {
+            let want = format!(
+                "retry{{provider=\"script\" operation=\"exec\" tool=exec}}:attempt{{provider=\"script\" operation=\"exec\" tool=exec attempt={}}}:",
+                i + 1
+            );
+            assert!(l.contains(&want), "attempt {}: {l}\n{log}", i + 1);
+        }
+        let retrying: Vec<&str> = log.lines().filter(|l| l.contains("retrying")).collect();
+        assert_eq!(retrying.len(), 2, "{log}");
+        assert!(
+            retrying[0].contains("attempt=1") && retrying[1].contains("attempt=2"),
+            "{log}"
+        );
+        // The retry span closes with the number of attempts made.
+        assert!(
+            log.lines()
+                .any(|l| l.contains("retry{") && l.contains("attempts=3") && l.contains("close")),
+            "{log}"
         );
     }
 

@@ -19,8 +19,9 @@
 //! lines (context and `-`) are searched from the end of the previous chunk (after its `@@` line,
 //! when given): first exactly, then ignoring trailing whitespace, then ignoring surrounding
 //! whitespace — as the reference implementation does, never fuzzier. A chunk with no old lines
-//! appends at the end of the file. Written files end with a newline. An empty line inside a chunk
-//! is an empty context line.
+//! appends at the end of the file. The file's line endings are kept: in a CRLF file (its first
+//! line ends with `\r\n`) the patch's lines are written with `\r\n`, and a file without a final
+//! newline stays without one. An empty line inside a chunk is an empty context line.
 
 use crate::error::ToolError;
 
@@ -250,7 +251,7 @@ fn seek(lines: &[&[u8]], pattern: &[String], from: usize, eof: bool) -> Option<u
     None
 }
 
-/// Applies an update's chunks to `content`: the new content (ending with a newline), or a
+/// Applies an update's chunks to `content`: the new content (the file's line endings kept), or a
 /// conflict (1-based chunk, message).
 pub(crate) fn apply(content: &[u8], chunks: &[Chunk]) -> Result<Vec<u8>, (usize, String)> {
     let mut lines: Vec<&[u8]> = content.split(|&b| b == b'\n').collect();
@@ -293,15 +294,30 @@ pub(crate) fn apply(content: &[u8], chunks: &[Chunk]) -> Result<Vec<u8>, (usize,
         edits.push((at, old.len(), new.to_vec()));
         cursor = at + old.len();
     }
-    let mut out: Vec<Vec<u8>> = lines.iter().map(|l| l.to_vec()).collect();
+    // The file's own line endings are kept: the patch's lines (whose `\r` the parser drops)
+    // take the file's CRLF when its first line ends so, and a file without a final newline
+    // stays without one.
+    let crlf = content
+        .iter()
+        .position(|&b| b == b'\n')
+        .is_some_and(|i| i > 0 && content[i - 1] == b'\r');
+    let final_newline = content.is_empty() || content.ends_with(b"\n");
+    // (bytes, from the patch)
+    let mut out: Vec<(Vec<u8>, bool)> = lines.iter().map(|l| (l.to_vec(), false)).collect();
     edits.sort_by_key(|e| e.0);
     for (at, n, new) in edits.into_iter().rev() {
-        out.splice(at..at + n, new.into_iter().map(String::into_bytes));
+        out.splice(at..at + n, new.into_iter().map(|l| (l.into_bytes(), true)));
     }
     let mut bytes = Vec::with_capacity(content.len() + 64);
-    for l in out {
+    let last = out.len();
+    for (i, (l, patched)) in out.into_iter().enumerate() {
         bytes.extend_from_slice(&l);
-        bytes.push(b'\n');
+        if i + 1 < last || final_newline {
+            if patched && crlf {
+                bytes.push(b'\r');
+            }
+            bytes.push(b'\n');
+        }
     }
     Ok(bytes)
 }
@@ -377,11 +393,28 @@ mod tests {
     #[test]
     fn whitespace_tolerance_end_of_file_and_append() {
         let p = "*** Begin Patch\n*** Update File: x\n@@\n-a  \n+A\n*** End Patch";
-        assert_eq!(apply_str("a\nb", p).unwrap(), "A\nb\n");
+        // A file without a final newline stays without one.
+        assert_eq!(apply_str("a\nb", p).unwrap(), "A\nb");
         let p = "*** Begin Patch\n*** Update File: x\n@@\n-a\n+Z\n*** End of File\n*** End Patch";
         assert_eq!(apply_str("a\nb\na\n", p).unwrap(), "a\nb\nZ\n");
         let p = "*** Begin Patch\n*** Update File: x\n@@\n+tail\n*** End Patch";
         assert_eq!(apply_str("a\n", p).unwrap(), "a\ntail\n");
+    }
+
+    #[test]
+    fn line_endings_are_the_files() {
+        // CRLF: untouched lines keep their bytes, the patch's lines (context too) take `\r\n`.
+        let p = "*** Begin Patch\n*** Update File: x\n one\n-two\n+TWO\n+2b\n three\n*** End Patch";
+        assert_eq!(
+            apply_str("zero\r\none\r\ntwo\r\nthree\r\nfour\r\n", p).unwrap(),
+            "zero\r\none\r\nTWO\r\n2b\r\nthree\r\nfour\r\n"
+        );
+        // A patch written with CRLF on an LF file: the file's LF wins.
+        let p = "*** Begin Patch\r\n*** Update File: x\r\n-b\r\n+B\r\n*** End Patch\r\n";
+        assert_eq!(apply_str("a\nb\nc\n", p).unwrap(), "a\nB\nc\n");
+        // No final newline, the last line replaced: still none.
+        let p = "*** Begin Patch\n*** Update File: x\n-c\n+C\n*** End of File\n*** End Patch";
+        assert_eq!(apply_str("a\r\nc", p).unwrap(), "a\r\nC");
     }
 
     #[test]

@@ -124,6 +124,10 @@ pub fn tool_cases() -> Vec<Case> {
             "write round-trips bytes, keeps an existing file's mode, leaves no temporary file",
         "tools-apply-patch" => tools::apply_patch:
             "a multi-file unified diff applies (snapshot); a conflicting hunk writes nothing",
+        "tools-edit" => tools::edit:
+            "edit: a unique match replaced with the bytes around it kept exactly (CRLF, no final newline, mode); absent, not unique, missing file: typed errors, nothing written (snapshot)",
+        "tools-apply-patch-envelope" => tools::apply_patch_envelope:
+            "a `*** Begin Patch` patch adds, updates, moves and deletes in one go (snapshot); a failing chunk, add, delete or move writes nothing",
         "tools-bash" => tools::bash:
             "bash keeps stdout, stderr and the exit code apart; workdir honoured (snapshot)",
         "tools-errors-typed" => tools::errors:

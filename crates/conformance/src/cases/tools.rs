@@ -565,6 +565,306 @@ pub(crate) async fn apply_patch(t: &Target) -> CaseResult {
 }
 
 // ---------------------------------------------------------------------------------------------
+// edit, and apply_patch in the `*** Begin Patch` format.
+
+/// Every file below `root` (names as `names` gives them) with its exact bytes, for "nothing
+/// changed" checks and snapshots.
+async fn tree_state(
+    tools: &Tools<'_>,
+    root: &str,
+) -> Result<Vec<(String, Option<Vec<u8>>)>, Outcome> {
+    let l = tools
+        .list(root, None, usize::MAX)
+        .await
+        .map_err(|e| tool_err("list", e))?;
+    let mut out = Vec::new();
+    for e in &l.items {
+        let shown = format!("{}{}", e.path, if e.is_dir { "/" } else { "" });
+        if e.is_dir {
+            out.push((shown, None));
+            continue;
+        }
+        let rel = e
+            .path
+            .as_str()
+            .ok_or_else(|| Outcome::Fail(format!("{} is not UTF-8", e.path)))?;
+        let b = tools
+            .read(&format!("{root}/{rel}"), ReadRange::All)
+            .await
+            .map_err(|e| tool_err(&format!("read {rel}"), e))?;
+        out.push((shown, Some(b.to_vec())));
+    }
+    Ok(out)
+}
+
+fn render_state(state: &[(String, Option<Vec<u8>>)]) -> String {
+    let mut s = String::new();
+    for (name, content) in state {
+        match content {
+            None => {
+                let _ = writeln!(s, "  {name}");
+            }
+            Some(b) => {
+                let _ = writeln!(s, "  {name}: {}", super::show(b));
+            }
+        }
+    }
+    s
+}
+
+/// Requires the tree below `root` to be exactly `before` (names and bytes).
+async fn unchanged(
+    tools: &Tools<'_>,
+    root: &str,
+    before: &[(String, Option<Vec<u8>>)],
+    what: &str,
+) -> CaseResult {
+    let after = tree_state(tools, root).await?;
+    if after != before {
+        return fail(format!(
+            "{what} changed the tree (nothing may be written):\n{}",
+            super::diff(&render_state(before), &render_state(&after))
+        ));
+    }
+    Ok(())
+}
+
+/// A typed tool error as the snapshots show it: its code and its path relative to `root`.
+fn render_tool_err(root: &str, e: &ToolError) -> String {
+    let rel = |p: &str| {
+        p.strip_prefix(root)
+            .map(|r| r.trim_start_matches('/').to_owned())
+            .unwrap_or_else(|| p.to_owned())
+    };
+    match e {
+        ToolError::NotUnique { path, count } => {
+            format!("not-unique {} (count {count})", rel(path))
+        }
+        ToolError::PatchConflict { path, hunk, .. } => {
+            format!("patch-conflict {} (hunk {hunk})", rel(path))
+        }
+        ToolError::InvalidArgument { .. } | ToolError::InvalidPatch { .. } => e.code().to_owned(),
+        e => format!("{} {}", e.code(), e.path().map(rel).unwrap_or_default()),
+    }
+}
+
+/// The files `edit` works on: CRLF line endings and no final newline kept exactly.
+fn edit_plan() -> Plan {
+    let mut p = Plan::default();
+    p.file("crlf.txt", "alpha\r\nbeta\r\ngamma")
+        .file("dup.txt", "x = 1\ny = 2\nx = 1\n")
+        .file("tool.sh", "#!/bin/sh\necho old\n")
+        .file("same.txt", "untouched\n");
+    p
+}
+
+pub(crate) async fn edit(t: &Target) -> CaseResult {
+    stdin_gate(t)?;
+    let tools = Tools::new(&*t.exec);
+    let root = t.path("tools-edit");
+    create(t, &root, &edit_plan()).await?;
+    run_ok(
+        t,
+        Command::new(["chmod", "755", &format!("{root}/tool.sh")]).expect("valid"),
+    )
+    .await?;
+    let f = |p: &str| format!("{root}/{p}");
+    let mut text = String::new();
+    // Failures first: each is typed, and nothing at all is written.
+    let before = tree_state(&tools, &root).await?;
+    let failing: [(&str, &str, &str, &str, bool); 5] = [
+        ("absent", "crlf.txt", "delta", "D", false),
+        ("not unique", "dup.txt", "x = 1", "x = 9", false),
+        ("missing file", "no such.txt", "a", "b", false),
+        ("missing file, replace_all", "no such.txt", "a", "b", true),
+        ("empty old", "same.txt", "", "x", false),
+    ];
+    for (what, p, old, new, all) in failing {
+        match tools.edit(&f(p), old, new, all).await {
+            Ok(n) => {
+                return fail(format!(
+                    "edit ({what}): got Ok({n}) instead of a typed error"
+                ));
+            }
+            Err(e) => {
+                let want = match what {
+                    "absent" => matches!(&e, ToolError::NoMatch { path } if *path == f(p)),
+                    "not unique" => {
+                        matches!(&e, ToolError::NotUnique { path, count: 2 } if *path == f(p))
+                    }
+                    "empty old" => matches!(e, ToolError::InvalidArgument { .. }),
+                    _ => matches!(&e, ToolError::NotFound { path } if *path == f(p)),
+                };
+                if !want {
+                    return fail(format!("edit ({what}): wrong error {:?}: {e}", e.code()));
+                }
+                let _ = writeln!(text, "edit {p} ({what}): {}", render_tool_err(&root, &e));
+            }
+        }
+        unchanged(&tools, &root, &before, &format!("a failed edit ({what})")).await?;
+    }
+    // Successes: the exact bytes around the replacement are kept (CRLF, no final newline).
+    let ok: [(&str, &str, &str, bool); 5] = [
+        ("crlf.txt", "beta", "BETA\r\nbeta two", false),
+        (
+            "crlf.txt",
+            "\r\ngamma",
+            "\r\ngamma, still no newline",
+            false,
+        ),
+        ("dup.txt", "x = 1", "x = 9", true),
+        ("dup.txt", "y = 2\n", "", false),
+        ("tool.sh", "echo old", "echo edited", false),
+    ];
+    for (p, old, new, all) in ok {
+        let n = tools
+            .edit(&f(p), old, new, all)
+            .await
+            .map_err(|e| tool_err(&format!("edit {p} {old:?}"), e))?;
+        let _ = writeln!(
+            text,
+            "edit {p} {} -> {} (replace_all {all}): {n} replaced",
+            super::show(old.as_bytes()),
+            super::show(new.as_bytes())
+        );
+    }
+    // The edited script still runs: the mode is kept, as `write` keeps it.
+    let o = run_ok(t, Command::new([f("tool.sh")]).expect("valid")).await?;
+    same("the edited script runs (mode kept)", &o.stdout, b"edited\n")?;
+    text.push_str("tree:\n");
+    text.push_str(&render_state(&tree_state(&tools, &root).await?));
+    remove(t, &root).await;
+    snapshot::check("tools-edit", &text)
+}
+
+/// The tree the `*** Begin Patch` case patches.
+fn envelope_plan() -> Plan {
+    let mut p = Plan::default();
+    p.dir("src")
+        .dir("old")
+        .file("keep.txt", "unchanged\n")
+        .file(
+            "src/app.py",
+            "def a():\n    return 1\n\ndef b():\n    return 1\n",
+        )
+        .file("old/name.txt", "moved content\nline two\n")
+        .file("gone.txt", "delete me\n")
+        .file("crlf.txt", "one\r\ntwo\r\nthree\r\n")
+        .file("no-newline.txt", "first\nlast");
+    p
+}
+
+/// Adds, updates (one with an `@@` line picking the second of two equal blocks, one on a CRLF
+/// file, one on a file without a final newline), moves and deletes, in one patch.
+const ENVELOPE: &str = "*** Begin Patch
+*** Add File: added/deep/new.md
++# New
++
++made by the patch
+*** Update File: src/app.py
+@@ def b():
+-    return 1
++    return 2
+*** Update File: old/name.txt
+*** Move to: new/place/name.txt
+ moved content
+-line two
++line two, moved
+*** Delete File: gone.txt
+*** Update File: crlf.txt
+ one
+-two
++TWO
+ three
+*** Update File: no-newline.txt
+ first
+-last
++last, edited
+*** End of File
+*** End Patch
+";
+
+pub(crate) async fn apply_patch_envelope(t: &Target) -> CaseResult {
+    stdin_gate(t)?;
+    let tools = Tools::new(&*t.exec);
+    let root = t.path("tools-envelope");
+    create(t, &root, &envelope_plan()).await?;
+    let before = tree_state(&tools, &root).await?;
+    let mut text = String::new();
+    // Each of these fails in its last file section, after earlier sections applied in memory:
+    // a typed error, and nothing at all is written.
+    let failing: [(&str, String); 5] = [
+        (
+            "a chunk that is not in the file",
+            ENVELOPE.replace(
+                "+last, edited\n",
+                "+last, edited\n@@\n-not in the file\n+x\n",
+            ),
+        ),
+        (
+            "an add over an existing file",
+            ENVELOPE.replace("*** End Patch", "*** Add File: keep.txt\n+x\n*** End Patch"),
+        ),
+        (
+            "a delete of a missing file",
+            ENVELOPE.replace(
+                "*** End Patch",
+                "*** Delete File: no such.txt\n*** End Patch",
+            ),
+        ),
+        (
+            "a move onto an existing file",
+            ENVELOPE.replace(
+                "*** End Patch",
+                "*** Update File: keep.txt\n*** Move to: src/app.py\n-unchanged\n+x\n*** End Patch",
+            ),
+        ),
+        (
+            "an update of a missing file",
+            ENVELOPE.replace(
+                "*** End Patch",
+                "*** Update File: no such.txt\n-a\n+b\n*** End Patch",
+            ),
+        ),
+    ];
+    for (what, patch) in &failing {
+        match tools.apply_patch(&root, patch).await {
+            Ok(r) => return fail(format!("{what}: got Ok({r:?}) instead of a typed error")),
+            Err(e) => {
+                let want = match *what {
+                    "a chunk that is not in the file" => matches!(
+                        &e,
+                        ToolError::PatchConflict { path, hunk: 2, .. }
+                            if *path == format!("{root}/no-newline.txt")
+                    ),
+                    "an add over an existing file" | "a move onto an existing file" => {
+                        matches!(e, ToolError::AlreadyExists { .. })
+                    }
+                    _ => matches!(e, ToolError::NotFound { .. }),
+                };
+                if !want {
+                    return fail(format!("{what}: wrong error {:?}: {e}", e.code()));
+                }
+                let _ = writeln!(text, "{what}: {}", render_tool_err(&root, &e));
+            }
+        }
+        unchanged(&tools, &root, &before, &format!("a failed patch ({what})")).await?;
+    }
+    let report = tools
+        .apply_patch(&root, ENVELOPE)
+        .await
+        .map_err(|e| tool_err("apply_patch (*** Begin Patch)", e))?;
+    text.push_str("report:\n");
+    for f in &report {
+        let _ = writeln!(text, "  {} {:?}", f.path, f.change);
+    }
+    text.push_str("tree:\n");
+    text.push_str(&render_state(&tree_state(&tools, &root).await?));
+    remove(t, &root).await;
+    snapshot::check("tools-apply-patch-envelope", &text)
+}
+
+// ---------------------------------------------------------------------------------------------
 // Errors.
 
 fn expect_tool_err<T: std::fmt::Debug>(

@@ -1,0 +1,162 @@
+"""Drives `execseam mcp` over stdio with the official MCP Python SDK (`mcp`, pinned in
+requirements.txt): initialize, tools/list with every schema, a call of every tool, a failing
+command, a typed tool error and bad arguments. Prints `ok <check>` per check and `OK` last.
+
+What is asserted is what the MCP specification (revision 2025-11-25, the newest one reached by
+the initialize handshake this SDK offers: mcp_types/version.py, LATEST_HANDSHAKE_VERSION) and
+the SDK say, not what our server happens to do:
+
+- server/tools, "Error Handling": errors of a tool's execution are reported in the result with
+  `isError: true`, protocol errors only for unknown tools and malformed requests; input
+  validation errors are tool execution errors (SEP-1303 in that revision). The SDK's own
+  CallToolResult docstring (mcp_types/_types.py) says the same. So a command that exits non-zero
+  is a normal result (the issue: "a non-zero exit as a normal result"), a missing file is a
+  result with `is_error`, and neither raises `MCPError` in the client.
+- basic/transports, "stdio": the server MUST NOT write anything to stdout that is not a valid
+  MCP message and MAY log to stderr. The server runs at RUST_LOG=trace here: if one log line
+  reached stdout, the SDK's reader (mcp/client/stdio.py) would fail to parse it and the session
+  would break; the log lines are checked to be on stderr.
+- server/tools, "Tool": `inputSchema` is a JSON Schema object with `type: "object"`.
+"""
+
+import asyncio
+import json
+import os
+import sys
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+
+EXE = os.environ["EXECSEAM_BIN"]
+ROOT = os.environ["MCP_ROOT"]
+ERRLOG = os.environ["MCP_ERRLOG"]
+TOOLS = {"apply_patch", "bash", "code", "edit", "glob", "grep", "list", "read", "write"}
+
+checks = 0
+
+
+def ok(name):
+    global checks
+    checks += 1
+    print(f"ok {name}", flush=True)
+
+
+async def call(s, tool, args):
+    r = await s.call_tool(tool, args)
+    return r
+
+
+async def good(s, tool, args):
+    r = await call(s, tool, args)
+    assert r.is_error is False, (tool, args, r)
+    assert isinstance(r.structured_content, dict), (tool, r)
+    # The unstructured content carries the same result as text (server/tools, "Structured
+    # Content": a server returning structured content SHOULD also return it serialized).
+    assert r.content and r.content[0].type == "text", (tool, r.content)
+    return r.structured_content
+
+
+async def tool_error(s, tool, args):
+    r = await call(s, tool, args)
+    assert r.is_error is True, (tool, args, r)
+    return r
+
+
+async def main():
+    params = StdioServerParameters(
+        command=EXE,
+        args=["mcp", "--adapter", "local", "--root", ROOT],
+        env={"RUST_LOG": "trace"},
+    )
+    with open(ERRLOG, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as s:
+                init = await s.initialize()
+                assert init.capabilities.tools is not None, init
+                ok("initialize: the server declares the tools capability")
+
+                tools = (await s.list_tools()).tools
+                assert {t.name for t in tools} == TOOLS, [t.name for t in tools]
+                ok("tools/list: every builtin tool")
+                for t in tools:
+                    schema = t.input_schema
+                    assert schema.get("type") == "object", (t.name, schema)
+                    assert isinstance(schema.get("properties", {}), dict), (t.name, schema)
+                    assert t.description and len(t.description) > 60, (t.name, t.description)
+                ok("tools/list: object schemas and descriptions")
+
+                w = await good(s, "write", {"path": f"{ROOT}/src/lib.rs", "content": "fn a() {}\nfn needle() {}\n"})
+                assert w["bytes"] == 25, w
+                ok("write")
+                r = await good(s, "read", {"path": f"{ROOT}/src/lib.rs"})
+                assert r["content"] == "fn a() {}\nfn needle() {}\n", r
+                ok("read")
+                e = await good(s, "edit", {"path": f"{ROOT}/src/lib.rs", "old": "fn a()", "new": "fn b()"})
+                assert e["replacements"] == 1, e
+                ok("edit")
+                g = await good(s, "glob", {"pattern": "**/*.rs", "dir": ROOT})
+                assert g["paths"] == ["src/lib.rs"], g
+                ok("glob")
+                l = await good(s, "list", {"dir": ROOT, "depth": 3})
+                assert [x["path"] for x in l["entries"]] == ["src", "src/lib.rs"], l
+                ok("list")
+                g = await good(s, "grep", {"pattern": "needle", "dir": ROOT})
+                assert [(m["path"], m["line"]) for m in g["matches"]] == [("src/lib.rs", 2)], g
+                ok("grep")
+                patch = "*** Begin Patch\n*** Add File: notes.md\n+# notes\n*** End Patch\n"
+                p = await good(s, "apply_patch", {"patch": patch, "dir": ROOT})
+                assert p["files"] == [{"path": "notes.md", "change": "created"}], p
+                ok("apply_patch")
+                c = await good(s, "code", {"language": "python", "source": "import sys\nprint(6 * 7)\nsys.stderr.write('e')\nsys.exit(2)"})
+                assert (c["stdout"], c["stderr"], c["exit"]) == ("42\n", "e", {"code": 2}), c
+                ok("code: stdout, stderr and exit apart; a non-zero exit is a result")
+
+                # A failing command: a normal result, stdout and stderr separate.
+                b = await good(s, "bash", {"script": "printf out; printf err >&2; exit 7"})
+                assert (b["stdout"], b["stderr"], b["exit"]) == ("out", "err", {"code": 7}), b
+                ok("bash: exit 7 is a result with is_error false, stdout and stderr separate")
+                b = await good(s, "bash", {"script": "cat; printf '%s' \"$X\" >&2", "stdin": "in\n", "env": {"X": "x"}, "workdir": ROOT})
+                assert (b["stdout"], b["stderr"], b["exit"]) == ("in\n", "x", {"code": 0}), b
+                ok("bash: stdin, env and workdir")
+                text = json.loads(await_text(await call(s, "bash", {"script": "exit 3"})))
+                assert text["exit"] == {"code": 3}, text
+                ok("bash: the text content is the same result")
+
+                # A typed tool error: a result with is_error, never an MCPError.
+                r = await tool_error(s, "read", {"path": f"{ROOT}/no such file"})
+                assert r.structured_content["error"]["code"] == "not-found", r
+                ok("read of a missing file: is_error with a typed code")
+                # Bad arguments: a tool execution error (SEP-1303), and the server keeps serving.
+                await tool_error(s, "read", {})
+                await tool_error(s, "bash", {"script": 5})
+                ok("bad arguments: is_error, not a protocol error")
+                # An unknown tool is a protocol error (server/tools, "Error Handling").
+                try:
+                    r = await s.call_tool("no_such_tool", {})
+                    raise AssertionError(f"an unknown tool answered a result: {r}")
+                except MCPError as e:
+                    # -32602 (invalid params) is the spec's example code for an unknown tool.
+                    assert e.error.code == -32602, e.error
+                ok("unknown tool: a protocol error (-32602), not a result")
+                l = await good(s, "list", {"dir": ROOT, "depth": 3})
+                assert len(l["entries"]) == 3, l
+                ok("the server still serves after the errors")
+    with open(ERRLOG) as f:
+        log = f.read()
+    # Its spans: each tool's exec, and the sandbox created at start, destroyed at stdin EOF.
+    assert "exec{" in log, log[:2000]
+    assert 'lifecycle{provider="local" operation="create"' in log, log[:2000]
+    sandbox = log.split('lifecycle{provider="local" operation="create" sandbox="', 1)[1].split('"', 1)[0]
+    assert f"destroyed provider=\"local\" sandbox={sandbox}" in log, log[-2000:]
+    ok("the server's log went to stderr, never into the protocol stream; its sandbox destroyed at EOF")
+    print("OK", flush=True)
+
+
+def await_text(r):
+    assert r.content and r.content[0].type == "text", r
+    return r.content[0].text
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,469 @@
+//! [`TracedProvider`]: the `lifecycle` spans around a [`Provider`]'s calls.
+//!
+//! A middleware, not part of the contract (`execseam-core` has no runtime dependency and no
+//! tracing), so it lives here beside the other host-side layers; the facade's registry
+//! (`execseam::adapters`) applies it to every provider it builds.
+
+use std::future::Future;
+use std::time::Instant;
+
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use execseam_core::{
+    BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Provider, Sandbox,
+    SandboxInfo, SandboxSpec, WireStatus,
+};
+
+/// A [`Provider`] whose `create`, `connect`, `list` and `destroy` each run in one `debug` span
+/// `lifecycle{provider, operation, sandbox, status, kind, count}`, built from explicit fields
+/// only (never the spec's env, the labels' values, a token or a request body):
+///
+/// - `sandbox`: the id asked for (`connect`, `destroy`), or the created sandbox's id, recorded
+///   when `create` returns;
+/// - `status`: the error's HTTP or gRPC status (`http 404`, `grpc 5`) when the call fails with one;
+/// - `kind`: the error's [`ErrorKind`](execseam_core::ErrorKind) name when the call fails;
+/// - `count`: how many sandboxes `list` returned.
+///
+/// When the span closes, an event `lifecycle call ended` at `debug` carries `ok` and
+/// `elapsed_ms`. Everything else is the inner provider's, unchanged: `provider`,
+/// `capabilities` and `lifecycle` are forwarded, and results (the [`Sandbox`] handles
+/// included) are returned as the inner provider made them, so nothing a caller discovers on a
+/// handle ([`Exec::streaming`] and the rest) is hidden behind a wrapper. An operation the
+/// provider does not have still fails with its `Unsupported` error, in a span that says so.
+///
+/// [`Exec::streaming`]: execseam_core::Exec::streaming
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TracedProvider<P = Box<dyn Provider>>(P);
+
+impl<P: Provider> TracedProvider<P> {
+    /// Wraps `inner`.
+    pub fn new(inner: P) -> TracedProvider<P> {
+        TracedProvider(inner)
+    }
+
+    /// The wrapped provider.
+    pub fn inner(&self) -> &P {
+        &self.0
+    }
+
+    /// Unwraps the provider.
+    pub fn into_inner(self) -> P {
+        self.0
+    }
+}
+
+/// Boxes `inner` in a [`TracedProvider`]: what the facade's registry does with every provider.
+pub fn traced(inner: Box<dyn Provider>) -> Box<dyn Provider> {
+    Box::new(TracedProvider(inner))
+}
+
+impl<P: Provider> Provider for TracedProvider<P> {
+    fn provider(&self) -> &str {
+        self.0.provider()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+
+    fn lifecycle(&self) -> LifecycleCapabilities {
+        self.0.lifecycle()
+    }
+
+    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
+        let span = span(self.0.provider(), "create", None);
+        run(span, self.0.create(spec), |s, sb| {
+            s.record("sandbox", sb.id());
+        })
+    }
+
+    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
+        let span = span(self.0.provider(), "connect", Some(id));
+        run(span, self.0.connect(id), |_, _| {})
+    }
+
+    fn list<'a>(
+        &'a self,
+        filter: &'a ListFilter,
+    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
+        let span = span(self.0.provider(), "list", None);
+        run(span, self.0.list(filter), |s, v| {
+            s.record("count", v.len());
+        })
+    }
+
+    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        let span = span(self.0.provider(), "destroy", Some(id));
+        run(span, self.0.destroy(id), |_, _| {})
+    }
+}
+
+fn span(provider: &str, operation: &'static str, sandbox: Option<&str>) -> tracing::Span {
+    let span = tracing::debug_span!(
+        "lifecycle",
+        provider,
+        operation,
+        sandbox = Empty,
+        status = Empty,
+        kind = Empty,
+        count = Empty
+    );
+    if let Some(id) = sandbox {
+        span.record("sandbox", id);
+    }
+    span
+}
+
+fn status(s: WireStatus) -> String {
+    match s {
+        WireStatus::Http(c) => format!("http {c}"),
+        WireStatus::Grpc(c) => format!("grpc {c}"),
+        // `WireStatus` is `#[non_exhaustive]`: a status space added later is still named.
+        other => format!("{other:?}"),
+    }
+}
+
+fn ended<T>(span: &tracing::Span, started: Instant, r: &Result<T, Error>) {
+    if let Err(e) = r {
+        span.record("kind", e.kind().as_str());
+        if let Some(s) = e.status() {
+            span.record("status", status(s).as_str());
+        }
+    }
+    let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    span.in_scope(|| tracing::debug!(ok = r.is_ok(), elapsed_ms, "lifecycle call ended"));
+}
+
+/// Runs `fut` in `span`; `after` records what the success says (the new id, the count).
+fn run<'a, T: Send + 'a>(
+    span: tracing::Span,
+    fut: impl Future<Output = Result<T, Error>> + Send + 'a,
+    after: impl FnOnce(&tracing::Span, &T) + Send + 'a,
+) -> BoxFuture<'a, Result<T, Error>> {
+    let inner = span.clone();
+    Box::pin(
+        async move {
+            let started = Instant::now();
+            let r = fut.await;
+            if let Ok(v) = &r {
+                after(&inner, v);
+            }
+            ended(&inner, started, &r);
+            r
+        }
+        .instrument(span),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fmt::Debug;
+    use std::sync::{Arc, Mutex};
+
+    use execseam_core::{Command, ErrorKind, EventStream, Exec, ExecStream, Output};
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata, Subscriber};
+
+    /// Keeps every span (with its name) and every record and event, as text.
+    #[derive(Clone, Default)]
+    struct Spans(Arc<Mutex<String>>);
+
+    impl Visit for Spans {
+        fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
+            self.0
+                .lock()
+                .unwrap()
+                .push_str(&format!("{field}={value:?} "));
+        }
+    }
+
+    impl Subscriber for Spans {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, span: &Attributes<'_>) -> Id {
+            self.0
+                .lock()
+                .unwrap()
+                .push_str(&format!("\nspan {} ", span.metadata().name()));
+            span.record(&mut self.clone());
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, values: &Record<'_>) {
+            self.0.lock().unwrap().push_str("| record ");
+            values.record(&mut self.clone());
+        }
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            self.0.lock().unwrap().push_str("| event ");
+            event.record(&mut self.clone());
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    /// A sandbox that streams: the handle the wrapper returns must still say so.
+    struct Streams(&'static str);
+
+    impl Exec for Streams {
+        fn provider(&self) -> &str {
+            "fake"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::FULL
+        }
+        fn exec(&self, _: Command) -> BoxFuture<'_, Result<Output, Error>> {
+            Box::pin(async { Err(Error::protocol("not run in this test")) })
+        }
+        fn streaming(&self) -> Option<&dyn ExecStream> {
+            Some(self)
+        }
+    }
+
+    impl ExecStream for Streams {
+        fn exec_stream(&self, _: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+            Box::pin(async { Err(Error::protocol("not run in this test")) })
+        }
+    }
+
+    impl Sandbox for Streams {
+        fn id(&self) -> &str {
+            self.0
+        }
+        fn owned(&self) -> bool {
+            true
+        }
+        fn set_owned(&self, _: bool) {}
+        fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+        create: true,
+        connect: true,
+        list: true,
+        destroy: true,
+        ..LifecycleCapabilities::NONE
+    };
+
+    /// Every lifecycle method, with answers the test can recognise; `destroy` of `"gone"` fails
+    /// with a wire status.
+    struct Fake {
+        calls: Mutex<Vec<String>>,
+    }
+
+    impl Provider for Fake {
+        fn provider(&self) -> &str {
+            "fake"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities {
+                remote_kill: false,
+                ..Capabilities::FULL
+            }
+        }
+        fn lifecycle(&self) -> LifecycleCapabilities {
+            LIFECYCLE
+        }
+        fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
+            let env = spec.env().len();
+            self.calls.lock().unwrap().push(format!("create env={env}"));
+            Box::pin(async { Ok(Box::new(Streams("fake-new")) as Box<dyn Sandbox>) })
+        }
+        fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
+            self.calls.lock().unwrap().push(format!("connect {id}"));
+            Box::pin(async move {
+                if id == "fake-new" {
+                    Ok(Box::new(Streams("fake-new")) as Box<dyn Sandbox>)
+                } else {
+                    Err(Error::new(ErrorKind::NotFound, "no such sandbox"))
+                }
+            })
+        }
+        fn list<'a>(
+            &'a self,
+            filter: &'a ListFilter,
+        ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
+            let labels = filter.labels().len();
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("list labels={labels}"));
+            Box::pin(async {
+                Ok(vec![
+                    SandboxInfo::new("a"),
+                    SandboxInfo::new("b"),
+                    SandboxInfo::new("c"),
+                ])
+            })
+        }
+        fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+            self.calls.lock().unwrap().push(format!("destroy {id}"));
+            Box::pin(async move {
+                if id == "gone" {
+                    Err(Error::new(ErrorKind::Unavailable, "try later")
+                        .with_status(WireStatus::Http(503)))
+                } else {
+                    Ok(())
+                }
+            })
+        }
+    }
+
+    /// No lifecycle method implemented: the trait's defaults.
+    struct Bare;
+
+    impl Provider for Bare {
+        fn provider(&self) -> &str {
+            "bare"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::FULL
+        }
+        fn lifecycle(&self) -> LifecycleCapabilities {
+            LifecycleCapabilities::NONE
+        }
+    }
+
+    fn traced_run<T>(f: impl Future<Output = T>) -> (T, String) {
+        let spans = Spans::default();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let out = tracing::subscriber::with_default(spans.clone(), || rt.block_on(f));
+        let log = spans.0.lock().unwrap().clone();
+        (out, log)
+    }
+
+    fn lines<'a>(log: &'a str, op: &str) -> Vec<&'a str> {
+        log.lines()
+            .filter(|l| {
+                l.starts_with("span lifecycle ") && l.contains(&format!("operation=\"{op}\""))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn forwards_every_method_and_records_sandbox_count_kind_and_status() {
+        let fake = Fake {
+            calls: Mutex::new(Vec::new()),
+        };
+        let p = TracedProvider::new(fake);
+        assert_eq!(Provider::provider(&p), "fake");
+        assert_eq!(p.capabilities(), p.inner().capabilities());
+        assert!(!p.capabilities().remote_kill);
+        assert_eq!(p.lifecycle(), LIFECYCLE);
+        let ((streams, connected, missing, count, destroyed, gone), log) = traced_run(async {
+            let sb = p
+                .create(SandboxSpec::new().with_env("API_TOKEN", "s3cr3t-env"))
+                .await
+                .unwrap();
+            let streams = sb.streaming().is_some();
+            let connected = p.connect("fake-new").await.unwrap().id().to_owned();
+            let missing = p.connect("fake-nosuch").await.err().unwrap().kind();
+            let count = p
+                .list(&ListFilter::new().with_label("team", "s3cr3t-label"))
+                .await
+                .unwrap()
+                .len();
+            let destroyed = p.destroy("fake-new").await.is_ok();
+            let gone = p.destroy("gone").await.err().unwrap().status();
+            (streams, connected, missing, count, destroyed, gone)
+        });
+        // The inner provider got every call, with what was passed.
+        assert_eq!(
+            *p.inner().calls.lock().unwrap(),
+            [
+                "create env=1",
+                "connect fake-new",
+                "connect fake-nosuch",
+                "list labels=1",
+                "destroy fake-new",
+                "destroy gone"
+            ]
+        );
+        // The results are the inner provider's, the handle's streaming included.
+        assert!(streams, "the created handle still streams");
+        assert_eq!(connected, "fake-new");
+        assert_eq!(missing, ErrorKind::NotFound);
+        assert_eq!(count, 3);
+        assert!(destroyed);
+        assert_eq!(gone, Some(WireStatus::Http(503)));
+
+        let create = lines(&log, "create");
+        assert_eq!(create.len(), 1, "{log}");
+        assert!(
+            create[0].contains("provider=\"fake\"")
+                && create[0].contains("record sandbox=\"fake-new\"")
+                && create[0].contains("lifecycle call ended")
+                && create[0].contains("ok=true")
+                && create[0].contains("elapsed_ms="),
+            "{log}"
+        );
+        let connect = lines(&log, "connect");
+        assert_eq!(connect.len(), 2, "{log}");
+        assert!(connect[0].contains("sandbox=\"fake-new\"") && connect[0].contains("ok=true"));
+        assert!(
+            connect[1].contains("sandbox=\"fake-nosuch\"")
+                && connect[1].contains("kind=\"not-found\"")
+                && connect[1].contains("ok=false"),
+            "{log}"
+        );
+        let list = lines(&log, "list");
+        assert_eq!(list.len(), 1, "{log}");
+        assert!(list[0].contains("record count=3"), "{log}");
+        let destroy = lines(&log, "destroy");
+        assert_eq!(destroy.len(), 2, "{log}");
+        assert!(destroy[0].contains("sandbox=\"fake-new\"") && destroy[0].contains("ok=true"));
+        assert!(
+            destroy[1].contains("sandbox=\"gone\"")
+                && destroy[1].contains("kind=\"unavailable\"")
+                && destroy[1].contains("status=\"http 503\"")
+                && destroy[1].contains("ok=false"),
+            "{log}"
+        );
+        // Explicit fields only: no spec env value, no label value.
+        for secret in ["s3cr3t-env", "s3cr3t-label"] {
+            assert!(!log.contains(secret), "{secret} leaked: {log}");
+        }
+    }
+
+    #[test]
+    fn a_missing_operation_keeps_its_unsupported_error() {
+        let p = traced(Box::new(Bare));
+        assert_eq!(p.provider(), "bare");
+        assert_eq!(p.lifecycle(), LifecycleCapabilities::NONE);
+        let (kinds, log) = traced_run(async {
+            let filter = ListFilter::new();
+            [
+                p.create(SandboxSpec::new()).await.err().unwrap(),
+                p.connect("x").await.err().unwrap(),
+                p.list(&filter).await.err().unwrap(),
+                p.destroy("x").await.err().unwrap(),
+            ]
+            .map(|e| (e.kind(), e.operation().to_owned()))
+        });
+        assert_eq!(
+            kinds,
+            ["create", "connect", "list", "destroy"]
+                .map(|o| (ErrorKind::Unsupported, o.to_owned()))
+        );
+        for op in ["create", "connect", "list", "destroy"] {
+            let l = lines(&log, op);
+            assert_eq!(l.len(), 1, "{log}");
+            assert!(
+                l[0].contains("provider=\"bare\"")
+                    && l[0].contains("kind=\"unsupported\"")
+                    && l[0].contains("ok=false"),
+                "{log}"
+            );
+        }
+    }
+}
