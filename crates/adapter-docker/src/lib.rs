@@ -114,6 +114,15 @@ pub const PER_CALL_LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     options: OPTIONS,
 };
 
+/// The largest command (argv and env) sent, checked before any I/O: the engine `execve`s the
+/// exec's `Cmd` with its `Env` in the container (128 KiB per string, 1 MiB in all, the rest
+/// of `ARG_MAX` left to the image's environment).
+pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
+    execseam_core::transport::SizeLimit::execve(
+        1 << 20,
+        "execve in the container: 128 KiB per string, 1 MiB in all",
+    );
+
 /// What this adapter does; see the [crate docs](crate).
 pub const CAPABILITIES: Capabilities = Capabilities {
     argv: Delivery::Native,
