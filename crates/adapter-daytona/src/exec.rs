@@ -523,6 +523,14 @@ impl Plan {
             ..WrapOptions::default()
         };
         let script = degrade::script(cmd, &opts).map_err(|e| e.or_context(PROVIDER, "exec"))?;
+        // What counts is what the session execs: the frame's argv, the wrapper script as one
+        // string (then `/bin/sh -c "$1"` again). Raw, a command of quotes fits; quoted it may
+        // not, and the sandbox would answer E2BIG only after the submit.
+        execseam_core::transport::check_wire(
+            PROVIDER,
+            &["/bin/sh", "-c", FRAME, "sh", &script, &inner.temp_dir],
+            &crate::SIZE_LIMIT,
+        )?;
         Ok(Plan {
             command: session_command(&script, &inner.temp_dir),
             stdin: stdin_path.map(|p| (p, cmd.stdin().clone())),

@@ -239,6 +239,9 @@ async fn start_exec(
     if stdin_attached {
         argv = stdin_via_temp_file(argv, &config.temp_dir, env_on_stdin)?;
     }
+    // What counts is what the engine execs: the wrapper script is one string, `Env` is the rest.
+    let sent: Vec<&String> = argv.iter().chain(&env).collect();
+    transport::check_wire(PROVIDER, &sent, &crate::SIZE_LIMIT)?;
     let options = CreateExecOptions {
         // Without stdin attached the exec's stdin is /dev/null: EOF at once, as the contract says.
         attach_stdin: Some(stdin_attached),

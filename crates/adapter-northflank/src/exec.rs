@@ -127,6 +127,8 @@ impl NorthflankExec {
         } else {
             command.argv().to_vec()
         };
+        // What counts is what the container execs: a wrapper script is one string.
+        execseam_core::transport::check_wire(PROVIDER, &argv, &crate::SIZE_LIMIT)?;
         let (segment, id) = self.inner.target.segment();
         let path = wire::exec_path(c.team_id.as_deref(), &c.project_id, segment, id);
         let ws = api

@@ -765,12 +765,32 @@ pub async fn sizes(adapters: &[Adapter], options: &Options) -> Phase {
     let big = Arc::new(SECRET.repeat((10 << 20) / SECRET.len()));
     phase(
         "sizes",
-        "{10 MiB argv, 10 MiB env}: InvalidCommand/Never before any request, message capped, not quoted",
+        "{10 MiB argv, 10 MiB env: InvalidCommand/Never before any request, message capped, not quoted; 40 KiB of quotes: the exact Ok or refused before any request; 100 KiB of text: the exact Ok}",
         adapters,
-        &["one 10 MiB argument", "10 MiB of env"],
+        &[
+            "one 10 MiB argument",
+            "10 MiB of env",
+            "40 KiB of quotes",
+            "100 KiB of text",
+        ],
         move |adapter, case| {
             let big = big.clone();
             Box::pin(async move {
+                // Near the limit, what counts is what the sandbox execs (after the adapter's
+                // wrapping and quoting): refused before any request, or run exactly; never
+                // sent and then failed (E2BIG after the submit), never refused when it fits.
+                let near = match case {
+                    "40 KiB of quotes" => Some(("'".repeat(40 << 10), true)),
+                    "100 KiB of text" => Some(("a".repeat(100 << 10), false)),
+                    _ => None,
+                };
+                if let Some((arg, may_refuse)) = near {
+                    let setup = match set_up(adapter, knobs).await {
+                        Ok(s) => s,
+                        Err(o) => return o,
+                    };
+                    return near_limit_case(&setup, options, &arg, may_refuse).await.into();
+                }
                 let cmd = if case == "10 MiB of env" {
                     Command::builder(["true"]).env("BIG", big.as_str()).build()
                 } else {
@@ -786,6 +806,59 @@ pub async fn sizes(adapters: &[Adapter], options: &Options) -> Phase {
         },
     )
     .await
+}
+
+/// `printf %s ARG`: the exact `Ok`, or (where `may_refuse`) `InvalidCommand`/`Never` with no
+/// request sent.
+async fn near_limit_case(
+    setup: &Setup,
+    options: &Options,
+    arg: &str,
+    may_refuse: bool,
+) -> Result<(), String> {
+    let proxy = ChaosProxy::start(localhost(), &setup.upstream, vec![])
+        .await
+        .map_err(|e| format!("proxy: {e}"))?;
+    let exec = (setup.through)(proxy.base_url(), options.layered_idle_timeout)
+        .await
+        .map_err(|e| format!("connecting through the proxy: {e}"))?;
+    proxy.clear_requests();
+    let cmd = Command::new(["printf", "%s", arg]).expect("a valid command");
+    let r = tokio::time::timeout(options.bare_bound, exec.exec(cmd)).await;
+    let seen = proxy.requests().len();
+    drop(exec);
+    proxy.shutdown().await;
+    match r {
+        Err(_) => Err(format!("no answer within {:?}", options.bare_bound)),
+        Ok(Ok(out)) if out.stdout.as_ref() == arg.as_bytes() && out.exit.success() => Ok(()),
+        Ok(Ok(out)) => Err(format!(
+            "a wrong Ok: exit {:?}, {} bytes of stdout, stderr {:?}",
+            out.exit,
+            out.stdout.len(),
+            String::from_utf8_lossy(&out.stderr[..out.stderr.len().min(200)])
+        )),
+        // Sprites sends argv and env in the exec URL, whose documented limit (60 KiB) is below
+        // 100 KiB: refusing there is its limit, not a guessed allowance.
+        Ok(Err(e))
+            if (may_refuse || e.message().contains("exec URL"))
+                && (e.kind(), e.retry()) == (ErrorKind::InvalidCommand, Retry::Never)
+                && seen == 0 =>
+        {
+            Ok(())
+        }
+        Ok(Err(e)) => {
+            let mut m = e.to_string();
+            m.truncate(300);
+            Err(format!(
+                "{} after {seen} requests: {m}",
+                if may_refuse {
+                    "neither run nor refused before any request"
+                } else {
+                    "a command that fits failed"
+                }
+            ))
+        }
+    }
 }
 
 async fn size_case(
