@@ -223,12 +223,8 @@ async fn start_exec(
     // Env values never go into an engine request (see `env_line`): with env, the command
     // takes its env from the first line of its stdin, so stdin is attached.
     let env_on_stdin = !command.env().is_empty();
-    let (mut argv, mut env) = if env_on_stdin {
-        (command.argv().to_vec(), Vec::new())
-    } else {
-        argv_and_env(&command)?
-    };
-    env.push(format!("{EXEC_TAG_VAR}={tag}"));
+    let mut argv = command.argv().to_vec();
+    let env = vec![format!("{EXEC_TAG_VAR}={tag}")];
     let mut stdin = command.stdin().clone();
     let stdin_attached = !stdin.is_empty() || env_on_stdin;
     if env_on_stdin {
@@ -317,35 +313,6 @@ async fn start_exec(
         done: false,
         idle: config.idle_timeout,
     })
-}
-
-/// The exec's `Cmd` and `Env`. podman 4.3's compat exec cuts an `Env` value at its first
-/// newline, so variables whose value holds one are set by `env --` in argv instead (through the
-/// core wrapper for a program name `env` would misread).
-fn argv_and_env(command: &Command) -> Result<(Vec<String>, Vec<String>), Error> {
-    let (multiline, native): (Vec<_>, Vec<_>) =
-        command.env().iter().partition(|(_, v)| v.contains('\n'));
-    let env = native.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    if multiline.is_empty() {
-        return Ok((command.argv().to_vec(), env));
-    }
-    let program = command.program();
-    if program.starts_with('-') || program.contains('=') {
-        let mut b = command.clone().into_builder().clear_env();
-        for (k, v) in &multiline {
-            b = b.env(k.as_str(), v.as_str());
-        }
-        let only = b.build()?;
-        let opts = degrade::WrapOptions {
-            env: true,
-            ..Default::default()
-        };
-        return Ok((degrade::wrap(&only, &opts)?, env));
-    }
-    let mut argv = vec!["env".to_owned(), "--".to_owned()];
-    argv.extend(multiline.iter().map(|(k, v)| format!("{k}={v}")));
-    argv.extend(command.argv().iter().cloned());
-    Ok((argv, env))
 }
 
 /// The argv that first stores all of stdin in a fresh file under `temp_dir` (mode 0600, as the
