@@ -232,7 +232,11 @@ impl CloudflareExec {
         let argv: Vec<String> = vec!["/bin/sh".into(), "-c".into(), s];
         // What counts is the `bash -c` string the bridge makes: argv shell-quoted and joined
         // (measured with the same single-quote scheme).
-        execseam_core::transport::check_wire(PROVIDER, &[degrade::join(&argv)], &crate::SIZE_LIMIT)?;
+        execseam_core::transport::check_wire(
+            PROVIDER,
+            &[degrade::join(&argv)],
+            &crate::SIZE_LIMIT,
+        )?;
         Ok(Prepared {
             request: ExecRequest {
                 argv,

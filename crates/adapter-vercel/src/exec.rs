@@ -728,13 +728,11 @@ impl VercelCommand {
     pub async fn logs(&self) -> Result<EventStream, Error> {
         let idle = self.exec.inner.api.config.stream_idle_timeout;
         let path = self.exec.session_path(&self.path("logs"));
-        let send = self.exec.inner.api.send(
-            Method::GET,
-            &path,
-            &[],
-            Body::None,
-            true,
-        );
+        let send = self
+            .exec
+            .inner
+            .api
+            .send(Method::GET, &path, &[], Body::None, true);
         let resp = tokio::time::timeout(idle, send)
             .await
             .map_err(|_| idle_error(idle, "logs").with_retry(execseam_core::Retry::SAFE))?

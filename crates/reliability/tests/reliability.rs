@@ -678,7 +678,7 @@ fn main() {
             setup: a.setup,
             children_end: a.children_end,
             parallel: None,
-        chunk_framed: a.chunk_framed,
+            chunk_framed: a.chunk_framed,
         })
         .collect();
     let summary = runtime.block_on(run(&adapters, &options));

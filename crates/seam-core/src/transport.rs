@@ -402,7 +402,11 @@ pub fn check_wire<S: AsRef<str>>(
     strings: &[S],
     limit: &SizeLimit,
 ) -> Result<(), Error> {
-    let longest = strings.iter().map(|s| s.as_ref().len() + 1).max().unwrap_or(0);
+    let longest = strings
+        .iter()
+        .map(|s| s.as_ref().len() + 1)
+        .max()
+        .unwrap_or(0);
     let total: usize = strings
         .iter()
         .map(|s| s.as_ref().len() + 1 + limit.overhead)
@@ -676,9 +680,15 @@ mod tests {
         check_size("p", &cmd, &script).unwrap();
         let sent = crate::degrade::join(cmd.argv());
         let e = check_wire("p", &[sent], &script).unwrap_err();
-        assert_eq!((e.kind(), e.retry()), (ErrorKind::InvalidCommand, Retry::Never));
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::InvalidCommand, Retry::Never)
+        );
         assert!(e.message().contains("after wrapping and quoting"), "{e}");
-        assert!(!e.message().contains("''"), "the command is not quoted: {e}");
+        assert!(
+            !e.message().contains("''"),
+            "the command is not quoted: {e}"
+        );
         // 100 KiB of plain text is more than the old 96 KiB allowance, and fits one string.
         let plain = "a".repeat(100 * 1024);
         let cmd = Command::new(["echo", plain.as_str()]).unwrap();
