@@ -406,7 +406,9 @@ fn check(
     if ran > 1 {
         return Err(format!("ran {ran} times: {result:?}"));
     }
-    if elapsed.saturating_sub(lag) > bound {
+    // The reference and a late answer wake in the same timer tick, the answer handled after:
+    // a tick (and its handling) of slack on top of the lag.
+    if elapsed.saturating_sub(lag) > bound + Duration::from_millis(20) {
         return Err(format!(
             "answered after {elapsed:?}, more than {bound:?} (+ the runtime's timer lag, {lag:?})"
         ));
