@@ -226,6 +226,8 @@ pub enum Layers {
 pub struct Summary {
     /// Cases run, per adapter.
     pub cases: BTreeMap<&'static str, usize>,
+    /// Failed cases and wall time, per adapter.
+    pub per_adapter: BTreeMap<&'static str, (usize, Duration)>,
     /// Failed cases, one line each.
     pub failures: Vec<String>,
     /// Adapters that could not be set up.
@@ -239,6 +241,21 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// One line per adapter: its cases, passes and wall time (setup not included).
+    pub fn per_adapter_lines(&self) -> Vec<String> {
+        self.per_adapter
+            .iter()
+            .map(|(name, (failed, t))| {
+                let n = self.cases.get(name).copied().unwrap_or(0);
+                format!(
+                    "reliability {name}: {n} cases, {} passed, {failed} failed, {:.1} s",
+                    n - failed,
+                    t.as_secs_f64()
+                )
+            })
+            .collect()
+    }
+
     /// The line the suite prints (and `docs/reliability.md` quotes).
     pub fn line(&self, options: &Options) -> String {
         let total: usize = self.cases.values().sum();
@@ -564,6 +581,8 @@ pub async fn run(adapters: &[Adapter], options: &Options) -> Summary {
             )),
             None => sem.clone(),
         };
+        let adapter_start = Instant::now();
+        let failed_before = summary.failures.len();
         let mut tasks = tokio::task::JoinSet::new();
         for case in cases {
             let (setup, options, sem) = (setup.clone(), options.clone(), sem.clone());
@@ -583,6 +602,10 @@ pub async fn run(adapters: &[Adapter], options: &Options) -> Summary {
                     .push(format!("{}: a case panicked: {join}", adapter.name)),
             }
         }
+        summary.per_adapter.insert(
+            adapter.name,
+            (summary.failures.len() - failed_before, adapter_start.elapsed()),
+        );
     }
     summary.failures.sort();
     summary.peak_rss = peak_rss();

@@ -701,6 +701,9 @@ fn main() {
             println!("FAIL {f}");
         }
     }
+    for l in summary.per_adapter_lines() {
+        println!("{l}");
+    }
     println!("{}", summary.line(&options));
     for p in &phases {
         println!("{}", p.line());
