@@ -251,8 +251,7 @@ async fn start_exec(
         ..Default::default()
     };
     let hint = "if the container stopped by itself: does its keepalive stay up in this image?";
-    let created = docker
-        .create_exec(container, options)
+    let created = client::bounded(config.request_timeout, docker.create_exec(container, options))
         .await
         .map_err(|e| engine_hint("create exec", Stage::Idempotent, e, hint))?;
     let mut cleanup = Cleanup::new(docker.clone());
@@ -312,6 +311,7 @@ async fn start_exec(
         oom_killed: None,
         done: false,
         idle: config.idle_timeout,
+        request_timeout: config.request_timeout,
     })
 }
 
@@ -454,6 +454,8 @@ struct Run {
     done: bool,
     /// See [`DockerConfig::idle_timeout`].
     idle: Duration,
+    /// See [`DockerConfig::request_timeout`].
+    request_timeout: Duration,
 }
 
 impl Run {
@@ -527,7 +529,8 @@ impl Run {
             if let Ok(frame) = tokio::time::timeout(self.idle, self.output.next()).await {
                 return Ok(frame);
             }
-            let i = match self.docker.inspect_exec(&self.exec_id).await {
+            let inspect = self.docker.inspect_exec(&self.exec_id);
+            let i = match client::bounded(self.request_timeout, inspect).await {
                 Ok(i) => i,
                 Err(e) => return Err(engine("inspect exec", Stage::Started, e)),
             };
@@ -644,7 +647,8 @@ impl Run {
     async fn wait_exit(&mut self) -> Result<i64, Error> {
         let mut delay = Duration::from_millis(5);
         loop {
-            let i = match self.docker.inspect_exec(&self.exec_id).await {
+            let inspect = self.docker.inspect_exec(&self.exec_id);
+            let i = match client::bounded(self.request_timeout, inspect).await {
                 Ok(i) => i,
                 Err(e) if is_gone(&e) => {
                     return Err(adapter(
