@@ -251,9 +251,12 @@ async fn start_exec(
         ..Default::default()
     };
     let hint = "if the container stopped by itself: does its keepalive stay up in this image?";
-    let created = client::bounded(config.request_timeout, docker.create_exec(container, options))
-        .await
-        .map_err(|e| engine_hint("create exec", Stage::Idempotent, e, hint))?;
+    let created = client::bounded(
+        config.request_timeout,
+        docker.create_exec(container, options),
+    )
+    .await
+    .map_err(|e| engine_hint("create exec", Stage::Idempotent, e, hint))?;
     let mut cleanup = Cleanup::new(docker.clone());
     if !per_call {
         cleanup.arm(Action::Kill {
@@ -363,15 +366,12 @@ fn stdin_via_temp_file(
         } else {
             format!("exec env -- \"$@\" {program}{sep}{rest}")
         };
-        let (head, _) = run.rsplit_once("\nexec ").ok_or_else(|| {
-            adapter(
-                ErrorKind::Internal,
-                Retry::Never,
-                "exec",
-                "the stdin wrapper has no exec line",
-            )
-        })?;
-        run = format!("{head}\n{exec}");
+        // The stdin file becomes stdin as in the core wrapper, then the `env --` exec (written
+        // here whole: an argument may hold a line that starts with `exec `).
+        run = format!(
+            "[ -r {q} ] || {}\nexec 0< {q}\nrm -f -- {q}\n{exec}",
+            fail("stdin file is missing")
+        );
         prelude = format!(
             "IFS= read -r __execseam_env || {}\neval \"$__execseam_env\"; unset __execseam_env\n",
             fail("cannot read the env line")

@@ -604,7 +604,10 @@ pub async fn run(adapters: &[Adapter], options: &Options) -> Summary {
         }
         summary.per_adapter.insert(
             adapter.name,
-            (summary.failures.len() - failed_before, adapter_start.elapsed()),
+            (
+                summary.failures.len() - failed_before,
+                adapter_start.elapsed(),
+            ),
         );
     }
     summary.failures.sort();
