@@ -778,12 +778,20 @@ impl Cleanup {
         self.action = None;
     }
 
+    /// Runs the action, waiting at most [`CLEANUP_WAIT`] for it: an engine that stalls (the
+    /// kill exec's requests unanswered) must not hold the error that caused the cleanup; the
+    /// action goes on in the background.
     async fn run_now(&mut self) {
         if let Some(a) = self.action.take() {
-            a.run(self.docker.clone()).await;
+            let task = tokio::spawn(a.run(self.docker.clone()));
+            let _ = tokio::time::timeout(CLEANUP_WAIT, task).await;
         }
     }
 }
+
+/// How long an error waits for its cleanup (the kill exec, the per-call removal) before it is
+/// returned with the cleanup still going on.
+const CLEANUP_WAIT: Duration = Duration::from_secs(5);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
