@@ -544,6 +544,8 @@ impl Inner {
     async fn run(self: Arc<Self>, cmd: Command) -> Result<Output, Error> {
         execseam_core::transport::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
         let plan = Plan::new(&cmd, &self.config)?;
+        // What counts is the `bash -c` string as sent: the wrapper, quoted twice.
+        execseam_core::transport::check_wire(PROVIDER, &[&plan.command], &crate::SIZE_LIMIT)?;
         if let Some((rel, _)) = &plan.stdin_file {
             self.write(Op::WriteFiles, rel, cmd.stdin().clone())
                 .await

@@ -107,11 +107,12 @@ pub const ENV_VARS: &[&str] = &[
 
 /// The largest command (argv and env) sent, checked before any I/O: the command reaches the
 /// sandbox as one `bash -c` script, a single `execve` string of at most 128 KiB
-/// (`MAX_ARG_STRLEN`); 96 KiB leaves room for the wrapper and the quoting.
+/// (`MAX_ARG_STRLEN`). The check is on that string as sent, wrapper and quoting included
+/// (`transport::check_wire`); the raw command's size is only its fast lower bound.
 pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
     execseam_core::transport::SizeLimit::script(
-        96 * 1024,
-        "one bash -c script in the AgentCore sandbox: 128 KiB, 96 KiB before quoting",
+        execseam_core::transport::MAX_ARG_STRLEN - 1,
+        "one bash -c script in the AgentCore sandbox: 128 KiB after wrapping and quoting",
     );
 
 /// The provider name in errors and reports.

@@ -332,6 +332,8 @@ pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, 
         )
     };
     let script = format!("{redirect}exec {program}\n");
+    // What counts is the script as sent, wrapper and quoting included.
+    transport::check_wire(PROVIDER, &[&script], &crate::SIZE_LIMIT)?;
     Ok(Prepared {
         request: ExecuteRequest {
             language: Language::Bash,

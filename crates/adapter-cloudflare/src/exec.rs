@@ -229,9 +229,17 @@ impl CloudflareExec {
             let _ = writeln!(s, "exec 1> {} 2> {}", quote(out), quote(err));
         }
         let _ = write!(s, "(\n{inner}\n)\nexit $?");
+        let argv: Vec<String> = vec!["/bin/sh".into(), "-c".into(), s];
+        // What counts is the `bash -c` string the bridge makes: argv shell-quoted and joined
+        // (measured with the same single-quote scheme).
+        execseam_core::transport::check_wire(
+            PROVIDER,
+            &[degrade::join(&argv)],
+            &crate::SIZE_LIMIT,
+        )?;
         Ok(Prepared {
             request: ExecRequest {
-                argv: vec!["/bin/sh".into(), "-c".into(), s],
+                argv,
                 timeout_ms: self
                     .config()
                     .command_timeout

@@ -84,12 +84,14 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 };
 
 /// The largest command (argv and env) sent, checked before any I/O: the command reaches the
-/// sandbox as one `sh -c` script, a single `execve` string of at most 128 KiB
-/// (`MAX_ARG_STRLEN`); 96 KiB leaves room for the wrapper and the quoting.
+/// sandbox as one `bash -c` string (the bridge quotes and joins the adapter's `/bin/sh -c`
+/// argv), a single `execve` string of at most 128 KiB (`MAX_ARG_STRLEN`). The check is on that
+/// string as sent (`transport::check_wire`); the raw command's size is only its fast lower
+/// bound.
 pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
     execseam_core::transport::SizeLimit::script(
-        96 * 1024,
-        "one sh -c script in the Cloudflare container: 128 KiB, 96 KiB before quoting",
+        execseam_core::transport::MAX_ARG_STRLEN - 1,
+        "one bash -c string in the Cloudflare container: 128 KiB after wrapping and quoting",
     );
 
 /// The provider name in errors and reports.

@@ -570,8 +570,13 @@ impl Plan {
         // The tag (unused by the frame) makes the text unique, so this command is found among
         // the earlier ones of a reused session (`GET /process/session/{id}` lists them all).
         let tag = fresh_id("x");
+        // What counts is what the session execs: the frame's argv, the wrapper script as one
+        // string (then `/bin/sh -c "$1"` again). Raw, a command of quotes fits; quoted it may
+        // not, and the sandbox would answer E2BIG only after the submit.
+        let argv = ["/bin/sh", "-c", FRAME, "sh", &script, &inner.temp_dir, &tag];
+        execseam_core::transport::check_wire(PROVIDER, &argv, &crate::SIZE_LIMIT)?;
         Ok(Plan {
-            command: degrade::join(&["/bin/sh", "-c", FRAME, "sh", &script, &inner.temp_dir, &tag]),
+            command: degrade::join(&argv),
             stdin: stdin_path.map(|p| (p, cmd.stdin().clone())),
         })
     }

@@ -56,8 +56,10 @@ pub use provider::DaytonaProvider;
 pub const PROVIDER: &str = "daytona";
 
 /// The largest command (argv and env) sent, checked before any I/O: it travels as one shell
-/// line, and the sandbox `execve`s the program at the end (128 KiB per string; 1 MiB in all,
-/// the rest of `ARG_MAX` left to the session's environment).
+/// line that runs the framing script with the core's wrapper script as one argument, and the
+/// sandbox `execve`s them (128 KiB per string, the wrapper script after quoting included; 1 MiB
+/// in all, the rest of `ARG_MAX` left to the session's environment). The raw command is checked
+/// first (a fast lower bound), then the strings as sent (`transport::check_wire`).
 pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
     execseam_core::transport::SizeLimit::execve(
         1 << 20,

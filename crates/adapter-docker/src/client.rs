@@ -56,13 +56,20 @@ impl Client {
     pub(crate) async fn get(&self) -> Result<&Docker, Error> {
         self.negotiated
             .get_or_try_init(|| async {
-                self.connect()
-                    .map_err(|e| engine("connect", Stage::Idempotent, e))?
-                    .negotiate_version()
+                let docker = self
+                    .connect()
+                    .map_err(|e| engine("connect", Stage::Idempotent, e))?;
+                // bollard's own timeout ends at the answer's head; its body is read unbounded.
+                bounded(self.timeout(), docker.negotiate_version())
                     .await
                     .map_err(|e| engine("version", Stage::Idempotent, e))
             })
             .await
+    }
+
+    /// The per-request timeout.
+    pub(crate) fn timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.timeout)
     }
 
     fn connect(&self) -> Result<Docker, bollard::errors::Error> {
@@ -122,4 +129,15 @@ pub(crate) fn label_filter(labels: &HashMap<String, String>) -> HashMap<String, 
     let mut l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
     l.sort();
     HashMap::from([("label".to_owned(), l)])
+}
+
+/// `request` bounded by `timeout` as a whole, its answer's body included: bollard's own timeout
+/// covers the request up to the answer's head, so a stalled or trickling body would hang.
+pub(crate) async fn bounded<T>(
+    timeout: std::time::Duration,
+    request: impl Future<Output = Result<T, bollard::errors::Error>>,
+) -> Result<T, bollard::errors::Error> {
+    tokio::time::timeout(timeout, request)
+        .await
+        .unwrap_or(Err(bollard::errors::Error::RequestTimeoutError))
 }

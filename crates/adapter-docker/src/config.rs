@@ -118,6 +118,7 @@ pub struct DockerConfig {
     pub(crate) worktree: Option<String>,
     pub(crate) temp_dir: String,
     pub(crate) request_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     pub(crate) per_call_lifetime: Duration,
     pub(crate) destroy_on_drop: bool,
 }
@@ -145,6 +146,7 @@ impl fmt::Debug for DockerConfig {
             .field("worktree", &self.worktree)
             .field("temp_dir", &self.temp_dir)
             .field("request_timeout", &self.request_timeout)
+            .field("idle_timeout", &self.idle_timeout)
             .field("per_call_lifetime", &self.per_call_lifetime)
             .field("destroy_on_drop", &self.destroy_on_drop)
             .finish()
@@ -176,6 +178,7 @@ impl DockerConfig {
             worktree: None,
             temp_dir: "/tmp".to_owned(),
             request_timeout: Duration::from_secs(120),
+            idle_timeout: Duration::from_secs(30),
             per_call_lifetime: Duration::from_secs(3600),
             destroy_on_drop: true,
         }
@@ -383,6 +386,16 @@ impl DockerConfig {
     #[must_use]
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// How long an exec's output stream may stay silent before the engine is asked whether the
+    /// exec still runs (default 30 s): while it runs the silence is the command's and the wait
+    /// goes on; once it has ended, a stream that still neither ends nor speaks (a stalled
+    /// connection) fails with `Timeout(Request)` (`Retry::Unsafe`), never a quiet `Ok`.
+    #[must_use]
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
         self
     }
 

@@ -138,6 +138,7 @@ impl DockerExec {
     }
 
     async fn start(&self, command: Command) -> Result<Run, Error> {
+        transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         if self.inner.ownership.is_destroyed() {
             return Err(adapter(
                 ErrorKind::NotFound,
@@ -219,13 +220,24 @@ async fn start_exec(
         .workdir()
         .or(config.default_workdir())
         .map(str::to_owned);
-    let (mut argv, mut env) = argv_and_env(&command)?;
-    env.push(format!("{EXEC_TAG_VAR}={tag}"));
-    let stdin = command.stdin().clone();
-    let stdin_attached = !stdin.is_empty();
-    if stdin_attached {
-        argv = stdin_via_temp_file(argv, &config.temp_dir)?;
+    // Env values never go into an engine request (see `env_line`): with env, the command
+    // takes its env from the first line of its stdin, so stdin is attached.
+    let env_on_stdin = !command.env().is_empty();
+    let mut argv = command.argv().to_vec();
+    let env = vec![format!("{EXEC_TAG_VAR}={tag}")];
+    let mut stdin = command.stdin().clone();
+    let stdin_attached = !stdin.is_empty() || env_on_stdin;
+    if env_on_stdin {
+        let mut b = env_line(&command);
+        b.extend_from_slice(&stdin);
+        stdin = b.into();
     }
+    if stdin_attached {
+        argv = stdin_via_temp_file(argv, &config.temp_dir, env_on_stdin)?;
+    }
+    // What counts is what the engine execs: the wrapper script is one string, `Env` is the rest.
+    let sent: Vec<&String> = argv.iter().chain(&env).collect();
+    transport::check_wire(PROVIDER, &sent, &crate::SIZE_LIMIT)?;
     let options = CreateExecOptions {
         // Without stdin attached the exec's stdin is /dev/null: EOF at once, as the contract says.
         attach_stdin: Some(stdin_attached),
@@ -239,10 +251,12 @@ async fn start_exec(
         ..Default::default()
     };
     let hint = "if the container stopped by itself: does its keepalive stay up in this image?";
-    let created = docker
-        .create_exec(container, options)
-        .await
-        .map_err(|e| engine_hint("create exec", Stage::Idempotent, e, hint))?;
+    let created = client::bounded(
+        config.request_timeout,
+        docker.create_exec(container, options),
+    )
+    .await
+    .map_err(|e| engine_hint("create exec", Stage::Idempotent, e, hint))?;
     let mut cleanup = Cleanup::new(docker.clone());
     if !per_call {
         cleanup.arm(Action::Kill {
@@ -299,36 +313,9 @@ async fn start_exec(
         cleanup,
         oom_killed: None,
         done: false,
+        idle: config.idle_timeout,
+        request_timeout: config.request_timeout,
     })
-}
-
-/// The exec's `Cmd` and `Env`. podman 4.3's compat exec cuts an `Env` value at its first
-/// newline, so variables whose value holds one are set by `env --` in argv instead (through the
-/// core wrapper for a program name `env` would misread).
-fn argv_and_env(command: &Command) -> Result<(Vec<String>, Vec<String>), Error> {
-    let (multiline, native): (Vec<_>, Vec<_>) =
-        command.env().iter().partition(|(_, v)| v.contains('\n'));
-    let env = native.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    if multiline.is_empty() {
-        return Ok((command.argv().to_vec(), env));
-    }
-    let program = command.program();
-    if program.starts_with('-') || program.contains('=') {
-        let mut b = command.clone().into_builder().clear_env();
-        for (k, v) in &multiline {
-            b = b.env(k.as_str(), v.as_str());
-        }
-        let only = b.build()?;
-        let opts = degrade::WrapOptions {
-            env: true,
-            ..Default::default()
-        };
-        return Ok((degrade::wrap(&only, &opts)?, env));
-    }
-    let mut argv = vec!["env".to_owned(), "--".to_owned()];
-    argv.extend(multiline.iter().map(|(k, v)| format!("{k}={v}")));
-    argv.extend(command.argv().iter().cloned());
-    Ok((argv, env))
 }
 
 /// The argv that first stores all of stdin in a fresh file under `temp_dir` (mode 0600, as the
@@ -338,28 +325,92 @@ fn argv_and_env(command: &Command) -> Result<(Vec<String>, Vec<String>), Error> 
 /// the attach socket, podman's read fails with ECONNRESET, and the frames still queued are
 /// dropped (measured here: most runs of `echo out; echo err >&2; exit 3` with 1 byte of unread
 /// stdin returned no output at all). Reading all of stdin before the command starts avoids it.
-fn stdin_via_temp_file(argv: Vec<String>, temp_dir: &str) -> Result<Vec<String>, Error> {
+///
+/// With `env_first`, the first line of stdin is [`env_line`]'s: read and evaluated before the
+/// rest is stored, and the command runs under `env --` with those entries.
+fn stdin_via_temp_file(
+    argv: Vec<String>,
+    temp_dir: &str,
+    env_first: bool,
+) -> Result<Vec<String>, Error> {
     let path = degrade::temp_path(temp_dir);
     let inner = Command::builder(argv).build()?;
     let opts = degrade::WrapOptions {
         stdin: degrade::StdinFrom::File(path.clone()),
         ..Default::default()
     };
-    let run = degrade::script(&inner, &opts)?;
+    let mut run = degrade::script(&inner, &opts)?;
     let q = degrade::quote(&path);
-    let message = format!(
-        "{}cannot store stdin under {temp_dir}",
-        degrade::WRAPPER_MARK
-    );
-    let fail = degrade::quote(&message);
     let status = degrade::WRAPPER_STATUS;
+    let fail = |what: &str| {
+        let message = format!("{}{what}", degrade::WRAPPER_MARK);
+        format!(
+            "{{ rm -f -- {q}; printf '%s\\n' {} >&2; exit {status}; }}",
+            degrade::quote(&message)
+        )
+    };
+    let mut prelude = String::new();
+    if env_first {
+        // The entries are the positional parameters after the eval: `exec env -- "$@" …`
+        // (with an inner shell for a program name env would take as an assignment).
+        let program = degrade::quote(inner.program()).into_owned();
+        let rest: Vec<String> = inner
+            .args()
+            .iter()
+            .map(|a| degrade::quote(a).into_owned())
+            .collect();
+        let rest = rest.join(" ");
+        let sep = if rest.is_empty() { "" } else { " " };
+        let exec = if inner.program().contains('=') {
+            format!("exec env -- \"$@\" /bin/sh -c 'exec \"$0\" \"$@\"' {program}{sep}{rest}")
+        } else {
+            format!("exec env -- \"$@\" {program}{sep}{rest}")
+        };
+        // The stdin file becomes stdin as in the core wrapper, then the `env --` exec (written
+        // here whole: an argument may hold a line that starts with `exec `).
+        run = format!(
+            "[ -r {q} ] || {}\nexec 0< {q}\nrm -f -- {q}\n{exec}",
+            fail("stdin file is missing")
+        );
+        prelude = format!(
+            "IFS= read -r __execseam_env || {}\neval \"$__execseam_env\"; unset __execseam_env\n",
+            fail("cannot read the env line")
+        );
+    }
     Ok(vec![
         "/bin/sh".into(),
         "-c".into(),
         format!(
-            "(umask 077 && cat > {q}) || {{ rm -f -- {q}; printf '%s\\n' {fail} >&2; exit {status}; }}\n{run}"
+            "{prelude}(umask 077 && cat > {q}) || {}\n{run}",
+            fail(&format!("cannot store stdin under {temp_dir}"))
         ),
     ])
+}
+
+/// The command's env as one line of shell for the start of its stdin: `set --` then, for each
+/// entry, `KEY=VALUE` as a positional parameter, spelt as `printf` octal escapes (every byte but
+/// `[A-Za-z0-9_=./,:@+-]`), so the line holds no newline and no quote whatever the value.
+///
+/// Env values never go into an engine request: bollard logs every request body at DEBUG (the
+/// exec's `Env` and `Cmd` included) through `log`, whose records no library can filter. The
+/// attached stdin stream is not logged.
+fn env_line(command: &Command) -> Vec<u8> {
+    use std::fmt::Write as _;
+    let mut s = String::from("set --");
+    for (k, v) in command.env() {
+        s.push_str(";__execseam_e=$(printf '");
+        for b in k.bytes().chain(std::iter::once(b'=')).chain(v.bytes()) {
+            if b.is_ascii_alphanumeric() || b"_=./,:@+-".contains(&b) {
+                s.push(b as char);
+            } else {
+                let _ = write!(s, "\\{b:03o}");
+            }
+        }
+        // `$(…)` drops trailing newlines: the `x` keeps them, and is cut after.
+        s.push_str("x');set -- \"$@\" \"${__execseam_e%x}\"");
+    }
+    s.push_str(";unset __execseam_e\n");
+    s.into_bytes()
 }
 
 /// The line podman 4.3 appends to the stderr frames (libpod `hijackWriteError`) when its read of
@@ -401,6 +452,10 @@ struct Run {
     cleanup: Cleanup,
     oom_killed: Option<bool>,
     done: bool,
+    /// See [`DockerConfig::idle_timeout`].
+    idle: Duration,
+    /// See [`DockerConfig::request_timeout`].
+    request_timeout: Duration,
 }
 
 impl Run {
@@ -420,7 +475,7 @@ impl Run {
         loop {
             let frame = match self.pending.take() {
                 Some(f) => Some(f),
-                None => self.output.next().await,
+                None => self.next_frame().await?,
             };
             if let Some(held) = self.held.take() {
                 if frame.is_none() {
@@ -461,6 +516,40 @@ impl Run {
                     return Ok(Event::Exit(exit));
                 }
             }
+        }
+    }
+
+    /// The next frame of the output stream. Silence longer than the idle timeout asks the
+    /// engine: a running exec is the command's silence (wait on); an exec that has ended must
+    /// end its stream within a grace, or the stream is stalled (`Timeout(Request)`, `Unsafe`).
+    async fn next_frame(&mut self) -> Result<Option<Result<LogOutput, EngineError>>, Error> {
+        // A decode loop must not starve the runtime (a host deadline in this task).
+        tokio::task::consume_budget().await;
+        loop {
+            if let Ok(frame) = tokio::time::timeout(self.idle, self.output.next()).await {
+                return Ok(frame);
+            }
+            let inspect = self.docker.inspect_exec(&self.exec_id);
+            let i = match client::bounded(self.request_timeout, inspect).await {
+                Ok(i) => i,
+                Err(e) => return Err(engine("inspect exec", Stage::Started, e)),
+            };
+            if i.running == Some(true) {
+                continue;
+            }
+            let grace = self.idle.min(Duration::from_secs(1));
+            if let Ok(frame) = tokio::time::timeout(grace, self.output.next()).await {
+                return Ok(frame);
+            }
+            return Err(adapter(
+                ErrorKind::Timeout(execseam_core::Deadline::Request),
+                Retry::Unsafe,
+                "read exec output",
+                format!(
+                    "the exec ended but its output stream stayed silent for {} ms (a stalled connection)",
+                    (self.idle + grace).as_millis()
+                ),
+            ));
         }
     }
 
@@ -558,7 +647,8 @@ impl Run {
     async fn wait_exit(&mut self) -> Result<i64, Error> {
         let mut delay = Duration::from_millis(5);
         loop {
-            let i = match self.docker.inspect_exec(&self.exec_id).await {
+            let inspect = self.docker.inspect_exec(&self.exec_id);
+            let i = match client::bounded(self.request_timeout, inspect).await {
                 Ok(i) => i,
                 Err(e) if is_gone(&e) => {
                     return Err(adapter(
@@ -688,12 +778,20 @@ impl Cleanup {
         self.action = None;
     }
 
+    /// Runs the action, waiting at most [`CLEANUP_WAIT`] for it: an engine that stalls (the
+    /// kill exec's requests unanswered) must not hold the error that caused the cleanup; the
+    /// action goes on in the background.
     async fn run_now(&mut self) {
         if let Some(a) = self.action.take() {
-            a.run(self.docker.clone()).await;
+            let task = tokio::spawn(a.run(self.docker.clone()));
+            let _ = tokio::time::timeout(CLEANUP_WAIT, task).await;
         }
     }
 }
+
+/// How long an error waits for its cleanup (the kill exec, the per-call removal) before it is
+/// returned with the cleanup still going on.
+const CLEANUP_WAIT: Duration = Duration::from_secs(5);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {

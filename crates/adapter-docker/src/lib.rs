@@ -22,7 +22,7 @@
 //! | argv | native | the exec's `Cmd` array |
 //! | stdin | temp file | attached, then half-closed; a `sh` wrapper first stores all of it (`cat`) in a 0600 file under [`DockerConfig::temp_dir`], which becomes the command's stdin and is removed before it starts (podman loses output when an exec exits with attached stdin unread); empty stdin is not attached (`/dev/null`) |
 //! | workdir | native | the exec's `WorkingDir`; a missing one is `Err(NotFound)` |
-//! | env | native | the exec's `Env`, over the container's; a value with a newline goes through `env --` in argv (podman cuts `Env` values at a newline) |
+//! | env | shell-wrapped | never in an engine request (bollard logs request bodies at DEBUG): the first line of the attached stdin, read by the stdin wrapper, then `exec env -- … argv` (which also keeps values with a newline, which podman's `Env` cuts) |
 //! | streaming | yes | the frames as they arrive |
 //! | remote_kill | yes | warm: every process carrying the exec's [`EXEC_TAG_VAR`] is SIGKILLed by a kill exec; per call: the container is removed |
 //! | binary_output | yes | frames carry raw bytes |
@@ -114,12 +114,21 @@ pub const PER_CALL_LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     options: OPTIONS,
 };
 
+/// The largest command (argv and env) sent, checked before any I/O: the engine `execve`s the
+/// exec's `Cmd` with its `Env` in the container (128 KiB per string, 1 MiB in all, the rest
+/// of `ARG_MAX` left to the image's environment).
+pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
+    execseam_core::transport::SizeLimit::execve(
+        1 << 20,
+        "execve in the container: 128 KiB per string, 1 MiB in all",
+    );
+
 /// What this adapter does; see the [crate docs](crate).
 pub const CAPABILITIES: Capabilities = Capabilities {
     argv: Delivery::Native,
     stdin: Delivery::TempFile,
     workdir: Delivery::Native,
-    env: Delivery::Native,
+    env: Delivery::ShellWrapped,
     streaming: true,
     remote_kill: true,
     binary_output: true,

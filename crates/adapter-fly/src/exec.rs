@@ -156,6 +156,8 @@ pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Err
         "sh".to_owned(),
     ];
     marked.extend(argv);
+    // What counts is what the machine execs: the marked argv, a wrapper script as one string.
+    execseam_core::transport::check_wire(PROVIDER, &marked, &crate::SIZE_LIMIT)?;
     Ok(Prepared {
         body: MachineExecRequest {
             command: marked,

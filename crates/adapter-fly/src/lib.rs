@@ -94,13 +94,15 @@ pub const ENV_VARS: &[&str] = &[
     "EXECSEAM_FLY_REGION",
 ];
 
-/// The largest command (argv and env) sent, checked before any I/O: the command reaches the
-/// sandbox as one `sh -c` script, a single `execve` string of at most 128 KiB
-/// (`MAX_ARG_STRLEN`); 96 KiB leaves room for the wrapper and the quoting.
+/// The largest command (argv and env) sent, checked before any I/O: the machine `execve`s the
+/// exec request's argv (128 KiB per string, 1 MiB in all, the rest of `ARG_MAX` left to the
+/// machine's environment); a command with env, a workdir or binary stdin is one `/bin/sh -c`
+/// script in it. The check is on the argv as sent, wrapper and quoting included
+/// (`transport::check_wire`); the raw command's size is only its fast lower bound.
 pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
-    execseam_core::transport::SizeLimit::script(
-        96 * 1024,
-        "one sh -c script in the Fly machine: 128 KiB, 96 KiB before quoting",
+    execseam_core::transport::SizeLimit::execve(
+        1 << 20,
+        "execve in the Fly machine: 128 KiB per string after wrapping and quoting, 1 MiB in all",
     );
 
 /// The provider name in errors and capabilities.

@@ -28,6 +28,7 @@ pub struct NorthflankConfig {
     pub(crate) request_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) stdin_chunk: usize,
+    pub(crate) idle_timeout: Duration,
 }
 
 impl fmt::Debug for NorthflankConfig {
@@ -44,9 +45,13 @@ impl fmt::Debug for NorthflankConfig {
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("stdin_chunk", &self.stdin_chunk)
+            .field("idle_timeout", &self.idle_timeout)
             .finish()
     }
 }
+
+/// The default [`NorthflankConfig::idle_timeout`].
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub(crate) fn config_error(message: impl Into<String>) -> Error {
     Error::invalid_config(message).with_provider(PROVIDER)
@@ -67,6 +72,7 @@ impl NorthflankConfig {
             request_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),
             stdin_chunk: 64 * 1024,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }
     }
 
@@ -152,6 +158,16 @@ impl NorthflankConfig {
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// The longest wait for each frame of the exec socket after the handshake (default 10
+    /// min): the exec socket carries no keepalives, so a command silent for longer fails with
+    /// `Timeout(Request)` (`Retry::Unsafe`: it may still run). Raise it for commands that are
+    /// quiet for longer.
+    #[must_use]
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
         self
     }
 

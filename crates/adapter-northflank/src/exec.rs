@@ -111,6 +111,7 @@ impl NorthflankExec {
     }
 
     async fn start(&self, command: Command) -> Result<EventStream, Error> {
+        execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         let api = &self.inner.api;
         let c = &api.config;
         // workdir and env through the `/bin/sh -c` wrapper: the protocol has neither.
@@ -126,6 +127,8 @@ impl NorthflankExec {
         } else {
             command.argv().to_vec()
         };
+        // What counts is what the container execs: a wrapper script is one string.
+        execseam_core::transport::check_wire(PROVIDER, &argv, &crate::SIZE_LIMIT)?;
         let (segment, id) = self.inner.target.segment();
         let path = wire::exec_path(c.team_id.as_deref(), &c.project_id, segment, id);
         let ws = api
@@ -181,6 +184,7 @@ impl NorthflankExec {
             wrap,
             queue: VecDeque::new(),
             done: false,
+            idle: c.idle_timeout,
         };
         Ok(EventStream::new(futures_util::stream::unfold(st, next)))
     }
@@ -200,6 +204,23 @@ struct St {
     wrap: WrapOptions,
     queue: VecDeque<Event>,
     done: bool,
+    /// The longest wait for one frame.
+    idle: std::time::Duration,
+}
+
+/// No frame within the idle timeout: `Timeout(Request)`, `Unsafe` (the command was sent and may
+/// be running).
+fn idle_error(idle: std::time::Duration) -> Error {
+    Error::new(
+        ErrorKind::Timeout(execseam_core::Deadline::Request),
+        format!(
+            "no frame on the exec socket for {} ms (the idle timeout)",
+            idle.as_millis()
+        ),
+    )
+    .with_retry(execseam_core::Retry::Unsafe)
+    .with_provider(PROVIDER)
+    .with_operation("exec")
 }
 
 fn fail(e: CallError) -> Error {
@@ -228,7 +249,13 @@ async fn next(mut st: St) -> Option<(Result<Event, Error>, St)> {
         if st.done {
             return None;
         }
-        let msg = match st.stream.next().await {
+        // A decode loop must not starve the runtime: each frame costs budget.
+        tokio::task::consume_budget().await;
+        let Ok(next) = tokio::time::timeout(st.idle, st.stream.next()).await else {
+            st.done = true;
+            return Some((Err(idle_error(st.idle)), st));
+        };
+        let msg = match next {
             Some(Ok(m)) if m.is_text() || m.is_binary() => Bytes::from(m.into_payload()),
             Some(Ok(m)) if m.is_close() => {
                 st.done = true;

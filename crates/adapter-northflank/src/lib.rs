@@ -29,7 +29,7 @@ mod exec;
 mod provider;
 pub mod wire;
 
-pub use config::{DEFAULT_API_URL, NorthflankConfig};
+pub use config::{DEFAULT_API_URL, DEFAULT_IDLE_TIMEOUT, NorthflankConfig};
 pub use exec::{NorthflankExec, Target};
 pub use provider::NorthflankProvider;
 
@@ -61,6 +61,16 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     spec: SpecSupport::NONE,
     options: &[],
 };
+
+/// The largest command (argv and env) sent, checked before any I/O: Kubernetes exec
+/// `execve`s the argv in the container (128 KiB per string, 1 MiB in all, the rest of
+/// `ARG_MAX` left to the container's environment). A command with env or a workdir travels as
+/// one `/bin/sh -c` script, checked after quoting against the 128 KiB of one string.
+pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
+    execseam_core::transport::SizeLimit::execve(
+        1 << 20,
+        "execve in the Northflank container: 128 KiB per string, 1 MiB in all",
+    );
 
 /// What this adapter does; see the [crate docs](crate).
 pub const CAPABILITIES: Capabilities = Capabilities {

@@ -95,7 +95,11 @@ impl Api {
         }
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let body = resp.bytes().await.unwrap_or_default();
+        // An error body is read only as far as it is quoted: an endless one cannot grow.
+        let body = read_prefix(resp, MAX_ERROR_BODY)
+            .await
+            .map(|(b, _)| b)
+            .unwrap_or_default();
         Err(CallError::http(status, &headers, &body))
     }
 
@@ -108,7 +112,7 @@ impl Api {
         body: Body,
     ) -> Result<T, CallError> {
         let resp = self.send(method, path, query, body, false).await?;
-        let bytes = resp.bytes().await.map_err(CallError::Transport)?;
+        let bytes = read_bounded(resp, MAX_JSON_BODY).await?;
         serde_json::from_slice(&bytes).map_err(|e| {
             CallError::Protocol(format!(
                 "unexpected answer ({e}): {:?}",
@@ -116,4 +120,40 @@ impl Api {
             ))
         })
     }
+}
+
+/// The most of an error body read (the rest is not needed to quote it).
+pub(crate) const MAX_ERROR_BODY: usize = 64 * 1024;
+/// The largest JSON answer accepted (a sandbox, a command, a listing page).
+pub(crate) const MAX_JSON_BODY: usize = 8 << 20;
+
+/// The body, at most `max` bytes: past that, `Protocol`.
+pub(crate) async fn read_bounded(
+    resp: reqwest::Response,
+    max: usize,
+) -> Result<bytes::Bytes, CallError> {
+    let (body, whole) = read_prefix(resp, max).await?;
+    if !whole {
+        return Err(CallError::Protocol(format!(
+            "an answer longer than {max} bytes"
+        )));
+    }
+    Ok(body)
+}
+
+/// The first `max` bytes of the body, and whether that was all of it (nothing more is read).
+async fn read_prefix(
+    mut resp: reqwest::Response,
+    max: usize,
+) -> Result<(bytes::Bytes, bool), CallError> {
+    let mut out = bytes::BytesMut::new();
+    while let Some(chunk) = resp.chunk().await.map_err(CallError::Transport)? {
+        let room = max - out.len();
+        if chunk.len() > room {
+            out.extend_from_slice(&chunk[..room]);
+            return Ok((out.freeze(), false));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok((out.freeze(), true))
 }

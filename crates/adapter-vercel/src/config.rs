@@ -39,6 +39,7 @@ pub struct VercelConfig {
     pub(crate) sudo: bool,
     pub(crate) request_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) stream_idle_timeout: Duration,
 }
 
 impl fmt::Debug for VercelConfig {
@@ -58,9 +59,13 @@ impl fmt::Debug for VercelConfig {
             .field("sudo", &self.sudo)
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("stream_idle_timeout", &self.stream_idle_timeout)
             .finish()
     }
 }
+
+/// The default [`VercelConfig::stream_idle_timeout`].
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub(crate) fn config_error(message: impl Into<String>) -> Error {
     Error::invalid_config(message).with_provider(PROVIDER)
@@ -109,6 +114,7 @@ impl VercelConfig {
             sudo: false,
             request_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),
+            stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT,
         }
     }
 
@@ -263,6 +269,16 @@ impl VercelConfig {
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// The longest wait for a command stream's head (`POST …/cmd`, `GET …/logs`) and then for
+    /// each of its NDJSON lines (default 10 min): the API sends no keepalive lines, so a
+    /// command silent for longer fails with `Timeout(Request)` (`Retry::Unsafe`: it may still
+    /// run). Raise it for commands that are quiet for longer.
+    #[must_use]
+    pub fn stream_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.stream_idle_timeout = timeout;
         self
     }
 

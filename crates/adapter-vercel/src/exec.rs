@@ -169,6 +169,7 @@ impl VercelExec {
     }
 
     async fn start(&self, command: Command) -> Result<EventStream, Error> {
+        execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         let argv = command.argv();
         let stdin = command.stdin().clone();
         let cfg = &self.inner.api.config;
@@ -186,9 +187,13 @@ impl VercelExec {
             attach_stdin: !stdin.is_empty(),
         })
         .expect("serializable");
-        let resp = self
-            .on_session(Method::POST, "cmd", &[], || Body::Json(body.clone()), true)
+        // No whole-request timeout (the stream lasts as long as the command), but its head and
+        // then each line must come within the idle timeout.
+        let idle = cfg.stream_idle_timeout;
+        let submit = self.on_session(Method::POST, "cmd", &[], || Body::Json(body.clone()), true);
+        let resp = tokio::time::timeout(idle, submit)
             .await
+            .map_err(|_| idle_error(idle, "exec"))?
             .map_err(|e| map(e, "exec", Effect::NonIdempotent))?;
         let ct = resp
             .headers()
@@ -216,6 +221,8 @@ impl VercelExec {
                 command: None,
             },
             done: false,
+            idle,
+            since: tokio::time::Instant::now(),
         };
         Ok(EventStream::new(futures_util::stream::unfold(
             state, next_event,
@@ -387,10 +394,28 @@ struct StreamState {
     stdin_task: Option<tokio::task::JoinHandle<Result<(), Error>>>,
     guard: KillGuard,
     done: bool,
+    /// The stream idle timeout, and when the current line began to be awaited.
+    idle: std::time::Duration,
+    since: tokio::time::Instant,
 }
 
 fn fail(e: CallError) -> Error {
     map(e, "exec", Effect::NonIdempotent)
+}
+
+/// No stream head or line within the idle timeout: `Timeout(Request)`, `Unsafe` (the command
+/// was submitted and may be running).
+fn idle_error(idle: std::time::Duration, op: &'static str) -> Error {
+    Error::new(
+        ErrorKind::Timeout(execseam_core::Deadline::Request),
+        format!(
+            "no line of the command's stream for {} ms (the stream idle timeout)",
+            idle.as_millis()
+        ),
+    )
+    .with_retry(execseam_core::Retry::Unsafe)
+    .with_provider(PROVIDER)
+    .with_operation(op)
 }
 
 async fn next_event(mut st: StreamState) -> Option<(Result<Event, Error>, StreamState)> {
@@ -432,7 +457,8 @@ async fn next_event(mut st: StreamState) -> Option<(Result<Event, Error>, Stream
                     if let Some(task) = st.stdin_task.take()
                         && let Ok(Err(e)) = task.await
                     {
-                        return Some((Err(e), st));
+                        // The command ran: whatever the stdin request was, never `Safe`.
+                        return Some((Err(execseam_core::transport::after_submit(e)), st));
                     }
                     st.guard.command = None;
                     return Some((Ok(Event::Exit(Exit::Code(code))), st));
@@ -455,8 +481,26 @@ async fn next_event(mut st: StreamState) -> Option<(Result<Event, Error>, Stream
             }
             continue;
         }
-        match st.body.next().await {
-            Some(Ok(chunk)) => st.pending.extend(st.lines.push(&chunk)),
+        // A decode loop must not starve the runtime (a host deadline in this task): each
+        // chunk costs budget, and yields when it is spent.
+        tokio::task::consume_budget().await;
+        let Ok(next) = tokio::time::timeout_at(st.since + st.idle, st.body.next()).await else {
+            st.done = true;
+            return Some((Err(idle_error(st.idle, "exec")), st));
+        };
+        match next {
+            Some(Ok(chunk)) => match st.lines.push(&chunk) {
+                Ok(lines) => {
+                    if !lines.is_empty() {
+                        st.since = tokio::time::Instant::now();
+                    }
+                    st.pending.extend(lines);
+                }
+                Err(m) => {
+                    st.done = true;
+                    return Some((Err(fail(CallError::Protocol(m))), st));
+                }
+            },
             Some(Err(e)) => {
                 st.done = true;
                 return Some((Err(fail(CallError::Transport(e))), st));
@@ -592,6 +636,7 @@ impl VercelExec {
             .with_provider(PROVIDER)
             .with_operation("spawn"));
         }
+        execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         let argv = command.argv();
         let cfg = &self.inner.api.config;
         let args: Vec<String> = argv[1..].to_vec();
@@ -611,10 +656,9 @@ impl VercelExec {
             .on_session(Method::POST, "cmd", &[], || Body::Json(body.clone()), false)
             .await
             .map_err(|e| map(e, "spawn", Effect::NonIdempotent))?;
-        let bytes = resp
-            .bytes()
+        let bytes = crate::client::read_bounded(resp, crate::client::MAX_JSON_BODY)
             .await
-            .map_err(|e| map(CallError::Transport(e), "spawn", Effect::NonIdempotent))?;
+            .map_err(|e| map(e, "spawn", Effect::NonIdempotent))?;
         let got: wire::CommandResponse = serde_json::from_slice(&bytes).map_err(|e| {
             map(
                 CallError::Protocol(format!("the answer is not {{command}}: {e}")),
@@ -682,18 +726,16 @@ impl VercelCommand {
     /// gives the whole [`Output`](execseam_core::Output). A cut stream or a line the SDKs would
     /// reject is an error, never a quiet end.
     pub async fn logs(&self) -> Result<EventStream, Error> {
-        let resp = self
+        let idle = self.exec.inner.api.config.stream_idle_timeout;
+        let path = self.exec.session_path(&self.path("logs"));
+        let send = self
             .exec
             .inner
             .api
-            .send(
-                Method::GET,
-                &self.exec.session_path(&self.path("logs")),
-                &[],
-                Body::None,
-                true,
-            )
+            .send(Method::GET, &path, &[], Body::None, true);
+        let resp = tokio::time::timeout(idle, send)
             .await
+            .map_err(|_| idle_error(idle, "logs").with_retry(execseam_core::Retry::SAFE))?
             .map_err(|e| map(e, "logs", Effect::Idempotent))?;
         let ct = resp
             .headers()
@@ -733,9 +775,25 @@ impl VercelCommand {
                     if st.done {
                         return None;
                     }
-                    match st.body.next().await {
+                    tokio::task::consume_budget().await;
+                    let Ok(next) = tokio::time::timeout(idle, st.body.next()).await else {
+                        st.done = true;
+                        return Some((
+                            Err(idle_error(idle, "logs").with_retry(execseam_core::Retry::SAFE)),
+                            st,
+                        ));
+                    };
+                    match next {
                         Some(Ok(chunk)) => {
-                            for line in st.lines.push(&chunk) {
+                            let lines = match st.lines.push(&chunk) {
+                                Ok(l) => l,
+                                Err(m) => {
+                                    st.done = true;
+                                    st.pending.push_back(Err(fail(CallError::Protocol(m))));
+                                    continue;
+                                }
+                            };
+                            for line in lines {
                                 let ev = match wire::parse_line(&line) {
                                     Ok(Line::Stdout(s)) => Ok(Event::Stdout(Bytes::from(s))),
                                     Ok(Line::Stderr(s)) => Ok(Event::Stderr(Bytes::from(s))),

@@ -28,9 +28,18 @@ mod exec;
 mod provider;
 pub mod wire;
 
-pub use config::{DEFAULT_API_URL, VercelConfig};
+pub use config::{DEFAULT_API_URL, DEFAULT_STREAM_IDLE_TIMEOUT, VercelConfig};
 pub use exec::{SANDBOX_CWD, VercelCommand, VercelExec};
 pub use provider::VercelProvider;
+
+/// The largest command (argv and env) sent, checked before any I/O: the sandbox `execve`s the
+/// command and args it is given (128 KiB per string, 1 MiB in all, the rest of `ARG_MAX` left
+/// to the sandbox's environment).
+pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
+    execseam_core::transport::SizeLimit::execve(
+        1 << 20,
+        "execve in the Vercel sandbox: 128 KiB per string, 1 MiB in all",
+    );
 
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "vercel";

@@ -236,29 +236,49 @@ pub fn parse_line(line: &[u8]) -> Result<Line, String> {
     }
 }
 
+/// The longest NDJSON line accepted (a line holds one output chunk, JSON-escaped): a longer
+/// one is a `Protocol` error, so an endless line cannot grow the buffer without bound.
+pub const MAX_LINE: usize = 4 << 20;
+
 /// Splits a byte stream into `\n`-terminated lines; what is left at the end is an unterminated
-/// (truncated) line.
+/// (truncated) line. Each byte is scanned once (a long line costs linear time, not quadratic),
+/// and a line is at most [`MAX_LINE`] bytes.
 #[derive(Default, Debug)]
 pub struct LineSplitter {
     buf: Vec<u8>,
+    /// How much of `buf` is known to hold no `\n`.
+    scanned: usize,
 }
 
 impl LineSplitter {
-    /// Adds bytes; returns the complete lines they finish (blank lines skipped).
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<Vec<u8>> {
+    /// Adds bytes; returns the complete lines they finish (blank lines skipped), or an error
+    /// when the unfinished line is longer than [`MAX_LINE`].
+    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Vec<u8>>, String> {
         self.buf.extend_from_slice(chunk);
         let mut lines = Vec::new();
-        while let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
-            let mut line: Vec<u8> = self.buf.drain(..=i).collect();
-            line.pop();
+        let mut start = 0;
+        let mut from = self.scanned;
+        while let Some(i) = self.buf[from..].iter().position(|&b| b == b'\n') {
+            let end = from + i;
+            let mut line = &self.buf[start..end];
             if line.last() == Some(&b'\r') {
-                line.pop();
+                line = &line[..line.len() - 1];
+            }
+            if line.len() > MAX_LINE {
+                return Err(format!("an NDJSON line longer than {MAX_LINE} bytes"));
             }
             if !line.iter().all(u8::is_ascii_whitespace) {
-                lines.push(line);
+                lines.push(line.to_vec());
             }
+            start = end + 1;
+            from = start;
         }
-        lines
+        self.buf.drain(..start);
+        self.scanned = self.buf.len();
+        if self.buf.len() > MAX_LINE {
+            return Err(format!("an NDJSON line longer than {MAX_LINE} bytes"));
+        }
+        Ok(lines)
     }
 
     /// True if bytes of an unfinished line are held.
@@ -436,10 +456,28 @@ mod tests {
     #[test]
     fn the_splitter_keeps_partial_lines_and_reports_them() {
         let mut s = LineSplitter::default();
-        assert_eq!(s.push(b"{\"a\":1}\n{\"b\""), vec![b"{\"a\":1}".to_vec()]);
+        assert_eq!(
+            s.push(b"{\"a\":1}\n{\"b\"").unwrap(),
+            vec![b"{\"a\":1}".to_vec()]
+        );
         assert!(s.has_partial());
-        assert_eq!(s.push(b":2}\n\n"), vec![b"{\"b\":2}".to_vec()]);
+        assert_eq!(s.push(b":2}\n\n").unwrap(), vec![b"{\"b\":2}".to_vec()]);
         assert!(!s.has_partial());
+    }
+
+    #[test]
+    fn an_endless_line_is_an_error_not_a_growing_buffer() {
+        let mut s = LineSplitter::default();
+        let piece = vec![b'x'; 64 * 1024];
+        let mut failed = false;
+        for _ in 0..(MAX_LINE / piece.len() + 2) {
+            if s.push(&piece).is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed, "a line over MAX_LINE must be refused");
+        assert!(s.buf.len() <= MAX_LINE + piece.len());
     }
 
     #[test]

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use execseam_core::{BoxFuture, Error, ErrorKind, Exec, Sandbox, SandboxSpec};
-use execseam_reliability::{Adapter, Knobs, Options, Setup, Through, orphans, run, secrets, sizes};
+use execseam_reliability::{
+    Adapter, Knobs, Options, Phase, Setup, Through, orphans, run, secrets, sizes,
+};
 
 /// Every adapter the suite drives. Local has no network, so no proxy can stand in front of it.
 const ADAPTERS: &[Adapter] = &[
@@ -14,48 +16,56 @@ const ADAPTERS: &[Adapter] = &[
         name: "agentcore",
         setup: agentcore,
         children_end: None,
+        parallel: None,
         chunk_framed: None,
     },
     Adapter {
         name: "ax",
         setup: ax,
         children_end: None,
+        parallel: None,
         chunk_framed: None,
     },
     Adapter {
         name: "cloudflare",
         setup: cloudflare,
         children_end: None,
+        parallel: None,
         chunk_framed: None,
     },
     Adapter {
         name: "daytona",
         setup: daytona,
         children_end: None,
+        parallel: None,
         chunk_framed: None,
     },
     Adapter {
         name: "e2b",
         setup: e2b,
         children_end: None,
+        parallel: None,
         chunk_framed: None,
     },
     Adapter {
         name: "fly",
         setup: fly,
         children_end: None,
+        parallel: None,
         chunk_framed: None,
     },
     Adapter {
         name: "sprites",
         setup: sprites,
         children_end: None,
+        parallel: None,
         chunk_framed: None,
     },
     Adapter {
         name: "sprites-http",
         setup: sprites_http,
         children_end: None,
+        parallel: None,
         chunk_framed: Some(
             "the POST /exec body's frames have no lengths: each HTTP chunk is one frame (docs/adapters/sprites.md); re-chunked, it is Err(Protocol)",
         ),
@@ -64,6 +74,7 @@ const ADAPTERS: &[Adapter] = &[
         name: "modal",
         setup: modal,
         children_end: None,
+        parallel: None,
         chunk_framed: None,
     },
     Adapter {
@@ -72,10 +83,32 @@ const ADAPTERS: &[Adapter] = &[
         children_end: Some(
             "Chrono runs every execution in a fresh sandbox removed when it ends; the background-child-detached conformance case checks the child is gone",
         ),
+        parallel: None,
         chunk_framed: None,
     },
-    // Vercel and Northflank join here when their adapters land: one entry and one setup
-    // function each (docs/reliability.md, "Adding an adapter").
+    Adapter {
+        name: "vercel",
+        setup: vercel,
+        children_end: None,
+        parallel: None,
+        chunk_framed: None,
+    },
+    Adapter {
+        name: "northflank",
+        setup: northflank,
+        children_end: None,
+        parallel: None,
+        chunk_framed: None,
+    },
+    Adapter {
+        name: "docker",
+        setup: docker,
+        children_end: None,
+        // Every exec is a conmon and a runc on this host: more at once than this and podman's
+        // answers take longer than the bare cases' 2 s request timeout.
+        parallel: Some(4),
+        chunk_framed: None,
+    },
 ];
 
 /// A [`Through`] from a function that builds a handle (without a request) for a base URL.
@@ -473,6 +506,162 @@ fn e2b(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     })
 }
 
+fn vercel(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_emulators::EmulatorOptions;
+    use execseam_emulators::vercel::{PROJECT_ID, TEAM_ID, VercelEmulator, VercelOptions};
+    use execseam_vercel::{VercelConfig, VercelProvider};
+    Box::pin(async move {
+        let emulator = VercelEmulator::start(EmulatorOptions::default(), VercelOptions::default())
+            .await
+            .map_err(internal)?;
+        let token = emulator.token();
+        let config = move |url: &str, idle: Duration| {
+            VercelConfig::new(token.clone(), TEAM_ID, PROJECT_ID)
+                .api_url(url)
+                .sandbox_timeout(Duration::from_secs(3600))
+                .request_timeout(idle)
+                .connect_timeout(idle)
+                .stream_idle_timeout(idle)
+        };
+        let upstream = emulator.base_url();
+        let direct = VercelProvider::new(config(&upstream, knobs.idle_timeout))?
+            .create(SandboxSpec::new())
+            .await?;
+        let (name, session) = (direct.name().to_owned(), direct.session_id());
+        Ok(Setup {
+            upstream,
+            scratch: "/tmp".into(),
+            direct: Arc::new(direct),
+            through: through(move |url, idle| {
+                Ok(
+                    Arc::new(VercelProvider::new(config(url, idle))?.attach(&name, &session))
+                        as Arc<dyn Exec>,
+                )
+            }),
+            guard: Box::new(emulator),
+        })
+    })
+}
+
+fn northflank(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_emulators::EmulatorOptions;
+    use execseam_emulators::northflank::{
+        NorthflankEmulator, NorthflankOptions, PROJECT_ID, SERVICE_ID,
+    };
+    use execseam_northflank::{NorthflankConfig, NorthflankProvider, Target};
+    Box::pin(async move {
+        let emulator =
+            NorthflankEmulator::start(EmulatorOptions::default(), NorthflankOptions::default())
+                .await
+                .map_err(internal)?;
+        let token = emulator.token();
+        let config = move |url: &str, idle: Duration| {
+            NorthflankConfig::new(token.clone(), PROJECT_ID)
+                .api_url(url)
+                .request_timeout(idle)
+                .connect_timeout(idle)
+                .idle_timeout(idle)
+        };
+        let upstream = emulator.base_url();
+        let direct = NorthflankProvider::new(config(&upstream, knobs.idle_timeout))?
+            .connect(SERVICE_ID)
+            .await?;
+        Ok(Setup {
+            upstream,
+            scratch: "/tmp".into(),
+            direct: Arc::new(direct),
+            through: through(move |url, idle| {
+                Ok(Arc::new(
+                    NorthflankProvider::new(config(url, idle))?
+                        .attach(Target::Service(SERVICE_ID.into())),
+                ) as Arc<dyn Exec>)
+            }),
+            guard: Box::new(emulator),
+        })
+    })
+}
+
+/// Docker has no emulator: the engine is podman (`.ci/podman start`, `DOCKER_HOST` a Unix
+/// socket). The chaos proxy forwards to a TCP upstream, so a relay on 127.0.0.1 passes each
+/// connection to the engine's socket, and the adapter reaches it as `tcp://` (plain HTTP).
+fn docker(_knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_docker::{DockerConfig, DockerProvider};
+    Box::pin(async move {
+        let base = DockerConfig::from_env().map_err(|e| {
+            internal(format!(
+                "{e}: the docker entry needs the engine of `.ci/podman start` (source target/podman/env)"
+            ))
+        })?;
+        let host = std::env::var("DOCKER_HOST").unwrap_or_default();
+        let socket = host.strip_prefix("unix://").ok_or_else(|| {
+            internal(format!(
+                "DOCKER_HOST {host:?} is not a unix:// socket (start `.ci/podman`)"
+            ))
+        })?;
+        let relay = UnixRelay::start(socket.into()).await?;
+        let upstream = format!("http://{}", relay.addr);
+        let through_base = base.clone();
+        let config = move |url: &str, idle: Duration| {
+            through_base
+                .clone()
+                .host(format!("tcp://{}", url.trim_start_matches("http://")))
+                .request_timeout(idle)
+                .idle_timeout(idle)
+                .label("io.execseam.test", "reliability")
+        };
+        // The direct handle (the marker counts, the orphan check) is not under test: it talks
+        // to the engine's socket itself, with the default request timeout (a loaded engine is
+        // slow), and removes its container when dropped even after the relay has gone.
+        let direct = DockerProvider::new(base.clone().label("io.execseam.test", "reliability"))?
+            .create(SandboxSpec::new())
+            .await?;
+        let id = direct.id().to_owned();
+        Ok(Setup {
+            upstream,
+            scratch: "/tmp".into(),
+            direct: Arc::new(direct),
+            through: through(move |url, idle| {
+                Ok(Arc::new(DockerProvider::new(config(url, idle))?.attach(&id)?) as Arc<dyn Exec>)
+            }),
+            guard: Box::new(relay),
+        })
+    })
+}
+
+/// Accepts TCP connections on 127.0.0.1 and relays each to a Unix socket; stops when dropped.
+struct UnixRelay {
+    addr: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl UnixRelay {
+    async fn start(socket: std::path::PathBuf) -> Result<UnixRelay, Error> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(internal)?;
+        let addr = listener.local_addr().map_err(internal)?;
+        let task = tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                let socket = socket.clone();
+                conns.spawn(async move {
+                    if let Ok(mut unix) = tokio::net::UnixStream::connect(&socket).await {
+                        let _ = tokio::io::copy_bidirectional(&mut tcp, &mut unix).await;
+                    }
+                });
+            }
+        });
+        Ok(UnixRelay { addr, task })
+    }
+}
+
+impl Drop for UnixRelay {
+    fn drop(&mut self) {
+        // Aborting the accept loop drops its JoinSet, which aborts every relayed connection.
+        self.task.abort();
+    }
+}
+
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -488,53 +677,37 @@ fn main() {
             name: a.name,
             setup: a.setup,
             children_end: a.children_end,
+            parallel: None,
             chunk_framed: a.chunk_framed,
         })
         .collect();
     let summary = runtime.block_on(run(&adapters, &options));
-    let (orphan_cases, orphan_failures, orphan_na) = runtime.block_on(orphans(&adapters, &options));
-    let (size_cases, size_failures) = runtime.block_on(sizes(&adapters, &options));
+    let mut phases = vec![
+        runtime.block_on(orphans(&adapters, &options)),
+        runtime.block_on(sizes(&adapters, &options)),
+    ];
     // Last: the TRACE capture stays installed for the rest of the process.
-    let (secret_cases, secret_failures) = runtime.block_on(secrets(&adapters, &options));
-    for n in &orphan_na {
-        println!("{n}");
+    phases.push(runtime.block_on(secrets(&adapters, &options)));
+    for p in &phases {
+        for n in p.not_applicable() {
+            println!("{n}");
+        }
     }
-    for f in summary
-        .setup_failures
-        .iter()
-        .chain(&summary.failures)
-        .chain(&orphan_failures)
-        .chain(&size_failures)
-        .chain(&secret_failures)
-    {
+    for f in summary.setup_failures.iter().chain(&summary.failures) {
         println!("FAIL {f}");
     }
+    for p in &phases {
+        for f in p.failures() {
+            println!("FAIL {f}");
+        }
+    }
+    for l in summary.per_adapter_lines() {
+        println!("{l}");
+    }
     println!("{}", summary.line(&options));
-    println!(
-        "orphans: {orphan_cases} cases ({} adapters x {{sandbox destroyed, emulator stopped}}): {} passed, {} not applicable, {} failed",
-        adapters.len(),
-        orphan_cases - orphan_failures.len() - orphan_na.len(),
-        orphan_na.len(),
-        orphan_failures.len()
-    );
-    println!(
-        "sizes: {size_cases} cases ({} adapters x {{10 MiB argv, 10 MiB env}}: InvalidCommand/Never before any request, message capped, not quoted): {} passed, {} failed",
-        adapters.len(),
-        size_cases - size_failures.len(),
-        size_failures.len()
-    );
-    println!(
-        "secrets: {secret_cases} cases ({} adapters, stdin and env secrets, buffered and streamed, every log and tracing record at TRACE): {} passed, {} failed",
-        adapters.len(),
-        secret_cases.saturating_sub(
-            secret_failures
-                .iter()
-                .filter_map(|f| f.split(':').next())
-                .collect::<std::collections::BTreeSet<_>>()
-                .len()
-        ),
-        secret_failures.len()
-    );
+    for p in &phases {
+        println!("{}", p.line());
+    }
     let over = summary.peak_rss > options.rss_limit;
     if over {
         println!("FAIL the peak RSS is over the limit");
@@ -543,9 +716,7 @@ fn main() {
     if over
         || !summary.failures.is_empty()
         || !summary.setup_failures.is_empty()
-        || !orphan_failures.is_empty()
-        || !size_failures.is_empty()
-        || !secret_failures.is_empty()
+        || !phases.iter().all(Phase::passed)
     {
         std::process::exit(1);
     }

@@ -317,8 +317,10 @@ impl SizeLimit {
 
 impl SizeLimit {
     /// A command that reaches the sandbox as one shell script (`sh -c SCRIPT`, a single
-    /// `execve` string): argv and env together at most `total` bytes (at most
-    /// [`MAX_ARG_STRLEN`] less what the adapter's wrapper and quoting add).
+    /// `execve` string). What counts is the script as sent, after the wrapper and the quoting
+    /// ([`check_wire`] on it: at most [`MAX_ARG_STRLEN`] with its NUL); on the raw command
+    /// [`check_size`] is a fast lower bound (quoting only adds bytes), so `total` is
+    /// [`MAX_ARG_STRLEN`]` - 1` for an exact check, never a guessed allowance for the quoting.
     pub const fn script(total: usize, source: &'static str) -> SizeLimit {
         SizeLimit {
             total,
@@ -376,6 +378,47 @@ pub fn check_size(
     } else if total > limit.total {
         format!(
             "argv and env take {total} bytes, more than the {} allowed ({})",
+            limit.total, limit.source
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Error::new(
+        ErrorKind::InvalidCommand,
+        format!("the command is too large: {what}"),
+    )
+    .with_provider(provider)
+    .with_operation("exec"))
+}
+
+/// Rejects a command by what the sandbox will `execve`, after the adapter's wrapping and every
+/// layer of quoting (the strings as sent: a wrapper script, or the whole argv), before any I/O:
+/// each string at most [`MAX_ARG_STRLEN`] with its NUL, and all of them (with
+/// [`SizeLimit::overhead`] each) at most [`SizeLimit::total`] where the limit is an `execve`
+/// one. [`ErrorKind::InvalidCommand`], [`Retry::Never`], the sizes and the limit in the message,
+/// never the content.
+pub fn check_wire<S: AsRef<str>>(
+    provider: &'static str,
+    strings: &[S],
+    limit: &SizeLimit,
+) -> Result<(), Error> {
+    let longest = strings
+        .iter()
+        .map(|s| s.as_ref().len() + 1)
+        .max()
+        .unwrap_or(0);
+    let total: usize = strings
+        .iter()
+        .map(|s| s.as_ref().len() + 1 + limit.overhead)
+        .sum();
+    let what = if longest > MAX_ARG_STRLEN {
+        format!(
+            "after wrapping and quoting, one string the sandbox runs takes {longest} bytes, more than the {MAX_ARG_STRLEN} allowed ({})",
+            limit.source
+        )
+    } else if limit.overhead > 0 && total > limit.total {
+        format!(
+            "after wrapping and quoting, the strings the sandbox runs take {total} bytes, more than the {} allowed ({})",
             limit.total, limit.source
         )
     } else {
@@ -626,6 +669,36 @@ mod tests {
         let long = Command::new(["x".repeat(MAX_ARG_STRLEN)]).unwrap();
         let e = check_size("p", &long, &SizeLimit::execve(usize::MAX, "t")).unwrap_err();
         assert!(e.message().contains("one argv string"), "{e}");
+    }
+
+    #[test]
+    fn the_wire_check_counts_what_is_sent_after_quoting() {
+        let script = SizeLimit::script(MAX_ARG_STRLEN - 1, "one sh -c script");
+        // 40 KiB of quotes pass the raw check; quoted ('\'' each) they are 160 KiB.
+        let quotes = "'".repeat(40 * 1024);
+        let cmd = Command::new(["echo", quotes.as_str()]).unwrap();
+        check_size("p", &cmd, &script).unwrap();
+        let sent = crate::degrade::join(cmd.argv());
+        let e = check_wire("p", &[sent], &script).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::InvalidCommand, Retry::Never)
+        );
+        assert!(e.message().contains("after wrapping and quoting"), "{e}");
+        assert!(
+            !e.message().contains("''"),
+            "the command is not quoted: {e}"
+        );
+        // 100 KiB of plain text is more than the old 96 KiB allowance, and fits one string.
+        let plain = "a".repeat(100 * 1024);
+        let cmd = Command::new(["echo", plain.as_str()]).unwrap();
+        check_size("p", &cmd, &script).unwrap();
+        check_wire("p", &[crate::degrade::join(cmd.argv())], &script).unwrap();
+        // An execve limit also bounds the total.
+        let execve = SizeLimit::execve(1000, "t");
+        let many = vec!["x".repeat(100); 20];
+        let e = check_wire("p", &many, &execve).unwrap_err();
+        assert!(e.message().contains("more than the 1000 allowed"), "{e}");
     }
 
     #[test]
