@@ -10,10 +10,16 @@
 //!   signal death is `exit_code: -1, exit_signal: N`; invalid UTF-8 becomes U+FFFD as Go's JSON
 //!   encoder writes it; a response over 10 MiB is the API's output-limit error. Route name for
 //!   faults: `exec`.
-//! - `GET /v1/apps/{app}/machines`, `POST /v1/apps/{app}/machines` (create; `skip_launch`),
-//!   `GET|DELETE /v1/apps/{app}/machines/{id}`, `POST …/start|stop|suspend`,
+//! - The Apps API: `POST /v1/apps`, `GET /v1/apps?org_slug=`, `GET|DELETE /v1/apps/{app}`.
+//!   Machines live in an app that exists: every machine route of an unknown app is 404
+//!   `{"error":"app not found"}` (no app is created implicitly). [`DEFAULT_APP`] exists at start.
+//! - `GET /v1/apps/{app}/machines`, `POST /v1/apps/{app}/machines` (create; `skip_launch`;
+//!   `config.init` is the main process), `GET|POST|DELETE /v1/apps/{app}/machines/{id}` (get,
+//!   update, destroy), `POST …/start|stop|suspend|restart|signal`, `GET …/ps`, `GET …/events`,
+//!   `GET …/metadata`, `POST|DELETE …/metadata/{key}`,
 //!   `GET …/wait?state=&timeout=&instance_id=` (1–60 s, 408 on timeout),
-//!   `POST|GET|DELETE …/lease` (409 while someone else holds it; exec honours it too).
+//!   `POST|GET|DELETE …/lease` (409 while someone else holds it, on exec and on every call fly-go
+//!   sends the nonce with). See `docs/adapters/fly.md` for the table and its sources.
 //!
 //! Each machine is a [`Sandbox`] whose private paths are `/root`, `/tmp` and `/data`; its
 //! environment has `HOME=/root`, a standard `PATH`, and Fly's runtime variables (`FLY_APP_NAME`,

@@ -310,6 +310,7 @@ async fn transition(st: &State, m: Arc<Machine>, via: &str, to: &'static str, ki
             m.halt(to);
         } else {
             m.set_state(to);
+            m.event("suspend", to, "user", None);
         }
     });
 }
