@@ -1097,16 +1097,33 @@ fn go_duration(s: &str) -> Option<Duration> {
     if let Ok(n) = s.parse::<u64>() {
         return Some(Duration::from_secs(n));
     }
-    let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic())?);
-    let n: f64 = num.parse().ok()?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return None,
-    };
-    (secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+    // Go's `time.Duration.String()`, which fly-go's `Restart` formats with `%s`: a sequence of
+    // number+unit (`1m30s`, `1h0m0s`, `500ms`).
+    let mut total = 0f64;
+    let mut rest = s;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let n: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += n * scale;
+        rest = &rest[unit_end..];
+    }
+    Some(Duration::from_secs_f64(total))
 }
 
 /// Signals the sandbox's processes with `sig`, waits up to `grace` for every one but the init
@@ -1403,4 +1420,43 @@ async fn metadata_delete(
     };
     m.metadata.lock().expect("metadata").remove(&key);
     empty(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_timeouts_are_go_durations_or_seconds() {
+        assert_eq!(go_duration("10"), Some(Duration::from_secs(10)));
+        assert_eq!(go_duration("5s"), Some(Duration::from_secs(5)));
+        assert_eq!(go_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(go_duration("1m"), Some(Duration::from_secs(60)));
+        // `time.Duration.String()` forms, as fly-go's `Restart` sends them.
+        assert_eq!(go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(go_duration("1h0m0s"), Some(Duration::from_secs(3600)));
+        assert_eq!(go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(go_duration(""), None);
+        assert_eq!(go_duration("s"), None);
+        assert_eq!(go_duration("soon"), None);
+        assert_eq!(go_duration("5x"), None);
+    }
+
+    #[test]
+    fn signals_by_spec_name_or_fly_go_number() {
+        assert_eq!(signal_number(&json!("SIGTERM")), Some(libc::SIGTERM));
+        assert_eq!(signal_number(&json!("usr1")), Some(libc::SIGUSR1));
+        assert_eq!(signal_number(&json!(9)), Some(libc::SIGKILL));
+        assert_eq!(signal_number(&json!(0)), None);
+        assert_eq!(signal_number(&json!("SIGNOPE")), None);
+        assert_eq!(signal_number(&Value::Null), None);
+    }
+
+    #[test]
+    fn app_names_are_lowercase_dashes_and_digits() {
+        assert!(valid_app_name("my-app-1"));
+        for bad in ["", "My-App", "-a", "a-", "a_b", "a b"] {
+            assert!(!valid_app_name(bad), "{bad}");
+        }
+    }
 }
