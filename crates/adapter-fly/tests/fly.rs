@@ -219,3 +219,31 @@ async fn results_are_the_same_whether_zero_values_are_omitted_or_not() {
         assert_eq!(fly.exec(c).await.unwrap().stdout.as_ref(), b" 00 ff 0a\n");
     }
 }
+
+/// Machines live in an app that must exist first (`POST /v1/apps`, or `fly apps create`): the
+/// Machines API answers 404 `{"error":"app not found"}` for an unknown app (superfly/fly-go
+/// @ 22d6e51 `flaps/flaps_apps_test.go`) and does not create it. The adapter is configured
+/// with an existing app and reports an unknown one as `NotFound`, never as success.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_app_that_does_not_exist_is_not_found_until_it_is_created() {
+    use execseam_core::{ListFilter, Sandbox, SandboxSpec};
+    let emu = emulator(FlyOptions::default()).await;
+    let provider = FlyProvider::new(
+        FlyConfig::new("not-created-yet", TOKEN)
+            .base_url(emu.base_url())
+            .image("debian"),
+    )
+    .unwrap();
+    let e = provider.create(SandboxSpec::new()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    assert!(e.to_string().contains("app not found"), "{e}");
+    let e = provider.list(&ListFilter::new()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    assert!(emu.machine("not-created-yet", "x").is_none());
+
+    assert!(emu.create_app("not-created-yet"));
+    let fly = provider.create(SandboxSpec::new()).await.unwrap();
+    assert!(fly.exec(sh("true")).await.unwrap().exit.success());
+    assert_eq!(provider.list(&ListFilter::new()).await.unwrap().len(), 1);
+    fly.close().await.unwrap();
+}

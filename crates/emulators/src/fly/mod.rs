@@ -10,10 +10,16 @@
 //!   signal death is `exit_code: -1, exit_signal: N`; invalid UTF-8 becomes U+FFFD as Go's JSON
 //!   encoder writes it; a response over 10 MiB is the API's output-limit error. Route name for
 //!   faults: `exec`.
-//! - `GET /v1/apps/{app}/machines`, `POST /v1/apps/{app}/machines` (create; `skip_launch`),
-//!   `GET|DELETE /v1/apps/{app}/machines/{id}`, `POST …/start|stop|suspend`,
+//! - The Apps API: `POST /v1/apps`, `GET /v1/apps?org_slug=`, `GET|DELETE /v1/apps/{app}`.
+//!   Machines live in an app that exists: every machine route of an unknown app is 404
+//!   `{"error":"app not found"}` (no app is created implicitly). [`DEFAULT_APP`] exists at start.
+//! - `GET /v1/apps/{app}/machines`, `POST /v1/apps/{app}/machines` (create; `skip_launch`;
+//!   `config.init` is the main process), `GET|POST|DELETE /v1/apps/{app}/machines/{id}` (get,
+//!   update, destroy), `POST …/start|stop|suspend|restart|signal`, `GET …/ps`, `GET …/events`,
+//!   `GET …/metadata`, `POST|DELETE …/metadata/{key}`,
 //!   `GET …/wait?state=&timeout=&instance_id=` (1–60 s, 408 on timeout),
-//!   `POST|GET|DELETE …/lease` (409 while someone else holds it; exec honours it too).
+//!   `POST|GET|DELETE …/lease` (409 while someone else holds it, on exec and on every call fly-go
+//!   sends the nonce with). See `docs/adapters/fly.md` for the table and its sources.
 //!
 //! Each machine is a [`Sandbox`] whose private paths are `/root`, `/tmp` and `/data`; its
 //! environment has `HOME=/root`, a standard `PATH`, and Fly's runtime variables (`FLY_APP_NAME`,
@@ -33,17 +39,47 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use execseam_core::{Command, Event, ExecStream, Exit};
+use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::harness::{Dir, FaultHandle, Sandbox, SandboxSpec, Sandboxing, Server, User};
-use crate::util::hex_id;
+use crate::util::{hex_id, rfc3339};
+
+/// A JSON object's string values.
+pub(crate) fn string_map(v: &Value) -> BTreeMap<String, String> {
+    v.as_object()
+        .map(|o| {
+            o.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A lowercase alphanumeric id, as Fly's app ids look (`z4k69dxd8r31p5mx`).
+fn util_id(len: usize) -> String {
+    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    hex_id(len * 2)
+        .as_bytes()
+        .chunks(2)
+        .map(|c| {
+            let n = u8::from_str_radix(std::str::from_utf8(c).unwrap_or("0"), 16).unwrap_or(0);
+            ALPHABET[n as usize % ALPHABET.len()] as char
+        })
+        .collect()
+}
 use crate::{Emulator, EmulatorOptions};
 
 /// The fault routes and what each renders (`--fault ROUTE=FAULT`): every fault on `exec` only.
 pub const FAULTS: crate::harness::Rendered = &[("exec", crate::harness::FAULT_NAMES)];
 
-/// The app the default machine belongs to.
+/// The app the default machine belongs to (it exists at start).
 pub const DEFAULT_APP: &str = "execseam-emulated";
+/// The org of the apps the emulator creates by itself (`personal`, the slug of a user's own org).
+pub const DEFAULT_ORG: &str = "personal";
+/// The image of a machine whose config names none.
+pub const DEFAULT_IMAGE: &str = "registry-1.docker.io/library/debian:stable";
 /// The token put in [`Emulator::env`] when the emulator accepts any token.
 pub const PLACEHOLDER_TOKEN: &str = "fly-emulator-token";
 /// The cwd of exec'd commands.
@@ -97,15 +133,32 @@ pub(crate) struct Lease {
     pub(crate) version: String,
 }
 
+/// An app (`POST /v1/apps`): machines live in one.
+#[derive(Clone, Debug)]
+pub(crate) struct App {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) org_slug: String,
+    pub(crate) network: String,
+    pub(crate) created: SystemTime,
+}
+
+/// The most events a machine keeps (newest first).
+const MAX_EVENTS: usize = 64;
+
 /// One emulated machine.
 pub struct Machine {
     app: String,
     id: String,
-    name: String,
+    name: Mutex<String>,
     region: String,
     created: SystemTime,
-    env: BTreeMap<String, String>,
-    image: String,
+    /// `config` as the last create or update sent it (`metadata` is kept apart).
+    pub(crate) config: Mutex<Value>,
+    /// `version` (changes on every update).
+    pub(crate) version: Mutex<String>,
+    /// `events`, newest first.
+    pub(crate) events: Mutex<Vec<Value>>,
     instance_id: Mutex<String>,
     state: watch::Sender<String>,
     sandbox: Mutex<Option<Arc<Sandbox>>>,
@@ -167,7 +220,68 @@ impl Machine {
         nonce
     }
 
+    /// `config.image` (a default when the config names none).
+    pub(crate) fn image(&self) -> String {
+        self.config.lock().expect("config")["image"]
+            .as_str()
+            .unwrap_or(DEFAULT_IMAGE)
+            .to_owned()
+    }
+
+    /// `config.env`.
+    pub(crate) fn env(&self) -> BTreeMap<String, String> {
+        string_map(&self.config.lock().expect("config")["env"])
+    }
+
+    /// The machine's name.
+    pub fn name(&self) -> String {
+        self.name.lock().expect("name").clone()
+    }
+
+    /// Records an event (`MachineEvent`: `type`, `status`, `source`, `timestamp` in ms).
+    pub(crate) fn event(&self, kind: &str, status: &str, source: &str, request: Option<Value>) {
+        let ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let mut e = json!({
+            "id": hex_id(26).to_uppercase(),
+            "type": kind,
+            "status": status,
+            "source": source,
+            "timestamp": ms,
+        });
+        if let Some(r) = request {
+            e["request"] = r;
+        }
+        let mut events = self.events.lock().expect("events");
+        events.insert(0, e);
+        events.truncate(MAX_EVENTS);
+    }
+
+    /// The main process's argv: `config.init.exec`, else `init.entrypoint` + `init.cmd`.
+    fn main_argv(&self) -> Vec<String> {
+        let config = self.config.lock().expect("config");
+        let list = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let init = &config["init"];
+        let exec = list(&init["exec"]);
+        if !exec.is_empty() {
+            return exec;
+        }
+        let mut argv = list(&init["entrypoint"]);
+        argv.extend(list(&init["cmd"]));
+        argv
+    }
+
     pub(crate) fn spec(&self) -> SandboxSpec {
+        let image = self.image();
         let mut env: BTreeMap<String, String> = [
             ("PATH", PATH),
             ("FLY_APP_NAME", self.app.as_str()),
@@ -175,34 +289,102 @@ impl Machine {
             ("FLY_ALLOC_ID", self.id.as_str()),
             ("FLY_REGION", self.region.as_str()),
             ("FLY_PROCESS_GROUP", "app"),
-            ("FLY_IMAGE_REF", self.image.as_str()),
+            ("FLY_IMAGE_REF", image.as_str()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-        env.extend(self.env.clone());
+        env.extend(self.env());
         // A Machine runs its image's processes as root; its hostname is the Machine's id.
         SandboxSpec::new("fly", &self.id, User::root(), env).dirs([Dir::root("/data")])
     }
 
-    /// Boots the machine: a fresh sandbox (if none), a new instance id, state `started`.
-    pub(crate) fn boot(&self) -> io::Result<()> {
+    /// Boots the machine: a fresh sandbox (if none) running the main process of `config.init`
+    /// (if any), state `started`.
+    pub(crate) fn boot(self: &Arc<Self>) -> io::Result<()> {
         let mut sb = self.sandbox.lock().expect("sandbox");
-        if sb.is_none() {
+        let fresh = sb.is_none();
+        if fresh {
             *sb = Some(Sandbox::create(
                 self.id.clone(),
                 self.spec(),
                 &self.sandboxing,
             )?);
-            *self.instance_id.lock().expect("instance") = hex_id(26).to_uppercase();
         }
+        let sandbox = sb.clone();
         drop(sb);
         self.set_state("started");
+        self.event("start", "started", "flyd", None);
+        if fresh && let Some(sandbox) = sandbox {
+            self.spawn_main(&sandbox);
+        }
         Ok(())
+    }
+
+    /// Runs the main process in `sandbox` until it exits (an `exit` event records how) or the
+    /// sandbox goes.
+    fn spawn_main(self: &Arc<Self>, sandbox: &Arc<Sandbox>) {
+        let argv = self.main_argv();
+        if argv.is_empty() {
+            return;
+        }
+        let cmd = match Command::builder(argv)
+            .workdir(sandbox.visible_path(DEFAULT_CWD))
+            .build()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e.message(), "the machine's init is not a valid command");
+                return;
+            }
+        };
+        let exec = sandbox.exec().clone();
+        let m = Arc::downgrade(self);
+        let task = tokio::spawn(async move {
+            let Ok(mut stream) = exec.exec_stream(cmd).await else {
+                return;
+            };
+            while let Some(ev) = stream.next().await {
+                if let Ok(Event::Exit(exit)) = ev {
+                    let (code, signal) = match exit {
+                        Exit::Code(c) => (c, 0),
+                        Exit::Signal(s) => (-1, s),
+                    };
+                    if let Some(m) = m.upgrade() {
+                        m.event(
+                            "exit",
+                            "stopped",
+                            "flyd",
+                            Some(json!({"exit_event": {
+                                "exit_code": code,
+                                "guest_exit_code": code,
+                                "guest_signal": signal,
+                                "signal": signal,
+                                "exited_at": rfc3339(SystemTime::now()),
+                            }})),
+                        );
+                    }
+                    return;
+                }
+            }
+        });
+        sandbox.track(task.abort_handle());
     }
 
     /// Kills everything and drops the sandbox.
     pub(crate) fn halt(&self, state: &str) {
+        if self.sandbox.lock().expect("sandbox").is_some() {
+            self.event(
+                if state == "destroyed" {
+                    "destroy"
+                } else {
+                    "stop"
+                },
+                state,
+                "user",
+                None,
+            );
+        }
         if let Some(s) = self.sandbox.lock().expect("sandbox").take() {
             s.destroy();
         }
@@ -225,6 +407,9 @@ pub(crate) struct State {
     pub(crate) sandboxing: Sandboxing,
     pub(crate) options: Mutex<FlyOptions>,
     pub(crate) machines: Mutex<BTreeMap<(String, String), Arc<Machine>>>,
+    pub(crate) apps: Mutex<BTreeMap<String, App>>,
+    /// `(app, id)` of destroyed machines (a wait for `destroyed` on one answers at once).
+    pub(crate) destroyed: Mutex<std::collections::BTreeSet<(String, String)>>,
 }
 
 impl State {
@@ -240,32 +425,65 @@ impl State {
             .cloned()
     }
 
+    pub(crate) fn app(&self, name: &str) -> Option<App> {
+        self.apps.lock().expect("apps").get(name).cloned()
+    }
+
+    /// Creates an app (false if the name is taken).
+    pub(crate) fn create_app(&self, name: &str, org_slug: &str, network: &str) -> Option<App> {
+        let mut apps = self.apps.lock().expect("apps");
+        if apps.contains_key(name) {
+            return None;
+        }
+        let app = App {
+            id: util_id(16),
+            name: name.to_owned(),
+            org_slug: org_slug.to_owned(),
+            network: if network.is_empty() {
+                "default".to_owned()
+            } else {
+                network.to_owned()
+            },
+            created: SystemTime::now(),
+        };
+        apps.insert(name.to_owned(), app.clone());
+        Some(app)
+    }
+
     pub(crate) fn create_machine(
         &self,
         app: &str,
         name: Option<String>,
         region: Option<String>,
-        image: Option<String>,
-        env: BTreeMap<String, String>,
+        config: Value,
         launch: bool,
     ) -> io::Result<Arc<Machine>> {
         let id = hex_id(14);
         let (state, _) = watch::channel("created".to_owned());
+        let metadata = string_map(&config["metadata"]);
+        let mut config = config;
+        if let Some(c) = config.as_object_mut() {
+            c.remove("metadata");
+        } else {
+            config = json!({});
+        }
         let m = Arc::new(Machine {
             app: app.to_owned(),
-            name: name.unwrap_or_else(|| format!("emulated-{}", &id[..6])),
+            name: Mutex::new(name.unwrap_or_else(|| format!("emulated-{}", &id[..6]))),
             id: id.clone(),
             region: region.unwrap_or_else(|| "iad".to_owned()),
             created: SystemTime::now(),
-            env,
-            image: image.unwrap_or_else(|| "registry-1.docker.io/library/debian:stable".to_owned()),
+            config: Mutex::new(config),
+            version: Mutex::new(hex_id(26).to_uppercase()),
+            events: Mutex::new(Vec::new()),
             instance_id: Mutex::new(hex_id(26).to_uppercase()),
             state,
             sandbox: Mutex::new(None),
             lease: Mutex::new(None),
             sandboxing: self.sandboxing.clone(),
-            metadata: Mutex::new(BTreeMap::new()),
+            metadata: Mutex::new(metadata),
         });
+        m.event("launch", "created", "user", None);
         if launch {
             m.boot()?;
         }
@@ -286,6 +504,10 @@ impl State {
         match m {
             Some(m) => {
                 m.halt("destroyed");
+                self.destroyed
+                    .lock()
+                    .expect("destroyed")
+                    .insert((app.to_owned(), id.to_owned()));
                 true
             }
             None => false,
@@ -332,9 +554,12 @@ impl FlyEmulator {
             sandboxing: options.sandboxing,
             options: Mutex::new(fly),
             machines: Mutex::new(BTreeMap::new()),
+            apps: Mutex::new(BTreeMap::new()),
+            destroyed: Mutex::new(std::collections::BTreeSet::new()),
         });
-        let default_machine =
-            state.create_machine(DEFAULT_APP, None, None, None, BTreeMap::new(), true)?;
+        // The app a user's existing Fly app stands for (the adapter is configured with one).
+        state.create_app(DEFAULT_APP, DEFAULT_ORG, "");
+        let default_machine = state.create_machine(DEFAULT_APP, None, None, json!({}), true)?;
         let server = Server::start(options.listen, routes::router(state.clone())).await?;
         Ok(FlyEmulator {
             server,
@@ -366,10 +591,21 @@ impl FlyEmulator {
         self.default_machine.clone()
     }
 
-    /// Creates and starts a machine in `app`.
+    /// Creates and starts a machine in `app`, which must exist ([`create_app`](Self::create_app)).
     pub fn create_machine(&self, app: &str) -> io::Result<Arc<Machine>> {
-        self.state
-            .create_machine(app, None, None, None, BTreeMap::new(), true)
+        if self.state.app(app).is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("app {app} does not exist"),
+            ));
+        }
+        self.state.create_machine(app, None, None, json!({}), true)
+    }
+
+    /// Creates an app in org [`DEFAULT_ORG`] (as `POST /v1/apps` does); false if the name is
+    /// taken.
+    pub fn create_app(&self, name: &str) -> bool {
+        self.state.create_app(name, DEFAULT_ORG, "").is_some()
     }
 
     /// A machine by app and id.

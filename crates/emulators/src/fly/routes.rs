@@ -22,8 +22,22 @@ type St = AxState<Arc<State>>;
 
 pub(crate) fn router(state: Arc<State>) -> Router {
     Router::new()
+        .route("/v1/apps", get(apps_list).post(apps_create))
+        .route("/v1/apps/{app}", get(apps_show).delete(apps_delete))
         .route("/v1/apps/{app}/machines", get(list).post(create))
-        .route("/v1/apps/{app}/machines/{id}", get(show).delete(destroy))
+        .route(
+            "/v1/apps/{app}/machines/{id}",
+            get(show).post(update).delete(destroy),
+        )
+        .route("/v1/apps/{app}/machines/{id}/restart", post(restart))
+        .route("/v1/apps/{app}/machines/{id}/signal", post(signal))
+        .route("/v1/apps/{app}/machines/{id}/ps", get(ps))
+        .route("/v1/apps/{app}/machines/{id}/events", get(events))
+        .route("/v1/apps/{app}/machines/{id}/metadata", get(metadata_show))
+        .route(
+            "/v1/apps/{app}/machines/{id}/metadata/{key}",
+            post(metadata_set).delete(metadata_delete),
+        )
         .route("/v1/apps/{app}/machines/{id}/exec", post(exec))
         .route("/v1/apps/{app}/machines/{id}/start", post(start))
         .route("/v1/apps/{app}/machines/{id}/stop", post(stop))
@@ -52,6 +66,24 @@ fn err(status: StatusCode, message: &str) -> Response {
 
 fn not_found() -> Response {
     err(StatusCode::NOT_FOUND, "machine not found")
+}
+
+/// fly-go's `flaps_apps_test.go` answer for an app that does not exist.
+fn app_not_found() -> Response {
+    err(StatusCode::NOT_FOUND, "app not found")
+}
+
+/// The machine `id` of `app`: an unknown app is `app not found`, an unknown machine `machine
+/// not found` (both 404).
+fn lookup(st: &State, app: &str, id: &str) -> Result<Arc<Machine>, Response> {
+    if st.app(app).is_none() {
+        return Err(app_not_found());
+    }
+    st.machine(app, id).ok_or_else(not_found)
+}
+
+fn empty(status: StatusCode) -> Response {
+    status.into_response()
 }
 
 /// Accepts `Bearer X`, `FlyV1 X` and `Bearer FlyV1 X` (what `fly tokens` prints, pasted after
@@ -88,18 +120,16 @@ fn unauthorized() -> Response {
 
 fn machine_json(m: &Machine) -> Value {
     let lease = m.lease.lock().expect("lease").clone();
-    let mut config = json!({
-        "image": m.image,
-        "env": m.env,
-        "guest": {"cpu_kind": "shared", "cpus": 1, "memory_mb": 256},
-        "metadata": *m.metadata.lock().expect("metadata"),
-    });
-    if m.env.is_empty() {
-        config.as_object_mut().map(|c| c.remove("env"));
+    let mut config = m.config.lock().expect("config").clone();
+    config["image"] = json!(m.image());
+    if config.get("guest").is_none() {
+        config["guest"] = json!({"cpu_kind": "shared", "cpus": 1, "memory_mb": 256});
     }
+    config["metadata"] = json!(*m.metadata.lock().expect("metadata"));
     let mut v = json!({
         "id": m.id,
-        "name": m.name,
+        "name": m.name(),
+        "version": m.version.lock().expect("version").clone(),
         "state": m.state(),
         "region": m.region,
         "instance_id": m.instance_id.lock().expect("instance").clone(),
@@ -108,7 +138,7 @@ fn machine_json(m: &Machine) -> Value {
         "image_ref": {"registry": "registry-1.docker.io", "repository": "library/debian", "tag": "stable"},
         "created_at": rfc3339(m.created),
         "updated_at": rfc3339(SystemTime::now()),
-        "events": [],
+        "events": *m.events.lock().expect("events"),
         "checks": [],
         "host_status": "ok",
     });
@@ -121,6 +151,9 @@ fn machine_json(m: &Machine) -> Value {
 async fn list(st: St, Path(app): Path<String>, headers: HeaderMap) -> Response {
     if !authorized(&st, &headers) {
         return unauthorized();
+    }
+    if st.app(&app).is_none() {
+        return app_not_found();
     }
     let all: Vec<Value> = st
         .machines
@@ -137,6 +170,9 @@ async fn create(st: St, Path(app): Path<String>, headers: HeaderMap, body: Bytes
     if !authorized(&st, &headers) {
         return unauthorized();
     }
+    if st.app(&app).is_none() {
+        return app_not_found();
+    }
     let req: CreateMachineRequest = if body.is_empty() {
         CreateMachineRequest::default()
     } else {
@@ -145,30 +181,10 @@ async fn create(st: St, Path(app): Path<String>, headers: HeaderMap, body: Bytes
             Err(e) => return err(StatusCode::BAD_REQUEST, &format!("invalid_argument: {e}")),
         }
     };
-    let config = req.config.unwrap_or(Value::Null);
-    let image = config["image"].as_str().map(str::to_owned);
-    let env: BTreeMap<String, String> = config["env"]
-        .as_object()
-        .map(|o| {
-            o.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default();
-    let metadata: BTreeMap<String, String> = config["metadata"]
-        .as_object()
-        .map(|o| {
-            o.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default();
+    let config = req.config.unwrap_or_else(|| json!({}));
     let launch = !req.skip_launch.unwrap_or(false);
-    match st.create_machine(&app, req.name, req.region, image, env, launch) {
-        Ok(m) => {
-            *m.metadata.lock().expect("metadata") = metadata;
-            json_response(StatusCode::OK, &machine_json(&m))
-        }
+    match st.create_machine(&app, req.name, req.region, config, launch) {
+        Ok(m) => json_response(StatusCode::OK, &machine_json(&m)),
         Err(e) => err(
             StatusCode::INTERNAL_SERVER_ERROR,
             &format!("cannot create: {e}"),
@@ -180,9 +196,9 @@ async fn show(st: St, Path((app, id)): Path<(String, String)>, headers: HeaderMa
     if !authorized(&st, &headers) {
         return unauthorized();
     }
-    match st.machine(&app, &id) {
-        Some(m) => json_response(StatusCode::OK, &machine_json(&m)),
-        None => not_found(),
+    match lookup(&st, &app, &id) {
+        Ok(m) => json_response(StatusCode::OK, &machine_json(&m)),
+        Err(r) => r,
     }
 }
 
@@ -195,9 +211,14 @@ async fn destroy(
     if !authorized(&st, &headers) {
         return unauthorized();
     }
-    let Some(m) = st.machine(&app, &id) else {
-        return not_found();
+    let m = match lookup(&st, &app, &id) {
+        Ok(m) => m,
+        Err(r) => return r,
     };
+    // fly-go's `Destroy` sends the lease nonce.
+    if let Some(r) = lease_conflict(&m, &headers) {
+        return r;
+    }
     // `force=true` (the OpenAPI spec) or `kill=true` (fly-go's `Destroy`) stops a running one.
     let force = ["force", "kill"]
         .iter()
@@ -243,8 +264,9 @@ async fn start(st: St, Path((app, id)): Path<(String, String)>, headers: HeaderM
     if !authorized(&st, &headers) {
         return unauthorized();
     }
-    let Some(m) = st.machine(&app, &id) else {
-        return not_found();
+    let m = match lookup(&st, &app, &id) {
+        Ok(m) => m,
+        Err(r) => return r,
     };
     if let Some(r) = lease_conflict(&m, &headers) {
         return r;
@@ -288,19 +310,44 @@ async fn transition(st: &State, m: Arc<Machine>, via: &str, to: &'static str, ki
             m.halt(to);
         } else {
             m.set_state(to);
+            m.event("suspend", to, "user", None);
         }
     });
 }
 
-async fn stop(st: St, Path((app, id)): Path<(String, String)>, headers: HeaderMap) -> Response {
+async fn stop(
+    st: St,
+    Path((app, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     if !authorized(&st, &headers) {
         return unauthorized();
     }
-    let Some(m) = st.machine(&app, &id) else {
-        return not_found();
+    let m = match lookup(&st, &app, &id) {
+        Ok(m) => m,
+        Err(r) => return r,
     };
     if let Some(r) = lease_conflict(&m, &headers) {
         return r;
+    }
+    // [spec] StopRequest {signal, timeout}, optional; the docs: "(default: SIGINT)". The
+    // signal reaches the machine's processes at once; the kill follows the transition.
+    let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let sig = match req["signal"].as_str().filter(|s| !s.is_empty()) {
+        None => libc::SIGINT,
+        Some(name) => match signal_number(&json!(name)) {
+            Some(n) => n,
+            None => {
+                return err(
+                    StatusCode::BAD_REQUEST,
+                    &format!("invalid_argument: unknown signal {name}"),
+                );
+            }
+        },
+    };
+    if let Some(sb) = m.sandbox() {
+        sb.signal_processes(sig);
     }
     transition(&st, m, "stopping", "stopped", true).await;
     json_response(StatusCode::OK, &json!({"ok": true}))
@@ -310,8 +357,9 @@ async fn suspend(st: St, Path((app, id)): Path<(String, String)>, headers: Heade
     if !authorized(&st, &headers) {
         return unauthorized();
     }
-    let Some(m) = st.machine(&app, &id) else {
-        return not_found();
+    let m = match lookup(&st, &app, &id) {
+        Ok(m) => m,
+        Err(r) => return r,
     };
     if let Some(r) = lease_conflict(&m, &headers) {
         return r;
@@ -329,9 +377,6 @@ async fn wait(
     if !authorized(&st, &headers) {
         return unauthorized();
     }
-    let Some(m) = st.machine(&app, &id) else {
-        return not_found();
-    };
     let get = |k: &str| q.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
     let states: Vec<String> = {
         let s: Vec<String> = q
@@ -361,6 +406,21 @@ async fn wait(
             "invalid_argument: instance_id is required when waiting for the stopped state",
         );
     }
+    let m = match lookup(&st, &app, &id) {
+        Ok(m) => m,
+        // A machine destroyed before the wait has reached `destroyed`.
+        Err(_)
+            if states.iter().any(|s| s == "destroyed")
+                && st
+                    .destroyed
+                    .lock()
+                    .expect("destroyed")
+                    .contains(&(app.clone(), id.clone())) =>
+        {
+            return json_response(StatusCode::OK, &json!({"ok": true}));
+        }
+        Err(r) => return r,
+    };
     let mut rx = m.subscribe();
     let reached = tokio::time::timeout(
         Duration::from_secs(timeout),
@@ -400,8 +460,9 @@ async fn lease_show(
     if !authorized(&st, &headers) {
         return unauthorized();
     }
-    let Some(m) = st.machine(&app, &id) else {
-        return not_found();
+    let m = match lookup(&st, &app, &id) {
+        Ok(m) => m,
+        Err(r) => return r,
     };
     let lease = m.lease.lock().expect("lease").clone();
     match lease.filter(|l| l.expires > SystemTime::now()) {
@@ -420,8 +481,9 @@ async fn lease_create(
     if !authorized(&st, &headers) {
         return unauthorized();
     }
-    let Some(m) = st.machine(&app, &id) else {
-        return not_found();
+    let m = match lookup(&st, &app, &id) {
+        Ok(m) => m,
+        Err(r) => return r,
     };
     let req: LeaseRequest = serde_json::from_slice(&body).unwrap_or_default();
     let ttl = req
@@ -478,8 +540,9 @@ async fn lease_release(
     if !authorized(&st, &headers) {
         return unauthorized();
     }
-    let Some(m) = st.machine(&app, &id) else {
-        return not_found();
+    let m = match lookup(&st, &app, &id) {
+        Ok(m) => m,
+        Err(r) => return r,
     };
     let nonce = headers
         .get("fly-machine-lease-nonce")
@@ -601,8 +664,9 @@ async fn exec(
     if !authorized(&st, &headers) {
         return unauthorized();
     }
-    let Some(m) = st.machine(&app, &id) else {
-        return not_found();
+    let m = match lookup(&st, &app, &id) {
+        Ok(m) => m,
+        Err(r) => return r,
     };
     let req: ExecRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
@@ -741,6 +805,658 @@ async fn exec(
                 HeaderValue::from_static("application/json"),
             );
             r
+        }
+    }
+}
+
+// ---- Apps (docs: machines/api/apps-resource; spec: Apps_*; fly-go: flaps/flaps_apps.go) ----
+
+/// `CreateAppRequest`: the docs and the spec name the field `app_name`; fly-go's
+/// `CreateAppRequest` sends `name`. Both are read.
+#[derive(serde::Deserialize, Default)]
+struct CreateApp {
+    #[serde(default)]
+    app_name: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    org_slug: Option<String>,
+    #[serde(default)]
+    network: Option<String>,
+}
+
+/// Fly app names: lowercase letters, digits and dashes (the names `fly apps create` accepts).
+fn valid_app_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 63
+        && n.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !n.starts_with('-')
+        && !n.ends_with('-')
+}
+
+async fn apps_create(st: St, headers: HeaderMap, body: Bytes) -> Response {
+    if !authorized(&st, &headers) {
+        return unauthorized();
+    }
+    let req: CreateApp = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return err(StatusCode::BAD_REQUEST, &format!("invalid_argument: {e}")),
+    };
+    let name = req.app_name.or(req.name).unwrap_or_default();
+    if !valid_app_name(&name) {
+        return err(
+            StatusCode::BAD_REQUEST,
+            &format!("invalid_argument: invalid app name {name:?}"),
+        );
+    }
+    let org = req.org_slug.unwrap_or_default();
+    if org.is_empty() {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "invalid_argument: org_slug is required",
+        );
+    }
+    match st.create_app(&name, &org, &req.network.unwrap_or_default()) {
+        // [docs] "Status: 201 created": {"id":"z4k69dxd8r31p5mx","created_at":1708631799000}.
+        Some(a) => json_response(
+            StatusCode::CREATED,
+            &json!({"id": a.id, "created_at": unix(a.created) * 1000}),
+        ),
+        // fly-go's `flaps_error.go` knows `status: "name_taken"`.
+        None => json_response(
+            StatusCode::CONFLICT,
+            &json!({"error": format!("app name {name:?} is already taken"), "status": "name_taken"}),
+        ),
+    }
+}
+
+fn app_status(st: &State, app: &str) -> (&'static str, usize) {
+    let n = st
+        .machines
+        .lock()
+        .expect("machines")
+        .keys()
+        .filter(|(a, _)| a == app)
+        .count();
+    (if n == 0 { "pending" } else { "deployed" }, n)
+}
+
+async fn apps_list(
+    st: St,
+    Query(q): Query<BTreeMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&st, &headers) {
+        return unauthorized();
+    }
+    // [spec] Apps_list: `org_slug` is required.
+    let Some(org) = q.get("org_slug").filter(|o| !o.is_empty()) else {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "invalid_argument: org_slug is required",
+        );
+    };
+    let apps: Vec<super::App> = st
+        .apps
+        .lock()
+        .expect("apps")
+        .values()
+        .filter(|a| &a.org_slug == org)
+        .cloned()
+        .collect();
+    let list: Vec<Value> = apps
+        .iter()
+        .map(|a| {
+            json!({
+                "id": a.id,
+                "name": a.name,
+                "machine_count": app_status(&st, &a.name).1,
+                "volume_count": 0,
+                "network": a.network,
+            })
+        })
+        .collect();
+    json_response(
+        StatusCode::OK,
+        &json!({"total_apps": list.len(), "apps": list}),
+    )
+}
+
+async fn apps_show(st: St, Path(app): Path<String>, headers: HeaderMap) -> Response {
+    if !authorized(&st, &headers) {
+        return unauthorized();
+    }
+    let Some(a) = st.app(&app) else {
+        return app_not_found();
+    };
+    // [docs] {"id","name","status","organization":{"name","slug"}}.
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "id": a.id,
+            "name": a.name,
+            "status": app_status(&st, &app).0,
+            "organization": {"name": a.org_slug, "slug": a.org_slug},
+        }),
+    )
+}
+
+async fn apps_delete(
+    st: St,
+    Path(app): Path<String>,
+    Query(q): Query<BTreeMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&st, &headers) {
+        return unauthorized();
+    }
+    if st.app(&app).is_none() {
+        // [docs] `_delete_app_resp`.
+        return err(StatusCode::NOT_FOUND, "Could not find App");
+    }
+    let machines: Vec<Arc<Machine>> = st
+        .machines
+        .lock()
+        .expect("machines")
+        .iter()
+        .filter(|((a, _), _)| *a == app)
+        .map(|(_, m)| m.clone())
+        .collect();
+    // [docs] "Machines should be stopped before attempting deletion. Append ?force=true to the
+    // URI to stop and delete immediately."
+    let force = q.get("force").is_some_and(|v| v == "true");
+    if !force && machines.iter().any(|m| m.state() == "started") {
+        return err(
+            StatusCode::PRECONDITION_FAILED,
+            "failed_precondition: app has started machines; stop them or pass force=true",
+        );
+    }
+    for m in machines {
+        st.destroy(&app, m.id());
+    }
+    st.apps.lock().expect("apps").remove(&app);
+    // [docs] "202 accepted", no body.
+    empty(StatusCode::ACCEPTED)
+}
+
+// ---- Machine operations beside exec (spec: Machines_*; fly-go: flaps/flaps_machines.go) ----
+
+/// A signal by name (`SIGTERM`, `TERM`) as the spec's `SignalRequest` enum has them, or by
+/// number (fly-go's `Kill` sends `{"signal": 9}`).
+fn signal_number(v: &Value) -> Option<i32> {
+    if let Some(n) = v.as_i64() {
+        return (1..=64).contains(&n).then_some(n as i32);
+    }
+    let name = v.as_str()?.to_ascii_uppercase();
+    let name = name.strip_prefix("SIG").unwrap_or(&name);
+    Some(match name {
+        "ABRT" => libc::SIGABRT,
+        "ALRM" => libc::SIGALRM,
+        "FPE" => libc::SIGFPE,
+        "HUP" => libc::SIGHUP,
+        "ILL" => libc::SIGILL,
+        "INT" => libc::SIGINT,
+        "KILL" => libc::SIGKILL,
+        "PIPE" => libc::SIGPIPE,
+        "QUIT" => libc::SIGQUIT,
+        "SEGV" => libc::SIGSEGV,
+        "TERM" => libc::SIGTERM,
+        "TRAP" => libc::SIGTRAP,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        _ => return None,
+    })
+}
+
+fn not_started(m: &Machine) -> Response {
+    err(
+        StatusCode::PRECONDITION_FAILED,
+        &format!(
+            "failed_precondition: machine {} is {}, not started",
+            m.id(),
+            m.state()
+        ),
+    )
+}
+
+/// `POST …/{id}` (Machines_update): `UpdateMachineRequest` → 200 `Machine`. The config is
+/// replaced, the version changes, and a started machine is rebooted on it (fresh root, its
+/// processes restarted), as flyd replaces the VM.
+async fn update(
+    st: St,
+    Path((app, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !authorized(&st, &headers) {
+        return unauthorized();
+    }
+    let m = match lookup(&st, &app, &id) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    if let Some(r) = lease_conflict(&m, &headers) {
+        return r;
+    }
+    let req: Value = match serde_json::from_slice(&body) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => {
+            return err(
+                StatusCode::BAD_REQUEST,
+                "invalid_argument: an object is required",
+            );
+        }
+        Err(e) => return err(StatusCode::BAD_REQUEST, &format!("invalid_argument: {e}")),
+    };
+    let Some(config) = req.get("config").filter(|c| c.is_object()).cloned() else {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "invalid_argument: config is required",
+        );
+    };
+    if let Some(want) = req["current_version"].as_str().filter(|v| !v.is_empty())
+        && *m.version.lock().expect("version") != want
+    {
+        // Fly staff (community.fly.io/t/15555): 409 when `current_version` does not match.
+        return err(
+            StatusCode::CONFLICT,
+            &format!("machine {} is not at version {want}", m.id()),
+        );
+    }
+    let mut config = config;
+    let metadata = super::string_map(&config["metadata"]);
+    if let Some(c) = config.as_object_mut() {
+        c.remove("metadata");
+    }
+    *m.config.lock().expect("config") = config;
+    *m.metadata.lock().expect("metadata") = metadata;
+    if let Some(name) = req["name"].as_str().filter(|n| !n.is_empty()) {
+        *m.name.lock().expect("name") = name.to_owned();
+    }
+    *m.version.lock().expect("version") = hex_id(26).to_uppercase();
+    *m.instance_id.lock().expect("instance") = hex_id(26).to_uppercase();
+    m.event("update", "replacing", "user", None);
+    let skip_launch = req["skip_launch"].as_bool().unwrap_or(false);
+    if m.state() == "started" {
+        m.halt(if skip_launch { "stopped" } else { "replacing" });
+        if !skip_launch && let Err(e) = m.boot() {
+            m.set_state("failed");
+            return err(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("internal: cannot boot: {e}"),
+            );
+        }
+    }
+    json_response(StatusCode::OK, &machine_json(&m))
+}
+
+/// A Go duration (`10s`, `1m`, `500ms`) or a number of seconds, as the spec's restart
+/// `timeout` reads.
+fn go_duration(s: &str) -> Option<Duration> {
+    if let Ok(n) = s.parse::<u64>() {
+        return Some(Duration::from_secs(n));
+    }
+    // Go's `time.Duration.String()`, which fly-go's `Restart` formats with `%s`: a sequence of
+    // number+unit (`1m30s`, `1h0m0s`, `500ms`).
+    let mut total = 0f64;
+    let mut rest = s;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let n: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += n * scale;
+        rest = &rest[unit_end..];
+    }
+    Some(Duration::from_secs_f64(total))
+}
+
+/// Signals the sandbox's processes with `sig`, waits up to `grace` for every one but the init
+/// to end, and reports whether they did.
+async fn signal_and_wait(sb: &Sandbox, sig: i32, grace: Duration) -> bool {
+    sb.signal_processes(sig);
+    let until = tokio::time::Instant::now() + grace;
+    loop {
+        if sb.process_table().iter().all(|&(pid, _)| pid == 1) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `POST …/restart?force_stop=&timeout=&signal=` (fly-go's `Restart`): the processes get the
+/// signal (default SIGTERM), the rest are killed after `timeout` (default 10 s, at once with
+/// `force_stop=true`), and the machine boots again on a fresh root with its main process.
+async fn restart(
+    st: St,
+    Path((app, id)): Path<(String, String)>,
+    Query(q): Query<BTreeMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&st, &headers) {
+        return unauthorized();
+    }
+    let m = match lookup(&st, &app, &id) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    if let Some(r) = lease_conflict(&m, &headers) {
+        return r;
+    }
+    let sig = match q.get("signal").filter(|s| !s.is_empty()) {
+        None => libc::SIGTERM,
+        Some(s) => match signal_number(&json!(s)) {
+            Some(n) => n,
+            None => {
+                return err(
+                    StatusCode::BAD_REQUEST,
+                    &format!("invalid_argument: unknown signal {s}"),
+                );
+            }
+        },
+    };
+    let grace = match q.get("timeout").filter(|t| !t.is_empty()) {
+        None => Duration::from_secs(10),
+        Some(t) => match go_duration(t) {
+            Some(d) => d,
+            None => {
+                return err(
+                    StatusCode::BAD_REQUEST,
+                    &format!("invalid_argument: invalid timeout {t:?}"),
+                );
+            }
+        },
+    };
+    let force = q.get("force_stop").is_some_and(|v| v == "true");
+    let Some(sb) = m.sandbox().filter(|_| m.state() == "started") else {
+        return not_started(&m);
+    };
+    m.set_state("restarting");
+    m.event("restart", "restarting", "user", None);
+    if !force {
+        signal_and_wait(&sb, sig, grace).await;
+    }
+    drop(sb);
+    m.halt("restarting");
+    if let Err(e) = m.boot() {
+        m.set_state("failed");
+        return err(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("internal: cannot boot: {e}"),
+        );
+    }
+    json_response(StatusCode::OK, &json!({"ok": true}))
+}
+
+/// `POST …/signal` (Machines_signal): `SignalRequest {signal}` reaches every process of the
+/// machine (its init aside). fly-go's `Kill` sends the number 9, the spec an enum of names.
+async fn signal(
+    st: St,
+    Path((app, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !authorized(&st, &headers) {
+        return unauthorized();
+    }
+    let m = match lookup(&st, &app, &id) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    let req: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return err(StatusCode::BAD_REQUEST, &format!("invalid_argument: {e}")),
+    };
+    let Some(sig) = signal_number(&req["signal"]) else {
+        return err(
+            StatusCode::BAD_REQUEST,
+            &format!("invalid_argument: invalid signal {}", req["signal"]),
+        );
+    };
+    let Some(sb) = m.sandbox().filter(|_| m.state() == "started") else {
+        return not_started(&m);
+    };
+    sb.signal_processes(sig);
+    json_response(StatusCode::OK, &json!({"ok": true}))
+}
+
+/// One `ProcessStat` from /proc: `pid` as the machine sees it, `command` (argv joined),
+/// `directory` (cwd), `rss` bytes, `cpu` (utime+stime in clock ticks), `stime` (start time in
+/// ticks since boot), `rtime` (running time in ms), `listen_sockets` (none reported).
+fn process_stat(pid: u32, host: u32) -> Option<Value> {
+    let stat = std::fs::read_to_string(format!("/proc/{host}/stat")).ok()?;
+    let rest = stat.rsplit_once(") ")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // Fields after the command, from `state` (index 0): utime 11, stime 12, starttime 19.
+    let cpu = num(11) + num(12);
+    let start_ticks = num(19);
+    let ticks = 100u64; // USER_HZ
+    let uptime_ms = std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0, |u| (u * 1000.0) as u64);
+    let rtime = uptime_ms.saturating_sub(start_ticks * 1000 / ticks);
+    let cmdline = std::fs::read(format!("/proc/{host}/cmdline")).ok()?;
+    let command = cmdline
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let rss = std::fs::read_to_string(format!("/proc/{host}/statm"))
+        .ok()
+        .and_then(|m| m.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0)
+        * 4096;
+    let directory = std::fs::read_link(format!("/proc/{host}/cwd"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Some(json!({
+        "pid": pid,
+        "stime": start_ticks,
+        "rtime": rtime,
+        "command": command,
+        "directory": directory,
+        "cpu": cpu,
+        "rss": rss,
+        "listen_sockets": [],
+    }))
+}
+
+/// `GET …/ps?sort_by=&order=` (Machines_list_processes; fly-go's `GetProcesses`): the
+/// machine's processes.
+async fn ps(
+    st: St,
+    Path((app, id)): Path<(String, String)>,
+    Query(q): Query<BTreeMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&st, &headers) {
+        return unauthorized();
+    }
+    let m = match lookup(&st, &app, &id) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    let Some(sb) = m.sandbox().filter(|_| m.state() == "started") else {
+        return not_started(&m);
+    };
+    let table = sb.process_table();
+    // The harness's init (pid 1) reads its lifeline with a `cat` on the same stdin: that one is
+    // the emulator's, not the machine's. pid 1 is shown as `init` (its command line names the
+    // emulator's state directory).
+    let fd0 = |host: u32| std::fs::read_link(format!("/proc/{host}/fd/0")).ok();
+    let init_stdin = table
+        .iter()
+        .find(|(p, _)| *p == 1)
+        .and_then(|(_, h)| fd0(*h));
+    let mut list: Vec<Value> = table
+        .into_iter()
+        .filter(|&(pid, host)| pid == 1 || init_stdin.is_none() || fd0(host) != init_stdin)
+        .filter_map(|(pid, host)| {
+            let mut p = process_stat(pid, host)?;
+            if pid == 1 {
+                p["command"] = json!("init");
+            }
+            Some(p)
+        })
+        .collect();
+    let key = q.get("sort_by").map_or("pid", String::as_str);
+    if ![
+        "pid",
+        "cpu",
+        "rss",
+        "rtime",
+        "stime",
+        "command",
+        "directory",
+    ]
+    .contains(&key)
+    {
+        return err(
+            StatusCode::BAD_REQUEST,
+            &format!("invalid_argument: cannot sort by {key}"),
+        );
+    }
+    list.sort_by(|a, b| match (a[key].as_u64(), b[key].as_u64()) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        _ => a[key].as_str().cmp(&b[key].as_str()),
+    });
+    if q.get("order").is_some_and(|o| o == "desc") {
+        list.reverse();
+    }
+    json_response(StatusCode::OK, &Value::Array(list))
+}
+
+/// `GET …/events` (Machines_list_events): `MachineEvent`s, newest first.
+async fn events(st: St, Path((app, id)): Path<(String, String)>, headers: HeaderMap) -> Response {
+    if !authorized(&st, &headers) {
+        return unauthorized();
+    }
+    match lookup(&st, &app, &id) {
+        Ok(m) => json_response(StatusCode::OK, &json!(*m.events.lock().expect("events"))),
+        Err(r) => r,
+    }
+}
+
+/// `GET …/metadata` (Machines_show_metadata): `{key: value}`.
+async fn metadata_show(
+    st: St,
+    Path((app, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&st, &headers) {
+        return unauthorized();
+    }
+    match lookup(&st, &app, &id) {
+        Ok(m) => json_response(
+            StatusCode::OK,
+            &json!(*m.metadata.lock().expect("metadata")),
+        ),
+        Err(r) => r,
+    }
+}
+
+/// `POST …/metadata/{key}` with `{"value": "…"}` (fly-go's `SetMetadata`; docs
+/// `_machines_metadata_update_req`): 204, no body.
+async fn metadata_set(
+    st: St,
+    Path((app, id, key)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !authorized(&st, &headers) {
+        return unauthorized();
+    }
+    let m = match lookup(&st, &app, &id) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let Some(value) = req["value"].as_str() else {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "invalid_argument: value is required",
+        );
+    };
+    m.metadata
+        .lock()
+        .expect("metadata")
+        .insert(key, value.to_owned());
+    empty(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE …/metadata/{key}` (Machines_delete_metadata): 204, no body.
+async fn metadata_delete(
+    st: St,
+    Path((app, id, key)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&st, &headers) {
+        return unauthorized();
+    }
+    let m = match lookup(&st, &app, &id) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    m.metadata.lock().expect("metadata").remove(&key);
+    empty(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_timeouts_are_go_durations_or_seconds() {
+        assert_eq!(go_duration("10"), Some(Duration::from_secs(10)));
+        assert_eq!(go_duration("5s"), Some(Duration::from_secs(5)));
+        assert_eq!(go_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(go_duration("1m"), Some(Duration::from_secs(60)));
+        // `time.Duration.String()` forms, as fly-go's `Restart` sends them.
+        assert_eq!(go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(go_duration("1h0m0s"), Some(Duration::from_secs(3600)));
+        assert_eq!(go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(go_duration(""), None);
+        assert_eq!(go_duration("s"), None);
+        assert_eq!(go_duration("soon"), None);
+        assert_eq!(go_duration("5x"), None);
+    }
+
+    #[test]
+    fn signals_by_spec_name_or_fly_go_number() {
+        assert_eq!(signal_number(&json!("SIGTERM")), Some(libc::SIGTERM));
+        assert_eq!(signal_number(&json!("usr1")), Some(libc::SIGUSR1));
+        assert_eq!(signal_number(&json!(9)), Some(libc::SIGKILL));
+        assert_eq!(signal_number(&json!(0)), None);
+        assert_eq!(signal_number(&json!("SIGNOPE")), None);
+        assert_eq!(signal_number(&Value::Null), None);
+    }
+
+    #[test]
+    fn app_names_are_lowercase_dashes_and_digits() {
+        assert!(valid_app_name("my-app-1"));
+        for bad in ["", "My-App", "-a", "a-", "a_b", "a b"] {
+            assert!(!valid_app_name(bad), "{bad}");
         }
     }
 }

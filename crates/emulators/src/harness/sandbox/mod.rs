@@ -601,6 +601,20 @@ impl Sandbox {
         self.ns.as_ref().map(|ns| ns.processes(usize::MAX))
     }
 
+    /// `(pid inside the sandbox, host pid)` of every live process of the sandbox, by pid (empty
+    /// in [`Isolation::Translate`]; for a provider's process listing, `ps`).
+    pub fn process_table(&self) -> Vec<(u32, u32)> {
+        let mut t: Vec<(u32, u32)> = self
+            .processes()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|&h| !is_zombie(h))
+            .filter_map(|h| Some((sandbox_pid(h)?, h)))
+            .collect();
+        t.sort_unstable();
+        t
+    }
+
     /// The host pid of the live process whose pid inside the sandbox is `pid` (in
     /// [`Isolation::Translate`] they are the same).
     pub fn host_pid(&self, pid: u32) -> Option<u32> {
