@@ -20,6 +20,9 @@
 //!   `filename*` echo, JSON `error` parts), bulk-upload (`files[i].path` before `files[i].file`),
 //!   find (literal, binary files skipped), search (base-name glob), folder, delete;
 //! - the error envelope `{statusCode, message, code, source, timestamp, path, method}`.
+//! - the lifecycle: stop/start/archive, `recover` of a sandbox in `error`, auto-stop,
+//!   auto-archive and auto-delete on the API's rules, network settings validated and stored
+//!   (not enforced: the sandboxes share the host's network namespace).
 //!
 //! Faults: the request that runs a command is route `"exec"` (`POST …/session/{id}/exec`, and
 //! `POST /process/execute` / `code-run`). Route `"session"` with `vanish` ends the session (its
