@@ -45,6 +45,7 @@ mod exec;
 mod fs;
 mod lifecycle;
 mod query;
+mod services;
 mod session;
 pub mod wire;
 
@@ -149,6 +150,9 @@ pub struct Sprite {
     alive: AtomicBool,
     labels: Mutex<Vec<String>>,
     checkpoints: Mutex<Vec<lifecycle::Checkpoint>>,
+    services: Mutex<BTreeMap<String, Arc<services::Service>>>,
+    /// The network policy's rules (`/policy/network`), kept, not enforced.
+    policy: Mutex<Vec<serde_json::Value>>,
 }
 
 impl std::fmt::Debug for Sprite {
@@ -258,6 +262,8 @@ impl State {
             alive: AtomicBool::new(true),
             labels: Mutex::new(Vec::new()),
             checkpoints: Mutex::new(Vec::new()),
+            services: Mutex::new(BTreeMap::new()),
+            policy: Mutex::new(Vec::new()),
         });
         all.insert(name.to_owned(), s.clone());
         Ok((s, true))
