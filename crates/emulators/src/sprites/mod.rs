@@ -30,6 +30,7 @@
 //! - `GET /control`: `404 {"error":"not found"}`, so every SDK uses direct WebSockets.
 //! - `/fs/read|write|list|delete|rename|copy|chmod|chown` (see `fs.rs`).
 //! - `GET|POST /v1/sprites`, `GET|PUT|DELETE /v1/sprites/{name}`.
+//! - `/services…` and `/policy/network` (see `services.rs`; the policy is kept, not enforced).
 //!
 //! Faults (route `exec`, on the request that submits a command: the WebSocket upgrade or the
 //! POST) are rendered in this wire format: an HTTP status before the upgrade (429 with
