@@ -9,7 +9,7 @@ use execseam_emulators::e2b::{E2bEmulator, StreamFault};
 use execseam_emulators::{EmulatorOptions, Fault, interop};
 
 /// Checks `e2b_interop.py main` makes; the run must report exactly this many.
-const MAIN_CHECKS: usize = 101;
+const MAIN_CHECKS: usize = 114;
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/e2b")
@@ -86,6 +86,14 @@ async fn the_official_sdk_runs_commands_and_files_against_the_emulator() {
         reqs.iter()
             .any(|r| r.path == "/files" && r.method == "POST")
     );
+    // The async SDK's `files.watch_dir`: one `WatchDir` server stream, not the polling calls
+    // (`e2b/sandbox_async/filesystem/filesystem.py`).
+    let watch = reqs
+        .iter()
+        .find(|r| r.path == "/filesystem.Filesystem/WatchDir")
+        .expect("a WatchDir");
+    assert_eq!(watch.headers["content-type"], "application/connect+json");
+    assert_eq!(watch.headers["connect-timeout-ms"], "60000");
     // `files.write(gzip=True)` and `files.write(metadata=)` as the SDK sends them.
     assert!(reqs.iter().any(|r| r.path == "/files"
         && r.headers.get("content-encoding").map(String::as_str) == Some("gzip")));

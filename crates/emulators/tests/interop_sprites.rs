@@ -47,7 +47,7 @@ async fn the_official_python_sdk_works_against_the_emulator() {
         out.status
     );
     let checks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
-    assert_eq!(checks, 53, "every check of sdk_check.py ran:\n{stdout}");
+    assert_eq!(checks, 76, "every check of sdk_check.py ran:\n{stdout}");
     // The SDK's requests reached the exec route (and were counted there).
     assert!(
         emu.exec_requests() >= 20,

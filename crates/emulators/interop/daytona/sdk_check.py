@@ -12,6 +12,7 @@ import time
 
 from daytona import (
     CodeRunParams,
+    CreateSandboxFromSnapshotParams,
     Daytona,
     DaytonaError,
     DaytonaNotFoundError,
@@ -275,6 +276,126 @@ check("start", sandbox.state == "started", sandbox.state)
 r = sandbox.process.exec("pgrep -f 'sleep 300' >/dev/null && echo alive || echo gone")
 check("stop killed the processes", r.result == "gone\n", repr(r.result))
 check("files survive stop and start", sandbox.fs.download_file(f"{TMP}/dir/moved.txt") == b"hello world\nsecond LINE\n")
+
+MINUTE = float(os.environ["EXPECT_MINUTE_SECS"])
+
+
+def expect_400(name, fn, words):
+    try:
+        fn()
+        check(name, False, "no error")
+    except DaytonaError as e:
+        check(name, e.status_code == 400 and words in str(e), repr(e))
+
+
+def gone(sid):
+    try:
+        daytona.get(sid)
+        return False
+    except DaytonaNotFoundError:
+        return True
+
+
+# Auto-archive: `POST /sandbox/{id}/autoarchive/{minutes}` (`sandbox.service.ts`
+# `setAutoArchiveInterval`, `resolveAutoArchiveInterval`: 0 is the maximum, `MAX_AUTO_ARCHIVE_INTERVAL`
+# = 43200 by default in `apps/api/src/config/configuration.ts`, larger values are capped);
+# `auto-archive-check` (`sandbox.manager.ts`) archives a sandbox stopped for longer than it.
+sandbox.set_auto_archive_interval(0)
+check("auto-archive 0 is the maximum", daytona.get(sandbox.id).auto_archive_interval == 43200)
+sandbox.set_auto_archive_interval(10**6)
+check("auto-archive is capped at the maximum", daytona.get(sandbox.id).auto_archive_interval == 43200)
+sandbox.set_auto_archive_interval(60)
+check("set_auto_archive_interval", daytona.get(sandbox.id).auto_archive_interval == 60)
+arch = daytona.create(CreateSandboxFromSnapshotParams(auto_archive_interval=1))
+check("create with auto_archive_interval", arch.auto_archive_interval == 1, repr(arch.auto_archive_interval))
+arch.fs.upload_file(b"kept", f"{HOME}/kept.txt")
+arch.stop()
+time.sleep(MINUTE * 2 + 1)
+check("auto-archive archived the stopped sandbox", daytona.get(arch.id).state == "archived", daytona.get(arch.id).state)
+expect_400("exec on an archived sandbox", lambda: arch.process.exec("echo hi"), "started")
+arch.start()
+check("an archived sandbox starts", arch.state == "started", arch.state)
+check("with its files", arch.fs.download_file(f"{HOME}/kept.txt") == b"kept")
+daytona.delete(arch)
+
+# Auto-delete: `POST /sandbox/{id}/autodelete/{minutes}` (`setAutoDeleteInterval`, stored as
+# given: negative disables, 0 deletes on stop: `stop` sets `desiredState: DESTROYED`);
+# `auto-delete-check` destroys a sandbox stopped for longer than it.
+eph = daytona.create(CreateSandboxFromSnapshotParams(ephemeral=True))
+check("ephemeral is auto_delete_interval 0", eph.auto_delete_interval == 0, repr(eph.auto_delete_interval))
+eph.stop()
+check("stopping an ephemeral sandbox deletes it", gone(eph.id))
+dl = daytona.create()
+check("auto-delete is off by default", dl.auto_delete_interval == -1, repr(dl.auto_delete_interval))
+dl.set_auto_delete_interval(1)
+check("set_auto_delete_interval", daytona.get(dl.id).auto_delete_interval == 1)
+dl.stop()
+check("not deleted before its interval", not gone(dl.id))
+time.sleep(MINUTE * 2 + 1)
+check("auto-delete deleted the stopped sandbox", gone(dl.id))
+
+# Network settings: `networkBlockAll`/`networkAllowList` on create, `POST
+# /sandbox/{id}/network-settings` (`sandbox.service.ts` `updateNetworkSettings`: blocking all
+# clears the allow list, an allow list unblocks, unblocking clears the list), each list checked
+# by `validateNetworkAllowList` (`apps/api/src/sandbox/utils/network-validation.util.ts`) with its
+# message as a 400. The emulator keeps the policy but does not filter traffic (documented).
+net = daytona.create(CreateSandboxFromSnapshotParams(network_block_all=True))
+check("create network_block_all", net.network_block_all is True and daytona.get(net.id).network_block_all is True)
+net.update_network_settings(network_allow_list="10.0.0.0/8, 192.168.1.0/24")
+got = daytona.get(net.id)
+check(
+    "an allow list unblocks",
+    net.network_block_all is False and got.network_allow_list == "10.0.0.0/8, 192.168.1.0/24" and got.network_block_all is False,
+    repr((net.network_block_all, got.network_allow_list)),
+)
+net.update_network_settings(network_block_all=True)
+check("blocking all clears the allow list", net.network_block_all is True and net.network_allow_list is None)
+net.update_network_settings(network_allow_list="10.1.0.0/16")
+net.update_network_settings(network_block_all=False)
+check("unblocking clears the allow list", net.network_block_all is False and daytona.get(net.id).network_allow_list is None)
+expect_400("an entry without a prefix", lambda: net.update_network_settings(network_allow_list="10.0.0.1"), "Missing CIDR prefix length")
+expect_400("a prefix over 32", lambda: net.update_network_settings(network_allow_list="10.0.0.0/33"), "Prefix must be between 0 and 32")
+expect_400(
+    "more than 10 networks",
+    lambda: net.update_network_settings(network_allow_list=",".join(f"10.0.{i}.0/24" for i in range(11))),
+    "more than 10 networks",
+)
+expect_400(
+    "create with a bad allow list",
+    lambda: daytona.create(CreateSandboxFromSnapshotParams(network_allow_list="300.1.1.1/8")),
+    "Must be a valid IPv4 address",
+)
+daytona.delete(net)
+
+# recover: `POST /sandbox/{id}/recover` (`sandbox.service.ts` `recover`/`recoverInPlace`): only a
+# sandbox in `error` with `recoverable` (400 "Sandbox is not in a recoverable state"); it goes back
+# to stopped and is started; `start` of a sandbox in error is refused (`assertSandboxNotErrored`).
+# The Rust side puts the sandboxes labelled `interop: fail-*` in error (nothing on the wire does).
+expect_400("recover a healthy sandbox", lambda: sandbox.recover(), "not in a recoverable state")
+
+
+def errored(labels):
+    s = daytona.create(CreateSandboxFromSnapshotParams(labels=labels))
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        s.refresh_data()
+        if s.state == "error":
+            return s
+        time.sleep(0.1)
+    raise AssertionError(f"sandbox {s.id} never reached error: {s.state}")
+
+
+bad = errored({"interop": "fail-recoverable"})
+check("error state", bad.recoverable is True and bad.error_reason == "interop: disk full", repr((bad.recoverable, bad.error_reason)))
+expect_400("exec on a sandbox in error", lambda: bad.process.exec("echo hi"), "started")
+expect_400("start a sandbox in error", lambda: bad.start(), "errored state")
+bad.recover()
+check("recover", bad.state == "started" and bad.error_reason is None, repr((bad.state, bad.error_reason)))
+check("a recovered sandbox runs commands", bad.process.exec("echo back").result == "back\n")
+fatal = errored({"interop": "fail-fatal"})
+expect_400("recover an unrecoverable error", lambda: fatal.recover(), "not in a recoverable state")
+daytona.delete(bad)
+daytona.delete(fatal)
 
 daytona.delete(sandbox)
 try:

@@ -11,6 +11,7 @@ pointing at the emulator.
         side has armed a fault; prints `FAULT <kind> <exception class> <detail>`.
 """
 
+import asyncio
 import sys
 import time
 
@@ -296,6 +297,8 @@ def main():
         lambda: sbx.files.watch_dir("/home/user/no-such-dir"),
     )
 
+    asyncio.run(async_watch_dir(sbx.sandbox_id))
+
     # Connection handling: requests to a killed sandbox (the proxy's 502, bodies included) must
     # not poison the SDK's pooled keep-alive connections for a healthy one: a server that
     # answers without reading the body closes the connection and the next request on it fails
@@ -394,6 +397,89 @@ def main():
         lambda: again.commands.run("echo nope"),
     )
     print(f"ALL CHECKS PASSED {len(CHECKS)}", flush=True)
+
+
+async def async_watch_dir(sandbox_id):
+    """files.watch_dir through the async SDK: one `WatchDir` server stream (`e2b/sandbox_async/
+    filesystem/filesystem.py` `watch_dir`, `watch_handle.py` `AsyncWatchHandle`); envd sends a
+    `start` event, then one `filesystem` event per fsnotify operation with the name relative to
+    the watched directory, `entry` on CREATE/WRITE/CHMOD when `include_entry` is set, and ends
+    the stream with the context's error at `Connect-Timeout-Ms` (envd `services/filesystem/
+    watch.go` `watchHandler`, `utils.go` `opCarriesEntry`)."""
+    from e2b import AsyncSandbox
+    from e2b.exceptions import FileNotFoundException
+    from e2b.sandbox.filesystem.watch_handle import FilesystemEventType as Ev
+
+    asbx = await AsyncSandbox.connect(sandbox_id)
+    await asbx.files.make_dir("/home/user/awatched/sub")
+    got, rgot, exits = [], [], []
+    w = await asbx.files.watch_dir(
+        "/home/user/awatched", lambda e: got.append(e), on_exit=lambda err: exits.append(err), include_entry=True
+    )
+    wr = await asbx.files.watch_dir("/home/user/awatched", rgot.append, recursive=True)
+    await asbx.files.write("/home/user/awatched/a.txt", "xy")
+    await asyncio.sleep(0.3)
+    await asbx.commands.run("chmod 600 /home/user/awatched/a.txt")
+    await asyncio.sleep(0.3)
+    await asbx.commands.run("printf deep > /home/user/awatched/sub/b.txt")
+    await asyncio.sleep(0.3)
+    await asbx.files.remove("/home/user/awatched/a.txt")
+    await asyncio.sleep(0.5)
+    pairs = [(e.name, e.type) for e in got]
+    for want in [("a.txt", Ev.CREATE), ("a.txt", Ev.WRITE), ("a.txt", Ev.CHMOD), ("a.txt", Ev.REMOVE)]:
+        check(f"async watch_dir {want[1].value}", want in pairs, repr(pairs))
+    check("async watch_dir is not recursive by default", all(not n.startswith("sub/") for n, _ in pairs), repr(pairs))
+    chmod = [e for e in got if e.type == Ev.CHMOD]
+    check(
+        "include_entry carries the entry on CHMOD",
+        chmod and chmod[0].entry is not None and chmod[0].entry.path == "/home/user/awatched/a.txt"
+        and chmod[0].entry.permissions == "-rw-------",
+        repr(chmod),
+    )
+    removed = [e for e in got if e.type == Ev.REMOVE]
+    check("and never on REMOVE", removed and all(e.entry is None for e in removed), repr(removed))
+    check("async recursive watch_dir", ("sub/b.txt", Ev.CREATE) in [(e.name, e.type) for e in rgot], repr(rgot))
+    await w.stop()
+    check("stop calls on_exit with None", exits == [None], repr(exits))
+    n = len(got)
+    await asbx.files.write("/home/user/awatched/after-stop.txt", "x")
+    await asyncio.sleep(0.3)
+    check("no events after stop", len(got) == n, repr(got[n:]))
+    await wr.stop()
+    try:
+        await asbx.files.watch_dir("/home/user/no-such-dir", lambda e: None)
+        raise AssertionError("async watch_dir of a missing directory did not raise")
+    except FileNotFoundException:
+        check("async watch_dir of a missing directory raises FileNotFoundException", True)
+    # The watch's `timeout` is the stream's deadline (`timeout_ms=`), ended by envd with
+    # `deadline_exceeded`, which the SDK maps to TimeoutException and hands to on_exit.
+    done = asyncio.Event()
+    texits = []
+
+    def on_exit(err):
+        texits.append(err)
+        done.set()
+
+    await asbx.files.watch_dir("/home/user/awatched", lambda e: None, on_exit=on_exit, timeout=1)
+    await asyncio.wait_for(done.wait(), 10)
+    check("the watch timeout ends it with TimeoutException", isinstance(texits[0], TimeoutException), repr(texits))
+    # A killed sandbox ends the stream; the SDK's health probe makes it SandboxNotRunningException.
+    victim = await AsyncSandbox.create()
+    done = asyncio.Event()
+    kexits = []
+
+    def on_kill(err):
+        kexits.append(err)
+        done.set()
+
+    await victim.files.watch_dir("/home/user", lambda e: None, on_exit=on_kill)
+    await victim.kill()
+    await asyncio.wait_for(done.wait(), 10)
+    check(
+        "a killed sandbox ends the watch with SandboxNotRunningException",
+        isinstance(kexits[0], SandboxNotRunningException),
+        repr(kexits),
+    )
 
 
 def fault(kind, sandbox_id):

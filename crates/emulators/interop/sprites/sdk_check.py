@@ -226,6 +226,81 @@ try:
 except sprites.exceptions.NotFoundError:
     check("an unknown checkpoint is not found", True)
 
+# -- services --------------------------------------------------------------------------------------
+# `/v1/sprites/{name}/services…` (docs.sprites.dev/api "Services API"; sprites-py `services.py`,
+# sprites-go `services.go`): PUT creates and starts, answering NDJSON log events for `duration`;
+# list/get give `{…, state: {status, pid, started_at}}`; stop is 409 when not running; signal
+# goes to the running process; unknown services are 404.
+from sprites.services import signal_service
+from sprites.types import NetworkPolicy, PolicyRule
+
+ev = list(sprite.create_service("web", "sh", ["-c", "echo hello; echo oops >&2; trap 'echo usr1 > /tmp/sig' USR1; while true; do sleep 0.1; done"], duration=1))
+kinds = [e.type for e in ev]
+check("create_service streams its start and output", kinds[0] == "started" and kinds[-1] == "complete", repr(kinds))
+check("the stream carries stdout and stderr", ("stdout", "hello\n") in [(e.type, e.data) for e in ev] and ("stderr", "oops\n") in [(e.type, e.data) for e in ev], repr(ev))
+svcs = sprite.list_services()
+check("list_services", [s.name for s in svcs] == ["web"] and svcs[0].state.status == "running" and svcs[0].state.pid, repr(svcs))
+web = sprite.get_service("web")
+check("get_service", web.cmd == "sh" and web.state.started_at is not None, repr(web))
+ev = list(sprite.create_service("worker", "sh", ["-c", "echo $GREETING; pwd; exec sleep 300"], needs=["web"], duration=0.5, env={"GREETING": "hi"}, dir="/tmp"))
+out = "".join(e.data for e in ev if e.type == "stdout")
+check("a service's env and dir", out == "hi\n/tmp\n", repr(ev))
+check("needs are kept", sprite.get_service("worker").needs == ["web"])
+signal_service(sprite, "web", "SIGUSR1")
+time.sleep(0.5)
+r = sprite.run("cat", "/tmp/sig", capture_output=True)
+check("signal_service reaches the process", r.stdout == b"usr1\n", repr(r.stdout))
+for name, fn, status in [
+    ("signal an unknown service", lambda: signal_service(sprite, "nope", "SIGTERM"), 404),
+    ("an unknown signal", lambda: signal_service(sprite, "web", "SIGBOGUS"), 400),
+    ("get an unknown service", lambda: sprite.get_service("nope"), 404),
+]:
+    try:
+        fn()
+        check(name, False, "no exception")
+    except APIError as e:
+        check(name, e.status_code == status, repr(e))
+try:
+    sprite.delete_service("web")
+    check("delete a service another needs", False, "no exception")
+except SpriteError as e:
+    check("delete a service another needs", "409" in str(e), repr(e))
+ev = list(sprite.stop_service("worker", timeout=1))
+check("stop_service", [e.type for e in ev][-1] == "complete" and "exit" in [e.type for e in ev], repr(ev))
+check("a stopped service", sprite.get_service("worker").state.status == "stopped")
+try:
+    list(sprite.stop_service("worker"))
+    check("stop a stopped service", False, "no exception")
+except APIError as e:
+    check("stop a stopped service", e.status_code == 409, repr(e))
+ev = list(sprite.start_service("worker", duration=0.5))
+check("start_service", ev[0].type == "started" and sprite.get_service("worker").state.status == "running", repr(ev))
+ev = list(sprite.create_service("crash", "sh", ["-c", "exit 3"], duration=2))
+check("a service that exits", [(e.type, e.exit_code) for e in ev if e.type == "exit"] == [("exit", 3)], repr(ev))
+check("is failed", sprite.get_service("crash").state.status == "failed")
+for name in ["crash", "worker", "web"]:
+    sprite.delete_service(name)
+check("delete_service", sprite.list_services() == [])
+r = sprite.run("sh", "-c", "pgrep -f '[w]hile true|[s]leep 300' >/dev/null && echo alive || echo gone", capture_output=True)
+check("deleting stops the processes", r.stdout == b"gone\n", repr(r.stdout))
+
+# -- network policy --------------------------------------------------------------------------------
+# `GET`/`POST /v1/sprites/{name}/policy/network` `{rules: [{domain, action}|{include}]}` (docs
+# "Policy API"; sprites-py `policy.py` and sprites-go `policy.go` accept only 204 on the update
+# and map 400 to an invalid policy). Kept and returned; the emulator does not filter traffic.
+check("a new sprite's network policy", sprite.get_network_policy().rules == [])
+policy = NetworkPolicy(rules=[PolicyRule(domain="github.com", action="allow"), PolicyRule(domain="*", action="deny")])
+sprite.update_network_policy(policy)
+check("update_network_policy", sprite.get_network_policy() == policy, repr(sprite.get_network_policy()))
+from sprites.policy import update_network_policy
+
+try:
+    update_network_policy(sprite, NetworkPolicy(rules=[PolicyRule(domain="x.com", action="block")]))
+    check("an invalid rule", False, "no exception")
+except APIError as e:
+    check("an invalid rule", e.status_code == 400 and "Invalid policy" in str(e), repr(e))
+check("the old policy stays", sprite.get_network_policy() == policy)
+
 client.destroy_sprite("interop-py")
 check("destroy_sprite", "interop-py" not in [s.name for s in client.list_sprites().sprites])
 print("OK", flush=True)

@@ -20,6 +20,11 @@ struct CreateSandbox {
     labels: BTreeMap<String, String>,
     target: Option<String>,
     auto_stop_interval: Option<u64>,
+    auto_archive_interval: Option<i64>,
+    auto_delete_interval: Option<i64>,
+    network_block_all: Option<bool>,
+    network_allow_list: Option<String>,
+    domain_allow_list: Option<String>,
 }
 
 fn dto(state: &State, s: &SandboxEntry, status: Option<&str>) -> serde_json::Value {
@@ -33,7 +38,11 @@ fn dto(state: &State, s: &SandboxEntry, status: Option<&str>) -> serde_json::Val
         "env": s.env,
         "labels": life.labels,
         "public": false,
-        "networkBlockAll": false,
+        "networkBlockAll": life.network_block_all,
+        "networkAllowList": life.network_allow_list,
+        "domainAllowList": life.domain_allow_list,
+        "errorReason": life.error_reason,
+        "recoverable": life.recoverable,
         "kvm": false,
         "target": "us",
         "cpu": 1,
@@ -41,11 +50,16 @@ fn dto(state: &State, s: &SandboxEntry, status: Option<&str>) -> serde_json::Val
         "memory": 1,
         "disk": 3,
         "state": status,
-        "desiredState": if status == "destroying" { "destroyed" } else { status },
+        // A sandbox in error keeps the state it was meant to be in.
+        "desiredState": match status {
+            "destroying" => "destroyed",
+            "error" => "started",
+            s => s,
+        },
         "snapshot": "daytonaio/sandbox:0.4.3",
         "autoStopInterval": life.auto_stop,
-        "autoArchiveInterval": 10080,
-        "autoDeleteInterval": -1,
+        "autoArchiveInterval": life.auto_archive,
+        "autoDeleteInterval": life.auto_delete,
         "createdAt": s.created_at,
         "updatedAt": life.updated_at,
         "daemonVersion": "0.226.1",
@@ -101,6 +115,16 @@ pub(super) async fn create(
         }
     };
     let _ = req.target;
+    let network_allow_list = match req.network_allow_list.as_deref().map(network_allow_list) {
+        Some(Err(m)) => return sandbox_error(&m, &uri, &method),
+        Some(Ok(l)) => Some(l),
+        None => None,
+    };
+    let auto_archive = match req.auto_archive_interval.map(auto_archive) {
+        Some(Err(m)) => return sandbox_error(m, &uri, &method),
+        Some(Ok(m)) => Some(m),
+        None => None,
+    };
     let id = super::uuid_v4();
     let sandbox = match Sandbox::create(id.clone(), state.spec(), &state.sandboxing) {
         Ok(s) => s,
@@ -120,16 +144,24 @@ pub(super) async fn create(
         .entry("code-toolbox-language".into())
         .or_insert_with(|| "python".into());
     let now = super::files::rfc3339(std::time::SystemTime::now());
+    let mut life = super::Life::new(labels, now.clone(), req.auto_stop_interval.unwrap_or(15));
+    if let Some(b) = req.network_block_all {
+        life.network_block_all = b;
+    }
+    life.network_allow_list = network_allow_list;
+    life.domain_allow_list = req.domain_allow_list;
+    if let Some(a) = auto_archive {
+        life.auto_archive = a;
+    }
+    if let Some(d) = req.auto_delete_interval {
+        life.auto_delete = d;
+    }
     let entry = Arc::new(SandboxEntry {
         name: req.name.unwrap_or_else(|| id.clone()),
         id: id.clone(),
-        created_at: now.clone(),
+        created_at: now,
         env: req.env,
-        life: Mutex::new(super::Life::new(
-            labels,
-            now,
-            req.auto_stop_interval.unwrap_or(15),
-        )),
+        life: Mutex::new(life),
         sandbox,
         sessions: Mutex::new(Default::default()),
     });
@@ -284,6 +316,11 @@ pub(super) async fn start(
     };
     {
         let mut life = s.life.lock().expect("life");
+        // `assertSandboxNotErrored`: a sandbox in error is recovered, not started.
+        if life.state == "error" {
+            drop(life);
+            return sandbox_error("Sandbox is in an errored state", &uri, &method);
+        }
         if life.state != "started" {
             life.state = "started";
             life.touch();
@@ -307,15 +344,23 @@ pub(super) async fn stop(
     let Some(s) = state.sandbox(&id) else {
         return not_found(&id, &uri, &method);
     };
-    if s.life.lock().expect("life").state != "started" {
-        return sandbox_error("Sandbox is not in a stoppable state", &uri, &method);
+    match s.life.lock().expect("life").state {
+        "error" => return sandbox_error("Sandbox is in an errored state", &uri, &method),
+        "started" => {}
+        _ => return sandbox_error("Sandbox is not in a stoppable state", &uri, &method),
     }
-    s.stop();
+    if s.stop() {
+        // `autoDeleteInterval` 0: stopping destroys it (`desiredState: DESTROYED`).
+        let body = dto(&state, &s, Some("destroying"));
+        state.destroy(&s.id);
+        return json_response(StatusCode::OK, &body);
+    }
     json_response(StatusCode::OK, &dto(&state, &s, None))
 }
 
 /// `POST /sandbox/{id}/archive` (`sandbox.service.ts` `archive`): only a stopped sandbox
-/// ("Sandbox is not stopped"); its files are kept (start brings it back).
+/// ("Sandbox is not stopped") that is not ephemeral ("Ephemeral sandboxes cannot be archived",
+/// `autoDeleteInterval` 0); its files are kept (start brings it back).
 pub(super) async fn archive(
     AxState(state): AxState<Arc<State>>,
     Path(id): Path<String>,
@@ -334,6 +379,10 @@ pub(super) async fn archive(
         if life.state != "stopped" {
             drop(life);
             return sandbox_error("Sandbox is not stopped", &uri, &method);
+        }
+        if life.auto_delete == 0 {
+            drop(life);
+            return sandbox_error("Ephemeral sandboxes cannot be archived", &uri, &method);
         }
         life.state = "archived";
         life.touch();
@@ -396,6 +445,210 @@ pub(super) async fn set_autostop(
     {
         let mut life = s.life.lock().expect("life");
         life.auto_stop = minutes;
+        life.touch();
+    }
+    json_response(StatusCode::OK, &dto(&state, &s, None))
+}
+
+/// `resolveAutoArchiveInterval` (`sandbox.service.ts`): negative is a 400, 0 is the maximum,
+/// anything else is capped at it.
+fn auto_archive(minutes: i64) -> Result<u64, &'static str> {
+    match minutes {
+        m if m < 0 => Err("Auto-archive interval must be non-negative"),
+        0 => Ok(super::MAX_AUTO_ARCHIVE),
+        m => Ok((m as u64).min(super::MAX_AUTO_ARCHIVE)),
+    }
+}
+
+/// `validateNetworkAllowList` (`apps/api/src/sandbox/utils/network-validation.util.ts`): each
+/// comma-separated entry (empty ones skipped) an IPv4 address with a CIDR prefix of 0–32, at
+/// most 10 entries; the message becomes a 400 (`resolveNetworkAllowList`). Kept as given.
+fn network_allow_list(list: &str) -> Result<String, String> {
+    let networks: Vec<&str> = list.split(',').map(str::trim).collect();
+    for network in networks.iter().filter(|n| !n.is_empty()) {
+        let (ip, prefix) = match network.split_once('/') {
+            Some((ip, p)) => (ip, Some(p.split('/').next().unwrap_or(p))),
+            None => (*network, None),
+        };
+        if ip.parse::<std::net::Ipv4Addr>().is_err()
+            || ip.split('.').any(|o| o.len() > 1 && o.starts_with('0'))
+        {
+            return Err(format!(
+                "Invalid IP address: \"{ip}\" in network \"{network}\". Must be a valid IPv4 address"
+            ));
+        }
+        let Some(prefix) = prefix.filter(|p| !p.is_empty()) else {
+            return Err(format!(
+                "Invalid network format: \"{network}\". Missing CIDR prefix length (e.g., /24)"
+            ));
+        };
+        // `parseInt(prefix, 10)`: leading digits count, NaN passes both comparisons.
+        let digits: String = prefix.chars().take_while(char::is_ascii_digit).collect();
+        if digits.parse::<u64>().is_ok_and(|p| p > 32) {
+            return Err(format!(
+                "Invalid CIDR prefix length: {network}. Prefix must be between 0 and 32"
+            ));
+        }
+    }
+    if networks.len() > 10 {
+        return Err("Network allow list cannot contain more than 10 networks".into());
+    }
+    Ok(list.to_owned())
+}
+
+/// The handlers' common start: auth, then the sandbox.
+fn sandbox_of(
+    state: &State,
+    id: &str,
+    headers: &HeaderMap,
+    uri: &Uri,
+    method: &Method,
+) -> Result<Arc<SandboxEntry>, Response> {
+    if let Some(r) = check(state, headers, uri, method) {
+        return Err(r);
+    }
+    state.sandbox(id).ok_or_else(|| not_found(id, uri, method))
+}
+
+/// `POST /sandbox/{id}/autoarchive/{interval}` (`setAutoArchiveInterval`): minutes a sandbox
+/// stays stopped before it is archived (`resolveAutoArchiveInterval`); answers the sandbox.
+pub(super) async fn set_autoarchive(
+    AxState(state): AxState<Arc<State>>,
+    Path((id, interval)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    let s = match sandbox_of(&state, &id, &headers, &uri, &method) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let minutes = match interval
+        .parse::<i64>()
+        .map_err(|_| "Validation failed (numeric string is expected)")
+        .and_then(auto_archive)
+    {
+        Ok(m) => m,
+        Err(m) => return sandbox_error(m, &uri, &method),
+    };
+    s.life.lock().expect("life").auto_archive = minutes;
+    json_response(StatusCode::OK, &dto(&state, &s, None))
+}
+
+/// `POST /sandbox/{id}/autodelete/{interval}` (`setAutoDeleteInterval`): minutes a sandbox
+/// stays stopped before it is deleted, stored as given (negative disables, 0 deletes on stop);
+/// answers the sandbox.
+pub(super) async fn set_autodelete(
+    AxState(state): AxState<Arc<State>>,
+    Path((id, interval)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    let s = match sandbox_of(&state, &id, &headers, &uri, &method) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let Ok(minutes) = interval.parse::<i64>() else {
+        return sandbox_error(
+            "Validation failed (numeric string is expected)",
+            &uri,
+            &method,
+        );
+    };
+    s.life.lock().expect("life").auto_delete = minutes;
+    json_response(StatusCode::OK, &dto(&state, &s, None))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NetworkSettings {
+    network_block_all: Option<bool>,
+    network_allow_list: Option<String>,
+    domain_allow_list: Option<String>,
+}
+
+/// `POST /sandbox/{id}/network-settings` `{networkBlockAll?, networkAllowList?,
+/// domainAllowList?}` (`sandbox.service.ts` `updateNetworkSettings`): blocking all clears the
+/// allow list, an allow list (validated) unblocks, `networkBlockAll: false` alone clears the
+/// list, an empty string clears a list; answers the sandbox. The emulator stores and reports
+/// the policy; it does not filter the sandbox's traffic (docs/adapters/daytona.md).
+pub(super) async fn network_settings(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+    body: Bytes,
+) -> Response {
+    let s = match sandbox_of(&state, &id, &headers, &uri, &method) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let req: NetworkSettings = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return sandbox_error(&format!("invalid body: {e}"), &uri, &method),
+    };
+    let allow = match req.network_allow_list.as_deref() {
+        Some(l) if !l.trim().is_empty() => match network_allow_list(l) {
+            Ok(l) => Some(Some(l)),
+            Err(m) => return sandbox_error(&m, &uri, &method),
+        },
+        Some(_) => Some(None),
+        None => None,
+    };
+    {
+        let mut life = s.life.lock().expect("life");
+        if let Some(d) = req.domain_allow_list {
+            life.domain_allow_list = (!d.trim().is_empty()).then_some(d);
+        }
+        if let Some(b) = req.network_block_all {
+            life.network_block_all = b;
+            if b {
+                life.network_allow_list = None;
+            }
+        }
+        match allow {
+            Some(Some(l)) => {
+                life.network_allow_list = Some(l);
+                life.network_block_all = false;
+            }
+            Some(None) => life.network_allow_list = None,
+            None if req.network_block_all == Some(false) => life.network_allow_list = None,
+            None => {}
+        }
+        life.updated_at = super::files::rfc3339(std::time::SystemTime::now());
+    }
+    json_response(StatusCode::OK, &dto(&state, &s, None))
+}
+
+/// `POST /sandbox/{id}/recover` (`sandbox.service.ts` `recover`, `recoverInPlace`): only a
+/// sandbox in `error` whose error is recoverable ("Sandbox is not in a recoverable state",
+/// 400); it goes to `stopped` (error cleared) and is started; answers the sandbox.
+pub(super) async fn recover(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    let s = match sandbox_of(&state, &id, &headers, &uri, &method) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    {
+        let mut life = s.life.lock().expect("life");
+        if !life.recoverable {
+            drop(life);
+            return sandbox_error("Sandbox is not in a recoverable state", &uri, &method);
+        }
+        if life.state != "error" {
+            drop(life);
+            return sandbox_error("Sandbox must be in error state to recover", &uri, &method);
+        }
+        life.error_reason = None;
+        life.recoverable = false;
+        life.state = "started";
         life.touch();
     }
     json_response(StatusCode::OK, &dto(&state, &s, None))

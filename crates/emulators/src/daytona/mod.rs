@@ -20,6 +20,9 @@
 //!   `filename*` echo, JSON `error` parts), bulk-upload (`files[i].path` before `files[i].file`),
 //!   find (literal, binary files skipped), search (base-name glob), folder, delete;
 //! - the error envelope `{statusCode, message, code, source, timestamp, path, method}`.
+//! - the lifecycle: stop/start/archive, `recover` of a sandbox in `error`, auto-stop,
+//!   auto-archive and auto-delete on the API's rules, network settings validated and stored
+//!   (not enforced: the sandboxes share the host's network namespace).
 //!
 //! Faults: the request that runs a command is route `"exec"` (`POST …/session/{id}/exec`, and
 //! `POST /process/execute` / `code-run`). Route `"session"` with `vanish` ends the session (its
@@ -104,22 +107,46 @@ pub(crate) struct SandboxEntry {
 
 /// A sandbox's control-plane state.
 pub(crate) struct Life {
-    /// `started`, `stopped` or `archived` (every transition is immediate here).
+    /// `started`, `stopped`, `archived` or `error` (every transition is immediate here).
     pub(crate) state: &'static str,
     pub(crate) labels: BTreeMap<String, String>,
     /// `autoStopInterval` in minutes; 0 disables it.
     pub(crate) auto_stop: u64,
+    /// `autoArchiveInterval` in minutes of being stopped (never 0: the API stores 0 as its
+    /// maximum).
+    pub(crate) auto_archive: u64,
+    /// `autoDeleteInterval` in minutes of being stopped; negative disables it, 0 deletes the
+    /// sandbox when it stops.
+    pub(crate) auto_delete: i64,
+    pub(crate) network_block_all: bool,
+    pub(crate) network_allow_list: Option<String>,
+    pub(crate) domain_allow_list: Option<String>,
+    /// `errorReason` and `recoverable` of a sandbox in `error`.
+    pub(crate) error_reason: Option<String>,
+    pub(crate) recoverable: bool,
     pub(crate) last_activity: std::time::Instant,
     pub(crate) updated_at: String,
 }
 
+/// `maxAutoArchiveInterval` (`apps/api/src/config/configuration.ts`:
+/// `MAX_AUTO_ARCHIVE_INTERVAL`, default 43200 minutes, 30 days).
+pub(crate) const MAX_AUTO_ARCHIVE: u64 = 43200;
+
 impl Life {
-    /// A started sandbox; `autoStopInterval` defaults to 15 minutes (the API's default).
+    /// A started sandbox; `autoStopInterval` defaults to 15 minutes, `autoArchiveInterval` to 7
+    /// days and auto-delete is off (the API's defaults).
     pub(crate) fn new(labels: BTreeMap<String, String>, now: String, auto_stop: u64) -> Life {
         Life {
             state: "started",
             labels,
             auto_stop,
+            auto_archive: 10080,
+            auto_delete: -1,
+            network_block_all: false,
+            network_allow_list: None,
+            domain_allow_list: None,
+            error_reason: None,
+            recoverable: false,
             last_activity: std::time::Instant::now(),
             updated_at: now,
         }
@@ -132,41 +159,66 @@ impl Life {
 }
 
 impl SandboxEntry {
-    /// Stops the sandbox: its sessions and processes die, its files stay.
-    pub(crate) fn stop(&self) {
+    /// Stops the sandbox: its sessions and processes die, its files stay. True when its
+    /// `autoDeleteInterval` is 0: the API then destroys it instead (`sandbox.service.ts` `stop`,
+    /// `desiredState: DESTROYED`), which the caller does.
+    pub(crate) fn stop(&self) -> bool {
+        self.halt();
+        let mut life = self.life.lock().expect("life");
+        life.state = "stopped";
+        life.touch();
+        life.auto_delete == 0
+    }
+
+    /// Kills the sandbox's sessions and processes.
+    pub(crate) fn halt(&self) {
         for s in self.sessions.lock().expect("sessions").drain() {
             s.1.kill();
         }
         self.sandbox.kill_processes();
-        let mut life = self.life.lock().expect("life");
-        life.state = "stopped";
-        life.touch();
     }
 }
 
-/// Stops started sandboxes idle for longer than their `autoStopInterval` (the API's auto-stop
-/// check runs on a timer; activity is any toolbox request, the proxy's `updateLastActivity`).
+/// The API's lifecycle crons (`apps/api/src/sandbox/managers/sandbox.manager.ts`):
+/// `auto-stop-check` stops started sandboxes idle for longer than their `autoStopInterval`
+/// (activity is any toolbox request, the proxy's `updateLastActivity`), `auto-archive-check`
+/// archives stopped ones whose last activity is older than their `autoArchiveInterval`, and
+/// `auto-delete-check` destroys stopped ones past a non-negative `autoDeleteInterval`.
 async fn auto_stopper(state: std::sync::Weak<State>) {
     loop {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         let Some(st) = state.upgrade() else { return };
         let minute = *st.minute.lock().expect("minute");
-        let idle: Vec<Arc<SandboxEntry>> = st
+        let due = |l: &Life, minutes: u64| l.last_activity.elapsed() >= minute * minutes as u32;
+        let all: Vec<Arc<SandboxEntry>> = st
             .sandboxes
             .lock()
             .expect("sandboxes")
             .values()
-            .filter(|s| {
-                let l = s.life.lock().expect("life");
-                l.state == "started"
-                    && l.auto_stop > 0
-                    && l.last_activity.elapsed() >= minute * l.auto_stop as u32
-            })
             .cloned()
             .collect();
-        for s in idle {
-            tracing::debug!(sandbox = %s.id, "auto-stop");
-            s.stop();
+        for s in all {
+            let mut l = s.life.lock().expect("life");
+            match l.state {
+                "started" if l.auto_stop > 0 && due(&l, l.auto_stop) => {
+                    drop(l);
+                    tracing::debug!(sandbox = %s.id, "auto-stop");
+                    if s.stop() {
+                        st.destroy(&s.id);
+                    }
+                }
+                "stopped" if l.auto_delete >= 0 && due(&l, l.auto_delete as u64) => {
+                    drop(l);
+                    tracing::debug!(sandbox = %s.id, "auto-delete");
+                    st.destroy(&s.id);
+                }
+                "stopped" if due(&l, l.auto_archive) => {
+                    tracing::debug!(sandbox = %s.id, "auto-archive");
+                    l.state = "archived";
+                    l.updated_at = files::rfc3339(std::time::SystemTime::now());
+                }
+                _ => {}
+            }
         }
     }
 }
@@ -175,6 +227,29 @@ impl DaytonaEmulator {
     /// How long one minute of `autoStopInterval` lasts (a minute unless a test shortens it).
     pub fn set_minute(&self, minute: std::time::Duration) {
         *self.state.minute.lock().expect("minute") = minute;
+    }
+
+    /// Puts a sandbox in the `error` state, as the runner reports a failed sandbox (its
+    /// processes die; `errorReason` and `recoverable` as given), so `recover` can be exercised:
+    /// nothing on Daytona's wire puts a sandbox there on request.
+    pub fn fail_sandbox(&self, id: &str, reason: &str, recoverable: bool) -> bool {
+        let Some(s) = self.state.sandbox(id) else {
+            return false;
+        };
+        s.halt();
+        let mut life = s.life.lock().expect("life");
+        life.state = "error";
+        life.error_reason = Some(reason.to_owned());
+        life.recoverable = recoverable;
+        life.touch();
+        true
+    }
+
+    /// A sandbox's labels.
+    pub fn sandbox_labels(&self, id: &str) -> Option<BTreeMap<String, String>> {
+        self.state
+            .sandbox(id)
+            .map(|s| s.life.lock().expect("life").labels.clone())
     }
 
     /// A sandbox's state as the control plane reports it (`started`, `stopped`, `archived`).
@@ -427,6 +502,19 @@ fn router(state: Arc<State>) -> Router {
             "/api/sandbox/{id}/autostop/{interval}",
             post(api::set_autostop),
         )
+        .route(
+            "/api/sandbox/{id}/autoarchive/{interval}",
+            post(api::set_autoarchive),
+        )
+        .route(
+            "/api/sandbox/{id}/autodelete/{interval}",
+            post(api::set_autodelete),
+        )
+        .route(
+            "/api/sandbox/{id}/network-settings",
+            post(api::network_settings),
+        )
+        .route("/api/sandbox/{id}/recover", post(api::recover))
         .route("/toolbox/{id}/{*rest}", any(toolbox))
         .fallback(not_found)
         .with_state(state)

@@ -168,7 +168,7 @@ fn internal(e: impl std::fmt::Display) -> RpcError {
 }
 
 /// envd's `entryInfo` (Stat): lstat, and for a symlink the target's type and permission bits.
-fn stat_entry(fs: &Fs, path: &str) -> Result<Value, RpcError> {
+pub(crate) fn stat_entry(fs: &Fs, path: &str) -> Result<Value, RpcError> {
     let host = fs.path(path);
     let md = std::fs::symlink_metadata(&host).map_err(|e| {
         if e.kind() == io::ErrorKind::NotFound {
@@ -456,11 +456,7 @@ pub(crate) async fn dispatch(req: EnvdRequest, method: String) -> Response {
             return watcher_call(req, &method).await;
         }
         if method == "WatchDir" {
-            return RpcError::new(
-                "unimplemented",
-                format!("filesystem.Filesystem/{method} is not emulated"),
-            )
-            .unary_response();
+            return super::watch::watch_dir(req).await;
         }
         return plain_error(StatusCode::NOT_FOUND, "404 page not found");
     }

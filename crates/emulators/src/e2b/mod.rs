@@ -19,8 +19,8 @@
 //! what it creates to that user, as envd does; without, everything runs as the emulator's user.
 //! The host's `/etc/passwd` is the sandbox's, so `whoami` names uid 1000 as the host does.
 //!
-//! Not emulated: PTYs (`pty` in `Start` is `unimplemented`), directory watchers, signed `/files`
-//! URLs, gzip on `/files`, users other than `user` and `root`.
+//! Not emulated: PTYs (`pty` in `Start` is `unimplemented`), users other than `user` and
+//! `root`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};

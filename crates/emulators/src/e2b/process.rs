@@ -456,7 +456,7 @@ impl futures_core::Stream for RxBody {
     }
 }
 
-fn streaming(rx: mpsc::Receiver<Result<Bytes, io::Error>>) -> Response {
+pub(crate) fn streaming(rx: mpsc::Receiver<Result<Bytes, io::Error>>) -> Response {
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, STREAM_CT)],
@@ -465,7 +465,7 @@ fn streaming(rx: mpsc::Receiver<Result<Bytes, io::Error>>) -> Response {
         .into_response()
 }
 
-fn failed_stream(e: &RpcError) -> Response {
+pub(crate) fn failed_stream(e: &RpcError) -> Response {
     rpc::stream_response(vec![end_stream(Some(e))])
 }
 
@@ -616,6 +616,12 @@ async fn run_stream(p: StreamPlan) {
     }
 }
 
+/// `Keepalive-Ping-Interval` in seconds, envd's default when absent
+/// (`permissions.GetKeepAliveTicker`).
+pub(crate) fn keepalive_of(req: &EnvdRequest) -> Duration {
+    header_secs(req, "keepalive-ping-interval").unwrap_or(DEFAULT_KEEPALIVE)
+}
+
 fn header_secs(req: &EnvdRequest, name: &str) -> Option<Duration> {
     req.headers
         .get(name)
@@ -626,7 +632,7 @@ fn header_secs(req: &EnvdRequest, name: &str) -> Option<Duration> {
 }
 
 /// `Connect-Timeout-Ms`: absent or 0 is no deadline; anything unparsable is an error.
-fn connect_timeout(req: &EnvdRequest) -> Result<Option<Duration>, RpcError> {
+pub(crate) fn connect_timeout(req: &EnvdRequest) -> Result<Option<Duration>, RpcError> {
     match req.headers.get("connect-timeout-ms") {
         None => Ok(None),
         Some(v) => {
@@ -640,7 +646,7 @@ fn connect_timeout(req: &EnvdRequest) -> Result<Option<Duration>, RpcError> {
     }
 }
 
-async fn read_stream_messages(req: &mut EnvdRequest) -> Result<Vec<Bytes>, Response> {
+pub(crate) async fn read_stream_messages(req: &mut EnvdRequest) -> Result<Vec<Bytes>, Response> {
     if rpc::content_type(&req.headers) != STREAM_CT {
         return Err(rpc::unsupported_media_type(STREAM_CT));
     }

@@ -30,6 +30,7 @@
 //! - `GET /control`: `404 {"error":"not found"}`, so every SDK uses direct WebSockets.
 //! - `/fs/read|write|list|delete|rename|copy|chmod|chown` (see `fs.rs`).
 //! - `GET|POST /v1/sprites`, `GET|PUT|DELETE /v1/sprites/{name}`.
+//! - `/services…` and `/policy/network` (see `services.rs`; the policy is kept, not enforced).
 //!
 //! Faults (route `exec`, on the request that submits a command: the WebSocket upgrade or the
 //! POST) are rendered in this wire format: an HTTP status before the upgrade (429 with
@@ -45,6 +46,7 @@ mod exec;
 mod fs;
 mod lifecycle;
 mod query;
+mod services;
 mod session;
 pub mod wire;
 
@@ -149,6 +151,9 @@ pub struct Sprite {
     alive: AtomicBool,
     labels: Mutex<Vec<String>>,
     checkpoints: Mutex<Vec<lifecycle::Checkpoint>>,
+    services: Mutex<BTreeMap<String, Arc<services::Service>>>,
+    /// The network policy's rules (`/policy/network`), kept, not enforced.
+    policy: Mutex<Vec<serde_json::Value>>,
 }
 
 impl std::fmt::Debug for Sprite {
@@ -258,6 +263,8 @@ impl State {
             alive: AtomicBool::new(true),
             labels: Mutex::new(Vec::new()),
             checkpoints: Mutex::new(Vec::new()),
+            services: Mutex::new(BTreeMap::new()),
+            policy: Mutex::new(Vec::new()),
         });
         all.insert(name.to_owned(), s.clone());
         Ok((s, true))
