@@ -50,6 +50,8 @@ use crate::harness::{Dir, FaultHandle, Sandbox, SandboxSpec, Sandboxing, Server,
 use crate::{Emulator, EmulatorOptions};
 
 mod exec;
+mod pty;
+mod pty_spawn;
 mod routes;
 pub mod wire;
 
@@ -106,12 +108,17 @@ fn hostname(id: &str) -> String {
 /// sandbox's `/tmp`), applied to each of its commands; nothing a command does persists.
 pub(crate) struct Session {
     pub(crate) dir: String,
+    /// The creation-time working directory (a sandbox path) and environment, for the terminal.
+    pub(crate) cwd: String,
+    pub(crate) env: Vec<(String, String)>,
 }
 
 /// One sandbox behind an id.
 pub(crate) struct Entry {
     pub(crate) sandbox: Arc<Sandbox>,
     pub(crate) sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// The terminals (`/pty`), one per session.
+    pub(crate) terminals: pty::Terminals,
 }
 
 /// The emulator's state.
@@ -135,6 +142,7 @@ impl State {
         let entry = Arc::new(Entry {
             sandbox,
             sessions: Mutex::new(HashMap::new()),
+            terminals: pty::Terminals::default(),
         });
         map.insert(id.to_owned(), entry.clone());
         Ok(entry)
