@@ -112,6 +112,7 @@ async def main():
     # A command through the tool: typed into the session's shell on the PTY. The typed line is
     # echoed as typed; only running it prints 42. A terminal turns \n into \r\n.
     r = await call(exec_command, cmd="echo pty-$((6*7))", yield_time_ms=2000)
+    print(f"exec_command answered: {r!r}", flush=True)
     check("pty-42\r\n" in r, "exec_command runs the command on a terminal (output with CRLF)", r)
     check(
         session_id_of(r) is not None and "Process exited" not in r,

@@ -91,6 +91,11 @@ impl Terminal {
         self.state.lock().expect("terminal").closed = true;
     }
 
+    /// Ends every connection (the sandbox is gone).
+    pub(crate) fn detach_all(&self) {
+        self.state.lock().expect("terminal").subscribers.clear();
+    }
+
     /// The buffered output and a receiver of what follows (taken together, so nothing is lost
     /// or sent twice).
     fn attach(&self) -> (Bytes, mpsc::UnboundedReceiver<Bytes>) {
