@@ -56,18 +56,14 @@ pub(crate) async fn new_session(
             std::fs::write(host.join("env"), lines)
         })
         .await?;
-    entry
-        .sessions
-        .lock()
-        .expect("sessions")
-        .insert(
-            id.to_owned(),
-            Arc::new(Session {
-                dir,
-                cwd: sandbox_cwd,
-                env: env.to_vec(),
-            }),
-        );
+    entry.sessions.lock().expect("sessions").insert(
+        id.to_owned(),
+        Arc::new(Session {
+            dir,
+            cwd: sandbox_cwd,
+            env: env.to_vec(),
+        }),
+    );
     Ok(())
 }
 

@@ -30,9 +30,12 @@
 //! - `running`, `persist`/`hydrate` (tar of `/workspace`), `session` create/delete, `DELETE`
 //!   (204, also for unknown ids), pool statistics, `/health`, the OpenAPI document.
 //!
-//! Deliberate deviations (listed in `docs/adapters/cloudflare.md`): tunnels, bucket mounts and
-//! the PTY WebSocket answer with their documented 502 errors (the emulator has no cloudflared,
-//! s3fs or PTY); a timed-out command is killed at once (no 5 s grace between SIGTERM and SIGKILL);
+//! - the terminal WebSocket `GET /v1/sandbox/{id}/pty`: one shell per session on a real
+//!   pseudo-terminal, replay, `ready`, binary I/O, `resize`, `error` status messages, and no
+//!   `exit` frame, as the released container (`pty`).
+//!
+//! Deliberate deviations (listed in `docs/adapters/cloudflare.md`): tunnels and bucket mounts
+//! answer with their documented 502 errors (the emulator has no cloudflared or s3fs); a timed-out command is killed at once (no 5 s grace between SIGTERM and SIGKILL);
 //! a signal death is reported as 128+n.
 //!
 //! Faults (route `exec`, at the top of the exec handler): 429 with `Retry-After` (as Cloudflare's

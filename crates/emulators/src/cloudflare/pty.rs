@@ -157,7 +157,11 @@ fn size(n: f64, default: u16) -> u16 {
     }
 }
 
-pub(crate) async fn route(entry: Arc<Entry>, sandbox_id: &str, mut req: Request<Body>) -> Response<Body> {
+pub(crate) async fn route(
+    entry: Arc<Entry>,
+    sandbox_id: &str,
+    mut req: Request<Body>,
+) -> Response<Body> {
     let upgrade = req
         .headers()
         .get(header::UPGRADE)
@@ -169,7 +173,11 @@ pub(crate) async fn route(entry: Arc<Entry>, sandbox_id: &str, mut req: Request<
     let cols = js_number(query_param(req.uri(), "cols").as_deref());
     let rows = js_number(query_param(req.uri(), "rows").as_deref());
     let (Some(cols), Some(rows)) = (cols, rows) else {
-        return error_json("cols and rows must be valid numbers", "invalid_request", 400);
+        return error_json(
+            "cols and rows must be valid numbers",
+            "invalid_request",
+            400,
+        );
     };
     let shell = query_param(req.uri(), "shell").filter(|s| !s.is_empty());
     // `c.req.header("Session-Id") || c.req.query("session")`, then `validateSessionId`.
@@ -203,10 +211,15 @@ async fn serve(entry: Arc<Entry>, session: String, launch: Launch, mut ws: Ws) {
         Err(e) => {
             let message = format!("Failed to create PTY: {e}");
             let _ = ws
-                .send(status(serde_json::json!({"type": "error", "message": message})))
+                .send(status(
+                    serde_json::json!({"type": "error", "message": message}),
+                ))
                 .await;
             let _ = ws
-                .send(Message::close(Some(CloseCode::INTERNAL_SERVER_ERROR), &message))
+                .send(Message::close(
+                    Some(CloseCode::INTERNAL_SERVER_ERROR),
+                    &message,
+                ))
                 .await;
             return;
         }
@@ -215,7 +228,11 @@ async fn serve(entry: Arc<Entry>, session: String, launch: Launch, mut ws: Ws) {
     if !buffered.is_empty() && ws.send(Message::binary(buffered)).await.is_err() {
         return;
     }
-    if ws.send(status(serde_json::json!({"type": "ready"}))).await.is_err() {
+    if ws
+        .send(status(serde_json::json!({"type": "ready"})))
+        .await
+        .is_err()
+    {
         return;
     }
     loop {
@@ -281,12 +298,21 @@ fn control(terminal: &Terminal, text: &str) -> Option<serde_json::Value> {
 
 /// The session's terminal, started on first use with the session's working directory and
 /// environment (`session-manager.ts` `getPty`: the session shell's `env -0` and `pwd`).
-async fn terminal(entry: &Arc<Entry>, session: &str, mut launch: Launch) -> std::io::Result<Arc<Terminal>> {
+async fn terminal(
+    entry: &Arc<Entry>,
+    session: &str,
+    mut launch: Launch,
+) -> std::io::Result<Arc<Terminal>> {
     let mut map = entry.terminals.map.lock().await;
     if let Some(t) = map.get(session) {
         return Ok(t.clone());
     }
-    let named = entry.sessions.lock().expect("sessions").get(session).cloned();
+    let named = entry
+        .sessions
+        .lock()
+        .expect("sessions")
+        .get(session)
+        .cloned();
     if let Some(s) = named {
         launch.cwd = s.cwd.clone();
         launch.env = s.env.clone();
