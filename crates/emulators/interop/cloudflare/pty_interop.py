@@ -68,7 +68,7 @@ def session_id_of(text):
     return int(m.group(1)) if m else None
 
 
-async def frames(ws, until, timeout=5.0):
+async def frames(ws, until, timeout=10.0):
     """Binary output (decoded) and text frames until `until(output)` holds or time runs out."""
     out, texts = b"", []
     deadline = asyncio.get_running_loop().time() + timeout
@@ -111,7 +111,9 @@ async def main():
 
     # A command through the tool: typed into the session's shell on the PTY. The typed line is
     # echoed as typed; only running it prints 42. A terminal turns \n into \r\n.
-    r = await call(exec_command, cmd="echo pty-$((6*7))", yield_time_ms=2000)
+    # The tool waits its whole yield_time_ms (no exit frame ends it); the yields are generous
+    # because the machine running the suite may be loaded (the first call also starts bash).
+    r = await call(exec_command, cmd="echo pty-$((6*7))", yield_time_ms=5000)
     print(f"exec_command answered: {r!r}", flush=True)
     check("pty-42\r\n" in r, "exec_command runs the command on a terminal (output with CRLF)", r)
     check(
@@ -120,14 +122,14 @@ async def main():
         r,
     )
 
-    r = await call(exec_command, cmd="tty; test -t 0 && echo stdin-is-a-tty", yield_time_ms=2000)
+    r = await call(exec_command, cmd="tty; test -t 0 && echo stdin-is-a-tty", yield_time_ms=3000)
     check(
         re.search(r"/dev/pts/\d+", r) is not None and "stdin-is-a-tty" in r,
         "the command's stdin is a pseudo-terminal (/dev/pts/N)",
         r,
     )
 
-    r = await call(exec_command, cmd="pwd; echo TERM=$TERM", yield_time_ms=2000)
+    r = await call(exec_command, cmd="pwd; echo TERM=$TERM", yield_time_ms=3000)
     check(
         "/workspace\r\n" in r and "TERM=xterm-256color" in r,
         "the default session's terminal starts in /workspace with TERM=xterm-256color",
@@ -140,7 +142,7 @@ async def main():
     )
     sid = session_id_of(r)
     check(sid is not None and "got:" not in r.replace("echo got:$line", ""), "a tty command waiting for input stays running", r)
-    r = await call(write_stdin, session_id=sid, chars="hello\n", yield_time_ms=2000)
+    r = await call(write_stdin, session_id=sid, chars="hello\n", yield_time_ms=3000)
     check("got:hello" in r, "write_stdin's keystrokes reach the command", r)
 
     # Ctrl-C through the terminal's line discipline interrupts the foreground command.
@@ -148,7 +150,7 @@ async def main():
     sid = session_id_of(r)
     check(sid is not None, "a long tty command is running", r)
     r = await call(write_stdin, session_id=sid, chars="\u0003", yield_time_ms=500)
-    r = await call(write_stdin, session_id=sid, chars="echo after-$((1+1))\n", yield_time_ms=2000)
+    r = await call(write_stdin, session_id=sid, chars="echo after-$((1+1))\n", yield_time_ms=3000)
     check(
         "after-2" in r and "not-interrupted" not in r,
         "Ctrl-C (\\u0003) interrupts the foreground command; the shell takes the next line",
@@ -216,13 +218,13 @@ async def main():
 
         # Reconnecting attaches to the same shell: its output so far first, then ready.
         ws = await http.ws_connect(path, headers={"Session-Id": "ptyraw"})
-        first = await ws.receive(timeout=5)
+        first = await ws.receive(timeout=10)
         check(
             first.type == aiohttp.WSMsgType.BINARY and b"marker-42\r\n" in first.data,
             "a new connection first receives the buffered output",
             first,
         )
-        second = await ws.receive(timeout=5)
+        second = await ws.receive(timeout=10)
         check(
             second.type == aiohttp.WSMsgType.TEXT and json.loads(second.data) == {"type": "ready"},
             "then ready",
