@@ -56,7 +56,7 @@ mod stream;
 mod util;
 #[cfg(feature = "vercel")]
 pub mod vercel;
-#[cfg(feature = "northflank")]
+#[cfg(any(feature = "northflank", feature = "cloudflare"))]
 mod ws;
 
 /// How to start an emulator.

@@ -1,6 +1,6 @@
 //! boto3 (the official AWS SDK for Python, pinned in `interop/agentcore/requirements.txt`) against
 //! the AgentCore emulator: sessions, executeCommand (success, non-zero exit, stderr, the user, the
-//! executionTime in seconds as observed), executeCode (executionTime in ms as documented; (a python and a javascript context per session,
+//! executionTime in seconds as observed), executeCode (executionTime in ms as documented; (a python, a javascript and a typescript context per session,
 //! clearContext), the fresh session directory's listing, the files
 //! tools, the task tools, and AgentCore-specific faults (an exception event, an HTTP 402, a bad
 //! CRC, the generic error frame) as botocore's own event-stream parser sees them.
@@ -46,7 +46,13 @@ fn with_phase(mut env: Vec<(String, String)>, phase: &str) -> Vec<(String, Strin
 
 #[tokio::test(flavor = "multi_thread")]
 async fn boto3_drives_the_emulator() {
-    let emu = AgentCoreEmulator::start(EmulatorOptions::default())
+    // TypeScript cells are stripped by esbuild, which tsx brings (installed from npm).
+    tokio::task::spawn_blocking(interop::typescript_runtime)
+        .await
+        .expect("join")
+        .expect("tsx and esbuild from the npm registry (is it reachable?)");
+    let esbuild = interop::target_dir().join("interop/typescript/node_modules/esbuild");
+    let emu = AgentCoreEmulator::start_with_typescript(EmulatorOptions::default(), esbuild)
         .await
         .expect("emulator");
     let stdout = run("main", emu.env()).await;
@@ -61,6 +67,7 @@ async fn boto3_drives_the_emulator() {
         "ok executeCode python: an exception is an error result and the context survives it",
         "ok executeCode python: clearContext resets the context",
         "ok executeCode javascript: a context per session, reset by clearContext",
+        "ok executeCode typescript: typed code, a context per session, reset by clearContext",
         "ok executeCommand non-zero exit and stderr",
         "ok writeFiles text and blob",
         "ok readFiles text and blob",

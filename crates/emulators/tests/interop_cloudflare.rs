@@ -3,6 +3,8 @@
 //! 1. the OpenAI Agents SDK's Cloudflare sandbox client (`openai-agents[cloudflare]` from PyPI,
 //!    pinned in `interop/cloudflare/requirements.txt`): create, start, exec, files, ls,
 //!    running, persist/hydrate, delete, and wire-level error shapes with its HTTP stack;
+//!    and its Shell capability's `exec_command`/`write_stdin` tools, invoked as the agent runtime
+//!    invokes a function tool, over the terminal WebSocket (`interop/cloudflare/pty_interop.py`);
 //! 2. schemathesis (pinned in `interop/cloudflare/requirements-schema.txt`) driving every
 //!    operation of the bridge's own OpenAPI document against the emulator, checking status
 //!    codes, content types and response bodies against it.
@@ -60,6 +62,35 @@ async fn openai_agents_cloudflare_client_against_the_emulator() {
     let checks = text.lines().filter(|l| l.starts_with("ok ")).count();
     assert_eq!(checks, 31, "{}", show(&out));
     // The SDK deleted its sandbox.
+    assert!(
+        emulator.sandbox_ids().is_empty(),
+        "{:?}",
+        emulator.sandbox_ids()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openai_agents_shell_tools_run_commands_on_the_bridge_terminal() {
+    let emulator = CloudflareEmulator::start(options())
+        .await
+        .expect("emulator");
+    let env = emulator.env();
+    let out = tokio::task::spawn_blocking(move || {
+        let python = python_env("cloudflare", &dir().join("requirements.txt"))?;
+        run_python(&python, &dir().join("pty_interop.py"), &env)
+    })
+    .await
+    .expect("join")
+    .expect("the PTY interop script could not run (is PyPI reachable?)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        text.contains("pty interop: all checks passed"),
+        "{}",
+        show(&out)
+    );
+    let checks = text.lines().filter(|l| l.starts_with("ok ")).count();
+    assert_eq!(checks, 22, "{}", show(&out));
     assert!(
         emulator.sandbox_ids().is_empty(),
         "{:?}",

@@ -201,8 +201,11 @@ def executes_code(c, sid):
     """executeCode keeps an interpreter context per session: variables, functions and imports of
     one call are there in the next; clearContext: true resets it (botocore's model:
     ToolArguments.clearContext "Whether to clear the context for the tool"; the correction note).
-    ProgrammingLanguage is python | javascript | typescript (model); the emulator serves python
-    and javascript (Node.js, LanguageRuntime "nodejs")."""
+    ProgrammingLanguage is python | javascript | typescript (model); LanguageRuntime is nodejs |
+    deno | python, "If not specified, defaults to deno for JavaScript and TypeScript" (model,
+    ToolArguments.runtime); the runtime-selection page of the developer guide lists nodejs and
+    deno for both (https://docs.aws.amazon.com/bedrock-agentcore/latest/devguide/code-interpreter-runtime-selection.md).
+    The emulator runs both on Node.js (types stripped by esbuild for TypeScript)."""
     r = code(c, sid, "import math\nx = 41\ndef inc(v):\n    return v + 1\nprint('set')")
     sc = r["structuredContent"]
     check(sc["stdout"] == "set\n" and sc["exitCode"] == 0 and r["isError"] is False, f"{r}")
@@ -243,6 +246,27 @@ def executes_code(c, sid):
     r = code(c, sid, "console.log(typeof n)", language="javascript", clear=True)
     check(r["structuredContent"]["stdout"] == "undefined\n", f"{r}")
     ok("executeCode javascript: a context per session, reset by clearContext")
+
+    # TypeScript: typed declarations, an interface and a typed function survive between calls.
+    r = code(
+        c,
+        sid,
+        "interface P { n: number }\nconst p: P = { n: 20 };\nlet total: number = 1;\n"
+        "function add(a: number, b: number): number { return a + b; }",
+        language="typescript",
+    )
+    check(r["isError"] is False and r["structuredContent"]["exitCode"] == 0, f"{r}")
+    r = code(c, sid, "total = add(total, p.n * 2 + 1) as number;\nconsole.log(`sum=${total}`)", language="typescript")
+    check(r["structuredContent"]["stdout"] == "sum=42\n", f"{r}")
+    r = code(c, sid, "import * as os from 'os';\nconst cwd: string = process.cwd();\nconsole.log(cwd, typeof os.hostname())", language="typescript")
+    check(r["structuredContent"]["stdout"] == "/opt/amazon/genesis1p-tools/var string\n", f"{r}")
+    r = code(c, sid, "const broken: number = ;", language="typescript")
+    check(r["isError"] is True and r["structuredContent"]["exitCode"] != 0, f"{r}")
+    r = code(c, sid, "console.log(total)", language="typescript")
+    check(r["structuredContent"]["stdout"] == "42\n", f"{r}")
+    r = code(c, sid, "console.log(typeof total)", language="typescript", clear=True)
+    check(r["structuredContent"]["stdout"] == "undefined\n", f"{r}")
+    ok("executeCode typescript: typed code, a context per session, reset by clearContext")
 
 
 def faults():

@@ -8,7 +8,11 @@
 //! working directory, driven over its stdin/stdout with one JSON line per cell each way; a cell's
 //! own output is captured at the file-descriptor level (so `os.system`'s output is captured too).
 //! Python runs in `python3` (`exec` of each cell in one `__main__` namespace); JavaScript in Node.js
-//! (`vm.runInContext` in one context, the `nodejs` runtime of the model's `LanguageRuntime`).
+//! (`vm.runInContext` in one context, the `nodejs` runtime of the model's `LanguageRuntime`);
+//! TypeScript in Node.js too, each cell's types stripped by esbuild (`transformSync`, loader `ts`,
+//! emitted as CommonJS, so `import` becomes `require`) before it runs in the session's TypeScript
+//! context. The service documents `nodejs` and `deno` for both and defaults to `deno` (the
+//! model's `ToolArguments.runtime`); the emulator has no Deno and ignores `runtime`.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -68,15 +72,24 @@ let out = [], err = [];
 const { Writable } = require('stream');
 const sink = (buf) => new Writable({ write(chunk, _enc, cb) { buf.push(chunk.toString()); cb(); } });
 const cons = new Console({ stdout: sink(out), stderr: sink(err) });
-const ctx = vm.createContext({ console: cons, require, process, Buffer, setTimeout, clearTimeout,
-  setInterval, clearInterval, URL, TextEncoder, TextDecoder });
+const esbuildPath = process.env.EXECSEAM_ESBUILD;
+delete process.env.EXECSEAM_ESBUILD;
+const esbuild = esbuildPath ? require(esbuildPath) : null;
+const globals = { console: cons, require, process, Buffer, setTimeout, clearTimeout,
+  setInterval, clearInterval, URL, TextEncoder, TextDecoder };
+if (esbuild) { globals.module = { exports: {} }; globals.exports = globals.module.exports; }
+const ctx = vm.createContext(globals);
 const proto = process.stdout;
 const rl = readline.createInterface({ input: process.stdin });
 rl.on('line', (line) => {
   const req = JSON.parse(line);
   out.length = 0; err.length = 0;
   let code = 0;
-  try { vm.runInContext(req.code, ctx, { filename: 'evalmachine' }); }
+  try {
+    let src = req.code;
+    if (esbuild) src = esbuild.transformSync(src, { loader: 'ts', format: 'cjs', sourcefile: 'cell.ts' }).code;
+    vm.runInContext(src, ctx, { filename: 'evalmachine' });
+  }
   catch (e) { cons.error(e && e.stack ? e.stack : String(e)); code = 1; }
   proto.write(JSON.stringify({ stdout: out.join(''), stderr: err.join(''), exitCode: code }) + '\n');
 });
@@ -97,8 +110,9 @@ pub(crate) struct Cell {
     pub(crate) exit_code: i64,
 }
 
-/// The languages `executeCode` serves, with their interpreter's argv.
-pub(crate) fn argv(language: &str) -> Option<Vec<String>> {
+/// The languages `executeCode` serves, with their interpreter's argv (`typescript` only with
+/// esbuild: [`AgentCoreEmulator::start_with_typescript`](super::AgentCoreEmulator::start_with_typescript)).
+pub(crate) fn argv(language: &str, esbuild: Option<&str>) -> Option<Vec<String>> {
     match language {
         "python" => Some(vec![
             "python3".into(),
@@ -107,13 +121,18 @@ pub(crate) fn argv(language: &str) -> Option<Vec<String>> {
             PYTHON_DRIVER.into(),
         ]),
         "javascript" => Some(vec!["node".into(), "-e".into(), NODE_DRIVER.into()]),
+        "typescript" if esbuild.is_some() => {
+            Some(vec!["node".into(), "-e".into(), NODE_DRIVER.into()])
+        }
         _ => None,
     }
 }
 
 impl Kernel {
     async fn start(session: &Session, language: &str) -> Result<Kernel, String> {
-        let argv = argv(language).ok_or_else(|| format!("language {language:?} is not served"))?;
+        let esbuild = session.esbuild.as_deref();
+        let argv = argv(language, esbuild)
+            .ok_or_else(|| format!("language {language:?} is not served"))?;
         let spec = State::spec();
         let user = session.sandbox.user().clone();
         let mut cmd = tokio::process::Command::new(&argv[0]);
@@ -124,6 +143,11 @@ impl Kernel {
             .env("USER", &user.name)
             .env("LOGNAME", &user.name)
             .env("PYTHONDONTWRITEBYTECODE", "1")
+            .envs(
+                esbuild
+                    .filter(|_| language == "typescript")
+                    .map(|e| ("EXECSEAM_ESBUILD", e)),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

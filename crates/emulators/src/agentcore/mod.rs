@@ -19,8 +19,9 @@
 //!
 //! Tools: `executeCommand` (bash `-c` in the session directory), `startCommandExecution`,
 //! `getTask`, `stopTask`, `writeFiles`, `readFiles`, `listFiles`, `removeFiles`, and
-//! `executeCode` for `python` and `javascript` (one interpreter context per session and language,
-//! kept between calls, reset by `clearContext: true`; `typescript` is answered with a tool error).
+//! `executeCode` for `python`, `javascript` and `typescript` (one interpreter context per session
+//! and language, kept between calls, reset by `clearContext: true`; TypeScript needs esbuild:
+//! [`AgentCoreEmulator::start_with_typescript`], else it is answered with a tool error).
 //!
 //! `executionTime`: seconds for commands (observed on the service, against the model's
 //! milliseconds), milliseconds for `executeCode` (the model; never observed). Commands and code run as
@@ -158,6 +159,8 @@ pub(crate) struct Session {
     pub(crate) tasks: Mutex<HashMap<String, Arc<Task>>>,
     /// `executeCode`'s interpreter contexts, by language ([`kernel`]).
     pub(crate) kernels: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<kernel::Kernel>>>>>,
+    /// The esbuild package (a path visible in the sandbox) TypeScript cells are stripped with.
+    pub(crate) esbuild: Option<String>,
 }
 
 impl Session {
@@ -205,6 +208,8 @@ pub(crate) struct State {
     pub(crate) by_id: Mutex<HashMap<String, Arc<Session>>>,
     pub(crate) tokens: Mutex<HashMap<String, String>>,
     pub(crate) pty_line_endings: AtomicBool,
+    /// See [`Session::esbuild`].
+    pub(crate) esbuild: Option<String>,
 }
 
 /// What a request should suffer.
@@ -276,6 +281,7 @@ impl State {
             sandbox,
             tasks: Mutex::new(HashMap::new()),
             kernels: Mutex::new(HashMap::new()),
+            esbuild: self.esbuild.clone(),
         });
         populate(&session.sandbox)?;
         self.by_id
@@ -364,8 +370,51 @@ impl std::fmt::Debug for AgentCoreEmulator {
 }
 
 impl AgentCoreEmulator {
-    /// Starts the emulator.
+    /// Starts the emulator; TypeScript is served when `EXECSEAM_AGENTCORE_ESBUILD` names an
+    /// esbuild package directory (as [`start_with_typescript`](Self::start_with_typescript)).
     pub async fn start(options: EmulatorOptions) -> std::io::Result<AgentCoreEmulator> {
+        let esbuild = std::env::var_os("EXECSEAM_AGENTCORE_ESBUILD")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        Self::start_inner(options, esbuild).await
+    }
+
+    /// Starts the emulator serving `typescript` with the esbuild package at `esbuild` (for
+    /// example `target/interop/typescript/node_modules/esbuild`, which
+    /// [`interop::typescript_runtime`](crate::interop::typescript_runtime) installs with tsx):
+    /// its `node_modules` directory is bound read-only into every session at the same path.
+    pub async fn start_with_typescript(
+        options: EmulatorOptions,
+        esbuild: impl Into<PathBuf>,
+    ) -> std::io::Result<AgentCoreEmulator> {
+        Self::start_inner(options, Some(esbuild.into())).await
+    }
+
+    async fn start_inner(
+        mut options: EmulatorOptions,
+        esbuild: Option<PathBuf>,
+    ) -> std::io::Result<AgentCoreEmulator> {
+        let esbuild = match esbuild {
+            None => None,
+            Some(p) => {
+                let p = std::path::absolute(&p)?;
+                if !p.join("package.json").is_file() {
+                    return Err(std::io::Error::other(format!(
+                        "{} is not an esbuild package directory",
+                        p.display()
+                    )));
+                }
+                // esbuild's JavaScript API runs the platform binary of its sibling
+                // `@esbuild/<platform>` package: bind the whole `node_modules`.
+                let modules = p.parent().unwrap_or(&p).to_path_buf();
+                options.sandboxing.mounts.push(crate::harness::Mount {
+                    sandbox: modules.to_string_lossy().into_owned(),
+                    host: modules,
+                    read_only: true,
+                });
+                Some(p.to_string_lossy().into_owned())
+            }
+        };
         let faults = FaultHandle::new();
         crate::harness::arm_checked(&faults, "agentcore", &options.faults, FAULTS)?;
         let state = Arc::new(State {
@@ -377,6 +426,7 @@ impl AgentCoreEmulator {
             by_id: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
             pty_line_endings: AtomicBool::new(true),
+            esbuild,
         });
         let server = Server::start(options.listen, routes::router(state.clone())).await?;
         let weak: Weak<State> = Arc::downgrade(&state);

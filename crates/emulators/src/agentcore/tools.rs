@@ -206,9 +206,10 @@ pub(crate) async fn run_tool(
                     "Unsupported language {language:?} (python, javascript, typescript)"
                 )));
             }
-            if super::kernel::argv(language).is_none() {
+            if super::kernel::argv(language, session.esbuild.as_deref()).is_none() {
                 return Outcome::Result(tool_error(&format!(
-                    "language {language:?} is not emulated (python and javascript are)"
+                    "language {language:?} is not emulated here: TypeScript needs esbuild \
+                     (AgentCoreEmulator::start_with_typescript, or EXECSEAM_AGENTCORE_ESBUILD)"
                 )));
             }
             let clear = args

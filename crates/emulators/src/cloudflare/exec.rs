@@ -38,7 +38,8 @@ pub(crate) async fn new_session(
     // Any string is a session id here: name the directory by its hex, never by the id itself.
     let hex: String = id.bytes().take(120).map(|b| format!("{b:02x}")).collect();
     let dir = format!("{SESSIONS_DIR}/{hex}");
-    let cwd = entry.sandbox.visible_path(cwd.unwrap_or(WORKSPACE));
+    let sandbox_cwd = cwd.unwrap_or(WORKSPACE).to_owned();
+    let cwd = entry.sandbox.visible_path(&sandbox_cwd);
     let mut lines = String::new();
     for (k, v) in env {
         if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
@@ -55,11 +56,14 @@ pub(crate) async fn new_session(
             std::fs::write(host.join("env"), lines)
         })
         .await?;
-    entry
-        .sessions
-        .lock()
-        .expect("sessions")
-        .insert(id.to_owned(), Arc::new(Session { dir }));
+    entry.sessions.lock().expect("sessions").insert(
+        id.to_owned(),
+        Arc::new(Session {
+            dir,
+            cwd: sandbox_cwd,
+            env: env.to_vec(),
+        }),
+    );
     Ok(())
 }
 

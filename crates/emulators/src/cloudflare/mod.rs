@@ -30,9 +30,12 @@
 //! - `running`, `persist`/`hydrate` (tar of `/workspace`), `session` create/delete, `DELETE`
 //!   (204, also for unknown ids), pool statistics, `/health`, the OpenAPI document.
 //!
-//! Deliberate deviations (listed in `docs/adapters/cloudflare.md`): tunnels, bucket mounts and
-//! the PTY WebSocket answer with their documented 502 errors (the emulator has no cloudflared,
-//! s3fs or PTY); a timed-out command is killed at once (no 5 s grace between SIGTERM and SIGKILL);
+//! - the terminal WebSocket `GET /v1/sandbox/{id}/pty`: one shell per session on a real
+//!   pseudo-terminal, replay, `ready`, binary I/O, `resize`, `error` status messages, and no
+//!   `exit` frame, as the released container (`pty`).
+//!
+//! Deliberate deviations (listed in `docs/adapters/cloudflare.md`): tunnels and bucket mounts
+//! answer with their documented 502 errors (the emulator has no cloudflared or s3fs); a timed-out command is killed at once (no 5 s grace between SIGTERM and SIGKILL);
 //! a signal death is reported as 128+n.
 //!
 //! Faults (route `exec`, at the top of the exec handler): 429 with `Retry-After` (as Cloudflare's
@@ -50,6 +53,8 @@ use crate::harness::{Dir, FaultHandle, Sandbox, SandboxSpec, Sandboxing, Server,
 use crate::{Emulator, EmulatorOptions};
 
 mod exec;
+mod pty;
+mod pty_spawn;
 mod routes;
 pub mod wire;
 
@@ -106,12 +111,17 @@ fn hostname(id: &str) -> String {
 /// sandbox's `/tmp`), applied to each of its commands; nothing a command does persists.
 pub(crate) struct Session {
     pub(crate) dir: String,
+    /// The creation-time working directory (a sandbox path) and environment, for the terminal.
+    pub(crate) cwd: String,
+    pub(crate) env: Vec<(String, String)>,
 }
 
 /// One sandbox behind an id.
 pub(crate) struct Entry {
     pub(crate) sandbox: Arc<Sandbox>,
     pub(crate) sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// The terminals (`/pty`), one per session.
+    pub(crate) terminals: pty::Terminals,
 }
 
 /// The emulator's state.
@@ -135,6 +145,7 @@ impl State {
         let entry = Arc::new(Entry {
             sandbox,
             sessions: Mutex::new(HashMap::new()),
+            terminals: pty::Terminals::default(),
         });
         map.insert(id.to_owned(), entry.clone());
         Ok(entry)

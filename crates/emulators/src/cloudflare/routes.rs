@@ -78,7 +78,7 @@ pub(crate) fn session_header(headers: &HeaderMap) -> Result<Option<String>, Resp
     Ok(Some(raw.to_owned()))
 }
 
-fn query_param(uri: &Uri, name: &str) -> Option<String> {
+pub(crate) fn query_param(uri: &Uri, name: &str) -> Option<String> {
     uri.query()?.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         (k == name).then(|| {
@@ -236,7 +236,7 @@ async fn sandbox_routes(state: Arc<State>, req: Request<Body>) -> Response<Body>
                 .is_ok_and(|o| o.exit.success());
             json(&serde_json::json!({ "running": ok }), 200)
         }
-        "pty" => pty(req),
+        "pty" => super::pty::route(entry, &id, req).await,
         "persist" => persist(entry, req).await,
         "hydrate" => hydrate(entry, req).await,
         "mount" => mount(req).await,
@@ -402,22 +402,6 @@ async fn tunnel(req: Request<Body>, port: &str) -> Response<Body> {
     error_json(
         "tunnel failed: cloudflared is not available in the emulator",
         "tunnel_error",
-        502,
-    )
-}
-
-fn pty(req: Request<Body>) -> Response<Body> {
-    let upgrade = req
-        .headers()
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if !upgrade.eq_ignore_ascii_case("websocket") {
-        return error_json("WebSocket upgrade required", "invalid_request", 400);
-    }
-    error_json(
-        "terminal failed: the emulator has no PTY",
-        "exec_transport_error",
         502,
     )
 }

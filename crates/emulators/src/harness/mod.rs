@@ -13,6 +13,7 @@ pub use faults::{
     FAULT_NAMES, Fault, FaultHandle, FaultRule, Rendered, When, arm_checked, check_rules,
 };
 pub use sandbox::{
-    Dir, Fs, Isolation, Mount, Sandbox, SandboxChild, SandboxSpec, Sandboxing, User,
+    Dir, Fs, Isolation, Mount, PtyChild, PtyMaster, PtySize, Sandbox, SandboxChild, SandboxSpec,
+    Sandboxing, User,
 };
 pub use server::{ConnControl, Server, reset_connection};

@@ -246,3 +246,111 @@ pub(crate) fn remove_xattr(path: &Path, name: &[u8]) -> io::Result<()> {
     // SAFETY: both strings are NUL-terminated.
     check(unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) })
 }
+
+/// Opens a new pseudo-terminal pair in the devpts instance that `/dev/ptmx` resolves to on the
+/// calling thread (a sandbox's own instance on a thread inside it): the master (unlocked), then
+/// the slave, both close-on-exec and neither becoming this process's controlling terminal. The
+/// slave comes from the master itself (`TIOCGPTPEER`, Linux 4.13), so no path is looked up
+/// twice; older kernels fall back to `/dev/pts/<n>`.
+pub(crate) fn open_pty() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let flags = libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: a NUL-terminated literal path; the returned fd is owned from here on.
+    let fd = unsafe { libc::open(c"/dev/ptmx".as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    let master = unsafe { OwnedFd::from_raw_fd(fd) };
+    let unlock: libc::c_int = 0;
+    // SAFETY: TIOCSPTLCK reads one c_int through the pointer, which outlives the call.
+    check(unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSPTLCK, &unlock) })?;
+    // SAFETY: TIOCGPTPEER takes open flags by value and returns a new fd (or -1).
+    let peer = unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCGPTPEER, flags) };
+    let slave = if peer >= 0 {
+        // SAFETY: `peer` was just returned by the kernel and nothing else owns it.
+        unsafe { OwnedFd::from_raw_fd(peer) }
+    } else {
+        let mut n: libc::c_uint = 0;
+        // SAFETY: TIOCGPTN writes one c_uint through the pointer, which outlives the call.
+        check(unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCGPTN, &mut n) })?;
+        let path = CString::new(format!("/dev/pts/{n}")).expect("no NUL");
+        // SAFETY: a NUL-terminated path that outlives the call.
+        let fd = unsafe { libc::open(path.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and nothing else owns it.
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    };
+    Ok((master, slave))
+}
+
+/// Sets a terminal's window size (TIOCSWINSZ on its master or slave); the kernel sends SIGWINCH
+/// to the terminal's foreground process group when the size changes.
+pub(crate) fn set_winsize(fd: &impl AsRawFd, rows: u16, cols: u16) -> io::Result<()> {
+    let ws = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads one winsize through the pointer, which outlives the call.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &ws) })
+}
+
+/// A terminal's window size `(rows, cols)` (TIOCGWINSZ).
+pub(crate) fn get_winsize(fd: &impl AsRawFd) -> io::Result<(u16, u16)> {
+    let mut ws = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one winsize through the pointer, which outlives the call.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) })?;
+    Ok((ws.ws_row, ws.ws_col))
+}
+
+/// Makes an fd non-blocking (for a pty master polled by the runtime).
+pub(crate) fn set_nonblocking(fd: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: fcntl(2) F_GETFL/F_SETFL take and return integers only.
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Makes `cmd`'s child, just before `exec`, the leader of a new session (and of a new process
+/// group, whose id is its pid) whose controlling terminal is its stdin (the pty slave it got):
+/// `setsid` then `TIOCSCTTY`, as `login`/`sshd`/`script` do. The terminal's foreground process
+/// group is then the child's, so ^C typed into the master reaches it. Must not be combined with
+/// `process_group` (a group leader cannot `setsid`).
+pub(crate) fn controlling_tty_in_child(cmd: &mut tokio::process::Command) {
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe system
+    // calls (setsid, ioctl), allocating nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Registers an owned, non-blocking file with the runtime's reactor.
+pub(crate) fn async_fd(file: File) -> io::Result<tokio::io::unix::AsyncFd<File>> {
+    // SAFETY: the `File` owns its fd, and the `AsyncFd` owns the `File`: the fd is neither
+    // closed nor replaced while registered (`AsyncFd` deregisters it before dropping the file).
+    unsafe { Ok(tokio::io::unix::AsyncFd::register(file)?) }
+}

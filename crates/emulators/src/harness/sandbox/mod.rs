@@ -62,15 +62,24 @@
 //! directories replace the provider's paths (`/home/user` becomes `<root>/home/user`), which the
 //! commands see as such (the documented degradation).
 //!
+//! # Terminals
+//!
+//! [`Sandbox::spawn_pty`] starts a process on a real pseudo-terminal of the sandbox: the pair is
+//! opened on the launcher thread from the sandbox's own `devpts` instance (so the process sees
+//! `/dev/pts/0`, … of its sandbox, never the host's), the slave is the user's and becomes the
+//! controlling terminal of a new session the process leads (`setsid`, `TIOCSCTTY`), and the
+//! emulator keeps the master ([`PtyMaster`]: async read and write, resize with `TIOCSWINSZ`).
+//! `test -t 0`, `stty size`, `^C` and SIGWINCH behave as on a login terminal.
+//!
 //! # Later features
 //!
-//! A sandbox can host a long-lived or PTY process ([`Sandbox::spawn`] with any stdio; the
-//! private `devpts` is mounted), and its whole writable state is the host directory
-//! [`Sandbox::upper_dir`]: a snapshot is a copy of it taken while no command writes, a restore
-//! starts a new sandbox over a copy (not implemented here).
+//! A sandbox can host a long-lived process ([`Sandbox::spawn`] with any stdio), and its whole
+//! writable state is the host directory [`Sandbox::upper_dir`]: a snapshot is a copy of it taken
+//! while no command writes, a restore starts a new sandbox over a copy (not implemented here).
 
 mod etc;
 mod ns;
+mod pty;
 pub mod spec;
 
 use std::collections::BTreeMap;
@@ -83,6 +92,7 @@ use execseam_core::degrade;
 use execseam_local::{LocalConfig, LocalExec, SpawnError, Spawner};
 use tokio::task::AbortHandle;
 
+pub use pty::{PtyChild, PtyMaster, PtySize};
 pub use spec::{Dir, Mount, SandboxSpec, Sandboxing, User};
 
 /// How sandboxes are isolated on this host.

@@ -402,10 +402,30 @@ impl Namespaces {
     /// a directory there.
     pub(crate) async fn spawn(
         self: &Arc<Self>,
-        mut cmd: tokio::process::Command,
+        cmd: tokio::process::Command,
         creds: sys::Creds,
         workdir: String,
     ) -> Result<tokio::process::Child, execseam_local::SpawnError> {
+        self.spawn_with(cmd, creds, workdir, |_| Ok(()))
+            .await
+            .map(|(child, ())| child)
+    }
+
+    /// [`spawn`](Self::spawn), running `prepare` on the launcher thread (inside the sandbox, as
+    /// root) after the workdir check and before the spawn: to open what the process needs from
+    /// the sandbox's own filesystem (its pty, from the sandbox's devpts instance) and hand it to
+    /// `cmd`. What `prepare` returns comes back with the child.
+    pub(crate) async fn spawn_with<T, P>(
+        self: &Arc<Self>,
+        mut cmd: tokio::process::Command,
+        creds: sys::Creds,
+        workdir: String,
+        prepare: P,
+    ) -> Result<(tokio::process::Child, T), execseam_local::SpawnError>
+    where
+        T: Send + 'static,
+        P: FnOnce(&mut tokio::process::Command) -> io::Result<T> + Send + 'static,
+    {
         use execseam_local::SpawnError;
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|e| SpawnError::Io(io::Error::other(e)))?;
@@ -417,8 +437,10 @@ impl Namespaces {
                 Err(e) => return Ok(Err(format!("workdir {workdir} does not exist: {e}"))),
             }
             cmd.current_dir(&workdir);
+            let extra = prepare(&mut cmd)?;
             let _rt = handle.enter();
-            cmd.spawn().map(Ok)
+            // `cmd` (and with it whatever `prepare` gave it) is dropped on this thread.
+            cmd.spawn().map(|child| Ok((child, extra)))
         });
         match rx.await {
             Ok(Ok(Ok(child))) => Ok(child),

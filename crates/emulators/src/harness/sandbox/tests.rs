@@ -528,3 +528,142 @@ fn emulator_code_does_not_use_host_paths() {
     }
     assert!(bad.is_empty(), "{bad:#?}");
 }
+
+/// Reads the terminal's output until it contains `needle` (or the terminal closes, or 20 s
+/// pass: generous, the machine is shared); returns everything read.
+async fn read_until(master: &PtyMaster, acc: &mut String, needle: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut buf = [0u8; 4096];
+    while !acc.contains(needle) {
+        let n = tokio::time::timeout_at(deadline, master.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("no {needle:?} in the terminal's output: {acc:?}"))
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        acc.push_str(&text(&buf[..n]));
+    }
+}
+
+fn pty_command(script: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.args(["-c", script])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("TERM", "xterm");
+    cmd
+}
+
+#[tokio::test]
+async fn a_pty_process_has_a_real_terminal_of_the_sandbox() {
+    if !namespaces() {
+        eprintln!("SKIP-REASON: needs root (Isolation::Namespaces)");
+        return;
+    }
+    let dir = StateDir::new("pty");
+    let s = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
+    let script = r#"
+        test -t 0 && test -t 1 && test -t 2 && echo T012=yes
+        echo "SIZE=$(stty size)"
+        echo "WHO=$(id -u):$(hostname):$(tty):$$:$(pwd):$(stat -c %U $(tty))"
+        echo "PTS=$(ls /dev/pts | tr '\n' ,)"
+        echo "SESSION=$(ps -o sid= -p $$ | tr -d ' ')"
+        echo READY
+        read line
+        echo "SIZE2=$(stty size) LINE=$line"
+        exit 7
+    "#;
+    let mut p = s
+        .spawn_pty(
+            pty_command(script),
+            s.user(),
+            "/workspace",
+            PtySize::new(24, 80),
+        )
+        .await
+        .unwrap();
+    assert_ne!(p.pid, p.host_pid);
+    let mut out = String::new();
+    read_until(&p.master, &mut out, "READY").await;
+    assert!(out.contains("T012=yes"), "{out:?}");
+    assert!(out.contains("SIZE=24 80"), "{out:?}");
+    // The sandbox's user, host name, its own devpts instance (pty 0 is the first and only
+    // terminal there), the sandbox's pid, the workdir; the slave is the user's.
+    let who = format!("WHO=1000:emu-host:/dev/pts/0:{}:/workspace:emu", p.pid);
+    assert!(out.contains(&who), "{who:?} not in {out:?}");
+    assert!(out.contains("PTS=0,ptmx,"), "{out:?}");
+    assert!(out.contains(&format!("SESSION={}", p.pid)), "{out:?}");
+    assert!(out.contains("\r\n"), "the line discipline's ONLCR: {out:?}");
+    p.master.resize(PtySize::new(40, 100)).unwrap();
+    assert_eq!(p.master.size().unwrap(), PtySize::new(40, 100));
+    p.master.write_all(b"hello\n").await.unwrap();
+    read_until(&p.master, &mut out, "LINE=hello").await;
+    assert!(out.contains("SIZE2=40 100 LINE=hello"), "{out:?}");
+    let status = tokio::time::timeout(Duration::from_secs(20), p.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(7));
+    // Every holder of the slave is gone: the terminal reads as closed.
+    read_until(&p.master, &mut out, "\u{0}never").await;
+
+    // ^C typed into the terminal reaches its foreground group (the shell and its sleep).
+    let mut p = s
+        .spawn_pty(
+            pty_command("echo GO; sleep 300"),
+            s.user(),
+            "/workspace",
+            PtySize::new(24, 80),
+        )
+        .await
+        .unwrap();
+    let mut out = String::new();
+    read_until(&p.master, &mut out, "GO").await;
+    p.master.write_all(b"\x03").await.unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(20), p.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+
+    // Killing the process group ends the process and its background child, and closes the
+    // terminal.
+    let mut p = s
+        .spawn_pty(
+            pty_command("sleep 300 & echo BG=$!; wait"),
+            s.user(),
+            "/workspace",
+            PtySize::new(24, 80),
+        )
+        .await
+        .unwrap();
+    let mut out = String::new();
+    read_until(&p.master, &mut out, "BG=").await;
+    s.signal_group(p.host_pid, libc::SIGKILL).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(20), p.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    read_until(&p.master, &mut out, "\u{0}never").await;
+    assert!(!out.contains('\u{0}'));
+    let bg: u32 = out
+        .split("BG=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no BG pid in {out:?}"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.host_pid(bg).is_some_and(alive) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        !s.host_pid(bg).is_some_and(alive),
+        "the background sleep survived"
+    );
+    let state = s.state_dir().to_path_buf();
+    drop(s);
+    gone(&state).await;
+}
