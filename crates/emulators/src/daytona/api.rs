@@ -132,6 +132,7 @@ pub(super) async fn create(
         )),
         sandbox,
         sessions: Mutex::new(Default::default()),
+        ptys: Mutex::new(Default::default()),
     });
     state
         .sandboxes
