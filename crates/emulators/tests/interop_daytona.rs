@@ -91,3 +91,40 @@ async fn the_official_python_sdk_works_against_the_emulator() {
     assert_eq!(checks, 88, "every check of sdk_check.py ran:\n{stdout}");
     assert!(emu.sandbox_ids().is_empty(), "the SDK deleted its sandbox");
 }
+
+/// The SDK's PTY sessions (`process.create_pty_session` and friends) on a real terminal of the
+/// sandbox (`interop/daytona/pty_check.py`, which cites the SDK's and the daemon's sources).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_python_sdk_drives_pty_sessions() {
+    assert_eq!(
+        execseam_emulators::Isolation::detect(),
+        execseam_emulators::Isolation::Namespaces,
+        "the PTY check needs the sandbox's own devpts and paths (root and unshare)"
+    );
+    let emu = DaytonaEmulator::start(EmulatorOptions::default())
+        .await
+        .expect("the emulator starts");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/daytona");
+    let reqs = dir.join("requirements.txt");
+    let python = tokio::task::spawn_blocking(move || interop::python_env("daytona", &reqs))
+        .await
+        .unwrap()
+        .expect("a virtualenv with the official daytona SDK");
+    let env = emu.env();
+    let script = dir.join("pty_check.py");
+    let out = tokio::task::spawn_blocking(move || interop::run_python(&python, &script, &env))
+        .await
+        .unwrap()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}");
+    assert!(
+        out.status.success() && stdout.lines().last() == Some("OK"),
+        "the PTY check failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let checks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
+    assert_eq!(checks, 14, "every check of pty_check.py ran:\n{stdout}");
+    assert!(emu.sandbox_ids().is_empty(), "the SDK deleted its sandbox");
+}

@@ -351,3 +351,29 @@ async fn an_answer_to_a_killed_sandbox_keeps_the_connection_usable() {
         );
     }
 }
+
+/// Checks `e2b_interop.py pty` makes.
+const PTY_CHECKS: usize = 18;
+
+/// `sandbox.pty.*` through the official SDK: envd's PTY process mode on a real terminal of the
+/// sandbox (see `pty()` in `e2b_interop.py` for the sources each check follows).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_sdk_drives_a_pty() {
+    let python = python().await;
+    let emu = E2bEmulator::start(EmulatorOptions::default())
+        .await
+        .unwrap();
+    let (ok, out) = run(&python, emu.env(), &["pty"]).await;
+    assert!(ok, "the SDK run failed:\n{out}");
+    assert!(
+        out.contains(&format!("ALL CHECKS PASSED {PTY_CHECKS}")),
+        "not every check ran:\n{out}"
+    );
+    let checks = out.lines().filter(|l| l.starts_with("CHECK ")).count();
+    assert_eq!(checks, PTY_CHECKS, "{out}");
+    // The SDK's Start: a `pty` with the size, `/bin/bash -i -l`.
+    let reqs = emu.requests();
+    assert!(reqs.iter().any(|r| r.path == "/process.Process/Update"));
+    assert!(reqs.iter().any(|r| r.path == "/process.Process/SendSignal"));
+    eprintln!("{out}");
+}

@@ -6,6 +6,9 @@ pointing at the emulator.
     python e2b_interop.py main
         The exec and files surface, end to end. Prints `CHECK <name>` after each check and
         `ALL CHECKS PASSED <n>` at the end; any failure raises (non-zero exit).
+    python e2b_interop.py pty
+        `sandbox.pty.*` (envd's PTY process mode): create, send_stdin, stream_input, resize,
+        connect, kill, and the exit through the handle. Same `CHECK` / `ALL CHECKS PASSED` lines.
     python e2b_interop.py fault <kind> <sandbox_id>
         Connects to an existing sandbox (Sandbox.connect) and runs one command while the Rust
         side has armed a fault; prints `FAULT <kind> <exception class> <detail>`.
@@ -482,6 +485,145 @@ async def async_watch_dir(sandbox_id):
     )
 
 
+class Terminal:
+    """A PTY handle's output, read on a thread (`handle.wait(on_pty=...)`, as the SDK's docs show),
+    and the handle's outcome (its result or the exception `wait` raised)."""
+
+    def __init__(self, handle):
+        import threading
+
+        self.handle = handle
+        self.buf = bytearray()
+        self.lock = threading.Lock()
+        self.outcome = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        def on_pty(chunk):
+            with self.lock:
+                self.buf.extend(chunk)
+
+        try:
+            self.outcome = self.handle.wait(on_pty=on_pty)
+        except Exception as e:  # noqa: BLE001 -- kept for the checks
+            self.outcome = e
+
+    def text(self):
+        with self.lock:
+            return self.buf.decode("utf-8", "replace")
+
+    def wait_for(self, needle, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.text():
+                return True
+            if not self.thread.is_alive():
+                break
+            time.sleep(0.02)
+        raise AssertionError(f"{needle!r} not in the terminal's output: {self.text()!r}")
+
+    def finished(self, timeout=30):
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+
+def pty():
+    # The real envd starts `/bin/bash -i -l` (the SDK's `Pty.create`, e2b/sandbox_sync/commands/
+    # pty.py) on a pseudo-terminal of the requested size (`pty.StartWithSize`, envd
+    # packages/envd/internal/services/process/handler/handler.go); output arrives as `pty` bytes.
+    # Typed input is echoed by the terminal, so every expected line is computed by the shell
+    # (`$((40+2))`) and never appears in the echo of what was typed.
+    from e2b.sandbox.commands.command_handle import PtySize
+
+    sbx = Sandbox.create(timeout=600)
+    h = sbx.pty.create(PtySize(rows=24, cols=80), envs={"PTY_VAR": "v"}, cwd="/home/user")
+    check("pty create", h.pid > 0, repr(h.pid))
+    term = Terminal(h)
+    sbx.pty.send_stdin(
+        h.pid,
+        b"test -t 0 && test -t 1 && echo TTY=$((40+2)); echo SIZE=$(stty size); "
+        b"echo ENV=$TERM:$LANG:$PTY_VAR:$(whoami):$(pwd)\n",
+    )
+    check("pty is a terminal", term.wait_for("TTY=42"))
+    check("pty size", term.wait_for("SIZE=24 80"))
+    # The SDK's defaults (TERM, LANG) and the request's envs, the user and the cwd.
+    check("pty env", term.wait_for("ENV=xterm-256color:C.UTF-8:v:user:/home/user"))
+    check("pty output is the terminal's", "\r\n" in term.text(), repr(term.text()[-200:]))
+
+    # Resize: the terminal's size changes and the foreground job gets SIGWINCH.
+    # (The kernel signals the terminal's foreground process group: here the job running bash -c.)
+    sbx.pty.send_stdin(
+        h.pid,
+        b"bash -c 'trap \"echo WINCH=\\$((3*3)); exit\" WINCH; echo ARMED=$((2*2)); "
+        b"for i in $(seq 100); do sleep 0.1; done'\n",
+    )
+    term.wait_for("ARMED=4")
+    sbx.pty.resize(h.pid, PtySize(rows=40, cols=120))
+    check("pty resize SIGWINCH", term.wait_for("WINCH=9"))
+    sbx.pty.send_stdin(h.pid, b"echo SIZE2=$(stty size)\n")
+    check("pty resize size", term.wait_for("SIZE2=40 120"))
+
+    # stream_input (StreamInput with `pty` data).
+    sbx.pty.stream_input(h.pid, [b"echo S=", b"$((6+6))\n"])
+    check("pty stream_input", term.wait_for("S=12"))
+
+    # ^C typed into the terminal interrupts the foreground job, the shell lives on.
+    sbx.pty.send_stdin(h.pid, b"sleep 100; echo NOTINT=$((1+1))\n")
+    time.sleep(0.5)
+    sbx.pty.send_stdin(h.pid, b"\x03")
+    sbx.pty.send_stdin(h.pid, b"echo AFTER=$((7*7))\n")
+    check("pty ctrl-c", term.wait_for("AFTER=49", timeout=20) and "NOTINT=2" not in term.text())
+
+    # connect: a second stream of the same PTY gets its output from then on.
+    h2 = sbx.pty.connect(h.pid)
+    check("pty connect pid", h2.pid == h.pid, repr(h2.pid))
+    sbx.pty.send_stdin(h.pid, b"echo C=$((5+5))\n")
+    seen = bytearray()
+    for _, _, chunk in h2:
+        if chunk:
+            seen.extend(chunk)
+        if b"C=10" in seen:
+            break
+    check("pty connect output", b"C=10" in seen, repr(bytes(seen)))
+    h2.disconnect()
+
+    # A PTY process takes no stdin (envd: "tty assigned to process — input should be written to
+    # the pty, not the stdin", an internal error the SDK raises as SandboxException).
+    expect_raise("pty stdin refused", SandboxException, lambda: sbx.commands.send_stdin(h.pid, "x"))
+
+    # The shell's exit ends the handle: exit code 3 is CommandExitException (handle.wait).
+    sbx.pty.send_stdin(h.pid, b"exit 3\n")
+    check("pty exit", term.finished(), term.text()[-200:])
+    check(
+        "pty exit code",
+        isinstance(term.outcome, CommandExitException) and term.outcome.exit_code == 3,
+        repr(term.outcome),
+    )
+
+    # kill: SIGKILL (SendSignal); the handle ends with envd's "signal: killed" (exit code -1).
+    h3 = sbx.pty.create(PtySize(rows=10, cols=40))
+    term3 = Terminal(h3)
+    sbx.pty.send_stdin(h3.pid, b"echo UP=$((8+8))\n")
+    term3.wait_for("UP=16")
+    check("pty kill", sbx.pty.kill(h3.pid) is True)
+    check("pty killed ends", term3.finished())
+    check(
+        "pty killed outcome",
+        isinstance(term3.outcome, CommandExitException)
+        and term3.outcome.exit_code == -1
+        and term3.outcome.error == "signal: killed",
+        repr(term3.outcome),
+    )
+    # The process is gone: kill answers not_found, which the SDK returns as False.
+    deadline = time.monotonic() + 10
+    while sbx.pty.kill(h3.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check("pty kill gone", sbx.pty.kill(h3.pid) is False)
+    sbx.kill()
+    print(f"ALL CHECKS PASSED {len(CHECKS)}", flush=True)
+
+
 def fault(kind, sandbox_id):
     sbx = Sandbox.connect(sandbox_id)
     wants = {
@@ -507,6 +649,8 @@ if __name__ == "__main__":
     started = time.monotonic()
     if sys.argv[1] == "main":
         main()
+    elif sys.argv[1] == "pty":
+        pty()
     else:
         fault(sys.argv[2], sys.argv[3])
     print(f"took {time.monotonic() - started:.2f}s", flush=True)

@@ -164,6 +164,7 @@ pub(super) async fn create(
         life: Mutex::new(life),
         sandbox,
         sessions: Mutex::new(Default::default()),
+        ptys: Mutex::new(Default::default()),
     });
     state
         .sandboxes

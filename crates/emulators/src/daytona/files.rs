@@ -92,7 +92,7 @@ fn file_info(name: &str, meta: &std::fs::Metadata, path: Option<&str>) -> serde_
     v
 }
 
-fn query(req: &Request) -> Vec<(String, String)> {
+pub(crate) fn query(req: &Request) -> Vec<(String, String)> {
     req.uri()
         .query()
         .unwrap_or("")

@@ -19,6 +19,8 @@
 //! - files: list/info with the daemon's `FileInfo`, bulk-download multipart (`DAYTONA-FILE-BOUNDARY`,
 //!   `filename*` echo, JSON `error` parts), bulk-upload (`files[i].path` before `files[i].file`),
 //!   find (literal, binary files skipped), search (base-name glob), folder, delete;
+//! - PTY sessions (`pty.rs`): `/process/pty` create, list, get, delete, resize, and the
+//!   `connect` and `create-connect` WebSockets, the shell on a real terminal of the sandbox;
 //! - the error envelope `{statusCode, message, code, source, timestamp, path, method}`.
 //! - the lifecycle: stop/start/archive, `recover` of a sandbox in `error`, auto-stop,
 //!   auto-archive and auto-delete on the API's rules, network settings validated and stored
@@ -34,6 +36,7 @@
 mod api;
 mod files;
 mod process;
+mod pty;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
@@ -103,6 +106,8 @@ pub(crate) struct SandboxEntry {
     /// What the control plane changes: state, labels, auto-stop, last activity.
     pub(crate) life: Mutex<Life>,
     pub(crate) sessions: Mutex<HashMap<String, Arc<process::Session>>>,
+    /// The toolbox's PTY sessions.
+    pub(crate) ptys: Mutex<HashMap<String, Arc<pty::PtySession>>>,
 }
 
 /// A sandbox's control-plane state.
@@ -174,6 +179,9 @@ impl SandboxEntry {
     pub(crate) fn halt(&self) {
         for s in self.sessions.lock().expect("sessions").drain() {
             s.1.kill();
+        }
+        for p in self.ptys.lock().expect("ptys").drain() {
+            p.1.kill();
         }
         self.sandbox.kill_processes();
     }
@@ -636,6 +644,19 @@ async fn toolbox(
         life.last_activity = std::time::Instant::now();
     }
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    if segs.len() >= 2 && segs[..2] == ["process", "pty"] {
+        let segs2 = segs.clone();
+        if let Some(r) = pty::route(sb.clone(), &method, &segs2, &path, req).await {
+            return r;
+        }
+        return daemon_error(
+            StatusCode::NOT_FOUND,
+            "not found",
+            Some("NOT_FOUND"),
+            &path,
+            &method,
+        );
+    }
     match (method.as_str(), segs.as_slice()) {
         ("GET", ["version"]) => {
             json_response(StatusCode::OK, &serde_json::json!({"version": "0.226.1"}))

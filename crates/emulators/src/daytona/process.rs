@@ -23,7 +23,7 @@ const STDOUT_PREFIX: &[u8] = b"\x01\x01\x01";
 const STDERR_PREFIX: &[u8] = b"\x02\x02\x02";
 
 /// The daemon's `GetShell()`: the first of zsh, bash listed in `/etc/shells`, else `sh`.
-fn shell() -> String {
+pub(crate) fn shell() -> String {
     let listed = std::fs::read_to_string("/etc/shells").unwrap_or_default();
     for cand in ["/usr/bin/zsh", "/bin/zsh", "/usr/bin/bash", "/bin/bash"] {
         if listed.lines().any(|l| l.trim() == cand) && std::path::Path::new(cand).exists() {

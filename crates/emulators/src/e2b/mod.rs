@@ -19,8 +19,11 @@
 //! what it creates to that user, as envd does; without, everything runs as the emulator's user.
 //! The host's `/etc/passwd` is the sandbox's, so `whoami` names uid 1000 as the host does.
 //!
-//! Not emulated: PTYs (`pty` in `Start` is `unimplemented`), users other than `user` and
-//! `root`.
+//! PTYs: a `Start` with `pty` runs on a real terminal of the sandbox
+//! ([`crate::harness::Sandbox::spawn_pty`]), with `pty` output, input and `Update` resizes (see
+//! `process.rs`).
+//!
+//! Not emulated: users other than `user` and `root`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};

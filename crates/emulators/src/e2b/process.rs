@@ -4,6 +4,11 @@
 //! `Keepalive-Ping-Interval` seconds without data (90 by default), one `end` with Go's
 //! `ProcessState` strings, then the end-stream message. Closing the stream does not kill the
 //! process; `Connect-Timeout-Ms` on `Start` does (SIGKILL, then `deadline_exceeded`).
+//!
+//! A `Start` with `pty{size}` runs the process on a real terminal of the sandbox
+//! ([`Sandbox::spawn_pty`](crate::harness::Sandbox::spawn_pty)), as envd's `pty.StartWithSize`:
+//! output is `pty` data (16 KiB chunks), `pty` input is typed into the terminal, `Update{pty}`
+//! resizes it, and the terminal closes once the process is reaped (`Wait` closes it).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -28,9 +33,11 @@ use tokio::time::Instant;
 
 use super::connect::{self as rpc, RpcError, end_stream, envelope, message};
 use super::{EnvdRequest, Sbx, State, StreamFault, User, plain_error, resolve, user_of};
-use crate::harness::Fault;
+use crate::harness::{Fault, PtyMaster, PtySize};
 
 const CHUNK: usize = 32 << 10;
+/// envd's `ptyChunkSize`.
+const PTY_CHUNK: usize = 16 << 10;
 const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(90);
 /// How long output is still read after the process exited (a background child may hold the
 /// pipes open).
@@ -42,6 +49,8 @@ const STREAM_CT: &str = "application/connect+json";
 pub(crate) enum Out {
     Stdout(Bytes),
     Stderr(Bytes),
+    /// A PTY process's terminal output (stdout and stderr merged by the terminal).
+    Pty(Bytes),
     End(EndInfo),
 }
 
@@ -63,6 +72,9 @@ pub(crate) struct Proc {
     pub tag: Option<String>,
     pub config: Value,
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    /// A PTY process's terminal (envd's `tty`): input is typed into it, `Update` resizes it.
+    /// Closed (taken) when the process has exited, as envd's `Wait` closes it.
+    tty: Mutex<Option<PtyMaster>>,
     subscribers: Mutex<Vec<mpsc::Sender<Out>>>,
     reaped: AtomicBool,
 }
@@ -220,6 +232,7 @@ fn data_json(out: &Out) -> Option<Value> {
     match out {
         Out::Stdout(b) => Some(json!({"event": {"data": {"stdout": B64.encode(b)}}})),
         Out::Stderr(b) => Some(json!({"event": {"data": {"stderr": B64.encode(b)}}})),
+        Out::Pty(b) => Some(json!({"event": {"data": {"pty": B64.encode(b)}}})),
         Out::End(_) => None,
     }
 }
@@ -274,6 +287,45 @@ async fn pump(proc: Arc<Proc>, mut child: Child, sbx: Weak<Sbx>) {
     }
 }
 
+/// [`pump`] for a PTY process: the terminal's output in 16 KiB chunks until the process exited
+/// (then what the terminal still holds, until it reads as closed or [`DRAIN`] passed), the end
+/// event; then the terminal is closed (envd's `Wait` closes it right after the exit, so a
+/// background child still holding it gets a hang-up) and envd forgets the process.
+async fn pump_pty(proc: Arc<Proc>, mut child: Child, master: PtyMaster, sbx: Weak<Sbx>) {
+    let mut buf = vec![0u8; PTY_CHUNK];
+    let mut status = None;
+    let mut open = true;
+    let mut drain_until: Option<Instant> = None;
+    while open || status.is_none() {
+        let drain = async {
+            match drain_until {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = master.read(&mut buf), if open => match r {
+                Ok(n) if n > 0 => proc.publish(Out::Pty(Bytes::copy_from_slice(&buf[..n]))).await,
+                _ => open = false,
+            },
+            st = child.wait(), if status.is_none() => {
+                proc.reaped.store(true, Ordering::SeqCst);
+                status = Some(st);
+                drain_until = Some(Instant::now() + DRAIN);
+            }
+            () = drain => break,
+        }
+    }
+    proc.tty.lock().expect("tty").take();
+    drop(master);
+    let end = end_info(status.expect("the loop ends after the exit"));
+    proc.publish(Out::End(end)).await;
+    proc.subscribers.lock().expect("subscribers").clear();
+    if let Some(sbx) = sbx.upgrade() {
+        sbx.procs.lock().expect("procs").remove(&proc.pid);
+    }
+}
+
 /// The parsed `ProcessConfig` of a `StartRequest`.
 struct Spawn {
     cmd: String,
@@ -282,6 +334,8 @@ struct Spawn {
     cwd: Option<String>,
     tag: Option<String>,
     stdin: bool,
+    /// `pty.size` (envd starts the process on a terminal of that size: `pty.StartWithSize`).
+    pty: Option<PtySize>,
     config: Value,
 }
 
@@ -290,12 +344,7 @@ fn parse_start(v: &Value) -> Result<Spawn, RpcError> {
     let process = rpc::field(v, "process", "process")
         .cloned()
         .unwrap_or(json!({}));
-    if rpc::field(v, "pty", "pty").is_some() {
-        return Err(RpcError::new(
-            "unimplemented",
-            "the emulator does not run processes in a pty",
-        ));
-    }
+    let pty = rpc::field(v, "pty", "pty").map(pty_size).transpose()?;
     let cmd = rpc::field(&process, "cmd", "cmd")
         .map(|c| {
             c.as_str()
@@ -345,8 +394,20 @@ fn parse_start(v: &Value) -> Result<Spawn, RpcError> {
         cwd,
         tag,
         stdin,
+        pty,
         config: process,
     })
+}
+
+/// `PTY{size{cols, rows}}` (`uint32`s, absent = 0; envd casts them to `uint16`).
+fn pty_size(pty: &Value) -> Result<PtySize, RpcError> {
+    let size = rpc::field(pty, "size", "size")
+        .cloned()
+        .unwrap_or(json!({}));
+    let dim = |name: &str| -> Result<u16, RpcError> {
+        Ok(rpc::int_field(&size, name, name)?.unwrap_or(0) as u16)
+    };
+    Ok(PtySize::new(dim("rows")?, dim("cols")?))
 }
 
 async fn spawn(
@@ -384,50 +445,75 @@ async fn spawn(
     env.extend(sbx.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())));
     env.extend(s.envs.iter().map(|(k, v)| (k.clone(), v.clone())));
     let mut proc = tokio::process::Command::new("/bin/sh");
-    proc.args(&argv)
-        .env_clear()
-        .envs(&env)
-        .stdin(if s.stdin {
+    proc.args(&argv).env_clear().envs(&env).kill_on_drop(false);
+    if s.pty.is_none() {
+        proc.stdin(if s.stdin {
             Stdio::piped()
         } else {
             Stdio::null()
         })
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(false);
+        .stderr(Stdio::piped());
+    }
     let account = sbx
         .sandbox
         .spec()
         .user_named(&user.name)
         .cloned()
         .ok_or_else(|| RpcError::new("internal", format!("no account {}", user.name)))?;
-    let spawned = sbx
-        .sandbox
-        .spawn(proc, &account, &cwd)
-        .await
-        .map_err(|e| match e {
-            execseam_local::SpawnError::Workdir(_) => {
-                RpcError::new("invalid_argument", format!("cwd '{cwd}' does not exist"))
-            }
-            execseam_local::SpawnError::Io(e) => RpcError::new(
+    let spawn_error = |e| match e {
+        execseam_local::SpawnError::Workdir(_) => {
+            RpcError::new("invalid_argument", format!("cwd '{cwd}' does not exist"))
+        }
+        execseam_local::SpawnError::Io(e) => match s.pty {
+            // envd's `pty.StartWithSize` failure (`handler.New`).
+            Some(size) => RpcError::new(
+                "invalid_argument",
+                format!(
+                    "error starting pty with command '{user_cmd}' in dir '{cwd}' with '{}' cols and '{}' rows: {e}",
+                    size.cols, size.rows
+                ),
+            ),
+            None => RpcError::new(
                 "invalid_argument",
                 format!("error starting process '{user_cmd}': {e}"),
             ),
-        })?;
-    let mut child = spawned.child;
-    let pid = spawned.pid;
+        },
+    };
+    let (mut child, pid, host_pid, tty) = match s.pty {
+        Some(size) => {
+            let p = sbx
+                .sandbox
+                .spawn_pty(proc, &account, &cwd, size)
+                .await
+                .map_err(spawn_error)?;
+            (p.child, p.pid, p.host_pid, Some(p.master))
+        }
+        None => {
+            let p = sbx
+                .sandbox
+                .spawn(proc, &account, &cwd)
+                .await
+                .map_err(spawn_error)?;
+            (p.child, p.pid, p.host_pid, None)
+        }
+    };
     let p = Arc::new(Proc {
         pid,
-        host_pid: spawned.host_pid,
+        host_pid,
         tag: s.tag,
         config: s.config,
         stdin: tokio::sync::Mutex::new(child.stdin.take()),
+        tty: Mutex::new(tty.clone()),
         subscribers: Mutex::new(Vec::new()),
         reaped: AtomicBool::new(false),
     });
     let rx = p.subscribe();
     sbx.procs.lock().expect("procs").insert(pid, p.clone());
-    tokio::spawn(pump(p.clone(), child, Arc::downgrade(sbx)));
+    match tty {
+        Some(master) => tokio::spawn(pump_pty(p.clone(), child, master, Arc::downgrade(sbx))),
+        None => tokio::spawn(pump(p.clone(), child, Arc::downgrade(sbx))),
+    };
     Ok((p, rx))
 }
 
@@ -809,6 +895,12 @@ async fn connect(mut req: EnvdRequest) -> Response {
 }
 
 async fn write_stdin(proc: &Proc, data: &[u8]) -> Result<(), RpcError> {
+    if proc.tty.lock().expect("tty").is_some() {
+        return Err(RpcError::new(
+            "internal",
+            "error writing to stdin: tty assigned to process — input should be written to the pty, not the stdin",
+        ));
+    }
     let mut stdin = proc.stdin.lock().await;
     let Some(pipe) = stdin.as_mut() else {
         return Err(RpcError::new(
@@ -837,25 +929,56 @@ async fn write_stdin(proc: &Proc, data: &[u8]) -> Result<(), RpcError> {
     })
 }
 
-fn input_bytes(v: &Value) -> Result<Option<Vec<u8>>, RpcError> {
-    let input = rpc::field(v, "input", "input")
-        .ok_or_else(|| RpcError::new("invalid_argument", "invalid input type"))?;
-    if rpc::field(input, "pty", "pty").is_some() {
+/// envd's `WriteTty` (`handler.go`): typed into the process's terminal.
+async fn write_tty(proc: &Proc, data: &[u8]) -> Result<(), RpcError> {
+    let Some(tty) = proc.tty.lock().expect("tty").clone() else {
         return Err(RpcError::new(
             "internal",
             "error writing to tty: tty not assigned to process — input should be written to the stdin, not the tty",
         ));
+    };
+    tty.write_all(data).await.map_err(|e| {
+        RpcError::new(
+            "internal",
+            format!(
+                "error writing to tty: error writing to tty of process '{}': write /dev/ptmx: {e}",
+                proc.pid
+            ),
+        )
+    })
+}
+
+/// `ProcessInput`: `stdin` or `pty` bytes (base64 in JSON).
+enum Input {
+    Stdin(Vec<u8>),
+    Pty(Vec<u8>),
+}
+
+fn input_bytes(v: &Value) -> Result<Option<Input>, RpcError> {
+    let input = rpc::field(v, "input", "input")
+        .ok_or_else(|| RpcError::new("invalid_argument", "invalid input type"))?;
+    let decode = |name: &str, s: &Value| -> Result<Vec<u8>, RpcError> {
+        let s = s
+            .as_str()
+            .ok_or_else(|| RpcError::new("invalid_argument", format!("{name} is not base64")))?;
+        B64.decode(s)
+            .map_err(|e| RpcError::new("invalid_argument", format!("{name} is not base64: {e}")))
+    };
+    if let Some(p) = rpc::field(input, "pty", "pty") {
+        return decode("pty", p).map(|b| Some(Input::Pty(b)));
     }
     match rpc::field(input, "stdin", "stdin") {
         None => Ok(None),
-        Some(s) => {
-            let s = s
-                .as_str()
-                .ok_or_else(|| RpcError::new("invalid_argument", "stdin is not base64"))?;
-            B64.decode(s)
-                .map(Some)
-                .map_err(|e| RpcError::new("invalid_argument", format!("stdin is not base64: {e}")))
-        }
+        Some(s) => decode("stdin", s).map(|b| Some(Input::Stdin(b))),
+    }
+}
+
+/// envd's `handleInput` (`input.go`).
+async fn handle_input(proc: &Proc, input: Option<Input>) -> Result<(), RpcError> {
+    match input {
+        Some(Input::Stdin(b)) => write_stdin(proc, &b).await,
+        Some(Input::Pty(b)) => write_tty(proc, &b).await,
+        None => Ok(()),
     }
 }
 
@@ -877,9 +1000,7 @@ async fn stream_input(mut req: EnvdRequest) -> Response {
                         "the first message must be a start event",
                     ));
                 };
-                if let Some(bytes) = input_bytes(data)? {
-                    write_stdin(p, &bytes).await?;
-                }
+                handle_input(p, input_bytes(data)?).await?;
             } else if rpc::field(&v, "keepalive", "keepalive").is_none() {
                 return Err(RpcError::new(
                     "invalid_argument",
@@ -930,9 +1051,7 @@ async fn unary(req: EnvdRequest, method: &str) -> Response {
             }
             "SendInput" => {
                 let p = find(&sbx, &selector(&v)?)?;
-                if let Some(bytes) = input_bytes(&v)? {
-                    write_stdin(&p, &bytes).await?;
-                }
+                handle_input(&p, input_bytes(&v)?).await?;
                 Ok(json!({}))
             }
             "SendSignal" => {
@@ -960,17 +1079,34 @@ async fn unary(req: EnvdRequest, method: &str) -> Response {
             }
             "CloseStdin" => {
                 let p = find(&sbx, &selector(&v)?)?;
+                if p.tty.lock().expect("tty").is_some() {
+                    return Err(RpcError::new(
+                        "unknown",
+                        "error closing stdin: cannot close stdin for PTY process — send Ctrl+D (0x04) instead",
+                    ));
+                }
                 if let Some(mut pipe) = p.stdin.lock().await.take() {
                     let _ = pipe.shutdown().await;
                 }
                 Ok(json!({}))
             }
+            // envd's `Update` (`update.go`): resizes the terminal when `pty` is given, else
+            // does nothing.
             "Update" => {
-                find(&sbx, &selector(&v)?)?;
-                Err(RpcError::new(
-                    "internal",
-                    "error resizing tty: tty not assigned to process",
-                ))
+                let p = find(&sbx, &selector(&v)?)?;
+                if let Some(pty) = rpc::field(&v, "pty", "pty") {
+                    let size = pty_size(pty)?;
+                    let Some(tty) = p.tty.lock().expect("tty").clone() else {
+                        return Err(RpcError::new(
+                            "internal",
+                            "error resizing tty: tty not assigned to process",
+                        ));
+                    };
+                    tty.resize(size).map_err(|e| {
+                        RpcError::new("internal", format!("error resizing tty: {e}"))
+                    })?;
+                }
+                Ok(json!({}))
             }
             _ => unreachable!("dispatched"),
         }

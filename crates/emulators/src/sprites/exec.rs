@@ -17,13 +17,14 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio_websockets::{CloseCode, Limits, Message, WebSocketStream};
 
+use super::pty;
 use super::query::Query;
 use super::session::{Out, Session, drive};
 use super::wire::{self, EXIT, MAX_FRAME, STDERR, STDIN, STDIN_EOF, STDOUT};
 use super::{
     EnvMode, HOME, SPRITE_VERSION, Sprite, SpritesOptions, State, UnknownSprite, fs, lifecycle,
 };
-use crate::harness::{ConnControl, Fault, reset_connection};
+use crate::harness::{ConnControl, Fault, PtySize, reset_connection};
 use crate::util::hex_id;
 
 type St = AxState<Arc<State>>;
@@ -360,6 +361,18 @@ fn build(
     fifo: Option<&str>,
     mode: EnvMode,
 ) -> Result<Command, String> {
+    let (argv, merged) = argv_of(spec, fifo, mode);
+    Command::builder(Vec::<String>::new())
+        .envs(merged)
+        .argv(argv)
+        .workdir(sprite.visible_path(&spec.dir))
+        .build()
+        .map_err(|e| e.message().to_owned())
+}
+
+/// The wrapper's argv for `spec` (stdin from `fifo` if any, `env -i` when `env` replaces the
+/// environment) and the variables to merge over the default environment.
+fn argv_of(spec: &Spec, fifo: Option<&str>, mode: EnvMode) -> (Vec<String>, Vec<(String, String)>) {
     let script = "f=$1; shift; if [ -n \"$f\" ]; then exec 0<\"$f\" || exit 125; rm -f -- \"$f\"; fi; exec \"$@\"";
     let mut argv: Vec<String> = vec![
         "/bin/sh".into(),
@@ -368,23 +381,18 @@ fn build(
         "sh".into(),
         fifo.unwrap_or("").into(),
     ];
-    let mut b = Command::builder(Vec::<String>::new());
+    let mut merged = Vec::new();
     match (&spec.env, mode) {
         (Some(env), EnvMode::Replace) => {
             argv.extend(["env".into(), "-i".into(), "--".into()]);
             argv.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
         }
-        (Some(env), EnvMode::Merge) => {
-            b = b.envs(env.iter().cloned());
-        }
+        (Some(env), EnvMode::Merge) => merged.extend(env.iter().cloned()),
         (None, _) => {}
     }
     argv.extend(launch(&spec.program));
     argv.extend(spec.args.iter().cloned());
-    b.argv(argv)
-        .workdir(sprite.visible_path(&spec.dir))
-        .build()
-        .map_err(|e| e.message().to_owned())
+    (argv, merged)
 }
 
 /// A FIFO in the sprite's `/tmp` for streamed stdin, and the writer half (held open read-write,
@@ -466,6 +474,9 @@ async fn start_session(
     if !is_dir.unwrap_or(false) {
         return Err(StartError::CannotStart);
     }
+    if let Some((rows, cols)) = spec.tty {
+        return start_tty_session(st, sprite, spec, PtySize::new(rows, cols)).await;
+    }
     let (fifo_host, fifo_visible, pump) = if spec.stdin {
         let (host, visible, tx) = make_fifo(sprite)
             .await
@@ -528,6 +539,63 @@ async fn start_session(
                 .sandbox
                 .fs(move |fs| std::fs::remove_file(fs.path(&h)))
                 .await;
+        }
+    });
+    sprite.sandbox.track(task.abort_handle());
+    Ok(Started { session, rx, stdin })
+}
+
+/// [`start_session`] in TTY mode: the command on a real terminal of the sprite, as the sprite's
+/// user, with the sprite's environment (see [`pty`](super::pty)).
+async fn start_tty_session(
+    st: &State,
+    sprite: &Arc<Sprite>,
+    spec: &Spec,
+    size: PtySize,
+) -> Result<Started, StartError> {
+    let opts = st.options();
+    let (argv, merged) = argv_of(spec, None, opts.env_mode);
+    let user = sprite.sandbox.user().clone();
+    let mut cmd = tokio::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .envs(sprite.sandbox.env_of(&user))
+        .envs(merged)
+        .kill_on_drop(false);
+    let id = st
+        .next_session
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let session = Session::new(
+        id,
+        spec.command_line.clone(),
+        spec.dir.clone(),
+        true,
+        opts.replay_bytes,
+    );
+    let (_, rx) = session.subscribe().expect("a new session is open");
+    let p = sprite
+        .sandbox
+        .spawn_pty(cmd, &user, &spec.dir, size)
+        .await
+        .map_err(|e| match e {
+            execseam_local::SpawnError::Workdir(_) => StartError::CannotStart,
+            execseam_local::SpawnError::Io(e) => StartError::Internal(format!("tty: {e}")),
+        })?;
+    let stdin = spec.stdin.then(|| pty::input(p.master.clone()));
+    session.set_pty(p.master.clone(), stdin.clone());
+    let stream = pty::stream(sprite.sandbox.clone(), p);
+    sprite
+        .sessions
+        .lock()
+        .expect("sessions")
+        .insert(id, session.clone());
+    let (sprite2, session2, max_run) = (sprite.clone(), session.clone(), spec.max_run);
+    let task = tokio::spawn(async move {
+        let code = drive(session2.clone(), stream, max_run, opts.signal_exit).await;
+        session2.clear_pty();
+        sprite2.sessions.lock().expect("sessions").remove(&id);
+        if let Some(c) = code {
+            sprite2.finished.lock().expect("finished").insert(id, c);
         }
     });
     sprite.sandbox.track(task.abort_handle());
@@ -721,7 +789,15 @@ async fn serve_ws(mut ws: Ws, mut c: Conn) {
                                 let _ = stdin.send(None);
                             }
                         }
-                        _ => {} // resize and anything else: ignored without a PTY
+                        // TTY: the terminal's new size (the foreground job gets SIGWINCH);
+                        // without a terminal, ignored as the server does.
+                        Some("resize") => {
+                            let dim = |k: &str| v[k].as_u64().and_then(|n| u16::try_from(n).ok());
+                            if let (Some(m), Some(cols), Some(rows)) = (c.session.pty(), dim("cols"), dim("rows")) {
+                                let _ = m.resize(PtySize::new(rows, cols));
+                            }
+                        }
+                        _ => {}
                     }
                 }
                 Some(Ok(m)) if !m.is_close() => {}
@@ -894,16 +970,23 @@ async fn attach(st: &Arc<State>, name: &str, id: &str, mut req: Request) -> Resp
         let Some((replay, rx)) = session.subscribe() else {
             return;
         };
-        let tty = session.tty.then_some((24, 80));
+        // A TTY session's current size; an attached client types into its terminal too.
+        let tty = session.tty.then(|| {
+            session
+                .pty()
+                .and_then(|m| m.size().ok())
+                .map_or((24, 80), |s| (s.rows, s.cols))
+        });
         let info = wire::session_info(&session, owner, opts.session_id_string, tty);
         let is_tty = session.tty;
+        let stdin = session.tty_input();
         serve_ws(
             ws,
             Conn {
                 session,
                 replay,
                 rx,
-                stdin: None,
+                stdin,
                 info,
                 tty: is_tty,
                 linger: opts.linger,

@@ -13,8 +13,11 @@
 //!   frames `0x01`+stdout, `0x02`+stderr (≤ 32 KiB each), and `[0x03, code]` at the exit; it
 //!   keeps the socket open [`SpritesOptions::linger`] (5 s, as production does) before closing
 //!   with 1000, so a client must close first. Client frames: `0x00`+stdin, exactly `[0x04]` =
-//!   stdin EOF, text `{"type":"signal","signal":"TERM"}`. TTY mode (no real PTY here: stdout and
-//!   stderr merged, no prefixes, text `{"type":"exit","exit_code":N}` then close).
+//!   stdin EOF, text `{"type":"signal","signal":"TERM"}`. TTY mode (`tty=true`, `rows`, `cols`):
+//!   the command runs on a real pseudo-terminal of the sprite (`pty.rs`); binary frames are the
+//!   terminal's raw output (stderr merged by the terminal), client binary frames are typed into it,
+//!   text `{"type":"resize","cols":C,"rows":R}` resizes it (SIGWINCH to the foreground job), and
+//!   the end is text `{"type":"exit","exit_code":N}` then close.
 //!   A command that cannot be started (its `dir` does not exist) gets its connection dropped
 //!   without an exit frame, as the 2025 server code does. After a client disconnects, the command
 //!   keeps running for `max_run_after_disconnect` (non-TTY default 10 s) and can be re-attached.
@@ -45,6 +48,7 @@
 mod exec;
 mod fs;
 mod lifecycle;
+mod pty;
 mod query;
 mod services;
 mod session;

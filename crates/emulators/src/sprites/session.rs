@@ -11,6 +11,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::SignalExit;
+use crate::harness::PtyMaster;
+
+/// Keystrokes for a TTY session's terminal (`None` items are ignored there).
+pub(crate) type TtyInput = mpsc::UnboundedSender<Option<Bytes>>;
 
 /// What a session tells its clients.
 #[derive(Clone, Debug)]
@@ -44,6 +48,8 @@ pub struct Session {
     replay_bytes: usize,
     inner: Mutex<Inner>,
     kill: watch::Sender<Option<String>>,
+    /// TTY mode: the terminal (for resizes) and its input (for every attached client).
+    pty: Mutex<Option<(PtyMaster, Option<TtyInput>)>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -81,7 +87,36 @@ impl Session {
                 done: false,
             }),
             kill,
+            pty: Mutex::new(None),
         })
+    }
+
+    /// TTY mode: the session's terminal and the input typed into it (`None`: `stdin=false`).
+    pub(crate) fn set_pty(&self, master: PtyMaster, input: Option<TtyInput>) {
+        *self.pty.lock().expect("pty") = Some((master, input));
+    }
+
+    /// Forgets the terminal once the command ended (the driver's stream closed its end).
+    pub(crate) fn clear_pty(&self) {
+        self.pty.lock().expect("pty").take();
+    }
+
+    /// The session's terminal (TTY mode).
+    pub(crate) fn pty(&self) -> Option<PtyMaster> {
+        self.pty
+            .lock()
+            .expect("pty")
+            .as_ref()
+            .map(|(m, _)| m.clone())
+    }
+
+    /// Where an attached client's keystrokes go (TTY mode with stdin).
+    pub(crate) fn tty_input(&self) -> Option<TtyInput> {
+        self.pty
+            .lock()
+            .expect("pty")
+            .as_ref()
+            .and_then(|(_, i)| i.clone())
     }
 
     /// The session id (what `session_info` and the session list report).

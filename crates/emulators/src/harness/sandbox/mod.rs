@@ -449,6 +449,14 @@ impl Sandbox {
         }
     }
 
+    /// The provider's environment for `user`, as [`exec_as`](Self::exec_as) gives it to
+    /// commands: the spec's variables, then the user's HOME, USER and LOGNAME (unless the spec
+    /// sets them for the default user). For processes started with [`spawn`](Self::spawn) or
+    /// [`spawn_pty`](Self::spawn_pty), which take the caller's environment.
+    pub fn env_of(&self, user: &User) -> BTreeMap<String, String> {
+        user_env(&self.spec, user)
+    }
+
     /// Starts `command` in the sandbox as `user` in `workdir` (a sandbox path that must be a
     /// directory there): for emulators that drive processes themselves (interactive stdin,
     /// signals, PTYs). The caller sets the program, arguments, environment and stdio; the harness
