@@ -961,7 +961,8 @@ mod tests {
         let big: Vec<u8> = (0..40_000u32)
             .flat_map(|i| format!("{i}\n").into_bytes())
             .collect();
-        let cases: Vec<(&str, Vec<u8>, Vec<u8>, i32, [bool; 2])> = vec![
+        type Case = (&'static str, Vec<u8>, Vec<u8>, i32, [bool; 2]);
+        let cases: Vec<Case> = vec![
             // (script, stdout, stderr, status, [stdout as text, stderr as text])
             (
                 "printf 'hello\\n'",
