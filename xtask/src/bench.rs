@@ -15,6 +15,8 @@ const BENCHES: &[(&str, &str)] = &[
     ("execseam-northflank", "sdk"),
     ("execseam-docker", "latency"),
     ("execseam-emulators", "launcher"),
+    ("execseam-agentcore", "sdk"),
+    ("execseam-sprites", "memory"),
 ];
 
 pub fn run(args: &[String]) -> Result<(), String> {

@@ -90,6 +90,7 @@ pub struct AgentCoreConfig {
     pub(crate) session_timeout: Duration,
     pub(crate) mode: ExecMode,
     pub(crate) exact_output: bool,
+    pub(crate) legacy_framing: bool,
     pub(crate) session_root: String,
     pub(crate) temp_dir: String,
     pub(crate) poll_max: Duration,
@@ -158,6 +159,7 @@ impl AgentCoreConfig {
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             mode: ExecMode::Command,
             exact_output: true,
+            legacy_framing: false,
             session_root: DEFAULT_SESSION_ROOT.to_owned(),
             temp_dir: "/tmp".to_owned(),
             poll_max: Duration::from_millis(500),
@@ -301,6 +303,16 @@ impl AgentCoreConfig {
     #[must_use]
     pub fn exact_output(mut self, on: bool) -> Self {
         self.exact_output = on;
+        self
+    }
+
+    /// The exact-output frame of the adapter before issue 22 (every stream base64-encoded by
+    /// `base64`, in a subshell, after `/bin/sh -c`): kept only so that the benchmark can
+    /// measure the old framing against the new one in the same run. Not part of the API.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn legacy_framing(mut self, on: bool) -> Self {
+        self.legacy_framing = on;
         self
     }
 

@@ -39,7 +39,12 @@ pub const fn capabilities_for(mode: ExecMode, exact_output: bool) -> Capabilitie
 
 /// The first line of an exact-output frame.
 const EXACT_BEGIN: &str = "execseam-exact-v1";
-/// The line between the base64 of stdout and the base64 of stderr.
+/// The first line of the one-pass frame (see [`decode_exact_v2`]).
+const EXACT_BEGIN_V2: &str = "execseam-exact-v2";
+/// The largest stream the one-pass frame sends as text; a larger one is sent base64-encoded.
+/// The shell's `read` costs about as much per 16 KiB as starting `base64` once.
+const TEXT_MAX: usize = 16 * 1024;
+/// The line between the stdout and the stderr part of a frame.
 const EXACT_SPLIT: &str = "execseam-exact-stderr";
 /// The last line: `execseam-exact-end <status>`.
 const EXACT_END: &str = "execseam-exact-end";
@@ -283,6 +288,8 @@ struct Plan {
     /// (the path given to writeFiles, the absolute path the wrapper reads) of the stdin file.
     stdin_file: Option<(String, String)>,
     exact: bool,
+    /// The old frame (the benchmark's baseline).
+    legacy: bool,
 }
 
 impl Plan {
@@ -306,32 +313,63 @@ impl Plan {
             },
             ..WrapOptions::default()
         };
-        let wrapped =
-            degrade::wrapped_command(cmd, &opts).map_err(|e| e.or_context(PROVIDER, "exec"))?;
-        // `/bin/sh -c '<script>'`, with stdin at EOF unless the script redirects it: the service's
-        // own stdin is not an empty pipe.
-        let inner = format!("{} </dev/null", degrade::join(wrapped.argv()));
-        let command = if config.exact_output {
+        let legacy = config.exact_output && config.legacy_framing;
+        let command = if config.exact_output && !legacy {
+            let script = degrade::script(cmd, &opts).map_err(|e| e.or_context(PROVIDER, "exec"))?;
             let out = degrade::temp_path(&config.temp_dir);
             let err = format!("{out}.err");
+            // One pass, no program but the command for text: the command runs in a subshell of
+            // the service's shell (no `/bin/sh -c`) with stdout and stderr in two files (a
+            // pipe would lose NUL bytes in the shell and make the exit wait for background
+            // children holding it); each file is read back by the shell's own `read`, which
+            // stops at a NUL. A file that ends before a NUL and before TEXT_MAX bytes and holds
+            // only printable ASCII, tab and newline is sent as `t <bytes>` and the bytes;
+            // anything else as `b` and `base64` of the file. The files are removed in the
+            // background, after the frame is written.
             format!(
                 "o={o}; e={e}; (umask 077; : >\"$o\"; : >\"$e\")\n\
-                 {inner} >\"$o\" 2>\"$e\"; s=$?\n\
-                 printf '%s\\n' {begin} && base64 <\"$o\" && printf '%s\\n' {split} && base64 <\"$e\" && printf '%s %s\\n' {end} \"$s\"\n\
-                 rm -f -- \"$o\" \"$e\"; exit \"$s\"",
+                 ( {script}\n) </dev/null >\"$o\" 2>\"$e\"; s=$?\n\
+                 LC_ALL=C; execseam_t=$'[!\\t\\n -~]'\n\
+                 execseam_f() {{ [ -r \"$1\" ] || return 1; if IFS= read -r -d '' -n {max} v <\"$1\"; then :; elif [[ $v != *$execseam_t* ]]; then printf 't %d\\n%s\\n' \"${{#v}}\" \"$v\"; return; fi; printf 'b\\n' && base64 <\"$1\"; }}\n\
+                 printf '%s\\n' {begin} && execseam_f \"$o\" && printf '%s\\n' {split} && execseam_f \"$e\" && printf '%s %s\\n' {end} \"$s\"\n\
+                 rm -f -- \"$o\" \"$e\" </dev/null >/dev/null 2>&1 &\n\
+                 exit \"$s\"",
                 o = degrade::quote(&out),
                 e = degrade::quote(&err),
-                begin = EXACT_BEGIN,
+                max = TEXT_MAX,
+                begin = EXACT_BEGIN_V2,
                 split = EXACT_SPLIT,
                 end = EXACT_END,
             )
         } else {
-            inner
+            let wrapped =
+                degrade::wrapped_command(cmd, &opts).map_err(|e| e.or_context(PROVIDER, "exec"))?;
+            // `/bin/sh -c '<script>'`, with stdin at EOF unless the script redirects it: the
+            // service's own stdin is not an empty pipe.
+            let inner = format!("{} </dev/null", degrade::join(wrapped.argv()));
+            if legacy {
+                let out = degrade::temp_path(&config.temp_dir);
+                let err = format!("{out}.err");
+                format!(
+                    "o={o}; e={e}; (umask 077; : >\"$o\"; : >\"$e\")\n\
+                     {inner} >\"$o\" 2>\"$e\"; s=$?\n\
+                     printf '%s\\n' {begin} && base64 <\"$o\" && printf '%s\\n' {split} && base64 <\"$e\" && printf '%s %s\\n' {end} \"$s\"\n\
+                     rm -f -- \"$o\" \"$e\"; exit \"$s\"",
+                    o = degrade::quote(&out),
+                    e = degrade::quote(&err),
+                    begin = EXACT_BEGIN,
+                    split = EXACT_SPLIT,
+                    end = EXACT_END,
+                )
+            } else {
+                inner
+            }
         };
         Ok(Plan {
             command,
             stdin_file,
             exact: config.exact_output,
+            legacy,
         })
     }
 
@@ -350,7 +388,11 @@ impl Plan {
         let stdout = r.stdout.as_deref().unwrap_or_default();
         let stderr = r.stderr.as_deref().unwrap_or_default();
         if self.exact {
-            let decoded = decode_exact(stdout);
+            let decoded = if self.legacy {
+                decode_exact(stdout)
+            } else {
+                decode_exact_v2(stdout)
+            };
             let (out, err, status) = match decoded {
                 Ok(d) => d,
                 Err(why) if r.is_error && code.is_none() => {
@@ -471,6 +513,71 @@ fn decode_exact(text: &str) -> Result<(Vec<u8>, Vec<u8>, i32), String> {
     let out = decode_b64(&lines[begin + 1..split])?;
     let err = decode_b64(&lines[split + 1..end])?;
     Ok((out, err, status))
+}
+
+/// Reads the one-pass frame: `execseam-exact-v2`, the stdout part, `execseam-exact-stderr`, the
+/// stderr part, `execseam-exact-end <status>`. A part is `t <n>` and the next `n` bytes (text the
+/// shell checked: printable ASCII, tab and newline only, no NUL), or `b` and base64 lines. Line
+/// endings may have become CRLF (a pty): nothing the frame carries holds a carriage return, so
+/// every `\r` before a `\n` is the transport's and is removed before parsing. Text before the
+/// first line is not the command's (it wrote to a file) and is ignored.
+fn decode_exact_v2(text: &str) -> Result<(Vec<u8>, Vec<u8>, i32), String> {
+    let text = text.replace("\r\n", "\n");
+    let begin = format!("{EXACT_BEGIN_V2}\n");
+    let start = if text.starts_with(&begin) {
+        0
+    } else {
+        text.find(&format!("\n{begin}"))
+            .map(|i| i + 1)
+            .ok_or("no begin line")?
+    };
+    let mut rest = &text[start + begin.len()..];
+    let out = frame_part(&mut rest)?;
+    rest = rest
+        .strip_prefix(EXACT_SPLIT)
+        .and_then(|r| r.strip_prefix('\n'))
+        .ok_or("no stderr line")?;
+    let err = frame_part(&mut rest)?;
+    let end = rest
+        .strip_prefix(EXACT_END)
+        .ok_or("no end line (the wrapper did not finish)")?;
+    let (status, after) = end.split_once('\n').unwrap_or((end, ""));
+    if !after.trim().is_empty() {
+        return Err("text after the end line".into());
+    }
+    let status: i32 = status
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad end line {:?}", format!("{EXACT_END}{status}")))?;
+    Ok((out, err, status))
+}
+
+/// One part of a one-pass frame; leaves `rest` at the line after it.
+fn frame_part(rest: &mut &str) -> Result<Vec<u8>, String> {
+    let (line, after) = rest
+        .split_once('\n')
+        .ok_or("a part without its first line")?;
+    if let Some(n) = line.strip_prefix("t ") {
+        let n: usize = n.parse().map_err(|_| format!("bad text length {n:?}"))?;
+        let data = after
+            .get(..n)
+            .ok_or_else(|| format!("a text part of {n} bytes is cut short"))?;
+        *rest = after[n..]
+            .strip_prefix('\n')
+            .ok_or("a text part is longer than its length")?;
+        return Ok(data.as_bytes().to_vec());
+    }
+    if line != "b" {
+        return Err(format!("bad part line {:?}", truncate(line, 80)));
+    }
+    let end = after
+        .find("\nexecseam-exact-")
+        .map(|i| i + 1)
+        .or_else(|| after.starts_with("execseam-exact-").then_some(0))
+        .ok_or("a base64 part without an end")?;
+    let lines: Vec<&str> = after[..end].lines().collect();
+    *rest = &after[end..];
+    decode_b64(&lines)
 }
 
 /// Stops a task if the exec is dropped (or fails) before the task ended.
@@ -792,7 +899,7 @@ mod tests {
     #[test]
     fn exact_results_cross_check_the_exit_code() {
         let cmd = Command::new(["true"]).unwrap();
-        let plan = Plan::new(&cmd, &cfg()).unwrap();
+        let plan = Plan::new(&cmd, &cfg().legacy_framing(true)).unwrap();
         let text = frame(b"out", b"err", 4, false);
         let o = plan.output(&result(&text, "", Some(4), true)).unwrap();
         assert_eq!(o, Output::new("out", "err", Exit::Code(4)));
@@ -825,6 +932,154 @@ mod tests {
             .unwrap();
         assert_eq!(sh.stdout, b"a b|$(x)|'|");
         assert!(plan.command.ends_with("</dev/null"), "{}", plan.command);
+    }
+
+    /// The frame as the service would return it: `bash -c` here, stdout through a pty's
+    /// line discipline (LF to CRLF) and the lossy UTF-8 of a JSON string, as the emulator does.
+    fn run_frame(cmd: &Command, config: &AgentCoreConfig) -> (Output, String) {
+        let plan = Plan::new(cmd, config).unwrap();
+        let sh = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&plan.command)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&sh.stdout).replace('\n', "\r\n");
+        let code = sh.status.code().unwrap();
+        let r = result(
+            &stdout,
+            &String::from_utf8_lossy(&sh.stderr),
+            Some(code),
+            code != 0,
+        );
+        (plan.output(&r).unwrap(), stdout)
+    }
+
+    #[test]
+    fn the_one_pass_frame_is_byte_exact_and_text_is_sent_as_text() {
+        let tmp = std::env::temp_dir();
+        let config = cfg().temp_dir(tmp.to_str().unwrap());
+        let big: Vec<u8> = (0..40_000u32)
+            .flat_map(|i| format!("{i}\n").into_bytes())
+            .collect();
+        type Case = (&'static str, Vec<u8>, Vec<u8>, i32, [bool; 2]);
+        let cases: Vec<Case> = vec![
+            // (script, stdout, stderr, status, [stdout as text, stderr as text])
+            (
+                "printf 'hello\\n'",
+                b"hello\n".to_vec(),
+                vec![],
+                0,
+                [true, true],
+            ),
+            (
+                "printf 'a\\n\\n\\n'; printf ' e \\t' >&2; exit 3",
+                b"a\n\n\n".to_vec(),
+                b" e \t".to_vec(),
+                3,
+                [true, true],
+            ),
+            (
+                "printf 'a\\000b\\377c\\n'; printf '\\377\\000\\200' >&2",
+                b"a\0b\xffc\n".to_vec(),
+                b"\xff\0\x80".to_vec(),
+                0,
+                [false, false],
+            ),
+            (
+                "printf 'crlf\\r\\n'; printf 'caf\\303\\251' >&2",
+                b"crlf\r\n".to_vec(),
+                "caf\u{e9}".as_bytes().to_vec(),
+                0,
+                [false, false],
+            ),
+            ("printf 'x\\000'", b"x\0".to_vec(), vec![], 0, [false, true]),
+            ("seq 0 39999", big.clone(), vec![], 0, [false, true]),
+            (
+                "printf '%s' 'execseam-exact-stderr' ; echo; echo 'execseam-exact-end 0'",
+                b"execseam-exact-stderr\nexecseam-exact-end 0\n".to_vec(),
+                vec![],
+                0,
+                [true, true],
+            ),
+            ("kill -9 $$", vec![], vec![], 137, [true, true]),
+        ];
+        for (script, out, err, status, text) in cases {
+            let cmd = Command::new(["sh", "-c", script]).unwrap();
+            let (o, wire) = run_frame(&cmd, &config);
+            assert_eq!(
+                o,
+                Output::new(out, err, Exit::Code(status)),
+                "{script}: {wire}"
+            );
+            let parts: Vec<bool> = wire
+                .lines()
+                .filter(|l| *l == "b" || l.starts_with("t "))
+                .map(|l| l.starts_with("t "))
+                .collect();
+            assert_eq!(parts, text, "{script}: text or base64 per stream");
+        }
+        // The frame leaves no file behind (the removal runs in the background).
+        std::thread::sleep(Duration::from_millis(200));
+        let left: Vec<_> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".execseam-"))
+            .collect();
+        assert!(
+            left.is_empty()
+                || left.iter().all(|e| e
+                    .metadata()
+                    .map(|m| m.modified().unwrap().elapsed().unwrap().as_secs() > 60)
+                    .unwrap_or(true)),
+            "{left:?}"
+        );
+    }
+
+    #[test]
+    fn one_pass_results_cross_check_the_exit_code() {
+        let cmd = Command::new(["true"]).unwrap();
+        let plan = Plan::new(&cmd, &cfg()).unwrap();
+        let text =
+            "execseam-exact-v2\nt 3\nout\nexecseam-exact-stderr\nt 3\nerr\nexecseam-exact-end 4\n";
+        let o = plan.output(&result(text, "", Some(4), true)).unwrap();
+        assert_eq!(o, Output::new("out", "err", Exit::Code(4)));
+        let e = plan.output(&result(text, "", Some(5), true)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        let e = plan
+            .output(&result(
+                "bash: base64: command not found",
+                "",
+                Some(127),
+                true,
+            ))
+            .unwrap_err();
+        assert_eq!((e.kind(), e.retry()), (ErrorKind::Protocol, Retry::Unsafe));
+    }
+
+    #[test]
+    fn one_pass_frames_that_are_cut_or_lie_are_rejected() {
+        let ok =
+            "execseam-exact-v2\nt 3\nabc\nexecseam-exact-stderr\nb\nZQ==\nexecseam-exact-end 2\n";
+        assert_eq!(
+            decode_exact_v2(ok).unwrap(),
+            (b"abc".to_vec(), b"e".to_vec(), 2)
+        );
+        assert_eq!(
+            decode_exact_v2(&format!("motd\r\n{}", ok.replace('\n', "\r\n"))).unwrap(),
+            (b"abc".to_vec(), b"e".to_vec(), 2)
+        );
+        for bad in [
+            ok.replace("t 3", "t 4"),
+            ok.replace("t 3", "t 2"),
+            ok.replace("ZQ==", "Z*=="),
+            ok.replace("execseam-exact-end 2\n", ""),
+            ok.replace("execseam-exact-stderr\n", ""),
+            format!("{ok}extra\n"),
+            ok.replace("t 3", "x 3"),
+            String::new(),
+        ] {
+            assert!(decode_exact_v2(&bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -18,10 +18,12 @@
 //! - **Exact output** (on by default): the service returns stdout and stderr as JSON strings, and
 //!   has been observed to return `\r\n` line endings (a pty). So the command's stdout and stderr
 //!   are captured to two files in the sandbox, and the result's stdout carries one frame:
-//!   `execseam-exact-v1`, base64 of stdout, `execseam-exact-stderr`, base64 of stderr,
-//!   `execseam-exact-end <status>`. Bytes arrive exactly and separately whatever the transport does;
-//!   a frame that is missing or cut is a `Protocol` error, never a guess. It needs `base64` in the
-//!   sandbox (coreutils; present in the AWS image). With `exact_output(false)` the result's
+//!   `execseam-exact-v2`, the stdout part, `execseam-exact-stderr`, the stderr part,
+//!   `execseam-exact-end <status>`; a part is the stream as it is (`t <bytes>`: at most 16 KiB of
+//!   printable ASCII, tab and newline, checked by the shell itself) or base64 (`b`: anything
+//!   else). Bytes arrive exactly and separately whatever the transport does; a frame that is
+//!   missing or cut is a `Protocol` error, never a guess. It needs bash and, for non-text output,
+//!   `base64` in the sandbox (coreutils; present in the AWS image). With `exact_output(false)` the result's
 //!   `structuredContent.stdout/stderr` are returned as they are (`binary_output = false`).
 //! - **Exit**: `structuredContent.exitCode` (cross-checked with the frame's status). A negative
 //!   code is read as a signal (`-9` → `Exit::Signal(9)`), as a Python runner reports one.

@@ -122,6 +122,11 @@ impl Client {
         &self.config
     }
 
+    /// The shared configuration (one allocation for every exec, not a copy per exec).
+    pub(crate) fn config_arc(&self) -> Arc<SpritesConfig> {
+        self.config.clone()
+    }
+
     pub(crate) fn sprite(&self) -> &str {
         &self.sprite
     }

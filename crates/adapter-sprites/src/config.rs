@@ -62,9 +62,43 @@ pub struct SpritesConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
     pub(crate) http_idle_timeout: Duration,
-    pub(crate) stdin_chunk: usize,
     pub(crate) ping_interval: Duration,
     pub(crate) pong_timeout: Duration,
+    pub(crate) ws_buffers: WsBuffers,
+}
+
+/// The client-side buffers of one exec WebSocket: what each command in flight holds while it
+/// runs, besides its output. Frames the server sends are still read whole, up to the 64 MiB
+/// frame limit (tokio-websockets' read buffer starts at 8 KiB and grows for a large frame;
+/// it is freed with the exec).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WsBuffers {
+    /// Outgoing messages (stdin chunks of [`stdin_chunk`](Self::stdin_chunk) bytes, control
+    /// frames) queued for the writer, besides the one being written.
+    pub outgoing: usize,
+    /// The size of one stdin message (default 16 KiB; at most three are held at once: one being
+    /// written, one queued, one being made).
+    pub stdin_chunk: usize,
+}
+
+impl WsBuffers {
+    /// The default: one queued outgoing message; 16 KiB stdin messages.
+    pub const DEFAULT: WsBuffers = WsBuffers {
+        outgoing: 1,
+        stdin_chunk: 16 << 10,
+    };
+    /// What the adapter used before the buffers were bounded (eight queued 64 KiB messages);
+    /// kept for the memory benchmark.
+    pub const LEGACY: WsBuffers = WsBuffers {
+        outgoing: 8,
+        stdin_chunk: 64 << 10,
+    };
+}
+
+impl Default for WsBuffers {
+    fn default() -> WsBuffers {
+        WsBuffers::DEFAULT
+    }
 }
 
 impl fmt::Debug for SpritesConfig {
@@ -77,7 +111,7 @@ impl fmt::Debug for SpritesConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("http_idle_timeout", &self.http_idle_timeout)
-            .field("stdin_chunk", &self.stdin_chunk)
+            .field("ws_buffers", &self.ws_buffers)
             .field("ping_interval", &self.ping_interval)
             .field("pong_timeout", &self.pong_timeout)
             .finish()
@@ -95,9 +129,9 @@ impl SpritesConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             http_idle_timeout: Duration::from_secs(600),
-            stdin_chunk: 64 * 1024,
             ping_interval: Duration::from_secs(15),
             pong_timeout: Duration::from_secs(45),
+            ws_buffers: WsBuffers::DEFAULT,
         }
     }
 
@@ -202,6 +236,13 @@ impl SpritesConfig {
     pub fn keepalive(mut self, ping_interval: Duration, pong_timeout: Duration) -> Self {
         self.ping_interval = ping_interval;
         self.pong_timeout = pong_timeout;
+        self
+    }
+
+    /// The exec WebSocket's client-side buffers (default [`WsBuffers::DEFAULT`]).
+    #[must_use]
+    pub fn ws_buffers(mut self, buffers: WsBuffers) -> Self {
+        self.ws_buffers = buffers;
         self
     }
 

@@ -319,10 +319,10 @@ async fn drive(
     tx: mpsc::Sender<Result<Event, Error>>,
     mut kill_rx: mpsc::Receiver<oneshot::Sender<Result<(), Error>>>,
 ) {
-    let config = inner.client.config().clone();
+    let config = inner.client.config_arc();
     let signal_capable = conn.signal_capable;
     let (mut sink, mut stream) = conn.ws.split();
-    let (wtx, mut wrx) = mpsc::channel::<Message>(8);
+    let (wtx, mut wrx) = mpsc::channel::<Message>(config.ws_buffers.outgoing.max(1));
     // The writer: every outgoing message goes through one task, so reading never waits on it.
     let writer = tokio::spawn(async move {
         while let Some(m) = wrx.recv().await {
@@ -336,7 +336,7 @@ async fn drive(
     // stdin, then the EOF frame (also without stdin, as sprites-go does).
     let feeder = {
         let wtx = wtx.clone();
-        let chunk = config.stdin_chunk.max(1);
+        let chunk = config.ws_buffers.stdin_chunk.max(1);
         tokio::spawn(async move {
             for part in stdin.chunks(chunk) {
                 let mut m = Vec::with_capacity(part.len() + 1);

@@ -7,7 +7,7 @@
 //! | field | WebSocket | HTTP POST |
 //! |---|---|---|
 //! | argv | native: `cmd` once per element, `path` = argv[0], exec'd without a shell | same |
-//! | stdin | native: `stdin=true`, `[0x00]+chunk` frames (64 KiB), then `[0x04]`; empty stdin is `stdin=false` (`/dev/null`) | the request body |
+//! | stdin | native: `stdin=true`, `[0x00]+chunk` frames (16 KiB, `WsBuffers::stdin_chunk`), then `[0x04]`; empty stdin is `stdin=false` (`/dev/null`) | the request body |
 //! | workdir | native: `dir`; a missing workdir is `Err(NotFound)` (see quirks) | same |
 //! | env | native: `env=K=V`, over the base environment ([`BaseEnv`]) | same |
 //! | streaming | yes | no |
@@ -45,7 +45,7 @@ mod provider;
 mod reattach;
 pub mod wire;
 
-pub use config::{BaseEnv, DEFAULT_BASE_URL, SpritesConfig, Transport};
+pub use config::{BaseEnv, DEFAULT_BASE_URL, SpritesConfig, Transport, WsBuffers};
 pub use exec::{SpritesExec, parse_http_body};
 pub use provider::SpritesProvider;
 
