@@ -283,6 +283,24 @@ async fn capture_one(
     log: &Mutex<Vec<Captured>>,
     authority: &str,
 ) -> Result<http::Response<AnyBody>, BoxError> {
+    let mut req = req;
+    // As the chaos proxy does: the emulators that hand out follow-up URLs (Modal's router,
+    // Daytona's toolbox) build them on the address the client reached.
+    let reached = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| {
+            req.headers()
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_owned)
+        });
+    if let Some(host) = reached.and_then(|h| http::HeaderValue::from_str(&h).ok()) {
+        req.headers_mut()
+            .entry(execseam_emulators::chaos::FORWARDED_HOST)
+            .or_insert(host);
+    }
     let upgrade = req.headers().contains_key(http::header::UPGRADE);
     let body = Arc::new(Mutex::new(Vec::new()));
     log.lock().expect("capture log").push(Captured {
@@ -403,27 +421,27 @@ async fn p1(plan: &Plan, name: &str, setup: &Setup, adapter: &Arc<dyn Exec>) -> 
     let via = (setup.through)(capture.url(), IDLE)
         .await
         .map_err(|e| e.to_string())?;
-    for _ in 0..2 {
-        exec_true(&*via).await?;
-    }
-    capture.take();
-    let captured = exec_true(&*via).await.map(|_| capture.take());
     let title = format!("{name}: exec `true`");
-    let reqs = match captured {
-        Ok(r) => r,
-        Err(e) => {
-            let seen = capture.take();
-            if seen.iter().any(|r| r.upgrade) {
-                missing(
-                    "P1",
-                    &title,
-                    "a WebSocket exchange (a raw replay of its frames is not written)",
-                );
-                return Ok(());
-            }
-            return Err(format!("through the capture: {e}"));
+    let mut captured = Ok(());
+    for _ in 0..2 {
+        captured = captured.and(exec_true(&*via).await.map(drop));
+    }
+    let mut reqs = capture.take();
+    if captured.is_ok() {
+        captured = exec_true(&*via).await.map(drop);
+        reqs = capture.take();
+    }
+    if let Err(e) = captured {
+        if reqs.iter().any(|r| r.upgrade) {
+            missing(
+                "P1",
+                &title,
+                "a WebSocket exchange (a raw replay of its frames is not written)",
+            );
+            return Ok(());
         }
-    };
+        return Err(format!("through the capture: {e}"));
+    }
     if reqs.len() != 1 {
         let list: Vec<String> = reqs
             .iter()

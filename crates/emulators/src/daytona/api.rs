@@ -22,7 +22,24 @@ struct CreateSandbox {
     auto_stop_interval: Option<u64>,
 }
 
-fn dto(state: &State, s: &SandboxEntry, status: Option<&str>) -> serde_json::Value {
+/// The base URL the client reached: a reverse proxy's `x-forwarded-host` (the chaos proxy sets
+/// it), else the emulator's own. The toolbox proxy URL is built on it, so an SDK that reached the
+/// API through a proxy sends its toolbox requests through the same proxy (the real service
+/// answers its own proxy's fixed URL).
+fn reached(state: &State, headers: &HeaderMap) -> String {
+    headers
+        .get(crate::chaos::FORWARDED_HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| !h.is_empty() && !h.contains('/'))
+        .map_or_else(|| state.base_url.clone(), |h| format!("http://{h}"))
+}
+
+fn dto(
+    state: &State,
+    headers: &HeaderMap,
+    s: &SandboxEntry,
+    status: Option<&str>,
+) -> serde_json::Value {
     let life = s.life.lock().expect("life");
     let status = status.unwrap_or(life.state);
     serde_json::json!({
@@ -49,7 +66,7 @@ fn dto(state: &State, s: &SandboxEntry, status: Option<&str>) -> serde_json::Val
         "createdAt": s.created_at,
         "updatedAt": life.updated_at,
         "daemonVersion": "0.226.1",
-        "toolboxProxyUrl": format!("{}/toolbox", state.base_url),
+        "toolboxProxyUrl": format!("{}/toolbox", reached(state, headers)),
     })
 }
 
@@ -139,7 +156,7 @@ pub(super) async fn create(
         .expect("sandboxes")
         .insert(id, entry.clone());
     // NestJS @HttpCode(200): create answers 200, not 201.
-    json_response(StatusCode::OK, &dto(&state, &entry, None))
+    json_response(StatusCode::OK, &dto(&state, &headers, &entry, None))
 }
 
 pub(super) async fn get_one(
@@ -153,7 +170,7 @@ pub(super) async fn get_one(
         return r;
     }
     match state.sandbox(&id) {
-        Some(s) => json_response(StatusCode::OK, &dto(&state, &s, None)),
+        Some(s) => json_response(StatusCode::OK, &dto(&state, &headers, &s, None)),
         None => not_found(&id, &uri, &method),
     }
 }
@@ -221,7 +238,7 @@ pub(super) async fn list(
                 && id.as_ref().is_none_or(|i| *i == s.id)
                 && name.as_ref().is_none_or(|n| *n == s.name)
         })
-        .map(|s| (s.id.clone(), dto(&state, s, None)))
+        .map(|s| (s.id.clone(), dto(&state, &headers, s, None)))
         .collect();
     items.sort_by(|a, b| a.0.cmp(&b.0));
     let items: Vec<_> = items.into_iter().map(|(_, v)| v).collect();
@@ -289,7 +306,7 @@ pub(super) async fn start(
             life.touch();
         }
     }
-    json_response(StatusCode::OK, &dto(&state, &s, None))
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
 }
 
 /// `POST /sandbox/{id}/stop` (`sandbox.service.ts` `stop`): only a started sandbox stops
@@ -311,7 +328,7 @@ pub(super) async fn stop(
         return sandbox_error("Sandbox is not in a stoppable state", &uri, &method);
     }
     s.stop();
-    json_response(StatusCode::OK, &dto(&state, &s, None))
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
 }
 
 /// `POST /sandbox/{id}/archive` (`sandbox.service.ts` `archive`): only a stopped sandbox
@@ -338,7 +355,7 @@ pub(super) async fn archive(
         life.state = "archived";
         life.touch();
     }
-    json_response(StatusCode::OK, &dto(&state, &s, None))
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
 }
 
 #[derive(Deserialize)]
@@ -398,7 +415,7 @@ pub(super) async fn set_autostop(
         life.auto_stop = minutes;
         life.touch();
     }
-    json_response(StatusCode::OK, &dto(&state, &s, None))
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
 }
 
 pub(super) async fn delete(
@@ -414,7 +431,7 @@ pub(super) async fn delete(
     let Some(s) = state.sandbox(&id) else {
         return not_found(&id, &uri, &method);
     };
-    let body = dto(&state, &s, Some("destroying"));
+    let body = dto(&state, &headers, &s, Some("destroying"));
     state.destroy(&s.id);
     json_response(StatusCode::OK, &body)
 }
@@ -434,6 +451,6 @@ pub(super) async fn proxy_url(
     }
     json_response(
         StatusCode::OK,
-        &serde_json::json!({"url": format!("{}/toolbox", state.base_url)}),
+        &serde_json::json!({"url": format!("{}/toolbox", reached(&state, &headers))}),
     )
 }
