@@ -6,7 +6,8 @@
 //! were measured alternating in the same run against the same emulator process, so the ratio
 //! holds under whatever load the machine had. The other lines are progress and go to stderr.
 //!
-//! `cargo xtask bench --target <name>` runs one of the per-crate bench targets in [`BENCHES`].
+//! `--pairs N` sets the pairs per row (default 200; fewer is a shorter, noisier run: the table's
+//! `n` column shows it). `cargo xtask bench --target <name>` runs one of the per-crate bench targets in [`BENCHES`].
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -232,10 +233,17 @@ fn rows_of(cmd: &mut Command) -> Result<Vec<Row>, String> {
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut quick = false;
+    let mut pairs: Option<String> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => quick = true,
+            "--pairs" => {
+                let n = it.next().ok_or("--pairs needs a number")?;
+                n.parse::<usize>()
+                    .map_err(|_| format!("--pairs {n:?}: not a number"))?;
+                pairs = Some(n.clone());
+            }
             "--target" => {
                 let name = it.next().ok_or("--target needs a bench target's name")?;
                 let (package, bench) = BENCHES
@@ -299,6 +307,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .env("EXECSEAM_BENCH_CLI", &cli);
     if quick {
         suite.env("EXECSEAM_BENCH_QUICK", "1");
+    }
+    if let Some(n) = &pairs {
+        suite.env("EXECSEAM_BENCH_PAIRS", n);
     }
     rows.extend(rows_of(&mut suite)?);
     let mut load = Command::new(exe("load")?);

@@ -22,7 +22,8 @@
 //!   p50, p99, peak RSS of this process (the client and the emulator share it).
 //!
 //! `EXECSEAM_BENCH_QUICK=1`: fewer pairs, a 50,000-file tree, 64 at once (a smoke run).
-//! `EXECSEAM_BENCH_ONLY=<adapter>`: P1/P2/P5 for that adapter only.
+//! `EXECSEAM_BENCH_ONLY=<adapter>`: P1/P2/P5 for that adapter only. `EXECSEAM_BENCH_PAIRS=N`: N
+//! pairs per row instead of 200 (the table then says so in its `n` column).
 
 #[path = "../tests/setups/mod.rs"]
 mod setups;
@@ -57,6 +58,17 @@ struct Plan {
 
 impl Plan {
     fn from_env() -> Plan {
+        let mut plan = Plan::defaults();
+        if let Some(n) = std::env::var("EXECSEAM_BENCH_PAIRS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            plan.pairs = n;
+        }
+        plan
+    }
+
+    fn defaults() -> Plan {
         if std::env::var("EXECSEAM_BENCH_QUICK").is_ok_and(|v| v == "1") {
             Plan {
                 quick: true,
@@ -74,8 +86,8 @@ impl Plan {
                 pairs: 200,
                 burst: 512,
                 concurrent: 64,
-                concurrent_execs: 256,
-                concurrent_rounds: 3,
+                concurrent_execs: 128,
+                concurrent_rounds: 2,
                 tree: (1000, 1000),
                 glob_rounds: 5,
             }
