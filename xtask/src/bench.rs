@@ -6,6 +6,7 @@
 //! were measured alternating in the same run against the same emulator process, so the ratio
 //! holds under whatever load the machine had. The other lines are progress and go to stderr.
 //!
+//! `--rows FILE` renders the table and the document from a saved stdout of the suite's binaries.
 //! `--pairs N` sets the pairs per row (default 200; fewer is a shorter, noisier run: the table's
 //! `n` column shows it). `cargo xtask bench --target <name>` runs one of the per-crate bench targets in [`BENCHES`].
 
@@ -201,34 +202,84 @@ fn executables(stderr: &str) -> Vec<(String, PathBuf)> {
         .collect()
 }
 
-/// Runs one suite binary; returns its rows (its other lines go to stderr as they come).
-fn rows_of(cmd: &mut Command) -> Result<Vec<Row>, String> {
+/// What the suite's binaries printed: their rows and the `LOAD\t<loadavg>` lines.
+#[derive(Default)]
+struct Output {
+    rows: Vec<Row>,
+    loads: Vec<String>,
+}
+
+impl Output {
+    /// One line of a binary's stdout; the others go to stderr as progress.
+    fn line(&mut self, line: &str) -> Result<(), String> {
+        if line.starts_with("ROW\t") {
+            let row = Row::parse(line)?;
+            let text = render_text(std::slice::from_ref(&row));
+            eprintln!("{}", text.lines().nth(1).unwrap_or(""));
+            self.rows.push(row);
+        } else if let Some(l) = line.strip_prefix("LOAD\t") {
+            self.loads.push(l.to_owned());
+        } else {
+            eprintln!("{line}");
+        }
+        Ok(())
+    }
+}
+
+/// Runs one suite binary, collecting what it prints.
+fn rows_of(cmd: &mut Command, out: &mut Output) -> Result<(), String> {
     let mut child = cmd
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("{cmd:?}: {e}"))?;
-    let mut rows = Vec::new();
     for line in BufReader::new(child.stdout.take().expect("stdout")).lines() {
-        let line = line.map_err(|e| e.to_string())?;
-        if line.starts_with("ROW\t") {
-            let row = Row::parse(&line)?;
-            eprintln!(
-                "{}",
-                render_text(std::slice::from_ref(&row))
-                    .lines()
-                    .nth(1)
-                    .unwrap_or("")
-            );
-            rows.push(row);
-        } else {
-            eprintln!("{line}");
-        }
+        out.line(&line.map_err(|e| e.to_string())?)?;
     }
     let status = child.wait().map_err(|e| e.to_string())?;
     if !status.success() {
         return Err(format!("{cmd:?} failed: {status}"));
     }
-    Ok(rows)
+    Ok(())
+}
+
+/// `--rows FILE`: the table and the document from a saved stdout of the suite's binaries (one
+/// run, e.g. `cargo bench -p execseam-reliability --bench suite > FILE`).
+fn from_file(file: &str, quick: bool) -> Result<(), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+    let mut out = Output::default();
+    for l in text.lines() {
+        out.line(l)?;
+    }
+    println!("{}", render_text(&out.rows));
+    let meta = Meta {
+        quick,
+        load_before: out
+            .loads
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "unknown".into()),
+        load_after: out
+            .loads
+            .last()
+            .cloned()
+            .unwrap_or_else(|| "unknown".into()),
+        build_secs: f64::NAN,
+        total_secs: f64::NAN,
+        commit: git_head(&root()),
+    };
+    write_doc(&out.rows, &meta)
+}
+
+fn write_doc(rows: &[Row], meta: &Meta) -> Result<(), String> {
+    let root = root();
+    let path = if meta.quick {
+        root.join("target/bench-quick.md")
+    } else {
+        root.join("docs/performance.md")
+    };
+    std::fs::write(&path, document(rows, meta)).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
 }
 
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -243,6 +294,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 n.parse::<usize>()
                     .map_err(|_| format!("--pairs {n:?}: not a number"))?;
                 pairs = Some(n.clone());
+            }
+            "--rows" => {
+                let file = it.next().ok_or("--rows needs a file")?;
+                return from_file(file, quick);
             }
             "--target" => {
                 let name = it.next().ok_or("--target needs a bench target's name")?;
@@ -299,7 +354,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             .ok_or_else(|| format!("cargo reported no executable for bench {name:?}"))
     };
     let cli = root.join("target/release/execseam");
-    let mut rows = Vec::new();
+    let mut out = Output::default();
     let mut suite = Command::new(exe("suite")?);
     suite
         .arg("--bench")
@@ -311,7 +366,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if let Some(n) = &pairs {
         suite.env("EXECSEAM_BENCH_PAIRS", n);
     }
-    rows.extend(rows_of(&mut suite)?);
+    rows_of(&mut suite, &mut out)?;
     let mut load = Command::new(exe("load")?);
     load.arg("--bench")
         .current_dir(&root)
@@ -319,32 +374,25 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if quick {
         load.env("EXECSEAM_BENCH_QUICK", "1");
     }
-    rows.extend(rows_of(&mut load)?);
+    rows_of(&mut load, &mut out)?;
+    let rows = out.rows;
     let total = started.elapsed().as_secs_f64();
     let load_after = loadavg();
     println!("{}", render_text(&rows));
-    let doc = document(
+    println!(
+        "build {build_secs:.0} s, whole run {total:.0} s, load average {load_before} -> {load_after}"
+    );
+    write_doc(
         &rows,
         &Meta {
             quick,
-            load_before: load_before.clone(),
-            load_after: load_after.clone(),
+            load_before,
+            load_after,
             build_secs,
             total_secs: total,
             commit: git_head(&root),
         },
-    );
-    let path = if quick {
-        root.join("target/bench-quick.md")
-    } else {
-        root.join("docs/performance.md")
-    };
-    std::fs::write(&path, doc).map_err(|e| format!("{}: {e}", path.display()))?;
-    println!(
-        "build {build_secs:.0} s, whole run {total:.0} s, load average {load_before} -> {load_after}; wrote {}",
-        path.display()
-    );
-    Ok(())
+    )
 }
 
 fn git_head(root: &Path) -> String {
@@ -394,14 +442,18 @@ fn generated(rows: &[Row], meta: &Meta) -> String {
         meta.commit
     ));
     s.push_str(&format!(
-        "Machine: {} cores; load average (1, 5, 15 min) {} at the start, {} at the end. \
-         Release build (profile `bench`) {:.0} s, whole run {:.0} s.\n\n",
+        "Machine: {} cores; load average (1, 5, 15 min) {} at the start, {} at the end.",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         meta.load_before,
         meta.load_after,
-        meta.build_secs,
-        meta.total_secs
     ));
+    if meta.build_secs.is_finite() {
+        s.push_str(&format!(
+            " Release build (profile `bench`) {:.0} s, whole run {:.0} s.",
+            meta.build_secs, meta.total_secs
+        ));
+    }
+    s.push_str("\n\n");
     s.push_str(&render_markdown(rows));
     let above = above_target(rows);
     if !above.is_empty() {
@@ -424,7 +476,7 @@ mod tests {
 
     #[test]
     fn every_bench_target_is_listed() {
-        let root = crate::root().join("crates");
+        let root = root().join("crates");
         let mut found = Vec::new();
         for krate in std::fs::read_dir(&root).unwrap().flatten() {
             let Ok(benches) = std::fs::read_dir(krate.path().join("benches")) else {

@@ -1152,6 +1152,13 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    let loadavg = || {
+        std::fs::read_to_string("/proc/loadavg")
+            .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    // The machine's load at the start and the end (xtask puts them in the document).
+    println!("LOAD\t{}", loadavg());
     rt.block_on(async {
         eprintln!(
             "suite: {} pairs per row, {} at once{}",
@@ -1183,4 +1190,5 @@ fn main() {
         }
     });
     rt.shutdown_timeout(Duration::from_secs(5));
+    println!("LOAD\t{}", loadavg());
 }
