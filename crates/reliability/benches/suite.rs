@@ -169,8 +169,18 @@ async fn exec_true(e: &dyn Exec) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// `n` pairs, A and B alternating (who goes first swaps every pair).
-async fn alternate<A, B>(
+/// `n` pairs, A and B alternating (who goes first swaps every pair), after three warm-up pairs.
+async fn alternate<A, B>(n: usize, a: A, b: B) -> Result<(Vec<Duration>, Vec<Duration>), String>
+where
+    A: AsyncFnMut() -> Result<Duration, String>,
+    B: AsyncFnMut() -> Result<Duration, String>,
+{
+    alternate_warm(3, n, a, b).await
+}
+
+/// [`alternate`] with `warm` warm-up pairs.
+async fn alternate_warm<A, B>(
+    warm: usize,
     n: usize,
     mut a: A,
     mut b: B,
@@ -179,7 +189,7 @@ where
     A: AsyncFnMut() -> Result<Duration, String>,
     B: AsyncFnMut() -> Result<Duration, String>,
 {
-    for _ in 0..3 {
+    for _ in 0..warm {
         a().await?;
         b().await?;
     }
@@ -1097,8 +1107,8 @@ async fn p4(plan: &Plan) -> Result<(), String> {
         }
         Ok(d)
     };
-    // Each round walks the whole tree: `glob_rounds` pairs (after alternate's 3 warm-up pairs).
-    let (a, b) = alternate(plan.glob_rounds, ours, theirs).await?;
+    // Each round walks the whole tree: `glob_rounds` pairs after one warm-up pair.
+    let (a, b) = alternate_warm(1, plan.glob_rounds, ours, theirs).await?;
     row(
         "P4",
         &format!(
