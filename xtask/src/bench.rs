@@ -1,15 +1,31 @@
-//! `cargo xtask bench`: every benchmark, each measured side by side with its baseline in the same
-//! run (`cargo bench --workspace` would also build every library's test harness in release).
+//! `cargo xtask bench [--quick]`: the benchmark suite. Builds the suite's binaries (timed), runs
+//! them, prints ONE table of side-by-side rows and writes `docs/performance.md` (`--quick`: a
+//! smoke run with fewer pairs, written to `target/bench-quick.md` instead).
+//!
+//! Every row comes from a binary's stdout as one `ROW\t...` line (see [`Row::parse`]): A and B
+//! were measured alternating in the same run against the same emulator process, so the ratio
+//! holds under whatever load the machine had. The other lines are progress and go to stderr.
+//!
+//! `--rows FILE` renders the table and the document from a saved stdout of the suite's binaries.
+//! `--pairs N` sets the pairs per row (default 200; fewer is a shorter, noisier run: the table's
+//! `n` column shows it). `cargo xtask bench --target <name>` runs one of the per-crate bench targets in [`BENCHES`].
 
-use crate::{cargo, run_cmd};
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
-/// `(package, bench target)`: the benchmarks of the workspace.
+use crate::{cargo, root, run_cmd};
+
+/// `(package, bench target)`: the benchmarks of the workspace. The first two make the suite's
+/// table; the others are per-crate benches with their own output (`--target <name>`).
 const BENCHES: &[(&str, &str)] = &[
+    ("execseam-reliability", "suite"),
+    ("execseam-server", "load"),
     ("execseam-local", "overhead"),
     ("execseam-tools", "glob"),
     ("execseam-modal", "exec_latency"),
     ("execseam-chrono", "latency"),
-    ("execseam-server", "load"),
     ("execseam-vercel", "sdk"),
     ("execseam-daytona", "session_pool"),
     ("execseam-northflank", "sdk"),
@@ -19,41 +35,556 @@ const BENCHES: &[(&str, &str)] = &[
     ("execseam-sprites", "memory"),
 ];
 
-pub fn run(args: &[String]) -> Result<(), String> {
-    if let Some(a) = args.first() {
-        return Err(format!("unknown argument {a:?}"));
+/// One row of the table: A against B (times in milliseconds; lower is better), or A alone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub section: String,
+    pub name: String,
+    pub a: String,
+    pub a_p50: Option<f64>,
+    pub a_p90: Option<f64>,
+    pub b: String,
+    pub b_p50: Option<f64>,
+    pub b_p90: Option<f64>,
+    /// Pairs (or samples) behind the quantiles.
+    pub n: usize,
+    /// The ratio A/B (p50) must be at most this.
+    pub target: Option<f64>,
+    pub note: String,
+}
+
+fn num(s: &str) -> Result<Option<f64>, String> {
+    if s == "-" {
+        return Ok(None);
     }
-    for (package, bench) in BENCHES {
-        run_cmd(cargo().args(["bench", "-p", package, "--bench", bench]))?;
+    s.parse().map(Some).map_err(|_| format!("bad number {s:?}"))
+}
+
+fn cell(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.digits$}"))
+}
+
+impl Row {
+    /// `ROW\tsection\tname\ta\ta_p50\ta_p90\tb\tb_p50\tb_p90\tn\ttarget\tnote` (`-`: none).
+    pub fn parse(line: &str) -> Result<Row, String> {
+        let f: Vec<&str> = line
+            .strip_prefix("ROW\t")
+            .ok_or("not a ROW line")?
+            .split('\t')
+            .collect();
+        let [section, name, a, a50, a90, b, b50, b90, n, target, note] = f[..] else {
+            return Err(format!(
+                "a ROW line has 11 fields, this has {}: {line:?}",
+                f.len()
+            ));
+        };
+        Ok(Row {
+            section: section.into(),
+            name: name.into(),
+            a: a.into(),
+            a_p50: num(a50)?,
+            a_p90: num(a90)?,
+            b: b.into(),
+            b_p50: num(b50)?,
+            b_p90: num(b90)?,
+            n: n.parse().map_err(|_| format!("bad count {n:?}"))?,
+            target: num(target)?,
+            note: note.into(),
+        })
+    }
+
+    pub fn ratio(&self) -> Option<f64> {
+        Some(self.a_p50? / self.b_p50?)
+    }
+
+    pub fn ratio_p90(&self) -> Option<f64> {
+        Some(self.a_p90? / self.b_p90?)
+    }
+
+    /// `ok`, `ABOVE` (over target) or empty (no target).
+    pub fn verdict(&self) -> &'static str {
+        match (self.ratio(), self.target) {
+            (Some(r), Some(t)) if r <= t => "ok",
+            (Some(_), Some(_)) => "ABOVE",
+            (None, Some(_)) => "n/a",
+            _ => "",
+        }
+    }
+
+    fn cells(&self) -> [String; 12] {
+        [
+            format!("{} {}", self.section, self.name),
+            self.a.clone(),
+            cell(self.a_p50, 2),
+            cell(self.a_p90, 2),
+            self.b.clone(),
+            cell(self.b_p50, 2),
+            cell(self.b_p90, 2),
+            cell(self.ratio(), 2),
+            cell(self.ratio_p90(), 2),
+            match self.target {
+                Some(t) => format!("<= {t} {}", self.verdict()),
+                None => String::new(),
+            },
+            self.n.to_string(),
+            self.note.clone(),
+        ]
+    }
+}
+
+const HEADER: [&str; 12] = [
+    "row", "A", "A p50", "A p90", "B", "B p50", "B p90", "A/B p50", "A/B p90", "target", "n",
+    "notes",
+];
+
+/// The table as aligned text (times in ms).
+pub fn render_text(rows: &[Row]) -> String {
+    let cells: Vec<[String; 12]> = rows.iter().map(Row::cells).collect();
+    let mut width = HEADER.map(|h| h.chars().count());
+    for c in &cells {
+        for (w, s) in width.iter_mut().zip(c) {
+            *w = (*w).max(s.chars().count());
+        }
+    }
+    let line = |c: &[String]| {
+        let mut s = String::new();
+        for (i, (v, w)) in c.iter().zip(width).enumerate() {
+            if i + 1 == c.len() {
+                s.push_str(v);
+            } else {
+                s.push_str(v);
+                s.push_str(&" ".repeat(w - v.chars().count() + 2));
+            }
+        }
+        s.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(&HEADER.map(String::from));
+    for c in &cells {
+        out.push_str(&line(c));
+    }
+    out
+}
+
+/// The table as Markdown (times in ms); `|` in a cell is escaped.
+pub fn render_markdown(rows: &[Row]) -> String {
+    let esc = |s: &str| s.replace('|', "\\|");
+    let mut out = format!("| {} |\n", HEADER.join(" | "));
+    out.push_str(&format!("|{}\n", "---|".repeat(HEADER.len())));
+    for r in rows {
+        let c = r.cells();
+        out.push_str(&format!(
+            "| {} |\n",
+            c.iter().map(|s| esc(s)).collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    out
+}
+
+/// Rows over their target, for the document's explanations.
+pub fn above_target(rows: &[Row]) -> Vec<&Row> {
+    rows.iter().filter(|r| r.verdict() == "ABOVE").collect()
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The `target/release/deps/...` executables `cargo bench --no-run` reported.
+fn executables(stderr: &str) -> Vec<(String, PathBuf)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("Executable ")?;
+            let (src, path) = rest.split_once(" (")?;
+            let name = Path::new(src).file_stem()?.to_string_lossy().into_owned();
+            Some((name, PathBuf::from(path.trim_end_matches(')'))))
+        })
+        .collect()
+}
+
+/// What the suite's binaries printed: their rows and the `LOAD\t<loadavg>` lines.
+#[derive(Default)]
+struct Output {
+    rows: Vec<Row>,
+    loads: Vec<String>,
+}
+
+impl Output {
+    /// One line of a binary's stdout; the others go to stderr as progress.
+    fn line(&mut self, line: &str) -> Result<(), String> {
+        if line.starts_with("ROW\t") {
+            let row = Row::parse(line)?;
+            let text = render_text(std::slice::from_ref(&row));
+            eprintln!("{}", text.lines().nth(1).unwrap_or(""));
+            self.rows.push(row);
+        } else if let Some(l) = line.strip_prefix("LOAD\t") {
+            self.loads.push(l.to_owned());
+        } else {
+            eprintln!("{line}");
+        }
+        Ok(())
+    }
+}
+
+/// Runs one suite binary, collecting what it prints.
+fn rows_of(cmd: &mut Command, out: &mut Output) -> Result<(), String> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{cmd:?}: {e}"))?;
+    for line in BufReader::new(child.stdout.take().expect("stdout")).lines() {
+        out.line(&line.map_err(|e| e.to_string())?)?;
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("{cmd:?} failed: {status}"));
     }
     Ok(())
 }
 
+/// `--rows FILE`: the table and the document from a saved stdout of the suite's binaries (one
+/// run, e.g. `cargo bench -p execseam-reliability --bench suite > FILE`).
+fn from_file(file: &str, quick: bool) -> Result<(), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+    let mut out = Output::default();
+    for l in text.lines() {
+        out.line(l)?;
+    }
+    println!("{}", render_text(&out.rows));
+    let meta = Meta {
+        quick,
+        load_before: out
+            .loads
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "unknown".into()),
+        load_after: out
+            .loads
+            .last()
+            .cloned()
+            .unwrap_or_else(|| "unknown".into()),
+        build_secs: f64::NAN,
+        total_secs: f64::NAN,
+        commit: git_head(&root()),
+    };
+    write_doc(&out.rows, &meta)
+}
+
+fn write_doc(rows: &[Row], meta: &Meta) -> Result<(), String> {
+    let root = root();
+    let path = if meta.quick {
+        root.join("target/bench-quick.md")
+    } else {
+        root.join("docs/performance.md")
+    };
+    std::fs::write(&path, document(rows, meta)).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    let mut quick = false;
+    let mut pairs: Option<String> = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--pairs" => {
+                let n = it.next().ok_or("--pairs needs a number")?;
+                n.parse::<usize>()
+                    .map_err(|_| format!("--pairs {n:?}: not a number"))?;
+                pairs = Some(n.clone());
+            }
+            "--rows" => {
+                let file = it.next().ok_or("--rows needs a file")?;
+                return from_file(file, quick);
+            }
+            "--target" => {
+                let name = it.next().ok_or("--target needs a bench target's name")?;
+                let (package, bench) = BENCHES
+                    .iter()
+                    .find(|(_, b)| b == name)
+                    .ok_or_else(|| format!("no bench target {name:?}"))?;
+                return run_cmd(cargo().args(["bench", "-p", package, "--bench", bench]));
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    let root = root();
+    let load_before = loadavg();
+    let started = Instant::now();
+    // The release build, timed: the suite, the serve load bench and the CLI (P3's start-up).
+    let build = Instant::now();
+    let out = cargo()
+        .args([
+            "bench",
+            "--no-run",
+            "-p",
+            "execseam-reliability",
+            "--bench",
+            "suite",
+            "-p",
+            "execseam-server",
+            "--bench",
+            "load",
+        ])
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("cargo: {e}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    eprint!("{stderr}");
+    if !out.status.success() {
+        return Err("the suite's build failed".into());
+    }
+    run_cmd(cargo().args([
+        "build",
+        "--profile",
+        "bench",
+        "-p",
+        "execseam-cli",
+        "--bin",
+        "execseam",
+    ]))?;
+    let build_secs = build.elapsed().as_secs_f64();
+    let exes = executables(&stderr);
+    let exe = |name: &str| {
+        exes.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| root.join(p))
+            .ok_or_else(|| format!("cargo reported no executable for bench {name:?}"))
+    };
+    let cli = root.join("target/release/execseam");
+    let mut out = Output::default();
+    let mut suite = Command::new(exe("suite")?);
+    suite
+        .arg("--bench")
+        .current_dir(&root)
+        .env("EXECSEAM_BENCH_CLI", &cli);
+    if quick {
+        suite.env("EXECSEAM_BENCH_QUICK", "1");
+    }
+    if let Some(n) = &pairs {
+        suite.env("EXECSEAM_BENCH_PAIRS", n);
+    }
+    rows_of(&mut suite, &mut out)?;
+    let mut load = Command::new(exe("load")?);
+    load.arg("--bench")
+        .current_dir(&root)
+        .env("EXECSEAM_BENCH_ROWS", "1");
+    if quick {
+        load.env("EXECSEAM_BENCH_QUICK", "1");
+    }
+    rows_of(&mut load, &mut out)?;
+    let rows = out.rows;
+    let total = started.elapsed().as_secs_f64();
+    let load_after = loadavg();
+    println!("{}", render_text(&rows));
+    println!(
+        "build {build_secs:.0} s, whole run {total:.0} s, load average {load_before} -> {load_after}"
+    );
+    write_doc(
+        &rows,
+        &Meta {
+            quick,
+            load_before,
+            load_after,
+            build_secs,
+            total_secs: total,
+            commit: git_head(&root),
+        },
+    )
+}
+
+fn git_head(root: &Path) -> String {
+    Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(root)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+pub struct Meta {
+    pub quick: bool,
+    pub load_before: String,
+    pub load_after: String,
+    pub build_secs: f64,
+    pub total_secs: f64,
+    pub commit: String,
+}
+
+/// The generated part of `docs/performance.md`, between the markers; the hand-written part of an
+/// existing file (explanations) is kept.
+pub fn document(rows: &[Row], meta: &Meta) -> String {
+    let path = root().join("docs/performance.md");
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let generated = generated(rows, meta);
+    const BEGIN: &str = "<!-- BEGIN cargo xtask bench -->";
+    const END: &str = "<!-- END cargo xtask bench -->";
+    match (old.find(BEGIN), old.find(END)) {
+        (Some(b), Some(e)) if b < e && !meta.quick => format!(
+            "{}{BEGIN}\n{generated}{END}{}",
+            &old[..b],
+            &old[e + END.len()..]
+        ),
+        _ => format!("# Performance\n\n{BEGIN}\n{generated}{END}\n"),
+    }
+}
+
+fn generated(rows: &[Row], meta: &Meta) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "Generated by `cargo xtask bench{}` at commit `{}`. Times in milliseconds; every ratio is A/B \
+         of one run, A and B alternating against the same emulator process (lower is better).\n\n",
+        if meta.quick { " --quick" } else { "" },
+        meta.commit
+    ));
+    s.push_str(&format!(
+        "Machine: {} cores; load average (1, 5, 15 min) {} at the start, {} at the end.",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        meta.load_before,
+        meta.load_after,
+    ));
+    if meta.build_secs.is_finite() {
+        s.push_str(&format!(
+            " Release build (profile `bench`) {:.0} s, whole run {:.0} s.",
+            meta.build_secs, meta.total_secs
+        ));
+    }
+    s.push_str("\n\n");
+    s.push_str(&render_markdown(rows));
+    let above = above_target(rows);
+    if !above.is_empty() {
+        s.push_str("\nAbove target in this run: ");
+        s.push_str(
+            &above
+                .iter()
+                .map(|r| format!("{} {}", r.section, r.name))
+                .collect::<Vec<_>>()
+                .join("; "),
+        );
+        s.push_str(" (see the explanations below).\n");
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn every_bench_target_is_listed() {
-        let root = crate::root().join("crates");
+        let root = root().join("crates");
         let mut found = Vec::new();
         for krate in std::fs::read_dir(&root).unwrap().flatten() {
             let Ok(benches) = std::fs::read_dir(krate.path().join("benches")) else {
                 continue;
             };
             for b in benches.flatten() {
-                let name = b
-                    .file_name()
-                    .to_string_lossy()
-                    .trim_end_matches(".rs")
-                    .to_owned();
-                found.push(name);
+                if b.path().extension().is_some_and(|e| e == "rs") {
+                    found.push(
+                        b.file_name()
+                            .to_string_lossy()
+                            .trim_end_matches(".rs")
+                            .to_owned(),
+                    );
+                }
             }
         }
         found.sort();
-        let mut listed: Vec<String> = super::BENCHES
-            .iter()
-            .map(|(_, b)| (*b).to_owned())
-            .collect();
+        let mut listed: Vec<String> = BENCHES.iter().map(|(_, b)| (*b).to_owned()).collect();
         listed.sort();
-        assert_eq!(found, listed, "xtask bench must run every benchmark");
+        assert_eq!(found, listed, "xtask bench must list every benchmark");
+    }
+
+    fn row(line: &str) -> Row {
+        Row::parse(line).unwrap()
+    }
+
+    #[test]
+    fn rows_parse_and_judge_their_ratio() {
+        let r = row(
+            "ROW\tP1\te2b exec\tadapter\t2.00\t3.00\traw\t1.00\t2.00\t200\t1.05\tround trips 1/1",
+        );
+        assert_eq!(r.ratio(), Some(2.0));
+        assert_eq!(r.ratio_p90(), Some(1.5));
+        assert_eq!(r.verdict(), "ABOVE");
+        let ok = row("ROW\tP1\tx\ta\t1.00\t-\tb\t1.00\t-\t200\t1.05\t");
+        assert_eq!((ok.verdict(), ok.ratio_p90()), ("ok", None));
+        let alone = row("ROW\tP5\tserve\ta\t1.5\t-\t-\t-\t-\t1000\t-\tlost 0");
+        assert_eq!((alone.ratio(), alone.verdict()), (None, ""));
+        assert!(Row::parse("ROW\tP1\ttoo few").is_err());
+        assert!(Row::parse("ROW\tP1\tx\ta\tfast\t-\tb\t1\t-\t2\t-\t").is_err());
+        assert!(Row::parse("progress").is_err());
+    }
+
+    #[test]
+    fn the_text_table_is_aligned_and_the_markdown_escaped() {
+        let rows = [
+            row("ROW\tP1\te2b\tadapter\t2.00\t3.00\traw\t1.00\t2.00\t200\t1.05\ta|b"),
+            row(
+                "ROW\tP3\tcli start-up\texecseam --version\t1.50\t1.70\t/bin/true\t0.50\t0.60\t200\t-\t",
+            ),
+        ];
+        let text = render_text(&rows);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        let col = |l: &str| {
+            l.find("A p50")
+                .or_else(|| l.find("2.00"))
+                .or_else(|| l.find("1.50"))
+        };
+        assert_eq!(col(lines[0]), col(lines[1]));
+        assert_eq!(col(lines[1]), col(lines[2]));
+        assert!(lines[1].contains("<= 1.05 ABOVE"), "{text}");
+        let md = render_markdown(&rows);
+        assert!(md.starts_with("| row | A | A p50 |"), "{md}");
+        assert!(md.contains("a\\|b"), "{md}");
+        assert_eq!(md.lines().count(), 4);
+        assert!(
+            md.lines().all(|l| l.starts_with('|') && l.ends_with('|')),
+            "{md}"
+        );
+        assert!(md.contains("| 1.50 | 1.70 | /bin/true | 0.50 |"), "{md}");
+    }
+
+    #[test]
+    fn the_document_names_the_load_and_rows_above_target() {
+        let rows = [row(
+            "ROW\tP1\te2b\tadapter\t2.00\t3.00\traw\t1.00\t2.00\t200\t1.05\t",
+        )];
+        let meta = Meta {
+            quick: true,
+            load_before: "6.01 5.00 4.00".into(),
+            load_after: "7.00 6.00 5.00".into(),
+            build_secs: 300.0,
+            total_secs: 600.0,
+            commit: "abc1234".into(),
+        };
+        let doc = document(&rows, &meta);
+        assert!(
+            doc.contains("load average (1, 5, 15 min) 6.01 5.00 4.00"),
+            "{doc}"
+        );
+        assert!(doc.contains("Above target in this run: P1 e2b"), "{doc}");
+        assert!(doc.contains("`cargo xtask bench --quick`"), "{doc}");
+    }
+
+    #[test]
+    fn cargo_reports_executables() {
+        let e = executables(
+            "   Compiling x\n  Executable benches/suite.rs (target/release/deps/suite-0123)\n",
+        );
+        assert_eq!(
+            e,
+            [(
+                "suite".to_owned(),
+                PathBuf::from("target/release/deps/suite-0123")
+            )]
+        );
     }
 }

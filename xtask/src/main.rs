@@ -4,7 +4,7 @@
 //! - `cargo xtask matrix` (rewrites docs/conformance-matrix.md from the committed records)
 //! - `cargo xtask reliability [--full] [--adapter <name>]` (the reliability suite; `--full`: every case)
 //! - `cargo xtask publish-check`
-//! - `cargo xtask bench`
+//! - `cargo xtask bench [--quick] [--pairs N] [--target <name>]` (the suite's table, docs/performance.md)
 //! - `cargo xtask tidy`
 
 mod bench;
@@ -68,7 +68,7 @@ fn reliability(args: &[String]) -> Result<(), String> {
 }
 
 fn usage() -> String {
-    "usage:\n  cargo xtask conformance --adapter <name>|all [--live] [-- FILTER]\n  cargo xtask matrix\n  cargo xtask reliability [--full] [--adapter <name>]\n  cargo xtask publish-check\n  cargo xtask bench\n  cargo xtask tidy".into()
+    "usage:\n  cargo xtask conformance --adapter <name>|all [--live] [-- FILTER]\n  cargo xtask matrix\n  cargo xtask reliability [--full] [--adapter <name>]\n  cargo xtask publish-check\n  cargo xtask bench [--quick] [--pairs N] [--target <name>]\n  cargo xtask tidy".into()
 }
 
 /// The workspace root.

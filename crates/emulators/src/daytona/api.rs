@@ -27,7 +27,24 @@ struct CreateSandbox {
     domain_allow_list: Option<String>,
 }
 
-fn dto(state: &State, s: &SandboxEntry, status: Option<&str>) -> serde_json::Value {
+/// The base URL the client reached: a reverse proxy's `x-forwarded-host` (the chaos proxy sets
+/// it), else the emulator's own. The toolbox proxy URL is built on it, so an SDK that reached the
+/// API through a proxy sends its toolbox requests through the same proxy (the real service
+/// answers its own proxy's fixed URL).
+fn reached(state: &State, headers: &HeaderMap) -> String {
+    headers
+        .get(crate::chaos::FORWARDED_HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| !h.is_empty() && !h.contains('/'))
+        .map_or_else(|| state.base_url.clone(), |h| format!("http://{h}"))
+}
+
+fn dto(
+    state: &State,
+    headers: &HeaderMap,
+    s: &SandboxEntry,
+    status: Option<&str>,
+) -> serde_json::Value {
     let life = s.life.lock().expect("life");
     let status = status.unwrap_or(life.state);
     serde_json::json!({
@@ -63,7 +80,7 @@ fn dto(state: &State, s: &SandboxEntry, status: Option<&str>) -> serde_json::Val
         "createdAt": s.created_at,
         "updatedAt": life.updated_at,
         "daemonVersion": "0.226.1",
-        "toolboxProxyUrl": format!("{}/toolbox", state.base_url),
+        "toolboxProxyUrl": format!("{}/toolbox", reached(state, headers)),
     })
 }
 
@@ -172,7 +189,7 @@ pub(super) async fn create(
         .expect("sandboxes")
         .insert(id, entry.clone());
     // NestJS @HttpCode(200): create answers 200, not 201.
-    json_response(StatusCode::OK, &dto(&state, &entry, None))
+    json_response(StatusCode::OK, &dto(&state, &headers, &entry, None))
 }
 
 pub(super) async fn get_one(
@@ -186,7 +203,7 @@ pub(super) async fn get_one(
         return r;
     }
     match state.sandbox(&id) {
-        Some(s) => json_response(StatusCode::OK, &dto(&state, &s, None)),
+        Some(s) => json_response(StatusCode::OK, &dto(&state, &headers, &s, None)),
         None => not_found(&id, &uri, &method),
     }
 }
@@ -254,7 +271,7 @@ pub(super) async fn list(
                 && id.as_ref().is_none_or(|i| *i == s.id)
                 && name.as_ref().is_none_or(|n| *n == s.name)
         })
-        .map(|s| (s.id.clone(), dto(&state, s, None)))
+        .map(|s| (s.id.clone(), dto(&state, &headers, s, None)))
         .collect();
     items.sort_by(|a, b| a.0.cmp(&b.0));
     let items: Vec<_> = items.into_iter().map(|(_, v)| v).collect();
@@ -327,7 +344,7 @@ pub(super) async fn start(
             life.touch();
         }
     }
-    json_response(StatusCode::OK, &dto(&state, &s, None))
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
 }
 
 /// `POST /sandbox/{id}/stop` (`sandbox.service.ts` `stop`): only a started sandbox stops
@@ -352,11 +369,11 @@ pub(super) async fn stop(
     }
     if s.stop() {
         // `autoDeleteInterval` 0: stopping destroys it (`desiredState: DESTROYED`).
-        let body = dto(&state, &s, Some("destroying"));
+        let body = dto(&state, &headers, &s, Some("destroying"));
         state.destroy(&s.id);
         return json_response(StatusCode::OK, &body);
     }
-    json_response(StatusCode::OK, &dto(&state, &s, None))
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
 }
 
 /// `POST /sandbox/{id}/archive` (`sandbox.service.ts` `archive`): only a stopped sandbox
@@ -388,7 +405,7 @@ pub(super) async fn archive(
         life.state = "archived";
         life.touch();
     }
-    json_response(StatusCode::OK, &dto(&state, &s, None))
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
 }
 
 #[derive(Deserialize)]
@@ -448,7 +465,7 @@ pub(super) async fn set_autostop(
         life.auto_stop = minutes;
         life.touch();
     }
-    json_response(StatusCode::OK, &dto(&state, &s, None))
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
 }
 
 /// `resolveAutoArchiveInterval` (`sandbox.service.ts`): negative is a 400, 0 is the maximum,
@@ -533,7 +550,7 @@ pub(super) async fn set_autoarchive(
         Err(m) => return sandbox_error(m, &uri, &method),
     };
     s.life.lock().expect("life").auto_archive = minutes;
-    json_response(StatusCode::OK, &dto(&state, &s, None))
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
 }
 
 /// `POST /sandbox/{id}/autodelete/{interval}` (`setAutoDeleteInterval`): minutes a sandbox
@@ -558,7 +575,7 @@ pub(super) async fn set_autodelete(
         );
     };
     s.life.lock().expect("life").auto_delete = minutes;
-    json_response(StatusCode::OK, &dto(&state, &s, None))
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
 }
 
 #[derive(Deserialize)]
@@ -620,7 +637,7 @@ pub(super) async fn network_settings(
         }
         life.updated_at = super::files::rfc3339(std::time::SystemTime::now());
     }
-    json_response(StatusCode::OK, &dto(&state, &s, None))
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
 }
 
 /// `POST /sandbox/{id}/recover` (`sandbox.service.ts` `recover`, `recoverInPlace`): only a
@@ -652,7 +669,7 @@ pub(super) async fn recover(
         life.state = "started";
         life.touch();
     }
-    json_response(StatusCode::OK, &dto(&state, &s, None))
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
 }
 
 pub(super) async fn delete(
@@ -668,7 +685,7 @@ pub(super) async fn delete(
     let Some(s) = state.sandbox(&id) else {
         return not_found(&id, &uri, &method);
     };
-    let body = dto(&state, &s, Some("destroying"));
+    let body = dto(&state, &headers, &s, Some("destroying"));
     state.destroy(&s.id);
     json_response(StatusCode::OK, &body)
 }
@@ -688,6 +705,6 @@ pub(super) async fn proxy_url(
     }
     json_response(
         StatusCode::OK,
-        &serde_json::json!({"url": format!("{}/toolbox", state.base_url)}),
+        &serde_json::json!({"url": format!("{}/toolbox", reached(&state, &headers))}),
     )
 }

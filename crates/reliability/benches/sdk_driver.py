@@ -1,0 +1,133 @@
+"""The official SDK's side of the benchmark suite's P2 rows (benches/suite.rs).
+
+Usage: sdk_driver.py PROVIDER SANDBOX_ID, with the emulator's environment (its URLs pointing at
+the suite's chaos proxy). Builds the SDK's client for the sandbox, runs `true` once, prints
+`ready`; then for each line on stdin:
+
+- `one`: runs `true` once, prints the seconds it took (time.perf_counter around the SDK call,
+  its output read to the end and the exit code in hand);
+- `conc C N`: runs N execs of `true`, C at a time on threads, prints the wall seconds and the
+  number of failed execs.
+
+A failure prints `error <text>`.
+"""
+
+import concurrent.futures
+import os
+import sys
+import time
+
+PROVIDER, SANDBOX = sys.argv[1], sys.argv[2]
+
+
+def make():
+    """Returns a function that runs `true` once through the SDK and returns its exit code."""
+    if PROVIDER == "e2b":
+        from e2b import Sandbox
+
+        sbx = Sandbox.connect(SANDBOX)
+        return lambda: sbx.commands.run("true").exit_code
+    if PROVIDER == "daytona":
+        from daytona import Daytona
+
+        sb = Daytona().get(SANDBOX)
+        return lambda: sb.process.exec("true").exit_code
+    if PROVIDER == "sprites":
+        from sprites import SpritesClient
+
+        sprite = SpritesClient(os.environ["SPRITE_TOKEN"], base_url=os.environ["SPRITES_API_URL"]).sprite(
+            os.environ["EXECSEAM_SANDBOX"]
+        )
+        return lambda: sprite.run("true", capture_output=True).returncode
+    if PROVIDER == "agentcore":
+        import boto3
+
+        c = boto3.client(
+            "bedrock-agentcore",
+            endpoint_url=os.environ["AWS_ENDPOINT_URL_BEDROCK_AGENTCORE"],
+            region_name=os.environ["AWS_REGION"],
+            aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+        )
+        ident = os.environ.get("AGENTCORE_CODE_INTERPRETER_ID", "aws.codeinterpreter.v1")
+
+        def run():
+            resp = c.invoke_code_interpreter(
+                codeInterpreterIdentifier=ident, sessionId=SANDBOX, name="executeCommand", arguments={"command": "true"}
+            )
+            events = list(resp["stream"])
+            return events[-1]["result"]["structuredContent"]["exitCode"]
+
+        return run
+    if PROVIDER == "modal":
+        import modal
+
+        sb = modal.Sandbox.from_id(SANDBOX)
+
+        def run():
+            p = sb.exec("true", text=False)
+            p.stdout.read()
+            p.stderr.read()
+            return p.wait()
+
+        return run
+    if PROVIDER == "vercel":
+        from vercel.sandbox.sync import SandboxCredentials, SandboxServiceOptions, SyncSandboxClient
+
+        creds = SandboxCredentials(
+            token=os.environ["VERCEL_TOKEN"], team_id=os.environ["VERCEL_TEAM_ID"], project_id=os.environ["VERCEL_PROJECT_ID"]
+        )
+        c = SyncSandboxClient.create(
+            options=SandboxServiceOptions(base_url=os.environ["VERCEL_API_URL"], credentials_factory=lambda: creds)
+        )
+        sb = c.create_sandbox()
+        return lambda: sb.run_process("true").returncode
+    if PROVIDER == "northflank":
+        from northflank import ApiClient
+
+        c = ApiClient(api_token=os.environ["NORTHFLANK_API_TOKEN"], base_url=os.environ["NORTHFLANK_API_BASE_URL"])
+        p, s = os.environ["NORTHFLANK_PROJECT_ID"], os.environ["NORTHFLANK_SERVICE_ID"]
+        return lambda: c.exec.run_service_command(project_id=p, service_id=s, command=["true"]).exit_code
+    raise SystemExit(f"unknown provider {PROVIDER}")
+
+
+def main():
+    run = make()
+    code = run()
+    if code != 0:
+        print(f"error warm-up exit {code}", flush=True)
+        return
+    print("ready", flush=True)
+    pool = None
+    for line in sys.stdin:
+        words = line.split()
+        try:
+            if words == ["one"]:
+                t = time.perf_counter()
+                code = run()
+                elapsed = time.perf_counter() - t
+                if code != 0:
+                    raise RuntimeError(f"exit {code}")
+                print(f"{elapsed:.6f}", flush=True)
+            elif len(words) == 3 and words[0] == "conc":
+                c, n = int(words[1]), int(words[2])
+                if pool is None or pool._max_workers != c:
+                    pool = concurrent.futures.ThreadPoolExecutor(max_workers=c)
+                t = time.perf_counter()
+                results = list(pool.map(lambda _: safe(run), range(n)))
+                elapsed = time.perf_counter() - t
+                print(f"{elapsed:.6f} {sum(1 for r in results if r != 0)}", flush=True)
+            else:
+                print(f"error unknown request {line.strip()!r}", flush=True)
+        except Exception as e:  # noqa: BLE001 -- reported to the suite
+            print(f"error {type(e).__name__}: {e}".replace("\n", " "), flush=True)
+
+
+def safe(run):
+    try:
+        return run()
+    except Exception:  # noqa: BLE001 -- counted as an error
+        return -1
+
+
+main()

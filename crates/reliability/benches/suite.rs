@@ -1,0 +1,1204 @@
+//! The benchmark suite behind `cargo xtask bench` (which prints its rows as one table and writes
+//! `docs/performance.md`). Every row is A against B measured alternating in this one run, against
+//! the same emulator process; each prints as one `ROW\t...` line (the format is xtask's
+//! `bench::Row::parse`), everything else is progress.
+//!
+//! - **P1**, every emulator-backed adapter in the reliability suite's table (`tests/setups`): the
+//!   adapter's exec of `true` against a raw client replaying the adapter's own request on the same
+//!   stack (reqwest, same HTTP version, same emulator). The request is captured once through a
+//!   recording proxy; where an exec is more than one request (later ones carry ids the first
+//!   answer assigned) or a WebSocket, a replay would not do the same work, and the row says so.
+//! - **P2**, every provider with an official Python SDK under `target/interop`: the adapter
+//!   against the SDK running `true` in the same sandbox of the same emulator, both through one
+//!   chaos proxy (which counts the requests: round trips per exec), on loopback and with
+//!   `*=delay:25` (25 ms before every request); latency (alternating pairs) and time per exec at
+//!   64 concurrent (alternating rounds).
+//! - **P3**, the local adapter against raw `tokio::process`, and the CLI's start-up
+//!   (`execseam --version`, `EXECSEAM_BENCH_CLI`) against `/bin/true`: alternating in-process,
+//!   and with hyperfine when it is on PATH.
+//! - **P4**, `Tools::glob` over a real generated tree (1000 × 1000 files under `target/`, made
+//!   once and reused) through the local adapter, against `find | sort | head` on the same tree.
+//! - **P5**, 512 concurrent execs on one emulator through one handle, for every adapter: errors,
+//!   p50, p99, peak RSS of this process (the client and the emulator share it).
+//!
+//! `EXECSEAM_BENCH_QUICK=1`: fewer pairs, a 50,000-file tree, 64 at once (a smoke run).
+//! `EXECSEAM_BENCH_ONLY=<adapter>`: P1/P2/P5 for that adapter only. `EXECSEAM_BENCH_PAIRS=N`: N
+//! pairs per row instead of 200 (the table then says so in its `n` column).
+
+#[path = "../tests/setups/mod.rs"]
+mod setups;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use execseam_core::{Command, Exec};
+use execseam_emulators::chaos::{ChaosProxy, parse_rules};
+use execseam_reliability::{Knobs, Setup};
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+const IDLE: Duration = Duration::from_secs(120);
+
+struct Plan {
+    quick: bool,
+    pairs: usize,
+    burst: usize,
+    concurrent: usize,
+    concurrent_execs: usize,
+    concurrent_rounds: usize,
+    tree: (usize, usize),
+    glob_rounds: usize,
+}
+
+impl Plan {
+    fn from_env() -> Plan {
+        let mut plan = Plan::defaults();
+        if let Some(n) = std::env::var("EXECSEAM_BENCH_PAIRS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            plan.pairs = n;
+        }
+        plan
+    }
+
+    fn defaults() -> Plan {
+        if std::env::var("EXECSEAM_BENCH_QUICK").is_ok_and(|v| v == "1") {
+            Plan {
+                quick: true,
+                pairs: 20,
+                burst: 64,
+                concurrent: 16,
+                concurrent_execs: 32,
+                concurrent_rounds: 1,
+                tree: (100, 500),
+                glob_rounds: 2,
+            }
+        } else {
+            Plan {
+                quick: false,
+                pairs: 200,
+                burst: 512,
+                concurrent: 64,
+                concurrent_execs: 128,
+                concurrent_rounds: 2,
+                tree: (1000, 1000),
+                glob_rounds: 5,
+            }
+        }
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn quantile(v: &[Duration], q: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut v = v.to_vec();
+    v.sort();
+    Some(ms(v[((v.len() - 1) as f64 * q).round() as usize]))
+}
+
+fn f(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.3}"))
+}
+
+/// One `ROW` line (xtask's `bench::Row::parse`).
+#[allow(clippy::too_many_arguments)]
+fn row(
+    section: &str,
+    name: &str,
+    a: &str,
+    av: &[Duration],
+    b: &str,
+    bv: &[Duration],
+    n: usize,
+    target: Option<f64>,
+    note: &str,
+) {
+    let clean = |s: &str| s.replace(['\t', '\n'], " ");
+    println!(
+        "ROW\t{section}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{n}\t{}\t{}",
+        clean(name),
+        clean(a),
+        f(quantile(av, 0.5)),
+        f(quantile(av, 0.9)),
+        clean(b),
+        f(quantile(bv, 0.5)),
+        f(quantile(bv, 0.9)),
+        target.map_or_else(|| "-".into(), |t| t.to_string()),
+        clean(note)
+    );
+}
+
+/// A row whose measurement could not be made, with the reason.
+fn missing(section: &str, name: &str, why: &str) {
+    row(
+        section,
+        name,
+        "-",
+        &[],
+        "-",
+        &[],
+        0,
+        None,
+        &format!("not measured: {why}"),
+    );
+}
+
+fn cmd_true() -> Command {
+    Command::new(["true"]).expect("valid")
+}
+
+async fn exec_true(e: &dyn Exec) -> Result<Duration, String> {
+    let t = Instant::now();
+    let o = e.exec(cmd_true()).await.map_err(|e| e.to_string())?;
+    let d = t.elapsed();
+    if !o.exit.success() {
+        return Err(format!("`true` failed: {o:?}"));
+    }
+    Ok(d)
+}
+
+/// `n` pairs, A and B alternating (who goes first swaps every pair), after three warm-up pairs.
+async fn alternate<A, B>(n: usize, a: A, b: B) -> Result<(Vec<Duration>, Vec<Duration>), String>
+where
+    A: AsyncFnMut() -> Result<Duration, String>,
+    B: AsyncFnMut() -> Result<Duration, String>,
+{
+    alternate_warm(3, n, a, b).await
+}
+
+/// [`alternate`] with `warm` warm-up pairs.
+async fn alternate_warm<A, B>(
+    warm: usize,
+    n: usize,
+    mut a: A,
+    mut b: B,
+) -> Result<(Vec<Duration>, Vec<Duration>), String>
+where
+    A: AsyncFnMut() -> Result<Duration, String>,
+    B: AsyncFnMut() -> Result<Duration, String>,
+{
+    for _ in 0..warm {
+        a().await?;
+        b().await?;
+    }
+    let (mut va, mut vb) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..n {
+        if i % 2 == 0 {
+            va.push(a().await?);
+            vb.push(b().await?);
+        } else {
+            vb.push(b().await?);
+            va.push(a().await?);
+        }
+    }
+    Ok((va, vb))
+}
+
+// ---------------------------------------------------------------------------------------------
+// P1: the capture proxy and the raw replay
+
+#[derive(Clone)]
+struct Captured {
+    method: http::Method,
+    path: String,
+    version: http::Version,
+    headers: http::HeaderMap,
+    body: Arc<Mutex<Vec<u8>>>,
+    upgrade: bool,
+}
+
+/// Records every request (head and body bytes) and forwards it, in its HTTP version, to the
+/// upstream. WebSocket upgrades are recorded and refused (a replay of one is not written).
+struct Capture {
+    addr: std::net::SocketAddr,
+    log: Arc<Mutex<Vec<Captured>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Capture {
+    async fn start(upstream: &str) -> Capture {
+        let authority = upstream
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let log: Arc<Mutex<Vec<Captured>>> = Arc::default();
+        let l = log.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let (log, authority) = (l.clone(), authority.clone());
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
+                        let (log, authority) = (log.clone(), authority.clone());
+                        async move {
+                            let r = match capture_one(req, &log, &authority).await {
+                                Ok(r) => r,
+                                Err(e) => {
+                                    let body =
+                                        http_body_util::Full::new(Bytes::from(e.to_string()))
+                                            .map_err(never)
+                                            .boxed_unsync();
+                                    let mut r = http::Response::new(body);
+                                    *r.status_mut() = http::StatusCode::BAD_GATEWAY;
+                                    r
+                                }
+                            };
+                            Ok::<_, std::convert::Infallible>(r)
+                        }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tcp), svc)
+                        .await;
+                });
+            }
+        });
+        Capture { addr, log, task }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn take(&self) -> Vec<Captured> {
+        std::mem::take(&mut *self.log.lock().expect("capture log"))
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn boxed(e: hyper::Error) -> BoxError {
+    Box::new(e)
+}
+
+fn never(e: std::convert::Infallible) -> BoxError {
+    match e {}
+}
+
+type AnyBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
+
+async fn capture_one(
+    req: http::Request<Incoming>,
+    log: &Mutex<Vec<Captured>>,
+    authority: &str,
+) -> Result<http::Response<AnyBody>, BoxError> {
+    let mut req = req;
+    // As the chaos proxy does: the emulators that hand out follow-up URLs (Modal's router,
+    // Daytona's toolbox) build them on the address the client reached.
+    let reached = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| {
+            req.headers()
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_owned)
+        });
+    if let Some(host) = reached.and_then(|h| http::HeaderValue::from_str(&h).ok()) {
+        req.headers_mut()
+            .entry(execseam_emulators::chaos::FORWARDED_HOST)
+            .or_insert(host);
+    }
+    let upgrade = req.headers().contains_key(http::header::UPGRADE);
+    let body = Arc::new(Mutex::new(Vec::new()));
+    log.lock().expect("capture log").push(Captured {
+        method: req.method().clone(),
+        path: req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned(),
+        version: req.version(),
+        headers: req.headers().clone(),
+        body: body.clone(),
+        upgrade,
+    });
+    if upgrade {
+        let empty = http_body_util::Empty::<Bytes>::new()
+            .map_err(never)
+            .boxed_unsync();
+        return Ok(http::Response::builder().status(502).body(empty)?);
+    }
+    let (mut parts, incoming) = req.into_parts();
+    let tee = incoming
+        .map_frame(move |fr| {
+            if let Some(d) = fr.data_ref() {
+                body.lock().expect("body").extend_from_slice(d);
+            }
+            fr
+        })
+        .map_err(boxed)
+        .boxed_unsync();
+    let tcp = tokio::net::TcpStream::connect(authority).await?;
+    let _ = tcp.set_nodelay(true);
+    let io = TokioIo::new(tcp);
+    let resp = if parts.version == http::Version::HTTP_2 {
+        let pq = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned();
+        parts.uri = format!("http://{authority}{pq}").parse()?;
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
+        tokio::spawn(conn);
+        send.send_request(http::Request::from_parts(parts, tee))
+            .await?
+    } else {
+        let (mut send, conn) = hyper::client::conn::http1::handshake(io).await?;
+        tokio::spawn(conn);
+        send.send_request(http::Request::from_parts(parts, tee))
+            .await?
+    };
+    Ok(resp.map(|b| b.map_err(boxed).boxed_unsync()))
+}
+
+/// The raw client: the captured request, sent again by reqwest on the same HTTP version, the
+/// answer read to its end.
+struct Raw {
+    client: reqwest::Client,
+    url: String,
+    req: Captured,
+    body: Bytes,
+}
+
+impl Raw {
+    fn new(upstream: &str, req: Captured) -> Raw {
+        let b = reqwest::Client::builder().no_proxy();
+        let b = if req.version == http::Version::HTTP_2 {
+            b.http2_prior_knowledge()
+        } else {
+            b.http1_only()
+        };
+        let body = Bytes::from(req.body.lock().expect("body").clone());
+        Raw {
+            client: b.build().expect("reqwest"),
+            url: format!("{}{}", upstream.trim_end_matches('/'), req.path),
+            req,
+            body,
+        }
+    }
+
+    async fn once(&self) -> Result<Duration, String> {
+        let mut headers = self.req.headers.clone();
+        for h in [
+            http::header::HOST,
+            http::header::CONTENT_LENGTH,
+            http::header::CONNECTION,
+            http::header::TRANSFER_ENCODING,
+        ] {
+            headers.remove(h);
+        }
+        let t = Instant::now();
+        let resp = self
+            .client
+            .request(self.req.method.clone(), &self.url)
+            .headers(headers)
+            .body(self.body.clone())
+            .send()
+            .await
+            .map_err(|e| format!("raw replay: {e}"))?;
+        let status = resp.status();
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| format!("raw replay body: {e}"))?;
+        let d = t.elapsed();
+        if !status.is_success() {
+            return Err(format!(
+                "raw replay answered {status}: {}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+            ));
+        }
+        Ok(d)
+    }
+}
+
+async fn p1(plan: &Plan, name: &str, setup: &Setup, adapter: &Arc<dyn Exec>) -> Result<(), String> {
+    let capture = Capture::start(&setup.upstream).await;
+    let via = (setup.through)(capture.url(), IDLE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let title = format!("{name}: exec `true`");
+    let mut captured = Ok(());
+    for _ in 0..2 {
+        captured = captured.and(exec_true(&*via).await.map(drop));
+    }
+    let mut reqs = capture.take();
+    if captured.is_ok() {
+        captured = exec_true(&*via).await.map(drop);
+        reqs = capture.take();
+    }
+    if let Err(e) = captured {
+        if reqs.iter().any(|r| r.upgrade) {
+            missing(
+                "P1",
+                &title,
+                "a WebSocket exchange (a raw replay of its frames is not written)",
+            );
+            return Ok(());
+        }
+        return Err(format!("through the capture: {e}"));
+    }
+    if reqs.len() != 1 {
+        let list: Vec<String> = reqs
+            .iter()
+            .map(|r| format!("{} {}", r.method, r.path.split('?').next().unwrap_or("")))
+            .collect();
+        missing(
+            "P1",
+            &title,
+            &format!(
+                "{} requests per exec ({}); later requests carry ids the earlier answers assign, so a replay would not run a command",
+                reqs.len(),
+                list.join(", ")
+            ),
+        );
+        return Ok(());
+    }
+    let req = reqs.into_iter().next().expect("one");
+    let version = if req.version == http::Version::HTTP_2 {
+        "h2c"
+    } else {
+        "HTTP/1.1"
+    };
+    let raw = Raw::new(&setup.upstream, req);
+    raw.once().await?;
+    let (a, b) = alternate(
+        plan.pairs,
+        async || exec_true(&**adapter).await,
+        async || raw.once().await,
+    )
+    .await?;
+    drop(via);
+    row(
+        "P1",
+        &title,
+        &format!("execseam-{name}"),
+        &a,
+        &format!("raw reqwest, its request replayed ({version})"),
+        &b,
+        plan.pairs,
+        Some(1.05),
+        "1 request per exec on both sides",
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// P2: the official Python SDKs
+
+struct Sdk {
+    /// The `target/interop/<venv>` virtualenv and its `crates/emulators/interop/<dir>`.
+    venv: &'static str,
+    label: &'static str,
+    env: Vec<(String, String)>,
+    sandbox: String,
+    note: &'static str,
+}
+
+fn sdk_for(name: &str, setup: &Setup) -> Option<Sdk> {
+    use execseam_emulators::{agentcore, daytona, e2b, modal, northflank, sprites, vercel};
+    let g = &setup.guard;
+    let id = setup.direct.id().to_owned();
+    let (venv, label, env, note) = match name {
+        "e2b" => (
+            "e2b",
+            "e2b (Python) commands.run",
+            g.downcast_ref::<e2b::E2bEmulator>()?.env(),
+            "",
+        ),
+        "daytona" => (
+            "daytona",
+            "daytona (Python) process.exec",
+            g.downcast_ref::<daytona::DaytonaEmulator>()?.env(),
+            "the SDK's process.exec merges stdout and stderr (a weaker contract than the adapter's)",
+        ),
+        "sprites" => (
+            "sprites",
+            "sprites (Python) run",
+            g.downcast_ref::<sprites::SpritesEmulator>()?.env(),
+            "",
+        ),
+        "agentcore" => (
+            "agentcore",
+            "boto3 executeCommand",
+            g.downcast_ref::<agentcore::AgentCoreEmulator>()?.env(),
+            "boto3's executeCommand answers stdout and stderr as text (the adapter's output is byte-exact)",
+        ),
+        "modal" => (
+            "modal",
+            "modal (Python) exec",
+            g.downcast_ref::<modal::ModalEmulator>()?.env(),
+            "",
+        ),
+        "vercel" => (
+            "vercel",
+            "vercel-sandbox (Python) run_process",
+            g.downcast_ref::<vercel::VercelEmulator>()?.env(),
+            "the SDK runs in a sandbox of its own on the same emulator",
+        ),
+        "northflank" => (
+            "northflank",
+            "northflank (Python) run_service_command",
+            g.downcast_ref::<northflank::NorthflankEmulator>()?.env(),
+            "",
+        ),
+        _ => return None,
+    };
+    Some(Sdk {
+        venv,
+        label,
+        env,
+        sandbox: id,
+        note,
+    })
+}
+
+/// The Python driver (`benches/sdk_driver.py`): `one` runs one exec and answers its seconds;
+/// `conc C N` runs N execs C at a time and answers the wall seconds and the errors.
+struct Driver {
+    child: std::process::Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl Driver {
+    fn ask(&mut self, line: &str) -> Result<String, String> {
+        let stdin = self.child.stdin.as_mut().ok_or("stdin")?;
+        writeln!(stdin, "{line}").map_err(|e| e.to_string())?;
+        stdin.flush().map_err(|e| e.to_string())?;
+        let answer = self
+            .lines
+            .next()
+            .ok_or("the SDK driver ended")?
+            .map_err(|e| e.to_string())?;
+        if let Some(e) = answer.strip_prefix("error ") {
+            return Err(format!("SDK: {e}"));
+        }
+        Ok(answer)
+    }
+
+    fn one(&mut self) -> Result<Duration, String> {
+        let a = self.ask("one")?;
+        Ok(Duration::from_secs_f64(
+            a.trim().parse().map_err(|_| format!("bad answer {a:?}"))?,
+        ))
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_driver(provider: &str, sdk: &Sdk, proxy: &str, upstream: &str) -> Result<Driver, String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../emulators/interop")
+        .join(sdk.venv);
+    let python = execseam_emulators::interop::python_env(sdk.venv, &dir.join("requirements.txt"))
+        .map_err(|e| format!("the {} virtualenv: {e}", sdk.venv))?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/sdk_driver.py");
+    let upstream = upstream.trim_end_matches('/');
+    let mut child = std::process::Command::new(python)
+        .arg(script)
+        .arg(provider)
+        .arg(&sdk.sandbox)
+        .envs(
+            sdk.env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.replace(upstream, proxy))),
+        )
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("python: {e}"))?;
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    match lines.next() {
+        Some(Ok(l)) if l == "ready" => Ok(Driver { child, lines }),
+        other => Err(format!("the SDK driver did not start: {other:?}")),
+    }
+}
+
+async fn burst_wall(e: &Arc<dyn Exec>, at_once: usize, total: usize) -> (Duration, usize) {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let errors = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..at_once {
+        let (e, next, errors) = (e.clone(), next.clone(), errors.clone());
+        tasks.push(tokio::spawn(async move {
+            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
+                if exec_true(&*e).await.is_err() {
+                    errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    (
+        t.elapsed(),
+        errors.load(std::sync::atomic::Ordering::Relaxed),
+    )
+}
+
+fn trips(v: &[u64]) -> String {
+    if v.is_empty() {
+        return "-".into();
+    }
+    let (min, max) = (v.iter().min().unwrap(), v.iter().max().unwrap());
+    if min == max {
+        min.to_string()
+    } else {
+        format!("{:.2}", v.iter().sum::<u64>() as f64 / v.len() as f64)
+    }
+}
+
+async fn p2(plan: &Plan, name: &str, setup: &Setup) -> Result<(), String> {
+    let Some(sdk) = sdk_for(name, setup) else {
+        return Ok(());
+    };
+    let proxy = ChaosProxy::start(([127, 0, 0, 1], 0).into(), &setup.upstream, Vec::new())
+        .await
+        .map_err(|e| e.to_string())?;
+    let adapter = (setup.through)(proxy.base_url(), IDLE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let driver = match start_driver(name, &sdk, &proxy.base_url(), &setup.upstream) {
+        Ok(d) => Arc::new(Mutex::new(d)),
+        Err(e) => {
+            missing("P2", &format!("{name}: latency"), &e);
+            return Ok(());
+        }
+    };
+    for (setting, rules) in [("loopback", ""), ("+25 ms per request", "*=delay:25")] {
+        proxy.set_rules(if rules.is_empty() {
+            Vec::new()
+        } else {
+            parse_rules(rules).expect("rules")
+        });
+        let (mut ta, mut tb) = (Vec::new(), Vec::new());
+        let (a, b) = {
+            let p = &proxy;
+            let (ta, tb) = (&mut ta, &mut tb);
+            let d = driver.clone();
+            alternate(
+                plan.pairs,
+                async || {
+                    let before = p.requests().len();
+                    let r = exec_true(&*adapter).await;
+                    ta.push((p.requests().len() - before) as u64);
+                    r
+                },
+                async || {
+                    let before = p.requests().len();
+                    let d = d.clone();
+                    let r = tokio::task::spawn_blocking(move || d.lock().expect("driver").one())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    tb.push((p.requests().len() - before) as u64);
+                    r
+                },
+            )
+            .await?
+        };
+        let (ra, rb) = (trips(&ta), trips(&tb));
+        let mean = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len().max(1) as f64;
+        // Never slower than the SDK; with injected latency, at least 2x faster where the SDK
+        // makes more round trips.
+        let target = if !rules.is_empty() && mean(&tb) > mean(&ta) {
+            0.5
+        } else {
+            1.0
+        };
+        let note = format!(
+            "round trips per exec: adapter {ra}, SDK {rb}{}{}",
+            if sdk.note.is_empty() { "" } else { "; " },
+            sdk.note
+        );
+        row(
+            "P2",
+            &format!("{name}: latency, {setting}"),
+            &format!("execseam-{name}"),
+            &a,
+            sdk.label,
+            &b,
+            plan.pairs,
+            Some(target),
+            &note,
+        );
+        // Throughput: time per exec with `concurrent` at once, alternating rounds.
+        let (mut wa, mut wb, mut errs) = (Vec::new(), Vec::new(), (0, 0));
+        let total = plan.concurrent_execs;
+        for round in 0..plan.concurrent_rounds * 2 {
+            if (round % 2 == 0) == (round / 2 % 2 == 0) {
+                let (wall, e) = burst_wall(&adapter, plan.concurrent, total).await;
+                wa.push(wall / total as u32);
+                errs.0 += e;
+            } else {
+                let d = driver.clone();
+                let (c, n) = (plan.concurrent, total);
+                let answer = tokio::task::spawn_blocking(move || {
+                    d.lock().expect("driver").ask(&format!("conc {c} {n}"))
+                })
+                .await
+                .map_err(|e| e.to_string())??;
+                let mut w = answer.split_whitespace();
+                let secs: f64 = w
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or("bad conc answer")?;
+                let e: usize = w
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or("bad conc answer")?;
+                wb.push(Duration::from_secs_f64(secs / total as f64));
+                errs.1 += e;
+            }
+        }
+        let per_sec = |v: &[Duration]| 1000.0 / quantile(v, 0.5).unwrap_or(f64::NAN);
+        row(
+            "P2",
+            &format!(
+                "{name}: time per exec at {} concurrent, {setting}",
+                plan.concurrent
+            ),
+            &format!("execseam-{name}"),
+            &wa,
+            sdk.label,
+            &wb,
+            plan.concurrent_rounds,
+            Some(1.0),
+            &format!(
+                "{total} execs per round; {:.0} vs {:.0} execs/s; errors {} vs {}",
+                per_sec(&wa),
+                per_sec(&wb),
+                errs.0,
+                errs.1
+            ),
+        );
+    }
+    drop(driver);
+    proxy.shutdown().await;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// P5: a burst of concurrent execs
+
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix(field)?
+                    .trim()
+                    .strip_suffix("kB")?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+        })
+        .unwrap_or(0)
+}
+
+/// Resets the peak RSS (`VmHWM`) to the current RSS (Linux: `clear_refs` 5).
+fn reset_peak() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+async fn p5(plan: &Plan, name: &str, adapter: &Arc<dyn Exec>) {
+    let n = plan.burst;
+    exec_true(&**adapter).await.ok();
+    reset_peak();
+    let idle = status_kib("VmRSS:");
+    let start = Arc::new(tokio::sync::Barrier::new(n));
+    let mut tasks = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (e, start) = (adapter.clone(), start.clone());
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            let t = Instant::now();
+            let r = e.exec(cmd_true()).await;
+            (t.elapsed(), r.map(|o| o.exit.success()))
+        }));
+    }
+    let (mut ok, mut errors) = (Vec::new(), BTreeMap::<String, usize>::new());
+    for t in tasks {
+        match t.await {
+            Ok((d, Ok(true))) => ok.push(d),
+            Ok((_, Ok(false))) => *errors.entry("exit != 0".into()).or_default() += 1,
+            Ok((_, Err(e))) => *errors.entry(format!("{:?}", e.kind())).or_default() += 1,
+            Err(e) => *errors.entry(format!("task: {e}")).or_default() += 1,
+        }
+    }
+    let peak = status_kib("VmHWM:");
+    let errs: usize = errors.values().sum();
+    let p50 = quantile(&ok, 0.5);
+    let p99: Vec<Duration> = quantile(&ok, 0.99)
+        .map(|v| vec![Duration::from_secs_f64(v / 1e3)])
+        .unwrap_or_default();
+    let p50v: Vec<Duration> = p50
+        .map(|v| vec![Duration::from_secs_f64(v / 1e3)])
+        .unwrap_or_default();
+    row(
+        "P5",
+        &format!("{name}: {n} concurrent execs"),
+        "p99",
+        &p99,
+        "p50",
+        &p50v,
+        n,
+        Some(5.0),
+        &format!(
+            "errors {errs}{}; peak RSS {:.1} MiB ({:.1} KiB per exec over the idle {:.1} MiB; client and emulator in one process)",
+            if errors.is_empty() {
+                String::new()
+            } else {
+                format!(" {errors:?}")
+            },
+            peak as f64 / 1024.0,
+            peak.saturating_sub(idle) as f64 / n as f64,
+            idle as f64 / 1024.0
+        ),
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// P3 and P4: local
+
+async fn p3(plan: &Plan) -> Result<(), String> {
+    let local = execseam_local::LocalExec::new();
+    let env = execseam_local::LocalConfig::new().environment();
+    let raw = async || {
+        let t = Instant::now();
+        let out = tokio::process::Command::new("true")
+            .env_clear()
+            .envs(env.clone())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .await
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err("raw true failed".to_owned());
+        }
+        Ok(t.elapsed())
+    };
+    let (a, b) = alternate(plan.pairs, async || exec_true(&local).await, raw).await?;
+    row(
+        "P3",
+        "local: exec `true`",
+        "execseam-local",
+        &a,
+        "raw tokio::process",
+        &b,
+        plan.pairs,
+        Some(1.10),
+        "the raw spawn gets the adapter's environment",
+    );
+    let Some(cli) = std::env::var_os("EXECSEAM_BENCH_CLI").map(PathBuf::from) else {
+        missing(
+            "P3",
+            "CLI start-up",
+            "EXECSEAM_BENCH_CLI is unset (cargo xtask bench sets it)",
+        );
+        return Ok(());
+    };
+    if !cli.exists() {
+        missing(
+            "P3",
+            "CLI start-up",
+            &format!("{} does not exist", cli.display()),
+        );
+        return Ok(());
+    }
+    let spawn = |p: &Path, args: &[&str]| -> Result<Duration, String> {
+        let t = Instant::now();
+        let s = std::process::Command::new(p)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|e| e.to_string())?;
+        let d = t.elapsed();
+        if !s.success() {
+            return Err(format!("{} failed", p.display()));
+        }
+        Ok(d)
+    };
+    let (a, b) = alternate(
+        plan.pairs,
+        async || spawn(&cli, &["--version"]),
+        async || spawn(Path::new("/bin/true"), &[]),
+    )
+    .await?;
+    row(
+        "P3",
+        "CLI start-up (alternating spawns)",
+        "execseam --version",
+        &a,
+        "/bin/true",
+        &b,
+        plan.pairs,
+        None,
+        "spawn and wait from this process",
+    );
+    hyperfine(plan, &cli);
+    Ok(())
+}
+
+fn hyperfine(plan: &Plan, cli: &Path) {
+    let json = std::env::temp_dir().join(format!(
+        "execseam-bench-hyperfine-{}.json",
+        std::process::id()
+    ));
+    let runs = plan.pairs.to_string();
+    let out = std::process::Command::new("hyperfine")
+        .args(["-N", "--warmup", "10", "--runs", &runs, "--export-json"])
+        .arg(&json)
+        .arg(format!("{} --version", cli.display()))
+        .arg("/bin/true")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    let parsed = out.ok().filter(|s| s.success()).and_then(|_| {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).ok()?).ok()?;
+        let times = |i: usize| -> Option<Vec<Duration>> {
+            v["results"][i]["times"]
+                .as_array()?
+                .iter()
+                .map(|t| t.as_f64().map(Duration::from_secs_f64))
+                .collect()
+        };
+        Some((times(0)?, times(1)?))
+    });
+    let _ = std::fs::remove_file(&json);
+    match parsed {
+        Some((a, b)) => row(
+            "P3",
+            "CLI start-up (hyperfine -N)",
+            "execseam --version",
+            &a,
+            "/bin/true",
+            &b,
+            plan.pairs,
+            None,
+            "hyperfine runs each command's runs in a block (not alternating)",
+        ),
+        None => missing(
+            "P3",
+            "CLI start-up (hyperfine)",
+            "hyperfine is not on PATH (apt-get install hyperfine)",
+        ),
+    }
+}
+
+/// The generated tree: `dirs` × `files` empty files under `target/bench-tree-<dirs>x<files>`,
+/// made once (a stamp file marks it complete).
+fn tree(dirs: usize, files: usize) -> Result<PathBuf, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target")
+        .join(format!("bench-tree-{dirs}x{files}"));
+    let stamp = root.join(".complete");
+    if stamp.exists() {
+        return Ok(root);
+    }
+    let t = Instant::now();
+    let _ = std::fs::remove_dir_all(&root);
+    for d in 0..dirs {
+        let dir = root.join(format!("pkg-{d:04}/src"));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        for i in 0..files {
+            std::fs::File::create(dir.join(format!(
+                "file_{:06x}_{i}.rs",
+                (d * 7919 + i * 104_729) & 0xff_ffff
+            )))
+            .map_err(|e| e.to_string())?;
+        }
+    }
+    std::fs::write(&stamp, b"").map_err(|e| e.to_string())?;
+    eprintln!(
+        "generated {} files in {:.1} s under {}",
+        dirs * files,
+        t.elapsed().as_secs_f64(),
+        root.display()
+    );
+    Ok(root)
+}
+
+async fn p4(plan: &Plan) -> Result<(), String> {
+    const LIMIT: usize = 1000;
+    let (dirs, files) = plan.tree;
+    let root = tree(dirs, files)?;
+    let root = root.canonicalize().map_err(|e| e.to_string())?;
+    let r = root.to_string_lossy().into_owned();
+    let local = execseam_local::LocalExec::new();
+    let tools = execseam_tools::Tools::new(&local);
+    let ours = async || {
+        let t = Instant::now();
+        let l = tools
+            .glob(&r, "**", LIMIT)
+            .await
+            .map_err(|e| e.to_string())?;
+        let d = t.elapsed();
+        if l.items.len() != LIMIT || l.omitted == 0 {
+            return Err(format!(
+                "glob: {} items, {} omitted",
+                l.items.len(),
+                l.omitted
+            ));
+        }
+        Ok(d)
+    };
+    let theirs = async || {
+        let t = Instant::now();
+        let out = tokio::process::Command::new("sh")
+            .args([
+                "-c",
+                "cd \"$1\" && find . -print0 | LC_ALL=C sort -z | head -z -n \"$2\"",
+                "sh",
+                &r,
+                &LIMIT.to_string(),
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|e| e.to_string())?;
+        let d = t.elapsed();
+        let n = out
+            .stdout
+            .split(|&b| b == 0)
+            .filter(|r| !r.is_empty())
+            .count();
+        if !out.status.success() || n != LIMIT {
+            return Err(format!("the pipeline: {} records, {:?}", n, out.status));
+        }
+        Ok(d)
+    };
+    // Each round walks the whole tree: `glob_rounds` pairs after one warm-up pair.
+    let (a, b) = alternate_warm(1, plan.glob_rounds, ours, theirs).await?;
+    row(
+        "P4",
+        &format!(
+            "glob `**` over a real tree of {} files, limit {LIMIT}",
+            dirs * files
+        ),
+        "Tools::glob via execseam-local",
+        &a,
+        "find | LC_ALL=C sort -z | head -z",
+        &b,
+        plan.glob_rounds,
+        Some(1.2),
+        "both walk the tree with find; the replayed variant is the glob bench target",
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async fn adapter_rows(plan: &Plan, a: &execseam_reliability::Adapter) -> Result<(), String> {
+    let setup = (a.setup)(Knobs { idle_timeout: IDLE })
+        .await
+        .map_err(|e| format!("setup: {e}"))?;
+    let adapter = (setup.through)(setup.upstream.clone(), IDLE)
+        .await
+        .map_err(|e| e.to_string())?;
+    exec_true(&*adapter).await?;
+    if let Err(e) = p1(plan, a.name, &setup, &adapter).await {
+        missing("P1", &format!("{}: exec `true`", a.name), &e);
+    }
+    if let Err(e) = p2(plan, a.name, &setup).await {
+        missing("P2", &format!("{}: vs the Python SDK", a.name), &e);
+    }
+    p5(plan, a.name, &adapter).await;
+    drop(adapter);
+    drop(setup);
+    Ok(())
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!(
+            "suite: run with `cargo xtask bench` (or `cargo bench -p execseam-reliability --bench suite`)"
+        );
+        return;
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let plan = Plan::from_env();
+    let only = std::env::var("EXECSEAM_BENCH_ONLY").ok();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let loadavg = || {
+        std::fs::read_to_string("/proc/loadavg")
+            .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    // The machine's load at the start and the end (xtask puts them in the document).
+    println!("LOAD\t{}", loadavg());
+    rt.block_on(async {
+        eprintln!(
+            "suite: {} pairs per row, {} at once{}",
+            plan.pairs,
+            plan.burst,
+            if plan.quick { " (quick)" } else { "" }
+        );
+        for a in setups::ADAPTERS {
+            if only.as_deref().is_some_and(|o| o != a.name) {
+                continue;
+            }
+            if a.name == "docker" && std::env::var_os("DOCKER_HOST").is_none() {
+                missing("P1", "docker", "no engine (DOCKER_HOST unset; `.ci/podman start`); docker is not emulator-backed");
+                continue;
+            }
+            let t = Instant::now();
+            if let Err(e) = adapter_rows(&plan, a).await {
+                missing("P1", a.name, &e);
+            }
+            eprintln!("suite: {} done in {:.1} s", a.name, t.elapsed().as_secs_f64());
+        }
+        if only.is_none() {
+            if let Err(e) = p3(&plan).await {
+                missing("P3", "local", &e);
+            }
+            if let Err(e) = p4(&plan).await {
+                missing("P4", "glob over a real tree", &e);
+            }
+        }
+    });
+    rt.shutdown_timeout(Duration::from_secs(5));
+    println!("LOAD\t{}", loadavg());
+}
