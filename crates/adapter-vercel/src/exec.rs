@@ -362,7 +362,7 @@ impl VercelExec {
 /// The two share the target: whichever comes first takes it, so the kill is sent once.
 struct KillGuard {
     exec: VercelExec,
-    command: std::sync::Arc<std::sync::Mutex<Target>>,
+    command: Arc<Mutex<Target>>,
 }
 
 /// What the kill aims at.
@@ -396,7 +396,8 @@ impl KillGuard {
     fn kill_now(&self) -> impl FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send + 'static {
         let (exec, command) = (self.exec.clone(), self.command.clone());
         move || {
-            let target = std::mem::replace(&mut *command.lock().expect("kill target"), Target::Done);
+            let target =
+                std::mem::replace(&mut *command.lock().expect("kill target"), Target::Done);
             Box::pin(async move {
                 match target {
                     Target::Running(id) => exec.kill(&id, 9).await,
@@ -417,7 +418,10 @@ impl KillGuard {
 
 impl Drop for KillGuard {
     fn drop(&mut self) {
-        let target = std::mem::replace(&mut *self.command.lock().expect("kill target"), Target::Done);
+        let target = std::mem::replace(
+            &mut *self.command.lock().expect("kill target"),
+            Target::Done,
+        );
         let Target::Running(id) = target else {
             return;
         };

@@ -369,7 +369,10 @@ async fn the_kill_is_awaited_and_confirmed() {
         .exec_stream(sh(&format!("echo started; exec sleep {marker}")))
         .await
         .unwrap();
-    assert!(stream.can_confirm_kill(), "the stream has an awaitable kill");
+    assert!(
+        stream.can_confirm_kill(),
+        "the stream has an awaitable kill"
+    );
     let first = stream.next().await.unwrap().unwrap();
     assert!(
         matches!(first, execseam_core::Event::Stdout(_)),

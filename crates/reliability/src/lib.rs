@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use execseam_core::{
     BoxFuture, Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Retry, Sandbox,
 };
-use execseam_emulators::chaos::{ChaosProxy, Rule};
+use execseam_emulators::chaos::{Action, ChaosProxy, Rule};
 use execseam_layers::{ExecExt, RetryPolicy};
 
 /// How a case is set up for one adapter.
@@ -456,6 +456,16 @@ fn check(
             }
             if e.kind() == ErrorKind::InvalidCommand {
                 return Err(format!("a valid command rejected: {e}"));
+            }
+            // An endless answer never stalls: an adapter that ends it on a request timeout
+            // bounded it in time, not in size (it read for as long as the timeout allowed).
+            // Every adapter bounds what it reads to its declared limits (issue 24 item 4).
+            if matches!(case.rule.action, Action::Endless)
+                && e.kind() == ErrorKind::Timeout(Deadline::Request)
+            {
+                return Err(format!(
+                    "an endless answer ended on a request timeout (bounded in time, not size): {e}"
+                ));
             }
             if e.retry() == Retry::Never && ran > 0 && e.kind() == ErrorKind::Unsupported {
                 return Err(format!("Unsupported after it ran: {e}"));
