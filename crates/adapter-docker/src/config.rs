@@ -94,6 +94,10 @@ pub(crate) fn config_error(message: impl Into<String>) -> Error {
     Error::invalid_config(message).with_provider(PROVIDER)
 }
 
+/// The default of [`DockerConfig::max_answer_bytes`]: 16 MiB (a container list of a few
+/// thousand containers; podman's `/version` is about 1 KiB).
+pub const DEFAULT_MAX_ANSWER: usize = 16 << 20;
+
 /// The engine, the image, and how the adapter's containers are made. `Debug` never shows env
 /// values.
 #[derive(Clone)]
@@ -119,6 +123,7 @@ pub struct DockerConfig {
     pub(crate) temp_dir: String,
     pub(crate) request_timeout: Duration,
     pub(crate) idle_timeout: Duration,
+    pub(crate) max_answer: usize,
     pub(crate) per_call_lifetime: Duration,
     pub(crate) destroy_on_drop: bool,
 }
@@ -147,6 +152,7 @@ impl fmt::Debug for DockerConfig {
             .field("temp_dir", &self.temp_dir)
             .field("request_timeout", &self.request_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("max_answer", &self.max_answer)
             .field("per_call_lifetime", &self.per_call_lifetime)
             .field("destroy_on_drop", &self.destroy_on_drop)
             .finish()
@@ -179,6 +185,7 @@ impl DockerConfig {
             temp_dir: "/tmp".to_owned(),
             request_timeout: Duration::from_secs(120),
             idle_timeout: Duration::from_secs(30),
+            max_answer: DEFAULT_MAX_ANSWER,
             per_call_lifetime: Duration::from_secs(3600),
             destroy_on_drop: true,
         }
@@ -378,6 +385,15 @@ impl DockerConfig {
     #[must_use]
     pub fn temp_dir(mut self, dir: impl Into<String>) -> Self {
         self.temp_dir = dir.into();
+        self
+    }
+
+    /// The most bytes one engine answer may have (head and body, [`DEFAULT_MAX_ANSWER`] by
+    /// default): bollard reads a whole JSON body before decoding it, so the adapter's connection
+    /// fails a read past this with `Protocol`, before the memory is spent. An exec's attached
+    /// output stream is not an answer of this kind and is not capped here.
+    pub fn max_answer_bytes(mut self, bytes: usize) -> Self {
+        self.max_answer = bytes.max(1);
         self
     }
 

@@ -27,8 +27,8 @@ pub(crate) async fn create(
         entrypoint: Some(keepalive.clone()),
         cmd: Some(Vec::new()),
         user: config.user.clone(),
-        env: (!config.env.is_empty())
-            .then(|| config.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        // No `Env`: the container-wide env travels with each exec, on its stdin (see
+        // `exec::env_line`), since bollard logs request bodies (and inspect answers) at DEBUG.
         labels: Some(labels),
         host_config: Some(host_config(config)),
         ..Default::default()

@@ -51,7 +51,12 @@ pub(crate) fn engine_hint(
     hint: &str,
 ) -> Error {
     let effect = stage.effect();
+    let too_large = answer_too_large(&e);
     let (kind, mut retry, status) = match &e {
+        _ if too_large => {
+            let (k, r) = transport::failure(Failure::Malformed, effect);
+            (k, r, None)
+        }
         EngineError::DockerResponseServerError {
             status_code,
             message,
@@ -121,6 +126,26 @@ pub(crate) fn engine_hint(
         err = err.with_status(s);
     }
     err
+}
+
+/// Whether a read failed on the answer cap ([`crate::client::capped`]): somewhere in the error's
+/// source chain.
+fn answer_too_large(e: &EngineError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.is::<crate::client::capped::AnswerTooLarge>() {
+            return true;
+        }
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && io
+                .get_ref()
+                .is_some_and(|i| i.is::<crate::client::capped::AnswerTooLarge>())
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// Whether the engine says the container (or exec) does not exist: Docker answers 404, podman

@@ -220,15 +220,18 @@ async fn start_exec(
         .workdir()
         .or(config.default_workdir())
         .map(str::to_owned);
-    // Env values never go into an engine request (see `env_line`): with env, the command
-    // takes its env from the first line of its stdin, so stdin is attached.
-    let env_on_stdin = !command.env().is_empty();
+    // Env values never go into an engine request (see `env_line`): with env (the container-wide
+    // env of the config, then the command's own, which overrides it), the command takes its env
+    // from the first line of its stdin, so stdin is attached.
+    let mut entries = config.env.clone();
+    entries.extend(command.env().iter().map(|(k, v)| (k.clone(), v.clone())));
+    let env_on_stdin = !entries.is_empty();
     let mut argv = command.argv().to_vec();
     let env = vec![format!("{EXEC_TAG_VAR}={tag}")];
     let mut stdin = command.stdin().clone();
     let stdin_attached = !stdin.is_empty() || env_on_stdin;
     if env_on_stdin {
-        let mut b = env_line(&command);
+        let mut b = env_line(&entries);
         b.extend_from_slice(&stdin);
         stdin = b.into();
     }
@@ -394,10 +397,14 @@ fn stdin_via_temp_file(
 /// Env values never go into an engine request: bollard logs every request body at DEBUG (the
 /// exec's `Env` and `Cmd` included) through `log`, whose records no library can filter. The
 /// attached stdin stream is not logged.
-fn env_line(command: &Command) -> Vec<u8> {
+///
+/// The container-wide env of the config travels the same way (the create body carries no
+/// `Env`): bollard also logs every decoded answer at DEBUG, a container inspect's `Config.Env`
+/// included.
+fn env_line(entries: &std::collections::BTreeMap<String, String>) -> Vec<u8> {
     use std::fmt::Write as _;
     let mut s = String::from("set --");
-    for (k, v) in command.env() {
+    for (k, v) in entries {
         s.push_str(";__execseam_e=$(printf '");
         for b in k.bytes().chain(std::iter::once(b'=')).chain(v.bytes()) {
             if b.is_ascii_alphanumeric() || b"_=./,:@+-".contains(&b) {

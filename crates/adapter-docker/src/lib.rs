@@ -57,7 +57,7 @@ mod exec;
 mod provider;
 
 pub use client::{LABEL_MANAGED, LABEL_MODE, LABEL_SANDBOX};
-pub use config::{DockerConfig, Mode, Ulimit};
+pub use config::{DEFAULT_MAX_ANSWER, DockerConfig, Mode, Ulimit};
 pub use exec::{DockerExec, DockerOutput, EXEC_TAG_VAR};
 pub use provider::{DockerProvider, OPTIONS};
 

@@ -216,17 +216,13 @@ impl VercelExec {
             command_id: None,
             stdin: Some(stdin),
             stdin_task: None,
-            guard: KillGuard {
-                exec: self.clone(),
-                command: None,
-            },
+            guard: KillGuard::new(self.clone()),
             done: false,
             idle,
             since: tokio::time::Instant::now(),
         };
-        Ok(EventStream::new(futures_util::stream::unfold(
-            state, next_event,
-        )))
+        let kill = state.guard.kill_now();
+        Ok(EventStream::new(futures_util::stream::unfold(state, next_event)).with_kill(kill))
     }
 
     /// `POST …/cmd/{id}/kill {signal}`.
@@ -360,15 +356,73 @@ impl VercelExec {
     }
 }
 
-/// Kills the command when its stream is dropped before the exit (a deadline, a cancel, a cut).
+/// Kills the command when its stream is dropped before the exit (a deadline, a cancel, a cut),
+/// in the background; or, through [`KillGuard::kill_now`] (the stream's
+/// [`EventStream::with_kill`]), as an awaited `POST …/cmd/{id}/kill` whose answer confirms it.
+/// The two share the target: whichever comes first takes it, so the kill is sent once.
 struct KillGuard {
     exec: VercelExec,
-    command: Option<String>,
+    command: Arc<Mutex<Target>>,
+}
+
+/// What the kill aims at.
+#[derive(Default)]
+enum Target {
+    /// The command's line has not been read yet: its id is unknown.
+    #[default]
+    Unknown,
+    /// The running command.
+    Running(String),
+    /// It exited, or the kill was taken (by [`KillGuard::kill_now`] or the drop).
+    Done,
+}
+
+impl KillGuard {
+    fn new(exec: VercelExec) -> KillGuard {
+        KillGuard {
+            exec,
+            command: Default::default(),
+        }
+    }
+
+    fn set(&self, target: Target) {
+        *self.command.lock().expect("kill target") = target;
+    }
+
+    /// The awaitable kill: `Ok` once the kill request was answered with a success (the
+    /// provider signals the command's process, then answers; any other answer is the kill's
+    /// `Err`), or when the exit was already read. Before the command's line was read its id is unknown, so nothing
+    /// can be killed: that is an `Err` (unconfirmed), never an `Ok`.
+    fn kill_now(&self) -> impl FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send + 'static {
+        let (exec, command) = (self.exec.clone(), self.command.clone());
+        move || {
+            let target =
+                std::mem::replace(&mut *command.lock().expect("kill target"), Target::Done);
+            Box::pin(async move {
+                match target {
+                    Target::Running(id) => exec.kill(&id, 9).await,
+                    Target::Done => Ok(()),
+                    Target::Unknown => Err(Error::new(
+                        ErrorKind::Unavailable,
+                        "the command's id was not read yet, so no kill could be sent: it may \
+                         still run (until the provider's command timeout)",
+                    )
+                    .with_retry(execseam_core::Retry::Unsafe)
+                    .with_provider(PROVIDER)
+                    .with_operation("kill")),
+                }
+            })
+        }
+    }
 }
 
 impl Drop for KillGuard {
     fn drop(&mut self) {
-        let Some(id) = self.command.take() else {
+        let target = std::mem::replace(
+            &mut *self.command.lock().expect("kill target"),
+            Target::Done,
+        );
+        let Target::Running(id) = target else {
             return;
         };
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -433,7 +487,7 @@ async fn next_event(mut st: StreamState) -> Option<(Result<Event, Error>, Stream
             };
             match (line, st.command_id.is_some()) {
                 (Line::Command(c), false) => {
-                    st.guard.command = Some(c.id.clone());
+                    st.guard.set(Target::Running(c.id.clone()));
                     if let Some(input) = st.stdin.take().filter(|s| !s.is_empty()) {
                         let exec = st.exec.clone();
                         let id = c.id.clone();
@@ -460,7 +514,7 @@ async fn next_event(mut st: StreamState) -> Option<(Result<Event, Error>, Stream
                         // The command ran: whatever the stdin request was, never `Safe`.
                         return Some((Err(execseam_core::transport::after_submit(e)), st));
                     }
-                    st.guard.command = None;
+                    st.guard.set(Target::Done);
                     return Some((Ok(Event::Exit(Exit::Code(code))), st));
                 }
                 (_, false) => {

@@ -343,3 +343,58 @@ async fn detached_commands_wait_logs_and_kill() {
     sb.close().await.unwrap();
     drop(emu);
 }
+
+/// The stream's kill is awaitable and confirmed (issue 24 item 8): `EventStream::kill` resolves
+/// once `POST …/cmd/{id}/kill` was answered, so the command is gone when it returns, without
+/// any sleep; and the deadline layer, which awaits that kill, says "killed" only then.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kill_is_awaited_and_confirmed() {
+    use execseam_layers::ExecExt;
+    let (_emu, provider) = setup().await;
+    let sb = provider.create(SandboxSpec::new()).await.unwrap();
+    let count = |marker: String| {
+        let sb = &sb;
+        async move {
+            let out = sb
+                .exec(sh(&format!(
+                    "ps -eo args | grep -c '^sleep {marker}$' || true"
+                )))
+                .await
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        }
+    };
+    let marker = format!("31.{}", std::process::id());
+    let mut stream = sb
+        .exec_stream(sh(&format!("echo started; exec sleep {marker}")))
+        .await
+        .unwrap();
+    assert!(
+        stream.can_confirm_kill(),
+        "the stream has an awaitable kill"
+    );
+    let first = stream.next().await.unwrap().unwrap();
+    assert!(
+        matches!(first, execseam_core::Event::Stdout(_)),
+        "{first:?}"
+    );
+    assert!(stream.kill().await.unwrap(), "the kill was confirmed");
+    // No sleep: the kill was answered, so the process is gone now.
+    assert_eq!(count(marker).await, "0", "the command was killed");
+
+    // Through the deadline layer: the message says "killed" because the kill was answered.
+    let marker = format!("32.{}", std::process::id());
+    let limited = (&sb).with_deadline(Duration::from_secs(2));
+    let e = limited
+        .exec(sh(&format!("echo started; exec sleep {marker}")))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::Timeout(execseam_core::Deadline::Command),
+        "{e}"
+    );
+    assert!(e.to_string().contains("the command was killed"), "{e}");
+    assert_eq!(count(marker).await, "0", "the deadline's kill had happened");
+    sb.close().await.unwrap();
+}

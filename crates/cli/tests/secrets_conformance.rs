@@ -11,8 +11,9 @@
 //! `tools-apply-patch-envelope`, `tools-errors-typed`) and the lifecycle cases, each as the
 //! conformance suite runs it, plus the planted calls below. The fault cases need an in-process
 //! emulator's fault injector and are covered by each adapter's own conformance run. Chrono (a
-//! fresh sandbox per execution) runs the exec and lifecycle cases and the env/stdin calls only:
-//! its files do not outlive a command without the host mount its conformance test sets up.
+//! fresh sandbox per execution) gets the host mount its own conformance test sets up
+//! (`execseam emulate chrono --mount HOST:/mnt/execseam-conformance`), so its files outlive a
+//! command and it runs every case and every planted call too, in the mounted scratch.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -32,6 +33,9 @@ const STDIN_SECRET: &str = "stdin-PLANTED-conf-6f7a8b9c";
 const FILE_SECRET: &str = "file-PLANTED-conf-0d1e2f3a";
 const EDIT_SECRET: &str = "edit-PLANTED-conf-4b5c6d7e";
 const PATCH_SECRET: &str = "patch-PLANTED-conf-8f9a0b1c";
+
+/// Where chrono's scratch directory (a host directory) appears inside every sandbox.
+const CHRONO_SCRATCH: &str = "/mnt/execseam-conformance";
 
 const SUBSET: &[&str] = &[
     "stdout-stderr-separate",
@@ -79,11 +83,12 @@ impl Drop for Emu {
     }
 }
 
-/// `execseam emulate P --token TOKEN` at trace (its log to a file); its exports.
-fn emulate(provider: &str, dir: &std::path::Path) -> Emu {
+/// `execseam emulate P --token TOKEN [EXTRA]` at trace (its log to a file); its exports.
+fn emulate(provider: &str, dir: &std::path::Path, extra: &[String]) -> Emu {
     let log = dir.join(format!("{provider}-emulator.log"));
     let mut child = Process::new(env!("CARGO_BIN_EXE_execseam"))
         .args(["emulate", provider, "--token", TOKEN])
+        .args(extra)
         .env("RUST_LOG", "trace")
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).unwrap())
@@ -115,7 +120,7 @@ fn emulate(provider: &str, dir: &std::path::Path) -> Emu {
 
 /// The planted calls: env, stdin, file contents through every writing tool, failures carrying
 /// them. Returns the `Display` and `Debug` of every error and of the values the calls returned.
-async fn planted(exec: &dyn Exec, scratch: &str, files_persist: bool) -> Vec<String> {
+async fn planted(exec: &dyn Exec, scratch: &str) -> Vec<String> {
     let mut seen = Vec::new();
     let tools = Tools::new(exec);
     let c = Command::builder(["sh", "-c", "printf %s \"$K\" | wc -c; wc -c"])
@@ -137,7 +142,7 @@ async fn planted(exec: &dyn Exec, scratch: &str, files_persist: bool) -> Vec<Str
     if let Err(e) = exec.exec(c).await {
         seen.push(format!("{e} {e:?}"));
     }
-    if files_persist && exec.capabilities().stdin.is_supported() {
+    if exec.capabilities().stdin.is_supported() {
         let f = format!("{scratch}/planted.txt");
         let r = tools.write(&f, FILE_SECRET).await;
         seen.push(format!("{r:?}"));
@@ -207,7 +212,23 @@ async fn conformance_subset_at_trace_logs_no_planted_secret() {
     );
     let mut ran = Vec::new();
     for provider in execseam_emulators::providers() {
-        let emu = emulate(provider, &dir);
+        // Chrono runs every execution in a fresh sandbox (docs/adapters/chrono.md, Lifecycle):
+        // a file written by one command is gone for the next, so the tool cases (a fixture
+        // written, then read) and the planted file calls need a scratch directory that outlives
+        // a command: a host directory mounted into every sandbox, as chrono's own conformance
+        // test (crates/adapter-chrono/tests/conformance.rs) mounts one.
+        let mut extra = Vec::new();
+        let mut scratch = format!("/tmp/execseam-secrets-conf-{}", std::process::id());
+        if *provider == "chrono" {
+            let host = dir.join("chrono-scratch");
+            std::fs::create_dir_all(&host).unwrap();
+            scratch = CHRONO_SCRATCH.to_owned();
+            extra = vec![
+                "--mount".to_owned(),
+                format!("{}:{CHRONO_SCRATCH}", host.display()),
+            ];
+        }
+        let emu = emulate(provider, &dir, &extra);
         let mut vars: BTreeMap<String, String> = emu.env.iter().cloned().collect();
         // Fly machines need an image; the emulator takes any (the fly conformance test's).
         vars.entry("EXECSEAM_FLY_IMAGE".into())
@@ -240,7 +261,6 @@ async fn conformance_subset_at_trace_logs_no_planted_secret() {
         let sandbox = sandbox.unwrap_or_else(|| panic!("{provider}: no sandbox"));
         let sandbox: Arc<dyn execseam_core::Sandbox> = Arc::from(sandbox);
         let exec: Arc<dyn Exec> = sandbox.clone();
-        let scratch = format!("/tmp/execseam-secrets-conf-{}", std::process::id());
         let mut target = Target::new(format!("secrets-{provider}"), exec.clone())
             .provider(prov.clone())
             .scratch(scratch.clone())
@@ -249,17 +269,7 @@ async fn conformance_subset_at_trace_logs_no_planted_secret() {
             // Modal checks an id's form first (as its own conformance test configures).
             target = target.missing_sandbox_id("sb-01ARZ3NDEKTSV4RRFFQ69G5FAV");
         }
-        // Chrono runs every execution in a fresh sandbox (docs/adapters/chrono.md, Lifecycle):
-        // a file written by one command is gone for the next, so the tool cases (a fixture
-        // written, then read) need the host mount its own conformance test sets up, which
-        // `execseam emulate` has not. Its env, stdin, argv and lifecycle cases run here; its
-        // tool cases run in its conformance test.
-        let files_persist = *provider != "chrono";
-        let cases: Vec<_> = subset
-            .iter()
-            .filter(|c| files_persist || !c.name.starts_with("tools-"))
-            .copied()
-            .collect();
+        let cases = subset.clone();
         let report = execseam_conformance::run_cases(&target, &cases, None).await;
         let failed: Vec<_> = report
             .cases
@@ -269,7 +279,7 @@ async fn conformance_subset_at_trace_logs_no_planted_secret() {
             .collect();
         assert!(failed.is_empty(), "{provider}: {failed:?}");
         let passed = report.passed();
-        let seen = planted(&*exec, &scratch, files_persist).await;
+        let seen = planted(&*exec, &scratch).await;
         let _ = exec
             .exec(Command::new(["rm", "-rf", "--", &scratch]).unwrap())
             .await;

@@ -23,14 +23,16 @@
 //!
 //! - [`TracedProvider`] (and [`traced`]): a [`Provider`](execseam_core::Provider) whose lifecycle
 //!   calls run in `lifecycle{provider, operation, sandbox, status, kind, count}` spans; the
-//!   facade's registry wraps every provider it builds in it.
+//!   facade's registry wraps every provider it builds in it. The handles it returns are
+//!   [`TracedSandbox`]es: `close` and `destroy` in the same span, streaming and reattach
+//!   forwarded.
 //!
 //! Recommended order, innermost first: `adapter.with_retry(..).with_deadline(..).with_output_cap(..)`
 //! (the deadline bounds the retries; the cap sees the deadline's partial output).
 
 mod provider;
 
-pub use provider::{TracedProvider, traced};
+pub use provider::{TracedProvider, TracedSandbox, traced};
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,4 +1,5 @@
-//! [`TracedProvider`]: the `lifecycle` spans around a [`Provider`]'s calls.
+//! [`TracedProvider`]: the `lifecycle` spans around a [`Provider`]'s calls, and
+//! [`TracedSandbox`]: the same spans around a handle's `close` and `destroy`.
 //!
 //! A middleware, not part of the contract (`execseam-core` has no runtime dependency and no
 //! tracing), so it lives here beside the other host-side layers; the facade's registry
@@ -11,8 +12,8 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use execseam_core::{
-    BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Provider, Sandbox,
-    SandboxInfo, SandboxSpec, WireStatus,
+    BoxFuture, Capabilities, Command, Error, Exec, ExecStream, LifecycleCapabilities, ListFilter,
+    Output, Provider, Reattach, Sandbox, SandboxInfo, SandboxSpec, WireStatus,
 };
 
 /// A [`Provider`] whose `create`, `connect`, `list` and `destroy` each run in one `debug` span
@@ -27,12 +28,12 @@ use execseam_core::{
 ///
 /// When the span closes, an event `lifecycle call ended` at `debug` carries `ok` and
 /// `elapsed_ms`. Everything else is the inner provider's, unchanged: `provider`,
-/// `capabilities` and `lifecycle` are forwarded, and results (the [`Sandbox`] handles
-/// included) are returned as the inner provider made them, so nothing a caller discovers on a
-/// handle ([`Exec::streaming`] and the rest) is hidden behind a wrapper. An operation the
-/// provider does not have still fails with its `Unsupported` error, in a span that says so.
-///
-/// [`Exec::streaming`]: execseam_core::Exec::streaming
+/// `capabilities` and `lifecycle` are forwarded. The [`Sandbox`] handles `create` and `connect`
+/// return come back as [`TracedSandbox`]s, which add the same span to the handle's `close` and
+/// `destroy` and forward everything else, [`Exec::streaming`] and [`Exec::reattach`] included,
+/// to the handle the inner provider made (so nothing a caller discovers on a handle is hidden
+/// behind the wrapper). An operation the provider does not have still fails with its
+/// `Unsupported` error, in a span that says so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TracedProvider<P = Box<dyn Provider>>(P);
 
@@ -73,14 +74,16 @@ impl<P: Provider> Provider for TracedProvider<P> {
 
     fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
         let span = span(self.0.provider(), "create", None);
-        run(span, self.0.create(spec), |s, sb| {
+        let fut = run(span, self.0.create(spec), |s, sb| {
             s.record("sandbox", sb.id());
-        })
+        });
+        Box::pin(async move { fut.await.map(TracedSandbox::boxed) })
     }
 
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         let span = span(self.0.provider(), "connect", Some(id));
-        run(span, self.0.connect(id), |_, _| {})
+        let fut = run(span, self.0.connect(id), |_, _| {});
+        Box::pin(async move { fut.await.map(TracedSandbox::boxed) })
     }
 
     fn list<'a>(
@@ -96,6 +99,90 @@ impl<P: Provider> Provider for TracedProvider<P> {
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
         let span = span(self.0.provider(), "destroy", Some(id));
         run(span, self.0.destroy(id), |_, _| {})
+    }
+}
+
+/// A [`Sandbox`] handle whose `close` and `destroy` each run in the `lifecycle` span of
+/// [`TracedProvider`] (operation `close` or `destroy`, the handle's id as `sandbox`). Every other
+/// method is forwarded to the inner handle unchanged: `exec`, `capabilities`, `id`, ownership,
+/// and the discovered capabilities [`Exec::streaming`] and [`Exec::reattach`], which return the
+/// inner handle's own implementation (so a stream or a reattach goes straight to the adapter).
+pub struct TracedSandbox(Box<dyn Sandbox>);
+
+impl TracedSandbox {
+    /// Wraps `inner`.
+    pub fn new(inner: Box<dyn Sandbox>) -> TracedSandbox {
+        TracedSandbox(inner)
+    }
+
+    /// Wraps `inner` and boxes it again (what [`TracedProvider`] does with every handle).
+    pub fn boxed(inner: Box<dyn Sandbox>) -> Box<dyn Sandbox> {
+        Box::new(TracedSandbox(inner))
+    }
+
+    /// The wrapped handle.
+    pub fn inner(&self) -> &dyn Sandbox {
+        &*self.0
+    }
+
+    /// Unwraps the handle.
+    pub fn into_inner(self) -> Box<dyn Sandbox> {
+        self.0
+    }
+}
+
+impl std::fmt::Debug for TracedSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TracedSandbox")
+            .field("provider", &self.0.provider())
+            .field("id", &self.0.id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Exec for TracedSandbox {
+    fn provider(&self) -> &str {
+        self.0.provider()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        self.0.exec(command)
+    }
+
+    fn streaming(&self) -> Option<&dyn ExecStream> {
+        self.0.streaming()
+    }
+
+    fn reattach(&self) -> Option<&dyn Reattach> {
+        self.0.reattach()
+    }
+}
+
+impl Sandbox for TracedSandbox {
+    fn id(&self) -> &str {
+        self.0.id()
+    }
+
+    fn owned(&self) -> bool {
+        self.0.owned()
+    }
+
+    fn set_owned(&self, owned: bool) {
+        self.0.set_owned(owned);
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        let span = span(self.0.provider(), "close", Some(self.0.id()));
+        run(span, self.0.close(), |_, _| {})
+    }
+
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        let span = span(self.0.provider(), "destroy", Some(self.0.id()));
+        run(span, self.0.destroy(), |_, _| {})
     }
 }
 
@@ -162,7 +249,7 @@ mod tests {
     use std::fmt::Debug;
     use std::sync::{Arc, Mutex};
 
-    use execseam_core::{Command, ErrorKind, EventStream, Exec, ExecStream, Output};
+    use execseam_core::{ErrorKind, EventStream, ProcessHandle};
     use tracing::field::{Field, Visit};
     use tracing::span::{Attributes, Id, Record};
     use tracing::{Event, Metadata, Subscriber};
@@ -205,7 +292,8 @@ mod tests {
         fn exit(&self, _: &Id) {}
     }
 
-    /// A sandbox that streams: the handle the wrapper returns must still say so.
+    /// A sandbox that streams and reattaches: the handle the wrapper returns must still say so,
+    /// and hand back this very implementation.
     struct Streams(&'static str);
 
     impl Exec for Streams {
@@ -221,11 +309,28 @@ mod tests {
         fn streaming(&self) -> Option<&dyn ExecStream> {
             Some(self)
         }
+        fn reattach(&self) -> Option<&dyn Reattach> {
+            Some(self)
+        }
+    }
+
+    impl Reattach for Streams {
+        fn new_handle(&self) -> ProcessHandle {
+            ProcessHandle::new(format!("h-{}", self.0))
+        }
+        fn start(&self, _: &ProcessHandle, _: Command) -> BoxFuture<'_, Result<(), Error>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn attach(&self, _: &ProcessHandle) -> BoxFuture<'_, Result<EventStream, Error>> {
+            let id = self.0;
+            Box::pin(async move { Err(Error::protocol(format!("attach in {id}"))) })
+        }
     }
 
     impl ExecStream for Streams {
         fn exec_stream(&self, _: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-            Box::pin(async { Err(Error::protocol("not run in this test")) })
+            let id = self.0;
+            Box::pin(async move { Err(Error::protocol(format!("stream of {id}"))) })
         }
     }
 
@@ -235,6 +340,40 @@ mod tests {
         }
         fn owned(&self) -> bool {
             true
+        }
+        fn set_owned(&self, _: bool) {}
+        fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+            Box::pin(async {
+                Err(Error::new(ErrorKind::Unavailable, "try later")
+                    .with_status(WireStatus::Http(502)))
+            })
+        }
+    }
+
+    /// A handle that discovers nothing: the wrapper must not invent a capability.
+    struct Plain;
+
+    impl Exec for Plain {
+        fn provider(&self) -> &str {
+            "plain"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::FULL
+        }
+        fn exec(&self, _: Command) -> BoxFuture<'_, Result<Output, Error>> {
+            Box::pin(async { Err(Error::protocol("not run in this test")) })
+        }
+    }
+
+    impl Sandbox for Plain {
+        fn id(&self) -> &str {
+            "plain-1"
+        }
+        fn owned(&self) -> bool {
+            false
         }
         fn set_owned(&self, _: bool) {}
         fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
@@ -465,5 +604,87 @@ mod tests {
                 "{log}"
             );
         }
+    }
+
+    /// The handle's own `close` and `destroy` run in `lifecycle` spans; streaming and reattach
+    /// are discovered through the wrapper, and are the inner handle's own implementations.
+    #[test]
+    fn a_handle_closes_and_destroys_in_spans_and_forwards_what_it_discovers() {
+        let p = TracedProvider::new(Fake {
+            calls: Mutex::new(Vec::new()),
+        });
+        let (checks, log) = traced_run(async {
+            let mut out = Vec::new();
+            for sb in [
+                p.create(SandboxSpec::new()).await.unwrap(),
+                p.connect("fake-new").await.unwrap(),
+            ] {
+                let s = sb.streaming().expect("streaming is forwarded");
+                let r = sb.reattach().expect("reattach is forwarded");
+                // The inner handle's own implementations answer (the wrapper has none).
+                let stream = s.exec_stream(Command::new(["true"]).unwrap()).await;
+                let wrapped = stream
+                    .err()
+                    .unwrap()
+                    .to_string()
+                    .contains("stream of fake-new");
+                let same = r
+                    .attach(&r.new_handle())
+                    .await
+                    .err()
+                    .unwrap()
+                    .to_string()
+                    .contains("attach in fake-new");
+                let handle = r.new_handle().as_str().to_owned();
+                let close = sb.close().await.is_ok();
+                let destroy = sb.destroy().await.err().unwrap().status();
+                out.push((wrapped, same, handle, close, destroy, sb.id().to_owned()));
+            }
+            let plain = TracedSandbox::new(Box::new(Plain));
+            out.push((
+                plain.streaming().is_none() && plain.reattach().is_none(),
+                !plain.owned(),
+                String::new(),
+                plain.close().await.is_ok(),
+                plain.destroy().await.err().map(|e| e.status().unwrap()),
+                plain.id().to_owned(),
+            ));
+            out
+        });
+        for (i, (wrapped, same, handle, close, destroy, id)) in checks.iter().enumerate() {
+            if i < 2 {
+                assert!(*wrapped && *same, "handle {i}: the inner implementations");
+                assert_eq!(handle, "h-fake-new");
+                assert_eq!(*destroy, Some(WireStatus::Http(502)));
+            } else {
+                assert!(
+                    *wrapped,
+                    "a plain handle discovers nothing through the wrapper"
+                );
+                assert!(*same, "ownership is forwarded");
+                assert_eq!(*destroy, None);
+            }
+            assert!(*close);
+            assert!(id == "fake-new" || id == "plain-1");
+        }
+        let close = lines(&log, "close");
+        assert_eq!(close.len(), 3, "{log}");
+        assert!(
+            close[0].contains("provider=\"fake\"")
+                && close[0].contains("sandbox=\"fake-new\"")
+                && close[0].contains("ok=true"),
+            "{log}"
+        );
+        assert!(close[2].contains("sandbox=\"plain-1\""), "{log}");
+        let destroy = lines(&log, "destroy");
+        assert_eq!(destroy.len(), 3, "{log}");
+        assert!(
+            destroy[0].contains("sandbox=\"fake-new\"")
+                && destroy[0].contains("kind=\"unavailable\"")
+                && destroy[0].contains("status=\"http 502\"")
+                && destroy[0].contains("ok=false"),
+            "{log}"
+        );
+        assert!(destroy[2].contains("ok=true"), "{log}");
     }
 }
