@@ -15,6 +15,8 @@ use aws_sdk_bedrockagentcore::config::{BehaviorVersion, Region, StalledStreamPro
 use aws_sdk_bedrockagentcore::types::{CodeInterpreterStreamOutput, ToolArguments, ToolName};
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 use execseam_core::Error;
+use tracing::instrument::WithSubscriber as _;
+use tracing::subscriber::NoSubscriber;
 
 use crate::config::AgentCoreConfig;
 use crate::error::{self, Op};
@@ -179,16 +181,25 @@ impl Client {
                 call.config_override(ac::Config::builder().retry_config(RetryConfig::disabled()));
         }
         let idle = self.idle;
-        let mut out = tokio::time::timeout(idle, call.send())
-            .await
-            .map_err(|_| error::idle(op, idle))?
-            .map_err(|e| error::from_operation(op, e))?;
+        // The SDK's own tracing stays out of the host's subscriber during the call: at TRACE
+        // aws-smithy logs the request (the command, with its env values and stdin) and every
+        // event-stream message whole (the command's output, file contents: caught by
+        // `crates/cli/tests/secrets_conformance.rs`). Our spans and events are outside these
+        // futures and unaffected.
+        let mut out =
+            tokio::time::timeout(idle, call.send().with_subscriber(NoSubscriber::default()))
+                .await
+                .map_err(|_| error::idle(op, idle))?
+                .map_err(|e| error::from_operation(op, e))?;
         let mut result = ToolResult::default();
         loop {
             // Each event must come within the idle timeout: a stalled or trickling stream ends.
-            let next = tokio::time::timeout(idle, out.stream.recv())
-                .await
-                .map_err(|_| error::idle(op, idle))?;
+            let next = tokio::time::timeout(
+                idle,
+                out.stream.recv().with_subscriber(NoSubscriber::default()),
+            )
+            .await
+            .map_err(|_| error::idle(op, idle))?;
             if result.size() > MAX_RESULT {
                 return Err(error::output_limit(op, MAX_RESULT));
             }
