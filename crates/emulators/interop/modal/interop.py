@@ -142,7 +142,12 @@ def main():
     p = sb.exec("sh", "-c", "echo $$ > /tmp/timed.pid; exec sleep 30", timeout=1)
     t0 = time.monotonic()
     code = p.wait()
-    check("exec: timeout= makes wait() return -1 at the deadline", code == -1 and time.monotonic() - t0 < 3, code)
+    # The client's deadline and the server's kill are the same duration, so either may be seen
+    # first: wait() returns -1 when the client's deadline fires first, or the killed command's
+    # code (137, SIGKILL) when the server's kill is reported first (a loaded CI machine delays
+    # the client's timer). Both are the SDK's behaviour; the command must be gone either way.
+    check("exec: timeout= makes wait() return at the deadline (-1, or the kill's 137)",
+          code in (-1, 137) and time.monotonic() - t0 < 3, code)
     gone = False
     for _ in range(30):
         c, _, _ = run(sb, "sh", "-c", 'kill -0 "$(cat /tmp/timed.pid)" 2>/dev/null')
