@@ -378,13 +378,15 @@ async fn a_disconnected_command_runs_on_for_max_run_after_disconnect() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tty_mode_has_raw_frames_and_a_text_exit() {
-    // No real PTY here (documented): stdout and stderr arrive merged as raw binary frames, stdin
-    // frames are raw, the exit is the text message, then a close.
+    // A real PTY (the harness's `spawn_pty`): stdout and stderr arrive merged as raw binary
+    // frames, stdin frames are typed into the terminal (canonical mode: `head` reads the line
+    // once its newline arrives, and the terminal echoes it with ONLCR's `\r\n`), the exit is the
+    // text message, then a close.
     let emu = emulator(SpritesOptions::default()).await;
     let mut ws = connect(&emu, "cmd=head&cmd=-c&cmd=3&tty=true&rows=40&cols=120")
         .await
         .unwrap();
-    ws.send(Message::Binary(b"abc".to_vec().into()))
+    ws.send(Message::Binary(b"abc\n".to_vec().into()))
         .await
         .unwrap();
     let (mut text, mut raw) = (Vec::new(), Vec::new());
@@ -403,7 +405,7 @@ async fn tty_mode_has_raw_frames_and_a_text_exit() {
             _ => {}
         }
     }
-    assert_eq!(raw, b"abc");
+    assert_eq!(raw, b"abc\r\nabc", "the echo, then head's 3 bytes");
     assert_eq!(text[0]["type"], "session_info");
     assert_eq!(
         (
