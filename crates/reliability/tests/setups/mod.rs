@@ -419,6 +419,10 @@ fn chrono(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
                 .timeout_secs(secs)
                 .request_slack(idle)
                 .connect_timeout(idle)
+                // Aevatar's own response limit (1 MiB) rather than the adapter's 64 MiB default:
+                // an endless answer must end on it, at any speed of this machine, long before
+                // the request timeout.
+                .max_response_bytes(execseam_chrono::wire::MAX_RESPONSE_BYTES)
         };
         let upstream = emulator.base_url();
         let direct = ChronoExec::new(config(&upstream, knobs.idle_timeout))?;
