@@ -207,10 +207,13 @@ fn cloudflare(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             .map_err(internal)?;
         let token = emulator.token().to_owned();
         let config = move |url: &str, idle: Duration| {
+            // A small declared answer limit: an endless answer must end on it, at any speed
+            // of this (shared) machine, long before the idle timeout.
             CloudflareConfig::new(url)
                 .api_key(token.clone())
                 .request_timeout(idle)
                 .stream_idle_timeout(idle)
+                .max_answer_bytes(ANSWER_LIMIT)
         };
         let upstream = emulator.base_url();
         let direct = CloudflareProvider::new(config(&upstream, knobs.idle_timeout))?
