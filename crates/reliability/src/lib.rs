@@ -415,12 +415,13 @@ impl Case {
 /// `max_output`, `max_response_bytes`). Sprites' frame limit refuses the endless frame at its
 /// header; its failure was the upgrade's own timeout (the emulator slow to answer under load,
 /// before any endless byte): such a timeout is not counted against the size bound.
-/// Not checked yet (the limit is not reached before the timeout): daytona `*#2+`, sprites `*#1+`.
+/// Not checked yet (the limit is not reached before the timeout): sprites `*#1+`.
 pub const SIZE_BOUNDED: &[&str] = &[
     "agentcore",
     "ax",
     "chrono",
     "cloudflare",
+    "daytona",
     "docker",
     "e2b",
     "fly",

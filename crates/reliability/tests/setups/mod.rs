@@ -250,6 +250,11 @@ fn daytona(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
                 .api_url(format!("{url}/api"))
                 .request_timeout(idle)
                 .idle_timeout(idle)
+                // Small declared limits (a log answer is read up to 3 x max_output + 1 MiB): an
+                // endless answer must end on them, at any speed of this machine, long before
+                // the idle timeout.
+                .max_output(256 << 10)
+                .max_answer_bytes(ANSWER_LIMIT)
         };
         let upstream = emulator.base_url();
         let direct = DaytonaProvider::new(config(&upstream, knobs.idle_timeout))?
