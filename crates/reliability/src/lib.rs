@@ -415,7 +415,6 @@ impl Case {
 /// `max_output`, `max_response_bytes`). Sprites' frame limit refuses the endless frame at its
 /// header; its failure was the upgrade's own timeout (the emulator slow to answer under load,
 /// before any endless byte): such a timeout is not counted against the size bound.
-/// Not checked yet (the limit is not reached before the timeout): sprites `*#1+`.
 pub const SIZE_BOUNDED: &[&str] = &[
     "agentcore",
     "ax",
@@ -427,6 +426,7 @@ pub const SIZE_BOUNDED: &[&str] = &[
     "fly",
     "modal",
     "northflank",
+    "sprites",
     "sprites-http",
     "vercel",
 ];
