@@ -127,11 +127,12 @@ impl BridgeClient {
     }
 
     async fn json<T: serde::de::DeserializeOwned>(
+        &self,
         resp: Response,
         operation: &'static str,
         phase: Phase,
     ) -> Result<T, Error> {
-        let body = read_limited(resp, MAX_JSON_BODY, operation, phase).await?;
+        let body = read_limited(resp, self.config.max_answer_bytes, operation, phase).await?;
         serde_json::from_slice(&body).map_err(|e| {
             protocol(
                 format!(
@@ -148,8 +149,7 @@ impl BridgeClient {
     pub async fn create_sandbox(&self) -> Result<String, Error> {
         let rb = self.request(Method::POST, "/sandbox", true);
         let resp = self.send(rb, "create_sandbox", Phase::Idempotent).await?;
-        let r: CreateSandboxResponse =
-            Self::json(resp, "create_sandbox", Phase::Idempotent).await?;
+        let r: CreateSandboxResponse = self.json(resp, "create_sandbox", Phase::Idempotent).await?;
         if !crate::config::valid_sandbox_id(&r.id) {
             return Err(protocol(
                 format!("the bridge minted an invalid sandbox id {:?}", r.id),
@@ -171,7 +171,7 @@ impl BridgeClient {
     pub async fn running(&self, id: &str) -> Result<bool, Error> {
         let rb = self.request(Method::GET, &format!("/sandbox/{id}/running"), true);
         let resp = self.send(rb, "running", Phase::Idempotent).await?;
-        let r: RunningResponse = Self::json(resp, "running", Phase::Idempotent).await?;
+        let r: RunningResponse = self.json(resp, "running", Phase::Idempotent).await?;
         Ok(r.running)
     }
 
@@ -187,7 +187,7 @@ impl BridgeClient {
             .header(CONTENT_TYPE, "application/octet-stream")
             .body(data);
         let resp = self.send(rb, "write_file", Phase::Idempotent).await?;
-        let r: WriteResponse = Self::json(resp, "write_file", Phase::Idempotent).await?;
+        let r: WriteResponse = self.json(resp, "write_file", Phase::Idempotent).await?;
         if !r.ok {
             return Err(protocol(
                 "the write answered ok: false",
@@ -206,9 +206,13 @@ impl BridgeClient {
             true,
         );
         let resp = self.send(rb, "read_file", Phase::Idempotent).await?;
-        resp.bytes()
-            .await
-            .map_err(|e| transport_error(e, "read_file", Phase::Idempotent))
+        read_limited(
+            resp,
+            self.config.max_answer_bytes,
+            "read_file",
+            Phase::Idempotent,
+        )
+        .await
     }
 
     /// `POST /v1/sandbox/{id}/session`.
@@ -221,8 +225,7 @@ impl BridgeClient {
             .request(Method::POST, &format!("/sandbox/{id}/session"), true)
             .json(request);
         let resp = self.send(rb, "create_session", Phase::Idempotent).await?;
-        let r: CreateSessionResponse =
-            Self::json(resp, "create_session", Phase::Idempotent).await?;
+        let r: CreateSessionResponse = self.json(resp, "create_session", Phase::Idempotent).await?;
         Ok(r.id)
     }
 
@@ -275,14 +278,16 @@ impl BridgeClient {
                 Phase::ExecSubmit,
             ));
         }
-        Ok(Box::pin(sse_events(resp.bytes_stream(), idle)))
+        Ok(Box::pin(sse_events(
+            resp.bytes_stream(),
+            idle,
+            self.config.max_answer_bytes,
+        )))
     }
 }
 
 /// The most of an error answer read.
 const MAX_ERROR_BODY: usize = 64 << 10;
-/// The most of a JSON answer read.
-const MAX_JSON_BODY: usize = 16 << 20;
 
 /// Reads at most `limit` bytes of a body; more is an `OutputLimit` error.
 async fn read_limited(
@@ -304,7 +309,9 @@ async fn read_limited(
             }
             return Err(Error::new(
                 ErrorKind::OutputLimit,
-                format!("the answer exceeds the {limit}-byte limit"),
+                format!(
+                    "the answer exceeds the {limit}-byte limit (CloudflareConfig::max_answer_bytes)"
+                ),
             )
             .with_retry(if phase == Phase::Idempotent {
                 Retry::Never
@@ -346,13 +353,17 @@ struct State<S> {
     since: tokio::time::Instant,
 }
 
-fn sse_events<S>(body: S, idle: Duration) -> impl Stream<Item = Result<ExecEvent, Error>> + Send
+fn sse_events<S>(
+    body: S,
+    idle: Duration,
+    max_line: usize,
+) -> impl Stream<Item = Result<ExecEvent, Error>> + Send
 where
     S: Stream<Item = reqwest::Result<Bytes>> + Send + Unpin + 'static,
 {
     let state = State {
         body,
-        decoder: SseDecoder::new(),
+        decoder: SseDecoder::with_limit(max_line),
         queue: VecDeque::new(),
         done: false,
         idle,

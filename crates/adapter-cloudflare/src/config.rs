@@ -61,6 +61,9 @@ impl std::str::FromStr for OutputMode {
     }
 }
 
+/// The default [`CloudflareConfig::max_answer_bytes`]: 16 MiB.
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 16 << 20;
+
 /// Configuration of [`CloudflareExec`](crate::CloudflareExec).
 #[derive(Clone)]
 pub struct CloudflareConfig {
@@ -75,6 +78,7 @@ pub struct CloudflareConfig {
     pub(crate) stream_idle_timeout: Duration,
     pub(crate) verify_sandbox: bool,
     pub(crate) connect_attempts: u32,
+    pub(crate) max_answer_bytes: usize,
 }
 
 impl fmt::Debug for CloudflareConfig {
@@ -91,6 +95,7 @@ impl fmt::Debug for CloudflareConfig {
             .field("stream_idle_timeout", &self.stream_idle_timeout)
             .field("verify_sandbox", &self.verify_sandbox)
             .field("connect_attempts", &self.connect_attempts)
+            .field("max_answer_bytes", &self.max_answer_bytes)
             .finish()
     }
 }
@@ -115,6 +120,7 @@ impl CloudflareConfig {
             stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT,
             verify_sandbox: true,
             connect_attempts: 4,
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
         }
     }
 
@@ -223,6 +229,18 @@ impl CloudflareConfig {
     #[must_use]
     pub fn connect_attempts(mut self, attempts: u32) -> Self {
         self.connect_attempts = attempts.max(1);
+        self
+    }
+
+    /// The most of any one answer read (default [`DEFAULT_MAX_ANSWER_BYTES`]): a JSON answer,
+    /// a file read back (the buffered mode's output files), and each line of the exec event
+    /// stream (an event, its data lines together, at most twice this). A larger (or endless)
+    /// answer fails with `OutputLimit` (a JSON answer or file) or `Protocol` (an event stream
+    /// line), `Retry::Never` before the command is submitted and `Unsafe` after, instead of
+    /// being collected whole.
+    #[must_use]
+    pub fn max_answer_bytes(mut self, bytes: usize) -> Self {
+        self.max_answer_bytes = bytes.max(1024);
         self
     }
 

@@ -59,7 +59,7 @@ pub mod wire;
 use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
 
 pub use client::BridgeClient;
-pub use config::{CloudflareConfig, OutputMode};
+pub use config::{CloudflareConfig, DEFAULT_MAX_ANSWER_BYTES, OutputMode};
 pub use exec::{CloudflareExec, MAX_WRITE, TEMP_DIR};
 pub use provider::CloudflareProvider;
 

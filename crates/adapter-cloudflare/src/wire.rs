@@ -105,9 +105,13 @@ pub struct SseEvent {
 /// An incremental SSE decoder (WHATWG rules: CR, LF or CRLF line ends; `field: value` with one
 /// optional space; comments; an event is dispatched on a blank line; an unterminated event at
 /// the end of the stream is discarded).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SseDecoder {
     buf: BytesMut,
+    /// The longest line accepted ([`MAX_SSE_LINE`] unless set).
+    max_line: usize,
+    /// The largest event accepted, its data lines together ([`MAX_SSE_EVENT`] unless set).
+    max_event: usize,
     /// How much of `buf` is known to hold no line end (each byte is scanned once).
     scanned: usize,
     event: Option<String>,
@@ -124,10 +128,31 @@ pub const MAX_SSE_LINE: usize = 16 << 20;
 /// The largest SSE event accepted (its data lines together).
 pub const MAX_SSE_EVENT: usize = 32 << 20;
 
+impl Default for SseDecoder {
+    fn default() -> SseDecoder {
+        SseDecoder::with_limit(MAX_SSE_LINE)
+    }
+}
+
 impl SseDecoder {
-    /// A fresh decoder.
+    /// A fresh decoder ([`MAX_SSE_LINE`], [`MAX_SSE_EVENT`]).
     pub fn new() -> SseDecoder {
         SseDecoder::default()
+    }
+
+    /// A fresh decoder that accepts lines of at most `max_line` bytes and events of at most
+    /// twice that.
+    pub fn with_limit(max_line: usize) -> SseDecoder {
+        SseDecoder {
+            buf: BytesMut::new(),
+            max_line,
+            max_event: max_line.saturating_mul(2),
+            scanned: 0,
+            event: None,
+            data: Vec::new(),
+            data_len: 0,
+            skip_lf: false,
+        }
     }
 
     /// Feeds bytes; returns the events completed by them. Fails on a line that is not UTF-8.
@@ -148,17 +173,18 @@ impl SseDecoder {
                 .position(|&b| b == b'\n' || b == b'\r')
             else {
                 self.scanned = self.buf.len();
-                if self.buf.len() > MAX_SSE_LINE {
+                if self.buf.len() > self.max_line {
                     return Err(format!(
-                        "an SSE line longer than {MAX_SSE_LINE} bytes (the answer is not an event stream)"
+                        "an SSE line longer than {} bytes (the answer is not an event stream)",
+                        self.max_line
                     ));
                 }
                 break;
             };
             let pos = self.scanned + rel;
             self.scanned = 0;
-            if pos > MAX_SSE_LINE {
-                return Err(format!("an SSE line longer than {MAX_SSE_LINE} bytes"));
+            if pos > self.max_line {
+                return Err(format!("an SSE line longer than {} bytes", self.max_line));
             }
             let line = self.buf.split_to(pos);
             let end = self.buf.split_to(1)[0];
@@ -207,8 +233,8 @@ impl SseDecoder {
             "event" => self.event = Some(value.to_owned()),
             "data" => {
                 self.data_len += value.len() + 1;
-                if self.data_len > MAX_SSE_EVENT {
-                    return Err(format!("an SSE event larger than {MAX_SSE_EVENT} bytes"));
+                if self.data_len > self.max_event {
+                    return Err(format!("an SSE event larger than {} bytes", self.max_event));
                 }
                 self.data.push(value.to_owned());
             }
@@ -271,6 +297,25 @@ fn short(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `with_limit` (the adapter's `max_answer_bytes`) caps a line, and an event at twice it.
+    #[test]
+    fn the_decoder_limits_are_the_configured_ones() {
+        let mut d = SseDecoder::with_limit(1024);
+        assert!(d.push(&[b'x'; 1024]).unwrap().is_empty());
+        let e = d.push(b"x").unwrap_err();
+        assert!(e.contains("longer than 1024 bytes"), "{e}");
+        // A line of the limit passes; data lines together may reach twice it, not more.
+        let mut d = SseDecoder::with_limit(1024);
+        let line = format!("data: {}\n", "y".repeat(1000));
+        assert!(d.push(line.as_bytes()).unwrap().is_empty());
+        assert!(d.push(line.as_bytes()).unwrap().is_empty());
+        let e = d.push(line.as_bytes()).unwrap_err();
+        assert!(e.contains("larger than 2048 bytes"), "{e}");
+        // The default is the constant.
+        let mut d = SseDecoder::new();
+        assert!(d.push(&vec![b'x'; 64 << 10]).unwrap().is_empty());
+    }
 
     /// A never-ending line is scanned once per byte, not once per chunk, and fails at the cap.
     #[test]

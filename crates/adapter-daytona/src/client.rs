@@ -22,14 +22,8 @@ const UPLOAD_BOUNDARY: &str = "execseam-daytona-upload-7d1c9e";
 /// A WebSocket over a reqwest upgrade (HTTP/1.1, TLS where the URL says https).
 pub(crate) type Ws = WebSocketStream<reqwest::Upgraded>;
 
-/// The largest log-stream message accepted (the daemon sends the log line by line).
-pub(crate) const MAX_WS_MESSAGE: usize = 16 << 20;
-
 /// The most of an error answer read (its message is quoted, cut).
 const MAX_ERROR_BODY: usize = 64 << 10;
-
-/// The most of a JSON answer read (sandboxes, sessions, commands, listings).
-pub(crate) const MAX_JSON_BODY: usize = 16 << 20;
 
 /// The most of a log answer read for `max_output` bytes per stream: the log carries both
 /// streams in base64 lines (4/3), each line with its prefix, plus the trailers.
@@ -99,6 +93,8 @@ pub(crate) struct Client {
     request_timeout: Duration,
     /// The most of a command's log read in one answer.
     pub(crate) max_log: usize,
+    /// The most of any other answer, and of a log-stream message, read.
+    pub(crate) max_answer: usize,
     /// The most output an exec collects per stream.
     pub(crate) max_output: u64,
     /// The longest silence before the adapter asks whether the command ended.
@@ -147,6 +143,7 @@ impl Client {
             api_url: config.api_url.trim_end_matches('/').to_owned(),
             request_timeout: config.request_timeout,
             max_log: log_limit(config.max_output),
+            max_answer: config.max_answer_bytes,
             max_output: config.max_output,
             idle_timeout: config.idle_timeout,
         })
@@ -185,16 +182,23 @@ impl Client {
         ))
     }
 
-    async fn body(resp: Response, operation: &'static str, phase: Phase) -> Result<Bytes, Error> {
-        read_limited(resp, MAX_JSON_BODY, operation, phase).await
+    /// A JSON (or file) answer, at most `DaytonaConfig::max_answer_bytes` of it.
+    async fn body(
+        &self,
+        resp: Response,
+        operation: &'static str,
+        phase: Phase,
+    ) -> Result<Bytes, Error> {
+        read_limited(resp, self.max_answer, operation, phase).await
     }
 
     async fn json<T: DeserializeOwned>(
+        &self,
         resp: Response,
         operation: &'static str,
         phase: Phase,
     ) -> Result<T, Error> {
-        let body = Self::body(resp, operation, phase).await?;
+        let body = self.body(resp, operation, phase).await?;
         parse_json(&body, operation)
     }
 
@@ -209,7 +213,7 @@ impl Client {
             .request(Method::POST, &format!("{}/sandbox", self.api_url), true)
             .json(body);
         let resp = self.send(rb, "create_sandbox", Phase::Before).await?;
-        Self::json(resp, "create_sandbox", Phase::Before).await
+        self.json(resp, "create_sandbox", Phase::Before).await
     }
 
     pub(crate) async fn get_sandbox(&self, id: &str) -> Result<wire::Sandbox, Error> {
@@ -221,7 +225,7 @@ impl Client {
                 Phase::Before,
             )
             .await?;
-        Self::json(resp, "get_sandbox", Phase::Before).await
+        self.json(resp, "get_sandbox", Phase::Before).await
     }
 
     pub(crate) async fn delete_sandbox(&self, id: &str) -> Result<(), Error> {
@@ -255,7 +259,7 @@ impl Client {
             let resp = self
                 .send(self.request(Method::GET, &url, true), OP, Phase::Before)
                 .await?;
-            let p: wire::SandboxPage = Self::json(resp, OP, Phase::Before).await?;
+            let p: wire::SandboxPage = self.json(resp, OP, Phase::Before).await?;
             let empty = p.items.is_empty();
             out.extend(p.items);
             if empty || page >= p.total_pages {
@@ -278,8 +282,9 @@ impl Client {
                 Phase::Before,
             )
             .await?;
-        let u: wire::ToolboxProxyUrl =
-            Self::json(resp, "get_toolbox_proxy_url", Phase::Before).await?;
+        let u: wire::ToolboxProxyUrl = self
+            .json(resp, "get_toolbox_proxy_url", Phase::Before)
+            .await?;
         Ok(u.url)
     }
 }
@@ -384,7 +389,7 @@ impl Toolbox {
                 Phase::After,
             )
             .await?;
-        Client::json(resp, OP, Phase::After).await
+        self.client.json(resp, OP, Phase::After).await
     }
 
     /// Client limits and timeouts.
@@ -410,7 +415,9 @@ impl Toolbox {
                 Phase::After,
             )
             .await?;
-        Client::json(resp, "get_session_command", Phase::After).await
+        self.client
+            .json(resp, "get_session_command", Phase::After)
+            .await
     }
 
     /// The command's whole log so far (`GET …/logs`), raw with its line prefixes: the `output`
@@ -507,7 +514,8 @@ impl Toolbox {
             .await
             .map_err(|e| error::from_transport(e, OP, Phase::After))?;
         // Bounded frames: a log message is a few lines of base64.
-        let limits = tokio_websockets::Limits::default().max_payload_len(Some(MAX_WS_MESSAGE));
+        let limits =
+            tokio_websockets::Limits::default().max_payload_len(Some(self.client.max_answer));
         Ok(tokio_websockets::ClientBuilder::new()
             .limits(limits)
             .take_over(upgraded))
@@ -547,7 +555,7 @@ impl Toolbox {
             )
             .body(body);
         let resp = self.client.send(rb, OP, Phase::Before).await?;
-        let bytes = Client::body(resp, OP, Phase::Before).await?;
+        let bytes = self.client.body(resp, OP, Phase::Before).await?;
         // Old daemons answer with an empty body; newer ones list what they wrote.
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
@@ -587,7 +595,7 @@ impl Toolbox {
             )
             .with_retry(execseam_core::Retry::SAFE)
         })?;
-        let body = Client::body(resp, OP, Phase::Before).await?;
+        let body = self.client.body(resp, OP, Phase::Before).await?;
         let parts = parse_multipart(&body, &boundary)
             .map_err(|m| error::protocol(OP, m).with_retry(execseam_core::Retry::SAFE))?;
         let mut out = Vec::with_capacity(paths.len());
@@ -630,7 +638,7 @@ impl Toolbox {
             true,
         );
         let resp = self.client.send(rb, op, Phase::Before).await?;
-        Client::json(resp, op, Phase::Before).await
+        self.client.json(resp, op, Phase::Before).await
     }
 
     pub(crate) async fn list(&self, path: &str) -> Result<Vec<wire::FileInfo>, Error> {

@@ -12,6 +12,9 @@ pub const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
 /// The default [`DaytonaConfig::max_output`]: 64 MiB per stream.
 pub const DEFAULT_MAX_OUTPUT: u64 = 64 << 20;
 
+/// The default [`DaytonaConfig::max_answer_bytes`]: 16 MiB.
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 16 << 20;
+
 /// How to reach Daytona, and the defaults for new sandboxes. Build with [`DaytonaConfig::new`]
 /// and the setters, or [`DaytonaConfig::from_env`]; checked by
 /// [`DaytonaProvider::new`](crate::DaytonaProvider::new). `Debug` never prints the token.
@@ -28,6 +31,7 @@ pub struct DaytonaConfig {
     pub(crate) start_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) max_output: u64,
+    pub(crate) max_answer_bytes: usize,
     pub(crate) session_pool: usize,
 }
 
@@ -48,6 +52,7 @@ impl fmt::Debug for DaytonaConfig {
             .field("start_timeout", &self.start_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("max_output", &self.max_output)
+            .field("max_answer_bytes", &self.max_answer_bytes)
             .field("session_pool", &self.session_pool)
             .finish()
     }
@@ -69,6 +74,7 @@ impl DaytonaConfig {
             start_timeout: Duration::from_secs(120),
             idle_timeout: Duration::from_secs(30),
             max_output: DEFAULT_MAX_OUTPUT,
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             session_pool: DEFAULT_SESSION_POOL,
         }
     }
@@ -198,6 +204,17 @@ impl DaytonaConfig {
     #[must_use]
     pub fn max_output(mut self, bytes: u64) -> Self {
         self.max_output = bytes;
+        self
+    }
+
+    /// The most of any answer read that is not a command's log (default
+    /// [`DEFAULT_MAX_ANSWER_BYTES`]): sandboxes, sessions, command states, listings, downloaded
+    /// files, and each message of the log stream. A larger (or endless) answer fails with
+    /// `OutputLimit` (`Retry::Never` before the command is submitted, `Unsafe` after) instead of
+    /// being collected whole. The log answers are bounded by [`max_output`](Self::max_output).
+    #[must_use]
+    pub fn max_answer_bytes(mut self, bytes: usize) -> Self {
+        self.max_answer_bytes = bytes.max(1024);
         self
     }
 

@@ -48,7 +48,9 @@ pub mod exec;
 mod provider;
 pub mod wire;
 
-pub use config::{DEFAULT_MAX_OUTPUT, DEFAULT_SESSION_POOL, DaytonaConfig};
+pub use config::{
+    DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_OUTPUT, DEFAULT_SESSION_POOL, DaytonaConfig,
+};
 pub use exec::DaytonaExec;
 pub use provider::DaytonaProvider;
 

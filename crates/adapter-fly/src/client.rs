@@ -15,8 +15,6 @@ use crate::wire::{Machine, MachineExecRequest, WaitResponse};
 const MAX_ERROR_BODY: usize = 64 << 10;
 /// The most of a machine or lease answer read.
 const MAX_JSON_BODY: usize = 4 << 20;
-/// The most of an exec answer read: both streams at the 2 MiB output cap, JSON-escaped.
-const MAX_EXEC_BODY: usize = 2 * 6 * (2 << 20) + (64 << 10);
 
 /// A Machines API client for one app (and one machine for the machine calls). reqwest's own retries are disabled: an exec POST that
 /// may have reached the machine is never sent twice (fly-go's transport would re-send it on
@@ -110,8 +108,8 @@ impl Client {
         // bytes per byte); anything else is small.
         let limit = match (ok, op) {
             (false, _) => MAX_ERROR_BODY,
-            (true, Op::Exec) => MAX_EXEC_BODY,
-            (true, _) => MAX_JSON_BODY,
+            (true, Op::Exec) => self.config.max_answer_bytes,
+            (true, _) => MAX_JSON_BODY.min(self.config.max_answer_bytes),
         };
         let mut body = bytes::BytesMut::new();
         while let Some(chunk) = resp.chunk().await.map_err(|e| from_transport(e, op))? {
@@ -123,7 +121,9 @@ impl Client {
                 return Err(error(
                     ErrorKind::OutputLimit,
                     op,
-                    format!("the answer exceeds the {limit}-byte limit"),
+                    format!(
+                        "the answer exceeds the {limit}-byte limit (FlyConfig::max_answer_bytes)"
+                    ),
                 )
                 .with_retry(if op == Op::Exec {
                     execseam_core::Retry::Unsafe

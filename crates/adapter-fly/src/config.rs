@@ -26,10 +26,15 @@ pub struct FlyConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) temp_dir: String,
     pub(crate) max_stdin: u64,
+    pub(crate) max_answer_bytes: usize,
     pub(crate) container: Option<String>,
     pub(crate) lease_nonce: Option<String>,
     pub(crate) start_timeout: Duration,
 }
+
+/// The default [`FlyConfig::max_answer_bytes`]: both streams at the API's 2 MiB output cap,
+/// JSON-escaped (up to six bytes a byte), plus 64 KiB.
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 2 * 6 * (2 << 20) + (64 << 10);
 
 impl fmt::Debug for FlyConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -44,6 +49,7 @@ impl fmt::Debug for FlyConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("temp_dir", &self.temp_dir)
             .field("max_stdin", &self.max_stdin)
+            .field("max_answer_bytes", &self.max_answer_bytes)
             .field("container", &self.container)
             .field("lease_nonce", &self.lease_nonce.as_ref().map(|_| "<set>"))
             .field("start_timeout", &self.start_timeout)
@@ -69,6 +75,7 @@ impl FlyConfig {
             connect_timeout: Duration::from_secs(10),
             temp_dir: "/tmp".to_owned(),
             max_stdin: 1 << 20,
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             container: None,
             lease_nonce: None,
             start_timeout: Duration::from_secs(180),
@@ -191,6 +198,17 @@ impl FlyConfig {
     #[must_use]
     pub fn max_stdin(mut self, bytes: u64) -> Self {
         self.max_stdin = bytes;
+        self
+    }
+
+    /// The most of an exec answer read (default [`DEFAULT_MAX_ANSWER_BYTES`]: both streams at
+    /// the API's 2 MiB output cap, JSON-escaped at up to six bytes a byte, plus 64 KiB); machine
+    /// and lease answers are read up to the smaller of this and 4 MiB. A larger (or endless)
+    /// answer fails with `OutputLimit` (`Retry::Unsafe` for the exec, `Never` for the others)
+    /// instead of being collected whole.
+    #[must_use]
+    pub fn max_answer_bytes(mut self, bytes: usize) -> Self {
+        self.max_answer_bytes = bytes.max(1024);
         self
     }
 

@@ -47,7 +47,7 @@ mod exec;
 mod provider;
 pub mod wire;
 
-pub use config::{DEFAULT_BASE_URL, FlyConfig};
+pub use config::{DEFAULT_BASE_URL, DEFAULT_MAX_ANSWER_BYTES, FlyConfig};
 pub use exec::{FlyExec, Prepared, parse_response};
 pub use provider::FlyProvider;
 

@@ -19,6 +19,11 @@ pub(crate) type Ws = WebSocketStream<reqwest::Upgraded>;
 /// lines past 64 KiB (an over-long one was answered as if the service were unavailable).
 pub const MAX_EXEC_URL: usize = 60 << 10;
 
+/// The largest WebSocket message read (the Python SDK allows 10 MiB; this allows more). A
+/// frame announcing more fails with `Protocol` as soon as its header is read, before any of
+/// its payload is buffered.
+pub const MAX_WS_FRAME: usize = 64 << 20;
+
 /// The most of an error answer read.
 const MAX_ERROR_BODY: usize = 64 << 10;
 
@@ -420,7 +425,7 @@ impl Client {
             .map_err(|e| from_transport(e, Op::Exec))?;
         // Output frames can be large: the Python SDK allows 10 MiB per message; allow more.
         let ws = tokio_websockets::ClientBuilder::new()
-            .limits(tokio_websockets::Limits::default().max_payload_len(Some(64 << 20)))
+            .limits(tokio_websockets::Limits::default().max_payload_len(Some(MAX_WS_FRAME)))
             .take_over(upgraded);
         Ok(Connected { ws, signal_capable })
     }
@@ -502,7 +507,9 @@ impl Client {
         match resp.status().as_u16() {
             404 => Some(format!("workdir does not exist: {dir}")),
             200 => {
-                let list: FsList = resp.json().await.ok()?;
+                // Bounded like every control answer: a larger one is cut, and does not parse.
+                let body = read_capped(resp, MAX_JSON_BODY).await;
+                let list: FsList = serde_json::from_slice(&body).ok()?;
                 match list.entries.as_slice() {
                     [only] if only.path == dir && !only.is_dir => {
                         Some(format!("workdir is not a directory: {dir}"))

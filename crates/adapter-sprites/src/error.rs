@@ -130,6 +130,28 @@ pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
         .with_source(e)
 }
 
+/// A WebSocket read error of a running command: a frame over the size limit or a broken frame
+/// is `Protocol`, anything else a lost connection (both `Retry::Unsafe`: the command ran).
+pub(crate) fn ws_read(e: &tokio_websockets::Error) -> Error {
+    match e {
+        tokio_websockets::Error::PayloadTooLong { len, max_len } => error(
+            ErrorKind::Protocol,
+            Op::Exec,
+            format!(
+                "a WebSocket frame of {len} bytes exceeds the {max_len}-byte frame limit (MAX_WS_FRAME)"
+            ),
+        )
+        .with_retry(Retry::Unsafe),
+        tokio_websockets::Error::Protocol(p) => error(
+            ErrorKind::Protocol,
+            Op::Exec,
+            format!("a broken WebSocket frame before the exit frame: {p}"),
+        )
+        .with_retry(Retry::Unsafe),
+        _ => lost(chain(e)),
+    }
+}
+
 /// The connection of a running command was lost before its exit frame.
 pub(crate) fn lost(what: impl std::fmt::Display) -> Error {
     error(
@@ -150,6 +172,22 @@ mod tests {
 
     fn map(status: u16, body: &str) -> Error {
         from_status(status, &HeaderMap::new(), body.as_bytes(), Op::Exec)
+    }
+
+    /// A frame over the limit (an endless answer) is `Protocol`, not a lost connection; a lost
+    /// connection stays `Unavailable`; both `Unsafe` (the command was submitted).
+    #[test]
+    fn an_oversized_frame_is_protocol() {
+        let e = ws_read(&tokio_websockets::Error::PayloadTooLong {
+            len: 1 << 40,
+            max_len: crate::client::MAX_WS_FRAME,
+        });
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        assert_eq!(e.retry(), Retry::Unsafe);
+        assert!(e.to_string().contains("67108864-byte frame limit"), "{e}");
+        let e = ws_read(&tokio_websockets::Error::AlreadyClosed);
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+        assert_eq!(e.retry(), Retry::Unsafe);
     }
 
     #[test]

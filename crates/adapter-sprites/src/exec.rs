@@ -395,7 +395,7 @@ async fn drive(
                         break Err(protocol(Op::Exec, format!("the server closed the socket before the exit frame ({why})")));
                     }
                     Some(Ok(_)) => {} // ping, pong
-                    Some(Err(e)) => break Err(lost(chain(&e))),
+                    Some(Err(e)) => break Err(crate::error::ws_read(&e)),
                     None => break Err(lost("the socket ended")),
                 }
             }

@@ -58,7 +58,7 @@ pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
         "execve in the sprite: 128 KiB per string",
     );
 
-pub use client::MAX_EXEC_URL;
+pub use client::{MAX_EXEC_URL, MAX_WS_FRAME};
 
 /// The capabilities over WebSockets (the default transport).
 pub const CAPABILITIES: Capabilities = Capabilities {

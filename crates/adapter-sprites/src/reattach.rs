@@ -98,7 +98,7 @@ async fn wait_exit(conn: crate::client::Connected) -> Result<(), Error> {
                 break Err(lost("the server closed the attach socket before the exit"));
             }
             Some(Ok(_)) => {}
-            Some(Err(e)) => break Err(lost(crate::error::chain(&e))),
+            Some(Err(e)) => break Err(crate::error::ws_read(&e)),
             None => break Err(lost("the attach socket ended before the exit")),
         }
     };
@@ -176,7 +176,7 @@ impl SpritesExec {
                     ));
                 }
                 Some(Ok(_)) => {}
-                Some(Err(e)) => break Err(lost(crate::error::chain(&e))),
+                Some(Err(e)) => break Err(crate::error::ws_read(&e)),
                 None => break Err(lost("the socket ended before the server named the session")),
             }
         };

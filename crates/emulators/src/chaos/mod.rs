@@ -55,6 +55,7 @@ use std::error::Error as StdError;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -91,6 +92,9 @@ struct State {
     upstream: String,
     rules: Mutex<Vec<(Rule, u64)>>,
     seen: Mutex<Vec<Seen>>,
+    /// Answers whose body (or post-upgrade bytes) a rule's action began to tamper with: the
+    /// upstream answered, and the client got the head.
+    tampered: AtomicU64,
     /// Body and WebSocket pumps, aborted when the proxy stops.
     pumps: Mutex<JoinSet<()>>,
 }
@@ -181,6 +185,7 @@ impl ChaosProxy {
             upstream: upstream_authority(upstream)?,
             rules: Mutex::new(rules.into_iter().map(|r| (r, 0)).collect()),
             seen: Mutex::new(Vec::new()),
+            tampered: AtomicU64::new(0),
             pumps: Mutex::new(JoinSet::new()),
         });
         let listener = TcpListener::bind(listen).await?;
@@ -217,9 +222,18 @@ impl ChaosProxy {
         self.state.seen.lock().expect("chaos log").clone()
     }
 
-    /// Forgets the requests seen so far.
+    /// Forgets the requests seen so far (and the count of [`tampered`](Self::tampered)).
     pub fn clear_requests(&self) {
         self.state.seen.lock().expect("chaos log").clear();
+        self.state.tampered.store(0, Ordering::SeqCst);
+    }
+
+    /// How many answers a body action (`endless`, `garbage`, `trickle`, ...) began to tamper
+    /// with since the last [`clear_requests`](Self::clear_requests): the upstream answered and
+    /// its head reached the client. Zero means a client's timeout fired before any tampered
+    /// byte was sent (the upstream was slow to answer).
+    pub fn tampered(&self) -> u64 {
+        self.state.tampered.load(Ordering::SeqCst)
     }
 
     /// Stops accepting and closes every connection.
@@ -365,9 +379,13 @@ async fn handle(state: Arc<State>, mut req: Request<Incoming>) -> Result<Respons
         let upstream_upgrade = hyper::upgrade::on(&mut resp);
         let (parts, _) = resp.into_parts();
         if let Some(client_upgrade) = client_upgrade {
+            let pump_state = state.clone();
             state.spawn(async move {
                 match (client_upgrade.await, upstream_upgrade.await) {
                     (Ok(client), Ok(upstream)) => {
+                        if action.is_some() {
+                            pump_state.tampered.fetch_add(1, Ordering::SeqCst);
+                        }
                         ws::pump(TokioIo::new(client), TokioIo::new(upstream), action).await;
                     }
                     (c, u) => tracing::debug!(
@@ -395,6 +413,7 @@ async fn handle(state: Arc<State>, mut req: Request<Incoming>) -> Result<Respons
     }
     parts.headers.remove(header::TRANSFER_ENCODING);
     let (tx, rx) = mpsc::channel(2);
+    state.tampered.fetch_add(1, Ordering::SeqCst);
     state.spawn(pump_body(action, body, tx));
     Ok(Response::from_parts(parts, ChannelBody(rx).boxed_unsync()))
 }

@@ -191,6 +191,12 @@ fn ax(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     })
 }
 
+/// The answer limit the setups declare where the adapter has one to set (the defaults are
+/// 16 to 64 MiB: on this shared machine at a high load an endless answer through the proxy
+/// can take longer than the 2 s idle timeout to reach them, and the case then measures the
+/// machine, not the bound). The commands' answers are far smaller.
+const ANSWER_LIMIT: usize = 1 << 20;
+
 fn cloudflare(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     use execseam_cloudflare::{CloudflareConfig, CloudflareProvider};
     use execseam_emulators::EmulatorOptions;
@@ -201,10 +207,13 @@ fn cloudflare(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             .map_err(internal)?;
         let token = emulator.token().to_owned();
         let config = move |url: &str, idle: Duration| {
+            // A small declared answer limit: an endless answer must end on it, at any speed
+            // of this (shared) machine, long before the idle timeout.
             CloudflareConfig::new(url)
                 .api_key(token.clone())
                 .request_timeout(idle)
                 .stream_idle_timeout(idle)
+                .max_answer_bytes(ANSWER_LIMIT)
         };
         let upstream = emulator.base_url();
         let direct = CloudflareProvider::new(config(&upstream, knobs.idle_timeout))?
@@ -241,6 +250,11 @@ fn daytona(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
                 .api_url(format!("{url}/api"))
                 .request_timeout(idle)
                 .idle_timeout(idle)
+                // Small declared limits (a log answer is read up to 3 x max_output + 1 MiB): an
+                // endless answer must end on them, at any speed of this machine, long before
+                // the idle timeout.
+                .max_output(256 << 10)
+                .max_answer_bytes(ANSWER_LIMIT)
         };
         let upstream = emulator.base_url();
         let direct = DaytonaProvider::new(config(&upstream, knobs.idle_timeout))?
@@ -280,6 +294,9 @@ fn fly(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
                 .base_url(url)
                 .exec_timeout(idle)
                 .request_slack(idle)
+                // A small declared answer limit: an endless answer must end on it, at any
+                // speed of this machine, long before the request timeout.
+                .max_answer_bytes(ANSWER_LIMIT)
         };
         let upstream = emulator.base_url();
         let direct = FlyProvider::new(config(&upstream, knobs.idle_timeout))?
@@ -419,6 +436,10 @@ fn chrono(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
                 .timeout_secs(secs)
                 .request_slack(idle)
                 .connect_timeout(idle)
+                // Aevatar's own response limit (1 MiB) rather than the adapter's 64 MiB default:
+                // an endless answer must end on it, at any speed of this machine, long before
+                // the request timeout.
+                .max_response_bytes(execseam_chrono::wire::MAX_RESPONSE_BYTES)
         };
         let upstream = emulator.base_url();
         let direct = ChronoExec::new(config(&upstream, knobs.idle_timeout))?;
