@@ -23,7 +23,7 @@ pub const LABEL_SANDBOX: &str = "io.execseam.sandbox";
 /// engine that is down is accepted, and the first request reports `Unavailable`).
 pub(crate) struct Client {
     pub(crate) host: String,
-    tls: Option<std::path::PathBuf>,
+    tls: Option<capped::Tls>,
     timeout: u64,
     max_answer: usize,
     negotiated: OnceCell<Docker>,
@@ -38,17 +38,20 @@ impl Client {
                 "engine address {host:?} needs TLS: build execseam-docker with the `tls` feature"
             )));
         }
-        let cert_dir = || {
-            config
+        let tls = if tls {
+            let dir = config
                 .cert_path
                 .clone()
                 .map(std::path::PathBuf::from)
                 .or_else(|| std::env::home_dir().map(|h| h.join(".docker")))
-                .unwrap_or_default()
+                .unwrap_or_default();
+            Some(capped::Tls::load(&dir, authority(&host)).map_err(config_error)?)
+        } else {
+            None
         };
         Ok(Client {
             host,
-            tls: tls.then(cert_dir),
+            tls,
             timeout: config.request_timeout.as_secs().max(1),
             max_answer: config.max_answer,
             negotiated: OnceCell::new(),
@@ -63,7 +66,7 @@ impl Client {
     /// supports"), not with bollard's `negotiate_version` (`GET /version`): podman builds its
     /// `/version` answer from the runtime's and conmon's versions, which took 1.8 s here under
     /// load against 0.13 s for `/_ping`, and more than a 2 s request timeout in the reliability
-    /// suite. Without the header (or over TLS, bollard's own connector) `/version` is asked.
+    /// suite. Without the header `/version` is asked.
     pub(crate) async fn get(&self) -> Result<&Docker, Error> {
         self.negotiated
             .get_or_try_init(|| async {
@@ -72,20 +75,18 @@ impl Client {
                 let docker = self
                     .connect(API_DEFAULT_VERSION, Some(seen.clone()))
                     .map_err(|e| engine("connect", Stage::Idempotent, e))?;
-                if self.tls.is_none() {
-                    bounded(self.timeout(), docker.ping()).await.map_err(fail)?;
-                    let header = seen.lock().expect("api version").take();
-                    if let Some(server) = header.as_deref().and_then(parse_version) {
-                        let ours = API_DEFAULT_VERSION;
-                        if (server.major_version, server.minor_version)
-                            >= (ours.major_version, ours.minor_version)
-                        {
-                            return Ok(docker);
-                        }
-                        return self
-                            .connect(&server, None)
-                            .map_err(|e| engine("connect", Stage::Idempotent, e));
+                bounded(self.timeout(), docker.ping()).await.map_err(fail)?;
+                let header = seen.lock().expect("api version").take();
+                if let Some(server) = header.as_deref().and_then(parse_version) {
+                    let ours = API_DEFAULT_VERSION;
+                    if (server.major_version, server.minor_version)
+                        >= (ours.major_version, ours.minor_version)
+                    {
+                        return Ok(docker);
                     }
+                    return self
+                        .connect(&server, None)
+                        .map_err(|e| engine("connect", Stage::Idempotent, e));
                 }
                 // bollard's own timeout ends at the answer's head; the body is bounded here.
                 bounded(self.timeout(), docker.negotiate_version())
@@ -100,8 +101,8 @@ impl Client {
         std::time::Duration::from_secs(self.timeout)
     }
 
-    /// bollard over the adapter's own connector ([`capped`]), whose connections fail a read past
-    /// `max_answer` bytes of one answer; TLS is bollard's own connector (not capped).
+    /// bollard over the adapter's own connector ([`capped`]: a Unix socket, TCP, or TLS over TCP),
+    /// whose connections fail a read past `max_answer` bytes of one answer.
     ///
     /// With `seen`, each answer's `API-Version` header is stored there.
     fn connect(
@@ -110,9 +111,6 @@ impl Client {
         seen: Option<Arc<Mutex<Option<String>>>>,
     ) -> Result<Docker, bollard::errors::Error> {
         let (host, timeout) = (self.host.as_str(), self.timeout);
-        if let Some(dir) = &self.tls {
-            return tls(host, dir, timeout);
-        }
         let (target, addr) = if let Some(path) = host.strip_prefix("unix://") {
             if !std::path::Path::new(path).exists() {
                 return Err(bollard::errors::Error::SocketNotFoundError(path.to_owned()));
@@ -123,14 +121,12 @@ impl Client {
                 "http://localhost".to_owned(),
             )
         } else {
-            let authority = host
-                .strip_prefix("tcp://")
-                .or_else(|| host.strip_prefix("http://"))
-                .unwrap_or(host)
-                .trim_end_matches('/')
-                .to_owned();
+            let authority = authority(host).to_owned();
             let addr = format!("http://{authority}");
-            (capped::Target::Tcp(authority), addr)
+            match &self.tls {
+                Some(tls) => (tls.target(authority), addr),
+                None => (capped::Target::Tcp(authority), addr),
+            }
         };
         let client =
             Arc::new(capped::builder().build(capped::Connector::new(target, self.max_answer)));
@@ -167,28 +163,13 @@ fn parse_version(v: &str) -> Option<ClientVersion> {
     })
 }
 
-/// TLS with the client certificate in `dir`, as the docker CLI does.
-#[cfg(feature = "tls")]
-fn tls(host: &str, dir: &std::path::Path, timeout: u64) -> Result<Docker, bollard::errors::Error> {
-    Docker::connect_with_ssl(
-        host,
-        &dir.join("key.pem"),
-        &dir.join("cert.pem"),
-        &dir.join("ca.pem"),
-        timeout,
-        API_DEFAULT_VERSION,
-    )
-}
-
-#[cfg(not(feature = "tls"))]
-fn tls(
-    host: &str,
-    _dir: &std::path::Path,
-    _timeout: u64,
-) -> Result<Docker, bollard::errors::Error> {
-    Err(bollard::errors::Error::UnsupportedURISchemeError {
-        uri: host.to_owned(),
-    })
+/// `host:port` of a `tcp://`, `http://` or `https://` engine address.
+fn authority(host: &str) -> &str {
+    host.strip_prefix("tcp://")
+        .or_else(|| host.strip_prefix("http://"))
+        .or_else(|| host.strip_prefix("https://"))
+        .unwrap_or(host)
+        .trim_end_matches('/')
 }
 
 /// The labels of a container created for `config`: its own, the adapter's, and `extra`.
@@ -230,8 +211,12 @@ pub(crate) async fn bounded<T>(
 /// the cap. bollard collects a whole JSON body (`decode_response`, bollard 0.21.1
 /// `src/docker.rs`) before decoding it; with this, an endless or oversized answer ends as an
 /// error after `max_answer` bytes instead of taking the memory. A connection that carried an
-/// exec start (`POST …/exec/{id}/start`, hijacked for the attached streams) is not capped: its
-/// bytes are the command's output, which the adapter passes on as it comes.
+/// exec start (`POST …/exec/{id}/start`, hijacked for the attached streams) is not capped as a
+/// whole: its bytes are the command's output, which the adapter passes on as it comes. But
+/// bollard's frame decoder (`NewlineLogOutputDecoder`, bollard 0.21.1 `src/read.rs`) buffers a
+/// whole frame of the length its 8-byte header announces, so after the `101` head [`Frames`]
+/// reads each header as the decoder will and fails a frame announced over the cap, and a stream
+/// that is not frames (the exec is never a TTY, so the adapter refuses unframed bytes anyway).
 pub(crate) mod capped {
     use std::future::Future;
     use std::io;
@@ -248,23 +233,206 @@ pub(crate) mod capped {
     pub(crate) enum Target {
         Unix(std::path::PathBuf),
         Tcp(String),
+        /// TLS over TCP to `host:port`.
+        #[cfg(feature = "tls")]
+        Tls(String, Tls),
+    }
+
+    /// TLS as the docker CLI has it with `DOCKER_TLS_VERIFY`: the engine's certificate checked
+    /// against `ca.pem` of the certificate directory, the client's `cert.pem` and `key.pem`
+    /// presented (rustls with ring).
+    #[cfg(feature = "tls")]
+    #[derive(Clone)]
+    pub(crate) struct Tls {
+        config: std::sync::Arc<rustls::ClientConfig>,
+        name: rustls_pki_types::ServerName<'static>,
+    }
+
+    /// Without the `tls` feature there is none (the configuration is refused first).
+    #[cfg(not(feature = "tls"))]
+    #[derive(Clone, Debug)]
+    pub(crate) enum Tls {}
+
+    #[cfg(not(feature = "tls"))]
+    impl Tls {
+        pub(crate) fn load(_dir: &std::path::Path, _authority: &str) -> Result<Tls, String> {
+            Err("TLS needs the `tls` feature".into())
+        }
+
+        pub(crate) fn target(&self, _authority: String) -> Target {
+            match *self {}
+        }
+    }
+
+    #[cfg(feature = "tls")]
+    impl std::fmt::Debug for Tls {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Tls").field("name", &self.name).finish()
+        }
+    }
+
+    #[cfg(feature = "tls")]
+    impl Tls {
+        /// Where connections to `authority` go with this configuration.
+        pub(crate) fn target(&self, authority: String) -> Target {
+            Target::Tls(authority, self.clone())
+        }
+
+        /// The client configuration from `dir` for the engine at `authority` (`host:port`).
+        /// Only `ca.pem` is trusted (not the system's roots): an engine's certificate is
+        /// issued by the CA its clients are given.
+        pub(crate) fn load(dir: &std::path::Path, authority: &str) -> Result<Tls, String> {
+            use rustls_pki_types::pem::PemObject;
+            use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+            let read = |name: &str| {
+                let path = dir.join(name);
+                std::fs::read(&path)
+                    .map_err(|e| {
+                        format!(
+                            "TLS: cannot read {} ({e}; DOCKER_CERT_PATH)",
+                            path.display()
+                        )
+                    })
+                    .map(|bytes| (path, bytes))
+            };
+            let bad = |path: &std::path::Path, what: &str| {
+                format!("TLS: {} is not {what}", path.display())
+            };
+            let (path, ca) = read("ca.pem")?;
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(&ca) {
+                let cert = cert.map_err(|_| bad(&path, "PEM certificates"))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("TLS: a certificate of {}: {e}", path.display()))?;
+            }
+            if roots.is_empty() {
+                return Err(bad(&path, "a CA certificate (none found)"));
+            }
+            let (path, cert) = read("cert.pem")?;
+            let chain = CertificateDer::pem_slice_iter(&cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|_| bad(&path, "PEM certificates"))?;
+            if chain.is_empty() {
+                return Err(bad(&path, "a client certificate (none found)"));
+            }
+            let (path, key) = read("key.pem")?;
+            let key =
+                PrivateKeyDer::from_pem_slice(&key).map_err(|_| bad(&path, "a private key"))?;
+            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("TLS: {e}"))?
+                .with_root_certificates(roots)
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("TLS: the client certificate and key: {e}"))?;
+            let host = match authority.strip_prefix('[') {
+                Some(v6) => v6.split(']').next().unwrap_or(v6),
+                None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+            };
+            let name = ServerName::try_from(host.to_owned())
+                .map_err(|_| format!("TLS: {host:?} is not a host name or address"))?;
+            Ok(Tls {
+                config: std::sync::Arc::new(config),
+                name,
+            })
+        }
     }
 
     /// The error a capped read fails with (found in the error's source chain).
     #[derive(Debug)]
-    pub(crate) struct AnswerTooLarge(pub(crate) usize);
+    pub(crate) enum AnswerTooLarge {
+        /// One answer passed the cap.
+        Answer(usize),
+        /// An exec stream's frame header announced more than the cap.
+        Frame { announced: u64, cap: usize },
+        /// An exec stream's head passed the cap before it ended.
+        Head(usize),
+        /// An exec stream's bytes are not stdout/stderr frames.
+        Unframed(u8),
+    }
 
     impl std::fmt::Display for AnswerTooLarge {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(
-                f,
-                "the engine's answer is larger than {} bytes (DockerConfig::max_answer_bytes)",
-                self.0
-            )
+            match self {
+                AnswerTooLarge::Answer(cap) => write!(
+                    f,
+                    "the engine's answer is larger than {cap} bytes (DockerConfig::max_answer_bytes)"
+                ),
+                AnswerTooLarge::Frame { announced, cap } => write!(
+                    f,
+                    "an exec output frame announces {announced} bytes, more than {cap} (DockerConfig::max_answer_bytes)"
+                ),
+                AnswerTooLarge::Head(cap) => write!(
+                    f,
+                    "the exec start's answer head is larger than {cap} bytes (DockerConfig::max_answer_bytes)"
+                ),
+                AnswerTooLarge::Unframed(b) => write!(
+                    f,
+                    "the exec stream is not multiplexed stdout/stderr frames (a header starts with byte {b})"
+                ),
+            }
         }
     }
 
     impl std::error::Error for AnswerTooLarge {}
+
+    /// The frames of an exec stream (Docker's `stdcopy`: `[stream, 0, 0, 0, len u32 BE]`, then
+    /// `len` bytes), read as bollard's decoder reads them: only the length matters to it.
+    #[derive(Debug, Default)]
+    pub(crate) struct Frames {
+        header: [u8; 8],
+        got: usize,
+        left: u64,
+    }
+
+    impl Frames {
+        /// Follows `data`; fails on a frame announced over `cap` or a header that is not one.
+        pub(crate) fn feed(&mut self, mut data: &[u8], cap: usize) -> Result<(), AnswerTooLarge> {
+            while !data.is_empty() {
+                if self.left > 0 {
+                    let n = data
+                        .len()
+                        .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+                    self.left -= n as u64;
+                    data = &data[n..];
+                    continue;
+                }
+                let b = data[0];
+                data = &data[1..];
+                // bollard treats a first byte over 2 as unframed output (a TTY's).
+                if self.got == 0 && b > 2 {
+                    return Err(AnswerTooLarge::Unframed(b));
+                }
+                self.header[self.got] = b;
+                self.got += 1;
+                if self.got == 8 {
+                    self.got = 0;
+                    let h = self.header;
+                    let len = u64::from(u32::from_be_bytes([h[4], h[5], h[6], h[7]]));
+                    if len > cap as u64 {
+                        return Err(AnswerTooLarge::Frame {
+                            announced: len,
+                            cap,
+                        });
+                    }
+                    self.left = len;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// Where a hijacked connection's answer is.
+    #[derive(Debug)]
+    enum Hijack {
+        /// Not an exec start (or its answer was not the upgrade): capped as any answer.
+        No,
+        /// The answer's head so far.
+        Head(Vec<u8>),
+        /// After a `101` head: frames, not capped as a whole.
+        Frames(Frames),
+    }
 
     /// The client builder, as bollard's own connectors have it: no idle connection kept.
     pub(crate) fn builder() -> hyper_util::client::legacy::Builder {
@@ -304,6 +472,13 @@ pub(crate) mod capped {
                         s.set_nodelay(true)?;
                         Io::Tcp(s)
                     }
+                    #[cfg(feature = "tls")]
+                    Target::Tls(addr, tls) => {
+                        let s = tokio::net::TcpStream::connect(addr).await?;
+                        s.set_nodelay(true)?;
+                        let connector = tokio_rustls::TlsConnector::from(tls.config);
+                        Io::Tls(Box::new(connector.connect(tls.name, s).await?))
+                    }
                 };
                 Ok(TokioIo::new(Capped::new(io, cap)))
             })
@@ -313,6 +488,8 @@ pub(crate) mod capped {
     pub(crate) enum Io {
         Unix(tokio::net::UnixStream),
         Tcp(tokio::net::TcpStream),
+        #[cfg(feature = "tls")]
+        Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>),
     }
 
     /// One connection: counts what is read since the last request was written.
@@ -324,8 +501,8 @@ pub(crate) mod capped {
         reading: bool,
         /// The first bytes of the request being written (its request line).
         head: Vec<u8>,
-        /// The connection carried an exec start: never capped again.
-        hijacked: bool,
+        /// The connection carried an exec start: its answer is followed as frames.
+        hijack: Hijack,
     }
 
     impl Capped {
@@ -336,12 +513,12 @@ pub(crate) mod capped {
                 read: 0,
                 reading: false,
                 head: Vec::new(),
-                hijacked: false,
+                hijack: Hijack::No,
             }
         }
 
         fn wrote(&mut self, data: &[u8]) {
-            if self.hijacked {
+            if !matches!(self.hijack, Hijack::No) {
                 return;
             }
             if self.reading {
@@ -352,7 +529,42 @@ pub(crate) mod capped {
             if self.head.len() < 512 {
                 let n = data.len().min(512 - self.head.len());
                 self.head.extend_from_slice(&data[..n]);
-                self.hijacked = is_exec_start(&self.head);
+                if is_exec_start(&self.head) {
+                    self.hijack = Hijack::Head(Vec::new());
+                }
+            }
+        }
+
+        /// Follows what was read; `Err` fails the read.
+        fn follow(&mut self, data: &[u8]) -> Result<(), AnswerTooLarge> {
+            self.read += data.len();
+            match &mut self.hijack {
+                Hijack::No if self.read > self.cap => Err(AnswerTooLarge::Answer(self.cap)),
+                Hijack::No => Ok(()),
+                Hijack::Frames(frames) => frames.feed(data, self.cap),
+                Hijack::Head(head) => {
+                    let from = head.len().saturating_sub(3);
+                    head.extend_from_slice(data);
+                    let Some(end) = head[from..].windows(4).position(|w| w == b"\r\n\r\n") else {
+                        return if head.len() > self.cap {
+                            Err(AnswerTooLarge::Head(self.cap))
+                        } else {
+                            Ok(())
+                        };
+                    };
+                    let end = from + end + 4;
+                    // hyper upgrades only a `101`; any other answer (an error) is capped whole.
+                    if head.starts_with(b"HTTP/1.1 101 ") || head.starts_with(b"HTTP/1.0 101 ") {
+                        let rest = head.split_off(end);
+                        let mut frames = Frames::default();
+                        frames.feed(&rest, self.cap)?;
+                        self.hijack = Hijack::Frames(frames);
+                        Ok(())
+                    } else {
+                        self.hijack = Hijack::No;
+                        self.follow(&[])
+                    }
+                }
             }
         }
     }
@@ -389,12 +601,13 @@ pub(crate) mod capped {
             let r = match &mut this.io {
                 Io::Unix(s) => Pin::new(s).poll_read(cx, buf),
                 Io::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+                #[cfg(feature = "tls")]
+                Io::Tls(s) => Pin::new(s).poll_read(cx, buf),
             };
             if let Poll::Ready(Ok(())) = &r {
                 this.reading = true;
-                this.read += buf.filled().len() - before;
-                if !this.hijacked && this.read > this.cap {
-                    return Poll::Ready(Err(io::Error::other(AnswerTooLarge(this.cap))));
+                if let Err(e) = this.follow(&buf.filled()[before..]) {
+                    return Poll::Ready(Err(io::Error::other(e)));
                 }
             }
             r
@@ -411,6 +624,8 @@ pub(crate) mod capped {
             let r = match &mut this.io {
                 Io::Unix(s) => Pin::new(s).poll_write(cx, data),
                 Io::Tcp(s) => Pin::new(s).poll_write(cx, data),
+                #[cfg(feature = "tls")]
+                Io::Tls(s) => Pin::new(s).poll_write(cx, data),
             };
             if let Poll::Ready(Ok(n)) = &r {
                 this.wrote(&data[..*n]);
@@ -422,6 +637,8 @@ pub(crate) mod capped {
             match &mut self.io {
                 Io::Unix(s) => Pin::new(s).poll_flush(cx),
                 Io::Tcp(s) => Pin::new(s).poll_flush(cx),
+                #[cfg(feature = "tls")]
+                Io::Tls(s) => Pin::new(s).poll_flush(cx),
             }
         }
 
@@ -429,6 +646,8 @@ pub(crate) mod capped {
             match &mut self.io {
                 Io::Unix(s) => Pin::new(s).poll_shutdown(cx),
                 Io::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+                #[cfg(feature = "tls")]
+                Io::Tls(s) => Pin::new(s).poll_shutdown(cx),
             }
         }
     }
@@ -448,6 +667,110 @@ pub(crate) mod capped {
             ] {
                 assert_eq!(is_exec_start(line.as_bytes()), yes, "{line}");
             }
+        }
+
+        fn frame(stream: u8, payload: &[u8]) -> Vec<u8> {
+            let mut f = vec![stream, 0, 0, 0];
+            f.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+            f.extend_from_slice(payload);
+            f
+        }
+
+        /// Writes `request` through a [`Capped`] connection (cap `cap`), the peer answers
+        /// `answer`, and the connection is read to its end: the bytes read, or the cap's error.
+        async fn exchange(request: &str, answer: Vec<u8>, cap: usize) -> Result<usize, String> {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (ours, mut peer) = tokio::net::UnixStream::pair().unwrap();
+            let mut capped = Capped::new(Io::Unix(ours), cap);
+            capped.write_all(request.as_bytes()).await.unwrap();
+            let mut got = vec![0; request.len()];
+            peer.read_exact(&mut got).await.unwrap();
+            let writer = tokio::spawn(async move {
+                // In small pieces: a header split over reads is still read as one.
+                for piece in answer.chunks(5) {
+                    if peer.write_all(piece).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            let mut total = 0;
+            let mut buf = [0u8; 3];
+            let result = loop {
+                match capped.read(&mut buf).await {
+                    Ok(0) => break Ok(total),
+                    Ok(n) => total += n,
+                    Err(e) => {
+                        let refused = e.get_ref().and_then(|i| i.downcast_ref::<AnswerTooLarge>());
+                        break Err(refused.map_or_else(|| e.to_string(), |r| r.to_string()));
+                    }
+                }
+            };
+            drop(capped);
+            let _ = writer.await;
+            result
+        }
+
+        const START: &str = "POST /v1.41/exec/abc/start HTTP/1.1\r\nhost: x\r\n\r\n{}";
+        const UPGRADED: &[u8] = b"HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n";
+
+        #[tokio::test]
+        async fn an_exec_stream_is_not_capped_as_a_whole_but_per_frame() {
+            // 40 frames of 10 bytes: 480 bytes (and a 109-byte head) through a 128-byte cap.
+            let mut answer = UPGRADED.to_vec();
+            for i in 0..40u8 {
+                answer.extend(frame(1 + i % 2, b"0123456789"));
+            }
+            let len = answer.len();
+            assert_eq!(exchange(START, answer, 128).await, Ok(len));
+        }
+
+        #[tokio::test]
+        async fn a_frame_announced_over_the_cap_fails_at_its_header() {
+            let mut answer = UPGRADED.to_vec();
+            answer.extend(frame(1, b"ok"));
+            answer.extend([1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]);
+            answer.extend(std::iter::repeat_n(b'x', 4096));
+            let err = exchange(START, answer, 128).await.unwrap_err();
+            assert!(
+                err.contains("announces 4294967295 bytes, more than 128"),
+                "{err}"
+            );
+            // At the cap exactly it is a frame.
+            let mut answer = UPGRADED.to_vec();
+            answer.extend(frame(2, &[b'e'; 128]));
+            let len = answer.len();
+            assert_eq!(exchange(START, answer, 128).await, Ok(len));
+        }
+
+        #[tokio::test]
+        async fn unframed_bytes_in_an_exec_stream_fail() {
+            let mut answer = UPGRADED.to_vec();
+            answer.extend(frame(1, b"ok"));
+            answer.extend(b"raw text, as a TTY would send");
+            let err = exchange(START, answer, 1 << 20).await.unwrap_err();
+            assert!(err.contains("not multiplexed"), "{err}");
+        }
+
+        #[tokio::test]
+        async fn an_exec_start_answered_without_the_upgrade_is_capped_whole() {
+            let mut answer =
+                b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n\r\n".to_vec();
+            answer.extend(std::iter::repeat_n(b' ', 200));
+            let err = exchange(START, answer, 64).await.unwrap_err();
+            assert!(err.contains("answer is larger than 64 bytes"), "{err}");
+            // And a head that never ends is capped too.
+            let answer = std::iter::repeat_n(b'h', 200).collect();
+            let err = exchange(START, answer, 64).await.unwrap_err();
+            assert!(err.contains("answer head is larger than 64"), "{err}");
+        }
+
+        #[tokio::test]
+        async fn other_answers_are_capped_whole() {
+            let request = "GET /v1.41/containers/abc/json HTTP/1.1\r\n\r\n";
+            let mut answer = UPGRADED.to_vec();
+            answer.extend(std::iter::repeat_n(b'x', 200));
+            let err = exchange(request, answer, 64).await.unwrap_err();
+            assert!(err.contains("answer is larger than 64 bytes"), "{err}");
         }
     }
 }

@@ -4,7 +4,8 @@
 //! What it reproduces (see `shared/research/e2b-daytona.md` part B and the daemon source):
 //!
 //! - the `Sandbox` DTO with every field the official SDK requires, `state: started` at once,
-//!   `toolboxProxyUrl = http://127.0.0.1:<port>/toolbox`, create/get/delete answering 200;
+//!   `toolboxProxyUrl = http://127.0.0.1:<port>/toolbox` (or the `X-Forwarded-Host` a proxy in
+//!   front sets, so the proxy stays in the path), create/get/delete answering 200;
 //! - `POST /process/execute` and `/process/code-run`: the command written to the stdin of the
 //!   daemon's shell (zsh, else bash, else sh, as `GetShell()` picks from `/etc/shells`), stdout
 //!   and stderr merged into `result`, 408 on `timeout`, 200 with `exitCode -1` for a bad `cwd`;
