@@ -458,7 +458,7 @@ async fn p1(plan: &Plan, name: &str, setup: &Setup, adapter: &Arc<dyn Exec>) -> 
             missing(
                 "P1",
                 &title,
-                "a WebSocket exchange (a raw replay of its frames is not written)",
+                "an upgraded connection (a WebSocket, or Docker's hijacked exec stream): a raw replay of its frames is not written",
             );
             return Ok(());
         }
