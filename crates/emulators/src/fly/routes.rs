@@ -75,6 +75,20 @@ fn app_not_found() -> Response {
 
 /// The machine `id` of `app`: an unknown app is `app not found`, an unknown machine `machine
 /// not found` (both 404).
+/// What every machine route checks first: the token (401), the app (404 `app not found`), then
+/// the machine (404).
+fn authorized_machine(
+    st: &State,
+    headers: &HeaderMap,
+    app: &str,
+    id: &str,
+) -> Result<Arc<Machine>, Response> {
+    if !authorized(st, headers) {
+        return Err(unauthorized());
+    }
+    lookup(st, app, id)
+}
+
 fn lookup(st: &State, app: &str, id: &str) -> Result<Arc<Machine>, Response> {
     if st.app(app).is_none() {
         return Err(app_not_found());
@@ -193,10 +207,7 @@ async fn create(st: St, Path(app): Path<String>, headers: HeaderMap, body: Bytes
 }
 
 async fn show(st: St, Path((app, id)): Path<(String, String)>, headers: HeaderMap) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    match lookup(&st, &app, &id) {
+    match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => json_response(StatusCode::OK, &machine_json(&m)),
         Err(r) => r,
     }
@@ -208,10 +219,7 @@ async fn destroy(
     Query(q): Query<BTreeMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    let m = match lookup(&st, &app, &id) {
+    let m = match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => m,
         Err(r) => return r,
     };
@@ -261,10 +269,7 @@ fn lease_conflict(m: &Machine, headers: &HeaderMap) -> Option<Response> {
 }
 
 async fn start(st: St, Path((app, id)): Path<(String, String)>, headers: HeaderMap) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    let m = match lookup(&st, &app, &id) {
+    let m = match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => m,
         Err(r) => return r,
     };
@@ -321,10 +326,7 @@ async fn stop(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    let m = match lookup(&st, &app, &id) {
+    let m = match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => m,
         Err(r) => return r,
     };
@@ -354,10 +356,7 @@ async fn stop(
 }
 
 async fn suspend(st: St, Path((app, id)): Path<(String, String)>, headers: HeaderMap) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    let m = match lookup(&st, &app, &id) {
+    let m = match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => m,
         Err(r) => return r,
     };
@@ -457,10 +456,7 @@ async fn lease_show(
     Path((app, id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    let m = match lookup(&st, &app, &id) {
+    let m = match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => m,
         Err(r) => return r,
     };
@@ -478,10 +474,7 @@ async fn lease_create(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    let m = match lookup(&st, &app, &id) {
+    let m = match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => m,
         Err(r) => return r,
     };
@@ -537,10 +530,7 @@ async fn lease_release(
     Path((app, id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    let m = match lookup(&st, &app, &id) {
+    let m = match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => m,
         Err(r) => return r,
     };
@@ -661,10 +651,7 @@ async fn exec(
         Some(Fault::ResetBeforeResponse) => return reset_connection(ctl.as_deref()).await,
         _ => {}
     }
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    let m = match lookup(&st, &app, &id) {
+    let m = match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => m,
         Err(r) => return r,
     };
@@ -1029,10 +1016,7 @@ async fn update(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    let m = match lookup(&st, &app, &id) {
+    let m = match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => m,
         Err(r) => return r,
     };
@@ -1151,10 +1135,7 @@ async fn restart(
     Query(q): Query<BTreeMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    let m = match lookup(&st, &app, &id) {
+    let m = match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => m,
         Err(r) => return r,
     };
@@ -1214,10 +1195,7 @@ async fn signal(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    let m = match lookup(&st, &app, &id) {
+    let m = match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => m,
         Err(r) => return r,
     };
@@ -1290,10 +1268,7 @@ async fn ps(
     Query(q): Query<BTreeMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    let m = match lookup(&st, &app, &id) {
+    let m = match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => m,
         Err(r) => return r,
     };
@@ -1349,10 +1324,7 @@ async fn ps(
 
 /// `GET …/events` (Machines_list_events): `MachineEvent`s, newest first.
 async fn events(st: St, Path((app, id)): Path<(String, String)>, headers: HeaderMap) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    match lookup(&st, &app, &id) {
+    match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => json_response(StatusCode::OK, &json!(*m.events.lock().expect("events"))),
         Err(r) => r,
     }
@@ -1364,10 +1336,7 @@ async fn metadata_show(
     Path((app, id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    match lookup(&st, &app, &id) {
+    match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => json_response(
             StatusCode::OK,
             &json!(*m.metadata.lock().expect("metadata")),
@@ -1384,10 +1353,7 @@ async fn metadata_set(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    let m = match lookup(&st, &app, &id) {
+    let m = match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => m,
         Err(r) => return r,
     };
@@ -1411,10 +1377,7 @@ async fn metadata_delete(
     Path((app, id, key)): Path<(String, String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if !authorized(&st, &headers) {
-        return unauthorized();
-    }
-    let m = match lookup(&st, &app, &id) {
+    let m = match authorized_machine(&st, &headers, &app, &id) {
         Ok(m) => m,
         Err(r) => return r,
     };
