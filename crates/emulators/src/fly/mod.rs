@@ -166,6 +166,8 @@ pub struct Machine {
     sandboxing: Sandboxing,
     /// `config.metadata`.
     pub(crate) metadata: Mutex<BTreeMap<String, String>>,
+    /// The main process's task, which records its `exit` event.
+    main: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Machine {
@@ -369,6 +371,17 @@ impl Machine {
             }
         });
         sandbox.track(task.abort_handle());
+        *self.main.lock().expect("main") = Some(task);
+    }
+
+    /// Waits (at most `within`) for the main process's task to record its `exit` event: the
+    /// process can be gone from the table before its stream's exit frame is read, and halting
+    /// the sandbox then would abort the task before the event.
+    pub(crate) async fn main_recorded(&self, within: Duration) {
+        let task = self.main.lock().expect("main").take();
+        if let Some(task) = task {
+            let _ = tokio::time::timeout(within, task).await;
+        }
     }
 
     /// Kills everything and drops the sandbox.
@@ -482,6 +495,7 @@ impl State {
             lease: Mutex::new(None),
             sandboxing: self.sandboxing.clone(),
             metadata: Mutex::new(metadata),
+            main: Mutex::new(None),
         });
         m.event("launch", "created", "user", None);
         if launch {

@@ -1172,8 +1172,8 @@ async fn restart(
     };
     m.set_state("restarting");
     m.event("restart", "restarting", "user", None);
-    if !force {
-        signal_and_wait(&sb, sig, grace).await;
+    if !force && signal_and_wait(&sb, sig, grace).await {
+        m.main_recorded(Duration::from_secs(2)).await;
     }
     drop(sb);
     m.halt("restarting");

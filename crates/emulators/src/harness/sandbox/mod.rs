@@ -616,7 +616,7 @@ impl Sandbox {
     /// Host pids of the sandbox's processes (`None` in [`Isolation::Translate`], which has no
     /// pid namespace to tell them by).
     pub fn processes(&self) -> Option<Vec<u32>> {
-        self.ns.as_ref().map(|ns| ns.processes(usize::MAX))
+        self.ns.as_ref().map(|ns| ns.sandbox_processes())
     }
 
     /// `(pid inside the sandbox, host pid)` of every live process of the sandbox, by pid (empty
@@ -638,7 +638,7 @@ impl Sandbox {
     pub fn host_pid(&self, pid: u32) -> Option<u32> {
         match &self.ns {
             Some(ns) => ns
-                .processes(usize::MAX)
+                .sandbox_processes()
                 .into_iter()
                 .find(|&h| sandbox_pid(h) == Some(pid)),
             None => Path::new(&format!("/proc/{pid}")).exists().then_some(pid),
@@ -676,7 +676,7 @@ impl Sandbox {
         let Some(ns) = &self.ns else { return };
         for _ in 0..200 {
             let live: Vec<u32> = ns
-                .processes(usize::MAX)
+                .sandbox_processes()
                 .into_iter()
                 .filter(|&pid| sandbox_pid(pid) != Some(1) && !is_zombie(pid))
                 .collect();
@@ -695,7 +695,7 @@ impl Sandbox {
     /// and thaw it, as a provider's pause and resume do). Nothing in [`Isolation::Translate`].
     pub fn signal_processes(&self, signal: i32) {
         if let Some(ns) = &self.ns {
-            for pid in ns.processes(usize::MAX) {
+            for pid in ns.sandbox_processes() {
                 if sandbox_pid(pid) != Some(1) {
                     let _ = crate::harness::sys::kill(pid as i32, signal);
                 }

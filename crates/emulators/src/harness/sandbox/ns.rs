@@ -59,6 +59,8 @@ pub(crate) struct Namespaces {
     unshare: Mutex<Option<std::process::Child>>,
     /// The write end of the init's stdin: closing it (also when this process dies) ends the init.
     lifeline: Mutex<Option<io::PipeWriter>>,
+    /// The lifeline's `pipe:[inode]`, the init's lifeline reader's stdin.
+    lifeline_pipe: PathBuf,
 }
 
 impl std::fmt::Debug for Namespaces {
@@ -263,6 +265,10 @@ impl Namespaces {
         mkdir(&state.join("work"), 0o700)?;
         mkdir(&state.join("root"), 0o755)?;
         let (lifeline_rx, lifeline_tx) = io::pipe()?;
+        let lifeline_pipe = std::fs::read_link(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&lifeline_tx)
+        ))?;
         let mut cmd = std::process::Command::new("unshare");
         cmd.args([
             "--pid",
@@ -308,6 +314,7 @@ impl Namespaces {
             group_file,
             unshare: Mutex::new(Some(child)),
             lifeline: Mutex::new(Some(lifeline_tx)),
+            lifeline_pipe,
         };
         // From here on, dropping `ns` on an error tears the half-started sandbox down.
         let mut line = String::new();
@@ -471,6 +478,19 @@ impl Namespaces {
             }
         }
         pids.sort_unstable();
+        pids
+    }
+
+    /// Host pids of the sandbox's own processes: [`processes`](Self::processes) without the
+    /// init's lifeline reader (the harness's `cat`, which the init restarts when it is killed,
+    /// so a kill-until-empty loop or a wait for the processes to end would never finish).
+    pub(crate) fn sandbox_processes(&self) -> Vec<u32> {
+        let mut pids = self.processes(usize::MAX);
+        pids.retain(|&pid| {
+            pid as i32 == self.init
+                || std::fs::read_link(format!("/proc/{pid}/fd/0"))
+                    .map_or(true, |l| l != self.lifeline_pipe)
+        });
         pids
     }
 
