@@ -27,7 +27,7 @@ const BENCHES: &[(&str, &str)] = &[
     ("execseam-modal", "exec_latency"),
     ("execseam-chrono", "latency"),
     ("execseam-vercel", "sdk"),
-    ("execseam-daytona", "session_pool"),
+    ("execseam-daytona", "exec_route"),
     ("execseam-northflank", "sdk"),
     ("execseam-docker", "latency"),
     ("execseam-emulators", "launcher"),

@@ -377,6 +377,42 @@ impl Toolbox {
         parse_json(&body, "exec")
     }
 
+    /// `POST /process/execute`: runs `command` and answers when it ends. `submit` says whether
+    /// this is the request that runs an exec's command (no request timeout: it lasts as long
+    /// as the command; the caller watches it) or a short helper (the request timeout).
+    pub(crate) async fn execute(
+        &self,
+        command: &str,
+        timeout_secs: u64,
+        submit: bool,
+    ) -> Result<wire::ExecuteResponse, Error> {
+        let (op, phase) = if submit {
+            ("exec", Phase::Submitted)
+        } else {
+            ("exec_probe", Phase::After)
+        };
+        let rb = self
+            .client
+            .request(Method::POST, &self.url("/process/execute"), !submit)
+            .json(&wire::ExecuteRequest {
+                command,
+                timeout: timeout_secs,
+            });
+        let resp = self.client.send(rb, op, phase).await?;
+        if resp.status() != StatusCode::OK {
+            return Err(error::protocol(
+                op,
+                format!(
+                    "process/execute answered {} where 200 was expected",
+                    resp.status().as_u16()
+                ),
+            ));
+        }
+        // The answer carries the whole output: bounded like a log.
+        let body = read_limited(resp, self.client.max_log, op, phase).await?;
+        parse_json(&body, op)
+    }
+
     /// `GET /process/session/{id}`: the session's commands (an exec's session has one).
     pub(crate) async fn get_session(&self, session_id: &str) -> Result<wire::SessionInfo, Error> {
         const OP: &str = "get_session";

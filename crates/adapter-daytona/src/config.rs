@@ -33,6 +33,24 @@ pub struct DaytonaConfig {
     pub(crate) max_output: u64,
     pub(crate) max_answer_bytes: usize,
     pub(crate) session_pool: usize,
+    pub(crate) exec_route: ExecRoute,
+}
+
+/// Which daemon route runs [`Exec::exec`](execseam_core::Exec::exec) (streams always run in a
+/// session: only a session's log can be followed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExecRoute {
+    /// `POST /process/execute` (the default): one request, answered when the command ends. The
+    /// adapter's frame writes the two streams to files and sends them back tagged and
+    /// base64-encoded, so they stay apart although the route merges them. A synchronous
+    /// session exec is answered only when the daemon's 50 ms poll of the exit-code file sees the
+    /// code (`apps/daemon/pkg/session/execute.go`), about 50 ms per exec.
+    #[default]
+    Execute,
+    /// The synchronous session exec of a pooled session ([`DaytonaConfig::session_pool`]): a
+    /// command's background children end when its session is deleted (at `close`).
+    Session,
 }
 
 /// The default [`DaytonaConfig::session_pool`]: idle sessions a handle keeps for reuse.
@@ -54,6 +72,7 @@ impl fmt::Debug for DaytonaConfig {
             .field("max_output", &self.max_output)
             .field("max_answer_bytes", &self.max_answer_bytes)
             .field("session_pool", &self.session_pool)
+            .field("exec_route", &self.exec_route)
             .finish()
     }
 }
@@ -76,6 +95,7 @@ impl DaytonaConfig {
             max_output: DEFAULT_MAX_OUTPUT,
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             session_pool: DEFAULT_SESSION_POOL,
+            exec_route: ExecRoute::default(),
         }
     }
 
@@ -218,8 +238,16 @@ impl DaytonaConfig {
         self
     }
 
+    /// Which route runs [`Exec::exec`](execseam_core::Exec::exec) (default
+    /// [`ExecRoute::Execute`]).
+    #[must_use]
+    pub fn exec_route(mut self, route: ExecRoute) -> Self {
+        self.exec_route = route;
+        self
+    }
+
     /// How many idle sessions a sandbox handle keeps for reuse (default
-    /// [`DEFAULT_SESSION_POOL`]). An exec takes a free session (one request: the synchronous
+    /// [`DEFAULT_SESSION_POOL`]), for streams and [`ExecRoute::Session`]. An exec takes a free session (one request: the synchronous
     /// session exec) and creates one only when all are busy; a session whose command did not
     /// end cleanly (cancelled, timed out, dropped, failed after the submit) is deleted instead
     /// of reused, and the pool's sessions are deleted by `close`/`destroy`. `0` gives every exec

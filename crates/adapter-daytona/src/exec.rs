@@ -1,9 +1,12 @@
-//! The [`Exec`]/[`ExecStream`] implementation: commands run in pooled Daytona sessions.
+//! The [`Exec`]/[`ExecStream`] implementation: [`Exec::exec`] through `POST /process/execute`
+//! ([`DIRECT_FRAME`], [`ExecRoute::Execute`]), streams (and `exec` with [`ExecRoute::Session`])
+//! in pooled Daytona sessions.
 //!
-//! # Why sessions, and why the output is framed
+//! # Why the output is framed
 //!
 //! Daytona's one-shot `POST /process/execute` merges stdout and stderr into one `result` string,
-//! which the contract forbids; the session API is the only one that keeps them apart. But the
+//! which the contract forbids: [`DIRECT_FRAME`] keeps them apart in files and sends them back one
+//! after the other. The session API keeps them apart itself, but the
 //! daemon labels the session's output **line by line** with a shell `read -r` loop: every line
 //! gets a `\n` even if it had none (`printf o` comes back as `o\n`), NUL bytes are dropped, and the
 //! two streams are interleaved by whole lines. Reporting those bytes would lie about the output.
@@ -13,10 +16,10 @@
 //! into newline-terminated lines, which the daemon's labeller passes through unchanged. After both
 //! streams end, the script writes a trailer: `.` on stderr and `:<status>` on stdout. The adapter
 //! decodes the lines back to the exact bytes, requires both trailers (a missing one is a cut or
-//! truncated answer: [`ErrorKind::Protocol`]), and checks that the status in the trailer equals the
+//! truncated answer: [`ErrorKind::Protocol`](execseam_core::ErrorKind::Protocol)), and checks that the status in the trailer equals the
 //! `exitCode` Daytona reports.
 //!
-//! # One exec
+//! # One exec through a session
 //!
 //! 1. stdin, if any, is uploaded with the files API to a fresh temp file
 //!    ([`degrade::StdinFrom::File`]); the session input route takes text only.
@@ -55,7 +58,7 @@ use futures_util::{SinkExt as _, StreamExt as _};
 use tokio_websockets::CloseCode;
 
 use crate::client::{Client, Toolbox, Ws};
-use crate::config::DaytonaConfig;
+use crate::config::{DaytonaConfig, ExecRoute};
 use crate::error::{self, PROVIDER};
 use crate::wire::{self, STDERR_PREFIX, STDOUT_PREFIX};
 
@@ -322,6 +325,7 @@ struct Inner {
     temp_dir: String,
     ownership: Ownership,
     pool: PoolRef,
+    route: ExecRoute,
 }
 
 impl Drop for Inner {
@@ -416,6 +420,7 @@ impl DaytonaExec {
                 temp_dir: config.temp_dir.clone(),
                 ownership,
                 pool: Pool::new(config.session_pool),
+                route: config.exec_route,
             }),
         }
     }
@@ -910,6 +915,267 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
     degrade::check_wrapped(output).map_err(|e| e.or_context(PROVIDER, "exec"))
 }
 
+// ---------------------------------------------------------------------------------------------
+// `POST /process/execute` ([`ExecRoute::Execute`])
+
+/// The frame of an exec through `POST /process/execute`, run as
+/// `/bin/sh -c DIRECT_FRAME sh SCRIPT DIR LIMIT`: SCRIPT is the core's wrapper, DIR a fresh
+/// directory (its name unique per exec), LIMIT the most bytes of each stream sent back.
+///
+/// The route merges stdout and stderr into one pipe and answers when the command ends, so the
+/// command writes its streams to two files, and once it has exited the frame writes, one after
+/// the other (no interleaving), `O`, stdout in base64 lines, `E`, stderr in base64 lines, and
+/// `:<status>`. A background child keeps its files, not the answer, open: it does not hold the
+/// exec, and what it writes later is not this command's output. DIR holds the process group
+/// (`g`, for the kill) while the command runs, and is removed at the end; a kill that came first
+/// leaves `DIR.x`, and the frame then runs nothing.
+pub const DIRECT_FRAME: &str = r#"d=$2
+if ! mkdir -m 700 "$d" 2>/dev/null; then
+  printf 'O\nE\n'; printf 'execseam-wrapper: cannot create %s\n' "$d" | base64; echo ':125'; exit 125
+fi
+read -r _ _ _ _ g _ </proc/self/stat && echo "$g" >"$d/g"
+if [ -e "$d.x" ]; then rm -rf "$d" "$d.x"; exit 125; fi
+/bin/sh -c "$1" </dev/null >"$d/o" 2>"$d/e"
+s=$?
+echo O; head -c "$3" "$d/o" | base64; echo E; head -c "$3" "$d/e" | base64; printf ':%s\n' "$s"
+rm -rf "$d"
+exit "$s""#;
+
+/// Asked every idle period while an exec's answer has not come: `running` while the frame's
+/// directory exists; otherwise `absent`, and a `DIR.x` so that a late arrival runs nothing.
+const DIRECT_PROBE: &str = r#"if [ -d "$1" ]; then echo running; else : >"$1.x"; echo absent; fi"#;
+
+/// Kills an exec's process group (the daemon's shell leads it) and removes its directory; the
+/// `DIR.x` first, so a frame that has not started yet runs nothing (it stays until then).
+const DIRECT_KILL: &str = r#": >"$1.x"; if [ -f "$1/g" ]; then kill -s KILL -- "-$(cat "$1/g")"; rm -rf "$1" "$1.x"; else rm -rf "$1"; fi"#;
+
+/// The daemon's own deadline for a `/process/execute` command (it kills the process group
+/// then): a year, so that only the host's deadline (which kills through [`DIRECT_KILL`])
+/// applies. Without it, current daemons apply 360 s.
+const EXECUTE_TIMEOUT_SECS: u64 = 365 * 24 * 3600;
+
+/// Decodes the frame's answer: `(stdout, stderr, status)`.
+fn decode_direct(result: &str) -> Result<(Bytes, Bytes, i32), String> {
+    let mut lines = result.split('\n');
+    if lines.next() != Some("O") {
+        return Err(format!(
+            "the framed answer does not start with its stdout marker: {:?}",
+            snippet(result.as_bytes())
+        ));
+    }
+    let (mut out, mut err) = (String::new(), String::new());
+    let mut in_stderr = false;
+    let mut status = None;
+    for line in lines.by_ref() {
+        if line == "E" && !in_stderr {
+            in_stderr = true;
+        } else if let Some(s) = line.strip_prefix(':') {
+            if !in_stderr {
+                return Err("the framed answer has no stderr section".into());
+            }
+            status =
+                Some(s.parse::<i32>().map_err(|_| {
+                    format!("a malformed exit trailer {:?}", snippet(line.as_bytes()))
+                })?);
+            break;
+        } else if in_stderr {
+            err.push_str(line);
+        } else {
+            out.push_str(line);
+        }
+    }
+    let status =
+        status.ok_or("the framed answer ended without its exit trailer: the output was cut")?;
+    if lines.any(|l| !l.is_empty()) {
+        return Err("the framed answer has output after its exit trailer".into());
+    }
+    let b64 = |s: &str, which: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(s)
+            .map(Bytes::from)
+            .map_err(|_| format!("the framed {which} is not base64"))
+    };
+    Ok((b64(&out, "stdout")?, b64(&err, "stderr")?, status))
+}
+
+/// An exec through `POST /process/execute` that may be running: dropped before
+/// [`disarm`](Self::disarm), it kills the command ([`DIRECT_KILL`]) in the background, and
+/// removes a stdin file not yet handed to the frame.
+struct Running {
+    toolbox: Toolbox,
+    dir: String,
+    stdin: Option<String>,
+    submitted: bool,
+}
+
+fn kill_command(dir: &str) -> String {
+    degrade::join(&["/bin/sh", "-c", DIRECT_KILL, "sh", dir])
+}
+
+impl Running {
+    fn disarm(mut self) {
+        self.submitted = false;
+        self.stdin = None;
+    }
+
+    /// Kills the command now (when the exec request failed without an answer, or a probe
+    /// failed: the command may be running). Failures are logged.
+    async fn kill(self) {
+        let (toolbox, dir) = (self.toolbox.clone(), self.dir.clone());
+        self.disarm();
+        if let Err(e) = toolbox.execute(&kill_command(&dir), 60, false).await {
+            tracing::warn!(error = %e, "could not kill a Daytona command");
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let (submitted, stdin) = (self.submitted, self.stdin.take());
+        if !submitted && stdin.is_none() {
+            return;
+        }
+        let (toolbox, dir) = (self.toolbox.clone(), std::mem::take(&mut self.dir));
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if submitted && let Err(e) = toolbox.execute(&kill_command(&dir), 60, false).await {
+                    tracing::warn!(error = %e, "could not kill an abandoned Daytona command");
+                }
+                if let Some(path) = stdin {
+                    let _ = toolbox.delete_file(&path, false).await;
+                }
+            });
+        }
+    }
+}
+
+async fn run_direct(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
+    crate::check_size(&cmd)?;
+    let (max_output, idle) = inner.toolbox.limits();
+    let stdin_path = (!cmd.stdin().is_empty()).then(|| degrade::temp_path(&inner.temp_dir));
+    let opts = WrapOptions {
+        workdir: true,
+        env: true,
+        stdin: stdin_path
+            .clone()
+            .map_or(StdinFrom::Backend, StdinFrom::File),
+        ..WrapOptions::default()
+    };
+    let script = degrade::script(&cmd, &opts).map_err(|e| e.or_context(PROVIDER, "exec"))?;
+    let dir = format!(
+        "{}/.execseam_exec.{}",
+        inner.temp_dir.trim_end_matches('/'),
+        fresh_id("x")
+    );
+    let limit = max_output.saturating_add(1).to_string();
+    let argv = ["/bin/sh", "-c", DIRECT_FRAME, "sh", &script, &dir, &limit];
+    execseam_core::transport::check_wire(PROVIDER, &argv, &crate::SIZE_LIMIT)?;
+    let command = degrade::join(&argv);
+    let mut running = Running {
+        toolbox: inner.toolbox.clone(),
+        dir: dir.clone(),
+        stdin: None,
+        submitted: false,
+    };
+    if let Some(path) = &stdin_path {
+        running.stdin = Some(path.clone());
+        inner
+            .toolbox
+            .upload(&[(path, cmd.stdin())])
+            .await
+            .map_err(|e| e.or_context(PROVIDER, "exec"))?;
+    }
+    // From here the frame owns the stdin file (the wrapper removes it).
+    running.stdin = None;
+    running.submitted = true;
+    let mut exec = Box::pin(inner.toolbox.execute(&command, EXECUTE_TIMEOUT_SECS, true));
+    // The answer comes when the command ends, however long that is, so silence is no error;
+    // but every idle period the sandbox is asked whether the frame still runs. Absent twice
+    // (the request was lost, or the answer after the command ended), the exec fails.
+    let probe = degrade::join(&["/bin/sh", "-c", DIRECT_PROBE, "sh", &dir]);
+    let mut absent = 0;
+    let resp = loop {
+        match tokio::time::timeout(idle, &mut exec).await {
+            Ok(Ok(r)) => break r,
+            Ok(Err(e)) => {
+                // An answer (an HTTP status) means the daemon's handler is done with the
+                // command; without one (a cut connection) it may still be running.
+                drop(exec);
+                if e.status().is_none() {
+                    running.kill().await;
+                } else {
+                    running.disarm();
+                }
+                return Err(e);
+            }
+            Err(_) => {
+                let answer = match inner.toolbox.execute(&probe, 60, false).await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        drop(exec);
+                        running.kill().await;
+                        return Err(after_submit(e));
+                    }
+                };
+                match answer.result.as_deref().map(str::trim) {
+                    Some("running") => absent = 0,
+                    Some("absent") => {
+                        absent += 1;
+                        if absent >= 2 {
+                            // Not running, and the probe left `DIR.x`: nothing to kill.
+                            running.disarm();
+                            return Err(Error::new(
+                                execseam_core::ErrorKind::Timeout(
+                                    execseam_core::Deadline::Request,
+                                ),
+                                format!(
+                                    "no answer from Daytona after {}ms, and the command is not running in the sandbox (a lost request, or an answer lost after the command ended)",
+                                    (idle * 2).as_millis()
+                                ),
+                            )
+                            .with_retry(execseam_core::Retry::Unsafe)
+                            .with_provider(PROVIDER)
+                            .with_operation("exec"));
+                        }
+                    }
+                    other => {
+                        return Err(error::protocol(
+                            "exec_probe",
+                            format!("the probe answered {other:?}"),
+                        ));
+                    }
+                }
+            }
+        }
+    };
+    let proto = |m: String| error::protocol("exec", m);
+    let code = resp
+        .exit_code
+        .ok_or_else(|| proto("process/execute answered without an exitCode".into()))?;
+    let result = resp
+        .result
+        .ok_or_else(|| proto("process/execute answered without a result".into()))?;
+    let (stdout, stderr, status) = decode_direct(&result).map_err(proto)?;
+    if status != code {
+        return Err(proto(format!(
+            "the framed status {status} differs from Daytona's exitCode {code}"
+        )));
+    }
+    // The frame ended: nothing to kill.
+    running.disarm();
+    if stdout.len() as u64 > max_output || stderr.len() as u64 > max_output {
+        return Err(Error::new(
+            execseam_core::ErrorKind::OutputLimit,
+            format!("the command wrote more than the {max_output} bytes per stream this adapter collects"),
+        )
+        .with_retry(execseam_core::Retry::Unsafe)
+        .with_provider(PROVIDER)
+        .with_operation("exec"));
+    }
+    degrade::check_wrapped(Output::new(stdout, stderr, Exit::Code(code)))
+        .map_err(|e| e.or_context(PROVIDER, "exec"))
+}
+
 impl Exec for DaytonaExec {
     fn provider(&self) -> &str {
         PROVIDER
@@ -921,7 +1187,10 @@ impl Exec for DaytonaExec {
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut = Box::pin(run(self.inner.clone(), command));
+        let fut: BoxFuture<'_, Result<Output, Error>> = match self.inner.route {
+            ExecRoute::Execute => Box::pin(run_direct(self.inner.clone(), command)),
+            ExecRoute::Session => Box::pin(run(self.inner.clone(), command)),
+        };
         // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
         Box::pin(tracing::Instrument::instrument(fut, span))
     }
@@ -1364,6 +1633,125 @@ mod tests {
             let (out2, err2, _) = decode_complete(&so, &se).unwrap();
             assert_eq!((out2, err2), (out, err));
         }
+    }
+
+    /// The direct frame as `/process/execute` runs it: the command text on the shell's stdin,
+    /// stdout and stderr into one pipe (`apps/daemon/pkg/toolbox/process/execute.go`).
+    fn run_direct_frame(shell: &str, script: &str, dir: &str, limit: u64) -> (String, i32) {
+        use std::io::Write as _;
+        let argv = [
+            "/bin/sh",
+            "-c",
+            DIRECT_FRAME,
+            "sh",
+            script,
+            dir,
+            &limit.to_string(),
+        ];
+        let text = degrade::join(&argv);
+        let (r, w) = std::io::pipe().unwrap();
+        let mut child = std::process::Command::new(shell)
+            .stdin(std::process::Stdio::piped())
+            .stdout(w.try_clone().unwrap())
+            .stderr(w)
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut { r }, &mut out).unwrap();
+        let status = child.wait().unwrap().code().unwrap();
+        (out, status)
+    }
+
+    fn scratch(name: &str) -> String {
+        let d = std::env::temp_dir().join(format!("execseam-direct-{name}-{}", std::process::id()));
+        d.to_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn the_direct_frame_keeps_the_streams_apart_and_exact_in_every_shell() {
+        let cmd = Command::builder([
+            "sh",
+            "-c",
+            "printf 'a\\000b\\377'; printf 'no newline' >&2; head -c 70000 /dev/zero; exit 7",
+        ])
+        .build()
+        .unwrap();
+        let script = degrade::script(&cmd, &WrapOptions::default()).unwrap();
+        for shell in ["/bin/sh", "bash", "dash"] {
+            let dir = scratch(shell.trim_start_matches('/').replace('/', "-").as_str());
+            let (answer, code) = run_direct_frame(shell, &script, &dir, 1 << 20);
+            assert_eq!(code, 7, "{shell}: {answer}");
+            let (out, err, status) = decode_direct(&answer).unwrap();
+            let mut want = b"a\0b\xff".to_vec();
+            want.extend(std::iter::repeat_n(0u8, 70000));
+            assert_eq!(out.as_ref(), want.as_slice(), "{shell}");
+            assert_eq!(err.as_ref(), b"no newline", "{shell}");
+            assert_eq!(status, 7);
+            assert!(
+                !std::path::Path::new(&dir).exists(),
+                "{shell}: the frame's directory stays"
+            );
+        }
+    }
+
+    #[test]
+    fn the_direct_frame_sends_at_most_its_limit_and_a_killed_exec_runs_nothing() {
+        let cmd = Command::new(["sh", "-c", "printf 0123456789"]).unwrap();
+        let script = degrade::script(&cmd, &WrapOptions::default()).unwrap();
+        let dir = scratch("limit");
+        let (answer, _) = run_direct_frame("/bin/sh", &script, &dir, 4);
+        assert_eq!(decode_direct(&answer).unwrap().0.as_ref(), b"0123");
+        // The kill came first (it leaves `DIR.x`): the frame runs nothing, and removes it.
+        let marker =
+            std::env::temp_dir().join(format!("execseam-direct-ran-{}", std::process::id()));
+        let cmd = Command::new(["touch", marker.to_str().unwrap()]).unwrap();
+        let script = degrade::script(&cmd, &WrapOptions::default()).unwrap();
+        let dir = scratch("cancelled");
+        std::fs::write(format!("{dir}.x"), b"").unwrap();
+        let (answer, code) = run_direct_frame("/bin/sh", &script, &dir, 4);
+        assert_eq!((answer.as_str(), code), ("", 125));
+        assert!(!marker.exists(), "a cancelled frame ran its command");
+        assert!(!std::path::Path::new(&format!("{dir}.x")).exists());
+    }
+
+    #[test]
+    fn direct_answers_that_are_cut_or_garbled_are_errors() {
+        assert_eq!(
+            decode_direct("O\naGk=\nE\nZXJy\n:3\n").unwrap(),
+            (Bytes::from_static(b"hi"), Bytes::from_static(b"err"), 3)
+        );
+        for (bad, why) in [
+            ("", "stdout marker"),
+            ("O\naGk=\n", "exit trailer"),
+            ("O\naGk=\nE\n", "exit trailer"),
+            ("O\naGk=\n:3\n", "no stderr section"),
+            ("O\nnot base64!\nE\n:0\n", "not base64"),
+            ("O\nE\n:0\nmore\n", "after its exit trailer"),
+            ("O\nE\n:x\n", "malformed exit trailer"),
+            ("zsh: command not found\nO\nE\n:0\n", "stdout marker"),
+        ] {
+            let e = decode_direct(bad).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_execute_request_sets_a_deadline_past_the_daemons_default() {
+        let body = serde_json::to_value(wire::ExecuteRequest {
+            command: "true",
+            timeout: EXECUTE_TIMEOUT_SECS,
+        })
+        .unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"command": "true", "timeout": 31_536_000})
+        );
     }
 
     #[test]

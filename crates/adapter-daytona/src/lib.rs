@@ -4,17 +4,25 @@
 //!
 //! # How a command runs
 //!
-//! Never through `POST /process/execute`: that route merges stdout and stderr into one string.
-//! Commands run in **sessions** (`POST /process/session/{id}/exec`) that a handle keeps in a small
-//! pool ([`DaytonaConfig::session_pool`]): a warm exec is that one request (the synchronous
-//! answer carries `stdout`, `stderr` and `exitCode`); a session is created only when all are
-//! busy, and deleted instead of reused when its command did not end cleanly; deleting it is also
-//! how an abandoned command is killed. Each command runs in a `/bin/sh` of its own, so nothing
-//! it does stays in the session's shell. The daemon labels session output line by line (a `\n` is
-//! added to a last line without one, NUL bytes are lost), so the command runs under a small framing
-//! script that base64-encodes each stream into lines and appends trailers; the adapter decodes the
-//! exact bytes and checks the trailer's status against Daytona's `exitCode`. See [`exec`](crate::exec)
-//! for the details.
+//! [`Exec::exec`](execseam_core::Exec::exec) is one `POST /process/execute` by default
+//! ([`ExecRoute::Execute`]). That route merges stdout and stderr into one `result` string, so the
+//! command runs under a small frame ([`exec::DIRECT_FRAME`]) that writes each stream to a file
+//! and, once the command has exited, sends both back one after the other in base64 with a status
+//! trailer; the adapter decodes the exact bytes and checks the trailer against Daytona's
+//! `exitCode`. The answer is awaited without a request timeout (the command may be long), but
+//! every idle period a short probe asks the sandbox whether the frame still runs; a dropped exec
+//! (the host's deadline) kills its process group with another short request.
+//!
+//! Streams ([`ExecStream`](execseam_core::ExecStream)), and `exec` with [`ExecRoute::Session`],
+//! run in **sessions** (`POST /process/session/{id}/exec`) that a handle keeps in a small pool
+//! ([`DaytonaConfig::session_pool`]): a session is created only when all are busy, and deleted
+//! instead of reused when its command did not end cleanly; deleting it is also how an abandoned
+//! command is killed. Each command runs in a `/bin/sh` of its own, so nothing it does stays in
+//! the session's shell. The daemon labels session output line by line (a `\n` is added to a last
+//! line without one, NUL bytes are lost), so the command runs under a framing script that
+//! base64-encodes each stream into lines and appends trailers. A synchronous session exec is
+//! answered only on the daemon's 50 ms poll of the exit-code file, which is why `exec` takes
+//! the other route. See [`exec`](crate::exec) for the details.
 //!
 //! We announce `X-Daytona-SDK-Version: 0.226.1`, which makes the daemon split `stdout` and
 //! `stderr` in its answers; the raw `output` with `\x01\x01\x01` / `\x02\x02\x02` line prefixes
@@ -24,19 +32,21 @@
 //!
 //! | part | delivery |
 //! |---|---|
-//! | argv | shell-wrapped: quoted exactly with `execseam_core::degrade` (the session runs a shell) |
+//! | argv | shell-wrapped: quoted exactly with `execseam_core::degrade` (the daemon runs a shell) |
 //! | workdir, env | shell-wrapped by the core's wrapper (`cd`, `env --`); a missing workdir is `Err(NotFound)` |
 //! | stdin | a temp file uploaded with the files API (`POST /files/bulk-upload`), then redirected; the session input route takes text only |
 //! | stdout/stderr | separate and byte-exact (binary included) |
 //! | streaming | yes: the `logs?follow=true` WebSocket |
-//! | remote kill | yes: dropping the exec deletes its session, which kills its process tree |
+//! | remote kill | yes: dropping the exec kills its process group (`process/execute`), or deletes its session, which kills its process tree |
 //! | native tools | none: `find_files` is a literal search that skips binary files and `search_files` matches directories and returns paths as JSON strings, so neither gives the bytes `grep`/`find` would ([`DaytonaExec::find_in_files`] and [`DaytonaExec::search_files`] are available as such) |
 //!
 //! Errors: the `{statusCode, message, code, source}` envelope maps to [`ErrorKind`](execseam_core::ErrorKind)
 //! by status (404 `NotFound`, 401 `Unauthenticated`, 429 `RateLimited` with `Retry-After`, 408
 //! `Timeout`, 410 `SESSION_ENDED` `Unavailable`, 5xx `Internal`/`Unavailable`), and from the
 //! request that runs the command on, every failure that may follow a run is `Retry::Unsafe`. That
-//! request has no timeout and is never re-sent (reqwest's retries are off).
+//! request has no timeout and is never re-sent (reqwest's retries are off); `process/execute`
+//! gets a daemon-side deadline of a year, so that only the host's deadline applies (current
+//! daemons kill at 360 s by default).
 #![warn(missing_docs)]
 
 use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
@@ -49,7 +59,7 @@ mod provider;
 pub mod wire;
 
 pub use config::{
-    DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_OUTPUT, DEFAULT_SESSION_POOL, DaytonaConfig,
+    DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_OUTPUT, DEFAULT_SESSION_POOL, DaytonaConfig, ExecRoute,
 };
 pub use exec::DaytonaExec;
 pub use provider::DaytonaProvider;

@@ -98,6 +98,28 @@ pub struct CommandLogs {
     pub output: Option<String>,
 }
 
+/// `POST /process/execute`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExecuteRequest<'a> {
+    /// The command text, written to the stdin of the daemon's shell.
+    pub command: &'a str,
+    /// Seconds before the daemon kills the command's process group (its default, when absent,
+    /// is 360 s on current daemons).
+    pub timeout: u64,
+}
+
+/// The answer to `POST /process/execute`: stdout and stderr merged into `result`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecuteResponse {
+    /// The shell's exit code (`-1` when it was killed or could not start).
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// The merged output, as text.
+    #[serde(default)]
+    pub result: Option<String>,
+}
+
 /// `POST /process/session`.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -1,4 +1,5 @@
-//! The adapter against the Daytona emulator, beyond the conformance suite: the files API, the
+//! The adapter against the Daytona emulator, beyond the conformance suite, with execs through
+//! sessions ([`ExecRoute::Session`]; `tests/execute.rs` has the default route): the files API, the
 //! session pool (a free session reused: one request per exec; nothing of a command stays in the
 //! session's shell; a session whose command did not end cleanly is deleted, never reused; the
 //! pool's sessions deleted at close), a session that ends mid-command, streaming that really
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use execseam_core::{
     Command, ErrorKind, Event, Exec, Exit, Retry, Sandbox, SandboxSpec, WireStatus,
 };
-use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider};
+use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider, ExecRoute};
 use execseam_emulators::daytona::DaytonaEmulator;
 use execseam_emulators::{EmulatorOptions, Fault};
 
@@ -28,7 +29,9 @@ async fn create(config: DaytonaConfig) -> Result<DaytonaExec, execseam_core::Err
 }
 
 fn config(emu: &DaytonaEmulator) -> DaytonaConfig {
-    DaytonaConfig::new(emu.token().to_owned()).api_url(emu.api_url())
+    DaytonaConfig::new(emu.token().to_owned())
+        .api_url(emu.api_url())
+        .exec_route(ExecRoute::Session)
 }
 
 fn sh(script: &str) -> Command {

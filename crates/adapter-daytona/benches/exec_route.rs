@@ -1,18 +1,18 @@
-//! Exec latency of `true` against the Daytona emulator, side by side in one run: the adapter
-//! with its session pool (A: a free session is reused, so a warm exec is the one synchronous
-//! session exec) against the same adapter without it (B, `session_pool(0)`: create a session,
-//! exec, delete it, the pre-pool behaviour). Both run in the same sandbox of the same emulator
+//! Exec latency of `true` against the Daytona emulator, side by side in one run: the adapter's
+//! default route (A, `ExecRoute::Execute`: one `POST /process/execute`) against its session
+//! route (B, `ExecRoute::Session` with the pool: a warm exec is the one synchronous session
+//! exec, answered on the daemon's 50 ms exit-code poll). Both run in the same sandbox of the same emulator
 //! process, alternating A and B (the order swapped every pair), first on loopback, then through
 //! the chaos proxy with 25 ms added to every request (`*=delay:25`, a WAN-like round trip).
 //! Round trips per exec are counted at the emulator (its toolbox request count).
 //!
-//! `cargo bench -p execseam-daytona --bench session_pool` (or `cargo xtask bench`).
+//! `cargo bench -p execseam-daytona --bench exec_route` (or `cargo xtask bench`).
 //! `EXECSEAM_BENCH_PAIRS=N` sets the pairs per setting (default 200).
 
 use std::time::{Duration, Instant};
 
 use execseam_core::{Command, Exec, Sandbox, SandboxSpec};
-use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider};
+use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider, ExecRoute};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::chaos::{ChaosProxy, parse_rules};
 use execseam_emulators::daytona::DaytonaEmulator;
@@ -86,7 +86,7 @@ fn report(setting: &str, n: usize, a: &Side, b: &Side) {
     let (am, ap) = (quantile(&a.times, 0.5), quantile(&a.times, 0.9));
     let (bm, bp) = (quantile(&b.times, 0.5), quantile(&b.times, 0.9));
     println!(
-        "daytona exec `true`, {setting} ({n} pairs, alternating): pooled median {:.2} ms p90 {:.2} ms, {} round trips/exec | session per exec median {:.2} ms p90 {:.2} ms, {} round trips/exec | pooled/per-exec median {:.2}, p90 {:.2}",
+        "daytona exec `true`, {setting} ({n} pairs, alternating): process/execute median {:.2} ms p90 {:.2} ms, {} round trips/exec | pooled session median {:.2} ms p90 {:.2} ms, {} round trips/exec | execute/session median {:.2}, p90 {:.2}",
         ms(am),
         ms(ap),
         a.trips(),
@@ -120,7 +120,7 @@ fn main() {
         let id = owner.id().to_owned();
         let handles = |toolbox: &str| {
             let a = DaytonaProvider::new(config()).unwrap().attach(toolbox, &id);
-            let b = DaytonaProvider::new(config().session_pool(0))
+            let b = DaytonaProvider::new(config().exec_route(ExecRoute::Session))
                 .unwrap()
                 .attach(toolbox, &id);
             (a, b)
@@ -130,6 +130,7 @@ fn main() {
         let (sa, sb) = pairs(&emu, &a, &b, n).await;
         report("loopback", n, &sa, &sb);
         a.close().await.unwrap();
+        b.close().await.unwrap();
 
         let proxy = ChaosProxy::start(
             ([127, 0, 0, 1], 0).into(),
@@ -142,6 +143,7 @@ fn main() {
         let (sa, sb) = pairs(&emu, &a, &b, n).await;
         report("+25 ms per request", n, &sa, &sb);
         a.close().await.unwrap();
+        b.close().await.unwrap();
         proxy.shutdown().await;
         owner.close().await.unwrap();
     });
