@@ -925,8 +925,9 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
 /// The route merges stdout and stderr into one pipe and answers when the command ends, so the
 /// command writes its streams to two files, and once it has exited the frame writes, one after
 /// the other (no interleaving), `O`, stdout in base64 lines, `E`, stderr in base64 lines, and
-/// `:<status>`. A background child keeps its files, not the answer, open: it does not hold the
-/// exec, and what it writes later is not this command's output. DIR holds the process group
+/// `:<status>` (an empty stream costs no process). A background child keeps its files, not the
+/// answer, open: it does not hold the exec, and what it writes later is not this command's
+/// output. DIR holds the process group
 /// (`g`, for the kill) while the command runs, and is removed at the end; a kill that came first
 /// leaves `DIR.x`, and the frame then runs nothing.
 pub const DIRECT_FRAME: &str = r#"d=$2
@@ -937,7 +938,7 @@ read -r _ _ _ _ g _ </proc/self/stat && echo "$g" >"$d/g"
 if [ -e "$d.x" ]; then rm -rf "$d" "$d.x"; exit 125; fi
 /bin/sh -c "$1" </dev/null >"$d/o" 2>"$d/e"
 s=$?
-echo O; head -c "$3" "$d/o" | base64; echo E; head -c "$3" "$d/e" | base64; printf ':%s\n' "$s"
+echo O; [ -s "$d/o" ] && head -c "$3" "$d/o" | base64; echo E; [ -s "$d/e" ] && head -c "$3" "$d/e" | base64; printf ':%s\n' "$s"
 rm -rf "$d"
 exit "$s""#;
 
