@@ -919,36 +919,47 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
 // `POST /process/execute` ([`ExecRoute::Execute`])
 
 /// The frame of an exec through `POST /process/execute`, run as
-/// `/bin/sh -c DIRECT_FRAME sh SCRIPT DIR LIMIT`: SCRIPT is the core's wrapper, DIR a fresh
-/// directory (its name unique per exec), LIMIT the most bytes of each stream sent back.
+/// `/bin/sh -c DIRECT_FRAME sh SCRIPT PREFIX LIMIT`: SCRIPT is the core's wrapper, PREFIX a
+/// fresh path (unique per exec) for the frame's files, LIMIT the most bytes of each stream sent
+/// back.
 ///
 /// The route merges stdout and stderr into one pipe and answers when the command ends, so the
-/// command writes its streams to two files, and once it has exited the frame writes, one after
-/// the other (no interleaving), `O`, stdout in base64 lines, `E`, stderr in base64 lines, and
-/// `:<status>` (an empty stream costs no process). A background child keeps its files, not the
-/// answer, open: it does not hold the exec, and what it writes later is not this command's
-/// output. DIR holds the process group
-/// (`g`, for the kill) while the command runs, and is removed at the end; a kill that came first
-/// leaves `DIR.x`, and the frame then runs nothing.
-pub const DIRECT_FRAME: &str = r#"d=$2
-if ! mkdir -m 700 "$d" 2>/dev/null; then
-  printf 'O\nE\n'; printf 'execseam-wrapper: cannot create %s\n' "$d" | base64; echo ':125'; exit 125
+/// command (in a `/bin/sh` of its own: a subshell would see the frame's `$$`, and dash reports a
+/// subshell killed by a signal on the frame's stderr) writes its streams to `PREFIX.o` and
+/// `PREFIX.e`, created mode 600 under a umask of 077 that the command does not inherit, and once
+/// it has exited the frame writes, one after the other (no interleaving), `O`, stdout in base64
+/// lines, `E`, stderr in base64 lines, and `:<status>`. A background child keeps its files, not
+/// the answer, open: it does not hold the exec, and what it writes later is not this command's
+/// output. `PREFIX.g` holds the process group (for the kill) while the frame runs; a kill that
+/// came first leaves `PREFIX.x`, and the frame then runs nothing. The files are removed in the
+/// background, after the answer. For `true` the frame starts no process but the command's shell
+/// and that removal (an empty stream is not encoded, the umask is read from `/proc`): each
+/// process costs about a millisecond in a sandbox.
+pub const DIRECT_FRAME: &str = r#"p=$2
+u=
+while read -r k v; do if [ "$k" = Umask: ]; then u=$v; break; fi; done </proc/self/status
+[ -n "$u" ] || u=$(umask)
+umask 077
+if ! { : >"$p.o" && : >"$p.e"; } 2>/dev/null; then
+  printf 'O\nE\n'; printf 'execseam-wrapper: cannot create %s\n' "$p.o" | base64; echo ':125'; exit 125
 fi
-read -r _ _ _ _ g _ </proc/self/stat && echo "$g" >"$d/g"
-if [ -e "$d.x" ]; then rm -rf "$d" "$d.x"; exit 125; fi
-/bin/sh -c "$1" </dev/null >"$d/o" 2>"$d/e"
+read -r _ _ _ _ g _ </proc/self/stat; echo "$g" >"$p.g"
+umask "$u"
+if [ -e "$p.x" ]; then rm -f -- "$p.g" "$p.o" "$p.e" "$p.x"; exit 125; fi
+/bin/sh -c "$1" </dev/null >"$p.o" 2>"$p.e"
 s=$?
-echo O; [ -s "$d/o" ] && head -c "$3" "$d/o" | base64; echo E; [ -s "$d/e" ] && head -c "$3" "$d/e" | base64; printf ':%s\n' "$s"
-rm -rf "$d"
+echo O; [ -s "$p.o" ] && head -c "$3" "$p.o" | base64; echo E; [ -s "$p.e" ] && head -c "$3" "$p.e" | base64; printf ':%s\n' "$s"
+rm -f -- "$p.g" "$p.o" "$p.e" </dev/null >/dev/null 2>&1 &
 exit "$s""#;
 
 /// Asked every idle period while an exec's answer has not come: `running` while the frame's
-/// directory exists; otherwise `absent`, and a `DIR.x` so that a late arrival runs nothing.
-const DIRECT_PROBE: &str = r#"if [ -d "$1" ]; then echo running; else : >"$1.x"; echo absent; fi"#;
+/// `PREFIX.g` exists; otherwise `absent`, and a `PREFIX.x` so that a late arrival runs nothing.
+const DIRECT_PROBE: &str =
+    r#"if [ -e "$1.g" ]; then echo running; else : >"$1.x"; echo absent; fi"#;
 
-/// Kills an exec's process group (the daemon's shell leads it) and removes its directory; the
-/// `DIR.x` first, so a frame that has not started yet runs nothing (it stays until then).
-const DIRECT_KILL: &str = r#": >"$1.x"; if [ -f "$1/g" ]; then kill -s KILL -- "-$(cat "$1/g")"; rm -rf "$1" "$1.x"; else rm -rf "$1"; fi"#;
+/// Kills an exec's process group (the daemon's shell leads it) and removes the frame's files;
+/// the `PREFIX.x` first, so a frame that has not started yet runs nothing (it stays until then).
+const DIRECT_KILL: &str = r#": >"$1.x"; if [ -f "$1.g" ]; then kill -s KILL -- "-$(cat "$1.g")"; rm -f -- "$1.g" "$1.o" "$1.e" "$1.x"; fi"#;
 
 /// The daemon's own deadline for a `/process/execute` command (it kills the process group
 /// then): a year, so that only the host's deadline (which kills through [`DIRECT_KILL`])
@@ -1669,6 +1680,18 @@ mod tests {
         (out, status)
     }
 
+    /// The frame's files are removed (in the background, after the answer).
+    fn gone(prefix: &str) {
+        let until = std::time::Instant::now() + Duration::from_secs(3);
+        for ext in ["g", "o", "e", "x"] {
+            let f = format!("{prefix}.{ext}");
+            while std::path::Path::new(&f).exists() {
+                assert!(std::time::Instant::now() < until, "{f} stays");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
     fn scratch(name: &str) -> String {
         let d = std::env::temp_dir().join(format!("execseam-direct-{name}-{}", std::process::id()));
         d.to_str().unwrap().to_owned()
@@ -1694,10 +1717,7 @@ mod tests {
             assert_eq!(out.as_ref(), want.as_slice(), "{shell}");
             assert_eq!(err.as_ref(), b"no newline", "{shell}");
             assert_eq!(status, 7);
-            assert!(
-                !std::path::Path::new(&dir).exists(),
-                "{shell}: the frame's directory stays"
-            );
+            gone(&dir);
         }
     }
 
@@ -1708,7 +1728,7 @@ mod tests {
         let dir = scratch("limit");
         let (answer, _) = run_direct_frame("/bin/sh", &script, &dir, 4);
         assert_eq!(decode_direct(&answer).unwrap().0.as_ref(), b"0123");
-        // The kill came first (it leaves `DIR.x`): the frame runs nothing, and removes it.
+        // The kill came first (it leaves `PREFIX.x`): the frame runs nothing, and removes it.
         let marker =
             std::env::temp_dir().join(format!("execseam-direct-ran-{}", std::process::id()));
         let cmd = Command::new(["touch", marker.to_str().unwrap()]).unwrap();
@@ -1718,7 +1738,7 @@ mod tests {
         let (answer, code) = run_direct_frame("/bin/sh", &script, &dir, 4);
         assert_eq!((answer.as_str(), code), ("", 125));
         assert!(!marker.exists(), "a cancelled frame ran its command");
-        assert!(!std::path::Path::new(&format!("{dir}.x")).exists());
+        gone(&dir);
     }
 
     #[test]

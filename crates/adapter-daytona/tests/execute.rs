@@ -30,17 +30,24 @@ fn sh(script: &str) -> Command {
     Command::new(["sh", "-c", script]).unwrap()
 }
 
-/// What the adapter left in the temp directory: stdin files (`.execseam-*`) and the frame's
-/// directories and markers (`.execseam_exec.*`), but for the listing command's own directory
-/// (its stdout is a file there).
+/// What the adapter left in the temp directory, once the background removals had a moment:
+/// stdin files (`.execseam-*`) and the frame's files and markers (`.execseam_exec.*`), but for
+/// the listing command's own (its stdout is one of them).
 async fn leftovers(exec: &DaytonaExec) -> String {
-    let o = exec
-        .exec(sh(
-            "own=$(basename \"$(dirname \"$(readlink /proc/$$/fd/1)\")\"); ls -A /tmp | grep '^\\.execseam' | grep -vxF \"$own\" || true",
-        ))
-        .await
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout).trim().replace('\n', ",")
+    let until = Instant::now() + Duration::from_secs(3);
+    loop {
+        let o = exec
+            .exec(sh(
+                "own=$(readlink /proc/$$/fd/1); own=${own%.o}; own=${own##*/}; ls -A /tmp | grep '^\\.execseam' | grep -vF \"$own\" || true",
+            ))
+            .await
+            .unwrap();
+        let left = String::from_utf8_lossy(&o.stdout).trim().replace('\n', ",");
+        if left.is_empty() || Instant::now() > until {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
