@@ -1682,11 +1682,11 @@ mod tests {
 
     /// The frame's files are removed (in the background, after the answer).
     fn gone(prefix: &str) {
-        let until = std::time::Instant::now() + Duration::from_secs(3);
+        let until = Instant::now() + Duration::from_secs(3);
         for ext in ["g", "o", "e", "x"] {
             let f = format!("{prefix}.{ext}");
             while std::path::Path::new(&f).exists() {
-                assert!(std::time::Instant::now() < until, "{f} stays");
+                assert!(Instant::now() < until, "{f} stays");
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
