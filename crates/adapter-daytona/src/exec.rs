@@ -1021,7 +1021,10 @@ struct Running {
 }
 
 fn kill_command(dir: &str) -> String {
-    degrade::join(&["/bin/sh", "-c", DIRECT_KILL, "sh", dir])
+    format!(
+        "exec {}",
+        degrade::join(&["/bin/sh", "-c", DIRECT_KILL, "sh", dir])
+    )
 }
 
 impl Running {
@@ -1082,7 +1085,9 @@ async fn run_direct(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
     let limit = max_output.saturating_add(1).to_string();
     let argv = ["/bin/sh", "-c", DIRECT_FRAME, "sh", &script, &dir, &limit];
     execseam_core::transport::check_wire(PROVIDER, &argv, &crate::SIZE_LIMIT)?;
-    let command = degrade::join(&argv);
+    // `exec`: the daemon's shell becomes the frame (one process less; the process group and the
+    // exit status stay the same).
+    let command = format!("exec {}", degrade::join(&argv));
     let mut running = Running {
         toolbox: inner.toolbox.clone(),
         dir: dir.clone(),
@@ -1104,7 +1109,10 @@ async fn run_direct(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
     // The answer comes when the command ends, however long that is, so silence is no error;
     // but every idle period the sandbox is asked whether the frame still runs. Absent twice
     // (the request was lost, or the answer after the command ended), the exec fails.
-    let probe = degrade::join(&["/bin/sh", "-c", DIRECT_PROBE, "sh", &dir]);
+    let probe = format!(
+        "exec {}",
+        degrade::join(&["/bin/sh", "-c", DIRECT_PROBE, "sh", &dir])
+    );
     let mut absent = 0;
     let resp = loop {
         match tokio::time::timeout(idle, &mut exec).await {
@@ -1660,7 +1668,7 @@ mod tests {
             dir,
             &limit.to_string(),
         ];
-        let text = degrade::join(&argv);
+        let text = format!("exec {}", degrade::join(&argv));
         let (r, w) = std::io::pipe().unwrap();
         let mut child = std::process::Command::new(shell)
             .stdin(std::process::Stdio::piped())
