@@ -275,11 +275,18 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, mut stopped: watc
     conns.shutdown().await;
 }
 
+/// The upstream HTTP/2 connection of one client connection, shared by its streams (opened on
+/// the first, again if it closed): a fresh connection per stream made bursts of gRPC calls
+/// overflow the upstream's accept queue, and the dropped SYNs cost a 1 s retransmit.
+type UpstreamH2 =
+    Arc<tokio::sync::Mutex<Option<hyper::client::conn::http2::SendRequest<Incoming>>>>;
+
 async fn serve_connection(stream: TcpStream, state: Arc<State>) {
     let _ = stream.set_nodelay(true);
+    let h2: UpstreamH2 = Arc::default();
     let service = hyper::service::service_fn(move |req| {
-        let state = state.clone();
-        async move { handle(state, req).await }
+        let (state, h2) = (state.clone(), h2.clone());
+        async move { handle(state, h2, req).await }
     });
     let builder = Builder::new(TokioExecutor::new());
     if let Err(e) = builder
@@ -325,7 +332,11 @@ fn status_response(code: u16, retry_after: Option<u64>) -> Response<ChaosBody> {
     resp
 }
 
-async fn handle(state: Arc<State>, mut req: Request<Incoming>) -> Result<Response<ChaosBody>, Cut> {
+async fn handle(
+    state: Arc<State>,
+    h2: UpstreamH2,
+    mut req: Request<Incoming>,
+) -> Result<Response<ChaosBody>, Cut> {
     let action = state.fire(req.method().as_str(), req.uri().path());
     match action {
         Some(Action::Status { code, retry_after }) => {
@@ -353,7 +364,7 @@ async fn handle(state: Arc<State>, mut req: Request<Incoming>) -> Result<Respons
     }
     let upgrade = req.version() == Version::HTTP_11 && req.headers().contains_key(header::UPGRADE);
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-    let mut resp = match forward(&state.upstream, req).await {
+    let mut resp = match forward(&state.upstream, &h2, req).await {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(error = %e, "chaos upstream failed");
@@ -421,14 +432,13 @@ async fn handle(state: Arc<State>, mut req: Request<Incoming>) -> Result<Respons
 /// The header that tells the upstream which address the client reached (set when absent).
 pub const FORWARDED_HOST: &str = "x-forwarded-host";
 
-/// Sends the request on a fresh connection to the upstream, in the request's HTTP version.
+/// Sends the request to the upstream in its HTTP version: HTTP/1.1 on a fresh connection,
+/// HTTP/2 on the client connection's shared upstream connection.
 async fn forward(
     upstream: &str,
+    h2: &UpstreamH2,
     mut req: Request<Incoming>,
 ) -> Result<Response<Incoming>, BoxError> {
-    let tcp = TcpStream::connect(upstream).await?;
-    let _ = tcp.set_nodelay(true);
-    let io = TokioIo::new(tcp);
     if req.version() == Version::HTTP_2 {
         let pq = req
             .uri()
@@ -436,13 +446,32 @@ async fn forward(
             .map_or("/", |pq| pq.as_str())
             .to_owned();
         *req.uri_mut() = format!("http://{upstream}{pq}").parse()?;
-        let (mut send, conn) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let mut send = {
+            let mut shared = h2.lock().await;
+            match shared.as_ref().filter(|s| !s.is_closed()) {
+                Some(s) => s.clone(),
+                None => {
+                    let tcp = TcpStream::connect(upstream).await?;
+                    let _ = tcp.set_nodelay(true);
+                    let (send, conn) = hyper::client::conn::http2::handshake(
+                        TokioExecutor::new(),
+                        TokioIo::new(tcp),
+                    )
+                    .await?;
+                    tokio::spawn(async move {
+                        let _ = conn.await;
+                    });
+                    *shared = Some(send.clone());
+                    send
+                }
+            }
+        };
+        send.ready().await?;
         Ok(send.send_request(req).await?)
     } else {
+        let tcp = TcpStream::connect(upstream).await?;
+        let _ = tcp.set_nodelay(true);
+        let io = TokioIo::new(tcp);
         let (mut send, conn) = hyper::client::conn::http1::handshake(io).await?;
         tokio::spawn(async move {
             let _ = conn.with_upgrades().await;

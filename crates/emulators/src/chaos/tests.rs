@@ -339,3 +339,48 @@ async fn a_bad_upstream_is_refused_at_start() {
         );
     }
 }
+
+/// The HTTP/2 streams of one client connection share one upstream connection: with a fresh one
+/// per stream, a burst of gRPC calls overflowed the upstream's accept queue (the dropped SYNs
+/// cost 1 s retransmits; the Modal throughput rows of `cargo xtask bench` showed it).
+#[tokio::test]
+async fn http2_streams_of_one_connection_share_one_upstream_connection() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let a = accepted.clone();
+    let serving = tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            a.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|_req: Request<Incoming>| async {
+                    Ok::<_, Infallible>(Response::new(full(TEXT)))
+                });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .await;
+            });
+        }
+    });
+    let p = ChaosProxy::start(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        &format!("http://{addr}"),
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    let c = h2_client();
+    let calls = (0..40).map(|_| get_text(&c, format!("{}/text", p.base_url())));
+    for r in futures_util::future::join_all(calls).await {
+        assert_eq!(r.unwrap(), (200, Bytes::from_static(TEXT.as_bytes())));
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "one upstream connection"
+    );
+    serving.abort();
+}
