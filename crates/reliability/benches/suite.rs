@@ -338,6 +338,10 @@ async fn capture_one(
         upgrade,
     });
     if upgrade {
+        // Its body too (Docker's exec start carries one), then the refusal.
+        if let Ok(b) = req.into_body().collect().await {
+            body.lock().expect("body").extend_from_slice(&b.to_bytes());
+        }
         let empty = http_body_util::Empty::<Bytes>::new()
             .map_err(never)
             .boxed_unsync();
@@ -438,6 +442,139 @@ impl Raw {
     }
 }
 
+/// Docker's exec done raw, the same three requests as the adapter's: create the exec (reqwest,
+/// keep-alive; the exec id parsed from its answer), start it on a fresh connection upgraded to
+/// the raw stream (hyper) and read that to its end (no demultiplexing), inspect it (reqwest).
+/// The captured create and start requests give the bodies, headers and API version.
+struct RawDocker {
+    client: reqwest::Client,
+    upstream: String,
+    authority: String,
+    create: Captured,
+    create_body: Bytes,
+    start: Captured,
+    start_body: Bytes,
+}
+
+impl RawDocker {
+    fn new(upstream: &str, create: Captured, start: Captured) -> RawDocker {
+        let body = |c: &Captured| Bytes::from(c.body.lock().expect("body").clone());
+        RawDocker {
+            client: reqwest::Client::builder()
+                .no_proxy()
+                .http1_only()
+                .build()
+                .expect("reqwest"),
+            upstream: upstream.trim_end_matches('/').to_owned(),
+            authority: upstream
+                .trim_start_matches("http://")
+                .trim_end_matches('/')
+                .to_owned(),
+            create_body: body(&create),
+            start_body: body(&start),
+            create,
+            start,
+        }
+    }
+
+    fn headers(c: &Captured) -> http::HeaderMap {
+        let mut h = c.headers.clone();
+        for k in [
+            http::header::HOST,
+            http::header::CONTENT_LENGTH,
+            http::header::CONNECTION,
+            http::header::TRANSFER_ENCODING,
+            http::header::UPGRADE,
+        ] {
+            h.remove(k);
+        }
+        h
+    }
+
+    async fn once(&self) -> Result<Duration, String> {
+        let t = Instant::now();
+        let created = self
+            .client
+            .request(
+                self.create.method.clone(),
+                format!("{}{}", self.upstream, self.create.path),
+            )
+            .headers(Self::headers(&self.create))
+            .body(self.create_body.clone())
+            .send()
+            .await
+            .map_err(|e| format!("raw create: {e}"))?;
+        let created = created
+            .bytes()
+            .await
+            .map_err(|e| format!("raw create body: {e}"))?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&created).map_err(|e| format!("raw create answer: {e}"))?;
+        let id = v["Id"].as_str().ok_or("raw create: no Id")?;
+        let version = self.start.path.split("/exec/").next().unwrap_or("");
+        let tcp = tokio::net::TcpStream::connect(&self.authority)
+            .await
+            .map_err(|e| format!("raw connect: {e}"))?;
+        let _ = tcp.set_nodelay(true);
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .map_err(|e| format!("raw handshake: {e}"))?;
+        tokio::spawn(async move {
+            let _ = conn.with_upgrades().await;
+        });
+        let mut req = http::Request::new(http_body_util::Full::new(self.start_body.clone()));
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = format!("{version}/exec/{id}/start")
+            .parse()
+            .map_err(|e| format!("raw start path: {e}"))?;
+        let mut headers = Self::headers(&self.start);
+        headers.insert(
+            http::header::HOST,
+            http::HeaderValue::from_str(&self.authority).map_err(|e| e.to_string())?,
+        );
+        headers.insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("Upgrade"),
+        );
+        headers.insert(http::header::UPGRADE, http::HeaderValue::from_static("tcp"));
+        *req.headers_mut() = headers;
+        let resp = send
+            .send_request(req)
+            .await
+            .map_err(|e| format!("raw start: {e}"))?;
+        if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+            let upgraded = hyper::upgrade::on(resp)
+                .await
+                .map_err(|e| format!("raw upgrade: {e}"))?;
+            let mut stream = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut TokioIo::new(upgraded), &mut stream)
+                .await
+                .map_err(|e| format!("raw stream: {e}"))?;
+        } else if resp.status().is_success() {
+            resp.into_body()
+                .collect()
+                .await
+                .map_err(|e| format!("raw stream: {e}"))?;
+        } else {
+            return Err(format!("raw start answered {}", resp.status()));
+        }
+        let inspected = self
+            .client
+            .get(format!("{}{version}/exec/{id}/json", self.upstream))
+            .send()
+            .await
+            .map_err(|e| format!("raw inspect: {e}"))?;
+        if !inspected.status().is_success() {
+            return Err(format!("raw inspect answered {}", inspected.status()));
+        }
+        inspected
+            .bytes()
+            .await
+            .map_err(|e| format!("raw inspect body: {e}"))?;
+        Ok(t.elapsed())
+    }
+}
+
 async fn p1(plan: &Plan, name: &str, setup: &Setup, adapter: &Arc<dyn Exec>) -> Result<(), String> {
     let capture = Capture::start(&setup.upstream).await;
     let via = (setup.through)(capture.url(), IDLE)
@@ -452,6 +589,46 @@ async fn p1(plan: &Plan, name: &str, setup: &Setup, adapter: &Arc<dyn Exec>) -> 
     if captured.is_ok() {
         captured = exec_true(&*via).await.map(drop);
         reqs = capture.take();
+    }
+    // Docker: the capture refuses the upgrade, so the adapter's exec fails after its create;
+    // the last create and start it sent give the raw client its requests.
+    let docker_exec = |r: &&Captured, upgrade: bool, tail: &str| {
+        r.upgrade == upgrade
+            && r.method == http::Method::POST
+            && r.path.split('?').next().is_some_and(|p| p.ends_with(tail))
+    };
+    let create = reqs
+        .iter()
+        .rev()
+        .find(|r| docker_exec(r, false, "/exec"))
+        .cloned();
+    let start = reqs
+        .iter()
+        .rev()
+        .find(|r| docker_exec(r, true, "/start"))
+        .cloned();
+    if let (true, "docker", Some(create), Some(start)) = (captured.is_err(), name, create, start) {
+        let raw = RawDocker::new(&setup.upstream, create, start);
+        raw.once().await?;
+        let (a, b) = alternate(
+            plan.pairs,
+            async || exec_true(&**adapter).await,
+            async || raw.once().await,
+        )
+        .await?;
+        drop(via);
+        row(
+            "P1",
+            &title,
+            &format!("execseam-{name}"),
+            &a,
+            "raw reqwest + hyper: create, start upgraded, inspect",
+            &b,
+            plan.pairs,
+            Some(1.05),
+            "3 requests per exec on both sides (create, start with the hijacked stream read to its end, inspect); the raw client parses only the exec id",
+        );
+        return Ok(());
     }
     if let Err(e) = captured {
         if reqs.iter().any(|r| r.upgrade) {
