@@ -29,6 +29,9 @@ const MAX_RESULT: usize = 64 << 20;
 #[derive(Clone, Debug)]
 pub(crate) struct Client {
     sdk: ac::Client,
+    /// The same client without retries, for the invocations that submit a command (built once:
+    /// a per-call `config_override` rebuilds the operation's runtime plugins every call).
+    submit: ac::Client,
     identifier: Arc<str>,
     idle: std::time::Duration,
 }
@@ -57,8 +60,14 @@ impl Client {
         if let Some(url) = &config.endpoint_url {
             b = b.endpoint_url(url.trim_end_matches('/'));
         }
+        let conf = b.build();
+        let submit = conf
+            .to_builder()
+            .retry_config(RetryConfig::disabled())
+            .build();
         Client {
-            sdk: ac::Client::from_conf(b.build()),
+            sdk: ac::Client::from_conf(conf),
+            submit: ac::Client::from_conf(submit),
             identifier: Arc::from(config.identifier.as_str()),
             idle: config.idle_timeout,
         }
@@ -168,18 +177,17 @@ impl Client {
         tool: ToolName,
         arguments: ToolArguments,
     ) -> Result<ToolResult, Error> {
-        let mut call = self
-            .sdk
+        let sdk = if op.submits() {
+            &self.submit
+        } else {
+            &self.sdk
+        };
+        let call = sdk
             .invoke_code_interpreter()
             .code_interpreter_identifier(self.identifier())
             .session_id(session_id)
             .name(tool)
-            .arguments(arguments)
-            .customize();
-        if op.submits() {
-            call =
-                call.config_override(ac::Config::builder().retry_config(RetryConfig::disabled()));
-        }
+            .arguments(arguments);
         let idle = self.idle;
         // The SDK's own tracing stays out of the host's subscriber during the call: at TRACE
         // aws-smithy logs the request (the command, with its env values and stdin) and every

@@ -8,7 +8,7 @@ use std::time::Duration;
 use aws_sdk_bedrockagentcore::types::{ContentBlockType, InputContentBlock, ToolArguments};
 use aws_smithy_types::Blob;
 use bytes::Bytes;
-use execseam_core::degrade::{self, StdinFrom, WrapOptions};
+use execseam_core::degrade::{self, Leftovers, StdinFrom, WrapOptions};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Exec, Exit, Output, Ownership,
     Retry, Sandbox, gone_is_destroyed,
@@ -44,6 +44,8 @@ const EXACT_BEGIN_V2: &str = "execseam-exact-v2";
 /// The largest stream the one-pass frame sends as text; a larger one is sent base64-encoded.
 /// The shell's `read` costs about as much per 16 KiB as starting `base64` once.
 const TEXT_MAX: usize = 16 * 1024;
+/// How many frame files wait before a frame removes them (two per exec: one `rm` per 32 execs).
+const LEFTOVER_BATCH: usize = 64;
 /// The line between the stdout and the stderr part of a frame.
 const EXACT_SPLIT: &str = "execseam-exact-stderr";
 /// The last line: `execseam-exact-end <status>`.
@@ -76,6 +78,8 @@ struct Inner {
     config: AgentCoreConfig,
     session_id: String,
     ownership: Ownership,
+    /// Earlier frames' files, removed in batches by later frames.
+    leftovers: Leftovers,
 }
 
 impl fmt::Debug for AgentCoreExec {
@@ -142,6 +146,7 @@ impl AgentCoreExec {
                 config,
                 session_id,
                 ownership,
+                leftovers: Leftovers::new(LEFTOVER_BATCH),
             }),
         }
     }
@@ -164,6 +169,26 @@ impl AgentCoreExec {
             self.inner.ownership.mark_destroyed();
         }
         r
+    }
+
+    /// Removes the frame files that earlier execs left for a later batch (best effort, when the
+    /// session is kept).
+    async fn remove_leftovers(&self) {
+        let paths = self.inner.leftovers.take_all();
+        if paths.is_empty() {
+            return;
+        }
+        let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+        let args = ToolArguments::builder()
+            .command(format!("rm -f -- {}", degrade::join(&paths)))
+            .build();
+        if let Err(e) = self
+            .inner
+            .invoke(Op::Submit, tool::execute_command(), args)
+            .await
+        {
+            tracing::debug!(error = %e, "agentcore: removing earlier frame files failed");
+        }
     }
 
     /// The path the files tools are given for `path`: relative to the session root when it lies
@@ -285,6 +310,8 @@ fn file_error(op: Op, path: &str, r: &ToolResult) -> Error {
 /// The command string and what is needed to read its result.
 struct Plan {
     command: String,
+    /// The frame's files, left for a later frame to remove ([`Leftovers`]).
+    files: Vec<String>,
     /// (the path given to writeFiles, the absolute path the wrapper reads) of the stdin file.
     stdin_file: Option<(String, String)>,
     exact: bool,
@@ -293,7 +320,14 @@ struct Plan {
 }
 
 impl Plan {
+    #[cfg(test)]
     fn new(cmd: &Command, config: &AgentCoreConfig) -> Result<Plan, Error> {
+        Plan::removing(cmd, config, &[])
+    }
+
+    /// The plan of `cmd`, whose frame also removes `old` (earlier frames' files) in the
+    /// background.
+    fn removing(cmd: &Command, config: &AgentCoreConfig, old: &[String]) -> Result<Plan, Error> {
         let root = config.session_root.trim_end_matches('/');
         let stdin_file = (!cmd.stdin().is_empty()).then(|| {
             let abs = degrade::temp_path(root);
@@ -314,6 +348,7 @@ impl Plan {
             ..WrapOptions::default()
         };
         let legacy = config.exact_output && config.legacy_framing;
+        let mut files = Vec::new();
         let command = if config.exact_output && !legacy {
             let script = degrade::script(cmd, &opts).map_err(|e| e.or_context(PROVIDER, "exec"))?;
             let out = degrade::temp_path(&config.temp_dir);
@@ -321,19 +356,32 @@ impl Plan {
             // One pass, no program but the command for text: the command runs in a subshell of
             // the service's shell (no `/bin/sh -c`) with stdout and stderr in two files (a
             // pipe would lose NUL bytes in the shell and make the exit wait for background
-            // children holding it); each file is read back by the shell's own `read`, which
-            // stops at a NUL. A file that ends before a NUL and before TEXT_MAX bytes and holds
-            // only printable ASCII, tab and newline is sent as `t <bytes>` and the bytes;
-            // anything else as `b` and `base64` of the file. The files are removed in the
-            // background, after the frame is written.
+            // children holding it), created mode 600 under a umask of 077 (the service's own
+            // umask, read from `/proc` without starting a program, is the command's); each
+            // file is read back by the shell's own `read`, which stops at a NUL. A file that
+            // ends before a NUL and before TEXT_MAX bytes and holds only printable ASCII, tab
+            // and newline is sent as `t <bytes>` and the bytes; anything else as `b` and
+            // `base64` of the file. The files stay until a later frame removes a batch of them
+            // (`old`) with one `rm` in the background, after its own frame is written.
+            let remove = if old.is_empty() {
+                String::new()
+            } else {
+                let paths: Vec<&str> = old.iter().map(String::as_str).collect();
+                format!(
+                    "rm -f -- {} </dev/null >/dev/null 2>&1 &\n",
+                    degrade::join(&paths)
+                )
+            };
+            files = vec![out.clone(), err.clone()];
             format!(
-                "o={o}; e={e}; (umask 077; : >\"$o\"; : >\"$e\")\n\
-                 ( {script}\n) </dev/null >\"$o\" 2>\"$e\"; s=$?\n\
+                "o={o}; e={e}\n\
+                 u=; while read -r k v; do if [[ $k = Umask: ]]; then u=$v; break; fi; done </proc/self/status; [ -n \"$u\" ] || u=$(umask)\n\
+                 umask 077\n\
+                 ( umask \"$u\"; {script}\n) </dev/null >\"$o\" 2>\"$e\"; s=$?\n\
                  LC_ALL=C; execseam_t=$'[!\\t\\n -~]'\n\
                  execseam_f() {{ [ -r \"$1\" ] || return 1; if IFS= read -r -d '' -n {max} v <\"$1\"; then :; elif [[ $v != *$execseam_t* ]]; then printf 't %d\\n%s\\n' \"${{#v}}\" \"$v\"; return; fi; printf 'b\\n' && base64 <\"$1\"; }}\n\
                  printf '%s\\n' {begin} && execseam_f \"$o\" && printf '%s\\n' {split} && execseam_f \"$e\" && printf '%s %s\\n' {end} \"$s\"\n\
-                 rm -f -- \"$o\" \"$e\" </dev/null >/dev/null 2>&1 &\n\
-                 exit \"$s\"",
+                 {remove}exit \"$s\"",
                 o = degrade::quote(&out),
                 e = degrade::quote(&err),
                 max = TEXT_MAX,
@@ -367,6 +415,7 @@ impl Plan {
         };
         Ok(Plan {
             command,
+            files,
             stdin_file,
             exact: config.exact_output,
             legacy,
@@ -650,7 +699,25 @@ impl Inner {
 
     async fn run(self: Arc<Self>, cmd: Command) -> Result<Output, Error> {
         execseam_core::transport::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
-        let plan = Plan::new(&cmd, &self.config)?;
+        let old = self.leftovers.take_batch();
+        let plan = match Plan::removing(&cmd, &self.config, &old) {
+            Ok(plan) => plan,
+            Err(e) => {
+                self.leftovers.put(old);
+                return Err(e);
+            }
+        };
+        // This frame's files are removed by a later one; an exec that failed or was dropped
+        // may not have removed the batch it carried, so that goes back too.
+        let mut guard = self.leftovers.track(plan.files.clone(), old);
+        let r = self.run_plan(&cmd, &plan).await;
+        if r.is_ok() {
+            guard.removed();
+        }
+        r
+    }
+
+    async fn run_plan(self: &Arc<Self>, cmd: &Command, plan: &Plan) -> Result<Output, Error> {
         // What counts is the `bash -c` string as sent: the wrapper, quoted twice.
         execseam_core::transport::check_wire(PROVIDER, &[&plan.command], &crate::SIZE_LIMIT)?;
         if let Some((rel, _)) = &plan.stdin_file {
@@ -807,6 +874,8 @@ impl Sandbox for AgentCoreExec {
             let o = &self.inner.ownership;
             if o.begin_close() && o.owned() && !o.is_destroyed() {
                 self.stop_session().await?;
+            } else {
+                self.remove_leftovers().await;
             }
             Ok(())
         })
@@ -1018,21 +1087,44 @@ mod tests {
                 .collect();
             assert_eq!(parts, text, "{script}: text or base64 per stream");
         }
-        // The frame leaves no file behind (the removal runs in the background).
-        std::thread::sleep(Duration::from_millis(200));
-        let left: Vec<_> = std::fs::read_dir(&tmp)
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with(".execseam-"))
-            .collect();
-        assert!(
-            left.is_empty()
-                || left.iter().all(|e| e
-                    .metadata()
-                    .map(|m| m.modified().unwrap().elapsed().unwrap().as_secs() > 60)
-                    .unwrap_or(true)),
-            "{left:?}"
-        );
+        // The frame leaves its two files for a later frame, which removes a batch of them in
+        // the background; the files are private (mode 600) and the command gets the service's
+        // umask, not the frame's 077.
+        let cmd = Command::new(["sh", "-c", "umask"]).unwrap();
+        let plan = Plan::new(&cmd, &config).unwrap();
+        let sh = std::process::Command::new("bash")
+            .args(["-c", "umask 0022; eval \"$0\"", &plan.command])
+            .output()
+            .unwrap();
+        let o = plan
+            .output(&result(
+                &String::from_utf8_lossy(&sh.stdout),
+                "",
+                Some(0),
+                false,
+            ))
+            .unwrap();
+        assert_eq!(o.stdout, "0022\n");
+        use std::os::unix::fs::PermissionsExt as _;
+        for f in &plan.files {
+            let mode = std::fs::metadata(f).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{f}");
+        }
+        let later = Plan::removing(&cmd, &config, &plan.files).unwrap();
+        let sh = std::process::Command::new("bash")
+            .args(["-c", &later.command])
+            .output()
+            .unwrap();
+        assert!(sh.status.success());
+        let until = std::time::Instant::now() + Duration::from_secs(3);
+        while plan.files.iter().any(|f| std::path::Path::new(f).exists()) {
+            assert!(std::time::Instant::now() < until, "{:?} stay", plan.files);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(later.files.iter().all(|f| std::path::Path::new(f).exists()));
+        for f in &later.files {
+            let _ = std::fs::remove_file(f);
+        }
     }
 
     #[test]

@@ -326,6 +326,8 @@ struct Inner {
     ownership: Ownership,
     pool: PoolRef,
     route: ExecRoute,
+    /// The prefixes of earlier execs' frame files ([`DIRECT_FRAME`]), removed in batches.
+    leftovers: degrade::Leftovers,
 }
 
 impl Drop for Inner {
@@ -421,6 +423,7 @@ impl DaytonaExec {
                 ownership,
                 pool: Pool::new(config.session_pool),
                 route: config.exec_route,
+                leftovers: degrade::Leftovers::new(LEFTOVER_BATCH),
             }),
         }
     }
@@ -437,6 +440,21 @@ impl DaytonaExec {
                     tracing::warn!(session = %id, error = %e, "could not delete a pooled Daytona session")
                 }
             }
+        }
+    }
+
+    /// Removes the frame files that earlier execs left for a later batch (best effort; the
+    /// sandbox is kept).
+    async fn remove_leftovers(&self) {
+        let prefixes = self.inner.leftovers.take_all();
+        if prefixes.is_empty() {
+            return;
+        }
+        let mut argv = vec!["/bin/sh", "-c", REMOVE_LEFTOVERS, "sh"];
+        argv.extend(prefixes.iter().map(String::as_str));
+        let command = format!("exec {}", degrade::join(&argv));
+        if let Err(e) = self.inner.toolbox.execute(&command, 60, false).await {
+            tracing::warn!(error = %e, "could not remove the frame files of earlier Daytona execs");
         }
     }
 
@@ -919,22 +937,25 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
 // `POST /process/execute` ([`ExecRoute::Execute`])
 
 /// The frame of an exec through `POST /process/execute`, run as
-/// `/bin/sh -c DIRECT_FRAME sh SCRIPT PREFIX LIMIT`: SCRIPT is the core's wrapper, PREFIX a
-/// fresh path (unique per exec) for the frame's files, LIMIT the most bytes of each stream sent
-/// back.
+/// `/bin/sh -c DIRECT_FRAME sh SCRIPT PREFIX LIMIT [OLD...]`: SCRIPT is the core's wrapper,
+/// PREFIX a fresh path (unique per exec) for the frame's files, LIMIT the most bytes of each
+/// stream sent back, OLD the prefixes of earlier execs whose files are to be removed.
 ///
 /// The route merges stdout and stderr into one pipe and answers when the command ends, so the
-/// command (in a `/bin/sh` of its own: a subshell would see the frame's `$$`, and dash reports a
-/// subshell killed by a signal on the frame's stderr) writes its streams to `PREFIX.o` and
-/// `PREFIX.e`, created mode 600 under a umask of 077 that the command does not inherit, and once
-/// it has exited the frame writes, one after the other (no interleaving), `O`, stdout in base64
-/// lines, `E`, stderr in base64 lines, and `:<status>`. A background child keeps its files, not
-/// the answer, open: it does not hold the exec, and what it writes later is not this command's
-/// output. `PREFIX.g` holds the process group (for the kill) while the frame runs; a kill that
-/// came first leaves `PREFIX.x`, and the frame then runs nothing. The files are removed in the
-/// background, after the answer. For `true` the frame starts no process but the command's shell
-/// and that removal (an empty stream is not encoded, the umask is read from `/proc`): each
-/// process costs about a millisecond in a sandbox.
+/// command (a subshell evaluating SCRIPT, which ends in `exec`: no second shell is started)
+/// writes its streams to `PREFIX.o` and `PREFIX.e`, created mode 600 under a umask of 077 that
+/// the command does not inherit, and once it has exited the frame writes, one after the other
+/// (no interleaving), `O`, stdout in base64 lines, `E`, stderr in base64 lines, and `:<status>`.
+/// While the subshell runs, the frame's own stderr (the answer) is `/dev/null` (dash reports a
+/// subshell killed by a signal there) and is kept on fd 3, which the command does not get. A
+/// background child keeps its files, not the answer, open: it does not hold the exec, and what
+/// it writes later is not this command's output. `PREFIX.g` holds the frame's pid, which leads
+/// the process group (for the kill), while the command runs, and is emptied when it has ended;
+/// a kill that came first leaves `PREFIX.x`, and the frame then runs nothing. The files stay
+/// until a later exec's frame removes them with one background `rm` for a batch of execs
+/// ([`degrade::Leftovers`]). For `/bin/true` the frame starts no process but the command (an
+/// empty stream is not encoded, the umask is read from `/proc`): each process costs about a
+/// millisecond in a sandbox.
 pub const DIRECT_FRAME: &str = r#"p=$2
 u=
 while read -r k v; do if [ "$k" = Umask: ]; then u=$v; break; fi; done </proc/self/status
@@ -943,23 +964,42 @@ umask 077
 if ! { : >"$p.o" && : >"$p.e"; } 2>/dev/null; then
   printf 'O\nE\n'; printf 'execseam-wrapper: cannot create %s\n' "$p.o" | base64; echo ':125'; exit 125
 fi
-read -r _ _ _ _ g _ </proc/self/stat; echo "$g" >"$p.g"
+echo $$ >"$p.g"
 umask "$u"
 if [ -e "$p.x" ]; then rm -f -- "$p.g" "$p.o" "$p.e" "$p.x"; exit 125; fi
-/bin/sh -c "$1" </dev/null >"$p.o" 2>"$p.e"
+exec 3>&2 2>/dev/null
+(eval "$1") </dev/null >"$p.o" 2>"$p.e" 3>&-
 s=$?
+exec 2>&3 3>&-
+: >"$p.g"
 echo O; [ -s "$p.o" ] && head -c "$3" "$p.o" | base64; echo E; [ -s "$p.e" ] && head -c "$3" "$p.e" | base64; printf ':%s\n' "$s"
-rm -f -- "$p.g" "$p.o" "$p.e" </dev/null >/dev/null 2>&1 &
+shift 3
+if [ $# -gt 0 ]; then
+  for x do set -- "$@" "$x.o" "$x.e" "$x.g" "$x.x"; shift; done
+  rm -f -- "$@" </dev/null >/dev/null 2>&1 &
+fi
 exit "$s""#;
 
 /// Asked every idle period while an exec's answer has not come: `running` while the frame's
-/// `PREFIX.g` exists; otherwise `absent`, and a `PREFIX.x` so that a late arrival runs nothing.
-const DIRECT_PROBE: &str =
-    r#"if [ -e "$1.g" ]; then echo running; else : >"$1.x"; echo absent; fi"#;
+/// `PREFIX.g` names a live process (the frame empties it when the command has ended);
+/// otherwise `absent`, and a `PREFIX.x` so that a late arrival runs nothing.
+const DIRECT_PROBE: &str = r#"if [ -s "$1.g" ] && read -r q <"$1.g" && kill -0 "$q" 2>/dev/null; then echo running; else : >"$1.x"; echo absent; fi"#;
 
 /// Kills an exec's process group (the daemon's shell leads it) and removes the frame's files;
 /// the `PREFIX.x` first, so a frame that has not started yet runs nothing (it stays until then).
-const DIRECT_KILL: &str = r#": >"$1.x"; if [ -f "$1.g" ]; then kill -s KILL -- "-$(cat "$1.g")"; rm -f -- "$1.g" "$1.o" "$1.e" "$1.x"; fi"#;
+///
+/// `PREFIX.g` holds the frame's pid, which leads its process group (the daemon starts its shell
+/// in a group of its own, and that shell `exec`s the frame); if no group has that id, the
+/// frame's group is read from `/proc` (reading it in the frame would cost a read per byte).
+const DIRECT_KILL: &str = r#": >"$1.x"; if [ -s "$1.g" ]; then read -r q <"$1.g"; kill -s KILL -- "-$q" 2>/dev/null || { read -r _ _ _ _ g _ <"/proc/$q/stat" && kill -s KILL -- "-$g"; }; rm -f -- "$1.g" "$1.o" "$1.e" "$1.x"; fi"#;
+
+/// How many execs' files a frame removes at once (one `rm` per this many execs).
+const LEFTOVER_BATCH: usize = 32;
+
+/// Removes the frame files of the execs whose prefixes are its arguments (at close, when the
+/// sandbox is kept).
+const REMOVE_LEFTOVERS: &str =
+    r#"for x do set -- "$@" "$x.o" "$x.e" "$x.g" "$x.x"; shift; done; rm -f -- "$@""#;
 
 /// The daemon's own deadline for a `/process/execute` command (it kills the process group
 /// then): a year, so that only the host's deadline (which kills through [`DIRECT_KILL`])
@@ -1066,6 +1106,28 @@ impl Drop for Running {
 
 async fn run_direct(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
     crate::check_size(&cmd)?;
+    let dir = format!(
+        "{}/.execseam_exec.{}",
+        inner.temp_dir.trim_end_matches('/'),
+        fresh_id("x")
+    );
+    let old = inner.leftovers.take_batch();
+    // However the exec ends, its files (if any) are removed with a later batch; one that failed
+    // or was dropped may not have removed the batch it carried, so that goes back too.
+    let mut guard = inner.leftovers.track(vec![dir.clone()], old.clone());
+    let r = run_framed(&inner, cmd, &dir, &old).await;
+    if r.is_ok() {
+        guard.removed();
+    }
+    r
+}
+
+async fn run_framed(
+    inner: &Inner,
+    cmd: Command,
+    dir: &str,
+    old: &[String],
+) -> Result<Output, Error> {
     let (max_output, idle) = inner.toolbox.limits();
     let stdin_path = (!cmd.stdin().is_empty()).then(|| degrade::temp_path(&inner.temp_dir));
     let opts = WrapOptions {
@@ -1077,20 +1139,16 @@ async fn run_direct(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
         ..WrapOptions::default()
     };
     let script = degrade::script(&cmd, &opts).map_err(|e| e.or_context(PROVIDER, "exec"))?;
-    let dir = format!(
-        "{}/.execseam_exec.{}",
-        inner.temp_dir.trim_end_matches('/'),
-        fresh_id("x")
-    );
     let limit = max_output.saturating_add(1).to_string();
-    let argv = ["/bin/sh", "-c", DIRECT_FRAME, "sh", &script, &dir, &limit];
+    let mut argv = vec!["/bin/sh", "-c", DIRECT_FRAME, "sh", &script, dir, &limit];
+    argv.extend(old.iter().map(String::as_str));
     execseam_core::transport::check_wire(PROVIDER, &argv, &crate::SIZE_LIMIT)?;
     // `exec`: the daemon's shell becomes the frame (one process less; the process group and the
     // exit status stay the same).
     let command = format!("exec {}", degrade::join(&argv));
     let mut running = Running {
         toolbox: inner.toolbox.clone(),
-        dir: dir.clone(),
+        dir: dir.to_owned(),
         stdin: None,
         submitted: false,
     };
@@ -1111,7 +1169,7 @@ async fn run_direct(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
     // (the request was lost, or the answer after the command ended), the exec fails.
     let probe = format!(
         "exec {}",
-        degrade::join(&["/bin/sh", "-c", DIRECT_PROBE, "sh", &dir])
+        degrade::join(&["/bin/sh", "-c", DIRECT_PROBE, "sh", dir])
     );
     let mut absent = 0;
     let resp = loop {
@@ -1587,6 +1645,7 @@ impl Sandbox for DaytonaExec {
                 self.delete_sandbox().await?;
             } else {
                 self.close_sessions().await;
+                self.remove_leftovers().await;
             }
             Ok(())
         })
@@ -1658,16 +1717,20 @@ mod tests {
     /// The direct frame as `/process/execute` runs it: the command text on the shell's stdin,
     /// stdout and stderr into one pipe (`apps/daemon/pkg/toolbox/process/execute.go`).
     fn run_direct_frame(shell: &str, script: &str, dir: &str, limit: u64) -> (String, i32) {
+        run_direct_frame_removing(shell, script, dir, limit, &[])
+    }
+
+    fn run_direct_frame_removing(
+        shell: &str,
+        script: &str,
+        dir: &str,
+        limit: u64,
+        old: &[&str],
+    ) -> (String, i32) {
         use std::io::Write as _;
-        let argv = [
-            "/bin/sh",
-            "-c",
-            DIRECT_FRAME,
-            "sh",
-            script,
-            dir,
-            &limit.to_string(),
-        ];
+        let limit = limit.to_string();
+        let mut argv = vec!["/bin/sh", "-c", DIRECT_FRAME, "sh", script, dir, &limit];
+        argv.extend(old);
         let text = format!("exec {}", degrade::join(&argv));
         let (r, w) = std::io::pipe().unwrap();
         let mut child = std::process::Command::new(shell)
@@ -1688,7 +1751,7 @@ mod tests {
         (out, status)
     }
 
-    /// The frame's files are removed (in the background, after the answer).
+    /// The frame's files are removed (in the background, by a later frame or at once by a kill).
     fn gone(prefix: &str) {
         let until = Instant::now() + Duration::from_secs(3);
         for ext in ["g", "o", "e", "x"] {
@@ -1725,6 +1788,50 @@ mod tests {
             assert_eq!(out.as_ref(), want.as_slice(), "{shell}");
             assert_eq!(err.as_ref(), b"no newline", "{shell}");
             assert_eq!(status, 7);
+            // The files stay for a later batch; the process group file is emptied (the probe
+            // then says the frame is not running).
+            assert_eq!(std::fs::read(format!("{dir}.g")).unwrap(), b"", "{shell}");
+            assert!(std::path::Path::new(&format!("{dir}.o")).exists());
+            // A later frame removes them (and a prefix that left no file is no error).
+            let next = format!("{dir}-next");
+            let (answer, code) = run_direct_frame_removing(
+                shell,
+                &script,
+                &next,
+                1 << 20,
+                &[&dir, "/nonexistent/prefix"],
+            );
+            assert_eq!(code, 7, "{shell}: {answer}");
+            decode_direct(&answer).unwrap();
+            gone(&dir);
+            std::process::Command::new("/bin/sh")
+                .args(["-c", REMOVE_LEFTOVERS, "sh", &next])
+                .status()
+                .unwrap();
+            gone(&next);
+        }
+    }
+
+    #[test]
+    fn a_command_killed_by_a_signal_leaves_the_answer_intact() {
+        // dash reports a subshell killed by a signal ("Killed") on the frame's stderr, which is
+        // the answer's pipe: the frame holds its stderr on /dev/null while the command runs.
+        let cmd = Command::new(["sh", "-c", "echo out; echo err >&2; kill -9 $$"]).unwrap();
+        let script = degrade::script(&cmd, &WrapOptions::default()).unwrap();
+        for shell in ["/bin/sh", "bash", "dash"] {
+            let dir = scratch(&format!("signal-{}", shell.replace('/', "-")));
+            let (answer, code) = run_direct_frame(shell, &script, &dir, 1 << 20);
+            assert_eq!(code, 137, "{shell}: {answer}");
+            let (out, err, status) = decode_direct(&answer).unwrap();
+            assert_eq!(
+                (out.as_ref(), err.as_ref(), status),
+                (&b"out\n"[..], &b"err\n"[..], 137),
+                "{shell}: {answer:?}"
+            );
+            std::process::Command::new("/bin/sh")
+                .args(["-c", REMOVE_LEFTOVERS, "sh", &dir])
+                .status()
+                .unwrap();
             gone(&dir);
         }
     }

@@ -1,7 +1,7 @@
 //! The default exec route, `POST /process/execute` ([`ExecRoute::Execute`]), against the Daytona
 //! emulator: one request per exec (two with stdin), the streams apart and exact although the
 //! route merges them, a background child that does not hold the exec, a dropped exec whose
-//! command is killed, the output limit, and nothing left in the temp directory.
+//! command is killed, the output limit, and the frame files removed in batches.
 
 use std::time::{Duration, Instant};
 
@@ -30,22 +30,47 @@ fn sh(script: &str) -> Command {
     Command::new(["sh", "-c", script]).unwrap()
 }
 
-/// What the adapter left in the temp directory, once the background removals had a moment:
-/// stdin files (`.execseam-*`) and the frame's files and markers (`.execseam_exec.*`), but for
-/// the listing command's own (its stdout is one of them).
-async fn leftovers(exec: &DaytonaExec) -> String {
+/// What the adapter left in the temp directory: the prefixes of frame files
+/// (`.execseam_exec.<id>.{o,e,g,x}`) but for the listing command's own, and the stdin files
+/// (`.execseam-*`).
+async fn temp_files(exec: &DaytonaExec) -> (std::collections::BTreeSet<String>, Vec<String>) {
+    let o = exec
+        .exec(sh(
+            "own=$(readlink /proc/$$/fd/1); own=${own%.o}; own=${own##*/}; ls -A /tmp | grep '^\\.execseam' | grep -vF \"$own\" || true",
+        ))
+        .await
+        .unwrap();
+    let (mut frames, mut stdin) = (std::collections::BTreeSet::new(), Vec::new());
+    for name in String::from_utf8_lossy(&o.stdout).lines() {
+        match name.strip_prefix(".execseam_exec.") {
+            Some(rest) => {
+                let prefix = rest.rsplit_once('.').map_or(rest, |(p, _)| p);
+                frames.insert(format!("/tmp/.execseam_exec.{prefix}"));
+            }
+            None => stdin.push(name.to_owned()),
+        }
+    }
+    (frames, stdin)
+}
+
+/// The prefix of the frame files of the exec that runs this (its stdout is `<prefix>.o`).
+const OWN_PREFIX: &str = "own=$(readlink /proc/$$/fd/1); printf %s \"${own%.o}\"";
+
+/// Frame files stay until a later frame removes a batch of them: after 32 more execs, those of
+/// `prefix` are gone (the removal runs in the background), and at most a batch is left.
+async fn removed_by_a_later_batch(exec: &DaytonaExec, prefix: &str) {
+    for _ in 0..33 {
+        exec.exec(Command::new(["true"]).unwrap()).await.unwrap();
+    }
     let until = Instant::now() + Duration::from_secs(3);
     loop {
-        let o = exec
-            .exec(sh(
-                "own=$(readlink /proc/$$/fd/1); own=${own%.o}; own=${own##*/}; ls -A /tmp | grep '^\\.execseam' | grep -vF \"$own\" || true",
-            ))
-            .await
-            .unwrap();
-        let left = String::from_utf8_lossy(&o.stdout).trim().replace('\n', ",");
-        if left.is_empty() || Instant::now() > until {
-            return left;
+        let (frames, stdin) = temp_files(exec).await;
+        assert!(stdin.is_empty(), "stdin files are removed: {stdin:?}");
+        if !frames.contains(prefix) {
+            assert!(frames.len() <= 34, "more than a batch left: {frames:?}");
+            return;
         }
+        assert!(Instant::now() < until, "{prefix} stays: {frames:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -72,11 +97,15 @@ async fn an_exec_is_one_request_with_the_streams_apart_and_exact() {
     // A command that reads stdin without any gets EOF (not the rest of the daemon's script).
     let o = exec.exec(Command::new(["cat"]).unwrap()).await.unwrap();
     assert_eq!(o.stdout.as_ref(), b"");
-    assert_eq!(
-        leftovers(&exec).await,
-        "",
-        "stdin files and frame directories are removed"
+    let first = exec.exec(sh(OWN_PREFIX)).await.unwrap().stdout;
+    let first = String::from_utf8(first.to_vec()).unwrap();
+    let (frames, stdin) = temp_files(&exec).await;
+    assert!(stdin.is_empty(), "stdin files are removed: {stdin:?}");
+    assert!(
+        frames.contains(&first),
+        "{first} is left for a batch: {frames:?}"
     );
+    removed_by_a_later_batch(&exec, &first).await;
     exec.close().await.unwrap();
 }
 
@@ -110,7 +139,9 @@ async fn dropping_an_exec_kills_its_command() {
     let (emu, exec) = setup(|c| c).await;
     let pidfile = emu.visible_path(exec.id(), "/tmp/drop.pid").unwrap();
     let marker = emu.visible_path(exec.id(), "/tmp/drop.after").unwrap();
-    let script = format!("echo $$ > {pidfile}; sleep 3; touch {marker}");
+    let prefixfile = emu.visible_path(exec.id(), "/tmp/drop.prefix").unwrap();
+    let script =
+        format!("echo $$ > {pidfile}; {OWN_PREFIX} > {prefixfile}; sleep 3; touch {marker}");
     let r = tokio::time::timeout(Duration::from_secs(1), exec.exec(sh(&script))).await;
     assert!(r.is_err(), "the command was still running");
     let check = format!("kill -0 \"$(cat {pidfile})\" 2>/dev/null && echo alive || echo gone");
@@ -131,10 +162,17 @@ async fn dropping_an_exec_kills_its_command() {
         .await
         .unwrap();
     assert_eq!(o.stdout.as_ref(), b"killed\n");
-    assert_eq!(
-        leftovers(&exec).await,
-        "",
-        "the kill removes the frame's directory and marker"
+    let prefix = exec
+        .exec(sh(&format!("cat {prefixfile}")))
+        .await
+        .unwrap()
+        .stdout;
+    let prefix = String::from_utf8(prefix.to_vec()).unwrap();
+    assert!(prefix.starts_with("/tmp/.execseam_exec."), "{prefix}");
+    let (frames, _) = temp_files(&exec).await;
+    assert!(
+        !frames.contains(&prefix),
+        "the kill removes the frame's files and marker: {frames:?}"
     );
     exec.close().await.unwrap();
 }

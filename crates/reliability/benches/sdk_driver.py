@@ -1,12 +1,12 @@
 """The official SDK's side of the benchmark suite's P2 rows (benches/suite.rs).
 
 Usage: sdk_driver.py PROVIDER SANDBOX_ID, with the emulator's environment (its URLs pointing at
-the suite's chaos proxy). Builds the SDK's client for the sandbox, runs `true` once, prints
+the suite's chaos proxy). Builds the SDK's client for the sandbox, runs `/bin/true` once, prints
 `ready`; then for each line on stdin:
 
-- `one`: runs `true` once, prints the seconds it took (time.perf_counter around the SDK call,
+- `one`: runs `/bin/true` once, prints the seconds it took (time.perf_counter around the SDK call,
   its output read to the end and the exit code in hand);
-- `conc C N`: runs N execs of `true`, C at a time on threads, prints the wall seconds and the
+- `conc C N`: runs N execs of `/bin/true`, C at a time on threads, prints the wall seconds and the
   number of failed execs.
 
 A failure prints `error <text>`.
@@ -18,27 +18,31 @@ import sys
 import time
 
 PROVIDER, SANDBOX = sys.argv[1], sys.argv[2]
+# The program both sides run (suite.rs's PROGRAM): a program, not the shell builtin `true`, which
+# the SDKs that take a shell string (e2b, daytona, agentcore) would run without starting a process
+# while the adapter, whose argv[0] is a program, starts one.
+PROGRAM = "/bin/true"
 
 
 def make():
-    """Returns a function that runs `true` once through the SDK and returns its exit code."""
+    """Returns a function that runs PROGRAM once through the SDK and returns its exit code."""
     if PROVIDER == "e2b":
         from e2b import Sandbox
 
         sbx = Sandbox.connect(SANDBOX)
-        return lambda: sbx.commands.run("true").exit_code
+        return lambda: sbx.commands.run(PROGRAM).exit_code
     if PROVIDER == "daytona":
         from daytona import Daytona
 
         sb = Daytona().get(SANDBOX)
-        return lambda: sb.process.exec("true").exit_code
+        return lambda: sb.process.exec(PROGRAM).exit_code
     if PROVIDER == "sprites":
         from sprites import SpritesClient
 
         sprite = SpritesClient(os.environ["SPRITE_TOKEN"], base_url=os.environ["SPRITES_API_URL"]).sprite(
             os.environ["EXECSEAM_SANDBOX"]
         )
-        return lambda: sprite.run("true", capture_output=True).returncode
+        return lambda: sprite.run(PROGRAM, capture_output=True).returncode
     if PROVIDER == "agentcore":
         import boto3
 
@@ -53,7 +57,7 @@ def make():
 
         def run():
             resp = c.invoke_code_interpreter(
-                codeInterpreterIdentifier=ident, sessionId=SANDBOX, name="executeCommand", arguments={"command": "true"}
+                codeInterpreterIdentifier=ident, sessionId=SANDBOX, name="executeCommand", arguments={"command": PROGRAM}
             )
             events = list(resp["stream"])
             return events[-1]["result"]["structuredContent"]["exitCode"]
@@ -65,7 +69,7 @@ def make():
         sb = modal.Sandbox.from_id(SANDBOX)
 
         def run():
-            p = sb.exec("true", text=False)
+            p = sb.exec(PROGRAM, text=False)
             p.stdout.read()
             p.stderr.read()
             return p.wait()
@@ -81,13 +85,13 @@ def make():
             options=SandboxServiceOptions(base_url=os.environ["VERCEL_API_URL"], credentials_factory=lambda: creds)
         )
         sb = c.create_sandbox()
-        return lambda: sb.run_process("true").returncode
+        return lambda: sb.run_process(PROGRAM).returncode
     if PROVIDER == "northflank":
         from northflank import ApiClient
 
         c = ApiClient(api_token=os.environ["NORTHFLANK_API_TOKEN"], base_url=os.environ["NORTHFLANK_API_BASE_URL"])
         p, s = os.environ["NORTHFLANK_PROJECT_ID"], os.environ["NORTHFLANK_SERVICE_ID"]
-        return lambda: c.exec.run_service_command(project_id=p, service_id=s, command=["true"]).exit_code
+        return lambda: c.exec.run_service_command(project_id=p, service_id=s, command=[PROGRAM]).exit_code
     raise SystemExit(f"unknown provider {PROVIDER}")
 
 

@@ -4,15 +4,16 @@
 //! `bench::Row::parse`), everything else is progress.
 //!
 //! - **P1**, every emulator-backed adapter in the reliability suite's table (`tests/setups`): the
-//!   adapter's exec of `true` against a raw client replaying the adapter's own request on the same
-//!   stack (reqwest, same HTTP version, same emulator). The request is captured once through a
-//!   recording proxy; where an exec is more than one request (later ones carry ids the first
-//!   answer assigned) or a WebSocket, a replay would not do the same work, and the row says so.
+//!   adapter's exec of `/bin/true` against a raw client replaying the adapter's own request on
+//!   the same stack (reqwest, same HTTP version, same emulator). The request is captured once
+//!   through a recording proxy; where an exec is more than one request (later ones carry ids
+//!   the first answer assigned) or a WebSocket, a replay would not do the same work, and the row
+//!   says so.
 //! - **P2**, every provider with an official Python SDK under `target/interop`: the adapter
-//!   against the SDK running `true` in the same sandbox of the same emulator, both through one
-//!   chaos proxy (which counts the requests: round trips per exec), on loopback and with
-//!   `*=delay:25` (25 ms before every request); latency (alternating pairs) and time per exec at
-//!   64 concurrent (alternating rounds).
+//!   against the SDK running `/bin/true` (a program on both sides: see [`PROGRAM`]) in the same
+//!   sandbox of the same emulator, both through one chaos proxy (which counts the requests:
+//!   round trips per exec), on loopback and with `*=delay:25` (25 ms before every request);
+//!   latency (alternating pairs) and time per exec at 64 concurrent (alternating rounds).
 //! - **P3**, the local adapter against raw `tokio::process`, and the CLI's start-up
 //!   (`execseam --version`, `EXECSEAM_BENCH_CLI`) against `/bin/true`: alternating in-process,
 //!   and with hyperfine when it is on PATH.
@@ -155,8 +156,13 @@ fn missing(section: &str, name: &str, why: &str) {
     );
 }
 
+/// The program every row runs (sdk_driver.py's PROGRAM): a program on both sides of P2, where
+/// `true` would be the shell's builtin for the SDKs that take a shell string (e2b, daytona,
+/// agentcore) and a process for the adapter.
+const PROGRAM: &str = "/bin/true";
+
 fn cmd_true() -> Command {
-    Command::new(["true"]).expect("valid")
+    Command::new([PROGRAM]).expect("valid")
 }
 
 async fn exec_true(e: &dyn Exec) -> Result<Duration, String> {
@@ -164,7 +170,7 @@ async fn exec_true(e: &dyn Exec) -> Result<Duration, String> {
     let o = e.exec(cmd_true()).await.map_err(|e| e.to_string())?;
     let d = t.elapsed();
     if !o.exit.success() {
-        return Err(format!("`true` failed: {o:?}"));
+        return Err(format!("`{PROGRAM}` failed: {o:?}"));
     }
     Ok(d)
 }
@@ -442,9 +448,10 @@ impl Raw {
     }
 }
 
-/// Docker's exec done raw, the same three requests as the adapter's: create the exec (reqwest,
+/// Docker's exec done raw, the same requests as the adapter's: create the exec (reqwest,
 /// keep-alive; the exec id parsed from its answer), start it on a fresh connection upgraded to
-/// the raw stream (hyper) and read that to its end (no demultiplexing), inspect it (reqwest).
+/// the raw stream (hyper) and read that to its end (no demultiplexing), inspect it (reqwest)
+/// until the engine no longer reports it running, as the adapter does.
 /// The captured create and start requests give the bodies, headers and API version.
 struct RawDocker {
     client: reqwest::Client,
@@ -558,19 +565,31 @@ impl RawDocker {
         } else {
             return Err(format!("raw start answered {}", resp.status()));
         }
-        let inspected = self
-            .client
-            .get(format!("{}{version}/exec/{id}/json", self.upstream))
-            .send()
-            .await
-            .map_err(|e| format!("raw inspect: {e}"))?;
-        if !inspected.status().is_success() {
-            return Err(format!("raw inspect answered {}", inspected.status()));
+        // As the adapter does (`wait_exit`): the engine may still report the exec running for
+        // a moment after its stream ended, so inspect until it does not (5 ms, doubling).
+        let mut delay = Duration::from_millis(5);
+        loop {
+            let inspected = self
+                .client
+                .get(format!("{}{version}/exec/{id}/json", self.upstream))
+                .send()
+                .await
+                .map_err(|e| format!("raw inspect: {e}"))?;
+            if !inspected.status().is_success() {
+                return Err(format!("raw inspect answered {}", inspected.status()));
+            }
+            let body = inspected
+                .bytes()
+                .await
+                .map_err(|e| format!("raw inspect body: {e}"))?;
+            let v: serde_json::Value =
+                serde_json::from_slice(&body).map_err(|e| format!("raw inspect answer: {e}"))?;
+            if v["Running"] != serde_json::Value::Bool(true) {
+                break;
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(200));
         }
-        inspected
-            .bytes()
-            .await
-            .map_err(|e| format!("raw inspect body: {e}"))?;
         Ok(t.elapsed())
     }
 }
@@ -580,7 +599,7 @@ async fn p1(plan: &Plan, name: &str, setup: &Setup, adapter: &Arc<dyn Exec>) -> 
     let via = (setup.through)(capture.url(), IDLE)
         .await
         .map_err(|e| e.to_string())?;
-    let title = format!("{name}: exec `true`");
+    let title = format!("{name}: exec `{PROGRAM}`");
     let mut captured = Ok(());
     for _ in 0..2 {
         captured = captured.and(exec_true(&*via).await.map(drop));
@@ -622,11 +641,11 @@ async fn p1(plan: &Plan, name: &str, setup: &Setup, adapter: &Arc<dyn Exec>) -> 
             &title,
             &format!("execseam-{name}"),
             &a,
-            "raw reqwest + hyper: create, start upgraded, inspect",
+            "raw reqwest + hyper: create, start upgraded, inspect until ended",
             &b,
             plan.pairs,
             Some(1.05),
-            "3 requests per exec on both sides (create, start with the hijacked stream read to its end, inspect); the raw client parses only the exec id",
+            "3 or more requests per exec on both sides (create, start with the hijacked stream read to its end, inspect until the engine says the exec ended); the raw client parses only the exec id and the Running flag",
         );
         return Ok(());
     }
@@ -1078,7 +1097,7 @@ async fn p3(plan: &Plan) -> Result<(), String> {
     let env = execseam_local::LocalConfig::new().environment();
     let raw = async || {
         let t = Instant::now();
-        let out = tokio::process::Command::new("true")
+        let out = tokio::process::Command::new(PROGRAM)
             .env_clear()
             .envs(env.clone())
             .stdin(Stdio::null())
@@ -1088,14 +1107,14 @@ async fn p3(plan: &Plan) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())?;
         if !out.status.success() {
-            return Err("raw true failed".to_owned());
+            return Err(format!("raw {PROGRAM} failed"));
         }
         Ok(t.elapsed())
     };
     let (a, b) = alternate(plan.pairs, async || exec_true(&local).await, raw).await?;
     row(
         "P3",
-        "local: exec `true`",
+        &format!("local: exec `{PROGRAM}`"),
         "execseam-local",
         &a,
         "raw tokio::process",
@@ -1314,7 +1333,7 @@ async fn adapter_rows(plan: &Plan, a: &execseam_reliability::Adapter) -> Result<
         .map_err(|e| e.to_string())?;
     exec_true(&*adapter).await?;
     if let Err(e) = p1(plan, a.name, &setup, &adapter).await {
-        missing("P1", &format!("{}: exec `true`", a.name), &e);
+        missing("P1", &format!("{}: exec `{PROGRAM}`", a.name), &e);
     }
     if let Err(e) = p2(plan, a.name, &setup).await {
         missing("P2", &format!("{}: vs the Python SDK", a.name), &e);

@@ -8,6 +8,8 @@
 //!   back into typed errors, so they are never reported as the command's exit code;
 //!   [`StderrGate`] does the same for a stream (it holds back stderr while it may still be the
 //!   wrapper's line).
+//! - [`Leftovers`]: temporary files a wrapper leaves behind, removed in batches by a later
+//!   command rather than by a program started for every exec ([`Leftovers::track`]).
 //! - [`base64_encode`]: the one base64 this crate writes (standard alphabet, padded, as `base64
 //!   -d` reads it), so core needs no base64 dependency. Adapters that also decode use the
 //!   `base64` crate; both are RFC 4648 standard with padding.
@@ -344,6 +346,92 @@ pub fn temp_path(dir: &str) -> String {
     format!("{dir}/.execseam-{}", crate::transport::random_id(16))
 }
 
+/// Temporary paths that execs left in the sandbox, to be removed in batches.
+///
+/// Removing a file from a shell starts a program (`rm`), which costs about as much as the
+/// command itself when the command is small; so a frame that writes a command's streams to files
+/// leaves them, [`put`](Self::put)s their paths here once it has answered, and every
+/// `batch`-th exec takes them ([`take_batch`](Self::take_batch)) and removes them all with one
+/// `rm` in the background. A file still open (a background child of the command writing to it)
+/// is unlinked all the same: what it writes later was never read.
+#[derive(Debug)]
+pub struct Leftovers {
+    batch: usize,
+    paths: std::sync::Mutex<Vec<String>>,
+}
+
+impl Leftovers {
+    /// Leftovers removed once at least `batch` paths are waiting (at least 1).
+    pub fn new(batch: usize) -> Leftovers {
+        Leftovers {
+            batch: batch.max(1),
+            paths: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.paths.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds paths to remove later (give them back with this too when the exec that was to remove
+    /// them failed before it ran).
+    pub fn put(&self, paths: impl IntoIterator<Item = String>) {
+        self.lock().extend(paths);
+    }
+
+    /// All waiting paths if there are at least `batch` of them, else none.
+    pub fn take_batch(&self) -> Vec<String> {
+        let mut paths = self.lock();
+        if paths.len() >= self.batch {
+            std::mem::take(&mut *paths)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// All waiting paths (when the sandbox is kept after the handle is closed).
+    pub fn take_all(&self) -> Vec<String> {
+        std::mem::take(&mut *self.lock())
+    }
+
+    /// Tracks one exec that leaves `files` and carries `batch` (from
+    /// [`take_batch`](Self::take_batch)) to remove: when the guard is dropped, however the exec
+    /// ended (a cancelled future too), `files` are put back for a later batch, and so is `batch`
+    /// unless [`removed`](LeftoverGuard::removed) was called (`rm -f` twice is harmless).
+    pub fn track(&self, files: Vec<String>, batch: Vec<String>) -> LeftoverGuard<'_> {
+        LeftoverGuard {
+            leftovers: self,
+            files,
+            batch,
+        }
+    }
+}
+
+/// See [`Leftovers::track`].
+#[derive(Debug)]
+pub struct LeftoverGuard<'a> {
+    leftovers: &'a Leftovers,
+    files: Vec<String>,
+    batch: Vec<String>,
+}
+
+impl LeftoverGuard<'_> {
+    /// The exec ran its frame, which removed the batch.
+    pub fn removed(&mut self) {
+        self.batch.clear();
+    }
+}
+
+impl Drop for LeftoverGuard<'_> {
+    fn drop(&mut self) {
+        let (files, batch) = (
+            std::mem::take(&mut self.files),
+            std::mem::take(&mut self.batch),
+        );
+        self.leftovers.put(files.into_iter().chain(batch));
+    }
+}
+
 /// Standard base64 (RFC 4648, with padding), as `base64 -d` reads it. Lines are not wrapped.
 pub fn base64_encode(data: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -376,6 +464,26 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::process::{Command as Proc, Stdio};
+
+    #[test]
+    fn leftovers_come_back_in_batches() {
+        let l = Leftovers::new(3);
+        l.put(["a".to_owned(), "b".to_owned()]);
+        assert!(l.take_batch().is_empty(), "two of three: not yet");
+        l.put(["c".to_owned()]);
+        assert_eq!(l.take_batch(), ["a", "b", "c"]);
+        assert!(l.take_batch().is_empty(), "taken once");
+        l.put(["d".to_owned()]);
+        assert_eq!(l.take_all(), ["d"]);
+        assert!(l.take_all().is_empty());
+        // A tracked exec puts its files back, and its batch unless it removed it.
+        drop(l.track(vec!["f".into()], vec!["old".into()]));
+        assert_eq!(l.take_all(), ["f", "old"]);
+        let mut g = l.track(vec!["f".into()], vec!["old".into()]);
+        g.removed();
+        drop(g);
+        assert_eq!(l.take_all(), ["f"]);
+    }
 
     /// The shells the quoting must hold for. busybox is used when installed.
     fn shells() -> Vec<Vec<&'static str>> {
