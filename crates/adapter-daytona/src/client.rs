@@ -386,6 +386,17 @@ impl Toolbox {
         timeout_secs: u64,
         submit: bool,
     ) -> Result<wire::ExecuteResponse, Error> {
+        self.execute_with(command, &[], timeout_secs, submit).await
+    }
+
+    /// `POST /process/execute` with variables added to the shell's environment.
+    pub(crate) async fn execute_with(
+        &self,
+        command: &str,
+        envs: &[(&str, &str)],
+        timeout_secs: u64,
+        submit: bool,
+    ) -> Result<wire::ExecuteResponse, Error> {
         let (op, phase) = if submit {
             ("exec", Phase::Submitted)
         } else {
@@ -396,6 +407,7 @@ impl Toolbox {
             .request(Method::POST, &self.url("/process/execute"), !submit)
             .json(&wire::ExecuteRequest {
                 command,
+                envs: envs.iter().copied().collect(),
                 timeout: timeout_secs,
             });
         let resp = self.client.send(rb, op, phase).await?;

@@ -450,9 +450,9 @@ impl DaytonaExec {
         if prefixes.is_empty() {
             return;
         }
-        let mut argv = vec!["/bin/sh", "-c", REMOVE_LEFTOVERS, "sh"];
-        argv.extend(prefixes.iter().map(String::as_str));
-        let command = format!("exec {}", degrade::join(&argv));
+        let files: Vec<String> = prefixes.iter().flat_map(|p| frame_files(p)).collect();
+        let files: Vec<&str> = files.iter().map(String::as_str).collect();
+        let command = format!("exec rm -f -- {}", degrade::join(&files));
         if let Err(e) = self.inner.toolbox.execute(&command, 60, false).await {
             tracing::warn!(error = %e, "could not remove the frame files of earlier Daytona execs");
         }
@@ -936,49 +936,86 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
 // ---------------------------------------------------------------------------------------------
 // `POST /process/execute` ([`ExecRoute::Execute`])
 
-/// The frame of an exec through `POST /process/execute`, run as
-/// `/bin/sh -c DIRECT_FRAME sh SCRIPT PREFIX LIMIT [OLD...]`: SCRIPT is the core's wrapper,
-/// PREFIX a fresh path (unique per exec) for the frame's files, LIMIT the most bytes of each
-/// stream sent back, OLD the prefixes of earlier execs whose files are to be removed.
+/// The frame of an exec through `POST /process/execute`: the daemon's own shell (zsh, bash or
+/// sh: `GetShell()`; the frame is POSIX and uses nothing the three differ on) evaluates it
+/// ([`DIRECT_LINE`], [`FRAME_VAR`]), after a first line that sets `execseam_c` (the core's wrapper script), `execseam_p`
+/// (`P`, a fresh path, unique per exec, for the frame's files) and `execseam_l` (the most bytes
+/// of each stream sent back; names no environment is likely to export);
+/// see [`direct_frame`], which also appends the removal of earlier execs' files and the
+/// `exit`.
 ///
 /// The route merges stdout and stderr into one pipe and answers when the command ends, so the
-/// command (a subshell evaluating SCRIPT, which ends in `exec`: no second shell is started)
-/// writes its streams to `PREFIX.o` and `PREFIX.e`, created mode 600 under a umask of 077 that
-/// the command does not inherit, and once it has exited the frame writes, one after the other
-/// (no interleaving), `O`, stdout in base64 lines, `E`, stderr in base64 lines, and `:<status>`.
-/// While the subshell runs, the frame's own stderr (the answer) is `/dev/null` (dash reports a
-/// subshell killed by a signal there) and is kept on fd 3, which the command does not get. A
+/// command (a subshell evaluating the wrapper, which ends in `exec`: no other shell is started)
+/// writes its streams to `P.o` and `P.e`, created mode 600 under a umask of 077 that the
+/// command does not inherit, and once it has exited the frame writes, one after the other (no
+/// interleaving), `O`, stdout in base64 lines, `E`, stderr in base64 lines, and `:<status>`.
+/// While the subshell runs, the shell's own stderr (the answer) is `/dev/null` (a shell reports
+/// a subshell killed by a signal there) and is kept on fd 3, which the command does not get. A
 /// background child keeps its files, not the answer, open: it does not hold the exec, and what
-/// it writes later is not this command's output. `PREFIX.g` holds the frame's pid, which leads
-/// the process group (for the kill), while the command runs, and is emptied when it has ended;
-/// a kill that came first leaves `PREFIX.x`, and the frame then runs nothing. The files stay
-/// until a later exec's frame removes them with one background `rm` for a batch of execs
-/// ([`degrade::Leftovers`]). For `/bin/true` the frame starts no process but the command (an
-/// empty stream is not encoded, the umask is read from `/proc`): each process costs about a
+/// it writes later is not this command's output. `P.g` holds the shell's pid, which leads the
+/// process group (the daemon starts its shell in a group of its own), while the command runs,
+/// and is emptied when it has ended; a kill that came first leaves `P.x`, and the frame then
+/// runs nothing. The files stay until a later exec's frame removes them with one background
+/// `rm` for a batch of execs ([`degrade::Leftovers`]). For `/bin/true` the frame starts no
+/// process but the command, as the SDK's `process.exec` of the same command does (an empty
+/// stream is not encoded, the umask is read from `/proc`): each process costs about a
 /// millisecond in a sandbox.
-pub const DIRECT_FRAME: &str = r#"p=$2
-u=
-while read -r k v; do if [ "$k" = Umask: ]; then u=$v; break; fi; done </proc/self/status
-[ -n "$u" ] || u=$(umask)
+pub const DIRECT_FRAME: &str = r#"execseam_u=
+while read -r execseam_k execseam_v; do if [ "$execseam_k" = Umask: ]; then execseam_u=$execseam_v; break; fi; done </proc/self/status
+[ -n "$execseam_u" ] || execseam_u=$(umask)
 umask 077
-if ! { : >"$p.o" && : >"$p.e"; } 2>/dev/null; then
-  printf 'O\nE\n'; printf 'execseam-wrapper: cannot create %s\n' "$p.o" | base64; echo ':125'; exit 125
+if ! { : >"$execseam_p.o" && : >"$execseam_p.e"; } 2>/dev/null; then
+  printf 'O\nE\n'; printf 'execseam-wrapper: cannot create %s\n' "$execseam_p.o" | base64; echo ':125'; exit 125
 fi
-echo $$ >"$p.g"
-umask "$u"
-if [ -e "$p.x" ]; then rm -f -- "$p.g" "$p.o" "$p.e" "$p.x"; exit 125; fi
+echo $$ >"$execseam_p.g"
+umask "$execseam_u"
+if [ -e "$execseam_p.x" ]; then rm -f -- "$execseam_p.g" "$execseam_p.o" "$execseam_p.e" "$execseam_p.x"; exit 125; fi
 exec 3>&2 2>/dev/null
-(eval "$1") </dev/null >"$p.o" 2>"$p.e" 3>&-
-s=$?
+(eval "$execseam_c") </dev/null >"$execseam_p.o" 2>"$execseam_p.e" 3>&-
+execseam_s=$?
 exec 2>&3 3>&-
-: >"$p.g"
-echo O; [ -s "$p.o" ] && head -c "$3" "$p.o" | base64; echo E; [ -s "$p.e" ] && head -c "$3" "$p.e" | base64; printf ':%s\n' "$s"
-shift 3
-if [ $# -gt 0 ]; then
-  for x do set -- "$@" "$x.o" "$x.e" "$x.g" "$x.x"; shift; done
-  rm -f -- "$@" </dev/null >/dev/null 2>&1 &
-fi
-exit "$s""#;
+: >"$execseam_p.g"
+echo O; [ -s "$execseam_p.o" ] && head -c "$execseam_l" "$execseam_p.o" | base64; echo E; [ -s "$execseam_p.e" ] && head -c "$execseam_l" "$execseam_p.e" | base64; printf ':%s\n' "$execseam_s"
+"#;
+
+/// The files of the exec whose frame files have the prefix `p`.
+fn frame_files(p: &str) -> [String; 4] {
+    ["o", "e", "g", "x"].map(|ext| format!("{p}.{ext}"))
+}
+
+/// The variable that carries an exec's frame to the daemon's shell (the request's `envs`).
+pub const FRAME_VAR: &str = "EXECSEAM_FRAME";
+
+/// What the daemon's shell reads from its stdin: it evaluates [`FRAME_VAR`], which unsets
+/// itself first (the command does not inherit it). The frame travels in the environment, not
+/// on stdin, because a shell reads a script from a pipe one byte per `read` (it must leave the
+/// rest of its stdin unread): about a millisecond for the frame's kilobyte in a sandbox.
+pub const DIRECT_LINE: &str = r#"[ -n "$EXECSEAM_FRAME" ] || { echo 'execseam: no EXECSEAM_FRAME in the environment: this daemon ignores the envs of process/execute'; exit 125; }; eval "$EXECSEAM_FRAME"
+"#;
+
+/// The marker [`DIRECT_LINE`] answers with when the frame did not arrive.
+const NO_FRAME: &str = "execseam: no EXECSEAM_FRAME in the environment";
+
+/// The value of [`FRAME_VAR`] for an exec: the values [`DIRECT_FRAME`] reads, the frame, the
+/// removal of the files of the execs with the prefixes `old` (in the background, after the
+/// answer) and the exit with the command's status.
+pub fn direct_frame(script: &str, prefix: &str, limit: u64, old: &[String]) -> String {
+    let mut s = format!(
+        "unset {FRAME_VAR}\nexecseam_c={}; execseam_p={}; execseam_l={limit}\n{DIRECT_FRAME}",
+        degrade::quote(script),
+        degrade::quote(prefix)
+    );
+    if !old.is_empty() {
+        let files: Vec<String> = old.iter().flat_map(|p| frame_files(p)).collect();
+        let files: Vec<&str> = files.iter().map(String::as_str).collect();
+        s.push_str(&format!(
+            "rm -f -- {} </dev/null >/dev/null 2>&1 &\n",
+            degrade::join(&files)
+        ));
+    }
+    s.push_str("exit \"$execseam_s\"\n");
+    s
+}
 
 /// Asked every idle period while an exec's answer has not come: `running` while the frame's
 /// `PREFIX.g` names a live process (the frame empties it when the command has ended);
@@ -995,11 +1032,6 @@ const DIRECT_KILL: &str = r#": >"$1.x"; if [ -s "$1.g" ]; then read -r q <"$1.g"
 
 /// How many execs' files a frame removes at once (one `rm` per this many execs).
 const LEFTOVER_BATCH: usize = 32;
-
-/// Removes the frame files of the execs whose prefixes are its arguments (at close, when the
-/// sandbox is kept).
-const REMOVE_LEFTOVERS: &str =
-    r#"for x do set -- "$@" "$x.o" "$x.e" "$x.g" "$x.x"; shift; done; rm -f -- "$@""#;
 
 /// The daemon's own deadline for a `/process/execute` command (it kills the process group
 /// then): a year, so that only the host's deadline (which kills through [`DIRECT_KILL`])
@@ -1139,13 +1171,16 @@ async fn run_framed(
         ..WrapOptions::default()
     };
     let script = degrade::script(&cmd, &opts).map_err(|e| e.or_context(PROVIDER, "exec"))?;
-    let limit = max_output.saturating_add(1).to_string();
-    let mut argv = vec!["/bin/sh", "-c", DIRECT_FRAME, "sh", &script, dir, &limit];
-    argv.extend(old.iter().map(String::as_str));
-    execseam_core::transport::check_wire(PROVIDER, &argv, &crate::SIZE_LIMIT)?;
-    // `exec`: the daemon's shell becomes the frame (one process less; the process group and the
-    // exit status stay the same).
-    let command = format!("exec {}", degrade::join(&argv));
+    // The wrapper is evaluated, not passed to `execve`; what it `exec`s in the end (argv and
+    // env) is what `check_size` bounded. Checked as one string all the same: the bound the
+    // adapter has always kept.
+    let frame = direct_frame(&script, dir, max_output.saturating_add(1), old);
+    // One string of the shell's environment (`NAME=value`), which `execve` bounds.
+    execseam_core::transport::check_wire(
+        PROVIDER,
+        &[&format!("{FRAME_VAR}={frame}")],
+        &crate::SIZE_LIMIT,
+    )?;
     let mut running = Running {
         toolbox: inner.toolbox.clone(),
         dir: dir.to_owned(),
@@ -1163,7 +1198,13 @@ async fn run_framed(
     // From here the frame owns the stdin file (the wrapper removes it).
     running.stdin = None;
     running.submitted = true;
-    let mut exec = Box::pin(inner.toolbox.execute(&command, EXECUTE_TIMEOUT_SECS, true));
+    let envs = [(FRAME_VAR, frame.as_str())];
+    let mut exec = Box::pin(inner.toolbox.execute_with(
+        DIRECT_LINE,
+        &envs,
+        EXECUTE_TIMEOUT_SECS,
+        true,
+    ));
     // The answer comes when the command ends, however long that is, so silence is no error;
     // but every idle period the sandbox is asked whether the frame still runs. Absent twice
     // (the request was lost, or the answer after the command ended), the exec fails.
@@ -1233,6 +1274,15 @@ async fn run_framed(
     let result = resp
         .result
         .ok_or_else(|| proto("process/execute answered without a result".into()))?;
+    if result.starts_with(NO_FRAME) {
+        // Nothing ran: the shell found no frame to evaluate.
+        return Err(Error::new(
+            execseam_core::ErrorKind::Unsupported,
+            format!("{}: the adapter needs a daemon that sets the envs of process/execute (v0.190 and later do)", result.trim()),
+        )
+        .with_provider(PROVIDER)
+        .with_operation("exec"));
+    }
     let (stdout, stderr, status) = decode_direct(&result).map_err(proto)?;
     if status != code {
         return Err(proto(format!(
@@ -1728,12 +1778,11 @@ mod tests {
         old: &[&str],
     ) -> (String, i32) {
         use std::io::Write as _;
-        let limit = limit.to_string();
-        let mut argv = vec!["/bin/sh", "-c", DIRECT_FRAME, "sh", script, dir, &limit];
-        argv.extend(old);
-        let text = format!("exec {}", degrade::join(&argv));
+        let old: Vec<String> = old.iter().map(|p| (*p).to_owned()).collect();
+        let frame = direct_frame(script, dir, limit, &old);
         let (r, w) = std::io::pipe().unwrap();
         let mut child = std::process::Command::new(shell)
+            .env(FRAME_VAR, &frame)
             .stdin(std::process::Stdio::piped())
             .stdout(w.try_clone().unwrap())
             .stderr(w)
@@ -1743,12 +1792,32 @@ mod tests {
             .stdin
             .take()
             .unwrap()
-            .write_all(text.as_bytes())
+            .write_all(DIRECT_LINE.as_bytes())
             .unwrap();
         let mut out = String::new();
         std::io::Read::read_to_string(&mut { r }, &mut out).unwrap();
         let status = child.wait().unwrap().code().unwrap();
         (out, status)
+    }
+
+    fn remove(prefix: &str) {
+        for f in frame_files(prefix) {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+
+    /// The daemon's shells the frame must run in: `GetShell()` picks zsh, bash or sh (zsh where
+    /// it is installed: Daytona's default snapshots).
+    fn shells() -> Vec<&'static str> {
+        let mut v = vec!["/bin/sh", "bash", "dash"];
+        if std::process::Command::new("zsh")
+            .args(["-c", "true"])
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            v.push("zsh");
+        }
+        v
     }
 
     /// The frame's files are removed (in the background, by a later frame or at once by a kill).
@@ -1778,7 +1847,7 @@ mod tests {
         .build()
         .unwrap();
         let script = degrade::script(&cmd, &WrapOptions::default()).unwrap();
-        for shell in ["/bin/sh", "bash", "dash"] {
+        for shell in shells() {
             let dir = scratch(shell.trim_start_matches('/').replace('/', "-").as_str());
             let (answer, code) = run_direct_frame(shell, &script, &dir, 1 << 20);
             assert_eq!(code, 7, "{shell}: {answer}");
@@ -1804,11 +1873,42 @@ mod tests {
             assert_eq!(code, 7, "{shell}: {answer}");
             decode_direct(&answer).unwrap();
             gone(&dir);
-            std::process::Command::new("/bin/sh")
-                .args(["-c", REMOVE_LEFTOVERS, "sh", &next])
-                .status()
-                .unwrap();
+            remove(&next);
             gone(&next);
+        }
+    }
+
+    #[test]
+    fn the_frame_travels_in_the_environment_and_the_command_does_not_inherit_it() {
+        let cmd = Command::new(["sh", "-c", "printf %s \"${EXECSEAM_FRAME-unset}\""]).unwrap();
+        let script = degrade::script(&cmd, &WrapOptions::default()).unwrap();
+        for shell in shells() {
+            let dir = scratch(&format!("env-{}", shell.replace('/', "-")));
+            let (answer, code) = run_direct_frame(shell, &script, &dir, 1 << 20);
+            assert_eq!(code, 0, "{shell}: {answer}");
+            assert_eq!(
+                decode_direct(&answer).unwrap().0.as_ref(),
+                b"unset",
+                "{shell}"
+            );
+            remove(&dir);
+            // A daemon that drops the request's envs: the line says so, and runs nothing.
+            let o = std::process::Command::new(shell)
+                .env_remove(FRAME_VAR)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .and_then(|mut c| {
+                    use std::io::Write as _;
+                    c.stdin.take().unwrap().write_all(DIRECT_LINE.as_bytes())?;
+                    c.wait_with_output()
+                })
+                .unwrap();
+            assert_eq!(o.status.code(), Some(125), "{shell}");
+            assert!(
+                String::from_utf8_lossy(&o.stdout).starts_with(NO_FRAME),
+                "{shell}"
+            );
         }
     }
 
@@ -1818,7 +1918,7 @@ mod tests {
         // the answer's pipe: the frame holds its stderr on /dev/null while the command runs.
         let cmd = Command::new(["sh", "-c", "echo out; echo err >&2; kill -9 $$"]).unwrap();
         let script = degrade::script(&cmd, &WrapOptions::default()).unwrap();
-        for shell in ["/bin/sh", "bash", "dash"] {
+        for shell in shells() {
             let dir = scratch(&format!("signal-{}", shell.replace('/', "-")));
             let (answer, code) = run_direct_frame(shell, &script, &dir, 1 << 20);
             assert_eq!(code, 137, "{shell}: {answer}");
@@ -1828,10 +1928,7 @@ mod tests {
                 (&b"out\n"[..], &b"err\n"[..], 137),
                 "{shell}: {answer:?}"
             );
-            std::process::Command::new("/bin/sh")
-                .args(["-c", REMOVE_LEFTOVERS, "sh", &dir])
-                .status()
-                .unwrap();
+            remove(&dir);
             gone(&dir);
         }
     }
@@ -1881,6 +1978,7 @@ mod tests {
     fn the_execute_request_sets_a_deadline_past_the_daemons_default() {
         let body = serde_json::to_value(wire::ExecuteRequest {
             command: "true",
+            envs: Default::default(),
             timeout: EXECUTE_TIMEOUT_SECS,
         })
         .unwrap();
@@ -1888,6 +1986,15 @@ mod tests {
             body,
             serde_json::json!({"command": "true", "timeout": 31_536_000})
         );
+        // The frame rides in `envs` (apps/daemon/pkg/toolbox/process/types.go: `Envs
+        // map[string]string`, appended to the shell's environment when not empty).
+        let body = serde_json::to_value(wire::ExecuteRequest {
+            command: DIRECT_LINE,
+            envs: [(FRAME_VAR, "x")].into_iter().collect(),
+            timeout: EXECUTE_TIMEOUT_SECS,
+        })
+        .unwrap();
+        assert_eq!(body["envs"], serde_json::json!({"EXECSEAM_FRAME": "x"}));
     }
 
     #[test]

@@ -6,9 +6,9 @@
 //!
 //! [`Exec::exec`](execseam_core::Exec::exec) is one `POST /process/execute` by default
 //! ([`ExecRoute::Execute`]). That route merges stdout and stderr into one `result` string, so the
-//! command runs under a small frame ([`exec::DIRECT_FRAME`]) that writes each stream to a file
-//! and, once the command has exited, sends both back one after the other in base64 with a status
-//! trailer; the adapter decodes the exact bytes and checks the trailer against Daytona's
+//! command runs under a small frame ([`exec::DIRECT_FRAME`], evaluated by the daemon's own shell
+//! from the request's `envs`) that writes each stream to a file and, once the command has
+//! exited, sends both back one after the other in base64 with a status trailer; the adapter decodes the exact bytes and checks the trailer against Daytona's
 //! `exitCode`. The answer is awaited without a request timeout (the command may be long), but
 //! every idle period a short probe asks the sandbox whether the frame still runs; a dropped exec
 //! (the host's deadline) kills its process group with another short request.

@@ -103,6 +103,10 @@ pub struct CommandLogs {
 pub struct ExecuteRequest<'a> {
     /// The command text, written to the stdin of the daemon's shell.
     pub command: &'a str,
+    /// Variables added to the shell's environment (`envs`; the daemon appends them to its own
+    /// environment when there are any).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub envs: BTreeMap<&'a str, &'a str>,
     /// Seconds before the daemon kills the command's process group (its default, when absent,
     /// is 360 s on current daemons).
     pub timeout: u64,

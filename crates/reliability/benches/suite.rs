@@ -23,7 +23,8 @@
 //!   p50, p99, peak RSS of this process (the client and the emulator share it).
 //!
 //! `EXECSEAM_BENCH_QUICK=1`: fewer pairs, a 50,000-file tree, 64 at once (a smoke run).
-//! `EXECSEAM_BENCH_ONLY=<adapter>`: P1/P2/P5 for that adapter only. `EXECSEAM_BENCH_PAIRS=N`: N
+//! `EXECSEAM_BENCH_ONLY=<adapter>`: P1/P2/P5 for that adapter only; `EXECSEAM_BENCH_SECTIONS=P1`
+//! (a comma-separated list): only those of P1, P2, P5. `EXECSEAM_BENCH_PAIRS=N`: N
 //! pairs per row instead of 200 (the table then says so in its `n` column).
 
 #[path = "../tests/setups/mod.rs"]
@@ -215,6 +216,9 @@ where
 // ---------------------------------------------------------------------------------------------
 // P1: the capture proxy and the raw replay
 
+/// An upgraded connection's chunks in the order they passed: `(from the client, bytes)`.
+type Relayed = Arc<Mutex<Vec<(bool, Vec<u8>)>>>;
+
 #[derive(Clone)]
 struct Captured {
     method: http::Method,
@@ -223,10 +227,18 @@ struct Captured {
     headers: http::HeaderMap,
     body: Arc<Mutex<Vec<u8>>>,
     upgrade: bool,
+    /// The answer's body bytes (what a later request's server-assigned ids come from).
+    answer: Arc<Mutex<Vec<u8>>>,
+    /// An upgraded connection's bytes in the order they passed.
+    relayed: Relayed,
+    /// When the request arrived, and when the last of its answer passed.
+    arrived: Instant,
+    answered: Arc<Mutex<Option<Instant>>>,
 }
 
-/// Records every request (head and body bytes) and forwards it, in its HTTP version, to the
-/// upstream. WebSocket upgrades are recorded and refused (a replay of one is not written).
+/// Records every request (head and body bytes) and its answer's body, and forwards it, in its
+/// HTTP version, to the upstream. An upgrade (a WebSocket, Docker's hijacked exec stream) is
+/// forwarded too, and the bytes of the upgraded connection are recorded both ways, in order.
 struct Capture {
     addr: std::net::SocketAddr,
     log: Arc<Mutex<Vec<Captured>>>,
@@ -273,7 +285,7 @@ impl Capture {
                         }
                     });
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(tcp), svc)
+                        .serve_connection_with_upgrades(TokioIo::new(tcp), svc)
                         .await;
                 });
             }
@@ -331,6 +343,9 @@ async fn capture_one(
     }
     let upgrade = req.headers().contains_key(http::header::UPGRADE);
     let body = Arc::new(Mutex::new(Vec::new()));
+    let answer = Arc::new(Mutex::new(Vec::new()));
+    let relayed = Arc::new(Mutex::new(Vec::new()));
+    let answered = Arc::new(Mutex::new(None));
     log.lock().expect("capture log").push(Captured {
         method: req.method().clone(),
         path: req
@@ -342,16 +357,13 @@ async fn capture_one(
         headers: req.headers().clone(),
         body: body.clone(),
         upgrade,
+        answer: answer.clone(),
+        relayed: relayed.clone(),
+        arrived: Instant::now(),
+        answered: answered.clone(),
     });
     if upgrade {
-        // Its body too (Docker's exec start carries one), then the refusal.
-        if let Ok(b) = req.into_body().collect().await {
-            body.lock().expect("body").extend_from_slice(&b.to_bytes());
-        }
-        let empty = http_body_util::Empty::<Bytes>::new()
-            .map_err(never)
-            .boxed_unsync();
-        return Ok(http::Response::builder().status(502).body(empty)?);
+        return forward_upgrade(req, authority, body, relayed).await;
     }
     let (mut parts, incoming) = req.into_parts();
     let tee = incoming
@@ -384,7 +396,86 @@ async fn capture_one(
         send.send_request(http::Request::from_parts(parts, tee))
             .await?
     };
-    Ok(resp.map(|b| b.map_err(boxed).boxed_unsync()))
+    *answered.lock().expect("answered") = Some(Instant::now());
+    Ok(resp.map(move |b| {
+        b.map_frame(move |fr| {
+            if let Some(d) = fr.data_ref() {
+                answer.lock().expect("answer").extend_from_slice(d);
+            }
+            *answered.lock().expect("answered") = Some(Instant::now());
+            fr
+        })
+        .map_err(boxed)
+        .boxed_unsync()
+    }))
+}
+
+/// Forwards an upgrade request (HTTP/1.1) and, once both sides have switched protocols, relays
+/// the upgraded connection's bytes, recording each chunk with its direction in arrival order.
+async fn forward_upgrade(
+    mut req: http::Request<Incoming>,
+    authority: &str,
+    body: Arc<Mutex<Vec<u8>>>,
+    relayed: Relayed,
+) -> Result<http::Response<AnyBody>, BoxError> {
+    let client_side = hyper::upgrade::on(&mut req);
+    let (parts, incoming) = req.into_parts();
+    let bytes = incoming.collect().await?.to_bytes();
+    body.lock().expect("body").extend_from_slice(&bytes);
+    let tcp = tokio::net::TcpStream::connect(authority).await?;
+    let _ = tcp.set_nodelay(true);
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    let mut resp = send
+        .send_request(http::Request::from_parts(
+            parts,
+            http_body_util::Full::new(bytes),
+        ))
+        .await?;
+    if resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+        return Ok(resp.map(|b| b.map_err(boxed).boxed_unsync()));
+    }
+    let server_side = hyper::upgrade::on(&mut resp);
+    let mut answer = http::Response::builder().status(resp.status());
+    for (k, v) in resp.headers() {
+        answer = answer.header(k, v);
+    }
+    tokio::spawn(async move {
+        let (Ok(c), Ok(s)) = (client_side.await, server_side.await) else {
+            return;
+        };
+        let (mut cr, mut cw) = tokio::io::split(TokioIo::new(c));
+        let (mut sr, mut sw) = tokio::io::split(TokioIo::new(s));
+        let copy = async |r: &mut (dyn tokio::io::AsyncRead + Unpin + Send),
+                          w: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+                          from_client: bool| {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match tokio::io::AsyncReadExt::read(r, &mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                relayed
+                    .lock()
+                    .expect("relayed")
+                    .push((from_client, buf[..n].to_vec()));
+                if tokio::io::AsyncWriteExt::write_all(w, &buf[..n])
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            let _ = tokio::io::AsyncWriteExt::shutdown(w).await;
+        };
+        tokio::join!(copy(&mut cr, &mut sw, true), copy(&mut sr, &mut cw, false));
+    });
+    let empty = http_body_util::Empty::<Bytes>::new()
+        .map_err(never)
+        .boxed_unsync();
+    Ok(answer.body(empty)?)
 }
 
 /// The raw client: the captured request, sent again by reqwest on the same HTTP version, the
@@ -445,6 +536,300 @@ impl Raw {
             ));
         }
         Ok(d)
+    }
+}
+
+/// An exec over an upgraded connection (a WebSocket) done raw: the captured upgrade request
+/// sent again by hyper, then the client's recorded bytes written as they were (its WebSocket
+/// frames, masked as sent), each chunk once the server has sent at least as many bytes as it
+/// had before that chunk, and the server's side read until it has sent as many bytes as it sent
+/// the adapter (or ended). No frame is parsed.
+struct RawUpgrade {
+    authority: String,
+    req: Captured,
+    body: Bytes,
+    relayed: Vec<(bool, Vec<u8>)>,
+}
+
+impl RawUpgrade {
+    fn new(upstream: &str, req: Captured) -> Result<RawUpgrade, String> {
+        let relayed = req.relayed.lock().expect("relayed").clone();
+        if !relayed.iter().any(|(client, _)| !*client) {
+            return Err("the upgraded connection carried nothing from the server".into());
+        }
+        let body = Bytes::from(req.body.lock().expect("body").clone());
+        Ok(RawUpgrade {
+            authority: upstream
+                .trim_start_matches("http://")
+                .trim_end_matches('/')
+                .to_owned(),
+            body,
+            req,
+            relayed,
+        })
+    }
+
+    async fn once(&self) -> Result<Duration, String> {
+        let t = Instant::now();
+        tokio::time::timeout(Duration::from_secs(30), self.exchange())
+            .await
+            .map_err(|_| "raw upgraded exchange: no end after 30 s".to_owned())??;
+        Ok(t.elapsed())
+    }
+
+    async fn exchange(&self) -> Result<(), String> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let tcp = tokio::net::TcpStream::connect(&self.authority)
+            .await
+            .map_err(|e| format!("raw connect: {e}"))?;
+        let _ = tcp.set_nodelay(true);
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .map_err(|e| format!("raw handshake: {e}"))?;
+        tokio::spawn(async move {
+            let _ = conn.with_upgrades().await;
+        });
+        let mut req = http::Request::new(http_body_util::Full::new(self.body.clone()));
+        *req.method_mut() = self.req.method.clone();
+        *req.uri_mut() = self
+            .req
+            .path
+            .parse()
+            .map_err(|e| format!("raw path: {e}"))?;
+        let mut headers = self.req.headers.clone();
+        for h in [
+            http::header::CONTENT_LENGTH,
+            http::header::TRANSFER_ENCODING,
+        ] {
+            headers.remove(h);
+        }
+        headers.insert(
+            http::header::HOST,
+            http::HeaderValue::from_str(&self.authority).map_err(|e| e.to_string())?,
+        );
+        *req.headers_mut() = headers;
+        let resp = send
+            .send_request(req)
+            .await
+            .map_err(|e| format!("raw upgrade request: {e}"))?;
+        if resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+            return Err(format!("raw upgrade answered {}", resp.status()));
+        }
+        let mut io = TokioIo::new(
+            hyper::upgrade::on(resp)
+                .await
+                .map_err(|e| format!("raw upgrade: {e}"))?,
+        );
+        let (mut got, mut need) = (0usize, 0usize);
+        let mut buf = vec![0u8; 64 * 1024];
+        for (from_client, bytes) in &self.relayed {
+            if !*from_client {
+                need += bytes.len();
+                continue;
+            }
+            while got < need {
+                match io.read(&mut buf).await {
+                    Ok(0) => return Err("raw upgraded: the server ended early".into()),
+                    Ok(n) => got += n,
+                    Err(e) => return Err(format!("raw upgraded read: {e}")),
+                }
+            }
+            io.write_all(bytes)
+                .await
+                .map_err(|e| format!("raw upgraded write: {e}"))?;
+        }
+        // The rest of the server's side: as many bytes as it sent the adapter (its close frame
+        // last), or its end if that comes first (a server may wait for the client to close).
+        let all: usize = self
+            .relayed
+            .iter()
+            .filter(|(from_client, _)| !*from_client)
+            .map(|(_, b)| b.len())
+            .sum();
+        while got < all {
+            match io.read(&mut buf).await {
+                Ok(0) => return Ok(()),
+                Ok(n) => got += n,
+                Err(e) => return Err(format!("raw upgraded read: {e}")),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a later request carries an id an earlier answer assigned: `len` bytes at `at` of
+/// request `req`'s body are bytes `from..from + len` of answer `answer`.
+struct IdPatch {
+    req: usize,
+    at: usize,
+    len: usize,
+    answer: usize,
+    from: usize,
+}
+
+/// Runs of id characters (`[A-Za-z0-9_-]`) of at least 8 bytes: `(offset, length)`.
+fn id_runs(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let id = |b: &u8| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_';
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !id(&bytes[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && id(&bytes[i]) {
+            i += 1;
+        }
+        if i - start >= 8 {
+            runs.push((start, i - start));
+        }
+    }
+    runs
+}
+
+/// An exec of several sequential requests done raw: the captured requests sent again by
+/// reqwest in order, on the same HTTP version, each answer read to its end; where a later
+/// request carries an id an earlier answer assigned (found as the same run of id characters,
+/// at least 8, in the captured answer and the captured request), the id the new answer holds
+/// at the same place is written into the request first (ids of the same length: the message
+/// layout is unchanged; anything else is an error, not a measurement).
+struct RawSequence {
+    client: reqwest::Client,
+    upstream: String,
+    reqs: Vec<(Captured, Vec<u8>)>,
+    patches: Vec<IdPatch>,
+}
+
+impl RawSequence {
+    fn new(upstream: &str, reqs: Vec<Captured>) -> Result<RawSequence, String> {
+        for w in reqs.windows(2) {
+            let answered = *w[0].answered.lock().expect("answered");
+            if answered.is_none_or(|a| w[1].arrived < a) {
+                return Err(format!(
+                    "the adapter's requests overlap ({} {} is sent before the answer to {} {} ended), so a sequential replay is not the same exchange",
+                    w[1].method,
+                    w[1].path.split('?').next().unwrap_or(""),
+                    w[0].method,
+                    w[0].path.split('?').next().unwrap_or("")
+                ));
+            }
+        }
+        let mut patches = Vec::new();
+        let bodies: Vec<Vec<u8>> = reqs
+            .iter()
+            .map(|r| r.body.lock().expect("body").clone())
+            .collect();
+        for (k, body) in bodies.iter().enumerate().skip(1) {
+            let before = patches.len();
+            for (j, earlier) in reqs[..k].iter().enumerate() {
+                let answer = earlier.answer.lock().expect("answer");
+                for (from, len) in id_runs(&answer) {
+                    let id = &answer[from..from + len];
+                    let mut at = 0;
+                    while let Some(i) = body[at..].windows(len).position(|w| w == id) {
+                        patches.push(IdPatch {
+                            req: k,
+                            at: at + i,
+                            len,
+                            answer: j,
+                            from,
+                        });
+                        at += i + len;
+                    }
+                }
+            }
+            if patches.len() == before {
+                return Err(format!(
+                    "request {} carries no id found in an earlier answer",
+                    k + 1
+                ));
+            }
+        }
+        let h2 = reqs.iter().all(|r| r.version == http::Version::HTTP_2);
+        let b = reqwest::Client::builder().no_proxy();
+        let b = if h2 {
+            b.http2_prior_knowledge()
+        } else {
+            b.http1_only()
+        };
+        Ok(RawSequence {
+            client: b.build().expect("reqwest"),
+            upstream: upstream.trim_end_matches('/').to_owned(),
+            reqs: reqs.into_iter().zip(bodies).collect(),
+            patches,
+        })
+    }
+
+    async fn once(&self) -> Result<Duration, String> {
+        let t = Instant::now();
+        self.exchange().await?;
+        Ok(t.elapsed())
+    }
+
+    async fn check(&self) -> Result<(), String> {
+        let answers = self.exchange().await?;
+        for (k, ((req, _), new)) in self.reqs.iter().zip(&answers).enumerate() {
+            let old = req.answer.lock().expect("answer").len();
+            if old.abs_diff(new.len()) > 8 {
+                return Err(format!(
+                    "raw sequence: answer {} is {} bytes, the adapter's was {old}",
+                    k + 1,
+                    new.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    async fn exchange(&self) -> Result<Vec<Bytes>, String> {
+        let mut answers: Vec<Bytes> = Vec::with_capacity(self.reqs.len());
+        for (k, (req, body)) in self.reqs.iter().enumerate() {
+            let mut body = body.clone();
+            for p in self.patches.iter().filter(|p| p.req == k) {
+                let id = answers[p.answer]
+                    .get(p.from..p.from + p.len)
+                    .filter(|id| id_runs(id) == [(0, p.len)])
+                    .ok_or("raw sequence: the new answer holds no id of the same length there")?;
+                body[p.at..p.at + p.len].copy_from_slice(id);
+            }
+            let mut headers = req.headers.clone();
+            for h in [
+                http::header::HOST,
+                http::header::CONTENT_LENGTH,
+                http::header::CONNECTION,
+                http::header::TRANSFER_ENCODING,
+            ] {
+                headers.remove(h);
+            }
+            let resp = self
+                .client
+                .request(req.method.clone(), format!("{}{}", self.upstream, req.path))
+                .headers(headers)
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| format!("raw sequence: {e}"))?;
+            let status = resp.status();
+            // A gRPC error without a message is answered in the headers (trailers-only).
+            let grpc = resp
+                .headers()
+                .get("grpc-status")
+                .filter(|g| g.as_bytes() != b"0")
+                .map(|g| String::from_utf8_lossy(g.as_bytes()).into_owned());
+            let bytes = resp
+                .bytes()
+                .await
+                .map_err(|e| format!("raw sequence body: {e}"))?;
+            if !status.is_success() {
+                return Err(format!("raw sequence answered {status}"));
+            }
+            if let Some(g) = grpc {
+                return Err(format!("raw sequence answered grpc-status {g}"));
+            }
+            answers.push(bytes);
+        }
+        Ok(answers)
     }
 }
 
@@ -600,109 +985,136 @@ async fn p1(plan: &Plan, name: &str, setup: &Setup, adapter: &Arc<dyn Exec>) -> 
         .await
         .map_err(|e| e.to_string())?;
     let title = format!("{name}: exec `{PROGRAM}`");
-    let mut captured = Ok(());
     for _ in 0..2 {
-        captured = captured.and(exec_true(&*via).await.map(drop));
+        exec_true(&*via)
+            .await
+            .map_err(|e| format!("through the capture: {e}"))?;
     }
-    let mut reqs = capture.take();
-    if captured.is_ok() {
-        captured = exec_true(&*via).await.map(drop);
-        reqs = capture.take();
-    }
-    // Docker: the capture refuses the upgrade, so the adapter's exec fails after its create;
-    // the last create and start it sent give the raw client its requests.
-    let docker_exec = |r: &&Captured, upgrade: bool, tail: &str| {
-        r.upgrade == upgrade
-            && r.method == http::Method::POST
-            && r.path.split('?').next().is_some_and(|p| p.ends_with(tail))
-    };
-    let create = reqs
-        .iter()
-        .rev()
-        .find(|r| docker_exec(r, false, "/exec"))
-        .cloned();
-    let start = reqs
-        .iter()
-        .rev()
-        .find(|r| docker_exec(r, true, "/start"))
-        .cloned();
-    if let (true, "docker", Some(create), Some(start)) = (captured.is_err(), name, create, start) {
-        let raw = RawDocker::new(&setup.upstream, create, start);
-        raw.once().await?;
-        let (a, b) = alternate(
-            plan.pairs,
-            async || exec_true(&**adapter).await,
-            async || raw.once().await,
-        )
-        .await?;
-        drop(via);
-        row(
-            "P1",
-            &title,
-            &format!("execseam-{name}"),
-            &a,
-            "raw reqwest + hyper: create, start upgraded, inspect until ended",
-            &b,
-            plan.pairs,
-            Some(1.05),
-            "3 or more requests per exec on both sides (create, start with the hijacked stream read to its end, inspect until the engine says the exec ended); the raw client parses only the exec id and the Running flag",
-        );
-        return Ok(());
-    }
-    if let Err(e) = captured {
-        if reqs.iter().any(|r| r.upgrade) {
-            missing(
-                "P1",
-                &title,
-                "an upgraded connection (a WebSocket, or Docker's hijacked exec stream): a raw replay of its frames is not written",
-            );
-            return Ok(());
-        }
-        return Err(format!("through the capture: {e}"));
-    }
-    if reqs.len() != 1 {
-        let list: Vec<String> = reqs
-            .iter()
+    capture.take();
+    exec_true(&*via)
+        .await
+        .map_err(|e| format!("through the capture: {e}"))?;
+    // The answers' last bytes pass the capture just before the exec returns.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let reqs = capture.take();
+    drop(via);
+    let list = || {
+        reqs.iter()
             .map(|r| format!("{} {}", r.method, r.path.split('?').next().unwrap_or("")))
-            .collect();
-        missing(
-            "P1",
-            &title,
-            &format!(
-                "{} requests per exec ({}); later requests carry ids the earlier answers assign, so a replay would not run a command",
-                reqs.len(),
-                list.join(", ")
-            ),
-        );
-        return Ok(());
-    }
-    let req = reqs.into_iter().next().expect("one");
-    let version = if req.version == http::Version::HTTP_2 {
-        "h2c"
-    } else {
-        "HTTP/1.1"
+            .collect::<Vec<_>>()
+            .join(", ")
     };
-    let raw = Raw::new(&setup.upstream, req);
-    raw.once().await?;
+    // The raw client, what it is, and the note.
+    let (raw, label, note): (RawClient, String, String) = if name == "docker" {
+        let docker_exec = |r: &&Captured, upgrade: bool, tail: &str| {
+            r.upgrade == upgrade
+                && r.method == http::Method::POST
+                && r.path.split('?').next().is_some_and(|p| p.ends_with(tail))
+        };
+        let create = reqs.iter().rev().find(|r| docker_exec(r, false, "/exec"));
+        let start = reqs.iter().rev().find(|r| docker_exec(r, true, "/start"));
+        let (Some(create), Some(start)) = (create, start) else {
+            return Err(format!("no exec create and start among {}", list()));
+        };
+        (
+            RawClient::Docker(Box::new(RawDocker::new(
+                &setup.upstream,
+                create.clone(),
+                start.clone(),
+            ))),
+            "raw reqwest + hyper: create, start upgraded, inspect until ended".into(),
+            "3 or more requests per exec on both sides (create, start with the hijacked stream read to its end, inspect until the engine says the exec ended); the raw client parses only the exec id and the Running flag".into(),
+        )
+    } else if let [req] = reqs.as_slice()
+        && req.upgrade
+    {
+        (
+            RawClient::Upgrade(Box::new(RawUpgrade::new(&setup.upstream, req.clone())?)),
+            "raw hyper, its upgrade and bytes replayed".into(),
+            "1 upgraded connection per exec on both sides; the raw client writes the adapter's recorded frames (each after as many of the server's bytes as the adapter had) and reads as many as the adapter got, parsing none".into(),
+        )
+    } else if let [req] = reqs.as_slice() {
+        let version = if req.version == http::Version::HTTP_2 {
+            "h2c"
+        } else {
+            "HTTP/1.1"
+        };
+        (
+            RawClient::One(Box::new(Raw::new(&setup.upstream, req.clone()))),
+            format!("raw reqwest, its request replayed ({version})"),
+            "1 request per exec on both sides".into(),
+        )
+    } else {
+        match RawSequence::new(&setup.upstream, reqs.clone()) {
+            Ok(raw) => {
+                let ids = raw.patches.len();
+                (
+                    RawClient::Sequence(Box::new(raw)),
+                    "raw reqwest, its requests replayed in order".into(),
+                    format!(
+                        "{} requests per exec on both sides ({}); the raw client writes the {ids} server-assigned id(s) of the new answers into the later requests, parsing nothing else",
+                        reqs.len(),
+                        list()
+                    ),
+                )
+            }
+            Err(why) => {
+                missing(
+                    "P1",
+                    &title,
+                    &format!("{} requests per exec ({}): {why}", reqs.len(), list()),
+                );
+                return Ok(());
+            }
+        }
+    };
+    raw.check().await?;
     let (a, b) = alternate(
         plan.pairs,
         async || exec_true(&**adapter).await,
         async || raw.once().await,
     )
     .await?;
-    drop(via);
     row(
         "P1",
         &title,
         &format!("execseam-{name}"),
         &a,
-        &format!("raw reqwest, its request replayed ({version})"),
+        &label,
         &b,
         plan.pairs,
         Some(1.05),
-        "1 request per exec on both sides",
+        &note,
     );
     Ok(())
+}
+
+/// P1's raw clients.
+enum RawClient {
+    One(Box<Raw>),
+    Sequence(Box<RawSequence>),
+    Upgrade(Box<RawUpgrade>),
+    Docker(Box<RawDocker>),
+}
+
+impl RawClient {
+    async fn once(&self) -> Result<Duration, String> {
+        match self {
+            RawClient::One(r) => r.once().await,
+            RawClient::Sequence(r) => r.once().await,
+            RawClient::Upgrade(r) => r.once().await,
+            RawClient::Docker(r) => r.once().await,
+        }
+    }
+
+    /// One exchange before the measurement; a sequence's new answers must be as long as the
+    /// captured ones (within a few bytes), or the replay did something else (an error answer).
+    async fn check(&self) -> Result<(), String> {
+        match self {
+            RawClient::Sequence(r) => r.check().await,
+            other => other.once().await.map(drop),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1332,13 +1744,26 @@ async fn adapter_rows(plan: &Plan, a: &execseam_reliability::Adapter) -> Result<
         .await
         .map_err(|e| e.to_string())?;
     exec_true(&*adapter).await?;
-    if let Err(e) = p1(plan, a.name, &setup, &adapter).await {
+    // `EXECSEAM_BENCH_SECTIONS=P1,P5`: only those sections (a partial run, for development).
+    let sections = std::env::var("EXECSEAM_BENCH_SECTIONS").ok();
+    let on = |s: &str| {
+        sections
+            .as_deref()
+            .is_none_or(|l| l.split(',').any(|x| x == s))
+    };
+    if on("P1")
+        && let Err(e) = p1(plan, a.name, &setup, &adapter).await
+    {
         missing("P1", &format!("{}: exec `{PROGRAM}`", a.name), &e);
     }
-    if let Err(e) = p2(plan, a.name, &setup).await {
+    if on("P2")
+        && let Err(e) = p2(plan, a.name, &setup).await
+    {
         missing("P2", &format!("{}: vs the Python SDK", a.name), &e);
     }
-    p5(plan, a.name, &adapter).await;
+    if on("P5") {
+        p5(plan, a.name, &adapter).await;
+    }
     drop(adapter);
     drop(setup);
     Ok(())
