@@ -269,6 +269,32 @@ async fn commands_start_with_default_signal_dispositions() {
     assert!(status.success(), "the nested run failed: {status}");
 }
 
+/// Rust's runtime ignores SIGPIPE in this (test) process; the command must not inherit that
+/// (std's spawn resets it, which is why the adapter leaves SIGPIPE to it): `yes | head -n 1`
+/// ends because `yes` dies of SIGPIPE, and the command's ignored-signal mask has no SIGPIPE.
+#[tokio::test]
+async fn commands_get_sigpipe_at_its_default_although_rust_ignores_it_here() {
+    let out = LocalExec::new()
+        .exec(
+            Command::new([
+                "sh",
+                "-c",
+                "grep '^SigIgn:' /proc/self/status; yes | head -n 1 >/dev/null",
+            ])
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.exit, Exit::Code(0), "{out:?}");
+    let line = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mask = u64::from_str_radix(line.trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
+    assert_eq!(
+        mask & (1 << (13 - 1)),
+        0,
+        "SIGPIPE ignored in the command: {line}"
+    );
+}
+
 /// A command larger than this host's `execve` takes is refused before anything is spawned,
 /// never retried, and not quoted; if `execve` still says E2BIG (a launcher made it larger), that
 /// is deterministic too: `InvalidCommand`, `Retry::Never`, never `Safe`.
