@@ -342,8 +342,11 @@ def main():
     from e2b import SandboxQuery, SandboxState
 
     life = Sandbox.create(metadata={"suite": "interop", "role": "life"}, timeout=600)
+    # The counter is written to a temporary file and renamed: `echo > counter` truncates first,
+    # and a pause (or a read) landing between the truncation and the write sees an empty file.
     life.commands.run(
-        "i=0; while true; do i=$((i+1)); echo $i > /home/user/counter; sleep 0.1; done",
+        "i=0; while true; do i=$((i+1)); echo $i > /home/user/counter.new;"
+        " mv /home/user/counter.new /home/user/counter; sleep 0.1; done",
         background=True,
     )
     time.sleep(0.6)
