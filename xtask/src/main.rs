@@ -93,9 +93,35 @@ pub fn run_cmd(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
-/// `cargo`, as the one that runs us.
+/// `cargo`, as the one that runs us, without the variables `cargo run` set for xtask itself.
+///
+/// Build scripts ask to be re-run when some of them change (ring's: `CARGO_PKG_NAME`,
+/// `CARGO_MANIFEST_DIR`, ...), and cargo compares its own environment's values: left in, a
+/// build started by xtask and one started from a shell dirty each other's ring and everything
+/// above it (a whole release rebuild, about 15 minutes on 2 cores).
 pub fn cargo() -> Command {
-    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_run) {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd
+}
+
+/// The variables `cargo run` sets for the program it runs (the package's own; `CARGO` and
+/// `CARGO_HOME` say which cargo this is and stay).
+fn set_by_cargo_run(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+        )
 }
 
 /// Every adapter in the workspace: `crates/adapter-<name>` → `<name>`, `local` first.
@@ -120,4 +146,34 @@ pub fn adapters() -> Vec<String> {
         .unwrap_or_default();
     names.sort_by_key(|n| (n != "local", n.clone()));
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cargo test` runs this with the package's variables set, as `cargo run` runs xtask.
+    #[test]
+    fn nested_cargo_runs_without_the_variables_cargo_run_set_for_xtask() {
+        assert!(
+            std::env::var_os("CARGO_PKG_NAME").is_some(),
+            "cargo test sets CARGO_PKG_NAME"
+        );
+        let cmd = cargo();
+        let removed: Vec<String> = cmd
+            .get_envs()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        for name in ["CARGO_PKG_NAME", "CARGO_PKG_VERSION", "CARGO_MANIFEST_DIR"] {
+            assert!(
+                removed.iter().any(|r| r == name),
+                "{name} is passed on: {removed:?}"
+            );
+        }
+        assert!(
+            !removed.iter().any(|r| r == "CARGO" || r == "CARGO_HOME"),
+            "{removed:?}"
+        );
+    }
 }
