@@ -1,6 +1,8 @@
 //! `cargo xtask bench [--quick]`: the benchmark suite. Builds the suite's binaries (timed), runs
 //! them, prints ONE table of side-by-side rows and writes `docs/performance.md` (`--quick`: a
-//! smoke run with fewer pairs, written to `target/bench-quick.md` instead).
+//! smoke run with fewer pairs, written to `target/bench-quick.md` instead). While it builds, it
+//! prepares what the rows need besides the build ([`crate::bench_setup`]: the SDKs' virtualenvs,
+//! P4's tree, podman, PostgreSQL, hyperfine), so a clean clone needs nothing else.
 //!
 //! Every row comes from a binary's stdout as one `ROW\t...` line (see [`Row::parse`]): A and B
 //! were measured alternating in the same run against the same emulator process, so the ratio
@@ -15,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use crate::{cargo, root, run_cmd};
+use crate::{bench_setup, cargo, root, run_cmd};
 
 /// `(package, bench target)`: the benchmarks of the workspace. The first two make the suite's
 /// table; the others are per-crate benches with their own output (`--target <name>`).
@@ -180,6 +182,23 @@ pub fn render_markdown(rows: &[Row]) -> String {
     out
 }
 
+/// The rows in their table order: each group (a section and the part of the name before `:`,
+/// e.g. `P2 daytona`) where its first row arrived, its rows in the order they arrived. The
+/// suite prints some rows late (P2's latency rows with injected latency, run together at the
+/// end); they join their provider's rows.
+pub fn table_order(mut rows: Vec<Row>) -> Vec<Row> {
+    let group = |r: &Row| format!("{} {}", r.section, r.name.split(':').next().unwrap_or(""));
+    let mut first: Vec<String> = Vec::new();
+    for r in &rows {
+        let g = group(r);
+        if !first.contains(&g) {
+            first.push(g);
+        }
+    }
+    rows.sort_by_key(|r| first.iter().position(|g| *g == group(r)));
+    rows
+}
+
 /// Rows over their target, for the document's explanations.
 pub fn above_target(rows: &[Row]) -> Vec<&Row> {
     rows.iter().filter(|r| r.verdict() == "ABOVE").collect()
@@ -260,7 +279,8 @@ fn from_file(file: &str, quick: bool) -> Result<(), String> {
     for l in text.lines() {
         out.line(l)?;
     }
-    println!("{}", render_text(&out.rows));
+    let rows = table_order(out.rows);
+    println!("{}", render_text(&rows));
     let meta = Meta {
         quick,
         load_before: out
@@ -274,10 +294,11 @@ fn from_file(file: &str, quick: bool) -> Result<(), String> {
             .cloned()
             .unwrap_or_else(|| "unknown".into()),
         build_secs: f64::NAN,
+        prepare_secs: f64::NAN,
         total_secs: f64::NAN,
         commit: git_head(&root()),
     };
-    write_doc(&out.rows, &meta)
+    write_doc(&rows, &meta)
 }
 
 fn write_doc(rows: &[Row], meta: &Meta) -> Result<(), String> {
@@ -326,6 +347,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
     // The release build, timed: the suite, the serve load bench and the CLI (P3's start-up), in
     // ONE cargo invocation, so their dependencies are built once with one feature set (built
     // apart, the CLI's own feature set rebuilt tokio, hyper and every adapter: 322 s of 722).
+    // What the run needs besides the build (SDK virtualenvs, P4's tree, podman, PostgreSQL,
+    // hyperfine) is made at the same time: it mostly waits on registries and the disk.
+    let tree = if quick { (100, 500) } else { (1000, 1000) };
+    let preparing = std::thread::spawn(move || {
+        let t = Instant::now();
+        (bench_setup::prepare(tree), t.elapsed().as_secs_f64())
+    });
     let build = Instant::now();
     let out = cargo()
         .args([
@@ -351,10 +379,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .stdout(Stdio::piped())
         .output()
         .map_err(|e| format!("cargo: {e}"))?;
+    let build_secs = build.elapsed().as_secs_f64();
+    let (mut prepared, prepare_secs) = preparing.join().map_err(|_| "the preparation panicked")?;
+    for line in &prepared.log {
+        eprintln!("xtask: prepared {line}");
+    }
     if !out.status.success() {
         return Err("the suite's build failed".into());
     }
-    let build_secs = build.elapsed().as_secs_f64();
     let exes = executables(&String::from_utf8_lossy(&out.stdout));
     let exe = |name: &str| {
         exes.iter()
@@ -368,6 +400,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     suite
         .arg("--bench")
         .current_dir(&root)
+        .envs(prepared.env.iter().cloned())
         .env("EXECSEAM_BENCH_CLI", &cli);
     if quick {
         suite.env("EXECSEAM_BENCH_QUICK", "1");
@@ -379,17 +412,19 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut load = Command::new(exe("load")?);
     load.arg("--bench")
         .current_dir(&root)
+        .envs(prepared.env.iter().cloned())
         .env("EXECSEAM_BENCH_ROWS", "1");
     if quick {
         load.env("EXECSEAM_BENCH_QUICK", "1");
     }
     rows_of(&mut load, &mut out)?;
-    let rows = out.rows;
+    prepared.stop();
+    let rows = table_order(out.rows);
     let total = started.elapsed().as_secs_f64();
     let load_after = loadavg();
     println!("{}", render_text(&rows));
     println!(
-        "build {build_secs:.0} s, whole run {total:.0} s, load average {load_before} -> {load_after}"
+        "build {build_secs:.0} s (the preparation beside it {prepare_secs:.0} s), whole run {total:.0} s, load average {load_before} -> {load_after}"
     );
     write_doc(
         &rows,
@@ -398,6 +433,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             load_before,
             load_after,
             build_secs,
+            prepare_secs,
             total_secs: total,
             commit: git_head(&root),
         },
@@ -420,6 +456,8 @@ pub struct Meta {
     pub load_before: String,
     pub load_after: String,
     pub build_secs: f64,
+    /// The preparation (`bench_setup`), which runs beside the build.
+    pub prepare_secs: f64,
     pub total_secs: f64,
     pub commit: String,
 }
@@ -458,8 +496,8 @@ fn generated(rows: &[Row], meta: &Meta) -> String {
     ));
     if meta.build_secs.is_finite() {
         s.push_str(&format!(
-            " Release build (profile `bench`) {:.0} s, whole run {:.0} s.",
-            meta.build_secs, meta.total_secs
+            " Release build (profile `bench`) {:.0} s (beside it, the preparation of SDKs, services and P4's tree {:.0} s), whole run {:.0} s.",
+            meta.build_secs, meta.prepare_secs, meta.total_secs
         ));
     }
     s.push_str("\n\n");
@@ -530,6 +568,42 @@ mod tests {
     }
 
     #[test]
+    fn late_rows_join_their_group() {
+        let names = |rows: Vec<Row>| -> Vec<String> {
+            table_order(rows)
+                .iter()
+                .map(|r| format!("{} {}", r.section, r.name))
+                .collect()
+        };
+        let rows = [
+            "P1\ta: exec",
+            "P2\ta: latency, loopback",
+            "P5\ta: burst",
+            "P1\tb: exec",
+            "P2\tb: latency, loopback",
+            "P3\tlocal",
+            "P2\ta: latency, +25 ms",
+            "P2\tb: latency, +25 ms",
+            "P5\tserve load",
+        ]
+        .map(|r| row(&format!("ROW\t{r}\ta\t1\t-\tb\t1\t-\t1\t-\t")));
+        assert_eq!(
+            names(rows.to_vec()),
+            [
+                "P1 a: exec",
+                "P2 a: latency, loopback",
+                "P2 a: latency, +25 ms",
+                "P5 a: burst",
+                "P1 b: exec",
+                "P2 b: latency, loopback",
+                "P2 b: latency, +25 ms",
+                "P3 local",
+                "P5 serve load",
+            ]
+        );
+    }
+
+    #[test]
     fn the_text_table_is_aligned_and_the_markdown_escaped() {
         let rows = [
             row("ROW\tP1\te2b\tadapter\t2.00\t3.00\traw\t1.00\t2.00\t200\t1.05\ta|b"),
@@ -569,6 +643,7 @@ mod tests {
             load_before: "6.01 5.00 4.00".into(),
             load_after: "7.00 6.00 5.00".into(),
             build_secs: 300.0,
+            prepare_secs: 200.0,
             total_secs: 600.0,
             commit: "abc1234".into(),
         };

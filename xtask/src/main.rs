@@ -8,6 +8,7 @@
 //! - `cargo xtask tidy`
 
 mod bench;
+mod bench_setup;
 mod conformance;
 mod matrix;
 mod publish;
