@@ -124,7 +124,8 @@ pub fn check_adapter(name: &str) -> Vec<String> {
         fail(format!("the package is not named execseam-{name}"));
     }
     for dep in dependencies(&manifest) {
-        if dep.starts_with("execseam-") && dep != "execseam-core" {
+        // The generated code of the provider's published proto is its client's half.
+        if dep.starts_with("execseam-") && dep != "execseam-core" && dep != format!("execseam-{name}-proto") {
             fail(format!(
                 "depends on {dep}: an adapter depends only on execseam-core and its provider's client"
             ));

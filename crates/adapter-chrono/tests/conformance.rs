@@ -39,7 +39,7 @@ fn main() {
         // TypeScript runs on tsx, pinned and installed from npm (fails loudly without npm).
         let mut options = ChronoOptions::default();
         options.runtimes.typescript =
-            Some(execseam_emulators::interop::typescript_runtime().map_err(setup)?);
+            Some(execseam_test_util::interop::typescript_runtime().map_err(setup)?);
         // Each execution is a fresh sandbox: the suite's scratch directory (fixtures written by
         // one command, read by the next) is a host directory mounted into every sandbox.
         let scratch = Scratch::new();
@@ -49,7 +49,7 @@ fn main() {
             sandbox: SCRATCH.into(),
             read_only: false,
         });
-        let emu = ChronoEmulator::start(emulator, options)
+        let emu = ChronoEmulator::start_with(emulator, options)
             .await
             .map_err(setup)?;
         let config = |base: String| ChronoConfig::new(base).token(emu.token()).timeout_secs(120);

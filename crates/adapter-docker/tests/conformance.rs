@@ -113,9 +113,9 @@ struct EngineFaults {
 }
 
 impl Faults for EngineFaults {
-    fn inject(&self, fault: Fault) -> bool {
+    fn inject(&self, fault: Fault) -> Result<(), String> {
         if fault != Fault::SandboxVanishes {
-            return false;
+            return Err(execseam_conformance::cannot_inject(fault));
         }
         let warm = self.warm.clone();
         let task = tokio::spawn(async move {
@@ -132,7 +132,7 @@ impl Faults for EngineFaults {
             }
         });
         *self.pending.lock().unwrap() = Some(task);
-        true
+        Ok(())
     }
 
     fn clear(&self) {

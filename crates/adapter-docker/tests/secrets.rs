@@ -25,7 +25,7 @@ fn check(var: &str, secret: &str) -> Command {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_env_value_reaches_any_log_at_trace() {
-    let log = execseam_emulators::capture::install();
+    let log = execseam_test_util::capture::install();
     let suite = "secrets";
     sweep(suite).await;
     for mode in [Mode::Warm, Mode::PerCall] {

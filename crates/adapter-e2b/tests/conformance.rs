@@ -62,7 +62,7 @@ fn main() {
             envd_version: "0.6.13".into(),
             domain: None,
         })?;
-        let faults = emulator.faults();
+        let faults = emulator.faults().clone();
         let counter = emulator.sandbox_counter();
         Ok(Target::new("e2b", Arc::new(exec))
             .environment(execseam_emulators::Isolation::detect().record_line())

@@ -38,7 +38,7 @@ fn main() {
                 .proptest_cases(8)
                 .live(true));
         }
-        let emu = FlyEmulator::start(EmulatorOptions::default(), FlyOptions::default())
+        let emu = FlyEmulator::start_with(EmulatorOptions::default(), FlyOptions::default())
             .await
             .map_err(setup)?;
         let m = emu.default_machine();

@@ -37,10 +37,12 @@ fn main() {
                 .live(true)
                 .proptest_cases(4));
         }
-        let emulator =
-            NorthflankEmulator::start(EmulatorOptions::default(), NorthflankOptions::default())
-                .await
-                .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+        let emulator = NorthflankEmulator::start_with(
+            EmulatorOptions::default(),
+            NorthflankOptions::default(),
+        )
+        .await
+        .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
         let config =
             NorthflankConfig::new(emulator.token(), PROJECT_ID).api_url(emulator.base_url());
         let provider = NorthflankProvider::new(config.clone())?;

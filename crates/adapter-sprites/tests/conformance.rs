@@ -37,9 +37,10 @@ fn main() {
                 .proptest_cases(8)
                 .live(true));
         }
-        let emu = SpritesEmulator::start(EmulatorOptions::default(), SpritesOptions::default())
-            .await
-            .map_err(setup)?;
+        let emu =
+            SpritesEmulator::start_with(EmulatorOptions::default(), SpritesOptions::default())
+                .await
+                .map_err(setup)?;
         let config = |base: String| SpritesConfig::new(emu.token()).base_url(base);
         let provider = SpritesProvider::new(config(emu.base_url()))?;
         let sprite = provider.connect(DEFAULT_SPRITE).await?;

@@ -27,9 +27,10 @@ fn main() {
                 .live(true)
                 .proptest_cases(4));
         }
-        let emulator = VercelEmulator::start(EmulatorOptions::default(), VercelOptions::default())
-            .await
-            .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+        let emulator =
+            VercelEmulator::start_with(EmulatorOptions::default(), VercelOptions::default())
+                .await
+                .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
         let config = VercelConfig::new(emulator.token(), TEAM_ID, PROJECT_ID)
             .api_url(emulator.base_url())
             .sandbox_timeout(Duration::from_secs(3600));

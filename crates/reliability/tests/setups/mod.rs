@@ -282,7 +282,7 @@ fn fly(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     use execseam_emulators::fly::{FlyEmulator, FlyOptions};
     use execseam_fly::{FlyConfig, FlyProvider};
     Box::pin(async move {
-        let emulator = FlyEmulator::start(EmulatorOptions::default(), FlyOptions::default())
+        let emulator = FlyEmulator::start_with(EmulatorOptions::default(), FlyOptions::default())
             .await
             .map_err(internal)?;
         let m = emulator.default_machine();
@@ -333,7 +333,7 @@ fn sprites_on(
     use execseam_sprites::{SpritesConfig, SpritesProvider};
     Box::pin(async move {
         let emulator =
-            SpritesEmulator::start(EmulatorOptions::default(), SpritesOptions::default())
+            SpritesEmulator::start_with(EmulatorOptions::default(), SpritesOptions::default())
                 .await
                 .map_err(internal)?;
         let token = emulator.token();
@@ -423,7 +423,7 @@ fn chrono(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             max_concurrent: 64,
             ..ChronoOptions::default()
         };
-        let emulator = ChronoEmulator::start(options, chrono_options)
+        let emulator = ChronoEmulator::start_with(options, chrono_options)
             .await
             .map_err(internal)?;
         let token = emulator.token();
@@ -530,9 +530,10 @@ fn vercel(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     use execseam_emulators::vercel::{PROJECT_ID, TEAM_ID, VercelEmulator, VercelOptions};
     use execseam_vercel::{VercelConfig, VercelProvider};
     Box::pin(async move {
-        let emulator = VercelEmulator::start(EmulatorOptions::default(), VercelOptions::default())
-            .await
-            .map_err(internal)?;
+        let emulator =
+            VercelEmulator::start_with(EmulatorOptions::default(), VercelOptions::default())
+                .await
+                .map_err(internal)?;
         let token = emulator.token();
         let config = move |url: &str, idle: Duration| {
             VercelConfig::new(token.clone(), TEAM_ID, PROJECT_ID)
@@ -569,10 +570,12 @@ fn northflank(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     };
     use execseam_northflank::{NorthflankConfig, NorthflankProvider, Target};
     Box::pin(async move {
-        let emulator =
-            NorthflankEmulator::start(EmulatorOptions::default(), NorthflankOptions::default())
-                .await
-                .map_err(internal)?;
+        let emulator = NorthflankEmulator::start_with(
+            EmulatorOptions::default(),
+            NorthflankOptions::default(),
+        )
+        .await
+        .map_err(internal)?;
         let token = emulator.token();
         let config = move |url: &str, idle: Duration| {
             NorthflankConfig::new(token.clone(), PROJECT_ID)

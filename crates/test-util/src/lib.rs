@@ -1,0 +1,12 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
+//! Utilities for execseam's own tests (this crate is not published): a tracing subscriber that
+//! captures every record ([`capture`]), the providers' official SDKs installed under the target
+//! directory ([`interop`]), and probes of the host's processes ([`probe`]).
+#![warn(missing_docs)]
+
+pub mod capture;
+pub mod interop;
+pub mod probe;
