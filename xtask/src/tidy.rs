@@ -125,7 +125,10 @@ pub fn check_adapter(name: &str) -> Vec<String> {
     }
     for dep in dependencies(&manifest) {
         // The generated code of the provider's published proto is its client's half.
-        if dep.starts_with("execseam-") && dep != "execseam-core" && dep != format!("execseam-{name}-proto") {
+        if dep.starts_with("execseam-")
+            && dep != "execseam-core"
+            && dep != format!("execseam-{name}-proto")
+        {
             fail(format!(
                 "depends on {dep}: an adapter depends only on execseam-core and its provider's client"
             ));

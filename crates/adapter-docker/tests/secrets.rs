@@ -3,7 +3,7 @@
 //! bodies at TRACE/DEBUG and every decoded answer at DEBUG, `decode_response` in bollard 0.21.1
 //! `src/docker.rs`) and every `tracing` record of the process captured at TRACE.
 //!
-//! Needs the engine of `.ci/podman start` (`DOCKER_HOST`, `EXECSEAM_DOCKER_IMAGE`).
+//! Needs a container engine (`support`: the tests start the repository's podman).
 
 mod support;
 

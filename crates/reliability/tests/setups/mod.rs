@@ -603,21 +603,20 @@ fn northflank(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     })
 }
 
-/// Docker has no emulator: the engine is podman (`.ci/podman start`, `DOCKER_HOST` a Unix
-/// socket). The chaos proxy forwards to a TCP upstream, so a relay on 127.0.0.1 passes each
-/// connection to the engine's socket, and the adapter reaches it as `tcp://` (plain HTTP).
+/// Docker has no emulator: the engine is the machine's (`DOCKER_HOST` a Unix socket) or the
+/// repository's podman, which the suite starts itself (`execseam_test_util::fixtures::podman`).
+/// The chaos proxy forwards to a TCP upstream, so a relay on 127.0.0.1 passes each connection to
+/// the engine's socket, and the adapter reaches it as `tcp://` (plain HTTP).
 fn docker(_knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     use execseam_docker::{DockerConfig, DockerProvider};
     Box::pin(async move {
-        let base = DockerConfig::from_env().map_err(|e| {
-            internal(format!(
-                "{e}: the docker entry needs the engine of `.ci/podman start` (source target/podman/env)"
-            ))
-        })?;
-        let host = std::env::var("DOCKER_HOST").unwrap_or_default();
+        let engine = execseam_test_util::fixtures::podman();
+        let base = DockerConfig::from_vars(|k| engine.var(k))
+            .map_err(|e| internal(format!("{e}: the docker entry needs a container engine")))?;
+        let host = engine.var("DOCKER_HOST").unwrap_or_default();
         let socket = host.strip_prefix("unix://").ok_or_else(|| {
             internal(format!(
-                "DOCKER_HOST {host:?} is not a unix:// socket (start `.ci/podman`)"
+                "DOCKER_HOST {host:?} is not a unix:// socket (the relay forwards to one)"
             ))
         })?;
         let relay = UnixRelay::start(socket.into()).await?;
