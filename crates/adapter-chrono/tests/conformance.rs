@@ -9,7 +9,7 @@ use execseam_conformance::Target;
 use execseam_core::{Error, ErrorKind};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::chrono::{ChronoEmulator, ChronoOptions};
-use execseam_emulators::harness::sandbox::Mount;
+use execseam_emulators::kit::sandbox::Mount;
 
 fn setup(e: std::io::Error) -> Error {
     Error::new(

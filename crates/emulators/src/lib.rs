@@ -23,7 +23,7 @@
 // types are large by nature.
 #![allow(clippy::result_large_err)]
 
-pub use execseam_emulator_kit as harness;
+pub use execseam_emulator_kit as kit;
 pub use execseam_emulator_kit::{
     AnyEmulator, Emulator, EmulatorOptions, Entry, Fault, FaultHandle, FaultRule, Isolation, Mount,
     Provider, RecordedRequest, Sandboxing, Server,

@@ -94,7 +94,7 @@ async fn check(entry: &'static Entry) -> Result<(), String> {
     }
     // On each route that does not render everything, an unrendered fault is refused.
     for (route, faults) in table {
-        let Some(missing) = execseam_emulators::harness::FAULT_NAMES
+        let Some(missing) = execseam_emulators::kit::FAULT_NAMES
             .iter()
             .find(|f| !faults.contains(f))
         else {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use execseam_core::{Command, Exec, Exit};
 use execseam_emulators::EmulatorOptions;
-use execseam_emulators::harness::{Isolation, Sandbox, Sandboxing};
+use execseam_emulators::kit::{Isolation, Sandbox, Sandboxing};
 
 /// A state directory of the test's own, checked empty (and removed) at the end.
 struct StateDir(PathBuf);

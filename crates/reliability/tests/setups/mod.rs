@@ -408,7 +408,7 @@ fn chrono(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     use execseam_chrono::{ChronoConfig, ChronoExec};
     use execseam_emulators::EmulatorOptions;
     use execseam_emulators::chrono::{ChronoEmulator, ChronoOptions};
-    use execseam_emulators::harness::sandbox::Mount;
+    use execseam_emulators::kit::sandbox::Mount;
     Box::pin(async move {
         // Every execution is a fresh sandbox: the markers live in a host directory mounted
         // into each of them.
