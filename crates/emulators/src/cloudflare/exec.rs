@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{HeaderValue, Request, Response, header};
 use bytes::Bytes;
-use execseam_core::degrade::quote;
+use execseam_adapter_kit::degrade::quote;
 use execseam_core::{Command, Event, ExecStream, Exit};
 use tokio::sync::mpsc;
 

@@ -236,7 +236,7 @@ impl Utf8Stream {
 
 /// Standard base64 with padding (`btoa`).
 pub fn base64(data: &[u8]) -> String {
-    execseam_core::degrade::base64_encode(data)
+    execseam_adapter_kit::degrade::base64_encode(data)
 }
 
 #[cfg(test)]

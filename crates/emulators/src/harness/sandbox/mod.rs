@@ -88,7 +88,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use execseam_core::degrade;
+use execseam_adapter_kit::degrade;
 use execseam_local::{LocalConfig, LocalExec, SpawnError, Spawner};
 use tokio::task::AbortHandle;
 
