@@ -25,6 +25,14 @@ pub const DOC_HEADINGS: &[&str] = &[
     "## Not verified",
 ];
 
+/// The workspace crates an adapter may depend on: the contract, the kit, and the tools protocol
+/// (for adapters that serve tools natively).
+pub const ADAPTER_DEPS: &[&str] = &[
+    "execseam-core",
+    "execseam-adapter-kit",
+    "execseam-tools-protocol",
+];
+
 /// The files every adapter crate has.
 pub const FILES: &[&str] = &[
     "Cargo.toml",
@@ -126,11 +134,12 @@ pub fn check_adapter(name: &str) -> Vec<String> {
     for dep in dependencies(&manifest) {
         // The generated code of the provider's published proto is its client's half.
         if dep.starts_with("execseam-")
-            && dep != "execseam-core"
+            && !ADAPTER_DEPS.contains(&dep.as_str())
             && dep != format!("execseam-{name}-proto")
         {
             fail(format!(
-                "depends on {dep}: an adapter depends only on execseam-core and its provider's client"
+                "depends on {dep}: an adapter depends only on {} and its provider's client",
+                ADAPTER_DEPS.join(", ")
             ));
         }
     }
@@ -161,7 +170,7 @@ pub fn check_adapter(name: &str) -> Vec<String> {
         format!("pub const PROVIDER: &str = \"{name}\";"),
         "pub const CAPABILITIES: Capabilities".to_owned(),
         "pub const LIFECYCLE: LifecycleCapabilities".to_owned(),
-        "pub const ENV_VARS: &[&str]".to_owned(),
+        "pub const VARS: &[Var]".to_owned(),
     ] {
         if !lib.contains(&item) {
             fail(format!("src/lib.rs lacks `{item}`"));
@@ -269,25 +278,25 @@ pub fn check_adapter(name: &str) -> Vec<String> {
     // The core transport helpers, not copies.
     let remote =
         manifest.contains("reqwest") || manifest.contains("tonic") || manifest.contains("aws-");
-    if remote && !error.contains("execseam_core::transport") {
-        fail("src/error.rs does not use execseam_core::transport".into());
+    if remote && !error.contains("execseam_adapter_kit") {
+        fail("src/error.rs does not use the adapter kit's retry classes".into());
     }
     if all.contains("RandomState") {
-        fail("a RandomState id generator: use execseam_core::transport::random_id".into());
+        fail("a RandomState id generator: use execseam_adapter_kit::id::random_id".into());
     }
     let lower = all.to_lowercase();
     if (lower.contains("retry_after") || lower.contains("retry-after"))
         && all.contains("HeaderMap")
         && !all.contains("parse_retry_after")
     {
-        fail("reads Retry-After without transport::parse_retry_after".into());
+        fail("reads Retry-After without retry::parse_retry_after".into());
     }
     if manifest.contains("reqwest") && !all.contains("without_url") {
         fail("a reqwest adapter that never calls without_url()".into());
     }
     if all.contains(".source()") && all.contains("push_str(\": \")") && !all.contains("error_chain")
     {
-        fail("flattens error chains by hand: use transport::error_chain".into());
+        fail("flattens error chains by hand: use text::error_chain".into());
     }
 
     bad

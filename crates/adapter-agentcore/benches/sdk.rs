@@ -47,7 +47,8 @@ async fn adapter(emu: &AgentCoreEmulator, legacy: bool) -> AgentCoreExec {
     exec.set_owned(false);
     let attached = AgentCoreProvider::new(config.session_root(root).temp_dir(tmp))
         .unwrap()
-        .attach(&sid);
+        .attach(&sid)
+        .expect("a handle");
     attached.set_owned(true);
     attached
 }

@@ -168,7 +168,7 @@ impl AgentCoreConfig {
         }
     }
 
-    /// Reads the variables in [`ENV_VARS`](crate::ENV_VARS) from this process's environment.
+    /// Reads the variables in [`VARS`](crate::VARS) from this process's environment.
     pub fn from_env() -> Result<AgentCoreConfig, Error> {
         AgentCoreConfig::from_vars(|k| std::env::var(k).ok())
     }

@@ -204,7 +204,7 @@ pub(crate) fn tool_error(op: Op, kind: ErrorKind, message: impl Into<String>) ->
 
 fn retry_after(raw: &HttpResponse) -> Option<Duration> {
     let v = raw.headers().get("retry-after")?;
-    execseam_core::transport::parse_retry_after(v, std::time::SystemTime::now())
+    execseam_adapter_kit::retry::parse_retry_after(v, std::time::SystemTime::now())
 }
 
 /// True if the error chain says the connection was never made (nothing was sent).
@@ -228,7 +228,7 @@ fn never_connected(err: &(dyn StdError + 'static)) -> bool {
 }
 
 fn chain(err: &(dyn StdError + 'static)) -> String {
-    execseam_core::transport::error_chain(err)
+    execseam_adapter_kit::text::error_chain(err)
 }
 
 /// The parts of an [`SdkError`] that do not depend on its response type.

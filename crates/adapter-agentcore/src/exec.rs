@@ -8,10 +8,10 @@ use std::time::Duration;
 use aws_sdk_bedrockagentcore::types::{ContentBlockType, InputContentBlock, ToolArguments};
 use aws_smithy_types::Blob;
 use bytes::Bytes;
-use execseam_core::degrade::{self, Leftovers, StdinFrom, WrapOptions};
+use execseam_adapter_kit::degrade::{self, Leftovers, StdinFrom, WrapOptions};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Exec, Exit, Output, Ownership,
-    Retry, Sandbox, gone_is_destroyed,
+    Retry, Sandbox,
 };
 
 use crate::PROVIDER;
@@ -159,16 +159,6 @@ impl AgentCoreExec {
     /// The configuration.
     pub fn config(&self) -> &AgentCoreConfig {
         &self.inner.config
-    }
-
-    /// Stops the session (StopCodeInterpreterSession); one that is already gone is `Ok`.
-    /// Commands still running in it are ended by the service.
-    pub async fn stop_session(&self) -> Result<(), Error> {
-        let r = gone_is_destroyed(self.inner.client.stop_session(&self.inner.session_id).await);
-        if r.is_ok() {
-            self.inner.ownership.mark_destroyed();
-        }
-        r
     }
 
     /// Removes the frame files that earlier execs left for a later batch (best effort, when the
@@ -698,7 +688,7 @@ impl Inner {
     }
 
     async fn run(self: Arc<Self>, cmd: Command) -> Result<Output, Error> {
-        execseam_core::transport::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
+        execseam_adapter_kit::size::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
         let old = self.leftovers.take_batch();
         let plan = match Plan::removing(&cmd, &self.config, &old) {
             Ok(plan) => plan,
@@ -719,7 +709,7 @@ impl Inner {
 
     async fn run_plan(self: &Arc<Self>, cmd: &Command, plan: &Plan) -> Result<Output, Error> {
         // What counts is the `bash -c` string as sent: the wrapper, quoted twice.
-        execseam_core::transport::check_wire(PROVIDER, &[&plan.command], &crate::SIZE_LIMIT)?;
+        execseam_adapter_kit::size::check_wire(PROVIDER, &[&plan.command], &crate::SIZE_LIMIT)?;
         if let Some((rel, _)) = &plan.stdin_file {
             self.write(Op::WriteFiles, rel, cmd.stdin().clone())
                 .await
@@ -861,35 +851,28 @@ impl Sandbox for AgentCoreExec {
         &self.inner.session_id
     }
 
-    fn owned(&self) -> bool {
-        self.inner.ownership.owned()
+    fn ownership(&self) -> &Ownership {
+        &self.inner.ownership
     }
 
-    fn set_owned(&self, owned: bool) {
-        self.inner.ownership.set_owned(owned);
+    /// `StopCodeInterpreterSession`: commands still running in it are ended by the service.
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.inner.client.stop_session(&self.inner.session_id))
     }
 
-    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+    /// The frame files that earlier execs left for a later batch (best effort).
+    fn release(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
-            let o = &self.inner.ownership;
-            if o.begin_close() && o.owned() && !o.is_destroyed() {
-                self.stop_session().await?;
-            } else {
-                self.remove_leftovers().await;
-            }
+            self.remove_leftovers().await;
             Ok(())
         })
-    }
-
-    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(self.stop_session())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use execseam_core::degrade::base64_encode;
+    use execseam_adapter_kit::degrade::base64_encode;
 
     fn frame(out: &[u8], err: &[u8], status: i32, crlf: bool) -> String {
         let s = format!(

@@ -9,8 +9,8 @@
 //!   ([`AgentCoreProvider::connect`] attaches to a given session id); closing an owned handle
 //!   calls `StopCodeInterpreterSession`.
 //! - **argv** → `executeCommand` takes one shell string: argv is quoted exactly with
-//!   [`execseam_core::degrade::join`], and **workdir** and **env** are synthesised by the core's
-//!   wrapper ([`degrade::wrapped_command`](execseam_core::degrade::wrapped_command), whose own
+//!   [`execseam_adapter_kit::degrade::join`], and **workdir** and **env** are synthesised by the core's
+//!   wrapper ([`degrade::wrapped_command`](execseam_adapter_kit::degrade::wrapped_command), whose own
 //!   failures — a missing workdir — become typed errors through `check_wrapped`).
 //! - **stdin**: uploaded with `writeFiles` (a base64 `blob`) to a temporary file under the session
 //!   root, which the wrapper opens, deletes and redirects from. Without stdin the command's stdin
@@ -65,7 +65,8 @@ mod frames;
 mod provider;
 mod wire;
 
-use execseam_core::{Capabilities, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_core::{Capabilities, Error, LifecycleCapabilities, SpecSupport};
 
 pub use config::{
     AgentCoreConfig, DEFAULT_IDENTIFIER, DEFAULT_SESSION_ROOT, DEFAULT_SESSION_TIMEOUT, ExecMode,
@@ -91,29 +92,57 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     options: &["name"],
 };
 
-/// The environment variables [`AgentCoreConfig::from_env`] reads.
-pub const ENV_VARS: &[&str] = &[
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE",
-    "AWS_ENDPOINT_URL",
-    "AGENTCORE_CODE_INTERPRETER_ID",
-    "AGENTCORE_SESSION_TIMEOUT_SECONDS",
-    "AGENTCORE_EXEC_MODE",
-    "AGENTCORE_EXACT_OUTPUT",
-    "AGENTCORE_SESSION_ROOT",
+/// The configuration variables [`AgentCoreConfig::from_env`] reads.
+pub const VARS: &[Var] = &[
+    Var::text("AWS_REGION"),
+    Var::text("AWS_DEFAULT_REGION"),
+    Var::secret("AWS_ACCESS_KEY_ID"),
+    Var::secret("AWS_SECRET_ACCESS_KEY"),
+    Var::secret("AWS_SESSION_TOKEN"),
+    Var::url("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE"),
+    Var::url("AWS_ENDPOINT_URL"),
+    Var::text("AGENTCORE_CODE_INTERPRETER_ID"),
+    Var::seconds("AGENTCORE_SESSION_TIMEOUT_SECONDS"),
+    Var::choice("AGENTCORE_EXEC_MODE", &["command", "task"]),
+    Var::flag("AGENTCORE_EXACT_OUTPUT"),
+    Var::text("AGENTCORE_SESSION_ROOT"),
 ];
+
+/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AgentCore;
+
+impl Adapter for AgentCore {
+    const NAME: &'static str = PROVIDER;
+    const ABOUT: &'static str =
+        "AWS Bedrock AgentCore Code Interpreter (sessions are the sandboxes)";
+    const VARS: &'static [Var] = VARS;
+    const CAPABILITIES: Capabilities = CAPABILITIES;
+    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
+
+    type Config = AgentCoreConfig;
+    type Provider = AgentCoreProvider;
+
+    fn config(vars: &Vars<'_>) -> Result<AgentCoreConfig, Error> {
+        AgentCoreConfig::from_vars(|k| vars.get(k))
+    }
+
+    fn capabilities(config: &AgentCoreConfig) -> Capabilities {
+        capabilities_for(config.exec_mode(), config.is_exact_output())
+    }
+
+    fn provider(config: AgentCoreConfig) -> Result<AgentCoreProvider, Error> {
+        AgentCoreProvider::new(config)
+    }
+}
 
 /// The largest command (argv and env) sent, checked before any I/O: the command reaches the
 /// sandbox as one `bash -c` script, a single `execve` string of at most 128 KiB
 /// (`MAX_ARG_STRLEN`). The check is on that string as sent, wrapper and quoting included
 /// (`transport::check_wire`); the raw command's size is only its fast lower bound.
-pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
-    execseam_core::transport::SizeLimit::script(
-        execseam_core::transport::MAX_ARG_STRLEN - 1,
+pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
+    execseam_adapter_kit::size::SizeLimit::script(
+        execseam_adapter_kit::size::MAX_ARG_STRLEN - 1,
         "one bash -c script in the AgentCore sandbox: 128 KiB after wrapping and quoting",
     );
 

@@ -1,8 +1,9 @@
 //! [`AgentCoreProvider`]: Code Interpreter sessions as sandboxes.
 
+use execseam_adapter_kit::gone_is_destroyed;
 use execseam_core::{
     BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Ownership,
-    Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState, gone_is_destroyed,
+    Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState,
 };
 
 use crate::client::Client;
@@ -78,17 +79,17 @@ impl AgentCoreProvider {
         if status != "READY" {
             return Err(missing(format!("session {id} is {status}, not READY")));
         }
-        Ok(self.attach(id))
+        self.attach(id)
     }
 
     /// A handle on session `id` without a request; not owned.
-    pub fn attach(&self, id: &str) -> AgentCoreExec {
-        AgentCoreExec::attach(
+    pub fn attach(&self, id: &str) -> Result<AgentCoreExec, Error> {
+        Ok(AgentCoreExec::attach(
             self.client.clone(),
             self.config.clone(),
             id.to_owned(),
             Ownership::connected(),
-        )
+        ))
     }
 
     /// Lists the `READY` sessions (sessions have no labels: a filter with labels is
@@ -127,6 +128,10 @@ impl Provider for AgentCoreProvider {
 
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         Box::pin(async move { Ok(Box::new(AgentCoreProvider::connect(self, id).await?) as _) })
+    }
+
+    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
+        Ok(Box::new(AgentCoreProvider::attach(self, id)?))
     }
 
     fn list<'a>(

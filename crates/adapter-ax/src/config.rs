@@ -106,7 +106,7 @@ impl AxConfig {
         }
     }
 
-    /// Reads [`ENV_VARS`](crate::ENV_VARS) from this process's environment.
+    /// Reads [`VARS`](crate::VARS) from this process's environment.
     pub fn from_env() -> Result<AxConfig, Error> {
         AxConfig::from_vars(|k| std::env::var(k).ok())
     }

@@ -107,7 +107,7 @@ pub fn from_status(status: Status, op: &'static str, phase: Phase) -> Error {
 
 fn describe(origin: Origin, message: &str, code: Code) -> String {
     // Transport messages can name the endpoint's URL: never keep it.
-    let message = execseam_core::transport::strip_urls(if message.is_empty() {
+    let message = execseam_adapter_kit::text::strip_urls(if message.is_empty() {
         code.description()
     } else {
         message

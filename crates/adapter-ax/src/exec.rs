@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
-    Output, Retry, Sandbox,
+    Output, Ownership, Retry, Sandbox,
 };
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -43,6 +43,8 @@ pub struct AxExec {
     /// of this handle (tonic multiplexes calls over it and reconnects it when it breaks), as AX's
     /// own client keeps one `grpc.ClientConn` per guest.
     guest: Arc<OnceLock<Guest>>,
+    /// Never owned: a guest ends with its task.
+    ownership: Ownership,
 }
 
 impl AxExec {
@@ -52,6 +54,7 @@ impl AxExec {
             endpoint,
             id,
             guest: Arc::new(OnceLock::new()),
+            ownership: Ownership::never_owned(),
         }
     }
 
@@ -111,7 +114,7 @@ impl AxExec {
 
     async fn start(&self, command: Command) -> Result<EventStream, Error> {
         tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
-        execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         let guest = self.guest("exec")?;
         let stdin = command.stdin().clone();
         let argv = detached(command.argv(), command.env());
@@ -640,19 +643,11 @@ impl Sandbox for AxExec {
         &self.id
     }
 
-    /// Never: guests are declared outside execseam (an AX task), so no handle owns one.
-    fn owned(&self) -> bool {
-        false
+    fn ownership(&self) -> &Ownership {
+        &self.ownership
     }
 
-    /// A guest cannot be owned: this does nothing (`destroy` is `Unsupported`).
-    fn set_owned(&self, _owned: bool) {}
-
-    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async {
             Err(Error::unsupported(
                 "an agent-substrate guest is ended by its task, not through its guest services",

@@ -55,14 +55,15 @@ pub mod wire;
 
 mod provider;
 
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities};
+use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities};
 
 use crate::config::GUEST_MAX_LOG_BYTES;
 
 /// The largest command (argv and env) sent, checked before any I/O: the guest `execve`s it
 /// (128 KiB per string, 1 MiB in all, the rest of `ARG_MAX` left to the guest's environment).
-pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
-    execseam_core::transport::SizeLimit::execve(
+pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
+    execseam_adapter_kit::size::SizeLimit::execve(
         1 << 20,
         "execve in the AX guest: 128 KiB per string, 1 MiB in all",
     );
@@ -97,5 +98,28 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     ..LifecycleCapabilities::NONE
 };
 
-/// The environment variables [`AxConfig::from_env`] reads.
-pub const ENV_VARS: &[&str] = &[ENV_TARGET_ACTOR];
+/// The configuration variables [`AxConfig::from_env`] reads.
+pub const VARS: &[Var] = &[Var::text("AX_TARGET_ACTOR")];
+
+/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ax;
+
+impl Adapter for Ax {
+    const NAME: &'static str = PROVIDER;
+    const ABOUT: &'static str = "agent-substrate guest services as google/ax serves them (connect only: the guest's host:port is the sandbox id)";
+    const VARS: &'static [Var] = VARS;
+    const CAPABILITIES: Capabilities = CAPABILITIES;
+    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
+
+    type Config = AxConfig;
+    type Provider = AxProvider;
+
+    fn config(vars: &Vars<'_>) -> Result<AxConfig, Error> {
+        AxConfig::from_vars(|k| vars.get(k))
+    }
+
+    fn provider(config: AxConfig) -> Result<AxProvider, Error> {
+        AxProvider::new(config)
+    }
+}

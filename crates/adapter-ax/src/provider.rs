@@ -81,4 +81,8 @@ impl Provider for AxProvider {
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         Box::pin(async move { Ok(Box::new(AxProvider::connect(self, id).await?) as _) })
     }
+
+    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
+        Ok(Box::new(AxProvider::attach(self, id)?))
+    }
 }

@@ -100,7 +100,7 @@ impl ChronoConfig {
         }
     }
 
-    /// Reads the configuration from the environment ([`ENV_VARS`](crate::ENV_VARS)); see
+    /// Reads the configuration from the environment ([`VARS`](crate::VARS)); see
     /// [`from_vars`](Self::from_vars).
     pub fn from_env() -> Result<ChronoConfig, Error> {
         ChronoConfig::from_vars(|k| std::env::var(k).ok())

@@ -317,10 +317,10 @@ pub fn operation_id() -> String {
     format!("op_{}", random_hex(32))
 }
 
-/// `len` lowercase hex characters ([`execseam_core::transport::random_id`]): ids that differ,
+/// `len` lowercase hex characters ([`execseam_adapter_kit::id::random_id`]): ids that differ,
 /// not secrets.
 pub fn random_hex(len: usize) -> String {
-    execseam_core::transport::random_id(len)
+    execseam_adapter_kit::id::random_id(len)
 }
 
 /// The 202 of a submit (fresh or replayed).

@@ -1,8 +1,9 @@
 //! Chrono failures → `ErrorKind` + `Retry` (the table is in `docs/adapters/chrono.md`).
 
+use execseam_adapter_kit::retry::{self, Effect, NoAnswer, Sent};
+use execseam_adapter_kit::text;
 use std::time::Duration;
 
-use execseam_core::transport::{self, Effect, Failure, Sent};
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 
 use crate::PROVIDER;
@@ -46,7 +47,7 @@ impl Op {
 
     /// The retry class of a failure after the request was (maybe) sent.
     fn sent(self) -> Retry {
-        transport::retry_class(self.effect(), Sent::Maybe)
+        retry::retry_class(self.effect(), Sent::Maybe)
     }
 }
 
@@ -116,7 +117,7 @@ pub fn from_status(status: u16, retry_after: Option<Duration>, body: &[u8], op: 
         ),
         // A 2xx or 3xx that is not the answer the route has.
         (_, 200..=399) => (ErrorKind::Protocol, op.sent()),
-        (_, s) => transport::http_status(s, op.effect(), retry_after),
+        (_, s) => retry::http_status(s, op.effect(), retry_after),
     };
     let code = code.unwrap_or_else(|| format!("NYXID_PROXY_HTTP_{status}"));
     error(kind, op, message)
@@ -155,16 +156,16 @@ pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
     // The URL may carry the NyxID route id: never keep it.
     let e = e.without_url();
     let (f, what) = if e.is_connect() {
-        (Failure::Connect, CONNECT_FAILED)
+        (NoAnswer::Connect, CONNECT_FAILED)
     } else if e.is_timeout() {
-        (Failure::Timeout, "the exchange timed out")
+        (NoAnswer::Timeout, "the exchange timed out")
     } else if e.is_body() || e.is_decode() {
-        (Failure::Cut, "the response was cut off")
+        (NoAnswer::Cut, "the response was cut off")
     } else {
-        (Failure::Other, "the connection failed")
+        (NoAnswer::Other, "the connection failed")
     };
-    let (kind, retry) = transport::failure(f, op.effect());
-    let message = format!("{what}: {}", transport::error_chain(&e));
+    let (kind, retry) = retry::no_answer(f, op.effect());
+    let message = format!("{what}: {}", text::error_chain(&e));
     error(kind, op, message).with_retry(retry).with_source(e)
 }
 

@@ -1,16 +1,17 @@
 //! The `Exec` implementation: a `Command` becomes a `bash` program for `POST /execute` (or for
 //! the durable `/executions` contract).
 
+use execseam_adapter_kit::id;
+use execseam_adapter_kit::size;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use execseam_core::code::CodeRequest;
-use execseam_core::degrade::{self, StdinFrom, WRAPPER_MARK, WRAPPER_STATUS, WrapOptions};
-use execseam_core::transport;
+use execseam_adapter_kit::degrade::{self, StdinFrom, WRAPPER_MARK, WRAPPER_STATUS, WrapOptions};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Ownership,
     Retry, Sandbox,
 };
+use execseam_tools_protocol::code::CodeRequest;
 
 use crate::config::ChronoConfig;
 use crate::durable::{DurableClient, Operation, Progress, Terminal};
@@ -51,7 +52,7 @@ impl ChronoExec {
         Ok(ChronoExec {
             http,
             durable,
-            id: format!("chrono-{}", transport::random_id(16)),
+            id: format!("chrono-{}", id::random_id(16)),
             ownership: Arc::new(Ownership::created()),
         })
     }
@@ -119,7 +120,7 @@ impl ChronoExec {
     async fn run_durable(&self, request: ExecuteRequest, wrapped: bool) -> Result<Output, Error> {
         // A key per exec attempt: retries inside this attempt (a lost submit response) converge
         // on one operation; a new exec is a new operation.
-        let nonce = transport::random_id(32);
+        let nonce = id::random_id(32);
         let hash = request.payload_hash();
         let key =
             wire::operation_key(&[b"execseam-chrono/exec", nonce.as_bytes(), hash.as_bytes()]);
@@ -268,12 +269,12 @@ pub(crate) fn output_of(o: ExecOutput, wrapped: bool, op: Op) -> Result<Output, 
 
 /// The stdin file's name, relative to the program's working directory (`input_files`).
 fn stdin_name() -> String {
-    format!(".execseam-stdin-{}", transport::random_id(16))
+    format!(".execseam-stdin-{}", id::random_id(16))
 }
 
 pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, Error> {
     config.validate()?;
-    transport::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
+    size::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
     let timeout = Some(config.timeout_secs);
     // The `code` tool's commands run natively: the exact source in its own language.
     if let Some(code) = CodeRequest::parse(cmd)
@@ -333,7 +334,7 @@ pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, 
     };
     let script = format!("{redirect}exec {program}\n");
     // What counts is the script as sent, wrapper and quoting included.
-    transport::check_wire(PROVIDER, &[&script], &crate::SIZE_LIMIT)?;
+    size::check_wire(PROVIDER, &[&script], &crate::SIZE_LIMIT)?;
     Ok(Prepared {
         request: ExecuteRequest {
             language: Language::Bash,
@@ -382,33 +383,18 @@ impl Exec for ChronoExec {
     }
 }
 
-/// Chrono keeps nothing between executions: the handle names no remote sandbox, and closing or
-/// destroying it has nothing to remove.
 impl Sandbox for ChronoExec {
     fn id(&self) -> &str {
         &self.id
     }
 
-    fn owned(&self) -> bool {
-        self.ownership.owned()
+    fn ownership(&self) -> &Ownership {
+        &self.ownership
     }
 
-    fn set_owned(&self, owned: bool) {
-        self.ownership.set_owned(owned);
-    }
-
-    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            self.ownership.begin_close();
-            Ok(())
-        })
-    }
-
-    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            self.ownership.mark_destroyed();
-            Ok(())
-        })
+    /// Nothing to end: every execution's sandbox is removed when the execution ends.
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
     }
 }
 
@@ -482,7 +468,7 @@ mod tests {
 
     #[test]
     fn code_commands_run_natively() {
-        let c = CodeRequest::new(execseam_core::code::Language::Python, "print(1)")
+        let c = CodeRequest::new(execseam_tools_protocol::code::Language::Python, "print(1)")
             .command()
             .unwrap();
         let p = prepare(&config(), &c).unwrap();

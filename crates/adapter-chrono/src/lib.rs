@@ -12,7 +12,7 @@
 //!
 //! | field | value | how |
 //! |---|---|---|
-//! | argv | shell-wrapped | the program is `bash`: `exec` + argv quoted exactly ([`execseam_core::degrade::join`]) |
+//! | argv | shell-wrapped | the program is `bash`: `exec` + argv quoted exactly ([`execseam_adapter_kit::degrade::join`]) |
 //! | stdin | temp file | the bytes go in `input_files` (base64) under a fresh relative name; the program opens it as stdin and removes it; without stdin, stdin is `/dev/null` |
 //! | workdir | shell-wrapped | `cd --` in the degrade wrapper; a missing workdir is `Err(NotFound)` |
 //! | env | shell-wrapped | `env --` in the wrapper (Ornn's `env` field is not used: it cannot carry every key, and the server owns some) |
@@ -49,30 +49,59 @@ pub use error::{Op, from_status};
 pub use exec::{ChronoExec, Prepared};
 pub use provider::ChronoProvider;
 
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, Tool};
+use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, Tool};
 
 /// The largest command (argv and env) sent, checked before any I/O: the command reaches the
 /// sandbox as one `bash -c` script, a single `execve` string of at most 128 KiB
 /// (`MAX_ARG_STRLEN`). The check is on that script as sent, wrapper and quoting included
 /// (`transport::check_wire`); the raw command's size is only its fast lower bound.
-pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
-    execseam_core::transport::SizeLimit::script(
-        execseam_core::transport::MAX_ARG_STRLEN - 1,
+pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
+    execseam_adapter_kit::size::SizeLimit::script(
+        execseam_adapter_kit::size::MAX_ARG_STRLEN - 1,
         "one bash -c script in the Chrono sandbox: 128 KiB after wrapping and quoting",
     );
 
 /// The provider name in errors and capabilities.
 pub const PROVIDER: &str = "chrono";
 
-/// The environment variables [`ChronoConfig::from_env`] reads.
-pub const ENV_VARS: &[&str] = &[
-    "CHRONO_BASE_URL",
-    "CHRONO_TOKEN",
-    "CHRONO_DELEGATION_TOKEN",
-    "CHRONO_VIA",
-    "CHRONO_TIMEOUT_SECS",
-    "CHRONO_DURABLE",
+/// The configuration variables [`ChronoConfig::from_env`] reads.
+pub const VARS: &[Var] = &[
+    Var::url("CHRONO_BASE_URL").required(),
+    Var::secret("CHRONO_TOKEN"),
+    Var::secret("CHRONO_DELEGATION_TOKEN"),
+    Var::text("CHRONO_VIA"),
+    Var::seconds("CHRONO_TIMEOUT_SECS"),
+    Var::flag("CHRONO_DURABLE"),
 ];
+
+/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Chrono;
+
+impl Adapter for Chrono {
+    const NAME: &'static str = PROVIDER;
+    const ABOUT: &'static str =
+        "Chrono Sandbox through POST /execute (CHRONO_DURABLE=1: the durable /executions contract)";
+    const VARS: &'static [Var] = VARS;
+    const CAPABILITIES: Capabilities = CAPABILITIES;
+    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
+
+    type Config = ChronoConfig;
+    type Provider = ChronoProvider;
+
+    fn config(vars: &Vars<'_>) -> Result<ChronoConfig, Error> {
+        ChronoConfig::from_vars(|k| vars.get(k))
+    }
+
+    fn capabilities(config: &ChronoConfig) -> Capabilities {
+        ChronoExec::capabilities_of(config)
+    }
+
+    fn provider(config: ChronoConfig) -> Result<ChronoProvider, Error> {
+        ChronoProvider::new(config)
+    }
+}
 
 /// Chrono has no sandbox that outlives one execution: [`ChronoProvider::create`] returns a handle
 /// on the service (no call is made, no spec field applies); there is nothing to connect to, list

@@ -929,13 +929,13 @@ pub fn if_none_match_matches(if_none_match: &str, etag: &str) -> bool {
 
 /// `Retry-After` as delta-seconds (the form Chrono sends); negative values become 0 (Aevatar).
 /// The HTTP-date and fractional forms are read too
-/// ([`execseam_core::transport::parse_retry_after`]). `None` when unreadable.
+/// ([`execseam_adapter_kit::retry::parse_retry_after`]). `None` when unreadable.
 pub fn parse_retry_after(value: &str) -> Option<Duration> {
     let v = value.trim();
     if v.parse::<i64>().is_ok_and(|s| s < 0) {
         return Some(Duration::ZERO);
     }
-    execseam_core::transport::parse_retry_after(v, SystemTime::now())
+    execseam_adapter_kit::retry::parse_retry_after(v, SystemTime::now())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ pub fn encode_path(path: &str) -> String {
 
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let v = headers.get(RETRY_AFTER)?.to_str().ok()?;
-    execseam_core::transport::parse_retry_after(v, std::time::SystemTime::now())
+    execseam_adapter_kit::retry::parse_retry_after(v, std::time::SystemTime::now())
 }
 
 impl BridgeClient {

@@ -124,12 +124,12 @@ impl CloudflareConfig {
         }
     }
 
-    /// Reads the variables in [`ENV_VARS`](crate::ENV_VARS) from this process's environment.
+    /// Reads the variables in [`VARS`](crate::VARS) from this process's environment.
     pub fn from_env() -> Result<CloudflareConfig, Error> {
         CloudflareConfig::from_vars(|k| std::env::var(k).ok())
     }
 
-    /// Reads [`ENV_VARS`](crate::ENV_VARS) as `vars` gives them: `CLOUDFLARE_SANDBOX_WORKER_URL`
+    /// Reads [`VARS`](crate::VARS) as `vars` gives them: `CLOUDFLARE_SANDBOX_WORKER_URL`
     /// (required), `CLOUDFLARE_SANDBOX_API_KEY`, `CLOUDFLARE_SANDBOX_SESSION_ID`,
     /// `EXECSEAM_CLOUDFLARE_MODE`. A missing or malformed one is
     /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).

@@ -7,9 +7,10 @@
 //! sandbox's container (`capacity_exceeded`, `pool_error` are safe to retry), while anything that
 //! goes wrong after the exec was accepted may have run the command (`Retry::Unsafe`).
 
+use execseam_adapter_kit::retry::{self, Effect, NoAnswer, Sent};
+use execseam_adapter_kit::text;
 use std::time::Duration;
 
-use execseam_core::transport::{self, Effect, Failure, Sent};
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 
 use crate::PROVIDER;
@@ -36,7 +37,7 @@ impl Phase {
     }
 
     fn unsure(self) -> Retry {
-        transport::retry_class(self.effect(), Sent::Maybe)
+        retry::retry_class(self.effect(), Sent::Maybe)
     }
 }
 
@@ -266,16 +267,16 @@ pub fn transport_error(e: reqwest::Error, operation: &'static str, phase: Phase)
     let e = e.without_url();
     let failure = if e.is_connect() {
         // The request never reached the bridge.
-        Failure::Connect
+        NoAnswer::Connect
     } else if e.is_timeout() {
-        Failure::Timeout
+        NoAnswer::Timeout
     } else if e.is_decode() {
-        Failure::Malformed
+        NoAnswer::Malformed
     } else {
-        Failure::Other
+        NoAnswer::Other
     };
-    let (kind, retry) = transport::failure(failure, phase.effect());
-    let msg = transport::error_chain(&e);
+    let (kind, retry) = retry::no_answer(failure, phase.effect());
+    let msg = text::error_chain(&e);
     err(kind, msg, operation).with_retry(retry).with_source(e)
 }
 

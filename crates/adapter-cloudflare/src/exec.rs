@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use execseam_core::degrade::{
+use execseam_adapter_kit::degrade::{
     self, StderrGate, StdinFrom, WRAPPER_MARK, WRAPPER_STATUS, WrapOptions, quote,
 };
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
-    ExecStream, Exit, Output, Ownership, PartialOutput, Retry, Sandbox, gone_is_destroyed,
+    ExecStream, Exit, Output, Ownership, PartialOutput, Retry, Sandbox,
 };
 use futures_util::StreamExt;
 
@@ -144,21 +144,6 @@ impl CloudflareExec {
         }
     }
 
-    /// Destroys the sandbox (`DELETE /v1/sandbox/{id}`: 204, also for an id that never had a
-    /// container).
-    pub async fn delete_sandbox(&self) -> Result<(), Error> {
-        let r = gone_is_destroyed(
-            self.inner
-                .client
-                .delete_sandbox(&self.inner.sandbox_id)
-                .await,
-        );
-        if r.is_ok() {
-            self.inner.ownership.mark_destroyed();
-        }
-        r
-    }
-
     fn config(&self) -> &CloudflareConfig {
         self.inner.client.config()
     }
@@ -232,7 +217,7 @@ impl CloudflareExec {
         let argv: Vec<String> = vec!["/bin/sh".into(), "-c".into(), s];
         // What counts is the `bash -c` string the bridge makes: argv shell-quoted and joined
         // (measured with the same single-quote scheme).
-        execseam_core::transport::check_wire(
+        execseam_adapter_kit::size::check_wire(
             PROVIDER,
             &[degrade::join(&argv)],
             &crate::SIZE_LIMIT,
@@ -580,7 +565,7 @@ impl Exec for CloudflareExec {
         let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
         let fut = Box::pin(async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
-            execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+            execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
             self.not_destroyed("exec")?;
             match self.config().output_mode() {
                 OutputMode::Streaming => self.stream_mode(command).await?.collect().await,
@@ -603,7 +588,7 @@ impl ExecStream for CloudflareExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
         let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
         let fut = Box::pin(async move {
-            execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+            execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
             self.not_destroyed("exec_stream")?;
             if self.config().output_mode() == OutputMode::Exact {
                 return Err(Error::unsupported(
@@ -624,26 +609,13 @@ impl Sandbox for CloudflareExec {
         &self.inner.sandbox_id
     }
 
-    fn owned(&self) -> bool {
-        self.inner.ownership.owned()
+    fn ownership(&self) -> &Ownership {
+        &self.inner.ownership
     }
 
-    fn set_owned(&self, owned: bool) {
-        self.inner.ownership.set_owned(owned);
-    }
-
-    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            let o = &self.inner.ownership;
-            if o.begin_close() && o.owned() && !o.is_destroyed() {
-                self.delete_sandbox().await?;
-            }
-            Ok(())
-        })
-    }
-
-    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(self.delete_sandbox())
+    /// `DELETE /v1/sandbox/{id}` (204, also for an id that never had a container).
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.inner.client.delete_sandbox(&self.inner.sandbox_id))
     }
 }
 

@@ -16,7 +16,7 @@
 //!
 //! | | streaming mode (default) | exact mode |
 //! |---|---|---|
-//! | argv | shell-wrapped: the bridge only runs `bash -c <string>`; the adapter sends `/bin/sh -c <script>` where the script quotes argv exactly ([`execseam_core::degrade`]) | same |
+//! | argv | shell-wrapped: the bridge only runs `bash -c <string>`; the adapter sends `/bin/sh -c <script>` where the script quotes argv exactly ([`execseam_adapter_kit::degrade`]) | same |
 //! | workdir | shell-wrapped (`cd`), any absolute directory; a missing one is `NotFound` | same |
 //! | env | shell-wrapped (`env --`): the exec request has no env field | same |
 //! | stdin | temp file: uploaded with `PUT /file` under `/workspace/.execseam/`, then redirected (32 MiB at most) | same |
@@ -56,20 +56,48 @@ mod exec;
 mod provider;
 pub mod wire;
 
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
 
 pub use client::BridgeClient;
 pub use config::{CloudflareConfig, DEFAULT_MAX_ANSWER_BYTES, OutputMode};
 pub use exec::{CloudflareExec, MAX_WRITE, TEMP_DIR};
 pub use provider::CloudflareProvider;
 
-/// Every environment variable [`CloudflareConfig::from_env`] reads.
-pub const ENV_VARS: &[&str] = &[
-    config::ENV_WORKER_URL,
-    config::ENV_API_KEY,
-    config::ENV_SESSION_ID,
-    config::ENV_MODE,
+/// The configuration variables [`CloudflareConfig::from_env`] reads.
+pub const VARS: &[Var] = &[
+    Var::url("CLOUDFLARE_SANDBOX_WORKER_URL").required(),
+    Var::secret("CLOUDFLARE_SANDBOX_API_KEY"),
+    Var::text("CLOUDFLARE_SANDBOX_SESSION_ID"),
+    Var::choice("EXECSEAM_CLOUDFLARE_MODE", &["fast", "exact"]),
 ];
+
+/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cloudflare;
+
+impl Adapter for Cloudflare {
+    const NAME: &'static str = PROVIDER;
+    const ABOUT: &'static str = "Cloudflare Sandbox through the sandbox bridge Worker (EXECSEAM_CLOUDFLARE_MODE=exact for byte-exact output)";
+    const VARS: &'static [Var] = VARS;
+    const CAPABILITIES: Capabilities = CAPABILITIES;
+    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
+
+    type Config = CloudflareConfig;
+    type Provider = CloudflareProvider;
+
+    fn config(vars: &Vars<'_>) -> Result<CloudflareConfig, Error> {
+        CloudflareConfig::from_vars(|k| vars.get(k))
+    }
+
+    fn capabilities(config: &CloudflareConfig) -> Capabilities {
+        CloudflareExec::capabilities_of(config.output_mode())
+    }
+
+    fn provider(config: CloudflareConfig) -> Result<CloudflareProvider, Error> {
+        CloudflareProvider::new(config)
+    }
+}
 
 /// The bridge's lifecycle (see [`CloudflareProvider`]): mint an id, connect to a running
 /// sandbox, delete. The bridge has no list route, and a sandbox takes no image, env, labels or
@@ -88,9 +116,9 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 /// argv), a single `execve` string of at most 128 KiB (`MAX_ARG_STRLEN`). The check is on that
 /// string as sent (`transport::check_wire`); the raw command's size is only its fast lower
 /// bound.
-pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
-    execseam_core::transport::SizeLimit::script(
-        execseam_core::transport::MAX_ARG_STRLEN - 1,
+pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
+    execseam_adapter_kit::size::SizeLimit::script(
+        execseam_adapter_kit::size::MAX_ARG_STRLEN - 1,
         "one bash -c string in the Cloudflare container: 128 KiB after wrapping and quoting",
     );
 

@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
+use execseam_adapter_kit::gone_is_destroyed;
 use execseam_core::{
     BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, Ownership, Provider, Sandbox,
-    SandboxSpec, gone_is_destroyed,
+    SandboxSpec,
 };
 
 use crate::client::BridgeClient;
@@ -77,13 +78,13 @@ impl CloudflareProvider {
     }
 
     /// A handle on sandbox `id` without a request and without the marker check; not owned.
-    pub fn attach(&self, id: &str) -> CloudflareExec {
-        CloudflareExec::from_parts(
+    pub fn attach(&self, id: &str) -> Result<CloudflareExec, Error> {
+        Ok(CloudflareExec::from_parts(
             self.client.clone(),
             id.to_owned(),
             None,
             Ownership::connected(),
-        )
+        ))
     }
 
     /// Deletes sandbox `id`; one without a container is `Ok(())`.
@@ -114,6 +115,10 @@ impl Provider for CloudflareProvider {
 
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         Box::pin(async move { Ok(Box::new(CloudflareProvider::connect(self, id).await?) as _) })
+    }
+
+    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
+        Ok(Box::new(CloudflareProvider::attach(self, id)?))
     }
 
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {

@@ -109,7 +109,7 @@ async fn a_replaced_container_is_not_found_and_attaching_without_the_check_works
     assert!(exec.client().running(exec.id()).await.unwrap());
     let provider = CloudflareProvider::new(config(&emu, OutputMode::Streaming)).unwrap();
     let other = provider.connect(exec.id()).await.unwrap();
-    exec.delete_sandbox().await.unwrap();
+    Sandbox::destroy(&exec).await.unwrap();
     // The handle that destroyed it knows, without a request.
     let err = exec
         .exec(Command::new(["true"]).unwrap())
@@ -135,7 +135,8 @@ async fn a_replaced_container_is_not_found_and_attaching_without_the_check_works
     // The id itself works again, with a fresh workspace, for whoever attaches anew.
     let again = CloudflareProvider::new(config(&emu, OutputMode::Streaming).verify_sandbox(false))
         .unwrap()
-        .attach(exec.id());
+        .attach(exec.id())
+        .expect("a handle");
     let out = again
         .exec(Command::new(["ls", "/workspace/state"]).unwrap())
         .await

@@ -62,7 +62,7 @@ fn main() {
             .api_key(emulator.token())
             .mode(mode)
             .verify_sandbox(false);
-        let dead = CloudflareProvider::new(dead)?.attach(exec.id());
+        let dead = CloudflareProvider::new(dead)?.attach(exec.id())?;
 
         // A sandbox this adapter connected to, then destroyed: the bridge (and the emulator)
         // gives the id a fresh container, which the adapter's sandbox check reports.

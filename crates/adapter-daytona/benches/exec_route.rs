@@ -119,10 +119,15 @@ fn main() {
             .unwrap();
         let id = owner.id().to_owned();
         let handles = |toolbox: &str| {
-            let a = DaytonaProvider::new(config()).unwrap().attach(toolbox, &id);
-            let b = DaytonaProvider::new(config().exec_route(ExecRoute::Session))
+            let a = DaytonaProvider::new(config().toolbox_url(toolbox))
                 .unwrap()
-                .attach(toolbox, &id);
+                .attach(&id)
+                .unwrap();
+            let b =
+                DaytonaProvider::new(config().toolbox_url(toolbox).exec_route(ExecRoute::Session))
+                    .unwrap()
+                    .attach(&id)
+                    .unwrap();
             (a, b)
         };
 

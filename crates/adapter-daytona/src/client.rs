@@ -37,8 +37,8 @@ pub(crate) fn log_limit(max_output: u64) -> usize {
 /// A `Sec-WebSocket-Key`: 16 random bytes in base64 (RFC 6455 §4.1).
 fn ws_key() -> String {
     let mut bytes = [0u8; 16];
-    bytes[..8].copy_from_slice(&execseam_core::transport::random_u64().to_le_bytes());
-    bytes[8..].copy_from_slice(&execseam_core::transport::random_u64().to_le_bytes());
+    bytes[..8].copy_from_slice(&execseam_adapter_kit::id::random_u64().to_le_bytes());
+    bytes[8..].copy_from_slice(&execseam_adapter_kit::id::random_u64().to_le_bytes());
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
@@ -289,33 +289,56 @@ impl Client {
     }
 }
 
-/// One sandbox's toolbox: `{toolboxProxyUrl}/{sandboxId}/…`.
+/// One sandbox's toolbox: `{toolboxProxyUrl}/{sandboxId}/…`. The proxy URL is known (the
+/// sandbox's DTO named it, or the configuration does) or asked of the API on first use
+/// (`GET /sandbox/{id}/toolbox-proxy-url`, as the SDK does for list items).
 #[derive(Clone)]
 pub(crate) struct Toolbox {
     client: Arc<Client>,
-    base: String,
+    sandbox_id: String,
+    base: Arc<tokio::sync::OnceCell<String>>,
 }
 
 impl Toolbox {
-    pub(crate) fn new(client: Arc<Client>, toolbox_proxy_url: &str, sandbox_id: &str) -> Toolbox {
+    pub(crate) fn new(
+        client: Arc<Client>,
+        toolbox_proxy_url: Option<&str>,
+        sandbox_id: &str,
+    ) -> Toolbox {
+        let base = match toolbox_proxy_url {
+            Some(url) => tokio::sync::OnceCell::new_with(Some(Toolbox::base_of(url, sandbox_id))),
+            None => tokio::sync::OnceCell::new(),
+        };
         Toolbox {
             client,
-            base: format!(
-                "{}/{}",
-                toolbox_proxy_url.trim_end_matches('/'),
-                path_segment(sandbox_id)
-            ),
+            sandbox_id: sandbox_id.to_owned(),
+            base: Arc::new(base),
         }
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+    fn base_of(toolbox_proxy_url: &str, sandbox_id: &str) -> String {
+        format!(
+            "{}/{}",
+            toolbox_proxy_url.trim_end_matches('/'),
+            path_segment(sandbox_id)
+        )
+    }
+
+    async fn url(&self, path: &str) -> Result<String, Error> {
+        let base = self
+            .base
+            .get_or_try_init(|| async {
+                let url = self.client.toolbox_proxy_url(&self.sandbox_id).await?;
+                Ok::<_, Error>(Toolbox::base_of(&url, &self.sandbox_id))
+            })
+            .await?;
+        Ok(format!("{base}{path}"))
     }
 
     pub(crate) async fn create_session(&self, session_id: &str) -> Result<(), Error> {
         let rb = self
             .client
-            .request(Method::POST, &self.url("/process/session"), true)
+            .request(Method::POST, &self.url("/process/session").await?, true)
             .json(&wire::CreateSessionRequest { session_id });
         self.client
             .send(rb, "create_session", Phase::Before)
@@ -324,7 +347,9 @@ impl Toolbox {
     }
 
     pub(crate) async fn delete_session(&self, session_id: &str) -> Result<(), Error> {
-        let url = self.url(&format!("/process/session/{}", path_segment(session_id)));
+        let url = self
+            .url(&format!("/process/session/{}", path_segment(session_id)))
+            .await?;
         self.client
             .send(
                 self.client.request(Method::DELETE, &url, true),
@@ -342,10 +367,12 @@ impl Toolbox {
         command: &str,
         run_async: bool,
     ) -> Result<wire::SessionExecuteResponse, Error> {
-        let url = self.url(&format!(
-            "/process/session/{}/exec",
-            path_segment(session_id)
-        ));
+        let url = self
+            .url(&format!(
+                "/process/session/{}/exec",
+                path_segment(session_id)
+            ))
+            .await?;
         let body = wire::SessionExecuteRequest {
             command,
             run_async: run_async.then_some(true),
@@ -404,7 +431,7 @@ impl Toolbox {
         };
         let rb = self
             .client
-            .request(Method::POST, &self.url("/process/execute"), !submit)
+            .request(Method::POST, &self.url("/process/execute").await?, !submit)
             .json(&wire::ExecuteRequest {
                 command,
                 envs: envs.iter().copied().collect(),
@@ -428,7 +455,9 @@ impl Toolbox {
     /// `GET /process/session/{id}`: the session's commands (an exec's session has one).
     pub(crate) async fn get_session(&self, session_id: &str) -> Result<wire::SessionInfo, Error> {
         const OP: &str = "get_session";
-        let url = self.url(&format!("/process/session/{}", path_segment(session_id)));
+        let url = self
+            .url(&format!("/process/session/{}", path_segment(session_id)))
+            .await?;
         let resp = self
             .client
             .send(
@@ -450,11 +479,13 @@ impl Toolbox {
         session_id: &str,
         command_id: &str,
     ) -> Result<wire::SessionCommand, Error> {
-        let url = self.url(&format!(
-            "/process/session/{}/command/{}",
-            path_segment(session_id),
-            path_segment(command_id)
-        ));
+        let url = self
+            .url(&format!(
+                "/process/session/{}/command/{}",
+                path_segment(session_id),
+                path_segment(command_id)
+            ))
+            .await?;
         let resp = self
             .client
             .send(
@@ -472,11 +503,13 @@ impl Toolbox {
     /// of the JSON answer (SDK ≥ 0.167), or the `text/plain` body of older daemons.
     pub(crate) async fn logs(&self, session_id: &str, command_id: &str) -> Result<Vec<u8>, Error> {
         const OP: &str = "get_session_command_logs";
-        let url = self.url(&format!(
-            "/process/session/{}/command/{}/logs",
-            path_segment(session_id),
-            path_segment(command_id)
-        ));
+        let url = self
+            .url(&format!(
+                "/process/session/{}/command/{}/logs",
+                path_segment(session_id),
+                path_segment(command_id)
+            ))
+            .await?;
         let resp = self
             .client
             .send(
@@ -506,11 +539,13 @@ impl Toolbox {
         command_id: &str,
     ) -> Result<Ws, Error> {
         const OP: &str = "follow_logs";
-        let url = self.url(&format!(
-            "/process/session/{}/command/{}/logs?follow=true",
-            path_segment(session_id),
-            path_segment(command_id)
-        ));
+        let url = self
+            .url(&format!(
+                "/process/session/{}/command/{}/logs?follow=true",
+                path_segment(session_id),
+                path_segment(command_id)
+            ))
+            .await?;
         let key = ws_key();
         let rb = self
             .client
@@ -596,7 +631,7 @@ impl Toolbox {
         body.extend_from_slice(format!("--{UPLOAD_BOUNDARY}--\r\n").as_bytes());
         let rb = self
             .client
-            .request(Method::POST, &self.url("/files/bulk-upload"), true)
+            .request(Method::POST, &self.url("/files/bulk-upload").await?, true)
             .header(
                 header::CONTENT_TYPE,
                 format!("multipart/form-data; boundary={UPLOAD_BOUNDARY}"),
@@ -626,7 +661,7 @@ impl Toolbox {
         const OP: &str = "download_files";
         let rb = self
             .client
-            .request(Method::POST, &self.url("/files/bulk-download"), true)
+            .request(Method::POST, &self.url("/files/bulk-download").await?, true)
             .header(header::ACCEPT, "multipart/form-data")
             .json(&wire::FilesDownloadRequest { paths });
         let resp = self.client.send(rb, OP, Phase::Before).await?;
@@ -682,7 +717,7 @@ impl Toolbox {
     ) -> Result<T, Error> {
         let rb = self.client.request(
             Method::GET,
-            &format!("{}{}", self.url(path), query_string(query)),
+            &format!("{}{}", self.url(path).await?, query_string(query)),
             true,
         );
         let resp = self.client.send(rb, op, Phase::Before).await?;
@@ -724,7 +759,7 @@ impl Toolbox {
             Method::DELETE,
             &format!(
                 "{}{}",
-                self.url("/files"),
+                self.url("/files").await?,
                 query_string(&[
                     ("path", path),
                     ("recursive", if recursive { "true" } else { "false" }),

@@ -34,6 +34,7 @@ pub struct DaytonaConfig {
     pub(crate) max_answer_bytes: usize,
     pub(crate) session_pool: usize,
     pub(crate) exec_route: ExecRoute,
+    pub(crate) toolbox_url: Option<String>,
 }
 
 /// Which daemon route runs [`Exec::exec`](execseam_core::Exec::exec) (streams always run in a
@@ -73,6 +74,7 @@ impl fmt::Debug for DaytonaConfig {
             .field("max_answer_bytes", &self.max_answer_bytes)
             .field("session_pool", &self.session_pool)
             .field("exec_route", &self.exec_route)
+            .field("toolbox_url", &self.toolbox_url)
             .finish()
     }
 }
@@ -96,10 +98,11 @@ impl DaytonaConfig {
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             session_pool: DEFAULT_SESSION_POOL,
             exec_route: ExecRoute::default(),
+            toolbox_url: None,
         }
     }
 
-    /// Reads the variables in [`ENV_VARS`](crate::ENV_VARS) from this process's environment.
+    /// Reads the variables in [`VARS`](crate::VARS) from this process's environment.
     pub fn from_env() -> Result<DaytonaConfig, Error> {
         DaytonaConfig::from_vars(|k| std::env::var(k).ok())
     }
@@ -140,6 +143,7 @@ impl DaytonaConfig {
         if let Some(dir) = var("EXECSEAM_DAYTONA_TEMP_DIR") {
             c = c.temp_dir(dir);
         }
+        c.toolbox_url = var("EXECSEAM_DAYTONA_TOOLBOX_URL");
         c.validate()?;
         Ok(c)
     }
@@ -243,6 +247,16 @@ impl DaytonaConfig {
     #[must_use]
     pub fn exec_route(mut self, route: ExecRoute) -> Self {
         self.exec_route = route;
+        self
+    }
+
+    /// The toolbox proxy (`toolboxProxyUrl`, `https://proxy.app.daytona.io/toolbox` on Daytona
+    /// Cloud) for sandboxes attached by id ([`DaytonaProvider::attach`](crate::DaytonaProvider::attach));
+    /// unset, it is asked of the API on first use. Created and connected sandboxes use the one
+    /// their DTO names.
+    #[must_use]
+    pub fn toolbox_url(mut self, url: impl Into<String>) -> Self {
+        self.toolbox_url = Some(url.into());
         self
     }
 

@@ -11,9 +11,10 @@
 //! ran and a retry is safe where the status allows; from that request on, the command may have
 //! run, and every failure but a rejection (400, 401, 403, 404, 409, 429) is [`Retry::Unsafe`].
 
+use execseam_adapter_kit::retry::{self, Effect, NoAnswer};
+use execseam_adapter_kit::text;
 use std::time::Duration;
 
-use execseam_core::transport::{self, Effect, Failure};
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 use reqwest::header::HeaderMap;
 
@@ -30,7 +31,7 @@ pub enum Phase {
     /// The request that submits the command: it may have run (a rejection says it did not).
     Submitted,
     /// A request after the submit (log follow, status, log read): whatever its own answer,
-    /// the command may be running, so nothing here is `Safe` (`transport::after_submit`).
+    /// the command may be running, so nothing here is `Safe` (`retry::after_submit`).
     After,
 }
 
@@ -92,7 +93,7 @@ pub fn from_response(
         _ => (ErrorKind::Internal, Retry::Never),
     };
     let retry = if phase == Phase::After {
-        transport::after_submit_class(retry)
+        retry::after_submit_class(retry)
     } else {
         retry
     };
@@ -117,20 +118,20 @@ pub fn from_transport(err: reqwest::Error, operation: &'static str, phase: Phase
         Phase::Submitted | Phase::After => Effect::NonIdempotent,
     };
     let failure = if err.is_connect() {
-        Failure::Connect
+        NoAnswer::Connect
     } else if err.is_timeout() {
-        Failure::Timeout
+        NoAnswer::Timeout
     } else if err.is_decode() {
-        Failure::Malformed
+        NoAnswer::Malformed
     } else {
-        Failure::Cut
+        NoAnswer::Cut
     };
-    let (kind, mut retry) = transport::failure(failure, effect);
+    let (kind, mut retry) = retry::no_answer(failure, effect);
     if phase == Phase::After {
         // A refused connection on the log follow does not mean the command did not run.
-        retry = transport::after_submit_class(retry);
+        retry = retry::after_submit_class(retry);
     }
-    Error::new(kind, transport::error_chain(&err))
+    Error::new(kind, text::error_chain(&err))
         .with_retry(retry)
         .with_provider(PROVIDER)
         .with_operation(operation)
@@ -146,7 +147,7 @@ pub fn protocol(operation: &'static str, msg: impl Into<String>) -> Error {
 
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    transport::parse_retry_after(v, std::time::SystemTime::now())
+    retry::parse_retry_after(v, std::time::SystemTime::now())
 }
 
 #[cfg(test)]

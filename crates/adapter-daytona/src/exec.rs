@@ -48,11 +48,11 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
-use execseam_core::degrade::{self, StdinFrom, WrapOptions};
-use execseam_core::transport::after_submit;
+use execseam_adapter_kit::degrade::{self, StdinFrom, WrapOptions};
+use execseam_adapter_kit::retry::after_submit;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, Event, EventStream, Exec, ExecStream, Exit, Output,
-    Ownership, Sandbox, gone_is_destroyed,
+    Ownership, Sandbox,
 };
 use futures_util::{SinkExt as _, StreamExt as _};
 use tokio_websockets::CloseCode;
@@ -395,7 +395,11 @@ impl DaytonaExec {
         .await;
         match opened {
             Ok(url) => Ok(DaytonaExec::from_parts(
-                client, config, &url, &id, ownership,
+                client,
+                config,
+                Some(&url),
+                &id,
+                ownership,
             )),
             Err(e) => {
                 // A sandbox we created and cannot use is not left behind.
@@ -407,10 +411,11 @@ impl DaytonaExec {
         }
     }
 
+    /// A handle with the toolbox proxy at `url` (`None`: asked of the API on first use).
     pub(crate) fn from_parts(
         client: Arc<Client>,
         config: &DaytonaConfig,
-        url: &str,
+        url: Option<&str>,
         sandbox_id: &str,
         ownership: Ownership,
     ) -> DaytonaExec {
@@ -431,6 +436,7 @@ impl DaytonaExec {
     /// Deletes the pool's idle sessions (`DELETE /process/session/{id}` each, which ends the
     /// background processes their commands left) and stops pooling: later execs get a session of
     /// their own, deleted after them. Failures are logged: the sessions die with the sandbox.
+    /// Closing a handle that keeps the sandbox does this ([`Sandbox::release`]).
     pub async fn close_sessions(&self) {
         for id in drain_pool(&self.inner.pool) {
             match self.inner.toolbox.delete_session(&id).await {
@@ -459,19 +465,13 @@ impl DaytonaExec {
     }
 
     /// Deletes the pool's sessions ([`close_sessions`](Self::close_sessions)), then the sandbox
-    /// (`DELETE /sandbox/{id}`); one that is already gone is `Ok`.
-    pub async fn delete_sandbox(&self) -> Result<(), Error> {
+    /// (`DELETE /sandbox/{id}`).
+    async fn delete_sandbox(&self) -> Result<(), Error> {
         self.close_sessions().await;
-        let r = gone_is_destroyed(
-            self.inner
-                .client
-                .delete_sandbox(&self.inner.sandbox_id)
-                .await,
-        );
-        if r.is_ok() {
-            self.inner.ownership.mark_destroyed();
-        }
-        r
+        self.inner
+            .client
+            .delete_sandbox(&self.inner.sandbox_id)
+            .await
     }
 
     /// Writes a file (`POST /files/bulk-upload`); parent directories are created.
@@ -597,7 +597,7 @@ impl Plan {
         // string (then `/bin/sh -c "$1"` again). Raw, a command of quotes fits; quoted it may
         // not, and the sandbox would answer E2BIG only after the submit.
         let argv = ["/bin/sh", "-c", FRAME, "sh", &script, &inner.temp_dir, &tag];
-        execseam_core::transport::check_wire(PROVIDER, &argv, &crate::SIZE_LIMIT)?;
+        execseam_adapter_kit::size::check_wire(PROVIDER, &argv, &crate::SIZE_LIMIT)?;
         Ok(Plan {
             command: degrade::join(&argv),
             stdin: stdin_path.map(|p| (p, cmd.stdin().clone())),
@@ -1176,7 +1176,7 @@ async fn run_framed(
     // adapter has always kept.
     let frame = direct_frame(&script, dir, max_output.saturating_add(1), old);
     // One string of the shell's environment (`NAME=value`), which `execve` bounds.
-    execseam_core::transport::check_wire(
+    execseam_adapter_kit::size::check_wire(
         PROVIDER,
         &[&format!("{FRAME_VAR}={frame}")],
         &crate::SIZE_LIMIT,
@@ -1680,29 +1680,22 @@ impl Sandbox for DaytonaExec {
         &self.inner.sandbox_id
     }
 
-    fn owned(&self) -> bool {
-        self.inner.ownership.owned()
+    fn ownership(&self) -> &Ownership {
+        &self.inner.ownership
     }
 
-    fn set_owned(&self, owned: bool) {
-        self.inner.ownership.set_owned(owned);
+    /// The pool's sessions, then `DELETE /sandbox/{id}`.
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.delete_sandbox())
     }
 
-    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+    /// The pool's sessions and the frame files earlier execs left.
+    fn release(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
-            let o = &self.inner.ownership;
-            if o.begin_close() && o.owned() && !o.is_destroyed() {
-                self.delete_sandbox().await?;
-            } else {
-                self.close_sessions().await;
-                self.remove_leftovers().await;
-            }
+            self.close_sessions().await;
+            self.remove_leftovers().await;
             Ok(())
         })
-    }
-
-    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(self.delete_sandbox())
     }
 }
 

@@ -32,7 +32,7 @@
 //!
 //! | part | delivery |
 //! |---|---|
-//! | argv | shell-wrapped: quoted exactly with `execseam_core::degrade` (the daemon runs a shell) |
+//! | argv | shell-wrapped: quoted exactly with `execseam_adapter_kit::degrade` (the daemon runs a shell) |
 //! | workdir, env | shell-wrapped by the core's wrapper (`cd`, `env --`); a missing workdir is `Err(NotFound)` |
 //! | stdin | a temp file uploaded with the files API (`POST /files/bulk-upload`), then redirected; the session input route takes text only |
 //! | stdout/stderr | separate and byte-exact (binary included) |
@@ -49,7 +49,8 @@
 //! daemons kill at 360 s by default).
 #![warn(missing_docs)]
 
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
 
 mod client;
 pub mod config;
@@ -72,14 +73,14 @@ pub const PROVIDER: &str = "daytona";
 /// sandbox `execve`s them (128 KiB per string, the wrapper script after quoting included; 1 MiB
 /// in all, the rest of `ARG_MAX` left to the session's environment). The raw command is checked
 /// first (a fast lower bound), then the strings as sent (`transport::check_wire`).
-pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
-    execseam_core::transport::SizeLimit::execve(
+pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
+    execseam_adapter_kit::size::SizeLimit::execve(
         1 << 20,
         "execve in the Daytona sandbox: 128 KiB per string, 1 MiB in all",
     );
 
-pub(crate) fn check_size(cmd: &execseam_core::Command) -> Result<(), execseam_core::Error> {
-    execseam_core::transport::check_size(PROVIDER, cmd, &SIZE_LIMIT)
+pub(crate) fn check_size(cmd: &execseam_core::Command) -> Result<(), Error> {
+    execseam_adapter_kit::size::check_size(PROVIDER, cmd, &SIZE_LIMIT)
 }
 
 /// What the Daytona adapter does; see the crate docs for each degradation.
@@ -114,14 +115,38 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     options: &[],
 };
 
-/// The environment variables [`DaytonaConfig::from_env`] reads.
-pub const ENV_VARS: &[&str] = &[
-    "DAYTONA_API_KEY",
-    "DAYTONA_JWT_TOKEN",
-    "DAYTONA_ORGANIZATION_ID",
-    "DAYTONA_API_URL",
-    "DAYTONA_SERVER_URL",
-    "DAYTONA_TARGET",
-    "DAYTONA_SNAPSHOT",
-    "EXECSEAM_DAYTONA_TEMP_DIR",
+/// The configuration variables [`DaytonaConfig::from_env`] reads.
+pub const VARS: &[Var] = &[
+    Var::secret("DAYTONA_API_KEY"),
+    Var::secret("DAYTONA_JWT_TOKEN"),
+    Var::text("DAYTONA_ORGANIZATION_ID"),
+    Var::url("DAYTONA_API_URL"),
+    Var::url("DAYTONA_SERVER_URL"),
+    Var::text("DAYTONA_TARGET"),
+    Var::text("DAYTONA_SNAPSHOT"),
+    Var::text("EXECSEAM_DAYTONA_TEMP_DIR"),
+    Var::url("EXECSEAM_DAYTONA_TOOLBOX_URL"),
 ];
+
+/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Daytona;
+
+impl Adapter for Daytona {
+    const NAME: &'static str = PROVIDER;
+    const ABOUT: &'static str = "Daytona sandboxes (each command in its own session)";
+    const VARS: &'static [Var] = VARS;
+    const CAPABILITIES: Capabilities = CAPABILITIES;
+    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
+
+    type Config = DaytonaConfig;
+    type Provider = DaytonaProvider;
+
+    fn config(vars: &Vars<'_>) -> Result<DaytonaConfig, Error> {
+        DaytonaConfig::from_vars(|k| vars.get(k))
+    }
+
+    fn provider(config: DaytonaConfig) -> Result<DaytonaProvider, Error> {
+        DaytonaProvider::new(config)
+    }
+}

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use execseam_core::{
     BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Ownership, Provider,
-    Sandbox, SandboxInfo, SandboxSpec, SandboxState, gone_is_destroyed,
+    Sandbox, SandboxInfo, SandboxSpec, SandboxState,
 };
 
 use crate::client::Client;
@@ -104,16 +104,17 @@ impl DaytonaProvider {
         .await
     }
 
-    /// A handle on a sandbox whose toolbox URL is already known (`toolboxProxyUrl` of its
-    /// `Sandbox` DTO), without a request; not owned.
-    pub fn attach(&self, toolbox_proxy_url: &str, sandbox_id: &str) -> DaytonaExec {
-        DaytonaExec::from_parts(
+    /// A handle on sandbox `id` without a request; not owned. Its toolbox is reached through
+    /// [`DaytonaConfig::toolbox_url`] when set, else through the proxy URL the API names on first
+    /// use (`GET /sandbox/{id}/toolbox-proxy-url`).
+    pub fn attach(&self, id: &str) -> Result<DaytonaExec, Error> {
+        Ok(DaytonaExec::from_parts(
             self.client.clone(),
             &self.config,
-            toolbox_proxy_url,
-            sandbox_id,
+            self.config.toolbox_url.as_deref(),
+            id,
             Ownership::connected(),
-        )
+        ))
     }
 
     /// Lists the sandboxes `filter` selects (the API filters on labels).
@@ -146,7 +147,7 @@ impl DaytonaProvider {
 
     /// Deletes a sandbox (`DELETE /sandbox/{id}`); one that does not exist is `Ok(())`.
     pub async fn destroy(&self, id: &str) -> Result<(), Error> {
-        gone_is_destroyed(self.client.delete_sandbox(id).await)
+        Sandbox::destroy(&self.attach(id)?).await
     }
 }
 
@@ -169,6 +170,10 @@ impl Provider for DaytonaProvider {
 
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         Box::pin(async move { Ok(Box::new(DaytonaProvider::connect(self, id).await?) as _) })
+    }
+
+    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
+        Ok(Box::new(DaytonaProvider::attach(self, id)?))
     }
 
     fn list<'a>(

@@ -39,8 +39,15 @@ fn main() {
             let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
             l.local_addr().expect("an address").port()
         };
-        let dead = provider.attach(&format!("http://127.0.0.1:{dead_port}/toolbox"), exec.id());
-        let vanished = provider.attach(&emu.toolbox_proxy_url(), "no-such-sandbox-7f3a");
+        let via = |toolbox: String| {
+            DaytonaProvider::new(
+                DaytonaConfig::new(emu.token().to_owned())
+                    .api_url(emu.api_url())
+                    .toolbox_url(toolbox),
+            )
+        };
+        let dead = via(format!("http://127.0.0.1:{dead_port}/toolbox"))?.attach(exec.id())?;
+        let vanished = via(emu.toolbox_proxy_url())?.attach("no-such-sandbox-7f3a")?;
         let faults = Arc::new(emu.faults().clone());
         let count = emu.sandbox_counter();
         Ok(Target::new("daytona", Arc::new(exec) as Arc<dyn Exec>)

@@ -437,7 +437,7 @@ async fn connect_errors_are_typed_and_a_deleted_sandbox_is_not_found() {
     let again = right.connect(exec.id()).await.unwrap();
     let o = again.exec(sh("printf same")).await.unwrap();
     assert_eq!(o.stdout.as_ref(), b"same");
-    exec.delete_sandbox().await.unwrap();
+    Sandbox::destroy(&exec).await.unwrap();
     let err = again.exec(sh("true")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
     assert_eq!(err.code(), Some("SANDBOX_NOT_FOUND"));

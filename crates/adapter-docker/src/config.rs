@@ -196,7 +196,7 @@ impl DockerConfig {
         DockerConfig::from_vars(|k| std::env::var(k).ok())
     }
 
-    /// Reads the variables in [`ENV_VARS`](crate::ENV_VARS) as `vars` gives them (an unset or
+    /// Reads the variables in [`VARS`](crate::VARS) as `vars` gives them (an unset or
     /// empty one keeps the default): `DOCKER_HOST`, `DOCKER_TLS_VERIFY`, `DOCKER_CERT_PATH` (as the
     /// docker CLI reads them); `EXECSEAM_DOCKER_IMAGE` (required), `EXECSEAM_DOCKER_MODE`
     /// (`warm`|`per-call`), `EXECSEAM_DOCKER_WORKTREE`, `EXECSEAM_DOCKER_RUNTIME`,
@@ -586,10 +586,10 @@ mod tests {
         assert_eq!(c.user.as_deref(), Some("1000"));
         assert_eq!(c.network, "bridge");
         assert_eq!(c.memory, Some(1 << 20));
-        for var in crate::ENV_VARS {
+        for var in crate::VARS.iter().map(|v| v.name) {
             assert!(
-                ["DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"].contains(var) || vars(var).is_some(),
-                "{var} is in ENV_VARS but not exercised here"
+                ["DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"].contains(&var) || vars(var).is_some(),
+                "{var} is in VARS but not exercised here"
             );
         }
         let e = DockerConfig::from_vars(|_| None).unwrap_err();

@@ -1,7 +1,7 @@
 //! Engine failures as typed errors, never exit codes.
 //!
 //! Each request is classified by what repeating it could do ([`Effect`]); the kind and retry
-//! class come from `execseam_core::transport` (`http_status` for the engine's answers, `failure`
+//! class come from `execseam_adapter_kit::retry` (`http_status` for the engine's answers, `no_answer`
 //! for the transport), with these overrides, each observed on podman 4.3's compat API or taken
 //! from Docker's:
 //!
@@ -14,7 +14,8 @@
 //! | a malformed answer (JSON, base64, a missing header) | `Protocol` | |
 
 use bollard::errors::Error as EngineError;
-use execseam_core::transport::{self, Effect, Failure};
+use execseam_adapter_kit::retry::{self, Effect, NoAnswer};
+use execseam_adapter_kit::text;
 use execseam_core::{Error, ErrorKind, Retry, WireStatus};
 
 use crate::PROVIDER;
@@ -54,7 +55,7 @@ pub(crate) fn engine_hint(
     let too_large = answer_too_large(&e);
     let (kind, mut retry, status) = match &e {
         _ if too_large => {
-            let (k, r) = transport::failure(Failure::Malformed, effect);
+            let (k, r) = retry::no_answer(NoAnswer::Malformed, effect);
             (k, r, None)
         }
         EngineError::DockerResponseServerError {
@@ -64,20 +65,20 @@ pub(crate) fn engine_hint(
             let (kind, retry) = if is_gone(&e) || not_running(message) {
                 (ErrorKind::NotFound, Retry::Never)
             } else {
-                transport::http_status(*status_code, effect, None)
+                retry::http_status(*status_code, effect, None)
             };
             (kind, retry, Some(WireStatus::Http(*status_code)))
         }
         EngineError::SocketNotFoundError(_) => {
-            let (k, r) = transport::failure(Failure::Connect, effect);
+            let (k, r) = retry::no_answer(NoAnswer::Connect, effect);
             (k, r, None)
         }
         EngineError::HyperLegacyError { err } if err.is_connect() => {
-            let (k, r) = transport::failure(Failure::Connect, effect);
+            let (k, r) = retry::no_answer(NoAnswer::Connect, effect);
             (k, r, None)
         }
         EngineError::RequestTimeoutError => {
-            let (k, r) = transport::failure(Failure::Timeout, effect);
+            let (k, r) = retry::no_answer(NoAnswer::Timeout, effect);
             (k, r, None)
         }
         EngineError::JsonDataError { .. }
@@ -86,20 +87,20 @@ pub(crate) fn engine_hint(
         | EngineError::HttpHeaderToStrError { .. }
         | EngineError::Base64DecodeError { .. }
         | EngineError::APIVersionParseError {} => {
-            let (k, r) = transport::failure(Failure::Malformed, effect);
+            let (k, r) = retry::no_answer(NoAnswer::Malformed, effect);
             (k, r, None)
         }
         EngineError::HyperLegacyError { .. }
         | EngineError::HyperResponseError { .. }
         | EngineError::IOError { .. } => {
-            let (k, r) = transport::failure(Failure::Cut, effect);
+            let (k, r) = retry::no_answer(NoAnswer::Cut, effect);
             (k, r, None)
         }
         EngineError::UnsupportedURISchemeError { .. } => {
             (ErrorKind::InvalidConfig, Retry::Never, None)
         }
         _ => {
-            let (k, r) = transport::failure(Failure::Other, effect);
+            let (k, r) = retry::no_answer(NoAnswer::Other, effect);
             (k, r, None)
         }
     };
@@ -112,7 +113,7 @@ pub(crate) fn engine_hint(
         EngineError::SocketNotFoundError(path) => {
             format!("no engine socket at {path} (is the engine running? DOCKER_HOST)")
         }
-        _ => transport::error_chain(&e),
+        _ => text::error_chain(&e),
     };
     if !hint.is_empty() {
         message = format!("{message} ({hint})");

@@ -1,5 +1,7 @@
 //! Commands as Docker execs: in the warm container, or in a fresh container per call.
 
+use execseam_adapter_kit::id;
+use execseam_adapter_kit::size;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +12,10 @@ use bollard::errors::Error as EngineError;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::query_parameters::ContainerArchiveInfoOptions;
 use bytes::BytesMut;
+use execseam_adapter_kit::degrade;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
-    Output, Ownership, PartialOutput, Retry, Sandbox, degrade, transport,
+    Output, Ownership, PartialOutput, Retry, Sandbox,
 };
 use futures_util::{Stream, StreamExt};
 use tokio::io::AsyncWriteExt;
@@ -138,7 +141,7 @@ impl DockerExec {
     }
 
     async fn start(&self, command: Command) -> Result<Run, Error> {
-        transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         if self.inner.ownership.is_destroyed() {
             return Err(adapter(
                 ErrorKind::NotFound,
@@ -240,7 +243,7 @@ async fn start_exec(
     }
     // What counts is what the engine execs: the wrapper script is one string, `Env` is the rest.
     let sent: Vec<&String> = argv.iter().chain(&env).collect();
-    transport::check_wire(PROVIDER, &sent, &crate::SIZE_LIMIT)?;
+    size::check_wire(PROVIDER, &sent, &crate::SIZE_LIMIT)?;
     let options = CreateExecOptions {
         // Without stdin attached the exec's stdin is /dev/null: EOF at once, as the contract says.
         attach_stdin: Some(stdin_attached),
@@ -826,7 +829,7 @@ impl Drop for Cleanup {
 
 /// 128 bits that no other exec has.
 fn new_tag() -> String {
-    transport::random_id(32)
+    id::random_id(32)
 }
 
 impl Exec for DockerExec {
@@ -875,32 +878,14 @@ impl Sandbox for DockerExec {
         DockerExec::id(self)
     }
 
-    fn owned(&self) -> bool {
-        self.inner.ownership.owned()
-    }
-
-    fn set_owned(&self, owned: bool) {
-        self.inner.ownership.set_owned(owned);
-    }
-
-    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            let o = &self.inner.ownership;
-            if o.begin_close() && o.owned() && !o.is_destroyed() {
-                Sandbox::destroy(self).await?;
-            }
-            Ok(())
-        })
+    fn ownership(&self) -> &Ownership {
+        &self.inner.ownership
     }
 
     /// Removes the container (warm), or the containers of commands still running (per call);
     /// later commands through any handle are `Err(NotFound)`.
-    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            execseam_core::gone_is_destroyed(self.remove_containers().await)?;
-            self.inner.ownership.mark_destroyed();
-            Ok(())
-        })
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.remove_containers())
     }
 }
 

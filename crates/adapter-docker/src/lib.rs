@@ -47,7 +47,8 @@
 //! Error mapping: see `error.rs` (rendered in `docs/adapters/docker.md`).
 #![warn(missing_docs)]
 
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
 
 mod client;
 pub mod config;
@@ -64,20 +65,50 @@ pub use provider::{DockerProvider, OPTIONS};
 /// The provider name in errors, reports and the registry.
 pub const PROVIDER: &str = "docker";
 
-/// The environment variables [`DockerConfig::from_env`] reads.
-pub const ENV_VARS: &[&str] = &[
-    "DOCKER_HOST",
-    "DOCKER_TLS_VERIFY",
-    "DOCKER_CERT_PATH",
-    "EXECSEAM_DOCKER_IMAGE",
-    "EXECSEAM_DOCKER_MODE",
-    "EXECSEAM_DOCKER_WORKTREE",
-    "EXECSEAM_DOCKER_RUNTIME",
-    "EXECSEAM_DOCKER_ULIMITS",
-    "EXECSEAM_DOCKER_USER",
-    "EXECSEAM_DOCKER_NETWORK",
-    "EXECSEAM_DOCKER_MEMORY",
+/// The configuration variables [`DockerConfig::from_env`] reads.
+pub const VARS: &[Var] = &[
+    Var::url("DOCKER_HOST"),
+    Var::text("DOCKER_TLS_VERIFY"),
+    Var::text("DOCKER_CERT_PATH"),
+    Var::text("EXECSEAM_DOCKER_IMAGE").required(),
+    Var::choice("EXECSEAM_DOCKER_MODE", &["warm", "per-call"]),
+    Var::text("EXECSEAM_DOCKER_WORKTREE"),
+    Var::text("EXECSEAM_DOCKER_RUNTIME"),
+    Var::text("EXECSEAM_DOCKER_ULIMITS"),
+    Var::text("EXECSEAM_DOCKER_USER"),
+    Var::text("EXECSEAM_DOCKER_NETWORK"),
+    Var::number("EXECSEAM_DOCKER_MEMORY"),
 ];
+
+/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Docker;
+
+impl Adapter for Docker {
+    const NAME: &'static str = PROVIDER;
+    const ABOUT: &'static str = "containers over the Docker Engine API, Docker or podman (EXECSEAM_DOCKER_MODE=warm: a long-lived container per sandbox; per-call: a fresh container per command)";
+    const VARS: &'static [Var] = VARS;
+    const CAPABILITIES: Capabilities = CAPABILITIES;
+    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
+
+    type Config = DockerConfig;
+    type Provider = DockerProvider;
+
+    fn config(vars: &Vars<'_>) -> Result<DockerConfig, Error> {
+        DockerConfig::from_vars(|k| vars.get(k))
+    }
+
+    fn lifecycle(config: &DockerConfig) -> LifecycleCapabilities {
+        match config.mode {
+            Mode::Warm => LIFECYCLE,
+            Mode::PerCall => PER_CALL_LIFECYCLE,
+        }
+    }
+
+    fn provider(config: DockerConfig) -> Result<DockerProvider, Error> {
+        DockerProvider::new(config)
+    }
+}
 
 const SPEC: SpecSupport = SpecSupport {
     image: true,
@@ -117,8 +148,8 @@ pub const PER_CALL_LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 /// The largest command (argv and env) sent, checked before any I/O: the engine `execve`s the
 /// exec's `Cmd` with its `Env` in the container (128 KiB per string, 1 MiB in all, the rest
 /// of `ARG_MAX` left to the image's environment).
-pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
-    execseam_core::transport::SizeLimit::execve(
+pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
+    execseam_adapter_kit::size::SizeLimit::execve(
         1 << 20,
         "execve in the container: 128 KiB per string, 1 MiB in all",
     );

@@ -1,18 +1,20 @@
 //! [`DockerProvider`]: containers as sandboxes.
 
+use execseam_adapter_kit::id;
 use std::sync::Arc;
 
+use execseam_adapter_kit::gone_is_destroyed;
 use execseam_core::{
     BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Ownership,
-    Provider, Retry, Sandbox, SandboxInfo, SandboxSpec, gone_is_destroyed, transport,
+    Provider, Retry, Sandbox, SandboxInfo, SandboxSpec,
 };
 
+use crate::PROVIDER;
 use crate::client::{self, Client, LABEL_SANDBOX};
 use crate::config::{DockerConfig, Mode, config_error, parse_ulimits};
 use crate::containers;
 use crate::error::adapter;
 use crate::exec::{DockerExec, Target};
-use crate::{LIFECYCLE, PER_CALL_LIFECYCLE, PROVIDER};
 
 /// Creates, connects to, lists and destroys containers through the Docker Engine API. Built
 /// without I/O; cheap to clone (one client, negotiated on first use).
@@ -70,10 +72,7 @@ impl DockerProvider {
 
     /// [`LIFECYCLE`] in warm mode, [`PER_CALL_LIFECYCLE`] per call.
     pub fn lifecycle(&self) -> LifecycleCapabilities {
-        match self.config.mode {
-            Mode::Warm => LIFECYCLE,
-            Mode::PerCall => PER_CALL_LIFECYCLE,
-        }
+        <crate::Docker as execseam_adapter_kit::Adapter>::lifecycle(&self.config)
     }
 
     /// Creates a sandbox; the handle owns it (close removes the container). Warm: the container,
@@ -99,7 +98,7 @@ impl DockerProvider {
                         ),
                     ));
                 }
-                Target::PerCall(format!("per-call-{}", transport::random_id(16)))
+                Target::PerCall(format!("per-call-{}", id::random_id(16)))
             }
         };
         Ok(DockerExec::new(
@@ -256,6 +255,10 @@ impl Provider for DockerProvider {
         Box::pin(async move { Ok(Box::new(DockerProvider::connect(self, id).await?) as _) })
     }
 
+    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
+        Ok(Box::new(DockerProvider::attach(self, id)?))
+    }
+
     fn list<'a>(
         &'a self,
         filter: &'a ListFilter,
@@ -286,7 +289,7 @@ mod tests {
             .with_option("user", "1000")
             .with_option("ulimits", "nofile=10:20")
             .with_option("init", "false");
-        spec.check(PROVIDER, &LIFECYCLE).unwrap();
+        spec.check(PROVIDER, &crate::LIFECYCLE).unwrap();
         let c = merge(&base, &spec).unwrap();
         assert_eq!(c.image, "other");
         assert_eq!(c.env.len(), 2);

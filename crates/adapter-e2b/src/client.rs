@@ -8,7 +8,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
-use execseam_core::transport::escape_path_segment;
+use execseam_adapter_kit::text::escape_path_segment;
 use reqwest::header::{
     AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT,
 };
@@ -547,7 +547,7 @@ impl Envd {
             req.header(CONTENT_TYPE, "application/octet-stream")
                 .body(data)
         } else {
-            let boundary = format!("execseam{:016x}", execseam_core::transport::random_u64());
+            let boundary = format!("execseam{:016x}", execseam_adapter_kit::id::random_u64());
             let mut body = Vec::with_capacity(data.len() + 256);
             let name = path.replace('"', "%22").replace(['\r', '\n'], "");
             body.extend_from_slice(

@@ -131,12 +131,12 @@ impl E2bConfig {
         }
     }
 
-    /// Reads the environment the SDK reads (see [`ENV_VARS`](crate::ENV_VARS)).
+    /// Reads the environment the SDK reads (see [`VARS`](crate::VARS)).
     pub fn from_env() -> Result<E2bConfig, Error> {
         E2bConfig::from_vars(|k| std::env::var(k).ok())
     }
 
-    /// Reads the variables in [`ENV_VARS`](crate::ENV_VARS) as `vars` gives them (an unset or empty one keeps
+    /// Reads the variables in [`VARS`](crate::VARS) as `vars` gives them (an unset or empty one keeps
     /// the default): `E2B_API_KEY` (required), `E2B_DOMAIN`, `E2B_API_URL`, `E2B_SANDBOX_URL`;
     /// plus `E2B_TEMPLATE`, `E2B_SANDBOX_TIMEOUT` (seconds), `E2B_COMMAND_TIMEOUT` (seconds),
     /// `E2B_USER` and `E2B_API_ROUTES` (`v2`|`legacy`). A missing key or a bad value is

@@ -297,7 +297,7 @@ fn rpc_error_of(v: &serde_json::Value) -> Option<RpcError> {
 
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let v = headers.get(RETRY_AFTER)?.to_str().ok()?;
-    execseam_core::transport::parse_retry_after(v, std::time::SystemTime::now())
+    execseam_adapter_kit::retry::parse_retry_after(v, std::time::SystemTime::now())
 }
 
 fn content_type(headers: &HeaderMap) -> String {

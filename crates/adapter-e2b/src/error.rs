@@ -16,9 +16,10 @@
 //! A sandbox that is gone before its lifetime ran out (killed, or never existed) is `NotFound`
 //! with [`Retry::Never`].
 
+use execseam_adapter_kit::retry::{self, Effect, NoAnswer, Sent};
+use execseam_adapter_kit::text;
 use std::time::Duration;
 
-use execseam_core::transport::{self, Effect, Failure, Sent};
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 
 use crate::connect::{CallError, Code, RpcError};
@@ -59,7 +60,7 @@ impl Stage {
 
     /// The retry class of a failure whose request reached the server (or may have).
     fn after_send(self) -> Retry {
-        transport::retry_class(self.effect(), Sent::Maybe)
+        retry::retry_class(self.effect(), Sent::Maybe)
     }
 }
 
@@ -169,17 +170,17 @@ fn gone_error(ctx: &Ctx, message: String, status: Option<WireStatus>) -> Error {
 pub(crate) fn map(call: CallError, ctx: &Ctx) -> Error {
     match call {
         CallError::Connect(e) => {
-            let (kind, retry) = transport::failure(Failure::Connect, ctx.stage.effect());
-            let m = format!("cannot connect: {}", transport::error_chain(&e));
+            let (kind, retry) = retry::no_answer(NoAnswer::Connect, ctx.stage.effect());
+            let m = format!("cannot connect: {}", text::error_chain(&e));
             err(kind, retry, ctx, m).with_source(e)
         }
         CallError::Timeout(e) => {
-            let (kind, retry) = transport::failure(Failure::Timeout, ctx.stage.effect());
-            let m = format!("the request timed out: {}", transport::error_chain(&e));
+            let (kind, retry) = retry::no_answer(NoAnswer::Timeout, ctx.stage.effect());
+            let m = format!("the request timed out: {}", text::error_chain(&e));
             err(kind, retry, ctx, m).with_source(e)
         }
         CallError::Idle(idle) => {
-            let (kind, retry) = transport::failure(Failure::Timeout, ctx.stage.effect());
+            let (kind, retry) = retry::no_answer(NoAnswer::Timeout, ctx.stage.effect());
             let m = format!(
                 "no complete stream message for {}ms (the stream idle timeout; envd sends keepalives)",
                 idle.as_millis()
@@ -187,11 +188,11 @@ pub(crate) fn map(call: CallError, ctx: &Ctx) -> Error {
             err(kind, retry, ctx, m)
         }
         CallError::Transport(e) => {
-            let m = format!("the connection broke: {}", transport::error_chain(&e));
+            let m = format!("the connection broke: {}", text::error_chain(&e));
             if ctx.gone {
                 return gone_error(ctx, m, None);
             }
-            let (kind, retry) = transport::failure(Failure::Cut, ctx.stage.effect());
+            let (kind, retry) = retry::no_answer(NoAnswer::Cut, ctx.stage.effect());
             err(kind, retry, ctx, m).with_source(e)
         }
         CallError::Protocol(m) => {

@@ -9,12 +9,12 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
-use execseam_core::degrade::{self, WrapOptions};
-use execseam_core::native::NativeRequest;
+use execseam_adapter_kit::degrade::{self, WrapOptions};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
     ExecStream, Exit, Output, Ownership, Sandbox,
 };
+use execseam_tools_protocol::native::NativeRequest;
 use secrecy::SecretString;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -46,6 +46,11 @@ impl EnvdVersion {
     /// `POST /files` takes `application/octet-stream`.
     pub const OCTET_STREAM_UPLOAD: EnvdVersion = EnvdVersion(0, 5, 7);
 
+    /// The envd a sandbox is taken to run when nothing says otherwise (an attach by id): the
+    /// version of `packages/envd/pkg/version.go` in e2b-dev/infra that this adapter was checked
+    /// against.
+    pub const CURRENT: EnvdVersion = EnvdVersion(0, 6, 13);
+
     /// Parses `0.6.13` (a pre-release or build suffix is ignored).
     pub fn parse(s: &str) -> Option<EnvdVersion> {
         let core = s.trim().trim_start_matches('v').split(['-', '+']).next()?;
@@ -63,7 +68,8 @@ impl fmt::Display for EnvdVersion {
     }
 }
 
-/// What identifies a running sandbox to envd, for [`E2bExec::attach`] (no control-plane call).
+/// What identifies a running sandbox to envd, for [`E2bProvider::attach_with`](crate::E2bProvider::attach_with)
+/// (no control-plane call).
 #[derive(Clone)]
 pub struct Attach {
     /// The sandbox id.
@@ -424,8 +430,8 @@ impl E2bExec {
     }
 
     /// Kills the sandbox (`DELETE /sandboxes/{id}`): true if it was running, false if it did not
-    /// exist. [`Sandbox::destroy`] is the same without the answer.
-    pub async fn kill(&self) -> Result<bool, Error> {
+    /// exist ([`Sandbox::destroy`]).
+    pub(crate) async fn kill(&self) -> Result<bool, Error> {
         let r = self
             .inner
             .control()?
@@ -522,7 +528,7 @@ impl E2bExec {
     }
 
     async fn start(&self, cmd: Command) -> Result<EventStream, Error> {
-        execseam_core::transport::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
+        execseam_adapter_kit::size::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
         let inner = &self.inner;
         let stdin = cmd.stdin().clone();
         if !stdin.is_empty() && inner.envd_version < EnvdVersion::CLOSE_STDIN {
@@ -542,7 +548,7 @@ impl E2bExec {
             .with_provider(PROVIDER)
             .with_operation("exec"));
         }
-        let tag = format!("execseam-{}", execseam_core::transport::random_id(16));
+        let tag = format!("execseam-{}", execseam_adapter_kit::id::random_id(16));
         let (argv, envs) = deliverable(&cmd)?;
         let req = wire::StartRequest {
             process: wire::ProcessConfig {
@@ -996,7 +1002,7 @@ impl Exec for E2bExec {
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
         let fut = Box::pin(async move {
-            execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+            execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
             if self.inner.config.native_tools
                 && let Some(req) = NativeRequest::parse(&command)
                 && matches!(req, NativeRequest::List(_) | NativeRequest::Glob(_))
@@ -1035,25 +1041,12 @@ impl Sandbox for E2bExec {
         &self.inner.sandbox_id
     }
 
-    fn owned(&self) -> bool {
-        self.inner.ownership.owned()
+    fn ownership(&self) -> &Ownership {
+        &self.inner.ownership
     }
 
-    fn set_owned(&self, owned: bool) {
-        self.inner.ownership.set_owned(owned);
-    }
-
-    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            let o = &self.inner.ownership;
-            if o.begin_close() && o.owned() && !o.is_destroyed() {
-                Sandbox::destroy(self).await?;
-            }
-            Ok(())
-        })
-    }
-
-    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+    /// `DELETE /sandboxes/{id}`.
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move { self.kill().await.map(drop) })
     }
 }

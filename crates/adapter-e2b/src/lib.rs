@@ -49,7 +49,7 @@
 //! # Native listings
 //!
 //! Commands built by `execseam-tools` for [`Tool::LIST`] and [`Tool::GLOB`] (recognised with
-//! [`execseam_core::native::NativeRequest::parse`]) are answered from `Stat` + `ListDir` instead
+//! [`execseam_tools_protocol::native::NativeRequest::parse`]) are answered from `Stat` + `ListDir` instead
 //! of running `find`, but only when the result is certain to be byte-identical: envd's filesystem
 //! calls run as root while commands run as the sandbox user, so every directory `find` would read
 //! must be readable by that user according to the reported owner, group and mode (supplementary
@@ -64,7 +64,8 @@
 //! told apart.
 #![warn(missing_docs)]
 
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport, Tool};
+use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport, Tool};
 
 mod client;
 mod config;
@@ -84,18 +85,41 @@ pub use provider::E2bProvider;
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "e2b";
 
-/// The environment variables [`E2bConfig::from_env`] reads.
-pub const ENV_VARS: &[&str] = &[
-    "E2B_API_KEY",
-    "E2B_DOMAIN",
-    "E2B_API_URL",
-    "E2B_SANDBOX_URL",
-    "E2B_TEMPLATE",
-    "E2B_SANDBOX_TIMEOUT",
-    "E2B_COMMAND_TIMEOUT",
-    "E2B_USER",
-    "E2B_API_ROUTES",
+/// The configuration variables [`E2bConfig::from_env`] reads.
+pub const VARS: &[Var] = &[
+    Var::secret("E2B_API_KEY").required(),
+    Var::text("E2B_DOMAIN"),
+    Var::url("E2B_API_URL"),
+    Var::url("E2B_SANDBOX_URL"),
+    Var::text("E2B_TEMPLATE"),
+    Var::seconds("E2B_SANDBOX_TIMEOUT"),
+    Var::seconds("E2B_COMMAND_TIMEOUT"),
+    Var::text("E2B_USER"),
+    Var::choice("E2B_API_ROUTES", &["v2", "legacy"]),
 ];
+
+/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct E2b;
+
+impl Adapter for E2b {
+    const NAME: &'static str = PROVIDER;
+    const ABOUT: &'static str = "E2B sandboxes: control plane plus envd over Connect";
+    const VARS: &'static [Var] = VARS;
+    const CAPABILITIES: Capabilities = CAPABILITIES;
+    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
+
+    type Config = E2bConfig;
+    type Provider = E2bProvider;
+
+    fn config(vars: &Vars<'_>) -> Result<E2bConfig, Error> {
+        E2bConfig::from_vars(|k| vars.get(k))
+    }
+
+    fn provider(config: E2bConfig) -> Result<E2bProvider, Error> {
+        E2bProvider::new(config)
+    }
+}
 
 /// E2B's lifecycle: create (`POST /v2/sandboxes`: template, `envVars`, `metadata`, `timeout`),
 /// connect (`POST /v2/sandboxes/{id}/connect`), list (`GET /v2/sandboxes?metadata=`), destroy
@@ -118,8 +142,8 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 /// The largest command (argv and env) sent, checked before any I/O: envd `execve`s it in the
 /// sandbox (through `/bin/sh -c … exec nice "$@"`), so Linux's limits apply: 128 KiB per
 /// string, and of the 2 MiB `ARG_MAX` 1 MiB is left to envd's own environment.
-pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
-    execseam_core::transport::SizeLimit::execve(
+pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
+    execseam_adapter_kit::size::SizeLimit::execve(
         1 << 20,
         "execve in the E2B sandbox: 128 KiB per string, 1 MiB in all",
     );

@@ -20,7 +20,7 @@
 //! Grep has no envd equivalent and always runs its script.
 
 use execseam_core::Output;
-use execseam_core::native::{self, Failure, ListOutput, NativeRequest};
+use execseam_tools_protocol::native::{self, Failure, ListOutput, NativeRequest};
 
 use crate::connect::{CallError, Code, RpcError};
 use crate::wire::{EntryInfo, FileType};

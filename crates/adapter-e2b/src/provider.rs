@@ -2,13 +2,13 @@
 
 use execseam_core::{
     BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Provider, Sandbox,
-    SandboxInfo, SandboxSpec, SandboxState, gone_is_destroyed,
+    SandboxInfo, SandboxSpec, SandboxState,
 };
 
 use crate::client::{ControlPlane, NewSandbox};
 use crate::config::E2bConfig;
 use crate::error::{self, Ctx, Stage};
-use crate::exec::{Attach, E2bExec, new_http};
+use crate::exec::{Attach, E2bExec, EnvdVersion, new_http};
 use crate::{LIFECYCLE, PROVIDER};
 
 /// Creates, connects to, lists and destroys E2B sandboxes. Built without I/O; cheap to clone
@@ -75,10 +75,23 @@ impl E2bProvider {
         E2bExec::connect(self.config.clone(), self.http.clone(), id).await
     }
 
+    /// A handle on sandbox `id` without calling the control plane; not owned. Its envd is taken
+    /// to be [`EnvdVersion::CURRENT`] and it is given no access token: a secure sandbox (one
+    /// created with `secure`) answers `Unauthenticated`; use [`attach_with`](Self::attach_with)
+    /// with the token its creator handed over, or [`connect`](Self::connect).
+    pub fn attach(&self, id: &str) -> Result<E2bExec, Error> {
+        self.attach_with(Attach {
+            sandbox_id: id.to_owned(),
+            envd_access_token: None,
+            envd_version: EnvdVersion::CURRENT.to_string(),
+            domain: None,
+        })
+    }
+
     /// Uses a sandbox whose id, token and envd version are already known, without calling the
     /// control plane (for a sandbox created elsewhere that handed over its token). The handle
     /// does not own it.
-    pub fn attach(&self, attach: Attach) -> Result<E2bExec, Error> {
+    pub fn attach_with(&self, attach: Attach) -> Result<E2bExec, Error> {
         E2bExec::attach(self.config.clone(), self.http.clone(), attach)
     }
 
@@ -113,13 +126,7 @@ impl E2bProvider {
 
     /// Kills a sandbox (`DELETE /sandboxes/{id}`); one that does not exist is `Ok(())`.
     pub async fn destroy(&self, id: &str) -> Result<(), Error> {
-        let r = self
-            .control()?
-            .kill(id)
-            .await
-            .map(drop)
-            .map_err(|e| error::map(e, &Ctx::new("destroy", Stage::Idempotent)));
-        gone_is_destroyed(r)
+        Sandbox::destroy(&self.attach(id)?).await
     }
 }
 
@@ -146,6 +153,10 @@ impl Provider for E2bProvider {
 
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         Box::pin(async move { Ok(Box::new(E2bProvider::connect(self, id).await?) as _) })
+    }
+
+    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
+        Ok(Box::new(E2bProvider::attach(self, id)?))
     }
 
     fn list<'a>(

@@ -122,7 +122,7 @@ impl E2bExec {
     }
 
     async fn start_detached(&self, handle: &ProcessHandle, cmd: Command) -> Result<(), Error> {
-        execseam_core::transport::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
+        execseam_adapter_kit::size::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
         let tag = tag_of(handle)?.to_owned();
         let dir = spool(&tag);
         let inner = &self.inner;
@@ -297,7 +297,7 @@ impl Reattach for E2bExec {
     fn new_handle(&self) -> ProcessHandle {
         ProcessHandle::new(format!(
             "{PREFIX}execseam-{}",
-            execseam_core::transport::random_id(16)
+            execseam_adapter_kit::id::random_id(16)
         ))
     }
 

@@ -49,14 +49,14 @@ fn main() {
                 .clone()
                 .sandbox_url(format!("http://127.0.0.1:{dead_port}")),
         )?
-        .attach(Attach {
+        .attach_with(Attach {
             sandbox_id: execseam_core::Sandbox::id(&exec).to_owned(),
             envd_access_token: None,
             envd_version: "0.6.13".into(),
             domain: None,
         })?;
         // A sandbox id the emulator never issued.
-        let vanished = provider.attach(Attach {
+        let vanished = provider.attach_with(Attach {
             sandbox_id: "inosuchsandbox000000".into(),
             envd_access_token: Some("nope".to_owned().into()),
             envd_version: "0.6.13".into(),

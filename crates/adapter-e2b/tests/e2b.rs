@@ -4,12 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use execseam_core::native::{GlobRequest, NativeRequest, records};
 use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit, Retry, Sandbox, SandboxSpec, Tool};
 use execseam_e2b::{ApiRoutes, E2bConfig, E2bExec, E2bProvider};
 use execseam_emulators::RecordedRequest;
 use execseam_emulators::e2b::{E2bEmulator, StreamFault};
 use execseam_emulators::{EmulatorOptions, Fault};
+use execseam_tools_protocol::native::{GlobRequest, NativeRequest, records};
 
 async fn emulator() -> E2bEmulator {
     E2bEmulator::start(EmulatorOptions::default())
@@ -305,8 +305,10 @@ async fn files_users_and_the_control_plane() {
         "commands and uploads belong to `user`"
     );
 
-    assert!(again.kill().await.unwrap());
-    assert!(!again.kill().await.unwrap(), "a second kill finds nothing");
+    Sandbox::destroy(&again).await.unwrap();
+    Sandbox::destroy(&again)
+        .await
+        .expect("a second destroy finds nothing and is Ok");
     let err = exec.exec(sh("true")).await.unwrap_err();
     assert_eq!(
         (err.kind(), err.retry()),
@@ -401,7 +403,7 @@ line.rs\"; ln -s ../top.txt $r/a/link.txt; ln -s b $r/a/dirlink; mkfifo $r/a/fif
         assert_eq!(served_natively, native, "{req:?}");
         assert_eq!(got.exit, want.exit, "{req:?}: {got:?} vs {want:?}");
         assert_eq!(got.stderr, want.stderr, "{req:?}");
-        if got.exit == Exit::Code(execseam_core::native::STATUS) {
+        if got.exit == Exit::Code(execseam_tools_protocol::native::STATUS) {
             assert_eq!(got.stdout, want.stdout, "{req:?}");
         } else {
             assert_eq!(

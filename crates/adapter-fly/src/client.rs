@@ -28,7 +28,7 @@ pub(crate) struct Client {
 
 /// Percent-encodes one path segment (app names and machine ids are plain, but never trust that).
 fn segment(s: &str) -> String {
-    execseam_core::transport::escape_path_segment(s)
+    execseam_adapter_kit::text::escape_path_segment(s)
 }
 
 impl Client {

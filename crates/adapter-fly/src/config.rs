@@ -82,7 +82,7 @@ impl FlyConfig {
         }
     }
 
-    /// Reads the variables in [`ENV_VARS`](crate::ENV_VARS) from this process's environment.
+    /// Reads the variables in [`VARS`](crate::VARS) from this process's environment.
     pub fn from_env() -> Result<FlyConfig, Error> {
         FlyConfig::from_vars(|k| std::env::var(k).ok())
     }

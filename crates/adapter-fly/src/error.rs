@@ -1,8 +1,9 @@
 //! Machines API failures → `ErrorKind` + `Retry`.
 
+use execseam_adapter_kit::retry::{self, Effect, NoAnswer, Sent};
+use execseam_adapter_kit::text;
 use std::time::Duration;
 
-use execseam_core::transport::{self, Effect, Failure, Sent};
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 use reqwest::header::HeaderMap;
 
@@ -39,7 +40,7 @@ impl Op {
 
     /// The retry class of a failure after the request was sent.
     fn sent(self) -> Retry {
-        transport::retry_class(self.effect(), Sent::Maybe)
+        retry::retry_class(self.effect(), Sent::Maybe)
     }
 }
 
@@ -122,7 +123,7 @@ pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], op: Op)
 /// `Retry-After` in seconds (the HTTP-date form is not used by the Machines API).
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    transport::parse_retry_after(v, std::time::SystemTime::now())
+    retry::parse_retry_after(v, std::time::SystemTime::now())
 }
 
 /// Maps a transport failure. Before the request left (connect), nothing ran; after, an exec may
@@ -131,16 +132,16 @@ pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
     // The URL can carry argv and env values (Sprites sends them in the query): never keep it.
     let e = e.without_url();
     let (failure, what) = if e.is_connect() {
-        (Failure::Connect, "cannot connect")
+        (NoAnswer::Connect, "cannot connect")
     } else if e.is_timeout() {
-        (Failure::Timeout, "the request timed out")
+        (NoAnswer::Timeout, "the request timed out")
     } else if e.is_body() || e.is_decode() {
-        (Failure::Cut, "the response was cut off")
+        (NoAnswer::Cut, "the response was cut off")
     } else {
-        (Failure::Other, "the connection failed")
+        (NoAnswer::Other, "the connection failed")
     };
-    let (kind, retry) = transport::failure(failure, op.effect());
-    let message = format!("{what}: {}", transport::error_chain(&e));
+    let (kind, retry) = retry::no_answer(failure, op.effect());
+    let message = format!("{what}: {}", text::error_chain(&e));
     error(kind, op, message).with_retry(retry).with_source(e)
 }
 

@@ -1,10 +1,10 @@
 //! The `Exec` implementation over `POST /v1/apps/{app}/machines/{id}/exec`.
 
 use bytes::Bytes;
-use execseam_core::degrade::{self, StdinFrom, WrapOptions};
+use execseam_adapter_kit::degrade::{self, StdinFrom, WrapOptions};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Ownership,
-    Sandbox, gone_is_destroyed,
+    Sandbox,
 };
 use tokio::time::Instant;
 
@@ -106,7 +106,7 @@ impl FlyExec {
 }
 
 pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Error> {
-    execseam_core::transport::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
+    execseam_adapter_kit::size::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
     let len = cmd.stdin().len() as u64;
     if len > config.max_stdin {
         return Err(error(
@@ -157,7 +157,7 @@ pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Err
     ];
     marked.extend(argv);
     // What counts is what the machine execs: the marked argv, a wrapper script as one string.
-    execseam_core::transport::check_wire(PROVIDER, &marked, &crate::SIZE_LIMIT)?;
+    execseam_adapter_kit::size::check_wire(PROVIDER, &marked, &crate::SIZE_LIMIT)?;
     Ok(Prepared {
         body: MachineExecRequest {
             command: marked,
@@ -308,42 +308,18 @@ impl Exec for FlyExec {
     }
 }
 
-impl FlyExec {
-    /// Destroys the machine (`DELETE …?kill=true`); one that is already gone is `Ok`.
-    pub async fn destroy_machine(&self) -> Result<(), Error> {
-        let r = gone_is_destroyed(self.client.destroy().await);
-        if r.is_ok() {
-            self.ownership.mark_destroyed();
-        }
-        r
-    }
-}
-
 impl Sandbox for FlyExec {
     fn id(&self) -> &str {
         self.client.machine_id()
     }
 
-    fn owned(&self) -> bool {
-        self.ownership.owned()
+    fn ownership(&self) -> &Ownership {
+        &self.ownership
     }
 
-    fn set_owned(&self, owned: bool) {
-        self.ownership.set_owned(owned);
-    }
-
-    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            let o = &self.ownership;
-            if o.begin_close() && o.owned() && !o.is_destroyed() {
-                self.destroy_machine().await?;
-            }
-            Ok(())
-        })
-    }
-
-    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(self.destroy_machine())
+    /// `DELETE …?kill=true` (fly-go's `Destroy` with `Kill`).
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.client.destroy())
     }
 }
 

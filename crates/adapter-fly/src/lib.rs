@@ -16,7 +16,7 @@
 //! | max_stdin | 1 MiB | flyctl's own cap (configurable); larger stdin is `InvalidCommand` before any request |
 //! | max_output | 2 MiB | the observed safe size; above it the API answers with an output-limit error (`ErrorKind::OutputLimit`) |
 //!
-//! The wrapper (`execseam_core::degrade`) needs `/bin/sh`, `env` and, for binary stdin, `base64`
+//! The wrapper (`execseam_adapter_kit::degrade`) needs `/bin/sh`, `env` and, for binary stdin, `base64`
 //! in the machine's image; commands without workdir, env or binary stdin are sent as bare argv and
 //! need nothing.
 //!
@@ -38,7 +38,8 @@
 //! Error mapping: see `docs/adapters/fly.md`.
 #![warn(missing_docs)]
 
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
 
 mod client;
 mod config;
@@ -83,24 +84,51 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     options: &[],
 };
 
-/// The environment variables [`FlyConfig::from_env`] reads.
-pub const ENV_VARS: &[&str] = &[
-    "FLY_API_TOKEN",
-    "FLY_APP_NAME",
-    "FLY_FLAPS_BASE_URL",
-    "FLY_EXEC_TIMEOUT",
-    "FLY_EXEC_CONTAINER",
-    "EXECSEAM_FLY_IMAGE",
-    "EXECSEAM_FLY_REGION",
+/// The configuration variables [`FlyConfig::from_env`] reads.
+pub const VARS: &[Var] = &[
+    Var::secret("FLY_API_TOKEN").required(),
+    Var::text("FLY_APP_NAME").required(),
+    Var::url("FLY_FLAPS_BASE_URL"),
+    Var::seconds("FLY_EXEC_TIMEOUT"),
+    Var::text("FLY_EXEC_CONTAINER"),
+    Var::text("EXECSEAM_FLY_IMAGE"),
+    Var::text("EXECSEAM_FLY_REGION"),
 ];
+
+/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Fly;
+
+impl Adapter for Fly {
+    const NAME: &'static str = PROVIDER;
+    const ABOUT: &'static str = "Fly Machines through the Machines API exec endpoint (machines of one app are the sandboxes)";
+    const VARS: &'static [Var] = VARS;
+    const CAPABILITIES: Capabilities = CAPABILITIES;
+    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
+
+    type Config = FlyConfig;
+    type Provider = FlyProvider;
+
+    fn config(vars: &Vars<'_>) -> Result<FlyConfig, Error> {
+        FlyConfig::from_vars(|k| vars.get(k))
+    }
+
+    fn capabilities(config: &FlyConfig) -> Capabilities {
+        FlyExec::capabilities_of(config)
+    }
+
+    fn provider(config: FlyConfig) -> Result<FlyProvider, Error> {
+        FlyProvider::new(config)
+    }
+}
 
 /// The largest command (argv and env) sent, checked before any I/O: the machine `execve`s the
 /// exec request's argv (128 KiB per string, 1 MiB in all, the rest of `ARG_MAX` left to the
 /// machine's environment); a command with env, a workdir or binary stdin is one `/bin/sh -c`
 /// script in it. The check is on the argv as sent, wrapper and quoting included
 /// (`transport::check_wire`); the raw command's size is only its fast lower bound.
-pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
-    execseam_core::transport::SizeLimit::execve(
+pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
+    execseam_adapter_kit::size::SizeLimit::execve(
         1 << 20,
         "execve in the Fly machine: 128 KiB per string after wrapping and quoting, 1 MiB in all",
     );

@@ -102,7 +102,7 @@ impl FlyProvider {
         }
         let exec = FlyExec::new(self.client.for_machine(&m.id), Ownership::created());
         if let Err(e) = exec.ensure_started().await {
-            let _ = exec.destroy_machine().await;
+            let _ = Sandbox::destroy(&exec).await;
             return Err(e);
         }
         Ok(exec)
@@ -116,8 +116,18 @@ impl FlyProvider {
     }
 
     /// A handle on machine `id` without a request (it must be started); not owned.
-    pub fn attach(&self, id: &str) -> FlyExec {
-        FlyExec::new(self.client.for_machine(id), Ownership::connected())
+    pub fn attach(&self, id: &str) -> Result<FlyExec, Error> {
+        if id.is_empty() {
+            return Err(error(
+                execseam_core::ErrorKind::InvalidConfig,
+                Op::Control("attach"),
+                "an empty machine id",
+            ));
+        }
+        Ok(FlyExec::new(
+            self.client.for_machine(id),
+            Ownership::connected(),
+        ))
     }
 
     /// Lists the app's machines that `filter` selects (by `config.metadata`); destroyed ones
@@ -151,14 +161,7 @@ impl FlyProvider {
 
     /// Destroys machine `id`; one that does not exist is `Ok(())`.
     pub async fn destroy(&self, id: &str) -> Result<(), Error> {
-        if id.is_empty() {
-            return Err(error(
-                execseam_core::ErrorKind::InvalidConfig,
-                Op::Control("destroy"),
-                "an empty machine id",
-            ));
-        }
-        self.attach(id).destroy_machine().await
+        Sandbox::destroy(&self.attach(id)?).await
     }
 }
 
@@ -181,6 +184,10 @@ impl Provider for FlyProvider {
 
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         Box::pin(async move { Ok(Box::new(FlyProvider::connect(self, id).await?) as _) })
+    }
+
+    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
+        Ok(Box::new(FlyProvider::attach(self, id)?))
     }
 
     fn list<'a>(

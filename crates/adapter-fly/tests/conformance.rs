@@ -49,8 +49,8 @@ fn main() {
         };
         let provider = FlyProvider::new(config(emu.base_url()))?;
         let fly = provider.connect(m.id()).await?;
-        let dead = FlyProvider::new(config(dead_url()))?.attach(m.id());
-        let gone = provider.attach("0000000000dead");
+        let dead = FlyProvider::new(config(dead_url()))?.attach(m.id())?;
+        let gone = provider.attach("0000000000dead")?;
         let count = emu.sandbox_counter();
         let scratch = m.visible_path("/tmp/execseam-conformance");
         Ok(Target::new("fly", Arc::new(fly))

@@ -32,7 +32,10 @@ fn adapter(emu: &FlyEmulator, f: impl FnOnce(FlyConfig) -> FlyConfig) -> FlyExec
 
 /// A handle on machine `id` (no request).
 fn on(config: FlyConfig, id: &str) -> FlyExec {
-    FlyProvider::new(config).expect("a provider").attach(id)
+    FlyProvider::new(config)
+        .expect("a provider")
+        .attach(id)
+        .expect("a handle")
 }
 
 fn sh(script: &str) -> Command {

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use execseam_core::Error;
 
-use crate::ENV_VARS;
 use crate::exec::Spawner;
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -57,18 +56,18 @@ impl LocalConfig {
         LocalConfig::default()
     }
 
-    /// The defaults, then the variables in [`ENV_VARS`] from this process's environment.
+    /// The defaults, then the variables in [`VARS`](crate::VARS) from this process's environment.
     pub fn from_env() -> Result<LocalConfig, Error> {
         LocalConfig::from_vars(|k| std::env::var(k).ok())
     }
 
-    /// The defaults, then the variables in [`ENV_VARS`] as `vars` gives them (an unset or empty
+    /// The defaults, then the variables in [`VARS`](crate::VARS) as `vars` gives them (an unset or empty
     /// variable keeps the default): `EXECSEAM_LOCAL_SANDBOX_ROOT`, the directory sandboxes are
     /// created in (absolute).
     pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<LocalConfig, Error> {
         let var = |k: &str| vars(k).filter(|v| !v.is_empty());
         let mut c = LocalConfig::new();
-        if let Some(root) = var(ENV_VARS[0]) {
+        if let Some(root) = var("EXECSEAM_LOCAL_SANDBOX_ROOT") {
             c = c.sandbox_root(root);
         }
         Ok(c)

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use execseam_core::degrade::{self, StderrGate, WrapOptions};
+use execseam_adapter_kit::degrade::{self, StderrGate, WrapOptions};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Event, EventStream, Exec,
     ExecStream, Exit, Output, Ownership, Retry, Sandbox,
@@ -73,6 +73,8 @@ pub fn restore_default_signals(cmd: &mut tokio::process::Command) {
 pub struct LocalExec {
     config: Arc<LocalConfig>,
     sandbox: Option<Arc<SandboxDir>>,
+    /// The sandbox's ownership, or (on the host) one that is never owned.
+    ownership: Ownership,
 }
 
 /// A local sandbox: a directory, its env, and who removes it.
@@ -134,12 +136,14 @@ impl LocalExec {
         LocalExec {
             config: Arc::new(config),
             sandbox: None,
+            ownership: Ownership::connected(),
         }
     }
 
     pub(crate) fn in_sandbox(config: Arc<LocalConfig>, sandbox: SandboxDir) -> LocalExec {
         LocalExec {
             config,
+            ownership: sandbox.ownership.clone(),
             sandbox: Some(Arc::new(sandbox)),
         }
     }
@@ -195,7 +199,8 @@ impl LocalExec {
     }
 
     async fn spawn(&self, cmd: Command) -> Result<Spawned, Result<Output, Error>> {
-        execseam_core::transport::check_size(PROVIDER, &cmd, &crate::size_limit()).map_err(Err)?;
+        execseam_adapter_kit::size::check_size(PROVIDER, &cmd, &crate::size_limit())
+            .map_err(Err)?;
         let cmd = &self.place(cmd).await.map_err(Err)?;
         let launched = !self.config.launcher.is_empty();
         let argv: Vec<String> = if launched {
@@ -533,28 +538,12 @@ impl Sandbox for LocalExec {
         self.sandbox.as_deref().map_or(HOST_ID, |s| s.id.as_str())
     }
 
-    fn owned(&self) -> bool {
-        self.sandbox.as_deref().is_some_and(|s| s.ownership.owned())
+    fn ownership(&self) -> &Ownership {
+        &self.ownership
     }
 
-    fn set_owned(&self, owned: bool) {
-        if let Some(s) = self.sandbox.as_deref() {
-            s.ownership.set_owned(owned);
-        }
-    }
-
-    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            match self.sandbox.as_deref() {
-                Some(s) if s.ownership.begin_close() && s.ownership.owned() => {
-                    Sandbox::destroy(self).await
-                }
-                _ => Ok(()),
-            }
-        })
-    }
-
-    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+    /// Removes the sandbox directory; the host is not a sandbox and cannot be destroyed.
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
             let Some(s) = self.sandbox.as_deref() else {
                 return Err(Error::unsupported(
@@ -564,7 +553,6 @@ impl Sandbox for LocalExec {
                 .with_operation("destroy"));
             };
             crate::provider::remove(&s.dir).await?;
-            s.ownership.mark_destroyed();
             tracing::debug!(provider = PROVIDER, sandbox = %s.id, "destroyed");
             Ok(())
         })

@@ -37,7 +37,8 @@ mod error;
 mod exec;
 mod provider;
 
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
 
 pub use config::LocalConfig;
 pub use exec::{LocalExec, SpawnError, Spawner, restore_default_signals};
@@ -71,8 +72,35 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     options: &[],
 };
 
-/// The environment variables [`LocalConfig::from_env`] reads.
-pub const ENV_VARS: &[&str] = &["EXECSEAM_LOCAL_SANDBOX_ROOT"];
+/// The configuration variables [`LocalConfig::from_env`] reads.
+pub const VARS: &[Var] = &[Var::text("EXECSEAM_LOCAL_SANDBOX_ROOT")];
+
+/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Local;
+
+impl Adapter for Local {
+    const NAME: &'static str = PROVIDER;
+    const ABOUT: &'static str = "runs commands on this host (the embedded default); sandboxes are private directories, not isolation";
+    const VARS: &'static [Var] = VARS;
+    const CAPABILITIES: Capabilities = CAPABILITIES;
+    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
+
+    type Config = LocalConfig;
+    type Provider = LocalProvider;
+
+    fn config(vars: &Vars<'_>) -> Result<LocalConfig, Error> {
+        LocalConfig::from_vars(|k| vars.get(k))
+    }
+
+    fn capabilities(config: &LocalConfig) -> Capabilities {
+        LocalExec::capabilities_of(config)
+    }
+
+    fn provider(config: LocalConfig) -> Result<LocalProvider, Error> {
+        LocalProvider::new(config)
+    }
+}
 
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "local";
@@ -80,18 +108,18 @@ pub const PROVIDER: &str = "local";
 /// The largest command (argv and env) this host's `execve` takes, checked before anything is
 /// spawned: 128 KiB per string, and the kernel's `ARG_MAX` (`sysconf(_SC_ARG_MAX)`, a quarter
 /// of the stack limit) less 64 KiB for the inherited variables (`PATH`, `HOME`, …).
-pub fn size_limit() -> execseam_core::transport::SizeLimit {
+pub fn size_limit() -> execseam_adapter_kit::size::SizeLimit {
     // SAFETY: sysconf has no memory-safety preconditions.
     let arg_max = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
     let arg_max = usize::try_from(arg_max).unwrap_or(2 << 20);
-    execseam_core::transport::SizeLimit::execve(
+    execseam_adapter_kit::size::SizeLimit::execve(
         arg_max.saturating_sub(64 << 10),
         "this host's execve: 128 KiB per string, ARG_MAX less 64 KiB in all",
     )
 }
 
 /// The marker of the launcher's own wrapper failures (a missing workdir, a failed set-up step of
-/// the launcher). It differs from [`execseam_core::degrade::WRAPPER_MARK`] so that a command which
+/// the launcher). It differs from [`execseam_adapter_kit::degrade::WRAPPER_MARK`] so that a command which
 /// an adapter wrapped itself, and whose wrapper failed, reaches the caller as that command's
 /// output.
 pub const LAUNCHER_MARK: &str = "execseam-launcher: ";

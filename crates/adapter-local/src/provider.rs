@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use execseam_core::transport::random_id;
+use execseam_adapter_kit::id::random_id;
 use execseam_core::{
     BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Ownership,
     Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState,

@@ -199,16 +199,19 @@ async fn with_a_launcher_the_wrapper_enters_the_workdir_and_reports_a_missing_on
         .workdir("/nonexistent/inner")
         .build()
         .unwrap();
-    let opts = execseam_core::degrade::WrapOptions {
+    let opts = execseam_adapter_kit::degrade::WrapOptions {
         workdir: true,
         ..Default::default()
     };
-    let inner = execseam_core::degrade::wrapped_command(&inner, &opts).unwrap();
+    let inner = execseam_adapter_kit::degrade::wrapped_command(&inner, &opts).unwrap();
     let out = exec.exec(inner.clone()).await.unwrap();
-    assert_eq!(out.exit, Exit::Code(execseam_core::degrade::WRAPPER_STATUS));
+    assert_eq!(
+        out.exit,
+        Exit::Code(execseam_adapter_kit::degrade::WRAPPER_STATUS)
+    );
     assert!(
         out.stderr
-            .starts_with(execseam_core::degrade::WRAPPER_MARK.as_bytes())
+            .starts_with(execseam_adapter_kit::degrade::WRAPPER_MARK.as_bytes())
     );
     let streamed = exec
         .streaming()

@@ -34,8 +34,8 @@ const JWT_MARGIN: Duration = Duration::from_secs(30);
 /// A random UUID v4, as the client makes exec ids and idempotency keys (`uuid.uuid4()`).
 pub fn uuid4() -> String {
     let mut b = [0u8; 16];
-    b[..8].copy_from_slice(&execseam_core::transport::random_u64().to_le_bytes());
-    b[8..].copy_from_slice(&execseam_core::transport::random_u64().to_le_bytes());
+    b[..8].copy_from_slice(&execseam_adapter_kit::id::random_u64().to_le_bytes());
+    b[8..].copy_from_slice(&execseam_adapter_kit::id::random_u64().to_le_bytes());
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();

@@ -129,7 +129,7 @@ impl ModalConfig {
         ModalConfig::from_vars(|k| std::env::var(k).ok())
     }
 
-    /// Reads the variables in [`ENV_VARS`](crate::ENV_VARS) as `vars` gives them (an unset or
+    /// Reads the variables in [`VARS`](crate::VARS) as `vars` gives them (an unset or
     /// empty one keeps the default), as the official client reads them: `MODAL_TOKEN_ID` and
     /// `MODAL_TOKEN_SECRET` (required), `MODAL_SERVER_URL` (the first of a comma-separated
     /// list), `MODAL_ENVIRONMENT`; and `EXECSEAM_MODAL_APP`, `EXECSEAM_MODAL_IMAGE`,

@@ -4,11 +4,11 @@
 //! Three things decide the mapping:
 //!
 //! - **Where the status came from** ([`Origin`]): Modal's word (then
-//!   [`transport::grpc_status`] gives the kind and class), a connection that never opened
-//!   ([`Failure::Connect`]: nothing was sent), our own request timer ([`Failure::Timeout`]), a
-//!   transport failure after the request may have been sent ([`Failure::Cut`]), or a status tonic
+//!   [`retry::grpc_status`] gives the kind and class), a connection that never opened
+//!   ([`NoAnswer::Connect`]: nothing was sent), our own request timer ([`NoAnswer::Timeout`]), a
+//!   transport failure after the request may have been sent ([`NoAnswer::Cut`]), or a status tonic
 //!   made up while decoding: a malformed message or a stream without its trailers
-//!   ([`Failure::Malformed`]).
+//!   ([`NoAnswer::Malformed`]).
 //! - **Modal's details**: `grpc-status-details-bin` carries an `RPCStatus` whose `details` are
 //!   `Any`s; an `RPCRetryPolicy{retry_after_secs}` among them is the server's delay before a
 //!   retry (the client honours it for any status, `modal/_utils/grpc_utils.py`
@@ -38,9 +38,10 @@
 //! | reset, broken HTTP/2 stream | Unavailable | unsafe |
 //! | malformed message, missing trailers | Protocol | unsafe |
 
+use execseam_adapter_kit::retry::{self, Effect, NoAnswer};
+use execseam_adapter_kit::text;
 use std::time::Duration;
 
-use execseam_core::transport::{self, Effect, Failure};
 use execseam_core::{Error, ErrorKind, Retry, WireStatus};
 use prost::Message as _;
 use tonic::{Code, Status};
@@ -79,7 +80,7 @@ pub fn origin(status: &Status) -> Origin {
     use std::error::Error as _;
     if let Some(source) = status.source() {
         // tonic wraps a connect failure in its transport error; the chain's text names it.
-        let chain = transport::error_chain(source);
+        let chain = text::error_chain(source);
         let mut connect = false;
         let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(source);
         while let Some(e) = cur {
@@ -150,11 +151,8 @@ pub fn from_status(status: Status, op: &'static str, phase: Phase) -> Error {
             code.description().to_owned()
         }
         Origin::Peer | Origin::Timer => status.message().to_owned(),
-        Origin::Connect => format!(
-            "cannot connect to Modal: {}",
-            transport::error_chain(&status)
-        ),
-        Origin::Transport => format!("transport failure: {}", transport::error_chain(&status)),
+        Origin::Connect => format!("cannot connect to Modal: {}", text::error_chain(&status)),
+        Origin::Transport => format!("transport failure: {}", text::error_chain(&status)),
         Origin::Decode => format!("malformed answer: {}", status.message()),
     };
     let mut err = Error::new(kind, message)
@@ -173,10 +171,10 @@ pub fn from_status(status: Status, op: &'static str, phase: Phase) -> Error {
 pub fn classify(status: &Status, origin: Origin, phase: Phase) -> (ErrorKind, Retry) {
     let effect = phase.effect();
     let (kind, retry) = match origin {
-        Origin::Connect => transport::failure(Failure::Connect, effect),
-        Origin::Timer => transport::failure(Failure::Timeout, effect),
-        Origin::Transport => transport::failure(Failure::Cut, effect),
-        Origin::Decode => transport::failure(Failure::Malformed, effect),
+        Origin::Connect => retry::no_answer(NoAnswer::Connect, effect),
+        Origin::Timer => retry::no_answer(NoAnswer::Timeout, effect),
+        Origin::Transport => retry::no_answer(NoAnswer::Cut, effect),
+        Origin::Decode => retry::no_answer(NoAnswer::Malformed, effect),
         Origin::Peer => match status.code() {
             Code::Ok => (ErrorKind::Protocol, Retry::Never),
             Code::ResourceExhausted => (
@@ -185,7 +183,7 @@ pub fn classify(status: &Status, origin: Origin, phase: Phase) -> (ErrorKind, Re
                     after: retry_after(status),
                 },
             ),
-            code => transport::grpc_status(code as i32, effect),
+            code => retry::grpc_status(code as i32, effect),
         },
     };
     match phase {

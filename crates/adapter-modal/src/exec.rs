@@ -147,20 +147,6 @@ impl ModalExec {
         &self.inner.config
     }
 
-    /// Terminates the sandbox (every command in it ends), whatever the ownership. Idempotent:
-    /// a sandbox already gone is `Ok(())`.
-    pub async fn terminate(&self) -> Result<(), Error> {
-        let r = self
-            .inner
-            .control
-            .terminate(&self.inner.sandbox_id, self.inner.v2)
-            .await
-            .map_err(|s| from_status(s, "destroy", Phase::Other));
-        execseam_core::gone_is_destroyed(r)?;
-        self.inner.ownership.mark_destroyed();
-        Ok(())
-    }
-
     /// The sandbox's result once it has finished (`SandboxWait` with timeout 0; the client's
     /// `Sandbox.poll`), `None` while it runs.
     pub async fn poll(&self) -> Result<Option<api::GenericResult>, Error> {
@@ -211,7 +197,7 @@ impl ModalExec {
     }
 
     async fn start(&self, command: Command) -> Result<EventStream, Error> {
-        execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
         let router = self.router("exec").await?;
         let task_id = self.task_id().unwrap_or_default().to_owned();
@@ -313,26 +299,19 @@ impl Sandbox for ModalExec {
         &self.inner.sandbox_id
     }
 
-    fn owned(&self) -> bool {
-        self.inner.ownership.owned()
+    fn ownership(&self) -> &Ownership {
+        &self.inner.ownership
     }
 
-    fn set_owned(&self, owned: bool) {
-        self.inner.ownership.set_owned(owned);
-    }
-
-    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+    /// `SandboxTerminateV2` (`SandboxTerminate` for a V1 id): every command in it ends.
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
-            let o = &self.inner.ownership;
-            if o.begin_close() && o.owned() && !o.is_destroyed() {
-                self.terminate().await?;
-            }
-            Ok(())
+            self.inner
+                .control
+                .terminate(&self.inner.sandbox_id, self.inner.v2)
+                .await
+                .map_err(|s| from_status(s, "destroy", Phase::Other))
         })
-    }
-
-    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(self.terminate())
     }
 }
 

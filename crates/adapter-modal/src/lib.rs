@@ -42,7 +42,8 @@
 //! and a [`Retry`](execseam_core::Retry).
 #![warn(missing_docs)]
 
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
 
 mod client;
 mod config;
@@ -60,8 +61,8 @@ pub use provider::{ModalProvider, OPTIONS};
 /// The largest command (argv and env) sent, checked before any I/O: Modal `execve`s the argv
 /// in the container (128 KiB per string, 1 MiB in all, the rest of `ARG_MAX` left to the
 /// image's environment).
-pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
-    execseam_core::transport::SizeLimit::execve(
+pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
+    execseam_adapter_kit::size::SizeLimit::execve(
         1 << 20,
         "execve in the Modal container: 128 KiB per string, 1 MiB in all",
     );
@@ -69,17 +70,41 @@ pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "modal";
 
-/// The environment variables [`ModalConfig::from_env`] reads.
-pub const ENV_VARS: &[&str] = &[
-    "MODAL_TOKEN_ID",
-    "MODAL_TOKEN_SECRET",
-    "MODAL_SERVER_URL",
-    "MODAL_ENVIRONMENT",
-    "EXECSEAM_MODAL_APP",
-    "EXECSEAM_MODAL_IMAGE",
-    "EXECSEAM_MODAL_SANDBOX_TIMEOUT",
-    "EXECSEAM_MODAL_EXEC_TIMEOUT",
+/// The configuration variables [`ModalConfig::from_env`] reads.
+pub const VARS: &[Var] = &[
+    Var::text("MODAL_TOKEN_ID").required(),
+    Var::secret("MODAL_TOKEN_SECRET").required(),
+    Var::url("MODAL_SERVER_URL"),
+    Var::text("MODAL_ENVIRONMENT"),
+    Var::text("EXECSEAM_MODAL_APP"),
+    Var::text("EXECSEAM_MODAL_IMAGE"),
+    Var::seconds("EXECSEAM_MODAL_SANDBOX_TIMEOUT"),
+    Var::seconds("EXECSEAM_MODAL_EXEC_TIMEOUT"),
 ];
+
+/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Modal;
+
+impl Adapter for Modal {
+    const NAME: &'static str = PROVIDER;
+    const ABOUT: &'static str =
+        "Modal Sandboxes over gRPC: the control plane and the task command router";
+    const VARS: &'static [Var] = VARS;
+    const CAPABILITIES: Capabilities = CAPABILITIES;
+    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
+
+    type Config = ModalConfig;
+    type Provider = ModalProvider;
+
+    fn config(vars: &Vars<'_>) -> Result<ModalConfig, Error> {
+        ModalConfig::from_vars(|k| vars.get(k))
+    }
+
+    fn provider(config: ModalConfig) -> Result<ModalProvider, Error> {
+        ModalProvider::new(config)
+    }
+}
 
 /// Modal's lifecycle: create (`SandboxCreateV2`: image, env, tags, `timeout_secs`,
 /// `idle_timeout_secs`, `Resources{milli_cpu, memory_mb}`; options `name`, `workdir`), connect

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use execseam_core::{
     BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Provider, Retry,
-    Sandbox, SandboxInfo, SandboxSpec, SandboxState, gone_is_destroyed,
+    Sandbox, SandboxInfo, SandboxSpec, SandboxState,
 };
 
 use crate::client::{Control, Create};
@@ -223,7 +223,7 @@ impl ModalProvider {
             .terminate(id, !is_v1_sandbox_id(id))
             .await
             .map_err(|s| from_status(s, "destroy", Phase::Other));
-        gone_is_destroyed(r)
+        execseam_adapter_kit::gone_is_destroyed(r)
     }
 }
 
@@ -246,6 +246,10 @@ impl Provider for ModalProvider {
 
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         Box::pin(async move { Ok(Box::new(ModalProvider::connect(self, id).await?) as _) })
+    }
+
+    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
+        Ok(Box::new(ModalProvider::attach(self, id)?))
     }
 
     fn list<'a>(

@@ -59,7 +59,7 @@ impl Api {
 
     /// `/v1/[teams/{t}/]projects/{p}/{rest}`.
     pub(crate) fn project_path(&self, rest: &str) -> String {
-        let esc = execseam_core::transport::escape_path_segment;
+        let esc = execseam_adapter_kit::text::escape_path_segment;
         let team = self
             .config
             .team_id
@@ -103,8 +103,8 @@ impl Api {
         });
         let key = {
             let r = [
-                execseam_core::transport::random_u64().to_le_bytes(),
-                execseam_core::transport::random_u64().to_le_bytes(),
+                execseam_adapter_kit::id::random_u64().to_le_bytes(),
+                execseam_adapter_kit::id::random_u64().to_le_bytes(),
             ]
             .concat();
             base64::engine::general_purpose::STANDARD.encode(r)

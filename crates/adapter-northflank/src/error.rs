@@ -13,9 +13,10 @@
 //! | a frame the clients would reject (bad JSON, unknown type, `exitCode` not a number) | `Protocol`, `Unsafe` |
 //! | REST: `{"error":{"status","message"}}` with its status | the status's kind |
 
+use execseam_adapter_kit::retry::{self, Effect, NoAnswer, Sent};
+use execseam_adapter_kit::text;
 use std::time::SystemTime;
 
-use execseam_core::transport::{self, Effect, Failure, Sent};
 use execseam_core::{Error, ErrorKind, Retry, WireStatus};
 
 use crate::PROVIDER;
@@ -57,7 +58,7 @@ impl CallError {
         let retry_after = headers
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| transport::parse_retry_after(v, SystemTime::now()));
+            .and_then(|v| retry::parse_retry_after(v, SystemTime::now()));
         CallError::Http {
             status,
             message,
@@ -75,26 +76,26 @@ pub(crate) fn map(e: CallError, op: &'static str, effect: Effect) -> Error {
             .with_provider(PROVIDER)
             .with_operation(op)
     };
-    let after_send = transport::retry_class(effect, Sent::Maybe);
+    let after_send = retry::retry_class(effect, Sent::Maybe);
     match e {
         CallError::Http {
             status,
             message,
             retry_after,
         } => {
-            let (kind, retry) = transport::http_status(status, effect, retry_after);
+            let (kind, retry) = retry::http_status(status, effect, retry_after);
             base(kind, retry, format!("{status}: {message}")).with_status(WireStatus::Http(status))
         }
         CallError::Transport(t) => {
             let f = if t.is_connect() {
-                Failure::Connect
+                NoAnswer::Connect
             } else if t.is_timeout() {
-                Failure::Timeout
+                NoAnswer::Timeout
             } else {
-                Failure::Cut
+                NoAnswer::Cut
             };
-            let (kind, retry) = transport::failure(f, effect);
-            base(kind, retry, transport::error_chain(&t)).with_source(t.without_url())
+            let (kind, retry) = retry::no_answer(f, effect);
+            base(kind, retry, text::error_chain(&t)).with_source(t.without_url())
         }
         CallError::Timeout(m) => base(
             ErrorKind::Timeout(execseam_core::Deadline::Request),

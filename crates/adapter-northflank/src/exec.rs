@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use execseam_core::degrade::{self, StderrGate, StdinFrom, WrapOptions};
-use execseam_core::transport::Effect;
+use execseam_adapter_kit::degrade::{self, StderrGate, StdinFrom, WrapOptions};
+use execseam_adapter_kit::retry::Effect;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
     Output, Ownership, Sandbox,
@@ -100,7 +100,7 @@ impl NorthflankExec {
                 id: target.id(),
                 api,
                 target,
-                ownership: Ownership::connected(),
+                ownership: Ownership::never_owned(),
             }),
         }
     }
@@ -111,7 +111,7 @@ impl NorthflankExec {
     }
 
     async fn start(&self, command: Command) -> Result<EventStream, Error> {
-        execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         let api = &self.inner.api;
         let c = &api.config;
         // workdir and env through the `/bin/sh -c` wrapper: the protocol has neither.
@@ -128,7 +128,7 @@ impl NorthflankExec {
             command.argv().to_vec()
         };
         // What counts is what the container execs: a wrapper script is one string.
-        execseam_core::transport::check_wire(PROVIDER, &argv, &crate::SIZE_LIMIT)?;
+        execseam_adapter_kit::size::check_wire(PROVIDER, &argv, &crate::SIZE_LIMIT)?;
         let (segment, id) = self.inner.target.segment();
         let path = wire::exec_path(c.team_id.as_deref(), &c.project_id, segment, id);
         let ws = api
@@ -405,21 +405,12 @@ impl Sandbox for NorthflankExec {
         &self.inner.id
     }
 
-    fn owned(&self) -> bool {
-        self.inner.ownership.owned()
+    fn ownership(&self) -> &Ownership {
+        &self.inner.ownership
     }
 
-    /// A Northflank service is never this adapter's to delete: ownership cannot be taken.
-    fn set_owned(&self, _owned: bool) {}
-
-    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            self.inner.ownership.begin_close();
-            Ok(())
-        })
-    }
-
-    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+    /// A Northflank service or job is never this adapter's to delete (connect-only).
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
             Err(Error::unsupported(
                 "Northflank's exec cannot delete the service or job it runs in (connect-only)",

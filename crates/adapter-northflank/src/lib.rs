@@ -11,7 +11,7 @@
 //! proxy sends failures in practice, a numeric string).
 //!
 //! The protocol has no working directory and no environment: a command that sets either runs
-//! through the exact `/bin/sh -c` wrapper of [`execseam_core::degrade`] (a missing workdir is
+//! through the exact `/bin/sh -c` wrapper of [`execseam_adapter_kit::degrade`] (a missing workdir is
 //! `Err(NotFound)`). It has no kill either: dropping an exec closes the socket, and what the
 //! proxy then does to the command is not documented (`remote_kill: false`). Nothing is
 //! retried once the `init` frame is sent.
@@ -20,7 +20,8 @@
 //! `docs/adapters/northflank.md`.
 #![warn(missing_docs)]
 
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
 
 mod client;
 mod config;
@@ -36,20 +37,43 @@ pub use provider::NorthflankProvider;
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "northflank";
 
-/// The environment variables [`NorthflankConfig::from_env`] reads.
-pub const ENV_VARS: &[&str] = &[
-    "NORTHFLANK_API_TOKEN",
-    "NF_API_TOKEN",
-    "NORTHFLANK_API_BASE_URL",
-    "NF_API_HOST",
-    "NF_HOST",
-    "NORTHFLANK_PROJECT_ID",
-    "NORTHFLANK_TEAM_ID",
-    "NORTHFLANK_INSTANCE",
-    "NORTHFLANK_CONTAINER",
-    "NORTHFLANK_USER",
-    "NORTHFLANK_GROUP",
+/// The configuration variables [`NorthflankConfig::from_env`] reads.
+pub const VARS: &[Var] = &[
+    Var::secret("NORTHFLANK_API_TOKEN"),
+    Var::secret("NF_API_TOKEN"),
+    Var::url("NORTHFLANK_API_BASE_URL"),
+    Var::url("NF_API_HOST"),
+    Var::url("NF_HOST"),
+    Var::text("NORTHFLANK_PROJECT_ID").required(),
+    Var::text("NORTHFLANK_TEAM_ID"),
+    Var::text("NORTHFLANK_INSTANCE"),
+    Var::text("NORTHFLANK_CONTAINER"),
+    Var::text("NORTHFLANK_USER"),
+    Var::text("NORTHFLANK_GROUP"),
 ];
+
+/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Northflank;
+
+impl Adapter for Northflank {
+    const NAME: &'static str = PROVIDER;
+    const ABOUT: &'static str = "Northflank services and jobs over the exec WebSocket (connect only: the service or job is the sandbox)";
+    const VARS: &'static [Var] = VARS;
+    const CAPABILITIES: Capabilities = CAPABILITIES;
+    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
+
+    type Config = NorthflankConfig;
+    type Provider = NorthflankProvider;
+
+    fn config(vars: &Vars<'_>) -> Result<NorthflankConfig, Error> {
+        NorthflankConfig::from_vars(|k| vars.get(k))
+    }
+
+    fn provider(config: NorthflankConfig) -> Result<NorthflankProvider, Error> {
+        NorthflankProvider::new(config)
+    }
+}
 
 /// Connect-only: exec targets an existing service or job (`GET …/services/{id}` checks it);
 /// list gives the project's services; nothing is created or deleted.
@@ -66,8 +90,8 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 /// `execve`s the argv in the container (128 KiB per string, 1 MiB in all, the rest of
 /// `ARG_MAX` left to the container's environment). A command with env or a workdir travels as
 /// one `/bin/sh -c` script, checked after quoting against the 128 KiB of one string.
-pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
-    execseam_core::transport::SizeLimit::execve(
+pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
+    execseam_adapter_kit::size::SizeLimit::execve(
         1 << 20,
         "execve in the Northflank container: 128 KiB per string, 1 MiB in all",
     );

@@ -2,7 +2,8 @@
 //! Northflank's exec protocol creates and deletes nothing; those are the platform's own
 //! (service and job definitions), not a sandbox lifecycle.
 
-use execseam_core::transport::{Effect, escape_path_segment};
+use execseam_adapter_kit::retry::Effect;
+use execseam_adapter_kit::text::escape_path_segment;
 use execseam_core::{
     BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Provider, Sandbox,
     SandboxInfo, SandboxSpec, SandboxState,
@@ -89,12 +90,12 @@ impl NorthflankProvider {
                 Effect::Idempotent,
             ));
         }
-        Ok(self.attach(target))
+        Ok(NorthflankExec::new(self.api.clone(), target))
     }
 
-    /// A handle on a service or job without checking it (no I/O).
-    pub fn attach(&self, target: Target) -> NorthflankExec {
-        NorthflankExec::new(self.api.clone(), target)
+    /// A handle on service `id` (or job `jobs/<id>`) without checking it (no I/O).
+    pub fn attach(&self, id: &str) -> Result<NorthflankExec, Error> {
+        Ok(NorthflankExec::new(self.api.clone(), Target::parse(id)?))
     }
 
     /// The project's services (Northflank has no labels to filter on: a filter with labels is
@@ -141,6 +142,10 @@ impl Provider for NorthflankProvider {
 
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         Box::pin(async move { Ok(Box::new(NorthflankProvider::connect(self, id).await?) as _) })
+    }
+
+    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
+        Ok(Box::new(NorthflankProvider::attach(self, id)?))
     }
 
     fn list<'a>(

@@ -137,7 +137,7 @@ pub fn parse_frame(raw: &[u8]) -> Result<ServerFrame, String> {
 /// `/v1/command-exec/[teams/{t}/]projects/{p}/{services|jobs}/{id}` (the team scope nests
 /// inside `command-exec`; `/v1/teams/…/command-exec` is a 404).
 pub fn exec_path(team: Option<&str>, project: &str, segment: &str, id: &str) -> String {
-    let esc = execseam_core::transport::escape_path_segment;
+    let esc = execseam_adapter_kit::text::escape_path_segment;
     let team = team
         .map(|t| format!("teams/{}/", esc(t)))
         .unwrap_or_default();

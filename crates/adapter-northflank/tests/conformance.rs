@@ -11,7 +11,7 @@ use execseam_emulators::EmulatorOptions;
 use execseam_emulators::northflank::{
     NorthflankEmulator, NorthflankOptions, PROJECT_ID, SERVICE_ID,
 };
-use execseam_northflank::{NorthflankConfig, NorthflankExec, NorthflankProvider, Target as Entity};
+use execseam_northflank::{NorthflankConfig, NorthflankExec, NorthflankProvider};
 
 /// The scratch directory, inside the container's working directory.
 const SCRATCH: &str = "/app/execseam-conformance";
@@ -57,8 +57,8 @@ fn main() {
                 .clone()
                 .api_url(format!("http://127.0.0.1:{dead_port}")),
         )?
-        .attach(Entity::Service(SERVICE_ID.into()));
-        let vanished = provider.attach(Entity::Service("no-such-service".into()));
+        .attach(SERVICE_ID)?;
+        let vanished = provider.attach("no-such-service")?;
         let faults = emulator.faults().clone();
         Ok(Target::new("northflank", Arc::new(exec))
             .environment(execseam_emulators::Isolation::detect().record_line())

@@ -151,7 +151,8 @@ async fn the_user_setting_picks_the_images_account() {
     for user in ["northflank", "1000"] {
         let svc = NorthflankProvider::new(config.clone().user(user))
             .unwrap()
-            .attach(Target::Service(SERVICE_ID.into()));
+            .attach(SERVICE_ID)
+            .expect("a handle");
         let out = svc
             .exec(Command::new(["id", "-un"]).unwrap())
             .await
@@ -160,7 +161,8 @@ async fn the_user_setting_picks_the_images_account() {
     }
     let root = NorthflankProvider::new(config)
         .unwrap()
-        .attach(Target::Service(SERVICE_ID.into()));
+        .attach(SERVICE_ID)
+        .expect("a handle");
     let out = root
         .exec(Command::new(["id", "-u"]).unwrap())
         .await
@@ -172,13 +174,14 @@ async fn the_user_setting_picks_the_images_account() {
 async fn refusals_are_typed() {
     let (emu, config) = setup().await;
     let bad = NorthflankProvider::new(config.clone().user("nobody-here")).unwrap();
-    let svc = bad.attach(Target::Service(SERVICE_ID.into()));
+    let svc = bad.attach(SERVICE_ID).expect("a handle");
     let err = svc.exec(Command::new(["true"]).unwrap()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidCommand, "{err}");
     let wrong =
         NorthflankProvider::new(NorthflankConfig::new("wrong", PROJECT_ID).api_url(emu.base_url()))
             .unwrap()
-            .attach(Target::Service(SERVICE_ID.into()));
+            .attach(SERVICE_ID)
+            .expect("a handle");
     let err = wrong
         .exec(Command::new(["true"]).unwrap())
         .await

@@ -78,7 +78,10 @@ fn measure(url: &str, legacy: bool, n: usize, stdin: usize) {
         if legacy {
             config = config.ws_buffers(WsBuffers::LEGACY);
         }
-        let sprite = SpritesProvider::new(config).unwrap().attach("execseam");
+        let sprite = SpritesProvider::new(config)
+            .unwrap()
+            .attach("execseam")
+            .unwrap();
         // Warm up: the runtime, the HTTP clients, the allocator's first arenas.
         for _ in 0..4 {
             let o = sprite.exec(Command::new(["true"]).unwrap()).await.unwrap();

@@ -48,7 +48,7 @@ fn websocket_accept(key: &str) -> String {
     let mut sha = sha1_smol::Sha1::new();
     sha.update(key.as_bytes());
     sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-    execseam_core::degrade::base64_encode(&sha.digest().bytes())
+    execseam_adapter_kit::degrade::base64_encode(&sha.digest().bytes())
 }
 
 /// A connected exec WebSocket.
@@ -67,7 +67,7 @@ pub(crate) struct Client {
 }
 
 fn segment(s: &str) -> String {
-    execseam_core::transport::escape_path_segment(s)
+    execseam_adapter_kit::text::escape_path_segment(s)
 }
 
 /// A fresh `Sec-WebSocket-Key`: 16 unpredictable-enough bytes, base64 (RFC 6455 only asks for a
@@ -75,9 +75,9 @@ fn segment(s: &str) -> String {
 fn websocket_key() -> String {
     let mut bytes = [0u8; 16];
     for chunk in bytes.chunks_mut(8) {
-        chunk.copy_from_slice(&execseam_core::transport::random_u64().to_le_bytes());
+        chunk.copy_from_slice(&execseam_adapter_kit::id::random_u64().to_le_bytes());
     }
-    execseam_core::degrade::base64_encode(&bytes)
+    execseam_adapter_kit::degrade::base64_encode(&bytes)
 }
 
 impl Client {

@@ -135,7 +135,7 @@ impl SpritesConfig {
         }
     }
 
-    /// Reads the variables in [`ENV_VARS`](crate::ENV_VARS) from this process's environment.
+    /// Reads the variables in [`VARS`](crate::VARS) from this process's environment.
     pub fn from_env() -> Result<SpritesConfig, Error> {
         SpritesConfig::from_vars(|k| std::env::var(k).ok())
     }

@@ -1,8 +1,9 @@
 //! Sprites API failures → `ErrorKind` + `Retry`.
 
+use execseam_adapter_kit::retry::{self, Effect, NoAnswer, Sent};
+use execseam_adapter_kit::text;
 use std::time::Duration;
 
-use execseam_core::transport::{self, Effect, Failure, Sent};
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 use reqwest::header::HeaderMap;
 
@@ -37,7 +38,7 @@ impl Op {
     }
 
     fn sent(self) -> Retry {
-        transport::retry_class(self.effect(), Sent::Maybe)
+        retry::retry_class(self.effect(), Sent::Maybe)
     }
 }
 
@@ -110,7 +111,7 @@ pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], op: Op)
 
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    transport::parse_retry_after(v, std::time::SystemTime::now())
+    retry::parse_retry_after(v, std::time::SystemTime::now())
 }
 
 /// Maps a transport failure of an HTTP request. Before the request left (connect), nothing ran.
@@ -118,13 +119,13 @@ pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
     // The URL can carry argv and env values (Sprites sends them in the query): never keep it.
     let e = e.without_url();
     let (failure, what) = if e.is_connect() {
-        (Failure::Connect, "cannot connect")
+        (NoAnswer::Connect, "cannot connect")
     } else if e.is_timeout() {
-        (Failure::Timeout, "the request timed out")
+        (NoAnswer::Timeout, "the request timed out")
     } else {
-        (Failure::Other, "the connection failed")
+        (NoAnswer::Other, "the connection failed")
     };
-    let (kind, retry) = transport::failure(failure, op.effect());
+    let (kind, retry) = retry::no_answer(failure, op.effect());
     error(kind, op, format!("{what}: {}", chain(&e)))
         .with_retry(retry)
         .with_source(e)
@@ -163,7 +164,7 @@ pub(crate) fn lost(what: impl std::fmt::Display) -> Error {
 }
 
 pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    transport::error_chain(e)
+    text::error_chain(e)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
-    Output, Ownership, Retry, Sandbox, gone_is_destroyed,
+    Output, Ownership, Retry, Sandbox,
 };
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::{OnceCell, mpsc, oneshot};
@@ -65,15 +65,6 @@ impl SpritesExec {
         }
     }
 
-    /// Deletes the sprite (`DELETE /v1/sprites/{name}`); one that is already gone is `Ok`.
-    pub async fn delete_sprite(&self) -> Result<(), Error> {
-        let r = gone_is_destroyed(self.inner.client.delete_sprite().await);
-        if r.is_ok() {
-            self.inner.ownership.mark_destroyed();
-        }
-        r
-    }
-
     /// The configuration.
     pub fn config(&self) -> &SpritesConfig {
         self.inner.client.config()
@@ -90,7 +81,7 @@ impl SpritesExec {
     /// Refuses, before any request (the environment discovery included), a command that is too
     /// large for the sprite or for the exec URL with its own argv and env alone.
     pub(crate) fn fits(&self, cmd: &Command) -> Result<(), Error> {
-        execseam_core::transport::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
+        execseam_adapter_kit::size::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
         let env: BTreeMap<String, String> = cmd.env().clone();
         let query = wire::exec_query(
             cmd,
@@ -174,7 +165,7 @@ impl SpritesExec {
         cmd: Command,
         env: Option<BTreeMap<String, String>>,
     ) -> Result<EventStream, Error> {
-        execseam_core::transport::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
+        execseam_adapter_kit::size::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
         let stdin = cmd.stdin().clone();
         let query = wire::exec_query(&cmd, env.as_ref(), !stdin.is_empty());
         let conn = self.inner.client.connect(&query).await?;
@@ -209,7 +200,7 @@ impl SpritesExec {
         cmd: Command,
         env: Option<BTreeMap<String, String>>,
     ) -> Result<Output, Error> {
-        execseam_core::transport::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
+        execseam_adapter_kit::size::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
         let stdin = cmd.stdin().clone();
         let query = wire::exec_query(&cmd, env.as_ref(), !stdin.is_empty());
         let resp = match self.inner.client.post_exec(&query, stdin).await {
@@ -548,25 +539,12 @@ impl Sandbox for SpritesExec {
         self.inner.client.sprite()
     }
 
-    fn owned(&self) -> bool {
-        self.inner.ownership.owned()
+    fn ownership(&self) -> &Ownership {
+        &self.inner.ownership
     }
 
-    fn set_owned(&self, owned: bool) {
-        self.inner.ownership.set_owned(owned);
-    }
-
-    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            let o = &self.inner.ownership;
-            if o.begin_close() && o.owned() && !o.is_destroyed() {
-                self.delete_sprite().await?;
-            }
-            Ok(())
-        })
-    }
-
-    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(self.delete_sprite())
+    /// `DELETE /v1/sprites/{name}`.
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.inner.client.delete_sprite())
     }
 }

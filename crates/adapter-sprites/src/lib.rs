@@ -35,7 +35,8 @@
 //! Error mapping and live configuration: `docs/adapters/sprites.md`.
 #![warn(missing_docs)]
 
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
 
 mod client;
 mod config;
@@ -52,8 +53,8 @@ pub use provider::SpritesProvider;
 /// The largest command (argv and env) sent, checked before any I/O: the sprite `execve`s it
 /// (128 KiB per string); in all it must also fit the exec URL's query
 /// ([`MAX_EXEC_URL`](client::MAX_EXEC_URL) bytes, checked on the encoded URL).
-pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
-    execseam_core::transport::SizeLimit::execve(
+pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
+    execseam_adapter_kit::size::SizeLimit::execve(
         1 << 20,
         "execve in the sprite: 128 KiB per string",
     );
@@ -93,8 +94,43 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     options: &["name"],
 };
 
-/// The environment variables [`SpritesConfig::from_env`] reads.
-pub const ENV_VARS: &[&str] = &["SPRITE_TOKEN", "SPRITES_API_URL", "SPRITES_EXEC_TRANSPORT"];
+/// The configuration variables [`SpritesConfig::from_env`] reads.
+pub const VARS: &[Var] = &[
+    Var::secret("SPRITE_TOKEN").required(),
+    Var::url("SPRITES_API_URL"),
+    Var::choice(
+        "SPRITES_EXEC_TRANSPORT",
+        &["websocket", "ws", "http", "post"],
+    ),
+];
+
+/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sprites;
+
+impl Adapter for Sprites {
+    const NAME: &'static str = PROVIDER;
+    const ABOUT: &'static str =
+        "Fly Sprites over the exec WebSocket (SPRITES_EXEC_TRANSPORT=http for the POST fallback)";
+    const VARS: &'static [Var] = VARS;
+    const CAPABILITIES: Capabilities = CAPABILITIES;
+    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
+
+    type Config = SpritesConfig;
+    type Provider = SpritesProvider;
+
+    fn config(vars: &Vars<'_>) -> Result<SpritesConfig, Error> {
+        SpritesConfig::from_vars(|k| vars.get(k))
+    }
+
+    fn capabilities(config: &SpritesConfig) -> Capabilities {
+        SpritesExec::capabilities_of(config)
+    }
+
+    fn provider(config: SpritesConfig) -> Result<SpritesProvider, Error> {
+        SpritesProvider::new(config)
+    }
+}
 
 /// The provider name in errors and capabilities.
 pub const PROVIDER: &str = "sprites";

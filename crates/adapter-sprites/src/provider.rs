@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use execseam_core::transport::random_id;
+use execseam_adapter_kit::id::random_id;
 use execseam_core::{
     BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Ownership, Provider,
-    Sandbox, SandboxInfo, SandboxSpec, SandboxState, gone_is_destroyed,
+    Sandbox, SandboxInfo, SandboxSpec, SandboxState,
 };
 
 use crate::client::Client;
@@ -66,8 +66,11 @@ impl SpritesProvider {
     }
 
     /// A handle on sprite `name` without a request; not owned.
-    pub fn attach(&self, name: &str) -> SpritesExec {
-        SpritesExec::new(self.client.for_sprite(name), Ownership::connected())
+    pub fn attach(&self, name: &str) -> Result<SpritesExec, Error> {
+        Ok(SpritesExec::new(
+            self.client.for_sprite(name),
+            Ownership::connected(),
+        ))
     }
 
     /// Lists the sprites (Sprites have no labels: a filter with labels is `Unsupported`).
@@ -89,7 +92,7 @@ impl SpritesProvider {
 
     /// Deletes sprite `name`; one that does not exist is `Ok(())`.
     pub async fn destroy(&self, name: &str) -> Result<(), Error> {
-        gone_is_destroyed(self.client.for_sprite(name).delete_sprite().await)
+        Sandbox::destroy(&self.attach(name)?).await
     }
 }
 
@@ -112,6 +115,10 @@ impl Provider for SpritesProvider {
 
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         Box::pin(async move { Ok(Box::new(SpritesProvider::connect(self, id).await?) as _) })
+    }
+
+    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
+        Ok(Box::new(SpritesProvider::attach(self, id)?))
     }
 
     fn list<'a>(

@@ -263,7 +263,7 @@ impl Reattach for SpritesExec {
     fn new_handle(&self) -> ProcessHandle {
         ProcessHandle::new(format!(
             "{PREFIX}execseam-{}",
-            execseam_core::transport::random_id(16)
+            execseam_adapter_kit::id::random_id(16)
         ))
     }
 

@@ -44,8 +44,8 @@ fn main() {
         let config = |base: String| SpritesConfig::new(emu.token()).base_url(base);
         let provider = SpritesProvider::new(config(emu.base_url()))?;
         let sprite = provider.connect(DEFAULT_SPRITE).await?;
-        let dead = SpritesProvider::new(config(dead_url()))?.attach(DEFAULT_SPRITE);
-        let gone = provider.attach("no-such-sprite");
+        let dead = SpritesProvider::new(config(dead_url()))?.attach(DEFAULT_SPRITE)?;
+        let gone = provider.attach("no-such-sprite")?;
         let count = emu.sandbox_counter();
         let scratch = emu
             .sprite(DEFAULT_SPRITE)

@@ -27,8 +27,8 @@ fn over_http_post_every_case_passes_or_fails_detectably() {
                 .transport(Transport::Http),
         )
         .unwrap();
-        let sprite = provider.attach(DEFAULT_SPRITE);
-        let gone = provider.attach("no-such-sprite");
+        let sprite = provider.attach(DEFAULT_SPRITE).expect("a handle");
+        let gone = provider.attach("no-such-sprite").expect("a handle");
         let scratch = emu
             .sprite(DEFAULT_SPRITE)
             .unwrap()

@@ -36,6 +36,7 @@ fn handle_on(emu: &SpritesEmulator) -> SpritesExec {
     SpritesProvider::new(SpritesConfig::new("spr_test").base_url(emu.base_url()))
         .expect("a provider")
         .attach(DEFAULT_SPRITE)
+        .expect("a handle")
 }
 
 fn sh(script: &str) -> Command {

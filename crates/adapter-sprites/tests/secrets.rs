@@ -42,7 +42,8 @@ async fn secrets_never_reach_any_log_at_trace() {
                 .transport(transport),
         )
         .unwrap()
-        .attach(DEFAULT_SPRITE);
+        .attach(DEFAULT_SPRITE)
+        .expect("a handle");
         let out = sprite.exec(cmd.clone()).await.unwrap();
         assert!(out.stdout.starts_with(STDIN_SECRET.as_bytes()), "{out:?}");
         if let Some(s) = sprite.streaming() {

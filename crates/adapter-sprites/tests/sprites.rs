@@ -36,6 +36,7 @@ fn on(config: SpritesConfig, name: &str) -> SpritesExec {
     SpritesProvider::new(config)
         .expect("a provider")
         .attach(name)
+        .expect("a handle")
 }
 
 fn sh(script: &str) -> Command {

@@ -14,9 +14,10 @@
 //! A `POST …/cmd` is never retried by this adapter (the TS SDK's `withRetry` does retry it on
 //! 5xx and can run a command twice; the Python SDK does not).
 
+use execseam_adapter_kit::retry::{self, Effect, NoAnswer};
+use execseam_adapter_kit::text;
 use std::time::{Duration, SystemTime};
 
-use execseam_core::transport::{self, Effect, Failure};
 use execseam_core::{Error, ErrorKind, Retry, WireStatus};
 
 use crate::PROVIDER;
@@ -57,7 +58,7 @@ impl CallError {
         let retry_after = headers
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| transport::parse_retry_after(v, SystemTime::now()));
+            .and_then(|v| retry::parse_retry_after(v, SystemTime::now()));
         let message = if parsed.error.message.is_empty() {
             String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned()
         } else {
@@ -100,7 +101,7 @@ pub(crate) fn map(e: CallError, op: &'static str, effect: Effect) -> Error {
             invalid_token,
             retry_after,
         } => {
-            let (mut kind, mut retry) = transport::http_status(status, effect, retry_after);
+            let (mut kind, mut retry) = retry::http_status(status, effect, retry_after);
             if status == 403 && invalid_token {
                 (kind, retry) = (ErrorKind::Unauthenticated, Retry::Never);
             }
@@ -116,28 +117,28 @@ pub(crate) fn map(e: CallError, op: &'static str, effect: Effect) -> Error {
         }
         CallError::Transport(t) => {
             let f = if t.is_connect() {
-                Failure::Connect
+                NoAnswer::Connect
             } else if t.is_timeout() {
-                Failure::Timeout
+                NoAnswer::Timeout
             } else if t.is_decode() {
-                Failure::Malformed
+                NoAnswer::Malformed
             } else {
-                Failure::Cut
+                NoAnswer::Cut
             };
-            let (kind, retry) = transport::failure(f, effect);
-            let message = transport::error_chain(&t);
+            let (kind, retry) = retry::no_answer(f, effect);
+            let message = text::error_chain(&t);
             base(kind, retry, message).with_source(t.without_url())
         }
         CallError::Protocol(m) => {
-            let (kind, retry) = transport::failure(Failure::Malformed, effect);
+            let (kind, retry) = retry::no_answer(NoAnswer::Malformed, effect);
             base(kind, retry, m)
         }
         CallError::Cut(m) => {
-            let (kind, retry) = transport::failure(Failure::Cut, effect);
+            let (kind, retry) = retry::no_answer(NoAnswer::Cut, effect);
             base(kind, retry, m)
         }
         CallError::Stream { code, message } => {
-            let retry = transport::retry_class(effect, transport::Sent::Maybe);
+            let retry = retry::retry_class(effect, retry::Sent::Maybe);
             base(
                 ErrorKind::Unavailable,
                 retry,

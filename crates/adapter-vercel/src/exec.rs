@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use bytes::Bytes;
-use execseam_core::transport::Effect;
+use execseam_adapter_kit::retry::Effect;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
-    Ownership, Sandbox, gone_is_destroyed,
+    Ownership, Sandbox,
 };
 use futures_util::StreamExt;
 use reqwest::Method;
@@ -70,20 +70,18 @@ impl Drop for Inner {
 pub(crate) async fn delete(api: &Api, name: &str) -> Result<(), Error> {
     let path = format!(
         "/v2/sandboxes/{}",
-        execseam_core::transport::escape_path_segment(name)
+        execseam_adapter_kit::text::escape_path_segment(name)
     );
-    let r = api
-        .send(
-            Method::DELETE,
-            &path,
-            &[("projectId", &api.config.project_id)],
-            Body::None,
-            false,
-        )
-        .await
-        .map(drop)
-        .map_err(|e| map(e, "destroy", Effect::Idempotent));
-    gone_is_destroyed(r)
+    api.send(
+        Method::DELETE,
+        &path,
+        &[("projectId", &api.config.project_id)],
+        Body::None,
+        false,
+    )
+    .await
+    .map(drop)
+    .map_err(|e| map(e, "destroy", Effect::Idempotent))
 }
 
 impl VercelExec {
@@ -111,7 +109,7 @@ impl VercelExec {
     fn session_path(&self, rest: &str) -> String {
         format!(
             "/v2/sandboxes/sessions/{}/{rest}",
-            execseam_core::transport::escape_path_segment(&self.session_id())
+            execseam_adapter_kit::text::escape_path_segment(&self.session_id())
         )
     }
 
@@ -119,7 +117,7 @@ impl VercelExec {
     async fn resume(&self) -> Result<(), CallError> {
         let path = format!(
             "/v2/sandboxes/{}",
-            execseam_core::transport::escape_path_segment(&self.inner.name)
+            execseam_adapter_kit::text::escape_path_segment(&self.inner.name)
         );
         let got: wire::SandboxAndSession = self
             .inner
@@ -149,6 +147,10 @@ impl VercelExec {
         stream: bool,
     ) -> Result<reqwest::Response, CallError> {
         let api = &self.inner.api;
+        if self.session_id().is_empty() {
+            // Attached by name: the current session is found (and resumed) on first use.
+            self.resume().await?;
+        }
         match api
             .send(
                 method.clone(),
@@ -169,7 +171,7 @@ impl VercelExec {
     }
 
     async fn start(&self, command: Command) -> Result<EventStream, Error> {
-        execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         let argv = command.argv();
         let stdin = command.stdin().clone();
         let cfg = &self.inner.api.config;
@@ -230,7 +232,7 @@ impl VercelExec {
         let body = serde_json::to_vec(&serde_json::json!({ "signal": signal })).expect("json");
         let rest = format!(
             "cmd/{}/kill",
-            execseam_core::transport::escape_path_segment(command_id)
+            execseam_adapter_kit::text::escape_path_segment(command_id)
         );
         self.inner
             .api
@@ -512,7 +514,7 @@ async fn next_event(mut st: StreamState) -> Option<(Result<Event, Error>, Stream
                         && let Ok(Err(e)) = task.await
                     {
                         // The command ran: whatever the stdin request was, never `Safe`.
-                        return Some((Err(execseam_core::transport::after_submit(e)), st));
+                        return Some((Err(execseam_adapter_kit::retry::after_submit(e)), st));
                     }
                     st.guard.set(Target::Done);
                     return Some((Ok(Event::Exit(Exit::Code(code))), st));
@@ -580,7 +582,7 @@ async fn next_event(mut st: StreamState) -> Option<(Result<Event, Error>, Stream
 async fn write_stdin(exec: &VercelExec, id: &str, input: Bytes) -> Result<(), Error> {
     let rest = format!(
         "cmd/{}/stdin",
-        execseam_core::transport::escape_path_segment(id)
+        execseam_adapter_kit::text::escape_path_segment(id)
     );
     let path = exec.session_path(&rest);
     let api = &exec.inner.api;
@@ -649,30 +651,13 @@ impl Sandbox for VercelExec {
         &self.inner.name
     }
 
-    fn owned(&self) -> bool {
-        self.inner.ownership.owned()
+    fn ownership(&self) -> &Ownership {
+        &self.inner.ownership
     }
 
-    fn set_owned(&self, owned: bool) {
-        self.inner.ownership.set_owned(owned);
-    }
-
-    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            let o = &self.inner.ownership;
-            if o.begin_close() && o.owned() && !o.is_destroyed() {
-                Sandbox::destroy(self).await?;
-            }
-            Ok(())
-        })
-    }
-
-    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async move {
-            delete(&self.inner.api, &self.inner.name).await?;
-            self.inner.ownership.mark_destroyed();
-            Ok(())
-        })
+    /// `DELETE /v2/sandboxes/{name}`.
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(delete(&self.inner.api, &self.inner.name))
     }
 }
 
@@ -690,7 +675,7 @@ impl VercelExec {
             .with_provider(PROVIDER)
             .with_operation("spawn"));
         }
-        execseam_core::transport::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         let argv = command.argv();
         let cfg = &self.inner.api.config;
         let args: Vec<String> = argv[1..].to_vec();
@@ -741,7 +726,7 @@ impl VercelCommand {
     }
 
     fn path(&self, rest: &str) -> String {
-        let id = execseam_core::transport::escape_path_segment(&self.id);
+        let id = execseam_adapter_kit::text::escape_path_segment(&self.id);
         if rest.is_empty() {
             format!("cmd/{id}")
         } else {

@@ -19,7 +19,8 @@
 //! Error mapping, the lifecycle and what is not verified: `docs/adapters/vercel.md`.
 #![warn(missing_docs)]
 
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
 
 mod client;
 mod config;
@@ -35,8 +36,8 @@ pub use provider::VercelProvider;
 /// The largest command (argv and env) sent, checked before any I/O: the sandbox `execve`s the
 /// command and args it is given (128 KiB per string, 1 MiB in all, the rest of `ARG_MAX` left
 /// to the sandbox's environment).
-pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
-    execseam_core::transport::SizeLimit::execve(
+pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
+    execseam_adapter_kit::size::SizeLimit::execve(
         1 << 20,
         "execve in the Vercel sandbox: 128 KiB per string, 1 MiB in all",
     );
@@ -44,19 +45,42 @@ pub const SIZE_LIMIT: execseam_core::transport::SizeLimit =
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "vercel";
 
-/// The environment variables [`VercelConfig::from_env`] reads.
-pub const ENV_VARS: &[&str] = &[
-    "VERCEL_TOKEN",
-    "VERCEL_TEAM_ID",
-    "VERCEL_PROJECT_ID",
-    "VERCEL_OIDC_TOKEN",
-    "VERCEL_API_URL",
-    "VERCEL_SANDBOX_RUNTIME",
-    "VERCEL_SANDBOX_TIMEOUT",
-    "VERCEL_SANDBOX_VCPUS",
-    "VERCEL_COMMAND_TIMEOUT",
-    "VERCEL_SANDBOX_SUDO",
+/// The configuration variables [`VercelConfig::from_env`] reads.
+pub const VARS: &[Var] = &[
+    Var::secret("VERCEL_TOKEN"),
+    Var::text("VERCEL_TEAM_ID"),
+    Var::text("VERCEL_PROJECT_ID"),
+    Var::secret("VERCEL_OIDC_TOKEN"),
+    Var::url("VERCEL_API_URL"),
+    Var::text("VERCEL_SANDBOX_RUNTIME"),
+    Var::seconds("VERCEL_SANDBOX_TIMEOUT"),
+    Var::number("VERCEL_SANDBOX_VCPUS"),
+    Var::seconds("VERCEL_COMMAND_TIMEOUT"),
+    Var::flag("VERCEL_SANDBOX_SUDO"),
 ];
+
+/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Vercel;
+
+impl Adapter for Vercel {
+    const NAME: &'static str = PROVIDER;
+    const ABOUT: &'static str = "Vercel Sandbox through the Sandbox REST API (cmd + args, NDJSON logs, files as gzip'd tar)";
+    const VARS: &'static [Var] = VARS;
+    const CAPABILITIES: Capabilities = CAPABILITIES;
+    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
+
+    type Config = VercelConfig;
+    type Provider = VercelProvider;
+
+    fn config(vars: &Vars<'_>) -> Result<VercelConfig, Error> {
+        VercelConfig::from_vars(|k| vars.get(k))
+    }
+
+    fn provider(config: VercelConfig) -> Result<VercelProvider, Error> {
+        VercelProvider::new(config)
+    }
+}
 
 /// Vercel's lifecycle: create (`POST /v3/sandboxes`), connect by name (`GET
 /// /v2/sandboxes/{name}?resume=true`), list (`GET /v2/sandboxes?project=&tags=`), destroy

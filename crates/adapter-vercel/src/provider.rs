@@ -1,6 +1,7 @@
 //! [`VercelProvider`]: the sandbox lifecycle over `/v3/sandboxes` and `/v2/sandboxes`.
 
-use execseam_core::transport::{Effect, escape_path_segment};
+use execseam_adapter_kit::retry::Effect;
+use execseam_adapter_kit::text::escape_path_segment;
 use execseam_core::{
     BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Ownership, Provider,
     Sandbox, SandboxInfo, SandboxSpec, SandboxState,
@@ -10,7 +11,7 @@ use reqwest::Method;
 use crate::client::{Api, Body, http_client};
 use crate::config::{VercelConfig, config_error};
 use crate::error::map;
-use crate::exec::{VercelExec, delete};
+use crate::exec::VercelExec;
 use crate::wire::{CreateSandbox, Resources, SandboxAndSession, SandboxPage, SandboxPayload};
 use crate::{CAPABILITIES, LIFECYCLE, PROVIDER};
 
@@ -122,9 +123,20 @@ impl VercelProvider {
         ))
     }
 
-    /// A handle on a sandbox whose name and current session are known, without calling the API
-    /// (a stopped session is resumed on first use). It does not own the sandbox.
-    pub fn attach(&self, name: &str, session_id: &str) -> VercelExec {
+    /// A handle on sandbox `name` without calling the API; not owned. Its current session is
+    /// looked up (and resumed if stopped) on first use.
+    pub fn attach(&self, name: &str) -> Result<VercelExec, Error> {
+        Ok(VercelExec::new(
+            self.api.clone(),
+            name.to_owned(),
+            String::new(),
+            Ownership::connected(),
+        ))
+    }
+
+    /// A handle on sandbox `name` in session `session_id`, both known, without calling the API
+    /// (a stopped session is resumed on first use); not owned.
+    pub fn attach_session(&self, name: &str, session_id: &str) -> VercelExec {
         VercelExec::new(
             self.api.clone(),
             name.to_owned(),
@@ -167,7 +179,7 @@ impl VercelProvider {
 
     /// Deletes a sandbox (`DELETE /v2/sandboxes/{name}`); one that does not exist is `Ok(())`.
     pub async fn destroy(&self, name: &str) -> Result<(), Error> {
-        delete(&self.api, name).await
+        Sandbox::destroy(&self.attach(name)?).await
     }
 }
 
@@ -206,6 +218,10 @@ impl Provider for VercelProvider {
 
     fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         Box::pin(async move { Ok(Box::new(VercelProvider::connect(self, id).await?) as _) })
+    }
+
+    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
+        Ok(Box::new(VercelProvider::attach(self, id)?))
     }
 
     fn list<'a>(

@@ -48,9 +48,10 @@ fn main() {
                 .clone()
                 .api_url(format!("http://127.0.0.1:{dead_port}")),
         )?
-        .attach(exec.id(), &exec.session_id());
+        .attach_session(exec.id(), &exec.session_id());
         // A sandbox and session the emulator never issued.
-        let vanished = provider.attach("no-such-sandbox", "se_00000000000000000000000000000000");
+        let vanished =
+            provider.attach_session("no-such-sandbox", "se_00000000000000000000000000000000");
         let faults = emulator.faults().clone();
         let counter = emulator.sandbox_counter();
         Ok(Target::new("vercel", Arc::new(exec))

@@ -422,7 +422,7 @@ fn capped(b: &[u8], max: usize) -> (&[u8], usize) {
 fn text(b: &[u8]) -> Value {
     match std::str::from_utf8(b) {
         Ok(s) => Value::String(s.to_owned()),
-        Err(_) => json!({ "base64": execseam::degrade::base64_encode(b) }),
+        Err(_) => json!({ "base64": execseam_adapter_kit::degrade::base64_encode(b) }),
     }
 }
 

@@ -3,7 +3,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use execseam::{Adapter, BoxFuture, Capabilities, Error, Exec, Provider, Sandbox, SandboxSpec};
+use execseam::{
+    AdapterInfo as Adapter, BoxFuture, Capabilities, Error, Exec, Provider, Sandbox, SandboxSpec,
+};
 
 /// A clean-up: closes a sandbox this run created.
 type Cleanup = BoxFuture<'static, Result<(), Error>>;

@@ -279,7 +279,7 @@ pub fn adapters(as_json: bool, markdown: bool) -> ExitCode {
                 json!({
                     "name": a.name,
                     "about": a.about,
-                    "env": a.env,
+                    "env": a.env(),
                     "lifecycle": {
                         "create": a.lifecycle.create, "connect": a.lifecycle.connect,
                         "list": a.lifecycle.list, "destroy": a.lifecycle.destroy,
@@ -321,8 +321,8 @@ pub fn adapters(as_json: bool, markdown: bool) -> ExitCode {
             yn(c.binary_output),
             a.about
         );
-        if !a.env.is_empty() {
-            println!("{:<11} configured by: {}", "", a.env.join(", "));
+        if !a.vars.is_empty() {
+            println!("{:<11} configured by: {}", "", a.env().join(", "));
         }
     }
     ExitCode::SUCCESS
@@ -384,7 +384,7 @@ pub async fn emulate(args: EmulateArgs) -> ExitCode {
         emulator.provider
     );
     for (k, v) in &emulator.env {
-        println!("export {k}={}", execseam_core::degrade::quote(v));
+        println!("export {k}={}", execseam_adapter_kit::degrade::quote(v));
     }
     let _ = std::io::stdout().flush();
     // Until interrupted or terminated; dropping the emulator removes its sandboxes.

@@ -23,7 +23,7 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use clap::Args;
-use execseam_core::degrade::base64_encode;
+use execseam_adapter_kit::degrade::base64_encode;
 use execseam_core::{Error, Exec};
 use execseam_tools::{
     Change, GrepOptions, Listing, ReadRange, RelPath, ToolError, Tools, WriteOptions, escape,

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use execseam_core::native::{self, NativeRequest};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, Event, EventStream, Exec, ExecStream, Output,
 };
+use execseam_tools_protocol::native::{self, NativeRequest};
 
 /// SplitMix64: small, seedable, good enough to shuffle.
 #[derive(Clone, Debug)]

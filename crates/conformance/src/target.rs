@@ -121,7 +121,7 @@ impl Target {
             missing_sandbox_id: "execseamnosuchsandbox0".into(),
             keep_alive: Vec::new(),
             suite: SuiteState {
-                id: format!("run-{}", execseam_core::transport::random_id(12)),
+                id: format!("run-{}", execseam_adapter_kit::id::random_id(12)),
                 created: Mutex::new(Vec::new()),
                 baseline: Mutex::new(None),
             },

@@ -150,7 +150,7 @@ fn scratched(target: Target) -> Target {
     let dir = std::env::temp_dir().canonicalize().unwrap().join(format!(
         "execseam-teeth-{}-{}",
         std::process::id(),
-        execseam_core::degrade::temp_path("/").trim_start_matches("/.execseam-")
+        execseam_adapter_kit::degrade::temp_path("/").trim_start_matches("/.execseam-")
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.to_str().unwrap().to_owned();

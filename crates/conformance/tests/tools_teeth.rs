@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use bytes::Bytes;
 use execseam_conformance::{Outcome, Target, run};
-use execseam_core::native::{self, NativeRequest};
 use execseam_core::{BoxFuture, Capabilities, Command, Error, Exec, Exit, Output};
 use execseam_local::LocalExec;
+use execseam_tools_protocol::native::{self, NativeRequest};
 
 #[derive(Clone, Copy, Debug)]
 enum Lie {

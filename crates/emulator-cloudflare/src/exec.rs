@@ -7,8 +7,8 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{HeaderValue, Request, Response, header};
 use bytes::Bytes;
-use execseam_core::degrade::quote;
 use execseam_core::{Command, Event, ExecStream, Exit};
+use execseam_emulator_kit::sh::quote;
 use tokio::sync::mpsc;
 
 use super::routes::{MAX_BODY, read_body, session_header};

@@ -498,8 +498,8 @@ async fn hydrate(entry: Arc<Entry>, req: Request<Body>) -> Response<Body> {
     let ws = entry.sandbox.visible_path(WORKSPACE);
     let script = format!(
         "mkdir -p {ws} && tar xf {tmp} -C {ws}; s=$?; rm -f {tmp}; exit $s",
-        ws = execseam_core::degrade::quote(&ws),
-        tmp = execseam_core::degrade::quote(&tmp)
+        ws = execseam_emulator_kit::sh::quote(&ws),
+        tmp = execseam_emulator_kit::sh::quote(&tmp)
     );
     match entry
         .sandbox

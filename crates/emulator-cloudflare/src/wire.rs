@@ -236,7 +236,7 @@ impl Utf8Stream {
 
 /// Standard base64 with padding (`btoa`).
 pub fn base64(data: &[u8]) -> String {
-    execseam_core::degrade::base64_encode(data)
+    base64::Engine::encode(&base64::engine::general_purpose::STANDARD, data)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ pub mod faults;
 pub mod grpc;
 pub mod sandbox;
 pub mod server;
+pub mod sh;
 pub mod shell;
 pub mod stream;
 #[doc(hidden)]

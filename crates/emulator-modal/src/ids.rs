@@ -22,7 +22,7 @@ const CROCKFORD: &[u8] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
 /// 64 random bits.
 pub fn random_u64() -> u64 {
-    execseam_core::transport::random_u64()
+    execseam_emulator_kit::clock::random_u64()
 }
 
 /// `n` random bytes.

@@ -248,7 +248,7 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
         vec![
             "script".to_owned(),
             "-qefc".to_owned(),
-            execseam_core::degrade::join(&ctx.argv),
+            execseam_emulator_kit::sh::join(&ctx.argv),
             "/dev/null".to_owned(),
         ]
     } else {

@@ -13,7 +13,7 @@ use tracing::field::Empty;
 
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, Exec, ExecStream, LifecycleCapabilities, ListFilter,
-    Output, Provider, Reattach, Sandbox, SandboxInfo, SandboxSpec, WireStatus,
+    Output, Ownership, Provider, Reattach, Sandbox, SandboxInfo, SandboxSpec, WireStatus,
 };
 
 /// A [`Provider`] whose `create`, `connect`, `list` and `destroy` each run in one `debug` span
@@ -84,6 +84,11 @@ impl<P: Provider> Provider for TracedProvider<P> {
         let span = span(self.0.provider(), "connect", Some(id));
         let fut = run(span, self.0.connect(id), |_, _| {});
         Box::pin(async move { fut.await.map(TracedSandbox::boxed) })
+    }
+
+    /// No I/O, so no span: the handle's `close` and `destroy` are traced.
+    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
+        self.0.attach(id).map(TracedSandbox::boxed)
     }
 
     fn list<'a>(
@@ -165,6 +170,18 @@ impl Exec for TracedSandbox {
 impl Sandbox for TracedSandbox {
     fn id(&self) -> &str {
         self.0.id()
+    }
+
+    fn ownership(&self) -> &Ownership {
+        self.0.ownership()
+    }
+
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+        self.0.end()
+    }
+
+    fn release(&self) -> BoxFuture<'_, Result<(), Error>> {
+        self.0.release()
     }
 
     fn owned(&self) -> bool {
@@ -294,7 +311,7 @@ mod tests {
 
     /// A sandbox that streams and reattaches: the handle the wrapper returns must still say so,
     /// and hand back this very implementation.
-    struct Streams(&'static str);
+    struct Streams(&'static str, Ownership);
 
     impl Exec for Streams {
         fn provider(&self) -> &str {
@@ -338,14 +355,10 @@ mod tests {
         fn id(&self) -> &str {
             self.0
         }
-        fn owned(&self) -> bool {
-            true
+        fn ownership(&self) -> &Ownership {
+            &self.1
         }
-        fn set_owned(&self, _: bool) {}
-        fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
-            Box::pin(async { Ok(()) })
-        }
-        fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
             Box::pin(async {
                 Err(Error::new(ErrorKind::Unavailable, "try later")
                     .with_status(WireStatus::Http(502)))
@@ -354,7 +367,7 @@ mod tests {
     }
 
     /// A handle that discovers nothing: the wrapper must not invent a capability.
-    struct Plain;
+    struct Plain(Ownership);
 
     impl Exec for Plain {
         fn provider(&self) -> &str {
@@ -372,14 +385,10 @@ mod tests {
         fn id(&self) -> &str {
             "plain-1"
         }
-        fn owned(&self) -> bool {
-            false
+        fn ownership(&self) -> &Ownership {
+            &self.0
         }
-        fn set_owned(&self, _: bool) {}
-        fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
-            Box::pin(async { Ok(()) })
-        }
-        fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
             Box::pin(async { Ok(()) })
         }
     }
@@ -414,13 +423,15 @@ mod tests {
         fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
             let env = spec.env().len();
             self.calls.lock().unwrap().push(format!("create env={env}"));
-            Box::pin(async { Ok(Box::new(Streams("fake-new")) as Box<dyn Sandbox>) })
+            Box::pin(async {
+                Ok(Box::new(Streams("fake-new", Ownership::connected())) as Box<dyn Sandbox>)
+            })
         }
         fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
             self.calls.lock().unwrap().push(format!("connect {id}"));
             Box::pin(async move {
                 if id == "fake-new" {
-                    Ok(Box::new(Streams("fake-new")) as Box<dyn Sandbox>)
+                    Ok(Box::new(Streams("fake-new", Ownership::connected())) as Box<dyn Sandbox>)
                 } else {
                     Err(Error::new(ErrorKind::NotFound, "no such sandbox"))
                 }
@@ -640,7 +651,7 @@ mod tests {
                 let destroy = sb.destroy().await.err().unwrap().status();
                 out.push((wrapped, same, handle, close, destroy, sb.id().to_owned()));
             }
-            let plain = TracedSandbox::new(Box::new(Plain));
+            let plain = TracedSandbox::new(Box::new(Plain(Ownership::connected())));
             out.push((
                 plain.streaming().is_none() && plain.reattach().is_none(),
                 !plain.owned(),

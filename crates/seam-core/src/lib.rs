@@ -31,7 +31,7 @@
 //!    classify it. When the host's own deadline fires, the result is an `Err` of kind
 //!    [`ErrorKind::Timeout`] carrying the partial output, not an `Output`.
 //! 4. argv is never reinterpreted. Where a backend only takes a string, the adapter quotes exactly
-//!    with [`degrade::quote`] / [`degrade::join`].
+//!    (the adapter kit's `degrade::quote` / `degrade::join`).
 //! 5. Listings are ordered and truncated by the library, never by the sandbox (see `execseam-tools`).
 //! 6. No policy, limits or budget inside [`Command`]: policy lives on the host side, in adapter
 //!    configuration and in host-side layers (`execseam-layers`).
@@ -40,15 +40,11 @@
 #![warn(missing_docs)]
 
 mod capabilities;
-pub mod code;
 mod command;
-pub mod degrade;
 mod error;
 mod exec;
 mod lifecycle;
-pub mod native;
 mod output;
-pub mod transport;
 pub mod wire;
 
 pub use capabilities::{Capabilities, Delivery};
@@ -57,6 +53,6 @@ pub use error::{Deadline, Error, ErrorKind, Retry, WireStatus};
 pub use exec::{BoxFuture, Event, EventStream, Exec, ExecStream, ProcessHandle, Reattach};
 pub use lifecycle::{
     LifecycleCapabilities, ListFilter, Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec,
-    SandboxState, SpecSupport, gone_is_destroyed,
+    SandboxState, SpecSupport,
 };
 pub use output::{Exit, ExitClass, Output, PartialOutput, Truncated};

@@ -512,25 +512,72 @@ impl SandboxInfo {
 /// One sandbox: runs commands ([`Exec`], and [`ExecStream`](crate::ExecStream) through
 /// [`Exec::streaming`] where the adapter streams), knows its id, and is ended by an awaited
 /// [`close`](Sandbox::close). See the [module docs](self) for ownership.
+///
+/// An adapter implements [`id`](Sandbox::id), [`ownership`](Sandbox::ownership) and
+/// [`end`](Sandbox::end) (and [`release`](Sandbox::release) if its handle holds anything);
+/// ownership, `close` and `destroy` are provided, the same for every adapter.
 pub trait Sandbox: Exec {
-    /// The provider's id for this sandbox (what [`Provider::connect`] takes).
+    /// The provider's id for this sandbox (what [`Provider::connect`] and
+    /// [`Provider::attach`] take).
     fn id(&self) -> &str;
+
+    /// The handle's ownership state, shared by its clones.
+    fn ownership(&self) -> &Ownership;
+
+    /// Ends the sandbox on the provider, once, whatever the ownership: what
+    /// [`destroy`](Sandbox::destroy) calls (call that instead: it keeps the ownership state and
+    /// counts a sandbox already gone, `Err(NotFound)`, as destroyed). A provider that cannot end
+    /// its sandboxes says [`Unsupported`](crate::ErrorKind::Unsupported).
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>>;
+
+    /// Releases what the handle holds (sessions, temporary files) when
+    /// [`close`](Sandbox::close) keeps the sandbox. Nothing by default.
+    fn release(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
 
     /// True if [`close`](Sandbox::close) destroys the sandbox: a handle from
     /// [`Provider::create`] starts owned, one from [`Provider::connect`] does not.
-    fn owned(&self) -> bool;
+    fn owned(&self) -> bool {
+        self.ownership().owned()
+    }
 
     /// Changes the ownership: `false` keeps a created sandbox running after `close` (and after
     /// drop); `true` makes `close` destroy a connected one.
-    fn set_owned(&self, owned: bool);
+    fn set_owned(&self, owned: bool) {
+        self.ownership().set_owned(owned);
+    }
 
-    /// Ends this handle: destroys the sandbox if the handle owns it, then releases what the
-    /// handle holds. Idempotent.
-    fn close(&self) -> BoxFuture<'_, Result<(), Error>>;
+    /// Ends this handle: destroys the sandbox if the handle owns it (and it is not destroyed
+    /// yet), else [`release`](Sandbox::release)s what the handle holds. Idempotent: only the
+    /// first call does anything.
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let o = self.ownership();
+            if !o.begin_close() {
+                return Ok(());
+            }
+            if o.owned() && !o.is_destroyed() {
+                self.destroy().await
+            } else {
+                self.release().await
+            }
+        })
+    }
 
-    /// Destroys the sandbox, whatever the ownership. Idempotent: a sandbox that is already gone
-    /// is `Ok(())`.
-    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>>;
+    /// Destroys the sandbox, whatever the ownership ([`end`](Sandbox::end)). Idempotent: a
+    /// sandbox that is already gone is `Ok(())`.
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            match self.end().await {
+                Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
+                _ => {
+                    self.ownership().mark_destroyed();
+                    Ok(())
+                }
+            }
+        })
+    }
 }
 
 /// Creates, connects to, lists and destroys sandboxes of one provider. Configured without I/O
@@ -563,6 +610,16 @@ pub trait Provider: Send + Sync {
         unsupported(self.provider(), "connect")
     }
 
+    /// A handle on the existing sandbox `id` without any I/O; the handle does not own it. A
+    /// sandbox that does not exist is found out on first use (an exec through the handle is
+    /// [`NotFound`](crate::ErrorKind::NotFound)); an `id` that cannot name one of this provider's
+    /// sandboxes is an error here. For a sandbox whose id was stored (by another process, before
+    /// a restart) and for tests that need a handle on a sandbox that vanished.
+    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
+        let _ = id;
+        Err(unsupported_error(self.provider(), "attach"))
+    }
+
     /// Lists the sandboxes `filter` selects, in no particular order, every page fetched.
     fn list<'a>(
         &'a self,
@@ -579,13 +636,17 @@ pub trait Provider: Send + Sync {
     }
 }
 
+fn unsupported_error(provider: &str, operation: &'static str) -> Error {
+    Error::unsupported(format!("{provider} has no {operation}"))
+        .with_provider(provider.to_owned())
+        .with_operation(operation)
+}
+
 fn unsupported<'a, T: Send + 'a>(
     provider: &str,
     operation: &'static str,
 ) -> BoxFuture<'a, Result<T, Error>> {
-    let e = Error::unsupported(format!("{provider} has no {operation}"))
-        .with_provider(provider.to_owned())
-        .with_operation(operation);
+    let e = unsupported_error(provider, operation);
     Box::pin(async move { Err(e) })
 }
 
@@ -597,8 +658,17 @@ pub struct Ownership(Arc<OwnershipState>);
 #[derive(Debug)]
 struct OwnershipState {
     owned: AtomicBool,
+    /// False for a sandbox this provider can never destroy: it cannot be owned.
+    ownable: bool,
     closed: AtomicBool,
     destroyed: AtomicBool,
+}
+
+impl Default for Ownership {
+    /// Not owned, as for [`Ownership::connected`].
+    fn default() -> Ownership {
+        Ownership::connected()
+    }
 }
 
 impl Ownership {
@@ -612,9 +682,21 @@ impl Ownership {
         Ownership::new(false)
     }
 
+    /// For a handle on a sandbox the provider can never destroy (a guest that ends with its
+    /// task, a service of the user's): never owned, and [`set_owned`](Self::set_owned)`(true)`
+    /// is ignored, so `close` only releases.
+    pub fn never_owned() -> Ownership {
+        Ownership::with(false, false)
+    }
+
     fn new(owned: bool) -> Ownership {
+        Ownership::with(owned, true)
+    }
+
+    fn with(owned: bool, ownable: bool) -> Ownership {
         Ownership(Arc::new(OwnershipState {
             owned: AtomicBool::new(owned),
+            ownable,
             closed: AtomicBool::new(false),
             destroyed: AtomicBool::new(false),
         }))
@@ -625,9 +707,11 @@ impl Ownership {
         self.0.owned.load(Ordering::SeqCst)
     }
 
-    /// See [`Sandbox::set_owned`].
+    /// See [`Sandbox::set_owned`]; ignored for [`never_owned`](Self::never_owned).
     pub fn set_owned(&self, owned: bool) {
-        self.0.owned.store(owned, Ordering::SeqCst);
+        self.0
+            .owned
+            .store(owned && self.0.ownable, Ordering::SeqCst);
     }
 
     /// Marks the handle closed; true the first time only.
@@ -657,15 +741,6 @@ impl Ownership {
     }
 }
 
-/// A destroy that found the sandbox already gone counts as done: maps `Err(NotFound)` to
-/// `Ok(())`, for [`Sandbox::destroy`] and [`Provider::destroy`] implementations.
-pub fn gone_is_destroyed(result: Result<(), Error>) -> Result<(), Error> {
-    match result {
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-        other => other,
-    }
-}
-
 macro_rules! forward_provider {
     ($($ty:ty),*) => {$(
         impl<T: Provider + ?Sized> Provider for $ty {
@@ -684,6 +759,9 @@ macro_rules! forward_provider {
             fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
                 (**self).connect(id)
             }
+            fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
+                (**self).attach(id)
+            }
             fn list<'a>(&'a self, filter: &'a ListFilter) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
                 (**self).list(filter)
             }
@@ -701,6 +779,15 @@ macro_rules! forward_sandbox {
         impl<T: Sandbox + ?Sized> Sandbox for $ty {
             fn id(&self) -> &str {
                 (**self).id()
+            }
+            fn ownership(&self) -> &Ownership {
+                (**self).ownership()
+            }
+            fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+                (**self).end()
+            }
+            fn release(&self) -> BoxFuture<'_, Result<(), Error>> {
+                (**self).release()
             }
             fn owned(&self) -> bool {
                 (**self).owned()
@@ -817,15 +904,12 @@ mod tests {
         assert!(o.begin_close());
         assert!(!clone.begin_close());
         assert!(!Ownership::connected().owned());
+        let never = Ownership::never_owned();
+        never.set_owned(true);
+        assert!(!never.owned());
     }
 
-    #[test]
-    fn gone_counts_as_destroyed() {
-        assert!(gone_is_destroyed(Err(Error::new(ErrorKind::NotFound, "gone"))).is_ok());
-        assert!(gone_is_destroyed(Err(Error::new(ErrorKind::Internal, "x"))).is_err());
-    }
-
-    struct Fixed;
+    struct Fixed(Ownership);
 
     impl Exec for Fixed {
         fn provider(&self) -> &str {
@@ -843,14 +927,10 @@ mod tests {
         fn id(&self) -> &str {
             "s1"
         }
-        fn owned(&self) -> bool {
-            false
+        fn ownership(&self) -> &Ownership {
+            &self.0
         }
-        fn set_owned(&self, _: bool) {}
-        fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
-            Box::pin(async { Ok(()) })
-        }
-        fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+        fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
             Box::pin(async { Ok(()) })
         }
     }
@@ -871,8 +951,96 @@ mod tests {
             }
         }
         fn connect<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-            Box::pin(async { Ok(Box::new(Fixed) as Box<dyn Sandbox>) })
+            Box::pin(async { Ok(Box::new(Fixed(Ownership::connected())) as Box<dyn Sandbox>) })
         }
+    }
+
+    /// Counts `end` and `release`; `end` answers `answer`.
+    struct Counting {
+        ownership: Ownership,
+        answer: Option<ErrorKind>,
+        ends: std::sync::atomic::AtomicUsize,
+        releases: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Counting {
+        fn new(ownership: Ownership, answer: Option<ErrorKind>) -> Counting {
+            Counting {
+                ownership,
+                answer,
+                ends: Default::default(),
+                releases: Default::default(),
+            }
+        }
+        fn counts(&self) -> (usize, usize) {
+            (
+                self.ends.load(Ordering::SeqCst),
+                self.releases.load(Ordering::SeqCst),
+            )
+        }
+    }
+
+    impl Exec for Counting {
+        fn provider(&self) -> &str {
+            "counting"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::FULL
+        }
+        fn exec(&self, _: Command) -> BoxFuture<'_, Result<Output, Error>> {
+            Box::pin(async { Ok(Output::new("", "", Exit::Code(0))) })
+        }
+    }
+
+    impl Sandbox for Counting {
+        fn id(&self) -> &str {
+            "c1"
+        }
+        fn ownership(&self) -> &Ownership {
+            &self.ownership
+        }
+        fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+            self.ends.fetch_add(1, Ordering::SeqCst);
+            let answer = self.answer.map(|k| Error::new(k, "answer"));
+            Box::pin(async move { answer.map_or(Ok(()), Err) })
+        }
+        fn release(&self) -> BoxFuture<'_, Result<(), Error>> {
+            self.releases.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[test]
+    fn close_destroys_an_owned_sandbox_once_and_releases_a_connected_one() {
+        let created = Counting::new(Ownership::created(), None);
+        block(created.close()).unwrap();
+        block(created.close()).unwrap();
+        assert_eq!(created.counts(), (1, 0));
+        assert!(created.ownership().is_destroyed());
+
+        let connected = Counting::new(Ownership::connected(), None);
+        block(connected.close()).unwrap();
+        block(connected.close()).unwrap();
+        assert_eq!(connected.counts(), (0, 1));
+
+        // Kept: a created sandbox handed over survives close.
+        let kept = Counting::new(Ownership::created(), None);
+        kept.set_owned(false);
+        block(kept.close()).unwrap();
+        assert_eq!(kept.counts(), (0, 1));
+    }
+
+    #[test]
+    fn destroy_counts_gone_as_done_and_reports_other_failures() {
+        let gone = Counting::new(Ownership::connected(), Some(ErrorKind::NotFound));
+        block(gone.destroy()).unwrap();
+        assert!(gone.ownership().is_destroyed());
+        let failing = Counting::new(Ownership::created(), Some(ErrorKind::Unavailable));
+        assert_eq!(
+            block(failing.close()).unwrap_err().kind(),
+            ErrorKind::Unavailable
+        );
+        assert!(!failing.ownership().is_destroyed());
     }
 
     fn block<F: Future>(f: F) -> F::Output {
@@ -892,6 +1060,11 @@ mod tests {
         );
         let e = block(p.list(&ListFilter::new())).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Unsupported);
+        let e = p.attach("s1").err().unwrap();
+        assert_eq!(
+            (e.kind(), e.operation()),
+            (ErrorKind::Unsupported, "attach")
+        );
         let s = block(p.connect("s1")).unwrap();
         assert_eq!(s.id(), "s1");
         let exec: Arc<dyn Exec> = Arc::<dyn Sandbox>::from(s);

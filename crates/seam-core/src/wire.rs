@@ -108,43 +108,17 @@ mod impls {
     use serde::ser::{SerializeMap, SerializeStruct, Serializer};
     use serde::{Deserialize, Serialize};
 
-    use crate::degrade::base64_encode;
     use crate::error::{Deadline, Error, ErrorKind, Retry, WireStatus};
     use crate::output::{Exit, Output, PartialOutput, Truncated};
+    use base64::Engine as _;
 
-    /// The inverse of [`base64_encode`] (standard alphabet, padding required), for
-    /// deserializing an [`Output`]; `None` for anything else.
+    fn base64_encode(data: &[u8]) -> String {
+        base64::engine::general_purpose::STANDARD.encode(data)
+    }
+
+    /// Standard base64 with padding; `None` for anything else.
     fn base64_decode(s: &str) -> Option<Vec<u8>> {
-        let b = s.as_bytes();
-        if !b.len().is_multiple_of(4) {
-            return None;
-        }
-        let val = |c: u8| -> Option<u32> {
-            Some(match c {
-                b'A'..=b'Z' => c - b'A',
-                b'a'..=b'z' => c - b'a' + 26,
-                b'0'..=b'9' => c - b'0' + 52,
-                b'+' => 62,
-                b'/' => 63,
-                _ => return None,
-            } as u32)
-        };
-        let mut out = Vec::with_capacity(b.len() / 4 * 3);
-        for (i, q) in b.chunks(4).enumerate() {
-            let last = i == b.len() / 4 - 1;
-            let pad = q.iter().rev().take_while(|&&c| c == b'=').count();
-            if pad > 2 || (pad > 0 && !last) {
-                return None;
-            }
-            let mut n = 0u32;
-            for &c in &q[..4 - pad] {
-                n = (n << 6) | val(c)?;
-            }
-            n <<= 6 * pad as u32;
-            let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-            out.extend_from_slice(&bytes[..3 - pad]);
-        }
-        Some(out)
+        base64::engine::general_purpose::STANDARD.decode(s).ok()
     }
 
     impl Serialize for ErrorKind {

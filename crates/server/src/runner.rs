@@ -1,7 +1,7 @@
 //! Runs one request through the configured adapter: a sandbox from the lifecycle interface (a
 //! fresh one per execution, destroyed after; or one shared sandbox with `--sandbox`), the
 //! input files, then the program as the `code` tool's command for its language
-//! ([`execseam_core::code::CodeRequest::command`]), with the request's env.
+//! ([`execseam_tools_protocol::code::CodeRequest::command`]), with the request's env.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,7 +13,7 @@ use execseam::{
     Command, Error, ErrorKind, Event, Exit, ProcessHandle, Provider, Reattach, Sandbox, SandboxSpec,
 };
 use execseam_chrono::wire::{ExecOutput, ExecuteRequest, Language};
-use execseam_core::code::{self, CodeRequest};
+use execseam_tools_protocol::code::{self, CodeRequest};
 use tokio::sync::mpsc;
 
 use crate::metrics::Metrics;

@@ -543,7 +543,8 @@ async fn every_language_runs_through_both_paths_and_the_chrono_adapter_works_ove
             .unwrap();
         assert_eq!(out.exit, Exit::Code(127));
         assert!(
-            String::from_utf8_lossy(&out.stderr).starts_with(execseam_core::code::MISSING_RUNTIME)
+            String::from_utf8_lossy(&out.stderr)
+                .starts_with(execseam_tools_protocol::code::MISSING_RUNTIME)
         );
     }
     // The adapter's argv commands (exact quoting, env, stdin, workdir) over /execute…

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 /// A `sleep` duration no other process on the machine has: a long sleep with a random
 /// fraction (`86399.<8 digits>`), to find the command's processes by their argv.
 pub fn unique_sleep() -> String {
-    let r = execseam_core::transport::random_u64() % 100_000_000;
+    let r = execseam_emulator_kit::clock::random_u64() % 100_000_000;
     format!("86399.{r:08}")
 }
 

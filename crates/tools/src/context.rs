@@ -2,8 +2,8 @@
 //! (size-framed, so any byte may appear), and each match gets its neighbouring lines.
 
 use bytes::Bytes;
-use execseam_core::native;
 use execseam_core::{Command, Tool};
+use execseam_tools_protocol::native;
 
 use crate::Tools;
 use crate::error::ToolError;

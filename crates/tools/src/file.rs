@@ -1,8 +1,8 @@
 //! read and write: the commands, and how their outputs are read.
 
 use bytes::Bytes;
-use execseam_core::native;
 use execseam_core::{Command, Error, Tool};
+use execseam_tools_protocol::native;
 
 use crate::error::ToolError;
 

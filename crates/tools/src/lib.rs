@@ -63,12 +63,12 @@ mod path;
 pub mod wire;
 
 use bytes::Bytes;
-use execseam_core::degrade::temp_path;
-use execseam_core::native::{self, Failure, GrepRequest, NativeRequest};
+use execseam_adapter_kit::degrade::temp_path;
+use execseam_tools_protocol::native::{self, Failure, GrepRequest, NativeRequest};
 use std::time::Duration;
 
-pub use execseam_core::code::{CodeRequest, Language};
 use execseam_core::{Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Retry, Tool};
+pub use execseam_tools_protocol::code::{CodeRequest, Language};
 
 pub use error::ToolError;
 pub use file::ReadRange;

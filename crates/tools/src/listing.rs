@@ -2,8 +2,8 @@
 //! order, and only then truncate. This is the one place ordering and truncation happen.
 
 use bytes::Bytes;
-use execseam_core::native::{self, GlobRequest, GrepRequest, NativeRequest};
 use execseam_core::{Output, Tool};
+use execseam_tools_protocol::native::{self, GlobRequest, GrepRequest, NativeRequest};
 
 use crate::error::ToolError;
 use crate::glob::Glob;

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeStruct, Serializer};
 
-use execseam_core::degrade::base64_encode;
+use execseam_adapter_kit::degrade::base64_encode;
 
 use crate::{Change, Entry, FileCount, Listing, Match, PatchedFile, RelPath, ToolError};
 

@@ -6,12 +6,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Mutex;
 
-use execseam_core::native::{self, GrepHits, ListOutput, NativeRequest};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Exec, Exit, Output, Retry, Tool,
 };
 use execseam_local::LocalExec;
 use execseam_tools::{GrepOptions, ReadRange, ToolError, Tools};
+use execseam_tools_protocol::native::{self, GrepHits, ListOutput, NativeRequest};
 
 /// Answers every command with the same output (or error).
 struct Canned(Mutex<Option<Result<Output, Error>>>);

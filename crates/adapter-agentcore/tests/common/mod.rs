@@ -43,7 +43,8 @@ pub async fn connect(emu: &AgentCoreEmulator, config: AgentCoreConfig) -> AgentC
     exec.set_owned(false);
     let attached = AgentCoreProvider::new(config.session_root(root).temp_dir(tmp))
         .expect("a provider")
-        .attach(&sid);
+        .attach(&sid)
+        .expect("a handle");
     attached.set_owned(true);
     attached
 }
@@ -53,6 +54,7 @@ pub fn attach(config: AgentCoreConfig, id: &str) -> AgentCoreExec {
     AgentCoreProvider::new(config)
         .expect("a provider")
         .attach(id)
+        .expect("a handle")
 }
 
 /// A port where nothing listens.

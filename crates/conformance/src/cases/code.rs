@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use execseam_core::Exit;
-use execseam_core::code::{Language, MISSING_RUNTIME};
 use execseam_tools::{ToolError, Tools};
+use execseam_tools_protocol::code::{Language, MISSING_RUNTIME};
 
 use super::{fail, na, same, show_short};
 use crate::{CaseResult, Target};
@@ -121,7 +121,7 @@ pub(crate) async fn validation(t: &Target) -> CaseResult {
             }
         }
     }
-    let big = "#".repeat(execseam_core::code::MAX_ARG_SOURCE + 1);
+    let big = "#".repeat(execseam_tools_protocol::code::MAX_ARG_SOURCE + 1);
     match tools.code(Language::Bash, &big, None).await {
         Err(ToolError::InvalidArgument { .. }) => {}
         other => {

@@ -88,7 +88,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use execseam_core::degrade;
 use execseam_local::{LocalConfig, LocalExec, SpawnError, Spawner};
 use tokio::task::AbortHandle;
 
@@ -334,7 +333,7 @@ impl Sandbox {
         let state = base.join(format!(
             "execseam-{}-{}",
             spec.name,
-            degrade::temp_path("/").trim_start_matches("/.execseam-")
+            crate::clock::hex_id(16)
         ));
         std::fs::create_dir(&state)?;
         std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;

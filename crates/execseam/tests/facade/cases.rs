@@ -55,6 +55,13 @@ fn the_registry_names_what_is_compiled_in_and_what_is_not() {
     for a in execseam::adapters() {
         assert!(execseam::KNOWN.contains(&a.name), "{}", a.name);
     }
+    // The registry's order is KNOWN's: each line's feature is its adapter's name.
+    let known: Vec<_> = execseam::KNOWN
+        .iter()
+        .filter(|k| names.contains(k))
+        .copied()
+        .collect();
+    assert_eq!(names, known);
     let e = execseam::provider("no-such").err().unwrap();
     assert_eq!(e.kind(), ErrorKind::InvalidConfig);
     assert!(e.message().contains("unknown adapter"), "{e}");
@@ -66,5 +73,35 @@ fn the_registry_names_what_is_compiled_in_and_what_is_not() {
     if !names.contains(&"fly") {
         let e = execseam::provider("fly").err().unwrap();
         assert!(e.message().contains("not compiled in"), "{e}");
+    }
+}
+
+/// Every adapter reads only the variables it declares (an undeclared one panics in the kit's
+/// reader) and builds, or fails with `InvalidConfig`, without I/O, from a plausible value for
+/// each (in a runtime: a gRPC channel is made lazily, but on the runtime).
+#[tokio::test(flavor = "multi_thread")]
+async fn every_adapter_reads_what_it_declares() {
+    use execseam::VarKind;
+    for a in execseam::adapters() {
+        let value = |k: &str| {
+            let v = a.vars.iter().find(|v| v.name == k)?;
+            Some(match v.kind {
+                VarKind::Url => "http://127.0.0.1:9".to_owned(),
+                VarKind::Seconds | VarKind::Number => "7".to_owned(),
+                VarKind::Flag => "1".to_owned(),
+                VarKind::Choice(words) => words[0].to_owned(),
+                VarKind::Secret => "a-secret".to_owned(),
+                _ => "x".to_owned(),
+            })
+        };
+        match a.build(&value) {
+            Ok(p) => assert_eq!(p.provider(), a.name),
+            Err(e) => assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{}: {e}", a.name),
+        }
+        assert!(
+            !a.vars.is_empty() || a.name == "local",
+            "{} declares no variables",
+            a.name
+        );
     }
 }

@@ -146,7 +146,7 @@ fn agentcore(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             through: through(move |url, idle| {
                 let _ = idle;
                 Ok(
-                    Arc::new(AgentCoreProvider::new(config(url, idle))?.attach(&id))
+                    Arc::new(AgentCoreProvider::new(config(url, idle))?.attach(&id)?)
                         as Arc<dyn Exec>,
                 )
             }),
@@ -227,7 +227,7 @@ fn cloudflare(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             through: through(move |url, idle| {
                 let _ = idle;
                 Ok(
-                    Arc::new(CloudflareProvider::new(config(url, idle))?.attach(&id))
+                    Arc::new(CloudflareProvider::new(config(url, idle))?.attach(&id)?)
                         as Arc<dyn Exec>,
                 )
             }),
@@ -266,11 +266,8 @@ fn daytona(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             scratch: "/tmp".into(),
             direct: Arc::new(direct),
             through: through(move |url, idle| {
-                let toolbox = format!("{url}/toolbox");
-                Ok(
-                    Arc::new(DaytonaProvider::new(config(url, idle))?.attach(&toolbox, &id))
-                        as Arc<dyn Exec>,
-                )
+                let config = config(url, idle).toolbox_url(format!("{url}/toolbox"));
+                Ok(Arc::new(DaytonaProvider::new(config)?.attach(&id)?) as Arc<dyn Exec>)
             }),
             guard: Box::new(emulator),
         })
@@ -308,7 +305,7 @@ fn fly(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             direct: Arc::new(direct),
             through: through(move |url, idle| {
                 let _ = idle;
-                Ok(Arc::new(FlyProvider::new(config(url, idle))?.attach(&id)) as Arc<dyn Exec>)
+                Ok(Arc::new(FlyProvider::new(config(url, idle))?.attach(&id)?) as Arc<dyn Exec>)
             }),
             guard: Box::new(emulator),
         })
@@ -356,7 +353,7 @@ fn sprites_on(
             through: through(move |url, idle| {
                 let _ = idle;
                 Ok(
-                    Arc::new(SpritesProvider::new(config(url, idle))?.attach(DEFAULT_SPRITE))
+                    Arc::new(SpritesProvider::new(config(url, idle))?.attach(DEFAULT_SPRITE)?)
                         as Arc<dyn Exec>,
                 )
             }),
@@ -466,7 +463,7 @@ impl ScratchDir {
             .join(format!(
                 "execseam-reliability-{name}-{}-{}",
                 std::process::id(),
-                execseam_core::transport::random_id(8)
+                execseam_adapter_kit::id::random_id(8)
             ));
         std::fs::create_dir_all(&dir).map_err(internal)?;
         // The sandbox's user may not be root.
@@ -554,8 +551,9 @@ fn vercel(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             direct: Arc::new(direct),
             through: through(move |url, idle| {
                 Ok(
-                    Arc::new(VercelProvider::new(config(url, idle))?.attach(&name, &session))
-                        as Arc<dyn Exec>,
+                    Arc::new(
+                        VercelProvider::new(config(url, idle))?.attach_session(&name, &session),
+                    ) as Arc<dyn Exec>,
                 )
             }),
             guard: Box::new(emulator),
@@ -568,7 +566,7 @@ fn northflank(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     use execseam_emulators::northflank::{
         NorthflankEmulator, NorthflankOptions, PROJECT_ID, SERVICE_ID,
     };
-    use execseam_northflank::{NorthflankConfig, NorthflankProvider, Target};
+    use execseam_northflank::{NorthflankConfig, NorthflankProvider};
     Box::pin(async move {
         let emulator = NorthflankEmulator::start_with(
             EmulatorOptions::default(),
@@ -593,10 +591,10 @@ fn northflank(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             scratch: "/tmp".into(),
             direct: Arc::new(direct),
             through: through(move |url, idle| {
-                Ok(Arc::new(
-                    NorthflankProvider::new(config(url, idle))?
-                        .attach(Target::Service(SERVICE_ID.into())),
-                ) as Arc<dyn Exec>)
+                Ok(
+                    Arc::new(NorthflankProvider::new(config(url, idle))?.attach(SERVICE_ID)?)
+                        as Arc<dyn Exec>,
+                )
             }),
             guard: Box::new(emulator),
         })

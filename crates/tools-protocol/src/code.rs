@@ -21,8 +21,8 @@ use std::str::FromStr;
 
 use bytes::Bytes;
 
-use crate::command::{Command, Tool};
-use crate::error::{Error, ErrorKind};
+use execseam_core::{Command, Tool};
+use execseam_core::{Error, ErrorKind};
 
 /// The largest source passed as an argument (`-c`/`-e`); Linux's per-argument limit is 128 KiB.
 pub const MAX_ARG_SOURCE: usize = 100 * 1024;

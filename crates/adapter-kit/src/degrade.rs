@@ -10,9 +10,7 @@
 //!   wrapper's line).
 //! - [`Leftovers`]: temporary files a wrapper leaves behind, removed in batches by a later
 //!   command rather than by a program started for every exec ([`Leftovers::track`]).
-//! - [`base64_encode`]: the one base64 this crate writes (standard alphabet, padded, as `base64
-//!   -d` reads it), so core needs no base64 dependency. Adapters that also decode use the
-//!   `base64` crate; both are RFC 4648 standard with padding.
+//! - [`base64_encode`]: standard base64 (padded, unwrapped), as `base64 -d` reads it.
 //!
 //! The wrapper stops *the library* from interpreting argv; it does not stop the backend from
 //! running a shell. Every construct used works in dash, bash (also as `sh`) and busybox ash.
@@ -22,9 +20,7 @@ use std::fmt::Write as _;
 
 use bytes::Bytes;
 
-use crate::command::Command;
-use crate::error::{Error, ErrorKind, Retry};
-use crate::output::{Exit, Output};
+use execseam_core::{Command, Error, ErrorKind, Exit, Output, Retry};
 
 /// Quotes one argument for a POSIX shell, byte-exactly.
 ///
@@ -273,7 +269,7 @@ fn check_marked(output: Output, marker: &str) -> Result<Output, Error> {
 ///
 /// ```
 /// use bytes::Bytes;
-/// use execseam_core::degrade::{StderrGate, WrapOptions, WRAPPER_STATUS};
+/// use execseam_adapter_kit::degrade::{StderrGate, WrapOptions, WRAPPER_STATUS};
 /// use execseam_core::{ErrorKind, Exit};
 ///
 /// let opts = WrapOptions::default();
@@ -343,7 +339,7 @@ impl StderrGate {
 /// A fresh path for a temporary file under `dir` (`<dir>/.execseam-<16 hex digits>`).
 pub fn temp_path(dir: &str) -> String {
     let dir = dir.trim_end_matches('/');
-    format!("{dir}/.execseam-{}", crate::transport::random_id(16))
+    format!("{dir}/.execseam-{}", crate::id::random_id(16))
 }
 
 /// Temporary paths that execs left in the sandbox, to be removed in batches.
@@ -434,29 +430,8 @@ impl Drop for LeftoverGuard<'_> {
 
 /// Standard base64 (RFC 4648, with padding), as `base64 -d` reads it. Lines are not wrapped.
 pub fn base64_encode(data: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        out.push(T[(n >> 18) as usize & 63] as char);
-        out.push(T[(n >> 12) as usize & 63] as char);
-        out.push(if chunk.len() > 1 {
-            T[(n >> 6) as usize & 63] as char
-        } else {
-            '='
-        });
-        out.push(if chunk.len() > 2 {
-            T[n as usize & 63] as char
-        } else {
-            '='
-        });
-    }
-    out
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(data)
 }
 
 #[cfg(test)]

@@ -4,13 +4,13 @@
 //!
 //! `execseam-tools` builds every listing ([`Tool::LIST`], [`Tool::GLOB`], [`Tool::GREP`]) as one
 //! fixed `sh -c` script over `find` and `grep`, through [`NativeRequest::command`]. An adapter that
-//! declares the tool in [`Capabilities::native_tools`](crate::Capabilities::native_tools) may, in
+//! declares the tool in [`Capabilities::native_tools`](execseam_core::Capabilities::native_tools) may, in
 //! its `exec`, call [`NativeRequest::parse`] on the command; on `Some(request)` it may answer from
 //! its own API instead of running the script, **provided it returns an [`Output`] the library reads
 //! exactly as it reads the script's**. The helpers here build that output:
 //!
 //! ```
-//! use execseam_core::native::{ListOutput, NativeRequest};
+//! use execseam_tools_protocol::native::{ListOutput, NativeRequest};
 //! use execseam_core::Tool;
 //!
 //! let cmd = NativeRequest::list("/work", Some(2)).command().unwrap();
@@ -78,9 +78,9 @@ use std::fmt;
 
 use bytes::Bytes;
 
-use crate::command::{Command, Tool};
-use crate::error::{Error, ErrorKind};
-use crate::output::{Exit, Output};
+use execseam_core::{Command, Tool};
+use execseam_core::{Error, ErrorKind};
+use execseam_core::{Exit, Output};
 
 /// The exit status of a typed tool failure (with a [`MARK`] line on stderr).
 pub const STATUS: i32 = 3;

@@ -1,0 +1,70 @@
+//! [`Adapter`]: the shape of an adapter crate, as a type. Every adapter crate has one unit type
+//! implementing it (`execseam_fly::Fly`); the `execseam` facade's registry is a list of those
+//! types, and the conformance harness builds targets from them.
+
+use std::fmt;
+
+use execseam_core::{Capabilities, Error, LifecycleCapabilities, Provider};
+
+use crate::vars::{Var, Vars};
+
+/// One adapter: its name, its configuration variables, what it can do, and how its provider is
+/// built. Everything here is synchronous and does no I/O (a provider over gRPC makes its channel
+/// lazily, but on the current Tokio runtime: build providers inside one); the first I/O is a
+/// call on the provider (or on a handle from [`Provider::attach`]).
+///
+/// A capability the next adapters all need (process handles, snapshots, terminals) is added here
+/// or on the contract's traits once, with a default, and overridden only by the adapters whose
+/// provider differs.
+pub trait Adapter: Send + Sync + 'static {
+    /// The short name (`"e2b"`): the registry's key, the provider name in every error.
+    const NAME: &'static str;
+    /// One line for listings.
+    const ABOUT: &'static str;
+    /// The configuration variables [`config`](Adapter::config) reads.
+    const VARS: &'static [Var];
+    /// What its sandboxes can do with the default configuration.
+    const CAPABILITIES: Capabilities;
+    /// Which lifecycle operations it has with the default configuration.
+    const LIFECYCLE: LifecycleCapabilities;
+
+    /// The configuration (`Debug` never shows a secret).
+    type Config: Clone + fmt::Debug + Send + Sync + 'static;
+    /// The provider built from it.
+    type Provider: Provider + 'static;
+
+    /// The configuration from variables. A missing or malformed one is
+    /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
+    fn config(vars: &Vars<'_>) -> Result<Self::Config, Error>;
+
+    /// What sandboxes do with `config` (default: [`CAPABILITIES`](Adapter::CAPABILITIES)).
+    fn capabilities(config: &Self::Config) -> Capabilities {
+        let _ = config;
+        Self::CAPABILITIES
+    }
+
+    /// Which lifecycle operations `config` gives (default: [`LIFECYCLE`](Adapter::LIFECYCLE)).
+    fn lifecycle(config: &Self::Config) -> LifecycleCapabilities {
+        let _ = config;
+        Self::LIFECYCLE
+    }
+
+    /// The provider for `config`; what is wrong in it is
+    /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
+    fn provider(config: Self::Config) -> Result<Self::Provider, Error>;
+
+    /// The configuration from `get` (a map, the environment, …).
+    fn config_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Self::Config, Error> {
+        Self::config(&Vars::new(Self::NAME, Self::VARS, get))
+    }
+
+    /// The provider configured from `get`.
+    fn provider_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Self::Provider, Error> {
+        Self::provider(Self::config_from(get)?)
+    }
+
+    /// The provider configured from this process's environment.
+    fn provider_from_env() -> Result<Self::Provider, Error> {
+        Self::provider_from(&crate::vars::env)
+    }
+}

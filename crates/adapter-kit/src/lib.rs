@@ -1,0 +1,25 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+mod adapter;
+pub mod degrade;
+pub mod id;
+pub mod retry;
+pub mod size;
+pub mod text;
+pub mod vars;
+
+pub use adapter::Adapter;
+pub use vars::{Var, VarKind, Vars};
+
+use execseam_core::{Error, ErrorKind};
+
+/// A destroy that found the sandbox already gone counts as done: maps `Err(NotFound)` to
+/// `Ok(())`, for [`Provider::destroy`](execseam_core::Provider::destroy) implementations
+/// (`Sandbox::destroy` does it already).
+pub fn gone_is_destroyed(result: Result<(), Error>) -> Result<(), Error> {
+    match result {
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}

@@ -1,0 +1,230 @@
+//! Command sizes, checked before any I/O against what the sandbox's `execve` accepts.
+
+#[cfg(doc)]
+use execseam_core::Retry;
+use execseam_core::{Command, Error, ErrorKind};
+
+/// Linux's `MAX_ARG_STRLEN`: the longest single argv string or environment entry `execve(2)`
+/// takes, its NUL included (32 pages).
+pub const MAX_ARG_STRLEN: usize = 32 * 4096;
+
+/// A provider's limit on the size of a command's argv and env, checked by [`check_size`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SizeLimit {
+    /// argv and env together, in bytes: each string with its NUL (env entries as `KEY=VALUE`),
+    /// plus [`SizeLimit::overhead`] per string.
+    pub total: usize,
+    /// The longest single argv string or env entry (`KEY=VALUE`), its NUL included.
+    pub string: usize,
+    /// Bytes counted per string on top of its own (`execve`: its 8-byte pointer).
+    pub overhead: usize,
+    /// Where the limit comes from, quoted in the error (`"Linux execve in the sandbox"`).
+    pub source: &'static str,
+}
+
+impl SizeLimit {
+    /// `execve(2)` on Linux: each string at most [`MAX_ARG_STRLEN`], and `total` in all,
+    /// pointers included (the kernel's `ARG_MAX` is a quarter of the stack limit, 2 MiB by
+    /// default, shared with the environment the provider's own daemon adds: pass what is
+    /// left).
+    pub const fn execve(total: usize, source: &'static str) -> SizeLimit {
+        SizeLimit {
+            total,
+            string: MAX_ARG_STRLEN,
+            overhead: 8,
+            source,
+        }
+    }
+}
+
+impl SizeLimit {
+    /// A command that reaches the sandbox as one shell script (`sh -c SCRIPT`, a single
+    /// `execve` string). What counts is the script as sent, after the wrapper and the quoting
+    /// ([`check_wire`] on it: at most [`MAX_ARG_STRLEN`] with its NUL); on the raw command
+    /// [`check_size`] is a fast lower bound (quoting only adds bytes), so `total` is
+    /// [`MAX_ARG_STRLEN`]` - 1` for an exact check, never a guessed allowance for the quoting.
+    pub const fn script(total: usize, source: &'static str) -> SizeLimit {
+        SizeLimit {
+            total,
+            string: total,
+            overhead: 0,
+            source,
+        }
+    }
+}
+
+/// The size of a command's argv and env.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommandSize {
+    /// The bytes of every string with its NUL (env entries as `KEY=VALUE`).
+    pub bytes: usize,
+    /// How many strings (argv and env entries).
+    pub strings: usize,
+    /// The longest one, its NUL included.
+    pub longest: usize,
+}
+
+/// The size of `command`'s argv and env.
+pub fn command_size(command: &Command) -> CommandSize {
+    let argv = command.argv().iter().map(|a| a.len() + 1);
+    let env = command.env().iter().map(|(k, v)| k.len() + 1 + v.len() + 1);
+    argv.chain(env).fold(
+        CommandSize {
+            bytes: 0,
+            strings: 0,
+            longest: 0,
+        },
+        |s, n| CommandSize {
+            bytes: s.bytes + n,
+            strings: s.strings + 1,
+            longest: s.longest.max(n),
+        },
+    )
+}
+
+/// Rejects a command whose argv and env exceed `limit`, before any I/O:
+/// [`ErrorKind::InvalidCommand`], [`Retry::Never`], a message with the sizes and the limit
+/// (never the command's content).
+pub fn check_size(
+    provider: &'static str,
+    command: &Command,
+    limit: &SizeLimit,
+) -> Result<(), Error> {
+    let size = command_size(command);
+    let total = size.bytes + size.strings * limit.overhead;
+    let what = if size.longest > limit.string {
+        format!(
+            "one argv string or env entry takes {} bytes, more than the {} allowed ({})",
+            size.longest, limit.string, limit.source
+        )
+    } else if total > limit.total {
+        format!(
+            "argv and env take {total} bytes, more than the {} allowed ({})",
+            limit.total, limit.source
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Error::new(
+        ErrorKind::InvalidCommand,
+        format!("the command is too large: {what}"),
+    )
+    .with_provider(provider)
+    .with_operation("exec"))
+}
+
+/// Rejects a command by what the sandbox will `execve`, after the adapter's wrapping and every
+/// layer of quoting (the strings as sent: a wrapper script, or the whole argv), before any I/O:
+/// each string at most [`MAX_ARG_STRLEN`] with its NUL, and all of them (with
+/// [`SizeLimit::overhead`] each) at most [`SizeLimit::total`] where the limit is an `execve`
+/// one. [`ErrorKind::InvalidCommand`], [`Retry::Never`], the sizes and the limit in the message,
+/// never the content.
+pub fn check_wire<S: AsRef<str>>(
+    provider: &'static str,
+    strings: &[S],
+    limit: &SizeLimit,
+) -> Result<(), Error> {
+    let longest = strings
+        .iter()
+        .map(|s| s.as_ref().len() + 1)
+        .max()
+        .unwrap_or(0);
+    let total: usize = strings
+        .iter()
+        .map(|s| s.as_ref().len() + 1 + limit.overhead)
+        .sum();
+    let what = if longest > MAX_ARG_STRLEN {
+        format!(
+            "after wrapping and quoting, one string the sandbox runs takes {longest} bytes, more than the {MAX_ARG_STRLEN} allowed ({})",
+            limit.source
+        )
+    } else if limit.overhead > 0 && total > limit.total {
+        format!(
+            "after wrapping and quoting, the strings the sandbox runs take {total} bytes, more than the {} allowed ({})",
+            limit.total, limit.source
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Error::new(
+        ErrorKind::InvalidCommand,
+        format!("the command is too large: {what}"),
+    )
+    .with_provider(provider)
+    .with_operation("exec"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use execseam_core::Retry;
+
+    #[test]
+    fn sizes_are_checked_without_quoting_the_command() {
+        let limit = SizeLimit::execve(64, "test");
+        let ok = Command::builder(["echo", "hi"])
+            .env("A", "b")
+            .build()
+            .unwrap();
+        assert_eq!(
+            command_size(&ok),
+            CommandSize {
+                bytes: 5 + 3 + 4,
+                strings: 3,
+                longest: 5
+            }
+        );
+        assert!(
+            check_size("p", &ok, &limit).is_ok(),
+            "12 bytes + 3 pointers"
+        );
+        let many = Command::new(vec!["a"; 5]).unwrap();
+        assert!(check_size("p", &many, &limit).is_ok(), "10 + 40");
+        let many = Command::new(vec!["a"; 7]).unwrap();
+        assert!(
+            check_size("p", &many, &limit).is_err(),
+            "14 + 56: the pointers count"
+        );
+        let big = Command::new(["echo", &"secret".repeat(20)]).unwrap();
+        let e = check_size("p", &big, &limit).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::InvalidCommand, Retry::Never)
+        );
+        assert!(!e.message().contains("secret"), "{e}");
+        assert!(e.message().contains("64"), "{e}");
+        let long = Command::new(["x".repeat(MAX_ARG_STRLEN)]).unwrap();
+        let e = check_size("p", &long, &SizeLimit::execve(usize::MAX, "t")).unwrap_err();
+        assert!(e.message().contains("one argv string"), "{e}");
+    }
+
+    #[test]
+    fn the_wire_check_counts_what_is_sent_after_quoting() {
+        let script = SizeLimit::script(MAX_ARG_STRLEN - 1, "one sh -c script");
+        // 40 KiB of quotes pass the raw check; quoted ('\'' each) they are 160 KiB.
+        let quotes = "'".repeat(40 * 1024);
+        let cmd = Command::new(["echo", quotes.as_str()]).unwrap();
+        check_size("p", &cmd, &script).unwrap();
+        let sent = crate::degrade::join(cmd.argv());
+        let e = check_wire("p", &[sent], &script).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::InvalidCommand, Retry::Never)
+        );
+        assert!(e.message().contains("after wrapping and quoting"), "{e}");
+        assert!(
+            !e.message().contains("''"),
+            "the command is not quoted: {e}"
+        );
+        // 100 KiB of plain text is more than the old 96 KiB allowance, and fits one string.
+        let plain = "a".repeat(100 * 1024);
+        let cmd = Command::new(["echo", plain.as_str()]).unwrap();
+        check_size("p", &cmd, &script).unwrap();
+        check_wire("p", &[crate::degrade::join(cmd.argv())], &script).unwrap();
+        // An execve limit also bounds the total.
+        let execve = SizeLimit::execve(1000, "t");
+        let many = vec!["x".repeat(100); 20];
+        let e = check_wire("p", &many, &execve).unwrap_err();
+        assert!(e.message().contains("more than the 1000 allowed"), "{e}");
+    }
+}
