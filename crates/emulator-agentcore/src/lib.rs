@@ -396,6 +396,8 @@ impl Provider for AgentCore {
     ];
     /// The access key id advertised (signatures are not verified).
     const PLACEHOLDER_TOKEN: &'static str = ACCESS_KEY_ID;
+    const SCRATCH: &'static str = "/tmp/execseam-conformance";
+    const MISSING_SANDBOX_ID: &'static str = "01VANISHED0000000000000000";
     type Options = AgentCoreOptions;
     type Sandbox = Session;
     /// The session id.

@@ -618,6 +618,7 @@ impl Provider for Ax {
     const FAULTS: Rendered = FAULTS;
     /// The guest services take no credential.
     const PLACEHOLDER_TOKEN: &'static str = "";
+    const SCRATCH: &'static str = "/workspace/conformance";
     type Options = ();
     /// The guests, by actor name.
     type Sandbox = GuestState;

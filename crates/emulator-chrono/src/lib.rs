@@ -125,6 +125,7 @@ impl Provider for Chrono {
         ("cancel", READ_FAULTS),
     ];
     const PLACEHOLDER_TOKEN: &'static str = PLACEHOLDER_TOKEN;
+    const SCRATCH: &'static str = "/mnt/execseam-conformance";
     type Options = ChronoOptions;
     /// Each execution's sandbox lives exactly as long as its program.
     type Sandbox = Unregistered;

@@ -184,6 +184,7 @@ impl Provider for Cloudflare {
     /// The bridge renders every fault on `exec` only.
     const FAULTS: Rendered = &[("exec", FAULT_NAMES)];
     const PLACEHOLDER_TOKEN: &'static str = ANY_TOKEN;
+    const SCRATCH: &'static str = "/workspace/execseam-conformance";
     type Options = ();
     type Sandbox = Entry;
     type Key = String;

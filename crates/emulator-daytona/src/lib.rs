@@ -89,6 +89,8 @@ impl Provider for Daytona {
         ("session", &["vanish"]),
     ];
     const PLACEHOLDER_TOKEN: &'static str = "dtn_execseam_emulator";
+    const SCRATCH: &'static str = "/home/daytona/execseam-conformance";
+    const MISSING_SANDBOX_ID: &'static str = "no-such-sandbox-7f3a";
     type Options = ();
     type Sandbox = SandboxEntry;
     type Key = String;

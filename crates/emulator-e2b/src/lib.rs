@@ -254,6 +254,8 @@ impl Provider for E2b {
         ("create", &["429", "500", "503", "auth", "reset", "latency"]),
     ];
     const PLACEHOLDER_TOKEN: &'static str = "e2b_emulator_key";
+    const SCRATCH: &'static str = "/home/user/execseam-conformance";
+    const MISSING_SANDBOX_ID: &'static str = "inosuchsandbox000000";
     type Options = ();
     type Sandbox = Sbx;
     type Key = String;

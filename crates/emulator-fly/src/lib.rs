@@ -555,6 +555,8 @@ impl Provider for Fly {
     /// Every fault on `exec` only.
     const FAULTS: Rendered = &[("exec", FAULT_NAMES)];
     const PLACEHOLDER_TOKEN: &'static str = PLACEHOLDER_TOKEN;
+    const SCRATCH: &'static str = "/tmp/execseam-conformance";
+    const MISSING_SANDBOX_ID: &'static str = "0000000000dead";
     type Options = FlyOptions;
     type Sandbox = Machine;
     /// `(app, machine id)`.

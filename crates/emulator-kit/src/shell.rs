@@ -77,6 +77,12 @@ pub trait Provider: Sized + Send + Sync + 'static {
     /// The credential [`Emulator::env`] advertises when the emulator accepts any
     /// ([`EmulatorOptions::token`] is `None`).
     const PLACEHOLDER_TOKEN: &'static str;
+    /// A directory inside a sandbox where a client's files belong (under the provider's home or
+    /// working directory): where the conformance suite writes.
+    const SCRATCH: &'static str;
+    /// A well-formed id of a sandbox this provider never issued (its ids' form, where the
+    /// provider checks it first): what a handle on a vanished sandbox names.
+    const MISSING_SANDBOX_ID: &'static str = "execseamnosuchsandbox0";
     /// Provider-specific switches ([`Emulator::start`] takes their `Default`).
     type Options: Default + Send + 'static;
     /// What the registry holds: one entry per sandbox (machine, sprite, session…).
@@ -576,13 +582,18 @@ impl fmt::Debug for AnyEmulator {
 pub type StartFn =
     fn(EmulatorOptions) -> Pin<Box<dyn Future<Output = io::Result<AnyEmulator>> + Send>>;
 
-/// One row of a table of emulators: a provider's name, its fault table and how to start it.
+/// One row of a table of emulators: a provider's name, its fault table, its conventions and how
+/// to start it.
 #[derive(Clone, Copy)]
 pub struct Entry {
     /// [`Provider::NAME`].
     pub name: &'static str,
     /// [`Provider::FAULTS`].
     pub faults: Rendered,
+    /// [`Provider::SCRATCH`].
+    pub scratch: &'static str,
+    /// [`Provider::MISSING_SANDBOX_ID`].
+    pub missing_sandbox_id: &'static str,
     /// Starts it with the provider's default options.
     pub start: StartFn,
 }
@@ -602,6 +613,8 @@ impl Entry {
         Entry {
             name: P::NAME,
             faults: P::FAULTS,
+            scratch: P::SCRATCH,
+            missing_sandbox_id: P::MISSING_SANDBOX_ID,
             start: start_any::<P>,
         }
     }

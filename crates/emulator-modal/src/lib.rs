@@ -614,6 +614,8 @@ impl Provider for Modal {
     ];
     /// The token secret it accepts when none is configured (any non-empty one is).
     const PLACEHOLDER_TOKEN: &'static str = TOKEN_SECRET;
+    const SCRATCH: &'static str = "/root/execseam-conformance";
+    const MISSING_SANDBOX_ID: &'static str = "sb-01ARZ3NDEKTSV4RRFFQ69G5FAV";
     type Options = ();
     type Sandbox = ModalSandbox;
     /// The sandbox id.

@@ -267,6 +267,8 @@ impl Provider for Northflank {
     /// Every fault on `exec` (the exec WebSocket upgrade).
     const FAULTS: Rendered = &[("exec", FAULT_NAMES)];
     const PLACEHOLDER_TOKEN: &'static str = PLACEHOLDER_TOKEN;
+    const SCRATCH: &'static str = "/app/execseam-conformance";
+    const MISSING_SANDBOX_ID: &'static str = "no-such-service";
     type Options = NorthflankOptions;
     type Sandbox = Entity;
     /// `(project, kind, id)`.

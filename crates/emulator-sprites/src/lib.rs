@@ -303,6 +303,8 @@ impl Provider for Sprites {
     /// Every fault on `exec`; `kill` answers a 500 or a 503.
     const FAULTS: Rendered = &[("exec", FAULT_NAMES), ("kill", &["500", "503"])];
     const PLACEHOLDER_TOKEN: &'static str = PLACEHOLDER_TOKEN;
+    const SCRATCH: &'static str = "/home/sprite/execseam-conformance";
+    const MISSING_SANDBOX_ID: &'static str = "no-such-sprite";
     type Options = SpritesOptions;
     type Sandbox = Sprite;
     /// The sprite's name.

@@ -93,6 +93,8 @@ impl Provider for Vercel {
         ("create", &["429", "503", "auth", "reset", "latency"]),
     ];
     const PLACEHOLDER_TOKEN: &'static str = PLACEHOLDER_TOKEN;
+    const SCRATCH: &'static str = "/vercel/sandbox/execseam-conformance";
+    const MISSING_SANDBOX_ID: &'static str = "no-such-sandbox";
     type Options = VercelOptions;
     type Sandbox = VercelSandbox;
     /// The sandbox's name.
