@@ -70,7 +70,7 @@ impl KubernetesProvider {
 
     /// Creates a sandbox and waits until it is Ready; the handle owns it (close deletes it).
     pub async fn create(&self, spec: SandboxSpec) -> Result<KubernetesExec, Error> {
-        spec.check(PROVIDER, &crate::lifecycle_of(&self.config))?;
+        spec.check(PROVIDER, &self.lifecycle())?;
         let (id, target) = lifecycle::create(&self.shared.api, &spec).await?;
         Ok(self.handle(id, Some(target), true))
     }
@@ -88,7 +88,7 @@ impl KubernetesProvider {
 
     /// The sandboxes this adapter made that carry `filter`'s labels.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<SandboxInfo>, Error> {
-        filter.check(PROVIDER, &crate::lifecycle_of(&self.config))?;
+        filter.check(PROVIDER, &self.lifecycle())?;
         lifecycle::list(&self.shared.api, filter).await
     }
 
