@@ -158,8 +158,11 @@ pub(crate) async fn open(
         .header(http::header::SEC_WEBSOCKET_PROTOCOL, protocols.join(", "))
         .body(Vec::new())
         .map_err(|e| adapter(ErrorKind::InvalidCommand, Retry::Never, op, e.to_string()))?;
-    // Before the 101 nothing runs: the handler checks the pod and the container, then upgrades.
-    let response = api.open(request, op, Stage::Before).await?;
+    // A complete answer other than 101 ran nothing (the handler checks the pod and the
+    // container, then upgrades: the answer is classified by the caller). A connection that
+    // breaks before the answer may have carried the upgrade to a server that started the
+    // command: a submit.
+    let response = api.open(request, op, Stage::Submit).await?;
     if response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
         let (parts, body) = response.into_parts();
         let deadline = api.config().request_timeout;
