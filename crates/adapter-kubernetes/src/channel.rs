@@ -338,6 +338,11 @@ impl Session {
         }
     }
 
+    /// Whether the server's status arrived (even one that is an error: the exec is over then).
+    pub fn status_seen(&self) -> bool {
+        !self.status.is_empty()
+    }
+
     fn finish(&mut self, exit: Exit) -> Frame {
         self.done = true;
         Frame::Exit(exit)

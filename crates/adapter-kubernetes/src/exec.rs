@@ -62,6 +62,8 @@ pub(crate) struct Target {
     pub namespace: String,
     pub pod: String,
     pub container: Option<String>,
+    /// The pod's UID when it was looked up (a pod recreated under the same name is another).
+    pub uid: Option<String>,
 }
 
 /// A sandbox: a SandboxClaim (claim mode), a Sandbox (sandbox mode) or a Pod (pod mode), named
@@ -198,7 +200,7 @@ impl KubernetesExec {
                         target: target.clone(),
                         tag,
                     }));
-                    return Ok(Run::new(socket, plan, cleanup));
+                    return Ok(Run::new(shared.clone(), target, socket, plan, cleanup));
                 }
                 Opened::Refused(answer) => {
                     // x/net/websocket answers a protocol it does not speak with a bare 403
@@ -252,6 +254,8 @@ impl KubernetesExec {
 
 /// One running exec.
 struct Run {
+    shared: Arc<Shared>,
+    target: Target,
     session: Session,
     wrap: Option<WrapOptions>,
     gate: StderrGate,
@@ -262,13 +266,21 @@ struct Run {
 }
 
 impl Run {
-    fn new(socket: channel::Socket, plan: Plan, cleanup: Cleanup) -> Run {
+    fn new(
+        shared: Arc<Shared>,
+        target: Target,
+        socket: channel::Socket,
+        plan: Plan,
+        cleanup: Cleanup,
+    ) -> Run {
         let wrap = plan.wrapped.then(WrapOptions::default);
         let gate = match &wrap {
             Some(w) => StderrGate::new(w),
             None => StderrGate::open(),
         };
         Run {
+            shared,
+            target,
             session: Session::start(socket, plan.stdin),
             wrap,
             gate,
@@ -290,7 +302,12 @@ impl Run {
                 Ok(f) => f,
                 Err(e) => {
                     self.done = true;
-                    self.cleanup.run_now().await;
+                    if self.session.status_seen() {
+                        // The server reported the exec's end (an error status): nothing to kill.
+                        self.cleanup.disarm();
+                    } else {
+                        self.cleanup.run_now().await;
+                    }
                     return Err(after_submit(e));
                 }
             };
@@ -303,6 +320,12 @@ impl Run {
                 }
                 Frame::Exit(exit) => {
                     self.cleanup.disarm();
+                    if matches!(exit, Exit::Code(137 | 143))
+                        && let Some(e) = self.pod_gone(exit).await
+                    {
+                        self.done = true;
+                        return Err(e);
+                    }
                     let held = self.gate.finish(exit);
                     let checked = match &self.wrap {
                         Some(w) => w.check(held),
@@ -324,6 +347,58 @@ impl Run {
                 }
             }
         }
+    }
+}
+
+impl Run {
+    /// On a 137/143 exit, whether the pod went away under the command (deleted, or being
+    /// deleted): then the signal was the pod's end, not the command's own, and the result is an
+    /// error (the Docker adapter reads its container's state the same way).
+    async fn pod_gone(&self, exit: Exit) -> Option<Error> {
+        let gone = pod_state(&self.shared, &self.target).await;
+        gone.then(|| {
+            adapter(
+                ErrorKind::NotFound,
+                Retry::Unsafe,
+                "exec",
+                format!(
+                    "pod {} was deleted while the command ran (it ended with {exit:?})",
+                    self.target.pod
+                ),
+            )
+        })
+    }
+}
+
+/// Whether the pod is gone or being deleted (a failed lookup counts as not gone: the exit
+/// stands).
+async fn pod_state(shared: &Shared, target: &Target) -> bool {
+    let path = format!(
+        "/api/v1/namespaces/{}/pods/{}",
+        execseam_adapter_kit::text::escape_path_segment(&target.namespace),
+        execseam_adapter_kit::text::escape_path_segment(&target.pod)
+    );
+    let Ok(request) = http::Request::get(path).body(Vec::new()) else {
+        return false;
+    };
+    match shared
+        .api
+        .send(
+            request,
+            "exec",
+            execseam_adapter_kit::retry::Stage::Before,
+            crate::client::MAX_BODY,
+        )
+        .await
+    {
+        Ok(a) if a.status == 404 => true,
+        Ok(a) if a.status == 200 => {
+            serde_json::from_slice::<crate::wire::Pod>(&a.body).is_ok_and(|p| {
+                p.metadata.deletion_timestamp.is_some()
+                    || (target.uid.is_some() && p.metadata.uid != target.uid)
+            })
+        }
+        _ => false,
     }
 }
 

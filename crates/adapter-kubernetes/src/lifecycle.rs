@@ -111,10 +111,16 @@ pub(crate) async fn resolve(api: &Api, mode: Mode, id: &str) -> Result<Target, E
             sandbox_pod(api, &ns, &bound, op).await?
         }
     };
+    // The pod itself: gone is NotFound; its UID tells a recreated pod from this one.
+    let p: Pod = get(api, pods(&ns), &pod, op).await?;
+    if p.metadata.deletion_timestamp.is_some() {
+        return Err(not_found(op, format!("pod {pod} is being deleted")));
+    }
     Ok(Target {
         namespace: ns,
         pod,
         container,
+        uid: p.metadata.uid,
     })
 }
 
