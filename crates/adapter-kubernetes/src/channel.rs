@@ -13,6 +13,8 @@
 //! client's list it supports and names it in `Sec-WebSocket-Protocol`; errors before the upgrade
 //! are plain HTTP answers with a `Status` body.
 
+use std::time::Duration;
+
 use bytes::{Bytes, BytesMut};
 use execseam_adapter_kit::retry::{NoAnswer, Stage};
 use execseam_adapter_kit::text::escape_path_segment;
@@ -253,21 +255,25 @@ pub(crate) struct Session {
     /// The status has been decoded: what is left is reading to the close.
     exit: Option<Exit>,
     done: bool,
+    /// Silence (not even a pong to the heartbeat) longer than this is a dead connection.
+    idle: Duration,
 }
 
 impl Session {
     /// Starts reading `socket`, and writes `stdin` to it (then, on v5, closes stdin) when
     /// `send_stdin`.
-    pub fn start(socket: Socket, stdin: Option<Bytes>) -> Session {
+    pub fn start(socket: Socket, stdin: Option<Bytes>, idle: Duration) -> Session {
         let (write, read) = socket.ws.split();
         let protocol = socket.protocol;
-        let writer = stdin.map(|data| tokio::spawn(write_stdin(write, data, protocol)));
+        let heartbeat = (idle / 3).max(Duration::from_millis(100));
+        let writer = Some(tokio::spawn(writer(write, stdin, protocol, heartbeat)));
         Session {
             read,
             writer,
             status: BytesMut::new(),
             exit: None,
             done: false,
+            idle,
         }
     }
 
@@ -282,11 +288,26 @@ impl Session {
             // After the status, the server closes at once; a little output written just before
             // it may still be queued. A server that keeps the socket open is not waited for.
             let message = if self.exit.is_some() {
-                tokio::time::timeout(std::time::Duration::from_secs(2), self.read.next())
+                tokio::time::timeout(Duration::from_secs(2), self.read.next())
                     .await
                     .unwrap_or_default()
             } else {
-                self.read.next().await
+                match tokio::time::timeout(self.idle, self.read.next()).await {
+                    Ok(m) => m,
+                    Err(_) => {
+                        self.done = true;
+                        self.stop_writer();
+                        return Err(adapter(
+                            ErrorKind::Timeout(execseam_core::Deadline::Request),
+                            Retry::Unsafe,
+                            op,
+                            format!(
+                                "no frame, not even a pong to the heartbeat, for {} ms: the connection is dead (EXECSEAM_KUBERNETES_IDLE_TIMEOUT)",
+                                self.idle.as_millis()
+                            ),
+                        ));
+                    }
+                }
             };
             let message = match message {
                 Some(Ok(m)) => m,
@@ -367,21 +388,40 @@ impl Drop for Session {
     }
 }
 
-async fn write_stdin(mut write: SplitSink<Ws, Message>, data: Bytes, protocol: Protocol) {
-    for chunk in data.chunks(STDIN_FRAME) {
-        let mut frame = Vec::with_capacity(chunk.len() + 1);
-        frame.push(STDIN);
-        frame.extend_from_slice(chunk);
-        if write.send(Message::binary(frame)).await.is_err() {
+/// Writes stdin (then, on v5, closes it), then pings every `heartbeat` so that a connection
+/// that died without a close is noticed (client-go's WebSocket executor pings the same way; every
+/// WebSocket server answers pings). The sink stays open until the session ends: v4 has no way
+/// to end stdin but closing the socket (the caller's wrapper reads a known length instead).
+async fn writer(
+    mut write: SplitSink<Ws, Message>,
+    stdin: Option<Bytes>,
+    protocol: Protocol,
+    heartbeat: Duration,
+) {
+    if let Some(data) = stdin {
+        for chunk in data.chunks(STDIN_FRAME) {
+            let mut frame = Vec::with_capacity(chunk.len() + 1);
+            frame.push(STDIN);
+            frame.extend_from_slice(chunk);
+            if write.send(Message::binary(frame)).await.is_err() {
+                return;
+            }
+        }
+        if protocol == Protocol::V5
+            && write
+                .send(Message::binary(vec![CLOSE, STDIN]))
+                .await
+                .is_err()
+        {
             return;
         }
     }
-    if protocol == Protocol::V5 {
-        let _ = write.send(Message::binary(vec![CLOSE, STDIN])).await;
+    loop {
+        tokio::time::sleep(heartbeat).await;
+        if write.send(Message::ping(Bytes::new())).await.is_err() {
+            return;
+        }
     }
-    // The sink half stays open until the session ends: dropping it does not close the socket,
-    // and v4 has no other way to say "end of stdin" (the caller's wrapper reads a known length).
-    std::future::pending::<()>().await;
 }
 
 /// Decodes a complete status.

@@ -74,6 +74,7 @@ pub struct KubernetesConfig {
     pub(crate) container: Option<String>,
     pub(crate) ready_timeout: Duration,
     pub(crate) request_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     pub(crate) temp_dir: String,
     pub(crate) remote_kill: bool,
     pub(crate) labels: BTreeMap<String, String>,
@@ -107,6 +108,7 @@ impl fmt::Debug for KubernetesConfig {
             .field("container", &self.container)
             .field("ready_timeout", &self.ready_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("idle_timeout", &self.idle_timeout)
             .field("temp_dir", &self.temp_dir)
             .field("remote_kill", &self.remote_kill)
             .field("labels", &self.labels)
@@ -138,6 +140,7 @@ impl KubernetesConfig {
             container: None,
             ready_timeout: Duration::from_secs(180),
             request_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
             temp_dir: "/tmp".into(),
             remote_kill: true,
             labels: BTreeMap::new(),
@@ -202,6 +205,9 @@ impl KubernetesConfig {
         }
         if let Some(t) = v.seconds("EXECSEAM_KUBERNETES_REQUEST_TIMEOUT")? {
             c.request_timeout = t;
+        }
+        if let Some(t) = v.seconds("EXECSEAM_KUBERNETES_IDLE_TIMEOUT")? {
+            c.idle_timeout = t;
         }
         if let Some(d) = v.text("EXECSEAM_KUBERNETES_TEMP_DIR") {
             c.temp_dir = d;
@@ -348,6 +354,15 @@ impl KubernetesConfig {
         self
     }
 
+    /// How long an exec's socket may stay silent, heartbeat pongs included, before the
+    /// connection counts as dead (`Timeout(Request)`, `Unsafe`). A ping goes out every third of
+    /// it, so a command that prints nothing for hours is fine.
+    #[must_use]
+    pub fn idle_timeout(mut self, t: Duration) -> Self {
+        self.idle_timeout = t;
+        self
+    }
+
     /// Where stdin is stored in the container when the API server only speaks
     /// `v4.channel.k8s.io` (which cannot close stdin).
     #[must_use]
@@ -431,7 +446,10 @@ impl KubernetesConfig {
                 self.temp_dir
             ));
         }
-        if self.ready_timeout.is_zero() || self.request_timeout.is_zero() {
+        if self.ready_timeout.is_zero()
+            || self.request_timeout.is_zero()
+            || self.idle_timeout.is_zero()
+        {
             return err("a timeout of zero".into());
         }
         for (k, v) in &self.labels {

@@ -8,7 +8,8 @@
 //! | HTTP answers with a `Status` body | the kit's `http_status_at` (404 `NotFound`, 409 `Conflict`, 401, 403, 422, …), the `Status` reason as the error's code | 429 `Safe` at any stage before the command (the API server's max-in-flight and APF filters answer it before the handler); 5xx `Safe` for reads and deletes, `Unsafe` for a create |
 //! | connection refused (nothing sent) | `Unavailable` | `Safe` |
 //! | a reset, a cut or malformed answer | `Unavailable` / `Protocol` | `Safe` for reads, `Unsafe` for a create |
-//! | exec refused before the upgrade (any answer but 101) | as the `Status` says (a pod that is gone `NotFound`; a container to name `InvalidConfig`; an unscheduled pod `Unavailable`) | `Safe` where transient: nothing ran before the upgrade |
+//! | exec refused before the upgrade (any answer but 101) | as the `Status` says (a pod that is gone `NotFound`; a container to name `InvalidConfig`; an unscheduled pod `Unavailable`) | 429 `Safe`; 5xx `Unsafe` (the API server runs nothing before it upgrades, but a proxy in front of it may have forwarded the upgrade) |
+//! | an exec socket silent past the idle timeout, heartbeat pongs included | `Timeout(Request)` | `Unsafe` |
 //! | exec status `Success` / `NonZeroExitCode` | an `Ok` [`Output`](execseam_core::Output) with the exit code, never an error | — |
 //! | exec status `InternalError` for a missing executable | `NotFound` | `Never` |
 //! | any other exec status failure (`InternalError`: the runtime failed, the container went away) | `Internal` | `Unsafe` |
@@ -99,8 +100,10 @@ pub(crate) fn status_error(answer: &Answer, op: &'static str, stage: Stage) -> E
 }
 
 /// The error an exec's refused upgrade stands for (the apiserver's `streamLocation` and
-/// `validateContainer` in `pkg/registry/core/pod/strategy.go`; authn/authz before them). Nothing
-/// ran: the handler fails before it upgrades.
+/// `validateContainer` in `pkg/registry/core/pod/strategy.go`; authn/authz before them). The API
+/// server itself runs nothing before it upgrades, but a proxy in front of it may forward the
+/// upgrade and answer an error of its own: the answer is classified as a submit's (5xx
+/// `Unsafe`), with the API server's edge (429 `Safe`).
 pub(crate) fn exec_refused(answer: &Answer, pod: &str) -> Error {
     let op = "exec";
     let status: Option<Status> = serde_json::from_slice(&answer.body).ok();
@@ -108,7 +111,7 @@ pub(crate) fn exec_refused(answer: &Answer, pod: &str) -> Error {
         .as_ref()
         .and_then(|s| s.message.clone())
         .unwrap_or_default();
-    let e = status_error(answer, op, Stage::Before);
+    let e = status_error(answer, op, Stage::Submit);
     match answer.status {
         404 => adapter(
             ErrorKind::NotFound,
@@ -225,7 +228,10 @@ mod tests {
             "p",
         );
         assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+        // A proxy may have forwarded the upgrade: only the API server's 429 proves nothing ran.
         let e = exec_refused(&answer(503, ""), "p");
+        assert_eq!(e.retry(), Retry::Unsafe, "{e:?}");
+        let e = exec_refused(&answer(429, ""), "p");
         assert!(e.retry().is_safe(), "{e:?}");
         assert!(claim_failure("DependenciesNotReady", "x").is_none());
         assert_eq!(

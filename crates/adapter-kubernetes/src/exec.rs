@@ -278,10 +278,11 @@ impl Run {
             Some(w) => StderrGate::new(w),
             None => StderrGate::open(),
         };
+        let idle = shared.api.config().idle_timeout;
         Run {
             shared,
             target,
-            session: Session::start(socket, plan.stdin),
+            session: Session::start(socket, plan.stdin, idle),
             wrap,
             gate,
             pending: None,
@@ -495,7 +496,7 @@ pub(crate) async fn kill_tagged(shared: &Shared, target: &Target, tag: &str) -> 
         Opened::Refused(answer) if answer.status == 404 => Ok(()), // the pod is gone, and its processes
         Opened::Refused(answer) => Err(exec_refused(&answer, &target.pod)),
         Opened::Socket(socket) => {
-            let mut session = Session::start(socket, None);
+            let mut session = Session::start(socket, None, shared.api.config().idle_timeout);
             loop {
                 match session.next(op).await? {
                     Frame::Exit(Exit::Code(0)) => return Ok(()),
