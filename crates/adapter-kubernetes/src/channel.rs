@@ -73,11 +73,6 @@ const MAX_MESSAGE: usize = 4 << 20;
 /// The longest status accepted on channel 3.
 const MAX_STATUS: usize = 64 << 10;
 
-/// The largest exec request line (path and query) sent: Go's `http.Server` refuses request
-/// headers beyond `DefaultMaxHeaderBytes` (1 MiB, the apiserver keeps the default), and some
-/// room is left for the other headers.
-pub(crate) const MAX_REQUEST_LINE: usize = (1 << 20) - (16 << 10);
-
 /// One exec's target and what it attaches.
 pub(crate) struct ExecRequest<'a> {
     pub namespace: &'a str,

@@ -164,34 +164,34 @@ impl KubernetesExec {
             // wrapper that reads a known length): offer only v5 until then, so that a v4-only
             // server refuses the upgrade (nothing runs) instead of running a command whose stdin
             // can never end.
-            let (assume, offers): (Protocol, &[Protocol]) = match known {
+            let (assume, mut offers): (Protocol, &[Protocol]) = match known {
                 Some(Protocol::V4) => (Protocol::V4, &[Protocol::V5, Protocol::V4]),
                 _ if needs_close => (Protocol::V5, &[Protocol::V5]),
                 _ => (Protocol::V5, &[Protocol::V5, Protocol::V4]),
             };
-            let plan = script::plan(&command, assume, tag.as_deref(), &config.temp_dir)?;
-            size::check_wire(PROVIDER, &plan.argv, &crate::SIZE_LIMIT)?;
-            let request = ExecRequest {
-                namespace: &target.namespace,
-                pod: &target.pod,
-                container: target.container.as_deref(),
-                argv: &plan.argv,
-                stdin: plan.stdin.is_some(),
-                tty: false,
+            let request_of = |plan: &Plan| {
+                ExecRequest {
+                    namespace: &target.namespace,
+                    pod: &target.pod,
+                    container: target.container.as_deref(),
+                    argv: &plan.argv,
+                    stdin: plan.stdin.is_some(),
+                    tty: false,
+                }
+                .path()
             };
-            let path = request.path();
-            if path.len() > channel::MAX_REQUEST_LINE {
-                return Err(adapter(
-                    ErrorKind::InvalidCommand,
-                    Retry::Never,
-                    "exec",
-                    format!(
-                        "the command is too large: its exec URL takes {} bytes percent-encoded, more than the {} the API server reads",
-                        path.len(),
-                        channel::MAX_REQUEST_LINE
-                    ),
-                ));
+            let mut plan = script::plan(&command, assume, tag.as_deref(), &config.temp_dir)?;
+            let mut path = request_of(&plan);
+            if path.len() > script::MAX_URL {
+                // Too long for a URL: the command rides on stdin behind a fixed wrapper (which
+                // needs stdin to end: v5, or the v4 wrapper once the server is known to be v4).
+                if known != Some(Protocol::V4) && offers != [Protocol::V5] {
+                    offers = &[Protocol::V5];
+                }
+                plan = script::plan_as(&command, assume, tag.as_deref(), &config.temp_dir, true)?;
+                path = request_of(&plan);
             }
+            size::check_wire(PROVIDER, &plan.argv, &crate::SIZE_LIMIT)?;
             match channel::open(&shared.api, &path, offers, "exec").await? {
                 Opened::Socket(socket) => {
                     shared.learn(socket.protocol);

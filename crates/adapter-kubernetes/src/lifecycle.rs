@@ -68,7 +68,12 @@ fn built(
     r: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     op: &'static str,
 ) -> Result<http::Request<Vec<u8>>, Error> {
-    r.map_err(|e| adapter(ErrorKind::InvalidCommand, Retry::Never, op, e.to_string()))
+    r.map_err(|e| adapter(ErrorKind::Internal, Retry::Never, op, e.to_string()))
+}
+
+/// A name the API server gave that is not one (an answer that is not what was asked for).
+fn malformed(op: &'static str, what: String) -> Error {
+    no_answer(NoAnswer::Malformed, op, Stage::Before, what)
 }
 
 fn not_found(op: &'static str, what: String) -> Error {
@@ -92,6 +97,12 @@ pub(crate) async fn resolve(api: &Api, mode: Mode, id: &str) -> Result<Target, E
         Mode::Sandbox => sandbox_pod(api, &ns, id, op).await?,
         Mode::Claim => {
             let claim: Claim = get(api, claims(&ns), id, op).await?;
+            if claim.metadata.name != id {
+                return Err(malformed(
+                    op,
+                    format!("the answer for claim {id} names {:?}", claim.metadata.name),
+                ));
+            }
             if claim.metadata.deletion_timestamp.is_some() {
                 return Err(not_found(op, format!("claim {id} is being deleted")));
             }
@@ -108,11 +119,23 @@ pub(crate) async fn resolve(api: &Api, mode: Mode, id: &str) -> Result<Target, E
                         format!("claim {id} is not bound to a sandbox yet"),
                     )
                 })?;
+            if !names::is_dns_subdomain(&bound) {
+                return Err(malformed(
+                    op,
+                    format!("claim {id} names the sandbox {bound:?}"),
+                ));
+            }
             sandbox_pod(api, &ns, &bound, op).await?
         }
     };
     // The pod itself: gone is NotFound; its UID tells a recreated pod from this one.
     let p: Pod = get(api, pods(&ns), &pod, op).await?;
+    if p.metadata.name != pod {
+        return Err(malformed(
+            op,
+            format!("the answer for pod {pod} names {:?}", p.metadata.name),
+        ));
+    }
     if p.metadata.deletion_timestamp.is_some() {
         return Err(not_found(op, format!("pod {pod} is being deleted")));
     }
@@ -126,6 +149,19 @@ pub(crate) async fn resolve(api: &Api, mode: Mode, id: &str) -> Result<Target, E
 
 async fn sandbox_pod(api: &Api, ns: &str, name: &str, op: &'static str) -> Result<String, Error> {
     let sb: SandboxObject = get(api, sandboxes(ns), name, op).await?;
+    if sb.metadata.name != name {
+        return Err(malformed(
+            op,
+            format!("the answer for sandbox {name} names {:?}", sb.metadata.name),
+        ));
+    }
+    let pod = sb.pod_name();
+    if !names::is_dns_subdomain(pod) {
+        return Err(malformed(
+            op,
+            format!("sandbox {name} names the pod {pod:?}"),
+        ));
+    }
     if sb.metadata.deletion_timestamp.is_some() {
         return Err(not_found(op, format!("sandbox {name} is being deleted")));
     }

@@ -28,6 +28,11 @@ use crate::channel::Protocol;
 /// The variable every tagged command carries (a value unique to the exec).
 pub const EXEC_TAG_VAR: &str = "EXECSEAM_EXEC";
 
+/// The longest exec path and query sent: the `http` crate's URIs stop at 64 KiB (far below the
+/// 1 MiB of headers the API server reads); a longer command goes through stdin
+/// ([`plan_as`]).
+pub(crate) const MAX_URL: usize = 60_000;
+
 /// What one exec sends.
 #[derive(Debug)]
 pub(crate) struct Plan {
@@ -46,12 +51,26 @@ pub(crate) fn plan(
     tag: Option<&str>,
     temp_dir: &str,
 ) -> Result<Plan, Error> {
+    plan_as(cmd, protocol, tag, temp_dir, false)
+}
+
+/// [`plan`], with argv on stdin too (`argv_on_stdin`): for a command whose URL would be longer
+/// than the HTTP stack takes ([`MAX_URL`]), the URL carries a fixed wrapper and the whole
+/// command (the tag, the env entries and argv) is the first line of stdin.
+pub(crate) fn plan_as(
+    cmd: &Command,
+    protocol: Protocol,
+    tag: Option<&str>,
+    temp_dir: &str,
+    argv_on_stdin: bool,
+) -> Result<Plan, Error> {
     let env = cmd.env();
     let stdin = cmd.stdin();
-    let bounded_stdin = protocol == Protocol::V4 && (!stdin.is_empty() || !env.is_empty());
+    let line_first = argv_on_stdin || !env.is_empty();
+    let bounded_stdin = protocol == Protocol::V4 && (!stdin.is_empty() || line_first);
     let program = cmd.program();
     let plain = !program.starts_with('-') && !program.contains('=');
-    if cmd.workdir().is_none() && env.is_empty() && !bounded_stdin && plain {
+    if cmd.workdir().is_none() && !line_first && !bounded_stdin && plain {
         let mut argv = Vec::with_capacity(cmd.argv().len() + 2);
         if let Some(t) = tag {
             argv.push("env".to_owned());
@@ -72,7 +91,7 @@ pub(crate) fn plan(
         .with_operation("exec"));
     }
     let mut s = String::new();
-    if !env.is_empty() {
+    if line_first {
         let _ = writeln!(
             s,
             "IFS= read -r __execseam_env || {}",
@@ -104,6 +123,27 @@ pub(crate) fn plan(
             quote(dir),
             fail(&format!("workdir does not exist: {dir}"))
         );
+    }
+    if argv_on_stdin {
+        // Everything is in "$@": the tag, the env entries, then argv (behind an inner shell
+        // for a program name env would take as an assignment).
+        s.push_str("exec env -- \"$@\"");
+        let mut words: Vec<String> = Vec::new();
+        if let Some(t) = tag {
+            words.push(format!("{EXEC_TAG_VAR}={t}"));
+        }
+        words.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+        if program.contains('=') {
+            words.extend(["/bin/sh".into(), "-c".into(), "exec \"$0\" \"$@\"".into()]);
+        }
+        words.extend(cmd.argv().iter().cloned());
+        let mut input = BytesMut::from(&set_line(words.iter().map(String::as_str))[..]);
+        input.extend_from_slice(stdin);
+        return Ok(Plan {
+            argv: vec!["/bin/sh".into(), "-c".into(), s],
+            stdin: Some(input.freeze()),
+            wrapped: true,
+        });
     }
     let mut assignments = Vec::new();
     if !env.is_empty() {
@@ -155,14 +195,22 @@ fn fail(what: &str) -> String {
 }
 
 /// The environment as one line of shell that sets the positional parameters to `KEY=VALUE`
-/// each: every byte outside `[A-Za-z0-9_=./,:@+-]` as a printf octal escape, so the line holds
-/// no newline, quote or `%` whatever the values.
+/// each (see [`set_line`]).
 pub(crate) fn env_line(env: &std::collections::BTreeMap<String, String>) -> Vec<u8> {
+    let entries: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    set_line(entries.iter().map(String::as_str))
+}
+
+/// One line of shell that sets the positional parameters to `words`: every byte outside
+/// `[A-Za-z0-9_=./,:@+-]` as a printf octal escape, so the line holds no newline, quote or `%`
+/// whatever the words.
+pub(crate) fn set_line<'a>(words: impl Iterator<Item = &'a str>) -> Vec<u8> {
     let mut s = String::from("set --");
-    for (k, v) in env {
+    for w in words {
         s.push_str(";__execseam_e=$(printf '");
-        for b in k.bytes().chain(std::iter::once(b'=')).chain(v.bytes()) {
-            if b.is_ascii_alphanumeric() || b"_=./,:@+-".contains(&b) {
+        for (i, b) in w.bytes().enumerate() {
+            // A leading `-` would be an option of printf (bash's `-v`).
+            if b.is_ascii_alphanumeric() || (b"_=./,:@+-".contains(&b) && !(i == 0 && b == b'-')) {
                 s.push(b as char);
             } else {
                 let _ = write!(s, "\\{b:03o}");
@@ -274,6 +322,31 @@ mod tests {
             assert_eq!(
                 String::from_utf8_lossy(&out.stdout),
                 format!("{nasty}||rest\nof\0stdintag9"),
+                "{protocol:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    #[test]
+    fn argv_on_stdin_runs_exactly() {
+        let big = "q'\"$`\\ ".repeat(10_000);
+        let c = cmd(&["sh", "-c", "printf '%s|%s|' \"$1\" \"$V\"; cat", "sh", &big])
+            .env("V", "-v x")
+            .stdin(&b"in"[..])
+            .build()
+            .unwrap();
+        for (protocol, close) in [(Protocol::V5, true), (Protocol::V4, false)] {
+            let p = plan_as(&c, protocol, Some("t"), "/tmp", true).unwrap();
+            assert!(
+                p.argv.iter().map(String::len).sum::<usize>() < 2_000,
+                "{:?}",
+                p.argv
+            );
+            let out = run(&p, close);
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                format!("{big}|-v x|in"),
                 "{protocol:?}: {}",
                 String::from_utf8_lossy(&out.stderr)
             );

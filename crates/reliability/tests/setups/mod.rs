@@ -99,6 +99,13 @@ pub const ADAPTERS: &[Adapter] = &[
         chunk_framed: None,
     },
     Adapter {
+        name: "kubernetes",
+        setup: kubernetes,
+        children_end: None,
+        parallel: None,
+        chunk_framed: None,
+    },
+    Adapter {
         name: "docker",
         setup: docker,
         children_end: None,
@@ -592,6 +599,44 @@ fn northflank(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
                     Arc::new(NorthflankProvider::new(config(url, idle))?.attach(SERVICE_ID)?)
                         as Arc<dyn Exec>,
                 )
+            }),
+            guard: Box::new(emulator),
+        })
+    })
+}
+
+/// A claim on the emulator's warm pool; through the proxy, every request of an exec (the claim,
+/// Sandbox and pod lookups of a fresh handle, the exec upgrade and its socket, the kill) goes
+/// through it.
+fn kubernetes(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_emulator_kubernetes::{KubernetesEmulator, NAMESPACE, WARM_POOL};
+    use execseam_emulators::EmulatorOptions;
+    use execseam_kubernetes::{KubernetesConfig, KubernetesProvider};
+    Box::pin(async move {
+        let emulator = KubernetesEmulator::start(EmulatorOptions::default())
+            .await
+            .map_err(internal)?;
+        let token = emulator.token().to_owned();
+        let config = move |url: &str, idle: Duration| {
+            KubernetesConfig::new()
+                .server(url)
+                .token(token.clone())
+                .namespace(NAMESPACE)
+                .warm_pool(WARM_POOL)
+                .request_timeout(idle)
+                .idle_timeout(idle)
+        };
+        let upstream = emulator.base_url();
+        let direct = KubernetesProvider::new(config(&upstream, knobs.idle_timeout))?
+            .create(SandboxSpec::new())
+            .await?;
+        let id = direct.id().to_owned();
+        Ok(Setup {
+            upstream,
+            scratch: "/tmp".into(),
+            direct: Arc::new(direct),
+            through: through(move |url, idle| {
+                Ok(Arc::new(KubernetesProvider::new(config(url, idle))?.attach(&id)?) as Arc<dyn Exec>)
             }),
             guard: Box::new(emulator),
         })
