@@ -121,6 +121,37 @@ impl KubernetesExec {
         Ok(self.target().await?.pod)
     }
 
+    /// Suspends the sandbox: `spec.operatingMode: Suspended` on its Sandbox (claim and sandbox
+    /// modes), then waits until the controller reports it suspended (its pod deleted, the
+    /// Sandbox and its volumes kept). A provider extra: the sandbox-state contract (pause and
+    /// resume for every adapter) is not defined yet.
+    pub async fn suspend(&self) -> Result<(), Error> {
+        lifecycle::set_operating_mode(
+            &self.inner.shared.api,
+            self.inner.mode,
+            &self.inner.id,
+            true,
+        )
+        .await?;
+        self.forget_target().await;
+        Ok(())
+    }
+
+    /// Resumes a suspended sandbox: `spec.operatingMode: Running`, then waits until it is Ready
+    /// (a new pod under the same name, with a new IP). A provider extra, as
+    /// [`suspend`](Self::suspend).
+    pub async fn resume(&self) -> Result<(), Error> {
+        lifecycle::set_operating_mode(
+            &self.inner.shared.api,
+            self.inner.mode,
+            &self.inner.id,
+            false,
+        )
+        .await?;
+        self.forget_target().await;
+        Ok(())
+    }
+
     /// The channel protocol the API server chose on the last exec, if any ran yet.
     pub fn protocol(&self) -> Option<Protocol> {
         self.inner.shared.protocol()

@@ -935,6 +935,89 @@ pub(crate) async fn delete(
     }
 }
 
+/// Sets `spec.operatingMode` on sandbox `id`'s Sandbox (a claim's bound one) with a merge patch,
+/// then waits (up to the ready timeout) until the controller reports it: `Suspended` (the
+/// condition `Suspended=True`: the pod is gone; the Sandbox, its volumes and its name stay) or
+/// `Running` (`Ready=True`: a new pod, a new IP). Pod mode has no operating mode: `Unsupported`.
+pub(crate) async fn set_operating_mode(
+    api: &Api,
+    mode: Mode,
+    id: &str,
+    suspended: bool,
+) -> Result<(), Error> {
+    let op = if suspended { "suspend" } else { "resume" };
+    if !names::is_dns_subdomain(id) {
+        return Err(not_found(
+            op,
+            format!("{id:?} is not a Kubernetes name: no such sandbox"),
+        ));
+    }
+    let ns = api.namespace().await?;
+    let sandbox = match mode {
+        Mode::Pod => {
+            return Err(adapter(
+                ErrorKind::Unsupported,
+                Retry::Never,
+                op,
+                "a plain pod has no operating mode (agent-sandbox's spec.operatingMode)",
+            ));
+        }
+        Mode::Sandbox => id.to_owned(),
+        Mode::Claim => {
+            let claim: Claim = get(api, claims(&ns), id, op).await?;
+            claim
+                .status
+                .sandbox
+                .map(|s| s.name)
+                .filter(|n| names::is_dns_subdomain(n))
+                .ok_or_else(|| {
+                    adapter(
+                        ErrorKind::Unavailable,
+                        Retry::SAFE,
+                        op,
+                        format!("claim {id} is not bound to a sandbox yet"),
+                    )
+                })?
+        }
+    };
+    let word = if suspended { "Suspended" } else { "Running" };
+    let patch =
+        kube::core::params::Patch::Merge(serde_json::json!({"spec": {"operatingMode": word}}));
+    let req = built(
+        sandboxes(&ns).patch(
+            &sandbox,
+            &kube::core::params::PatchParams::default(),
+            &patch,
+        ),
+        op,
+    )?;
+    // Setting the mode twice is the same as once.
+    let _: Value = api.json(req, op, Stage::Before).await?;
+    let deadline = Instant::now() + api.config().ready_timeout;
+    let mut wait = Duration::from_millis(50);
+    loop {
+        let s: SandboxObject = get(api, sandboxes(&ns), &sandbox, op).await?;
+        let cond =
+            |kind: &str| condition(&s.status.conditions, kind).is_some_and(|c| c.status == "True");
+        if (suspended && cond("Suspended")) || (!suspended && cond("Ready")) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(adapter(
+                ErrorKind::Timeout(Deadline::Request),
+                Retry::SAFE,
+                op,
+                format!(
+                    "sandbox {sandbox} did not report {word} within {} s",
+                    api.config().ready_timeout.as_secs()
+                ),
+            ));
+        }
+        client::pause(wait, deadline).await;
+        wait = (wait * 2).min(Duration::from_secs(1));
+    }
+}
+
 /// The sandboxes this adapter created that carry every label of `filter`.
 pub(crate) async fn list(api: &Api, filter: &ListFilter) -> Result<Vec<SandboxInfo>, Error> {
     let op = "list";

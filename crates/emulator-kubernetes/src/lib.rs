@@ -247,7 +247,8 @@ impl KubernetesEmulator {
     }
 
     /// The environment the adapter's `from_env` reads to reach the emulator (explicit server
-    /// and token, the default warm pool), and the router for the Python SDK.
+    /// and token, the default warm pool), and the router for the Python SDK
+    /// (`SANDBOX_ROUTER_URL`, `ROUTER_AUTH_TOKEN`).
     pub fn env(&self) -> Vec<(String, String)> {
         vec![
             ("EXECSEAM_KUBERNETES_SERVER".into(), self.base_url()),

@@ -413,11 +413,20 @@ fn pod_defaults(spec: &mut Value) {
     }
 }
 
-fn required(causes: &mut Vec<Cause>, obj: &Value, path: &str) {
+/// The value at a dotted path (numeric parts index arrays).
+fn at<'a>(obj: &'a Value, path: &str) -> &'a Value {
     let mut v = obj;
     for part in path.split('.') {
-        v = &v[part];
+        v = match (part.parse::<usize>(), v) {
+            (Ok(i), Value::Array(a)) => a.get(i).unwrap_or(&Value::Null),
+            _ => &v[part],
+        };
     }
+    v
+}
+
+fn required(causes: &mut Vec<Cause>, obj: &Value, path: &str) {
+    let v = at(obj, path);
     if v.is_null() {
         causes.push(Cause {
             reason: "FieldValueRequired",
@@ -428,10 +437,7 @@ fn required(causes: &mut Vec<Cause>, obj: &Value, path: &str) {
 }
 
 fn enum_of(causes: &mut Vec<Cause>, obj: &Value, path: &str, allowed: &[&str]) {
-    let mut v = obj;
-    for part in path.split('.') {
-        v = &v[part];
-    }
+    let v = at(obj, path);
     match v {
         Value::Null => {}
         Value::String(s) if allowed.contains(&s.as_str()) => {}
@@ -450,10 +456,7 @@ fn enum_of(causes: &mut Vec<Cause>, obj: &Value, path: &str, allowed: &[&str]) {
 }
 
 fn min_int(causes: &mut Vec<Cause>, obj: &Value, path: &str, min: i64) {
-    let mut v = obj;
-    for part in path.split('.') {
-        v = &v[part];
-    }
+    let v = at(obj, path);
     match v {
         Value::Null => {}
         Value::Number(n) if n.as_i64().is_some_and(|n| n >= min) => {}
@@ -682,6 +685,11 @@ mod tests {
         let claim = json!({"metadata": {"name": "c"}, "spec": {}});
         let c = validate(&CLAIMS, &claim);
         assert_eq!(c[0].field, "spec.warmPoolRef");
+        let claim = json!({"metadata": {"name": "c"}, "spec": {"warmPoolRef": {"name": "p"},
+            "env": [{"name": "A", "value": "1"}, {"value": "2"}]}});
+        let c = validate(&CLAIMS, &claim);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].field, "spec.env[1].name");
         let mut pool =
             json!({"metadata": {"name": "p"}, "spec": {"sandboxTemplateRef": {"name": "t"}}});
         apply_defaults(&WARM_POOLS, &mut pool);
