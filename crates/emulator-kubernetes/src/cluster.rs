@@ -1,31 +1,29 @@
 //! The cluster's shared state: the store, the credential, the faults, the pods' sandboxes, and
 //! the deletes (graceful for pods; the garbage collector's cascade along `ownerReferences`).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use execseam_emulator_kit::{FaultHandle, Sandboxing, Shell};
+
+use crate::Kubernetes;
 use crate::api::DeleteOptions;
 use crate::pods::PodRun;
 use crate::schema::{self, Resource};
 use crate::status::{self, ApiError};
 use crate::store::{self, From, Store, Subscription};
-use crate::{FaultHandle, Sandboxing};
 
 /// Everything the API server, the controllers, the exec server and the router share.
 pub struct Cluster {
     pub(crate) store: Store,
-    /// The bearer token accepted (`None`: any non-empty one).
-    pub(crate) token: Option<String>,
-    pub(crate) faults: FaultHandle,
-    pub(crate) sandboxing: Sandboxing,
+    /// The kit's shell: the credential, the faults, how sandboxes are made, and the registry of
+    /// running pods (by UID).
+    pub(crate) shell: Arc<Shell<Kubernetes>>,
     /// `host:port` of the API server (discovery's `serverAddressByClientCIDRs`).
     pub(crate) server_address: Mutex<String>,
-    /// Running pods by UID.
-    pub(crate) pods: Mutex<HashMap<String, Arc<PodRun>>>,
     /// Wakes the controllers.
     pub(crate) wake: Notify,
     /// The exec protocols served.
@@ -46,19 +44,14 @@ impl std::fmt::Debug for Cluster {
 
 impl Cluster {
     pub(crate) fn new(
-        token: Option<String>,
-        faults: FaultHandle,
-        sandboxing: Sandboxing,
+        shell: Arc<Shell<Kubernetes>>,
         server_address: String,
         history: usize,
     ) -> Cluster {
         let c = Cluster {
             store: Store::new(history),
-            token,
-            faults,
-            sandboxing,
+            shell,
             server_address: Mutex::new(server_address),
-            pods: Mutex::new(HashMap::new()),
             wake: Notify::new(),
             protocols: Mutex::new(crate::exec::PROTOCOLS.to_vec()),
             ips: Mutex::new(0),
@@ -76,20 +69,37 @@ impl Cluster {
         c
     }
 
-    /// `Authorization: Bearer <token>` with the accepted token.
+    /// `Authorization: Bearer <token>` with the accepted token (the scheme in any case, as the
+    /// API server's bearer authenticator reads it).
     pub fn authorized(&self, headers: &HeaderMap) -> bool {
-        let presented = headers
+        headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| {
                 let (scheme, rest) = v.split_once(' ')?;
                 scheme.eq_ignore_ascii_case("bearer").then_some(rest.trim())
-            });
-        match (presented, &self.token) {
-            (Some(p), Some(t)) => p == t,
-            (Some(p), None) => !p.is_empty(),
-            (None, _) => false,
-        }
+            })
+            .is_some_and(|t| self.shell.token().accepts(t))
+    }
+
+    /// The faults.
+    pub(crate) fn faults(&self) -> &FaultHandle {
+        self.shell.faults()
+    }
+
+    /// How sandboxes are made.
+    pub(crate) fn sandboxing(&self) -> &Sandboxing {
+        self.shell.sandboxing()
+    }
+
+    /// The running pods.
+    pub(crate) fn runs(&self) -> Vec<Arc<PodRun>> {
+        self.shell.sandboxes().values()
+    }
+
+    /// The running pod with this UID.
+    pub(crate) fn run(&self, uid: &str) -> Option<Arc<PodRun>> {
+        self.shell.sandboxes().get(uid)
     }
 
     /// Wakes the controllers (after a write).
@@ -118,22 +128,14 @@ impl Cluster {
 
     /// The running pod with this IP.
     pub fn pod_by_ip(&self, ip: &str) -> Option<Arc<PodRun>> {
-        self.pods
-            .lock()
-            .expect("pods")
-            .values()
-            .find(|p| p.ip == ip)
-            .cloned()
+        self.runs().into_iter().find(|p| p.ip == ip)
     }
 
     /// The running pod `ns/name`.
     pub fn pod(&self, ns: &str, name: &str) -> Option<Arc<PodRun>> {
-        self.pods
-            .lock()
-            .expect("pods")
-            .values()
+        self.runs()
+            .into_iter()
             .find(|p| p.namespace == ns && p.name == name)
-            .cloned()
     }
 
     /// Deletes an object as the API server does: a pod gracefully (its `deletionTimestamp` set;
@@ -280,10 +282,7 @@ impl Cluster {
 
     /// Stops a pod's sandbox (its processes die, its root goes).
     pub(crate) fn stop_pod(&self, uid: &str) {
-        let run = self.pods.lock().expect("pods").remove(uid);
-        if let Some(run) = run {
-            run.stop();
-        }
+        self.shell.sandboxes().destroy(uid);
     }
 
     /// Deletes everything owned by `uid` (the garbage collector, background propagation).

@@ -33,7 +33,7 @@ use crate::cluster::Cluster;
 use crate::pods::{ContainerRun, PodRun};
 use crate::schema::PODS;
 use crate::status;
-use crate::{Fault, PtySize};
+use execseam_emulator_kit::{Fault, PtySize};
 
 type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
@@ -81,7 +81,7 @@ pub async fn serve(
     mut request: Request,
 ) -> Response {
     let mut in_stream = None;
-    match cluster.faults.take("exec") {
+    match cluster.faults().take("exec") {
         None => {}
         Some(Fault::RateLimited { retry_after_secs }) => {
             return status::too_many_requests(retry_after_secs).into_response();
@@ -92,8 +92,11 @@ pub async fn serve(
         }
         Some(Fault::AuthFailure) => return status::unauthorized().into_response(),
         Some(Fault::ResetBeforeResponse) => {
-            let ctl = request.extensions().get::<crate::ConnControl>().cloned();
-            return crate::reset_connection(ctl.as_ref()).await;
+            let ctl = request
+                .extensions()
+                .get::<execseam_emulator_kit::ConnControl>()
+                .cloned();
+            return execseam_emulator_kit::reset_connection(ctl.as_ref()).await;
         }
         Some(Fault::Latency(d)) => tokio::time::sleep(d).await,
         Some(Fault::ServerError) => in_stream = Some(InStream::Internal),
@@ -348,26 +351,28 @@ impl Exec {
     }
 
     /// The runtime's refusal of a command it cannot start (containerd's text).
-    fn start_failure(&self, e: &crate::SpawnError) -> End {
+    fn start_failure(&self, e: &execseam_local::SpawnError) -> End {
         let prefix = "error executing command in container: failed to exec in container: failed to start exec";
         match e {
-            crate::SpawnError::Workdir(w) => End::Internal(format!(
+            execseam_local::SpawnError::Workdir(w) => End::Internal(format!(
                 "{prefix}: OCI runtime exec failed: exec failed: unable to start container process: chdir to cwd (\"{}\") set in config.json failed: no such file or directory: {w}: unknown",
                 self.argv[0]
             )),
-            crate::SpawnError::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
+            execseam_local::SpawnError::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
                 End::Internal(format!(
                     "{prefix}: OCI runtime exec failed: exec failed: unable to start container process: exec: \"{}\": executable file not found in $PATH: unknown",
                     self.argv[0]
                 ))
             }
-            crate::SpawnError::Io(io) if io.kind() == std::io::ErrorKind::PermissionDenied => {
+            execseam_local::SpawnError::Io(io)
+                if io.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
                 End::Internal(format!(
                     "{prefix}: OCI runtime exec failed: exec failed: unable to start container process: exec: \"{}\": permission denied: unknown",
                     self.argv[0]
                 ))
             }
-            crate::SpawnError::Io(io) => End::Internal(format!("{prefix}: {io}")),
+            execseam_local::SpawnError::Io(io) => End::Internal(format!("{prefix}: {io}")),
         }
     }
 

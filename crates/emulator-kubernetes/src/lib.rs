@@ -40,21 +40,15 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::Router;
+use execseam_emulator_kit::{Emulator, Provider, Rendered, Server, Shell};
 use serde_json::{Value, json};
 
 pub use cluster::Cluster;
 pub use exec::PROTOCOLS;
+pub use execseam_emulator_kit::EmulatorOptions;
 pub use names::name_hash;
-
-// The harness this emulator runs on (the emulators crate's today; the emulator kit's once it is
-// on main).
-pub use execseam_emulators::EmulatorOptions;
-pub(crate) use execseam_emulators::harness::sandbox::{
-    Dir, Fs, PtySize, Sandbox, SandboxSpec, User,
-};
-pub(crate) use execseam_emulators::harness::{ConnControl, Fault, clock, reset_connection};
-pub use execseam_emulators::harness::{FaultHandle, FaultRule, Sandboxing, Server};
-pub(crate) use execseam_local::SpawnError;
+pub use pods::PodRun;
 
 /// The namespace of the defaults.
 pub const NAMESPACE: &str = "default";
@@ -90,40 +84,6 @@ impl Default for KubernetesOptions {
     }
 }
 
-/// The faults each route renders (`exec`: the exec upgrade and its stream).
-pub const FAULTS: &[(&str, &[&str])] = &[(
-    "exec",
-    &[
-        "429",
-        "500",
-        "503",
-        "reset",
-        "cut",
-        "malformed",
-        "latency",
-        "auth",
-        "vanish",
-    ],
-)];
-
-/// A running emulator: the API server and the router.
-pub struct KubernetesEmulator {
-    cluster: Arc<Cluster>,
-    router_token: String,
-    token: String,
-    _api: Server,
-    router: Server,
-    api_addr: SocketAddr,
-}
-
-impl std::fmt::Debug for KubernetesEmulator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubernetesEmulator")
-            .field("api", &self.api_addr)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Cluster {
     /// The exec protocols served.
     pub(crate) fn exec_protocols(&self) -> Vec<&'static str> {
@@ -131,49 +91,56 @@ impl Cluster {
     }
 }
 
-impl KubernetesEmulator {
-    /// Starts the emulator with the default switches.
-    pub async fn start(options: EmulatorOptions) -> io::Result<KubernetesEmulator> {
-        KubernetesEmulator::start_with(options, KubernetesOptions::default()).await
-    }
+/// The Kubernetes provider emulator ([`Provider`]); its typed test accessors are reached
+/// through [`KubernetesEmulator`] (`Deref`).
+pub struct Kubernetes {
+    cluster: Arc<Cluster>,
+    router: Server,
+    router_token: String,
+    /// The kubeconfig file written at start (removed at shutdown).
+    kubeconfig_path: std::path::PathBuf,
+}
 
-    /// Starts the API server (on `options.listen`) and the router (on the next free loopback
-    /// port), with the default template and warm pool.
-    pub async fn start_with(
-        options: EmulatorOptions,
+/// A running Kubernetes emulator: the API server (its base URL) and the router.
+pub type KubernetesEmulator = Emulator<Kubernetes>;
+
+impl Provider for Kubernetes {
+    const NAME: &'static str = "kubernetes";
+    /// Every fault on `exec` (the exec upgrade and its stream).
+    const FAULTS: Rendered = &[(
+        "exec",
+        &[
+            "429",
+            "500",
+            "503",
+            "reset",
+            "cut",
+            "malformed",
+            "latency",
+            "auth",
+            "vanish",
+        ],
+    )];
+    const PLACEHOLDER_TOKEN: &'static str = PLACEHOLDER_TOKEN;
+    /// Every image has a writable `/tmp`.
+    const SCRATCH: &'static str = "/tmp/execseam-conformance";
+    /// A claim name never issued (the adapter's ids are claim names).
+    const MISSING_SANDBOX_ID: &'static str = "execseam-nosuchclaim";
+    type Options = KubernetesOptions;
+    /// A running pod.
+    type Sandbox = PodRun;
+    /// The pod's UID.
+    type Key = String;
+
+    /// The default template and warm pool exist from the start; the router listens on a port
+    /// of its own.
+    async fn start(
+        shell: Arc<Shell<Kubernetes>>,
         k8s: KubernetesOptions,
-    ) -> io::Result<KubernetesEmulator> {
-        let faults = FaultHandle::new();
-        for rule in &options.faults {
-            if !FAULTS.iter().any(|(r, names)| {
-                (rule.route == *r || rule.route == "*") && names.contains(&rule.fault.name())
-            }) {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "the kubernetes emulator does not render fault {:?} on route {:?}",
-                        rule.fault.name(),
-                        rule.route
-                    ),
-                ));
-            }
-            faults.add(rule.clone());
-        }
-        let token = options
-            .token
-            .clone()
-            .unwrap_or_else(|| PLACEHOLDER_TOKEN.to_owned());
-        let cluster = Arc::new(Cluster::new(
-            options.token.clone(),
-            faults,
-            options.sandboxing.clone(),
-            String::new(),
-            k8s.history,
-        ));
+    ) -> io::Result<(Kubernetes, Router)> {
+        let address = shell.base_url().trim_start_matches("http://").to_owned();
+        let cluster = Arc::new(Cluster::new(shell, address.clone(), k8s.history));
         *cluster.protocols.lock().expect("protocols") = k8s.exec_protocols.clone();
-        let api = Server::start(options.listen, api::router(cluster.clone())).await?;
-        let api_addr = api.addr();
-        *cluster.server_address.lock().expect("address") = api_addr.to_string();
         let router_token = k8s
             .router_token
             .clone()
@@ -188,22 +155,64 @@ impl KubernetesEmulator {
         )
         .await?;
         tokio::spawn(controllers::run(Arc::downgrade(&cluster)));
-        let emulator = KubernetesEmulator {
+        let dir = std::env::temp_dir().join(format!(
+            "execseam-kubernetes-{}",
+            address.replace([':', '.'], "-")
+        ));
+        let k = Kubernetes {
             cluster,
-            router_token,
-            token,
-            _api: api,
             router,
-            api_addr,
+            router_token,
+            kubeconfig_path: dir.join("kubeconfig"),
         };
-        emulator.apply(NAMESPACE, &default_template())?;
-        emulator.apply(NAMESPACE, &default_pool(k8s.warm_replicas))?;
-        Ok(emulator)
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(&k.kubeconfig_path, k.kubeconfig())?;
+        std::fs::set_permissions(
+            &k.kubeconfig_path,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )?;
+        k.apply(NAMESPACE, &default_template())?;
+        k.apply(NAMESPACE, &default_pool(k8s.warm_replicas))?;
+        let routes = api::router(k.cluster.clone());
+        Ok((k, routes))
     }
 
-    /// `http://127.0.0.1:<port>`: the API server.
-    pub fn base_url(&self) -> String {
-        format!("http://{}", self.api_addr)
+    /// What the adapter's `from_env` reads (an explicit server and token, the namespace, the
+    /// default warm pool), the kubeconfig written at start for every other client (`kubectl`,
+    /// the official Python client), and what the `k8s-agent-sandbox` SDK's direct-URL mode
+    /// needs (the router and its token, `ROUTER_AUTH_TOKEN` as the router names it).
+    fn env(&self, shell: &Shell<Kubernetes>) -> Vec<(String, String)> {
+        vec![
+            (
+                "KUBECONFIG".into(),
+                self.kubeconfig_path.display().to_string(),
+            ),
+            (
+                "EXECSEAM_KUBERNETES_SERVER".into(),
+                shell.base_url().to_owned(),
+            ),
+            (
+                "EXECSEAM_KUBERNETES_TOKEN".into(),
+                shell.token().advertised().to_owned(),
+            ),
+            ("EXECSEAM_KUBERNETES_NAMESPACE".into(), NAMESPACE.into()),
+            ("EXECSEAM_KUBERNETES_WARM_POOL".into(), WARM_POOL.into()),
+            ("SANDBOX_ROUTER_URL".into(), self.router_url()),
+            ("ROUTER_AUTH_TOKEN".into(), self.router_token.clone()),
+        ]
+    }
+
+    fn shutdown(&self) {
+        if let Some(dir) = self.kubeconfig_path.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+impl Kubernetes {
+    /// The kubeconfig file written at start ([`kubeconfig`](Self::kubeconfig)'s text).
+    pub fn kubeconfig_path(&self) -> &std::path::Path {
+        &self.kubeconfig_path
     }
 
     /// `http://127.0.0.1:<port>`: the router.
@@ -211,19 +220,9 @@ impl KubernetesEmulator {
         format!("http://{}", self.router.addr())
     }
 
-    /// The bearer token the API server accepts.
-    pub fn token(&self) -> &str {
-        &self.token
-    }
-
     /// The router's bearer token.
     pub fn router_token(&self) -> &str {
         &self.router_token
-    }
-
-    /// The faults.
-    pub fn faults(&self) -> FaultHandle {
-        self.cluster.faults.clone()
     }
 
     /// The cluster (for tests).
@@ -239,46 +238,12 @@ impl KubernetesEmulator {
 
     /// A kubeconfig for the API server (one cluster, user and context, namespace `default`).
     pub fn kubeconfig(&self) -> String {
+        let shell = &self.cluster.shell;
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: execseam-emulator\n  cluster:\n    server: {}\ncontexts:\n- name: execseam-emulator\n  context:\n    cluster: execseam-emulator\n    user: execseam-emulator\n    namespace: {NAMESPACE}\ncurrent-context: execseam-emulator\nusers:\n- name: execseam-emulator\n  user:\n    token: {}\npreferences: {{}}\n",
-            self.base_url(),
-            self.token
+            shell.base_url(),
+            shell.token().advertised()
         )
-    }
-
-    /// The environment the adapter's `from_env` reads to reach the emulator (explicit server
-    /// and token, the default warm pool), and the router for the Python SDK
-    /// (`SANDBOX_ROUTER_URL`, `ROUTER_AUTH_TOKEN`).
-    pub fn env(&self) -> Vec<(String, String)> {
-        vec![
-            ("EXECSEAM_KUBERNETES_SERVER".into(), self.base_url()),
-            ("EXECSEAM_KUBERNETES_TOKEN".into(), self.token.clone()),
-            ("EXECSEAM_KUBERNETES_NAMESPACE".into(), NAMESPACE.into()),
-            ("EXECSEAM_KUBERNETES_WARM_POOL".into(), WARM_POOL.into()),
-            ("EXECSEAM_KUBERNETES_ROUTER_URL".into(), self.router_url()),
-            (
-                "EXECSEAM_KUBERNETES_ROUTER_TOKEN".into(),
-                self.router_token.clone(),
-            ),
-        ]
-    }
-
-    /// How many sandboxes are live: pods that are not a warm pool's spare capacity (the
-    /// conformance suite's "nothing left behind" count).
-    pub fn sandbox_counter(&self) -> impl Fn() -> usize + Send + Sync + 'static {
-        let cluster = Arc::downgrade(&self.cluster);
-        move || {
-            cluster.upgrade().map_or(0, |c| {
-                c.store
-                    .list(&schema::PODS, None)
-                    .0
-                    .iter()
-                    .filter(|p| {
-                        p["metadata"]["labels"]["agents.x-k8s.io/warm-pool-sandbox"].is_null()
-                    })
-                    .count()
-            })
-        }
     }
 
     /// Creates an object from its manifest (JSON) in `namespace`, as `POST` would.
@@ -298,22 +263,6 @@ impl KubernetesEmulator {
         let ns = if res.namespaced { namespace } else { "" };
         api::create(&self.cluster, res, ns, manifest.clone())
             .map_err(|e| io::Error::other(e.message))
-    }
-}
-
-impl Drop for KubernetesEmulator {
-    fn drop(&mut self) {
-        let runs: Vec<_> = self
-            .cluster
-            .pods
-            .lock()
-            .expect("pods")
-            .drain()
-            .map(|(_, r)| r)
-            .collect();
-        for r in runs {
-            r.stop();
-        }
     }
 }
 

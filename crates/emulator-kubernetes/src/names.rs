@@ -10,7 +10,7 @@ pub fn name_hash(s: &str) -> String {
 }
 
 fn random(n: usize) -> u64 {
-    crate::clock::random_u64() % n as u64
+    execseam_emulator_kit::clock::random_u64() % n as u64
 }
 
 /// The 5 characters `generateName` appends (`apiserver/pkg/storage/names/generate.go`, the

@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use execseam_emulator_kit::{Dir, Sandbox, SandboxEntry, SandboxSpec, User};
+
 use crate::cluster::Cluster;
 use crate::schema;
 use crate::store;
-use crate::{Dir, Sandbox, SandboxSpec, User};
 
 /// The node every pod is scheduled on.
 pub const NODE: &str = "execseam-emulator";
@@ -53,6 +54,19 @@ pub struct PodRun {
     pub containers: Vec<ContainerRun>,
     /// When `SIGTERM` went out (a graceful delete).
     terminating: std::sync::Mutex<Option<Instant>>,
+    /// A warm pool's spare: capacity, not a sandbox anybody has (not counted as live).
+    pub(crate) warm: std::sync::atomic::AtomicBool,
+}
+
+impl SandboxEntry for PodRun {
+    /// A warm pool's spare pod is capacity, not a sandbox a client made.
+    fn is_live(&self) -> bool {
+        !self.warm.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn teardown(&self) {
+        self.stop();
+    }
 }
 
 impl std::fmt::Debug for PodRun {
@@ -180,7 +194,7 @@ pub(crate) fn start(cluster: &Cluster, pod: &Value) -> std::io::Result<PodRun> {
     let sandbox_spec = SandboxSpec::new("kubernetes", &hostname, first.user.clone(), env)
         .other_users(others)
         .dirs(dirs);
-    let sandbox = Sandbox::create(format!("{ns}/{name}"), sandbox_spec, &cluster.sandboxing)?;
+    let sandbox = Sandbox::create(format!("{ns}/{name}"), sandbox_spec, cluster.sandboxing())?;
     Ok(PodRun {
         uid,
         namespace: ns,
@@ -189,6 +203,7 @@ pub(crate) fn start(cluster: &Cluster, pod: &Value) -> std::io::Result<PodRun> {
         sandbox,
         containers,
         terminating: std::sync::Mutex::new(None),
+        warm: std::sync::atomic::AtomicBool::new(is_warm(pod)),
     })
 }
 
@@ -242,6 +257,10 @@ fn running_status(pod: &Value, run: &PodRun) -> Value {
     })
 }
 
+fn is_warm(pod: &Value) -> bool {
+    pod["metadata"]["labels"]["agents.x-k8s.io/warm-pool-sandbox"].is_string()
+}
+
 /// One pass over the pods: start new ones, finish graceful deletes, stop what the store lost.
 pub(crate) fn reconcile(cluster: &Cluster) {
     let (pods, _) = cluster.store.list(&schema::PODS, None);
@@ -254,7 +273,11 @@ pub(crate) fn reconcile(cluster: &Cluster) {
             .to_owned();
         let name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
         seen.insert(uid.clone());
-        let run = cluster.pods.lock().expect("pods").get(&uid).cloned();
+        let run = cluster.run(&uid);
+        if let Some(r) = &run {
+            r.warm
+                .store(is_warm(&pod), std::sync::atomic::Ordering::SeqCst);
+        }
         let deleting = !pod["metadata"]["deletionTimestamp"].is_null();
         match (run, deleting) {
             (Some(run), true) => {
@@ -284,11 +307,7 @@ pub(crate) fn reconcile(cluster: &Cluster) {
                     Ok(run) => {
                         let run = Arc::new(run);
                         let status = running_status(&pod, &run);
-                        cluster
-                            .pods
-                            .lock()
-                            .expect("pods")
-                            .insert(uid.clone(), run.clone());
+                        cluster.shell.sandboxes().insert(uid.clone(), run.clone());
                         let written = cluster.store.update(&schema::PODS, &ns, &name, |v| {
                             v["spec"]["nodeName"] = json!(NODE);
                             v["status"] = status;
@@ -317,12 +336,11 @@ pub(crate) fn reconcile(cluster: &Cluster) {
     }
     // Pods the store no longer has (removed at once): their sandboxes go too.
     let gone: Vec<String> = cluster
-        .pods
-        .lock()
-        .expect("pods")
+        .shell
+        .sandboxes()
         .keys()
-        .filter(|k| !seen.contains(*k))
-        .cloned()
+        .into_iter()
+        .filter(|k| !seen.contains(k))
         .collect();
     for uid in gone {
         cluster.stop_pod(&uid);

@@ -280,10 +280,10 @@ async fn execute(run: Arc<PodRun>, body: &[u8]) -> Response {
         .stderr(Stdio::piped());
     let child = match run.sandbox.spawn(cmd, &container.user, &base).await {
         Ok(c) => c,
-        Err(crate::SpawnError::Workdir(_)) => {
+        Err(execseam_local::SpawnError::Workdir(_)) => {
             return failed(format!("[Errno 2] No such file or directory: '{base}'"));
         }
-        Err(crate::SpawnError::Io(e)) => {
+        Err(execseam_local::SpawnError::Io(e)) => {
             let (errno, text) = match e.kind() {
                 std::io::ErrorKind::NotFound => (2, "No such file or directory"),
                 std::io::ErrorKind::PermissionDenied => (13, "Permission denied"),
@@ -349,7 +349,11 @@ fn normalize(p: &Path) -> PathBuf {
 
 /// `get_safe_path`: the path under the base directory, or `None` (403) when it leaves it. Runs
 /// inside the sandbox's filesystem view (`realpath` resolves links there).
-fn safe_path(fs: &crate::Fs, base: &str, file_path: &str) -> Option<(String, PathBuf)> {
+fn safe_path(
+    fs: &execseam_emulator_kit::Fs,
+    base: &str,
+    file_path: &str,
+) -> Option<(String, PathBuf)> {
     let realpath = |p: &Path| -> PathBuf {
         let mut acc = PathBuf::from("/");
         for c in normalize(p).components().skip(1) {

@@ -5,8 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+use execseam_emulator_kit::Isolation;
 use execseam_emulator_kubernetes::{EmulatorOptions, KubernetesEmulator, TEMPLATE, WARM_POOL};
-use execseam_emulators::{Isolation, interop};
+use execseam_test_util::interop;
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("interop")
@@ -29,9 +30,12 @@ async fn run(script: &str, checks: usize) {
         .await
         .unwrap()
         .expect("a virtualenv with the official kubernetes and k8s-agent-sandbox clients");
-    let scratch = tempfile::tempdir().expect("scratch");
-    let kubeconfig = scratch.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, emu.kubeconfig()).unwrap();
+    // The kubeconfig the emulator writes at start (what `execseam emulate` prints).
+    let kubeconfig = emu.kubeconfig_path().to_owned();
+    assert_eq!(
+        std::fs::read_to_string(&kubeconfig).unwrap(),
+        emu.kubeconfig()
+    );
     let env = vec![
         ("KUBECONFIG".to_owned(), kubeconfig.display().to_string()),
         ("ROUTER_URL".to_owned(), emu.router_url()),
