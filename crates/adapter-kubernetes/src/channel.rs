@@ -535,6 +535,27 @@ mod tests {
     }
 
     #[test]
+    fn a_terminal_exec_asks_for_no_stderr() {
+        // The seam for terminals (issue 37): the API server drops stderr on a tty (kubelet
+        // `NewOptions`), and kube's client refuses to ask for both.
+        let argv = vec!["sh".to_owned()];
+        let r = ExecRequest {
+            namespace: "d",
+            pod: "p",
+            container: None,
+            argv: &argv,
+            stdin: true,
+            tty: true,
+        };
+        assert!(
+            r.path()
+                .ends_with("stdin=true&stdout=true&stderr=false&tty=true"),
+            "{}",
+            r.path()
+        );
+    }
+
+    #[test]
     fn the_accept_key_is_rfc_6455s() {
         assert_eq!(
             accept_key("dGhlIHNhbXBsZSBub25jZQ=="),

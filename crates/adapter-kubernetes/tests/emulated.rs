@@ -155,3 +155,34 @@ async fn a_claim_on_a_missing_pool_fails_at_once_and_is_deleted() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claims_lifetime_ends_it() {
+    let emu = emulator(KubernetesOptions::default()).await;
+    let p = KubernetesProvider::new(config(&emu)).unwrap();
+    // `spec.lifecycle.shutdownTime` (whole seconds) with `shutdownPolicy: Delete`: the claim
+    // controller deletes the claim, the garbage collector its Sandbox and pod.
+    let s = p
+        .create(SandboxSpec::new().with_lifetime(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let out = s.exec(sh("echo alive")).await.unwrap();
+    assert_eq!(out.stdout.as_ref(), b"alive\n");
+    let attached = p.attach(s.id()).unwrap();
+    let mut gone = false;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if let Err(e) = attached.exec(sh("true")).await {
+            assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+            gone = true;
+            break;
+        }
+    }
+    assert!(gone, "the claim outlived its lifetime");
+    assert!(
+        p.list(&execseam_core::ListFilter::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
