@@ -12,6 +12,7 @@
 //! that itself exits 125 is told apart by `--json`.
 
 mod mcp;
+mod mcp_stdio;
 mod registry;
 mod run;
 mod sandbox;

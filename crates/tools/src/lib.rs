@@ -262,6 +262,14 @@ impl<'a> Tools<'a> {
         }
     }
 
+    /// Under confinement ([`Tools::confined`]), checks that `path` (absolute) is the root or
+    /// below it through no symlink, the last component included (one command, tagged `tool`):
+    /// for a front end's own `workdir`. Without confinement: `Ok`.
+    pub async fn check_beneath(&self, tool: Tool, path: &str) -> Result<(), ToolError> {
+        let path = normalize_absolute("path", path)?;
+        self.check_confined(tool, &path, true).await.map(|_| ())
+    }
+
     /// Under confinement: `path` is beneath the root lexically; with `walk`, also through no
     /// symlink (one command). Returns the confinement root.
     async fn check_confined(
