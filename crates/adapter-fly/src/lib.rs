@@ -46,10 +46,10 @@ mod config;
 mod error;
 mod exec;
 mod provider;
-pub mod wire;
+mod wire;
 
 pub use config::{DEFAULT_BASE_URL, DEFAULT_MAX_ANSWER_BYTES, FlyConfig};
-pub use exec::{FlyExec, Prepared, parse_response};
+pub use exec::FlyExec;
 pub use provider::FlyProvider;
 
 /// The capabilities with the default configuration (see the [crate docs](crate)).
@@ -110,7 +110,7 @@ impl Adapter for Fly {
     type Provider = FlyProvider;
 
     fn config(vars: &Vars<'_>) -> Result<FlyConfig, Error> {
-        FlyConfig::from_vars(|k| vars.get(k))
+        FlyConfig::from_vars(vars)
     }
 
     fn capabilities(config: &FlyConfig) -> Capabilities {
