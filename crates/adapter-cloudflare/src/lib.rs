@@ -87,7 +87,7 @@ impl Adapter for Cloudflare {
     type Provider = CloudflareProvider;
 
     fn config(vars: &Vars<'_>) -> Result<CloudflareConfig, Error> {
-        CloudflareConfig::from_vars(|k| vars.get(k))
+        CloudflareConfig::from_vars(vars)
     }
 
     fn capabilities(config: &CloudflareConfig) -> Capabilities {
