@@ -143,7 +143,7 @@ impl Adapter for Daytona {
     type Provider = DaytonaProvider;
 
     fn config(vars: &Vars<'_>) -> Result<DaytonaConfig, Error> {
-        DaytonaConfig::from_vars(|k| vars.get(k))
+        DaytonaConfig::from_vars(vars)
     }
 
     fn provider(config: DaytonaConfig) -> Result<DaytonaProvider, Error> {
