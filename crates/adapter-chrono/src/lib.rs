@@ -45,7 +45,6 @@ pub mod wire;
 
 pub use config::{ChronoConfig, DurablePolicy};
 pub use durable::{DurableClient, Operation, Terminal};
-pub use error::{Op, from_status};
 pub use exec::{ChronoExec, Prepared};
 pub use provider::ChronoProvider;
 
@@ -91,7 +90,7 @@ impl Adapter for Chrono {
     type Provider = ChronoProvider;
 
     fn config(vars: &Vars<'_>) -> Result<ChronoConfig, Error> {
-        ChronoConfig::from_vars(|k| vars.get(k))
+        ChronoConfig::from_vars(vars)
     }
 
     fn capabilities(config: &ChronoConfig) -> Capabilities {
