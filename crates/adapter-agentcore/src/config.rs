@@ -4,6 +4,7 @@
 //! profile files, SSO, IMDS or web identity); any other credential source can be plugged in with
 //! [`AgentCoreConfig::credentials_provider`].
 
+use execseam_adapter_kit::vars;
 use std::fmt;
 use std::time::Duration;
 
@@ -130,12 +131,8 @@ impl fmt::Debug for AgentCoreConfig {
     }
 }
 
-fn config_error(message: impl Into<String>) -> Error {
-    Error::invalid_config(message).with_provider(PROVIDER)
-}
-
 fn missing_credentials(message: &str) -> Error {
-    config_error(message)
+    vars::config_error(PROVIDER, message)
 }
 
 impl AgentCoreConfig {
@@ -192,7 +189,9 @@ impl AgentCoreConfig {
         let env_nonempty = |k: &str| vars(k).filter(|v| !v.is_empty());
         let region = env_nonempty("AWS_REGION")
             .or_else(|| env_nonempty("AWS_DEFAULT_REGION"))
-            .ok_or_else(|| config_error("AWS_REGION (or AWS_DEFAULT_REGION) is not set"))?;
+            .ok_or_else(|| {
+                vars::config_error(PROVIDER, "AWS_REGION (or AWS_DEFAULT_REGION) is not set")
+            })?;
         let key = env_nonempty("AWS_ACCESS_KEY_ID").ok_or_else(|| {
             missing_credentials(
                 "AWS_ACCESS_KEY_ID is not set (this adapter reads static keys from the environment; \
@@ -215,17 +214,19 @@ impl AgentCoreConfig {
         }
         if let Some(t) = env_nonempty("AGENTCORE_SESSION_TIMEOUT_SECONDS") {
             let secs: u64 = t.parse().map_err(|_| {
-                config_error(format!(
-                    "AGENTCORE_SESSION_TIMEOUT_SECONDS={t:?} is not a number"
-                ))
+                vars::config_error(
+                    PROVIDER,
+                    format!("AGENTCORE_SESSION_TIMEOUT_SECONDS={t:?} is not a number"),
+                )
             })?;
             c = c.session_timeout(Duration::from_secs(secs));
         }
         if let Some(m) = env_nonempty("AGENTCORE_EXEC_MODE") {
             let mode = ExecMode::parse(&m).ok_or_else(|| {
-                config_error(format!(
-                    "AGENTCORE_EXEC_MODE={m:?}: want `command` or `task`"
-                ))
+                vars::config_error(
+                    PROVIDER,
+                    format!("AGENTCORE_EXEC_MODE={m:?}: want `command` or `task`"),
+                )
             })?;
             c = c.mode(mode);
         }
@@ -234,9 +235,10 @@ impl AgentCoreConfig {
                 "1" | "true" => true,
                 "0" | "false" => false,
                 _ => {
-                    return Err(config_error(format!(
-                        "AGENTCORE_EXACT_OUTPUT={x:?}: want 1 or 0"
-                    )));
+                    return Err(vars::config_error(
+                        PROVIDER,
+                        format!("AGENTCORE_EXACT_OUTPUT={x:?}: want 1 or 0"),
+                    ));
                 }
             });
         }
@@ -372,23 +374,30 @@ impl AgentCoreConfig {
 
     pub(crate) fn validate(&self) -> Result<(), Error> {
         if self.region.is_empty() {
-            return Err(config_error("the region is empty"));
+            return Err(vars::config_error(PROVIDER, "the region is empty"));
         }
         if self.identifier.is_empty() {
-            return Err(config_error("the code interpreter identifier is empty"));
+            return Err(vars::config_error(
+                PROVIDER,
+                "the code interpreter identifier is empty",
+            ));
         }
         let secs = self.session_timeout.as_secs();
         if !(1..=28_800).contains(&secs) {
-            return Err(config_error(format!(
-                "session timeout {secs} s is outside 1..=28800"
-            )));
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("session timeout {secs} s is outside 1..=28800"),
+            ));
         }
         for (what, dir) in [
             ("session root", &self.session_root),
             ("temp dir", &self.temp_dir),
         ] {
             if !dir.starts_with('/') || dir.contains('\0') {
-                return Err(config_error(format!("the {what} {dir:?} is not absolute")));
+                return Err(vars::config_error(
+                    PROVIDER,
+                    format!("the {what} {dir:?} is not absolute"),
+                ));
             }
         }
         Ok(())

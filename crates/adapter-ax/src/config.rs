@@ -1,5 +1,6 @@
 //! Configuration of [`AxExec`](crate::AxExec).
 
+use execseam_adapter_kit::vars;
 use std::fmt;
 use std::time::Duration;
 
@@ -45,10 +46,6 @@ impl fmt::Debug for AxConfig {
             .field("idle_timeout", &self.idle_timeout)
             .finish()
     }
-}
-
-fn config_error(message: String) -> Error {
-    Error::invalid_config(message).with_provider(PROVIDER)
 }
 
 /// Parses a guest address: `host:port`, `http://host:port`, or a bare host (port 80, as AX), into
@@ -129,9 +126,10 @@ impl AxConfig {
                 || !actor.is_ascii()
                 || actor.bytes().any(|b| b.is_ascii_control()))
         {
-            return Err(config_error(format!(
-                "target actor {actor:?} is not printable ASCII (<atespace>/<actor>)"
-            )));
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("target actor {actor:?} is not printable ASCII (<atespace>/<actor>)"),
+            ));
         }
         Ok(())
     }

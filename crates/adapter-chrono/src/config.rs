@@ -141,16 +141,18 @@ impl ChronoConfig {
 
     /// Checks the configuration (done again before every request).
     pub fn validate(&self) -> Result<(), Error> {
-        check_timeout(self.timeout_secs)
-            .map_err(|m| config_error(format!("ChronoConfig::timeout_secs: {m}")))?;
+        check_timeout(self.timeout_secs).map_err(|m| {
+            vars::config_error(PROVIDER, format!("ChronoConfig::timeout_secs: {m}"))
+        })?;
         if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
-            return Err(config_error(format!(
-                "the base URL {:?} is not http(s)",
-                self.base_url
-            )));
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("the base URL {:?} is not http(s)", self.base_url),
+            ));
         }
         if self.policy.exchange_timeout.is_zero() {
-            return Err(config_error(
+            return Err(vars::config_error(
+                PROVIDER,
                 "DurablePolicy::exchange_timeout is zero".to_owned(),
             ));
         }
@@ -252,8 +254,4 @@ impl ChronoConfig {
     pub fn durable_policy(&self) -> DurablePolicy {
         self.policy
     }
-}
-
-pub(crate) fn config_error(message: String) -> Error {
-    vars::config_error(PROVIDER, message)
 }

@@ -8,8 +8,8 @@ use bytes::Bytes;
 use execseam_core::{BoxFuture, Error, ErrorKind};
 use secrecy::ExposeSecret;
 
-use crate::config::ChronoConfig;
 use crate::PROVIDER;
+use crate::config::ChronoConfig;
 use execseam_adapter_kit::http::{self, BodyError, ClientOptions};
 use execseam_adapter_kit::retry::Call;
 

@@ -163,7 +163,8 @@ pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Err
 }
 
 /// Runs argv, then writes [`END_MARK`] and the status to stderr and exits with that status.
-pub(crate) const END_SCRIPT: &str = "\"$@\"; s=$?; printf '\\036execseam-end:%s' \"$s\" >&2; exit \"$s\"";
+pub(crate) const END_SCRIPT: &str =
+    "\"$@\"; s=$?; printf '\\036execseam-end:%s' \"$s\" >&2; exit \"$s\"";
 
 /// What [`END_SCRIPT`] writes last on stderr, before the status.
 pub(crate) const END_MARK: &[u8] = b"\x1eexecseam-end:";

@@ -2,6 +2,7 @@
 //! sandboxes. Plain setters; everything is checked by [`ModalProvider::new`](crate::ModalProvider::new)
 //! before any I/O.
 
+use execseam_adapter_kit::vars;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -76,10 +77,6 @@ impl fmt::Debug for ModalConfig {
     }
 }
 
-pub(crate) fn config_error(message: impl Into<String>) -> Error {
-    Error::invalid_config(message).with_provider(PROVIDER)
-}
-
 /// `http(s)://host[:port]`, without a path.
 fn check_url(what: &str, raw: &str) -> Result<(), Error> {
     let rest = raw
@@ -87,9 +84,10 @@ fn check_url(what: &str, raw: &str) -> Result<(), Error> {
         .or_else(|| raw.strip_prefix("http://"));
     match rest {
         Some(r) if !r.is_empty() && !r.contains(['/', ' ', '\t', '\n']) => Ok(()),
-        _ => Err(config_error(format!(
-            "{what} {raw:?} is not http(s)://host[:port]"
-        ))),
+        _ => Err(vars::config_error(
+            PROVIDER,
+            format!("{what} {raw:?} is not http(s)://host[:port]"),
+        )),
     }
 }
 
@@ -137,10 +135,15 @@ impl ModalConfig {
     /// token or a bad value is [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
     pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<ModalConfig, Error> {
         let var = |k: &str| vars(k).filter(|v| !v.trim().is_empty());
-        let id = var("MODAL_TOKEN_ID")
-            .ok_or_else(|| config_error("MODAL_TOKEN_ID is not set (`modal token new`)"))?;
-        let secret = var("MODAL_TOKEN_SECRET")
-            .ok_or_else(|| config_error("MODAL_TOKEN_SECRET is not set (`modal token new`)"))?;
+        let id = var("MODAL_TOKEN_ID").ok_or_else(|| {
+            vars::config_error(PROVIDER, "MODAL_TOKEN_ID is not set (`modal token new`)")
+        })?;
+        let secret = var("MODAL_TOKEN_SECRET").ok_or_else(|| {
+            vars::config_error(
+                PROVIDER,
+                "MODAL_TOKEN_SECRET is not set (`modal token new`)",
+            )
+        })?;
         let mut c = ModalConfig::new(id, secret);
         if let Some(url) = var("MODAL_SERVER_URL") {
             let first = url
@@ -163,7 +166,9 @@ impl ModalConfig {
             v.trim()
                 .parse::<u64>()
                 .map(Duration::from_secs)
-                .map_err(|_| config_error(format!("{k} {v:?} is not a number of seconds")))
+                .map_err(|_| {
+                    vars::config_error(PROVIDER, format!("{k} {v:?} is not a number of seconds"))
+                })
         };
         if let Some(v) = var("EXECSEAM_MODAL_SANDBOX_TIMEOUT") {
             c.sandbox_timeout = secs("EXECSEAM_MODAL_SANDBOX_TIMEOUT", v)?;
@@ -338,12 +343,16 @@ impl ModalConfig {
             ("token secret", self.token_secret.expose_secret()),
         ] {
             if v.is_empty() {
-                return Err(config_error(format!("the Modal {what} is empty")));
+                return Err(vars::config_error(
+                    PROVIDER,
+                    format!("the Modal {what} is empty"),
+                ));
             }
             if !v.bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(config_error(format!(
-                    "the Modal {what} is not printable ASCII without spaces"
-                )));
+                return Err(vars::config_error(
+                    PROVIDER,
+                    format!("the Modal {what} is not printable ASCII without spaces"),
+                ));
             }
         }
         let app_ok = !self.app_name.is_empty()
@@ -353,34 +362,42 @@ impl ModalConfig {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
         if !app_ok {
-            return Err(config_error(format!(
-                "app name {:?}: up to 64 of [A-Za-z0-9-_.]",
-                self.app_name
-            )));
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("app name {:?}: up to 64 of [A-Za-z0-9-_.]", self.app_name),
+            ));
         }
         check_image(&self.image)?;
         check_lifetime("the sandbox timeout", self.sandbox_timeout)?;
         if let Some(d) = &self.workdir
             && !d.starts_with('/')
         {
-            return Err(config_error(format!(
-                "workdir {d:?} must be an absolute path"
-            )));
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("workdir {d:?} must be an absolute path"),
+            ));
         }
         if self
             .idle_timeout
             .is_some_and(|d| d < Duration::from_secs(1))
         {
-            return Err(config_error("the idle timeout must be at least 1 s"));
+            return Err(vars::config_error(
+                PROVIDER,
+                "the idle timeout must be at least 1 s",
+            ));
         }
         if self.exec_timeout.is_some_and(|d| d.is_zero()) {
-            return Err(config_error("the exec timeout must not be zero"));
+            return Err(vars::config_error(
+                PROVIDER,
+                "the exec timeout must not be zero",
+            ));
         }
         for key in self.sandbox_env.keys() {
             if key.is_empty() || key.contains(['=', '\0']) {
-                return Err(config_error(format!(
-                    "sandbox env key {key:?} is not a variable name"
-                )));
+                return Err(vars::config_error(
+                    PROVIDER,
+                    format!("sandbox env key {key:?} is not a variable name"),
+                ));
             }
         }
         Ok(())
@@ -405,18 +422,20 @@ impl ModalConfig {
 /// A registry tag, or an image id (`im-…`).
 pub(crate) fn check_image(image: &str) -> Result<(), Error> {
     if image.is_empty() || image.contains(char::is_whitespace) {
-        return Err(config_error(format!(
-            "image {image:?} is neither a registry tag nor an image id"
-        )));
+        return Err(vars::config_error(
+            PROVIDER,
+            format!("image {image:?} is neither a registry tag nor an image id"),
+        ));
     }
     Ok(())
 }
 
 pub(crate) fn check_lifetime(what: &str, d: Duration) -> Result<(), Error> {
     if d < Duration::from_secs(1) || d > MAX_LIFETIME {
-        return Err(config_error(format!(
-            "{what} must be between 1 s and 24 h, got {d:?}"
-        )));
+        return Err(vars::config_error(
+            PROVIDER,
+            format!("{what} must be between 1 s and 24 h, got {d:?}"),
+        ));
     }
     Ok(())
 }

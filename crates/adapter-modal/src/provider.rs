@@ -1,5 +1,6 @@
 //! [`ModalProvider`]: the sandbox lifecycle on Modal's control plane.
 
+use execseam_adapter_kit::vars;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use execseam_core::{
 };
 
 use crate::client::{Control, Create};
-use crate::config::{ModalConfig, check_image, check_lifetime, config_error};
+use crate::config::{ModalConfig, check_image, check_lifetime};
 use crate::error::{Phase, from_status, protocol};
 use crate::exec::{ModalExec, is_v1_sandbox_id};
 use crate::wire::api;
@@ -42,7 +43,7 @@ impl ModalProvider {
         let config = Arc::new(config);
         let control = Control::new(config.clone())
             .map(Arc::new)
-            .map_err(|s| config_error(s.message().to_owned()))?;
+            .map_err(|s| vars::config_error(PROVIDER, s.message().to_owned()))?;
         Ok(ModalProvider { config, control })
     }
 
@@ -68,9 +69,10 @@ impl ModalProvider {
         check_lifetime("the lifetime", lifetime)?;
         let workdir = match spec.options().get("workdir") {
             Some(w) if !w.starts_with('/') => {
-                return Err(config_error(format!(
-                    "option workdir {w:?} must be an absolute path"
-                )));
+                return Err(vars::config_error(
+                    PROVIDER,
+                    format!("option workdir {w:?} must be an absolute path"),
+                ));
             }
             Some(w) => Some(w.clone()),
             None => c.workdir.clone(),
@@ -157,10 +159,11 @@ impl ModalProvider {
     /// fetched by the first exec, so a sandbox that does not exist is then `NotFound`.
     pub fn attach(&self, id: &str) -> Result<ModalExec, Error> {
         if !id.starts_with("sb-") || !id.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(
-                config_error(format!("sandbox id {id:?} does not start with sb-"))
-                    .with_operation("connect"),
-            );
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("sandbox id {id:?} does not start with sb-"),
+            )
+            .with_operation("connect"));
         }
         Ok(ModalExec::attached(
             self.config.clone(),
