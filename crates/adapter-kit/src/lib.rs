@@ -3,6 +3,8 @@
 
 mod adapter;
 pub mod degrade;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod id;

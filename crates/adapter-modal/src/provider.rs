@@ -11,10 +11,11 @@ use execseam_core::{
 
 use crate::client::{Control, Create};
 use crate::config::{ModalConfig, check_image, check_lifetime};
-use crate::error::{Phase, from_status, protocol};
+use crate::error::{from_status, protocol};
 use crate::exec::{ModalExec, is_v1_sandbox_id};
 use crate::wire::api;
 use crate::{CAPABILITIES, LIFECYCLE, PROVIDER};
+use execseam_adapter_kit::retry::Stage;
 
 /// Creates, connects to, lists and destroys Modal sandboxes. Built without I/O; cheap to clone
 /// (one HTTP/2 connection, shared with the sandboxes' router calls when the router is served at
@@ -87,7 +88,7 @@ impl ModalProvider {
                     .map_or(0, |m| u32::try_from(m).unwrap_or(u32::MAX)),
                 ..Default::default()
             });
-        let map = |s| from_status(s, "create", Phase::Create);
+        let map = |s| from_status(s, "create", Stage::Submit);
         let control = &self.control;
         let app_id = control.app().await.map_err(map)?;
         let image_id = control.image(&app_id, &image).await.map_err(map)?;
@@ -136,7 +137,7 @@ impl ModalProvider {
             .control
             .wait(id, !is_v1_sandbox_id(id), 0.0)
             .await
-            .map_err(|s| from_status(s, "connect", Phase::Other))?;
+            .map_err(|s| from_status(s, "connect", Stage::Before))?;
         if let Some(r) = result {
             let how = if r.exception.is_empty() {
                 format!("status {}", r.status)
@@ -176,7 +177,7 @@ impl ModalProvider {
     /// tags; Modal filters on the server).
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<SandboxInfo>, Error> {
         filter.check(PROVIDER, &LIFECYCLE)?;
-        let map = |s| from_status(s, "list", Phase::Other);
+        let map = |s| from_status(s, "list", Stage::Before);
         let mut out = Vec::new();
         let mut before = 0.0;
         loop {
@@ -225,7 +226,7 @@ impl ModalProvider {
             .control
             .terminate(id, !is_v1_sandbox_id(id))
             .await
-            .map_err(|s| from_status(s, "destroy", Phase::Other));
+            .map_err(|s| from_status(s, "destroy", Stage::Before));
         execseam_adapter_kit::gone_is_destroyed(r)
     }
 }
