@@ -124,7 +124,7 @@ impl Adapter for AgentCore {
     type Provider = AgentCoreProvider;
 
     fn config(vars: &Vars<'_>) -> Result<AgentCoreConfig, Error> {
-        AgentCoreConfig::from_vars(|k| vars.get(k))
+        AgentCoreConfig::from_vars(vars)
     }
 
     fn capabilities(config: &AgentCoreConfig) -> Capabilities {

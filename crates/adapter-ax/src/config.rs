@@ -1,6 +1,7 @@
 //! Configuration of [`AxExec`](crate::AxExec).
 
-use execseam_adapter_kit::vars;
+use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::vars::{self, Vars};
 use std::fmt;
 use std::time::Duration;
 
@@ -105,14 +106,14 @@ impl AxConfig {
 
     /// Reads [`VARS`](crate::VARS) from this process's environment.
     pub fn from_env() -> Result<AxConfig, Error> {
-        AxConfig::from_vars(|k| std::env::var(k).ok())
+        crate::Ax::config_from(&vars::env)
     }
 
     /// Reads [`ENV_TARGET_ACTOR`] (optional) as `vars` gives it. A malformed value is
     /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
-    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<AxConfig, Error> {
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<AxConfig, Error> {
         let mut config = AxConfig::new();
-        if let Some(actor) = vars(ENV_TARGET_ACTOR).filter(|a| !a.is_empty()) {
+        if let Some(actor) = vars.text(ENV_TARGET_ACTOR) {
             config = config.target_actor(actor);
         }
         config.validate()?;

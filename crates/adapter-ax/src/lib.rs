@@ -116,7 +116,7 @@ impl Adapter for Ax {
     type Provider = AxProvider;
 
     fn config(vars: &Vars<'_>) -> Result<AxConfig, Error> {
-        AxConfig::from_vars(|k| vars.get(k))
+        AxConfig::from_vars(vars)
     }
 
     fn provider(config: AxConfig) -> Result<AxProvider, Error> {

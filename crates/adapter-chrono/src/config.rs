@@ -103,7 +103,7 @@ impl ChronoConfig {
     }
 
     /// Reads the configuration from the environment ([`VARS`](crate::VARS)); see
-    /// [`from_vars`](Self::from_vars).
+    /// the variables in [`VARS`](crate::VARS).
     pub fn from_env() -> Result<ChronoConfig, Error> {
         crate::Chrono::config_from(&vars::env)
     }

@@ -190,7 +190,7 @@ impl DockerConfig {
         }
     }
 
-    /// [`from_vars`](Self::from_vars) over the process environment.
+    /// the variables in [`VARS`](crate::VARS) over the process environment.
     pub fn from_env() -> Result<DockerConfig, Error> {
         crate::Docker::config_from(&vars::env)
     }

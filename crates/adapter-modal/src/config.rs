@@ -2,7 +2,8 @@
 //! sandboxes. Plain setters; everything is checked by [`ModalProvider::new`](crate::ModalProvider::new)
 //! before any I/O.
 
-use execseam_adapter_kit::vars;
+use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::vars::{self, Vars};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -122,9 +123,9 @@ impl ModalConfig {
         }
     }
 
-    /// [`from_vars`](Self::from_vars) over the process environment.
+    /// the variables in [`VARS`](crate::VARS) over the process environment.
     pub fn from_env() -> Result<ModalConfig, Error> {
-        ModalConfig::from_vars(|k| std::env::var(k).ok())
+        crate::Modal::config_from(&vars::env)
     }
 
     /// Reads the variables in [`VARS`](crate::VARS) as `vars` gives them (an unset or
@@ -133,19 +134,18 @@ impl ModalConfig {
     /// list), `MODAL_ENVIRONMENT`; and `EXECSEAM_MODAL_APP`, `EXECSEAM_MODAL_IMAGE`,
     /// `EXECSEAM_MODAL_SANDBOX_TIMEOUT` and `EXECSEAM_MODAL_EXEC_TIMEOUT` (seconds). A missing
     /// token or a bad value is [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
-    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<ModalConfig, Error> {
-        let var = |k: &str| vars(k).filter(|v| !v.trim().is_empty());
-        let id = var("MODAL_TOKEN_ID").ok_or_else(|| {
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<ModalConfig, Error> {
+        let id = vars.text("MODAL_TOKEN_ID").ok_or_else(|| {
             vars::config_error(PROVIDER, "MODAL_TOKEN_ID is not set (`modal token new`)")
         })?;
-        let secret = var("MODAL_TOKEN_SECRET").ok_or_else(|| {
+        let secret = vars.text("MODAL_TOKEN_SECRET").ok_or_else(|| {
             vars::config_error(
                 PROVIDER,
                 "MODAL_TOKEN_SECRET is not set (`modal token new`)",
             )
         })?;
         let mut c = ModalConfig::new(id, secret);
-        if let Some(url) = var("MODAL_SERVER_URL") {
+        if let Some(url) = vars.text("MODAL_SERVER_URL") {
             let first = url
                 .split(',')
                 .next()
@@ -155,11 +155,11 @@ impl ModalConfig {
             check_url("MODAL_SERVER_URL", first)?;
             c.server_url = first.to_owned();
         }
-        c.environment = var("MODAL_ENVIRONMENT");
-        if let Some(app) = var("EXECSEAM_MODAL_APP") {
+        c.environment = vars.text("MODAL_ENVIRONMENT");
+        if let Some(app) = vars.text("EXECSEAM_MODAL_APP") {
             c.app_name = app;
         }
-        if let Some(image) = var("EXECSEAM_MODAL_IMAGE") {
+        if let Some(image) = vars.text("EXECSEAM_MODAL_IMAGE") {
             c.image = image;
         }
         let secs = |k: &str, v: String| {
@@ -170,10 +170,10 @@ impl ModalConfig {
                     vars::config_error(PROVIDER, format!("{k} {v:?} is not a number of seconds"))
                 })
         };
-        if let Some(v) = var("EXECSEAM_MODAL_SANDBOX_TIMEOUT") {
+        if let Some(v) = vars.text("EXECSEAM_MODAL_SANDBOX_TIMEOUT") {
             c.sandbox_timeout = secs("EXECSEAM_MODAL_SANDBOX_TIMEOUT", v)?;
         }
-        if let Some(v) = var("EXECSEAM_MODAL_EXEC_TIMEOUT") {
+        if let Some(v) = vars.text("EXECSEAM_MODAL_EXEC_TIMEOUT") {
             c.exec_timeout = Some(secs("EXECSEAM_MODAL_EXEC_TIMEOUT", v)?);
         }
         c.validate()?;
@@ -456,7 +456,7 @@ mod tests {
 
     #[test]
     fn from_vars_reads_what_the_client_reads() {
-        let c = ModalConfig::from_vars(vars(&[
+        let c = crate::Modal::config_from(&vars(&[
             ("MODAL_TOKEN_ID", "ak-1"),
             ("MODAL_TOKEN_SECRET", "as-1"),
             ("MODAL_SERVER_URL", "http://127.0.0.1:9000/,https://b"),
@@ -466,7 +466,7 @@ mod tests {
         assert_eq!(c.url(), "http://127.0.0.1:9000");
         assert!(c.is_localhost());
         assert_eq!(c.exec_timeout, Some(Duration::from_secs(30)));
-        let c = ModalConfig::from_vars(vars(&[
+        let c = crate::Modal::config_from(&vars(&[
             ("MODAL_TOKEN_ID", "ak-1"),
             ("MODAL_TOKEN_SECRET", "as-1"),
         ]))
@@ -477,7 +477,7 @@ mod tests {
 
     #[test]
     fn bad_configuration_is_invalid_config_before_any_call() {
-        let missing = ModalConfig::from_vars(vars(&[("MODAL_TOKEN_ID", "ak-1")])).unwrap_err();
+        let missing = crate::Modal::config_from(&vars(&[("MODAL_TOKEN_ID", "ak-1")])).unwrap_err();
         assert_eq!(missing.kind(), ErrorKind::InvalidConfig);
         let bad = |c: ModalConfig| c.validate().unwrap_err().kind();
         let ok = || ModalConfig::new("ak-1", "as-1");
@@ -498,7 +498,7 @@ mod tests {
             ErrorKind::InvalidConfig
         );
         assert_eq!(bad(ok().sandbox_env("A=B", "x")), ErrorKind::InvalidConfig);
-        let e = ModalConfig::from_vars(vars(&[
+        let e = crate::Modal::config_from(&vars(&[
             ("MODAL_TOKEN_ID", "ak-1"),
             ("MODAL_TOKEN_SECRET", "as-1"),
             ("EXECSEAM_MODAL_SANDBOX_TIMEOUT", "soon"),

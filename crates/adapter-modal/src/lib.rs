@@ -98,7 +98,7 @@ impl Adapter for Modal {
     type Provider = ModalProvider;
 
     fn config(vars: &Vars<'_>) -> Result<ModalConfig, Error> {
-        ModalConfig::from_vars(|k| vars.get(k))
+        ModalConfig::from_vars(vars)
     }
 
     fn provider(config: ModalConfig) -> Result<ModalProvider, Error> {

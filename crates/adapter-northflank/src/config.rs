@@ -74,7 +74,7 @@ impl NorthflankConfig {
         }
     }
 
-    /// [`from_vars`](Self::from_vars) over the process environment.
+    /// the variables in [`VARS`](crate::VARS) over the process environment.
     pub fn from_env() -> Result<NorthflankConfig, Error> {
         crate::Northflank::config_from(&vars::env)
     }
