@@ -54,7 +54,7 @@ use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, Tool};
 /// The largest command (argv and env) sent, checked before any I/O: the command reaches the
 /// sandbox as one `bash -c` script, a single `execve` string of at most 128 KiB
 /// (`MAX_ARG_STRLEN`). The check is on that script as sent, wrapper and quoting included
-/// (`transport::check_wire`); the raw command's size is only its fast lower bound.
+/// (`size::check_wire`); the raw command's size is only its fast lower bound.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::script(
         execseam_adapter_kit::size::MAX_ARG_STRLEN - 1,

@@ -114,7 +114,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 /// The largest command (argv and env) sent, checked before any I/O: the command reaches the
 /// sandbox as one `bash -c` string (the bridge quotes and joins the adapter's `/bin/sh -c`
 /// argv), a single `execve` string of at most 128 KiB (`MAX_ARG_STRLEN`). The check is on that
-/// string as sent (`transport::check_wire`); the raw command's size is only its fast lower
+/// string as sent (`size::check_wire`); the raw command's size is only its fast lower
 /// bound.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::script(

@@ -33,7 +33,7 @@
 //! | part | delivery |
 //! |---|---|
 //! | argv | shell-wrapped: quoted exactly with `execseam_adapter_kit::degrade` (the daemon runs a shell) |
-//! | workdir, env | shell-wrapped by the core's wrapper (`cd`, `env --`); a missing workdir is `Err(NotFound)` |
+//! | workdir, env | shell-wrapped by the kit's wrapper (`cd`, `env --`); a missing workdir is `Err(NotFound)` |
 //! | stdin | a temp file uploaded with the files API (`POST /files/bulk-upload`), then redirected; the session input route takes text only |
 //! | stdout/stderr | separate and byte-exact (binary included) |
 //! | streaming | yes: the `logs?follow=true` WebSocket |
@@ -69,10 +69,10 @@ pub use provider::DaytonaProvider;
 pub const PROVIDER: &str = "daytona";
 
 /// The largest command (argv and env) sent, checked before any I/O: it travels as one shell
-/// line that runs the framing script with the core's wrapper script as one argument, and the
+/// line that runs the framing script with the kit's wrapper script as one argument, and the
 /// sandbox `execve`s them (128 KiB per string, the wrapper script after quoting included; 1 MiB
 /// in all, the rest of `ARG_MAX` left to the session's environment). The raw command is checked
-/// first (a fast lower bound), then the strings as sent (`transport::check_wire`).
+/// first (a fast lower bound), then the strings as sent (`size::check_wire`).
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::execve(
         1 << 20,

@@ -126,7 +126,7 @@ impl Adapter for Fly {
 /// exec request's argv (128 KiB per string, 1 MiB in all, the rest of `ARG_MAX` left to the
 /// machine's environment); a command with env, a workdir or binary stdin is one `/bin/sh -c`
 /// script in it. The check is on the argv as sent, wrapper and quoting included
-/// (`transport::check_wire`); the raw command's size is only its fast lower bound.
+/// (`size::check_wire`); the raw command's size is only its fast lower bound.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::execve(
         1 << 20,

@@ -1,4 +1,4 @@
-//! Every failure as an [`Error`] with a kind and a retry class, through the core's transport
+//! Every failure as an [`Error`] with a kind and a retry class, through the kit's classification
 //! helpers. The command travels in the `init` frame, after the upgrade: what failed before it
 //! was sent cannot have run.
 //!

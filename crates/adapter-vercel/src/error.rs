@@ -1,4 +1,4 @@
-//! Every failure as an [`Error`] with a kind and a retry class, through the core's transport
+//! Every failure as an [`Error`] with a kind and a retry class, through the kit's classification
 //! helpers. What differs from their defaults, and why:
 //!
 //! | answer | kind, retry | source |
