@@ -32,7 +32,7 @@ const BENCHES: &[(&str, &str)] = &[
     ("execseam-daytona", "exec_route"),
     ("execseam-northflank", "sdk"),
     ("execseam-docker", "latency"),
-    ("execseam-emulators", "launcher"),
+    ("execseam-emulator-kit", "launcher"),
     ("execseam-agentcore", "sdk"),
     ("execseam-sprites", "memory"),
 ];

@@ -4,7 +4,7 @@
 //! tree), and the services had to be started by hand.
 //!
 //! - the official Python SDKs of P2, each in `target/interop/<name>/venv` exactly as the interop
-//!   tests make them (`execseam_emulators::interop::python_env`: the same venv, pip arguments and
+//!   tests make them (`execseam_test_util::interop::python_env`: the same venv, pip arguments and
 //!   stamp file, so neither redoes the other's install);
 //! - P4's tree: `dirs` × `files` empty files under `target/bench-tree-<dirs>x<files>`, made once;
 //!   its stamp `.complete` holds the file count, which the suite reads (`EXECSEAM_BENCH_TREE`);
@@ -207,10 +207,10 @@ fn hyperfine() -> Result<String, String> {
     Ok("installed with apt-get".into())
 }
 
-/// As `execseam_emulators::interop::python_env`: `target/interop/<name>/venv` with exactly the
+/// As `execseam_test_util::interop::python_env`: `target/interop/<name>/venv` with exactly the
 /// pinned requirements, stamped with their text; kept when the stamp matches.
 fn venv(root: &Path, name: &str) -> Result<String, String> {
-    let requirements = root.join(format!("crates/emulators/interop/{name}/requirements.txt"));
+    let requirements = root.join(format!("crates/emulator-{name}/interop/requirements.txt"));
     let wanted = std::fs::read_to_string(&requirements)
         .map_err(|e| format!("{}: {e}", requirements.display()))?;
     let dir = std::env::var_os("CARGO_TARGET_DIR")
@@ -323,7 +323,7 @@ mod tests {
             );
             assert!(
                 root()
-                    .join(format!("crates/emulators/interop/{name}/requirements.txt"))
+                    .join(format!("crates/emulator-{name}/interop/requirements.txt"))
                     .exists()
             );
         }
@@ -332,7 +332,7 @@ mod tests {
             VENVS.len(),
             "sdk_for's providers"
         );
-        let helper = std::fs::read_to_string(root().join("crates/emulators/src/interop.rs"))
+        let helper = std::fs::read_to_string(root().join("crates/test-util/src/interop.rs"))
             .expect("interop.rs");
         for same in [
             "join(\"interop\").join(name)",

@@ -1,11 +1,13 @@
 //! `cargo xtask conformance --adapter <name>|all [--live] [-- FILTER]`
 //!
-//! Runs the adapter's `tests/conformance.rs` (the suite against its emulator, or against the real
-//! provider with `--live`, using credentials from the environment). `all` runs every adapter,
+//! Runs the suite on the adapter: an emulated adapter in the one binary of the emulated targets
+//! (`crates/emulated/tests/conformance.rs`, `EXECSEAM_CONFORMANCE_ADAPTER` naming it: against
+//! its emulator, or against the real provider with `--live`, using credentials from the
+//! environment), local and docker in their own `tests/conformance.rs`. `all` runs every adapter,
 //! local first, rewrites each committed record in `docs/conformance/`, and regenerates
 //! `docs/conformance-matrix.md`.
 
-use crate::{adapters, cargo, matrix, run_cmd};
+use crate::{adapters, cargo, matrix, own_conformance, run_cmd};
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut adapter = None;
@@ -53,11 +55,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
 
 fn one(name: &str, live: bool, bless: bool, filter: Option<&str>) -> Result<(), String> {
     let mut cmd = cargo();
+    let package = if own_conformance(name) {
+        format!("execseam-{name}")
+    } else {
+        cmd.env("EXECSEAM_CONFORMANCE_ADAPTER", name);
+        "execseam-emulated".to_owned()
+    };
     cmd.args([
         "test",
         "--quiet",
         "-p",
-        &format!("execseam-{name}"),
+        &package,
         "--test",
         "conformance",
         "--",

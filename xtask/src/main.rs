@@ -127,7 +127,8 @@ fn set_by_cargo_run(name: &str) -> bool {
 
 /// Every adapter in the workspace: `crates/adapter-<name>` → `<name>`, `local` first.
 pub fn adapters() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(root().join("crates"))
+    let crates = root().join("crates");
+    let mut names: Vec<String> = std::fs::read_dir(&crates)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
                 .filter_map(|e| {
@@ -136,17 +137,23 @@ pub fn adapters() -> Vec<String> {
                         .strip_prefix("adapter-")
                         .map(str::to_owned)
                 })
-                .filter(|n| {
-                    root()
-                        .join("crates")
-                        .join(format!("adapter-{n}/tests/conformance.rs"))
-                        .exists()
-                })
+                // adapter-kit and emulator-kit are the kits, not an adapter and its emulator.
+                .filter(|n| n != "kit")
+                .filter(|n| own_conformance(n) || crates.join(format!("emulator-{n}")).is_dir())
                 .collect()
         })
         .unwrap_or_default();
     names.sort_by_key(|n| (n != "local", n.clone()));
     names
+}
+
+/// Whether adapter `name` has a conformance binary of its own (`tests/conformance.rs`: local,
+/// docker); the others run in the one binary of the emulated targets (`execseam-emulated`).
+pub fn own_conformance(name: &str) -> bool {
+    root()
+        .join("crates")
+        .join(format!("adapter-{name}/tests/conformance.rs"))
+        .exists()
 }
 
 #[cfg(test)]

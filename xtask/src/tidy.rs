@@ -42,7 +42,6 @@ pub const FILES: &[&str] = &[
     "src/provider.rs",
     "src/exec.rs",
     "src/error.rs",
-    "tests/conformance.rs",
 ];
 
 fn read(path: &Path) -> String {
@@ -132,14 +131,30 @@ pub fn check_adapter(name: &str) -> Vec<String> {
         fail(format!("the package is not named execseam-{name}"));
     }
     for dep in dependencies(&manifest) {
-        if dep.starts_with("execseam-") && !ADAPTER_DEPS.contains(&dep.as_str()) {
+        // The generated code of the provider's published proto is its client's half.
+        if dep.starts_with("execseam-")
+            && !ADAPTER_DEPS.contains(&dep.as_str())
+            && dep != format!("execseam-{name}-proto")
+        {
             fail(format!(
                 "depends on {dep}: an adapter depends only on {} and its provider's client",
                 ADAPTER_DEPS.join(", ")
             ));
         }
     }
-    if !manifest.contains("name = \"conformance\"\nharness = false") {
+    // Its conformance run: its emulator's target in the emulated binary (crates/emulator-<name>),
+    // or a binary of its own for a backend that is not emulated (local, docker).
+    let emulated = root()
+        .join("crates")
+        .join(format!("emulator-{name}"))
+        .is_dir();
+    let own = dir.join("tests/conformance.rs").exists();
+    if !emulated && !own {
+        fail(format!(
+            "no conformance run: neither an emulator crate crates/emulator-{name} nor tests/conformance.rs"
+        ));
+    }
+    if own && !manifest.contains("name = \"conformance\"\nharness = false") {
         fail("Cargo.toml lacks [[test]] name = \"conformance\" with harness = false".into());
     }
     if manifest.contains("[features]") && !manifest.contains("[package.metadata.docs.rs]") {

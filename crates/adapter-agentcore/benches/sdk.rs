@@ -2,7 +2,7 @@
 //! frame (the default), the same adapter with the frame it used before (temp files read back by
 //! two `base64` runs, after `/bin/sh -c`; `legacy_framing(true)`, kept for this comparison
 //! only), and boto3's `executeCommand` (the official SDK, pinned in
-//! `crates/emulators/interop/agentcore/requirements.txt`, in a long-running Python process that
+//! `crates/emulator-agentcore/interop/requirements.txt`, in a long-running Python process that
 //! makes one call per request). All three use the same emulator process; each round runs each
 //! client once, in an order that rotates, so the pairs alternate. Only the call is timed (boto3
 //! times itself with `perf_counter`). The adapter returns stdout and stderr separately and
@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use execseam_agentcore::{AgentCoreConfig, AgentCoreExec, AgentCoreProvider};
 use execseam_core::{Command, Exec, Sandbox, SandboxSpec};
+use execseam_emulators::EmulatorOptions;
 use execseam_emulators::agentcore::{ACCESS_KEY_ID, AgentCoreEmulator, REGION, SESSION_ROOT};
-use execseam_emulators::{EmulatorOptions, interop};
+use execseam_test_util::interop;
 
 fn pct(v: &mut [Duration], p: f64) -> f64 {
     v.sort();
@@ -76,7 +77,7 @@ fn main() {
         let emu = AgentCoreEmulator::start(EmulatorOptions::default())
             .await
             .expect("emulator");
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../emulators/interop/agentcore");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../emulator-agentcore/interop");
         let python = interop::python_env("agentcore", &dir.join("requirements.txt"))
             .expect("the boto3 virtualenv");
         let mut py = Process::new(&python)

@@ -14,7 +14,7 @@ use execseam_core::{
 };
 use execseam_emulators::agentcore::eventstream;
 use execseam_emulators::agentcore::{AgentCoreFault, Exception, SessionStatus};
-use execseam_emulators::harness::Fault;
+use execseam_emulators::kit::Fault;
 use serde_json::{Value, json};
 
 fn sh(script: &str) -> Command {

@@ -1,29 +1,11 @@
-//! The wire format: prost messages and tonic stubs generated at build time from
-//! `proto/ateenv/v1alpha/guest.proto` (names exactly as the proto spells them).
+//! The wire format: prost messages and tonic stubs generated from the published proto
+//! (`execseam-ax-proto`, names exactly as the proto spells them).
 //!
 //! The proto is the version google/ax pins ("variant B"); see the crate docs for why the older
 //! variant (StreamProcessOutputs, KillProcess) is not offered.
 
-/// `google.protobuf` well-known types used by the guest proto (Timestamp, Duration).
-#[allow(missing_docs, unused_qualifications, clippy::all, clippy::pedantic)]
-pub mod google {
-    /// `google.protobuf`.
-    pub mod protobuf {
-        tonic::include_proto!("google.protobuf");
-    }
-}
-
-/// The `ateenv` packages.
-#[allow(missing_docs, unused_qualifications, clippy::all, clippy::pedantic)]
-pub mod ateenv {
-    /// `ateenv.v1alpha`: messages, `process_service_client`, `file_system_service_client` (and the
-    /// `*_server` modules with feature `server`).
-    pub mod v1alpha {
-        tonic::include_proto!("ateenv.v1alpha");
-    }
-}
-
 pub use ateenv::v1alpha::*;
+pub use execseam_ax_proto::{ateenv, google};
 
 /// The gRPC metadata key the Substrate router routes on: `<atespace>/<actor>`.
 pub const TARGET_ACTOR_HEADER: &str = "ate-target-actor";

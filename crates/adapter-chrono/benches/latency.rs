@@ -49,7 +49,7 @@ fn main() {
             phase_delay: Duration::ZERO,
             ..ChronoOptions::default()
         };
-        let emu = ChronoEmulator::start(EmulatorOptions::default(), options)
+        let emu = ChronoEmulator::start_with(EmulatorOptions::default(), options)
             .await
             .expect("the emulator");
         let config = ChronoConfig::new(emu.base_url())

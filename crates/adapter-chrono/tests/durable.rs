@@ -18,7 +18,7 @@ use execseam_emulators::chrono::{ChronoEmulator, ChronoOptions};
 use execseam_emulators::{EmulatorOptions, Fault};
 
 async fn emulator(options: ChronoOptions) -> ChronoEmulator {
-    ChronoEmulator::start(EmulatorOptions::default(), options)
+    ChronoEmulator::start_with(EmulatorOptions::default(), options)
         .await
         .expect("the Chrono emulator starts")
 }
@@ -536,7 +536,7 @@ async fn disabled_async_timeouts_and_vanished_sandboxes_are_typed() {
 async fn every_language_runs_through_both_paths() {
     let mut options = ChronoOptions::default();
     options.runtimes.typescript =
-        Some(execseam_emulators::interop::typescript_runtime().expect("tsx from npm"));
+        Some(execseam_test_util::interop::typescript_runtime().expect("tsx from npm"));
     let emu = emulator(options).await;
     let c = client(&emu, policy());
     let sync = ChronoExec::new(config(&emu, policy())).unwrap();

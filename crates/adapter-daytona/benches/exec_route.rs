@@ -11,10 +11,10 @@
 
 use std::time::{Duration, Instant};
 
+use execseam_chaos::{ChaosProxy, parse_rules};
 use execseam_core::{Command, Exec, Sandbox, SandboxSpec};
 use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider, ExecRoute};
 use execseam_emulators::EmulatorOptions;
-use execseam_emulators::chaos::{ChaosProxy, parse_rules};
 use execseam_emulators::daytona::DaytonaEmulator;
 
 fn quantile(v: &[Duration], q: f64) -> Duration {

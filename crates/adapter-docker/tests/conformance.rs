@@ -4,8 +4,9 @@
 //! One binary, two runs: without `EXECSEAM_DOCKER_MODE` it re-runs itself once per mode (`warm`,
 //! recorded as `docs/conformance/docker.txt`, and `per-call`, recorded as
 //! `docs/conformance/docker-per-call.txt`) and fails if either fails. With the variable set it runs
-//! that mode only. The engine is the one in `DOCKER_HOST` with the image `EXECSEAM_DOCKER_IMAGE`
-//! (`.ci/podman start` provides both); without one the run fails, saying so.
+//! that mode only. The engine is the machine's (`DOCKER_HOST`, `EXECSEAM_DOCKER_IMAGE`) or the
+//! repository's podman, started by the first run that needs it and shared by both modes' runs
+//! (`support`); where none can be started the run fails, saying so.
 //!
 //! There is no emulator: the engine is the backend. The HTTP-level fault cases are not applicable
 //! (the injector below declines them); `fault-sandbox-vanishes` is caused for real (the warm
@@ -113,9 +114,9 @@ struct EngineFaults {
 }
 
 impl Faults for EngineFaults {
-    fn inject(&self, fault: Fault) -> bool {
+    fn inject(&self, fault: Fault) -> Result<(), String> {
         if fault != Fault::SandboxVanishes {
-            return false;
+            return Err(execseam_conformance::cannot_inject(fault));
         }
         let warm = self.warm.clone();
         let task = tokio::spawn(async move {
@@ -132,7 +133,7 @@ impl Faults for EngineFaults {
             }
         });
         *self.pending.lock().unwrap() = Some(task);
-        true
+        Ok(())
     }
 
     fn clear(&self) {

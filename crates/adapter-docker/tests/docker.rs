@@ -1,5 +1,5 @@
-//! The adapter against a real engine (`DOCKER_HOST`, `EXECSEAM_DOCKER_IMAGE`; `.ci/podman start`
-//! provides both, `.ci/run` starts it). Without an engine every test fails, saying so.
+//! The adapter against a real engine (`support`: the machine's, or the repository's podman, which
+//! the tests start themselves). Where none can be started every test fails, saying so.
 //!
 //! The traps: exit codes the compat layer loses, exit codes that collide with the engine's own
 //! (125/126/127), signal exits without an init, kills that leave processes behind, per-call
@@ -342,8 +342,8 @@ async fn a_container_stopped_or_removed_mid_exec_is_an_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_engine_stopping_mid_exec_is_an_error() {
     // A second podman service on the same storage, which this test may kill.
-    let dir = std::env::var("EXECSEAM_PODMAN_DIR").unwrap_or_else(|_| {
-        panic!("EXECSEAM_PODMAN_DIR is not set: this test stops a podman service of its own next to the one `.ci/podman start` runs; {}", support::NO_ENGINE)
+    let dir = support::var("EXECSEAM_PODMAN_DIR").unwrap_or_else(|| {
+        panic!("EXECSEAM_PODMAN_DIR is not set: this test stops a podman service of its own next to the repository's (the engine named by DOCKER_HOST is not one); {}", support::NO_ENGINE)
     });
     let sock = std::path::Path::new(&dir).join(format!("kill-{}.sock", std::process::id()));
     let mut service = std::process::Command::new("podman")

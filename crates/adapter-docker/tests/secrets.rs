@@ -3,7 +3,7 @@
 //! bodies at TRACE/DEBUG and every decoded answer at DEBUG, `decode_response` in bollard 0.21.1
 //! `src/docker.rs`) and every `tracing` record of the process captured at TRACE.
 //!
-//! Needs the engine of `.ci/podman start` (`DOCKER_HOST`, `EXECSEAM_DOCKER_IMAGE`).
+//! Needs a container engine (`support`: the tests start the repository's podman).
 
 mod support;
 
@@ -25,7 +25,7 @@ fn check(var: &str, secret: &str) -> Command {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_env_value_reaches_any_log_at_trace() {
-    let log = execseam_emulators::capture::install();
+    let log = execseam_test_util::capture::install();
     let suite = "secrets";
     sweep(suite).await;
     for mode in [Mode::Warm, Mode::PerCall] {

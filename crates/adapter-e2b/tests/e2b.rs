@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit, Retry, Sandbox, SandboxSpec, Tool};
 use execseam_e2b::{ApiRoutes, E2bConfig, E2bExec, E2bProvider};
-use execseam_emulators::e2b::{E2bEmulator, RecordedRequest, StreamFault};
+use execseam_emulators::RecordedRequest;
+use execseam_emulators::e2b::{E2bEmulator, StreamFault};
 use execseam_emulators::{EmulatorOptions, Fault};
 use execseam_tools_protocol::native::{GlobRequest, NativeRequest, records};
 
@@ -494,8 +495,8 @@ async fn the_lifecycle_maps_to_the_control_plane() {
 /// must take the background children and pipeline members too.
 #[tokio::test(flavor = "multi_thread")]
 async fn kills_reach_background_children_and_pipeline_members() {
-    use execseam_emulators::probe::{gone_within, kill_leftovers, unique_sleep};
     use execseam_layers::ExecExt;
+    use execseam_test_util::probe::{gone_within, kill_leftovers, unique_sleep};
     let emu = emulator().await;
     let exec = create(config(&emu)).await.unwrap();
     let family = |token: &str| {
@@ -510,7 +511,7 @@ async fn kills_reach_background_children_and_pipeline_members() {
     };
     let wait_started = |token: String| async move {
         let until = Instant::now() + Duration::from_secs(10);
-        while execseam_emulators::probe::processes_with_arg(&token).len() < 3 {
+        while execseam_test_util::probe::processes_with_arg(&token).len() < 3 {
             assert!(Instant::now() < until, "the family never started");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

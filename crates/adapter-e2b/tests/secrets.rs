@@ -17,7 +17,7 @@ const OUTPUT_SECRET: &str = "s3cr3t-output-text-e2b";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn secrets_never_reach_any_log_at_trace() {
-    let log = execseam_emulators::capture::install();
+    let log = execseam_test_util::capture::install();
     let emu = E2bEmulator::start(EmulatorOptions {
         token: Some(TOKEN.into()),
         ..EmulatorOptions::default()

@@ -11,7 +11,7 @@ use execseam_fly::{FlyConfig, FlyExec, FlyProvider};
 const TOKEN: &str = "fm2_lJPECAAAAAAAAMx6xBDH";
 
 async fn emulator(opts: FlyOptions) -> FlyEmulator {
-    FlyEmulator::start(
+    FlyEmulator::start_with(
         EmulatorOptions {
             token: Some(TOKEN.into()),
             ..EmulatorOptions::default()

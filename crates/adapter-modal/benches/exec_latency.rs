@@ -13,9 +13,10 @@ use std::process::{Command as Process, Stdio};
 use std::time::{Duration, Instant};
 
 use execseam_core::{Command, Exec, Sandbox, SandboxSpec};
+use execseam_emulators::EmulatorOptions;
 use execseam_emulators::modal::{ModalEmulator, TOKEN_ID};
-use execseam_emulators::{EmulatorOptions, interop};
 use execseam_modal::{ModalConfig, ModalExec, ModalProvider};
+use execseam_test_util::interop;
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -74,7 +75,7 @@ fn main() {
             .create(SandboxSpec::new())
             .await
             .expect("create");
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../emulators/interop/modal");
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../emulator-modal/interop");
         let python = interop::python_env("modal", &dir.join("requirements.txt"))
             .expect("the modal virtualenv (is PyPI reachable?)");
         let mut child = Process::new(python)

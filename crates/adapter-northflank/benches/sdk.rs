@@ -10,11 +10,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use execseam_core::{Command, Exec};
+use execseam_emulators::EmulatorOptions;
 use execseam_emulators::northflank::{
     NorthflankEmulator, NorthflankOptions, PROJECT_ID, SERVICE_ID,
 };
-use execseam_emulators::{EmulatorOptions, interop};
 use execseam_northflank::{NorthflankConfig, NorthflankProvider};
+use execseam_test_util::interop;
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -36,10 +37,10 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let emu = NorthflankEmulator::start(EmulatorOptions::default(), NorthflankOptions::default())
+        let emu = NorthflankEmulator::start_with(EmulatorOptions::default(), NorthflankOptions::default())
             .await
             .expect("emulator");
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../emulators/interop/northflank");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../emulator-northflank/interop");
         let python = interop::python_env("northflank", &dir.join("requirements.txt")).expect("python SDK");
         let npm = interop::node_env("northflank-npm", &dir).expect("TS SDK");
         let provider = NorthflankProvider::new(

@@ -14,7 +14,7 @@ async fn setup() -> (NorthflankEmulator, NorthflankConfig) {
         token: Some("nf-test-token".into()),
         ..EmulatorOptions::default()
     };
-    let emu = NorthflankEmulator::start(options, NorthflankOptions::default())
+    let emu = NorthflankEmulator::start_with(options, NorthflankOptions::default())
         .await
         .expect("emulator");
     let config = NorthflankConfig::new(emu.token(), PROJECT_ID).api_url(emu.base_url());

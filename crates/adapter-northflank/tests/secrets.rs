@@ -18,8 +18,8 @@ const OUTPUT_SECRET: &str = "s3cr3t-output-text-northflank";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn secrets_never_reach_any_log_at_trace() {
-    let log = execseam_emulators::capture::install();
-    let emu = NorthflankEmulator::start(
+    let log = execseam_test_util::capture::install();
+    let emu = NorthflankEmulator::start_with(
         EmulatorOptions {
             token: Some(TOKEN.into()),
             ..EmulatorOptions::default()

@@ -28,7 +28,7 @@ fn rss_kib() -> u64 {
 fn serve() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let emu = execseam_emulators::sprites::SpritesEmulator::start(
+        let emu = execseam_emulators::sprites::SpritesEmulator::start_with(
             execseam_emulators::EmulatorOptions {
                 token: Some("spr_bench".into()),
                 ..Default::default()
@@ -60,7 +60,7 @@ fn measure(url: &str, legacy: bool, n: usize, stdin: usize) {
         // sees: the server side of every exec is counted as well).
         let emu = if url == "inproc" {
             Some(
-                execseam_emulators::sprites::SpritesEmulator::start(
+                execseam_emulators::sprites::SpritesEmulator::start_with(
                     execseam_emulators::EmulatorOptions {
                         token: Some("spr_bench".into()),
                         ..Default::default()

@@ -17,9 +17,10 @@ use execseam_sprites::{SpritesConfig, SpritesProvider, Transport};
 #[test]
 fn over_http_post_every_case_passes_or_fails_detectably() {
     execseam_conformance::block_on(async {
-        let emu = SpritesEmulator::start(EmulatorOptions::default(), SpritesOptions::default())
-            .await
-            .expect("the emulator starts");
+        let emu =
+            SpritesEmulator::start_with(EmulatorOptions::default(), SpritesOptions::default())
+                .await
+                .expect("the emulator starts");
         let provider = SpritesProvider::new(
             SpritesConfig::new(emu.token())
                 .base_url(emu.base_url())

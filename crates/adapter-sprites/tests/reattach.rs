@@ -15,7 +15,7 @@ use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator, SpritesOption
 use execseam_sprites::{SpritesConfig, SpritesExec, SpritesProvider};
 
 async fn emulator() -> SpritesEmulator {
-    SpritesEmulator::start(
+    SpritesEmulator::start_with(
         EmulatorOptions {
             token: Some("spr_test".into()),
             ..EmulatorOptions::default()

@@ -14,8 +14,8 @@ const OUTPUT_SECRET: &str = "s3cr3t-output-text-sprites";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn secrets_never_reach_any_log_at_trace() {
-    let log = execseam_emulators::capture::install();
-    let emu = SpritesEmulator::start(
+    let log = execseam_test_util::capture::install();
+    let emu = SpritesEmulator::start_with(
         EmulatorOptions {
             token: Some(TOKEN.into()),
             ..EmulatorOptions::default()

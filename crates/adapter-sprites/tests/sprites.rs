@@ -13,7 +13,7 @@ use execseam_emulators::{EmulatorOptions, Fault};
 use execseam_sprites::{BaseEnv, SpritesConfig, SpritesExec, SpritesProvider, Transport};
 
 async fn emulator(opts: SpritesOptions) -> SpritesEmulator {
-    SpritesEmulator::start(
+    SpritesEmulator::start_with(
         EmulatorOptions {
             token: Some("spr_test".into()),
             ..EmulatorOptions::default()

@@ -10,8 +10,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use execseam_core::{Command, Exec, Sandbox, SandboxSpec};
+use execseam_emulators::EmulatorOptions;
 use execseam_emulators::vercel::{PROJECT_ID, TEAM_ID, VercelEmulator, VercelOptions};
-use execseam_emulators::{EmulatorOptions, interop};
+use execseam_test_util::interop;
 use execseam_vercel::{VercelConfig, VercelProvider};
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -34,10 +35,10 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let emu = VercelEmulator::start(EmulatorOptions::default(), VercelOptions::default())
+        let emu = VercelEmulator::start_with(EmulatorOptions::default(), VercelOptions::default())
             .await
             .expect("emulator");
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../emulators/interop/vercel");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../emulator-vercel/interop");
         let python = interop::python_env("vercel", &dir.join("requirements.txt")).expect("python SDK");
         let npm = interop::node_env("vercel-npm", &dir).expect("TS SDK");
         let provider = VercelProvider::new(

@@ -16,8 +16,8 @@ const FILE_SECRET: &str = "s3cr3t-file-content-vercel";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn secrets_never_reach_any_log_at_trace() {
-    let log = execseam_emulators::capture::install();
-    let emu = VercelEmulator::start(
+    let log = execseam_test_util::capture::install();
+    let emu = VercelEmulator::start_with(
         EmulatorOptions {
             token: Some(TOKEN.into()),
             ..EmulatorOptions::default()

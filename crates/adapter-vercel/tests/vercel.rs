@@ -12,7 +12,7 @@ use execseam_emulators::vercel::{PROJECT_ID, TEAM_ID, VercelEmulator, VercelOpti
 use execseam_vercel::{VercelConfig, VercelProvider};
 
 async fn setup() -> (VercelEmulator, VercelProvider) {
-    let emu = VercelEmulator::start(EmulatorOptions::default(), VercelOptions::default())
+    let emu = VercelEmulator::start_with(EmulatorOptions::default(), VercelOptions::default())
         .await
         .expect("emulator");
     let provider = VercelProvider::new(

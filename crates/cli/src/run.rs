@@ -415,7 +415,7 @@ pub async fn emulate(args: EmulateArgs) -> ExitCode {
     drop(emulator);
     // Whatever still holds a sandbox (an open connection's task), kill and remove them all
     // before exiting: no process, mount or state directory is left behind.
-    if !execseam_emulators::harness::sandbox::destroy_all(Duration::from_secs(10)).await {
+    if !execseam_emulators::kit::sandbox::destroy_all(Duration::from_secs(10)).await {
         eprintln!("execseam: some sandboxes were still being torn down at exit");
     }
     ExitCode::SUCCESS

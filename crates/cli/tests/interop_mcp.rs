@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use execseam_emulators::interop;
+use execseam_test_util::interop;
 
 /// Checks `mcp_interop.py` makes; the run must report exactly this many.
 const CHECKS: usize = 19;

@@ -28,7 +28,7 @@ fn http(base: &str, key: &str, method: &str, path: &str) -> String {
 }
 
 struct Emu {
-    _emu: execseam_emulators::Emulator,
+    _emu: execseam_emulators::AnyEmulator,
     env: Vec<(String, String)>,
     base: String,
     key: String,

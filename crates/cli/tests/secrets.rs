@@ -195,7 +195,7 @@ async fn planted_secrets_never_reach_a_log_line_at_trace() {
     std::fs::create_dir_all(&dir).unwrap();
     let mut ran = Vec::new();
     let mut lifecycle_ran = Vec::new();
-    for provider in execseam_emulators::providers() {
+    for provider in execseam_emulators::providers().iter() {
         let emu = emulate(provider, &dir);
         let server_log = dir.join(format!("{provider}-mcp.log"));
         // Create a sandbox, or (connect-only providers) attach to the emulator's default one.

@@ -211,7 +211,7 @@ async fn conformance_subset_at_trace_logs_no_planted_secret() {
         "every case of the subset exists"
     );
     let mut ran = Vec::new();
-    for provider in execseam_emulators::providers() {
+    for provider in execseam_emulators::providers().iter() {
         // Chrono runs every execution in a fresh sandbox (docs/adapters/chrono.md, Lifecycle):
         // a file written by one command is gone for the next, so the tool cases (a fixture
         // written, then read) and the planted file calls need a scratch directory that outlives

@@ -123,12 +123,12 @@ impl Exec for Broken {
 }
 
 impl Faults for Broken {
-    fn inject(&self, fault: Fault) -> bool {
+    fn inject(&self, fault: Fault) -> Result<(), String> {
         if fault == Fault::CutBeforeExit {
             self.cut_armed.store(true, Ordering::SeqCst);
-            true
+            Ok(())
         } else {
-            false
+            Err(execseam_conformance::cannot_inject(fault))
         }
     }
     fn clear(&self) {

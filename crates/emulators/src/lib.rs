@@ -4,11 +4,16 @@
 //!
 //! Faithful local emulators of sandbox providers' wire protocols.
 //!
-//! Each provider module (behind a feature of the same name) serves that provider's exec and files
-//! surface on loopback, following the published wire format (paths, status codes, headers, field
-//! names, framing), and runs the commands for real through [`execseam_local`] in a per-sandbox
-//! root (see [`harness::sandbox`]). Every emulator can inject faults deterministically
-//! ([`harness::faults`]).
+//! Each provider's emulator is a crate of its own (`execseam-emulator-<provider>`, re-exported
+//! here behind a feature of the same name) that implements the kit's
+//! [`Provider`](execseam_emulator_kit::Provider): it serves that provider's exec and files surface
+//! on loopback, following the published wire format (paths, status codes, headers, field names,
+//! framing), and runs the commands for real in a per-sandbox root (see
+//! [`execseam_emulator_kit::sandbox`]). Every emulator can inject the faults of its declared
+//! table deterministically ([`execseam_emulator_kit::faults`]).
+//!
+//! [`ALL`] is the one table of emulators: `execseam emulate`, the generic emulated-target path of
+//! the conformance suite, the reliability suite and the benchmarks read it.
 //!
 //! The emulators are proven by the providers' own official clients (their SDKs from PyPI or npm)
 //! in interop tests, and they are a product: `execseam emulate <provider>` runs one until
@@ -18,156 +23,83 @@
 // types are large by nature.
 #![allow(clippy::result_large_err)]
 
-use std::net::SocketAddr;
+pub use execseam_emulator_kit as kit;
+pub use execseam_emulator_kit::{
+    AnyEmulator, Emulator, EmulatorOptions, Entry, Fault, FaultHandle, FaultRule, Isolation, Mount,
+    Provider, RecordedRequest, Sandboxing, Server,
+};
 
-pub mod capture;
-pub mod chaos;
-pub mod harness;
-pub mod interop;
-pub mod probe;
-
-pub use harness::{Fault, FaultHandle, FaultRule, Isolation, Mount, Sandboxing, Server};
-
-// Provider modules. Each adds itself here, behind its feature.
-// @providers
+// Provider crates, each behind its feature.
 #[cfg(feature = "agentcore")]
-pub mod agentcore;
+pub use execseam_emulator_agentcore as agentcore;
 #[cfg(feature = "ax")]
-pub mod ax;
+pub use execseam_emulator_ax as ax;
 #[cfg(feature = "chrono")]
-pub mod chrono;
+pub use execseam_emulator_chrono as chrono;
 #[cfg(feature = "cloudflare")]
-pub mod cloudflare;
+pub use execseam_emulator_cloudflare as cloudflare;
 #[cfg(feature = "daytona")]
-pub mod daytona;
+pub use execseam_emulator_daytona as daytona;
 #[cfg(feature = "e2b")]
-pub mod e2b;
+pub use execseam_emulator_e2b as e2b;
 #[cfg(feature = "fly")]
-pub mod fly;
+pub use execseam_emulator_fly as fly;
 #[cfg(feature = "modal")]
-pub mod modal;
+pub use execseam_emulator_modal as modal;
 #[cfg(feature = "northflank")]
-pub mod northflank;
+pub use execseam_emulator_northflank as northflank;
 #[cfg(feature = "sprites")]
-pub mod sprites;
-#[cfg(any(feature = "vercel", feature = "northflank"))]
-mod stream;
-#[cfg(any(feature = "fly", feature = "sprites"))]
-mod util;
+pub use execseam_emulator_sprites as sprites;
 #[cfg(feature = "vercel")]
-pub mod vercel;
-#[cfg(any(feature = "northflank", feature = "cloudflare"))]
-mod ws;
+pub use execseam_emulator_vercel as vercel;
 
-/// How to start an emulator.
-#[derive(Clone, Debug)]
-pub struct EmulatorOptions {
-    /// Where to listen (port 0 picks a free port).
-    pub listen: SocketAddr,
-    /// Faults armed from the start (`execseam emulate --fault`).
-    pub faults: Vec<FaultRule>,
-    /// The credential the emulator accepts; `None` accepts any non-empty one.
-    pub token: Option<String>,
-    /// How sandboxes are made on this host (isolation, bound host paths, state directory).
-    pub sandboxing: Sandboxing,
+/// Every emulator compiled in, by provider name: adding emulator N+1 is one line here (and its
+/// dependency).
+pub const ALL: &[Entry] = &[
+    #[cfg(feature = "agentcore")]
+    Entry::of::<agentcore::AgentCore>(),
+    #[cfg(feature = "ax")]
+    Entry::of::<ax::Ax>(),
+    #[cfg(feature = "chrono")]
+    Entry::of::<chrono::Chrono>(),
+    #[cfg(feature = "cloudflare")]
+    Entry::of::<cloudflare::Cloudflare>(),
+    #[cfg(feature = "daytona")]
+    Entry::of::<daytona::Daytona>(),
+    #[cfg(feature = "e2b")]
+    Entry::of::<e2b::E2b>(),
+    #[cfg(feature = "fly")]
+    Entry::of::<fly::Fly>(),
+    #[cfg(feature = "modal")]
+    Entry::of::<modal::Modal>(),
+    #[cfg(feature = "northflank")]
+    Entry::of::<northflank::Northflank>(),
+    #[cfg(feature = "sprites")]
+    Entry::of::<sprites::Sprites>(),
+    #[cfg(feature = "vercel")]
+    Entry::of::<vercel::Vercel>(),
+];
+
+/// The names of the emulators compiled in.
+pub fn providers() -> Vec<&'static str> {
+    ALL.iter().map(|e| e.name).collect()
 }
 
-impl Default for EmulatorOptions {
-    fn default() -> Self {
-        EmulatorOptions {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            faults: Vec::new(),
-            token: None,
-            sandboxing: Sandboxing::default(),
-        }
-    }
+/// The table row of `provider`.
+pub fn entry(provider: &str) -> Option<&'static Entry> {
+    ALL.iter().find(|e| e.name == provider)
 }
 
-/// A running emulator, as the CLI sees it.
-pub struct Emulator {
-    /// The provider's name.
-    pub provider: &'static str,
-    /// The base URL the emulator serves.
-    pub base_url: String,
-    /// Environment variables an official SDK (and our adapter's `from_env`) needs to reach it.
-    pub env: Vec<(String, String)>,
-    /// Its faults.
-    pub faults: FaultHandle,
-    /// Keeps the server and the provider's state alive.
-    pub guard: Box<dyn std::any::Any + Send + Sync>,
-}
-
-impl std::fmt::Debug for Emulator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Emulator")
-            .field("provider", &self.provider)
-            .field("base_url", &self.base_url)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The providers compiled in.
-pub fn providers() -> &'static [&'static str] {
-    &[
-        // @provider-names
-        #[cfg(feature = "e2b")]
-        "e2b",
-        #[cfg(feature = "daytona")]
-        "daytona",
-        #[cfg(feature = "fly")]
-        "fly",
-        #[cfg(feature = "sprites")]
-        "sprites",
-        #[cfg(feature = "ax")]
-        "ax",
-        #[cfg(feature = "cloudflare")]
-        "cloudflare",
-        #[cfg(feature = "agentcore")]
-        "agentcore",
-        #[cfg(feature = "modal")]
-        "modal",
-        #[cfg(feature = "chrono")]
-        "chrono",
-        #[cfg(feature = "vercel")]
-        "vercel",
-        #[cfg(feature = "northflank")]
-        "northflank",
-    ]
-}
-
-/// Starts the named provider's emulator.
-pub async fn start(provider: &str, options: EmulatorOptions) -> std::io::Result<Emulator> {
-    let _ = &options;
-    match provider {
-        // @provider-start
-        #[cfg(feature = "e2b")]
-        "e2b" => e2b::start(options).await,
-        #[cfg(feature = "daytona")]
-        "daytona" => daytona::start(options).await,
-        #[cfg(feature = "fly")]
-        "fly" => fly::start(options).await,
-        #[cfg(feature = "sprites")]
-        "sprites" => sprites::start(options).await,
-        #[cfg(feature = "ax")]
-        "ax" => ax::start(options).await,
-        #[cfg(feature = "cloudflare")]
-        "cloudflare" => cloudflare::start(options).await,
-        #[cfg(feature = "agentcore")]
-        "agentcore" => agentcore::start(options).await,
-        #[cfg(feature = "modal")]
-        "modal" => modal::start(options).await,
-        #[cfg(feature = "chrono")]
-        "chrono" => chrono::start(options).await,
-        #[cfg(feature = "vercel")]
-        "vercel" => vercel::start(options).await,
-        #[cfg(feature = "northflank")]
-        "northflank" => northflank::start(options).await,
-        other => Err(std::io::Error::new(
+/// Starts the named provider's emulator with its default options.
+pub async fn start(provider: &str, options: EmulatorOptions) -> std::io::Result<AnyEmulator> {
+    let Some(entry) = entry(provider) else {
+        return Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
             format!(
-                "no emulator named {other:?}; compiled in: {:?}",
-                providers()
+                "no emulator named {provider:?}; compiled in: {}",
+                providers().join(", ")
             ),
-        )),
-    }
+        ));
+    };
+    (entry.start)(options).await
 }

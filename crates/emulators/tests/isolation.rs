@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use execseam_core::{Command, Exec, Exit};
 use execseam_emulators::EmulatorOptions;
-use execseam_emulators::harness::{Isolation, Sandbox, Sandboxing};
+use execseam_emulators::kit::{Isolation, Sandbox, Sandboxing};
 
 /// A state directory of the test's own, checked empty (and removed) at the end.
 struct StateDir(PathBuf);
@@ -351,7 +351,7 @@ async fn cloudflare_sandboxes_are_isolated_and_timeouts_kill() {
 async fn fly_machines_are_isolated_and_timeouts_kill() {
     use execseam_emulators::fly::{FlyEmulator, FlyOptions};
     let dir = StateDir::new("fly");
-    let emu = FlyEmulator::start(dir.options(), FlyOptions::default())
+    let emu = FlyEmulator::start_with(dir.options(), FlyOptions::default())
         .await
         .unwrap();
     let m = emu.default_machine();
@@ -385,7 +385,7 @@ async fn fly_machines_are_isolated_and_timeouts_kill() {
 async fn sprites_are_isolated_and_a_disconnected_command_is_killed() {
     use execseam_emulators::sprites::{SpritesEmulator, SpritesOptions};
     let dir = StateDir::new("sprites");
-    let emu = SpritesEmulator::start(dir.options(), SpritesOptions::default())
+    let emu = SpritesEmulator::start_with(dir.options(), SpritesOptions::default())
         .await
         .unwrap();
     let (a, b) = (
@@ -447,8 +447,8 @@ async fn agentcore_sessions_are_isolated() {
 #[cfg(feature = "ax")]
 #[tokio::test]
 async fn ax_guests_are_isolated_and_timeouts_kill() {
-    use execseam_ax::wire::StartProcessRequest;
-    use execseam_ax::wire::process_service_client::ProcessServiceClient;
+    use execseam_ax_proto::StartProcessRequest;
+    use execseam_ax_proto::process_service_client::ProcessServiceClient;
     use execseam_emulators::ax::AxEmulator;
     let dir = StateDir::new("ax");
     let emu = AxEmulator::start(dir.options()).await.unwrap();
@@ -467,7 +467,7 @@ async fn ax_guests_are_isolated_and_timeouts_kill() {
     procs
         .start_process(StartProcessRequest {
             command: vec!["sh".into(), "-c".into(), TIMED.into()],
-            timeout: Some(execseam_ax::wire::google::protobuf::Duration {
+            timeout: Some(execseam_ax_proto::google::protobuf::Duration {
                 seconds: 1,
                 nanos: 0,
             }),
@@ -489,7 +489,7 @@ async fn ax_guests_are_isolated_and_timeouts_kill() {
 async fn vercel_sandboxes_are_isolated_and_timeouts_kill() {
     use execseam_emulators::vercel::{PROJECT_ID, TEAM_ID, VercelEmulator, VercelOptions};
     let dir = StateDir::new("vercel");
-    let emu = VercelEmulator::start(dir.options(), VercelOptions::default())
+    let emu = VercelEmulator::start_with(dir.options(), VercelOptions::default())
         .await
         .unwrap();
     let base = emu.base_url();
@@ -557,7 +557,7 @@ async fn northflank_containers_are_isolated_and_a_disconnected_command_is_killed
         Kind, NorthflankEmulator, NorthflankOptions, PROJECT_ID, SERVICE_ID,
     };
     let dir = StateDir::new("northflank");
-    let emu = NorthflankEmulator::start(dir.options(), NorthflankOptions::default())
+    let emu = NorthflankEmulator::start_with(dir.options(), NorthflankOptions::default())
         .await
         .unwrap();
     let a = emu.entity(PROJECT_ID, Kind::Service, SERVICE_ID).unwrap();

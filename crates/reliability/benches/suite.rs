@@ -39,8 +39,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use execseam_chaos::{ChaosProxy, parse_rules};
 use execseam_core::{Command, Exec};
-use execseam_emulators::chaos::{ChaosProxy, parse_rules};
 use execseam_reliability::{Knobs, Setup};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
@@ -354,7 +354,7 @@ async fn capture_one(
         });
     if let Some(host) = reached.and_then(|h| http::HeaderValue::from_str(&h).ok()) {
         req.headers_mut()
-            .entry(execseam_emulators::chaos::FORWARDED_HOST)
+            .entry(execseam_chaos::FORWARDED_HOST)
             .or_insert(host);
     }
     let upgrade = req.headers().contains_key(http::header::UPGRADE);
@@ -1137,7 +1137,7 @@ impl RawClient {
 // P2: the official Python SDKs
 
 struct Sdk {
-    /// The `target/interop/<venv>` virtualenv and its `crates/emulators/interop/<dir>`.
+    /// The `target/interop/<venv>` virtualenv and its `crates/emulator-<dir>/interop`.
     venv: &'static str,
     label: &'static str,
     env: Vec<(String, String)>,
@@ -1244,9 +1244,9 @@ impl Drop for Driver {
 
 fn start_driver(provider: &str, sdk: &Sdk, proxy: &str, upstream: &str) -> Result<Driver, String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../emulators/interop")
-        .join(sdk.venv);
-    let python = execseam_emulators::interop::python_env(sdk.venv, &dir.join("requirements.txt"))
+        .join(format!("../emulator-{}", sdk.venv))
+        .join("interop");
+    let python = execseam_test_util::interop::python_env(sdk.venv, &dir.join("requirements.txt"))
         .map_err(|e| format!("the {} virtualenv: {e}", sdk.venv))?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/sdk_driver.py");
     let upstream = upstream.trim_end_matches('/');

@@ -7,10 +7,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use execseam_chaos::{Action, ChaosProxy, Rule};
 use execseam_core::{
     BoxFuture, Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Retry, Sandbox,
 };
-use execseam_emulators::chaos::{Action, ChaosProxy, Rule};
 use execseam_layers::{ExecExt, RetryPolicy};
 
 /// How a case is set up for one adapter.
@@ -845,7 +845,7 @@ enum Applies {
 }
 
 async fn orphan_case(adapter: &Adapter, knobs: Knobs, ending: Ending) -> Result<Applies, String> {
-    use execseam_emulators::probe::{
+    use execseam_test_util::probe::{
         gone_within, kill_leftovers, processes_with_arg, unique_sleep,
     };
     if let Some(why) = adapter.children_end {
@@ -1055,13 +1055,13 @@ async fn size_case(
 }
 
 /// Issue 24's logging rule, for every adapter: with every `log` and `tracing` record captured
-/// at TRACE ([`execseam_emulators::capture`], installed for the rest of the process, so this
+/// at TRACE ([`execseam_test_util::capture`], installed for the rest of the process, so this
 /// runs last), a command with a secret stdin and a secret env value runs, buffered and
 /// streamed, and neither secret may reach any record (as text, hex or base64).
 pub async fn secrets(adapters: &[Adapter], options: &Options) -> Phase {
     const STDIN: &str = "s3cr3t-stdin-9d1e";
     const ENV: &str = "s3cr3t-env-4b7a";
-    let log = Arc::new(execseam_emulators::capture::install());
+    let log = Arc::new(execseam_test_util::capture::install());
     let knobs = Knobs {
         idle_timeout: options.layered_idle_timeout,
     };

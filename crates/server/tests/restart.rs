@@ -263,7 +263,7 @@ printf 'after\n'; exit 4"#;
 async fn kill_9_with_a_sprites_operation_running_reattaches_it_in_the_shared_sprite() {
     use execseam_core::Exec as _;
     use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator, SpritesOptions};
-    let emu = SpritesEmulator::start(
+    let emu = SpritesEmulator::start_with(
         execseam_emulators::EmulatorOptions {
             token: Some("spr_test".into()),
             ..Default::default()

@@ -1,5 +1,6 @@
-//! The engine these tests run against: `DOCKER_HOST` and `EXECSEAM_DOCKER_IMAGE`, as
-//! `.ci/podman start` writes them to `target/podman/env` (`.ci/run` starts it and exports them).
+//! The engine these tests run against: the machine's (`DOCKER_HOST` and `EXECSEAM_DOCKER_IMAGE`
+//! set), else the repository's podman, which the first test that needs it starts
+//! (`execseam_test_util::fixtures::podman`: `.ci/podman start`, stopped when the test process ends).
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -12,19 +13,17 @@ use execseam_docker::{DockerConfig, DockerExec, DockerProvider, LABEL_MODE, Mode
 /// Labels every container these tests create, so only they are ever removed.
 pub const TEST_LABEL: &str = "io.execseam.test";
 
-pub const NO_ENGINE: &str = "the docker adapter's tests need a container engine: DOCKER_HOST and \
-EXECSEAM_DOCKER_IMAGE must name a running Docker-API engine and an image on it. Start the \
-repository's own with `.ci/podman start && . target/podman/env` (`.ci/run` does this)";
+pub const NO_ENGINE: &str = "the docker adapter's tests need a container engine: the one named by \
+DOCKER_HOST and EXECSEAM_DOCKER_IMAGE, or the repository's podman, which the tests start themselves";
 
-/// The configuration from the environment, labelled `io.execseam.test=<suite>`; panics with
-/// [`NO_ENGINE`] when there is none.
+/// The engine's variables (starts the repository's podman on first use).
+pub fn var(name: &str) -> Option<String> {
+    execseam_test_util::fixtures::podman().var(name)
+}
+
+/// The configuration from the engine's variables, labelled `io.execseam.test=<suite>`.
 pub fn config(suite: &str) -> DockerConfig {
-    for var in ["DOCKER_HOST", "EXECSEAM_DOCKER_IMAGE"] {
-        if std::env::var(var).map_or(true, |v| v.is_empty()) {
-            panic!("{var} is not set: {NO_ENGINE}");
-        }
-    }
-    DockerConfig::from_env()
+    <execseam_docker::Docker as execseam_adapter_kit::Adapter>::config_from(&var)
         .unwrap_or_else(|e| panic!("{e}: {NO_ENGINE}"))
         .label(TEST_LABEL, suite)
 }
@@ -35,7 +34,12 @@ pub fn provider(config: &DockerConfig) -> DockerProvider {
 
 /// The engine, straight through bollard (to stop, kill and list behind the adapter's back).
 pub async fn engine() -> Docker {
-    let d = Docker::connect_with_defaults().unwrap_or_else(|e| panic!("{e}: {NO_ENGINE}"));
+    let host = var("DOCKER_HOST").unwrap_or_default();
+    let d = match host.strip_prefix("unix://") {
+        Some(socket) => Docker::connect_with_unix(socket, 120, bollard::API_DEFAULT_VERSION),
+        None => Docker::connect_with_http(&host, 120, bollard::API_DEFAULT_VERSION),
+    }
+    .unwrap_or_else(|e| panic!("{e}: {NO_ENGINE}"));
     d.negotiate_version()
         .await
         .unwrap_or_else(|e| panic!("the engine does not answer ({e}): {NO_ENGINE}"))

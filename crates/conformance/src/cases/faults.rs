@@ -32,8 +32,8 @@ async fn under(
     command: Command,
 ) -> Result<Result<Output, Error>, Outcome> {
     let f = injector(t)?;
-    if !f.inject(fault) {
-        return na(format!("the emulator cannot inject {fault:?}"));
+    if let Err(why) = f.inject(fault) {
+        return na(why);
     }
     let _armed = Armed(f);
     tokio::time::timeout(Duration::from_secs(90), t.exec.exec(command))

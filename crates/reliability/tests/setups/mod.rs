@@ -1,113 +1,106 @@
-//! Every adapter the reliability suite and the benchmark suite (`benches/suite.rs`) drive: how to
-//! start its emulator and reach one sandbox in it, directly and through any base URL. One place,
-//! shared by both targets (`mod setups;`, `#[path]` from the bench).
+//! Every adapter the reliability suite and the benchmark suite (`benches/suite.rs`) drive: one
+//! table. An emulated adapter's row starts its target on the one emulated path
+//! ([`execseam_emulated::Emulated`]: its emulator, the adapter configured from the emulator's
+//! environment through the facade, the suite's sandbox) and says only what the suite tunes: the
+//! adapter's own timeouts and answer limits, through any base URL (the chaos proxy's). Shared by
+//! both targets (`mod setups;`, `#[path]` from the bench).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use execseam_core::{BoxFuture, Error, ErrorKind, Exec, Sandbox, SandboxSpec};
+use execseam_emulated::{Emulated, Endpoints, StartHook};
 use execseam_reliability::{Adapter, Knobs, Setup, Through};
+
+/// A row of an emulated adapter, with nothing special.
+const fn row(
+    name: &'static str,
+    setup: fn(Knobs) -> BoxFuture<'static, Result<Setup, Error>>,
+) -> Adapter {
+    Adapter {
+        name,
+        setup,
+        children_end: None,
+        parallel: None,
+        chunk_framed: None,
+    }
+}
 
 /// Every adapter the suite drives. Local has no network, so no proxy can stand in front of it.
 pub const ADAPTERS: &[Adapter] = &[
+    row("agentcore", agentcore),
+    row("ax", ax),
+    row("cloudflare", cloudflare),
+    row("daytona", daytona),
+    row("e2b", e2b),
+    row("fly", fly),
+    row("sprites", sprites),
     Adapter {
-        name: "agentcore",
-        setup: agentcore,
-        children_end: None,
-        parallel: None,
-        chunk_framed: None,
-    },
-    Adapter {
-        name: "ax",
-        setup: ax,
-        children_end: None,
-        parallel: None,
-        chunk_framed: None,
-    },
-    Adapter {
-        name: "cloudflare",
-        setup: cloudflare,
-        children_end: None,
-        parallel: None,
-        chunk_framed: None,
-    },
-    Adapter {
-        name: "daytona",
-        setup: daytona,
-        children_end: None,
-        parallel: None,
-        chunk_framed: None,
-    },
-    Adapter {
-        name: "e2b",
-        setup: e2b,
-        children_end: None,
-        parallel: None,
-        chunk_framed: None,
-    },
-    Adapter {
-        name: "fly",
-        setup: fly,
-        children_end: None,
-        parallel: None,
-        chunk_framed: None,
-    },
-    Adapter {
-        name: "sprites",
-        setup: sprites,
-        children_end: None,
-        parallel: None,
-        chunk_framed: None,
-    },
-    Adapter {
-        name: "sprites-http",
-        setup: sprites_http,
-        children_end: None,
-        parallel: None,
         chunk_framed: Some(
             "the POST /exec body's frames have no lengths: each HTTP chunk is one frame (docs/adapters/sprites.md); re-chunked, it is Err(Protocol)",
         ),
+        ..row("sprites-http", sprites_http)
     },
+    row("modal", modal),
     Adapter {
-        name: "modal",
-        setup: modal,
-        children_end: None,
-        parallel: None,
-        chunk_framed: None,
-    },
-    Adapter {
-        name: "chrono",
-        setup: chrono,
         children_end: Some(
             "Chrono runs every execution in a fresh sandbox removed when it ends; the background-child-detached conformance case checks the child is gone",
         ),
-        parallel: None,
-        chunk_framed: None,
+        ..row("chrono", chrono)
     },
+    row("vercel", vercel),
+    row("northflank", northflank),
     Adapter {
-        name: "vercel",
-        setup: vercel,
-        children_end: None,
-        parallel: None,
-        chunk_framed: None,
-    },
-    Adapter {
-        name: "northflank",
-        setup: northflank,
-        children_end: None,
-        parallel: None,
-        chunk_framed: None,
-    },
-    Adapter {
-        name: "docker",
-        setup: docker,
-        children_end: None,
         // Every exec is a conmon and a runc on this host: more at once than this and podman's
         // answers take longer than the bare cases' 2 s request timeout.
         parallel: Some(4),
-        chunk_framed: None,
+        ..row("docker", docker)
     },
 ];
+
+/// The answer limit the setups declare where the adapter has one to set (the defaults are
+/// 16 to 64 MiB: on this shared machine at a high load an endless answer through the proxy
+/// can take longer than the 2 s idle timeout to reach them, and the case then measures the
+/// machine, not the bound). The commands' answers are far smaller.
+const ANSWER_LIMIT: usize = 1 << 20;
+
+/// Starts `target`'s emulated target (with `start` instead of its own start, if given) and
+/// makes its [`Setup`]: the suite's sandbox is the target's; `through` builds the handle on it
+/// through a base URL, from the adapter's variables moved there and the sandbox's id.
+fn emulated<F, Fut>(
+    target: &'static str,
+    start: Option<StartHook>,
+    through: F,
+) -> BoxFuture<'static, Result<Setup, Error>>
+where
+    F: Fn(Endpoints, String, String, Duration) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Arc<dyn Exec>, Error>> + Send + 'static,
+{
+    Box::pin(async move {
+        let mut spec = execseam_emulated::targets()
+            .into_iter()
+            .find(|s| s.name == target)
+            .ok_or_else(|| internal(format!("no emulated target {target}")))?;
+        if start.is_some() {
+            spec.start = start;
+        }
+        let t = Emulated::start(spec, Default::default()).await?;
+        let (endpoints, id) = (t.endpoints(), t.sandbox.id().to_owned());
+        let through = Arc::new(through);
+        let through: Through = Arc::new(move |url: String, idle: Duration| {
+            let (through, endpoints, id) = (through.clone(), endpoints.clone(), id.clone());
+            Box::pin(async move { through(endpoints, url, id, idle).await })
+        });
+        Ok(Setup {
+            upstream: t.emulator.base_url.clone(),
+            scratch: t.scratch.clone(),
+            direct: t.sandbox.clone(),
+            through,
+            guard: Box::new(t),
+        })
+    })
+}
 
 /// A [`Through`] from a function that builds a handle (without a request) for a base URL.
 fn through<F>(f: F) -> Through
@@ -121,498 +114,218 @@ where
     })
 }
 
-fn agentcore(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_agentcore::{AgentCoreConfig, AgentCoreProvider};
-    use execseam_emulators::EmulatorOptions;
-    use execseam_emulators::agentcore::AgentCoreEmulator;
-    Box::pin(async move {
-        let emulator = AgentCoreEmulator::start(EmulatorOptions::default())
-            .await
-            .map_err(internal)?;
-        let config = |url: &str, idle: Duration| {
-            AgentCoreConfig::new("us-east-1", "AKIDEXAMPLE", "not-verified")
-                .endpoint_url(url)
-                .idle_timeout(idle)
-        };
-        let upstream = emulator.base_url();
-        let direct = AgentCoreProvider::new(config(&upstream, knobs.idle_timeout))?
-            .create(SandboxSpec::new())
-            .await?;
-        let id = direct.id().to_owned();
-        Ok(Setup {
-            upstream,
-            scratch: "/tmp".into(),
-            direct: Arc::new(direct),
-            through: through(move |url, idle| {
-                let _ = idle;
-                Ok(
-                    Arc::new(AgentCoreProvider::new(config(url, idle))?.attach(&id)?)
-                        as Arc<dyn Exec>,
-                )
-            }),
-            guard: Box::new(emulator),
-        })
+/// Boxes a handle as the suite's `Exec`.
+fn exec(e: impl Exec + 'static) -> Arc<dyn Exec> {
+    Arc::new(e)
+}
+
+fn agentcore(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_agentcore::{AgentCore, AgentCoreProvider};
+    emulated("agentcore", None, |at, url, id, idle| async move {
+        let config = at.config::<AgentCore>(&url)?.idle_timeout(idle);
+        Ok(exec(AgentCoreProvider::new(config)?.attach(&id)?))
     })
 }
 
-fn ax(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_ax::{AxConfig, AxProvider};
-    use execseam_emulators::EmulatorOptions;
-    use execseam_emulators::ax::{AxEmulator, PRIMARY_ACTOR};
-    Box::pin(async move {
-        let emulator = AxEmulator::start(EmulatorOptions::default())
-            .await
-            .map_err(internal)?;
-        let provider = |idle: Duration| {
-            AxProvider::new(
-                AxConfig::new()
-                    .target_actor(PRIMARY_ACTOR)
-                    .request_timeout(idle)
-                    .idle_timeout(idle),
-            )
-        };
-        let endpoint = emulator.endpoint();
-        let direct = provider(knobs.idle_timeout)?.connect(&endpoint).await?;
-        let upstream = if endpoint.starts_with("http://") {
-            endpoint.clone()
-        } else {
-            format!("http://{endpoint}")
-        };
-        Ok(Setup {
-            upstream,
-            scratch: "/tmp".into(),
-            direct: Arc::new(direct),
-            through: through(move |url, idle| {
-                let address = url.trim_start_matches("http://");
-                Ok(Arc::new(provider(idle)?.attach(address)?) as Arc<dyn Exec>)
-            }),
-            guard: Box::new(emulator),
-        })
+fn ax(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_ax::{Ax, AxProvider};
+    emulated("ax", None, |at, url, _id, idle| async move {
+        // The guest's address is the sandbox's id: through the proxy, it is the proxy's.
+        let config = at
+            .config::<Ax>(&url)?
+            .request_timeout(idle)
+            .idle_timeout(idle);
+        Ok(exec(
+            AxProvider::new(config)?.attach(url.trim_start_matches("http://"))?,
+        ))
     })
 }
 
-/// The answer limit the setups declare where the adapter has one to set (the defaults are
-/// 16 to 64 MiB: on this shared machine at a high load an endless answer through the proxy
-/// can take longer than the 2 s idle timeout to reach them, and the case then measures the
-/// machine, not the bound). The commands' answers are far smaller.
-const ANSWER_LIMIT: usize = 1 << 20;
-
-fn cloudflare(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_cloudflare::{CloudflareConfig, CloudflareProvider};
-    use execseam_emulators::EmulatorOptions;
-    use execseam_emulators::cloudflare::CloudflareEmulator;
-    Box::pin(async move {
-        let emulator = CloudflareEmulator::start(EmulatorOptions::default())
-            .await
-            .map_err(internal)?;
-        let token = emulator.token().to_owned();
-        let config = move |url: &str, idle: Duration| {
-            // A small declared answer limit: an endless answer must end on it, at any speed
-            // of this (shared) machine, long before the idle timeout.
-            CloudflareConfig::new(url)
-                .api_key(token.clone())
-                .request_timeout(idle)
-                .stream_idle_timeout(idle)
-                .max_answer_bytes(ANSWER_LIMIT)
-        };
-        let upstream = emulator.base_url();
-        let direct = CloudflareProvider::new(config(&upstream, knobs.idle_timeout))?
-            .create(SandboxSpec::new())
-            .await?;
-        let id = direct.id().to_owned();
-        Ok(Setup {
-            upstream,
-            scratch: "/workspace".into(),
-            direct: Arc::new(direct),
-            through: through(move |url, idle| {
-                let _ = idle;
-                Ok(
-                    Arc::new(CloudflareProvider::new(config(url, idle))?.attach(&id)?)
-                        as Arc<dyn Exec>,
-                )
-            }),
-            guard: Box::new(emulator),
-        })
+fn cloudflare(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_cloudflare::{Cloudflare, CloudflareProvider};
+    emulated("cloudflare", None, |at, url, id, idle| async move {
+        // A small declared answer limit: an endless answer must end on it, at any speed of
+        // this (shared) machine, long before the idle timeout.
+        let config = at
+            .config::<Cloudflare>(&url)?
+            .request_timeout(idle)
+            .stream_idle_timeout(idle)
+            .max_answer_bytes(ANSWER_LIMIT);
+        Ok(exec(CloudflareProvider::new(config)?.attach(&id)?))
     })
 }
 
-fn daytona(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_daytona::{DaytonaConfig, DaytonaProvider};
-    use execseam_emulators::EmulatorOptions;
-    use execseam_emulators::daytona::DaytonaEmulator;
-    Box::pin(async move {
-        let emulator = DaytonaEmulator::start(EmulatorOptions::default())
-            .await
-            .map_err(internal)?;
-        let token = emulator.token().to_owned();
-        let config = move |url: &str, idle: Duration| {
-            DaytonaConfig::new(token.clone())
-                .api_url(format!("{url}/api"))
-                .request_timeout(idle)
-                .idle_timeout(idle)
-                // Small declared limits (a log answer is read up to 3 x max_output + 1 MiB): an
-                // endless answer must end on them, at any speed of this machine, long before
-                // the idle timeout.
-                .max_output(256 << 10)
-                .max_answer_bytes(ANSWER_LIMIT)
-        };
-        let upstream = emulator.base_url();
-        let direct = DaytonaProvider::new(config(&upstream, knobs.idle_timeout))?
-            .create(SandboxSpec::new())
-            .await?;
-        let id = direct.id().to_owned();
-        Ok(Setup {
-            upstream,
-            scratch: "/tmp".into(),
-            direct: Arc::new(direct),
-            through: through(move |url, idle| {
-                let config = config(url, idle).toolbox_url(format!("{url}/toolbox"));
-                Ok(Arc::new(DaytonaProvider::new(config)?.attach(&id)?) as Arc<dyn Exec>)
-            }),
-            guard: Box::new(emulator),
-        })
+fn daytona(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_daytona::{Daytona, DaytonaProvider};
+    emulated("daytona", None, |at, url, id, idle| async move {
+        // The toolbox through the same base URL, as the API would name it (no lookup).
+        let config = at
+            .config::<Daytona>(&url)?
+            .toolbox_url(format!("{url}/toolbox"))
+            .request_timeout(idle)
+            .idle_timeout(idle)
+            // Small declared limits (a log answer is read up to 3 x max_output + 1 MiB): an
+            // endless answer must end on them, at any speed of this machine, long before the
+            // idle timeout.
+            .max_output(256 << 10)
+            .max_answer_bytes(ANSWER_LIMIT);
+        Ok(exec(DaytonaProvider::new(config)?.attach(&id)?))
     })
 }
 
-fn fly(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_emulators::EmulatorOptions;
-    use execseam_emulators::fly::{FlyEmulator, FlyOptions};
-    use execseam_fly::{FlyConfig, FlyProvider};
-    Box::pin(async move {
-        let emulator = FlyEmulator::start(EmulatorOptions::default(), FlyOptions::default())
-            .await
-            .map_err(internal)?;
-        let m = emulator.default_machine();
-        let (app, token, id) = (m.app().to_owned(), emulator.token(), m.id().to_owned());
+fn fly(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_fly::{Fly, FlyProvider};
+    emulated("fly", None, |at, url, id, idle| async move {
         // Fly's exec answer comes when the command ends: its request is bounded by the
-        // command's timeout plus a slack.
-        let config = move |url: &str, idle: Duration| {
-            FlyConfig::new(app.clone(), token.clone())
-                .base_url(url)
-                .exec_timeout(idle)
-                .request_slack(idle)
-                // A small declared answer limit: an endless answer must end on it, at any
-                // speed of this machine, long before the request timeout.
-                .max_answer_bytes(ANSWER_LIMIT)
-        };
-        let upstream = emulator.base_url();
-        let direct = FlyProvider::new(config(&upstream, knobs.idle_timeout))?
-            .connect(&id)
-            .await?;
-        Ok(Setup {
-            upstream,
-            scratch: "/tmp".into(),
-            direct: Arc::new(direct),
-            through: through(move |url, idle| {
-                let _ = idle;
-                Ok(Arc::new(FlyProvider::new(config(url, idle))?.attach(&id)?) as Arc<dyn Exec>)
-            }),
-            guard: Box::new(emulator),
-        })
+        // command's timeout plus a slack. A small declared answer limit: an endless answer
+        // must end on it, at any speed of this machine, long before the request timeout.
+        let config = at
+            .config::<Fly>(&url)?
+            .exec_timeout(idle)
+            .request_slack(idle)
+            .max_answer_bytes(ANSWER_LIMIT);
+        Ok(exec(FlyProvider::new(config)?.attach(&id)?))
     })
 }
 
-fn sprites(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    sprites_on(knobs, execseam_sprites::Transport::WebSocket)
+fn sprites(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    sprites_on(execseam_sprites::Transport::WebSocket)
 }
 
 /// Sprites over its HTTP exec transport (`POST …/exec`, the framed body).
-fn sprites_http(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    sprites_on(knobs, execseam_sprites::Transport::Http)
+fn sprites_http(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    sprites_on(execseam_sprites::Transport::Http)
 }
 
-fn sprites_on(
-    knobs: Knobs,
-    transport: execseam_sprites::Transport,
-) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_emulators::EmulatorOptions;
-    use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator, SpritesOptions};
-    use execseam_sprites::{SpritesConfig, SpritesProvider};
-    Box::pin(async move {
-        let emulator =
-            SpritesEmulator::start(EmulatorOptions::default(), SpritesOptions::default())
-                .await
-                .map_err(internal)?;
-        let token = emulator.token();
-        let config = move |url: &str, idle: Duration| {
-            SpritesConfig::new(token.clone())
-                .base_url(url)
-                .request_timeout(idle)
-                .keepalive(idle / 4, idle)
-                .http_idle_timeout(idle)
-                .transport(transport)
-        };
-        let upstream = emulator.base_url();
-        let direct = SpritesProvider::new(config(&upstream, knobs.idle_timeout))?
-            .connect(DEFAULT_SPRITE)
-            .await?;
-        Ok(Setup {
-            upstream,
-            scratch: "/tmp".into(),
-            direct: Arc::new(direct),
-            through: through(move |url, idle| {
-                let _ = idle;
-                Ok(
-                    Arc::new(SpritesProvider::new(config(url, idle))?.attach(DEFAULT_SPRITE)?)
-                        as Arc<dyn Exec>,
-                )
-            }),
-            guard: Box::new(emulator),
-        })
+fn sprites_on(transport: execseam_sprites::Transport) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_sprites::{Sprites, SpritesProvider};
+    emulated("sprites", None, move |at, url, id, idle| async move {
+        let config = at
+            .config::<Sprites>(&url)?
+            .request_timeout(idle)
+            .keepalive(idle / 4, idle)
+            .http_idle_timeout(idle)
+            .transport(transport);
+        Ok(exec(SpritesProvider::new(config)?.attach(&id)?))
     })
 }
 
-fn modal(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_emulators::EmulatorOptions;
-    use execseam_emulators::modal::{ModalEmulator, TOKEN_ID};
-    use execseam_modal::{ModalConfig, ModalProvider};
-    Box::pin(async move {
-        let emulator = ModalEmulator::start(EmulatorOptions::default())
-            .await
-            .map_err(internal)?;
-        let secret = emulator.token_secret();
-        // The router's URL comes from the control plane: through the proxy, the emulator
-        // answers with the proxy's address (x-forwarded-host), so router calls go through it.
-        let config = move |url: &str, idle: Duration| {
-            ModalConfig::new(TOKEN_ID, secret.clone())
-                .server_url(url)
-                .sandbox_timeout(Duration::from_secs(3600))
-                .request_timeout(idle)
-                .stream_idle_timeout(idle)
-                .connect_timeout(idle)
-                // A stream that cannot be opened is reopened up to max_resumes times, each
-                // bounded by the request timeout: a bare answer comes within their product.
-                .max_resumes(3)
-        };
-        let upstream = emulator.url();
-        let direct = ModalProvider::new(config(&upstream, knobs.idle_timeout))?
-            .create(SandboxSpec::new())
-            .await?;
-        let id = direct.id().to_owned();
-        Ok(Setup {
-            upstream,
-            scratch: "/tmp".into(),
-            direct: Arc::new(direct),
-            through: through(move |url, idle| {
-                Ok(Arc::new(ModalProvider::new(config(url, idle))?.attach(&id)?) as Arc<dyn Exec>)
-            }),
-            guard: Box::new(emulator),
-        })
+fn modal(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_modal::{Modal, ModalProvider};
+    // The router's URL comes from the control plane: through the proxy, the emulator answers
+    // with the proxy's address (x-forwarded-host), so router calls go through it.
+    emulated("modal", None, |at, url, id, idle| async move {
+        let config = at
+            .config::<Modal>(&url)?
+            .request_timeout(idle)
+            .stream_idle_timeout(idle)
+            .connect_timeout(idle)
+            // A stream that cannot be opened is reopened up to max_resumes times, each bounded
+            // by the request timeout: a bare answer comes within their product.
+            .max_resumes(3);
+        Ok(exec(ModalProvider::new(config)?.attach(&id)?))
     })
 }
 
-fn chrono(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_chrono::{ChronoConfig, ChronoExec};
-    use execseam_emulators::EmulatorOptions;
-    use execseam_emulators::chrono::{ChronoEmulator, ChronoOptions};
-    use execseam_emulators::harness::sandbox::Mount;
-    Box::pin(async move {
-        // Every execution is a fresh sandbox: the markers live in a host directory mounted
-        // into each of them.
-        let scratch = ScratchDir::new("chrono")?;
-        let mut options = EmulatorOptions::default();
-        options.sandboxing.mounts.push(Mount {
-            host: scratch.0.clone(),
-            sandbox: "/mnt/execseam-reliability".into(),
-            read_only: false,
-        });
-        let chrono_options = ChronoOptions {
-            max_concurrent: 64,
-            ..ChronoOptions::default()
-        };
-        let emulator = ChronoEmulator::start(options, chrono_options)
-            .await
-            .map_err(internal)?;
-        let token = emulator.token();
-        let config = move |url: &str, idle: Duration| {
-            // A synchronous /execute answers when the command ends: the request is bounded by
-            // the command's timeout plus the slack.
+/// Chrono as its conformance target starts it (a host directory mounted into every execution's
+/// sandbox), with room for the suite's parallel cases.
+fn chrono_start(
+    options: execseam_emulators::EmulatorOptions,
+) -> BoxFuture<'static, std::io::Result<execseam_emulated::Started>> {
+    let chrono = execseam_emulators::chrono::ChronoOptions {
+        max_concurrent: 64,
+        ..Default::default()
+    };
+    Box::pin(execseam_emulated::start_chrono_with(options, chrono))
+}
+
+fn chrono(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_chrono::{Chrono, ChronoExec};
+    emulated(
+        "chrono",
+        Some(chrono_start),
+        |at, url, _id, idle| async move {
+            // A synchronous /execute answers when the command ends: the request is bounded by the
+            // command's timeout plus the slack.
             let secs = u32::try_from(idle.as_secs().max(1)).unwrap_or(u32::MAX);
-            ChronoConfig::new(url)
-                .token(token.clone())
+            let config = at
+                .config::<Chrono>(&url)?
                 .timeout_secs(secs)
                 .request_slack(idle)
                 .connect_timeout(idle)
-                // Aevatar's own response limit (1 MiB) rather than the adapter's 64 MiB default:
-                // an endless answer must end on it, at any speed of this machine, long before
-                // the request timeout.
-                .max_response_bytes(execseam_chrono::wire::MAX_RESPONSE_BYTES)
-        };
-        let upstream = emulator.base_url();
-        let direct = ChronoExec::new(config(&upstream, knobs.idle_timeout))?;
-        Ok(Setup {
-            upstream,
-            scratch: "/mnt/execseam-reliability".into(),
-            direct: Arc::new(direct),
-            through: through(move |url, idle| {
-                Ok(Arc::new(ChronoExec::new(config(url, idle))?) as Arc<dyn Exec>)
-            }),
-            guard: Box::new((emulator, scratch)),
-        })
+                // Aevatar's own response limit (1 MiB) rather than the adapter's 64 MiB default: an
+                // endless answer must end on it, at any speed of this machine, long before the
+                // request timeout.
+                .max_response_bytes(execseam_chrono::wire::MAX_RESPONSE_BYTES);
+            Ok(exec(ChronoExec::new(config)?))
+        },
+    )
+}
+
+fn e2b(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_e2b::{E2b, E2bProvider};
+    emulated("e2b", None, |at, url, id, idle| async move {
+        let config = at
+            .config::<E2b>(&url)?
+            .stream_idle_timeout(idle)
+            .request_timeout(idle);
+        // `connect` (not `attach`): it learns the sandbox's envd access token.
+        Ok(exec(E2bProvider::new(config)?.connect(&id).await?))
     })
 }
 
-/// A host directory, removed when dropped.
-struct ScratchDir(std::path::PathBuf);
-
-impl ScratchDir {
-    fn new(name: &str) -> Result<ScratchDir, Error> {
-        let dir = std::path::Path::new("/var/tmp")
-            .canonicalize()
-            .map_err(internal)?
-            .join(format!(
-                "execseam-reliability-{name}-{}-{}",
-                std::process::id(),
-                execseam_adapter_kit::id::random_id(8)
-            ));
-        std::fs::create_dir_all(&dir).map_err(internal)?;
-        // The sandbox's user may not be root.
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).map_err(internal)?;
-        Ok(ScratchDir(dir))
-    }
+fn vercel(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_vercel::{Vercel, VercelProvider};
+    emulated("vercel", None, |at, url, id, idle| async move {
+        let config = at
+            .config::<Vercel>(&url)?
+            .request_timeout(idle)
+            .connect_timeout(idle)
+            .stream_idle_timeout(idle);
+        // The session is looked up directly (not through the proxy): the suite's requests are
+        // the exec's own.
+        let direct = at.config_here::<Vercel>()?;
+        let session = VercelProvider::new(direct)?
+            .connect(&id)
+            .await?
+            .session_id();
+        Ok(exec(
+            VercelProvider::new(config)?.attach_session(&id, &session),
+        ))
+    })
 }
 
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn northflank(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_northflank::{Northflank, NorthflankProvider};
+    emulated("northflank", None, |at, url, id, idle| async move {
+        let config = at
+            .config::<Northflank>(&url)?
+            .request_timeout(idle)
+            .connect_timeout(idle)
+            .idle_timeout(idle);
+        Ok(exec(NorthflankProvider::new(config)?.attach(&id)?))
+    })
 }
 
 fn internal(e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Internal, e.to_string())
 }
 
-fn e2b(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_e2b::{E2bConfig, E2bProvider};
-    use execseam_emulators::EmulatorOptions;
-    use execseam_emulators::e2b::E2bEmulator;
-    Box::pin(async move {
-        let emulator = E2bEmulator::start(EmulatorOptions::default())
-            .await
-            .map_err(internal)?;
-        let key = emulator.api_key().to_owned();
-        let config = move |url: &str, idle: Duration| {
-            E2bConfig::new(key.clone())
-                .api_url(url)
-                .sandbox_url(url)
-                .sandbox_timeout(Duration::from_secs(3600))
-                .stream_idle_timeout(idle)
-                .request_timeout(idle)
-        };
-        let upstream = emulator.base_url();
-        let direct = E2bProvider::new(config(&upstream, knobs.idle_timeout))?
-            .create(SandboxSpec::new())
-            .await?;
-        let id = direct.id().to_owned();
-        let through: Through = Arc::new(move |url: String, idle: Duration| {
-            let (config, id) = (config(&url, idle), id.clone());
-            Box::pin(async move {
-                let exec = E2bProvider::new(config)?.connect(&id).await?;
-                Ok(Arc::new(exec) as Arc<dyn Exec>)
-            })
-        });
-        Ok(Setup {
-            upstream,
-            scratch: "/home/user".into(),
-            direct: Arc::new(direct),
-            through,
-            guard: Box::new(emulator),
-        })
-    })
-}
-
-fn vercel(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_emulators::EmulatorOptions;
-    use execseam_emulators::vercel::{PROJECT_ID, TEAM_ID, VercelEmulator, VercelOptions};
-    use execseam_vercel::{VercelConfig, VercelProvider};
-    Box::pin(async move {
-        let emulator = VercelEmulator::start(EmulatorOptions::default(), VercelOptions::default())
-            .await
-            .map_err(internal)?;
-        let token = emulator.token();
-        let config = move |url: &str, idle: Duration| {
-            VercelConfig::new(token.clone(), TEAM_ID, PROJECT_ID)
-                .api_url(url)
-                .sandbox_timeout(Duration::from_secs(3600))
-                .request_timeout(idle)
-                .connect_timeout(idle)
-                .stream_idle_timeout(idle)
-        };
-        let upstream = emulator.base_url();
-        let direct = VercelProvider::new(config(&upstream, knobs.idle_timeout))?
-            .create(SandboxSpec::new())
-            .await?;
-        let (name, session) = (direct.name().to_owned(), direct.session_id());
-        Ok(Setup {
-            upstream,
-            scratch: "/tmp".into(),
-            direct: Arc::new(direct),
-            through: through(move |url, idle| {
-                Ok(
-                    Arc::new(
-                        VercelProvider::new(config(url, idle))?.attach_session(&name, &session),
-                    ) as Arc<dyn Exec>,
-                )
-            }),
-            guard: Box::new(emulator),
-        })
-    })
-}
-
-fn northflank(knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_emulators::EmulatorOptions;
-    use execseam_emulators::northflank::{
-        NorthflankEmulator, NorthflankOptions, PROJECT_ID, SERVICE_ID,
-    };
-    use execseam_northflank::{NorthflankConfig, NorthflankProvider};
-    Box::pin(async move {
-        let emulator =
-            NorthflankEmulator::start(EmulatorOptions::default(), NorthflankOptions::default())
-                .await
-                .map_err(internal)?;
-        let token = emulator.token();
-        let config = move |url: &str, idle: Duration| {
-            NorthflankConfig::new(token.clone(), PROJECT_ID)
-                .api_url(url)
-                .request_timeout(idle)
-                .connect_timeout(idle)
-                .idle_timeout(idle)
-        };
-        let upstream = emulator.base_url();
-        let direct = NorthflankProvider::new(config(&upstream, knobs.idle_timeout))?
-            .connect(SERVICE_ID)
-            .await?;
-        Ok(Setup {
-            upstream,
-            scratch: "/tmp".into(),
-            direct: Arc::new(direct),
-            through: through(move |url, idle| {
-                Ok(
-                    Arc::new(NorthflankProvider::new(config(url, idle))?.attach(SERVICE_ID)?)
-                        as Arc<dyn Exec>,
-                )
-            }),
-            guard: Box::new(emulator),
-        })
-    })
-}
-
-/// Docker has no emulator: the engine is podman (`.ci/podman start`, `DOCKER_HOST` a Unix
-/// socket). The chaos proxy forwards to a TCP upstream, so a relay on 127.0.0.1 passes each
-/// connection to the engine's socket, and the adapter reaches it as `tcp://` (plain HTTP).
+/// Docker has no emulator: the engine is the machine's (`DOCKER_HOST` a Unix socket) or the
+/// repository's podman, which the suite starts itself (`execseam_test_util::fixtures::podman`).
+/// The chaos proxy forwards to a TCP upstream, so a relay on 127.0.0.1 passes each connection to
+/// the engine's socket, and the adapter reaches it as `tcp://` (plain HTTP).
 fn docker(_knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_docker::{DockerConfig, DockerProvider};
+    use execseam_adapter_kit::Adapter as _;
+    use execseam_docker::{Docker, DockerProvider};
     Box::pin(async move {
-        let base = DockerConfig::from_env().map_err(|e| {
-            internal(format!(
-                "{e}: the docker entry needs the engine of `.ci/podman start` (source target/podman/env)"
-            ))
-        })?;
-        let host = std::env::var("DOCKER_HOST").unwrap_or_default();
+        let engine = execseam_test_util::fixtures::podman();
+        let base = Docker::config_from(&|k| engine.var(k))
+            .map_err(|e| internal(format!("{e}: the docker entry needs a container engine")))?;
+        let host = engine.var("DOCKER_HOST").unwrap_or_default();
         let socket = host.strip_prefix("unix://").ok_or_else(|| {
             internal(format!(
-                "DOCKER_HOST {host:?} is not a unix:// socket (start `.ci/podman`)"
+                "DOCKER_HOST {host:?} is not a unix:// socket (the relay forwards to one)"
             ))
         })?;
         let relay = UnixRelay::start(socket.into()).await?;

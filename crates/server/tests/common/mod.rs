@@ -229,23 +229,13 @@ pub fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
-/// The PostgreSQL URL `.ci/postgres start` wrote, or a panic saying to run it.
+/// The test PostgreSQL's administrator URL: the machine's (`EXECSEAM_TEST_POSTGRES_URL`), else
+/// the repository's, which the first test that needs it starts (`.ci/postgres start`, stopped
+/// when the test process ends).
 pub fn postgres_url() -> String {
-    if let Ok(u) = std::env::var("EXECSEAM_TEST_POSTGRES_URL") {
-        return u;
-    }
-    let env = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/postgres/env");
-    if let Ok(text) = std::fs::read_to_string(&env) {
-        for line in text.lines() {
-            if let Some(u) = line.strip_prefix("EXECSEAM_TEST_POSTGRES_URL=") {
-                return u.trim().to_owned();
-            }
-        }
-    }
-    panic!(
-        "no PostgreSQL for the replica tests: EXECSEAM_TEST_POSTGRES_URL is unset and {} does not exist; run `.ci/postgres start` first",
-        env.display()
-    );
+    execseam_test_util::fixtures::postgres()
+        .var("EXECSEAM_TEST_POSTGRES_URL")
+        .expect("the fixture names its URL")
 }
 
 /// A fresh database on the test PostgreSQL (`.ci/postgres start`), as a URL.
@@ -255,9 +245,7 @@ pub async fn postgres_db(name: &str) -> String {
     sqlx::any::install_default_drivers();
     let mut conn = sqlx::AnyConnection::connect(&admin)
         .await
-        .unwrap_or_else(|e| {
-            panic!("cannot reach the test PostgreSQL ({e}); run `.ci/postgres start`")
-        });
+        .unwrap_or_else(|e| panic!("cannot reach the test PostgreSQL at {admin} ({e})"));
     let db = format!("t_{name}_{}", execseam_chrono::contract::random_hex(10));
     sqlx::Executor::execute(&mut conn, format!("CREATE DATABASE {db}").as_str())
         .await

@@ -1,0 +1,709 @@
+//! The control plane: `/api/sandbox…` (NestJS in the real service).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::extract::{Path, State as AxState};
+use axum::response::Response;
+use http::{HeaderMap, Method, StatusCode, Uri};
+use serde::Deserialize;
+
+use super::{SandboxEntry, State, authorized, envelope, json_response, unauthorized};
+use execseam_emulator_kit::Sandbox;
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct CreateSandbox {
+    name: Option<String>,
+    env: BTreeMap<String, String>,
+    labels: BTreeMap<String, String>,
+    target: Option<String>,
+    auto_stop_interval: Option<u64>,
+    auto_archive_interval: Option<i64>,
+    auto_delete_interval: Option<i64>,
+    network_block_all: Option<bool>,
+    network_allow_list: Option<String>,
+    domain_allow_list: Option<String>,
+}
+
+/// The base URL the client reached: a reverse proxy's `x-forwarded-host` (the chaos proxy sets
+/// it), else the emulator's own. The toolbox proxy URL is built on it, so an SDK that reached the
+/// API through a proxy sends its toolbox requests through the same proxy (the real service
+/// answers its own proxy's fixed URL).
+fn reached(state: &State, headers: &HeaderMap) -> String {
+    headers
+        .get(execseam_emulator_kit::FORWARDED_HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| !h.is_empty() && !h.contains('/'))
+        .map_or_else(
+            || state.shell.base_url().to_owned(),
+            |h| format!("http://{h}"),
+        )
+}
+
+fn dto(
+    state: &State,
+    headers: &HeaderMap,
+    s: &SandboxEntry,
+    status: Option<&str>,
+) -> serde_json::Value {
+    let life = s.life.lock().expect("life");
+    let status = status.unwrap_or(life.state);
+    serde_json::json!({
+        "id": s.id,
+        "organizationId": super::ORG,
+        "name": s.name,
+        "user": "daytona",
+        "env": s.env,
+        "labels": life.labels,
+        "public": false,
+        "networkBlockAll": life.network_block_all,
+        "networkAllowList": life.network_allow_list,
+        "domainAllowList": life.domain_allow_list,
+        "errorReason": life.error_reason,
+        "recoverable": life.recoverable,
+        "kvm": false,
+        "target": "us",
+        "cpu": 1,
+        "gpu": 0,
+        "memory": 1,
+        "disk": 3,
+        "state": status,
+        // A sandbox in error keeps the state it was meant to be in.
+        "desiredState": match status {
+            "destroying" => "destroyed",
+            "error" => "started",
+            s => s,
+        },
+        "snapshot": "daytonaio/sandbox:0.4.3",
+        "autoStopInterval": life.auto_stop,
+        "autoArchiveInterval": life.auto_archive,
+        "autoDeleteInterval": life.auto_delete,
+        "createdAt": s.created_at,
+        "updatedAt": life.updated_at,
+        "daemonVersion": "0.226.1",
+        "toolboxProxyUrl": format!("{}/toolbox", reached(state, headers)),
+    })
+}
+
+fn check(state: &State, headers: &HeaderMap, uri: &Uri, method: &Method) -> Option<Response> {
+    (!authorized(state, headers)).then(|| unauthorized("DAYTONA_API", uri.path(), method.as_str()))
+}
+
+fn not_found(id: &str, uri: &Uri, method: &Method) -> Response {
+    envelope(
+        StatusCode::NOT_FOUND,
+        &format!("Sandbox with ID or name {id} not found"),
+        Some("NOT_FOUND"),
+        "DAYTONA_API",
+        uri.path(),
+        method.as_str(),
+    )
+}
+
+pub(super) async fn create(
+    AxState(state): AxState<Arc<State>>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+    body: Bytes,
+) -> Response {
+    if let Some(r) = check(&state, &headers, &uri, &method) {
+        return r;
+    }
+    if let Some(f) = state.faults.take("create")
+        && let Some(r) = super::process::generic_fault(f, "DAYTONA_API", uri.path(), "POST").await
+    {
+        return r;
+    }
+    let req: CreateSandbox = if body.is_empty() {
+        CreateSandbox::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => {
+                return envelope(
+                    StatusCode::BAD_REQUEST,
+                    &format!("invalid body: {e}"),
+                    None,
+                    "DAYTONA_API",
+                    uri.path(),
+                    "POST",
+                );
+            }
+        }
+    };
+    let _ = req.target;
+    let network_allow_list = match req.network_allow_list.as_deref().map(network_allow_list) {
+        Some(Err(m)) => return sandbox_error(&m, &uri, &method),
+        Some(Ok(l)) => Some(l),
+        None => None,
+    };
+    let auto_archive = match req.auto_archive_interval.map(auto_archive) {
+        Some(Err(m)) => return sandbox_error(m, &uri, &method),
+        Some(Ok(m)) => Some(m),
+        None => None,
+    };
+    let id = super::uuid_v4();
+    let sandbox = match Sandbox::create(id.clone(), state.spec(), state.shell.sandboxing()) {
+        Ok(s) => s,
+        Err(e) => {
+            return envelope(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("cannot create the sandbox: {e}"),
+                None,
+                "DAYTONA_API",
+                uri.path(),
+                "POST",
+            );
+        }
+    };
+    let mut labels = req.labels;
+    labels
+        .entry("code-toolbox-language".into())
+        .or_insert_with(|| "python".into());
+    let now = super::files::rfc3339(std::time::SystemTime::now());
+    let mut life = super::Life::new(labels, now.clone(), req.auto_stop_interval.unwrap_or(15));
+    if let Some(b) = req.network_block_all {
+        life.network_block_all = b;
+    }
+    life.network_allow_list = network_allow_list;
+    life.domain_allow_list = req.domain_allow_list;
+    if let Some(a) = auto_archive {
+        life.auto_archive = a;
+    }
+    if let Some(d) = req.auto_delete_interval {
+        life.auto_delete = d;
+    }
+    let entry = Arc::new(SandboxEntry {
+        name: req.name.unwrap_or_else(|| id.clone()),
+        id: id.clone(),
+        created_at: now,
+        env: req.env,
+        life: Mutex::new(life),
+        sandbox,
+        sessions: Mutex::new(Default::default()),
+        ptys: Mutex::new(Default::default()),
+    });
+    state.shell.sandboxes().lock().insert(id, entry.clone());
+    // NestJS @HttpCode(200): create answers 200, not 201.
+    json_response(StatusCode::OK, &dto(&state, &headers, &entry, None))
+}
+
+pub(super) async fn get_one(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    if let Some(r) = check(&state, &headers, &uri, &method) {
+        return r;
+    }
+    match state.sandbox(&id) {
+        Some(s) => json_response(StatusCode::OK, &dto(&state, &headers, &s, None)),
+        None => not_found(&id, &uri, &method),
+    }
+}
+
+/// The query pairs, percent-decoded, repeated keys kept (`states` is `multi`: one pair per state,
+/// `daytona_api_client/api/sandbox_api.py` `_list_sandboxes_serialize`).
+fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
+    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .map(|q| q.0)
+        .unwrap_or_default()
+}
+
+/// `GET /sandbox` (SDK 0.226.1: `ListSandboxesResponse {items, nextCursor}`, cursor pages) and
+/// `GET /sandbox/paginated` (`{items, total, page, totalPages}`). `labels` is a JSON object (the
+/// SDK sends `json.dumps(labels)`, `daytona/_sync/daytona.py` `_fetch_sandbox_page`) and a
+/// sandbox matches when it carries every pair; `states` (repeated or comma-separated), `id` and
+/// `name` filter too; `limit` bounds a page.
+pub(super) async fn list(
+    AxState(state): AxState<Arc<State>>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    if let Some(r) = check(&state, &headers, &uri, &method) {
+        return r;
+    }
+    let q = query_pairs(&uri);
+    let get = |k: &str| {
+        q.iter()
+            .find(|(key, v)| key == k && !v.is_empty())
+            .map(|(_, v)| v.clone())
+    };
+    let filter: BTreeMap<String, String> = match get("labels") {
+        None => BTreeMap::new(),
+        Some(l) => match serde_json::from_str(&l) {
+            Ok(f) => f,
+            Err(_) => {
+                return envelope(
+                    StatusCode::BAD_REQUEST,
+                    "Invalid labels JSON",
+                    Some("BAD_REQUEST"),
+                    "DAYTONA_API",
+                    uri.path(),
+                    method.as_str(),
+                );
+            }
+        },
+    };
+    let states: Vec<String> = q
+        .iter()
+        .filter(|(k, _)| k == "states" || k == "states[]")
+        .flat_map(|(_, v)| v.split(',').map(str::to_owned).collect::<Vec<_>>())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let (id, name) = (get("id"), get("name"));
+    let mut items: Vec<_> = state
+        .shell
+        .sandboxes()
+        .lock()
+        .values()
+        .filter(|s| {
+            let life = s.life.lock().expect("life");
+            filter.iter().all(|(k, v)| life.labels.get(k) == Some(v))
+                && (states.is_empty() || states.iter().any(|st| st == life.state))
+                && id.as_ref().is_none_or(|i| *i == s.id)
+                && name.as_ref().is_none_or(|n| *n == s.name)
+        })
+        .map(|s| (s.id.clone(), dto(&state, &headers, s, None)))
+        .collect();
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    let items: Vec<_> = items.into_iter().map(|(_, v)| v).collect();
+    let total = items.len();
+    let limit = get("limit").and_then(|l| l.parse::<usize>().ok());
+    if !uri.path().ends_with("/paginated") {
+        let from = get("cursor")
+            .and_then(|c| c.parse::<usize>().ok())
+            .unwrap_or(0);
+        let limit = limit.unwrap_or(100).max(1);
+        let page: Vec<_> = items.into_iter().skip(from).take(limit).collect();
+        let next = (from + limit < total).then(|| (from + limit).to_string());
+        return json_response(
+            StatusCode::OK,
+            &serde_json::json!({"items": page, "nextCursor": next}),
+        );
+    }
+    let limit = limit.unwrap_or(10).max(1);
+    let page = get("page")
+        .and_then(|p| p.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    let pages = total.div_ceil(limit).max(1);
+    let items: Vec<_> = items
+        .into_iter()
+        .skip((page - 1) * limit)
+        .take(limit)
+        .collect();
+    json_response(
+        StatusCode::OK,
+        &serde_json::json!({"items": items, "total": total, "page": page, "totalPages": pages}),
+    )
+}
+
+fn sandbox_error(message: &str, uri: &Uri, method: &Method) -> Response {
+    envelope(
+        StatusCode::BAD_REQUEST,
+        message,
+        Some("BAD_REQUEST"),
+        "DAYTONA_API",
+        uri.path(),
+        method.as_str(),
+    )
+}
+
+/// `POST /sandbox/{id}/start` (`sandbox.service.ts` `start`): a stopped or archived sandbox
+/// starts (at once here: no `starting` state is observed), a started one is returned as is.
+pub(super) async fn start(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    if let Some(r) = check(&state, &headers, &uri, &method) {
+        return r;
+    }
+    let Some(s) = state.sandbox(&id) else {
+        return not_found(&id, &uri, &method);
+    };
+    {
+        let mut life = s.life.lock().expect("life");
+        // `assertSandboxNotErrored`: a sandbox in error is recovered, not started.
+        if life.state == "error" {
+            drop(life);
+            return sandbox_error("Sandbox is in an errored state", &uri, &method);
+        }
+        if life.state != "started" {
+            life.state = "started";
+            life.touch();
+        }
+    }
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+}
+
+/// `POST /sandbox/{id}/stop` (`sandbox.service.ts` `stop`): only a started sandbox stops
+/// ("Sandbox is not in a stoppable state"); its processes die, its filesystem stays.
+pub(super) async fn stop(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    if let Some(r) = check(&state, &headers, &uri, &method) {
+        return r;
+    }
+    let Some(s) = state.sandbox(&id) else {
+        return not_found(&id, &uri, &method);
+    };
+    match s.life.lock().expect("life").state {
+        "error" => return sandbox_error("Sandbox is in an errored state", &uri, &method),
+        "started" => {}
+        _ => return sandbox_error("Sandbox is not in a stoppable state", &uri, &method),
+    }
+    if s.stop() {
+        // `autoDeleteInterval` 0: stopping destroys it (`desiredState: DESTROYED`).
+        let body = dto(&state, &headers, &s, Some("destroying"));
+        state.destroy(&s.id);
+        return json_response(StatusCode::OK, &body);
+    }
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+}
+
+/// `POST /sandbox/{id}/archive` (`sandbox.service.ts` `archive`): only a stopped sandbox
+/// ("Sandbox is not stopped") that is not ephemeral ("Ephemeral sandboxes cannot be archived",
+/// `autoDeleteInterval` 0); its files are kept (start brings it back).
+pub(super) async fn archive(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    if let Some(r) = check(&state, &headers, &uri, &method) {
+        return r;
+    }
+    let Some(s) = state.sandbox(&id) else {
+        return not_found(&id, &uri, &method);
+    };
+    {
+        let mut life = s.life.lock().expect("life");
+        if life.state != "stopped" {
+            drop(life);
+            return sandbox_error("Sandbox is not stopped", &uri, &method);
+        }
+        if life.auto_delete == 0 {
+            drop(life);
+            return sandbox_error("Ephemeral sandboxes cannot be archived", &uri, &method);
+        }
+        life.state = "archived";
+        life.touch();
+    }
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+}
+
+#[derive(Deserialize)]
+struct Labels {
+    labels: BTreeMap<String, String>,
+}
+
+/// `PUT /sandbox/{id}/labels` `{"labels": {...}}` (`replaceLabels`: the whole set is replaced);
+/// answers `SandboxLabels`.
+pub(super) async fn replace_labels(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+    body: Bytes,
+) -> Response {
+    if let Some(r) = check(&state, &headers, &uri, &method) {
+        return r;
+    }
+    let Some(s) = state.sandbox(&id) else {
+        return not_found(&id, &uri, &method);
+    };
+    let Ok(req) = serde_json::from_slice::<Labels>(&body) else {
+        return sandbox_error("labels must be an object of strings", &uri, &method);
+    };
+    let mut life = s.life.lock().expect("life");
+    life.labels = req.labels;
+    life.touch();
+    json_response(StatusCode::OK, &serde_json::json!({"labels": life.labels}))
+}
+
+/// `POST /sandbox/{id}/autostop/{interval}` (`setAutostopInterval`): minutes of inactivity
+/// before the sandbox stops, 0 disables it; a negative or non-integer interval is a 400.
+pub(super) async fn set_autostop(
+    AxState(state): AxState<Arc<State>>,
+    Path((id, interval)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    if let Some(r) = check(&state, &headers, &uri, &method) {
+        return r;
+    }
+    let Some(s) = state.sandbox(&id) else {
+        return not_found(&id, &uri, &method);
+    };
+    let Ok(minutes) = interval.parse::<u64>() else {
+        return sandbox_error(
+            "Auto-stop interval must be a non-negative integer",
+            &uri,
+            &method,
+        );
+    };
+    {
+        let mut life = s.life.lock().expect("life");
+        life.auto_stop = minutes;
+        life.touch();
+    }
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+}
+
+/// `resolveAutoArchiveInterval` (`sandbox.service.ts`): negative is a 400, 0 is the maximum,
+/// anything else is capped at it.
+fn auto_archive(minutes: i64) -> Result<u64, &'static str> {
+    match minutes {
+        m if m < 0 => Err("Auto-archive interval must be non-negative"),
+        0 => Ok(super::MAX_AUTO_ARCHIVE),
+        m => Ok((m as u64).min(super::MAX_AUTO_ARCHIVE)),
+    }
+}
+
+/// `validateNetworkAllowList` (`apps/api/src/sandbox/utils/network-validation.util.ts`): each
+/// comma-separated entry (empty ones skipped) an IPv4 address with a CIDR prefix of 0–32, at
+/// most 10 entries; the message becomes a 400 (`resolveNetworkAllowList`). Kept as given.
+fn network_allow_list(list: &str) -> Result<String, String> {
+    let networks: Vec<&str> = list.split(',').map(str::trim).collect();
+    for network in networks.iter().filter(|n| !n.is_empty()) {
+        let (ip, prefix) = match network.split_once('/') {
+            Some((ip, p)) => (ip, Some(p.split('/').next().unwrap_or(p))),
+            None => (*network, None),
+        };
+        if ip.parse::<std::net::Ipv4Addr>().is_err()
+            || ip.split('.').any(|o| o.len() > 1 && o.starts_with('0'))
+        {
+            return Err(format!(
+                "Invalid IP address: \"{ip}\" in network \"{network}\". Must be a valid IPv4 address"
+            ));
+        }
+        let Some(prefix) = prefix.filter(|p| !p.is_empty()) else {
+            return Err(format!(
+                "Invalid network format: \"{network}\". Missing CIDR prefix length (e.g., /24)"
+            ));
+        };
+        // `parseInt(prefix, 10)`: leading digits count, NaN passes both comparisons.
+        let digits: String = prefix.chars().take_while(char::is_ascii_digit).collect();
+        if digits.parse::<u64>().is_ok_and(|p| p > 32) {
+            return Err(format!(
+                "Invalid CIDR prefix length: {network}. Prefix must be between 0 and 32"
+            ));
+        }
+    }
+    if networks.len() > 10 {
+        return Err("Network allow list cannot contain more than 10 networks".into());
+    }
+    Ok(list.to_owned())
+}
+
+/// The handlers' common start: auth, then the sandbox.
+fn sandbox_of(
+    state: &State,
+    id: &str,
+    headers: &HeaderMap,
+    uri: &Uri,
+    method: &Method,
+) -> Result<Arc<SandboxEntry>, Response> {
+    if let Some(r) = check(state, headers, uri, method) {
+        return Err(r);
+    }
+    state.sandbox(id).ok_or_else(|| not_found(id, uri, method))
+}
+
+/// `POST /sandbox/{id}/autoarchive/{interval}` (`setAutoArchiveInterval`): minutes a sandbox
+/// stays stopped before it is archived (`resolveAutoArchiveInterval`); answers the sandbox.
+pub(super) async fn set_autoarchive(
+    AxState(state): AxState<Arc<State>>,
+    Path((id, interval)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    let s = match sandbox_of(&state, &id, &headers, &uri, &method) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let minutes = match interval
+        .parse::<i64>()
+        .map_err(|_| "Validation failed (numeric string is expected)")
+        .and_then(auto_archive)
+    {
+        Ok(m) => m,
+        Err(m) => return sandbox_error(m, &uri, &method),
+    };
+    s.life.lock().expect("life").auto_archive = minutes;
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+}
+
+/// `POST /sandbox/{id}/autodelete/{interval}` (`setAutoDeleteInterval`): minutes a sandbox
+/// stays stopped before it is deleted, stored as given (negative disables, 0 deletes on stop);
+/// answers the sandbox.
+pub(super) async fn set_autodelete(
+    AxState(state): AxState<Arc<State>>,
+    Path((id, interval)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    let s = match sandbox_of(&state, &id, &headers, &uri, &method) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let Ok(minutes) = interval.parse::<i64>() else {
+        return sandbox_error(
+            "Validation failed (numeric string is expected)",
+            &uri,
+            &method,
+        );
+    };
+    s.life.lock().expect("life").auto_delete = minutes;
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NetworkSettings {
+    network_block_all: Option<bool>,
+    network_allow_list: Option<String>,
+    domain_allow_list: Option<String>,
+}
+
+/// `POST /sandbox/{id}/network-settings` `{networkBlockAll?, networkAllowList?,
+/// domainAllowList?}` (`sandbox.service.ts` `updateNetworkSettings`): blocking all clears the
+/// allow list, an allow list (validated) unblocks, `networkBlockAll: false` alone clears the
+/// list, an empty string clears a list; answers the sandbox. The emulator stores and reports
+/// the policy; it does not filter the sandbox's traffic (docs/adapters/daytona.md).
+pub(super) async fn network_settings(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+    body: Bytes,
+) -> Response {
+    let s = match sandbox_of(&state, &id, &headers, &uri, &method) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let req: NetworkSettings = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return sandbox_error(&format!("invalid body: {e}"), &uri, &method),
+    };
+    let allow = match req.network_allow_list.as_deref() {
+        Some(l) if !l.trim().is_empty() => match network_allow_list(l) {
+            Ok(l) => Some(Some(l)),
+            Err(m) => return sandbox_error(&m, &uri, &method),
+        },
+        Some(_) => Some(None),
+        None => None,
+    };
+    {
+        let mut life = s.life.lock().expect("life");
+        if let Some(d) = req.domain_allow_list {
+            life.domain_allow_list = (!d.trim().is_empty()).then_some(d);
+        }
+        if let Some(b) = req.network_block_all {
+            life.network_block_all = b;
+            if b {
+                life.network_allow_list = None;
+            }
+        }
+        match allow {
+            Some(Some(l)) => {
+                life.network_allow_list = Some(l);
+                life.network_block_all = false;
+            }
+            Some(None) => life.network_allow_list = None,
+            None if req.network_block_all == Some(false) => life.network_allow_list = None,
+            None => {}
+        }
+        life.updated_at = super::files::rfc3339(std::time::SystemTime::now());
+    }
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+}
+
+/// `POST /sandbox/{id}/recover` (`sandbox.service.ts` `recover`, `recoverInPlace`): only a
+/// sandbox in `error` whose error is recoverable ("Sandbox is not in a recoverable state",
+/// 400); it goes to `stopped` (error cleared) and is started; answers the sandbox.
+pub(super) async fn recover(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    let s = match sandbox_of(&state, &id, &headers, &uri, &method) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    {
+        let mut life = s.life.lock().expect("life");
+        if !life.recoverable {
+            drop(life);
+            return sandbox_error("Sandbox is not in a recoverable state", &uri, &method);
+        }
+        if life.state != "error" {
+            drop(life);
+            return sandbox_error("Sandbox must be in error state to recover", &uri, &method);
+        }
+        life.error_reason = None;
+        life.recoverable = false;
+        life.state = "started";
+        life.touch();
+    }
+    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+}
+
+pub(super) async fn delete(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    if let Some(r) = check(&state, &headers, &uri, &method) {
+        return r;
+    }
+    let Some(s) = state.sandbox(&id) else {
+        return not_found(&id, &uri, &method);
+    };
+    let body = dto(&state, &headers, &s, Some("destroying"));
+    state.destroy(&s.id);
+    json_response(StatusCode::OK, &body)
+}
+
+pub(super) async fn proxy_url(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    method: Method,
+) -> Response {
+    if let Some(r) = check(&state, &headers, &uri, &method) {
+        return r;
+    }
+    if state.sandbox(&id).is_none() {
+        return not_found(&id, &uri, &method);
+    }
+    json_response(
+        StatusCode::OK,
+        &serde_json::json!({"url": format!("{}/toolbox", reached(&state, &headers))}),
+    )
+}

@@ -1,0 +1,1101 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
+//! E2B: the control plane (`/v2/sandboxes`, `/sandboxes/{id}`, …, `X-API-KEY`) and, on the same
+//! port, envd as seen through E2B's edge proxy (routing by `E2b-Sandbox-Id`/`E2b-Sandbox-Port` or
+//! by `Host: 49983-<id>.<domain>`; the proxy's `502 "The sandbox was not found"` for a sandbox
+//! that is gone), speaking the Connect protocol with the JSON codec (`process.Process/*`,
+//! `filesystem.Filesystem/*`) and envd's plain routes (`/files`, `/health`, `/envs`).
+//!
+//! Follows `../shared/research/e2b-daytona.md` part A and envd's source
+//! (`infra/packages/envd`): envd version `0.6.13` is reported so the official SDK enables its
+//! features; proto3 JSON with defaults omitted, int64 as strings, base64 bytes; the sandbox's home
+//! is `/home/user` with `HOME`, `USER`, `LOGNAME` and `PATH` set as envd sets them.
+//!
+//! Faults on route `"exec"` (`process.Start`): the nine of the harness, rendered the way E2B's
+//! proxy or envd would answer, plus [`StreamFault`]s armed through [`E2bEmulator`]: an in-stream
+//! Connect error and a stream that ends without its end event. The control plane's create call
+//! takes faults on route `"create"`.
+//!
+//! Users: `user` (uid 1000, home `/home/user`, the default) and `root`. With namespaces (the
+//! emulator runs as root) commands run as the selected user (`setpriv`) and the files API gives
+//! what it creates to that user, as envd does; without, everything runs as the emulator's user.
+//! The host's `/etc/passwd` is the sandbox's, so `whoami` names uid 1000 as the host does.
+//!
+//! PTYs: a `Start` with `pty` runs on a real terminal of the sandbox
+//! ([`execseam_emulator_kit::Sandbox::spawn_pty`]), with `pty` output, input and `Update` resizes (see
+//! `process.rs`).
+//!
+//! Not emulated: users other than `user` and `root`.
+#![warn(missing_docs)]
+// Handlers return `Result<_, Response>` (axum's idiom) or `Result<_, tonic::Status>`.
+#![allow(clippy::result_large_err)]
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, Query, State as AxState};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use execseam_emulator_kit::{
+    ConnControl, Emulator, FAULT_NAMES, Fault, FaultHandle, Provider, Rendered, Sandbox,
+    SandboxEntry, SandboxSpec, Shell,
+};
+
+mod connect;
+mod fs;
+mod process;
+pub mod time;
+mod watch;
+
+/// The envd version reported (≥ 0.6.4 enables every feature of the SDK 2.x).
+pub const ENVD_VERSION: &str = "0.6.13";
+/// envd's port.
+pub const ENVD_PORT: u16 = 49983;
+/// `PATH` in envd's own environment on E2B's base template.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// The default user and its home.
+pub const DEFAULT_USER: &str = "user";
+/// The default user's home.
+pub const HOME: &str = "/home/user";
+/// The hostname of every E2B sandbox.
+pub const HOSTNAME: &str = "e2b.local";
+
+/// A fault of `process.Start` beyond the harness's nine, armed with
+/// [`E2bEmulator::arm_stream_fault`] for the next `Start`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamFault {
+    /// Right after the start event, end the stream with this Connect error (HTTP 200 and an
+    /// end-stream envelope); the process keeps running.
+    Error {
+        /// The Connect code (`internal`, `unavailable`, …).
+        code: &'static str,
+        /// The message.
+        message: String,
+    },
+    /// Stream the output, then end the stream successfully (`{}`) without the end event.
+    NoEndEvent,
+}
+
+/// A sandbox created directly through the typed handle.
+#[derive(Clone, Debug)]
+pub struct SandboxCreated {
+    /// Its id.
+    pub sandbox_id: String,
+    /// Its `envdAccessToken`.
+    pub envd_access_token: String,
+    /// The envd version reported.
+    pub envd_version: String,
+}
+
+/// One emulated sandbox: the registry's entry.
+pub struct Sbx {
+    id: String,
+    template: String,
+    token: String,
+    sandbox: Arc<Sandbox>,
+    env_vars: BTreeMap<String, String>,
+    metadata: BTreeMap<String, String>,
+    started_at: SystemTime,
+    end_at: Mutex<(Instant, SystemTime)>,
+    procs: Mutex<HashMap<u32, Arc<process::Proc>>>,
+    /// Set (before its processes are killed) when the sandbox goes away: its open streams end
+    /// the way the proxy ends them, not with the killed processes' end events.
+    gone: tokio::sync::watch::Sender<bool>,
+    /// Paused (`POST /sandboxes/{id}/pause`): its processes are stopped (`SIGSTOP`), envd is
+    /// unreachable through the proxy, its timeout does not run; `connect` resumes it.
+    paused: std::sync::atomic::AtomicBool,
+    /// envd's directory watchers (`CreateWatcher`).
+    watchers: Mutex<HashMap<String, Arc<watch::Watcher>>>,
+}
+
+impl Sbx {
+    fn is_paused(&self) -> bool {
+        self.paused.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn set_lifetime(&self, timeout: Duration) {
+        *self.end_at.lock().expect("end_at") =
+            (Instant::now() + timeout, SystemTime::now() + timeout);
+    }
+
+    fn kill_all(&self) {
+        self.gone.send_replace(true);
+        let procs: Vec<_> = self
+            .procs
+            .lock()
+            .expect("procs")
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
+        for p in procs {
+            p.kill_group();
+        }
+        self.sandbox.destroy();
+    }
+}
+
+impl SandboxEntry for Sbx {
+    /// A paused sandbox's timeout does not run.
+    fn expired(&self, now: Instant) -> bool {
+        !self.is_paused() && self.end_at.lock().expect("end_at").0 <= now
+    }
+
+    fn teardown(&self) {
+        self.kill_all();
+    }
+}
+
+impl Drop for Sbx {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+pub(crate) struct State {
+    shell: Arc<Shell<E2b>>,
+    faults: FaultHandle,
+    stream_faults: Mutex<VecDeque<StreamFault>>,
+}
+
+fn random_u64() -> u64 {
+    execseam_emulator_kit::clock::random_u64()
+}
+
+fn random_id(len: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut s = String::with_capacity(len);
+    while s.len() < len {
+        let mut n = random_u64();
+        for _ in 0..12 {
+            if s.len() == len {
+                break;
+            }
+            s.push(ALPHABET[(n % 36) as usize] as char);
+            n /= 36;
+        }
+    }
+    s
+}
+
+impl State {
+    fn create(
+        &self,
+        template: &str,
+        timeout: Duration,
+        env_vars: BTreeMap<String, String>,
+        metadata: BTreeMap<String, String>,
+    ) -> std::io::Result<Arc<Sbx>> {
+        let id = format!("i{}", random_id(19));
+        // E2B's base template: `user` (uid 1000, in sudo) and root; hostname `e2b.local`.
+        let user = execseam_emulator_kit::User::new(DEFAULT_USER, USER_UID, HOME).groups(["sudo"]);
+        let spec = SandboxSpec::new("e2b", HOSTNAME, user, [("PATH", DEFAULT_PATH)])
+            .other_users([execseam_emulator_kit::User::root()]);
+        let sandbox = Sandbox::create(id.clone(), spec, self.shell.sandboxing())?;
+        let sbx = Arc::new(Sbx {
+            id: id.clone(),
+            template: template.to_owned(),
+            token: format!("{:016x}{:016x}", random_u64(), random_u64()),
+            sandbox,
+            env_vars,
+            metadata,
+            started_at: SystemTime::now(),
+            end_at: Mutex::new((Instant::now(), SystemTime::now())),
+            procs: Mutex::new(HashMap::new()),
+            gone: tokio::sync::watch::channel(false).0,
+            paused: std::sync::atomic::AtomicBool::new(false),
+            watchers: Mutex::new(HashMap::new()),
+        });
+        sbx.set_lifetime(timeout);
+        self.shell.sandboxes().insert(id, sbx.clone());
+        Ok(sbx)
+    }
+
+    fn get(&self, id: &str) -> Option<Arc<Sbx>> {
+        self.shell.sandboxes().get(id)
+    }
+
+    /// Removes the sandbox and kills everything in it.
+    pub(crate) fn kill(&self, id: &str) -> bool {
+        self.shell.sandboxes().destroy(id)
+    }
+
+    fn key_ok(&self, headers: &HeaderMap) -> bool {
+        let got = headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        self.shell.token().accepts(got)
+    }
+}
+
+/// The E2B provider emulator ([`Provider`]); its typed test accessors are reached through
+/// [`E2bEmulator`] (`Deref`).
+pub struct E2b {
+    state: Arc<State>,
+}
+
+/// A running E2B emulator.
+pub type E2bEmulator = Emulator<E2b>;
+
+impl Provider for E2b {
+    const NAME: &'static str = "e2b";
+    /// Every fault on `exec` (`process.Start`); the control plane's on `create`.
+    const FAULTS: Rendered = &[
+        ("exec", FAULT_NAMES),
+        ("create", &["429", "500", "503", "auth", "reset", "latency"]),
+    ];
+    const PLACEHOLDER_TOKEN: &'static str = "e2b_emulator_key";
+    const SCRATCH: &'static str = "/home/user/execseam-conformance";
+    const MISSING_SANDBOX_ID: &'static str = "inosuchsandbox000000";
+    type Options = ();
+    type Sandbox = Sbx;
+    type Key = String;
+
+    async fn start(shell: Arc<Shell<E2b>>, (): ()) -> std::io::Result<(E2b, Router)> {
+        let state = Arc::new(State {
+            faults: shell.faults().clone(),
+            shell,
+            stream_faults: Mutex::new(VecDeque::new()),
+        });
+        Ok((
+            E2b {
+                state: state.clone(),
+            },
+            router(state),
+        ))
+    }
+
+    /// `E2B_API_URL` and `E2B_SANDBOX_URL` (the control plane and every sandbox: this
+    /// emulator), `E2B_API_KEY`, `E2B_DOMAIN`.
+    fn env(&self, shell: &Shell<E2b>) -> Vec<(String, String)> {
+        let base = shell.base_url().to_owned();
+        vec![
+            ("E2B_API_URL".into(), base.clone()),
+            ("E2B_SANDBOX_URL".into(), base),
+            ("E2B_API_KEY".into(), shell.token().advertised().to_owned()),
+            ("E2B_DOMAIN".into(), "e2b.local".into()),
+        ]
+    }
+}
+
+impl E2b {
+    /// The API key the emulator accepts (advertised in [`Emulator::env`]).
+    pub fn api_key(&self) -> &str {
+        self.state.shell.token().advertised()
+    }
+
+    /// Arms an E2B-specific fault for the next `process.Start` (after the harness's faults).
+    pub fn arm_stream_fault(&self, fault: StreamFault) {
+        self.state
+            .stream_faults
+            .lock()
+            .expect("stream faults")
+            .push_back(fault);
+    }
+
+    /// Creates a sandbox directly (no HTTP), with this lifetime.
+    pub fn create_sandbox(&self, timeout: Duration) -> std::io::Result<SandboxCreated> {
+        let s = self
+            .state
+            .create("base", timeout, BTreeMap::new(), BTreeMap::new())?;
+        Ok(SandboxCreated {
+            sandbox_id: s.id.clone(),
+            envd_access_token: s.token.clone(),
+            envd_version: ENVD_VERSION.into(),
+        })
+    }
+
+    /// Kills a sandbox as if its timeout fired; false if there was none.
+    pub fn kill_sandbox(&self, id: &str) -> bool {
+        self.state.kill(id)
+    }
+
+    /// The ids of the running sandboxes.
+    pub fn sandbox_ids(&self) -> Vec<String> {
+        self.state.shell.sandboxes().keys()
+    }
+
+    /// Where a sandbox path lives on the host (for tests), if the sandbox runs.
+    pub fn host_path(&self, id: &str, sandbox_path: &str) -> Option<std::path::PathBuf> {
+        self.state
+            .get(id)
+            .map(|s| s.sandbox.host_path(sandbox_path))
+    }
+
+    /// A sandbox's harness handle (to inspect it from a test).
+    pub fn sandbox(&self, id: &str) -> Option<Arc<Sandbox>> {
+        self.state.get(id).map(|s| s.sandbox.clone())
+    }
+
+    /// The pids of the processes envd tracks in a sandbox.
+    pub fn processes(&self, id: &str) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .state
+            .get(id)
+            .map(|s| s.procs.lock().expect("procs").keys().copied().collect())
+            .unwrap_or_default();
+        v.sort_unstable();
+        v
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Routing
+
+fn router(state: Arc<State>) -> Router {
+    Router::new()
+        .route("/sandboxes", post(create_v1).get(list))
+        .route("/v2/sandboxes", post(create_v2).get(list))
+        .route("/sandboxes/{id}", get(get_sandbox).delete(kill_sandbox))
+        .route("/sandboxes/{id}/connect", post(connect_sandbox))
+        .route("/v2/sandboxes/{id}/connect", post(connect_sandbox))
+        .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .route("/sandboxes/{id}/pause", post(pause_sandbox))
+        .route("/sandboxes/{id}/metrics", get(metrics))
+        .fallback(envd)
+        .layer(DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+/// JSON with the charset the Go services send.
+pub(crate) fn plain_json(status: StatusCode, body: Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The `{"code":<int>,"message"}` error of the control plane and envd's plain routes.
+pub(crate) fn plain_error(status: StatusCode, message: impl Into<String>) -> Response {
+    plain_json(
+        status,
+        json!({"code": status.as_u16(), "message": message.into()}),
+    )
+}
+
+/// Renders a harness fault as E2B's edge would answer it; `None` means "serve normally"
+/// (latency is applied here; the stream faults are the caller's).
+async fn edge_fault(fault: Fault, ctl: Option<&ConnControl>) -> Option<Response> {
+    match fault {
+        Fault::RateLimited { retry_after_secs } => {
+            let mut r = plain_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate limit exceeded, please try again later",
+            );
+            r.headers_mut().insert(
+                header::RETRY_AFTER,
+                header::HeaderValue::from(retry_after_secs),
+            );
+            Some(r)
+        }
+        Fault::Unavailable => Some(plain_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service unavailable",
+        )),
+        Fault::AuthFailure => Some(plain_error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized access, please provide a valid access token or method signing if supported",
+        )),
+        Fault::ResetBeforeResponse => Some(execseam_emulator_kit::reset_connection(ctl).await),
+        Fault::Latency(d) => {
+            tokio::time::sleep(d).await;
+            None
+        }
+        _ => None,
+    }
+}
+
+fn sandbox_json(s: &Sbx) -> Value {
+    json!({
+        "templateID": s.template,
+        "sandboxID": s.id,
+        "clientID": "6532622b",
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": s.token,
+        "trafficAccessToken": null,
+        "domain": null,
+    })
+}
+
+fn detail_json(s: &Sbx) -> Value {
+    let end = s.end_at.lock().expect("end_at").1;
+    json!({
+        "templateID": s.template,
+        "sandboxID": s.id,
+        "clientID": "6532622b",
+        "startedAt": time::rfc3339(s.started_at),
+        "endAt": time::rfc3339(end),
+        "cpuCount": 2,
+        "memoryMB": 512,
+        "diskSizeMB": 22_000,
+        "state": if s.is_paused() { "paused" } else { "running" },
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": s.token,
+        "domain": null,
+        "metadata": s.metadata,
+    })
+}
+
+fn not_found_sandbox(id: &str) -> Response {
+    plain_error(
+        StatusCode::NOT_FOUND,
+        format!("sandbox \"{id}\" doesn't exist or you don't have access to it"),
+    )
+}
+
+fn unauthorized_key() -> Response {
+    plain_error(
+        StatusCode::UNAUTHORIZED,
+        "Invalid API key, please visit https://e2b.dev/docs/api-key for more information.",
+    )
+}
+
+fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
+    v.and_then(|v| v.as_object())
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn create(
+    state: Arc<State>,
+    headers: HeaderMap,
+    ctl: Option<ConnControl>,
+    body: Bytes,
+    default_timeout: u64,
+) -> Response {
+    if let Some(f) = state.faults.take("create") {
+        if f == Fault::ServerError {
+            return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "internal server error");
+        }
+        if let Some(r) = edge_fault(f, ctl.as_ref()).await {
+            return r;
+        }
+    }
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
+        return plain_error(
+            StatusCode::BAD_REQUEST,
+            "request body has an error: not JSON",
+        );
+    };
+    let Some(template) = req.get("templateID").and_then(|t| t.as_str()) else {
+        return plain_error(
+            StatusCode::BAD_REQUEST,
+            "request body has an error: doesn't match schema: property \"templateID\" is missing",
+        );
+    };
+    let timeout = req
+        .get("timeout")
+        .and_then(|t| t.as_u64())
+        .unwrap_or(default_timeout);
+    match state.create(
+        template,
+        Duration::from_secs(timeout),
+        string_map(req.get("envVars")),
+        string_map(req.get("metadata")),
+    ) {
+        Ok(s) => plain_json(StatusCode::CREATED, sandbox_json(&s)),
+        Err(e) => plain_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot create the sandbox: {e}"),
+        ),
+    }
+}
+
+async fn create_v2(
+    AxState(state): AxState<Arc<State>>,
+    headers: HeaderMap,
+    ctl: Option<axum::Extension<ConnControl>>,
+    body: Bytes,
+) -> Response {
+    create(state, headers, ctl.map(|c| c.0), body, 300).await
+}
+
+async fn create_v1(
+    AxState(state): AxState<Arc<State>>,
+    headers: HeaderMap,
+    ctl: Option<axum::Extension<ConnControl>>,
+    body: Bytes,
+) -> Response {
+    // The legacy `NewSandbox` schema's default timeout is 15 s.
+    create(state, headers, ctl.map(|c| c.0), body, 15).await
+}
+
+async fn connect_sandbox(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    let Some(s) = state.get(&id) else {
+        return not_found_sandbox(&id);
+    };
+    let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    // `handlers/sandbox_connect.go`: a running sandbox answers 200 (its timeout only ever
+    // extended), a paused one is resumed with the timeout asked for (default 300 s) and
+    // answers 201.
+    if s.paused.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        s.sandbox.signal_processes(libc::SIGCONT);
+        let t = req.get("timeout").and_then(|t| t.as_u64()).unwrap_or(300);
+        s.set_lifetime(Duration::from_secs(t));
+        return plain_json(StatusCode::CREATED, sandbox_json(&s));
+    }
+    if let Some(t) = req.get("timeout").and_then(|t| t.as_u64()) {
+        let want = Instant::now() + Duration::from_secs(t);
+        if want > s.end_at.lock().expect("end_at").0 {
+            s.set_lifetime(Duration::from_secs(t));
+        }
+    }
+    plain_json(StatusCode::OK, sandbox_json(&s))
+}
+
+/// `POST /sandboxes/{id}/pause` (`handlers/sandbox_pause.go`): 204; 409 when already paused.
+/// `mode: "filesystem"` drops the memory (the processes die); otherwise they are frozen.
+async fn pause_sandbox(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    let Some(s) = state.get(&id) else {
+        return not_found_sandbox(&id);
+    };
+    if s.paused.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return plain_error(
+            StatusCode::CONFLICT,
+            format!("Error pausing sandbox - sandbox '{id}' is already paused"),
+        );
+    }
+    let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if req.get("mode").and_then(|m| m.as_str()) == Some("filesystem") {
+        s.sandbox.kill_processes();
+    } else {
+        s.sandbox.signal_processes(libc::SIGSTOP);
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `GET /sandboxes/{id}/metrics`: one sample of now (`SandboxMetric`): the memory is the
+/// resident size of the sandbox's processes, the disk what the sandbox wrote; CPU count, memory
+/// and disk totals are the emulator's fixed sizes (those of `GET /sandboxes/{id}`).
+async fn metrics(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    let Some(s) = state.get(&id) else {
+        return not_found_sandbox(&id);
+    };
+    let rss: u64 = s
+        .sandbox
+        .processes()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/statm")).ok())
+        .filter_map(|m| m.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum::<u64>()
+        * 4096;
+    fn du(p: &std::path::Path) -> u64 {
+        let Ok(md) = std::fs::symlink_metadata(p) else {
+            return 0;
+        };
+        if md.is_dir() {
+            std::fs::read_dir(p)
+                .map(|d| d.flatten().map(|e| du(&e.path())).sum())
+                .unwrap_or(0)
+        } else {
+            md.len()
+        }
+    }
+    let disk = s.sandbox.upper_dir().map_or(0, |u| du(&u));
+    let now = SystemTime::now();
+    let unix = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    plain_json(
+        StatusCode::OK,
+        json!([{
+            "timestamp": time::rfc3339(now),
+            "timestampUnix": unix,
+            "cpuCount": 2,
+            "cpuUsedPct": 0.0,
+            "memUsed": rss,
+            "memTotal": 512u64 << 20,
+            "memCache": 0,
+            "diskUsed": disk,
+            "diskTotal": 22_000u64 << 20,
+        }]),
+    )
+}
+
+async fn get_sandbox(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    match state.get(&id) {
+        Some(s) => plain_json(StatusCode::OK, detail_json(&s)),
+        None => not_found_sandbox(&id),
+    }
+}
+
+async fn kill_sandbox(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    if state.kill(&id) {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        not_found_sandbox(&id)
+    }
+}
+
+async fn set_timeout(
+    AxState(state): AxState<Arc<State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    let Some(s) = state.get(&id) else {
+        return not_found_sandbox(&id);
+    };
+    let Some(t) = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("timeout").and_then(|t| t.as_u64()))
+    else {
+        return plain_error(
+            StatusCode::BAD_REQUEST,
+            "request body has an error: property \"timeout\" is missing",
+        );
+    };
+    s.set_lifetime(Duration::from_secs(t));
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn list(
+    AxState(state): AxState<Arc<State>>,
+    headers: HeaderMap,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    if !state.key_ok(&headers) {
+        return unauthorized_key();
+    }
+    // `metadata` is decoded as the API decodes it (infra `utils/sandboxes_list.go`
+    // `parseFilters`): the value (already query-decoded once) is unescaped again, split on `&`
+    // and `=`, and each key and value unescaped a third time; a pair without exactly one `=`
+    // is a 400 "Error parsing metadata".
+    let filter = match query.get("metadata").map(|m| parse_metadata_filter(m)) {
+        None => None,
+        Some(Some(f)) => Some(f),
+        Some(None) => {
+            return plain_error(StatusCode::BAD_REQUEST, "Error parsing metadata");
+        }
+    };
+    // `state=running,paused` (both by default).
+    let wanted = |paused: bool| {
+        let name = if paused { "paused" } else { "running" };
+        query
+            .get("state")
+            .is_none_or(|s| s.split(',').any(|s| s == name))
+    };
+    let all: Vec<Value> = state
+        .shell
+        .sandboxes()
+        .lock()
+        .values()
+        .filter(|s| wanted(s.is_paused()))
+        .filter(|s| {
+            filter
+                .as_ref()
+                .is_none_or(|f| f.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+        })
+        .map(|s| detail_json(s))
+        .collect();
+    let total = all.len().to_string();
+    let mut resp = plain_json(StatusCode::OK, Value::Array(all));
+    if let Ok(v) = total.parse() {
+        resp.headers_mut().insert("x-total-running", v);
+    }
+    resp
+}
+
+/// Go's `url.QueryUnescape`: `%XX` and `+` as a space; a bad escape is an error.
+fn query_unescape(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn parse_metadata_filter(raw: &str) -> Option<BTreeMap<String, String>> {
+    let query = query_unescape(raw)?;
+    let mut filters = BTreeMap::new();
+    for pair in query.split('&') {
+        let parts: Vec<&str> = pair.split('=').collect();
+        if parts.len() != 2 {
+            return None;
+        }
+        filters.insert(query_unescape(parts[0])?, query_unescape(parts[1])?);
+    }
+    Some(filters)
+}
+
+// ------------------------------------------------------------------------------------------------
+// envd behind the edge proxy
+
+/// The sandbox a request is routed to: the `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers, else a
+/// `Host` of the form `49983-<id>.<domain>`.
+fn route_sandbox(headers: &HeaderMap) -> Result<Option<String>, Response> {
+    let id = headers.get("e2b-sandbox-id").and_then(|v| v.to_str().ok());
+    let port = headers
+        .get("e2b-sandbox-port")
+        .and_then(|v| v.to_str().ok());
+    match (id, port) {
+        (Some(id), Some(port)) => {
+            if port != ENVD_PORT.to_string() {
+                return Err(plain_json(
+                    StatusCode::BAD_GATEWAY,
+                    json!({"sandboxId": id, "message": "The sandbox is running but port is not open", "port": port, "code": 502}),
+                ));
+            }
+            return Ok(Some(id.to_owned()));
+        }
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(plain_error(
+                StatusCode::BAD_REQUEST,
+                "missing header: both E2b-Sandbox-Id and E2b-Sandbox-Port are required",
+            ));
+        }
+        (None, None) => {}
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let label = host.split('.').next().unwrap_or_default();
+    if host.contains('.')
+        && let Some((port, id)) = label.split_once('-')
+        && port.parse::<u16>().is_ok()
+        && !id.is_empty()
+    {
+        if port != ENVD_PORT.to_string() {
+            return Err(plain_json(
+                StatusCode::BAD_GATEWAY,
+                json!({"sandboxId": id, "message": "The sandbox is running but port is not open", "port": port, "code": 502}),
+            ));
+        }
+        return Ok(Some(id.to_owned()));
+    }
+    Ok(None)
+}
+
+/// The proxy's answer for a sandbox that does not run.
+pub(crate) fn sandbox_not_found(id: &str) -> Response {
+    plain_json(
+        StatusCode::BAD_GATEWAY,
+        json!({"sandboxId": id, "message": "The sandbox was not found", "code": 502}),
+    )
+}
+
+/// A request routed to one sandbox's envd.
+pub(crate) struct EnvdRequest {
+    pub state: Arc<State>,
+    pub sbx: Arc<Sbx>,
+    pub method: Method,
+    pub uri: Uri,
+    pub headers: HeaderMap,
+    pub ctl: Option<ConnControl>,
+    pub body: Body,
+}
+
+async fn envd(
+    AxState(state): AxState<Arc<State>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    ctl: Option<axum::Extension<ConnControl>>,
+    body: Body,
+) -> Response {
+    // Every answer, errors included, comes after the whole request body has been read: a server
+    // that answers early and leaves the body unread makes hyper close the connection, and a
+    // client that pooled it (the SDK keeps its connections alive) then fails its next request
+    // to a healthy sandbox with a transport error. Every envd route reads its body whole anyway
+    // (unary calls, client streams and uploads alike), so nothing streams less for this.
+    let body = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(b) => Body::from(b),
+        Err(e) => return plain_error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let id = match route_sandbox(&headers) {
+        Ok(Some(id)) => id,
+        Ok(None) => {
+            // The control plane's own health route; anything else is unknown here.
+            if method == Method::GET && uri.path() == "/health" {
+                return (StatusCode::OK, "Health check successful").into_response();
+            }
+            // A signed `/files` URL from `download_url`/`upload_url`: with `E2B_SANDBOX_URL`
+            // set (how the emulator is reached) the SDK builds it on that URL, so it names no
+            // sandbox; the sandbox whose access token verifies the signature is the one meant
+            // (the real service routes it by its `49983-<id>.<domain>` host instead).
+            match (uri.path() == "/files")
+                .then(|| fs::signed_sandbox(&state, &method, &uri))
+                .flatten()
+            {
+                Some(id) => id,
+                None => return plain_error(StatusCode::NOT_FOUND, "not found"),
+            }
+        }
+        Err(r) => return r,
+    };
+    // A paused sandbox is not in the proxy's catalog: without auto-resume the proxy answers as
+    // for one that does not exist (client-proxy `proxy.go` `catalogResolution`).
+    let Some(sbx) = state.get(&id).filter(|s| !s.is_paused()) else {
+        return sandbox_not_found(&id);
+    };
+    let path = uri.path().to_owned();
+    // envd's auth middleware: the access token is required except on these routes, where
+    // `/files` checks it itself (or a signature).
+    let open = matches!(
+        (&method, path.as_str()),
+        (&Method::GET, "/health") | (&Method::GET, "/files") | (&Method::POST, "/files")
+    );
+    let token_ok = headers
+        .get("x-access-token")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t == sbx.token);
+    if !open && !token_ok {
+        return plain_error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized access, please provide a valid access token or method signing if supported",
+        );
+    }
+    let req = EnvdRequest {
+        state,
+        sbx,
+        method,
+        uri,
+        headers,
+        ctl: ctl.map(|c| c.0),
+        body,
+    };
+    match (req.method.clone(), path.as_str()) {
+        (Method::GET, "/health") => StatusCode::NO_CONTENT.into_response(),
+        (Method::GET, "/envs") => plain_json(StatusCode::OK, json!(req.sbx.env_vars)),
+        (Method::GET, "/files") => fs::download(req).await,
+        (Method::POST, "/files") => fs::upload(req).await,
+        (Method::POST, p) if p.starts_with("/process.Process/") => {
+            process::dispatch(req, p.trim_start_matches("/process.Process/").to_owned()).await
+        }
+        (Method::POST, p) if p.starts_with("/filesystem.Filesystem/") => {
+            fs::dispatch(
+                req,
+                p.trim_start_matches("/filesystem.Filesystem/").to_owned(),
+            )
+            .await
+        }
+        _ => plain_error(StatusCode::NOT_FOUND, "404 page not found"),
+    }
+}
+
+/// The user a request acts as: `Authorization: Basic base64("<user>:")` (or the `username`
+/// query parameter on `/files`), else the default user.
+pub(crate) struct User {
+    pub name: String,
+    pub home: &'static str,
+    pub uid: u32,
+}
+
+/// The uid (and gid) of the sandbox's `user`, as on E2B's templates.
+pub const USER_UID: u32 = 1000;
+
+/// The account names the sandbox's `/etc/passwd` and `/etc/group` give (owner and group in
+/// `EntryInfo`).
+pub(crate) fn account_name(id: u32) -> String {
+    match id {
+        0 => "root".into(),
+        USER_UID => DEFAULT_USER.into(),
+        65534 => "nogroup".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Gives a file envd creates to the user, as envd (root) does; without namespaces the emulator
+/// is not root and everything stays its own.
+pub(crate) fn chown(fs: &execseam_emulator_kit::Fs, host: &std::path::Path, uid: u32) {
+    if fs.is_isolated() {
+        let _ = std::os::unix::fs::lchown(host, Some(uid), Some(uid));
+    }
+}
+
+/// envd's `EnsureDirs`: creates the missing directories of `host` (a directory) one by one,
+/// each owned by the user.
+pub(crate) fn ensure_dirs(
+    fs: &execseam_emulator_kit::Fs,
+    host: &std::path::Path,
+    uid: u32,
+) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut p = host;
+    while !p.exists() {
+        missing.push(p.to_path_buf());
+        match p.parent() {
+            Some(parent) => p = parent,
+            None => break,
+        }
+    }
+    for dir in missing.iter().rev() {
+        match std::fs::create_dir(dir) {
+            Ok(()) => chown(fs, dir, uid),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn user_named(name: Option<&str>) -> Result<User, String> {
+    match name.unwrap_or(DEFAULT_USER) {
+        "user" => Ok(User {
+            name: "user".into(),
+            home: HOME,
+            uid: USER_UID,
+        }),
+        "root" => Ok(User {
+            name: "root".into(),
+            home: "/root",
+            uid: 0,
+        }),
+        other => Err(format!("invalid username: '{other}'")),
+    }
+}
+
+pub(crate) fn user_of(headers: &HeaderMap) -> Result<User, String> {
+    use base64::Engine as _;
+    let Some(auth) = headers.get(header::AUTHORIZATION) else {
+        return user_named(None);
+    };
+    let auth = auth.to_str().unwrap_or_default();
+    let Some(b64) = auth.strip_prefix("Basic ") else {
+        return Err("invalid authorization header".into());
+    };
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|_| "invalid authorization header".to_owned())?;
+    let text = String::from_utf8_lossy(&decoded);
+    let name = text.split(':').next().unwrap_or_default();
+    user_named(Some(name))
+}
+
+/// envd's `ExpandAndResolve`: `""` is the home, `~` and `~/x` are expanded, relative paths are
+/// joined to the home; the result is cleaned lexically.
+pub(crate) fn resolve(path: &str, user: &User) -> String {
+    let joined = if path.is_empty() || path == "~" {
+        user.home.to_owned()
+    } else if let Some(rest) = path.strip_prefix("~/") {
+        format!("{}/{rest}", user.home)
+    } else if path.starts_with('/') {
+        path.to_owned()
+    } else {
+        format!("{}/{path}", user.home)
+    };
+    clean(&joined)
+}
+
+/// Go's `filepath.Clean` for absolute paths.
+pub(crate) fn clean(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_resolve_like_envd() {
+        let u = user_named(None).unwrap();
+        assert_eq!(resolve("", &u), "/home/user");
+        assert_eq!(resolve("~", &u), "/home/user");
+        assert_eq!(resolve("~/a/../b", &u), "/home/user/b");
+        assert_eq!(resolve("rel/x", &u), "/home/user/rel/x");
+        assert_eq!(resolve("/tmp//x/.", &u), "/tmp/x");
+        assert!(user_named(Some("mallory")).is_err());
+    }
+
+    #[test]
+    fn routing_by_headers_or_host() {
+        let mut h = HeaderMap::new();
+        h.insert("e2b-sandbox-id", "abc".parse().unwrap());
+        h.insert("e2b-sandbox-port", "49983".parse().unwrap());
+        assert_eq!(route_sandbox(&h).unwrap(), Some("abc".into()));
+        h.remove("e2b-sandbox-port");
+        assert!(route_sandbox(&h).is_err());
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, "49983-sbx9.e2b.local".parse().unwrap());
+        assert_eq!(route_sandbox(&h).unwrap(), Some("sbx9".into()));
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, "127.0.0.1:4000".parse().unwrap());
+        assert_eq!(route_sandbox(&h).unwrap(), None);
+    }
+}

@@ -1,0 +1,817 @@
+//! The sandbox behind an emulator: where an emulated provider's commands really run, and what
+//! its files API reads and writes.
+//!
+//! # What a sandbox is ([`Isolation::Namespaces`], as root)
+//!
+//! - **Processes.** A long-lived init (`/bin/sh` running [`init.sh`](./init.sh), started by
+//!   `unshare --pid --fork --kill-child --mount --uts --ipc`) is pid 1 of the sandbox's own pid
+//!   namespace. It reaps orphans (daemonised children of commands), so `ps -e` inside lists the
+//!   sandbox's processes only. [`Sandbox::destroy`] kills `unshare`, the init dies with it, and the
+//!   kernel kills every other process of the namespace: background children and daemons too. The
+//!   init also reads a lifeline pipe whose write end only this process holds: if the emulator
+//!   dies, even by SIGKILL, the init ends and takes the sandbox with it.
+//! - **Filesystem.** The root is an overlay whose lower layer is the host's `/` (read-only from
+//!   the sandbox: writes are copied up) and whose upper layer is the sandbox's own directory
+//!   (`<state>/upper`, on the host's disk, removed on destroy). Writes anywhere (`/var/tmp`,
+//!   `/etc`, `/usr/local`) stay in the sandbox. The system directories (`/usr`, `/etc`, `/var`,
+//!   `/opt`, …) show through; `/home`, `/root`, `/tmp`, `/var/tmp`, `/run`, `/mnt`, `/media`,
+//!   `/srv` start empty (opaque directories in the upper layer) and every other top-level entry
+//!   (the checkout under `/work`, `/data`, …) is hidden by a whiteout, as are this process's
+//!   working directory and `$HOME`; a host path is visible only when bound in on purpose
+//!   ([`Mount`], `--mount HOST:SANDBOX[:ro]`). `/proc` is the sandbox's own (with `/proc/sys`
+//!   read-only and `/proc/sysrq-trigger` masked), `/sys` a read-only sysfs, `/dev` a handful of
+//!   harmless nodes (`null zero full random urandom tty`), a private `devpts` instance (so a
+//!   sandbox can host PTYs) and `/dev/shm`. The host's mount namespace is never touched: every
+//!   mount happens inside the new one, whose propagation is private.
+//! - **Host name** from the UTS namespace ([`SandboxSpec::hostname`]); **IPC** objects private.
+//! - **Users.** The sandbox has its own `/etc/passwd`, `group` and (hash-free) `shadow` with the
+//!   provider's accounts ([`User`], [`etc`]); commands run with the user's uid, gid and
+//!   supplementary groups, and every process's capability bounding set is cut to Docker's default
+//!   set less `CAP_MKNOD` ([`sys`](crate::sys)): root inside a sandbox cannot mount,
+//!   change the host's clock or network, or open files by handle.
+//! - **Network** is the host's (real sandboxes reach the network; the emulators' clients reach the
+//!   sandbox's servers on loopback).
+//!
+//! It is **not a VM**: commands run on this machine's kernel.
+//!
+//! # The fast launcher
+//!
+//! A command does not rebuild namespaces. A short-lived thread of this process calls
+//! `unshare(CLONE_FS)` and `setns` into the init's namespaces (only that thread moves: the rest
+//! of the process keeps the host's view), checks the workdir there, and spawns the process, which
+//! is born in the sandbox's pid namespace with `/` the sandbox's root; privileges are dropped in
+//! the child just before `exec`. The process is an ordinary child of this process, so
+//! [`execseam_local::LocalExec`]'s pipes, process group (it leads its own, visible inside),
+//! kill-on-drop and exit status work unchanged. This costs a thread and four `setns` calls per
+//! command, instead of `unshare` + `/bin/sh` + one `mount` per bind (10–13 ms). The same thread
+//! mechanism serves the files API ([`Sandbox::fs`]): file operations resolve paths, symlinks
+//! included, inside the sandbox, so a symlink planted by a command cannot make the emulator
+//! (root) write a host file.
+//!
+//! Alternatives not taken: `nsenter` per command (an extra `exec` and a process between the
+//! emulator and the command, so no real process group inside and no in-sandbox pid without a
+//! race); a fork server inside the sandbox (passing stdio needs `SCM_RIGHTS`, so an extra binary
+//! to ship); a fresh mount namespace per command (today's cost).
+//!
+//! # Without root ([`Isolation::Translate`])
+//!
+//! When this process cannot create namespaces (not root, or no `unshare`), or when
+//! `EXECSEAM_EMULATOR_ISOLATION=translate` asks for it, the emulator runs in a **degraded mode**
+//! and says so on every start: commands run directly on the host as this process's user, with no
+//! pid, filesystem or user isolation; each sandbox gets a private temporary root whose
+//! directories replace the provider's paths (`/home/user` becomes `<root>/home/user`), which the
+//! commands see as such (the documented degradation).
+//!
+//! # Terminals
+//!
+//! [`Sandbox::spawn_pty`] starts a process on a real pseudo-terminal of the sandbox: the pair is
+//! opened on the launcher thread from the sandbox's own `devpts` instance (so the process sees
+//! `/dev/pts/0`, … of its sandbox, never the host's), the slave is the user's and becomes the
+//! controlling terminal of a new session the process leads (`setsid`, `TIOCSCTTY`), and the
+//! emulator keeps the master ([`PtyMaster`]: async read and write, resize with `TIOCSWINSZ`).
+//! `test -t 0`, `stty size`, `^C` and SIGWINCH behave as on a login terminal.
+//!
+//! # Later features
+//!
+//! A sandbox can host a long-lived process ([`Sandbox::spawn`] with any stdio), and its whole
+//! writable state is the host directory [`Sandbox::upper_dir`]: a snapshot is a copy of it taken
+//! while no command writes, a restore starts a new sandbox over a copy (not implemented here).
+
+mod etc;
+mod ns;
+mod pty;
+pub mod spec;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use execseam_local::{LocalConfig, LocalExec, SpawnError, Spawner};
+use tokio::task::AbortHandle;
+
+pub use pty::{PtyChild, PtyMaster, PtySize};
+pub use spec::{Dir, Mount, SandboxSpec, Sandboxing, User};
+
+/// How sandboxes are isolated on this host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    /// Real sandboxes: pid, mount (overlay root), UTS and IPC namespaces, the provider's users
+    /// (needs root and util-linux's `unshare`).
+    Namespaces,
+    /// Degraded: commands run on the host as this process's user, with provider paths rewritten
+    /// to host paths under the sandbox's root.
+    Translate,
+}
+
+impl Isolation {
+    /// `Namespaces` if this process can create the sandboxes' namespaces, else `Translate`
+    /// (also when `EXECSEAM_EMULATOR_ISOLATION=translate`). Probed once per process.
+    pub fn detect() -> Isolation {
+        static DETECTED: OnceLock<Isolation> = OnceLock::new();
+        *DETECTED.get_or_init(|| {
+            if std::env::var("EXECSEAM_EMULATOR_ISOLATION").as_deref() == Ok("translate") {
+                return Isolation::Translate;
+            }
+            let ok = crate::sys::euid() == 0
+                && std::process::Command::new("unshare")
+                    .args([
+                        "--pid",
+                        "--fork",
+                        "--mount",
+                        "--uts",
+                        "--ipc",
+                        "--propagation",
+                        "private",
+                        "--",
+                        "true",
+                    ])
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+            if ok {
+                Isolation::Namespaces
+            } else {
+                tracing::warn!("{}", Isolation::Translate.describe());
+                Isolation::Translate
+            }
+        })
+    }
+
+    /// A short line for conformance records (`Target::environment`): which mode ran.
+    pub fn record_line(self) -> &'static str {
+        match self {
+            Isolation::Namespaces => {
+                "emulated sandboxes with namespaces (own pid, mount, UTS, IPC; overlay root; the provider's users)"
+            }
+            Isolation::Translate => {
+                "emulated sandboxes DEGRADED (no root: commands on the host, provider paths translated)"
+            }
+        }
+    }
+
+    /// One line for banners and records: what isolation is in force.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Isolation::Namespaces => {
+                "isolation: namespaces (own pid, mount, UTS and IPC namespaces; overlay root over \
+                 the host's /, host homes and checkout hidden; the provider's users); commands run \
+                 on this machine's kernel, not in a VM; network is the host's"
+            }
+            Isolation::Translate => {
+                "isolation: DEGRADED (not root, or no unshare): commands run directly on this host \
+                 as this user, with no pid, filesystem or user isolation; provider paths are \
+                 translated to per-sandbox host directories"
+            }
+        }
+    }
+}
+
+/// How [`Isolation::Translate`] maps sandbox paths to host paths: the private directories to
+/// the sandbox's root, the [`Mount`]s to their host paths.
+#[derive(Debug)]
+struct Translation {
+    root: PathBuf,
+    private: Vec<String>,
+    mounts: Vec<Mount>,
+}
+
+impl Translation {
+    fn map(&self, sandbox_path: &str) -> String {
+        for m in &self.mounts {
+            if let Some(rest) = strip_dir(sandbox_path, &m.sandbox) {
+                return join(&m.host, rest);
+            }
+        }
+        for p in &self.private {
+            if let Some(rest) = strip_dir(sandbox_path, p) {
+                return join(&self.root.join(p.trim_start_matches('/')), rest);
+            }
+        }
+        sandbox_path.to_owned()
+    }
+}
+
+/// What [`Sandbox::fs`] closures get: how to name a sandbox path.
+#[derive(Clone, Debug)]
+pub struct Fs {
+    /// `Translate` only.
+    translate: Option<Arc<Translation>>,
+}
+
+impl Fs {
+    /// The path to use for a sandbox path in the closure's std::fs calls: the path itself in
+    /// [`Isolation::Namespaces`] (the closure runs inside the sandbox), the host path in
+    /// [`Isolation::Translate`].
+    pub fn path(&self, sandbox_path: &str) -> PathBuf {
+        match &self.translate {
+            None => PathBuf::from(sandbox_path),
+            Some(t) => PathBuf::from(t.map(sandbox_path)),
+        }
+    }
+
+    /// Gives a file to `user`, as a provider's daemon (running as root) does for files its API
+    /// creates. A no-op in [`Isolation::Translate`] (this process is not root there).
+    pub fn chown(&self, sandbox_path: &str, user: &User) -> io::Result<()> {
+        match self.translate {
+            None => std::os::unix::fs::lchown(sandbox_path, Some(user.uid), Some(user.gid)),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Creates a FIFO (named pipe) at a path from [`path`](Self::path).
+    pub fn mkfifo(&self, path: &Path, mode: u32) -> io::Result<()> {
+        crate::sys::mkfifo(path, mode)
+    }
+
+    /// Creates `sandbox_path` and its missing parents, giving each directory it creates to
+    /// `user` (as a daemon running as the user would create them).
+    pub fn create_dir_all_as(&self, sandbox_path: &str, user: &User) -> io::Result<()> {
+        let target = self.path(sandbox_path);
+        let mut missing = Vec::new();
+        let mut p = target.as_path();
+        while std::fs::symlink_metadata(p).is_err() {
+            missing.push(p.to_path_buf());
+            match p.parent() {
+                Some(parent) => p = parent,
+                None => break,
+            }
+        }
+        for dir in missing.iter().rev() {
+            match std::fs::create_dir(dir) {
+                Ok(()) => {
+                    if self.translate.is_none() {
+                        std::os::unix::fs::lchown(dir, Some(user.uid), Some(user.gid))?;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// True in [`Isolation::Namespaces`]: ownership and permission bits are real.
+    pub fn is_isolated(&self) -> bool {
+        self.translate.is_none()
+    }
+}
+
+/// One sandbox: its filesystem, its processes, a command runner for its default user.
+pub struct Sandbox {
+    id: String,
+    spec: SandboxSpec,
+    isolation: Isolation,
+    /// `Namespaces`: the state directory (`upper`, `work`, `root`); `Translate`: the root whose
+    /// subdirectories stand for the private paths.
+    state: PathBuf,
+    ns: Option<Arc<ns::Namespaces>>,
+    translation: Arc<Translation>,
+    exec: LocalExec,
+    running: Mutex<Vec<AbortHandle>>,
+    alive: AtomicBool,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("id", &self.id)
+            .field("state", &self.state)
+            .field("isolation", &self.isolation)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts a [`LocalExec`]'s processes inside a sandbox as one user.
+struct SandboxSpawner {
+    ns: Arc<ns::Namespaces>,
+    creds: crate::sys::Creds,
+    home: String,
+}
+
+impl Spawner for SandboxSpawner {
+    fn spawn(
+        &self,
+        command: tokio::process::Command,
+        workdir: Option<String>,
+    ) -> execseam_core::BoxFuture<'static, Result<tokio::process::Child, SpawnError>> {
+        let ns = self.ns.clone();
+        let creds = self.creds.clone();
+        let workdir = workdir.unwrap_or_else(|| self.home.clone());
+        Box::pin(async move { ns.spawn(command, creds, workdir).await })
+    }
+}
+
+/// A process started with [`Sandbox::spawn`].
+#[derive(Debug)]
+pub struct SandboxChild {
+    /// The process (a child of this process; it leads its own process group).
+    pub child: tokio::process::Child,
+    /// Its pid on the host (and its process group there).
+    pub host_pid: u32,
+    /// Its pid inside the sandbox (what `echo $$` prints there); the host pid in `Translate`.
+    pub pid: u32,
+}
+
+impl Sandbox {
+    /// Creates a sandbox: a fresh state directory under [`Sandboxing::state_dir`] (or the system
+    /// temp dir) and, in [`Isolation::Namespaces`], its init (blocking about 10–30 ms).
+    pub fn create(
+        id: impl Into<String>,
+        spec: SandboxSpec,
+        sandboxing: &Sandboxing,
+    ) -> io::Result<Arc<Sandbox>> {
+        let id = id.into();
+        let base = match &sandboxing.state_dir {
+            Some(d) => d.clone(),
+            None => std::env::temp_dir(),
+        }
+        .canonicalize()?;
+        let state = base.join(format!(
+            "execseam-{}-{}",
+            spec.name,
+            crate::clock::hex_id(16)
+        ));
+        std::fs::create_dir(&state)?;
+        std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        let translation = Arc::new(Translation {
+            root: state.clone(),
+            private: spec.private_paths(),
+            mounts: sandboxing.mounts.clone(),
+        });
+        let isolation = sandboxing.isolation;
+        let (ns, exec) = match isolation {
+            Isolation::Namespaces => {
+                let started = ns::Namespaces::start(&state, &spec, &sandboxing.mounts);
+                let ns = match started {
+                    Ok(ns) => Arc::new(ns),
+                    Err(e) => {
+                        let _ = std::fs::remove_dir_all(&state);
+                        return Err(e);
+                    }
+                };
+                let exec = Self::exec_in(&ns, &spec, &spec.user);
+                (Some(ns), exec)
+            }
+            Isolation::Translate => {
+                for p in &translation.private {
+                    std::fs::create_dir_all(state.join(p.trim_start_matches('/')))?;
+                }
+                (None, Self::exec_translated(&translation, &spec, &spec.user))
+            }
+        };
+        let sandbox = Arc::new(Sandbox {
+            id,
+            spec,
+            isolation,
+            state,
+            ns,
+            translation,
+            exec,
+            running: Mutex::new(Vec::new()),
+            alive: AtomicBool::new(true),
+        });
+        let mut live = LIVE.lock().expect("live sandboxes");
+        live.retain(|w| w.strong_count() > 0);
+        live.push(Arc::downgrade(&sandbox));
+        Ok(sandbox)
+    }
+
+    fn exec_translated(t: &Translation, spec: &SandboxSpec, user: &User) -> LocalExec {
+        let mut env = user_env(spec, user);
+        for v in env.values_mut() {
+            *v = t.map(v);
+        }
+        LocalExec::with_config(LocalConfig::new().inherit(["PATH"]).base_env(env))
+    }
+
+    fn exec_in(ns: &Arc<ns::Namespaces>, spec: &SandboxSpec, user: &User) -> LocalExec {
+        let spawner = SandboxSpawner {
+            ns: ns.clone(),
+            creds: ns::creds(user, &ns.group_file),
+            home: user.home.clone(),
+        };
+        LocalExec::with_config(
+            LocalConfig::new()
+                .inherit(std::iter::empty::<String>())
+                .base_env(user_env(spec, user))
+                .spawner(Arc::new(spawner)),
+        )
+    }
+
+    /// The sandbox's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// What the sandbox looks like from inside.
+    pub fn spec(&self) -> &SandboxSpec {
+        &self.spec
+    }
+
+    /// The user commands run as by default.
+    pub fn user(&self) -> &User {
+        &self.spec.user
+    }
+
+    /// The sandbox's state directory on the host.
+    pub fn state_dir(&self) -> &Path {
+        &self.state
+    }
+
+    /// The overlay's upper layer on the host: everything the sandbox wrote (whiteouts mark what
+    /// it deleted). `None` in [`Isolation::Translate`].
+    pub fn upper_dir(&self) -> Option<PathBuf> {
+        self.ns.as_ref().map(|_| self.state.join("upper"))
+    }
+
+    /// The isolation in use.
+    pub fn isolation(&self) -> Isolation {
+        self.isolation
+    }
+
+    /// The runner for commands as the default user (they see the provider's paths).
+    pub fn exec(&self) -> &LocalExec {
+        &self.exec
+    }
+
+    /// A runner for commands as `user` (an account of the sandbox), with the user's HOME, USER
+    /// and LOGNAME over the provider's environment. In [`Isolation::Translate`] commands run as
+    /// this process's user whatever `user` is.
+    pub fn exec_as(&self, user: &User) -> LocalExec {
+        match &self.ns {
+            Some(ns) => Self::exec_in(ns, &self.spec, user),
+            None => Self::exec_translated(&self.translation, &self.spec, user),
+        }
+    }
+
+    /// The provider's environment for `user`, as [`exec_as`](Self::exec_as) gives it to
+    /// commands: the spec's variables, then the user's HOME, USER and LOGNAME (unless the spec
+    /// sets them for the default user). For processes started with [`spawn`](Self::spawn) or
+    /// [`spawn_pty`](Self::spawn_pty), which take the caller's environment.
+    pub fn env_of(&self, user: &User) -> BTreeMap<String, String> {
+        user_env(&self.spec, user)
+    }
+
+    /// Starts `command` in the sandbox as `user` in `workdir` (a sandbox path that must be a
+    /// directory there): for emulators that drive processes themselves (interactive stdin,
+    /// signals, PTYs). The caller sets the program, arguments, environment and stdio; the harness
+    /// adds the namespaces, the user, the bounding set and a process group of its own. In
+    /// [`Isolation::Translate`] it runs on the host, with `workdir` translated.
+    pub async fn spawn(
+        &self,
+        mut command: tokio::process::Command,
+        user: &User,
+        workdir: &str,
+    ) -> Result<SandboxChild, SpawnError> {
+        command.process_group(0);
+        execseam_local::restore_default_signals(&mut command);
+        let child = match &self.ns {
+            Some(ns) => {
+                ns.spawn(command, ns::creds(user, &ns.group_file), workdir.to_owned())
+                    .await?
+            }
+            None => {
+                let dir = self.visible_path(workdir);
+                if !Path::new(&dir).is_dir() {
+                    return Err(SpawnError::Workdir(format!(
+                        "workdir {workdir} does not exist"
+                    )));
+                }
+                command.current_dir(dir);
+                command.spawn().map_err(SpawnError::Io)?
+            }
+        };
+        let host_pid = child
+            .id()
+            .ok_or_else(|| SpawnError::Io(io::Error::other("the process has no pid")))?;
+        let pid = match self.ns {
+            Some(_) => sandbox_pid(host_pid).unwrap_or(host_pid),
+            None => host_pid,
+        };
+        Ok(SandboxChild {
+            child,
+            host_pid,
+            pid,
+        })
+    }
+
+    /// Runs `f` where sandbox paths resolve as the sandbox's commands see them (on a thread inside
+    /// the sandbox in [`Isolation::Namespaces`]; name paths through [`Fs::path`]), as root: for a
+    /// provider daemon that runs as root (E2B's envd, Cloudflare's bridge) and gives files away
+    /// itself ([`Fs::chown`]). Every emulator's files API goes through here or [`fs_as`](Self::fs_as).
+    pub async fn fs<T, F>(&self, f: F) -> io::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Fs) -> io::Result<T> + Send + 'static,
+    {
+        self.fs_with(None, f).await
+    }
+
+    /// [`fs`](Self::fs) with the file permissions and ownership of `user` (for a provider daemon
+    /// that runs as the sandbox's user, as Daytona's and Sprites' do): permission checks are the
+    /// user's and new files are the user's. As this process's user in [`Isolation::Translate`].
+    pub async fn fs_as<T, F>(&self, user: &User, f: F) -> io::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Fs) -> io::Result<T> + Send + 'static,
+    {
+        self.fs_with(Some(user), f).await
+    }
+
+    async fn fs_with<T, F>(&self, user: Option<&User>, f: F) -> io::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Fs) -> io::Result<T> + Send + 'static,
+    {
+        let fs = self.fs_view();
+        match &self.ns {
+            Some(ns) => {
+                let creds = user.map(|u| ns::creds(u, &ns.group_file));
+                ns.run(creds, move || f(&fs))
+                    .await
+                    .map_err(|_| io::Error::other("the sandbox thread panicked"))?
+            }
+            None => f(&fs),
+        }
+    }
+
+    /// [`fs`](Self::fs), blocking the calling thread until `f` is done (for synchronous code).
+    pub fn fs_blocking<T, F>(&self, f: F) -> io::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Fs) -> io::Result<T> + Send + 'static,
+    {
+        self.fs_blocking_with(None, f)
+    }
+
+    /// [`fs_as`](Self::fs_as), blocking the calling thread until `f` is done.
+    pub fn fs_blocking_as<T, F>(&self, user: &User, f: F) -> io::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Fs) -> io::Result<T> + Send + 'static,
+    {
+        self.fs_blocking_with(Some(user), f)
+    }
+
+    fn fs_blocking_with<T, F>(&self, user: Option<&User>, f: F) -> io::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Fs) -> io::Result<T> + Send + 'static,
+    {
+        let fs = self.fs_view();
+        match &self.ns {
+            Some(ns) => {
+                let creds = user.map(|u| ns::creds(u, &ns.group_file));
+                ns.run_blocking(creds, move || f(&fs))
+            }
+            None => f(&fs),
+        }
+    }
+
+    fn fs_view(&self) -> Fs {
+        Fs {
+            translate: match self.ns {
+                Some(_) => None,
+                None => Some(self.translation.clone()),
+            },
+        }
+    }
+
+    /// For tests and inspection only: where a sandbox path can be reached from the host
+    /// (`/proc/<init>/root/…`; the translated path in [`Isolation::Translate`]). Unlike
+    /// [`fs`](Self::fs), an absolute symlink met on the way resolves against the host's root, so
+    /// emulator code never uses it (a test checks).
+    #[doc(hidden)]
+    pub fn host_path(&self, sandbox_path: &str) -> PathBuf {
+        match &self.ns {
+            Some(ns) => PathBuf::from(format!(
+                "/proc/{}/root/{}",
+                ns.init,
+                sandbox_path.trim_start_matches('/')
+            )),
+            None => PathBuf::from(self.translation.map(sandbox_path)),
+        }
+    }
+
+    /// True until [`destroy`](Self::destroy).
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    /// The path as the sandbox's commands see it: with [`Isolation::Translate`] a provider path
+    /// (`/home/user/x`) becomes the host path under the root (or the host path of a [`Mount`]);
+    /// otherwise it is unchanged.
+    pub fn visible_path(&self, sandbox_path: &str) -> String {
+        match self.isolation {
+            Isolation::Namespaces => sandbox_path.to_owned(),
+            Isolation::Translate => self.translation.map(sandbox_path),
+        }
+    }
+
+    /// Host pids of the sandbox's processes (`None` in [`Isolation::Translate`], which has no
+    /// pid namespace to tell them by).
+    pub fn processes(&self) -> Option<Vec<u32>> {
+        self.ns.as_ref().map(|ns| ns.sandbox_processes())
+    }
+
+    /// `(pid inside the sandbox, host pid)` of every live process of the sandbox, by pid (empty
+    /// in [`Isolation::Translate`]; for a provider's process listing, `ps`).
+    pub fn process_table(&self) -> Vec<(u32, u32)> {
+        let mut t: Vec<(u32, u32)> = self
+            .processes()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|&h| !is_zombie(h))
+            .filter_map(|h| Some((sandbox_pid(h)?, h)))
+            .collect();
+        t.sort_unstable();
+        t
+    }
+
+    /// The host pid of the live process whose pid inside the sandbox is `pid` (in
+    /// [`Isolation::Translate`] they are the same).
+    pub fn host_pid(&self, pid: u32) -> Option<u32> {
+        match &self.ns {
+            Some(ns) => ns
+                .sandbox_processes()
+                .into_iter()
+                .find(|&h| sandbox_pid(h) == Some(pid)),
+            None => Path::new(&format!("/proc/{pid}")).exists().then_some(pid),
+        }
+    }
+
+    /// Sends `signal` to the process group led by `host_pid` if that process is still in this
+    /// sandbox (so a reaped and reused pid is never signalled).
+    pub fn signal_group(&self, host_pid: u32, signal: i32) -> io::Result<()> {
+        if let Some(ns) = &self.ns
+            && !ns.contains(host_pid)
+        {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        crate::sys::kill(-(host_pid as i32), signal)
+    }
+
+    /// Registers a running command's task, so that [`destroy`](Self::destroy) aborts it.
+    pub fn track(&self, handle: AbortHandle) {
+        let mut running = self.running.lock().expect("running");
+        running.retain(|h| !h.is_finished());
+        running.push(handle);
+    }
+
+    /// Kills every process of the sandbox but its init, and aborts its running commands; the
+    /// sandbox and its files stay (a provider's "stop"). With [`Isolation::Translate`] only the
+    /// tracked commands end.
+    pub fn kill_processes(&self) {
+        for h in self.running.lock().expect("running").drain(..) {
+            h.abort(); // dropping the exec future kills the process group
+        }
+        // An aborted exec may be mid-poll on another worker and spawn after one scan, so
+        // the scan repeats until only the init (and zombies it has yet to reap) is left;
+        // bounded, so a process that cannot die does not hang the caller.
+        let Some(ns) = &self.ns else { return };
+        for _ in 0..200 {
+            let live: Vec<u32> = ns
+                .sandbox_processes()
+                .into_iter()
+                .filter(|&pid| sandbox_pid(pid) != Some(1) && !is_zombie(pid))
+                .collect();
+            if live.is_empty() {
+                return;
+            }
+            for pid in live {
+                let _ = crate::sys::kill(pid as i32, libc::SIGKILL);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        tracing::warn!("processes of a stopped sandbox survived 200 SIGKILL rounds");
+    }
+
+    /// Sends `signal` to every process of the sandbox but its init (`SIGSTOP`/`SIGCONT` freeze
+    /// and thaw it, as a provider's pause and resume do). Nothing in [`Isolation::Translate`].
+    pub fn signal_processes(&self, signal: i32) {
+        if let Some(ns) = &self.ns {
+            for pid in ns.sandbox_processes() {
+                if sandbox_pid(pid) != Some(1) {
+                    let _ = crate::sys::kill(pid as i32, signal);
+                }
+            }
+        }
+    }
+
+    /// Kills every process of the sandbox and removes its state (the removal finishes on a
+    /// thread of its own; [`teardowns_pending`] counts it until then). Idempotent.
+    pub fn destroy(&self) {
+        if !self.alive.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        for h in self.running.lock().expect("running").drain(..) {
+            h.abort(); // dropping the exec future kills the process group
+        }
+        match &self.ns {
+            Some(ns) => ns.clone().teardown(self.state.clone()),
+            None => {
+                let _ = std::fs::remove_dir_all(&self.state);
+            }
+        }
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.destroy();
+    }
+}
+
+/// Every sandbox this process created (weakly: dropping the last handle destroys one).
+static LIVE: Mutex<Vec<std::sync::Weak<Sandbox>>> = Mutex::new(Vec::new());
+
+/// Destroys every sandbox of this process that still exists (for a shutdown: `execseam emulate`
+/// on SIGTERM or SIGINT, whatever still holds them), then waits (up to `limit`) for their
+/// teardown. True if nothing is left.
+pub async fn destroy_all(limit: std::time::Duration) -> bool {
+    let live: Vec<Arc<Sandbox>> = LIVE
+        .lock()
+        .expect("live sandboxes")
+        .drain(..)
+        .filter_map(|w| w.upgrade())
+        .collect();
+    for s in &live {
+        s.destroy();
+    }
+    drop(live);
+    wait_for_teardowns(limit).await
+}
+
+/// How many sandboxes of this process exist or are still being torn down: after the last
+/// emulator is dropped, wait for 0 before exiting so nothing is left behind.
+pub fn teardowns_pending() -> usize {
+    ns::pending()
+}
+
+/// Waits (up to `limit`) until every sandbox of this process is torn down; true if all were.
+pub async fn wait_for_teardowns(limit: std::time::Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while teardowns_pending() > 0 {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    true
+}
+
+/// The pid a host process has in its own (innermost) pid namespace.
+/// True for a process that has exited and waits for its parent to reap it.
+fn is_zombie(host_pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{host_pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
+        .unwrap_or(true) // gone already
+}
+
+fn sandbox_pid(host_pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{host_pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+    line.split_whitespace().last()?.parse().ok()
+}
+
+/// The provider's environment for `user`: HOME, USER and LOGNAME from the account unless the
+/// spec sets them (for the default user).
+fn user_env(spec: &SandboxSpec, user: &User) -> BTreeMap<String, String> {
+    let mut env = spec.env.clone();
+    let default = user == &spec.user;
+    for (k, v) in [
+        ("HOME", user.home.as_str()),
+        ("USER", user.name.as_str()),
+        ("LOGNAME", user.name.as_str()),
+    ] {
+        if !default || !env.contains_key(k) {
+            env.insert(k.to_owned(), v.to_owned());
+        }
+    }
+    env
+}
+
+fn strip_dir<'a>(path: &'a str, dir: &str) -> Option<&'a str> {
+    let rest = path.strip_prefix(dir.trim_end_matches('/'))?;
+    if rest.is_empty() {
+        Some("")
+    } else {
+        rest.strip_prefix('/')
+    }
+}
+
+fn join(base: &Path, rest: &str) -> String {
+    if rest.is_empty() {
+        base.to_string_lossy().into_owned()
+    } else {
+        base.join(rest).to_string_lossy().into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests;

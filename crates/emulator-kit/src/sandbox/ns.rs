@@ -1,0 +1,569 @@
+//! [`Isolation::Namespaces`](super::Isolation): a sandbox is a long-lived init process in its own
+//! pid, mount, UTS and IPC namespaces, whose root filesystem is an overlay over the host's `/`
+//! with a per-sandbox upper layer; commands and file operations enter those namespaces from a
+//! short-lived thread of this process (the fast launcher). See the [module docs](super).
+
+use std::fs::File;
+use std::io::{self, BufRead, Read};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::etc;
+use super::spec::{Mount, SandboxSpec, User};
+use crate::sys;
+
+const INIT: &str = include_str!("init.sh");
+const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Top-level host directories a sandbox sees (read-only below its upper layer): the system.
+const SYSTEM_DIRS: [&str; 14] = [
+    "bin", "boot", "etc", "lib", "lib32", "lib64", "libx32", "opt", "proc", "sbin", "sys", "usr",
+    "var", "snap",
+];
+/// Top-level directories a sandbox gets fresh and empty (the host's are hidden).
+const FRESH_DIRS: [(&str, u32); 8] = [
+    ("home", 0o755),
+    ("root", 0o700),
+    ("tmp", 0o1777),
+    ("mnt", 0o755),
+    ("media", 0o755),
+    ("srv", 0o755),
+    ("run", 0o755),
+    ("dev", 0o755),
+];
+
+/// Sandboxes whose teardown has not finished (their processes or state may still exist).
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+/// How many sandboxes of this process still exist or are being torn down.
+pub(crate) fn pending() -> usize {
+    PENDING.load(Ordering::SeqCst)
+}
+
+/// The namespaces of one running sandbox.
+pub(crate) struct Namespaces {
+    /// Open namespace files of the init, in the order a thread enters them.
+    files: Vec<(File, libc::c_int)>,
+    /// The pid namespace's inode, to recognise the sandbox's processes from the host.
+    pid_ns: u64,
+    /// The init's pid on the host.
+    pub(crate) init: i32,
+    /// The sandbox's `/etc/group`, to resolve supplementary groups.
+    pub(crate) group_file: String,
+    /// `unshare`, the init's parent: killing it kills the init (`--kill-child`), and with it
+    /// every process of the pid namespace.
+    unshare: Mutex<Option<std::process::Child>>,
+    /// The write end of the init's stdin: closing it (also when this process dies) ends the init.
+    lifeline: Mutex<Option<io::PipeWriter>>,
+    /// The lifeline's `pipe:[inode]`, the init's lifeline reader's stdin.
+    lifeline_pipe: PathBuf,
+}
+
+impl std::fmt::Debug for Namespaces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Namespaces")
+            .field("pid_ns", &self.pid_ns)
+            .finish_non_exhaustive()
+    }
+}
+
+fn ns_inode(path: impl AsRef<Path>) -> io::Result<u64> {
+    Ok(std::fs::metadata(path)?.ino())
+}
+
+/// Creates `path` (and its missing parents, root-owned 0755) as a directory.
+fn mkdir(path: &Path, mode: u32) -> io::Result<()> {
+    std::fs::create_dir_all(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+fn write(path: &Path, text: &str, mode: u32, gid: u32) -> io::Result<()> {
+    std::fs::write(path, text)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    std::os::unix::fs::chown(path, Some(0), Some(gid))
+}
+
+fn rel(sandbox_path: &str) -> &str {
+    sandbox_path.trim_start_matches('/')
+}
+
+/// Creates `sandbox_path` in the upper layer with its missing parents (root-owned 0755); a
+/// whiteout on the way (a hidden host entry) becomes an opaque directory, so the directory starts
+/// empty rather than showing the host's.
+fn upper_dir(upper: &Path, sandbox_path: &str) -> io::Result<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut p = upper.to_path_buf();
+    for part in rel(sandbox_path).split('/').filter(|c| !c.is_empty()) {
+        p.push(part);
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => continue,
+            Ok(m) if m.file_type().is_char_device() => {
+                std::fs::remove_file(&p)?;
+                mkdir(&p, 0o755)?;
+                sys::set_opaque(&p)?;
+            }
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{sandbox_path}: {} is not a directory", p.display()),
+                ));
+            }
+            Err(_) => mkdir(&p, 0o755)?,
+        }
+    }
+    Ok(p)
+}
+
+/// Fills the upper layer: fresh top-level directories (opaque, so the host's `/home`, `/root`,
+/// `/tmp`, … are not merged in), whiteouts over every other non-system top-level entry (the
+/// checkout under `/work`, `/data`, …), `/dev`, the account files, the homes and directories, and
+/// the mount points.
+fn prepare_upper(upper: &Path, spec: &SandboxSpec, mounts: &[Mount]) -> io::Result<String> {
+    mkdir(upper, 0o755)?;
+    for entry in std::fs::read_dir("/")? {
+        let name = entry?.file_name();
+        let name = name.to_string_lossy();
+        if SYSTEM_DIRS.contains(&name.as_ref()) || FRESH_DIRS.iter().any(|(d, _)| *d == name) {
+            continue;
+        }
+        sys::mknod_char(&upper.join(name.as_ref()), 0o000, 0, 0)?;
+    }
+    for (dir, mode) in FRESH_DIRS {
+        let p = upper.join(dir);
+        mkdir(&p, mode)?;
+        sys::set_opaque(&p)?;
+    }
+    let var_tmp = upper.join("var/tmp");
+    mkdir(&var_tmp, 0o1777)?;
+    sys::set_opaque(&var_tmp)?;
+    // Hide this process's working directory and home too when they lie in a system directory
+    // (a checkout under /usr/src, say); the fresh and hidden top-level entries cover the rest.
+    for p in [
+        std::env::current_dir().ok(),
+        std::env::var_os("HOME").map(PathBuf::from),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let mut parts = p.components().skip(1);
+        let top = parts
+            .next()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned());
+        if top.is_some_and(|t| SYSTEM_DIRS.contains(&t.as_str())) && parts.next().is_some() {
+            let hidden = upper.join(p.strip_prefix("/").unwrap_or(&p));
+            if let Some(parent) = hidden.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            if !hidden.exists() {
+                sys::mknod_char(&hidden, 0o000, 0, 0)?;
+            }
+        }
+    }
+    // /dev: the harmless devices, the pty instance's mount point, shared memory.
+    let dev = upper.join("dev");
+    for (name, minor) in [
+        ("null", 3),
+        ("zero", 5),
+        ("full", 7),
+        ("random", 8),
+        ("urandom", 9),
+    ] {
+        sys::mknod_char(&dev.join(name), 0o666, 1, minor)?;
+        std::fs::set_permissions(dev.join(name), std::fs::Permissions::from_mode(0o666))?;
+    }
+    sys::mknod_char(&dev.join("tty"), 0o666, 5, 0)?;
+    std::fs::set_permissions(dev.join("tty"), std::fs::Permissions::from_mode(0o666))?;
+    mkdir(&dev.join("pts"), 0o755)?;
+    mkdir(&dev.join("shm"), 0o1777)?;
+    for (link, target) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(target, dev.join(link))?;
+    }
+    // Accounts and names.
+    let users = spec.users();
+    let host_passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let host_group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    let passwd = etc::passwd(&host_passwd, &users);
+    let group = etc::group(&host_group, &users, &passwd);
+    let shadow_gid = etc::gid_of(&group, "shadow").unwrap_or(0);
+    let etc_dir = upper.join("etc");
+    mkdir(&etc_dir, 0o755)?;
+    write(&etc_dir.join("passwd"), &passwd, 0o644, 0)?;
+    write(&etc_dir.join("group"), &group, 0o644, 0)?;
+    write(
+        &etc_dir.join("shadow"),
+        &etc::shadow(&passwd, false),
+        0o640,
+        shadow_gid,
+    )?;
+    write(
+        &etc_dir.join("gshadow"),
+        &etc::shadow(&group, true),
+        0o640,
+        shadow_gid,
+    )?;
+    write(
+        &etc_dir.join("hostname"),
+        &format!("{}\n", spec.hostname),
+        0o644,
+        0,
+    )?;
+    write(
+        &etc_dir.join("hosts"),
+        &etc::hosts(&spec.hostname),
+        0o644,
+        0,
+    )?;
+    // Homes, then the spec's directories (which may override a home's mode).
+    for u in &users {
+        let home = upper_dir(upper, &u.home)?;
+        mkdir(&home, if u.is_root() { 0o700 } else { 0o755 })?;
+        std::os::unix::fs::chown(&home, Some(u.uid), Some(u.gid))?;
+    }
+    for d in &spec.dirs {
+        let p = upper_dir(upper, &d.path)?;
+        mkdir(&p, d.mode)?;
+        std::os::unix::fs::chown(&p, Some(d.uid), Some(d.gid))?;
+    }
+    for m in mounts {
+        if m.host.is_dir() {
+            upper_dir(upper, &m.sandbox)?;
+        } else {
+            let (parent, name) = m.sandbox.rsplit_once('/').unwrap_or(("", &m.sandbox));
+            let p = upper_dir(upper, parent)?.join(name);
+            if std::fs::symlink_metadata(&p).is_ok() {
+                std::fs::remove_file(&p)?;
+            }
+            std::fs::write(&p, b"")?;
+        }
+    }
+    mkdir(&upper.join(".execseam-old"), 0o700)?;
+    Ok(group)
+}
+
+impl Namespaces {
+    /// Prepares `state` (an empty directory this process created) and starts the init. Returns
+    /// once the init has pivoted into the sandbox's root (blocking this thread meanwhile, about
+    /// 10–30 ms; the init needs nothing from the caller's runtime).
+    pub(crate) fn start(
+        state: &Path,
+        spec: &SandboxSpec,
+        mounts: &[Mount],
+    ) -> io::Result<Namespaces> {
+        let upper = state.join("upper");
+        let group_file = prepare_upper(&upper, spec, mounts)
+            .map_err(|e| io::Error::new(e.kind(), format!("preparing the sandbox's root: {e}")))?;
+        mkdir(&state.join("work"), 0o700)?;
+        mkdir(&state.join("root"), 0o755)?;
+        let (lifeline_rx, lifeline_tx) = io::pipe()?;
+        let lifeline_pipe = std::fs::read_link(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&lifeline_tx)
+        ))?;
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.args([
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount",
+            "--uts",
+            "--ipc",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            "-c",
+            INIT,
+            "execseam-init",
+        ])
+        .arg(state)
+        .arg(&spec.hostname);
+        for m in mounts {
+            cmd.arg(&m.host)
+                .arg(&m.sandbox)
+                .arg(if m.read_only { "ro" } else { "rw" });
+        }
+        // Its own process group: a terminal's ^C reaches the emulator, which tears down.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let mut child = cmd
+            .env_clear()
+            .env("PATH", PATH)
+            .current_dir("/")
+            .stdin(Stdio::from(lifeline_rx))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let (stdout, mut stderr) = (
+            child.stdout.take().expect("piped"),
+            child.stderr.take().expect("piped"),
+        );
+        PENDING.fetch_add(1, Ordering::SeqCst);
+        let ns = Namespaces {
+            files: Vec::new(),
+            pid_ns: 0,
+            init: 0,
+            group_file,
+            unshare: Mutex::new(Some(child)),
+            lifeline: Mutex::new(Some(lifeline_tx)),
+            lifeline_pipe,
+        };
+        // From here on, dropping `ns` on an error tears the half-started sandbox down.
+        let mut line = String::new();
+        io::BufReader::new(stdout).read_line(&mut line)?;
+        let Some(init) = line.strip_prefix("ready ") else {
+            let mut why = String::new();
+            let _ = stderr.read_to_string(&mut why);
+            return Err(io::Error::other(format!(
+                "the sandbox's init failed: {}",
+                why.trim()
+            )));
+        };
+        let init: i32 = init.trim().parse().map_err(io::Error::other)?;
+        let mut ns = ns;
+        for (name, kind) in [
+            ("ipc", libc::CLONE_NEWIPC),
+            ("uts", libc::CLONE_NEWUTS),
+            ("pid", libc::CLONE_NEWPID),
+            ("mnt", libc::CLONE_NEWNS),
+        ] {
+            let path = format!("/proc/{init}/ns/{name}");
+            // Fail closed: a namespace equal to ours means the init is not isolated.
+            if ns_inode(&path)? == ns_inode(format!("/proc/self/ns/{name}"))? {
+                return Err(io::Error::other(format!(
+                    "the sandbox's init shares this process's {name} namespace"
+                )));
+            }
+            ns.files.push((File::open(path)?, kind));
+        }
+        ns.pid_ns = ns_inode(format!("/proc/{init}/ns/pid"))?;
+        ns.init = init;
+        Ok(ns)
+    }
+
+    /// Runs `f` on a fresh thread that has entered the sandbox's namespaces: `/` is the
+    /// sandbox's root, and processes it starts are born in the sandbox's pid namespace.
+    pub(crate) fn run<T, F>(
+        self: &Arc<Self>,
+        as_user: Option<sys::Creds>,
+        f: F,
+    ) -> tokio::sync::oneshot::Receiver<io::Result<T>>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> io::Result<T> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let ns = self.clone();
+        let job = move || {
+            let _ = tx.send(ns.enter(as_user.as_ref()).and_then(|()| f()));
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("execseam-sandbox".into())
+            .spawn(job)
+        {
+            let (tx, rx2) = tokio::sync::oneshot::channel();
+            let _ = tx.send(Err(e));
+            return rx2;
+        }
+        rx
+    }
+
+    /// Moves this (fresh, disposable) thread into the sandbox, and makes its file operations
+    /// `as_user`'s if given.
+    fn enter(&self, as_user: Option<&sys::Creds>) -> io::Result<()> {
+        let files: Vec<(&File, libc::c_int)> = self.files.iter().map(|(f, k)| (f, *k)).collect();
+        sys::enter_on_this_thread(&files)?;
+        match as_user {
+            Some(c) => sys::become_fs_user_on_this_thread(c),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `f` like [`run`](Self::run) and waits for it (blocking this thread).
+    pub(crate) fn run_blocking<T, F>(
+        self: &Arc<Self>,
+        as_user: Option<sys::Creds>,
+        f: F,
+    ) -> io::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> io::Result<T> + Send + 'static,
+    {
+        let ns = self.clone();
+        std::thread::Builder::new()
+            .name("execseam-sandbox".into())
+            .spawn(move || ns.enter(as_user.as_ref()).and_then(|()| f()))?
+            .join()
+            .map_err(|_| io::Error::other("the sandbox thread panicked"))?
+    }
+
+    /// Starts `cmd` inside the sandbox as `creds`, in `workdir` (a sandbox path), which must be
+    /// a directory there.
+    pub(crate) async fn spawn(
+        self: &Arc<Self>,
+        cmd: tokio::process::Command,
+        creds: sys::Creds,
+        workdir: String,
+    ) -> Result<tokio::process::Child, execseam_local::SpawnError> {
+        self.spawn_with(cmd, creds, workdir, |_| Ok(()))
+            .await
+            .map(|(child, ())| child)
+    }
+
+    /// [`spawn`](Self::spawn), running `prepare` on the launcher thread (inside the sandbox, as
+    /// root) after the workdir check and before the spawn: to open what the process needs from
+    /// the sandbox's own filesystem (its pty, from the sandbox's devpts instance) and hand it to
+    /// `cmd`. What `prepare` returns comes back with the child.
+    pub(crate) async fn spawn_with<T, P>(
+        self: &Arc<Self>,
+        mut cmd: tokio::process::Command,
+        creds: sys::Creds,
+        workdir: String,
+        prepare: P,
+    ) -> Result<(tokio::process::Child, T), execseam_local::SpawnError>
+    where
+        T: Send + 'static,
+        P: FnOnce(&mut tokio::process::Command) -> io::Result<T> + Send + 'static,
+    {
+        use execseam_local::SpawnError;
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|e| SpawnError::Io(io::Error::other(e)))?;
+        sys::drop_privileges_in_child(&mut cmd, creds);
+        let rx = self.run(None, move || {
+            match std::fs::metadata(&workdir) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Ok(Err(format!("workdir {workdir} is not a directory"))),
+                Err(e) => return Ok(Err(format!("workdir {workdir} does not exist: {e}"))),
+            }
+            cmd.current_dir(&workdir);
+            let extra = prepare(&mut cmd)?;
+            let _rt = handle.enter();
+            // `cmd` (and with it whatever `prepare` gave it) is dropped on this thread.
+            cmd.spawn().map(|child| Ok((child, extra)))
+        });
+        match rx.await {
+            Ok(Ok(Ok(child))) => Ok(child),
+            Ok(Ok(Err(why))) => Err(SpawnError::Workdir(why)),
+            Ok(Err(e)) => Err(SpawnError::Io(e)),
+            Err(_) => Err(SpawnError::Io(io::Error::other(
+                "the sandbox thread panicked",
+            ))),
+        }
+    }
+
+    /// Host pids of the processes in the sandbox (its pid namespace), read from the host's /proc;
+    /// at most `limit`.
+    pub(crate) fn processes(&self, limit: usize) -> Vec<u32> {
+        let mut pids = Vec::new();
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return pids;
+        };
+        for e in dir.flatten() {
+            if pids.len() >= limit {
+                break;
+            }
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            if self.contains(pid) {
+                pids.push(pid);
+            }
+        }
+        pids.sort_unstable();
+        pids
+    }
+
+    /// Host pids of the sandbox's own processes: [`processes`](Self::processes) without the
+    /// init's lifeline reader (the harness's `cat`, which the init restarts when it is killed,
+    /// so a kill-until-empty loop or a wait for the processes to end would never finish).
+    pub(crate) fn sandbox_processes(&self) -> Vec<u32> {
+        let mut pids = self.processes(usize::MAX);
+        pids.retain(|&pid| {
+            pid as i32 == self.init
+                || std::fs::read_link(format!("/proc/{pid}/fd/0"))
+                    .map_or(true, |l| l != self.lifeline_pipe)
+        });
+        pids
+    }
+
+    /// True while `host_pid` is a process of this sandbox.
+    pub(crate) fn contains(&self, host_pid: u32) -> bool {
+        ns_inode(format!("/proc/{host_pid}/ns/pid")).is_ok_and(|i| i == self.pid_ns)
+    }
+
+    /// Kills every process of the sandbox: the init dies with `unshare` (`--kill-child`), and the
+    /// kernel kills the rest of its pid namespace. Idempotent; the pids are never reused before
+    /// this (`unshare` is this process's unreaped child).
+    pub(crate) fn kill_all(&self) {
+        if let Some(child) = self.unshare.lock().expect("unshare").as_mut() {
+            let _ = child.kill();
+        }
+        self.lifeline.lock().expect("lifeline").take();
+    }
+
+    /// Kills everything and removes `state`, then, on a thread of its own, waits until the pid
+    /// namespace is empty (its processes that are this process's children are reaped by tokio,
+    /// and the init waits for that) and removes whatever a dying process still wrote. Blocks
+    /// the caller only for the kill and the removal.
+    pub(crate) fn teardown(self: Arc<Self>, state: PathBuf) {
+        self.kill_all();
+        if let Some(mut child) = self.unshare.lock().expect("unshare").take() {
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&state);
+        let spawned = std::thread::Builder::new()
+            .name("execseam-teardown".into())
+            .spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                let mut pause = Duration::from_millis(1);
+                while !self.processes(1).is_empty() && Instant::now() < deadline {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                drop(self);
+                if state.exists() {
+                    let _ = std::fs::remove_dir_all(&state);
+                }
+                PENDING.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            PENDING.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        // A sandbox that never finished starting: tear down here (the teardown thread took the
+        // child otherwise).
+        if let Some(mut child) = self.unshare.lock().expect("unshare").take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            PENDING.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Credentials of a user for [`sys::drop_privileges_in_child`], with the gids of its
+/// supplementary groups as the sandbox's `/etc/group` names them.
+pub(crate) fn creds(user: &User, group_file: &str) -> sys::Creds {
+    let mut groups = vec![user.gid];
+    for g in &user.groups {
+        if let Some(gid) = etc::gid_of(group_file, g) {
+            groups.push(gid);
+        }
+    }
+    sys::Creds {
+        uid: user.uid,
+        gid: user.gid,
+        groups,
+    }
+}

@@ -1,0 +1,84 @@
+//! Serving a WebSocket from an axum handler: the 101 answer, then the socket once hyper has
+//! switched protocols.
+
+use std::future::Future;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use hyper_util::rt::TokioIo;
+use tokio_websockets::{Limits, WebSocketStream};
+
+/// A server-side WebSocket over an upgraded connection.
+pub type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+/// `Upgrade: websocket` with `Connection: upgrade`.
+pub fn is_upgrade(headers: &HeaderMap) -> bool {
+    let has = |name: header::HeaderName, token: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+    };
+    has(header::UPGRADE, "websocket") && has(header::CONNECTION, "upgrade")
+}
+
+/// Answers the upgrade with 101 and hands the socket to `serve`.
+pub fn upgrade<F, Fut>(req: &mut Request, serve: F) -> Response
+where
+    F: FnOnce(Ws) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let Some(key) = req.headers().get(header::SEC_WEBSOCKET_KEY).cloned() else {
+        let mut r = Response::new(Body::from("missing Sec-WebSocket-Key"));
+        *r.status_mut() = StatusCode::BAD_REQUEST;
+        return r;
+    };
+    let accept = accept_key(key.as_bytes());
+    let on_upgrade = hyper::upgrade::on(req);
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                // tokio-websockets, not tungstenite: the frames carry the token and stdin, and
+                // tungstenite logs every frame's payload at TRACE.
+                let ws = tokio_websockets::ServerBuilder::new()
+                    .limits(Limits::default().max_payload_len(Some(256 << 20)))
+                    .serve(TokioIo::new(upgraded));
+                serve(ws).await;
+            }
+            Err(e) => tracing::debug!(error = %e, "websocket upgrade failed"),
+        }
+    });
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = r.headers_mut();
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    if let Ok(v) = HeaderValue::from_str(&accept) {
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
+    }
+    r
+}
+
+/// The `Sec-WebSocket-Accept` for a client's `Sec-WebSocket-Key` (RFC 6455 §4.2.2).
+fn accept_key(key: &[u8]) -> String {
+    use base64::Engine as _;
+    let mut sha = sha1_smol::Sha1::new();
+    sha.update(key);
+    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn accept_key_is_rfc_6455s() {
+        // RFC 6455 §1.3's example.
+        assert_eq!(
+            super::accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
+}

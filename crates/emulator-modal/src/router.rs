@@ -1,0 +1,390 @@
+//! `modal.task_command_router.TaskCommandRouter`: exec, stdio, stdin and wait for the processes
+//! of one task, reached with `authorization: Bearer <router JWT>` (the only credential the
+//! client sends to it, `_task_command_router_client.py` `_get_metadata`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use execseam_modal_proto::tcr::{
+    self, task_command_router_server::TaskCommandRouter, task_exec_stdin_write_stream_request as ws,
+};
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::control::BoxStream;
+use super::process::{self, Ended, Proc, StderrTo, StdinError};
+use super::{ModalSandbox, Shared, exec_env, now_secs, secret_env, spawn_status};
+use execseam_emulator_kit::grpc::BodyFault;
+use execseam_emulator_kit::{ConnControl, Fault, reset_connection};
+
+pub(crate) struct Router {
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// The largest data message a stdio read sends.
+const CHUNK: usize = 1024 * 1024;
+
+fn task_gone(task_id: &str) -> Status {
+    Status::not_found(format!("Task {task_id} not found"))
+}
+
+impl Router {
+    /// The task the bearer token was issued for, if it is `task_id` and still running.
+    fn task<T>(&self, r: &Request<T>, task_id: &str) -> Result<Arc<ModalSandbox>, Status> {
+        let bearer = r
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        let st = self.shared.lock();
+        match st.router_tokens.get(bearer) {
+            Some((task, exp)) if task == task_id && *exp > now_secs() => {}
+            Some((task, _)) if task == task_id => {
+                return Err(Status::unauthenticated("token expired"));
+            }
+            _ => return Err(Status::unauthenticated("invalid token")),
+        }
+        match st.tasks.get(task_id) {
+            Some(sb) if sb.is_running() => {
+                sb.touch();
+                Ok(sb.clone())
+            }
+            _ => Err(task_gone(task_id)),
+        }
+    }
+
+    fn exec<T>(
+        &self,
+        r: &Request<T>,
+        task_id: &str,
+        exec_id: &str,
+    ) -> Result<(Arc<ModalSandbox>, Arc<Proc>), Status> {
+        let sb = self.task(r, task_id)?;
+        let p = sb
+            .exec(exec_id)
+            .ok_or_else(|| Status::not_found(format!("Exec {exec_id} not found")))?;
+        Ok((sb, p))
+    }
+
+    async fn fault(&self, route: &str) -> Result<Option<Fault>, Status> {
+        self.shared.fault(route).await
+    }
+
+    fn vanish_soon(&self, sb: &Arc<ModalSandbox>) {
+        let shared = self.shared.clone();
+        let sb = sb.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            shared.vanish(&sb);
+        });
+    }
+}
+
+fn stdin_status(e: StdinError, exec_id: &str) -> Status {
+    match e {
+        // The client reads this as ConflictError (a dropped write after an early exit).
+        StdinError::Closed => {
+            Status::failed_precondition(format!("stdin of exec {exec_id} is closed"))
+        }
+        StdinError::Gap { accepted } => Status::out_of_range(format!(
+            "stdin offset is past the {accepted} bytes written to exec {exec_id}"
+        )),
+        StdinError::Evicted => {
+            Status::aborted(format!("a newer stdin stream took over exec {exec_id}"))
+        }
+    }
+}
+
+fn exit_of(e: Ended) -> (Option<i32>, Option<i32>) {
+    match e {
+        Ended::Code(c) => (Some(c), None),
+        Ended::Signal(s) => (None, Some(s)),
+    }
+}
+
+/// Waits for `p` to end while `sb` runs; `None` if the task went away first.
+async fn wait_while_running(sb: &ModalSandbox, p: &Proc) -> Option<Ended> {
+    let mut result = sb.result.subscribe();
+    tokio::select! {
+        e = process::wait(p) => Some(e),
+        () = async { let _ = result.wait_for(Option::is_some).await; } => p.ended(),
+    }
+}
+
+#[tonic::async_trait]
+impl TaskCommandRouter for Router {
+    async fn task_exec_poll(
+        &self,
+        r: Request<tcr::TaskExecPollRequest>,
+    ) -> Result<Response<tcr::TaskExecPollResponse>, Status> {
+        let req = r.get_ref();
+        let (_, p) = self.exec(&r, &req.task_id, &req.exec_id)?;
+        use tcr::task_exec_poll_response::ExitStatus;
+        let exit_status = p.ended().map(|e| match exit_of(e) {
+            (Some(c), _) => ExitStatus::Code(c),
+            (_, s) => ExitStatus::Signal(s.unwrap_or_default()),
+        });
+        Ok(Response::new(tcr::TaskExecPollResponse { exit_status }))
+    }
+
+    async fn task_exec_start(
+        &self,
+        r: Request<tcr::TaskExecStartRequest>,
+    ) -> Result<Response<tcr::TaskExecStartResponse>, Status> {
+        let fault = self.fault("exec").await?;
+        let ctl = r.extensions().get::<ConnControl>().cloned();
+        let sb = self.task(&r, &r.get_ref().task_id)?;
+        let req = r.into_inner();
+        if req.exec_id.is_empty() {
+            return Err(Status::invalid_argument("exec_id is required"));
+        }
+        // Idempotent on exec_id ("ensure exec commands are idempotent", the proto's comment):
+        // a retried start does not run the command again.
+        if sb.exec(&req.exec_id).is_none() {
+            if req.command_args.is_empty() {
+                return Err(Status::invalid_argument("command_args must not be empty"));
+            }
+            if req.pty_info.is_some() {
+                return Err(Status::unimplemented("PTY execs are not emulated"));
+            }
+            if !req.container_id.is_empty() {
+                return Err(Status::not_found(format!(
+                    "Container {} not found",
+                    req.container_id
+                )));
+            }
+            if let Some(id) = req.secret_ids.first() {
+                return Err(Status::not_found(format!("Secret {id} not found")));
+            }
+            let cwd = req.workdir.clone().unwrap_or_else(|| sb.workdir.clone());
+            if !cwd.starts_with('/') {
+                return Err(Status::invalid_argument(format!(
+                    "workdir must be an absolute path, got: {cwd}"
+                )));
+            }
+            let mut extra: BTreeMap<String, String> = secret_env(&req.secret_sources)?;
+            extra.extend(req.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+            use tcr::{TaskExecStderrConfig as E, TaskExecStdoutConfig as O};
+            let spec = process::Spawn {
+                argv: req.command_args.clone(),
+                cwd,
+                env: exec_env(&sb, &extra),
+                stdout: O::try_from(req.stdout_config) == Ok(O::Pipe),
+                stderr: match E::try_from(req.stderr_config) {
+                    Ok(E::Pipe) => StderrTo::Pipe,
+                    Ok(E::Stdout) => StderrTo::Stdout,
+                    _ => StderrTo::Devnull,
+                },
+                timeout: req.timeout_secs.map(|s| Duration::from_secs(u64::from(s))),
+            };
+            let p = process::spawn(sb.sandbox(), &req.exec_id, spec)
+                .await
+                .map_err(spawn_status)?;
+            let mut execs = sb.execs.lock().expect("execs");
+            execs.entry(req.exec_id.clone()).or_insert(p);
+        }
+        let mut response = Response::new(tcr::TaskExecStartResponse {});
+        match fault {
+            Some(Fault::ServerError) => {
+                return Err(Status::internal("emulated fault: internal error"));
+            }
+            Some(Fault::ResetBeforeResponse) => return reset_connection(ctl.as_ref()).await,
+            Some(Fault::CutBeforeExit) => {
+                if let Some(p) = sb.exec(&req.exec_id) {
+                    process::cut(&p);
+                }
+            }
+            Some(Fault::MalformedBody) => {
+                response.extensions_mut().insert(BodyFault::Malformed);
+            }
+            Some(Fault::SandboxVanishes) => self.vanish_soon(&sb),
+            _ => {}
+        }
+        Ok(response)
+    }
+
+    async fn task_exec_stdin_status(
+        &self,
+        r: Request<tcr::TaskExecStdinStatusRequest>,
+    ) -> Result<Response<tcr::TaskExecStdinStatusResponse>, Status> {
+        let req = r.get_ref();
+        let (_, p) = self.exec(&r, &req.task_id, &req.exec_id)?;
+        let (num_bytes_written, closed) = p.stdin_status();
+        Ok(Response::new(tcr::TaskExecStdinStatusResponse {
+            num_bytes_written,
+            closed,
+        }))
+    }
+
+    async fn task_exec_stdin_write(
+        &self,
+        r: Request<tcr::TaskExecStdinWriteRequest>,
+    ) -> Result<Response<tcr::TaskExecStdinWriteResponse>, Status> {
+        let fault = self.fault("stdin").await?;
+        let req = r.get_ref();
+        let (_, p) = self.exec(&r, &req.task_id, &req.exec_id)?;
+        p.write_stdin(req.offset, &req.data, req.eof, None)
+            .map_err(|e| stdin_status(e, &req.exec_id))?;
+        if fault == Some(Fault::ServerError) {
+            return Err(Status::internal("emulated fault: internal error"));
+        }
+        Ok(Response::new(tcr::TaskExecStdinWriteResponse {}))
+    }
+
+    async fn task_exec_stdin_write_stream(
+        &self,
+        r: Request<Streaming<tcr::TaskExecStdinWriteStreamRequest>>,
+    ) -> Result<Response<tcr::TaskExecStdinWriteStreamResponse>, Status> {
+        self.fault("stdin").await?;
+        let (meta, ext, mut stream) = r.into_parts();
+        let first = stream.message().await?;
+        let Some(ws::Payload::Start(start)) = first.and_then(|m| m.payload) else {
+            return Err(Status::invalid_argument(
+                "the first message of a stdin stream must be `start`",
+            ));
+        };
+        let probe = Request::from_parts(meta, ext, ());
+        let (_, p) = self.exec(&probe, &start.task_id, &start.exec_id)?;
+        let ticket = p.stdin_ticket();
+        let mut offset = start.offset;
+        p.write_stdin(offset, &[], false, Some(ticket))
+            .map_err(|e| stdin_status(e, &start.exec_id))?;
+        while let Some(msg) = stream.message().await? {
+            match msg.payload {
+                Some(ws::Payload::Data(data)) => {
+                    p.write_stdin(offset, &data, false, Some(ticket))
+                        .map_err(|e| stdin_status(e, &start.exec_id))?;
+                    offset += data.len() as u64;
+                }
+                Some(ws::Payload::End(_)) => {
+                    p.write_stdin(offset, &[], true, Some(ticket))
+                        .map_err(|e| stdin_status(e, &start.exec_id))?;
+                    return Ok(Response::new(tcr::TaskExecStdinWriteStreamResponse {}));
+                }
+                Some(ws::Payload::Start(_)) | None => {
+                    return Err(Status::invalid_argument(
+                        "`start` may only be the first message of a stdin stream",
+                    ));
+                }
+            }
+        }
+        // Ended without `end`: stdin stays open (the stream is resumable).
+        Ok(Response::new(tcr::TaskExecStdinWriteStreamResponse {}))
+    }
+
+    type TaskExecStdioReadStream = BoxStream<tcr::TaskExecStdioReadResponse>;
+
+    async fn task_exec_stdio_read(
+        &self,
+        r: Request<tcr::TaskExecStdioReadRequest>,
+    ) -> Result<Response<Self::TaskExecStdioReadStream>, Status> {
+        let fault = self.fault("stdio").await?;
+        let ctl = r.extensions().get::<ConnControl>().cloned();
+        let req = r.get_ref().clone();
+        let (sb, p) = self.exec(&r, &req.task_id, &req.exec_id)?;
+        let fd = match tcr::TaskExecStdioFileDescriptor::try_from(req.file_descriptor) {
+            Ok(tcr::TaskExecStdioFileDescriptor::Stderr) => 1,
+            _ => 0,
+        };
+        let cut = p.cut.load(Ordering::SeqCst) || fault == Some(Fault::CutBeforeExit);
+        let (tx, rx) = mpsc::channel::<Result<tcr::TaskExecStdioReadResponse, Status>>(4);
+        let reset_after_first = fault == Some(Fault::ResetBeforeResponse);
+        tokio::spawn(async move {
+            let mut offset = req.offset;
+            let mut changed = p.subscribe();
+            let mut result = sb.result.subscribe();
+            let mut sent = 0usize;
+            loop {
+                let (chunk, done) = p.read(fd, offset, CHUNK);
+                if !chunk.is_empty() {
+                    offset += chunk.len() as u64;
+                    if tx
+                        .send(Ok(tcr::TaskExecStdioReadResponse { data: chunk }))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    sent += 1;
+                    if reset_after_first && sent == 1 {
+                        if let Some(c) = &ctl {
+                            c.reset();
+                        }
+                        return;
+                    }
+                    continue;
+                }
+                if done {
+                    return; // OK: everything of this stream was delivered
+                }
+                tokio::select! {
+                    r = changed.changed() => if r.is_err() { return; },
+                    _ = async { let _ = result.wait_for(Option::is_some).await; } => {
+                        // The task went away mid-stream (terminated, timed out, vanished).
+                        let (rest, _) = p.read(fd, offset, usize::MAX);
+                        if !rest.is_empty() {
+                            let _ = tx.send(Ok(tcr::TaskExecStdioReadResponse { data: rest })).await;
+                        }
+                        let _ = tx.send(Err(Status::unavailable("the task is no longer running"))).await;
+                        return;
+                    }
+                    () = tx.closed() => return,
+                }
+            }
+        });
+        let stream: Self::TaskExecStdioReadStream = Box::pin(Receiver(rx));
+        let mut response = Response::new(stream);
+        if cut {
+            response.extensions_mut().insert(BodyFault::StripTrailers);
+        }
+        if fault == Some(Fault::MalformedBody) {
+            response.extensions_mut().insert(BodyFault::Malformed);
+        }
+        Ok(response)
+    }
+
+    async fn task_exec_wait(
+        &self,
+        r: Request<tcr::TaskExecWaitRequest>,
+    ) -> Result<Response<tcr::TaskExecWaitResponse>, Status> {
+        let fault = self.fault("wait").await?;
+        let req = r.get_ref().clone();
+        let (sb, p) = self.exec(&r, &req.task_id, &req.exec_id)?;
+        let Some(ended) = wait_while_running(&sb, &p).await else {
+            return Err(task_gone(&req.task_id));
+        };
+        use tcr::task_exec_wait_response::ExitStatus;
+        let exit_status = Some(match exit_of(ended) {
+            (Some(c), _) => ExitStatus::Code(c),
+            (_, s) => ExitStatus::Signal(s.unwrap_or_default()),
+        });
+        let mut response = Response::new(tcr::TaskExecWaitResponse { exit_status });
+        if p.cut.load(Ordering::SeqCst) || fault == Some(Fault::CutBeforeExit) {
+            response.extensions_mut().insert(BodyFault::StripTrailers);
+        }
+        if fault == Some(Fault::MalformedBody) {
+            response.extensions_mut().insert(BodyFault::Malformed);
+        }
+        if fault == Some(Fault::ServerError) {
+            return Err(Status::internal("emulated fault: internal error"));
+        }
+        Ok(response)
+    }
+}
+
+/// An mpsc receiver as a stream.
+struct Receiver<T>(mpsc::Receiver<T>);
+
+impl<T> futures_core::Stream for Receiver<T> {
+    type Item = T;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<T>> {
+        self.0.poll_recv(cx)
+    }
+}

@@ -1,0 +1,100 @@
+//! The official Northflank clients against the emulator: the Python SDK (PyPI `northflank`,
+//! pinned in `interop/northflank/requirements.txt`) and the JS client (npm
+//! `@northflank/js-client`, pinned in `interop/northflank/package-lock.json`), each driving the
+//! REST routes around exec, one-shot exec (argv, shell strings, separate streams, exit codes),
+//! sessions with stdin, files, a job run (detached, polled, its logs), a bad token, and two
+//! injected faults. Fails loudly when a registry cannot be reached.
+
+use std::path::{Path, PathBuf};
+
+use execseam_emulator_kit::Fault;
+use execseam_emulator_kit::{EmulatorOptions, Isolation};
+use execseam_emulator_northflank::{JOB_ID, NorthflankEmulator, NorthflankOptions};
+use execseam_test_util::interop;
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("interop")
+}
+
+async fn emulator() -> NorthflankEmulator {
+    assert_eq!(
+        Isolation::detect(),
+        Isolation::Namespaces,
+        "the Northflank interop checks need mount namespaces (root and unshare): the clients \
+         address the container's /app and /root"
+    );
+    NorthflankEmulator::start_with(
+        EmulatorOptions {
+            token: Some("nf-interop-token".into()),
+            ..EmulatorOptions::default()
+        },
+        NorthflankOptions::default(),
+    )
+    .await
+    .expect("the emulator starts")
+}
+
+/// The emulator's environment, the job, and the fault hand-shake files.
+fn env_for(emu: &NorthflankEmulator, faults: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut env = emu.env();
+    env.push(("NORTHFLANK_JOB_ID".into(), JOB_ID.into()));
+    env.extend(faults);
+    env
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_python_sdk_works_against_the_emulator() {
+    let emu = emulator().await;
+    let reqs = dir().join("requirements.txt");
+    let python = tokio::task::spawn_blocking(move || interop::python_env("northflank", &reqs))
+        .await
+        .unwrap()
+        .expect("a virtualenv with the official northflank SDK");
+    let scratch = tempfile::tempdir().expect("scratch");
+    let faults = interop::arm_faults_when_ready(
+        emu.faults(),
+        scratch.path(),
+        vec![
+            ("exec", 1, Fault::CutBeforeExit),
+            (
+                "exec",
+                2,
+                Fault::RateLimited {
+                    retry_after_secs: 1,
+                },
+            ),
+        ],
+    );
+    let env = env_for(&emu, faults);
+    let script = dir().join("sdk_check.py");
+    let out = tokio::task::spawn_blocking(move || interop::run_python(&python, &script, &env))
+        .await
+        .unwrap()
+        .expect("python runs");
+    interop::assert_checks("Python", &out, 32);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_js_client_works_against_the_emulator() {
+    let emu = emulator().await;
+    let npm = tokio::task::spawn_blocking(|| interop::node_env("northflank-npm", &dir()))
+        .await
+        .unwrap()
+        .expect("an npm directory with the official @northflank/js-client");
+    let scratch = tempfile::tempdir().expect("scratch");
+    let faults = interop::arm_faults_when_ready(
+        emu.faults(),
+        scratch.path(),
+        vec![
+            ("exec", 1, Fault::ServerError),
+            ("exec", 2, Fault::CutBeforeExit),
+        ],
+    );
+    let env = env_for(&emu, faults);
+    let script = dir().join("sdk_check.mjs");
+    let out = tokio::task::spawn_blocking(move || interop::run_node(&npm, &script, &env))
+        .await
+        .unwrap()
+        .expect("node runs");
+    interop::assert_checks("JS", &out, 22);
+}

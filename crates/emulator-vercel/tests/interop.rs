@@ -1,0 +1,106 @@
+//! The official Vercel Sandbox clients against the emulator: the Python SDK (PyPI
+//! `vercel-sandbox`, pinned in `interop/vercel/requirements.txt`) and the TypeScript SDK (npm
+//! `@vercel/sandbox`, pinned in `interop/vercel/package-lock.json`), each driving create, exec
+//! (argv, cwd, env, stdin, separate streams, exit codes), detached commands with wait and logs,
+//! files, the lifecycle, and two injected faults. Fails loudly when a registry cannot be reached.
+
+use std::path::{Path, PathBuf};
+
+use execseam_emulator_kit::Fault;
+use execseam_emulator_kit::{EmulatorOptions, Isolation};
+use execseam_emulator_vercel::{VercelEmulator, VercelOptions};
+use execseam_test_util::interop;
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("interop")
+}
+
+async fn emulator() -> VercelEmulator {
+    assert_eq!(
+        Isolation::detect(),
+        Isolation::Namespaces,
+        "the Vercel interop checks need mount namespaces (root and unshare): the SDKs address \
+         /vercel/sandbox"
+    );
+    VercelEmulator::start_with(
+        EmulatorOptions {
+            token: Some("vercel-interop-token".into()),
+            ..EmulatorOptions::default()
+        },
+        VercelOptions::default(),
+    )
+    .await
+    .expect("the emulator starts")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_python_sdk_works_against_the_emulator() {
+    let emu = emulator().await;
+    let reqs = dir().join("requirements.txt");
+    let python = tokio::task::spawn_blocking(move || interop::python_env("vercel", &reqs))
+        .await
+        .unwrap()
+        .expect("a virtualenv with the official vercel-sandbox SDK");
+    let scratch = tempfile::tempdir().expect("scratch");
+    let faults = interop::arm_faults_when_ready(
+        emu.faults(),
+        scratch.path(),
+        vec![
+            ("exec", 1, Fault::ServerError),
+            ("exec", 2, Fault::CutBeforeExit),
+        ],
+    );
+    let mut env = emu.env();
+    env.extend(faults);
+    let script = dir().join("sdk_check.py");
+    let out = tokio::task::spawn_blocking(move || interop::run_python(&python, &script, &env))
+        .await
+        .unwrap()
+        .expect("python runs");
+    interop::assert_checks("Python", &out, 42);
+    assert!(
+        emu.sandbox_names().is_empty(),
+        "the SDK deleted its sandboxes: {:?}",
+        emu.sandbox_names()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_typescript_sdk_works_against_the_emulator() {
+    let emu = emulator().await;
+    let npm = tokio::task::spawn_blocking(|| interop::node_env("vercel-npm", &dir()))
+        .await
+        .unwrap()
+        .expect("an npm directory with the official @vercel/sandbox SDK");
+    let scratch = tempfile::tempdir().expect("scratch");
+    // 429 on the 1st submit (the SDK's retry is the 2nd), a cut stream on the 3rd, a 500 on the
+    // 4th (the SDK's retry of it is the 5th).
+    let faults = interop::arm_faults_when_ready(
+        emu.faults(),
+        scratch.path(),
+        vec![
+            (
+                "exec",
+                1,
+                Fault::RateLimited {
+                    retry_after_secs: 1,
+                },
+            ),
+            ("exec", 3, Fault::CutBeforeExit),
+            ("exec", 4, Fault::ServerError),
+        ],
+    );
+    let mut env = emu.env();
+    env.extend(faults);
+    let script = dir().join("sdk_check.mjs");
+    let out = tokio::task::spawn_blocking(move || interop::run_node(&npm, &script, &env))
+        .await
+        .unwrap()
+        .expect("node runs");
+    interop::assert_checks("TypeScript", &out, 31);
+    assert!(
+        emu.sandbox_names().is_empty(),
+        "the SDK deleted its sandbox: {:?}",
+        emu.sandbox_names()
+    );
+}

@@ -1,0 +1,263 @@
+//! Support for interop tests: the providers' official Python SDKs, installed into a virtualenv
+//! under the target directory, run against an emulator.
+//!
+//! A test fails loudly when the registry cannot be reached: an interop check that silently skips
+//! proves nothing.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The workspace's target directory (`CARGO_TARGET_DIR`, or `<workspace>/target`).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .ancestors()
+                .nth(2)
+                .map(|p| p.join("target"))
+                .unwrap_or_else(|| PathBuf::from("target"))
+        })
+}
+
+/// Ensures `target/interop/<name>/venv` exists with exactly `requirements` installed (pinned
+/// versions) and returns its `python`. Re-creates the venv when the requirements change.
+///
+/// Tests of one binary run in parallel and may ask for the same virtualenv at once: creation is
+/// serialised (cargo runs test binaries one after the other).
+pub fn python_env(name: &str, requirements: &Path) -> io::Result<PathBuf> {
+    static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = CREATING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let dir = target_dir().join("interop").join(name);
+    let venv = dir.join("venv");
+    let python = venv.join("bin").join("python");
+    let wanted = std::fs::read_to_string(requirements)?;
+    let stamp = dir.join("installed-requirements.txt");
+    if python.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
+        return Ok(python);
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    std::fs::create_dir_all(&dir)?;
+    let host_python = std::env::var("EXECSEAM_PYTHON").unwrap_or_else(|_| "python3".into());
+    check(
+        Command::new(&host_python).arg("-m").arg("venv").arg(&venv),
+        "creating the virtualenv",
+    )?;
+    check(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--quiet",
+                "-r",
+            ])
+            .arg(requirements),
+        "installing the official SDK from the registry (is PyPI reachable?)",
+    )?;
+    std::fs::write(&stamp, wanted)?;
+    Ok(python)
+}
+
+fn check(cmd: &mut Command, what: &str) -> io::Result<()> {
+    let out = cmd.stdin(Stdio::null()).output()?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(io::Error::other(format!(
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )))
+}
+
+/// Runs `script` with `python` and `env`; returns its output (the caller asserts on it).
+pub fn run_python(python: &Path, script: &Path, env: &[(String, String)]) -> io::Result<Output> {
+    Command::new(python)
+        .arg(script)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .output()
+}
+
+/// The pinned TypeScript runtime the Chrono emulator's tests use: `tsx` (esbuild under Node.js,
+/// which runs TypeScript on the Node.js 20 here; Node's own `--experimental-strip-types` needs
+/// 22.6 or later).
+pub const TSX_VERSION: &str = "4.20.6";
+
+/// Ensures `target/interop/typescript` holds `tsx@`[`TSX_VERSION`] from the npm registry and
+/// returns the argv prefix that runs a `.ts` file with it (`node …/tsx/dist/cli.mjs`). Fails
+/// loudly when npm or the registry is unreachable.
+pub fn typescript_runtime() -> io::Result<Vec<String>> {
+    static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = CREATING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let dir = target_dir().join("interop").join("typescript");
+    let cli = dir.join("node_modules/tsx/dist/cli.mjs");
+    let stamp = dir.join("installed-tsx.txt");
+    if !(cli.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(TSX_VERSION)) {
+        // Install next to it, then move into place: another test process may be reading it.
+        let tmp = dir.with_file_name(format!("typescript.tmp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp)?;
+        std::fs::write(tmp.join("package.json"), "{\"private\": true}\n")?;
+        check(
+            Command::new("npm")
+                .args([
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--save-exact",
+                    "--prefix",
+                ])
+                .arg(&tmp)
+                .arg(format!("tsx@{TSX_VERSION}")),
+            "installing tsx from the npm registry (is it reachable?)",
+        )?;
+        std::fs::write(tmp.join("installed-tsx.txt"), TSX_VERSION)?;
+        let _ = std::fs::remove_dir_all(&dir);
+        if let Err(e) = std::fs::rename(&tmp, &dir) {
+            let _ = std::fs::remove_dir_all(&tmp);
+            if !cli.exists() {
+                return Err(e);
+            }
+        }
+    }
+    let node = std::env::var("EXECSEAM_NODE").unwrap_or_else(|_| "node".into());
+    let node = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {node}"))
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .filter(|p| p.starts_with('/'))
+        .ok_or_else(|| io::Error::other("node is not on PATH"))?;
+    Ok(vec![node, cli.to_string_lossy().into_owned()])
+}
+
+/// Ensures `target/interop/<name>/node_modules` holds exactly what `<dir>/package-lock.json`
+/// pins (`npm ci --ignore-scripts`, so nothing from the registry runs at install time) and
+/// returns the npm directory. Re-installs when the lockfile changes. Needs `node` and `npm`.
+pub fn node_env(name: &str, dir: &Path) -> io::Result<PathBuf> {
+    static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = CREATING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let npm_dir = target_dir().join("interop").join(name);
+    let lock = std::fs::read_to_string(dir.join("package-lock.json"))?;
+    let manifest = std::fs::read_to_string(dir.join("package.json"))?;
+    let stamp = npm_dir.join("installed-package-lock.json");
+    if npm_dir.join("node_modules").is_dir()
+        && std::fs::read_to_string(&stamp).ok().as_deref() == Some(lock.as_str())
+    {
+        return Ok(npm_dir);
+    }
+    let _ = std::fs::remove_dir_all(npm_dir.join("node_modules"));
+    std::fs::create_dir_all(&npm_dir)?;
+    std::fs::write(npm_dir.join("package.json"), manifest)?;
+    std::fs::write(npm_dir.join("package-lock.json"), &lock)?;
+    check(
+        Command::new("npm")
+            .args([
+                "ci",
+                "--ignore-scripts",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+            ])
+            .current_dir(&npm_dir),
+        "installing the official npm client from the registry (is the npm registry reachable? are node and npm installed?)",
+    )?;
+    std::fs::write(&stamp, lock)?;
+    Ok(npm_dir)
+}
+
+/// Runs `script` with `node`, resolving packages from `npm_dir`, with `env`.
+pub fn run_node(npm_dir: &Path, script: &Path, env: &[(String, String)]) -> io::Result<Output> {
+    // ESM resolves bare imports from the importing file's directory upwards: run a copy of the
+    // script from inside the npm directory.
+    let copy = npm_dir.join(script.file_name().unwrap_or_else(|| "check.mjs".as_ref()));
+    std::fs::copy(script, &copy)?;
+    Command::new("node")
+        .arg(&copy)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(npm_dir)
+        .stdin(Stdio::null())
+        .output()
+}
+
+/// The per-call durations a benchmark script printed, one number of milliseconds per line.
+pub fn timings(out: &Output) -> io::Result<Vec<std::time::Duration>> {
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "the benchmark script failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            l.trim()
+                .parse::<f64>()
+                .map(|ms| std::time::Duration::from_secs_f64(ms / 1000.0))
+                .map_err(|_| io::Error::other(format!("not a number of ms: {l:?}")))
+        })
+        .collect()
+}
+
+/// Asserts that a client check script succeeded, printed `OK` last, and ran exactly `want`
+/// checks (lines starting `ok `): a check that silently stopped running fails the test.
+pub fn assert_checks(name: &str, out: &Output, want: usize) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}");
+    assert!(
+        out.status.success() && stdout.lines().last() == Some("OK"),
+        "the {name} check failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let checks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
+    assert_eq!(
+        checks, want,
+        "every check of the {name} script ran:\n{stdout}"
+    );
+}
+
+/// Arms `rules` (`(route, nth, fault)`) on `faults` once a client script creates
+/// `<scratch>/faults-ready`, then creates `<scratch>/faults-armed`, which the script waits for.
+/// Returns the two paths as the `FAULTS_READY` / `FAULTS_ARMED` environment.
+pub fn arm_faults_when_ready(
+    faults: &execseam_emulator_kit::FaultHandle,
+    scratch: &Path,
+    rules: Vec<(&'static str, u64, execseam_emulator_kit::Fault)>,
+) -> Vec<(String, String)> {
+    let ready = scratch.join("faults-ready");
+    let armed = scratch.join("faults-armed");
+    let faults = faults.clone();
+    let (r, a) = (ready.clone(), armed.clone());
+    std::thread::spawn(move || {
+        while !r.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        for (route, n, fault) in rules {
+            faults.add(execseam_emulator_kit::FaultRule {
+                route: route.into(),
+                when: execseam_emulator_kit::When::Nth(n),
+                fault,
+            });
+        }
+        let _ = std::fs::write(&a, b"");
+    });
+    vec![
+        ("FAULTS_READY".into(), ready.to_string_lossy().into_owned()),
+        ("FAULTS_ARMED".into(), armed.to_string_lossy().into_owned()),
+    ]
+}

@@ -1,0 +1,72 @@
+//! Looking at the host's processes from a test: which commands an emulator left running.
+//!
+//! Tests give each command a unique argument (`sleep 86399.1234`, [`unique_sleep`]) and ask
+//! whether any host process still has it. Pid namespaces do not hide a sandbox's processes
+//! from the host's `/proc`, so this sees through every isolation mode.
+
+use std::time::{Duration, Instant};
+
+/// A `sleep` duration no other process on the machine has: a long sleep with a random
+/// fraction (`86399.<8 digits>`), to find the command's processes by their argv.
+pub fn unique_sleep() -> String {
+    let r = execseam_emulator_kit::clock::random_u64() % 100_000_000;
+    format!("86399.{r:08}")
+}
+
+/// The pids of the host processes whose argv contains `arg` exactly (one whole argument).
+pub fn processes_with_arg(arg: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline.split(|&b| b == 0).any(|a| a == arg.as_bytes()) && !is_zombie(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// Waits until no host process has `arg`; `Err` with the survivors after `within`.
+pub async fn gone_within(arg: &str, within: Duration) -> Result<(), Vec<u32>> {
+    let until = Instant::now() + within;
+    loop {
+        let left = processes_with_arg(arg);
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= until {
+            return Err(left);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Kills what a failed test left behind (by pid, only processes with `arg`).
+pub fn kill_leftovers(arg: &str) {
+    for pid in processes_with_arg(arg) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+}
