@@ -28,7 +28,7 @@ pub fn origin(status: &Status) -> Origin {
 
 /// The retry delay a status asks for: `grpc-retry-pushback-ms` (gRFC A6) in its metadata, or a
 /// `google.rpc.RetryInfo` in its details.
-pub fn retry_after(status: &Status) -> Option<Duration> {
+pub fn requested_delay(status: &Status) -> Option<Duration> {
     grpc::pushback(status).or_else(|| rpc_status::retry_delay(status.details()))
 }
 
@@ -120,14 +120,14 @@ pub fn classify(status: &Status, origin: Origin, stage: Stage) -> (ErrorKind, Re
         Code::ResourceExhausted => (
             ErrorKind::RateLimited,
             unsafe_or(Retry::Safe {
-                after: retry_after(status),
+                after: requested_delay(status),
             }),
         ),
         Code::Unimplemented => (ErrorKind::Unsupported, unsafe_or(Retry::Never)),
         Code::Unavailable => (
             ErrorKind::Unavailable,
             unsafe_or(Retry::Safe {
-                after: retry_after(status),
+                after: requested_delay(status),
             }),
         ),
         Code::Internal => {
@@ -395,7 +395,7 @@ mod tests {
         );
         let details = rpc_status::encode_retry_info(Duration::from_millis(1500));
         let s = Status::with_details(Code::ResourceExhausted, "slow down", details.into());
-        assert_eq!(retry_after(&s), Some(Duration::from_millis(1500)));
+        assert_eq!(requested_delay(&s), Some(Duration::from_millis(1500)));
     }
 
     #[test]

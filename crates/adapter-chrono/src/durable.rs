@@ -401,14 +401,14 @@ impl DurableClient {
         ex.body = Some(request.to_json());
         let a = self.send(ex, stats).await?;
         if a.status != 202 {
-            return Err(from_status(a.status, a.retry_after(), &a.body, SUBMIT));
+            return Err(from_status(a.status, a.retry_delay(), &a.body, SUBMIT));
         }
         let receipt = wire::parse_receipt(&a.body)
             .map_err(|m| protocol(SUBMIT, format!("an unreadable 202 receipt: {m}")))?;
         Ok(Accepted {
             receipt,
             location: a.header("location").map(str::to_owned),
-            retry_after: a.retry_after(),
+            retry_after: a.retry_delay(),
         })
     }
 
@@ -449,15 +449,15 @@ impl DurableClient {
                     .map_err(|m| protocol(STATUS, format!("a malformed status: {m}")))?;
                 Ok(StatusAnswer::Snapshot {
                     etag: etag_of(&a, "a status")?,
-                    retry_after: a.retry_after(),
+                    retry_after: a.retry_delay(),
                     snapshot,
                 })
             }
             304 => Ok(StatusAnswer::NotModified {
                 etag: etag_of(&a, "a 304")?,
-                retry_after: a.retry_after(),
+                retry_after: a.retry_delay(),
             }),
-            s => Err(from_status(s, a.retry_after(), &a.body, STATUS)),
+            s => Err(from_status(s, a.retry_delay(), &a.body, STATUS)),
         }
     }
 
@@ -480,10 +480,10 @@ impl DurableClient {
                 .map_err(|m| protocol(RESULT, format!("a malformed result: {m}"))),
             409 if wire::error_code(&a.body).as_deref() == Some(codes::OPERATION_NOT_TERMINAL) => {
                 Ok(ResultAnswer::Pending {
-                    retry_after: a.retry_after(),
+                    retry_after: a.retry_delay(),
                 })
             }
-            s => Err(from_status(s, a.retry_after(), &a.body, RESULT)),
+            s => Err(from_status(s, a.retry_delay(), &a.body, RESULT)),
         }
     }
 
@@ -512,7 +512,7 @@ impl DurableClient {
                     .to_owned();
                 Ok((snapshot, etag))
             }
-            s => Err(from_status(s, a.retry_after(), &a.body, CANCEL)),
+            s => Err(from_status(s, a.retry_delay(), &a.body, CANCEL)),
         }
     }
 

@@ -108,7 +108,7 @@ impl ChronoExec {
         };
         let a = self.http.exchange(ex).await?;
         if a.status != 200 {
-            return Err(from_status(a.status, a.retry_after(), &a.body, EXECUTE));
+            return Err(from_status(a.status, a.retry_delay(), &a.body, EXECUTE));
         }
         let completion = wire::parse_completion(&a.body)
             .map_err(|m| protocol(EXECUTE, format!("a malformed /execute answer: {m}")))?;

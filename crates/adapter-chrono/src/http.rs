@@ -77,7 +77,7 @@ impl Answer {
     }
 
     /// `Retry-After`, parsed ([`crate::wire::parse_retry_after`]).
-    pub fn retry_after(&self) -> Option<Duration> {
+    pub fn retry_delay(&self) -> Option<Duration> {
         self.header("retry-after")
             .and_then(crate::wire::parse_retry_after)
     }

@@ -17,9 +17,11 @@ use crate::PROVIDER;
 use crate::config::CloudflareConfig;
 use crate::error::{call, http_error, protocol};
 use crate::wire::{
-    CreateSandboxResponse, CreateSessionRequest, CreateSessionResponse, ExecEvent, ExecRequest,
-    RunningResponse, SseDecoder, WriteResponse, exec_event,
+    CreateSandboxResponse, ExecEvent, ExecRequest, RunningResponse, SseDecoder, WriteResponse,
+    exec_event,
 };
+#[cfg(test)]
+use crate::wire::{CreateSessionRequest, CreateSessionResponse};
 
 /// A client of one bridge Worker.
 #[derive(Clone)]
@@ -214,7 +216,9 @@ impl BridgeClient {
         .await
     }
 
-    /// `POST /v1/sandbox/{id}/session`.
+    /// `POST /v1/sandbox/{id}/session` (the adapter only joins sessions made elsewhere; its
+    /// tests make them).
+    #[cfg(test)]
     pub async fn create_session(
         &self,
         id: &str,
@@ -229,6 +233,7 @@ impl BridgeClient {
     }
 
     /// `DELETE /v1/sandbox/{id}/session/{sid}`.
+    #[cfg(test)]
     pub async fn delete_session(&self, id: &str, sid: &str) -> Result<(), Error> {
         let rb = self.request(
             Method::DELETE,

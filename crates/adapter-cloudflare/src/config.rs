@@ -19,9 +19,6 @@ pub const ENV_SESSION_ID: &str = "CLOUDFLARE_SANDBOX_SESSION_ID";
 /// `streaming` (the default) or `exact`; see [`OutputMode`].
 pub const ENV_MODE: &str = "EXECSEAM_CLOUDFLARE_MODE";
 
-/// The sandbox's files API (and so every temporary file of the adapter) is confined to this tree.
-pub const WORKSPACE: &str = "/workspace";
-
 /// The default [`CloudflareConfig::stream_idle_timeout`].
 pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 

@@ -133,7 +133,8 @@ impl CloudflareExec {
     }
 
     /// The underlying bridge client (files, sessions, `running`).
-    pub fn client(&self) -> &BridgeClient {
+    #[cfg(test)]
+    pub(crate) fn client(&self) -> &BridgeClient {
         &self.inner.client
     }
 

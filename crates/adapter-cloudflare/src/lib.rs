@@ -34,7 +34,7 @@
 //! - The SSE `exit` event is the only success terminator. A stream that ends without it is a
 //!   `Protocol` error; an SSE `error` event is an error with `Retry::Unsafe` (the command was
 //!   started). A JSON `{"error","code"}` answer before the stream is mapped by code and status
-//!   (see [`error`]): `capacity_exceeded` and `pool_error` are `Unavailable` with `Retry::Safe`
+//!   (see `docs/adapters/cloudflare.md`, "Errors"): `capacity_exceeded` and `pool_error` are `Unavailable` with `Retry::Safe`
 //!   (the sandbox's container was not even assigned), `unauthorized` is `Unauthenticated`, a
 //!   `cwd` or path outside `/workspace` (403 `invalid_request`) is `PermissionDenied`.
 //! - The bridge gives any well-formed sandbox id a container on first use, and a fresh one when
@@ -49,17 +49,18 @@
 //!   the bridge itself, and here it is always `/bin/sh`.
 #![warn(missing_docs)]
 
-pub mod client;
-pub mod config;
-pub mod error;
+mod client;
+mod config;
+mod error;
 mod exec;
 mod provider;
-pub mod wire;
+#[cfg(test)]
+mod session_tests;
+mod wire;
 
 use execseam_adapter_kit::{Adapter, Var, Vars};
 use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
 
-pub use client::BridgeClient;
 pub use config::{CloudflareConfig, DEFAULT_MAX_ANSWER_BYTES, OutputMode};
 pub use exec::{CloudflareExec, MAX_WRITE, TEMP_DIR};
 pub use provider::CloudflareProvider;

@@ -94,7 +94,8 @@ exit "$s""#;
 
 /// The command text sent to the session for one command; `temp_dir` holds the frame's FIFOs.
 /// (The adapter appends one more argument, a unique tag the frame ignores, to find its command
-/// among a reused session's.)
+/// among a reused session's.) The tests check the frame through it.
+#[cfg(test)]
 pub fn session_command(script: &str, temp_dir: &str) -> String {
     degrade::join(&["/bin/sh", "-c", FRAME, "sh", script, temp_dir])
 }
@@ -732,7 +733,7 @@ impl Session {
     /// The command ended cleanly (its answer or both trailers and the exit code are in): the
     /// session goes back to the pool, or is deleted when the pool is full or closed, or the
     /// session is worn out ([`SESSION_MAX_USES`]). Nothing of the command stays in the session's
-    /// shell: each command runs in a `/bin/sh` of its own (see [`session_command`]).
+    /// shell: each command runs in a `/bin/sh` of its own (see `session_command`).
     async fn release(mut self) {
         self.open = false;
         let keep = {

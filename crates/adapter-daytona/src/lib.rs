@@ -6,7 +6,7 @@
 //!
 //! [`Exec::exec`](execseam_core::Exec::exec) is one `POST /process/execute` by default
 //! ([`ExecRoute::Execute`]). That route merges stdout and stderr into one `result` string, so the
-//! command runs under a small frame ([`exec::DIRECT_FRAME`], evaluated by the daemon's own shell
+//! command runs under a small frame (`DIRECT_FRAME` in `src/exec.rs`, evaluated by the daemon's own shell
 //! from the request's `envs`) that writes each stream to a file and, once the command has
 //! exited, sends both back one after the other in base64 with a status trailer; the adapter decodes the exact bytes and checks the trailer against Daytona's
 //! `exitCode`. The answer is awaited without a request timeout (the command may be long), but
@@ -22,7 +22,7 @@
 //! line without one, NUL bytes are lost), so the command runs under a framing script that
 //! base64-encodes each stream into lines and appends trailers. A synchronous session exec is
 //! answered only on the daemon's 50 ms poll of the exit-code file, which is why `exec` takes
-//! the other route. See [`exec`](crate::exec) for the details.
+//! the other route. `src/exec.rs` has the details.
 //!
 //! We announce `X-Daytona-SDK-Version: 0.226.1`, which makes the daemon split `stdout` and
 //! `stderr` in its answers; the raw `output` with `\x01\x01\x01` / `\x02\x02\x02` line prefixes
@@ -53,11 +53,11 @@ use execseam_adapter_kit::{Adapter, Var, Vars};
 use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
 
 mod client;
-pub mod config;
-pub mod error;
-pub mod exec;
+mod config;
+mod error;
+mod exec;
 mod provider;
-pub mod wire;
+mod wire;
 
 pub use config::{
     DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_OUTPUT, DEFAULT_SESSION_POOL, DaytonaConfig, ExecRoute,

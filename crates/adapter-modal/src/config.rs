@@ -162,19 +162,11 @@ impl ModalConfig {
         if let Some(image) = vars.text("EXECSEAM_MODAL_IMAGE") {
             c.image = image;
         }
-        let secs = |k: &str, v: String| {
-            v.trim()
-                .parse::<u64>()
-                .map(Duration::from_secs)
-                .map_err(|_| {
-                    vars::config_error(PROVIDER, format!("{k} {v:?} is not a number of seconds"))
-                })
-        };
-        if let Some(v) = vars.text("EXECSEAM_MODAL_SANDBOX_TIMEOUT") {
-            c.sandbox_timeout = secs("EXECSEAM_MODAL_SANDBOX_TIMEOUT", v)?;
+        if let Some(t) = vars.seconds("EXECSEAM_MODAL_SANDBOX_TIMEOUT")? {
+            c.sandbox_timeout = t;
         }
-        if let Some(v) = vars.text("EXECSEAM_MODAL_EXEC_TIMEOUT") {
-            c.exec_timeout = Some(secs("EXECSEAM_MODAL_EXEC_TIMEOUT", v)?);
+        if let Some(t) = vars.seconds("EXECSEAM_MODAL_EXEC_TIMEOUT")? {
+            c.exec_timeout = Some(t);
         }
         c.validate()?;
         Ok(c)

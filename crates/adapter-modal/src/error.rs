@@ -60,7 +60,7 @@ pub fn origin(status: &Status) -> Origin {
 }
 
 /// The delay Modal asked for: an `RPCRetryPolicy` in the status details.
-pub fn retry_after(status: &Status) -> Option<Duration> {
+pub fn requested_delay(status: &Status) -> Option<Duration> {
     let details = RpcStatus::decode(status.details()).ok()?;
     details
         .details
@@ -112,7 +112,7 @@ pub fn classify(status: &Status, origin: Origin, stage: Stage) -> (ErrorKind, Re
             Code::ResourceExhausted => (
                 ErrorKind::RateLimited,
                 Retry::Safe {
-                    after: retry_after(status),
+                    after: requested_delay(status),
                 },
             ),
             code => retry::grpc_status(code as i32, effect),
@@ -133,7 +133,7 @@ pub fn transient(status: &Status) -> bool {
         Origin::Connect | Origin::Transport | Origin::Timer => true,
         Origin::Decode => false,
         Origin::Peer => {
-            retry_after(status).is_some()
+            requested_delay(status).is_some()
                 || matches!(
                     status.code(),
                     Code::DeadlineExceeded
@@ -176,7 +176,7 @@ pub fn protocol(op: &'static str, message: impl Into<String>) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::google::protobuf::Any;
+    use execseam_modal_proto::google::protobuf::Any;
 
     fn with_policy(code: Code, secs: f32) -> Status {
         let detail = RpcRetryPolicy {
@@ -196,7 +196,7 @@ mod tests {
     #[test]
     fn modal_retry_policy_details_give_the_delay() {
         let s = with_policy(Code::ResourceExhausted, 2.5);
-        assert_eq!(retry_after(&s), Some(Duration::from_millis(2500)));
+        assert_eq!(requested_delay(&s), Some(Duration::from_millis(2500)));
         let (kind, retry) = classify(&s, Origin::Peer, Stage::Submit);
         assert_eq!(kind, ErrorKind::RateLimited);
         assert_eq!(
@@ -207,12 +207,12 @@ mod tests {
         );
         // At least 0.1 s, as the client.
         assert_eq!(
-            retry_after(&with_policy(Code::Unavailable, 0.0)),
+            requested_delay(&with_policy(Code::Unavailable, 0.0)),
             Some(Duration::from_millis(100))
         );
         assert!(transient(&with_policy(Code::ResourceExhausted, 1.0)));
         assert!(!transient(&Status::resource_exhausted("no policy")));
-        assert_eq!(retry_after(&Status::unavailable("x")), None);
+        assert_eq!(requested_delay(&Status::unavailable("x")), None);
     }
 
     #[test]

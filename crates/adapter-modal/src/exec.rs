@@ -241,7 +241,7 @@ impl ModalExec {
                 Ok(()) => break,
                 Err(s) if attempt < config.exec_start_retries && error::transient(&s) => {
                     attempt += 1;
-                    let wait = error::retry_after(&s)
+                    let wait = error::requested_delay(&s)
                         .unwrap_or(Duration::from_millis(50 << attempt.min(5)));
                     tracing::debug!(provider = PROVIDER, code = ?s.code(), attempt, "TaskExecStart failed; retrying with the same exec_id");
                     tokio::time::sleep(wait).await;

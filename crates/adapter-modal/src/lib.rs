@@ -50,7 +50,7 @@ mod config;
 mod error;
 mod exec;
 mod provider;
-pub mod wire;
+mod wire;
 
 pub use config::{
     DEFAULT_IMAGE, DEFAULT_IMAGE_BUILDER_VERSION, DEFAULT_SERVER_URL, MAX_LIFETIME, ModalConfig,
