@@ -89,7 +89,7 @@ fn pairs(what: &str, kvs: &[String]) -> Result<Vec<(String, String)>, String> {
 }
 
 /// Runs the server until the client goes away or a signal arrives; the sandbox this run created
-/// is destroyed by the caller (`registry::close_all`).
+/// is destroyed when serving ends (`registry::close`).
 pub async fn mcp(a: McpArgs) -> ExitCode {
     let spec = (|| -> Result<SandboxSpec, String> {
         let mut spec = SandboxSpec::new();
@@ -129,20 +129,28 @@ pub async fn mcp(a: McpArgs) -> ExitCode {
             return ExitCode::from(USAGE);
         }
     };
-    let exec = match registry::open_with(&a.adapter, a.sandbox.as_deref(), spec).await {
-        Ok(e) => e,
+    let sandbox = match registry::open_with(&a.adapter, a.sandbox.as_deref(), spec).await {
+        Ok(s) => s,
         Err(e) => {
             eprintln!("execseam: {e}");
             return crate::run::error_status(&e);
         }
     };
-    let server = McpServer::new(exec, root.clone(), a.max_output).confined(a.confine);
-    if let Some(addr) = a.http {
-        return serve_http(server, addr).await;
-    }
-    tracing::info!(adapter = %a.adapter, root = %root, "mcp: serving on stdio");
+    let server = McpServer::new(sandbox.clone(), root.clone(), a.max_output).confined(a.confine);
+    let code = match a.http {
+        Some(addr) => serve_http(server, addr).await,
+        None => serve_stdio(server, &a.adapter, &root, a.max_request).await,
+    };
+    // A sandbox this run created is destroyed; one it connected to is left running.
+    registry::close(&*sandbox).await;
+    code
+}
+
+/// MCP over stdio until the client closes the connection or SIGINT/SIGTERM.
+async fn serve_stdio(server: McpServer, adapter: &str, root: &str, max_request: usize) -> ExitCode {
+    tracing::info!(adapter = %adapter, root = %root, "mcp: serving on stdio");
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
-    let transport = crate::mcp_stdio::transport(stdin, stdout, a.max_request);
+    let transport = crate::mcp_stdio::transport(stdin, stdout, max_request);
     let running = match server.serve(transport).await {
         Ok(r) => r,
         Err(e) => {

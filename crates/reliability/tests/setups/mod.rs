@@ -330,10 +330,11 @@ fn internal(e: impl std::fmt::Display) -> Error {
 /// The chaos proxy forwards to a TCP upstream, so a relay on 127.0.0.1 passes each connection to
 /// the engine's socket, and the adapter reaches it as `tcp://` (plain HTTP).
 fn docker(_knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_docker::{DockerConfig, DockerProvider};
+    use execseam_adapter_kit::Adapter as _;
+    use execseam_docker::{Docker, DockerProvider};
     Box::pin(async move {
         let engine = execseam_test_util::fixtures::podman();
-        let base = DockerConfig::from_vars(|k| engine.var(k))
+        let base = Docker::config_from(&|k| engine.var(k))
             .map_err(|e| internal(format!("{e}: the docker entry needs a container engine")))?;
         let host = engine.var("DOCKER_HOST").unwrap_or_default();
         let socket = host.strip_prefix("unix://").ok_or_else(|| {
