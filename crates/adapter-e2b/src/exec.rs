@@ -684,7 +684,11 @@ pub(crate) fn deliverable(cmd: &Command) -> Result<(Vec<String>, BTreeMap<String
 fn may_have_started(e: &CallError) -> bool {
     match e {
         CallError::Connect(_) => false,
-        CallError::Http { status, .. } => !matches!(status, 400..=499 | 502 | 503),
+        // Refused before envd: a 4xx other than 429, or one of the proxy's own templates. A
+        // bare 429, 502 or 503 may follow a forwarded start (issue 38): the kill guard stays.
+        CallError::Http { status: 429, signed, .. } => !signed,
+        CallError::Http { signed: true, .. } => false,
+        CallError::Http { status, .. } => !matches!(status, 400..=499),
         CallError::Rpc { .. } => false,
         CallError::Timeout(_)
         | CallError::Idle(_)
