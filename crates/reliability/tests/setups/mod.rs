@@ -256,7 +256,7 @@ fn chrono(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
                 // Aevatar's own response limit (1 MiB) rather than the adapter's 64 MiB default: an
                 // endless answer must end on it, at any speed of this machine, long before the
                 // request timeout.
-                .max_response_bytes(execseam_chrono::wire::MAX_RESPONSE_BYTES);
+                .max_response_bytes(execseam_chrono_contract::wire::MAX_RESPONSE_BYTES);
             Ok(exec(ChronoExec::new(config)?))
         },
     )
