@@ -1,5 +1,7 @@
 //! [`LocalConfig`]: what every command's environment starts from, and an optional launcher.
 
+use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::vars::{self, Vars};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -43,16 +45,15 @@ impl LocalConfig {
 
     /// The defaults, then the variables in [`VARS`](crate::VARS) from this process's environment.
     pub fn from_env() -> Result<LocalConfig, Error> {
-        LocalConfig::from_vars(|k| std::env::var(k).ok())
+        crate::Local::config_from(&vars::env)
     }
 
     /// The defaults, then the variables in [`VARS`](crate::VARS) as `vars` gives them (an unset or empty
     /// variable keeps the default): `EXECSEAM_LOCAL_SANDBOX_ROOT`, the directory sandboxes are
     /// created in (absolute).
-    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<LocalConfig, Error> {
-        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<LocalConfig, Error> {
         let mut c = LocalConfig::new();
-        if let Some(root) = var("EXECSEAM_LOCAL_SANDBOX_ROOT") {
+        if let Some(root) = vars.text("EXECSEAM_LOCAL_SANDBOX_ROOT") {
             c = c.sandbox_root(root);
         }
         Ok(c)

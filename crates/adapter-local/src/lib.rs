@@ -79,7 +79,7 @@ impl Adapter for Local {
     type Provider = LocalProvider;
 
     fn config(vars: &Vars<'_>) -> Result<LocalConfig, Error> {
-        LocalConfig::from_vars(|k| vars.get(k))
+        LocalConfig::from_vars(vars)
     }
 
     fn capabilities(config: &LocalConfig) -> Capabilities {
