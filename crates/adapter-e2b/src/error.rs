@@ -98,7 +98,6 @@ pub(crate) fn gone(e: &CallError) -> Gone {
     match e {
         CallError::Http {
             status: 502,
-            signed: false,
             message,
             ..
         } => {
@@ -223,7 +222,8 @@ fn map_http(
         409 => (ErrorKind::Conflict, Retry::Never),
         // Safe on a submit only as one of the proxy's templates (its 429s are answered in its
         // handler before it forwards: the connection limit, the team's sandbox limit).
-        429 | 503 => retry::signed(status, ctx.stage, retry_after, signed),
+        // (No E2B proxy renders a 503 on a sandbox's routes: a 503 is never signed.)
+        429 | 503 => retry::signed(status, ctx.stage, retry_after, signed && status == 429),
         499 => (ErrorKind::Cancelled, ctx.after_send()),
         501 | 505 => (ErrorKind::Unsupported, Retry::Never),
         // "The sandbox is running but port is not open": Go's ReverseProxy renders it from its
@@ -392,7 +392,10 @@ mod tests {
             assert_eq!(e.retry(), Retry::Unsafe, "{status}: {e}");
         }
         // Before any command, a read is safe to repeat whoever answered.
-        let e = map(http(503, "busy", Some(2)), &Ctx::new("list_dir", Stage::Before));
+        let e = map(
+            http(503, "busy", Some(2)),
+            &Ctx::new("list_dir", Stage::Before),
+        );
         assert_eq!(e.retry(), Retry::Safe { after });
         // "port is not open" may follow a written request (Go's ReverseProxy ErrorHandler).
         let e = map(
@@ -497,19 +500,25 @@ mod tests {
     #[test]
     fn http_faults_map_to_the_contract() {
         let ctx = exec_ctx(Stage::Submit);
+        // Bare (not one of the proxy's templates): the command may have run (issue 38).
         let e = map(http(429, "slow down", Some(3)), &ctx);
         assert_eq!(e.kind(), ErrorKind::RateLimited);
+        assert_eq!(e.retry(), Retry::Unsafe);
+        assert_eq!(e.status(), Some(WireStatus::Http(429)));
+        let e = map(http(429, "slow down", Some(3)), &exec_ctx(Stage::Before));
         assert_eq!(
             e.retry(),
             Retry::Safe {
                 after: Some(Duration::from_secs(3))
             }
         );
-        assert_eq!(e.status(), Some(WireStatus::Http(429)));
         let e = map(http(500, "boom", None), &ctx);
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Internal, Retry::Unsafe));
         let e = map(http(503, "busy", None), &ctx);
-        assert_eq!((e.kind(), e.retry()), (ErrorKind::Unavailable, Retry::SAFE));
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::Unavailable, Retry::Unsafe)
+        );
         let e = map(http(401, "unauthorized", None), &ctx);
         assert_eq!(
             (e.kind(), e.retry()),

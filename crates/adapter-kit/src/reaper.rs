@@ -58,7 +58,12 @@ impl Drained {
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         for f in &self.failures {
-            parts.push(format!("{}: {} failed: {}", f.provider, f.what, f.error.message()));
+            parts.push(format!(
+                "{}: {} failed: {}",
+                f.provider,
+                f.what,
+                f.error.message()
+            ));
         }
         if self.pending > 0 {
             parts.push(format!(
@@ -181,10 +186,17 @@ mod tests {
             Err(Error::new(execseam_core::ErrorKind::Unavailable, "reset"))
         });
         let drained = drain(Duration::from_secs(5)).await;
-        assert!(done.load(Ordering::SeqCst), "drain returned before the kill ran");
+        assert!(
+            done.load(Ordering::SeqCst),
+            "drain returned before the kill ran"
+        );
         assert_eq!(drained.pending, 0);
         assert_eq!(drained.failures.len(), 1);
-        assert!(drained.describe().contains("delete the sandbox failed: reset"));
+        assert!(
+            drained
+                .describe()
+                .contains("delete the sandbox failed: reset")
+        );
         // Bounded: work that never ends is reported pending, not waited for.
         spawn("p", "kill", std::future::pending());
         let start = std::time::Instant::now();

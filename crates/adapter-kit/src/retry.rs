@@ -288,9 +288,7 @@ pub fn http_status_at(
         stage.settle(Retry::Safe { after: retry_after })
     } else {
         match status {
-            408 | 429 | 500..=599 if !matches!(status, 501) => {
-                with_after(stage.retry(Sent::Maybe))
-            }
+            408 | 429 | 500..=599 if !matches!(status, 501) => with_after(stage.retry(Sent::Maybe)),
             _ => Retry::Never,
         }
     };
@@ -473,7 +471,10 @@ mod tests {
             signed(429, NonIdempotent, after, true),
             (ErrorKind::RateLimited, Retry::Safe { after })
         );
-        assert_eq!(signed(503, Stage::Submit, after, true).1, Retry::Safe { after });
+        assert_eq!(
+            signed(503, Stage::Submit, after, true).1,
+            Retry::Safe { after }
+        );
         assert_eq!(signed(503, Stage::Submit, after, false).1, Retry::Unsafe);
         assert_eq!(signed(429, Stage::After, after, true).1, Retry::Unsafe);
         assert_eq!(

@@ -394,10 +394,7 @@ async fn a_retry_after_over_the_cap_fails_at_once_with_the_delay() {
         emu.faults()
             .add(format!("{route}=429:{secs}").parse::<FaultRule>().unwrap());
         let start = Instant::now();
-        let e = provider(&emu)
-            .create(SandboxSpec::new())
-            .await
-            .unwrap_err();
+        let e = provider(&emu).create(SandboxSpec::new()).await.unwrap_err();
         assert!(
             start.elapsed() < Duration::from_secs(1),
             "{route} 429:{secs} took {:?}",
@@ -413,7 +410,8 @@ async fn a_retry_after_over_the_cap_fails_at_once_with_the_delay() {
         );
         emu.faults().clear();
     }
-    emu.faults().add("create=429:1".parse::<FaultRule>().unwrap());
+    emu.faults()
+        .add("create=429:1".parse::<FaultRule>().unwrap());
     let start = Instant::now();
     let exec = provider(&emu).create(SandboxSpec::new()).await.unwrap();
     assert!(start.elapsed() >= Duration::from_secs(1));
