@@ -159,7 +159,7 @@ pub fn tool_cases() -> Vec<Case> {
 pub fn fault_cases() -> Vec<Case> {
     cases![
         "fault-rate-limited" => faults::rate_limited:
-            "429 with Retry-After is Err(RateLimited), retry safe after the given delay",
+            "429 with Retry-After is Err(RateLimited), retry safe after the given delay (the provider's own refusal) or unsafe (not known to precede the command)",
         "fault-server-error" => faults::server_error:
             "500 on the exec is Err(Internal|Unavailable), retry unsafe (it may have run)",
         "fault-unavailable" => faults::unavailable:
