@@ -6,6 +6,8 @@ pub mod degrade;
 pub mod id;
 pub mod retry;
 pub mod size;
+#[cfg(feature = "spool")]
+pub mod spool;
 pub mod text;
 pub mod vars;
 

@@ -405,6 +405,28 @@ impl Exec for LocalExec {
     fn streaming(&self) -> Option<&dyn ExecStream> {
         Some(self)
     }
+
+    /// The adapter kit's spool, on this host: a sandbox's spools are in its directory
+    /// (`<sandbox>/processes`), the host's in `<temp dir>/execseam-processes-<uid>`; with a
+    /// launcher, where the launched commands see `/tmp`. A started command outlives the
+    /// `execseam` process that started it (its supervisor is in a session of its own).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        let root = match (&self.sandbox, self.config.launcher.is_empty()) {
+            (Some(s), true) => s.dir.join("processes").to_string_lossy().into_owned(),
+            (None, true) => {
+                // SAFETY: getuid has no preconditions and cannot fail.
+                let uid = unsafe { libc::getuid() };
+                std::env::temp_dir()
+                    .join(format!("execseam-processes-{uid}"))
+                    .to_string_lossy()
+                    .into_owned()
+            }
+            (_, false) => execseam_adapter_kit::spool::DEFAULT_ROOT.to_owned(),
+        };
+        Some(Box::new(
+            execseam_adapter_kit::spool::Spool::new(self, Sandbox::id(self)).root(root),
+        ))
+    }
 }
 
 impl ExecStream for LocalExec {

@@ -56,6 +56,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
+    processes: Some(execseam_adapter_kit::spool::SPOOLED),
 };
 
 /// Local sandboxes are directories (see [`LocalProvider`]): every operation, with env and labels.

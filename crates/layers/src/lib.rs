@@ -24,7 +24,7 @@
 //! - [`TracedProvider`] (and [`traced`]): a [`Provider`](execseam_core::Provider) whose lifecycle
 //!   calls run in `lifecycle{provider, operation, sandbox, status, kind, count}` spans; the
 //!   facade's registry wraps every provider it builds in it. The handles it returns are
-//!   [`TracedSandbox`]es: `close` and `destroy` in the same span, streaming and reattach
+//!   [`TracedSandbox`]es: `close` and `destroy` in the same span, streaming and process handles
 //!   forwarded.
 //!
 //! Recommended order, innermost first: `adapter.with_retry(..).with_deadline(..).with_output_cap(..)`
@@ -268,6 +268,12 @@ impl<E: Exec> Exec for WithDeadline<E> {
     fn streaming(&self) -> Option<&dyn ExecStream> {
         self.inner.streaming().map(|_| self as &dyn ExecStream)
     }
+
+    /// The inner adapter's, unchanged: a detached command outlives any one call, so this
+    /// layer's policy does not apply to it (bound a wait with `Processes::wait`'s own deadline).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        self.inner.processes()
+    }
 }
 
 impl<E: Exec> ExecStream for WithDeadline<E> {
@@ -485,6 +491,12 @@ impl<E: Exec> Exec for WithOutputCap<E> {
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
         self.inner.streaming().map(|_| self as &dyn ExecStream)
+    }
+
+    /// The inner adapter's, unchanged: a detached command outlives any one call, so this
+    /// layer's policy does not apply to it (bound a wait with `Processes::wait`'s own deadline).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        self.inner.processes()
     }
 }
 
@@ -745,6 +757,12 @@ impl<E: Exec> Exec for WithRetry<E> {
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
         self.inner.streaming().map(|_| self as &dyn ExecStream)
+    }
+
+    /// The inner adapter's, unchanged: a detached command outlives any one call, so this
+    /// layer's policy does not apply to it (bound a wait with `Processes::wait`'s own deadline).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        self.inner.processes()
     }
 }
 
