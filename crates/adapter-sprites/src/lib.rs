@@ -43,7 +43,7 @@ mod config;
 mod error;
 mod exec;
 mod provider;
-pub mod wire;
+mod wire;
 
 pub use config::{BaseEnv, DEFAULT_BASE_URL, SpritesConfig, Transport, WsBuffers};
 pub use exec::{SpritesExec, parse_http_body};
@@ -120,7 +120,7 @@ impl Adapter for Sprites {
     type Provider = SpritesProvider;
 
     fn config(vars: &Vars<'_>) -> Result<SpritesConfig, Error> {
-        SpritesConfig::from_vars(|k| vars.get(k))
+        SpritesConfig::from_vars(vars)
     }
 
     fn capabilities(config: &SpritesConfig) -> Capabilities {

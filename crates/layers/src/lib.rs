@@ -47,7 +47,7 @@ use tokio::time::{Instant, Sleep};
 
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
-    ExecStream, Output, PartialOutput, Retry, Truncated,
+    ExecStream, Output, Ownership, PartialOutput, Retry, Sandbox, Truncated,
 };
 
 /// Adds the layers to every [`Exec`].
@@ -79,6 +79,41 @@ pub trait ExecExt: Exec + Sized {
 }
 
 impl<E: Exec + Sized> ExecExt for E {}
+
+/// A layer over a [`Sandbox`] is the same sandbox: its id, ownership, `close` and `destroy` are
+/// the wrapped handle's (a layer changes how commands run, never what ends the sandbox).
+macro_rules! forward_sandbox {
+    ($($layer:ident),*) => {$(
+        impl<S: Sandbox> Sandbox for $layer<S> {
+            fn id(&self) -> &str {
+                self.inner.id()
+            }
+            fn ownership(&self) -> &Ownership {
+                self.inner.ownership()
+            }
+            fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+                self.inner.end()
+            }
+            fn release(&self) -> BoxFuture<'_, Result<(), Error>> {
+                self.inner.release()
+            }
+            fn owned(&self) -> bool {
+                self.inner.owned()
+            }
+            fn set_owned(&self, owned: bool) {
+                self.inner.set_owned(owned)
+            }
+            fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+                self.inner.close()
+            }
+            fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+                self.inner.destroy()
+            }
+        }
+    )*};
+}
+
+forward_sandbox!(WithDeadline, WithOutputCap, WithRetry);
 
 // ---------------------------------------------------------------------------------------------
 // Deadline
@@ -385,6 +420,13 @@ pub struct WithOutputCap<E> {
     cap: u64,
 }
 
+impl<E> WithOutputCap<E> {
+    /// The wrapped adapter.
+    pub fn inner(&self) -> &E {
+        &self.inner
+    }
+}
+
 #[derive(Default)]
 struct Capped {
     buf: BytesMut,
@@ -654,6 +696,11 @@ fn notify(attempt: u32, e: &Error, delay: Duration) {
 }
 
 impl<E> WithRetry<E> {
+    /// The wrapped adapter.
+    pub fn inner(&self) -> &E {
+        &self.inner
+    }
+
     fn backoff(&self) -> ExponentialBuilder {
         let b = ExponentialBuilder::new()
             .with_min_delay(self.policy.min_delay)
@@ -798,12 +845,145 @@ impl<E: Exec> ExecStream for WithRetry<E> {
     }
 }
 
+/// Test-only process handles shared by the crate's tests.
+#[cfg(test)]
+pub(crate) mod fake_processes {
+    use execseam_core::{
+        BoxFuture, Error, ProcessCapabilities, ProcessHandle, ProcessInfo, ProcessRead,
+        ProcessStream, Processes, Signal, StartKey, StartRequest, Started, StdinState,
+        StdinWrite, StreamOffsets, Waited,
+    };
+
+    /// Process handles that name the sandbox they belong to in every answer.
+    pub(crate) struct FakeProcesses(pub(crate) &'static str);
+
+    impl FakeProcesses {
+        fn no<T: Send + 'static>(&self, what: &str) -> BoxFuture<'static, Result<T, Error>> {
+            let e = Error::protocol(format!("{what} in {}", self.0));
+            Box::pin(async move { Err(e) })
+        }
+    }
+
+    impl Processes for FakeProcesses {
+        fn process_capabilities(&self) -> ProcessCapabilities {
+            ProcessCapabilities {
+                mechanism: execseam_core::Mechanism::Native,
+                idempotent_start: false,
+                stdin: false,
+                signals: &[],
+                replay: false,
+                retention: None,
+                list: false,
+                exact_signal_exit: false,
+                terminal: false,
+            }
+        }
+        fn handle_for(&self, key: &StartKey) -> ProcessHandle {
+            ProcessHandle::new(format!("h-{}-{key}", self.0))
+        }
+        fn start(&self, _: StartRequest) -> BoxFuture<'_, Result<Started, Error>> {
+            self.no("start")
+        }
+        fn read<'a>(&'a self, _: &'a ProcessHandle, _: StreamOffsets) -> BoxFuture<'a, Result<ProcessRead, Error>> {
+            self.no("read")
+        }
+        fn attach<'a>(&'a self, _: &'a ProcessHandle, _: StreamOffsets) -> BoxFuture<'a, Result<ProcessStream<'a>, Error>> {
+            let e = Error::protocol(format!("attach in {}", self.0));
+            Box::pin(async move { Err(e) })
+        }
+        fn write_stdin<'a>(&'a self, _: &'a ProcessHandle, _: StdinWrite) -> BoxFuture<'a, Result<StdinState, Error>> {
+            self.no("write_stdin")
+        }
+        fn signal<'a>(&'a self, _: &'a ProcessHandle, _: Signal) -> BoxFuture<'a, Result<(), Error>> {
+            self.no("signal")
+        }
+        fn wait<'a>(&'a self, _: &'a ProcessHandle, _: std::time::Duration) -> BoxFuture<'a, Result<Waited, Error>> {
+            self.no("wait")
+        }
+        fn status<'a>(&'a self, _: &'a ProcessHandle) -> BoxFuture<'a, Result<ProcessInfo, Error>> {
+            self.no("status")
+        }
+        fn list(&self) -> BoxFuture<'_, Result<Vec<ProcessInfo>, Error>> {
+            self.no("list")
+        }
+        fn release<'a>(&'a self, _: &'a ProcessHandle) -> BoxFuture<'a, Result<(), Error>> {
+            self.no("release")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use execseam_core::Exit;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
+
+    /// A sandbox that counts its ends and has process handles.
+    struct Kept {
+        ownership: Ownership,
+        ends: AtomicUsize,
+    }
+
+    impl Exec for Kept {
+        fn provider(&self) -> &str {
+            "kept"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::FULL
+        }
+        fn exec(&self, _: Command) -> BoxFuture<'_, Result<Output, Error>> {
+            Box::pin(async { Ok(Output::new("", "", Exit::Code(0))) })
+        }
+        fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+            Some(Box::new(crate::fake_processes::FakeProcesses("kept")))
+        }
+    }
+
+    impl Sandbox for Kept {
+        fn id(&self) -> &str {
+            "kept-1"
+        }
+        fn ownership(&self) -> &Ownership {
+            &self.ownership
+        }
+        fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+            self.ends.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn layers_keep_the_sandbox_and_its_processes() {
+        let layered = Kept {
+            ownership: Ownership::created(),
+            ends: Default::default(),
+        }
+        .with_retry(RetryPolicy::default())
+        .with_deadline(Duration::from_secs(5))
+        .with_output_cap(1024);
+        assert_eq!(layered.id(), "kept-1");
+        assert!(layered.owned());
+        assert_eq!(
+            layered
+                .processes()
+                .map(|p| p.handle_for(&execseam_core::StartKey::new("k").unwrap()).as_str().to_owned()),
+            Some("h-kept-k".to_owned())
+        );
+        layered.close().await.unwrap();
+        layered.close().await.unwrap();
+        let inner = layered.inner().inner().inner();
+        assert_eq!(
+            inner.ends.load(Ordering::SeqCst),
+            1,
+            "closed once, destroyed once"
+        );
+        assert!(inner.ownership.is_destroyed());
+        // Behind an Arc<dyn Sandbox>, as the CLI holds it.
+        let dynamic: Arc<dyn Sandbox> = Arc::new(layered);
+        assert_eq!(dynamic.id(), "kept-1");
+    }
 
     /// A scripted adapter: each exec pops the next answer.
     struct Script {

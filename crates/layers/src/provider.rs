@@ -266,11 +266,7 @@ mod tests {
     use std::fmt::Debug;
     use std::sync::{Arc, Mutex};
 
-    use execseam_core::{
-        ErrorKind, EventStream, ProcessCapabilities, ProcessHandle, ProcessInfo, ProcessRead,
-        ProcessStream, Signal, StartKey, StartRequest, Started, StdinState, StdinWrite,
-        StreamOffsets, Waited,
-    };
+    use execseam_core::{ErrorKind, EventStream, StartKey, StreamOffsets};
     use tracing::field::{Field, Visit};
     use tracing::span::{Attributes, Id, Record};
     use tracing::{Event, Metadata, Subscriber};
@@ -331,64 +327,7 @@ mod tests {
             Some(self)
         }
         fn processes(&self) -> Option<Box<dyn Processes + '_>> {
-            Some(Box::new(FakeProcesses(self.0)))
-        }
-    }
-
-    /// Process handles that name the sandbox they belong to in every answer.
-    struct FakeProcesses(&'static str);
-
-    impl FakeProcesses {
-        fn no<T: Send + 'static>(&self, what: &str) -> BoxFuture<'static, Result<T, Error>> {
-            let e = Error::protocol(format!("{what} in {}", self.0));
-            Box::pin(async move { Err(e) })
-        }
-    }
-
-    impl Processes for FakeProcesses {
-        fn process_capabilities(&self) -> ProcessCapabilities {
-            ProcessCapabilities {
-                mechanism: execseam_core::Mechanism::Native,
-                idempotent_start: false,
-                stdin: false,
-                signals: &[],
-                replay: false,
-                retention: None,
-                list: false,
-                exact_signal_exit: false,
-                terminal: false,
-            }
-        }
-        fn handle_for(&self, key: &StartKey) -> ProcessHandle {
-            ProcessHandle::new(format!("h-{}-{key}", self.0))
-        }
-        fn start(&self, _: StartRequest) -> BoxFuture<'_, Result<Started, Error>> {
-            self.no("start")
-        }
-        fn read<'a>(&'a self, _: &'a ProcessHandle, _: StreamOffsets) -> BoxFuture<'a, Result<ProcessRead, Error>> {
-            self.no("read")
-        }
-        fn attach<'a>(&'a self, _: &'a ProcessHandle, _: StreamOffsets) -> BoxFuture<'a, Result<ProcessStream<'a>, Error>> {
-            let e = Error::protocol(format!("attach in {}", self.0));
-            Box::pin(async move { Err(e) })
-        }
-        fn write_stdin<'a>(&'a self, _: &'a ProcessHandle, _: StdinWrite) -> BoxFuture<'a, Result<StdinState, Error>> {
-            self.no("write_stdin")
-        }
-        fn signal<'a>(&'a self, _: &'a ProcessHandle, _: Signal) -> BoxFuture<'a, Result<(), Error>> {
-            self.no("signal")
-        }
-        fn wait<'a>(&'a self, _: &'a ProcessHandle, _: std::time::Duration) -> BoxFuture<'a, Result<Waited, Error>> {
-            self.no("wait")
-        }
-        fn status<'a>(&'a self, _: &'a ProcessHandle) -> BoxFuture<'a, Result<ProcessInfo, Error>> {
-            self.no("status")
-        }
-        fn list(&self) -> BoxFuture<'_, Result<Vec<ProcessInfo>, Error>> {
-            self.no("list")
-        }
-        fn release<'a>(&'a self, _: &'a ProcessHandle) -> BoxFuture<'a, Result<(), Error>> {
-            self.no("release")
+            Some(Box::new(crate::fake_processes::FakeProcesses(self.0)))
         }
     }
 
