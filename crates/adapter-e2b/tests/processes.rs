@@ -67,7 +67,10 @@ async fn a_detached_command_outlives_its_client_and_is_attached_again_byte_exact
     let started = first
         .processes()
         .expect("E2B has process handles")
-        .start(StartRequest::new(StartKey::new("detached").unwrap(), sh(script)))
+        .start(StartRequest::new(
+            StartKey::new("detached").unwrap(),
+            sh(script),
+        ))
         .await
         .unwrap();
     assert!(started.fresh);
@@ -130,7 +133,10 @@ async fn a_command_envd_forgot_is_answered_from_the_spool() {
         .collect()
         .await
         .unwrap();
-    assert_eq!((&out.stdout[..], &out.stderr[..]), (&b"done"[..], &b"warn"[..]));
+    assert_eq!(
+        (&out.stdout[..], &out.stderr[..]),
+        (&b"done"[..], &b"warn"[..])
+    );
     drop(p);
     exec.destroy().await.unwrap();
 }
@@ -145,7 +151,10 @@ async fn a_handle_that_never_started_is_not_found_never_an_exit() {
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
     // A handle of another adapter is refused before any request.
     let e = p
-        .read(&ProcessHandle::new("sp1:sprites:000000000000:k"), StreamOffsets::ZERO)
+        .read(
+            &ProcessHandle::new("sp1:sprites:000000000000:k"),
+            StreamOffsets::ZERO,
+        )
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidCommand);
@@ -178,8 +187,15 @@ async fn a_signal_kills_the_command_and_its_group() {
         .exec(sh("for i in 1 2 3 4 5 6 7 8 9 10; do kill -0 $(cat /tmp/kid) 2>/dev/null || exit 0; sleep 0.1; done; exit 1"))
         .await
         .unwrap();
-    assert_eq!(o.exit, Exit::Code(0), "the background child outlived SIGKILL to the group");
-    assert_eq!(p.status(&s.handle).await.unwrap().state, ProcessState::Exited(Exit::Code(137)));
+    assert_eq!(
+        o.exit,
+        Exit::Code(0),
+        "the background child outlived SIGKILL to the group"
+    );
+    assert_eq!(
+        p.status(&s.handle).await.unwrap().state,
+        ProcessState::Exited(Exit::Code(137))
+    );
     drop(p);
     exec.destroy().await.unwrap();
 }

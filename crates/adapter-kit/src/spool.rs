@@ -49,10 +49,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use execseam_core::{
-    BoxFuture, Command, Error, ErrorKind, Exec, Exit, Mechanism, ProcessCapabilities,
-    ProcessEvent, ProcessHandle, ProcessInfo, ProcessRead, ProcessState, ProcessStream,
-    Processes, Retry, Signal, StartKey, StartRequest, Started, StdinMode, StdinState, StdinWrite,
-    StreamOffsets, Waited,
+    BoxFuture, Command, Error, ErrorKind, Exec, Exit, Mechanism, ProcessCapabilities, ProcessEvent,
+    ProcessHandle, ProcessInfo, ProcessRead, ProcessState, ProcessStream, Processes, Retry, Signal,
+    StartKey, StartRequest, Started, StdinMode, StdinState, StdinWrite, StreamOffsets, Waited,
 };
 
 /// What the spool gives an adapter that runs everything through exec.
@@ -98,6 +97,9 @@ const PRELUDE: &str = r#"alive() {
   [ -r "/proc/$1/stat" ] || return 0
   z=$(sed 's/^.*) //; s/ .*//' "/proc/$1/stat" 2>/dev/null)
   [ "$z" != Z ]
+}
+stdin_state() {
+  printf '%s %s' "$(wc -c <"$1/in.log")" "$([ -e "$1/in.closed" ] && echo 1 || echo 0)"
 }
 state() {
   a=0 l=0
@@ -224,13 +226,14 @@ if kill -s "$sig" -- "-$p" 2>/dev/null; then echo spool:signal sent
 elif [ -e "$d/exit" ]; then echo spool:signal exited
 else echo spool:signal gone; fi"#;
 
-/// A listing: `$1` root. One line per key: `KEY S C O E`.
+/// A listing: `$1` root. One line per key: `KEY S C O E I K` (`I` stdin bytes accepted, `K`
+/// 1 when stdin is closed).
 const LIST: &str = r#"r=$1
 [ -d "$r" ] || exit 0
 for d in "$r"/*; do
   [ -e "$d/ready" ] || continue
   state "$d"
-  echo "${d##*/} $S $C $O $E"
+  echo "${d##*/} $S $C $O $E $(stdin_state "$d")"
 done"#;
 
 /// A release: `$1` dir. Prints `spool:release done|running`.
@@ -370,7 +373,10 @@ impl<'a> Spool<'a> {
             return Err(self.error(
                 ErrorKind::InvalidCommand,
                 operation,
-                format!("a process handle of another adapter, not {}", self.provider()),
+                format!(
+                    "a process handle of another adapter, not {}",
+                    self.provider()
+                ),
             ));
         }
         if sandbox != Some(self.sandbox.as_str()) {
@@ -459,7 +465,10 @@ impl<'a> Spool<'a> {
         } else {
             "detach"
         };
-        let script = format!("SUPERVISOR='{}'\n{START}", SUPERVISOR.replace('\'', r"'\''"));
+        let script = format!(
+            "SUPERVISOR='{}'\n{START}",
+            SUPERVISOR.replace('\'', r"'\''")
+        );
         let mut args: Vec<&str> = vec![&self.root, key.as_str(), mode, has_stdin, phase];
         args.extend(command.argv().iter().map(String::as_str));
         // The start's env and workdir are the command's: the supervisor and the command inherit
@@ -578,7 +587,8 @@ impl<'a> Spool<'a> {
             .iter()
             .position(|b| *b == b'\n')
             .ok_or_else(|| self.malformed("read", "no header"))?;
-        let header = std::str::from_utf8(&out[..nl]).map_err(|_| self.malformed("read", "header"))?;
+        let header =
+            std::str::from_utf8(&out[..nl]).map_err(|_| self.malformed("read", "header"))?;
         if header == "spool:none" {
             return Err(self.error(
                 ErrorKind::NotFound,
@@ -590,7 +600,10 @@ impl<'a> Spool<'a> {
         if f.len() != 9 || f[0] != "spool:read" {
             return Err(self.malformed("read", "header"));
         }
-        let num = |s: &str| s.parse::<u64>().map_err(|_| self.malformed("read", "a number"));
+        let num = |s: &str| {
+            s.parse::<u64>()
+                .map_err(|_| self.malformed("read", "a number"))
+        };
         let written = StreamOffsets::new(num(f[3])?, num(f[4])?);
         let base = StreamOffsets::new(num(f[5])?, num(f[6])?);
         let (no, ne) = (num(f[7])?, num(f[8])?);
@@ -623,7 +636,9 @@ impl<'a> Spool<'a> {
             let text = std::str::from_utf8(&body).map_err(|_| self.malformed("read", "base64"))?;
             let mut lines = text.split('\n');
             let mut dec = |len: u64| -> Result<Bytes, Error> {
-                let line = lines.next().ok_or_else(|| self.malformed("read", "a line"))?;
+                let line = lines
+                    .next()
+                    .ok_or_else(|| self.malformed("read", "a line"))?;
                 let b = base64::engine::general_purpose::STANDARD
                     .decode(line.trim_end_matches('\r'))
                     .map_err(|_| self.malformed("read", "base64"))?;
@@ -867,7 +882,7 @@ impl<'a> Spool<'a> {
         let out = self
             .run(
                 "status",
-                "r=$1; d=$1/$2; [ -e \"$d/ready\" ] || { echo spool:none; exit 0; }; state \"$d\"; echo \"$2 $S $C $O $E\"",
+                "r=$1; d=$1/$2; [ -e \"$d/ready\" ] || { echo spool:none; exit 0; }; state \"$d\"; echo \"$2 $S $C $O $E $(stdin_state \"$d\")\"",
                 &[&self.root, key.as_str()],
                 Bytes::new(),
             )
@@ -891,7 +906,7 @@ impl<'a> Spool<'a> {
         let mut out = Vec::new();
         for line in text.lines().filter(|l| !l.is_empty()) {
             let f: Vec<&str> = line.split(' ').collect();
-            if f.len() != 5 {
+            if f.len() != 7 {
                 return Err(self.malformed("list", line));
             }
             let Ok(key) = StartKey::new(f[0]) else {
@@ -903,6 +918,14 @@ impl<'a> Spool<'a> {
                 key,
                 state: self.state(f[1], f[2], "list")?,
                 written: Some(StreamOffsets::new(num(f[3])?, num(f[4])?)),
+                stdin: Some(StdinState {
+                    accepted: num(f[5])?,
+                    closed: match f[6] {
+                        "1" => true,
+                        "0" => false,
+                        _ => return Err(self.malformed("list", line)),
+                    },
+                }),
             });
         }
         out.sort_by(|a, b| a.key.cmp(&b.key));
@@ -910,9 +933,7 @@ impl<'a> Spool<'a> {
     }
 
     async fn list_all(&self) -> Result<Vec<ProcessInfo>, Error> {
-        let out = self
-            .run("list", LIST, &[&self.root], Bytes::new())
-            .await?;
+        let out = self.run("list", LIST, &[&self.root], Bytes::new()).await?;
         let text = std::str::from_utf8(&out).map_err(|_| self.malformed("list", "text"))?;
         self.parse_list(text)
     }
@@ -920,9 +941,7 @@ impl<'a> Spool<'a> {
     async fn release_one(&self, handle: &ProcessHandle) -> Result<(), Error> {
         let key = self.key_of(handle, "release")?;
         let dir = self.dir(&key);
-        let out = self
-            .run("release", RELEASE, &[&dir], Bytes::new())
-            .await?;
+        let out = self.run("release", RELEASE, &[&dir], Bytes::new()).await?;
         match std::str::from_utf8(&out).map(str::trim) {
             Ok("spool:release done") => Ok(()),
             Ok("spool:release running") => Err(self.error(
@@ -988,7 +1007,10 @@ impl Processes for Spool<'_> {
         Box::pin(self.wait_for(handle, within))
     }
 
-    fn status<'s>(&'s self, handle: &'s ProcessHandle) -> BoxFuture<'s, Result<ProcessInfo, Error>> {
+    fn status<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+    ) -> BoxFuture<'s, Result<ProcessInfo, Error>> {
         Box::pin(self.status_of(handle))
     }
 
@@ -1037,7 +1059,9 @@ mod tests {
                 if let Some(w) = command.workdir() {
                     c.current_dir(w);
                 }
-                let mut child = c.spawn().map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+                let mut child = c
+                    .spawn()
+                    .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
                 let mut stdin = child.stdin.take().expect("stdin");
                 let data = command.stdin().clone();
                 tokio::spawn(async move {
@@ -1057,7 +1081,8 @@ mod tests {
     }
 
     fn root() -> String {
-        let d = std::env::temp_dir().join(format!("execseam-spool-test-{}", crate::id::random_id(12)));
+        let d =
+            std::env::temp_dir().join(format!("execseam-spool-test-{}", crate::id::random_id(12)));
         d.to_string_lossy().into_owned()
     }
 
@@ -1101,12 +1126,21 @@ mod tests {
         // The same from a read, and base64 over a text-only exec.
         let text = Host { binary: false };
         let tspool = Spool::new(&text, "sbx").root(root.as_str());
-        let r = tspool.read(&started.handle, StreamOffsets::new(1, 0)).await.unwrap();
-        assert_eq!((&r.stdout[..], &r.stderr[..]), (&b"\0btail"[..], &b"E1"[..]));
+        let r = tspool
+            .read(&started.handle, StreamOffsets::new(1, 0))
+            .await
+            .unwrap();
+        assert_eq!(
+            (&r.stdout[..], &r.stderr[..]),
+            (&b"\0btail"[..], &b"E1"[..])
+        );
         assert!(r.is_end());
         assert_eq!(r.state, ProcessState::Exited(Exit::Code(7)));
         // Past the end: a typed error, never an exit.
-        let past = spool.read(&started.handle, StreamOffsets::new(99, 0)).await.unwrap_err();
+        let past = spool
+            .read(&started.handle, StreamOffsets::new(99, 0))
+            .await
+            .unwrap_err();
         assert_eq!(past.kind(), ErrorKind::InvalidCommand);
         let _ = std::fs::remove_dir_all(&root);
     }
@@ -1118,7 +1152,9 @@ mod tests {
         std::fs::create_dir_all(&root).unwrap();
         let spool = Spool::new(&host, "sbx").root(root.as_str());
         let count = format!("{root}/count");
-        let cmd = Command::builder(["sh", "-c", "echo x >>\"$1\"", "sh", &count]).build().unwrap();
+        let cmd = Command::builder(["sh", "-c", "echo x >>\"$1\"", "sh", &count])
+            .build()
+            .unwrap();
         let (a, b) = tokio::join!(
             spool.start(StartRequest::new(key("once"), cmd.clone())),
             spool.start(StartRequest::new(key("once"), cmd.clone())),
@@ -1126,9 +1162,15 @@ mod tests {
         let (a, b) = (a.unwrap(), b.unwrap());
         assert_eq!(a.handle, b.handle);
         assert!(a.fresh != b.fresh, "exactly one call made it");
-        let again = spool.start(StartRequest::new(key("once"), cmd)).await.unwrap();
+        let again = spool
+            .start(StartRequest::new(key("once"), cmd))
+            .await
+            .unwrap();
         assert!(!again.fresh);
-        assert_eq!(spool.wait(&a.handle, Duration::from_secs(5)).await.unwrap(), Waited::Exited(Exit::Code(0)));
+        assert_eq!(
+            spool.wait(&a.handle, Duration::from_secs(5)).await.unwrap(),
+            Waited::Exited(Exit::Code(0))
+        );
         assert_eq!(std::fs::read_to_string(&count).unwrap(), "x\n");
         let _ = std::fs::remove_dir_all(&root);
     }
@@ -1138,23 +1180,83 @@ mod tests {
         let host = Host { binary: true };
         let root = root();
         let spool = Spool::new(&host, "sbx").root(root.as_str());
-        let cmd = Command::builder(["sh", "-c", "while IFS= read -r l; do echo \"got:$l\"; done; echo end"])
-            .stdin("zero\n")
-            .build()
+        let cmd = Command::builder([
+            "sh",
+            "-c",
+            "while IFS= read -r l; do echo \"got:$l\"; done; echo end",
+        ])
+        .stdin("zero\n")
+        .build()
+        .unwrap();
+        let s = spool
+            .start(StartRequest::new(key("in"), cmd).open_stdin())
+            .await
             .unwrap();
-        let s = spool.start(StartRequest::new(key("in"), cmd).open_stdin()).await.unwrap();
         let h = &s.handle;
-        let w = |at, d: &'static str, close| StdinWrite { at, data: Bytes::from_static(d.as_bytes()), close };
-        assert_eq!(spool.write_stdin(h, w(5, "one\ntw", false)).await.unwrap(), StdinState { accepted: 11, closed: false });
+        let w = |at, d: &'static str, close| StdinWrite {
+            at,
+            data: Bytes::from_static(d.as_bytes()),
+            close,
+        };
+        assert_eq!(
+            spool.write_stdin(h, w(5, "one\ntw", false)).await.unwrap(),
+            StdinState {
+                accepted: 11,
+                closed: false
+            }
+        );
         // The retry of a write that landed is a no-op; a write from elsewhere is a conflict.
-        assert_eq!(spool.write_stdin(h, w(5, "one\ntw", false)).await.unwrap().accepted, 11);
+        assert_eq!(
+            spool
+                .write_stdin(h, w(5, "one\ntw", false))
+                .await
+                .unwrap()
+                .accepted,
+            11
+        );
         let e = spool.write_stdin(h, w(3, "x", false)).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Conflict);
-        assert_eq!(spool.wait(h, Duration::from_millis(300)).await.unwrap(), Waited::Running);
-        assert_eq!(spool.write_stdin(h, w(11, "o\n", true)).await.unwrap(), StdinState { accepted: 13, closed: true });
-        let out = spool.attach(h, StreamOffsets::ZERO).await.unwrap().collect().await.unwrap();
-        assert_eq!(out, Output::new("got:zero\ngot:one\ngot:two\nend\n", "", Exit::Code(0)));
-        let after = spool.write_stdin(h, w(13, "late", false)).await.unwrap_err();
+        // The status says where the next write goes (a writer that lost count starts there).
+        assert_eq!(
+            spool.status(h).await.unwrap().stdin,
+            Some(StdinState {
+                accepted: 11,
+                closed: false
+            })
+        );
+        assert_eq!(
+            spool.wait(h, Duration::from_millis(300)).await.unwrap(),
+            Waited::Running
+        );
+        assert_eq!(
+            spool.write_stdin(h, w(11, "o\n", true)).await.unwrap(),
+            StdinState {
+                accepted: 13,
+                closed: true
+            }
+        );
+        let out = spool
+            .attach(h, StreamOffsets::ZERO)
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        assert_eq!(
+            out,
+            Output::new("got:zero\ngot:one\ngot:two\nend\n", "", Exit::Code(0))
+        );
+        assert_eq!(
+            spool.list().await.unwrap()[0].stdin,
+            Some(StdinState {
+                accepted: 13,
+                closed: true
+            })
+        );
+        let after = spool
+            .write_stdin(h, w(13, "late", false))
+            .await
+            .unwrap_err();
         assert_eq!(after.kind(), ErrorKind::Conflict);
         let _ = std::fs::remove_dir_all(&root);
     }
@@ -1166,30 +1268,81 @@ mod tests {
         std::fs::create_dir_all(&root).unwrap();
         let spool = Spool::new(&host, "sbx").root(root.as_str());
         let kid = format!("{root}/kid");
-        let cmd = Command::builder(["sh", "-c", "sleep 100 & echo $! >\"$1\"; sleep 100", "sh", &kid]).build().unwrap();
-        let s = spool.start(StartRequest::new(key("sig"), cmd)).await.unwrap();
-        let done = spool.start(StartRequest::new(key("done"), sh("exit 3"))).await.unwrap();
-        assert_eq!(spool.wait(&done.handle, Duration::from_secs(5)).await.unwrap(), Waited::Exited(Exit::Code(3)));
+        let cmd = Command::builder([
+            "sh",
+            "-c",
+            "sleep 100 & echo $! >\"$1\"; sleep 100",
+            "sh",
+            &kid,
+        ])
+        .build()
+        .unwrap();
+        let s = spool
+            .start(StartRequest::new(key("sig"), cmd))
+            .await
+            .unwrap();
+        let done = spool
+            .start(StartRequest::new(key("done"), sh("exit 3")))
+            .await
+            .unwrap();
+        assert_eq!(
+            spool
+                .wait(&done.handle, Duration::from_secs(5))
+                .await
+                .unwrap(),
+            Waited::Exited(Exit::Code(3))
+        );
         let mut tries = 0;
         while !std::path::Path::new(&kid).exists() && tries < 100 {
             tokio::time::sleep(Duration::from_millis(20)).await;
             tries += 1;
         }
         let list = spool.list().await.unwrap();
-        let states: Vec<_> = list.iter().map(|i| (i.key.as_str().to_owned(), i.state)).collect();
-        assert_eq!(states, [("done".to_owned(), ProcessState::Exited(Exit::Code(3))), ("sig".to_owned(), ProcessState::Running)]);
-        assert_eq!(spool.release(&s.handle).await.unwrap_err().kind(), ErrorKind::Conflict);
+        let states: Vec<_> = list
+            .iter()
+            .map(|i| (i.key.as_str().to_owned(), i.state))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("done".to_owned(), ProcessState::Exited(Exit::Code(3))),
+                ("sig".to_owned(), ProcessState::Running)
+            ]
+        );
+        assert_eq!(
+            spool.release(&s.handle).await.unwrap_err().kind(),
+            ErrorKind::Conflict
+        );
         spool.signal(&s.handle, Signal::Term).await.unwrap();
-        assert_eq!(spool.wait(&s.handle, Duration::from_secs(5)).await.unwrap(), Waited::Exited(Exit::Code(143)));
+        assert_eq!(
+            spool.wait(&s.handle, Duration::from_secs(5)).await.unwrap(),
+            Waited::Exited(Exit::Code(143))
+        );
         let pid = std::fs::read_to_string(&kid).unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         let check = format!("{PRELUDE}alive {}", pid.trim());
-        let alive = std::process::Command::new("sh").args(["-c", &check]).status().unwrap();
-        assert!(!alive.success(), "the background child outlived the group signal");
+        let alive = std::process::Command::new("sh")
+            .args(["-c", &check])
+            .status()
+            .unwrap();
+        assert!(
+            !alive.success(),
+            "the background child outlived the group signal"
+        );
         spool.release(&s.handle).await.unwrap();
         spool.release(&s.handle).await.unwrap();
-        assert_eq!(spool.read(&s.handle, StreamOffsets::ZERO).await.unwrap_err().kind(), ErrorKind::NotFound);
-        assert_eq!(spool.status(&s.handle).await.unwrap_err().kind(), ErrorKind::NotFound);
+        assert_eq!(
+            spool
+                .read(&s.handle, StreamOffsets::ZERO)
+                .await
+                .unwrap_err()
+                .kind(),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            spool.status(&s.handle).await.unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
         let _ = std::fs::remove_dir_all(&root);
     }
 
@@ -1209,13 +1362,24 @@ mod tests {
         }
         let spool = Spool::new(&NoIo, "sbx-a");
         let other = Spool::new(&NoIo, "sbx-b").handle_for(&key("k"));
-        for h in [other, ProcessHandle::new("garbage"), ProcessHandle::new("sp1:fly:x:k"), ProcessHandle::new(format!("{}../x", spool.prefix()))] {
+        for h in [
+            other,
+            ProcessHandle::new("garbage"),
+            ProcessHandle::new("sp1:fly:x:k"),
+            ProcessHandle::new(format!("{}../x", spool.prefix())),
+        ] {
             let e = spool.read(&h, StreamOffsets::ZERO).await.unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidCommand, "{e}");
-            assert_eq!(spool.signal(&h, Signal::Kill).await.unwrap_err().kind(), ErrorKind::InvalidCommand);
+            assert_eq!(
+                spool.signal(&h, Signal::Kill).await.unwrap_err().kind(),
+                ErrorKind::InvalidCommand
+            );
         }
         let e = spool
-            .start(StartRequest::new(key("t"), sh("true")).terminal(execseam_core::TerminalSize { cols: 80, rows: 24 }))
+            .start(
+                StartRequest::new(key("t"), sh("true"))
+                    .terminal(execseam_core::TerminalSize { cols: 80, rows: 24 }),
+            )
             .await
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Unsupported);
@@ -1225,15 +1389,34 @@ mod tests {
     async fn output_past_the_retention_is_expired_with_the_first_offset_kept() {
         let host = Host { binary: true };
         let root = root();
-        let spool = Spool::new(&host, "sbx")
-            .root(root.as_str())
-            .capabilities(ProcessCapabilities { retention: Some(10), ..SPOOLED });
-        let s = spool.start(StartRequest::new(key("r"), sh("printf 0123456789abcdefghij"))).await.unwrap();
+        let spool =
+            Spool::new(&host, "sbx")
+                .root(root.as_str())
+                .capabilities(ProcessCapabilities {
+                    retention: Some(10),
+                    ..SPOOLED
+                });
+        let s = spool
+            .start(StartRequest::new(
+                key("r"),
+                sh("printf 0123456789abcdefghij"),
+            ))
+            .await
+            .unwrap();
         spool.wait(&s.handle, Duration::from_secs(5)).await.unwrap();
-        let e = spool.read(&s.handle, StreamOffsets::ZERO).await.unwrap_err();
+        let e = spool
+            .read(&s.handle, StreamOffsets::ZERO)
+            .await
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Expired);
         assert_eq!(e.retained_from(), Some(StreamOffsets::new(10, 0)));
-        let out = spool.attach(&s.handle, StreamOffsets::new(10, 0)).await.unwrap().collect().await.unwrap();
+        let out = spool
+            .attach(&s.handle, StreamOffsets::new(10, 0))
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
         assert_eq!(out.stdout, "abcdefghij");
         let _ = std::fs::remove_dir_all(&root);
     }
@@ -1243,16 +1426,37 @@ mod tests {
         let host = Host { binary: true };
         let root = root();
         let spool = Spool::new(&host, "sbx").root(root.as_str());
-        let s = spool.start(StartRequest::new(key("lost"), sh("sleep 100"))).await.unwrap();
+        let s = spool
+            .start(StartRequest::new(key("lost"), sh("sleep 100")))
+            .await
+            .unwrap();
         let dir = format!("{root}/lost");
         tokio::time::sleep(Duration::from_millis(200)).await;
         let kill = format!("kill -9 $(readlink {dir}/run); kill -9 -$(cat {dir}/pid)");
-        assert!(std::process::Command::new("sh").args(["-c", &kill]).status().unwrap().success());
+        assert!(
+            std::process::Command::new("sh")
+                .args(["-c", &kill])
+                .status()
+                .unwrap()
+                .success()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(spool.status(&s.handle).await.unwrap().state, ProcessState::Unknown);
-        let e = spool.wait(&s.handle, Duration::from_secs(1)).await.unwrap_err();
+        assert_eq!(
+            spool.status(&s.handle).await.unwrap().state,
+            ProcessState::Unknown
+        );
+        let e = spool
+            .wait(&s.handle, Duration::from_secs(1))
+            .await
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Protocol);
-        let e = spool.attach(&s.handle, StreamOffsets::ZERO).await.unwrap().collect().await.unwrap_err();
+        let e = spool
+            .attach(&s.handle, StreamOffsets::ZERO)
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Protocol);
         spool.release(&s.handle).await.unwrap();
         let _ = std::fs::remove_dir_all(&root);
@@ -1274,9 +1478,18 @@ mod tests {
         let launch = Detach(Host { binary: true }, AtomicBool::new(false));
         let root = root();
         let spool = Spool::new(&host, "sbx").root(root.as_str()).launch(&launch);
-        let s = spool.start(StartRequest::new(key("l"), sh("echo hi"))).await.unwrap();
+        let s = spool
+            .start(StartRequest::new(key("l"), sh("echo hi")))
+            .await
+            .unwrap();
         assert!(launch.1.load(Ordering::SeqCst));
-        let out = spool.attach(&s.handle, StreamOffsets::ZERO).await.unwrap().collect().await.unwrap();
+        let out = spool
+            .attach(&s.handle, StreamOffsets::ZERO)
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
         assert_eq!(out, Output::new("hi\n", "", Exit::Code(0)));
         let _ = std::fs::remove_dir_all(&root);
     }

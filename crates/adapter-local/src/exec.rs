@@ -165,13 +165,15 @@ impl Exec for LocalExec {
     /// launcher, where the launched commands see `/tmp`. A started command outlives the
     /// `execseam` process that started it (its supervisor is in a session of its own).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        let root = match (&self.sandbox, self.config.process.launcher_argv().is_empty()) {
+        let root = match (
+            &self.sandbox,
+            self.config.process.launcher_argv().is_empty(),
+        ) {
             (Some(s), true) => s.dir.join("processes").to_string_lossy().into_owned(),
             (None, true) => {
                 // This process's uid: the owner of its own /proc entry.
-                let uid = std::os::unix::fs::MetadataExt::uid(
-                    &std::fs::metadata("/proc/self").ok()?,
-                );
+                let uid =
+                    std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").ok()?);
                 std::env::temp_dir()
                     .join(format!("execseam-processes-{uid}"))
                     .to_string_lossy()

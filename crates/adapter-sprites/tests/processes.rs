@@ -52,7 +52,10 @@ async fn a_detached_command_outlives_its_socket_and_is_attached_again_byte_exact
     let started = first
         .processes()
         .expect("Sprites has process handles")
-        .start(StartRequest::new(StartKey::new("detached").unwrap(), sh(script)))
+        .start(StartRequest::new(
+            StartKey::new("detached").unwrap(),
+            sh(script),
+        ))
         .await
         .unwrap();
     drop(first);
@@ -90,7 +93,10 @@ async fn a_detached_command_outlives_its_socket_and_is_attached_again_byte_exact
     assert_eq!(&again.stdout[..], &out.stdout[6..]);
     p.release(&stored).await.unwrap();
     assert_eq!(
-        p.read(&stored, StreamOffsets::ZERO).await.unwrap_err().kind(),
+        p.read(&stored, StreamOffsets::ZERO)
+            .await
+            .unwrap_err()
+            .kind(),
         ErrorKind::NotFound
     );
 }
@@ -102,7 +108,10 @@ async fn a_handle_that_never_started_is_not_found_and_a_foreign_one_is_refused()
     let p = exec.processes().unwrap();
     let handle = p.handle_for(&StartKey::new("never").unwrap());
     assert_eq!(
-        p.read(&handle, StreamOffsets::ZERO).await.unwrap_err().kind(),
+        p.read(&handle, StreamOffsets::ZERO)
+            .await
+            .unwrap_err()
+            .kind(),
         ErrorKind::NotFound
     );
     assert_eq!(

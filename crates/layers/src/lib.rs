@@ -850,8 +850,8 @@ impl<E: Exec> ExecStream for WithRetry<E> {
 pub(crate) mod fake_processes {
     use execseam_core::{
         BoxFuture, Error, ProcessCapabilities, ProcessHandle, ProcessInfo, ProcessRead,
-        ProcessStream, Processes, Signal, StartKey, StartRequest, Started, StdinState,
-        StdinWrite, StreamOffsets, Waited,
+        ProcessStream, Processes, Signal, StartKey, StartRequest, Started, StdinState, StdinWrite,
+        StreamOffsets, Waited,
     };
 
     /// Process handles that name the sandbox they belong to in every answer.
@@ -884,20 +884,40 @@ pub(crate) mod fake_processes {
         fn start(&self, _: StartRequest) -> BoxFuture<'_, Result<Started, Error>> {
             self.no("start")
         }
-        fn read<'a>(&'a self, _: &'a ProcessHandle, _: StreamOffsets) -> BoxFuture<'a, Result<ProcessRead, Error>> {
+        fn read<'a>(
+            &'a self,
+            _: &'a ProcessHandle,
+            _: StreamOffsets,
+        ) -> BoxFuture<'a, Result<ProcessRead, Error>> {
             self.no("read")
         }
-        fn attach<'a>(&'a self, _: &'a ProcessHandle, _: StreamOffsets) -> BoxFuture<'a, Result<ProcessStream<'a>, Error>> {
+        fn attach<'a>(
+            &'a self,
+            _: &'a ProcessHandle,
+            _: StreamOffsets,
+        ) -> BoxFuture<'a, Result<ProcessStream<'a>, Error>> {
             let e = Error::protocol(format!("attach in {}", self.0));
             Box::pin(async move { Err(e) })
         }
-        fn write_stdin<'a>(&'a self, _: &'a ProcessHandle, _: StdinWrite) -> BoxFuture<'a, Result<StdinState, Error>> {
+        fn write_stdin<'a>(
+            &'a self,
+            _: &'a ProcessHandle,
+            _: StdinWrite,
+        ) -> BoxFuture<'a, Result<StdinState, Error>> {
             self.no("write_stdin")
         }
-        fn signal<'a>(&'a self, _: &'a ProcessHandle, _: Signal) -> BoxFuture<'a, Result<(), Error>> {
+        fn signal<'a>(
+            &'a self,
+            _: &'a ProcessHandle,
+            _: Signal,
+        ) -> BoxFuture<'a, Result<(), Error>> {
             self.no("signal")
         }
-        fn wait<'a>(&'a self, _: &'a ProcessHandle, _: std::time::Duration) -> BoxFuture<'a, Result<Waited, Error>> {
+        fn wait<'a>(
+            &'a self,
+            _: &'a ProcessHandle,
+            _: std::time::Duration,
+        ) -> BoxFuture<'a, Result<Waited, Error>> {
             self.no("wait")
         }
         fn status<'a>(&'a self, _: &'a ProcessHandle) -> BoxFuture<'a, Result<ProcessInfo, Error>> {
@@ -937,7 +957,7 @@ mod tests {
             Box::pin(async { Ok(Output::new("", "", Exit::Code(0))) })
         }
         fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-            Some(Box::new(crate::fake_processes::FakeProcesses("kept")))
+            Some(Box::new(fake_processes::FakeProcesses("kept")))
         }
     }
 
@@ -966,9 +986,10 @@ mod tests {
         assert_eq!(layered.id(), "kept-1");
         assert!(layered.owned());
         assert_eq!(
-            layered
-                .processes()
-                .map(|p| p.handle_for(&execseam_core::StartKey::new("k").unwrap()).as_str().to_owned()),
+            layered.processes().map(|p| p
+                .handle_for(&execseam_core::StartKey::new("k").unwrap())
+                .as_str()
+                .to_owned()),
             Some("h-kept-k".to_owned())
         );
         layered.close().await.unwrap();

@@ -94,7 +94,9 @@ impl StartKey {
             );
             let mut v = h.finish();
             for _ in 0..13 {
-                out.push(char::from(b"0123456789abcdefghijklmnopqrstuv"[(v & 31) as usize]));
+                out.push(char::from(
+                    b"0123456789abcdefghijklmnopqrstuv"[(v & 31) as usize],
+                ));
                 v >>= 5;
             }
         }
@@ -491,6 +493,9 @@ pub struct ProcessInfo {
     pub state: ProcessState,
     /// Bytes written to each stream so far, where known.
     pub written: Option<StreamOffsets>,
+    /// What its stdin has accepted (the offset of the next [`Processes::write_stdin`]) and
+    /// whether it is closed, where known.
+    pub stdin: Option<StdinState>,
 }
 
 /// How an adapter implements process handles.
@@ -581,7 +586,8 @@ pub trait Processes: Send + Sync {
     ) -> BoxFuture<'a, Result<Waited, Error>>;
 
     /// The command's state.
-    fn status<'a>(&'a self, handle: &'a ProcessHandle) -> BoxFuture<'a, Result<ProcessInfo, Error>>;
+    fn status<'a>(&'a self, handle: &'a ProcessHandle)
+    -> BoxFuture<'a, Result<ProcessInfo, Error>>;
 
     /// Every command started in this sandbox and not released, ordered by key.
     fn list(&self) -> BoxFuture<'_, Result<Vec<ProcessInfo>, Error>>;
@@ -692,7 +698,10 @@ mod tests {
         struct Iter(std::vec::IntoIter<Result<ProcessEvent, Error>>);
         impl Stream for Iter {
             type Item = Result<ProcessEvent, Error>;
-            fn poll_next(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+            fn poll_next(
+                mut self: Pin<&mut Self>,
+                _: &mut Context<'_>,
+            ) -> Poll<Option<Self::Item>> {
                 Poll::Ready(self.0.next())
             }
         }
@@ -709,7 +718,12 @@ mod tests {
             })
         };
         let ok = block(ProcessStream::new(Iter(
-            vec![out(0, b"a"), out(1, b"b"), Ok(ProcessEvent::Exit(Exit::Code(3)))].into_iter(),
+            vec![
+                out(0, b"a"),
+                out(1, b"b"),
+                Ok(ProcessEvent::Exit(Exit::Code(3))),
+            ]
+            .into_iter(),
         )))
         .unwrap();
         assert_eq!(ok, Output::new("ab", "", Exit::Code(3)));

@@ -220,6 +220,12 @@ printf 'after\n'; exit 4"#;
         Status::Running,
         "still running"
     );
+    // Once, never re-run by the reattach (read now: the sandbox goes with the result).
+    assert_eq!(
+        std::fs::read_to_string(file("runs")).unwrap(),
+        "run\n",
+        "the program was started exactly once"
+    );
     std::fs::write(file("go-2"), b"").unwrap();
 
     let mut op = Operation::resume(k.clone(), req.clone(), &id, None).unwrap();
@@ -233,12 +239,6 @@ printf 'after\n'; exit 4"#;
     );
     assert_eq!(output.stderr, "err-before\nerr-detached\n");
     assert_eq!(output.exit_code, 4);
-    // Once, never re-run.
-    assert_eq!(
-        std::fs::read_to_string(file("runs")).unwrap(),
-        "run\n",
-        "the program was started exactly once"
-    );
     // The per-operation sandbox is destroyed once the result is stored.
     until("the sandbox is destroyed", || emu.sandbox_ids().is_empty()).await;
     let again = c.submit(&k, &req).await.unwrap();
@@ -327,8 +327,14 @@ printf 'after\n'; exit 3"#;
     in_sprite("touch /tmp/go-1".into()).await;
     // Past max_run_after_disconnect of every socket the first server had open.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let alive = in_sprite("ls /tmp/.execseam/p/*/pid >/dev/null && ! ls /tmp/.execseam/p/*/exit 2>/dev/null".into()).await;
-    assert!(alive.exit.success(), "the command outlived the killed server");
+    let alive = in_sprite(
+        "ls /tmp/.execseam/p/*/pid >/dev/null && ! ls /tmp/.execseam/p/*/exit 2>/dev/null".into(),
+    )
+    .await;
+    assert!(
+        alive.exit.success(),
+        "the command outlived the killed server"
+    );
 
     let second = Proc::spawn_with_env(&args(free_port()), &env);
     let base = second.base_url.clone();

@@ -53,7 +53,11 @@ async fn start(
     }
 }
 
-async fn wait_exit(p: &dyn Processes, h: &ProcessHandle, within: Duration) -> Result<Exit, Outcome> {
+async fn wait_exit(
+    p: &dyn Processes,
+    h: &ProcessHandle,
+    within: Duration,
+) -> Result<Exit, Outcome> {
     match p.wait(h, within).await {
         Ok(Waited::Exited(exit)) => Ok(exit),
         Ok(Waited::Running) => fail(format!("still running after {within:?}")),
@@ -89,13 +93,19 @@ async fn follow(
             match ev {
                 Ok(ProcessEvent::Stdout { at, data }) => {
                     if at != from.stdout + out.len() as u64 {
-                        return fail(format!("stdout chunk at {at}, want {}", from.stdout + out.len() as u64));
+                        return fail(format!(
+                            "stdout chunk at {at}, want {}",
+                            from.stdout + out.len() as u64
+                        ));
                     }
                     out.extend_from_slice(&data);
                 }
                 Ok(ProcessEvent::Stderr { at, data }) => {
                     if at != from.stderr + err.len() as u64 {
-                        return fail(format!("stderr chunk at {at}, want {}", from.stderr + err.len() as u64));
+                        return fail(format!(
+                            "stderr chunk at {at}, want {}",
+                            from.stderr + err.len() as u64
+                        ));
                     }
                     err.extend_from_slice(&data);
                 }
@@ -132,7 +142,9 @@ pub(crate) async fn declared(t: &Target) -> CaseResult {
         .await;
     match r {
         Err(e) if e.kind() == ErrorKind::Unsupported => Ok(()),
-        Err(e) => fail(format!("a terminal start without terminals: {e}, want Unsupported")),
+        Err(e) => fail(format!(
+            "a terminal start without terminals: {e}, want Unsupported"
+        )),
         Ok(s) => {
             cleanup(&*p, &s.handle).await;
             fail("a terminal start was accepted by an adapter that declares no terminals")
@@ -205,7 +217,10 @@ async fn stdin_checks(p: &dyn Processes, h: &ProcessHandle) -> CaseResult {
         close,
     };
     match p.write_stdin(h, w(5, "one\ntw", false)).await {
-        Ok(StdinState { accepted: 11, closed: false }) => {}
+        Ok(StdinState {
+            accepted: 11,
+            closed: false,
+        }) => {}
         other => return fail(format!("first write: {other:?}, want 11 accepted")),
     }
     // The retry of a write that landed changes nothing.
@@ -215,15 +230,26 @@ async fn stdin_checks(p: &dyn Processes, h: &ProcessHandle) -> CaseResult {
     }
     match p.write_stdin(h, w(2, "x", false)).await {
         Err(e) if e.kind() == ErrorKind::Conflict => {}
-        other => return fail(format!("a write at a stale offset: {other:?}, want Conflict")),
+        other => {
+            return fail(format!(
+                "a write at a stale offset: {other:?}, want Conflict"
+            ));
+        }
     }
     match p.wait(h, Duration::from_millis(300)).await {
         Ok(Waited::Running) => {}
         other => return fail(format!("before stdin is closed: {other:?}, want Running")),
     }
     match p.write_stdin(h, w(11, "o\n", true)).await {
-        Ok(StdinState { accepted: 13, closed: true }) => {}
-        other => return fail(format!("closing write: {other:?}, want 13 accepted, closed")),
+        Ok(StdinState {
+            accepted: 13,
+            closed: true,
+        }) => {}
+        other => {
+            return fail(format!(
+                "closing write: {other:?}, want 13 accepted, closed"
+            ));
+        }
     }
     let (out, err, exit) = follow(p, h, StreamOffsets::ZERO).await?;
     same("stdout", &out, b"got:zero\ngot:one\ngot:two\nend\n")?;
@@ -275,7 +301,13 @@ pub(crate) async fn signal_kills_group(t: &Target) -> CaseResult {
         }
         // The background child got it too (checked in the sandbox by its pid).
         for _ in 0..20 {
-            let o = run_ok(t, Command::builder(["sh", "-c", ALIVE, "sh", &kid]).build().expect("valid")).await?;
+            let o = run_ok(
+                t,
+                Command::builder(["sh", "-c", ALIVE, "sh", &kid])
+                    .build()
+                    .expect("valid"),
+            )
+            .await?;
             match o.exit {
                 Exit::Code(1) => return Ok(()),
                 Exit::Code(0) => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -286,7 +318,13 @@ pub(crate) async fn signal_kills_group(t: &Target) -> CaseResult {
     }
     .await;
     if r.is_err() {
-        let _ = run_ok(t, Command::builder(["sh", "-c", "kill -9 $(cat \"$1\")", "sh", &kid]).build().expect("valid")).await;
+        let _ = run_ok(
+            t,
+            Command::builder(["sh", "-c", "kill -9 $(cat \"$1\")", "sh", &kid])
+                .build()
+                .expect("valid"),
+        )
+        .await;
     }
     cleanup(&*p, &h).await;
     r
@@ -304,7 +342,9 @@ pub(crate) async fn wait_and_late_exit(t: &Target) -> CaseResult {
         tokio::time::sleep(Duration::from_secs(3)).await;
         let exit = wait_exit(&*p, &h, Duration::from_secs(10)).await?;
         if exit != Exit::Code(4) {
-            return fail(format!("the exit recorded while nobody was attached: {exit:?}, want Code(4)"));
+            return fail(format!(
+                "the exit recorded while nobody was attached: {exit:?}, want Code(4)"
+            ));
         }
         match p.status(&h).await {
             Ok(i) if i.state == ProcessState::Exited(Exit::Code(4)) => Ok(()),
@@ -348,7 +388,11 @@ pub(crate) async fn list_states(t: &Target) -> CaseResult {
         }
         match p.release(&running).await {
             Err(e) if e.kind() == ErrorKind::Conflict => {}
-            other => return fail(format!("releasing a running process: {other:?}, want Conflict")),
+            other => {
+                return fail(format!(
+                    "releasing a running process: {other:?}, want Conflict"
+                ));
+            }
         }
         if let Err(e) = p.release(&done).await {
             return fail(format!("release: {e}"));
@@ -389,7 +433,10 @@ pub(crate) async fn start_idempotent(t: &Target) -> CaseResult {
             return fail("starts under one key gave different handles");
         }
         if a.fresh == b.fresh {
-            return fail(format!("fresh {} and {}: exactly one start is fresh", a.fresh, b.fresh));
+            return fail(format!(
+                "fresh {} and {}: exactly one start is fresh",
+                a.fresh, b.fresh
+            ));
         }
         wait_exit(&*p, &a.handle, Duration::from_secs(20)).await?;
         match p.start(StartRequest::new(k.clone(), c)).await {
@@ -410,7 +457,9 @@ pub(crate) async fn retention(t: &Target) -> CaseResult {
         return na("process capabilities: retention = None (the sandbox's disk)");
     };
     if limit > 4 << 20 {
-        return na(format!("process capabilities: retention = {limit} bytes, above 4 MiB"));
+        return na(format!(
+            "process capabilities: retention = {limit} bytes, above 4 MiB"
+        ));
     }
     let n = limit + 4096;
     let h = start(
@@ -425,20 +474,34 @@ pub(crate) async fn retention(t: &Target) -> CaseResult {
         wait_exit(&*p, &h, Duration::from_secs(30)).await?;
         let e = match p.read(&h, StreamOffsets::ZERO).await {
             Err(e) => e,
-            Ok(r) => return fail(format!("a read from 0 past the retention gave {} bytes, want Expired", r.stdout.len())),
+            Ok(r) => {
+                return fail(format!(
+                    "a read from 0 past the retention gave {} bytes, want Expired",
+                    r.stdout.len()
+                ));
+            }
         };
         if e.kind() != ErrorKind::Expired {
-            return fail(format!("a read from 0 past the retention: {e}, want Expired"));
+            return fail(format!(
+                "a read from 0 past the retention: {e}, want Expired"
+            ));
         }
         let Some(first) = e.retained_from() else {
             return fail("Expired without the first retained offsets");
         };
         if first.stdout == 0 || first.stdout > n - limit {
-            return fail(format!("first retained stdout offset {}, want in 1..={}", first.stdout, n - limit));
+            return fail(format!(
+                "first retained stdout offset {}, want in 1..={}",
+                first.stdout,
+                n - limit
+            ));
         }
         let (out, _, _) = follow(&*p, &h, first).await?;
         if out.len() as u64 != n - first.stdout || out.iter().any(|b| *b != b'x') {
-            return fail(format!("from the first retained offset: {} bytes", out.len()));
+            return fail(format!(
+                "from the first retained offset: {} bytes",
+                out.len()
+            ));
         }
         Ok(())
     }
