@@ -10,6 +10,8 @@ pub mod http;
 pub mod id;
 pub mod retry;
 pub mod size;
+#[cfg(feature = "spool")]
+pub mod spool;
 pub mod text;
 pub mod vars;
 #[cfg(feature = "ws")]
