@@ -1017,8 +1017,13 @@ impl Exec for E2bExec {
         Some(self)
     }
 
-    fn reattach(&self) -> Option<&dyn execseam_core::Reattach> {
-        Some(self)
+    /// The adapter kit's spool, in the sandbox's `/tmp` (envd drops output nobody is subscribed
+    /// to and keeps an ended process's exit only 30 s, so the output and exit live in files).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
+            self,
+            Sandbox::id(self),
+        )))
     }
 }
 

@@ -11,6 +11,8 @@ pub mod id;
 pub mod reaper;
 pub mod retry;
 pub mod size;
+#[cfg(feature = "spool")]
+pub mod spool;
 pub mod text;
 pub mod vars;
 #[cfg(feature = "ws")]

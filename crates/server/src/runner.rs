@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use execseam::{
-    Command, Error, ErrorKind, Event, Exit, ProcessHandle, Provider, Reattach, Sandbox, SandboxSpec,
+    Command, Error, ErrorKind, Event, Exit, ProcessHandle, Processes, Provider, Sandbox,
+    SandboxSpec, Signal, StartKey, StartRequest, StreamOffsets, Tool, Waited,
 };
 use execseam_chrono_contract::wire::{ExecOutput, ExecuteRequest, Language};
 use execseam_tools_protocol::code::{self, CodeRequest};
@@ -111,10 +112,21 @@ impl Runner {
         }
     }
 
-    fn command(req: &ExecuteRequest) -> Result<Command, String> {
-        let cmd = CodeRequest::new(language(req.language), req.script.clone())
-            .command()
-            .map_err(|e| e.message().to_owned())?;
+    /// The program's command: TypeScript compiled here and run on the sandbox's `node`, unless
+    /// the adapter serves `code` natively (then it gets the TypeScript).
+    fn command(&self, req: &ExecuteRequest) -> Result<Command, String> {
+        let language = language(req.language);
+        let native = self
+            .provider
+            .capabilities()
+            .native_tools
+            .contains(&Tool::CODE);
+        let cmd = if language == code::Language::Typescript && !native {
+            execseam_typescript::command(&req.script)
+        } else {
+            CodeRequest::new(language, req.script.clone()).command()
+        }
+        .map_err(|e| e.message().to_owned())?;
         if req.env.is_empty() {
             return Ok(cmd);
         }
@@ -122,6 +134,24 @@ impl Runner {
             .envs(req.env.iter().map(|(k, v)| (k.clone(), v.clone())))
             .build()
             .map_err(|e| e.message().to_owned())
+    }
+
+    /// The end of a program that exited, or `Invalid` when the sandbox has no interpreter for
+    /// its language (the launcher's marker, [`code::check_output`]): a missing runtime is
+    /// never the program's exit code.
+    fn exited(&self, out: Vec<u8>, err: Vec<u8>, exit: Exit, t: Instant) -> RunEnd {
+        let output = execseam_core::Output::new(out, err, exit);
+        match code::check_output(output) {
+            Ok(o) => RunEnd::Exited(ExecOutput {
+                stdout: capped(&o.stdout, self.max_output),
+                stderr: capped(&o.stderr, self.max_output),
+                exit_code: exit_code(o.exit),
+                execution_time_ms: Some(u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)),
+                display_data: None,
+                files: None,
+            }),
+            Err(e) => RunEnd::Invalid(format!("{} in this sandbox image", e.message())),
+        }
     }
 
     async fn inputs(&self, sbx: &dyn Sandbox, req: &ExecuteRequest) -> Result<(), RunEnd> {
@@ -148,12 +178,13 @@ impl Runner {
         Ok(())
     }
 
-    /// Kills a detached command through a fresh attach, boundedly; true if confirmed.
-    async fn kill_detached(&self, r: &dyn Reattach, handle: &ProcessHandle) -> bool {
+    /// Kills a detached command (its process group), boundedly; true if it is confirmed not
+    /// to run any more.
+    async fn kill_detached(&self, p: &dyn Processes, handle: &ProcessHandle) -> bool {
         let kill = async {
-            match r.attach(handle).await {
-                Ok(stream) => stream.kill().await.unwrap_or(false),
-                // Nothing to attach to: nothing runs.
+            match p.signal(handle, Signal::Kill).await {
+                Ok(()) => matches!(p.wait(handle, KILL_WAIT).await, Ok(Waited::Exited(_))),
+                // Nothing under the handle: nothing runs.
                 Err(e) => e.kind() == ErrorKind::NotFound,
             }
         };
@@ -164,7 +195,7 @@ impl Runner {
     /// and `cancel` killing it. An attach that cannot prove the exit is `Uncertain`.
     async fn wait_detached(
         &self,
-        r: &dyn Reattach,
+        p: &dyn Processes,
         handle: &ProcessHandle,
         timeout: Duration,
         cancel: &mut Pin<&mut impl Future<Output = ()>>,
@@ -173,41 +204,37 @@ impl Runner {
         let work = async {
             let mut last = None;
             for attempt in 0..3 {
-                match r.attach(handle).await {
-                    Ok(stream) => return stream.collect().await,
+                let attached = match p.attach(handle, StreamOffsets::ZERO).await {
+                    Ok(stream) => stream.collect().await,
+                    Err(e) => Err(e),
+                };
+                match attached {
                     Err(e) if e.kind() == ErrorKind::Unavailable && attempt < 2 => {
                         last = Some(e);
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     }
-                    Err(e) => return Err(e),
+                    other => return other,
                 }
             }
             Err(last.unwrap_or_else(|| Error::new(ErrorKind::Unavailable, "attach failed")))
         };
         tokio::select! {
             r = work => match r {
-                Ok(o) => RunEnd::Exited(ExecOutput {
-                    stdout: capped(&o.stdout, self.max_output),
-                    stderr: capped(&o.stderr, self.max_output),
-                    exit_code: exit_code(o.exit),
-                    execution_time_ms: Some(u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)),
-                    display_data: None,
-                    files: None,
-                }),
+                Ok(o) => self.exited(o.stdout.to_vec(), o.stderr.to_vec(), o.exit, t),
                 Err(e) => RunEnd::Uncertain(format!(
                     "the command's outcome cannot be proven: {}",
                     describe(&e)
                 )),
             },
             () = tokio::time::sleep(timeout) => {
-                if self.kill_detached(r, handle).await {
+                if self.kill_detached(p, handle).await {
                     RunEnd::TimedOut
                 } else {
                     RunEnd::Uncertain("the program exceeded timeout_secs and could not be confirmed killed".into())
                 }
             }
             () = cancel.as_mut() => {
-                if self.kill_detached(r, handle).await {
+                if self.kill_detached(p, handle).await {
                     RunEnd::Cancelled
                 } else {
                     RunEnd::Uncertain("cancelled, but the program could not be confirmed killed".into())
@@ -243,22 +270,22 @@ impl Runner {
             }
         };
         let handle = ProcessHandle::new(d.handle.clone());
-        let end = match sbx.reattach() {
-            Some(r) => {
+        let end = match sbx.processes() {
+            Some(p) => {
                 let ran = Duration::from_millis(
                     u64::try_from(ms(std::time::SystemTime::now()) - d.started_ms).unwrap_or(0),
                 );
                 let t = Instant::now().checked_sub(ran).unwrap_or_else(Instant::now);
                 let end = self
-                    .wait_detached(r, &handle, timeout, &mut cancel, t)
+                    .wait_detached(&*p, &handle, timeout, &mut cancel, t)
                     .await;
                 if self.shared.is_some() {
-                    let _ = r.release(&handle).await;
+                    let _ = p.release(&handle).await;
                 }
                 end
             }
             None => RunEnd::Uncertain(format!(
-                "the {} adapter cannot reattach to a running command",
+                "the {} adapter has no process handles to reattach to a running command",
                 self.adapter()
             )),
         };
@@ -273,7 +300,7 @@ impl Runner {
     /// Runs `req` to its end: `timeout` bounds the program; `cancel` resolving kills it.
     /// `started` is called once the program is about to start (after the sandbox and inputs);
     /// it returns false when the program must not start. With `detach` and an adapter that
-    /// has [`Reattach`], the program is started detached and `started` gets its [`Detached`]
+    /// has process handles ([`Processes`]), the program is started detached and `started` gets its [`Detached`]
     /// (to store before the start); otherwise it gets `None`. With `chunks`, output is
     /// forwarded as it comes where the adapter streams (never detached).
     #[allow(clippy::too_many_arguments)]
@@ -318,7 +345,7 @@ impl Runner {
     where
         F: Future<Output = bool> + Send,
     {
-        let cmd = match Runner::command(req) {
+        let cmd = match self.command(req) {
             Ok(c) => c,
             Err(m) => return (RunEnd::Invalid(m), None),
         };
@@ -363,8 +390,9 @@ impl Runner {
         if let Err(end) = self.inputs(sbx, req).await {
             return end;
         }
-        if detach && let Some(r) = sbx.reattach() {
-            let handle = r.new_handle();
+        if detach && let Some(p) = sbx.processes() {
+            let key = StartKey::random();
+            let handle = p.handle_for(&key);
             let d = Detached {
                 sandbox_id: sbx.id().to_owned(),
                 handle: handle.as_str().to_owned(),
@@ -379,16 +407,16 @@ impl Runner {
                 .executions
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let t = Instant::now();
-            let end = match r.start(&handle, cmd).await {
-                Ok(()) => self.wait_detached(r, &handle, timeout, cancel, t).await,
+            let end = match p.start(StartRequest::new(key, cmd)).await {
+                Ok(_) => self.wait_detached(&*p, &handle, timeout, cancel, t).await,
                 Err(e) => {
                     // It may have started all the same: make sure it does not run on.
-                    self.kill_detached(r, &handle).await;
+                    self.kill_detached(&*p, &handle).await;
                     RunEnd::Uncertain(describe(&e))
                 }
             };
             if self.shared.is_some() {
-                let _ = r.release(&handle).await;
+                let _ = p.release(&handle).await;
             }
             self.metrics.exec_latency.observe(t.elapsed());
             return end;
@@ -436,14 +464,7 @@ impl Runner {
         };
         let end = tokio::select! {
             r = work => match r {
-                Ok((out, err, exit)) => RunEnd::Exited(ExecOutput {
-                    stdout: capped(&out, self.max_output),
-                    stderr: capped(&err, self.max_output),
-                    exit_code: exit_code(exit),
-                    execution_time_ms: Some(u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)),
-                    display_data: None,
-                    files: None,
-                }),
+                Ok((out, err, exit)) => self.exited(out, err, exit, t),
                 Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::InvalidCommand => {
                     RunEnd::Invalid(describe(&e))
                 }
