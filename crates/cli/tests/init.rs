@@ -78,9 +78,14 @@ async fn ps_in_every_emulator_shows_no_execseam_machinery() {
             procs.iter().any(|p| p.0 == 1 && p.2 == "/sbin/init"),
             "{provider}: pid 1 is not /sbin/init: {procs:?}"
         );
-        for p in procs.iter().filter(|p| p.0 != 1 && !in_command(p.0)) {
-            panic!("{provider}: a process of the emulator's shows: {p:?} in {procs:?}");
-        }
+        let foreign: Vec<_> = procs
+            .iter()
+            .filter(|p| p.0 != 1 && !in_command(p.0))
+            .collect();
+        assert!(
+            foreign.is_empty(),
+            "{provider}: processes of the emulator's show: {foreign:?} in {procs:?}"
+        );
         drop(emu);
     }
 }
