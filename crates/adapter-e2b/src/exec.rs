@@ -988,7 +988,7 @@ impl Exec for E2bExec {
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
         let fut = Box::pin(async move {
-            execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+            // The size is checked once, by `start` (a native listing sends no argv).
             if self.inner.config.native_tools
                 && let Some(req) = NativeRequest::parse(&command)
                 && matches!(req, NativeRequest::List(_) | NativeRequest::Glob(_))
