@@ -73,14 +73,11 @@ use tracker::{Limits, Proc, StartOptions, Tracker, TrackerError};
 /// The gRPC metadata key the Substrate router routes on: `<atespace>/<actor>`.
 pub const TARGET_ACTOR_HEADER: &str = "ate-target-actor";
 
-/// The fault routes and what each renders (`--fault ROUTE=FAULT`): every fault on `exec` (`StartProcess`); statuses on `get`; statuses, latency and vanish on `stream`.
+/// The fault routes and what each renders (`--fault ROUTE=FAULT`): every fault on `exec` (`StartProcess`); statuses on `get`; every fault on `stream` (`StreamProcessOutput`: a reset or a cut mid-output, a malformed frame).
 const FAULTS: Rendered = &[
     ("exec", FAULT_NAMES),
     ("get", &["429", "503", "auth", "500"]),
-    (
-        "stream",
-        &["429", "503", "auth", "500", "latency", "vanish"],
-    ),
+    ("stream", FAULT_NAMES),
 ];
 
 /// The guest's workspace: default cwd and the files root.
@@ -613,8 +610,8 @@ pub type AxEmulator = Emulator<Ax>;
 
 impl Provider for Ax {
     const NAME: &'static str = "ax";
-    /// Every fault on `exec` (`StartProcess`); statuses on `get`; statuses, latency and vanish on
-    /// `stream`.
+    /// Every fault on `exec` (`StartProcess`) and `stream` (`StreamProcessOutput`: a reset or a
+    /// cut mid-output, a malformed frame); statuses on `get`.
     const FAULTS: Rendered = FAULTS;
     /// The guest services take no credential.
     const PLACEHOLDER_TOKEN: &'static str = "";

@@ -4,6 +4,9 @@ emulator.
 Usage:
     interop.py main          the sandbox, exec and filesystem surface, V2 (the default backend)
     interop.py v1            the V1 backend (MODAL_SANDBOX_V2=0 is set by the caller)
+    interop.py entrypoint    the sandbox's own stdio (Sandbox.create(*args)) and the image's ENV/WORKDIR
+    interop.py retention     the entrypoint's output past what is retained (the Rust side set a
+                             1000-byte retention)
     interop.py fault <kind>  one call while the Rust side has armed a fault; prints
                              `FAULT <kind> <outcome>`
 
@@ -15,6 +18,7 @@ for each check and `done` at the end; any failure raises.
 """
 
 import asyncio
+import logging
 import os
 import sys
 import tempfile
@@ -337,6 +341,120 @@ def v1():
     print("done", flush=True)
 
 
+def entrypoint():
+    app = modal.App.lookup(APP, create_if_missing=True)
+
+    # The first example of the Sandbox.create docstring (sandbox/_sandbox.py): the entrypoint's
+    # stdout, read through TaskCommandRouter/SandboxStdioReadV2 (sandbox/_impl_v2.py make_stdio),
+    # which "serves both live reads and post-exit reads" (_task_command_router_client.py
+    # sandbox_stdio_read): `echo` may well have exited before the read.
+    sb = modal.Sandbox.create("echo", "hello world", app=app)
+    out = sb.stdout.read()
+    check("entrypoint: Sandbox.create('echo', 'hello world').stdout.read() (the docstring's example)",
+          out == "hello world\n", repr(out))
+    check("entrypoint: wait() gives its exit code", sb.wait(raise_on_termination=False) is None and sb.returncode == 0,
+          sb.returncode)
+
+    # stdin through SandboxStdinWriteV2 (io_streams.py _StreamWriterThroughCommandRouterSandbox):
+    # offset = bytes drained so far, eof on write_eof() + drain().
+    sb = modal.Sandbox.create(
+        "bash", "-c", 'while IFS= read -r l; do echo "got:$l"; done; echo bye >&2; exit 7', app=app)
+    sb.stdin.write(b"a\n")
+    sb.stdin.drain()
+    sb.stdin.write("b c\n")
+    sb.stdin.write_eof()
+    sb.stdin.drain()
+    # A second EOF is ignored by the router ("the command router will ignore the second EOF",
+    # io_streams.py _StreamWriterThroughCommandRouterBuffer.drain).
+    sb.stdin.drain()
+    out, err = sb.stdout.read(), sb.stderr.read()
+    check("entrypoint: stdin writes reach it in order, EOF ends its input", out == "got:a\ngot:b c\n", repr(out))
+    check("entrypoint: stderr is its own stream", err == "bye\n", repr(err))
+    sb.wait(raise_on_termination=False)
+    check("entrypoint: its exit code is the sandbox's returncode", sb.returncode == 7, sb.returncode)
+    try:
+        sb.stdin.write(b"late")
+        raise AssertionError("a write after write_eof() was accepted")
+    except ValueError:
+        # io_streams.py write(): "Stdin is closed. Cannot write to it."
+        check("entrypoint: a write after write_eof() is refused by the client", True)
+
+    # stdin of an entrypoint that already exited: FAILED_PRECONDITION is ConflictError, which the
+    # writer re-raises as ValueError (io_streams.py _StreamWriterThroughCommandRouterSandbox).
+    sb = modal.Sandbox.create("true", app=app)
+    sb.wait(raise_on_termination=False)
+    sb.stdin.write(b"x")
+    try:
+        sb.stdin.drain()
+        raise AssertionError("stdin of an exited entrypoint accepted a write")
+    except ValueError:
+        check("entrypoint: stdin after it exited is ValueError", True)
+
+    # Live reads: lines arrive while it runs, and the read ends when it exits.
+    sb = modal.Sandbox.create("sh", "-c", "echo one; sleep 1; echo two", app=app)
+    t0 = time.monotonic()
+    lines = []
+    for line in sb.stdout:
+        lines.append((line, time.monotonic() - t0))
+    check("entrypoint: stdout is live (the first line before the command ends)",
+          [l for l, _ in lines] == ["one\n", "two\n"] and lines[0][1] < lines[1][1] - 0.5, lines)
+
+    # The image's ENV and WORKDIR (modal/_image.py env(): ["FROM base", f"ENV {k}={shlex.quote(v)}"],
+    # workdir(): ["FROM base", f"WORKDIR {shlex.quote(path)}"], over base_images={"base": parent}),
+    # applied as Docker does: shlex's single quotes are literal (no $ expansion).
+    image = (
+        modal.Image.debian_slim()
+        .env({"GREETING": "it's a b", "LITERAL": "$HOME", "LAYER": "image"})
+        .workdir("/srv/app")
+        .env({"SECOND": "later layer"})
+    )
+    sb = modal.Sandbox.create(
+        "sh", "-c", 'printf "%s|%s|%s|%s|%s|%s" "$GREETING" "$LITERAL" "$SECOND" "$LAYER" "$(pwd)" "$PATH"',
+        image=image, env={"LAYER": "create"}, app=app)
+    out = sb.stdout.read()
+    check("image: ENV reaches the entrypoint, WORKDIR is its cwd, Sandbox.create(env=) wins",
+          out == "it's a b|$HOME|later layer|create|/srv/app|/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+          repr(out))
+    sb = modal.Sandbox.create(image=image, app=app, timeout=60)
+    code, out, _ = run(sb, "sh", "-c", 'echo "$GREETING|$(pwd)"')
+    check("image: ENV and WORKDIR apply to every exec", out == "it's a b|/srv/app\n", repr(out))
+    code, out, _ = run(sb, "sh", "-c", 'echo "$GREETING"', env={"GREETING": "exec"})
+    check("image: an exec's env wins over the image's ENV", out == "exec\n", repr(out))
+    code, out, _ = run(sb, "pwd", workdir="/tmp")
+    check("image: an exec's workdir wins over WORKDIR", out == "/tmp\n", repr(out))
+    sb.terminate()
+    sb = modal.Sandbox.create(image=image, app=app, timeout=60, workdir="/opt")
+    code, out, _ = run(sb, "pwd")
+    check("image: Sandbox.create(workdir=) wins over WORKDIR", out == "/opt\n", repr(out))
+    sb.terminate()
+    print("done", flush=True)
+
+
+class _Capture(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def retention():
+    app = modal.App.lookup(APP, create_if_missing=True)
+    captured = _Capture()
+    logging.getLogger("modal-client").addHandler(captured)
+    sb = modal.Sandbox.create("sh", "-c", "head -c 4990 /dev/zero | tr '\\0' x; printf 0123456789", app=app)
+    sb.wait(raise_on_termination=False)
+    out = sb.stdout.read()
+    # Only the most recent 1000 bytes are retained: the first message starts at offset 4000
+    # (SandboxStdioReadV2Response.starting_offset) and the client logs how much it missed
+    # (io_streams.py _stdio_stream_from_sandbox_command_router).
+    check("retention: only the most recent bytes are read", out == "x" * 990 + "0123456789", (len(out), out[-12:]))
+    check("retention: the client reports the dropped bytes",
+          any("dropped 4000 bytes" in m for m in captured.messages), captured.messages)
+    print("done", flush=True)
+
+
 def fault(kind):
     app = modal.App.lookup(APP, create_if_missing=True)
     if kind == "create-auth":
@@ -402,6 +520,10 @@ if __name__ == "__main__":
         main()
     elif phase == "v1":
         v1()
+    elif phase == "entrypoint":
+        entrypoint()
+    elif phase == "retention":
+        retention()
     elif phase == "fault":
         fault(sys.argv[2])
     else:

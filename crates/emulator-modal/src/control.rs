@@ -263,17 +263,31 @@ impl ModalClient for Control {
         let ctl = r.extensions().get::<ConnControl>().cloned();
         let req = r.into_inner();
         use prost::Message as _;
-        let image_id = if req.existing_image_id.is_empty() {
-            ids::v1_for("im", &req.image.unwrap_or_default().encode_to_vec())
+        let (image_id, def) = if req.existing_image_id.is_empty() {
+            let def = req.image.unwrap_or_default();
+            (ids::v1_for("im", &def.encode_to_vec()), Some(def))
         } else {
-            req.existing_image_id
+            (req.existing_image_id, None)
+        };
+        if let Some(def) = def {
+            self.shared.lock().images.insert(image_id.clone(), def);
+        }
+        // The build: only `ENV` and `WORKDIR` mean anything here, and a line the builder
+        // cannot parse fails it (`_image.py` raises `ImageBuildError` with the exception).
+        let result = match self.shared.image_config(&image_id) {
+            Ok(_) => api::GenericResult {
+                status: GenericStatus::Success as i32,
+                ..Default::default()
+            },
+            Err(e) => api::GenericResult {
+                status: GenericStatus::Failure as i32,
+                exception: e.to_string(),
+                ..Default::default()
+            },
         };
         let body = api::ImageGetOrCreateResponse {
             image_id,
-            result: Some(api::GenericResult {
-                status: GenericStatus::Success as i32,
-                ..Default::default()
-            }),
+            result: Some(result),
             metadata: None,
         };
         self.answer(fault, ctl, body).await

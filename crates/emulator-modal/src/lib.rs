@@ -18,7 +18,7 @@
 //! |---|---|---|
 //! | ModalClient | `AppGetOrCreate` | apps by (environment, name); `CREATE_IF_MISSING`, lookup (`NOT_FOUND`), `CREATE_FAIL_IF_EXISTS` (`ALREADY_EXISTS`), ephemeral |
 //! | | `EnvironmentGetOrCreate`, `ClientHello` | the `main` environment, image builder 2025.06 |
-//! | | `ImageGetOrCreate`, `ImageJoinStreaming` | every image builds at once (`GENERIC_STATUS_SUCCESS`); the id is derived from the definition |
+//! | | `ImageGetOrCreate`, `ImageJoinStreaming` | every image builds at once (`GENERIC_STATUS_SUCCESS`); the id is derived from the definition; its `ENV` and `WORKDIR` lines (over its `base_images`) are kept for its sandboxes ([`image`]); a line the builder cannot parse is `GENERIC_STATUS_FAILURE` (the client's `ImageBuildError`) |
 //! | | `AuthTokenGet` | a JWT with `exp`; V2 sandbox calls must carry one it issued in `x-modal-auth-token` |
 //! | | `SandboxCreateV2`, `SandboxCreate` (V1) | V2 returns `task_id` and `command_router_access` at once; deduplicated on `x-idempotency-key` |
 //! | | `SandboxWaitV2`, `SandboxWait` | long poll (`timeout` 0 = poll); the result as the client reads it (`TERMINATED`, `TIMEOUT`, `SUCCESS`/`FAILURE` with the entrypoint's code) |
@@ -31,6 +31,8 @@
 //! | | `TaskExecStdioRead` | from any byte `offset`, live, ends OK at the end of that stream |
 //! | | `TaskExecStdinWrite`, `TaskExecStdinWriteStream`, `TaskExecStdinStatus` | offset-addressed (a retried write is dropped, a gap refused), eof; the status evicts a stream in flight |
 //! | | `TaskExecWait`, `TaskExecPoll` | `code`, or `signal` for a signal death (the client adds 128) |
+//! | | `SandboxStdioReadV2` | the entrypoint's stdout or stderr from any byte `offset`, live and after it exited (`starting_offset` past the request when older bytes are no longer retained: the most recent 64 MiB of each, [`Modal::set_entrypoint_retention`]); ends OK at the end of the stream; without an entrypoint, ends with the sandbox |
+//! | | `SandboxStdinWriteV2` | the entrypoint's stdin, offset-addressed like an exec's, `eof` closes it (a second is ignored); `FAILED_PRECONDITION` once it exited |
 //!
 //! Every other RPC of the two services is `UNIMPLEMENTED` (tonic's answer for an unknown
 //! method, which the client raises as `UnimplementedError`).
@@ -39,8 +41,9 @@
 //!
 //! Each sandbox is a harness [`Sandbox`] (its own pid, mount, UTS and IPC namespaces, an
 //! overlay root over the host's `/`) with Modal's image view: commands run as root with
-//! `HOME=/root`, Debian's `PATH`, working directory `/` unless `Sandbox.create(workdir=)` set
-//! one, and the filesystem helper at `/__modal/.bin/modal-sandbox-fs-tools` (see
+//! `HOME=/root`, Debian's `PATH` and the image's `ENV` (under the sandbox's `env`/secrets and
+//! each exec's), working directory `Sandbox.create(workdir=)`, else the image's `WORKDIR`, else
+//! `/`, and the filesystem helper at `/__modal/.bin/modal-sandbox-fs-tools` (see
 //! `modal-sandbox-fs-tools.py` beside this file for its protocol and where the formats come
 //! from). The sandbox's `timeout_secs` is enforced here (the client's own deadline only stops
 //! waiting); at the end the result is `GENERIC_STATUS_TIMEOUT`. Terminating a sandbox kills its
@@ -48,7 +51,8 @@
 //!
 //! # Faults
 //!
-//! Routes: `exec` (`TaskExecStart`), `stdio` (each `TaskExecStdioRead`), `stdin`, `wait`
+//! Routes: `exec` (`TaskExecStart`), `stdio` (each `TaskExecStdioRead` and
+//! `SandboxStdioReadV2`), `stdin` (exec and entrypoint writes), `wait`
 //! (`TaskExecWait`), `create` (`SandboxCreate*`), `auth-token`, `access`, `terminate`, `lookup`
 //! (wait, task id, from name, list, tags), `app`, `image`. Rendering:
 //!
@@ -69,6 +73,7 @@
 
 mod control;
 pub mod ids;
+pub mod image;
 pub mod process;
 mod router;
 #[cfg(test)]
@@ -102,6 +107,12 @@ pub const TOKEN_ID: &str = "ak-emulator";
 pub const TOKEN_SECRET: &str = "as-emulator";
 /// Debian's default `PATH`, as in the `python:*-slim` images Modal's `debian_slim` builds on.
 pub const IMAGE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// The environment every image starts from (the image's own `ENV` lines go over it).
+const IMAGE_ENV: &[(&str, &str)] = &[("PATH", IMAGE_PATH), ("LANG", "C.UTF-8")];
+/// How much of each entrypoint stream is retained unless set: the most recent 64 MiB (the
+/// service retains "only the most recent portion of output", `modal/io_streams.py`; its size is
+/// not published).
+pub const ENTRYPOINT_RETENTION: usize = 64 * 1024 * 1024;
 /// The default sandbox lifetime when a request leaves it 0 (the client sends 300 by default).
 const DEFAULT_TIMEOUT_SECS: u32 = 300;
 /// Modal's documented maximum sandbox lifetime (24 h).
@@ -130,6 +141,8 @@ pub struct ModalSandbox {
     tags: Mutex<Vec<(String, String)>>,
     sandbox: Arc<Sandbox>,
     execs: Mutex<HashMap<String, Arc<Proc>>>,
+    /// The `Sandbox.create(*args)` process, whose stdio is the sandbox's own.
+    entrypoint: std::sync::OnceLock<Arc<Proc>>,
     result: watch::Sender<Option<GenericResult>>,
     finished_at: Mutex<f64>,
     last_active: Mutex<std::time::Instant>,
@@ -166,6 +179,11 @@ impl ModalSandbox {
         self.execs.lock().expect("execs").get(exec_id).cloned()
     }
 
+    /// The entrypoint process, if `Sandbox.create` named one.
+    pub fn entrypoint(&self) -> Option<&Arc<Proc>> {
+        self.entrypoint.get()
+    }
+
     /// Records activity (a router call): the idle timeout counts from the last one.
     pub(crate) fn touch(&self) {
         *self.last_active.lock().expect("active") = std::time::Instant::now();
@@ -173,11 +191,13 @@ impl ModalSandbox {
 
     /// True while one of its commands runs.
     fn busy(&self) -> bool {
-        self.execs
-            .lock()
-            .expect("execs")
-            .values()
-            .any(|p| p.ended().is_none())
+        self.entrypoint().is_some_and(|p| p.ended().is_none())
+            || self
+                .execs
+                .lock()
+                .expect("execs")
+                .values()
+                .any(|p| p.ended().is_none())
     }
 
     /// How many execs it has run.
@@ -216,6 +236,9 @@ impl ModalSandbox {
         if first {
             *self.finished_at.lock().expect("finished") = ids::now_f64();
             for p in self.execs.lock().expect("execs").values() {
+                p.kill(9);
+            }
+            if let Some(p) = self.entrypoint() {
                 p.kill(9);
             }
             self.sandbox.destroy();
@@ -258,12 +281,16 @@ struct State {
     router_tokens: HashMap<String, (String, u64)>,
     /// `x-idempotency-key` of a create → the sandbox it created.
     created: HashMap<String, Arc<tokio::sync::OnceCell<String>>>,
+    /// Image definitions by id (`ImageGetOrCreate`), for their `ENV` and `WORKDIR`.
+    images: HashMap<String, api::Image>,
 }
 
 pub(crate) struct Shared {
     shell: Arc<Shell<Modal>>,
     faults: FaultHandle,
     lifetimes: Mutex<(Duration, Duration)>,
+    /// How many bytes of each entrypoint stream are retained.
+    entrypoint_retention: std::sync::atomic::AtomicUsize,
     state: Mutex<State>,
 }
 
@@ -281,6 +308,51 @@ impl Shared {
             .sandboxes()
             .get(id)
             .ok_or_else(|| Status::not_found(format!("Sandbox {id} not found")))
+    }
+
+    /// What image `id` gives its processes: its base images' `ENV`/`WORKDIR`, then its own
+    /// lines. An id the emulator never built (an `im-…` passed as is) gives nothing.
+    fn image_config(&self, id: &str) -> Result<image::ImageConfig, image::BuildError> {
+        let defaults: BTreeMap<String, String> = IMAGE_ENV
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let mut chain = Vec::new();
+        {
+            let st = self.lock();
+            let mut next = Some(id.to_owned());
+            while let Some(id) = next.take() {
+                let Some(def) = st.images.get(&id) else { break };
+                if chain.len() > 64 {
+                    return Err(image::BuildError(
+                        "the image's base chain is too deep".into(),
+                    ));
+                }
+                // `FROM <tag>` names one of `base_images` (by `docker_tag`) or a registry image.
+                let from = def
+                    .dockerfile_commands
+                    .iter()
+                    .find_map(|l| {
+                        let (w, rest) = l.trim().split_once(char::is_whitespace)?;
+                        w.eq_ignore_ascii_case("FROM")
+                            .then(|| rest.trim().to_owned())
+                    })
+                    .unwrap_or_default();
+                next = def
+                    .base_images
+                    .iter()
+                    .find(|b| b.docker_tag == from)
+                    .map(|b| b.image_id.clone());
+                chain.push(def.dockerfile_commands.clone());
+            }
+        }
+        let mut config = image::ImageConfig::default();
+        for lines in chain.iter().rev() {
+            for line in lines {
+                config.apply(line, &defaults)?;
+            }
+        }
+        Ok(config)
     }
 
     fn issue_auth_token(&self) -> String {
@@ -329,7 +401,15 @@ impl Shared {
             }
             t => t,
         };
-        let workdir = def.workdir.clone().unwrap_or_else(|| "/".to_owned());
+        let image = self
+            .image_config(&def.image_id)
+            .map_err(|e| Status::failed_precondition(format!("Image {}: {e}", def.image_id)))?;
+        // `Sandbox.create(workdir=)` wins over the image's WORKDIR, as `docker run -w` does.
+        let workdir = def
+            .workdir
+            .clone()
+            .or_else(|| image.workdir.clone())
+            .unwrap_or_else(|| "/".to_owned());
         if !workdir.starts_with('/') {
             return Err(Status::invalid_argument(format!(
                 "workdir must be an absolute path, got: {workdir}"
@@ -359,7 +439,11 @@ impl Shared {
         // Modal's image view: root, Debian's PATH (the python:*-slim images `debian_slim` builds
         // on), and Modal's own directory for the filesystem helper. The hostname is not
         // documented: inferred.
-        let image_env = [("PATH", IMAGE_PATH), ("LANG", "C.UTF-8")];
+        // The image's ENV over those defaults; the sandbox's and each exec's env over both.
+        let image_env = IMAGE_ENV
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .chain(image.env);
         let spec = SandboxSpec::new("modal", "modal", User::root(), image_env)
             .dirs([Dir::root("/__modal"), Dir::root("/__modal/.bin")]);
         let sandbox = Sandbox::create(id.clone(), spec, self.shell.sandboxing())
@@ -395,6 +479,7 @@ impl Shared {
             ),
             sandbox,
             execs: Mutex::new(HashMap::new()),
+            entrypoint: std::sync::OnceLock::new(),
             result,
             finished_at: Mutex::new(0.0),
             last_active: Mutex::new(std::time::Instant::now()),
@@ -440,7 +525,9 @@ impl Shared {
         Ok(sb)
     }
 
-    /// Runs `Sandbox.create(*args)`: the sandbox ends when it exits, with its code.
+    /// Runs `Sandbox.create(*args)`: the sandbox ends when it exits, with its code. Its stdout
+    /// and stderr are kept (the most recent `entrypoint_retention` bytes of each) for
+    /// `SandboxStdioReadV2`, its stdin is fed by `SandboxStdinWriteV2`.
     async fn start_entrypoint(
         &self,
         sb: &Arc<ModalSandbox>,
@@ -450,17 +537,18 @@ impl Shared {
             argv,
             cwd: sb.workdir.clone(),
             env: exec_env(sb, &BTreeMap::new()),
-            stdout: false,
-            stderr: process::StderrTo::Devnull,
+            stdout: true,
+            stderr: process::StderrTo::Pipe,
             timeout: None,
+            retain: Some(
+                self.entrypoint_retention
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            ),
         };
         let p = process::spawn(&sb.sandbox, "entrypoint", spec)
             .await
             .map_err(spawn_status)?;
-        sb.execs
-            .lock()
-            .expect("execs")
-            .insert("\0entrypoint".to_owned(), p.clone());
+        let _ = sb.entrypoint.set(p.clone());
         let weak = Arc::downgrade(sb);
         tokio::spawn(async move {
             let ended = process::wait(&p).await;
@@ -627,6 +715,7 @@ impl Provider for Modal {
             faults: shell.faults().clone(),
             shell,
             lifetimes: Mutex::new((Duration::from_secs(3600), Duration::from_secs(3600))),
+            entrypoint_retention: std::sync::atomic::AtomicUsize::new(ENTRYPOINT_RETENTION),
             state: Mutex::new(State::default()),
         });
         const MAX: usize = 64 * 1024 * 1024;
@@ -683,6 +772,13 @@ impl Modal {
     /// Sets how long the tokens it issues from now on live: `AuthTokenGet`'s and the router's.
     pub fn set_token_lifetimes(&self, auth: Duration, router: Duration) {
         *self.shared.lifetimes.lock().expect("lifetimes") = (auth, router);
+    }
+
+    /// Sets how many bytes of each entrypoint stream sandboxes created from now on retain.
+    pub fn set_entrypoint_retention(&self, bytes: usize) {
+        self.shared
+            .entrypoint_retention
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A sandbox by id.

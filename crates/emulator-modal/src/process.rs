@@ -51,6 +51,8 @@ pub struct Spawn {
     pub stderr: StderrTo,
     /// Killed after this long (`timeout_secs`).
     pub timeout: Option<Duration>,
+    /// Keep only the most recent this many bytes of each stream (`None`: all of it).
+    pub retain: Option<usize>,
 }
 
 /// Why a process could not start.
@@ -62,10 +64,27 @@ pub enum SpawnError {
     Other(String),
 }
 
+/// One output stream: the bytes retained (the most recent `cap`, or all) and where they start.
 #[derive(Default)]
 struct Spool {
-    data: Vec<u8>,
+    data: std::collections::VecDeque<u8>,
+    /// The offset of `data[0]` in the whole stream (bytes dropped before it).
+    base: u64,
+    cap: Option<usize>,
     eof: bool,
+}
+
+impl Spool {
+    fn push(&mut self, bytes: &[u8]) {
+        self.data.extend(bytes);
+        if let Some(cap) = self.cap
+            && self.data.len() > cap
+        {
+            let drop = self.data.len() - cap;
+            self.data.drain(..drop);
+            self.base += drop as u64;
+        }
+    }
 }
 
 #[derive(Default)]
@@ -128,17 +147,18 @@ impl Proc {
         self.changed.subscribe()
     }
 
-    /// Output of stream `fd` (0 stdout, 1 stderr) from `offset` (at most `max` bytes), and
-    /// whether that stream is finished (no byte will ever follow what is returned).
-    pub fn read(&self, fd: usize, offset: u64, max: usize) -> (Bytes, bool) {
+    /// Output of stream `fd` (0 stdout, 1 stderr) from `offset` (at most `max` bytes): the
+    /// offset the bytes start at (past `offset` when the bytes before were no longer retained),
+    /// the bytes, and whether that stream is finished (no byte will ever follow them).
+    pub fn read(&self, fd: usize, offset: u64, max: usize) -> (u64, Bytes, bool) {
         let spools = self.spools.lock().expect("spools");
         let s = &spools[fd];
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(s.data.len());
+        let total = s.base + s.data.len() as u64;
+        let from = offset.clamp(s.base, total);
+        let start = (from - s.base) as usize;
         let end = start.saturating_add(max).min(s.data.len());
-        let chunk = Bytes::copy_from_slice(&s.data[start..end]);
-        (chunk, s.eof && end == s.data.len())
+        let chunk: Vec<u8> = s.data.range(start..end).copied().collect();
+        (from, Bytes::from(chunk), s.eof && end == s.data.len())
     }
 
     /// Accepts stdin bytes `data` written at `offset`; bytes before what was already accepted
@@ -258,7 +278,10 @@ pub async fn spawn(sandbox: &Arc<Sandbox>, id: &str, spec: Spawn) -> Result<Arc<
         host_pid,
         sandbox: Arc::downgrade(sandbox),
         cut: AtomicBool::new(false),
-        spools: Mutex::new([Spool::default(), Spool::default()]),
+        spools: Mutex::new(std::array::from_fn(|_| Spool {
+            cap: spec.retain,
+            ..Spool::default()
+        })),
         ended: Mutex::new(None),
         stdin: Mutex::new(Stdin {
             tx: Some(tx),
@@ -349,9 +372,7 @@ async fn pump<R: AsyncRead + Unpin>(mut r: R, p: Arc<Proc>, fd: usize, keep: boo
             Ok(0) | Err(_) => return,
             Ok(n) => {
                 if keep {
-                    p.spools.lock().expect("spools")[fd]
-                        .data
-                        .extend_from_slice(&buf[..n]);
+                    p.spools.lock().expect("spools")[fd].push(&buf[..n]);
                     p.changed.send_modify(|v| *v += 1);
                 }
             }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use execseam_modal_proto::api::GenericResult;
 use execseam_modal_proto::tcr::{
     self, task_command_router_server::TaskCommandRouter, task_exec_stdin_write_stream_request as ws,
 };
@@ -33,6 +34,19 @@ fn task_gone(task_id: &str) -> Status {
 impl Router {
     /// The task the bearer token was issued for, if it is `task_id` and still running.
     fn task<T>(&self, r: &Request<T>, task_id: &str) -> Result<Arc<ModalSandbox>, Status> {
+        match self.task_any(r, task_id)? {
+            sb if sb.is_running() => {
+                sb.touch();
+                Ok(sb)
+            }
+            _ => Err(task_gone(task_id)),
+        }
+    }
+
+    /// The task the bearer token was issued for, running or finished (the entrypoint's output
+    /// is served after it exited: "Serves both live reads and post-exit reads",
+    /// `_task_command_router_client.py` `sandbox_stdio_read`).
+    fn task_any<T>(&self, r: &Request<T>, task_id: &str) -> Result<Arc<ModalSandbox>, Status> {
         let bearer = r
             .metadata()
             .get("authorization")
@@ -47,13 +61,10 @@ impl Router {
             }
             _ => return Err(Status::unauthenticated("invalid token")),
         }
-        match st.tasks.get(task_id) {
-            Some(sb) if sb.is_running() => {
-                sb.touch();
-                Ok(sb.clone())
-            }
-            _ => Err(task_gone(task_id)),
-        }
+        st.tasks
+            .get(task_id)
+            .cloned()
+            .ok_or_else(|| task_gone(task_id))
     }
 
     fn exec<T>(
@@ -179,6 +190,7 @@ impl TaskCommandRouter for Router {
                     _ => StderrTo::Devnull,
                 },
                 timeout: req.timeout_secs.map(|s| Duration::from_secs(u64::from(s))),
+                retain: None,
             };
             let p = process::spawn(sb.sandbox(), &req.exec_id, spec)
                 .await
@@ -290,54 +302,96 @@ impl TaskCommandRouter for Router {
             _ => 0,
         };
         let cut = p.cut.load(Ordering::SeqCst) || fault == Some(Fault::CutBeforeExit);
-        let (tx, rx) = mpsc::channel::<Result<tcr::TaskExecStdioReadResponse, Status>>(4);
-        let reset_after_first = fault == Some(Fault::ResetBeforeResponse);
-        tokio::spawn(async move {
-            let mut offset = req.offset;
-            let mut changed = p.subscribe();
-            let mut result = sb.result.subscribe();
-            let mut sent = 0usize;
-            loop {
-                let (chunk, done) = p.read(fd, offset, CHUNK);
-                if !chunk.is_empty() {
-                    offset += chunk.len() as u64;
-                    if tx
-                        .send(Ok(tcr::TaskExecStdioReadResponse { data: chunk }))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                    sent += 1;
-                    if reset_after_first && sent == 1 {
-                        if let Some(c) = &ctl {
-                            c.reset();
-                        }
-                        return;
-                    }
-                    continue;
-                }
-                if done {
-                    return; // OK: everything of this stream was delivered
-                }
-                tokio::select! {
-                    r = changed.changed() => if r.is_err() { return; },
-                    _ = async { let _ = result.wait_for(Option::is_some).await; } => {
-                        // The task went away mid-stream (terminated, timed out, vanished).
-                        let (rest, _) = p.read(fd, offset, usize::MAX);
-                        if !rest.is_empty() {
-                            let _ = tx.send(Ok(tcr::TaskExecStdioReadResponse { data: rest })).await;
-                        }
-                        let _ = tx.send(Err(Status::unavailable("the task is no longer running"))).await;
-                        return;
-                    }
-                    () = tx.closed() => return,
-                }
-            }
+        let reset = (fault == Some(Fault::ResetBeforeResponse))
+            .then_some(ctl)
+            .flatten();
+        let rx = spool_stream(p, fd, req.offset, Some(sb), reset, |_, data| {
+            tcr::TaskExecStdioReadResponse { data }
         });
         let stream: Self::TaskExecStdioReadStream = Box::pin(Receiver(rx));
         let mut response = Response::new(stream);
         if cut {
+            response.extensions_mut().insert(BodyFault::StripTrailers);
+        }
+        if fault == Some(Fault::MalformedBody) {
+            response.extensions_mut().insert(BodyFault::Malformed);
+        }
+        Ok(response)
+    }
+
+    async fn sandbox_stdin_write_v2(
+        &self,
+        r: Request<tcr::SandboxStdinWriteV2Request>,
+    ) -> Result<Response<tcr::SandboxStdinWriteV2Response>, Status> {
+        self.fault("stdin").await?;
+        let req = r.get_ref();
+        let sb = self.task_any(&r, &req.task_id)?;
+        sb.touch();
+        match sb.entrypoint() {
+            // Same offset rules as an exec's stdin (a retry's overlap dropped, a gap refused,
+            // a second EOF ignored: "the command router will ignore the second EOF",
+            // io_streams.py `_StreamWriterThroughCommandRouterBuffer.drain`); once the
+            // entrypoint exited, FAILED_PRECONDITION, which the client raises as ValueError.
+            Some(p) => p
+                .write_stdin(req.offset, &req.data, req.eof, None)
+                .map_err(|e| stdin_status(e, "entrypoint"))?,
+            // No entrypoint: the sandbox idles (the image's `sleep`), its stdin read by nobody.
+            None if sb.is_running() => {}
+            None => return Err(Status::failed_precondition("the sandbox has finished")),
+        }
+        Ok(Response::new(tcr::SandboxStdinWriteV2Response {}))
+    }
+
+    type SandboxStdioReadV2Stream = BoxStream<tcr::SandboxStdioReadV2Response>;
+
+    async fn sandbox_stdio_read_v2(
+        &self,
+        r: Request<tcr::SandboxStdioReadV2Request>,
+    ) -> Result<Response<Self::SandboxStdioReadV2Stream>, Status> {
+        let fault = self.fault("stdio").await?;
+        let ctl = r.extensions().get::<ConnControl>().cloned();
+        let req = r.get_ref().clone();
+        let sb = self.task_any(&r, &req.task_id)?;
+        sb.touch();
+        let fd = match tcr::SandboxStdioFileDescriptor::try_from(req.file_descriptor) {
+            Ok(tcr::SandboxStdioFileDescriptor::Stdout) => 0,
+            Ok(tcr::SandboxStdioFileDescriptor::Stderr) => 1,
+            Err(_) => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown file descriptor {}",
+                    req.file_descriptor
+                )));
+            }
+        };
+        let reset = (fault == Some(Fault::ResetBeforeResponse))
+            .then_some(ctl)
+            .flatten();
+        // Each message says where its bytes start: past the requested offset when the bytes
+        // before are no longer retained (the client logs "dropped N bytes" and goes on,
+        // io_streams.py `_stdio_stream_from_sandbox_command_router`).
+        let make = |start, data| tcr::SandboxStdioReadV2Response {
+            data,
+            starting_offset: start,
+        };
+        let rx = match sb.entrypoint() {
+            // The entrypoint's streams outlive it: read to their end, not the task's.
+            Some(p) => spool_stream(p.clone(), fd, req.offset, None, reset, make),
+            // No entrypoint: nothing is ever written; the stream ends with the sandbox.
+            None => {
+                let (tx, rx) = mpsc::channel(1);
+                tokio::spawn(async move {
+                    let mut result = sb.result.subscribe();
+                    tokio::select! {
+                        _ = result.wait_for(Option::is_some) => {}
+                        () = tx.closed() => {}
+                    }
+                });
+                rx
+            }
+        };
+        let stream: Self::SandboxStdioReadV2Stream = Box::pin(Receiver(rx));
+        let mut response = Response::new(stream);
+        if fault == Some(Fault::CutBeforeExit) {
             response.extensions_mut().insert(BodyFault::StripTrailers);
         }
         if fault == Some(Fault::MalformedBody) {
@@ -372,6 +426,66 @@ impl TaskCommandRouter for Router {
             return Err(Status::internal("emulated fault: internal error"));
         }
         Ok(response)
+    }
+}
+
+/// Streams stream `fd` of `p` from byte `offset` as `make(start, bytes)` messages until its end
+/// (then the stream ends OK). With `task`, the stream ends with `UNAVAILABLE` if that task goes
+/// away first (an exec's output); with `reset`, the connection is reset after the first message.
+fn spool_stream<T: Send + 'static>(
+    p: Arc<Proc>,
+    fd: usize,
+    offset: u64,
+    task: Option<Arc<ModalSandbox>>,
+    reset: Option<ConnControl>,
+    make: impl Fn(u64, bytes::Bytes) -> T + Send + 'static,
+) -> mpsc::Receiver<Result<T, Status>> {
+    let (tx, rx) = mpsc::channel::<Result<T, Status>>(4);
+    tokio::spawn(async move {
+        let mut offset = offset;
+        let mut changed = p.subscribe();
+        let mut result = task.as_ref().map(|sb| sb.result.subscribe());
+        loop {
+            let (start, chunk, done) = p.read(fd, offset, CHUNK);
+            if !chunk.is_empty() {
+                offset = start + chunk.len() as u64;
+                if tx.send(Ok(make(start, chunk))).await.is_err() {
+                    return;
+                }
+                if let Some(c) = &reset {
+                    c.reset();
+                    return;
+                }
+                continue;
+            }
+            if done {
+                return; // OK: everything of this stream was delivered
+            }
+            tokio::select! {
+                r = changed.changed() => if r.is_err() { return; },
+                () = ended(&mut result) => {
+                    // The task went away mid-stream (terminated, timed out, vanished).
+                    let (start, rest, _) = p.read(fd, offset, usize::MAX);
+                    if !rest.is_empty() {
+                        let _ = tx.send(Ok(make(start, rest))).await;
+                    }
+                    let _ = tx.send(Err(Status::unavailable("the task is no longer running"))).await;
+                    return;
+                }
+                () = tx.closed() => return,
+            }
+        }
+    });
+    rx
+}
+
+/// Resolves once the sandbox behind `result` has finished; never without one.
+async fn ended(result: &mut Option<tokio::sync::watch::Receiver<Option<GenericResult>>>) {
+    match result {
+        Some(r) => {
+            let _ = r.wait_for(Option::is_some).await;
+        }
+        None => std::future::pending::<()>().await,
     }
 }
 

@@ -1,7 +1,9 @@
 //! The official Modal client (`modal==1.6.4`, pinned in `interop/modal/requirements.txt`)
 //! against the Modal emulator: sandbox create / from_id / list / names / terminate, exec (argv,
 //! workdir, env, stdin, separate streams, signals, timeouts, poll), `sb.filesystem`, the V1
-//! backend, and faults mapped to the client's own exceptions and retries. The same virtualenv
+//! backend, the sandbox's own stdio (the entrypoint's stdout/stderr by offset, its stdin with
+//! EOF) and the image's `ENV`/`WORKDIR`, and faults mapped to the client's own exceptions and
+//! retries. The same virtualenv
 //! re-exports the schema from the wheel and checks it against the checked-in descriptor set.
 //!
 //! Needs PyPI (or a warm `target/interop/modal` virtualenv); fails loudly without it.
@@ -92,6 +94,39 @@ async fn the_official_client_drives_the_v1_backend() {
     );
     assert!(stdout.trim_end().ends_with("done"), "{stdout}");
     eprintln!("{} checks passed (v1)", checks(&stdout));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_client_reads_and_writes_the_entrypoints_stdio_and_sees_the_image_env() {
+    let emu = ModalEmulator::start(EmulatorOptions::default())
+        .await
+        .expect("emulator");
+    let stdout = run(&["entrypoint"], emu.env()).await;
+    for check in [
+        "ok entrypoint: Sandbox.create('echo', 'hello world').stdout.read() (the docstring's example)",
+        "ok entrypoint: stdin writes reach it in order, EOF ends its input",
+        "ok entrypoint: stderr is its own stream",
+        "ok entrypoint: its exit code is the sandbox's returncode",
+        "ok entrypoint: stdin after it exited is ValueError",
+        "ok entrypoint: stdout is live (the first line before the command ends)",
+        "ok image: ENV reaches the entrypoint, WORKDIR is its cwd, Sandbox.create(env=) wins",
+        "ok image: ENV and WORKDIR apply to every exec",
+        "ok image: an exec's env wins over the image's ENV",
+        "ok image: Sandbox.create(workdir=) wins over WORKDIR",
+    ] {
+        assert!(stdout.contains(check), "missing {check:?}:\n{stdout}");
+    }
+    assert!(stdout.trim_end().ends_with("done"), "{stdout}");
+    eprintln!("{} checks passed (entrypoint)", checks(&stdout));
+
+    // Past the retention, reads start at the oldest retained byte and the client says so.
+    emu.set_entrypoint_retention(1000);
+    let stdout = run(&["retention"], emu.env()).await;
+    assert!(
+        stdout.contains("ok retention: the client reports the dropped bytes"),
+        "{stdout}"
+    );
+    assert!(stdout.trim_end().ends_with("done"), "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -54,6 +54,9 @@ METHODS = {
         "TaskGetCommandRouterAccess",
     ],
     "modal.task_command_router.TaskCommandRouter": [
+        # The entrypoint's stdio of a V2 sandbox (sandbox/_impl_v2.py make_stdio).
+        "SandboxStdinWriteV2",
+        "SandboxStdioReadV2",
         "TaskExecPoll",
         "TaskExecStart",
         "TaskExecStdinStatus",

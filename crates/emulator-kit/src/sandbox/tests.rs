@@ -327,11 +327,18 @@ async fn the_inits_lifeline_reader_is_not_a_process_of_the_sandbox() {
             .filter(|p| !own.contains(p) && !is_zombie(*p))
             .collect()
     };
-    let before = reader();
+    // The init starts its reader right after the sandbox is made: wait for it (on a loaded
+    // machine it can come after `create` returns).
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut before = reader();
+    while before.len() != 1 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        before = reader();
+    }
     assert_eq!(before.len(), 1, "one lifeline reader: {before:?}");
     run(&s, "setsid sh -c 'sleep 60' >/dev/null 2>&1 < /dev/null &").await;
     let listed = |s: &Sandbox| -> Vec<u32> { s.process_table().iter().map(|p| p.0).collect() };
-    let until = Instant::now() + Duration::from_secs(2);
+    let until = Instant::now() + Duration::from_secs(10);
     while listed(&s).len() < 2 {
         assert!(
             Instant::now() < until,
@@ -341,6 +348,7 @@ async fn the_inits_lifeline_reader_is_not_a_process_of_the_sandbox() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     s.signal_processes(libc::SIGTERM);
+    let until = Instant::now() + Duration::from_secs(10);
     while listed(&s) != [1] {
         assert!(
             Instant::now() < until,

@@ -51,6 +51,7 @@ pub const ADAPTERS: &[Adapter] = &[
     },
     row("vercel", vercel),
     row("northflank", northflank),
+    row("kubernetes", kubernetes),
     Adapter {
         // Every exec is a conmon and a runc on this host: more at once than this and podman's
         // answers take longer than the bare cases' 2 s request timeout.
@@ -304,6 +305,19 @@ fn northflank(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
             .connect_timeout(idle)
             .idle_timeout(idle);
         Ok(exec(NorthflankProvider::new(config)?.attach(&id)?))
+    })
+}
+
+/// Through the proxy, every request of an exec goes through it: a fresh handle's lookups of the
+/// claim, its Sandbox and its pod, the exec upgrade and its socket, the kill.
+fn kubernetes(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_kubernetes::{Kubernetes, KubernetesProvider};
+    emulated("kubernetes", None, |at, url, id, idle| async move {
+        let config = at
+            .config::<Kubernetes>(&url)?
+            .request_timeout(idle)
+            .idle_timeout(idle);
+        Ok(exec(KubernetesProvider::new(config)?.attach(&id)?))
     })
 }
 
