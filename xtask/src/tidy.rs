@@ -170,7 +170,10 @@ pub fn check_adapter(name: &str) -> Vec<String> {
         ("tokio-websockets", "ws"),
         ("tonic", "grpc"),
     ] {
-        let enabled = kit_feature(feature) || (feature == "http" && kit_feature("ws"));
+        // `ws` includes `http` and `websocket`; `websocket` alone serves a non-reqwest client.
+        let enabled = kit_feature(feature)
+            || (feature == "http" && kit_feature("ws"))
+            || (feature == "ws" && kit_feature("websocket"));
         if deps.iter().any(|d| d == client) && !enabled {
             fail(format!(
                 "depends on {client} without the kit's `{feature}` feature (its plumbing for {client})"

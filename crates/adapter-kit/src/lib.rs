@@ -2,6 +2,8 @@
 #![warn(missing_docs)]
 
 mod adapter;
+#[cfg(feature = "body")]
+pub mod body;
 pub mod degrade;
 #[cfg(feature = "grpc")]
 pub mod grpc;
@@ -12,7 +14,7 @@ pub mod retry;
 pub mod size;
 pub mod text;
 pub mod vars;
-#[cfg(feature = "ws")]
+#[cfg(feature = "websocket")]
 pub mod ws;
 
 pub use adapter::Adapter;
