@@ -127,10 +127,14 @@ pub fn check_adapter(name: &str) -> Vec<String> {
         fail(format!("the package is not named execseam-{name}"));
     }
     for dep in dependencies(&manifest) {
-        // The generated code of the provider's published proto is its client's half.
+        // The generated code of the provider's published proto, or its contract shared with
+        // the emulator and the server, is its client's half.
         if dep.starts_with("execseam-")
             && !ADAPTER_DEPS.contains(&dep.as_str())
             && dep != format!("execseam-{name}-proto")
+            && dep != format!("execseam-{name}-contract")
+            // The local adapter's "client" is the process runner it shares with the emulators.
+            && !(name == "local" && dep == "execseam-spawn")
         {
             fail(format!(
                 "depends on {dep}: an adapter depends only on {} and its provider's client",

@@ -76,10 +76,9 @@ impl Answer {
             .map(|(_, v)| v.as_str())
     }
 
-    /// `Retry-After`, parsed ([`crate::wire::parse_retry_after`]).
+    /// `Retry-After`, parsed ([`parse_retry_after`]).
     pub fn retry_delay(&self) -> Option<Duration> {
-        self.header("retry-after")
-            .and_then(crate::wire::parse_retry_after)
+        self.header("retry-after").and_then(parse_retry_after)
     }
 }
 
@@ -203,4 +202,39 @@ fn query_escape(s: &str) -> String {
         }
     }
     out
+}
+
+/// `Retry-After` as delta-seconds (the form Chrono sends); negative values become 0 (Aevatar).
+/// The HTTP-date and fractional forms are read too
+/// ([`execseam_adapter_kit::retry::parse_retry_after`]). `None` when unreadable.
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    let v = value.trim();
+    if v.parse::<i64>().is_ok_and(|s| s < 0) {
+        return Some(Duration::ZERO);
+    }
+    execseam_adapter_kit::retry::parse_retry_after(v, std::time::SystemTime::now())
+}
+
+#[cfg(test)]
+mod retry_after_tests {
+    use std::time::Duration;
+
+    use super::parse_retry_after;
+
+    #[test]
+    fn retry_after_values() {
+        assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_retry_after(" 3600 "), Some(Duration::from_secs(3600)));
+        assert_eq!(
+            parse_retry_after("-5"),
+            Some(Duration::ZERO),
+            "Aevatar: <= 0 becomes 0"
+        );
+        assert_eq!(parse_retry_after("0.5"), Some(Duration::from_millis(500)));
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon"), None);
+    }
 }

@@ -35,13 +35,14 @@
 #![warn(missing_docs)]
 
 mod config;
-pub mod contract;
+// The contract (the wire and the durable rules) is its own crate, shared with the emulator and
+// `execseam serve`.
+use execseam_chrono_contract::wire;
 pub mod durable;
 mod error;
 mod exec;
 pub mod http;
 mod provider;
-pub mod wire;
 
 pub use config::{ChronoConfig, DurablePolicy};
 pub use durable::{DurableClient, Operation, Terminal};

@@ -9,10 +9,10 @@ use std::time::Duration;
 use execseam_adapter_kit::retry::{Call, Stage};
 use execseam_chrono::durable::{Progress, ResultAnswer, Sleep, StatusAnswer};
 use execseam_chrono::http::{Exchange, HttpTransport, Method, Transport};
-use execseam_chrono::wire::{self, Completion, ExecuteRequest, Language, Status, codes};
 use execseam_chrono::{
     ChronoConfig, ChronoExec, DurableClient, DurablePolicy, Operation, Terminal,
 };
+use execseam_chrono_contract::wire::{self, Completion, ExecuteRequest, Language, Status, codes};
 use execseam_core::{BoxFuture, Command, ErrorKind, Exec, Retry, WireStatus};
 use execseam_emulators::chrono::{ChronoEmulator, ChronoOptions};
 use execseam_emulators::{EmulatorOptions, Fault};

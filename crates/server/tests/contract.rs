@@ -13,8 +13,8 @@ use std::time::Duration;
 use common::*;
 use execseam_chrono::durable::{ResultAnswer, StatusAnswer};
 use execseam_chrono::http::{Answer, Exchange, HttpTransport, Transport};
-use execseam_chrono::wire::{self, Completion, ExecuteRequest, Language, Status, codes};
 use execseam_chrono::{ChronoExec, DurableClient, Operation, Terminal};
+use execseam_chrono_contract::wire::{self, Completion, ExecuteRequest, Language, Status, codes};
 use execseam_core::{BoxFuture, Command, Error, ErrorKind, Exec, Exit, Retry, WireStatus};
 use execseam_server::{Config, Server};
 
