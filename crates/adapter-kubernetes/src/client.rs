@@ -15,12 +15,11 @@
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use execseam_adapter_kit::retry::{self, Edge, NoAnswer, Stage};
 use execseam_adapter_kit::text;
 use execseam_adapter_kit::vars::config_error;
-use execseam_core::{Error, ErrorKind};
-use http_body_util::BodyExt;
+use execseam_core::Error;
 use kube::client::{Body, ConfigExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::OnceCell;
