@@ -212,6 +212,13 @@ pub fn check_adapter(name: &str) -> Vec<String> {
     if !lib.starts_with("#![doc = include_str!(\"../README.md\")]") {
         fail("src/lib.rs does not start with #![doc = include_str!(\"../README.md\")]".into());
     }
+    // A provider's wire types are the adapter's own: never part of its semver surface.
+    if lib
+        .lines()
+        .any(|l| l.trim_start().starts_with("pub mod wire"))
+    {
+        fail("src/lib.rs has `pub mod wire`: the provider's wire types stay private".into());
+    }
     let readme = read(&dir.join("README.md"));
     if !readme.contains("```rust") {
         fail(
