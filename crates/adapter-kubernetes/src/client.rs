@@ -109,12 +109,12 @@ impl Api {
                 .await
                 .map_err(|e| transport(e, op, stage))?;
             let (parts, body) = response.into_parts();
-            let limit = if parts.status.is_success() {
-                limit
+            // An error answer is quoted, never a failure of its own: the status decides.
+            let body = if parts.status.is_success() {
+                read_limited(body, limit, deadline, op, stage).await?
             } else {
-                MAX_ERROR_BODY
+                read_error(body, deadline).await
             };
-            let body = read_limited(body, limit, deadline, op, stage).await?;
             Ok(Answer {
                 status: parts.status.as_u16(),
                 headers: parts.headers,
