@@ -251,7 +251,10 @@ pub fn check_adapter(name: &str) -> Vec<String> {
         ("tokio-websockets", "ws"),
         ("tonic", "grpc"),
     ] {
-        let enabled = kit_feature(feature) || (feature == "http" && kit_feature("ws"));
+        // `ws` includes `http` and `websocket`; `websocket` alone serves a non-reqwest client.
+        let enabled = kit_feature(feature)
+            || (feature == "http" && kit_feature("ws"))
+            || (feature == "ws" && kit_feature("websocket"));
         if deps.iter().any(|d| d == client) && !enabled {
             fail(format!(
                 "depends on {client} without the kit's `{feature}` feature (its plumbing for {client})"
@@ -285,6 +288,13 @@ pub fn check_adapter(name: &str) -> Vec<String> {
     let lib = read(&dir.join("src/lib.rs"));
     if !lib.starts_with("#![doc = include_str!(\"../README.md\")]") {
         fail("src/lib.rs does not start with #![doc = include_str!(\"../README.md\")]".into());
+    }
+    // A provider's wire types are the adapter's own: never part of its semver surface.
+    if lib
+        .lines()
+        .any(|l| l.trim_start().starts_with("pub mod wire"))
+    {
+        fail("src/lib.rs has `pub mod wire`: the provider's wire types stay private".into());
     }
     let readme = read(&dir.join("README.md"));
     if !readme.contains("```rust") {

@@ -139,17 +139,13 @@ impl ChronoConfig {
         Ok(c)
     }
 
-    /// Checks the configuration (done again before every request).
+    /// Checks the configuration (once: `ChronoExec::new`, `HttpTransport::new`).
     pub fn validate(&self) -> Result<(), Error> {
         check_timeout(self.timeout_secs).map_err(|m| {
             vars::config_error(PROVIDER, format!("ChronoConfig::timeout_secs: {m}"))
         })?;
-        if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
-            return Err(vars::config_error(
-                PROVIDER,
-                format!("the base URL {:?} is not http(s)", self.base_url),
-            ));
-        }
+        // Parsed whole here, so no request can fail on the URL later.
+        vars::parse_url(PROVIDER, "the base URL", &self.base_url, &["http", "https"])?;
         if self.policy.exchange_timeout.is_zero() {
             return Err(vars::config_error(
                 PROVIDER,

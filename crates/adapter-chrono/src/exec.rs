@@ -330,8 +330,8 @@ fn stdin_name() -> String {
     format!(".execseam-stdin-{}", id::random_id(16))
 }
 
+/// `config` is validated (by [`ChronoExec::new`]): it is not checked again per command.
 pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, Error> {
-    config.validate()?;
     size::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
     let timeout = Some(config.timeout_secs);
     // The `code` tool's commands run natively: the exact source in its own language.
@@ -508,10 +508,13 @@ mod tests {
 
     #[test]
     fn bad_config_and_too_much_stdin_fail_before_any_io() {
-        let c = Command::new(["true"]).unwrap();
         for secs in [0, 601] {
-            let e = prepare(&config().timeout_secs(secs), &c).unwrap_err();
+            let e = ChronoExec::new(config().timeout_secs(secs)).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+        }
+        for url in ["ftp://h", "http://[::1", "not a url"] {
+            let e = ChronoExec::new(ChronoConfig::new(url)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{url}: {e}");
         }
         let c = Command::builder(["cat"])
             .stdin(vec![b'a'; 11])

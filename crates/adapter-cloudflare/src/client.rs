@@ -260,12 +260,7 @@ impl BridgeClient {
             Ok(r) => r?,
             Err(_) => return Err(idle_error(idle, Stage::Submit)),
         };
-        let ct = resp
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_ascii_lowercase();
+        let ct = http::content_type(resp.headers()).to_ascii_lowercase();
         if !ct.starts_with("text/event-stream") {
             let status = resp.status().as_u16();
             // Only what the message quotes, and only as long as an event may take: the body may

@@ -296,6 +296,20 @@ impl Toolbox {
         Ok(format!("{base}{path}"))
     }
 
+    /// A bodiless toolbox request (`path` under the sandbox's toolbox), with the request timeout.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        op: &'static str,
+        stage: Stage,
+    ) -> Result<Response, Error> {
+        let url = self.url(path).await?;
+        self.client
+            .send(self.client.request(method, &url, true), op, stage)
+            .await
+    }
+
     pub(crate) async fn create_session(&self, session_id: &str) -> Result<(), Error> {
         let rb = self
             .client
@@ -308,15 +322,8 @@ impl Toolbox {
     }
 
     pub(crate) async fn delete_session(&self, session_id: &str) -> Result<(), Error> {
-        let url = self
-            .url(&format!("/process/session/{}", path_segment(session_id)))
-            .await?;
-        self.client
-            .send(
-                self.client.request(Method::DELETE, &url, true),
-                "delete_session",
-                Stage::Before,
-            )
+        let path = format!("/process/session/{}", path_segment(session_id));
+        self.call(Method::DELETE, &path, "delete_session", Stage::Before)
             .await
             .map(drop)
     }
@@ -426,17 +433,8 @@ impl Toolbox {
     /// `GET /process/session/{id}`: the session's commands (an exec's session has one).
     pub(crate) async fn get_session(&self, session_id: &str) -> Result<wire::SessionInfo, Error> {
         const OP: &str = "get_session";
-        let url = self
-            .url(&format!("/process/session/{}", path_segment(session_id)))
-            .await?;
-        let resp = self
-            .client
-            .send(
-                self.client.request(Method::GET, &url, true),
-                OP,
-                Stage::After,
-            )
-            .await?;
+        let path = format!("/process/session/{}", path_segment(session_id));
+        let resp = self.call(Method::GET, &path, OP, Stage::After).await?;
         self.client.json(resp, OP, Stage::After).await
     }
 
@@ -450,20 +448,13 @@ impl Toolbox {
         session_id: &str,
         command_id: &str,
     ) -> Result<wire::SessionCommand, Error> {
-        let url = self
-            .url(&format!(
-                "/process/session/{}/command/{}",
-                path_segment(session_id),
-                path_segment(command_id)
-            ))
-            .await?;
+        let path = format!(
+            "/process/session/{}/command/{}",
+            path_segment(session_id),
+            path_segment(command_id)
+        );
         let resp = self
-            .client
-            .send(
-                self.client.request(Method::GET, &url, true),
-                "get_session_command",
-                Stage::After,
-            )
+            .call(Method::GET, &path, "get_session_command", Stage::After)
             .await?;
         self.client
             .json(resp, "get_session_command", Stage::After)
@@ -474,26 +465,13 @@ impl Toolbox {
     /// of the JSON answer (SDK ≥ 0.167), or the `text/plain` body of older daemons.
     pub(crate) async fn logs(&self, session_id: &str, command_id: &str) -> Result<Vec<u8>, Error> {
         const OP: &str = "get_session_command_logs";
-        let url = self
-            .url(&format!(
-                "/process/session/{}/command/{}/logs",
-                path_segment(session_id),
-                path_segment(command_id)
-            ))
-            .await?;
-        let resp = self
-            .client
-            .send(
-                self.client.request(Method::GET, &url, true),
-                OP,
-                Stage::After,
-            )
-            .await?;
-        let json = resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json"));
+        let path = format!(
+            "/process/session/{}/command/{}/logs",
+            path_segment(session_id),
+            path_segment(command_id)
+        );
+        let resp = self.call(Method::GET, &path, OP, Stage::After).await?;
+        let json = http::content_type(resp.headers()).starts_with("application/json");
         let body = read_limited(
             resp,
             self.client.max_log,
@@ -612,12 +590,7 @@ impl Toolbox {
             .header(header::ACCEPT, "multipart/form-data")
             .json(&wire::FilesDownloadRequest { paths });
         let resp = self.client.send(rb, OP, Stage::Before).await?;
-        let ctype = resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
+        let ctype = http::content_type(resp.headers()).to_owned();
         let boundary = multipart_boundary(&ctype).ok_or_else(|| {
             error::protocol(
                 OP,

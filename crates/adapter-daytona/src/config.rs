@@ -162,12 +162,13 @@ impl DaytonaConfig {
                 "the temp dir must be an absolute path without quotes",
             ));
         }
-        if !(self.api_url.starts_with("http://") || self.api_url.starts_with("https://")) {
-            return Err(vars::config_error(
-                crate::PROVIDER,
-                "the API URL must be http(s)",
-            ));
-        }
+        // Parsed whole here, so no request can fail on the URL later.
+        vars::parse_url(
+            crate::PROVIDER,
+            "the API URL",
+            &self.api_url,
+            &["http", "https"],
+        )?;
         Ok(())
     }
 

@@ -30,7 +30,7 @@ pub(crate) async fn create(
         cmd: Some(Vec::new()),
         user: config.user.clone(),
         // No `Env`: the container-wide env travels with each exec, on its stdin (see
-        // `exec::env_line`), since bollard logs request bodies (and inspect answers) at DEBUG.
+        // `degrade::env_line`), since bollard logs request bodies (and inspect answers) at DEBUG.
         labels: Some(labels),
         host_config: Some(host_config(config)),
         ..Default::default()

@@ -12,7 +12,7 @@ use bollard::errors::Error as EngineError;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::query_parameters::ContainerArchiveInfoOptions;
 use bytes::BytesMut;
-use execseam_adapter_kit::degrade;
+use execseam_adapter_kit::degrade::{self, env_line};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
     Output, Ownership, PartialOutput, Retry, Sandbox,
@@ -29,8 +29,8 @@ use crate::error::{adapter, engine, engine_hint, is_gone};
 use execseam_adapter_kit::retry::Stage;
 
 /// The variable every exec carries, with a value unique to the exec, so that a kill finds the
-/// exec's processes and their children (Docker's API has no exec kill).
-pub const EXEC_TAG_VAR: &str = "EXECSEAM_EXEC";
+/// exec's processes and their children (Docker's API has no exec kill): the kit's.
+pub use execseam_adapter_kit::degrade::EXEC_TAG_VAR;
 
 /// A sandbox: the warm container (every command a Docker exec in it), or, per call, a handle
 /// whose every command gets a fresh container. Cheap to clone; see the crate docs.
@@ -224,7 +224,7 @@ async fn start_exec(
         .workdir()
         .or(config.default_workdir())
         .map(str::to_owned);
-    // Env values never go into an engine request (see `env_line`): with env (the container-wide
+    // Env values never go into an engine request (see `degrade::env_line`): with env (the container-wide
     // env of the config, then the command's own, which overrides it), the command takes its env
     // from the first line of its stdin, so stdin is attached.
     let mut entries = config.env.clone();
@@ -337,7 +337,7 @@ async fn start_exec(
 /// dropped (measured here: most runs of `echo out; echo err >&2; exit 3` with 1 byte of unread
 /// stdin returned no output at all). Reading all of stdin before the command starts avoids it.
 ///
-/// With `env_first`, the first line of stdin is [`env_line`]'s: read and evaluated before the
+/// With `env_first`, the first line of stdin is [`env_line`](degrade::env_line)'s: read and evaluated before the
 /// rest is stored, and the command runs under `env --` with those entries.
 fn stdin_via_temp_file(
     argv: Vec<String>,
@@ -398,35 +398,12 @@ fn stdin_via_temp_file(
     ])
 }
 
-/// The command's env as one line of shell for the start of its stdin: `set --` then, for each
-/// entry, `KEY=VALUE` as a positional parameter, spelt as `printf` octal escapes (every byte but
-/// `[A-Za-z0-9_=./,:@+-]`), so the line holds no newline and no quote whatever the value.
-///
-/// Env values never go into an engine request: bollard logs every request body at DEBUG (the
-/// exec's `Env` and `Cmd` included) through `log`, whose records no library can filter. The
-/// attached stdin stream is not logged.
-///
-/// The container-wide env of the config travels the same way (the create body carries no
-/// `Env`): bollard also logs every decoded answer at DEBUG, a container inspect's `Config.Env`
-/// included.
-fn env_line(entries: &std::collections::BTreeMap<String, String>) -> Vec<u8> {
-    use std::fmt::Write as _;
-    let mut s = String::from("set --");
-    for (k, v) in entries {
-        s.push_str(";__execseam_e=$(printf '");
-        for b in k.bytes().chain(std::iter::once(b'=')).chain(v.bytes()) {
-            if b.is_ascii_alphanumeric() || b"_=./,:@+-".contains(&b) {
-                s.push(b as char);
-            } else {
-                let _ = write!(s, "\\{b:03o}");
-            }
-        }
-        // `$(…)` drops trailing newlines: the `x` keeps them, and is cut after.
-        s.push_str("x');set -- \"$@\" \"${__execseam_e%x}\"");
-    }
-    s.push_str(";unset __execseam_e\n");
-    s.into_bytes()
-}
+// The command's env travels as one line of shell at the start of its stdin
+// (`degrade::env_line`). Env values never go into an engine request: bollard logs every request
+// body at DEBUG (the exec's `Env` and `Cmd` included) through `log`, whose records no library
+// can filter. The attached stdin stream is not logged. The container-wide env of the config
+// travels the same way (the create body carries no `Env`): bollard also logs every decoded
+// answer at DEBUG, a container inspect's `Config.Env` included.
 
 /// The line podman 4.3 appends to the stderr frames (libpod `hijackWriteError`) when its read of
 /// conmon's attach socket fails with ECONNRESET: after the runtime failed to start the command,
@@ -744,11 +721,6 @@ enum Action {
     Remove(String),
 }
 
-/// Kills every process whose environment holds the tag, twice (a fork between the two passes
-/// is caught by the second); it skips itself, and needs `sh`, `tr`, `grep` and `kill` in the image.
-/// (`tr` because busybox `grep -F` stops comparing at a NUL.)
-const KILL_SCRIPT: &str = r#"for pass in 1 2; do for p in /proc/[0-9]*; do n=${p#/proc/}; [ "$n" = "$$" ] && continue; tr '\0' '\n' 2>/dev/null < "$p/environ" | grep -qx "$1" && kill -9 "$n" 2>/dev/null; done; done; exit 0"#;
-
 impl Action {
     async fn run(self, docker: Docker) {
         match self {
@@ -767,13 +739,8 @@ async fn kill_tagged(docker: &Docker, container: &str, tag: &str) -> Result<(), 
         attach_stdout: Some(true),
         attach_stderr: Some(true),
         user: Some("0".to_owned()),
-        cmd: Some(vec![
-            "sh".to_owned(),
-            "-c".to_owned(),
-            KILL_SCRIPT.to_owned(),
-            "execseam-kill".to_owned(),
-            format!("{EXEC_TAG_VAR}={tag}"),
-        ]),
+        // Every process carrying the tag (the kit's kill script).
+        cmd: Some(degrade::kill_argv(tag)),
         ..Default::default()
     };
     let created = docker.create_exec(container, options).await?;
@@ -920,38 +887,5 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a.len(), 32);
         assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
-    }
-
-    #[test]
-    fn the_kill_script_is_valid_sh_and_kills_only_tagged_processes() {
-        // Run it on this host: a tagged sleep dies, an untagged one survives.
-        let tag = format!("{EXEC_TAG_VAR}={}", new_tag());
-        let spawn = |tagged: bool| {
-            let mut c = std::process::Command::new("sleep");
-            c.arg("30");
-            if tagged {
-                let (k, v) = tag.split_once('=').unwrap();
-                c.env(k, v);
-            }
-            c.spawn().unwrap()
-        };
-        let mut tagged = spawn(true);
-        let mut plain = spawn(false);
-        let status = std::process::Command::new("sh")
-            .args(["-c", KILL_SCRIPT, "execseam-kill", &tag])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let killed = tagged.wait().unwrap();
-        assert_eq!(
-            std::os::unix::process::ExitStatusExt::signal(&killed),
-            Some(9)
-        );
-        assert!(
-            plain.try_wait().unwrap().is_none(),
-            "the untagged process was killed"
-        );
-        plain.kill().unwrap();
-        plain.wait().unwrap();
     }
 }

@@ -302,10 +302,7 @@ fn rpc_error_of(v: &serde_json::Value) -> Option<RpcError> {
 }
 
 fn content_type(headers: &HeaderMap) -> String {
-    headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
+    http::content_type(headers)
         .split(';')
         .next()
         .unwrap_or_default()

@@ -300,18 +300,19 @@ impl E2bExec {
     pub(crate) async fn create(
         config: E2bConfig,
         http: reqwest::Client,
+        api: reqwest::Url,
         new: &NewSandbox,
     ) -> Result<E2bExec, Error> {
         let sandbox = ControlPlane {
             http: &http,
-            base: config.api_base()?,
+            base: api.clone(),
             config: &config,
         }
         .create(new)
         .await
         .map_err(|e| error::map(e, &Ctx::new("create", Stage::Submit)))?;
         let end = Instant::now() + new.timeout;
-        E2bExec::build(config, http, sandbox, Ownership::created(), Some(end))
+        E2bExec::build(config, http, api, sandbox, Ownership::created(), Some(end))
     }
 
     /// Connects to a running (or paused: it is resumed) sandbox
@@ -320,18 +321,26 @@ impl E2bExec {
     pub(crate) async fn connect(
         config: E2bConfig,
         http: reqwest::Client,
+        api: reqwest::Url,
         sandbox_id: &str,
     ) -> Result<E2bExec, Error> {
         let sandbox = ControlPlane {
             http: &http,
-            base: config.api_base()?,
+            base: api.clone(),
             config: &config,
         }
         .connect(sandbox_id)
         .await
         .map_err(|e| error::map(e, &Ctx::new("connect", Stage::Before)))?;
         let end = Instant::now() + config.sandbox_timeout;
-        E2bExec::build(config, http, sandbox, Ownership::connected(), Some(end))
+        E2bExec::build(
+            config,
+            http,
+            api,
+            sandbox,
+            Ownership::connected(),
+            Some(end),
+        )
     }
 
     /// Uses a sandbox whose id, token and envd version are already known, without calling the
@@ -339,6 +348,7 @@ impl E2bExec {
     pub(crate) fn attach(
         config: E2bConfig,
         http: reqwest::Client,
+        api: reqwest::Url,
         attach: Attach,
     ) -> Result<E2bExec, Error> {
         let sandbox = wire::Sandbox {
@@ -351,6 +361,7 @@ impl E2bExec {
         E2bExec::build_with_token(
             config,
             http,
+            api,
             sandbox,
             attach.envd_access_token,
             Ownership::connected(),
@@ -361,17 +372,19 @@ impl E2bExec {
     fn build(
         config: E2bConfig,
         http: reqwest::Client,
+        api: reqwest::Url,
         mut sandbox: wire::Sandbox,
         ownership: Ownership,
         end_at: Option<Instant>,
     ) -> Result<E2bExec, Error> {
         let token = sandbox.envd_access_token.take().map(SecretString::from);
-        E2bExec::build_with_token(config, http, sandbox, token, ownership, end_at)
+        E2bExec::build_with_token(config, http, api, sandbox, token, ownership, end_at)
     }
 
     fn build_with_token(
         config: E2bConfig,
         http: reqwest::Client,
+        api: reqwest::Url,
         sandbox: wire::Sandbox,
         token: Option<SecretString>,
         ownership: Ownership,
@@ -410,7 +423,7 @@ impl E2bExec {
         };
         Ok(E2bExec {
             inner: Arc::new(Inner {
-                api: config.api_base()?,
+                api,
                 sandbox_id: sandbox.sandbox_id,
                 envd_version: version,
                 envd,
@@ -997,7 +1010,7 @@ impl Exec for E2bExec {
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
         let fut = Box::pin(async move {
-            execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+            // The size is checked once, by `start` (a native listing sends no argv).
             if self.inner.config.native_tools
                 && let Some(req) = NativeRequest::parse(&command)
                 && matches!(req, NativeRequest::List(_) | NativeRequest::Glob(_))

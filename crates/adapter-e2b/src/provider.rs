@@ -73,12 +73,18 @@ impl E2bProvider {
             metadata,
             env,
         };
-        E2bExec::create(self.config.clone(), self.http.clone(), &new).await
+        E2bExec::create(
+            self.config.clone(),
+            self.http.clone(),
+            self.api.clone(),
+            &new,
+        )
+        .await
     }
 
     /// Connects to a running or paused sandbox; the handle does not own it.
     pub async fn connect(&self, id: &str) -> Result<E2bExec, Error> {
-        E2bExec::connect(self.config.clone(), self.http.clone(), id).await
+        E2bExec::connect(self.config.clone(), self.http.clone(), self.api.clone(), id).await
     }
 
     /// A handle on sandbox `id` without calling the control plane; not owned. Its envd is taken
@@ -98,7 +104,12 @@ impl E2bProvider {
     /// control plane (for a sandbox created elsewhere that handed over its token). The handle
     /// does not own it.
     pub fn attach_with(&self, attach: Attach) -> Result<E2bExec, Error> {
-        E2bExec::attach(self.config.clone(), self.http.clone(), attach)
+        E2bExec::attach(
+            self.config.clone(),
+            self.http.clone(),
+            self.api.clone(),
+            attach,
+        )
     }
 
     /// Lists the running and paused sandboxes `filter` selects (the API filters on metadata).

@@ -121,12 +121,13 @@ impl FlyConfig {
 
     /// Checks what can be wrong before any I/O.
     pub(crate) fn validate(&self) -> Result<(), Error> {
-        if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
-            return Err(vars::config_error(
-                PROVIDER,
-                format!("the Machines API URL {:?} is not http(s)", self.base_url),
-            ));
-        }
+        // Parsed whole here, so no request can fail on the URL later.
+        vars::parse_url(
+            PROVIDER,
+            "the Machines API URL",
+            &self.base_url,
+            &["http", "https"],
+        )?;
         if self.app.is_empty() {
             return Err(vars::config_error(PROVIDER, "the app name is empty"));
         }

@@ -11,6 +11,13 @@
 //! - [`Leftovers`]: temporary files a wrapper leaves behind, removed in batches by a later
 //!   command rather than by a program started for every exec ([`Leftovers::track`]).
 //! - [`base64_encode`]: standard base64 (padded, unwrapped), as `base64 -d` reads it.
+//! - [`env_line`] / [`set_line`]: an environment (or any words) as one line of shell for the
+//!   start of stdin, for backends whose requests are logged or audited (Docker's engine client
+//!   logs request bodies; Kubernetes' API server audits exec URLs): values never travel in a
+//!   request.
+//! - [`EXEC_TAG_VAR`], [`KILL_SCRIPT`], [`kill_argv`]: a command tagged through its environment,
+//!   and the exec that kills every process carrying the tag, for backends whose exec has no
+//!   kill of its own (Docker, Kubernetes).
 //!
 //! The wrapper stops *the library* from interpreting argv; it does not stop the backend from
 //! running a shell. Every construct used works in dash, bash (also as `sh`) and busybox ash.
@@ -434,6 +441,56 @@ pub fn base64_encode(data: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(data)
 }
 
+/// The variable every tagged command carries, `EXECSEAM_EXEC=<tag>` (a value unique to the
+/// exec): what [`KILL_SCRIPT`] finds it, and its children, by.
+pub const EXEC_TAG_VAR: &str = "EXECSEAM_EXEC";
+
+/// The environment as one line of shell that sets the positional parameters to `KEY=VALUE`
+/// each (see [`set_line`]); the wrapper reads it with `IFS= read -r` and `eval`s it, then runs
+/// `exec env -- "$@" …`.
+pub fn env_line(env: &std::collections::BTreeMap<String, String>) -> Vec<u8> {
+    let entries: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    set_line(entries.iter().map(String::as_str))
+}
+
+/// One line of shell that sets the positional parameters to `words`: every byte outside
+/// `[A-Za-z0-9_=./,:@+-]` (and a leading `-`) as a printf octal escape, so the line holds no
+/// newline, quote or `%` whatever the words.
+pub fn set_line<'a>(words: impl Iterator<Item = &'a str>) -> Vec<u8> {
+    let mut s = String::from("set --");
+    for w in words {
+        s.push_str(";__execseam_e=$(printf '");
+        for (i, b) in w.bytes().enumerate() {
+            // A leading `-` would be an option of printf (bash's `-v`).
+            if b.is_ascii_alphanumeric() || (b"_=./,:@+-".contains(&b) && !(i == 0 && b == b'-')) {
+                s.push(b as char);
+            } else {
+                let _ = write!(s, "\\{b:03o}");
+            }
+        }
+        // `$(…)` strips trailing newlines: the `x` keeps them and is cut after.
+        s.push_str("x');set -- \"$@\" \"${__execseam_e%x}\"");
+    }
+    s.push_str(";unset __execseam_e\n");
+    s.into_bytes()
+}
+
+/// Kills every process whose environment holds `$1` (`EXECSEAM_EXEC=<tag>`), in two passes (a
+/// child forked between them is caught by the second), skipping itself. Needs `sh`, `tr`,
+/// `grep` and `kill`; `tr` because busybox `grep -F` stops comparing at a NUL.
+pub const KILL_SCRIPT: &str = r#"self=$$; for pass in 1 2; do for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$self" ] && continue; if tr '\0' '\n' 2>/dev/null < "$d/environ" | grep -qxF -e "$1"; then kill -9 "$p" 2>/dev/null; fi; done; done; exit 0"#;
+
+/// The argv of the exec that kills the command tagged `tag` ([`KILL_SCRIPT`]).
+pub fn kill_argv(tag: &str) -> Vec<String> {
+    vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        KILL_SCRIPT.into(),
+        "execseam-kill".into(),
+        format!("{EXEC_TAG_VAR}={tag}"),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -749,5 +806,35 @@ mod tests {
     fn set_exec(path: &str) {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn the_kill_script_kills_only_tagged_processes() {
+        let tag = format!("{EXEC_TAG_VAR}=k{}", crate::id::random_id(12));
+        let spawn = |tagged: bool| {
+            let mut c = std::process::Command::new("sleep");
+            c.arg("30");
+            if tagged {
+                let (k, v) = tag.split_once('=').unwrap();
+                c.env(k, v);
+            }
+            c.spawn().unwrap()
+        };
+        let mut tagged = spawn(true);
+        let mut plain = spawn(false);
+        let argv = kill_argv(tag.split_once('=').unwrap().1);
+        let status = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let killed = tagged.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&killed),
+            Some(9)
+        );
+        assert!(plain.try_wait().unwrap().is_none());
+        plain.kill().unwrap();
+        plain.wait().unwrap();
     }
 }

@@ -183,6 +183,14 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     retry::parse_retry_after(v, SystemTime::now())
 }
 
+/// The `Content-Type` of an answer as sent (parameters included), `""` if none or not text.
+pub fn content_type(headers: &HeaderMap) -> &str {
+    headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
 /// Why a body could not be read whole.
 #[derive(Debug)]
 pub enum BodyError {

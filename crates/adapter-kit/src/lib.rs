@@ -2,6 +2,8 @@
 #![warn(missing_docs)]
 
 mod adapter;
+#[cfg(feature = "body")]
+pub mod body;
 pub mod degrade;
 #[cfg(feature = "grpc")]
 pub mod grpc;
@@ -15,7 +17,7 @@ pub mod size;
 pub mod spool;
 pub mod text;
 pub mod vars;
-#[cfg(feature = "ws")]
+#[cfg(feature = "websocket")]
 pub mod ws;
 
 pub use adapter::Adapter;

@@ -1,21 +1,29 @@
-//! The WebSocket client, written once: the upgrade over a reqwest request ([`upgrade`]: the
-//! RFC 6455 handshake, its answer within a deadline, a refusal read bounded in size and time),
-//! frames bounded in size, and the one mapping of a frame read's failure ([`frame_error`]).
+//! The WebSocket client, written once. With the `websocket` feature, what any client needs: the
+//! handshake's key ([`new_key`]) and its answer ([`accept_key`]), and the one mapping of a frame
+//! read's failure ([`frame_error`]). With `ws`, the upgrade over a reqwest request ([`upgrade`]:
+//! the RFC 6455 handshake, its answer within a deadline, a refusal read bounded in size and
+//! time) and frames bounded in size.
 
+#[cfg(feature = "ws")]
 use std::time::Duration;
 
 use base64::Engine as _;
 use execseam_core::Error;
+#[cfg(feature = "ws")]
 use reqwest::header::{CONNECTION, HeaderMap, UPGRADE};
+#[cfg(feature = "ws")]
 use tokio_websockets::WebSocketStream;
 
+#[cfg(feature = "ws")]
 use crate::http::{self, Refusal};
 use crate::retry::{Call, NoAnswer};
 
 /// A WebSocket over an upgraded reqwest connection.
+#[cfg(feature = "ws")]
 pub type Socket = WebSocketStream<reqwest::Upgraded>;
 
 /// Why an upgrade failed.
+#[cfg(feature = "ws")]
 #[derive(Debug)]
 pub enum UpgradeError {
     /// The request failed ([`http::transport_error`]).
@@ -30,11 +38,22 @@ pub enum UpgradeError {
 }
 
 /// A WebSocket and the headers of the `101` that opened it.
+#[cfg(feature = "ws")]
 pub struct Upgraded {
     /// The socket; frames larger than the `max_frame` given to [`upgrade`] are refused.
     pub socket: Socket,
     /// The `101`'s headers.
     pub headers: HeaderMap,
+}
+
+/// A fresh `Sec-WebSocket-Key`: 16 random bytes, base64 (RFC 6455 §4.1).
+pub fn new_key() -> String {
+    let r = [
+        crate::id::random_u64().to_le_bytes(),
+        crate::id::random_u64().to_le_bytes(),
+    ]
+    .concat();
+    base64::engine::general_purpose::STANDARD.encode(r)
 }
 
 /// The `Sec-WebSocket-Accept` a server must answer `key` with (RFC 6455 §4.2.2).
@@ -48,19 +67,13 @@ pub fn accept_key(key: &str) -> String {
 /// Upgrades `request` (a GET on an HTTP/1.1-only client, with the adapter's own headers) to a
 /// WebSocket: the handshake headers are added, the answer must come within `within`, and frames
 /// are limited to `max_frame` bytes.
+#[cfg(feature = "ws")]
 pub async fn upgrade(
     request: reqwest::RequestBuilder,
     within: Duration,
     max_frame: usize,
 ) -> Result<Upgraded, UpgradeError> {
-    let key = {
-        let r = [
-            crate::id::random_u64().to_le_bytes(),
-            crate::id::random_u64().to_le_bytes(),
-        ]
-        .concat();
-        base64::engine::general_purpose::STANDARD.encode(r)
-    };
+    let key = new_key();
     let send = request
         .version(reqwest::Version::HTTP_11)
         .header(CONNECTION, "Upgrade")
@@ -114,6 +127,7 @@ pub fn frame_error(call: Call, e: &tokio_websockets::Error) -> Error {
     }
 }
 
+#[cfg(feature = "ws")]
 impl UpgradeError {
     /// The error of `call`; a refusal is mapped by `refused` (the provider's status table).
     pub fn into_error(self, call: Call, refused: impl FnOnce(Refusal) -> Error) -> Error {

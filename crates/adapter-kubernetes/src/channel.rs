@@ -18,6 +18,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use execseam_adapter_kit::retry::{NoAnswer, Stage};
 use execseam_adapter_kit::text::escape_path_segment;
+use execseam_adapter_kit::ws;
 use execseam_core::{Error, ErrorKind, Exit, Retry};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
@@ -137,15 +138,7 @@ pub(crate) async fn open(
     offers: &[Protocol],
     op: &'static str,
 ) -> Result<Opened, Error> {
-    use base64::Engine as _;
-    let key = base64::engine::general_purpose::STANDARD.encode(
-        execseam_adapter_kit::id::random_u64()
-            .to_le_bytes()
-            .iter()
-            .chain(execseam_adapter_kit::id::random_u64().to_le_bytes().iter())
-            .copied()
-            .collect::<Vec<u8>>(),
-    );
+    let key = ws::new_key();
     let protocols: Vec<&str> = offers.iter().map(|p| p.token()).collect();
     let request = http::Request::get(path)
         .header(http::header::CONNECTION, "Upgrade")
@@ -162,14 +155,7 @@ pub(crate) async fn open(
     let response = api.open(request, op, Stage::Submit).await?;
     if response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
         let (parts, body) = response.into_parts();
-        let deadline = api.config().request_timeout;
-        let body = tokio::time::timeout(
-            deadline,
-            client::read_limited(body, client::MAX_ERROR_BODY, op, Stage::Before),
-        )
-        .await
-        .unwrap_or_else(|_| Ok(Bytes::new()))
-        .unwrap_or_default();
+        let body = client::read_error(body, api.config().request_timeout).await;
         return Ok(Opened::Refused(Answer {
             status: parts.status.as_u16(),
             headers: parts.headers,
@@ -180,7 +166,7 @@ pub(crate) async fn open(
         .headers()
         .get(http::header::SEC_WEBSOCKET_ACCEPT)
         .and_then(|v| v.to_str().ok());
-    if accept != Some(accept_key(&key).as_str()) {
+    if accept != Some(ws::accept_key(&key).as_str()) {
         return Err(protocol_error(
             op,
             Retry::Unsafe,
@@ -218,15 +204,6 @@ pub(crate) async fn open(
         .limits(limits)
         .take_over(TokioIo::new(upgraded));
     Ok(Opened::Socket(Socket { ws, protocol }))
-}
-
-/// `Sec-WebSocket-Accept` for `key` (RFC 6455 §4.2.2).
-fn accept_key(key: &str) -> String {
-    use base64::Engine as _;
-    let mut sha = sha1_smol::Sha1::new();
-    sha.update(key.as_bytes());
-    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
 }
 
 fn protocol_error(op: &'static str, retry: Retry, message: impl Into<String>) -> Error {
@@ -552,14 +529,6 @@ mod tests {
                 .ends_with("stdin=true&stdout=true&stderr=false&tty=true"),
             "{}",
             r.path()
-        );
-    }
-
-    #[test]
-    fn the_accept_key_is_rfc_6455s() {
-        assert_eq!(
-            accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
-            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
         );
     }
 }

@@ -11,16 +11,15 @@
 //! - its `TraceLayer` puts the full URI in a DEBUG span: an exec's URI holds every argv element.
 //!   Here one span per operation names the operation and the namespace, never the URI.
 //!
-//! The bounded, time-bounded body read and the JSON-or-`Status` answer belong in the adapter kit
-//! (its HTTP plumbing milestone); they are written here to move there as they are.
+//! Bodies are read with the kit's bounded, time-bounded read (`execseam_adapter_kit::body`).
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use execseam_adapter_kit::retry::{self, Edge, NoAnswer, Stage};
 use execseam_adapter_kit::text;
-use execseam_core::{Error, ErrorKind};
-use http_body_util::BodyExt;
+use execseam_adapter_kit::vars::config_error;
+use execseam_core::Error;
 use kube::client::{Body, ConfigExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::OnceCell;
@@ -111,12 +110,12 @@ impl Api {
                 .await
                 .map_err(|e| transport(e, op, stage))?;
             let (parts, body) = response.into_parts();
-            let limit = if parts.status.is_success() {
-                limit
+            // An error answer is quoted, never a failure of its own: the status decides.
+            let body = if parts.status.is_success() {
+                read_limited(body, limit, deadline, op, stage).await?
             } else {
-                MAX_ERROR_BODY
+                read_error(body, deadline).await
             };
-            let body = read_limited(body, limit, op, stage).await?;
             Ok(Answer {
                 status: parts.status.as_u16(),
                 headers: parts.headers,
@@ -181,6 +180,7 @@ async fn connect(config: &KubernetesConfig) -> Result<Connected, Error> {
     let mut kc = kube_config(&config.source).await?;
     if kc.proxy_url.is_some() {
         return Err(config_error(
+            PROVIDER,
             "the kubeconfig names a proxy-url: proxies are not supported by this adapter",
         ));
     }
@@ -197,15 +197,15 @@ async fn connect(config: &KubernetesConfig) -> Result<Connected, Error> {
     http.set_connect_timeout(kc.connect_timeout);
     let https = kc
         .rustls_https_connector_with_connector(http)
-        .map_err(|e| config_error(format!("TLS: {}", text::error_chain(&e))))?;
+        .map_err(|e| config_error(PROVIDER, format!("TLS: {}", text::error_chain(&e))))?;
     let hyper = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build::<_, Body>(https);
     let auth = kc
         .auth_layer()
-        .map_err(|e| config_error(format!("credentials: {}", text::error_chain(&e))))?;
+        .map_err(|e| config_error(PROVIDER, format!("credentials: {}", text::error_chain(&e))))?;
     let headers = kc
         .extra_headers_layer()
-        .map_err(|e| config_error(format!("headers: {}", text::error_chain(&e))))?;
+        .map_err(|e| config_error(PROVIDER, format!("headers: {}", text::error_chain(&e))))?;
     let service = tower::ServiceBuilder::new()
         .layer(kc.base_uri_layer())
         .option_layer(auth)
@@ -229,7 +229,7 @@ async fn kube_config(source: &Source) -> Result<kube::Config, Error> {
         } => {
             let uri: http::Uri = server
                 .parse()
-                .map_err(|_| config_error(format!("{server:?} is not a URL")))?;
+                .map_err(|_| config_error(PROVIDER, format!("{server:?} is not a URL")))?;
             let mut c = kube::Config::new(uri);
             c.auth_info.token = token.clone();
             c.root_cert_file = ca_cert.clone();
@@ -237,16 +237,16 @@ async fn kube_config(source: &Source) -> Result<kube::Config, Error> {
             if let Some(path) = ca_cert {
                 // Read once here so a missing file is a configuration error, not a TLS failure.
                 let pem = tokio::fs::read(path).await.map_err(|e| {
-                    config_error(format!(
-                        "EXECSEAM_KUBERNETES_CA_CERT {}: {e}",
-                        path.display()
-                    ))
+                    config_error(
+                        PROVIDER,
+                        format!("EXECSEAM_KUBERNETES_CA_CERT {}: {e}", path.display()),
+                    )
                 })?;
                 c.root_cert = Some(pem_certificates(&pem).map_err(|m| {
-                    config_error(format!(
-                        "EXECSEAM_KUBERNETES_CA_CERT {}: {m}",
-                        path.display()
-                    ))
+                    config_error(
+                        PROVIDER,
+                        format!("EXECSEAM_KUBERNETES_CA_CERT {}: {m}", path.display()),
+                    )
                 })?);
             }
             Ok(c)
@@ -262,11 +262,10 @@ async fn kube_config(source: &Source) -> Result<kube::Config, Error> {
             let result = match kubeconfig {
                 Some(path) => {
                     let kc = Kubeconfig::read_from(path).map_err(|e| {
-                        config_error(format!(
-                            "kubeconfig {}: {}",
-                            path.display(),
-                            text::error_chain(&e)
-                        ))
+                        config_error(
+                            PROVIDER,
+                            format!("kubeconfig {}: {}", path.display(), text::error_chain(&e)),
+                        )
                     })?;
                     kube::Config::from_custom_kubeconfig(kc, &options)
                         .await
@@ -280,7 +279,7 @@ async fn kube_config(source: &Source) -> Result<kube::Config, Error> {
                     .map_err(|e| text::error_chain(&e)),
             };
             result.map_err(|m| {
-                config_error(format!(
+                config_error(PROVIDER, format!(
                     "no cluster configuration (KUBECONFIG, ~/.kube/config, in-cluster, or EXECSEAM_KUBERNETES_SERVER): {m}"
                 ))
             })
@@ -314,34 +313,22 @@ fn pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     Ok(out)
 }
 
-pub(crate) fn config_error(message: impl Into<String>) -> Error {
-    execseam_adapter_kit::vars::config_error(PROVIDER, message)
-}
-
-/// Reads a body to its end, failing past `limit` bytes.
+/// Reads a body to its end: at most `limit` bytes, within `within` (the kit's bounded read).
 pub(crate) async fn read_limited(
-    mut body: Body,
+    body: Body,
     limit: usize,
+    within: Duration,
     op: &'static str,
     stage: Stage,
 ) -> Result<Bytes, Error> {
-    let mut buf = BytesMut::new();
-    while let Some(frame) = body.frame().await {
-        let frame =
-            frame.map_err(|e| no_answer(NoAnswer::Cut, op, stage, text::error_chain(&e)))?;
-        if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > limit {
-                return Err(adapter(
-                    ErrorKind::Protocol,
-                    stage.retry(retry::Sent::Maybe),
-                    op,
-                    format!("the answer is larger than {limit} bytes"),
-                ));
-            }
-            buf.extend_from_slice(&data);
-        }
-    }
-    Ok(buf.freeze())
+    execseam_adapter_kit::body::read(body, limit, within)
+        .await
+        .map_err(|e| e.into_error(retry::Call::new(PROVIDER, op, stage)))
+}
+
+/// The start of an error answer, to quote it: at most [`MAX_ERROR_BODY`], within `within`.
+pub(crate) async fn read_error(body: Body, within: Duration) -> Bytes {
+    execseam_adapter_kit::body::read_prefix(body, MAX_ERROR_BODY, within).await
 }
 
 /// Decodes a JSON answer.

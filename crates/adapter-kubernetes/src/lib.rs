@@ -45,7 +45,7 @@ mod lifecycle;
 mod names;
 mod provider;
 mod script;
-pub mod wire;
+mod wire;
 
 pub use channel::Protocol;
 pub use config::{KubernetesConfig, Mode};

@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use execseam_adapter_kit::retry::{NoAnswer, Stage};
 use execseam_adapter_kit::text::escape_path_segment;
+use execseam_adapter_kit::vars::config_error;
 use execseam_core::{
     Deadline, Error, ErrorKind, ListFilter, Retry, SandboxInfo, SandboxSpec, SandboxState,
 };
@@ -475,22 +476,28 @@ async fn pod_body(
     let mut pod = match &config.pod_template {
         Some(path) => {
             let text = tokio::fs::read_to_string(path).await.map_err(|e| {
-                client::config_error(format!(
-                    "EXECSEAM_KUBERNETES_POD_TEMPLATE {}: {e}",
-                    path.display()
-                ))
+                config_error(
+                    PROVIDER,
+                    format!("EXECSEAM_KUBERNETES_POD_TEMPLATE {}: {e}", path.display()),
+                )
             })?;
             let v: Value = serde_saphyr::from_str(&text).map_err(|e| {
-                client::config_error(format!(
-                    "EXECSEAM_KUBERNETES_POD_TEMPLATE {}: not a YAML or JSON manifest: {e}",
-                    path.display()
-                ))
+                config_error(
+                    PROVIDER,
+                    format!(
+                        "EXECSEAM_KUBERNETES_POD_TEMPLATE {}: not a YAML or JSON manifest: {e}",
+                        path.display()
+                    ),
+                )
             })?;
             if !v["spec"]["containers"].is_array() {
-                return Err(client::config_error(format!(
-                    "EXECSEAM_KUBERNETES_POD_TEMPLATE {}: no spec.containers (want a Pod manifest)",
-                    path.display()
-                )));
+                return Err(config_error(
+                    PROVIDER,
+                    format!(
+                        "EXECSEAM_KUBERNETES_POD_TEMPLATE {}: no spec.containers (want a Pod manifest)",
+                        path.display()
+                    ),
+                ));
             }
             json!({"metadata": v["metadata"].clone(), "spec": v["spec"].clone()})
         }
@@ -532,13 +539,13 @@ async fn pod_body(
     let containers = pod["spec"]["containers"]
         .as_array_mut()
         .filter(|c| !c.is_empty())
-        .ok_or_else(|| client::config_error("the pod template has no containers"))?;
+        .ok_or_else(|| config_error(PROVIDER, "the pod template has no containers"))?;
     let index = match config.container.as_deref() {
         Some(n) => containers
             .iter()
             .position(|c| c["name"].as_str() == Some(n))
             .ok_or_else(|| {
-                client::config_error(format!("the pod template has no container {n:?}"))
+                config_error(PROVIDER, format!("the pod template has no container {n:?}"))
             })?,
         None => 0,
     };
@@ -547,7 +554,8 @@ async fn pod_body(
         c["image"] = json!(image);
     }
     if c["image"].as_str().is_none_or(str::is_empty) {
-        return Err(client::config_error(
+        return Err(config_error(
+            PROVIDER,
             "no image: set EXECSEAM_KUBERNETES_IMAGE, give the spec an image, or use a pod template with one",
         ));
     }
@@ -746,9 +754,7 @@ async fn wait_ready(
         if !response.status().is_success() {
             let status = response.status().as_u16();
             let (parts, body) = response.into_parts();
-            let body = client::read_limited(body, client::MAX_ERROR_BODY, op, Stage::Before)
-                .await
-                .unwrap_or_default();
+            let body = client::read_error(body, api.config().request_timeout).await;
             if status == 410 {
                 continue; // too old: start again from a fresh GET
             }

@@ -13,20 +13,20 @@
 //! The wrapper's own failures are the kit's marker line and status 125, checked with the kit's
 //! `StderrGate` and `WrapOptions::check`.
 //!
-//! The env-on-stdin line and the tag-kill script are the second copies of these ideas (the
-//! Docker adapter has its own, private): both belong in the adapter kit's `degrade` module,
-//! written from this one.
+//! The env-on-stdin line and the tag-kill script are the kit's (`degrade::set_line`,
+//! `degrade::env_line`, `degrade::kill_argv`), shared with the Docker adapter.
 
 use std::fmt::Write as _;
 
 use bytes::{Bytes, BytesMut};
-use execseam_adapter_kit::degrade::{self, WRAPPER_MARK, WRAPPER_STATUS, quote};
+pub use execseam_adapter_kit::degrade::EXEC_TAG_VAR;
+pub(crate) use execseam_adapter_kit::degrade::kill_argv;
+use execseam_adapter_kit::degrade::{
+    self, WRAPPER_MARK, WRAPPER_STATUS, env_line, quote, set_line,
+};
 use execseam_core::{Command, Error};
 
 use crate::channel::Protocol;
-
-/// The variable every tagged command carries (a value unique to the exec).
-pub const EXEC_TAG_VAR: &str = "EXECSEAM_EXEC";
 
 /// The longest exec path and query sent: the `http` crate's URIs stop at 64 KiB (far below the
 /// 1 MiB of headers the API server reads); a longer command goes through stdin
@@ -194,51 +194,6 @@ fn fail(what: &str) -> String {
     format!("{{ {}; }}", fail_inner(what))
 }
 
-/// The environment as one line of shell that sets the positional parameters to `KEY=VALUE`
-/// each (see [`set_line`]).
-pub(crate) fn env_line(env: &std::collections::BTreeMap<String, String>) -> Vec<u8> {
-    let entries: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    set_line(entries.iter().map(String::as_str))
-}
-
-/// One line of shell that sets the positional parameters to `words`: every byte outside
-/// `[A-Za-z0-9_=./,:@+-]` as a printf octal escape, so the line holds no newline, quote or `%`
-/// whatever the words.
-pub(crate) fn set_line<'a>(words: impl Iterator<Item = &'a str>) -> Vec<u8> {
-    let mut s = String::from("set --");
-    for w in words {
-        s.push_str(";__execseam_e=$(printf '");
-        for (i, b) in w.bytes().enumerate() {
-            // A leading `-` would be an option of printf (bash's `-v`).
-            if b.is_ascii_alphanumeric() || (b"_=./,:@+-".contains(&b) && !(i == 0 && b == b'-')) {
-                s.push(b as char);
-            } else {
-                let _ = write!(s, "\\{b:03o}");
-            }
-        }
-        // `$(…)` strips trailing newlines: the `x` keeps them and is cut after.
-        s.push_str("x');set -- \"$@\" \"${__execseam_e%x}\"");
-    }
-    s.push_str(";unset __execseam_e\n");
-    s.into_bytes()
-}
-
-/// Kills every process whose environment holds `$1` (`EXECSEAM_EXEC=<tag>`), in two passes (a
-/// child forked between them is caught by the second), skipping itself. Needs `sh`, `tr`,
-/// `grep` and `kill`; `tr` because busybox `grep -F` stops comparing at a NUL.
-pub(crate) const KILL_SCRIPT: &str = r#"self=$$; for pass in 1 2; do for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$self" ] && continue; if tr '\0' '\n' 2>/dev/null < "$d/environ" | grep -qxF -e "$1"; then kill -9 "$p" 2>/dev/null; fi; done; done; exit 0"#;
-
-/// The argv of the exec that kills the command tagged `tag`.
-pub(crate) fn kill_argv(tag: &str) -> Vec<String> {
-    vec![
-        "/bin/sh".into(),
-        "-c".into(),
-        KILL_SCRIPT.into(),
-        "execseam-kill".into(),
-        format!("{EXEC_TAG_VAR}={tag}"),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,35 +348,5 @@ mod tests {
         assert!(p.wrapped);
         assert_eq!(run(&p, true).stdout, b"ran x\n");
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn the_kill_script_kills_only_tagged_processes() {
-        let tag = format!("{EXEC_TAG_VAR}=k{}", std::process::id());
-        let spawn = |tagged: bool| {
-            let mut c = std::process::Command::new("sleep");
-            c.arg("30");
-            if tagged {
-                let (k, v) = tag.split_once('=').unwrap();
-                c.env(k, v);
-            }
-            c.spawn().unwrap()
-        };
-        let mut tagged = spawn(true);
-        let mut plain = spawn(false);
-        let argv = kill_argv(tag.split_once('=').unwrap().1);
-        let status = std::process::Command::new(&argv[0])
-            .args(&argv[1..])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let killed = tagged.wait().unwrap();
-        assert_eq!(
-            std::os::unix::process::ExitStatusExt::signal(&killed),
-            Some(9)
-        );
-        assert!(plain.try_wait().unwrap().is_none());
-        plain.kill().unwrap();
-        plain.wait().unwrap();
     }
 }

@@ -38,9 +38,6 @@ pub struct Status {
     /// Machine-readable (`NotFound`, `NonZeroExitCode`, …).
     #[serde(default)]
     pub reason: Option<String>,
-    /// The HTTP code it stands for.
-    #[serde(default)]
-    pub code: Option<u16>,
     /// Causes.
     #[serde(default)]
     pub details: Option<StatusDetails>,
@@ -63,9 +60,6 @@ pub struct StatusCause {
     /// The cause's text (for `ExitCode`, the code in decimal).
     #[serde(default)]
     pub message: Option<String>,
-    /// The field it is about.
-    #[serde(default)]
-    pub field: Option<String>,
 }
 
 impl Status {
@@ -207,9 +201,6 @@ pub struct SandboxStatus {
     /// Conditions (`Ready`, `Suspended`, …).
     #[serde(default)]
     pub conditions: Vec<Condition>,
-    /// The pod's IPs.
-    #[serde(default, rename = "podIPs")]
-    pub pod_ips: Vec<String>,
 }
 
 /// A Pod, the parts read.
@@ -218,24 +209,9 @@ pub struct Pod {
     /// Metadata.
     #[serde(default)]
     pub metadata: Meta,
-    /// Spec.
-    #[serde(default)]
-    pub spec: PodSpec,
     /// Status.
     #[serde(default)]
     pub status: PodStatus,
-}
-
-/// `Pod.spec`, the parts read.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodSpec {
-    /// Containers (names only).
-    #[serde(default)]
-    pub containers: Vec<NameRef>,
-    /// The node, once scheduled.
-    #[serde(default)]
-    pub node_name: Option<String>,
 }
 
 /// `Pod.status`, the parts read.
@@ -272,25 +248,13 @@ pub struct ContainerState {
     pub waiting: Option<Condition>,
 }
 
-/// A list: the items and the list's resource version.
+/// A list: the items.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(bound = "T: serde::de::DeserializeOwned")]
 pub struct List<T> {
-    /// The list's metadata.
-    #[serde(default)]
-    pub metadata: ListMeta,
     /// The objects.
     #[serde(default = "Vec::new")]
     pub items: Vec<T>,
-}
-
-/// `metav1.ListMeta`, the parts read.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ListMeta {
-    /// The list's resource version.
-    #[serde(default)]
-    pub resource_version: Option<String>,
 }
 
 /// One watch event line: `{"type": "ADDED", "object": {…}}`.

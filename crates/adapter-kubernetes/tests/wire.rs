@@ -227,6 +227,31 @@ async fn the_claim_lifecycle() {
 }
 
 #[tokio::test]
+async fn an_error_answer_longer_than_the_quote_is_still_the_status() {
+    // The status decides; a long error body is quoted in part, never an error of its own (was
+    // a size failure when the adapter read error answers with a limit).
+    let fake = Fake::start().await;
+    fake.with(|s| s.error_padding = 256 << 10);
+    let p = provider(&fake, |c| c);
+    let e = p
+        .attach("execseam-never-issued")
+        .unwrap()
+        .exec(sh("true"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.kind(), e.retry()),
+        (ErrorKind::NotFound, Retry::Never),
+        "{e}"
+    );
+    assert!(fake.with(|s| {
+        s.requests
+            .iter()
+            .any(|r| r.starts_with("GET ") && r.contains("/sandboxclaims/execseam-never-issued"))
+    }));
+}
+
+#[tokio::test]
 async fn streaming_delivers_frames_then_one_exit() {
     let fake = Fake::start().await;
     let p = provider(&fake, pod_mode);

@@ -9,8 +9,8 @@ use execseam_adapter_kit::http::{self, ClientOptions, Refusal};
 use execseam_adapter_kit::retry::Call;
 use execseam_adapter_kit::ws;
 use execseam_core::{Error, ErrorKind};
-use reqwest::Url;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+use reqwest::{Method, Response, Url};
 
 use crate::PROVIDER;
 use crate::config::SpritesConfig;
@@ -101,15 +101,13 @@ impl Client {
         let op = control("create");
         let body = serde_json::json!({ "name": name }).to_string();
         let resp = self
-            .http
-            .post(self.path("/v1/sprites"))
-            .header(AUTHORIZATION, self.config.authorization())
-            .header(CONTENT_TYPE, "application/json")
-            .timeout(self.config.request_timeout)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| http::transport_error(op, e))?;
+            .send(
+                self.control(Method::POST, self.path("/v1/sprites"))
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(body),
+                op,
+            )
+            .await?;
         self.expect_ok(resp, op).await.map(drop)
     }
 
@@ -117,13 +115,8 @@ impl Client {
     pub(crate) async fn get_sprite(&self) -> Result<(), Error> {
         let op = control("connect");
         let resp = self
-            .http
-            .get(self.url("", &[])?)
-            .header(AUTHORIZATION, self.config.authorization())
-            .timeout(self.config.request_timeout)
-            .send()
-            .await
-            .map_err(|e| http::transport_error(op, e))?;
+            .send(self.control(Method::GET, self.url("", &[])?), op)
+            .await?;
         self.expect_ok(resp, op).await.map(drop)
     }
 
@@ -131,13 +124,8 @@ impl Client {
     pub(crate) async fn delete_sprite(&self) -> Result<(), Error> {
         let op = control("destroy");
         let resp = self
-            .http
-            .delete(self.url("", &[])?)
-            .header(AUTHORIZATION, self.config.authorization())
-            .timeout(self.config.request_timeout)
-            .send()
-            .await
-            .map_err(|e| http::transport_error(op, e))?;
+            .send(self.control(Method::DELETE, self.url("", &[])?), op)
+            .await?;
         self.expect_ok(resp, op).await.map(drop)
     }
 
@@ -151,14 +139,7 @@ impl Client {
             if let Some(t) = &token {
                 url.query_pairs_mut().append_pair("continuation_token", t);
             }
-            let resp = self
-                .http
-                .get(url)
-                .header(AUTHORIZATION, self.config.authorization())
-                .timeout(self.config.request_timeout)
-                .send()
-                .await
-                .map_err(|e| http::transport_error(op, e))?;
+            let resp = self.send(self.control(Method::GET, url), op).await?;
             let body = self.expect_ok(resp, op).await?;
             let page: crate::wire::SpriteList = serde_json::from_slice(&body)
                 .map_err(|e| op.protocol(format!("the sprite list is not valid JSON: {e}")))?;
@@ -170,7 +151,23 @@ impl Client {
         }
     }
 
-    async fn expect_ok(&self, resp: reqwest::Response, op: Call) -> Result<Bytes, Error> {
+    /// A control-plane request: the token, the request timeout.
+    fn control(&self, method: Method, url: Url) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, url)
+            .header(AUTHORIZATION, self.config.authorization())
+            .timeout(self.config.request_timeout)
+    }
+
+    /// Sends a control-plane request made by [`control`](Self::control).
+    async fn send(&self, request: reqwest::RequestBuilder, op: Call) -> Result<Response, Error> {
+        request
+            .send()
+            .await
+            .map_err(|e| http::transport_error(op, e))
+    }
+
+    async fn expect_ok(&self, resp: Response, op: Call) -> Result<Bytes, Error> {
         let within = self.config.request_timeout;
         if !resp.status().is_success() {
             let r = Refusal::read(resp, within).await;
@@ -247,7 +244,7 @@ impl Client {
         &self,
         query: &[(String, String)],
         stdin: Bytes,
-    ) -> Result<reqwest::Response, Error> {
+    ) -> Result<Response, Error> {
         let url = self.url("/exec", query)?;
         let resp = self
             .http
@@ -276,14 +273,7 @@ impl Client {
                 ("timeout".to_owned(), "0s".to_owned()),
             ],
         )?;
-        let resp = self
-            .http
-            .post(url)
-            .header(AUTHORIZATION, self.config.authorization())
-            .timeout(self.config.request_timeout)
-            .send()
-            .await
-            .map_err(|e| http::transport_error(op, e))?;
+        let resp = self.send(self.control(Method::POST, url), op).await?;
         // The answer is an NDJSON progress stream; reading it to the end waits for the kill.
         let r = Refusal::read(resp, self.config.request_timeout).await;
         match r.status {
@@ -304,14 +294,7 @@ impl Client {
                 ],
             )
             .ok()?;
-        let resp = self
-            .http
-            .get(url)
-            .header(AUTHORIZATION, self.config.authorization())
-            .timeout(self.config.request_timeout)
-            .send()
-            .await
-            .ok()?;
+        let resp = self.control(Method::GET, url).send().await.ok()?;
         match resp.status().as_u16() {
             404 => Some(format!("workdir does not exist: {dir}")),
             200 => {

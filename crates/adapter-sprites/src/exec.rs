@@ -158,13 +158,12 @@ impl SpritesExec {
         }
     }
 
-    /// Starts a command over a WebSocket.
+    /// Starts a command over a WebSocket (checked by [`fits`](Self::fits) before).
     async fn stream(
         &self,
         cmd: Command,
         env: Option<BTreeMap<String, String>>,
     ) -> Result<EventStream, Error> {
-        execseam_adapter_kit::size::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
         let stdin = cmd.stdin().clone();
         let query = wire::exec_query(&cmd, env.as_ref(), !stdin.is_empty());
         let conn = self.inner.client.connect(&query).await?;
@@ -193,13 +192,12 @@ impl SpritesExec {
         )
     }
 
-    /// Runs a command with `POST /exec`.
+    /// Runs a command with `POST /exec` (checked by [`fits`](Self::fits) before).
     async fn post(
         &self,
         cmd: Command,
         env: Option<BTreeMap<String, String>>,
     ) -> Result<Output, Error> {
-        execseam_adapter_kit::size::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
         let stdin = cmd.stdin().clone();
         let query = wire::exec_query(&cmd, env.as_ref(), !stdin.is_empty());
         let resp = match self.inner.client.post_exec(&query, stdin).await {

@@ -282,18 +282,7 @@ impl VercelConfig {
                 "the team id and the project id are required",
             ));
         }
-        let url = reqwest::Url::parse(&self.api_url).map_err(|e| {
-            vars::config_error(
-                PROVIDER,
-                format!("the API URL {:?} is not a URL: {e}", self.api_url),
-            )
-        })?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(vars::config_error(
-                PROVIDER,
-                format!("the API URL {:?} is not http(s)", self.api_url),
-            ));
-        }
+        let url = vars::parse_url(PROVIDER, "the API URL", &self.api_url, &["http", "https"])?;
         if self.vcpus == Some(0) {
             return Err(vars::config_error(PROVIDER, "vcpus must be at least 1"));
         }

@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use bytes::Bytes;
-use execseam_adapter_kit::retry::Stage;
+use execseam_adapter_kit::http;
+use execseam_adapter_kit::retry::{Call, Stage};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
     Ownership, Sandbox,
@@ -197,18 +198,7 @@ impl VercelExec {
             .await
             .map_err(|_| idle_error(idle, "exec"))?
             .map_err(|e| map(e, call("exec", Stage::Submit)))?;
-        let ct = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
-        if ct != "application/x-ndjson" {
-            return Err(map(
-                CallError::Protocol(format!("expected application/x-ndjson, got {ct:?}")),
-                call("exec", Stage::Submit),
-            ));
-        }
+        expect_ndjson(&resp, call("exec", Stage::Submit))?;
         let state = StreamState {
             exec: self.clone(),
             body: Box::pin(resp.bytes_stream()),
@@ -297,12 +287,7 @@ impl VercelExec {
             .await
         {
             Ok(resp) => {
-                let ct = resp
-                    .headers()
-                    .get(reqwest::header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_owned();
+                let ct = http::content_type(resp.headers());
                 if !ct.contains("application/octet-stream") {
                     return Err(map(
                         CallError::Protocol(format!(
@@ -776,18 +761,7 @@ impl VercelCommand {
             .await
             .map_err(|_| idle_error(idle, "logs").with_retry(execseam_core::Retry::SAFE))?
             .map_err(|e| map(e, call("logs", Stage::Before)))?;
-        let ct = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
-        if ct != "application/x-ndjson" {
-            return Err(map(
-                CallError::Protocol(format!("expected application/x-ndjson, got {ct:?}")),
-                call("logs", Stage::Before),
-            ));
-        }
+        expect_ndjson(&resp, call("logs", Stage::Before))?;
         struct St {
             cmd: VercelCommand,
             body: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
@@ -876,4 +850,16 @@ impl VercelCommand {
     pub async fn kill(&self, signal: u8) -> Result<(), Error> {
         self.exec.kill(&self.id, signal).await
     }
+}
+
+/// A command stream's head: NDJSON, or a protocol error of `c`.
+fn expect_ndjson(resp: &reqwest::Response, c: Call) -> Result<(), Error> {
+    let ct = http::content_type(resp.headers());
+    if ct == "application/x-ndjson" {
+        return Ok(());
+    }
+    Err(map(
+        CallError::Protocol(format!("expected application/x-ndjson, got {ct:?}")),
+        c,
+    ))
 }

@@ -458,9 +458,33 @@ pub const SIZE_BOUNDED: &[&str] = &[
     "vercel",
 ];
 
+/// The adapters whose answer cut off mid-body (`truncate`) is a transport failure
+/// (`Unavailable`, or a timeout), never `Protocol`: every adapter on the kit's one reqwest
+/// classification (`execseam_adapter_kit::http::classify`), and the gRPC and WebSocket ones.
+/// Before issue 31's kit, cloudflare, daytona and vercel answered `Protocol` here (reqwest
+/// reports a cut body as a "decode" error, which they mapped to a malformed answer). Not
+/// docker: its exec output is the engine's raw hijacked stream, where a cut is a clean end of
+/// file in the middle of a frame, which its frame decoder reports as `Protocol` ("cut
+/// mid-frame?").
+pub const CUT_IS_TRANSPORT: &[&str] = &[
+    "agentcore",
+    "ax",
+    "chrono",
+    "cloudflare",
+    "daytona",
+    "e2b",
+    "fly",
+    "modal",
+    "northflank",
+    "sprites",
+    "sprites-http",
+    "vercel",
+];
+
 /// Checks one outcome against the invariants; `Err` says what broke. `size_bounded`: the
-/// adapter is one of [`SIZE_BOUNDED`]; `tampered`: the proxy began to send a tampered answer
-/// (an upstream head reached the client; see [`ChaosProxy::tampered`]).
+/// adapter is one of [`SIZE_BOUNDED`]; `cut_is_transport`: one of [`CUT_IS_TRANSPORT`];
+/// `tampered`: the proxy began to send a tampered answer (an upstream head reached the client;
+/// see [`ChaosProxy::tampered`]).
 #[allow(clippy::too_many_arguments)]
 fn check(
     case: &Case,
@@ -470,6 +494,7 @@ fn check(
     lag: Duration,
     ran: usize,
     size_bounded: bool,
+    cut_is_transport: bool,
     tampered: bool,
 ) -> Result<(), String> {
     let deadline = case.deadline(options);
@@ -529,10 +554,9 @@ fn check(
                 ));
             }
             // An answer cut off mid-body is the transport failing, never a malformed answer:
-            // `Protocol` would say the provider answered wrongly (issue 31's one classifier;
-            // before it, cloudflare, daytona and vercel answered `Protocol` here because
-            // reqwest reports a cut body as a "decode" error).
-            if tampered
+            // `Protocol` would say the provider answered wrongly (see [`CUT_IS_TRANSPORT`]).
+            if cut_is_transport
+                && tampered
                 && matches!(case.rule.action, Action::Truncate(_))
                 && e.kind() == ErrorKind::Protocol
             {
@@ -624,6 +648,7 @@ async fn run_case(
         lag,
         ran,
         SIZE_BOUNDED.contains(&adapter),
+        CUT_IS_TRANSPORT.contains(&adapter),
         tampered,
     )
 }

@@ -49,6 +49,9 @@ pub struct State {
     /// The argv of every exec.
     pub execs: Vec<Vec<String>>,
     pub rv: u64,
+    /// Bytes of padding in a missing claim's `Status` (an error answer longer than the adapter
+    /// quotes).
+    pub error_padding: usize,
 }
 
 #[derive(Clone)]
@@ -224,14 +227,23 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Result<Resp
                 .body(Full::new(Bytes::from(line)))
                 .unwrap()
         }
-        ("GET", [.., "sandboxclaims", name]) => match state.lock().unwrap().claims.get(*name) {
-            Some(c) => json_response(200, c),
-            None => status(
-                404,
-                "NotFound",
-                &format!("sandboxclaims.extensions.agents.x-k8s.io \"{name}\" not found"),
-            ),
-        },
+        ("GET", [.., "sandboxclaims", name]) => {
+            let s = state.lock().unwrap();
+            match s.claims.get(*name) {
+                Some(c) => json_response(200, c),
+                None if s.error_padding > 0 => json_response(
+                    404,
+                    &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "reason": "NotFound", "code": 404,
+                        "details": {"causes": [{"message": "x".repeat(s.error_padding)}]}}),
+                ),
+                None => status(
+                    404,
+                    "NotFound",
+                    &format!("sandboxclaims.extensions.agents.x-k8s.io \"{name}\" not found"),
+                ),
+            }
+        }
         ("DELETE", [.., "sandboxclaims", name]) => {
             let mut s = state.lock().unwrap();
             match s.claims.remove(*name) {
