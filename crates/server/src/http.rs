@@ -207,6 +207,38 @@ fn parse(n: &Node, body: &[u8]) -> Result<ExecuteRequest, Response> {
             ),
         ));
     }
+    req.check_fields()
+        .map_err(|m| err(400, codes::INVALID_REQUEST, &m))?;
+    // Paths are relative to the program's working directory (the adapter's), inside it.
+    let outside = |p: &str| p.is_empty() || p.starts_with('/') || p.split('/').any(|c| c == "..");
+    if let Some(f) = req.input_files.iter().find(|f| outside(&f.path)) {
+        return Err(err(
+            400,
+            codes::INVALID_REQUEST,
+            &format!(
+                "input_files: {:?} is not a path below the working directory",
+                f.path
+            ),
+        ));
+    }
+    if let Some(p) = req.retrieve_files.iter().find(|p| outside(p)) {
+        return Err(err(
+            400,
+            codes::INVALID_REQUEST,
+            &format!("retrieve_files: {p:?} is not a pattern below the working directory"),
+        ));
+    }
+    if req.network_enabled == Some(false) {
+        // No adapter's sandbox spec can turn the network off: refused, never ignored.
+        return Err(err(
+            400,
+            codes::INVALID_REQUEST,
+            &format!(
+                "network_enabled=false cannot be enforced by the {} adapter",
+                n.runner.adapter()
+            ),
+        ));
+    }
     Ok(req)
 }
 
