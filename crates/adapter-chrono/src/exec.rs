@@ -18,7 +18,8 @@ use crate::durable::{DurableClient, Operation, Progress, Terminal};
 use crate::error::{EXECUTE, RESULT, STATUS, SUBMIT, from_status, protocol};
 use crate::http::{Exchange, HttpTransport, Method};
 use crate::wire::{
-    self, Completion, ErrorBody, ExecOutput, ExecuteRequest, InputFile, Language, codes,
+    self, Completion, ErrorBody, ExecOutput, ExecuteRequest, InputFile, Language, RetrievedFile,
+    codes,
 };
 use crate::{CAPABILITIES, PROVIDER};
 use execseam_adapter_kit::retry::Call;
@@ -89,14 +90,41 @@ impl ChronoExec {
     }
 
     /// Runs a program through `POST /execute` exactly as given (the `code` tool's native path).
+    /// A failed dependency install is `Err` with code `DEPENDENCY_INSTALL_FAILED` (the program
+    /// did not run); [`run`](Self::run) keeps the installer's output and the retrieved files.
     pub async fn execute(&self, request: &ExecuteRequest) -> Result<Output, Error> {
+        match self.run(request).await? {
+            Executed::Ran { output, .. } => Ok(output),
+            Executed::DependenciesFailed { message, .. } => Err(dependencies_failed(&message)),
+        }
+    }
+
+    /// Runs a request with every field of Chrono's contract (dependencies, input and retrieved
+    /// files, env, network) through `POST /execute`: the program's run with the files
+    /// `retrieve_files` named, or a dependency install that failed, with its output, so the
+    /// one is never mistaken for the other.
+    pub async fn run(&self, request: &ExecuteRequest) -> Result<Executed, Error> {
         request
             .validate()
             .map_err(|m| EXECUTE.error(ErrorKind::InvalidCommand, m))?;
-        self.send_execute(request, false).await
+        executed(self.send(request).await?, EXECUTE)
     }
 
     async fn send_execute(&self, request: &ExecuteRequest, wrapped: bool) -> Result<Output, Error> {
+        match self.send(request).await? {
+            Completion::Ran { error: Some(e), .. }
+                if e.code == codes::DEPENDENCY_INSTALL_FAILED =>
+            {
+                Err(dependencies_failed(
+                    e.message.as_deref().unwrap_or_default(),
+                ))
+            }
+            Completion::Ran { output, .. } => output_of(output, wrapped, EXECUTE),
+            Completion::NoOutput { error, .. } => Err(no_output_error(error, EXECUTE)),
+        }
+    }
+
+    async fn send(&self, request: &ExecuteRequest) -> Result<Completion, Error> {
         let secs = request.timeout_secs.unwrap_or(wire::DEFAULT_TIMEOUT_SECS);
         let ex = Exchange {
             method: Method::Post,
@@ -110,12 +138,8 @@ impl ChronoExec {
         if a.status != 200 {
             return Err(from_status(a.status, a.retry_delay(), &a.body, EXECUTE));
         }
-        let completion = wire::parse_completion(&a.body)
-            .map_err(|m| protocol(EXECUTE, format!("a malformed /execute answer: {m}")))?;
-        match completion {
-            Completion::Ran { output, .. } => output_of(output, wrapped, EXECUTE),
-            Completion::NoOutput { error, .. } => Err(no_output_error(error, EXECUTE)),
-        }
+        wire::parse_completion(&a.body)
+            .map_err(|m| protocol(EXECUTE, format!("a malformed /execute answer: {m}")))
     }
 
     async fn run_durable(&self, request: ExecuteRequest, wrapped: bool) -> Result<Output, Error> {
@@ -148,6 +172,9 @@ impl ChronoExec {
         };
         guard.disarm();
         match terminal {
+            Terminal::Ran { error: Some(e), .. } if e.code == codes::DEPENDENCY_INSTALL_FAILED => {
+                Err(dependencies_failed(e.message.as_deref().unwrap_or_default()))
+            }
             Terminal::Ran { output, .. } => output_of(output, wrapped, RESULT),
             Terminal::Failed { error, .. } => Err(no_output_error(error, RESULT)),
             Terminal::Cancelled { operation_id, .. } => Err(STATUS.error(ErrorKind::Cancelled, format!("operation {operation_id} was cancelled"))
@@ -167,6 +194,55 @@ impl ChronoExec {
             .with_code(codes::IDEMPOTENCY_KEY_REUSE)),
         }
     }
+}
+
+/// What [`ChronoExec::run`] got back.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Executed {
+    /// The program ran (any exit code), with the files `retrieve_files` named (empty unless
+    /// `output_type` was `file`).
+    Ran {
+        /// stdout, stderr and the exit code.
+        output: Output,
+        /// `output.files`, in the service's order.
+        files: Vec<RetrievedFile>,
+    },
+    /// The dependencies did not install (`DEPENDENCY_INSTALL_FAILED`): the program did not run.
+    DependenciesFailed {
+        /// The installer's output and exit code.
+        log: Output,
+        /// The service's message.
+        message: String,
+    },
+}
+
+fn executed(c: Completion, op: Call) -> Result<Executed, Error> {
+    match c {
+        Completion::Ran { output, error, .. } => {
+            let files = output.files.clone().unwrap_or_default();
+            let out = output_of(output, false, op)?;
+            Ok(match error {
+                Some(e) if e.code == codes::DEPENDENCY_INSTALL_FAILED => {
+                    Executed::DependenciesFailed {
+                        log: out,
+                        message: e.message.unwrap_or(e.code),
+                    }
+                }
+                _ => Executed::Ran { output: out, files },
+            })
+        }
+        Completion::NoOutput { error, .. } => Err(no_output_error(error, op)),
+    }
+}
+
+/// A failed dependency install where only an `Output` can be answered: the installer's exit is
+/// not the program's, so it is an error (never retried: the same request fails the same way).
+fn dependencies_failed(message: &str) -> Error {
+    EXECUTE
+        .error(ErrorKind::InvalidCommand, message.to_owned())
+        .with_retry(Retry::Never)
+        .with_code(codes::DEPENDENCY_INSTALL_FAILED)
 }
 
 /// Cancels the operation (in the background) if the exec is dropped before it is terminal.
@@ -318,11 +394,9 @@ pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, 
     size::check_wire(PROVIDER, &[&script], &crate::SIZE_LIMIT)?;
     Ok(Prepared {
         request: ExecuteRequest {
-            language: Language::Bash,
-            script,
             timeout_secs: timeout,
-            env: Default::default(),
             input_files,
+            ..ExecuteRequest::new(Language::Bash, script, config.timeout_secs)
         },
         wrapped: wrap || !cmd.stdin().is_empty(),
     })

@@ -46,7 +46,7 @@ mod provider;
 
 pub use config::{ChronoConfig, DurablePolicy};
 pub use durable::{DurableClient, Operation, Terminal};
-pub use exec::{ChronoExec, Prepared};
+pub use exec::{ChronoExec, Executed, Prepared};
 pub use provider::ChronoProvider;
 
 use execseam_adapter_kit::{Adapter, Var, Vars};

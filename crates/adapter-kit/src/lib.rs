@@ -8,6 +8,7 @@ pub mod grpc;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod id;
+pub mod reaper;
 pub mod retry;
 pub mod size;
 #[cfg(feature = "spool")]

@@ -12,6 +12,14 @@ use crate::wire::{ExecOutput, ExecuteResponse, Status, codes};
 pub enum RunEnd {
     /// The program exited (any code).
     Exited(ExecOutput),
+    /// The dependencies did not install (`installer`: `pip`, `npm`): its output and non-zero
+    /// exit code; the program did not run.
+    DependenciesFailed {
+        /// The installer's name.
+        installer: String,
+        /// Its output and exit code.
+        output: ExecOutput,
+    },
     /// `timeout_secs` passed; the program was killed.
     TimedOut,
     /// Cancelled; the program was killed.
@@ -35,6 +43,14 @@ impl RunEnd {
             RunEnd::Exited(out) => Reply::json(
                 200,
                 &ExecuteResponse::completed(out, Some(contract::diagnostic_id())),
+            ),
+            RunEnd::DependenciesFailed { installer, output } => Reply::json(
+                200,
+                &ExecuteResponse::dependencies_failed(
+                    &installer,
+                    output,
+                    Some(contract::diagnostic_id()),
+                ),
             ),
             RunEnd::TimedOut => error_reply(
                 504,
@@ -60,6 +76,13 @@ impl RunEnd {
                     "execution_time_ms": out.execution_time_ms.unwrap_or(0),
                 });
             }
+            RunEnd::DependenciesFailed { installer, output } => (
+                codes::DEPENDENCY_INSTALL_FAILED,
+                format!(
+                    "dependency installation failed ({installer} exited {}): {}",
+                    output.exit_code, output.stderr
+                ),
+            ),
             RunEnd::TimedOut => (
                 codes::SANDBOX_TIMEOUT,
                 "the program exceeded timeout_secs".to_owned(),
@@ -85,6 +108,13 @@ impl RunEnd {
                 out,
                 Some(contract::diagnostic_id()),
             )),
+            RunEnd::DependenciesFailed { installer, output } => {
+                End::Result(ExecuteResponse::dependencies_failed(
+                    &installer,
+                    output,
+                    Some(contract::diagnostic_id()),
+                ))
+            }
             RunEnd::TimedOut => without(
                 Status::Failed,
                 codes::SANDBOX_TIMEOUT,

@@ -139,6 +139,26 @@ impl fmt::Debug for InputFile {
     }
 }
 
+/// `output_type` (Ornn): `text`, the default, or `file`: the files `retrieve_files` names come
+/// back in `output.files`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputType {
+    /// stdout and stderr only.
+    Text,
+    /// Also the files `retrieve_files` names.
+    File,
+}
+
+/// The environment variables the server owns (seed 004: "Caller-authored environment values
+/// cannot override either server-owned NyxID variable"): a caller's values for these never reach
+/// the program.
+pub const SERVER_OWNED_ENV: [&str; 2] = ["NYXID_API_KEY", "NYXID_BASE_URL"];
+
+/// The most `dependencies` one request may name (Chrono's `MAX_DEPENDENCIES` knob; its value
+/// is not published: chosen).
+pub const MAX_DEPENDENCIES: usize = 64;
+
 /// The body of `POST /execute`, `POST /execute/stream` and `POST /executions`.
 ///
 /// Serialised in Aevatar's key order (`language`, `script`, `timeout_secs`), then Ornn's optional
@@ -158,6 +178,27 @@ pub struct ExecuteRequest {
     /// Files written before the program runs (Ornn).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub input_files: Vec<InputFile>,
+    /// Packages installed before the program runs (Ornn): pip requirements for Python, npm
+    /// package specs for JavaScript and TypeScript. A failed install is
+    /// `DEPENDENCY_INSTALL_FAILED` with the installer's output, and the program does not run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dependencies: Vec<String>,
+    /// `text` (the default when absent) or `file` (Ornn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_type: Option<OutputType>,
+    /// Glob patterns, relative to the working directory (`/workspace`), of the files to return
+    /// in `output.files`; only with `output_type: "file"` (Ornn).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retrieve_files: Vec<String>,
+    /// Whether the program may reach the network (Ornn's client sends `true` by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_enabled: Option<bool>,
+    /// `{"cpu", "memory"}` limits (Ornn), kept as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<serde_json::Value>,
+    /// A custom sandbox image (Ornn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 impl fmt::Debug for ExecuteRequest {
@@ -168,6 +209,12 @@ impl fmt::Debug for ExecuteRequest {
             .field("timeout_secs", &self.timeout_secs)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("input_files", &self.input_files)
+            .field("dependencies", &self.dependencies)
+            .field("output_type", &self.output_type)
+            .field("retrieve_files", &self.retrieve_files)
+            .field("network_enabled", &self.network_enabled)
+            .field("resources", &self.resources)
+            .field("image", &self.image)
             .finish()
     }
 }
@@ -181,7 +228,50 @@ impl ExecuteRequest {
             timeout_secs: Some(timeout_secs),
             env: BTreeMap::new(),
             input_files: Vec::new(),
+            dependencies: Vec::new(),
+            output_type: None,
+            retrieve_files: Vec::new(),
+            network_enabled: None,
+            resources: None,
+            image: None,
         }
+    }
+
+    /// What a server checks besides the timeout ([`validate`](Self::validate), whose range a
+    /// server may configure) before anything runs (the emulator and `execseam serve` share
+    /// it): at most [`MAX_DEPENDENCIES`] dependencies, each
+    /// non-empty, on one line and not starting with `-` (it would be an installer option, as
+    /// `--index-url=…` or `-r FILE`); none for `bash`, which has no package manager;
+    /// `retrieve_files` only with `output_type: "file"` (the contract: files are retrieved
+    /// "only when output_type='file'"); `resources` and `image` are refused, since no execseam
+    /// server can honour them. The message names the field.
+    pub fn check_fields(&self) -> Result<(), String> {
+        if self.dependencies.len() > MAX_DEPENDENCIES {
+            return Err(format!(
+                "dependencies: {} named, at most {MAX_DEPENDENCIES}",
+                self.dependencies.len()
+            ));
+        }
+        for d in &self.dependencies {
+            if d.trim().is_empty() || d.starts_with('-') || d.contains(['\0', '\n', '\r']) {
+                return Err(format!(
+                    "dependencies: {d:?} is not a package specification"
+                ));
+            }
+        }
+        if !self.dependencies.is_empty() && self.language == Language::Bash {
+            return Err("dependencies: bash has no package manager".into());
+        }
+        if !self.retrieve_files.is_empty() && self.output_type != Some(OutputType::File) {
+            return Err("retrieve_files: only with output_type \"file\"".into());
+        }
+        if self.resources.is_some() {
+            return Err("resources: CPU and memory limits are not emulated".into());
+        }
+        if self.image.is_some() {
+            return Err("image: custom sandbox images are not emulated".into());
+        }
+        Ok(())
     }
 
     /// Checks what Aevatar checks before any network call: `timeout_secs` in 1..=600.
@@ -234,9 +324,43 @@ pub struct ExecOutput {
     /// Rich display data (Ornn); kept as JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub display_data: Option<serde_json::Value>,
-    /// Retrieved files (Ornn); kept as JSON.
+    /// The files `retrieve_files` named (Ornn), with `output_type: "file"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub files: Option<serde_json::Value>,
+    pub files: Option<Vec<RetrievedFile>>,
+}
+
+/// One entry of `output.files` (Ornn's `RetrievedFile`: every field but `path` optional, and
+/// absent rather than `null`): a file's bytes, or why it could not be retrieved.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetrievedFile {
+    /// The path, relative to the working directory (the pattern itself when nothing matched).
+    pub path: String,
+    /// The bytes, standard base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// The size in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// Why there is no content (`no such file`, `is a directory`, `larger than N bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl fmt::Debug for RetrievedFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetrievedFile")
+            .field("path", &self.path)
+            .field(
+                "content",
+                &self
+                    .content
+                    .as_ref()
+                    .map(|c| format!("<{} base64 chars>", c.len())),
+            )
+            .field("size", &self.size)
+            .field("error", &self.error)
+            .finish()
+    }
 }
 
 /// `error` of a response: `{"code", "message"}`, plus `phase` on a terminal result without
@@ -298,6 +422,26 @@ impl ExecuteResponse {
             success,
             output: Some(output),
             error,
+            diagnostic_id,
+        }
+    }
+
+    /// The answer for a failed dependency install (Aevatar's `ParseResponse` requires the
+    /// output on every 200): `success:false`, the installer's output and non-zero exit code,
+    /// `DEPENDENCY_INSTALL_FAILED`. The program did not run.
+    pub fn dependencies_failed(
+        installer: &str,
+        output: ExecOutput,
+        diagnostic_id: Option<String>,
+    ) -> ExecuteResponse {
+        let message = format!(
+            "dependency installation failed ({installer} exited {})",
+            output.exit_code
+        );
+        ExecuteResponse {
+            success: false,
+            output: Some(output),
+            error: Some(ErrorBody::new(codes::DEPENDENCY_INSTALL_FAILED, message)),
             diagnostic_id,
         }
     }

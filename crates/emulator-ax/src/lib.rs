@@ -143,11 +143,13 @@ impl GuestState {
         if !self.alive.swap(false, Ordering::SeqCst) {
             return;
         }
-        for p in self.tracker.running() {
-            tracker::kill_group_now(p.host_pid, 9);
-        }
+        // The streams break first: a process's exit read after the kill below must not reach a
+        // client as the command's own end (exit 137) when its guest vanished.
         for ctl in self.streams.lock().expect("streams").drain(..) {
             ctl.reset();
+        }
+        for p in self.tracker.running() {
+            tracker::kill_group_now(p.host_pid, 9);
         }
         self.tracker.sandbox().destroy();
     }

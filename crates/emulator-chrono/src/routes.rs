@@ -159,7 +159,28 @@ fn parse_request(s: &Shared, body: &[u8]) -> Result<ExecuteRequest, Response> {
     let req: ExecuteRequest = serde_json::from_slice(body)
         .map_err(|e| err(400, codes::INVALID_REQUEST, &format!("invalid body: {e}")))?;
     req.validate()
+        .and_then(|()| req.check_fields())
         .map_err(|m| err(400, codes::INVALID_REQUEST, &m))?;
+    if let Some(p) = req
+        .retrieve_files
+        .iter()
+        .find(|p| !crate::runner::retrieve_pattern_ok(p))
+    {
+        return Err(err(
+            400,
+            codes::INVALID_REQUEST,
+            &format!("retrieve_files: {p:?} is not a pattern below the working directory"),
+        ));
+    }
+    if req.network_enabled == Some(false) && !req.dependencies.is_empty() {
+        // Where the real service installs from with the network off is not published.
+        return Err(err(
+            400,
+            codes::INVALID_REQUEST,
+            "dependencies with network_enabled=false: the install needs the network the \
+             request turns off (not emulated)",
+        ));
+    }
     if s.runner.runtimes.get(req.language).is_none() {
         return Err(err(
             400,

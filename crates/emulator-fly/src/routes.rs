@@ -1273,17 +1273,9 @@ async fn ps(
         return not_started(&m);
     };
     let table = sb.process_table();
-    // The harness's init (pid 1) reads its lifeline with a `cat` on the same stdin: that one is
-    // the emulator's, not the machine's. pid 1 is shown as `init` (its command line names the
-    // emulator's state directory).
-    let fd0 = |host: u32| std::fs::read_link(format!("/proc/{host}/fd/0")).ok();
-    let init_stdin = table
-        .iter()
-        .find(|(p, _)| *p == 1)
-        .and_then(|(_, h)| fd0(*h));
+    // pid 1 is shown as `init` (in degraded isolation there is no pid 1 of the sandbox's own).
     let mut list: Vec<Value> = table
         .into_iter()
-        .filter(|&(pid, host)| pid == 1 || init_stdin.is_none() || fd0(host) != init_stdin)
         .filter_map(|(pid, host)| {
             let mut p = process_stat(pid, host)?;
             if pid == 1 {

@@ -95,13 +95,13 @@ async fn isolated(a: &Sandbox, b: &Sandbox, uid: u32, hostname: &str) {
         .map(|l| l.trim().to_owned())
         .collect();
     assert!(
-        lines.iter().any(|l| l == "1 sh"),
+        lines.iter().any(|l| l == "1 init"),
         "pid 1 is the init: {lines:?}"
     );
     for l in &lines {
         let comm = l.split_whitespace().nth(1).unwrap_or("");
         assert!(
-            ["sh", "cat", "ps"].contains(&comm),
+            ["init", "sh", "ps"].contains(&comm),
             "ps -e lists a process that is not the sandbox's: {l} in {lines:?}"
         );
     }

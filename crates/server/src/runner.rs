@@ -11,14 +11,44 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use execseam::{
     Command, Error, ErrorKind, Event, Exit, ProcessHandle, Processes, Provider, Sandbox,
-    SandboxSpec, Signal, StartKey, StartRequest, StreamOffsets, Waited,
+    SandboxSpec, Signal, StartKey, StartRequest, StreamOffsets, Tool, Waited,
 };
-use execseam_chrono_contract::wire::{ExecOutput, ExecuteRequest, Language};
+use execseam_chrono_contract::wire::{
+    self, ExecOutput, ExecuteRequest, Language, OutputType, RetrievedFile,
+};
 use execseam_tools_protocol::code::{self, CodeRequest};
 use tokio::sync::mpsc;
 
 use crate::metrics::Metrics;
 use crate::store::{Detached, ms};
+
+/// Where Python dependencies are installed, relative to the program's working directory.
+const PYTHON_DEPS: &str = ".chrono-deps/python";
+/// How long a dependency install may take (Chrono's `DEPENDENCY_INSTALL_TIMEOUT_SECS`; its value
+/// is not published: chosen, as in the emulator).
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
+/// The largest retrieved file, and all of them together (as in the emulator).
+const MAX_FILE_BYTES: u64 = 10 << 20;
+const MAX_FILES_BYTES: u64 = 32 << 20;
+/// Lists `retrieve_files` (`$@`): per match `KIND\0PATH\0SIZE\0BASE64\0` with KIND `F` (a
+/// file), `B` (over `$MAX` bytes), `D` (a directory); `M\0PATTERN\0\0\0` for a pattern that
+/// matches nothing. `IFS` empty: a pattern is globbed but never split.
+const RETRIEVE: &str = r#"IFS=''
+for p in "$@"; do
+  n=0
+  for f in $p; do
+    [ -e "$f" ] || [ -L "$f" ] || continue
+    n=1
+    if [ -d "$f" ]; then printf 'D\0%s\0\0\0' "$f"; continue; fi
+    s=$(wc -c < "$f") || continue
+    s=$((s + 0))
+    if [ "$s" -gt "$MAX" ]; then printf 'B\0%s\0%s\0\0' "$f" "$s"; continue; fi
+    printf 'F\0%s\0%s\0' "$f" "$s"
+    base64 < "$f" | tr -d '\n'
+    printf '\0'
+  done
+  [ "$n" = 1 ] || printf 'M\0%s\0\0\0' "$p"
+done"#;
 
 /// How long a kill of a detached command may take before it is given up.
 const KILL_WAIT: Duration = Duration::from_secs(10);
@@ -112,17 +142,225 @@ impl Runner {
         }
     }
 
-    fn command(req: &ExecuteRequest) -> Result<Command, String> {
-        let cmd = CodeRequest::new(language(req.language), req.script.clone())
-            .command()
-            .map_err(|e| e.message().to_owned())?;
-        if req.env.is_empty() {
+    /// The program's command: TypeScript compiled here and run on the sandbox's `node`, unless
+    /// the adapter serves `code` natively (then it gets the TypeScript).
+    fn command(&self, req: &ExecuteRequest) -> Result<Command, String> {
+        let language = language(req.language);
+        let native = self
+            .provider
+            .capabilities()
+            .native_tools
+            .contains(&Tool::CODE);
+        let cmd = if language == code::Language::Typescript && !native {
+            execseam_typescript::command(&req.script)
+        } else {
+            CodeRequest::new(language, req.script.clone()).command()
+        }
+        .map_err(|e| e.message().to_owned())?;
+        // The server owns NYXID_*: a caller's values never reach the program (seed 004).
+        let mut env: Vec<(String, String)> = req
+            .env
+            .iter()
+            .filter(|(k, _)| !wire::SERVER_OWNED_ENV.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if req.language == Language::Python && !req.dependencies.is_empty() {
+            env.retain(|(k, _)| k != "PYTHONPATH");
+            env.push(("PYTHONPATH".into(), PYTHON_DEPS.into()));
+        }
+        if env.is_empty() {
             return Ok(cmd);
         }
         cmd.into_builder()
-            .envs(req.env.iter().map(|(k, v)| (k.clone(), v.clone())))
+            .envs(env)
             .build()
             .map_err(|e| e.message().to_owned())
+    }
+
+    /// Installs the request's dependencies in the sandbox, in the program's working directory
+    /// (pip into [`PYTHON_DEPS`], on the program's `PYTHONPATH`; npm into `node_modules`, where
+    /// `node -e` resolves from). `Err` ends the run: `DependenciesFailed` with the installer's
+    /// output (a missing installer too: its exit and message are the log), `TimedOut`-like 124
+    /// after [`INSTALL_TIMEOUT`], `CreationFailed` when the adapter failed.
+    async fn install(&self, sbx: &dyn Sandbox, req: &ExecuteRequest) -> Result<(), RunEnd> {
+        if req.dependencies.is_empty() {
+            return Ok(());
+        }
+        let (installer, mut argv): (&str, Vec<&str>) = match req.language {
+            Language::Python => (
+                "pip",
+                vec![
+                    "python3",
+                    "-m",
+                    "pip",
+                    "install",
+                    "--no-input",
+                    "--disable-pip-version-check",
+                    "--no-cache-dir",
+                    "--target",
+                    PYTHON_DEPS,
+                ],
+            ),
+            Language::Javascript | Language::Typescript => (
+                "npm",
+                vec![
+                    "npm",
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--no-save",
+                    "--no-package-lock",
+                ],
+            ),
+            Language::Bash => {
+                return Err(RunEnd::Invalid(
+                    "dependencies: bash has no package manager".into(),
+                ));
+            }
+        };
+        // `--`: a dependency is never read as an installer option.
+        argv.push("--");
+        argv.extend(req.dependencies.iter().map(String::as_str));
+        let cmd = Command::new(argv).map_err(|e| RunEnd::Invalid(e.message().to_owned()))?;
+        let t = Instant::now();
+        let out = match tokio::time::timeout(INSTALL_TIMEOUT, sbx.exec(cmd)).await {
+            Ok(Ok(o)) if o.exit.success() => return Ok(()),
+            Ok(Ok(o)) => o,
+            // The adapter could not start it (no such program): the install failed, and why.
+            Ok(Err(e)) if e.kind() == ErrorKind::NotFound => {
+                execseam_core::Output::new(Vec::new(), describe(&e).into_bytes(), Exit::Code(127))
+            }
+            Ok(Err(e)) => return Err(RunEnd::CreationFailed(describe(&e))),
+            Err(_) => execseam_core::Output::new(
+                Vec::new(),
+                format!(
+                    "{installer} did not finish within {} s\n",
+                    INSTALL_TIMEOUT.as_secs()
+                ),
+                Exit::Code(124),
+            ),
+        };
+        Err(RunEnd::DependenciesFailed {
+            installer: installer.to_owned(),
+            output: ExecOutput {
+                stdout: capped(&out.stdout, self.max_output),
+                stderr: capped(&out.stderr, self.max_output),
+                exit_code: exit_code(out.exit),
+                execution_time_ms: Some(u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)),
+                display_data: None,
+                files: None,
+            },
+        })
+    }
+
+    /// The files `patterns` name, read through the adapter (never a host path): the sandbox's
+    /// `sh` expands each pattern in the program's working directory (`*`, `?`, `[…]`; hidden
+    /// names only when the pattern names them) and sends each match's kind, size and base64
+    /// bytes. One entry per file, sorted by path; a pattern matching nothing is an entry with
+    /// `error: "no such file"`; a directory, a file over [`MAX_FILE_BYTES`] or past
+    /// [`MAX_FILES_BYTES`] in all has `error` and no `content`.
+    async fn retrieve(&self, sbx: &dyn Sandbox, patterns: &[String]) -> Vec<RetrievedFile> {
+        let failed = |why: String| {
+            vec![RetrievedFile {
+                path: String::new(),
+                content: None,
+                size: None,
+                error: Some(why),
+            }]
+        };
+        let mut argv = vec!["sh", "-c", RETRIEVE, "sh"];
+        argv.extend(patterns.iter().map(String::as_str));
+        let max = MAX_FILE_BYTES.to_string();
+        let out = match Command::builder(argv).env("MAX", max.as_str()).build() {
+            Ok(cmd) => sbx.exec(cmd).await,
+            Err(e) => return failed(e.message().to_owned()),
+        };
+        let out = match out {
+            Ok(o) if o.exit.success() => o,
+            Ok(o) => {
+                return failed(format!(
+                    "listing the files failed: {}",
+                    capped(&o.stderr, 400)
+                ));
+            }
+            Err(e) => return failed(describe(&e)),
+        };
+        let mut found = std::collections::BTreeMap::new();
+        let mut missing = Vec::new();
+        let mut fields = out.stdout.split(|&b| b == 0);
+        while let Some(kind) = fields.next() {
+            let (Some(path), Some(size), Some(b64)) = (fields.next(), fields.next(), fields.next())
+            else {
+                break;
+            };
+            let path = String::from_utf8_lossy(path).into_owned();
+            let size = std::str::from_utf8(size)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok());
+            let f = match kind {
+                b"F" => RetrievedFile {
+                    path,
+                    content: Some(String::from_utf8_lossy(b64).into_owned()),
+                    size,
+                    error: None,
+                },
+                b"B" => RetrievedFile {
+                    path,
+                    content: None,
+                    size,
+                    error: Some(format!("larger than {MAX_FILE_BYTES} bytes")),
+                },
+                b"D" => RetrievedFile {
+                    path,
+                    content: None,
+                    size: None,
+                    error: Some("is a directory".into()),
+                },
+                _ => {
+                    missing.push(RetrievedFile {
+                        path,
+                        content: None,
+                        size: None,
+                        error: Some("no such file".into()),
+                    });
+                    continue;
+                }
+            };
+            found.entry(f.path.clone()).or_insert(f);
+        }
+        let mut total = 0u64;
+        let mut files: Vec<RetrievedFile> = found.into_values().collect();
+        for f in &mut files {
+            if f.content.is_some() {
+                total += f.size.unwrap_or(0);
+                if total > MAX_FILES_BYTES {
+                    f.content = None;
+                    f.error = Some(format!(
+                        "the retrieved files exceed {MAX_FILES_BYTES} bytes in all"
+                    ));
+                }
+            }
+        }
+        files.extend(missing);
+        files
+    }
+
+    /// The end of a program that exited, or `Invalid` when the sandbox has no interpreter for
+    /// its language (the launcher's marker, [`code::check_output`]): a missing runtime is
+    /// never the program's exit code.
+    fn exited(&self, out: Vec<u8>, err: Vec<u8>, exit: Exit, t: Instant) -> RunEnd {
+        let output = execseam_core::Output::new(out, err, exit);
+        match code::check_output(output) {
+            Ok(o) => RunEnd::Exited(ExecOutput {
+                stdout: capped(&o.stdout, self.max_output),
+                stderr: capped(&o.stderr, self.max_output),
+                exit_code: exit_code(o.exit),
+                execution_time_ms: Some(u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)),
+                display_data: None,
+                files: None,
+            }),
+            Err(e) => RunEnd::Invalid(format!("{} in this sandbox image", e.message())),
+        }
     }
 
     async fn inputs(&self, sbx: &dyn Sandbox, req: &ExecuteRequest) -> Result<(), RunEnd> {
@@ -191,14 +429,7 @@ impl Runner {
         };
         tokio::select! {
             r = work => match r {
-                Ok(o) => RunEnd::Exited(ExecOutput {
-                    stdout: capped(&o.stdout, self.max_output),
-                    stderr: capped(&o.stderr, self.max_output),
-                    exit_code: exit_code(o.exit),
-                    execution_time_ms: Some(u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)),
-                    display_data: None,
-                    files: None,
-                }),
+                Ok(o) => self.exited(o.stdout.to_vec(), o.stderr.to_vec(), o.exit, t),
                 Err(e) => RunEnd::Uncertain(format!(
                     "the command's outcome cannot be proven: {}",
                     describe(&e)
@@ -323,7 +554,7 @@ impl Runner {
     where
         F: Future<Output = bool> + Send,
     {
-        let cmd = match Runner::command(req) {
+        let cmd = match self.command(req) {
             Ok(c) => c,
             Err(m) => return (RunEnd::Invalid(m), None),
         };
@@ -368,6 +599,39 @@ impl Runner {
         if let Err(end) = self.inputs(sbx, req).await {
             return end;
         }
+        let install = tokio::select! {
+            r = self.install(sbx, req) => r,
+            () = cancel.as_mut() => Err(RunEnd::Cancelled),
+        };
+        if let Err(end) = install {
+            return end;
+        }
+        let end = self
+            .run_program(sbx, cmd, timeout, cancel, started, detach, chunks)
+            .await;
+        match end {
+            RunEnd::Exited(mut out) if req.output_type == Some(OutputType::File) => {
+                out.files = Some(self.retrieve(sbx, &req.retrieve_files).await);
+                RunEnd::Exited(out)
+            }
+            end => end,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run_program<F>(
+        &self,
+        sbx: &dyn Sandbox,
+        cmd: Command,
+        timeout: Duration,
+        cancel: &mut Pin<&mut impl Future<Output = ()>>,
+        started: impl FnOnce(Option<Detached>) -> F + Send,
+        detach: bool,
+        chunks: Option<mpsc::UnboundedSender<Chunk>>,
+    ) -> RunEnd
+    where
+        F: Future<Output = bool> + Send,
+    {
         if detach && let Some(p) = sbx.processes() {
             let key = StartKey::random();
             let handle = p.handle_for(&key);
@@ -442,14 +706,7 @@ impl Runner {
         };
         let end = tokio::select! {
             r = work => match r {
-                Ok((out, err, exit)) => RunEnd::Exited(ExecOutput {
-                    stdout: capped(&out, self.max_output),
-                    stderr: capped(&err, self.max_output),
-                    exit_code: exit_code(exit),
-                    execution_time_ms: Some(u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)),
-                    display_data: None,
-                    files: None,
-                }),
+                Ok((out, err, exit)) => self.exited(out, err, exit, t),
                 Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::InvalidCommand => {
                     RunEnd::Invalid(describe(&e))
                 }

@@ -147,9 +147,11 @@ pub fn tool_cases() -> Vec<Case> {
         "tools-read-snapshot" => tools::read:
             "read whole files, line ranges and byte ranges, bytes exact (snapshot)",
         "tools-write-atomic" => tools::write:
-            "write round-trips bytes, keeps an existing file's mode, leaves no temporary file",
+            "write round-trips every byte value (a text-only output too), keeps an existing file's mode, leaves no temporary file",
         "tools-apply-patch" => tools::apply_patch:
             "a multi-file unified diff applies (snapshot); a conflicting hunk writes nothing",
+        "tools-apply-patch-symlink" => tools::apply_patch_symlink:
+            "apply_patch refuses a path through a symlink out of its root (OutsideRoot), writing and reading nothing there",
         "tools-edit" => tools::edit:
             "edit: a unique match replaced with the bytes around it kept exactly (CRLF, no final newline, mode); absent, not unique, missing file: typed errors, nothing written (snapshot)",
         "tools-apply-patch-envelope" => tools::apply_patch_envelope:
@@ -183,7 +185,7 @@ pub fn tool_cases() -> Vec<Case> {
 pub fn fault_cases() -> Vec<Case> {
     cases![
         "fault-rate-limited" => faults::rate_limited:
-            "429 with Retry-After is Err(RateLimited), retry safe after the given delay",
+            "429 with Retry-After is Err(RateLimited), retry safe after the given delay (the provider's own refusal) or unsafe (not known to precede the command)",
         "fault-server-error" => faults::server_error:
             "500 on the exec is Err(Internal|Unavailable), retry unsafe (it may have run)",
         "fault-unavailable" => faults::unavailable:

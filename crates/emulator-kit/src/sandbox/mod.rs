@@ -3,9 +3,10 @@
 //!
 //! # What a sandbox is ([`Isolation::Namespaces`], as root)
 //!
-//! - **Processes.** A long-lived init (`/bin/sh` running [`init.sh`](./init.sh), started by
-//!   `unshare --pid --fork --kill-child --mount --uts --ipc`) is pid 1 of the sandbox's own pid
-//!   namespace. It reaps orphans (daemonised children of commands), so `ps -e` inside lists the
+//! - **Processes.** A long-lived init (bash as `/sbin/init`, no arguments, reading
+//!   [`init.sh`](./init.sh) from its lifeline; started by `unshare --pid --fork --kill-child
+//!   --mount --uts --ipc`) is pid 1 of the sandbox's own pid namespace: `ps` inside shows
+//!   `/sbin/init` and nothing of the emulator's. It reaps orphans (daemonised children of commands), so `ps -e` inside lists the
 //!   sandbox's processes only. [`Sandbox::destroy`] kills `unshare`, the init dies with it, and the
 //!   kernel kills every other process of the namespace: background children and daemons too. The
 //!   init also reads a lifeline pipe whose write end only this process holds: if the emulator
@@ -30,7 +31,8 @@
 //!   set less `CAP_MKNOD` ([`sys`](crate::sys)): root inside a sandbox cannot mount,
 //!   change the host's clock or network, or open files by handle.
 //! - **Network** is the host's (real sandboxes reach the network; the emulators' clients reach the
-//!   sandbox's servers on loopback).
+//!   sandbox's servers on loopback), unless [`SandboxSpec::without_network`]: then a network
+//!   namespace of its own with loopback only (no route anywhere else).
 //!
 //! It is **not a VM**: commands run on this machine's kernel.
 //!
@@ -359,6 +361,13 @@ impl Sandbox {
                 };
                 let exec = Self::exec_in(&ns, &spec, &spec.user);
                 (Some(ns), exec)
+            }
+            Isolation::Translate if !spec.network => {
+                let _ = std::fs::remove_dir_all(&state);
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "a sandbox without network needs namespace isolation (root and unshare)",
+                ));
             }
             Isolation::Translate => {
                 for p in &translation.private {

@@ -5,6 +5,7 @@
 
 use std::fs::File;
 use std::io::{self, BufRead, Read};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -18,6 +19,20 @@ use crate::sys;
 
 const INIT: &str = include_str!("init.sh");
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// `p` quoted for a POSIX shell (`'…'`, a `'` as `'\''`).
+fn sh_quote(p: &[u8]) -> Vec<u8> {
+    let mut out = b"'".to_vec();
+    for &b in p {
+        if b == b'\'' {
+            out.extend_from_slice(b"'\\''");
+        } else {
+            out.push(b);
+        }
+    }
+    out.push(b'\'');
+    out
+}
 
 /// Top-level host directories a sandbox sees (read-only below its upper layer): the system.
 const SYSTEM_DIRS: [&str; 14] = [
@@ -59,8 +74,6 @@ pub(crate) struct Namespaces {
     unshare: Mutex<Option<std::process::Child>>,
     /// The write end of the init's stdin: closing it (also when this process dies) ends the init.
     lifeline: Mutex<Option<io::PipeWriter>>,
-    /// The lifeline's `pipe:[inode]`, the init's lifeline reader's stdin.
-    lifeline_pipe: PathBuf,
 }
 
 impl std::fmt::Debug for Namespaces {
@@ -246,7 +259,7 @@ fn prepare_upper(upper: &Path, spec: &SandboxSpec, mounts: &[Mount]) -> io::Resu
             std::fs::write(&p, b"")?;
         }
     }
-    mkdir(&upper.join(".execseam-old"), 0o700)?;
+    mkdir(&upper.join(".old-root"), 0o700)?;
     Ok(group)
 }
 
@@ -265,10 +278,26 @@ impl Namespaces {
         mkdir(&state.join("work"), 0o700)?;
         mkdir(&state.join("root"), 0o755)?;
         let (lifeline_rx, lifeline_tx) = io::pipe()?;
-        let lifeline_pipe = std::fs::read_link(format!(
-            "/proc/self/fd/{}",
-            std::os::fd::AsRawFd::as_raw_fd(&lifeline_tx)
-        ))?;
+        // pid 1 is bash as `/sbin/init` with no arguments (`exec -a`, through a link named
+        // `init` so its name is `init` too): it reads its parameters and the init script from
+        // the lifeline, so `ps` inside shows `/sbin/init` and nothing of the emulator's.
+        let bash = state.join("init");
+        std::os::unix::fs::symlink("/bin/bash", &bash)?;
+        let mut script = b"set --".to_vec();
+        let mut param = |p: &[u8]| {
+            script.extend_from_slice(b" ");
+            script.extend_from_slice(&sh_quote(p));
+        };
+        param(state.as_os_str().as_bytes());
+        param(spec.hostname.as_bytes());
+        for m in mounts {
+            param(m.host.as_os_str().as_bytes());
+            param(m.sandbox.as_bytes());
+            param(if m.read_only { b"ro" } else { b"rw" });
+        }
+        let net = if spec.network { "host" } else { "none" };
+        script.extend_from_slice(format!("\nnet={net}\n").as_bytes());
+        script.extend_from_slice(INIT.as_bytes());
         let mut cmd = std::process::Command::new("unshare");
         cmd.args([
             "--pid",
@@ -279,19 +308,12 @@ impl Namespaces {
             "--ipc",
             "--propagation",
             "private",
-            "--",
-            "/bin/sh",
-            "-c",
-            INIT,
-            "execseam-init",
-        ])
-        .arg(state)
-        .arg(&spec.hostname);
-        for m in mounts {
-            cmd.arg(&m.host)
-                .arg(&m.sandbox)
-                .arg(if m.read_only { "ro" } else { "rw" });
+        ]);
+        if !spec.network {
+            cmd.arg("--net");
         }
+        cmd.args(["--", "/bin/bash", "-c", "exec -a /sbin/init \"$0\""])
+            .arg(&bash);
         // Its own process group: a terminal's ^C reaches the emulator, which tears down.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let mut child = cmd
@@ -307,6 +329,8 @@ impl Namespaces {
             child.stderr.take().expect("piped"),
         );
         PENDING.fetch_add(1, Ordering::SeqCst);
+        // The script is a few KiB, below a pipe's capacity: this never blocks.
+        io::Write::write_all(&mut &lifeline_tx, &script)?;
         let ns = Namespaces {
             files: Vec::new(),
             pid_ns: 0,
@@ -314,7 +338,6 @@ impl Namespaces {
             group_file,
             unshare: Mutex::new(Some(child)),
             lifeline: Mutex::new(Some(lifeline_tx)),
-            lifeline_pipe,
         };
         // From here on, dropping `ns` on an error tears the half-started sandbox down.
         let mut line = String::new();
@@ -329,12 +352,16 @@ impl Namespaces {
         };
         let init: i32 = init.trim().parse().map_err(io::Error::other)?;
         let mut ns = ns;
-        for (name, kind) in [
+        let mut kinds = vec![
             ("ipc", libc::CLONE_NEWIPC),
             ("uts", libc::CLONE_NEWUTS),
             ("pid", libc::CLONE_NEWPID),
-            ("mnt", libc::CLONE_NEWNS),
-        ] {
+        ];
+        if !spec.network {
+            kinds.push(("net", libc::CLONE_NEWNET));
+        }
+        kinds.push(("mnt", libc::CLONE_NEWNS));
+        for (name, kind) in kinds {
             let path = format!("/proc/{init}/ns/{name}");
             // Fail closed: a namespace equal to ours means the init is not isolated.
             if ns_inode(&path)? == ns_inode(format!("/proc/self/ns/{name}"))? {
@@ -481,17 +508,10 @@ impl Namespaces {
         pids
     }
 
-    /// Host pids of the sandbox's own processes: [`processes`](Self::processes) without the
-    /// init's lifeline reader (the harness's `cat`, which the init restarts when it is killed,
-    /// so a kill-until-empty loop or a wait for the processes to end would never finish).
+    /// Host pids of the sandbox's own processes: every process of its pid namespace (the init
+    /// reads its lifeline itself, so no process there is the harness's).
     pub(crate) fn sandbox_processes(&self) -> Vec<u32> {
-        let mut pids = self.processes(usize::MAX);
-        pids.retain(|&pid| {
-            pid as i32 == self.init
-                || std::fs::read_link(format!("/proc/{pid}/fd/0"))
-                    .map_or(true, |l| l != self.lifeline_pipe)
-        });
-        pids
+        self.processes(usize::MAX)
     }
 
     /// True while `host_pid` is a process of this sandbox.

@@ -110,6 +110,9 @@ pub struct SandboxSpec {
     /// The provider's default environment (PATH, LANG, …). HOME, USER and LOGNAME come from the
     /// user a command runs as unless set here.
     pub env: BTreeMap<String, String>,
+    /// The host's network (the default), or, when false, a network namespace of its own with
+    /// loopback only ([`without_network`](Self::without_network)).
+    pub network: bool,
 }
 
 impl SandboxSpec {
@@ -127,7 +130,17 @@ impl SandboxSpec {
             other_users: Vec::new(),
             dirs: Vec::new(),
             env: env.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
+            network: true,
         }
+    }
+
+    /// With a network namespace of its own: loopback only, nothing else reachable (needs
+    /// [`Isolation::Namespaces`](super::Isolation::Namespaces); `Sandbox::create` refuses it
+    /// otherwise with `Unsupported`).
+    #[must_use]
+    pub fn without_network(mut self) -> SandboxSpec {
+        self.network = false;
+        self
     }
 
     /// With these directories at start.
