@@ -14,6 +14,7 @@
 mod chaos;
 mod mcp;
 mod mcp_stdio;
+mod process;
 mod registry;
 mod run;
 mod sandbox;
@@ -44,6 +45,9 @@ enum Cmd {
     Run(run::RunArgs),
     /// Create, connect to, list and destroy sandboxes.
     Sandbox(sandbox::SandboxArgs),
+    /// Commands that outlive one call: start detached, list, logs from byte offsets, write
+    /// stdin, signal, wait (docs/processes.md).
+    Process(process::ProcessArgs),
     /// List every adapter with its capabilities.
     Adapters {
         /// Print JSON.
@@ -126,6 +130,7 @@ fn main() -> ExitCode {
         match cli.command {
             Cmd::Run(args) => run::run(args).await,
             Cmd::Sandbox(args) => sandbox::sandbox(args).await,
+            Cmd::Process(args) => process::process(args).await,
             Cmd::Adapters { json, markdown } => run::adapters(json, markdown),
             Cmd::Emulate(args) => run::emulate(args).await,
             Cmd::Chaos(args) => chaos::chaos(args).await,
