@@ -95,6 +95,83 @@ fn dependencies(manifest: &str) -> Vec<String> {
     deps
 }
 
+/// Every dependency of a manifest, of any kind (normal, dev, build, per target).
+fn all_dependencies(manifest: &str) -> Vec<String> {
+    let mut deps = Vec::new();
+    let mut inside = false;
+    for line in manifest.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            inside = t.ends_with("dependencies]");
+            continue;
+        }
+        if inside
+            && !t.is_empty()
+            && !t.starts_with('#')
+            && let Some(name) = t.split(['=', '.', ' ']).next()
+        {
+            deps.push(name.to_owned());
+        }
+    }
+    deps
+}
+
+/// Whether a crate directory is on the emulators' side: the kit, an emulator, the umbrella, the
+/// chaos proxy, a provider's generated protocol.
+fn emulator_side(dir: &str) -> bool {
+    dir.starts_with("emulator") || dir == "chaos" || dir.starts_with("proto-")
+}
+
+/// The layering rules between the emulators and the adapters (issue 32): no crate on the
+/// emulators' side depends on an adapter (or the adapter kit), in any dependency section, so
+/// nothing runs back up and an emulator stays independent of the client it checks; and the
+/// published conformance suite depends on no emulator crate, so an outside adapter's author
+/// does not pull the emulators. `crates` lists `(directory name, manifest)`.
+pub fn check_layering(crates: &[(String, String)], adapters: &[String]) -> Vec<String> {
+    let adapter_packages: Vec<String> = adapters
+        .iter()
+        .map(|a| format!("execseam-{a}"))
+        .chain(["execseam-adapter-kit".to_owned()])
+        .collect();
+    let mut bad = Vec::new();
+    for (dir, manifest) in crates {
+        for dep in all_dependencies(manifest) {
+            if emulator_side(dir) && adapter_packages.contains(&dep) {
+                bad.push(format!(
+                    "crates/{dir}: depends on the adapter crate {dep}: an emulator depends on \
+                     the emulator kit and shared protocol crates (execseam-spawn, \
+                     execseam-<p>-proto, execseam-<p>-contract), never on an adapter"
+                ));
+            }
+            if dir == "conformance"
+                && (dep.starts_with("execseam-emulator") || dep == "execseam-chaos")
+            {
+                bad.push(format!(
+                    "crates/conformance: depends on {dep}: the suite owns the fault vocabulary \
+                     and depends on no emulator"
+                ));
+            }
+        }
+    }
+    bad
+}
+
+/// [`check_layering`] over the workspace's crates.
+fn layering() -> Vec<String> {
+    let crates: Vec<(String, String)> = crate_dirs()
+        .iter()
+        .map(|d| {
+            (
+                d.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                read(&d.join("Cargo.toml")),
+            )
+        })
+        .collect();
+    check_layering(&crates, &crate::adapters())
+}
+
 /// Checks one adapter; returns what is wrong (empty when it has the shape).
 pub fn check_adapter(name: &str) -> Vec<String> {
     let dir = root().join("crates").join(format!("adapter-{name}"));
@@ -332,6 +409,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
         failed |= !problems.is_empty();
     }
+    let problems = layering();
+    for p in &problems {
+        println!("{p}");
+    }
+    failed |= !problems.is_empty();
     if failed {
         Err("the adapter shape is broken (see docs/architecture.md, \"Adding an adapter\")".into())
     } else {
@@ -375,6 +457,37 @@ mod tests {
             "every crate's README is its crate docs:\n{}",
             problems.join("\n")
         );
+    }
+
+    #[test]
+    fn emulators_depend_on_no_adapter_and_conformance_on_no_emulator() {
+        let problems = layering();
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+        // The check is not vacuous: an emulator with an adapter dev-dependency, and the suite
+        // with an emulator, both fail.
+        let broken = [
+            (
+                "emulator-x".to_owned(),
+                "[dependencies]\nexecseam-emulator-kit.workspace = true\n[dev-dependencies]\nexecseam-x = { path = \"../adapter-x\" }\n".to_owned(),
+            ),
+            (
+                "chaos".to_owned(),
+                "[dependencies]\nexecseam-adapter-kit.workspace = true\n".to_owned(),
+            ),
+            (
+                "conformance".to_owned(),
+                "[dependencies]\nexecseam-emulators = { workspace = true }\n".to_owned(),
+            ),
+            (
+                "reliability".to_owned(),
+                "[dependencies]\nexecseam-x.workspace = true\nexecseam-emulators.workspace = true\n".to_owned(),
+            ),
+        ];
+        let found = check_layering(&broken, &["x".to_owned()]);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].contains("crates/emulator-x: depends on the adapter crate execseam-x"));
+        assert!(found[1].contains("execseam-adapter-kit"));
+        assert!(found[2].contains("crates/conformance: depends on execseam-emulators"));
     }
 
     #[test]

@@ -53,8 +53,13 @@ pub(crate) const REMOVE_FILES: Call = call("remove_files", Stage::Before);
 /// Where an error was reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Channel {
-    /// The HTTP status of the call: the request was rejected as a whole.
+    /// The HTTP status of the call with one of the service's modelled errors (its
+    /// `x-amzn-errortype`, or `__type`/`code` of the body): the service rejected the request
+    /// as a whole.
     Http,
+    /// An HTTP status without a modelled error: whoever answered (a gateway, a proxy) may
+    /// have forwarded the request first (issue 38).
+    BareStatus,
     /// An exception event inside the 200 stream: the request was accepted.
     Stream,
 }
@@ -278,7 +283,17 @@ where
     let code = service.code().map(str::to_owned);
     let message = service.message().unwrap_or("(no message)").to_owned();
     let kind = kind_for(code.as_deref(), Some(status));
-    let retry = retry_for(kind, op, Channel::Http, retry_after_of(raw));
+    // The SDK's generic error for an unmodelled answer has no code; the throttling and quota
+    // exceptions are modelled ("the request was denied due to request throttling").
+    let channel = if code
+        .as_deref()
+        .is_some_and(|c| kind_for(Some(c), None) == kind)
+    {
+        Channel::Http
+    } else {
+        Channel::BareStatus
+    };
+    let retry = retry_for(kind, op, channel, retry_after_of(raw));
     let mut e = base(kind, op, message)
         .with_status(WireStatus::Http(status))
         .with_retry(retry);
@@ -383,9 +398,23 @@ mod tests {
     #[test]
     fn retry_classes_never_resubmit_what_may_have_run() {
         let after = Some(Duration::from_secs(2));
-        // HTTP rejections of a submit: safe.
+        // The service's modelled rejections of a submit: safe.
         assert_eq!(
             retry_for(ErrorKind::RateLimited, SUBMIT, Channel::Http, after),
+            Retry::Safe { after }
+        );
+        // A bare 429 (no modelled error: a gateway's) may follow a forwarded submit.
+        assert_eq!(
+            retry_for(ErrorKind::RateLimited, SUBMIT, Channel::BareStatus, after),
+            Retry::Unsafe
+        );
+        assert_eq!(
+            retry_for(
+                ErrorKind::RateLimited,
+                READ_FILES,
+                Channel::BareStatus,
+                after
+            ),
             Retry::Safe { after }
         );
         // A 500 on a submit: it may have run.

@@ -37,6 +37,7 @@ pub const fn capabilities_for(mode: ExecMode, exact_output: bool) -> Capabilitie
         max_stdin: Some(100_000_000),
         max_output: None,
         native_tools: &[],
+        processes: None,
     }
 }
 

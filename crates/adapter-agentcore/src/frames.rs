@@ -108,10 +108,18 @@ pub(crate) fn is_frame_error(err: &(dyn std::error::Error + 'static)) -> bool {
 /// In every [`FrameError`]'s text, for chains that keep only the text (io errors).
 const FRAME_ERROR_TAG: &str = "event-stream message";
 
-/// The checked body.
+/// The most an answer that is not an event stream may carry: the session calls' JSON
+/// (`StartCodeInterpreterSession`, `Get…`, `Stop…`) and every error body are a few hundred
+/// bytes. Without it the SDK reads such an answer whole (issue 38: 3.3–3.6 GiB for an endless
+/// session answer, 1.1 GiB for an `InvokeCodeInterpreter` 200 with a JSON content type).
+pub(crate) const MAX_PLAIN_ANSWER: usize = 1 << 20;
+
+/// The checked body: an event stream walked frame by frame, anything else only counted.
 struct Checked {
     inner: SdkBody,
-    walk: Walk,
+    /// `None`: not an event stream, capped at [`MAX_PLAIN_ANSWER`].
+    walk: Option<Walk>,
+    seen: usize,
     failed: bool,
 }
 
@@ -128,15 +136,24 @@ impl Body for Checked {
         }
         match Pin::new(&mut self.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref()
-                    && let Err(why) = self.walk.feed(data)
-                {
-                    self.failed = true;
-                    return Poll::Ready(Some(Err(Box::new(FrameError(why)))));
+                if let Some(data) = frame.data_ref() {
+                    let this = &mut *self;
+                    this.seen = this.seen.saturating_add(data.len());
+                    let checked = match &mut this.walk {
+                        Some(walk) => walk.feed(data),
+                        None if this.seen > MAX_PLAIN_ANSWER => Err(format!(
+                            "an answer that is not an event-stream message exceeds {MAX_PLAIN_ANSWER} bytes"
+                        )),
+                        None => Ok(()),
+                    };
+                    if let Err(why) = checked {
+                        this.failed = true;
+                        return Poll::Ready(Some(Err(Box::new(FrameError(why)))));
+                    }
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(None) if !self.walk.at_boundary() => {
+            Poll::Ready(None) if self.walk.as_ref().is_some_and(|w| !w.at_boundary()) => {
                 self.failed = true;
                 Poll::Ready(Some(Err(Box::new(FrameError(
                     "the event stream ended inside an event-stream message".into(),
@@ -155,7 +172,8 @@ impl Body for Checked {
     }
 }
 
-/// Wraps every `application/vnd.amazon.eventstream` answer's body in the check.
+/// Wraps every answer's body in the check: an `application/vnd.amazon.eventstream` body is
+/// walked frame by frame, any other is capped at [`MAX_PLAIN_ANSWER`].
 #[derive(Debug)]
 pub(crate) struct CheckFrames;
 
@@ -175,14 +193,13 @@ impl Intercept for CheckFrames {
             .headers()
             .get("content-type")
             .is_some_and(|v| v.starts_with("application/vnd.amazon.eventstream"));
-        if event_stream {
-            let body = response.take_body();
-            *response.body_mut() = SdkBody::from_body_1_x(Checked {
-                inner: body,
-                walk: Walk::new(),
-                failed: false,
-            });
-        }
+        let body = response.take_body();
+        *response.body_mut() = SdkBody::from_body_1_x(Checked {
+            inner: body,
+            walk: event_stream.then(Walk::new),
+            seen: 0,
+            failed: false,
+        });
         Ok(())
     }
 }
@@ -198,6 +215,32 @@ mod tests {
         let crc = crc32fast::hash(&p);
         p.extend_from_slice(&crc.to_be_bytes());
         p
+    }
+
+    fn plain(body: SdkBody) -> Checked {
+        Checked {
+            inner: body,
+            walk: None,
+            seen: 0,
+            failed: false,
+        }
+    }
+
+    async fn next(
+        body: &mut Checked,
+    ) -> Option<Result<Frame<Bytes>, aws_smithy_types::body::Error>> {
+        std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await
+    }
+
+    // Issue 38 (D1, D2): an answer that is not an event stream was read whole.
+    #[tokio::test]
+    async fn an_answer_that_is_not_an_event_stream_is_capped() {
+        let mut big = plain(SdkBody::from(vec![b'x'; MAX_PLAIN_ANSWER + 1]));
+        let e = next(&mut big).await.unwrap().unwrap_err();
+        assert!(is_frame_error(e.as_ref()), "{e}");
+        assert!(next(&mut big).await.is_none());
+        let mut small = plain(SdkBody::from(r#"{"sessionId":"s"}"#));
+        assert!(next(&mut small).await.unwrap().is_ok());
     }
 
     #[test]

@@ -68,10 +68,10 @@ pub(crate) fn from_status(
         (Some(codes::FORBIDDEN), _) | (_, 403) => (ErrorKind::PermissionDenied, Retry::Never),
         (Some(codes::OPERATION_NOT_FOUND), _) | (_, 404) => (ErrorKind::NotFound, Retry::Never),
         (Some(codes::OPERATION_EXPIRED), _) | (_, 410) => (ErrorKind::NotFound, Retry::Never),
-        // Refused before anything ran.
-        (Some(codes::EXECUTION_CAPACITY_EXCEEDED), _) | (_, 429) => {
-            (ErrorKind::RateLimited, safe_after)
-        }
+        // The contract's own refusal before anything ran. A bare 429 (a gateway's, which may
+        // have forwarded: issue 38) is Unsafe on the sync execute, Safe on the keyed submit.
+        (Some(codes::EXECUTION_CAPACITY_EXCEEDED), _) => (ErrorKind::RateLimited, safe_after),
+        (_, 429) => retry::http_status(429, call.stage, retry_after),
         // The asynchronous handler is switched off: retrying cannot help.
         (Some(codes::ASYNC_EXECUTION_UNAVAILABLE), _) => (ErrorKind::Unsupported, Retry::Never),
         // No sandbox was made, so nothing ran.
@@ -210,6 +210,19 @@ mod tests {
             (e.kind(), e.retry()),
             (ErrorKind::Unavailable, Retry::Unsafe)
         );
+        // A 429 without the contract's code (a gateway's, the chaos proxy's) may follow a
+        // forwarded execute (issue 38); the keyed durable submit may be repeated.
+        let e = map(
+            429,
+            r#"{"message":"chaos: injected 429","code":429}"#,
+            EXECUTE,
+        );
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::RateLimited, Retry::Unsafe)
+        );
+        let e = map(429, "", SUBMIT);
+        assert_eq!((e.kind(), e.retry()), (ErrorKind::RateLimited, Retry::SAFE));
     }
 
     #[test]

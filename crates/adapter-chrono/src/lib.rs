@@ -123,4 +123,5 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: Some(8 << 20),
     max_output: None,
     native_tools: &[Tool::CODE],
+    processes: None,
 };

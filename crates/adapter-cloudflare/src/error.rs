@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use execseam_adapter_kit::retry::{Call, Sent, Stage};
+use execseam_adapter_kit::retry::{self, Call, Sent, Stage};
 
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 
@@ -149,7 +149,15 @@ pub fn http_error(
     };
     let code = parsed.as_ref().map(|e| e.code.as_str());
     let (kind, retry) = match (status, code) {
-        (429, _) => (ErrorKind::RateLimited, Retry::Safe { after: retry_after }),
+        // The bridge Worker emits no 429 (cf-sandbox `packages/sandbox/src`); Cloudflare's own
+        // rate-limiting rule blocks at the edge, before the Worker, with its "error code: 1015"
+        // page. Any other 429 may follow a forwarded exec (issue 38).
+        (429, _) => retry::signed(
+            429,
+            stage,
+            retry_after,
+            parsed.is_none() && text.contains("error code: 1015"),
+        ),
         (_, Some("unauthorized")) | (401, _) => (ErrorKind::Unauthenticated, Retry::Never),
         // 403 invalid_request: a cwd or file path that resolves outside /workspace.
         (403, _) => (ErrorKind::PermissionDenied, Retry::Never),
@@ -333,6 +341,23 @@ mod tests {
         );
         assert_eq!(e.kind(), ErrorKind::RateLimited);
         assert_eq!(e.retry().after(), Some(Duration::from_secs(3)));
+        assert!(e.retry().is_safe());
+        // Not the edge's page (a gateway's, the chaos proxy's JSON): the exec may have run.
+        for body in [&b""[..], br#"{"message":"chaos: injected 429","code":429}"#] {
+            let e = http_error(
+                429,
+                Some(Duration::from_secs(3)),
+                body,
+                "exec",
+                Stage::Submit,
+            );
+            assert_eq!(
+                (e.kind(), e.retry()),
+                (ErrorKind::RateLimited, Retry::Unsafe)
+            );
+            let e = http_error(429, None, body, "read_file", Stage::Before);
+            assert!(e.retry().is_safe());
+        }
         let e = http_error(500, None, b"Internal Server Error", "exec", Stage::Submit);
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Internal, Retry::Unsafe));
         let e = http_error(503, None, b"", "read_file", Stage::Before);

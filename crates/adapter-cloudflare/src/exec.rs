@@ -331,11 +331,12 @@ where
         match f().await {
             Ok(v) => return Ok(v),
             Err(e) if n < attempts && e.retry().is_safe() => {
-                let wait = e
-                    .retry()
-                    .after()
-                    .unwrap_or(delay)
-                    .min(Duration::from_secs(30));
+                // Beyond the cap: fail now with the delay in the error, never a clamped sleep.
+                let Some(wait) =
+                    execseam_adapter_kit::retry::own_retry_wait(e.retry().after(), delay)
+                else {
+                    return Err(e);
+                };
                 tracing::debug!(provider = PROVIDER, error = %e, ?wait, "retrying");
                 tokio::time::sleep(wait).await;
                 delay = (delay * 2).min(Duration::from_secs(8));

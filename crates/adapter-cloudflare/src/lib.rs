@@ -138,6 +138,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: Some(MAX_WRITE),
     max_output: None,
     native_tools: &[],
+    processes: None,
 };
 
 /// Capabilities in [`OutputMode::Exact`].
@@ -152,4 +153,5 @@ pub const CAPABILITIES_EXACT: Capabilities = Capabilities {
     max_stdin: Some(MAX_WRITE),
     max_output: None,
     native_tools: &[],
+    processes: None,
 };

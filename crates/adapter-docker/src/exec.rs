@@ -271,16 +271,20 @@ async fn start_exec(
             tag,
         });
     }
-    let started = docker
-        .start_exec(
+    // Bounded up to the upgrade, an error answer's body included (issue 38: a 503 whose body
+    // stalls or trickles hung with no host deadline); the attached streams come after it.
+    let started = client::bounded(
+        config.request_timeout,
+        docker.start_exec(
             &created.id,
             Some(StartExecOptions {
                 detach: false,
                 tty: false,
                 output_capacity: None,
             }),
-        )
-        .await;
+        ),
+    )
+    .await;
     let (output, mut input) = match started {
         Ok(StartExecResults::Attached { output, input }) => (output, input),
         Ok(StartExecResults::Detached) => {
@@ -513,12 +517,27 @@ impl Run {
                 )) => {}
                 Some(Ok(LogOutput::Console { .. })) => {
                     // bollard yields unframed bytes for a TTY stream and for a frame cut short.
-                    return Err(adapter(
-                        ErrorKind::Protocol,
-                        Retry::Unsafe,
-                        "read exec output",
-                        "the exec stream is not multiplexed stdout/stderr frames (cut mid-frame?)",
-                    ));
+                    // The exec is never a TTY: if the stream ends right after, the connection
+                    // was cut mid-frame (a transport failure); bytes that go on are not frames.
+                    let cut = matches!(
+                        self.next_frame().await,
+                        Ok(None) | Ok(Some(Err(_))) | Err(_)
+                    );
+                    return Err(if cut {
+                        adapter(
+                            ErrorKind::Unavailable,
+                            Retry::Unsafe,
+                            "read exec output",
+                            "the connection ended inside a stdout/stderr frame",
+                        )
+                    } else {
+                        adapter(
+                            ErrorKind::Protocol,
+                            Retry::Unsafe,
+                            "read exec output",
+                            "the exec stream is not multiplexed stdout/stderr frames",
+                        )
+                    });
                 }
                 Some(Err(e)) => return Err(engine("read exec output", Stage::After, e)),
                 None => {

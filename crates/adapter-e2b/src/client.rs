@@ -365,28 +365,6 @@ impl Envd {
         .await
     }
 
-    /// `process.Process/Connect`: the events of a running process, from now on (no replay is
-    /// asked for: see `reattach.rs`).
-    pub(crate) async fn connect_process(
-        &self,
-        process: wire::ProcessSelector,
-    ) -> Result<ServerStream, CallError> {
-        let mut headers = self.headers.clone();
-        headers.insert(
-            HeaderName::from_static("keepalive-ping-interval"),
-            HeaderValue::from(self.keepalive.as_secs().max(1)),
-        );
-        connect::server_stream(
-            &self.http,
-            self.url("process.Process/Connect"),
-            headers,
-            &wire::ConnectRequest { process },
-            None,
-            self.idle,
-        )
-        .await
-    }
-
     async fn unary<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         method: &str,

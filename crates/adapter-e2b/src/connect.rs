@@ -169,6 +169,11 @@ pub(crate) enum CallError {
     Http {
         /// The effective status: the integer `code` of a JSON body, else the HTTP status.
         status: u16,
+        /// The answer is one of E2B's proxy templates (a JSON body with `sandboxId`:
+        /// e2b-infra `packages/shared/pkg/proxy/template/*.go`, rendered by the proxy's
+        /// handler before it forwards), so nothing reached envd. A bare status proves nothing:
+        /// any gateway may forward and then answer 429 or 503 (issue 38).
+        signed: bool,
         /// The message (`message` of a JSON body, else the body text).
         message: String,
         /// `Retry-After` in delta-seconds, if sent.
@@ -343,7 +348,12 @@ pub(crate) fn error_of_parts(
     }
     let mut effective = status;
     let mut message = None;
+    let mut signed = false;
     if let Some(obj) = json.as_ref().and_then(|v| v.as_object()) {
+        signed = obj
+            .get("sandboxId")
+            .and_then(|v| v.as_str())
+            .is_some_and(|id| !id.is_empty());
         if let Some(code) = obj.get("code").and_then(|c| c.as_u64())
             && let Ok(code) = u16::try_from(code)
         {
@@ -365,6 +375,7 @@ pub(crate) fn error_of_parts(
     });
     CallError::Http {
         status: effective,
+        signed,
         message,
         retry_after,
     }
@@ -737,6 +748,7 @@ mod tests {
         match error_of_parts(500, &h, br#"{"code":"weird","message":"m"}"#, None) {
             CallError::Http {
                 status: 500,
+                signed: false,
                 message,
                 ..
             } => assert_eq!(message, "m"),
@@ -746,6 +758,7 @@ mod tests {
         match error_of_parts(503, &HeaderMap::new(), b"<html>busy</html>", None) {
             CallError::Http {
                 status: 503,
+                signed: false,
                 message,
                 ..
             } => assert!(message.contains("busy")),

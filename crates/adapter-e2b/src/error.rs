@@ -189,9 +189,10 @@ pub(crate) fn map(call: CallError, ctx: &Ctx) -> Error {
         }
         CallError::Http {
             status,
+            signed,
             message,
             retry_after,
-        } => map_http(status, message, retry_after, ctx),
+        } => map_http(status, signed, message, retry_after, ctx),
         CallError::Rpc {
             error,
             http_status,
@@ -201,7 +202,13 @@ pub(crate) fn map(call: CallError, ctx: &Ctx) -> Error {
     }
 }
 
-fn map_http(status: u16, message: String, retry_after: Option<Duration>, ctx: &Ctx) -> Error {
+fn map_http(
+    status: u16,
+    signed: bool,
+    message: String,
+    retry_after: Option<Duration>,
+    ctx: &Ctx,
+) -> Error {
     let ws = Some(WireStatus::Http(status));
     if status == 502 && (message.contains(SANDBOX_NOT_FOUND) || ctx.gone) {
         return gone_error(ctx, message, ws);
@@ -213,15 +220,23 @@ fn map_http(status: u16, message: String, retry_after: Option<Duration>, ctx: &C
         403 => (ErrorKind::PermissionDenied, Retry::Never),
         404 => (ErrorKind::NotFound, Retry::Never),
         409 => (ErrorKind::Conflict, Retry::Never),
-        429 => (ErrorKind::RateLimited, Retry::Safe { after: retry_after }),
+        // Safe on a submit only as one of the proxy's templates (its 429s are answered in its
+        // handler before it forwards: the connection limit, the team's sandbox limit).
+        // (No E2B proxy renders a 503 on a sandbox's routes: a 503 is never signed.)
+        429 | 503 => retry::signed(status, ctx.stage, retry_after, signed && status == 429),
         499 => (ErrorKind::Cancelled, ctx.after_send()),
         501 | 505 => (ErrorKind::Unsupported, Retry::Never),
-        // The proxy answered instead of envd: running but unreachable, nothing forwarded.
-        502 if message.contains(PORT_NOT_OPEN) => {
-            (ErrorKind::Unavailable, Retry::Safe { after: retry_after })
-        }
+        // "The sandbox is running but port is not open": Go's ReverseProxy renders it from its
+        // ErrorHandler for any RoundTrip error, one after the request was written included
+        // (go `net/http/httputil/reverseproxy.go`), so on a submit the command may have run.
+        502 if message.contains(PORT_NOT_OPEN) => (
+            ErrorKind::Unavailable,
+            match ctx.after_send() {
+                Retry::Safe { .. } => Retry::Safe { after: retry_after },
+                other => other,
+            },
+        ),
         502 => (ErrorKind::Unavailable, ctx.after_send()),
-        503 => (ErrorKind::Unavailable, Retry::Safe { after: retry_after }),
         504 => (ErrorKind::Timeout(Deadline::Unknown), ctx.after_send()),
         507 => (ErrorKind::Internal, Retry::Never),
         s if s >= 500 => (
@@ -327,6 +342,7 @@ fn map_rpc(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use reqwest::header::HeaderMap;
 
     fn rpc(code: Code, message: &str, in_stream: bool) -> CallError {
         CallError::Rpc {
@@ -343,9 +359,50 @@ mod tests {
     fn http(status: u16, message: &str, after: Option<u64>) -> CallError {
         CallError::Http {
             status,
+            signed: false,
             message: message.into(),
             retry_after: after.map(Duration::from_secs),
         }
+    }
+
+    #[test]
+    fn a_429_on_a_submit_is_safe_only_as_the_proxys_own_template() {
+        // e2b-infra packages/shared/pkg/proxy/template/sandbox_too_many_connections.go, as the
+        // proxy writes it (JSON for a non-browser client: template.go `HandleError`).
+        let template = br#"{"sandboxId":"sbx1","message":"The sandbox has too many concurrent incoming connections (limit: 1000)","code":429,"connectionLimit":1000}"#;
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            reqwest::header::CONTENT_TYPE,
+            "application/json; charset=utf-8".parse().unwrap(),
+        );
+        let after = Some(Duration::from_secs(2));
+        let signed = crate::connect::error_of_parts(429, &headers, template, after);
+        let e = map(signed, &exec_ctx(Stage::Submit));
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::RateLimited, Retry::Safe { after })
+        );
+        // A gateway's 429 or 503 (the chaos proxy's body has no sandboxId): may have run.
+        let bare = br#"{"message":"rate limited","code":429}"#;
+        for (status, body) in [(429, &bare[..]), (503, &b"busy"[..]), (429, &b""[..])] {
+            let e = map(
+                crate::connect::error_of_parts(status, &headers, body, after),
+                &exec_ctx(Stage::Submit),
+            );
+            assert_eq!(e.retry(), Retry::Unsafe, "{status}: {e}");
+        }
+        // Before any command, a read is safe to repeat whoever answered.
+        let e = map(
+            http(503, "busy", Some(2)),
+            &Ctx::new("list_dir", Stage::Before),
+        );
+        assert_eq!(e.retry(), Retry::Safe { after });
+        // "port is not open" may follow a written request (Go's ReverseProxy ErrorHandler).
+        let e = map(
+            http(502, "The sandbox is running but port is not open", None),
+            &exec_ctx(Stage::Submit),
+        );
+        assert_eq!(e.retry(), Retry::Unsafe);
     }
 
     fn exec_ctx(stage: Stage) -> Ctx {
@@ -443,19 +500,25 @@ mod tests {
     #[test]
     fn http_faults_map_to_the_contract() {
         let ctx = exec_ctx(Stage::Submit);
+        // Bare (not one of the proxy's templates): the command may have run (issue 38).
         let e = map(http(429, "slow down", Some(3)), &ctx);
         assert_eq!(e.kind(), ErrorKind::RateLimited);
+        assert_eq!(e.retry(), Retry::Unsafe);
+        assert_eq!(e.status(), Some(WireStatus::Http(429)));
+        let e = map(http(429, "slow down", Some(3)), &exec_ctx(Stage::Before));
         assert_eq!(
             e.retry(),
             Retry::Safe {
                 after: Some(Duration::from_secs(3))
             }
         );
-        assert_eq!(e.status(), Some(WireStatus::Http(429)));
         let e = map(http(500, "boom", None), &ctx);
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Internal, Retry::Unsafe));
         let e = map(http(503, "busy", None), &ctx);
-        assert_eq!((e.kind(), e.retry()), (ErrorKind::Unavailable, Retry::SAFE));
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::Unavailable, Retry::Unsafe)
+        );
         let e = map(http(401, "unauthorized", None), &ctx);
         assert_eq!(
             (e.kind(), e.retry()),

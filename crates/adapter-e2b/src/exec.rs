@@ -684,7 +684,16 @@ pub(crate) fn deliverable(cmd: &Command) -> Result<(Vec<String>, BTreeMap<String
 fn may_have_started(e: &CallError) -> bool {
     match e {
         CallError::Connect(_) => false,
-        CallError::Http { status, .. } => !matches!(status, 400..=499 | 502 | 503),
+        // Refused before envd: a 4xx other than 429, or the proxy's connection-limit 429
+        // template. A bare 429, any 502 (its "port is not open" template included: Go's
+        // ReverseProxy renders it after a written request too) or a 503 may follow a forwarded
+        // start (issue 38): the kill guard stays.
+        CallError::Http {
+            status: 429,
+            signed,
+            ..
+        } => !signed,
+        CallError::Http { status, .. } => !matches!(status, 400..=499),
         CallError::Rpc { .. } => false,
         CallError::Timeout(_)
         | CallError::Idle(_)
@@ -1008,8 +1017,13 @@ impl Exec for E2bExec {
         Some(self)
     }
 
-    fn reattach(&self) -> Option<&dyn execseam_core::Reattach> {
-        Some(self)
+    /// The adapter kit's spool, in the sandbox's `/tmp` (envd drops output nobody is subscribed
+    /// to and keeps an ended process's exit only 30 s, so the output and exit live in files).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
+            self,
+            Sandbox::id(self),
+        )))
     }
 }
 
@@ -1097,6 +1111,24 @@ mod tests {
         assert_eq!(argv, ["printenv"]);
         assert_eq!(envs.len(), 1);
         assert!(!is_shell_name("9a") && !is_shell_name("") && is_shell_name("_"));
+    }
+
+    #[test]
+    fn the_kill_guard_stays_armed_unless_the_start_was_refused_before_envd() {
+        let http = |status, signed| CallError::Http {
+            status,
+            signed,
+            message: String::new(),
+            retry_after: None,
+        };
+        // The proxy's connection-limit template, a 4xx refusal: nothing started.
+        assert!(!may_have_started(&http(429, true)));
+        assert!(!may_have_started(&http(400, false)));
+        // A bare 429, a 502 (even the signed "port is not open") or a 503 after a forwarded
+        // start (issue 38): it may be running.
+        for (status, signed) in [(429, false), (502, true), (502, false), (503, false)] {
+            assert!(may_have_started(&http(status, signed)), "{status} {signed}");
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@
 //! | streaming | yes: envd's data events, as they come (≤ 32 KiB each) |
 //! | remote kill | yes: dropping an exec or its stream sends `SendSignal SIGKILL` (by tag until the pid is known) |
 //! | binary output | yes (base64 bytes) |
-//! | reattach | yes: [`Reattach`](execseam_core::Reattach) with the output and exit spooled in the sandbox (envd drops output nobody is attached to and forgets ended processes); see `reattach.rs` |
+//! | process handles | yes: [`Processes`](execseam_core::Processes) from the adapter kit's spool, output and exit in files in the sandbox (envd drops output nobody is subscribed to and keeps an ended process's exit 30 s) |
 //! | native tools | `list` and `glob` from `filesystem.Filesystem/ListDir` (with `depth`) when the answer is provably what `find` would print (see below); otherwise, and for `grep`, the script runs |
 //!
 //! # Exit status
@@ -74,7 +74,6 @@ mod error;
 mod exec;
 mod native;
 mod provider;
-mod reattach;
 mod wire;
 
 pub use config::{ApiRoutes, E2bConfig, ENVD_PORT, SHARED_HOST_DOMAINS};
@@ -160,4 +159,5 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[Tool::LIST, Tool::GLOB],
+    processes: Some(execseam_adapter_kit::spool::SPOOLED),
 };

@@ -118,13 +118,6 @@ pub enum ProcessSelector {
     Tag(String),
 }
 
-/// `process.ConnectRequest` (`replay` is left out: false).
-#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
-pub struct ConnectRequest {
-    /// Which process.
-    pub process: ProcessSelector,
-}
-
 /// `process.ProcessInput` (a oneof; only stdin is used).
 #[derive(Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct ProcessInput {

@@ -8,8 +8,11 @@ pub mod grpc;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod id;
+pub mod reaper;
 pub mod retry;
 pub mod size;
+#[cfg(feature = "spool")]
+pub mod spool;
 pub mod text;
 pub mod vars;
 #[cfg(feature = "ws")]

@@ -204,11 +204,14 @@ pub struct Edge {
 }
 
 impl Edge {
-    /// A 429 is answered before anything runs: what every adapter has assumed so far (each
-    /// provider's evidence is to be checked; see `docs/reliability.md`).
+    /// A 429 is answered before anything runs. Only for an answer whose evidence is known: the
+    /// provider's own signed refusal (its body or headers recognised), or a request that
+    /// cannot run anything by construction (Northflank's upgrade: the command travels after
+    /// the 101). A bare 429 proves nothing: a gateway may forward and then answer it
+    /// (issue 38).
     pub const RATE_LIMIT_FIRST: Edge = Edge {
         before_forwarding: &[429],
-        evidence: "assumed: a rate limiter answers before it forwards",
+        evidence: "the answer is the provider's own refusal, or nothing could have run",
     };
 
     /// Nothing is known to be answered before forwarding.
@@ -223,14 +226,32 @@ impl Edge {
     }
 }
 
-/// The default kind and retry class of an HTTP error status at `stage`, with the
-/// [`Edge::RATE_LIMIT_FIRST`] evidence; see [`http_status_at`].
+/// The default kind and retry class of an HTTP error status at `stage`, with no evidence
+/// about the edge ([`Edge::NONE`]); see [`http_status_at`]. A 429 or 503 at
+/// [`Stage::Submit`] is `Unsafe`: a gateway may have forwarded the command and then answered
+/// it. An adapter that recognises its provider's own pre-forward refusal passes the edge
+/// that says so to [`http_status_at`] (or [`signed`]).
 pub fn http_status(
     status: u16,
     stage: impl Into<Stage>,
     retry_after: Option<Duration>,
 ) -> (ErrorKind, Retry) {
-    http_status_at(status, stage.into(), retry_after, &Edge::RATE_LIMIT_FIRST)
+    http_status_at(status, stage.into(), retry_after, &Edge::NONE)
+}
+
+/// [`http_status_at`] for an answer that the adapter recognised (`yes`) as its provider's own
+/// refusal before forwarding (a body or header only that edge writes), or not.
+pub fn signed(
+    status: u16,
+    stage: impl Into<Stage>,
+    retry_after: Option<Duration>,
+    yes: bool,
+) -> (ErrorKind, Retry) {
+    let edge = Edge {
+        before_forwarding: if yes { &[429, 502, 503] } else { &[] },
+        evidence: "the provider's own refusal, recognised in the answer",
+    };
+    http_status_at(status, stage.into(), retry_after, &edge)
 }
 
 /// The default kind and retry class of an HTTP error status. `retry_after` is the parsed
@@ -238,7 +259,8 @@ pub fn http_status(
 ///
 /// Rejections (4xx) were refused before anything ran: `Never` (a 408 may be retried). A status
 /// the provider's `edge` answers before forwarding is `Safe` at any stage but
-/// [`Stage::After`]; server failures (5xx) and 408 depend on the stage: a submit may have run.
+/// [`Stage::After`]; server failures (5xx), 408 and a 429 without that evidence depend on the
+/// stage: a submit may have run.
 pub fn http_status_at(
     status: u16,
     stage: Stage,
@@ -266,7 +288,7 @@ pub fn http_status_at(
         stage.settle(Retry::Safe { after: retry_after })
     } else {
         match status {
-            408 | 500..=599 if !matches!(status, 501) => with_after(stage.retry(Sent::Maybe)),
+            408 | 429 | 500..=599 if !matches!(status, 501) => with_after(stage.retry(Sent::Maybe)),
             _ => Retry::Never,
         }
     };
@@ -354,6 +376,20 @@ pub fn within_cap(after: Duration, cap: Duration) -> Option<Duration> {
     (after <= cap).then_some(after)
 }
 
+/// How long an adapter waits before it repeats a call **on its own** (inside one call: a create
+/// the provider asked to repeat later, a transient failure of an idempotent request): the
+/// server's `requested` delay when it gave one within [`MAX_RETRY_AFTER`], else `fallback`;
+/// `None` when the server asked for longer than the cap: the call must fail at once, its error
+/// carrying the delay (`Retry::Safe { after }`) for the caller to decide. Never a clamp: a
+/// server that says "in a day" is not asked again in 30 s (issue 38: Modal waited a
+/// `retry_after_secs` of 86,400 s in full, Cloudflare slept 3 × 30 s before failing).
+pub fn own_retry_wait(requested: Option<Duration>, fallback: Duration) -> Option<Duration> {
+    match requested {
+        Some(d) => within_cap(d, MAX_RETRY_AFTER),
+        None => Some(fallback),
+    }
+}
+
 /// Parses a `Retry-After` value: delay-seconds (`120`) or an HTTP-date (RFC 9110 §10.2.3),
 /// relative to `now`. A date in the past is zero; anything else is `None`. Also takes fractional
 /// seconds (`1.5`), which some providers send.
@@ -374,6 +410,16 @@ mod tests {
     use std::time::UNIX_EPOCH;
 
     use super::*;
+
+    #[test]
+    fn an_adapter_waits_only_within_the_cap() {
+        let s = Duration::from_secs;
+        assert_eq!(own_retry_wait(None, s(1)), Some(s(1)));
+        assert_eq!(own_retry_wait(Some(s(3)), s(1)), Some(s(3)));
+        assert_eq!(own_retry_wait(Some(s(30)), s(1)), Some(s(30)));
+        assert_eq!(own_retry_wait(Some(s(40)), s(1)), None);
+        assert_eq!(own_retry_wait(Some(s(86_400)), s(1)), None);
+    }
 
     #[test]
     fn retry_classes() {
@@ -411,10 +457,26 @@ mod tests {
     fn http_statuses() {
         use Effect::*;
         let after = Some(Duration::from_secs(2));
+        // A bare 429 on a submit may follow a forwarded command (issue 38); on a read it is
+        // safe to repeat.
         assert_eq!(
             http_status(429, NonIdempotent, after),
+            (ErrorKind::RateLimited, Retry::Unsafe)
+        );
+        assert_eq!(
+            http_status(429, Idempotent, after),
             (ErrorKind::RateLimited, Retry::Safe { after })
         );
+        assert_eq!(
+            signed(429, NonIdempotent, after, true),
+            (ErrorKind::RateLimited, Retry::Safe { after })
+        );
+        assert_eq!(
+            signed(503, Stage::Submit, after, true).1,
+            Retry::Safe { after }
+        );
+        assert_eq!(signed(503, Stage::Submit, after, false).1, Retry::Unsafe);
+        assert_eq!(signed(429, Stage::After, after, true).1, Retry::Unsafe);
         assert_eq!(
             http_status(503, NonIdempotent, after),
             (ErrorKind::Unavailable, Retry::Unsafe)
@@ -454,7 +516,7 @@ mod tests {
         );
         assert_eq!(
             http_status_at(429, Stage::Submit, after, &Edge::NONE),
-            (ErrorKind::RateLimited, Retry::Never)
+            (ErrorKind::RateLimited, Retry::Unsafe)
         );
         assert_eq!(
             http_status_at(503, Stage::After, after, &edge).1,

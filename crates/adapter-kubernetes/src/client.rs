@@ -37,7 +37,8 @@ pub(crate) const MAX_ERROR_BODY: usize = 64 << 10;
 /// What the API server answers before a request reaches its handler: the max-in-flight and
 /// priority-and-fairness filters reject with 429 before the handler runs
 /// (`k8s.io/apiserver/pkg/server/filters/maxinflight.go`, `priority-and-fairness.go`), so a
-/// create that got 429 made nothing.
+/// create that got *their* 429 made nothing. Only for an answer recognised as theirs
+/// ([`crate::error::signed_429`]): a bare 429 may come from a proxy that forwarded (issue 38).
 pub(crate) const EDGE: Edge = Edge {
     before_forwarding: &[429],
     evidence: "the API server's max-in-flight and APF filters answer 429 before the handler (apiserver/pkg/server/filters)",

@@ -5,10 +5,10 @@
 //! |---|---|---|
 //! | no cluster configuration, a kubeconfig that does not parse, an unreadable CA | `InvalidConfig` | `Never` |
 //! | an exec credential plugin or token file that fails | `Unauthenticated` | `Never` |
-//! | HTTP answers with a `Status` body | the kit's `http_status_at` (404 `NotFound`, 409 `Conflict`, 401, 403, 422, …), the `Status` reason as the error's code | 429 `Safe` at any stage before the command (the API server's max-in-flight and APF filters answer it before the handler); 5xx `Safe` for reads and deletes, `Unsafe` for a create |
+//! | HTTP answers with a `Status` body | the kit's `http_status_at` (404 `NotFound`, 409 `Conflict`, 401, 403, 422, …), the `Status` reason as the error's code | the API server's own 429 (the filters' text, or a `Status` with reason `TooManyRequests`) `Safe` at any stage before the command; a bare 429 as a 5xx; 5xx `Safe` for reads and deletes, `Unsafe` for a create |
 //! | connection refused (nothing sent) | `Unavailable` | `Safe` |
 //! | a reset, a cut or malformed answer | `Unavailable` / `Protocol` | `Safe` for reads, `Unsafe` for a create |
-//! | exec refused before the upgrade (any answer but 101) | as the `Status` says (a pod that is gone `NotFound`; a container to name `InvalidConfig`; an unscheduled pod `Unavailable`) | 429 `Safe`; 5xx `Unsafe` (the API server runs nothing before it upgrades, but a proxy in front of it may have forwarded the upgrade) |
+//! | exec refused before the upgrade (any answer but 101) | as the `Status` says (a pod that is gone `NotFound`; a container to name `InvalidConfig`; an unscheduled pod `Unavailable`) | 429 and 5xx `Unsafe` (the API server runs nothing before it upgrades and its filters never throttle an exec, a long-running request; a proxy in front of it may have forwarded the upgrade) |
 //! | an exec socket silent past the idle timeout, heartbeat pongs included | `Timeout(Request)` | `Unsafe` |
 //! | exec status `Success` / `NonZeroExitCode` | an `Ok` [`Output`](execseam_core::Output) with the exit code, never an error | — |
 //! | exec status `InternalError` for a missing executable | `NotFound` | `Never` |
@@ -16,7 +16,7 @@
 //! | an exec socket that ends without a status, a status that does not parse | `Unavailable` / `Protocol` | `Unsafe` |
 //! | the claim's terminal conditions (`WarmPoolNotFound`, `TemplateNotFound`, …) | see [`claim_failure`] | `Never` |
 
-use execseam_adapter_kit::retry::{self, NoAnswer, Stage};
+use execseam_adapter_kit::retry::{self, Edge, NoAnswer, Stage};
 use execseam_adapter_kit::text;
 use execseam_core::{Error, ErrorKind, Retry, WireStatus};
 use std::time::SystemTime;
@@ -80,8 +80,13 @@ pub(crate) fn status_error(answer: &Answer, op: &'static str, stage: Stage) -> E
         .get(http::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| retry::parse_retry_after(v, SystemTime::now()));
-    let (kind, retry) = retry::http_status_at(answer.status, stage, retry_after, &EDGE);
     let status: Option<Status> = serde_json::from_slice(&answer.body).ok();
+    let edge = if signed_429(answer, status.as_ref()) {
+        &EDGE
+    } else {
+        &Edge::NONE
+    };
+    let (kind, retry) = retry::http_status_at(answer.status, stage, retry_after, edge);
     let message = match &status {
         Some(s) => s.describe(),
         None if answer.body.is_empty() => format!("HTTP {}", answer.status),
@@ -99,6 +104,16 @@ pub(crate) fn status_error(answer: &Answer, op: &'static str, stage: Stage) -> E
     e
 }
 
+/// Whether a 429 is the API server's own refusal before its handler: the max-in-flight and APF
+/// filters' `http.Error(w, "Too many requests, please try again later.", 429)` (text), or a
+/// `Status` with reason `TooManyRequests` (`apierrors.NewTooManyRequests`: admission, the
+/// storage's rate limits). Anything else (a proxy's page, an empty body) proves nothing.
+pub(crate) fn signed_429(answer: &Answer, status: Option<&Status>) -> bool {
+    answer.status == 429
+        && (answer.body.trim_ascii() == b"Too many requests, please try again later."
+            || status.and_then(|s| s.reason.as_deref()) == Some("TooManyRequests"))
+}
+
 /// The error an exec's refused upgrade stands for (the apiserver's `streamLocation` and
 /// `validateContainer` in `pkg/registry/core/pod/strategy.go`; authn/authz before them). The API
 /// server itself runs nothing before it upgrades, but a proxy in front of it may forward the
@@ -111,7 +126,21 @@ pub(crate) fn exec_refused(answer: &Answer, pod: &str) -> Error {
         .as_ref()
         .and_then(|s| s.message.clone())
         .unwrap_or_default();
-    let e = status_error(answer, op, Stage::Submit);
+    // The filters exempt long-running requests, exec among them (`maxinflight.go`,
+    // `priority-and-fairness.go`: "Skip tracking long running" requests): no 429 on an exec
+    // upgrade is the API server's, so none proves that nothing ran.
+    let e = if answer.status == 429 {
+        let (kind, retry) = retry::http_status_at(429, Stage::Submit, None, &Edge::NONE);
+        adapter(
+            kind,
+            retry,
+            op,
+            status_error(answer, op, Stage::Submit).message(),
+        )
+        .with_status(WireStatus::Http(429))
+    } else {
+        status_error(answer, op, Stage::Submit)
+    };
     match answer.status {
         404 => adapter(
             ErrorKind::NotFound,
@@ -197,9 +226,22 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::NotFound);
         assert_eq!(e.code(), Some("NotFound"));
         assert!(e.message().contains("\"x\" not found"), "{e}");
-        // A 429 is answered before the handler: even a create may be repeated.
-        let e = status_error(&answer(429, ""), "create", Stage::Submit);
-        assert!(e.retry().is_safe(), "{e:?}");
+        // The filters' 429 is answered before the handler: even a create may be repeated. A
+        // bare 429 (a proxy's, the chaos proxy's JSON) may follow a forwarded create.
+        for body in [
+            "Too many requests, please try again later.\n",
+            r#"{"kind":"Status","status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","code":429}"#,
+        ] {
+            let e = status_error(&answer(429, body), "create", Stage::Submit);
+            assert!(e.retry().is_safe(), "{e:?}");
+        }
+        for body in ["", r#"{"message":"chaos: injected 429","code":429}"#] {
+            let e = status_error(&answer(429, body), "create", Stage::Submit);
+            assert_eq!(e.retry(), Retry::Unsafe, "{body}");
+            assert_eq!(e.kind(), ErrorKind::RateLimited);
+            let e = status_error(&answer(429, body), "get", Stage::Before);
+            assert!(e.retry().is_safe(), "{e:?}");
+        }
         // A 504 on a create may have created it.
         let e = status_error(&answer(504, "upstream"), "create", Stage::Submit);
         assert_eq!(e.retry(), Retry::Unsafe);
@@ -231,8 +273,10 @@ mod tests {
         // A proxy may have forwarded the upgrade: only the API server's 429 proves nothing ran.
         let e = exec_refused(&answer(503, ""), "p");
         assert_eq!(e.retry(), Retry::Unsafe, "{e:?}");
+        // The API server never throttles an exec (long-running): any 429 may follow a forward.
         let e = exec_refused(&answer(429, ""), "p");
-        assert!(e.retry().is_safe(), "{e:?}");
+        assert_eq!(e.retry(), Retry::Unsafe, "{e:?}");
+        assert_eq!(e.kind(), ErrorKind::RateLimited);
         assert!(claim_failure("DependenciesNotReady", "x").is_none());
         assert_eq!(
             claim_failure("WarmPoolNotFound", "SandboxWarmPool \"p\" not found")

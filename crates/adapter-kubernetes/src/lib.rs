@@ -168,6 +168,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
+    processes: None,
 };
 
 pub(crate) fn capabilities_of(config: &KubernetesConfig) -> Capabilities {

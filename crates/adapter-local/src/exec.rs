@@ -116,7 +116,10 @@ impl LocalExec {
 
     /// The capabilities this adapter reports.
     pub fn capabilities_of(config: &LocalConfig) -> Capabilities {
-        config.process.capabilities()
+        Capabilities {
+            processes: crate::CAPABILITIES.processes,
+            ..config.process.capabilities()
+        }
     }
 
     /// Checks `command`'s size (before anything else, as an `execve` would refuse it) and puts
@@ -155,6 +158,32 @@ impl Exec for LocalExec {
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
         Some(self)
+    }
+
+    /// The adapter kit's spool, on this host: a sandbox's spools are in its directory
+    /// (`<sandbox>/processes`), the host's in `<temp dir>/execseam-processes-<uid>`; with a
+    /// launcher, where the launched commands see `/tmp`. A started command outlives the
+    /// `execseam` process that started it (its supervisor is in a session of its own).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        let root = match (
+            &self.sandbox,
+            self.config.process.launcher_argv().is_empty(),
+        ) {
+            (Some(s), true) => s.dir.join("processes").to_string_lossy().into_owned(),
+            (None, true) => {
+                // This process's uid: the owner of its own /proc entry.
+                let uid =
+                    std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").ok()?);
+                std::env::temp_dir()
+                    .join(format!("execseam-processes-{uid}"))
+                    .to_string_lossy()
+                    .into_owned()
+            }
+            (_, false) => execseam_adapter_kit::spool::DEFAULT_ROOT.to_owned(),
+        };
+        Some(Box::new(
+            execseam_adapter_kit::spool::Spool::new(self, Sandbox::id(self)).root(root),
+        ))
     }
 }
 

@@ -45,7 +45,10 @@ pub use execseam_spawn::{LAUNCHER_MARK, SpawnError, Spawner, restore_default_sig
 pub use provider::LocalProvider;
 
 /// What this adapter does without a launcher (with one, the workdir is shell-wrapped).
-pub const CAPABILITIES: Capabilities = execseam_spawn::CAPABILITIES;
+pub const CAPABILITIES: Capabilities = Capabilities {
+    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    ..execseam_spawn::CAPABILITIES
+};
 
 /// Local sandboxes are directories (see [`LocalProvider`]): every operation, with env and labels.
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {

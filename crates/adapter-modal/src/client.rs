@@ -335,7 +335,13 @@ impl Control {
             match timed(self.config.request_timeout, call(self.client.clone(), req)).await {
                 Ok(r) => return Ok(r),
                 Err(s) if attempt + 1 < ATTEMPTS && crate::error::transient(&s) => {
-                    let wait = crate::error::requested_delay(&s).unwrap_or(delay);
+                    // Beyond the cap: fail now, the delay in the error (never waited in full).
+                    let Some(wait) = execseam_adapter_kit::retry::own_retry_wait(
+                        crate::error::requested_delay(&s),
+                        delay,
+                    ) else {
+                        return Err(s);
+                    };
                     tracing::debug!(provider = "modal", code = ?s.code(), attempt, "create call failed; retrying with the same idempotency key");
                     tokio::time::sleep(wait).await;
                     delay = (delay * 2).min(Duration::from_secs(1));

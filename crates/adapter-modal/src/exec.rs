@@ -241,8 +241,12 @@ impl ModalExec {
                 Ok(()) => break,
                 Err(s) if attempt < config.exec_start_retries && error::transient(&s) => {
                     attempt += 1;
-                    let wait = error::requested_delay(&s)
-                        .unwrap_or(Duration::from_millis(50 << attempt.min(5)));
+                    let Some(wait) = execseam_adapter_kit::retry::own_retry_wait(
+                        error::requested_delay(&s),
+                        Duration::from_millis(50 << attempt.min(5)),
+                    ) else {
+                        return Err(from_status(s, "exec", Stage::Submit));
+                    };
                     tracing::debug!(provider = PROVIDER, code = ?s.code(), attempt, "TaskExecStart failed; retrying with the same exec_id");
                     tokio::time::sleep(wait).await;
                 }

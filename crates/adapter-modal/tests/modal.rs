@@ -378,3 +378,42 @@ async fn no_secret_reaches_debug() {
     let o = exec.exec(cmd).await.unwrap();
     assert_eq!(o.stdout.as_ref(), b"s3cr3t-value");
 }
+
+/// Issue 38: Modal's `RPCRetryPolicy.retry_after_secs` over the kit's cap (30 s) is not waited
+/// (86,400 s hung, 40 s was waited in full): the create fails at once, `RateLimited` with the
+/// delay for the caller; within the cap it is waited and the create goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_after_over_the_cap_fails_at_once_with_the_delay() {
+    let emu = emulator().await;
+    for (route, secs) in [
+        ("create", 86_400),
+        ("create", 40),
+        ("app", 86_400),
+        ("image", 40),
+    ] {
+        emu.faults()
+            .add(format!("{route}=429:{secs}").parse::<FaultRule>().unwrap());
+        let start = Instant::now();
+        let e = provider(&emu).create(SandboxSpec::new()).await.unwrap_err();
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{route} 429:{secs} took {:?}",
+            start.elapsed()
+        );
+        assert_eq!(e.kind(), ErrorKind::RateLimited, "{e}");
+        assert_eq!(
+            e.retry(),
+            execseam_core::Retry::Safe {
+                after: Some(Duration::from_secs(secs))
+            },
+            "{route}: {e}"
+        );
+        emu.faults().clear();
+    }
+    emu.faults()
+        .add("create=429:1".parse::<FaultRule>().unwrap());
+    let start = Instant::now();
+    let exec = provider(&emu).create(SandboxSpec::new()).await.unwrap();
+    assert!(start.elapsed() >= Duration::from_secs(1));
+    assert_eq!(stdout(&exec, "echo ok").await, "ok\n");
+}

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use execseam_adapter_kit::retry::{Call, Sent, Stage};
+use execseam_adapter_kit::retry::{self, Call, Sent, Stage};
 use execseam_adapter_kit::{http, ws};
 
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
@@ -68,12 +68,23 @@ pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], call: C
                     .and_then(|b| b.retry_after_seconds)
                     .map(Duration::from_secs)
             });
-            (ErrorKind::RateLimited, Retry::Safe { after })
+            // Safe only as Sprites' own refusal: an `APIError` whose code names a limit
+            // (sprites-go `errors.go`: `sprite_creation_rate_limited`,
+            // `concurrent_sprite_limit_exceeded`). A bare 429 may follow a forwarded exec
+            // (issue 38).
+            let own = code
+                .as_deref()
+                .is_some_and(|c| c.ends_with("_rate_limited") || c.ends_with("_limit_exceeded"));
+            retry::signed(429, call.stage, after, own)
         }
         // Observed: an unknown sprite is a 500 with this text, before anything runs.
         500 if text.contains(UNKNOWN_SPRITE_TEXT) => (ErrorKind::NotFound, Retry::Never),
         502..=504 => (ErrorKind::Unavailable, call.stage.retry(Sent::Maybe)),
         500..=599 => (ErrorKind::Internal, call.stage.retry(Sent::Maybe)),
+        // A 1xx, 2xx or 3xx where the upgrade (or an answer of another status) was due: not
+        // the command's fault, and a proxy may have forwarded it (issue 38: a 204 was typed
+        // InvalidCommand, and the CLI exited 2).
+        100..=399 => (ErrorKind::Protocol, call.stage.retry(Sent::Maybe)),
         _ => (ErrorKind::InvalidCommand, Retry::Never),
     };
     let mut e = call
@@ -166,6 +177,17 @@ mod tests {
                 Retry::Never,
             ),
             (503, "", ErrorKind::Unavailable, Retry::Unsafe),
+            // A bare 429 on the exec, or another code: it may have run (issue 38).
+            (429, "", ErrorKind::RateLimited, Retry::Unsafe),
+            (
+                429,
+                r#"{"error":"internal","message":"slow down"}"#,
+                ErrorKind::RateLimited,
+                Retry::Unsafe,
+            ),
+            // Where the upgrade was due (a proxy may have forwarded it).
+            (204, "", ErrorKind::Protocol, Retry::Unsafe),
+            (200, "{}", ErrorKind::Protocol, Retry::Unsafe),
             (
                 429,
                 r#"{"error":"sprite_creation_rate_limited","message":"slow down"}"#,
@@ -189,10 +211,13 @@ mod tests {
     fn retry_after_comes_from_the_header_or_the_body() {
         let mut h = HeaderMap::new();
         h.insert("retry-after", "3".parse().unwrap());
-        let e = from_status(429, &h, b"{}", EXEC);
+        let e = from_status(429, &h, b"{}", EXEC.at(Stage::Before));
         assert_eq!(e.retry().after(), Some(Duration::from_secs(3)));
-        let e = map(429, r#"{"error":"rate_limited","retry_after_seconds":9}"#);
+        let e = map(
+            429,
+            r#"{"error":"concurrent_sprite_limit_exceeded","retry_after_seconds":9}"#,
+        );
         assert_eq!(e.retry().after(), Some(Duration::from_secs(9)));
-        assert_eq!(e.code(), Some("rate_limited"));
+        assert_eq!(e.code(), Some("concurrent_sprite_limit_exceeded"));
     }
 }

@@ -498,9 +498,13 @@ impl Exec for SpritesExec {
         Box::pin(tracing::Instrument::instrument(fut, span))
     }
 
-    fn reattach(&self) -> Option<&dyn execseam_core::Reattach> {
-        // Over WebSockets only: detaching needs `max_run_after_disconnect` and attach.
-        (self.config().transport == Transport::WebSocket).then_some(self as _)
+    /// The adapter kit's spool, in the sprite's `/tmp` (the attach replay of a session is a
+    /// bounded scrollback without offsets, so the output and exit live in files).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
+            self,
+            Sandbox::id(self),
+        )))
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {

@@ -13,7 +13,7 @@
 //! | streaming | yes | no |
 //! | remote_kill | yes: dropping the exec or the stream calls `POST /exec/{session}/kill?signal=KILL` | no |
 //! | binary_output | yes: binary frames | no: frames have no length, so bytes are attributed per HTTP chunk |
-//! | reattach | yes: [`Reattach`](execseam_core::Reattach), output and exit spooled in the sprite (the attach replay is a bounded scrollback); see `reattach.rs` | no |
+//! | process handles | yes: [`Processes`](execseam_core::Processes) from the adapter kit's spool, output and exit in files in the sprite (the attach replay is a bounded scrollback without offsets) | yes |
 //!
 //! # Quirks
 //!
@@ -43,7 +43,6 @@ mod config;
 mod error;
 mod exec;
 mod provider;
-mod reattach;
 mod wire;
 
 pub use config::{BaseEnv, DEFAULT_BASE_URL, SpritesConfig, Transport, WsBuffers};
@@ -73,6 +72,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
+    processes: Some(execseam_adapter_kit::spool::SPOOLED),
 };
 
 /// The capabilities over the HTTP POST fallback.

@@ -20,13 +20,22 @@
 //! PATH   := * | /glob      ('*' in a glob matches any run of characters, '/' included;
 //!                           the query string is not part of the path)
 //! NTH    := N (the Nth matching request only) | N+ (the Nth and later) | N-M | *   (default *)
-//! ACTION := status:CODE[:SECS]  answer CODE (with Retry-After: SECS) without forwarding
-//!         | status-after:CODE   forward (the service runs it), answer CODE instead of its answer
+//! ACTION := HEAD ['+' BODY] | BODY | OTHER
+//! HEAD   := status:CODE[:SECS]  answer CODE (with Retry-After: SECS) without forwarding; the
+//!                               body {"message":"chaos: injected CODE","code":CODE}
+//!         | status-after:CODE[:SECS]
+//!                               forward (the service runs it), answer CODE (and Retry-After)
+//!                               with that body instead of its answer
+//!         | head:CODE:TYPE      forward; answer CODE with Content-Type TYPE, the upstream's
+//!                               other headers and its body (a 200 of the wrong type)
+//! OTHER  := hold:MS             forward; buffer the whole answer (at most 128 MiB), send it MS
+//!                               later; hold:0 never sends it (an answer in flight when the
+//!                               client is interrupted: the service did the work)
 //!         | reset               close the connection (HTTP/2: reset the stream), not forwarded
 //!         | reset-after         forward, then close/reset instead of answering
 //!         | delay:MS            wait, then forward normally
 //!         | hang                never answer, never forward
-//!         | stall               forward; the upstream's status and headers, then no body byte
+//! BODY   := stall               forward; the upstream's status and headers, then no body byte
 //!         | trickle:MS[:BYTES]  forward; the body BYTES (default 1) at a time, every MS
 //!         | endless             forward; the upstream's headers, then endless 'x' (no newline)
 //!         | truncate:BYTES      forward; the first BYTES of the body, then a cut
@@ -39,9 +48,15 @@
 //!                               (`body:{}`: well-formed, and empty)
 //! ```
 //!
+//! `HEAD+BODY` applies the body action to the head action's body: the injected JSON for
+//! `status` and `status-after` (`status:503+stall`: an error whose body never comes;
+//! `status-after:503+trickle:5000`), the upstream's body for `head`
+//! (`head:200:text/plain+stall`: a success of the wrong type, then silence).
+//!
 //! Examples: `POST /process.Process/Start#1=status:429:86400`, `*#2=reset`, `GET
-//! /toolbox/*/logs=stall`, `*=rechunk:1`. An unknown action, method or malformed count is an
-//! error when the rules are parsed, before the proxy starts.
+//! /toolbox/*/logs=stall`, `*=rechunk:1`, `POST /v2/sandboxes#1=hold:0`,
+//! `*#1=status-after:429:86400`. An unknown action, method or malformed count is an error when
+//! the rules are parsed, before the proxy starts.
 //!
 //! On a WebSocket (an HTTP/1.1 upgrade answered 101) the body actions apply to the bytes the
 //! server sends after the upgrade: `drop-last` drops the last data frame before the server's
@@ -68,8 +83,8 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Request, Response, StatusCode, Version, header};
 use http_body::{Body, Frame};
-use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
@@ -369,14 +384,25 @@ async fn handle(
     h2: UpstreamH2,
     mut req: Request<Incoming>,
 ) -> Result<Response<ChaosBody>, Cut> {
-    let action = state.fire(req.method().as_str(), req.uri().path());
-    match action {
+    let fired = state.fire(req.method().as_str(), req.uri().path());
+    let (head, body_action) = match &fired {
+        Some(a) => {
+            let (h, b) = a.split();
+            (Some(h.clone()), b.cloned())
+        }
+        None => (None, None),
+    };
+    match &head {
         Some(Action::Status { code, retry_after }) => {
-            return Ok(status_response(code, retry_after));
+            return Ok(tamper(
+                &state,
+                status_response(*code, *retry_after),
+                body_action,
+            ));
         }
         Some(Action::Reset) => return Err(Cut),
         Some(Action::Hang) => std::future::pending::<()>().await,
-        Some(Action::Delay(d)) => tokio::time::sleep(d).await,
+        Some(Action::Delay(d)) => tokio::time::sleep(*d).await,
         _ => {}
     }
     // The address the client reached, for upstreams that hand out URLs of their own (Modal's
@@ -405,22 +431,56 @@ async fn handle(
             return Ok(r);
         }
     };
-    match &action {
-        Some(Action::StatusAfter { code }) => {
-            let code = *code;
+    match &head {
+        Some(Action::StatusAfter { code, retry_after }) => {
             // Let the upstream finish its answer (the work is done), then lie about it.
             let body = resp.into_body();
             state.spawn(async move {
                 let _ = body.collect().await;
             });
-            return Ok(status_response(code, None));
+            return Ok(tamper(
+                &state,
+                status_response(*code, *retry_after),
+                body_action,
+            ));
         }
         Some(Action::ResetAfter) => return Err(Cut),
+        Some(Action::Hold(after)) if resp.status() != StatusCode::SWITCHING_PROTOCOLS => {
+            // The whole answer, held (bounded like the emulators' request bodies).
+            let (parts, body) = resp.into_parts();
+            let body = match Limited::new(body, MAX_HELD).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => {
+                    tracing::debug!(error = %e, "chaos: the held answer failed");
+                    return Err(Cut);
+                }
+            };
+            match after {
+                Some(d) => tokio::time::sleep(*d).await,
+                None => std::future::pending::<()>().await,
+            }
+            return Ok(Response::from_parts(parts, full(body)));
+        }
+        Some(Action::Head { code, content_type }) => {
+            *resp.status_mut() = StatusCode::from_u16(*code).unwrap_or(StatusCode::OK);
+            match HeaderValue::from_str(content_type) {
+                Ok(v) => {
+                    resp.headers_mut().insert(header::CONTENT_TYPE, v);
+                }
+                Err(_) => return Err(Cut),
+            }
+        }
         _ => {}
     }
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         let upstream_upgrade = hyper::upgrade::on(&mut resp);
         let (parts, _) = resp.into_parts();
+        // Only body actions reach the bytes after the upgrade.
+        let action = match (&head, &body_action) {
+            (_, Some(b)) => Some(b.clone()),
+            (Some(h), None) if h.is_body() => Some(h.clone()),
+            _ => None,
+        };
         if let Some(client_upgrade) = client_upgrade {
             let pump_state = state.clone();
             state.spawn(async move {
@@ -441,13 +501,24 @@ async fn handle(
         }
         return Ok(Response::from_parts(parts, full(Bytes::new())));
     }
-    let (mut parts, body) = resp.into_parts();
-    let Some(action) = action.filter(|a| !matches!(a, Action::Delay(_))) else {
-        return Ok(Response::from_parts(
-            parts,
-            body.map_err(BoxError::from).boxed_unsync(),
-        ));
+    let body_action = match head {
+        Some(Action::Head { .. }) => body_action,
+        Some(a) if a.is_body() => Some(a),
+        _ => None,
     };
+    let resp = resp.map(|b| b.map_err(BoxError::from).boxed_unsync());
+    Ok(tamper(&state, resp, body_action))
+}
+
+/// The most of an answer `hold` buffers.
+const MAX_HELD: usize = 128 << 20;
+
+/// `resp` with its body passed through `action` (unchanged without one).
+fn tamper(state: &State, resp: Response<ChaosBody>, action: Option<Action>) -> Response<ChaosBody> {
+    let Some(action) = action else {
+        return resp;
+    };
+    let (mut parts, body) = resp.into_parts();
     if matches!(
         action,
         Action::Endless | Action::DropLast | Action::Garbage(_) | Action::Body(_)
@@ -458,7 +529,7 @@ async fn handle(
     let (tx, rx) = mpsc::channel(2);
     state.tampered.fetch_add(1, Ordering::SeqCst);
     state.spawn(pump_body(action, body, tx));
-    Ok(Response::from_parts(parts, ChannelBody(rx).boxed_unsync()))
+    Response::from_parts(parts, ChannelBody(rx).boxed_unsync())
 }
 
 /// The header that tells the upstream which address the client reached (set when absent).
@@ -556,7 +627,7 @@ pub(crate) const ENDLESS_PIECE: usize = 64 << 10;
 
 async fn pump_body(
     action: Action,
-    mut body: Incoming,
+    mut body: ChaosBody,
     tx: mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
 ) {
     let data = |b: Bytes| Ok(Frame::data(b));
@@ -688,6 +759,9 @@ async fn pump_body(
         // Handled before the body.
         Action::Status { .. }
         | Action::StatusAfter { .. }
+        | Action::Head { .. }
+        | Action::Hold(_)
+        | Action::Then { .. }
         | Action::Reset
         | Action::ResetAfter
         | Action::Delay(_)
@@ -698,7 +772,7 @@ async fn pump_body(
 /// The upstream body's next frame; `None` at its end. An upstream error is passed on (and
 /// ends the body).
 async fn next_frame(
-    body: &mut Incoming,
+    body: &mut ChaosBody,
     tx: &mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
 ) -> Option<Frame<Bytes>> {
     loop {
@@ -707,7 +781,7 @@ async fn next_frame(
             Ok(f) if f.data_ref().is_some_and(|d| d.is_empty()) => continue,
             Ok(f) => return Some(f),
             Err(e) => {
-                let _ = tx.send(Err(Box::new(e))).await;
+                let _ = tx.send(Err(e)).await;
                 return None;
             }
         }

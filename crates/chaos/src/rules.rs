@@ -41,10 +41,34 @@ pub enum Action {
         retry_after: Option<u64>,
     },
     /// Forward the request, then answer with this status instead of the upstream's answer
-    /// (the service ran it; the answer was lost behind a failing gateway).
+    /// (the service ran it; the answer was lost behind a failing gateway), with
+    /// `Retry-After: <secs>` when given (so an adapter's cap is tested on a lie too).
     StatusAfter {
         /// The HTTP status.
         code: u16,
+        /// The `Retry-After` seconds to send, if any.
+        retry_after: Option<u64>,
+    },
+    /// Forward the request, then answer with this status and `Content-Type` (the upstream's
+    /// other headers kept) and the upstream's body: a 200 of the wrong type.
+    Head {
+        /// The HTTP status.
+        code: u16,
+        /// The `Content-Type` to send.
+        content_type: String,
+    },
+    /// Forward the request, buffer the upstream's whole answer, and send it this much later;
+    /// `None` (`hold:0`): never, while the client waits (an answer in flight when the client is
+    /// interrupted: the service did the work).
+    Hold(Option<Duration>),
+    /// A head action (`status`, `status-after`, `head`) whose body (its own, or the
+    /// upstream's for `head`) goes through a body action (`stall`, `trickle`, `endless`,
+    /// `truncate`, `rechunk`, `drop-last`, `garbage`, `body`): written `HEAD+BODY`.
+    Then {
+        /// The head action.
+        head: Box<Action>,
+        /// The body action.
+        body: Box<Action>,
     },
     /// Close the connection (HTTP/2: reset the stream) without forwarding or answering.
     Reset,
@@ -93,7 +117,18 @@ impl fmt::Display for Action {
                 code,
                 retry_after: Some(s),
             } => write!(f, "status:{code}:{s}"),
-            Action::StatusAfter { code } => write!(f, "status-after:{code}"),
+            Action::StatusAfter {
+                code,
+                retry_after: None,
+            } => write!(f, "status-after:{code}"),
+            Action::StatusAfter {
+                code,
+                retry_after: Some(s),
+            } => write!(f, "status-after:{code}:{s}"),
+            Action::Head { code, content_type } => write!(f, "head:{code}:{content_type}"),
+            Action::Hold(None) => f.write_str("hold:0"),
+            Action::Hold(Some(d)) => write!(f, "hold:{}", d.as_millis()),
+            Action::Then { head, body } => write!(f, "{head}+{body}"),
             Action::Reset => f.write_str("reset"),
             Action::ResetAfter => f.write_str("reset-after"),
             Action::Delay(d) => write!(f, "delay:{}", d.as_millis()),
@@ -111,118 +146,196 @@ impl fmt::Display for Action {
 }
 
 /// Every action name, for error messages.
-pub const ACTIONS: &str = "status:CODE[:RETRY_AFTER_SECS], status-after:CODE, reset, reset-after, \
-     delay:MS, hang, stall, trickle:MS[:BYTES], endless, truncate:BYTES, rechunk:BYTES, drop-last, \
-     garbage[:BYTES], body:TEXT";
+pub const ACTIONS: &str = "status:CODE[:RETRY_AFTER_SECS], status-after:CODE[:RETRY_AFTER_SECS], \
+     head:CODE:CONTENT_TYPE, hold:MS, reset, reset-after, delay:MS, hang, stall, trickle:MS[:BYTES], \
+     endless, truncate:BYTES, rechunk:BYTES, drop-last, garbage[:BYTES], body:TEXT, and \
+     HEAD+BODY (status, status-after or head, then one of the body actions)";
+
+impl Action {
+    /// True for an action that can stand before a `+` (it makes the answer's head).
+    pub fn is_head(&self) -> bool {
+        matches!(
+            self,
+            Action::Status { .. } | Action::StatusAfter { .. } | Action::Head { .. }
+        )
+    }
+
+    /// True for an action that can stand after a `+` (it changes a body).
+    pub fn is_body(&self) -> bool {
+        matches!(
+            self,
+            Action::Stall
+                | Action::Trickle { .. }
+                | Action::Endless
+                | Action::Truncate(_)
+                | Action::Rechunk(_)
+                | Action::DropLast
+                | Action::Garbage(_)
+                | Action::Body(_)
+        )
+    }
+
+    /// The head and body parts (`status:503+stall` is `status:503` and `stall`).
+    pub fn split(&self) -> (&Action, Option<&Action>) {
+        match self {
+            Action::Then { head, body } => (head, Some(body)),
+            other => (other, None),
+        }
+    }
+}
 
 impl FromStr for Action {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Action, String> {
-        if let Some(text) = s.strip_prefix("body:") {
-            return Ok(Action::Body(text.to_owned()));
+        // `HEAD+BODY`: at the first '+' where both sides parse (a content type may hold a '+',
+        // `application/problem+json`, and so may `body:TEXT`).
+        if !s.starts_with("body:") {
+            for (i, _) in s.match_indices('+') {
+                let (h, b) = (&s[..i], &s[i + 1..]);
+                if let (Ok(head), Ok(body)) = (simple(h), simple(b))
+                    && head.is_head()
+                    && body.is_body()
+                {
+                    return Ok(Action::Then {
+                        head: Box::new(head),
+                        body: Box::new(body),
+                    });
+                }
+            }
         }
-        let mut parts = s.split(':');
-        let name = parts.next().unwrap_or_default();
-        let args: Vec<&str> = parts.collect();
-        let bad = |why: &str| format!("bad chaos action {s:?}: {why}");
-        let num = |i: usize| -> Result<Option<u64>, String> {
-            args.get(i)
-                .map(|a| {
-                    a.trim_end_matches("ms")
-                        .parse::<u64>()
-                        .map_err(|_| bad(&format!("{a:?} is not a number")))
-                })
-                .transpose()
-        };
-        let need = |i: usize, what: &str| -> Result<u64, String> {
-            num(i)?.ok_or_else(|| bad(&format!("needs {what}")))
-        };
-        let arity = |max: usize| -> Result<(), String> {
-            if args.len() > max {
-                Err(bad("too many arguments"))
-            } else {
-                Ok(())
-            }
-        };
-        let code = |i: usize| -> Result<u16, String> {
-            let c = need(i, "a status code")?;
-            if (100..=599).contains(&c) {
-                Ok(c as u16)
-            } else {
-                Err(bad("a status code is 100 to 599"))
-            }
-        };
-        let positive = |v: u64, what: &str| -> Result<u64, String> {
-            if v == 0 {
-                Err(bad(&format!("{what} must be at least 1")))
-            } else {
-                Ok(v)
-            }
-        };
-        let action = match name {
-            "status" => {
-                arity(2)?;
-                Action::Status {
-                    code: code(0)?,
-                    retry_after: num(1)?,
-                }
-            }
-            "status-after" => {
-                arity(1)?;
-                Action::StatusAfter { code: code(0)? }
-            }
-            "reset" => {
-                arity(0)?;
-                Action::Reset
-            }
-            "reset-after" => {
-                arity(0)?;
-                Action::ResetAfter
-            }
-            "delay" => {
-                arity(1)?;
-                Action::Delay(Duration::from_millis(need(0, "milliseconds")?))
-            }
-            "hang" => {
-                arity(0)?;
-                Action::Hang
-            }
-            "stall" => {
-                arity(0)?;
-                Action::Stall
-            }
-            "trickle" => {
-                arity(2)?;
-                Action::Trickle {
-                    every: Duration::from_millis(need(0, "milliseconds")?),
-                    bytes: positive(num(1)?.unwrap_or(1), "bytes")? as usize,
-                }
-            }
-            "endless" => {
-                arity(0)?;
-                Action::Endless
-            }
-            "truncate" => {
-                arity(1)?;
-                Action::Truncate(need(0, "a byte count")?)
-            }
-            "rechunk" => {
-                arity(1)?;
-                Action::Rechunk(positive(need(0, "a byte count")?, "bytes")? as usize)
-            }
-            "drop-last" => {
-                arity(0)?;
-                Action::DropLast
-            }
-            "garbage" => {
-                arity(1)?;
-                Action::Garbage(num(0)?.unwrap_or(4096) as usize)
-            }
-            _ => return Err(format!("unknown chaos action {s:?}: want one of {ACTIONS}")),
-        };
-        Ok(action)
+        simple(s)
     }
+}
+
+fn simple(s: &str) -> Result<Action, String> {
+    if let Some(text) = s.strip_prefix("body:") {
+        return Ok(Action::Body(text.to_owned()));
+    }
+    let mut parts = s.split(':');
+    let name = parts.next().unwrap_or_default();
+    let args: Vec<&str> = parts.collect();
+    let bad = |why: &str| format!("bad chaos action {s:?}: {why}");
+    let num = |i: usize| -> Result<Option<u64>, String> {
+        args.get(i)
+            .map(|a| {
+                a.trim_end_matches("ms")
+                    .parse::<u64>()
+                    .map_err(|_| bad(&format!("{a:?} is not a number")))
+            })
+            .transpose()
+    };
+    let need = |i: usize, what: &str| -> Result<u64, String> {
+        num(i)?.ok_or_else(|| bad(&format!("needs {what}")))
+    };
+    let arity = |max: usize| -> Result<(), String> {
+        if args.len() > max {
+            Err(bad("too many arguments"))
+        } else {
+            Ok(())
+        }
+    };
+    let code = |i: usize| -> Result<u16, String> {
+        let c = need(i, "a status code")?;
+        if (100..=599).contains(&c) {
+            Ok(c as u16)
+        } else {
+            Err(bad("a status code is 100 to 599"))
+        }
+    };
+    let positive = |v: u64, what: &str| -> Result<u64, String> {
+        if v == 0 {
+            Err(bad(&format!("{what} must be at least 1")))
+        } else {
+            Ok(v)
+        }
+    };
+    let action = match name {
+        "status" => {
+            arity(2)?;
+            Action::Status {
+                code: code(0)?,
+                retry_after: num(1)?,
+            }
+        }
+        "status-after" => {
+            arity(2)?;
+            Action::StatusAfter {
+                code: code(0)?,
+                retry_after: num(1)?,
+            }
+        }
+        "head" => {
+            // The content type may hold ':' (`text/plain;a=b:c`): everything after CODE.
+            let mut it = s.splitn(3, ':');
+            let (_, c, t) = (it.next(), it.next(), it.next());
+            let c: u16 = c
+                .and_then(|c| c.parse().ok())
+                .filter(|c| (100..=599).contains(c))
+                .ok_or_else(|| bad("needs a status code 100 to 599"))?;
+            let t = t
+                .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic() || b == b' '))
+                .ok_or_else(|| bad("needs a content type"))?;
+            Action::Head {
+                code: c,
+                content_type: t.to_owned(),
+            }
+        }
+        "hold" => {
+            arity(1)?;
+            let ms = need(0, "milliseconds (0: never)")?;
+            Action::Hold((ms > 0).then(|| Duration::from_millis(ms)))
+        }
+        "reset" => {
+            arity(0)?;
+            Action::Reset
+        }
+        "reset-after" => {
+            arity(0)?;
+            Action::ResetAfter
+        }
+        "delay" => {
+            arity(1)?;
+            Action::Delay(Duration::from_millis(need(0, "milliseconds")?))
+        }
+        "hang" => {
+            arity(0)?;
+            Action::Hang
+        }
+        "stall" => {
+            arity(0)?;
+            Action::Stall
+        }
+        "trickle" => {
+            arity(2)?;
+            Action::Trickle {
+                every: Duration::from_millis(need(0, "milliseconds")?),
+                bytes: positive(num(1)?.unwrap_or(1), "bytes")? as usize,
+            }
+        }
+        "endless" => {
+            arity(0)?;
+            Action::Endless
+        }
+        "truncate" => {
+            arity(1)?;
+            Action::Truncate(need(0, "a byte count")?)
+        }
+        "rechunk" => {
+            arity(1)?;
+            Action::Rechunk(positive(need(0, "a byte count")?, "bytes")? as usize)
+        }
+        "drop-last" => {
+            arity(0)?;
+            Action::DropLast
+        }
+        "garbage" => {
+            arity(1)?;
+            Action::Garbage(num(0)?.unwrap_or(4096) as usize)
+        }
+        _ => return Err(format!("unknown chaos action {s:?}: want one of {ACTIONS}")),
+    };
+    Ok(action)
 }
 
 /// One rule: `[METHOD ]PATH[#NTH]=ACTION`.
@@ -389,6 +502,15 @@ mod tests {
             "*=drop-last",
             "*=garbage:100",
             "POST /x=body:{\"a\":1}",
+            "*=status-after:429:86400",
+            "*=status:503+stall",
+            "*=status-after:503+trickle:5000:1",
+            "*=head:200:text/plain+stall",
+            "*=head:200:application/problem+json+endless",
+            "*=head:200:application/json",
+            "POST /v2/sandboxes#1=hold:0",
+            "*=hold:3000",
+            "*=status:200+body:a+b",
         ] {
             let rule: Rule = r.parse().unwrap_or_else(|e| panic!("{r}: {e}"));
             assert_eq!(rule.to_string(), r);
@@ -423,11 +545,35 @@ mod tests {
             "x/y=reset",
             "*=rechunk:0",
             "*=trickle",
+            "*=stall+status:503",
+            "*=status:503+reset",
+            "*=hold+stall",
+            "*=head:200",
+            "*=head:x:text/plain",
+            "*=hold",
         ] {
             assert!(bad.parse::<Rule>().is_err(), "{bad:?} accepted");
         }
         assert!(parse_rules("*=reset; *=nope").is_err());
         assert_eq!(parse_rules("*=reset; ;GET /a=stall").unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_head_and_a_body_compose() {
+        let a: Action = "head:200:application/problem+json+stall".parse().unwrap();
+        assert_eq!(
+            a.split(),
+            (
+                &Action::Head {
+                    code: 200,
+                    content_type: "application/problem+json".into()
+                },
+                Some(&Action::Stall)
+            )
+        );
+        let a: Action = "status:503+body:x+y".parse().unwrap();
+        assert_eq!(a.split().1, Some(&Action::Body("x+y".into())));
+        assert_eq!("hold:0".parse::<Action>().unwrap(), Action::Hold(None));
     }
 
     #[test]

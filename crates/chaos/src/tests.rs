@@ -386,6 +386,78 @@ async fn http2_streams_of_one_connection_share_one_upstream_connection() {
 }
 
 #[tokio::test]
+async fn a_status_with_a_body_action_stalls_or_trickles_its_own_body() {
+    let up = upstream().await;
+    for c in [client(), h2_client()] {
+        let p = proxy(
+            &up,
+            "*#1=status:503+stall;*#2=status-after:429:7+trickle:5:8",
+        )
+        .await;
+        let url = format!("{}/text", p.base_url());
+        let r = c.get(&url).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 503);
+        let stalled = tokio::time::timeout(Duration::from_millis(300), r.bytes()).await;
+        assert!(stalled.is_err(), "a stalled error body ended");
+        let hits = up.hits.load(Ordering::SeqCst);
+        let r = c.get(&url).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 429);
+        assert_eq!(r.headers()["retry-after"], "7");
+        let b = r.bytes().await.unwrap();
+        assert_eq!(&b[..], br#"{"message":"chaos: injected 429","code":429}"#);
+        assert_eq!(
+            up.hits.load(Ordering::SeqCst),
+            hits + 1,
+            "status-after forwards, status does not"
+        );
+        assert_eq!(p.tampered(), 2);
+    }
+}
+
+#[tokio::test]
+async fn head_forwards_and_changes_the_status_and_type() {
+    let up = upstream().await;
+    for c in [client(), h2_client()] {
+        let p = proxy(
+            &up,
+            "*#1=head:200:application/json;*#2=head:200:text/plain+stall",
+        )
+        .await;
+        let url = format!("{}/text", p.base_url());
+        let r = c.get(&url).send().await.unwrap();
+        assert_eq!(r.headers()["content-type"], "application/json");
+        assert_eq!(&r.bytes().await.unwrap()[..], TEXT.as_bytes());
+        let r = c.get(&url).send().await.unwrap();
+        assert_eq!(
+            (r.status().as_u16(), &r.headers()["content-type"]),
+            (200, &HeaderValue::from_static("text/plain"))
+        );
+        let stalled = tokio::time::timeout(Duration::from_millis(300), r.bytes()).await;
+        assert!(stalled.is_err(), "the body after the head ended");
+    }
+    assert_eq!(up.hits.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn hold_sends_the_whole_answer_late_or_never() {
+    let up = upstream().await;
+    let p = proxy(&up, "*#1=hold:300;*#2=hold:0").await;
+    let c = client();
+    let url = format!("{}/chunks", p.base_url());
+    let start = Instant::now();
+    let (s, b) = get_text(&c, url.clone()).await.unwrap();
+    assert_eq!((s, &b[..]), (200, &b"one,two,three"[..]));
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    let held = tokio::time::timeout(Duration::from_millis(500), get_text(&c, url)).await;
+    assert!(held.is_err(), "hold:0 answered");
+    assert_eq!(
+        up.hits.load(Ordering::SeqCst),
+        2,
+        "held answers were forwarded"
+    );
+}
+
+#[tokio::test]
 async fn subscribers_see_each_request_a_rule_fired_on() {
     let up = upstream().await;
     let p = proxy(&up, "GET /text#2=status:503").await;

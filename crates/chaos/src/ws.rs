@@ -146,6 +146,9 @@ where
         Some(
             Action::Status { .. }
             | Action::StatusAfter { .. }
+            | Action::Head { .. }
+            | Action::Hold(_)
+            | Action::Then { .. }
             | Action::Reset
             | Action::ResetAfter
             | Action::Hang,

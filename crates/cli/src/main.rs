@@ -13,6 +13,7 @@
 
 mod chaos;
 mod mcp;
+mod mcp_stdio;
 mod registry;
 mod run;
 mod sandbox;

@@ -63,6 +63,15 @@ pub struct McpArgs {
     /// the rest is dropped and the count stated in the result.
     #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024)]
     max_output: usize,
+    /// Hold every tool to the root: a path outside it, or reached through a symlink below it,
+    /// is refused (`outside-root`), as `apply_patch` always is; bash runs in it (a `workdir`
+    /// must be below it). What a command then does is not confined.
+    #[arg(long)]
+    confine: bool,
+    /// The largest request line over stdio, in bytes; a longer one is answered with a JSON-RPC
+    /// error naming this limit.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::mcp_stdio::DEFAULT_MAX_REQUEST)]
+    max_request: usize,
     /// Serve streamable HTTP at http://ADDR/mcp (loopback names only are accepted as Host)
     /// instead of stdio, until SIGINT or SIGTERM; the one sandbox is shared by every session.
     #[arg(long, value_name = "ADDR")]
@@ -127,10 +136,10 @@ pub async fn mcp(a: McpArgs) -> ExitCode {
             return crate::run::error_status(&e);
         }
     };
-    let server = McpServer::new(sandbox.clone(), root.clone(), a.max_output);
+    let server = McpServer::new(sandbox.clone(), root.clone(), a.max_output).confined(a.confine);
     let code = match a.http {
         Some(addr) => serve_http(server, addr).await,
-        None => serve_stdio(server, &a.adapter, &root).await,
+        None => serve_stdio(server, &a.adapter, &root, a.max_request).await,
     };
     // A sandbox this run created is destroyed; one it connected to is left running.
     registry::close(&*sandbox).await;
@@ -138,9 +147,11 @@ pub async fn mcp(a: McpArgs) -> ExitCode {
 }
 
 /// MCP over stdio until the client closes the connection or SIGINT/SIGTERM.
-async fn serve_stdio(server: McpServer, adapter: &str, root: &str) -> ExitCode {
+async fn serve_stdio(server: McpServer, adapter: &str, root: &str, max_request: usize) -> ExitCode {
     tracing::info!(adapter = %adapter, root = %root, "mcp: serving on stdio");
-    let running = match server.serve(rmcp::transport::stdio_pipes()).await {
+    let (stdin, stdout) = rmcp::transport::stdio_pipes();
+    let transport = crate::mcp_stdio::transport(stdin, stdout, max_request);
+    let running = match server.serve(transport).await {
         Ok(r) => r,
         Err(e) => {
             eprintln!("execseam: mcp: the client did not initialize: {e}");
@@ -209,6 +220,7 @@ pub struct McpServer {
     exec: Arc<dyn Exec>,
     root: String,
     max_output: usize,
+    confine: bool,
     #[allow(dead_code)] // read by the code #[tool_handler] generates
     tool_router: ToolRouter<McpServer>,
 }
@@ -441,12 +453,25 @@ impl McpServer {
             exec,
             root,
             max_output,
+            confine: false,
             tool_router: Self::tool_router(),
         }
     }
 
+    /// With `confine`, every tool is held to the root ([`Tools::confined`]).
+    #[must_use]
+    pub fn confined(mut self, confine: bool) -> McpServer {
+        self.confine = confine;
+        self
+    }
+
     fn tools(&self) -> Tools<'_> {
-        Tools::new(&*self.exec)
+        let t = Tools::new(&*self.exec);
+        if self.confine {
+            t.confined(&self.root)
+        } else {
+            t
+        }
     }
 
     fn path(&self, p: Option<&str>) -> String {
@@ -495,8 +520,14 @@ impl McpServer {
                 }));
             }
         }
-        .tool(Tool::BASH)
-        .workdir(self.path(a.workdir.as_deref()));
+        .tool(Tool::BASH);
+        let workdir = self.path(a.workdir.as_deref());
+        if self.confine
+            && let Err(e) = self.tools().check_beneath(Tool::BASH, &workdir).await
+        {
+            return Ok(tool_error(&e));
+        }
+        b = b.workdir(workdir);
         for (k, v) in a.env.iter().flatten() {
             b = b.env(k, v);
         }
@@ -703,9 +734,14 @@ impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
             format!(
-                "Tools over one {} sandbox. Relative paths are resolved against {}.",
+                "Tools over one {} sandbox. Relative paths are resolved against {}.{}",
                 self.exec.provider(),
-                self.root
+                self.root,
+                if self.confine {
+                    " Every path must stay below it, through no symlink."
+                } else {
+                    ""
+                }
             ),
         )
     }

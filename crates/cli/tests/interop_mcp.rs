@@ -2,7 +2,8 @@
 //! installed into `target/interop/mcp/venv`) drives `execseam mcp --adapter local` over stdio:
 //! initialize, tools/list with every schema, a call of every tool, a failing command as a normal
 //! result with stdout and stderr apart, a typed tool error, bad arguments, an unknown tool, and
-//! the server's trace log on stderr only. What the script asserts, and the MCP specification and
+//! the server's trace log on stderr only; apply_patch through a symlink, a 17 MB request,
+//! `--confine` on every tool, and malformed lines answered with their id. What the script asserts, and the MCP specification and
 //! SDK source it follows, is written in `interop/mcp/mcp_interop.py`. Fails loudly when PyPI
 //! cannot be reached: an interop check that silently skips proves nothing.
 
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 use execseam_test_util::interop;
 
 /// Checks `mcp_interop.py` makes; the run must report exactly this many.
-const CHECKS: usize = 19;
+const CHECKS: usize = 26;
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/mcp")

@@ -385,14 +385,33 @@ pub(crate) fn plain_error(status: StatusCode, message: impl Into<String>) -> Res
 }
 
 /// Renders a harness fault as E2B's edge would answer it; `None` means "serve normally"
-/// (latency is applied here; the stream faults are the caller's).
-async fn edge_fault(fault: Fault, ctl: Option<&ConnControl>) -> Option<Response> {
+/// (latency is applied here; the stream faults are the caller's). On a sandbox's routes
+/// (`sandbox`: its id) a 429 is the proxy's own: the connection limiter's template, answered
+/// in the proxy's handler before it forwards (e2b-infra
+/// `packages/shared/pkg/proxy/template/sandbox_too_many_connections.go`: `{"sandboxId",
+/// "message", "code": 429, "connectionLimit"}`); on the API, the API's `{"code", "message"}`.
+async fn edge_fault(
+    fault: Fault,
+    ctl: Option<&ConnControl>,
+    sandbox: Option<&str>,
+) -> Option<Response> {
     match fault {
         Fault::RateLimited { retry_after_secs } => {
-            let mut r = plain_error(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate limit exceeded, please try again later",
-            );
+            let mut r = match sandbox {
+                Some(id) => plain_json(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    json!({
+                        "sandboxId": id,
+                        "message": "The sandbox has too many concurrent incoming connections (limit: 1000)",
+                        "code": 429,
+                        "connectionLimit": 1000,
+                    }),
+                ),
+                None => plain_error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate limit exceeded, please try again later",
+                ),
+            };
             r.headers_mut().insert(
                 header::RETRY_AFTER,
                 header::HeaderValue::from(retry_after_secs),
@@ -482,7 +501,7 @@ async fn create(
         if f == Fault::ServerError {
             return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "internal server error");
         }
-        if let Some(r) = edge_fault(f, ctl.as_ref()).await {
+        if let Some(r) = edge_fault(f, ctl.as_ref(), None).await {
             return r;
         }
     }

@@ -751,7 +751,7 @@ async fn start(mut req: EnvdRequest) -> Response {
         Some(Fault::MalformedBody) => Mode::Malformed,
         Some(Fault::SandboxVanishes) => Mode::Vanish,
         Some(f) => {
-            if let Some(r) = super::edge_fault(f, req.ctl.as_ref()).await {
+            if let Some(r) = super::edge_fault(f, req.ctl.as_ref(), Some(&req.sbx.id)).await {
                 return r;
             }
             Mode::Normal

@@ -351,20 +351,20 @@ impl Exec {
     }
 
     /// The runtime's refusal of a command it cannot start (containerd's text).
-    fn start_failure(&self, e: &execseam_local::SpawnError) -> End {
+    fn start_failure(&self, e: &execseam_spawn::SpawnError) -> End {
         let prefix = "error executing command in container: failed to exec in container: failed to start exec";
         match e {
-            execseam_local::SpawnError::Workdir(w) => End::Internal(format!(
+            execseam_spawn::SpawnError::Workdir(w) => End::Internal(format!(
                 "{prefix}: OCI runtime exec failed: exec failed: unable to start container process: chdir to cwd (\"{}\") set in config.json failed: no such file or directory: {w}: unknown",
                 self.argv[0]
             )),
-            execseam_local::SpawnError::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
+            execseam_spawn::SpawnError::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
                 End::Internal(format!(
                     "{prefix}: OCI runtime exec failed: exec failed: unable to start container process: exec: \"{}\": executable file not found in $PATH: unknown",
                     self.argv[0]
                 ))
             }
-            execseam_local::SpawnError::Io(io)
+            execseam_spawn::SpawnError::Io(io)
                 if io.kind() == std::io::ErrorKind::PermissionDenied =>
             {
                 End::Internal(format!(
@@ -372,7 +372,7 @@ impl Exec {
                     self.argv[0]
                 ))
             }
-            execseam_local::SpawnError::Io(io) => End::Internal(format!("{prefix}: {io}")),
+            execseam_spawn::SpawnError::Io(io) => End::Internal(format!("{prefix}: {io}")),
         }
     }
 

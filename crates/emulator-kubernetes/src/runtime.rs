@@ -280,10 +280,10 @@ async fn execute(run: Arc<PodRun>, body: &[u8]) -> Response {
         .stderr(Stdio::piped());
     let child = match run.sandbox.spawn(cmd, &container.user, &base).await {
         Ok(c) => c,
-        Err(execseam_local::SpawnError::Workdir(_)) => {
+        Err(execseam_spawn::SpawnError::Workdir(_)) => {
             return failed(format!("[Errno 2] No such file or directory: '{base}'"));
         }
-        Err(execseam_local::SpawnError::Io(e)) => {
+        Err(execseam_spawn::SpawnError::Io(e)) => {
             let (errno, text) = match e.kind() {
                 std::io::ErrorKind::NotFound => (2, "No such file or directory"),
                 std::io::ErrorKind::PermissionDenied => (13, "Permission denied"),

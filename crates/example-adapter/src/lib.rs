@@ -40,6 +40,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
+    processes: None,
 };
 
 /// Create, connect and destroy; no listing, no spec fields.

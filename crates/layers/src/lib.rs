@@ -24,7 +24,7 @@
 //! - [`TracedProvider`] (and [`traced`]): a [`Provider`](execseam_core::Provider) whose lifecycle
 //!   calls run in `lifecycle{provider, operation, sandbox, status, kind, count}` spans; the
 //!   facade's registry wraps every provider it builds in it. The handles it returns are
-//!   [`TracedSandbox`]es: `close` and `destroy` in the same span, streaming and reattach
+//!   [`TracedSandbox`]es: `close` and `destroy` in the same span, streaming and process handles
 //!   forwarded.
 //!
 //! Recommended order, innermost first: `adapter.with_retry(..).with_deadline(..).with_output_cap(..)`
@@ -47,7 +47,7 @@ use tokio::time::{Instant, Sleep};
 
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
-    ExecStream, Output, Ownership, PartialOutput, Reattach, Retry, Sandbox, Truncated,
+    ExecStream, Output, Ownership, PartialOutput, Retry, Sandbox, Truncated,
 };
 
 /// Adds the layers to every [`Exec`].
@@ -304,9 +304,10 @@ impl<E: Exec> Exec for WithDeadline<E> {
         self.inner.streaming().map(|_| self as &dyn ExecStream)
     }
 
-    /// The wrapped handle's: a detached command outlives this layer's policy by design.
-    fn reattach(&self) -> Option<&dyn Reattach> {
-        self.inner.reattach()
+    /// The inner adapter's, unchanged: a detached command outlives any one call, so this
+    /// layer's policy does not apply to it (bound a wait with `Processes::wait`'s own deadline).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        self.inner.processes()
     }
 }
 
@@ -534,9 +535,10 @@ impl<E: Exec> Exec for WithOutputCap<E> {
         self.inner.streaming().map(|_| self as &dyn ExecStream)
     }
 
-    /// The wrapped handle's: a detached command outlives this layer's policy by design.
-    fn reattach(&self) -> Option<&dyn Reattach> {
-        self.inner.reattach()
+    /// The inner adapter's, unchanged: a detached command outlives any one call, so this
+    /// layer's policy does not apply to it (bound a wait with `Processes::wait`'s own deadline).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        self.inner.processes()
     }
 }
 
@@ -804,9 +806,10 @@ impl<E: Exec> Exec for WithRetry<E> {
         self.inner.streaming().map(|_| self as &dyn ExecStream)
     }
 
-    /// The wrapped handle's: a detached command outlives this layer's policy by design.
-    fn reattach(&self) -> Option<&dyn Reattach> {
-        self.inner.reattach()
+    /// The inner adapter's, unchanged: a detached command outlives any one call, so this
+    /// layer's policy does not apply to it (bound a wait with `Processes::wait`'s own deadline).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        self.inner.processes()
     }
 }
 
@@ -842,16 +845,102 @@ impl<E: Exec> ExecStream for WithRetry<E> {
     }
 }
 
+/// Test-only process handles shared by the crate's tests.
+#[cfg(test)]
+pub(crate) mod fake_processes {
+    use execseam_core::{
+        BoxFuture, Error, ProcessCapabilities, ProcessHandle, ProcessInfo, ProcessRead,
+        ProcessStream, Processes, Signal, StartKey, StartRequest, Started, StdinState, StdinWrite,
+        StreamOffsets, Waited,
+    };
+
+    /// Process handles that name the sandbox they belong to in every answer.
+    pub(crate) struct FakeProcesses(pub(crate) &'static str);
+
+    impl FakeProcesses {
+        fn no<T: Send + 'static>(&self, what: &str) -> BoxFuture<'static, Result<T, Error>> {
+            let e = Error::protocol(format!("{what} in {}", self.0));
+            Box::pin(async move { Err(e) })
+        }
+    }
+
+    impl Processes for FakeProcesses {
+        fn process_capabilities(&self) -> ProcessCapabilities {
+            ProcessCapabilities {
+                mechanism: execseam_core::Mechanism::Native,
+                idempotent_start: false,
+                stdin: false,
+                signals: &[],
+                replay: false,
+                retention: None,
+                list: false,
+                exact_signal_exit: false,
+                terminal: false,
+            }
+        }
+        fn handle_for(&self, key: &StartKey) -> ProcessHandle {
+            ProcessHandle::new(format!("h-{}-{key}", self.0))
+        }
+        fn start(&self, _: StartRequest) -> BoxFuture<'_, Result<Started, Error>> {
+            self.no("start")
+        }
+        fn read<'a>(
+            &'a self,
+            _: &'a ProcessHandle,
+            _: StreamOffsets,
+        ) -> BoxFuture<'a, Result<ProcessRead, Error>> {
+            self.no("read")
+        }
+        fn attach<'a>(
+            &'a self,
+            _: &'a ProcessHandle,
+            _: StreamOffsets,
+        ) -> BoxFuture<'a, Result<ProcessStream<'a>, Error>> {
+            let e = Error::protocol(format!("attach in {}", self.0));
+            Box::pin(async move { Err(e) })
+        }
+        fn write_stdin<'a>(
+            &'a self,
+            _: &'a ProcessHandle,
+            _: StdinWrite,
+        ) -> BoxFuture<'a, Result<StdinState, Error>> {
+            self.no("write_stdin")
+        }
+        fn signal<'a>(
+            &'a self,
+            _: &'a ProcessHandle,
+            _: Signal,
+        ) -> BoxFuture<'a, Result<(), Error>> {
+            self.no("signal")
+        }
+        fn wait<'a>(
+            &'a self,
+            _: &'a ProcessHandle,
+            _: std::time::Duration,
+        ) -> BoxFuture<'a, Result<Waited, Error>> {
+            self.no("wait")
+        }
+        fn status<'a>(&'a self, _: &'a ProcessHandle) -> BoxFuture<'a, Result<ProcessInfo, Error>> {
+            self.no("status")
+        }
+        fn list(&self) -> BoxFuture<'_, Result<Vec<ProcessInfo>, Error>> {
+            self.no("list")
+        }
+        fn release<'a>(&'a self, _: &'a ProcessHandle) -> BoxFuture<'a, Result<(), Error>> {
+            self.no("release")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     use execseam_core::Exit;
-    use execseam_core::ProcessHandle;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
 
-    /// A sandbox that counts its ends and offers a reattach.
+    /// A sandbox that counts its ends and has process handles.
     struct Kept {
         ownership: Ownership,
         ends: AtomicUsize,
@@ -867,20 +956,8 @@ mod tests {
         fn exec(&self, _: Command) -> BoxFuture<'_, Result<Output, Error>> {
             Box::pin(async { Ok(Output::new("", "", Exit::Code(0))) })
         }
-        fn reattach(&self) -> Option<&dyn Reattach> {
-            Some(self)
-        }
-    }
-
-    impl Reattach for Kept {
-        fn new_handle(&self) -> ProcessHandle {
-            ProcessHandle::new("h-kept")
-        }
-        fn start(&self, _: &ProcessHandle, _: Command) -> BoxFuture<'_, Result<(), Error>> {
-            Box::pin(async { Ok(()) })
-        }
-        fn attach(&self, _: &ProcessHandle) -> BoxFuture<'_, Result<EventStream, Error>> {
-            Box::pin(async { Err(Error::protocol("not attached in this test")) })
+        fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+            Some(Box::new(fake_processes::FakeProcesses("kept")))
         }
     }
 
@@ -898,7 +975,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn layers_keep_the_sandbox_and_its_reattach() {
+    async fn layers_keep_the_sandbox_and_its_processes() {
         let layered = Kept {
             ownership: Ownership::created(),
             ends: Default::default(),
@@ -909,10 +986,11 @@ mod tests {
         assert_eq!(layered.id(), "kept-1");
         assert!(layered.owned());
         assert_eq!(
-            layered
-                .reattach()
-                .map(|r| r.new_handle().as_str().to_owned()),
-            Some("h-kept".to_owned())
+            layered.processes().map(|p| p
+                .handle_for(&execseam_core::StartKey::new("k").unwrap())
+                .as_str()
+                .to_owned()),
+            Some("h-kept-k".to_owned())
         );
         layered.close().await.unwrap();
         layered.close().await.unwrap();

@@ -13,7 +13,7 @@ use tracing::field::Empty;
 
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, Exec, ExecStream, LifecycleCapabilities, ListFilter,
-    Output, Ownership, Provider, Reattach, Sandbox, SandboxInfo, SandboxSpec, WireStatus,
+    Output, Ownership, Processes, Provider, Sandbox, SandboxInfo, SandboxSpec, WireStatus,
 };
 
 /// A [`Provider`] whose `create`, `connect`, `list` and `destroy` each run in one `debug` span
@@ -30,7 +30,7 @@ use execseam_core::{
 /// `elapsed_ms`. Everything else is the inner provider's, unchanged: `provider`,
 /// `capabilities` and `lifecycle` are forwarded. The [`Sandbox`] handles `create` and `connect`
 /// return come back as [`TracedSandbox`]s, which add the same span to the handle's `close` and
-/// `destroy` and forward everything else, [`Exec::streaming`] and [`Exec::reattach`] included,
+/// `destroy` and forward everything else, [`Exec::streaming`] and [`Exec::processes`] included,
 /// to the handle the inner provider made (so nothing a caller discovers on a handle is hidden
 /// behind the wrapper). An operation the provider does not have still fails with its
 /// `Unsupported` error, in a span that says so.
@@ -110,8 +110,8 @@ impl<P: Provider> Provider for TracedProvider<P> {
 /// A [`Sandbox`] handle whose `close` and `destroy` each run in the `lifecycle` span of
 /// [`TracedProvider`] (operation `close` or `destroy`, the handle's id as `sandbox`). Every other
 /// method is forwarded to the inner handle unchanged: `exec`, `capabilities`, `id`, ownership,
-/// and the discovered capabilities [`Exec::streaming`] and [`Exec::reattach`], which return the
-/// inner handle's own implementation (so a stream or a reattach goes straight to the adapter).
+/// and the discovered capabilities [`Exec::streaming`] and [`Exec::processes`], which return the
+/// inner handle's own implementation (so a stream or a process handle goes straight to the adapter).
 pub struct TracedSandbox(Box<dyn Sandbox>);
 
 impl TracedSandbox {
@@ -162,8 +162,8 @@ impl Exec for TracedSandbox {
         self.0.streaming()
     }
 
-    fn reattach(&self) -> Option<&dyn Reattach> {
-        self.0.reattach()
+    fn processes(&self) -> Option<Box<dyn Processes + '_>> {
+        self.0.processes()
     }
 }
 
@@ -266,7 +266,7 @@ mod tests {
     use std::fmt::Debug;
     use std::sync::{Arc, Mutex};
 
-    use execseam_core::{ErrorKind, EventStream, ProcessHandle};
+    use execseam_core::{ErrorKind, EventStream, StartKey, StreamOffsets};
     use tracing::field::{Field, Visit};
     use tracing::span::{Attributes, Id, Record};
     use tracing::{Event, Metadata, Subscriber};
@@ -309,7 +309,7 @@ mod tests {
         fn exit(&self, _: &Id) {}
     }
 
-    /// A sandbox that streams and reattaches: the handle the wrapper returns must still say so,
+    /// A sandbox that streams and has process handles: the handle the wrapper returns must still say so,
     /// and hand back this very implementation.
     struct Streams(&'static str, Ownership);
 
@@ -326,21 +326,8 @@ mod tests {
         fn streaming(&self) -> Option<&dyn ExecStream> {
             Some(self)
         }
-        fn reattach(&self) -> Option<&dyn Reattach> {
-            Some(self)
-        }
-    }
-
-    impl Reattach for Streams {
-        fn new_handle(&self) -> ProcessHandle {
-            ProcessHandle::new(format!("h-{}", self.0))
-        }
-        fn start(&self, _: &ProcessHandle, _: Command) -> BoxFuture<'_, Result<(), Error>> {
-            Box::pin(async { Ok(()) })
-        }
-        fn attach(&self, _: &ProcessHandle) -> BoxFuture<'_, Result<EventStream, Error>> {
-            let id = self.0;
-            Box::pin(async move { Err(Error::protocol(format!("attach in {id}"))) })
+        fn processes(&self) -> Option<Box<dyn Processes + '_>> {
+            Some(Box::new(crate::fake_processes::FakeProcesses(self.0)))
         }
     }
 
@@ -617,7 +604,7 @@ mod tests {
         }
     }
 
-    /// The handle's own `close` and `destroy` run in `lifecycle` spans; streaming and reattach
+    /// The handle's own `close` and `destroy` run in `lifecycle` spans; streaming and process handles
     /// are discovered through the wrapper, and are the inner handle's own implementations.
     #[test]
     fn a_handle_closes_and_destroys_in_spans_and_forwards_what_it_discovers() {
@@ -631,7 +618,8 @@ mod tests {
                 p.connect("fake-new").await.unwrap(),
             ] {
                 let s = sb.streaming().expect("streaming is forwarded");
-                let r = sb.reattach().expect("reattach is forwarded");
+                let r = sb.processes().expect("processes are forwarded");
+                let key = StartKey::new("k").unwrap();
                 // The inner handle's own implementations answer (the wrapper has none).
                 let stream = s.exec_stream(Command::new(["true"]).unwrap()).await;
                 let wrapped = stream
@@ -640,20 +628,20 @@ mod tests {
                     .to_string()
                     .contains("stream of fake-new");
                 let same = r
-                    .attach(&r.new_handle())
+                    .attach(&r.handle_for(&key), StreamOffsets::ZERO)
                     .await
                     .err()
                     .unwrap()
                     .to_string()
                     .contains("attach in fake-new");
-                let handle = r.new_handle().as_str().to_owned();
+                let handle = r.handle_for(&key).as_str().to_owned();
                 let close = sb.close().await.is_ok();
                 let destroy = sb.destroy().await.err().unwrap().status();
                 out.push((wrapped, same, handle, close, destroy, sb.id().to_owned()));
             }
             let plain = TracedSandbox::new(Box::new(Plain(Ownership::connected())));
             out.push((
-                plain.streaming().is_none() && plain.reattach().is_none(),
+                plain.streaming().is_none() && plain.processes().is_none(),
                 !plain.owned(),
                 String::new(),
                 plain.close().await.is_ok(),
@@ -665,7 +653,7 @@ mod tests {
         for (i, (wrapped, same, handle, close, destroy, id)) in checks.iter().enumerate() {
             if i < 2 {
                 assert!(*wrapped && *same, "handle {i}: the inner implementations");
-                assert_eq!(handle, "h-fake-new");
+                assert_eq!(handle, "h-fake-new-k");
                 assert_eq!(*destroy, Some(WireStatus::Http(502)));
             } else {
                 assert!(

@@ -95,20 +95,34 @@ impl Matrix {
             Matrix::Ci => {
                 let name = action.split(':').next().unwrap_or(action);
                 out.push((format!("{n}+"), Layers::RetryAndDeadline));
-                if matches!(
-                    name,
-                    "hang"
-                        | "stall"
-                        | "trickle"
-                        | "endless"
-                        | "truncate"
-                        | "drop-last"
-                        | "garbage"
-                        | "body"
-                ) {
+                // A head with a broken body (`status:503+stall`, `head:200:…+endless`) must end
+                // without a host deadline too.
+                if action.contains('+')
+                    || matches!(
+                        name,
+                        "hang"
+                            | "stall"
+                            | "trickle"
+                            | "endless"
+                            | "truncate"
+                            | "drop-last"
+                            | "garbage"
+                            | "body"
+                    )
+                {
                     out.push((format!("{n}+"), Layers::Bare));
                 }
-                if matches!(action, "status:429" | "status:503" | "reset") {
+                // Alone, under a retrying caller: what a retry may recover from, and the lies
+                // a retry must not believe (a 429 or 503 after the service ran the command).
+                if matches!(
+                    action,
+                    "status:429"
+                        | "status:503"
+                        | "reset"
+                        | "status-after:429"
+                        | "status-after:503"
+                        | "status-after:204"
+                ) {
                     out.push((format!("{n}"), Layers::RetryAndDeadline));
                 }
             }
@@ -156,6 +170,19 @@ impl Options {
                 ("status:429:86400", Invariants),
                 ("status:503", Invariants),
                 ("status-after:502", Invariants),
+                // Issue 38: a gateway that forwarded and then answered 429 or 503 (the command
+                // ran: never Safe), with a Retry-After far over any cap; a 204 where an upgrade
+                // or an answer was due (never InvalidCommand).
+                ("status-after:429", Invariants),
+                ("status-after:429:86400", Invariants),
+                ("status-after:503", Invariants),
+                ("status-after:204", Invariants),
+                // Issue 38: error and unexpected bodies read with a time bound (an error whose
+                // body stalls or trickles; a 200 of the wrong type, then silence or no end).
+                ("status:503+stall", Invariants),
+                ("status-after:503+trickle:5000", Invariants),
+                ("head:200:text/plain+stall", Invariants),
+                ("head:200:application/json+endless", Invariants),
                 ("reset", Invariants),
                 ("reset-after", Invariants),
                 ("hang", Invariants),
@@ -494,7 +521,7 @@ fn check(
             // request, on a loaded machine) says nothing about size.
             if size_bounded
                 && tampered
-                && matches!(case.rule.action, Action::Endless)
+                && is_endless(&case.rule.action)
                 && e.kind() == ErrorKind::Timeout(Deadline::Request)
             {
                 return Err(format!(
@@ -519,6 +546,12 @@ fn check(
         }
     }
     Ok(())
+}
+
+/// `endless`, alone or as the body of a head action.
+fn is_endless(a: &Action) -> bool {
+    let (head, body) = a.split();
+    matches!(body.unwrap_or(head), Action::Endless)
 }
 
 async fn run_case(

@@ -1,4 +1,5 @@
 use crate::command::Tool;
+use crate::process::ProcessCapabilities;
 
 /// How a part of a [`Command`](crate::Command) reaches the backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,6 +50,9 @@ pub struct Capabilities {
     /// Tools the adapter serves natively (a listing API instead of `find`), returning the same
     /// bytes the command would.
     pub native_tools: &'static [Tool],
+    /// Process handles ([`Exec::processes`](crate::Exec::processes)) and what they can do;
+    /// `None` when the adapter has none.
+    pub processes: Option<ProcessCapabilities>,
 }
 
 impl Capabilities {
@@ -65,5 +69,6 @@ impl Capabilities {
         max_stdin: None,
         max_output: None,
         native_tools: &[],
+        processes: None,
     };
 }

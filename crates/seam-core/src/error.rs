@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::output::PartialOutput;
+use crate::process::StreamOffsets;
 
 /// What went wrong with the infrastructure. A non-zero exit is never one of these.
 #[non_exhaustive]
@@ -39,6 +40,10 @@ pub enum ErrorKind {
     Protocol,
     /// Output exceeded a limit of the provider or of the host.
     OutputLimit,
+    /// What was asked for is no longer retained (a started command's output before the first
+    /// offset the sandbox still keeps, or its whole record): [`Error::retained_from`] says where
+    /// the retained output starts, when anything is left.
+    Expired,
     /// Anything else on the provider's side (HTTP 500 and friends).
     Internal,
 }
@@ -121,6 +126,7 @@ struct Inner {
     message: String,
     source: Option<Box<dyn StdError + Send + Sync + 'static>>,
     partial: Option<Box<PartialOutput>>,
+    retained_from: Option<StreamOffsets>,
 }
 
 /// Cuts `message` to at most [`Error::MAX_MESSAGE`] bytes (on a character boundary), saying how
@@ -159,6 +165,7 @@ impl Error {
                 message: cap_message(message.into()),
                 source: None,
                 partial: None,
+                retained_from: None,
             }),
         }
     }
@@ -228,6 +235,13 @@ impl Error {
         self
     }
 
+    /// Records the first offsets still retained (for [`ErrorKind::Expired`]).
+    #[must_use]
+    pub fn with_retained_from(mut self, from: StreamOffsets) -> Self {
+        self.inner.retained_from = Some(from);
+        self
+    }
+
     /// Fills provider and operation only where they are still empty (for adapters that wrap
     /// errors from shared helpers).
     #[must_use]
@@ -285,6 +299,12 @@ impl Error {
         self.inner.partial.as_deref()
     }
 
+    /// For [`ErrorKind::Expired`]: the first offsets of a started command's output still
+    /// retained (read from there, or accept the gap knowingly); `None` when nothing is left.
+    pub fn retained_from(&self) -> Option<StreamOffsets> {
+        self.inner.retained_from
+    }
+
     /// Takes the partial output out of the error.
     pub fn take_partial(&mut self) -> Option<PartialOutput> {
         self.inner.partial.take().map(|b| *b)
@@ -310,6 +330,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::Protocol => "protocol error",
             ErrorKind::OutputLimit => "output limit exceeded",
+            ErrorKind::Expired => "no longer retained",
             ErrorKind::Internal => "internal error",
         };
         f.write_str(s)
@@ -367,6 +388,7 @@ impl fmt::Debug for Error {
             .field("message", &self.inner.message)
             .field("source", &self.inner.source)
             .field("partial", &self.inner.partial)
+            .field("retained_from", &self.inner.retained_from)
             .finish()
     }
 }

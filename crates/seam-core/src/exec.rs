@@ -11,6 +11,7 @@ use crate::capabilities::Capabilities;
 use crate::command::Command;
 use crate::error::Error;
 use crate::output::{Exit, Output, PartialOutput};
+use crate::process::Processes;
 
 /// A boxed, `Send` future: what [`Exec`] methods return, so the trait stays usable as `dyn Exec`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -38,9 +39,10 @@ pub trait Exec: Send + Sync {
         None
     }
 
-    /// The reattach interface, if this backend can start a command that outlives this process
-    /// and attach to it again later (E2B does; the local adapter does not, and that is legal).
-    fn reattach(&self) -> Option<&dyn Reattach> {
+    /// Process handles, if this backend can start a command that outlives the call (and this
+    /// process) and attach to it again later: see [`Processes`]. The adapter kit's spool gives
+    /// them to any backend that runs `sh`; `None` is legal.
+    fn processes(&self) -> Option<Box<dyn Processes + '_>> {
         None
     }
 }
@@ -52,87 +54,6 @@ pub trait ExecStream: Send + Sync {
     /// ends. The chunks concatenate to what [`Exec::exec`] returns. Dropping the stream before the
     /// exit kills the command where the backend can.
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>>;
-}
-
-/// The optional reattach interface, discovered at runtime through [`Exec::reattach`]: start a
-/// command **detached** under a durable [`ProcessHandle`], and attach to it, from this process
-/// or another one (after a crash, on another replica), to get its output and exit.
-///
-/// The calls, in order:
-///
-/// 1. [`new_handle`](Reattach::new_handle): a fresh handle, with no I/O. Store it (with the id of
-///    the sandbox, [`Sandbox::id`](crate::Sandbox::id)) **before** starting: a crash after the
-///    store leaves a handle, so the command is never lost track of; a crash before the start
-///    leaves a handle for a command that never ran, which [`attach`](Reattach::attach) reports
-///    as an error (never as an exit).
-/// 2. [`start`](Reattach::start) the command under it. `Ok` once the backend has it; the command
-///    then runs whatever happens to the caller.
-/// 3. [`attach`](Reattach::attach), any number of times, from any process holding the handle
-///    and a connection to the same sandbox.
-/// 4. [`release`](Reattach::release) once the result is stored: whatever the adapter keeps for
-///    the handle is deleted; the handle is spent.
-///
-/// # What `attach` guarantees
-///
-/// The stream yields the command's **complete** stdout and stderr from its start, each byte-exact
-/// whether or not anybody was attached while it was written (adapters keep the output in the
-/// sandbox, not in a provider's replay buffer), then exactly one [`Event::Exit`]. Unlike
-/// [`ExecStream`], the relative order of stdout and stderr chunks is not kept, and the output may
-/// arrive only once the command has ended.
-///
-/// **The rule:** an attach that cannot prove the exit and the whole output (the process is gone
-/// and left no recorded exit, the recorded output is lost, the handle was never started) is an
-/// `Err` (kind [`NotFound`](crate::ErrorKind::NotFound) when nothing is left), never a guessed
-/// exit and never silently truncated output. A caller that cannot attach must treat the outcome
-/// as unknown (the command may have run), never run it again on its own.
-///
-/// Dropping the stream **detaches**: the command keeps running (that is the point). Its
-/// [`EventStream::kill`] kills the command.
-pub trait Reattach: Send + Sync {
-    /// A fresh handle for a command not started yet; no I/O.
-    fn new_handle(&self) -> ProcessHandle;
-
-    /// Starts `command` detached under `handle` (from [`Reattach::new_handle`] of the same
-    /// sandbox). `Ok` once the backend has started it. An `Err` does not prove that it did not
-    /// start (attach to find out).
-    fn start(&self, handle: &ProcessHandle, command: Command) -> BoxFuture<'_, Result<(), Error>>;
-
-    /// Attaches to the command started under `handle`: see the trait docs for what the stream
-    /// guarantees.
-    fn attach(&self, handle: &ProcessHandle) -> BoxFuture<'_, Result<EventStream, Error>>;
-
-    /// Deletes what the adapter keeps for `handle` (call it once the result is stored). A handle
-    /// with nothing left is `Ok`.
-    fn release(&self, handle: &ProcessHandle) -> BoxFuture<'_, Result<(), Error>> {
-        let _ = handle;
-        Box::pin(async { Ok(()) })
-    }
-}
-
-/// A durable, serialisable name for a command started through [`Reattach`]: a short ASCII token
-/// chosen by the adapter (E2B: a process tag), meaningful together with the sandbox's id.
-///
-/// It carries no secret by contract (adapters put no token or credential in it); its `Debug`
-/// still prints only its length, as it may be logged next to requests.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct ProcessHandle(String);
-
-impl ProcessHandle {
-    /// A handle from its token (as stored by [`ProcessHandle::as_str`]).
-    pub fn new(token: impl Into<String>) -> ProcessHandle {
-        ProcessHandle(token.into())
-    }
-
-    /// The token, to store.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for ProcessHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ProcessHandle({} bytes)", self.0.len())
-    }
 }
 
 /// One event of a streamed command.
@@ -319,8 +240,8 @@ macro_rules! forward_exec {
             fn streaming(&self) -> Option<&dyn ExecStream> {
                 (**self).streaming()
             }
-            fn reattach(&self) -> Option<&dyn Reattach> {
-                (**self).reattach()
+            fn processes(&self) -> Option<Box<dyn Processes + '_>> {
+                (**self).processes()
             }
         }
     )*};
@@ -430,15 +351,6 @@ mod tests {
     }
 
     #[test]
-    fn a_process_handle_round_trips_and_its_debug_prints_no_token() {
-        let h = ProcessHandle::new("e2b:execseam-secretish");
-        assert_eq!(ProcessHandle::new(h.as_str()), h);
-        let debug = format!("{h:?}");
-        assert!(!debug.contains("secretish"), "{debug}");
-        assert_eq!(debug, "ProcessHandle(22 bytes)");
-    }
-
-    #[test]
     fn exec_is_dyn_compatible_through_every_pointer() {
         struct Nop;
         impl Exec for Nop {
@@ -458,7 +370,7 @@ mod tests {
         for e in [&a as &dyn Exec, &b as &dyn Exec, &c as &dyn Exec] {
             assert_eq!(e.provider(), "nop");
             assert!(e.streaming().is_none());
-            assert!(e.reattach().is_none());
+            assert!(e.processes().is_none());
         }
     }
 }

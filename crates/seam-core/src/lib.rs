@@ -45,14 +45,20 @@ mod error;
 mod exec;
 mod lifecycle;
 mod output;
+pub mod process;
 pub mod wire;
 
 pub use capabilities::{Capabilities, Delivery};
 pub use command::{Command, CommandBuilder, Tool};
 pub use error::{Deadline, Error, ErrorKind, Retry, WireStatus};
-pub use exec::{BoxFuture, Event, EventStream, Exec, ExecStream, ProcessHandle, Reattach};
+pub use exec::{BoxFuture, Event, EventStream, Exec, ExecStream};
 pub use lifecycle::{
     LifecycleCapabilities, ListFilter, Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec,
     SandboxState, SpecSupport,
 };
 pub use output::{Exit, ExitClass, Output, PartialOutput, Truncated};
+pub use process::{
+    Mechanism, ProcessCapabilities, ProcessEvent, ProcessHandle, ProcessInfo, ProcessRead,
+    ProcessState, ProcessStream, Processes, Signal, StartKey, StartRequest, Started, StdinMode,
+    StdinState, StdinWrite, StreamOffsets, TerminalSize, Waited,
+};

@@ -16,7 +16,7 @@
 //! | `Truncated` | `{"stdout": 0, "stderr": 0}` |
 //! | `Output` | `{"stdout": "…" or null, "stdout_base64": "…", "stderr", "stderr_base64", "exit", "ambiguous_kill", "truncated"}` |
 //! | `PartialOutput` | `{"stdout", "stdout_base64", "stderr", "stderr_base64"}` |
-//! | `Error` | `{"kind", "retry", "provider", "operation", "status", "code", "message", "display", "partial"}` |
+//! | `Error` | `{"kind", "retry", "provider", "operation", "status", "code", "message", "display", "partial", "retained_from"}` (`retained_from`: `{"stdout": N, "stderr": N}` or `null`, for `expired`) |
 //!
 //! Bytes are exact in the `_base64` fields (standard alphabet, padded); the plain field is the
 //! same bytes as a string when they are UTF-8, else `null`. Deserializing an `Output` reads the
@@ -45,6 +45,7 @@ impl ErrorKind {
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::Protocol => "protocol",
             ErrorKind::OutputLimit => "output-limit",
+            ErrorKind::Expired => "expired",
             ErrorKind::Internal => "internal",
         }
     }
@@ -56,7 +57,7 @@ impl ErrorKind {
 }
 
 /// Every kind, for [`ErrorKind::from_name`].
-const ALL_KINDS: [ErrorKind; 17] = [
+const ALL_KINDS: [ErrorKind; 18] = [
     ErrorKind::InvalidCommand,
     ErrorKind::Unsupported,
     ErrorKind::InvalidConfig,
@@ -73,6 +74,7 @@ const ALL_KINDS: [ErrorKind; 17] = [
     ErrorKind::Cancelled,
     ErrorKind::Protocol,
     ErrorKind::OutputLimit,
+    ErrorKind::Expired,
     ErrorKind::Internal,
 ];
 
@@ -324,7 +326,7 @@ mod impls {
 
     impl Serialize for Error {
         fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            let mut m = s.serialize_struct("Error", 9)?;
+            let mut m = s.serialize_struct("Error", 10)?;
             m.serialize_field("kind", &self.kind())?;
             m.serialize_field("retry", &self.retry())?;
             m.serialize_field("provider", self.provider())?;
@@ -334,6 +336,11 @@ mod impls {
             m.serialize_field("message", self.message())?;
             m.serialize_field("display", &self.to_string())?;
             m.serialize_field("partial", &self.partial())?;
+            let retained = self.retained_from().map(|o| Truncated {
+                stdout: o.stdout,
+                stderr: o.stderr,
+            });
+            m.serialize_field("retained_from", &retained)?;
             m.end()
         }
     }

@@ -75,6 +75,15 @@ pub struct ServeArgs {
     /// Answer `/executions*` with 503 ASYNC_EXECUTION_UNAVAILABLE.
     #[arg(long)]
     pub no_async: bool,
+    /// A client must send a whole request head within this time of starting one (also the
+    /// longest idle time of a kept-alive connection); the connection is closed after.
+    #[arg(long, default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// Client connections open at once (0: the descriptor limit, raised to its hard limit,
+    /// minus 256). At the limit a new connection closes the oldest one with no request in
+    /// flight; if all are busy it is answered 503 at once.
+    #[arg(long, default_value_t = 0)]
+    pub max_connections: usize,
 }
 
 /// The checked configuration. `Debug` shows the store URL without its password.
@@ -120,6 +129,10 @@ pub struct Config {
     pub async_enabled: bool,
     /// How often a replica looks for queued work, cancels and expired leases.
     pub tick: Duration,
+    /// See [`ServeArgs`].
+    pub header_timeout: Duration,
+    /// See [`ServeArgs`] (`None`: from the descriptor limit).
+    pub max_connections: Option<usize>,
 }
 
 impl std::fmt::Debug for Config {
@@ -177,6 +190,9 @@ impl Config {
             (Some(path), false) => Some(Tokens::load(path)?),
             (None, true) => None,
         };
+        if a.header_timeout_ms == 0 {
+            return Err("--header-timeout-ms must be at least 1".into());
+        }
         let lease = Duration::from_secs(a.lease_secs);
         Ok(Config {
             adapter: a.adapter,
@@ -204,6 +220,8 @@ impl Config {
             cancel_wait: Duration::from_millis(a.cancel_wait_ms),
             async_enabled: !a.no_async,
             tick: (lease / 10).clamp(Duration::from_millis(50), Duration::from_millis(250)),
+            header_timeout: Duration::from_millis(a.header_timeout_ms),
+            max_connections: (a.max_connections > 0).then_some(a.max_connections),
         })
     }
 

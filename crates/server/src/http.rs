@@ -376,16 +376,17 @@ async fn submit(State(n): S, headers: HeaderMap, body: Body) -> Response {
         );
     }
     // The key is checked before the body (seed 004: the empty-body probe got this code).
-    let Some(key) = headers
-        .get(wire::IDEMPOTENCY_KEY_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-    else {
+    let Some(key) = headers.get(wire::IDEMPOTENCY_KEY_HEADER) else {
         return err(
             400,
             codes::IDEMPOTENCY_KEY_MISSING,
             "Idempotency-Key is required",
         );
+    };
+    // Present but not visible ASCII (`ключ`): there, and invalid; say which rule it breaks.
+    let key = match key.to_str() {
+        Ok(k) => k.to_owned(),
+        Err(_) => String::from_utf8_lossy(key.as_bytes()).into_owned(),
     };
     if let Err(m) = wire::check_idempotency_key(&key) {
         return err(400, codes::INVALID_REQUEST, &m);
@@ -507,19 +508,32 @@ async fn cancel(State(n): S, Path(id): Path<String>, headers: HeaderMap, body: B
     render(contract::cancel_reply(&rec))
 }
 
+/// What `/execute` can do now: the store, client connections (a new one is served only below
+/// the limit or by closing an idle one) and free command slots (a sync call beyond them is
+/// answered 429).
 async fn healthz(State(n): S) -> Response {
-    let body = |ok: bool| {
-        serde_json::json!({
-            "status": if ok { "ok" } else { "store_unavailable" },
-            "replica": n.config.replica_id,
-            "adapter": n.runner.adapter(),
-            "store": format!("{:?}", n.store.backend()).to_lowercase(),
-        })
+    let store = n.store.ping().await.is_ok();
+    let c = &n.connections;
+    let accepting = c.can_accept();
+    let status = match (store, accepting) {
+        (false, _) => "store_unavailable",
+        (true, false) => "connections_exhausted",
+        (true, true) => "ok",
     };
-    match n.store.ping().await {
-        Ok(()) => render(Reply::json(200, &body(true))),
-        Err(_) => render(Reply::json(503, &body(false))),
-    }
+    let body = serde_json::json!({
+        "status": status,
+        "replica": n.config.replica_id,
+        "adapter": n.runner.adapter(),
+        "store": format!("{:?}", n.store.backend()).to_lowercase(),
+        "connections": c.open(),
+        "connection_limit": c.limit(),
+        "connections_busy": c.busy(),
+        "connections_evicted": c.evicted(),
+        "connections_refused": c.refused(),
+        "running": n.config.max_running - n.slots.available_permits(),
+        "max_running": n.config.max_running,
+    });
+    render(Reply::json(if status == "ok" { 200 } else { 503 }, &body))
 }
 
 async fn metrics(State(n): S) -> Response {

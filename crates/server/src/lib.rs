@@ -4,12 +4,14 @@
 //!
 //! - [`http`]: the routes; [`store`]: the SQL store; [`node`]: a replica's loops;
 //!   [`runner`]: one execution through the adapter; [`auth`]: hashed bearer tokens;
-//!   [`metrics`]: `/metrics`; [`config`]: the flags.
+//!   [`metrics`]: `/metrics`; [`config`]: the flags; [`listen`]: the accept loop (header
+//!   timeout, connection limit).
 #![warn(missing_docs)]
 
 pub mod auth;
 pub mod config;
 pub mod http;
+pub mod listen;
 pub mod metrics;
 pub mod node;
 pub mod runner;
@@ -64,9 +66,12 @@ impl Server {
         let node = Arc::new(node::Node::new(config, store, runner, metrics));
         node.start().await.map_err(|e| e.to_string())?;
         let app = http::router(node.clone());
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let task = tokio::spawn(listen::serve(
+            listener,
+            app,
+            node.connections.clone(),
+            node.config.header_timeout,
+        ));
         Ok(Server { addr, node, task })
     }
 

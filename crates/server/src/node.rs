@@ -32,6 +32,8 @@ pub struct Node {
     pub metrics: Arc<Metrics>,
     /// Permits for commands running at once on this replica.
     pub slots: Arc<Semaphore>,
+    /// The open client connections.
+    pub connections: Arc<crate::listen::Connections>,
     /// Cancel switches of the operations running here.
     running: Mutex<HashMap<String, watch::Sender<bool>>>,
     /// Woken when an operation is submitted here.
@@ -59,8 +61,12 @@ pub fn end_of(run: RunEnd) -> End {
 impl Node {
     /// A replica over `store` and `runner`.
     pub fn new(config: Config, store: Store, runner: Runner, metrics: Arc<Metrics>) -> Node {
+        let limit = config
+            .max_connections
+            .unwrap_or_else(crate::listen::default_connection_limit);
         Node {
             slots: Arc::new(Semaphore::new(config.max_running)),
+            connections: Arc::new(crate::listen::Connections::new(limit)),
             config,
             store,
             runner,

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use execseam::{
-    Command, Error, ErrorKind, Event, Exit, ProcessHandle, Provider, Reattach, Sandbox,
-    SandboxSpec, Tool,
+    Command, Error, ErrorKind, Event, Exit, ProcessHandle, Processes, Provider, Sandbox,
+    SandboxSpec, Signal, StartKey, StartRequest, StreamOffsets, Tool, Waited,
 };
 use execseam_chrono_contract::wire::{
     self, ExecOutput, ExecuteRequest, Language, OutputType, RetrievedFile,
@@ -387,12 +387,13 @@ impl Runner {
         Ok(())
     }
 
-    /// Kills a detached command through a fresh attach, boundedly; true if confirmed.
-    async fn kill_detached(&self, r: &dyn Reattach, handle: &ProcessHandle) -> bool {
+    /// Kills a detached command (its process group), boundedly; true if it is confirmed not
+    /// to run any more.
+    async fn kill_detached(&self, p: &dyn Processes, handle: &ProcessHandle) -> bool {
         let kill = async {
-            match r.attach(handle).await {
-                Ok(stream) => stream.kill().await.unwrap_or(false),
-                // Nothing to attach to: nothing runs.
+            match p.signal(handle, Signal::Kill).await {
+                Ok(()) => matches!(p.wait(handle, KILL_WAIT).await, Ok(Waited::Exited(_))),
+                // Nothing under the handle: nothing runs.
                 Err(e) => e.kind() == ErrorKind::NotFound,
             }
         };
@@ -403,7 +404,7 @@ impl Runner {
     /// and `cancel` killing it. An attach that cannot prove the exit is `Uncertain`.
     async fn wait_detached(
         &self,
-        r: &dyn Reattach,
+        p: &dyn Processes,
         handle: &ProcessHandle,
         timeout: Duration,
         cancel: &mut Pin<&mut impl Future<Output = ()>>,
@@ -412,13 +413,16 @@ impl Runner {
         let work = async {
             let mut last = None;
             for attempt in 0..3 {
-                match r.attach(handle).await {
-                    Ok(stream) => return stream.collect().await,
+                let attached = match p.attach(handle, StreamOffsets::ZERO).await {
+                    Ok(stream) => stream.collect().await,
+                    Err(e) => Err(e),
+                };
+                match attached {
                     Err(e) if e.kind() == ErrorKind::Unavailable && attempt < 2 => {
                         last = Some(e);
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     }
-                    Err(e) => return Err(e),
+                    other => return other,
                 }
             }
             Err(last.unwrap_or_else(|| Error::new(ErrorKind::Unavailable, "attach failed")))
@@ -432,14 +436,14 @@ impl Runner {
                 )),
             },
             () = tokio::time::sleep(timeout) => {
-                if self.kill_detached(r, handle).await {
+                if self.kill_detached(p, handle).await {
                     RunEnd::TimedOut
                 } else {
                     RunEnd::Uncertain("the program exceeded timeout_secs and could not be confirmed killed".into())
                 }
             }
             () = cancel.as_mut() => {
-                if self.kill_detached(r, handle).await {
+                if self.kill_detached(p, handle).await {
                     RunEnd::Cancelled
                 } else {
                     RunEnd::Uncertain("cancelled, but the program could not be confirmed killed".into())
@@ -475,22 +479,22 @@ impl Runner {
             }
         };
         let handle = ProcessHandle::new(d.handle.clone());
-        let end = match sbx.reattach() {
-            Some(r) => {
+        let end = match sbx.processes() {
+            Some(p) => {
                 let ran = Duration::from_millis(
                     u64::try_from(ms(std::time::SystemTime::now()) - d.started_ms).unwrap_or(0),
                 );
                 let t = Instant::now().checked_sub(ran).unwrap_or_else(Instant::now);
                 let end = self
-                    .wait_detached(r, &handle, timeout, &mut cancel, t)
+                    .wait_detached(&*p, &handle, timeout, &mut cancel, t)
                     .await;
                 if self.shared.is_some() {
-                    let _ = r.release(&handle).await;
+                    let _ = p.release(&handle).await;
                 }
                 end
             }
             None => RunEnd::Uncertain(format!(
-                "the {} adapter cannot reattach to a running command",
+                "the {} adapter has no process handles to reattach to a running command",
                 self.adapter()
             )),
         };
@@ -505,7 +509,7 @@ impl Runner {
     /// Runs `req` to its end: `timeout` bounds the program; `cancel` resolving kills it.
     /// `started` is called once the program is about to start (after the sandbox and inputs);
     /// it returns false when the program must not start. With `detach` and an adapter that
-    /// has [`Reattach`], the program is started detached and `started` gets its [`Detached`]
+    /// has process handles ([`Processes`]), the program is started detached and `started` gets its [`Detached`]
     /// (to store before the start); otherwise it gets `None`. With `chunks`, output is
     /// forwarded as it comes where the adapter streams (never detached).
     #[allow(clippy::too_many_arguments)]
@@ -628,8 +632,9 @@ impl Runner {
     where
         F: Future<Output = bool> + Send,
     {
-        if detach && let Some(r) = sbx.reattach() {
-            let handle = r.new_handle();
+        if detach && let Some(p) = sbx.processes() {
+            let key = StartKey::random();
+            let handle = p.handle_for(&key);
             let d = Detached {
                 sandbox_id: sbx.id().to_owned(),
                 handle: handle.as_str().to_owned(),
@@ -644,16 +649,16 @@ impl Runner {
                 .executions
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let t = Instant::now();
-            let end = match r.start(&handle, cmd).await {
-                Ok(()) => self.wait_detached(r, &handle, timeout, cancel, t).await,
+            let end = match p.start(StartRequest::new(key, cmd)).await {
+                Ok(_) => self.wait_detached(&*p, &handle, timeout, cancel, t).await,
                 Err(e) => {
                     // It may have started all the same: make sure it does not run on.
-                    self.kill_detached(r, &handle).await;
+                    self.kill_detached(&*p, &handle).await;
                     RunEnd::Uncertain(describe(&e))
                 }
             };
             if self.shared.is_some() {
-                let _ = r.release(&handle).await;
+                let _ = p.release(&handle).await;
             }
             self.metrics.exec_latency.observe(t.elapsed());
             return end;

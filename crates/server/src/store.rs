@@ -87,7 +87,7 @@ pub struct Stored {
     /// The absolute cancel deadline (ms since the epoch), set by the first cancel.
     pub cancel_deadline_ms: Option<i64>,
     /// Where the command runs and its [`execseam_core::ProcessHandle`], stored before it starts
-    /// (adapters with `Reattach` only).
+    /// (adapters with process handles only).
     pub detached: Option<Detached>,
 }
 

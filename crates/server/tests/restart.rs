@@ -1,9 +1,10 @@
 //! kill -9 the real `execseam-server serve` binary while operations are done, running and
 //! queued; restart it on the same SQLite store: done results are served byte for byte, the
-//! queued one runs, the running one is reconciled as `outcome_uncertain` (the local adapter
-//! cannot reattach to a process, and the command may have run: it is never run again), and
-//! idempotency holds across the restart. An E2B-backed running operation (the adapter has
-//! `Reattach`) is reattached after the restart and completes with its real exit and output.
+//! queued one runs, the running one whose supervisor was killed too is reconciled as
+//! `outcome_uncertain` (nothing recorded its exit, and the command may have run: it is never run
+//! again), and idempotency holds across the restart. E2B- and Sprites-backed running operations
+//! (process handles) are reattached after the restart and complete with their real exit and
+//! output.
 
 mod common;
 
@@ -92,18 +93,14 @@ async fn kill_9_and_restart_keeps_results_runs_the_queue_and_reconciles_the_runn
     assert_eq!(status_of(&base, &queued).await, Status::Queued);
 
     first.kill9();
-    // The local adapter's process group is not the server's: the program survives the kill
-    // (that is why the operation cannot be called done or failed). End it here.
-    let orphans = processes_with(&m);
+    // The program runs detached (the adapter kit's spool: a supervisor shell in a session of
+    // its own), so it survives the kill. Kill its supervisor first, then the program: nothing
+    // is left to record an exit, so the outcome is unknown.
     assert!(
-        !orphans.is_empty(),
+        !processes_with(&m).is_empty(),
         "the program outlived the killed server"
     );
-    for pid in orphans {
-        let _ = std::process::Command::new("kill")
-            .args(["-9", &pid.to_string()])
-            .status();
-    }
+    assert_eq!(kill_supervisors_then_programs(&m), 1);
 
     let second = Proc::spawn(&args(free_port()));
     let base = second.base_url.clone();
@@ -182,9 +179,9 @@ async fn kill_9_with_an_e2b_operation_running_reattaches_and_finishes_it_exactly
 
     // Three phases, each released by a file the test creates in the sandbox: before the kill,
     // while no server is attached, after the reattach. Bytes JSON must escape, and stderr.
-    let script = r#"printf 'before \303\251\t"q"\n'; printf 'err-before\n' >&2
+    let script = r#"echo run >>/tmp/runs; printf 'before \303\251\t"q"\n'; printf 'err-before\n' >&2
 while [ ! -e /tmp/go-1 ]; do sleep 0.05; done
-printf 'while-detached\n'; printf 'err-detached\n' >&2
+printf 'while-detached\n'; printf 'err-detached\n' >&2; : >/tmp/detached
 while [ ! -e /tmp/go-2 ]; do sleep 0.05; done
 printf 'after\n'; exit 4"#;
     let req = bash(script);
@@ -192,7 +189,8 @@ printf 'after\n'; exit 4"#;
     let id = c.submit(&k, &req).await.unwrap().receipt.operation_id;
     until("the sandbox exists", || emu.sandbox_ids().len() == 1).await;
     let sandbox = emu.sandbox_ids()[0].clone();
-    until("the command runs", || !emu.processes(&sandbox).is_empty()).await;
+    let file = |name: &str| emu.host_path(&sandbox, &format!("/tmp/{name}")).unwrap();
+    until("the command runs", || file("runs").exists()).await;
     for _ in 0..200 {
         if status_of(&base, &id).await == Status::Running {
             break;
@@ -203,13 +201,11 @@ printf 'after\n'; exit 4"#;
 
     first.kill9();
     // The command runs on in the sandbox, and writes while nobody is attached.
-    let go = |n: u8| emu.host_path(&sandbox, &format!("/tmp/go-{n}")).unwrap();
-    std::fs::write(go(1), b"").unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !emu.processes(&sandbox).is_empty(),
-        "the command outlived the killed server"
-    );
+    std::fs::write(file("go-1"), b"").unwrap();
+    until("the command outlived the killed server", || {
+        file("detached").exists()
+    })
+    .await;
 
     let second = Proc::spawn_with_env(&args(free_port()), &emu.env());
     let base = second.base_url.clone();
@@ -224,7 +220,13 @@ printf 'after\n'; exit 4"#;
         Status::Running,
         "still running"
     );
-    std::fs::write(go(2), b"").unwrap();
+    // Once, never re-run by the reattach (read now: the sandbox goes with the result).
+    assert_eq!(
+        std::fs::read_to_string(file("runs")).unwrap(),
+        "run\n",
+        "the program was started exactly once"
+    );
+    std::fs::write(file("go-2"), b"").unwrap();
 
     let mut op = Operation::resume(k.clone(), req.clone(), &id, None).unwrap();
     let t = run(&c, &mut op).await;
@@ -237,14 +239,6 @@ printf 'after\n'; exit 4"#;
     );
     assert_eq!(output.stderr, "err-before\nerr-detached\n");
     assert_eq!(output.exit_code, 4);
-    // Once, never re-run: one process.Start of the program (the input-less run starts nothing
-    // else but the reattach's Connect).
-    let starts = emu
-        .requests()
-        .iter()
-        .filter(|r| r.path == "/process.Process/Start")
-        .count();
-    assert_eq!(starts, 1, "the program was started exactly once");
     // The per-operation sandbox is destroyed once the result is stored.
     until("the sandbox is destroyed", || emu.sandbox_ids().is_empty()).await;
     let again = c.submit(&k, &req).await.unwrap();
@@ -309,7 +303,7 @@ async fn kill_9_with_a_sprites_operation_running_reattaches_it_in_the_shared_spr
     let mut first = Proc::spawn_with_env(&args(free_port()), &env);
     let base = first.base_url.clone();
     let c = client(&base, ALICE);
-    let script = r#"printf 'before\n'; printf 'err\n' >&2
+    let script = r#"echo run >>/tmp/runs; printf 'before\n'; printf 'err\n' >&2
 while [ ! -e /tmp/go-1 ]; do sleep 0.05; done
 printf 'while-detached \303\251\n'
 while [ ! -e /tmp/go-2 ]; do sleep 0.05; done
@@ -317,7 +311,10 @@ printf 'after\n'; exit 3"#;
     let req = bash(script);
     let k = key("sprites-running");
     let id = c.submit(&k, &req).await.unwrap().receipt.operation_id;
-    until("the command runs", || !sprite.sessions().is_empty()).await;
+    until("the command runs", || {
+        sprite.sandbox().host_path("/tmp/runs").exists()
+    })
+    .await;
     for _ in 0..200 {
         if status_of(&base, &id).await == Status::Running {
             break;
@@ -328,10 +325,14 @@ printf 'after\n'; exit 3"#;
 
     first.kill9();
     in_sprite("touch /tmp/go-1".into()).await;
+    // Past max_run_after_disconnect of every socket the first server had open.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(
-        sprite.sessions().len(),
-        1,
+    let alive = in_sprite(
+        "ls /tmp/.execseam/p/*/pid >/dev/null && ! ls /tmp/.execseam/p/*/exit 2>/dev/null".into(),
+    )
+    .await;
+    assert!(
+        alive.exit.success(),
         "the command outlived the killed server"
     );
 
@@ -352,7 +353,7 @@ printf 'after\n'; exit 3"#;
     assert_eq!(output.stderr, "err\n");
     assert_eq!(output.exit_code, 3);
     // The spool is released once the result is known (the sprite is shared and stays).
-    let left = in_sprite("ls -A /tmp/execseam-reattach 2>/dev/null | wc -l".into()).await;
+    let left = in_sprite("ls -A /tmp/.execseam/p 2>/dev/null | wc -l".into()).await;
     assert_eq!(String::from_utf8_lossy(&left.stdout).trim(), "0");
     assert!(sprite.is_alive());
 }

@@ -63,6 +63,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
+    processes: None,
 };
 
 /// The marker of the launcher's own wrapper failures (a missing workdir, a failed set-up step of

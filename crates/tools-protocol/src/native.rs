@@ -630,16 +630,20 @@ pub enum Failure {
     PermissionDenied,
     /// The grep pattern is not a valid regular expression (`invalid-pattern`).
     InvalidPattern,
+    /// The path is reached through a symlink below the root it must stay beneath
+    /// (`outside-root`).
+    OutsideRoot,
 }
 
 impl Failure {
     /// Every failure, for exhaustive tests.
-    pub const ALL: [Failure; 5] = [
+    pub const ALL: [Failure; 6] = [
         Failure::NotFound,
         Failure::NotADirectory,
         Failure::IsADirectory,
         Failure::PermissionDenied,
         Failure::InvalidPattern,
+        Failure::OutsideRoot,
     ];
 
     /// The code on the wire.
@@ -650,6 +654,7 @@ impl Failure {
             Failure::IsADirectory => "is-a-directory",
             Failure::PermissionDenied => "permission-denied",
             Failure::InvalidPattern => "invalid-pattern",
+            Failure::OutsideRoot => "outside-root",
         }
     }
 

@@ -8,7 +8,7 @@ use execseam_core::{Error, ErrorKind, Exit, Retry, Tool};
 ///
 /// - **About the request** (the path, the pattern, the patch): [`NotFound`](ToolError::NotFound),
 ///   [`NotADirectory`](ToolError::NotADirectory), [`IsADirectory`](ToolError::IsADirectory),
-///   [`PermissionDenied`](ToolError::PermissionDenied),
+///   [`PermissionDenied`](ToolError::PermissionDenied), [`OutsideRoot`](ToolError::OutsideRoot),
 ///   [`InvalidPattern`](ToolError::InvalidPattern), [`InvalidArgument`](ToolError::InvalidArgument),
 ///   [`AlreadyExists`](ToolError::AlreadyExists), [`InvalidPatch`](ToolError::InvalidPatch),
 ///   [`PatchConflict`](ToolError::PatchConflict), [`NoMatch`](ToolError::NoMatch),
@@ -56,6 +56,15 @@ pub enum ToolError {
     InvalidArgument {
         /// What is wrong.
         message: String,
+    },
+    /// The path is outside the root the tools are confined to ([`Tools::confined`], and
+    /// `apply_patch`'s root), or reached through a symlink below it; nothing was read or
+    /// written.
+    ///
+    /// [`Tools::confined`]: crate::Tools::confined
+    OutsideRoot {
+        /// The absolute path (the symlink's, when one was on the way).
+        path: String,
     },
     /// A patch creates a file that already exists.
     AlreadyExists {
@@ -110,6 +119,7 @@ impl ToolError {
             | ToolError::NotADirectory { path }
             | ToolError::IsADirectory { path }
             | ToolError::PermissionDenied { path }
+            | ToolError::OutsideRoot { path }
             | ToolError::AlreadyExists { path }
             | ToolError::PatchConflict { path, .. }
             | ToolError::NoMatch { path }
@@ -143,6 +153,7 @@ impl ToolError {
             ToolError::NotADirectory { .. } => "not-a-directory",
             ToolError::IsADirectory { .. } => "is-a-directory",
             ToolError::PermissionDenied { .. } => "permission-denied",
+            ToolError::OutsideRoot { .. } => "outside-root",
             ToolError::InvalidPattern { .. } => "invalid-pattern",
             ToolError::InvalidArgument { .. } => "invalid-argument",
             ToolError::AlreadyExists { .. } => "already-exists",
@@ -187,6 +198,9 @@ impl fmt::Display for ToolError {
             ToolError::NotADirectory { path } => write!(f, "not a directory: {path}"),
             ToolError::IsADirectory { path } => write!(f, "is a directory: {path}"),
             ToolError::PermissionDenied { path } => write!(f, "permission denied: {path}"),
+            ToolError::OutsideRoot { path } => {
+                write!(f, "outside the root (or through a symlink): {path}")
+            }
             ToolError::InvalidPattern { pattern, message } => {
                 write!(f, "invalid pattern {pattern:?}: {message}")
             }

@@ -162,6 +162,7 @@ struct PatchState {
 pub struct Tools<'a> {
     exec: &'a dyn Exec,
     stream: bool,
+    confine: Option<&'a str>,
 }
 
 impl std::fmt::Debug for Tools<'_> {
@@ -169,6 +170,7 @@ impl std::fmt::Debug for Tools<'_> {
         f.debug_struct("Tools")
             .field("provider", &self.exec.provider())
             .field("stream", &self.stream)
+            .field("confine", &self.confine)
             .finish()
     }
 }
@@ -179,6 +181,7 @@ pub(crate) fn failure_error(failure: Failure, detail: String, pattern: Option<&s
         Failure::NotADirectory => ToolError::NotADirectory { path: detail },
         Failure::IsADirectory => ToolError::IsADirectory { path: detail },
         Failure::PermissionDenied => ToolError::PermissionDenied { path: detail },
+        Failure::OutsideRoot => ToolError::OutsideRoot { path: detail },
         Failure::InvalidPattern => ToolError::InvalidPattern {
             pattern: pattern.unwrap_or_default().to_owned(),
             message: detail,
@@ -220,7 +223,72 @@ impl<'a> Tools<'a> {
         Tools {
             exec,
             stream: false,
+            confine: None,
         }
+    }
+
+    /// Every path the tools take must be `root` or below it, reached through no symlink: read,
+    /// write, edit and `apply_patch`'s files (their directories walked from `root`, a symlink on
+    /// the way refused; a read's last component too), the roots of glob, list and grep (checked
+    /// by one more command first), and the `workdir` of bash and code (below `root`, checked
+    /// the same way; what a command then does is not confined). Anything else is
+    /// [`ToolError::OutsideRoot`]. `apply_patch` is always confined to its own root.
+    #[must_use]
+    pub fn confined(mut self, root: &'a str) -> Tools<'a> {
+        self.confine = Some(root);
+        self
+    }
+
+    /// The confinement root, normalised.
+    fn confinement(&self) -> Result<Option<String>, ToolError> {
+        self.confine
+            .map(|r| normalize_absolute("the confinement root", r))
+            .transpose()
+    }
+
+    /// `path` (normalised) is `root` or lexically below it.
+    fn lexically_beneath(path: &str, root: &str) -> Result<(), ToolError> {
+        let inside = root == "/"
+            || path == root
+            || path
+                .strip_prefix(root)
+                .is_some_and(|rest| rest.starts_with('/'));
+        if inside {
+            Ok(())
+        } else {
+            Err(ToolError::OutsideRoot {
+                path: path.to_owned(),
+            })
+        }
+    }
+
+    /// Under confinement ([`Tools::confined`]), checks that `path` (absolute) is the root or
+    /// below it through no symlink, the last component included (one command, tagged `tool`):
+    /// for a front end's own `workdir`. Without confinement: `Ok`.
+    pub async fn check_beneath(&self, tool: Tool, path: &str) -> Result<(), ToolError> {
+        let path = normalize_absolute("path", path)?;
+        self.check_confined(tool, &path, true).await.map(|_| ())
+    }
+
+    /// Under confinement: `path` is beneath the root lexically; with `walk`, also through no
+    /// symlink (one command). Returns the confinement root.
+    async fn check_confined(
+        &self,
+        tool: Tool,
+        path: &str,
+        walk: bool,
+    ) -> Result<Option<String>, ToolError> {
+        let Some(root) = self.confinement()? else {
+            return Ok(None);
+        };
+        Self::lexically_beneath(path, &root)?;
+        if walk {
+            let out = self
+                .run(file::check_command(tool.clone(), path, &root)?)
+                .await?;
+            check_file_output(&tool, &out)?;
+        }
+        Ok(Some(root))
     }
 
     /// Collect every command's output through the adapter's streaming interface when it has one
@@ -262,6 +330,7 @@ impl<'a> Tools<'a> {
     ) -> Result<Listing<RelPath>, ToolError> {
         let root = normalize_absolute("root", root)?;
         let glob = Glob::new(pattern)?;
+        self.check_confined(Tool::GLOB, &root, true).await?;
         let req = listing::glob_request(&root, &glob);
         let NativeRequest::Glob(greq) = &req else {
             unreachable!("glob_request builds a glob request")
@@ -283,6 +352,7 @@ impl<'a> Tools<'a> {
         if depth == Some(0) {
             return Err(ToolError::invalid("depth 0 lists nothing; use 1 or more"));
         }
+        self.check_confined(Tool::LIST, &root, true).await?;
         let out = self
             .run(NativeRequest::list(root.clone(), depth).command()?)
             .await?;
@@ -398,6 +468,7 @@ impl<'a> Tools<'a> {
                 Some(Glob::new(&format!("**/{g}"))?)
             }
         };
+        self.check_confined(Tool::GREP, &root, true).await?;
         let pf = filter.as_ref().map(Glob::prefilter);
         let req = GrepRequest {
             root: root.clone(),
@@ -423,11 +494,33 @@ impl<'a> Tools<'a> {
     ///
     /// Errors: missing ([`ToolError::NotFound`]), a directory ([`ToolError::IsADirectory`]),
     /// unreadable ([`ToolError::PermissionDenied`]).
+    ///
+    /// Through an adapter whose output is text (`capabilities().binary_output == false`: it
+    /// would replace bytes that are not UTF-8), the bytes travel encoded (`base64`, or POSIX
+    /// `od` where the sandbox has no `base64`) and are decoded here: exact either way.
     pub async fn read(&self, path: &str, range: ReadRange) -> Result<Bytes, ToolError> {
         let path = normalize_absolute("path", path)?;
-        let out = self.run(file::read_command(&path, range)?).await?;
+        let root = self.check_confined(Tool::READ, &path, false).await?;
+        self.read_beneath(&path, range, root.as_deref()).await
+    }
+
+    async fn read_beneath(
+        &self,
+        path: &str,
+        range: ReadRange,
+        root: Option<&str>,
+    ) -> Result<Bytes, ToolError> {
+        let carry = if self.exec.capabilities().binary_output {
+            file::Carry::Bytes
+        } else {
+            file::Carry::Text
+        };
+        let out = self
+            .run(file::read_command(path, range, root, carry)?)
+            .await?;
         check_file_output(&Tool::READ, &out)?;
-        Ok(out.stdout)
+        file::decode_read(out.stdout, carry)
+            .map_err(|m| ToolError::protocol(self.exec.provider(), &Tool::READ, m))
     }
 
     /// Writes `content` to the file at `path` (absolute), atomically: through stdin into a
@@ -457,6 +550,7 @@ impl<'a> Tools<'a> {
         if path == "/" {
             return Err(ToolError::IsADirectory { path });
         }
+        let root = self.check_confined(Tool::WRITE, &path, false).await?;
         let content = content.into();
         self.check_stdin(content.len())?;
         let dir = parent(&path);
@@ -467,6 +561,7 @@ impl<'a> Tools<'a> {
             &temp,
             options.create_parents,
             false,
+            root.as_deref(),
             content,
         )?;
         let out = self.run(cmd).await?;
@@ -545,6 +640,7 @@ impl<'a> Tools<'a> {
         patch: &str,
     ) -> Result<Vec<PatchedFile>, ToolError> {
         let root = normalize_absolute("root", root)?;
+        self.check_confined(Tool::APPLY_PATCH, &root, true).await?;
         let mut files: Vec<PatchState> = Vec::new();
         if envelope::is_envelope(patch) {
             for (idx, op) in envelope::parse(patch)?.into_iter().enumerate() {
@@ -645,7 +741,7 @@ impl<'a> Tools<'a> {
                 }
             }
         }
-        self.commit_patch(files).await
+        self.commit_patch(&root, files).await
     }
 
     /// The index in `files` of the file `rel` names below `root`, read the first time.
@@ -671,7 +767,8 @@ impl<'a> Tools<'a> {
             return Ok(i);
         }
         let abs = path::join(root, &rel);
-        let content = match self.read(&abs, ReadRange::All).await {
+        // Beneath the patch's root through no symlink (a link inside it to /etc is refused).
+        let content = match self.read_beneath(&abs, ReadRange::All, Some(root)).await {
             Ok(b) => Some(b.to_vec()),
             Err(ToolError::NotFound { .. }) => None,
             Err(e) => return Err(e),
@@ -686,7 +783,11 @@ impl<'a> Tools<'a> {
     }
 
     /// Stages every new content, then commits in one command; cleans up on failure.
-    async fn commit_patch(&self, files: Vec<PatchState>) -> Result<Vec<PatchedFile>, ToolError> {
+    async fn commit_patch(
+        &self,
+        root: &str,
+        files: Vec<PatchState>,
+    ) -> Result<Vec<PatchedFile>, ToolError> {
         let mut staged: Vec<String> = Vec::new();
         let mut steps = Vec::new();
         let mut report = Vec::new();
@@ -710,6 +811,7 @@ impl<'a> Tools<'a> {
                         &temp,
                         !existed,
                         true,
+                        Some(root),
                         Bytes::from(bytes),
                     )?;
                     let r = match self.run(cmd).await {
@@ -746,7 +848,7 @@ impl<'a> Tools<'a> {
         if steps.is_empty() {
             return Ok(report);
         }
-        let out = match self.run(file::commit_command(&steps)?).await {
+        let out = match self.run(file::commit_command(&steps, root)?).await {
             Ok(out) => out,
             Err(e) => {
                 self.cleanup(&staged).await;
@@ -782,6 +884,15 @@ impl<'a> Tools<'a> {
             script,
         ])
         .tool(Tool::BASH);
+        let workdir = match (workdir, self.confine) {
+            (Some(dir), Some(_)) => {
+                let dir = normalize_absolute("workdir", dir)?;
+                self.check_confined(Tool::BASH, &dir, true).await?;
+                Some(dir)
+            }
+            (None, Some(_)) => self.confinement()?,
+            (dir, None) => dir.map(str::to_owned),
+        };
         if let Some(dir) = workdir {
             b = b.workdir(dir);
         }

@@ -169,6 +169,7 @@ impl Exec for NativeFs {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             native_tools: &[Tool::LIST, Tool::GLOB, Tool::GREP],
+            processes: None,
             ..Capabilities::FULL
         }
     }

@@ -17,12 +17,20 @@ the SDK say, not what our server happens to do:
   reached stdout, the SDK's reader (mcp/client/stdio.py) would fail to parse it and the session
   would break; the log lines are checked to be on stderr.
 - server/tools, "Tool": `inputSchema` is a JSON Schema object with `type: "object"`.
+- JSON-RPC 2.0 §5 ("Response object") and §5.1: every request gets a response with its `id`;
+  a line that cannot be parsed is answered `-32700` with the id, or null when it cannot be
+  detected. The SDK pairs responses with requests by id (mcp/shared/session.py,
+  `_handle_response`): an error with a null id leaves the request waiting forever, so a
+  request too large for the server (issue 38: 17 MB) must be answered with its own id.
 """
 
 import asyncio
 import json
 import os
 import sys
+import time
+
+from mcp import types
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -142,6 +150,31 @@ async def main():
                 l = await good(s, "list", {"dir": ROOT, "depth": 3})
                 assert len(l["entries"]) == 3, l
                 ok("the server still serves after the errors")
+
+                # apply_patch never leaves its root through a symlink (issue 38).
+                outside = ROOT + ".outside"
+                os.makedirs(outside, exist_ok=True)
+                os.symlink(outside, f"{ROOT}/link")
+                patch = "*** Begin Patch\n*** Add File: link/pwn-patch3\n+pwned\n*** End Patch\n"
+                r = await tool_error(s, "apply_patch", {"patch": patch, "dir": ROOT})
+                assert r.structured_content["error"]["code"] == "outside-root", r
+                assert os.listdir(outside) == [], os.listdir(outside)
+                ok("apply_patch through a symlink out of its root: outside-root, nothing written")
+
+                # A 17 MB request: answered with its id and the limit, within a second.
+                start = time.monotonic()
+                try:
+                    r = await s.call_tool("write", {"path": f"{ROOT}/big", "content": "x" * 17_000_000})
+                    raise AssertionError(f"a 17 MB request answered a result: {r}")
+                except MCPError as e:
+                    assert e.error.code == -32600, e.error
+                    assert "16777216" in e.error.message, e.error
+                took = time.monotonic() - start
+                assert took < 1.0, took
+                assert not os.path.exists(f"{ROOT}/big")
+                ok(f"a 17 MB request: a JSON-RPC error naming the limit, in {took:.2f} s")
+                l = await good(s, "list", {"dir": ROOT, "depth": 1})
+                ok("the server still serves after the oversized request")
     with open(ERRLOG) as f:
         log = f.read()
     # Its spans: each tool's exec, and the sandbox created at start, destroyed at stdin EOF.
@@ -150,7 +183,86 @@ async def main():
     sandbox = log.split('lifecycle{provider="local" operation="create" sandbox="', 1)[1].split('"', 1)[0]
     assert f"destroyed provider=\"local\" sandbox={sandbox}" in log, log[-2000:]
     ok("the server's log went to stderr, never into the protocol stream; its sandbox destroyed at EOF")
+    await confined()
+    await malformed_lines()
     print("OK", flush=True)
+
+
+async def confined():
+    """`execseam mcp --confine`: every tool refuses a path through the link out of the root."""
+    params = StdioServerParameters(command=EXE, args=["mcp", "--adapter", "local", "--root", ROOT, "--confine"])
+    outside = ROOT + ".outside"
+    with open(f"{outside}/secret", "w") as f:
+        f.write("secret needle\n")
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            via = f"{ROOT}/link"
+            refused = [
+                ("read", {"path": f"{via}/secret"}),
+                ("read", {"path": f"{outside}/secret"}),
+                ("write", {"path": f"{via}/new", "content": "x"}),
+                ("edit", {"path": f"{via}/secret", "old": "secret", "new": "x"}),
+                ("glob", {"pattern": "**", "dir": via}),
+                ("list", {"dir": via}),
+                ("grep", {"pattern": "needle", "dir": via}),
+                ("apply_patch", {"patch": "*** Begin Patch\n*** Add File: x\n+x\n*** End Patch\n", "dir": via}),
+                ("bash", {"script": "true", "workdir": via}),
+            ]
+            for tool, args in refused:
+                r = await tool_error(s, tool, args)
+                assert r.structured_content["error"]["code"] == "outside-root", (tool, r)
+            assert sorted(os.listdir(outside)) == ["secret"], os.listdir(outside)
+            ok("--confine: read, write, edit, glob, list, grep, apply_patch and bash refuse the link")
+            r = await good(s, "read", {"path": "src/lib.rs"})
+            assert "needle" in r["content"], r
+            g = await good(s, "grep", {"pattern": "needle", "dir": ROOT})
+            assert [m["path"] for m in g["matches"]] == ["src/lib.rs"], g
+            b = await good(s, "bash", {"script": "pwd"})
+            assert b["stdout"].strip() == ROOT, b
+            ok("--confine: paths inside the root work; the walks do not follow the link")
+
+
+async def malformed_lines():
+    """Lines that are not JSON get a -32700 with the id when there is one, within a second; the
+    answers are JSON-RPC errors as the SDK's own parser reads them."""
+    proc = await asyncio.create_subprocess_exec(
+        EXE, "mcp", "--adapter", "local", "--root", ROOT,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )
+
+    async def answer():
+        line = await asyncio.wait_for(proc.stdout.readline(), 1.0)
+        return types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+    proc.stdin.write((json.dumps(init) + "\n").encode())
+    await proc.stdin.drain()
+    assert (await answer()).id == 1
+    proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+    for raw, want_id in [
+        (b"not json", None),
+        (b'{"jsonrpc":"2.0","id":7,', 7),
+        (b"\xff\xfe", None),
+        (b'{"jsonrpc":"2.0","id":8,"method":"ping\x00"}', 8),
+        (b'{"jsonrpc":"2.0","method":"tools/list","id":"late-id",]', "late-id"),
+    ]:
+        start = time.monotonic()
+        proc.stdin.write(raw + b"\n")
+        await proc.stdin.drain()
+        m = await answer()
+        assert isinstance(m, types.JSONRPCError), m
+        assert m.error.code == -32700 and m.id == want_id, (raw, m)
+        assert time.monotonic() - start < 1.0
+    ok("malformed lines (not JSON, truncated, invalid UTF-8, NUL): -32700 with the id, within 1 s")
+    proc.stdin.write(b'{"jsonrpc":"2.0","id":9,"method":"tools/list"}\n')
+    await proc.stdin.drain()
+    m = await answer()
+    assert m.id == 9 and len(m.result["tools"]) == len(TOOLS), m
+    ok("the server still serves after the malformed lines")
+    proc.stdin.close()
+    await asyncio.wait_for(proc.wait(), 10)
 
 
 def await_text(r):

@@ -10,6 +10,7 @@ mod code;
 mod exec;
 mod faults;
 mod lifecycle;
+mod process;
 mod tools;
 
 /// Builds the case list, giving each async fn a boxed wrapper.
@@ -28,6 +29,7 @@ macro_rules! cases {
 pub fn all() -> Vec<Case> {
     let mut v = exec_cases();
     v.extend(tool_cases());
+    v.extend(process_cases());
     v.extend(lifecycle_cases());
     v.extend(fault_cases());
     v.extend(cases![
@@ -35,6 +37,30 @@ pub fn all() -> Vec<Case> {
             "after the suite, no sandbox it created is left (the emulator's count, and the list)",
     ]);
     v
+}
+
+/// Process handles, gated on `Capabilities::processes`.
+pub fn process_cases() -> Vec<Case> {
+    cases![
+        "process-declared" => process::declared:
+            "Capabilities::processes matches Exec::processes(); a terminal start without terminals is Unsupported",
+        "process-attach-from-offsets" => process::attach_from_offsets:
+            "started detached, nobody attached: attach from 0 and from mid offsets, from another client, gives each stream byte-exact and one exit",
+        "process-stdin-pieces" => process::stdin_pieces:
+            "stdin written in pieces by offset (a retried write is a no-op, a stale one Conflict), then closed: the command reads exactly that",
+        "process-signal-kills-group" => process::signal_kills_group:
+            "TERM to a handle ends the command and its background child (checked by pid in the sandbox)",
+        "process-wait-and-late-exit" => process::wait_and_late_exit:
+            "wait gives Running at its deadline, then the exit recorded while nobody was attached",
+        "process-list-states" => process::list_states:
+            "list shows a running and an exited handle with their states, ordered; release refuses a running one, forgets an exited one",
+        "process-start-idempotent" => process::start_idempotent:
+            "two concurrent starts and a late one under one key run the command once; exactly one is fresh",
+        "process-retention-expired" => process::retention:
+            "output past the retention limit is Err(Expired) with the first retained offset, from which the rest reads exactly",
+        "process-typed-handles" => process::typed_handles:
+            "a garbage handle, another sandbox's handle and one never started are typed errors (InvalidCommand, NotFound), never an exit",
+    ]
 }
 
 /// The sandbox lifecycle, gated on the provider's `LifecycleCapabilities`.
@@ -121,9 +147,11 @@ pub fn tool_cases() -> Vec<Case> {
         "tools-read-snapshot" => tools::read:
             "read whole files, line ranges and byte ranges, bytes exact (snapshot)",
         "tools-write-atomic" => tools::write:
-            "write round-trips bytes, keeps an existing file's mode, leaves no temporary file",
+            "write round-trips every byte value (a text-only output too), keeps an existing file's mode, leaves no temporary file",
         "tools-apply-patch" => tools::apply_patch:
             "a multi-file unified diff applies (snapshot); a conflicting hunk writes nothing",
+        "tools-apply-patch-symlink" => tools::apply_patch_symlink:
+            "apply_patch refuses a path through a symlink out of its root (OutsideRoot), writing and reading nothing there",
         "tools-edit" => tools::edit:
             "edit: a unique match replaced with the bytes around it kept exactly (CRLF, no final newline, mode); absent, not unique, missing file: typed errors, nothing written (snapshot)",
         "tools-apply-patch-envelope" => tools::apply_patch_envelope:
@@ -157,7 +185,7 @@ pub fn tool_cases() -> Vec<Case> {
 pub fn fault_cases() -> Vec<Case> {
     cases![
         "fault-rate-limited" => faults::rate_limited:
-            "429 with Retry-After is Err(RateLimited), retry safe after the given delay",
+            "429 with Retry-After is Err(RateLimited), retry safe after the given delay (the provider's own refusal) or unsafe (not known to precede the command)",
         "fault-server-error" => faults::server_error:
             "500 on the exec is Err(Internal|Unavailable), retry unsafe (it may have run)",
         "fault-unavailable" => faults::unavailable:

@@ -412,18 +412,11 @@ pub(crate) async fn write(t: &Target) -> CaseResult {
     )
     .await?;
     let caps = t.exec.capabilities();
-    // 70 000 bytes, or as much as the adapter's stdin takes.
+    // 70 000 bytes, or as much as the adapter's stdin takes; every byte value, also where the
+    // adapter's output is text (`binary_output: false`): the read must carry them exactly or
+    // fail typed, never corrupt them (issue 38: U+FFFD with Ok through Vercel).
     let size = caps.max_stdin.map_or(70_000, |m| (m as usize).min(70_000));
-    let content: Vec<u8> = if caps.binary_output {
-        (0..=255u8).cycle().take(size).collect()
-    } else {
-        b"text only: this adapter's transport decodes output as text\n"
-            .iter()
-            .copied()
-            .cycle()
-            .take(size)
-            .collect()
-    };
+    let content: Vec<u8> = (0..=255u8).cycle().take(size).collect();
     let file = format!("{dir}/new file.bin");
     tools
         .write(&file, content.clone())
@@ -562,6 +555,63 @@ pub(crate) async fn apply_patch(t: &Target) -> CaseResult {
         let _ = writeln!(text, "{p}: {}", super::show(&b));
     }
     snapshot::check("tools-apply-patch", &text)
+}
+
+/// A root with `link -> OUTSIDE` (a directory symlink pointing out of it) and a file outside.
+const LINKED: &str = r#"set -e
+rm -rf "$1" "$2"; mkdir -p "$1/sub" "$2"
+printf 'outside y\n' > "$2/y"; printf 'one\n' > "$1/sub/ok.txt"
+ln -s "$2" "$1/link"; ln -s "$2/y" "$1/leaf""#;
+
+/// `apply_patch` never leaves its root through a symlink (issue 38: a patch adding `link/pwn`
+/// wrote `/etc/pwn-patch3` through `execseam mcp`).
+pub(crate) async fn apply_patch_symlink(t: &Target) -> CaseResult {
+    stdin_gate(t)?;
+    let root = t.path("tools-patch-root");
+    let outside = t.path("tools-patch-outside");
+    let o = run_ok(
+        t,
+        Command::new(["sh", "-c", LINKED, "sh", &root, &outside]).expect("valid"),
+    )
+    .await?;
+    if !o.exit.success() {
+        return fail(format!("creating the linked tree failed: {}", render(&o)));
+    }
+    let tools = Tools::new(&*t.exec);
+    for patch in [
+        "*** Begin Patch\n*** Add File: link/pwn\n+pwned\n*** End Patch\n",
+        "--- /dev/null\n+++ b/link/pwn\n@@ -0,0 +1 @@\n+pwned\n",
+        "*** Begin Patch\n*** Update File: link/y\n@@\n-outside y\n+changed\n*** End Patch\n",
+        "*** Begin Patch\n*** Update File: leaf\n@@\n-outside y\n+changed\n*** End Patch\n",
+    ] {
+        match tools.apply_patch(&root, patch).await {
+            Err(ToolError::OutsideRoot { .. }) => {}
+            other => {
+                remove(t, &root).await;
+                remove(t, &outside).await;
+                return fail(format!("{patch:?} through a symlink: got {other:?}"));
+            }
+        }
+    }
+    let left = names(&tools, &outside).await?;
+    let y = tools
+        .read(&format!("{outside}/y"), ReadRange::All)
+        .await
+        .map_err(|e| tool_err("read outside/y", e))?;
+    let ok = tools
+        .apply_patch(
+            &root,
+            "*** Begin Patch\n*** Add File: sub/new.txt\n+new\n*** End Patch\n",
+        )
+        .await;
+    remove(t, &root).await;
+    remove(t, &outside).await;
+    if left != ["y"] {
+        return fail(format!("written outside the root: {left:?}"));
+    }
+    same("the file outside", &y, b"outside y\n")?;
+    ok.map_err(|e| tool_err("a patch inside the root", e))?;
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -128,6 +128,26 @@ pub fn processes_with(marker: &str) -> Vec<u32> {
     found
 }
 
+/// Kills (SIGKILL) every process whose command line holds `marker`, the spool's supervisors
+/// first (their script takes the `ln -s` lock) and then the program: nothing is left to record
+/// an exit, so the outcome of a detached command is unknown. Returns how many supervisors it
+/// found.
+pub fn kill_supervisors_then_programs(marker: &str) -> usize {
+    let is_supervisor = |pid: &u32| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains("ln -s"))
+    };
+    let (supervisors, programs): (Vec<u32>, Vec<u32>) =
+        processes_with(marker).into_iter().partition(is_supervisor);
+    let n = supervisors.len();
+    for pid in supervisors.into_iter().chain(programs) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    n
+}
+
 pub async fn until(what: &str, mut f: impl FnMut() -> bool) {
     for _ in 0..400 {
         if f() {

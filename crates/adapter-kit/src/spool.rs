@@ -1,0 +1,1496 @@
+//! Process handles for any sandbox that runs `sh`: the **spool**, written once.
+//!
+//! [`Spool`] implements the contract's [`Processes`] over an adapter's ordinary
+//! [`Exec`]: the command's streams go to files in the sandbox, a supervisor shell records its
+//! exit by rename, and every operation (read from offsets, stdin, signals, status, list,
+//! release) is one short exec of a fixed script. An adapter gets process handles with
+//!
+//! ```ignore
+//! fn processes(&self) -> Option<Box<dyn Processes + '_>> {
+//!     Some(Box::new(Spool::new(self, self.id())))
+//! }
+//! ```
+//!
+//! and declares [`SPOOLED`] in its `Capabilities::processes`. Where the provider has a native
+//! way to start a process that outlives the call (E2B `Start`, Docker detached exec), the
+//! adapter passes a [`Launch`] ([`Spool::launch`]) and declares [`HYBRID`]: the spool then only
+//! prepares the directory through exec, and the provider runs the supervisor.
+//!
+//! # Layout (`<root>/<key>/`, mode 700)
+//!
+//! | file | written by | meaning |
+//! |---|---|---|
+//! | the directory | the start (`mkdir`, atomic) | the start lock: it exists, so this key was started |
+//! | `out`, `err` | the command (`>>`) | stdout and stderr, byte-exact; offsets are file offsets |
+//! | `in.log`, `in.closed`, `in` (FIFO), `wake` (FIFO) | the start, stdin writes | every accepted stdin byte; closed; the pump's FIFO to the command and its wake-up |
+//! | `ready` | the start | the directory is complete |
+//! | `run` | the supervisor (`ln -s <its pid>`, atomic with its content) | the supervisor lock: at most one supervisor runs a key; the link's target is its pid |
+//! | `pid` | the command, before `exec` (by rename) | the command's pid = its process group and session |
+//! | `exit` | the supervisor, by rename | `<status> <stdout bytes> <stderr bytes>`: the shell's status and the final sizes |
+//! | `out.base`, `err.base` | a read over the retention limit | the first offset still retained |
+//!
+//! # Why this shape
+//!
+//! - The command runs in the supervisor's **foreground** under `setsid`: its own session and
+//!   process group (so a signal to `-pgid` reaches its children, and none of the provider's own
+//!   group kills reach it by accident), and SIGINT/SIGQUIT not ignored (an `&` list would start
+//!   it with both ignored).
+//! - Its redirections are made inside it, after `setsid`, so the supervisor's own messages never
+//!   land in `err`.
+//! - The supervisor records the sizes with the status: output written after the exit by
+//!   leftover children is not part of the command's output, and every attach agrees on where
+//!   the output ends.
+//! - Stdin is exactly-once by offset: `in.log` is the truth, a write is appended under a lock
+//!   only at the accepted count, and a pump forwards `in.log` to the FIFO once.
+//! - A signal death is the shell's `128 + n` ([`ProcessCapabilities::exact_signal_exit`] false).
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use bytes::Bytes;
+use execseam_core::{
+    BoxFuture, Command, Error, ErrorKind, Exec, Exit, Mechanism, ProcessCapabilities, ProcessEvent,
+    ProcessHandle, ProcessInfo, ProcessRead, ProcessState, ProcessStream, Processes, Retry, Signal,
+    StartKey, StartRequest, Started, StdinMode, StdinState, StdinWrite, StreamOffsets, Waited,
+};
+
+/// What the spool gives an adapter that runs everything through exec.
+pub const SPOOLED: ProcessCapabilities = ProcessCapabilities {
+    mechanism: Mechanism::Spooled,
+    idempotent_start: true,
+    stdin: true,
+    signals: Signal::ALL,
+    replay: true,
+    retention: None,
+    list: true,
+    exact_signal_exit: false,
+    terminal: false,
+};
+
+/// [`SPOOLED`] with the supervisor started by the provider ([`Launch`]).
+pub const HYBRID: ProcessCapabilities = ProcessCapabilities {
+    mechanism: Mechanism::Hybrid,
+    ..SPOOLED
+};
+
+/// Where spools live by default: in the sandbox's `/tmp`.
+pub const DEFAULT_ROOT: &str = "/tmp/.execseam/p";
+
+/// The most bytes of each stream one read returns, by default.
+pub const DEFAULT_READ_MAX: u64 = 1 << 20;
+
+/// A provider's own way to run the supervisor so that it outlives the call (E2B `Start`
+/// without a timeout, Docker's detached exec, a Sprites session kept after disconnect).
+pub trait Launch: Send + Sync {
+    /// Runs `supervisor` (a complete command: `sh -c …`, with the started command's workdir and
+    /// env) detached; `Ok` once the provider holds it. It must not wait for its end, and its
+    /// output is never read.
+    fn launch(&self, supervisor: Command) -> BoxFuture<'_, Result<(), Error>>;
+}
+
+/// The shell functions every script starts with. `alive PID`: the process exists and is not
+/// a zombie (a sandbox's init may be slow to reap). `state DIR` (the order matters: the lock is
+/// looked at before the liveness, the liveness before the exit) sets `S` (`running`, `exited`,
+/// `prepared`, `unknown`), `C` (the status or `-`), `O` and `E` (bytes written).
+const PRELUDE: &str = r#"alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  [ -r "/proc/$1/stat" ] || return 0
+  z=$(sed 's/^.*) //; s/ .*//' "/proc/$1/stat" 2>/dev/null)
+  [ "$z" != Z ]
+}
+stdin_state() {
+  printf '%s %s' "$(wc -c <"$1/in.log")" "$([ -e "$1/in.closed" ] && echo 1 || echo 0)"
+}
+state() {
+  a=0 l=0
+  [ -L "$1/run" ] && l=1
+  if p=$(cat "$1/pid" 2>/dev/null) && alive "$p"; then a=1
+  elif p=$(readlink "$1/run" 2>/dev/null) && alive "$p"; then a=1; fi
+  if [ -e "$1/exit" ]; then read -r C O E <"$1/exit"; S=exited
+  else C=-; O=$(wc -c <"$1/out"); E=$(wc -c <"$1/err")
+    if [ "$a" = 1 ]; then S=running
+    elif [ "$l" = 0 ]; then S=prepared
+    else S=unknown; fi
+  fi
+}
+"#;
+
+/// The supervisor: `$1` the spool directory, `$2` the stdin mode, then argv.
+const SUPERVISOR: &str = r#"d=$1 m=$2; shift 2
+[ -e "$d/ready" ] || exit 0
+ln -s "$$" "$d/run" 2>/dev/null || exit 0
+p=
+if [ "$m" = open ]; then
+  setsid sh -c 'd=$1; exec 3<>"$d/in" 4<>"$d/wake"; s=0
+    while :; do n=$(wc -c <"$d/in.log")
+      if [ "$n" -gt "$s" ]; then tail -c +$((s+1)) "$d/in.log" | head -c $((n-s)) >&3 || exit 0; s=$n; continue; fi
+      if [ -e "$d/in.closed" ]; then [ "$(wc -c <"$d/in.log")" -gt "$s" ] && continue; exit 0; fi
+      read -r _ <&4 || exit 0
+    done' sh "$d" </dev/null >/dev/null 2>&1 &
+  p=$!
+  i=$d/in
+else i=$d/in.log; fi
+setsid sh -c 'd=$1 i=$2; shift 2; printf "%s\n" "$$" >"$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid" && exec "$@" <"$i" >>"$d/out" 2>>"$d/err"' sh "$d" "$i" "$@"
+s=$?
+[ -n "$p" ] && kill -s TERM -- "-$p" 2>/dev/null
+printf '%s %s %s\n' "$s" "$(wc -c <"$d/out")" "$(wc -c <"$d/err")" >"$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"
+exit "$s""#;
+
+/// The start: `$1` root, `$2` key, `$3` stdin mode (`closed`, `open`), `$4` whether stdin bytes
+/// come on the exec's stdin (`1`, `0`), `$5` what to do (`detach`: run the supervisor with
+/// `setsid -f`; `prepare`: only the directory, a [`Launch`] runs it), then argv.
+/// Prints `spool:started <1 if this call made the directory>`, `spool:exists`, or
+/// `spool:nosetsid`.
+const START: &str = r#"r=$1 k=$2 m=$3 h=$4 ph=$5; shift 5
+command -v setsid >/dev/null 2>&1 || { echo spool:nosetsid; exit 0; }
+d=$r/$k
+umask 077
+mkdir -p -- "$r" || exit 125
+if mkdir -- "$d" 2>/dev/null; then
+  f=1
+  : >"$d/out" && : >"$d/err" || exit 125
+  if [ "$h" = 1 ]; then cat >"$d/in.log" || exit 125; else : >"$d/in.log" || exit 125; fi
+  if [ "$m" = open ]; then mkfifo "$d/in" "$d/wake" || exit 125; else : >"$d/in.closed"; fi
+  : >"$d/ready"
+else
+  f=0
+  [ -L "$d/run" ] && { echo spool:exists; exit 0; }
+  n=0
+  while [ ! -e "$d/ready" ]; do
+    n=$((n+1)); [ "$n" -gt 200 ] && { echo spool:exists; exit 0; }; sleep 0.05
+  done
+fi
+if [ "$ph" = detach ]; then
+  setsid -f sh -c "$SUPERVISOR" sh "$d" "$m" "$@" </dev/null >/dev/null 2>&1 || exit 125
+fi
+echo "spool:started $f""#;
+
+/// A read: `$1` dir, `$2`/`$3` offsets, `$4` the most bytes per stream, `$5` encoding (`raw`,
+/// `b64`), `$6` the retention limit per stream (`-`: none). Prints
+/// `spool:read S C O E BO BE NO NE` then the bytes (raw: NO then NE bytes; b64: two lines).
+const READ: &str = r#"d=$1 oo=$2 oe=$3 mx=$4 enc=$5 ret=$6
+[ -d "$d" ] || { echo spool:none; exit 0; }
+state "$d"
+bo=$(cat "$d/out.base" 2>/dev/null || echo 0); be=$(cat "$d/err.base" 2>/dev/null || echo 0)
+if [ "$ret" != - ]; then
+  if [ $((O-bo)) -gt "$ret" ]; then bo=$((O-ret)); fallocate -p -o 0 -l "$bo" "$d/out" 2>/dev/null; echo "$bo" >"$d/out.base"; fi
+  if [ $((E-be)) -gt "$ret" ]; then be=$((E-ret)); fallocate -p -o 0 -l "$be" "$d/err" 2>/dev/null; echo "$be" >"$d/err.base"; fi
+fi
+no=0 ne=0
+[ "$oo" -ge "$bo" ] && [ "$oo" -le "$O" ] && no=$((O-oo))
+[ "$oe" -ge "$be" ] && [ "$oe" -le "$E" ] && ne=$((E-oe))
+[ "$no" -gt "$mx" ] && no=$mx
+[ "$ne" -gt "$mx" ] && ne=$mx
+echo "spool:read $S $C $O $E $bo $be $no $ne"
+if [ "$enc" = b64 ]; then
+  tail -c +$((oo+1)) "$d/out" 2>/dev/null | head -c "$no" | base64 | tr -d '\n'; echo
+  tail -c +$((oe+1)) "$d/err" 2>/dev/null | head -c "$ne" | base64 | tr -d '\n'; echo
+else
+  tail -c +$((oo+1)) "$d/out" 2>/dev/null | head -c "$no"
+  tail -c +$((oe+1)) "$d/err" 2>/dev/null | head -c "$ne"
+fi"#;
+
+/// A stdin write: `$1` dir, `$2` offset, `$3` close (`1`, `0`); the bytes on stdin. Prints
+/// `spool:stdin ok|at|closed|exited|busy|none N`.
+const WRITE: &str = r#"d=$1 at=$2 cl=$3
+[ -d "$d" ] || { cat >/dev/null; echo spool:none 0; exit 0; }
+n=0
+until mkdir "$d/in.lock" 2>/dev/null; do
+  n=$((n+1)); [ "$n" -gt 500 ] && { cat >/dev/null; echo spool:stdin busy 0; exit 0; }; sleep 0.01
+done
+c=$(wc -c <"$d/in.log")
+if [ -e "$d/in.closed" ]; then r=closed
+elif [ -e "$d/exit" ]; then r=exited
+elif [ "$c" -ne "$at" ]; then r=at
+else
+  cat >>"$d/in.log"; [ "$cl" = 1 ] && : >"$d/in.closed"
+  c=$(wc -c <"$d/in.log"); r=ok
+fi
+rmdir "$d/in.lock"
+if [ "$r" = ok ]; then
+  [ -p "$d/wake" ] && { exec 5<>"$d/wake"; echo >&5; exec 5>&-; }
+else cat >/dev/null; fi
+[ -e "$d/in.closed" ] && r="$r-closed"
+echo "spool:stdin $r $c""#;
+
+/// A signal: `$1` dir, `$2` signal name. Prints `spool:signal sent|exited|none|gone`.
+const SIGNAL: &str = r#"d=$1 sig=$2
+[ -d "$d" ] || { echo spool:signal none; exit 0; }
+n=0
+while [ ! -e "$d/pid" ] && [ ! -e "$d/exit" ]; do
+  n=$((n+1)); [ "$n" -gt 200 ] && { echo spool:signal gone; exit 0; }; sleep 0.02
+done
+[ -e "$d/exit" ] && { echo spool:signal exited; exit 0; }
+p=$(cat "$d/pid")
+if kill -s "$sig" -- "-$p" 2>/dev/null; then echo spool:signal sent
+elif [ -e "$d/exit" ]; then echo spool:signal exited
+else echo spool:signal gone; fi"#;
+
+/// A listing: `$1` root. One line per key: `KEY S C O E I K` (`I` stdin bytes accepted, `K`
+/// 1 when stdin is closed).
+const LIST: &str = r#"r=$1
+[ -d "$r" ] || exit 0
+for d in "$r"/*; do
+  [ -e "$d/ready" ] || continue
+  state "$d"
+  echo "${d##*/} $S $C $O $E $(stdin_state "$d")"
+done"#;
+
+/// A release: `$1` dir. Prints `spool:release done|running`.
+const RELEASE: &str = r#"d=$1
+[ -d "$d" ] || { echo spool:release done; exit 0; }
+if [ -e "$d/ready" ]; then state "$d"; [ "$S" = running ] && { echo spool:release running; exit 0; }; fi
+rm -rf -- "$d" && echo spool:release done"#;
+
+/// FNV-1a, for the sandbox part of a handle (not a secret, not a security boundary: it only
+/// makes a handle from another sandbox a typed error before any I/O).
+fn digest(s: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{:012x}", h >> 16)
+}
+
+/// Process handles over an adapter's exec; see the [module docs](self).
+pub struct Spool<'a> {
+    exec: &'a dyn Exec,
+    sandbox: String,
+    root: Cow<'a, str>,
+    launch: Option<&'a dyn Launch>,
+    capabilities: ProcessCapabilities,
+    read_max: u64,
+    text: bool,
+    poll: (Duration, Duration),
+}
+
+impl std::fmt::Debug for Spool<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spool")
+            .field("provider", &self.exec.provider())
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a start script said.
+enum StartAnswer {
+    Started { fresh: bool },
+    Exists,
+}
+
+impl<'a> Spool<'a> {
+    /// Spools of the sandbox `sandbox_id` under [`DEFAULT_ROOT`], through `exec`. Reads are
+    /// base64 where `exec` does not return bytes exactly (`Capabilities::binary_output`), and
+    /// at most [`DEFAULT_READ_MAX`] per stream (less where the backend caps its output).
+    pub fn new(exec: &'a dyn Exec, sandbox_id: &str) -> Spool<'a> {
+        let caps = exec.capabilities();
+        let text = !caps.binary_output;
+        let mut read_max = DEFAULT_READ_MAX;
+        if let Some(max) = caps.max_output {
+            // Both streams and a header in one answer, base64 growing it by a third.
+            let room = max.saturating_sub(256) / 2;
+            read_max = read_max.min(if text { room / 4 * 3 } else { room }).max(1);
+        }
+        Spool {
+            exec,
+            sandbox: digest(sandbox_id),
+            root: Cow::Borrowed(DEFAULT_ROOT),
+            launch: None,
+            capabilities: caps.processes.unwrap_or(SPOOLED),
+            read_max,
+            text,
+            poll: (Duration::from_millis(20), Duration::from_millis(500)),
+        }
+    }
+
+    /// Spools under `root` (an absolute path in the sandbox; a volume where the root
+    /// filesystem does not survive a stop).
+    #[must_use]
+    pub fn root(mut self, root: impl Into<Cow<'a, str>>) -> Spool<'a> {
+        self.root = root.into();
+        self
+    }
+
+    /// The provider runs the supervisor ([`Launch`]).
+    #[must_use]
+    pub fn launch(mut self, launch: &'a dyn Launch) -> Spool<'a> {
+        self.launch = Some(launch);
+        self
+    }
+
+    /// What these handles declare (default: the exec's `Capabilities::processes`, or
+    /// [`SPOOLED`]); its `retention` is applied to every read.
+    #[must_use]
+    pub fn capabilities(mut self, capabilities: ProcessCapabilities) -> Spool<'a> {
+        self.capabilities = capabilities;
+        self
+    }
+
+    /// At most `bytes` of each stream per read.
+    #[must_use]
+    pub fn read_max(mut self, bytes: u64) -> Spool<'a> {
+        self.read_max = bytes.max(1);
+        self
+    }
+
+    /// How long a follower waits between reads when nothing new came: from `min`, doubling up
+    /// to `max` (one exec per read: Fly allows about one a second).
+    #[must_use]
+    pub fn poll(mut self, min: Duration, max: Duration) -> Spool<'a> {
+        self.poll = (min, max.max(min));
+        self
+    }
+
+    fn provider(&self) -> &str {
+        self.exec.provider()
+    }
+
+    fn error(&self, kind: ErrorKind, operation: &'static str, message: impl Into<String>) -> Error {
+        Error::new(kind, message)
+            .with_provider(self.provider().to_owned())
+            .with_operation(operation)
+    }
+
+    fn prefix(&self) -> String {
+        format!("sp1:{}:{}:", self.provider(), self.sandbox)
+    }
+
+    /// The key in `handle`, checked to be this adapter's and this sandbox's.
+    fn key_of(&self, handle: &ProcessHandle, operation: &'static str) -> Result<StartKey, Error> {
+        let token = handle.as_str();
+        let Some(rest) = token.strip_prefix("sp1:") else {
+            return Err(self.error(
+                ErrorKind::InvalidCommand,
+                operation,
+                "not a process handle of the spool (sp1:…)",
+            ));
+        };
+        let mut parts = rest.splitn(3, ':');
+        let (provider, sandbox, key) = (parts.next(), parts.next(), parts.next());
+        if provider != Some(self.provider()) {
+            return Err(self.error(
+                ErrorKind::InvalidCommand,
+                operation,
+                format!(
+                    "a process handle of another adapter, not {}",
+                    self.provider()
+                ),
+            ));
+        }
+        if sandbox != Some(self.sandbox.as_str()) {
+            return Err(self.error(
+                ErrorKind::InvalidCommand,
+                operation,
+                "a process handle of another sandbox",
+            ));
+        }
+        StartKey::new(key.unwrap_or_default()).map_err(|_| {
+            self.error(
+                ErrorKind::InvalidCommand,
+                operation,
+                "a process handle with a malformed key",
+            )
+        })
+    }
+
+    fn dir(&self, key: &StartKey) -> String {
+        format!("{}/{}", self.root.trim_end_matches('/'), key.as_str())
+    }
+
+    /// Runs `script` (after the prelude) with `args`, `stdin`, and returns its stdout; a
+    /// non-zero exit is an `Internal` error naming the operation.
+    async fn run(
+        &self,
+        operation: &'static str,
+        script: &str,
+        args: &[&str],
+        stdin: Bytes,
+    ) -> Result<Bytes, Error> {
+        let mut argv = vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            format!("{PRELUDE}{script}"),
+            "execseam-spool".to_owned(),
+        ];
+        argv.extend(args.iter().map(|a| (*a).to_owned()));
+        let out = self
+            .exec
+            .exec(Command::builder(argv).stdin(stdin).build()?)
+            .await
+            .map_err(|e| e.or_context(self.provider().to_owned(), operation))?;
+        if !out.exit.success() {
+            return Err(self.error(
+                ErrorKind::Internal,
+                operation,
+                format!(
+                    "the spool's {operation} script failed ({:?}): {}",
+                    out.exit,
+                    String::from_utf8_lossy(&out.stderr[..out.stderr.len().min(300)])
+                ),
+            ));
+        }
+        Ok(out.stdout)
+    }
+
+    fn malformed(&self, operation: &'static str, what: &str) -> Error {
+        self.error(
+            ErrorKind::Protocol,
+            operation,
+            format!("the spool's {operation} script answered something else: {what}"),
+        )
+        .with_retry(Retry::Never)
+    }
+
+    async fn start_request(&self, request: StartRequest) -> Result<Started, Error> {
+        if request.terminal.is_some() {
+            return Err(self.error(
+                ErrorKind::Unsupported,
+                "start",
+                "terminals are not implemented by this adapter's process handles",
+            ));
+        }
+        let key = request.key;
+        let handle = self.handle_for(&key);
+        let command = request.command;
+        let mode = match request.stdin {
+            StdinMode::Closed => "closed",
+            StdinMode::Open => "open",
+        };
+        let has_stdin = if command.stdin().is_empty() { "0" } else { "1" };
+        let dir = self.dir(&key);
+        let phase = if self.launch.is_some() {
+            "prepare"
+        } else {
+            "detach"
+        };
+        let script = format!(
+            "SUPERVISOR='{}'\n{START}",
+            SUPERVISOR.replace('\'', r"'\''")
+        );
+        let mut args: Vec<&str> = vec![&self.root, key.as_str(), mode, has_stdin, phase];
+        args.extend(command.argv().iter().map(String::as_str));
+        // The start's env and workdir are the command's: the supervisor and the command inherit
+        // them (through the provider's own delivery of both).
+        let mut argv = vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            format!("{PRELUDE}{script}"),
+            "execseam-spool".to_owned(),
+        ];
+        argv.extend(args.iter().map(|a| (*a).to_owned()));
+        let mut b = Command::builder(argv)
+            .tool(command.tool().clone())
+            .envs(command.env().iter().map(|(k, v)| (k.clone(), v.clone())))
+            .stdin(command.stdin().clone());
+        if let Some(w) = command.workdir() {
+            b = b.workdir(w);
+        }
+        let out = self.exec.exec(b.build()?).await.map_err(|e| {
+            // A start that failed after it was sent: retrying under the same key is safe (the
+            // directory is the lock), so an `Unsafe` answer becomes `Safe`.
+            let e = e.or_context(self.provider().to_owned(), "start");
+            if e.retry() == Retry::Unsafe {
+                e.with_retry(Retry::SAFE)
+            } else {
+                e
+            }
+        })?;
+        if !out.exit.success() {
+            return Err(self.error(
+                ErrorKind::Internal,
+                "start",
+                format!(
+                    "the spool's start failed ({:?}): {}",
+                    out.exit,
+                    String::from_utf8_lossy(&out.stderr[..out.stderr.len().min(300)])
+                ),
+            ));
+        }
+        let answer = match std::str::from_utf8(&out.stdout).map(str::trim) {
+            Ok("spool:started 1") => StartAnswer::Started { fresh: true },
+            Ok("spool:started 0") => StartAnswer::Started { fresh: false },
+            Ok("spool:exists") => StartAnswer::Exists,
+            Ok("spool:nosetsid") => {
+                return Err(self.error(
+                    ErrorKind::Unsupported,
+                    "start",
+                    "the sandbox has no setsid(1): the spool cannot detach a command",
+                ));
+            }
+            _ => return Err(self.malformed("start", "no spool:started line")),
+        };
+        match answer {
+            StartAnswer::Exists => Ok(Started {
+                handle,
+                fresh: false,
+            }),
+            StartAnswer::Started { fresh } => {
+                if let Some(launch) = self.launch {
+                    let mut sv = vec![
+                        "sh".to_owned(),
+                        "-c".to_owned(),
+                        SUPERVISOR.to_owned(),
+                        "sh".to_owned(),
+                        dir,
+                        mode.to_owned(),
+                    ];
+                    sv.extend(command.argv().iter().cloned());
+                    let mut b = Command::builder(sv)
+                        .tool(command.tool().clone())
+                        .envs(command.env().iter().map(|(k, v)| (k.clone(), v.clone())));
+                    if let Some(w) = command.workdir() {
+                        b = b.workdir(w);
+                    }
+                    launch.launch(b.build()?).await.map_err(|e| {
+                        let e = e.or_context(self.provider().to_owned(), "start");
+                        // The supervisor takes a lock: a second one starts nothing.
+                        if e.retry() == Retry::Unsafe {
+                            e.with_retry(Retry::SAFE)
+                        } else {
+                            e
+                        }
+                    })?;
+                }
+                Ok(Started { handle, fresh })
+            }
+        }
+    }
+
+    async fn read_at(
+        &self,
+        handle: &ProcessHandle,
+        from: StreamOffsets,
+    ) -> Result<ProcessRead, Error> {
+        let key = self.key_of(handle, "read")?;
+        let dir = self.dir(&key);
+        let (oo, oe, mx) = (
+            from.stdout.to_string(),
+            from.stderr.to_string(),
+            self.read_max.to_string(),
+        );
+        let ret = self
+            .capabilities
+            .retention
+            .map_or_else(|| "-".to_owned(), |r| r.to_string());
+        let enc = if self.text { "b64" } else { "raw" };
+        let out = self
+            .run(
+                "read",
+                READ,
+                &[&dir, &oo, &oe, &mx, enc, &ret],
+                Bytes::new(),
+            )
+            .await?;
+        let nl = out
+            .iter()
+            .position(|b| *b == b'\n')
+            .ok_or_else(|| self.malformed("read", "no header"))?;
+        let header =
+            std::str::from_utf8(&out[..nl]).map_err(|_| self.malformed("read", "header"))?;
+        if header == "spool:none" {
+            return Err(self.error(
+                ErrorKind::NotFound,
+                "read",
+                "no process under this handle in this sandbox (never started, or released)",
+            ));
+        }
+        let f: Vec<&str> = header.split(' ').collect();
+        if f.len() != 9 || f[0] != "spool:read" {
+            return Err(self.malformed("read", "header"));
+        }
+        let num = |s: &str| {
+            s.parse::<u64>()
+                .map_err(|_| self.malformed("read", "a number"))
+        };
+        let written = StreamOffsets::new(num(f[3])?, num(f[4])?);
+        let base = StreamOffsets::new(num(f[5])?, num(f[6])?);
+        let (no, ne) = (num(f[7])?, num(f[8])?);
+        let state = self.state(f[1], f[2], "read")?;
+        if from.stdout < base.stdout || from.stderr < base.stderr {
+            return Err(self
+                .error(
+                    ErrorKind::Expired,
+                    "read",
+                    format!(
+                        "output before offsets stdout {} / stderr {} is no longer retained",
+                        base.stdout, base.stderr
+                    ),
+                )
+                .with_retained_from(base));
+        }
+        if from.stdout > written.stdout || from.stderr > written.stderr {
+            return Err(self.error(
+                ErrorKind::InvalidCommand,
+                "read",
+                format!(
+                    "offsets past the output written so far (stdout {}, stderr {})",
+                    written.stdout, written.stderr
+                ),
+            ));
+        }
+        let body = out.slice(nl + 1..);
+        let (stdout, stderr) = if self.text {
+            use base64::Engine as _;
+            let text = std::str::from_utf8(&body).map_err(|_| self.malformed("read", "base64"))?;
+            let mut lines = text.split('\n');
+            let mut dec = |len: u64| -> Result<Bytes, Error> {
+                let line = lines
+                    .next()
+                    .ok_or_else(|| self.malformed("read", "a line"))?;
+                let b = base64::engine::general_purpose::STANDARD
+                    .decode(line.trim_end_matches('\r'))
+                    .map_err(|_| self.malformed("read", "base64"))?;
+                if b.len() as u64 != len {
+                    return Err(self.malformed("read", "a short read"));
+                }
+                Ok(Bytes::from(b))
+            };
+            (dec(no)?, dec(ne)?)
+        } else {
+            let total = usize::try_from(no + ne).unwrap_or(usize::MAX);
+            if body.len() != total {
+                return Err(self.malformed("read", "a short read"));
+            }
+            let no = usize::try_from(no).unwrap_or(0);
+            (body.slice(..no), body.slice(no..))
+        };
+        Ok(ProcessRead {
+            from,
+            stdout,
+            stderr,
+            state,
+            written,
+        })
+    }
+
+    fn state(&self, s: &str, code: &str, operation: &'static str) -> Result<ProcessState, Error> {
+        match s {
+            "running" | "prepared" => Ok(ProcessState::Running),
+            "unknown" => Ok(ProcessState::Unknown),
+            "exited" => {
+                let c: i32 = code
+                    .parse()
+                    .map_err(|_| self.malformed(operation, "an exit status"))?;
+                Ok(ProcessState::Exited(Exit::Code(c)))
+            }
+            _ => Err(self.malformed(operation, "a state")),
+        }
+    }
+
+    fn unknown(&self, operation: &'static str) -> Error {
+        self.error(
+            ErrorKind::Protocol,
+            operation,
+            "the process's supervisor is gone and left no exit: the outcome is unknown",
+        )
+        .with_retry(Retry::Never)
+    }
+
+    async fn follow_from<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+        from: StreamOffsets,
+    ) -> Result<ProcessStream<'s>, Error> {
+        // The first read checks the handle, the offsets and the retention before returning.
+        let first = self.read_at(handle, from).await?;
+        struct Follow {
+            at: StreamOffsets,
+            pending: Option<ProcessRead>,
+            delay: Duration,
+            queue: std::collections::VecDeque<ProcessEvent>,
+            done: bool,
+        }
+        let state = Follow {
+            at: from,
+            pending: Some(first),
+            delay: self.poll.0,
+            queue: Default::default(),
+            done: false,
+        };
+        let stream = futures_util::stream::unfold(state, move |mut st| async move {
+            loop {
+                if let Some(ev) = st.queue.pop_front() {
+                    return Some((Ok(ev), st));
+                }
+                if st.done {
+                    return None;
+                }
+                let read = match st.pending.take() {
+                    Some(r) => r,
+                    None => {
+                        tokio::time::sleep(st.delay).await;
+                        match self.read_at(handle, st.at).await {
+                            Ok(r) => r,
+                            Err(e) => {
+                                st.done = true;
+                                return Some((Err(e), st));
+                            }
+                        }
+                    }
+                };
+                let got = !read.stdout.is_empty() || !read.stderr.is_empty();
+                if !read.stdout.is_empty() {
+                    st.queue.push_back(ProcessEvent::Stdout {
+                        at: read.from.stdout,
+                        data: read.stdout.clone(),
+                    });
+                }
+                if !read.stderr.is_empty() {
+                    st.queue.push_back(ProcessEvent::Stderr {
+                        at: read.from.stderr,
+                        data: read.stderr.clone(),
+                    });
+                }
+                st.at = read.next();
+                if read.is_end() {
+                    if let ProcessState::Exited(exit) = read.state {
+                        st.queue.push_back(ProcessEvent::Exit(exit));
+                    }
+                    st.done = true;
+                } else if read.state == ProcessState::Unknown && !got {
+                    st.done = true;
+                    st.queue.clear();
+                    return Some((Err(self.unknown("attach")), st));
+                }
+                st.delay = if got {
+                    self.poll.0
+                } else {
+                    (st.delay * 2).min(self.poll.1)
+                };
+            }
+        });
+        Ok(ProcessStream::new(stream))
+    }
+
+    async fn write(&self, handle: &ProcessHandle, w: StdinWrite) -> Result<StdinState, Error> {
+        let key = self.key_of(handle, "write_stdin")?;
+        let dir = self.dir(&key);
+        let at = w.at.to_string();
+        let len = w.data.len() as u64;
+        let out = self
+            .run(
+                "write_stdin",
+                WRITE,
+                &[&dir, &at, if w.close { "1" } else { "0" }],
+                w.data,
+            )
+            .await
+            // A write whose answer was lost is retried at the same offset: a no-op if it landed.
+            .map_err(|e| {
+                if e.retry() == Retry::Unsafe {
+                    e.with_retry(Retry::SAFE)
+                } else {
+                    e
+                }
+            })?;
+        let line = std::str::from_utf8(&out).map(str::trim).unwrap_or("");
+        let mut f = line.split(' ');
+        if f.next() == Some("spool:none") {
+            return Err(self.error(
+                ErrorKind::NotFound,
+                "write_stdin",
+                "no process under this handle in this sandbox",
+            ));
+        }
+        let what = f.next().unwrap_or("");
+        let n: u64 = f
+            .next()
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| self.malformed("write_stdin", line))?;
+        let (what, closed) = match what.strip_suffix("-closed") {
+            Some(w) => (w, true),
+            None => (what, false),
+        };
+        let state = StdinState {
+            accepted: n,
+            closed,
+        };
+        let conflict = |m: String| {
+            Err(self
+                .error(ErrorKind::Conflict, "write_stdin", m)
+                .with_code(format!("accepted={n}")))
+        };
+        match what {
+            "ok" => Ok(state),
+            // A retry of a write that landed: the same end, nothing more to do.
+            "at" | "closed" if w.at + len == n && (closed || !w.close) => Ok(state),
+            "at" => conflict(format!(
+                "stdin has accepted {n} bytes, not {}: write from {n}",
+                w.at
+            )),
+            "closed" => conflict(format!("stdin is closed (after {n} bytes)")),
+            "exited" => conflict("the process has exited: its stdin is gone".to_owned()),
+            "busy" => Err(self
+                .error(
+                    ErrorKind::Unavailable,
+                    "write_stdin",
+                    "another stdin write holds the lock",
+                )
+                .with_retry(Retry::SAFE)),
+            _ => Err(self.malformed("write_stdin", line)),
+        }
+    }
+
+    async fn send(&self, handle: &ProcessHandle, signal: Signal) -> Result<(), Error> {
+        let key = self.key_of(handle, "signal")?;
+        if !self.capabilities.signals.contains(&signal) {
+            return Err(self.error(
+                ErrorKind::Unsupported,
+                "signal",
+                format!("SIG{} is not sent by this adapter", signal.name()),
+            ));
+        }
+        let dir = self.dir(&key);
+        let out = self
+            .run("signal", SIGNAL, &[&dir, signal.name()], Bytes::new())
+            .await?;
+        match std::str::from_utf8(&out).map(str::trim) {
+            Ok("spool:signal sent" | "spool:signal exited") => Ok(()),
+            Ok("spool:signal none") => Err(self.error(
+                ErrorKind::NotFound,
+                "signal",
+                "no process under this handle in this sandbox",
+            )),
+            Ok("spool:signal gone") => Err(self.unknown("signal")),
+            _ => Err(self.malformed("signal", "no spool:signal line")),
+        }
+    }
+
+    async fn wait_for(&self, handle: &ProcessHandle, within: Duration) -> Result<Waited, Error> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut delay = self.poll.0;
+        loop {
+            let info = self.status_of(handle).await?;
+            match info.state {
+                ProcessState::Exited(exit) => return Ok(Waited::Exited(exit)),
+                ProcessState::Unknown => return Err(self.unknown("wait")),
+                ProcessState::Running => {}
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(Waited::Running);
+            }
+            tokio::time::sleep(delay.min(deadline - now)).await;
+            delay = (delay * 2).min(self.poll.1);
+        }
+    }
+
+    async fn status_of(&self, handle: &ProcessHandle) -> Result<ProcessInfo, Error> {
+        let key = self.key_of(handle, "status")?;
+        let out = self
+            .run(
+                "status",
+                "r=$1; d=$1/$2; [ -e \"$d/ready\" ] || { echo spool:none; exit 0; }; state \"$d\"; echo \"$2 $S $C $O $E $(stdin_state \"$d\")\"",
+                &[&self.root, key.as_str()],
+                Bytes::new(),
+            )
+            .await?;
+        let line = std::str::from_utf8(&out).map(str::trim).unwrap_or("");
+        if line == "spool:none" {
+            return Err(self.error(
+                ErrorKind::NotFound,
+                "status",
+                "no process under this handle in this sandbox",
+            ));
+        }
+        let mut infos = self.parse_list(line)?;
+        match infos.pop() {
+            Some(i) if i.handle == *handle => Ok(i),
+            _ => Err(self.malformed("status", line)),
+        }
+    }
+
+    fn parse_list(&self, text: &str) -> Result<Vec<ProcessInfo>, Error> {
+        let mut out = Vec::new();
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            let f: Vec<&str> = line.split(' ').collect();
+            if f.len() != 7 {
+                return Err(self.malformed("list", line));
+            }
+            let Ok(key) = StartKey::new(f[0]) else {
+                continue; // not a spool of ours (the root is shared with nothing else, but be safe)
+            };
+            let num = |s: &str| s.parse::<u64>().map_err(|_| self.malformed("list", line));
+            out.push(ProcessInfo {
+                handle: self.handle_for(&key),
+                key,
+                state: self.state(f[1], f[2], "list")?,
+                written: Some(StreamOffsets::new(num(f[3])?, num(f[4])?)),
+                stdin: Some(StdinState {
+                    accepted: num(f[5])?,
+                    closed: match f[6] {
+                        "1" => true,
+                        "0" => false,
+                        _ => return Err(self.malformed("list", line)),
+                    },
+                }),
+            });
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    async fn list_all(&self) -> Result<Vec<ProcessInfo>, Error> {
+        let out = self.run("list", LIST, &[&self.root], Bytes::new()).await?;
+        let text = std::str::from_utf8(&out).map_err(|_| self.malformed("list", "text"))?;
+        self.parse_list(text)
+    }
+
+    async fn release_one(&self, handle: &ProcessHandle) -> Result<(), Error> {
+        let key = self.key_of(handle, "release")?;
+        let dir = self.dir(&key);
+        let out = self.run("release", RELEASE, &[&dir], Bytes::new()).await?;
+        match std::str::from_utf8(&out).map(str::trim) {
+            Ok("spool:release done") => Ok(()),
+            Ok("spool:release running") => Err(self.error(
+                ErrorKind::Conflict,
+                "release",
+                "the process is still running: signal it first",
+            )),
+            _ => Err(self.malformed("release", "no spool:release line")),
+        }
+    }
+}
+
+impl Processes for Spool<'_> {
+    fn process_capabilities(&self) -> ProcessCapabilities {
+        self.capabilities
+    }
+
+    fn handle_for(&self, key: &StartKey) -> ProcessHandle {
+        ProcessHandle::new(format!("{}{}", self.prefix(), key.as_str()))
+    }
+
+    fn start(&self, request: StartRequest) -> BoxFuture<'_, Result<Started, Error>> {
+        Box::pin(self.start_request(request))
+    }
+
+    fn read<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+        from: StreamOffsets,
+    ) -> BoxFuture<'s, Result<ProcessRead, Error>> {
+        Box::pin(self.read_at(handle, from))
+    }
+
+    fn attach<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+        from: StreamOffsets,
+    ) -> BoxFuture<'s, Result<ProcessStream<'s>, Error>> {
+        Box::pin(self.follow_from(handle, from))
+    }
+
+    fn write_stdin<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+        write: StdinWrite,
+    ) -> BoxFuture<'s, Result<StdinState, Error>> {
+        Box::pin(self.write(handle, write))
+    }
+
+    fn signal<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+        signal: Signal,
+    ) -> BoxFuture<'s, Result<(), Error>> {
+        Box::pin(self.send(handle, signal))
+    }
+
+    fn wait<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+        within: Duration,
+    ) -> BoxFuture<'s, Result<Waited, Error>> {
+        Box::pin(self.wait_for(handle, within))
+    }
+
+    fn status<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+    ) -> BoxFuture<'s, Result<ProcessInfo, Error>> {
+        Box::pin(self.status_of(handle))
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<ProcessInfo>, Error>> {
+        Box::pin(self.list_all())
+    }
+
+    fn release<'s>(&'s self, handle: &'s ProcessHandle) -> BoxFuture<'s, Result<(), Error>> {
+        Box::pin(self.release_one(handle))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Stdio;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use execseam_core::{Capabilities, Output};
+    use tokio::io::AsyncWriteExt as _;
+
+    use super::*;
+
+    /// Runs commands on this host (what an adapter's exec would do in its sandbox).
+    struct Host {
+        binary: bool,
+    }
+
+    impl Exec for Host {
+        fn provider(&self) -> &str {
+            "host"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities {
+                binary_output: self.binary,
+                ..Capabilities::FULL
+            }
+        }
+        fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+            Box::pin(async move {
+                let mut c = tokio::process::Command::new(&command.argv()[0]);
+                c.args(&command.argv()[1..])
+                    .envs(command.env().iter())
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                if let Some(w) = command.workdir() {
+                    c.current_dir(w);
+                }
+                let mut child = c
+                    .spawn()
+                    .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+                let mut stdin = child.stdin.take().expect("stdin");
+                let data = command.stdin().clone();
+                tokio::spawn(async move {
+                    let _ = stdin.write_all(&data).await;
+                });
+                let out = child
+                    .wait_with_output()
+                    .await
+                    .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+                let exit = match out.status.code() {
+                    Some(c) => Exit::Code(c),
+                    None => Exit::Signal(9),
+                };
+                Ok(Output::new(out.stdout, out.stderr, exit))
+            })
+        }
+    }
+
+    fn root() -> String {
+        let d =
+            std::env::temp_dir().join(format!("execseam-spool-test-{}", crate::id::random_id(12)));
+        d.to_string_lossy().into_owned()
+    }
+
+    fn sh(script: &str) -> Command {
+        Command::builder(["sh", "-c", script]).build().unwrap()
+    }
+
+    fn key(k: &str) -> StartKey {
+        StartKey::new(k).unwrap()
+    }
+
+    #[tokio::test]
+    async fn output_is_exact_per_stream_from_any_offset_and_the_exit_is_recorded() {
+        let host = Host { binary: true };
+        let root = root();
+        let spool = Spool::new(&host, "sbx").root(root.as_str());
+        let started = spool
+            .start(StartRequest::new(
+                key("a"),
+                sh("printf 'a\\000b'; printf E1 >&2; sleep 0.2; printf tail; exit 7"),
+            ))
+            .await
+            .unwrap();
+        assert!(started.fresh);
+        let out = spool
+            .attach(&started.handle, StreamOffsets::ZERO)
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        assert_eq!(out, Output::new(&b"a\0btail"[..], "E1", Exit::Code(7)));
+        let mid = spool
+            .attach(&started.handle, StreamOffsets::new(2, 1))
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        assert_eq!(mid, Output::new("btail", "1", Exit::Code(7)));
+        // The same from a read, and base64 over a text-only exec.
+        let text = Host { binary: false };
+        let tspool = Spool::new(&text, "sbx").root(root.as_str());
+        let r = tspool
+            .read(&started.handle, StreamOffsets::new(1, 0))
+            .await
+            .unwrap();
+        assert_eq!(
+            (&r.stdout[..], &r.stderr[..]),
+            (&b"\0btail"[..], &b"E1"[..])
+        );
+        assert!(r.is_end());
+        assert_eq!(r.state, ProcessState::Exited(Exit::Code(7)));
+        // Past the end: a typed error, never an exit.
+        let past = spool
+            .read(&started.handle, StreamOffsets::new(99, 0))
+            .await
+            .unwrap_err();
+        assert_eq!(past.kind(), ErrorKind::InvalidCommand);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[tokio::test]
+    async fn a_start_retried_under_its_key_runs_once() {
+        let host = Host { binary: true };
+        let root = root();
+        std::fs::create_dir_all(&root).unwrap();
+        let spool = Spool::new(&host, "sbx").root(root.as_str());
+        let count = format!("{root}/count");
+        let cmd = Command::builder(["sh", "-c", "echo x >>\"$1\"", "sh", &count])
+            .build()
+            .unwrap();
+        let (a, b) = tokio::join!(
+            spool.start(StartRequest::new(key("once"), cmd.clone())),
+            spool.start(StartRequest::new(key("once"), cmd.clone())),
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(a.handle, b.handle);
+        assert!(a.fresh != b.fresh, "exactly one call made it");
+        let again = spool
+            .start(StartRequest::new(key("once"), cmd))
+            .await
+            .unwrap();
+        assert!(!again.fresh);
+        assert_eq!(
+            spool.wait(&a.handle, Duration::from_secs(5)).await.unwrap(),
+            Waited::Exited(Exit::Code(0))
+        );
+        assert_eq!(std::fs::read_to_string(&count).unwrap(), "x\n");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[tokio::test]
+    async fn stdin_is_written_in_pieces_exactly_once_and_closed() {
+        let host = Host { binary: true };
+        let root = root();
+        let spool = Spool::new(&host, "sbx").root(root.as_str());
+        let cmd = Command::builder([
+            "sh",
+            "-c",
+            "while IFS= read -r l; do echo \"got:$l\"; done; echo end",
+        ])
+        .stdin("zero\n")
+        .build()
+        .unwrap();
+        let s = spool
+            .start(StartRequest::new(key("in"), cmd).open_stdin())
+            .await
+            .unwrap();
+        let h = &s.handle;
+        let w = |at, d: &'static str, close| StdinWrite {
+            at,
+            data: Bytes::from_static(d.as_bytes()),
+            close,
+        };
+        assert_eq!(
+            spool.write_stdin(h, w(5, "one\ntw", false)).await.unwrap(),
+            StdinState {
+                accepted: 11,
+                closed: false
+            }
+        );
+        // The retry of a write that landed is a no-op; a write from elsewhere is a conflict.
+        assert_eq!(
+            spool
+                .write_stdin(h, w(5, "one\ntw", false))
+                .await
+                .unwrap()
+                .accepted,
+            11
+        );
+        let e = spool.write_stdin(h, w(3, "x", false)).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Conflict);
+        // The status says where the next write goes (a writer that lost count starts there).
+        assert_eq!(
+            spool.status(h).await.unwrap().stdin,
+            Some(StdinState {
+                accepted: 11,
+                closed: false
+            })
+        );
+        assert_eq!(
+            spool.wait(h, Duration::from_millis(300)).await.unwrap(),
+            Waited::Running
+        );
+        assert_eq!(
+            spool.write_stdin(h, w(11, "o\n", true)).await.unwrap(),
+            StdinState {
+                accepted: 13,
+                closed: true
+            }
+        );
+        let out = spool
+            .attach(h, StreamOffsets::ZERO)
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        assert_eq!(
+            out,
+            Output::new("got:zero\ngot:one\ngot:two\nend\n", "", Exit::Code(0))
+        );
+        assert_eq!(
+            spool.list().await.unwrap()[0].stdin,
+            Some(StdinState {
+                accepted: 13,
+                closed: true
+            })
+        );
+        let after = spool
+            .write_stdin(h, w(13, "late", false))
+            .await
+            .unwrap_err();
+        assert_eq!(after.kind(), ErrorKind::Conflict);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[tokio::test]
+    async fn signals_reach_the_group_and_list_and_release_follow_the_state() {
+        let host = Host { binary: true };
+        let root = root();
+        std::fs::create_dir_all(&root).unwrap();
+        let spool = Spool::new(&host, "sbx").root(root.as_str());
+        let kid = format!("{root}/kid");
+        let cmd = Command::builder([
+            "sh",
+            "-c",
+            "sleep 100 & echo $! >\"$1\"; sleep 100",
+            "sh",
+            &kid,
+        ])
+        .build()
+        .unwrap();
+        let s = spool
+            .start(StartRequest::new(key("sig"), cmd))
+            .await
+            .unwrap();
+        let done = spool
+            .start(StartRequest::new(key("done"), sh("exit 3")))
+            .await
+            .unwrap();
+        assert_eq!(
+            spool
+                .wait(&done.handle, Duration::from_secs(5))
+                .await
+                .unwrap(),
+            Waited::Exited(Exit::Code(3))
+        );
+        let mut tries = 0;
+        while !std::path::Path::new(&kid).exists() && tries < 100 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            tries += 1;
+        }
+        let list = spool.list().await.unwrap();
+        let states: Vec<_> = list
+            .iter()
+            .map(|i| (i.key.as_str().to_owned(), i.state))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("done".to_owned(), ProcessState::Exited(Exit::Code(3))),
+                ("sig".to_owned(), ProcessState::Running)
+            ]
+        );
+        assert_eq!(
+            spool.release(&s.handle).await.unwrap_err().kind(),
+            ErrorKind::Conflict
+        );
+        spool.signal(&s.handle, Signal::Term).await.unwrap();
+        assert_eq!(
+            spool.wait(&s.handle, Duration::from_secs(5)).await.unwrap(),
+            Waited::Exited(Exit::Code(143))
+        );
+        let pid = std::fs::read_to_string(&kid).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let check = format!("{PRELUDE}alive {}", pid.trim());
+        let alive = std::process::Command::new("sh")
+            .args(["-c", &check])
+            .status()
+            .unwrap();
+        assert!(
+            !alive.success(),
+            "the background child outlived the group signal"
+        );
+        spool.release(&s.handle).await.unwrap();
+        spool.release(&s.handle).await.unwrap();
+        assert_eq!(
+            spool
+                .read(&s.handle, StreamOffsets::ZERO)
+                .await
+                .unwrap_err()
+                .kind(),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            spool.status(&s.handle).await.unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[tokio::test]
+    async fn foreign_and_garbage_handles_are_typed_errors_before_any_io() {
+        struct NoIo;
+        impl Exec for NoIo {
+            fn provider(&self) -> &str {
+                "host"
+            }
+            fn capabilities(&self) -> Capabilities {
+                Capabilities::FULL
+            }
+            fn exec(&self, _: Command) -> BoxFuture<'_, Result<Output, Error>> {
+                panic!("no I/O for a bad handle")
+            }
+        }
+        let spool = Spool::new(&NoIo, "sbx-a");
+        let other = Spool::new(&NoIo, "sbx-b").handle_for(&key("k"));
+        for h in [
+            other,
+            ProcessHandle::new("garbage"),
+            ProcessHandle::new("sp1:fly:x:k"),
+            ProcessHandle::new(format!("{}../x", spool.prefix())),
+        ] {
+            let e = spool.read(&h, StreamOffsets::ZERO).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidCommand, "{e}");
+            assert_eq!(
+                spool.signal(&h, Signal::Kill).await.unwrap_err().kind(),
+                ErrorKind::InvalidCommand
+            );
+        }
+        let e = spool
+            .start(
+                StartRequest::new(key("t"), sh("true"))
+                    .terminal(execseam_core::TerminalSize { cols: 80, rows: 24 }),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+    }
+
+    #[tokio::test]
+    async fn output_past_the_retention_is_expired_with_the_first_offset_kept() {
+        let host = Host { binary: true };
+        let root = root();
+        let spool =
+            Spool::new(&host, "sbx")
+                .root(root.as_str())
+                .capabilities(ProcessCapabilities {
+                    retention: Some(10),
+                    ..SPOOLED
+                });
+        let s = spool
+            .start(StartRequest::new(
+                key("r"),
+                sh("printf 0123456789abcdefghij"),
+            ))
+            .await
+            .unwrap();
+        spool.wait(&s.handle, Duration::from_secs(5)).await.unwrap();
+        let e = spool
+            .read(&s.handle, StreamOffsets::ZERO)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Expired);
+        assert_eq!(e.retained_from(), Some(StreamOffsets::new(10, 0)));
+        let out = spool
+            .attach(&s.handle, StreamOffsets::new(10, 0))
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        assert_eq!(out.stdout, "abcdefghij");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[tokio::test]
+    async fn a_supervisor_gone_without_an_exit_is_unknown_never_an_exit() {
+        let host = Host { binary: true };
+        let root = root();
+        let spool = Spool::new(&host, "sbx").root(root.as_str());
+        let s = spool
+            .start(StartRequest::new(key("lost"), sh("sleep 100")))
+            .await
+            .unwrap();
+        let dir = format!("{root}/lost");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let kill = format!("kill -9 $(readlink {dir}/run); kill -9 -$(cat {dir}/pid)");
+        assert!(
+            std::process::Command::new("sh")
+                .args(["-c", &kill])
+                .status()
+                .unwrap()
+                .success()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            spool.status(&s.handle).await.unwrap().state,
+            ProcessState::Unknown
+        );
+        let e = spool
+            .wait(&s.handle, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        let e = spool
+            .attach(&s.handle, StreamOffsets::ZERO)
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        spool.release(&s.handle).await.unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[tokio::test]
+    async fn a_launch_runs_the_supervisor_and_the_spool_only_prepares() {
+        struct Detach(Host, AtomicBool);
+        impl Launch for Detach {
+            fn launch(&self, supervisor: Command) -> BoxFuture<'_, Result<(), Error>> {
+                self.1.store(true, Ordering::SeqCst);
+                let mut argv = vec!["setsid".to_owned(), "-f".to_owned()];
+                argv.extend(supervisor.argv().iter().cloned());
+                let cmd = Command::builder(argv).build().unwrap();
+                Box::pin(async move { self.0.exec(cmd).await.map(|_| ()) })
+            }
+        }
+        let host = Host { binary: true };
+        let launch = Detach(Host { binary: true }, AtomicBool::new(false));
+        let root = root();
+        let spool = Spool::new(&host, "sbx").root(root.as_str()).launch(&launch);
+        let s = spool
+            .start(StartRequest::new(key("l"), sh("echo hi")))
+            .await
+            .unwrap();
+        assert!(launch.1.load(Ordering::SeqCst));
+        let out = spool
+            .attach(&s.handle, StreamOffsets::ZERO)
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        assert_eq!(out, Output::new("hi\n", "", Exit::Code(0)));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

@@ -1,0 +1,177 @@
+//! Process handles against the emulator. The Sprites behaviour relied on (research/fly-sprites.md
+//! §B.2–B.4, from the API reference and sprites-go/sprites-js): a non-TTY session is killed
+//! `max_run_after_disconnect` after its socket closes (default 10 s; the emulator's is set to
+//! 500 ms here), and its attach replay is a bounded scrollback without offsets (16 bytes here).
+//! The kit's spool runs the command outside the exec's session, in files of the sprite, so it
+//! outlives the socket and reads back exactly from any offset.
+
+use std::time::Duration;
+
+use execseam_core::{
+    Command, ErrorKind, Exec, Exit, ProcessHandle, Signal, StartKey, StartRequest, StreamOffsets,
+    Waited,
+};
+use execseam_emulators::EmulatorOptions;
+use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator, SpritesOptions};
+use execseam_sprites::{SpritesConfig, SpritesExec, SpritesProvider};
+
+async fn emulator() -> SpritesEmulator {
+    SpritesEmulator::start_with(
+        EmulatorOptions {
+            token: Some("spr_test".into()),
+            ..EmulatorOptions::default()
+        },
+        SpritesOptions {
+            // Short, so that a command relying on the default would be killed during the test.
+            max_run_after_disconnect: Duration::from_millis(500),
+            replay_bytes: 16,
+            ..SpritesOptions::default()
+        },
+    )
+    .await
+    .expect("the emulator starts")
+}
+
+/// A fresh handle on the sprite, as another process would have.
+fn handle_on(emu: &SpritesEmulator) -> SpritesExec {
+    SpritesProvider::new(SpritesConfig::new("spr_test").base_url(emu.base_url()))
+        .expect("a provider")
+        .attach(DEFAULT_SPRITE)
+        .expect("a handle")
+}
+
+fn sh(script: &str) -> Command {
+    Command::new(["sh", "-c", script]).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_detached_command_outlives_its_socket_and_is_attached_again_byte_exact() {
+    let emu = emulator().await;
+    let first = handle_on(&emu);
+    let script = r#"printf 'one\n\377\000two-long-enough-to-overflow-the-ring\n'; printf 'e1\n' >&2; sleep 1.5; printf 'three\n'; printf 'e2' >&2; exit 7"#;
+    let started = first
+        .processes()
+        .expect("Sprites has process handles")
+        .start(StartRequest::new(
+            StartKey::new("detached").unwrap(),
+            sh(script),
+        ))
+        .await
+        .unwrap();
+    drop(first);
+    // Past max_run_after_disconnect of every socket the start used.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+
+    let second = handle_on(&emu);
+    let p = second.processes().unwrap();
+    let stored = ProcessHandle::new(started.handle.as_str().to_owned());
+    assert_eq!(
+        p.wait(&stored, Duration::from_millis(100)).await.unwrap(),
+        Waited::Running,
+        "still running after its socket closed"
+    );
+    let out = p
+        .attach(&stored, StreamOffsets::ZERO)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        &out.stdout[..],
+        b"one\n\xff\x00two-long-enough-to-overflow-the-ring\nthree\n"
+    );
+    assert_eq!(&out.stderr[..], b"e1\ne2");
+    assert_eq!(out.exit, Exit::Code(7));
+    let again = p
+        .attach(&stored, StreamOffsets::new(6, 0))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(&again.stdout[..], &out.stdout[6..]);
+    p.release(&stored).await.unwrap();
+    assert_eq!(
+        p.read(&stored, StreamOffsets::ZERO)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handle_that_never_started_is_not_found_and_a_foreign_one_is_refused() {
+    let emu = emulator().await;
+    let exec = handle_on(&emu);
+    let p = exec.processes().unwrap();
+    let handle = p.handle_for(&StartKey::new("never").unwrap());
+    assert_eq!(
+        p.read(&handle, StreamOffsets::ZERO)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        p.read(&ProcessHandle::new("e2b1:execseam-x"), StreamOffsets::ZERO)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidCommand
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_signal_ends_the_command() {
+    let emu = emulator().await;
+    let exec = handle_on(&emu);
+    let p = exec.processes().unwrap();
+    let s = p
+        .start(StartRequest::new(
+            StartKey::new("kill").unwrap(),
+            sh("sleep 30; echo late"),
+        ))
+        .await
+        .unwrap();
+    p.signal(&s.handle, Signal::Term).await.unwrap();
+    assert_eq!(
+        p.wait(&s.handle, Duration::from_secs(10)).await.unwrap(),
+        Waited::Exited(Exit::Code(143))
+    );
+    let out = p
+        .attach(&s.handle, StreamOffsets::ZERO)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert!(out.stdout.is_empty(), "it did not run on");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stdin_env_and_workdir_reach_the_detached_command() {
+    let emu = emulator().await;
+    let exec = handle_on(&emu);
+    let p = exec.processes().unwrap();
+    let cmd = Command::builder(["sh", "-c", "cat; printf '|%s|%s|' \"$A_1\" \"$(pwd)\""])
+        .stdin("in\x00put")
+        .env("A_1", "v 1")
+        .workdir("/tmp")
+        .build()
+        .unwrap();
+    let s = p
+        .start(StartRequest::new(StartKey::new("io").unwrap(), cmd))
+        .await
+        .unwrap();
+    let out = p
+        .attach(&s.handle, StreamOffsets::ZERO)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(&out.stdout[..], b"in\x00put|v 1|/tmp|");
+    assert_eq!(out.exit, Exit::Code(0));
+}
