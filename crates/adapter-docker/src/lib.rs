@@ -132,6 +132,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     destroy: true,
     spec: SPEC,
     options: OPTIONS,
+    state: execseam_core::StateCapabilities::NONE,
 };
 
 /// Per call: create (an image check; the spec applies to every command's container) and destroy
@@ -143,6 +144,7 @@ pub const PER_CALL_LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     destroy: true,
     spec: SPEC,
     options: OPTIONS,
+    state: execseam_core::StateCapabilities::NONE,
 };
 
 /// The largest command (argv and env) sent, checked before any I/O: the engine `execve`s the

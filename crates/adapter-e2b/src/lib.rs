@@ -137,6 +137,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         ..SpecSupport::NONE
     },
     options: &[],
+    state: execseam_core::StateCapabilities::NONE,
 };
 
 /// The largest command (argv and env) sent, checked before any I/O: envd `execve`s it in the

@@ -70,6 +70,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         ..SpecSupport::NONE
     },
     options: &[],
+    state: execseam_core::StateCapabilities::NONE,
 };
 
 /// The configuration variables [`LocalConfig::from_env`] reads.

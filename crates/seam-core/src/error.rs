@@ -3,6 +3,7 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
+use crate::lifecycle::SandboxState;
 use crate::output::PartialOutput;
 
 /// What went wrong with the infrastructure. A non-zero exit is never one of these.
@@ -121,6 +122,7 @@ struct Inner {
     message: String,
     source: Option<Box<dyn StdError + Send + Sync + 'static>>,
     partial: Option<Box<PartialOutput>>,
+    sandbox_state: Option<SandboxState>,
 }
 
 /// Cuts `message` to at most [`Error::MAX_MESSAGE`] bytes (on a character boundary), saying how
@@ -159,6 +161,7 @@ impl Error {
                 message: cap_message(message.into()),
                 source: None,
                 partial: None,
+                sandbox_state: None,
             }),
         }
     }
@@ -221,6 +224,12 @@ impl Error {
         self
     }
 
+    /// Records the sandbox's state as the cause ([`sandbox_state`](Self::sandbox_state)).
+    pub fn with_sandbox_state(mut self, state: SandboxState) -> Self {
+        self.inner.sandbox_state = Some(state);
+        self
+    }
+
     /// Attaches the output collected before the failure (a deadline, a cut stream).
     #[must_use]
     pub fn with_partial(mut self, partial: PartialOutput) -> Self {
@@ -278,6 +287,12 @@ impl Error {
     /// The message.
     pub fn message(&self) -> &str {
         &self.inner.message
+    }
+
+    /// The state the sandbox was found in when that state is why the operation failed (an exec
+    /// on a paused sandbox: [`Conflict`](ErrorKind::Conflict) with `Some(Paused)`).
+    pub fn sandbox_state(&self) -> Option<SandboxState> {
+        self.inner.sandbox_state
     }
 
     /// Output collected before the failure, if any.
@@ -367,6 +382,7 @@ impl fmt::Debug for Error {
             .field("message", &self.inner.message)
             .field("source", &self.inner.source)
             .field("partial", &self.inner.partial)
+            .field("sandbox_state", &self.inner.sandbox_state)
             .finish()
     }
 }

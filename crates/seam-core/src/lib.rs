@@ -45,6 +45,7 @@ mod error;
 mod exec;
 mod lifecycle;
 mod output;
+mod state;
 pub mod wire;
 
 pub use capabilities::{Capabilities, Delivery};
@@ -56,3 +57,8 @@ pub use lifecycle::{
     SandboxState, SpecSupport,
 };
 pub use output::{Exit, ExitClass, Output, PartialOutput, Truncated};
+pub use state::{
+    ExposeSupport, ExposedPort, ForkSupport, Kept, PauseSupport, PortAuth, PortsWhen, Scope, Secret,
+    SnapshotInfo, SnapshotOutcome, SnapshotRequest, SnapshotSupport, SourceAfter, StateCapabilities,
+    WhilePaused,
+};
