@@ -58,7 +58,7 @@ pub use lifecycle::{
 };
 pub use output::{Exit, ExitClass, Output, PartialOutput, Truncated};
 pub use state::{
-    ExposeSupport, ExposedPort, ForkSupport, Kept, PauseSupport, PortAuth, PortsWhen, Scope, Secret,
-    SnapshotInfo, SnapshotOutcome, SnapshotRequest, SnapshotSupport, SourceAfter, StateCapabilities,
-    WhilePaused,
+    ExposeSupport, ExposedPort, ForkSupport, Kept, PauseSupport, PortAuth, PortsWhen, Scope,
+    Secret, SnapshotInfo, SnapshotOutcome, SnapshotRequest, SnapshotSupport, SourceAfter,
+    StateCapabilities, WhilePaused,
 };

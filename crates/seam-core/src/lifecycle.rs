@@ -345,7 +345,9 @@ impl SandboxSpec {
                 return unsupported("a snapshot to start from");
             }
             if self.image.is_some() {
-                return invalid("a sandbox starts from an image or a snapshot, not both".to_owned());
+                return invalid(
+                    "a sandbox starts from an image or a snapshot, not both".to_owned(),
+                );
             }
             crate::state::check_snapshot_id(provider, "create", snapshot)?;
         }

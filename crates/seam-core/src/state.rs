@@ -397,7 +397,11 @@ fn kind_of(
             operation,
             &format!(
                 "cannot {operation} keeping {k} (it keeps: {})",
-                kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
+                kinds
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         )),
     }
@@ -685,7 +689,8 @@ mod tests {
         for e in [
             none.check_pause("p", None).unwrap_err(),
             none.check_resume("p").unwrap_err(),
-            none.check_snapshot("p", &SnapshotRequest::new()).unwrap_err(),
+            none.check_snapshot("p", &SnapshotRequest::new())
+                .unwrap_err(),
             none.check_restore("p").unwrap_err(),
             none.check_list_snapshots("p").unwrap_err(),
             none.check_delete_snapshot("p", "s").unwrap_err(),
