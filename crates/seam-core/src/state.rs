@@ -105,8 +105,7 @@ impl SourceAfter {
     }
 }
 
-/// What a command sent to a paused sandbox does.
-#[non_exhaustive]
+/// What a command sent to a paused sandbox does (exhaustive: there is no third answer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WhilePaused {
     /// The provider (or adapter) resumes the sandbox and the command runs.
