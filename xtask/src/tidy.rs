@@ -1,9 +1,13 @@
-//! `cargo xtask tidy`: the repository's shape, checked (rust-analyzer style). Every adapter crate
-//! has the files, public items, configuration style, lifecycle implementation, core helpers and
-//! docs headings that `docs/architecture.md` ("Adding an adapter") describes.
+//! `cargo xtask tidy`: the repository's shape, checked where types cannot check it. The adapter
+//! shape itself is a type (`execseam_adapter_kit::Adapter`, and the contract's `Provider` and
+//! `Sandbox`): the compiler holds every adapter to it through the facade's registry, which lists
+//! each adapter type. What is left for tidy: the files, the docs headings, the dependency rules
+//! (only the contract, the kit and the tools protocol among our crates; the kit's feature for the
+//! client stack the adapter uses; no crate the kit already wraps), the registry line, a
+//! conformance run, and that the kit's plumbing is not written again (`docs/architecture.md`,
+//! "Adding an adapter").
 //!
-//! The checks read the source as text: they are cheap and they name the file and the rule that
-//! failed. The test `adapters_have_the_shape` runs them.
+//! The test `adapters_have_the_shape` runs the checks.
 
 use std::path::Path;
 
@@ -70,14 +74,6 @@ fn sources(dir: &Path) -> String {
     out
 }
 
-/// The body of `pub struct <name> { … }` in `src`, if any.
-fn struct_body<'a>(src: &'a str, name: &str) -> Option<&'a str> {
-    let start = src.find(&format!("pub struct {name} {{"))?;
-    let rest = &src[start..];
-    let end = rest.find("\n}")?;
-    Some(&rest[..end])
-}
-
 /// The `[dependencies]` section of a manifest.
 fn dependencies(manifest: &str) -> Vec<String> {
     let mut deps = Vec::new();
@@ -131,10 +127,14 @@ pub fn check_adapter(name: &str) -> Vec<String> {
         fail(format!("the package is not named execseam-{name}"));
     }
     for dep in dependencies(&manifest) {
-        // The generated code of the provider's published proto is its client's half.
+        // The generated code of the provider's published proto, or its contract shared with
+        // the emulator and the server, is its client's half.
         if dep.starts_with("execseam-")
             && !ADAPTER_DEPS.contains(&dep.as_str())
             && dep != format!("execseam-{name}-proto")
+            && dep != format!("execseam-{name}-contract")
+            // The local adapter's "client" is the process runner it shares with the emulators.
+            && !(name == "local" && dep == "execseam-spawn")
         {
             fail(format!(
                 "depends on {dep}: an adapter depends only on {} and its provider's client",
@@ -161,13 +161,51 @@ pub fn check_adapter(name: &str) -> Vec<String> {
         fail("has features but no [package.metadata.docs.rs] all-features = true".into());
     }
 
-    let lib = read(&dir.join("src/lib.rs"));
-    let provider = read(&dir.join("src/provider.rs"));
-    let config = read(&dir.join("src/config.rs"));
-    let exec = read(&dir.join("src/exec.rs"));
-    let error = read(&dir.join("src/error.rs"));
-    let all = sources(&dir.join("src"));
+    // The client stack goes through the kit's plumbing for it, and nothing the kit wraps is a
+    // dependency of its own.
+    let deps = dependencies(&manifest);
+    let kit_line = manifest
+        .lines()
+        .find(|l| l.trim_start().starts_with("execseam-adapter-kit"))
+        .unwrap_or_default();
+    let kit_feature = |f: &str| kit_line.contains(&format!("\"{f}\""));
+    for (client, feature) in [
+        ("reqwest", "http"),
+        ("tokio-websockets", "ws"),
+        ("tonic", "grpc"),
+    ] {
+        let enabled = kit_feature(feature) || (feature == "http" && kit_feature("ws"));
+        if deps.iter().any(|d| d == client) && !enabled {
+            fail(format!(
+                "depends on {client} without the kit's `{feature}` feature (its plumbing for {client})"
+            ));
+        }
+    }
+    for wrapped in KIT_WRAPS {
+        if deps.iter().any(|d| d == wrapped) {
+            fail(format!(
+                "depends on {wrapped}: the kit wraps it (use execseam-adapter-kit)"
+            ));
+        }
+    }
 
+    // The facade lists the type: one registry line, behind a feature of the adapter's name. The
+    // compiler then checks that the type implements the kit's `Adapter`.
+    let facade = read(&root().join("crates/execseam/src/lib.rs"));
+    let module = name.replace('-', "_");
+    if !facade.contains(&format!("({module}, \"{name}\", execseam_{module}::")) {
+        fail(format!(
+            "the facade's registry (crates/execseam/src/lib.rs) has no line `({module}, \"{name}\", execseam_{module}::<Type>)`"
+        ));
+    }
+    let facade_manifest = read(&root().join("crates/execseam/Cargo.toml"));
+    if !facade_manifest.contains(&format!("\n{name} = [\"dep:execseam-{name}\"]")) {
+        fail(format!(
+            "the facade's Cargo.toml has no feature `{name} = [\"dep:execseam-{name}\"]`"
+        ));
+    }
+
+    let lib = read(&dir.join("src/lib.rs"));
     if !lib.starts_with("#![doc = include_str!(\"../README.md\")]") {
         fail("src/lib.rs does not start with #![doc = include_str!(\"../README.md\")]".into());
     }
@@ -177,141 +215,52 @@ pub fn check_adapter(name: &str) -> Vec<String> {
             "README.md has no Rust example (it is the crate docs; the example is a doctest)".into(),
         );
     }
-    for item in [
-        format!("pub const PROVIDER: &str = \"{name}\";"),
-        "pub const CAPABILITIES: Capabilities".to_owned(),
-        "pub const LIFECYCLE: LifecycleCapabilities".to_owned(),
-        "pub const VARS: &[Var]".to_owned(),
-    ] {
-        if !lib.contains(&item) {
-            fail(format!("src/lib.rs lacks `{item}`"));
+
+    // The kit's plumbing, not copies of it (issue 31: one classifier, one client builder, one
+    // Retry-After parser, one configuration parser).
+    let all = sources(&dir.join("src"));
+    for (copy, instead) in COPIES {
+        if all.contains(copy) {
+            fail(format!("src/ has `{copy}`: {instead}"));
         }
     }
-
-    // `P`: the CamelCase name, from `pub struct <P>Provider` in provider.rs.
-    let p = provider
-        .split("pub struct ")
-        .skip(1)
-        .filter_map(|s| s.split([' ', '{', '(', ';']).next())
-        .find_map(|s| s.strip_suffix("Provider"))
-        .map(str::to_owned);
-    let Some(p) = p else {
-        fail("src/provider.rs has no `pub struct <P>Provider`".into());
-        return bad;
-    };
-    if p.to_lowercase() != name.replace('-', "") {
-        fail(format!("{p}Provider does not name the adapter {name}"));
-    }
-    for item in [
-        format!("{p}Config"),
-        format!("{p}Provider"),
-        format!("{p}Exec"),
-    ] {
-        let exported = lib.lines().any(|l| {
-            l.trim_start().starts_with("pub use ")
-                && l.split(|c: char| !c.is_alphanumeric() && c != '_')
-                    .any(|w| w == item)
-        }) || all_reexports(&lib).iter().any(|w| w == &item);
-        if !exported {
-            fail(format!("src/lib.rs does not re-export {item}"));
-        }
-    }
-
-    // Configuration: builder-style, no public fields, one sync from_env and from_vars.
-    match struct_body(&config, &format!("{p}Config")) {
-        None => fail(format!(
-            "src/config.rs has no `pub struct {p}Config {{ … }}`"
-        )),
-        Some(body) => {
-            if body
-                .lines()
-                .skip(1)
-                .any(|l| l.trim_start().starts_with("pub ") && !l.contains("pub(crate)"))
-            {
-                fail(format!("{p}Config has public fields (use setters)"));
-            }
-        }
-    }
-    if !config.contains(&format!("pub fn from_env() -> Result<{p}Config, Error>")) {
-        fail(format!(
-            "src/config.rs lacks `pub fn from_env() -> Result<{p}Config, Error>` (sync)"
-        ));
-    }
-    if !config.contains("pub fn from_vars(") {
-        fail(
-            "src/config.rs lacks `pub fn from_vars(vars: impl Fn(&str) -> Option<String>)`".into(),
-        );
-    }
-    if all.contains("async fn from_env") {
-        fail("an `async fn from_env`: configuration is sync and does no I/O".into());
-    }
-    if config.contains("ErrorKind::InvalidCommand") {
-        fail("src/config.rs reports InvalidCommand: configuration errors are InvalidConfig".into());
-    }
-
-    // The provider and the handle.
-    for (file, src, item) in [
-        (
-            "provider.rs",
-            &provider,
-            format!("impl Provider for {p}Provider"),
-        ),
-        (
-            "provider.rs",
-            &provider,
-            format!("pub fn new(config: {p}Config) -> Result<{p}Provider, Error>"),
-        ),
-        (
-            "provider.rs",
-            &provider,
-            format!("pub fn from_env() -> Result<{p}Provider, Error>"),
-        ),
-        ("exec.rs", &exec, format!("impl Exec for {p}Exec")),
-        ("exec.rs", &exec, format!("impl Sandbox for {p}Exec")),
-    ] {
-        if !src.contains(&item) {
-            fail(format!("src/{file} lacks `{item}`"));
-        }
-    }
-    // Against the declared LIFECYCLE, or `self.lifecycle()` where the provider's lifecycle
-    // depends on its configuration (docker: warm or per call).
-    let checks = |what: &str| {
-        provider.contains(&format!("{what}.check(PROVIDER, &LIFECYCLE)"))
-            || provider.contains(&format!("{what}.check(PROVIDER, &self.lifecycle())"))
-    };
-    if provider.contains("fn create(") && !checks("spec") {
-        fail("src/provider.rs creates without `spec.check(PROVIDER, &LIFECYCLE)`".into());
-    }
-    if provider.contains("fn list(") && !checks("filter") {
-        fail("src/provider.rs lists without `filter.check(PROVIDER, &LIFECYCLE)`".into());
-    }
-
-    // The core transport helpers, not copies.
-    let remote =
-        manifest.contains("reqwest") || manifest.contains("tonic") || manifest.contains("aws-");
-    if remote && !error.contains("execseam_adapter_kit") {
-        fail("src/error.rs does not use the adapter kit's retry classes".into());
-    }
-    if all.contains("RandomState") {
-        fail("a RandomState id generator: use execseam_adapter_kit::id::random_id".into());
-    }
-    let lower = all.to_lowercase();
-    if (lower.contains("retry_after") || lower.contains("retry-after"))
-        && all.contains("HeaderMap")
-        && !all.contains("parse_retry_after")
-    {
-        fail("reads Retry-After without retry::parse_retry_after".into());
-    }
-    if manifest.contains("reqwest") && !all.contains("without_url") {
-        fail("a reqwest adapter that never calls without_url()".into());
-    }
-    if all.contains(".source()") && all.contains("push_str(\": \")") && !all.contains("error_chain")
-    {
-        fail("flattens error chains by hand: use text::error_chain".into());
+    if deps.iter().any(|d| d == "reqwest") && all.contains("Client::builder()") {
+        fail("builds a reqwest client: use execseam_adapter_kit::http::client".into());
     }
 
     bad
 }
+
+/// Crates the kit wraps: an adapter uses the kit's wrapper instead (`id`, `retry`, `ws`).
+pub const KIT_WRAPS: &[&str] = &["fastrand", "rand", "httpdate", "sha1_smol"];
+
+/// Code that re-writes the kit's plumbing, and what to use instead.
+pub const COPIES: &[(&str, &str)] = &[
+    (
+        ".is_decode()",
+        "classifies reqwest errors by hand: use execseam_adapter_kit::http::classify",
+    ),
+    (
+        ".is_body()",
+        "classifies reqwest errors by hand: use execseam_adapter_kit::http::classify",
+    ),
+    (
+        "fn config_error",
+        "use execseam_adapter_kit::vars::config_error (or the Vars reader)",
+    ),
+    (
+        "fn retry_after(",
+        "parses Retry-After: use execseam_adapter_kit::http::retry_after or retry::parse_retry_after",
+    ),
+    (
+        "is not a number of seconds",
+        "parses configuration by hand: use the kit's Vars reader",
+    ),
+    (
+        "RandomState",
+        "a RandomState id generator: use execseam_adapter_kit::id::random_id",
+    ),
+];
 
 /// The checks every crate under `crates/` passes (adapters and the rest): its README is its crate
 /// docs, a library's README has a Rust example (a doctest), and a crate with features has
@@ -360,21 +309,6 @@ fn crate_dirs() -> Vec<std::path::PathBuf> {
         .unwrap_or_default();
     v.sort();
     v
-}
-
-/// Names inside `pub use x::{A, B};` blocks spanning several lines.
-fn all_reexports(lib: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for block in lib.split("pub use ").skip(1) {
-        let end = block.find(';').unwrap_or(block.len());
-        out.extend(
-            block[..end]
-                .split(|c: char| !c.is_alphanumeric() && c != '_')
-                .filter(|w| !w.is_empty())
-                .map(str::to_owned),
-        );
-    }
-    out
 }
 
 /// `cargo xtask tidy`: prints every problem; fails if an adapter not in [`PENDING`] has one.
@@ -468,12 +402,15 @@ mod tests {
             found.iter().any(|p| p.contains("docs/adapters")),
             "{found:?}"
         );
+        assert!(
+            found.iter().any(|p| p.contains("the facade's registry")),
+            "{found:?}"
+        );
         assert_eq!(
             dependencies(
                 "[dependencies]\nexecseam-core.workspace = true\nfoo = \"1\"\n[dev-dependencies]\nbar = 1\n"
             ),
             ["execseam-core", "foo"]
         );
-        assert!(struct_body("pub struct XConfig {\n    pub a: u8,\n}", "XConfig").is_some());
     }
 }

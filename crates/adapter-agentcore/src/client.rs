@@ -6,6 +6,7 @@
 //! switched off: it would re-send `InvokeCodeInterpreter` on an HTTP 500, running the command
 //! again.
 
+use execseam_adapter_kit::retry::Call;
 use std::sync::Arc;
 
 use aws_sdk_bedrockagentcore as ac;
@@ -19,7 +20,7 @@ use tracing::instrument::WithSubscriber as _;
 use tracing::subscriber::NoSubscriber;
 
 use crate::config::AgentCoreConfig;
-use crate::error::{self, Op};
+use crate::error::{self, GET_SESSION, LIST_SESSIONS, START_SESSION, STOP_SESSION};
 use crate::wire::ToolResult;
 
 /// The most text one invocation's result may carry (stdout, stderr and content blocks).
@@ -93,12 +94,12 @@ impl Client {
             .send();
         let out = tokio::time::timeout(self.idle, out)
             .await
-            .map_err(|_| error::idle(Op::StartSession, self.idle))?
-            .map_err(|e| error::from_operation(Op::StartSession, e))?;
+            .map_err(|_| error::idle(START_SESSION, self.idle))?
+            .map_err(|e| error::from_operation(START_SESSION, e))?;
         let sid = out.session_id();
         if sid.is_empty() {
             return Err(error::protocol(
-                Op::StartSession,
+                START_SESSION,
                 "StartCodeInterpreterSession returned an empty sessionId",
             ));
         }
@@ -115,8 +116,8 @@ impl Client {
             .send();
         tokio::time::timeout(self.idle, out)
             .await
-            .map_err(|_| error::idle(Op::StopSession, self.idle))?
-            .map_err(|e| error::from_operation(Op::StopSession, e))?;
+            .map_err(|_| error::idle(STOP_SESSION, self.idle))?
+            .map_err(|e| error::from_operation(STOP_SESSION, e))?;
         Ok(())
     }
 
@@ -130,8 +131,8 @@ impl Client {
             .send();
         let out = tokio::time::timeout(self.idle, out)
             .await
-            .map_err(|_| error::idle(Op::GetSession, self.idle))?
-            .map_err(|e| error::from_operation(Op::GetSession, e))?;
+            .map_err(|_| error::idle(GET_SESSION, self.idle))?
+            .map_err(|e| error::from_operation(GET_SESSION, e))?;
         Ok(out
             .status()
             .map(|s| s.as_str().to_owned())
@@ -152,8 +153,8 @@ impl Client {
                 .send();
             let page = tokio::time::timeout(self.idle, page)
                 .await
-                .map_err(|_| error::idle(Op::ListSessions, self.idle))?
-                .map_err(|e| error::from_operation(Op::ListSessions, e))?;
+                .map_err(|_| error::idle(LIST_SESSIONS, self.idle))?
+                .map_err(|e| error::from_operation(LIST_SESSIONS, e))?;
             out.extend(page.items().iter().map(|s| {
                 (
                     s.session_id().to_owned(),
@@ -172,12 +173,12 @@ impl Client {
     /// `op` decides the retry policy: [`Op::submits`] calls go out exactly once.
     pub(crate) async fn invoke(
         &self,
-        op: Op,
+        op: Call,
         session_id: &str,
         tool: ToolName,
         arguments: ToolArguments,
     ) -> Result<ToolResult, Error> {
-        let sdk = if op.submits() {
+        let sdk = if op.stage == execseam_adapter_kit::retry::Stage::Submit {
             &self.submit
         } else {
             &self.sdk

@@ -4,6 +4,8 @@
 //! profile files, SSO, IMDS or web identity); any other credential source can be plugged in with
 //! [`AgentCoreConfig::credentials_provider`].
 
+use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::vars::{self, Vars};
 use std::fmt;
 use std::time::Duration;
 
@@ -130,12 +132,8 @@ impl fmt::Debug for AgentCoreConfig {
     }
 }
 
-fn config_error(message: impl Into<String>) -> Error {
-    Error::invalid_config(message).with_provider(PROVIDER)
-}
-
 fn missing_credentials(message: &str) -> Error {
-    config_error(message)
+    vars::config_error(PROVIDER, message)
 }
 
 impl AgentCoreConfig {
@@ -170,7 +168,7 @@ impl AgentCoreConfig {
 
     /// Reads the variables in [`VARS`](crate::VARS) from this process's environment.
     pub fn from_env() -> Result<AgentCoreConfig, Error> {
-        AgentCoreConfig::from_vars(|k| std::env::var(k).ok())
+        crate::AgentCore::config_from(&vars::env)
     }
 
     /// Reads the environment:
@@ -188,59 +186,66 @@ impl AgentCoreConfig {
     ///
     /// Each is read as `vars` gives it (unset or empty keeps the default); a missing or malformed
     /// one is [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
-    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<AgentCoreConfig, Error> {
-        let env_nonempty = |k: &str| vars(k).filter(|v| !v.is_empty());
-        let region = env_nonempty("AWS_REGION")
-            .or_else(|| env_nonempty("AWS_DEFAULT_REGION"))
-            .ok_or_else(|| config_error("AWS_REGION (or AWS_DEFAULT_REGION) is not set"))?;
-        let key = env_nonempty("AWS_ACCESS_KEY_ID").ok_or_else(|| {
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<AgentCoreConfig, Error> {
+        let region = vars
+            .text("AWS_REGION")
+            .or_else(|| vars.text("AWS_DEFAULT_REGION"))
+            .ok_or_else(|| {
+                vars::config_error(PROVIDER, "AWS_REGION (or AWS_DEFAULT_REGION) is not set")
+            })?;
+        let key = vars.text("AWS_ACCESS_KEY_ID").ok_or_else(|| {
             missing_credentials(
                 "AWS_ACCESS_KEY_ID is not set (this adapter reads static keys from the environment; \
                  plug any other source in with AgentCoreConfig::credentials_provider)",
             )
         })?;
-        let secret = env_nonempty("AWS_SECRET_ACCESS_KEY")
+        let secret = vars
+            .text("AWS_SECRET_ACCESS_KEY")
             .ok_or_else(|| missing_credentials("AWS_SECRET_ACCESS_KEY is not set"))?;
         let mut c = AgentCoreConfig::new(region, key, secret);
-        if let Some(token) = env_nonempty("AWS_SESSION_TOKEN") {
+        if let Some(token) = vars.text("AWS_SESSION_TOKEN") {
             c = c.session_token(token);
         }
-        if let Some(url) = env_nonempty("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE")
-            .or_else(|| env_nonempty("AWS_ENDPOINT_URL"))
+        if let Some(url) = vars
+            .text("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE")
+            .or_else(|| vars.text("AWS_ENDPOINT_URL"))
         {
             c = c.endpoint_url(url);
         }
-        if let Some(id) = env_nonempty("AGENTCORE_CODE_INTERPRETER_ID") {
+        if let Some(id) = vars.text("AGENTCORE_CODE_INTERPRETER_ID") {
             c = c.code_interpreter(id);
         }
-        if let Some(t) = env_nonempty("AGENTCORE_SESSION_TIMEOUT_SECONDS") {
+        if let Some(t) = vars.text("AGENTCORE_SESSION_TIMEOUT_SECONDS") {
             let secs: u64 = t.parse().map_err(|_| {
-                config_error(format!(
-                    "AGENTCORE_SESSION_TIMEOUT_SECONDS={t:?} is not a number"
-                ))
+                vars::config_error(
+                    PROVIDER,
+                    format!("AGENTCORE_SESSION_TIMEOUT_SECONDS={t:?} is not a number"),
+                )
             })?;
             c = c.session_timeout(Duration::from_secs(secs));
         }
-        if let Some(m) = env_nonempty("AGENTCORE_EXEC_MODE") {
+        if let Some(m) = vars.text("AGENTCORE_EXEC_MODE") {
             let mode = ExecMode::parse(&m).ok_or_else(|| {
-                config_error(format!(
-                    "AGENTCORE_EXEC_MODE={m:?}: want `command` or `task`"
-                ))
+                vars::config_error(
+                    PROVIDER,
+                    format!("AGENTCORE_EXEC_MODE={m:?}: want `command` or `task`"),
+                )
             })?;
             c = c.mode(mode);
         }
-        if let Some(x) = env_nonempty("AGENTCORE_EXACT_OUTPUT") {
+        if let Some(x) = vars.text("AGENTCORE_EXACT_OUTPUT") {
             c = c.exact_output(match x.as_str() {
                 "1" | "true" => true,
                 "0" | "false" => false,
                 _ => {
-                    return Err(config_error(format!(
-                        "AGENTCORE_EXACT_OUTPUT={x:?}: want 1 or 0"
-                    )));
+                    return Err(vars::config_error(
+                        PROVIDER,
+                        format!("AGENTCORE_EXACT_OUTPUT={x:?}: want 1 or 0"),
+                    ));
                 }
             });
         }
-        if let Some(root) = env_nonempty("AGENTCORE_SESSION_ROOT") {
+        if let Some(root) = vars.text("AGENTCORE_SESSION_ROOT") {
             c = c.session_root(root);
         }
         c.validate()?;
@@ -372,23 +377,30 @@ impl AgentCoreConfig {
 
     pub(crate) fn validate(&self) -> Result<(), Error> {
         if self.region.is_empty() {
-            return Err(config_error("the region is empty"));
+            return Err(vars::config_error(PROVIDER, "the region is empty"));
         }
         if self.identifier.is_empty() {
-            return Err(config_error("the code interpreter identifier is empty"));
+            return Err(vars::config_error(
+                PROVIDER,
+                "the code interpreter identifier is empty",
+            ));
         }
         let secs = self.session_timeout.as_secs();
         if !(1..=28_800).contains(&secs) {
-            return Err(config_error(format!(
-                "session timeout {secs} s is outside 1..=28800"
-            )));
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("session timeout {secs} s is outside 1..=28800"),
+            ));
         }
         for (what, dir) in [
             ("session root", &self.session_root),
             ("temp dir", &self.temp_dir),
         ] {
             if !dir.starts_with('/') || dir.contains('\0') {
-                return Err(config_error(format!("the {what} {dir:?} is not absolute")));
+                return Err(vars::config_error(
+                    PROVIDER,
+                    format!("the {what} {dir:?} is not absolute"),
+                ));
             }
         }
         Ok(())

@@ -10,6 +10,7 @@
 //! [`Retry::Unsafe`]; only an HTTP rejection (a 4xx with a modelled code, a 429/402) or a
 //! connection that was never made is [`Retry::Safe`].
 
+use execseam_adapter_kit::retry::{Call, Stage};
 use std::error::Error as StdError;
 use std::time::Duration;
 
@@ -20,55 +21,34 @@ use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 
 use crate::PROVIDER;
 
-/// The call that failed: it names the error's operation and decides whether a retry is safe.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// StartCodeInterpreterSession.
-    StartSession,
-    /// StopCodeInterpreterSession.
-    StopSession,
-    /// GetCodeInterpreterSession.
-    GetSession,
-    /// ListCodeInterpreterSessions.
-    ListSessions,
-    /// InvokeCodeInterpreter that starts a command (`executeCommand`, `startCommandExecution`).
-    Submit,
-    /// `getTask`.
-    Poll,
-    /// `stopTask`.
-    StopTask,
-    /// `writeFiles` (the stdin upload or the files API).
-    WriteFiles,
-    /// `readFiles`.
-    ReadFiles,
-    /// `listFiles`.
-    ListFiles,
-    /// `removeFiles`.
-    RemoveFiles,
+/// A call of this adapter: it names the error's operation, and its stage decides whether a
+/// retry is safe (only the command's submit may have run anything).
+const fn call(operation: &'static str, stage: Stage) -> Call {
+    Call::new(PROVIDER, operation, stage)
 }
 
-impl Op {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Op::StartSession => "start_session",
-            Op::StopSession => "stop_session",
-            Op::GetSession => "get_session",
-            Op::ListSessions => "list_sessions",
-            Op::Submit => "exec",
-            Op::Poll => "get_task",
-            Op::StopTask => "stop_task",
-            Op::WriteFiles => "write_files",
-            Op::ReadFiles => "read_files",
-            Op::ListFiles => "list_files",
-            Op::RemoveFiles => "remove_files",
-        }
-    }
-
-    /// True for calls that may start a command: never re-sent, and unsafe to retry once sent.
-    pub(crate) fn submits(self) -> bool {
-        matches!(self, Op::Submit)
-    }
-}
+/// StartCodeInterpreterSession.
+pub(crate) const START_SESSION: Call = call("start_session", Stage::Before);
+/// StopCodeInterpreterSession.
+pub(crate) const STOP_SESSION: Call = call("stop_session", Stage::Before);
+/// GetCodeInterpreterSession.
+pub(crate) const GET_SESSION: Call = call("get_session", Stage::Before);
+/// ListCodeInterpreterSessions.
+pub(crate) const LIST_SESSIONS: Call = call("list_sessions", Stage::Before);
+/// InvokeCodeInterpreter that starts a command (`executeCommand`, `startCommandExecution`): never re-sent, and unsafe to retry once sent.
+pub(crate) const SUBMIT: Call = call("exec", Stage::Submit);
+/// `getTask`.
+pub(crate) const POLL: Call = call("get_task", Stage::Before);
+/// `stopTask`.
+pub(crate) const STOP_TASK: Call = call("stop_task", Stage::Before);
+/// `writeFiles` (the stdin upload or the files API).
+pub(crate) const WRITE_FILES: Call = call("write_files", Stage::Before);
+/// `readFiles`.
+pub(crate) const READ_FILES: Call = call("read_files", Stage::Before);
+/// `listFiles`.
+pub(crate) const LIST_FILES: Call = call("list_files", Stage::Before);
+/// `removeFiles`.
+pub(crate) const REMOVE_FILES: Call = call("remove_files", Stage::Before);
 
 /// Where an error was reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,11 +108,11 @@ pub(crate) fn kind_for(code: Option<&str>, status: Option<u16>) -> ErrorKind {
 /// The retry class of an error of `kind` reported on `channel` for `op`.
 pub(crate) fn retry_for(
     kind: ErrorKind,
-    op: Op,
+    op: Call,
     channel: Channel,
     retry_after: Option<Duration>,
 ) -> Retry {
-    let may_have_run = op.submits();
+    let may_have_run = op.stage == Stage::Submit;
     match kind {
         ErrorKind::InvalidCommand
         | ErrorKind::Unauthenticated
@@ -147,15 +127,13 @@ pub(crate) fn retry_for(
     }
 }
 
-fn base(kind: ErrorKind, op: Op, message: impl Into<String>) -> Error {
-    Error::new(kind, message)
-        .with_provider(PROVIDER)
-        .with_operation(op.name())
+fn base(kind: ErrorKind, op: Call, message: impl Into<String>) -> Error {
+    op.error(kind, message)
 }
 
 /// A protocol error: malformed, truncated, or missing what the result must carry.
-pub(crate) fn protocol(op: Op, message: impl Into<String>) -> Error {
-    let retry = if op.submits() {
+pub(crate) fn protocol(op: Call, message: impl Into<String>) -> Error {
+    let retry = if op.stage == Stage::Submit {
         Retry::Unsafe
     } else {
         Retry::SAFE
@@ -164,8 +142,8 @@ pub(crate) fn protocol(op: Op, message: impl Into<String>) -> Error {
 }
 
 /// No answer head or no next event within the idle timeout.
-pub(crate) fn idle(op: Op, idle: Duration) -> Error {
-    let retry = if op.submits() {
+pub(crate) fn idle(op: Call, idle: Duration) -> Error {
+    let retry = if op.stage == Stage::Submit {
         Retry::Unsafe
     } else {
         Retry::SAFE
@@ -182,8 +160,8 @@ pub(crate) fn idle(op: Op, idle: Duration) -> Error {
 }
 
 /// The result grew beyond what an invocation may carry.
-pub(crate) fn output_limit(op: Op, limit: usize) -> Error {
-    let retry = if op.submits() {
+pub(crate) fn output_limit(op: Call, limit: usize) -> Error {
+    let retry = if op.stage == Stage::Submit {
         Retry::Unsafe
     } else {
         Retry::Never
@@ -197,12 +175,12 @@ pub(crate) fn output_limit(op: Op, limit: usize) -> Error {
 }
 
 /// A tool-level failure (`isError: true` without a usable result).
-pub(crate) fn tool_error(op: Op, kind: ErrorKind, message: impl Into<String>) -> Error {
+pub(crate) fn tool_error(op: Call, kind: ErrorKind, message: impl Into<String>) -> Error {
     let retry = retry_for(kind, op, Channel::Stream, None);
     base(kind, op, message).with_retry(retry)
 }
 
-fn retry_after(raw: &HttpResponse) -> Option<Duration> {
+fn retry_after_of(raw: &HttpResponse) -> Option<Duration> {
     let v = raw.headers().get("retry-after")?;
     execseam_adapter_kit::retry::parse_retry_after(v, std::time::SystemTime::now())
 }
@@ -232,12 +210,12 @@ fn chain(err: &(dyn StdError + 'static)) -> String {
 }
 
 /// The parts of an [`SdkError`] that do not depend on its response type.
-fn transport<E, R>(op: Op, err: &SdkError<E, R>) -> Option<Error>
+fn transport<E, R>(op: Call, err: &SdkError<E, R>) -> Option<Error>
 where
     E: StdError + 'static,
     R: std::fmt::Debug + 'static,
 {
-    let unsafe_or_safe = if op.submits() {
+    let unsafe_or_safe = if op.stage == Stage::Submit {
         Retry::Unsafe
     } else {
         Retry::SAFE
@@ -284,7 +262,7 @@ where
 }
 
 /// Maps an error of an SDK operation (`send()`), with its HTTP response.
-pub(crate) fn from_operation<E>(op: Op, err: SdkError<E, HttpResponse>) -> Error
+pub(crate) fn from_operation<E>(op: Call, err: SdkError<E, HttpResponse>) -> Error
 where
     E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
 {
@@ -300,7 +278,7 @@ where
     let code = service.code().map(str::to_owned);
     let message = service.message().unwrap_or("(no message)").to_owned();
     let kind = kind_for(code.as_deref(), Some(status));
-    let retry = retry_for(kind, op, Channel::Http, retry_after(raw));
+    let retry = retry_for(kind, op, Channel::Http, retry_after_of(raw));
     let mut e = base(kind, op, message)
         .with_status(WireStatus::Http(status))
         .with_retry(retry);
@@ -333,7 +311,7 @@ fn stream_member(e: &CodeInterpreterStreamOutputError) -> Option<&'static str> {
 }
 
 /// Maps an error of the event stream (`recv()`): an exception event, or a bad frame.
-pub(crate) fn from_stream<R>(op: Op, err: SdkError<CodeInterpreterStreamOutputError, R>) -> Error
+pub(crate) fn from_stream<R>(op: Call, err: SdkError<CodeInterpreterStreamOutputError, R>) -> Error
 where
     R: std::fmt::Debug + Send + Sync + 'static,
 {
@@ -407,22 +385,22 @@ mod tests {
         let after = Some(Duration::from_secs(2));
         // HTTP rejections of a submit: safe.
         assert_eq!(
-            retry_for(ErrorKind::RateLimited, Op::Submit, Channel::Http, after),
+            retry_for(ErrorKind::RateLimited, SUBMIT, Channel::Http, after),
             Retry::Safe { after }
         );
         // A 500 on a submit: it may have run.
         assert_eq!(
-            retry_for(ErrorKind::Internal, Op::Submit, Channel::Http, None),
+            retry_for(ErrorKind::Internal, SUBMIT, Channel::Http, None),
             Retry::Unsafe
         );
         // In-stream throttling of a submit: the request was accepted, so it may have run.
         assert_eq!(
-            retry_for(ErrorKind::RateLimited, Op::Submit, Channel::Stream, None),
+            retry_for(ErrorKind::RateLimited, SUBMIT, Channel::Stream, None),
             Retry::Unsafe
         );
         // A 500 on a read: safe.
         assert_eq!(
-            retry_for(ErrorKind::Internal, Op::ReadFiles, Channel::Http, None),
+            retry_for(ErrorKind::Internal, READ_FILES, Channel::Http, None),
             Retry::SAFE
         );
         for k in [
@@ -432,12 +410,12 @@ mod tests {
             ErrorKind::InvalidCommand,
         ] {
             assert_eq!(
-                retry_for(k, Op::Submit, Channel::Http, None),
+                retry_for(k, SUBMIT, Channel::Http, None),
                 Retry::Never,
                 "{k:?}"
             );
         }
-        assert_eq!(protocol(Op::Submit, "x").retry(), Retry::Unsafe);
-        assert_eq!(protocol(Op::ReadFiles, "x").retry(), Retry::SAFE);
+        assert_eq!(protocol(SUBMIT, "x").retry(), Retry::Unsafe);
+        assert_eq!(protocol(READ_FILES, "x").retry(), Retry::SAFE);
     }
 }

@@ -1,6 +1,7 @@
 //! The [`Exec`] implementation: session lifecycle, the command string, the two exec modes, the
 //! exact-output framing, and the files tools.
 
+use execseam_adapter_kit::retry::Call;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,9 @@ use execseam_core::{
 use crate::PROVIDER;
 use crate::client::Client;
 use crate::config::{AgentCoreConfig, ExecMode};
-use crate::error::{self, Op};
+use crate::error::{
+    self, LIST_FILES, POLL, READ_FILES, REMOVE_FILES, STOP_TASK, SUBMIT, WRITE_FILES,
+};
 use crate::wire::{self, TaskStatus, ToolResult, tool};
 
 /// The capabilities of a configuration.
@@ -174,7 +177,7 @@ impl AgentCoreExec {
             .build();
         if let Err(e) = self
             .inner
-            .invoke(Op::Submit, tool::execute_command(), args)
+            .invoke(SUBMIT, tool::execute_command(), args)
             .await
         {
             tracing::debug!(error = %e, "agentcore: removing earlier frame files failed");
@@ -195,7 +198,7 @@ impl AgentCoreExec {
     /// Writes `data` to `path` with `writeFiles` (as a base64 `blob`, so any bytes survive).
     pub async fn write_file(&self, path: &str, data: impl Into<Bytes>) -> Result<(), Error> {
         self.inner
-            .write(Op::WriteFiles, &self.files_path(path), data.into())
+            .write(WRITE_FILES, &self.files_path(path), data.into())
             .await
     }
 
@@ -206,10 +209,10 @@ impl AgentCoreExec {
             .build();
         let r = self
             .inner
-            .invoke(Op::ReadFiles, tool::read_files(), args)
+            .invoke(READ_FILES, tool::read_files(), args)
             .await?;
         if r.is_error {
-            return Err(file_error(Op::ReadFiles, path, &r));
+            return Err(file_error(READ_FILES, path, &r));
         }
         let resource = r
             .content
@@ -219,7 +222,7 @@ impl AgentCoreExec {
         match resource.and_then(wire::resource_bytes) {
             Some(bytes) => Ok(Bytes::from(bytes)),
             None => Err(error::protocol(
-                Op::ReadFiles,
+                READ_FILES,
                 format!("readFiles returned no resource for {path:?}"),
             )),
         }
@@ -232,10 +235,10 @@ impl AgentCoreExec {
             .build();
         let r = self
             .inner
-            .invoke(Op::ListFiles, tool::list_files(), args)
+            .invoke(LIST_FILES, tool::list_files(), args)
             .await?;
         if r.is_error {
-            return Err(file_error(Op::ListFiles, dir, &r));
+            return Err(file_error(LIST_FILES, dir, &r));
         }
         let base = dir.trim_end_matches('/');
         let mut entries: Vec<DirEntry> = r
@@ -272,16 +275,16 @@ impl AgentCoreExec {
             .build();
         let r = self
             .inner
-            .invoke(Op::RemoveFiles, tool::remove_files(), args)
+            .invoke(REMOVE_FILES, tool::remove_files(), args)
             .await?;
         if r.is_error {
-            return Err(file_error(Op::RemoveFiles, &paths.join(" "), &r));
+            return Err(file_error(REMOVE_FILES, &paths.join(" "), &r));
         }
         Ok(())
     }
 }
 
-fn file_error(op: Op, path: &str, r: &ToolResult) -> Error {
+fn file_error(op: Call, path: &str, r: &ToolResult) -> Error {
     let message = r.message();
     let lower = message.to_ascii_lowercase();
     let kind = if lower.contains("not found")
@@ -419,7 +422,7 @@ impl Plan {
             [] => None,
             many => {
                 return Err(error::protocol(
-                    Op::Submit,
+                    SUBMIT,
                     format!("the result carries {} exit codes: {many:?}", many.len()),
                 ));
             }
@@ -436,7 +439,7 @@ impl Plan {
                 Ok(d) => d,
                 Err(why) if r.is_error && code.is_none() => {
                     return Err(error::tool_error(
-                        Op::Submit,
+                        SUBMIT,
                         ErrorKind::Internal,
                         format!(
                             "the command failed without a result ({why}): {}",
@@ -446,7 +449,7 @@ impl Plan {
                 }
                 Err(why) => {
                     return Err(error::protocol(
-                        Op::Submit,
+                        SUBMIT,
                         format!(
                             "the exact-output frame is unreadable ({why}); exit code {code:?}, stderr {:?}",
                             truncate(stderr, 500)
@@ -458,13 +461,13 @@ impl Plan {
                 && c != status
             {
                 return Err(error::protocol(
-                    Op::Submit,
+                    SUBMIT,
                     format!("exitCode {c} disagrees with the wrapper's status {status}"),
                 ));
             }
             if r.is_error && status == 0 {
                 return Err(error::tool_error(
-                    Op::Submit,
+                    SUBMIT,
                     ErrorKind::Internal,
                     format!("isError with exit status 0: {}", r.message()),
                 ));
@@ -475,19 +478,19 @@ impl Plan {
         let Some(code) = code else {
             if r.is_error {
                 return Err(error::tool_error(
-                    Op::Submit,
+                    SUBMIT,
                     ErrorKind::Internal,
                     format!("the command failed without an exit code: {}", r.message()),
                 ));
             }
             return Err(error::protocol(
-                Op::Submit,
+                SUBMIT,
                 "the result has no structuredContent.exitCode",
             ));
         };
         if r.is_error && code == 0 {
             return Err(error::tool_error(
-                Op::Submit,
+                SUBMIT,
                 ErrorKind::Internal,
                 format!("isError with exitCode 0: {}", r.message()),
             ));
@@ -642,7 +645,7 @@ impl Drop for StopOnDrop {
         handle.spawn(async move {
             let args = ToolArguments::builder().task_id(task.clone()).build();
             match client
-                .invoke(Op::StopTask, &sid, tool::stop_task(), args)
+                .invoke(STOP_TASK, &sid, tool::stop_task(), args)
                 .await
             {
                 Ok(_) => tracing::debug!(%task, "agentcore: task stopped"),
@@ -664,14 +667,14 @@ fn after_submit(e: Error) -> Error {
 impl Inner {
     async fn invoke(
         &self,
-        op: Op,
+        op: Call,
         tool: aws_sdk_bedrockagentcore::types::ToolName,
         args: ToolArguments,
     ) -> Result<ToolResult, Error> {
         self.client.invoke(op, &self.session_id, tool, args).await
     }
 
-    async fn write(&self, op: Op, path: &str, data: Bytes) -> Result<(), Error> {
+    async fn write(&self, op: Call, path: &str, data: Bytes) -> Result<(), Error> {
         let block = InputContentBlock::builder()
             .path(path)
             .blob(Blob::new(data.to_vec()))
@@ -711,7 +714,7 @@ impl Inner {
         // What counts is the `bash -c` string as sent: the wrapper, quoted twice.
         execseam_adapter_kit::size::check_wire(PROVIDER, &[&plan.command], &crate::SIZE_LIMIT)?;
         if let Some((rel, _)) = &plan.stdin_file {
-            self.write(Op::WriteFiles, rel, cmd.stdin().clone())
+            self.write(WRITE_FILES, rel, cmd.stdin().clone())
                 .await
                 .map_err(|e| e.with_operation("exec"))?;
         }
@@ -720,7 +723,7 @@ impl Inner {
                 let args = ToolArguments::builder()
                     .command(plan.command.clone())
                     .build();
-                self.invoke(Op::Submit, tool::execute_command(), args).await
+                self.invoke(SUBMIT, tool::execute_command(), args).await
             }
             ExecMode::Task => self.run_task(&plan.command).await,
         };
@@ -742,9 +745,7 @@ impl Inner {
             let inner = self.clone();
             handle.spawn(async move {
                 let args = ToolArguments::builder().set_paths(Some(vec![rel])).build();
-                let _ = inner
-                    .invoke(Op::RemoveFiles, tool::remove_files(), args)
-                    .await;
+                let _ = inner.invoke(REMOVE_FILES, tool::remove_files(), args).await;
             });
         }
     }
@@ -752,18 +753,18 @@ impl Inner {
     async fn run_task(&self, command: &str) -> Result<ToolResult, Error> {
         let args = ToolArguments::builder().command(command).build();
         let started = self
-            .invoke(Op::Submit, tool::start_command_execution(), args)
+            .invoke(SUBMIT, tool::start_command_execution(), args)
             .await?;
         let Some(task_id) = started.task_id.clone() else {
             if started.is_error {
                 return Err(error::tool_error(
-                    Op::Submit,
+                    SUBMIT,
                     ErrorKind::Internal,
                     format!("startCommandExecution failed: {}", started.message()),
                 ));
             }
             return Err(error::protocol(
-                Op::Submit,
+                SUBMIT,
                 "startCommandExecution returned no structuredContent.taskId",
             ));
         };
@@ -775,7 +776,7 @@ impl Inner {
         };
         if started.is_error {
             return Err(error::tool_error(
-                Op::Submit,
+                SUBMIT,
                 ErrorKind::Internal,
                 format!("startCommandExecution failed: {}", started.message()),
             ));
@@ -784,7 +785,7 @@ impl Inner {
         loop {
             let args = ToolArguments::builder().task_id(task_id.clone()).build();
             let r = self
-                .invoke(Op::Poll, tool::get_task(), args)
+                .invoke(POLL, tool::get_task(), args)
                 .await
                 .map_err(after_submit)?;
             match r.status() {
@@ -805,7 +806,7 @@ impl Inner {
                 }
                 Some(other) => {
                     return Err(error::protocol(
-                        Op::Submit,
+                        SUBMIT,
                         format!("getTask returned an unknown taskStatus {other:?}"),
                     ));
                 }
@@ -815,7 +816,7 @@ impl Inner {
                 }
                 None => {
                     return Err(error::protocol(
-                        Op::Submit,
+                        SUBMIT,
                         format!(
                             "getTask returned neither a taskStatus nor an exitCode: {}",
                             r.message()

@@ -9,7 +9,7 @@
 //!   ([`AgentCoreProvider::connect`] attaches to a given session id); closing an owned handle
 //!   calls `StopCodeInterpreterSession`.
 //! - **argv** → `executeCommand` takes one shell string: argv is quoted exactly with
-//!   [`execseam_adapter_kit::degrade::join`], and **workdir** and **env** are synthesised by the core's
+//!   [`execseam_adapter_kit::degrade::join`], and **workdir** and **env** are synthesised by the kit's
 //!   wrapper ([`degrade::wrapped_command`](execseam_adapter_kit::degrade::wrapped_command), whose own
 //!   failures — a missing workdir — become typed errors through `check_wrapped`).
 //! - **stdin**: uploaded with `writeFiles` (a base64 `blob`) to a temporary file under the session
@@ -125,7 +125,7 @@ impl Adapter for AgentCore {
     type Provider = AgentCoreProvider;
 
     fn config(vars: &Vars<'_>) -> Result<AgentCoreConfig, Error> {
-        AgentCoreConfig::from_vars(|k| vars.get(k))
+        AgentCoreConfig::from_vars(vars)
     }
 
     fn capabilities(config: &AgentCoreConfig) -> Capabilities {
@@ -140,7 +140,7 @@ impl Adapter for AgentCore {
 /// The largest command (argv and env) sent, checked before any I/O: the command reaches the
 /// sandbox as one `bash -c` script, a single `execve` string of at most 128 KiB
 /// (`MAX_ARG_STRLEN`). The check is on that string as sent, wrapper and quoting included
-/// (`transport::check_wire`); the raw command's size is only its fast lower bound.
+/// (`size::check_wire`); the raw command's size is only its fast lower bound.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::script(
         execseam_adapter_kit::size::MAX_ARG_STRLEN - 1,

@@ -124,11 +124,6 @@ impl Guest {
         }
     }
 
-    /// The request timeout (`AxConfig::request_timeout`).
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
     /// `StreamProcessOutput` from the given offsets.
     pub async fn output(
         &self,

@@ -1,5 +1,7 @@
 //! Configuration of [`AxExec`](crate::AxExec).
 
+use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::vars::{self, Vars};
 use std::fmt;
 use std::time::Duration;
 
@@ -45,10 +47,6 @@ impl fmt::Debug for AxConfig {
             .field("idle_timeout", &self.idle_timeout)
             .finish()
     }
-}
-
-fn config_error(message: String) -> Error {
-    Error::invalid_config(message).with_provider(PROVIDER)
 }
 
 /// Parses a guest address: `host:port`, `http://host:port`, or a bare host (port 80, as AX), into
@@ -108,14 +106,14 @@ impl AxConfig {
 
     /// Reads [`VARS`](crate::VARS) from this process's environment.
     pub fn from_env() -> Result<AxConfig, Error> {
-        AxConfig::from_vars(|k| std::env::var(k).ok())
+        crate::Ax::config_from(&vars::env)
     }
 
     /// Reads [`ENV_TARGET_ACTOR`] (optional) as `vars` gives it. A malformed value is
     /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
-    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<AxConfig, Error> {
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<AxConfig, Error> {
         let mut config = AxConfig::new();
-        if let Some(actor) = vars(ENV_TARGET_ACTOR).filter(|a| !a.is_empty()) {
+        if let Some(actor) = vars.text(ENV_TARGET_ACTOR) {
             config = config.target_actor(actor);
         }
         config.validate()?;
@@ -129,9 +127,10 @@ impl AxConfig {
                 || !actor.is_ascii()
                 || actor.bytes().any(|b| b.is_ascii_control()))
         {
-            return Err(config_error(format!(
-                "target actor {actor:?} is not printable ASCII (<atespace>/<actor>)"
-            )));
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("target actor {actor:?} is not printable ASCII (<atespace>/<actor>)"),
+            ));
         }
         Ok(())
     }

@@ -10,89 +10,34 @@
 //! And the phase: an error from `StartProcess` may be retried safely only when the guest cannot
 //! have started the process; after the process started every error is [`Retry::Unsafe`].
 
-use std::error::Error as StdError;
 use std::time::Duration;
 
+pub use execseam_adapter_kit::grpc::Origin;
+use execseam_adapter_kit::grpc::{self, code_name};
+use execseam_adapter_kit::retry::Stage;
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 use tonic::{Code, Status};
 
 /// The provider name in errors.
 pub use crate::PROVIDER;
 
-/// Where a [`Status`] came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Origin {
-    /// The connection could not be opened: the request never left.
-    Connect,
-    /// The transport failed after the request may have been sent (reset, h2 error, keepalive).
-    Transport,
-    /// tonic rejected what came back (malformed message, missing trailers, oversized message).
-    Decode,
-    /// The peer (guest or router) sent this status.
-    Peer,
-}
-
-/// The messages tonic and prost use for statuses they create while decoding a response.
-const DECODE_PREFIXES: &[&str] = &[
-    "failed to decode Protobuf message",
-    "protocol error:",
-    "Unexpected EOF decoding stream",
-    "Error, decoded message length too large",
-    "Error decompressing",
-];
-
-/// Classifies a status by its origin.
+/// Where a [`Status`] came from ([`grpc::origin`]; the guest has no timer of ours).
 pub fn origin(status: &Status) -> Origin {
-    let mut source: Option<&(dyn StdError + 'static)> = status.source();
-    if source.is_some() {
-        while let Some(e) = source {
-            if e.downcast_ref::<tonic::ConnectError>().is_some() {
-                return Origin::Connect;
-            }
-            source = e.source();
-        }
-        return Origin::Transport;
-    }
-    if DECODE_PREFIXES
-        .iter()
-        .any(|p| status.message().starts_with(p))
-    {
-        return Origin::Decode;
-    }
-    Origin::Peer
-}
-
-/// Which step of an exec failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// `StartProcess`: the process may not exist yet.
-    Start,
-    /// After `StartProcess` answered: the process ran (or runs).
-    Started,
-    /// A file or other operation that runs no command.
-    Other,
+    grpc::origin(status, None)
 }
 
 /// The retry delay a status asks for: `grpc-retry-pushback-ms` (gRFC A6) in its metadata, or a
 /// `google.rpc.RetryInfo` in its details.
-pub fn retry_after(status: &Status) -> Option<Duration> {
-    if let Some(ms) = status
-        .metadata()
-        .get("grpc-retry-pushback-ms")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-    {
-        return Some(Duration::from_millis(ms));
-    }
-    rpc_status::retry_delay(status.details())
+pub fn requested_delay(status: &Status) -> Option<Duration> {
+    grpc::pushback(status).or_else(|| rpc_status::retry_delay(status.details()))
 }
 
 /// Maps a status from operation `op` in `phase` to an [`Error`].
-pub fn from_status(status: Status, op: &'static str, phase: Phase) -> Error {
+pub fn from_status(status: Status, op: &'static str, stage: Stage) -> Error {
     let origin = origin(&status);
     let code = status.code();
     let message = status.message().to_owned();
-    let (kind, retry) = classify(&status, origin, phase);
+    let (kind, retry) = classify(&status, origin, stage);
     let mut err = Error::new(kind, describe(origin, &message, code))
         .with_retry(retry)
         .with_provider(PROVIDER)
@@ -115,41 +60,41 @@ fn describe(origin: Origin, message: &str, code: Code) -> String {
     let message = message.as_str();
     match origin {
         Origin::Connect => format!("cannot connect to the guest: {message}"),
-        Origin::Transport => format!("transport failure: {message}"),
+        Origin::Transport | Origin::Timer => format!("transport failure: {message}"),
         Origin::Decode => format!("malformed answer: {message}"),
         Origin::Peer => message.to_owned(),
     }
 }
 
 /// The kind and retry class for a status.
-pub fn classify(status: &Status, origin: Origin, phase: Phase) -> (ErrorKind, Retry) {
+pub fn classify(status: &Status, origin: Origin, stage: Stage) -> (ErrorKind, Retry) {
     let code = status.code();
     let message = status.message();
     // After the process started nothing is safe to re-submit; a file read is idempotent.
-    let unsafe_or = |start: Retry| match phase {
-        Phase::Started => Retry::Unsafe,
-        Phase::Start | Phase::Other => start,
+    let unsafe_or = |start: Retry| match stage {
+        Stage::After => Retry::Unsafe,
+        Stage::Submit | Stage::Before => start,
     };
     match origin {
         Origin::Connect => return (ErrorKind::Unavailable, unsafe_or(Retry::SAFE)),
-        Origin::Transport => {
+        Origin::Transport | Origin::Timer => {
             let kind = match code {
                 Code::Cancelled if message.contains("Timeout expired") => {
                     ErrorKind::Timeout(Deadline::Request)
                 }
                 _ => ErrorKind::Unavailable,
             };
-            let retry = match phase {
-                Phase::Start | Phase::Started => Retry::Unsafe,
-                Phase::Other => Retry::SAFE,
+            let retry = match stage {
+                Stage::Submit | Stage::After => Retry::Unsafe,
+                Stage::Before => Retry::SAFE,
             };
             return (kind, retry);
         }
         Origin::Decode => {
             return (
                 ErrorKind::Protocol,
-                match phase {
-                    Phase::Other => Retry::Never,
+                match stage {
+                    Stage::Before => Retry::Never,
                     _ => Retry::Unsafe,
                 },
             );
@@ -175,18 +120,18 @@ pub fn classify(status: &Status, origin: Origin, phase: Phase) -> (ErrorKind, Re
         Code::ResourceExhausted => (
             ErrorKind::RateLimited,
             unsafe_or(Retry::Safe {
-                after: retry_after(status),
+                after: requested_delay(status),
             }),
         ),
         Code::Unimplemented => (ErrorKind::Unsupported, unsafe_or(Retry::Never)),
         Code::Unavailable => (
             ErrorKind::Unavailable,
             unsafe_or(Retry::Safe {
-                after: retry_after(status),
+                after: requested_delay(status),
             }),
         ),
         Code::Internal => {
-            if phase == Phase::Start {
+            if stage == Stage::Submit {
                 if let Some(kind) = spawn_failure(message) {
                     // The guest's tracker returns "starting process: …" when exec failed:
                     // no process record exists, nothing ran.
@@ -228,34 +173,11 @@ pub fn spawn_failure(message: &str) -> Option<ErrorKind> {
     }
 }
 
-/// The canonical upper-case name of a code (`UNAVAILABLE`), used as the error's provider code.
-pub fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
-    }
-}
-
 /// True for failures of an output stream that a new stream from the last offsets may heal:
 /// transport failures, truncated streams and the peer saying it is briefly unavailable.
 pub fn resumable(status: &Status) -> bool {
     match origin(status) {
-        Origin::Connect | Origin::Transport => true,
+        Origin::Connect | Origin::Transport | Origin::Timer => true,
         // A stream cut before its trailers; a malformed message is not healed by asking again.
         Origin::Decode => {
             status
@@ -438,7 +360,7 @@ mod tests {
         ];
         for (status, kind, retry) in cases {
             let msg = status.message().to_owned();
-            let e = from_status(status, "exec", Phase::Start);
+            let e = from_status(status, "exec", Stage::Submit);
             assert_eq!((e.kind(), e.retry()), (kind, retry), "{msg}");
             assert_eq!(e.provider(), "ax");
         }
@@ -453,7 +375,7 @@ mod tests {
             Code::Internal,
             Code::InvalidArgument,
         ] {
-            let e = from_status(Status::new(code, "x"), "exec", Phase::Started);
+            let e = from_status(Status::new(code, "x"), "exec", Stage::After);
             assert_eq!(e.retry(), Retry::Unsafe, "{code:?}");
         }
     }
@@ -463,7 +385,7 @@ mod tests {
         let mut s = Status::resource_exhausted("slow down");
         s.metadata_mut()
             .insert("grpc-retry-pushback-ms", "3000".parse().unwrap());
-        let e = from_status(s, "exec", Phase::Start);
+        let e = from_status(s, "exec", Stage::Submit);
         assert_eq!(e.kind(), ErrorKind::RateLimited);
         assert_eq!(
             e.retry(),
@@ -473,7 +395,7 @@ mod tests {
         );
         let details = rpc_status::encode_retry_info(Duration::from_millis(1500));
         let s = Status::with_details(Code::ResourceExhausted, "slow down", details.into());
-        assert_eq!(retry_after(&s), Some(Duration::from_millis(1500)));
+        assert_eq!(requested_delay(&s), Some(Duration::from_millis(1500)));
     }
 
     #[test]

@@ -28,8 +28,9 @@ use tonic::{Code, Status};
 
 use crate::client::Guest;
 use crate::config::AxConfig;
-use crate::error::{self, Origin, PROVIDER, Phase, from_status};
+use crate::error::{self, Origin, PROVIDER, from_status};
 use crate::wire::{Process, ProcessState, Signal, StartProcessRequest, process_output};
+use execseam_adapter_kit::retry::Stage;
 
 /// Runs commands in one agent-substrate guest. See the [crate docs](crate).
 #[derive(Clone, Debug)]
@@ -73,7 +74,7 @@ impl AxExec {
             return Ok(g.clone());
         }
         let g = Guest::connect(&self.config, &self.endpoint)
-            .map_err(|s| from_status(s, op, Phase::Other))?;
+            .map_err(|s| from_status(s, op, Stage::Before))?;
         Ok(self.guest.get_or_init(|| g).clone())
     }
 
@@ -84,7 +85,7 @@ impl AxExec {
         guest
             .read_file(path)
             .await
-            .map_err(|s| from_status(s, "read_file", Phase::Other))
+            .map_err(|s| from_status(s, "read_file", Stage::Before))
     }
 
     /// Replaces a file through `FileSystemService.WriteFile` (parents are created; `mode` 0 means
@@ -101,7 +102,7 @@ impl AxExec {
         let written = guest
             .write_file(path, data, mode)
             .await
-            .map_err(|s| from_status(s, "write_file", Phase::Other))?;
+            .map_err(|s| from_status(s, "write_file", Stage::Before))?;
         if u64::try_from(written).ok() != Some(len) {
             return Err(Error::protocol(format!(
                 "the guest reports {written} bytes written, {len} were sent"
@@ -132,7 +133,7 @@ impl AxExec {
         let process = guest
             .start(request)
             .await
-            .map_err(|s| from_status(s, "exec", Phase::Start))?;
+            .map_err(|s| from_status(s, "exec", Stage::Submit))?;
         if process.process_id.is_empty() {
             return Err(protocol("StartProcess answered without a process_id"));
         }
@@ -390,7 +391,7 @@ impl Driver {
                 Outcome::Exit(p) => return Some(self.exit_of(p).map_err(|e| (e, true))),
                 Outcome::Failed(s) => {
                     if !error::resumable(&s) || failures >= self.config.max_resumes {
-                        let e = from_status(s, "exec", Phase::Started);
+                        let e = from_status(s, "exec", Stage::After);
                         let e = if failures > 0 {
                             annotate(e, &format!("after {failures} resumed output streams"))
                         } else {
@@ -542,7 +543,7 @@ impl Driver {
                 Err(s) if error::resumable(&s) && failures < self.config.max_resumes => {
                     failures += 1;
                 }
-                Err(s) => return Some(Err(from_status(s, "exec", Phase::Started))),
+                Err(s) => return Some(Err(from_status(s, "exec", Stage::After))),
             }
             if Instant::now() + delay > deadline {
                 return Some(Err(Error::new(
@@ -631,7 +632,7 @@ async fn feed_stdin(guest: Guest, id: String, data: Bytes, slot: Arc<Mutex<Optio
             tracing::debug!(provider = PROVIDER, process_id = %id, "stdin not fully read: {}", s.message());
         }
         Err(s) => {
-            let e = from_status(s, "write_input", Phase::Started);
+            let e = from_status(s, "write_input", Stage::After);
             let e = annotate(e, "stdin could not be delivered; the process was killed");
             *slot.lock().expect("stdin slot") = Some(e);
             let _ = guest.signal(&id, Signal::Kill).await;

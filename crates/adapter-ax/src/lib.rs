@@ -44,14 +44,14 @@
 //! - There is no listing RPC: glob and list run as commands (the library sorts). Files are read
 //!   and written with [`AxExec::read_file`] / [`AxExec::write_file`].
 //!
-//! Errors: see [`error`] for the gRPC status → `ErrorKind` + `Retry` table.
+//! Errors: the gRPC status → `ErrorKind` + `Retry` table is in `docs/adapters/ax.md` ("Errors").
 #![warn(missing_docs)]
 
-pub mod client;
-pub mod config;
-pub mod error;
+mod client;
+mod config;
+mod error;
 mod exec;
-pub mod wire;
+mod wire;
 
 mod provider;
 
@@ -116,7 +116,7 @@ impl Adapter for Ax {
     type Provider = AxProvider;
 
     fn config(vars: &Vars<'_>) -> Result<AxConfig, Error> {
-        AxConfig::from_vars(|k| vars.get(k))
+        AxConfig::from_vars(vars)
     }
 
     fn provider(config: AxConfig) -> Result<AxProvider, Error> {

@@ -5,12 +5,12 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use execseam_ax::wire::process_service_client::ProcessServiceClient;
-use execseam_ax::wire::{
+use execseam_ax::{AxConfig, AxExec, AxProvider};
+use execseam_ax_proto::process_service_client::ProcessServiceClient;
+use execseam_ax_proto::{
     GetProcessRequest, ProcessState, Signal, SignalProcessRequest, StartProcessRequest,
     StreamProcessOutputRequest, WriteProcessInputRequest, process_output::Output,
 };
-use execseam_ax::{AxConfig, AxExec, AxProvider};
 use execseam_core::{Command, ErrorKind, Event, Exec, Exit, Retry};
 use execseam_emulators::ax::AxEmulator;
 use execseam_emulators::{EmulatorOptions, Fault};

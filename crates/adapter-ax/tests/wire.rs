@@ -6,8 +6,8 @@
 //! delimited. `0x0a` = field 1 bytes/string, `0x12` = field 2 bytes, `0x18` = field 3 varint, …
 
 use bytes::Bytes;
-use execseam_ax::wire::google::protobuf::{Duration, Timestamp};
-use execseam_ax::wire::{
+use execseam_ax_proto::google::protobuf::{Duration, Timestamp};
+use execseam_ax_proto::{
     GetProcessRequest, Process, ProcessOutput, ProcessState, ReadFileRequest, ReadFileResponse,
     Signal, SignalProcessRequest, StartProcessRequest, StreamProcessOutputRequest,
     WriteFileRequest, WriteFileResponse, WriteProcessInputRequest, WriteProcessInputResponse,
@@ -245,21 +245,4 @@ fn a_variant_a_process_does_not_decode_as_this_version() {
     // reports that as an unsupported guest instead of following a process it cannot observe.
     let start = Process::decode(&[0x0a, 0x01, b'p'][..]).unwrap();
     assert_eq!(start.state, ProcessState::Unspecified as i32);
-}
-
-#[test]
-fn method_paths() {
-    use execseam_ax::wire::paths;
-    assert_eq!(
-        paths::START_PROCESS,
-        "/ateenv.v1alpha.ProcessService/StartProcess"
-    );
-    assert_eq!(
-        paths::STREAM_PROCESS_OUTPUT,
-        "/ateenv.v1alpha.ProcessService/StreamProcessOutput"
-    );
-    assert_eq!(
-        paths::WRITE_FILE,
-        "/ateenv.v1alpha.FileSystemService/WriteFile"
-    );
 }

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::vars::{self, Vars};
 use execseam_core::Error;
 use secrecy::SecretString;
 
@@ -101,9 +103,9 @@ impl ChronoConfig {
     }
 
     /// Reads the configuration from the environment ([`VARS`](crate::VARS)); see
-    /// [`from_vars`](Self::from_vars).
+    /// the variables in [`VARS`](crate::VARS).
     pub fn from_env() -> Result<ChronoConfig, Error> {
-        ChronoConfig::from_vars(|k| std::env::var(k).ok())
+        crate::Chrono::config_from(&vars::env)
     }
 
     /// Reads the configuration from `vars` (empty values count as unset):
@@ -116,38 +118,22 @@ impl ChronoConfig {
     /// - `CHRONO_DURABLE`: `1`/`true` runs commands through `/executions`.
     ///
     /// Anything missing or unparsable is `InvalidConfig`, before any I/O.
-    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<ChronoConfig, Error> {
-        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
-        let base = var("CHRONO_BASE_URL")
-            .ok_or_else(|| config_error("CHRONO_BASE_URL is not set".to_owned()))?;
-        let mut c = ChronoConfig::new(base);
-        if let Some(t) = var("CHRONO_TOKEN") {
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<ChronoConfig, Error> {
+        let mut c = ChronoConfig::new(vars.required("CHRONO_BASE_URL", "")?);
+        if let Some(t) = vars.text("CHRONO_TOKEN") {
             c = c.token(t);
         }
-        if let Some(t) = var("CHRONO_DELEGATION_TOKEN") {
+        if let Some(t) = vars.text("CHRONO_DELEGATION_TOKEN") {
             c = c.delegation_token(t);
         }
-        if let Some(v) = var("CHRONO_VIA") {
+        if let Some(v) = vars.text("CHRONO_VIA") {
             c = c.via(v);
         }
-        if let Some(t) = var("CHRONO_TIMEOUT_SECS") {
-            let secs = t.parse().map_err(|_| {
-                config_error(format!(
-                    "CHRONO_TIMEOUT_SECS={t:?} is not a number of seconds"
-                ))
-            })?;
+        if let Some(secs) = vars.number("CHRONO_TIMEOUT_SECS", "a number of seconds")? {
             c = c.timeout_secs(secs);
         }
-        if let Some(d) = var("CHRONO_DURABLE") {
-            c = c.durable(match d.as_str() {
-                "1" | "true" | "yes" => true,
-                "0" | "false" | "no" => false,
-                other => {
-                    return Err(config_error(format!(
-                        "CHRONO_DURABLE={other:?} is not 1/0, true/false or yes/no"
-                    )));
-                }
-            });
+        if let Some(d) = vars.flag("CHRONO_DURABLE")? {
+            c = c.durable(d);
         }
         c.validate()?;
         Ok(c)
@@ -155,16 +141,18 @@ impl ChronoConfig {
 
     /// Checks the configuration (done again before every request).
     pub fn validate(&self) -> Result<(), Error> {
-        check_timeout(self.timeout_secs)
-            .map_err(|m| config_error(format!("ChronoConfig::timeout_secs: {m}")))?;
+        check_timeout(self.timeout_secs).map_err(|m| {
+            vars::config_error(PROVIDER, format!("ChronoConfig::timeout_secs: {m}"))
+        })?;
         if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
-            return Err(config_error(format!(
-                "the base URL {:?} is not http(s)",
-                self.base_url
-            )));
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("the base URL {:?} is not http(s)", self.base_url),
+            ));
         }
         if self.policy.exchange_timeout.is_zero() {
-            return Err(config_error(
+            return Err(vars::config_error(
+                PROVIDER,
                 "DurablePolicy::exchange_timeout is zero".to_owned(),
             ));
         }
@@ -266,8 +254,4 @@ impl ChronoConfig {
     pub fn durable_policy(&self) -> DurablePolicy {
         self.policy
     }
-}
-
-pub(crate) fn config_error(message: String) -> Error {
-    Error::invalid_config(message).with_provider(PROVIDER)
 }

@@ -26,12 +26,13 @@ use std::time::{Duration, Instant};
 use execseam_core::{BoxFuture, Error, ErrorKind, Retry, WireStatus};
 
 use crate::config::{ChronoConfig, DurablePolicy};
-use crate::error::{Op, error, from_status, protocol};
+use crate::error::{CANCEL, EXECUTE, RESULT, STATUS, SUBMIT, from_status, protocol};
 use crate::http::{Answer, Exchange, HttpTransport, Method, Transport};
 use crate::wire::{
     self, CANCEL_BODY, Completion, ErrorBody, ExecOutput, ExecuteRequest, IDEMPOTENCY_KEY_HEADER,
     Receipt, Snapshot, Status, codes,
 };
+use execseam_adapter_kit::retry::Call;
 
 /// How the loop waits between exchanges (a tokio sleep by default; tests record the delays).
 pub trait Sleep: Send + Sync {
@@ -230,10 +231,14 @@ impl Operation {
     pub fn new(key: impl Into<String>, request: ExecuteRequest) -> Result<Operation, Error> {
         let key = key.into();
         wire::check_idempotency_key(&key).map_err(|m| {
-            error(ErrorKind::InvalidCommand, Op::Submit, m).with_retry(Retry::Never)
+            SUBMIT
+                .error(ErrorKind::InvalidCommand, m)
+                .with_retry(Retry::Never)
         })?;
         request.validate().map_err(|m| {
-            error(ErrorKind::InvalidCommand, Op::Submit, m).with_retry(Retry::Never)
+            SUBMIT
+                .error(ErrorKind::InvalidCommand, m)
+                .with_retry(Retry::Never)
         })?;
         Ok(Operation {
             key,
@@ -259,9 +264,8 @@ impl Operation {
         let mut op = Operation::new(key, request)?;
         let id = operation_id.into();
         if !wire::valid_operation_id(&id) {
-            return Err(error(
+            return Err(STATUS.error(
                 ErrorKind::InvalidCommand,
-                Op::Status,
                 format!("{id:?} is not an operation id"),
             ));
         }
@@ -303,8 +307,9 @@ impl fmt::Debug for DurableClient {
     }
 }
 
-fn exchange_error(op: Op, e: &Error) -> bool {
-    e.kind() == ErrorKind::Timeout(execseam_core::Deadline::Request) && e.operation() == op.name()
+fn exchange_error(op: Call, e: &Error) -> bool {
+    e.kind() == ErrorKind::Timeout(execseam_core::Deadline::Request)
+        && e.operation() == op.operation
 }
 
 impl DurableClient {
@@ -343,16 +348,16 @@ impl DurableClient {
         // The transport bounds the exchange too; this bound holds whatever the transport does.
         let r = match tokio::time::timeout(bound, self.transport.send(ex)).await {
             Ok(r) => r,
-            Err(_) => Err(error(
-                ErrorKind::Timeout(execseam_core::Deadline::Request),
-                op,
-                format!("the exchange took longer than {bound:?}"),
-            )
-            .with_retry(if op == Op::Execute {
-                Retry::Unsafe
-            } else {
-                Retry::SAFE
-            })),
+            Err(_) => Err(op
+                .error(
+                    ErrorKind::Timeout(execseam_core::Deadline::Request),
+                    format!("the exchange took longer than {bound:?}"),
+                )
+                .with_retry(if op == EXECUTE {
+                    Retry::Unsafe
+                } else {
+                    Retry::SAFE
+                })),
         };
         if let Some(s) = stats {
             s.exchanges += 1;
@@ -366,7 +371,7 @@ impl DurableClient {
         r
     }
 
-    fn exchange(&self, op: Op, method: Method, path: String) -> Exchange {
+    fn exchange(&self, op: Call, method: Method, path: String) -> Exchange {
         Exchange {
             method,
             path,
@@ -391,19 +396,19 @@ impl DurableClient {
         request: &ExecuteRequest,
         stats: Option<&mut Stats>,
     ) -> Result<Accepted, Error> {
-        let mut ex = self.exchange(Op::Submit, Method::Post, wire::path::EXECUTIONS.to_owned());
+        let mut ex = self.exchange(SUBMIT, Method::Post, wire::path::EXECUTIONS.to_owned());
         ex.headers.push((IDEMPOTENCY_KEY_HEADER, key.to_owned()));
         ex.body = Some(request.to_json());
         let a = self.send(ex, stats).await?;
         if a.status != 202 {
-            return Err(from_status(a.status, a.retry_after(), &a.body, Op::Submit));
+            return Err(from_status(a.status, a.retry_delay(), &a.body, SUBMIT));
         }
         let receipt = wire::parse_receipt(&a.body)
-            .map_err(|m| protocol(Op::Submit, format!("an unreadable 202 receipt: {m}")))?;
+            .map_err(|m| protocol(SUBMIT, format!("an unreadable 202 receipt: {m}")))?;
         Ok(Accepted {
             receipt,
             location: a.header("location").map(str::to_owned),
-            retry_after: a.retry_after(),
+            retry_after: a.retry_delay(),
         })
     }
 
@@ -422,8 +427,8 @@ impl DurableClient {
         etag: Option<&str>,
         stats: Option<&mut Stats>,
     ) -> Result<StatusAnswer, Error> {
-        check_id(operation_id, Op::Status)?;
-        let mut ex = self.exchange(Op::Status, Method::Get, wire::path::status(operation_id));
+        check_id(operation_id, STATUS)?;
+        let mut ex = self.exchange(STATUS, Method::Get, wire::path::status(operation_id));
         if let Some(tag) = etag {
             ex.headers.push(("If-None-Match", tag.to_owned()));
         }
@@ -432,27 +437,27 @@ impl DurableClient {
             match a.header("etag") {
                 Some(t) if wire::valid_etag(t) => Ok(t.to_owned()),
                 Some(t) => Err(protocol(
-                    Op::Status,
+                    STATUS,
                     format!("{what} with an invalid ETag {t:?}"),
                 )),
-                None => Err(protocol(Op::Status, format!("{what} without an ETag"))),
+                None => Err(protocol(STATUS, format!("{what} without an ETag"))),
             }
         };
         match a.status {
             200 => {
                 let snapshot = wire::parse_snapshot(&a.body, operation_id)
-                    .map_err(|m| protocol(Op::Status, format!("a malformed status: {m}")))?;
+                    .map_err(|m| protocol(STATUS, format!("a malformed status: {m}")))?;
                 Ok(StatusAnswer::Snapshot {
                     etag: etag_of(&a, "a status")?,
-                    retry_after: a.retry_after(),
+                    retry_after: a.retry_delay(),
                     snapshot,
                 })
             }
             304 => Ok(StatusAnswer::NotModified {
                 etag: etag_of(&a, "a 304")?,
-                retry_after: a.retry_after(),
+                retry_after: a.retry_delay(),
             }),
-            s => Err(from_status(s, a.retry_after(), &a.body, Op::Status)),
+            s => Err(from_status(s, a.retry_delay(), &a.body, STATUS)),
         }
     }
 
@@ -466,19 +471,19 @@ impl DurableClient {
         operation_id: &str,
         stats: Option<&mut Stats>,
     ) -> Result<ResultAnswer, Error> {
-        check_id(operation_id, Op::Result)?;
-        let ex = self.exchange(Op::Result, Method::Get, wire::path::result(operation_id));
+        check_id(operation_id, RESULT)?;
+        let ex = self.exchange(RESULT, Method::Get, wire::path::result(operation_id));
         let a = self.send(ex, stats).await?;
         match a.status {
             200 => wire::parse_completion(&a.body)
                 .map(ResultAnswer::Ready)
-                .map_err(|m| protocol(Op::Result, format!("a malformed result: {m}"))),
+                .map_err(|m| protocol(RESULT, format!("a malformed result: {m}"))),
             409 if wire::error_code(&a.body).as_deref() == Some(codes::OPERATION_NOT_TERMINAL) => {
                 Ok(ResultAnswer::Pending {
-                    retry_after: a.retry_after(),
+                    retry_after: a.retry_delay(),
                 })
             }
-            s => Err(from_status(s, a.retry_after(), &a.body, Op::Result)),
+            s => Err(from_status(s, a.retry_delay(), &a.body, RESULT)),
         }
     }
 
@@ -492,22 +497,22 @@ impl DurableClient {
         operation_id: &str,
         stats: Option<&mut Stats>,
     ) -> Result<(Snapshot, String), Error> {
-        check_id(operation_id, Op::Cancel)?;
-        let mut ex = self.exchange(Op::Cancel, Method::Post, wire::path::cancel(operation_id));
+        check_id(operation_id, CANCEL)?;
+        let mut ex = self.exchange(CANCEL, Method::Post, wire::path::cancel(operation_id));
         ex.body = Some(CANCEL_BODY.as_bytes().to_vec());
         let a = self.send(ex, stats).await?;
         match a.status {
             200 | 202 => {
                 let snapshot = wire::parse_snapshot(&a.body, operation_id)
-                    .map_err(|m| protocol(Op::Cancel, format!("a malformed cancel answer: {m}")))?;
+                    .map_err(|m| protocol(CANCEL, format!("a malformed cancel answer: {m}")))?;
                 let etag = a
                     .header("etag")
                     .filter(|t| wire::valid_etag(t))
-                    .ok_or_else(|| protocol(Op::Cancel, "a cancel answer without a valid ETag"))?
+                    .ok_or_else(|| protocol(CANCEL, "a cancel answer without a valid ETag"))?
                     .to_owned();
                 Ok((snapshot, etag))
             }
-            s => Err(from_status(s, a.retry_after(), &a.body, Op::Cancel)),
+            s => Err(from_status(s, a.retry_delay(), &a.body, CANCEL)),
         }
     }
 
@@ -644,13 +649,14 @@ impl DurableClient {
         if op.operation_id.is_none()
             && op.stats.submits == 1
             && e.status().is_none()
-            && e.message().starts_with(crate::error::CONNECT_FAILED)
+            && e.message()
+                .starts_with(execseam_adapter_kit::retry::NoAnswer::Connect.describe())
         {
             return Err(e);
         }
         // A malformed status or result is definitive; an unreadable receipt is not (the submit
         // outcome is unknown: resend with the same key).
-        let malformed = e.kind() == ErrorKind::Protocol && e.operation() != Op::Submit.name();
+        let malformed = e.kind() == ErrorKind::Protocol && e.operation() != SUBMIT.operation;
         if malformed || !e.retry().is_safe() {
             return Err(e);
         }
@@ -729,19 +735,19 @@ fn terminal_of(id: String, c: Completion, op: &Operation) -> Terminal {
     }
 }
 
-fn check_id(id: &str, op: Op) -> Result<(), Error> {
+fn check_id(id: &str, op: Call) -> Result<(), Error> {
     if wire::valid_operation_id(id) {
         Ok(())
     } else {
-        Err(error(
-            ErrorKind::InvalidCommand,
-            op,
-            format!(
-                "{:?} is not an operation id (`op_` + 32 of [A-Za-z0-9_-])",
-                id.chars().take(40).collect::<String>()
-            ),
-        )
-        .with_retry(Retry::Never))
+        Err(op
+            .error(
+                ErrorKind::InvalidCommand,
+                format!(
+                    "{:?} is not an operation id (`op_` + 32 of [A-Za-z0-9_-])",
+                    id.chars().take(40).collect::<String>()
+                ),
+            )
+            .with_retry(Retry::Never))
     }
 }
 

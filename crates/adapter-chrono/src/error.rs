@@ -1,74 +1,46 @@
 //! Chrono failures → `ErrorKind` + `Retry` (the table is in `docs/adapters/chrono.md`).
 
-use execseam_adapter_kit::retry::{self, Effect, NoAnswer, Sent};
-use execseam_adapter_kit::text;
 use std::time::Duration;
+
+use execseam_adapter_kit::retry::{self, Call, Sent, Stage};
 
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 
 use crate::PROVIDER;
 use crate::wire::{self, codes};
 
-/// Which exchange failed, which decides the retry class once a request was sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
-    /// `POST /execute` (and `/execute/stream`): not idempotent; once sent it may have run.
-    Execute,
-    /// `POST /executions`: idempotent by key; a resend with the **same key** is safe.
-    Submit,
-    /// `GET /executions/{id}`.
-    Status,
-    /// `GET /executions/{id}/result`.
-    Result,
-    /// `POST /executions/{id}/cancel`.
-    Cancel,
+/// A call of this adapter.
+const fn call(operation: &'static str, stage: Stage) -> Call {
+    Call::new(PROVIDER, operation, stage)
 }
 
-impl Op {
-    /// The operation name in errors.
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Execute => "execute",
-            Op::Submit => "submit",
-            Op::Status => "status",
-            Op::Result => "result",
-            Op::Cancel => "cancel",
-        }
-    }
+/// `POST /execute` (and `/execute/stream`): not idempotent; once sent it may have run.
+pub(crate) const EXECUTE: Call = call("execute", Stage::Submit);
+/// `POST /executions`: idempotent by key; a resend with the **same key** is safe.
+pub(crate) const SUBMIT: Call = call("submit", Stage::Before);
+/// `GET /executions/{id}`.
+pub(crate) const STATUS: Call = call("status", Stage::Before);
+/// `GET /executions/{id}/result`.
+pub(crate) const RESULT: Call = call("result", Stage::Before);
+/// `POST /executions/{id}/cancel`.
+pub(crate) const CANCEL: Call = call("cancel", Stage::Before);
 
-    /// `/execute` runs the program again when repeated; everything else is idempotent (a
-    /// submit with the same key converges on the same operation).
-    pub fn effect(self) -> Effect {
-        match self {
-            Op::Execute => Effect::NonIdempotent,
-            _ => Effect::Idempotent,
-        }
-    }
-
-    /// The retry class of a failure after the request was (maybe) sent.
-    fn sent(self) -> Retry {
-        retry::retry_class(self.effect(), Sent::Maybe)
-    }
-}
-
-pub(crate) fn error(kind: ErrorKind, op: Op, message: impl Into<String>) -> Error {
-    Error::new(kind, message)
-        .with_provider(PROVIDER)
-        .with_operation(op.name())
-}
-
-pub(crate) fn protocol(op: Op, message: impl Into<String>) -> Error {
-    error(ErrorKind::Protocol, op, message).with_retry(match op {
-        // An unreadable answer to a submit leaves the outcome unknown: resend with the same key.
-        Op::Submit => Retry::SAFE,
-        other => other.sent(),
-    })
+/// An unreadable answer: the outcome of an `/execute` is unknown (`Unsafe`); a durable call is
+/// repeated with the same key (`Safe`).
+pub(crate) fn protocol(call: Call, message: impl Into<String>) -> Error {
+    call.error(ErrorKind::Protocol, message)
+        .with_retry(call.stage.retry(Sent::Maybe))
 }
 
 /// Maps a non-2xx answer (or a 2xx that is not the expected one). The Chrono code is looked for
 /// in `error.code`, a top-level `code`, and one level into a NyxID proxy envelope; a code the
 /// table does not know falls back to the HTTP status (`NYXID_PROXY_HTTP_<status>`).
-pub fn from_status(status: u16, retry_after: Option<Duration>, body: &[u8], op: Op) -> Error {
+pub(crate) fn from_status(
+    status: u16,
+    retry_after: Option<Duration>,
+    body: &[u8],
+    call: Call,
+) -> Error {
     // Through NyxID the upstream status may only be in the envelope.
     let status = wire::envelope_status(body).unwrap_or(status);
     let code = wire::error_code(body);
@@ -105,22 +77,29 @@ pub fn from_status(status: u16, retry_after: Option<Duration>, body: &[u8], op: 
         // No sandbox was made, so nothing ran.
         (Some(codes::SANDBOX_CREATION_FAILED), _) => (ErrorKind::Unavailable, Retry::SAFE),
         // The server's own deadline (`timeout_secs`) fired: the program ran and was killed.
-        (Some(codes::SANDBOX_TIMEOUT), _) => (ErrorKind::Timeout(Deadline::Command), op.sent()),
+        (Some(codes::SANDBOX_TIMEOUT), _) => (
+            ErrorKind::Timeout(Deadline::Command),
+            call.stage.retry(Sent::Maybe),
+        ),
         // A public edge gave up on the request (Cloudflare's 524): the program may still run.
-        (_, 408 | 504 | 524) => (ErrorKind::Timeout(Deadline::Request), op.sent()),
+        (_, 408 | 504 | 524) => (
+            ErrorKind::Timeout(Deadline::Request),
+            call.stage.retry(Sent::Maybe),
+        ),
         (Some(codes::SANDBOX_UNREACHABLE), _) | (_, 502 | 503) => (
             ErrorKind::Unavailable,
-            match op {
-                Op::Execute => Retry::Unsafe,
-                _ => safe_after,
+            if call == EXECUTE {
+                Retry::Unsafe
+            } else {
+                safe_after
             },
         ),
         // A 2xx or 3xx that is not the answer the route has.
-        (_, 200..=399) => (ErrorKind::Protocol, op.sent()),
-        (_, s) => retry::http_status(s, op.effect(), retry_after),
+        (_, 200..=399) => (ErrorKind::Protocol, call.stage.retry(Sent::Maybe)),
+        (_, s) => retry::http_status(s, call.stage, retry_after),
     };
     let code = code.unwrap_or_else(|| format!("NYXID_PROXY_HTTP_{status}"));
-    error(kind, op, message)
+    call.error(kind, message)
         .with_retry(retry)
         .with_status(WireStatus::Http(status))
         .with_code(code)
@@ -148,32 +127,11 @@ fn message_of(body: &[u8]) -> Option<String> {
     }
 }
 
-/// The start of the message of a failure to connect (nothing was sent).
-pub(crate) const CONNECT_FAILED: &str = "cannot connect";
-
-/// Maps a transport failure. Before the request left (connect), nothing ran.
-pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
-    // The URL may carry the NyxID route id: never keep it.
-    let e = e.without_url();
-    let (f, what) = if e.is_connect() {
-        (NoAnswer::Connect, CONNECT_FAILED)
-    } else if e.is_timeout() {
-        (NoAnswer::Timeout, "the exchange timed out")
-    } else if e.is_body() || e.is_decode() {
-        (NoAnswer::Cut, "the response was cut off")
-    } else {
-        (NoAnswer::Other, "the connection failed")
-    };
-    let (kind, retry) = retry::no_answer(f, op.effect());
-    let message = format!("{what}: {}", text::error_chain(&e));
-    error(kind, op, message).with_retry(retry).with_source(e)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn map(status: u16, body: &str, op: Op) -> Error {
+    fn map(status: u16, body: &str, op: Call) -> Error {
         from_status(status, None, body.as_bytes(), op)
     }
 
@@ -233,7 +191,7 @@ mod tests {
             ),
         ];
         for (status, code, kind, retry) in cases {
-            let e = map(*status, &body(code), Op::Execute);
+            let e = map(*status, &body(code), EXECUTE);
             assert_eq!(
                 (e.kind(), e.retry()),
                 (*kind, *retry),
@@ -246,7 +204,7 @@ mod tests {
 
     #[test]
     fn unknown_codes_fall_back_to_the_status() {
-        let e = map(502, "<html>bad gateway</html>", Op::Execute);
+        let e = map(502, "<html>bad gateway</html>", EXECUTE);
         assert_eq!(e.code(), Some("NYXID_PROXY_HTTP_502"));
         assert_eq!(
             (e.kind(), e.retry()),
@@ -259,7 +217,7 @@ mod tests {
         // ChronoProxyFailureInspector: {"error": true, "status", "body": "<json string>"}.
         let env =
             serde_json::json!({"error": true, "status": 504, "body": body("SANDBOX_TIMEOUT")});
-        let e = from_status(502, None, env.to_string().as_bytes(), Op::Execute);
+        let e = from_status(502, None, env.to_string().as_bytes(), EXECUTE);
         assert_eq!(e.code(), Some("SANDBOX_TIMEOUT"));
         assert_eq!(e.kind(), ErrorKind::Timeout(Deadline::Command));
         assert_eq!(e.status(), Some(WireStatus::Http(504)));
@@ -268,67 +226,67 @@ mod tests {
 
     #[test]
     fn the_durable_table() {
-        let cases: &[(u16, &str, Op, ErrorKind, Retry)] = &[
+        let cases: &[(u16, &str, Call, ErrorKind, Retry)] = &[
             (
                 400,
                 "IDEMPOTENCY_KEY_MISSING",
-                Op::Submit,
+                SUBMIT,
                 ErrorKind::InvalidCommand,
                 Retry::Never,
             ),
             (
                 409,
                 "IDEMPOTENCY_KEY_REUSE",
-                Op::Submit,
+                SUBMIT,
                 ErrorKind::Conflict,
                 Retry::Never,
             ),
             (
                 503,
                 "ASYNC_EXECUTION_UNAVAILABLE",
-                Op::Submit,
+                SUBMIT,
                 ErrorKind::Unsupported,
                 Retry::Never,
             ),
             (
                 413,
                 "EXECUTION_PAYLOAD_TOO_LARGE",
-                Op::Submit,
+                SUBMIT,
                 ErrorKind::InvalidCommand,
                 Retry::Never,
             ),
             (
                 503,
                 "SANDBOX_UNREACHABLE",
-                Op::Submit,
+                SUBMIT,
                 ErrorKind::Unavailable,
                 Retry::SAFE,
             ),
             (
                 500,
                 "INTERNAL_ERROR",
-                Op::Submit,
+                SUBMIT,
                 ErrorKind::Internal,
                 Retry::SAFE,
             ),
             (
                 404,
                 "OPERATION_NOT_FOUND",
-                Op::Status,
+                STATUS,
                 ErrorKind::NotFound,
                 Retry::Never,
             ),
             (
                 410,
                 "OPERATION_EXPIRED",
-                Op::Result,
+                RESULT,
                 ErrorKind::NotFound,
                 Retry::Never,
             ),
             (
                 409,
                 "OPERATION_NOT_TERMINAL",
-                Op::Result,
+                RESULT,
                 ErrorKind::Conflict,
                 Retry::SAFE,
             ),

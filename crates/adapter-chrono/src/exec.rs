@@ -15,12 +15,13 @@ use execseam_tools_protocol::code::CodeRequest;
 
 use crate::config::ChronoConfig;
 use crate::durable::{DurableClient, Operation, Progress, Terminal};
-use crate::error::{Op, error, from_status, protocol};
+use crate::error::{EXECUTE, RESULT, STATUS, SUBMIT, from_status, protocol};
 use crate::http::{Exchange, HttpTransport, Method};
 use crate::wire::{
     self, Completion, ErrorBody, ExecOutput, ExecuteRequest, InputFile, Language, codes,
 };
 use crate::{CAPABILITIES, PROVIDER};
+use execseam_adapter_kit::retry::Call;
 
 /// A handle on Chrono Sandbox: runs commands (each in a fresh sandbox of the service). See the
 /// [crate docs](crate).
@@ -91,7 +92,7 @@ impl ChronoExec {
     pub async fn execute(&self, request: &ExecuteRequest) -> Result<Output, Error> {
         request
             .validate()
-            .map_err(|m| error(ErrorKind::InvalidCommand, Op::Execute, m))?;
+            .map_err(|m| EXECUTE.error(ErrorKind::InvalidCommand, m))?;
         self.send_execute(request, false).await
     }
 
@@ -103,17 +104,17 @@ impl ChronoExec {
             headers: Vec::new(),
             body: Some(request.to_json()),
             timeout: Duration::from_secs(u64::from(secs)) + self.config().request_slack,
-            op: Op::Execute,
+            op: EXECUTE,
         };
         let a = self.http.exchange(ex).await?;
         if a.status != 200 {
-            return Err(from_status(a.status, a.retry_after(), &a.body, Op::Execute));
+            return Err(from_status(a.status, a.retry_delay(), &a.body, EXECUTE));
         }
         let completion = wire::parse_completion(&a.body)
-            .map_err(|m| protocol(Op::Execute, format!("a malformed /execute answer: {m}")))?;
+            .map_err(|m| protocol(EXECUTE, format!("a malformed /execute answer: {m}")))?;
         match completion {
-            Completion::Ran { output, .. } => output_of(output, wrapped, Op::Execute),
-            Completion::NoOutput { error, .. } => Err(no_output_error(error, Op::Execute)),
+            Completion::Ran { output, .. } => output_of(output, wrapped, EXECUTE),
+            Completion::NoOutput { error, .. } => Err(no_output_error(error, EXECUTE)),
         }
     }
 
@@ -147,41 +148,21 @@ impl ChronoExec {
         };
         guard.disarm();
         match terminal {
-            Terminal::Ran { output, .. } => output_of(output, wrapped, Op::Result),
-            Terminal::Failed { error, .. } => Err(no_output_error(error, Op::Result)),
-            Terminal::Cancelled { operation_id, .. } => Err(error(
-                ErrorKind::Cancelled,
-                Op::Status,
-                format!("operation {operation_id} was cancelled"),
-            )
+            Terminal::Ran { output, .. } => output_of(output, wrapped, RESULT),
+            Terminal::Failed { error, .. } => Err(no_output_error(error, RESULT)),
+            Terminal::Cancelled { operation_id, .. } => Err(STATUS.error(ErrorKind::Cancelled, format!("operation {operation_id} was cancelled"))
             .with_retry(Retry::Unsafe)
             .with_code(codes::EXECUTION_CANCELLED)),
-            Terminal::OutcomeUncertain { operation_id, .. } => Err(error(
-                ErrorKind::Internal,
-                Op::Status,
-                format!("the service cannot tell whether operation {operation_id} ran"),
-            )
+            Terminal::OutcomeUncertain { operation_id, .. } => Err(STATUS.error(ErrorKind::Internal, format!("the service cannot tell whether operation {operation_id} ran"))
             .with_retry(Retry::Unsafe)
             .with_code(codes::OUTCOME_UNCERTAIN)),
-            Terminal::Expired { operation_id } => Err(error(
-                ErrorKind::NotFound,
-                Op::Status,
-                format!("operation {operation_id} expired"),
-            )
+            Terminal::Expired { operation_id } => Err(STATUS.error(ErrorKind::NotFound, format!("operation {operation_id} expired"))
             .with_retry(Retry::Unsafe)
             .with_code(codes::OPERATION_EXPIRED)),
-            Terminal::NotFound { operation_id } => Err(error(
-                ErrorKind::NotFound,
-                Op::Status,
-                format!("operation {operation_id} is unknown to the service (restarted, or another owner's)"),
-            )
+            Terminal::NotFound { operation_id } => Err(STATUS.error(ErrorKind::NotFound, format!("operation {operation_id} is unknown to the service (restarted, or another owner's)"))
             .with_retry(Retry::Unsafe)
             .with_code(codes::OPERATION_NOT_FOUND)),
-            Terminal::KeyReused => Err(error(
-                ErrorKind::Conflict,
-                Op::Submit,
-                "the idempotency key was used with another payload",
-            )
+            Terminal::KeyReused => Err(SUBMIT.error(ErrorKind::Conflict, "the idempotency key was used with another payload")
             .with_retry(Retry::Never)
             .with_code(codes::IDEMPOTENCY_KEY_REUSE)),
         }
@@ -223,7 +204,8 @@ fn durable_exec_error(e: Error, submitted: bool) -> Error {
     let never_reached = !submitted
         && e.status().is_none()
         && e.kind() == ErrorKind::Unavailable
-        && e.message().starts_with(crate::error::CONNECT_FAILED);
+        && e.message()
+            .starts_with(execseam_adapter_kit::retry::NoAnswer::Connect.describe());
     if never_reached || e.retry() == Retry::Never {
         e
     } else {
@@ -231,7 +213,7 @@ fn durable_exec_error(e: Error, submitted: bool) -> Error {
     }
 }
 
-pub(crate) fn no_output_error(e: ErrorBody, op: Op) -> Error {
+pub(crate) fn no_output_error(e: ErrorBody, op: Call) -> Error {
     let msg = match &e.message {
         Some(m) => format!("{}: {m}", e.code),
         None => e.code.clone(),
@@ -241,14 +223,14 @@ pub(crate) fn no_output_error(e: ErrorBody, op: Op) -> Error {
         codes::EXECUTION_CANCELLED => ErrorKind::Cancelled,
         _ => ErrorKind::Internal,
     };
-    error(kind, op, msg)
+    op.error(kind, msg)
         .with_retry(Retry::Unsafe)
         .with_code(e.code)
 }
 
 /// Maps a validated output. Exit codes are int32: a negative one is read as a signal (`-9`), a
 /// value that is neither is malformed.
-pub(crate) fn output_of(o: ExecOutput, wrapped: bool, op: Op) -> Result<Output, Error> {
+pub(crate) fn output_of(o: ExecOutput, wrapped: bool, op: Call) -> Result<Output, Error> {
     let exit = match o.exit_code {
         c if c >= 0 => Exit::Code(c),
         c if (-64..=-1).contains(&c) => Exit::Signal(-c),
@@ -261,7 +243,7 @@ pub(crate) fn output_of(o: ExecOutput, wrapped: bool, op: Op) -> Result<Output, 
     };
     let out = Output::new(o.stdout, o.stderr, exit);
     if wrapped {
-        degrade::check_wrapped(out).map_err(|e| e.or_context(PROVIDER, op.name()))
+        degrade::check_wrapped(out).map_err(|e| e.or_context(PROVIDER, op.operation))
     } else {
         Ok(out)
     }
@@ -289,9 +271,8 @@ pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, 
     }
     let len = cmd.stdin().len() as u64;
     if len > config.max_stdin {
-        return Err(error(
+        return Err(EXECUTE.error(
             ErrorKind::InvalidCommand,
-            Op::Execute,
             format!(
                 "stdin is {len} bytes; this adapter accepts at most {} (ChronoConfig::max_stdin)",
                 config.max_stdin
@@ -487,16 +468,13 @@ mod tests {
             display_data: None,
             files: None,
         };
+        assert_eq!(output_of(o(3), false, EXECUTE).unwrap().exit, Exit::Code(3));
         assert_eq!(
-            output_of(o(3), false, Op::Execute).unwrap().exit,
-            Exit::Code(3)
-        );
-        assert_eq!(
-            output_of(o(-9), false, Op::Execute).unwrap().exit,
+            output_of(o(-9), false, EXECUTE).unwrap().exit,
             Exit::Signal(9)
         );
         assert_eq!(
-            output_of(o(-1000), false, Op::Execute).unwrap_err().kind(),
+            output_of(o(-1000), false, EXECUTE).unwrap_err().kind(),
             ErrorKind::Protocol
         );
     }

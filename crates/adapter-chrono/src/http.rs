@@ -4,12 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use execseam_core::{BoxFuture, Error, ErrorKind};
 use secrecy::ExposeSecret;
 
+use crate::PROVIDER;
 use crate::config::ChronoConfig;
-use crate::error::{Op, error, from_transport};
+use execseam_adapter_kit::http::{self, BodyError, ClientOptions};
+use execseam_adapter_kit::retry::Call;
 
 /// The HTTP method of an exchange.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,7 +36,7 @@ pub struct Exchange {
     /// The upper bound of the whole exchange.
     pub timeout: Duration,
     /// What the exchange is, for error classification.
-    pub op: Op,
+    pub op: Call,
 }
 
 impl std::fmt::Debug for Exchange {
@@ -74,10 +76,9 @@ impl Answer {
             .map(|(_, v)| v.as_str())
     }
 
-    /// `Retry-After`, parsed ([`crate::wire::parse_retry_after`]).
-    pub fn retry_after(&self) -> Option<Duration> {
-        self.header("retry-after")
-            .and_then(crate::wire::parse_retry_after)
+    /// `Retry-After`, parsed ([`parse_retry_after`]).
+    pub fn retry_delay(&self) -> Option<Duration> {
+        self.header("retry-after").and_then(parse_retry_after)
     }
 }
 
@@ -108,19 +109,7 @@ impl HttpTransport {
     /// A transport for `config` (no request is made).
     pub fn new(config: Arc<ChronoConfig>) -> Result<HttpTransport, Error> {
         config.validate()?;
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .retry(reqwest::retry::never())
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| {
-                error(
-                    ErrorKind::Internal,
-                    Op::Execute,
-                    format!("cannot build the HTTP client: {e}"),
-                )
-            })?;
+        let http = http::client(PROVIDER, ClientOptions::new(config.connect_timeout))?;
         Ok(HttpTransport { http, config })
     }
 
@@ -167,7 +156,7 @@ impl HttpTransport {
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(body);
         }
-        let mut resp = r.send().await.map_err(|e| from_transport(e, op))?;
+        let resp = r.send().await.map_err(|e| http::transport_error(op, e))?;
         let status = resp.status().as_u16();
         let headers = resp
             .headers()
@@ -175,24 +164,24 @@ impl HttpTransport {
             .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
             .collect();
         let max = self.config.max_response_bytes;
-        let mut body = BytesMut::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| from_transport(e, op))? {
-            if body.len() + chunk.len() > max {
-                return Err(error(
-                    ErrorKind::OutputLimit,
-                    op,
-                    format!(
-                        "the answer is larger than {max} bytes (ChronoConfig::max_response_bytes)"
-                    ),
-                )
-                .with_retry(execseam_core::Retry::Unsafe));
-            }
-            body.extend_from_slice(&chunk);
-        }
+        // Error answers too: bounded in size and ended by the exchange's deadline.
+        let body = http::read_body(resp, max, ex.timeout)
+            .await
+            .map_err(|e| match e {
+                BodyError::TooLarge { .. } => op
+                    .error(
+                        ErrorKind::OutputLimit,
+                        format!(
+                            "the answer is larger than {max} bytes (ChronoConfig::max_response_bytes)"
+                        ),
+                    )
+                    .with_retry(execseam_core::Retry::Unsafe),
+                other => other.into_error(op),
+            })?;
         Ok(Answer {
             status,
             headers,
-            body: body.freeze(),
+            body,
         })
     }
 }
@@ -213,4 +202,39 @@ fn query_escape(s: &str) -> String {
         }
     }
     out
+}
+
+/// `Retry-After` as delta-seconds (the form Chrono sends); negative values become 0 (Aevatar).
+/// The HTTP-date and fractional forms are read too
+/// ([`execseam_adapter_kit::retry::parse_retry_after`]). `None` when unreadable.
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    let v = value.trim();
+    if v.parse::<i64>().is_ok_and(|s| s < 0) {
+        return Some(Duration::ZERO);
+    }
+    execseam_adapter_kit::retry::parse_retry_after(v, std::time::SystemTime::now())
+}
+
+#[cfg(test)]
+mod retry_after_tests {
+    use std::time::Duration;
+
+    use super::parse_retry_after;
+
+    #[test]
+    fn retry_after_values() {
+        assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_retry_after(" 3600 "), Some(Duration::from_secs(3600)));
+        assert_eq!(
+            parse_retry_after("-5"),
+            Some(Duration::ZERO),
+            "Aevatar: <= 0 becomes 0"
+        );
+        assert_eq!(parse_retry_after("0.5"), Some(Duration::from_millis(500)));
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon"), None);
+    }
 }

@@ -35,17 +35,17 @@
 #![warn(missing_docs)]
 
 mod config;
-pub mod contract;
+// The contract (the wire and the durable rules) is its own crate, shared with the emulator and
+// `execseam serve`.
+use execseam_chrono_contract::wire;
 pub mod durable;
 mod error;
 mod exec;
 pub mod http;
 mod provider;
-pub mod wire;
 
 pub use config::{ChronoConfig, DurablePolicy};
 pub use durable::{DurableClient, Operation, Terminal};
-pub use error::{Op, from_status};
 pub use exec::{ChronoExec, Prepared};
 pub use provider::ChronoProvider;
 
@@ -55,7 +55,7 @@ use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, Tool};
 /// The largest command (argv and env) sent, checked before any I/O: the command reaches the
 /// sandbox as one `bash -c` script, a single `execve` string of at most 128 KiB
 /// (`MAX_ARG_STRLEN`). The check is on that script as sent, wrapper and quoting included
-/// (`transport::check_wire`); the raw command's size is only its fast lower bound.
+/// (`size::check_wire`); the raw command's size is only its fast lower bound.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::script(
         execseam_adapter_kit::size::MAX_ARG_STRLEN - 1,
@@ -91,7 +91,7 @@ impl Adapter for Chrono {
     type Provider = ChronoProvider;
 
     fn config(vars: &Vars<'_>) -> Result<ChronoConfig, Error> {
-        ChronoConfig::from_vars(|k| vars.get(k))
+        ChronoConfig::from_vars(vars)
     }
 
     fn capabilities(config: &ChronoConfig) -> Capabilities {

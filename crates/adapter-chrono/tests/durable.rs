@@ -6,12 +6,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use execseam_adapter_kit::retry::{Call, Stage};
 use execseam_chrono::durable::{Progress, ResultAnswer, Sleep, StatusAnswer};
 use execseam_chrono::http::{Exchange, HttpTransport, Method, Transport};
-use execseam_chrono::wire::{self, Completion, ExecuteRequest, Language, Status, codes};
 use execseam_chrono::{
-    ChronoConfig, ChronoExec, DurableClient, DurablePolicy, Op, Operation, Terminal,
+    ChronoConfig, ChronoExec, DurableClient, DurablePolicy, Operation, Terminal,
 };
+use execseam_chrono_contract::wire::{self, Completion, ExecuteRequest, Language, Status, codes};
 use execseam_core::{BoxFuture, Command, ErrorKind, Exec, Retry, WireStatus};
 use execseam_emulators::chrono::{ChronoEmulator, ChronoOptions};
 use execseam_emulators::{EmulatorOptions, Fault};
@@ -197,7 +198,7 @@ async fn a_missing_key_is_refused_before_the_body_is_read() {
             headers: vec![],
             body: Some(br#"{"script":"","language":""}"#.to_vec()),
             timeout: Duration::from_secs(5),
-            op: Op::Submit,
+            op: Call::new(execseam_chrono::PROVIDER, "submit", Stage::Before),
         })
         .await
         .unwrap();

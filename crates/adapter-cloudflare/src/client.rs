@@ -6,18 +6,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use execseam_adapter_kit::http::{self, ClientOptions, Refusal};
+use execseam_adapter_kit::retry::Stage;
 use execseam_core::{Error, ErrorKind, Retry};
 use futures_util::{Stream, StreamExt};
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use reqwest::{Method, RequestBuilder, Response};
 
 use crate::PROVIDER;
 use crate::config::CloudflareConfig;
-use crate::error::{Phase, http_error, protocol, transport_error};
+use crate::error::{call, http_error, protocol};
 use crate::wire::{
-    CreateSandboxResponse, CreateSessionRequest, CreateSessionResponse, ExecEvent, ExecRequest,
-    RunningResponse, SseDecoder, WriteResponse, exec_event,
+    CreateSandboxResponse, ExecEvent, ExecRequest, RunningResponse, SseDecoder, WriteResponse,
+    exec_event,
 };
+#[cfg(test)]
+use crate::wire::{CreateSessionRequest, CreateSessionResponse};
 
 /// A client of one bridge Worker.
 #[derive(Clone)]
@@ -51,37 +55,24 @@ pub fn encode_path(path: &str) -> String {
     out
 }
 
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let v = headers.get(RETRY_AFTER)?.to_str().ok()?;
-    execseam_adapter_kit::retry::parse_retry_after(v, std::time::SystemTime::now())
-}
-
 impl BridgeClient {
     /// A client for `config` (rustls with ring; no automatic retries: an exec is never re-sent).
     pub fn new(config: Arc<CloudflareConfig>) -> Result<BridgeClient, Error> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let mut headers = HeaderMap::new();
         if let Some(key) = config.bearer() {
             let mut v = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                crate::config::config_error("the API key is not a valid header value")
+                execseam_adapter_kit::vars::config_error(
+                    PROVIDER,
+                    "the API key is not a valid header value",
+                )
             })?;
             v.set_sensitive(true);
             headers.insert(AUTHORIZATION, v);
         }
-        let http = reqwest::Client::builder()
-            .default_headers(headers)
-            .connect_timeout(config.connect_timeout)
-            .retry(reqwest::retry::never())
-            .user_agent(concat!("execseam-cloudflare/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::Internal,
-                    format!("cannot build the HTTP client: {e}"),
-                )
-                .with_provider(PROVIDER)
-                .with_operation("config")
-            })?;
+        let http = http::client(
+            PROVIDER,
+            ClientOptions::new(config.connect_timeout).default_headers(headers),
+        )?;
         Ok(BridgeClient { http, config })
     }
 
@@ -109,30 +100,39 @@ impl BridgeClient {
         &self,
         rb: RequestBuilder,
         operation: &'static str,
-        phase: Phase,
+        stage: Stage,
     ) -> Result<Response, Error> {
         let resp = rb
             .send()
             .await
-            .map_err(|e| transport_error(e, operation, phase))?;
+            .map_err(|e| http::transport_error(call(operation, stage), e))?;
         if resp.status().is_success() {
             return Ok(resp);
         }
-        let status = resp.status().as_u16();
-        let after = retry_after(resp.headers());
-        let body = read_limited(resp, MAX_ERROR_BODY, operation, phase)
-            .await
-            .unwrap_or_default();
-        Err(http_error(status, after, &body, operation, phase))
+        let r = Refusal::read(resp, self.config.request_timeout).await;
+        Err(http_error(
+            r.status,
+            r.retry_after(),
+            &r.body,
+            operation,
+            stage,
+        ))
     }
 
     async fn json<T: serde::de::DeserializeOwned>(
         &self,
         resp: Response,
         operation: &'static str,
-        phase: Phase,
+        stage: Stage,
     ) -> Result<T, Error> {
-        let body = read_limited(resp, self.config.max_answer_bytes, operation, phase).await?;
+        let body = read_limited(
+            resp,
+            self.config.max_answer_bytes,
+            self.config.request_timeout,
+            operation,
+            stage,
+        )
+        .await?;
         serde_json::from_slice(&body).map_err(|e| {
             protocol(
                 format!(
@@ -140,7 +140,7 @@ impl BridgeClient {
                     String::from_utf8_lossy(&body[..body.len().min(200)])
                 ),
                 operation,
-                phase,
+                stage,
             )
         })
     }
@@ -148,13 +148,13 @@ impl BridgeClient {
     /// `POST /v1/sandbox`: a fresh sandbox id (no container is assigned until first use).
     pub async fn create_sandbox(&self) -> Result<String, Error> {
         let rb = self.request(Method::POST, "/sandbox", true);
-        let resp = self.send(rb, "create_sandbox", Phase::Idempotent).await?;
-        let r: CreateSandboxResponse = self.json(resp, "create_sandbox", Phase::Idempotent).await?;
+        let resp = self.send(rb, "create_sandbox", Stage::Before).await?;
+        let r: CreateSandboxResponse = self.json(resp, "create_sandbox", Stage::Before).await?;
         if !crate::config::valid_sandbox_id(&r.id) {
             return Err(protocol(
                 format!("the bridge minted an invalid sandbox id {:?}", r.id),
                 "create_sandbox",
-                Phase::Idempotent,
+                Stage::Before,
             ));
         }
         Ok(r.id)
@@ -163,15 +163,15 @@ impl BridgeClient {
     /// `DELETE /v1/sandbox/{id}` (204, also for an id that never had a container).
     pub async fn delete_sandbox(&self, id: &str) -> Result<(), Error> {
         let rb = self.request(Method::DELETE, &format!("/sandbox/{id}"), true);
-        self.send(rb, "delete_sandbox", Phase::Idempotent).await?;
+        self.send(rb, "delete_sandbox", Stage::Before).await?;
         Ok(())
     }
 
     /// `GET /v1/sandbox/{id}/running`.
     pub async fn running(&self, id: &str) -> Result<bool, Error> {
         let rb = self.request(Method::GET, &format!("/sandbox/{id}/running"), true);
-        let resp = self.send(rb, "running", Phase::Idempotent).await?;
-        let r: RunningResponse = self.json(resp, "running", Phase::Idempotent).await?;
+        let resp = self.send(rb, "running", Stage::Before).await?;
+        let r: RunningResponse = self.json(resp, "running", Stage::Before).await?;
         Ok(r.running)
     }
 
@@ -186,13 +186,13 @@ impl BridgeClient {
             )
             .header(CONTENT_TYPE, "application/octet-stream")
             .body(data);
-        let resp = self.send(rb, "write_file", Phase::Idempotent).await?;
-        let r: WriteResponse = self.json(resp, "write_file", Phase::Idempotent).await?;
+        let resp = self.send(rb, "write_file", Stage::Before).await?;
+        let r: WriteResponse = self.json(resp, "write_file", Stage::Before).await?;
         if !r.ok {
             return Err(protocol(
                 "the write answered ok: false",
                 "write_file",
-                Phase::Idempotent,
+                Stage::Before,
             ));
         }
         Ok(())
@@ -205,17 +205,20 @@ impl BridgeClient {
             &format!("/sandbox/{id}/file/{}", encode_path(path)),
             true,
         );
-        let resp = self.send(rb, "read_file", Phase::Idempotent).await?;
+        let resp = self.send(rb, "read_file", Stage::Before).await?;
         read_limited(
             resp,
             self.config.max_answer_bytes,
+            self.config.request_timeout,
             "read_file",
-            Phase::Idempotent,
+            Stage::Before,
         )
         .await
     }
 
-    /// `POST /v1/sandbox/{id}/session`.
+    /// `POST /v1/sandbox/{id}/session` (the adapter only joins sessions made elsewhere; its
+    /// tests make them).
+    #[cfg(test)]
     pub async fn create_session(
         &self,
         id: &str,
@@ -224,19 +227,20 @@ impl BridgeClient {
         let rb = self
             .request(Method::POST, &format!("/sandbox/{id}/session"), true)
             .json(request);
-        let resp = self.send(rb, "create_session", Phase::Idempotent).await?;
-        let r: CreateSessionResponse = self.json(resp, "create_session", Phase::Idempotent).await?;
+        let resp = self.send(rb, "create_session", Stage::Before).await?;
+        let r: CreateSessionResponse = self.json(resp, "create_session", Stage::Before).await?;
         Ok(r.id)
     }
 
     /// `DELETE /v1/sandbox/{id}/session/{sid}`.
+    #[cfg(test)]
     pub async fn delete_session(&self, id: &str, sid: &str) -> Result<(), Error> {
         let rb = self.request(
             Method::DELETE,
             &format!("/sandbox/{id}/session/{sid}"),
             true,
         );
-        self.send(rb, "delete_session", Phase::Idempotent).await?;
+        self.send(rb, "delete_session", Stage::Before).await?;
         Ok(())
     }
 
@@ -252,10 +256,9 @@ impl BridgeClient {
             .request(Method::POST, &format!("/sandbox/{id}/exec"), false)
             .header(ACCEPT, "text/event-stream")
             .json(request);
-        let resp = match tokio::time::timeout(idle, self.send(rb, "exec", Phase::ExecSubmit)).await
-        {
+        let resp = match tokio::time::timeout(idle, self.send(rb, "exec", Stage::Submit)).await {
             Ok(r) => r?,
-            Err(_) => return Err(idle_error(idle, Phase::ExecSubmit)),
+            Err(_) => return Err(idle_error(idle, Stage::Submit)),
         };
         let ct = resp
             .headers()
@@ -265,17 +268,16 @@ impl BridgeClient {
             .to_ascii_lowercase();
         if !ct.starts_with("text/event-stream") {
             let status = resp.status().as_u16();
-            // Only what the message quotes: the body may be endless.
-            let body = read_limited(resp, 200, "exec", Phase::ExecSubmit)
-                .await
-                .unwrap_or_else(|e| Bytes::from(e.to_string()));
+            // Only what the message quotes, and only as long as an event may take: the body may
+            // be endless, or stall.
+            let body = http::read_error_body(resp, 200, idle).await;
             return Err(protocol(
                 format!(
                     "the exec answered HTTP {status} with {ct:?} instead of an event stream: {:?}",
                     String::from_utf8_lossy(&body[..body.len().min(200)])
                 ),
                 "exec",
-                Phase::ExecSubmit,
+                Stage::Submit,
             ));
         }
         Ok(Box::pin(sse_events(
@@ -286,47 +288,21 @@ impl BridgeClient {
     }
 }
 
-/// The most of an error answer read.
-const MAX_ERROR_BODY: usize = 64 << 10;
-
-/// Reads at most `limit` bytes of a body; more is an `OutputLimit` error.
+/// Reads at most `limit` bytes of a body within the request timeout; more is an
+/// `OutputLimit` error (CloudflareConfig::max_answer_bytes).
 async fn read_limited(
     resp: Response,
     limit: usize,
+    within: Duration,
     operation: &'static str,
-    phase: Phase,
+    stage: Stage,
 ) -> Result<Bytes, Error> {
-    let mut body = bytes::BytesMut::new();
-    let mut stream = resp.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| transport_error(e, operation, phase))?;
-        let room = limit - body.len();
-        if chunk.len() > room {
-            body.extend_from_slice(&chunk[..room]);
-            if limit <= 200 {
-                // A quote: what fits is enough.
-                return Ok(body.freeze());
-            }
-            return Err(Error::new(
-                ErrorKind::OutputLimit,
-                format!(
-                    "the answer exceeds the {limit}-byte limit (CloudflareConfig::max_answer_bytes)"
-                ),
-            )
-            .with_retry(if phase == Phase::Idempotent {
-                Retry::Never
-            } else {
-                Retry::Unsafe
-            })
-            .with_provider(PROVIDER)
-            .with_operation(operation));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body.freeze())
+    http::read_body(resp, limit, within)
+        .await
+        .map_err(|e| e.into_error(call(operation, stage)))
 }
 
-fn idle_error(idle: Duration, phase: Phase) -> Error {
+fn idle_error(idle: Duration, stage: Stage) -> Error {
     Error::new(
         ErrorKind::Timeout(execseam_core::Deadline::Request),
         format!(
@@ -334,7 +310,7 @@ fn idle_error(idle: Duration, phase: Phase) -> Error {
             idle.as_millis()
         ),
     )
-    .with_retry(if phase == Phase::Idempotent {
+    .with_retry(if stage == Stage::Before {
         Retry::SAFE
     } else {
         Retry::Unsafe
@@ -388,7 +364,7 @@ where
             let next = tokio::time::timeout_at(st.since + st.idle, st.body.next()).await;
             let Ok(next) = next else {
                 st.done = true;
-                return Some((Err(idle_error(st.idle, Phase::ExecStream)), st));
+                return Some((Err(idle_error(st.idle, Stage::After)), st));
             };
             match next {
                 None => {
@@ -398,7 +374,7 @@ where
                             Err(protocol(
                                 "the exec stream ended inside an event",
                                 "exec",
-                                Phase::ExecStream,
+                                Stage::After,
                             )),
                             st,
                         ));
@@ -407,7 +383,7 @@ where
                 }
                 Some(Err(e)) => {
                     st.done = true;
-                    let mut err = transport_error(e, "exec", Phase::ExecStream);
+                    let mut err = http::transport_error(call("exec", Stage::After), e);
                     if err.retry() != Retry::Unsafe {
                         err = err.with_retry(Retry::Unsafe);
                     }
@@ -416,13 +392,12 @@ where
                 Some(Ok(chunk)) => match st.decoder.push(&chunk) {
                     Err(why) => {
                         st.done = true;
-                        return Some((Err(protocol(why, "exec", Phase::ExecStream)), st));
+                        return Some((Err(protocol(why, "exec", Stage::After)), st));
                     }
                     Ok(events) => {
                         for ev in events {
                             st.queue.push_back(
-                                exec_event(&ev)
-                                    .map_err(|why| protocol(why, "exec", Phase::ExecStream)),
+                                exec_event(&ev).map_err(|why| protocol(why, "exec", Stage::After)),
                             );
                         }
                     }

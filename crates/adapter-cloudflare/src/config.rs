@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::vars::{self, Vars};
 use execseam_core::Error;
 #[cfg(test)]
 use execseam_core::ErrorKind;
@@ -16,9 +18,6 @@ pub const ENV_API_KEY: &str = "CLOUDFLARE_SANDBOX_API_KEY";
 pub const ENV_SESSION_ID: &str = "CLOUDFLARE_SANDBOX_SESSION_ID";
 /// `streaming` (the default) or `exact`; see [`OutputMode`].
 pub const ENV_MODE: &str = "EXECSEAM_CLOUDFLARE_MODE";
-
-/// The sandbox's files API (and so every temporary file of the adapter) is confined to this tree.
-pub const WORKSPACE: &str = "/workspace";
 
 /// The default [`CloudflareConfig::stream_idle_timeout`].
 pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -54,9 +53,10 @@ impl std::str::FromStr for OutputMode {
         match s.trim().to_ascii_lowercase().as_str() {
             "" | "streaming" | "stream" => Ok(OutputMode::Streaming),
             "exact" => Ok(OutputMode::Exact),
-            other => Err(config_error(format!(
-                "{ENV_MODE}={other:?}: want `streaming` or `exact`"
-            ))),
+            other => Err(vars::config_error(
+                crate::PROVIDER,
+                format!("{ENV_MODE}={other:?}: want `streaming` or `exact`"),
+            )),
         }
     }
 }
@@ -100,10 +100,6 @@ impl fmt::Debug for CloudflareConfig {
     }
 }
 
-pub(crate) fn config_error(message: impl Into<String>) -> Error {
-    Error::invalid_config(message).with_provider(crate::PROVIDER)
-}
-
 impl CloudflareConfig {
     /// A configuration for the bridge Worker at `base_url`, with no API key (a bridge without
     /// `SANDBOX_API_KEY` skips authentication).
@@ -126,25 +122,22 @@ impl CloudflareConfig {
 
     /// Reads the variables in [`VARS`](crate::VARS) from this process's environment.
     pub fn from_env() -> Result<CloudflareConfig, Error> {
-        CloudflareConfig::from_vars(|k| std::env::var(k).ok())
+        crate::Cloudflare::config_from(&vars::env)
     }
 
     /// Reads [`VARS`](crate::VARS) as `vars` gives them: `CLOUDFLARE_SANDBOX_WORKER_URL`
     /// (required), `CLOUDFLARE_SANDBOX_API_KEY`, `CLOUDFLARE_SANDBOX_SESSION_ID`,
     /// `EXECSEAM_CLOUDFLARE_MODE`. A missing or malformed one is
     /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
-    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<CloudflareConfig, Error> {
-        let var = |k: &str| vars(k).filter(|v| !v.trim().is_empty());
-        let url = var(ENV_WORKER_URL)
-            .ok_or_else(|| config_error(format!("{ENV_WORKER_URL} is not set")))?;
-        let mut c = CloudflareConfig::new(url);
-        if let Some(key) = var(ENV_API_KEY) {
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<CloudflareConfig, Error> {
+        let mut c = CloudflareConfig::new(vars.required(ENV_WORKER_URL, "")?);
+        if let Some(key) = vars.text(ENV_API_KEY) {
             c = c.api_key(key);
         }
-        if let Some(sid) = var(ENV_SESSION_ID) {
+        if let Some(sid) = vars.text(ENV_SESSION_ID) {
             c = c.session_id(sid);
         }
-        if let Some(mode) = var(ENV_MODE) {
+        if let Some(mode) = vars.text(ENV_MODE) {
             c = c.mode(mode.parse()?);
         }
         c.validate()?;
@@ -260,17 +253,23 @@ impl CloudflareConfig {
 
     pub(crate) fn validate(&self) -> Result<(), Error> {
         if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
-            return Err(config_error(format!(
-                "the bridge URL {:?} must start with http:// or https://",
-                self.base_url
-            )));
+            return Err(vars::config_error(
+                crate::PROVIDER,
+                format!(
+                    "the bridge URL {:?} must start with http:// or https://",
+                    self.base_url
+                ),
+            ));
         }
         if let Some(sid) = &self.session_id
             && !valid_session_id(sid)
         {
-            return Err(config_error(format!(
-                "session id {sid:?} is not what the bridge accepts ([a-zA-Z0-9._-]{{1,128}}, no `..`)"
-            )));
+            return Err(vars::config_error(
+                crate::PROVIDER,
+                format!(
+                    "session id {sid:?} is not what the bridge accepts ([a-zA-Z0-9._-]{{1,128}}, no `..`)"
+                ),
+            ));
         }
         Ok(())
     }

@@ -2,44 +2,19 @@
 //! mapped to [`ErrorKind`] and [`Retry`].
 //!
 //! The bridge reports errors two ways: a JSON `{"error","code"}` body with a 4xx/5xx status
-//! *before* the exec stream starts, and an SSE `error` event *inside* it. Which one, and the phase
+//! *before* the exec stream starts, and an SSE `error` event *inside* it. Which one, and the stage
 //! of the request, decide the retry class: nothing can have run before the bridge resolved the
 //! sandbox's container (`capacity_exceeded`, `pool_error` are safe to retry), while anything that
 //! goes wrong after the exec was accepted may have run the command (`Retry::Unsafe`).
 
-use execseam_adapter_kit::retry::{self, Effect, NoAnswer, Sent};
-use execseam_adapter_kit::text;
 use std::time::Duration;
+
+use execseam_adapter_kit::retry::{Call, Sent, Stage};
 
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 
 use crate::PROVIDER;
 use crate::wire::ErrorResponse;
-
-/// Where in an operation the failure happened.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// A request that cannot run a command (create, files, session): retrying is safe unless
-    /// the answer says it would fail again.
-    Idempotent,
-    /// The exec request, before its stream started: the command may have been submitted.
-    ExecSubmit,
-    /// Inside the exec stream: the command was started.
-    ExecStream,
-}
-
-impl Phase {
-    fn effect(self) -> Effect {
-        match self {
-            Phase::Idempotent => Effect::Idempotent,
-            Phase::ExecSubmit | Phase::ExecStream => Effect::NonIdempotent,
-        }
-    }
-
-    fn unsure(self) -> Retry {
-        retry::retry_class(self.effect(), Sent::Maybe)
-    }
-}
 
 fn err(kind: ErrorKind, message: impl Into<String>, operation: &'static str) -> Error {
     Error::new(kind, message)
@@ -157,7 +132,7 @@ pub fn http_error(
     retry_after: Option<Duration>,
     body: &[u8],
     operation: &'static str,
-    phase: Phase,
+    stage: Stage,
 ) -> Error {
     let parsed: Option<ErrorResponse> = serde_json::from_slice(body).ok();
     let text = match &parsed {
@@ -183,10 +158,10 @@ pub fn http_error(
         (_, Some("workspace_read_not_found")) => (ErrorKind::NotFound, Retry::Never),
         // Resolved before the request reached the sandbox: nothing ran.
         (_, Some("capacity_exceeded" | "pool_error")) => (ErrorKind::Unavailable, Retry::SAFE),
-        (_, Some("exec_transport_error")) => (ErrorKind::Unavailable, phase.unsure()),
-        (_, Some("exec_error")) => (ErrorKind::Unavailable, phase.unsure()),
+        (_, Some("exec_transport_error")) => (ErrorKind::Unavailable, stage.retry(Sent::Maybe)),
+        (_, Some("exec_error")) => (ErrorKind::Unavailable, stage.retry(Sent::Maybe)),
         (_, Some("workspace_archive_read_error" | "workspace_archive_write_error")) => {
-            (ErrorKind::Internal, phase.unsure())
+            (ErrorKind::Internal, stage.retry(Sent::Maybe))
         }
         (_, Some("session_error" | "tunnel_error" | "mount_error" | "unmount_error")) => {
             (ErrorKind::Internal, Retry::Never)
@@ -195,7 +170,7 @@ pub fn http_error(
             let (k, r) = container_code(c).expect("checked");
             (
                 k,
-                if phase == Phase::Idempotent && r == Retry::Unsafe {
+                if stage == Stage::Before && r == Retry::Unsafe {
                     Retry::SAFE
                 } else {
                     r
@@ -203,18 +178,21 @@ pub fn http_error(
             )
         }
         (404, _) => (ErrorKind::NotFound, Retry::Never),
-        (408, _) => (ErrorKind::Timeout(Deadline::Request), phase.unsure()),
+        (408, _) => (
+            ErrorKind::Timeout(Deadline::Request),
+            stage.retry(Sent::Maybe),
+        ),
         (500, _) => (
             ErrorKind::Internal,
-            if phase == Phase::Idempotent {
+            if stage == Stage::Before {
                 Retry::Never
             } else {
                 Retry::Unsafe
             },
         ),
-        (502..=504 | 520..=527, _) => (ErrorKind::Unavailable, phase.unsure()),
+        (502..=504 | 520..=527, _) => (ErrorKind::Unavailable, stage.retry(Sent::Maybe)),
         (400..=499, _) => (ErrorKind::InvalidCommand, Retry::Never),
-        _ => (ErrorKind::Internal, phase.unsure()),
+        _ => (ErrorKind::Internal, stage.retry(Sent::Maybe)),
     };
     let kind = if kind == ErrorKind::Unavailable && is_container_unavailable(&text) {
         return with_code(
@@ -261,31 +239,18 @@ pub fn stream_error(e: &ErrorResponse) -> Error {
         .with_code(e.code.clone())
 }
 
-/// A transport failure of reqwest.
-pub fn transport_error(e: reqwest::Error, operation: &'static str, phase: Phase) -> Error {
-    // The URL names the sandbox and file paths: never keep it.
-    let e = e.without_url();
-    let failure = if e.is_connect() {
-        // The request never reached the bridge.
-        NoAnswer::Connect
-    } else if e.is_timeout() {
-        NoAnswer::Timeout
-    } else if e.is_decode() {
-        NoAnswer::Malformed
-    } else {
-        NoAnswer::Other
-    };
-    let (kind, retry) = retry::no_answer(failure, phase.effect());
-    let msg = text::error_chain(&e);
-    err(kind, msg, operation).with_retry(retry).with_source(e)
+/// A call of this adapter: [`Stage::Before`] for requests that cannot run a command (create,
+/// files, session); the exec request is [`Stage::Submit`] until its stream starts, then
+/// [`Stage::After`].
+pub(crate) const fn call(operation: &'static str, stage: Stage) -> Call {
+    Call::new(PROVIDER, operation, stage)
 }
 
 /// A protocol violation (malformed body or frame, missing exit).
-pub fn protocol(message: impl Into<String>, operation: &'static str, phase: Phase) -> Error {
-    Error::protocol(message)
-        .with_provider(PROVIDER)
-        .with_operation(operation)
-        .with_retry(phase.unsure())
+pub(crate) fn protocol(message: impl Into<String>, operation: &'static str, stage: Stage) -> Error {
+    call(operation, stage)
+        .protocol(message)
+        .with_retry(stage.retry(Sent::Maybe))
 }
 
 #[cfg(test)]
@@ -349,7 +314,7 @@ mod tests {
             (502, "session_error", ErrorKind::Internal, Retry::Never),
         ];
         for (status, code, kind, retry) in cases {
-            let e = http_error(status, None, &body("m", code), "exec", Phase::ExecSubmit);
+            let e = http_error(status, None, &body("m", code), "exec", Stage::Submit);
             assert_eq!((e.kind(), e.retry()), (kind, retry), "{status} {code}");
             assert_eq!(e.code(), Some(code));
             assert_eq!(e.status(), Some(WireStatus::Http(status)));
@@ -364,21 +329,15 @@ mod tests {
             Some(Duration::from_secs(3)),
             b"error code: 1015",
             "exec",
-            Phase::ExecSubmit,
+            Stage::Submit,
         );
         assert_eq!(e.kind(), ErrorKind::RateLimited);
         assert_eq!(e.retry().after(), Some(Duration::from_secs(3)));
-        let e = http_error(
-            500,
-            None,
-            b"Internal Server Error",
-            "exec",
-            Phase::ExecSubmit,
-        );
+        let e = http_error(500, None, b"Internal Server Error", "exec", Stage::Submit);
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Internal, Retry::Unsafe));
-        let e = http_error(503, None, b"", "read_file", Phase::Idempotent);
+        let e = http_error(503, None, b"", "read_file", Stage::Before);
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Unavailable, Retry::SAFE));
-        let e = http_error(404, None, b"Not Found", "exec", Phase::ExecSubmit);
+        let e = http_error(404, None, b"Not Found", "exec", Stage::Submit);
         assert_eq!(e.kind(), ErrorKind::NotFound);
         let e = http_error(
             502,
@@ -388,7 +347,7 @@ mod tests {
                 "pool_error",
             ),
             "exec",
-            Phase::ExecSubmit,
+            Stage::Submit,
         );
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Unavailable, Retry::SAFE));
     }
@@ -434,7 +393,7 @@ mod tests {
             None,
             &body("File not found: /x", "FILE_NOT_FOUND"),
             "read_file",
-            Phase::Idempotent,
+            Stage::Before,
         );
         assert_eq!(e.kind(), ErrorKind::NotFound);
     }

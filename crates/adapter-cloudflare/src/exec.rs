@@ -17,9 +17,10 @@ use futures_util::StreamExt;
 
 use crate::client::{BridgeClient, ExecEvents};
 use crate::config::{CloudflareConfig, OutputMode};
-use crate::error::{Phase, protocol, stream_error};
+use crate::error::{protocol, stream_error};
 use crate::wire::{ExecEvent, ExecRequest};
 use crate::{CAPABILITIES, CAPABILITIES_EXACT, PROVIDER};
+use execseam_adapter_kit::retry::Stage;
 
 /// Where the adapter keeps its temporary files (stdin, captured output, the sandbox marker): the
 /// bridge's files API only reaches `/workspace`.
@@ -132,7 +133,8 @@ impl CloudflareExec {
     }
 
     /// The underlying bridge client (files, sessions, `running`).
-    pub fn client(&self) -> &BridgeClient {
+    #[cfg(test)]
+    pub(crate) fn client(&self) -> &BridgeClient {
         &self.inner.client
     }
 
@@ -354,7 +356,7 @@ fn exit_of(code: i64) -> Result<Exit, Error> {
         protocol(
             format!("exit code {code} is out of range"),
             "exec",
-            Phase::ExecStream,
+            Stage::After,
         )
     })
 }
@@ -382,7 +384,7 @@ async fn collect_raw(mut events: ExecEvents) -> Result<(BytesMut, BytesMut, Exit
         protocol(
             "the exec stream ended without an exit event",
             "exec",
-            Phase::ExecStream,
+            Stage::After,
         ),
         &out,
         &err,
@@ -544,7 +546,7 @@ fn events_to_stream(
                     st.queue.push_back(Err(protocol(
                         "the exec stream ended without an exit event",
                         "exec",
-                        Phase::ExecStream,
+                        Stage::After,
                     )));
                 }
             }

@@ -34,7 +34,7 @@
 //! - The SSE `exit` event is the only success terminator. A stream that ends without it is a
 //!   `Protocol` error; an SSE `error` event is an error with `Retry::Unsafe` (the command was
 //!   started). A JSON `{"error","code"}` answer before the stream is mapped by code and status
-//!   (see [`error`]): `capacity_exceeded` and `pool_error` are `Unavailable` with `Retry::Safe`
+//!   (see `docs/adapters/cloudflare.md`, "Errors"): `capacity_exceeded` and `pool_error` are `Unavailable` with `Retry::Safe`
 //!   (the sandbox's container was not even assigned), `unauthorized` is `Unauthenticated`, a
 //!   `cwd` or path outside `/workspace` (403 `invalid_request`) is `PermissionDenied`.
 //! - The bridge gives any well-formed sandbox id a container on first use, and a fresh one when
@@ -49,17 +49,18 @@
 //!   the bridge itself, and here it is always `/bin/sh`.
 #![warn(missing_docs)]
 
-pub mod client;
-pub mod config;
-pub mod error;
+mod client;
+mod config;
+mod error;
 mod exec;
 mod provider;
-pub mod wire;
+#[cfg(test)]
+mod session_tests;
+mod wire;
 
 use execseam_adapter_kit::{Adapter, Var, Vars};
 use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
 
-pub use client::BridgeClient;
 pub use config::{CloudflareConfig, DEFAULT_MAX_ANSWER_BYTES, OutputMode};
 pub use exec::{CloudflareExec, MAX_WRITE, TEMP_DIR};
 pub use provider::CloudflareProvider;
@@ -87,7 +88,7 @@ impl Adapter for Cloudflare {
     type Provider = CloudflareProvider;
 
     fn config(vars: &Vars<'_>) -> Result<CloudflareConfig, Error> {
-        CloudflareConfig::from_vars(|k| vars.get(k))
+        CloudflareConfig::from_vars(vars)
     }
 
     fn capabilities(config: &CloudflareConfig) -> Capabilities {
@@ -115,7 +116,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 /// The largest command (argv and env) sent, checked before any I/O: the command reaches the
 /// sandbox as one `bash -c` string (the bridge quotes and joins the adapter's `/bin/sh -c`
 /// argv), a single `execve` string of at most 128 KiB (`MAX_ARG_STRLEN`). The check is on that
-/// string as sent (`transport::check_wire`); the raw command's size is only its fast lower
+/// string as sent (`size::check_wire`); the raw command's size is only its fast lower
 /// bound.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::script(

@@ -50,6 +50,7 @@ pub struct RunningResponse {
 }
 
 /// `POST /v1/sandbox/{id}/session` body.
+#[cfg(test)]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreateSessionRequest {
     /// A custom session id (generated if omitted).
@@ -64,6 +65,7 @@ pub struct CreateSessionRequest {
 }
 
 /// `POST /v1/sandbox/{id}/session` answer.
+#[cfg(test)]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreateSessionResponse {
     /// The id to send as `Session-Id`.
@@ -110,7 +112,7 @@ pub struct SseDecoder {
     buf: BytesMut,
     /// The longest line accepted ([`MAX_SSE_LINE`] unless set).
     max_line: usize,
-    /// The largest event accepted, its data lines together ([`MAX_SSE_EVENT`] unless set).
+    /// The largest event accepted, its data lines together (twice the longest line).
     max_event: usize,
     /// How much of `buf` is known to hold no line end (each byte is scanned once).
     scanned: usize,
@@ -125,9 +127,6 @@ pub struct SseDecoder {
 /// output (the bridge sends what one read returns, far less than this).
 pub const MAX_SSE_LINE: usize = 16 << 20;
 
-/// The largest SSE event accepted (its data lines together).
-pub const MAX_SSE_EVENT: usize = 32 << 20;
-
 impl Default for SseDecoder {
     fn default() -> SseDecoder {
         SseDecoder::with_limit(MAX_SSE_LINE)
@@ -135,11 +134,6 @@ impl Default for SseDecoder {
 }
 
 impl SseDecoder {
-    /// A fresh decoder ([`MAX_SSE_LINE`], [`MAX_SSE_EVENT`]).
-    pub fn new() -> SseDecoder {
-        SseDecoder::default()
-    }
-
     /// A fresh decoder that accepts lines of at most `max_line` bytes and events of at most
     /// twice that.
     pub fn with_limit(max_line: usize) -> SseDecoder {
@@ -313,7 +307,7 @@ mod tests {
         let e = d.push(line.as_bytes()).unwrap_err();
         assert!(e.contains("larger than 2048 bytes"), "{e}");
         // The default is the constant.
-        let mut d = SseDecoder::new();
+        let mut d = SseDecoder::default();
         assert!(d.push(&vec![b'x'; 64 << 10]).unwrap().is_empty());
     }
 
@@ -321,7 +315,7 @@ mod tests {
     #[test]
     fn a_never_ending_line_is_linear_and_capped() {
         let start = std::time::Instant::now();
-        let mut d = SseDecoder::new();
+        let mut d = SseDecoder::default();
         let chunk = vec![b'x'; 4096];
         let mut fed = 0usize;
         let err = loop {
@@ -340,7 +334,7 @@ mod tests {
             start.elapsed()
         );
         // Lines split across chunks still decode.
-        let mut d = SseDecoder::new();
+        let mut d = SseDecoder::default();
         assert!(d.push(b"data: {\"a\"").unwrap().is_empty());
         let ev = d.push(b":1}\n\n").unwrap();
         assert_eq!(ev.len(), 1);
@@ -361,7 +355,7 @@ mod tests {
         ]
         .concat();
         for split in 0..wire.len() {
-            let mut d = SseDecoder::new();
+            let mut d = SseDecoder::default();
             let mut evs = d.push(&wire.as_bytes()[..split]).unwrap();
             evs.extend(d.push(&wire.as_bytes()[split..]).unwrap());
             let decoded: Vec<_> = evs.iter().map(|e| exec_event(e).unwrap()).collect();
@@ -380,7 +374,7 @@ mod tests {
 
     #[test]
     fn crlf_comments_and_multiline_data() {
-        let mut d = SseDecoder::new();
+        let mut d = SseDecoder::default();
         let evs = d
             .push(b": keepalive\r\nevent: error\r\ndata: {\"error\":\"a\",\r")
             .unwrap();
@@ -399,7 +393,7 @@ mod tests {
 
     #[test]
     fn an_unterminated_event_is_pending_not_dispatched() {
-        let mut d = SseDecoder::new();
+        let mut d = SseDecoder::default();
         assert!(
             d.push(b"event: exit\ndata: {\"exit_code\":0}\n")
                 .unwrap()

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use execseam_cloudflare::wire::CreateSessionRequest;
 use execseam_cloudflare::{CloudflareConfig, CloudflareExec, CloudflareProvider, OutputMode};
 use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit, Retry, Sandbox, SandboxSpec};
 use execseam_emulators::EmulatorOptions;
@@ -60,53 +59,12 @@ async fn the_bridge_timeout_is_a_command_timeout_with_the_partial_output() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_configured_session_is_sent_as_session_id() {
-    let emu = emulator().await;
-    let plain = create(config(&emu, OutputMode::Streaming)).await.unwrap();
-    let request = CreateSessionRequest {
-        id: Some("agent-1".into()),
-        env: Some([("SESSION_VAR".to_owned(), "from the session".to_owned())].into()),
-        ..CreateSessionRequest::default()
-    };
-    let sid = plain
-        .client()
-        .create_session(plain.id(), &request)
-        .await
-        .unwrap();
-    assert_eq!(sid, "agent-1");
-    let in_session =
-        CloudflareProvider::new(config(&emu, OutputMode::Streaming).session_id("agent-1"))
-            .unwrap()
-            .connect(plain.id())
-            .await
-            .unwrap();
-    let printenv = || Command::new(["sh", "-c", "printf '%s' \"${SESSION_VAR-unset}\""]).unwrap();
-    let out = in_session.exec(printenv()).await.unwrap();
-    // The real bridge re-emits a session command's output line by line, a final partial line
-    // gaining a newline (the container's background session stream; research note
-    // cf-vercel-modal-nf.md, correction "Cloudflare bridge sessions"): not byte-exact.
-    assert_eq!(out.stdout.as_ref(), b"from the session\n");
-    let out = plain.exec(printenv()).await.unwrap();
-    assert_eq!(
-        out.stdout.as_ref(),
-        b"unset",
-        "sessionless without the header"
-    );
-    plain
-        .client()
-        .delete_session(plain.id(), "agent-1")
-        .await
-        .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread")]
 async fn a_replaced_container_is_not_found_and_attaching_without_the_check_works() {
     let emu = emulator().await;
     let exec = create(config(&emu, OutputMode::Streaming)).await.unwrap();
     exec.exec(Command::new(["touch", "/workspace/state"]).unwrap())
         .await
         .unwrap();
-    assert!(exec.client().running(exec.id()).await.unwrap());
     let provider = CloudflareProvider::new(config(&emu, OutputMode::Streaming)).unwrap();
     let other = provider.connect(exec.id()).await.unwrap();
     Sandbox::destroy(&exec).await.unwrap();

@@ -3,27 +3,25 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
 use bytes::Bytes;
+use execseam_adapter_kit::http::{self, ClientOptions, Refusal};
+use execseam_adapter_kit::{vars, ws};
 use execseam_core::{Error, ErrorKind};
 use reqwest::header::{self, HeaderMap, HeaderValue};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use secrecy::ExposeSecret;
 use serde::de::DeserializeOwned;
-use tokio_websockets::WebSocketStream;
 
 use crate::config::DaytonaConfig;
-use crate::error::{self, PROVIDER, Phase};
+use crate::error::{self, PROVIDER};
 use crate::wire;
+use execseam_adapter_kit::retry::Stage;
 
 /// The multipart boundary we send uploads with.
 const UPLOAD_BOUNDARY: &str = "execseam-daytona-upload-7d1c9e";
 
 /// A WebSocket over a reqwest upgrade (HTTP/1.1, TLS where the URL says https).
-pub(crate) type Ws = WebSocketStream<reqwest::Upgraded>;
-
-/// The most of an error answer read (its message is quoted, cut).
-const MAX_ERROR_BODY: usize = 64 << 10;
+pub(crate) type Ws = ws::Socket;
 
 /// The most of a log answer read for `max_output` bytes per stream: the log carries both
 /// streams in base64 lines (4/3), each line with its prefix, plus the trailers.
@@ -34,54 +32,22 @@ pub(crate) fn log_limit(max_output: u64) -> usize {
         .saturating_add(1 << 20)
 }
 
-/// A `Sec-WebSocket-Key`: 16 random bytes in base64 (RFC 6455 §4.1).
-fn ws_key() -> String {
-    let mut bytes = [0u8; 16];
-    bytes[..8].copy_from_slice(&execseam_adapter_kit::id::random_u64().to_le_bytes());
-    bytes[8..].copy_from_slice(&execseam_adapter_kit::id::random_u64().to_le_bytes());
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-/// The `Sec-WebSocket-Accept` a server must answer `key` with (RFC 6455 §4.2.2).
-fn ws_accept(key: &str) -> String {
-    let mut sha = sha1_smol::Sha1::new();
-    sha.update(key.as_bytes());
-    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
-}
-
-/// Reads at most `limit` bytes of a body; more is an `OutputLimit` error (with `phase`'s retry
-/// class), a broken body the transport error.
+/// Reads at most `limit` bytes of a body within `within`; more is an `OutputLimit` error (with
+/// `stage`'s retry class), a broken or stalled body the transport error.
 pub(crate) async fn read_limited(
-    mut resp: Response,
+    resp: Response,
     limit: usize,
+    within: Duration,
     operation: &'static str,
-    phase: Phase,
+    stage: Stage,
 ) -> Result<Bytes, Error> {
-    let mut body = bytes::BytesMut::new();
-    while let Some(chunk) = resp
-        .chunk()
+    http::read_body(resp, limit, within)
         .await
-        .map_err(|e| error::from_transport(e, operation, phase))?
-    {
-        if body.len() + chunk.len() > limit {
-            let e = Error::new(
-                ErrorKind::OutputLimit,
-                format!("the answer exceeds the {limit}-byte limit"),
-            )
-            .with_provider(PROVIDER)
-            .with_operation(operation)
-            .with_retry(if phase == Phase::Before {
-                execseam_core::Retry::Never
-            } else {
-                execseam_core::Retry::Unsafe
-            });
-            return Err(e);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body.freeze())
+        .map_err(|e| e.into_error(error::call(operation, stage)))
 }
+
+/// No total bound (an answer that lasts as long as its command): the caller watches it.
+const UNBOUNDED: Duration = Duration::MAX;
 
 /// The authenticated HTTP client, shared by the control plane and the toolbox.
 #[derive(Clone)]
@@ -103,10 +69,11 @@ pub(crate) struct Client {
 
 impl Client {
     pub(crate) fn new(config: &DaytonaConfig) -> Result<Client, Error> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let mut headers = HeaderMap::new();
         let mut auth = HeaderValue::from_str(&format!("Bearer {}", config.token.expose_secret()))
-            .map_err(|_| config_error("the token is not a valid header value"))?;
+            .map_err(|_| {
+            vars::config_error(PROVIDER, "the token is not a valid header value")
+        })?;
         auth.set_sensitive(true);
         headers.insert(header::AUTHORIZATION, auth);
         headers.insert(
@@ -120,25 +87,16 @@ impl Client {
         if let Some(org) = &config.organization_id {
             headers.insert(
                 wire::ORGANIZATION_HEADER,
-                HeaderValue::from_str(org)
-                    .map_err(|_| config_error("the organization id is not a valid header value"))?,
+                HeaderValue::from_str(org).map_err(|_| {
+                    vars::config_error(PROVIDER, "the organization id is not a valid header value")
+                })?,
             );
         }
-        let build = |http1: bool| {
-            let mut b = reqwest::Client::builder()
-                .connect_timeout(config.connect_timeout)
-                .user_agent(concat!("execseam-daytona/", env!("CARGO_PKG_VERSION")))
-                // Never re-send anything by itself: a re-sent exec could run twice.
-                .retry(reqwest::retry::never());
-            if http1 {
-                b = b.http1_only();
-            }
-            b.build()
-                .map_err(|e| config_error(&format!("cannot build the HTTP client: {e}")))
-        };
+        // Never re-send anything by itself: a re-sent exec could run twice.
+        let options = ClientOptions::new(config.connect_timeout);
         Ok(Client {
-            http: build(false)?,
-            ws: build(true)?,
+            http: http::client(PROVIDER, options.clone())?,
+            ws: http::client(PROVIDER, options.http1_only())?,
             headers,
             api_url: config.api_url.trim_end_matches('/').to_owned(),
             request_timeout: config.request_timeout,
@@ -163,22 +121,18 @@ impl Client {
         &self,
         rb: RequestBuilder,
         operation: &'static str,
-        phase: Phase,
+        stage: Stage,
     ) -> Result<Response, Error> {
         let resp = rb
             .send()
             .await
-            .map_err(|e| error::from_transport(e, operation, phase))?;
+            .map_err(|e| error::from_transport(e, operation, stage))?;
         if resp.status().is_success() {
             return Ok(resp);
         }
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let body = read_limited(resp, MAX_ERROR_BODY, operation, phase)
-            .await
-            .unwrap_or_default();
+        let r = Refusal::read(resp, self.request_timeout).await;
         Err(error::from_response(
-            status, &headers, &body, operation, phase,
+            r.status, &r.headers, &r.body, operation, stage,
         ))
     }
 
@@ -187,18 +141,25 @@ impl Client {
         &self,
         resp: Response,
         operation: &'static str,
-        phase: Phase,
+        stage: Stage,
     ) -> Result<Bytes, Error> {
-        read_limited(resp, self.max_answer, operation, phase).await
+        read_limited(
+            resp,
+            self.max_answer,
+            self.request_timeout,
+            operation,
+            stage,
+        )
+        .await
     }
 
     async fn json<T: DeserializeOwned>(
         &self,
         resp: Response,
         operation: &'static str,
-        phase: Phase,
+        stage: Stage,
     ) -> Result<T, Error> {
-        let body = self.body(resp, operation, phase).await?;
+        let body = self.body(resp, operation, stage).await?;
         parse_json(&body, operation)
     }
 
@@ -212,8 +173,8 @@ impl Client {
         let rb = self
             .request(Method::POST, &format!("{}/sandbox", self.api_url), true)
             .json(body);
-        let resp = self.send(rb, "create_sandbox", Phase::Before).await?;
-        self.json(resp, "create_sandbox", Phase::Before).await
+        let resp = self.send(rb, "create_sandbox", Stage::Before).await?;
+        self.json(resp, "create_sandbox", Stage::Before).await
     }
 
     pub(crate) async fn get_sandbox(&self, id: &str) -> Result<wire::Sandbox, Error> {
@@ -222,10 +183,10 @@ impl Client {
             .send(
                 self.request(Method::GET, &url, true),
                 "get_sandbox",
-                Phase::Before,
+                Stage::Before,
             )
             .await?;
-        self.json(resp, "get_sandbox", Phase::Before).await
+        self.json(resp, "get_sandbox", Stage::Before).await
     }
 
     pub(crate) async fn delete_sandbox(&self, id: &str) -> Result<(), Error> {
@@ -233,7 +194,7 @@ impl Client {
         self.send(
             self.request(Method::DELETE, &url, true),
             "delete_sandbox",
-            Phase::Before,
+            Stage::Before,
         )
         .await
         .map(drop)
@@ -257,9 +218,9 @@ impl Client {
                 query_string(&[("labels", &labels), ("page", &page_s), ("limit", "100")])
             );
             let resp = self
-                .send(self.request(Method::GET, &url, true), OP, Phase::Before)
+                .send(self.request(Method::GET, &url, true), OP, Stage::Before)
                 .await?;
-            let p: wire::SandboxPage = self.json(resp, OP, Phase::Before).await?;
+            let p: wire::SandboxPage = self.json(resp, OP, Stage::Before).await?;
             let empty = p.items.is_empty();
             out.extend(p.items);
             if empty || page >= p.total_pages {
@@ -279,11 +240,11 @@ impl Client {
             .send(
                 self.request(Method::GET, &url, true),
                 "get_toolbox_proxy_url",
-                Phase::Before,
+                Stage::Before,
             )
             .await?;
         let u: wire::ToolboxProxyUrl = self
-            .json(resp, "get_toolbox_proxy_url", Phase::Before)
+            .json(resp, "get_toolbox_proxy_url", Stage::Before)
             .await?;
         Ok(u.url)
     }
@@ -341,7 +302,7 @@ impl Toolbox {
             .request(Method::POST, &self.url("/process/session").await?, true)
             .json(&wire::CreateSessionRequest { session_id });
         self.client
-            .send(rb, "create_session", Phase::Before)
+            .send(rb, "create_session", Stage::Before)
             .await
             .map(drop)
     }
@@ -354,7 +315,7 @@ impl Toolbox {
             .send(
                 self.client.request(Method::DELETE, &url, true),
                 "delete_session",
-                Phase::Before,
+                Stage::Before,
             )
             .await
             .map(drop)
@@ -383,7 +344,7 @@ impl Toolbox {
             .client
             .request(Method::POST, &url, run_async)
             .json(&body);
-        let resp = self.client.send(rb, "exec", Phase::Submitted).await?;
+        let resp = self.client.send(rb, "exec", Stage::Submit).await?;
         let expected = if run_async {
             StatusCode::ACCEPTED
         } else {
@@ -400,7 +361,12 @@ impl Toolbox {
             ));
         }
         // A synchronous answer carries the whole output: bounded like a log.
-        let body = read_limited(resp, self.client.max_log, "exec", Phase::Submitted).await?;
+        let within = if run_async {
+            self.client.request_timeout
+        } else {
+            UNBOUNDED
+        };
+        let body = read_limited(resp, self.client.max_log, within, "exec", Stage::Submit).await?;
         parse_json(&body, "exec")
     }
 
@@ -424,10 +390,10 @@ impl Toolbox {
         timeout_secs: u64,
         submit: bool,
     ) -> Result<wire::ExecuteResponse, Error> {
-        let (op, phase) = if submit {
-            ("exec", Phase::Submitted)
+        let (op, stage) = if submit {
+            ("exec", Stage::Submit)
         } else {
-            ("exec_probe", Phase::After)
+            ("exec_probe", Stage::After)
         };
         let rb = self
             .client
@@ -437,7 +403,7 @@ impl Toolbox {
                 envs: envs.iter().copied().collect(),
                 timeout: timeout_secs,
             });
-        let resp = self.client.send(rb, op, phase).await?;
+        let resp = self.client.send(rb, op, stage).await?;
         if resp.status() != StatusCode::OK {
             return Err(error::protocol(
                 op,
@@ -448,7 +414,12 @@ impl Toolbox {
             ));
         }
         // The answer carries the whole output: bounded like a log.
-        let body = read_limited(resp, self.client.max_log, op, phase).await?;
+        let within = if submit {
+            UNBOUNDED
+        } else {
+            self.client.request_timeout
+        };
+        let body = read_limited(resp, self.client.max_log, within, op, stage).await?;
         parse_json(&body, op)
     }
 
@@ -463,10 +434,10 @@ impl Toolbox {
             .send(
                 self.client.request(Method::GET, &url, true),
                 OP,
-                Phase::After,
+                Stage::After,
             )
             .await?;
-        self.client.json(resp, OP, Phase::After).await
+        self.client.json(resp, OP, Stage::After).await
     }
 
     /// Client limits and timeouts.
@@ -491,11 +462,11 @@ impl Toolbox {
             .send(
                 self.client.request(Method::GET, &url, true),
                 "get_session_command",
-                Phase::After,
+                Stage::After,
             )
             .await?;
         self.client
-            .json(resp, "get_session_command", Phase::After)
+            .json(resp, "get_session_command", Stage::After)
             .await
     }
 
@@ -515,7 +486,7 @@ impl Toolbox {
             .send(
                 self.client.request(Method::GET, &url, true),
                 OP,
-                Phase::After,
+                Stage::After,
             )
             .await?;
         let json = resp
@@ -523,7 +494,14 @@ impl Toolbox {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/json"));
-        let body = read_limited(resp, self.client.max_log, OP, Phase::After).await?;
+        let body = read_limited(
+            resp,
+            self.client.max_log,
+            self.client.request_timeout,
+            OP,
+            Stage::After,
+        )
+        .await?;
         if !json {
             return Ok(body.to_vec());
         }
@@ -546,62 +524,31 @@ impl Toolbox {
                 path_segment(command_id)
             ))
             .await?;
-        let key = ws_key();
-        let rb = self
+        let request = self
             .client
             .ws
             .get(&url)
-            .headers(self.client.headers.clone())
-            .header(header::CONNECTION, "Upgrade")
-            .header(header::UPGRADE, "websocket")
-            .header(header::SEC_WEBSOCKET_VERSION, "13")
-            .header(header::SEC_WEBSOCKET_KEY, &key)
-            .timeout(self.client.request_timeout);
-        let resp = rb
-            .send()
-            .await
-            .map_err(|e| error::from_transport(e, OP, Phase::After))?;
-        if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-            let status = resp.status().as_u16();
-            let headers = resp.headers().clone();
-            let body = read_limited(resp, MAX_ERROR_BODY, OP, Phase::After)
-                .await
-                .unwrap_or_default();
-            if (200..300).contains(&status) {
-                return Err(error::protocol(
-                    OP,
-                    format!("the log stream answered {status} instead of a WebSocket upgrade"),
-                ));
-            }
-            return Err(error::from_response(
-                status,
-                &headers,
-                &body,
-                OP,
-                Phase::After,
-            ));
-        }
-        let accept = ws_accept(&key);
-        let got = resp
-            .headers()
-            .get(header::SEC_WEBSOCKET_ACCEPT)
-            .and_then(|v| v.to_str().ok());
-        if got != Some(accept.as_str()) {
-            return Err(error::protocol(
-                OP,
-                "the log stream's WebSocket handshake has a wrong Sec-WebSocket-Accept",
-            ));
-        }
-        let upgraded = resp
-            .upgrade()
-            .await
-            .map_err(|e| error::from_transport(e, OP, Phase::After))?;
+            .headers(self.client.headers.clone());
+        let call = error::call(OP, Stage::After);
         // Bounded frames: a log message is a few lines of base64.
-        let limits =
-            tokio_websockets::Limits::default().max_payload_len(Some(self.client.max_answer));
-        Ok(tokio_websockets::ClientBuilder::new()
-            .limits(limits)
-            .take_over(upgraded))
+        ws::upgrade(request, self.client.request_timeout, self.client.max_answer)
+            .await
+            .map(|up| up.socket)
+            .map_err(|e| {
+                e.into_error(call, |r| {
+                    if (200..300).contains(&r.status) {
+                        error::protocol(
+                            OP,
+                            format!(
+                                "the log stream answered {} instead of a WebSocket upgrade",
+                                r.status
+                            ),
+                        )
+                    } else {
+                        error::from_response(r.status, &r.headers, &r.body, OP, Stage::After)
+                    }
+                })
+            })
     }
 
     // -----------------------------------------------------------------------------------------
@@ -637,8 +584,8 @@ impl Toolbox {
                 format!("multipart/form-data; boundary={UPLOAD_BOUNDARY}"),
             )
             .body(body);
-        let resp = self.client.send(rb, OP, Phase::Before).await?;
-        let bytes = self.client.body(resp, OP, Phase::Before).await?;
+        let resp = self.client.send(rb, OP, Stage::Before).await?;
+        let bytes = self.client.body(resp, OP, Stage::Before).await?;
         // Old daemons answer with an empty body; newer ones list what they wrote.
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
@@ -664,7 +611,7 @@ impl Toolbox {
             .request(Method::POST, &self.url("/files/bulk-download").await?, true)
             .header(header::ACCEPT, "multipart/form-data")
             .json(&wire::FilesDownloadRequest { paths });
-        let resp = self.client.send(rb, OP, Phase::Before).await?;
+        let resp = self.client.send(rb, OP, Stage::Before).await?;
         let ctype = resp
             .headers()
             .get(header::CONTENT_TYPE)
@@ -678,7 +625,7 @@ impl Toolbox {
             )
             .with_retry(execseam_core::Retry::SAFE)
         })?;
-        let body = self.client.body(resp, OP, Phase::Before).await?;
+        let body = self.client.body(resp, OP, Stage::Before).await?;
         let parts = parse_multipart(&body, &boundary)
             .map_err(|m| error::protocol(OP, m).with_retry(execseam_core::Retry::SAFE))?;
         let mut out = Vec::with_capacity(paths.len());
@@ -701,7 +648,7 @@ impl Toolbox {
                         &HeaderMap::new(),
                         &p.data,
                         OP,
-                        Phase::Before,
+                        Stage::Before,
                     ))
                 }
             });
@@ -720,8 +667,8 @@ impl Toolbox {
             &format!("{}{}", self.url(path).await?, query_string(query)),
             true,
         );
-        let resp = self.client.send(rb, op, Phase::Before).await?;
-        self.client.json(resp, op, Phase::Before).await
+        let resp = self.client.send(rb, op, Stage::Before).await?;
+        self.client.json(resp, op, Stage::Before).await
     }
 
     pub(crate) async fn list(&self, path: &str) -> Result<Vec<wire::FileInfo>, Error> {
@@ -768,14 +715,10 @@ impl Toolbox {
             true,
         );
         self.client
-            .send(rb, "delete_file", Phase::Before)
+            .send(rb, "delete_file", Stage::Before)
             .await
             .map(drop)
     }
-}
-
-fn config_error(msg: &str) -> Error {
-    Error::invalid_config(msg).with_provider(PROVIDER)
 }
 
 fn parse_json<T: DeserializeOwned>(body: &[u8], operation: &'static str) -> Result<T, Error> {
@@ -1002,7 +945,7 @@ Content-Type: application/json; charset=utf-8\r\n\
         assert_eq!(parts[0].data.as_ref(), b"hello\r\nworld");
         assert_eq!(parts[1].name.as_deref(), Some("error"));
         assert_eq!(parts[1].filename.as_deref(), Some("/tmp/missing"));
-        let e = error::from_response(404, &HeaderMap::new(), &parts[1].data, "x", Phase::Before);
+        let e = error::from_response(404, &HeaderMap::new(), &parts[1].data, "x", Stage::Before);
         assert_eq!(e.kind(), ErrorKind::NotFound);
         assert_eq!(e.code(), Some("FILE_NOT_FOUND"));
     }

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::vars::{self, Vars};
 use execseam_core::Error;
 use secrecy::SecretString;
 
@@ -104,7 +106,7 @@ impl DaytonaConfig {
 
     /// Reads the variables in [`VARS`](crate::VARS) from this process's environment.
     pub fn from_env() -> Result<DaytonaConfig, Error> {
-        DaytonaConfig::from_vars(|k| std::env::var(k).ok())
+        crate::Daytona::config_from(&vars::env)
     }
 
     /// Reads the same variables as the official SDKs, as `vars` gives them (unset or empty keeps
@@ -117,18 +119,22 @@ impl DaytonaConfig {
     /// - `EXECSEAM_DAYTONA_TEMP_DIR` (where stdin files and output FIFOs go, default `/tmp`).
     ///
     /// A missing credential is [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
-    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<DaytonaConfig, Error> {
-        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<DaytonaConfig, Error> {
+        let var = |k: &str| vars.text(k);
         let (token, org) = match (var("DAYTONA_API_KEY"), var("DAYTONA_JWT_TOKEN")) {
             (Some(key), _) => (key, var("DAYTONA_ORGANIZATION_ID")),
             (None, Some(jwt)) => {
                 let org = var("DAYTONA_ORGANIZATION_ID").ok_or_else(|| {
-                    config_error("DAYTONA_ORGANIZATION_ID is required with DAYTONA_JWT_TOKEN")
+                    vars::config_error(
+                        crate::PROVIDER,
+                        "DAYTONA_ORGANIZATION_ID is required with DAYTONA_JWT_TOKEN",
+                    )
                 })?;
                 (jwt, Some(org))
             }
             (None, None) => {
-                return Err(config_error(
+                return Err(vars::config_error(
+                    crate::PROVIDER,
                     "set DAYTONA_API_KEY, or DAYTONA_JWT_TOKEN and DAYTONA_ORGANIZATION_ID",
                 ));
             }
@@ -151,12 +157,16 @@ impl DaytonaConfig {
     /// Checks what can be wrong before any I/O.
     pub(crate) fn validate(&self) -> Result<(), Error> {
         if !self.temp_dir.starts_with('/') || self.temp_dir.contains(['\0', '\'']) {
-            return Err(config_error(
+            return Err(vars::config_error(
+                crate::PROVIDER,
                 "the temp dir must be an absolute path without quotes",
             ));
         }
         if !(self.api_url.starts_with("http://") || self.api_url.starts_with("https://")) {
-            return Err(config_error("the API URL must be http(s)"));
+            return Err(vars::config_error(
+                crate::PROVIDER,
+                "the API URL must be http(s)",
+            ));
         }
         Ok(())
     }
@@ -281,10 +291,6 @@ impl DaytonaConfig {
     }
 }
 
-fn config_error(msg: &str) -> Error {
-    Error::invalid_config(msg).with_provider(crate::PROVIDER)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,7 +316,7 @@ mod tests {
 
     #[test]
     fn a_missing_credential_is_invalid_config() {
-        let e = DaytonaConfig::from_vars(|_| None).unwrap_err();
+        let e = crate::Daytona::config_from(&|_| None).unwrap_err();
         assert_eq!(e.kind(), execseam_core::ErrorKind::InvalidConfig);
     }
 }

@@ -7,13 +7,12 @@
 //! `FILE_NOT_FOUND`, `PROCESS_EXECUTION_TIMEOUT`, `SESSION_ENDED`, …). Old daemons send some
 //! errors with an empty body; the status alone decides then.
 //!
-//! The retry class depends on the [`Phase`]: before the request that runs the command, nothing
+//! The retry class depends on the [`Stage`]: before the request that runs the command, nothing
 //! ran and a retry is safe where the status allows; from that request on, the command may have
 //! run, and every failure but a rejection (400, 401, 403, 404, 409, 429) is [`Retry::Unsafe`].
 
-use execseam_adapter_kit::retry::{self, Effect, NoAnswer};
-use execseam_adapter_kit::text;
-use std::time::Duration;
+use execseam_adapter_kit::http;
+use execseam_adapter_kit::retry::{self, Call, Stage};
 
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 use reqwest::header::HeaderMap;
@@ -22,26 +21,20 @@ use crate::wire::ErrorResponse;
 
 pub use crate::PROVIDER;
 
-/// Where in an exec a failure happened.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// Nothing that runs the command was sent yet (session create, stdin upload, control plane,
-    /// files API).
-    Before,
-    /// The request that submits the command: it may have run (a rejection says it did not).
-    Submitted,
-    /// A request after the submit (log follow, status, log read): whatever its own answer,
-    /// the command may be running, so nothing here is `Safe` (`retry::after_submit`).
-    After,
+/// A call of this adapter. The [`Stage`] decides the retry class: before the request that runs
+/// the command, nothing ran and a retry is safe where the status allows; from that request on,
+/// the command may have run; after it, nothing is `Safe`.
+pub(crate) const fn call(operation: &'static str, stage: Stage) -> Call {
+    Call::new(PROVIDER, operation, stage)
 }
 
 /// Maps an HTTP error answer.
-pub fn from_response(
+pub(crate) fn from_response(
     status: u16,
     headers: &HeaderMap,
     body: &[u8],
     operation: &'static str,
-    phase: Phase,
+    stage: Stage,
 ) -> Error {
     let envelope: ErrorResponse = serde_json::from_slice(body).unwrap_or_default();
     let code = envelope.code.clone().filter(|c| !c.is_empty());
@@ -57,8 +50,8 @@ pub fn from_response(
     if let Some(src) = &envelope.source {
         text = format!("{text} (from {src})");
     }
-    let after = retry_after(headers);
-    let submitted = phase != Phase::Before;
+    let after = http::retry_after(headers);
+    let submitted = stage != Stage::Before;
     let unsafe_or = |safe: Retry| if submitted { Retry::Unsafe } else { safe };
     let code_is = |c: &str| code.as_deref() == Some(c);
     let (kind, retry) = match status {
@@ -92,7 +85,7 @@ pub fn from_response(
         500..=599 => (ErrorKind::Internal, unsafe_or(Retry::SAFE)),
         _ => (ErrorKind::Internal, Retry::Never),
     };
-    let retry = if phase == Phase::After {
+    let retry = if stage == Stage::After {
         retry::after_submit_class(retry)
     } else {
         retry
@@ -108,55 +101,27 @@ pub fn from_response(
     e
 }
 
-/// Maps a transport failure (no HTTP answer, or a broken body) with the core's classification:
-/// before the command's request nothing ran; from it on, the command may have.
-pub fn from_transport(err: reqwest::Error, operation: &'static str, phase: Phase) -> Error {
-    // The URL names sandbox ids and file paths; the operation says enough.
-    let err = err.without_url();
-    let effect = match phase {
-        Phase::Before => Effect::Idempotent,
-        Phase::Submitted | Phase::After => Effect::NonIdempotent,
-    };
-    let failure = if err.is_connect() {
-        NoAnswer::Connect
-    } else if err.is_timeout() {
-        NoAnswer::Timeout
-    } else if err.is_decode() {
-        NoAnswer::Malformed
-    } else {
-        NoAnswer::Cut
-    };
-    let (kind, mut retry) = retry::no_answer(failure, effect);
-    if phase == Phase::After {
-        // A refused connection on the log follow does not mean the command did not run.
-        retry = retry::after_submit_class(retry);
-    }
-    Error::new(kind, text::error_chain(&err))
-        .with_retry(retry)
-        .with_provider(PROVIDER)
-        .with_operation(operation)
-        .with_source(err)
+/// Maps a transport failure (no HTTP answer, or a broken body) with the kit's classification.
+pub(crate) fn from_transport(err: reqwest::Error, operation: &'static str, stage: Stage) -> Error {
+    http::transport_error(call(operation, stage), err)
 }
 
 /// A malformed or truncated answer: the command's fate is unknown.
-pub fn protocol(operation: &'static str, msg: impl Into<String>) -> Error {
+pub(crate) fn protocol(operation: &'static str, msg: impl Into<String>) -> Error {
     Error::protocol(msg)
         .with_provider(PROVIDER)
         .with_operation(operation)
 }
 
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    retry::parse_retry_after(v, std::time::SystemTime::now())
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use reqwest::header::{HeaderValue, RETRY_AFTER};
 
-    fn map(status: u16, body: &str, phase: Phase) -> Error {
-        from_response(status, &HeaderMap::new(), body.as_bytes(), "exec", phase)
+    fn map(status: u16, body: &str, stage: Stage) -> Error {
+        from_response(status, &HeaderMap::new(), body.as_bytes(), "exec", stage)
     }
 
     /// A 429 or a 503 on the log follow, the status poll or the log read comes after the
@@ -164,130 +129,130 @@ mod tests {
     #[test]
     fn nothing_after_the_submit_is_safe() {
         for status in [429, 503, 502, 408, 410, 500] {
-            let e = map(status, "", Phase::After);
+            let e = map(status, "", Stage::After);
             assert_eq!(e.retry(), Retry::Unsafe, "{status}: {e}");
         }
         assert_eq!(
-            map(429, "", Phase::Submitted).retry(),
+            map(429, "", Stage::Submit).retry(),
             Retry::SAFE,
             "a rejected submit ran nothing"
         );
-        assert_eq!(map(404, "", Phase::After).retry(), Retry::Never);
+        assert_eq!(map(404, "", Stage::After).retry(), Retry::Never);
     }
 
     #[test]
     fn each_status_maps_to_a_kind_and_retry_class() {
         use ErrorKind as K;
-        let cases: Vec<(u16, &str, Phase, ErrorKind, Retry)> = vec![
+        let cases: Vec<(u16, &str, Stage, ErrorKind, Retry)> = vec![
             (
                 400,
                 r#"{"statusCode":400,"message":"bad request: invalid mode format","code":"BAD_REQUEST"}"#,
-                Phase::Before,
+                Stage::Before,
                 K::InvalidCommand,
                 Retry::Never,
             ),
             (
                 400,
                 r#"{"statusCode":400,"message":"failed to read exit code file: EIO","code":"BAD_REQUEST"}"#,
-                Phase::Submitted,
+                Stage::Submit,
                 K::Internal,
                 Retry::Unsafe,
             ),
             (
                 400,
                 r#"{"statusCode":400,"message":"failed to get runner info: 404 Not Found"}"#,
-                Phase::Before,
+                Stage::Before,
                 K::NotFound,
                 Retry::Never,
             ),
             (
                 400,
                 r#"{"statusCode":400,"message":"sandbox is not running","code":"SANDBOX_NOT_STARTED","source":"DAYTONA_PROXY"}"#,
-                Phase::Before,
+                Stage::Before,
                 K::Unavailable,
                 Retry::Never,
             ),
             (
                 400,
                 r#"{"statusCode":400,"message":"session cancelled"}"#,
-                Phase::Submitted,
+                Stage::Submit,
                 K::Unavailable,
                 Retry::Unsafe,
             ),
             (
                 401,
                 r#"{"statusCode":401,"message":"Unauthorized"}"#,
-                Phase::Submitted,
+                Stage::Submit,
                 K::Unauthenticated,
                 Retry::Never,
             ),
-            (403, "", Phase::Before, K::PermissionDenied, Retry::Never),
+            (403, "", Stage::Before, K::PermissionDenied, Retry::Never),
             (
                 404,
                 r#"{"statusCode":404,"message":"Sandbox with ID or name x not found","code":"SANDBOX_NOT_FOUND","source":"DAYTONA_PROXY"}"#,
-                Phase::Before,
+                Stage::Before,
                 K::NotFound,
                 Retry::Never,
             ),
             (
                 408,
                 r#"{"statusCode":408,"message":"command execution timeout","code":"PROCESS_EXECUTION_TIMEOUT","source":"DAYTONA_DAEMON"}"#,
-                Phase::Submitted,
+                Stage::Submit,
                 K::Timeout(Deadline::Command),
                 Retry::Unsafe,
             ),
             (
                 408,
                 r#"{"statusCode":408,"message":"command execution timeout","code":"REQUEST_TIMEOUT"}"#,
-                Phase::Submitted,
+                Stage::Submit,
                 K::Timeout(Deadline::Unknown),
                 Retry::Unsafe,
             ),
             (
                 409,
                 r#"{"statusCode":409,"message":"conflict: session already exists","code":"CONFLICT"}"#,
-                Phase::Before,
+                Stage::Before,
                 K::Conflict,
                 Retry::Never,
             ),
             (
                 410,
                 r#"{"statusCode":410,"message":"session ended","code":"SESSION_ENDED","source":"DAYTONA_DAEMON"}"#,
-                Phase::Submitted,
+                Stage::Submit,
                 K::Unavailable,
                 Retry::Unsafe,
             ),
             (
                 500,
                 r#"{"statusCode":500,"message":"boom"}"#,
-                Phase::Submitted,
+                Stage::Submit,
                 K::Internal,
                 Retry::Unsafe,
             ),
             (
                 500,
                 r#"{"statusCode":500,"message":"boom"}"#,
-                Phase::Before,
+                Stage::Before,
                 K::Internal,
                 Retry::SAFE,
             ),
             (
                 502,
                 r#"{"statusCode":502,"message":"runner is unreachable","code":"RUNNER_UNREACHABLE","source":"DAYTONA_PROXY"}"#,
-                Phase::Submitted,
+                Stage::Submit,
                 K::Unavailable,
                 Retry::Unsafe,
             ),
             (
                 503,
                 "<html>503</html>",
-                Phase::Before,
+                Stage::Before,
                 K::Unavailable,
                 Retry::SAFE,
             ),
         ];
-        for (status, body, phase, kind, retry) in cases {
-            let e = map(status, body, phase);
+        for (status, body, stage, kind, retry) in cases {
+            let e = map(status, body, stage);
             assert_eq!((e.kind(), e.retry()), (kind, retry), "{status} {body}: {e}");
             assert_eq!(e.status(), Some(WireStatus::Http(status)));
             assert_eq!(e.provider(), "daytona");
@@ -303,7 +268,7 @@ mod tests {
             &h,
             br#"{"statusCode":429,"message":"ThrottlerException: Too Many Requests"}"#,
             "exec",
-            Phase::Submitted,
+            Stage::Submit,
         );
         assert_eq!(e.kind(), ErrorKind::RateLimited);
         assert_eq!(
@@ -319,7 +284,7 @@ mod tests {
         let e = map(
             404,
             r#"{"statusCode":404,"message":"file not found: /x","code":"FILE_NOT_FOUND","source":"DAYTONA_DAEMON"}"#,
-            Phase::Before,
+            Stage::Before,
         );
         assert_eq!(e.code(), Some("FILE_NOT_FOUND"));
         assert!(e.message().contains("DAYTONA_DAEMON"));

@@ -37,7 +37,7 @@
 //!    command's process tree: a session in an unknown state is never reused.
 //!
 //! The session's shell sources the command text (`{ . cmd.sh; }`), but that text is one
-//! simple command, `/bin/sh -c FRAME …`: the command and the core's wrapper (workdir, env,
+//! simple command, `/bin/sh -c FRAME …`: the command and the kit's wrapper (workdir, env,
 //! stdin) run in that child shell, so no cwd, variable, option, trap or function of one exec
 //! is left in the session for the next.
 
@@ -94,7 +94,8 @@ exit "$s""#;
 
 /// The command text sent to the session for one command; `temp_dir` holds the frame's FIFOs.
 /// (The adapter appends one more argument, a unique tag the frame ignores, to find its command
-/// among a reused session's.)
+/// among a reused session's.) The tests check the frame through it.
+#[cfg(test)]
 pub fn session_command(script: &str, temp_dir: &str) -> String {
     degrade::join(&["/bin/sh", "-c", FRAME, "sh", script, temp_dir])
 }
@@ -732,7 +733,7 @@ impl Session {
     /// The command ended cleanly (its answer or both trailers and the exit code are in): the
     /// session goes back to the pool, or is deleted when the pool is full or closed, or the
     /// session is worn out ([`SESSION_MAX_USES`]). Nothing of the command stays in the session's
-    /// shell: each command runs in a `/bin/sh` of its own (see [`session_command`]).
+    /// shell: each command runs in a `/bin/sh` of its own (see `session_command`).
     async fn release(mut self) {
         self.open = false;
         let keep = {
@@ -938,7 +939,7 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
 
 /// The frame of an exec through `POST /process/execute`: the daemon's own shell (zsh, bash or
 /// sh: `GetShell()`; the frame is POSIX and uses nothing the three differ on) evaluates it
-/// ([`DIRECT_LINE`], [`FRAME_VAR`]), after a first line that sets `execseam_c` (the core's wrapper script), `execseam_p`
+/// ([`DIRECT_LINE`], [`FRAME_VAR`]), after a first line that sets `execseam_c` (the kit's wrapper script), `execseam_p`
 /// (`P`, a fresh path, unique per exec, for the frame's files) and `execseam_l` (the most bytes
 /// of each stream sent back; names no environment is likely to export);
 /// see [`direct_frame`], which also appends the removal of earlier execs' files and the

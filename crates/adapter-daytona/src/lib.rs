@@ -6,7 +6,7 @@
 //!
 //! [`Exec::exec`](execseam_core::Exec::exec) is one `POST /process/execute` by default
 //! ([`ExecRoute::Execute`]). That route merges stdout and stderr into one `result` string, so the
-//! command runs under a small frame ([`exec::DIRECT_FRAME`], evaluated by the daemon's own shell
+//! command runs under a small frame (`DIRECT_FRAME` in `src/exec.rs`, evaluated by the daemon's own shell
 //! from the request's `envs`) that writes each stream to a file and, once the command has
 //! exited, sends both back one after the other in base64 with a status trailer; the adapter decodes the exact bytes and checks the trailer against Daytona's
 //! `exitCode`. The answer is awaited without a request timeout (the command may be long), but
@@ -22,7 +22,7 @@
 //! line without one, NUL bytes are lost), so the command runs under a framing script that
 //! base64-encodes each stream into lines and appends trailers. A synchronous session exec is
 //! answered only on the daemon's 50 ms poll of the exit-code file, which is why `exec` takes
-//! the other route. See [`exec`](crate::exec) for the details.
+//! the other route. `src/exec.rs` has the details.
 //!
 //! We announce `X-Daytona-SDK-Version: 0.226.1`, which makes the daemon split `stdout` and
 //! `stderr` in its answers; the raw `output` with `\x01\x01\x01` / `\x02\x02\x02` line prefixes
@@ -33,7 +33,7 @@
 //! | part | delivery |
 //! |---|---|
 //! | argv | shell-wrapped: quoted exactly with `execseam_adapter_kit::degrade` (the daemon runs a shell) |
-//! | workdir, env | shell-wrapped by the core's wrapper (`cd`, `env --`); a missing workdir is `Err(NotFound)` |
+//! | workdir, env | shell-wrapped by the kit's wrapper (`cd`, `env --`); a missing workdir is `Err(NotFound)` |
 //! | stdin | a temp file uploaded with the files API (`POST /files/bulk-upload`), then redirected; the session input route takes text only |
 //! | stdout/stderr | separate and byte-exact (binary included) |
 //! | streaming | yes: the `logs?follow=true` WebSocket |
@@ -53,11 +53,11 @@ use execseam_adapter_kit::{Adapter, Var, Vars};
 use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
 
 mod client;
-pub mod config;
-pub mod error;
-pub mod exec;
+mod config;
+mod error;
+mod exec;
 mod provider;
-pub mod wire;
+mod wire;
 
 pub use config::{
     DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_OUTPUT, DEFAULT_SESSION_POOL, DaytonaConfig, ExecRoute,
@@ -69,10 +69,10 @@ pub use provider::DaytonaProvider;
 pub const PROVIDER: &str = "daytona";
 
 /// The largest command (argv and env) sent, checked before any I/O: it travels as one shell
-/// line that runs the framing script with the core's wrapper script as one argument, and the
+/// line that runs the framing script with the kit's wrapper script as one argument, and the
 /// sandbox `execve`s them (128 KiB per string, the wrapper script after quoting included; 1 MiB
 /// in all, the rest of `ARG_MAX` left to the session's environment). The raw command is checked
-/// first (a fast lower bound), then the strings as sent (`transport::check_wire`).
+/// first (a fast lower bound), then the strings as sent (`size::check_wire`).
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::execve(
         1 << 20,
@@ -144,7 +144,7 @@ impl Adapter for Daytona {
     type Provider = DaytonaProvider;
 
     fn config(vars: &Vars<'_>) -> Result<DaytonaConfig, Error> {
-        DaytonaConfig::from_vars(|k| vars.get(k))
+        DaytonaConfig::from_vars(vars)
     }
 
     fn provider(config: DaytonaConfig) -> Result<DaytonaProvider, Error> {

@@ -186,17 +186,6 @@ pub struct SessionInfo {
     pub commands: Option<Vec<SessionCommand>>,
 }
 
-/// `GET …/logs` as JSON (SDK >= 0.167).
-#[derive(Clone, Debug, Deserialize)]
-pub struct SessionCommandLogsResponse {
-    /// The raw prefixed log.
-    pub output: String,
-    /// Demultiplexed stdout.
-    pub stdout: String,
-    /// Demultiplexed stderr.
-    pub stderr: String,
-}
-
 /// The error envelope of the API (NestJS), the proxy and the daemon:
 /// `{statusCode, message, code?, source?, error?, timestamp, path, method?}`.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -294,22 +283,9 @@ pub struct FilesDownloadRequest<'a> {
 /// `POST /files/bulk-upload` answer.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct UploadResponse {
-    /// What was written.
-    #[serde(default)]
-    pub files: Vec<UploadedFile>,
     /// Per-file errors (with a 400).
     #[serde(default)]
     pub errors: Vec<String>,
-}
-
-/// One uploaded file.
-#[derive(Clone, Debug, Deserialize)]
-pub struct UploadedFile {
-    /// Its path.
-    pub path: String,
-    /// Bytes written.
-    #[serde(default)]
-    pub bytes: u64,
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The engine connection: bollard over `DOCKER_HOST`, with the API version negotiated once.
 
+use execseam_adapter_kit::vars;
 use std::collections::HashMap;
 
 use std::sync::{Arc, Mutex};
@@ -8,8 +9,9 @@ use bollard::{API_DEFAULT_VERSION, ClientVersion, Docker};
 use execseam_core::Error;
 use tokio::sync::OnceCell;
 
-use crate::config::{DockerConfig, config_error};
-use crate::error::{Stage, engine};
+use crate::config::DockerConfig;
+use crate::error::engine;
+use execseam_adapter_kit::retry::Stage;
 
 /// Marks every container this adapter creates (value `true`).
 pub const LABEL_MANAGED: &str = "io.execseam.managed";
@@ -34,9 +36,12 @@ impl Client {
         let host = config.host.clone();
         let tls = host.starts_with("https://") || (host.starts_with("tcp://") && config.tls_verify);
         if tls && !cfg!(feature = "tls") {
-            return Err(config_error(format!(
-                "engine address {host:?} needs TLS: build execseam-docker with the `tls` feature"
-            )));
+            return Err(vars::config_error(
+                crate::PROVIDER,
+                format!(
+                    "engine address {host:?} needs TLS: build execseam-docker with the `tls` feature"
+                ),
+            ));
         }
         let tls = if tls {
             let dir = config
@@ -45,7 +50,10 @@ impl Client {
                 .map(std::path::PathBuf::from)
                 .or_else(|| std::env::home_dir().map(|h| h.join(".docker")))
                 .unwrap_or_default();
-            Some(capped::Tls::load(&dir, authority(&host)).map_err(config_error)?)
+            Some(
+                capped::Tls::load(&dir, authority(&host))
+                    .map_err(|m| vars::config_error(crate::PROVIDER, m))?,
+            )
         } else {
             None
         };
@@ -70,11 +78,11 @@ impl Client {
     pub(crate) async fn get(&self) -> Result<&Docker, Error> {
         self.negotiated
             .get_or_try_init(|| async {
-                let fail = |e| engine("version", Stage::Idempotent, e);
+                let fail = |e| engine("version", Stage::Before, e);
                 let seen = Arc::new(Mutex::new(None));
                 let docker = self
                     .connect(API_DEFAULT_VERSION, Some(seen.clone()))
-                    .map_err(|e| engine("connect", Stage::Idempotent, e))?;
+                    .map_err(|e| engine("connect", Stage::Before, e))?;
                 bounded(self.timeout(), docker.ping()).await.map_err(fail)?;
                 let header = seen.lock().expect("api version").take();
                 if let Some(server) = header.as_deref().and_then(parse_version) {
@@ -86,7 +94,7 @@ impl Client {
                     }
                     return self
                         .connect(&server, None)
-                        .map_err(|e| engine("connect", Stage::Idempotent, e));
+                        .map_err(|e| engine("connect", Stage::Before, e));
                 }
                 // bollard's own timeout ends at the answer's head; the body is bounded here.
                 bounded(self.timeout(), docker.negotiate_version())

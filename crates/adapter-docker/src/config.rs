@@ -1,5 +1,7 @@
 //! [`DockerConfig`]: the engine, the image and the containers' settings.
 
+use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::vars::{self, Vars};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
@@ -43,9 +45,10 @@ impl FromStr for Mode {
         match s {
             "warm" => Ok(Mode::Warm),
             "per-call" => Ok(Mode::PerCall),
-            other => Err(config_error(format!(
-                "mode {other:?}: expected `warm` or `per-call`"
-            ))),
+            other => Err(vars::config_error(
+                PROVIDER,
+                format!("mode {other:?}: expected `warm` or `per-call`"),
+            )),
         }
     }
 }
@@ -65,7 +68,7 @@ impl FromStr for Ulimit {
     type Err = Error;
     /// `name=soft:hard` or `name=both`.
     fn from_str(s: &str) -> Result<Ulimit, Error> {
-        let bad = || config_error(format!("ulimit {s:?}: expected name=soft:hard"));
+        let bad = || vars::config_error(PROVIDER, format!("ulimit {s:?}: expected name=soft:hard"));
         let (name, limits) = s.split_once('=').ok_or_else(bad)?;
         let (soft, hard) = limits.split_once(':').unwrap_or((limits, limits));
         let soft: i64 = soft.parse().map_err(|_| bad())?;
@@ -88,10 +91,6 @@ pub(crate) fn parse_ulimits(s: &str) -> Result<Vec<Ulimit>, Error> {
         .filter(|u| !u.is_empty())
         .map(str::parse)
         .collect()
-}
-
-pub(crate) fn config_error(message: impl Into<String>) -> Error {
-    Error::invalid_config(message).with_provider(PROVIDER)
 }
 
 /// The default of [`DockerConfig::max_answer_bytes`]: 16 MiB (a container list of a few
@@ -191,9 +190,9 @@ impl DockerConfig {
         }
     }
 
-    /// [`from_vars`](Self::from_vars) over the process environment.
+    /// the variables in [`VARS`](crate::VARS) over the process environment.
     pub fn from_env() -> Result<DockerConfig, Error> {
-        DockerConfig::from_vars(|k| std::env::var(k).ok())
+        crate::Docker::config_from(&vars::env)
     }
 
     /// Reads the variables in [`VARS`](crate::VARS) as `vars` gives them (an unset or
@@ -203,37 +202,30 @@ impl DockerConfig {
     /// `EXECSEAM_DOCKER_ULIMITS` (`name=soft:hard,…`), `EXECSEAM_DOCKER_USER`,
     /// `EXECSEAM_DOCKER_NETWORK`, `EXECSEAM_DOCKER_MEMORY` (bytes). A missing image or a bad value
     /// is [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
-    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<DockerConfig, Error> {
-        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
-        let image = var("EXECSEAM_DOCKER_IMAGE").ok_or_else(|| {
-            config_error("EXECSEAM_DOCKER_IMAGE is not set (the image commands run in; the adapter never pulls)")
-        })?;
-        let mut c = DockerConfig::new(image);
-        if let Some(h) = var("DOCKER_HOST") {
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<DockerConfig, Error> {
+        let mut c = DockerConfig::new(vars.required(
+            "EXECSEAM_DOCKER_IMAGE",
+            "the image commands run in; the adapter never pulls",
+        )?);
+        if let Some(h) = vars.text("DOCKER_HOST") {
             c.host = h;
         }
-        c.tls_verify = var("DOCKER_TLS_VERIFY").is_some();
-        c.cert_path = var("DOCKER_CERT_PATH");
-        if let Some(m) = var("EXECSEAM_DOCKER_MODE") {
+        // As the docker CLI: any value turns verification on.
+        c.tls_verify = vars.text("DOCKER_TLS_VERIFY").is_some();
+        c.cert_path = vars.text("DOCKER_CERT_PATH");
+        if let Some(m) = vars.text("EXECSEAM_DOCKER_MODE") {
             c.mode = m.parse()?;
         }
-        c.worktree = var("EXECSEAM_DOCKER_WORKTREE");
-        c.runtime = var("EXECSEAM_DOCKER_RUNTIME");
-        if let Some(u) = var("EXECSEAM_DOCKER_ULIMITS") {
+        c.worktree = vars.text("EXECSEAM_DOCKER_WORKTREE");
+        c.runtime = vars.text("EXECSEAM_DOCKER_RUNTIME");
+        if let Some(u) = vars.text("EXECSEAM_DOCKER_ULIMITS") {
             c.ulimits = parse_ulimits(&u)?;
         }
-        c.user = var("EXECSEAM_DOCKER_USER");
-        if let Some(n) = var("EXECSEAM_DOCKER_NETWORK") {
+        c.user = vars.text("EXECSEAM_DOCKER_USER");
+        if let Some(n) = vars.text("EXECSEAM_DOCKER_NETWORK") {
             c.network = n;
         }
-        if let Some(m) = var("EXECSEAM_DOCKER_MEMORY") {
-            let bytes = m.parse().map_err(|_| {
-                config_error(format!(
-                    "EXECSEAM_DOCKER_MEMORY {m:?} is not a number of bytes"
-                ))
-            })?;
-            c.memory = Some(bytes);
-        }
+        c.memory = vars.number("EXECSEAM_DOCKER_MEMORY", "a number of bytes")?;
         c.validate()?;
         Ok(c)
     }
@@ -464,52 +456,68 @@ impl DockerConfig {
     /// Checks what can be checked before any request.
     pub(crate) fn validate(&self) -> Result<(), Error> {
         if self.image.trim().is_empty() {
-            return Err(config_error("the image name is empty"));
+            return Err(vars::config_error(PROVIDER, "the image name is empty"));
         }
         if !["unix://", "tcp://", "http://", "https://"]
             .iter()
             .any(|p| self.host.starts_with(p))
         {
-            return Err(config_error(format!(
-                "engine address {:?}: expected unix://, tcp://, http:// or https://",
-                self.host
-            )));
+            return Err(vars::config_error(
+                PROVIDER,
+                format!(
+                    "engine address {:?}: expected unix://, tcp://, http:// or https://",
+                    self.host
+                ),
+            ));
         }
         if let Some(argv) = &self.keepalive
             && argv.first().is_none_or(|p| p.is_empty())
         {
-            return Err(config_error("the keepalive command is empty"));
+            return Err(vars::config_error(
+                PROVIDER,
+                "the keepalive command is empty",
+            ));
         }
         if let Some(w) = &self.worktree
             && (!w.starts_with('/') || w.contains(':'))
         {
-            return Err(config_error(format!(
-                "worktree {w:?}: expected an absolute host path without `:`"
-            )));
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("worktree {w:?}: expected an absolute host path without `:`"),
+            ));
         }
         if !self.temp_dir.starts_with('/') {
-            return Err(config_error(format!(
-                "temp dir {:?}: expected an absolute path",
-                self.temp_dir
-            )));
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("temp dir {:?}: expected an absolute path", self.temp_dir),
+            ));
         }
         for u in &self.ulimits {
             if u.name.is_empty() || u.soft > u.hard {
-                return Err(config_error(format!("ulimit {u:?}: soft above hard")));
+                return Err(vars::config_error(
+                    PROVIDER,
+                    format!("ulimit {u:?}: soft above hard"),
+                ));
             }
         }
         for (k, v) in &self.labels {
             if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
-                return Err(config_error(format!("label key {k:?} is not valid")));
+                return Err(vars::config_error(
+                    PROVIDER,
+                    format!("label key {k:?} is not valid"),
+                ));
             }
         }
         for (k, v) in &self.env {
             if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
-                return Err(config_error(format!("env key {k:?} is not valid")));
+                return Err(vars::config_error(
+                    PROVIDER,
+                    format!("env key {k:?} is not valid"),
+                ));
             }
         }
         if self.network.is_empty() {
-            return Err(config_error("the network mode is empty"));
+            return Err(vars::config_error(PROVIDER, "the network mode is empty"));
         }
         Ok(())
     }
@@ -577,7 +585,7 @@ mod tests {
                 .to_owned(),
             )
         };
-        let c = DockerConfig::from_vars(vars).unwrap();
+        let c = crate::Docker::config_from(&vars).unwrap();
         assert_eq!(c.host, "tcp://h:2375");
         assert_eq!(c.mode, Mode::PerCall);
         assert_eq!(c.worktree.as_deref(), Some("/w"));
@@ -592,9 +600,9 @@ mod tests {
                 "{var} is in VARS but not exercised here"
             );
         }
-        let e = DockerConfig::from_vars(|_| None).unwrap_err();
+        let e = crate::Docker::config_from(&|_| None).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidConfig);
-        let e = DockerConfig::from_vars(|k| {
+        let e = crate::Docker::config_from(&|k| {
             (k == "EXECSEAM_DOCKER_IMAGE" || k == "EXECSEAM_DOCKER_MEMORY").then(|| "x".to_owned())
         })
         .unwrap_err();

@@ -1,5 +1,6 @@
 //! Containers on the engine: create (+ start), inspect, list, remove.
 
+use execseam_adapter_kit::vars;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -12,8 +13,9 @@ use bollard::query_parameters::{
 use execseam_core::{Error, SandboxInfo, SandboxState};
 
 use crate::client::label_filter;
-use crate::config::{DockerConfig, Mode, WORKSPACE, config_error};
-use crate::error::{Stage, engine, engine_hint, is_gone, is_podman_stopped_state};
+use crate::config::{DockerConfig, Mode, WORKSPACE};
+use crate::error::{engine, engine_hint, is_gone, is_podman_stopped_state};
+use execseam_adapter_kit::retry::Stage;
 
 /// Creates and starts a container for `config` with `labels`; one that fails to start is removed.
 pub(crate) async fn create(
@@ -39,7 +41,7 @@ pub(crate) async fn create(
         .map_err(|e| {
             engine_hint(
                 "create container",
-                Stage::NonIdempotent,
+                Stage::Submit,
                 e,
                 "the adapter never pulls: the image must be on the engine",
             )
@@ -50,18 +52,13 @@ pub(crate) async fn create(
     {
         remove(docker, &created.id).await;
         let hint = format!("the keepalive {keepalive:?} must exist in the image");
-        return Err(engine_hint(
-            "start container",
-            Stage::NonIdempotent,
-            e,
-            &hint,
-        ));
+        return Err(engine_hint("start container", Stage::Submit, e, &hint));
     }
     // With an init the start succeeds even when the keepalive cannot run: the init exits at once.
     // (Per call the exec that follows finds out, for the price of no extra request.)
     if config.mode == Mode::Warm && !state(docker, &created.id).await?.is_some_and(|s| s.running) {
         remove(docker, &created.id).await;
-        return Err(config_error(format!(
+        return Err(vars::config_error(crate::PROVIDER, format!(
             "the container exited as soon as it started: does the image have the keepalive {keepalive:?}?"
         ))
         .with_operation("start container"));
@@ -124,7 +121,7 @@ pub(crate) async fn state(docker: &Docker, id: &str) -> Result<Option<State>, Er
             running: false,
             oom_killed: None,
         })),
-        Err(e) => Err(engine("inspect container", Stage::Idempotent, e)),
+        Err(e) => Err(engine("inspect container", Stage::Before, e)),
     }
 }
 
@@ -139,7 +136,7 @@ pub(crate) async fn destroy(docker: &Docker, id: &str) -> Result<(), Error> {
     match docker.remove_container(id, Some(options)).await {
         Ok(()) => Ok(()),
         Err(e) if is_gone(&e) => Ok(()),
-        Err(e) => Err(engine("remove container", Stage::Idempotent, e)),
+        Err(e) => Err(engine("remove container", Stage::Before, e)),
     }
 }
 
@@ -169,7 +166,7 @@ pub(crate) async fn list(
                 tokio::time::sleep(delay).await;
                 delay *= 2;
             }
-            other => break other.map_err(|e| engine("list containers", Stage::Idempotent, e))?,
+            other => break other.map_err(|e| engine("list containers", Stage::Before, e))?,
         }
     };
     let mut out: Vec<SandboxInfo> = listed
@@ -202,6 +199,6 @@ pub(crate) async fn image_exists(docker: &Docker, image: &str) -> Result<bool, E
     match docker.inspect_image(image).await {
         Ok(_) => Ok(true),
         Err(e) if is_gone(&e) => Ok(false),
-        Err(e) => Err(engine("inspect image", Stage::Idempotent, e)),
+        Err(e) => Err(engine("inspect image", Stage::Before, e)),
     }
 }

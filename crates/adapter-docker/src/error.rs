@@ -14,31 +14,11 @@
 //! | a malformed answer (JSON, base64, a missing header) | `Protocol` | |
 
 use bollard::errors::Error as EngineError;
-use execseam_adapter_kit::retry::{self, Effect, NoAnswer};
+use execseam_adapter_kit::retry::{self, NoAnswer, Stage};
 use execseam_adapter_kit::text;
 use execseam_core::{Error, ErrorKind, Retry, WireStatus};
 
 use crate::PROVIDER;
-
-/// Where a failed request sits in an exec; decides the retry class.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Stage {
-    /// A read, a kill, a remove, creating an exec instance: safe to repeat.
-    Idempotent,
-    /// Creating a container: repeating it makes another one (no command ran).
-    NonIdempotent,
-    /// Starting the exec, or anything after: the command may have run.
-    Started,
-}
-
-impl Stage {
-    fn effect(self) -> Effect {
-        match self {
-            Stage::Idempotent => Effect::Idempotent,
-            Stage::NonIdempotent | Stage::Started => Effect::NonIdempotent,
-        }
-    }
-}
 
 pub(crate) fn engine(operation: &'static str, stage: Stage, e: EngineError) -> Error {
     engine_hint(operation, stage, e, "")
@@ -51,7 +31,7 @@ pub(crate) fn engine_hint(
     e: EngineError,
     hint: &str,
 ) -> Error {
-    let effect = stage.effect();
+    let effect = stage;
     let too_large = answer_too_large(&e);
     let (kind, mut retry, status) = match &e {
         _ if too_large => {
@@ -105,9 +85,7 @@ pub(crate) fn engine_hint(
         }
     };
     // Once the exec was started the command may have run, even if this request never left.
-    if stage == Stage::Started && retry != Retry::Never {
-        retry = Retry::Unsafe;
-    }
+    retry = stage.settle(retry);
     let mut message = match &e {
         EngineError::DockerResponseServerError { message, .. } => message.clone(),
         EngineError::SocketNotFoundError(path) => {
@@ -201,7 +179,7 @@ mod tests {
         let cases = [
             (
                 server(404, "no such image"),
-                Stage::NonIdempotent,
+                Stage::Submit,
                 ErrorKind::NotFound,
                 Retry::Never,
             ),
@@ -210,7 +188,7 @@ mod tests {
                     500,
                     "can only create exec sessions on running containers: container state improper",
                 ),
-                Stage::Idempotent,
+                Stage::Before,
                 ErrorKind::NotFound,
                 Retry::Never,
             ),
@@ -219,62 +197,62 @@ mod tests {
                     500,
                     "container abc does not exist in database: no such container",
                 ),
-                Stage::Started,
+                Stage::After,
                 ErrorKind::NotFound,
                 Retry::Never,
             ),
             (
                 server(409, "Container abc is not running"),
-                Stage::Idempotent,
+                Stage::Before,
                 ErrorKind::NotFound,
                 Retry::Never,
             ),
             (
                 server(409, "name in use"),
-                Stage::NonIdempotent,
+                Stage::Submit,
                 ErrorKind::Conflict,
                 Retry::Never,
             ),
             (
                 server(500, "boom"),
-                Stage::Idempotent,
+                Stage::Before,
                 ErrorKind::Internal,
                 Retry::SAFE,
             ),
             (
                 server(500, "boom"),
-                Stage::NonIdempotent,
+                Stage::Submit,
                 ErrorKind::Internal,
                 Retry::Unsafe,
             ),
             (
                 server(500, "boom"),
-                Stage::Started,
+                Stage::After,
                 ErrorKind::Internal,
                 Retry::Unsafe,
             ),
             (
                 server(400, "bad parameter"),
-                Stage::NonIdempotent,
+                Stage::Submit,
                 ErrorKind::InvalidCommand,
                 Retry::Never,
             ),
             (
                 EngineError::SocketNotFoundError("/x.sock".into()),
-                Stage::NonIdempotent,
+                Stage::Submit,
                 ErrorKind::Unavailable,
                 Retry::SAFE,
             ),
             (
                 // The exec had started: a follow-up request that never left still may not be redone.
                 EngineError::SocketNotFoundError("/x.sock".into()),
-                Stage::Started,
+                Stage::After,
                 ErrorKind::Unavailable,
                 Retry::Unsafe,
             ),
             (
                 EngineError::RequestTimeoutError,
-                Stage::Started,
+                Stage::After,
                 ErrorKind::Timeout(execseam_core::Deadline::Request),
                 Retry::Unsafe,
             ),

@@ -25,7 +25,8 @@ use crate::PROVIDER;
 use crate::client::{self, Client, LABEL_SANDBOX};
 use crate::config::DockerConfig;
 use crate::containers;
-use crate::error::{Stage, adapter, engine, engine_hint, is_gone};
+use crate::error::{adapter, engine, engine_hint, is_gone};
+use execseam_adapter_kit::retry::Stage;
 
 /// The variable every exec carries, with a value unique to the exec, so that a kill finds the
 /// exec's processes and their children (Docker's API has no exec kill).
@@ -262,7 +263,7 @@ async fn start_exec(
         docker.create_exec(container, options),
     )
     .await
-    .map_err(|e| engine_hint("create exec", Stage::Idempotent, e, hint))?;
+    .map_err(|e| engine_hint("create exec", Stage::Before, e, hint))?;
     let mut cleanup = Cleanup::new(docker.clone());
     if !per_call {
         cleanup.arm(Action::Kill {
@@ -292,7 +293,7 @@ async fn start_exec(
         }
         Err(e) => {
             cleanup.run_now().await;
-            return Err(engine("start exec", Stage::Started, e));
+            return Err(engine("start exec", Stage::After, e));
         }
     };
     // Written concurrently with reading, so a command that writes before it reads cannot
@@ -519,7 +520,7 @@ impl Run {
                         "the exec stream is not multiplexed stdout/stderr frames (cut mid-frame?)",
                     ));
                 }
-                Some(Err(e)) => return Err(engine("read exec output", Stage::Started, e)),
+                Some(Err(e)) => return Err(engine("read exec output", Stage::After, e)),
                 None => {
                     let exit = self.finish().await?;
                     self.done = true;
@@ -542,7 +543,7 @@ impl Run {
             let inspect = self.docker.inspect_exec(&self.exec_id);
             let i = match client::bounded(self.request_timeout, inspect).await {
                 Ok(i) => i,
-                Err(e) => return Err(engine("inspect exec", Stage::Started, e)),
+                Err(e) => return Err(engine("inspect exec", Stage::After, e)),
             };
             if i.running == Some(true) {
                 continue;
@@ -668,7 +669,7 @@ impl Run {
                         "the container was removed while the command ran",
                     ));
                 }
-                Err(e) => return Err(engine("inspect exec", Stage::Started, e)),
+                Err(e) => return Err(engine("inspect exec", Stage::After, e)),
             };
             if i.running != Some(true) {
                 return i.exit_code.ok_or_else(|| {
@@ -699,7 +700,7 @@ impl Run {
             Err(EngineError::DockerResponseServerError {
                 status_code: 404, ..
             }) => Ok(false),
-            Err(e) => Err(engine("stat workdir", Stage::Started, e)),
+            Err(e) => Err(engine("stat workdir", Stage::After, e)),
         }
     }
 

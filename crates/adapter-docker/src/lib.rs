@@ -95,7 +95,7 @@ impl Adapter for Docker {
     type Provider = DockerProvider;
 
     fn config(vars: &Vars<'_>) -> Result<DockerConfig, Error> {
-        DockerConfig::from_vars(|k| vars.get(k))
+        DockerConfig::from_vars(vars)
     }
 
     fn lifecycle(config: &DockerConfig) -> LifecycleCapabilities {

@@ -1,6 +1,7 @@
 //! [`DockerProvider`]: containers as sandboxes.
 
 use execseam_adapter_kit::id;
+use execseam_adapter_kit::vars;
 use std::sync::Arc;
 
 use execseam_adapter_kit::gone_is_destroyed;
@@ -11,7 +12,7 @@ use execseam_core::{
 
 use crate::PROVIDER;
 use crate::client::{self, Client, LABEL_SANDBOX};
-use crate::config::{DockerConfig, Mode, config_error, parse_ulimits};
+use crate::config::{DockerConfig, Mode, parse_ulimits};
 use crate::containers;
 use crate::error::adapter;
 use crate::exec::{DockerExec, Target};
@@ -131,7 +132,11 @@ impl DockerProvider {
                 .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
                 .await
                 .map_err(|e| {
-                    crate::error::engine("start container", crate::error::Stage::Idempotent, e)
+                    crate::error::engine(
+                        "start container",
+                        execseam_adapter_kit::retry::Stage::Before,
+                        e,
+                    )
                 })?,
             Some(_) => {}
         }
@@ -214,11 +219,12 @@ fn merge(config: &DockerConfig, spec: &SandboxSpec) -> Result<DockerConfig, Erro
     }
     if let Some(m) = spec.memory_mib() {
         let bytes = i64::try_from(m.saturating_mul(1 << 20))
-            .map_err(|_| config_error(format!("memory of {m} MiB is too large")))?;
+            .map_err(|_| vars::config_error(PROVIDER, format!("memory of {m} MiB is too large")))?;
         c.memory = Some(bytes);
     }
     for (key, value) in spec.options() {
-        let bad = |what: &str| config_error(format!("option {key}={value:?}: {what}"));
+        let bad =
+            |what: &str| vars::config_error(PROVIDER, format!("option {key}={value:?}: {what}"));
         match key.as_str() {
             "user" => c.user = Some(value.clone()),
             "network" => c.network = value.clone(),

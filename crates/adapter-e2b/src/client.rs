@@ -8,7 +8,9 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
+use execseam_adapter_kit::http::{self, BodyError, ClientOptions};
 use execseam_adapter_kit::text::escape_path_segment;
+use execseam_core::Error;
 use reqwest::header::{
     AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT,
 };
@@ -17,6 +19,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::PROVIDER;
 use crate::config::{ApiRoutes, E2bConfig, ENVD_PORT};
 use crate::connect::{self, CallError, ServerStream};
 use crate::wire;
@@ -29,14 +32,13 @@ pub(crate) const USER_AGENT_VALUE: &str = concat!("execseam-e2b/", env!("CARGO_P
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Builds the HTTP client: rustls with ring, no automatic retries (an exec is never re-sent).
-pub(crate) fn http_client(config: &E2bConfig) -> Result<reqwest::Client, reqwest::Error> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .connect_timeout(config.connect_timeout)
-        .read_timeout(config.stream_idle_timeout)
-        .retry(reqwest::retry::never())
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
+pub(crate) fn http_client(config: &E2bConfig) -> Result<reqwest::Client, Error> {
+    http::client(
+        PROVIDER,
+        ClientOptions::new(config.connect_timeout)
+            .read_timeout(config.stream_idle_timeout)
+            .user_agent(USER_AGENT_VALUE),
+    )
 }
 
 fn join(base: &Url, path: &str) -> Url {
@@ -76,24 +78,30 @@ async fn rest<B: Serialize>(
     if resp.status().is_success() {
         Ok(resp)
     } else {
-        Err(connect::error_of(resp).await)
+        Err(connect::error_of(resp, timeout).await)
     }
 }
 
 fn reqwest_error(e: reqwest::Error) -> CallError {
-    // The URL names the sandbox and, for files, the path: never keep it.
-    let e = e.without_url();
-    if e.is_connect() {
-        CallError::Connect(e)
-    } else if e.is_timeout() {
-        CallError::Timeout(e)
-    } else {
-        CallError::Transport(e)
-    }
+    CallError::from_reqwest(e)
 }
 
-async fn json_of<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T, CallError> {
-    let body = resp.bytes().await.map_err(reqwest_error)?;
+/// The largest JSON answer read (a sandbox, a listing page, a file's info).
+const MAX_JSON_BODY: usize = 16 << 20;
+
+async fn json_of<T: DeserializeOwned>(
+    resp: reqwest::Response,
+    within: Duration,
+) -> Result<T, CallError> {
+    let body = http::read_body(resp, MAX_JSON_BODY, within)
+        .await
+        .map_err(|e| match e {
+            BodyError::Transport(e) => reqwest_error(e),
+            BodyError::TooLarge { limit } => {
+                CallError::Protocol(format!("an answer longer than {limit} bytes"))
+            }
+            BodyError::Deadline(d) => CallError::Idle(d),
+        })?;
     serde_json::from_slice(&body).map_err(|e| {
         CallError::Protocol(format!(
             "a malformed answer ({e}): {}",
@@ -140,7 +148,7 @@ impl ControlPlane<'_> {
             self.config.request_timeout,
         )
         .await?;
-        json_of(resp).await
+        json_of(resp, self.config.request_timeout).await
     }
 
     /// `GET /v2/sandboxes?metadata=…&state=running,paused`, every page (`X-Next-Token`).
@@ -191,7 +199,7 @@ impl ControlPlane<'_> {
                 .and_then(|v| v.to_str().ok())
                 .filter(|v| !v.is_empty())
                 .map(str::to_owned);
-            let page: Vec<wire::ListedSandbox> = json_of(resp).await?;
+            let page: Vec<wire::ListedSandbox> = json_of(resp, self.config.request_timeout).await?;
             let empty = page.is_empty();
             out.extend(page);
             if next.is_none() || empty {
@@ -218,7 +226,7 @@ impl ControlPlane<'_> {
             self.config.request_timeout,
         )
         .await?;
-        json_of(resp).await
+        json_of(resp, self.config.request_timeout).await
     }
 
     /// `DELETE /sandboxes/{id}`: true when killed, false when it did not exist (404).
@@ -526,7 +534,7 @@ impl Envd {
             .await
             .map_err(reqwest_error)?;
         if !resp.status().is_success() {
-            return Err(connect::error_of(resp).await);
+            return Err(connect::error_of(resp, self.request_timeout).await);
         }
         resp.bytes().await.map_err(reqwest_error)
     }
@@ -566,9 +574,9 @@ impl Envd {
         };
         let resp = req.send().await.map_err(reqwest_error)?;
         if !resp.status().is_success() {
-            return Err(connect::error_of(resp).await);
+            return Err(connect::error_of(resp, self.request_timeout).await);
         }
-        let infos: Vec<wire::WriteInfo> = json_of(resp).await?;
+        let infos: Vec<wire::WriteInfo> = json_of(resp, self.request_timeout).await?;
         infos.into_iter().next().ok_or_else(|| {
             CallError::Protocol("POST /files answered without the written file".into())
         })
@@ -590,7 +598,7 @@ impl Envd {
         if resp.status().is_success() {
             return Health::Running;
         }
-        match connect::error_of(resp).await {
+        match connect::error_of(resp, HEALTH_TIMEOUT).await {
             CallError::Http {
                 status: 502,
                 message,

@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::vars::{self, Vars};
 use execseam_core::Error;
 use reqwest::Url;
 use secrecy::{ExposeSecret, SecretString};
@@ -95,16 +97,8 @@ impl fmt::Debug for E2bConfig {
     }
 }
 
-fn config_error(message: impl Into<String>) -> Error {
-    Error::invalid_config(message).with_provider(PROVIDER)
-}
-
 fn parse_url(what: &str, s: &str) -> Result<Url, Error> {
-    let url = Url::parse(s).map_err(|e| config_error(format!("{what} {s:?} is not a URL: {e}")))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(config_error(format!("{what} {s:?} is not http(s)")));
-    }
-    Ok(url)
+    vars::parse_url(PROVIDER, what, s, &["http", "https"])
 }
 
 impl E2bConfig {
@@ -133,7 +127,7 @@ impl E2bConfig {
 
     /// Reads the environment the SDK reads (see [`VARS`](crate::VARS)).
     pub fn from_env() -> Result<E2bConfig, Error> {
-        E2bConfig::from_vars(|k| std::env::var(k).ok())
+        crate::E2b::config_from(&vars::env)
     }
 
     /// Reads the variables in [`VARS`](crate::VARS) as `vars` gives them (an unset or empty one keeps
@@ -141,46 +135,30 @@ impl E2bConfig {
     /// plus `E2B_TEMPLATE`, `E2B_SANDBOX_TIMEOUT` (seconds), `E2B_COMMAND_TIMEOUT` (seconds),
     /// `E2B_USER` and `E2B_API_ROUTES` (`v2`|`legacy`). A missing key or a bad value is
     /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
-    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<E2bConfig, Error> {
-        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
-        let key = var("E2B_API_KEY").ok_or_else(|| config_error("E2B_API_KEY is not set"))?;
-        let mut c = E2bConfig::new(key);
-        if let Some(d) = var("E2B_DOMAIN") {
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<E2bConfig, Error> {
+        let mut c = E2bConfig::new(vars.required("E2B_API_KEY", "")?);
+        if let Some(d) = vars.text("E2B_DOMAIN") {
             c.domain = d;
         }
-        if let Some(u) = var("E2B_API_URL") {
+        if let Some(u) = vars.text("E2B_API_URL") {
             parse_url("E2B_API_URL", &u)?;
             c.api_url = Some(u);
         }
-        if let Some(u) = var("E2B_SANDBOX_URL") {
+        if let Some(u) = vars.text("E2B_SANDBOX_URL") {
             parse_url("E2B_SANDBOX_URL", &u)?;
             c.sandbox_url = Some(u);
         }
-        if let Some(t) = var("E2B_TEMPLATE") {
+        if let Some(t) = vars.text("E2B_TEMPLATE") {
             c.template = t;
         }
-        let secs = |k: &str, v: String| {
-            v.parse::<u64>()
-                .map(Duration::from_secs)
-                .map_err(|_| config_error(format!("{k} {v:?} is not a number of seconds")))
-        };
-        if let Some(v) = var("E2B_SANDBOX_TIMEOUT") {
-            c.sandbox_timeout = secs("E2B_SANDBOX_TIMEOUT", v)?;
+        if let Some(t) = vars.seconds("E2B_SANDBOX_TIMEOUT")? {
+            c.sandbox_timeout = t;
         }
-        if let Some(v) = var("E2B_COMMAND_TIMEOUT") {
-            c.command_timeout = Some(secs("E2B_COMMAND_TIMEOUT", v)?);
-        }
-        c.user = var("E2B_USER");
-        if let Some(r) = var("E2B_API_ROUTES") {
-            c.api_routes = match r.as_str() {
-                "v2" => ApiRoutes::V2,
-                "legacy" => ApiRoutes::Legacy,
-                other => {
-                    return Err(config_error(format!(
-                        "E2B_API_ROUTES {other:?}: want v2 or legacy"
-                    )));
-                }
-            };
+        c.command_timeout = vars.seconds("E2B_COMMAND_TIMEOUT")?;
+        c.user = vars.text("E2B_USER");
+        let routes = [("v2", ApiRoutes::V2), ("legacy", ApiRoutes::Legacy)];
+        if let Some(r) = vars.choice("E2B_API_ROUTES", &routes)? {
+            c.api_routes = r;
         }
         Ok(c)
     }
@@ -308,7 +286,7 @@ impl E2bConfig {
         self.api_base()?;
         self.envd_base("sbx", None)?;
         if self.api_key.expose_secret().is_empty() {
-            return Err(config_error("the API key is empty"));
+            return Err(vars::config_error(PROVIDER, "the API key is empty"));
         }
         Ok(())
     }

@@ -20,7 +20,9 @@
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
+use execseam_adapter_kit::http::{self, BodyError, Refusal};
+use execseam_adapter_kit::retry::NoAnswer;
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -35,8 +37,8 @@ pub(crate) const FLAG_END_STREAM: u8 = 0x02;
 /// The largest envelope accepted: envd sends at most 32 KiB of output per message (base64 in
 /// JSON), so anything near this is not envd.
 pub(crate) const MAX_MESSAGE: usize = 16 << 20;
-/// How much of an error body is read.
-const MAX_ERROR_BODY: usize = 64 << 10;
+/// The largest unary answer read (a process list, a file listing).
+const MAX_UNARY_BODY: usize = 64 << 20;
 
 /// The sixteen Connect codes, spelled as on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -191,16 +193,15 @@ pub(crate) enum CallError {
 }
 
 impl CallError {
-    fn from_reqwest(e: reqwest::Error) -> CallError {
+    /// A reqwest failure, by the kit's classification (the URL names the sandbox and, for
+    /// files, the path: it is never kept).
+    pub(crate) fn from_reqwest(e: reqwest::Error) -> CallError {
         let e = e.without_url();
-        if e.is_connect() {
-            CallError::Connect(e)
-        } else if e.is_timeout() {
-            CallError::Timeout(e)
-        } else if e.is_builder() {
-            CallError::Protocol(format!("cannot build the request: {e}"))
-        } else {
-            CallError::Transport(e)
+        match http::classify(&e) {
+            NoAnswer::Connect => CallError::Connect(e),
+            NoAnswer::Timeout => CallError::Timeout(e),
+            _ if e.is_builder() => CallError::Protocol(format!("cannot build the request: {e}")),
+            _ => CallError::Transport(e),
         }
     }
 }
@@ -295,11 +296,6 @@ fn rpc_error_of(v: &serde_json::Value) -> Option<RpcError> {
     Some(RpcError { code, message })
 }
 
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let v = headers.get(RETRY_AFTER)?.to_str().ok()?;
-    execseam_adapter_kit::retry::parse_retry_after(v, std::time::SystemTime::now())
-}
-
 fn content_type(headers: &HeaderMap) -> String {
     headers
         .get(CONTENT_TYPE)
@@ -312,29 +308,16 @@ fn content_type(headers: &HeaderMap) -> String {
         .to_ascii_lowercase()
 }
 
-async fn read_limited(mut resp: reqwest::Response, limit: usize) -> Result<Vec<u8>, CallError> {
-    let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(CallError::from_reqwest)? {
-        body.extend_from_slice(&chunk);
-        if body.len() >= limit {
-            body.truncate(limit);
-            break;
-        }
-    }
-    Ok(body)
-}
+/// How long an error answer's body may take when the request has no deadline of its own.
+pub(crate) const ERROR_BODY_WITHIN: Duration = Duration::from_secs(30);
 
 /// Turns a non-success answer into a [`CallError`]: a Connect error body (a JSON object whose
-/// string `code` is a Connect code) or a plain HTTP error.
-pub(crate) async fn error_of(resp: reqwest::Response) -> CallError {
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let after = retry_after(&headers);
-    let body = match read_limited(resp, MAX_ERROR_BODY).await {
-        Ok(b) => b,
-        Err(e) => return e,
-    };
-    error_of_parts(status, &headers, &body, after)
+/// string `code` is a Connect code) or a plain HTTP error. The body is read as far as it is
+/// quoted and for at most `within` (a stalled or trickling one ends there).
+pub(crate) async fn error_of(resp: reqwest::Response, within: Duration) -> CallError {
+    let r = Refusal::read(resp, within).await;
+    let after = r.retry_after();
+    error_of_parts(r.status, &r.headers, &r.body, after)
 }
 
 pub(crate) fn error_of_parts(
@@ -418,7 +401,7 @@ pub(crate) async fn unary<Req: Serialize, Resp: DeserializeOwned>(
     }
     let resp = req.send().await.map_err(CallError::from_reqwest)?;
     if resp.status().as_u16() != 200 {
-        return Err(error_of(resp).await);
+        return Err(error_of(resp, timeout.unwrap_or(ERROR_BODY_WITHIN)).await);
     }
     if content_type(resp.headers()) != UNARY_CONTENT_TYPE {
         let ct = content_type(resp.headers());
@@ -426,7 +409,15 @@ pub(crate) async fn unary<Req: Serialize, Resp: DeserializeOwned>(
             "a unary answer with Content-Type {ct:?}, want {UNARY_CONTENT_TYPE}"
         )));
     }
-    let body = resp.bytes().await.map_err(CallError::from_reqwest)?;
+    let body = http::read_body(resp, MAX_UNARY_BODY, timeout.unwrap_or(Duration::MAX))
+        .await
+        .map_err(|e| match e {
+            BodyError::Transport(e) => CallError::from_reqwest(e),
+            BodyError::TooLarge { limit } => {
+                CallError::Protocol(format!("a unary answer longer than {limit} bytes"))
+            }
+            BodyError::Deadline(d) => CallError::Idle(d),
+        })?;
     serde_json::from_slice(&body).map_err(|e| {
         CallError::Protocol(format!(
             "a malformed answer ({e}): {}",
@@ -470,14 +461,15 @@ async fn stream_of(
     resp: reqwest::Response,
     idle: Option<Duration>,
 ) -> Result<ServerStream, CallError> {
+    let within = idle.unwrap_or(ERROR_BODY_WITHIN);
     if resp.status().as_u16() != 200 {
-        return Err(error_of(resp).await);
+        return Err(error_of(resp, within).await);
     }
     let ct = content_type(resp.headers());
     if ct != STREAM_CONTENT_TYPE {
         // A JSON error body with a 200 is still an error answer, not a stream.
-        let headers = resp.headers().clone();
-        let body = read_limited(resp, MAX_ERROR_BODY).await?;
+        let r = Refusal::read(resp, within).await;
+        let (headers, body) = (r.headers, r.body);
         if let CallError::Rpc { error, .. } = error_of_parts(200, &headers, &body, None) {
             return Err(CallError::Rpc {
                 error,

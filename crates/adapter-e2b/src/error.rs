@@ -16,7 +16,8 @@
 //! A sandbox that is gone before its lifetime ran out (killed, or never existed) is `NotFound`
 //! with [`Retry::Never`].
 
-use execseam_adapter_kit::retry::{self, Effect, NoAnswer, Sent};
+use execseam_adapter_kit::http;
+use execseam_adapter_kit::retry::{self, Call, NoAnswer, Sent, Stage};
 use execseam_adapter_kit::text;
 use std::time::Duration;
 
@@ -32,45 +33,16 @@ pub(crate) const SANDBOX_NOT_FOUND: &str = "was not found";
 /// The substring of the edge proxy's answer for a running sandbox whose envd port is closed.
 pub(crate) const PORT_NOT_OPEN: &str = "port is not open";
 
-/// Where a failure happened; decides the retry class.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Stage {
-    /// A call that is safe to repeat (reads, signals, closing stdin, overwriting a file, kill).
-    Idempotent,
-    /// A call that is not (creating a sandbox, sending stdin bytes).
-    NonIdempotent,
-    /// `process.Start` before its start event: the command may have started.
-    ExecSubmit,
-    /// After the start event: the command was running.
-    ExecRunning,
-}
-
-impl Stage {
-    fn is_exec(self) -> bool {
-        matches!(self, Stage::ExecSubmit | Stage::ExecRunning)
-    }
-
-    /// What repeating the call could do.
-    fn effect(self) -> Effect {
-        match self {
-            Stage::Idempotent => Effect::Idempotent,
-            _ => Effect::NonIdempotent,
-        }
-    }
-
-    /// The retry class of a failure whose request reached the server (or may have).
-    fn after_send(self) -> Retry {
-        retry::retry_class(self.effect(), Sent::Maybe)
-    }
-}
-
 /// What the caller knows about the call that failed.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Ctx {
     /// The operation (`exec`, `create_sandbox`, `list_dir`, …).
     pub op: &'static str,
-    /// Where it failed.
+    /// Where it failed (the kit's stage: a call safe to repeat, a submit, after the submit).
     pub stage: Stage,
+    /// A command's own stream (`process.Start` and what follows it), not a call around it:
+    /// envd's answers there speak of the command.
+    pub exec: bool,
     /// The deadline we sent with the call (`Connect-Timeout-Ms`), and what it means.
     pub deadline: Option<Deadline>,
     /// The sandbox is known to be gone (the proxy said so, or a probe did).
@@ -84,10 +56,29 @@ impl Ctx {
         Ctx {
             op,
             stage,
+            exec: false,
             deadline: None,
             gone: false,
             lifetime_over: false,
         }
+    }
+
+    /// A command's stream at `stage` ([`Stage::Submit`] until its start event, then
+    /// [`Stage::After`]).
+    pub(crate) fn exec(op: &'static str, stage: Stage) -> Ctx {
+        Ctx {
+            exec: true,
+            ..Ctx::new(op, stage)
+        }
+    }
+
+    fn call(&self) -> Call {
+        Call::new(PROVIDER, self.op, self.stage)
+    }
+
+    /// The retry class of a failure whose request reached the server (or may have).
+    fn after_send(&self) -> Retry {
+        self.stage.retry(Sent::Maybe)
     }
 }
 
@@ -169,18 +160,9 @@ fn gone_error(ctx: &Ctx, message: String, status: Option<WireStatus>) -> Error {
 /// Maps a failed call to an [`Error`].
 pub(crate) fn map(call: CallError, ctx: &Ctx) -> Error {
     match call {
-        CallError::Connect(e) => {
-            let (kind, retry) = retry::no_answer(NoAnswer::Connect, ctx.stage.effect());
-            let m = format!("cannot connect: {}", text::error_chain(&e));
-            err(kind, retry, ctx, m).with_source(e)
-        }
-        CallError::Timeout(e) => {
-            let (kind, retry) = retry::no_answer(NoAnswer::Timeout, ctx.stage.effect());
-            let m = format!("the request timed out: {}", text::error_chain(&e));
-            err(kind, retry, ctx, m).with_source(e)
-        }
+        CallError::Connect(e) | CallError::Timeout(e) => http::transport_error(ctx.call(), e),
         CallError::Idle(idle) => {
-            let (kind, retry) = retry::no_answer(NoAnswer::Timeout, ctx.stage.effect());
+            let (kind, retry) = retry::no_answer(NoAnswer::Timeout, ctx.stage);
             let m = format!(
                 "no complete stream message for {}ms (the stream idle timeout; envd sends keepalives)",
                 idle.as_millis()
@@ -192,7 +174,7 @@ pub(crate) fn map(call: CallError, ctx: &Ctx) -> Error {
             if ctx.gone {
                 return gone_error(ctx, m, None);
             }
-            let (kind, retry) = retry::no_answer(NoAnswer::Cut, ctx.stage.effect());
+            let (kind, retry) = retry::no_answer(NoAnswer::Cut, ctx.stage);
             err(kind, retry, ctx, m).with_source(e)
         }
         CallError::Protocol(m) => {
@@ -200,8 +182,8 @@ pub(crate) fn map(call: CallError, ctx: &Ctx) -> Error {
                 return gone_error(ctx, m, None);
             }
             let retry = match ctx.stage {
-                Stage::Idempotent => Retry::SAFE,
-                _ => Retry::Unsafe,
+                Stage::Before => Retry::SAFE,
+                Stage::Submit | Stage::After => Retry::Unsafe,
             };
             err(ErrorKind::Protocol, retry, ctx, m)
         }
@@ -224,7 +206,7 @@ fn map_http(status: u16, message: String, retry_after: Option<Duration>, ctx: &C
     if status == 502 && (message.contains(SANDBOX_NOT_FOUND) || ctx.gone) {
         return gone_error(ctx, message, ws);
     }
-    let exec = ctx.stage.is_exec();
+    let exec = ctx.exec;
     let (kind, retry) = match status {
         400 | 413 => (ErrorKind::InvalidCommand, Retry::Never),
         401 => (ErrorKind::Unauthenticated, Retry::Never),
@@ -232,25 +214,22 @@ fn map_http(status: u16, message: String, retry_after: Option<Duration>, ctx: &C
         404 => (ErrorKind::NotFound, Retry::Never),
         409 => (ErrorKind::Conflict, Retry::Never),
         429 => (ErrorKind::RateLimited, Retry::Safe { after: retry_after }),
-        499 => (ErrorKind::Cancelled, ctx.stage.after_send()),
+        499 => (ErrorKind::Cancelled, ctx.after_send()),
         501 | 505 => (ErrorKind::Unsupported, Retry::Never),
         // The proxy answered instead of envd: running but unreachable, nothing forwarded.
         502 if message.contains(PORT_NOT_OPEN) => {
             (ErrorKind::Unavailable, Retry::Safe { after: retry_after })
         }
-        502 => (ErrorKind::Unavailable, ctx.stage.after_send()),
+        502 => (ErrorKind::Unavailable, ctx.after_send()),
         503 => (ErrorKind::Unavailable, Retry::Safe { after: retry_after }),
-        504 => (
-            ErrorKind::Timeout(Deadline::Unknown),
-            ctx.stage.after_send(),
-        ),
+        504 => (ErrorKind::Timeout(Deadline::Unknown), ctx.after_send()),
         507 => (ErrorKind::Internal, Retry::Never),
         s if s >= 500 => (
             ErrorKind::Internal,
             if exec {
                 Retry::Unsafe
             } else {
-                ctx.stage.after_send()
+                ctx.after_send()
             },
         ),
         _ => (ErrorKind::Internal, Retry::Never),
@@ -272,10 +251,10 @@ fn map_rpc(
     ctx: &Ctx,
 ) -> Error {
     let RpcError { code, message } = error;
-    let started = ctx.stage == Stage::ExecRunning;
+    let started = ctx.exec && ctx.stage == Stage::After;
     // Envd rejected the call itself (or the command never started): nothing ran.
-    let not_run = !started && (!in_stream || ctx.stage == Stage::ExecSubmit);
-    let may_have_run = ctx.stage.after_send();
+    let not_run = !started && (!in_stream || (ctx.exec && ctx.stage == Stage::Submit));
+    let may_have_run = ctx.after_send();
     let (kind, retry) = match code {
         Code::Unavailable if message.contains(SANDBOX_NOT_FOUND) || ctx.gone => {
             return gone_error(ctx, message, Some(WireStatus::Grpc(code.grpc())))
@@ -287,7 +266,8 @@ fn map_rpc(
         Code::Unavailable => (ErrorKind::Unavailable, may_have_run),
         // envd: `cwd '<resolved>' does not exist`, before anything started.
         Code::InvalidArgument
-            if ctx.stage == Stage::ExecSubmit
+            if ctx.exec
+                && ctx.stage == Stage::Submit
                 && message.starts_with("cwd '")
                 && message.ends_with("does not exist") =>
         {
@@ -320,7 +300,7 @@ fn map_rpc(
         Code::Canceled => (ErrorKind::Timeout(Deadline::Request), may_have_run),
         Code::Unknown | Code::Internal | Code::DataLoss => (
             ErrorKind::Internal,
-            if ctx.stage.is_exec() {
+            if ctx.exec {
                 Retry::Unsafe
             } else if not_run {
                 Retry::Never
@@ -369,12 +349,12 @@ mod tests {
     }
 
     fn exec_ctx(stage: Stage) -> Ctx {
-        Ctx::new("exec", stage)
+        Ctx::exec("exec", stage)
     }
 
     #[test]
     fn the_four_timeouts_are_told_apart() {
-        let mut ctx = exec_ctx(Stage::ExecRunning);
+        let mut ctx = exec_ctx(Stage::After);
         ctx.deadline = Some(Deadline::Command);
         let e = map(
             rpc(Code::DeadlineExceeded, "context deadline exceeded", true),
@@ -388,20 +368,20 @@ mod tests {
         // The same code without a deadline of ours: someone else's.
         let e = map(
             rpc(Code::DeadlineExceeded, "context deadline exceeded", true),
-            &exec_ctx(Stage::ExecRunning),
+            &exec_ctx(Stage::After),
         );
         assert_eq!(e.kind(), ErrorKind::Timeout(Deadline::Unknown));
 
         let e = map(
             rpc(Code::Canceled, "canceled", true),
-            &exec_ctx(Stage::ExecRunning),
+            &exec_ctx(Stage::After),
         );
         assert_eq!(
             (e.kind(), e.retry()),
             (ErrorKind::Timeout(Deadline::Request), Retry::Unsafe)
         );
 
-        let mut ctx = exec_ctx(Stage::ExecRunning);
+        let mut ctx = exec_ctx(Stage::After);
         ctx.lifetime_over = true;
         let e = map(http(502, "The sandbox was not found", None), &ctx);
         assert_eq!(
@@ -409,10 +389,7 @@ mod tests {
             (ErrorKind::Timeout(Deadline::SandboxLifetime), Retry::Never)
         );
 
-        let e = map(
-            http(504, "Gateway Timeout", None),
-            &exec_ctx(Stage::ExecSubmit),
-        );
+        let e = map(http(504, "Gateway Timeout", None), &exec_ctx(Stage::Submit));
         assert_eq!(
             (e.kind(), e.retry()),
             (ErrorKind::Timeout(Deadline::Unknown), Retry::Unsafe)
@@ -425,12 +402,12 @@ mod tests {
             http(502, "The sandbox was not found", None),
             rpc(Code::Unavailable, "sbx: The sandbox was not found", false),
         ] {
-            let e = map(call, &exec_ctx(Stage::ExecSubmit));
+            let e = map(call, &exec_ctx(Stage::Submit));
             assert_eq!((e.kind(), e.retry()), (ErrorKind::NotFound, Retry::Never));
             assert!(e.message().contains("not running"), "{e}");
         }
         // A probe that found the sandbox gone turns an ambiguous cut into the same.
-        let mut ctx = exec_ctx(Stage::ExecRunning);
+        let mut ctx = exec_ctx(Stage::After);
         ctx.gone = true;
         let e = map(
             rpc(
@@ -465,7 +442,7 @@ mod tests {
 
     #[test]
     fn http_faults_map_to_the_contract() {
-        let ctx = exec_ctx(Stage::ExecSubmit);
+        let ctx = exec_ctx(Stage::Submit);
         let e = map(http(429, "slow down", Some(3)), &ctx);
         assert_eq!(e.kind(), ErrorKind::RateLimited);
         assert_eq!(
@@ -486,7 +463,7 @@ mod tests {
         );
         let e = map(
             CallError::Protocol("a malformed stream message".into()),
-            &exec_ctx(Stage::ExecRunning),
+            &exec_ctx(Stage::After),
         );
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Protocol, Retry::Unsafe));
     }
@@ -499,14 +476,14 @@ mod tests {
                 "cwd '/home/user/nope' does not exist",
                 true,
             ),
-            &exec_ctx(Stage::ExecSubmit),
+            &exec_ctx(Stage::Submit),
         );
         assert_eq!((e.kind(), e.retry()), (ErrorKind::NotFound, Retry::Never));
         assert_eq!(e.status(), Some(WireStatus::Grpc(3)));
         assert_eq!(e.code(), Some("invalid_argument"));
         let e = map(
             rpc(Code::InvalidArgument, "bad", false),
-            &exec_ctx(Stage::ExecSubmit),
+            &exec_ctx(Stage::Submit),
         );
         assert_eq!(e.kind(), ErrorKind::InvalidCommand);
     }
@@ -531,7 +508,7 @@ mod tests {
             Code::DataLoss,
             Code::Unauthenticated,
         ] {
-            let e = map(rpc(code, "m", true), &exec_ctx(Stage::ExecRunning));
+            let e = map(rpc(code, "m", true), &exec_ctx(Stage::After));
             assert_eq!(e.provider(), "e2b");
             assert_eq!(e.code(), Some(code.as_str()));
             assert_eq!(e.status(), Some(WireStatus::Grpc(code.grpc())));

@@ -22,9 +22,10 @@ use tokio::time::Instant;
 use crate::client::{ControlPlane, Envd, Health, NewSandbox};
 use crate::config::E2bConfig;
 use crate::connect::{CallError, Code, RpcError, ServerStream};
-use crate::error::{self, Ctx, Gone, PROVIDER, Stage};
+use crate::error::{self, Ctx, Gone, PROVIDER};
 use crate::native::{self, Native, Who};
 use crate::wire::{self, ProcessSelector};
+use execseam_adapter_kit::retry::Stage;
 
 /// stdin up to this size goes in one `SendInput`; more goes through `StreamInput` in chunks of
 /// this size.
@@ -99,6 +100,8 @@ impl fmt::Debug for Attach {
 pub(crate) struct Inner {
     pub(crate) config: E2bConfig,
     http: reqwest::Client,
+    /// The control plane's base URL, parsed once.
+    api: reqwest::Url,
     pub(crate) sandbox_id: String,
     pub(crate) envd_version: EnvdVersion,
     pub(crate) envd: Envd,
@@ -114,7 +117,7 @@ impl Inner {
     fn control(&self) -> Result<ControlPlane<'_>, Error> {
         Ok(ControlPlane {
             http: &self.http,
-            base: self.config.api_base()?,
+            base: self.api.clone(),
             config: &self.config,
         })
     }
@@ -131,7 +134,7 @@ impl Inner {
     pub(crate) async fn fail(&self, call: CallError, mut ctx: Ctx) -> Error {
         match error::gone(&call) {
             Gone::Yes => ctx.gone = true,
-            Gone::Maybe if matches!(ctx.stage, Stage::ExecSubmit | Stage::ExecRunning) => {
+            Gone::Maybe if ctx.exec => {
                 ctx.gone = self.envd.health().await == Health::Gone;
             }
             _ => {}
@@ -197,7 +200,7 @@ impl Inner {
                 }
                 Err(e) => {
                     tracing::debug!(provider = PROVIDER, ?target, error = ?e, "kill failed");
-                    return Err(error::map(e, &Ctx::new("kill", Stage::Idempotent)));
+                    return Err(error::map(e, &Ctx::new("kill", Stage::Before)));
                 }
             }
         }
@@ -257,8 +260,8 @@ impl Drop for Inner {
         let http = self.http.clone();
         let config = self.config.clone();
         let id = self.sandbox_id.clone();
+        let base = self.api.clone();
         handle.spawn(async move {
-            let Ok(base) = config.api_base() else { return };
             let cp = ControlPlane {
                 http: &http,
                 base,
@@ -306,7 +309,7 @@ impl E2bExec {
         }
         .create(new)
         .await
-        .map_err(|e| error::map(e, &Ctx::new("create", Stage::NonIdempotent)))?;
+        .map_err(|e| error::map(e, &Ctx::new("create", Stage::Submit)))?;
         let end = Instant::now() + new.timeout;
         E2bExec::build(config, http, sandbox, Ownership::created(), Some(end))
     }
@@ -326,7 +329,7 @@ impl E2bExec {
         }
         .connect(sandbox_id)
         .await
-        .map_err(|e| error::map(e, &Ctx::new("connect", Stage::Idempotent)))?;
+        .map_err(|e| error::map(e, &Ctx::new("connect", Stage::Before)))?;
         let end = Instant::now() + config.sandbox_timeout;
         E2bExec::build(config, http, sandbox, Ownership::connected(), Some(end))
     }
@@ -407,6 +410,7 @@ impl E2bExec {
         };
         Ok(E2bExec {
             inner: Arc::new(Inner {
+                api: config.api_base()?,
                 sandbox_id: sandbox.sandbox_id,
                 envd_version: version,
                 envd,
@@ -437,7 +441,7 @@ impl E2bExec {
             .control()?
             .kill(&self.inner.sandbox_id)
             .await
-            .map_err(|e| error::map(e, &Ctx::new("destroy", Stage::Idempotent)))?;
+            .map_err(|e| error::map(e, &Ctx::new("destroy", Stage::Before)))?;
         self.inner.ownership.mark_destroyed();
         Ok(r)
     }
@@ -448,7 +452,7 @@ impl E2bExec {
             .control()?
             .set_timeout(&self.inner.sandbox_id, timeout)
             .await
-            .map_err(|e| error::map(e, &Ctx::new("set_timeout", Stage::Idempotent)))?;
+            .map_err(|e| error::map(e, &Ctx::new("set_timeout", Stage::Before)))?;
         *self.inner.end_at.lock().expect("end_at") = Some(Instant::now() + timeout);
         Ok(())
     }
@@ -460,7 +464,7 @@ impl E2bExec {
             Ok(b) => Ok(b),
             Err(e) => Err(self
                 .inner
-                .fail(e, Ctx::new("read_file", Stage::Idempotent))
+                .fail(e, Ctx::new("read_file", Stage::Before))
                 .await),
         }
     }
@@ -472,7 +476,7 @@ impl E2bExec {
             Ok(_) => Ok(()),
             Err(e) => Err(self
                 .inner
-                .fail(e, Ctx::new("write_file", Stage::Idempotent))
+                .fail(e, Ctx::new("write_file", Stage::Before))
                 .await),
         }
     }
@@ -484,7 +488,7 @@ impl E2bExec {
             Ok(v) => Ok(v),
             Err(e) => Err(self
                 .inner
-                .fail(e, Ctx::new("list_dir", Stage::Idempotent))
+                .fail(e, Ctx::new("list_dir", Stage::Before))
                 .await),
         }
     }
@@ -493,10 +497,7 @@ impl E2bExec {
     pub async fn stat(&self, path: &str) -> Result<wire::EntryInfo, Error> {
         match self.inner.envd.stat(path).await {
             Ok(v) => Ok(v),
-            Err(e) => Err(self
-                .inner
-                .fail(e, Ctx::new("stat", Stage::Idempotent))
-                .await),
+            Err(e) => Err(self.inner.fail(e, Ctx::new("stat", Stage::Before)).await),
         }
     }
 
@@ -520,10 +521,7 @@ impl E2bExec {
                 }
                 Ok(n)
             }
-            Err(e) => Err(self
-                .inner
-                .fail(e, Ctx::new("exec", Stage::Idempotent))
-                .await),
+            Err(e) => Err(self.inner.fail(e, Ctx::new("exec", Stage::Before)).await),
         }
     }
 
@@ -561,7 +559,7 @@ impl E2bExec {
             stdin: !stdin.is_empty(),
         };
         let deadline = inner.config.command_timeout;
-        let mut ctx = Ctx::new("exec", Stage::ExecSubmit);
+        let mut ctx = Ctx::exec("exec", Stage::Submit);
         ctx.deadline = deadline.map(|_| Deadline::Command);
         tracing::debug!(provider = PROVIDER, sandbox = %inner.sandbox_id, tool = %cmd.tool(), program = %cmd.program(), argc = cmd.argv().len(), "exec");
 
@@ -616,7 +614,7 @@ impl E2bExec {
             }
         };
         guard.aim(ProcessSelector::Pid(pid));
-        ctx.stage = Stage::ExecRunning;
+        ctx.stage = Stage::After;
         let stdin_task = (!stdin.is_empty()).then(|| {
             let inner = self.inner.clone();
             tokio::spawn(async move { feed_stdin(inner, pid, stdin).await })
@@ -642,15 +640,7 @@ impl E2bExec {
 }
 
 pub(crate) fn new_http(config: &E2bConfig) -> Result<reqwest::Client, Error> {
-    crate::client::http_client(config).map_err(|e| {
-        Error::new(
-            ErrorKind::Internal,
-            format!("cannot build the HTTP client: {e}"),
-        )
-        .with_provider(PROVIDER)
-        .with_operation("config")
-        .with_source(e)
-    })
+    crate::client::http_client(config)
 }
 
 /// True for a name a POSIX shell keeps in the environment it passes on.
@@ -721,17 +711,13 @@ async fn feed_stdin(inner: Arc<Inner>, pid: u32, data: Bytes) -> Result<(), Erro
         Ok(()) => {}
         Err(e) if stdin_gone(&e) => return Ok(()),
         Err(e) => {
-            return Err(inner
-                .fail(e, Ctx::new("send_stdin", Stage::NonIdempotent))
-                .await);
+            return Err(inner.fail(e, Ctx::new("send_stdin", Stage::Submit)).await);
         }
     }
     match inner.envd.close_stdin(ProcessSelector::Pid(pid)).await {
         Ok(()) => Ok(()),
         Err(e) if stdin_gone(&e) => Ok(()),
-        Err(e) => Err(inner
-            .fail(e, Ctx::new("close_stdin", Stage::Idempotent))
-            .await),
+        Err(e) => Err(inner.fail(e, Ctx::new("close_stdin", Stage::Before)).await),
     }
 }
 

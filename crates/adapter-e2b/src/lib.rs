@@ -75,7 +75,7 @@ mod exec;
 mod native;
 mod provider;
 mod reattach;
-pub mod wire;
+mod wire;
 
 pub use config::{ApiRoutes, E2bConfig, ENVD_PORT, SHARED_HOST_DOMAINS};
 pub use connect::{Code, RpcError};
@@ -113,7 +113,7 @@ impl Adapter for E2b {
     type Provider = E2bProvider;
 
     fn config(vars: &Vars<'_>) -> Result<E2bConfig, Error> {
-        E2bConfig::from_vars(|k| vars.get(k))
+        E2bConfig::from_vars(vars)
     }
 
     fn provider(config: E2bConfig) -> Result<E2bProvider, Error> {

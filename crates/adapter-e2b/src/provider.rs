@@ -5,11 +5,14 @@ use execseam_core::{
     SandboxInfo, SandboxSpec, SandboxState,
 };
 
+use reqwest::Url;
+
 use crate::client::{ControlPlane, NewSandbox};
 use crate::config::E2bConfig;
-use crate::error::{self, Ctx, Stage};
+use crate::error::{self, Ctx};
 use crate::exec::{Attach, E2bExec, EnvdVersion, new_http};
 use crate::{LIFECYCLE, PROVIDER};
+use execseam_adapter_kit::retry::Stage;
 
 /// Creates, connects to, lists and destroys E2B sandboxes. Built without I/O; cheap to clone
 /// (one connection pool).
@@ -24,6 +27,8 @@ use crate::{LIFECYCLE, PROVIDER};
 pub struct E2bProvider {
     config: E2bConfig,
     http: reqwest::Client,
+    /// The control plane's base URL, parsed once.
+    api: Url,
 }
 
 impl E2bProvider {
@@ -32,7 +37,8 @@ impl E2bProvider {
     pub fn new(config: E2bConfig) -> Result<E2bProvider, Error> {
         config.validate()?;
         let http = new_http(&config)?;
-        Ok(E2bProvider { config, http })
+        let api = config.api_base()?;
+        Ok(E2bProvider { config, http, api })
     }
 
     /// [`E2bConfig::from_env`], then [`new`](Self::new).
@@ -48,7 +54,7 @@ impl E2bProvider {
     fn control(&self) -> Result<ControlPlane<'_>, Error> {
         Ok(ControlPlane {
             http: &self.http,
-            base: self.config.api_base()?,
+            base: self.api.clone(),
             config: &self.config,
         })
     }
@@ -102,7 +108,7 @@ impl E2bProvider {
             .control()?
             .list(filter.labels())
             .await
-            .map_err(|e| error::map(e, &Ctx::new("list", Stage::Idempotent)))?;
+            .map_err(|e| error::map(e, &Ctx::new("list", Stage::Before)))?;
         Ok(listed
             .into_iter()
             .map(|s| {

@@ -41,9 +41,10 @@ use execseam_core::{
 use futures_util::StreamExt as _;
 
 use crate::connect::{CallError, Code, RpcError};
-use crate::error::{Ctx, PROVIDER, Stage};
+use crate::error::{Ctx, PROVIDER};
 use crate::exec::{E2bExec, deliverable};
 use crate::wire::{self, ProcessSelector};
+use execseam_adapter_kit::retry::Stage;
 
 /// Where the spools live in the sandbox (world-writable on every template).
 pub(crate) const SPOOL_ROOT: &str = "/tmp/execseam-reattach";
@@ -149,7 +150,7 @@ impl E2bExec {
             stdin: false,
         };
         tracing::debug!(provider = PROVIDER, sandbox = %inner.sandbox_id, tool = %cmd.tool(), program = %cmd.program(), "start detached");
-        let ctx = Ctx::new("start", Stage::ExecSubmit);
+        let ctx = Ctx::exec("start", Stage::Submit);
         let mut stream = match inner.envd.start(&req, None).await {
             Ok(s) => s,
             Err(e) => return Err(inner.fail(e, ctx).await),
@@ -168,7 +169,7 @@ impl E2bExec {
     async fn attach_detached(&self, handle: &ProcessHandle) -> Result<EventStream, Error> {
         let tag = tag_of(handle)?.to_owned();
         let inner = self.inner.clone();
-        let ctx = Ctx::new("attach", Stage::Idempotent);
+        let ctx = Ctx::new("attach", Stage::Before);
         let live = match inner
             .envd
             .connect_process(ProcessSelector::Tag(tag.clone()))
@@ -224,10 +225,7 @@ impl E2bExec {
                         }
                         Ok(None) => break,
                         Err(e) => {
-                            return Err(me
-                                .inner
-                                .fail(e, Ctx::new("attach", Stage::ExecRunning))
-                                .await);
+                            return Err(me.inner.fail(e, Ctx::exec("attach", Stage::After)).await);
                         }
                     }
                 }

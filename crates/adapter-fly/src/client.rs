@@ -7,12 +7,13 @@ use bytes::Bytes;
 use execseam_core::{Error, ErrorKind};
 use reqwest::{Method, RequestBuilder};
 
+use execseam_adapter_kit::http::{self, ClientOptions, Refusal};
+use execseam_adapter_kit::retry::Call;
+
 use crate::config::FlyConfig;
-use crate::error::{Op, error, from_status, from_transport};
+use crate::error::{EXEC, control, from_status};
 use crate::wire::{Machine, MachineExecRequest, WaitResponse};
 
-/// The most of an error answer read.
-const MAX_ERROR_BODY: usize = 64 << 10;
 /// The most of a machine or lease answer read.
 const MAX_JSON_BODY: usize = 4 << 20;
 
@@ -33,19 +34,7 @@ fn segment(s: &str) -> String {
 
 impl Client {
     pub(crate) fn new(config: Arc<FlyConfig>) -> Result<Client, Error> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .retry(reqwest::retry::never())
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| {
-                error(
-                    ErrorKind::Internal,
-                    Op::Control("connect"),
-                    format!("cannot build the HTTP client: {e}"),
-                )
-            })?;
+        let http = http::client(crate::PROVIDER, ClientOptions::new(config.connect_timeout))?;
         Ok(Client {
             http,
             config,
@@ -97,74 +86,60 @@ impl Client {
         r
     }
 
-    /// Sends a request and returns the status, headers and body of a 2xx answer; anything else
-    /// is mapped to an error.
-    async fn send(&self, req: RequestBuilder, op: Op) -> Result<Bytes, Error> {
-        let mut resp = req.send().await.map_err(|e| from_transport(e, op))?;
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let ok = (200..300).contains(&status);
-        // Bounded: an exec answer holds at most max_output per stream, JSON-escaped (up to six
-        // bytes per byte); anything else is small.
-        let limit = match (ok, op) {
-            (false, _) => MAX_ERROR_BODY,
-            (true, Op::Exec) => self.config.max_answer_bytes,
-            (true, _) => MAX_JSON_BODY.min(self.config.max_answer_bytes),
-        };
-        let mut body = bytes::BytesMut::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| from_transport(e, op))? {
-            if body.len() + chunk.len() > limit {
-                if !ok {
-                    // Enough to quote.
-                    break;
-                }
-                return Err(error(
-                    ErrorKind::OutputLimit,
-                    op,
-                    format!(
-                        "the answer exceeds the {limit}-byte limit (FlyConfig::max_answer_bytes)"
-                    ),
-                )
-                .with_retry(if op == Op::Exec {
-                    execseam_core::Retry::Unsafe
-                } else {
-                    execseam_core::Retry::Never
-                }));
-            }
-            body.extend_from_slice(&chunk);
+    /// Sends a request that must be answered within `timeout` (body included) and returns the
+    /// body of a 2xx answer, bounded: an exec answer holds at most max_output per stream,
+    /// JSON-escaped (up to six bytes per byte); anything else is small. Any other answer is
+    /// mapped to an error.
+    async fn send(
+        &self,
+        req: RequestBuilder,
+        call: Call,
+        timeout: Duration,
+    ) -> Result<Bytes, Error> {
+        let resp = req
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| http::transport_error(call, e))?;
+        if !resp.status().is_success() {
+            let r = Refusal::read(resp, timeout).await;
+            return Err(from_status(r.status, &r.headers, &r.body, call));
         }
-        let body = body.freeze();
-        if ok {
-            Ok(body)
+        let limit = if call == EXEC {
+            self.config.max_answer_bytes
         } else {
-            Err(from_status(status, &headers, &body, op))
-        }
+            MAX_JSON_BODY.min(self.config.max_answer_bytes)
+        };
+        http::read_body(resp, limit, timeout)
+            .await
+            .map_err(|e| e.into_error(call))
     }
 
     /// `POST …/exec`: the raw body of the 200 answer.
     pub(crate) async fn exec(&self, body: &MachineExecRequest) -> Result<Bytes, Error> {
         let json = serde_json::to_vec(body).map_err(|e| {
-            error(
+            EXEC.error(
                 ErrorKind::InvalidCommand,
-                Op::Exec,
                 format!("cannot encode the request: {e}"),
             )
         })?;
         let req = self
             .request(Method::POST, "/exec")
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .timeout(self.config.exec_timeout + self.config.request_slack)
             .body(json);
-        self.send(req, Op::Exec).await
+        self.send(
+            req,
+            EXEC,
+            self.config.exec_timeout + self.config.request_slack,
+        )
+        .await
     }
 
     /// `GET …/{id}`.
     pub(crate) async fn machine(&self) -> Result<Machine, Error> {
-        let op = Op::Control("get_machine");
-        let req = self
-            .request(Method::GET, "")
-            .timeout(Duration::from_secs(30));
-        let body = self.send(req, op).await?;
+        let call = control("get_machine");
+        let req = self.request(Method::GET, "");
+        let body = self.send(req, call, Duration::from_secs(30)).await?;
         serde_json::from_slice(&body).map_err(|e| {
             Error::protocol(format!("the machine is not valid JSON: {e}"))
                 .with_provider(crate::PROVIDER)
@@ -177,56 +152,50 @@ impl Client {
         &self,
         body: &crate::wire::CreateMachine,
     ) -> Result<Machine, Error> {
-        let op = Op::Control("create");
-        let json = serde_json::to_vec(body).map_err(|e| {
-            error(
-                ErrorKind::InvalidConfig,
-                op,
-                format!("cannot encode the request: {e}"),
-            )
-        })?;
+        let call = control("create");
+        let json = serde_json::to_vec(body)
+            .map_err(|e| call.invalid_config(format!("cannot encode the request: {e}")))?;
         let req = self
             .request_to(Method::POST, self.app_url())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .timeout(Duration::from_secs(60))
             .body(json);
-        let body = self.send(req, op).await?;
+        let body = self.send(req, call, Duration::from_secs(60)).await?;
         parse(&body, "create")
     }
 
     /// `GET /v1/apps/{app}/machines`.
     pub(crate) async fn list_machines(&self) -> Result<Vec<Machine>, Error> {
-        let req = self
-            .request_to(Method::GET, self.app_url())
-            .timeout(Duration::from_secs(30));
-        let body = self.send(req, Op::Control("list")).await?;
+        let req = self.request_to(Method::GET, self.app_url());
+        let body = self
+            .send(req, control("list"), Duration::from_secs(30))
+            .await?;
         parse(&body, "list")
     }
 
     /// `DELETE …/{id}?kill=true` (fly-go's `Destroy` with `Kill`): stops and destroys.
     pub(crate) async fn destroy(&self) -> Result<(), Error> {
-        let req = self
-            .request(Method::DELETE, "?kill=true")
-            .timeout(Duration::from_secs(60));
-        self.send(req, Op::Control("destroy")).await.map(drop)
+        let req = self.request(Method::DELETE, "?kill=true");
+        self.send(req, control("destroy"), Duration::from_secs(60))
+            .await
+            .map(drop)
     }
 
     /// `POST …/start`.
     pub(crate) async fn start(&self) -> Result<(), Error> {
-        let req = self
-            .request(Method::POST, "/start")
-            .timeout(Duration::from_secs(60));
-        self.send(req, Op::Control("start")).await.map(drop)
+        let req = self.request(Method::POST, "/start");
+        self.send(req, control("start"), Duration::from_secs(60))
+            .await
+            .map(drop)
     }
 
     /// `GET …/wait?state=started&timeout=N`: true once started, false on the API's 408 (call again).
     pub(crate) async fn wait_started(&self, timeout_secs: u64) -> Result<bool, Error> {
         let secs = timeout_secs.clamp(1, 60);
-        let op = Op::Control("wait");
-        let req = self
-            .request(Method::GET, &format!("/wait?state=started&timeout={secs}"))
-            .timeout(Duration::from_secs(secs + 15));
-        match self.send(req, op).await {
+        let req = self.request(Method::GET, &format!("/wait?state=started&timeout={secs}"));
+        match self
+            .send(req, control("wait"), Duration::from_secs(secs + 15))
+            .await
+        {
             Ok(body) => {
                 let w: WaitResponse = serde_json::from_slice(&body).map_err(|e| {
                     Error::protocol(format!("the wait answer is not valid JSON: {e}"))

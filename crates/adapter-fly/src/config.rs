@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::vars::{self, Vars};
 use execseam_core::Error;
 use secrecy::{ExposeSecret, SecretString};
 
@@ -84,10 +86,10 @@ impl FlyConfig {
 
     /// Reads the variables in [`VARS`](crate::VARS) from this process's environment.
     pub fn from_env() -> Result<FlyConfig, Error> {
-        FlyConfig::from_vars(|k| std::env::var(k).ok())
+        crate::Fly::config_from(&vars::env)
     }
 
-    /// Reads the configuration as `vars` gives it (unset or empty keeps the default):
+    /// Reads the configuration from `vars` (unset or empty keeps the default):
     ///
     /// - `FLY_API_TOKEN` (required): the token;
     /// - `FLY_APP_NAME` (required): the app;
@@ -98,25 +100,21 @@ impl FlyConfig {
     ///   machines when the spec names none.
     ///
     /// A missing or malformed setting is [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
-    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<FlyConfig, Error> {
-        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
-        let token = var("FLY_API_TOKEN").ok_or_else(|| config_error("FLY_API_TOKEN is not set"))?;
-        let app = var("FLY_APP_NAME").ok_or_else(|| config_error("FLY_APP_NAME is not set"))?;
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<FlyConfig, Error> {
+        let token = vars.required("FLY_API_TOKEN", "")?;
+        let app = vars.required("FLY_APP_NAME", "")?;
         let mut c = FlyConfig::new(app, token);
-        if let Some(url) = var("FLY_FLAPS_BASE_URL") {
+        if let Some(url) = vars.text("FLY_FLAPS_BASE_URL") {
             c = c.base_url(url);
         }
-        if let Some(t) = var("FLY_EXEC_TIMEOUT") {
-            let secs: u64 = t.parse().map_err(|_| {
-                config_error(format!("FLY_EXEC_TIMEOUT={t:?} is not a number of seconds"))
-            })?;
-            c = c.exec_timeout(Duration::from_secs(secs));
+        if let Some(t) = vars.seconds("FLY_EXEC_TIMEOUT")? {
+            c = c.exec_timeout(t);
         }
-        if let Some(container) = var("FLY_EXEC_CONTAINER") {
+        if let Some(container) = vars.text("FLY_EXEC_CONTAINER") {
             c = c.container(container);
         }
-        c.image = var("EXECSEAM_FLY_IMAGE");
-        c.region = var("EXECSEAM_FLY_REGION");
+        c.image = vars.text("EXECSEAM_FLY_IMAGE");
+        c.region = vars.text("EXECSEAM_FLY_REGION");
         c.validate()?;
         Ok(c)
     }
@@ -124,19 +122,22 @@ impl FlyConfig {
     /// Checks what can be wrong before any I/O.
     pub(crate) fn validate(&self) -> Result<(), Error> {
         if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
-            return Err(config_error(format!(
-                "the Machines API URL {:?} is not http(s)",
-                self.base_url
-            )));
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("the Machines API URL {:?} is not http(s)", self.base_url),
+            ));
         }
         if self.app.is_empty() {
-            return Err(config_error("the app name is empty"));
+            return Err(vars::config_error(PROVIDER, "the app name is empty"));
         }
         if self.token.expose_secret().trim().is_empty() {
-            return Err(config_error("the API token is empty"));
+            return Err(vars::config_error(PROVIDER, "the API token is empty"));
         }
         if !self.temp_dir.starts_with('/') {
-            return Err(config_error("the temp dir must be absolute"));
+            return Err(vars::config_error(
+                PROVIDER,
+                "the temp dir must be absolute",
+            ));
         }
         Ok(())
     }
@@ -272,10 +273,6 @@ pub(crate) fn authorization(raw: &str) -> String {
     } else {
         format!("FlyV1 {}", macaroons.join(","))
     }
-}
-
-fn config_error(message: impl Into<String>) -> Error {
-    Error::invalid_config(message).with_provider(PROVIDER)
 }
 
 #[cfg(test)]

@@ -1,9 +1,7 @@
 //! Machines API failures → `ErrorKind` + `Retry`.
 
-use execseam_adapter_kit::retry::{self, Effect, NoAnswer, Sent};
-use execseam_adapter_kit::text;
-use std::time::Duration;
-
+use execseam_adapter_kit::http;
+use execseam_adapter_kit::retry::{Call, Sent, Stage};
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 use reqwest::header::HeaderMap;
 
@@ -13,41 +11,17 @@ use crate::wire::ErrorBody;
 /// The text the API returns when an exec's output is too large (third-party observation, 2026).
 pub(crate) const OUTPUT_LIMIT_TEXT: &str = "exceeds the maximum allowed response size";
 
-/// Whether the failed request could have started a command.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// The exec POST: once sent, the command may have run.
-    Exec,
-    /// Anything else (get, start, wait): nothing runs in the machine.
-    Control(&'static str),
+/// A call of this adapter.
+pub(crate) const fn call(operation: &'static str, stage: Stage) -> Call {
+    Call::new(PROVIDER, operation, stage)
 }
 
-impl Op {
-    fn name(self) -> &'static str {
-        match self {
-            Op::Exec => "exec",
-            Op::Control(n) => n,
-        }
-    }
+/// The exec POST: once sent, the command may have run.
+pub(crate) const EXEC: Call = call("exec", Stage::Submit);
 
-    /// What repeating the request could do.
-    fn effect(self) -> Effect {
-        match self {
-            Op::Exec => Effect::NonIdempotent,
-            Op::Control(_) => Effect::Idempotent,
-        }
-    }
-
-    /// The retry class of a failure after the request was sent.
-    fn sent(self) -> Retry {
-        retry::retry_class(self.effect(), Sent::Maybe)
-    }
-}
-
-pub(crate) fn error(kind: ErrorKind, op: Op, message: impl Into<String>) -> Error {
-    Error::new(kind, message)
-        .with_provider(PROVIDER)
-        .with_operation(op.name())
+/// A control call (get, create, start, wait, destroy): nothing runs in the machine.
+pub(crate) const fn control(operation: &'static str) -> Call {
+    call(operation, Stage::Before)
 }
 
 /// The `<code>: <message>` convention of Machines API errors (`deadline_exceeded: …`,
@@ -59,7 +33,7 @@ fn code_of(text: &str) -> Option<&str> {
 
 /// Maps a non-2xx answer. `body` is the raw body, parsed leniently (`{"error"}`,
 /// `{"status","message"}`, or plain text).
-pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], op: Op) -> Error {
+pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], call: Call) -> Error {
     let parsed: Option<ErrorBody> = serde_json::from_slice(body).ok();
     let text = parsed
         .as_ref()
@@ -91,10 +65,12 @@ pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], op: Op)
             401 => (ErrorKind::Unauthenticated, Retry::Never),
             403 => (ErrorKind::PermissionDenied, Retry::Never),
             404 => (ErrorKind::NotFound, Retry::Never),
-            408 => match op {
+            408 => match call.stage {
                 // The server's own deadline (the exec's `timeout`) fired: the command ran.
-                Op::Exec => (ErrorKind::Timeout(Deadline::Command), Retry::Unsafe),
-                Op::Control(_) => (ErrorKind::Timeout(Deadline::Request), Retry::SAFE),
+                Stage::Submit | Stage::After => {
+                    (ErrorKind::Timeout(Deadline::Command), Retry::Unsafe)
+                }
+                Stage::Before => (ErrorKind::Timeout(Deadline::Request), Retry::SAFE),
             },
             // A lease held by someone else: the request was refused before anything ran.
             409 => (ErrorKind::Conflict, Retry::SAFE),
@@ -103,15 +79,16 @@ pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], op: Op)
             429 => (
                 ErrorKind::RateLimited,
                 Retry::Safe {
-                    after: retry_after(headers),
+                    after: http::retry_after(headers),
                 },
             ),
-            502..=504 => (ErrorKind::Unavailable, op.sent()),
-            500..=599 => (ErrorKind::Internal, op.sent()),
+            502..=504 => (ErrorKind::Unavailable, call.stage.retry(Sent::Maybe)),
+            500..=599 => (ErrorKind::Internal, call.stage.retry(Sent::Maybe)),
             _ => (ErrorKind::InvalidCommand, Retry::Never),
         }
     };
-    let mut e = error(kind, op, message)
+    let mut e = call
+        .error(kind, message)
         .with_retry(retry)
         .with_status(WireStatus::Http(status));
     if let Some(code) = code {
@@ -120,37 +97,14 @@ pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], op: Op)
     e
 }
 
-/// `Retry-After` in seconds (the HTTP-date form is not used by the Machines API).
-pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    retry::parse_retry_after(v, std::time::SystemTime::now())
-}
-
-/// Maps a transport failure. Before the request left (connect), nothing ran; after, an exec may
-/// have run.
-pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
-    // The URL can carry argv and env values (Sprites sends them in the query): never keep it.
-    let e = e.without_url();
-    let (failure, what) = if e.is_connect() {
-        (NoAnswer::Connect, "cannot connect")
-    } else if e.is_timeout() {
-        (NoAnswer::Timeout, "the request timed out")
-    } else if e.is_body() || e.is_decode() {
-        (NoAnswer::Cut, "the response was cut off")
-    } else {
-        (NoAnswer::Other, "the connection failed")
-    };
-    let (kind, retry) = retry::no_answer(failure, op.effect());
-    let message = format!("{what}: {}", text::error_chain(&e));
-    error(kind, op, message).with_retry(retry).with_source(e)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn map(status: u16, body: &str) -> Error {
-        from_status(status, &HeaderMap::new(), body.as_bytes(), Op::Exec)
+        from_status(status, &HeaderMap::new(), body.as_bytes(), EXEC)
     }
 
     #[test]
@@ -260,7 +214,7 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("retry-after", "7".parse().unwrap());
         h.insert("fly-request-id", "01JJ-fra".parse().unwrap());
-        let e = from_status(429, &h, b"{}", Op::Exec);
+        let e = from_status(429, &h, b"{}", EXEC);
         assert_eq!(
             e.retry(),
             Retry::Safe {

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::PROVIDER;
 use crate::client::Client;
 use crate::config::FlyConfig;
-use crate::error::{Op, error};
+use crate::error::{EXEC, control};
 use crate::wire::{ExecResponse, MachineExecRequest};
 
 /// Runs commands on one Fly Machine. See the [crate docs](crate). Cheap to clone.
@@ -23,11 +23,11 @@ pub struct FlyExec {
 
 /// A request ready to send, and whether its output must go through `check_wrapped`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// The JSON body.
-    pub body: MachineExecRequest,
+    pub(crate) body: MachineExecRequest,
     /// The command runs inside the `/bin/sh -c` wrapper.
-    pub wrapped: bool,
+    pub(crate) wrapped: bool,
 }
 
 impl FlyExec {
@@ -69,9 +69,8 @@ impl FlyExec {
                     }
                 }
                 "destroyed" | "destroying" | "replaced" | "migrated" => {
-                    return Err(error(
+                    return Err(control("ensure_started").error(
                         ErrorKind::NotFound,
-                        Op::Control("ensure_started"),
                         format!("machine {} is {}", machine.id, machine.state),
                     ));
                 }
@@ -80,9 +79,8 @@ impl FlyExec {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(error(
+                return Err(control("ensure_started").error(
                     ErrorKind::Timeout(Deadline::Request),
-                    Op::Control("ensure_started"),
                     format!(
                         "machine {} did not reach `started` within {:?} (last state {:?})",
                         self.client.machine_id(),
@@ -96,22 +94,17 @@ impl FlyExec {
             }
         }
     }
-
-    /// Builds the request for `command` without sending it: argv as `command`; workdir and env
-    /// through the `/bin/sh -c` wrapper; text stdin in `stdin`; binary stdin base64-encoded in
-    /// `stdin` and decoded by the wrapper into a temporary file.
-    pub fn prepare(&self, command: &Command) -> Result<Prepared, Error> {
-        prepare(self.config(), command)
-    }
 }
 
+/// Builds the request for `command` without sending it: argv as `command`; workdir and env
+/// through the `/bin/sh -c` wrapper; text stdin in `stdin`; binary stdin base64-encoded in
+/// `stdin` and decoded by the wrapper into a temporary file.
 pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Error> {
     execseam_adapter_kit::size::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
     let len = cmd.stdin().len() as u64;
     if len > config.max_stdin {
-        return Err(error(
+        return Err(EXEC.error(
             ErrorKind::InvalidCommand,
-            Op::Exec,
             format!(
                 "stdin is {len} bytes; this adapter accepts at most {} (FlyConfig::max_stdin)",
                 config.max_stdin
@@ -170,15 +163,16 @@ pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Err
 }
 
 /// Runs argv, then writes [`END_MARK`] and the status to stderr and exits with that status.
-pub const END_SCRIPT: &str = "\"$@\"; s=$?; printf '\\036execseam-end:%s' \"$s\" >&2; exit \"$s\"";
+pub(crate) const END_SCRIPT: &str =
+    "\"$@\"; s=$?; printf '\\036execseam-end:%s' \"$s\" >&2; exit \"$s\"";
 
 /// What [`END_SCRIPT`] writes last on stderr, before the status.
-pub const END_MARK: &[u8] = b"\x1eexecseam-end:";
+pub(crate) const END_MARK: &[u8] = b"\x1eexecseam-end:";
 
 /// Reads a 200 answer to a command prepared here: [`parse_response`], then the end marker is
 /// required (unless a signal ended the command) and removed from stderr. An answer without it
 /// (`{}`, a cut or replaced body) is a protocol error, never an invented exit.
-pub fn parse_marked(body: &[u8], wrapped: bool) -> Result<Output, Error> {
+pub(crate) fn parse_marked(body: &[u8], wrapped: bool) -> Result<Output, Error> {
     let out = parse_response(body, false)?;
     let proto = |m: String| {
         Error::protocol(m)
@@ -220,7 +214,7 @@ pub fn parse_marked(body: &[u8], wrapped: bool) -> Result<Output, Error> {
 /// Reads a 200 answer (`flydv1.ExecResponse`). Zero values are omitted by the API, so a missing
 /// `exit_code` is 0 and missing streams are empty; anything that is not such an object is a
 /// protocol error, never an invented result.
-pub fn parse_response(body: &[u8], wrapped: bool) -> Result<Output, Error> {
+pub(crate) fn parse_response(body: &[u8], wrapped: bool) -> Result<Output, Error> {
     let proto = |m: String| {
         Error::protocol(m)
             .with_provider(PROVIDER)

@@ -46,10 +46,10 @@ mod config;
 mod error;
 mod exec;
 mod provider;
-pub mod wire;
+mod wire;
 
 pub use config::{DEFAULT_BASE_URL, DEFAULT_MAX_ANSWER_BYTES, FlyConfig};
-pub use exec::{FlyExec, Prepared, parse_response};
+pub use exec::FlyExec;
 pub use provider::FlyProvider;
 
 /// The capabilities with the default configuration (see the [crate docs](crate)).
@@ -111,7 +111,7 @@ impl Adapter for Fly {
     type Provider = FlyProvider;
 
     fn config(vars: &Vars<'_>) -> Result<FlyConfig, Error> {
-        FlyConfig::from_vars(|k| vars.get(k))
+        FlyConfig::from_vars(vars)
     }
 
     fn capabilities(config: &FlyConfig) -> Capabilities {
@@ -127,7 +127,7 @@ impl Adapter for Fly {
 /// exec request's argv (128 KiB per string, 1 MiB in all, the rest of `ARG_MAX` left to the
 /// machine's environment); a command with env, a workdir or binary stdin is one `/bin/sh -c`
 /// script in it. The check is on the argv as sent, wrapper and quoting included
-/// (`transport::check_wire`); the raw command's size is only its fast lower bound.
+/// (`size::check_wire`); the raw command's size is only its fast lower bound.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::execve(
         1 << 20,

@@ -9,7 +9,7 @@ use execseam_core::{
 
 use crate::client::Client;
 use crate::config::FlyConfig;
-use crate::error::{Op, error};
+use crate::error::control;
 use crate::exec::FlyExec;
 use crate::wire::{CreateMachine, CreateMachineConfig, Guest};
 use crate::{LIFECYCLE, PROVIDER};
@@ -118,11 +118,7 @@ impl FlyProvider {
     /// A handle on machine `id` without a request (it must be started); not owned.
     pub fn attach(&self, id: &str) -> Result<FlyExec, Error> {
         if id.is_empty() {
-            return Err(error(
-                execseam_core::ErrorKind::InvalidConfig,
-                Op::Control("attach"),
-                "an empty machine id",
-            ));
+            return Err(control("attach").invalid_config("an empty machine id"));
         }
         Ok(FlyExec::new(
             self.client.for_machine(id),

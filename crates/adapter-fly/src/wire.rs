@@ -73,9 +73,6 @@ pub struct Machine {
     /// `created`, `started`, `stopped`, `suspended`, … (see the machine-states docs).
     #[serde(default)]
     pub state: String,
-    /// The current instance.
-    #[serde(default)]
-    pub instance_id: Option<String>,
     /// The configuration (its image and metadata are read by list).
     #[serde(default)]
     pub config: Option<MachineConfigView>,

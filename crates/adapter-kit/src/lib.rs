@@ -3,11 +3,17 @@
 
 mod adapter;
 pub mod degrade;
+#[cfg(feature = "grpc")]
+pub mod grpc;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod id;
 pub mod retry;
 pub mod size;
 pub mod text;
 pub mod vars;
+#[cfg(feature = "ws")]
+pub mod ws;
 
 pub use adapter::Adapter;
 pub use vars::{Var, VarKind, Vars};

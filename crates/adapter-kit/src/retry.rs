@@ -100,6 +100,62 @@ impl From<Effect> for Stage {
     }
 }
 
+/// One call to a provider, as its errors name it: the provider, the operation (`"exec"`,
+/// `"create"`, …) and the [`Stage`] it stands at. Every adapter's "where did it fail" context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Call {
+    /// The provider's name.
+    pub provider: &'static str,
+    /// The operation.
+    pub operation: &'static str,
+    /// Where it stands.
+    pub stage: Stage,
+}
+
+impl Call {
+    /// `operation` of `provider` at `stage`.
+    pub const fn new(provider: &'static str, operation: &'static str, stage: Stage) -> Call {
+        Call {
+            provider,
+            operation,
+            stage,
+        }
+    }
+
+    /// The same call at another stage.
+    #[must_use]
+    pub const fn at(self, stage: Stage) -> Call {
+        Call { stage, ..self }
+    }
+
+    /// An error of this call, with [`Retry::Never`] (set the class with `with_retry`).
+    pub fn error(&self, kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error::new(kind, message)
+            .with_provider(self.provider)
+            .with_operation(self.operation)
+    }
+
+    /// A malformed or truncated answer to this call: [`ErrorKind::Protocol`], `Unsafe` as
+    /// [`Error::protocol`] (a malformed answer says nothing about what ran; an adapter whose
+    /// provider proves otherwise sets the class).
+    pub fn protocol(&self, message: impl Into<String>) -> Error {
+        Error::protocol(message)
+            .with_provider(self.provider)
+            .with_operation(self.operation)
+    }
+
+    /// This call got no answer: [`no_answer`]'s kind and class, and `message`.
+    pub fn no_answer(&self, what: NoAnswer, message: impl Into<String>) -> Error {
+        let (kind, retry) = no_answer(what, self.stage);
+        self.error(kind, message).with_retry(retry)
+    }
+
+    /// This call's configuration was wrong: [`ErrorKind::InvalidConfig`].
+    pub fn invalid_config(&self, message: impl Into<String>) -> Error {
+        self.error(ErrorKind::InvalidConfig, message)
+    }
+}
+
 /// The retry class of a failure, from [`Effect`] and [`Sent`] (see the [module docs](self)).
 pub fn retry_class(effect: Effect, sent: Sent) -> Retry {
     match (sent, effect) {
@@ -482,6 +538,19 @@ mod tests {
             within_cap(Duration::from_secs(86_400), MAX_RETRY_AFTER),
             None
         );
+    }
+
+    #[test]
+    fn calls_name_their_errors() {
+        let call = Call::new("p", "exec", Stage::Submit);
+        let e = call.protocol("cut");
+        assert_eq!(
+            (e.provider(), e.operation(), e.kind(), e.retry()),
+            ("p", "exec", ErrorKind::Protocol, Retry::Unsafe)
+        );
+        assert_eq!(call.at(Stage::Before).protocol("x").retry(), Retry::Unsafe);
+        let e = call.no_answer(NoAnswer::Connect, "refused");
+        assert_eq!((e.kind(), e.retry()), (ErrorKind::Unavailable, Retry::SAFE));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! # Details
 //!
-//! execseam's embedded default adapter: runs each [`Command`] on this host with `tokio::process`.
+//! execseam's embedded default adapter: runs each [`Command`] on this host with `tokio::process`
+//! (through `execseam-spawn`, the process runner it shares with the emulators' sandboxes).
 //!
 //! - **argv** is passed to `execve` exactly; there is no shell.
 //! - **workdir** must exist: a missing one is `Err(NotFound)`, before anything is spawned.
@@ -29,8 +30,6 @@
 //!   started by the [`Spawner`] (inside the sandbox's namespaces, as its user), which also checks
 //!   and enters the workdir; everything else (pipes, process group, kills, exit) is as above.
 #![warn(missing_docs)]
-// Killing a process group needs libc::kill; it is the only unsafe code in the crate.
-#![allow(unsafe_code)]
 
 mod config;
 mod error;
@@ -39,27 +38,17 @@ mod provider;
 
 use execseam_adapter_kit::{Adapter, Var, Vars};
 use execseam_core::{
-    Capabilities, Delivery, Error, ExposeSupport, ForkSupport, Kept, LifecycleCapabilities,
-    PortAuth, PortsWhen, Scope, SnapshotSupport, SourceAfter, SpecSupport, StateCapabilities,
+    Capabilities, Error, ExposeSupport, ForkSupport, Kept, LifecycleCapabilities, PortAuth,
+    PortsWhen, Scope, SnapshotSupport, SourceAfter, SpecSupport, StateCapabilities,
 };
 
 pub use config::LocalConfig;
-pub use exec::{LocalExec, SpawnError, Spawner, restore_default_signals};
+pub use exec::LocalExec;
+pub use execseam_spawn::{LAUNCHER_MARK, SpawnError, Spawner, restore_default_signals, size_limit};
 pub use provider::LocalProvider;
 
 /// What this adapter does without a launcher (with one, the workdir is shell-wrapped).
-pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
-    stdin: Delivery::Native,
-    workdir: Delivery::Native,
-    env: Delivery::Native,
-    streaming: true,
-    remote_kill: true,
-    binary_output: true,
-    max_stdin: None,
-    max_output: None,
-    native_tools: &[],
-};
+pub const CAPABILITIES: Capabilities = execseam_spawn::CAPABILITIES;
 
 /// Local sandboxes are directories (see [`LocalProvider`]): every operation, with env and labels.
 /// A snapshot is a copy of the sandbox's working directory (not frozen: commands that write
@@ -122,7 +111,7 @@ impl Adapter for Local {
     type Provider = LocalProvider;
 
     fn config(vars: &Vars<'_>) -> Result<LocalConfig, Error> {
-        LocalConfig::from_vars(|k| vars.get(k))
+        LocalConfig::from_vars(vars)
     }
 
     fn capabilities(config: &LocalConfig) -> Capabilities {
@@ -136,22 +125,3 @@ impl Adapter for Local {
 
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "local";
-
-/// The largest command (argv and env) this host's `execve` takes, checked before anything is
-/// spawned: 128 KiB per string, and the kernel's `ARG_MAX` (`sysconf(_SC_ARG_MAX)`, a quarter
-/// of the stack limit) less 64 KiB for the inherited variables (`PATH`, `HOME`, …).
-pub fn size_limit() -> execseam_adapter_kit::size::SizeLimit {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let arg_max = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
-    let arg_max = usize::try_from(arg_max).unwrap_or(2 << 20);
-    execseam_adapter_kit::size::SizeLimit::execve(
-        arg_max.saturating_sub(64 << 10),
-        "this host's execve: 128 KiB per string, ARG_MAX less 64 KiB in all",
-    )
-}
-
-/// The marker of the launcher's own wrapper failures (a missing workdir, a failed set-up step of
-/// the launcher). It differs from [`execseam_adapter_kit::degrade::WRAPPER_MARK`] so that a command which
-/// an adapter wrapped itself, and whose wrapper failed, reaches the caller as that command's
-/// output.
-pub const LAUNCHER_MARK: &str = "execseam-launcher: ";

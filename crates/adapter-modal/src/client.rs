@@ -335,7 +335,7 @@ impl Control {
             match timed(self.config.request_timeout, call(self.client.clone(), req)).await {
                 Ok(r) => return Ok(r),
                 Err(s) if attempt + 1 < ATTEMPTS && crate::error::transient(&s) => {
-                    let wait = crate::error::retry_after(&s).unwrap_or(delay);
+                    let wait = crate::error::requested_delay(&s).unwrap_or(delay);
                     tracing::debug!(provider = "modal", code = ?s.code(), attempt, "create call failed; retrying with the same idempotency key");
                     tokio::time::sleep(wait).await;
                     delay = (delay * 2).min(Duration::from_secs(1));

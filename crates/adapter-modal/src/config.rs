@@ -2,6 +2,8 @@
 //! sandboxes. Plain setters; everything is checked by [`ModalProvider::new`](crate::ModalProvider::new)
 //! before any I/O.
 
+use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::vars::{self, Vars};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -76,10 +78,6 @@ impl fmt::Debug for ModalConfig {
     }
 }
 
-pub(crate) fn config_error(message: impl Into<String>) -> Error {
-    Error::invalid_config(message).with_provider(PROVIDER)
-}
-
 /// `http(s)://host[:port]`, without a path.
 fn check_url(what: &str, raw: &str) -> Result<(), Error> {
     let rest = raw
@@ -87,9 +85,10 @@ fn check_url(what: &str, raw: &str) -> Result<(), Error> {
         .or_else(|| raw.strip_prefix("http://"));
     match rest {
         Some(r) if !r.is_empty() && !r.contains(['/', ' ', '\t', '\n']) => Ok(()),
-        _ => Err(config_error(format!(
-            "{what} {raw:?} is not http(s)://host[:port]"
-        ))),
+        _ => Err(vars::config_error(
+            PROVIDER,
+            format!("{what} {raw:?} is not http(s)://host[:port]"),
+        )),
     }
 }
 
@@ -124,9 +123,9 @@ impl ModalConfig {
         }
     }
 
-    /// [`from_vars`](Self::from_vars) over the process environment.
+    /// the variables in [`VARS`](crate::VARS) over the process environment.
     pub fn from_env() -> Result<ModalConfig, Error> {
-        ModalConfig::from_vars(|k| std::env::var(k).ok())
+        crate::Modal::config_from(&vars::env)
     }
 
     /// Reads the variables in [`VARS`](crate::VARS) as `vars` gives them (an unset or
@@ -135,14 +134,18 @@ impl ModalConfig {
     /// list), `MODAL_ENVIRONMENT`; and `EXECSEAM_MODAL_APP`, `EXECSEAM_MODAL_IMAGE`,
     /// `EXECSEAM_MODAL_SANDBOX_TIMEOUT` and `EXECSEAM_MODAL_EXEC_TIMEOUT` (seconds). A missing
     /// token or a bad value is [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
-    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<ModalConfig, Error> {
-        let var = |k: &str| vars(k).filter(|v| !v.trim().is_empty());
-        let id = var("MODAL_TOKEN_ID")
-            .ok_or_else(|| config_error("MODAL_TOKEN_ID is not set (`modal token new`)"))?;
-        let secret = var("MODAL_TOKEN_SECRET")
-            .ok_or_else(|| config_error("MODAL_TOKEN_SECRET is not set (`modal token new`)"))?;
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<ModalConfig, Error> {
+        let id = vars.text("MODAL_TOKEN_ID").ok_or_else(|| {
+            vars::config_error(PROVIDER, "MODAL_TOKEN_ID is not set (`modal token new`)")
+        })?;
+        let secret = vars.text("MODAL_TOKEN_SECRET").ok_or_else(|| {
+            vars::config_error(
+                PROVIDER,
+                "MODAL_TOKEN_SECRET is not set (`modal token new`)",
+            )
+        })?;
         let mut c = ModalConfig::new(id, secret);
-        if let Some(url) = var("MODAL_SERVER_URL") {
+        if let Some(url) = vars.text("MODAL_SERVER_URL") {
             let first = url
                 .split(',')
                 .next()
@@ -152,24 +155,18 @@ impl ModalConfig {
             check_url("MODAL_SERVER_URL", first)?;
             c.server_url = first.to_owned();
         }
-        c.environment = var("MODAL_ENVIRONMENT");
-        if let Some(app) = var("EXECSEAM_MODAL_APP") {
+        c.environment = vars.text("MODAL_ENVIRONMENT");
+        if let Some(app) = vars.text("EXECSEAM_MODAL_APP") {
             c.app_name = app;
         }
-        if let Some(image) = var("EXECSEAM_MODAL_IMAGE") {
+        if let Some(image) = vars.text("EXECSEAM_MODAL_IMAGE") {
             c.image = image;
         }
-        let secs = |k: &str, v: String| {
-            v.trim()
-                .parse::<u64>()
-                .map(Duration::from_secs)
-                .map_err(|_| config_error(format!("{k} {v:?} is not a number of seconds")))
-        };
-        if let Some(v) = var("EXECSEAM_MODAL_SANDBOX_TIMEOUT") {
-            c.sandbox_timeout = secs("EXECSEAM_MODAL_SANDBOX_TIMEOUT", v)?;
+        if let Some(t) = vars.seconds("EXECSEAM_MODAL_SANDBOX_TIMEOUT")? {
+            c.sandbox_timeout = t;
         }
-        if let Some(v) = var("EXECSEAM_MODAL_EXEC_TIMEOUT") {
-            c.exec_timeout = Some(secs("EXECSEAM_MODAL_EXEC_TIMEOUT", v)?);
+        if let Some(t) = vars.seconds("EXECSEAM_MODAL_EXEC_TIMEOUT")? {
+            c.exec_timeout = Some(t);
         }
         c.validate()?;
         Ok(c)
@@ -338,12 +335,16 @@ impl ModalConfig {
             ("token secret", self.token_secret.expose_secret()),
         ] {
             if v.is_empty() {
-                return Err(config_error(format!("the Modal {what} is empty")));
+                return Err(vars::config_error(
+                    PROVIDER,
+                    format!("the Modal {what} is empty"),
+                ));
             }
             if !v.bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(config_error(format!(
-                    "the Modal {what} is not printable ASCII without spaces"
-                )));
+                return Err(vars::config_error(
+                    PROVIDER,
+                    format!("the Modal {what} is not printable ASCII without spaces"),
+                ));
             }
         }
         let app_ok = !self.app_name.is_empty()
@@ -353,34 +354,42 @@ impl ModalConfig {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
         if !app_ok {
-            return Err(config_error(format!(
-                "app name {:?}: up to 64 of [A-Za-z0-9-_.]",
-                self.app_name
-            )));
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("app name {:?}: up to 64 of [A-Za-z0-9-_.]", self.app_name),
+            ));
         }
         check_image(&self.image)?;
         check_lifetime("the sandbox timeout", self.sandbox_timeout)?;
         if let Some(d) = &self.workdir
             && !d.starts_with('/')
         {
-            return Err(config_error(format!(
-                "workdir {d:?} must be an absolute path"
-            )));
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("workdir {d:?} must be an absolute path"),
+            ));
         }
         if self
             .idle_timeout
             .is_some_and(|d| d < Duration::from_secs(1))
         {
-            return Err(config_error("the idle timeout must be at least 1 s"));
+            return Err(vars::config_error(
+                PROVIDER,
+                "the idle timeout must be at least 1 s",
+            ));
         }
         if self.exec_timeout.is_some_and(|d| d.is_zero()) {
-            return Err(config_error("the exec timeout must not be zero"));
+            return Err(vars::config_error(
+                PROVIDER,
+                "the exec timeout must not be zero",
+            ));
         }
         for key in self.sandbox_env.keys() {
             if key.is_empty() || key.contains(['=', '\0']) {
-                return Err(config_error(format!(
-                    "sandbox env key {key:?} is not a variable name"
-                )));
+                return Err(vars::config_error(
+                    PROVIDER,
+                    format!("sandbox env key {key:?} is not a variable name"),
+                ));
             }
         }
         Ok(())
@@ -405,18 +414,20 @@ impl ModalConfig {
 /// A registry tag, or an image id (`im-…`).
 pub(crate) fn check_image(image: &str) -> Result<(), Error> {
     if image.is_empty() || image.contains(char::is_whitespace) {
-        return Err(config_error(format!(
-            "image {image:?} is neither a registry tag nor an image id"
-        )));
+        return Err(vars::config_error(
+            PROVIDER,
+            format!("image {image:?} is neither a registry tag nor an image id"),
+        ));
     }
     Ok(())
 }
 
 pub(crate) fn check_lifetime(what: &str, d: Duration) -> Result<(), Error> {
     if d < Duration::from_secs(1) || d > MAX_LIFETIME {
-        return Err(config_error(format!(
-            "{what} must be between 1 s and 24 h, got {d:?}"
-        )));
+        return Err(vars::config_error(
+            PROVIDER,
+            format!("{what} must be between 1 s and 24 h, got {d:?}"),
+        ));
     }
     Ok(())
 }
@@ -437,7 +448,7 @@ mod tests {
 
     #[test]
     fn from_vars_reads_what_the_client_reads() {
-        let c = ModalConfig::from_vars(vars(&[
+        let c = crate::Modal::config_from(&vars(&[
             ("MODAL_TOKEN_ID", "ak-1"),
             ("MODAL_TOKEN_SECRET", "as-1"),
             ("MODAL_SERVER_URL", "http://127.0.0.1:9000/,https://b"),
@@ -447,7 +458,7 @@ mod tests {
         assert_eq!(c.url(), "http://127.0.0.1:9000");
         assert!(c.is_localhost());
         assert_eq!(c.exec_timeout, Some(Duration::from_secs(30)));
-        let c = ModalConfig::from_vars(vars(&[
+        let c = crate::Modal::config_from(&vars(&[
             ("MODAL_TOKEN_ID", "ak-1"),
             ("MODAL_TOKEN_SECRET", "as-1"),
         ]))
@@ -458,7 +469,7 @@ mod tests {
 
     #[test]
     fn bad_configuration_is_invalid_config_before_any_call() {
-        let missing = ModalConfig::from_vars(vars(&[("MODAL_TOKEN_ID", "ak-1")])).unwrap_err();
+        let missing = crate::Modal::config_from(&vars(&[("MODAL_TOKEN_ID", "ak-1")])).unwrap_err();
         assert_eq!(missing.kind(), ErrorKind::InvalidConfig);
         let bad = |c: ModalConfig| c.validate().unwrap_err().kind();
         let ok = || ModalConfig::new("ak-1", "as-1");
@@ -479,7 +490,7 @@ mod tests {
             ErrorKind::InvalidConfig
         );
         assert_eq!(bad(ok().sandbox_env("A=B", "x")), ErrorKind::InvalidConfig);
-        let e = ModalConfig::from_vars(vars(&[
+        let e = crate::Modal::config_from(&vars(&[
             ("MODAL_TOKEN_ID", "ak-1"),
             ("MODAL_TOKEN_SECRET", "as-1"),
             ("EXECSEAM_MODAL_SANDBOX_TIMEOUT", "soon"),

@@ -1,5 +1,5 @@
-//! gRPC statuses and Modal's error details → [`ErrorKind`] + [`Retry`], on the core's
-//! [`transport`] helpers.
+//! gRPC statuses and Modal's error details → [`ErrorKind`] + [`Retry`], on the adapter kit's
+//! `retry` and `grpc` helpers.
 //!
 //! Three things decide the mapping:
 //!
@@ -14,8 +14,8 @@
 //!   retry (the client honours it for any status, `modal/_utils/grpc_utils.py`
 //!   `get_server_retry_policy`; at least 0.1 s, as there). It becomes the `after` of a
 //!   `RESOURCE_EXHAUSTED` (otherwise `Retry::Safe` without a delay).
-//! - **The phase** ([`Phase`]): `TaskExecStart` and the creating calls are
-//!   [`Effect::NonIdempotent`]; lookups, access, list and terminate are idempotent; after
+//! - **The stage** (the kit's [`Stage`]): `TaskExecStart` and the creating calls are
+//!   [`Stage::Submit`]; lookups, access, list and terminate are [`Stage::Before`]; after
 //!   `TaskExecStart` answered every failure is [`Retry::Unsafe`] (the command ran, or runs).
 //!
 //! | status | kind | retry (exec start) |
@@ -38,7 +38,9 @@
 //! | reset, broken HTTP/2 stream | Unavailable | unsafe |
 //! | malformed message, missing trailers | Protocol | unsafe |
 
-use execseam_adapter_kit::retry::{self, Effect, NoAnswer};
+pub use execseam_adapter_kit::grpc::Origin;
+use execseam_adapter_kit::grpc::{self, code_name};
+use execseam_adapter_kit::retry::{self, NoAnswer, Stage};
 use execseam_adapter_kit::text;
 use std::time::Duration;
 
@@ -49,86 +51,16 @@ use tonic::{Code, Status};
 use crate::PROVIDER;
 use crate::wire::api::{RpcRetryPolicy, RpcStatus};
 
-/// Where a [`Status`] came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Origin {
-    /// The connection could not be opened: the request never left.
-    Connect,
-    /// Our own per-call timer fired.
-    Timer,
-    /// The transport failed after the request may have been sent.
-    Transport,
-    /// tonic rejected what came back.
-    Decode,
-    /// Modal sent this status.
-    Peer,
-}
-
-const DECODE_PREFIXES: &[&str] = &[
-    "failed to decode Protobuf message",
-    "protocol error:",
-    "Unexpected EOF decoding stream",
-    "Error, decoded message length too large",
-    "Error decompressing",
-];
-
 /// The message of the status our own timer makes (see `client::timed`).
 pub(crate) const TIMER_MESSAGE: &str = "execseam: no answer within";
 
-/// Classifies a status by its origin.
+/// Where a [`Status`] came from ([`grpc::origin`], with our timer's message).
 pub fn origin(status: &Status) -> Origin {
-    use std::error::Error as _;
-    if let Some(source) = status.source() {
-        // tonic wraps a connect failure in its transport error; the chain's text names it.
-        let chain = text::error_chain(source);
-        let mut connect = false;
-        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(source);
-        while let Some(e) = cur {
-            connect |= e.downcast_ref::<tonic::ConnectError>().is_some();
-            cur = e.source();
-        }
-        return if connect || chain.contains("tcp connect error") {
-            Origin::Connect
-        } else {
-            Origin::Transport
-        };
-    }
-    if status.message().starts_with(TIMER_MESSAGE) {
-        return Origin::Timer;
-    }
-    if DECODE_PREFIXES
-        .iter()
-        .any(|p| status.message().starts_with(p))
-    {
-        return Origin::Decode;
-    }
-    Origin::Peer
-}
-
-/// Which step failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// `TaskExecStart`: the command may not exist yet.
-    Start,
-    /// After `TaskExecStart` answered: the command ran, or runs.
-    Started,
-    /// A control-plane call that creates something.
-    Create,
-    /// A call that runs nothing (lookup, access, list, terminate).
-    Other,
-}
-
-impl Phase {
-    fn effect(self) -> Effect {
-        match self {
-            Phase::Start | Phase::Started | Phase::Create => Effect::NonIdempotent,
-            Phase::Other => Effect::Idempotent,
-        }
-    }
+    grpc::origin(status, Some(TIMER_MESSAGE))
 }
 
 /// The delay Modal asked for: an `RPCRetryPolicy` in the status details.
-pub fn retry_after(status: &Status) -> Option<Duration> {
+pub fn requested_delay(status: &Status) -> Option<Duration> {
     let details = RpcStatus::decode(status.details()).ok()?;
     details
         .details
@@ -142,10 +74,10 @@ pub fn retry_after(status: &Status) -> Option<Duration> {
 }
 
 /// Maps a status from operation `op` in `phase`.
-pub fn from_status(status: Status, op: &'static str, phase: Phase) -> Error {
+pub fn from_status(status: Status, op: &'static str, stage: Stage) -> Error {
     let origin = origin(&status);
     let code = status.code();
-    let (kind, retry) = classify(&status, origin, phase);
+    let (kind, retry) = classify(&status, origin, stage);
     let message = match origin {
         Origin::Peer | Origin::Timer if status.message().is_empty() => {
             code.description().to_owned()
@@ -168,8 +100,8 @@ pub fn from_status(status: Status, op: &'static str, phase: Phase) -> Error {
 }
 
 /// The kind and retry class for a status.
-pub fn classify(status: &Status, origin: Origin, phase: Phase) -> (ErrorKind, Retry) {
-    let effect = phase.effect();
+pub fn classify(status: &Status, origin: Origin, stage: Stage) -> (ErrorKind, Retry) {
+    let effect = stage;
     let (kind, retry) = match origin {
         Origin::Connect => retry::no_answer(NoAnswer::Connect, effect),
         Origin::Timer => retry::no_answer(NoAnswer::Timeout, effect),
@@ -180,14 +112,15 @@ pub fn classify(status: &Status, origin: Origin, phase: Phase) -> (ErrorKind, Re
             Code::ResourceExhausted => (
                 ErrorKind::RateLimited,
                 Retry::Safe {
-                    after: retry_after(status),
+                    after: requested_delay(status),
                 },
             ),
             code => retry::grpc_status(code as i32, effect),
         },
     };
-    match phase {
-        Phase::Started => (kind, Retry::Unsafe),
+    // After the start answered every failure may follow a run, a rejection too.
+    match stage {
+        Stage::After => (kind, Retry::Unsafe),
         _ => (kind, retry),
     }
 }
@@ -200,7 +133,7 @@ pub fn transient(status: &Status) -> bool {
         Origin::Connect | Origin::Transport | Origin::Timer => true,
         Origin::Decode => false,
         Origin::Peer => {
-            retry_after(status).is_some()
+            requested_delay(status).is_some()
                 || matches!(
                     status.code(),
                     Code::DeadlineExceeded
@@ -233,29 +166,6 @@ pub fn resumable(status: &Status) -> bool {
     }
 }
 
-/// The canonical upper-case name of a code, used as the error's provider code.
-pub fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
-    }
-}
-
 /// A protocol error of operation `op`.
 pub fn protocol(op: &'static str, message: impl Into<String>) -> Error {
     Error::protocol(message)
@@ -266,7 +176,7 @@ pub fn protocol(op: &'static str, message: impl Into<String>) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::google::protobuf::Any;
+    use execseam_modal_proto::google::protobuf::Any;
 
     fn with_policy(code: Code, secs: f32) -> Status {
         let detail = RpcRetryPolicy {
@@ -286,8 +196,8 @@ mod tests {
     #[test]
     fn modal_retry_policy_details_give_the_delay() {
         let s = with_policy(Code::ResourceExhausted, 2.5);
-        assert_eq!(retry_after(&s), Some(Duration::from_millis(2500)));
-        let (kind, retry) = classify(&s, Origin::Peer, Phase::Start);
+        assert_eq!(requested_delay(&s), Some(Duration::from_millis(2500)));
+        let (kind, retry) = classify(&s, Origin::Peer, Stage::Submit);
         assert_eq!(kind, ErrorKind::RateLimited);
         assert_eq!(
             retry,
@@ -297,12 +207,12 @@ mod tests {
         );
         // At least 0.1 s, as the client.
         assert_eq!(
-            retry_after(&with_policy(Code::Unavailable, 0.0)),
+            requested_delay(&with_policy(Code::Unavailable, 0.0)),
             Some(Duration::from_millis(100))
         );
         assert!(transient(&with_policy(Code::ResourceExhausted, 1.0)));
         assert!(!transient(&Status::resource_exhausted("no policy")));
-        assert_eq!(retry_after(&Status::unavailable("x")), None);
+        assert_eq!(requested_delay(&Status::unavailable("x")), None);
     }
 
     #[test]
@@ -327,12 +237,12 @@ mod tests {
         ];
         for (code, kind, retry) in cases {
             assert_eq!(
-                classify(&peer(code), Origin::Peer, Phase::Start),
+                classify(&peer(code), Origin::Peer, Stage::Submit),
                 (kind, retry),
                 "{code:?}"
             );
             assert_eq!(
-                classify(&peer(code), Origin::Peer, Phase::Started).1,
+                classify(&peer(code), Origin::Peer, Stage::After).1,
                 Retry::Unsafe
             );
         }
@@ -340,13 +250,13 @@ mod tests {
         assert_eq!(origin(&cut), Origin::Decode);
         assert!(resumable(&cut));
         assert_eq!(
-            classify(&cut, Origin::Decode, Phase::Start),
+            classify(&cut, Origin::Decode, Stage::Submit),
             (ErrorKind::Protocol, Retry::Unsafe)
         );
         let timer = Status::deadline_exceeded(format!("{TIMER_MESSAGE} 1s"));
         assert_eq!(origin(&timer), Origin::Timer);
         assert_eq!(
-            classify(&timer, Origin::Timer, Phase::Other).0,
+            classify(&timer, Origin::Timer, Stage::Before).0,
             ErrorKind::Timeout(execseam_core::Deadline::Request)
         );
         let bad = Status::internal("failed to decode Protobuf message: x");

@@ -19,9 +19,10 @@ use tonic::{Code, Status};
 
 use crate::client::{AccessTarget, Control, Router, uuid4};
 use crate::config::ModalConfig;
-use crate::error::{self, Phase, from_status, protocol};
+use crate::error::{self, from_status, protocol};
 use crate::wire::{api, tcr};
 use crate::{CAPABILITIES, PROVIDER};
+use execseam_adapter_kit::retry::Stage;
 
 /// The stdin bytes per `TaskExecStdinWrite` (the client buffers up to 16 MiB per drain).
 const STDIN_CHUNK: usize = 4 * 1024 * 1024;
@@ -90,7 +91,7 @@ fn finished_or(s: Status, op: &'static str) -> Error {
             .with_provider(PROVIDER)
             .with_operation(op)
     } else {
-        from_status(s, op, Phase::Other)
+        from_status(s, op, Stage::Before)
     }
 }
 
@@ -154,7 +155,7 @@ impl ModalExec {
             .control
             .wait(&self.inner.sandbox_id, self.inner.v2, 0.0)
             .await
-            .map_err(|s| from_status(s, "poll", Phase::Other))
+            .map_err(|s| from_status(s, "poll", Stage::Before))
     }
 
     pub(crate) async fn router(&self, op: &'static str) -> Result<Arc<Router>, Error> {
@@ -190,7 +191,7 @@ impl ModalExec {
                 };
                 Router::new(inner.control.clone(), target, access)
                     .map(Arc::new)
-                    .map_err(|s| from_status(s, op, Phase::Other))
+                    .map_err(|s| from_status(s, op, Stage::Before))
             })
             .await
             .cloned()
@@ -240,12 +241,12 @@ impl ModalExec {
                 Ok(()) => break,
                 Err(s) if attempt < config.exec_start_retries && error::transient(&s) => {
                     attempt += 1;
-                    let wait = error::retry_after(&s)
+                    let wait = error::requested_delay(&s)
                         .unwrap_or(Duration::from_millis(50 << attempt.min(5)));
                     tracing::debug!(provider = PROVIDER, code = ?s.code(), attempt, "TaskExecStart failed; retrying with the same exec_id");
                     tokio::time::sleep(wait).await;
                 }
-                Err(s) => return Err(from_status(s, "exec", Phase::Start)),
+                Err(s) => return Err(from_status(s, "exec", Stage::Submit)),
             }
         }
         tracing::debug!(provider = PROVIDER, %exec_id, "started");
@@ -310,7 +311,7 @@ impl Sandbox for ModalExec {
                 .control
                 .terminate(&self.inner.sandbox_id, self.inner.v2)
                 .await
-                .map_err(|s| from_status(s, "destroy", Phase::Other))
+                .map_err(|s| from_status(s, "destroy", Stage::Before))
         })
     }
 }
@@ -339,7 +340,7 @@ struct Driver {
 }
 
 fn started_error(s: Status) -> Error {
-    from_status(s, "exec", Phase::Started)
+    from_status(s, "exec", Stage::After)
 }
 
 impl Driver {
@@ -415,7 +416,7 @@ impl Driver {
                         failures += 1;
                         tokio::time::sleep(Duration::from_millis(10 << failures.min(6))).await;
                     }
-                    Err(s) => return Err(from_status(s, "exec_stdin", Phase::Started)),
+                    Err(s) => return Err(from_status(s, "exec_stdin", Stage::After)),
                 }
             }
             if eof {

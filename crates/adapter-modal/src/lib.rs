@@ -50,7 +50,7 @@ mod config;
 mod error;
 mod exec;
 mod provider;
-pub mod wire;
+mod wire;
 
 pub use config::{
     DEFAULT_IMAGE, DEFAULT_IMAGE_BUILDER_VERSION, DEFAULT_SERVER_URL, MAX_LIFETIME, ModalConfig,
@@ -98,7 +98,7 @@ impl Adapter for Modal {
     type Provider = ModalProvider;
 
     fn config(vars: &Vars<'_>) -> Result<ModalConfig, Error> {
-        ModalConfig::from_vars(|k| vars.get(k))
+        ModalConfig::from_vars(vars)
     }
 
     fn provider(config: ModalConfig) -> Result<ModalProvider, Error> {

@@ -1,5 +1,6 @@
 //! [`ModalProvider`]: the sandbox lifecycle on Modal's control plane.
 
+use execseam_adapter_kit::vars;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,11 +10,12 @@ use execseam_core::{
 };
 
 use crate::client::{Control, Create};
-use crate::config::{ModalConfig, check_image, check_lifetime, config_error};
-use crate::error::{Phase, from_status, protocol};
+use crate::config::{ModalConfig, check_image, check_lifetime};
+use crate::error::{from_status, protocol};
 use crate::exec::{ModalExec, is_v1_sandbox_id};
 use crate::wire::api;
 use crate::{CAPABILITIES, LIFECYCLE, PROVIDER};
+use execseam_adapter_kit::retry::Stage;
 
 /// Creates, connects to, lists and destroys Modal sandboxes. Built without I/O; cheap to clone
 /// (one HTTP/2 connection, shared with the sandboxes' router calls when the router is served at
@@ -42,7 +44,7 @@ impl ModalProvider {
         let config = Arc::new(config);
         let control = Control::new(config.clone())
             .map(Arc::new)
-            .map_err(|s| config_error(s.message().to_owned()))?;
+            .map_err(|s| vars::config_error(PROVIDER, s.message().to_owned()))?;
         Ok(ModalProvider { config, control })
     }
 
@@ -68,9 +70,10 @@ impl ModalProvider {
         check_lifetime("the lifetime", lifetime)?;
         let workdir = match spec.options().get("workdir") {
             Some(w) if !w.starts_with('/') => {
-                return Err(config_error(format!(
-                    "option workdir {w:?} must be an absolute path"
-                )));
+                return Err(vars::config_error(
+                    PROVIDER,
+                    format!("option workdir {w:?} must be an absolute path"),
+                ));
             }
             Some(w) => Some(w.clone()),
             None => c.workdir.clone(),
@@ -85,7 +88,7 @@ impl ModalProvider {
                     .map_or(0, |m| u32::try_from(m).unwrap_or(u32::MAX)),
                 ..Default::default()
             });
-        let map = |s| from_status(s, "create", Phase::Create);
+        let map = |s| from_status(s, "create", Stage::Submit);
         let control = &self.control;
         let app_id = control.app().await.map_err(map)?;
         let image_id = control.image(&app_id, &image).await.map_err(map)?;
@@ -134,7 +137,7 @@ impl ModalProvider {
             .control
             .wait(id, !is_v1_sandbox_id(id), 0.0)
             .await
-            .map_err(|s| from_status(s, "connect", Phase::Other))?;
+            .map_err(|s| from_status(s, "connect", Stage::Before))?;
         if let Some(r) = result {
             let how = if r.exception.is_empty() {
                 format!("status {}", r.status)
@@ -157,10 +160,11 @@ impl ModalProvider {
     /// fetched by the first exec, so a sandbox that does not exist is then `NotFound`.
     pub fn attach(&self, id: &str) -> Result<ModalExec, Error> {
         if !id.starts_with("sb-") || !id.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(
-                config_error(format!("sandbox id {id:?} does not start with sb-"))
-                    .with_operation("connect"),
-            );
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("sandbox id {id:?} does not start with sb-"),
+            )
+            .with_operation("connect"));
         }
         Ok(ModalExec::attached(
             self.config.clone(),
@@ -173,7 +177,7 @@ impl ModalProvider {
     /// tags; Modal filters on the server).
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<SandboxInfo>, Error> {
         filter.check(PROVIDER, &LIFECYCLE)?;
-        let map = |s| from_status(s, "list", Phase::Other);
+        let map = |s| from_status(s, "list", Stage::Before);
         let mut out = Vec::new();
         let mut before = 0.0;
         loop {
@@ -222,7 +226,7 @@ impl ModalProvider {
             .control
             .terminate(id, !is_v1_sandbox_id(id))
             .await
-            .map_err(|s| from_status(s, "destroy", Phase::Other));
+            .map_err(|s| from_status(s, "destroy", Stage::Before));
         execseam_adapter_kit::gone_is_destroyed(r)
     }
 }

@@ -3,6 +3,6 @@
 //! schema spells them). Only the RPCs listed in `proto/export.py` and the messages they reach are
 //! generated; every kept message is whole.
 
-pub use execseam_modal_proto::{google, modal};
+pub use execseam_modal_proto::modal;
 pub use modal::client as api;
 pub use modal::task_command_router as tcr;

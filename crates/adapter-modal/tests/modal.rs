@@ -10,8 +10,8 @@ use execseam_core::{
 };
 use execseam_emulators::modal::{ModalEmulator, TOKEN_ID};
 use execseam_emulators::{EmulatorOptions, Fault, FaultRule};
-use execseam_modal::wire::api;
 use execseam_modal::{ModalConfig, ModalExec, ModalProvider, is_v1_sandbox_id};
+use execseam_modal_proto::api;
 
 async fn emulator() -> ModalEmulator {
     ModalEmulator::start(EmulatorOptions::default())
@@ -310,7 +310,7 @@ async fn signals_are_signals_and_codes_are_codes() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn v1_sandboxes_are_reached_through_the_v1_rpcs() {
-    use execseam_modal::wire::api::modal_client_client::ModalClientClient;
+    use execseam_modal_proto::api::modal_client_client::ModalClientClient;
     let emu = emulator().await;
     // Make a V1 sandbox as the client does with MODAL_SANDBOX_V2=0 (SandboxCreate).
     let channel = tonic::transport::Channel::from_shared(emu.url())

@@ -4,17 +4,20 @@
 //! payload at TRACE through `log`, and the `init` frame carries the token and the command, the
 //! `payload` frames stdin (tests/secrets.rs shows that nothing reaches a log now).
 
-use base64::Engine as _;
-use reqwest::header::{CONNECTION, UPGRADE};
+use execseam_adapter_kit::http::{self, ClientOptions, Refusal};
+use execseam_adapter_kit::retry::Call;
+use execseam_adapter_kit::ws;
+use execseam_core::Error;
 use reqwest::{Method, Url};
-use tokio_websockets::WebSocketStream;
 
+use crate::PROVIDER;
 use crate::config::NorthflankConfig;
-use crate::error::CallError;
+use crate::error::{CallError, map};
 
-const USER_AGENT: &str = concat!("execseam-northflank/", env!("CARGO_PKG_VERSION"));
+pub(crate) type Ws = ws::Socket;
 
-pub(crate) type Ws = WebSocketStream<reqwest::Upgraded>;
+/// The most of a REST answer read (a service or a list of them).
+const MAX_JSON_BODY: usize = 16 << 20;
 
 /// The API of one project.
 #[derive(Clone, Debug)]
@@ -26,21 +29,11 @@ pub(crate) struct Api {
 }
 
 impl Api {
-    pub(crate) fn new(config: NorthflankConfig, base: Url) -> Result<Api, reqwest::Error> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let build = |http1: bool| {
-            let mut b = reqwest::Client::builder()
-                .connect_timeout(config.connect_timeout)
-                .retry(reqwest::retry::never())
-                .redirect(reqwest::redirect::Policy::none());
-            if http1 {
-                b = b.http1_only();
-            }
-            b.build()
-        };
+    pub(crate) fn new(config: NorthflankConfig, base: Url) -> Result<Api, Error> {
+        let options = ClientOptions::new(config.connect_timeout);
         Ok(Api {
-            http: build(false)?,
-            upgrades: build(true)?,
+            http: http::client(PROVIDER, options.clone())?,
+            upgrades: http::client(PROVIDER, options.http1_only())?,
             base,
             config,
         })
@@ -69,109 +62,47 @@ impl Api {
         format!("/v1/{team}projects/{}/{rest}", esc(&self.config.project_id))
     }
 
-    /// A REST `GET`; the answer's `data`.
-    pub(crate) async fn get(&self, path: &str) -> Result<serde_json::Value, CallError> {
+    /// A REST `GET`; the answer's `data`, read bounded in size and time.
+    pub(crate) async fn get(&self, path: &str, call: Call) -> Result<serde_json::Value, Error> {
+        let within = self.config.request_timeout;
         let resp = self
             .http
             .request(Method::GET, self.url(path))
             .bearer_auth(self.config.token())
-            .header(reqwest::header::USER_AGENT, USER_AGENT)
             .header(reqwest::header::ACCEPT, "application/json")
-            .timeout(self.config.request_timeout)
+            .timeout(within)
             .send()
             .await
-            .map_err(CallError::Transport)?;
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let body = resp.bytes().await.map_err(CallError::Transport)?;
-        if !(200..300).contains(&status) {
-            return Err(CallError::http(status, &headers, &body));
+            .map_err(|e| http::transport_error(call, e))?;
+        if !resp.status().is_success() {
+            let r = Refusal::read(resp, within).await;
+            return Err(map(CallError::http(r.status, &r.headers, &r.body), call));
         }
-        let v: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|e| CallError::Protocol(format!("the answer is not JSON: {e}")))?;
+        let body = http::read_body(resp, MAX_JSON_BODY, within)
+            .await
+            .map_err(|e| e.into_error(call))?;
+        let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
+            map(
+                CallError::Protocol(format!("the answer is not JSON: {e}")),
+                call,
+            )
+        })?;
         Ok(v["data"].clone())
     }
 
     /// Opens the exec WebSocket at `path` (no auth header: the token goes in the `init` frame).
-    pub(crate) async fn upgrade(&self, path: &str) -> Result<Ws, CallError> {
-        let mut url = self.url(path);
-        // reqwest speaks http(s); the scheme only matters to the server as ws(s).
-        let _ = url.set_scheme(if url.scheme() == "https" {
-            "https"
-        } else {
-            "http"
-        });
-        let key = {
-            let r = [
-                execseam_adapter_kit::id::random_u64().to_le_bytes(),
-                execseam_adapter_kit::id::random_u64().to_le_bytes(),
-            ]
-            .concat();
-            base64::engine::general_purpose::STANDARD.encode(r)
-        };
-        let send = self
-            .upgrades
-            .get(url)
-            .version(reqwest::Version::HTTP_11)
-            .header(reqwest::header::USER_AGENT, USER_AGENT)
-            .header(CONNECTION, "Upgrade")
-            .header(UPGRADE, "websocket")
-            .header("sec-websocket-version", "13")
-            .header("sec-websocket-key", &key)
-            .send();
-        let resp = match tokio::time::timeout(self.config.request_timeout, send).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => return Err(CallError::Transport(e)),
-            Err(_) => {
-                return Err(CallError::Timeout(format!(
-                    "no answer to the WebSocket upgrade within {:?}",
-                    self.config.request_timeout
-                )));
-            }
-        };
-        let status = resp.status().as_u16();
-        if status != 101 {
-            let headers = resp.headers().clone();
-            let body = resp.bytes().await.unwrap_or_default();
-            return Err(CallError::http(status, &headers, &body));
-        }
-        let want = ws_accept(&key);
-        let accept = resp
-            .headers()
-            .get("sec-websocket-accept")
-            .and_then(|v| v.to_str().ok());
-        if accept != Some(want.as_str()) {
-            return Err(CallError::Protocol(format!(
-                "the upgrade answer has Sec-WebSocket-Accept {accept:?}, want {want:?}"
-            )));
-        }
-        let upgraded = resp.upgrade().await.map_err(CallError::Transport)?;
-        let limits = tokio_websockets::Limits::default().max_payload_len(Some(MAX_WS_MESSAGE));
-        Ok(tokio_websockets::ClientBuilder::new()
-            .limits(limits)
-            .take_over(upgraded))
+    pub(crate) async fn upgrade(&self, path: &str, call: Call) -> Result<Ws, Error> {
+        let request = self.upgrades.get(self.url(path));
+        ws::upgrade(request, self.config.request_timeout, MAX_WS_MESSAGE)
+            .await
+            .map(|up| up.socket)
+            .map_err(|e| {
+                e.into_error(call, |r| {
+                    map(CallError::http(r.status, &r.headers, &r.body), call)
+                })
+            })
     }
 }
 
 /// The largest message accepted from the proxy (an output frame is one base64 chunk).
 const MAX_WS_MESSAGE: usize = 64 << 20;
-
-/// The `Sec-WebSocket-Accept` a server must answer `key` with (RFC 6455 §4.2.2).
-fn ws_accept(key: &str) -> String {
-    let mut sha = sha1_smol::Sha1::new();
-    sha.update(key.as_bytes());
-    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn accept_key_is_rfc_6455s() {
-        // RFC 6455 §1.3's example.
-        assert_eq!(
-            super::ws_accept("dGhlIHNhbXBsZSBub25jZQ=="),
-            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
-        );
-    }
-}

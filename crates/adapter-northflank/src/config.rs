@@ -4,6 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::vars::{self, Vars};
 use execseam_core::Error;
 use secrecy::{ExposeSecret, SecretString};
 
@@ -53,10 +55,6 @@ impl fmt::Debug for NorthflankConfig {
 /// The default [`NorthflankConfig::idle_timeout`].
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
-pub(crate) fn config_error(message: impl Into<String>) -> Error {
-    Error::invalid_config(message).with_provider(PROVIDER)
-}
-
 impl NorthflankConfig {
     /// An API token and the project whose services and jobs commands run in.
     pub fn new(token: impl Into<String>, project_id: impl Into<String>) -> NorthflankConfig {
@@ -76,9 +74,9 @@ impl NorthflankConfig {
         }
     }
 
-    /// [`from_vars`](Self::from_vars) over the process environment.
+    /// the variables in [`VARS`](crate::VARS) over the process environment.
     pub fn from_env() -> Result<NorthflankConfig, Error> {
-        NorthflankConfig::from_vars(|k| std::env::var(k).ok())
+        crate::Northflank::config_from(&vars::env)
     }
 
     /// Reads the Python SDK's variables, `NORTHFLANK_API_TOKEN` (or `NF_API_TOKEN`) and
@@ -86,22 +84,20 @@ impl NorthflankConfig {
     /// (required), `NORTHFLANK_TEAM_ID`, `NORTHFLANK_INSTANCE`, `NORTHFLANK_CONTAINER`,
     /// `NORTHFLANK_USER`, `NORTHFLANK_GROUP`. A missing token or project:
     /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
-    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<NorthflankConfig, Error> {
-        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
-        let first = |ks: &[&str]| ks.iter().find_map(|k| var(k));
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<NorthflankConfig, Error> {
+        let first = |ks: &[&str]| ks.iter().find_map(|k| vars.text(k));
         let token = first(&["NORTHFLANK_API_TOKEN", "NF_API_TOKEN"])
-            .ok_or_else(|| config_error("NORTHFLANK_API_TOKEN is not set"))?;
-        let project = var("NORTHFLANK_PROJECT_ID")
-            .ok_or_else(|| config_error("NORTHFLANK_PROJECT_ID is not set"))?;
+            .ok_or_else(|| vars.error("NORTHFLANK_API_TOKEN is not set"))?;
+        let project = vars.required("NORTHFLANK_PROJECT_ID", "")?;
         let mut c = NorthflankConfig::new(token, project);
         if let Some(u) = first(&["NORTHFLANK_API_BASE_URL", "NF_API_HOST", "NF_HOST"]) {
             c.api_url = u;
         }
-        c.team_id = var("NORTHFLANK_TEAM_ID");
-        c.instance_name = var("NORTHFLANK_INSTANCE");
-        c.container_name = var("NORTHFLANK_CONTAINER");
-        c.user = var("NORTHFLANK_USER");
-        c.group = var("NORTHFLANK_GROUP");
+        c.team_id = vars.text("NORTHFLANK_TEAM_ID");
+        c.instance_name = vars.text("NORTHFLANK_INSTANCE");
+        c.container_name = vars.text("NORTHFLANK_CONTAINER");
+        c.user = vars.text("NORTHFLANK_USER");
+        c.group = vars.text("NORTHFLANK_GROUP");
         Ok(c)
     }
 
@@ -189,24 +185,18 @@ impl NorthflankConfig {
 
     pub(crate) fn validate(&self) -> Result<reqwest::Url, Error> {
         if self.token().is_empty() {
-            return Err(config_error("the API token is empty"));
+            return Err(vars::config_error(PROVIDER, "the API token is empty"));
         }
         if self.project_id.is_empty() {
-            return Err(config_error("the project id is empty"));
+            return Err(vars::config_error(PROVIDER, "the project id is empty"));
         }
         if self.stdin_chunk == 0 {
-            return Err(config_error("stdin_chunk must be at least 1 byte"));
+            return Err(vars::config_error(
+                PROVIDER,
+                "stdin_chunk must be at least 1 byte",
+            ));
         }
-        let url = reqwest::Url::parse(&self.api_url).map_err(|e| {
-            config_error(format!("the API URL {:?} is not a URL: {e}", self.api_url))
-        })?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(config_error(format!(
-                "the API URL {:?} is not http(s)",
-                self.api_url
-            )));
-        }
-        Ok(url)
+        vars::parse_url(PROVIDER, "the API URL", &self.api_url, &["http", "https"])
     }
 }
 
@@ -217,7 +207,7 @@ mod tests {
 
     #[test]
     fn the_sdks_variables_are_read_and_required_ones_checked() {
-        let c = NorthflankConfig::from_vars(|k| match k {
+        let c = crate::Northflank::config_from(&|k| match k {
             "NF_API_TOKEN" => Some("t".into()),
             "NORTHFLANK_PROJECT_ID" => Some("p".into()),
             "NF_HOST" => Some("http://127.0.0.1:1".into()),
@@ -228,8 +218,9 @@ mod tests {
             (c.token(), c.project_id(), c.api_url.as_str()),
             ("t", "p", "http://127.0.0.1:1")
         );
-        let e = NorthflankConfig::from_vars(|k| (k == "NORTHFLANK_API_TOKEN").then(|| "t".into()))
-            .unwrap_err();
+        let e =
+            crate::Northflank::config_from(&|k| (k == "NORTHFLANK_API_TOKEN").then(|| "t".into()))
+                .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidConfig);
         let e = NorthflankConfig::new("t", "p")
             .api_url("nope")

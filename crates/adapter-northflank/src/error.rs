@@ -1,4 +1,4 @@
-//! Every failure as an [`Error`] with a kind and a retry class, through the core's transport
+//! Every failure as an [`Error`] with a kind and a retry class, through the kit's classification
 //! helpers. The command travels in the `init` frame, after the upgrade: what failed before it
 //! was sent cannot have run.
 //!
@@ -13,13 +13,17 @@
 //! | a frame the clients would reject (bad JSON, unknown type, `exitCode` not a number) | `Protocol`, `Unsafe` |
 //! | REST: `{"error":{"status","message"}}` with its status | the status's kind |
 
-use execseam_adapter_kit::retry::{self, Effect, NoAnswer, Sent};
-use execseam_adapter_kit::text;
-use std::time::SystemTime;
-
+use execseam_adapter_kit::http;
+use execseam_adapter_kit::retry::{self, Call, Sent, Stage};
 use execseam_core::{Error, ErrorKind, Retry, WireStatus};
 
 use crate::PROVIDER;
+
+/// A call of this adapter: REST calls and the exec until its `init` frame is sent are
+/// [`Stage::Before`]; from the `init` frame on, [`Stage::Submit`].
+pub(crate) const fn call(operation: &'static str, stage: Stage) -> Call {
+    Call::new(PROVIDER, operation, stage)
+}
 
 /// What failed, before it is classified.
 #[derive(Debug)]
@@ -30,10 +34,6 @@ pub(crate) enum CallError {
         message: String,
         retry_after: Option<std::time::Duration>,
     },
-    /// reqwest failed (no connection, a timeout, a broken upgrade).
-    Transport(reqwest::Error),
-    /// Nothing came back in time.
-    Timeout(String),
     /// `init` came back with `auth` ≠ `"successful"`.
     AuthFailed(String),
     /// An `error` frame; `started`: after the `init` reply.
@@ -55,10 +55,7 @@ impl CallError {
             .as_str()
             .map(str::to_owned)
             .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
-        let retry_after = headers
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| retry::parse_retry_after(v, SystemTime::now()));
+        let retry_after = http::retry_after(headers);
         CallError::Http {
             status,
             message,
@@ -67,41 +64,21 @@ impl CallError {
     }
 }
 
-/// Classifies `e` for `op`; `effect` says what repeating it could do once it reached the
-/// server (an exec is `NonIdempotent` from the `init` frame on).
-pub(crate) fn map(e: CallError, op: &'static str, effect: Effect) -> Error {
+/// Classifies `e` for `call` (an exec is [`Stage::Submit`] from the `init` frame on).
+pub(crate) fn map(e: CallError, call: Call) -> Error {
     let base = |kind: ErrorKind, retry: Retry, message: String| {
-        Error::new(kind, message)
-            .with_retry(retry)
-            .with_provider(PROVIDER)
-            .with_operation(op)
+        call.error(kind, message).with_retry(retry)
     };
-    let after_send = retry::retry_class(effect, Sent::Maybe);
+    let after_send = call.stage.retry(Sent::Maybe);
     match e {
         CallError::Http {
             status,
             message,
             retry_after,
         } => {
-            let (kind, retry) = retry::http_status(status, effect, retry_after);
+            let (kind, retry) = retry::http_status(status, call.stage, retry_after);
             base(kind, retry, format!("{status}: {message}")).with_status(WireStatus::Http(status))
         }
-        CallError::Transport(t) => {
-            let f = if t.is_connect() {
-                NoAnswer::Connect
-            } else if t.is_timeout() {
-                NoAnswer::Timeout
-            } else {
-                NoAnswer::Cut
-            };
-            let (kind, retry) = retry::no_answer(f, effect);
-            base(kind, retry, text::error_chain(&t)).with_source(t.without_url())
-        }
-        CallError::Timeout(m) => base(
-            ErrorKind::Timeout(execseam_core::Deadline::Request),
-            after_send,
-            m,
-        ),
         CallError::AuthFailed(m) => base(
             ErrorKind::Unauthenticated,
             Retry::Never,
@@ -137,15 +114,13 @@ mod tests {
         let h = reqwest::header::HeaderMap::new();
         let e = map(
             CallError::http(503, &h, br#"{"error":{"status":503,"message":"down"}}"#),
-            "exec",
-            Effect::Idempotent,
+            call("exec", Stage::Before),
         );
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Unavailable, Retry::SAFE));
         assert_eq!(e.message(), "503: down");
         let e = map(
             CallError::AuthFailed("bad".into()),
-            "exec",
-            Effect::NonIdempotent,
+            call("exec", Stage::Submit),
         );
         assert_eq!(
             (e.kind(), e.retry()),
@@ -153,8 +128,7 @@ mod tests {
         );
         let e = map(
             CallError::Closed("gone".into()),
-            "exec",
-            Effect::NonIdempotent,
+            call("exec", Stage::Submit),
         );
         assert_eq!(
             (e.kind(), e.retry()),
@@ -165,15 +139,10 @@ mod tests {
                 message: "x".into(),
                 started: true,
             },
-            "exec",
-            Effect::NonIdempotent,
+            call("exec", Stage::Submit),
         );
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Internal, Retry::Unsafe));
-        let e = map(
-            CallError::Protocol("x".into()),
-            "exec",
-            Effect::NonIdempotent,
-        );
+        let e = map(CallError::Protocol("x".into()), call("exec", Stage::Submit));
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Protocol, Retry::Unsafe));
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use bytes::Bytes;
 use execseam_adapter_kit::degrade::{self, StderrGate, StdinFrom, WrapOptions};
-use execseam_adapter_kit::retry::Effect;
+use execseam_adapter_kit::retry::Stage;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
     Output, Ownership, Sandbox,
@@ -16,7 +16,7 @@ use futures_util::{SinkExt, StreamExt};
 use tokio_websockets::Message;
 
 use crate::client::{Api, Ws};
-use crate::error::{CallError, map};
+use crate::error::{CallError, call, map};
 use crate::wire::{self, ExecContext, ServerFrame};
 use crate::{CAPABILITIES, PROVIDER};
 
@@ -131,10 +131,7 @@ impl NorthflankExec {
         execseam_adapter_kit::size::check_wire(PROVIDER, &argv, &crate::SIZE_LIMIT)?;
         let (segment, id) = self.inner.target.segment();
         let path = wire::exec_path(c.team_id.as_deref(), &c.project_id, segment, id);
-        let ws = api
-            .upgrade(&path)
-            .await
-            .map_err(|e| map(e, "exec", Effect::Idempotent))?;
+        let ws = api.upgrade(&path, call("exec", Stage::Before)).await?;
         let (mut sink, stream) = ws.split();
         let init = wire::init_frame(
             c.token(),
@@ -152,8 +149,7 @@ impl NorthflankExec {
         sink.send(Message::text(init)).await.map_err(|e| {
             map(
                 CallError::Closed(format!("the exec socket broke: {e}")),
-                "exec",
-                Effect::NonIdempotent,
+                call("exec", Stage::Submit),
             )
         })?;
         let stdin = command.stdin().clone();
@@ -164,8 +160,7 @@ impl NorthflankExec {
                 .map_err(|e| {
                     map(
                         CallError::Closed(format!("the exec socket broke: {e}")),
-                        "exec",
-                        Effect::NonIdempotent,
+                        call("exec", Stage::Submit),
                     )
                 })?;
         }
@@ -224,7 +219,7 @@ fn idle_error(idle: std::time::Duration) -> Error {
 }
 
 fn fail(e: CallError) -> Error {
-    map(e, "exec", Effect::NonIdempotent)
+    map(e, call("exec", Stage::Submit))
 }
 
 /// Sends stdin as `payload` frames, then `stdInEnd`; gives the sink back.
@@ -303,7 +298,7 @@ async fn next(mut st: St) -> Option<(Result<Event, Error>, St)> {
             ServerFrame::AuthFailed(m) => {
                 st.done = true;
                 return Some((
-                    Err(map(CallError::AuthFailed(m), "exec", Effect::NonIdempotent)),
+                    Err(map(CallError::AuthFailed(m), call("exec", Stage::Submit))),
                     st,
                 ));
             }

@@ -28,7 +28,7 @@ mod config;
 mod error;
 mod exec;
 mod provider;
-pub mod wire;
+mod wire;
 
 pub use config::{DEFAULT_API_URL, DEFAULT_IDLE_TIMEOUT, NorthflankConfig};
 pub use exec::{NorthflankExec, Target};
@@ -67,7 +67,7 @@ impl Adapter for Northflank {
     type Provider = NorthflankProvider;
 
     fn config(vars: &Vars<'_>) -> Result<NorthflankConfig, Error> {
-        NorthflankConfig::from_vars(|k| vars.get(k))
+        NorthflankConfig::from_vars(vars)
     }
 
     fn provider(config: NorthflankConfig) -> Result<NorthflankProvider, Error> {

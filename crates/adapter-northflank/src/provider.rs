@@ -2,7 +2,7 @@
 //! Northflank's exec protocol creates and deletes nothing; those are the platform's own
 //! (service and job definitions), not a sandbox lifecycle.
 
-use execseam_adapter_kit::retry::Effect;
+use execseam_adapter_kit::retry::Stage;
 use execseam_adapter_kit::text::escape_path_segment;
 use execseam_core::{
     BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Provider, Sandbox,
@@ -10,8 +10,8 @@ use execseam_core::{
 };
 
 use crate::client::Api;
-use crate::config::{NorthflankConfig, config_error};
-use crate::error::{CallError, map};
+use crate::config::NorthflankConfig;
+use crate::error::{CallError, call, map};
 use crate::exec::{NorthflankExec, Target};
 use crate::{CAPABILITIES, LIFECYCLE, PROVIDER};
 
@@ -33,9 +33,7 @@ impl NorthflankProvider {
     /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig). No I/O.
     pub fn new(config: NorthflankConfig) -> Result<NorthflankProvider, Error> {
         let base = config.validate()?;
-        let api = Api::new(config, base).map_err(|e| {
-            config_error(format!("cannot build the HTTP client: {e}")).with_source(e)
-        })?;
+        let api = Api::new(config, base)?;
         Ok(NorthflankProvider { api })
     }
 
@@ -78,16 +76,11 @@ impl NorthflankProvider {
         let path = self
             .api
             .project_path(&format!("{segment}/{}", escape_path_segment(name)));
-        let data = self
-            .api
-            .get(&path)
-            .await
-            .map_err(|e| map(e, "connect", Effect::Idempotent))?;
+        let data = self.api.get(&path, call("connect", Stage::Before)).await?;
         if data.get("id").and_then(|v| v.as_str()) != Some(name) {
             return Err(map(
                 CallError::Protocol(format!("the {segment} answer does not name {name:?}")),
-                "connect",
-                Effect::Idempotent,
+                call("connect", Stage::Before),
             ));
         }
         Ok(NorthflankExec::new(self.api.clone(), target))
@@ -104,9 +97,11 @@ impl NorthflankProvider {
         filter.check(PROVIDER, &LIFECYCLE)?;
         let data = self
             .api
-            .get(&self.api.project_path("services"))
-            .await
-            .map_err(|e| map(e, "list", Effect::Idempotent))?;
+            .get(
+                &self.api.project_path("services"),
+                call("list", Stage::Before),
+            )
+            .await?;
         let services = data["services"].as_array().cloned().unwrap_or_default();
         Ok(services
             .iter()

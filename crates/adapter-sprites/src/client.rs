@@ -5,15 +5,19 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use execseam_adapter_kit::http::{self, ClientOptions, Refusal};
+use execseam_adapter_kit::retry::Call;
+use execseam_adapter_kit::ws;
 use execseam_core::{Error, ErrorKind};
-use reqwest::header::{AUTHORIZATION, CONNECTION, CONTENT_TYPE, HeaderMap, UPGRADE};
-use tokio_websockets::WebSocketStream;
+use reqwest::Url;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 
+use crate::PROVIDER;
 use crate::config::SpritesConfig;
-use crate::error::{Op, error, from_status, from_transport, protocol};
+use crate::error::{EXEC, control, from_status};
 use crate::wire::FsList;
 
-pub(crate) type Ws = WebSocketStream<reqwest::Upgraded>;
+pub(crate) type Ws = ws::Socket;
 
 /// The longest exec URL sent: argv and env travel in its query, and front ends refuse request
 /// lines past 64 KiB (an over-long one was answered as if the service were unavailable).
@@ -24,32 +28,8 @@ pub const MAX_EXEC_URL: usize = 60 << 10;
 /// its payload is buffered.
 pub const MAX_WS_FRAME: usize = 64 << 20;
 
-/// The most of an error answer read.
-const MAX_ERROR_BODY: usize = 64 << 10;
-
 /// The most of a control answer read.
 const MAX_JSON_BODY: usize = 16 << 20;
-
-/// Reads at most `limit` bytes of a body (the rest is not read).
-async fn read_capped(mut resp: reqwest::Response, limit: usize) -> Bytes {
-    let mut body = bytes::BytesMut::new();
-    while let Ok(Some(chunk)) = resp.chunk().await {
-        let room = limit - body.len();
-        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        if body.len() >= limit {
-            break;
-        }
-    }
-    body.freeze()
-}
-
-/// The `Sec-WebSocket-Accept` for `key` (RFC 6455 §4.2.2).
-fn websocket_accept(key: &str) -> String {
-    let mut sha = sha1_smol::Sha1::new();
-    sha.update(key.as_bytes());
-    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-    execseam_adapter_kit::degrade::base64_encode(&sha.digest().bytes())
-}
 
 /// A connected exec WebSocket.
 pub(crate) struct Connected {
@@ -63,6 +43,8 @@ pub(crate) struct Client {
     http: reqwest::Client,
     upgrades: reqwest::Client,
     config: Arc<SpritesConfig>,
+    /// The API's base URL, parsed once (by the configuration's check).
+    base: Url,
     sprite: String,
 }
 
@@ -70,45 +52,22 @@ fn segment(s: &str) -> String {
     execseam_adapter_kit::text::escape_path_segment(s)
 }
 
-/// A fresh `Sec-WebSocket-Key`: 16 unpredictable-enough bytes, base64 (RFC 6455 only asks for a
-/// nonce).
-fn websocket_key() -> String {
-    let mut bytes = [0u8; 16];
-    for chunk in bytes.chunks_mut(8) {
-        chunk.copy_from_slice(&execseam_adapter_kit::id::random_u64().to_le_bytes());
-    }
-    execseam_adapter_kit::degrade::base64_encode(&bytes)
-}
-
 impl Client {
     pub(crate) fn new(config: Arc<SpritesConfig>) -> Result<Client, Error> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let build = |http1: bool| {
-            let mut b = reqwest::Client::builder()
-                .connect_timeout(config.connect_timeout)
-                .retry(reqwest::retry::never())
-                .redirect(reqwest::redirect::Policy::none());
-            if http1 {
-                // The upgrade client: its connection becomes the WebSocket, whose silence the
-                // pings bound.
-                b = b.http1_only();
-            } else {
-                // Silence on any read (headers, or between body chunks) ends the request: an
-                // idle timeout, reset by every byte.
-                b = b.read_timeout(config.http_idle_timeout);
-            }
-            b.build().map_err(|e| {
-                error(
-                    ErrorKind::Internal,
-                    Op::Control("connect"),
-                    format!("cannot build the HTTP client: {e}"),
-                )
-            })
-        };
+        let base = config.parsed_base_url()?;
+        let options = ClientOptions::new(config.connect_timeout);
         Ok(Client {
-            http: build(false)?,
-            upgrades: build(true)?,
+            // Silence on any read (headers, or between body chunks) ends the request: an idle
+            // timeout, reset by every byte.
+            http: http::client(
+                PROVIDER,
+                options.clone().read_timeout(config.http_idle_timeout),
+            )?,
+            // The upgrade client: its connection becomes the WebSocket, whose silence the pings
+            // bound.
+            upgrades: http::client(PROVIDER, options.http1_only())?,
             config,
+            base,
             sprite: String::new(),
         })
     }
@@ -119,6 +78,7 @@ impl Client {
             http: self.http.clone(),
             upgrades: self.upgrades.clone(),
             config: self.config.clone(),
+            base: self.base.clone(),
             sprite: name.to_owned(),
         }
     }
@@ -138,24 +98,24 @@ impl Client {
 
     /// `POST /v1/sprites {"name"}`: 201 created; 409 exists.
     pub(crate) async fn create_sprite(&self, name: &str) -> Result<(), Error> {
-        let op = Op::Control("create");
+        let op = control("create");
         let body = serde_json::json!({ "name": name }).to_string();
         let resp = self
             .http
-            .post(format!("{}/v1/sprites", self.config.base_url))
+            .post(self.path("/v1/sprites"))
             .header(AUTHORIZATION, self.config.authorization())
             .header(CONTENT_TYPE, "application/json")
             .timeout(self.config.request_timeout)
             .body(body)
             .send()
             .await
-            .map_err(|e| from_transport(e, op))?;
+            .map_err(|e| http::transport_error(op, e))?;
         self.expect_ok(resp, op).await.map(drop)
     }
 
     /// `GET /v1/sprites/{name}`.
     pub(crate) async fn get_sprite(&self) -> Result<(), Error> {
-        let op = Op::Control("connect");
+        let op = control("connect");
         let resp = self
             .http
             .get(self.url("", &[])?)
@@ -163,13 +123,13 @@ impl Client {
             .timeout(self.config.request_timeout)
             .send()
             .await
-            .map_err(|e| from_transport(e, op))?;
+            .map_err(|e| http::transport_error(op, e))?;
         self.expect_ok(resp, op).await.map(drop)
     }
 
     /// `DELETE /v1/sprites/{name}`.
     pub(crate) async fn delete_sprite(&self) -> Result<(), Error> {
-        let op = Op::Control("destroy");
+        let op = control("destroy");
         let resp = self
             .http
             .delete(self.url("", &[])?)
@@ -177,24 +137,17 @@ impl Client {
             .timeout(self.config.request_timeout)
             .send()
             .await
-            .map_err(|e| from_transport(e, op))?;
+            .map_err(|e| http::transport_error(op, e))?;
         self.expect_ok(resp, op).await.map(drop)
     }
 
     /// `GET /v1/sprites`, every page (`continuation_token`).
     pub(crate) async fn list_sprites(&self) -> Result<Vec<crate::wire::SpriteInfo>, Error> {
-        let op = Op::Control("list");
+        let op = control("list");
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
-            let mut url = reqwest::Url::parse(&format!("{}/v1/sprites", self.config.base_url))
-                .map_err(|e| {
-                    error(
-                        ErrorKind::InvalidConfig,
-                        op,
-                        format!("invalid base URL: {e}"),
-                    )
-                })?;
+            let mut url = self.path("/v1/sprites");
             if let Some(t) = &token {
                 url.query_pairs_mut().append_pair("continuation_token", t);
             }
@@ -205,10 +158,10 @@ impl Client {
                 .timeout(self.config.request_timeout)
                 .send()
                 .await
-                .map_err(|e| from_transport(e, op))?;
+                .map_err(|e| http::transport_error(op, e))?;
             let body = self.expect_ok(resp, op).await?;
             let page: crate::wire::SpriteList = serde_json::from_slice(&body)
-                .map_err(|e| protocol(op, format!("the sprite list is not valid JSON: {e}")))?;
+                .map_err(|e| op.protocol(format!("the sprite list is not valid JSON: {e}")))?;
             out.extend(page.sprites);
             match page.next_continuation_token.filter(|t| !t.is_empty()) {
                 Some(t) if page.has_more => token = Some(t),
@@ -217,61 +170,47 @@ impl Client {
         }
     }
 
-    async fn expect_ok(&self, resp: reqwest::Response, op: Op) -> Result<Bytes, Error> {
-        let status = resp.status().as_u16();
-        let headers: HeaderMap = resp.headers().clone();
-        if !(200..300).contains(&status) {
-            let body = read_capped(resp, MAX_ERROR_BODY).await;
-            return Err(from_status(status, &headers, &body, op));
+    async fn expect_ok(&self, resp: reqwest::Response, op: Call) -> Result<Bytes, Error> {
+        let within = self.config.request_timeout;
+        if !resp.status().is_success() {
+            let r = Refusal::read(resp, within).await;
+            return Err(from_status(r.status, &r.headers, &r.body, op));
         }
-        let mut resp = resp;
-        let mut body = bytes::BytesMut::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| from_transport(e, op))? {
-            if body.len() + chunk.len() > MAX_JSON_BODY {
-                return Err(error(
-                    ErrorKind::OutputLimit,
-                    op,
-                    format!("the answer exceeds {MAX_JSON_BODY} bytes"),
-                ));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body.freeze())
+        http::read_body(resp, MAX_JSON_BODY, within)
+            .await
+            .map_err(|e| e.into_error(op))
     }
 
-    fn url(&self, suffix: &str, query: &[(String, String)]) -> Result<reqwest::Url, Error> {
-        let raw = format!(
-            "{}/v1/sprites/{}{suffix}",
-            self.config.base_url,
-            segment(&self.sprite)
-        );
-        let mut url = reqwest::Url::parse(&raw).map_err(|e| {
-            error(
-                ErrorKind::InvalidCommand,
-                Op::Control("connect"),
-                format!("invalid base URL {:?}: {e}", self.config.base_url),
-            )
-        })?;
+    /// `path` under the base URL (its own path kept).
+    fn path(&self, path: &str) -> Url {
+        let mut url = self.base.clone();
+        let joined = format!("{}{path}", url.path().trim_end_matches('/'));
+        url.set_path(&joined);
+        url
+    }
+
+    fn url(&self, suffix: &str, query: &[(String, String)]) -> Result<Url, Error> {
+        let mut url = self.path(&format!("/v1/sprites/{}{suffix}", segment(&self.sprite)));
         if !query.is_empty() {
             url.query_pairs_mut().extend_pairs(query);
         }
         if url.as_str().len() > MAX_EXEC_URL {
             // Nothing was sent: the command (argv and env, in the query) does not fit.
-            return Err(error(
-                ErrorKind::InvalidCommand,
-                Op::Exec,
-                format!(
-                    "the command does not fit in the exec URL: {} bytes with argv and env, at most {MAX_EXEC_URL}",
-                    url.as_str().len()
-                ),
-            )
-            .with_retry(execseam_core::Retry::Never));
+            return Err(EXEC
+                .error(
+                    ErrorKind::InvalidCommand,
+                    format!(
+                        "the command does not fit in the exec URL: {} bytes with argv and env, at most {MAX_EXEC_URL}",
+                        url.as_str().len()
+                    ),
+                )
+                .with_retry(execseam_core::Retry::Never));
         }
         Ok(url)
     }
 
     /// The exec URL for `query`, or the error for one too long.
-    pub(crate) fn exec_url(&self, query: &[(String, String)]) -> Result<reqwest::Url, Error> {
+    pub(crate) fn exec_url(&self, query: &[(String, String)]) -> Result<Url, Error> {
         self.url("/exec", query)
     }
 
@@ -291,7 +230,7 @@ impl Client {
     /// list is `{"sessions":[…]}` or a bare array; ids are strings or integers
     /// (research/fly-sprites.md §B.4).
     pub(crate) async fn sessions(&self) -> Result<Vec<(String, String)>, Error> {
-        let op = Op::Control("sessions");
+        let op = control("sessions");
         let url = self.url("/exec", &[])?;
         let resp = self
             .http
@@ -300,10 +239,10 @@ impl Client {
             .timeout(self.config.request_timeout)
             .send()
             .await
-            .map_err(|e| from_transport(e, op))?;
+            .map_err(|e| http::transport_error(op, e))?;
         let body = self.expect_ok(resp, op).await?;
         let v: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|e| protocol(op, format!("the session list is not JSON: {e}")))?;
+            .map_err(|e| op.protocol(format!("the session list is not JSON: {e}")))?;
         let list = match &v {
             serde_json::Value::Array(a) => a.as_slice(),
             v => v["sessions"].as_array().map_or(&[][..], Vec::as_slice),
@@ -323,7 +262,7 @@ impl Client {
 
     /// A file of the sprite (`GET /fs/read?path=`), `None` if it does not exist (404).
     pub(crate) async fn read_file(&self, path: &str) -> Result<Option<Bytes>, Error> {
-        let op = Op::Control("read_file");
+        let op = control("read_file");
         let url = self.url(
             "/fs/read",
             &[
@@ -338,7 +277,7 @@ impl Client {
             .timeout(self.config.request_timeout)
             .send()
             .await
-            .map_err(|e| from_transport(e, op))?;
+            .map_err(|e| http::transport_error(op, e))?;
         if resp.status().as_u16() == 404 {
             return Ok(None);
         }
@@ -347,7 +286,7 @@ impl Client {
 
     /// Writes a file of the sprite (`PUT /fs/write?path=&mkdir=true`).
     pub(crate) async fn write_file(&self, path: &str, data: Bytes) -> Result<(), Error> {
-        let op = Op::Control("write_file");
+        let op = control("write_file");
         let url = self.url(
             "/fs/write",
             &[
@@ -365,69 +304,31 @@ impl Client {
             .body(data)
             .send()
             .await
-            .map_err(|e| from_transport(e, op))?;
+            .map_err(|e| http::transport_error(op, e))?;
         self.expect_ok(resp, op).await.map(drop)
     }
 
     async fn connect_at(&self, path: &str, query: &[(String, String)]) -> Result<Connected, Error> {
         let url = self.url(path, query)?;
-        let key = websocket_key();
-        let send = self
+        let request = self
             .upgrades
             .get(url)
-            .version(reqwest::Version::HTTP_11)
-            .header(AUTHORIZATION, self.config.authorization())
-            .header(CONNECTION, "Upgrade")
-            .header(UPGRADE, "websocket")
-            .header("sec-websocket-version", "13")
-            .header("sec-websocket-key", &key)
-            .send();
-        let resp = match tokio::time::timeout(self.config.request_timeout, send).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => return Err(from_transport(e, Op::Exec)),
-            Err(_) => {
-                return Err(error(
-                    ErrorKind::Timeout(execseam_core::Deadline::Request),
-                    Op::Exec,
-                    format!(
-                        "no answer to the WebSocket upgrade within {:?}",
-                        self.config.request_timeout
-                    ),
-                )
-                .with_retry(execseam_core::Retry::Unsafe));
-            }
-        };
-        let status = resp.status().as_u16();
-        if status != 101 {
-            let headers = resp.headers().clone();
-            let body = read_capped(resp, MAX_ERROR_BODY).await;
-            return Err(from_status(status, &headers, &body, Op::Exec));
-        }
-        let want = websocket_accept(&key);
-        let accept = resp
-            .headers()
-            .get("sec-websocket-accept")
-            .and_then(|v| v.to_str().ok());
-        if accept != Some(want.as_str()) {
-            return Err(protocol(
-                Op::Exec,
-                format!("the upgrade answer has Sec-WebSocket-Accept {accept:?}, want {want:?}"),
-            ));
-        }
-        let signal_capable = resp
-            .headers()
+            .header(AUTHORIZATION, self.config.authorization());
+        // Output frames can be large: the Python SDK allows 10 MiB per message; allow more.
+        let up = ws::upgrade(request, self.config.request_timeout, MAX_WS_FRAME)
+            .await
+            .map_err(|e| {
+                e.into_error(EXEC, |r| from_status(r.status, &r.headers, &r.body, EXEC))
+            })?;
+        let signal_capable = up
+            .headers
             .get("x-sprite-capabilities")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.split(',').any(|c| c.trim() == "signal"));
-        let upgraded = resp
-            .upgrade()
-            .await
-            .map_err(|e| from_transport(e, Op::Exec))?;
-        // Output frames can be large: the Python SDK allows 10 MiB per message; allow more.
-        let ws = tokio_websockets::ClientBuilder::new()
-            .limits(tokio_websockets::Limits::default().max_payload_len(Some(MAX_WS_FRAME)))
-            .take_over(upgraded);
-        Ok(Connected { ws, signal_capable })
+        Ok(Connected {
+            ws: up.socket,
+            signal_capable,
+        })
     }
 
     /// `POST /exec?…` with stdin as the body; the successful response, not yet read.
@@ -445,20 +346,18 @@ impl Client {
             .body(stdin)
             .send()
             .await
-            .map_err(|e| from_transport(e, Op::Exec))?;
-        let status = resp.status().as_u16();
-        if status == 200 {
+            .map_err(|e| http::transport_error(EXEC, e))?;
+        if resp.status().as_u16() == 200 {
             return Ok(resp);
         }
-        let headers: HeaderMap = resp.headers().clone();
-        let body = read_capped(resp, MAX_ERROR_BODY).await;
-        Err(from_status(status, &headers, &body, Op::Exec))
+        let r = Refusal::read(resp, self.config.request_timeout).await;
+        Err(from_status(r.status, &r.headers, &r.body, EXEC))
     }
 
     /// `POST /exec/{id}/kill?signal=KILL&timeout=0s` (sprites-go's form). 410 (already exited)
     /// is success.
     pub(crate) async fn kill(&self, session_id: &str) -> Result<(), Error> {
-        let op = Op::Control("kill");
+        let op = control("kill");
         let url = self.url(
             &format!("/exec/{}/kill", segment(session_id)),
             &[
@@ -473,14 +372,12 @@ impl Client {
             .timeout(self.config.request_timeout)
             .send()
             .await
-            .map_err(|e| from_transport(e, op))?;
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
+            .map_err(|e| http::transport_error(op, e))?;
         // The answer is an NDJSON progress stream; reading it to the end waits for the kill.
-        let body = read_capped(resp, MAX_ERROR_BODY).await;
-        match status {
+        let r = Refusal::read(resp, self.config.request_timeout).await;
+        match r.status {
             200 | 410 => Ok(()),
-            _ => Err(from_status(status, &headers, &body, op)),
+            _ => Err(from_status(r.status, &r.headers, &r.body, op)),
         }
     }
 
@@ -508,7 +405,8 @@ impl Client {
             404 => Some(format!("workdir does not exist: {dir}")),
             200 => {
                 // Bounded like every control answer: a larger one is cut, and does not parse.
-                let body = read_capped(resp, MAX_JSON_BODY).await;
+                let body =
+                    http::read_error_body(resp, MAX_JSON_BODY, self.config.request_timeout).await;
                 let list: FsList = serde_json::from_slice(&body).ok()?;
                 match list.entries.as_slice() {
                     [only] if only.path == dir && !only.is_dir => {

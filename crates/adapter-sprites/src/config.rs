@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::vars::{self, Vars};
 use execseam_core::Error;
 use secrecy::{ExposeSecret, SecretString};
 
@@ -137,7 +139,7 @@ impl SpritesConfig {
 
     /// Reads the variables in [`VARS`](crate::VARS) from this process's environment.
     pub fn from_env() -> Result<SpritesConfig, Error> {
-        SpritesConfig::from_vars(|k| std::env::var(k).ok())
+        crate::Sprites::config_from(&vars::env)
     }
 
     /// Reads the configuration as `vars` gives it (unset or empty keeps the default):
@@ -147,38 +149,34 @@ impl SpritesConfig {
     /// - `SPRITES_EXEC_TRANSPORT` (optional): `websocket` (default) or `http`.
     ///
     /// A missing or malformed setting is [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
-    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<SpritesConfig, Error> {
-        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
-        let token = var("SPRITE_TOKEN").ok_or_else(|| config_error("SPRITE_TOKEN is not set"))?;
-        let mut c = SpritesConfig::new(token);
-        if let Some(url) = var("SPRITES_API_URL") {
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<SpritesConfig, Error> {
+        let mut c = SpritesConfig::new(vars.required("SPRITE_TOKEN", "")?);
+        if let Some(url) = vars.text("SPRITES_API_URL") {
             c = c.base_url(url);
         }
-        match var("SPRITES_EXEC_TRANSPORT").as_deref() {
-            None | Some("websocket" | "ws") => {}
-            Some("http" | "post") => c = c.transport(Transport::Http),
-            Some(other) => {
-                return Err(config_error(format!(
-                    "SPRITES_EXEC_TRANSPORT={other:?}: want websocket or http"
-                )));
-            }
+        let transports = [
+            ("websocket", Transport::WebSocket),
+            ("ws", Transport::WebSocket),
+            ("http", Transport::Http),
+            ("post", Transport::Http),
+        ];
+        if let Some(t) = vars.choice("SPRITES_EXEC_TRANSPORT", &transports)? {
+            c = c.transport(t);
         }
         c.validate()?;
         Ok(c)
     }
 
     /// Checks what can be wrong before any I/O.
+    /// The API URL, parsed (once, by the client).
+    pub(crate) fn parsed_base_url(&self) -> Result<reqwest::Url, Error> {
+        vars::parse_url(PROVIDER, "the API URL", &self.base_url, &["http", "https"])
+    }
+
     pub(crate) fn validate(&self) -> Result<(), Error> {
-        if reqwest::Url::parse(&self.base_url).is_err()
-            || !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://"))
-        {
-            return Err(config_error(format!(
-                "the API URL {:?} is not an http(s) URL",
-                self.base_url
-            )));
-        }
+        self.parsed_base_url()?;
         if self.token.expose_secret().is_empty() {
-            return Err(config_error("the token is empty"));
+            return Err(vars::config_error(PROVIDER, "the token is empty"));
         }
         Ok(())
     }
@@ -249,10 +247,6 @@ impl SpritesConfig {
     pub(crate) fn authorization(&self) -> String {
         format!("Bearer {}", self.token.expose_secret())
     }
-}
-
-fn config_error(message: impl Into<String>) -> Error {
-    Error::invalid_config(message).with_provider(PROVIDER)
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! Sprites API failures → `ErrorKind` + `Retry`.
 
-use execseam_adapter_kit::retry::{self, Effect, NoAnswer, Sent};
-use execseam_adapter_kit::text;
 use std::time::Duration;
+
+use execseam_adapter_kit::retry::{Call, Sent, Stage};
+use execseam_adapter_kit::{http, ws};
 
 use execseam_core::{Deadline, Error, ErrorKind, Retry, WireStatus};
 use reqwest::header::HeaderMap;
@@ -13,49 +14,21 @@ use crate::wire::ApiError;
 /// What observed production answers for a sprite that does not exist (HTTP 500).
 pub(crate) const UNKNOWN_SPRITE_TEXT: &str = "failed to retrieve sprite";
 
-/// Whether the failed request could have started a command.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// An exec request: once sent, the command may have run.
-    Exec,
-    /// Anything else (kill, probe): nothing new runs.
-    Control(&'static str),
+/// A call of this adapter.
+pub(crate) const fn call(operation: &'static str, stage: Stage) -> Call {
+    Call::new(PROVIDER, operation, stage)
 }
 
-impl Op {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Op::Exec => "exec",
-            Op::Control(n) => n,
-        }
-    }
+/// An exec request: once sent, the command may have run.
+pub(crate) const EXEC: Call = call("exec", Stage::Submit);
 
-    fn effect(self) -> Effect {
-        match self {
-            Op::Exec => Effect::NonIdempotent,
-            Op::Control(_) => Effect::Idempotent,
-        }
-    }
-
-    fn sent(self) -> Retry {
-        retry::retry_class(self.effect(), Sent::Maybe)
-    }
-}
-
-pub(crate) fn error(kind: ErrorKind, op: Op, message: impl Into<String>) -> Error {
-    Error::new(kind, message)
-        .with_provider(PROVIDER)
-        .with_operation(op.name())
-}
-
-pub(crate) fn protocol(op: Op, message: impl Into<String>) -> Error {
-    Error::protocol(message)
-        .with_provider(PROVIDER)
-        .with_operation(op.name())
+/// Anything else (kill, probe, files, lifecycle): nothing new runs.
+pub(crate) const fn control(operation: &'static str) -> Call {
+    call(operation, Stage::Before)
 }
 
 /// Maps a non-success answer (a refused WebSocket upgrade, a failed POST).
-pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], op: Op) -> Error {
+pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], call: Call) -> Error {
     let parsed: Option<ApiError> = serde_json::from_slice(body).ok();
     let raw = String::from_utf8_lossy(body).trim().to_owned();
     let text = parsed
@@ -83,10 +56,13 @@ pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], op: Op)
         403 => (ErrorKind::PermissionDenied, Retry::Never),
         // 404 for a sprite (or session) that does not exist; 410 for a session that ended.
         404 | 410 => (ErrorKind::NotFound, Retry::Never),
-        408 => (ErrorKind::Timeout(Deadline::Request), op.sent()),
+        408 => (
+            ErrorKind::Timeout(Deadline::Request),
+            call.stage.retry(Sent::Maybe),
+        ),
         409 => (ErrorKind::Conflict, Retry::SAFE),
         429 => {
-            let after = retry_after(headers).or_else(|| {
+            let after = http::retry_after(headers).or_else(|| {
                 parsed
                     .as_ref()
                     .and_then(|b| b.retry_after_seconds)
@@ -96,11 +72,12 @@ pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], op: Op)
         }
         // Observed: an unknown sprite is a 500 with this text, before anything runs.
         500 if text.contains(UNKNOWN_SPRITE_TEXT) => (ErrorKind::NotFound, Retry::Never),
-        502..=504 => (ErrorKind::Unavailable, op.sent()),
-        500..=599 => (ErrorKind::Internal, op.sent()),
+        502..=504 => (ErrorKind::Unavailable, call.stage.retry(Sent::Maybe)),
+        500..=599 => (ErrorKind::Internal, call.stage.retry(Sent::Maybe)),
         _ => (ErrorKind::InvalidCommand, Retry::Never),
     };
-    let mut e = error(kind, op, text)
+    let mut e = call
+        .error(kind, text)
         .with_retry(retry)
         .with_status(WireStatus::Http(status));
     if let Some(code) = code {
@@ -109,62 +86,20 @@ pub(crate) fn from_status(status: u16, headers: &HeaderMap, body: &[u8], op: Op)
     e
 }
 
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    retry::parse_retry_after(v, std::time::SystemTime::now())
-}
-
-/// Maps a transport failure of an HTTP request. Before the request left (connect), nothing ran.
-pub(crate) fn from_transport(e: reqwest::Error, op: Op) -> Error {
-    // The URL can carry argv and env values (Sprites sends them in the query): never keep it.
-    let e = e.without_url();
-    let (failure, what) = if e.is_connect() {
-        (NoAnswer::Connect, "cannot connect")
-    } else if e.is_timeout() {
-        (NoAnswer::Timeout, "the request timed out")
-    } else {
-        (NoAnswer::Other, "the connection failed")
-    };
-    let (kind, retry) = retry::no_answer(failure, op.effect());
-    error(kind, op, format!("{what}: {}", chain(&e)))
-        .with_retry(retry)
-        .with_source(e)
-}
-
-/// A WebSocket read error of a running command: a frame over the size limit or a broken frame
-/// is `Protocol`, anything else a lost connection (both `Retry::Unsafe`: the command ran).
+/// A WebSocket read error of a running command: a frame over the size limit (MAX_WS_FRAME) or
+/// a broken frame is `Protocol`, anything else a lost connection (both `Retry::Unsafe`: the
+/// command ran).
 pub(crate) fn ws_read(e: &tokio_websockets::Error) -> Error {
-    match e {
-        tokio_websockets::Error::PayloadTooLong { len, max_len } => error(
-            ErrorKind::Protocol,
-            Op::Exec,
-            format!(
-                "a WebSocket frame of {len} bytes exceeds the {max_len}-byte frame limit (MAX_WS_FRAME)"
-            ),
-        )
-        .with_retry(Retry::Unsafe),
-        tokio_websockets::Error::Protocol(p) => error(
-            ErrorKind::Protocol,
-            Op::Exec,
-            format!("a broken WebSocket frame before the exit frame: {p}"),
-        )
-        .with_retry(Retry::Unsafe),
-        _ => lost(chain(e)),
-    }
+    ws::frame_error(EXEC.at(Stage::After), e)
 }
 
 /// The connection of a running command was lost before its exit frame.
 pub(crate) fn lost(what: impl std::fmt::Display) -> Error {
-    error(
+    EXEC.error(
         ErrorKind::Unavailable,
-        Op::Exec,
         format!("the connection was lost before the exit frame: {what}"),
     )
     .with_retry(Retry::Unsafe)
-}
-
-pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    text::error_chain(e)
 }
 
 #[cfg(test)]
@@ -172,7 +107,7 @@ mod tests {
     use super::*;
 
     fn map(status: u16, body: &str) -> Error {
-        from_status(status, &HeaderMap::new(), body.as_bytes(), Op::Exec)
+        from_status(status, &HeaderMap::new(), body.as_bytes(), EXEC)
     }
 
     /// A frame over the limit (an endless answer) is `Protocol`, not a lost connection; a lost
@@ -254,7 +189,7 @@ mod tests {
     fn retry_after_comes_from_the_header_or_the_body() {
         let mut h = HeaderMap::new();
         h.insert("retry-after", "3".parse().unwrap());
-        let e = from_status(429, &h, b"{}", Op::Exec);
+        let e = from_status(429, &h, b"{}", EXEC);
         assert_eq!(e.retry().after(), Some(Duration::from_secs(3)));
         let e = map(429, r#"{"error":"rate_limited","retry_after_seconds":9}"#);
         assert_eq!(e.retry().after(), Some(Duration::from_secs(9)));

@@ -17,7 +17,7 @@ use tokio_websockets::{CloseCode, Message};
 use crate::PROVIDER;
 use crate::client::{Client, Connected};
 use crate::config::{BaseEnv, SpritesConfig, Transport};
-use crate::error::{Op, chain, error, lost, protocol};
+use crate::error::{EXEC, control, lost};
 use crate::wire::{self, EXIT, Frame, STDERR, STDIN, STDIN_EOF, STDOUT, Text};
 
 /// Runs commands on one sprite. See the [crate docs](crate).
@@ -118,17 +118,16 @@ impl SpritesExec {
     async fn discover(&self) -> Result<BTreeMap<String, String>, Error> {
         let cmd = Command::new(["env", "-0"]).expect("a valid command");
         let out = self.run(cmd, None).await.map_err(|e| {
-            error(
-                e.kind(),
-                Op::Control("discover_env"),
-                format!("cannot read the sprite's environment: {}", e.message()),
-            )
-            .with_retry(Retry::SAFE)
+            control("discover_env")
+                .error(
+                    e.kind(),
+                    format!("cannot read the sprite's environment: {}", e.message()),
+                )
+                .with_retry(Retry::SAFE)
         })?;
         if !out.exit.success() {
-            return Err(error(
+            return Err(control("discover_env").error(
                 ErrorKind::Internal,
-                Op::Control("discover_env"),
                 format!(
                     "`env -0` exited {:?}: {}",
                     out.exit,
@@ -211,7 +210,7 @@ impl SpritesExec {
                     && let Some(dir) = cmd.workdir()
                     && let Some(why) = self.inner.client.dir_missing(dir).await
                 {
-                    return Err(error(ErrorKind::NotFound, Op::Exec, why));
+                    return Err(EXEC.error(ErrorKind::NotFound, why));
                 }
                 return Err(e);
             }
@@ -244,16 +243,17 @@ where
         let chunk = match chunk {
             Ok(c) => c,
             Err(e) => {
-                return Err(lost(chain(&e)).with_partial(partial(&out, &err)));
+                return Err(lost(execseam_adapter_kit::text::error_chain(&e))
+                    .with_partial(partial(&out, &err)));
             }
         };
         if chunk.is_empty() {
             continue;
         }
         if exit.is_some() {
-            return Err(
-                protocol(Op::Exec, "data after the exit frame").with_partial(partial(&out, &err))
-            );
+            return Err(EXEC
+                .protocol("data after the exit frame")
+                .with_partial(partial(&out, &err)));
         }
         if exit_pending {
             if chunk.len() == 1 {
@@ -261,7 +261,8 @@ where
                 exit_pending = false;
                 continue;
             }
-            return Err(protocol(Op::Exec, "an exit frame without its code")
+            return Err(EXEC
+                .protocol("an exit frame without its code")
                 .with_partial(partial(&out, &err)));
         }
         match chunk[0] {
@@ -275,18 +276,17 @@ where
                 2 => exit = Some(i32::from(chunk[1])),
                 1 => exit_pending = true,
                 n => {
-                    return Err(protocol(Op::Exec, format!("an exit frame of {n} bytes"))
+                    return Err(EXEC
+                        .protocol(format!("an exit frame of {n} bytes"))
                         .with_partial(partial(&out, &err)));
                 }
             },
             other => {
-                return Err(protocol(
-                    Op::Exec,
-                    format!(
+                return Err(EXEC
+                    .protocol(format!(
                         "a frame with unknown stream id 0x{other:02x} (chunk boundaries lost?)"
-                    ),
-                )
-                .with_partial(partial(&out, &err)));
+                    ))
+                    .with_partial(partial(&out, &err)));
             }
         }
     }
@@ -294,7 +294,8 @@ where
     // indistinguishable from output that ends in 0x03 X.
     match exit {
         Some(code) => Ok(Output::new(out.freeze(), err.freeze(), Exit::Code(code))),
-        None => Err(protocol(Op::Exec, "the body ended without an exit frame")
+        None => Err(EXEC
+            .protocol("the body ended without an exit frame")
             .with_partial(partial(&out, &err))),
     }
 }
@@ -371,19 +372,19 @@ async fn drive(
                             // Waiting on a slow consumer is not silence on the socket.
                             last_rx = Instant::now();
                         }
-                        Err(why) => break Err(protocol(Op::Exec, why)),
+                        Err(why) => break Err(EXEC.protocol(why)),
                     },
                     Some(Ok(m)) if m.is_text() => match wire::parse_text(m.as_text().unwrap_or_default()) {
                         Text::SessionInfo { session_id: id } => session_id = id,
                         Text::Exit(code) => match i32::try_from(code) {
                             Ok(c) if c >= 0 => break Ok(Exit::Code(c)),
-                            _ => break Err(protocol(Op::Exec, format!("exit message with exit_code {code}"))),
+                            _ => break Err(EXEC.protocol(format!("exit message with exit_code {code}"))),
                         },
                         Text::Other => {}
                     },
                     Some(Ok(m)) if m.is_close() => {
                         let why = m.as_close().map_or_else(|| "no close code".to_owned(), |(c, _)| format!("close code {}", u16::from(c)));
-                        break Err(protocol(Op::Exec, format!("the server closed the socket before the exit frame ({why})")));
+                        break Err(EXEC.protocol(format!("the server closed the socket before the exit frame ({why})")));
                     }
                     Some(Ok(_)) => {} // ping, pong
                     Some(Err(e)) => break Err(crate::error::ws_read(&e)),
@@ -427,7 +428,7 @@ async fn drive(
                 _ => None,
             };
             match missing {
-                Some(why) => Err(error(ErrorKind::NotFound, Op::Exec, why)),
+                Some(why) => Err(EXEC.error(ErrorKind::NotFound, why)),
                 None => Err(e),
             }
         }
@@ -467,11 +468,7 @@ async fn kill(
                 provider = PROVIDER,
                 "dropped before session_info: the command is left to the server's max_run_after_disconnect"
             );
-            Err(error(
-                ErrorKind::Unavailable,
-                Op::Control("kill"),
-                "the command was dropped before the server named its session: it cannot be killed",
-            ))
+            Err(control("kill").error(ErrorKind::Unavailable, "the command was dropped before the server named its session: it cannot be killed"))
         }
     };
     let _ = wtx.try_send(Message::close(Some(CloseCode::NORMAL_CLOSURE), ""));

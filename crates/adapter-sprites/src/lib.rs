@@ -44,7 +44,7 @@ mod error;
 mod exec;
 mod provider;
 mod reattach;
-pub mod wire;
+mod wire;
 
 pub use config::{BaseEnv, DEFAULT_BASE_URL, SpritesConfig, Transport, WsBuffers};
 pub use exec::{SpritesExec, parse_http_body};
@@ -121,7 +121,7 @@ impl Adapter for Sprites {
     type Provider = SpritesProvider;
 
     fn config(vars: &Vars<'_>) -> Result<SpritesConfig, Error> {
-        SpritesConfig::from_vars(|k| vars.get(k))
+        SpritesConfig::from_vars(vars)
     }
 
     fn capabilities(config: &SpritesConfig) -> Capabilities {

@@ -32,7 +32,7 @@ use futures_util::{SinkExt as _, StreamExt as _};
 use tokio_websockets::{CloseCode, Message};
 
 use crate::PROVIDER;
-use crate::error::{Op, error, lost, protocol};
+use crate::error::{control, lost};
 use crate::exec::SpritesExec;
 use crate::wire::{self, Frame, Text};
 
@@ -49,12 +49,12 @@ printf '%s\n' "$s" >"$d/exit.tmp" && mv -f -- "$d/exit.tmp" "$d/exit"
 exit "$s""#;
 
 fn invalid_handle() -> Error {
-    error(
-        ErrorKind::InvalidCommand,
-        Op::Control("attach"),
-        "not a Sprites process handle (sprites1:execseam-…)",
-    )
-    .with_retry(execseam_core::Retry::Never)
+    control("attach")
+        .error(
+            ErrorKind::InvalidCommand,
+            "not a Sprites process handle (sprites1:execseam-…)",
+        )
+        .with_retry(execseam_core::Retry::Never)
 }
 
 fn tag_of(handle: &ProcessHandle) -> Result<&str, Error> {
@@ -73,7 +73,8 @@ fn spool(tag: &str) -> String {
 }
 
 fn gone(message: &str) -> Error {
-    error(ErrorKind::NotFound, Op::Control("attach"), message)
+    control("attach")
+        .error(ErrorKind::NotFound, message)
         .with_retry(execseam_core::Retry::Never)
 }
 
@@ -86,7 +87,7 @@ async fn wait_exit(conn: crate::client::Connected) -> Result<(), Error> {
                 match wire::parse_binary(&Bytes::copy_from_slice(m.as_payload())) {
                     Ok(Some(Frame::Exit(_))) => break Ok(()),
                     Ok(_) => {}
-                    Err(why) => break Err(protocol(Op::Control("attach"), why)),
+                    Err(why) => break Err(control("attach").protocol(why)),
                 }
             }
             Some(Ok(m)) if m.is_text() => {
@@ -209,10 +210,8 @@ impl SpritesExec {
                 Some(b) => {
                     let text = String::from_utf8_lossy(&b);
                     let code: i32 = text.trim().parse().map_err(|_| {
-                        protocol(
-                            Op::Control("attach"),
-                            format!("the spooled exit status {text:?} is not a number"),
-                        )
+                        control("attach")
+                            .protocol(format!("the spooled exit status {text:?} is not a number"))
                     })?;
                     Exit::Code(code)
                 }
@@ -290,9 +289,8 @@ impl Reattach for SpritesExec {
             if out.exit.success() {
                 Ok(())
             } else {
-                Err(error(
+                Err(control("release").error(
                     ErrorKind::Internal,
-                    Op::Control("release"),
                     format!("removing the spool failed with {:?}", out.exit),
                 ))
             }

@@ -1,14 +1,15 @@
 //! HTTP plumbing: every request carries `Authorization: Bearer <token>` and `?teamId=`, as the
 //! SDKs send them (`APIClient.request`).
 
+use execseam_adapter_kit::http::{self, BodyError, ClientOptions, Refusal};
+use execseam_core::Error;
 use reqwest::{Method, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::PROVIDER;
 use crate::config::VercelConfig;
 use crate::error::CallError;
-
-const USER_AGENT: &str = concat!("execseam-vercel/", env!("CARGO_PKG_VERSION"));
 
 /// The API, bound to one team and project.
 #[derive(Clone, Debug)]
@@ -32,13 +33,8 @@ impl Body {
     }
 }
 
-pub(crate) fn http_client(config: &VercelConfig) -> Result<reqwest::Client, reqwest::Error> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .connect_timeout(config.connect_timeout)
-        .retry(reqwest::retry::never())
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
+pub(crate) fn http_client(config: &VercelConfig) -> Result<reqwest::Client, Error> {
+    http::client(PROVIDER, ClientOptions::new(config.connect_timeout))
 }
 
 impl Api {
@@ -74,8 +70,7 @@ impl Api {
         let mut req = self
             .http
             .request(method, self.url(path, query))
-            .bearer_auth(self.config.token())
-            .header(reqwest::header::USER_AGENT, USER_AGENT);
+            .bearer_auth(self.config.token());
         if !stream {
             req = req.timeout(self.config.request_timeout);
         }
@@ -93,14 +88,10 @@ impl Api {
         if resp.status().is_success() {
             return Ok(resp);
         }
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        // An error body is read only as far as it is quoted: an endless one cannot grow.
-        let body = read_prefix(resp, MAX_ERROR_BODY)
-            .await
-            .map(|(b, _)| b)
-            .unwrap_or_default();
-        Err(CallError::http(status, &headers, &body))
+        // An error body is read only as far as it is quoted, and only as long as a request may
+        // take: an endless or stalled one cannot grow or hang.
+        let r = Refusal::read(resp, self.config.request_timeout).await;
+        Err(CallError::http(r.status, &r.headers, &r.body))
     }
 
     /// A JSON request answered with JSON.
@@ -112,7 +103,7 @@ impl Api {
         body: Body,
     ) -> Result<T, CallError> {
         let resp = self.send(method, path, query, body, false).await?;
-        let bytes = read_bounded(resp, MAX_JSON_BODY).await?;
+        let bytes = read_bounded(resp, MAX_JSON_BODY, self.config.request_timeout).await?;
         serde_json::from_slice(&bytes).map_err(|e| {
             CallError::Protocol(format!(
                 "unexpected answer ({e}): {:?}",
@@ -122,38 +113,21 @@ impl Api {
     }
 }
 
-/// The most of an error body read (the rest is not needed to quote it).
-pub(crate) const MAX_ERROR_BODY: usize = 64 * 1024;
 /// The largest JSON answer accepted (a sandbox, a command, a listing page).
 pub(crate) const MAX_JSON_BODY: usize = 8 << 20;
 
-/// The body, at most `max` bytes: past that, `Protocol`.
+/// The body, at most `max` bytes (past that, `Protocol`), ended by `within`.
 pub(crate) async fn read_bounded(
     resp: reqwest::Response,
     max: usize,
+    within: std::time::Duration,
 ) -> Result<bytes::Bytes, CallError> {
-    let (body, whole) = read_prefix(resp, max).await?;
-    if !whole {
-        return Err(CallError::Protocol(format!(
-            "an answer longer than {max} bytes"
-        )));
-    }
-    Ok(body)
-}
-
-/// The first `max` bytes of the body, and whether that was all of it (nothing more is read).
-async fn read_prefix(
-    mut resp: reqwest::Response,
-    max: usize,
-) -> Result<(bytes::Bytes, bool), CallError> {
-    let mut out = bytes::BytesMut::new();
-    while let Some(chunk) = resp.chunk().await.map_err(CallError::Transport)? {
-        let room = max - out.len();
-        if chunk.len() > room {
-            out.extend_from_slice(&chunk[..room]);
-            return Ok((out.freeze(), false));
-        }
-        out.extend_from_slice(&chunk);
-    }
-    Ok((out.freeze(), true))
+    http::read_body(resp, max, within)
+        .await
+        .map_err(|e| match e {
+            BodyError::TooLarge { limit } => {
+                CallError::Protocol(format!("an answer longer than {limit} bytes"))
+            }
+            other => CallError::Body(other),
+        })
 }

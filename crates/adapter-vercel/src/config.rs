@@ -11,6 +11,8 @@ use std::fmt;
 use std::time::Duration;
 
 use base64::Engine as _;
+use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::vars::{self, Vars};
 use execseam_core::Error;
 use secrecy::{ExposeSecret, SecretString};
 
@@ -67,27 +69,23 @@ impl fmt::Debug for VercelConfig {
 /// The default [`VercelConfig::stream_idle_timeout`].
 pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
-pub(crate) fn config_error(message: impl Into<String>) -> Error {
-    Error::invalid_config(message).with_provider(PROVIDER)
-}
-
 /// The team and project claims of a Vercel OIDC token (`owner_id`, `project_id`).
 fn oidc_claims(token: &str) -> Result<(String, String), Error> {
     let payload = token
         .split('.')
         .nth(1)
-        .ok_or_else(|| config_error("the OIDC token is not a JWT"))?;
+        .ok_or_else(|| vars::config_error(PROVIDER, "the OIDC token is not a JWT"))?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload.trim_end_matches('='))
-        .map_err(|_| config_error("the OIDC token's payload is not base64url"))?;
+        .map_err(|_| vars::config_error(PROVIDER, "the OIDC token's payload is not base64url"))?;
     let claims: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|_| config_error("the OIDC token's payload is not JSON"))?;
+        .map_err(|_| vars::config_error(PROVIDER, "the OIDC token's payload is not JSON"))?;
     let claim = |k: &str| {
         claims[k]
             .as_str()
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
-            .ok_or_else(|| config_error(format!("the OIDC token has no {k} claim")))
+            .ok_or_else(|| vars::config_error(PROVIDER, format!("the OIDC token has no {k} claim")))
     };
     Ok((claim("owner_id")?, claim("project_id")?))
 }
@@ -127,9 +125,9 @@ impl VercelConfig {
         Ok(VercelConfig::new(token, team, project))
     }
 
-    /// [`from_vars`](Self::from_vars) over the process environment.
+    /// The configuration from the process environment (see [`VARS`](crate::VARS)).
     pub fn from_env() -> Result<VercelConfig, Error> {
-        VercelConfig::from_vars(|k| std::env::var(k).ok())
+        crate::Vercel::config_from(&vars::env)
     }
 
     /// Reads `VERCEL_TOKEN`, `VERCEL_TEAM_ID`, `VERCEL_PROJECT_ID` (all three, or none), else
@@ -137,59 +135,37 @@ impl VercelConfig {
     /// `VERCEL_SANDBOX_TIMEOUT` (seconds), `VERCEL_SANDBOX_VCPUS`, `VERCEL_COMMAND_TIMEOUT`
     /// (seconds) and `VERCEL_SANDBOX_SUDO` (`1`/`true`). Missing credentials or a bad value:
     /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
-    pub fn from_vars(vars: impl Fn(&str) -> Option<String>) -> Result<VercelConfig, Error> {
-        let var = |k: &str| vars(k).filter(|v| !v.is_empty());
+    pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<VercelConfig, Error> {
         let explicit = [
-            var("VERCEL_TOKEN"),
-            var("VERCEL_TEAM_ID"),
-            var("VERCEL_PROJECT_ID"),
+            vars.text("VERCEL_TOKEN"),
+            vars.text("VERCEL_TEAM_ID"),
+            vars.text("VERCEL_PROJECT_ID"),
         ];
         let mut c = match explicit {
             [Some(t), Some(team), Some(p)] => VercelConfig::new(t, team, p),
-            [None, None, None] => match var("VERCEL_OIDC_TOKEN") {
+            [None, None, None] => match vars.text("VERCEL_OIDC_TOKEN") {
                 Some(t) => VercelConfig::from_oidc_token(t)?,
                 None => {
-                    return Err(config_error(
+                    return Err(vars.error(
                         "no credentials: set VERCEL_TOKEN, VERCEL_TEAM_ID and VERCEL_PROJECT_ID, or VERCEL_OIDC_TOKEN",
                     ));
                 }
             },
             _ => {
-                return Err(config_error(
+                return Err(vars.error(
                     "VERCEL_TOKEN, VERCEL_TEAM_ID and VERCEL_PROJECT_ID go together: set all three or none",
                 ));
             }
         };
-        if let Some(u) = var("VERCEL_API_URL") {
+        if let Some(u) = vars.text("VERCEL_API_URL") {
             c.api_url = u;
         }
-        c.runtime = var("VERCEL_SANDBOX_RUNTIME");
-        let num = |k: &str, v: String| {
-            v.parse::<u64>()
-                .map_err(|_| config_error(format!("{k} {v:?} is not a whole number")))
-        };
-        if let Some(v) = var("VERCEL_SANDBOX_TIMEOUT") {
-            c.sandbox_timeout = Some(Duration::from_secs(num("VERCEL_SANDBOX_TIMEOUT", v)?));
-        }
-        if let Some(v) = var("VERCEL_SANDBOX_VCPUS") {
-            let n = num("VERCEL_SANDBOX_VCPUS", v)?;
-            c.vcpus = Some(
-                u32::try_from(n).map_err(|_| config_error("VERCEL_SANDBOX_VCPUS is too large"))?,
-            );
-        }
-        if let Some(v) = var("VERCEL_COMMAND_TIMEOUT") {
-            c.command_timeout = Some(Duration::from_secs(num("VERCEL_COMMAND_TIMEOUT", v)?));
-        }
-        if let Some(v) = var("VERCEL_SANDBOX_SUDO") {
-            c.sudo = match v.as_str() {
-                "1" | "true" => true,
-                "0" | "false" => false,
-                other => {
-                    return Err(config_error(format!(
-                        "VERCEL_SANDBOX_SUDO {other:?}: want true or false"
-                    )));
-                }
-            };
+        c.runtime = vars.text("VERCEL_SANDBOX_RUNTIME");
+        c.sandbox_timeout = vars.seconds("VERCEL_SANDBOX_TIMEOUT")?;
+        c.vcpus = vars.number("VERCEL_SANDBOX_VCPUS", "a whole number of vCPUs")?;
+        c.command_timeout = vars.seconds("VERCEL_COMMAND_TIMEOUT")?;
+        if let Some(sudo) = vars.flag("VERCEL_SANDBOX_SUDO")? {
+            c.sudo = sudo;
         }
         Ok(c)
     }
@@ -298,22 +274,28 @@ impl VercelConfig {
 
     pub(crate) fn validate(&self) -> Result<reqwest::Url, Error> {
         if self.token().is_empty() {
-            return Err(config_error("the token is empty"));
+            return Err(vars::config_error(PROVIDER, "the token is empty"));
         }
         if self.team_id.is_empty() || self.project_id.is_empty() {
-            return Err(config_error("the team id and the project id are required"));
+            return Err(vars::config_error(
+                PROVIDER,
+                "the team id and the project id are required",
+            ));
         }
         let url = reqwest::Url::parse(&self.api_url).map_err(|e| {
-            config_error(format!("the API URL {:?} is not a URL: {e}", self.api_url))
+            vars::config_error(
+                PROVIDER,
+                format!("the API URL {:?} is not a URL: {e}", self.api_url),
+            )
         })?;
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(config_error(format!(
-                "the API URL {:?} is not http(s)",
-                self.api_url
-            )));
+            return Err(vars::config_error(
+                PROVIDER,
+                format!("the API URL {:?} is not http(s)", self.api_url),
+            ));
         }
         if self.vcpus == Some(0) {
-            return Err(config_error("vcpus must be at least 1"));
+            return Err(vars::config_error(PROVIDER, "vcpus must be at least 1"));
         }
         Ok(url)
     }
@@ -334,21 +316,21 @@ mod tests {
 
     #[test]
     fn credentials_come_in_threes_or_from_an_oidc_token() {
-        let c = VercelConfig::from_vars(vars(&[
+        let c = crate::Vercel::config_from(&vars(&[
             ("VERCEL_TOKEN", "t"),
             ("VERCEL_TEAM_ID", "team"),
             ("VERCEL_PROJECT_ID", "prj"),
         ]))
         .unwrap();
         assert_eq!((c.team_id(), c.project_id()), ("team", "prj"));
-        let e = VercelConfig::from_vars(vars(&[("VERCEL_TOKEN", "t")])).unwrap_err();
+        let e = crate::Vercel::config_from(&vars(&[("VERCEL_TOKEN", "t")])).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidConfig);
-        let e = VercelConfig::from_vars(vars(&[])).unwrap_err();
+        let e = crate::Vercel::config_from(&vars(&[])).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidConfig);
         let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .encode(br#"{"owner_id":"team_o","project_id":"prj_o","exp":1}"#);
         let jwt = format!("eyJhbGciOiJSUzI1NiJ9.{payload}.sig");
-        let c = VercelConfig::from_vars(vars(&[("VERCEL_OIDC_TOKEN", &jwt)])).unwrap();
+        let c = crate::Vercel::config_from(&vars(&[("VERCEL_OIDC_TOKEN", &jwt)])).unwrap();
         assert_eq!((c.team_id(), c.project_id()), ("team_o", "prj_o"));
         let e = VercelConfig::from_oidc_token("not-a-jwt").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidConfig);
@@ -367,7 +349,7 @@ mod tests {
             ("VERCEL_SANDBOX_TIMEOUT", "soon"),
             ("VERCEL_SANDBOX_SUDO", "maybe"),
         ] {
-            let e = VercelConfig::from_vars(vars(&[
+            let e = crate::Vercel::config_from(&vars(&[
                 ("VERCEL_TOKEN", "t"),
                 ("VERCEL_TEAM_ID", "team"),
                 ("VERCEL_PROJECT_ID", "prj"),

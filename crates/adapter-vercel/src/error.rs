@@ -1,4 +1,4 @@
-//! Every failure as an [`Error`] with a kind and a retry class, through the core's transport
+//! Every failure as an [`Error`] with a kind and a retry class, through the kit's classification
 //! helpers. What differs from their defaults, and why:
 //!
 //! | answer | kind, retry | source |
@@ -14,13 +14,18 @@
 //! A `POST …/cmd` is never retried by this adapter (the TS SDK's `withRetry` does retry it on
 //! 5xx and can run a command twice; the Python SDK does not).
 
-use execseam_adapter_kit::retry::{self, Effect, NoAnswer};
-use execseam_adapter_kit::text;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
+use execseam_adapter_kit::http::{self, BodyError};
+use execseam_adapter_kit::retry::{self, Call, NoAnswer, Sent, Stage};
 use execseam_core::{Error, ErrorKind, Retry, WireStatus};
 
 use crate::PROVIDER;
+
+/// A call of this adapter.
+pub(crate) const fn call(operation: &'static str, stage: Stage) -> Call {
+    Call::new(PROVIDER, operation, stage)
+}
 use crate::wire::ErrorBody;
 
 /// A failed call, before it is classified.
@@ -36,6 +41,8 @@ pub(crate) enum CallError {
     },
     /// The request failed in transport.
     Transport(reqwest::Error),
+    /// A body could not be read whole (too large, past its deadline, cut).
+    Body(BodyError),
     /// The answer is not what the API sends.
     Protocol(String),
     /// The stream ended before its final line.
@@ -55,10 +62,7 @@ impl CallError {
             .ok()
             .and_then(|v| v["error"]["invalidToken"].as_bool())
             .unwrap_or(false);
-        let retry_after = headers
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| retry::parse_retry_after(v, SystemTime::now()));
+        let retry_after = http::retry_after(headers);
         let message = if parsed.error.message.is_empty() {
             String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned()
         } else {
@@ -85,14 +89,12 @@ impl CallError {
     }
 }
 
-/// Classifies `e` for operation `op`, whose repetition could do `effect`.
-pub(crate) fn map(e: CallError, op: &'static str, effect: Effect) -> Error {
+/// Classifies `e` for `call`.
+pub(crate) fn map(e: CallError, call: Call) -> Error {
     let base = |kind: ErrorKind, retry: Retry, message: String| {
-        Error::new(kind, message)
-            .with_retry(retry)
-            .with_provider(PROVIDER)
-            .with_operation(op)
+        call.error(kind, message).with_retry(retry)
     };
+    let op = call.operation;
     match e {
         CallError::Http {
             status,
@@ -101,7 +103,7 @@ pub(crate) fn map(e: CallError, op: &'static str, effect: Effect) -> Error {
             invalid_token,
             retry_after,
         } => {
-            let (mut kind, mut retry) = retry::http_status(status, effect, retry_after);
+            let (mut kind, mut retry) = retry::http_status(status, call.stage, retry_after);
             if status == 403 && invalid_token {
                 (kind, retry) = (ErrorKind::Unauthenticated, Retry::Never);
             }
@@ -115,30 +117,12 @@ pub(crate) fn map(e: CallError, op: &'static str, effect: Effect) -> Error {
             }
             err
         }
-        CallError::Transport(t) => {
-            let f = if t.is_connect() {
-                NoAnswer::Connect
-            } else if t.is_timeout() {
-                NoAnswer::Timeout
-            } else if t.is_decode() {
-                NoAnswer::Malformed
-            } else {
-                NoAnswer::Cut
-            };
-            let (kind, retry) = retry::no_answer(f, effect);
-            let message = text::error_chain(&t);
-            base(kind, retry, message).with_source(t.without_url())
-        }
-        CallError::Protocol(m) => {
-            let (kind, retry) = retry::no_answer(NoAnswer::Malformed, effect);
-            base(kind, retry, m)
-        }
-        CallError::Cut(m) => {
-            let (kind, retry) = retry::no_answer(NoAnswer::Cut, effect);
-            base(kind, retry, m)
-        }
+        CallError::Transport(t) => http::transport_error(call, t),
+        CallError::Body(b) => b.into_error(call),
+        CallError::Protocol(m) => call.no_answer(NoAnswer::Malformed, m),
+        CallError::Cut(m) => call.no_answer(NoAnswer::Cut, m),
         CallError::Stream { code, message } => {
-            let retry = retry::retry_class(effect, retry::Sent::Maybe);
+            let retry = call.stage.retry(Sent::Maybe);
             base(
                 ErrorKind::Unavailable,
                 retry,
@@ -170,8 +154,7 @@ mod tests {
                 403,
                 r#"{"error":{"code":"forbidden","message":"Not authorized","invalidToken":true}}"#,
             ),
-            "exec",
-            Effect::NonIdempotent,
+            call("exec", Stage::Submit),
         );
         assert_eq!(
             (e.kind(), e.retry()),
@@ -179,8 +162,7 @@ mod tests {
         );
         let e = map(
             http(403, r#"{"error":{"code":"forbidden","message":"no"}}"#),
-            "exec",
-            Effect::NonIdempotent,
+            call("exec", Stage::Submit),
         );
         assert_eq!(e.kind(), ErrorKind::PermissionDenied);
         let e = map(
@@ -188,8 +170,7 @@ mod tests {
                 400,
                 r#"{"error":{"code":"bad_request","message":"The working directory \"/x\" does not exist"}}"#,
             ),
-            "exec",
-            Effect::NonIdempotent,
+            call("exec", Stage::Submit),
         );
         assert_eq!(e.kind(), ErrorKind::NotFound);
         let e = map(
@@ -197,24 +178,18 @@ mod tests {
                 500,
                 r#"{"error":{"code":"internal_server_error","message":"x"}}"#,
             ),
-            "exec",
-            Effect::NonIdempotent,
+            call("exec", Stage::Submit),
         );
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Internal, Retry::Unsafe));
         assert_eq!(e.code(), Some("internal_server_error"));
-        let e = map(
-            CallError::Cut("ended".into()),
-            "exec",
-            Effect::NonIdempotent,
-        );
+        let e = map(CallError::Cut("ended".into()), call("exec", Stage::Submit));
         assert_eq!(
             (e.kind(), e.retry()),
             (ErrorKind::Unavailable, Retry::Unsafe)
         );
         let e = map(
             CallError::Protocol("bad".into()),
-            "exec",
-            Effect::NonIdempotent,
+            call("exec", Stage::Submit),
         );
         assert_eq!(e.kind(), ErrorKind::Protocol);
         assert!(http(410, r#"{"error":{"code":"sandbox_stopped","message":"m"}}"#).is_stopped());

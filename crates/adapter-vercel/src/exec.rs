@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use bytes::Bytes;
-use execseam_adapter_kit::retry::Effect;
+use execseam_adapter_kit::retry::Stage;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
     Ownership, Sandbox,
@@ -14,7 +14,7 @@ use futures_util::StreamExt;
 use reqwest::Method;
 
 use crate::client::{Api, Body};
-use crate::error::{CallError, map};
+use crate::error::{CallError, call, map};
 use crate::wire::{self, Line, LineSplitter, RunCommand, StdinWrite, TarFile};
 use crate::{CAPABILITIES, PROVIDER};
 
@@ -81,7 +81,7 @@ pub(crate) async fn delete(api: &Api, name: &str) -> Result<(), Error> {
     )
     .await
     .map(drop)
-    .map_err(|e| map(e, "destroy", Effect::Idempotent))
+    .map_err(|e| map(e, call("destroy", Stage::Before)))
 }
 
 impl VercelExec {
@@ -196,7 +196,7 @@ impl VercelExec {
         let resp = tokio::time::timeout(idle, submit)
             .await
             .map_err(|_| idle_error(idle, "exec"))?
-            .map_err(|e| map(e, "exec", Effect::NonIdempotent))?;
+            .map_err(|e| map(e, call("exec", Stage::Submit)))?;
         let ct = resp
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -206,8 +206,7 @@ impl VercelExec {
         if ct != "application/x-ndjson" {
             return Err(map(
                 CallError::Protocol(format!("expected application/x-ndjson, got {ct:?}")),
-                "exec",
-                Effect::NonIdempotent,
+                call("exec", Stage::Submit),
             ));
         }
         let state = StreamState {
@@ -245,7 +244,7 @@ impl VercelExec {
             )
             .await
             .map(drop)
-            .map_err(|e| map(e, "kill", Effect::Idempotent))
+            .map_err(|e| map(e, call("kill", Stage::Before)))
     }
 
     /// Writes files (`POST …/fs/write`, one gzip'd tar, extracted by the sandbox's user); paths
@@ -280,7 +279,7 @@ impl VercelExec {
         )
         .await
         .map(drop)
-        .map_err(|e| map(e, "write", Effect::Idempotent))
+        .map_err(|e| map(e, call("write", Stage::Before)))
     }
 
     /// Reads a file (`POST …/fs/read`); a missing one is `Ok(None)` (the API's 404).
@@ -309,17 +308,16 @@ impl VercelExec {
                         CallError::Protocol(format!(
                             "expected application/octet-stream, got {ct:?}"
                         )),
-                        "read",
-                        Effect::Idempotent,
+                        call("read", Stage::Before),
                     ));
                 }
                 resp.bytes()
                     .await
                     .map(Some)
-                    .map_err(|e| map(CallError::Transport(e), "read", Effect::Idempotent))
+                    .map_err(|e| map(CallError::Transport(e), call("read", Stage::Before)))
             }
             Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(map(e, "read", Effect::Idempotent)),
+            Err(e) => Err(map(e, call("read", Stage::Before))),
         }
     }
 
@@ -338,7 +336,7 @@ impl VercelExec {
         )
         .await
         .map(drop)
-        .map_err(|e| map(e, "mkdir", Effect::Idempotent))
+        .map_err(|e| map(e, call("mkdir", Stage::Before)))
     }
 
     /// Stops the current session (`POST …/stop`); the sandbox resumes on its next use.
@@ -354,7 +352,7 @@ impl VercelExec {
             )
             .await
             .map(drop)
-            .map_err(|e| map(e, "stop", Effect::Idempotent))
+            .map_err(|e| map(e, call("stop", Stage::Before)))
     }
 }
 
@@ -456,7 +454,7 @@ struct StreamState {
 }
 
 fn fail(e: CallError) -> Error {
-    map(e, "exec", Effect::NonIdempotent)
+    map(e, call("exec", Stage::Submit))
 }
 
 /// No stream head or line within the idle timeout: `Timeout(Request)`, `Unsafe` (the command
@@ -601,7 +599,7 @@ async fn write_stdin(exec: &VercelExec, id: &str, input: Bytes) -> Result<(), Er
         match api.send(Method::POST, &path, &[], body, false).await {
             Ok(_) => offset += chunk.len() as u64,
             Err(e) if closed(&e) => return Ok(()),
-            Err(e) => return Err(map(e, "stdin", Effect::NonIdempotent)),
+            Err(e) => return Err(map(e, call("stdin", Stage::Submit))),
         }
     }
     let body = Body::json(&StdinWrite {
@@ -612,7 +610,7 @@ async fn write_stdin(exec: &VercelExec, id: &str, input: Bytes) -> Result<(), Er
     match api.send(Method::POST, &path, &[], body, false).await {
         Ok(_) => Ok(()),
         Err(e) if closed(&e) => Ok(()),
-        Err(e) => Err(map(e, "stdin", Effect::Idempotent)),
+        Err(e) => Err(map(e, call("stdin", Stage::Before))),
     }
 }
 
@@ -694,15 +692,18 @@ impl VercelExec {
         let resp = self
             .on_session(Method::POST, "cmd", &[], || Body::Json(body.clone()), false)
             .await
-            .map_err(|e| map(e, "spawn", Effect::NonIdempotent))?;
-        let bytes = crate::client::read_bounded(resp, crate::client::MAX_JSON_BODY)
-            .await
-            .map_err(|e| map(e, "spawn", Effect::NonIdempotent))?;
+            .map_err(|e| map(e, call("spawn", Stage::Submit)))?;
+        let bytes = crate::client::read_bounded(
+            resp,
+            crate::client::MAX_JSON_BODY,
+            self.inner.api.config.request_timeout,
+        )
+        .await
+        .map_err(|e| map(e, call("spawn", Stage::Submit)))?;
         let got: wire::CommandResponse = serde_json::from_slice(&bytes).map_err(|e| {
             map(
                 CallError::Protocol(format!("the answer is not {{command}}: {e}")),
-                "spawn",
-                Effect::NonIdempotent,
+                call("spawn", Stage::Submit),
             )
         })?;
         Ok(VercelCommand {
@@ -748,13 +749,12 @@ impl VercelCommand {
                 Body::None,
             )
             .await
-            .map_err(|e| map(e, "wait", Effect::Idempotent))?;
+            .map_err(|e| map(e, call("wait", Stage::Before)))?;
         match got.command.exit_code {
             Some(code) => Ok(Exit::Code(code)),
             None => Err(map(
                 CallError::Protocol("the waited command has no exitCode".into()),
-                "wait",
-                Effect::Idempotent,
+                call("wait", Stage::Before),
             )),
         }
     }
@@ -775,7 +775,7 @@ impl VercelCommand {
         let resp = tokio::time::timeout(idle, send)
             .await
             .map_err(|_| idle_error(idle, "logs").with_retry(execseam_core::Retry::SAFE))?
-            .map_err(|e| map(e, "logs", Effect::Idempotent))?;
+            .map_err(|e| map(e, call("logs", Stage::Before)))?;
         let ct = resp
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -785,8 +785,7 @@ impl VercelCommand {
         if ct != "application/x-ndjson" {
             return Err(map(
                 CallError::Protocol(format!("expected application/x-ndjson, got {ct:?}")),
-                "logs",
-                Effect::Idempotent,
+                call("logs", Stage::Before),
             ));
         }
         struct St {
@@ -803,7 +802,7 @@ impl VercelCommand {
             pending: std::collections::VecDeque::new(),
             done: false,
         };
-        let fail = |e: CallError| map(e, "logs", Effect::Idempotent);
+        let fail = |e: CallError| map(e, call("logs", Stage::Before));
         Ok(EventStream::new(futures_util::stream::unfold(
             st,
             move |mut st| async move {

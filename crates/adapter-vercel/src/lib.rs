@@ -27,7 +27,7 @@ mod config;
 mod error;
 mod exec;
 mod provider;
-pub mod wire;
+mod wire;
 
 pub use config::{DEFAULT_API_URL, DEFAULT_STREAM_IDLE_TIMEOUT, VercelConfig};
 pub use exec::{SANDBOX_CWD, VercelCommand, VercelExec};
@@ -74,7 +74,7 @@ impl Adapter for Vercel {
     type Provider = VercelProvider;
 
     fn config(vars: &Vars<'_>) -> Result<VercelConfig, Error> {
-        VercelConfig::from_vars(|k| vars.get(k))
+        VercelConfig::from_vars(vars)
     }
 
     fn provider(config: VercelConfig) -> Result<VercelProvider, Error> {

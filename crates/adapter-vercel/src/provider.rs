@@ -1,6 +1,6 @@
 //! [`VercelProvider`]: the sandbox lifecycle over `/v3/sandboxes` and `/v2/sandboxes`.
 
-use execseam_adapter_kit::retry::Effect;
+use execseam_adapter_kit::retry::Stage;
 use execseam_adapter_kit::text::escape_path_segment;
 use execseam_core::{
     BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Ownership, Provider,
@@ -9,8 +9,8 @@ use execseam_core::{
 use reqwest::Method;
 
 use crate::client::{Api, Body, http_client};
-use crate::config::{VercelConfig, config_error};
-use crate::error::map;
+use crate::config::VercelConfig;
+use crate::error::{call, map};
 use crate::exec::VercelExec;
 use crate::wire::{CreateSandbox, Resources, SandboxAndSession, SandboxPage, SandboxPayload};
 use crate::{CAPABILITIES, LIFECYCLE, PROVIDER};
@@ -36,9 +36,7 @@ impl VercelProvider {
     /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig). No I/O.
     pub fn new(config: VercelConfig) -> Result<VercelProvider, Error> {
         let base = config.validate()?;
-        let http = http_client(&config).map_err(|e| {
-            config_error(format!("cannot build the HTTP client: {e}")).with_source(e)
-        })?;
+        let http = http_client(&config)?;
         Ok(VercelProvider {
             api: Api { http, base, config },
         })
@@ -90,7 +88,7 @@ impl VercelProvider {
             .api
             .json(Method::POST, "/v3/sandboxes", &[], Body::json(&body))
             .await
-            .map_err(|e| map(e, "create", Effect::NonIdempotent))?;
+            .map_err(|e| map(e, call("create", Stage::Submit)))?;
         Ok(VercelExec::new(
             self.api.clone(),
             created.sandbox.name,
@@ -114,7 +112,7 @@ impl VercelProvider {
                 Body::None,
             )
             .await
-            .map_err(|e| map(e, "connect", Effect::Idempotent))?;
+            .map_err(|e| map(e, call("connect", Stage::Before)))?;
         Ok(VercelExec::new(
             self.api.clone(),
             got.sandbox.name,
@@ -167,7 +165,7 @@ impl VercelProvider {
                 .api
                 .json(Method::GET, "/v2/sandboxes", &q, Body::None)
                 .await
-                .map_err(|e| map(e, "list", Effect::Idempotent))?;
+                .map_err(|e| map(e, call("list", Stage::Before)))?;
             out.extend(page.sandboxes.into_iter().map(info));
             match page.pagination.next {
                 Some(n) if Some(&n) != cursor.as_ref() => cursor = Some(n),

@@ -96,7 +96,8 @@ pub struct StdinWrite<'a> {
 pub struct SandboxPayload {
     /// Its name (the id this adapter uses).
     pub name: String,
-    /// Its current session.
+    /// Its current session (required in the answer; the session comes from `{session}`).
+    #[allow(dead_code)]
     pub current_session_id: String,
     /// `running`, `stopped`, …
     #[serde(default)]
@@ -118,9 +119,11 @@ pub struct SandboxPayload {
 pub struct SessionPayload {
     /// Its id.
     pub id: String,
-    /// `running`, `stopped`, …
+    /// `running`, `stopped`, … (required in the answer, not read).
+    #[allow(dead_code)]
     pub status: String,
-    /// The working directory of its commands.
+    /// The working directory of its commands (not read: commands name theirs).
+    #[allow(dead_code)]
     #[serde(default)]
     pub cwd: Option<String>,
 }

@@ -118,7 +118,7 @@ fn main() -> ExitCode {
         }
     };
     let code = rt.block_on(async move {
-        let code = match cli.command {
+        match cli.command {
             Cmd::Run(args) => run::run(args).await,
             Cmd::Sandbox(args) => sandbox::sandbox(args).await,
             Cmd::Adapters { json, markdown } => run::adapters(json, markdown),
@@ -133,10 +133,7 @@ fn main() -> ExitCode {
             Cmd::Code(args) => tools::code(args).await,
             Cmd::Serve(args) => execseam_server::serve(*args).await,
             Cmd::Mcp(args) => mcp::mcp(args).await,
-        };
-        // Sandboxes and sessions this run created are removed before the runtime shuts down.
-        registry::close_all().await;
-        code
+        }
     });
     // A pending read of stdin (the MCP transport) must not hold the exit.
     rt.shutdown_timeout(std::time::Duration::from_millis(200));

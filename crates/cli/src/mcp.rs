@@ -80,7 +80,7 @@ fn pairs(what: &str, kvs: &[String]) -> Result<Vec<(String, String)>, String> {
 }
 
 /// Runs the server until the client goes away or a signal arrives; the sandbox this run created
-/// is destroyed by the caller (`registry::close_all`).
+/// is destroyed when serving ends (`registry::close`).
 pub async fn mcp(a: McpArgs) -> ExitCode {
     let spec = (|| -> Result<SandboxSpec, String> {
         let mut spec = SandboxSpec::new();
@@ -120,18 +120,26 @@ pub async fn mcp(a: McpArgs) -> ExitCode {
             return ExitCode::from(USAGE);
         }
     };
-    let exec = match registry::open_with(&a.adapter, a.sandbox.as_deref(), spec).await {
-        Ok(e) => e,
+    let sandbox = match registry::open_with(&a.adapter, a.sandbox.as_deref(), spec).await {
+        Ok(s) => s,
         Err(e) => {
             eprintln!("execseam: {e}");
             return crate::run::error_status(&e);
         }
     };
-    let server = McpServer::new(exec, root.clone(), a.max_output);
-    if let Some(addr) = a.http {
-        return serve_http(server, addr).await;
-    }
-    tracing::info!(adapter = %a.adapter, root = %root, "mcp: serving on stdio");
+    let server = McpServer::new(sandbox.clone(), root.clone(), a.max_output);
+    let code = match a.http {
+        Some(addr) => serve_http(server, addr).await,
+        None => serve_stdio(server, &a.adapter, &root).await,
+    };
+    // A sandbox this run created is destroyed; one it connected to is left running.
+    registry::close(&*sandbox).await;
+    code
+}
+
+/// MCP over stdio until the client closes the connection or SIGINT/SIGTERM.
+async fn serve_stdio(server: McpServer, adapter: &str, root: &str) -> ExitCode {
+    tracing::info!(adapter = %adapter, root = %root, "mcp: serving on stdio");
     let running = match server.serve(rmcp::transport::stdio_pipes()).await {
         Ok(r) => r,
         Err(e) => {

@@ -1,27 +1,10 @@
 //! The adapters, through the `execseam` facade's registry: a provider per name, configured from
-//! the environment, and the sandboxes this run creates (removed before it exits).
+//! the environment, and the sandbox a command runs in ([`open`]), which the command closes
+//! ([`close`]): a sandbox it created is destroyed, one it connected to is left running.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use execseam::{
-    AdapterInfo as Adapter, BoxFuture, Capabilities, Error, Exec, Provider, Sandbox, SandboxSpec,
-};
-
-/// A clean-up: closes a sandbox this run created.
-type Cleanup = BoxFuture<'static, Result<(), Error>>;
-
-/// Clean-ups to run before the CLI exits: sandboxes this run created.
-static CLOSERS: Mutex<Vec<(String, Cleanup)>> = Mutex::new(Vec::new());
-
-/// Runs every registered clean-up; a failure is reported on stderr, never hidden.
-pub async fn close_all() {
-    let closers = std::mem::take(&mut *CLOSERS.lock().expect("closers"));
-    for (adapter, cleanup) in closers {
-        if let Err(e) = cleanup.await {
-            eprintln!("execseam: {adapter}: removing the sandbox this run created failed: {e}");
-        }
-    }
-}
+use execseam::{AdapterInfo as Adapter, Capabilities, Error, Provider, Sandbox, SandboxSpec};
 
 /// Every adapter compiled in.
 pub fn all() -> Vec<Adapter> {
@@ -40,9 +23,9 @@ pub fn provider(name: &str) -> Result<Box<dyn Provider>, Error> {
     execseam::provider(name)
 }
 
-/// A sandbox to run in: `sandbox` when given (connected, left running), else a new one that is
-/// closed (destroyed) before the CLI exits.
-pub async fn open(name: &str, sandbox: Option<&str>) -> Result<Arc<dyn Exec>, Error> {
+/// A sandbox to run in: `sandbox` when given (connected: [`close`] leaves it running), else a
+/// new one (created: [`close`] destroys it).
+pub async fn open(name: &str, sandbox: Option<&str>) -> Result<Arc<dyn Sandbox>, Error> {
     open_with(name, sandbox, SandboxSpec::new()).await
 }
 
@@ -51,19 +34,23 @@ pub async fn open_with(
     name: &str,
     sandbox: Option<&str>,
     spec: SandboxSpec,
-) -> Result<Arc<dyn Exec>, Error> {
+) -> Result<Arc<dyn Sandbox>, Error> {
     let provider = provider(name)?;
-    let handle: Arc<dyn Sandbox> = match sandbox.filter(|s| !s.is_empty()) {
-        Some(id) => Arc::from(provider.connect(id).await?),
-        None => {
-            let created: Arc<dyn Sandbox> = Arc::from(provider.create(spec).await?);
-            let owned = created.clone();
-            CLOSERS.lock().expect("closers").push((
-                name.to_owned(),
-                Box::pin(async move { owned.close().await }),
-            ));
-            created
-        }
-    };
-    Ok(handle as Arc<dyn Exec>)
+    Ok(Arc::from(match sandbox.filter(|s| !s.is_empty()) {
+        Some(id) => provider.connect(id).await?,
+        None => provider.create(spec).await?,
+    }))
+}
+
+/// Closes what [`open`] gave: a created sandbox is destroyed, a connected one released. A
+/// failure is reported on stderr, never hidden.
+pub async fn close(sandbox: &dyn Sandbox) {
+    if let Err(e) = sandbox.close().await {
+        let what = if sandbox.owned() {
+            "removing the sandbox this run created"
+        } else {
+            "releasing the sandbox"
+        };
+        eprintln!("execseam: {}: {what} failed: {e}", sandbox.provider());
+    }
 }

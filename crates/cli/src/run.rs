@@ -122,15 +122,31 @@ pub async fn interrupted() -> u8 {
 }
 
 pub async fn run(args: RunArgs) -> ExitCode {
+    // A bad command is refused before anything is created.
+    let cmd = match build_command(&args) {
+        Ok(c) => c,
+        Err(e) => return report(&args, Err(e)),
+    };
+    let sandbox = match registry::open(&args.adapter, args.sandbox.as_deref()).await {
+        Ok(s) => s,
+        Err(e) => return report(&args, Err(e)),
+    };
     // Interrupted: the exec is dropped (adapters with remote kill kill the command), and what
-    // this run created is destroyed by the caller's close_all before the process exits.
+    // this run created is destroyed before the process exits.
     let result = tokio::select! {
-        r = run_inner(&args) => r,
+        r = run_inner(&args, cmd, sandbox.clone()) => r,
         sig = interrupted() => {
             eprintln!("execseam: interrupted; killing the command and removing what this run created");
+            registry::close(&*sandbox).await;
             return ExitCode::from(sig);
         }
     };
+    registry::close(&*sandbox).await;
+    report(&args, result)
+}
+
+/// Prints the result (or the error) and gives the exit status.
+fn report(args: &RunArgs, result: Result<Output, Error>) -> ExitCode {
     match result {
         Ok(output) => {
             if args.json {
@@ -163,9 +179,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
 /// Runs the command. In text mode on an adapter that streams, chunks are written as they
 /// arrive and the returned output holds only the exit (its bytes are already out); otherwise the
 /// whole output is returned.
-async fn run_inner(args: &RunArgs) -> Result<Output, Error> {
-    let cmd = build_command(args)?;
-    let exec = registry::open(&args.adapter, args.sandbox.as_deref()).await?;
+async fn run_inner(
+    args: &RunArgs,
+    cmd: Command,
+    sandbox: std::sync::Arc<dyn execseam::Sandbox>,
+) -> Result<Output, Error> {
+    let exec: std::sync::Arc<dyn Exec> = sandbox;
     let deadline = args.timeout.and_then(deadline_of);
     let exec: std::sync::Arc<dyn Exec> = match deadline {
         Some(d) => std::sync::Arc::new(exec.with_deadline(d)),

@@ -169,8 +169,16 @@ fn under(root: &str, p: &str) -> String {
     }
 }
 
-async fn connect(c: &Common) -> Result<std::sync::Arc<dyn Exec>, ToolError> {
-    Ok(registry::open(&c.adapter, c.sandbox.as_deref()).await?)
+/// Runs `f` in a sandbox of `c`'s adapter, then closes it (one this run created is destroyed),
+/// whatever `f` gave.
+async fn with_sandbox<T>(
+    c: &Common,
+    f: impl AsyncFnOnce(&dyn Exec) -> Result<T, ToolError>,
+) -> Result<T, ToolError> {
+    let sandbox = registry::open(&c.adapter, c.sandbox.as_deref()).await?;
+    let r = f(&*sandbox).await;
+    registry::close(&*sandbox).await;
+    r
 }
 
 /// The error as JSON: `execseam_tools::wire`'s shape (`code`, `message`, `path`, `retry` as
@@ -236,9 +244,8 @@ fn print_notes<T>(l: &Listing<T>) {
 
 pub async fn glob(a: GlobArgs) -> ExitCode {
     let json = a.common.json;
-    let r = async {
-        let exec = connect(&a.common).await?;
-        let l = Tools::new(&*exec)
+    let r = with_sandbox(&a.common, async |exec| {
+        let l = Tools::new(exec)
             .glob(&root(&a.common)?, &a.pattern, a.limit)
             .await?;
         if json {
@@ -252,18 +259,17 @@ pub async fn glob(a: GlobArgs) -> ExitCode {
             print_notes(&l);
         }
         Ok(())
-    }
+    })
     .await;
     finish(json, r)
 }
 
 pub async fn list(a: ListArgs) -> ExitCode {
     let json = a.common.json;
-    let r = async {
-        let exec = connect(&a.common).await?;
+    let r = with_sandbox(&a.common, async |exec| {
         let root = root(&a.common)?;
         let dir = a.dir.as_deref().map_or(root.clone(), |d| under(&root, d));
-        let l = Tools::new(&*exec).list(&dir, a.depth, a.limit).await?;
+        let l = Tools::new(exec).list(&dir, a.depth, a.limit).await?;
         if json {
             let items = l.items.iter().map(|e| (e.path.clone(), e.is_dir));
             println!("{}", paths_json(items, l.omitted, &l.skipped));
@@ -275,15 +281,14 @@ pub async fn list(a: ListArgs) -> ExitCode {
             print_notes(&l);
         }
         Ok(())
-    }
+    })
     .await;
     finish(json, r)
 }
 
 pub async fn grep(a: GrepArgs) -> ExitCode {
     let json = a.common.json;
-    let r = async {
-        let exec = connect(&a.common).await?;
+    let r = with_sandbox(&a.common, async |exec| {
         let options = GrepOptions {
             glob: a.glob.clone(),
             fixed: a.fixed,
@@ -291,7 +296,7 @@ pub async fn grep(a: GrepArgs) -> ExitCode {
             before: a.context.unwrap_or(a.before),
             after: a.context.unwrap_or(a.after),
         };
-        let tools = Tools::new(&*exec);
+        let tools = Tools::new(exec);
         let root = root(&a.common)?;
         if a.files_with_matches {
             let l = tools.grep_files(&root, &a.regex, &options, a.limit).await?;
@@ -346,7 +351,7 @@ pub async fn grep(a: GrepArgs) -> ExitCode {
             print_notes(&l);
         }
         Ok(())
-    }
+    })
     .await;
     finish(json, r)
 }
@@ -371,17 +376,14 @@ pub struct EditArgs {
 /// `execseam edit`: exact replacement; exit 1 when the text is absent or not unique.
 pub async fn edit(a: EditArgs) -> ExitCode {
     let json = a.common.json;
-    let r = async {
-        let exec = connect(&a.common).await?;
+    let r = with_sandbox(&a.common, async |exec| {
         let path = under(&root(&a.common)?, &a.path);
-        let n = Tools::new(&*exec)
-            .edit(&path, &a.old, &a.new, a.all)
-            .await?;
+        let n = Tools::new(exec).edit(&path, &a.old, &a.new, a.all).await?;
         if json {
             println!("{}", json!({ "path": path, "replacements": n }));
         }
         Ok(())
-    }
+    })
     .await;
     finish(json, r)
 }
@@ -413,21 +415,23 @@ pub async fn read(a: ReadArgs) -> ExitCode {
             }
             (None, None) => ReadRange::All,
         };
-        let exec = connect(&a.common).await?;
-        let path = under(&root(&a.common)?, &a.path);
-        let b = Tools::new(&*exec).read(&path, range).await?;
-        if json {
-            let content = std::str::from_utf8(&b).ok();
-            println!(
-                "{}",
-                json!({ "content": content, "content_base64": base64_encode(&b) })
-            );
-        } else {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(&b);
-            let _ = out.flush();
-        }
-        Ok(())
+        with_sandbox(&a.common, async |exec| {
+            let path = under(&root(&a.common)?, &a.path);
+            let b = Tools::new(exec).read(&path, range).await?;
+            if json {
+                let content = std::str::from_utf8(&b).ok();
+                println!(
+                    "{}",
+                    json!({ "content": content, "content_base64": base64_encode(&b) })
+                );
+            } else {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(&b);
+                let _ = out.flush();
+            }
+            Ok(())
+        })
+        .await
     }
     .await;
     finish(json, r)
@@ -455,22 +459,24 @@ pub async fn write(a: WriteArgs) -> ExitCode {
     let json = a.common.json;
     let r = async {
         let content = input(a.from.as_deref())?;
-        let exec = connect(&a.common).await?;
-        let path = under(&root(&a.common)?, &a.path);
-        let n = content.len();
-        Tools::new(&*exec)
-            .write_with(
-                &path,
-                content,
-                WriteOptions {
-                    create_parents: !a.no_create_parents,
-                },
-            )
-            .await?;
-        if json {
-            println!("{}", json!({ "path": path, "bytes": n }));
-        }
-        Ok(())
+        with_sandbox(&a.common, async |exec| {
+            let path = under(&root(&a.common)?, &a.path);
+            let n = content.len();
+            Tools::new(exec)
+                .write_with(
+                    &path,
+                    content,
+                    WriteOptions {
+                        create_parents: !a.no_create_parents,
+                    },
+                )
+                .await?;
+            if json {
+                println!("{}", json!({ "path": path, "bytes": n }));
+            }
+            Ok(())
+        })
+        .await
     }
     .await;
     finish(json, r)
@@ -483,27 +489,29 @@ pub async fn patch(a: PatchArgs) -> ExitCode {
         let text = String::from_utf8(text).map_err(|_| ToolError::InvalidArgument {
             message: "the patch is not UTF-8".into(),
         })?;
-        let exec = connect(&a.common).await?;
-        let files = Tools::new(&*exec)
-            .apply_patch(&root(&a.common)?, &text)
-            .await?;
-        let tag = |c: Change| match c {
-            Change::Created => "created",
-            Change::Modified => "modified",
-            Change::Deleted => "deleted",
-        };
-        if json {
-            let files: Vec<Value> = files
-                .iter()
-                .map(|f| json!({ "path": f.path, "change": tag(f.change) }))
-                .collect();
-            println!("{}", json!({ "files": files }));
-        } else {
-            for f in &files {
-                println!("{} {}", tag(f.change), f.path);
+        with_sandbox(&a.common, async |exec| {
+            let files = Tools::new(exec)
+                .apply_patch(&root(&a.common)?, &text)
+                .await?;
+            let tag = |c: Change| match c {
+                Change::Created => "created",
+                Change::Modified => "modified",
+                Change::Deleted => "deleted",
+            };
+            if json {
+                let files: Vec<Value> = files
+                    .iter()
+                    .map(|f| json!({ "path": f.path, "change": tag(f.change) }))
+                    .collect();
+                println!("{}", json!({ "files": files }));
+            } else {
+                for f in &files {
+                    println!("{} {}", tag(f.change), f.path);
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
+        .await
     }
     .await;
     finish(json, r)
@@ -555,20 +563,24 @@ pub async fn code(a: CodeArgs) -> ExitCode {
         let source = String::from_utf8(source).map_err(|_| ToolError::InvalidArgument {
             message: format!("{} is not UTF-8 source", a.file),
         })?;
-        let exec = connect(&Common {
-            adapter: a.adapter.clone(),
-            sandbox: a.sandbox.clone(),
-            root: None,
-            json: a.json,
-        })
-        .await?;
-        Tools::new(&*exec)
-            .code(
-                language,
-                &source,
-                a.timeout.map(std::time::Duration::from_secs),
-            )
-            .await
+        with_sandbox(
+            &Common {
+                adapter: a.adapter.clone(),
+                sandbox: a.sandbox.clone(),
+                root: None,
+                json: a.json,
+            },
+            async |exec| {
+                Tools::new(exec)
+                    .code(
+                        language,
+                        &source,
+                        a.timeout.map(std::time::Duration::from_secs),
+                    )
+                    .await
+            },
+        )
+        .await
     }
     .await;
     match r {

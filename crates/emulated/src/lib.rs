@@ -121,6 +121,15 @@ fn tailor(spec: &mut Spec) -> Vec<Spec> {
             spec.proptest_cases = 12;
             spec.start = Some(start_chrono);
         }
+        // An exec's exit waits for its output's holders, as the Northflank proxy's backend (below).
+        "kubernetes" => {
+            spec.exit_waits = Some(
+                "Kubernetes reports an exec's exit once its output pipes close: containerd's CRI \
+                 execInternal waits on attachDone after the process exits \
+                 (internal/cri/server/container_execsync.go); a background child holding stdout \
+                 keeps the stream, and the status, back",
+            );
+        }
         "northflank" => {
             spec.exit_waits = Some(
                 "Kubernetes exec (the proxy's backend) reports the exit after the output pipes \

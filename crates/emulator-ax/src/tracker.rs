@@ -462,10 +462,10 @@ impl Tracker {
             .spawn(proc, self.sandbox.user(), &cwd)
             .await
             .map_err(|e| match e {
-                execseam_local::SpawnError::Workdir(_) => {
+                execseam_spawn::SpawnError::Workdir(_) => {
                     starting(format!("fork/exec {path}: no such file or directory"))
                 }
-                execseam_local::SpawnError::Io(e) => starting(format!("fork/exec {path}: {e}")),
+                execseam_spawn::SpawnError::Io(e) => starting(format!("fork/exec {path}: {e}")),
             })?;
         let mut child = spawned.child;
         let host_pid = i32::try_from(spawned.host_pid).unwrap_or(0);

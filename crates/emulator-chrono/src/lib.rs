@@ -36,7 +36,7 @@
 // Handlers return `Result<_, Response>` (axum's idiom) or `Result<_, tonic::Status>`.
 #![allow(clippy::result_large_err)]
 
-pub mod contract;
+pub use execseam_chrono_contract::contract;
 mod routes;
 pub mod runner;
 pub mod store;

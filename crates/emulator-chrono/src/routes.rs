@@ -9,14 +9,15 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
-use execseam_chrono::wire::{self, ExecuteRequest, ExecuteResponse, Phase, Status, codes};
+use execseam_chrono_contract::wire::{self, ExecuteRequest, Phase, Status, codes};
 use futures_util::StreamExt as _;
 use tokio::sync::{mpsc, watch};
 
 use super::ChronoOptions;
 use super::contract::{self, End, Record, Reply, error_reply};
-use super::runner::{Chunk, RunEnd, Runner};
+use super::runner::{Chunk, Runner};
 use super::store::{MemoryStore, Submitted};
+use execseam_chrono_contract::RunEnd;
 use execseam_emulator_kit::clock::hex_id;
 use execseam_emulator_kit::{ConnControl, Fault, FaultHandle, Shell, reset_connection};
 
@@ -176,34 +177,9 @@ fn vanish(fault: Option<Fault>) -> Option<Duration> {
     (fault == Some(Fault::SandboxVanishes)).then_some(Duration::from_millis(200))
 }
 
+/// The synchronous answer of a run's end (the contract's one mapping).
 fn end_response(end: RunEnd) -> Response {
-    match end {
-        RunEnd::Exited(out) => render_json(
-            200,
-            &ExecuteResponse::completed(out, Some(contract::diagnostic_id())),
-        ),
-        RunEnd::TimedOut => err(
-            504,
-            codes::SANDBOX_TIMEOUT,
-            "the program exceeded timeout_secs and was killed",
-        ),
-        RunEnd::Cancelled => err(500, codes::INTERNAL_ERROR, "cancelled"),
-        RunEnd::Vanished => err(
-            503,
-            codes::SANDBOX_UNREACHABLE,
-            "the sandbox disappeared while the program ran",
-        ),
-        RunEnd::Invalid(m) => err(400, codes::INVALID_REQUEST, &m),
-        RunEnd::CreationFailed(m) => err(502, codes::SANDBOX_CREATION_FAILED, &m),
-    }
-}
-
-fn render_json(status: u16, body: &impl serde::Serialize) -> Response {
-    render(Reply {
-        status,
-        headers: vec![("content-type", "application/json".into())],
-        body: serde_json::to_vec(body).expect("serialisable"),
-    })
+    render(end.reply())
 }
 
 async fn execute(
@@ -329,27 +305,7 @@ async fn execute_stream(State(s): S, headers: HeaderMap, body: Bytes) -> Respons
             Sse::End(_) if fault == Some(Fault::MalformedBody) => {
                 Bytes::from_static(b"data: {\"type\": \"compl\n\n")
             }
-            Sse::End(RunEnd::Exited(out)) => sse_line(serde_json::json!({
-                "type": "complete", "exit_code": out.exit_code,
-                "execution_time_ms": out.execution_time_ms.unwrap_or(0)})),
-            Sse::End(end) => {
-                let (code, text) = match end {
-                    RunEnd::TimedOut => (
-                        codes::SANDBOX_TIMEOUT,
-                        "the program exceeded timeout_secs".to_owned(),
-                    ),
-                    RunEnd::Vanished => (
-                        codes::SANDBOX_UNREACHABLE,
-                        "the sandbox disappeared".to_owned(),
-                    ),
-                    RunEnd::Invalid(m) => (codes::INVALID_REQUEST, m),
-                    RunEnd::CreationFailed(m) => (codes::SANDBOX_CREATION_FAILED, m),
-                    _ => (codes::INTERNAL_ERROR, "internal".to_owned()),
-                };
-                sse_line(
-                    serde_json::json!({"type": "error", "ename": code, "evalue": text, "traceback": []}),
-                )
-            }
+            Sse::End(end) => sse_line(end.stream_event()),
         };
         Some((Ok::<_, std::io::Error>(line), (rx, guard)))
     });
@@ -512,38 +468,7 @@ async fn drive(
     s.store.update(&id, |r| {
         r.advance(Status::Collecting, Phase::Collect, now())
     });
-    let end = match end {
-        RunEnd::Exited(out) => End::Result(ExecuteResponse::completed(
-            out,
-            Some(contract::diagnostic_id()),
-        )),
-        RunEnd::TimedOut => End::Without {
-            status: Status::Failed,
-            code: codes::SANDBOX_TIMEOUT,
-            message: "the program exceeded timeout_secs and was killed".into(),
-        },
-        RunEnd::Cancelled => End::Without {
-            status: Status::Cancelled,
-            code: codes::EXECUTION_CANCELLED,
-            message: "cancelled".into(),
-        },
-        RunEnd::Vanished => End::Without {
-            status: Status::OutcomeUncertain,
-            code: codes::OUTCOME_UNCERTAIN,
-            message: "the sandbox disappeared while the program ran".into(),
-        },
-        RunEnd::Invalid(m) => End::Without {
-            status: Status::Failed,
-            code: codes::INVALID_REQUEST,
-            message: m,
-        },
-        RunEnd::CreationFailed(m) => End::Without {
-            status: Status::Failed,
-            code: codes::SANDBOX_CREATION_FAILED,
-            message: m,
-        },
-    };
-    s.store.update(&id, |r| r.finish(end, now()));
+    s.store.update(&id, |r| r.finish(end.end(), now()));
 }
 
 /// The record, readable by `owner`, or the 404/410 reply.

@@ -9,7 +9,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use execseam_chrono::wire::{ExecOutput, ExecuteRequest, Language};
+use execseam_chrono_contract::RunEnd;
+use execseam_chrono_contract::wire::{ExecOutput, ExecuteRequest, Language};
 use execseam_core::{Command, Event, Exec, Exit};
 use tokio::sync::mpsc;
 
@@ -119,23 +120,6 @@ fn probe(program: &str, args: &[&str]) -> Option<String> {
 
 fn which(program: &str) -> Option<String> {
     probe("sh", &["-c", &format!("command -v {program}")]).filter(|p| p.starts_with('/'))
-}
-
-/// How a run ended.
-#[derive(Debug)]
-pub enum RunEnd {
-    /// The program exited.
-    Exited(ExecOutput),
-    /// `timeout_secs` expired: killed.
-    TimedOut,
-    /// Cancelled: killed.
-    Cancelled,
-    /// The sandbox vanished (fault injection): killed.
-    Vanished,
-    /// The request cannot run (unknown runtime, bad input file).
-    Invalid(String),
-    /// The sandbox could not be made.
-    CreationFailed(String),
 }
 
 /// A chunk for `/execute/stream`.
@@ -294,7 +278,7 @@ impl Runner {
             },
             () = tokio::time::sleep(timeout) => RunEnd::TimedOut,
             () = cancel => RunEnd::Cancelled,
-            () = vanish => RunEnd::Vanished,
+            () = vanish => RunEnd::Uncertain("the sandbox disappeared while the program ran".into()),
         };
         // Dropping the exec future killed the process group; this removes the root.
         sandbox.destroy();

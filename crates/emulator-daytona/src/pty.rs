@@ -129,8 +129,8 @@ async fn start(
         .spawn_pty(cmd, &user, &cwd, PtySize::new(rows, cols))
         .await
         .map_err(|e| match e {
-            execseam_local::SpawnError::Workdir(w) => format!("pty.StartWithSize: chdir: {w}"),
-            execseam_local::SpawnError::Io(e) => format!("pty.StartWithSize: {e}"),
+            execseam_spawn::SpawnError::Workdir(w) => format!("pty.StartWithSize: chdir: {w}"),
+            execseam_spawn::SpawnError::Io(e) => format!("pty.StartWithSize: {e}"),
         })?;
     let (out, _) = broadcast::channel(256);
     let (exit, _) = watch::channel(None);

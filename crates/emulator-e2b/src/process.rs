@@ -462,10 +462,10 @@ async fn spawn(
         .cloned()
         .ok_or_else(|| RpcError::new("internal", format!("no account {}", user.name)))?;
     let spawn_error = |e| match e {
-        execseam_local::SpawnError::Workdir(_) => {
+        execseam_spawn::SpawnError::Workdir(_) => {
             RpcError::new("invalid_argument", format!("cwd '{cwd}' does not exist"))
         }
-        execseam_local::SpawnError::Io(e) => match s.pty {
+        execseam_spawn::SpawnError::Io(e) => match s.pty {
             // envd's `pty.StartWithSize` failure (`handler.New`).
             Some(size) => RpcError::new(
                 "invalid_argument",

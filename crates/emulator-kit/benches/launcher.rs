@@ -3,7 +3,7 @@
 //! baseline. Prints the medians and each launcher's overhead over the baseline. Goal: the new
 //! launcher's median overhead at most 3 ms.
 //!
-//! - **plain**: `execseam_local::LocalExec` on the host (no isolation): the cost of spawning the
+//! - **plain**: `execseam_spawn::ProcessExec` on the host (no isolation): the cost of spawning the
 //!   command itself.
 //! - **old**: the launcher the emulators used before: `unshare --mount --propagation private` +
 //!   `/bin/sh` binding three private directories (E2B's `/home/user`, `/root`, `/tmp`) with one
@@ -13,14 +13,14 @@
 //! - **new**: [`Sandbox::exec`]: a thread enters the sandbox's existing namespaces (`setns`) and
 //!   spawns the command there, as the sandbox's user.
 //!
-//! `cargo bench -p execseam-emulators --bench launcher` (or `cargo xtask bench`); needs root.
+//! `cargo bench -p execseam-emulator-kit --bench launcher` (or `cargo xtask bench`); needs root.
 //! `EXECSEAM_BENCH_SCALE=0.1` shortens it.
 
 use std::time::{Duration, Instant};
 
 use execseam_core::{Command, Exec};
 use execseam_emulator_kit::{Isolation, Sandbox, SandboxSpec, Sandboxing, User};
-use execseam_local::{LocalConfig, LocalExec};
+use execseam_spawn::{ProcessConfig, ProcessExec};
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -32,7 +32,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// The launcher `harness::sandbox` built before this benchmark's change (verbatim shape).
-fn old_launcher(root: &std::path::Path) -> LocalExec {
+fn old_launcher(root: &std::path::Path) -> ProcessExec {
     let private = ["/home/user", "/root", "/tmp"];
     let mut argv: Vec<String> = vec![
         "unshare".into(),
@@ -44,7 +44,7 @@ fn old_launcher(root: &std::path::Path) -> LocalExec {
         "-c".into(),
         format!(
             "n=$1; shift; while [ \"$n\" -gt 0 ]; do mkdir -p \"$2\" && mount --bind \"$1\" \"$2\" || {{ printf '%s\\n' '{}sandbox mount failed' >&2; exit 125; }}; shift 2; n=$((n-1)); done; exec \"$@\"",
-            execseam_local::LAUNCHER_MARK
+            execseam_spawn::LAUNCHER_MARK
         ),
         "sh".into(),
         private.len().to_string(),
@@ -57,10 +57,13 @@ fn old_launcher(root: &std::path::Path) -> LocalExec {
         argv.push(source.to_string_lossy().into_owned());
         argv.push(target.to_string_lossy().into_owned());
     }
-    LocalExec::with_config(LocalConfig::new().inherit(["PATH"]).launcher(argv))
+    ProcessExec::new(
+        ProcessConfig::new().inherit(["PATH"]).launcher(argv),
+        "local",
+    )
 }
 
-async fn run(exec: &LocalExec, workdir: &str) -> Duration {
+async fn run(exec: &ProcessExec, workdir: &str) -> Duration {
     let cmd = Command::builder(["true"]).workdir(workdir).build().unwrap();
     let t = Instant::now();
     let out = exec.exec(cmd).await.expect("exec");
@@ -72,7 +75,7 @@ async fn run(exec: &LocalExec, workdir: &str) -> Duration {
 fn main() {
     // `cargo test --benches` passes `--bench`-less args; run only under `cargo bench`.
     if !std::env::args().any(|a| a == "--bench") {
-        println!("launcher: run with `cargo bench -p execseam-emulators --bench launcher`");
+        println!("launcher: run with `cargo bench -p execseam-emulator-kit --bench launcher`");
         return;
     }
     assert_eq!(
@@ -93,7 +96,7 @@ fn main() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let plain = LocalExec::with_config(LocalConfig::new().inherit(["PATH"]));
+        let plain = ProcessExec::new(ProcessConfig::new().inherit(["PATH"]), "local");
         let old = old_launcher(&dir);
         let sandboxing = Sandboxing {
             state_dir: Some(dir.clone()),

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 
 use bytes::Bytes;
-use execseam_local::SpawnError;
+use execseam_spawn::SpawnError;
 use tokio::io::AsyncReadExt;
 use tokio::process::ChildStdin;
 use tokio::sync::mpsc;

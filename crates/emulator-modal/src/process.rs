@@ -255,17 +255,17 @@ pub async fn spawn(sandbox: &Arc<Sandbox>, id: &str, spec: Spawn) -> Result<Arc<
         .spawn(proc, sandbox.user(), &spec.cwd)
         .await
         .map_err(|e| match e {
-            execseam_local::SpawnError::Workdir(_) => SpawnError::NotFound(format!(
+            execseam_spawn::SpawnError::Workdir(_) => SpawnError::NotFound(format!(
                 "failed to spawn exec: working directory {:?}: No such file or directory (os error 2)",
                 spec.cwd
             )),
-            execseam_local::SpawnError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            execseam_spawn::SpawnError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 SpawnError::NotFound(format!(
                     "failed to spawn exec: program {:?}: {e}",
                     spec.argv[0]
                 ))
             }
-            execseam_local::SpawnError::Io(e) => {
+            execseam_spawn::SpawnError::Io(e) => {
                 SpawnError::Other(format!("failed to spawn exec {:?}: {e}", spec.argv[0]))
             }
         })?;

@@ -577,8 +577,8 @@ async fn start_tty_session(
         .spawn_pty(cmd, &user, &spec.dir, size)
         .await
         .map_err(|e| match e {
-            execseam_local::SpawnError::Workdir(_) => StartError::CannotStart,
-            execseam_local::SpawnError::Io(e) => StartError::Internal(format!("tty: {e}")),
+            execseam_spawn::SpawnError::Workdir(_) => StartError::CannotStart,
+            execseam_spawn::SpawnError::Io(e) => StartError::Internal(format!("tty: {e}")),
         })?;
     let stdin = spec.stdin.then(|| pty::input(p.master.clone()));
     session.set_pty(p.master.clone(), stdin.clone());

@@ -9,7 +9,7 @@ use axum::extract::{Path, Request};
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::Response;
 use base64::Engine as _;
-use execseam_local::SpawnError;
+use execseam_spawn::SpawnError;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;

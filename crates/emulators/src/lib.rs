@@ -52,6 +52,8 @@ pub use execseam_emulator_northflank as northflank;
 pub use execseam_emulator_sprites as sprites;
 #[cfg(feature = "vercel")]
 pub use execseam_emulator_vercel as vercel;
+#[cfg(feature = "kubernetes")]
+pub use execseam_emulator_kubernetes as kubernetes;
 
 /// Every emulator compiled in, by provider name: adding emulator N+1 is one line here (and its
 /// dependency).
@@ -78,6 +80,8 @@ pub const ALL: &[Entry] = &[
     Entry::of::<sprites::Sprites>(),
     #[cfg(feature = "vercel")]
     Entry::of::<vercel::Vercel>(),
+    #[cfg(feature = "kubernetes")]
+    Entry::of::<kubernetes::Kubernetes>(),
 ];
 
 /// The names of the emulators compiled in.

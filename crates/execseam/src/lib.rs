@@ -62,6 +62,7 @@ registry! {
     (chrono, "chrono", execseam_chrono::Chrono),
     (vercel, "vercel", execseam_vercel::Vercel),
     (northflank, "northflank", execseam_northflank::Northflank),
+    (kubernetes, "kubernetes", execseam_kubernetes::Kubernetes),
 }
 
 /// Reads one configuration variable (`None`: unset).

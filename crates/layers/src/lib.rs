@@ -47,7 +47,7 @@ use tokio::time::{Instant, Sleep};
 
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
-    ExecStream, Output, PartialOutput, Retry, Truncated,
+    ExecStream, Output, Ownership, PartialOutput, Reattach, Retry, Sandbox, Truncated,
 };
 
 /// Adds the layers to every [`Exec`].
@@ -79,6 +79,41 @@ pub trait ExecExt: Exec + Sized {
 }
 
 impl<E: Exec + Sized> ExecExt for E {}
+
+/// A layer over a [`Sandbox`] is the same sandbox: its id, ownership, `close` and `destroy` are
+/// the wrapped handle's (a layer changes how commands run, never what ends the sandbox).
+macro_rules! forward_sandbox {
+    ($($layer:ident),*) => {$(
+        impl<S: Sandbox> Sandbox for $layer<S> {
+            fn id(&self) -> &str {
+                self.inner.id()
+            }
+            fn ownership(&self) -> &Ownership {
+                self.inner.ownership()
+            }
+            fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+                self.inner.end()
+            }
+            fn release(&self) -> BoxFuture<'_, Result<(), Error>> {
+                self.inner.release()
+            }
+            fn owned(&self) -> bool {
+                self.inner.owned()
+            }
+            fn set_owned(&self, owned: bool) {
+                self.inner.set_owned(owned)
+            }
+            fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+                self.inner.close()
+            }
+            fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
+                self.inner.destroy()
+            }
+        }
+    )*};
+}
+
+forward_sandbox!(WithDeadline, WithOutputCap, WithRetry);
 
 // ---------------------------------------------------------------------------------------------
 // Deadline
@@ -268,6 +303,11 @@ impl<E: Exec> Exec for WithDeadline<E> {
     fn streaming(&self) -> Option<&dyn ExecStream> {
         self.inner.streaming().map(|_| self as &dyn ExecStream)
     }
+
+    /// The wrapped handle's: a detached command outlives this layer's policy by design.
+    fn reattach(&self) -> Option<&dyn Reattach> {
+        self.inner.reattach()
+    }
 }
 
 impl<E: Exec> ExecStream for WithDeadline<E> {
@@ -379,6 +419,13 @@ pub struct WithOutputCap<E> {
     cap: u64,
 }
 
+impl<E> WithOutputCap<E> {
+    /// The wrapped adapter.
+    pub fn inner(&self) -> &E {
+        &self.inner
+    }
+}
+
 #[derive(Default)]
 struct Capped {
     buf: BytesMut,
@@ -485,6 +532,11 @@ impl<E: Exec> Exec for WithOutputCap<E> {
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
         self.inner.streaming().map(|_| self as &dyn ExecStream)
+    }
+
+    /// The wrapped handle's: a detached command outlives this layer's policy by design.
+    fn reattach(&self) -> Option<&dyn Reattach> {
+        self.inner.reattach()
     }
 }
 
@@ -642,6 +694,11 @@ fn notify(attempt: u32, e: &Error, delay: Duration) {
 }
 
 impl<E> WithRetry<E> {
+    /// The wrapped adapter.
+    pub fn inner(&self) -> &E {
+        &self.inner
+    }
+
     fn backoff(&self) -> ExponentialBuilder {
         let b = ExponentialBuilder::new()
             .with_min_delay(self.policy.min_delay)
@@ -746,6 +803,11 @@ impl<E: Exec> Exec for WithRetry<E> {
     fn streaming(&self) -> Option<&dyn ExecStream> {
         self.inner.streaming().map(|_| self as &dyn ExecStream)
     }
+
+    /// The wrapped handle's: a detached command outlives this layer's policy by design.
+    fn reattach(&self) -> Option<&dyn Reattach> {
+        self.inner.reattach()
+    }
 }
 
 impl<E: Exec> ExecStream for WithRetry<E> {
@@ -783,9 +845,88 @@ impl<E: Exec> ExecStream for WithRetry<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use execseam_core::Exit;
+    use execseam_core::ProcessHandle;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
+
+    /// A sandbox that counts its ends and offers a reattach.
+    struct Kept {
+        ownership: Ownership,
+        ends: AtomicUsize,
+    }
+
+    impl Exec for Kept {
+        fn provider(&self) -> &str {
+            "kept"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::FULL
+        }
+        fn exec(&self, _: Command) -> BoxFuture<'_, Result<Output, Error>> {
+            Box::pin(async { Ok(Output::new("", "", Exit::Code(0))) })
+        }
+        fn reattach(&self) -> Option<&dyn Reattach> {
+            Some(self)
+        }
+    }
+
+    impl Reattach for Kept {
+        fn new_handle(&self) -> ProcessHandle {
+            ProcessHandle::new("h-kept")
+        }
+        fn start(&self, _: &ProcessHandle, _: Command) -> BoxFuture<'_, Result<(), Error>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn attach(&self, _: &ProcessHandle) -> BoxFuture<'_, Result<EventStream, Error>> {
+            Box::pin(async { Err(Error::protocol("not attached in this test")) })
+        }
+    }
+
+    impl Sandbox for Kept {
+        fn id(&self) -> &str {
+            "kept-1"
+        }
+        fn ownership(&self) -> &Ownership {
+            &self.ownership
+        }
+        fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+            self.ends.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn layers_keep_the_sandbox_and_its_reattach() {
+        let layered = Kept {
+            ownership: Ownership::created(),
+            ends: Default::default(),
+        }
+        .with_retry(RetryPolicy::default())
+        .with_deadline(Duration::from_secs(5))
+        .with_output_cap(1024);
+        assert_eq!(layered.id(), "kept-1");
+        assert!(layered.owned());
+        assert_eq!(
+            layered
+                .reattach()
+                .map(|r| r.new_handle().as_str().to_owned()),
+            Some("h-kept".to_owned())
+        );
+        layered.close().await.unwrap();
+        layered.close().await.unwrap();
+        let inner = layered.inner().inner().inner();
+        assert_eq!(
+            inner.ends.load(Ordering::SeqCst),
+            1,
+            "closed once, destroyed once"
+        );
+        assert!(inner.ownership.is_destroyed());
+        // Behind an Arc<dyn Sandbox>, as the CLI holds it.
+        let dynamic: Arc<dyn Sandbox> = Arc::new(layered);
+        assert_eq!(dynamic.id(), "kept-1");
+    }
 
     /// A scripted adapter: each exec pops the next answer.
     struct Script {

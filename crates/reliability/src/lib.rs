@@ -501,6 +501,18 @@ fn check(
                     "an endless answer ended on a request timeout (bounded in time, not size): {e}"
                 ));
             }
+            // An answer cut off mid-body is the transport failing, never a malformed answer:
+            // `Protocol` would say the provider answered wrongly (issue 31's one classifier;
+            // before it, cloudflare, daytona and vercel answered `Protocol` here because
+            // reqwest reports a cut body as a "decode" error).
+            if tampered
+                && matches!(case.rule.action, Action::Truncate(_))
+                && e.kind() == ErrorKind::Protocol
+            {
+                return Err(format!(
+                    "an answer cut off mid-body is a transport failure, not Protocol: {e}"
+                ));
+            }
             if e.retry() == Retry::Never && ran > 0 && e.kind() == ErrorKind::Unsupported {
                 return Err(format!("Unsupported after it ran: {e}"));
             }

@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use execseam_chrono::durable::{Sleep, StatusAnswer};
-use execseam_chrono::wire::{self, ExecuteRequest, Language, Status};
 use execseam_chrono::{ChronoConfig, DurableClient, DurablePolicy};
+use execseam_chrono_contract::wire::{self, ExecuteRequest, Language, Status};
 use execseam_core::BoxFuture;
 use execseam_server::{Config, Server};
 
@@ -67,7 +67,10 @@ async fn postgres_db() -> Result<String, String> {
     let mut c = sqlx::AnyConnection::connect(&admin)
         .await
         .map_err(|e| format!("cannot reach PostgreSQL ({e}); run `.ci/postgres start`"))?;
-    let db = format!("bench_{}", execseam_chrono::contract::random_hex(10));
+    let db = format!(
+        "bench_{}",
+        execseam_chrono_contract::contract::random_hex(10)
+    );
     sqlx::Executor::execute(&mut c, format!("CREATE DATABASE {db}").as_str())
         .await
         .map_err(|e| e.to_string())?;
@@ -85,7 +88,7 @@ async fn load(name: &str, store: String) -> Result<(), String> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let log = dir.join(format!(
         "{name}-{}.log",
-        execseam_chrono::contract::random_hex(8)
+        execseam_chrono_contract::contract::random_hex(8)
     ));
     let mut config = Config::new(store);
     config.listen = "127.0.0.1:0".parse().unwrap();
@@ -238,7 +241,7 @@ fn main() {
             PathBuf::from(env!("CARGO_MANIFEST_DIR"))
                 .join(format!(
                     "../../target/bench-load/load-{}.db",
-                    execseam_chrono::contract::random_hex(8)
+                    execseam_chrono_contract::contract::random_hex(8)
                 ))
                 .display()
         );

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use execseam_chrono::wire;
+use execseam_chrono_contract::wire;
 use secrecy::{ExposeSecret, SecretString};
 
 /// The hash stored for a token: SHA-256, lowercase hex.

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use execseam_chrono::wire;
+use execseam_chrono_contract::wire;
 
 use crate::auth::Tokens;
 
@@ -186,7 +186,10 @@ impl Config {
             tokens,
             stable_replica_id: a.replica_id.is_some(),
             replica_id: a.replica_id.unwrap_or_else(|| {
-                format!("replica-{}", execseam_chrono::contract::random_hex(12))
+                format!(
+                    "replica-{}",
+                    execseam_chrono_contract::contract::random_hex(12)
+                )
             }),
             max_operations: a.max_operations,
             max_running: a.max_running,

@@ -1,5 +1,5 @@
 //! The routes: Chrono's `/execute`, `/execute/stream` and `/executions*` (bodies, codes and
-//! headers from [`execseam_chrono::wire`], replies from [`execseam_chrono::contract`]), plus
+//! headers from [`execseam_chrono_contract::wire`], replies from [`execseam_chrono_contract::contract`]), plus
 //! `/healthz` and `/metrics`.
 
 // A handler's early answer is a `Response` (axum's idiom); it is built once per request.
@@ -15,8 +15,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
-use execseam_chrono::contract::{self, Record, Reply, error_reply};
-use execseam_chrono::wire::{self, ExecuteRequest, ExecuteResponse, codes};
+use execseam_chrono_contract::contract::{self, Record, Reply, error_reply};
+use execseam_chrono_contract::wire::{self, ExecuteRequest, codes};
 use futures_util::StreamExt as _;
 use secrecy::SecretString;
 use tokio::sync::mpsc;
@@ -211,21 +211,7 @@ fn parse(n: &Node, body: &[u8]) -> Result<ExecuteRequest, Response> {
 }
 
 fn sync_error(end: RunEnd) -> Response {
-    match end {
-        RunEnd::Exited(out) => render(Reply::json(
-            200,
-            &ExecuteResponse::completed(out, Some(contract::diagnostic_id())),
-        )),
-        RunEnd::TimedOut => err(
-            504,
-            codes::SANDBOX_TIMEOUT,
-            "the program exceeded timeout_secs and was killed",
-        ),
-        RunEnd::CreationFailed(m) => err(502, codes::SANDBOX_CREATION_FAILED, &m),
-        RunEnd::Invalid(m) => err(400, codes::INVALID_REQUEST, &m),
-        RunEnd::Uncertain(m) => err(503, codes::SANDBOX_UNREACHABLE, &m),
-        RunEnd::Cancelled => err(500, codes::INTERNAL_ERROR, "cancelled"),
-    }
+    render(end.reply())
 }
 
 async fn execute(State(n): S, headers: HeaderMap, body: Body) -> Response {
@@ -322,24 +308,7 @@ async fn execute_stream(State(n): S, headers: HeaderMap, body: Body) -> Response
         let line = match rx.recv().await? {
             Sse::Chunk(Chunk::Stdout(t)) => sse(serde_json::json!({"type": "stdout", "text": t})),
             Sse::Chunk(Chunk::Stderr(t)) => sse(serde_json::json!({"type": "stderr", "text": t})),
-            Sse::End(RunEnd::Exited(out)) => sse(serde_json::json!({
-                "type": "complete", "exit_code": out.exit_code,
-                "execution_time_ms": out.execution_time_ms.unwrap_or(0)})),
-            Sse::End(end) => {
-                let (code, text) = match end {
-                    RunEnd::TimedOut => (
-                        codes::SANDBOX_TIMEOUT,
-                        "the program exceeded timeout_secs".to_owned(),
-                    ),
-                    RunEnd::CreationFailed(m) => (codes::SANDBOX_CREATION_FAILED, m),
-                    RunEnd::Invalid(m) => (codes::INVALID_REQUEST, m),
-                    RunEnd::Uncertain(m) => (codes::SANDBOX_UNREACHABLE, m),
-                    _ => (codes::INTERNAL_ERROR, "internal".to_owned()),
-                };
-                sse(
-                    serde_json::json!({"type": "error", "ename": code, "evalue": text, "traceback": []}),
-                )
-            }
+            Sse::End(end) => sse(end.stream_event()),
         };
         Some((Ok::<_, std::io::Error>(line), (rx, guard)))
     });

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use execseam_chrono::contract::{self, End, Record};
-use execseam_chrono::wire::{ExecuteRequest, ExecuteResponse, Phase, Status, codes};
+use execseam_chrono_contract::contract::{End, Record};
+use execseam_chrono_contract::wire::{ExecuteRequest, Phase, Status, codes};
 use tokio::sync::{Notify, Semaphore, watch};
 
 use crate::config::Config;
@@ -53,37 +53,7 @@ fn log_store(what: &str, e: &StoreError) {
 
 /// The contract's end for a run's end.
 pub fn end_of(run: RunEnd) -> End {
-    match run {
-        RunEnd::Exited(out) => End::Result(ExecuteResponse::completed(
-            out,
-            Some(contract::diagnostic_id()),
-        )),
-        RunEnd::TimedOut => End::Without {
-            status: Status::Failed,
-            code: codes::SANDBOX_TIMEOUT,
-            message: "the program exceeded timeout_secs and was killed".into(),
-        },
-        RunEnd::Cancelled => End::Without {
-            status: Status::Cancelled,
-            code: codes::EXECUTION_CANCELLED,
-            message: "cancelled".into(),
-        },
-        RunEnd::CreationFailed(m) => End::Without {
-            status: Status::Failed,
-            code: codes::SANDBOX_CREATION_FAILED,
-            message: m,
-        },
-        RunEnd::Invalid(m) => End::Without {
-            status: Status::Failed,
-            code: codes::INVALID_REQUEST,
-            message: m,
-        },
-        RunEnd::Uncertain(m) => End::Without {
-            status: Status::OutcomeUncertain,
-            code: codes::OUTCOME_UNCERTAIN,
-            message: m,
-        },
-    }
+    run.end()
 }
 
 impl Node {

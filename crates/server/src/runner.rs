@@ -12,7 +12,7 @@ use base64::Engine as _;
 use execseam::{
     Command, Error, ErrorKind, Event, Exit, ProcessHandle, Provider, Reattach, Sandbox, SandboxSpec,
 };
-use execseam_chrono::wire::{ExecOutput, ExecuteRequest, Language};
+use execseam_chrono_contract::wire::{ExecOutput, ExecuteRequest, Language};
 use execseam_tools_protocol::code::{self, CodeRequest};
 use tokio::sync::mpsc;
 
@@ -22,22 +22,9 @@ use crate::store::{Detached, ms};
 /// How long a kill of a detached command may take before it is given up.
 const KILL_WAIT: Duration = Duration::from_secs(10);
 
-/// How a run ended.
-#[derive(Clone, Debug)]
-pub enum RunEnd {
-    /// The program exited (any code).
-    Exited(ExecOutput),
-    /// `timeout_secs` passed; the command was killed.
-    TimedOut,
-    /// Cancelled; the command was killed.
-    Cancelled,
-    /// No sandbox could be had.
-    CreationFailed(String),
-    /// The request cannot run here (a language without its runtime, a bad input file).
-    Invalid(String),
-    /// The adapter failed after the command may have started.
-    Uncertain(String),
-}
+/// How a run ended: the contract's (`execseam_chrono_contract::RunEnd`, which the emulator ends
+/// its runs with too), and its one mapping to every answer.
+pub use execseam_chrono_contract::RunEnd;
 
 /// A chunk of a streamed run.
 #[derive(Debug)]

@@ -12,8 +12,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use execseam_chrono::contract::Record;
-use execseam_chrono::wire::{CleanupStatus, ExecuteResponse, Failure, Phase, Status};
+use execseam_chrono_contract::contract::Record;
+use execseam_chrono_contract::wire::{CleanupStatus, ExecuteResponse, Failure, Phase, Status};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{AnyPool, Executor, Row};

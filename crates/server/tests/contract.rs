@@ -13,8 +13,8 @@ use std::time::Duration;
 use common::*;
 use execseam_chrono::durable::{ResultAnswer, StatusAnswer};
 use execseam_chrono::http::{Answer, Exchange, HttpTransport, Transport};
-use execseam_chrono::wire::{self, Completion, ExecuteRequest, Language, Status, codes};
-use execseam_chrono::{ChronoExec, DurableClient, Op, Operation, Terminal};
+use execseam_chrono::{ChronoExec, DurableClient, Operation, Terminal};
+use execseam_chrono_contract::wire::{self, Completion, ExecuteRequest, Language, Status, codes};
 use execseam_core::{BoxFuture, Command, Error, ErrorKind, Exec, Exit, Retry, WireStatus};
 use execseam_server::{Config, Server};
 
@@ -37,7 +37,7 @@ struct LoseFirstSubmit {
 impl Transport for LoseFirstSubmit {
     fn send(&self, ex: Exchange) -> BoxFuture<'_, Result<Answer, Error>> {
         Box::pin(async move {
-            let submit = ex.op == Op::Submit;
+            let submit = ex.op.operation == "submit";
             let a = self.inner.send(ex).await?;
             if submit && !self.lost.swap(true, Ordering::SeqCst) {
                 return Err(

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::*;
 use execseam_chrono::durable::ResultAnswer;
-use execseam_chrono::wire::{Completion, Status, codes};
 use execseam_chrono::{Operation, Terminal};
+use execseam_chrono_contract::wire::{Completion, Status, codes};
 
 fn args(store: &str, tokens: &std::path::Path, replica: &str) -> Vec<String> {
     args_for("local", store, tokens, replica)

@@ -10,8 +10,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use execseam_chrono::wire::{self, Status, codes};
 use execseam_chrono::{Operation, Terminal};
+use execseam_chrono_contract::wire::{self, Status, codes};
 
 async fn get(url: &str) -> (u16, Vec<u8>) {
     let r = http_client()

@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use execseam_chrono::wire::{ExecuteRequest, InputFile, Language};
 use execseam_chrono::{ChronoExec, Operation};
+use execseam_chrono_contract::wire::{ExecuteRequest, InputFile, Language};
 use execseam_core::{Command, Exec};
 
 const SOURCE: &str = "PLANTED-SOURCE-7f3a";

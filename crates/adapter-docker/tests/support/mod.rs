@@ -23,7 +23,7 @@ pub fn var(name: &str) -> Option<String> {
 
 /// The configuration from the engine's variables, labelled `io.execseam.test=<suite>`.
 pub fn config(suite: &str) -> DockerConfig {
-    DockerConfig::from_vars(var)
+    <execseam_docker::Docker as execseam_adapter_kit::Adapter>::config_from(&var)
         .unwrap_or_else(|e| panic!("{e}: {NO_ENGINE}"))
         .label(TEST_LABEL, suite)
 }

@@ -41,7 +41,7 @@
 //! of the process keeps the host's view), checks the workdir there, and spawns the process, which
 //! is born in the sandbox's pid namespace with `/` the sandbox's root; privileges are dropped in
 //! the child just before `exec`. The process is an ordinary child of this process, so
-//! [`execseam_local::LocalExec`]'s pipes, process group (it leads its own, visible inside),
+//! [`execseam_spawn::ProcessExec`]'s pipes, process group (it leads its own, visible inside),
 //! kill-on-drop and exit status work unchanged. This costs a thread and four `setns` calls per
 //! command, instead of `unshare` + `/bin/sh` + one `mount` per bind (10–13 ms). The same thread
 //! mechanism serves the files API ([`Sandbox::fs`]): file operations resolve paths, symlinks
@@ -105,8 +105,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use execseam_local::{LocalConfig, LocalExec, SpawnError, Spawner};
+use execseam_spawn::{ProcessConfig, ProcessExec, SpawnError, Spawner};
 use tokio::task::AbortHandle;
+
+/// The provider name the sandboxes' runners give their errors (as the local adapter's did:
+/// emulators map them to their own wire).
+const PROVIDER: &str = "local";
 
 pub use freeze::describe as describe_pause;
 pub use pty::{PtyChild, PtyMaster, PtySize};
@@ -288,7 +292,7 @@ pub struct Sandbox {
     state: PathBuf,
     ns: Option<Arc<ns::Namespaces>>,
     translation: Arc<Translation>,
-    exec: LocalExec,
+    exec: ProcessExec,
     running: Mutex<Vec<AbortHandle>>,
     alive: AtomicBool,
     /// Held for reading by every files-API operation, for writing by a snapshot's copy.
@@ -329,7 +333,7 @@ impl std::fmt::Debug for Sandbox {
     }
 }
 
-/// Starts a [`LocalExec`]'s processes inside a sandbox as one user.
+/// Starts a [`ProcessExec`]'s processes inside a sandbox as one user.
 struct SandboxSpawner {
     ns: Arc<ns::Namespaces>,
     creds: crate::sys::Creds,
@@ -451,25 +455,29 @@ impl Sandbox {
         Ok(sandbox)
     }
 
-    fn exec_translated(t: &Translation, spec: &SandboxSpec, user: &User) -> LocalExec {
+    fn exec_translated(t: &Translation, spec: &SandboxSpec, user: &User) -> ProcessExec {
         let mut env = user_env(spec, user);
         for v in env.values_mut() {
             *v = t.map(v);
         }
-        LocalExec::with_config(LocalConfig::new().inherit(["PATH"]).base_env(env))
+        ProcessExec::new(
+            ProcessConfig::new().inherit(["PATH"]).base_env(env),
+            PROVIDER,
+        )
     }
 
-    fn exec_in(ns: &Arc<ns::Namespaces>, spec: &SandboxSpec, user: &User) -> LocalExec {
+    fn exec_in(ns: &Arc<ns::Namespaces>, spec: &SandboxSpec, user: &User) -> ProcessExec {
         let spawner = SandboxSpawner {
             ns: ns.clone(),
             creds: ns::creds(user, &ns.group_file),
             home: user.home.clone(),
         };
-        LocalExec::with_config(
-            LocalConfig::new()
+        ProcessExec::new(
+            ProcessConfig::new()
                 .inherit(std::iter::empty::<String>())
                 .base_env(user_env(spec, user))
                 .spawner(Arc::new(spawner)),
+            PROVIDER,
         )
     }
 
@@ -505,14 +513,14 @@ impl Sandbox {
     }
 
     /// The runner for commands as the default user (they see the provider's paths).
-    pub fn exec(&self) -> &LocalExec {
+    pub fn exec(&self) -> &ProcessExec {
         &self.exec
     }
 
     /// A runner for commands as `user` (an account of the sandbox), with the user's HOME, USER
     /// and LOGNAME over the provider's environment. In [`Isolation::Translate`] commands run as
     /// this process's user whatever `user` is.
-    pub fn exec_as(&self, user: &User) -> LocalExec {
+    pub fn exec_as(&self, user: &User) -> ProcessExec {
         match &self.ns {
             Some(ns) => Self::exec_in(ns, &self.spec, user),
             None => Self::exec_translated(&self.translation, &self.spec, user),
@@ -539,7 +547,7 @@ impl Sandbox {
         workdir: &str,
     ) -> Result<SandboxChild, SpawnError> {
         command.process_group(0);
-        execseam_local::restore_default_signals(&mut command);
+        execseam_spawn::restore_default_signals(&mut command);
         let child = match &self.ns {
             Some(ns) => {
                 ns.spawn(command, ns::creds(user, &ns.group_file), workdir.to_owned())

@@ -507,7 +507,7 @@ impl Namespaces {
         cmd: tokio::process::Command,
         creds: sys::Creds,
         workdir: String,
-    ) -> Result<tokio::process::Child, execseam_local::SpawnError> {
+    ) -> Result<tokio::process::Child, execseam_spawn::SpawnError> {
         self.spawn_with(cmd, creds, workdir, |_| Ok(()))
             .await
             .map(|(child, ())| child)
@@ -523,12 +523,12 @@ impl Namespaces {
         creds: sys::Creds,
         workdir: String,
         prepare: P,
-    ) -> Result<(tokio::process::Child, T), execseam_local::SpawnError>
+    ) -> Result<(tokio::process::Child, T), execseam_spawn::SpawnError>
     where
         T: Send + 'static,
         P: FnOnce(&mut tokio::process::Command) -> io::Result<T> + Send + 'static,
     {
-        use execseam_local::SpawnError;
+        use execseam_spawn::SpawnError;
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|e| SpawnError::Io(io::Error::other(e)))?;
         if self.is_paused() {

@@ -17,7 +17,7 @@ use std::os::fd::OwnedFd;
 use std::process::Stdio;
 use std::sync::Arc;
 
-use execseam_local::SpawnError;
+use execseam_spawn::SpawnError;
 use tokio::io::unix::AsyncFd;
 
 use super::{Sandbox, User, ns, sandbox_pid};
@@ -132,7 +132,7 @@ impl Sandbox {
         workdir: &str,
         size: PtySize,
     ) -> Result<PtyChild, SpawnError> {
-        execseam_local::restore_default_signals(&mut command);
+        execseam_spawn::restore_default_signals(&mut command);
         sys::controlling_tty_in_child(&mut command);
         let (uid, tty_gid) = (user.uid, self.tty_gid());
         // Runs where the pty must be opened: inside the sandbox (its devpts), or on the host.

@@ -51,6 +51,7 @@ pub const ADAPTERS: &[Adapter] = &[
     },
     row("vercel", vercel),
     row("northflank", northflank),
+    row("kubernetes", kubernetes),
     Adapter {
         // Every exec is a conmon and a runc on this host: more at once than this and podman's
         // answers take longer than the bare cases' 2 s request timeout.
@@ -256,7 +257,7 @@ fn chrono(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
                 // Aevatar's own response limit (1 MiB) rather than the adapter's 64 MiB default: an
                 // endless answer must end on it, at any speed of this machine, long before the
                 // request timeout.
-                .max_response_bytes(execseam_chrono::wire::MAX_RESPONSE_BYTES);
+                .max_response_bytes(execseam_chrono_contract::wire::MAX_RESPONSE_BYTES);
             Ok(exec(ChronoExec::new(config)?))
         },
     )
@@ -307,6 +308,19 @@ fn northflank(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     })
 }
 
+/// Through the proxy, every request of an exec goes through it: a fresh handle's lookups of the
+/// claim, its Sandbox and its pod, the exec upgrade and its socket, the kill.
+fn kubernetes(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam_kubernetes::{Kubernetes, KubernetesProvider};
+    emulated("kubernetes", None, |at, url, id, idle| async move {
+        let config = at
+            .config::<Kubernetes>(&url)?
+            .request_timeout(idle)
+            .idle_timeout(idle);
+        Ok(exec(KubernetesProvider::new(config)?.attach(&id)?))
+    })
+}
+
 fn internal(e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Internal, e.to_string())
 }
@@ -316,10 +330,11 @@ fn internal(e: impl std::fmt::Display) -> Error {
 /// The chaos proxy forwards to a TCP upstream, so a relay on 127.0.0.1 passes each connection to
 /// the engine's socket, and the adapter reaches it as `tcp://` (plain HTTP).
 fn docker(_knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_docker::{DockerConfig, DockerProvider};
+    use execseam_adapter_kit::Adapter as _;
+    use execseam_docker::{Docker, DockerProvider};
     Box::pin(async move {
         let engine = execseam_test_util::fixtures::podman();
-        let base = DockerConfig::from_vars(|k| engine.var(k))
+        let base = Docker::config_from(&|k| engine.var(k))
             .map_err(|e| internal(format!("{e}: the docker entry needs a container engine")))?;
         let host = engine.var("DOCKER_HOST").unwrap_or_default();
         let socket = host.strip_prefix("unix://").ok_or_else(|| {

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use execseam_chrono::durable::Sleep;
-use execseam_chrono::wire::{self, ExecuteRequest, Language};
 use execseam_chrono::{ChronoConfig, DurableClient, DurablePolicy, Operation, Terminal};
+use execseam_chrono_contract::wire::{self, ExecuteRequest, Language};
 use execseam_core::BoxFuture;
 use secrecy::SecretString;
 
@@ -23,7 +23,7 @@ pub fn tmp(name: &str) -> PathBuf {
     dir.join(format!(
         "{name}-{}-{}",
         std::process::id(),
-        execseam_chrono::contract::random_hex(8)
+        execseam_chrono_contract::contract::random_hex(8)
     ))
 }
 
@@ -93,7 +93,7 @@ pub fn bash(script: &str) -> ExecuteRequest {
 pub fn key(name: &str) -> String {
     wire::operation_key(&[
         name.as_bytes(),
-        execseam_chrono::contract::random_hex(16).as_bytes(),
+        execseam_chrono_contract::contract::random_hex(16).as_bytes(),
     ])
 }
 
@@ -246,7 +246,10 @@ pub async fn postgres_db(name: &str) -> String {
     let mut conn = sqlx::AnyConnection::connect(&admin)
         .await
         .unwrap_or_else(|e| panic!("cannot reach the test PostgreSQL at {admin} ({e})"));
-    let db = format!("t_{name}_{}", execseam_chrono::contract::random_hex(10));
+    let db = format!(
+        "t_{name}_{}",
+        execseam_chrono_contract::contract::random_hex(10)
+    );
     sqlx::Executor::execute(&mut conn, format!("CREATE DATABASE {db}").as_str())
         .await
         .unwrap();

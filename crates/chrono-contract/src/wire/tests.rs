@@ -2,6 +2,8 @@
 //! (`research/ax-agentcore-chrono.md` §3; Aevatar `NyxIdCodeExecutionPortTests.cs`@1a4c1e88,
 //! `NyxIdDurableCodeExecutionPortTests.cs`@1d8a531c, Ornn `sandboxClient.ts`@116a985e).
 
+use std::time::Duration;
+
 use super::*;
 use serde_json::json;
 
@@ -348,23 +350,6 @@ fn etags_and_conditional_requests() {
     assert!(if_none_match_matches("W/\"v7\", \"v8\"", "\"v7\""));
     assert!(if_none_match_matches("*", "\"v1\""));
     assert!(!if_none_match_matches("\"v6\"", "\"v7\""));
-}
-
-#[test]
-fn retry_after_values() {
-    assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
-    assert_eq!(parse_retry_after(" 3600 "), Some(Duration::from_secs(3600)));
-    assert_eq!(
-        parse_retry_after("-5"),
-        Some(Duration::ZERO),
-        "Aevatar: <= 0 becomes 0"
-    );
-    assert_eq!(parse_retry_after("0.5"), Some(Duration::from_millis(500)));
-    assert_eq!(
-        parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT"),
-        Some(Duration::ZERO)
-    );
-    assert_eq!(parse_retry_after("soon"), None);
 }
 
 #[test]

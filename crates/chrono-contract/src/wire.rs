@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -925,17 +925,6 @@ pub fn if_none_match_matches(if_none_match: &str, etag: &str) -> bool {
     if_none_match
         .split(',')
         .any(|t| t.trim() == "*" || bare(t) == want)
-}
-
-/// `Retry-After` as delta-seconds (the form Chrono sends); negative values become 0 (Aevatar).
-/// The HTTP-date and fractional forms are read too
-/// ([`execseam_adapter_kit::retry::parse_retry_after`]). `None` when unreadable.
-pub fn parse_retry_after(value: &str) -> Option<Duration> {
-    let v = value.trim();
-    if v.parse::<i64>().is_ok_and(|s| s < 0) {
-        return Some(Duration::ZERO);
-    }
-    execseam_adapter_kit::retry::parse_retry_after(v, SystemTime::now())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@
 //!   expired operation → 410 `OPERATION_EXPIRED`.
 //!
 //! Used by the Chrono emulator (in memory) and by `execseam serve` (`execseam-server`, over a
-//! durable store); both answer through these functions, so they cannot drift apart.
+//! durable store); both answer through these functions (and end their runs through
+//! [`crate::run`]), so they cannot drift apart.
 
 use std::time::{Duration, SystemTime};
 
@@ -317,10 +318,12 @@ pub fn operation_id() -> String {
     format!("op_{}", random_hex(32))
 }
 
-/// `len` lowercase hex characters ([`execseam_adapter_kit::id::random_id`]): ids that differ,
-/// not secrets.
+/// `len` lowercase hex characters: ids that differ, not secrets.
 pub fn random_hex(len: usize) -> String {
-    execseam_adapter_kit::id::random_id(len)
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    (0..len)
+        .map(|_| HEX[fastrand::usize(..16)] as char)
+        .collect()
 }
 
 /// The 202 of a submit (fresh or replayed).

@@ -1,0 +1,622 @@
+//! [`KubernetesExec`]: one sandbox (a claim's, a Sandbox's or a plain pod), every command a
+//! `pods/exec` in its pod.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use execseam_adapter_kit::degrade::{StderrGate, WrapOptions};
+use execseam_adapter_kit::retry::after_submit;
+use execseam_adapter_kit::{id, size};
+use execseam_core::{
+    BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
+    Output, Ownership, PartialOutput, Retry, Sandbox,
+};
+use tokio::sync::Mutex;
+
+use crate::PROVIDER;
+use crate::channel::{self, ExecRequest, Frame, Opened, Protocol, Session};
+use crate::client::{Api, adapter};
+use crate::config::Mode;
+use crate::error::exec_refused;
+use crate::lifecycle;
+use crate::script::{self, Plan};
+
+/// What the provider's handles share: the API connection and what the server said about its
+/// exec protocol.
+pub(crate) struct Shared {
+    pub(crate) api: Api,
+    /// The channel protocol the server chose last (0: not known yet).
+    protocol: AtomicU8,
+}
+
+impl Shared {
+    pub(crate) fn new(api: Api) -> Shared {
+        Shared {
+            api,
+            protocol: AtomicU8::new(0),
+        }
+    }
+
+    fn protocol(&self) -> Option<Protocol> {
+        match self.protocol.load(Ordering::Relaxed) {
+            5 => Some(Protocol::V5),
+            4 => Some(Protocol::V4),
+            _ => None,
+        }
+    }
+
+    fn learn(&self, p: Protocol) {
+        let v = match p {
+            Protocol::V5 => 5,
+            Protocol::V4 => 4,
+        };
+        self.protocol.store(v, Ordering::Relaxed);
+    }
+}
+
+/// Where commands run: a pod and (maybe) a container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub namespace: String,
+    pub pod: String,
+    pub container: Option<String>,
+    /// The pod's UID when it was looked up (a pod recreated under the same name is another).
+    pub uid: Option<String>,
+}
+
+/// A sandbox: a SandboxClaim (claim mode), a Sandbox (sandbox mode) or a Pod (pod mode), named
+/// by [`id`](Sandbox::id); every command is a `pods/exec` in its pod. Cheap to clone.
+#[derive(Clone)]
+pub struct KubernetesExec {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    id: String,
+    mode: Mode,
+    /// The pod, found on first use (a claim's pod is its bound Sandbox's).
+    target: Mutex<Option<Target>>,
+    ownership: Ownership,
+}
+
+impl std::fmt::Debug for KubernetesExec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubernetesExec")
+            .field("id", &self.inner.id)
+            .field("mode", &self.inner.mode)
+            .field("owned", &self.inner.ownership.owned())
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubernetesExec {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        id: String,
+        mode: Mode,
+        target: Option<Target>,
+        ownership: Ownership,
+    ) -> KubernetesExec {
+        KubernetesExec {
+            inner: Arc::new(Inner {
+                shared,
+                id,
+                mode,
+                target: Mutex::new(target),
+                ownership,
+            }),
+        }
+    }
+
+    /// The sandbox's id: the claim's, the Sandbox's or the Pod's name.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The pod commands run in (looked up on first use).
+    pub async fn pod(&self) -> Result<String, Error> {
+        Ok(self.target().await?.pod)
+    }
+
+    /// Suspends the sandbox: `spec.operatingMode: Suspended` on its Sandbox (claim and sandbox
+    /// modes), then waits until the controller reports it suspended (its pod deleted, the
+    /// Sandbox and its volumes kept). A provider extra: the sandbox-state contract (pause and
+    /// resume for every adapter) is not defined yet.
+    pub async fn suspend(&self) -> Result<(), Error> {
+        lifecycle::set_operating_mode(
+            &self.inner.shared.api,
+            self.inner.mode,
+            &self.inner.id,
+            true,
+        )
+        .await?;
+        self.forget_target().await;
+        Ok(())
+    }
+
+    /// Resumes a suspended sandbox: `spec.operatingMode: Running`, then waits until it is Ready
+    /// (a new pod under the same name, with a new IP). A provider extra, as
+    /// [`suspend`](Self::suspend).
+    pub async fn resume(&self) -> Result<(), Error> {
+        lifecycle::set_operating_mode(
+            &self.inner.shared.api,
+            self.inner.mode,
+            &self.inner.id,
+            false,
+        )
+        .await?;
+        self.forget_target().await;
+        Ok(())
+    }
+
+    /// The channel protocol the API server chose on the last exec, if any ran yet.
+    pub fn protocol(&self) -> Option<Protocol> {
+        self.inner.shared.protocol()
+    }
+
+    async fn target(&self) -> Result<Target, Error> {
+        let mut t = self.inner.target.lock().await;
+        if let Some(t) = t.as_ref() {
+            return Ok(t.clone());
+        }
+        let found =
+            lifecycle::resolve(&self.inner.shared.api, self.inner.mode, &self.inner.id).await?;
+        *t = Some(found.clone());
+        Ok(found)
+    }
+
+    async fn forget_target(&self) {
+        *self.inner.target.lock().await = None;
+    }
+
+    async fn start(&self, command: Command) -> Result<Run, Error> {
+        size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        if self.inner.ownership.is_destroyed() {
+            return Err(adapter(
+                ErrorKind::NotFound,
+                Retry::Never,
+                "exec",
+                format!("sandbox {} was destroyed", self.inner.id),
+            ));
+        }
+        let shared = &self.inner.shared;
+        let config = shared.api.config();
+        let tag = config.remote_kill.then(|| id::random_id(32));
+        let needs_close = !command.stdin().is_empty() || !command.env().is_empty();
+        let mut target = self.target().await?;
+        let mut retried_pod = false;
+        let mut retried_protocol = false;
+        loop {
+            let known = shared.protocol();
+            // Stdin that must end needs v5 (or, once the server is known to speak only v4, the
+            // wrapper that reads a known length): offer only v5 until then, so that a v4-only
+            // server refuses the upgrade (nothing runs) instead of running a command whose stdin
+            // can never end.
+            let (assume, mut offers): (Protocol, &[Protocol]) = match known {
+                Some(Protocol::V4) => (Protocol::V4, &[Protocol::V5, Protocol::V4]),
+                _ if needs_close => (Protocol::V5, &[Protocol::V5]),
+                _ => (Protocol::V5, &[Protocol::V5, Protocol::V4]),
+            };
+            let request_of = |plan: &Plan| {
+                ExecRequest {
+                    namespace: &target.namespace,
+                    pod: &target.pod,
+                    container: target.container.as_deref(),
+                    argv: &plan.argv,
+                    stdin: plan.stdin.is_some(),
+                    tty: false,
+                }
+                .path()
+            };
+            let mut plan = script::plan(&command, assume, tag.as_deref(), &config.temp_dir)?;
+            let mut path = request_of(&plan);
+            if path.len() > script::MAX_URL {
+                // Too long for a URL: the command rides on stdin behind a fixed wrapper (which
+                // needs stdin to end: v5, or the v4 wrapper once the server is known to be v4).
+                if known != Some(Protocol::V4) && offers != [Protocol::V5] {
+                    offers = &[Protocol::V5];
+                }
+                plan = script::plan_as(&command, assume, tag.as_deref(), &config.temp_dir, true)?;
+                path = request_of(&plan);
+            }
+            size::check_wire(PROVIDER, &plan.argv, &crate::SIZE_LIMIT)?;
+            match channel::open(&shared.api, &path, offers, "exec").await? {
+                Opened::Socket(socket) => {
+                    shared.learn(socket.protocol);
+                    let cleanup = Cleanup::new(tag.map(|tag| Kill {
+                        shared: shared.clone(),
+                        target: target.clone(),
+                        tag,
+                    }));
+                    return Ok(Run::new(shared.clone(), target, socket, plan, cleanup));
+                }
+                Opened::Refused(answer) => {
+                    // x/net/websocket answers a protocol it does not speak with a bare 403
+                    // (the kubelet's server without the apiserver's v5 translator).
+                    let no_v5 = offers == [Protocol::V5]
+                        && answer.status == 403
+                        && serde_json::from_slice::<crate::wire::Status>(&answer.body).is_err();
+                    if no_v5 && !retried_protocol {
+                        retried_protocol = true;
+                        shared.learn(Protocol::V4);
+                        continue;
+                    }
+                    if answer.status == 404 && self.inner.mode != Mode::Pod && !retried_pod {
+                        // The pod may have been replaced (a resumed sandbox gets a new pod).
+                        retried_pod = true;
+                        self.forget_target().await;
+                        let again = self.target().await?;
+                        if again != target {
+                            target = again;
+                            continue;
+                        }
+                    }
+                    return Err(exec_refused(&answer, &target.pod));
+                }
+            }
+        }
+    }
+
+    /// Runs `command` to its exit.
+    async fn run(&self, command: Command) -> Result<Output, Error> {
+        let mut run = self.start(command).await?;
+        let (mut stdout, mut stderr) = (BytesMut::new(), BytesMut::new());
+        loop {
+            match run.next_event().await {
+                Ok(Event::Stdout(b)) => stdout.extend_from_slice(&b),
+                Ok(Event::Stderr(b)) => stderr.extend_from_slice(&b),
+                Ok(Event::Exit(exit)) => {
+                    return Ok(Output::new(stdout.freeze(), stderr.freeze(), exit));
+                }
+                Err(e) if e.partial().is_some() => return Err(e),
+                Err(e) => {
+                    return Err(e.with_partial(PartialOutput {
+                        stdout: stdout.freeze(),
+                        stderr: stderr.freeze(),
+                    }));
+                }
+            }
+        }
+    }
+}
+
+/// One running exec.
+struct Run {
+    shared: Arc<Shared>,
+    target: Target,
+    session: Session,
+    wrap: Option<WrapOptions>,
+    gate: StderrGate,
+    /// An event ready to be returned next (the exit after held stderr).
+    pending: Option<Event>,
+    cleanup: Cleanup,
+    done: bool,
+}
+
+impl Run {
+    fn new(
+        shared: Arc<Shared>,
+        target: Target,
+        socket: channel::Socket,
+        plan: Plan,
+        cleanup: Cleanup,
+    ) -> Run {
+        let wrap = plan.wrapped.then(WrapOptions::default);
+        let gate = match &wrap {
+            Some(w) => StderrGate::new(w),
+            None => StderrGate::open(),
+        };
+        let idle = shared.api.config().idle_timeout;
+        Run {
+            shared,
+            target,
+            session: Session::start(socket, plan.stdin, idle),
+            wrap,
+            gate,
+            pending: None,
+            cleanup,
+            done: false,
+        }
+    }
+
+    async fn next_event(&mut self) -> Result<Event, Error> {
+        if let Some(e) = self.pending.take() {
+            if matches!(e, Event::Exit(_)) {
+                self.done = true;
+            }
+            return Ok(e);
+        }
+        loop {
+            let frame = match self.session.next("exec").await {
+                Ok(f) => f,
+                Err(e) => {
+                    self.done = true;
+                    if self.session.status_seen() {
+                        // The server reported the exec's end (an error status): nothing to kill.
+                        self.cleanup.disarm();
+                    } else {
+                        self.cleanup.run_now().await;
+                    }
+                    return Err(after_submit(e));
+                }
+            };
+            match frame {
+                Frame::Stdout(b) => return Ok(Event::Stdout(b)),
+                Frame::Stderr(b) => {
+                    if let Some(b) = self.gate.push(b) {
+                        return Ok(Event::Stderr(b));
+                    }
+                }
+                Frame::Exit(exit) => {
+                    self.cleanup.disarm();
+                    if matches!(exit, Exit::Code(137 | 143))
+                        && let Some(e) = self.pod_gone(exit).await
+                    {
+                        self.done = true;
+                        return Err(e);
+                    }
+                    let held = self.gate.finish(exit);
+                    let checked = match &self.wrap {
+                        Some(w) => w.check(held),
+                        None => Ok(held),
+                    };
+                    let out = match checked {
+                        Ok(out) => out,
+                        Err(e) => {
+                            self.done = true;
+                            return Err(e.with_provider(PROVIDER));
+                        }
+                    };
+                    if out.stderr.is_empty() {
+                        self.done = true;
+                        return Ok(Event::Exit(exit));
+                    }
+                    self.pending = Some(Event::Exit(exit));
+                    return Ok(Event::Stderr(out.stderr));
+                }
+            }
+        }
+    }
+}
+
+impl Run {
+    /// On a 137/143 exit, whether the pod went away under the command (deleted, or being
+    /// deleted): then the signal was the pod's end, not the command's own, and the result is an
+    /// error (the Docker adapter reads its container's state the same way).
+    async fn pod_gone(&self, exit: Exit) -> Option<Error> {
+        let gone = pod_state(&self.shared, &self.target).await;
+        gone.then(|| {
+            adapter(
+                ErrorKind::NotFound,
+                Retry::Unsafe,
+                "exec",
+                format!(
+                    "pod {} was deleted while the command ran (it ended with {exit:?})",
+                    self.target.pod
+                ),
+            )
+        })
+    }
+}
+
+/// Whether the pod is gone or being deleted (a failed lookup counts as not gone: the exit
+/// stands).
+async fn pod_state(shared: &Shared, target: &Target) -> bool {
+    let path = format!(
+        "/api/v1/namespaces/{}/pods/{}",
+        execseam_adapter_kit::text::escape_path_segment(&target.namespace),
+        execseam_adapter_kit::text::escape_path_segment(&target.pod)
+    );
+    let Ok(request) = http::Request::get(path).body(Vec::new()) else {
+        return false;
+    };
+    match shared
+        .api
+        .send(
+            request,
+            "exec",
+            execseam_adapter_kit::retry::Stage::Before,
+            crate::client::MAX_BODY,
+        )
+        .await
+    {
+        Ok(a) if a.status == 404 => true,
+        Ok(a) if a.status == 200 => {
+            serde_json::from_slice::<crate::wire::Pod>(&a.body).is_ok_and(|p| {
+                p.metadata.deletion_timestamp.is_some()
+                    || (target.uid.is_some() && p.metadata.uid != target.uid)
+            })
+        }
+        _ => false,
+    }
+}
+
+/// Kills an exec's processes (by tag) unless disarmed: at once on an error, in the background
+/// when the exec is dropped (a host deadline, a cancel).
+struct Cleanup {
+    /// Shared with a stream's awaitable kill: whoever kills first takes it.
+    kill: Arc<std::sync::Mutex<Option<Kill>>>,
+}
+
+struct Kill {
+    shared: Arc<Shared>,
+    target: Target,
+    tag: String,
+}
+
+/// How long an error waits for the kill exec before it is returned (the kill goes on).
+const CLEANUP_WAIT: Duration = Duration::from_secs(5);
+
+impl Cleanup {
+    fn new(kill: Option<Kill>) -> Cleanup {
+        Cleanup {
+            kill: Arc::new(std::sync::Mutex::new(kill)),
+        }
+    }
+
+    fn take(&self) -> Option<Kill> {
+        self.kill.lock().ok().and_then(|mut k| k.take())
+    }
+
+    fn disarm(&mut self) {
+        self.take();
+    }
+
+    async fn run_now(&mut self) {
+        if let Some(k) = self.take() {
+            let task = tokio::spawn(k.run());
+            let _ = tokio::time::timeout(CLEANUP_WAIT, task).await;
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let Some(k) = self.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(k.run());
+            }
+            Err(_) => {
+                std::thread::spawn(move || {
+                    if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        rt.block_on(k.run());
+                    }
+                });
+            }
+        }
+    }
+}
+
+impl Kill {
+    async fn run(self) {
+        if let Err(e) = kill_tagged(&self.shared, &self.target, &self.tag).await {
+            tracing::warn!(provider = PROVIDER, pod = %self.target.pod, error = %e, "killing an abandoned exec failed");
+        }
+    }
+}
+
+/// Runs the kill script in the pod: every process carrying the tag dies.
+pub(crate) async fn kill_tagged(shared: &Shared, target: &Target, tag: &str) -> Result<(), Error> {
+    let argv = script::kill_argv(tag);
+    let request = ExecRequest {
+        namespace: &target.namespace,
+        pod: &target.pod,
+        container: target.container.as_deref(),
+        argv: &argv,
+        stdin: false,
+        tty: false,
+    };
+    let op = "kill";
+    match channel::open(
+        &shared.api,
+        &request.path(),
+        &[Protocol::V5, Protocol::V4],
+        op,
+    )
+    .await?
+    {
+        Opened::Refused(answer) if answer.status == 404 => Ok(()), // the pod is gone, and its processes
+        Opened::Refused(answer) => Err(exec_refused(&answer, &target.pod)),
+        Opened::Socket(socket) => {
+            let mut session = Session::start(socket, None, shared.api.config().idle_timeout);
+            loop {
+                match session.next(op).await? {
+                    Frame::Exit(Exit::Code(0)) => return Ok(()),
+                    Frame::Exit(exit) => {
+                        return Err(adapter(
+                            ErrorKind::Internal,
+                            Retry::SAFE,
+                            op,
+                            format!("the kill script exited {exit:?}"),
+                        ));
+                    }
+                    Frame::Stdout(_) | Frame::Stderr(_) => {}
+                }
+            }
+        }
+    }
+}
+
+impl Exec for KubernetesExec {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        crate::capabilities_of(self.inner.shared.api.config())
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        // One span per exec: provider, operation and tool; never argv, env, stdin or the URL.
+        let span = tracing::debug_span!("exec", provider = PROVIDER, operation = "exec", tool = %command.tool());
+        Box::pin(tracing::Instrument::instrument(self.run(command), span))
+    }
+
+    fn streaming(&self) -> Option<&dyn ExecStream> {
+        Some(self)
+    }
+}
+
+impl ExecStream for KubernetesExec {
+    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
+        let span = tracing::debug_span!("exec", provider = PROVIDER, operation = "exec_stream", tool = %command.tool());
+        let fut = async move {
+            let run = self.start(command).await?;
+            let has_kill = run
+                .cleanup
+                .kill
+                .lock()
+                .map(|k| k.is_some())
+                .unwrap_or(false);
+            let kill = run.cleanup.kill.clone();
+            let stream = EventStream::new(futures_util::stream::unfold(
+                Some(run),
+                |state| async move {
+                    let mut run = state?;
+                    let item = run.next_event().await;
+                    let more = !run.done && item.is_ok();
+                    Some((item, more.then_some(run)))
+                },
+            ));
+            if !has_kill {
+                return Ok(stream);
+            }
+            Ok(stream.with_kill(move || async move {
+                let k = kill.lock().ok().and_then(|mut k| k.take());
+                match k {
+                    Some(k) => kill_tagged(&k.shared, &k.target, &k.tag).await,
+                    None => Ok(()), // the exit was seen, or the kill already ran
+                }
+            }))
+        };
+        Box::pin(tracing::Instrument::instrument(fut, span))
+    }
+}
+
+impl Sandbox for KubernetesExec {
+    fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    fn ownership(&self) -> &Ownership {
+        &self.inner.ownership
+    }
+
+    /// Deletes the claim, the Sandbox or the Pod, and waits for the pod to be gone; later
+    /// commands through any handle are `Err(NotFound)`.
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let pod = self.inner.target.lock().await.clone().map(|t| t.pod);
+            lifecycle::delete(&self.inner.shared.api, self.inner.mode, &self.inner.id, pod).await
+        })
+    }
+}

@@ -1,0 +1,178 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Details
+//!
+//! execseam adapter for [Kubernetes](https://kubernetes.io): every command is a `pods/exec`
+//! through the API server, over WebSocket (`v5.channel.k8s.io`, or `v4.channel.k8s.io` where the
+//! server offers only that); sandboxes are [kubernetes-sigs/agent-sandbox] resources or plain
+//! pods.
+//!
+//! [kubernetes-sigs/agent-sandbox]: https://github.com/kubernetes-sigs/agent-sandbox
+//!
+//! # Capabilities
+//!
+//! | | |
+//! |---|---|
+//! | argv | native: one `command` query parameter per element (behind `env EXECSEAM_EXEC=<tag>` while remote kill is on) |
+//! | stdin | native on v5: channel 0, then the close signal `[255, 0]`; on v4, which cannot close stdin, a `/bin/sh` wrapper stores exactly its length (`head -c`) and runs the command on that file |
+//! | workdir | shell-wrapped (`cd` in a `/bin/sh -c` wrapper); a missing one is `Err(NotFound)` |
+//! | env | shell-wrapped, the values on the first line of stdin, never in the URL |
+//! | streaming | yes: channel 1 and 2 frames as they come |
+//! | remote kill | yes: a second exec kills every process carrying the command's tag (the API server does not kill a command whose stream closed) |
+//! | binary output | yes |
+//!
+//! # Exit status
+//!
+//! Channel 3 carries a `metav1.Status` once, before the server closes: `Success` is exit 0,
+//! `NonZeroExitCode` carries the code in its `ExitCode` cause. Any other status (`InternalError`:
+//! the runtime could not start the command, the container went away), a socket that closes
+//! without a status, or one that cannot be read, is an `Err`, never an exit code.
+//!
+//! # Errors
+//!
+//! See `error.rs` (rendered in `docs/adapters/kubernetes.md`).
+#![warn(missing_docs)]
+
+use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
+
+mod channel;
+mod client;
+mod config;
+mod error;
+mod exec;
+mod lifecycle;
+mod names;
+mod provider;
+mod script;
+pub mod wire;
+
+pub use channel::Protocol;
+pub use config::{KubernetesConfig, Mode};
+pub use exec::KubernetesExec;
+pub use provider::KubernetesProvider;
+pub use script::EXEC_TAG_VAR;
+
+/// The provider name in errors and reports.
+pub const PROVIDER: &str = "kubernetes";
+
+/// The configuration variables [`KubernetesConfig::from_env`] reads.
+pub const VARS: &[Var] = &[
+    Var::text("EXECSEAM_KUBERNETES_KUBECONFIG"),
+    Var::text("EXECSEAM_KUBERNETES_CONTEXT"),
+    Var::url("EXECSEAM_KUBERNETES_SERVER"),
+    Var::secret("EXECSEAM_KUBERNETES_TOKEN"),
+    Var::text("EXECSEAM_KUBERNETES_CA_CERT"),
+    Var::flag("EXECSEAM_KUBERNETES_INSECURE"),
+    Var::text("EXECSEAM_KUBERNETES_NAMESPACE"),
+    Var::choice("EXECSEAM_KUBERNETES_MODE", &["claim", "sandbox", "pod"]),
+    Var::text("EXECSEAM_KUBERNETES_WARM_POOL"),
+    Var::text("EXECSEAM_KUBERNETES_TEMPLATE"),
+    Var::text("EXECSEAM_KUBERNETES_POD_TEMPLATE"),
+    Var::text("EXECSEAM_KUBERNETES_IMAGE"),
+    Var::text("EXECSEAM_KUBERNETES_CONTAINER"),
+    Var::seconds("EXECSEAM_KUBERNETES_READY_TIMEOUT"),
+    Var::seconds("EXECSEAM_KUBERNETES_REQUEST_TIMEOUT"),
+    Var::seconds("EXECSEAM_KUBERNETES_IDLE_TIMEOUT"),
+    Var::text("EXECSEAM_KUBERNETES_TEMP_DIR"),
+    Var::flag("EXECSEAM_KUBERNETES_REMOTE_KILL"),
+];
+
+/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Kubernetes;
+
+impl Adapter for Kubernetes {
+    const NAME: &'static str = PROVIDER;
+    const ABOUT: &'static str = "Kubernetes: pod exec over the API server's WebSocket; agent-sandbox claims, sandboxes or plain pods";
+    const VARS: &'static [Var] = VARS;
+    const CAPABILITIES: Capabilities = CAPABILITIES;
+    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
+
+    type Config = KubernetesConfig;
+    type Provider = KubernetesProvider;
+
+    fn config(vars: &Vars<'_>) -> Result<KubernetesConfig, Error> {
+        KubernetesConfig::from_vars(|k| vars.get(k))
+    }
+
+    fn capabilities(config: &KubernetesConfig) -> Capabilities {
+        capabilities_of(config)
+    }
+
+    fn lifecycle(config: &KubernetesConfig) -> LifecycleCapabilities {
+        lifecycle_of(config)
+    }
+
+    fn provider(config: KubernetesConfig) -> Result<KubernetesProvider, Error> {
+        KubernetesProvider::new(config)
+    }
+}
+
+/// The lifecycle in claim mode (the default): create (`SandboxClaim` on a warm pool: image →
+/// the pool, env → `spec.env`, labels, lifetime → `spec.lifecycle.shutdownTime`), connect, list
+/// (by label), destroy.
+pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    create: true,
+    connect: true,
+    list: true,
+    destroy: true,
+    spec: SpecSupport {
+        image: true,
+        env: true,
+        labels: true,
+        lifetime: true,
+        ..SpecSupport::NONE
+    },
+    options: &[],
+};
+
+/// Pod mode's lifecycle: image, env, labels, CPU and memory (requests = limits); no lifetime.
+pub const POD_LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
+    spec: SpecSupport {
+        image: true,
+        env: true,
+        labels: true,
+        cpu: true,
+        memory: true,
+        ..SpecSupport::NONE
+    },
+    ..LIFECYCLE
+};
+
+pub(crate) fn lifecycle_of(config: &KubernetesConfig) -> LifecycleCapabilities {
+    match config.mode {
+        Mode::Pod => POD_LIFECYCLE,
+        Mode::Claim | Mode::Sandbox => LIFECYCLE,
+    }
+}
+
+/// The largest command: the argv the container `execve`s (Linux: 128 KiB per string, 2 MiB in
+/// all, some of it the container's environment). The exec URL is checked too (1 MiB,
+/// percent-encoded).
+pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
+    execseam_adapter_kit::size::SizeLimit::execve(
+        1 << 20,
+        "execve in the container: 128 KiB per string, 1 MiB in all",
+    );
+
+/// What this adapter does by default; see the [crate docs](crate).
+pub const CAPABILITIES: Capabilities = Capabilities {
+    argv: Delivery::Native,
+    stdin: Delivery::Native,
+    workdir: Delivery::ShellWrapped,
+    env: Delivery::ShellWrapped,
+    streaming: true,
+    remote_kill: true,
+    binary_output: true,
+    max_stdin: None,
+    max_output: None,
+    native_tools: &[],
+};
+
+pub(crate) fn capabilities_of(config: &KubernetesConfig) -> Capabilities {
+    Capabilities {
+        remote_kill: config.remote_kill,
+        ..CAPABILITIES
+    }
+}

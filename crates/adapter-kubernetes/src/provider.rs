@@ -1,0 +1,136 @@
+//! [`KubernetesProvider`]: sandboxes as agent-sandbox claims, Sandboxes, or plain pods.
+
+use std::sync::Arc;
+
+use execseam_core::{
+    BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Ownership, Provider,
+    Sandbox, SandboxInfo, SandboxSpec,
+};
+
+use crate::client::Api;
+use crate::config::KubernetesConfig;
+use crate::exec::{KubernetesExec, Shared};
+use crate::{PROVIDER, lifecycle};
+
+/// Creates, connects to, lists and destroys sandboxes on a Kubernetes cluster. Built without
+/// I/O (the kubeconfig is read on the first call); cheap to clone (one client).
+///
+/// | operation | claim mode (default) | sandbox mode | pod mode |
+/// |---|---|---|---|
+/// | [`create`](Self::create) | `POST sandboxclaims` on the warm pool, one watch until `Ready` and `status.sandbox.name`, `GET sandboxes/{name}` for the pod | `GET sandboxtemplates/{t}`, `POST sandboxes`, watch until `Ready` | `POST pods`, watch until `Running` and `Ready` |
+/// | [`connect`](Self::connect) | the claim's watch until `Ready` | the Sandbox's | the Pod's |
+/// | [`list`](Self::list) | `GET sandboxclaims?labelSelector=app.kubernetes.io/managed-by=execseam,…` | `GET sandboxes?…` | `GET pods?…` |
+/// | [`destroy`](Self::destroy) | `DELETE sandboxclaims/{id}` (the garbage collector deletes its Sandbox and Pod), then wait until the pod is gone; a claim already gone is `Ok` | `DELETE sandboxes/{id}`, wait | `DELETE pods/{id}` (grace 0), wait |
+#[derive(Clone)]
+pub struct KubernetesProvider {
+    config: KubernetesConfig,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for KubernetesProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubernetesProvider")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubernetesProvider {
+    /// A provider with this configuration; what is wrong in it is
+    /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig). No I/O.
+    pub fn new(config: KubernetesConfig) -> Result<KubernetesProvider, Error> {
+        config.validate()?;
+        let shared = Arc::new(Shared::new(Api::new(config.clone())));
+        Ok(KubernetesProvider { config, shared })
+    }
+
+    /// [`KubernetesConfig::from_env`], then [`new`](Self::new).
+    pub fn from_env() -> Result<KubernetesProvider, Error> {
+        KubernetesProvider::new(KubernetesConfig::from_env()?)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &KubernetesConfig {
+        &self.config
+    }
+
+    fn handle(
+        &self,
+        id: String,
+        target: Option<crate::exec::Target>,
+        owned: bool,
+    ) -> KubernetesExec {
+        let ownership = if owned {
+            Ownership::created()
+        } else {
+            Ownership::connected()
+        };
+        KubernetesExec::new(self.shared.clone(), id, self.config.mode, target, ownership)
+    }
+
+    /// Creates a sandbox and waits until it is Ready; the handle owns it (close deletes it).
+    pub async fn create(&self, spec: SandboxSpec) -> Result<KubernetesExec, Error> {
+        spec.check(PROVIDER, &self.lifecycle())?;
+        let (id, target) = lifecycle::create(&self.shared.api, &spec).await?;
+        Ok(self.handle(id, Some(target), true))
+    }
+
+    /// Connects to sandbox `id` (waiting while it is still starting); the handle does not own it.
+    pub async fn connect(&self, id: &str) -> Result<KubernetesExec, Error> {
+        let target = lifecycle::connect(&self.shared.api, id).await?;
+        Ok(self.handle(id.to_owned(), Some(target), false))
+    }
+
+    /// A handle on sandbox `id` without any request; its pod is looked up on the first exec.
+    pub fn attach(&self, id: &str) -> Result<KubernetesExec, Error> {
+        Ok(self.handle(id.to_owned(), None, false))
+    }
+
+    /// The sandboxes this adapter made that carry `filter`'s labels.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<SandboxInfo>, Error> {
+        filter.check(PROVIDER, &self.lifecycle())?;
+        lifecycle::list(&self.shared.api, filter).await
+    }
+
+    /// Deletes sandbox `id` and waits for its pod to be gone; one that does not exist is `Ok`.
+    pub async fn destroy(&self, id: &str) -> Result<(), Error> {
+        Sandbox::destroy(&self.attach(id)?).await
+    }
+}
+
+impl Provider for KubernetesProvider {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        crate::capabilities_of(&self.config)
+    }
+
+    fn lifecycle(&self) -> LifecycleCapabilities {
+        crate::lifecycle_of(&self.config)
+    }
+
+    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move { Ok(Box::new(KubernetesProvider::create(self, spec).await?) as _) })
+    }
+
+    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move { Ok(Box::new(KubernetesProvider::connect(self, id).await?) as _) })
+    }
+
+    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
+        Ok(Box::new(KubernetesProvider::attach(self, id)?))
+    }
+
+    fn list<'a>(
+        &'a self,
+        filter: &'a ListFilter,
+    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
+        Box::pin(KubernetesProvider::list(self, filter))
+    }
+
+    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(KubernetesProvider::destroy(self, id))
+    }
+}

@@ -1,0 +1,188 @@
+//! The adapter against the emulator beyond the conformance suite: sandbox and pod modes, a
+//! v4-only server, suspend and resume, a claim on a pool that does not exist.
+
+use std::time::Duration;
+
+use execseam_core::{Command, ErrorKind, Exec, Exit, Sandbox, SandboxSpec};
+use execseam_emulator_kubernetes::{
+    EmulatorOptions, KubernetesEmulator, KubernetesOptions, NAMESPACE, TEMPLATE, WARM_POOL,
+};
+use execseam_kubernetes::{KubernetesConfig, KubernetesProvider, Mode, Protocol};
+
+async fn emulator(options: KubernetesOptions) -> KubernetesEmulator {
+    KubernetesEmulator::start_with(EmulatorOptions::default(), options)
+        .await
+        .expect("the emulator starts")
+}
+
+fn config(emu: &KubernetesEmulator) -> KubernetesConfig {
+    KubernetesConfig::new()
+        .server(emu.base_url())
+        .token(emu.token())
+        .namespace(NAMESPACE)
+        .warm_pool(WARM_POOL)
+        .template(TEMPLATE)
+        .ready_timeout(Duration::from_secs(60))
+}
+
+fn sh(s: &str) -> Command {
+    Command::new(["sh", "-c", s]).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sandbox_mode_copies_the_template_and_suspends_and_resumes() {
+    let emu = emulator(KubernetesOptions::default()).await;
+    let p = KubernetesProvider::new(config(&emu).mode(Mode::Sandbox)).unwrap();
+    let s = p
+        .create(SandboxSpec::new().with_label("team", "a"))
+        .await
+        .unwrap();
+    let out = s.exec(sh("echo $HOSTNAME; touch /tmp/kept")).await.unwrap();
+    assert_eq!(out.stdout, format!("{}\n", s.id()).as_bytes(), "{out:?}");
+    let listed = p
+        .list(&execseam_core::ListFilter::new().with_label("team", "a"))
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].image.as_deref(), Some(TEMPLATE));
+    s.suspend().await.unwrap();
+    let e = s.exec(sh("true")).await.unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::NotFound,
+        "a suspended sandbox has no pod: {e}"
+    );
+    s.resume().await.unwrap();
+    let out = s.exec(sh("echo back")).await.unwrap();
+    assert_eq!(out.stdout.as_ref(), b"back\n");
+    s.close().await.unwrap();
+    assert!(
+        p.list(&execseam_core::ListFilter::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_mode_runs_a_plain_pod() {
+    let emu = emulator(KubernetesOptions::default()).await;
+    let p = KubernetesProvider::new(config(&emu).mode(Mode::Pod).image("busybox:1.36")).unwrap();
+    let s = p
+        .create(
+            SandboxSpec::new()
+                .with_env("GREETING", "hello there")
+                .with_cpu_millis(500),
+        )
+        .await
+        .unwrap();
+    let out = s
+        .exec(sh("printf '%s' \"$GREETING\"; exit 4"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.stdout.as_ref(), out.exit),
+        (&b"hello there"[..], Exit::Code(4))
+    );
+    let e = s.suspend().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported);
+    let id = s.id().to_owned();
+    s.close().await.unwrap();
+    let e = p.attach(&id).unwrap().exec(sh("true")).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_v4_only_server_gets_stdin_by_length() {
+    let emu = emulator(KubernetesOptions {
+        exec_protocols: vec!["v4.channel.k8s.io"],
+        ..KubernetesOptions::default()
+    })
+    .await;
+    let p = KubernetesProvider::new(config(&emu)).unwrap();
+    let s = p.create(SandboxSpec::new()).await.unwrap();
+    let data: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+    let out = s
+        .exec(
+            Command::builder(["cat"])
+                .stdin(data.clone())
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(s.protocol(), Some(Protocol::V4));
+    assert!(
+        out.stdout == data && out.exit == Exit::Code(0),
+        "{:?}",
+        out.stderr
+    );
+    let out = s
+        .exec(
+            Command::builder(["sh", "-c", "cat; printf '%s' \"$X\""])
+                .env("X", "y")
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.stdout.as_ref(), b"y");
+    s.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_on_a_missing_pool_fails_at_once_and_is_deleted() {
+    let emu = emulator(KubernetesOptions::default()).await;
+    let p = KubernetesProvider::new(config(&emu)).unwrap();
+    let started = std::time::Instant::now();
+    let e = p
+        .create(SandboxSpec::new().with_image("no-such-pool"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    assert!(e.message().contains("WarmPoolNotFound"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        p.list(&execseam_core::ListFilter::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Env on a claim: the default template's policy (Disallowed) rejects it.
+    let e = p
+        .create(SandboxSpec::new().with_env("A", "1"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claims_lifetime_ends_it() {
+    let emu = emulator(KubernetesOptions::default()).await;
+    let p = KubernetesProvider::new(config(&emu)).unwrap();
+    // `spec.lifecycle.shutdownTime` (whole seconds) with `shutdownPolicy: Delete`: the claim
+    // controller deletes the claim, the garbage collector its Sandbox and pod.
+    let s = p
+        .create(SandboxSpec::new().with_lifetime(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let out = s.exec(sh("echo alive")).await.unwrap();
+    assert_eq!(out.stdout.as_ref(), b"alive\n");
+    let attached = p.attach(s.id()).unwrap();
+    let mut gone = false;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if let Err(e) = attached.exec(sh("true")).await {
+            assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+            gone = true;
+            break;
+        }
+    }
+    assert!(gone, "the claim outlived its lifetime");
+    assert!(
+        p.list(&execseam_core::ListFilter::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -1,0 +1,602 @@
+//! `pods/exec` over WebSocket, as the apiserver's stream translator (`v5.channel.k8s.io`) and the
+//! kubelet's WebSocket server (`v4.channel.k8s.io`) serve it.
+//!
+//! Before the upgrade, errors are ordinary `Status` answers (`pkg/registry/core/pod/strategy.go`
+//! `streamLocation`/`validateContainer`): the pod missing (404), a container to name or unknown
+//! (400), the pod not scheduled (400), none of stdin/stdout/stderr (400). The protocol is the
+//! first of the client's offers the server speaks (`wsstream/conn.go handshake`), named in the
+//! answer's `Sec-WebSocket-Protocol`; none: a bare 403 (x/net/websocket's handshake failure).
+//! Then: an empty message on the lowest writable channel; stdin (binary or text frames) on
+//! channel 0; `[255, 0]` closes stdin (v5); resizes on channel 4 (`{"Width","Height"}`, tty);
+//! stdout and stderr as they come; the `metav1.Status` once on channel 3; the close. A command
+//! the runtime cannot start is an `InternalError` status (containerd's "executable file not
+//! found"), never an exit code. A client that goes away does not kill the command (only its
+//! stdin ends), as on a real cluster.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_websockets::{Limits, Message, WebSocketStream};
+
+use crate::cluster::Cluster;
+use crate::pods::{ContainerRun, PodRun};
+use crate::schema::PODS;
+use crate::status;
+use execseam_emulator_kit::{Fault, PtySize};
+
+type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+/// The channel protocols served, in the server's order of preference (the client's order
+/// decides).
+pub const PROTOCOLS: &[&str] = &["v5.channel.k8s.io", "v4.channel.k8s.io"];
+
+fn param<'a>(q: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    q.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+fn flag(q: &[(String, String)], name: &str) -> bool {
+    param(q, name)
+        .and_then(crate::api::parse_bool)
+        .unwrap_or(false)
+}
+
+fn accept_key(key: &[u8]) -> String {
+    use base64::Engine as _;
+    let mut sha = sha1_smol::Sha1::new();
+    sha.update(key);
+    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
+}
+
+/// What a fault does to an exec once it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum InStream {
+    /// The status says `InternalError` after the command ran (HTTP 500's "may have run").
+    Internal,
+    /// The socket closes after the output, without the status.
+    Cut,
+    /// The status is not JSON.
+    Malformed,
+    /// The pod is deleted while the command runs.
+    Vanish,
+}
+
+/// Serves one `pods/exec` request.
+pub async fn serve(
+    cluster: Arc<Cluster>,
+    ns: &str,
+    name: &str,
+    q: &[(String, String)],
+    mut request: Request,
+) -> Response {
+    let mut in_stream = None;
+    match cluster.faults().take("exec") {
+        None => {}
+        Some(Fault::RateLimited { retry_after_secs }) => {
+            return status::too_many_requests(retry_after_secs).into_response();
+        }
+        Some(Fault::Unavailable) => {
+            return status::unavailable("the server is currently unable to handle the request")
+                .into_response();
+        }
+        Some(Fault::AuthFailure) => return status::unauthorized().into_response(),
+        Some(Fault::ResetBeforeResponse) => {
+            let ctl = request
+                .extensions()
+                .get::<execseam_emulator_kit::ConnControl>()
+                .cloned();
+            return execseam_emulator_kit::reset_connection(ctl.as_ref()).await;
+        }
+        Some(Fault::Latency(d)) => tokio::time::sleep(d).await,
+        Some(Fault::ServerError) => in_stream = Some(InStream::Internal),
+        Some(Fault::CutBeforeExit) => in_stream = Some(InStream::Cut),
+        Some(Fault::MalformedBody) => in_stream = Some(InStream::Malformed),
+        Some(Fault::SandboxVanishes) => in_stream = Some(InStream::Vanish),
+        Some(_) => {}
+    }
+    let Some(pod) = cluster.store.get(&PODS, ns, name) else {
+        return status::not_found(&PODS, name).into_response();
+    };
+    let names: Vec<String> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str().map(str::to_owned))
+        .collect();
+    let container = match param(q, "container") {
+        Some(c) if !c.is_empty() => {
+            if !names.iter().any(|n| n == c) {
+                return status::bad_request(format!("container {c} is not valid for pod {name}"))
+                    .into_response();
+            }
+            c.to_owned()
+        }
+        _ if names.len() == 1 => names[0].clone(),
+        _ => {
+            return status::bad_request(format!(
+                "a container name must be specified for pod {name}, choose one of: [{}]",
+                names.join(" ")
+            ))
+            .into_response();
+        }
+    };
+    if pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty) {
+        return status::bad_request(format!("pod {name} does not have a host assigned"))
+            .into_response();
+    }
+    let (stdin, stdout, tty) = (flag(q, "stdin"), flag(q, "stdout"), flag(q, "tty"));
+    // A terminal has no separate stderr (kubelet `NewOptions`: "bypassing stderr").
+    let stderr = flag(q, "stderr") && !tty;
+    if !(stdin || stdout || stderr) {
+        return status::bad_request("you must specify at least 1 of stdin, stdout, stderr")
+            .into_response();
+    }
+    let argv: Vec<String> = q
+        .iter()
+        .filter(|(k, _)| k == "command")
+        .map(|(_, v)| v.clone())
+        .collect();
+    if argv.is_empty() {
+        return status::bad_request("you must specify at least one command for the container")
+            .into_response();
+    }
+    let upgrade = request
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    if !upgrade {
+        return status::bad_request("Upgrade request required").into_response();
+    }
+    let offered: Vec<String> = request
+        .headers()
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|p| p.trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .collect();
+    let served = cluster.exec_protocols();
+    let Some(protocol) = offered
+        .iter()
+        .find(|o| served.contains(&o.as_str()))
+        .cloned()
+    else {
+        // x/net/websocket: a failed handshake is a bare 403.
+        let mut r = Response::new(Body::empty());
+        *r.status_mut() = StatusCode::FORBIDDEN;
+        return r;
+    };
+    let Some(key) = request.headers().get(header::SEC_WEBSOCKET_KEY).cloned() else {
+        return status::bad_request("missing Sec-WebSocket-Key").into_response();
+    };
+    let run = cluster.pod(ns, name);
+    let exec = Exec {
+        cluster: cluster.clone(),
+        ns: ns.to_owned(),
+        pod: name.to_owned(),
+        run,
+        container,
+        argv,
+        stdin,
+        stdout,
+        stderr,
+        tty,
+        v5: protocol == "v5.channel.k8s.io",
+        fault: in_stream,
+    };
+    let on_upgrade = hyper::upgrade::on(&mut request);
+    tokio::spawn(async move {
+        if let Ok(upgraded) = on_upgrade.await {
+            let ws = tokio_websockets::ServerBuilder::new()
+                .limits(Limits::default().max_payload_len(Some(16 << 20)))
+                .serve(TokioIo::new(upgraded));
+            exec.run(ws).await;
+        }
+    });
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = r.headers_mut();
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    if let Ok(v) = HeaderValue::from_str(&accept_key(key.as_bytes())) {
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&protocol) {
+        h.insert(header::SEC_WEBSOCKET_PROTOCOL, v);
+    }
+    r
+}
+
+struct Exec {
+    cluster: Arc<Cluster>,
+    ns: String,
+    pod: String,
+    run: Option<Arc<PodRun>>,
+    container: String,
+    argv: Vec<String>,
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+    tty: bool,
+    v5: bool,
+    fault: Option<InStream>,
+}
+
+/// The exec's end as the status channel reports it.
+enum End {
+    Exit(i32),
+    /// The runtime failed: `InternalError`.
+    Internal(String),
+}
+
+fn status_of(end: &End, v5: bool, argv: &[String]) -> Value {
+    match end {
+        End::Exit(0) => json!({"metadata": {}, "status": "Success"}),
+        End::Exit(code) => {
+            // The translator wraps the kubelet's v4 text (client-go `errorDecoderV4`); the
+            // kubelet itself writes its own.
+            let message = if v5 {
+                format!(
+                    "command terminated with non-zero exit code: command terminated with exit code {code}"
+                )
+            } else {
+                format!(
+                    "command terminated with non-zero exit code: error executing command [{}], exit code {code}",
+                    argv.join(" ")
+                )
+            };
+            json!({"metadata": {}, "status": "Failure", "message": message,
+                   "reason": "NonZeroExitCode",
+                   "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]}})
+        }
+        End::Internal(m) => json!({"metadata": {}, "status": "Failure",
+                                   "message": format!("Internal error occurred: {m}"),
+                                   "reason": "InternalError",
+                                   "details": {"causes": [{"message": m}]}, "code": 500}),
+    }
+}
+
+fn frame(channel: u8, data: &[u8]) -> Message {
+    let mut f = Vec::with_capacity(data.len() + 1);
+    f.push(channel);
+    f.extend_from_slice(data);
+    Message::binary(f)
+}
+
+impl Exec {
+    async fn run(self, ws: Ws) {
+        let (mut tx, mut rx) = ws.split();
+        // The first message: empty, on the lowest writable channel (util/proxy/websocket.go).
+        let first = if self.stdout {
+            1
+        } else if self.stderr {
+            2
+        } else {
+            3
+        };
+        let _ = tx.send(Message::binary(vec![first])).await;
+        let container = self
+            .run
+            .as_ref()
+            .and_then(|r| r.container(Some(&self.container)).cloned());
+        let (Some(run), Some(container)) = (self.run.clone(), container) else {
+            let end = End::Internal(format!(
+                "error executing command in container: container not found (\"{}\")",
+                self.container
+            ));
+            let _ = tx
+                .send(frame(
+                    3,
+                    status_of(&end, self.v5, &self.argv).to_string().as_bytes(),
+                ))
+                .await;
+            let _ = tx.close().await;
+            return;
+        };
+        let end = if self.tty {
+            self.run_tty(&run, &container, &mut tx, &mut rx).await
+        } else {
+            self.run_pipes(&run, &container, &mut tx, &mut rx).await
+        };
+        match (self.fault, end) {
+            (Some(InStream::Cut), _) => {}
+            (Some(InStream::Malformed), _) => {
+                let _ = tx.send(frame(3, b"{\"metadata\":{},\"status\":")).await;
+            }
+            (Some(InStream::Internal), _) => {
+                let end = End::Internal("error executing command in container: failed to exec in container: the runtime failed after the command started".into());
+                let _ = tx
+                    .send(frame(
+                        3,
+                        status_of(&end, self.v5, &self.argv).to_string().as_bytes(),
+                    ))
+                    .await;
+            }
+            (_, end) => {
+                let _ = tx
+                    .send(frame(
+                        3,
+                        status_of(&end, self.v5, &self.argv).to_string().as_bytes(),
+                    ))
+                    .await;
+            }
+        }
+        let _ = tx.close().await;
+    }
+
+    fn command(&self, container: &ContainerRun, extra: &[(&str, &str)]) -> tokio::process::Command {
+        let mut env: BTreeMap<String, String> = container.env.clone();
+        let user = &container.user;
+        env.entry("HOME".into())
+            .or_insert_with(|| user.home.clone());
+        for (k, v) in extra {
+            env.insert((*k).into(), (*v).into());
+        }
+        let mut cmd = tokio::process::Command::new(&self.argv[0]);
+        cmd.args(&self.argv[1..]).env_clear().envs(env);
+        cmd
+    }
+
+    /// The runtime's refusal of a command it cannot start (containerd's text).
+    fn start_failure(&self, e: &execseam_local::SpawnError) -> End {
+        let prefix = "error executing command in container: failed to exec in container: failed to start exec";
+        match e {
+            execseam_local::SpawnError::Workdir(w) => End::Internal(format!(
+                "{prefix}: OCI runtime exec failed: exec failed: unable to start container process: chdir to cwd (\"{}\") set in config.json failed: no such file or directory: {w}: unknown",
+                self.argv[0]
+            )),
+            execseam_local::SpawnError::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
+                End::Internal(format!(
+                    "{prefix}: OCI runtime exec failed: exec failed: unable to start container process: exec: \"{}\": executable file not found in $PATH: unknown",
+                    self.argv[0]
+                ))
+            }
+            execseam_local::SpawnError::Io(io)
+                if io.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                End::Internal(format!(
+                    "{prefix}: OCI runtime exec failed: exec failed: unable to start container process: exec: \"{}\": permission denied: unknown",
+                    self.argv[0]
+                ))
+            }
+            execseam_local::SpawnError::Io(io) => End::Internal(format!("{prefix}: {io}")),
+        }
+    }
+
+    /// The sandbox vanishing: what owns the pod is deleted (its claim, else its Sandbox, else
+    /// the pod itself), as a user's `kubectl delete` would; the garbage collector and the pod's
+    /// graceful delete do the rest.
+    fn vanish_later(&self) {
+        if self.fault == Some(InStream::Vanish) {
+            let cluster = self.cluster.clone();
+            let (ns, pod) = (self.ns.clone(), self.pod.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let (res, name) = cluster.top_owner(&ns, &pod);
+                let _ = cluster.delete(res, &ns, &name, &crate::api::DeleteOptions::default());
+                cluster.kick();
+            });
+        }
+    }
+
+    async fn run_pipes(
+        &self,
+        run: &PodRun,
+        container: &ContainerRun,
+        tx: &mut futures_util::stream::SplitSink<Ws, Message>,
+        rx: &mut futures_util::stream::SplitStream<Ws>,
+    ) -> End {
+        let mut cmd = self.command(container, &[]);
+        cmd.stdin(if self.stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(if self.stdout {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stderr(if self.stderr {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        let mut child = match run
+            .sandbox
+            .spawn(cmd, &container.user, &container.workdir)
+            .await
+        {
+            Ok(c) => c.child,
+            Err(e) => return self.start_failure(&e),
+        };
+        self.vanish_later();
+        let mut child_stdin = child.stdin.take();
+        let (ftx, mut frx) = tokio::sync::mpsc::channel::<Message>(16);
+        let mut readers = Vec::new();
+        for (channel, reader) in [
+            (
+                1u8,
+                child
+                    .stdout
+                    .take()
+                    .map(|r| Box::new(r) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+            ),
+            (
+                2u8,
+                child
+                    .stderr
+                    .take()
+                    .map(|r| Box::new(r) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+            ),
+        ] {
+            let Some(mut reader) = reader else { continue };
+            let ftx = ftx.clone();
+            readers.push(tokio::spawn(async move {
+                let mut buf = vec![0u8; 32 << 10];
+                loop {
+                    match reader.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if ftx.send(frame(channel, &buf[..n])).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }));
+        }
+        drop(ftx);
+        let mut client_open = true;
+        let mut outputs_open = true;
+        while outputs_open {
+            tokio::select! {
+                m = rx.next(), if client_open => match m {
+                    Some(Ok(m)) if m.is_binary() || m.is_text() => {
+                        let p: Bytes = m.into_payload().into();
+                        match p.first() {
+                            Some(0) => {
+                                if let Some(w) = child_stdin.as_mut() && w.write_all(&p[1..]).await.is_err() {
+                                    child_stdin = None;
+                                }
+                            }
+                            // v5's close signal: exactly `[255, channel]`.
+                            Some(255) if self.v5 && p.len() == 2 && p[1] == 0 => child_stdin = None,
+                            _ => {}
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    // The client went away: its stdin ends, the command goes on.
+                    _ => {
+                        client_open = false;
+                        child_stdin = None;
+                    }
+                },
+                f = frx.recv() => match f {
+                    Some(f) => {
+                        let cut = self.fault == Some(InStream::Cut);
+                        if tx.send(f).await.is_err() {
+                            client_open = false;
+                        }
+                        if cut {
+                            // The stream is cut after the first output; the command goes on.
+                            outputs_open = false;
+                        }
+                    }
+                    None => outputs_open = false,
+                },
+            }
+        }
+        drop(child_stdin);
+        drop(frx);
+        match child.wait().await {
+            Ok(s) => End::Exit(exit_code(s)),
+            Err(e) => End::Internal(format!("error executing command in container: {e}")),
+        }
+    }
+
+    async fn run_tty(
+        &self,
+        run: &PodRun,
+        container: &ContainerRun,
+        tx: &mut futures_util::stream::SplitSink<Ws, Message>,
+        rx: &mut futures_util::stream::SplitStream<Ws>,
+    ) -> End {
+        // containerd sets TERM=xterm for a terminal exec (`oci.WithEnv` in the CRI exec path).
+        let cmd = self.command(container, &[("TERM", "xterm")]);
+        let pty = match run
+            .sandbox
+            .spawn_pty(
+                cmd,
+                &container.user,
+                &container.workdir,
+                PtySize::new(24, 80),
+            )
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => return self.start_failure(&e),
+        };
+        self.vanish_later();
+        let mut child = pty.child;
+        let master = Arc::new(pty.master);
+        let reader = master.clone();
+        let (ftx, mut frx) = tokio::sync::mpsc::channel::<Message>(16);
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 32 << 10];
+            loop {
+                match reader.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if ftx.send(frame(1, &buf[..n])).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        let mut client_open = true;
+        let mut done = false;
+        while !done {
+            tokio::select! {
+                m = rx.next(), if client_open => match m {
+                    Some(Ok(m)) if m.is_binary() || m.is_text() => {
+                        let p: Bytes = m.into_payload().into();
+                        match p.first() {
+                            Some(0) if self.stdin => { let _ = master.write_all(&p[1..]).await; }
+                            Some(4) => {
+                                if let Ok(size) = serde_json::from_slice::<Value>(&p[1..]) {
+                                    let cols = size["Width"].as_u64().unwrap_or(80) as u16;
+                                    let rows = size["Height"].as_u64().unwrap_or(24) as u16;
+                                    let _ = master.resize(PtySize::new(rows, cols));
+                                }
+                            }
+                            // Closing a terminal's stdin: the line discipline's end of file.
+                            Some(255) if self.v5 && p.len() == 2 && p[1] == 0 => { let _ = master.write_all(&[4]).await; }
+                            _ => {}
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    _ => client_open = false,
+                },
+                f = frx.recv() => match f {
+                    Some(f) => { let _ = tx.send(f).await; }
+                    None => done = true,
+                },
+                s = child.wait() => {
+                    // Drain what the terminal still holds.
+                    while let Ok(Some(f)) = tokio::time::timeout(Duration::from_millis(100), frx.recv()).await {
+                        let _ = tx.send(f).await;
+                    }
+                    return match s {
+                        Ok(s) => End::Exit(exit_code(s)),
+                        Err(e) => End::Internal(format!("error executing command in container: {e}")),
+                    };
+                }
+            }
+        }
+        match child.wait().await {
+            Ok(s) => End::Exit(exit_code(s)),
+            Err(e) => End::Internal(format!("error executing command in container: {e}")),
+        }
+    }
+}
+
+/// The code the runtime reports: the exit status, or 128 + the signal.
+fn exit_code(s: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt as _;
+    s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+}
