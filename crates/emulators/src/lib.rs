@@ -44,6 +44,8 @@ pub use execseam_emulator_daytona as daytona;
 pub use execseam_emulator_e2b as e2b;
 #[cfg(feature = "fly")]
 pub use execseam_emulator_fly as fly;
+#[cfg(feature = "kubernetes")]
+pub use execseam_emulator_kubernetes as kubernetes;
 #[cfg(feature = "modal")]
 pub use execseam_emulator_modal as modal;
 #[cfg(feature = "northflank")]
@@ -52,8 +54,6 @@ pub use execseam_emulator_northflank as northflank;
 pub use execseam_emulator_sprites as sprites;
 #[cfg(feature = "vercel")]
 pub use execseam_emulator_vercel as vercel;
-#[cfg(feature = "kubernetes")]
-pub use execseam_emulator_kubernetes as kubernetes;
 
 /// Every emulator compiled in, by provider name: adding emulator N+1 is one line here (and its
 /// dependency).

@@ -121,7 +121,7 @@ fn exec(e: impl Exec + 'static) -> Arc<dyn Exec> {
 }
 
 fn agentcore(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_agentcore::{AgentCore, AgentCoreProvider};
+    use execseam::agentcore::{AgentCore, AgentCoreProvider};
     emulated("agentcore", None, |at, url, id, idle| async move {
         let config = at.config::<AgentCore>(&url)?.idle_timeout(idle);
         Ok(exec(AgentCoreProvider::new(config)?.attach(&id)?))
@@ -129,7 +129,7 @@ fn agentcore(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 }
 
 fn ax(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_ax::{Ax, AxProvider};
+    use execseam::ax::{Ax, AxProvider};
     emulated("ax", None, |at, url, _id, idle| async move {
         // The guest's address is the sandbox's id: through the proxy, it is the proxy's.
         let config = at
@@ -143,7 +143,7 @@ fn ax(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 }
 
 fn cloudflare(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_cloudflare::{Cloudflare, CloudflareProvider};
+    use execseam::cloudflare::{Cloudflare, CloudflareProvider};
     emulated("cloudflare", None, |at, url, id, idle| async move {
         // A small declared answer limit: an endless answer must end on it, at any speed of
         // this (shared) machine, long before the idle timeout.
@@ -157,7 +157,7 @@ fn cloudflare(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 }
 
 fn daytona(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_daytona::{Daytona, DaytonaProvider};
+    use execseam::daytona::{Daytona, DaytonaProvider};
     emulated("daytona", None, |at, url, id, idle| async move {
         // The toolbox through the same base URL, as the API would name it (no lookup).
         let config = at
@@ -175,7 +175,7 @@ fn daytona(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 }
 
 fn fly(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_fly::{Fly, FlyProvider};
+    use execseam::fly::{Fly, FlyProvider};
     emulated("fly", None, |at, url, id, idle| async move {
         // Fly's exec answer comes when the command ends: its request is bounded by the
         // command's timeout plus a slack. A small declared answer limit: an endless answer
@@ -190,16 +190,16 @@ fn fly(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 }
 
 fn sprites(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    sprites_on(execseam_sprites::Transport::WebSocket)
+    sprites_on(execseam::sprites::Transport::WebSocket)
 }
 
 /// Sprites over its HTTP exec transport (`POST …/exec`, the framed body).
 fn sprites_http(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    sprites_on(execseam_sprites::Transport::Http)
+    sprites_on(execseam::sprites::Transport::Http)
 }
 
-fn sprites_on(transport: execseam_sprites::Transport) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_sprites::{Sprites, SpritesProvider};
+fn sprites_on(transport: execseam::sprites::Transport) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam::sprites::{Sprites, SpritesProvider};
     emulated("sprites", None, move |at, url, id, idle| async move {
         let config = at
             .config::<Sprites>(&url)?
@@ -212,7 +212,7 @@ fn sprites_on(transport: execseam_sprites::Transport) -> BoxFuture<'static, Resu
 }
 
 fn modal(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_modal::{Modal, ModalProvider};
+    use execseam::modal::{Modal, ModalProvider};
     // The router's URL comes from the control plane: through the proxy, the emulator answers
     // with the proxy's address (x-forwarded-host), so router calls go through it.
     emulated("modal", None, |at, url, id, idle| async move {
@@ -241,7 +241,7 @@ fn chrono_start(
 }
 
 fn chrono(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_chrono::{Chrono, ChronoExec};
+    use execseam::chrono::{Chrono, ChronoExec};
     emulated(
         "chrono",
         Some(chrono_start),
@@ -264,7 +264,7 @@ fn chrono(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 }
 
 fn e2b(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_e2b::{E2b, E2bProvider};
+    use execseam::e2b::{E2b, E2bProvider};
     emulated("e2b", None, |at, url, id, idle| async move {
         let config = at
             .config::<E2b>(&url)?
@@ -276,7 +276,7 @@ fn e2b(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 }
 
 fn vercel(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_vercel::{Vercel, VercelProvider};
+    use execseam::vercel::{Vercel, VercelProvider};
     emulated("vercel", None, |at, url, id, idle| async move {
         let config = at
             .config::<Vercel>(&url)?
@@ -297,7 +297,7 @@ fn vercel(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 }
 
 fn northflank(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_northflank::{Northflank, NorthflankProvider};
+    use execseam::northflank::{Northflank, NorthflankProvider};
     emulated("northflank", None, |at, url, id, idle| async move {
         let config = at
             .config::<Northflank>(&url)?
@@ -311,7 +311,7 @@ fn northflank(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 /// Through the proxy, every request of an exec goes through it: a fresh handle's lookups of the
 /// claim, its Sandbox and its pod, the exec upgrade and its socket, the kill.
 fn kubernetes(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam_kubernetes::{Kubernetes, KubernetesProvider};
+    use execseam::kubernetes::{Kubernetes, KubernetesProvider};
     emulated("kubernetes", None, |at, url, id, idle| async move {
         let config = at
             .config::<Kubernetes>(&url)?
@@ -330,8 +330,8 @@ fn internal(e: impl std::fmt::Display) -> Error {
 /// The chaos proxy forwards to a TCP upstream, so a relay on 127.0.0.1 passes each connection to
 /// the engine's socket, and the adapter reaches it as `tcp://` (plain HTTP).
 fn docker(_knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
+    use execseam::docker::{Docker, DockerProvider};
     use execseam_adapter_kit::Adapter as _;
-    use execseam_docker::{Docker, DockerProvider};
     Box::pin(async move {
         let engine = execseam_test_util::fixtures::podman();
         let base = Docker::config_from(&|k| engine.var(k))
