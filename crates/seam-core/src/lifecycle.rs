@@ -430,8 +430,6 @@ impl fmt::Debug for SandboxSpec {
             .field("disk_mib", &self.disk_mib)
             .field("snapshot", &self.snapshot)
             .field("ports", &self.ports)
-            .field("snapshot", &self.snapshot)
-            .field("ports", &self.ports)
             .field("options", &self.options.keys().collect::<Vec<_>>())
             .finish()
     }

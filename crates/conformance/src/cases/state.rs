@@ -636,9 +636,11 @@ pub(crate) async fn expose_port(t: &Target) -> CaseResult {
             &format!("mkdir -p execseam-www && printf %s '{marker}' > execseam-www/index.html"),
         )
         .await?;
+        // nohup where the image has it (busybox images often do not).
         let server = format!(
-            "cd execseam-www && if command -v python3 >/dev/null; then nohup python3 -m http.server {port} >/dev/null 2>&1 </dev/null & \
-             elif command -v busybox >/dev/null; then nohup busybox httpd -f -p {port} >/dev/null 2>&1 </dev/null & \
+            "cd execseam-www && n=$(command -v nohup || true) && \
+             if command -v python3 >/dev/null; then $n python3 -m http.server {port} >/dev/null 2>&1 </dev/null & \
+             elif command -v busybox >/dev/null; then $n busybox httpd -f -p {port} >/dev/null 2>&1 </dev/null & \
              else echo none; fi"
         );
         if out("starting an HTTP server", s, &server).await?.trim() == "none" {
