@@ -3,8 +3,8 @@
 //! # Details
 //!
 //! A tampering proxy for HTTP/1.1, HTTP/2 (h2c, so gRPC) and WebSocket, in front of any emulator
-//! or plain-HTTP endpoint: `execseam chaos --upstream URL --rules RULES`, `execseam emulate
-//! <provider> --chaos RULES`, or [`ChaosProxy::start`] in a test.
+//! or plain-HTTP endpoint: `execseam chaos --upstream URL --rule RULE…`, `execseam emulate
+//! <provider> --chaos RULE…`, or [`ChaosProxy::start`] in a test.
 //!
 //! Every request is matched against the rules, in order; each rule counts the requests its
 //! method and path match, and the first rule whose count selects this request fires. Rules
@@ -80,6 +80,10 @@ use tokio::task::JoinSet;
 pub use rules::{ACTIONS, Action, Nth, Rule, parse_rules};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// How many requests [`ChaosProxy::requests`] keeps (the oldest are forgotten): a proxy in front
+/// of a long-running agent must not grow without bound.
+pub const SEEN_LIMIT: usize = 65_536;
 type ChaosBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// One request the proxy saw.
@@ -96,7 +100,10 @@ pub struct Seen {
 struct State {
     upstream: String,
     rules: Mutex<Vec<(Rule, u64)>>,
-    seen: Mutex<Vec<Seen>>,
+    /// The most recent [`SEEN_LIMIT`] requests.
+    seen: Mutex<std::collections::VecDeque<Seen>>,
+    /// Every request a rule fired on, for [`ChaosProxy::subscribe`].
+    fired: tokio::sync::broadcast::Sender<Seen>,
     /// Answers whose body (or post-upgrade bytes) a rule's action began to tamper with: the
     /// upstream answered, and the client got the head.
     tampered: AtomicU64,
@@ -117,14 +124,21 @@ impl State {
     /// action.
     fn fire(&self, method: &str, path: &str) -> Option<Action> {
         let fired = self.fire_inner(method, path);
-        self.seen.lock().expect("chaos log").push(Seen {
+        let seen = Seen {
             method: method.to_owned(),
             path: path.to_owned(),
             fired: fired.clone(),
-        });
+        };
         if let Some(a) = &fired {
             tracing::debug!(method, path, action = %a, "chaos rule fired");
+            // No subscriber is fine.
+            let _ = self.fired.send(seen.clone());
         }
+        let mut log = self.seen.lock().expect("chaos log");
+        if log.len() == SEEN_LIMIT {
+            log.pop_front();
+        }
+        log.push_back(seen);
         fired
     }
 
@@ -189,7 +203,8 @@ impl ChaosProxy {
         let state = Arc::new(State {
             upstream: upstream_authority(upstream)?,
             rules: Mutex::new(rules.into_iter().map(|r| (r, 0)).collect()),
-            seen: Mutex::new(Vec::new()),
+            seen: Mutex::new(std::collections::VecDeque::new()),
+            fired: tokio::sync::broadcast::channel(1024).0,
             tampered: AtomicU64::new(0),
             pumps: Mutex::new(JoinSet::new()),
         });
@@ -222,9 +237,21 @@ impl ChaosProxy {
             rules.into_iter().map(|r| (r, 0)).collect();
     }
 
-    /// Every request seen so far, in order.
+    /// Every request seen so far (the most recent [`SEEN_LIMIT`]), in order.
     pub fn requests(&self) -> Vec<Seen> {
-        self.state.seen.lock().expect("chaos log").clone()
+        self.state
+            .seen
+            .lock()
+            .expect("chaos log")
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// The requests a rule fires on from now on, as they arrive (a subscriber that falls more
+    /// than 1024 behind misses the oldest, `RecvError::Lagged`).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Seen> {
+        self.state.fired.subscribe()
     }
 
     /// Forgets the requests seen so far (and the count of [`tampered`](Self::tampered)).

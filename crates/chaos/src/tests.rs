@@ -384,3 +384,33 @@ async fn http2_streams_of_one_connection_share_one_upstream_connection() {
     );
     serving.abort();
 }
+
+#[tokio::test]
+async fn subscribers_see_each_request_a_rule_fired_on() {
+    let up = upstream().await;
+    let p = proxy(&up, "GET /text#2=status:503").await;
+    let mut fired = p.subscribe();
+    let c = client();
+    let url = format!("{}/text", p.base_url());
+    assert_eq!(get_text(&c, url.clone()).await.unwrap().0, 200);
+    assert_eq!(get_text(&c, url).await.unwrap().0, 503);
+    let seen = tokio::time::timeout(Duration::from_secs(5), fired.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (seen.method.as_str(), seen.path.as_str(), seen.fired),
+        (
+            "GET",
+            "/text",
+            Some(Action::Status {
+                code: 503,
+                retry_after: None
+            })
+        )
+    );
+    assert!(
+        fired.try_recv().is_err(),
+        "only the request a rule fired on"
+    );
+}

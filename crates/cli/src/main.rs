@@ -11,6 +11,7 @@
 //! SIGINT/SIGTERM (the command is killed and what the run created is destroyed first). A command
 //! that itself exits 125 is told apart by `--json`.
 
+mod chaos;
 mod mcp;
 mod registry;
 mod run;
@@ -60,6 +61,9 @@ enum Cmd {
     /// in a degraded mode (commands run directly on this host, paths translated) and says so.
     /// `--mount HOST:SANDBOX[:ro]` binds a host directory into every sandbox on purpose.
     Emulate(run::EmulateArgs),
+    /// Run the chaos proxy in front of a plain-HTTP endpoint until interrupted: cut streams,
+    /// stalls, resets, endless bodies by rule (docs/reliability.md).
+    Chaos(chaos::ChaosArgs),
     /// Paths below the root matching a glob, sorted, truncated (builtin tool).
     Glob(tools::GlobArgs),
     /// Entries below a directory, sorted, truncated (builtin tool).
@@ -123,6 +127,7 @@ fn main() -> ExitCode {
             Cmd::Sandbox(args) => sandbox::sandbox(args).await,
             Cmd::Adapters { json, markdown } => run::adapters(json, markdown),
             Cmd::Emulate(args) => run::emulate(args).await,
+            Cmd::Chaos(args) => chaos::chaos(args).await,
             Cmd::Glob(args) => tools::glob(args).await,
             Cmd::List(args) => tools::list(args).await,
             Cmd::Grep(args) => tools::grep(args).await,

@@ -377,7 +377,7 @@ pub enum CodeLanguage {
     Python,
     /// `node -e`.
     Javascript,
-    /// `tsx --eval`.
+    /// Types stripped on the host, then `node -e`.
     Typescript,
     /// `bash -c`.
     Bash,

@@ -63,6 +63,11 @@ pub struct EmulateArgs {
     /// Where the sandboxes' state (their upper layers) lives (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
     state_dir: Option<std::path::PathBuf>,
+    /// Put the chaos proxy in front of the emulator with this rule (repeatable; the language of
+    /// `execseam chaos --rule`): `--listen` is then the proxy's address, and the printed
+    /// environment points at the proxy.
+    #[arg(long = "chaos", value_name = "RULE")]
+    chaos: Vec<String>,
 }
 
 fn build_command(args: &RunArgs) -> Result<Command, Error> {
@@ -374,6 +379,17 @@ pub async fn emulate(args: EmulateArgs) -> ExitCode {
             }
         }
     }
+    let chaos_rules = match crate::chaos::rules(&args.chaos, &[]) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("execseam: --chaos: {e}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    // Behind the proxy, the emulator itself listens on a loopback port of its own.
+    if !args.chaos.is_empty() {
+        options.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    }
     let emulator = match execseam_emulators::start(&args.provider, options).await {
         Ok(e) => e,
         Err(e) => {
@@ -385,6 +401,20 @@ pub async fn emulate(args: EmulateArgs) -> ExitCode {
         "{} emulator listening on {}",
         emulator.provider, emulator.base_url
     );
+    let mut env = emulator.env.clone();
+    let proxy = if args.chaos.is_empty() {
+        None
+    } else {
+        let proxy = match crate::chaos::start(args.listen, &emulator.base_url, chaos_rules).await {
+            Ok(p) => p,
+            Err(code) => return code,
+        };
+        // Every URL the client is given goes through the proxy (the emulators build the URLs
+        // they hand out from `x-forwarded-host`, which the proxy sets).
+        env = proxied_env(&env, &emulator.base_url, &proxy.base_url());
+        crate::chaos::log_fired(&proxy);
+        Some(proxy)
+    };
     // What the sandboxes are, on every start (stdout: users read it; stderr too when degraded).
     println!("# {}", isolation.describe());
     for m in &mounts {
@@ -402,7 +432,7 @@ pub async fn emulate(args: EmulateArgs) -> ExitCode {
         "# point an official SDK (or `execseam run --adapter {}`) at it:",
         emulator.provider
     );
-    for (k, v) in &emulator.env {
+    for (k, v) in &env {
         println!("export {k}={}", execseam_adapter_kit::degrade::quote(v));
     }
     let _ = std::io::stdout().flush();
@@ -412,6 +442,9 @@ pub async fn emulate(args: EmulateArgs) -> ExitCode {
         _ = tokio::signal::ctrl_c() => {}
         _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
     }
+    if let Some(p) = proxy {
+        p.shutdown().await;
+    }
     drop(emulator);
     // Whatever still holds a sandbox (an open connection's task), kill and remove them all
     // before exiting: no process, mount or state directory is left behind.
@@ -419,6 +452,18 @@ pub async fn emulate(args: EmulateArgs) -> ExitCode {
         eprintln!("execseam: some sandboxes were still being torn down at exit");
     }
     ExitCode::SUCCESS
+}
+
+/// `env` with every value that starts with the emulator's `base` URL pointed at `proxy` instead.
+fn proxied_env(env: &[(String, String)], base: &str, proxy: &str) -> Vec<(String, String)> {
+    env.iter()
+        .map(|(k, v)| match v.strip_prefix(base) {
+            Some(rest) if rest.is_empty() || rest.starts_with(['/', '?']) => {
+                (k.clone(), format!("{proxy}{rest}"))
+            }
+            _ => (k.clone(), v.clone()),
+        })
+        .collect()
 }
 
 /// `--timeout`: a finite, non-negative number of seconds.
@@ -447,6 +492,28 @@ fn deadline_of(secs: f64) -> Option<Duration> {
 #[cfg(test)]
 mod timeout_tests {
     use super::*;
+
+    #[test]
+    fn proxied_env_points_every_url_of_the_emulator_at_the_proxy() {
+        let env = [
+            ("A_URL".to_owned(), "http://127.0.0.1:5/v1".to_owned()),
+            ("B_URL".to_owned(), "http://127.0.0.1:5".to_owned()),
+            ("KEY".to_owned(), "http://127.0.0.1:50".to_owned()),
+            ("TOKEN".to_owned(), "secret".to_owned()),
+        ];
+        let got = proxied_env(&env, "http://127.0.0.1:5", "http://127.0.0.1:9");
+        let v: Vec<&str> = got.iter().map(|(_, v)| v.as_str()).collect();
+        // `:50` shares the prefix only textually: a different port is not the emulator.
+        assert_eq!(
+            v,
+            [
+                "http://127.0.0.1:9/v1",
+                "http://127.0.0.1:9",
+                "http://127.0.0.1:50",
+                "secret"
+            ]
+        );
+    }
 
     #[test]
     fn timeouts_are_finite_and_saturate() {

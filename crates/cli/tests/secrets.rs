@@ -25,6 +25,8 @@ const FILE_SECRET: &str = "file-PLANTED-9c0d1e2f";
 
 struct Emu {
     child: Child,
+    /// The emulator's exports, then the adapter variables its emulated target adds
+    /// (`execseam_emulated::targets`: a Fly image, longer sandbox lifetimes, …).
     env: Vec<(String, String)>,
     log: std::path::PathBuf,
 }
@@ -67,6 +69,16 @@ fn emulate(provider: &str, dir: &std::path::Path) -> Emu {
         }
     }
     assert!(!env.is_empty(), "{provider}: no exports");
+    let target = execseam_emulated::targets_of(provider)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("{provider}: no emulated target"));
+    env.extend(
+        target
+            .vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
     Emu { child, env, log }
 }
 
@@ -94,8 +106,6 @@ fn sandbox_cmd(emu: &Emu, provider: &str, args: &[&str]) -> (bool, String, Strin
         .args(["--adapter", provider])
         .args(&args[1..])
         .envs(emu.env.iter().map(|(k, v)| (k, v)))
-        // Fly machines need an image; the emulator takes any (the fly conformance test's).
-        .env("EXECSEAM_FLY_IMAGE", "debian:stable")
         .env("RUST_LOG", "trace")
         .output()
         .unwrap();

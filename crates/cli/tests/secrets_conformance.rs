@@ -1,29 +1,26 @@
-//! Every emulated adapter's conformance subset, in this process, under a `tracing` subscriber at
-//! TRACE that captures every span and event of every crate (the adapters, their SDKs and HTTP/gRPC
-//! stacks, the tools, the layers) — with planted secrets: the API key the emulator is started with
-//! (`execseam emulate P --token`, and every credential it exports), env values, stdin, and file
+//! Every emulated target's conformance subset (the targets of `execseam-emulated`: each adapter
+//! against its emulator, started in this process), under a `tracing` subscriber at TRACE that
+//! captures every span and event of every crate (the adapters, their SDKs and HTTP/gRPC stacks,
+//! the tools, the layers, the emulator itself) — with planted secrets: the API key the emulator
+//! is started with (its `token`, and every credential it exports), env values, stdin, and file
 //! contents written through the tools (`write`, `edit`, `apply_patch`, a failing `write`), a
-//! sandbox-wide env value in a created sandbox's spec. None may appear in a captured line, in the
-//! emulator's own trace log, or in any error's `Display` or `Debug`.
+//! sandbox-wide env value in a created sandbox's spec. None may appear in a captured line or in
+//! any error's or result's `Display` or `Debug`.
 //!
 //! The subset: the exec cases that move env, stdin and argv (`env-honoured`, `stdin-roundtrip`,
 //! `argv-roundtrip`, …), the file-writing tool cases (`tools-write-atomic`, `tools-edit`,
 //! `tools-apply-patch-envelope`, `tools-errors-typed`) and the lifecycle cases, each as the
-//! conformance suite runs it, plus the planted calls below. The fault cases need an in-process
-//! emulator's fault injector and are covered by each adapter's own conformance run. Chrono (a
-//! fresh sandbox per execution) gets the host mount its own conformance test sets up
-//! (`execseam emulate chrono --mount HOST:/mnt/execseam-conformance`), so its files outlive a
-//! command and it runs every case and every planted call too, in the mounted scratch.
+//! conformance suite runs it on the target (`Emulated::conformance`: the same sandbox, scratch
+//! directory, missing id and variables as the conformance binary), plus the planted calls below.
+//! The fault cases are the conformance binary's (`crates/emulated/tests/conformance.rs`).
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command as Process, Stdio};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use execseam_conformance::{Outcome, Target};
+use execseam_conformance::Outcome;
 use execseam_core::{Command, Exec, SandboxSpec};
+use execseam_emulated::Emulated;
+use execseam_emulators::EmulatorOptions;
 use execseam_tools::{ReadRange, Tools, WriteOptions};
 
 const TOKEN: &str = "tok-PLANTED-conf-7a6b5c4d3e";
@@ -33,9 +30,6 @@ const STDIN_SECRET: &str = "stdin-PLANTED-conf-6f7a8b9c";
 const FILE_SECRET: &str = "file-PLANTED-conf-0d1e2f3a";
 const EDIT_SECRET: &str = "edit-PLANTED-conf-4b5c6d7e";
 const PATCH_SECRET: &str = "patch-PLANTED-conf-8f9a0b1c";
-
-/// Where chrono's scratch directory (a host directory) appears inside every sandbox.
-const CHRONO_SCRATCH: &str = "/mnt/execseam-conformance";
 
 const SUBSET: &[&str] = &[
     "stdout-stderr-separate",
@@ -68,54 +62,6 @@ impl std::io::Write for Captured {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-struct Emu {
-    child: Child,
-    env: Vec<(String, String)>,
-    log: std::path::PathBuf,
-}
-
-impl Drop for Emu {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `execseam emulate P --token TOKEN [EXTRA]` at trace (its log to a file); its exports.
-fn emulate(provider: &str, dir: &std::path::Path, extra: &[String]) -> Emu {
-    let log = dir.join(format!("{provider}-emulator.log"));
-    let mut child = Process::new(env!("CARGO_BIN_EXE_execseam"))
-        .args(["emulate", provider, "--token", TOKEN])
-        .args(extra)
-        .env("RUST_LOG", "trace")
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines() {
-            if tx.send(l.unwrap_or_default()).is_err() {
-                break;
-            }
-        }
-    });
-    let first = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the emulator starts");
-    assert!(first.contains("listening"), "{first}");
-    let mut env = Vec::new();
-    while let Ok(l) = rx.recv_timeout(Duration::from_millis(700)) {
-        if let Some(kv) = l.strip_prefix("export ") {
-            let (k, v) = kv.split_once('=').unwrap();
-            env.push((k.to_owned(), v.trim_matches('\'').to_owned()));
-        }
-    }
-    assert!(!env.is_empty(), "{provider}: no exports");
-    Emu { child, env, log }
 }
 
 /// The planted calls: env, stdin, file contents through every writing tool, failures carrying
@@ -186,6 +132,39 @@ async fn planted(exec: &dyn Exec, scratch: &str) -> Vec<String> {
     seen
 }
 
+/// A sandbox created with a planted sandbox-wide env value, where the provider creates sandboxes
+/// and takes one: the value reaches its commands; the sandbox is destroyed. Returns what the calls
+/// returned (`Display` and `Debug`), and whether the value went in.
+async fn planted_spec_env(
+    name: &str,
+    provider: &dyn execseam_core::Provider,
+) -> (Vec<String>, bool) {
+    let mut seen = Vec::new();
+    match provider
+        .create(SandboxSpec::new().with_env("K", SPEC_ENV_SECRET))
+        .await
+    {
+        Ok(sandbox) => {
+            let o = sandbox
+                .exec(Command::new(["sh", "-c", "printf %s \"$K\" | wc -c"]).unwrap())
+                .await;
+            seen.push(format!("{o:?}"));
+            let o = o.unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&o.stdout).trim(),
+                SPEC_ENV_SECRET.len().to_string(),
+                "{name}: the spec's env value reached the command"
+            );
+            seen.push(format!("{:?}", sandbox.destroy().await));
+            (seen, true)
+        }
+        Err(e) => {
+            seen.push(format!("{e} {e:?}"));
+            (seen, false)
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_subset_at_trace_logs_no_planted_secret() {
     let captured = Captured::default();
@@ -196,9 +175,6 @@ async fn conformance_subset_at_trace_logs_no_planted_secret() {
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::FULL)
         .with_writer(move || w.clone())
         .init();
-    let dir = std::env::temp_dir().join(format!("execseam-secrets-conf-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
     let all = execseam_conformance::cases::all();
     let subset: Vec<_> = all
         .iter()
@@ -211,91 +187,54 @@ async fn conformance_subset_at_trace_logs_no_planted_secret() {
         "every case of the subset exists"
     );
     let mut ran = Vec::new();
-    for provider in execseam_emulators::providers().iter() {
-        // Chrono runs every execution in a fresh sandbox (docs/adapters/chrono.md, Lifecycle):
-        // a file written by one command is gone for the next, so the tool cases (a fixture
-        // written, then read) and the planted file calls need a scratch directory that outlives
-        // a command: a host directory mounted into every sandbox, as chrono's own conformance
-        // test (crates/adapter-chrono/tests/conformance.rs) mounts one.
-        let mut extra = Vec::new();
-        let mut scratch = format!("/tmp/execseam-secrets-conf-{}", std::process::id());
-        if *provider == "chrono" {
-            let host = dir.join("chrono-scratch");
-            std::fs::create_dir_all(&host).unwrap();
-            scratch = CHRONO_SCRATCH.to_owned();
-            extra = vec![
-                "--mount".to_owned(),
-                format!("{}:{CHRONO_SCRATCH}", host.display()),
-            ];
-        }
-        let emu = emulate(provider, &dir, &extra);
-        let mut vars: BTreeMap<String, String> = emu.env.iter().cloned().collect();
-        // Fly machines need an image; the emulator takes any (the fly conformance test's).
-        vars.entry("EXECSEAM_FLY_IMAGE".into())
-            .or_insert_with(|| "debian:stable".into());
-        let prov: Arc<dyn execseam_core::Provider> =
-            Arc::from(execseam::provider_from(provider, &vars).unwrap());
-        // A created sandbox with a planted sandbox-wide env value where the provider takes one;
-        // else one without; else (connect-only providers) the emulator's default sandbox.
-        let mut sandbox = None;
-        for spec in [
-            SandboxSpec::new().with_env("K", SPEC_ENV_SECRET),
-            SandboxSpec::new(),
-        ] {
-            match prov.create(spec).await {
-                Ok(s) => {
-                    sandbox = Some(s);
-                    break;
-                }
-                Err(e) => {
-                    let text = format!("{e} {e:?}");
-                    assert!(!text.contains(SPEC_ENV_SECRET), "{provider}: {text}");
-                }
-            }
-        }
-        if sandbox.is_none()
-            && let Some(id) = vars.get("EXECSEAM_SANDBOX")
-        {
-            sandbox = Some(prov.connect(id).await.unwrap());
-        }
-        let sandbox = sandbox.unwrap_or_else(|| panic!("{provider}: no sandbox"));
-        let sandbox: Arc<dyn execseam_core::Sandbox> = Arc::from(sandbox);
-        let exec: Arc<dyn Exec> = sandbox.clone();
-        let mut target = Target::new(format!("secrets-{provider}"), exec.clone())
-            .provider(prov.clone())
-            .scratch(scratch.clone())
+    let mut spec_env = Vec::new();
+    let targets = execseam_emulated::targets();
+    for spec in &targets {
+        let name = spec.name;
+        let options = EmulatorOptions {
+            token: Some(TOKEN.to_owned()),
+            ..EmulatorOptions::default()
+        };
+        let emulated = Emulated::start(*spec, options)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let emu_env = emulated.emulator.env.clone();
+        let exec: Arc<dyn Exec> = emulated.sandbox.clone();
+        let sandbox = emulated.sandbox.clone();
+        let provider = emulated.provider.clone();
+        let scratch = emulated.scratch.clone();
+        let target = emulated
+            .conformance()
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
             .proptest_cases(4);
-        if *provider == "modal" {
-            // Modal checks an id's form first (as its own conformance test configures).
-            target = target.missing_sandbox_id("sb-01ARZ3NDEKTSV4RRFFQ69G5FAV");
-        }
-        let cases = subset.clone();
-        let report = execseam_conformance::run_cases(&target, &cases, None).await;
+        let report = execseam_conformance::run_cases(&target, &subset, None).await;
         let failed: Vec<_> = report
             .cases
             .iter()
             .filter(|c| matches!(c.outcome, Outcome::Fail(_)))
             .map(|c| format!("{}: {}", c.name, c.outcome))
             .collect();
-        assert!(failed.is_empty(), "{provider}: {failed:?}");
+        assert!(failed.is_empty(), "{name}: {failed:?}");
         let passed = report.passed();
-        let seen = planted(&*exec, &scratch).await;
+        let mut seen = planted(&*exec, &scratch).await;
+        let (more, created) = planted_spec_env(name, &*provider).await;
+        seen.extend(more);
+        if created {
+            spec_env.push(name);
+        }
         let _ = exec
             .exec(Command::new(["rm", "-rf", "--", &scratch]).unwrap())
             .await;
-        drop(target);
         drop(exec);
-        // Created here: destroyed here (a connected default sandbox is the emulator's).
+        // Created by the target: destroyed here (a connected default sandbox is the emulator's).
         if sandbox.owned() {
             let _ = sandbox.destroy().await;
         }
-        drop(sandbox);
-        // Let the emulator write its last lines.
+        drop((sandbox, provider));
+        // The emulator stops with the target.
+        drop(target);
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let emu_env = emu.env.clone();
-        let emu_log = emu.log.clone();
-        drop(emu);
-        let emulator = std::fs::read_to_string(&emu_log).unwrap();
         let mut secrets: Vec<String> = [
             TOKEN,
             ENV_SECRET,
@@ -307,6 +246,7 @@ async fn conformance_subset_at_trace_logs_no_planted_secret() {
         ]
         .map(str::to_owned)
         .to_vec();
+        // The credentials the emulator hands out (whether or not it took the token).
         secrets.extend(
             emu_env
                 .iter()
@@ -324,31 +264,31 @@ async fn conformance_subset_at_trace_logs_no_planted_secret() {
         secrets.retain(|s| !public.contains(s));
         let log = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
         assert!(
-            log.contains(&format!("exec{{provider=\"{provider}\"")),
-            "{provider}: no exec span captured"
+            log.contains(&format!("exec{{provider=\"{}\"", spec.adapter)),
+            "{name}: no exec span captured"
         );
         for secret in &secrets {
             if let Some(line) = log.lines().find(|l| l.contains(secret.as_str())) {
-                panic!("{provider}: a captured trace line holds a planted secret: {line}");
-            }
-            if let Some(line) = emulator.lines().find(|l| l.contains(secret.as_str())) {
-                panic!("{provider}: the emulator logged a planted secret: {line}");
+                panic!("{name}: a captured trace line holds a planted secret: {line}");
             }
             for s in &seen {
                 assert!(
                     !s.contains(secret.as_str()),
-                    "{provider}: an error or result holds a planted secret: {s}"
+                    "{name}: an error or result holds a planted secret: {s}"
                 );
             }
         }
         eprintln!(
-            "{provider}: {passed} cases passed, {} log bytes captured, {} emulator log bytes",
-            log.len(),
-            emulator.len()
+            "{name}: {passed} cases passed, {} log bytes captured",
+            log.len()
         );
-        ran.push(*provider);
+        ran.push(name);
         captured.0.lock().unwrap().clear();
     }
-    assert_eq!(ran.len(), execseam_emulators::providers().len());
-    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("sandboxes created with a planted spec env: {spec_env:?}");
+    assert_eq!(ran.len(), targets.len());
+    assert!(
+        spec_env.len() >= 5,
+        "too few providers created a sandbox with the planted env: {spec_env:?}"
+    );
 }

@@ -173,11 +173,11 @@ fn start_chrono(options: EmulatorOptions) -> BoxFuture<'static, io::Result<Start
 
 /// Chrono runs each execution in a fresh sandbox: the scratch directory (fixtures written by one
 /// command, read by the next) is a host directory mounted into every sandbox at its
-/// [`SCRATCH`](execseam_emulators::Provider::SCRATCH), and TypeScript runs on tsx, pinned and
-/// installed from npm (fails loudly without npm).
+/// [`SCRATCH`](execseam_emulators::Provider::SCRATCH). TypeScript runs on node, its types
+/// stripped by the emulator.
 pub async fn start_chrono_with(
     mut options: EmulatorOptions,
-    mut chrono: execseam_emulators::chrono::ChronoOptions,
+    chrono: execseam_emulators::chrono::ChronoOptions,
 ) -> io::Result<Started> {
     use execseam_emulators::Provider as _;
     use execseam_emulators::chrono::{Chrono, ChronoEmulator};
@@ -187,11 +187,6 @@ pub async fn start_chrono_with(
         sandbox: Chrono::SCRATCH.into(),
         read_only: false,
     });
-    chrono.runtimes.typescript = Some(
-        tokio::task::spawn_blocking(execseam_test_util::interop::typescript_runtime)
-            .await
-            .map_err(io::Error::other)??,
-    );
     let emulator = ChronoEmulator::start_with(options, chrono).await?;
     Ok((
         emulator.into_any(),

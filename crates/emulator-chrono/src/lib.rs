@@ -20,7 +20,7 @@
 //!
 //! Each execution gets a fresh [`Sandbox`](execseam_emulator_kit::Sandbox) (its own root filesystem,
 //! pid and mount namespaces; programs run as root in `/workspace`), removed when it ends. Languages: `python`
-//! (`python3`), `javascript` (`node`), `typescript` (`tsx`, see [`Runtimes::detect`]), `bash`;
+//! (`python3`), `javascript` (`node`), `typescript` (on `node`, its types stripped by the emulator; see [`Runtimes::detect`]), `bash`;
 //! the program is written to a file and run by the interpreter. A language without a runtime is
 //! 400 `INVALID_REQUEST`. A signal death is reported as exit code 128+n.
 //!

@@ -28,7 +28,8 @@ pub struct Runtimes {
     pub python: Option<Vec<String>>,
     /// `javascript`.
     pub javascript: Option<Vec<String>>,
-    /// `typescript`.
+    /// `typescript`: a runtime that runs a `.ts` file. When `None`, TypeScript runs on the
+    /// `javascript` runtime with its types stripped by the emulator (`execseam-typescript`).
     pub typescript: Option<Vec<String>>,
     /// `bash`.
     pub bash: Option<Vec<String>>,
@@ -37,7 +38,7 @@ pub struct Runtimes {
 impl Runtimes {
     /// What this machine has: the real `python3` binary (not a pyenv shim, which needs the
     /// host's HOME), `node`, `bash`, and for TypeScript `EXECSEAM_CHRONO_TYPESCRIPT` (an argv
-    /// prefix, space-separated) or `tsx` on PATH.
+    /// prefix, space-separated) if set, else `node` with the types stripped here.
     pub fn detect() -> Runtimes {
         static DETECTED: OnceLock<Runtimes> = OnceLock::new();
         DETECTED
@@ -50,8 +51,7 @@ impl Runtimes {
                 let typescript = std::env::var("EXECSEAM_CHRONO_TYPESCRIPT")
                     .ok()
                     .filter(|v| !v.trim().is_empty())
-                    .map(|v| v.split_whitespace().map(str::to_owned).collect())
-                    .or_else(|| which("tsx").map(|p| vec![p]));
+                    .map(|v| v.split_whitespace().map(str::to_owned).collect());
                 Runtimes {
                     python,
                     javascript,
@@ -96,13 +96,30 @@ impl Runtimes {
         out
     }
 
-    /// The prefix for `language`.
+    /// The prefix for `language` (TypeScript: its own runtime, else `node`).
     pub fn get(&self, language: Language) -> Option<&[String]> {
         match language {
             Language::Python => self.python.as_deref(),
             Language::Javascript => self.javascript.as_deref(),
-            Language::Typescript => self.typescript.as_deref(),
+            Language::Typescript => self.typescript.as_deref().or(self.javascript.as_deref()),
             Language::Bash => self.bash.as_deref(),
+        }
+    }
+
+    /// The program file's extension and contents for `req`: TypeScript without its own
+    /// runtime is compiled here (an ES module as `.mjs`; a program that does not compile
+    /// becomes one that reports the diagnostics on stderr and exits 1, as tsx does).
+    fn program(&self, req: &ExecuteRequest) -> (&'static str, String) {
+        match req.language {
+            Language::Python => ("py", req.script.clone()),
+            Language::Javascript => ("js", req.script.clone()),
+            Language::Typescript if self.typescript.is_some() => ("ts", req.script.clone()),
+            Language::Typescript => match execseam_typescript::to_javascript(&req.script) {
+                Ok(js) if js.module => ("mjs", js.code),
+                Ok(js) => ("js", js.code),
+                Err(d) => ("js", d.reporter()),
+            },
+            Language::Bash => ("sh", req.script.clone()),
         }
     }
 }
@@ -215,14 +232,9 @@ impl Runner {
             Ok(s) => s,
             Err(e) => return RunEnd::CreationFailed(e.to_string()),
         };
-        let ext = match req.language {
-            Language::Python => "py",
-            Language::Javascript => "js",
-            Language::Typescript => "ts",
-            Language::Bash => "sh",
-        };
+        let (ext, source) = self.runtimes.program(req);
         let program = format!("/tmp/.chrono-program/main.{ext}");
-        let mut files = vec![(program.clone(), req.script.as_bytes().to_vec())];
+        let mut files = vec![(program.clone(), source.into_bytes())];
         for f in &req.input_files {
             let Some(path) = input_path(&f.path) else {
                 return RunEnd::Invalid(format!("input file path {:?} is not allowed", f.path));

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use execseam::{
-    Command, Error, ErrorKind, Event, Exit, ProcessHandle, Provider, Reattach, Sandbox, SandboxSpec,
+    Command, Error, ErrorKind, Event, Exit, ProcessHandle, Provider, Reattach, Sandbox,
+    SandboxSpec, Tool,
 };
 use execseam_chrono_contract::wire::{ExecOutput, ExecuteRequest, Language};
 use execseam_tools_protocol::code::{self, CodeRequest};
@@ -111,10 +112,21 @@ impl Runner {
         }
     }
 
-    fn command(req: &ExecuteRequest) -> Result<Command, String> {
-        let cmd = CodeRequest::new(language(req.language), req.script.clone())
-            .command()
-            .map_err(|e| e.message().to_owned())?;
+    /// The program's command: TypeScript compiled here and run on the sandbox's `node`, unless
+    /// the adapter serves `code` natively (then it gets the TypeScript).
+    fn command(&self, req: &ExecuteRequest) -> Result<Command, String> {
+        let language = language(req.language);
+        let native = self
+            .provider
+            .capabilities()
+            .native_tools
+            .contains(&Tool::CODE);
+        let cmd = if language == code::Language::Typescript && !native {
+            execseam_typescript::command(&req.script)
+        } else {
+            CodeRequest::new(language, req.script.clone()).command()
+        }
+        .map_err(|e| e.message().to_owned())?;
         if req.env.is_empty() {
             return Ok(cmd);
         }
@@ -122,6 +134,24 @@ impl Runner {
             .envs(req.env.iter().map(|(k, v)| (k.clone(), v.clone())))
             .build()
             .map_err(|e| e.message().to_owned())
+    }
+
+    /// The end of a program that exited, or `Invalid` when the sandbox has no interpreter for
+    /// its language (the launcher's marker, [`code::check_output`]): a missing runtime is
+    /// never the program's exit code.
+    fn exited(&self, out: Vec<u8>, err: Vec<u8>, exit: Exit, t: Instant) -> RunEnd {
+        let output = execseam_core::Output::new(out, err, exit);
+        match code::check_output(output) {
+            Ok(o) => RunEnd::Exited(ExecOutput {
+                stdout: capped(&o.stdout, self.max_output),
+                stderr: capped(&o.stderr, self.max_output),
+                exit_code: exit_code(o.exit),
+                execution_time_ms: Some(u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)),
+                display_data: None,
+                files: None,
+            }),
+            Err(e) => RunEnd::Invalid(format!("{} in this sandbox image", e.message())),
+        }
     }
 
     async fn inputs(&self, sbx: &dyn Sandbox, req: &ExecuteRequest) -> Result<(), RunEnd> {
@@ -186,14 +216,7 @@ impl Runner {
         };
         tokio::select! {
             r = work => match r {
-                Ok(o) => RunEnd::Exited(ExecOutput {
-                    stdout: capped(&o.stdout, self.max_output),
-                    stderr: capped(&o.stderr, self.max_output),
-                    exit_code: exit_code(o.exit),
-                    execution_time_ms: Some(u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)),
-                    display_data: None,
-                    files: None,
-                }),
+                Ok(o) => self.exited(o.stdout.to_vec(), o.stderr.to_vec(), o.exit, t),
                 Err(e) => RunEnd::Uncertain(format!(
                     "the command's outcome cannot be proven: {}",
                     describe(&e)
@@ -318,7 +341,7 @@ impl Runner {
     where
         F: Future<Output = bool> + Send,
     {
-        let cmd = match Runner::command(req) {
+        let cmd = match self.command(req) {
             Ok(c) => c,
             Err(m) => return (RunEnd::Invalid(m), None),
         };
@@ -436,14 +459,7 @@ impl Runner {
         };
         let end = tokio::select! {
             r = work => match r {
-                Ok((out, err, exit)) => RunEnd::Exited(ExecOutput {
-                    stdout: capped(&out, self.max_output),
-                    stderr: capped(&err, self.max_output),
-                    exit_code: exit_code(exit),
-                    execution_time_ms: Some(u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)),
-                    display_data: None,
-                    files: None,
-                }),
+                Ok((out, err, exit)) => self.exited(out, err, exit, t),
                 Err(e) if e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::InvalidCommand => {
                     RunEnd::Invalid(describe(&e))
                 }

@@ -531,22 +531,40 @@ async fn every_language_runs_through_both_paths_and_the_chrono_adapter_works_ove
             Some(codes::EXECUTION_FAILED.to_owned())
         );
     }
-    // TypeScript needs tsx in the sandbox; this host has none, and the code tool says so.
-    if which("tsx").is_none() {
-        let out = sync
-            .execute(&ExecuteRequest::new(
-                Language::Typescript,
-                "console.log(1)",
-                30,
-            ))
-            .await
-            .unwrap();
-        assert_eq!(out.exit, Exit::Code(127));
-        assert!(
-            String::from_utf8_lossy(&out.stderr)
-                .starts_with(execseam_tools_protocol::code::MISSING_RUNTIME)
-        );
-    }
+    // TypeScript runs on plain node (Node 20 here, no tsx): its types are stripped by the server.
+    let ts = ExecuteRequest::new(
+        Language::Typescript,
+        "const x: number = 6*7; console.log(x)",
+        30,
+    );
+    let out = sync.execute(&ts).await.unwrap();
+    assert_eq!(
+        (out.stdout.as_ref(), out.exit),
+        (&b"42\n"[..], Exit::Code(0))
+    );
+    let t = c.run(&key("ts-42"), &ts).await.unwrap();
+    let Terminal::Ran { output, error, .. } = t else {
+        panic!("typescript: {t:?}")
+    };
+    assert_eq!(
+        (output.stdout.as_str(), output.exit_code, error),
+        ("42\n", 0, None)
+    );
+    // A sandbox without the language's interpreter: INVALID_REQUEST, never an exit code (a
+    // PATH holding only `sh`, so the launcher finds no python3).
+    let bare = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("/bin/sh", bare.path().join("sh")).unwrap();
+    let mut py = ExecuteRequest::new(Language::Python, "print(1)", 30);
+    py.env
+        .insert("PATH".into(), bare.path().to_str().unwrap().into());
+    let e = sync.execute(&py).await.unwrap_err();
+    assert_eq!(e.code(), Some("INVALID_REQUEST"), "{e}");
+    assert!(e.message().contains("no python runtime"), "{e}");
+    let t = c.run(&key("no-python"), &py).await.unwrap();
+    assert!(
+        matches!(&t, Terminal::Failed { error, .. } if error.code == "INVALID_REQUEST"),
+        "{t:?}"
+    );
     // The adapter's argv commands (exact quoting, env, stdin, workdir) over /execute…
     let cmd = Command::builder([
         "sh",
@@ -572,14 +590,6 @@ async fn every_language_runs_through_both_paths_and_the_chrono_adapter_works_ove
         String::from_utf8_lossy(&out.stdout),
         "a 'b' \"c\"|hi there|from stdin/tmp\n"
     );
-}
-
-fn which(p: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(p))
-            .find(|f| f.is_file())
-    })
 }
 
 #[tokio::test]

@@ -68,7 +68,7 @@ use execseam_tools_protocol::native::{self, Failure, GrepRequest, NativeRequest}
 use std::time::Duration;
 
 use execseam_core::{Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Retry, Tool};
-pub use execseam_tools_protocol::code::{CodeRequest, Language};
+pub use execseam_tools_protocol::code::{self, CodeRequest, Language};
 
 pub use error::ToolError;
 pub use file::ReadRange;
@@ -788,10 +788,16 @@ impl<'a> Tools<'a> {
         self.run(b.build()?).await
     }
 
-    /// Runs an exact source program (Aevatar's `code_execute`): `python3 -c`, `node -e`, `tsx
-    /// --eval` or `bash -c`, as [`execseam_core::code`] builds it, with [`Tool::CODE`] so an
-    /// adapter with a native code runtime (Chrono) serves it in its own language. stdout, stderr
-    /// and the exit code come back exactly; a non-zero exit is `Ok`.
+    /// Runs an exact source program (Aevatar's `code_execute`): `python3 -c`, `node -e` or
+    /// `bash -c`, as [`execseam_tools_protocol::code`] builds it, with [`Tool::CODE`] so an
+    /// adapter with a native code runtime (Chrono) serves it in its own language. TypeScript
+    /// (feature `typescript`, on by default) has its types stripped here and runs as JavaScript
+    /// on the sandbox's `node` (a syntax error is the program's exit 1 with the diagnostic on
+    /// stderr); without the feature, or on an adapter with a native code runtime, it is sent
+    /// as is (`tsx --eval` in a sandbox). stdout, stderr and the exit code come back exactly;
+    /// a non-zero exit is `Ok`. A sandbox without the language's interpreter is
+    /// `Err(ToolError::Exec)` with kind `Unsupported` and code `RUNTIME_MISSING`, never an exit
+    /// code.
     ///
     /// `timeout` is 1..=600 s ([`CODE_DEFAULT_TIMEOUT`] when `None`), checked before any I/O
     /// like Aevatar's typed request; it is a host-side deadline (dropping the exec, which kills
@@ -808,13 +814,25 @@ impl<'a> Tools<'a> {
                 message: format!("timeout {timeout:?} is outside 1..=600 s"),
             });
         }
-        let cmd = CodeRequest::new(language, source).command().map_err(|e| {
-            ToolError::InvalidArgument {
-                message: e.message().to_owned(),
-            }
+        let native = self.exec.capabilities().native_tools.contains(&Tool::CODE);
+        let cmd = match language {
+            // Types stripped here, JavaScript on the sandbox's node (an adapter with a native
+            // code runtime gets the TypeScript itself).
+            #[cfg(feature = "typescript")]
+            Language::Typescript if !native => execseam_typescript::command(source),
+            _ => CodeRequest::new(language, source).command(),
+        }
+        .map_err(|e| ToolError::InvalidArgument {
+            message: e.message().to_owned(),
         })?;
+        #[cfg(not(feature = "typescript"))]
+        let _ = native;
+        let provider = self.exec.provider().to_owned();
         match tokio::time::timeout(timeout, self.run(cmd)).await {
-            Ok(r) => r,
+            Ok(r) => r.and_then(|out| {
+                code::check_output(out)
+                    .map_err(|e| ToolError::Exec(e.with_provider(provider).with_operation("code")))
+            }),
             Err(_) => Err(ToolError::Exec(
                 Error::new(
                     ErrorKind::Timeout(Deadline::Command),

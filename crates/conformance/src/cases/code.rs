@@ -1,13 +1,15 @@
 //! The `code` tool (`execseam_tools::Tools::code`) in each language: exact stdout, stderr and
 //! exit code, the source reaching the interpreter untouched (quotes, `$`, backticks, backslashes,
 //! non-ASCII). A language whose runtime the sandbox image lacks is not applicable, with that
-//! reason (exit 127 from the sandbox, or the service refusing the language).
+//! reason, when it is reported as the typed error it must be (`RUNTIME_MISSING` from the
+//! launcher, or the service refusing the language); an exit 127 is a failure. TypeScript runs
+//! on `node` (types stripped on the host) unless the adapter serves `code` natively.
 
 use std::time::Duration;
 
 use execseam_core::Exit;
 use execseam_tools::{ToolError, Tools};
-use execseam_tools_protocol::code::{Language, MISSING_RUNTIME};
+use execseam_tools_protocol::code::{Language, RUNTIME_MISSING};
 
 use super::{fail, na, same, show_short};
 use crate::{CaseResult, Target};
@@ -27,7 +29,7 @@ fn program(language: Language) -> (&'static str, &'static str) {
             "process.stdout.write(\"out: caf\\u00e9 'single' \\\"double\\\" $HOME `tick` \\\\ \\n\");\nprocess.stderr.write(\"err\");\nprocess.exitCode = 3;\n",
         ),
         Language::Typescript => (
-            "tsx",
+            "node",
             "const code: number = 3;\nconst text: string = \"out: caf\\u00e9 'single' \\\"double\\\" $HOME `tick` \\\\ \\n\";\nprocess.stdout.write(text);\nprocess.stderr.write(\"err\");\nprocess.exitCode = code;\n",
         ),
         _ => (
@@ -53,18 +55,15 @@ async fn check(t: &Target, language: Language) -> CaseResult {
                 "the sandbox image has no {language} runtime (the service refuses the language: {e})"
             ));
         }
+        // The launcher found no interpreter.
+        Err(ToolError::Exec(e)) if e.code() == Some(RUNTIME_MISSING) => {
+            return na(format!(
+                "the sandbox image has no {runtime} for {language} ({})",
+                e.message()
+            ));
+        }
         Err(e) => return fail(format!("code({language}) returned Err instead of Ok: {e}")),
     };
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if out.exit == Exit::Code(127)
-        && (stderr.contains(MISSING_RUNTIME) || stderr.contains("not found"))
-        && out.stdout.is_empty()
-    {
-        return na(format!(
-            "the sandbox image has no {runtime} for {language} (exit 127: {})",
-            show_short(&out.stderr, 120)
-        ));
-    }
     if out.exit != Exit::Code(3) {
         return fail(format!(
             "code({language}) exited {:?}, want Code(3); stderr {}",
