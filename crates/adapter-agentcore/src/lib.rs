@@ -90,6 +90,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         ..SpecSupport::NONE
     },
     options: &["name"],
+    state: execseam_core::StateCapabilities::NONE,
 };
 
 /// The configuration variables [`AgentCoreConfig::from_env`] reads.

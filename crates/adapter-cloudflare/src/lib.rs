@@ -110,6 +110,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     destroy: true,
     spec: SpecSupport::NONE,
     options: &[],
+    state: execseam_core::StateCapabilities::NONE,
 };
 
 /// The largest command (argv and env) sent, checked before any I/O: the command reaches the

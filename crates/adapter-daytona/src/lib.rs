@@ -114,6 +114,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         ..SpecSupport::NONE
     },
     options: &[],
+    state: execseam_core::StateCapabilities::NONE,
 };
 
 /// The configuration variables [`DaytonaConfig::from_env`] reads.

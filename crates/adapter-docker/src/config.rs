@@ -114,6 +114,8 @@ pub struct DockerConfig {
     pub(crate) nano_cpus: Option<i64>,
     pub(crate) pids_limit: Option<i64>,
     pub(crate) network: String,
+    /// Container ports published on the host (from [`SandboxSpec::with_port`](execseam_core::SandboxSpec::with_port)).
+    pub(crate) ports: Vec<u16>,
     pub(crate) labels: BTreeMap<String, String>,
     pub(crate) env: BTreeMap<String, String>,
     pub(crate) keepalive: Option<Vec<String>>,
@@ -143,6 +145,7 @@ impl fmt::Debug for DockerConfig {
             .field("nano_cpus", &self.nano_cpus)
             .field("pids_limit", &self.pids_limit)
             .field("network", &self.network)
+            .field("ports", &self.ports)
             .field("labels", &self.labels)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("keepalive", &self.keepalive)
@@ -176,6 +179,7 @@ impl DockerConfig {
             nano_cpus: None,
             pids_limit: None,
             network: "none".to_owned(),
+            ports: Vec::new(),
             labels: BTreeMap::new(),
             env: BTreeMap::new(),
             keepalive: None,
@@ -518,6 +522,12 @@ impl DockerConfig {
         }
         if self.network.is_empty() {
             return Err(vars::config_error(PROVIDER, "the network mode is empty"));
+        }
+        if !self.ports.is_empty() && self.network == "none" {
+            return Err(vars::config_error(
+                PROVIDER,
+                "a published port needs a network: set the network (EXECSEAM_DOCKER_NETWORK, or the option network=bridge)",
+            ));
         }
         Ok(())
     }

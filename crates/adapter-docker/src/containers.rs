@@ -32,6 +32,8 @@ pub(crate) async fn create(
         // No `Env`: the container-wide env travels with each exec, on its stdin (see
         // `degrade::env_line`), since bollard logs request bodies (and inspect answers) at DEBUG.
         labels: Some(labels),
+        exposed_ports: (!config.ports.is_empty())
+            .then(|| config.ports.iter().map(|p| format!("{p}/tcp")).collect()),
         host_config: Some(host_config(config)),
         ..Default::default()
     };
@@ -86,6 +88,7 @@ fn host_config(config: &DockerConfig) -> HostConfig {
         nano_cpus: config.nano_cpus,
         pids_limit: config.pids_limit,
         network_mode: Some(config.network.clone()),
+        port_bindings: (!config.ports.is_empty()).then(|| port_bindings(config)),
         binds: config
             .worktree
             .as_ref()
@@ -97,9 +100,31 @@ fn host_config(config: &DockerConfig) -> HostConfig {
     }
 }
 
+/// Each declared port published on a port the engine picks: on the loopback address when the
+/// engine is local (a Unix socket), on every address when it is remote (reached by its host).
+fn port_bindings(config: &DockerConfig) -> bollard::models::PortMap {
+    let host_ip = if config.host.starts_with("unix://") {
+        "127.0.0.1"
+    } else {
+        "0.0.0.0"
+    };
+    config
+        .ports
+        .iter()
+        .map(|p| {
+            let binding = bollard::models::PortBinding {
+                host_ip: Some(host_ip.to_owned()),
+                host_port: Some(String::new()),
+            };
+            (format!("{p}/tcp"), Some(vec![binding]))
+        })
+        .collect()
+}
+
 /// What the engine says about a container.
 pub(crate) struct State {
     pub(crate) running: bool,
+    pub(crate) paused: bool,
     pub(crate) oom_killed: Option<bool>,
 }
 
@@ -113,12 +138,14 @@ pub(crate) async fn state(docker: &Docker, id: &str) -> Result<Option<State>, Er
             let s = r.state.unwrap_or_default();
             Ok(Some(State {
                 running: s.running == Some(true),
+                paused: s.paused == Some(true),
                 oom_killed: s.oom_killed,
             }))
         }
         Err(e) if is_gone(&e) => Ok(None),
         Err(e) if is_podman_stopped_state(&e) => Ok(Some(State {
             running: false,
+            paused: false,
             oom_killed: None,
         })),
         Err(e) => Err(engine("inspect container", Stage::Before, e)),

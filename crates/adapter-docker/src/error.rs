@@ -8,6 +8,7 @@
 //! | answer | kind | why |
 //! |---|---|---|
 //! | 404, or podman's 500 `… no such container` | `NotFound` | podman answers 500 for a container removed under a running exec |
+//! | Docker's 409 `… is paused, unpause the container before exec`, podman's 409 `… is paused` | `Conflict`, sandbox state `Paused` | an exec into a paused container: resume it first (never a hang) |
 //! | Docker's 409 `… is not running`, podman's 500 `… container state improper` | `NotFound` | an exec into a stopped container: the sandbox is not there to run it |
 //! | anything after the exec was started | retry `Unsafe` (unless `Never`) | the command may have run, whichever request failed |
 //! | bollard's `SocketNotFoundError` | `Unavailable` | no engine at that path |
@@ -33,6 +34,8 @@ pub(crate) fn engine_hint(
 ) -> Error {
     let effect = stage;
     let too_large = answer_too_large(&e);
+    let paused =
+        matches!(&e, EngineError::DockerResponseServerError { message, .. } if is_paused(message));
     let (kind, mut retry, status) = match &e {
         _ if too_large => {
             let (k, r) = retry::no_answer(NoAnswer::Malformed, effect);
@@ -42,7 +45,9 @@ pub(crate) fn engine_hint(
             status_code,
             message,
         } => {
-            let (kind, retry) = if is_gone(&e) || not_running(message) {
+            let (kind, retry) = if paused {
+                (ErrorKind::Conflict, Retry::Never)
+            } else if is_gone(&e) || not_running(message) {
                 (ErrorKind::NotFound, Retry::Never)
             } else {
                 retry::http_status(*status_code, effect, None)
@@ -104,6 +109,9 @@ pub(crate) fn engine_hint(
     if let Some(s) = status {
         err = err.with_status(s);
     }
+    if paused {
+        err = err.with_sandbox_state(execseam_core::SandboxState::Paused);
+    }
     err
 }
 
@@ -140,6 +148,12 @@ pub(crate) fn is_gone(e: &EngineError) -> bool {
 }
 
 /// Docker answers 409 `container … is not running`; podman 500 `… container state improper`.
+/// Docker: `Container … is paused, unpause the container before exec`; podman 4.3: `cannot
+/// create exec session as container … is paused`.
+fn is_paused(message: &str) -> bool {
+    message.contains(" is paused")
+}
+
 fn not_running(message: &str) -> bool {
     message.contains("is not running") || message.contains("state improper")
 }

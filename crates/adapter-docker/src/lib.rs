@@ -56,11 +56,13 @@ mod containers;
 mod error;
 mod exec;
 mod provider;
+mod state;
 
 pub use client::{LABEL_MANAGED, LABEL_MODE, LABEL_SANDBOX};
 pub use config::{DEFAULT_MAX_ANSWER, DockerConfig, Mode, Ulimit};
 pub use exec::{DockerExec, DockerOutput, EXEC_TAG_VAR};
 pub use provider::{DockerProvider, OPTIONS};
+pub use state::{LABEL_SNAPSHOT_SOURCE, SNAPSHOT_REPOSITORY, STATE};
 
 /// The provider name in errors, reports and the registry.
 pub const PROVIDER: &str = "docker";
@@ -124,7 +126,8 @@ const SPEC: SpecSupport = SpecSupport {
 /// Warm mode: create (`POST /containers/create` + start: image, `Env`, `Labels`, `NanoCpus`,
 /// `Memory`, a lifetime as the keepalive's `sleep` with auto-remove), connect
 /// (`GET /containers/{id}/json`), list (`GET /containers/json` by label), destroy
-/// (`DELETE /containers/{id}?force=1&v=1`). Options: [`OPTIONS`].
+/// (`DELETE /containers/{id}?force=1&v=1`). Options: [`OPTIONS`]. Sandbox state: [`STATE`]
+/// (pause, commit snapshots, fork by snapshot, ports published at create).
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     create: true,
     connect: true,
@@ -132,10 +135,12 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     destroy: true,
     spec: SPEC,
     options: OPTIONS,
+    state: STATE,
 };
 
 /// Per call: create (an image check; the spec applies to every command's container) and destroy
-/// (removes the containers of commands still running); nothing persists to connect to or list.
+/// (removes the containers of commands still running); nothing persists to connect to or list,
+/// pause, snapshot or expose.
 pub const PER_CALL_LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     create: true,
     connect: false,
@@ -143,6 +148,7 @@ pub const PER_CALL_LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     destroy: true,
     spec: SPEC,
     options: OPTIONS,
+    state: execseam_core::StateCapabilities::NONE,
 };
 
 /// The largest command (argv and env) sent, checked before any I/O: the engine `execve`s the

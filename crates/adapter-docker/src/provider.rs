@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use execseam_adapter_kit::gone_is_destroyed;
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Ownership,
-    Provider, Retry, Sandbox, SandboxInfo, SandboxSpec,
+    BoxFuture, Capabilities, Error, ErrorKind, ExposedPort, Kept, LifecycleCapabilities,
+    ListFilter, Ownership, Provider, Retry, Sandbox, SandboxInfo, SandboxSpec, SandboxState,
+    SnapshotInfo, SnapshotOutcome, SnapshotRequest,
 };
 
 use crate::PROVIDER;
@@ -28,8 +29,8 @@ use crate::exec::{DockerExec, Target};
 /// | [`destroy`](Self::destroy) | `DELETE /containers/{id}?force=1&v=1` (already gone is `Ok`) | removes the containers of the handle's commands still running |
 #[derive(Clone, Debug)]
 pub struct DockerProvider {
-    config: DockerConfig,
-    client: Arc<Client>,
+    pub(crate) config: DockerConfig,
+    pub(crate) client: Arc<Client>,
 }
 
 impl std::fmt::Debug for Client {
@@ -206,6 +207,11 @@ fn merge(config: &DockerConfig, spec: &SandboxSpec) -> Result<DockerConfig, Erro
     if let Some(image) = spec.image() {
         c.image = image.to_owned();
     }
+    // A snapshot is an image (`crate::state`): one that was deleted is the create's NotFound.
+    if let Some(snapshot) = spec.snapshot() {
+        c.image = snapshot.to_owned();
+    }
+    c.ports = spec.ports().to_vec();
     c.env.extend(spec.env().clone());
     c.labels.extend(spec.labels().clone());
     if let Some(l) = spec.lifetime() {
@@ -274,6 +280,45 @@ impl Provider for DockerProvider {
 
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(DockerProvider::destroy(self, id))
+    }
+
+    fn pause<'a>(
+        &'a self,
+        id: &'a str,
+        keep: Option<Kept>,
+    ) -> BoxFuture<'a, Result<SandboxState, Error>> {
+        Box::pin(DockerProvider::pause(self, id, keep))
+    }
+
+    fn resume<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(DockerProvider::resume(self, id))
+    }
+
+    fn snapshot<'a>(
+        &'a self,
+        id: &'a str,
+        request: SnapshotRequest,
+    ) -> BoxFuture<'a, Result<SnapshotOutcome, Error>> {
+        Box::pin(DockerProvider::snapshot(self, id, request))
+    }
+
+    fn list_snapshots<'a>(
+        &'a self,
+        source: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<SnapshotInfo>, Error>> {
+        Box::pin(DockerProvider::list_snapshots(self, source))
+    }
+
+    fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(DockerProvider::delete_snapshot(self, snapshot))
+    }
+
+    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
+        Box::pin(DockerProvider::expose(self, id, port))
+    }
+
+    fn exposed<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<ExposedPort>, Error>> {
+        Box::pin(DockerProvider::exposed(self, id))
     }
 }
 

@@ -43,6 +43,10 @@ fn main() {
             execseam_core::Error::new(execseam_core::ErrorKind::Internal, e.to_string())
         })?;
         let mut config = support::config(SUITE).mode(mode);
+        if mode == Mode::Warm {
+            // Publishing a port (state-expose-port) needs a network; the default is none.
+            config = config.network("bridge");
+        }
         if mode == Mode::PerCall {
             config = config.worktree(worktree.path().to_string_lossy());
         }

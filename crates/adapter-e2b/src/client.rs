@@ -274,6 +274,152 @@ impl ControlPlane<'_> {
     }
 }
 
+impl ControlPlane<'_> {
+    async fn post<B: Serialize>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<reqwest::Response, CallError> {
+        rest(
+            self.http,
+            Method::POST,
+            join(&self.base, path),
+            &self.config.api_key,
+            Some(body),
+            self.config.request_timeout,
+        )
+        .await
+    }
+
+    /// `GET /sandboxes/{id}` (`SandboxDetail`: its `state`).
+    pub(crate) async fn get(&self, id: &str) -> Result<wire::ListedSandbox, CallError> {
+        let resp = rest::<()>(
+            self.http,
+            Method::GET,
+            join(
+                &self.base,
+                &format!("sandboxes/{}", escape_path_segment(id)),
+            ),
+            &self.config.api_key,
+            None,
+            self.config.request_timeout,
+        )
+        .await?;
+        json_of(resp, self.config.request_timeout).await
+    }
+
+    /// `POST /sandboxes/{id}/pause` (204); `false` when it was paused already (409, as the SDK
+    /// reads it).
+    pub(crate) async fn pause(&self, id: &str, memory: Option<bool>) -> Result<bool, CallError> {
+        let path = format!("sandboxes/{}/pause", escape_path_segment(id));
+        match self.post(&path, &wire::PauseSandbox { memory }).await {
+            Ok(_) => Ok(true),
+            Err(CallError::Http {
+                status: 409,
+                message,
+                ..
+            }) if message.contains("already paused") => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `POST /sandboxes/{id}/snapshots` (201 `SnapshotInfo`).
+    pub(crate) async fn snapshot(
+        &self,
+        id: &str,
+        name: Option<&str>,
+    ) -> Result<wire::SnapshotInfo, CallError> {
+        let path = format!("sandboxes/{}/snapshots", escape_path_segment(id));
+        let resp = self.post(&path, &wire::SnapshotSandbox { name }).await?;
+        json_of(resp, self.config.request_timeout).await
+    }
+
+    /// `GET /snapshots?sandboxID=`, every page (`x-next-token`).
+    pub(crate) async fn snapshots(
+        &self,
+        sandbox: Option<&str>,
+    ) -> Result<Vec<wire::SnapshotInfo>, CallError> {
+        let mut out = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let mut url = join(&self.base, "snapshots");
+            {
+                let mut q = url.query_pairs_mut();
+                if let Some(s) = sandbox {
+                    q.append_pair("sandboxID", s);
+                }
+                if let Some(token) = &next {
+                    q.append_pair("nextToken", token);
+                }
+            }
+            let resp = rest::<()>(
+                self.http,
+                Method::GET,
+                url,
+                &self.config.api_key,
+                None,
+                self.config.request_timeout,
+            )
+            .await?;
+            next = resp
+                .headers()
+                .get("x-next-token")
+                .and_then(|v| v.to_str().ok())
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned);
+            let page: Vec<wire::SnapshotInfo> = json_of(resp, self.config.request_timeout).await?;
+            let empty = page.is_empty();
+            out.extend(page);
+            if next.is_none() || empty {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// `DELETE /templates/{id}` (204); `false` when it did not exist (404).
+    pub(crate) async fn delete_template(&self, id: &str) -> Result<bool, CallError> {
+        match rest::<()>(
+            self.http,
+            Method::DELETE,
+            join(
+                &self.base,
+                &format!("templates/{}", escape_path_segment(id)),
+            ),
+            &self.config.api_key,
+            None,
+            self.config.request_timeout,
+        )
+        .await
+        {
+            Ok(_) => Ok(true),
+            Err(CallError::Http { status: 404, .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `POST /sandboxes/{id}/fork` with `count: 1` (201, one `SandboxForkResult`).
+    pub(crate) async fn fork(
+        &self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<wire::ForkResult, CallError> {
+        let path = format!("sandboxes/{}/fork", escape_path_segment(id));
+        let body = wire::ForkSandbox {
+            timeout: timeout.as_secs().max(1),
+            count: 1,
+        };
+        let resp = self.post(&path, &body).await?;
+        let mut results: Vec<wire::ForkResult> = json_of(resp, self.config.request_timeout).await?;
+        if results.len() != 1 {
+            return Err(CallError::Protocol(format!(
+                "a fork of one sandbox answered {} results",
+                results.len()
+            )));
+        }
+        Ok(results.remove(0))
+    }
+}
+
 /// What `/health` said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Health {

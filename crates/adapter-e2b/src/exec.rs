@@ -141,6 +141,15 @@ impl Inner {
         }
         if ctx.gone {
             ctx.lifetime_over = self.lifetime_over();
+            // A paused sandbox is not in the proxy's catalog either: the control plane tells.
+            if !ctx.lifetime_over
+                && let Ok(c) = self.control()
+                && c.get(&self.sandbox_id)
+                    .await
+                    .is_ok_and(|s| s.state == "paused")
+            {
+                return crate::state::paused(ctx.op);
+            }
         }
         error::map(call, &ctx)
     }
@@ -369,7 +378,7 @@ impl E2bExec {
         )
     }
 
-    fn build(
+    pub(crate) fn build(
         config: E2bConfig,
         http: reqwest::Client,
         api: reqwest::Url,

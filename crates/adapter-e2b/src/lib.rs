@@ -74,12 +74,14 @@ mod error;
 mod exec;
 mod native;
 mod provider;
+mod state;
 mod wire;
 
 pub use config::{ApiRoutes, E2bConfig, ENVD_PORT, SHARED_HOST_DOMAINS};
 pub use connect::{Code, RpcError};
 pub use exec::{Attach, E2bExec, EnvdVersion};
 pub use provider::E2bProvider;
+pub use state::STATE;
 
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "e2b";
@@ -122,7 +124,8 @@ impl Adapter for E2b {
 
 /// E2B's lifecycle: create (`POST /v2/sandboxes`: template, `envVars`, `metadata`, `timeout`),
 /// connect (`POST /v2/sandboxes/{id}/connect`), list (`GET /v2/sandboxes?metadata=`), destroy
-/// (`DELETE /sandboxes/{id}`). Resources come from the template.
+/// (`DELETE /sandboxes/{id}`). Resources come from the template. Sandbox state: [`STATE`]
+/// (pause/resume, snapshot templates, native fork, ports by host).
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     create: true,
     connect: true,
@@ -136,6 +139,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         ..SpecSupport::NONE
     },
     options: &[],
+    state: STATE,
 };
 
 /// The largest command (argv and env) sent, checked before any I/O: envd `execve`s it in the

@@ -1,8 +1,9 @@
 //! [`E2bProvider`]: the control plane's sandbox lifecycle.
 
 use execseam_core::{
-    BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Provider, Sandbox,
-    SandboxInfo, SandboxSpec, SandboxState,
+    BoxFuture, Capabilities, Error, ExposedPort, Kept, LifecycleCapabilities, ListFilter, Provider,
+    Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome,
+    SnapshotRequest,
 };
 
 use reqwest::Url;
@@ -25,10 +26,10 @@ use execseam_adapter_kit::retry::Stage;
 /// | [`destroy`](Self::destroy) | `DELETE /sandboxes/{id}` | a 404 (already gone) is `Ok` |
 #[derive(Clone, Debug)]
 pub struct E2bProvider {
-    config: E2bConfig,
-    http: reqwest::Client,
+    pub(crate) config: E2bConfig,
+    pub(crate) http: reqwest::Client,
     /// The control plane's base URL, parsed once.
-    api: Url,
+    pub(crate) api: Url,
 }
 
 impl E2bProvider {
@@ -51,7 +52,7 @@ impl E2bProvider {
         &self.config
     }
 
-    fn control(&self) -> Result<ControlPlane<'_>, Error> {
+    pub(crate) fn control(&self) -> Result<ControlPlane<'_>, Error> {
         Ok(ControlPlane {
             http: &self.http,
             base: self.api.clone(),
@@ -68,7 +69,12 @@ impl E2bProvider {
         let mut env = c.sandbox_env.clone();
         env.extend(spec.env().clone());
         let new = NewSandbox {
-            template: spec.image().unwrap_or(&c.template).to_owned(),
+            // A snapshot is a template (`crate::state`).
+            template: spec
+                .snapshot()
+                .or(spec.image())
+                .unwrap_or(&c.template)
+                .to_owned(),
             timeout: spec.lifetime().unwrap_or(c.sandbox_timeout),
             metadata,
             env,
@@ -185,5 +191,44 @@ impl Provider for E2bProvider {
 
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(E2bProvider::destroy(self, id))
+    }
+
+    fn pause<'a>(
+        &'a self,
+        id: &'a str,
+        keep: Option<Kept>,
+    ) -> BoxFuture<'a, Result<SandboxState, Error>> {
+        Box::pin(E2bProvider::pause(self, id, keep))
+    }
+
+    fn resume<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(E2bProvider::resume(self, id))
+    }
+
+    fn snapshot<'a>(
+        &'a self,
+        id: &'a str,
+        request: SnapshotRequest,
+    ) -> BoxFuture<'a, Result<SnapshotOutcome, Error>> {
+        Box::pin(E2bProvider::snapshot(self, id, request))
+    }
+
+    fn list_snapshots<'a>(
+        &'a self,
+        source: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<SnapshotInfo>, Error>> {
+        Box::pin(E2bProvider::list_snapshots(self, source))
+    }
+
+    fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(E2bProvider::delete_snapshot(self, snapshot))
+    }
+
+    fn fork<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move { Ok(Box::new(E2bProvider::fork(self, id).await?) as _) })
+    }
+
+    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
+        Box::pin(async move { E2bProvider::expose(self, id, port) })
     }
 }

@@ -41,6 +41,65 @@ pub struct ConnectSandbox {
     pub timeout: Option<u64>,
 }
 
+/// `POST /sandboxes/{id}/pause` (`SandboxPauseRequest`): `memory: false` is a filesystem-only
+/// pause; omitted, E2B keeps the memory.
+#[derive(Serialize, Debug)]
+pub struct PauseSandbox {
+    /// Keep memory and processes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<bool>,
+}
+
+/// `POST /sandboxes/{id}/snapshots` (`SandboxSnapshotRequest`).
+#[derive(Serialize, Debug)]
+pub struct SnapshotSandbox<'a> {
+    /// A name: the snapshot becomes `<team>/<name>:default`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<&'a str>,
+}
+
+/// `SnapshotInfo`: the answer of a snapshot and one entry of `GET /snapshots`.
+#[derive(Deserialize, Debug, Clone)]
+pub struct SnapshotInfo {
+    /// What `templateID` takes to start from it, and `DELETE /templates/{id}` deletes.
+    #[serde(rename = "snapshotID")]
+    pub snapshot_id: String,
+    /// Its names (`<team>/<name>`).
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+/// `POST /sandboxes/{id}/fork` (`SandboxForkRequest`).
+#[derive(Serialize, Debug)]
+pub struct ForkSandbox {
+    /// Each fork's lifetime in seconds (E2B's default is 15).
+    pub timeout: u64,
+    /// How many forks.
+    pub count: u32,
+}
+
+/// One entry of a fork's answer (`SandboxForkResult`): a sandbox or an error.
+#[derive(Deserialize, Debug, Clone)]
+pub struct ForkResult {
+    /// The fork.
+    #[serde(default)]
+    pub sandbox: Option<Sandbox>,
+    /// Why this fork failed.
+    #[serde(default)]
+    pub error: Option<ApiError>,
+}
+
+/// The control plane's `Error {code, message}`.
+#[derive(Deserialize, Debug, Clone)]
+pub struct ApiError {
+    /// An HTTP status.
+    #[serde(default)]
+    pub code: u16,
+    /// What went wrong.
+    #[serde(default)]
+    pub message: String,
+}
+
 /// The `Sandbox` answer of create and connect.
 #[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {

@@ -83,6 +83,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         ..SpecSupport::NONE
     },
     options: &[],
+    state: execseam_core::StateCapabilities::NONE,
 };
 
 /// The configuration variables [`FlyConfig::from_env`] reads.

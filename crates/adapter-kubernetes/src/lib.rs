@@ -124,7 +124,8 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         lifetime: true,
         ..SpecSupport::NONE
     },
-    options: &[],
+    options: &[], // No pause, snapshots, forks or exposed ports: every state operation is Unsupported.
+    state: execseam_core::StateCapabilities::NONE,
 };
 
 /// Pod mode's lifecycle: image, env, labels, CPU and memory (requests = limits); no lifetime.

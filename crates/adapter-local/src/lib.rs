@@ -37,7 +37,10 @@ mod exec;
 mod provider;
 
 use execseam_adapter_kit::{Adapter, Var, Vars};
-use execseam_core::{Capabilities, Error, LifecycleCapabilities, SpecSupport};
+use execseam_core::{
+    Capabilities, Error, ExposeSupport, ForkSupport, Kept, LifecycleCapabilities, PortAuth,
+    PortsWhen, Scope, SnapshotSupport, SourceAfter, SpecSupport, StateCapabilities,
+};
 
 pub use config::LocalConfig;
 pub use exec::LocalExec;
@@ -51,6 +54,10 @@ pub const CAPABILITIES: Capabilities = Capabilities {
 };
 
 /// Local sandboxes are directories (see [`LocalProvider`]): every operation, with env and labels.
+/// A snapshot is a copy of the sandbox's working directory (not frozen: commands that write
+/// while it is copied leave a mixed copy), a fork is a snapshot and a create from it, and an
+/// exposed port is the host's own loopback address. No pause: local commands are host
+/// processes with nothing to freeze them as a group.
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     create: true,
     connect: true,
@@ -62,6 +69,31 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         ..SpecSupport::NONE
     },
     options: &[],
+    state: StateCapabilities {
+        pause: None,
+        snapshot: Some(SnapshotSupport {
+            kinds: &[Kept::Filesystem],
+            scope: Scope::Workdir,
+            source_after: SourceAfter::Running,
+            ..SnapshotSupport::FILESYSTEM
+        }),
+        fork: Some(ForkSupport {
+            native: false,
+            keeps: Kept::Filesystem,
+            source_after: SourceAfter::Running,
+            includes_unsaved: true,
+            independent: true,
+        }),
+        expose: Some(ExposeSupport {
+            when: PortsWhen::AnyTime,
+            auth: PortAuth::None,
+            list: false,
+            unexpose: false,
+            ports: (1, 65535),
+            reserved: &[],
+            only: None,
+        }),
+    },
 };
 
 /// The configuration variables [`LocalConfig::from_env`] reads.

@@ -5,6 +5,10 @@
 //! and its labels are kept beside it. It is **not an isolation boundary**: commands run as this
 //! process's user with the host's whole filesystem in view; use an emulator or a provider for
 //! isolation. Destroying it removes the directory (a process it started keeps running).
+//!
+//! A snapshot is a copy of the sandbox's `work/` directory under `<sandbox_root>/.snapshots/`
+//! (`cp -a`, reflinked where the filesystem can); a sandbox created from one starts with a copy
+//! of it. An exposed port is `http://127.0.0.1:<port>`: local commands share this host's network.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,8 +16,9 @@ use std::sync::Arc;
 
 use execseam_adapter_kit::id::random_id;
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Ownership,
-    Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState,
+    BoxFuture, Capabilities, Error, ErrorKind, ExposedPort, Kept, LifecycleCapabilities,
+    ListFilter, Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo,
+    SnapshotOutcome, SnapshotRequest,
 };
 
 use crate::config::LocalConfig;
@@ -30,6 +35,9 @@ pub struct LocalProvider {
 const LABELS: &str = "labels";
 const ENV: &str = "env";
 const WORK: &str = "work";
+const SNAPSHOTS: &str = ".snapshots";
+/// A snapshot's source sandbox id, then its creation time in seconds since the epoch.
+const META: &str = "meta";
 
 fn lifecycle_error(kind: ErrorKind, operation: &'static str, message: String) -> Error {
     Error::new(kind, message)
@@ -75,6 +83,36 @@ fn valid_id(id: &str) -> bool {
         .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
+/// Snapshot ids are `local-snap-` and 16 hex digits.
+fn valid_snapshot_id(id: &str) -> bool {
+    id.strip_prefix("local-snap-")
+        .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// `cp -a --reflink=auto FROM TO` (TO must not exist): modes, times, links and special files
+/// kept, a copy-on-write clone where the filesystem has them.
+async fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    let out = tokio::process::Command::new("cp")
+        .args(["-a", "--reflink=auto", "--"])
+        .arg(from)
+        .arg(to)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        let _ = tokio::fs::remove_dir_all(to).await;
+        Err(std::io::Error::other(format!(
+            "cp: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
 impl LocalProvider {
     /// A provider with this configuration. The sandbox root must be absolute
     /// ([`InvalidConfig`](ErrorKind::InvalidConfig) otherwise); nothing is created yet.
@@ -117,11 +155,28 @@ impl LocalProvider {
         tokio::fs::create_dir(&dir)
             .await
             .map_err(|e| io_failure("create", "cannot create the sandbox", e))?;
+        let from = spec.snapshot().map(|s| self.snapshot_dir(s));
         let write = async {
             write_private(&dir.join(ENV), &encode(spec.env())).await?;
             tokio::fs::write(dir.join(LABELS), encode(spec.labels())).await?;
-            tokio::fs::create_dir(dir.join(WORK)).await
+            match &from {
+                Some(snap) => copy_dir(&snap.join(WORK), &dir.join(WORK)).await,
+                None => tokio::fs::create_dir(dir.join(WORK)).await,
+            }
         };
+        if let Some(snap) = spec.snapshot()
+            && !(valid_snapshot_id(snap)
+                && tokio::fs::metadata(self.snapshot_dir(snap).join(META))
+                    .await
+                    .is_ok())
+        {
+            let _ = tokio::fs::remove_dir(&dir).await;
+            return Err(lifecycle_error(
+                ErrorKind::NotFound,
+                "create",
+                format!("snapshot {snap:?} does not exist"),
+            ));
+        }
         if let Err(e) = write.await {
             let _ = tokio::fs::remove_dir_all(&dir).await;
             return Err(io_failure("create", "cannot set up the sandbox", e));
@@ -180,6 +235,100 @@ impl LocalProvider {
             return Ok(());
         }
         remove(&self.dir(id)).await
+    }
+
+    fn snapshot_dir(&self, snapshot: &str) -> PathBuf {
+        self.config.sandbox_root.join(SNAPSHOTS).join(snapshot)
+    }
+
+    /// Copies the sandbox's working directory into a new snapshot.
+    pub async fn snapshot(
+        &self,
+        id: &str,
+        request: SnapshotRequest,
+    ) -> Result<SnapshotOutcome, Error> {
+        let kind = LIFECYCLE.state.check_snapshot(PROVIDER, &request)?;
+        let dir = self.existing(id, "snapshot").await?;
+        let snap = format!("local-snap-{}", random_id(16));
+        let target = self.snapshot_dir(&snap);
+        let io = |e| io_failure("snapshot", "cannot write the snapshot", e);
+        tokio::fs::create_dir_all(&target).await.map_err(io)?;
+        let created = std::time::SystemTime::now();
+        let secs = created
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let copied = async {
+            copy_dir(&dir.join(WORK), &target.join(WORK)).await?;
+            // Written last: a snapshot without its meta is an unfinished one, never listed.
+            tokio::fs::write(target.join(META), format!("{id}\n{secs}\n")).await
+        };
+        if let Err(e) = copied.await {
+            let _ = tokio::fs::remove_dir_all(&target).await;
+            return Err(io(e));
+        }
+        let info = SnapshotInfo::new(snap, kind)
+            .with_source(id)
+            .with_created(created);
+        Ok(SnapshotOutcome::new(info, SandboxState::Running))
+    }
+
+    /// The snapshots, of sandbox `source` only when given.
+    pub async fn list_snapshots(&self, source: Option<&str>) -> Result<Vec<SnapshotInfo>, Error> {
+        let root = self.config.sandbox_root.join(SNAPSHOTS);
+        let mut entries = match tokio::fs::read_dir(&root).await {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_failure("list_snapshots", "cannot read the snapshots", e)),
+        };
+        let mut out = Vec::new();
+        while let Some(entry) = entries
+            .next_entry()
+            .await
+            .map_err(|e| io_failure("list_snapshots", "cannot read the snapshots", e))?
+        {
+            let Some(snap) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            let Ok(meta) = tokio::fs::read_to_string(entry.path().join(META)).await else {
+                continue;
+            };
+            let mut lines = meta.lines();
+            let from = lines.next().unwrap_or_default().to_owned();
+            if !valid_snapshot_id(&snap) || source.is_some_and(|s| s != from) {
+                continue;
+            }
+            let mut info = SnapshotInfo::new(snap, Kept::Filesystem).with_source(from);
+            if let Some(secs) = lines.next().and_then(|l| l.parse::<u64>().ok()) {
+                info =
+                    info.with_created(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs));
+            }
+            out.push(info);
+        }
+        Ok(out)
+    }
+
+    /// Deletes a snapshot; one that does not exist is `Ok(())`.
+    pub async fn delete_snapshot(&self, snapshot: &str) -> Result<(), Error> {
+        LIFECYCLE.state.check_delete_snapshot(PROVIDER, snapshot)?;
+        if !valid_snapshot_id(snapshot) {
+            return Ok(());
+        }
+        match tokio::fs::remove_dir_all(self.snapshot_dir(snapshot)).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_failure(
+                "delete_snapshot",
+                "cannot remove the snapshot",
+                e,
+            )),
+        }
+    }
+
+    /// The loopback URL of `port`: local commands listen on this host's network.
+    pub async fn expose(&self, id: &str, port: u16) -> Result<ExposedPort, Error> {
+        LIFECYCLE.state.check_expose(PROVIDER, port)?;
+        self.existing(id, "expose").await?;
+        Ok(ExposedPort::new(port, format!("http://127.0.0.1:{port}")))
     }
 
     async fn existing(&self, id: &str, operation: &'static str) -> Result<PathBuf, Error> {
@@ -267,5 +416,28 @@ impl Provider for LocalProvider {
 
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(LocalProvider::destroy(self, id))
+    }
+
+    fn snapshot<'a>(
+        &'a self,
+        id: &'a str,
+        request: SnapshotRequest,
+    ) -> BoxFuture<'a, Result<SnapshotOutcome, Error>> {
+        Box::pin(LocalProvider::snapshot(self, id, request))
+    }
+
+    fn list_snapshots<'a>(
+        &'a self,
+        source: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<SnapshotInfo>, Error>> {
+        Box::pin(LocalProvider::list_snapshots(self, source))
+    }
+
+    fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(LocalProvider::delete_snapshot(self, snapshot))
+    }
+
+    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
+        Box::pin(LocalProvider::expose(self, id, port))
     }
 }

@@ -127,6 +127,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         disk: false,
     },
     options: OPTIONS,
+    state: execseam_core::StateCapabilities::NONE,
 };
 
 /// What this adapter does; see the [crate docs](crate).

@@ -84,6 +84,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     destroy: false,
     spec: SpecSupport::NONE,
     options: &[],
+    state: execseam_core::StateCapabilities::NONE,
 };
 
 /// The largest command (argv and env) sent, checked before any I/O: Kubernetes exec

@@ -92,6 +92,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     destroy: true,
     spec: SpecSupport::NONE,
     options: &["name"],
+    state: execseam_core::StateCapabilities::NONE,
 };
 
 /// The configuration variables [`SpritesConfig::from_env`] reads.

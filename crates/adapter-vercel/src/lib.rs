@@ -102,6 +102,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         disk: false,
     },
     options: &["name"],
+    state: execseam_core::StateCapabilities::NONE,
 };
 
 /// What this adapter does; see the [crate docs](crate).

@@ -273,3 +273,150 @@ fn usage_errors_exit_2() {
         );
     }
 }
+
+/// `execseam sandbox snapshot|create --from-snapshot|fork|pause|resume|expose|snapshots|
+/// delete-snapshot` against the E2B emulator: the snapshot's files in the sandbox made from it,
+/// a fork with the source's files, a paused sandbox listed as paused and resumed (by `resume`, and
+/// by the connect of `run --sandbox`), the exposed URL and its routing headers, and a deleted
+/// snapshot `NotFound`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_commands_snapshot_fork_pause_and_expose() {
+    let e = emulator().await;
+    let env = e.env.clone();
+    tokio::task::spawn_blocking(move || {
+        let ok = |args: &[&str]| -> String {
+            let out = execseam(&env, args);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{args:?}: {}",
+                text(&out.stderr)
+            );
+            text(&out.stdout).trim().to_owned()
+        };
+        let sh = |id: &str, script: &str| {
+            ok(&[
+                "run",
+                "--adapter",
+                "e2b",
+                "--sandbox",
+                id,
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+        };
+        let id = ok(&["sandbox", "create", "--adapter", "e2b"]);
+        sh(&id, "printf v1 > /home/user/f");
+        let snap = ok(&["sandbox", "snapshot", "--adapter", "e2b", &id]);
+        assert!(snap.ends_with(":default"), "{snap}");
+        sh(&id, "printf v2 > /home/user/f");
+        let from = ok(&[
+            "sandbox",
+            "create",
+            "--adapter",
+            "e2b",
+            "--from-snapshot",
+            &snap,
+        ]);
+        assert_eq!(sh(&from, "cat /home/user/f"), "v1");
+        let fork = ok(&["sandbox", "fork", "--adapter", "e2b", &id]);
+        assert_ne!(fork, id);
+        assert_eq!(sh(&fork, "cat /home/user/f"), "v2");
+
+        let listed: serde_json::Value = serde_json::from_str(&ok(&[
+            "sandbox",
+            "snapshots",
+            "--adapter",
+            "e2b",
+            "--json",
+            "--source",
+            &id,
+        ]))
+        .unwrap();
+        assert_eq!(listed[0]["id"], snap.as_str(), "{listed}");
+        assert_eq!(listed[0]["kind"], "filesystem+memory", "{listed}");
+
+        assert_eq!(ok(&["sandbox", "pause", "--adapter", "e2b", &id]), "paused");
+        assert_eq!(ok(&["sandbox", "pause", "--adapter", "e2b", &id]), "paused");
+        let rows = ok(&["sandbox", "list", "--adapter", "e2b"]);
+        assert!(
+            rows.lines()
+                .any(|l| l.starts_with(&format!("{id}\tpaused"))),
+            "{rows}"
+        );
+        ok(&["sandbox", "resume", "--adapter", "e2b", &id]);
+        let rows = ok(&["sandbox", "list", "--adapter", "e2b"]);
+        assert!(
+            rows.lines()
+                .any(|l| l.starts_with(&format!("{id}\trunning"))),
+            "{rows}"
+        );
+        assert_eq!(sh(&id, "cat /home/user/f"), "v2");
+        // `run --sandbox` connects, and E2B's connect resumes a paused sandbox.
+        ok(&[
+            "sandbox",
+            "pause",
+            "--adapter",
+            "e2b",
+            "--keep",
+            "filesystem",
+            &id,
+        ]);
+        assert_eq!(sh(&id, "cat /home/user/f"), "v2");
+
+        let exposed: serde_json::Value = serde_json::from_str(&ok(&[
+            "sandbox",
+            "expose",
+            "--adapter",
+            "e2b",
+            "--json",
+            &id,
+            "8080",
+        ]))
+        .unwrap();
+        assert_eq!(exposed["port"], 8080);
+        assert_eq!(
+            exposed["headers"]["E2b-Sandbox-Id"],
+            id.as_str(),
+            "{exposed}"
+        );
+        assert_eq!(exposed["headers"]["E2b-Sandbox-Port"], "8080", "{exposed}");
+        let reserved = execseam(
+            &env,
+            &["sandbox", "expose", "--adapter", "e2b", &id, "49983"],
+        );
+        assert_eq!(
+            reserved.status.code(),
+            Some(2),
+            "{}",
+            text(&reserved.stderr)
+        );
+
+        ok(&["sandbox", "destroy", "--adapter", "e2b", &from]);
+        ok(&["sandbox", "delete-snapshot", "--adapter", "e2b", &snap]);
+        let gone = execseam(
+            &env,
+            &[
+                "sandbox",
+                "create",
+                "--adapter",
+                "e2b",
+                "--from-snapshot",
+                &snap,
+            ],
+        );
+        assert_eq!(gone.status.code(), Some(125), "{}", text(&gone.stderr));
+        assert!(
+            text(&gone.stderr).contains("not found"),
+            "{}",
+            text(&gone.stderr)
+        );
+        for s in [&id, &fork] {
+            ok(&["sandbox", "destroy", "--adapter", "e2b", s]);
+        }
+    })
+    .await
+    .unwrap();
+}

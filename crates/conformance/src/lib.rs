@@ -32,6 +32,8 @@ pub mod cases;
 #[cfg(feature = "suite")]
 pub mod hostile;
 #[cfg(feature = "suite")]
+pub mod http;
+#[cfg(feature = "suite")]
 mod property;
 #[cfg(feature = "suite")]
 mod report;

@@ -9,14 +9,21 @@ pointing at the emulator.
     python e2b_interop.py pty
         `sandbox.pty.*` (envd's PTY process mode): create, send_stdin, stream_input, resize,
         connect, kill, and the exit through the handle. Same `CHECK` / `ALL CHECKS PASSED` lines.
+    python e2b_interop.py state
+        Sandbox state: pause (full and mode="filesystem") and resume by connect, create_snapshot
+        (unnamed and named), Sandbox.create(snapshot_id), list_snapshots, delete_snapshot, fork,
+        and get_host(port) fetched through the emulator. Same `CHECK` / `ALL CHECKS PASSED` lines.
     python e2b_interop.py fault <kind> <sandbox_id>
         Connects to an existing sandbox (Sandbox.connect) and runs one command while the Rust
         side has armed a fault; prints `FAULT <kind> <exception class> <detail>`.
 """
 
 import asyncio
+import os
 import sys
 import time
+import urllib.error
+import urllib.request
 
 from e2b import Sandbox
 from e2b.exceptions import (
@@ -627,6 +634,124 @@ def pty():
     print(f"ALL CHECKS PASSED {len(CHECKS)}", flush=True)
 
 
+def fetch(host, path="/"):
+    """GET through the emulator's address with `Host: <get_host(port)>`, as E2B's edge routes."""
+    base = os.environ["E2B_API_URL"].rstrip("/")
+    req = urllib.request.Request(base + path, headers={"Host": host})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def state():
+    sbx = Sandbox.create(timeout=600)
+    check("state create", bool(sbx.sandbox_id))
+    sbx.files.write("/home/user/state.txt", "v1")
+    bg = sbx.commands.run("sleep 300", background=True)
+    check("background process", bg.pid > 0, repr(bg.pid))
+
+    # Snapshots (`snapshot_template_create.go`): unnamed `<template>:default`, named
+    # `<team>/<name>:default` with the name in `names`.
+    snap = sbx.create_snapshot()
+    check("snapshot id is a template with the default tag", snap.snapshot_id.endswith(":default"), snap.snapshot_id)
+    check("unnamed snapshot has no names", list(snap.names) == [], repr(snap.names))
+    named = sbx.create_snapshot(name="base")
+    check("named snapshot id", named.snapshot_id.endswith("/base:default"), named.snapshot_id)
+    check("named snapshot names", len(named.names) == 1 and named.names[0].endswith("/base"), repr(named.names))
+    check("the source runs on after a snapshot", sbx.is_running())
+    check(
+        "the source's processes survive a snapshot",
+        sbx.commands.run(f"kill -0 {bg.pid} && echo alive").stdout == "alive\n",
+    )
+
+    sbx.files.write("/home/user/state.txt", "v2")
+    restored = Sandbox.create(snap.snapshot_id, timeout=120)
+    check("create from a snapshot", restored.sandbox_id != sbx.sandbox_id)
+    check("restored files are the snapshot's", restored.files.read("/home/user/state.txt") == "v1")
+    check("the source keeps its own", sbx.files.read("/home/user/state.txt") == "v2")
+
+    pages = sbx.list_snapshots()
+    ids = []
+    while pages.has_next:
+        ids += [s.snapshot_id for s in pages.next_items()]
+    check("list_snapshots of the sandbox", snap.snapshot_id in ids and named.snapshot_id in ids, repr(ids))
+
+    # `template_delete.go`: refused while a running sandbox uses the template.
+    expect_raise(
+        "delete_snapshot refused while a sandbox runs from it",
+        SandboxException,
+        lambda: Sandbox.delete_snapshot(snap.snapshot_id),
+    )
+    restored.kill()
+    check("delete_snapshot", Sandbox.delete_snapshot(snap.snapshot_id) is True)
+    check("delete_snapshot again is False", Sandbox.delete_snapshot(snap.snapshot_id) is False)
+    e = expect_raise(
+        "create from a deleted snapshot",
+        SandboxException,
+        lambda: Sandbox.create(snap.snapshot_id, timeout=60),
+    )
+    check("create from a deleted snapshot says not found", "not found" in str(e), str(e))
+    check("delete the named snapshot", Sandbox.delete_snapshot(named.snapshot_id) is True)
+
+    # Fork (`sandbox_fork.go`): independent sandboxes with the source's files.
+    forks = sbx.fork(timeout=120)
+    check("fork gives one sandbox", len(forks) == 1 and isinstance(forks[0], Sandbox), repr(forks))
+    fork = forks[0]
+    check("fork has the source's files", fork.files.read("/home/user/state.txt") == "v2")
+    fork.files.write("/home/user/state.txt", "fork")
+    check("the source does not see the fork's change", sbx.files.read("/home/user/state.txt") == "v2")
+    sbx.files.write("/home/user/state.txt", "v3")
+    check("the fork does not see the source's change", fork.files.read("/home/user/state.txt") == "fork")
+    fork.kill()
+
+    # Exposed ports: get_host(port) = `{port}-{id}.{domain}`, routed by E2B's edge.
+    sbx.commands.run("mkdir -p /home/user/www && printf served > /home/user/www/index.html")
+    sbx.commands.run("cd /home/user/www && python3 -m http.server 8765", background=True)
+    host = sbx.get_host(8765)
+    check("get_host names the port and the sandbox", host.startswith(f"8765-{sbx.sandbox_id}."), host)
+    status, body = 0, b""
+    for _ in range(100):
+        status, body = fetch(host, "/index.html")
+        if status == 200:
+            break
+        time.sleep(0.1)
+    check("the exposed port answers", status == 200 and body == b"served", repr((status, body[:200])))
+    status, body = fetch(sbx.get_host(8766))
+    check("a closed port is the proxy's 502", status == 502 and b"port is not open" in body, repr((status, body[:200])))
+
+    # Pause keeps memory by default: the background process is there after connect.
+    check("pause", sbx.pause() is True)
+    check("pause again is False", sbx.pause() is False)
+    check("info says paused", sbx.get_info().state.value == "paused", repr(sbx.get_info().state))
+    status, _ = fetch(host, "/index.html")
+    check("a paused sandbox's port is not reachable", status == 502, repr(status))
+    expect_raise(
+        "fork of a paused sandbox is refused",
+        SandboxException,
+        lambda: sbx.fork(),
+    )
+    resumed = Sandbox.connect(sbx.sandbox_id, timeout=600)
+    check("connect resumes", resumed.get_info().state.value == "running")
+    check("files kept by pause", resumed.files.read("/home/user/state.txt") == "v3")
+    check(
+        "processes kept by a full pause",
+        resumed.commands.run(f"kill -0 {bg.pid} && echo alive").stdout == "alive\n",
+    )
+
+    # mode="filesystem" (`memory: false`): files kept, processes gone after the resume.
+    check("filesystem-only pause", resumed.pause(mode="filesystem") is True)
+    again = Sandbox.connect(sbx.sandbox_id, timeout=600)
+    check("files kept by a filesystem-only pause", again.files.read("/home/user/state.txt") == "v3")
+    check(
+        "processes gone after a filesystem-only pause",
+        again.commands.run(f"kill -0 {bg.pid} 2>/dev/null && echo alive || echo gone").stdout == "gone\n",
+    )
+    again.kill()
+    print(f"ALL CHECKS PASSED {len(CHECKS)}", flush=True)
+
+
 def fault(kind, sandbox_id):
     sbx = Sandbox.connect(sandbox_id)
     wants = {
@@ -654,6 +779,8 @@ if __name__ == "__main__":
         main()
     elif sys.argv[1] == "pty":
         pty()
+    elif sys.argv[1] == "state":
+        state()
     else:
         fault(sys.argv[2], sys.argv[3])
     print(f"took {time.monotonic() - started:.2f}s", flush=True)

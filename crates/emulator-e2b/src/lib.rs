@@ -53,6 +53,7 @@ use execseam_emulator_kit::{
 mod connect;
 mod fs;
 mod process;
+mod snapshots;
 pub mod time;
 mod watch;
 
@@ -164,6 +165,8 @@ pub(crate) struct State {
     shell: Arc<Shell<E2b>>,
     faults: FaultHandle,
     stream_faults: Mutex<VecDeque<StreamFault>>,
+    /// Snapshot templates (`POST /sandboxes/{id}/snapshots`), by snapshot id.
+    snapshots: Mutex<BTreeMap<String, snapshots::Snap>>,
 }
 
 fn random_u64() -> u64 {
@@ -194,12 +197,28 @@ impl State {
         env_vars: BTreeMap<String, String>,
         metadata: BTreeMap<String, String>,
     ) -> std::io::Result<Arc<Sbx>> {
+        self.create_over(template, timeout, env_vars, metadata, None)
+    }
+
+    /// [`create`](Self::create), its files starting as `layer` left them (a snapshot template
+    /// or a fork).
+    fn create_over(
+        &self,
+        template: &str,
+        timeout: Duration,
+        env_vars: BTreeMap<String, String>,
+        metadata: BTreeMap<String, String>,
+        layer: Option<&execseam_emulator_kit::Snapshot>,
+    ) -> std::io::Result<Arc<Sbx>> {
         let id = format!("i{}", random_id(19));
         // E2B's base template: `user` (uid 1000, in sudo) and root; hostname `e2b.local`.
         let user = execseam_emulator_kit::User::new(DEFAULT_USER, USER_UID, HOME).groups(["sudo"]);
         let spec = SandboxSpec::new("e2b", HOSTNAME, user, [("PATH", DEFAULT_PATH)])
             .other_users([execseam_emulator_kit::User::root()]);
-        let sandbox = Sandbox::create(id.clone(), spec, self.shell.sandboxing())?;
+        let sandbox = match layer {
+            Some(l) => Sandbox::create_from(id.clone(), spec, self.shell.sandboxing(), l)?,
+            None => Sandbox::create(id.clone(), spec, self.shell.sandboxing())?,
+        };
         let sbx = Arc::new(Sbx {
             id: id.clone(),
             template: template.to_owned(),
@@ -265,6 +284,7 @@ impl Provider for E2b {
             faults: shell.faults().clone(),
             shell,
             stream_faults: Mutex::new(VecDeque::new()),
+            snapshots: Mutex::new(BTreeMap::new()),
         });
         Ok((
             E2b {
@@ -359,7 +379,11 @@ fn router(state: Arc<State>) -> Router {
         .route("/sandboxes/{id}/connect", post(connect_sandbox))
         .route("/v2/sandboxes/{id}/connect", post(connect_sandbox))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
-        .route("/sandboxes/{id}/pause", post(pause_sandbox))
+        .route("/sandboxes/{id}/pause", post(snapshots::pause))
+        .route("/sandboxes/{id}/snapshots", post(snapshots::create))
+        .route("/sandboxes/{id}/fork", post(snapshots::fork))
+        .route("/snapshots", get(snapshots::list))
+        .route("/templates/{id}", axum::routing::delete(snapshots::delete))
         .route("/sandboxes/{id}/metrics", get(metrics))
         .fallback(envd)
         .layer(DefaultBodyLimit::disable())
@@ -524,12 +548,30 @@ async fn create(
         .get("timeout")
         .and_then(|t| t.as_u64())
         .unwrap_or(default_timeout);
-    match state.create(
-        template,
-        Duration::from_secs(timeout),
-        string_map(req.get("envVars")),
-        string_map(req.get("metadata")),
-    ) {
+    // A snapshot template (`<template>:<tag>` or `<team>/<name>:<tag>`) starts from its layer;
+    // one that does not exist is the template cache's 404 (`cache/templates/errors.go`).
+    let layer = match snapshots::resolve(&state, template) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    let created = tokio::task::spawn_blocking({
+        let state = state.clone();
+        let template = template.to_owned();
+        let env_vars = string_map(req.get("envVars"));
+        let metadata = string_map(req.get("metadata"));
+        move || {
+            state.create_over(
+                &template,
+                Duration::from_secs(timeout),
+                env_vars,
+                metadata,
+                layer.as_ref(),
+            )
+        }
+    })
+    .await
+    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    match created {
         Ok(s) => plain_json(StatusCode::CREATED, sandbox_json(&s)),
         Err(e) => plain_error(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -573,8 +615,9 @@ async fn connect_sandbox(
     // `handlers/sandbox_connect.go`: a running sandbox answers 200 (its timeout only ever
     // extended), a paused one is resumed with the timeout asked for (default 300 s) and
     // answers 201.
-    if s.paused.swap(false, std::sync::atomic::Ordering::SeqCst) {
-        s.sandbox.signal_processes(libc::SIGCONT);
+    if s.paused.load(std::sync::atomic::Ordering::SeqCst) {
+        snapshots::thaw(&s).await;
+        s.paused.store(false, std::sync::atomic::Ordering::SeqCst);
         let t = req.get("timeout").and_then(|t| t.as_u64()).unwrap_or(300);
         s.set_lifetime(Duration::from_secs(t));
         return plain_json(StatusCode::CREATED, sandbox_json(&s));
@@ -586,35 +629,6 @@ async fn connect_sandbox(
         }
     }
     plain_json(StatusCode::OK, sandbox_json(&s))
-}
-
-/// `POST /sandboxes/{id}/pause` (`handlers/sandbox_pause.go`): 204; 409 when already paused.
-/// `mode: "filesystem"` drops the memory (the processes die); otherwise they are frozen.
-async fn pause_sandbox(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if !state.key_ok(&headers) {
-        return unauthorized_key();
-    }
-    let Some(s) = state.get(&id) else {
-        return not_found_sandbox(&id);
-    };
-    if s.paused.swap(true, std::sync::atomic::Ordering::SeqCst) {
-        return plain_error(
-            StatusCode::CONFLICT,
-            format!("Error pausing sandbox - sandbox '{id}' is already paused"),
-        );
-    }
-    let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    if req.get("mode").and_then(|m| m.as_str()) == Some("filesystem") {
-        s.sandbox.kill_processes();
-    } else {
-        s.sandbox.signal_processes(libc::SIGSTOP);
-    }
-    StatusCode::NO_CONTENT.into_response()
 }
 
 /// `GET /sandboxes/{id}/metrics`: one sample of now (`SandboxMetric`): the memory is the
@@ -817,20 +831,26 @@ fn parse_metadata_filter(raw: &str) -> Option<BTreeMap<String, String>> {
 
 /// The sandbox a request is routed to: the `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers, else a
 /// `Host` of the form `49983-<id>.<domain>`.
-fn route_sandbox(headers: &HeaderMap) -> Result<Option<String>, Response> {
+/// The sandbox and port a request is for: `E2b-Sandbox-Id` + `E2b-Sandbox-Port` (how the SDK
+/// reaches a sandbox through `E2B_SANDBOX_URL`), or `Host: <port>-<id>.<domain>` (how E2B's edge
+/// routes, and what `get_host(port)` names); `None` for the control plane.
+fn route_sandbox(headers: &HeaderMap) -> Result<Option<(String, u16)>, Response> {
     let id = headers.get("e2b-sandbox-id").and_then(|v| v.to_str().ok());
     let port = headers
         .get("e2b-sandbox-port")
         .and_then(|v| v.to_str().ok());
+    let bad_port = |id: &str, port: &str| {
+        plain_json(
+            StatusCode::BAD_GATEWAY,
+            json!({"sandboxId": id, "message": "The sandbox is running but port is not open", "port": port, "code": 502}),
+        )
+    };
     match (id, port) {
         (Some(id), Some(port)) => {
-            if port != ENVD_PORT.to_string() {
-                return Err(plain_json(
-                    StatusCode::BAD_GATEWAY,
-                    json!({"sandboxId": id, "message": "The sandbox is running but port is not open", "port": port, "code": 502}),
-                ));
-            }
-            return Ok(Some(id.to_owned()));
+            let Ok(p) = port.parse::<u16>() else {
+                return Err(bad_port(id, port));
+            };
+            return Ok(Some((id.to_owned(), p)));
         }
         (Some(_), None) | (None, Some(_)) => {
             return Err(plain_error(
@@ -847,18 +867,36 @@ fn route_sandbox(headers: &HeaderMap) -> Result<Option<String>, Response> {
     let label = host.split('.').next().unwrap_or_default();
     if host.contains('.')
         && let Some((port, id)) = label.split_once('-')
-        && port.parse::<u16>().is_ok()
+        && let Ok(p) = port.parse::<u16>()
         && !id.is_empty()
     {
-        if port != ENVD_PORT.to_string() {
-            return Err(plain_json(
-                StatusCode::BAD_GATEWAY,
-                json!({"sandboxId": id, "message": "The sandbox is running but port is not open", "port": port, "code": 502}),
-            ));
-        }
-        return Ok(Some(id.to_owned()));
+        return Ok(Some((id.to_owned(), p)));
     }
     Ok(None)
+}
+
+/// A port other than envd's, through the proxy (`client-proxy` → the orchestrator's proxy): the
+/// sandbox's own server, or the proxy's 502s (`shared/pkg/proxy/template/port_closed.go`).
+async fn sandbox_port(
+    sbx: &Sbx,
+    port: u16,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let mut req = http::Request::new(body);
+    *req.method_mut() = method;
+    *req.uri_mut() = uri;
+    *req.headers_mut() = headers;
+    match execseam_emulator_kit::ports::forward(&sbx.sandbox, port, req).await {
+        Ok(r) => r.into_response(),
+        Err(execseam_emulator_kit::ports::PortError::Paused) => sandbox_not_found(&sbx.id),
+        Err(_) => plain_json(
+            StatusCode::BAD_GATEWAY,
+            json!({"sandboxId": sbx.id, "message": "The sandbox is running but port is not open", "port": port.to_string(), "code": 502}),
+        ),
+    }
 }
 
 /// The proxy's answer for a sandbox that does not run.
@@ -897,8 +935,8 @@ async fn envd(
         Ok(b) => Body::from(b),
         Err(e) => return plain_error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    let id = match route_sandbox(&headers) {
-        Ok(Some(id)) => id,
+    let (id, port) = match route_sandbox(&headers) {
+        Ok(Some(routed)) => routed,
         Ok(None) => {
             // The control plane's own health route; anything else is unknown here.
             if method == Method::GET && uri.path() == "/health" {
@@ -912,7 +950,7 @@ async fn envd(
                 .then(|| fs::signed_sandbox(&state, &method, &uri))
                 .flatten()
             {
-                Some(id) => id,
+                Some(id) => (id, ENVD_PORT),
                 None => return plain_error(StatusCode::NOT_FOUND, "not found"),
             }
         }
@@ -923,6 +961,9 @@ async fn envd(
     let Some(sbx) = state.get(&id).filter(|s| !s.is_paused()) else {
         return sandbox_not_found(&id);
     };
+    if port != ENVD_PORT {
+        return sandbox_port(&sbx, port, method, uri, headers, body).await;
+    }
     let path = uri.path().to_owned();
     // envd's auth middleware: the access token is required except on these routes, where
     // `/files` checks it itself (or a signature).
@@ -1107,12 +1148,18 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("e2b-sandbox-id", "abc".parse().unwrap());
         h.insert("e2b-sandbox-port", "49983".parse().unwrap());
-        assert_eq!(route_sandbox(&h).unwrap(), Some("abc".into()));
+        assert_eq!(route_sandbox(&h).unwrap(), Some(("abc".into(), ENVD_PORT)));
         h.remove("e2b-sandbox-port");
         assert!(route_sandbox(&h).is_err());
         let mut h = HeaderMap::new();
         h.insert(header::HOST, "49983-sbx9.e2b.local".parse().unwrap());
-        assert_eq!(route_sandbox(&h).unwrap(), Some("sbx9".into()));
+        assert_eq!(route_sandbox(&h).unwrap(), Some(("sbx9".into(), ENVD_PORT)));
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::HOST,
+            "8080-sbx9.e2b.localhost:4000".parse().unwrap(),
+        );
+        assert_eq!(route_sandbox(&h).unwrap(), Some(("sbx9".into(), 8080)));
         let mut h = HeaderMap::new();
         h.insert(header::HOST, "127.0.0.1:4000".parse().unwrap());
         assert_eq!(route_sandbox(&h).unwrap(), None);

@@ -103,6 +103,39 @@ async fn the_official_sdk_runs_commands_and_files_against_the_emulator() {
     eprintln!("{out}");
 }
 
+/// Checks `e2b_interop.py state` makes.
+const STATE_CHECKS: usize = 36;
+
+/// Pause (full and filesystem-only) and resume, snapshot templates, create from one, list and
+/// delete them, fork, and a port reached by `get_host`: what E2B's API answers
+/// (`e2b-dev/infra` `packages/api/internal/handlers`), through the official SDK.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_sdk_pauses_snapshots_forks_and_reaches_a_port() {
+    let python = python().await;
+    let emu = E2bEmulator::start(EmulatorOptions::default())
+        .await
+        .unwrap();
+    let (ok, out) = run(&python, emu.env(), &["state"]).await;
+    assert!(ok, "the SDK run failed:\n{out}");
+    let checks = out.lines().filter(|l| l.starts_with("CHECK ")).count();
+    assert!(
+        out.contains(&format!("ALL CHECKS PASSED {STATE_CHECKS}")) && checks == STATE_CHECKS,
+        "not every check ran ({checks}):\n{out}"
+    );
+    // What the SDK sent: the pause body it sends for mode="filesystem", the fork's count.
+    let reqs = emu.requests();
+    assert!(reqs.iter().any(|r| r.path.ends_with("/pause")));
+    assert!(
+        reqs.iter()
+            .any(|r| r.path.ends_with("/fork") && r.method == "POST")
+    );
+    assert!(
+        reqs.iter()
+            .any(|r| r.path == "/snapshots" && r.method == "GET")
+    );
+    assert!(emu.sandbox_ids().is_empty(), "{:?}", emu.sandbox_ids());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_official_sdk_maps_the_emulators_faults_to_its_exceptions() {
     let python = python().await;

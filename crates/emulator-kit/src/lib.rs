@@ -12,6 +12,7 @@
 pub mod clock;
 pub mod faults;
 pub mod grpc;
+pub mod ports;
 pub mod sandbox;
 pub mod server;
 pub mod sh;
@@ -25,7 +26,7 @@ pub mod ws;
 pub use faults::{FAULT_NAMES, Fault, FaultHandle, FaultRule, Faults, Rendered, When, check_rule};
 pub use sandbox::{
     Dir, Fs, Isolation, Mount, PtyChild, PtyMaster, PtySize, Sandbox, SandboxChild, SandboxSpec,
-    Sandboxing, User,
+    Sandboxing, Snapshot, User,
 };
 pub use server::{ConnControl, Server, reset_connection};
 pub use shell::{

@@ -7,7 +7,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -349,4 +349,34 @@ pub fn async_fd(file: File) -> io::Result<tokio::io::unix::AsyncFd<File>> {
     // SAFETY: the `File` owns its fd, and the `AsyncFd` owns the `File`: the fd is neither
     // closed nor replaced while registered (`AsyncFd` deregisters it before dropping the file).
     unsafe { Ok(tokio::io::unix::AsyncFd::register(file)?) }
+}
+
+/// Makes `cmd`'s child join a cgroup before it execs, by writing "0" to that cgroup's
+/// `cgroup.procs` (`procs_fd`, opened before the fork). Register it before
+/// [`drop_privileges_in_child`]: only root may move a process there.
+pub(crate) fn join_cgroup_in_child(cmd: &mut std::process::Command, procs_fd: RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: `write(2)` of a static byte to an fd opened before the fork is
+    // async-signal-safe; nothing allocates.
+    unsafe {
+        cmd.pre_exec(move || join_cgroup(procs_fd));
+    }
+}
+
+/// [`join_cgroup_in_child`] for a tokio command.
+pub(crate) fn join_cgroup_in_child_tokio(cmd: &mut tokio::process::Command, procs_fd: RawFd) {
+    // SAFETY: as in `join_cgroup_in_child`.
+    unsafe {
+        cmd.pre_exec(move || join_cgroup(procs_fd));
+    }
+}
+
+fn join_cgroup(procs_fd: RawFd) -> io::Result<()> {
+    // SAFETY: a write of one static byte to an open fd.
+    let r = unsafe { libc::write(procs_fd, b"0".as_ptr().cast(), 1) };
+    if r == 1 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }

@@ -50,7 +50,8 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     list: false,
     destroy: true,
     spec: SpecSupport::NONE,
-    options: &[],
+    options: &[], // No pause, snapshots, forks or exposed ports: every state operation is Unsupported.
+    state: execseam_core::StateCapabilities::NONE,
 };
 
 /// The variables its configuration reads.

@@ -12,8 +12,9 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Error, Exec, ExecStream, LifecycleCapabilities, ListFilter,
-    Output, Ownership, Processes, Provider, Sandbox, SandboxInfo, SandboxSpec, WireStatus,
+    BoxFuture, Capabilities, Command, Error, Exec, ExecStream, ExposedPort, Kept,
+    LifecycleCapabilities, ListFilter, Output, Ownership, Processes, Provider, Sandbox, SandboxInfo,
+    SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome, SnapshotRequest, WireStatus,
 };
 
 /// A [`Provider`] whose `create`, `connect`, `list` and `destroy` each run in one `debug` span
@@ -104,6 +105,72 @@ impl<P: Provider> Provider for TracedProvider<P> {
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
         let span = span(self.0.provider(), "destroy", Some(id));
         run(span, self.0.destroy(id), |_, _| {})
+    }
+
+    fn pause<'a>(
+        &'a self,
+        id: &'a str,
+        keep: Option<Kept>,
+    ) -> BoxFuture<'a, Result<SandboxState, Error>> {
+        let span = span(self.0.provider(), "pause", Some(id));
+        run(span, self.0.pause(id, keep), |_, _| {})
+    }
+
+    fn resume<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        let span = span(self.0.provider(), "resume", Some(id));
+        run(span, self.0.resume(id), |_, _| {})
+    }
+
+    fn snapshot<'a>(
+        &'a self,
+        id: &'a str,
+        request: SnapshotRequest,
+    ) -> BoxFuture<'a, Result<SnapshotOutcome, Error>> {
+        let span = span(self.0.provider(), "snapshot", Some(id));
+        run(span, self.0.snapshot(id, request), |_, _| {})
+    }
+
+    fn restore<'a>(&'a self, id: &'a str, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        let span = span(self.0.provider(), "restore", Some(id));
+        run(span, self.0.restore(id, snapshot), |_, _| {})
+    }
+
+    fn list_snapshots<'a>(
+        &'a self,
+        source: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<SnapshotInfo>, Error>> {
+        let span = span(self.0.provider(), "list_snapshots", source);
+        run(span, self.0.list_snapshots(source), |s, v| {
+            s.record("count", v.len());
+        })
+    }
+
+    fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        let span = span(self.0.provider(), "delete_snapshot", None);
+        run(span, self.0.delete_snapshot(snapshot), |_, _| {})
+    }
+
+    fn fork<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
+        let span = span(self.0.provider(), "fork", Some(id));
+        let fut = run(span, self.0.fork(id), |_, _| {});
+        Box::pin(async move { fut.await.map(TracedSandbox::boxed) })
+    }
+
+    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
+        let span = span(self.0.provider(), "expose", Some(id));
+        run(span, self.0.expose(id, port), |_, _| {})
+    }
+
+    fn exposed<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<ExposedPort>, Error>> {
+        let span = span(self.0.provider(), "exposed", Some(id));
+        run(span, self.0.exposed(id), |s, v| {
+            s.record("count", v.len());
+        })
+    }
+
+    fn unexpose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<(), Error>> {
+        let span = span(self.0.provider(), "unexpose", Some(id));
+        run(span, self.0.unexpose(id, port), |_, _| {})
     }
 }
 

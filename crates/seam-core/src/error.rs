@@ -3,6 +3,7 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
+use crate::lifecycle::SandboxState;
 use crate::output::PartialOutput;
 use crate::process::StreamOffsets;
 
@@ -127,6 +128,7 @@ struct Inner {
     source: Option<Box<dyn StdError + Send + Sync + 'static>>,
     partial: Option<Box<PartialOutput>>,
     retained_from: Option<StreamOffsets>,
+    sandbox_state: Option<SandboxState>,
 }
 
 /// Cuts `message` to at most [`Error::MAX_MESSAGE`] bytes (on a character boundary), saying how
@@ -166,6 +168,7 @@ impl Error {
                 source: None,
                 partial: None,
                 retained_from: None,
+                sandbox_state: None,
             }),
         }
     }
@@ -225,6 +228,12 @@ impl Error {
     #[must_use]
     pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
         self.inner.source = Some(Box::new(source));
+        self
+    }
+
+    /// Records the sandbox's state as the cause ([`sandbox_state`](Self::sandbox_state)).
+    pub fn with_sandbox_state(mut self, state: SandboxState) -> Self {
+        self.inner.sandbox_state = Some(state);
         self
     }
 
@@ -292,6 +301,12 @@ impl Error {
     /// The message.
     pub fn message(&self) -> &str {
         &self.inner.message
+    }
+
+    /// The state the sandbox was found in when that state is why the operation failed (an exec
+    /// on a paused sandbox: [`Conflict`](ErrorKind::Conflict) with `Some(Paused)`).
+    pub fn sandbox_state(&self) -> Option<SandboxState> {
+        self.inner.sandbox_state
     }
 
     /// Output collected before the failure, if any.
@@ -389,6 +404,7 @@ impl fmt::Debug for Error {
             .field("source", &self.inner.source)
             .field("partial", &self.inner.partial)
             .field("retained_from", &self.inner.retained_from)
+            .field("sandbox_state", &self.inner.sandbox_state)
             .finish()
     }
 }

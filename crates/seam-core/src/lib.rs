@@ -46,6 +46,7 @@ mod exec;
 mod lifecycle;
 mod output;
 pub mod process;
+mod state;
 pub mod wire;
 
 pub use capabilities::{Capabilities, Delivery};
@@ -61,4 +62,9 @@ pub use process::{
     Mechanism, ProcessCapabilities, ProcessEvent, ProcessHandle, ProcessInfo, ProcessRead,
     ProcessState, ProcessStream, Processes, Signal, StartKey, StartRequest, Started, StdinMode,
     StdinState, StdinWrite, StreamOffsets, TerminalSize, Waited,
+};
+pub use state::{
+    ExposeSupport, ExposedPort, ForkSupport, Kept, PauseSupport, PortAuth, PortsWhen, Scope,
+    Secret, SnapshotInfo, SnapshotOutcome, SnapshotRequest, SnapshotSupport, SourceAfter,
+    StateCapabilities, WhilePaused,
 };

@@ -45,6 +45,9 @@ use std::time::Duration;
 use crate::capabilities::Capabilities;
 use crate::error::{Error, ErrorKind};
 use crate::exec::{BoxFuture, Exec};
+use crate::state::{
+    ExposedPort, Kept, SnapshotInfo, SnapshotOutcome, SnapshotRequest, StateCapabilities,
+};
 
 /// Which lifecycle operations a provider has, and which [`SandboxSpec`] fields it honours.
 ///
@@ -65,6 +68,9 @@ pub struct LifecycleCapabilities {
     pub spec: SpecSupport,
     /// The provider-specific [`SandboxSpec::with_option`] keys [`Provider::create`] accepts.
     pub options: &'static [&'static str],
+    /// Pause and resume, snapshots, forks and exposed ports: what the provider has and what
+    /// each operation keeps and destroys.
+    pub state: StateCapabilities,
 }
 
 impl LifecycleCapabilities {
@@ -76,6 +82,7 @@ impl LifecycleCapabilities {
         destroy: false,
         spec: SpecSupport::NONE,
         options: &[],
+        state: StateCapabilities::NONE,
     };
 }
 
@@ -130,6 +137,8 @@ pub struct SandboxSpec {
     cpu_millis: Option<u32>,
     memory_mib: Option<u64>,
     disk_mib: Option<u64>,
+    snapshot: Option<String>,
+    ports: Vec<u16>,
     options: BTreeMap<String, String>,
 }
 
@@ -196,6 +205,25 @@ impl SandboxSpec {
         self
     }
 
+    /// Starts from this snapshot (an id from [`Provider::snapshot`]) instead of an image; needs
+    /// [`SnapshotSupport::create_from`](crate::SnapshotSupport::create_from). A snapshot that
+    /// does not exist (or was deleted) is [`NotFound`](crate::ErrorKind::NotFound) from create.
+    #[must_use]
+    pub fn with_snapshot(mut self, snapshot: impl Into<String>) -> Self {
+        self.snapshot = Some(snapshot.into());
+        self
+    }
+
+    /// Declares a port to expose (providers that open ports only at create need it before
+    /// [`Provider::expose`]; the others accept it).
+    #[must_use]
+    pub fn with_port(mut self, port: u16) -> Self {
+        if !self.ports.contains(&port) {
+            self.ports.push(port);
+        }
+        self
+    }
+
     /// A provider-specific option (the extension point): the keys each provider accepts are in
     /// its [`LifecycleCapabilities::options`]; any other key is
     /// [`InvalidConfig`](crate::ErrorKind::InvalidConfig).
@@ -243,6 +271,16 @@ impl SandboxSpec {
     /// The disk in MiB, if set.
     pub fn disk_mib(&self) -> Option<u64> {
         self.disk_mib
+    }
+
+    /// The snapshot to start from, if set.
+    pub fn snapshot(&self) -> Option<&str> {
+        self.snapshot.as_deref()
+    }
+
+    /// The ports declared, in the order given.
+    pub fn ports(&self) -> &[u16] {
+        &self.ports
     }
 
     /// The provider-specific options.
@@ -301,6 +339,20 @@ impl SandboxSpec {
         }
         if self.disk_mib.is_some() && !s.disk {
             return unsupported("a disk size");
+        }
+        if let Some(snapshot) = &self.snapshot {
+            if !lifecycle.state.snapshot.is_some_and(|s| s.create_from) {
+                return unsupported("a snapshot to start from");
+            }
+            if self.image.is_some() {
+                return invalid(
+                    "a sandbox starts from an image or a snapshot, not both".to_owned(),
+                );
+            }
+            crate::state::check_snapshot_id(provider, "create", snapshot)?;
+        }
+        for port in &self.ports {
+            lifecycle.state.check_spec_port(provider, *port)?;
         }
         if let Some(image) = self
             .image
@@ -376,6 +428,8 @@ impl fmt::Debug for SandboxSpec {
             .field("cpu_millis", &self.cpu_millis)
             .field("memory_mib", &self.memory_mib)
             .field("disk_mib", &self.disk_mib)
+            .field("snapshot", &self.snapshot)
+            .field("ports", &self.ports)
             .field("options", &self.options.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -446,6 +500,8 @@ pub enum SandboxState {
     Paused,
     /// Stopped but not destroyed.
     Stopped,
+    /// Stopped, its files moved to cold storage (Daytona's `archived`): starts slowly.
+    Archived,
     /// The provider said something else, or nothing.
     Unknown,
 }
@@ -457,6 +513,7 @@ impl fmt::Display for SandboxState {
             SandboxState::Running => "running",
             SandboxState::Paused => "paused",
             SandboxState::Stopped => "stopped",
+            SandboxState::Archived => "archived",
             SandboxState::Unknown => "unknown",
         })
     }
@@ -634,6 +691,104 @@ pub trait Provider: Send + Sync {
         let _ = id;
         unsupported(self.provider(), "destroy")
     }
+
+    /// Pauses the sandbox `id`, keeping `keep` (the provider's default kind when `None`; see
+    /// [`PauseSupport`](crate::PauseSupport)), and returns the state it is in now (`Paused`, or
+    /// `Stopped` where the provider's pause is a stop). Pausing a paused sandbox is `Ok`.
+    fn pause<'a>(
+        &'a self,
+        id: &'a str,
+        keep: Option<Kept>,
+    ) -> BoxFuture<'a, Result<SandboxState, Error>> {
+        let _ = (id, keep);
+        unsupported(self.provider(), "pause")
+    }
+
+    /// Resumes the paused sandbox `id`: its files, and its processes where the pause kept
+    /// memory. Resuming a running sandbox is `Ok`.
+    fn resume<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        let _ = id;
+        unsupported(self.provider(), "resume")
+    }
+
+    /// Snapshots the sandbox `id` (checked first with
+    /// [`StateCapabilities::check_snapshot`]): the snapshot and the state the source is in.
+    fn snapshot<'a>(
+        &'a self,
+        id: &'a str,
+        request: SnapshotRequest,
+    ) -> BoxFuture<'a, Result<SnapshotOutcome, Error>> {
+        let _ = (id, request);
+        unsupported(self.provider(), "snapshot")
+    }
+
+    /// Restores the sandbox `id` in place from `snapshot` (its processes end).
+    fn restore<'a>(&'a self, id: &'a str, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        let _ = (id, snapshot);
+        unsupported(self.provider(), "restore")
+    }
+
+    /// Lists snapshots, of the sandbox `source` only when given.
+    fn list_snapshots<'a>(
+        &'a self,
+        source: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<SnapshotInfo>, Error>> {
+        let _ = source;
+        unsupported(self.provider(), "list_snapshots")
+    }
+
+    /// Deletes a snapshot. Idempotent: one already gone is `Ok(())`; creating from it after is
+    /// [`NotFound`](crate::ErrorKind::NotFound).
+    fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        let _ = snapshot;
+        unsupported(self.provider(), "delete_snapshot")
+    }
+
+    /// Forks the sandbox `id` into a new one, which the handle owns. Where
+    /// [`ForkSupport::native`](crate::ForkSupport::native) is false this default does it as a
+    /// snapshot, a create from it, and the snapshot's deletion (where the provider deletes
+    /// snapshots); an adapter with a native fork implements it.
+    fn fork<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
+        Box::pin(async move {
+            let state = self.lifecycle().state;
+            let fork = state.check_fork(self.provider())?;
+            if fork.native {
+                return Err(unsupported_error(self.provider(), "fork"));
+            }
+            let taken = self
+                .snapshot(id, SnapshotRequest::new().kind(fork.keeps))
+                .await
+                .map_err(|e| e.with_operation("fork"))?;
+            let created = self
+                .create(SandboxSpec::new().with_snapshot(taken.snapshot.id.clone()))
+                .await
+                .map_err(|e| e.with_operation("fork"));
+            if state.snapshot.is_some_and(|s| s.delete) {
+                // The fork holds what it needs; a failed cleanup leaves a snapshot, not a fault.
+                let _ = self.delete_snapshot(&taken.snapshot.id).await;
+            }
+            created
+        })
+    }
+
+    /// Exposes `port` of the sandbox `id`: a URL reachable from this host, and the headers a
+    /// client sends.
+    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
+        let _ = (id, port);
+        unsupported(self.provider(), "expose")
+    }
+
+    /// The ports exposed on the sandbox `id`.
+    fn exposed<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<ExposedPort>, Error>> {
+        let _ = id;
+        unsupported(self.provider(), "exposed")
+    }
+
+    /// Stops exposing `port` of the sandbox `id`. Idempotent.
+    fn unexpose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<(), Error>> {
+        let _ = (id, port);
+        unsupported(self.provider(), "unexpose")
+    }
 }
 
 fn unsupported_error(provider: &str, operation: &'static str) -> Error {
@@ -768,6 +923,36 @@ macro_rules! forward_provider {
             fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
                 (**self).destroy(id)
             }
+            fn pause<'a>(&'a self, id: &'a str, keep: Option<Kept>) -> BoxFuture<'a, Result<SandboxState, Error>> {
+                (**self).pause(id, keep)
+            }
+            fn resume<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+                (**self).resume(id)
+            }
+            fn snapshot<'a>(&'a self, id: &'a str, request: SnapshotRequest) -> BoxFuture<'a, Result<SnapshotOutcome, Error>> {
+                (**self).snapshot(id, request)
+            }
+            fn restore<'a>(&'a self, id: &'a str, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+                (**self).restore(id, snapshot)
+            }
+            fn list_snapshots<'a>(&'a self, source: Option<&'a str>) -> BoxFuture<'a, Result<Vec<SnapshotInfo>, Error>> {
+                (**self).list_snapshots(source)
+            }
+            fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+                (**self).delete_snapshot(snapshot)
+            }
+            fn fork<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
+                (**self).fork(id)
+            }
+            fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
+                (**self).expose(id, port)
+            }
+            fn exposed<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<ExposedPort>, Error>> {
+                (**self).exposed(id)
+            }
+            fn unexpose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<(), Error>> {
+                (**self).unexpose(id, port)
+            }
         }
     )*};
 }
@@ -824,6 +1009,7 @@ mod tests {
             ..SpecSupport::NONE
         },
         options: &["region"],
+        state: StateCapabilities::NONE,
     };
 
     #[test]
@@ -869,6 +1055,50 @@ mod tests {
             .check("ax", &LifecycleCapabilities::NONE)
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Unsupported);
+    }
+
+    #[test]
+    fn snapshots_and_ports_in_a_spec_are_checked_against_the_state_capabilities() {
+        let e = SandboxSpec::new()
+            .with_snapshot("s1")
+            .check("p", &SOME)
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        assert!(e.message().contains("snapshot"), "{e}");
+        let e = SandboxSpec::new()
+            .with_port(8080)
+            .check("p", &SOME)
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        let with_state = LifecycleCapabilities {
+            state: StateCapabilities {
+                snapshot: Some(crate::SnapshotSupport::FILESYSTEM),
+                expose: Some(crate::ExposeSupport {
+                    when: crate::PortsWhen::AtCreate,
+                    auth: crate::PortAuth::None,
+                    list: true,
+                    unexpose: false,
+                    ports: (1, 65535),
+                    reserved: &[],
+                    only: None,
+                }),
+                ..StateCapabilities::NONE
+            },
+            ..SOME
+        };
+        SandboxSpec::new()
+            .with_snapshot("s1")
+            .with_port(8080)
+            .check("p", &with_state)
+            .unwrap();
+        for bad in [
+            SandboxSpec::new().with_snapshot("s1").with_image("base"),
+            SandboxSpec::new().with_snapshot(""),
+            SandboxSpec::new().with_port(0),
+        ] {
+            let e = bad.check("p", &with_state).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{bad:?}: {e}");
+        }
     }
 
     #[test]
@@ -1048,6 +1278,79 @@ mod tests {
             .build()
             .unwrap()
             .block_on(f)
+    }
+
+    /// Snapshots, creates from snapshots and deletes them, recording each call.
+    struct Snapshotting(std::sync::Mutex<Vec<String>>);
+
+    impl Provider for Snapshotting {
+        fn provider(&self) -> &str {
+            "snapshotting"
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::FULL
+        }
+        fn lifecycle(&self) -> LifecycleCapabilities {
+            LifecycleCapabilities {
+                create: true,
+                state: StateCapabilities {
+                    snapshot: Some(crate::SnapshotSupport::FILESYSTEM),
+                    fork: Some(crate::ForkSupport {
+                        native: false,
+                        keeps: Kept::Filesystem,
+                        source_after: crate::SourceAfter::Running,
+                        includes_unsaved: true,
+                        independent: true,
+                    }),
+                    ..StateCapabilities::NONE
+                },
+                ..LifecycleCapabilities::NONE
+            }
+        }
+        fn snapshot<'a>(
+            &'a self,
+            id: &'a str,
+            request: SnapshotRequest,
+        ) -> BoxFuture<'a, Result<SnapshotOutcome, Error>> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("snapshot {id} {:?}", request.kind));
+            Box::pin(async {
+                Ok(SnapshotOutcome::new(
+                    SnapshotInfo::new("snap-1", Kept::Filesystem),
+                    SandboxState::Running,
+                ))
+            })
+        }
+        fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("create {:?}", spec.snapshot()));
+            Box::pin(async { Ok(Box::new(Fixed(Ownership::created())) as Box<dyn Sandbox>) })
+        }
+        fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+            self.0.lock().unwrap().push(format!("delete {snapshot}"));
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[test]
+    fn a_fork_that_is_not_native_is_a_snapshot_a_create_and_a_delete() {
+        let p = Snapshotting(Default::default());
+        let s = block(p.fork("src")).unwrap();
+        assert!(s.owned());
+        assert_eq!(
+            *p.0.lock().unwrap(),
+            [
+                "snapshot src Some(Filesystem)",
+                "create Some(\"snap-1\")",
+                "delete snap-1"
+            ]
+        );
+        let e = block(ConnectOnly.fork("src")).err().unwrap();
+        assert_eq!((e.kind(), e.operation()), (ErrorKind::Unsupported, "fork"));
     }
 
     #[test]

@@ -90,6 +90,33 @@ pub async fn sweep_mode(suite: &str, mode: Mode) {
         };
         let _ = d.remove_container(&id, Some(options)).await;
     }
+    sweep_snapshots(suite).await;
+}
+
+/// Removes `suite`'s snapshot images no container uses any more (a fork's stays while the fork
+/// runs: the engine refuses to remove an image in use).
+pub async fn sweep_snapshots(suite: &str) {
+    let d = engine().await;
+    let filters = HashMap::from([(
+        "label".to_owned(),
+        vec![
+            format!("{TEST_LABEL}={suite}"),
+            execseam_docker::LABEL_SNAPSHOT_SOURCE.to_owned(),
+        ],
+    )]);
+    let options = bollard::query_parameters::ListImagesOptions {
+        filters: Some(filters),
+        ..Default::default()
+    };
+    for image in d.list_images(Some(options)).await.unwrap_or_default() {
+        let _ = d
+            .remove_image(
+                &image.id,
+                None::<bollard::query_parameters::RemoveImageOptions>,
+                None,
+            )
+            .await;
+    }
 }
 
 /// A warm sandbox of `suite` (owned), and a guard that removes it.

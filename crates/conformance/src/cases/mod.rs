@@ -11,6 +11,7 @@ mod exec;
 mod faults;
 mod lifecycle;
 mod process;
+mod state;
 mod tools;
 
 /// Builds the case list, giving each async fn a boxed wrapper.
@@ -31,6 +32,7 @@ pub fn all() -> Vec<Case> {
     v.extend(tool_cases());
     v.extend(process_cases());
     v.extend(lifecycle_cases());
+    v.extend(state_cases());
     v.extend(fault_cases());
     v.extend(cases![
         "lifecycle-nothing-left" => lifecycle::nothing_left:
@@ -78,6 +80,27 @@ pub fn lifecycle_cases() -> Vec<Case> {
             "destroying twice, through the handle and the provider, is Ok; then exec is NotFound",
         "lifecycle-unsupported-spec-field" => lifecycle::unsupported_spec_field:
             "a spec field the provider does not honour is refused (Unsupported) before anything is created",
+    ]
+}
+
+/// Sandbox state (pause, snapshots, forks, exposed ports), gated on the provider's
+/// `StateCapabilities`.
+pub fn state_cases() -> Vec<Case> {
+    cases![
+        "state-declared" => state::declared:
+            "state operations declared absent are Unsupported; a destructive snapshot without allow_stop and port 0 are refused before any I/O",
+        "state-snapshot-restores-files" => state::snapshot_restores_files:
+            "write, snapshot, change: a sandbox created from the snapshot has the old content, the source the new",
+        "state-snapshot-source-after" => state::snapshot_source_after:
+            "after a snapshot the source is as declared: running with its processes, stopped, or its processes killed",
+        "state-snapshot-delete" => state::snapshot_delete:
+            "a deleted snapshot is gone from the list, deleting it again is Ok, creating from it is NotFound",
+        "state-fork-independent" => state::fork_independent:
+            "a fork has the source's files (or its last snapshot's, as declared) and the two change independently",
+        "state-pause-resume" => state::pause_resume:
+            "pause and resume keep the files, and a background process exactly where the kind keeps memory; an exec while paused resumes or is Conflict, as declared",
+        "state-expose-port" => state::expose_port:
+            "a port where an HTTP server listens in the sandbox, exposed, answers through its URL from this host",
     ]
 }
 

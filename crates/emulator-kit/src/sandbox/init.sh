@@ -12,7 +12,9 @@ shift 2
 # Our pid as the host sees it: /proc is still the host's here.
 read -r host_pid _ </proc/self/stat
 root=$state/root
-mount -t overlay -o "lowerdir=/,upperdir=$state/upper,workdir=$state/work" overlay "$root"
+# redirect_dir, index and metacopy off: every file of the upper layer holds its own data, so a
+# copy of it (a snapshot) is a self-contained upper layer for another sandbox.
+mount -t overlay -o "lowerdir=/,upperdir=$state/upper,workdir=$state/work,redirect_dir=off,index=off,metacopy=off" overlay "$root"
 while [ $# -ge 3 ]; do
     if [ "$3" = ro ]; then
         mount --bind -o ro "$1" "$root$2"

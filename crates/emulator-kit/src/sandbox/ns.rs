@@ -9,11 +9,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::etc;
+use super::freeze::{self, Cgroup};
 use super::spec::{Mount, SandboxSpec, User};
 use crate::sys;
 
@@ -74,6 +75,11 @@ pub(crate) struct Namespaces {
     unshare: Mutex<Option<std::process::Child>>,
     /// The write end of the init's stdin: closing it (also when this process dies) ends the init.
     lifeline: Mutex<Option<io::PipeWriter>>,
+    /// Every process of the sandbox, from birth (`None`: no writable cgroup v2 here; pause
+    /// with signals).
+    cgroup: Option<Cgroup>,
+    /// Paused: new processes are refused, the others frozen.
+    paused: AtomicBool,
 }
 
 impl std::fmt::Debug for Namespaces {
@@ -263,18 +269,101 @@ fn prepare_upper(upper: &Path, spec: &SandboxSpec, mounts: &[Mount]) -> io::Resu
     Ok(group)
 }
 
+/// Fills the upper layer of a sandbox that starts from a snapshot: copies the snapshot's layer
+/// (which already holds the accounts, homes, `/dev` and whiteouts), then adds what is new: the
+/// hostname, whiteouts over host top-level entries that appeared since, the mount points.
+/// Returns the sandbox's `/etc/group`.
+///
+/// A copy, not the layer as a lower directory: overlayfs refuses a lower layer inside another
+/// one (`lowerdir=<layer>:/` is "overlapping lowerdir path", ELOOP), and a copy of an upper
+/// layer (made with `redirect_dir`, `index` and `metacopy` off) is a valid upper layer.
+fn prepare_upper_from(
+    upper: &Path,
+    spec: &SandboxSpec,
+    mounts: &[Mount],
+    layer: &Path,
+) -> io::Result<()> {
+    copy_tree(layer, upper)?;
+    for entry in std::fs::read_dir("/")? {
+        let name = entry?.file_name();
+        let name = name.to_string_lossy();
+        if SYSTEM_DIRS.contains(&name.as_ref())
+            || FRESH_DIRS.iter().any(|(d, _)| *d == name)
+            || std::fs::symlink_metadata(upper.join(name.as_ref())).is_ok()
+        {
+            continue;
+        }
+        sys::mknod_char(&upper.join(name.as_ref()), 0o000, 0, 0)?;
+    }
+    // The new sandbox's own names (replacing whatever the source had there, a whiteout too).
+    let etc_dir = upper_dir(upper, "/etc")?;
+    for (name, text) in [
+        ("hostname", format!("{}\n", spec.hostname)),
+        ("hosts", etc::hosts(&spec.hostname)),
+    ] {
+        let p = etc_dir.join(name);
+        if std::fs::symlink_metadata(&p).is_ok() {
+            std::fs::remove_file(&p)?;
+        }
+        write(&p, &text, 0o644, 0)?;
+    }
+    for m in mounts {
+        if m.host.is_dir() {
+            upper_dir(upper, &m.sandbox)?;
+        } else {
+            let (parent, name) = m.sandbox.rsplit_once('/').unwrap_or(("", &m.sandbox));
+            let p = upper_dir(upper, parent)?.join(name);
+            if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+                let _ = std::fs::remove_file(&p);
+                std::fs::write(&p, b"")?;
+            }
+        }
+    }
+    mkdir(&upper.join(".execseam-old"), 0o700)?;
+    Ok(())
+}
+
+/// Copies `from` to `to` (which must not exist) keeping everything an overlay layer holds: file
+/// types (whiteouts are character devices 0:0), modes, owners, times, hard links, sparse files
+/// and the `trusted.overlay.*` xattrs (GNU `cp -a`, as root).
+pub(crate) fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+    let out = std::process::Command::new("cp")
+        .args(["-a", "--sparse=always", "--"])
+        .arg(from)
+        .arg(to)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "copying {} failed: {}",
+            from.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
 impl Namespaces {
     /// Prepares `state` (an empty directory this process created) and starts the init. Returns
     /// once the init has pivoted into the sandbox's root (blocking this thread meanwhile, about
     /// 10–30 ms; the init needs nothing from the caller's runtime).
+    /// `from`: the layer of the snapshot the sandbox starts from.
     pub(crate) fn start(
         state: &Path,
         spec: &SandboxSpec,
         mounts: &[Mount],
+        from: Option<&Path>,
     ) -> io::Result<Namespaces> {
         let upper = state.join("upper");
-        let group_file = prepare_upper(&upper, spec, mounts)
-            .map_err(|e| io::Error::new(e.kind(), format!("preparing the sandbox's root: {e}")))?;
+        let group_file = match from {
+            None => prepare_upper(&upper, spec, mounts),
+            Some(layer) => prepare_upper_from(&upper, spec, mounts, layer)
+                .and_then(|()| std::fs::read_to_string(upper.join("etc/group"))),
+        }
+        .map_err(|e| io::Error::new(e.kind(), format!("preparing the sandbox's root: {e}")))?;
         mkdir(&state.join("work"), 0o700)?;
         mkdir(&state.join("root"), 0o755)?;
         let (lifeline_rx, lifeline_tx) = io::pipe()?;
@@ -316,6 +405,10 @@ impl Namespaces {
             .arg(&bash);
         // Its own process group: a terminal's ^C reaches the emulator, which tears down.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let cgroup = Cgroup::create();
+        if let Some(cg) = &cgroup {
+            freeze::join_in_child(&mut cmd, cg.procs_fd());
+        }
         let mut child = cmd
             .env_clear()
             .env("PATH", PATH)
@@ -338,6 +431,8 @@ impl Namespaces {
             group_file,
             unshare: Mutex::new(Some(child)),
             lifeline: Mutex::new(Some(lifeline_tx)),
+            cgroup,
+            paused: AtomicBool::new(false),
         };
         // From here on, dropping `ns` on an error tears the half-started sandbox down.
         let mut line = String::new();
@@ -463,6 +558,15 @@ impl Namespaces {
         use execseam_spawn::SpawnError;
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|e| SpawnError::Io(io::Error::other(e)))?;
+        if self.is_paused() {
+            return Err(SpawnError::Io(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                "the sandbox is paused",
+            )));
+        }
+        if let Some(cg) = &self.cgroup {
+            freeze::join_in_child_tokio(&mut cmd, cg.procs_fd());
+        }
         sys::drop_privileges_in_child(&mut cmd, creds);
         let rx = self.run(None, move || {
             match std::fs::metadata(&workdir) {
@@ -519,12 +623,63 @@ impl Namespaces {
         ns_inode(format!("/proc/{host_pid}/ns/pid")).is_ok_and(|i| i == self.pid_ns)
     }
 
+    /// True while paused.
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    /// Pauses every process of the sandbox (the cgroup freezer, or `SIGSTOP` to all but the
+    /// init); new processes are refused until [`thaw`](Self::thaw). Idempotent.
+    pub(crate) fn freeze(&self) -> io::Result<()> {
+        if self.paused.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let r = match &self.cgroup {
+            Some(cg) => cg.freeze(),
+            None => {
+                self.signal_all_but_init(libc::SIGSTOP);
+                Ok(())
+            }
+        };
+        if r.is_err() {
+            self.paused.store(false, Ordering::SeqCst);
+        }
+        r
+    }
+
+    /// Resumes what [`freeze`](Self::freeze) paused. Idempotent.
+    pub(crate) fn thaw(&self) -> io::Result<()> {
+        if !self.paused.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        match &self.cgroup {
+            Some(cg) => cg.thaw()?,
+            None => self.signal_all_but_init(libc::SIGCONT),
+        }
+        self.paused.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn signal_all_but_init(&self, signal: i32) {
+        for pid in self.sandbox_processes() {
+            if pid as i32 != self.init {
+                let _ = sys::kill(pid as i32, signal);
+            }
+        }
+    }
+
     /// Kills every process of the sandbox: the init dies with `unshare` (`--kill-child`), and the
     /// kernel kills the rest of its pid namespace. Idempotent; the pids are never reused before
     /// this (`unshare` is this process's unreaped child).
     pub(crate) fn kill_all(&self) {
         if let Some(child) = self.unshare.lock().expect("unshare").as_mut() {
             let _ = child.kill();
+        }
+        if let Some(cg) = &self.cgroup {
+            cg.kill();
+        } else if self.is_paused() {
+            // Stopped processes die of SIGKILL too; the continue lets a stopped parent reap.
+            self.signal_all_but_init(libc::SIGCONT);
         }
         self.lifeline.lock().expect("lifeline").take();
     }
@@ -547,6 +702,9 @@ impl Namespaces {
                 while !self.processes(1).is_empty() && Instant::now() < deadline {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                if let Some(cg) = &self.cgroup {
+                    cg.remove();
                 }
                 drop(self);
                 if state.exists() {

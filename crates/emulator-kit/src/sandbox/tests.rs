@@ -758,3 +758,209 @@ async fn a_pty_process_has_a_real_terminal_of_the_sandbox() {
     drop(s);
     gone(&state).await;
 }
+
+/// Reads a file through the files API (as the emulators do), `None` if it does not exist.
+async fn read(s: &Sandbox, path: &'static str) -> Option<String> {
+    s.fs(move |fs| std::fs::read_to_string(fs.path(path)))
+        .await
+        .ok()
+}
+
+#[tokio::test]
+async fn pause_freezes_every_process_and_resume_continues_them() {
+    if !namespaces() {
+        eprintln!(
+            "SKIP-REASON: needs root (Isolation::Namespaces): pause freezes the sandbox's cgroup"
+        );
+        return;
+    }
+    let dir = StateDir::new("pause");
+    let s = Sandbox::create("p1", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
+    let out = run(
+        &s,
+        "(i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.02; done) >/dev/null 2>&1 & echo $!",
+    )
+    .await;
+    let pid = text(&out.stdout).trim().to_owned();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    if describe_pause().contains("cgroup") {
+        let host = s.host_pid(pid.parse().unwrap()).unwrap();
+        let cg = std::fs::read_to_string(format!("/proc/{host}/cgroup")).unwrap();
+        assert!(
+            cg.contains("/execseam-"),
+            "the loop is not in the sandbox's cgroup: {cg}"
+        );
+    }
+    s.pause().unwrap();
+    assert!(s.is_paused());
+    s.pause().unwrap(); // idempotent
+    let frozen = read(&s, "/tmp/count").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        read(&s, "/tmp/count").await.unwrap(),
+        frozen,
+        "the loop ran while paused"
+    );
+    // A command while paused is refused at once, never a hang.
+    let started = Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        s.exec().exec(Command::new(["true"]).unwrap()),
+    )
+    .await
+    .expect("an exec on a paused sandbox answered");
+    assert!(r.is_err(), "an exec on a paused sandbox gave {r:?}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    s.resume().unwrap();
+    s.resume().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after: u64 = read(&s, "/tmp/count")
+        .await
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        after > frozen.trim().parse::<u64>().unwrap(),
+        "the loop did not continue"
+    );
+    // The same process: memory and processes were kept.
+    let out = run(&s, &format!("kill -0 {pid} && echo alive")).await;
+    assert_eq!(text(&out.stdout), "alive\n");
+    // Destroying a paused sandbox needs no resume.
+    s.pause().unwrap();
+    let state = s.state_dir().to_path_buf();
+    s.destroy();
+    gone(&state).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_is_one_point_in_time_and_sandboxes_from_it_are_independent() {
+    if !namespaces() {
+        eprintln!(
+            "SKIP-REASON: needs root (Isolation::Namespaces): snapshots copy the overlay's upper layer"
+        );
+        return;
+    }
+    let dir = StateDir::new("snapshot");
+    let sb = dir.sandboxing(Isolation::Namespaces);
+    let src = Sandbox::create("src", spec(), &sb).unwrap();
+    let out = run(
+        &src,
+        "echo a > /home/emu/f && mkfifo /tmp/fifo && ln -s f /home/emu/link",
+    )
+    .await;
+    assert_eq!(out.exit, Exit::Code(0), "{}", text(&out.stderr));
+    let out = src
+        .exec_as(&User::root())
+        .exec(
+            Command::new([
+                "sh",
+                "-c",
+                "mkdir -p /workspace/d && echo deep > /workspace/d/g && rm /etc/debian_version",
+            ])
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.exit, Exit::Code(0), "{}", text(&out.stderr));
+    let snap = tokio::task::block_in_place(|| src.snapshot()).unwrap();
+    assert!(snap.size_bytes() > 0);
+    run(&src, "echo b > /home/emu/f").await;
+
+    let fork = Sandbox::create_from("fork", spec(), &sb, &snap).unwrap();
+    let out = run(
+        &fork,
+        "cat /home/emu/f /workspace/d/g /home/emu/link; test -p /tmp/fifo && echo fifo; test -e /etc/debian_version || echo deleted; id -un; stat -c %U /home/emu/f; hostname",
+    )
+    .await;
+    assert_eq!(
+        text(&out.stdout),
+        "a\ndeep\na\nfifo\ndeleted\nemu\nemu\nemu-host\n",
+        "{}",
+        text(&out.stderr)
+    );
+    // Independent: writes on either side stay there.
+    run(&fork, "echo c > /home/emu/f").await;
+    assert_eq!(read(&src, "/home/emu/f").await.unwrap(), "b\n");
+    assert_eq!(read(&fork, "/home/emu/f").await.unwrap(), "c\n");
+    // The checkout stays hidden in a sandbox made from a snapshot.
+    let cwd = std::env::current_dir().unwrap();
+    let out = run(
+        &fork,
+        &format!("test -e '{}' && echo visible", cwd.display()),
+    )
+    .await;
+    assert_eq!(text(&out.stdout), "");
+
+    // A snapshot of the fork, and a sandbox from it; the first snapshot is not needed for it.
+    let snap2 = tokio::task::block_in_place(|| fork.snapshot()).unwrap();
+    drop(snap);
+    let grand = Sandbox::create_from("grand", spec(), &sb, &snap2).unwrap();
+    let out = run(&grand, "cat /home/emu/f /workspace/d/g").await;
+    assert_eq!(text(&out.stdout), "c\ndeep\n");
+    for s in [&src, &fork, &grand] {
+        s.destroy();
+    }
+    drop(snap2);
+    // StateDir's drop checks that the snapshots' copies were removed with them.
+}
+
+#[tokio::test]
+async fn ports_reach_only_the_sandbox_that_listens_and_not_while_paused() {
+    if !namespaces() {
+        eprintln!(
+            "SKIP-REASON: needs root (Isolation::Namespaces): ownership of a listener is told by pid namespace"
+        );
+        return;
+    }
+    let dir = StateDir::new("ports");
+    let sb = dir.sandboxing(Isolation::Namespaces);
+    let a = Sandbox::create("a", spec(), &sb).unwrap();
+    let b = Sandbox::create("b", spec(), &sb).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    run(&a, "echo served > /home/emu/index.txt").await;
+    run(
+        &a,
+        &format!(
+            "cd /home/emu && python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 &"
+        ),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !crate::ports::listens(&a, port) {
+        assert!(Instant::now() < deadline, "the server never listened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let get = || {
+        http::Request::get("/index.txt")
+            .header("host", format!("{port}-a.test.localhost"))
+            .body(axum::body::Body::empty())
+            .unwrap()
+    };
+    let resp = crate::ports::forward(&a, port, get()).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(&body[..], b"served\n");
+    assert!(!crate::ports::listens(&b, port));
+    assert!(matches!(
+        crate::ports::forward(&b, port, get()).await,
+        Err(crate::ports::PortError::NotListening)
+    ));
+    a.pause().unwrap();
+    let started = Instant::now();
+    assert!(matches!(
+        crate::ports::forward(&a, port, get()).await,
+        Err(crate::ports::PortError::Paused)
+    ));
+    assert!(started.elapsed() < Duration::from_secs(1));
+    a.destroy();
+    b.destroy();
+}

@@ -1,0 +1,777 @@
+//! Sandbox state: pause and resume, snapshots (and sandboxes created from them), forks, and
+//! exposed ports, with capabilities that say what each operation keeps and destroys.
+//!
+//! Each provider declares what it has in [`StateCapabilities`] (the `state` field of its
+//! [`LifecycleCapabilities`](crate::LifecycleCapabilities)); the operations are
+//! [`Provider`](crate::Provider) methods by sandbox id, each defaulting to
+//! [`Unsupported`](crate::ErrorKind::Unsupported). The `check_*` methods refuse, before any I/O,
+//! an operation the provider does not have, a kind it cannot take, a destructive snapshot the
+//! caller did not opt into, and a port outside the provider's rule.
+//!
+//! ```
+//! use execseam_core::{Kept, SnapshotRequest, SourceAfter, StateCapabilities, SnapshotSupport, Scope};
+//!
+//! const STATE: StateCapabilities = StateCapabilities {
+//!     snapshot: Some(SnapshotSupport {
+//!         kinds: &[Kept::Filesystem],
+//!         scope: Scope::Root,
+//!         source_after: SourceAfter::Stopped,
+//!         ..SnapshotSupport::FILESYSTEM
+//!     }),
+//!     ..StateCapabilities::NONE
+//! };
+//! // A snapshot that stops the sandbox is refused unless the caller opts in.
+//! let e = STATE.check_snapshot("p", &SnapshotRequest::new()).unwrap_err();
+//! assert_eq!(e.kind(), execseam_core::ErrorKind::Unsupported);
+//! assert_eq!(STATE.check_snapshot("p", &SnapshotRequest::new().allow_stop(true)).unwrap(), Kept::Filesystem);
+//! ```
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use crate::error::Error;
+use crate::lifecycle::SandboxState;
+
+/// What an operation keeps of a sandbox.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kept {
+    /// Nothing survives (a stop that resets the root filesystem).
+    Nothing,
+    /// Files survive; memory and running processes do not (a cold boot on resume or restore).
+    Filesystem,
+    /// Files, memory and running processes survive (connections from outside may drop).
+    FilesystemAndMemory,
+}
+
+impl Kept {
+    /// `"nothing"`, `"filesystem"`, `"filesystem+memory"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kept::Nothing => "nothing",
+            Kept::Filesystem => "filesystem",
+            Kept::FilesystemAndMemory => "filesystem+memory",
+        }
+    }
+
+    /// True if running processes survive.
+    pub fn keeps_processes(self) -> bool {
+        self == Kept::FilesystemAndMemory
+    }
+}
+
+impl fmt::Display for Kept {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which part of the filesystem an operation keeps.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The whole root filesystem (the writable layer over the image).
+    Root,
+    /// Only this directory (the Cloudflare bridge's `/workspace`, Sprites' `/home/sprite`).
+    Dir(&'static str),
+    /// The sandbox's working directory only (the local adapter's `<root>/<id>/work`).
+    Workdir,
+    /// Attached volumes only (Kubernetes' suspended sandbox keeps its claims).
+    Volumes,
+}
+
+/// What happens to the source sandbox during and after an operation. [`Stopped`] and
+/// [`ProcessesKilled`] are destructive: the caller opts in ([`SnapshotRequest::allow_stop`]).
+///
+/// [`Stopped`]: SourceAfter::Stopped
+/// [`ProcessesKilled`]: SourceAfter::ProcessesKilled
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceAfter {
+    /// Keeps running and is not frozen: the copy is not one point in time while it writes.
+    Running,
+    /// Frozen during the operation, then running again with the same id and processes.
+    PausedBriefly,
+    /// Left stopped: its processes end, a later exec starts it again (Vercel's snapshot).
+    Stopped,
+    /// Its processes are killed, its files kept.
+    ProcessesKilled,
+}
+
+impl SourceAfter {
+    /// True for the variants that end the source's processes.
+    pub fn is_destructive(self) -> bool {
+        matches!(self, SourceAfter::Stopped | SourceAfter::ProcessesKilled)
+    }
+}
+
+/// What a command sent to a paused sandbox does (exhaustive: there is no third answer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhilePaused {
+    /// The provider (or adapter) resumes the sandbox and the command runs.
+    Resumes,
+    /// A typed error at once: [`Conflict`](crate::ErrorKind::Conflict) with
+    /// [`Error::sandbox_state`] `Some(Paused)`, retry `Never`. Never a hang.
+    Refused,
+}
+
+/// How a provider pauses ([`Provider::pause`](crate::Provider::pause)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PauseSupport {
+    /// What a pause can keep (what resume restores); the first is the default.
+    pub kinds: &'static [Kept],
+    /// Which files a pause keeps.
+    pub scope: Scope,
+    /// What an exec on a paused sandbox does.
+    pub while_paused: WhilePaused,
+    /// [`Provider::connect`](crate::Provider::connect) resumes a paused sandbox.
+    pub connect_resumes: bool,
+}
+
+/// How a provider snapshots ([`Provider::snapshot`](crate::Provider::snapshot)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotSupport {
+    /// The kinds it can take; the first is the default.
+    pub kinds: &'static [Kept],
+    /// Which files a snapshot holds.
+    pub scope: Scope,
+    /// What the source goes through.
+    pub source_after: SourceAfter,
+    /// A new sandbox can start from a snapshot ([`SandboxSpec::with_snapshot`](crate::SandboxSpec::with_snapshot)).
+    pub create_from: bool,
+    /// The same sandbox can be restored in place ([`Provider::restore`](crate::Provider::restore)).
+    pub restore_in_place: bool,
+    /// [`Provider::list_snapshots`](crate::Provider::list_snapshots) exists.
+    pub list: bool,
+    /// [`Provider::delete_snapshot`](crate::Provider::delete_snapshot) exists.
+    pub delete: bool,
+    /// [`SnapshotRequest::name`] is honoured.
+    pub named: bool,
+    /// [`SnapshotRequest::ttl`] is honoured.
+    pub ttl: bool,
+    /// The provider's retention when no ttl is asked for, if snapshots expire by default.
+    pub default_ttl: Option<Duration>,
+}
+
+impl SnapshotSupport {
+    /// A filesystem snapshot of the root, the source left running, creatable from, listed and
+    /// deletable; no names, no ttl: a base to override with `..SnapshotSupport::FILESYSTEM`.
+    pub const FILESYSTEM: SnapshotSupport = SnapshotSupport {
+        kinds: &[Kept::Filesystem],
+        scope: Scope::Root,
+        source_after: SourceAfter::Running,
+        create_from: true,
+        restore_in_place: false,
+        list: true,
+        delete: true,
+        named: false,
+        ttl: false,
+        default_ttl: None,
+    };
+}
+
+/// How a provider forks ([`Provider::fork`](crate::Provider::fork)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForkSupport {
+    /// One provider call; otherwise the fork is a snapshot and a create from it (the default
+    /// [`Provider::fork`](crate::Provider::fork) does that), whose temporary snapshot is deleted.
+    pub native: bool,
+    /// What the fork has of the source.
+    pub keeps: Kept,
+    /// What the source goes through.
+    pub source_after: SourceAfter,
+    /// Changes made since the source's last snapshot are in the fork (false: Vercel's native
+    /// fork restores the source's last snapshot).
+    pub includes_unsaved: bool,
+    /// Fork and source share nothing writable afterwards: a change on one side is never seen
+    /// on the other.
+    pub independent: bool,
+}
+
+/// When ports can be exposed.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortsWhen {
+    /// Any listening port, at any time.
+    AnyTime,
+    /// Only ports declared at create ([`SandboxSpec::with_port`](crate::SandboxSpec::with_port)).
+    AtCreate,
+    /// At create, or later by updating the sandbox.
+    AtCreateOrUpdate,
+}
+
+/// What a client of an exposed port must present.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortAuth {
+    /// Nothing: whoever has the URL reaches the port.
+    None,
+    /// This header, with the value in [`ExposedPort::headers`].
+    Header(&'static str),
+    /// A token inside the URL itself.
+    InUrl,
+}
+
+/// How a provider exposes ports ([`Provider::expose`](crate::Provider::expose)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExposeSupport {
+    /// When a port can be exposed.
+    pub when: PortsWhen,
+    /// What a client presents.
+    pub auth: PortAuth,
+    /// [`Provider::exposed`](crate::Provider::exposed) exists.
+    pub list: bool,
+    /// [`Provider::unexpose`](crate::Provider::unexpose) exists.
+    pub unexpose: bool,
+    /// The ports allowed, inclusive.
+    pub ports: (u16, u16),
+    /// Ports in that range the provider refuses.
+    pub reserved: &'static [u16],
+    /// The one port that can be exposed, if only one can.
+    pub only: Option<u16>,
+}
+
+/// The state operations a provider has; `None` is [`Unsupported`](crate::ErrorKind::Unsupported),
+/// refused before any I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateCapabilities {
+    /// Pause and resume.
+    pub pause: Option<PauseSupport>,
+    /// Snapshots.
+    pub snapshot: Option<SnapshotSupport>,
+    /// Forks.
+    pub fork: Option<ForkSupport>,
+    /// Exposed ports.
+    pub expose: Option<ExposeSupport>,
+}
+
+impl StateCapabilities {
+    /// Nothing: every state operation is `Unsupported`.
+    pub const NONE: StateCapabilities = StateCapabilities {
+        pause: None,
+        snapshot: None,
+        fork: None,
+        expose: None,
+    };
+
+    /// Checks a pause asking to keep `keep` (the default kind when `None`); returns the kind.
+    pub fn check_pause(&self, provider: &str, keep: Option<Kept>) -> Result<Kept, Error> {
+        let p = self.pause.ok_or_else(|| missing(provider, "pause"))?;
+        kind_of(provider, "pause", p.kinds, keep)
+    }
+
+    /// Checks a resume.
+    pub fn check_resume(&self, provider: &str) -> Result<(), Error> {
+        self.pause
+            .map(drop)
+            .ok_or_else(|| missing(provider, "resume"))
+    }
+
+    /// Checks a snapshot request; returns the kind it takes.
+    pub fn check_snapshot(&self, provider: &str, request: &SnapshotRequest) -> Result<Kept, Error> {
+        const OP: &str = "snapshot";
+        let s = self.snapshot.ok_or_else(|| missing(provider, OP))?;
+        let kind = kind_of(provider, OP, s.kinds, request.kind)?;
+        if request.name.is_some() && !s.named {
+            return Err(refused(provider, OP, "does not name snapshots"));
+        }
+        if let Some(name) = &request.name
+            && (name.is_empty() || name.len() > 255 || name.chars().any(char::is_control))
+        {
+            return Err(Error::invalid_config(format!(
+                "snapshot name {name:?} must be 1-255 bytes without control characters"
+            ))
+            .with_provider(provider.to_owned())
+            .with_operation(OP));
+        }
+        if request.ttl.is_some() && !s.ttl {
+            return Err(refused(provider, OP, "does not take a snapshot ttl"));
+        }
+        if request.ttl == Some(Duration::ZERO) {
+            return Err(Error::invalid_config("a snapshot ttl of zero")
+                .with_provider(provider.to_owned())
+                .with_operation(OP));
+        }
+        if s.source_after.is_destructive() && !request.allow_stop {
+            return Err(refused(
+                provider,
+                OP,
+                &format!(
+                    "cannot snapshot without ending the sandbox's processes ({:?}); ask with allow_stop",
+                    s.source_after
+                ),
+            ));
+        }
+        Ok(kind)
+    }
+
+    /// Checks a restore in place.
+    pub fn check_restore(&self, provider: &str) -> Result<(), Error> {
+        match self.snapshot {
+            Some(s) if s.restore_in_place => Ok(()),
+            _ => Err(missing(provider, "restore")),
+        }
+    }
+
+    /// Checks a snapshot listing.
+    pub fn check_list_snapshots(&self, provider: &str) -> Result<(), Error> {
+        match self.snapshot {
+            Some(s) if s.list => Ok(()),
+            _ => Err(missing(provider, "list_snapshots")),
+        }
+    }
+
+    /// Checks a snapshot deletion.
+    pub fn check_delete_snapshot(&self, provider: &str, snapshot: &str) -> Result<(), Error> {
+        match self.snapshot {
+            Some(s) if s.delete => check_snapshot_id(provider, "delete_snapshot", snapshot),
+            _ => Err(missing(provider, "delete_snapshot")),
+        }
+    }
+
+    /// Checks a fork.
+    pub fn check_fork(&self, provider: &str) -> Result<ForkSupport, Error> {
+        self.fork.ok_or_else(|| missing(provider, "fork"))
+    }
+
+    /// Checks exposing `port`: the operation exists and the port is within the provider's rule
+    /// ([`InvalidConfig`](crate::ErrorKind::InvalidConfig) otherwise).
+    pub fn check_expose(&self, provider: &str, port: u16) -> Result<ExposeSupport, Error> {
+        let e = self.expose.ok_or_else(|| missing(provider, "expose"))?;
+        check_port(provider, "expose", &e, port)?;
+        Ok(e)
+    }
+
+    /// Checks listing exposed ports.
+    pub fn check_exposed(&self, provider: &str) -> Result<(), Error> {
+        match self.expose {
+            Some(e) if e.list => Ok(()),
+            _ => Err(missing(provider, "exposed")),
+        }
+    }
+
+    /// Checks unexposing `port`.
+    pub fn check_unexpose(&self, provider: &str, port: u16) -> Result<(), Error> {
+        match self.expose {
+            Some(e) if e.unexpose => check_port(provider, "unexpose", &e, port),
+            _ => Err(missing(provider, "unexpose")),
+        }
+    }
+
+    /// Checks the ports a spec declares at create (see [`SandboxSpec::check`](crate::SandboxSpec::check)).
+    pub(crate) fn check_spec_port(&self, provider: &str, port: u16) -> Result<(), Error> {
+        let e = self
+            .expose
+            .ok_or_else(|| refused(provider, "create", "does not expose ports"))?;
+        check_port(provider, "create", &e, port)
+    }
+}
+
+fn missing(provider: &str, operation: &'static str) -> Error {
+    Error::unsupported(format!("{provider} has no {operation}"))
+        .with_provider(provider.to_owned())
+        .with_operation(operation)
+}
+
+fn refused(provider: &str, operation: &'static str, why: &str) -> Error {
+    Error::unsupported(format!("{provider} {why}"))
+        .with_provider(provider.to_owned())
+        .with_operation(operation)
+}
+
+fn kind_of(
+    provider: &str,
+    operation: &'static str,
+    kinds: &[Kept],
+    asked: Option<Kept>,
+) -> Result<Kept, Error> {
+    match asked {
+        None => kinds
+            .first()
+            .copied()
+            .ok_or_else(|| missing(provider, operation)),
+        Some(k) if kinds.contains(&k) => Ok(k),
+        Some(k) => Err(refused(
+            provider,
+            operation,
+            &format!(
+                "cannot {operation} keeping {k} (it keeps: {})",
+                kinds
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+    }
+}
+
+fn check_port(
+    provider: &str,
+    operation: &'static str,
+    e: &ExposeSupport,
+    port: u16,
+) -> Result<(), Error> {
+    let bad = |why: String| {
+        Err(Error::invalid_config(why)
+            .with_provider(provider.to_owned())
+            .with_operation(operation))
+    };
+    if let Some(only) = e.only
+        && port != only
+    {
+        return bad(format!("{provider} exposes port {only} only, not {port}"));
+    }
+    if port < e.ports.0 || port > e.ports.1 {
+        return bad(format!(
+            "{provider} exposes ports {} to {}, not {port}",
+            e.ports.0, e.ports.1
+        ));
+    }
+    if e.reserved.contains(&port) {
+        return bad(format!("{provider} reserves port {port}"));
+    }
+    Ok(())
+}
+
+/// A snapshot id as the operations take it: not empty, no NUL, no line break, at most 1024 bytes.
+pub(crate) fn check_snapshot_id(
+    provider: &str,
+    operation: &'static str,
+    id: &str,
+) -> Result<(), Error> {
+    if id.is_empty() || id.len() > 1024 || id.contains(['\0', '\n', '\r']) {
+        return Err(
+            Error::invalid_config(format!("{id:?} is not a snapshot id"))
+                .with_provider(provider.to_owned())
+                .with_operation(operation),
+        );
+    }
+    Ok(())
+}
+
+/// What to snapshot: the kind, a name, a ttl, and the opt-in for a destructive snapshot.
+#[non_exhaustive]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotRequest {
+    /// The kind; the provider's default (its first) when `None`.
+    pub kind: Option<Kept>,
+    /// A name (E2B names, Daytona's name); the provider makes one where it needs one.
+    pub name: Option<String>,
+    /// How long the provider keeps the snapshot.
+    pub ttl: Option<Duration>,
+    /// Allows a snapshot that ends the sandbox's processes ([`SourceAfter::is_destructive`]).
+    pub allow_stop: bool,
+}
+
+impl SnapshotRequest {
+    /// The provider's default snapshot.
+    pub fn new() -> SnapshotRequest {
+        SnapshotRequest::default()
+    }
+
+    /// Asks for this kind.
+    #[must_use]
+    pub fn kind(mut self, kind: Kept) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+
+    /// Names the snapshot.
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Keeps the snapshot this long.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Allows (or not) a snapshot that stops the sandbox or kills its processes.
+    #[must_use]
+    pub fn allow_stop(mut self, allow: bool) -> Self {
+        self.allow_stop = allow;
+        self
+    }
+}
+
+/// One snapshot, as [`Provider::snapshot`](crate::Provider::snapshot) and
+/// [`Provider::list_snapshots`](crate::Provider::list_snapshots) report it.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// What [`SandboxSpec::with_snapshot`](crate::SandboxSpec::with_snapshot),
+    /// [`Provider::restore`](crate::Provider::restore) and
+    /// [`Provider::delete_snapshot`](crate::Provider::delete_snapshot) take.
+    pub id: String,
+    /// What it holds.
+    pub kind: Kept,
+    /// The sandbox it was taken of, if the provider says.
+    pub source: Option<String>,
+    /// Its names, if any.
+    pub names: Vec<String>,
+    /// When it was taken, if the provider says.
+    pub created: Option<SystemTime>,
+    /// When the provider deletes it, if it will.
+    pub expires: Option<SystemTime>,
+    /// Its size, if the provider says.
+    pub size_bytes: Option<u64>,
+}
+
+impl SnapshotInfo {
+    /// A snapshot with this id and kind and nothing else known.
+    pub fn new(id: impl Into<String>, kind: Kept) -> SnapshotInfo {
+        SnapshotInfo {
+            id: id.into(),
+            kind,
+            source: None,
+            names: Vec::new(),
+            created: None,
+            expires: None,
+            size_bytes: None,
+        }
+    }
+
+    /// Sets the source sandbox.
+    #[must_use]
+    pub fn with_source(mut self, source: impl Into<String>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// Adds a name.
+    #[must_use]
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.names.push(name.into());
+        self
+    }
+
+    /// Sets the creation time.
+    #[must_use]
+    pub fn with_created(mut self, at: SystemTime) -> Self {
+        self.created = Some(at);
+        self
+    }
+
+    /// Sets the expiry.
+    #[must_use]
+    pub fn with_expires(mut self, at: SystemTime) -> Self {
+        self.expires = Some(at);
+        self
+    }
+
+    /// Sets the size.
+    #[must_use]
+    pub fn with_size(mut self, bytes: u64) -> Self {
+        self.size_bytes = Some(bytes);
+        self
+    }
+}
+
+/// What [`Provider::snapshot`](crate::Provider::snapshot) gives back.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotOutcome {
+    /// The snapshot.
+    pub snapshot: SnapshotInfo,
+    /// The source's state after the call (`Stopped` where the snapshot stops it).
+    pub source_state: SandboxState,
+}
+
+impl SnapshotOutcome {
+    /// A snapshot and the source's state.
+    pub fn new(snapshot: SnapshotInfo, source_state: SandboxState) -> SnapshotOutcome {
+        SnapshotOutcome {
+            snapshot,
+            source_state,
+        }
+    }
+}
+
+/// A secret string (a token a client presents): `Debug` and `Display` never print it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a value.
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The value, for the request that needs it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// A port reachable from the host running execseam.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExposedPort {
+    /// The port inside the sandbox.
+    pub port: u16,
+    /// Where a client on this host reaches it.
+    pub url: String,
+    /// Headers a client sends with every request (names in the clear, values secret).
+    pub headers: Vec<(String, Secret)>,
+    /// When the URL stops working, if it expires.
+    pub expires: Option<SystemTime>,
+}
+
+impl ExposedPort {
+    /// Port `port` at `url`, with no headers and no expiry.
+    pub fn new(port: u16, url: impl Into<String>) -> ExposedPort {
+        ExposedPort {
+            port,
+            url: url.into(),
+            headers: Vec::new(),
+            expires: None,
+        }
+    }
+
+    /// Adds a header a client must send.
+    #[must_use]
+    pub fn with_header(mut self, name: impl Into<String>, value: Secret) -> Self {
+        self.headers.push((name.into(), value));
+        self
+    }
+
+    /// Sets the expiry.
+    #[must_use]
+    pub fn with_expires(mut self, at: SystemTime) -> Self {
+        self.expires = Some(at);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    const ALL: StateCapabilities = StateCapabilities {
+        pause: Some(PauseSupport {
+            kinds: &[Kept::FilesystemAndMemory, Kept::Filesystem],
+            scope: Scope::Root,
+            while_paused: WhilePaused::Refused,
+            connect_resumes: true,
+        }),
+        snapshot: Some(SnapshotSupport {
+            named: true,
+            ..SnapshotSupport::FILESYSTEM
+        }),
+        fork: None,
+        expose: Some(ExposeSupport {
+            when: PortsWhen::AnyTime,
+            auth: PortAuth::None,
+            list: false,
+            unexpose: false,
+            ports: (1024, 65535),
+            reserved: &[3000],
+            only: None,
+        }),
+    };
+
+    #[test]
+    fn operations_not_declared_are_unsupported() {
+        let none = StateCapabilities::NONE;
+        for e in [
+            none.check_pause("p", None).unwrap_err(),
+            none.check_resume("p").unwrap_err(),
+            none.check_snapshot("p", &SnapshotRequest::new())
+                .unwrap_err(),
+            none.check_restore("p").unwrap_err(),
+            none.check_list_snapshots("p").unwrap_err(),
+            none.check_delete_snapshot("p", "s").unwrap_err(),
+            none.check_fork("p").unwrap_err(),
+            none.check_expose("p", 8080).unwrap_err(),
+            none.check_exposed("p").unwrap_err(),
+            none.check_unexpose("p", 8080).unwrap_err(),
+            ALL.check_fork("p").unwrap_err(),
+            ALL.check_restore("p").unwrap_err(),
+            ALL.check_unexpose("p", 8080).unwrap_err(),
+        ] {
+            assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+            assert_eq!(e.provider(), "p");
+        }
+    }
+
+    #[test]
+    fn kinds_default_to_the_first_and_others_are_refused() {
+        assert_eq!(
+            ALL.check_pause("p", None).unwrap(),
+            Kept::FilesystemAndMemory
+        );
+        assert_eq!(
+            ALL.check_pause("p", Some(Kept::Filesystem)).unwrap(),
+            Kept::Filesystem
+        );
+        let e = ALL
+            .check_snapshot("p", &SnapshotRequest::new().kind(Kept::FilesystemAndMemory))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        assert!(e.message().contains("filesystem+memory"), "{e}");
+    }
+
+    #[test]
+    fn a_destructive_snapshot_needs_the_opt_in() {
+        let vercel = StateCapabilities {
+            snapshot: Some(SnapshotSupport {
+                source_after: SourceAfter::Stopped,
+                ..SnapshotSupport::FILESYSTEM
+            }),
+            ..StateCapabilities::NONE
+        };
+        let e = vercel
+            .check_snapshot("vercel", &SnapshotRequest::new())
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        assert!(e.message().contains("allow_stop"), "{e}");
+        vercel
+            .check_snapshot("vercel", &SnapshotRequest::new().allow_stop(true))
+            .unwrap();
+    }
+
+    #[test]
+    fn names_ttls_and_ports_are_checked() {
+        let e = ALL
+            .check_snapshot("p", &SnapshotRequest::new().ttl(Duration::from_secs(5)))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        let e = ALL
+            .check_snapshot("p", &SnapshotRequest::new().name(""))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+        ALL.check_snapshot("p", &SnapshotRequest::new().name("base"))
+            .unwrap();
+        for port in [80, 3000] {
+            let e = ALL.check_expose("p", port).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{port}: {e}");
+        }
+        ALL.check_expose("p", 8080).unwrap();
+        let e = StateCapabilities::NONE
+            .check_delete_snapshot("p", "x")
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        let e = ALL.check_delete_snapshot("p", "a\nb").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let p = ExposedPort::new(8080, "http://x").with_header("X-Token", Secret::new("hunter2"));
+        let d = format!("{p:?}");
+        assert!(d.contains("X-Token") && !d.contains("hunter2"), "{d}");
+        assert_eq!(p.headers[0].1.expose(), "hunter2");
+    }
+}
