@@ -13,8 +13,9 @@ use tracing::field::Empty;
 
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, Exec, ExecStream, ExposedPort, Kept,
-    LifecycleCapabilities, ListFilter, Output, Ownership, Processes, Provider, Sandbox, SandboxInfo,
-    SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome, SnapshotRequest, WireStatus,
+    LifecycleCapabilities, ListFilter, Output, Ownership, Processes, Provider, Sandbox,
+    SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome, SnapshotRequest,
+    WireStatus,
 };
 
 /// A [`Provider`] whose `create`, `connect`, `list` and `destroy` each run in one `debug` span
