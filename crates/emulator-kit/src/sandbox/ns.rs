@@ -319,7 +319,7 @@ fn prepare_upper_from(
             }
         }
     }
-    mkdir(&upper.join(".execseam-old"), 0o700)?;
+    mkdir(&upper.join(".old-root"), 0o700)?;
     Ok(())
 }
 
