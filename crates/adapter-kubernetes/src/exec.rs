@@ -550,6 +550,20 @@ impl Exec for KubernetesExec {
     fn streaming(&self) -> Option<&dyn ExecStream> {
         Some(self)
     }
+
+    /// The adapter kit's spool, in the container's `/tmp`: pod exec has no detach and no
+    /// reattach, and the API server keeps nothing of an exec once its stream ends. The start
+    /// exec's `setsid -f` supervisor holds none of the exec's pipes, so the exec's status comes
+    /// back at once and the command lives on in the container (reparented to its init) until
+    /// the container ends. A container restart (a new container: its writable layer and its
+    /// processes are new) loses the spool under `/tmp`: handles are then `NotFound`; where `/tmp`
+    /// is a volume that survives the restart, `Unknown` (the supervisor is gone, no exit).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
+            self,
+            Sandbox::id(self),
+        )))
+    }
 }
 
 impl ExecStream for KubernetesExec {
