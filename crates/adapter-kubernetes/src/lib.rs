@@ -20,6 +20,7 @@
 //! | streaming | yes: channel 1 and 2 frames as they come |
 //! | remote kill | yes: a second exec kills every process carrying the command's tag (the API server does not kill a command whose stream closed) |
 //! | binary output | yes |
+//! | process handles | yes: [`Processes`](execseam_core::Processes) from the adapter kit's spool, output and exit in files in the pod's `/tmp` (pod exec has no detach or reattach; a detached command outlives the exec that started it, not the container) |
 //!
 //! # Exit status
 //!
@@ -169,7 +170,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: None,
+    processes: Some(execseam_adapter_kit::spool::SPOOLED),
 };
 
 pub(crate) fn capabilities_of(config: &KubernetesConfig) -> Capabilities {

@@ -11,9 +11,26 @@
 //! SIGINT/SIGTERM (the command is killed and what the run created is destroyed first). A command
 //! that itself exits 125 is told apart by `--json`.
 
+// Every `println!`/`print!` of this crate goes through `out::write` (these shadow std's): a
+// closed stdout ends the process with 141 instead of a panic.
+macro_rules! println {
+    () => {
+        $crate::out::write(format_args!(""), true)
+    };
+    ($($arg:tt)*) => {
+        $crate::out::write(format_args!($($arg)*), true)
+    };
+}
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::out::write(format_args!($($arg)*), false)
+    };
+}
+
 mod chaos;
 mod mcp;
 mod mcp_stdio;
+mod out;
 mod process;
 mod registry;
 mod run;
@@ -127,7 +144,7 @@ fn main() -> ExitCode {
         }
     };
     let code = rt.block_on(async move {
-        match cli.command {
+        let code = match cli.command {
             Cmd::Run(args) => run::run(args).await,
             Cmd::Sandbox(args) => sandbox::sandbox(args).await,
             Cmd::Process(args) => process::process(args).await,
@@ -144,7 +161,14 @@ fn main() -> ExitCode {
             Cmd::Code(args) => tools::code(args).await,
             Cmd::Serve(args) => execseam_server::serve(*args).await,
             Cmd::Mcp(args) => mcp::mcp(args).await,
+        };
+        // The kills and deletes that dropped handles started (a deadline, a dropped stream, a
+        // sandbox nobody closed) leave the host before the runtime ends (issue 38, D15).
+        let drained = execseam_adapter_kit::reaper::drain(run::DRAIN).await;
+        if !drained.clean() {
+            eprintln!("execseam: clean-up at exit: {}", drained.describe());
         }
+        code
     });
     // A pending read of stdin (the MCP transport) must not hold the exit.
     rt.shutdown_timeout(std::time::Duration::from_millis(200));
