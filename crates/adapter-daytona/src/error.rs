@@ -62,6 +62,14 @@ pub(crate) fn from_response(
         }
         // Older proxies answer an unknown sandbox with this 400 (newer: 404 SANDBOX_NOT_FOUND).
         400 if text.contains("failed to get runner info") => (ErrorKind::NotFound, Retry::Never),
+        // The runner finds no address for a stopped or archived sandbox (runner
+        // `pkg/api/controllers/proxy.go` `getProxyTarget`): refused before anything ran.
+        400 if text.contains("Is the Sandbox started?") => (ErrorKind::Conflict, Retry::Never),
+        // Create from a snapshot the organization does not have (`sandbox.service.ts` create:
+        // "Snapshot … not found. Did you add it through the Daytona Dashboard?").
+        400 if text.starts_with("Snapshot ") && text.contains(" not found") => {
+            (ErrorKind::NotFound, Retry::Never)
+        }
         // The adapter never sends an invalid exec: a 400 there (v0.190 daemons answer failures to
         // read the exit code that way) may follow a run.
         400 | 422 if submitted => (ErrorKind::Internal, Retry::Unsafe),
@@ -97,6 +105,9 @@ pub(crate) fn from_response(
         .with_status(WireStatus::Http(status));
     if let Some(code) = code {
         e = e.with_code(code);
+    }
+    if kind == ErrorKind::Conflict && e.message().contains("Is the Sandbox started?") {
+        e = e.with_sandbox_state(execseam_core::SandboxState::Stopped);
     }
     e
 }
@@ -170,6 +181,20 @@ mod tests {
                 r#"{"statusCode":400,"message":"sandbox is not running","code":"SANDBOX_NOT_STARTED","source":"DAYTONA_PROXY"}"#,
                 Stage::Before,
                 K::Unavailable,
+                Retry::Never,
+            ),
+            (
+                400,
+                r#"{"statusCode":400,"message":"bad request: no IP address found. Is the Sandbox started?","code":"BAD_REQUEST","source":"DAYTONA_RUNNER"}"#,
+                Stage::Submit,
+                K::Conflict,
+                Retry::Never,
+            ),
+            (
+                400,
+                r#"{"statusCode":400,"message":"Snapshot gone-1 not found. Did you add it through the Daytona Dashboard?","code":"BAD_REQUEST"}"#,
+                Stage::Before,
+                K::NotFound,
                 Retry::Never,
             ),
             (
@@ -256,6 +281,11 @@ mod tests {
             assert_eq!((e.kind(), e.retry()), (kind, retry), "{status} {body}: {e}");
             assert_eq!(e.status(), Some(WireStatus::Http(status)));
             assert_eq!(e.provider(), "daytona");
+            // A stopped sandbox's refusal says which state it is in (the paused-sandbox rule).
+            let want = body
+                .contains("Is the Sandbox started?")
+                .then_some(execseam_core::SandboxState::Stopped);
+            assert_eq!(e.sandbox_state(), want, "{body}");
         }
     }
 

@@ -57,6 +57,7 @@ mod config;
 mod error;
 mod exec;
 mod provider;
+mod state;
 mod wire;
 
 pub use config::{
@@ -64,6 +65,7 @@ pub use config::{
 };
 pub use exec::DaytonaExec;
 pub use provider::DaytonaProvider;
+pub use state::{PREVIEW_TOKEN_HEADER, STATE};
 
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "daytona";
@@ -100,7 +102,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
 
 /// Daytona's lifecycle (see [`DaytonaProvider`]): create from a snapshot with env, labels and an
 /// idle stop; connect, list by labels, delete. Resources come from the snapshot; a lifetime has
-/// no equivalent.
+/// no equivalent. Sandbox state (stop/start, snapshots, forks by snapshot, preview links):
+/// [`STATE`].
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     create: true,
     connect: true,
@@ -114,7 +117,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         ..SpecSupport::NONE
     },
     options: &[],
-    state: execseam_core::StateCapabilities::NONE,
+    state: STATE,
 };
 
 /// The configuration variables [`DaytonaConfig::from_env`] reads.
