@@ -123,8 +123,8 @@ impl KubernetesExec {
 
     /// Suspends the sandbox: `spec.operatingMode: Suspended` on its Sandbox (claim and sandbox
     /// modes), then waits until the controller reports it suspended (its pod deleted, the
-    /// Sandbox and its volumes kept). A provider extra: the sandbox-state contract (pause and
-    /// resume for every adapter) is not defined yet.
+    /// Sandbox and its volumes kept): what [`Provider::pause`](execseam_core::Provider::pause)
+    /// does by id.
     pub async fn suspend(&self) -> Result<(), Error> {
         lifecycle::set_operating_mode(
             &self.inner.shared.api,

@@ -112,7 +112,7 @@ impl Adapter for Kubernetes {
 
 /// The lifecycle in claim mode (the default): create (`SandboxClaim` on a warm pool: image →
 /// the pool, env → `spec.env`, labels, lifetime → `spec.lifecycle.shutdownTime`), connect, list
-/// (by label), destroy.
+/// (by label), destroy, pause and resume ([`STATE`]).
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     create: true,
     connect: true,
@@ -125,8 +125,28 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         lifetime: true,
         ..SpecSupport::NONE
     },
-    options: &[], // No pause, snapshots, forks or exposed ports: every state operation is Unsupported.
-    state: execseam_core::StateCapabilities::NONE,
+    options: &[],
+    state: STATE,
+};
+
+/// Claim and sandbox modes: pause is agent-sandbox's suspend, `spec.operatingMode: Suspended`
+/// on the Sandbox, and resume sets it back to `Running`. The controller deletes the Sandbox's
+/// pod and keeps the Sandbox, its name, its Service and its PersistentVolumeClaims
+/// (`controllers/sandbox_controller.go`, `reconcilePod`: "Deleting Pod because
+/// .Spec.OperatingMode is Suspended"; `reconcilePVCs` runs in either mode); resume makes a new
+/// pod under the same name, with a new IP. So a pause keeps only what is on the template's
+/// volumes (`volumeClaimTemplates`): the container's writable layer, its memory and its
+/// processes (process handles included) are gone. A command on a suspended sandbox is
+/// `Conflict` with the state `Paused` (it has no pod); connect does not resume. No snapshots,
+/// forks or exposed ports (`Unsupported` before any request).
+pub const STATE: execseam_core::StateCapabilities = execseam_core::StateCapabilities {
+    pause: Some(execseam_core::PauseSupport {
+        kinds: &[execseam_core::Kept::Filesystem],
+        scope: execseam_core::Scope::Volumes,
+        while_paused: execseam_core::WhilePaused::Refused,
+        connect_resumes: false,
+    }),
+    ..execseam_core::StateCapabilities::NONE
 };
 
 /// Pod mode's lifecycle: image, env, labels, CPU and memory (requests = limits); no lifetime.
@@ -139,6 +159,8 @@ pub const POD_LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         memory: true,
         ..SpecSupport::NONE
     },
+    // A plain pod has no operating mode: deleting it is destroying it.
+    state: execseam_core::StateCapabilities::NONE,
     ..LIFECYCLE
 };
 
