@@ -72,7 +72,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    processes: Some(execseam_adapter_kit::spool::SPOOLED_TERMINAL),
 };
 
 /// The capabilities over the HTTP POST fallback.
