@@ -19,9 +19,12 @@ use serde_json::{Value, json};
 
 type Client = RunningService<RoleClient, ()>;
 
-const TOOLS: [&str; 9] = [
+const TOOLS: [&str; 12] = [
     "apply_patch",
     "bash",
+    "bash_kill",
+    "bash_output",
+    "bash_stdin",
     "code",
     "edit",
     "glob",
@@ -114,6 +117,7 @@ async fn schemas(c: &Client) {
             "apply_patch" => &["patch"],
             "code" => &["language", "source"],
             "list" => &[],
+            "bash_output" | "bash_stdin" | "bash_kill" => &["id"],
             other => panic!("{other}"),
         };
         assert_eq!(required, want.iter().copied().collect(), "{}: {s}", t.name);
