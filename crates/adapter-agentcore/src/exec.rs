@@ -101,15 +101,11 @@ impl Drop for Inner {
         if !self.ownership.destroy_on_drop() {
             return;
         }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let client = self.client.clone();
-            let sid = self.session_id.clone();
-            handle.spawn(async move {
-                if let Err(e) = client.stop_session(&sid).await {
-                    tracing::debug!(error = %e, "agentcore: stopping the session on drop failed");
-                }
-            });
-        }
+        let client = self.client.clone();
+        let sid = self.session_id.clone();
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "stop the session", async move {
+            client.stop_session(&sid).await
+        });
     }
 }
 
@@ -636,22 +632,15 @@ impl Drop for StopOnDrop {
         if !self.armed {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(task = %self.task_id, "agentcore: no runtime to stop the task");
-            return;
-        };
         let client = self.client.clone();
         let sid = self.session_id.clone();
         let task = self.task_id.clone();
-        handle.spawn(async move {
-            let args = ToolArguments::builder().task_id(task.clone()).build();
-            match client
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "stop the task", async move {
+            let args = ToolArguments::builder().task_id(task).build();
+            client
                 .invoke(STOP_TASK, &sid, tool::stop_task(), args)
                 .await
-            {
-                Ok(_) => tracing::debug!(%task, "agentcore: task stopped"),
-                Err(e) => tracing::debug!(%task, error = %e, "agentcore: stopTask failed"),
-            }
+                .map(|_| ())
         });
     }
 }
@@ -742,13 +731,14 @@ impl Inner {
 
     /// Removes a stdin file the wrapper may never have consumed (best effort, in the background).
     fn forget(self: &Arc<Self>, rel: String) {
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let inner = self.clone();
-            handle.spawn(async move {
-                let args = ToolArguments::builder().set_paths(Some(vec![rel])).build();
-                let _ = inner.invoke(REMOVE_FILES, tool::remove_files(), args).await;
-            });
-        }
+        let inner = self.clone();
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "remove a stdin file", async move {
+            let args = ToolArguments::builder().set_paths(Some(vec![rel])).build();
+            inner
+                .invoke(REMOVE_FILES, tool::remove_files(), args)
+                .await
+                .map(|_| ())
+        });
     }
 
     async fn run_task(&self, command: &str) -> Result<ToolResult, Error> {

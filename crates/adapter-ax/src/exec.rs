@@ -164,7 +164,12 @@ impl AxExec {
             tails: [Vec::new(), Vec::new()],
             stdin_error: Arc::new(Mutex::new(None)),
         };
-        tokio::spawn(driver.run(stdin));
+        // Counted by the kit's reaper: a consumer that drops the stream leaves the driver to
+        // notice and kill (its guard), and the front end's drain must wait for that.
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "kill", async move {
+            driver.run(stdin).await;
+            Ok(())
+        });
         Ok(EventStream::new(Receiver(rx)))
     }
 }
@@ -312,16 +317,18 @@ impl Drop for KillOnDrop {
             return;
         }
         let (guest, id) = (self.guest.clone(), std::mem::take(&mut self.id));
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                match guest.signal(&id, Signal::Kill).await {
-                    Ok(_) => tracing::debug!(provider = PROVIDER, process_id = %id, "killed"),
-                    Err(s) => {
-                        tracing::debug!(provider = PROVIDER, process_id = %id, status = %s.code(), "kill failed")
-                    }
-                }
-            });
-        }
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "kill", async move {
+            match guest.signal(&id, Signal::Kill).await {
+                Ok(_) => Ok(()),
+                // The process already ended (and was reaped): nothing to kill.
+                Err(s) if s.code() == Code::NotFound => Ok(()),
+                Err(s) => Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!("signal {id}: {:?}: {}", s.code(), s.message()),
+                )
+                .with_provider(PROVIDER)),
+            }
+        });
     }
 }
 

@@ -262,14 +262,9 @@ impl Drop for CancelOnDrop {
         let Some(id) = self.id.lock().expect("id").take() else {
             return;
         };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let client = self.client.clone();
-        rt.spawn(async move {
-            if let Err(e) = client.cancel(&id).await {
-                tracing::debug!(provider = PROVIDER, error = %e, "cancel after drop failed");
-            }
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "cancel", async move {
+            client.cancel(&id).await.map(|_| ())
         });
     }
 }

@@ -53,15 +53,10 @@ impl Drop for Inner {
         if !self.ownership.destroy_on_drop() {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(provider = PROVIDER, sandbox = %self.sandbox_id, "no runtime to delete the sandbox on drop");
-            return;
-        };
         let client = self.client.clone();
         let id = self.sandbox_id.clone();
-        handle.spawn(async move {
-            let r = client.delete_sandbox(&id).await;
-            tracing::debug!(provider = PROVIDER, sandbox = %id, ok = r.is_ok(), "deleted the sandbox on drop");
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "delete the sandbox", async move {
+            client.delete_sandbox(&id).await
         });
     }
 }

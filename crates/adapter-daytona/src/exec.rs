@@ -340,25 +340,22 @@ impl Drop for Inner {
             if idle.is_empty() {
                 return;
             }
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                let toolbox = self.toolbox.clone();
-                handle.spawn(async move {
-                    for id in idle {
-                        let _ = toolbox.delete_session(&id).await;
+            let toolbox = self.toolbox.clone();
+            execseam_adapter_kit::reaper::spawn(PROVIDER, "delete idle sessions", async move {
+                let mut first = Ok(());
+                for id in idle {
+                    if let Err(e) = toolbox.delete_session(&id).await {
+                        first = first.and(Err(e));
                     }
-                });
-            }
+                }
+                first
+            });
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(provider = PROVIDER, sandbox = %self.sandbox_id, "no runtime to delete the sandbox on drop");
-            return;
-        };
         let client = self.client.clone();
         let id = self.sandbox_id.clone();
-        handle.spawn(async move {
-            let r = client.delete_sandbox(&id).await;
-            tracing::debug!(provider = PROVIDER, sandbox = %id, ok = r.is_ok(), "deleted the sandbox on drop");
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "delete the sandbox", async move {
+            client.delete_sandbox(&id).await
         });
     }
 }
@@ -444,7 +441,7 @@ impl DaytonaExec {
                 Ok(()) => {}
                 Err(e) if e.kind() == execseam_core::ErrorKind::NotFound => {}
                 Err(e) => {
-                    tracing::warn!(session = %id, error = %e, "could not delete a pooled Daytona session")
+                    tracing::debug!(session = %id, error = %e, "could not delete a pooled Daytona session")
                 }
             }
         }
@@ -528,6 +525,22 @@ async fn wait_started(
     loop {
         match sandbox.state.as_deref() {
             None | Some("started") => return Ok(sandbox),
+            // Nothing starts a stopped or archived sandbox but `start` (resume): not a wait.
+            Some(s @ ("stopped" | "archived")) => {
+                let state = if s == "stopped" {
+                    execseam_core::SandboxState::Stopped
+                } else {
+                    execseam_core::SandboxState::Archived
+                };
+                return Err(Error::new(
+                    execseam_core::ErrorKind::Conflict,
+                    format!("sandbox {} is {s}: resume (start) it first", sandbox.id),
+                )
+                .with_retry(execseam_core::Retry::Never)
+                .with_provider(PROVIDER)
+                .with_operation("connect")
+                .with_sandbox_state(state));
+            }
             Some(s @ ("error" | "build_failed" | "destroyed" | "destroying")) => {
                 let why = sandbox.error_reason.clone().unwrap_or_default();
                 let kind = if s.starts_with("destr") {
@@ -752,7 +765,7 @@ impl Session {
         }
         // A failure leaks an idle session and is logged, not reported: the result stands.
         if let Err(e) = self.toolbox.delete_session(&self.id).await {
-            tracing::warn!(session = %self.id, error = %e, "could not delete a Daytona session");
+            tracing::debug!(session = %self.id, error = %e, "could not delete a Daytona session");
         }
     }
 }
@@ -766,18 +779,16 @@ impl Drop for Session {
         // Abandoned: deleting the session kills its process tree; an unused stdin file goes too.
         let toolbox = self.toolbox.clone();
         let id = self.open.then(|| std::mem::take(&mut self.id));
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                if let Some(id) = id
-                    && let Err(e) = toolbox.delete_session(&id).await
-                {
-                    tracing::warn!(session = %id, error = %e, "could not kill an abandoned Daytona command");
-                }
-                if let Some(path) = stdin {
-                    let _ = toolbox.delete_file(&path, false).await;
-                }
-            });
-        }
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "kill (delete the session)", async move {
+            let killed = match id {
+                Some(id) => toolbox.delete_session(&id).await,
+                None => Ok(()),
+            };
+            if let Some(path) = stdin {
+                let _ = toolbox.delete_file(&path, false).await;
+            }
+            killed
+        });
     }
 }
 
@@ -929,7 +940,7 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
     if reuse {
         session.release().await;
     } else if let Err(e) = session.kill().await {
-        tracing::warn!(error = %e, "could not delete a Daytona session");
+        tracing::debug!(error = %e, "could not delete a Daytona session");
     }
     degrade::check_wrapped(output).map_err(|e| e.or_context(PROVIDER, "exec"))
 }
@@ -1112,7 +1123,7 @@ impl Running {
         let (toolbox, dir) = (self.toolbox.clone(), self.dir.clone());
         self.disarm();
         if let Err(e) = toolbox.execute(&kill_command(&dir), 60, false).await {
-            tracing::warn!(error = %e, "could not kill a Daytona command");
+            tracing::debug!(error = %e, "could not kill a Daytona command");
         }
     }
 }
@@ -1124,16 +1135,20 @@ impl Drop for Running {
             return;
         }
         let (toolbox, dir) = (self.toolbox.clone(), std::mem::take(&mut self.dir));
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                if submitted && let Err(e) = toolbox.execute(&kill_command(&dir), 60, false).await {
-                    tracing::warn!(error = %e, "could not kill an abandoned Daytona command");
-                }
-                if let Some(path) = stdin {
-                    let _ = toolbox.delete_file(&path, false).await;
-                }
-            });
-        }
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "kill", async move {
+            let killed = if submitted {
+                toolbox
+                    .execute(&kill_command(&dir), 60, false)
+                    .await
+                    .map(|_| ())
+            } else {
+                Ok(())
+            };
+            if let Some(path) = stdin {
+                let _ = toolbox.delete_file(&path, false).await;
+            }
+            killed
+        });
     }
 }
 

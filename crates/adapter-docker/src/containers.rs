@@ -48,24 +48,73 @@ pub(crate) async fn create(
                 "the adapter never pulls: the image must be on the engine",
             )
         })?;
+    // From here the container exists: every failure removes it, and so does a caller that stops
+    // waiting (issue 38, D17/D18: a failed inspect, or a signal, left it running).
+    let mut made = Unclaimed {
+        docker: docker.clone(),
+        id: Some(created.id.clone()),
+    };
+    let started = start_checked(docker, config, &created.id, &keepalive).await;
+    made.hand_over();
+    match started {
+        Ok(()) => Ok(created.id),
+        Err(e) => {
+            remove(docker, &created.id).await;
+            Err(e)
+        }
+    }
+}
+
+/// Starts a created container; a warm one must still run once started.
+async fn start_checked(
+    docker: &Docker,
+    config: &DockerConfig,
+    id: &str,
+    keepalive: &[String],
+) -> Result<(), Error> {
     if let Err(e) = docker
-        .start_container(&created.id, None::<StartContainerOptions>)
+        .start_container(id, None::<StartContainerOptions>)
         .await
     {
-        remove(docker, &created.id).await;
         let hint = format!("the keepalive {keepalive:?} must exist in the image");
         return Err(engine_hint("start container", Stage::Submit, e, &hint));
     }
     // With an init the start succeeds even when the keepalive cannot run: the init exits at once.
     // (Per call the exec that follows finds out, for the price of no extra request.)
-    if config.mode == Mode::Warm && !state(docker, &created.id).await?.is_some_and(|s| s.running) {
-        remove(docker, &created.id).await;
+    if config.mode == Mode::Warm && !state(docker, id).await?.is_some_and(|s| s.running) {
         return Err(vars::config_error(crate::PROVIDER, format!(
             "the container exited as soon as it started: does the image have the keepalive {keepalive:?}?"
         ))
         .with_operation("start container"));
     }
-    Ok(created.id)
+    Ok(())
+}
+
+/// A created container not yet handed to the caller: dropped, it is removed (through the
+/// kit's reaper, which the front ends drain before exiting).
+struct Unclaimed {
+    docker: Docker,
+    id: Option<String>,
+}
+
+impl Unclaimed {
+    /// The caller has it now (or removes it itself).
+    fn hand_over(&mut self) {
+        self.id = None;
+    }
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            let docker = self.docker.clone();
+            execseam_adapter_kit::reaper::spawn(
+                crate::PROVIDER,
+                "remove the container",
+                async move { destroy(&docker, &id).await },
+            );
+        }
+    }
 }
 
 fn host_config(config: &DockerConfig) -> HostConfig {

@@ -199,15 +199,9 @@ impl Drop for Inner {
         if !(self.config.destroy_on_drop && self.ownership.destroy_on_drop()) {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(provider = PROVIDER, container = %id, "no runtime to remove the container on drop");
-            return;
-        };
         let (client, id) = (self.client.clone(), id.clone());
-        handle.spawn(async move {
-            if let Ok(docker) = client.get().await {
-                containers::remove(docker, &id).await;
-            }
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "remove the container", async move {
+            containers::destroy(client.get().await?, &id).await
         });
     }
 }
@@ -722,14 +716,19 @@ enum Action {
 }
 
 impl Action {
-    async fn run(self, docker: Docker) {
+    fn what(&self) -> &'static str {
         match self {
-            Action::Remove(id) => containers::remove(&docker, &id).await,
-            Action::Kill { container, tag } => {
-                if let Err(e) = kill_tagged(&docker, &container, &tag).await {
-                    tracing::warn!(container, error = %e, "killing an abandoned exec failed");
-                }
-            }
+            Action::Remove(_) => "remove the per-call container",
+            Action::Kill { .. } => "kill",
+        }
+    }
+
+    async fn run(self, docker: Docker) -> Result<(), Error> {
+        match self {
+            Action::Remove(id) => containers::destroy(&docker, &id).await,
+            Action::Kill { container, tag } => kill_tagged(&docker, &container, &tag)
+                .await
+                .map_err(|e| engine("kill", Stage::Before, e)),
         }
     }
 }
@@ -780,8 +779,20 @@ impl Cleanup {
     /// action goes on in the background.
     async fn run_now(&mut self) {
         if let Some(a) = self.action.take() {
-            let task = tokio::spawn(a.run(self.docker.clone()));
-            let _ = tokio::time::timeout(CLEANUP_WAIT, task).await;
+            let what = a.what();
+            let outcome = execseam_adapter_kit::reaper::run_bounded(
+                PROVIDER,
+                what,
+                a.run(self.docker.clone()),
+                CLEANUP_WAIT,
+            )
+            .await;
+            tracing::debug!(
+                provider = PROVIDER,
+                what,
+                ?outcome,
+                "clean-up after an exec"
+            );
         }
     }
 }
@@ -795,22 +806,8 @@ impl Drop for Cleanup {
         let Some(action) = self.action.take() else {
             return;
         };
-        let fut = action.run(self.docker.clone());
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) => {
-                h.spawn(fut);
-            }
-            Err(_) => {
-                std::thread::spawn(move || {
-                    if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                    {
-                        rt.block_on(fut);
-                    }
-                });
-            }
-        }
+        let what = action.what();
+        execseam_adapter_kit::reaper::spawn(PROVIDER, what, action.run(self.docker.clone()));
     }
 }
 

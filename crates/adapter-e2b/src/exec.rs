@@ -258,26 +258,20 @@ impl Drop for Inner {
         if !(self.config.kill_on_drop && self.ownership.destroy_on_drop()) {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(
-                provider = PROVIDER,
-                sandbox = %self.sandbox_id,
-                "no runtime to kill the sandbox on drop; it ends with its timeout"
-            );
-            return;
-        };
         let http = self.http.clone();
         let config = self.config.clone();
         let id = self.sandbox_id.clone();
         let base = self.api.clone();
-        handle.spawn(async move {
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "kill the sandbox", async move {
             let cp = ControlPlane {
                 http: &http,
                 base,
                 config: &config,
             };
-            let r = cp.kill(&id).await;
-            tracing::debug!(provider = PROVIDER, sandbox = %id, ok = r.is_ok(), "killed the sandbox on drop");
+            cp.kill(&id)
+                .await
+                .map(|_| ())
+                .map_err(|e| error::map(e, &Ctx::new("kill", Stage::Before)))
         });
     }
 }
@@ -806,17 +800,9 @@ impl Drop for KillGuard {
         let Some(target) = self.target.lock().expect("kill target").take() else {
             return;
         };
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(
-                provider = PROVIDER,
-                ?target,
-                "no runtime to kill the process"
-            );
-            return;
-        };
         let inner = self.inner.clone();
-        handle.spawn(async move {
-            let _ = inner.kill_process(target).await;
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "kill", async move {
+            inner.kill_process(target).await
         });
     }
 }

@@ -103,25 +103,14 @@ impl Drop for InFlight {
 }
 
 /// Runs `work` (a kill, a stop, a delete) on the current runtime, counted until it ends; its
-/// failure is kept for [`drain`]. Without a runtime nothing can run it: that is recorded too.
+/// failure is kept for [`drain`]. Dropped outside a runtime (a handle kept past its runtime's
+/// end), the work runs on a thread with a runtime of its own, counted the same way.
 pub fn spawn<F>(provider: &'static str, what: &'static str, work: F)
 where
     F: Future<Output = Result<(), Error>> + Send + 'static,
 {
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        record(Reaped {
-            provider,
-            what,
-            error: Error::new(
-                execseam_core::ErrorKind::Internal,
-                "no async runtime to run it on (dropped outside one)",
-            )
-            .with_provider(provider),
-        });
-        return;
-    };
     let flight = InFlight::new();
-    rt.spawn(async move {
+    let tracked = async move {
         let _flight = flight;
         if let Err(error) = work.await {
             record(Reaped {
@@ -130,7 +119,100 @@ where
                 error,
             });
         }
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => {
+            rt.spawn(tracked);
+        }
+        Err(_) => {
+            std::thread::spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt.block_on(tracked),
+                    Err(e) => {
+                        drop(tracked);
+                        record(Reaped {
+                            provider,
+                            what,
+                            error: Error::new(
+                                execseam_core::ErrorKind::Internal,
+                                format!("no runtime to run it on: {e}"),
+                            )
+                            .with_provider(provider),
+                        });
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// Runs `work` (a kill on an error path) now, waiting at most `wait` for it: an error must not
+/// be held by a clean-up the far end does not answer. Past `wait` the work goes on as drop-time
+/// work (counted, awaited by [`drain`], its failure reported there); `None` then.
+pub async fn run_bounded<F>(
+    provider: &'static str,
+    what: &'static str,
+    work: F,
+    wait: Duration,
+) -> Option<Result<(), Error>>
+where
+    F: Future<Output = Result<(), Error>> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    spawn(provider, what, async move {
+        let outcome = work.await;
+        // Nobody waits any more: the outcome is the reaper's to report.
+        match tx.send(outcome) {
+            Ok(()) => Ok(()),
+            Err(outcome) => outcome,
+        }
     });
+    tokio::time::timeout(wait, rx).await.ok()?.ok()
+}
+
+/// Runs `create` (a request that makes something the caller must later destroy) as work of
+/// its own, so that a caller who stops waiting (a signal, a dropped future, a timeout) does not
+/// leak what it makes: the answer nobody received is handed to `undo`, counted like drop-time
+/// work and awaited by [`drain`]. Issue 38 (D17): a signal while a create's answer was in
+/// flight left the sandbox running.
+pub async fn guarded<T, F, U, UF>(
+    provider: &'static str,
+    what: &'static str,
+    create: F,
+    undo: U,
+) -> Result<T, Error>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T, Error>> + Send + 'static,
+    U: FnOnce(T) -> UF + Send + 'static,
+    UF: Future<Output = Result<(), Error>> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let flight = InFlight::new();
+    tokio::spawn(async move {
+        let _flight = flight;
+        let made = create.await;
+        if let Err(Ok(unclaimed)) = tx.send(made)
+            && let Err(error) = undo(unclaimed).await
+        {
+            record(Reaped {
+                provider,
+                what,
+                error,
+            });
+        }
+    });
+    match rx.await {
+        Ok(made) => made,
+        Err(_) => Err(Error::new(
+            execseam_core::ErrorKind::Internal,
+            "the create ended without an answer (its task panicked)",
+        )
+        .with_provider(provider)),
+    }
 }
 
 /// Work in flight now.
@@ -197,17 +279,65 @@ mod tests {
                 .describe()
                 .contains("delete the sandbox failed: reset")
         );
+        // Dropped outside a runtime: the work still runs (on a thread), and drain waits for it.
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        std::thread::spawn(move || {
+            spawn("p", "kill", async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                r.store(true, Ordering::SeqCst);
+                Ok(())
+            })
+        })
+        .join()
+        .unwrap();
+        let drained = drain(Duration::from_secs(5)).await;
+        assert!(ran.load(Ordering::SeqCst), "the off-runtime kill never ran");
+        assert!(drained.clean());
+
+        // A create whose caller stopped waiting: what it made is undone, and drain waits for it.
+        let undone = Arc::new(AtomicBool::new(false));
+        let u = undone.clone();
+        let create = guarded(
+            "p",
+            "delete the sandbox",
+            async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok::<_, Error>("sandbox-1")
+            },
+            move |id| async move {
+                assert_eq!(id, "sandbox-1");
+                u.store(true, Ordering::SeqCst);
+                Ok(())
+            },
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), create)
+                .await
+                .is_err()
+        );
+        drain(Duration::from_secs(5)).await;
+        assert!(
+            undone.load(Ordering::SeqCst),
+            "the unclaimed sandbox was left"
+        );
+        // A caller that waits gets it, and nothing is undone.
+        let made = guarded("p", "delete", async { Ok::<_, Error>(7) }, |_| async {
+            Err(Error::new(
+                execseam_core::ErrorKind::Internal,
+                "undone although received",
+            ))
+        })
+        .await;
+        assert_eq!(made.unwrap(), 7);
+
         // Bounded: work that never ends is reported pending, not waited for.
         spawn("p", "kill", std::future::pending());
         let start = std::time::Instant::now();
         let drained = drain(Duration::from_millis(100)).await;
         assert!(start.elapsed() < Duration::from_secs(2));
         assert_eq!(drained.pending, 1);
+        assert!(drained.failures.is_empty(), "{}", drained.describe());
         assert!(drained.describe().contains("unconfirmed"));
-        // Without a runtime the work cannot run: recorded, not silently lost.
-        std::thread::spawn(|| spawn("p", "kill", async { Ok(()) }))
-            .join()
-            .unwrap();
-        assert_eq!(drain(Duration::ZERO).await.failures.len(), 1);
     }
 }

@@ -123,8 +123,8 @@ impl KubernetesExec {
 
     /// Suspends the sandbox: `spec.operatingMode: Suspended` on its Sandbox (claim and sandbox
     /// modes), then waits until the controller reports it suspended (its pod deleted, the
-    /// Sandbox and its volumes kept). A provider extra: the sandbox-state contract (pause and
-    /// resume for every adapter) is not defined yet.
+    /// Sandbox and its volumes kept): what [`Provider::pause`](execseam_core::Provider::pause)
+    /// does by id.
     pub async fn suspend(&self) -> Result<(), Error> {
         lifecycle::set_operating_mode(
             &self.inner.shared.api,
@@ -467,8 +467,10 @@ impl Cleanup {
 
     async fn run_now(&mut self) {
         if let Some(k) = self.take() {
-            let task = tokio::spawn(k.run());
-            let _ = tokio::time::timeout(CLEANUP_WAIT, task).await;
+            let outcome =
+                execseam_adapter_kit::reaper::run_bounded(PROVIDER, "kill", k.run(), CLEANUP_WAIT)
+                    .await;
+            tracing::debug!(provider = PROVIDER, ?outcome, "killed an abandoned exec");
         }
     }
 }
@@ -478,29 +480,13 @@ impl Drop for Cleanup {
         let Some(k) = self.take() else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) => {
-                h.spawn(k.run());
-            }
-            Err(_) => {
-                std::thread::spawn(move || {
-                    if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                    {
-                        rt.block_on(k.run());
-                    }
-                });
-            }
-        }
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "kill", k.run());
     }
 }
 
 impl Kill {
-    async fn run(self) {
-        if let Err(e) = kill_tagged(&self.shared, &self.target, &self.tag).await {
-            tracing::warn!(provider = PROVIDER, pod = %self.target.pod, error = %e, "killing an abandoned exec failed");
-        }
+    async fn run(self) -> Result<(), Error> {
+        kill_tagged(&self.shared, &self.target, &self.tag).await
     }
 }
 
@@ -563,6 +549,20 @@ impl Exec for KubernetesExec {
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
         Some(self)
+    }
+
+    /// The adapter kit's spool, in the container's `/tmp`: pod exec has no detach and no
+    /// reattach, and the API server keeps nothing of an exec once its stream ends. The start
+    /// exec's `setsid -f` supervisor holds none of the exec's pipes, so the exec's status comes
+    /// back at once and the command lives on in the container (reparented to its init) until
+    /// the container ends. A container restart (a new container: its writable layer and its
+    /// processes are new) loses the spool under `/tmp`: handles are then `NotFound`; where `/tmp`
+    /// is a volume that survives the restart, `Unknown` (the supervisor is gone, no exit).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
+            self,
+            Sandbox::id(self),
+        )))
     }
 }
 

@@ -20,6 +20,7 @@
 //! | streaming | yes: channel 1 and 2 frames as they come |
 //! | remote kill | yes: a second exec kills every process carrying the command's tag (the API server does not kill a command whose stream closed) |
 //! | binary output | yes |
+//! | process handles | yes: [`Processes`](execseam_core::Processes) from the adapter kit's spool, output and exit in files in the pod's `/tmp` (pod exec has no detach or reattach; a detached command outlives the exec that started it, not the container) |
 //!
 //! # Exit status
 //!
@@ -111,7 +112,7 @@ impl Adapter for Kubernetes {
 
 /// The lifecycle in claim mode (the default): create (`SandboxClaim` on a warm pool: image →
 /// the pool, env → `spec.env`, labels, lifetime → `spec.lifecycle.shutdownTime`), connect, list
-/// (by label), destroy.
+/// (by label), destroy, pause and resume ([`STATE`]).
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     create: true,
     connect: true,
@@ -124,8 +125,28 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         lifetime: true,
         ..SpecSupport::NONE
     },
-    options: &[], // No pause, snapshots, forks or exposed ports: every state operation is Unsupported.
-    state: execseam_core::StateCapabilities::NONE,
+    options: &[],
+    state: STATE,
+};
+
+/// Claim and sandbox modes: pause is agent-sandbox's suspend, `spec.operatingMode: Suspended`
+/// on the Sandbox, and resume sets it back to `Running`. The controller deletes the Sandbox's
+/// pod and keeps the Sandbox, its name, its Service and its PersistentVolumeClaims
+/// (`controllers/sandbox_controller.go`, `reconcilePod`: "Deleting Pod because
+/// .Spec.OperatingMode is Suspended"; `reconcilePVCs` runs in either mode); resume makes a new
+/// pod under the same name, with a new IP. So a pause keeps only what is on the template's
+/// volumes (`volumeClaimTemplates`): the container's writable layer, its memory and its
+/// processes (process handles included) are gone. A command on a suspended sandbox is
+/// `Conflict` with the state `Paused` (it has no pod); connect does not resume. No snapshots,
+/// forks or exposed ports (`Unsupported` before any request).
+pub const STATE: execseam_core::StateCapabilities = execseam_core::StateCapabilities {
+    pause: Some(execseam_core::PauseSupport {
+        kinds: &[execseam_core::Kept::Filesystem],
+        scope: execseam_core::Scope::Volumes,
+        while_paused: execseam_core::WhilePaused::Refused,
+        connect_resumes: false,
+    }),
+    ..execseam_core::StateCapabilities::NONE
 };
 
 /// Pod mode's lifecycle: image, env, labels, CPU and memory (requests = limits); no lifetime.
@@ -138,6 +159,8 @@ pub const POD_LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         memory: true,
         ..SpecSupport::NONE
     },
+    // A plain pod has no operating mode: deleting it is destroying it.
+    state: execseam_core::StateCapabilities::NONE,
     ..LIFECYCLE
 };
 
@@ -152,9 +175,9 @@ pub(crate) fn lifecycle_of(config: &KubernetesConfig) -> LifecycleCapabilities {
 /// all, some of it the container's environment). The exec URL is checked too (1 MiB,
 /// percent-encoded).
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
-    execseam_adapter_kit::size::SizeLimit::execve(
-        1 << 20,
-        "execve in the container: 128 KiB per string, 1 MiB in all",
+    execseam_adapter_kit::size::SizeLimit::linux(
+        execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
+        "execve in the container: 128 KiB per string, 1.75 MiB in all (Linux at the default stack, less 256 KiB for the sandbox's own env)",
     );
 
 /// What this adapter does by default; see the [crate docs](crate).
@@ -169,7 +192,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: None,
+    processes: Some(execseam_adapter_kit::spool::SPOOLED),
 };
 
 pub(crate) fn capabilities_of(config: &KubernetesConfig) -> Capabilities {

@@ -166,7 +166,22 @@ async fn sandbox_pod(api: &Api, ns: &str, name: &str, op: &'static str) -> Resul
     if sb.metadata.deletion_timestamp.is_some() {
         return Err(not_found(op, format!("sandbox {name} is being deleted")));
     }
+    if sb.suspended() {
+        return Err(paused(op));
+    }
     Ok(sb.pod_name().to_owned())
+}
+
+/// A command or a connect on a suspended sandbox: it has no pod until it is resumed
+/// (`WhilePaused::Refused`, never a wait and never an exit code).
+pub(crate) fn paused(op: &'static str) -> Error {
+    adapter(
+        ErrorKind::Conflict,
+        Retry::Never,
+        op,
+        "the sandbox is suspended (spec.operatingMode: Suspended): resume it first",
+    )
+    .with_sandbox_state(SandboxState::Paused)
 }
 
 async fn get<T: serde::de::DeserializeOwned>(
@@ -612,6 +627,11 @@ fn step(mode: Mode, object: &Value) -> Result<Step, Error> {
                 }
             }
             let ready = condition(&c.status.conditions, "Ready");
+            // The claim copies its Sandbox's Ready condition (`computeReadyCondition` in
+            // `extensions/controllers/sandboxclaim_controller.go`), a suspension included.
+            if ready.is_some_and(|r| r.reason.as_deref() == Some("SandboxSuspended")) {
+                return Err(paused(op));
+            }
             if let Some(r) = ready
                 && r.status == "False"
                 && let Some(e) = claim_failure(
@@ -636,12 +656,7 @@ fn step(mode: Mode, object: &Value) -> Result<Step, Error> {
             {
                 let reason = r.reason.as_deref().unwrap_or("");
                 if reason == "SandboxSuspended" {
-                    return Err(adapter(
-                        ErrorKind::Conflict,
-                        Retry::Never,
-                        op,
-                        "the sandbox is suspended (spec.operatingMode: Suspended): resume it first",
-                    ));
+                    return Err(paused(op));
                 }
                 if let Some(e) = claim_failure(reason, r.message.as_deref().unwrap_or("")) {
                     return Err(e);

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use execseam_core::{
-    BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Ownership, Provider,
-    Sandbox, SandboxInfo, SandboxSpec,
+    BoxFuture, Capabilities, Error, Kept, LifecycleCapabilities, ListFilter, Ownership, Provider,
+    Sandbox, SandboxInfo, SandboxSpec, SandboxState,
 };
 
 use crate::client::Api;
@@ -21,6 +21,7 @@ use crate::{PROVIDER, lifecycle};
 /// | [`connect`](Self::connect) | the claim's watch until `Ready` | the Sandbox's | the Pod's |
 /// | [`list`](Self::list) | `GET sandboxclaims?labelSelector=app.kubernetes.io/managed-by=execseam,…` | `GET sandboxes?…` | `GET pods?…` |
 /// | [`destroy`](Self::destroy) | `DELETE sandboxclaims/{id}` (the garbage collector deletes its Sandbox and Pod), then wait until the pod is gone; a claim already gone is `Ok` | `DELETE sandboxes/{id}`, wait | `DELETE pods/{id}` (grace 0), wait |
+/// | [`pause`](Self::pause) / [`resume`](Self::resume) | `GET` the claim for its Sandbox, `PATCH` its `spec.operatingMode`, poll the Sandbox until `Suspended=True` / `Ready=True` | the same on the Sandbox | `Unsupported` |
 #[derive(Clone)]
 pub struct KubernetesProvider {
     config: KubernetesConfig,
@@ -96,6 +97,22 @@ impl KubernetesProvider {
     pub async fn destroy(&self, id: &str) -> Result<(), Error> {
         Sandbox::destroy(&self.attach(id)?).await
     }
+
+    /// Suspends sandbox `id` (claim and sandbox modes; see [`STATE`](crate::STATE)):
+    /// `spec.operatingMode: Suspended` on its Sandbox by merge patch, then waits until the
+    /// controller reports `Suspended=True` (its pod is gone). A suspended one is `Ok` again.
+    pub async fn pause(&self, id: &str, keep: Option<Kept>) -> Result<SandboxState, Error> {
+        self.lifecycle().state.check_pause(PROVIDER, keep)?;
+        lifecycle::set_operating_mode(&self.shared.api, self.config.mode, id, true).await?;
+        Ok(SandboxState::Paused)
+    }
+
+    /// Resumes sandbox `id`: `spec.operatingMode: Running`, then waits until it is `Ready` (a
+    /// new pod, same name); a running one is `Ok`.
+    pub async fn resume(&self, id: &str) -> Result<(), Error> {
+        self.lifecycle().state.check_resume(PROVIDER)?;
+        lifecycle::set_operating_mode(&self.shared.api, self.config.mode, id, false).await
+    }
 }
 
 impl Provider for KubernetesProvider {
@@ -132,5 +149,17 @@ impl Provider for KubernetesProvider {
 
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(KubernetesProvider::destroy(self, id))
+    }
+
+    fn pause<'a>(
+        &'a self,
+        id: &'a str,
+        keep: Option<Kept>,
+    ) -> BoxFuture<'a, Result<SandboxState, Error>> {
+        Box::pin(KubernetesProvider::pause(self, id, keep))
+    }
+
+    fn resume<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(KubernetesProvider::resume(self, id))
     }
 }

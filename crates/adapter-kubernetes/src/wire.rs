@@ -176,12 +176,34 @@ pub struct SandboxObject {
     /// Metadata.
     #[serde(default)]
     pub metadata: Meta,
+    /// Spec, the parts read.
+    #[serde(default)]
+    pub spec: SandboxObjectSpec,
     /// Status.
     #[serde(default)]
     pub status: SandboxStatus,
 }
 
+/// `Sandbox.spec`, the parts read.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxObjectSpec {
+    /// `Running` (the CRD's default) or `Suspended`.
+    #[serde(default)]
+    pub operating_mode: Option<String>,
+}
+
 impl SandboxObject {
+    /// Suspended or suspending: `spec.operatingMode: Suspended`, or the controller's `Ready`
+    /// condition says `SandboxSuspended` (`controllers/sandbox_controller.go`,
+    /// `computeReadyCondition`: "Sandbox is suspending" while the pod terminates, then
+    /// "Sandbox is suspended").
+    pub fn suspended(&self) -> bool {
+        self.spec.operating_mode.as_deref() == Some("Suspended")
+            || condition(&self.status.conditions, "Ready")
+                .is_some_and(|r| r.reason.as_deref() == Some("SandboxSuspended"))
+    }
+
     /// Its pod's name: the `agents.x-k8s.io/pod-name` annotation, else its own name (the
     /// controller's `resolvePodName`).
     pub fn pod_name(&self) -> &str {

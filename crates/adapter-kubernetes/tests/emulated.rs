@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use execseam_core::{Command, ErrorKind, Exec, Exit, Sandbox, SandboxSpec};
+use execseam_core::{Command, ErrorKind, Exec, Exit, Provider, Sandbox, SandboxSpec, SandboxState};
 use execseam_emulator_kubernetes::{
     EmulatorOptions, KubernetesEmulator, KubernetesOptions, NAMESPACE, TEMPLATE, WARM_POOL,
 };
@@ -45,16 +45,33 @@ async fn sandbox_mode_copies_the_template_and_suspends_and_resumes() {
         .unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].image.as_deref(), Some(TEMPLATE));
-    s.suspend().await.unwrap();
+    // A process handle started before the suspend.
+    let procs = s.processes().expect("process handles");
+    let key = execseam_core::StartKey::new("before-suspend").unwrap();
+    let started = procs
+        .start(execseam_core::StartRequest::new(key, sh("sleep 300")))
+        .await
+        .unwrap();
+    // Pause is agent-sandbox's suspend: the controller deletes the pod.
+    let state = Provider::pause(&p, s.id(), None).await.unwrap();
+    assert_eq!(state, SandboxState::Paused);
     let e = s.exec(sh("true")).await.unwrap_err();
     assert_eq!(
-        e.kind(),
-        ErrorKind::NotFound,
+        (e.kind(), e.sandbox_state()),
+        (ErrorKind::Conflict, Some(SandboxState::Paused)),
         "a suspended sandbox has no pod: {e}"
     );
-    s.resume().await.unwrap();
-    let out = s.exec(sh("echo back")).await.unwrap();
+    Provider::resume(&p, s.id()).await.unwrap();
+    // A new pod under the same name: the container's files, its processes and the spool are
+    // gone (only volumes survive a suspend).
+    let out = s
+        .exec(sh("echo back; test -e /tmp/kept && echo kept; true"))
+        .await
+        .unwrap();
     assert_eq!(out.stdout.as_ref(), b"back\n");
+    let e = procs.status(&started.handle).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    drop(procs);
     s.close().await.unwrap();
     assert!(
         p.list(&execseam_core::ListFilter::new())
@@ -86,6 +103,12 @@ async fn pod_mode_runs_a_plain_pod() {
     );
     let e = s.suspend().await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unsupported);
+    let e = Provider::pause(&p, s.id(), None).await.unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::Unsupported,
+        "a plain pod has no operating mode"
+    );
     let id = s.id().to_owned();
     s.close().await.unwrap();
     let e = p.attach(&id).unwrap().exec(sh("true")).await.unwrap_err();

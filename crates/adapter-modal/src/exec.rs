@@ -52,14 +52,15 @@ impl Drop for Inner {
         if !(self.config.terminate_on_drop && self.ownership.destroy_on_drop()) {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(provider = PROVIDER, sandbox = %self.sandbox_id, "no runtime to terminate the sandbox on drop; it ends with its timeout");
-            return;
-        };
         let (control, id, v2) = (self.control.clone(), self.sandbox_id.clone(), self.v2);
-        handle.spawn(async move {
-            let r = control.terminate(&id, v2).await;
-            tracing::debug!(provider = PROVIDER, sandbox = %id, ok = r.is_ok(), "terminated the sandbox on drop");
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "terminate the sandbox", async move {
+            control.terminate(&id, v2).await.map_err(|s| {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    format!("{:?}: {}", s.code(), s.message()),
+                )
+                .with_provider(PROVIDER)
+            })
         });
     }
 }

@@ -39,14 +39,9 @@ impl Drop for Inner {
         if !self.ownership.destroy_on_drop() {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(provider = PROVIDER, sprite = %self.client.sprite(), "no runtime to delete the sprite on drop");
-            return;
-        };
         let client = self.client.clone();
-        handle.spawn(async move {
-            let r = client.delete_sprite().await;
-            tracing::debug!(provider = PROVIDER, sprite = %client.sprite(), ok = r.is_ok(), "deleted the sprite on drop");
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "delete the sprite", async move {
+            client.delete_sprite().await
         });
     }
 }
@@ -169,14 +164,20 @@ impl SpritesExec {
         let conn = self.inner.client.connect(&query).await?;
         let (tx, rx) = mpsc::channel(32);
         let (kill_tx, kill_rx) = mpsc::channel::<oneshot::Sender<Result<(), Error>>>(1);
-        tokio::spawn(drive(
+        // Counted by the kit's reaper: a dropped stream leaves the driver to kill the command,
+        // and the front end's drain must wait for that.
+        let driver = drive(
             self.inner.clone(),
             conn,
             stdin,
             cmd.workdir().map(str::to_owned),
             tx,
             kill_rx,
-        ));
+        );
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "kill", async move {
+            driver.await;
+            Ok(())
+        });
         Ok(
             EventStream::new(futures_util::stream::unfold(rx, |mut rx| async move {
                 rx.recv().await.map(|item| (item, rx))
@@ -459,10 +460,10 @@ async fn kill(
     }
     let result = match session_id {
         Some(id) => inner.client.kill(id).await.inspect_err(|e| {
-            tracing::warn!(provider = PROVIDER, session = id, error = %e, "could not kill the dropped command");
+            tracing::debug!(provider = PROVIDER, session = id, error = %e, "could not kill the dropped command");
         }),
         None => {
-            tracing::warn!(
+            tracing::debug!(
                 provider = PROVIDER,
                 "dropped before session_info: the command is left to the server's max_run_after_disconnect"
             );

@@ -56,14 +56,10 @@ impl Drop for Inner {
         if !self.ownership.destroy_on_drop() {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(provider = PROVIDER, sandbox = %self.name, "no runtime to delete the sandbox on drop; it stops at its timeout");
-            return;
-        };
         let api = self.api.clone();
         let name = self.name.clone();
-        handle.spawn(async move {
-            let _ = delete(&api, &name).await;
+        execseam_adapter_kit::reaper::spawn(PROVIDER, "delete the sandbox", async move {
+            delete(&api, &name).await
         });
     }
 }
@@ -410,13 +406,12 @@ impl Drop for KillGuard {
         let Target::Running(id) = target else {
             return;
         };
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let exec = self.exec.clone();
-        handle.spawn(async move {
-            let _ = exec.kill(&id, 9).await;
-        });
+        execseam_adapter_kit::reaper::spawn(
+            PROVIDER,
+            "kill",
+            async move { exec.kill(&id, 9).await },
+        );
     }
 }
 

@@ -11,14 +11,33 @@
 //! SIGINT/SIGTERM (the command is killed and what the run created is destroyed first). A command
 //! that itself exits 125 is told apart by `--json`.
 
+// Every `println!`/`print!` of this crate goes through `out::write` (these shadow std's): a
+// closed stdout ends the process with 141 instead of a panic.
+macro_rules! println {
+    () => {
+        $crate::out::write(format_args!(""), true)
+    };
+    ($($arg:tt)*) => {
+        $crate::out::write(format_args!($($arg)*), true)
+    };
+}
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::out::write(format_args!($($arg)*), false)
+    };
+}
+
 mod chaos;
 mod mcp;
 mod mcp_stdio;
+mod out;
 mod process;
 mod registry;
 mod run;
 mod sandbox;
+mod shell;
 mod tools;
+mod unified_exec;
 
 use std::process::ExitCode;
 
@@ -48,6 +67,10 @@ enum Cmd {
     /// Commands that outlive one call: start detached, list, logs from byte offsets, write
     /// stdin, signal, wait (docs/processes.md).
     Process(process::ProcessArgs),
+    /// An interactive terminal in a sandbox (like `docker exec -it`): raw mode, window-size
+    /// changes forwarded, the remote exit status as this one's; Ctrl-P Ctrl-Q detaches and
+    /// `--attach HANDLE` comes back with the screen replayed (docs/processes.md).
+    Shell(shell::ShellArgs),
     /// List every adapter with its capabilities.
     Adapters {
         /// Print JSON.
@@ -127,10 +150,11 @@ fn main() -> ExitCode {
         }
     };
     let code = rt.block_on(async move {
-        match cli.command {
+        let code = match cli.command {
             Cmd::Run(args) => run::run(args).await,
             Cmd::Sandbox(args) => sandbox::sandbox(args).await,
             Cmd::Process(args) => process::process(args).await,
+            Cmd::Shell(args) => shell::shell(args).await,
             Cmd::Adapters { json, markdown } => run::adapters(json, markdown),
             Cmd::Emulate(args) => run::emulate(args).await,
             Cmd::Chaos(args) => chaos::chaos(args).await,
@@ -144,7 +168,14 @@ fn main() -> ExitCode {
             Cmd::Code(args) => tools::code(args).await,
             Cmd::Serve(args) => execseam_server::serve(*args).await,
             Cmd::Mcp(args) => mcp::mcp(args).await,
+        };
+        // The kills and deletes that dropped handles started (a deadline, a dropped stream, a
+        // sandbox nobody closed) leave the host before the runtime ends (issue 38, D15).
+        let drained = execseam_adapter_kit::reaper::drain(run::DRAIN).await;
+        if !drained.clean() {
+            eprintln!("execseam: clean-up at exit: {}", drained.describe());
         }
+        code
     });
     // A pending read of stdin (the MCP transport) must not hold the exit.
     rt.shutdown_timeout(std::time::Duration::from_millis(200));

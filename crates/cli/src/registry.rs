@@ -38,7 +38,18 @@ pub async fn open_with(
     let provider = provider(name)?;
     Ok(Arc::from(match sandbox.filter(|s| !s.is_empty()) {
         Some(id) => provider.connect(id).await?,
-        None => provider.create(spec).await?,
+        // Guarded: a signal while the answer is in flight must not leak the sandbox (issue 38,
+        // D17); the kit destroys what nobody received, and the exit drains it.
+        None => {
+            let name: &'static str = Box::leak(name.to_owned().into_boxed_str());
+            execseam_adapter_kit::reaper::guarded(
+                name,
+                "destroy the sandbox created for an interrupted command",
+                async move { provider.create(spec).await },
+                |made| async move { made.close().await },
+            )
+            .await?
+        }
     }))
 }
 

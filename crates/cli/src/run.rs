@@ -119,11 +119,72 @@ pub fn error_status(e: &Error) -> ExitCode {
 
 /// Resolves on SIGINT (130) or SIGTERM (143).
 pub async fn interrupted() -> u8 {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => 130,
-        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => 143,
+    Signals::listen().recv().await
+}
+
+/// SIGINT and SIGTERM, caught from the moment [`Signals::listen`] returns (not from the first
+/// poll): a signal during a create must reach the code that undoes it, not kill the process.
+pub struct Signals {
+    int: Option<tokio::signal::unix::Signal>,
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    pub fn listen() -> Signals {
+        use tokio::signal::unix::{SignalKind, signal};
+        Signals {
+            int: signal(SignalKind::interrupt()).ok(),
+            term: signal(SignalKind::terminate()).ok(),
+        }
     }
+
+    /// The exit status of the next signal: 130 for SIGINT, 143 for SIGTERM.
+    pub async fn recv(&mut self) -> u8 {
+        async fn next(s: Option<&mut tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = next(self.int.as_mut()) => 130,
+            () = next(self.term.as_mut()) => 143,
+        }
+    }
+}
+
+/// How long an exit waits for the kills and deletes that dropped handles started (the kit's
+/// reaper): each is one request bounded by its adapter's request timeout.
+pub const DRAIN: Duration = Duration::from_secs(10);
+
+/// The one line of an interrupted run, after the kills it started were awaited and what it
+/// created was removed: which of those failed, if any.
+async fn interrupted_exit(sig: u8, sandbox: Option<&dyn execseam::Sandbox>) -> ExitCode {
+    let drained = execseam_adapter_kit::reaper::drain(DRAIN).await;
+    let mut not_done = drained.describe();
+    if let Some(s) = sandbox
+        && let Err(e) = s.close().await
+    {
+        let what = if s.owned() {
+            "removing the sandbox this run created"
+        } else {
+            "releasing the sandbox"
+        };
+        if !not_done.is_empty() {
+            not_done.push_str("; ");
+        }
+        not_done.push_str(&format!("{what} failed: {e}"));
+    }
+    if not_done.is_empty() {
+        eprintln!(
+            "execseam: interrupted; the command was killed and what this run created removed"
+        );
+    } else {
+        eprintln!("execseam: interrupted; {not_done}");
+    }
+    ExitCode::from(sig)
 }
 
 pub async fn run(args: RunArgs) -> ExitCode {
@@ -132,19 +193,21 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return report(&args, Err(e)),
     };
-    let sandbox = match registry::open(&args.adapter, args.sandbox.as_deref()).await {
-        Ok(s) => s,
-        Err(e) => return report(&args, Err(e)),
+    let mut signals = Signals::listen();
+    // Interrupted during the create: the kit's guard destroys the sandbox when its answer
+    // arrives (drained before exiting).
+    let sandbox = tokio::select! {
+        s = registry::open(&args.adapter, args.sandbox.as_deref()) => match s {
+            Ok(s) => s,
+            Err(e) => return report(&args, Err(e)),
+        },
+        sig = signals.recv() => return interrupted_exit(sig, None).await,
     };
-    // Interrupted: the exec is dropped (adapters with remote kill kill the command), and what
-    // this run created is destroyed before the process exits.
+    // Interrupted: the exec is dropped (adapters with remote kill kill the command through the
+    // kit's reaper), the kills are awaited, and what this run created is destroyed.
     let result = tokio::select! {
         r = run_inner(&args, cmd, sandbox.clone()) => r,
-        sig = interrupted() => {
-            eprintln!("execseam: interrupted; killing the command and removing what this run created");
-            registry::close(&*sandbox).await;
-            return ExitCode::from(sig);
-        }
+        sig = signals.recv() => return interrupted_exit(sig, Some(&*sandbox)).await,
     };
     registry::close(&*sandbox).await;
     report(&args, result)

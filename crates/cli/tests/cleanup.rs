@@ -94,3 +94,150 @@ async fn a_sandbox_created_by_the_run_is_removed_and_an_existing_one_is_kept() {
     );
     http(&base, &key, "DELETE", &format!("/sandboxes/{id}"), "");
 }
+
+// Issue 38, D15/D16/D17: what a run started is killed, and what it created is removed, before
+// the process exits (the kit's reaper, drained by the CLI), whatever ends the run.
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use execseam_test_util::probe;
+
+fn spawn_run(env: &[(String, String)], args: &[&str]) -> Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_execseam"))
+        .arg("run")
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn sigterm(child: &Child) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Polls until `ready` holds (at most 20 s).
+async fn until(what: &str, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what}: timed out"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn finish(child: Child) -> (Option<i32>, String) {
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// AX's streams have no awaitable kill: the kill runs when the stream is dropped. Before the
+/// reaper, `--timeout` and SIGTERM both exited before that kill left the host (8 of 9 runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_or_a_signal_kills_the_command_before_the_cli_exits() {
+    let emu = execseam_emulators::start("ax", Default::default())
+        .await
+        .unwrap();
+    let env = emu.env.clone();
+
+    // --timeout: the deadline drops the stream; the exit waits for its kill.
+    // The token is never a whole argument of the CLI itself: only the command has it.
+    let token = probe::unique_sleep();
+    let script = format!("sleep {token}");
+    let child = spawn_run(
+        &env,
+        &[
+            "--adapter",
+            "ax",
+            "--timeout",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    let (code, stderr) = finish(child).await;
+    assert_eq!(code, Some(125), "{stderr}");
+    assert!(stderr.contains("deadline"), "{stderr}");
+    let left = probe::processes_with_arg(&token);
+    probe::kill_leftovers(&token);
+    assert!(
+        left.is_empty(),
+        "--timeout left the command running: {left:?}"
+    );
+
+    // SIGTERM mid-run in a named sandbox (EXECSEAM_SANDBOX is the guest): killed, one line.
+    let token = probe::unique_sleep();
+    let script = format!("sleep {token}");
+    let child = spawn_run(&env, &["--adapter", "ax", "--", "sh", "-c", &script]);
+    until("the command starts", || {
+        !probe::processes_with_arg(&token).is_empty()
+    })
+    .await;
+    sigterm(&child);
+    let (code, stderr) = finish(child).await;
+    let left = probe::processes_with_arg(&token);
+    probe::kill_leftovers(&token);
+    assert_eq!(code, Some(143), "{stderr}");
+    assert!(
+        left.is_empty(),
+        "SIGTERM left the command running: {left:?}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("the command was killed"), "{stderr}");
+}
+
+/// A signal while the create's answer is in flight (the chaos proxy holds it 2.5 s after the
+/// emulator made the sandbox): the CLI exits only once that sandbox is destroyed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_during_the_create_destroys_the_sandbox_when_its_answer_arrives() {
+    let emu = execseam_emulators::start("e2b", Default::default())
+        .await
+        .unwrap();
+    let key = emu
+        .env
+        .iter()
+        .find(|(k, _)| k == "E2B_API_KEY")
+        .unwrap()
+        .1
+        .clone();
+    let base = emu.base_url.clone();
+    let rules = execseam_chaos::parse_rules("POST /*sandboxes#1=hold:2500").unwrap();
+    let proxy = execseam_chaos::ChaosProxy::start(([127, 0, 0, 1], 0).into(), &base, rules)
+        .await
+        .unwrap();
+    let env: Vec<(String, String)> = emu
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.replace(&base, &proxy.base_url())))
+        .collect();
+    let child = spawn_run(&env, &["--adapter", "e2b", "--", "true"]);
+    until("the emulator made the sandbox", || {
+        http(&base, &key, "GET", "/sandboxes", "") != "[]"
+    })
+    .await;
+    sigterm(&child);
+    let (code, stderr) = finish(child).await;
+    assert_eq!(code, Some(143), "{stderr}");
+    assert_eq!(
+        http(&base, &key, "GET", "/sandboxes", ""),
+        "[]",
+        "the sandbox created for the interrupted run is gone: {stderr}"
+    );
+    proxy.shutdown().await;
+}

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 type Client = RunningService<RoleClient, ()>;
 
-const TOOLS: [&str; 12] = [
+const TOOLS: [&str; 14] = [
     "apply_patch",
     "bash",
     "bash_kill",
@@ -27,11 +27,13 @@ const TOOLS: [&str; 12] = [
     "bash_stdin",
     "code",
     "edit",
+    "exec_command",
     "glob",
     "grep",
     "list",
     "read",
     "write",
+    "write_stdin",
 ];
 
 async fn connect(args: &[&str], env: &[(String, String)]) -> (Client, Option<u32>) {
@@ -118,6 +120,8 @@ async fn schemas(c: &Client) {
             "code" => &["language", "source"],
             "list" => &[],
             "bash_output" | "bash_stdin" | "bash_kill" => &["id"],
+            "exec_command" => &["cmd"],
+            "write_stdin" => &["session_id"],
             other => panic!("{other}"),
         };
         assert_eq!(required, want.iter().copied().collect(), "{}: {s}", t.name);

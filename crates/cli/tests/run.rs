@@ -163,3 +163,26 @@ fn rust_log_goes_to_stderr_and_never_into_stdout() {
         .unwrap();
     assert_eq!(out.stderr, b"");
 }
+
+/// Issue 38, D31: `--json` output meeting a closed pipe (`… | head -c 10`) ends the CLI with 141
+/// (what a shell shows for SIGPIPE), not a panic.
+#[test]
+fn a_closed_stdout_ends_quietly_with_141() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    // Well over a pipe's buffer: the CLI is still writing when the reader goes.
+    std::fs::write(dir.path().join("big"), vec![b'x'; 1 << 20]).unwrap();
+    let root = dir.path().to_str().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_execseam"))
+        .args(["read", "--json", "big", "--root", root])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut head = [0u8; 10];
+    child.stdout.take().unwrap().read_exact(&mut head).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}

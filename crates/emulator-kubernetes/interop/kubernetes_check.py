@@ -16,6 +16,14 @@ Every expectation is what a real API server does, with its source:
 - [CRD] agent-sandbox k8s/crds/*.yaml (enums, required fields, defaults)
 - [AS] agent-sandbox controllers (claim adoption keeps the warm Sandbox's name; Ready/
   DependenciesReady "Pod is Ready"; ownerReferences; garbage collection)
+- [SUSPEND] agent-sandbox controllers/sandbox_controller.go at 2fd412d: reconcilePod deletes the
+  owned pod while spec.operatingMode is Suspended and makes it again (same name) when Running;
+  computeSuspendedCondition (True/PodTerminated "Pod has been terminated. Sandbox is suspended"
+  once the pod is gone, False/NotSuspended when Running: persistent, never removed);
+  computeReadyCondition (False/SandboxSuspended "Sandbox is suspended"); status.podIPs cleared
+  without a pod; the claim copies its Sandbox's Ready (sandboxclaim_controller.go
+  computeReadyCondition). A new pod's container starts from its image (kubernetes.io, Concepts,
+  Storage, Volumes: a container's files are lost when it ends)
 
 Prints one "ok <name>" per check and "OK" at the end.
 """
@@ -199,6 +207,61 @@ try:
     check(False, "exec: a missing pod is a 404 before the upgrade", "no error")
 except ApiException as ex:
     check("404" in str(ex.reason), "exec: a missing pod is a 404 before the upgrade [POD]", repr(ex.reason))
+
+# Suspend and resume through spec.operatingMode (a merge patch, as kubectl and the SDKs send).
+def sandbox_conditions(name):
+    s = co.get_namespaced_custom_object("agents.x-k8s.io", V, NS, "sandboxes", name)
+    return s, {c["type"]: c for c in s["status"].get("conditions", [])}
+
+
+old_uid = core.read_namespaced_pod(pod_name, NS).metadata.uid
+r = stream(core.connect_get_namespaced_pod_exec, pod_name, NS, command=["sh", "-c", "echo x > /tmp/before-suspend"],
+           stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+r.run_forever(timeout=20)
+co.patch_namespaced_custom_object("agents.x-k8s.io", V, NS, "sandboxes", sandbox_name,
+                                  {"spec": {"operatingMode": "Suspended"}})
+conds = {}
+for _ in range(300):
+    s, conds = sandbox_conditions(sandbox_name)
+    if conds.get("Suspended", {}).get("status") == "True":
+        break
+    time.sleep(0.1)
+susp, rdy = conds.get("Suspended", {}), conds.get("Ready", {})
+check(susp.get("reason") == "PodTerminated"
+      and susp.get("message") == "Pod has been terminated. Sandbox is suspended"
+      and rdy.get("status") == "False" and rdy.get("reason") == "SandboxSuspended"
+      and rdy.get("message") == "Sandbox is suspended" and not s["status"].get("podIPs"),
+      "suspend: Suspended True/PodTerminated, Ready False/SandboxSuspended, no pod IPs [SUSPEND]", repr(conds))
+e = api_error(core.read_namespaced_pod, pod_name, NS)
+check(e is not None and e.status == 404, "suspend: the pod is deleted, the Sandbox kept [SUSPEND]", repr(e))
+crc = {}
+for _ in range(100):
+    c = co.get_namespaced_custom_object(G, V, NS, "sandboxclaims", "interop-claim")
+    crc = {x["type"]: x for x in c["status"].get("conditions", [])}.get("Ready", {})
+    if crc.get("reason") == "SandboxSuspended":
+        break
+    time.sleep(0.1)
+check(crc.get("status") == "False" and crc.get("reason") == "SandboxSuspended",
+      "suspend: the claim's Ready copies the Sandbox's [SUSPEND]", repr(crc))
+co.patch_namespaced_custom_object("agents.x-k8s.io", V, NS, "sandboxes", sandbox_name,
+                                  {"spec": {"operatingMode": "Running"}})
+for _ in range(300):
+    s, conds = sandbox_conditions(sandbox_name)
+    if conds.get("Ready", {}).get("status") == "True":
+        break
+    time.sleep(0.1)
+new_pod = core.read_namespaced_pod(pod_name, NS)
+check(conds.get("Ready", {}).get("status") == "True" and conds.get("Suspended", {}).get("reason") == "NotSuspended"
+      and conds["Suspended"]["status"] == "False" and new_pod.metadata.uid != old_uid and s["status"].get("podIPs"),
+      "resume: Ready again, Suspended False/NotSuspended (kept), a new pod under the same name [SUSPEND]",
+      repr(conds))
+r = stream(core.connect_get_namespaced_pod_exec, pod_name, NS,
+           command=["sh", "-c", "test -e /tmp/before-suspend && echo kept || echo gone"],
+           stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+r.run_forever(timeout=20)
+out = r.read_stdout()
+check(out == "gone\n" and r.returncode == 0,
+      "resume: the new pod's container starts from its image, without the old files [SUSPEND]", repr(out))
 
 # Delete the claim: the garbage collector takes its Sandbox and its pod.
 co.delete_namespaced_custom_object(G, V, NS, "sandboxclaims", "interop-claim")

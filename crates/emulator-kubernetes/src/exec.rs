@@ -83,9 +83,6 @@ pub async fn serve(
     let mut in_stream = None;
     match cluster.faults().take("exec") {
         None => {}
-        Some(Fault::RateLimited { retry_after_secs }) => {
-            return status::too_many_requests(retry_after_secs).into_response();
-        }
         Some(Fault::Unavailable) => {
             return status::unavailable("the server is currently unable to handle the request")
                 .into_response();

@@ -106,11 +106,18 @@ pub type KubernetesEmulator = Emulator<Kubernetes>;
 
 impl Provider for Kubernetes {
     const NAME: &'static str = "kubernetes";
-    /// Every fault on `exec` (the exec upgrade and its stream).
+    /// Every fault on `exec` (the exec upgrade and its stream) but 429: the API server's
+    /// max-in-flight and priority-and-fairness filters let long-running requests through
+    /// (`k8s.io/apiserver` `pkg/server/filters/maxinflight.go` and `priority-and-fairness.go`:
+    /// `longRunningRequestCheck(r, requestInfo)` → the handler; kube-apiserver's check,
+    /// kubernetes `pkg/controlplane/apiserver/config.go`, names the `attach`, `exec`, `proxy`,
+    /// `log` and `portforward` subresources), so an exec is never
+    /// refused with their 429. Where they do refuse (other requests), they write plain text,
+    /// not a `Status`: `http.Error(w, "Too many requests, please try again later.", 429)`
+    /// (`tooManyRequests`, `priority-and-fairness.go`), which the adapter recognises.
     const FAULTS: Rendered = &[(
         "exec",
         &[
-            "429",
             "500",
             "503",
             "reset",

@@ -18,8 +18,6 @@ pub struct ApiError {
     pub message: String,
     /// `details`, when the error has them.
     pub details: Option<Value>,
-    /// `Retry-After` seconds (429).
-    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -29,7 +27,6 @@ impl ApiError {
             reason,
             message: message.into(),
             details: None,
-            retry_after: None,
         }
     }
 
@@ -65,10 +62,6 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if let Some(s) = self.retry_after {
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(s));
-        }
         r
     }
 }
@@ -225,18 +218,6 @@ pub fn internal(message: impl Into<String>) -> ApiError {
         format!("Internal error occurred: {m}"),
     )
     .with_details(json!({"causes": [{"message": m}]}))
-}
-
-/// `429 TooManyRequests`, as the max-in-flight filter answers (`Retry-After` seconds).
-pub fn too_many_requests(retry_after: u64) -> ApiError {
-    let mut e = ApiError::new(
-        429,
-        "TooManyRequests",
-        "Too many requests, please try again later.",
-    );
-    e.details = Some(json!({"retryAfterSeconds": retry_after}));
-    e.retry_after = Some(retry_after);
-    e
 }
 
 /// `503 ServiceUnavailable`.
