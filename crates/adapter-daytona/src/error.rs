@@ -9,7 +9,11 @@
 //!
 //! The retry class depends on the [`Stage`]: before the request that runs the command, nothing
 //! ran and a retry is safe where the status allows; from that request on, the command may have
-//! run, and every failure but a rejection (400, 401, 403, 404, 409, 429) is [`Retry::Unsafe`].
+//! run, and every failure but a rejection (400, 401, 403, 404, 409) is [`Retry::Unsafe`]. A 429
+//! there is `Safe` only when it is the API's throttler (NestJS `ThrottlerException`, a guard
+//! that runs before any handler) or carries a Daytona component's `source`: the toolbox proxy
+//! itself has no rate limiter (`apps/proxy/pkg/proxy/proxy.go` hands every request to
+//! `httputil.ReverseProxy`), so a bare 429 may come from anything after it (issue 38, D21).
 
 use execseam_adapter_kit::http;
 use execseam_adapter_kit::retry::{self, Call, Stage};
@@ -88,6 +92,9 @@ pub(crate) fn from_response(
         409 => (ErrorKind::Conflict, Retry::Never),
         // SESSION_ENDED, COMMAND_ALREADY_COMPLETED: the shell that ran the command is gone.
         410 => (ErrorKind::Unavailable, unsafe_or(Retry::SAFE)),
+        429 if submitted && !daytona_own(&envelope, &text) => {
+            (ErrorKind::RateLimited, Retry::Unsafe)
+        }
         429 => (ErrorKind::RateLimited, Retry::Safe { after }),
         502..=504 => (ErrorKind::Unavailable, unsafe_or(Retry::Safe { after })),
         500..=599 => (ErrorKind::Internal, unsafe_or(Retry::SAFE)),
@@ -110,6 +117,16 @@ pub(crate) fn from_response(
         e = e.with_sandbox_state(execseam_core::SandboxState::Stopped);
     }
     e
+}
+
+/// A refusal Daytona's own front answered before anything was forwarded: the API's throttler,
+/// or an envelope that names the API or the proxy as its source.
+fn daytona_own(envelope: &ErrorResponse, text: &str) -> bool {
+    text.starts_with("ThrottlerException")
+        || matches!(
+            envelope.source.as_deref(),
+            Some("DAYTONA_API" | "DAYTONA_PROXY")
+        )
 }
 
 /// Maps a transport failure (no HTTP answer, or a broken body) with the kit's classification.
@@ -143,11 +160,29 @@ mod tests {
             let e = map(status, "", Stage::After);
             assert_eq!(e.retry(), Retry::Unsafe, "{status}: {e}");
         }
+        // A bare 429 on the submit may come from anything behind the proxy (which has no
+        // rate limiter): the command may have run. The throttler's own is a refusal.
+        assert_eq!(map(429, "", Stage::Submit).retry(), Retry::Unsafe);
         assert_eq!(
-            map(429, "", Stage::Submit).retry(),
-            Retry::SAFE,
-            "a rejected submit ran nothing"
+            map(
+                429,
+                r#"{"message":"chaos: injected 429","code":429}"#,
+                Stage::Submit
+            )
+            .retry(),
+            Retry::Unsafe
         );
+        assert_eq!(
+            map(
+                429,
+                r#"{"statusCode":429,"message":"ThrottlerException: Too Many Requests"}"#,
+                Stage::Submit
+            )
+            .retry(),
+            Retry::SAFE,
+            "the API's throttler ran nothing"
+        );
+        assert_eq!(map(429, "", Stage::Before).retry(), Retry::SAFE);
         assert_eq!(map(404, "", Stage::After).retry(), Retry::Never);
     }
 

@@ -72,13 +72,13 @@ pub const PROVIDER: &str = "daytona";
 
 /// The largest command (argv and env) sent, checked before any I/O: it travels as one shell
 /// line that runs the framing script with the kit's wrapper script as one argument, and the
-/// sandbox `execve`s them (128 KiB per string, the wrapper script after quoting included; 1 MiB
-/// in all, the rest of `ARG_MAX` left to the session's environment). The raw command is checked
+/// sandbox `execve`s them (128 KiB per string, the wrapper script after quoting included; 2 MiB less
+/// 256 KiB in all, the rest of `ARG_MAX` left to the session's environment). The raw command is checked
 /// first (a fast lower bound), then the strings as sent (`size::check_wire`).
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
-    execseam_adapter_kit::size::SizeLimit::execve(
-        1 << 20,
-        "execve in the Daytona sandbox: 128 KiB per string, 1 MiB in all",
+    execseam_adapter_kit::size::SizeLimit::linux(
+        execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
+        "execve in the Daytona sandbox: 128 KiB per string, 1.75 MiB in all (Linux at the default stack, less 256 KiB for the sandbox's own env)",
     );
 
 pub(crate) fn check_size(cmd: &execseam_core::Command) -> Result<(), Error> {
