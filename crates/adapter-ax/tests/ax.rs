@@ -677,7 +677,7 @@ async fn an_oversized_command_is_invalid_before_any_request() {
         Command::new(["echo", secret.as_str()]).unwrap(),
         Command::new(
             std::iter::once("echo".to_owned())
-                .chain((0..12).map(|_| "x".repeat(100_000)))
+                .chain((0..20).map(|_| "x".repeat(100_000)))
                 .collect::<Vec<_>>(),
         )
         .unwrap(),
