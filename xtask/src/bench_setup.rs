@@ -31,6 +31,7 @@ pub const VENVS: &[&str] = &[
     "modal",
     "vercel",
     "northflank",
+    "kubernetes",
 ];
 
 /// What the preparation left for the suite's binaries.

@@ -61,11 +61,11 @@ use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities};
 use crate::config::GUEST_MAX_LOG_BYTES;
 
 /// The largest command (argv and env) sent, checked before any I/O: the guest `execve`s it
-/// (128 KiB per string, 1 MiB in all, the rest of `ARG_MAX` left to the guest's environment).
+/// (128 KiB per string, 2 MiB less 256 KiB in all, the rest of `ARG_MAX` left to the guest's environment).
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
-    execseam_adapter_kit::size::SizeLimit::execve(
-        1 << 20,
-        "execve in the AX guest: 128 KiB per string, 1 MiB in all",
+    execseam_adapter_kit::size::SizeLimit::linux(
+        execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
+        "execve in the AX guest: 128 KiB per string, 1.75 MiB in all (Linux at the default stack, less 256 KiB for the sandbox's own env)",
     );
 
 pub use config::{AX_PORT, AxConfig, ENV_LIBRARY_PORT, ENV_TARGET_ACTOR};

@@ -230,6 +230,98 @@ impl Client {
         }
     }
 
+    /// `POST /sandbox/{id}/{action}` (`stop`, `start`, `autodelete/-1`, …) with an optional JSON
+    /// body; the answer is the sandbox.
+    pub(crate) async fn sandbox_action<B: serde::Serialize + ?Sized>(
+        &self,
+        id: &str,
+        action: &str,
+        body: Option<&B>,
+        operation: &'static str,
+    ) -> Result<wire::Sandbox, Error> {
+        let url = format!("{}/sandbox/{}/{action}", self.api_url, path_segment(id));
+        let mut rb = self.request(Method::POST, &url, true);
+        if let Some(b) = body {
+            rb = rb.json(b);
+        }
+        let resp = self.send(rb, operation, Stage::Submit).await?;
+        self.json(resp, operation, Stage::Submit).await
+    }
+
+    /// `GET /snapshots/{idOrName}`; `None` when there is none (404).
+    pub(crate) async fn get_snapshot(&self, id: &str) -> Result<Option<wire::Snapshot>, Error> {
+        const OP: &str = "get_snapshot";
+        let url = format!("{}/snapshots/{}", self.api_url, path_segment(id));
+        match self
+            .send(self.request(Method::GET, &url, true), OP, Stage::Before)
+            .await
+        {
+            Ok(resp) => self.json(resp, OP, Stage::Before).await.map(Some),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `GET /snapshots?sourceSandboxId=&page=N&limit=100`, every page.
+    pub(crate) async fn list_snapshots(
+        &self,
+        source: Option<&str>,
+    ) -> Result<Vec<wire::Snapshot>, Error> {
+        const OP: &str = "list_snapshots";
+        let mut out = Vec::new();
+        let mut page = 1u32;
+        loop {
+            let page_s = page.to_string();
+            let mut q = vec![("page", page_s.as_str()), ("limit", "100")];
+            if let Some(s) = source {
+                q.push(("sourceSandboxId", s));
+            }
+            let url = format!("{}/snapshots{}", self.api_url, query_string(&q));
+            let resp = self
+                .send(self.request(Method::GET, &url, true), OP, Stage::Before)
+                .await?;
+            let p: wire::SnapshotPage = self.json(resp, OP, Stage::Before).await?;
+            let empty = p.items.is_empty();
+            out.extend(p.items);
+            if empty || page >= p.total_pages {
+                return Ok(out);
+            }
+            page += 1;
+        }
+    }
+
+    /// `DELETE /snapshots/{id}` (the UUID); one already gone (404) is `Ok`.
+    pub(crate) async fn delete_snapshot(&self, id: &str) -> Result<(), Error> {
+        const OP: &str = "delete_snapshot";
+        let url = format!("{}/snapshots/{}", self.api_url, path_segment(id));
+        match self
+            .send(self.request(Method::DELETE, &url, true), OP, Stage::Before)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `GET /sandbox/{id}/ports/{port}/preview-url`.
+    pub(crate) async fn preview_url(
+        &self,
+        id: &str,
+        port: u16,
+    ) -> Result<wire::PortPreviewUrl, Error> {
+        const OP: &str = "expose";
+        let url = format!(
+            "{}/sandbox/{}/ports/{port}/preview-url",
+            self.api_url,
+            path_segment(id)
+        );
+        let resp = self
+            .send(self.request(Method::GET, &url, true), OP, Stage::Before)
+            .await?;
+        self.json(resp, OP, Stage::Before).await
+    }
+
     pub(crate) async fn toolbox_proxy_url(&self, id: &str) -> Result<String, Error> {
         let url = format!(
             "{}/sandbox/{}/toolbox-proxy-url",

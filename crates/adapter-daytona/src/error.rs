@@ -9,7 +9,11 @@
 //!
 //! The retry class depends on the [`Stage`]: before the request that runs the command, nothing
 //! ran and a retry is safe where the status allows; from that request on, the command may have
-//! run, and every failure but a rejection (400, 401, 403, 404, 409, 429) is [`Retry::Unsafe`].
+//! run, and every failure but a rejection (400, 401, 403, 404, 409) is [`Retry::Unsafe`]. A 429
+//! there is `Safe` only when it is the API's throttler (NestJS `ThrottlerException`, a guard
+//! that runs before any handler) or carries a Daytona component's `source`: the toolbox proxy
+//! itself has no rate limiter (`apps/proxy/pkg/proxy/proxy.go` hands every request to
+//! `httputil.ReverseProxy`), so a bare 429 may come from anything after it (issue 38, D21).
 
 use execseam_adapter_kit::http;
 use execseam_adapter_kit::retry::{self, Call, Stage};
@@ -62,6 +66,14 @@ pub(crate) fn from_response(
         }
         // Older proxies answer an unknown sandbox with this 400 (newer: 404 SANDBOX_NOT_FOUND).
         400 if text.contains("failed to get runner info") => (ErrorKind::NotFound, Retry::Never),
+        // The runner finds no address for a stopped or archived sandbox (runner
+        // `pkg/api/controllers/proxy.go` `getProxyTarget`): refused before anything ran.
+        400 if text.contains("Is the Sandbox started?") => (ErrorKind::Conflict, Retry::Never),
+        // Create from a snapshot the organization does not have (`sandbox.service.ts` create:
+        // "Snapshot … not found. Did you add it through the Daytona Dashboard?").
+        400 if text.starts_with("Snapshot ") && text.contains(" not found") => {
+            (ErrorKind::NotFound, Retry::Never)
+        }
         // The adapter never sends an invalid exec: a 400 there (v0.190 daemons answer failures to
         // read the exit code that way) may follow a run.
         400 | 422 if submitted => (ErrorKind::Internal, Retry::Unsafe),
@@ -80,6 +92,9 @@ pub(crate) fn from_response(
         409 => (ErrorKind::Conflict, Retry::Never),
         // SESSION_ENDED, COMMAND_ALREADY_COMPLETED: the shell that ran the command is gone.
         410 => (ErrorKind::Unavailable, unsafe_or(Retry::SAFE)),
+        429 if submitted && !daytona_own(&envelope, &text) => {
+            (ErrorKind::RateLimited, Retry::Unsafe)
+        }
         429 => (ErrorKind::RateLimited, Retry::Safe { after }),
         502..=504 => (ErrorKind::Unavailable, unsafe_or(Retry::Safe { after })),
         500..=599 => (ErrorKind::Internal, unsafe_or(Retry::SAFE)),
@@ -98,7 +113,20 @@ pub(crate) fn from_response(
     if let Some(code) = code {
         e = e.with_code(code);
     }
+    if kind == ErrorKind::Conflict && e.message().contains("Is the Sandbox started?") {
+        e = e.with_sandbox_state(execseam_core::SandboxState::Stopped);
+    }
     e
+}
+
+/// A refusal Daytona's own front answered before anything was forwarded: the API's throttler,
+/// or an envelope that names the API or the proxy as its source.
+fn daytona_own(envelope: &ErrorResponse, text: &str) -> bool {
+    text.starts_with("ThrottlerException")
+        || matches!(
+            envelope.source.as_deref(),
+            Some("DAYTONA_API" | "DAYTONA_PROXY")
+        )
 }
 
 /// Maps a transport failure (no HTTP answer, or a broken body) with the kit's classification.
@@ -132,11 +160,29 @@ mod tests {
             let e = map(status, "", Stage::After);
             assert_eq!(e.retry(), Retry::Unsafe, "{status}: {e}");
         }
+        // A bare 429 on the submit may come from anything behind the proxy (which has no
+        // rate limiter): the command may have run. The throttler's own is a refusal.
+        assert_eq!(map(429, "", Stage::Submit).retry(), Retry::Unsafe);
         assert_eq!(
-            map(429, "", Stage::Submit).retry(),
-            Retry::SAFE,
-            "a rejected submit ran nothing"
+            map(
+                429,
+                r#"{"message":"chaos: injected 429","code":429}"#,
+                Stage::Submit
+            )
+            .retry(),
+            Retry::Unsafe
         );
+        assert_eq!(
+            map(
+                429,
+                r#"{"statusCode":429,"message":"ThrottlerException: Too Many Requests"}"#,
+                Stage::Submit
+            )
+            .retry(),
+            Retry::SAFE,
+            "the API's throttler ran nothing"
+        );
+        assert_eq!(map(429, "", Stage::Before).retry(), Retry::SAFE);
         assert_eq!(map(404, "", Stage::After).retry(), Retry::Never);
     }
 
@@ -170,6 +216,20 @@ mod tests {
                 r#"{"statusCode":400,"message":"sandbox is not running","code":"SANDBOX_NOT_STARTED","source":"DAYTONA_PROXY"}"#,
                 Stage::Before,
                 K::Unavailable,
+                Retry::Never,
+            ),
+            (
+                400,
+                r#"{"statusCode":400,"message":"bad request: no IP address found. Is the Sandbox started?","code":"BAD_REQUEST","source":"DAYTONA_RUNNER"}"#,
+                Stage::Submit,
+                K::Conflict,
+                Retry::Never,
+            ),
+            (
+                400,
+                r#"{"statusCode":400,"message":"Snapshot gone-1 not found. Did you add it through the Daytona Dashboard?","code":"BAD_REQUEST"}"#,
+                Stage::Before,
+                K::NotFound,
                 Retry::Never,
             ),
             (
@@ -256,6 +316,11 @@ mod tests {
             assert_eq!((e.kind(), e.retry()), (kind, retry), "{status} {body}: {e}");
             assert_eq!(e.status(), Some(WireStatus::Http(status)));
             assert_eq!(e.provider(), "daytona");
+            // A stopped sandbox's refusal says which state it is in (the paused-sandbox rule).
+            let want = body
+                .contains("Is the Sandbox started?")
+                .then_some(execseam_core::SandboxState::Stopped);
+            assert_eq!(e.sandbox_state(), want, "{body}");
         }
     }
 

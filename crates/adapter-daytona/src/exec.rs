@@ -525,6 +525,22 @@ async fn wait_started(
     loop {
         match sandbox.state.as_deref() {
             None | Some("started") => return Ok(sandbox),
+            // Nothing starts a stopped or archived sandbox but `start` (resume): not a wait.
+            Some(s @ ("stopped" | "archived")) => {
+                let state = if s == "stopped" {
+                    execseam_core::SandboxState::Stopped
+                } else {
+                    execseam_core::SandboxState::Archived
+                };
+                return Err(Error::new(
+                    execseam_core::ErrorKind::Conflict,
+                    format!("sandbox {} is {s}: resume (start) it first", sandbox.id),
+                )
+                .with_retry(execseam_core::Retry::Never)
+                .with_provider(PROVIDER)
+                .with_operation("connect")
+                .with_sandbox_state(state));
+            }
             Some(s @ ("error" | "build_failed" | "destroyed" | "destroying")) => {
                 let why = sandbox.error_reason.clone().unwrap_or_default();
                 let kind = if s.starts_with("destr") {

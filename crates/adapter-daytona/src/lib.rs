@@ -57,6 +57,7 @@ mod config;
 mod error;
 mod exec;
 mod provider;
+mod state;
 mod wire;
 
 pub use config::{
@@ -64,19 +65,20 @@ pub use config::{
 };
 pub use exec::DaytonaExec;
 pub use provider::DaytonaProvider;
+pub use state::{PREVIEW_TOKEN_HEADER, STATE};
 
 /// The provider name in errors and reports.
 pub const PROVIDER: &str = "daytona";
 
 /// The largest command (argv and env) sent, checked before any I/O: it travels as one shell
 /// line that runs the framing script with the kit's wrapper script as one argument, and the
-/// sandbox `execve`s them (128 KiB per string, the wrapper script after quoting included; 1 MiB
-/// in all, the rest of `ARG_MAX` left to the session's environment). The raw command is checked
+/// sandbox `execve`s them (128 KiB per string, the wrapper script after quoting included; 2 MiB less
+/// 256 KiB in all, the rest of `ARG_MAX` left to the session's environment). The raw command is checked
 /// first (a fast lower bound), then the strings as sent (`size::check_wire`).
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
-    execseam_adapter_kit::size::SizeLimit::execve(
-        1 << 20,
-        "execve in the Daytona sandbox: 128 KiB per string, 1 MiB in all",
+    execseam_adapter_kit::size::SizeLimit::linux(
+        execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
+        "execve in the Daytona sandbox: 128 KiB per string, 1.75 MiB in all (Linux at the default stack, less 256 KiB for the sandbox's own env)",
     );
 
 pub(crate) fn check_size(cmd: &execseam_core::Command) -> Result<(), Error> {
@@ -100,7 +102,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
 
 /// Daytona's lifecycle (see [`DaytonaProvider`]): create from a snapshot with env, labels and an
 /// idle stop; connect, list by labels, delete. Resources come from the snapshot; a lifetime has
-/// no equivalent.
+/// no equivalent. Sandbox state (stop/start, snapshots, forks by snapshot, preview links):
+/// [`STATE`].
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     create: true,
     connect: true,
@@ -114,7 +117,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         ..SpecSupport::NONE
     },
     options: &[],
-    state: execseam_core::StateCapabilities::NONE,
+    state: STATE,
 };
 
 /// The configuration variables [`DaytonaConfig::from_env`] reads.

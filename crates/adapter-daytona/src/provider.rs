@@ -3,8 +3,9 @@
 use std::sync::Arc;
 
 use execseam_core::{
-    BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Ownership, Provider,
-    Sandbox, SandboxInfo, SandboxSpec, SandboxState,
+    BoxFuture, Capabilities, Error, ExposedPort, Kept, LifecycleCapabilities, ListFilter,
+    Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo,
+    SnapshotOutcome, SnapshotRequest,
 };
 
 use crate::client::Client;
@@ -24,6 +25,13 @@ const LANGUAGE_LABEL: &str = "code-toolbox-language";
 /// | [`connect`](Self::connect) | `GET /sandbox/{idOrName}`, waiting until `started` |
 /// | [`list`](Self::list) | `GET /sandbox/paginated?labels=<JSON>`, every page |
 /// | [`destroy`](Self::destroy) | `DELETE /sandbox/{id}` (404: already gone, `Ok`) |
+/// | [`pause`](Self::pause) / [`resume`](Self::resume) | `POST /sandbox/{id}/stop` (after `autodelete/-1` for an ephemeral one) / `POST /sandbox/{id}/start` |
+/// | [`snapshot`](Self::snapshot) | `POST /sandbox/{id}/snapshot {name}`, then `GET /snapshots/{name}` until active |
+/// | [`list_snapshots`](Self::list_snapshots) / [`delete_snapshot`](Self::delete_snapshot) | `GET /snapshots`, every page / `GET /snapshots/{name}` then `DELETE /snapshots/{id}` |
+/// | fork | snapshot, create from it (`snapshot: <name>`), delete the snapshot |
+/// | [`expose`](Self::expose) | `GET /sandbox/{id}/ports/{port}/preview-url` |
+///
+/// What each keeps: [`STATE`](crate::STATE).
 #[derive(Clone)]
 pub struct DaytonaProvider {
     config: DaytonaConfig,
@@ -57,6 +65,10 @@ impl DaytonaProvider {
         &self.config
     }
 
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// Creates a sandbox and waits until it is started; the handle owns it (close deletes it).
     pub async fn create(&self, spec: SandboxSpec) -> Result<DaytonaExec, Error> {
         spec.check(PROVIDER, &LIFECYCLE)?;
@@ -72,8 +84,10 @@ impl DaytonaProvider {
         let body = wire::CreateSandbox {
             env: spec.env().clone(),
             labels,
+            // `check` refused an image with a snapshot: a Daytona snapshot is both.
             snapshot: spec
-                .image()
+                .snapshot()
+                .or(spec.image())
                 .map(str::to_owned)
                 .or_else(|| self.config.snapshot.clone()),
             target: self.config.target.clone(),
@@ -129,8 +143,13 @@ impl DaytonaProvider {
                     Some("creating" | "starting" | "pending_build" | "building_snapshot") => {
                         SandboxState::Starting
                     }
+                    // A snapshotting sandbox runs on (the runner commits it without pausing).
+                    Some("snapshotting" | "forking") => SandboxState::Running,
                     Some("stopped" | "stopping") => SandboxState::Stopped,
-                    Some("archived" | "archiving") => SandboxState::Paused,
+                    // Files moved to object storage; start brings it back (slowly).
+                    Some("archived" | "archiving") => SandboxState::Archived,
+                    // A linux-vm/windows sandbox's own pause: memory kept.
+                    Some("paused" | "pausing" | "resuming") => SandboxState::Paused,
                     _ => SandboxState::Unknown,
                 };
                 let mut info = SandboxInfo::new(s.id)
@@ -185,5 +204,40 @@ impl Provider for DaytonaProvider {
 
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(DaytonaProvider::destroy(self, id))
+    }
+
+    fn pause<'a>(
+        &'a self,
+        id: &'a str,
+        keep: Option<Kept>,
+    ) -> BoxFuture<'a, Result<SandboxState, Error>> {
+        Box::pin(DaytonaProvider::pause(self, id, keep))
+    }
+
+    fn resume<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(DaytonaProvider::resume(self, id))
+    }
+
+    fn snapshot<'a>(
+        &'a self,
+        id: &'a str,
+        request: SnapshotRequest,
+    ) -> BoxFuture<'a, Result<SnapshotOutcome, Error>> {
+        Box::pin(DaytonaProvider::snapshot(self, id, request))
+    }
+
+    fn list_snapshots<'a>(
+        &'a self,
+        source: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<SnapshotInfo>, Error>> {
+        Box::pin(DaytonaProvider::list_snapshots(self, source))
+    }
+
+    fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(DaytonaProvider::delete_snapshot(self, snapshot))
+    }
+
+    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
+        Box::pin(DaytonaProvider::expose(self, id, port))
     }
 }

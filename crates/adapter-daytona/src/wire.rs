@@ -69,6 +69,61 @@ pub struct Sandbox {
     /// The snapshot it was created from.
     #[serde(default)]
     pub snapshot: Option<String>,
+    /// Minutes after stopping before the sandbox is deleted (0: when it stops; negative: never).
+    #[serde(default)]
+    pub auto_delete_interval: Option<i64>,
+}
+
+/// `POST /sandbox/{id}/snapshot` (`CreateSandboxSnapshot`; `includeMemory` left to its default,
+/// false: memory snapshots are Windows-only).
+#[derive(Clone, Debug, Serialize)]
+pub struct CreateSandboxSnapshot<'a> {
+    /// The snapshot's name (the organization's names are unique).
+    pub name: &'a str,
+}
+
+/// `SnapshotDto`, reduced to what the adapter reads.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    /// The snapshot's id (a UUID; `DELETE /snapshots/{id}` takes only this).
+    pub id: String,
+    /// Its name (what `POST /sandbox {snapshot}` takes).
+    pub name: String,
+    /// `active`, `removing`, `error`, …
+    #[serde(default)]
+    pub state: Option<String>,
+    /// Size in GB.
+    #[serde(default)]
+    pub size: Option<f64>,
+    /// The sandbox it was taken of.
+    #[serde(default)]
+    pub source_sandbox_id: Option<String>,
+    /// The reason for an `error` state.
+    #[serde(default)]
+    pub error_reason: Option<String>,
+}
+
+/// `GET /snapshots` (`PaginatedSnapshots`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotPage {
+    /// This page's snapshots.
+    #[serde(default)]
+    pub items: Vec<Snapshot>,
+    /// The number of pages.
+    #[serde(default)]
+    pub total_pages: u32,
+}
+
+/// `GET /sandbox/{id}/ports/{port}/preview-url` (`PortPreviewUrl`).
+#[derive(Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PortPreviewUrl {
+    /// Where the port is reached.
+    pub url: String,
+    /// What a private sandbox's preview requests present in `X-Daytona-Preview-Token`.
+    pub token: String,
 }
 
 /// `GET /sandbox/paginated` (`PaginatedSandboxes`).

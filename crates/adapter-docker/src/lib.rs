@@ -152,12 +152,12 @@ pub const PER_CALL_LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 };
 
 /// The largest command (argv and env) sent, checked before any I/O: the engine `execve`s the
-/// exec's `Cmd` with its `Env` in the container (128 KiB per string, 1 MiB in all, the rest
+/// exec's `Cmd` with its `Env` in the container (128 KiB per string, 2 MiB less 256 KiB in all, the rest
 /// of `ARG_MAX` left to the image's environment).
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
-    execseam_adapter_kit::size::SizeLimit::execve(
-        1 << 20,
-        "execve in the container: 128 KiB per string, 1 MiB in all",
+    execseam_adapter_kit::size::SizeLimit::linux(
+        execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
+        "execve in the container: 128 KiB per string, 1.75 MiB in all (Linux at the default stack, less 256 KiB for the sandbox's own env)",
     );
 
 /// What this adapter does; see the [crate docs](crate).

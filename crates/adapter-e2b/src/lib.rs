@@ -144,11 +144,11 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 
 /// The largest command (argv and env) sent, checked before any I/O: envd `execve`s it in the
 /// sandbox (through `/bin/sh -c … exec nice "$@"`), so Linux's limits apply: 128 KiB per
-/// string, and of the 2 MiB `ARG_MAX` 1 MiB is left to envd's own environment.
+/// string, and of the 2 MiB `ARG_MAX` 256 KiB is kept for envd's own environment.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
-    execseam_adapter_kit::size::SizeLimit::execve(
-        1 << 20,
-        "execve in the E2B sandbox: 128 KiB per string, 1 MiB in all",
+    execseam_adapter_kit::size::SizeLimit::linux(
+        execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
+        "execve in the E2B sandbox: 128 KiB per string, 1.75 MiB in all (Linux at the default stack, less 256 KiB for the sandbox's own env)",
     );
 
 /// What this adapter does; see the [crate docs](crate).
@@ -163,5 +163,5 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[Tool::LIST, Tool::GLOB],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    processes: Some(execseam_adapter_kit::spool::SPOOLED_TERMINAL),
 };

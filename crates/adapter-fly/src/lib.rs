@@ -125,14 +125,14 @@ impl Adapter for Fly {
 }
 
 /// The largest command (argv and env) sent, checked before any I/O: the machine `execve`s the
-/// exec request's argv (128 KiB per string, 1 MiB in all, the rest of `ARG_MAX` left to the
+/// exec request's argv (128 KiB per string, 2 MiB less 256 KiB in all, the rest of `ARG_MAX` left to the
 /// machine's environment); a command with env, a workdir or binary stdin is one `/bin/sh -c`
 /// script in it. The check is on the argv as sent, wrapper and quoting included
 /// (`size::check_wire`); the raw command's size is only its fast lower bound.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
-    execseam_adapter_kit::size::SizeLimit::execve(
-        1 << 20,
-        "execve in the Fly machine: 128 KiB per string after wrapping and quoting, 1 MiB in all",
+    execseam_adapter_kit::size::SizeLimit::linux(
+        execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
+        "execve in the Fly machine: 128 KiB per string after wrapping and quoting, 1.75 MiB in all (Linux at the default stack, less 256 KiB for the sandbox's own env)",
     );
 
 /// The provider name in errors and capabilities.

@@ -8,6 +8,34 @@ use execseam_core::{Command, Error, ErrorKind};
 /// takes, its NUL included (32 pages).
 pub const MAX_ARG_STRLEN: usize = 32 * 4096;
 
+/// Linux's `_STK_LIM`: the default stack limit (8 MiB), what a sandbox's processes run with
+/// unless their provider, engine or image sets another.
+pub const LINUX_DEFAULT_STACK: usize = 8 << 20;
+
+/// Linux's `ARG_MAX` floor (32 pages): the least `execve(2)` takes whatever the stack limit.
+const ARG_MAX_FLOOR: usize = 32 * 4096;
+
+/// What Linux's `execve(2)` takes for argv, envp and the filename together (each string with
+/// its NUL, plus a pointer per argv and envp entry) under a stack limit of `stack` bytes:
+/// `fs/exec.c` `bprm_stack_limits` takes a quarter of the stack limit, at most 3/4 of
+/// `_STK_LIM` (6 MiB, also with an unlimited stack), at least `ARG_MAX` (128 KiB). 2 MiB at
+/// the default stack.
+pub const fn linux_arg_max(stack: usize) -> usize {
+    let cap = LINUX_DEFAULT_STACK / 4 * 3;
+    let quarter = stack / 4;
+    let limit = if quarter < cap { quarter } else { cap };
+    if limit < ARG_MAX_FLOOR {
+        ARG_MAX_FLOOR
+    } else {
+        limit
+    }
+}
+
+/// What a remote sandbox's own side adds to every `execve`'s environment (the provider's daemon
+/// and image env, the wrapper's variables), kept out of [`SizeLimit::linux`]'s total: the
+/// adapter cannot see it, and it counts against the same limit.
+pub const SANDBOX_ENV_RESERVE: usize = 256 << 10;
+
 /// A provider's limit on the size of a command's argv and env, checked by [`check_size`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SizeLimit {
@@ -38,6 +66,14 @@ impl SizeLimit {
 }
 
 impl SizeLimit {
+    /// `execve(2)` in a Linux sandbox whose processes have a stack limit of `stack` bytes
+    /// ([`LINUX_DEFAULT_STACK`] unless the adapter knows another): [`linux_arg_max`] less
+    /// [`SANDBOX_ENV_RESERVE`] in all, [`MAX_ARG_STRLEN`] per string. Issue 38 (D32): a fixed
+    /// 1 MiB refused commands a real `execve` runs (16 × 64 KiB arguments).
+    pub const fn linux(stack: usize, source: &'static str) -> SizeLimit {
+        SizeLimit::execve(linux_arg_max(stack) - SANDBOX_ENV_RESERVE, source)
+    }
+
     /// A command that reaches the sandbox as one shell script (`sh -c SCRIPT`, a single
     /// `execve` string). What counts is the script as sent, after the wrapper and the quoting
     /// ([`check_wire`] on it: at most [`MAX_ARG_STRLEN`] with its NUL); on the raw command
@@ -152,6 +188,34 @@ pub fn check_wire<S: AsRef<str>>(
     )
     .with_provider(provider)
     .with_operation("exec"))
+}
+
+#[cfg(test)]
+mod linux_tests {
+    use super::*;
+
+    #[test]
+    fn the_total_follows_the_kernel_formula_and_takes_sixteen_64_kib_arguments() {
+        assert_eq!(linux_arg_max(LINUX_DEFAULT_STACK), 2 << 20);
+        // Unlimited (or huge) stacks stop at 3/4 of _STK_LIM; tiny ones at ARG_MAX.
+        assert_eq!(linux_arg_max(usize::MAX), 6 << 20);
+        assert_eq!(linux_arg_max(64 << 10), 128 << 10);
+        assert_eq!(linux_arg_max(32 << 20), 6 << 20);
+        let limit = SizeLimit::linux(LINUX_DEFAULT_STACK, "t");
+        assert_eq!(limit.total, (2 << 20) - (256 << 10));
+        // Inspect's case: refused at the old 1 MiB, run by a real execve.
+        let arg = "a".repeat(64 << 10);
+        let mut argv = vec!["printf".to_owned(), "%.0s".to_owned()];
+        argv.extend(std::iter::repeat_n(arg, 16));
+        let cmd = Command::builder(argv).env("HOME", "/root").build().unwrap();
+        assert!(check_size("p", &cmd, &SizeLimit::execve(1 << 20, "old")).is_err());
+        check_size("p", &cmd, &limit).unwrap();
+        // Still refused before any request: over the total, or one string over 128 KiB.
+        let over = Command::new(vec!["a".repeat(100 << 10); 19]).unwrap();
+        assert!(check_size("p", &over, &limit).is_err());
+        let long = Command::new(["echo".to_owned(), "a".repeat(MAX_ARG_STRLEN)]).unwrap();
+        assert!(check_size("p", &long, &limit).is_err());
+    }
 }
 
 #[cfg(test)]

@@ -43,6 +43,24 @@
 //! - Stdin is exactly-once by offset: `in.log` is the truth, a write is appended under a lock
 //!   only at the accepted count, and a pump forwards `in.log` to the FIFO once.
 //! - A signal death is the shell's `128 + n` ([`ProcessCapabilities::exact_signal_exit`] false).
+//!
+//! # Terminals: the recorder
+//!
+//! Where the adapter declares [`ProcessCapabilities::terminal`] (the sandbox has util-linux
+//! `script(1)` and `stty`), a start with [`StartRequest::terminal`] runs the command under
+//! `script -qefc … /dev/null`: a real PTY whose master side `script` copies to its stdout,
+//! which is `out` (so offsets, replay and retention are the spool's; `-q` keeps `script`'s
+//! header and trailer out of its stdout, they only go to the discarded log file), with its stdin
+//! from the spool's FIFO (keystrokes are stdin writes; `0x03` is the line discipline's SIGINT to
+//! the foreground group) and `-e` giving the child's status (`128 + n` for a signal death). Inside
+//! the PTY a small wrapper sets the size (`stty rows R cols C`; a PTY made without a terminal on
+//! `script`'s stdin is 0x0), records the slave's path in `tty` and its own pid in `pid` (the
+//! command's session and process group), sets `TERM` (`xterm-256color` unless the command has
+//! one), and `exec`s the command. A resize is `stty -F <tty> rows R cols C` from another exec:
+//! the kernel sends SIGWINCH to the terminal's foreground group. `term` marks a terminal spool;
+//! `tty.err` holds `script`'s own complaints (never part of the output). util-linux 2.38:
+//! `script -e` returns the child's status, `128 + n` for a signal death; echo stays on when its
+//! stdin is not a terminal (`--echo auto`).
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -51,7 +69,8 @@ use bytes::Bytes;
 use execseam_core::{
     BoxFuture, Command, Error, ErrorKind, Exec, Exit, Mechanism, ProcessCapabilities, ProcessEvent,
     ProcessHandle, ProcessInfo, ProcessRead, ProcessState, ProcessStream, Processes, Retry, Signal,
-    StartKey, StartRequest, Started, StdinMode, StdinState, StdinWrite, StreamOffsets, Waited,
+    StartKey, StartRequest, Started, StdinMode, StdinState, StdinWrite, StreamOffsets,
+    TerminalSize, Waited,
 };
 
 /// What the spool gives an adapter that runs everything through exec.
@@ -65,6 +84,12 @@ pub const SPOOLED: ProcessCapabilities = ProcessCapabilities {
     list: true,
     exact_signal_exit: false,
     terminal: false,
+};
+
+/// [`SPOOLED`] with terminals through the recorder (the sandbox has util-linux `script(1)`).
+pub const SPOOLED_TERMINAL: ProcessCapabilities = ProcessCapabilities {
+    terminal: true,
+    ..SPOOLED
 };
 
 /// [`SPOOLED`] with the supervisor started by the provider ([`Launch`]).
@@ -120,7 +145,7 @@ const SUPERVISOR: &str = r#"d=$1 m=$2; shift 2
 [ -e "$d/ready" ] || exit 0
 ln -s "$$" "$d/run" 2>/dev/null || exit 0
 p=
-if [ "$m" = open ]; then
+if [ "$m" != closed ]; then
   setsid sh -c 'd=$1; exec 3<>"$d/in" 4<>"$d/wake"; s=0
     while :; do n=$(wc -c <"$d/in.log")
       if [ "$n" -gt "$s" ]; then tail -c +$((s+1)) "$d/in.log" | head -c $((n-s)) >&3 || exit 0; s=$n; continue; fi
@@ -130,19 +155,24 @@ if [ "$m" = open ]; then
   p=$!
   i=$d/in
 else i=$d/in.log; fi
-setsid sh -c 'd=$1 i=$2; shift 2; printf "%s\n" "$$" >"$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid" && exec "$@" <"$i" >>"$d/out" 2>>"$d/err"' sh "$d" "$i" "$@"
+if [ "$m" = tty ]; then
+  setsid sh -c 'd=$1 i=$2; [ -n "${SHELL+x}" ] && { EXECSEAM_SHELL=$SHELL; export EXECSEAM_SHELL; }; SHELL=/bin/sh; export SHELL; exec script -qefc "$3" /dev/null <"$i" >>"$d/out" 2>>"$d/tty.err"' sh "$d" "$i" "$1"
+else
+  setsid sh -c 'd=$1 i=$2; shift 2; printf "%s\n" "$$" >"$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid" && exec "$@" <"$i" >>"$d/out" 2>>"$d/err"' sh "$d" "$i" "$@"
+fi
 s=$?
 [ -n "$p" ] && kill -s TERM -- "-$p" 2>/dev/null
 printf '%s %s %s\n' "$s" "$(wc -c <"$d/out")" "$(wc -c <"$d/err")" >"$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"
 exit "$s""#;
 
-/// The start: `$1` root, `$2` key, `$3` stdin mode (`closed`, `open`), `$4` whether stdin bytes
+/// The start: `$1` root, `$2` key, `$3` stdin mode (`closed`, `open`, `tty`), `$4` whether stdin bytes
 /// come on the exec's stdin (`1`, `0`), `$5` what to do (`detach`: run the supervisor with
 /// `setsid -f`; `prepare`: only the directory, a [`Launch`] runs it), then argv.
-/// Prints `spool:started <1 if this call made the directory>`, `spool:exists`, or
-/// `spool:nosetsid`.
+/// Prints `spool:started <1 if this call made the directory>`, `spool:exists`,
+/// `spool:nosetsid` or `spool:noscript`.
 const START: &str = r#"r=$1 k=$2 m=$3 h=$4 ph=$5; shift 5
 command -v setsid >/dev/null 2>&1 || { echo spool:nosetsid; exit 0; }
+if [ "$m" = tty ]; then command -v script >/dev/null 2>&1 && command -v stty >/dev/null 2>&1 || { echo spool:noscript; exit 0; }; fi
 d=$r/$k
 umask 077
 mkdir -p -- "$r" || exit 125
@@ -150,7 +180,8 @@ if mkdir -- "$d" 2>/dev/null; then
   f=1
   : >"$d/out" && : >"$d/err" || exit 125
   if [ "$h" = 1 ]; then cat >"$d/in.log" || exit 125; else : >"$d/in.log" || exit 125; fi
-  if [ "$m" = open ]; then mkfifo "$d/in" "$d/wake" || exit 125; else : >"$d/in.closed"; fi
+  if [ "$m" = closed ]; then : >"$d/in.closed"; else mkfifo "$d/in" "$d/wake" || exit 125; fi
+  if [ "$m" = tty ]; then : >"$d/term" || exit 125; fi
   : >"$d/ready"
 else
   f=0
@@ -241,6 +272,29 @@ const RELEASE: &str = r#"d=$1
 [ -d "$d" ] || { echo spool:release done; exit 0; }
 if [ -e "$d/ready" ]; then state "$d"; [ "$S" = running ] && { echo spool:release running; exit 0; }; fi
 rm -rf -- "$d" && echo spool:release done"#;
+
+/// The recorder's wrapper, run inside the PTY by `script`'s `sh -c`: `$1` dir, `$2` rows, `$3`
+/// columns, then argv. See the module docs.
+const TTY_WRAP: &str = r#"d=$1; stty rows "$2" cols "$3" 2>/dev/null
+tty >"$d/tty.tmp" && mv -f "$d/tty.tmp" "$d/tty"
+if [ -n "${EXECSEAM_SHELL+x}" ]; then SHELL=$EXECSEAM_SHELL; export SHELL; unset EXECSEAM_SHELL; else unset SHELL; fi
+[ -n "${TERM-}" ] || { TERM=xterm-256color; export TERM; }
+printf '%s\n' "$$" >"$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid"
+shift 3
+exec "$@""#;
+
+/// A resize: `$1` dir, `$2` rows, `$3` columns. Prints `spool:resize ok|exited|none|notty|gone|failed`.
+const RESIZE: &str = r#"d=$1 r=$2 c=$3
+[ -d "$d" ] || { echo spool:resize none; exit 0; }
+[ -e "$d/term" ] || { echo spool:resize notty; exit 0; }
+n=0
+while [ ! -e "$d/tty" ] && [ ! -e "$d/exit" ]; do
+  n=$((n+1)); [ "$n" -gt 200 ] && { echo spool:resize gone; exit 0; }; sleep 0.02
+done
+[ -e "$d/exit" ] && { echo spool:resize exited; exit 0; }
+if stty -F "$(cat "$d/tty")" rows "$r" cols "$c" 2>/dev/null; then echo spool:resize ok
+elif [ -e "$d/exit" ]; then echo spool:resize exited
+else echo spool:resize failed; fi"#;
 
 /// FNV-1a, for the sandbox part of a handle (not a secret, not a security boundary: it only
 /// makes a handle from another sandbox a typed error before any I/O).
@@ -444,7 +498,7 @@ impl<'a> Spool<'a> {
     }
 
     async fn start_request(&self, request: StartRequest) -> Result<Started, Error> {
-        if request.terminal.is_some() {
+        if request.terminal.is_some() && !self.capabilities.terminal {
             return Err(self.error(
                 ErrorKind::Unsupported,
                 "start",
@@ -454,12 +508,29 @@ impl<'a> Spool<'a> {
         let key = request.key;
         let handle = self.handle_for(&key);
         let command = request.command;
-        let mode = match request.stdin {
-            StdinMode::Closed => "closed",
-            StdinMode::Open => "open",
+        let dir = self.dir(&key);
+        let (mode, run_argv) = match (request.terminal, request.stdin) {
+            // The recorder: one `sh -c` line for `script -c` (see the module docs).
+            (Some(size), _) => {
+                let mut inner = vec![
+                    "sh".to_owned(),
+                    "-c".to_owned(),
+                    TTY_WRAP.to_owned(),
+                    "sh".to_owned(),
+                    dir.clone(),
+                    size.rows.to_string(),
+                    size.cols.to_string(),
+                ];
+                inner.extend(command.argv().iter().cloned());
+                (
+                    "tty",
+                    vec![format!("exec {}", crate::degrade::join(&inner))],
+                )
+            }
+            (None, StdinMode::Closed) => ("closed", command.argv().to_vec()),
+            (None, StdinMode::Open) => ("open", command.argv().to_vec()),
         };
         let has_stdin = if command.stdin().is_empty() { "0" } else { "1" };
-        let dir = self.dir(&key);
         let phase = if self.launch.is_some() {
             "prepare"
         } else {
@@ -470,7 +541,7 @@ impl<'a> Spool<'a> {
             SUPERVISOR.replace('\'', r"'\''")
         );
         let mut args: Vec<&str> = vec![&self.root, key.as_str(), mode, has_stdin, phase];
-        args.extend(command.argv().iter().map(String::as_str));
+        args.extend(run_argv.iter().map(String::as_str));
         // The start's env and workdir are the command's: the supervisor and the command inherit
         // them (through the provider's own delivery of both).
         let mut argv = vec![
@@ -519,6 +590,13 @@ impl<'a> Spool<'a> {
                     "the sandbox has no setsid(1): the spool cannot detach a command",
                 ));
             }
+            Ok("spool:noscript") => {
+                return Err(self.error(
+                    ErrorKind::Unsupported,
+                    "start",
+                    "the sandbox has no script(1) or stty(1): the spool cannot record a terminal",
+                ));
+            }
             _ => return Err(self.malformed("start", "no spool:started line")),
         };
         match answer {
@@ -536,7 +614,7 @@ impl<'a> Spool<'a> {
                         dir,
                         mode.to_owned(),
                     ];
-                    sv.extend(command.argv().iter().cloned());
+                    sv.extend(run_argv.iter().cloned());
                     let mut b = Command::builder(sv)
                         .tool(command.tool().clone())
                         .envs(command.env().iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -938,6 +1016,42 @@ impl<'a> Spool<'a> {
         self.parse_list(text)
     }
 
+    async fn resize_to(&self, handle: &ProcessHandle, size: TerminalSize) -> Result<(), Error> {
+        let key = self.key_of(handle, "resize")?;
+        if !self.capabilities.terminal {
+            return Err(self.error(
+                ErrorKind::Unsupported,
+                "resize",
+                "terminals are not implemented by this adapter's process handles",
+            ));
+        }
+        let dir = self.dir(&key);
+        let (rows, cols) = (size.rows.to_string(), size.cols.to_string());
+        let out = self
+            .run("resize", RESIZE, &[&dir, &rows, &cols], Bytes::new())
+            .await?;
+        match std::str::from_utf8(&out).map(str::trim) {
+            Ok("spool:resize ok" | "spool:resize exited") => Ok(()),
+            Ok("spool:resize none") => Err(self.error(
+                ErrorKind::NotFound,
+                "resize",
+                "no process under this handle in this sandbox",
+            )),
+            Ok("spool:resize notty") => Err(self.error(
+                ErrorKind::InvalidCommand,
+                "resize",
+                "the process was started without a terminal",
+            )),
+            Ok("spool:resize gone") => Err(self.unknown("resize")),
+            Ok("spool:resize failed") => Err(self.error(
+                ErrorKind::Internal,
+                "resize",
+                "stty could not resize the process's terminal",
+            )),
+            _ => Err(self.malformed("resize", "no spool:resize line")),
+        }
+    }
+
     async fn release_one(&self, handle: &ProcessHandle) -> Result<(), Error> {
         let key = self.key_of(handle, "release")?;
         let dir = self.dir(&key);
@@ -1020,6 +1134,14 @@ impl Processes for Spool<'_> {
 
     fn release<'s>(&'s self, handle: &'s ProcessHandle) -> BoxFuture<'s, Result<(), Error>> {
         Box::pin(self.release_one(handle))
+    }
+
+    fn resize<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+        size: TerminalSize,
+    ) -> BoxFuture<'s, Result<(), Error>> {
+        Box::pin(self.resize_to(handle, size))
     }
 }
 
@@ -1378,11 +1500,97 @@ mod tests {
         let e = spool
             .start(
                 StartRequest::new(key("t"), sh("true"))
-                    .terminal(execseam_core::TerminalSize { cols: 80, rows: 24 }),
+                    .terminal(TerminalSize { cols: 80, rows: 24 }),
             )
             .await
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Unsupported);
+    }
+
+    /// Reads until `want` is in the output (or fails after 10 s); the output so far.
+    async fn read_until(spool: &Spool<'_>, h: &ProcessHandle, want: &str) -> String {
+        for _ in 0..500 {
+            let r = spool.read(h, StreamOffsets::ZERO).await.unwrap();
+            let text = String::from_utf8_lossy(&r.stdout).into_owned();
+            if text.contains(want) {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{want:?} never came");
+    }
+
+    #[tokio::test]
+    async fn a_terminal_is_a_tty_of_its_size_follows_a_resize_and_merges_its_output() {
+        let host = Host { binary: true };
+        let root = root();
+        let spool = Spool::new(&host, "sbx")
+            .root(root.as_str())
+            .capabilities(SPOOLED_TERMINAL);
+        // An empty TERM counts as none: the recorder's default.
+        let cmd = Command::builder([
+            "sh",
+            "-c",
+            "test -t 0 -a -t 1 && echo tty; echo \"term:$TERM\"; stty size; echo err >&2; \
+             read x; stty size; echo \"got:$x\"; exit 7",
+        ])
+        .env("TERM", "")
+        .build()
+        .unwrap();
+        let s = spool
+            .start(StartRequest::new(key("t"), cmd).terminal(TerminalSize { cols: 80, rows: 24 }))
+            .await
+            .unwrap();
+        read_until(&spool, &s.handle, "err").await;
+        spool
+            .resize(
+                &s.handle,
+                TerminalSize {
+                    cols: 100,
+                    rows: 40,
+                },
+            )
+            .await
+            .unwrap();
+        spool
+            .write_stdin(
+                &s.handle,
+                StdinWrite {
+                    at: 0,
+                    data: Bytes::from_static(b"hi\r"),
+                    close: false,
+                },
+            )
+            .await
+            .unwrap();
+        let out = spool
+            .attach(&s.handle, StreamOffsets::ZERO)
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        assert_eq!(out.exit, Exit::Code(7));
+        assert!(out.stderr.is_empty(), "a terminal is one stream");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "tty\r\nterm:xterm-256color\r\n24 80\r\nerr\r\nhi\r\n40 100\r\ngot:hi\r\n"
+        );
+        // After the exit a resize is a no-op; a handle without a terminal is refused.
+        spool
+            .resize(&s.handle, TerminalSize { cols: 1, rows: 1 })
+            .await
+            .unwrap();
+        let plain = spool
+            .start(StartRequest::new(key("p"), sh("true")))
+            .await
+            .unwrap();
+        let e = spool
+            .resize(&plain.handle, TerminalSize { cols: 1, rows: 1 })
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidCommand);
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[tokio::test]

@@ -175,9 +175,9 @@ pub(crate) fn lifecycle_of(config: &KubernetesConfig) -> LifecycleCapabilities {
 /// all, some of it the container's environment). The exec URL is checked too (1 MiB,
 /// percent-encoded).
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
-    execseam_adapter_kit::size::SizeLimit::execve(
-        1 << 20,
-        "execve in the container: 128 KiB per string, 1 MiB in all",
+    execseam_adapter_kit::size::SizeLimit::linux(
+        execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
+        "execve in the container: 128 KiB per string, 1.75 MiB in all (Linux at the default stack, less 256 KiB for the sandbox's own env)",
     );
 
 /// What this adapter does by default; see the [crate docs](crate).

@@ -49,7 +49,7 @@ pub use provider::LocalProvider;
 
 /// What this adapter does without a launcher (with one, the workdir is shell-wrapped).
 pub const CAPABILITIES: Capabilities = Capabilities {
-    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    processes: Some(execseam_adapter_kit::spool::SPOOLED_TERMINAL),
     ..execseam_spawn::CAPABILITIES
 };
 

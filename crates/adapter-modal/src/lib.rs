@@ -59,12 +59,12 @@ pub use exec::{ModalExec, is_v1_sandbox_id};
 pub use provider::{ModalProvider, OPTIONS};
 
 /// The largest command (argv and env) sent, checked before any I/O: Modal `execve`s the argv
-/// in the container (128 KiB per string, 1 MiB in all, the rest of `ARG_MAX` left to the
+/// in the container (128 KiB per string, 2 MiB less 256 KiB in all, the rest of `ARG_MAX` left to the
 /// image's environment).
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
-    execseam_adapter_kit::size::SizeLimit::execve(
-        1 << 20,
-        "execve in the Modal container: 128 KiB per string, 1 MiB in all",
+    execseam_adapter_kit::size::SizeLimit::linux(
+        execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
+        "execve in the Modal container: 128 KiB per string, 1.75 MiB in all (Linux at the default stack, less 256 KiB for the sandbox's own env)",
     );
 
 /// The provider name in errors and reports.

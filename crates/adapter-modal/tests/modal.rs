@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use execseam_core::{
-    Command, Deadline, ErrorKind, Exec, Exit, ListFilter, Provider, Sandbox, SandboxSpec,
+    Command, Deadline, ErrorKind, Exec, Exit, ListFilter, Provider, Retry, Sandbox, SandboxSpec,
     SandboxState,
 };
 use execseam_emulators::modal::{ModalEmulator, TOKEN_ID};
@@ -308,6 +308,29 @@ async fn signals_are_signals_and_codes_are_codes() {
     assert_eq!(o.exit, Exit::Code(143));
 }
 
+/// Issue 38, D30: a file without the execute bit was 125, `internal`, "retry unsafe". The router
+/// spawns argv itself, so the start fails: `PERMISSION_DENIED`, nothing ran (inferred, as for a
+/// missing program: docs/adapters/modal.md).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_without_the_execute_bit_is_permission_denied_and_never_ran() {
+    let emu = emulator().await;
+    let exec = create(&emu).await;
+    let o = exec
+        .exec(sh(
+            "printf '#!/bin/sh\necho ran\n' >/tmp/noexec && chmod 644 /tmp/noexec",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(o.exit, Exit::Code(0));
+    let e = exec
+        .exec(Command::new(["/tmp/noexec"]).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    assert_eq!(e.retry(), Retry::Never, "{e}");
+    assert!(e.message().contains("Permission denied"), "{e}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn v1_sandboxes_are_reached_through_the_v1_rpcs() {
     use execseam_modal_proto::api::modal_client_client::ModalClientClient;
@@ -403,7 +426,7 @@ async fn a_retry_after_over_the_cap_fails_at_once_with_the_delay() {
         assert_eq!(e.kind(), ErrorKind::RateLimited, "{e}");
         assert_eq!(
             e.retry(),
-            execseam_core::Retry::Safe {
+            Retry::Safe {
                 after: Some(Duration::from_secs(secs))
             },
             "{route}: {e}"

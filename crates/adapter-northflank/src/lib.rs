@@ -88,13 +88,13 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 };
 
 /// The largest command (argv and env) sent, checked before any I/O: Kubernetes exec
-/// `execve`s the argv in the container (128 KiB per string, 1 MiB in all, the rest of
+/// `execve`s the argv in the container (128 KiB per string, 2 MiB less 256 KiB in all, the rest of
 /// `ARG_MAX` left to the container's environment). A command with env or a workdir travels as
 /// one `/bin/sh -c` script, checked after quoting against the 128 KiB of one string.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
-    execseam_adapter_kit::size::SizeLimit::execve(
-        1 << 20,
-        "execve in the Northflank container: 128 KiB per string, 1 MiB in all",
+    execseam_adapter_kit::size::SizeLimit::linux(
+        execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
+        "execve in the Northflank container: 128 KiB per string, 1.75 MiB in all (Linux at the default stack, less 256 KiB for the sandbox's own env)",
     );
 
 /// What this adapter does; see the [crate docs](crate).

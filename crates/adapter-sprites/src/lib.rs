@@ -53,9 +53,9 @@ pub use provider::SpritesProvider;
 /// (128 KiB per string); in all it must also fit the exec URL's query
 /// ([`MAX_EXEC_URL`](client::MAX_EXEC_URL) bytes, checked on the encoded URL).
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
-    execseam_adapter_kit::size::SizeLimit::execve(
-        1 << 20,
-        "execve in the sprite: 128 KiB per string",
+    execseam_adapter_kit::size::SizeLimit::linux(
+        execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
+        "execve in the sprite: 128 KiB per string, 1.75 MiB in all (Linux at the default stack, less 256 KiB for the sandbox's own env)",
     );
 
 pub use client::{MAX_EXEC_URL, MAX_WS_FRAME};
@@ -72,7 +72,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    processes: Some(execseam_adapter_kit::spool::SPOOLED_TERMINAL),
 };
 
 /// The capabilities over the HTTP POST fallback.

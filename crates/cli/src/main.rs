@@ -35,7 +35,9 @@ mod process;
 mod registry;
 mod run;
 mod sandbox;
+mod shell;
 mod tools;
+mod unified_exec;
 
 use std::process::ExitCode;
 
@@ -65,6 +67,10 @@ enum Cmd {
     /// Commands that outlive one call: start detached, list, logs from byte offsets, write
     /// stdin, signal, wait (docs/processes.md).
     Process(process::ProcessArgs),
+    /// An interactive terminal in a sandbox (like `docker exec -it`): raw mode, window-size
+    /// changes forwarded, the remote exit status as this one's; Ctrl-P Ctrl-Q detaches and
+    /// `--attach HANDLE` comes back with the screen replayed (docs/processes.md).
+    Shell(shell::ShellArgs),
     /// List every adapter with its capabilities.
     Adapters {
         /// Print JSON.
@@ -148,6 +154,7 @@ fn main() -> ExitCode {
             Cmd::Run(args) => run::run(args).await,
             Cmd::Sandbox(args) => sandbox::sandbox(args).await,
             Cmd::Process(args) => process::process(args).await,
+            Cmd::Shell(args) => shell::shell(args).await,
             Cmd::Adapters { json, markdown } => run::adapters(json, markdown),
             Cmd::Emulate(args) => run::emulate(args).await,
             Cmd::Chaos(args) => chaos::chaos(args).await,

@@ -221,6 +221,8 @@ pub struct McpServer {
     root: String,
     max_output: usize,
     confine: bool,
+    /// Unified exec's sessions (`exec_command`, `write_stdin`).
+    sessions: Arc<crate::unified_exec::Sessions>,
     #[allow(dead_code)] // read by the code #[tool_handler] generates
     tool_router: ToolRouter<McpServer>,
 }
@@ -454,6 +456,7 @@ impl McpServer {
             root,
             max_output,
             confine: false,
+            sessions: Arc::default(),
             tool_router: Self::tool_router(),
         }
     }
@@ -558,6 +561,40 @@ impl McpServer {
         Ok(match r {
             Ok(o) => ok(self.output(&o)),
             Err(e) => tool_error(&ToolError::Exec(e)),
+        })
+    }
+
+    #[tool(
+        description = "Runs a command in a PTY (`tty: true`) or on plain pipes, returning output or a session ID for ongoing interaction (Codex's unified exec). Waits up to `yield_time_ms` (default 10000) and returns what the command printed, with `exit_code` if it ended or `session_id` if it still runs (continue with write_stdin); `handle` is the durable process handle. Output beyond `max_output_tokens` is cut from the middle and counted in `dropped_bytes`; without a PTY stderr comes apart in `stderr`."
+    )]
+    async fn exec_command(
+        &self,
+        Parameters(a): Parameters<crate::unified_exec::ExecCommandArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let workdir = self.path(a.workdir.as_deref());
+        if self.confine
+            && let Err(e) = self.tools().check_beneath(Tool::BASH, &workdir).await
+        {
+            return Ok(tool_error(&e));
+        }
+        Ok(
+            match self.sessions.exec_command(&*self.exec, a, workdir).await {
+                Ok(v) => ok(v),
+                Err(e) => tool_error(&e),
+            },
+        )
+    }
+
+    #[tool(
+        description = "Writes characters to an existing unified exec session and returns recent output (empty `chars`: only poll, waiting at least 5000 ms). Control characters are keys on a PTY: \\u0003 (JSON) is Ctrl-C, \\u0004 Ctrl-D. Returns `exit_code` once the session ended, else `session_id` again."
+    )]
+    async fn write_stdin(
+        &self,
+        Parameters(a): Parameters<crate::unified_exec::WriteStdinArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        Ok(match self.sessions.write_stdin(&*self.exec, a).await {
+            Ok(v) => ok(v),
+            Err(e) => tool_error(&e),
         })
     }
 

@@ -19,16 +19,18 @@ use serde_json::{Value, json};
 
 type Client = RunningService<RoleClient, ()>;
 
-const TOOLS: [&str; 9] = [
+const TOOLS: [&str; 11] = [
     "apply_patch",
     "bash",
     "code",
     "edit",
+    "exec_command",
     "glob",
     "grep",
     "list",
     "read",
     "write",
+    "write_stdin",
 ];
 
 async fn connect(args: &[&str], env: &[(String, String)]) -> (Client, Option<u32>) {
@@ -114,6 +116,8 @@ async fn schemas(c: &Client) {
             "apply_patch" => &["patch"],
             "code" => &["language", "source"],
             "list" => &[],
+            "exec_command" => &["cmd"],
+            "write_stdin" => &["session_id"],
             other => panic!("{other}"),
         };
         assert_eq!(required, want.iter().copied().collect(), "{}: {s}", t.name);

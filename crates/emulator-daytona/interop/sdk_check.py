@@ -397,6 +397,101 @@ expect_400("recover an unrecoverable error", lambda: fatal.recover(), "not in a 
 daytona.delete(bad)
 daytona.delete(fatal)
 
+# Sandbox state (issue 35), as SDK 0.226.1 calls it (`_sync/sandbox.py`, `_sync/snapshot.py`)
+# against `daytonaio/daytona` v0.190.0 `apps/api/src/sandbox/services/sandbox.service.ts`.
+# create_snapshot: `POST /sandbox/{id}/snapshot {name}`; the sandbox is `snapshotting` until the
+# commit is persisted, then back in its previous state; the SDK waits for that and returns None.
+# The runner commits the container without pausing it (`container_commit.go`: `Pause: false`).
+import http.client
+import urllib.parse
+
+SNAP = "interop-snap"
+sandbox.process.exec("printf before > state-file; sleep 300 >/dev/null 2>&1 &")
+check("create_snapshot", sandbox.create_snapshot(SNAP) is None and sandbox.state == "started", sandbox.state)
+r = sandbox.process.exec("pgrep -x sleep >/dev/null && echo running")
+check("the source runs on through a snapshot", r.result == "running\n", repr(r.result))
+sandbox.process.exec("printf after > state-file")
+snap = daytona.snapshot.get(SNAP)
+check("snapshot.get by name", snap.name == SNAP and snap.state == "active", repr((snap.name, snap.state)))
+listed = daytona.snapshot.list(source_sandbox_id=sandbox.id)
+check("snapshot.list by source", [x.name for x in listed.items] == [SNAP] and listed.total == 1, repr(listed))
+try:
+    sandbox.create_snapshot(SNAP)
+    check("a snapshot name is unique", False, "no error")
+except DaytonaError as e:
+    check("a snapshot name is unique", e.status_code == 409, repr(e))
+from_snap = daytona.create(CreateSandboxFromSnapshotParams(snapshot=SNAP))
+r = from_snap.process.exec("cat state-file; pgrep -x sleep >/dev/null && echo running || echo fresh")
+check("create from a snapshot: its files, fresh processes", r.result == "beforefresh\n", repr(r.result))
+check("the source keeps its own files", sandbox.process.exec("cat state-file").result == "after")
+from_snap.process.exec("printf fork > state-file")
+check("independent after", sandbox.process.exec("cat state-file").result == "after")
+
+# pause and fork are `linux-vm`/`windows` only (`pause`, `forkSandbox`: 422); the emulated
+# sandboxes are containers, Daytona's default class.
+for name, fn, words in [
+    ("pause a container sandbox", lambda: sandbox.pause(), "Pausing is not supported"),
+    ("fork a container sandbox", lambda: sandbox.fork(), "Forking is not supported"),
+]:
+    try:
+        fn()
+        check(name, False, "no error")
+    except DaytonaError as e:
+        check(name, e.status_code == 422 and words in str(e), repr(e))
+
+# Preview links (`getPortPreviewUrl`): `{proxyProtocol}://{port}-{id}.{proxyDomain}` with the
+# sandbox's `authToken`; the emulator answers the self-hosted shape (`PROXY_DOMAIN=proxy.localhost`)
+# on its own port. The proxy (`apps/proxy/pkg/proxy/auth.go` `Authenticate`) takes the token in
+# `X-Daytona-Preview-Token` or the API key as a bearer token, else redirects (307) to sign-in.
+PORT = 18000 + os.getpid() % 1000
+sandbox.process.exec(
+    f"mkdir -p www && printf served > www/index.html && cd www && "
+    f"(python3 -m http.server {PORT} >/dev/null 2>&1 </dev/null &)"
+)
+link = sandbox.get_preview_link(PORT)
+u = urllib.parse.urlsplit(link.url)
+check("preview link", u.scheme == "http" and u.hostname == f"{PORT}-{sandbox.id}.proxy.localhost" and link.token, link.url)
+
+
+def preview(headers):
+    # *.localhost is loopback (RFC 6761); glibc does not resolve it, so connect by address.
+    for _ in range(100):
+        c = http.client.HTTPConnection("127.0.0.1", u.port, timeout=10)
+        c.request("GET", "/index.html", headers={"Host": u.netloc, **headers})
+        resp = c.getresponse()
+        body = resp.read()
+        if resp.status != 502:
+            return resp.status, body
+        time.sleep(0.1)
+    return resp.status, body
+
+
+status, body = preview({"X-Daytona-Preview-Token": link.token})
+check("preview with the token", status == 200 and body == b"served", repr((status, body)))
+status, body = preview({"Authorization": "Bearer " + os.environ["DAYTONA_API_KEY"]})
+check("preview with the API key", status == 200 and body == b"served", repr((status, body)))
+status, _ = preview({})
+check("preview without credentials redirects to sign-in", status == 307, status)
+status, _ = preview({"X-Daytona-Preview-Token": "wrong"})
+check("preview with a wrong token", status == 307, status)
+sandbox.process.exec(f"pkill -f 'http.server {PORT}'; true")
+
+# delete: the SDK resolves a name to the id (`GET /snapshots/{name}`), then `DELETE
+# /snapshots/{id}` (ParseUUIDPipe); creating from it after is create's 400.
+daytona.snapshot.delete(SNAP)
+try:
+    daytona.snapshot.get(SNAP)
+    check("snapshot.delete", False, "still there")
+except DaytonaNotFoundError:
+    check("snapshot.delete", True)
+expect_400(
+    "create from a deleted snapshot",
+    lambda: daytona.create(CreateSandboxFromSnapshotParams(snapshot=SNAP)),
+    "not found",
+)
+check("a sandbox made from a deleted snapshot runs on", from_snap.process.exec("cat state-file").result == "fork")
+daytona.delete(from_snap)
+
 daytona.delete(sandbox)
 try:
     daytona.get(sandbox.id)

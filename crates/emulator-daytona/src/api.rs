@@ -12,6 +12,9 @@ use serde::Deserialize;
 use super::{SandboxEntry, State, authorized, envelope, json_response, unauthorized};
 use execseam_emulator_kit::Sandbox;
 
+/// The organization's default snapshot (`defaultSnapshot`), a general one.
+const DEFAULT_SNAPSHOT: &str = "daytonaio/sandbox:0.4.3";
+
 #[derive(Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 struct CreateSandbox {
@@ -19,6 +22,7 @@ struct CreateSandbox {
     env: BTreeMap<String, String>,
     labels: BTreeMap<String, String>,
     target: Option<String>,
+    snapshot: Option<String>,
     auto_stop_interval: Option<u64>,
     auto_archive_interval: Option<i64>,
     auto_delete_interval: Option<i64>,
@@ -42,7 +46,7 @@ fn reached(state: &State, headers: &HeaderMap) -> String {
         )
 }
 
-fn dto(
+pub(crate) fn dto(
     state: &State,
     headers: &HeaderMap,
     s: &SandboxEntry,
@@ -76,7 +80,9 @@ fn dto(
             "error" => "started",
             s => s,
         },
-        "snapshot": "daytonaio/sandbox:0.4.3",
+        "snapshot": s.snapshot,
+        // The class decides what `pause` and `fork` take (`state.rs`); Daytona's default.
+        "sandboxClass": "container",
         "autoStopInterval": life.auto_stop,
         "autoArchiveInterval": life.auto_archive,
         "autoDeleteInterval": life.auto_delete,
@@ -145,8 +151,22 @@ pub(super) async fn create(
         Some(Ok(m)) => Some(m),
         None => None,
     };
+    // The snapshot to start from: one of the organization's (its files), the default, or a 400.
+    let source = match super::state::create_source(&state, req.snapshot.as_deref()) {
+        Ok(s) => s,
+        Err(m) => return sandbox_error(&m, &uri, &method),
+    };
     let id = super::uuid_v4();
-    let sandbox = match Sandbox::create(id.clone(), state.spec(), state.shell.sandboxing()) {
+    let made = match &source {
+        Some(snap) => Sandbox::create_from(
+            id.clone(),
+            state.spec(),
+            state.shell.sandboxing(),
+            &snap.layer,
+        ),
+        None => Sandbox::create(id.clone(), state.spec(), state.shell.sandboxing()),
+    };
+    let sandbox = match made {
         Ok(s) => s,
         Err(e) => {
             return envelope(
@@ -181,6 +201,15 @@ pub(super) async fn create(
         id: id.clone(),
         created_at: now,
         env: req.env,
+        snapshot: match &source {
+            Some(s) => s.name.clone(),
+            None => req
+                .snapshot
+                .clone()
+                .filter(|n| !n.trim().is_empty())
+                .unwrap_or_else(|| DEFAULT_SNAPSHOT.to_owned()),
+        },
+        auth_token: super::uuid_v4().replace('-', ""),
         life: Mutex::new(life),
         sandbox,
         sessions: Mutex::new(Default::default()),
@@ -209,7 +238,7 @@ pub(super) async fn get_one(
 
 /// The query pairs, percent-decoded, repeated keys kept (`states` is `multi`: one pair per state,
 /// `daytona_api_client/api/sandbox_api.py` `_list_sandboxes_serialize`).
-fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
+pub(crate) fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
     axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
         .map(|q| q.0)
         .unwrap_or_default()

@@ -30,6 +30,12 @@
 //! - the lifecycle: stop/start/archive, `recover` of a sandbox in `error`, auto-stop,
 //!   auto-archive and auto-delete on the API's rules, network settings validated and stored
 //!   (not enforced: the sandboxes share the host's network namespace).
+//! - sandbox state (`state.rs`): snapshots of a sandbox (`POST /sandbox/{id}/snapshot`, the
+//!   sandbox `snapshotting` meanwhile; `GET /snapshots`, `GET|DELETE /snapshots/{id}`; create
+//!   with `snapshot` starts from its files, an unknown one is create's 400), preview links
+//!   (`GET /sandbox/{id}/ports/{port}/preview-url` → `http://{port}-{id}.proxy.localhost:<port>`,
+//!   the self-hosted shape, served by the preview proxy on this same listener with its token
+//!   rules), and the 422 of `pause`/`fork` for a container sandbox (Daytona's default class).
 //!
 //! Faults: the request that runs a command is route `"exec"` (`POST …/session/{id}/exec`, and
 //! `POST /process/execute` / `code-run`). Route `"session"` with `vanish` ends the session (its
@@ -45,6 +51,9 @@ mod api;
 mod files;
 mod process;
 mod pty;
+mod state;
+
+pub use state::{DAEMON_PORTS, PREVIEW_TOKEN_HEADER, PROXY_DOMAIN};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
@@ -102,6 +111,7 @@ impl Provider for Daytona {
             gone: Mutex::new(HashSet::new()),
             minute: Mutex::new(std::time::Duration::from_secs(60)),
             toolbox_requests: AtomicU64::new(0),
+            snapshots: Default::default(),
         });
         tokio::spawn(auto_stopper(Arc::downgrade(&state)));
         Ok((
@@ -136,6 +146,8 @@ pub(crate) struct State {
     pub(crate) minute: Mutex<std::time::Duration>,
     /// Requests the toolbox proxy received (a test-only count: round trips per exec).
     pub(crate) toolbox_requests: AtomicU64,
+    /// The organization's snapshots (`state.rs`).
+    pub(crate) snapshots: state::Snapshots,
 }
 
 /// One emulated sandbox: the registry's entry.
@@ -144,6 +156,10 @@ pub struct SandboxEntry {
     pub(crate) name: String,
     pub(crate) created_at: String,
     pub(crate) env: BTreeMap<String, String>,
+    /// The snapshot it was created from (its name, or the default image's).
+    pub(crate) snapshot: String,
+    /// `authToken`: what a preview request presents in `X-Daytona-Preview-Token`.
+    pub(crate) auth_token: String,
     pub(crate) sandbox: Arc<Sandbox>,
     /// What the control plane changes: state, labels, auto-stop, last activity.
     pub(crate) life: Mutex<Life>,
@@ -308,7 +324,8 @@ impl Daytona {
             .map(|s| s.life.lock().expect("life").labels.clone())
     }
 
-    /// A sandbox's state as the control plane reports it (`started`, `stopped`, `archived`).
+    /// A sandbox's state as the control plane reports it (`started`, `stopped`, `archived`,
+    /// `snapshotting`).
     pub fn sandbox_state(&self, id: &str) -> Option<&'static str> {
         self.state
             .sandbox(id)
@@ -348,6 +365,17 @@ impl Daytona {
     pub fn host_path(&self, id: &str, path: &str) -> Option<std::path::PathBuf> {
         let sb = self.state.shell.sandboxes().lock().get(id)?.clone();
         Some(sb.sandbox.host_path(path))
+    }
+
+    /// The names of the organization's snapshots, oldest first.
+    pub fn snapshot_names(&self) -> Vec<String> {
+        self.state
+            .snapshots
+            .lock()
+            .expect("snapshots")
+            .iter()
+            .map(|s| s.name.clone())
+            .collect()
     }
 
     /// The ids of the live sandboxes.
@@ -449,8 +477,24 @@ fn router(state: Arc<State>) -> Router {
             post(api::network_settings),
         )
         .route("/api/sandbox/{id}/recover", post(api::recover))
+        .route("/api/sandbox/{id}/snapshot", post(state::snapshot))
+        .route("/api/sandbox/{id}/pause", post(state::pause))
+        .route("/api/sandbox/{id}/fork", post(state::fork))
+        .route(
+            "/api/sandbox/{id}/ports/{port}/preview-url",
+            get(state::preview_url),
+        )
+        .route("/api/snapshots", get(state::list_snapshots))
+        .route(
+            "/api/snapshots/{id}",
+            get(state::get_snapshot).delete(state::delete_snapshot),
+        )
         .route("/toolbox/{id}/{*rest}", any(toolbox))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            state::preview_proxy,
+        ))
         .with_state(state)
 }
 
@@ -553,7 +597,8 @@ async fn toolbox(
     // `pkg/api/controllers/proxy.go` `getProxyTarget`); a request is activity otherwise.
     {
         let mut life = sb.life.lock().expect("life");
-        if life.state != "started" {
+        // A snapshotting container runs on (the runner commits it without pausing).
+        if !matches!(life.state, "started" | "snapshotting") {
             drop(life);
             return envelope(
                 StatusCode::BAD_REQUEST,

@@ -1,6 +1,8 @@
 //! The official Daytona Python SDK (PyPI `daytona`, pinned in `interop/daytona/requirements.txt`)
 //! against the Daytona emulator: sandbox create/get/delete, `process.exec` and `code_run`,
-//! sessions (sync and async, command status, split logs, streamed logs, input), and the files API.
+//! sessions (sync and async, command status, split logs, streamed logs, input), the files API, and
+//! sandbox state (snapshots, create from one, the 422 of `pause`/`fork` for a container sandbox,
+//! preview links and requests through them).
 //! Fails loudly when PyPI cannot be reached.
 
 use std::path::Path;
@@ -88,7 +90,7 @@ async fn the_official_python_sdk_works_against_the_emulator() {
     );
     let checks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
     watcher.abort();
-    assert_eq!(checks, 88, "every check of sdk_check.py ran:\n{stdout}");
+    assert_eq!(checks, 106, "every check of sdk_check.py ran:\n{stdout}");
     assert!(emu.sandbox_ids().is_empty(), "the SDK deleted its sandbox");
 }
 

@@ -621,6 +621,9 @@ fn secret_env(sources: &[api::SecretSource]) -> Result<BTreeMap<String, String>,
 fn spawn_status(e: process::SpawnError) -> Status {
     match e {
         process::SpawnError::NotFound(m) => Status::not_found(m),
+        // Inferred, as NOT_FOUND above: the router spawns argv itself (the client's mock router
+        // runs `create_subprocess_exec`, py/test/conftest.py), so EACCES fails the start.
+        process::SpawnError::PermissionDenied(m) => Status::permission_denied(m),
         process::SpawnError::Other(m) => Status::internal(m),
     }
 }

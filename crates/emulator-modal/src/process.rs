@@ -60,6 +60,8 @@ pub struct Spawn {
 pub enum SpawnError {
     /// The program or the working directory does not exist.
     NotFound(String),
+    /// The program exists but may not be executed (no execute bit, a directory).
+    PermissionDenied(String),
     /// Anything else.
     Other(String),
 }
@@ -261,6 +263,14 @@ pub async fn spawn(sandbox: &Arc<Sandbox>, id: &str, spec: Spawn) -> Result<Arc<
             )),
             execseam_spawn::SpawnError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 SpawnError::NotFound(format!(
+                    "failed to spawn exec: program {:?}: {e}",
+                    spec.argv[0]
+                ))
+            }
+            execseam_spawn::SpawnError::Io(e)
+                if e.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                SpawnError::PermissionDenied(format!(
                     "failed to spawn exec: program {:?}: {e}",
                     spec.argv[0]
                 ))

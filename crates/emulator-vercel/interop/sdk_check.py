@@ -165,6 +165,18 @@ with c.create_sandbox(name="interop-py", tags={"suite": "interop"}) as sb:
     r = sb.run_process("cat", ["/vercel/sandbox/rel.txt"], capture_output=True)
     check(r.stdout == "relative\n" and sb.current_session_id != old, "lifecycle: resumed in a new session with its files", repr((r.stdout, sb.current_session_id, old)))
 
+    # [DOC vercel.com/docs/sandbox/concepts/persistent-sandboxes] persistence is the default (the
+    # SDK sends no `persistent`); a non-persistent sandbox discards its filesystem when its
+    # session ends, so a resume starts from a fresh one.
+    check(sb.persistent is True, "lifecycle: persistent by default", repr(sb.persistent))
+
+with c.create_sandbox(name="interop-py-ephemeral", persistent=False) as eph:
+    check(eph.persistent is False, "lifecycle: persistent=False is kept", repr(eph.persistent))
+    eph.run_process("sh", ["-c", "echo gone > /vercel/sandbox/eph.txt"])
+    eph.stop()
+    r = eph.run_process("sh", ["-c", "cat /vercel/sandbox/eph.txt 2>/dev/null || echo fresh"], capture_output=True)
+    check(r.stdout == "fresh\n", "lifecycle: a non-persistent sandbox resumes with a fresh filesystem", repr(r.stdout))
+
 # The context manager deleted it.
 try:
     c.get_sandbox(name="interop-py")

@@ -19,7 +19,8 @@
 //! - Sandboxes: `POST /v3/sandboxes` (and `/v2/sandboxes`, the TS SDK's route when a runtime is
 //!   given) → `{sandbox, session, routes, resumed}`; `GET /v2/sandboxes?project=` →
 //!   `{sandboxes, pagination}`; `GET /v2/sandboxes/{name}?resume=` (a stopped sandbox resumes in
-//!   a new session that keeps its filesystem); `DELETE /v2/sandboxes/{name}`.
+//!   a new session that keeps its filesystem when `persistent`, the default, and starts from a
+//!   fresh one otherwise); `DELETE /v2/sandboxes/{name}`.
 //! - Sessions: `GET /v2/sandboxes/sessions[/{id}]`, `POST …/{id}/stop`, `POST …/{id}/extend-timeout`.
 //!   A session stops by itself when its `timeout` (ms) expires. Commands and files on a stopped
 //!   session: `410 {"error":{"code":"sandbox_stopped"}}`.

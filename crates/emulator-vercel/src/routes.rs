@@ -284,10 +284,13 @@ async fn create(st: St, headers: HeaderMap, req: Request) -> Response {
     };
     let spec = Spec {
         project_id: project_id.to_owned(),
+        // Persistence is the default ("Every sandbox created with `Sandbox.create()` … is
+        // persistent unless you explicitly opt out": vercel.com/docs/sandbox/concepts/
+        // persistent-sandboxes); neither SDK sends `persistent` unless set.
         persistent: body
             .get("persistent")
             .and_then(Value::as_bool)
-            .unwrap_or(false),
+            .unwrap_or(true),
         vcpus,
         memory: vcpus * 2048,
         runtime: body

@@ -74,7 +74,9 @@ pub struct VercelSandbox {
     pub(crate) spec: Spec,
     pub(crate) created_at: u64,
     pub(crate) timeout_ms: Mutex<u64>,
-    pub(crate) root: Arc<Sandbox>,
+    /// The filesystem: kept across sessions when `persistent`, a fresh one per session
+    /// otherwise.
+    pub(crate) root: Mutex<Arc<Sandbox>>,
     pub(crate) inner: Mutex<SandboxInner>,
 }
 
@@ -103,9 +105,9 @@ impl VercelSandbox {
         self.session().id.clone()
     }
 
-    /// The sandbox behind it (its root outlives sessions).
-    pub fn root(&self) -> &Arc<Sandbox> {
-        &self.root
+    /// The sandbox behind it (its root outlives sessions when it is persistent).
+    pub fn root(&self) -> Arc<Sandbox> {
+        self.root.lock().expect("root").clone()
     }
 
     pub(crate) fn session(&self) -> Arc<Session> {
@@ -400,7 +402,7 @@ impl CommandRecord {
 impl SandboxEntry for VercelSandbox {
     fn teardown(&self) {
         self.session().stop();
-        self.root.destroy();
+        self.root().destroy();
     }
 }
 
@@ -483,7 +485,7 @@ impl State {
             spec,
             created_at: now,
             timeout_ms: Mutex::new(timeout_ms),
-            root,
+            root: Mutex::new(root),
             inner: Mutex::new(SandboxInner {
                 updated_at: now,
                 status_updated_at: now,
@@ -552,13 +554,31 @@ impl State {
     }
 
     /// `GET /v2/sandboxes/{name}?resume=true` on a stopped sandbox: a new session over the same
-    /// filesystem.
+    /// filesystem when the sandbox is persistent (the default), over a fresh one otherwise.
     pub(crate) fn resume(self: &Arc<Self>, sb: &Arc<VercelSandbox>) -> bool {
         if sb.session().is_running() {
             return false;
         }
         let timeout = *sb.timeout_ms.lock().expect("timeout");
-        let session = self.new_session(&sb.name, &sb.spec, &sb.root, timeout);
+        let mut root = sb.root();
+        if !sb.spec.persistent {
+            // "Non-persistent sandboxes discard their filesystem when the session ends"
+            // (vercel.com/docs/sandbox/concepts/persistent-sandboxes): a fresh root.
+            root.destroy();
+            match Sandbox::create(
+                sb.name.clone(),
+                Self::sandbox_spec(&sb.name),
+                self.shell.sandboxing(),
+            ) {
+                Ok(fresh) => {
+                    *sb.root.lock().expect("root") = fresh.clone();
+                    root = fresh;
+                }
+                // No fresh root (the host refused): the sandbox stays stopped.
+                Err(_) => return false,
+            }
+        }
+        let session = self.new_session(&sb.name, &sb.spec, &root, timeout);
         let mut inner = sb.inner.lock().expect("sandbox");
         let now = now_ms();
         inner.session = session;

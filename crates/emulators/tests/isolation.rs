@@ -508,7 +508,7 @@ async fn vercel_sandboxes_are_isolated_and_timeouts_kill() {
         emu.sandbox("isolation-b").unwrap(),
     );
     // Commands run as `vercel-sandbox` (uid 1000 here); the hostname is the sandbox's name.
-    isolated(a.root(), b.root(), 1000, "isolation-a").await;
+    isolated(&a.root(), &b.root(), 1000, "isolation-a").await;
     // `timeout` (ms) on POST …/cmd: the service's own SIGKILL timer, whether the client waits on
     // the NDJSON stream or goes away.
     let run = |ms: u64| {
@@ -525,7 +525,7 @@ async fn vercel_sandboxes_are_isolated_and_timeouts_kill() {
     for read in [false, true] {
         let deadline = Instant::now() + Duration::from_millis(1500);
         let sent = tokio::spawn(send(run(1500), read));
-        killed_by(a.root(), deadline).await;
+        killed_by(&a.root(), deadline).await;
         sent.await.unwrap();
     }
     // DELETE /v2/sandboxes/{name}: the sandbox and what runs in it are gone.

@@ -92,6 +92,43 @@ def make():
         c = ApiClient(api_token=os.environ["NORTHFLANK_API_TOKEN"], base_url=os.environ["NORTHFLANK_API_BASE_URL"])
         p, s = os.environ["NORTHFLANK_PROJECT_ID"], os.environ["NORTHFLANK_SERVICE_ID"]
         return lambda: c.exec.run_service_command(project_id=p, service_id=s, command=[PROGRAM]).exit_code
+    if PROVIDER == "kubernetes":
+        import threading
+
+        from kubernetes import client
+        from kubernetes.stream import stream
+
+        ns = os.environ["EXECSEAM_KUBERNETES_NAMESPACE"]
+        local = threading.local()
+
+        def core():
+            # stream() swaps its ApiClient's request function during a call: one client per
+            # thread, so the concurrent rows do not share one.
+            if not hasattr(local, "core"):
+                cfg = client.Configuration()
+                cfg.host = os.environ["EXECSEAM_KUBERNETES_SERVER"]
+                cfg.api_key = {"authorization": "Bearer " + os.environ["EXECSEAM_KUBERNETES_TOKEN"]}
+                local.api = client.ApiClient(cfg)
+                local.core = client.CoreV1Api(local.api)
+            return local.core
+
+        # The sandbox is a SandboxClaim: its bound Sandbox names the pod (the pod-name annotation,
+        # else the Sandbox's own name: agent-sandbox's resolvePodName).
+        co = client.CustomObjectsApi(core().api_client)
+        claim = co.get_namespaced_custom_object("extensions.agents.x-k8s.io", "v1beta1", ns, "sandboxclaims", SANDBOX)
+        name = claim["status"]["sandbox"]["name"]
+        sb = co.get_namespaced_custom_object("agents.x-k8s.io", "v1beta1", ns, "sandboxes", name)
+        pod = (sb["metadata"].get("annotations") or {}).get("agents.x-k8s.io/pod-name") or name
+
+        def run():
+            r = stream(core().connect_get_namespaced_pod_exec, pod, ns, command=[PROGRAM],
+                       stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+            r.run_forever(timeout=60)
+            r.read_stdout()
+            r.read_stderr()
+            return r.returncode
+
+        return run
     raise SystemExit(f"unknown provider {PROVIDER}")
 
 

@@ -1146,7 +1146,7 @@ struct Sdk {
 }
 
 fn sdk_for(name: &str, setup: &Setup) -> Option<Sdk> {
-    use execseam_emulators::{agentcore, daytona, e2b, modal, northflank, sprites, vercel};
+    use execseam_emulators::{agentcore, daytona, e2b, modal, sprites, vercel};
     let g = &setup.guard;
     let id = setup.direct.id().to_owned();
     let (venv, label, env, note) = match name {
@@ -1189,8 +1189,14 @@ fn sdk_for(name: &str, setup: &Setup) -> Option<Sdk> {
         "northflank" => (
             "northflank",
             "northflank (Python) run_service_command",
-            g.downcast_ref::<northflank::NorthflankEmulator>()?.env(),
+            emulated_env(&**g)?,
             "",
+        ),
+        "kubernetes" => (
+            "kubernetes",
+            "kubernetes (Python) stream(connect_get_namespaced_pod_exec)",
+            emulated_env(&**g)?,
+            "one exec over WebSocket on each side; the client finds the claim's pod first, as the adapter does",
         ),
         _ => return None,
     };
@@ -1201,6 +1207,14 @@ fn sdk_for(name: &str, setup: &Setup) -> Option<Sdk> {
         sandbox: id,
         note,
     })
+}
+
+/// The emulator's environment of a setup made by the generic emulated path (`setups`'
+/// `emulated`), whose guard is the target, not the emulator: the adapter's variables, which hold
+/// the emulator's environment.
+fn emulated_env(guard: &(dyn std::any::Any + Send + Sync)) -> Option<Vec<(String, String)>> {
+    let t = guard.downcast_ref::<execseam_emulated::Emulated>()?;
+    Some(t.vars.clone().into_iter().collect())
 }
 
 /// The Python driver (`benches/sdk_driver.py`): `one` runs one exec and answers its seconds;

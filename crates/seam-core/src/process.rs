@@ -28,8 +28,19 @@
 //!   [`ErrorKind::InvalidCommand`](crate::ErrorKind::InvalidCommand) before any I/O; a
 //!   well-formed handle with nothing behind it is [`NotFound`](crate::ErrorKind::NotFound).
 //!   Neither is ever an exit.
-//! - **Terminals later.** [`StartRequest::terminal`] is the seam for terminals: adapters refuse
-//!   it with [`Unsupported`](crate::ErrorKind::Unsupported) until they implement one.
+//! - **Terminals.** A start with [`StartRequest::terminal`] runs the command on a terminal of
+//!   that size (its `TERM` is the command's `TERM`, else `xterm-256color`), stdin kept open.
+//!   A terminal merges what the command writes to stdout and stderr by nature, so its output is
+//!   **one stream**, reported as stdout (stderr stays empty): the one exception to the contract's
+//!   separate streams. Keystrokes are [`Processes::write_stdin`] (a Ctrl-C byte, `0x03`, is the
+//!   terminal's SIGINT to its foreground process group, as typed), [`Processes::resize`]
+//!   changes its size (the foreground job gets SIGWINCH), and attach from an offset replays
+//!   what the sandbox retains, exactly. Taking a terminal over from another client needs
+//!   nothing more: stdin is exactly-once by offset, so a new client reads the accepted count
+//!   ([`ProcessInfo::stdin`]) and writes from there, and the old client's next write is a
+//!   [`Conflict`](crate::ErrorKind::Conflict). Adapters without terminals
+//!   ([`ProcessCapabilities::terminal`] false) refuse such a start with
+//!   [`Unsupported`](crate::ErrorKind::Unsupported): never a pipe pretending to be a terminal.
 
 use std::fmt;
 use std::pin::Pin;
@@ -157,8 +168,9 @@ pub enum StdinMode {
     Open,
 }
 
-/// A terminal for the command (issue 37). Adapters without terminals refuse a start that asks
-/// for one with [`Unsupported`](ErrorKind::Unsupported).
+/// The size of a command's terminal ([`StartRequest::terminal`], [`Processes::resize`]).
+/// Adapters without terminals refuse a start that asks for one with
+/// [`Unsupported`](ErrorKind::Unsupported).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TerminalSize {
     /// Columns.
@@ -177,7 +189,8 @@ pub struct StartRequest {
     pub command: Command,
     /// Whether stdin stays open after the command's stdin bytes.
     pub stdin: StdinMode,
-    /// A terminal of this size instead of pipes (`None`: pipes).
+    /// A terminal of this size instead of pipes (`None`: pipes). A terminal's stdin is always
+    /// open, and its output is one stream, on stdout.
     pub terminal: Option<TerminalSize>,
 }
 
@@ -532,7 +545,8 @@ pub struct ProcessCapabilities {
     pub list: bool,
     /// A signal death is reported as [`Exit::Signal`] (false: as the shell's `128 + n` code).
     pub exact_signal_exit: bool,
-    /// Terminals ([`StartRequest::terminal`]); false until the adapter has them.
+    /// Terminals ([`StartRequest::terminal`], [`Processes::resize`]); false: a terminal start
+    /// is [`Unsupported`](ErrorKind::Unsupported).
     pub terminal: bool,
 }
 
@@ -595,6 +609,25 @@ pub trait Processes: Send + Sync {
     /// Forgets the command (its output and exit); a running one is
     /// [`Conflict`](ErrorKind::Conflict). A handle with nothing left is `Ok`.
     fn release<'a>(&'a self, handle: &'a ProcessHandle) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Resizes the command's terminal (its foreground job gets SIGWINCH); `Ok` when it has
+    /// already exited. A command started without a terminal is
+    /// [`InvalidCommand`](ErrorKind::InvalidCommand); adapters without terminals answer
+    /// [`Unsupported`](ErrorKind::Unsupported) (the default).
+    fn resize<'a>(
+        &'a self,
+        handle: &'a ProcessHandle,
+        size: TerminalSize,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let _ = (handle, size);
+        Box::pin(async {
+            Err(Error::new(
+                ErrorKind::Unsupported,
+                "this adapter's process handles have no terminals",
+            )
+            .with_operation("resize"))
+        })
+    }
 }
 
 macro_rules! forward_processes {
@@ -632,6 +665,9 @@ macro_rules! forward_processes {
             }
             fn release<'a>(&'a self, handle: &'a ProcessHandle) -> BoxFuture<'a, Result<(), Error>> {
                 (**self).release(handle)
+            }
+            fn resize<'a>(&'a self, handle: &'a ProcessHandle, size: TerminalSize) -> BoxFuture<'a, Result<(), Error>> {
+                (**self).resize(handle, size)
             }
         }
     )*};

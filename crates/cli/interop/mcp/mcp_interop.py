@@ -39,7 +39,7 @@ from mcp.shared.exceptions import MCPError
 EXE = os.environ["EXECSEAM_BIN"]
 ROOT = os.environ["MCP_ROOT"]
 ERRLOG = os.environ["MCP_ERRLOG"]
-TOOLS = {"apply_patch", "bash", "code", "edit", "glob", "grep", "list", "read", "write"}
+TOOLS = {"apply_patch", "bash", "code", "edit", "exec_command", "glob", "grep", "list", "read", "write", "write_stdin"}
 
 checks = 0
 

@@ -62,6 +62,16 @@ pub fn process_cases() -> Vec<Case> {
             "output past the retention limit is Err(Expired) with the first retained offset, from which the rest reads exactly",
         "process-typed-handles" => process::typed_handles:
             "a garbage handle, another sandbox's handle and one never started are typed errors (InvalidCommand, NotFound), never an exit",
+        "terminal-is-a-tty" => process::terminal_is_a_tty:
+            "gated on terminals: `test -t 0 -a -t 1` is true on a terminal handle and false in a plain exec",
+        "terminal-size-follows-resize" => process::terminal_size_follows_resize:
+            "`stty size` on the terminal is the requested 24x80, then 40x100 after a resize",
+        "terminal-ctrl-c" => process::terminal_ctrl_c:
+            "a Ctrl-C byte typed on the terminal ends `sleep` with the status of a SIGINT death (130)",
+        "terminal-echo" => process::terminal_echo:
+            "a line typed into `cat` is echoed by the terminal then printed; Ctrl-D ends it with 0",
+        "terminal-replay-and-exit" => process::terminal_replay:
+            "detach, output while nobody is attached, reattach from an offset: exact replay of the one stream; `exit 7` is 7",
     ]
 }
 

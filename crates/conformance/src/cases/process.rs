@@ -7,7 +7,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use execseam_core::{
     Command, ErrorKind, Exit, ProcessCapabilities, ProcessEvent, ProcessHandle, ProcessState,
-    Processes, Signal, StartKey, StartRequest, StdinState, StdinWrite, StreamOffsets, Waited,
+    Processes, Signal, StartKey, StartRequest, StdinState, StdinWrite, StreamOffsets, TerminalSize,
+    Waited,
 };
 
 use super::{fail, na, run_ok, same, sh};
@@ -137,7 +138,7 @@ pub(crate) async fn declared(t: &Target) -> CaseResult {
     let r = p
         .start(
             StartRequest::new(key(t, "tty"), sh("true"))
-                .terminal(execseam_core::TerminalSize { cols: 80, rows: 24 }),
+                .terminal(TerminalSize { cols: 80, rows: 24 }),
         )
         .await;
     match r {
@@ -543,4 +544,246 @@ pub(crate) async fn typed_handles(t: &Target) -> CaseResult {
         }
     }
     Ok(())
+}
+
+/// The adapter's processes if they have terminals.
+fn terminals(t: &Target) -> Result<Box<dyn Processes + '_>, Outcome> {
+    let (p, caps) = processes(t)?;
+    if !caps.terminal {
+        return na("process capabilities: terminal = false");
+    }
+    Ok(p)
+}
+
+const SIZE: TerminalSize = TerminalSize { cols: 80, rows: 24 };
+
+/// Starts `script` (a `sh -c` line) on an 80x24 terminal under `case`'s key.
+async fn start_tty(
+    p: &dyn Processes,
+    t: &Target,
+    case: &str,
+    script: &str,
+) -> Result<ProcessHandle, Outcome> {
+    start(p, t, case, |r| r.terminal(SIZE), sh(script)).await
+}
+
+/// Reads the terminal's output from 0 until it contains `want` (10 s at most).
+async fn read_until(p: &dyn Processes, h: &ProcessHandle, want: &str) -> Result<String, Outcome> {
+    let mut text = String::new();
+    for _ in 0..200 {
+        match p.read(h, StreamOffsets::ZERO).await {
+            Ok(r) => {
+                if !r.stderr.is_empty() {
+                    return fail(format!(
+                        "a terminal wrote {} bytes to stderr: its output is one stream",
+                        r.stderr.len()
+                    ));
+                }
+                text = String::from_utf8_lossy(&r.stdout).into_owned();
+                if text.contains(want) {
+                    return Ok(text);
+                }
+                if r.is_end() {
+                    break;
+                }
+            }
+            Err(e) => return fail(format!("read: {e}")),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    fail(format!("{want:?} never came; the terminal showed {text:?}"))
+}
+
+/// Types `data` at the offset stdin has accepted so far.
+async fn keys(p: &dyn Processes, h: &ProcessHandle, data: &'static [u8]) -> CaseResult {
+    let at = match p.status(h).await {
+        Ok(info) => info.stdin.map_or(0, |s| s.accepted),
+        Err(e) => return fail(format!("status: {e}")),
+    };
+    let w = StdinWrite {
+        at,
+        data: Bytes::from_static(data),
+        close: false,
+    };
+    match p.write_stdin(h, w).await {
+        Ok(_) => Ok(()),
+        Err(e) => fail(format!("typing {data:?}: {e}")),
+    }
+}
+
+/// Runs `body`, then cleans up `h` whatever it returned.
+async fn tidy(
+    p: &dyn Processes,
+    h: &ProcessHandle,
+    body: impl Future<Output = CaseResult>,
+) -> CaseResult {
+    let r = body.await;
+    cleanup(p, h).await;
+    r
+}
+
+/// `test -t 0 -a -t 1` is true on the terminal, false in a plain exec.
+pub(crate) async fn terminal_is_a_tty(t: &Target) -> CaseResult {
+    let p = terminals(t)?;
+    let plain = run_ok(t, sh("test -t 0 -a -t 1")).await?;
+    if plain.exit != Exit::Code(1) {
+        return fail(format!(
+            "`test -t 0 -a -t 1` in a plain exec gave {:?}, want 1 (pipes are no terminal)",
+            plain.exit
+        ));
+    }
+    let h = start_tty(
+        &*p,
+        t,
+        "tty-is",
+        "if test -t 0 -a -t 1; then echo is-a-tty; else echo not-a-tty; fi",
+    )
+    .await?;
+    tidy(&*p, &h, async {
+        let exit = wait_exit(&*p, &h, Duration::from_secs(20)).await?;
+        let text = read_until(&*p, &h, "a-tty").await?;
+        if !text.contains("is-a-tty") || exit != Exit::Code(0) {
+            return fail(format!("on the terminal: {text:?}, {exit:?}"));
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// `stty size` is the requested size, then the size after a resize.
+pub(crate) async fn terminal_size_follows_resize(t: &Target) -> CaseResult {
+    let p = terminals(t)?;
+    let h = start_tty(
+        &*p,
+        t,
+        "tty-size",
+        "echo \"size:$(stty size)\"; read x; echo \"size:$(stty size)\"",
+    )
+    .await?;
+    tidy(&*p, &h, async {
+        read_until(&*p, &h, "size:24 80").await?;
+        if let Err(e) = p
+            .resize(
+                &h,
+                TerminalSize {
+                    cols: 100,
+                    rows: 40,
+                },
+            )
+            .await
+        {
+            return fail(format!("resize: {e}"));
+        }
+        keys(&*p, &h, b"\r").await?;
+        let exit = wait_exit(&*p, &h, Duration::from_secs(20)).await?;
+        read_until(&*p, &h, "size:40 100").await?;
+        if exit != Exit::Code(0) {
+            return fail(format!("exit {exit:?}, want 0"));
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Ctrl-C typed on the terminal ends `sleep` with the status of a SIGINT death.
+pub(crate) async fn terminal_ctrl_c(t: &Target) -> CaseResult {
+    let p = terminals(t)?;
+    let exact = p.process_capabilities().exact_signal_exit;
+    let h = start_tty(&*p, t, "tty-intr", "echo ready; exec sleep 100").await?;
+    tidy(&*p, &h, async {
+        read_until(&*p, &h, "ready").await?;
+        keys(&*p, &h, b"\x03").await?;
+        let exit = wait_exit(&*p, &h, Duration::from_secs(20)).await?;
+        let want = if exact {
+            Exit::Signal(2)
+        } else {
+            Exit::Code(130)
+        };
+        if exit != want {
+            return fail(format!("Ctrl-C gave {exit:?}, want {want:?}"));
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// A line typed into `cat` is echoed by the terminal, then printed by `cat`; Ctrl-D ends it.
+pub(crate) async fn terminal_echo(t: &Target) -> CaseResult {
+    let p = terminals(t)?;
+    let h = start_tty(&*p, t, "tty-echo", "echo ready; exec cat").await?;
+    tidy(&*p, &h, async {
+        read_until(&*p, &h, "ready").await?;
+        keys(&*p, &h, b"hello\r").await?;
+        let text = read_until(&*p, &h, "hello\r\nhello\r\n").await?;
+        if text != "ready\r\nhello\r\nhello\r\n" {
+            return fail(format!("the terminal showed {text:?}"));
+        }
+        keys(&*p, &h, b"\x04").await?;
+        let exit = wait_exit(&*p, &h, Duration::from_secs(20)).await?;
+        if exit != Exit::Code(0) {
+            return fail(format!("cat after Ctrl-D: {exit:?}, want 0"));
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Attach, detach, output while nobody is attached, reattach from an offset: the exact bytes;
+/// `exit 7` is 7.
+pub(crate) async fn terminal_replay(t: &Target) -> CaseResult {
+    let p = terminals(t)?;
+    let h = start_tty(
+        &*p,
+        t,
+        "tty-replay",
+        "echo first; read x; echo \"second:$x\"; sleep 0.2; echo third; exit 7",
+    )
+    .await?;
+    tidy(&*p, &h, async {
+        // Attach, see the first line, detach.
+        let mark = {
+            let mut s = match p.attach(&h, StreamOffsets::ZERO).await {
+                Ok(s) => s,
+                Err(e) => return fail(format!("attach: {e}")),
+            };
+            let mut seen = Vec::new();
+            let look = async {
+                while let Some(ev) = s.next().await {
+                    if let Ok(ProcessEvent::Stdout { data, .. }) = ev {
+                        seen.extend_from_slice(&data);
+                        if seen.ends_with(b"first\r\n") {
+                            return Ok(seen.len() as u64);
+                        }
+                    } else {
+                        return fail(format!("while attached: {ev:?}"));
+                    }
+                }
+                fail("the stream ended before the first line")
+            };
+            match tokio::time::timeout(Duration::from_secs(20), look).await {
+                Ok(r) => r?,
+                Err(_) => return fail("the first line never came"),
+            }
+        };
+        keys(&*p, &h, b"abc\r").await?;
+        let exit = wait_exit(&*p, &h, Duration::from_secs(20)).await?;
+        if exit != Exit::Code(7) {
+            return fail(format!("`exit 7` gave {exit:?}"));
+        }
+        let (all, err, e1) = follow(&*p, &h, StreamOffsets::ZERO).await?;
+        let (tail, _, e2) = follow(&*p, &h, StreamOffsets::new(mark, 0)).await?;
+        if !err.is_empty() || e1 != exit || e2 != exit {
+            return fail(format!(
+                "replay: stderr {} bytes, exits {e1:?} {e2:?}",
+                err.len()
+            ));
+        }
+        same(
+            "the whole screen",
+            &all,
+            b"first\r\nabc\r\nsecond:abc\r\nthird\r\n",
+        )?;
+        same("the replay from the offset", &tail, &all[mark as usize..])
+    })
+    .await
 }

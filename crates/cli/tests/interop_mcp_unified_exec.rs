@@ -1,0 +1,33 @@
+//! Interop: the official MCP Python SDK (the venv of `interop_mcp.rs`) drives `execseam mcp
+//! --adapter local`'s unified exec tools under Codex's names: `python3 -i` on a terminal, `1+1`
+//! typed and `2` read back, `exit()` and the session's exit code, a plain-pipes command with
+//! stdout and stderr apart, and the per-call output bound. What the script asserts, and the
+//! Codex source it follows, is written in `interop/mcp/unified_exec.py`. One MCP session.
+
+use std::path::{Path, PathBuf};
+
+use execseam_test_util::interop;
+
+/// Checks `unified_exec.py` makes; the run must report exactly this many.
+const CHECKS: usize = 7;
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/mcp")
+}
+
+#[test]
+fn the_official_python_sdk_drives_unified_exec_on_a_terminal() {
+    let python = interop::python_env("mcp", &dir().join("requirements.txt"))
+        .expect("the official mcp SDK installs from PyPI");
+    let scratch = tempfile::tempdir().unwrap();
+    let root = scratch.path().canonicalize().unwrap();
+    let env = vec![
+        (
+            "EXECSEAM_BIN".to_owned(),
+            env!("CARGO_BIN_EXE_execseam").to_owned(),
+        ),
+        ("MCP_ROOT".to_owned(), root.to_str().unwrap().to_owned()),
+    ];
+    let out = interop::run_python(&python, &dir().join("unified_exec.py"), &env).unwrap();
+    interop::assert_checks("mcp unified exec", &out, CHECKS);
+}
