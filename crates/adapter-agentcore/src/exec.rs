@@ -37,7 +37,7 @@ pub const fn capabilities_for(mode: ExecMode, exact_output: bool) -> Capabilitie
         max_stdin: Some(100_000_000),
         max_output: None,
         native_tools: &[],
-        processes: None,
+        processes: Some(execseam_adapter_kit::spool::SPOOLED),
     }
 }
 
@@ -835,6 +835,15 @@ impl Exec for AgentCoreExec {
         let fut = Box::pin(self.inner.clone().run(command));
         // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
         Box::pin(tracing::Instrument::instrument(fut, span))
+    }
+
+    /// The adapter kit's spool in the session's `/tmp` (`startCommandExecution`/`getTask` take no
+    /// stdin, no signal and no offsets, and return output only at the end).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
+            self,
+            Sandbox::id(self),
+        )))
     }
 }
 

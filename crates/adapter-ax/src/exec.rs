@@ -267,6 +267,19 @@ impl Exec for AxExec {
     fn streaming(&self) -> Option<&dyn ExecStream> {
         Some(self)
     }
+
+    /// The adapter kit's spool in the guest's `/tmp` over `ExecuteCommand` (the guest has no list
+    /// RPC, and a lost `StartProcess` answer cannot be retried safely). Behind a Substrate router
+    /// the guest is the address *and* the target actor: both name the handles' sandbox.
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        let guest = match self.config.actor() {
+            Some(actor) => format!("{} {actor}", self.id),
+            None => self.id.clone(),
+        };
+        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
+            self, &guest,
+        )))
+    }
 }
 
 impl ExecStream for AxExec {

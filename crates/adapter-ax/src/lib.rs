@@ -89,7 +89,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: Some(GUEST_MAX_LOG_BYTES),
     native_tools: &[],
-    processes: None,
+    processes: Some(execseam_adapter_kit::spool::SPOOLED),
 };
 
 /// AX's lifecycle: connect only. A guest belongs to a task declared elsewhere (the AX API or

@@ -580,6 +580,15 @@ impl Exec for CloudflareExec {
             OutputMode::Exact => None,
         }
     }
+
+    /// The adapter kit's spool in the container's `/tmp` over the bridge's exec (the bridge Worker
+    /// has no process routes; the container is lost, with its spools, when it sleeps).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
+            self,
+            Sandbox::id(self),
+        )))
+    }
 }
 
 impl ExecStream for CloudflareExec {

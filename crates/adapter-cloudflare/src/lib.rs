@@ -139,7 +139,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: Some(MAX_WRITE),
     max_output: None,
     native_tools: &[],
-    processes: None,
+    processes: Some(execseam_adapter_kit::spool::SPOOLED),
 };
 
 /// Capabilities in [`OutputMode::Exact`].
@@ -154,5 +154,5 @@ pub const CAPABILITIES_EXACT: Capabilities = Capabilities {
     max_stdin: Some(MAX_WRITE),
     max_output: None,
     native_tools: &[],
-    processes: None,
+    processes: Some(execseam_adapter_kit::spool::SPOOLED),
 };

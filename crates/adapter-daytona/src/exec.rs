@@ -1342,6 +1342,16 @@ impl Exec for DaytonaExec {
     fn streaming(&self) -> Option<&dyn ExecStream> {
         Some(self)
     }
+
+    /// The adapter kit's spool in the sandbox's `/tmp` (a session command's log is relabelled line
+    /// by line, not byte-exact; deleting a session kills its shell's process group, which the
+    /// spool's `setsid` supervisor is not in).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
+            self,
+            Sandbox::id(self),
+        )))
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

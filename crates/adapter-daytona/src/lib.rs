@@ -97,7 +97,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: Some(DEFAULT_MAX_OUTPUT),
     native_tools: &[],
-    processes: None,
+    processes: Some(execseam_adapter_kit::spool::SPOOLED),
 };
 
 /// Daytona's lifecycle (see [`DaytonaProvider`]): create from a snapshot with env, labels and an

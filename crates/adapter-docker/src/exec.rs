@@ -822,7 +822,7 @@ impl Exec for DockerExec {
     }
 
     fn capabilities(&self) -> Capabilities {
-        crate::CAPABILITIES
+        crate::capabilities_of(self.inner.config.mode)
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
@@ -834,6 +834,17 @@ impl Exec for DockerExec {
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
         Some(self)
+    }
+
+    /// Warm mode: the adapter kit's spool in the container's `/tmp` (a detached exec's output is
+    /// discarded and an attached one is killed with its client; there is no exec attach). Per call:
+    /// none (the container is removed after each command).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        self.capabilities().processes?;
+        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
+            self,
+            Sandbox::id(self),
+        )))
     }
 }
 

@@ -100,6 +100,10 @@ impl Adapter for Docker {
         DockerConfig::from_vars(vars)
     }
 
+    fn capabilities(config: &DockerConfig) -> Capabilities {
+        capabilities_of(config.mode)
+    }
+
     fn lifecycle(config: &DockerConfig) -> LifecycleCapabilities {
         match config.mode {
             Mode::Warm => LIFECYCLE,
@@ -172,5 +176,17 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: None,
+    processes: Some(execseam_adapter_kit::spool::SPOOLED),
 };
+
+/// The capabilities of a mode: per call, no process handles (the container is removed after
+/// each command, and a command's processes with it).
+pub const fn capabilities_of(mode: Mode) -> Capabilities {
+    match mode {
+        Mode::Warm => CAPABILITIES,
+        Mode::PerCall => Capabilities {
+            processes: None,
+            ..CAPABILITIES
+        },
+    }
+}

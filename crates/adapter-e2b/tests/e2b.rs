@@ -581,7 +581,7 @@ async fn an_oversized_command_is_refused_before_any_request() {
             .env("A", "x".repeat(200 << 10))
             .build()
             .unwrap(),
-        Command::new(vec!["x".repeat(100 << 10); 12]).unwrap(),
+        Command::new(vec!["x".repeat(100 << 10); 20]).unwrap(),
     ] {
         for err in [
             exec.exec(cmd.clone()).await.unwrap_err(),

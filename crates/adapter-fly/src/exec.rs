@@ -300,6 +300,19 @@ impl Exec for FlyExec {
         // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
         Box::pin(tracing::Instrument::instrument(fut, span))
     }
+
+    /// The adapter kit's spool in the machine's `/tmp` (the exec endpoint is synchronous, with no
+    /// exec id, kill or replay; the root filesystem is reset when the machine stops). A follower
+    /// reads at most about once a second: the Machines API limits exec to about 1 request a second
+    /// per machine, burst 3 (docs/adapters/fly.md).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        Some(Box::new(
+            execseam_adapter_kit::spool::Spool::new(self, Sandbox::id(self)).poll(
+                std::time::Duration::from_millis(1000),
+                std::time::Duration::from_secs(2),
+            ),
+        ))
+    }
 }
 
 impl Sandbox for FlyExec {

@@ -64,7 +64,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: Some(1 << 20),
     max_output: Some(2 << 20),
     native_tools: &[],
-    processes: None,
+    processes: Some(execseam_adapter_kit::spool::SPOOLED),
 };
 
 /// Fly's lifecycle (see [`FlyProvider`]): machines of one app, created from an image with env,

@@ -114,14 +114,20 @@ pub trait Launch: Send + Sync {
 }
 
 /// The shell functions every script starts with. `alive PID`: the process exists and is not
-/// a zombie (a sandbox's init may be slow to reap). `state DIR` (the order matters: the lock is
-/// looked at before the liveness, the liveness before the exit) sets `S` (`running`, `exited`,
-/// `prepared`, `unknown`), `C` (the status or `-`), `O` and `E` (bytes written).
+/// a zombie (a sandbox's init may be slow to reap). `gkill SIG PGID`: signals a process group
+/// once: dash needs `--` before a negative pid, BusyBox's `kill` refuses `--` (it signals, then
+/// fails), so the form is chosen by a harmless `kill -s 0` to the script itself. `state DIR`
+/// (the order matters: the lock is looked at before the liveness, the liveness before the exit)
+/// sets `S` (`running`, `exited`, `prepared`, `unknown`), `C` (the status or `-`), `O` and `E`
+/// (bytes written).
 const PRELUDE: &str = r#"alive() {
   kill -0 "$1" 2>/dev/null || return 1
   [ -r "/proc/$1/stat" ] || return 0
   z=$(sed 's/^.*) //; s/ .*//' "/proc/$1/stat" 2>/dev/null)
   [ "$z" != Z ]
+}
+gkill() {
+  if kill -s 0 -- "$$" 2>/dev/null; then kill -s "$1" -- "-$2"; else kill -s "$1" "-$2"; fi
 }
 stdin_state() {
   printf '%s %s' "$(wc -c <"$1/in.log")" "$([ -e "$1/in.closed" ] && echo 1 || echo 0)"
@@ -161,13 +167,17 @@ else
   setsid sh -c 'd=$1 i=$2; shift 2; printf "%s\n" "$$" >"$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid" && exec "$@" <"$i" >>"$d/out" 2>>"$d/err"' sh "$d" "$i" "$@"
 fi
 s=$?
-[ -n "$p" ] && kill -s TERM -- "-$p" 2>/dev/null
+[ -n "$p" ] && { kill -s TERM -- "-$p" || kill -s TERM "-$p"; } 2>/dev/null
 printf '%s %s %s\n' "$s" "$(wc -c <"$d/out")" "$(wc -c <"$d/err")" >"$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"
 exit "$s""#;
 
 /// The start: `$1` root, `$2` key, `$3` stdin mode (`closed`, `open`, `tty`), `$4` whether stdin bytes
 /// come on the exec's stdin (`1`, `0`), `$5` what to do (`detach`: run the supervisor with
-/// `setsid -f`; `prepare`: only the directory, a [`Launch`] runs it), then argv.
+/// `setsid` twice, below; `prepare`: only the directory, a [`Launch`] runs it), then argv.
+/// Detaching: `setsid -f` is util-linux only (BusyBox's `setsid` has no `-f`), so the first
+/// `setsid` (of a child that leads no group) makes a session leader that `exec`s the second, which,
+/// being a group leader, forks (util-linux and BusyBox alike), returns at once, and the fork
+/// leads a new session: the supervisor, with no signal ignored (an `&` list would ignore INT).
 /// Prints `spool:started <1 if this call made the directory>`, `spool:exists`,
 /// `spool:nosetsid` or `spool:noscript`.
 const START: &str = r#"r=$1 k=$2 m=$3 h=$4 ph=$5; shift 5
@@ -192,7 +202,7 @@ else
   done
 fi
 if [ "$ph" = detach ]; then
-  setsid -f sh -c "$SUPERVISOR" sh "$d" "$m" "$@" </dev/null >/dev/null 2>&1 || exit 125
+  setsid sh -c 'exec setsid "$@"' sh sh -c "$SUPERVISOR" sh "$d" "$m" "$@" </dev/null >/dev/null 2>&1 || exit 125
 fi
 echo "spool:started $f""#;
 
@@ -253,7 +263,7 @@ while [ ! -e "$d/pid" ] && [ ! -e "$d/exit" ]; do
 done
 [ -e "$d/exit" ] && { echo spool:signal exited; exit 0; }
 p=$(cat "$d/pid")
-if kill -s "$sig" -- "-$p" 2>/dev/null; then echo spool:signal sent
+if gkill "$sig" "$p" 2>/dev/null; then echo spool:signal sent
 elif [ -e "$d/exit" ]; then echo spool:signal exited
 else echo spool:signal gone; fi"#;
 

@@ -61,6 +61,13 @@ async fn sandbox_mode_copies_the_template_and_suspends_and_resumes() {
         (ErrorKind::Conflict, Some(SandboxState::Paused)),
         "a suspended sandbox has no pod: {e}"
     );
+    // Connect does not resume (`connect_resumes: false`): the same refusal, at once.
+    let e = p.connect(s.id()).await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.sandbox_state()),
+        (ErrorKind::Conflict, Some(SandboxState::Paused)),
+        "{e}"
+    );
     Provider::resume(&p, s.id()).await.unwrap();
     // A new pod under the same name: the container's files, its processes and the spool are
     // gone (only volumes survive a suspend).

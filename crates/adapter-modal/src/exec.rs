@@ -289,6 +289,15 @@ impl Exec for ModalExec {
     fn streaming(&self) -> Option<&dyn ExecStream> {
         Some(self)
     }
+
+    /// The adapter kit's spool in the sandbox's `/tmp` over exec (Modal has no list, signal or kill
+    /// RPC for an exec).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
+            self,
+            Sandbox::id(self),
+        )))
+    }
 }
 
 impl ExecStream for ModalExec {

@@ -142,5 +142,5 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: None,
+    processes: Some(execseam_adapter_kit::spool::SPOOLED),
 };

@@ -384,6 +384,15 @@ impl Exec for NorthflankExec {
     fn streaming(&self) -> Option<&dyn ExecStream> {
         Some(self)
     }
+
+    /// The adapter kit's spool in the container's `/tmp` (the exec WebSocket has no detach and no
+    /// reattach: a command ends with its connection).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
+            self,
+            Sandbox::id(self),
+        )))
+    }
 }
 
 impl ExecStream for NorthflankExec {

@@ -613,6 +613,15 @@ impl Exec for VercelExec {
     fn streaming(&self) -> Option<&dyn ExecStream> {
         Some(self)
     }
+
+    /// The adapter kit's spool in the sandbox's `/tmp` (a detached command's logs are decoded text
+    /// replayed from the start, counted in characters, not bytes).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
+            self,
+            Sandbox::id(self),
+        )))
+    }
 }
 
 impl ExecStream for VercelExec {

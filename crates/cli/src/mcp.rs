@@ -14,15 +14,27 @@
 //! and retry class) is a tool result with `isError: true` and the error as structured content
 //! (`execseam_tools::wire`). A command's non-zero exit is a normal result. Output limits are
 //! stated in every result (`truncated` bytes, `omitted` items).
+//!
+//! Background commands (issue 34; the shape of Claude Code's background shell and its output and
+//! kill tools): `bash` with `run_in_background` starts the command through the sandbox's process
+//! handles (`Exec::processes`) and answers its handle as `id`; `bash_output` reads what was
+//! written since the last read (the server keeps one cursor per id; explicit offsets override
+//! it, so a client that restarted the server resumes exactly), `bash_stdin` appends to its stdin
+//! at the count accepted so far, `bash_kill` signals its process group. An adapter without
+//! handles answers the typed `unsupported` error.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use clap::Args;
 use execseam::{Command, Deadline, Error, ErrorKind, Exec, Output, Retry, SandboxSpec, Tool};
+use execseam_core::{
+    ProcessHandle, ProcessState, Processes, Signal, StartKey, StartRequest, StdinWrite,
+    StreamOffsets, Waited,
+};
 use execseam_tools::{
     GrepOptions, Language, ReadRange, ToolError, Tools, WriteOptions, normalize_absolute,
 };
@@ -221,6 +233,8 @@ pub struct McpServer {
     root: String,
     max_output: usize,
     confine: bool,
+    /// Where the last `bash_output` of each background command ended (by handle).
+    cursors: Arc<Mutex<HashMap<String, StreamOffsets>>>,
     /// Unified exec's sessions (`exec_command`, `write_stdin`).
     sessions: Arc<crate::unified_exec::Sessions>,
     #[allow(dead_code)] // read by the code #[tool_handler] generates
@@ -247,9 +261,58 @@ pub struct BashArgs {
     /// Text to feed the command's stdin.
     #[serde(default)]
     pub stdin: Option<String>,
-    /// Seconds before the command is killed, 1..=600 (default 120).
+    /// Seconds before the command is killed, 1..=600 (default 120). Not with
+    /// `run_in_background`.
     #[serde(default)]
     pub timeout_secs: Option<u64>,
+    /// Start the command detached and return its `id` at once; read its output with
+    /// `bash_output`, write its stdin with `bash_stdin`, end it with `bash_kill`.
+    #[serde(default)]
+    pub run_in_background: Option<bool>,
+    /// With `run_in_background`: keep stdin open for `bash_stdin` (otherwise the command reads
+    /// `stdin`, if given, then end of file).
+    #[serde(default)]
+    pub keep_stdin_open: Option<bool>,
+}
+
+/// `bash_output`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BashOutputArgs {
+    /// The `id` that `bash` returned with `run_in_background`.
+    pub id: String,
+    /// Read stdout from this byte offset (default: where this server's last read of `id` ended).
+    #[serde(default)]
+    pub stdout_from: Option<u64>,
+    /// Read stderr from this byte offset (default: where the last read ended).
+    #[serde(default)]
+    pub stderr_from: Option<u64>,
+}
+
+/// `bash_stdin`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BashStdinArgs {
+    /// The `id` of a background command started with `keep_stdin_open`.
+    pub id: String,
+    /// Text to append to its stdin.
+    #[serde(default)]
+    pub data: String,
+    /// Close its stdin after `data` (the command then reads end of file).
+    #[serde(default)]
+    pub close: Option<bool>,
+}
+
+/// `bash_kill`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BashKillArgs {
+    /// The `id` of a background command.
+    pub id: String,
+    /// The signal, to the command's whole process group: TERM (default), KILL, INT, HUP, QUIT,
+    /// USR1, USR2, by name or number.
+    #[serde(default)]
+    pub signal: Option<String>,
 }
 
 /// `read`'s arguments.
@@ -456,6 +519,7 @@ impl McpServer {
             root,
             max_output,
             confine: false,
+            cursors: Arc::default(),
             sessions: Arc::default(),
             tool_router: Self::tool_router(),
         }
@@ -486,6 +550,43 @@ impl McpServer {
         }
     }
 
+    /// The sandbox's process handles, or the typed `unsupported` tool error.
+    fn processes(&self) -> Result<Box<dyn Processes + '_>, CallToolResult> {
+        self.exec.processes().ok_or_else(|| {
+            tool_error(&ToolError::Exec(
+                Error::unsupported(
+                    "this sandbox's adapter has no process handles (Capabilities::processes): \
+                     run the command in the foreground",
+                )
+                .with_provider(self.exec.provider().to_owned())
+                .with_operation("start"),
+            ))
+        })
+    }
+
+    /// `bash` with `run_in_background`: a detached start under a fresh key.
+    async fn background(&self, cmd: Command, open_stdin: bool) -> CallToolResult {
+        let p = match self.processes() {
+            Ok(p) => p,
+            Err(e) => return e,
+        };
+        let mut request = StartRequest::new(StartKey::random(), cmd);
+        if open_stdin {
+            request = request.open_stdin();
+        }
+        match p.start(request).await {
+            Ok(started) => {
+                let id = started.handle.as_str().to_owned();
+                self.cursors
+                    .lock()
+                    .expect("cursors")
+                    .insert(id.clone(), StreamOffsets::default());
+                ok(json!({ "id": id, "state": "running", "stdin_open": open_stdin }))
+            }
+            Err(e) => tool_error(&ToolError::Exec(e)),
+        }
+    }
+
     fn output(&self, o: &Output) -> Value {
         let (out, out_dropped) = capped(&o.stdout, self.max_output);
         let (err, err_dropped) = capped(&o.stderr, self.max_output);
@@ -505,7 +606,7 @@ impl McpServer {
 #[tool_router]
 impl McpServer {
     #[tool(
-        description = "Run a command in the sandbox: a shell `script` (bash, or sh where bash is missing) or an exact `argv`. Returns stdout, stderr and the exit status separately; a non-zero exit is a normal result, not an error. An infrastructure failure is an error with its `kind` and `retry` class. Output beyond the server's limit is dropped and counted in `truncated`."
+        description = "Run a command in the sandbox: a shell `script` (bash, or sh where bash is missing) or an exact `argv`. Returns stdout, stderr and the exit status separately; a non-zero exit is a normal result, not an error. An infrastructure failure is an error with its `kind` and `retry` class. Output beyond the server's limit is dropped and counted in `truncated`. With `run_in_background` the command starts detached and the answer is its `id` at once: read its output with `bash_output`, write its stdin with `bash_stdin` (with `keep_stdin_open`), end it with `bash_kill`; it keeps running between calls and its exit is never lost."
     )]
     async fn bash(&self, Parameters(a): Parameters<BashArgs>) -> Result<CallToolResult, ErrorData> {
         let mut b = match (&a.script, &a.argv) {
@@ -536,6 +637,22 @@ impl McpServer {
         }
         if let Some(s) = &a.stdin {
             b = b.stdin(Bytes::from(s.clone().into_bytes()));
+        }
+        if a.run_in_background == Some(true) {
+            if a.timeout_secs.is_some() {
+                return Ok(tool_error(&ToolError::InvalidArgument {
+                    message: "timeout_secs does not apply to a background command (end it with bash_kill)".into(),
+                }));
+            }
+            return Ok(match b.build() {
+                Ok(cmd) => self.background(cmd, a.keep_stdin_open == Some(true)).await,
+                Err(e) => tool_error(&ToolError::Exec(e)),
+            });
+        }
+        if a.keep_stdin_open.is_some() {
+            return Ok(tool_error(&ToolError::InvalidArgument {
+                message: "keep_stdin_open needs run_in_background".into(),
+            }));
         }
         let timeout = a.timeout_secs.unwrap_or(120);
         if !(1..=600).contains(&timeout) {
@@ -763,6 +880,116 @@ impl McpServer {
                 Err(e) => tool_error(&e),
             },
         )
+    }
+
+    #[tool(
+        description = "Read a background command's output (`id` from `bash` with `run_in_background`): the stdout and stderr written since this server's last read of it, or from the byte offsets `stdout_from`/`stderr_from`. Never waits. Returns `state` (running, exited with `exit`, or unknown: its supervisor died without an exit, so the outcome is not known), the offsets `next` to read from, and `complete` once the command exited and everything was read. A read returns at most the server's output limit per stream; the rest comes on the next read."
+    )]
+    async fn bash_output(
+        &self,
+        Parameters(a): Parameters<BashOutputArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let p = match self.processes() {
+            Ok(p) => p,
+            Err(e) => return Ok(e),
+        };
+        let handle = ProcessHandle::new(a.id.clone());
+        let last = self
+            .cursors
+            .lock()
+            .expect("cursors")
+            .get(&a.id)
+            .copied()
+            .unwrap_or_default();
+        let from = StreamOffsets::new(
+            a.stdout_from.unwrap_or(last.stdout),
+            a.stderr_from.unwrap_or(last.stderr),
+        );
+        let read = match p.read(&handle, from).await {
+            Ok(r) => r,
+            Err(e) => return Ok(tool_error(&ToolError::Exec(e))),
+        };
+        let (out, _) = capped(&read.stdout, self.max_output);
+        let (err, _) = capped(&read.stderr, self.max_output);
+        let next = StreamOffsets::new(
+            from.stdout + out.len() as u64,
+            from.stderr + err.len() as u64,
+        );
+        self.cursors.lock().expect("cursors").insert(a.id, next);
+        let (state, exit) = match read.state {
+            ProcessState::Running => ("running", None),
+            ProcessState::Exited(exit) => ("exited", Some(exit)),
+            ProcessState::Unknown => ("unknown", None),
+        };
+        Ok(ok(json!({
+            "stdout": text(out),
+            "stderr": text(err),
+            "from": { "stdout": from.stdout, "stderr": from.stderr },
+            "next": { "stdout": next.stdout, "stderr": next.stderr },
+            "written": { "stdout": read.written.stdout, "stderr": read.written.stderr },
+            "state": state,
+            "exit": exit,
+            "complete": exit.is_some() && next == read.written,
+        })))
+    }
+
+    #[tool(
+        description = "Write text to a background command's stdin (started with `keep_stdin_open`), after everything written before; `close` then closes it. Returns the bytes accepted so far and whether stdin is closed."
+    )]
+    async fn bash_stdin(
+        &self,
+        Parameters(a): Parameters<BashStdinArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let p = match self.processes() {
+            Ok(p) => p,
+            Err(e) => return Ok(e),
+        };
+        let handle = ProcessHandle::new(a.id);
+        let at = match p.status(&handle).await {
+            Ok(info) => info.stdin.map_or(0, |s| s.accepted),
+            Err(e) => return Ok(tool_error(&ToolError::Exec(e))),
+        };
+        let write = StdinWrite {
+            at,
+            data: Bytes::from(a.data.into_bytes()),
+            close: a.close == Some(true),
+        };
+        Ok(match p.write_stdin(&handle, write).await {
+            Ok(state) => ok(json!({ "accepted": state.accepted, "closed": state.closed })),
+            Err(e) => tool_error(&ToolError::Exec(e)),
+        })
+    }
+
+    #[tool(
+        description = "Send a signal (default TERM) to a background command's whole process group, so its children end with it, then wait up to 2 s for its exit. Returns `state` (exited with `exit`, or still running). Its output stays readable with `bash_output`."
+    )]
+    async fn bash_kill(
+        &self,
+        Parameters(a): Parameters<BashKillArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let name = a.signal.as_deref().unwrap_or("TERM");
+        let Some(signal) = Signal::parse(name) else {
+            return Ok(tool_error(&ToolError::InvalidArgument {
+                message: format!("signal {name:?} is not one of HUP INT QUIT KILL USR1 USR2 TERM"),
+            }));
+        };
+        let p = match self.processes() {
+            Ok(p) => p,
+            Err(e) => return Ok(e),
+        };
+        let handle = ProcessHandle::new(a.id);
+        if let Err(e) = p.signal(&handle, signal).await {
+            return Ok(tool_error(&ToolError::Exec(e)));
+        }
+        Ok(match p.wait(&handle, Duration::from_secs(2)).await {
+            Ok(Waited::Exited(exit)) => {
+                ok(json!({ "signal": signal.name(), "state": "exited", "exit": exit }))
+            }
+            Ok(Waited::Running) => {
+                ok(json!({ "signal": signal.name(), "state": "running", "exit": null }))
+            }
+            Err(e) => tool_error(&ToolError::Exec(e)),
+        })
     }
 }
 

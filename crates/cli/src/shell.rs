@@ -19,8 +19,8 @@ use std::process::ExitCode;
 use bytes::Bytes;
 use clap::Args;
 use execseam_core::{
-    Command, Error, ErrorKind, Exit, ProcessEvent, ProcessHandle, Processes, Sandbox, StartKey,
-    StartRequest, StdinWrite, StreamOffsets, TerminalSize,
+    Command, Error, ErrorKind, Exit, ProcessEvent, ProcessHandle, Processes, Sandbox, Signal,
+    StartKey, StartRequest, StdinWrite, StreamOffsets, TerminalSize,
 };
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -246,6 +246,10 @@ async fn session(
     };
     drop(stream);
     drop(raw);
+    if matches!(end, End::Failed(_) | End::Signalled(_)) && sandbox.owned() {
+        // The sandbox this run created goes; its command goes first (best effort).
+        let _ = p.signal(&handle, Signal::Kill).await;
+    }
     let attach_hint = |sandbox: &dyn Sandbox| {
         format!(
             "execseam shell --adapter {} --sandbox {} --attach {}",

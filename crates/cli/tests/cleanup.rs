@@ -241,3 +241,57 @@ async fn a_signal_during_the_create_destroys_the_sandbox_when_its_answer_arrives
     );
     proxy.shutdown().await;
 }
+
+/// Docker keeps an exec's processes when its attach connection goes (docs/adapters/docker.md):
+/// only the kill exec ends them. `--timeout` in a named warm container (which the run does not
+/// remove) must not exit before that kill ran; before the reaper it did, 5 runs of 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_in_a_named_docker_container_leaves_no_survivor() {
+    let env: Vec<(String, String)> = execseam_test_util::fixtures::podman()
+        .vars()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_execseam"))
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap()
+    };
+    let created = cli(&["sandbox", "create", "--adapter", "docker"]);
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let id = String::from_utf8_lossy(&created.stdout).trim().to_owned();
+    let token = probe::unique_sleep();
+    let script = format!("sleep {token}");
+    let args = [
+        "--adapter",
+        "docker",
+        "--sandbox",
+        &id,
+        "--timeout",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let child = spawn_run(&env, &args);
+    // The command really runs (seen from the host) before the deadline fires.
+    until("the command starts", || {
+        !probe::processes_with_arg(&token).is_empty()
+    })
+    .await;
+    let (code, stderr) = finish(child).await;
+    let left = probe::processes_with_arg(&token);
+    probe::kill_leftovers(&token);
+    cli(&["sandbox", "destroy", "--adapter", "docker", &id]);
+    assert_eq!(code, Some(125), "{stderr}");
+    assert!(
+        left.is_empty(),
+        "--timeout left the command running: {left:?}"
+    );
+}

@@ -19,9 +19,12 @@ use serde_json::{Value, json};
 
 type Client = RunningService<RoleClient, ()>;
 
-const TOOLS: [&str; 11] = [
+const TOOLS: [&str; 14] = [
     "apply_patch",
     "bash",
+    "bash_kill",
+    "bash_output",
+    "bash_stdin",
     "code",
     "edit",
     "exec_command",
@@ -116,6 +119,7 @@ async fn schemas(c: &Client) {
             "apply_patch" => &["patch"],
             "code" => &["language", "source"],
             "list" => &[],
+            "bash_output" | "bash_stdin" | "bash_kill" => &["id"],
             "exec_command" => &["cmd"],
             "write_stdin" => &["session_id"],
             other => panic!("{other}"),

@@ -1,8 +1,8 @@
 //! `execseam shell` driven as a person would, in a real terminal: tmux (send-keys, capture-pane).
 //! One session covers the list: the prompt, a command and its output, a detach (Ctrl-P
 //! Ctrl-Q) and `--attach` with the screen replayed, a resize followed by `stty size`, Ctrl-C
-//! ending `sleep` with 130, `exit 3` making the CLI exit 3, and the local terminal's settings
-//! (`stty -a`) the same before and after.
+//! ending `sleep` with 130, `exit 3` making the CLI exit 3, SIGTERM to the CLI making it exit
+//! 143, and the local terminal's settings (`stty -a`) the same before and after each.
 
 use std::path::Path;
 use std::process::Command;
@@ -162,6 +162,25 @@ fn a_shell_in_tmux_runs_detaches_reattaches_resizes_interrupts_and_exits_with_th
         settings(&before),
         settings(&after),
         "stty -a before and after"
+    );
+    // SIGTERM to the CLI while attached: 143, and the local terminal restored.
+    tmux.run(&["send-keys", "-t", "t", "clear", "Enter"]);
+    tmux.keys(&format!(
+        "sh -c 'echo $$ >{d}/pid; exec {BIN} shell --adapter local --env PS1=again\\$\\  -- sh -i'; echo rc2=$? >{d}/rc2; stty -a >{d}/after2"
+    ));
+    tmux.wait_for("again$");
+    let pid = wait_file(&dir.path().join("pid"));
+    let killed = Command::new("kill")
+        .args(["-TERM", pid.trim()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert_eq!(wait_file(&dir.path().join("rc2")), "rc2=143\n");
+    let after2 = wait_file(&dir.path().join("after2"));
+    assert_eq!(
+        settings(&before),
+        settings(&after2),
+        "stty -a after a SIGTERM"
     );
     let destroyed = Command::new(BIN)
         .args(["sandbox", "destroy", "--adapter", "local", &sandbox])

@@ -29,7 +29,8 @@
 //! environment has `HOME=/root`, a standard `PATH`, and Fly's runtime variables (`FLY_APP_NAME`,
 //! `FLY_MACHINE_ID`, `FLY_ALLOC_ID`, `FLY_REGION`, `FLY_PROCESS_GROUP`) plus `config.env` of the
 //! create request. Stopping a machine destroys its sandbox (processes killed; a started machine
-//! is "completely reset", as Fly's docs say); suspending keeps it.
+//! is "completely reset", as Fly's docs say); suspending keeps it, frozen (the cgroup freezer:
+//! Fly's suspend is a memory snapshot, nothing runs until start resumes it).
 //!
 //! What is inferred rather than documented (see `docs/adapters/fly.md`): the 412 for exec on a
 //! machine that is not started, the 408 `deadline_exceeded` body for a timed-out command
@@ -313,6 +314,10 @@ impl Machine {
     pub(crate) fn boot(self: &Arc<Self>) -> io::Result<()> {
         let mut sb = self.sandbox.lock().expect("sandbox");
         let fresh = sb.is_none();
+        if let Some(suspended) = sb.as_ref().filter(|s| s.is_paused()) {
+            // A suspended machine resumes where it was (its processes thaw).
+            suspended.resume()?;
+        }
         if fresh {
             *sb = Some(Sandbox::create(
                 self.id.clone(),
@@ -406,6 +411,8 @@ impl Machine {
             );
         }
         if let Some(s) = self.sandbox.lock().expect("sandbox").take() {
+            // Thawed first, so a suspended machine's processes take their signals.
+            let _ = s.resume();
             s.destroy();
         }
         self.set_state(state);

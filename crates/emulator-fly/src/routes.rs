@@ -311,6 +311,12 @@ async fn transition(st: &State, m: Arc<Machine>, via: &str, to: &'static str, ki
         if kill {
             m.halt(to);
         } else {
+            // Suspend keeps the machine's memory and processes and nothing runs until start
+            // resumes it ("save its complete state, including memory … picks up exactly where
+            // it left off": fly.io/docs/reference/suspend-resume): the sandbox is frozen.
+            if let Some(sb) = m.sandbox() {
+                let _ = tokio::task::spawn_blocking(move || sb.pause()).await;
+            }
             m.set_state(to);
             m.event("suspend", to, "user", None);
         }

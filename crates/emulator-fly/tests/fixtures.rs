@@ -1081,6 +1081,15 @@ async fn wait_states_and_lease_enforcement() {
         .call(get.clone(), "/wait?state=suspended&timeout=10", None, &[])
         .await;
     assert_eq!(status, 200);
+    // [docs suspend-resume] suspend saves memory and processes and nothing runs meanwhile: the
+    // sandbox is frozen (in namespaces; the freezer needs them), kept, and thawed by start.
+    let sandbox = || emu.machine(&api.app, &id).unwrap().sandbox().unwrap();
+    if execseam_emulator_kit::Isolation::detect() == execseam_emulator_kit::Isolation::Namespaces {
+        assert!(
+            sandbox().is_paused(),
+            "a suspended machine's sandbox is frozen"
+        );
+    }
     assert_eq!(m.call(post.clone(), "/start", None, &with).await.0, 200);
     assert_eq!(
         m.call(get.clone(), "/wait?state=started&timeout=10", None, &[])
@@ -1088,6 +1097,7 @@ async fn wait_states_and_lease_enforcement() {
             .0,
         200
     );
+    assert!(!sandbox().is_paused(), "start resumes a suspended machine");
     assert_eq!(
         m.call(
             post.clone(),

@@ -39,7 +39,7 @@ from mcp.shared.exceptions import MCPError
 EXE = os.environ["EXECSEAM_BIN"]
 ROOT = os.environ["MCP_ROOT"]
 ERRLOG = os.environ["MCP_ERRLOG"]
-TOOLS = {"apply_patch", "bash", "code", "edit", "exec_command", "glob", "grep", "list", "read", "write", "write_stdin"}
+TOOLS = {"apply_patch", "bash", "bash_kill", "bash_output", "bash_stdin", "code", "edit", "exec_command", "glob", "grep", "list", "read", "write", "write_stdin"}
 
 checks = 0
 
@@ -175,6 +175,7 @@ async def main():
                 ok(f"a 17 MB request: a JSON-RPC error naming the limit, in {took:.2f} s")
                 l = await good(s, "list", {"dir": ROOT, "depth": 1})
                 ok("the server still serves after the oversized request")
+                await background(s)
     with open(ERRLOG) as f:
         log = f.read()
     # Its spans: each tool's exec, and the sandbox created at start, destroyed at stdin EOF.
@@ -186,6 +187,74 @@ async def main():
     await confined()
     await malformed_lines()
     print("OK", flush=True)
+
+
+async def poll_output(s, id, until, seconds=20):
+    """bash_output until `until(result)` holds (bash_output never waits: issue 34's contract)."""
+    deadline = time.monotonic() + seconds
+    seen = []
+    while True:
+        o = await good(s, "bash_output", {"id": id})
+        seen.append(o)
+        if until(o):
+            return o, seen
+        assert time.monotonic() < deadline, seen
+        await asyncio.sleep(0.05)
+
+
+async def background(s):
+    """Issue 34's background commands, in the shape of Claude Code's background shell (Bash
+    `run_in_background`, then its output and kill tools): the start answers at once with an id,
+    each read brings what was written since the last one, stdin and a kill reach the command."""
+    script = "printf start; printf e1 >&2; IFS= read -r line; printf '<%s>' \"$line\"; exit 5"
+    start = time.monotonic()
+    b = await good(s, "bash", {"script": script, "run_in_background": True, "keep_stdin_open": True})
+    assert b["state"] == "running" and b["id"], b
+    assert time.monotonic() - start < 10, "the start waited for the command"
+    ok("bash run_in_background: an id at once, the command still running")
+    o, seen = await poll_output(s, b["id"], lambda o: o["next"] == {"stdout": 5, "stderr": 2})
+    assert "".join(x["stdout"] for x in seen) == "start", seen
+    assert "".join(x["stderr"] for x in seen) == "e1", seen
+    assert o["state"] == "running" and o["exit"] is None and o["complete"] is False, o
+    again = await good(s, "bash_output", {"id": b["id"]})
+    assert (again["stdout"], again["stderr"], again["from"]) == ("", "", {"stdout": 5, "stderr": 2}), again
+    ok("bash_output: what was written since the last read, then nothing new")
+    w = await good(s, "bash_stdin", {"id": b["id"], "data": "hello\n", "close": True})
+    assert (w["accepted"], w["closed"]) == (6, True), w
+    o, seen = await poll_output(s, b["id"], lambda o: o["complete"])
+    assert "".join(x["stdout"] for x in seen) == "<hello>", seen
+    assert o["exit"] == {"code": 5} and o["state"] == "exited", o
+    whole = await good(s, "bash_output", {"id": b["id"], "stdout_from": 0, "stderr_from": 0})
+    assert (whole["stdout"], whole["stderr"], whole["complete"]) == ("start<hello>", "e1", True), whole
+    ok("bash_stdin reaches the command; its exit 5 and its whole output from offset 0")
+    # A kill reaches the command's process group: its background child dies with it.
+    child = f"{ROOT}/child.pid"
+    k = await good(s, "bash", {"script": f"sleep 60 & echo $! > {child}; wait", "run_in_background": True})
+    deadline = time.monotonic() + 10
+    while not (os.path.exists(child) and open(child).read().strip()):
+        assert time.monotonic() < deadline, "the background command never wrote its child's pid"
+        await asyncio.sleep(0.05)
+    pid = int(open(child).read())
+    r = await good(s, "bash_kill", {"id": k["id"]})
+    assert (r["signal"], r["state"], r["exit"]) == ("TERM", "exited", {"code": 143}), r
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        assert time.monotonic() < deadline, f"the command's child {pid} outlived the kill"
+        await asyncio.sleep(0.05)
+    ok("bash_kill: TERM to the group, exit 143, its child gone too")
+    e = await tool_error(s, "bash", {"script": "true", "run_in_background": True, "timeout_secs": 5})
+    assert e.structured_content["error"]["code"] == "invalid-argument", e
+    e = await tool_error(s, "bash_output", {"id": "not a handle"})
+    err = e.structured_content["error"]
+    assert (err["code"], err["kind"]) == ("exec", "invalid-command"), e
+    ok("background: a deadline is refused, a garbage id is a typed error")
 
 
 async def confined():
