@@ -193,7 +193,7 @@ impl Client {
         // The SDK's own tracing stays out of the host's subscriber during the call: at TRACE
         // aws-smithy logs the request (the command, with its env values and stdin) and every
         // event-stream message whole (the command's output, file contents: caught by
-        // `crates/cli/tests/secrets_conformance.rs`). Our spans and events are outside these
+        // `crates/emulated/tests/secrets/mod.rs`). Our spans and events are outside these
         // futures and unaffected.
         let mut out =
             tokio::time::timeout(idle, call.send().with_subscriber(NoSubscriber::default()))

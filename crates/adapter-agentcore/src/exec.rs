@@ -1009,8 +1009,19 @@ mod tests {
 
     #[test]
     fn the_one_pass_frame_is_byte_exact_and_text_is_sent_as_text() {
-        let tmp = std::env::temp_dir();
-        let config = cfg().temp_dir(tmp.to_str().unwrap());
+        // The frames' files go to a directory of this test's, removed with everything in it.
+        struct Dir(std::path::PathBuf);
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let tmp = Dir(std::env::temp_dir().join(format!(
+            "execseam-agentcore-frame-test-{}",
+            std::process::id()
+        )));
+        std::fs::create_dir_all(&tmp.0).unwrap();
+        let config = cfg().temp_dir(tmp.0.to_str().unwrap());
         let big: Vec<u8> = (0..40_000u32)
             .flat_map(|i| format!("{i}\n").into_bytes())
             .collect();

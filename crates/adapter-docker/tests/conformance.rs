@@ -3,10 +3,12 @@
 //!
 //! One binary, two runs: without `EXECSEAM_DOCKER_MODE` it re-runs itself once per mode (`warm`,
 //! recorded as `docs/conformance/docker.txt`, and `per-call`, recorded as
-//! `docs/conformance/docker-per-call.txt`) and fails if either fails. With the variable set it runs
-//! that mode only. The engine is the machine's (`DOCKER_HOST`, `EXECSEAM_DOCKER_IMAGE`) or the
-//! repository's podman, started by the first run that needs it and shared by both modes' runs
-//! (`support`); where none can be started the run fails, saying so.
+//! `docs/conformance/docker-per-call.txt`), both at once, and fails if either fails. With the
+//! variable set it runs that mode only. The engine is the machine's (`DOCKER_HOST`,
+//! `EXECSEAM_DOCKER_IMAGE`) or the repository's podman, started by this parent before the two
+//! runs and shared by them (`support`); where none can be started the run fails, saying so. The
+//! two runs label their containers and snapshots apart (`conformance-warm`,
+//! `conformance-per-call`), so one's sweeps and counts never see the other's.
 //!
 //! There is no emulator: the engine is the backend. The HTTP-level fault cases are not applicable
 //! (the injector below declines them); `fault-sandbox-vanishes` is caused for real (the warm
@@ -23,7 +25,14 @@ use execseam_core::{Sandbox, SandboxSpec};
 use execseam_docker::{DockerProvider, Mode};
 
 const ENV_MODE: &str = "EXECSEAM_DOCKER_MODE";
-const SUITE: &str = "conformance";
+
+/// The label of this mode's containers and snapshot images (`io.execseam.test=<suite>`).
+fn suite(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Warm => "conformance-warm",
+        Mode::PerCall => "conformance-per-call",
+    }
+}
 
 fn record_name(mode: Mode) -> &'static str {
     match mode {
@@ -38,11 +47,11 @@ fn main() {
         Err(_) => return both_modes(),
     };
     execseam_conformance::main(move || async move {
-        support::sweep(SUITE).await;
+        support::sweep(suite(mode)).await;
         let worktree = tempfile::tempdir().map_err(|e| {
             execseam_core::Error::new(execseam_core::ErrorKind::Internal, e.to_string())
         })?;
-        let mut config = support::config(SUITE).mode(mode);
+        let mut config = support::config(suite(mode)).mode(mode);
         if mode == Mode::Warm {
             // Publishing a port (state-expose-port) needs a network; the default is none.
             config = config.network("bridge");
@@ -103,7 +112,7 @@ fn count(mode: Mode) -> usize {
             .enable_all()
             .build()
             .expect("a runtime")
-            .block_on(support::containers(SUITE, mode))
+            .block_on(support::containers(suite(mode), mode))
             .len()
     })
     .join()
@@ -133,7 +142,7 @@ impl Faults for EngineFaults {
                         .kill_container(&id, None::<KillContainerOptions>)
                         .await;
                 }
-                None => support::sweep_mode(SUITE, Mode::PerCall).await,
+                None => support::sweep_mode(suite(Mode::PerCall), Mode::PerCall).await,
             }
         });
         *self.pending.lock().unwrap() = Some(task);
@@ -162,28 +171,46 @@ impl Faults for EngineFaults {
     }
 }
 
-/// Runs this binary once per mode, passing the arguments through (a name filter, `--exact`).
-/// `--list` lists the cases once: both modes have the same ones, and a runner that lists first
-/// and then runs each case by name (`cargo nextest run`) must not see duplicates; each case it
-/// runs then runs in both modes.
+/// Runs this binary once per mode, both at once, passing the arguments through (a name filter,
+/// `--exact`); each run's output is printed whole when it ends, warm first. `--list` lists the
+/// cases once: both modes have the same ones, and a runner that lists first and then runs each
+/// case by name (`cargo nextest run`) must not see duplicates; each case it runs then runs in both
+/// modes.
 fn both_modes() {
     let exe = std::env::current_exe().expect("the test binary's path");
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let listing = args.iter().any(|a| a == "--list");
-    let mut failed = Vec::new();
-    for mode in [Mode::Warm, Mode::PerCall] {
-        if listing && mode == Mode::PerCall {
-            break;
-        }
-        if !listing {
-            println!("=== mode {} ===", mode.as_str());
-        }
-        let status = std::process::Command::new(&exe)
-            .args(&args)
-            .env(ENV_MODE, mode.as_str())
+    let child = |mode: Mode| {
+        let mut c = std::process::Command::new(&exe);
+        c.args(&args).env(ENV_MODE, mode.as_str());
+        c
+    };
+    if args.iter().any(|a| a == "--list") {
+        let status = child(Mode::Warm)
             .status()
             .expect("running the conformance binary");
-        if !status.success() {
+        std::process::exit(status.code().unwrap_or(1));
+    }
+    // The engine, started (or joined) once here, before either run: the runs join it, and it
+    // stops when this process, the last of its users, ends.
+    if support::var("DOCKER_HOST").is_none() {
+        panic!("{}", support::NO_ENGINE);
+    }
+    let runs: Vec<_> = [Mode::Warm, Mode::PerCall]
+        .into_iter()
+        .map(|mode| {
+            let mut c = child(mode);
+            let run =
+                std::thread::spawn(move || c.output().expect("running the conformance binary"));
+            (mode, run)
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for (mode, run) in runs {
+        let out = run.join().expect("the run's thread");
+        println!("=== mode {} ===", mode.as_str());
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        if !out.status.success() {
             failed.push(mode.as_str());
         }
     }

@@ -9,18 +9,33 @@
 //! lists the cases once (every target has the same ones), so a runner that lists and then runs
 //! each case by name (`cargo nextest run`) runs each on every target.
 //!
+//! `EXECSEAM_CONFORMANCE_JOBS` (default 3) children run at once: the targets are independent
+//! (each its own emulator, ports and sandboxes; a sandbox's `/tmp` is its own), and one target's
+//! cases mostly wait on its emulator's sandboxes, so a few at once use the cores the one-by-one
+//! run leaves idle. With more than one job a child's output is kept and printed whole, in the
+//! targets' order.
+//!
+//! Every target's run is also the secrets check (`secrets/mod.rs`): the emulator is started with a
+//! planted API key, planted env values, stdin and file contents go through the adapter before the
+//! suite, every crate traces at TRACE, and a planted secret in any captured line, error or result
+//! fails the run.
+//!
 //! With `EXECSEAM_LIVE=1` the one adapter named runs against the real provider, configured from
 //! this process's environment (see `docs/adapters/<adapter>.md`): the sandbox `EXECSEAM_SANDBOX`
 //! names, else a new one.
+
+mod secrets;
 
 use std::sync::Arc;
 
 use execseam::{Error, Provider, SandboxSpec};
 use execseam_conformance::Target;
 use execseam_emulated::{Emulated, Spec, targets};
+use execseam_emulators::EmulatorOptions;
 
 const TARGET: &str = "EXECSEAM_CONFORMANCE_TARGET";
 const ADAPTER: &str = "EXECSEAM_CONFORMANCE_ADAPTER";
+const JOBS: &str = "EXECSEAM_CONFORMANCE_JOBS";
 
 fn main() {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -44,37 +59,105 @@ fn main() {
     each_in_a_child(&chosen);
 }
 
-/// Runs `spec` in this process.
+/// Runs `spec` in this process, under the secrets watch.
 fn run(spec: Spec) {
-    execseam_conformance::main(move || async move {
-        Emulated::start(spec, Default::default())
-            .await?
-            .conformance()
-            .await
+    let watch = secrets::Watch::install(spec.adapter);
+    let w = watch.clone();
+    let args = execseam_conformance::libtest_mimic::Arguments::from_args();
+    let summary = execseam_conformance::run_with_args(args, move || async move {
+        let options = EmulatorOptions {
+            token: Some(secrets::TOKEN.to_owned()),
+            ..EmulatorOptions::default()
+        };
+        let emulated = Emulated::start(spec, options).await?;
+        w.arm(&emulated);
+        secrets::planted(&w, &emulated).await?;
+        emulated.conformance().await
     });
+    let mut code = summary.code;
+    if summary.set_up {
+        match watch.check(spec.name) {
+            Ok(line) => println!("{line}"),
+            Err(e) => {
+                eprintln!("{e}");
+                code = 1;
+            }
+        }
+    }
+    std::process::exit(code);
 }
 
-/// Runs every target in a child process of its own (the same binary with [`TARGET`] set).
+/// Runs every target in a child process of its own (the same binary with [`TARGET`] set),
+/// [`JOBS`] at once.
 fn each_in_a_child(chosen: &[Spec]) {
     let exe = std::env::current_exe().expect("the test binary's path");
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let listing = args.iter().any(|a| a == "--list");
-    let mut failed = Vec::new();
-    for spec in chosen {
-        if !listing {
-            println!("=== {} ===", spec.name);
-        }
-        let status = std::process::Command::new(&exe)
-            .args(&args)
-            .env(TARGET, spec.name)
+    let child = |spec: &Spec| {
+        let mut c = std::process::Command::new(&exe);
+        c.args(&args).env(TARGET, spec.name);
+        c
+    };
+    if args.iter().any(|a| a == "--list") {
+        let status = child(&chosen[0])
             .status()
             .expect("running the conformance binary");
-        if !status.success() {
-            failed.push(spec.name);
+        std::process::exit(status.code().unwrap_or(1));
+    }
+    let jobs = std::env::var(JOBS)
+        .ok()
+        .map(|j| {
+            j.parse::<usize>()
+                .expect("EXECSEAM_CONFORMANCE_JOBS: a number")
+        })
+        .unwrap_or(3)
+        .clamp(1, chosen.len());
+    let mut failed = Vec::new();
+    if jobs == 1 {
+        for spec in chosen {
+            println!("=== {} ===", spec.name);
+            let status = child(spec)
+                .status()
+                .expect("running the conformance binary");
+            if !status.success() {
+                failed.push(spec.name);
+            }
         }
-        if listing {
-            break;
-        }
+    } else {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            for _ in 0..jobs {
+                let tx = tx.clone();
+                let (next, child) = (&next, &child);
+                scope.spawn(move || {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(spec) = chosen.get(i) else { break };
+                        let out = child(spec)
+                            .output()
+                            .expect("running the conformance binary");
+                        let _ = tx.send((i, out));
+                    }
+                });
+            }
+            drop(tx);
+            // Printed in the targets' order, each as soon as the ones before it are.
+            let mut done: Vec<Option<std::process::Output>> = vec![None; chosen.len()];
+            let mut printed = 0;
+            for (i, out) in rx {
+                done[i] = Some(out);
+                while let Some(Some(out)) = done.get_mut(printed).map(Option::take) {
+                    let spec = &chosen[printed];
+                    println!("=== {} ===", spec.name);
+                    print!("{}", String::from_utf8_lossy(&out.stdout));
+                    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+                    if !out.status.success() {
+                        failed.push(spec.name);
+                    }
+                    printed += 1;
+                }
+            }
+        });
     }
     if !failed.is_empty() {
         eprintln!("conformance failed for: {}", failed.join(", "));
