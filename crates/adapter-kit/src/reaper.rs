@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use execseam_core::Error;
+use execseam_core::{Error, ErrorKind};
 use tokio::sync::Notify;
 
 static PENDING: AtomicUsize = AtomicUsize::new(0);
@@ -76,6 +76,11 @@ impl Drained {
 }
 
 fn record(r: Reaped) {
+    // Every piece of work here ends something (a command, a session, a sandbox): `NotFound` means
+    // it is already gone, which is what the work was for, not a failure to report.
+    if r.error.kind() == ErrorKind::NotFound {
+        return;
+    }
     if let Ok(mut f) = FAILURES.lock() {
         if f.len() >= MAX_FAILURES {
             f.remove(0);
@@ -137,7 +142,7 @@ where
                             provider,
                             what,
                             error: Error::new(
-                                execseam_core::ErrorKind::Internal,
+                                ErrorKind::Internal,
                                 format!("no runtime to run it on: {e}"),
                             )
                             .with_provider(provider),
@@ -208,7 +213,7 @@ where
     match rx.await {
         Ok(made) => made,
         Err(_) => Err(Error::new(
-            execseam_core::ErrorKind::Internal,
+            ErrorKind::Internal,
             "the create ended without an answer (its task panicked)",
         )
         .with_provider(provider)),
@@ -265,7 +270,11 @@ mod tests {
         });
         spawn("p", "delete the sandbox", async {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            Err(Error::new(execseam_core::ErrorKind::Unavailable, "reset"))
+            Err(Error::new(ErrorKind::Unavailable, "reset"))
+        });
+        // A kill whose sandbox is already gone did what it was for: not a failure.
+        spawn("p", "kill", async {
+            Err(Error::new(ErrorKind::NotFound, "no such sandbox"))
         });
         let drained = drain(Duration::from_secs(5)).await;
         assert!(
@@ -323,10 +332,7 @@ mod tests {
         );
         // A caller that waits gets it, and nothing is undone.
         let made = guarded("p", "delete", async { Ok::<_, Error>(7) }, |_| async {
-            Err(Error::new(
-                execseam_core::ErrorKind::Internal,
-                "undone although received",
-            ))
+            Err(Error::new(ErrorKind::Internal, "undone although received"))
         })
         .await;
         assert_eq!(made.unwrap(), 7);
