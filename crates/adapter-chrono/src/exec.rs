@@ -3,6 +3,7 @@
 
 use execseam_adapter_kit::id;
 use execseam_adapter_kit::size;
+use execseam_adapter_kit::trace::exec_span;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -407,8 +408,7 @@ impl Exec for ChronoExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut = Box::pin(async move {
+        exec_span(self.provider(), "exec", command, |command| async move {
             let prepared = prepare(self.config(), &command)?;
             tracing::debug!(
                 provider = PROVIDER,
@@ -427,9 +427,7 @@ impl Exec for ChronoExec {
             };
             tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
             Ok(out)
-        });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        })
     }
 }
 

@@ -16,6 +16,7 @@ pub mod size;
 #[cfg(feature = "spool")]
 pub mod spool;
 pub mod text;
+pub mod trace;
 pub mod vars;
 #[cfg(feature = "websocket")]
 pub mod ws;
