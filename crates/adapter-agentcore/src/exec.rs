@@ -1,8 +1,8 @@
 //! The [`Exec`] implementation: session lifecycle, the command string, the two exec modes, the
 //! exact-output framing, and the files tools.
 
+use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::retry::Call;
-use execseam_adapter_kit::trace::exec_span;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -832,7 +832,7 @@ impl Exec for AgentCoreExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span(self.provider(), "exec", command, |command| {
+        exec_span!(self.provider(), "exec", command, |command| {
             self.inner.clone().run(command)
         })
     }

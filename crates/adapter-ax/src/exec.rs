@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use execseam_adapter_kit::trace::exec_span;
+use execseam_adapter_kit::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
     Output, Ownership, Retry, Sandbox,
@@ -259,7 +259,7 @@ impl Exec for AxExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span(self.provider(), "exec", command, |command| async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             self.start(command).await?.collect().await
         })
     }
@@ -284,7 +284,7 @@ impl Exec for AxExec {
 
 impl ExecStream for AxExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span(self.provider(), "exec_stream", command, |command| {
+        exec_span!(self.provider(), "exec_stream", command, |command| {
             self.start(command)
         })
     }

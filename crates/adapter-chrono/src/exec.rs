@@ -1,9 +1,9 @@
 //! The `Exec` implementation: a `Command` becomes a `bash` program for `POST /execute` (or for
 //! the durable `/executions` contract).
 
+use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::id;
 use execseam_adapter_kit::size;
-use execseam_adapter_kit::trace::exec_span;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -408,7 +408,7 @@ impl Exec for ChronoExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span(self.provider(), "exec", command, |command| async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             let prepared = prepare(self.config(), &command)?;
             tracing::debug!(
                 provider = PROVIDER,

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use execseam_adapter_kit::degrade::{
     self, StderrGate, StdinFrom, WRAPPER_MARK, WRAPPER_STATUS, WrapOptions, quote,
 };
-use execseam_adapter_kit::trace::exec_span;
+use execseam_adapter_kit::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
     ExecStream, Exit, Output, Ownership, PartialOutput, Retry, Sandbox,
@@ -561,7 +561,7 @@ impl Exec for CloudflareExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span(self.provider(), "exec", command, |command| async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
             execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
             self.not_destroyed("exec")?;
@@ -588,7 +588,7 @@ impl Exec for CloudflareExec {
 
 impl ExecStream for CloudflareExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span(
+        exec_span!(
             self.provider(),
             "exec_stream",
             command,

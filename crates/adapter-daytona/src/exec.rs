@@ -49,8 +49,8 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
 use execseam_adapter_kit::degrade::{self, StdinFrom, WrapOptions};
+use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::retry::after_submit;
-use execseam_adapter_kit::trace::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, Event, EventStream, Exec, ExecStream, Exit, Output,
     Ownership, Sandbox,
@@ -1332,7 +1332,7 @@ impl Exec for DaytonaExec {
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         let inner = self.inner.clone();
-        exec_span(self.provider(), "exec", command, |command| {
+        exec_span!(self.provider(), "exec", command, |command| {
             let fut: BoxFuture<'_, Result<Output, Error>> = match inner.route {
                 ExecRoute::Execute => Box::pin(run_direct(inner.clone(), command)),
                 ExecRoute::Session => Box::pin(run(inner.clone(), command)),
@@ -1693,7 +1693,7 @@ fn session_id(slot: &SessionSlot) -> String {
 
 impl ExecStream for DaytonaExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span(self.provider(), "exec_stream", command, |command| {
+        exec_span!(self.provider(), "exec_stream", command, |command| {
             start_stream(self.inner.clone(), command)
         })
     }

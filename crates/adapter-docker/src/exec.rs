@@ -1,8 +1,8 @@
 //! Commands as Docker execs: in the warm container, or in a fresh container per call.
 
+use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::id;
 use execseam_adapter_kit::size;
-use execseam_adapter_kit::trace::exec_span;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -827,7 +827,7 @@ impl Exec for DockerExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span(self.provider(), "exec", command, |command| async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             self.exec_detailed(command).await.map(|d| d.output)
         })
     }
@@ -847,7 +847,7 @@ impl Exec for DockerExec {
 
 impl ExecStream for DockerExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span(
+        exec_span!(
             self.provider(),
             "exec_stream",
             command,

@@ -10,7 +10,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
 use execseam_adapter_kit::degrade::{self, WrapOptions};
-use execseam_adapter_kit::trace::exec_span;
+use execseam_adapter_kit::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
     ExecStream, Exit, Output, Ownership, Sandbox,
@@ -1004,7 +1004,7 @@ impl Exec for E2bExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span(self.provider(), "exec", command, |command| async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             // The size is checked once, by `start` (a native listing sends no argv).
             if self.inner.config.native_tools
                 && let Some(req) = NativeRequest::parse(&command)
@@ -1032,7 +1032,7 @@ impl Exec for E2bExec {
 
 impl ExecStream for E2bExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span(self.provider(), "exec_stream", command, |command| {
+        exec_span!(self.provider(), "exec_stream", command, |command| {
             self.start(command)
         })
     }

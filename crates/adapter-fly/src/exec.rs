@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use execseam_adapter_kit::degrade::{self, StdinFrom, WrapOptions};
-use execseam_adapter_kit::trace::exec_span;
+use execseam_adapter_kit::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Ownership,
     Sandbox,
@@ -282,7 +282,7 @@ impl Exec for FlyExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span(self.provider(), "exec", command, |command| async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             let prepared = prepare(self.config(), &command)?;
             tracing::debug!(
                 provider = PROVIDER,

@@ -22,6 +22,13 @@ pub mod vars;
 pub mod ws;
 
 pub use adapter::Adapter;
+
+/// What the kit's macros name (not part of its API).
+#[doc(hidden)]
+pub mod __private {
+    pub use execseam_core::Command;
+    pub use tracing;
+}
 pub use vars::{Var, VarKind, Vars};
 
 use execseam_core::{Error, ErrorKind};

@@ -1,21 +1,34 @@
 //! The span every adapter's exec runs in.
 
-use std::future::Future;
+use execseam_core::BoxFuture;
 
-use execseam_core::{BoxFuture, Command, Error};
+/// Runs `$run(command)` (a closure taking the [`Command`](execseam_core::Command)) in one
+/// `exec` span that names the provider, the entry point (`"exec"` or `"exec_stream"`) and the
+/// tool: never argv, env or stdin, which may hold secrets. A macro so that the span's target is
+/// the calling adapter's module (what `RUST_LOG=execseam_e2b=debug` selects).
+#[macro_export]
+macro_rules! exec_span {
+    ($provider:expr, $operation:literal, $command:expr, $run:expr $(,)?) => {{
+        let command: $crate::__private::Command = $command;
+        let span = $crate::__private::tracing::debug_span!(
+            "exec",
+            provider = $provider,
+            operation = $operation,
+            tool = %command.tool()
+        );
+        $crate::trace::instrumented(span, $crate::trace::run(command, $run))
+    }};
+}
 
-/// Runs `run(command)` in one `exec` span that names the provider, the entry point
-/// (`operation`: `"exec"` or `"exec_stream"`) and the tool: never argv, env or stdin, which may
-/// hold secrets.
-pub fn exec_span<'a, T, F>(
-    provider: &str,
-    operation: &'static str,
-    command: Command,
-    run: impl FnOnce(Command) -> F,
-) -> BoxFuture<'a, Result<T, Error>>
-where
-    F: Future<Output = Result<T, Error>> + Send + 'a,
-{
-    let span = tracing::debug_span!("exec", provider, operation, tool = %command.tool());
-    Box::pin(tracing::Instrument::instrument(run(command), span))
+/// `fut` in `span`, boxed: what [`exec_span!`](crate::exec_span) returns.
+pub fn instrumented<'a, T>(
+    span: tracing::Span,
+    fut: impl Future<Output = T> + Send + 'a,
+) -> BoxFuture<'a, T> {
+    Box::pin(tracing::Instrument::instrument(fut, span))
+}
+
+/// `run(command)`: names the closure's argument type for [`exec_span!`](crate::exec_span).
+pub fn run<R>(command: execseam_core::Command, run: impl FnOnce(execseam_core::Command) -> R) -> R {
+    run(command)
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use execseam_adapter_kit::degrade::{StderrGate, WrapOptions};
+use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::retry::after_submit;
-use execseam_adapter_kit::trace::exec_span;
 use execseam_adapter_kit::{id, size};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
@@ -543,7 +543,7 @@ impl Exec for KubernetesExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span(PROVIDER, "exec", command, |command| self.run(command))
+        exec_span!(PROVIDER, "exec", command, |command| self.run(command))
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -564,7 +564,7 @@ impl Exec for KubernetesExec {
 
 impl ExecStream for KubernetesExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span(PROVIDER, "exec_stream", command, |command| async move {
+        exec_span!(PROVIDER, "exec_stream", command, |command| async move {
             let run = self.start(command).await?;
             let has_kill = run
                 .cleanup

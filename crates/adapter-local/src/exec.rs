@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use execseam_adapter_kit::trace::exec_span;
+use execseam_adapter_kit::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, EventStream, Exec, ExecStream, Output,
     Ownership, Sandbox,
@@ -147,7 +147,7 @@ impl Exec for LocalExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span(self.provider(), "exec", command, |command| async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
             let command = self.prepare(command).await?;
             self.process.run(command).await
@@ -187,7 +187,7 @@ impl Exec for LocalExec {
 
 impl ExecStream for LocalExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span(
+        exec_span!(
             self.provider(),
             "exec_stream",
             command,

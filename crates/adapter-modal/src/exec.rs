@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use execseam_adapter_kit::trace::exec_span;
+use execseam_adapter_kit::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
     ExecStream, Exit, Output, Ownership, Retry, Sandbox,
@@ -281,7 +281,7 @@ impl Exec for ModalExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span(self.provider(), "exec", command, |command| async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             self.start(command).await?.collect().await
         })
     }
@@ -299,7 +299,7 @@ impl Exec for ModalExec {
 
 impl ExecStream for ModalExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span(self.provider(), "exec_stream", command, |command| {
+        exec_span!(self.provider(), "exec_stream", command, |command| {
             self.start(command)
         })
     }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use base64::Engine as _;
 use bytes::Bytes;
 use execseam_adapter_kit::degrade::{self, StderrGate, StdinFrom, WrapOptions};
+use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::retry::Stage;
-use execseam_adapter_kit::trace::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
     Output, Ownership, Sandbox,
@@ -376,7 +376,7 @@ impl Exec for NorthflankExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span(self.provider(), "exec", command, |command| async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             self.start(command).await?.collect().await
         })
     }
@@ -394,7 +394,7 @@ impl Exec for NorthflankExec {
 
 impl ExecStream for NorthflankExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span(self.provider(), "exec_stream", command, |command| {
+        exec_span!(self.provider(), "exec_stream", command, |command| {
             self.start(command)
         })
     }

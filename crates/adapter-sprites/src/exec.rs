@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use execseam_adapter_kit::trace::exec_span;
+use execseam_adapter_kit::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
     Output, Ownership, Retry, Sandbox,
@@ -485,7 +485,7 @@ impl Exec for SpritesExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span(self.provider(), "exec", command, |command| async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
             self.fits(&command)?;
             let env = self.env_for(&command).await?;
@@ -511,7 +511,7 @@ impl Exec for SpritesExec {
 
 impl ExecStream for SpritesExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span(
+        exec_span!(
             self.provider(),
             "exec_stream",
             command,

@@ -5,9 +5,9 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use bytes::Bytes;
+use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::http;
 use execseam_adapter_kit::retry::{Call, Stage};
-use execseam_adapter_kit::trace::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
     Ownership, Sandbox,
@@ -605,7 +605,7 @@ impl Exec for VercelExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<execseam_core::Output, Error>> {
-        exec_span(self.provider(), "exec", command, |command| async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             self.start(command).await?.collect().await
         })
     }
@@ -623,7 +623,7 @@ impl Exec for VercelExec {
 
 impl ExecStream for VercelExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span(self.provider(), "exec_stream", command, |command| {
+        exec_span!(self.provider(), "exec_stream", command, |command| {
             self.start(command)
         })
     }
