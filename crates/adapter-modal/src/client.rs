@@ -715,6 +715,24 @@ impl Router {
         .map(drop)
     }
 
+    /// `TaskExecStdinStatus`: the bytes accepted and whether stdin is closed (it evicts any
+    /// stdin stream in flight, as the proto documents; this adapter writes unary only).
+    pub async fn stdin_status(
+        &self,
+        task_id: &str,
+        exec_id: &str,
+    ) -> Result<tcr::TaskExecStdinStatusResponse, Status> {
+        let msg = tcr::TaskExecStdinStatusRequest {
+            task_id: task_id.to_owned(),
+            exec_id: exec_id.to_owned(),
+        };
+        let d = self.control.config().request_timeout;
+        self.call(msg, Some(d), |mut c, r| async move {
+            c.task_exec_stdin_status(r).await
+        })
+        .await
+    }
+
     /// `TaskExecPoll`: the exit status if the command has exited (bounded by the request
     /// timeout).
     pub async fn poll(

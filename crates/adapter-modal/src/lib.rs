@@ -27,6 +27,7 @@
 //! | streaming | yes: `TaskExecStdioRead` per stream, reopened from its byte offset after a transient failure |
 //! | remote kill | **no**: Modal has no call that kills one command (nor has the client); [`ModalConfig::exec_timeout`] has Modal kill it (`timeout_secs`), destroying the sandbox ends everything |
 //! | binary output | yes (`bytes`) |
+//! | process handles | native ([`PROCESSES`]): the router's execs under a key-derived `exec_id`, output by offset, stdin by offset, exit by `TaskExecWait`; a registry directory in the sandbox for `fresh`, list and the group signal (see `process.rs`) |
 //!
 //! # Exit status
 //!
@@ -49,6 +50,7 @@ mod client;
 mod config;
 mod error;
 mod exec;
+mod process;
 mod provider;
 mod wire;
 
@@ -56,6 +58,7 @@ pub use config::{
     DEFAULT_IMAGE, DEFAULT_IMAGE_BUILDER_VERSION, DEFAULT_SERVER_URL, MAX_LIFETIME, ModalConfig,
 };
 pub use exec::{ModalExec, is_v1_sandbox_id};
+pub use process::{ModalProcesses, PROCESSES};
 pub use provider::{ModalProvider, OPTIONS};
 
 /// The largest command (argv and env) sent, checked before any I/O: Modal `execve`s the argv
@@ -142,5 +145,5 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    processes: Some(PROCESSES),
 };

@@ -730,6 +730,7 @@ impl Provider for Modal {
         let router =
             tcr::task_command_router_server::TaskCommandRouterServer::new(router::Router {
                 shared: shared.clone(),
+                starting: tokio::sync::Mutex::new(()),
             })
             .max_decoding_message_size(MAX)
             .max_encoding_message_size(MAX);

@@ -22,6 +22,9 @@ use execseam_emulator_kit::{ConnControl, Fault, reset_connection};
 
 pub(crate) struct Router {
     pub(crate) shared: Arc<Shared>,
+    /// Held from the look-up of an `exec_id` to its insertion: concurrent starts under one
+    /// `exec_id` run one command.
+    pub(crate) starting: tokio::sync::Mutex<()>,
 }
 
 /// The largest data message a stdio read sends.
@@ -153,7 +156,9 @@ impl TaskCommandRouter for Router {
             return Err(Status::invalid_argument("exec_id is required"));
         }
         // Idempotent on exec_id ("ensure exec commands are idempotent", the proto's comment):
-        // a retried start does not run the command again.
+        // a retried start does not run the command again, also when the retry arrives while the
+        // first is still starting it (the client repeats the call on a transient error).
+        let starting = self.starting.lock().await;
         if sb.exec(&req.exec_id).is_none() {
             if req.command_args.is_empty() {
                 return Err(Status::invalid_argument("command_args must not be empty"));
@@ -198,6 +203,7 @@ impl TaskCommandRouter for Router {
             let mut execs = sb.execs.lock().expect("execs");
             execs.entry(req.exec_id.clone()).or_insert(p);
         }
+        drop(starting);
         let mut response = Response::new(tcr::TaskExecStartResponse {});
         match fault {
             Some(Fault::ServerError) => {
