@@ -82,7 +82,7 @@ pub const VARS: &[Var] = &[
     Var::text("EXECSEAM_MODAL_APP"),
     Var::text("EXECSEAM_MODAL_IMAGE"),
     Var::seconds("EXECSEAM_MODAL_SANDBOX_TIMEOUT"),
-    Var::seconds("EXECSEAM_MODAL_EXEC_TIMEOUT"),
+    Var::exec_timeout("EXECSEAM_MODAL_EXEC_TIMEOUT"),
 ];
 
 /// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
