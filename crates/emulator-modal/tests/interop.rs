@@ -2,7 +2,8 @@
 //! against the Modal emulator: sandbox create / from_id / list / names / terminate, exec (argv,
 //! workdir, env, stdin, separate streams, signals, timeouts, poll), `sb.filesystem`, the V1
 //! backend, the sandbox's own stdio (the entrypoint's stdout/stderr by offset, its stdin with
-//! EOF) and the image's `ENV`/`WORKDIR`, and faults mapped to the client's own exceptions and
+//! EOF) and the image's `ENV`/`WORKDIR`, filesystem snapshots (`snapshot_filesystem`, a sandbox
+//! from the image, `image_delete`), and faults mapped to the client's own exceptions and
 //! retries. The same virtualenv
 //! re-exports the schema from the wheel and checks it against the checked-in descriptor set.
 //!
@@ -72,6 +73,9 @@ async fn the_official_client_drives_sandboxes_exec_and_files() {
         "ok filesystem: list_files types",
         "ok filesystem: copy_from_local then copy_to_local (streamed stdin), exact",
         "ok a sandbox past its timeout: wait() raises SandboxTimeoutError",
+        "ok a sandbox from the snapshot image has the files as they were",
+        "ok the source and the sandbox from its snapshot share nothing",
+        "ok creating from a deleted snapshot image is NotFoundError",
         "ok terminate(wait=True) gives 137",
     ] {
         assert!(stdout.contains(check), "missing {check:?}:\n{stdout}");
