@@ -224,8 +224,10 @@ impl KubernetesExec {
             }
             size::check_wire(PROVIDER, &plan.argv, &crate::SIZE_LIMIT)?;
             // Armed before the upgrade is sent: the command starts when the server upgrades,
-            // before the client has read the answer, so an exec dropped (or broken) in between
-            // has a running command only the tag can find. A refusal ran nothing: disarmed.
+            // before the client has read the answer, so an exec dropped in between has a
+            // running command only the tag can find. A refusal ran nothing: disarmed. An
+            // upgrade that failed is returned as it is (`Unsafe` when it may have reached the
+            // server), without a kill exec racing the caller's next request.
             let mut cleanup = Cleanup::new(tag.clone().map(|tag| Kill {
                 shared: shared.clone(),
                 target: target.clone(),
@@ -234,9 +236,7 @@ impl KubernetesExec {
             let opened = channel::open(&shared.api, &path, offers, "exec").await;
             match opened {
                 Err(e) => {
-                    if e.retry() != Retry::Unsafe {
-                        cleanup.disarm();
-                    }
+                    cleanup.disarm();
                     return Err(e);
                 }
                 Ok(Opened::Socket(socket)) => {
