@@ -104,7 +104,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     options: &["name"],
     state: execseam_core::StateCapabilities {
         // Routes: ports declared at create get a public URL each, `https://{subdomain}.vercel.run`
-        // (the create/get answer's `routes`; the SDKs' `domain(port)`); no token, no unexpose.
+        // (the create/get answer's `routes`; the TS SDK's `domain(port)`); no token, no unexpose.
         expose: Some(execseam_core::ExposeSupport {
             when: execseam_core::PortsWhen::AtCreate,
             auth: execseam_core::PortAuth::None,

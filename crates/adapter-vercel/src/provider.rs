@@ -153,7 +153,7 @@ impl VercelProvider {
     }
 
     /// The public URL of `port`, a port declared at create (the sandbox's `routes`, which the
-    /// SDKs' `domain(port)` reads); a port not declared is `InvalidConfig`.
+    /// Python SDK's `routes`); a port not declared is `InvalidConfig`.
     pub async fn expose(&self, name: &str, port: u16) -> Result<ExposedPort, Error> {
         LIFECYCLE.state.check_expose(PROVIDER, port)?;
         self.exposed(name)

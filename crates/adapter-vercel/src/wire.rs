@@ -141,7 +141,8 @@ pub struct SandboxAndSession {
 }
 
 /// `{url, port, subdomain}`: the public URL of a declared port (`SandboxRoute` in the SDKs;
-/// the SDKs' `domain(port)` answers `url` as is).
+/// the Python SDK hands `url` on as is; the TS SDK's `domain(port)` builds
+/// `https://{subdomain}.vercel.run` itself).
 #[derive(Clone, Debug, Deserialize)]
 pub struct Route {
     /// `https://{subdomain}.vercel.run` on the service.

@@ -163,7 +163,9 @@ impl VercelSandbox {
     /// The routes of the ports declared at create. The service answers
     /// `https://{subdomain}.vercel.run`, which cannot resolve offline; here the URL is
     /// `http://{subdomain}.vercel.localhost:<emulator port>` (`base` is the emulator's URL),
-    /// served by [`route_proxy`](super::routes::route_proxy). Both SDKs hand `url` on as is.
+    /// served by [`route_proxy`](super::routes::route_proxy). The Python SDK's `routes` hands `url`
+    /// on as is; the TS SDK's `domain(port)` builds `https://{subdomain}.vercel.run` from the
+    /// subdomain, which offline is reached at the emulator with `Host: {subdomain}.vercel.localhost`.
     pub(crate) fn routes(&self, base: &str) -> Value {
         let authority = base.rsplit("://").next().unwrap_or(base);
         let emulator_port = authority.rsplit_once(':').map_or("80", |(_, p)| p);
