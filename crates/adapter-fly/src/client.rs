@@ -188,10 +188,20 @@ impl Client {
             .map(drop)
     }
 
-    /// `GET …/wait?state=started&timeout=N`: true once started, false on the API's 408 (call again).
-    pub(crate) async fn wait_started(&self, timeout_secs: u64) -> Result<bool, Error> {
+    /// `POST …/suspend`: a memory snapshot of the machine; `start` resumes it
+    /// (fly.io/docs/reference/suspend-resume).
+    pub(crate) async fn suspend(&self) -> Result<(), Error> {
+        let req = self.request(Method::POST, "/suspend");
+        self.send(req, control("suspend"), Duration::from_secs(60))
+            .await
+            .map(drop)
+    }
+
+    /// `GET …/wait?state=S&timeout=N`: true once `state` (`started`, `suspended`) is reached,
+    /// false on the API's 408 (call again).
+    pub(crate) async fn wait_for(&self, state: &str, timeout_secs: u64) -> Result<bool, Error> {
         let secs = timeout_secs.clamp(1, 60);
-        let req = self.request(Method::GET, &format!("/wait?state=started&timeout={secs}"));
+        let req = self.request(Method::GET, &format!("/wait?state={state}&timeout={secs}"));
         match self
             .send(req, control("wait"), Duration::from_secs(secs + 15))
             .await

@@ -4,7 +4,7 @@ use bytes::Bytes;
 use execseam_adapter_kit::degrade::{self, StdinFrom, WrapOptions};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Ownership,
-    Sandbox,
+    Sandbox, SandboxState, WireStatus,
 };
 use tokio::time::Instant;
 
@@ -52,44 +52,74 @@ impl FlyExec {
     /// suspended or created, and waits (`GET …/wait?state=started`, at most 60 s per call, again
     /// on the API's 408) until it is, within [`FlyConfig::start_timeout`].
     ///
-    /// Exec needs a started machine: the API forwards it to the machine's init.
+    /// Exec needs a started machine: the API forwards it to the machine's init. Starting a
+    /// suspended machine resumes it from its memory snapshot.
     pub async fn ensure_started(&self) -> Result<(), Error> {
+        self.reach("started", "ensure_started").await
+    }
+
+    /// Suspends the machine (`POST …/suspend`, then `GET …/wait?state=suspended`) within
+    /// [`FlyConfig::start_timeout`]; a suspended machine is `Ok`. Only a started machine can be
+    /// suspended: a stopped one is [`Conflict`](ErrorKind::Conflict) with state `Stopped`.
+    pub async fn suspend(&self) -> Result<(), Error> {
+        self.reach("suspended", "pause").await
+    }
+
+    /// Drives the machine to `target` (`started` or `suspended`) and waits until it is there.
+    async fn reach(&self, target: &'static str, op: &'static str) -> Result<(), Error> {
         let deadline = Instant::now() + self.config().start_timeout;
         loop {
             let machine = self.client.machine().await?;
-            match machine.state.as_str() {
-                "started" => return Ok(()),
-                "stopped" | "suspended" | "created" | "failed" => {
-                    tracing::debug!(provider = PROVIDER, state = %machine.state, "starting the machine");
-                    match self.client.start().await {
-                        Ok(()) => {}
-                        // Someone else is starting it, or a lease is held: wait and look again.
-                        Err(e) if e.kind() == ErrorKind::Conflict => {}
-                        Err(e) => return Err(e),
-                    }
+            let state = machine.state.as_str();
+            let sent = match (target, state) {
+                _ if state == target => return Ok(()),
+                ("started", "stopped" | "suspended" | "created" | "failed") => {
+                    tracing::debug!(provider = PROVIDER, state, "starting the machine");
+                    self.client.start().await
                 }
-                "destroyed" | "destroying" | "replaced" | "migrated" => {
-                    return Err(control("ensure_started").error(
+                ("suspended", "started") => {
+                    tracing::debug!(provider = PROVIDER, "suspending the machine");
+                    self.client.suspend().await
+                }
+                ("suspended", "stopped" | "created" | "failed") => {
+                    return Err(control(op)
+                        .error(
+                            ErrorKind::Conflict,
+                            format!(
+                                "machine {} is {state}: only a started machine can be suspended",
+                                machine.id
+                            ),
+                        )
+                        .with_sandbox_state(SandboxState::Stopped));
+                }
+                (_, "destroyed" | "destroying" | "replaced" | "migrated") => {
+                    return Err(control(op).error(
                         ErrorKind::NotFound,
-                        format!("machine {} is {}", machine.id, machine.state),
+                        format!("machine {} is {state}", machine.id),
                     ));
                 }
                 // starting, stopping, restarting, suspending, updating, replacing, creating…
-                _ => {}
+                _ => Ok(()),
+            };
+            match sent {
+                Ok(()) => {}
+                // Someone else is moving it, or a lease is held: wait and look again.
+                Err(e) if e.kind() == ErrorKind::Conflict => {}
+                Err(e) => return Err(e),
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(control("ensure_started").error(
+                return Err(control(op).error(
                     ErrorKind::Timeout(Deadline::Request),
                     format!(
-                        "machine {} did not reach `started` within {:?} (last state {:?})",
+                        "machine {} did not reach `{target}` within {:?} (last state {:?})",
                         self.client.machine_id(),
                         self.config().start_timeout,
                         machine.state
                     ),
                 ));
             }
-            if self.client.wait_started(left.as_secs().max(1)).await? {
+            if self.client.wait_for(target, left.as_secs().max(1)).await? {
                 return Ok(());
             }
         }
@@ -261,7 +291,16 @@ impl Exec for FlyExec {
                 wrapped = prepared.wrapped,
                 "exec"
             );
-            let body = self.client.exec(&prepared.body).await?;
+            let body = match self.client.exec(&prepared.body).await {
+                // The machine is not started (nothing ran): say which state it is in.
+                Err(e) if e.status() == Some(WireStatus::Http(412)) => {
+                    return Err(match self.client.machine().await {
+                        Ok(m) => e.with_sandbox_state(crate::wire::sandbox_state(&m.state)),
+                        Err(_) => e,
+                    });
+                }
+                r => r?,
+            };
             let out = parse_marked(&body, prepared.wrapped)?;
             tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
             Ok(out)

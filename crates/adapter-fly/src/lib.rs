@@ -68,7 +68,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
 };
 
 /// Fly's lifecycle (see [`FlyProvider`]): machines of one app, created from an image with env,
-/// metadata labels, CPUs and memory; connect, list, destroy.
+/// metadata labels, CPUs and memory; connect, list, destroy; pause is Fly's suspend (memory
+/// and processes kept; connect starts, so resumes, a suspended machine; an exec is refused).
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     create: true,
     connect: true,
@@ -83,7 +84,15 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         ..SpecSupport::NONE
     },
     options: &[],
-    state: execseam_core::StateCapabilities::NONE,
+    state: execseam_core::StateCapabilities {
+        pause: Some(execseam_core::PauseSupport {
+            kinds: &[execseam_core::Kept::FilesystemAndMemory],
+            scope: execseam_core::Scope::Root,
+            while_paused: execseam_core::WhilePaused::Refused,
+            connect_resumes: true,
+        }),
+        ..execseam_core::StateCapabilities::NONE
+    },
 };
 
 /// The configuration variables [`FlyConfig::from_env`] reads.

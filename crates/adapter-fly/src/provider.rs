@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use execseam_core::{
-    BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Ownership, Provider,
+    BoxFuture, Capabilities, Error, Kept, LifecycleCapabilities, ListFilter, Ownership, Provider,
     Sandbox, SandboxInfo, SandboxSpec, SandboxState,
 };
 
@@ -22,6 +22,12 @@ use crate::{LIFECYCLE, PROVIDER};
 /// | [`connect`](Self::connect) | `GET …/machines/{id}`, starting it if it is stopped or suspended |
 /// | [`list`](Self::list) | `GET /v1/apps/{app}/machines`, filtered on `config.metadata` here, as fly-go and flyctl filter |
 /// | [`destroy`](Self::destroy) | `DELETE …/machines/{id}?kill=true` (fly-go's `Destroy` with `Kill`); 404 is `Ok` |
+/// | [`pause`](Self::pause) | `POST …/machines/{id}/suspend`, then `…/wait?state=suspended`: a memory snapshot ("picks up exactly where it left off", fly.io/docs/reference/suspend-resume) |
+/// | [`resume`](Self::resume) | `POST …/machines/{id}/start` (a suspended machine resumes from its snapshot), then `…/wait?state=started`; [`connect`](Self::connect) does the same |
+///
+/// No snapshots, forks or exposed ports: the Machines API has no filesystem snapshot of a
+/// machine (only volume snapshots) and no per-machine URL (ports are the app's `services`
+/// behind the Fly proxy). `stop` is not a pause: it resets the root filesystem.
 #[derive(Clone, Debug)]
 pub struct FlyProvider {
     client: Client,
@@ -135,13 +141,7 @@ impl FlyProvider {
             .into_iter()
             .filter(|m| !matches!(m.state.as_str(), "destroyed" | "destroying"))
             .map(|m| {
-                let state = match m.state.as_str() {
-                    "started" => SandboxState::Running,
-                    "created" | "starting" => SandboxState::Starting,
-                    "suspended" | "suspending" => SandboxState::Paused,
-                    "stopped" | "stopping" => SandboxState::Stopped,
-                    _ => SandboxState::Unknown,
-                };
+                let state = crate::wire::sandbox_state(&m.state);
                 let config = m.config.unwrap_or_default();
                 let mut info = SandboxInfo::new(m.id)
                     .with_labels(config.metadata.unwrap_or_default())
@@ -153,6 +153,21 @@ impl FlyProvider {
             })
             .filter(|i| filter.matches(i))
             .collect())
+    }
+
+    /// Suspends machine `id` (memory and processes kept) and waits until it is `suspended`; a
+    /// suspended machine is `Ok`. [`connect`](Self::connect) resumes it; an exec is refused
+    /// (the API's 412, `Conflict` with state `Paused`).
+    pub async fn pause(&self, id: &str, keep: Option<Kept>) -> Result<SandboxState, Error> {
+        LIFECYCLE.state.check_pause(PROVIDER, keep)?;
+        self.attach(id)?.suspend().await?;
+        Ok(SandboxState::Paused)
+    }
+
+    /// Resumes machine `id` (`start`); a started machine is `Ok`.
+    pub async fn resume(&self, id: &str) -> Result<(), Error> {
+        LIFECYCLE.state.check_resume(PROVIDER)?;
+        self.attach(id)?.ensure_started().await
     }
 
     /// Destroys machine `id`; one that does not exist is `Ok(())`.
@@ -195,5 +210,17 @@ impl Provider for FlyProvider {
 
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(FlyProvider::destroy(self, id))
+    }
+
+    fn pause<'a>(
+        &'a self,
+        id: &'a str,
+        keep: Option<Kept>,
+    ) -> BoxFuture<'a, Result<SandboxState, Error>> {
+        Box::pin(FlyProvider::pause(self, id, keep))
+    }
+
+    fn resume<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(FlyProvider::resume(self, id))
     }
 }

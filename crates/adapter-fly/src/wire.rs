@@ -128,6 +128,18 @@ pub struct Guest {
     pub memory_mb: u64,
 }
 
+/// The contract's state of a machine state (fly.io/docs/machines/machine-states).
+pub(crate) fn sandbox_state(state: &str) -> execseam_core::SandboxState {
+    use execseam_core::SandboxState;
+    match state {
+        "started" => SandboxState::Running,
+        "created" | "starting" => SandboxState::Starting,
+        "suspended" | "suspending" => SandboxState::Paused,
+        "stopped" | "stopping" => SandboxState::Stopped,
+        _ => SandboxState::Unknown,
+    }
+}
+
 /// The answer of `GET …/wait`: `{"ok": true}`.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct WaitResponse {

@@ -178,6 +178,8 @@ exit "$s""#;
 /// `setsid` (of a child that leads no group) makes a session leader that `exec`s the second, which,
 /// being a group leader, forks (util-linux and BusyBox alike), returns at once, and the fork
 /// leads a new session: the supervisor, with no signal ignored (an `&` list would ignore INT).
+/// The supervisor does not inherit the start exec's kill tag (`EXECSEAM_EXEC`, see
+/// [`crate::degrade::EXEC_TAG_VAR`]): a start exec dropped after the detach must not kill it.
 /// Prints `spool:started <1 if this call made the directory>`, `spool:exists`,
 /// `spool:nosetsid` or `spool:noscript`.
 const START: &str = r#"r=$1 k=$2 m=$3 h=$4 ph=$5; shift 5
@@ -202,6 +204,7 @@ else
   done
 fi
 if [ "$ph" = detach ]; then
+  unset EXECSEAM_EXEC
   setsid sh -c 'exec setsid "$@"' sh sh -c "$SUPERVISOR" sh "$d" "$m" "$@" </dev/null >/dev/null 2>&1 || exit 125
 fi
 echo "spool:started $f""#;
@@ -1226,6 +1229,12 @@ mod tests {
         StartKey::new(k).unwrap()
     }
 
+    /// The whole output and exit, followed from the start.
+    async fn whole(spool: &Spool<'_>, handle: &ProcessHandle) -> Output {
+        let stream = spool.attach(handle, StreamOffsets::ZERO).await.unwrap();
+        stream.collect().await.unwrap()
+    }
+
     #[tokio::test]
     async fn output_is_exact_per_stream_from_any_offset_and_the_exit_is_recorded() {
         let host = Host { binary: true };
@@ -1681,6 +1690,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_start_exec_killed_by_its_tag_after_the_detach_leaves_the_command_running() {
+        // What the docker adapter does to an exec whose call was dropped: kill every process
+        // carrying the exec's tag. The spool's supervisor and command must not carry it.
+        let host = Host { binary: true };
+        let root = root();
+        let spool = Spool::new(&host, "sbx").root(root.as_str());
+        let tag = format!("t{}", crate::id::random_id(12));
+        let cmd = Command::builder(["sh", "-c", "sleep 0.3; printf \"[$EXECSEAM_EXEC]\""])
+            .env(crate::degrade::EXEC_TAG_VAR, tag.as_str())
+            .build()
+            .unwrap();
+        let s = spool
+            .start(StartRequest::new(key("tagged"), cmd))
+            .await
+            .unwrap();
+        let kill = Command::builder(crate::degrade::kill_argv(&tag)).build();
+        assert!(host.exec(kill.unwrap()).await.unwrap().exit.success());
+        assert_eq!(
+            whole(&spool, &s.handle).await,
+            Output::new("[]", "", Exit::Code(0))
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[tokio::test]
     async fn a_launch_runs_the_supervisor_and_the_spool_only_prepares() {
         struct Detach(Host, AtomicBool);
         impl Launch for Detach {
@@ -1701,14 +1735,10 @@ mod tests {
             .await
             .unwrap();
         assert!(launch.1.load(Ordering::SeqCst));
-        let out = spool
-            .attach(&s.handle, StreamOffsets::ZERO)
-            .await
-            .unwrap()
-            .collect()
-            .await
-            .unwrap();
-        assert_eq!(out, Output::new("hi\n", "", Exit::Code(0)));
+        assert_eq!(
+            whole(&spool, &s.handle).await,
+            Output::new("hi\n", "", Exit::Code(0))
+        );
         let _ = std::fs::remove_dir_all(&root);
     }
 }

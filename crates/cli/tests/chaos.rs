@@ -2,122 +2,16 @@
 //! command through a cut stream or a stalled answer gets a typed error (exit 125, one typed
 //! line), never an exit code, and the proxy says which rule fired.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A long-running `execseam` process (emulate or chaos), stopped with SIGTERM when dropped.
-struct Daemon {
-    child: Child,
-    /// What it printed on stdout before it was ready.
-    banner: Vec<String>,
-    /// Everything it writes to stderr.
-    stderr: Arc<Mutex<String>>,
-}
+use execseam_test_util::daemon::Daemon;
 
-impl Daemon {
-    /// Starts `execseam ARGS` and reads stdout until a line satisfies `ready`.
-    fn start(args: &[&str], ready: impl Fn(&str) -> bool) -> Daemon {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_execseam"))
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut err = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut banner = Vec::new();
-        loop {
-            let mut line = String::new();
-            assert!(
-                out.read_line(&mut line).unwrap() > 0,
-                "execseam {args:?} exited early: {banner:?} {}",
-                stderr.lock().unwrap()
-            );
-            let line = line.trim_end().to_owned();
-            let done = ready(&line);
-            banner.push(line);
-            if done {
-                break;
-            }
-        }
-        std::thread::spawn(move || {
-            let mut sink = Vec::new();
-            let _ = out.read_to_end(&mut sink);
-        });
-        Daemon {
-            child,
-            banner,
-            stderr,
-        }
-    }
-
-    /// The `export K=V` lines it printed.
-    fn env(&self) -> Vec<(String, String)> {
-        self.banner
-            .iter()
-            .filter_map(|l| l.strip_prefix("export "))
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.trim_matches('\'').to_owned()))
-            .collect()
-    }
-
-    fn var(&self, k: &str) -> String {
-        self.env()
-            .into_iter()
-            .find(|(n, _)| n == k)
-            .unwrap_or_else(|| panic!("no {k} in {:?}", self.banner))
-            .1
-    }
-
-    /// Waits until its stderr contains `text`.
-    fn wait_stderr(&self, text: &str) -> String {
-        let t = Instant::now();
-        loop {
-            let s = self.stderr.lock().unwrap().clone();
-            if s.contains(text) || t.elapsed() > Duration::from_secs(10) {
-                return s;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(15) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+const BIN: &str = env!("CARGO_BIN_EXE_execseam");
 
 /// `execseam run ARGS` with `env`: (exit status, stdout, stderr).
 fn run(args: &[&str], env: &[(String, String)]) -> (Option<i32>, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_execseam"))
+    let o = Command::new(BIN)
         .arg("run")
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -130,11 +24,12 @@ fn run(args: &[&str], env: &[(String, String)]) -> (Option<i32>, String, String)
 
 #[test]
 fn execseam_chaos_in_front_of_an_emulator_cuts_and_stalls_the_stream() {
-    let emu = Daemon::start(&["emulate", "e2b"], |l| l.starts_with("export E2B_DOMAIN="));
+    let emu = Daemon::emulate(BIN, "e2b", "E2B_DOMAIN");
     let upstream = emu.var("E2B_API_URL");
     // The first command's output stream loses its end (the exit never comes); the second's
     // answer stalls after its head.
     let proxy = Daemon::start(
+        BIN,
         &[
             "chaos",
             "--upstream",
@@ -210,6 +105,7 @@ fn execseam_chaos_in_front_of_an_emulator_cuts_and_stalls_the_stream() {
 #[test]
 fn emulate_with_chaos_prints_the_proxys_address() {
     let emu = Daemon::start(
+        BIN,
         &["emulate", "chrono", "--chaos", "POST /execute=truncate:40"],
         |l| l.starts_with("export CHRONO_TOKEN="),
     );
@@ -263,7 +159,7 @@ fn bad_rules_and_upstreams_are_usage_errors() {
         ][..],
         &["emulate", "e2b", "--chaos", "no-equals-sign"][..],
     ] {
-        let o = Command::new(env!("CARGO_BIN_EXE_execseam"))
+        let o = Command::new(BIN)
             .args(args)
             .stdin(Stdio::null())
             .output()

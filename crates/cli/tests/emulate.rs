@@ -4,16 +4,16 @@
 //! lifeline only the emulator held). Counts only what this test's own emulator started: its
 //! descendants, and a state directory of the test's own.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use execseam_emulators::Isolation;
+use execseam_test_util::daemon::Daemon;
 
 struct Emulate {
-    child: Child,
+    daemon: Daemon,
     env: Vec<(String, String)>,
     banner: String,
     state: PathBuf,
@@ -25,40 +25,15 @@ fn start(name: &str) -> Emulate {
         std::process::id()
     ));
     std::fs::create_dir_all(&state).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_execseam"))
-        .args(["emulate", "e2b", "--state-dir"])
-        .arg(&state)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let (mut env, mut banner) = (Vec::new(), String::new());
-    loop {
-        let mut line = String::new();
-        assert!(
-            out.read_line(&mut line).unwrap() > 0,
-            "emulate exited early"
-        );
-        banner.push_str(&line);
-        if let Some(kv) = line.trim().strip_prefix("export ") {
-            let (k, v) = kv.split_once('=').unwrap();
-            env.push((k.to_owned(), v.trim_matches('\'').to_owned()));
-            if k == "E2B_API_KEY" {
-                break;
-            }
-        }
-    }
-    // Keep draining stdout so the emulator never blocks on it.
-    std::thread::spawn(move || {
-        let mut sink = Vec::new();
-        let _ = out.read_to_end(&mut sink);
-    });
+    let daemon = Daemon::start(
+        env!("CARGO_BIN_EXE_execseam"),
+        &["emulate", "e2b", "--state-dir", state.to_str().unwrap()],
+        |l| l.starts_with("export E2B_API_KEY="),
+    );
     Emulate {
-        child,
-        env,
-        banner,
+        env: daemon.env(),
+        banner: daemon.banner.join("\n"),
+        daemon,
         state,
     }
 }
@@ -184,14 +159,14 @@ fn stops_cleanly(sig: &str) {
         emu.banner
     );
     emu.sandbox_with_daemon();
-    let started = descendants(emu.child.id());
+    let started = descendants(emu.daemon.id());
     // unshare, the init and the daemon, at least.
     assert!(started.len() >= 3, "{started:?}");
     assert!(!entries(&emu.state).is_empty());
-    signal(emu.child.id(), sig);
+    signal(emu.daemon.id(), sig);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        if let Some(st) = emu.child.try_wait().unwrap() {
+        if let Some(st) = emu.daemon.try_wait() {
             assert!(st.success(), "emulate exited with {st}");
             break;
         }
@@ -232,9 +207,9 @@ fn sigkill_still_ends_the_sandboxes() {
     needs_namespaces();
     let mut emu = start("KILL");
     emu.sandbox_with_daemon();
-    let started = descendants(emu.child.id());
-    signal(emu.child.id(), "-KILL");
-    emu.child.wait().unwrap();
+    let started = descendants(emu.daemon.id());
+    signal(emu.daemon.id(), "-KILL");
+    emu.daemon.kill();
     // unshare outlives its parent briefly; the init ends when the lifeline closes, and with it
     // every process of the sandbox.
     assert_gone(&started, Duration::from_secs(5));

@@ -3,9 +3,13 @@
 //! typed and `2` read back, `exit()` and the session's exit code, a plain-pipes command with
 //! stdout and stderr apart, and the per-call output bound. What the script asserts, and the
 //! Codex source it follows, is written in `interop/mcp/unified_exec.py`. One MCP session.
+//! And on an adapter without terminals (the Fly emulator's machine, `execseam emulate fly`):
+//! `tty: true` refused as `unsupported`, the same command on pipes run (one more session,
+//! `interop/mcp/unified_exec_no_terminal.py`).
 
 use std::path::{Path, PathBuf};
 
+use execseam_test_util::daemon::Daemon;
 use execseam_test_util::interop;
 
 /// Checks `unified_exec.py` makes; the run must report exactly this many.
@@ -30,4 +34,17 @@ fn the_official_python_sdk_drives_unified_exec_on_a_terminal() {
     ];
     let out = interop::run_python(&python, &dir().join("unified_exec.py"), &env).unwrap();
     interop::assert_checks("mcp unified exec", &out, CHECKS);
+}
+
+#[test]
+fn a_tty_session_on_an_adapter_without_terminals_is_refused_as_unsupported() {
+    let python = interop::python_env("mcp", &dir().join("requirements.txt"))
+        .expect("the official mcp SDK installs from PyPI");
+    let bin = env!("CARGO_BIN_EXE_execseam");
+    let emu = Daemon::emulate(bin, "fly", "EXECSEAM_SANDBOX");
+    let mut env = emu.env();
+    env.push(("EXECSEAM_BIN".to_owned(), bin.to_owned()));
+    let out =
+        interop::run_python(&python, &dir().join("unified_exec_no_terminal.py"), &env).unwrap();
+    interop::assert_checks("mcp unified exec without terminals", &out, 2);
 }

@@ -1,12 +1,17 @@
 //! `execseam shell` driven as a person would, in a real terminal: tmux (send-keys, capture-pane).
 //! One session covers the list: the prompt, a command and its output, a detach (Ctrl-P
 //! Ctrl-Q) and `--attach` with the screen replayed, a resize followed by `stty size`, Ctrl-C
-//! ending `sleep` with 130, `exit 3` making the CLI exit 3, SIGTERM to the CLI making it exit
-//! 143, and the local terminal's settings (`stty -a`) the same before and after each.
+//! ending `sleep` with 130, `exit 3` making the CLI exit 3, SIGTERM, SIGHUP and SIGINT to the
+//! CLI making it exit 143, 129 and 130, and the local terminal's settings (`stty -a`) the same
+//! before and after each. Against emulators (`execseam emulate`): a shell whose emulator is
+//! killed mid-session (a dropped connection) ends with a typed error (125) and the local terminal
+//! restored; an adapter without terminals (Fly) is refused with 2, before any keystroke.
 
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+use execseam_test_util::daemon::Daemon;
 
 const BIN: &str = env!("CARGO_BIN_EXE_execseam");
 
@@ -15,6 +20,34 @@ struct Tmux {
 }
 
 impl Tmux {
+    /// A 100x30 tmux window in `dir` running `sh` (prompt `outer> `) with `env` added.
+    fn new(dir: &str, env: &[(String, String)]) -> Tmux {
+        let tmux = Tmux {
+            sock: format!("{dir}/tmux.sock"),
+        };
+        let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mut args = vec![
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+            "-x",
+            "100",
+            "-y",
+            "30",
+            "env",
+            "PS1=outer> ",
+        ];
+        args.extend(env.iter().map(String::as_str));
+        args.push("sh");
+        tmux.run(&args);
+        tmux.run(&["set-option", "-g", "status", "off"]);
+        tmux.wait_for("outer>");
+        tmux
+    }
+
     fn run(&self, args: &[&str]) -> String {
         let out = Command::new("tmux")
             .arg("-S")
@@ -87,26 +120,7 @@ fn wait_file(p: &Path) -> String {
 fn a_shell_in_tmux_runs_detaches_reattaches_resizes_interrupts_and_exits_with_the_remote_status() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display().to_string();
-    let tmux = Tmux {
-        sock: format!("{d}/tmux.sock"),
-    };
-    tmux.run(&[
-        "-f",
-        "/dev/null",
-        "new-session",
-        "-d",
-        "-s",
-        "t",
-        "-x",
-        "100",
-        "-y",
-        "30",
-        "env",
-        "PS1=outer> ",
-        "sh",
-    ]);
-    tmux.run(&["set-option", "-g", "status", "off"]);
-    tmux.wait_for("outer>");
+    let tmux = Tmux::new(&d, &[]);
     // The first attach: start a shell, run a command, detach.
     tmux.keys(&format!(
         "stty -a >{d}/before; {BIN} shell --adapter local --env PS1='re''mote$ ' -- sh -i 2>{d}/err1; echo $? >{d}/rc1"
@@ -157,34 +171,103 @@ fn a_shell_in_tmux_runs_detaches_reattaches_resizes_interrupts_and_exits_with_th
     let after = wait_file(&dir.path().join("after"));
     let before = std::fs::read_to_string(dir.path().join("before")).unwrap();
     // Only the size differs (the window was resized).
-    let settings = |s: &str| s.lines().skip(1).collect::<Vec<_>>().join("\n");
     assert_eq!(
         settings(&before),
         settings(&after),
         "stty -a before and after"
     );
-    // SIGTERM to the CLI while attached: 143, and the local terminal restored.
-    tmux.run(&["send-keys", "-t", "t", "clear", "Enter"]);
-    tmux.keys(&format!(
-        "sh -c 'echo $$ >{d}/pid; exec {BIN} shell --adapter local --env PS1=again\\$\\  -- sh -i'; echo rc2=$? >{d}/rc2; stty -a >{d}/after2"
-    ));
-    tmux.wait_for("again$");
-    let pid = wait_file(&dir.path().join("pid"));
-    let killed = Command::new("kill")
-        .args(["-TERM", pid.trim()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    assert_eq!(wait_file(&dir.path().join("rc2")), "rc2=143\n");
-    let after2 = wait_file(&dir.path().join("after2"));
-    assert_eq!(
-        settings(&before),
-        settings(&after2),
-        "stty -a after a SIGTERM"
-    );
+    // SIGTERM, SIGHUP or SIGINT to the CLI while attached: 128+n, and the local terminal
+    // restored (the sandbox this run created goes, its command first).
+    for (sig, code) in [("TERM", 143), ("HUP", 129), ("INT", 130)] {
+        tmux.run(&["send-keys", "-t", "t", "clear", "Enter"]);
+        for f in ["pid", "rc2", "after2"] {
+            let _ = std::fs::remove_file(dir.path().join(f));
+        }
+        tmux.keys(&format!(
+            "sh -c 'echo $$ >{d}/pid; exec {BIN} shell --adapter local --env PS1={sig}\\$\\  -- sh -i'; echo rc2=$? >{d}/rc2; stty -a >{d}/after2"
+        ));
+        tmux.wait_for(&format!("{sig}$"));
+        let pid = wait_file(&dir.path().join("pid"));
+        let killed = Command::new("kill")
+            .args([&format!("-{sig}"), pid.trim()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        assert_eq!(
+            wait_file(&dir.path().join("rc2")),
+            format!("rc2={code}\n"),
+            "SIG{sig}"
+        );
+        let after2 = wait_file(&dir.path().join("after2"));
+        assert_eq!(
+            settings(&before),
+            settings(&after2),
+            "stty -a after a SIG{sig}"
+        );
+    }
     let destroyed = Command::new(BIN)
         .args(["sandbox", "destroy", "--adapter", "local", &sandbox])
         .status()
         .unwrap();
     assert!(destroyed.success());
+}
+
+/// `stty -a` without its first line (the speed and the size).
+fn settings(s: &str) -> String {
+    s.lines().skip(1).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn a_shell_whose_emulator_dies_ends_with_a_typed_error_and_the_terminal_restored() {
+    let mut emu = Daemon::emulate(BIN, "e2b", "E2B_DOMAIN");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let tmux = Tmux::new(&d, &emu.env());
+    tmux.keys(&format!(
+        "stty -a >{d}/before; {BIN} shell --adapter e2b --env PS1='dr''op$ ' -- sh -i 2>{d}/err; echo rc=$? >{d}/rc; stty -a >{d}/after"
+    ));
+    tmux.wait_for("drop$");
+    tmux.keys("echo up-$((40+2))");
+    tmux.wait_for("up-42");
+    // Every connection the CLI holds (its output stream, its keystrokes) drops at once.
+    emu.kill();
+    let rc = wait_file(&dir.path().join("rc"));
+    let err = std::fs::read_to_string(dir.path().join("err")).unwrap();
+    eprintln!("dropped: {err}");
+    assert_eq!(
+        rc, "rc=125\n",
+        "an infrastructure failure, never an exit: {err}"
+    );
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("execseam: ") && l.contains("retry")),
+        "one typed error line: {err:?}"
+    );
+    let before = std::fs::read_to_string(dir.path().join("before")).unwrap();
+    let after = wait_file(&dir.path().join("after"));
+    assert_eq!(
+        settings(&before),
+        settings(&after),
+        "stty -a after the drop"
+    );
+}
+
+#[test]
+fn a_shell_on_an_adapter_without_terminals_is_refused_with_2() {
+    // The Fly emulator's machine: process handles (spooled), no terminal (Fly Machines' exec has
+    // no TTY: docs/processes.md). The refusal comes before anything is started or typed.
+    let emu = Daemon::emulate(BIN, "fly", "EXECSEAM_SANDBOX");
+    let out = Command::new(BIN)
+        .args(["shell", "--adapter", "fly", "--", "sh"])
+        .envs(emu.env())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "execseam: adapter fly has no terminals (see docs/processes.md)"
+    );
+    assert!(out.stdout.is_empty());
 }
