@@ -10,6 +10,7 @@ pub mod grpc;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod id;
+mod processes;
 pub mod reaper;
 pub mod retry;
 pub mod size;
