@@ -36,11 +36,6 @@ async fn emulator() -> VercelEmulator {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_official_python_sdk_works_against_the_emulator() {
     let emu = emulator().await;
-    let reqs = dir().join("requirements.txt");
-    let python = tokio::task::spawn_blocking(move || interop::python_env("vercel", &reqs))
-        .await
-        .unwrap()
-        .expect("a virtualenv with the official vercel-sandbox SDK");
     let scratch = tempfile::tempdir().expect("scratch");
     let faults = interop::arm_faults_when_ready(
         emu.faults(),
@@ -52,12 +47,7 @@ async fn the_official_python_sdk_works_against_the_emulator() {
     );
     let mut env = emu.env();
     env.extend(faults);
-    let script = dir().join("sdk_check.py");
-    let out = tokio::task::spawn_blocking(move || interop::run_python(&python, &script, &env))
-        .await
-        .unwrap()
-        .expect("python runs");
-    interop::assert_checks("Python", &out, 45);
+    interop::python_checks("vercel", &dir(), "sdk_check.py", env, 45).await;
     assert!(
         emu.sandbox_names().is_empty(),
         "the SDK deleted its sandboxes: {:?}",

@@ -237,6 +237,28 @@ pub fn assert_checks(name: &str, out: &Output, want: usize) {
     );
 }
 
+/// Runs the Python client check `<dir>/<script>` with `env` against an emulator: the virtualenv
+/// `name` from `<dir>/requirements.txt` ([`python_env`]) and the script ([`run_python`]) off the
+/// async runtime; then asserts that it ran exactly `want` checks ([`assert_checks`]).
+pub async fn python_checks(
+    name: &'static str,
+    dir: &Path,
+    script: &str,
+    env: Vec<(String, String)>,
+    want: usize,
+) {
+    let (reqs, script) = (dir.join("requirements.txt"), dir.join(script));
+    let label = script.display().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        let python = python_env(name, &reqs)
+            .unwrap_or_else(|e| panic!("the {name} virtualenv (is PyPI reachable?): {e}"));
+        run_python(&python, &script, &env).expect("python runs")
+    })
+    .await
+    .expect("the blocking task");
+    assert_checks(&label, &out, want);
+}
+
 /// Arms `rules` (`(route, nth, fault)`) on `faults` once a client script creates
 /// `<scratch>/faults-ready`, then creates `<scratch>/faults-armed`, which the script waits for.
 /// Returns the two paths as the `FAULTS_READY` / `FAULTS_ARMED` environment.
