@@ -58,10 +58,6 @@ async fn the_official_python_sdk_works_against_the_emulator() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_official_typescript_sdk_works_against_the_emulator() {
     let emu = emulator().await;
-    let npm = tokio::task::spawn_blocking(|| interop::node_env("vercel-npm", &dir()))
-        .await
-        .unwrap()
-        .expect("an npm directory with the official @vercel/sandbox SDK");
     let scratch = tempfile::tempdir().expect("scratch");
     // 429 on the 1st submit (the SDK's retry is the 2nd), a cut stream on the 3rd, a 500 on the
     // 4th (the SDK's retry of it is the 5th).
@@ -82,12 +78,7 @@ async fn the_official_typescript_sdk_works_against_the_emulator() {
     );
     let mut env = emu.env();
     env.extend(faults);
-    let script = dir().join("sdk_check.mjs");
-    let out = tokio::task::spawn_blocking(move || interop::run_node(&npm, &script, &env))
-        .await
-        .unwrap()
-        .expect("node runs");
-    interop::assert_checks("TypeScript", &out, 31);
+    interop::node_checks("vercel-npm", &dir(), "sdk_check.mjs", env, 31).await;
     assert!(
         emu.sandbox_names().is_empty(),
         "the SDK deleted its sandbox: {:?}",
