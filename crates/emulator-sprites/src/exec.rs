@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Path, Request, State as AxState};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Request, State as AxState};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use execseam_core::{Command, Exec, ExecStream};
 use futures_util::{SinkExt, StreamExt};
+use http::request::Parts;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
@@ -166,6 +167,23 @@ pub(crate) fn unknown_sprite(st: &State) -> Response {
 }
 
 /// Authenticates and finds the sprite.
+/// The live sprite a request's path names (`/v1/sprites/{name}/…`), for an authorized request
+/// (401 otherwise): as [`sprite_for`], before any body or query is read.
+pub(crate) struct AddressedSprite(pub(crate) Arc<Sprite>);
+
+impl FromRequestParts<Arc<State>> for AddressedSprite {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, st: &Arc<State>) -> Result<Self, Response> {
+        let params =
+            Path::<std::collections::BTreeMap<String, String>>::from_request_parts(parts, st)
+                .await
+                .map_err(IntoResponse::into_response)?;
+        let name = params.get("name").map_or("", String::as_str);
+        sprite_for(st, &parts.headers, name).map(AddressedSprite)
+    }
+}
+
 pub(crate) fn sprite_for(
     st: &State,
     headers: &HeaderMap,
