@@ -47,7 +47,7 @@ async fn the_official_python_sdk_works_against_the_emulator() {
     );
     let mut env = emu.env();
     env.extend(faults);
-    interop::python_checks("vercel", &dir(), "sdk_check.py", env, 45).await;
+    interop::python_checks("vercel", &dir(), "sdk_check.py", env, 47).await;
     assert!(
         emu.sandbox_names().is_empty(),
         "the SDK deleted its sandboxes: {:?}",
@@ -78,7 +78,7 @@ async fn the_official_typescript_sdk_works_against_the_emulator() {
     );
     let mut env = emu.env();
     env.extend(faults);
-    interop::node_checks("vercel-npm", &dir(), "sdk_check.mjs", env, 31).await;
+    interop::node_checks("vercel-npm", &dir(), "sdk_check.mjs", env, 33).await;
     assert!(
         emu.sandbox_names().is_empty(),
         "the SDK deleted its sandbox: {:?}",
