@@ -378,6 +378,14 @@ impl std::fmt::Debug for Spool<'_> {
     }
 }
 
+/// The spool of `sandbox` under [`DEFAULT_ROOT`], as [`Exec::processes`] returns it: the process
+/// handles of every adapter whose provider has no process API of its own.
+pub fn processes<'a, S: Exec + execseam_core::Sandbox>(
+    sandbox: &'a S,
+) -> Option<Box<dyn Processes + 'a>> {
+    Some(Box::new(Spool::new(sandbox, sandbox.id())))
+}
+
 /// What a start script said.
 enum StartAnswer {
     Started { fresh: bool },

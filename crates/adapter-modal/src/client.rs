@@ -483,6 +483,20 @@ impl Control {
         }
     }
 
+    /// `ImageDelete` (`modal.experimental.image_delete`: the token only, no auth token).
+    pub async fn image_delete(&self, image_id: &str) -> Result<(), Status> {
+        let msg = api::ImageDeleteRequest {
+            image_id: image_id.to_owned(),
+        };
+        self.unary(
+            msg,
+            false,
+            |mut c, r| async move { c.image_delete(r).await },
+        )
+        .await
+        .map(drop)
+    }
+
     /// `SandboxTerminate` (V2 or V1).
     pub async fn terminate(&self, sandbox_id: &str, v2: bool) -> Result<(), Status> {
         let msg = api::SandboxTerminateRequest {
@@ -703,6 +717,19 @@ impl Router {
         })
         .await
         .map(drop)
+    }
+
+    /// `TaskSnapshotFilesystem` within `deadline` (the client's `snapshot_filesystem(timeout=55)`).
+    pub async fn snapshot_filesystem(
+        &self,
+        req: tcr::TaskSnapshotFilesystemRequest,
+        deadline: Duration,
+    ) -> Result<String, Status> {
+        self.call(req, Some(deadline), |mut c, r| async move {
+            c.task_snapshot_filesystem(r).await
+        })
+        .await
+        .map(|r| r.image_id)
     }
 
     /// `TaskExecStdinWrite`.

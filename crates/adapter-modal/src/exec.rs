@@ -159,6 +159,30 @@ impl ModalExec {
             .map_err(|s| from_status(s, "poll", Stage::Before))
     }
 
+    /// `TaskSnapshotFilesystem` (the client's `snapshot_filesystem`, `sandbox/_common.py`
+    /// `snapshot_filesystem_via_tcr`): the filesystem as a new image, kept for `ttl` (`None`:
+    /// indefinitely, the wire's `-1`); the image id.
+    pub async fn snapshot_filesystem(&self, ttl: Option<Duration>) -> Result<String, Error> {
+        const OP: &str = "snapshot";
+        let router = self.router(OP).await?;
+        let req = tcr::TaskSnapshotFilesystemRequest {
+            task_id: self.task_id().unwrap_or_default().to_owned(),
+            snapshot_id: uuid4(),
+            ttl_seconds: Some(ttl.map_or(-1, |t| i64::try_from(t.as_secs()).unwrap_or(i64::MAX))),
+            ..Default::default()
+        };
+        // The client's default timeout; nothing is changed in the sandbox, so a lost answer
+        // leaves at most an unused image.
+        let image_id = router
+            .snapshot_filesystem(req, Duration::from_secs(55))
+            .await
+            .map_err(|s| finished_or(s, OP))?;
+        if image_id.is_empty() {
+            return Err(protocol(OP, "TaskSnapshotFilesystem returned no image_id"));
+        }
+        Ok(image_id)
+    }
+
     pub(crate) async fn router(&self, op: &'static str) -> Result<Arc<Router>, Error> {
         let inner = &self.inner;
         let task_id = inner

@@ -216,6 +216,8 @@ def main():
               time.monotonic() - t0)
     check("a timed-out sandbox has returncode 124", short.returncode == 124, short.returncode)
 
+    snapshots(app, sb)
+
     # terminate(wait=True) returns the returncode of a terminated sandbox: 137 (_result_returncode).
     code = sb.terminate(wait=True)
     check("terminate(wait=True) gives 137", code == 137 and sb.returncode == 137, code)
@@ -303,6 +305,38 @@ def handles(sb):
     on_loop(start(eid, "sh", "-c", "kill -TERM $$"))
     waited = on_loop(rc.exec_wait(task_id, eid))
     check("handles: a signal death is exit_status.signal", waited.WhichOneof("exit_status") == "signal" and waited.signal == 15, waited)
+
+
+def snapshots(app, sb):
+    """Sandbox.snapshot_filesystem (_sandbox.py; sandbox/_common.py snapshot_filesystem_via_tcr:
+    TaskSnapshotFilesystem on the task router) gives an Image "which can be used to spawn a new
+    Sandbox with the same filesystem"; modal.experimental.image_delete (ImageDelete) deletes it,
+    "Deletion is irreversible and will prevent Functions/Sandboxes from using the Image"."""
+    import modal.experimental
+
+    assert run(sb, "sh", "-c", "printf before > /tmp/state")[0] == 0
+    img = sb.snapshot_filesystem()
+    check("snapshot_filesystem gives a hydrated image id", img.object_id.startswith("im-"), img.object_id)
+    check("the sandbox runs on after snapshot_filesystem", sb.poll() is None)
+    assert run(sb, "sh", "-c", "printf after > /tmp/state")[0] == 0
+    forked = modal.Sandbox.create(image=img, app=app, timeout=60)
+    check("a sandbox from the snapshot image has the files as they were",
+          run(forked, "cat", "/tmp/state")[1] == "before")
+    assert run(forked, "sh", "-c", "printf forked > /tmp/state")[0] == 0
+    check("the source and the sandbox from its snapshot share nothing",
+          run(sb, "cat", "/tmp/state")[1] == "after" and run(forked, "cat", "/tmp/state")[1] == "forked")
+    forked.terminate()
+    kept = sb.snapshot_filesystem(ttl=None)  # sends TTL_NO_EXPIRY_SENTINEL (-1)
+    check("snapshot_filesystem(ttl=None) is accepted", kept.object_id != img.object_id, kept.object_id)
+    modal.experimental.image_delete(img.object_id)
+    modal.experimental.image_delete(kept.object_id)
+    try:
+        modal.Sandbox.create(image=img, app=app, timeout=60)
+        raise AssertionError("a sandbox was created from a deleted image")
+    except NotFoundError:
+        # The status is inferred (the docs say only that a deleted image cannot be used):
+        # NOT_FOUND, the client's NotFoundError (_grpc_client.py _STATUS_TO_EXCEPTION).
+        check("creating from a deleted snapshot image is NotFoundError", True)
 
 
 def filesystem(sb):

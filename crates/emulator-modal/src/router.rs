@@ -433,6 +433,43 @@ impl TaskCommandRouter for Router {
         }
         Ok(response)
     }
+
+    /// `Sandbox.snapshot_filesystem(timeout, ttl=)` (`sandbox/_common.py`
+    /// `snapshot_filesystem_via_tcr`): the sandbox's filesystem as a new image, retained for
+    /// `ttl_seconds` (`-1`: indefinitely, `TTL_NO_EXPIRY_SENTINEL`). The kit copies the
+    /// sandbox's writable layer while its processes are frozen; then they run on.
+    async fn task_snapshot_filesystem(
+        &self,
+        r: Request<tcr::TaskSnapshotFilesystemRequest>,
+    ) -> Result<Response<tcr::TaskSnapshotFilesystemResponse>, Status> {
+        let req = r.get_ref().clone();
+        let sb = self.task(&r, &req.task_id)?;
+        if !req.container_id.is_empty() {
+            return Err(Status::not_found(format!(
+                "Container {} not found (sidecars are not emulated)",
+                req.container_id
+            )));
+        }
+        if req.customer_supplied_encryption_key.is_some() {
+            return Err(Status::unimplemented(
+                "customer-supplied encryption keys are not emulated",
+            ));
+        }
+        // Absent (older clients) is taken as no expiry (inferred).
+        let expires_at = match req.ttl_seconds.unwrap_or(-1) {
+            -1 => None,
+            t if t > 0 => Some(now_secs().saturating_add(t.unsigned_abs())),
+            t => {
+                return Err(Status::invalid_argument(format!(
+                    "ttl_seconds must be positive or -1, got {t}"
+                )));
+            }
+        };
+        let image_id = self.shared.snapshot_sandbox(&sb, expires_at).await?;
+        Ok(Response::new(tcr::TaskSnapshotFilesystemResponse {
+            image_id,
+        }))
+    }
 }
 
 /// Streams stream `fd` of `p` from byte `offset` as `make(start, bytes)` messages until its end

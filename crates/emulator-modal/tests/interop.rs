@@ -3,7 +3,8 @@
 //! workdir, env, stdin, separate streams, signals, timeouts, poll), what process handles rely on
 //! (one exec per `exec_id`, reads from an offset, stdin by offset), `sb.filesystem`, the V1
 //! backend, the sandbox's own stdio (the entrypoint's stdout/stderr by offset, its stdin with
-//! EOF) and the image's `ENV`/`WORKDIR`, and faults mapped to the client's own exceptions and
+//! EOF) and the image's `ENV`/`WORKDIR`, filesystem snapshots (`snapshot_filesystem`, a sandbox
+//! from the image, `image_delete`), and faults mapped to the client's own exceptions and
 //! retries. The same virtualenv
 //! re-exports the schema from the wheel and checks it against the checked-in descriptor set.
 //!
@@ -77,6 +78,9 @@ async fn the_official_client_drives_sandboxes_exec_and_files() {
         "ok handles: stdin by offset with eof: exact input, then closed",
         "ok handles: a signal death is exit_status.signal",
         "ok a sandbox past its timeout: wait() raises SandboxTimeoutError",
+        "ok a sandbox from the snapshot image has the files as they were",
+        "ok the source and the sandbox from its snapshot share nothing",
+        "ok creating from a deleted snapshot image is NotFoundError",
         "ok terminate(wait=True) gives 137",
     ] {
         assert!(stdout.contains(check), "missing {check:?}:\n{stdout}");
