@@ -1159,7 +1159,7 @@ impl Processes for Spool<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::process::Stdio;
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -1169,8 +1169,8 @@ mod tests {
     use super::*;
 
     /// Runs commands on this host (what an adapter's exec would do in its sandbox).
-    struct Host {
-        binary: bool,
+    pub(crate) struct Host {
+        pub(crate) binary: bool,
     }
 
     impl Exec for Host {
