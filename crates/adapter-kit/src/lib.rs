@@ -29,7 +29,7 @@ pub use adapter::Adapter;
 /// What the kit's macros name (not part of its API).
 #[doc(hidden)]
 pub mod __private {
-    pub use execseam_core::Command;
+    pub use execseam_core::{Capabilities, Command, Error, LifecycleCapabilities};
     pub use tracing;
 }
 pub use vars::{Var, VarKind, Vars};
