@@ -1,6 +1,7 @@
 //! The `Exec` implementation: a `Command` becomes a `bash` program for `POST /execute` (or for
 //! the durable `/executions` contract).
 
+use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::id;
 use execseam_adapter_kit::size;
 use std::sync::{Arc, Mutex};
@@ -431,8 +432,7 @@ impl Exec for ChronoExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut = Box::pin(async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             let prepared = prepare(self.config(), &command)?;
             tracing::debug!(
                 provider = PROVIDER,
@@ -452,9 +452,7 @@ impl Exec for ChronoExec {
             };
             tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
             Ok(out)
-        });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        })
     }
 }
 

@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     pub(crate) client: Arc<Client>,
     pub(crate) target: Target,
     pub(crate) ownership: Ownership,
+    /// The terminals this handle started (see `terminal.rs`).
+    pub(crate) terminals: execseam_adapter_kit::attached::Terminals,
 }
 
 pub(crate) enum Target {
@@ -91,6 +93,7 @@ impl DockerExec {
                 client,
                 target,
                 ownership,
+                terminals: Default::default(),
             }),
         }
     }
@@ -837,13 +840,18 @@ impl Exec for DockerExec {
     }
 
     /// Warm mode: the adapter kit's spool in the container's `/tmp` (a detached exec's output is
-    /// discarded and an attached one is killed with its client; there is no exec attach). Per call:
-    /// none (the container is removed after each command).
+    /// discarded and an attached one is killed with its client; there is no exec attach), and
+    /// terminals on the engine's `Tty` exec held by this handle (`terminal.rs`). Per call: none
+    /// (the container is removed after each command).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
         self.capabilities().processes?;
-        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
+        let spool = execseam_adapter_kit::spool::Spool::new(self, Sandbox::id(self))
+            .capabilities(execseam_adapter_kit::spool::SPOOLED);
+        Some(Box::new(execseam_adapter_kit::attached::Attached::new(
+            spool,
             self,
-            Sandbox::id(self),
+            self,
+            &self.inner.terminals,
         )))
     }
 }

@@ -2,6 +2,8 @@
 #![warn(missing_docs)]
 
 mod adapter;
+#[cfg(feature = "spool")]
+pub mod attached;
 #[cfg(feature = "body")]
 pub mod body;
 pub mod degrade;
@@ -10,17 +12,26 @@ pub mod grpc;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod id;
+mod processes;
 pub mod reaper;
 pub mod retry;
 pub mod size;
 #[cfg(feature = "spool")]
 pub mod spool;
 pub mod text;
+pub mod trace;
 pub mod vars;
 #[cfg(feature = "websocket")]
 pub mod ws;
 
 pub use adapter::Adapter;
+
+/// What the kit's macros name (not part of its API).
+#[doc(hidden)]
+pub mod __private {
+    pub use execseam_core::{Capabilities, Command, Error, LifecycleCapabilities};
+    pub use tracing;
+}
 pub use vars::{Var, VarKind, Vars};
 
 use execseam_core::{Error, ErrorKind};

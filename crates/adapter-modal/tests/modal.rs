@@ -468,3 +468,43 @@ async fn a_stalled_output_stream_ends_at_its_first_timeout() {
     exec.destroy().await.unwrap();
     proxy.shutdown().await;
 }
+
+/// A process start whose `TaskExecStart` answer is lost (after the command was started) is
+/// retried by the caller under the same key: the exec id is the key's, so one command ran and the
+/// retry is not fresh. A key reused after its release is `Conflict` (Modal keeps exec ids).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_start_whose_answer_is_lost_runs_once_when_retried() {
+    use execseam_core::{StartKey, StartRequest, Waited};
+    let emu = emulator().await;
+    let exec = ModalProvider::new(config(&emu).exec_start_retries(0))
+        .unwrap()
+        .create(SandboxSpec::new())
+        .await
+        .unwrap();
+    let p = exec.processes().expect("native handles");
+    let key = StartKey::new("lost").unwrap();
+    let cmd = sh("echo ran >> /root/lost-runs; exit 3");
+    // The registry's exec is the first TaskExecStart from here, the command's own the second.
+    emu.faults()
+        .add("exec=reset@2".parse::<FaultRule>().unwrap());
+    let e = p
+        .start(StartRequest::new(key.clone(), cmd.clone()))
+        .await
+        .unwrap_err();
+    assert!(matches!(e.retry(), Retry::Safe { .. }), "{e}");
+    let again = p.start(StartRequest::new(key.clone(), cmd)).await.unwrap();
+    assert!(!again.fresh, "the first call made the registry entry");
+    assert_eq!(
+        p.wait(&again.handle, Duration::from_secs(10))
+            .await
+            .unwrap(),
+        Waited::Exited(Exit::Code(3))
+    );
+    assert_eq!(stdout(&exec, "cat /root/lost-runs").await, "ran\n");
+    p.release(&again.handle).await.unwrap();
+    let reuse = p
+        .start(StartRequest::new(key, sh("true")))
+        .await
+        .unwrap_err();
+    assert_eq!(reuse.kind(), ErrorKind::Conflict, "{reuse}");
+}

@@ -614,13 +614,23 @@ impl Exec for VercelExec {
         Some(self)
     }
 
-    /// The adapter kit's spool in the sandbox's `/tmp` (a detached command's logs are decoded text
-    /// replayed from the start, counted in characters, not bytes).
+    /// The adapter kit's spool in the sandbox's `/tmp`, its supervisor a detached command
+    /// ([`Launch`](execseam_adapter_kit::spool::Launch) below; a detached command's logs are
+    /// decoded text replayed from the start, counted in characters: the spool's files are the
+    /// output).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
-            self,
-            Sandbox::id(self),
-        )))
+        Some(Box::new(
+            execseam_adapter_kit::spool::Spool::new(self, Sandbox::id(self)).launch(self),
+        ))
+    }
+}
+
+/// The spool's supervisor as a detached command (`POST …/cmd`, `wait: false`, the SDKs' detached
+/// `runCommand`), without the configured command timeout: Vercel's timeout would end the
+/// supervisor, not the command, and lose its exit. The command is then listed by `GET …/cmd`.
+impl execseam_adapter_kit::spool::Launch for VercelExec {
+    fn launch(&self, supervisor: Command) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move { self.spawn_within(supervisor, None).await.map(drop) })
     }
 }
 
@@ -654,6 +664,16 @@ impl VercelExec {
     /// [`VercelCommand::logs`] and [`VercelCommand::kill`]. A detached command takes no stdin
     /// here (`Unsupported` before any request: [`Exec::exec`] sends stdin).
     pub async fn spawn(&self, command: Command) -> Result<VercelCommand, Error> {
+        let timeout = self.inner.api.config.command_timeout;
+        self.spawn_within(command, timeout).await
+    }
+
+    /// [`VercelExec::spawn`] with Vercel's `timeout` for the command (`None`: none).
+    async fn spawn_within(
+        &self,
+        command: Command,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<VercelCommand, Error> {
         if !command.stdin().is_empty() {
             return Err(Error::new(
                 ErrorKind::Unsupported,
@@ -674,7 +694,7 @@ impl VercelExec {
             sudo: cfg.sudo,
             wait: false,
             logs: false,
-            timeout: cfg.command_timeout.map(|d| d.as_millis() as u64),
+            timeout: timeout.map(|d| d.as_millis() as u64),
             attach_stdin: false,
         })
         .expect("serializable");
