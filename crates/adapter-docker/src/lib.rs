@@ -57,6 +57,7 @@ mod error;
 mod exec;
 mod provider;
 mod state;
+mod terminal;
 
 pub use client::{LABEL_MANAGED, LABEL_MODE, LABEL_SANDBOX};
 pub use config::{DEFAULT_MAX_ANSWER, DockerConfig, Mode, Ulimit};
@@ -162,7 +163,10 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    processes: Some(execseam_core::ProcessCapabilities {
+        terminal: true,
+        ..execseam_adapter_kit::spool::SPOOLED
+    }),
 };
 
 /// The capabilities of a mode: per call, no process handles (the container is removed after

@@ -2,6 +2,8 @@
 #![warn(missing_docs)]
 
 mod adapter;
+#[cfg(feature = "spool")]
+pub mod attached;
 #[cfg(feature = "body")]
 pub mod body;
 pub mod degrade;

@@ -178,7 +178,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    processes: Some(execseam_adapter_kit::spool::SPOOLED_TERMINAL),
 };
 
 pub(crate) fn capabilities_of(config: &KubernetesConfig) -> Capabilities {

@@ -550,6 +550,18 @@ impl Driver {
         };
         let mut stream = match self.router.stdio_read(msg).await {
             Ok(r) => r,
+            // No answer to the open within the request timeout: the router holds it. Reopening
+            // would wait as long again each time (issue 38, D12: 11 opens of 60 s, 664 s), so
+            // this ends the stream, as a silent one ends after its poll.
+            Err(s) if error::origin(&s) == error::Origin::Timer => {
+                return Err((
+                    Status::deadline_exceeded(format!(
+                        "the {fd:?} stream did not open within the request timeout: {}",
+                        s.message()
+                    )),
+                    false,
+                ));
+            }
             Err(s) => return Err((s, false)),
         };
         loop {

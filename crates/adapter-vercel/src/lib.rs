@@ -88,7 +88,20 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         disk: false,
     },
     options: &["name"],
-    state: execseam_core::StateCapabilities::NONE,
+    state: execseam_core::StateCapabilities {
+        // Routes: ports declared at create get a public URL each, `https://{subdomain}.vercel.run`
+        // (the create/get answer's `routes`; the TS SDK's `domain(port)`); no token, no unexpose.
+        expose: Some(execseam_core::ExposeSupport {
+            when: execseam_core::PortsWhen::AtCreate,
+            auth: execseam_core::PortAuth::None,
+            list: true,
+            unexpose: false,
+            ports: (1, 65535),
+            reserved: &[],
+            only: None,
+        }),
+        ..execseam_core::StateCapabilities::NONE
+    },
 };
 
 /// What this adapter does; see the [crate docs](crate).
@@ -103,5 +116,5 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    processes: Some(execseam_adapter_kit::spool::HYBRID),
 };
