@@ -1,42 +1,13 @@
 //! A sandbox that `execseam run` created is removed before the CLI exits; one named by the
 //! caller is kept (against the E2B emulator, whose control plane lists running sandboxes).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+mod common;
 
-/// One plain HTTP/1.1 request to the emulator's control plane; returns the body.
-fn http(base: &str, key: &str, method: &str, path: &str, body: &str) -> String {
-    let addr = base.trim_start_matches("http://");
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nX-API-KEY: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    assert!(resp.starts_with("HTTP/1.1 2"), "{resp}");
-    resp.split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-}
+use common::http;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_created_by_the_run_is_removed_and_an_existing_one_is_kept() {
-    let emu = execseam_emulators::start("e2b", Default::default())
-        .await
-        .unwrap();
-    let key = emu
-        .env
-        .iter()
-        .find(|(k, _)| k == "E2B_API_KEY")
-        .unwrap()
-        .1
-        .clone();
-    let base = emu.base_url.clone();
+    let common::Emu { emu, key, base, .. } = common::e2b().await;
     let env = emu.env.clone();
     let run = move |extra: Vec<(String, String)>| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_execseam"));
@@ -61,13 +32,13 @@ async fn a_sandbox_created_by_the_run_is_removed_and_an_existing_one_is_kept() {
         (&b"ran"[..], Some(4))
     );
     assert_eq!(
-        http(&base, &key, "GET", "/sandboxes", ""),
+        http(&base, &key, "GET", "/sandboxes"),
         "[]",
         "the sandbox the run created is gone"
     );
 
     // A sandbox named by --sandbox (EXECSEAM_SANDBOX) belongs to the caller: it is kept.
-    let created = http(
+    let created = common::request(
         &base,
         &key,
         "POST",
@@ -89,10 +60,10 @@ async fn a_sandbox_created_by_the_run_is_removed_and_an_existing_one_is_kept() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        http(&base, &key, "GET", "/sandboxes", "").contains(&id),
+        http(&base, &key, "GET", "/sandboxes").contains(&id),
         "an existing sandbox is kept"
     );
-    http(&base, &key, "DELETE", &format!("/sandboxes/{id}"), "");
+    http(&base, &key, "DELETE", &format!("/sandboxes/{id}"));
 }
 
 // Issue 38, D15/D16/D17: what a run started is killed, and what it created is removed, before
@@ -226,17 +197,7 @@ async fn a_deadline_or_a_signal_kills_the_command_before_the_cli_exits() {
 /// emulator made the sandbox): the CLI exits only once that sandbox is destroyed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signal_during_the_create_destroys_the_sandbox_when_its_answer_arrives() {
-    let emu = execseam_emulators::start("e2b", Default::default())
-        .await
-        .unwrap();
-    let key = emu
-        .env
-        .iter()
-        .find(|(k, _)| k == "E2B_API_KEY")
-        .unwrap()
-        .1
-        .clone();
-    let base = emu.base_url.clone();
+    let common::Emu { emu, key, base, .. } = common::e2b().await;
     let rules = execseam_chaos::parse_rules("POST /*sandboxes#1-2=hold:2500").unwrap();
     let proxy = execseam_chaos::ChaosProxy::start(([127, 0, 0, 1], 0).into(), &base, rules)
         .await
@@ -248,14 +209,14 @@ async fn a_signal_during_the_create_destroys_the_sandbox_when_its_answer_arrives
         .collect();
     let child = spawn_run(&env, &["--adapter", "e2b", "--", "true"]);
     until("the emulator made the sandbox", || {
-        http(&base, &key, "GET", "/sandboxes", "") != "[]"
+        http(&base, &key, "GET", "/sandboxes") != "[]"
     })
     .await;
     sigterm(&child);
     let (code, stderr) = finish(child).await;
     assert_eq!(code, Some(143), "{stderr}");
     assert_eq!(
-        http(&base, &key, "GET", "/sandboxes", ""),
+        http(&base, &key, "GET", "/sandboxes"),
         "[]",
         "the sandbox created for the interrupted run is gone: {stderr}"
     );
@@ -270,14 +231,14 @@ async fn a_signal_during_the_create_destroys_the_sandbox_when_its_answer_arrives
         .spawn()
         .unwrap();
     until("the emulator made the mcp's sandbox", || {
-        http(&base, &key, "GET", "/sandboxes", "") != "[]"
+        http(&base, &key, "GET", "/sandboxes") != "[]"
     })
     .await;
     sigterm(&child);
     let (code, stderr) = finish(child).await;
     assert_eq!(code, Some(143), "mcp: {stderr}");
     assert_eq!(
-        http(&base, &key, "GET", "/sandboxes", ""),
+        http(&base, &key, "GET", "/sandboxes"),
         "[]",
         "the sandbox created for the interrupted mcp is gone: {stderr}"
     );

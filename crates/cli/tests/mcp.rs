@@ -6,6 +6,8 @@
 //! the MCP spec's rule that input validation errors are tool execution errors) while the server
 //! keeps serving, and the sandbox it created destroyed at stdin EOF and on SIGTERM.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -16,6 +18,8 @@ use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::transport::TokioChildProcess;
 use serde_json::{Value, json};
+
+use common::http;
 
 type Client = RunningService<RoleClient, ()>;
 
@@ -333,24 +337,6 @@ async fn local_every_tool_through_a_real_client() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-/// One plain HTTP/1.1 request to the emulator's control plane; returns the body.
-fn http(base: &str, key: &str, method: &str, path: &str) -> String {
-    let addr = base.trim_start_matches("http://");
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nX-API-KEY: {key}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    resp.split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-}
-
 async fn until_no_sandbox(base: &str, key: &str) {
     let start = Instant::now();
     loop {
@@ -368,17 +354,7 @@ async fn until_no_sandbox(base: &str, key: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2b_emulator_every_tool_and_the_sandbox_is_destroyed_at_exit() {
-    let emu = execseam_emulators::start("e2b", Default::default())
-        .await
-        .unwrap();
-    let key = emu
-        .env
-        .iter()
-        .find(|(k, _)| k == "E2B_API_KEY")
-        .unwrap()
-        .1
-        .clone();
-    let base = emu.base_url.clone();
+    let common::Emu { emu, key, base, .. } = common::e2b().await;
     assert_eq!(http(&base, &key, "GET", "/sandboxes"), "[]");
     let (client, _) = connect(&["--adapter", "e2b", "--max-output", "4096"], &emu.env).await;
     let list = http(&base, &key, "GET", "/sandboxes");

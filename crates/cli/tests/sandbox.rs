@@ -4,54 +4,13 @@
 //! before the command ends;
 //! usage errors exit 2.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+mod common;
+
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// One plain HTTP/1.1 request to the emulator's control plane; returns the body.
-fn http(base: &str, key: &str, method: &str, path: &str) -> String {
-    let addr = base.trim_start_matches("http://");
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nX-API-KEY: {key}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    resp.split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-}
-
-struct Emu {
-    _emu: execseam_emulators::AnyEmulator,
-    env: Vec<(String, String)>,
-    base: String,
-    key: String,
-}
-
-async fn emulator() -> Emu {
-    let emu = execseam_emulators::start("e2b", Default::default())
-        .await
-        .unwrap();
-    let key = emu
-        .env
-        .iter()
-        .find(|(k, _)| k == "E2B_API_KEY")
-        .unwrap()
-        .1
-        .clone();
-    Emu {
-        env: emu.env.clone(),
-        base: emu.base_url.clone(),
-        key,
-        _emu: emu,
-    }
-}
+use common::{e2b as emulator, http};
 
 fn execseam(env: &[(String, String)], args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_execseam"))
