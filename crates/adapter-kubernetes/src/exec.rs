@@ -224,17 +224,28 @@ impl KubernetesExec {
                 path = request_of(&plan);
             }
             size::check_wire(PROVIDER, &plan.argv, &crate::SIZE_LIMIT)?;
-            match channel::open(&shared.api, &path, offers, "exec").await? {
-                Opened::Socket(socket) => {
+            // Armed before the upgrade is sent: the command starts when the server upgrades,
+            // before the client has read the answer, so an exec dropped in between has a
+            // running command only the tag can find. A refusal ran nothing: disarmed. An
+            // upgrade that failed is returned as it is (`Unsafe` when it may have reached the
+            // server), without a kill exec racing the caller's next request.
+            let mut cleanup = Cleanup::new(tag.clone().map(|tag| Kill {
+                shared: shared.clone(),
+                target: target.clone(),
+                tag,
+            }));
+            let opened = channel::open(&shared.api, &path, offers, "exec").await;
+            match opened {
+                Err(e) => {
+                    cleanup.disarm();
+                    return Err(e);
+                }
+                Ok(Opened::Socket(socket)) => {
                     shared.learn(socket.protocol);
-                    let cleanup = Cleanup::new(tag.map(|tag| Kill {
-                        shared: shared.clone(),
-                        target: target.clone(),
-                        tag,
-                    }));
                     return Ok(Run::new(shared.clone(), target, socket, plan, cleanup));
                 }
-                Opened::Refused(answer) => {
+                Ok(Opened::Refused(answer)) => {
+                    cleanup.disarm();
                     // x/net/websocket answers a protocol it does not speak with a bare 403
                     // (the kubelet's server without the apiserver's v5 translator).
                     let no_v5 = offers == [Protocol::V5]

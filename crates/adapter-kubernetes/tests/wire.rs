@@ -154,10 +154,25 @@ async fn a_dropped_exec_is_killed_by_its_tag() {
     let p = provider(&fake, pod_mode);
     let s = p.attach(POD).unwrap();
     let pidfile = format!("/tmp/execseam-k8s-kill-{}", std::process::id());
-    let script = format!("echo $$ > {pidfile}; sleep 30 & wait");
-    let r = tokio::time::timeout(Duration::from_millis(700), s.exec(sh(&script))).await;
-    assert!(r.is_err(), "the exec should still run");
-    let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_owned();
+    let script = format!("echo $$ > {pidfile}.w; mv {pidfile}.w {pidfile}; sleep 30 & wait");
+    // Dropped as soon as the command runs (its pid is written), not after a fixed time: the
+    // client may not have read the upgrade's answer yet, and the command runs all the same. The
+    // kill was armed only once the socket was open, so a drop in that window (700 ms under a
+    // load of 13-16) left the command running: this failed then, and fails without the fix.
+    let mut exec = Box::pin(s.exec(sh(&script)));
+    let mut pid = None;
+    for _ in 0..1500 {
+        tokio::select! {
+            r = &mut exec => panic!("the exec should still run: {r:?}"),
+            () = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+        if let Ok(p) = std::fs::read_to_string(&pidfile) {
+            pid = Some(p.trim().to_owned());
+            break;
+        }
+    }
+    drop(exec);
+    let pid = pid.expect("the command started within 30 s");
     std::fs::remove_file(&pidfile).unwrap();
     // The kill exec runs in the background; the shell and its child die. The kill is one more
     // exec through the fake API server: under a load of 13-16 on 2 cores it took more than 5 s
@@ -172,7 +187,14 @@ async fn a_dropped_exec_is_killed_by_its_tag() {
             break;
         }
     }
-    assert!(gone, "pid {pid} still runs");
+    if !gone {
+        let reaped = execseam_adapter_kit::reaper::drain(Duration::ZERO).await;
+        let execs = fake.with(|s| s.execs.clone());
+        panic!(
+            "pid {pid} still runs; reaper: {}; execs: {execs:?}",
+            reaped.describe()
+        );
+    }
     assert!(fake.with(|s| {
         s.execs
             .iter()

@@ -480,3 +480,31 @@ async fn a_process_start_whose_answer_is_lost_runs_once_when_retried() {
         .unwrap_err();
     assert_eq!(reuse.kind(), ErrorKind::Conflict, "{reuse}");
 }
+
+/// D12: a router that holds the answer to `TaskExecStdioRead` (the chaos proxy holds every
+/// open) ends the exec at the request timeout, once: before, each stalled open timed out and
+/// was reopened, 11 times (664 s at the default 60 s).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_output_stream_ends_at_its_first_timeout() {
+    let emu = emulator().await;
+    let rules = execseam_chaos::parse_rules("POST /*/TaskExecStdioRead=hold:0").unwrap();
+    let proxy = execseam_chaos::ChaosProxy::start(([127, 0, 0, 1], 0).into(), &emu.url(), rules)
+        .await
+        .unwrap();
+    let config = config(&emu)
+        .server_url(proxy.base_url())
+        .request_timeout(Duration::from_secs(1))
+        .stream_idle_timeout(Duration::from_secs(1));
+    let exec = ModalProvider::new(config)
+        .unwrap()
+        .create(SandboxSpec::new())
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let e = exec.exec(sh("echo hi")).await.unwrap_err();
+    let took = start.elapsed();
+    assert_eq!(e.retry(), Retry::Unsafe, "{e}");
+    assert!(took < Duration::from_secs(5), "took {took:?}: {e}");
+    exec.destroy().await.unwrap();
+    proxy.shutdown().await;
+}

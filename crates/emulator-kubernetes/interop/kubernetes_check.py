@@ -12,6 +12,9 @@ Every expectation is what a real API server does, with its source:
 - [DISC] apiserver pkg/endpoints/installer.go (singularName; "" on subresources), discovery.go
 - [EXEC] apimachinery util/httpstream/wsstream/conn.go (protocol negotiation, v5 close),
   apiserver util/proxy streamtranslator.go (status on channel 3), kubernetes/stream/ws_client.py
+- [RESIZE] client-go tools/remotecommand/resize.go (GetResizeFunc: a json.Encoder of
+  TerminalSize{Width, Height}, no JSON tags, on the resize stream, channel 4 of the WebSocket
+  protocols); the kubelet applies it to the exec's terminal (TIOCSWINSZ), which `stty size` reads
 - [POD] pkg/registry/core/pod/strategy.go (ToSelectableFields; exec on a missing pod: 404)
 - [CRD] agent-sandbox k8s/crds/*.yaml (enums, required fields, defaults)
 - [AS] agent-sandbox controllers (claim adoption keeps the warm Sandbox's name; Ready/
@@ -24,16 +27,24 @@ Every expectation is what a real API server does, with its source:
   without a pod; the claim copies its Sandbox's Ready (sandboxclaim_controller.go
   computeReadyCondition). A new pod's container starts from its image (kubernetes.io, Concepts,
   Storage, Volumes: a container's files are lost when it ends)
+- [PVC] agent-sandbox controllers/sandbox_controller.go at 2fd412d: reconcilePVCs (a claim
+  "<template>-<sandbox>" per volumeClaimTemplates entry, the template's labels plus the
+  sandbox-name-hash label, SetControllerReference to the Sandbox; run in either operating mode)
+  and MergeVolumeClaimVolumes (the pod's volume of that name is the claim); the PV controller
+  binds a claim (pv_controller.go: status.phase Bound); the garbage collector deletes owned
+  objects with their owner
 
 Prints one "ok <name>" per check and "OK" at the end.
 """
 
+import json
 import os
 import time
 
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from kubernetes.stream import stream
+from kubernetes.stream.ws_client import RESIZE_CHANNEL
 
 from checks import check, ok
 
@@ -191,6 +202,13 @@ r = stream(core.connect_get_namespaced_pod_exec, pod_name, NS, command=["sh", "-
 r.run_forever(timeout=20)
 out = r.read_stdout()
 check("xterm" in out and "\r\n" in out, "exec: tty has TERM=xterm and \\r\\n [EXEC]", repr(out))
+r = stream(core.connect_get_namespaced_pod_exec, pod_name, NS, command=["sh", "-c", "read x; stty size"],
+           stderr=True, stdin=True, stdout=True, tty=True, _preload_content=False)
+r.write_channel(RESIZE_CHANNEL, json.dumps({"Width": 101, "Height": 33}))
+r.write_stdin("go\n")
+r.run_forever(timeout=20)
+out = r.read_stdout()
+check("33 101" in out and r.returncode == 0, "exec: a resize on channel 4 sizes the tty [RESIZE]", repr(out))
 try:
     stream(core.connect_get_namespaced_pod_exec, "no-such-pod", NS, command=["true"],
            stderr=True, stdin=False, stdout=True, tty=False)
@@ -200,8 +218,9 @@ except ApiException as ex:
 
 # Suspend and resume through spec.operatingMode (a merge patch, as kubectl and the SDKs send).
 def sandbox_conditions(name):
+    # A new object has no status until its controller writes one (the create drops it).
     s = co.get_namespaced_custom_object("agents.x-k8s.io", V, NS, "sandboxes", name)
-    return s, {c["type"]: c for c in s["status"].get("conditions", [])}
+    return s, {c["type"]: c for c in s.get("status", {}).get("conditions", [])}
 
 
 old_uid = core.read_namespaced_pod(pod_name, NS).metadata.uid
@@ -252,6 +271,63 @@ r.run_forever(timeout=20)
 out = r.read_stdout()
 check(out == "gone\n" and r.returncode == 0,
       "resume: the new pod's container starts from its image, without the old files [SUSPEND]", repr(out))
+
+# volumeClaimTemplates: one claim per template, owned by the Sandbox, kept while it is suspended.
+def run_in(pod, script):
+    r = stream(core.connect_get_namespaced_pod_exec, pod, NS, command=["sh", "-c", script],
+               stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+    r.run_forever(timeout=20)
+    return r.read_stdout()
+
+
+def wait_condition(name, kind, status):
+    for _ in range(300):
+        s, conds = sandbox_conditions(name)
+        if conds.get(kind, {}).get("status") == status:
+            return s
+        time.sleep(0.1)
+    return s
+
+
+vsb = {"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox", "metadata": {"name": "interop-volume"},
+       "spec": {"podTemplate": {"spec": {"containers": [{
+                    "name": "c", "image": "registry.k8s.io/agent-sandbox/python-runtime-sandbox:latest",
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
+                "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": {"suite": "interop"}},
+                                          "spec": {"accessModes": ["ReadWriteOnce"],
+                                                   "resources": {"requests": {"storage": "1Gi"}}}}]}}
+vs = co.create_namespaced_custom_object("agents.x-k8s.io", V, NS, "sandboxes", vsb)
+wait_condition("interop-volume", "Ready", "True")
+pvc = core.read_namespaced_persistent_volume_claim("data-interop-volume", NS)
+owner = [o for o in (pvc.metadata.owner_references or []) if o.controller]
+check(pvc.status.phase == "Bound" and pvc.metadata.labels.get("suite") == "interop"
+      and pvc.metadata.labels.get("agents.x-k8s.io/sandbox-name-hash")
+      and owner and owner[0].kind == "Sandbox" and owner[0].uid == vs["metadata"]["uid"]
+      and any(v.persistent_volume_claim and v.persistent_volume_claim.claim_name == "data-interop-volume"
+              for v in core.read_namespaced_pod("interop-volume", NS).spec.volumes),
+      "volumes: a Bound claim <template>-<sandbox>, controlled by the Sandbox, in the pod's volumes [PVC]",
+      repr(pvc.metadata))
+run_in("interop-volume", "echo v > /data/kept; echo x > /tmp/lost")
+co.patch_namespaced_custom_object("agents.x-k8s.io", V, NS, "sandboxes", "interop-volume",
+                                  {"spec": {"operatingMode": "Suspended"}})
+wait_condition("interop-volume", "Suspended", "True")
+kept = core.read_namespaced_persistent_volume_claim("data-interop-volume", NS)
+co.patch_namespaced_custom_object("agents.x-k8s.io", V, NS, "sandboxes", "interop-volume",
+                                  {"spec": {"operatingMode": "Running"}})
+wait_condition("interop-volume", "Ready", "True")
+out = run_in("interop-volume", "cat /data/kept; test -e /tmp/lost && echo lost-kept; true")
+check(kept.metadata.uid == pvc.metadata.uid and out == "v\n",
+      "volumes: the claim outlives a suspend; its files are in the resumed pod, the rest is not [PVC]",
+      repr(out))
+co.delete_namespaced_custom_object("agents.x-k8s.io", V, NS, "sandboxes", "interop-volume")
+gone = None
+for _ in range(200):
+    gone = api_error(core.read_namespaced_persistent_volume_claim, "data-interop-volume", NS)
+    if gone is not None:
+        break
+    time.sleep(0.1)
+check(gone is not None and gone.status == 404, "volumes: the garbage collector deletes the claim with its Sandbox [PVC]",
+      repr(gone))
 
 # Delete the claim: the garbage collector takes its Sandbox and its pod.
 co.delete_namespaced_custom_object(G, V, NS, "sandboxclaims", "interop-claim")

@@ -517,6 +517,7 @@ pub fn create(
     match res.kind {
         "Pod" => obj["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"}),
         "Namespace" => obj["status"] = json!({"phase": "Active"}),
+        "PersistentVolumeClaim" => obj["status"] = json!({"phase": "Pending"}),
         _ => {}
     }
     schema::apply_defaults(res, &mut obj);

@@ -29,6 +29,15 @@ pub struct Cluster {
     /// The exec protocols served.
     pub(crate) protocols: Mutex<Vec<&'static str>>,
     ips: Mutex<u32>,
+    /// Where the PersistentVolumeClaims' volumes live on the host (one directory each, made
+    /// when a pod first mounts it, removed with the claim and with the cluster).
+    volumes: std::path::PathBuf,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.volumes);
+    }
 }
 
 impl std::fmt::Debug for Cluster {
@@ -55,6 +64,10 @@ impl Cluster {
             wake: Notify::new(),
             protocols: Mutex::new(crate::exec::PROTOCOLS.to_vec()),
             ips: Mutex::new(0),
+            volumes: std::env::temp_dir().join(format!(
+                "execseam-kubernetes-volumes-{}",
+                crate::names::hex(16)
+            )),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let obj = json!({
@@ -186,6 +199,11 @@ impl Cluster {
             .store
             .remove(res, ns, name)
             .ok_or_else(|| status::not_found(res, name))?;
+        if res.kind == "PersistentVolumeClaim" {
+            // The claim's volume goes with it (a dynamically provisioned volume's reclaim
+            // policy is `Delete`).
+            let _ = std::fs::remove_dir_all(self.volumes.join(ns).join(name));
+        }
         if res.kind == "Namespace" {
             for r in schema::ALL.iter().filter(|r| r.namespaced) {
                 for o in self.store.list(r, Some(name)).0 {
@@ -278,6 +296,14 @@ impl Cluster {
             }
             _ => (&schema::PODS, pod.to_owned()),
         }
+    }
+
+    /// The host directory of the claim `ns/name`'s volume (created on first use, root's, 0755:
+    /// a fresh filesystem's root as a provisioner formats it).
+    pub(crate) fn volume(&self, ns: &str, name: &str) -> std::io::Result<std::path::PathBuf> {
+        let dir = self.volumes.join(ns).join(name);
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
     }
 
     /// Stops a pod's sandbox (its processes die, its root goes).

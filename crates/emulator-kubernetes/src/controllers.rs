@@ -11,8 +11,11 @@
 //! Each pass reconciles every object from the store (the emulator's scale is small); a pass runs
 //! after every write through the API and every 250 ms (expiries, graceful deletes).
 //!
-//! Not reproduced: Services (`spec.service`), NetworkPolicies, PVCs from `volumeClaimTemplates`
-//! (the field is accepted and copied), events, the warm pool's readiness grace period and
+//! A Sandbox's `volumeClaimTemplates` become PersistentVolumeClaims `<template>-<sandbox>`,
+//! owned by the Sandbox and kept in either operating mode (`reconcilePVCs`), mounted by its pod
+//! (`MergeVolumeClaimVolumes`): a suspend deletes the pod and keeps the claims, so their files
+//! survive a resume. Not reproduced: the adoption of an existing unowned claim (the
+//! `sandbox-adoptable` label), Services (`spec.service`), NetworkPolicies, events, the warm pool's readiness grace period and
 //! `Recreate` strategy, the `sandbox-template-hash` label's exact value (Go's JSON of the
 //! template, not reproducible byte for byte: the emulator hashes its own JSON).
 
@@ -24,7 +27,7 @@ use serde_json::{Map, Value, json};
 use crate::api::{self, DeleteOptions};
 use crate::cluster::Cluster;
 use crate::names::name_hash;
-use crate::schema::{self, CLAIMS, PODS, SANDBOXES, TEMPLATES, WARM_POOLS};
+use crate::schema::{self, CLAIMS, PODS, PVCS, SANDBOXES, TEMPLATES, WARM_POOLS};
 use crate::store;
 
 const SANDBOX_NAME_HASH: &str = "agents.x-k8s.io/sandbox-name-hash";
@@ -725,6 +728,7 @@ fn reconcile_sandbox(c: &Cluster, s: &Value) {
         }
         return;
     }
+    reconcile_pvcs(c, s);
     let suspended = s["spec"]["operatingMode"].as_str() == Some("Suspended");
     let (ready, suspended_cond, pod_for_status) = if suspended {
         match &pod {
@@ -942,6 +946,69 @@ fn sync_pod_labels(c: &Cluster, s: &Value, pod: &Value) {
     }
 }
 
+/// `reconcilePVCs` (sandbox_controller.go at `2fd412d`), in either operating mode: each
+/// `volumeClaimTemplates` entry is a claim `<template>-<sandbox>` with the template's labels,
+/// the sandbox's name-hash label, its annotations and spec, controlled by the Sandbox (so the
+/// garbage collector deletes it with the Sandbox). One that exists is left alone (the
+/// controller's ownership checks only fail the reconcile: the pod is made either way).
+fn reconcile_pvcs(c: &Cluster, s: &Value) {
+    let ns = meta(s, "namespace");
+    for t in s["spec"]["volumeClaimTemplates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let name = format!(
+            "{}-{}",
+            t["metadata"]["name"].as_str().unwrap_or(""),
+            meta(s, "name")
+        );
+        if c.store.get(&PVCS, ns, &name).is_some() {
+            continue;
+        }
+        let mut labels = t["metadata"]["labels"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        labels.insert(SANDBOX_NAME_HASH.into(), json!(name_hash(meta(s, "name"))));
+        let body = json!({
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {
+                "name": name,
+                "labels": labels,
+                "annotations": t["metadata"]["annotations"].as_object().cloned().unwrap_or_default(),
+                "ownerReferences": [owner_ref("Sandbox", &SANDBOXES.api_version(), s)],
+            },
+            "spec": t["spec"].clone(),
+        });
+        let _ = api::create(c, &PVCS, ns, body);
+    }
+}
+
+/// The pod spec's volumes with one `persistentVolumeClaim` volume per `volumeClaimTemplates`
+/// entry, replacing a volume of the same name (`MergeVolumeClaimVolumes`: StatefulSet's rule).
+fn merge_claim_volumes(s: &Value, pod_spec: &mut Value) {
+    let Some(templates) = s["spec"]["volumeClaimTemplates"].as_array() else {
+        return;
+    };
+    let names: Vec<&str> = templates
+        .iter()
+        .filter_map(|t| t["metadata"]["name"].as_str())
+        .collect();
+    let mut volumes: Vec<Value> = pod_spec["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| !v["name"].as_str().is_some_and(|n| names.contains(&n)))
+        .cloned()
+        .collect();
+    for n in names {
+        volumes.push(json!({"name": n, "persistentVolumeClaim": {"claimName": format!("{n}-{}", meta(s, "name"))}}));
+    }
+    pod_spec["volumes"] = json!(volumes);
+}
+
 fn create_pod(c: &Cluster, s: &Value, name: &str) -> Result<Value, crate::status::ApiError> {
     let template = &s["spec"]["podTemplate"];
     let annotations: Map<String, Value> = template["metadata"]["annotations"]
@@ -953,7 +1020,7 @@ fn create_pod(c: &Cluster, s: &Value, name: &str) -> Result<Value, crate::status
                 .collect()
         })
         .unwrap_or_default();
-    let body = json!({
+    let mut body = json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -964,5 +1031,6 @@ fn create_pod(c: &Cluster, s: &Value, name: &str) -> Result<Value, crate::status
         },
         "spec": template["spec"].clone(),
     });
+    merge_claim_volumes(s, &mut body["spec"]);
     api::create(c, &PODS, meta(s, "namespace"), body)
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use execseam_emulator_kit::{Dir, Sandbox, SandboxEntry, SandboxSpec, User};
+use execseam_emulator_kit::{Dir, Mount, Sandbox, SandboxEntry, SandboxSpec, User};
 
 use crate::cluster::Cluster;
 use crate::schema;
@@ -151,6 +151,80 @@ fn env_of(pod: &Value, container: &Value, ip: &str) -> BTreeMap<String, String> 
     env
 }
 
+/// The claims a pod's volumes name (`persistentVolumeClaim.claimName`), by volume name.
+fn claim_volumes(spec: &Value) -> BTreeMap<&str, &str> {
+    spec["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            Some((
+                v["name"].as_str()?,
+                v["persistentVolumeClaim"]["claimName"].as_str()?,
+            ))
+        })
+        .collect()
+}
+
+/// Every claim the pod names exists and is bound: until then the scheduler leaves it `Pending`
+/// (`VolumeBinding` plugin: "persistentvolumeclaim not found" / unbound immediate claims).
+fn claims_bound(cluster: &Cluster, pod: &Value) -> bool {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or("");
+    claim_volumes(&pod["spec"]).values().all(|claim| {
+        cluster
+            .store
+            .get(&schema::PVCS, ns, claim)
+            .is_some_and(|c| c["status"]["phase"].as_str() == Some("Bound"))
+    })
+}
+
+/// The containers' `volumeMounts` of claim volumes, as binds of the claims' host directories
+/// (the pod's containers share one sandbox, so every container's mounts are in it).
+fn claim_mounts(cluster: &Cluster, ns: &str, spec: &Value) -> std::io::Result<Vec<Mount>> {
+    let claims = claim_volumes(spec);
+    let mut mounts = Vec::new();
+    for c in spec["containers"].as_array().into_iter().flatten() {
+        for m in c["volumeMounts"].as_array().into_iter().flatten() {
+            let (Some(claim), Some(path)) = (
+                m["name"].as_str().and_then(|n| claims.get(n)),
+                m["mountPath"].as_str(),
+            ) else {
+                continue;
+            };
+            mounts.push(Mount {
+                host: cluster.volume(ns, claim)?,
+                sandbox: path.trim_end_matches('/').to_owned(),
+                read_only: m["readOnly"].as_bool() == Some(true),
+            });
+        }
+    }
+    Ok(mounts)
+}
+
+/// The PersistentVolume controller with a dynamic provisioner and `Immediate` binding: a
+/// `Pending` claim gets a volume and is `Bound`, its capacity what it requested
+/// (pkg/controller/volume/persistentvolume/pv_controller.go `bind`: `spec.volumeName`,
+/// `status.phase`, `status.accessModes`, `status.capacity` from the volume).
+fn bind_claims(cluster: &Cluster) {
+    for pvc in cluster.store.list(&schema::PVCS, None).0 {
+        if pvc["status"]["phase"].as_str() != Some("Pending") {
+            continue;
+        }
+        let ns = pvc["metadata"]["namespace"].as_str().unwrap_or("");
+        let name = pvc["metadata"]["name"].as_str().unwrap_or("");
+        let volume = format!("pvc-{}", pvc["metadata"]["uid"].as_str().unwrap_or(""));
+        let _ = cluster.store.update(&schema::PVCS, ns, name, |v| {
+            v["spec"]["volumeName"] = json!(volume);
+            v["status"] = json!({
+                "phase": "Bound",
+                "accessModes": v["spec"]["accessModes"].clone(),
+                "capacity": {"storage": v["spec"]["resources"]["requests"]["storage"].clone()},
+            });
+            Ok(())
+        });
+    }
+}
+
 /// Starts the sandbox of a pod the store holds (blocking: the sandbox's init starts).
 pub(crate) fn start(cluster: &Cluster, pod: &Value) -> std::io::Result<PodRun> {
     let ns = pod["metadata"]["namespace"]
@@ -194,7 +268,9 @@ pub(crate) fn start(cluster: &Cluster, pod: &Value) -> std::io::Result<PodRun> {
     let sandbox_spec = SandboxSpec::new("kubernetes", &hostname, first.user.clone(), env)
         .other_users(others)
         .dirs(dirs);
-    let sandbox = Sandbox::create(format!("{ns}/{name}"), sandbox_spec, cluster.sandboxing())?;
+    let mut sandboxing = cluster.sandboxing().clone();
+    sandboxing.mounts.extend(claim_mounts(cluster, &ns, spec)?);
+    let sandbox = Sandbox::create(format!("{ns}/{name}"), sandbox_spec, &sandboxing)?;
     Ok(PodRun {
         uid,
         namespace: ns,
@@ -263,6 +339,7 @@ fn is_warm(pod: &Value) -> bool {
 
 /// One pass over the pods: start new ones, finish graceful deletes, stop what the store lost.
 pub(crate) fn reconcile(cluster: &Cluster) {
+    bind_claims(cluster);
     let (pods, _) = cluster.store.list(&schema::PODS, None);
     let mut seen = std::collections::HashSet::new();
     for pod in pods {
@@ -302,7 +379,10 @@ pub(crate) fn reconcile(cluster: &Cluster) {
                 cluster.store.remove(&schema::PODS, &ns, &name);
                 cluster.cascade(&uid);
             }
-            (None, false) if pod["status"]["phase"].as_str() == Some("Pending") => {
+            (None, false)
+                if pod["status"]["phase"].as_str() == Some("Pending")
+                    && claims_bound(cluster, &pod) =>
+            {
                 match start(cluster, &pod) {
                     Ok(run) => {
                         let run = Arc::new(run);

@@ -162,6 +162,20 @@ pub static NAMESPACES: Resource = Resource {
     scale: false,
 };
 
+/// `persistentvolumeclaims` (core v1): what a Sandbox's `volumeClaimTemplates` become.
+pub static PVCS: Resource = Resource {
+    group: "",
+    version: "v1",
+    plural: "persistentvolumeclaims",
+    singular: "persistentvolumeclaim",
+    kind: "PersistentVolumeClaim",
+    namespaced: true,
+    short_names: &["pvc"],
+    categories: &[],
+    status_subresource: true,
+    scale: false,
+};
+
 /// `sandboxes.agents.x-k8s.io`.
 pub static SANDBOXES: Resource = Resource {
     group: "agents.x-k8s.io",
@@ -222,6 +236,7 @@ pub static CLAIMS: Resource = Resource {
 pub static ALL: &[&Resource] = &[
     &PODS,
     &NAMESPACES,
+    &PVCS,
     &SANDBOXES,
     &TEMPLATES,
     &WARM_POOLS,
