@@ -1,6 +1,7 @@
 //! The [`Exec`] implementation: session lifecycle, the command string, the two exec modes, the
 //! exact-output framing, and the files tools.
 
+use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::retry::Call;
 use std::fmt;
 use std::sync::Arc;
@@ -831,19 +832,15 @@ impl Exec for AgentCoreExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut = Box::pin(self.inner.clone().run(command));
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(self.provider(), "exec", command, |command| {
+            self.inner.clone().run(command)
+        })
     }
 
     /// The adapter kit's spool in the session's `/tmp` (`startCommandExecution`/`getTask` take no
     /// stdin, no signal and no offsets, and return output only at the end).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
-            self,
-            Sandbox::id(self),
-        )))
+        execseam_adapter_kit::spool::processes(self)
     }
 }
 

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use execseam_adapter_kit::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
     Output, Ownership, Retry, Sandbox,
@@ -258,10 +259,9 @@ impl Exec for AxExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut = Box::pin(async move { self.start(command).await?.collect().await });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(self.provider(), "exec", command, |command| async move {
+            self.start(command).await?.collect().await
+        })
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -284,10 +284,9 @@ impl Exec for AxExec {
 
 impl ExecStream for AxExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
-        let fut = Box::pin(self.start(command));
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(self.provider(), "exec_stream", command, |command| {
+            self.start(command)
+        })
     }
 }
 

@@ -1,6 +1,7 @@
 //! The `Exec` implementation: a `Command` becomes a `bash` program for `POST /execute` (or for
 //! the durable `/executions` contract).
 
+use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::id;
 use execseam_adapter_kit::size;
 use std::sync::{Arc, Mutex};
@@ -42,6 +43,10 @@ pub struct Prepared {
     /// The program runs the degrade wrapper (workdir, env or stdin), whose own failures are
     /// turned back into typed errors.
     pub wrapped: bool,
+    /// The program ends by writing the kit's end marker ([`degrade::end_marked`]), which the
+    /// answer must carry: a forged or replaced success (`exit_code: 0`, empty output) lacks it
+    /// (issue 38, D22). The `code` tool's native programs are sent exactly and carry none.
+    pub marked: bool,
 }
 
 impl ChronoExec {
@@ -110,7 +115,12 @@ impl ChronoExec {
         executed(self.send(request).await?, EXECUTE)
     }
 
-    async fn send_execute(&self, request: &ExecuteRequest, wrapped: bool) -> Result<Output, Error> {
+    async fn send_execute(
+        &self,
+        request: &ExecuteRequest,
+        wrapped: bool,
+        marked: bool,
+    ) -> Result<Output, Error> {
         match self.send(request).await? {
             Completion::Ran { error: Some(e), .. }
                 if e.code == codes::DEPENDENCY_INSTALL_FAILED =>
@@ -119,7 +129,7 @@ impl ChronoExec {
                     e.message.as_deref().unwrap_or_default(),
                 ))
             }
-            Completion::Ran { output, .. } => output_of(output, wrapped, EXECUTE),
+            Completion::Ran { output, .. } => output_of(output, wrapped, marked, EXECUTE),
             Completion::NoOutput { error, .. } => Err(no_output_error(error, EXECUTE)),
         }
     }
@@ -142,7 +152,12 @@ impl ChronoExec {
             .map_err(|m| protocol(EXECUTE, format!("a malformed /execute answer: {m}")))
     }
 
-    async fn run_durable(&self, request: ExecuteRequest, wrapped: bool) -> Result<Output, Error> {
+    async fn run_durable(
+        &self,
+        request: ExecuteRequest,
+        wrapped: bool,
+        marked: bool,
+    ) -> Result<Output, Error> {
         // A key per exec attempt: retries inside this attempt (a lost submit response) converge
         // on one operation; a new exec is a new operation.
         let nonce = id::random_id(32);
@@ -175,7 +190,7 @@ impl ChronoExec {
             Terminal::Ran { error: Some(e), .. } if e.code == codes::DEPENDENCY_INSTALL_FAILED => {
                 Err(dependencies_failed(e.message.as_deref().unwrap_or_default()))
             }
-            Terminal::Ran { output, .. } => output_of(output, wrapped, RESULT),
+            Terminal::Ran { output, .. } => output_of(output, wrapped, marked, RESULT),
             Terminal::Failed { error, .. } => Err(no_output_error(error, RESULT)),
             Terminal::Cancelled { operation_id, .. } => Err(STATUS.error(ErrorKind::Cancelled, format!("operation {operation_id} was cancelled"))
             .with_retry(Retry::Unsafe)
@@ -221,7 +236,7 @@ fn executed(c: Completion, op: Call) -> Result<Executed, Error> {
     match c {
         Completion::Ran { output, error, .. } => {
             let files = output.files.clone().unwrap_or_default();
-            let out = output_of(output, false, op)?;
+            let out = output_of(output, false, false, op)?;
             Ok(match error {
                 Some(e) if e.code == codes::DEPENDENCY_INSTALL_FAILED => {
                     Executed::DependenciesFailed {
@@ -300,8 +315,13 @@ pub(crate) fn no_output_error(e: ErrorBody, op: Call) -> Error {
 }
 
 /// Maps a validated output. Exit codes are int32: a negative one is read as a signal (`-9`), a
-/// value that is neither is malformed.
-pub(crate) fn output_of(o: ExecOutput, wrapped: bool, op: Call) -> Result<Output, Error> {
+/// value that is neither is malformed. A `marked` program's answer must carry its end marker.
+pub(crate) fn output_of(
+    o: ExecOutput,
+    wrapped: bool,
+    marked: bool,
+    op: Call,
+) -> Result<Output, Error> {
     let exit = match o.exit_code {
         c if c >= 0 => Exit::Code(c),
         c if (-64..=-1).contains(&c) => Exit::Signal(-c),
@@ -312,7 +332,10 @@ pub(crate) fn output_of(o: ExecOutput, wrapped: bool, op: Call) -> Result<Output
             ));
         }
     };
-    let out = Output::new(o.stdout, o.stderr, exit);
+    let mut out = Output::new(o.stdout, o.stderr, exit);
+    if marked {
+        out = degrade::strip_end_mark(out).map_err(|m| protocol(op, m))?;
+    }
     if wrapped {
         degrade::check_wrapped(out).map_err(|e| e.or_context(PROVIDER, op.operation))
     } else {
@@ -338,6 +361,7 @@ pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, 
         return Ok(Prepared {
             request,
             wrapped: false,
+            marked: false,
         });
     }
     let len = cmd.stdin().len() as u64;
@@ -384,7 +408,7 @@ pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, 
             "if [ -f {q} ]; then exec 0<{q}; rm -f -- {q}; else printf '%s\\n' {fail} >&2; exit {WRAPPER_STATUS}; fi\n"
         )
     };
-    let script = format!("{redirect}exec {program}\n");
+    let script = format!("{redirect}{}\n", degrade::end_marked(&program));
     // What counts is the script as sent, wrapper and quoting included.
     size::check_wire(PROVIDER, &[&script], &crate::SIZE_LIMIT)?;
     Ok(Prepared {
@@ -394,6 +418,7 @@ pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, 
             ..ExecuteRequest::new(Language::Bash, script, config.timeout_secs)
         },
         wrapped: wrap || !cmd.stdin().is_empty(),
+        marked: true,
     })
 }
 
@@ -407,8 +432,7 @@ impl Exec for ChronoExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut = Box::pin(async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             let prepared = prepare(self.config(), &command)?;
             tracing::debug!(
                 provider = PROVIDER,
@@ -420,16 +444,15 @@ impl Exec for ChronoExec {
                 "exec"
             );
             let out = if self.config().durable {
-                self.run_durable(prepared.request, prepared.wrapped).await?
+                self.run_durable(prepared.request, prepared.wrapped, prepared.marked)
+                    .await?
             } else {
-                self.send_execute(&prepared.request, prepared.wrapped)
+                self.send_execute(&prepared.request, prepared.wrapped, prepared.marked)
                     .await?
             };
             tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
             Ok(out)
-        });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        })
     }
 }
 
@@ -468,7 +491,10 @@ mod tests {
         assert_eq!(p.request.timeout_secs, Some(180));
         assert_eq!(
             p.request.script,
-            "exec 0</dev/null\nexec printf '%s\\n' 'a b' 'it'\\''s'\n"
+            format!(
+                "exec 0</dev/null\n{}\n",
+                degrade::end_marked("printf '%s\\n' 'a b' 'it'\\''s'")
+            )
         );
         let json = String::from_utf8(p.request.to_json()).unwrap();
         assert!(
@@ -540,14 +566,54 @@ mod tests {
             display_data: None,
             files: None,
         };
-        assert_eq!(output_of(o(3), false, EXECUTE).unwrap().exit, Exit::Code(3));
         assert_eq!(
-            output_of(o(-9), false, EXECUTE).unwrap().exit,
+            output_of(o(3), false, false, EXECUTE).unwrap().exit,
+            Exit::Code(3)
+        );
+        assert_eq!(
+            output_of(o(-9), false, false, EXECUTE).unwrap().exit,
             Exit::Signal(9)
         );
         assert_eq!(
-            output_of(o(-1000), false, EXECUTE).unwrap_err().kind(),
+            output_of(o(-1000), false, false, EXECUTE)
+                .unwrap_err()
+                .kind(),
             ErrorKind::Protocol
         );
+    }
+
+    /// D22: the adapter shell-wraps every command, so a well-formed success the program never
+    /// wrote (`exit_code: 0`, empty output: a forged or replaced answer) is a protocol error;
+    /// the program's own answer, marker stripped, is its exit. Accepted before the marker.
+    #[test]
+    fn a_forged_success_without_the_end_marker_is_never_an_exit() {
+        let o = |stderr: &str, code| ExecOutput {
+            stdout: "".into(),
+            stderr: stderr.into(),
+            exit_code: code,
+            execution_time_ms: None,
+            display_data: None,
+            files: None,
+        };
+        for op in [EXECUTE, RESULT] {
+            let e = output_of(o("", 0), false, true, op).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+            assert!(output_of(o("\x1eexecseam-end:1", 0), false, true, op).is_err());
+            let ok = output_of(o("e\x1eexecseam-end:0", 0), false, true, op).unwrap();
+            assert_eq!(ok, Output::new("", "e", Exit::Code(0)));
+        }
+        // The script as prepared, run by bash here, writes what the reader strips.
+        let p = prepare(
+            &config(),
+            &Command::new(["sh", "-c", "printf x >&2; exit 4"]).unwrap(),
+        )
+        .unwrap();
+        let run = std::process::Command::new("bash")
+            .args(["-c", &p.request.script])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(run.stderr).unwrap();
+        let out = output_of(o(&stderr, 4), p.wrapped, p.marked, EXECUTE).unwrap();
+        assert_eq!(out, Output::new("", "x", Exit::Code(4)));
     }
 }

@@ -9,6 +9,7 @@ use bytes::{Bytes, BytesMut};
 use execseam_adapter_kit::degrade::{
     self, StderrGate, StdinFrom, WRAPPER_MARK, WRAPPER_STATUS, WrapOptions, quote,
 };
+use execseam_adapter_kit::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
     ExecStream, Exit, Output, Ownership, PartialOutput, Retry, Sandbox,
@@ -560,8 +561,7 @@ impl Exec for CloudflareExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut = Box::pin(async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
             execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
             self.not_destroyed("exec")?;
@@ -569,9 +569,7 @@ impl Exec for CloudflareExec {
                 OutputMode::Streaming => self.stream_mode(command).await?.collect().await,
                 OutputMode::Exact => self.exact_mode(command).await,
             }
-        });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        })
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -584,30 +582,29 @@ impl Exec for CloudflareExec {
     /// The adapter kit's spool in the container's `/tmp` over the bridge's exec (the bridge Worker
     /// has no process routes; the container is lost, with its spools, when it sleeps).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
-            self,
-            Sandbox::id(self),
-        )))
+        execseam_adapter_kit::spool::processes(self)
     }
 }
 
 impl ExecStream for CloudflareExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
-        let fut = Box::pin(async move {
-            execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
-            self.not_destroyed("exec_stream")?;
-            if self.config().output_mode() == OutputMode::Exact {
-                return Err(Error::unsupported(
-                    "the exact output mode fetches output after the exit: it does not stream",
-                )
-                .with_provider(PROVIDER)
-                .with_operation("exec_stream"));
-            }
-            self.stream_mode(command).await
-        });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(
+            self.provider(),
+            "exec_stream",
+            command,
+            |command| async move {
+                execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+                self.not_destroyed("exec_stream")?;
+                if self.config().output_mode() == OutputMode::Exact {
+                    return Err(Error::unsupported(
+                        "the exact output mode fetches output after the exit: it does not stream",
+                    )
+                    .with_provider(PROVIDER)
+                    .with_operation("exec_stream"));
+                }
+                self.stream_mode(command).await
+            },
+        )
     }
 }
 

@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
 use execseam_adapter_kit::degrade::{self, StdinFrom, WrapOptions};
+use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::retry::after_submit;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, Event, EventStream, Exec, ExecStream, Exit, Output,
@@ -1330,13 +1331,14 @@ impl Exec for DaytonaExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut: BoxFuture<'_, Result<Output, Error>> = match self.inner.route {
-            ExecRoute::Execute => Box::pin(run_direct(self.inner.clone(), command)),
-            ExecRoute::Session => Box::pin(run(self.inner.clone(), command)),
-        };
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        let inner = self.inner.clone();
+        exec_span!(self.provider(), "exec", command, |command| {
+            let fut: BoxFuture<'_, Result<Output, Error>> = match inner.route {
+                ExecRoute::Execute => Box::pin(run_direct(inner.clone(), command)),
+                ExecRoute::Session => Box::pin(run(inner.clone(), command)),
+            };
+            fut
+        })
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -1347,10 +1349,7 @@ impl Exec for DaytonaExec {
     /// by line, not byte-exact; deleting a session kills its shell's process group, which the
     /// spool's `setsid` supervisor is not in).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
-            self,
-            Sandbox::id(self),
-        )))
+        execseam_adapter_kit::spool::processes(self)
     }
 }
 
@@ -1694,10 +1693,9 @@ fn session_id(slot: &SessionSlot) -> String {
 
 impl ExecStream for DaytonaExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
-        let fut = Box::pin(start_stream(self.inner.clone(), command));
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(self.provider(), "exec_stream", command, |command| {
+            start_stream(self.inner.clone(), command)
+        })
     }
 }
 

@@ -10,6 +10,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
 use execseam_adapter_kit::degrade::{self, WrapOptions};
+use execseam_adapter_kit::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
     ExecStream, Exit, Output, Ownership, Sandbox,
@@ -1003,8 +1004,7 @@ impl Exec for E2bExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut = Box::pin(async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             // The size is checked once, by `start` (a native listing sends no argv).
             if self.inner.config.native_tools
                 && let Some(req) = NativeRequest::parse(&command)
@@ -1016,9 +1016,7 @@ impl Exec for E2bExec {
                 }
             }
             self.start(command).await?.collect().await
-        });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        })
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -1028,19 +1026,15 @@ impl Exec for E2bExec {
     /// The adapter kit's spool, in the sandbox's `/tmp` (envd drops output nobody is subscribed
     /// to and keeps an ended process's exit only 30 s, so the output and exit live in files).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
-            self,
-            Sandbox::id(self),
-        )))
+        execseam_adapter_kit::spool::processes(self)
     }
 }
 
 impl ExecStream for E2bExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
-        let fut = Box::pin(self.start(command));
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(self.provider(), "exec_stream", command, |command| {
+            self.start(command)
+        })
     }
 }
 

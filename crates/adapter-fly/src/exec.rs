@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 use execseam_adapter_kit::degrade::{self, StdinFrom, WrapOptions};
+use execseam_adapter_kit::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Exec, Exit, Output, Ownership,
     Sandbox, SandboxState, WireStatus,
@@ -175,7 +176,7 @@ pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Err
     let mut marked = vec![
         "/bin/sh".to_owned(),
         "-c".to_owned(),
-        END_SCRIPT.to_owned(),
+        degrade::end_marked("\"$@\""),
         "sh".to_owned(),
     ];
     marked.extend(argv);
@@ -192,13 +193,6 @@ pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Err
     })
 }
 
-/// Runs argv, then writes [`END_MARK`] and the status to stderr and exits with that status.
-pub(crate) const END_SCRIPT: &str =
-    "\"$@\"; s=$?; printf '\\036execseam-end:%s' \"$s\" >&2; exit \"$s\"";
-
-/// What [`END_SCRIPT`] writes last on stderr, before the status.
-pub(crate) const END_MARK: &[u8] = b"\x1eexecseam-end:";
-
 /// Reads a 200 answer to a command prepared here: [`parse_response`], then the end marker is
 /// required (unless a signal ended the command) and removed from stderr. An answer without it
 /// (`{}`, a cut or replaced body) is a protocol error, never an invented exit.
@@ -209,31 +203,7 @@ pub(crate) fn parse_marked(body: &[u8], wrapped: bool) -> Result<Output, Error> 
             .with_provider(PROVIDER)
             .with_operation("exec")
     };
-    let stderr = out.stderr.clone();
-    let marker = stderr
-        .windows(END_MARK.len())
-        .rposition(|w| w == END_MARK)
-        .map(|at| (at, &stderr[at + END_MARK.len()..]));
-    let out = match (marker, out.exit) {
-        (Some((at, status)), Exit::Code(code)) if status == code.to_string().as_bytes() => {
-            Output::new(out.stdout, stderr.slice(..at), Exit::Code(code))
-        }
-        (Some((at, _)), Exit::Signal(sig)) => {
-            Output::new(out.stdout, stderr.slice(..at), Exit::Signal(sig))
-        }
-        (None, Exit::Signal(sig)) => Output::new(out.stdout, stderr, Exit::Signal(sig)),
-        (Some((_, status)), exit) => {
-            return Err(proto(format!(
-                "the end marker says status {:?} but the answer says {exit:?}",
-                String::from_utf8_lossy(status)
-            )));
-        }
-        (None, _) => {
-            return Err(proto(
-                "the exec answer lacks the command's end marker: not a complete result".into(),
-            ));
-        }
-    };
+    let out = degrade::strip_end_mark(out).map_err(proto)?;
     if wrapped {
         degrade::check_wrapped(out).map_err(|e| e.with_provider(PROVIDER))
     } else {
@@ -311,8 +281,7 @@ impl Exec for FlyExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut = Box::pin(async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             let prepared = prepare(self.config(), &command)?;
             tracing::debug!(
                 provider = PROVIDER,
@@ -335,9 +304,7 @@ impl Exec for FlyExec {
             let out = parse_marked(&body, prepared.wrapped)?;
             tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
             Ok(out)
-        });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        })
     }
 
     /// The adapter kit's spool in the machine's `/tmp` (the exec endpoint is synchronous, with no
@@ -383,14 +350,21 @@ mod tests {
         assert!(!p.wrapped);
         assert_eq!(
             p.body.command,
-            ["/bin/sh", "-c", END_SCRIPT, "sh", "echo", "a b"]
+            [
+                "/bin/sh",
+                "-c",
+                &*degrade::end_marked("\"$@\""),
+                "sh",
+                "echo",
+                "a b"
+            ]
         );
         assert_eq!(p.body.stdin, None);
         assert_eq!(p.body.timeout, Some(120));
         let json = serde_json::to_value(&p.body).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"command": ["/bin/sh", "-c", END_SCRIPT, "sh", "echo", "a b"], "timeout": 120})
+            serde_json::json!({"command": ["/bin/sh", "-c", &*degrade::end_marked("\"$@\""), "sh", "echo", "a b"], "timeout": 120})
         );
     }
 
@@ -454,10 +428,17 @@ mod tests {
         assert_eq!(killed.exit, Exit::Signal(9));
         // The real script, run here, writes exactly what parse_marked strips.
         let o = std::process::Command::new("/bin/sh")
-            .args(["-c", END_SCRIPT, "sh", "sh", "-c", "printf x >&2; exit 4"])
+            .args([
+                "-c",
+                &degrade::end_marked("\"$@\""),
+                "sh",
+                "sh",
+                "-c",
+                "printf x >&2; exit 4",
+            ])
             .output()
             .unwrap();
-        assert_eq!(o.stderr, [&b"x"[..], END_MARK, b"4"].concat());
+        assert_eq!(o.stderr, [&b"x"[..], degrade::END_MARK, b"4"].concat());
         assert_eq!(o.status.code(), Some(4));
     }
 

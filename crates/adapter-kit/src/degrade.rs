@@ -241,6 +241,44 @@ pub fn wrapped_command(cmd: &Command, opts: &WrapOptions) -> Result<Command, Err
     b.build()
 }
 
+/// What [`end_marked`] writes last on stderr, before the command's status: proof, end to end,
+/// that the command ran to its end in this request. An answer without it (`{}`, a forged
+/// `exit_code: 0` with empty output, a cut body) is never an exit (issue 38, D22).
+pub const END_MARK: &[u8] = b"\x1eexecseam-end:";
+
+/// A shell line that runs `program` (shell words, `"$@"` for the script's arguments), then
+/// writes [`END_MARK`] and its status to stderr and exits with that status.
+pub fn end_marked(program: &str) -> String {
+    format!("{program}; s=$?; printf '\\036execseam-end:%s' \"$s\" >&2; exit \"$s\"")
+}
+
+/// Checks and removes the marker [`end_marked`] wrote: its status must be the answer's exit
+/// code; a signal may end the command before it wrote one. `Err` says what is wrong, for the
+/// caller to type as a protocol error.
+pub fn strip_end_mark(out: Output) -> Result<Output, String> {
+    let at = out
+        .stderr
+        .windows(END_MARK.len())
+        .rposition(|w| w == END_MARK);
+    let status = at.map(|at| &out.stderr[at + END_MARK.len()..]);
+    match (at, status, out.exit) {
+        (Some(at), Some(s), Exit::Code(code)) if s == code.to_string().as_bytes() => {
+            let stderr = out.stderr.slice(..at);
+            Ok(Output::new(out.stdout, stderr, out.exit))
+        }
+        (Some(at), _, Exit::Signal(_)) => {
+            let stderr = out.stderr.slice(..at);
+            Ok(Output::new(out.stdout, stderr, out.exit))
+        }
+        (None, _, Exit::Signal(_)) => Ok(out),
+        (Some(_), Some(s), exit) => Err(format!(
+            "the end marker says status {:?} but the answer says {exit:?}",
+            String::from_utf8_lossy(s)
+        )),
+        _ => Err("the answer lacks the command's end marker: not a complete result".to_owned()),
+    }
+}
+
 /// Maps the wrapper's own failures back to typed errors; any other output passes through.
 ///
 /// A missing workdir becomes [`ErrorKind::NotFound`] ([`Retry::Never`]); a missing or undecodable

@@ -10,17 +10,26 @@ pub mod grpc;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod id;
+mod processes;
 pub mod reaper;
 pub mod retry;
 pub mod size;
 #[cfg(feature = "spool")]
 pub mod spool;
 pub mod text;
+pub mod trace;
 pub mod vars;
 #[cfg(feature = "websocket")]
 pub mod ws;
 
 pub use adapter::Adapter;
+
+/// What the kit's macros name (not part of its API).
+#[doc(hidden)]
+pub mod __private {
+    pub use execseam_core::Command;
+    pub use tracing;
+}
 pub use vars::{Var, VarKind, Vars};
 
 use execseam_core::{Error, ErrorKind};

@@ -104,6 +104,43 @@ pub const DEFAULT_ROOT: &str = "/tmp/.execseam/p";
 /// The most bytes of each stream one read returns, by default.
 pub const DEFAULT_READ_MAX: u64 = 1 << 20;
 
+/// Runs the shell `script` (as `sh -c script <name>-script args…`) through `exec` with `stdin`
+/// and returns its stdout: what a process-handle implementation over exec does for each small
+/// operation. A non-zero exit is an `Internal` error naming `operation` and `what`.
+pub async fn run_script(
+    exec: &dyn Exec,
+    operation: &'static str,
+    what: &str,
+    script: &str,
+    args: &[&str],
+    stdin: Bytes,
+) -> Result<Bytes, Error> {
+    let mut argv = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        script.to_owned(),
+        format!("execseam-{what}"),
+    ];
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    let out = exec
+        .exec(Command::builder(argv).stdin(stdin).build()?)
+        .await
+        .map_err(|e| e.or_context(exec.provider().to_owned(), operation))?;
+    if !out.exit.success() {
+        return Err(Error::new(
+            ErrorKind::Internal,
+            format!(
+                "the {what} {operation} script failed ({:?}): {}",
+                out.exit,
+                String::from_utf8_lossy(&out.stderr[..out.stderr.len().min(300)])
+            ),
+        )
+        .with_provider(exec.provider().to_owned())
+        .with_operation(operation));
+    }
+    Ok(out.stdout)
+}
+
 /// A provider's own way to run the supervisor so that it outlives the call (E2B `Start`
 /// without a timeout, Docker's detached exec, a Sprites session kept after disconnect).
 pub trait Launch: Send + Sync {
@@ -341,6 +378,14 @@ impl std::fmt::Debug for Spool<'_> {
     }
 }
 
+/// The spool of `sandbox` under [`DEFAULT_ROOT`], as [`Exec::processes`] returns it: the process
+/// handles of every adapter whose provider has no process API of its own.
+pub fn processes<'a, S: Exec + execseam_core::Sandbox>(
+    sandbox: &'a S,
+) -> Option<Box<dyn Processes + 'a>> {
+    Some(Box::new(Spool::new(sandbox, sandbox.id())))
+}
+
 /// What a start script said.
 enum StartAnswer {
     Started { fresh: bool },
@@ -420,6 +465,14 @@ impl<'a> Spool<'a> {
             .with_operation(operation)
     }
 
+    fn caps(&self) -> ProcessCapabilities {
+        self.capabilities
+    }
+
+    fn handle_of(&self, key: &StartKey) -> ProcessHandle {
+        ProcessHandle::new(format!("{}{}", self.prefix(), key.as_str()))
+    }
+
     fn prefix(&self) -> String {
         format!("sp1:{}:{}:", self.provider(), self.sandbox)
     }
@@ -475,30 +528,15 @@ impl<'a> Spool<'a> {
         args: &[&str],
         stdin: Bytes,
     ) -> Result<Bytes, Error> {
-        let mut argv = vec![
-            "sh".to_owned(),
-            "-c".to_owned(),
-            format!("{PRELUDE}{script}"),
-            "execseam-spool".to_owned(),
-        ];
-        argv.extend(args.iter().map(|a| (*a).to_owned()));
-        let out = self
-            .exec
-            .exec(Command::builder(argv).stdin(stdin).build()?)
-            .await
-            .map_err(|e| e.or_context(self.provider().to_owned(), operation))?;
-        if !out.exit.success() {
-            return Err(self.error(
-                ErrorKind::Internal,
-                operation,
-                format!(
-                    "the spool's {operation} script failed ({:?}): {}",
-                    out.exit,
-                    String::from_utf8_lossy(&out.stderr[..out.stderr.len().min(300)])
-                ),
-            ));
-        }
-        Ok(out.stdout)
+        run_script(
+            self.exec,
+            operation,
+            "spool",
+            &format!("{PRELUDE}{script}"),
+            args,
+            stdin,
+        )
+        .await
     }
 
     fn malformed(&self, operation: &'static str, what: &str) -> Error {
@@ -510,7 +548,7 @@ impl<'a> Spool<'a> {
         .with_retry(Retry::Never)
     }
 
-    async fn start_request(&self, request: StartRequest) -> Result<Started, Error> {
+    async fn start_one(&self, request: StartRequest) -> Result<Started, Error> {
         if request.terminal.is_some() && !self.capabilities.terminal {
             return Err(self.error(
                 ErrorKind::Unsupported,
@@ -779,7 +817,7 @@ impl<'a> Spool<'a> {
         .with_retry(Retry::Never)
     }
 
-    async fn follow_from<'s>(
+    async fn attach_at<'s>(
         &'s self,
         handle: &'s ProcessHandle,
         from: StreamOffsets,
@@ -855,7 +893,7 @@ impl<'a> Spool<'a> {
         Ok(ProcessStream::new(stream))
     }
 
-    async fn write(&self, handle: &ProcessHandle, w: StdinWrite) -> Result<StdinState, Error> {
+    async fn write_at(&self, handle: &ProcessHandle, w: StdinWrite) -> Result<StdinState, Error> {
         let key = self.key_of(handle, "write_stdin")?;
         let dir = self.dir(&key);
         let at = w.at.to_string();
@@ -1081,82 +1119,7 @@ impl<'a> Spool<'a> {
     }
 }
 
-impl Processes for Spool<'_> {
-    fn process_capabilities(&self) -> ProcessCapabilities {
-        self.capabilities
-    }
-
-    fn handle_for(&self, key: &StartKey) -> ProcessHandle {
-        ProcessHandle::new(format!("{}{}", self.prefix(), key.as_str()))
-    }
-
-    fn start(&self, request: StartRequest) -> BoxFuture<'_, Result<Started, Error>> {
-        Box::pin(self.start_request(request))
-    }
-
-    fn read<'s>(
-        &'s self,
-        handle: &'s ProcessHandle,
-        from: StreamOffsets,
-    ) -> BoxFuture<'s, Result<ProcessRead, Error>> {
-        Box::pin(self.read_at(handle, from))
-    }
-
-    fn attach<'s>(
-        &'s self,
-        handle: &'s ProcessHandle,
-        from: StreamOffsets,
-    ) -> BoxFuture<'s, Result<ProcessStream<'s>, Error>> {
-        Box::pin(self.follow_from(handle, from))
-    }
-
-    fn write_stdin<'s>(
-        &'s self,
-        handle: &'s ProcessHandle,
-        write: StdinWrite,
-    ) -> BoxFuture<'s, Result<StdinState, Error>> {
-        Box::pin(self.write(handle, write))
-    }
-
-    fn signal<'s>(
-        &'s self,
-        handle: &'s ProcessHandle,
-        signal: Signal,
-    ) -> BoxFuture<'s, Result<(), Error>> {
-        Box::pin(self.send(handle, signal))
-    }
-
-    fn wait<'s>(
-        &'s self,
-        handle: &'s ProcessHandle,
-        within: Duration,
-    ) -> BoxFuture<'s, Result<Waited, Error>> {
-        Box::pin(self.wait_for(handle, within))
-    }
-
-    fn status<'s>(
-        &'s self,
-        handle: &'s ProcessHandle,
-    ) -> BoxFuture<'s, Result<ProcessInfo, Error>> {
-        Box::pin(self.status_of(handle))
-    }
-
-    fn list(&self) -> BoxFuture<'_, Result<Vec<ProcessInfo>, Error>> {
-        Box::pin(self.list_all())
-    }
-
-    fn release<'s>(&'s self, handle: &'s ProcessHandle) -> BoxFuture<'s, Result<(), Error>> {
-        Box::pin(self.release_one(handle))
-    }
-
-    fn resize<'s>(
-        &'s self,
-        handle: &'s ProcessHandle,
-        size: TerminalSize,
-    ) -> BoxFuture<'s, Result<(), Error>> {
-        Box::pin(self.resize_to(handle, size))
-    }
-}
+crate::forward_processes!(Spool<'_>, resize);
 
 #[cfg(test)]
 mod tests {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use execseam_adapter_kit::degrade::{StderrGate, WrapOptions};
+use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::retry::after_submit;
 use execseam_adapter_kit::{id, size};
 use execseam_core::{
@@ -553,9 +554,7 @@ impl Exec for KubernetesExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        // One span per exec: provider, operation and tool; never argv, env, stdin or the URL.
-        let span = tracing::debug_span!("exec", provider = PROVIDER, operation = "exec", tool = %command.tool());
-        Box::pin(tracing::Instrument::instrument(self.run(command), span))
+        exec_span!(PROVIDER, "exec", command, |command| self.run(command))
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -570,17 +569,13 @@ impl Exec for KubernetesExec {
     /// processes are new) loses the spool under `/tmp`: handles are then `NotFound`; where `/tmp`
     /// is a volume that survives the restart, `Unknown` (the supervisor is gone, no exit).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
-            self,
-            Sandbox::id(self),
-        )))
+        execseam_adapter_kit::spool::processes(self)
     }
 }
 
 impl ExecStream for KubernetesExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        let span = tracing::debug_span!("exec", provider = PROVIDER, operation = "exec_stream", tool = %command.tool());
-        let fut = async move {
+        exec_span!(PROVIDER, "exec_stream", command, |command| async move {
             let run = self.start(command).await?;
             let has_kill = run
                 .cleanup
@@ -608,8 +603,7 @@ impl ExecStream for KubernetesExec {
                     None => Ok(()), // the exit was seen, or the kill already ran
                 }
             }))
-        };
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        })
     }
 }
 

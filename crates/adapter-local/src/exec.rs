@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use execseam_adapter_kit::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, EventStream, Exec, ExecStream, Output,
     Ownership, Sandbox,
@@ -146,14 +147,11 @@ impl Exec for LocalExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut = Box::pin(async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
             let command = self.prepare(command).await?;
             self.process.run(command).await
-        });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        })
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -189,14 +187,16 @@ impl Exec for LocalExec {
 
 impl ExecStream for LocalExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
-        let fut = Box::pin(async move {
-            tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec_stream");
-            let command = self.prepare(command).await?;
-            self.process.run_stream(command).await
-        });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(
+            self.provider(),
+            "exec_stream",
+            command,
+            |command| async move {
+                tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec_stream");
+                let command = self.prepare(command).await?;
+                self.process.run_stream(command).await
+            },
+        )
     }
 }
 

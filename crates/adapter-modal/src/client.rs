@@ -483,6 +483,20 @@ impl Control {
         }
     }
 
+    /// `ImageDelete` (`modal.experimental.image_delete`: the token only, no auth token).
+    pub async fn image_delete(&self, image_id: &str) -> Result<(), Status> {
+        let msg = api::ImageDeleteRequest {
+            image_id: image_id.to_owned(),
+        };
+        self.unary(
+            msg,
+            false,
+            |mut c, r| async move { c.image_delete(r).await },
+        )
+        .await
+        .map(drop)
+    }
+
     /// `SandboxTerminate` (V2 or V1).
     pub async fn terminate(&self, sandbox_id: &str, v2: bool) -> Result<(), Status> {
         let msg = api::SandboxTerminateRequest {
@@ -705,6 +719,19 @@ impl Router {
         .map(drop)
     }
 
+    /// `TaskSnapshotFilesystem` within `deadline` (the client's `snapshot_filesystem(timeout=55)`).
+    pub async fn snapshot_filesystem(
+        &self,
+        req: tcr::TaskSnapshotFilesystemRequest,
+        deadline: Duration,
+    ) -> Result<String, Status> {
+        self.call(req, Some(deadline), |mut c, r| async move {
+            c.task_snapshot_filesystem(r).await
+        })
+        .await
+        .map(|r| r.image_id)
+    }
+
     /// `TaskExecStdinWrite`.
     pub async fn stdin_write(&self, req: tcr::TaskExecStdinWriteRequest) -> Result<(), Status> {
         let d = self.control.config().request_timeout;
@@ -713,6 +740,24 @@ impl Router {
         })
         .await
         .map(drop)
+    }
+
+    /// `TaskExecStdinStatus`: the bytes accepted and whether stdin is closed (it evicts any
+    /// stdin stream in flight, as the proto documents; this adapter writes unary only).
+    pub async fn stdin_status(
+        &self,
+        task_id: &str,
+        exec_id: &str,
+    ) -> Result<tcr::TaskExecStdinStatusResponse, Status> {
+        let msg = tcr::TaskExecStdinStatusRequest {
+            task_id: task_id.to_owned(),
+            exec_id: exec_id.to_owned(),
+        };
+        let d = self.control.config().request_timeout;
+        self.call(msg, Some(d), |mut c, r| async move {
+            c.task_exec_stdin_status(r).await
+        })
+        .await
     }
 
     /// `TaskExecPoll`: the exit status if the command has exited (bounded by the request

@@ -159,6 +159,30 @@ impl ModalExec {
             .map_err(|s| from_status(s, "poll", Stage::Before))
     }
 
+    /// `TaskSnapshotFilesystem` (the client's `snapshot_filesystem`, `sandbox/_common.py`
+    /// `snapshot_filesystem_via_tcr`): the filesystem as a new image, kept for `ttl` (`None`:
+    /// indefinitely, the wire's `-1`); the image id.
+    pub async fn snapshot_filesystem(&self, ttl: Option<Duration>) -> Result<String, Error> {
+        const OP: &str = "snapshot";
+        let router = self.router(OP).await?;
+        let req = tcr::TaskSnapshotFilesystemRequest {
+            task_id: self.task_id().unwrap_or_default().to_owned(),
+            snapshot_id: uuid4(),
+            ttl_seconds: Some(ttl.map_or(-1, |t| i64::try_from(t.as_secs()).unwrap_or(i64::MAX))),
+            ..Default::default()
+        };
+        // The client's default timeout; nothing is changed in the sandbox, so a lost answer
+        // leaves at most an unused image.
+        let image_id = router
+            .snapshot_filesystem(req, Duration::from_secs(55))
+            .await
+            .map_err(|s| finished_or(s, OP))?;
+        if image_id.is_empty() {
+            return Err(protocol(OP, "TaskSnapshotFilesystem returned no image_id"));
+        }
+        Ok(image_id)
+    }
+
     pub(crate) async fn router(&self, op: &'static str) -> Result<Arc<Router>, Error> {
         let inner = &self.inner;
         let task_id = inner
@@ -198,12 +222,13 @@ impl ModalExec {
             .cloned()
     }
 
-    async fn start(&self, command: Command) -> Result<EventStream, Error> {
-        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
-        tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
-        let router = self.router("exec").await?;
-        let task_id = self.task_id().unwrap_or_default().to_owned();
-        let exec_id = uuid4();
+    /// The `TaskExecStart` of `command` as `exec_id`, stdout and stderr piped.
+    pub(crate) fn start_request(
+        &self,
+        exec_id: String,
+        command: &Command,
+        timeout_secs: Option<u32>,
+    ) -> tcr::TaskExecStartRequest {
         let env = api::StringMap {
             contents: command
                 .env()
@@ -211,14 +236,9 @@ impl ModalExec {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         };
-        let config = &self.inner.config;
-        let timeout_secs = config.exec_timeout.map(|d| {
-            let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-            u32::try_from(s.max(1)).unwrap_or(u32::MAX)
-        });
-        let request = tcr::TaskExecStartRequest {
-            task_id: task_id.clone(),
-            exec_id: exec_id.clone(),
+        tcr::TaskExecStartRequest {
+            task_id: self.task_id().unwrap_or_default().to_owned(),
+            exec_id,
             command_args: command.argv().to_vec(),
             // Both default to DEVNULL (0) in the proto: set them.
             stdout_config: tcr::TaskExecStdoutConfig::Pipe as i32,
@@ -234,38 +254,86 @@ impl ModalExec {
                 }]
             },
             ..Default::default()
-        };
-        let started = Instant::now();
+        }
+    }
+
+    /// `TaskExecStart`, repeated with the same `exec_id` on transient failures (the router
+    /// runs one exec per `exec_id`, as the client's own retries rely on).
+    pub(crate) async fn exec_start(
+        &self,
+        router: &Router,
+        request: tcr::TaskExecStartRequest,
+        op: &'static str,
+    ) -> Result<(), Error> {
+        let config = &self.inner.config;
         let mut attempt = 0;
         loop {
             match router.exec_start(request.clone()).await {
-                Ok(()) => break,
+                Ok(()) => return Ok(()),
                 Err(s) if attempt < config.exec_start_retries && error::transient(&s) => {
                     attempt += 1;
                     let Some(wait) = execseam_adapter_kit::retry::own_retry_wait(
                         error::requested_delay(&s),
                         Duration::from_millis(50 << attempt.min(5)),
                     ) else {
-                        return Err(from_status(s, "exec", Stage::Submit));
+                        return Err(from_status(s, op, Stage::Submit));
                     };
                     tracing::debug!(provider = PROVIDER, code = ?s.code(), attempt, "TaskExecStart failed; retrying with the same exec_id");
                     tokio::time::sleep(wait).await;
                 }
-                Err(s) => return Err(from_status(s, "exec", Stage::Submit)),
+                Err(s) => return Err(from_status(s, op, Stage::Submit)),
             }
         }
-        tracing::debug!(provider = PROVIDER, %exec_id, "started");
+    }
+
+    /// Follows exec `exec_id` from `from` (stdout, stderr bytes) to its exit, writing `stdin`
+    /// first when given (then closed).
+    pub(crate) fn follow(
+        &self,
+        router: Arc<Router>,
+        exec_id: String,
+        from: [u64; 2],
+        stdin: Option<Bytes>,
+        deadline: Option<(Instant, Duration)>,
+    ) -> mpsc::Receiver<Result<Event, Error>> {
+        let config = &self.inner.config;
         let (tx, rx) = mpsc::channel(32);
         let driver = Driver {
             router,
-            task_id,
+            task_id: self.task_id().unwrap_or_default().to_owned(),
             exec_id,
+            from,
             max_resumes: config.max_resumes,
             idle: config.stream_idle_timeout,
-            deadline: config.exec_timeout.map(|d| (started, d)),
+            deadline,
             tx,
         };
-        tokio::spawn(driver.run(command.stdin().clone()));
+        tokio::spawn(driver.run(stdin));
+        rx
+    }
+
+    async fn start(&self, command: Command) -> Result<EventStream, Error> {
+        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
+        let router = self.router("exec").await?;
+        let exec_id = uuid4();
+        let config = &self.inner.config;
+        let timeout_secs = config.exec_timeout.map(|d| {
+            let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+            u32::try_from(s.max(1)).unwrap_or(u32::MAX)
+        });
+        let request = self.start_request(exec_id.clone(), &command, timeout_secs);
+        let started = Instant::now();
+        self.exec_start(&router, request, "exec").await?;
+        tracing::debug!(provider = PROVIDER, %exec_id, "started");
+        let deadline = config.exec_timeout.map(|d| (started, d));
+        let rx = self.follow(
+            router,
+            exec_id,
+            [0, 0],
+            Some(command.stdin().clone()),
+            deadline,
+        );
         Ok(EventStream::new(Receiver(rx)))
     }
 }
@@ -290,13 +358,10 @@ impl Exec for ModalExec {
         Some(self)
     }
 
-    /// The adapter kit's spool in the sandbox's `/tmp` over exec (Modal has no list, signal or kill
-    /// RPC for an exec).
+    /// Native: the task command router's execs by a key-derived `exec_id` (see
+    /// [`crate::process`]).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
-            self,
-            Sandbox::id(self),
-        )))
+        Some(Box::new(crate::process::ModalProcesses::new(self)))
     }
 }
 
@@ -346,6 +411,8 @@ struct Driver {
     router: Arc<Router>,
     task_id: String,
     exec_id: String,
+    /// Where the stdout and stderr reads start.
+    from: [u64; 2],
     max_resumes: u32,
     /// `ModalConfig::stream_idle_timeout`.
     idle: Duration,
@@ -358,7 +425,7 @@ fn started_error(s: Status) -> Error {
 }
 
 impl Driver {
-    async fn run(self, stdin: Bytes) {
+    async fn run(self, stdin: Option<Bytes>) {
         let this = Arc::new(self);
         let stdin_task = tokio::spawn(this.clone().feed_stdin(stdin));
         let out = tokio::spawn(this.clone().read(tcr::TaskExecStdioFileDescriptor::Stdout));
@@ -408,7 +475,8 @@ impl Driver {
 
     /// Writes stdin by offset and closes it. A write refused because the command already
     /// exited (FAILED_PRECONDITION: it did not read it all) is not an error.
-    async fn feed_stdin(self: Arc<Self>, stdin: Bytes) -> Result<(), Error> {
+    async fn feed_stdin(self: Arc<Self>, stdin: Option<Bytes>) -> Result<(), Error> {
+        let Some(stdin) = stdin else { return Ok(()) };
         let mut offset = 0usize;
         loop {
             let end = (offset + STDIN_CHUNK).min(stdin.len());
@@ -444,7 +512,7 @@ impl Driver {
     /// failure (at most `max_resumes` times in a row without progress). A stream that ends
     /// with OK has delivered everything.
     async fn read(self: Arc<Self>, fd: tcr::TaskExecStdioFileDescriptor) -> Result<(), Error> {
-        let mut offset = 0u64;
+        let mut offset = self.from[fd as usize];
         let mut failures = 0u32;
         loop {
             let failure = match self.read_once(fd, &mut offset).await {

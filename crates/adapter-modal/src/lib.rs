@@ -27,6 +27,7 @@
 //! | streaming | yes: `TaskExecStdioRead` per stream, reopened from its byte offset after a transient failure |
 //! | remote kill | **no**: Modal has no call that kills one command (nor has the client); [`ModalConfig::exec_timeout`] has Modal kill it (`timeout_secs`), destroying the sandbox ends everything |
 //! | binary output | yes (`bytes`) |
+//! | process handles | native ([`PROCESSES`]): the router's execs under a key-derived `exec_id`, output by offset, stdin by offset, exit by `TaskExecWait`; a registry directory in the sandbox for `fresh`, list and the group signal (see `process.rs`) |
 //!
 //! # Exit status
 //!
@@ -49,6 +50,7 @@ mod client;
 mod config;
 mod error;
 mod exec;
+mod process;
 mod provider;
 mod wire;
 
@@ -56,6 +58,7 @@ pub use config::{
     DEFAULT_IMAGE, DEFAULT_IMAGE_BUILDER_VERSION, DEFAULT_SERVER_URL, MAX_LIFETIME, ModalConfig,
 };
 pub use exec::{ModalExec, is_v1_sandbox_id};
+pub use process::{ModalProcesses, PROCESSES};
 pub use provider::{ModalProvider, OPTIONS};
 
 /// The largest command (argv and env) sent, checked before any I/O: Modal `execve`s the argv
@@ -79,7 +82,7 @@ pub const VARS: &[Var] = &[
     Var::text("EXECSEAM_MODAL_APP"),
     Var::text("EXECSEAM_MODAL_IMAGE"),
     Var::seconds("EXECSEAM_MODAL_SANDBOX_TIMEOUT"),
-    Var::seconds("EXECSEAM_MODAL_EXEC_TIMEOUT"),
+    Var::exec_timeout("EXECSEAM_MODAL_EXEC_TIMEOUT"),
 ];
 
 /// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
@@ -109,8 +112,8 @@ impl Adapter for Modal {
 /// Modal's lifecycle: create (`SandboxCreateV2`: image, env, tags, `timeout_secs`,
 /// `idle_timeout_secs`, `Resources{milli_cpu, memory_mb}`; options `name`, `workdir`), connect
 /// (`SandboxWaitV2` + `SandboxGetTaskIdV2` + `SandboxGetCommandRouterAccess`), list
-/// (`SandboxListV2`, by tags), destroy (`SandboxTerminateV2`). No disk size: Modal refuses
-/// ephemeral disk for sandboxes.
+/// (`SandboxListV2`, by tags), destroy (`SandboxTerminateV2`), filesystem snapshots ([`STATE`]).
+/// No disk size: Modal refuses ephemeral disk for sandboxes.
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     create: true,
     connect: true,
@@ -127,7 +130,31 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         disk: false,
     },
     options: OPTIONS,
-    state: execseam_core::StateCapabilities::NONE,
+    state: STATE,
+};
+
+/// How long a snapshot's image is kept when no ttl is asked for: the client's default
+/// (`Sandbox.snapshot_filesystem(ttl=30 * 24 * 3600)`, modal 1.6.4 `sandbox/_sandbox.py`).
+pub const SNAPSHOT_TTL: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// Modal's sandbox state: filesystem snapshots (`snapshot_filesystem` → an image; a sandbox
+/// created from it; `ImageDelete`), and forks made of them. Memory snapshots
+/// (`_experimental_snapshot`) are not spoken; nothing lists images. No pause.
+pub const STATE: execseam_core::StateCapabilities = execseam_core::StateCapabilities {
+    snapshot: Some(execseam_core::SnapshotSupport {
+        list: false,
+        ttl: true,
+        default_ttl: Some(SNAPSHOT_TTL),
+        ..execseam_core::SnapshotSupport::FILESYSTEM
+    }),
+    fork: Some(execseam_core::ForkSupport {
+        native: false,
+        keeps: execseam_core::Kept::Filesystem,
+        source_after: execseam_core::SourceAfter::Running,
+        includes_unsaved: true,
+        independent: true,
+    }),
+    ..execseam_core::StateCapabilities::NONE
 };
 
 /// What this adapter does; see the [crate docs](crate).
@@ -142,5 +169,5 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    processes: Some(PROCESSES),
 };

@@ -2,11 +2,12 @@
 
 use execseam_adapter_kit::vars;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use execseam_core::{
     BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Provider, Retry,
-    Sandbox, SandboxInfo, SandboxSpec, SandboxState,
+    Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome,
+    SnapshotRequest,
 };
 
 use crate::client::{Control, Create};
@@ -14,7 +15,7 @@ use crate::config::{ModalConfig, check_image, check_lifetime};
 use crate::error::{from_status, protocol};
 use crate::exec::{ModalExec, is_v1_sandbox_id};
 use crate::wire::api;
-use crate::{CAPABILITIES, LIFECYCLE, PROVIDER};
+use crate::{CAPABILITIES, LIFECYCLE, PROVIDER, SNAPSHOT_TTL};
 use execseam_adapter_kit::retry::Stage;
 
 /// Creates, connects to, lists and destroys Modal sandboxes. Built without I/O; cheap to clone
@@ -27,6 +28,10 @@ use execseam_adapter_kit::retry::Stage;
 /// | [`connect`](Self::connect) | `SandboxWaitV2{timeout: 0}`, `SandboxGetTaskIdV2`, `SandboxGetCommandRouterAccess` | a V1-shaped id uses the V1 RPCs; a finished sandbox is `NotFound` |
 /// | [`list`](Self::list) | `SandboxListV2` (every page, newest first, by `before_timestamp`) | the environment's running sandboxes, filtered by tags on the server |
 /// | [`destroy`](Self::destroy) | `SandboxTerminateV2` | every command in it ends; a sandbox that is gone is `Ok` |
+/// | [`snapshot`](Self::snapshot) | `TaskSnapshotFilesystem` on the task router (the client's `snapshot_filesystem`) | the filesystem as an image id (`im-…`), kept for the ttl (default 30 days, the client's); the sandbox runs on |
+/// | create from a snapshot | `SandboxCreateV2` with `image_id` = the snapshot | a deleted or expired image is `NotFound` |
+/// | [`delete_snapshot`](Self::delete_snapshot) | `ImageDelete` (`modal.experimental.image_delete`) | gone already is `Ok` |
+/// | fork | snapshot, create from it, delete the image | the files only; fork and source share nothing |
 #[derive(Clone, Debug)]
 pub struct ModalProvider {
     config: Arc<ModalConfig>,
@@ -91,7 +96,11 @@ impl ModalProvider {
         let map = |s| from_status(s, "create", Stage::Submit);
         let control = &self.control;
         let app_id = control.app().await.map_err(map)?;
-        let image_id = control.image(&app_id, &image).await.map_err(map)?;
+        // A filesystem snapshot is an image id: the sandbox starts from it as is.
+        let image_id = match spec.snapshot() {
+            Some(snapshot) => snapshot.to_owned(),
+            None => control.image(&app_id, &image).await.map_err(map)?,
+        };
         let definition = api::Sandbox {
             image_id,
             timeout_secs: secs(lifetime),
@@ -219,6 +228,34 @@ impl ModalProvider {
         Ok(out.into_iter().filter(|i| filter.matches(i)).collect())
     }
 
+    /// Snapshots sandbox `id`'s filesystem (`TaskSnapshotFilesystem`): an image id, which
+    /// [`SandboxSpec::with_snapshot`] starts a sandbox from. Kept for the request's ttl, else the
+    /// client's default of 30 days; the sandbox runs on.
+    pub async fn snapshot(
+        &self,
+        id: &str,
+        request: SnapshotRequest,
+    ) -> Result<SnapshotOutcome, Error> {
+        let kind = LIFECYCLE.state.check_snapshot(PROVIDER, &request)?;
+        let ttl = request.ttl.unwrap_or(SNAPSHOT_TTL);
+        let image_id = self.attach(id)?.snapshot_filesystem(Some(ttl)).await?;
+        let info = SnapshotInfo::new(image_id, kind)
+            .with_source(id)
+            .with_expires(SystemTime::now() + ttl);
+        Ok(SnapshotOutcome::new(info, SandboxState::Running))
+    }
+
+    /// Deletes a snapshot's image (`ImageDelete`); one already gone is `Ok(())`.
+    pub async fn delete_snapshot(&self, snapshot: &str) -> Result<(), Error> {
+        LIFECYCLE.state.check_delete_snapshot(PROVIDER, snapshot)?;
+        let r = self
+            .control
+            .image_delete(snapshot)
+            .await
+            .map_err(|s| from_status(s, "delete_snapshot", Stage::Before));
+        execseam_adapter_kit::gone_is_destroyed(r)
+    }
+
     /// Terminates a sandbox (`SandboxTerminateV2`, or `SandboxTerminate` for a V1 id); one that
     /// does not exist is `Ok(())`.
     pub async fn destroy(&self, id: &str) -> Result<(), Error> {
@@ -265,5 +302,17 @@ impl Provider for ModalProvider {
 
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(ModalProvider::destroy(self, id))
+    }
+
+    fn snapshot<'a>(
+        &'a self,
+        id: &'a str,
+        request: SnapshotRequest,
+    ) -> BoxFuture<'a, Result<SnapshotOutcome, Error>> {
+        Box::pin(ModalProvider::snapshot(self, id, request))
+    }
+
+    fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(ModalProvider::delete_snapshot(self, snapshot))
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use bytes::Bytes;
 use execseam_adapter_kit::degrade::{self, StderrGate, StdinFrom, WrapOptions};
+use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::retry::Stage;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
@@ -375,10 +376,9 @@ impl Exec for NorthflankExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut = Box::pin(async move { self.start(command).await?.collect().await });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(self.provider(), "exec", command, |command| async move {
+            self.start(command).await?.collect().await
+        })
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -388,19 +388,15 @@ impl Exec for NorthflankExec {
     /// The adapter kit's spool in the container's `/tmp` (the exec WebSocket has no detach and no
     /// reattach: a command ends with its connection).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
-            self,
-            Sandbox::id(self),
-        )))
+        execseam_adapter_kit::spool::processes(self)
     }
 }
 
 impl ExecStream for NorthflankExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
-        let fut = Box::pin(self.start(command));
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(self.provider(), "exec_stream", command, |command| {
+            self.start(command)
+        })
     }
 }
 

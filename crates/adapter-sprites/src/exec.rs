@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use execseam_adapter_kit::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
     Output, Ownership, Retry, Sandbox,
@@ -484,26 +485,20 @@ impl Exec for SpritesExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut = Box::pin(async move {
+        exec_span!(self.provider(), "exec", command, |command| async move {
             tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
             self.fits(&command)?;
             let env = self.env_for(&command).await?;
             let out = self.run(command, env).await?;
             tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
             Ok(out)
-        });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        })
     }
 
     /// The adapter kit's spool, in the sprite's `/tmp` (the attach replay of a session is a
     /// bounded scrollback without offsets, so the output and exit live in files).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
-            self,
-            Sandbox::id(self),
-        )))
+        execseam_adapter_kit::spool::processes(self)
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -516,22 +511,24 @@ impl Exec for SpritesExec {
 
 impl ExecStream for SpritesExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
-        let fut = Box::pin(async move {
-            if self.config().transport == Transport::Http {
-                return Err(Error::unsupported(
-                    "streaming needs the WebSocket transport (configured: HTTP POST)",
-                )
-                .with_provider(PROVIDER)
-                .with_operation("exec_stream"));
-            }
-            tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec_stream");
-            self.fits(&command)?;
-            let env = self.env_for(&command).await?;
-            self.stream(command, env).await
-        });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(
+            self.provider(),
+            "exec_stream",
+            command,
+            |command| async move {
+                if self.config().transport == Transport::Http {
+                    return Err(Error::unsupported(
+                        "streaming needs the WebSocket transport (configured: HTTP POST)",
+                    )
+                    .with_provider(PROVIDER)
+                    .with_operation("exec_stream"));
+                }
+                tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec_stream");
+                self.fits(&command)?;
+                let env = self.env_for(&command).await?;
+                self.stream(command, env).await
+            },
+        )
     }
 }
 impl Sandbox for SpritesExec {

@@ -141,17 +141,23 @@ pub async fn mcp(a: McpArgs) -> ExitCode {
             return ExitCode::from(USAGE);
         }
     };
-    let sandbox = match registry::open_with(&a.adapter, a.sandbox.as_deref(), spec).await {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("execseam: {e}");
-            return crate::run::error_status(&e);
-        }
+    // Listening before the create: a signal while its answer is in flight must reach the
+    // kit's guard, which destroys the sandbox when it arrives (issue 38, D17), not kill us.
+    let mut signals = crate::run::Signals::listen();
+    let sandbox = tokio::select! {
+        s = registry::open_with(&a.adapter, a.sandbox.as_deref(), spec) => match s {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("execseam: {e}");
+                return crate::run::error_status(&e);
+            }
+        },
+        sig = signals.recv() => return crate::run::interrupted_exit(sig, None).await,
     };
     let server = McpServer::new(sandbox.clone(), root.clone(), a.max_output).confined(a.confine);
     let code = match a.http {
-        Some(addr) => serve_http(server, addr).await,
-        None => serve_stdio(server, &a.adapter, &root, a.max_request).await,
+        Some(addr) => serve_http(server, addr, &mut signals).await,
+        None => serve_stdio(server, &a.adapter, &root, a.max_request, &mut signals).await,
     };
     // A sandbox this run created is destroyed; one it connected to is left running.
     registry::close(&*sandbox).await;
@@ -159,7 +165,13 @@ pub async fn mcp(a: McpArgs) -> ExitCode {
 }
 
 /// MCP over stdio until the client closes the connection or SIGINT/SIGTERM.
-async fn serve_stdio(server: McpServer, adapter: &str, root: &str, max_request: usize) -> ExitCode {
+async fn serve_stdio(
+    server: McpServer,
+    adapter: &str,
+    root: &str,
+    max_request: usize,
+    signals: &mut crate::run::Signals,
+) -> ExitCode {
     tracing::info!(adapter = %adapter, root = %root, "mcp: serving on stdio");
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
     let transport = crate::mcp_stdio::transport(stdin, stdout, max_request);
@@ -178,7 +190,7 @@ async fn serve_stdio(server: McpServer, adapter: &str, root: &str, max_request: 
             tracing::info!(reason = ?r.as_ref().ok(), "mcp: the client closed the connection");
             ExitCode::SUCCESS
         }
-        s = crate::run::interrupted() => {
+        s = signals.recv() => {
             tracing::info!(status = s, "mcp: interrupted");
             token.cancel();
             let _ = tokio::time::timeout(Duration::from_secs(2), &mut waiting).await;
@@ -189,7 +201,11 @@ async fn serve_stdio(server: McpServer, adapter: &str, root: &str, max_request: 
 }
 
 /// Streamable HTTP at `/mcp` until SIGINT/SIGTERM; prints the URL on stdout.
-async fn serve_http(server: McpServer, addr: std::net::SocketAddr) -> ExitCode {
+async fn serve_http(
+    server: McpServer,
+    addr: std::net::SocketAddr,
+    signals: &mut crate::run::Signals,
+) -> ExitCode {
     use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
@@ -219,7 +235,7 @@ async fn serve_http(server: McpServer, addr: std::net::SocketAddr) -> ExitCode {
             .with_graceful_shutdown(async move { stop.cancelled_owned().await })
             .await
     });
-    let s = crate::run::interrupted().await;
+    let s = signals.recv().await;
     tracing::info!(status = s, "mcp: interrupted");
     ct.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(2), served).await;

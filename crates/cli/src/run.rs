@@ -31,7 +31,8 @@ pub struct RunArgs {
     stdin: Option<String>,
     /// Kill the command after this many seconds (a host-side deadline; 0: none). A finite
     /// number: `inf`, `nan` and negative values are usage errors; one too large for a
-    /// deadline means none.
+    /// deadline means none. An adapter whose provider kills at a per-exec timeout, and has no
+    /// kill call (Modal), gets it there, rounded up to whole seconds.
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     timeout: Option<f64>,
     /// Print the whole result (or error) as one JSON object.
@@ -117,11 +118,6 @@ pub fn error_status(e: &Error) -> ExitCode {
     }
 }
 
-/// Resolves on SIGINT (130) or SIGTERM (143).
-pub async fn interrupted() -> u8 {
-    Signals::listen().recv().await
-}
-
 /// SIGINT and SIGTERM, caught from the moment [`Signals::listen`] returns (not from the first
 /// poll): a signal during a create must reach the code that undoes it, not kill the process.
 pub struct Signals {
@@ -155,13 +151,17 @@ impl Signals {
     }
 }
 
+/// How much longer than a provider's own per-exec timeout the host waits for the kill it
+/// reports, when `--timeout` was sent there.
+const PROVIDER_KILL_GRACE: Duration = Duration::from_secs(2);
+
 /// How long an exit waits for the kills and deletes that dropped handles started (the kit's
 /// reaper): each is one request bounded by its adapter's request timeout.
 pub const DRAIN: Duration = Duration::from_secs(10);
 
 /// The one line of an interrupted run, after the kills it started were awaited and what it
 /// created was removed: which of those failed, if any.
-async fn interrupted_exit(sig: u8, sandbox: Option<&dyn execseam::Sandbox>) -> ExitCode {
+pub(crate) async fn interrupted_exit(sig: u8, sandbox: Option<&dyn execseam::Sandbox>) -> ExitCode {
     let drained = execseam_adapter_kit::reaper::drain(DRAIN).await;
     let mut not_done = drained.describe();
     if let Some(s) = sandbox
@@ -196,9 +196,13 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let mut signals = Signals::listen();
     // Interrupted during the create: the kit's guard destroys the sandbox when its answer
     // arrives (drained before exiting).
-    let sandbox = tokio::select! {
-        s = registry::open(&args.adapter, args.sandbox.as_deref()) => match s {
-            Ok(s) => s,
+    let deadline = args.timeout.and_then(deadline_of);
+    let (sandbox, deadline) = tokio::select! {
+        s = registry::open_within(&args.adapter, args.sandbox.as_deref(), deadline) => match s {
+            Ok((s, None)) => (s, deadline),
+            // The provider kills at its own timeout: the host's deadline waits that long and a
+            // little more, so the kill it reports (a confirmed one) comes first (issue 38, D29).
+            Ok((s, Some(secs))) => (s, Some(Duration::from_secs(secs).saturating_add(PROVIDER_KILL_GRACE))),
             Err(e) => return report(&args, Err(e)),
         },
         sig = signals.recv() => return interrupted_exit(sig, None).await,
@@ -206,7 +210,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     // Interrupted: the exec is dropped (adapters with remote kill kill the command through the
     // kit's reaper), the kills are awaited, and what this run created is destroyed.
     let result = tokio::select! {
-        r = run_inner(&args, cmd, sandbox.clone()) => r,
+        r = run_inner(&args, cmd, sandbox.clone(), deadline) => r,
         sig = signals.recv() => return interrupted_exit(sig, Some(&*sandbox)).await,
     };
     registry::close(&*sandbox).await;
@@ -251,9 +255,9 @@ async fn run_inner(
     args: &RunArgs,
     cmd: Command,
     sandbox: std::sync::Arc<dyn execseam::Sandbox>,
+    deadline: Option<Duration>,
 ) -> Result<Output, Error> {
     let exec: std::sync::Arc<dyn Exec> = sandbox;
-    let deadline = args.timeout.and_then(deadline_of);
     let exec: std::sync::Arc<dyn Exec> = match deadline {
         Some(d) => std::sync::Arc::new(exec.with_deadline(d)),
         None => exec,

@@ -145,6 +145,43 @@ async fn finish(child: Child) -> (Option<i32>, String) {
     )
 }
 
+/// `run ARGS -- sh -c "sleep TOKEN"` with `env`, SIGTERM once the command runs (seen from the
+/// host, where the emulators and the engine run the sandboxes): the CLI's status and stderr, and
+/// the processes that still carried the token (then killed).
+async fn sigterm_mid_run(
+    env: &[(String, String)],
+    args: &[&str],
+) -> (Option<i32>, String, Vec<u32>) {
+    let token = probe::unique_sleep();
+    let script = format!("sleep {token}");
+    let mut argv = args.to_vec();
+    argv.extend(["--", "sh", "-c", &script]);
+    let child = spawn_run(env, &argv);
+    until("the command starts", || {
+        !probe::processes_with_arg(&token).is_empty()
+    })
+    .await;
+    sigterm(&child);
+    let (code, stderr) = finish(child).await;
+    let left = probe::processes_with_arg(&token);
+    probe::kill_leftovers(&token);
+    (code, stderr, left)
+}
+
+/// SIGTERM mid-run killed the command before the CLI exited 143 with its one line.
+fn assert_killed_first(what: &str, (code, stderr, left): (Option<i32>, String, Vec<u32>)) {
+    assert_eq!(code, Some(143), "{what}: {stderr}");
+    assert!(
+        left.is_empty(),
+        "{what}: SIGTERM left the command running: {left:?}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{what}: one line: {stderr}");
+    assert!(
+        stderr.contains("the command was killed"),
+        "{what}: {stderr}"
+    );
+}
+
 /// AX's streams have no awaitable kill: the kill runs when the stream is dropped. Before the
 /// reaper, `--timeout` and SIGTERM both exited before that kill left the host (8 of 9 runs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,24 +219,7 @@ async fn a_deadline_or_a_signal_kills_the_command_before_the_cli_exits() {
     );
 
     // SIGTERM mid-run in a named sandbox (EXECSEAM_SANDBOX is the guest): killed, one line.
-    let token = probe::unique_sleep();
-    let script = format!("sleep {token}");
-    let child = spawn_run(&env, &["--adapter", "ax", "--", "sh", "-c", &script]);
-    until("the command starts", || {
-        !probe::processes_with_arg(&token).is_empty()
-    })
-    .await;
-    sigterm(&child);
-    let (code, stderr) = finish(child).await;
-    let left = probe::processes_with_arg(&token);
-    probe::kill_leftovers(&token);
-    assert_eq!(code, Some(143), "{stderr}");
-    assert!(
-        left.is_empty(),
-        "SIGTERM left the command running: {left:?}"
-    );
-    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
-    assert!(stderr.contains("the command was killed"), "{stderr}");
+    assert_killed_first("ax", sigterm_mid_run(&env, &["--adapter", "ax"]).await);
 }
 
 /// A signal while the create's answer is in flight (the chaos proxy holds it 2.5 s after the
@@ -217,7 +237,7 @@ async fn a_signal_during_the_create_destroys_the_sandbox_when_its_answer_arrives
         .1
         .clone();
     let base = emu.base_url.clone();
-    let rules = execseam_chaos::parse_rules("POST /*sandboxes#1=hold:2500").unwrap();
+    let rules = execseam_chaos::parse_rules("POST /*sandboxes#1-2=hold:2500").unwrap();
     let proxy = execseam_chaos::ChaosProxy::start(([127, 0, 0, 1], 0).into(), &base, rules)
         .await
         .unwrap();
@@ -239,6 +259,28 @@ async fn a_signal_during_the_create_destroys_the_sandbox_when_its_answer_arrives
         "[]",
         "the sandbox created for the interrupted run is gone: {stderr}"
     );
+    // `mcp` the same (its stdin open: it would serve after the create). Before, the signal
+    // killed it mid-create (no handler yet) and the sandbox stayed.
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_execseam"))
+        .args(["mcp", "--adapter", "e2b"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    until("the emulator made the mcp's sandbox", || {
+        http(&base, &key, "GET", "/sandboxes", "") != "[]"
+    })
+    .await;
+    sigterm(&child);
+    let (code, stderr) = finish(child).await;
+    assert_eq!(code, Some(143), "mcp: {stderr}");
+    assert_eq!(
+        http(&base, &key, "GET", "/sandboxes", ""),
+        "[]",
+        "the sandbox created for the interrupted mcp is gone: {stderr}"
+    );
     proxy.shutdown().await;
 }
 
@@ -246,25 +288,12 @@ async fn a_signal_during_the_create_destroys_the_sandbox_when_its_answer_arrives
 /// only the kill exec ends them. `--timeout` in a named warm container (which the run does not
 /// remove) must not exit before that kill ran; before the reaper it did, 5 runs of 5.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deadline_in_a_named_docker_container_leaves_no_survivor() {
+async fn a_deadline_or_a_signal_in_a_named_docker_container_leaves_no_survivor() {
     let env: Vec<(String, String)> = execseam_test_util::fixtures::podman()
         .vars()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-    let cli = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_execseam"))
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .output()
-            .unwrap()
-    };
-    let created = cli(&["sandbox", "create", "--adapter", "docker"]);
-    assert!(
-        created.status.success(),
-        "{}",
-        String::from_utf8_lossy(&created.stderr)
-    );
-    let id = String::from_utf8_lossy(&created.stdout).trim().to_owned();
+    let id = create(&env, "docker");
     let token = probe::unique_sleep();
     let script = format!("sleep {token}");
     let args = [
@@ -288,8 +317,87 @@ async fn a_deadline_in_a_named_docker_container_leaves_no_survivor() {
     let (code, stderr) = finish(child).await;
     let left = probe::processes_with_arg(&token);
     probe::kill_leftovers(&token);
-    cli(&["sandbox", "destroy", "--adapter", "docker", &id]);
+    // D16: SIGTERM mid-run in the same container kills the command before the CLI exits 143.
+    let killed = sigterm_mid_run(&env, &["--adapter", "docker", "--sandbox", &id]).await;
+    cli(&env, &["sandbox", "destroy", "--adapter", "docker", &id]);
     assert_eq!(code, Some(125), "{stderr}");
+    assert!(
+        left.is_empty(),
+        "--timeout left the command running: {left:?}"
+    );
+    assert_killed_first("docker", killed);
+}
+
+/// The CLI with `env`; its output.
+fn cli(env: &[(String, String)], args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_execseam"))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap()
+}
+
+/// `sandbox create` through the CLI: the new sandbox's id.
+fn create(env: &[(String, String)], adapter: &str) -> String {
+    let made = cli(env, &["sandbox", "create", "--adapter", adapter]);
+    assert!(
+        made.status.success(),
+        "{adapter}: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    String::from_utf8_lossy(&made.stdout).trim().to_owned()
+}
+
+/// D16 on the adapters whose kill the issue found missing or racy (Daytona always, E2B and
+/// Sprites racy; AX above, Docker below): SIGTERM mid-run in a sandbox named with `--sandbox`
+/// kills the command (no process with its token, seen from the host, where the emulators run
+/// the sandboxes) before the CLI exits 143 with its one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_mid_run_in_a_named_sandbox_kills_the_command_first() {
+    for adapter in ["daytona", "e2b", "sprites"] {
+        let emu = execseam_emulators::start(adapter, Default::default())
+            .await
+            .unwrap();
+        let env = emu.env.clone();
+        let id = create(&env, adapter);
+        let killed = sigterm_mid_run(&env, &["--adapter", adapter, "--sandbox", &id]).await;
+        cli(&env, &["sandbox", "destroy", "--adapter", adapter, &id]);
+        assert_killed_first(adapter, killed);
+    }
+}
+
+/// D29: Modal has no call that kills one command; its per-exec `timeout_secs` does. `--timeout`
+/// is sent there, so the command is killed (by Modal, reported as such) before the CLI exits.
+/// Before, the command ran on: the error said "abandoned", the process stayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_on_modal_is_modals_own_kill() {
+    let emu = execseam_emulators::start("modal", Default::default())
+        .await
+        .unwrap();
+    // In a named sandbox, which the run leaves running (a created one is destroyed, which
+    // would end the command anyway).
+    let id = create(&emu.env, "modal");
+    let token = probe::unique_sleep();
+    let script = format!("sleep {token}");
+    let args = [
+        "--adapter",
+        "modal",
+        "--sandbox",
+        &id,
+        "--timeout",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let child = spawn_run(&emu.env, &args);
+    let (code, stderr) = finish(child).await;
+    let left = probe::processes_with_arg(&token);
+    probe::kill_leftovers(&token);
+    cli(&emu.env, &["sandbox", "destroy", "--adapter", "modal", &id]);
+    assert_eq!(code, Some(125), "{stderr}");
+    assert!(stderr.contains("Modal killed the command"), "{stderr}");
     assert!(
         left.is_empty(),
         "--timeout left the command running: {left:?}"

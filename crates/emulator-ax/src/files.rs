@@ -13,23 +13,9 @@ use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{Channel, Shared};
+use execseam_emulator_kit::util::clean_path;
 
 const READ_CHUNK: usize = 64 * 1024;
-
-/// Lexically cleans an absolute path (Go's filepath.Clean).
-pub(crate) fn clean(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for p in path.split('/') {
-        match p {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    format!("/{}", parts.join("/"))
-}
 
 pub(crate) struct Files {
     pub(crate) shared: Arc<Shared>,
@@ -43,9 +29,9 @@ impl Files {
         }
         let root = &self.shared.files_root;
         let target = if req_path.starts_with('/') {
-            clean(req_path)
+            clean_path(req_path)
         } else {
-            clean(&format!("{root}/{req_path}"))
+            clean_path(&format!("{root}/{req_path}"))
         };
         if self.shared.confine_files && root != "/" {
             let prefix = format!("{root}/");

@@ -637,7 +637,7 @@ async fn unmount(req: Request<Body>) -> Response<Body> {
     if !mp.starts_with('/') {
         return bad("mountPath must be an absolute path (start with /)");
     }
-    if resolve_lexically(mp) == "/" {
+    if execseam_emulator_kit::util::clean_path(mp) == "/" {
         return bad("mountPath must not resolve to / (filesystem root)");
     }
     error_json(
@@ -645,20 +645,6 @@ async fn unmount(req: Request<Body>) -> Response<Body> {
         "unmount_error",
         502,
     )
-}
-
-fn resolve_lexically(p: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for seg in p.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            s => parts.push(s),
-        }
-    }
-    format!("/{}", parts.join("/"))
 }
 
 async fn session_create(entry: Arc<Entry>, req: Request<Body>) -> Response<Body> {

@@ -123,17 +123,7 @@ pub fn resolve_workspace_path(user_path: &str) -> Option<String> {
     } else {
         format!("/workspace/{user_path}")
     };
-    let mut parts: Vec<&str> = Vec::new();
-    for seg in abs.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            s => parts.push(s),
-        }
-    }
-    let resolved = format!("/{}", parts.join("/"));
+    let resolved = execseam_emulator_kit::util::clean_path(&abs);
     (resolved == "/workspace" || resolved.starts_with("/workspace/")).then_some(resolved)
 }
 

@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
-use axum::extract::{Path, State as AxState};
-use axum::response::Response;
+use axum::extract::{FromRequestParts, Path, State as AxState};
+use axum::response::{IntoResponse, Response};
+use http::request::Parts;
 use http::{HeaderMap, Method, StatusCode, Uri};
 use serde::Deserialize;
 
@@ -95,6 +96,47 @@ pub(crate) fn dto(
 
 fn check(state: &State, headers: &HeaderMap, uri: &Uri, method: &Method) -> Option<Response> {
     (!authorized(state, headers)).then(|| unauthorized("DAYTONA_API", uri.path(), method.as_str()))
+}
+
+/// A control-plane request for the sandbox its path names (`/sandbox/{id}/…`, by id or name):
+/// authorized (401 otherwise) and for a sandbox that exists (404 "Sandbox with ID or name … not
+/// found" otherwise), in that order, before any body is read; with what the answers need (the
+/// headers for `toolboxProxyUrl`, the route for the error envelope).
+pub(super) struct Addressed {
+    pub(super) state: Arc<State>,
+    pub(super) s: Arc<SandboxEntry>,
+    pub(super) headers: HeaderMap,
+    pub(super) uri: Uri,
+    pub(super) method: Method,
+}
+
+impl FromRequestParts<Arc<State>> for Addressed {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<State>) -> Result<Self, Response> {
+        let (headers, uri, method) = (
+            parts.headers.clone(),
+            parts.uri.clone(),
+            parts.method.clone(),
+        );
+        if let Some(r) = check(state, &headers, &uri, &method) {
+            return Err(r);
+        }
+        let params = Path::<BTreeMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let id = params.get("id").map_or("", String::as_str);
+        let Some(s) = state.sandbox(id) else {
+            return Err(not_found(id, &uri, &method));
+        };
+        Ok(Addressed {
+            state: state.clone(),
+            s,
+            headers,
+            uri,
+            method,
+        })
+    }
 }
 
 fn not_found(id: &str, uri: &Uri, method: &Method) -> Response {
@@ -220,20 +262,8 @@ pub(super) async fn create(
     json_response(StatusCode::OK, &dto(&state, &headers, &entry, None))
 }
 
-pub(super) async fn get_one(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
-) -> Response {
-    if let Some(r) = check(&state, &headers, &uri, &method) {
-        return r;
-    }
-    match state.sandbox(&id) {
-        Some(s) => json_response(StatusCode::OK, &dto(&state, &headers, &s, None)),
-        None => not_found(&id, &uri, &method),
-    }
+pub(super) async fn get_one(a: Addressed) -> Response {
+    json_response(StatusCode::OK, &dto(&a.state, &a.headers, &a.s, None))
 }
 
 /// The query pairs, percent-decoded, repeated keys kept (`states` is `multi`: one pair per state,
@@ -348,18 +378,14 @@ fn sandbox_error(message: &str, uri: &Uri, method: &Method) -> Response {
 /// `POST /sandbox/{id}/start` (`sandbox.service.ts` `start`): a stopped or archived sandbox
 /// starts (at once here: no `starting` state is observed), a started one is returned as is.
 pub(super) async fn start(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
+    Addressed {
+        state,
+        s,
+        headers,
+        uri,
+        method,
+    }: Addressed,
 ) -> Response {
-    if let Some(r) = check(&state, &headers, &uri, &method) {
-        return r;
-    }
-    let Some(s) = state.sandbox(&id) else {
-        return not_found(&id, &uri, &method);
-    };
     {
         let mut life = s.life.lock().expect("life");
         // `assertSandboxNotErrored`: a sandbox in error is recovered, not started.
@@ -378,18 +404,14 @@ pub(super) async fn start(
 /// `POST /sandbox/{id}/stop` (`sandbox.service.ts` `stop`): only a started sandbox stops
 /// ("Sandbox is not in a stoppable state"); its processes die, its filesystem stays.
 pub(super) async fn stop(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
+    Addressed {
+        state,
+        s,
+        headers,
+        uri,
+        method,
+    }: Addressed,
 ) -> Response {
-    if let Some(r) = check(&state, &headers, &uri, &method) {
-        return r;
-    }
-    let Some(s) = state.sandbox(&id) else {
-        return not_found(&id, &uri, &method);
-    };
     match s.life.lock().expect("life").state {
         "error" => return sandbox_error("Sandbox is in an errored state", &uri, &method),
         "started" => {}
@@ -408,18 +430,14 @@ pub(super) async fn stop(
 /// ("Sandbox is not stopped") that is not ephemeral ("Ephemeral sandboxes cannot be archived",
 /// `autoDeleteInterval` 0); its files are kept (start brings it back).
 pub(super) async fn archive(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
+    Addressed {
+        state,
+        s,
+        headers,
+        uri,
+        method,
+    }: Addressed,
 ) -> Response {
-    if let Some(r) = check(&state, &headers, &uri, &method) {
-        return r;
-    }
-    let Some(s) = state.sandbox(&id) else {
-        return not_found(&id, &uri, &method);
-    };
     {
         let mut life = s.life.lock().expect("life");
         if life.state != "stopped" {
@@ -444,19 +462,9 @@ struct Labels {
 /// `PUT /sandbox/{id}/labels` `{"labels": {...}}` (`replaceLabels`: the whole set is replaced);
 /// answers `SandboxLabels`.
 pub(super) async fn replace_labels(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
+    Addressed { s, uri, method, .. }: Addressed,
     body: Bytes,
 ) -> Response {
-    if let Some(r) = check(&state, &headers, &uri, &method) {
-        return r;
-    }
-    let Some(s) = state.sandbox(&id) else {
-        return not_found(&id, &uri, &method);
-    };
     let Ok(req) = serde_json::from_slice::<Labels>(&body) else {
         return sandbox_error("labels must be an object of strings", &uri, &method);
     };
@@ -469,18 +477,15 @@ pub(super) async fn replace_labels(
 /// `POST /sandbox/{id}/autostop/{interval}` (`setAutostopInterval`): minutes of inactivity
 /// before the sandbox stops, 0 disables it; a negative or non-integer interval is a 400.
 pub(super) async fn set_autostop(
-    AxState(state): AxState<Arc<State>>,
-    Path((id, interval)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
+    Addressed {
+        state,
+        s,
+        headers,
+        uri,
+        method,
+    }: Addressed,
+    Path((_, interval)): Path<(String, String)>,
 ) -> Response {
-    if let Some(r) = check(&state, &headers, &uri, &method) {
-        return r;
-    }
-    let Some(s) = state.sandbox(&id) else {
-        return not_found(&id, &uri, &method);
-    };
     let Ok(minutes) = interval.parse::<u64>() else {
         return sandbox_error(
             "Auto-stop interval must be a non-negative integer",
@@ -543,32 +548,18 @@ fn network_allow_list(list: &str) -> Result<String, String> {
 }
 
 /// The handlers' common start: auth, then the sandbox.
-fn sandbox_of(
-    state: &State,
-    id: &str,
-    headers: &HeaderMap,
-    uri: &Uri,
-    method: &Method,
-) -> Result<Arc<SandboxEntry>, Response> {
-    if let Some(r) = check(state, headers, uri, method) {
-        return Err(r);
-    }
-    state.sandbox(id).ok_or_else(|| not_found(id, uri, method))
-}
-
 /// `POST /sandbox/{id}/autoarchive/{interval}` (`setAutoArchiveInterval`): minutes a sandbox
 /// stays stopped before it is archived (`resolveAutoArchiveInterval`); answers the sandbox.
 pub(super) async fn set_autoarchive(
-    AxState(state): AxState<Arc<State>>,
-    Path((id, interval)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
+    Addressed {
+        state,
+        s,
+        headers,
+        uri,
+        method,
+    }: Addressed,
+    Path((_, interval)): Path<(String, String)>,
 ) -> Response {
-    let s = match sandbox_of(&state, &id, &headers, &uri, &method) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
     let minutes = match interval
         .parse::<i64>()
         .map_err(|_| "Validation failed (numeric string is expected)")
@@ -585,16 +576,15 @@ pub(super) async fn set_autoarchive(
 /// stays stopped before it is deleted, stored as given (negative disables, 0 deletes on stop);
 /// answers the sandbox.
 pub(super) async fn set_autodelete(
-    AxState(state): AxState<Arc<State>>,
-    Path((id, interval)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
+    Addressed {
+        state,
+        s,
+        headers,
+        uri,
+        method,
+    }: Addressed,
+    Path((_, interval)): Path<(String, String)>,
 ) -> Response {
-    let s = match sandbox_of(&state, &id, &headers, &uri, &method) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
     let Ok(minutes) = interval.parse::<i64>() else {
         return sandbox_error(
             "Validation failed (numeric string is expected)",
@@ -620,17 +610,15 @@ struct NetworkSettings {
 /// list, an empty string clears a list; answers the sandbox. The emulator stores and reports
 /// the policy; it does not filter the sandbox's traffic (docs/adapters/daytona.md).
 pub(super) async fn network_settings(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
+    Addressed {
+        state,
+        s,
+        headers,
+        uri,
+        method,
+    }: Addressed,
     body: Bytes,
 ) -> Response {
-    let s = match sandbox_of(&state, &id, &headers, &uri, &method) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
     let req: NetworkSettings = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return sandbox_error(&format!("invalid body: {e}"), &uri, &method),
@@ -672,16 +660,14 @@ pub(super) async fn network_settings(
 /// sandbox in `error` whose error is recoverable ("Sandbox is not in a recoverable state",
 /// 400); it goes to `stopped` (error cleared) and is started; answers the sandbox.
 pub(super) async fn recover(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
+    Addressed {
+        state,
+        s,
+        headers,
+        uri,
+        method,
+    }: Addressed,
 ) -> Response {
-    let s = match sandbox_of(&state, &id, &headers, &uri, &method) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
     {
         let mut life = s.life.lock().expect("life");
         if !life.recoverable {
@@ -701,38 +687,18 @@ pub(super) async fn recover(
 }
 
 pub(super) async fn delete(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
+    Addressed {
+        state, s, headers, ..
+    }: Addressed,
 ) -> Response {
-    if let Some(r) = check(&state, &headers, &uri, &method) {
-        return r;
-    }
-    let Some(s) = state.sandbox(&id) else {
-        return not_found(&id, &uri, &method);
-    };
     let body = dto(&state, &headers, &s, Some("destroying"));
     state.destroy(&s.id);
     json_response(StatusCode::OK, &body)
 }
 
-pub(super) async fn proxy_url(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
-) -> Response {
-    if let Some(r) = check(&state, &headers, &uri, &method) {
-        return r;
-    }
-    if state.sandbox(&id).is_none() {
-        return not_found(&id, &uri, &method);
-    }
+pub(super) async fn proxy_url(a: Addressed) -> Response {
     json_response(
         StatusCode::OK,
-        &serde_json::json!({"url": format!("{}/toolbox", reached(&state, &headers))}),
+        &serde_json::json!({"url": format!("{}/toolbox", reached(&a.state, &a.headers))}),
     )
 }

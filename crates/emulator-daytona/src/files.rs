@@ -93,47 +93,11 @@ fn file_info(name: &str, meta: &std::fs::Metadata, path: Option<&str>) -> serde_
 }
 
 pub(crate) fn query(req: &Request) -> Vec<(String, String)> {
-    req.uri()
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (pct_decode(k), pct_decode(v))
-        })
-        .collect()
+    execseam_emulator_kit::util::form_pairs(req.uri().query().unwrap_or(""))
 }
 
 fn param(q: &[(String, String)], key: &str) -> Option<String> {
     q.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
-}
-
-fn pct_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                match std::str::from_utf8(&b[i + 1..i + 3])
-                    .ok()
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                {
-                    Some(v) => {
-                        out.push(v);
-                        i += 3;
-                        continue;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A sandbox path from a request: relative paths are relative to the daemon's cwd (the home).

@@ -23,7 +23,8 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Method, StatusCode, Uri, header};
 use serde::Deserialize;
 
-use super::{SandboxEntry, State, authorized, envelope, json_response};
+use super::api::Addressed;
+use super::{State, authorized, envelope, json_response};
 use execseam_emulator_kit::ports::{self, PortError};
 
 /// The preview proxy's domain: the self-hosted default (`docker/docker-compose.yaml`:
@@ -68,30 +69,6 @@ fn error(status: StatusCode, message: &str, uri: &Uri, method: &Method) -> Respo
     )
 }
 
-fn sandbox_of(
-    state: &State,
-    id: &str,
-    headers: &HeaderMap,
-    uri: &Uri,
-    method: &Method,
-) -> Result<Arc<SandboxEntry>, Response> {
-    if !authorized(state, headers) {
-        return Err(super::unauthorized(
-            "DAYTONA_API",
-            uri.path(),
-            method.as_str(),
-        ));
-    }
-    state.sandbox(id).ok_or_else(|| {
-        error(
-            StatusCode::NOT_FOUND,
-            &format!("Sandbox with ID or name {id} not found"),
-            uri,
-            method,
-        )
-    })
-}
-
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct CreateSandboxSnapshot {
@@ -108,17 +85,15 @@ struct CreateSandboxSnapshot {
 /// service's 409 (the service meets it only when the background driver persists the snapshot,
 /// a unique violation it logs and drops: refusing is the emulator's choice, documented).
 pub(super) async fn snapshot(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
+    Addressed {
+        state,
+        s,
+        headers,
+        uri,
+        method,
+    }: Addressed,
     body: Bytes,
 ) -> Response {
-    let s = match sandbox_of(&state, &id, &headers, &uri, &method) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
     let req: CreateSandboxSnapshot = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
@@ -360,17 +335,7 @@ fn is_uuid(s: &str) -> bool {
 /// `POST /sandbox/{id}/pause`: only `linux-vm` and `windows` sandboxes pause (`pause`: "Sandbox
 /// must be in started state to pause", then 422 for any other class); the emulated ones are
 /// containers.
-pub(super) async fn pause(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
-) -> Response {
-    let s = match sandbox_of(&state, &id, &headers, &uri, &method) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
+pub(super) async fn pause(Addressed { s, uri, method, .. }: Addressed) -> Response {
     if s.life.lock().expect("life").state != "started" {
         return error(
             StatusCode::BAD_REQUEST,
@@ -389,21 +354,12 @@ pub(super) async fn pause(
 
 /// `POST /sandbox/{id}/fork`: the class is checked first (`forkSandbox`), so a container
 /// sandbox's fork is 422 whatever its state.
-pub(super) async fn fork(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
-) -> Response {
-    if let Err(r) = sandbox_of(&state, &id, &headers, &uri, &method) {
-        return r;
-    }
+pub(super) async fn fork(a: Addressed) -> Response {
     error(
         StatusCode::UNPROCESSABLE_ENTITY,
         "Forking is not supported for this sandbox",
-        &uri,
-        &method,
+        &a.uri,
+        &a.method,
     )
 }
 
@@ -411,16 +367,15 @@ pub(super) async fn fork(
 /// port", 400), `{sandboxId, url: "{proxyProtocol}://{port}-{id}.{proxyDomain}", token:
 /// sandbox.authToken}`; here the self-hosted shape on the emulator's port.
 pub(super) async fn preview_url(
-    AxState(state): AxState<Arc<State>>,
-    Path((id, port)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
+    Addressed {
+        state,
+        s,
+        uri,
+        method,
+        ..
+    }: Addressed,
+    Path((_, port)): Path<(String, String)>,
 ) -> Response {
-    let s = match sandbox_of(&state, &id, &headers, &uri, &method) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
     let port = match port.parse::<i64>() {
         Ok(p) if (1..=65535).contains(&p) => p,
         Ok(_) => return error(StatusCode::BAD_REQUEST, "Invalid port", &uri, &method),

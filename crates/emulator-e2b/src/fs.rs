@@ -15,8 +15,9 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::connect::{self as rpc, RpcError};
-use super::{EnvdRequest, Sbx, clean, plain_error, resolve, user_named, user_of};
+use super::{EnvdRequest, Sbx, plain_error, resolve, user_named, user_of};
 use execseam_emulator_kit::Fs;
+use execseam_emulator_kit::util::clean_path;
 
 fn owner(uid: u32) -> String {
     super::account_name(uid)
@@ -962,7 +963,15 @@ pub(crate) async fn upload(req: EnvdRequest) -> Response {
                     Ok(d) => d,
                     Err(e) => return plain_error(StatusCode::BAD_REQUEST, e.to_string()),
                 };
-                match write_in(&req.sbx, clean(&path), data, user.uid, metadata.clone()).await {
+                match write_in(
+                    &req.sbx,
+                    clean_path(&path),
+                    data,
+                    user.uid,
+                    metadata.clone(),
+                )
+                .await
+                {
                     Ok(v) => written.push(v),
                     Err(r) => return r,
                 }

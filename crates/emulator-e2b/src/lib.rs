@@ -1110,22 +1110,7 @@ pub(crate) fn resolve(path: &str, user: &User) -> String {
     } else {
         format!("{}/{path}", user.home)
     };
-    clean(&joined)
-}
-
-/// Go's `filepath.Clean` for absolute paths.
-pub(crate) fn clean(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for p in path.split('/') {
-        match p {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    format!("/{}", parts.join("/"))
+    execseam_emulator_kit::util::clean_path(&joined)
 }
 
 #[cfg(test)]

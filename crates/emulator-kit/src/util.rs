@@ -1,5 +1,5 @@
-//! Small helpers shared by the fly and sprites emulators: RFC 3339 timestamps without a date-time
-//! dependency, and ids.
+//! Small helpers shared by the emulators: RFC 3339 timestamps without a date-time dependency, ids,
+//! lexical path cleaning and `application/x-www-form-urlencoded` query strings.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -23,6 +23,70 @@ pub fn hex_id(len: usize) -> String {
     clock::hex_id(len)
 }
 
+/// `a/./b/../c` → `/a/c`: a path cleaned lexically as Go's `path.Clean` cleans an absolute one
+/// (one leading `/`, no trailing one, `..` never climbs above `/`; symlinks are not resolved).
+pub fn clean_path(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+/// `path` against the directory `cwd` (an absolute `path` wins), cleaned by [`clean_path`].
+pub fn resolve_path(cwd: &str, path: &str) -> String {
+    if path.starts_with('/') {
+        clean_path(path)
+    } else {
+        clean_path(&format!("{}/{path}", cwd.trim_end_matches('/')))
+    }
+}
+
+/// The pairs of a query string, in order, with repeated keys kept (`cmd=a&cmd=b`), as Go's
+/// `url.ParseQuery` reads them: empty pieces are skipped, a piece without `=` has an empty value.
+pub fn form_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (form_decode(k), form_decode(v)),
+            None => (form_decode(p), String::new()),
+        })
+        .collect()
+}
+
+/// Percent-decoding with `+` as a space (`application/x-www-form-urlencoded`); an invalid escape
+/// is kept literally and invalid UTF-8 is replaced.
+pub fn form_decode(s: &str) -> String {
+    fn hex(b: u8) -> Option<u8> {
+        (b as char).to_digit(16).map(|d| d as u8)
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h << 4 | l);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,5 +106,28 @@ mod tests {
         let (a, b) = (hex_id(14), hex_id(14));
         assert_eq!(a.len(), 14);
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn paths_clean_lexically() {
+        assert_eq!(clean_path("/a/./b/../c/"), "/a/c");
+        assert_eq!(clean_path("/../.."), "/");
+        assert_eq!(resolve_path("/home/u/", "x/../y"), "/home/u/y");
+        assert_eq!(resolve_path("/home/u", "/etc//hosts"), "/etc/hosts");
+    }
+
+    #[test]
+    fn queries_decode_as_forms() {
+        let q = form_pairs("cmd=sh&cmd=-c&cmd=echo+%22a%26b%22&&x&e=%zz%4&s=%+1%C3%A9");
+        let want = [
+            ("cmd", "sh"),
+            ("cmd", "-c"),
+            ("cmd", "echo \"a&b\""),
+            ("x", ""),
+            ("e", "%zz%4"),
+            ("s", "% 1é"),
+        ];
+        let got: Vec<(&str, &str)> = q.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(got, want);
     }
 }

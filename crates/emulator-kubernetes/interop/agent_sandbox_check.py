@@ -17,7 +17,6 @@ Prints one "ok <name>" per check and "OK" at the end.
 """
 
 import os
-import sys
 import time
 
 from kubernetes import client, config
@@ -30,21 +29,12 @@ from k8s_agent_sandbox.exceptions import (
 )
 from k8s_agent_sandbox.models import SandboxDirectConnectionConfig
 
+from checks import check, ok
+
 NS = "default"
 POOL = os.environ["WARM_POOL"]
 TEMPLATE = os.environ["TEMPLATE"]
 G, V = "extensions.agents.x-k8s.io", "v1beta1"
-
-
-def ok(name):
-    print(f"ok {name}", flush=True)
-
-
-def check(cond, name, detail=""):
-    if not cond:
-        print(f"FAILED {name}: {detail}", flush=True)
-        sys.exit(1)
-    ok(name)
 
 
 api = config.new_client_from_config(config_file=os.environ["KUBECONFIG"])

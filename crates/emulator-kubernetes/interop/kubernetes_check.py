@@ -41,7 +41,6 @@ Prints one "ok <name>" per check and "OK" at the end.
 
 import json
 import os
-import sys
 import time
 
 from kubernetes import client, config, watch
@@ -49,19 +48,10 @@ from kubernetes.client.rest import ApiException
 from kubernetes.stream import stream
 from kubernetes.stream.ws_client import RESIZE_CHANNEL
 
+from checks import check, ok
+
 G, V, NS = "extensions.agents.x-k8s.io", "v1beta1", "default"
 POOL = os.environ["WARM_POOL"]
-
-
-def ok(name):
-    print(f"ok {name}", flush=True)
-
-
-def check(cond, name, detail=""):
-    if not cond:
-        print(f"FAILED {name}: {detail}", flush=True)
-        sys.exit(1)
-    ok(name)
 
 
 def api_error(f, *a, **kw):

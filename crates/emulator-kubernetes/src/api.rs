@@ -46,33 +46,7 @@ fn ok(v: &Value) -> Response {
 
 /// The query, form-decoded (`+` is a space), as Go's `url.ParseQuery`.
 pub fn query(q: &str) -> Vec<(String, String)> {
-    fn decode(s: &str) -> String {
-        let b = s.as_bytes();
-        let mut out = Vec::with_capacity(b.len());
-        let mut i = 0;
-        while i < b.len() {
-            match b[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < b.len()
-                    && s.is_char_boundary(i + 3)
-                    && u8::from_str_radix(&s[i + 1..i + 3], 16).is_ok() =>
-                {
-                    out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).expect("hex"));
-                    i += 2;
-                }
-                c => out.push(c),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (decode(k), decode(v)),
-            None => (decode(p), String::new()),
-        })
-        .collect()
+    execseam_emulator_kit::util::form_pairs(q)
 }
 
 fn param<'a>(q: &'a [(String, String)], name: &str) -> Option<&'a str> {

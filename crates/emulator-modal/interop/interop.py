@@ -196,6 +196,7 @@ def main():
     named.terminate()
 
     filesystem(sb)
+    handles(sb)
 
     # Entrypoint: the sandbox's own command; its exit code is the sandbox's returncode
     # (_common.py _result_returncode returns result.exitcode for a finished sandbox).
@@ -215,6 +216,8 @@ def main():
               time.monotonic() - t0)
     check("a timed-out sandbox has returncode 124", short.returncode == 124, short.returncode)
 
+    snapshots(app, sb)
+
     # terminate(wait=True) returns the returncode of a terminated sandbox: 137 (_result_returncode).
     code = sb.terminate(wait=True)
     check("terminate(wait=True) gives 137", code == 137 and sb.returncode == 137, code)
@@ -226,6 +229,114 @@ def main():
         # command router will return a NOT_FOUND error".
         check("exec on a terminated sandbox is NotFoundError", True)
     print("done", flush=True)
+
+
+def handles(sb):
+    """What execseam's native process handles rely on, through the client's own router client
+    (sandbox/_task_command_router_client.py TaskCommandRouterClient, as exec_via_tcr and
+    ContainerProcess use it): a start repeated under one exec_id is one exec (exec_via_tcr picks
+    exec_id "as a combination of idempotency key/process identifier" and exec_start retries it,
+    call_with_retries_on_transient_errors); exec_stdio_read(start_offset=N) resumes at byte N
+    (_stream_stdio_with_retries requests the bytes it has), live and after the exit; stdin is
+    exactly-once by offset (exec_stdin_write, exec_stdin_status "to support retries from the right
+    offset"); exec_poll/exec_wait give a code or a signal (task_command_router.proto
+    TaskExecWaitResponse oneof exit_status)."""
+    import uuid
+    from modal._utils.async_utils import synchronizer
+    from modal_proto import api_pb2, task_command_router_pb2 as sr_pb2
+
+    impl = synchronizer._translate_in(sb)._impl
+    loop = synchronizer._get_loop(start=True)
+
+    def on_loop(coro):
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=60)
+
+    async def router():
+        task_id = await impl.get_task_id()
+        return task_id, await impl.get_command_router_client(task_id)
+
+    task_id, rc = on_loop(router())
+    marks = "/tmp/handles-runs"
+
+    def start(exec_id, *args):
+        req = sr_pb2.TaskExecStartRequest(
+            task_id=task_id, exec_id=exec_id, command_args=list(args),
+            stdout_config=sr_pb2.TaskExecStdoutConfig.TASK_EXEC_STDOUT_CONFIG_PIPE,
+            stderr_config=sr_pb2.TaskExecStderrConfig.TASK_EXEC_STDERR_CONFIG_PIPE)
+        return rc.exec_start(req)
+
+    async def read(exec_id, fd, offset):
+        out = b""
+        async for item in rc.exec_stdio_read(task_id, exec_id, fd, None, start_offset=offset):
+            out += item.data
+        return out
+
+    async def twice(exec_id, *args):
+        await asyncio.gather(start(exec_id, *args), start(exec_id, *args))
+        await start(exec_id, *args)
+
+    eid = str(uuid.uuid4())
+    on_loop(twice(eid, "sh", "-c", f"echo x >>{marks}; printf 'a\\000b\\377'; printf E1 >&2; sleep 0.3; printf tail; exit 5"))
+    waited = on_loop(rc.exec_wait(task_id, eid))
+    check("handles: exec_wait gives the code", waited.WhichOneof("exit_status") == "code" and waited.code == 5, waited)
+    _, out, _ = run(sb, "cat", marks)
+    check("handles: three exec_start calls under one exec_id (two at once) run one command", out == "x\n", repr(out))
+    whole = on_loop(read(eid, api_pb2.FILE_DESCRIPTOR_STDOUT, 0))
+    tail = on_loop(read(eid, api_pb2.FILE_DESCRIPTOR_STDOUT, 3))
+    err = on_loop(read(eid, api_pb2.FILE_DESCRIPTOR_STDERR, 1))
+    check("handles: exec_stdio_read after the exit, from 0 and from a mid offset, byte-exact per stream",
+          whole == b"a\x00b\xfftail" and tail == b"\xfftail" and err == b"1", (whole, tail, err))
+
+    eid = str(uuid.uuid4())
+    on_loop(start(eid, "sh", "-c", "while IFS= read -r l; do echo got:$l; done; echo end"))
+    on_loop(rc.exec_stdin_write(task_id, eid, 0, b"one\ntw", False))
+    on_loop(rc.exec_stdin_write(task_id, eid, 0, b"one\ntw", False))  # a retry: dropped
+    st = on_loop(rc.exec_stdin_status(task_id, eid))
+    check("handles: a repeated stdin write at its offset is accepted once", st.num_bytes_written == 6 and not st.closed, st)
+    polled = on_loop(rc.exec_poll(task_id, eid))
+    check("handles: exec_poll has no exit_status while it runs", polled.WhichOneof("exit_status") is None, polled)
+    on_loop(rc.exec_stdin_write(task_id, eid, 6, b"o\n", True))
+    out = on_loop(read(eid, api_pb2.FILE_DESCRIPTOR_STDOUT, 0))
+    st = on_loop(rc.exec_stdin_status(task_id, eid))
+    check("handles: stdin by offset with eof: exact input, then closed",
+          out == b"got:one\ngot:two\nend\n" and st.closed and st.num_bytes_written == 8, (out, st))
+
+    eid = str(uuid.uuid4())
+    on_loop(start(eid, "sh", "-c", "kill -TERM $$"))
+    waited = on_loop(rc.exec_wait(task_id, eid))
+    check("handles: a signal death is exit_status.signal", waited.WhichOneof("exit_status") == "signal" and waited.signal == 15, waited)
+
+
+def snapshots(app, sb):
+    """Sandbox.snapshot_filesystem (_sandbox.py; sandbox/_common.py snapshot_filesystem_via_tcr:
+    TaskSnapshotFilesystem on the task router) gives an Image "which can be used to spawn a new
+    Sandbox with the same filesystem"; modal.experimental.image_delete (ImageDelete) deletes it,
+    "Deletion is irreversible and will prevent Functions/Sandboxes from using the Image"."""
+    import modal.experimental
+
+    assert run(sb, "sh", "-c", "printf before > /tmp/state")[0] == 0
+    img = sb.snapshot_filesystem()
+    check("snapshot_filesystem gives a hydrated image id", img.object_id.startswith("im-"), img.object_id)
+    check("the sandbox runs on after snapshot_filesystem", sb.poll() is None)
+    assert run(sb, "sh", "-c", "printf after > /tmp/state")[0] == 0
+    forked = modal.Sandbox.create(image=img, app=app, timeout=60)
+    check("a sandbox from the snapshot image has the files as they were",
+          run(forked, "cat", "/tmp/state")[1] == "before")
+    assert run(forked, "sh", "-c", "printf forked > /tmp/state")[0] == 0
+    check("the source and the sandbox from its snapshot share nothing",
+          run(sb, "cat", "/tmp/state")[1] == "after" and run(forked, "cat", "/tmp/state")[1] == "forked")
+    forked.terminate()
+    kept = sb.snapshot_filesystem(ttl=None)  # sends TTL_NO_EXPIRY_SENTINEL (-1)
+    check("snapshot_filesystem(ttl=None) is accepted", kept.object_id != img.object_id, kept.object_id)
+    modal.experimental.image_delete(img.object_id)
+    modal.experimental.image_delete(kept.object_id)
+    try:
+        modal.Sandbox.create(image=img, app=app, timeout=60)
+        raise AssertionError("a sandbox was created from a deleted image")
+    except NotFoundError:
+        # The status is inferred (the docs say only that a deleted image cannot be used):
+        # NOT_FOUND, the client's NotFoundError (_grpc_client.py _STATUS_TO_EXCEPTION).
+        check("creating from a deleted snapshot image is NotFoundError", True)
 
 
 def filesystem(sb):

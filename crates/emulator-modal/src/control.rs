@@ -293,6 +293,16 @@ impl ModalClient for Control {
         self.answer(fault, ctl, body).await
     }
 
+    /// `modal.experimental.image_delete(image_id)`.
+    async fn image_delete(
+        &self,
+        r: Request<api::ImageDeleteRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        self.credentials(&r)?;
+        self.shared.delete_image(&r.get_ref().image_id)?;
+        Ok(Response::new(Empty {}))
+    }
+
     type ImageJoinStreamingStream = BoxStream<api::ImageJoinStreamingResponse>;
 
     async fn image_join_streaming(

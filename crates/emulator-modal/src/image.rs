@@ -15,6 +15,8 @@
 
 use std::collections::BTreeMap;
 
+use execseam_emulator_kit::util::resolve_path;
+
 /// The environment and working directory an image gives its processes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ImageConfig {
@@ -62,11 +64,7 @@ impl ImageConfig {
                     return Err(BuildError("WORKDIR requires exactly one argument".into()));
                 }
                 let base = self.workdir.as_deref().unwrap_or("/");
-                self.workdir = Some(normalize(&if path.starts_with('/') {
-                    path
-                } else {
-                    format!("{}/{path}", base.trim_end_matches('/'))
-                }));
+                self.workdir = Some(resolve_path(base, &path));
             }
             _ => {}
         }
@@ -228,21 +226,6 @@ fn expand(
         }
         Ok(env.get(&name).cloned().unwrap_or_default())
     }
-}
-
-/// `a/./b/../c` → `a/c`, one leading `/`, no trailing one.
-fn normalize(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for p in path.split('/') {
-        match p {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    format!("/{}", parts.join("/"))
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@
 //! | ModalClient | `AppGetOrCreate` | apps by (environment, name); `CREATE_IF_MISSING`, lookup (`NOT_FOUND`), `CREATE_FAIL_IF_EXISTS` (`ALREADY_EXISTS`), ephemeral |
 //! | | `EnvironmentGetOrCreate`, `ClientHello` | the `main` environment, image builder 2025.06 |
 //! | | `ImageGetOrCreate`, `ImageJoinStreaming` | every image builds at once (`GENERIC_STATUS_SUCCESS`); the id is derived from the definition; its `ENV` and `WORKDIR` lines (over its `base_images`) are kept for its sandboxes ([`image`]); a line the builder cannot parse is `GENERIC_STATUS_FAILURE` (the client's `ImageBuildError`) |
+//! | | `ImageDelete` | a snapshot or built image is gone for good (creating from it is `NOT_FOUND`); an unknown id is `NOT_FOUND` |
 //! | | `AuthTokenGet` | a JWT with `exp`; V2 sandbox calls must carry one it issued in `x-modal-auth-token` |
 //! | | `SandboxCreateV2`, `SandboxCreate` (V1) | V2 returns `task_id` and `command_router_access` at once; deduplicated on `x-idempotency-key` |
 //! | | `SandboxWaitV2`, `SandboxWait` | long poll (`timeout` 0 = poll); the result as the client reads it (`TERMINATED`, `TIMEOUT`, `SUCCESS`/`FAILURE` with the entrypoint's code) |
@@ -33,6 +34,7 @@
 //! | | `TaskExecWait`, `TaskExecPoll` | `code`, or `signal` for a signal death (the client adds 128) |
 //! | | `SandboxStdioReadV2` | the entrypoint's stdout or stderr from any byte `offset`, live and after it exited (`starting_offset` past the request when older bytes are no longer retained: the most recent 64 MiB of each, [`Modal::set_entrypoint_retention`]); ends OK at the end of the stream; without an entrypoint, ends with the sandbox |
 //! | | `SandboxStdinWriteV2` | the entrypoint's stdin, offset-addressed like an exec's, `eof` closes it (a second is ignored); `FAILED_PRECONDITION` once it exited |
+//! | | `TaskSnapshotFilesystem` | the sandbox's writable layer copied (frozen meanwhile) into a new `im-` image over its source's image; `ttl_seconds` `-1` keeps it, `> 0` expires it |
 //!
 //! Every other RPC of the two services is `UNIMPLEMENTED` (tonic's answer for an unknown
 //! method, which the client raises as `UnimplementedError`).
@@ -283,6 +285,21 @@ struct State {
     created: HashMap<String, Arc<tokio::sync::OnceCell<String>>>,
     /// Image definitions by id (`ImageGetOrCreate`), for their `ENV` and `WORKDIR`.
     images: HashMap<String, api::Image>,
+    /// Images `snapshot_filesystem` made, by id.
+    snapshots: HashMap<String, SnapshotImage>,
+    /// Ids of images `ImageDelete` removed (or whose ttl ran out): creating from one is
+    /// `NOT_FOUND`.
+    deleted_images: std::collections::HashSet<String>,
+}
+
+/// An image made by `TaskSnapshotFilesystem`: the sandbox's filesystem over its own image.
+#[derive(Clone)]
+struct SnapshotImage {
+    /// The image the source sandbox ran (its `ENV` and `WORKDIR` stay).
+    base: String,
+    layer: execseam_emulator_kit::Snapshot,
+    /// When it expires (seconds since the epoch); `None` for the client's `ttl=None`.
+    expires_at: Option<u64>,
 }
 
 pub(crate) struct Shared {
@@ -355,6 +372,54 @@ impl Shared {
         Ok(config)
     }
 
+    /// Snapshots `sb`'s filesystem into a new image; its id.
+    async fn snapshot_sandbox(
+        &self,
+        sb: &Arc<ModalSandbox>,
+        expires_at: Option<u64>,
+    ) -> Result<String, Status> {
+        let sandbox = sb.sandbox.clone();
+        let layer = tokio::task::spawn_blocking(move || sandbox.snapshot())
+            .await
+            .map_err(|e| Status::internal(format!("the snapshot task failed: {e}")))?
+            .map_err(|e| Status::internal(format!("cannot snapshot the filesystem: {e}")))?;
+        let id = ids::v1("im");
+        let image = SnapshotImage {
+            base: sb.image_id.clone(),
+            layer,
+            expires_at,
+        };
+        self.lock().snapshots.insert(id.clone(), image);
+        Ok(id)
+    }
+
+    /// `ImageDelete`: the image is gone for good (creating from it is `NOT_FOUND`); an id it
+    /// never had is `NOT_FOUND`.
+    fn delete_image(&self, id: &str) -> Result<(), Status> {
+        let mut st = self.lock();
+        let known = st.snapshots.remove(id).is_some() | st.images.remove(id).is_some();
+        if !known {
+            return Err(Status::not_found(format!("Image {id} not found")));
+        }
+        st.deleted_images.insert(id.to_owned());
+        Ok(())
+    }
+
+    /// The snapshot image `id`, if it is one; a deleted or expired image is `NOT_FOUND`.
+    fn snapshot_image(&self, id: &str) -> Result<Option<SnapshotImage>, Status> {
+        let mut st = self.lock();
+        if let Some(exp) = st.snapshots.get(id).and_then(|s| s.expires_at)
+            && exp <= now_secs()
+        {
+            st.snapshots.remove(id);
+            st.deleted_images.insert(id.to_owned());
+        }
+        if st.deleted_images.contains(id) {
+            return Err(Status::not_found(format!("Image {id} not found")));
+        }
+        Ok(st.snapshots.get(id).cloned())
+    }
+
     fn issue_auth_token(&self) -> String {
         let exp = now_secs() + self.lifetimes.lock().expect("lifetimes").0.as_secs();
         let t = ids::jwt(r#""sub":"emulator""#, exp);
@@ -401,8 +466,10 @@ impl Shared {
             }
             t => t,
         };
+        let snapshot = self.snapshot_image(&def.image_id)?;
+        let base = snapshot.as_ref().map_or(def.image_id.as_str(), |s| &s.base);
         let image = self
-            .image_config(&def.image_id)
+            .image_config(base)
             .map_err(|e| Status::failed_precondition(format!("Image {}: {e}", def.image_id)))?;
         // `Sandbox.create(workdir=)` wins over the image's WORKDIR, as `docker run -w` does.
         let workdir = def
@@ -446,8 +513,14 @@ impl Shared {
             .chain(image.env);
         let spec = SandboxSpec::new("modal", "modal", User::root(), image_env)
             .dirs([Dir::root("/__modal"), Dir::root("/__modal/.bin")]);
-        let sandbox = Sandbox::create(id.clone(), spec, self.shell.sandboxing())
-            .map_err(|e| Status::internal(format!("cannot create the sandbox: {e}")))?;
+        let sandbox = match &snapshot {
+            // A filesystem snapshot is an image: the new sandbox starts over its files.
+            Some(snap) => {
+                Sandbox::create_from(id.clone(), spec, self.shell.sandboxing(), &snap.layer)
+            }
+            None => Sandbox::create(id.clone(), spec, self.shell.sandboxing()),
+        }
+        .map_err(|e| Status::internal(format!("cannot create the sandbox: {e}")))?;
         let dir = workdir.clone();
         sandbox
             .fs(move |fs| {
@@ -730,6 +803,7 @@ impl Provider for Modal {
         let router =
             tcr::task_command_router_server::TaskCommandRouterServer::new(router::Router {
                 shared: shared.clone(),
+                starting: tokio::sync::Mutex::new(()),
             })
             .max_decoding_message_size(MAX)
             .max_encoding_message_size(MAX);

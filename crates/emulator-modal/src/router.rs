@@ -22,6 +22,9 @@ use execseam_emulator_kit::{ConnControl, Fault, reset_connection};
 
 pub(crate) struct Router {
     pub(crate) shared: Arc<Shared>,
+    /// Held from the look-up of an `exec_id` to its insertion: concurrent starts under one
+    /// `exec_id` run one command.
+    pub(crate) starting: tokio::sync::Mutex<()>,
 }
 
 /// The largest data message a stdio read sends.
@@ -153,7 +156,9 @@ impl TaskCommandRouter for Router {
             return Err(Status::invalid_argument("exec_id is required"));
         }
         // Idempotent on exec_id ("ensure exec commands are idempotent", the proto's comment):
-        // a retried start does not run the command again.
+        // a retried start does not run the command again, also when the retry arrives while the
+        // first is still starting it (the client repeats the call on a transient error).
+        let starting = self.starting.lock().await;
         if sb.exec(&req.exec_id).is_none() {
             if req.command_args.is_empty() {
                 return Err(Status::invalid_argument("command_args must not be empty"));
@@ -198,6 +203,7 @@ impl TaskCommandRouter for Router {
             let mut execs = sb.execs.lock().expect("execs");
             execs.entry(req.exec_id.clone()).or_insert(p);
         }
+        drop(starting);
         let mut response = Response::new(tcr::TaskExecStartResponse {});
         match fault {
             Some(Fault::ServerError) => {
@@ -426,6 +432,43 @@ impl TaskCommandRouter for Router {
             return Err(Status::internal("emulated fault: internal error"));
         }
         Ok(response)
+    }
+
+    /// `Sandbox.snapshot_filesystem(timeout, ttl=)` (`sandbox/_common.py`
+    /// `snapshot_filesystem_via_tcr`): the sandbox's filesystem as a new image, retained for
+    /// `ttl_seconds` (`-1`: indefinitely, `TTL_NO_EXPIRY_SENTINEL`). The kit copies the
+    /// sandbox's writable layer while its processes are frozen; then they run on.
+    async fn task_snapshot_filesystem(
+        &self,
+        r: Request<tcr::TaskSnapshotFilesystemRequest>,
+    ) -> Result<Response<tcr::TaskSnapshotFilesystemResponse>, Status> {
+        let req = r.get_ref().clone();
+        let sb = self.task(&r, &req.task_id)?;
+        if !req.container_id.is_empty() {
+            return Err(Status::not_found(format!(
+                "Container {} not found (sidecars are not emulated)",
+                req.container_id
+            )));
+        }
+        if req.customer_supplied_encryption_key.is_some() {
+            return Err(Status::unimplemented(
+                "customer-supplied encryption keys are not emulated",
+            ));
+        }
+        // Absent (older clients) is taken as no expiry (inferred).
+        let expires_at = match req.ttl_seconds.unwrap_or(-1) {
+            -1 => None,
+            t if t > 0 => Some(now_secs().saturating_add(t.unsigned_abs())),
+            t => {
+                return Err(Status::invalid_argument(format!(
+                    "ttl_seconds must be positive or -1, got {t}"
+                )));
+            }
+        };
+        let image_id = self.shared.snapshot_sandbox(&sb, expires_at).await?;
+        Ok(Response::new(tcr::TaskSnapshotFilesystemResponse {
+            image_id,
+        }))
     }
 }
 

@@ -1,8 +1,10 @@
 //! The official Modal client (`modal==1.6.4`, pinned in `interop/modal/requirements.txt`)
 //! against the Modal emulator: sandbox create / from_id / list / names / terminate, exec (argv,
-//! workdir, env, stdin, separate streams, signals, timeouts, poll), `sb.filesystem`, the V1
+//! workdir, env, stdin, separate streams, signals, timeouts, poll), what process handles rely on
+//! (one exec per `exec_id`, reads from an offset, stdin by offset), `sb.filesystem`, the V1
 //! backend, the sandbox's own stdio (the entrypoint's stdout/stderr by offset, its stdin with
-//! EOF) and the image's `ENV`/`WORKDIR`, and faults mapped to the client's own exceptions and
+//! EOF) and the image's `ENV`/`WORKDIR`, filesystem snapshots (`snapshot_filesystem`, a sandbox
+//! from the image, `image_delete`), and faults mapped to the client's own exceptions and
 //! retries. The same virtualenv
 //! re-exports the schema from the wheel and checks it against the checked-in descriptor set.
 //!
@@ -71,7 +73,14 @@ async fn the_official_client_drives_sandboxes_exec_and_files() {
         "ok Sandbox.list(tags=) filters by tag",
         "ok filesystem: list_files types",
         "ok filesystem: copy_from_local then copy_to_local (streamed stdin), exact",
+        "ok handles: three exec_start calls under one exec_id (two at once) run one command",
+        "ok handles: exec_stdio_read after the exit, from 0 and from a mid offset, byte-exact per stream",
+        "ok handles: stdin by offset with eof: exact input, then closed",
+        "ok handles: a signal death is exit_status.signal",
         "ok a sandbox past its timeout: wait() raises SandboxTimeoutError",
+        "ok a sandbox from the snapshot image has the files as they were",
+        "ok the source and the sandbox from its snapshot share nothing",
+        "ok creating from a deleted snapshot image is NotFoundError",
         "ok terminate(wait=True) gives 137",
     ] {
         assert!(stdout.contains(check), "missing {check:?}:\n{stdout}");

@@ -11,29 +11,19 @@ Prints one "ok <name>" per check and "OK" at the end.
 
 import os
 import pathlib
-import sys
 import tempfile
 import time
 
 from northflank import ApiClient
 from northflank.errors import ApiCallError
 
+from checks import check, ok
+
 URL = os.environ["NORTHFLANK_API_BASE_URL"]
 TOKEN = os.environ["NORTHFLANK_API_TOKEN"]
 P = os.environ["NORTHFLANK_PROJECT_ID"]
 S = os.environ["NORTHFLANK_SERVICE_ID"]
 J = os.environ["NORTHFLANK_JOB_ID"]
-
-
-def ok(name):
-    print(f"ok {name}", flush=True)
-
-
-def check(cond, name, detail=""):
-    if not cond:
-        print(f"FAILED {name}: {detail}", flush=True)
-        sys.exit(1)
-    ok(name)
 
 
 c = ApiClient(api_token=TOKEN, base_url=URL)

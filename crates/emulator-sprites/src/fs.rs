@@ -23,29 +23,9 @@ use super::State;
 use super::exec::{json_response, sprite_for};
 use super::query::Query;
 use execseam_emulator_kit::Fs;
-use execseam_emulator_kit::util::rfc3339;
+use execseam_emulator_kit::util::{resolve_path, rfc3339};
 
 type St = AxState<Arc<State>>;
-
-/// Joins and normalises (`.`/`..` resolved lexically; `..` never climbs above `/`).
-pub(crate) fn resolve(path: &str, working_dir: &str) -> String {
-    let joined = if path.starts_with('/') {
-        path.to_owned()
-    } else {
-        format!("{}/{path}", working_dir.trim_end_matches('/'))
-    };
-    let mut parts: Vec<&str> = Vec::new();
-    for p in joined.split('/') {
-        match p {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    format!("/{}", parts.join("/"))
-}
 
 fn fs_error(op: &str, path: &str, e: &std::io::Error) -> Response {
     let (status, code, text) = match e.kind() {
@@ -145,7 +125,7 @@ fn target(
     let Some(path) = path.filter(|p| !p.is_empty()) else {
         return Err(bad_request("path is required"));
     };
-    let path = resolve(path, wd);
+    let path = resolve_path(wd, path);
     Ok(Target {
         sprite,
         path,
@@ -593,14 +573,14 @@ pub(crate) async fn chown(
 
 #[cfg(test)]
 mod tests {
-    use super::resolve;
+    use execseam_emulator_kit::util::resolve_path;
 
     #[test]
     fn paths_resolve_against_the_working_dir() {
-        assert_eq!(resolve("a.txt", "/home/sprite"), "/home/sprite/a.txt");
-        assert_eq!(resolve("/etc/x", "/home/sprite"), "/etc/x");
-        assert_eq!(resolve("../../../x", "/home/sprite"), "/x");
-        assert_eq!(resolve("./d/../f", "/"), "/f");
-        assert_eq!(resolve(".", "/home/sprite/"), "/home/sprite");
+        assert_eq!(resolve_path("/home/sprite", "a.txt"), "/home/sprite/a.txt");
+        assert_eq!(resolve_path("/home/sprite", "/etc/x"), "/etc/x");
+        assert_eq!(resolve_path("/home/sprite", "../../../x"), "/x");
+        assert_eq!(resolve_path("/", "./d/../f"), "/f");
+        assert_eq!(resolve_path("/home/sprite/", "."), "/home/sprite");
     }
 }

@@ -7,18 +7,7 @@ pub(crate) struct Query(Vec<(String, String)>);
 
 impl Query {
     pub(crate) fn parse(raw: Option<&str>) -> Query {
-        let Some(raw) = raw else {
-            return Query::default();
-        };
-        Query(
-            raw.split('&')
-                .filter(|p| !p.is_empty())
-                .map(|p| match p.split_once('=') {
-                    Some((k, v)) => (decode(k), decode(v)),
-                    None => (decode(p), String::new()),
-                })
-                .collect(),
-        )
+        Query(execseam_emulator_kit::util::form_pairs(raw.unwrap_or("")))
     }
 
     /// The first value of `key` (Go's `Get`: "" when absent).
@@ -48,37 +37,6 @@ impl Query {
     }
 }
 
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
-}
-
-/// Percent-decoding with `+` as a space; invalid escapes are kept literally.
-pub(crate) fn decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(h << 4 | l);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,7 +50,7 @@ mod tests {
         assert_eq!(q.get("env"), Some("K=V=1"));
         assert!(q.flag("stdin"));
         assert!(q.has("x"));
-        assert_eq!(decode("%zz%4"), "%zz%4");
-        assert_eq!(decode("%C3%A9"), "é");
+        let q = Query::parse(Some("a=%zz%4&b=%C3%A9"));
+        assert_eq!((q.get("a"), q.get("b")), (Some("%zz%4"), Some("é")));
     }
 }

@@ -12,7 +12,6 @@ Prints one "ok <name>" per check and "OK" at the end.
 
 import os
 import subprocess
-import sys
 import time
 
 from vercel.sandbox.sync import (
@@ -23,23 +22,14 @@ from vercel.sandbox.sync import (
     SyncSandboxClient,
 )
 
+from checks import check, ok
+
 URL = os.environ["VERCEL_API_URL"]
 CREDS = SandboxCredentials(
     token=os.environ["VERCEL_TOKEN"],
     team_id=os.environ["VERCEL_TEAM_ID"],
     project_id=os.environ["VERCEL_PROJECT_ID"],
 )
-
-
-def ok(name):
-    print(f"ok {name}", flush=True)
-
-
-def check(cond, name, detail=""):
-    if not cond:
-        print(f"FAILED {name}: {detail}", flush=True)
-        sys.exit(1)
-    ok(name)
 
 
 def client(creds=CREDS):

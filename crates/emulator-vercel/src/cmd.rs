@@ -22,6 +22,7 @@ use super::routes::{
 };
 use super::state::{CommandRecord, Progress, Session, State, Stream, new_id, now_ms, sandbox_user};
 use execseam_emulator_kit::stream::{self, Out, Utf8};
+use execseam_emulator_kit::util::resolve_path;
 use execseam_emulator_kit::{ConnControl, Fault, User};
 
 /// How long output still in the pipes is read after the command itself exited, before its exit
@@ -107,7 +108,7 @@ fn parse_run(body: &serde_json::Map<String, Value>, uri: &Uri) -> Result<RunRequ
     };
     let cwd = match body.get("cwd") {
         None | Some(Value::Null) => CWD.to_owned(),
-        Some(Value::String(c)) => resolve(CWD, c),
+        Some(Value::String(c)) => resolve_path(CWD, c),
         Some(_) => return Err(bad_request("cwd must be a string")),
     };
     let env = match body.get("env") {
@@ -140,26 +141,6 @@ fn parse_run(body: &serde_json::Map<String, Value>, uri: &Uri) -> Result<RunRequ
             .and_then(Value::as_bool)
             .unwrap_or(false),
     })
-}
-
-/// `path` against `cwd` (absolute paths win), with `.` and `..` folded.
-pub(crate) fn resolve(cwd: &str, path: &str) -> String {
-    let joined = if path.starts_with('/') {
-        path.to_owned()
-    } else {
-        format!("{}/{path}", cwd.trim_end_matches('/'))
-    };
-    let mut parts: Vec<&str> = Vec::new();
-    for p in joined.split('/') {
-        match p {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    format!("/{}", parts.join("/"))
 }
 
 /// `POST /v2/sandboxes/sessions/{sid}/cmd`.

@@ -11,10 +11,10 @@ use execseam_core::{Command, Exec, Output};
 use serde_json::{Value, json};
 
 use super::CWD;
-use super::cmd::resolve;
 use super::routes::{St, api_error, bad_request, json_body, not_found, ok, stopped};
 use super::state::{Session, sandbox_user};
 use execseam_emulator_kit::Isolation;
+use execseam_emulator_kit::util::resolve_path;
 
 const MAX_UPLOAD: usize = 256 * 1024 * 1024;
 
@@ -69,7 +69,7 @@ pub(crate) async fn op(st: St, Path((sid, op)): Path<(String, String)>, req: Req
         );
     };
     match op.as_str() {
-        "write" => write(&session, &resolve(CWD, &extract_dir), body).await,
+        "write" => write(&session, &resolve_path(CWD, &extract_dir), body).await,
         "read" => read(&session, &body).await,
         _ => mkdir(&session, &body).await,
     }
@@ -89,7 +89,7 @@ fn path_of(body: &Bytes) -> Result<(String, bool), Response> {
         .get("recursive")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    Ok((resolve(&resolve(CWD, cwd), path), recursive))
+    Ok((resolve_path(&resolve_path(CWD, cwd), path), recursive))
 }
 
 /// The body is a gzip'd tar whose entry names are relative to `x-cwd`; `tar` runs in the
@@ -163,7 +163,7 @@ fn move_tree(
             continue;
         }
         let rel = path.strip_prefix(base).map_err(std::io::Error::other)?;
-        let target = fs.path(&resolve(dir, &rel.to_string_lossy()));
+        let target = fs.path(&resolve_path(dir, &rel.to_string_lossy()));
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent)?;
         }

@@ -130,38 +130,7 @@ async fn authenticate(st: St, req: Request, next: Next) -> Response {
 
 /// The query string's pairs, percent-decoded (`tags` may repeat).
 pub(crate) fn query(uri: &Uri) -> Vec<(String, String)> {
-    fn decode(s: &str) -> String {
-        let b = s.as_bytes();
-        let mut out = Vec::with_capacity(b.len());
-        let mut i = 0;
-        while i < b.len() {
-            match b[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < b.len() => {
-                    let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz");
-                    match u8::from_str_radix(hex, 16) {
-                        Ok(v) => {
-                            out.push(v);
-                            i += 2;
-                        }
-                        Err(_) => out.push(b'%'),
-                    }
-                }
-                c => out.push(c),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-    uri.query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (decode(k), decode(v)),
-            None => (decode(p), String::new()),
-        })
-        .collect()
+    execseam_emulator_kit::util::form_pairs(uri.query().unwrap_or(""))
 }
 
 pub(crate) fn query_get<'a>(q: &'a [(String, String)], key: &str) -> Option<&'a str> {

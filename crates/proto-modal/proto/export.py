@@ -25,13 +25,15 @@ PINNED = "1.6.4"
 OUT = Path(__file__).with_name(f"modal-{PINNED}.binpb")
 
 # The RPCs the 1.6.4 client makes for sandbox create / connect / list / exec / filesystem /
-# terminate (V2 path, plus the V1 path where cheap), read from modal/sandbox/*.py.
+# terminate (V2 path, plus the V1 path where cheap), read from modal/sandbox/*.py, and for
+# filesystem snapshots (`snapshot_filesystem`, modal.experimental `image_delete`).
 METHODS = {
     "modal.client.ModalClient": [
         "AppGetOrCreate",
         "AuthTokenGet",
         "ClientHello",
         "EnvironmentGetOrCreate",
+        "ImageDelete",
         "ImageGetOrCreate",
         "ImageJoinStreaming",
         "SandboxCreate",
@@ -64,6 +66,8 @@ METHODS = {
         "TaskExecStdinWriteStream",
         "TaskExecStdioRead",
         "TaskExecWait",
+        # Sandbox.snapshot_filesystem (sandbox/_common.py snapshot_filesystem_via_tcr).
+        "TaskSnapshotFilesystem",
     ],
 }
 # Messages used outside any RPC signature: the status details Modal attaches to errors

@@ -76,10 +76,16 @@ fn check(cmd: &mut Command, what: &str) -> io::Result<()> {
     )))
 }
 
-/// Runs `script` with `python` and `env`; returns its output (the caller asserts on it).
+/// Runs `script` with `python` and `env`; returns its output (the caller asserts on it). The
+/// script can `from checks import ok, check` (`interop/checks.py`: the lines [`assert_checks`]
+/// reads).
 pub fn run_python(python: &Path, script: &Path, env: &[(String, String)]) -> io::Result<Output> {
     Command::new(python)
         .arg(script)
+        .env(
+            "PYTHONPATH",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("interop"),
+        )
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("PYTHONUNBUFFERED", "1")
         .stdin(Stdio::null())

@@ -1,0 +1,650 @@
+//! Native process handles: the task command router's own execs, addressed by an `exec_id`
+//! derived from the caller's key.
+//!
+//! What Modal gives (modal 1.6.4, `modal/sandbox/_common.py` `exec_via_tcr`,
+//! `modal/sandbox/_task_command_router_client.py`, `modal/io_streams.py`; the proto's comments in
+//! modal-labs/modal-client `modal_proto/task_command_router.proto`):
+//!
+//! - `TaskExecStart` is idempotent on `exec_id`: the client picks it ("a combination of
+//!   idempotency key/process identifier") and repeats the call with it on transient errors. Here
+//!   it is a UUID-shaped hash of the sandbox and the key, so a retried start (its answer lost,
+//!   the caller restarted) is one exec.
+//! - `TaskExecStdioRead{offset}` per stream: byte-exact, from any offset (the client resumes at
+//!   the bytes it has, `_stream_stdio_with_retries`), live, and after the exit; the stream ends OK
+//!   at the end of the output. Exec output carries no `starting_offset` (unlike the sandbox's own
+//!   stdio) and Modal documents no limit ("all streams are buffered in memory, waiting to be
+//!   consumed", modal.com/docs/guide/sandbox-spawn): retention is declared `None`.
+//! - `TaskExecStdinWrite{offset, data, eof}`: exactly once by offset; `TaskExecStdinStatus`
+//!   the bytes accepted and whether it is closed.
+//! - `TaskExecWait`/`TaskExecPoll`: a code or a signal, exact ([`Exit::Signal`]).
+//! - No list, signal or kill RPC, and no way to learn whether a start was the first. So a tiny
+//!   registry in the sandbox (`/tmp/.execseam/m/<key>/`, made by `mkdir`, atomic, through an
+//!   ordinary exec) says which start was fresh and what [`Processes::list`] lists; the command
+//!   runs under a one-line `sh` that records its pid there and `exec`s it as the leader of its
+//!   own process group (`setsid` when the router did not make it one), and a signal is `kill`
+//!   to that group through another exec.
+//!
+//! Release forgets the registry entry (status and list say `NotFound`); Modal keeps the exec
+//! itself (no call deletes one), so a key once used in a sandbox cannot start a new command
+//! there: such a start is [`Conflict`](ErrorKind::Conflict).
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use execseam_adapter_kit::retry::Stage;
+use execseam_core::{
+    Command, Error, ErrorKind, Event, Exit, Mechanism, ProcessCapabilities, ProcessEvent,
+    ProcessHandle, ProcessInfo, ProcessRead, ProcessState, ProcessStream, Retry, Sandbox, Signal,
+    StartKey, StartRequest, Started, StdinMode, StdinState, StdinWrite, StreamOffsets, Waited,
+};
+use tonic::Code;
+
+use crate::PROVIDER;
+use crate::error::{self, from_status};
+use crate::exec::ModalExec;
+use crate::wire::tcr;
+
+/// What Modal's native handles do: see the [module docs](self).
+pub const PROCESSES: ProcessCapabilities = ProcessCapabilities {
+    mechanism: Mechanism::Native,
+    // The router's `TaskExecWait` tells a signal from a code.
+    exact_signal_exit: true,
+    // Otherwise what the spool gives: idempotent start, stdin, every signal to the group,
+    // replay, no declared retention, list, no terminal.
+    ..execseam_adapter_kit::spool::SPOOLED
+};
+
+/// The registry's root in the sandbox.
+const ROOT: &str = "/tmp/.execseam/m";
+
+/// The most bytes of each stream one [`Processes::read`] returns.
+const READ_MAX: usize = 1 << 20;
+
+/// How long a read of a running command waits for more output before it answers.
+const READ_QUIET: Duration = Duration::from_millis(100);
+
+/// The handle's prefix.
+const PREFIX: &str = "modal1:";
+
+/// The registry entry: `$1` root, `$2` key. Prints `modal:fresh` or `modal:exists`.
+const REGISTER: &str = r#"umask 077; mkdir -p -- "$1" || exit 125
+if mkdir -- "$1/$2" 2>/dev/null; then echo modal:fresh; else echo modal:exists; fi"#;
+
+/// The command's wrapper: `$1` the entry, then argv. Records its pid, then becomes the command
+/// as the leader of a process group (it already is one when the router made it one).
+const WRAP: &str = r#"d=$1; shift
+printf '%s\n' "$$" >"$d/pid.tmp" && mv -f -- "$d/pid.tmp" "$d/pid" || exit 125
+g=$(sed 's/^.*) //' "/proc/$$/stat" | cut -d' ' -f3)
+if [ "$g" != "$$" ] && command -v setsid >/dev/null 2>&1; then exec setsid "$@"; fi
+exec "$@""#;
+
+/// A signal: `$1` the entry, `$2` the signal name. Prints `modal:sent` or `modal:none`.
+const SIGNAL: &str = r#"p=$(cat "$1/pid" 2>/dev/null) || { echo modal:none; exit 0; }
+g=$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f3)
+if [ "$g" = "$p" ]; then kill -s "$2" -- "-$p" 2>/dev/null || kill -s "$2" "-$p" 2>/dev/null
+else kill -s "$2" "$p" 2>/dev/null; fi
+echo modal:sent"#;
+
+/// The registry's keys, one a line (`$1` root).
+const KEYS: &str = r#"cd -- "$1" 2>/dev/null || exit 0
+for k in *; do [ -d "$k" ] && printf '%s\n' "$k"; done; exit 0"#;
+
+/// A stable 128-bit FNV-1a of `parts`, shaped as a version-8 UUID (RFC 9562 "custom").
+fn exec_id(sandbox: &str, key: &StartKey) -> String {
+    let hash = |seed: u64| {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+        for b in sandbox.bytes().chain([0]).chain(key.as_str().bytes()) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h
+    };
+    let (a, b) = (hash(0x6d6f_6461_6c31), hash(0x6578_6563_7365_616d));
+    let a = (a & !0xf000) | 0x8000; // version 8
+    let b = (b & !(0b11 << 62)) | (0b10 << 62); // variant 10
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xffff,
+        b >> 48,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+/// Modal's native [`Processes`] for one sandbox.
+pub struct ModalProcesses<'a> {
+    exec: &'a ModalExec,
+}
+
+impl<'a> ModalProcesses<'a> {
+    pub(crate) fn new(exec: &'a ModalExec) -> ModalProcesses<'a> {
+        ModalProcesses { exec }
+    }
+
+    fn caps(&self) -> ProcessCapabilities {
+        PROCESSES
+    }
+
+    fn handle_of(&self, key: &StartKey) -> ProcessHandle {
+        ProcessHandle::new(format!(
+            "{PREFIX}{}:{}",
+            Sandbox::id(self.exec),
+            key.as_str()
+        ))
+    }
+
+    fn error(&self, kind: ErrorKind, op: &'static str, message: impl Into<String>) -> Error {
+        Error::new(kind, message)
+            .with_provider(PROVIDER)
+            .with_operation(op)
+    }
+
+    /// The key of `handle`, if it is a handle of this sandbox; [`ErrorKind::InvalidCommand`]
+    /// before any I/O otherwise.
+    fn key_of(&self, handle: &ProcessHandle, op: &'static str) -> Result<StartKey, Error> {
+        let parsed = handle
+            .as_str()
+            .strip_prefix(PREFIX)
+            .and_then(|rest| rest.rsplit_once(':'))
+            .and_then(|(sandbox, key)| Some((sandbox, StartKey::new(key).ok()?)));
+        match parsed {
+            Some((sandbox, key)) if sandbox == Sandbox::id(self.exec) => Ok(key),
+            Some(_) => Err(self.error(
+                ErrorKind::InvalidCommand,
+                op,
+                "the handle belongs to another sandbox",
+            )),
+            None => Err(self.error(ErrorKind::InvalidCommand, op, "not a Modal process handle")),
+        }
+    }
+
+    fn entry(key: &StartKey) -> String {
+        format!("{ROOT}/{}", key.as_str())
+    }
+
+    /// Runs `script` with `args` through an ordinary exec; its trimmed stdout.
+    async fn script(&self, op: &'static str, script: &str, args: &[&str]) -> Result<String, Error> {
+        let out = execseam_adapter_kit::spool::run_script(
+            self.exec,
+            op,
+            "modal-registry",
+            script,
+            args,
+            Bytes::new(),
+        )
+        .await?;
+        String::from_utf8(out.to_vec())
+            .map(|s| s.trim_end().to_owned())
+            .map_err(|_| error::protocol(op, "the registry script's answer is not UTF-8"))
+    }
+
+    /// The router, the task id and the exec id of `key`.
+    async fn target(
+        &self,
+        key: &StartKey,
+        op: &'static str,
+    ) -> Result<(std::sync::Arc<crate::client::Router>, String, String), Error> {
+        let router = self.exec.router(op).await?;
+        let task = self.exec.task_id().unwrap_or_default().to_owned();
+        Ok((router, task, exec_id(Sandbox::id(self.exec), key)))
+    }
+
+    /// `TaskExecPoll`: the state (`NotFound` for an exec the router does not know).
+    async fn poll(&self, key: &StartKey, op: &'static str) -> Result<ProcessState, Error> {
+        use tcr::task_exec_poll_response::ExitStatus as P;
+        let (router, task, id) = self.target(key, op).await?;
+        let p = router
+            .poll(&task, &id)
+            .await
+            .map_err(|s| from_status(s, op, Stage::Before))?;
+        Ok(match p.exit_status {
+            None => ProcessState::Running,
+            Some(P::Code(c)) => ProcessState::Exited(Exit::Code(c)),
+            Some(P::Signal(n)) => ProcessState::Exited(Exit::Signal(n)),
+        })
+    }
+
+    async fn start_one(&self, request: StartRequest) -> Result<Started, Error> {
+        let op = "start";
+        if request.terminal.is_some() {
+            return Err(self.error(
+                ErrorKind::Unsupported,
+                op,
+                "Modal process handles have no terminals here",
+            ));
+        }
+        let command = request.command;
+        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        let key = request.key;
+        let handle = self.handle_of(&key);
+        let entry = Self::entry(&key);
+        // The entry is the lock: a retry finds it (any exec failure here may be retried).
+        let safe = |e: Error| {
+            if e.retry() == Retry::Unsafe {
+                e.with_retry(Retry::SAFE)
+            } else {
+                e
+            }
+        };
+        let fresh = match self
+            .script(op, REGISTER, &[ROOT, key.as_str()])
+            .await
+            .map_err(safe)?
+            .as_str()
+        {
+            "modal:fresh" => true,
+            "modal:exists" => false,
+            _ => return Err(error::protocol(op, "no modal:fresh/exists answer")),
+        };
+        if fresh {
+            match self.poll(&key, op).await {
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+                Ok(_) => {
+                    let _ = self.script(op, "rmdir -- \"$1\"", &[&entry]).await;
+                    return Err(self.error(
+                        ErrorKind::Conflict,
+                        op,
+                        "this key already ran a command in this sandbox (Modal keeps every exec id): start under a new key",
+                    ));
+                }
+            }
+        }
+        let mut argv = vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            WRAP.to_owned(),
+            "execseam-modal".to_owned(),
+            entry,
+        ];
+        argv.extend(command.argv().iter().cloned());
+        let mut b = Command::builder(argv)
+            .tool(command.tool().clone())
+            .envs(command.env().iter().map(|(k, v)| (k.clone(), v.clone())));
+        if let Some(w) = command.workdir() {
+            b = b.workdir(w);
+        }
+        let (router, _, id) = self.target(&key, op).await?;
+        let start = self.exec.start_request(id.clone(), &b.build()?, None);
+        // Idempotent on exec_id: a start whose answer was lost is safe to repeat.
+        self.exec
+            .exec_start(&router, start, op)
+            .await
+            .map_err(safe)?;
+        // The first stdin bytes (again on a retried start: the router drops the overlap).
+        let close = request.stdin == StdinMode::Closed;
+        if !command.stdin().is_empty() || close {
+            let write = StdinWrite {
+                at: 0,
+                data: command.stdin().clone(),
+                close,
+            };
+            match self.stdin_at(&key, write).await {
+                Ok(()) => {}
+                // Already closed or exited: an earlier start delivered it, or nobody reads.
+                Err(e) if e.kind() == ErrorKind::Conflict => {}
+                Err(e) => return Err(safe(e)),
+            }
+        }
+        Ok(Started { handle, fresh })
+    }
+
+    /// `TaskExecStdinWrite` at `write.at`; a closed or exited stdin is `Conflict`.
+    async fn stdin_at(&self, key: &StartKey, write: StdinWrite) -> Result<(), Error> {
+        let op = "write_stdin";
+        let (router, task, id) = self.target(key, op).await?;
+        let req = tcr::TaskExecStdinWriteRequest {
+            task_id: task,
+            exec_id: id,
+            offset: write.at,
+            data: write.data,
+            eof: write.close,
+        };
+        let mut failures = 0;
+        loop {
+            match router.stdin_write(req.clone()).await {
+                Ok(()) => return Ok(()),
+                Err(s) if s.code() == Code::FailedPrecondition => {
+                    return Err(self.error(
+                        ErrorKind::Conflict,
+                        op,
+                        format!("stdin is closed or the process exited: {}", s.message()),
+                    ));
+                }
+                // Offset-addressed: repeating a write is safe (the router drops the overlap).
+                Err(s) if failures < 3 && error::transient(&s) => {
+                    failures += 1;
+                    tokio::time::sleep(Duration::from_millis(20 << failures)).await;
+                }
+                Err(s) => return Err(from_status(s, op, Stage::Before)),
+            }
+        }
+    }
+
+    async fn stdin_state(&self, key: &StartKey, op: &'static str) -> Result<StdinState, Error> {
+        let (router, task, id) = self.target(key, op).await?;
+        let st = router
+            .stdin_status(&task, &id)
+            .await
+            .map_err(|s| from_status(s, op, Stage::Before))?;
+        Ok(StdinState {
+            accepted: st.num_bytes_written,
+            closed: st.closed,
+        })
+    }
+
+    async fn write_at(&self, handle: &ProcessHandle, w: StdinWrite) -> Result<StdinState, Error> {
+        let op = "write_stdin";
+        let key = self.key_of(handle, op)?;
+        let st = self.stdin_state(&key, op).await?;
+        let len = w.data.len() as u64;
+        if w.at == st.accepted && !st.closed {
+            self.stdin_at(&key, w.clone()).await?;
+            return Ok(StdinState {
+                accepted: w.at + len,
+                closed: w.close,
+            });
+        }
+        // The retry of a write that landed.
+        if w.at + len == st.accepted && (st.closed || !w.close) {
+            return Ok(st);
+        }
+        Err(self.error(
+            ErrorKind::Conflict,
+            op,
+            if st.closed {
+                format!("stdin is closed (after {} bytes)", st.accepted)
+            } else {
+                format!(
+                    "stdin has accepted {} bytes, not {}: write from {}",
+                    st.accepted, w.at, st.accepted
+                )
+            },
+        ))
+    }
+
+    /// One stream from `from`: at most [`READ_MAX`] bytes kept, and the offset where it was
+    /// left. `to_end`: read to the stream's end (counting bytes past the cap); otherwise stop
+    /// after [`READ_QUIET`] without a message.
+    async fn drain(
+        &self,
+        key: &StartKey,
+        fd: tcr::TaskExecStdioFileDescriptor,
+        from: u64,
+        to_end: bool,
+    ) -> Result<(Bytes, u64), Error> {
+        let op = "read";
+        let (router, task, id) = self.target(key, op).await?;
+        router
+            .refresh_if_due()
+            .await
+            .map_err(|s| from_status(s, op, Stage::Before))?;
+        let msg = tcr::TaskExecStdioReadRequest {
+            task_id: task,
+            exec_id: id,
+            offset: from,
+            file_descriptor: fd as i32,
+        };
+        let mut stream = router
+            .stdio_read(msg)
+            .await
+            .map_err(|s| from_status(s, op, Stage::Before))?;
+        let (mut kept, mut end) = (BytesMut::new(), from);
+        loop {
+            let next = if to_end {
+                stream.message().await
+            } else {
+                match tokio::time::timeout(READ_QUIET, stream.message()).await {
+                    Ok(n) => n,
+                    Err(_) => return Ok((kept.freeze(), end)),
+                }
+            };
+            match next {
+                Ok(Some(m)) => {
+                    end += m.data.len() as u64;
+                    let room = READ_MAX.saturating_sub(kept.len());
+                    kept.extend_from_slice(&m.data[..m.data.len().min(room)]);
+                    if !to_end && kept.len() >= READ_MAX {
+                        return Ok((kept.freeze(), end));
+                    }
+                }
+                Ok(None) => return Ok((kept.freeze(), end)),
+                Err(s) => return Err(from_status(s, op, Stage::Before)),
+            }
+        }
+    }
+
+    async fn read_at(
+        &self,
+        handle: &ProcessHandle,
+        from: StreamOffsets,
+    ) -> Result<ProcessRead, Error> {
+        let key = self.key_of(handle, "read")?;
+        let state = self.poll(&key, "read").await?;
+        let to_end = matches!(state, ProcessState::Exited(_));
+        use tcr::TaskExecStdioFileDescriptor as Fd;
+        let (out, err) = tokio::join!(
+            self.drain(&key, Fd::Stdout, from.stdout, to_end),
+            self.drain(&key, Fd::Stderr, from.stderr, to_end)
+        );
+        let ((stdout, out_end), (stderr, err_end)) = (out?, err?);
+        Ok(ProcessRead {
+            from,
+            stdout,
+            stderr,
+            state,
+            written: StreamOffsets::new(out_end, err_end),
+        })
+    }
+
+    async fn attach_at<'s>(
+        &'s self,
+        handle: &ProcessHandle,
+        from: StreamOffsets,
+    ) -> Result<ProcessStream<'s>, Error> {
+        let key = self.key_of(handle, "attach")?;
+        let (router, _, id) = self.target(&key, "attach").await?;
+        let rx = self
+            .exec
+            .follow(router, id, [from.stdout, from.stderr], None, None);
+        let events = Events {
+            rx,
+            at: [from.stdout, from.stderr],
+        };
+        Ok(ProcessStream::new(events))
+    }
+
+    async fn wait_for(&self, handle: &ProcessHandle, within: Duration) -> Result<Waited, Error> {
+        let op = "wait";
+        let key = self.key_of(handle, op)?;
+        let (router, task, id) = self.target(&key, op).await?;
+        let deadline = tokio::time::Instant::now() + within;
+        let mut failures = 0;
+        loop {
+            let answer = tokio::time::timeout_at(deadline, router.wait(&task, &id)).await;
+            use tcr::task_exec_wait_response::ExitStatus as W;
+            match answer {
+                Err(_) => {
+                    // The deadline: one poll decides (an exit at the deadline is an exit).
+                    return match self.poll(&key, op).await? {
+                        ProcessState::Exited(exit) => Ok(Waited::Exited(exit)),
+                        _ => Ok(Waited::Running),
+                    };
+                }
+                Ok(Ok(r)) => {
+                    return match r.exit_status {
+                        Some(W::Code(c)) => Ok(Waited::Exited(Exit::Code(c))),
+                        Some(W::Signal(n)) => Ok(Waited::Exited(Exit::Signal(n))),
+                        None => Err(error::protocol(
+                            op,
+                            "TaskExecWait answered without a code or a signal",
+                        )),
+                    };
+                }
+                Ok(Err(s)) if failures < 3 && error::resumable(&s) => {
+                    failures += 1;
+                    tokio::time::sleep(Duration::from_millis(50 << failures)).await;
+                }
+                Ok(Err(s)) => return Err(from_status(s, op, Stage::Before)),
+            }
+        }
+    }
+
+    async fn send(&self, handle: &ProcessHandle, signal: Signal) -> Result<(), Error> {
+        let op = "signal";
+        let key = self.key_of(handle, op)?;
+        if let ProcessState::Exited(_) = self.poll(&key, op).await? {
+            return Ok(());
+        }
+        match self
+            .script(op, SIGNAL, &[&Self::entry(&key), signal.name()])
+            .await?
+            .as_str()
+        {
+            "modal:sent" => Ok(()),
+            "modal:none" => Err(self.error(
+                ErrorKind::NotFound,
+                op,
+                "no process is registered under this handle (released?)",
+            )),
+            _ => Err(error::protocol(op, "no modal:sent answer")),
+        }
+    }
+
+    /// Whether `key` is in the registry.
+    async fn registered(&self, key: &StartKey, op: &'static str) -> Result<bool, Error> {
+        let answer = self
+            .script(
+                op,
+                "[ -d \"$1\" ] && echo yes || echo no",
+                &[&Self::entry(key)],
+            )
+            .await?;
+        Ok(answer == "yes")
+    }
+
+    async fn info(&self, key: StartKey, op: &'static str) -> Result<ProcessInfo, Error> {
+        let state = match self.poll(&key, op).await {
+            Ok(s) => s,
+            // Registered, but the router does not know it: started nothing, or forgotten.
+            Err(e) if e.kind() == ErrorKind::NotFound => ProcessState::Unknown,
+            Err(e) => return Err(e),
+        };
+        let stdin = match state {
+            ProcessState::Unknown => None,
+            _ => Some(self.stdin_state(&key, op).await?),
+        };
+        Ok(ProcessInfo {
+            handle: self.handle_of(&key),
+            key,
+            state,
+            written: None,
+            stdin,
+        })
+    }
+
+    async fn status_of(&self, handle: &ProcessHandle) -> Result<ProcessInfo, Error> {
+        let op = "status";
+        let key = self.key_of(handle, op)?;
+        if !self.registered(&key, op).await? {
+            return Err(self.error(
+                ErrorKind::NotFound,
+                op,
+                "no process was started (or it was released) under this handle",
+            ));
+        }
+        self.info(key, op).await
+    }
+
+    async fn list_all(&self) -> Result<Vec<ProcessInfo>, Error> {
+        let op = "list";
+        let keys = self.script(op, KEYS, &[ROOT]).await?;
+        let mut keys: Vec<StartKey> = keys.lines().filter_map(|k| StartKey::new(k).ok()).collect();
+        keys.sort();
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            out.push(self.info(key, op).await?);
+        }
+        Ok(out)
+    }
+
+    async fn release_one(&self, handle: &ProcessHandle) -> Result<(), Error> {
+        let op = "release";
+        let key = self.key_of(handle, op)?;
+        match self.poll(&key, op).await {
+            Ok(ProcessState::Running) => {
+                return Err(self.error(
+                    ErrorKind::Conflict,
+                    op,
+                    "the process is running: signal it first",
+                ));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        self.script(op, "rm -rf -- \"$1\"", &[&Self::entry(&key)])
+            .await
+            .map(drop)
+    }
+}
+
+/// An exec's events with their offsets.
+struct Events {
+    rx: tokio::sync::mpsc::Receiver<Result<Event, Error>>,
+    at: [u64; 2],
+}
+
+impl futures_core::Stream for Events {
+    type Item = Result<ProcessEvent, Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx).map(|item| {
+            item.map(|r| {
+                r.map(|event| match event {
+                    Event::Stdout(data) => {
+                        let at = self.at[0];
+                        self.at[0] += data.len() as u64;
+                        ProcessEvent::Stdout { at, data }
+                    }
+                    Event::Stderr(data) => {
+                        let at = self.at[1];
+                        self.at[1] += data.len() as u64;
+                        ProcessEvent::Stderr { at, data }
+                    }
+                    Event::Exit(exit) => ProcessEvent::Exit(exit),
+                })
+            })
+        })
+    }
+}
+
+execseam_adapter_kit::forward_processes!(ModalProcesses<'_>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_ids_are_stable_uuid_shaped_and_per_sandbox_and_key() {
+        let k = StartKey::new("op-1").unwrap();
+        let a = exec_id("sb-a", &k);
+        assert_eq!(a, exec_id("sb-a", &k), "a pure function of sandbox and key");
+        assert_ne!(a, exec_id("sb-b", &k));
+        assert_ne!(a, exec_id("sb-a", &StartKey::new("op-2").unwrap()));
+        let parts: Vec<&str> = a.split('-').collect();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12]
+        );
+        assert!(parts[2].starts_with('8'), "version 8: {a}");
+        assert!(
+            matches!(&parts[3][..1], "8" | "9" | "a" | "b"),
+            "variant: {a}"
+        );
+    }
+}
