@@ -65,8 +65,8 @@ mod frames;
 mod provider;
 mod wire;
 
-use execseam_adapter_kit::{Adapter, Var, Vars};
-use execseam_core::{Capabilities, Error, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::Var;
+use execseam_core::{Capabilities, LifecycleCapabilities, SpecSupport};
 
 pub use config::{
     AgentCoreConfig, DEFAULT_IDENTIFIER, DEFAULT_SESSION_ROOT, DEFAULT_SESSION_TIMEOUT, ExecMode,
@@ -109,31 +109,16 @@ pub const VARS: &[Var] = &[
     Var::text("AGENTCORE_SESSION_ROOT"),
 ];
 
-/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct AgentCore;
-
-impl Adapter for AgentCore {
-    const NAME: &'static str = PROVIDER;
-    const ABOUT: &'static str =
-        "AWS Bedrock AgentCore Code Interpreter (sessions are the sandboxes)";
-    const VARS: &'static [Var] = VARS;
-    const CAPABILITIES: Capabilities = CAPABILITIES;
-    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
-
-    type Config = AgentCoreConfig;
-    type Provider = AgentCoreProvider;
-
-    fn config(vars: &Vars<'_>) -> Result<AgentCoreConfig, Error> {
-        AgentCoreConfig::from_vars(vars)
+execseam_adapter_kit::adapter! {
+    /// The adapter (see [`Adapter`](execseam_adapter_kit::Adapter)): what the `execseam` facade's registry lists.
+    pub struct AgentCore {
+        about: "AWS Bedrock AgentCore Code Interpreter (sessions are the sandboxes)",
+        config: AgentCoreConfig,
+        provider: AgentCoreProvider,
     }
 
     fn capabilities(config: &AgentCoreConfig) -> Capabilities {
         capabilities_for(config.exec_mode(), config.is_exact_output())
-    }
-
-    fn provider(config: AgentCoreConfig) -> Result<AgentCoreProvider, Error> {
-        AgentCoreProvider::new(config)
     }
 }
 

@@ -55,8 +55,8 @@ mod wire;
 
 mod provider;
 
-use execseam_adapter_kit::{Adapter, Var, Vars};
-use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities};
+use execseam_adapter_kit::Var;
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities};
 
 use crate::config::GUEST_MAX_LOG_BYTES;
 
@@ -102,25 +102,11 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 /// The configuration variables [`AxConfig::from_env`] reads.
 pub const VARS: &[Var] = &[Var::text("AX_TARGET_ACTOR")];
 
-/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Ax;
-
-impl Adapter for Ax {
-    const NAME: &'static str = PROVIDER;
-    const ABOUT: &'static str = "agent-substrate guest services as google/ax serves them (connect only: the guest's host:port is the sandbox id)";
-    const VARS: &'static [Var] = VARS;
-    const CAPABILITIES: Capabilities = CAPABILITIES;
-    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
-
-    type Config = AxConfig;
-    type Provider = AxProvider;
-
-    fn config(vars: &Vars<'_>) -> Result<AxConfig, Error> {
-        AxConfig::from_vars(vars)
-    }
-
-    fn provider(config: AxConfig) -> Result<AxProvider, Error> {
-        AxProvider::new(config)
+execseam_adapter_kit::adapter! {
+    /// The adapter (see [`Adapter`](execseam_adapter_kit::Adapter)): what the `execseam` facade's registry lists.
+    pub struct Ax {
+        about: "agent-substrate guest services as google/ax serves them (connect only: the guest's host:port is the sandbox id)",
+        config: AxConfig,
+        provider: AxProvider,
     }
 }

@@ -49,8 +49,8 @@ pub use durable::{DurableClient, Operation, Terminal};
 pub use exec::{ChronoExec, Executed, Prepared};
 pub use provider::ChronoProvider;
 
-use execseam_adapter_kit::{Adapter, Var, Vars};
-use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, Tool};
+use execseam_adapter_kit::Var;
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, Tool};
 
 /// The largest command (argv and env) sent, checked before any I/O: the command reaches the
 /// sandbox as one `bash -c` script, a single `execve` string of at most 128 KiB
@@ -75,31 +75,16 @@ pub const VARS: &[Var] = &[
     Var::flag("CHRONO_DURABLE"),
 ];
 
-/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Chrono;
-
-impl Adapter for Chrono {
-    const NAME: &'static str = PROVIDER;
-    const ABOUT: &'static str =
-        "Chrono Sandbox through POST /execute (CHRONO_DURABLE=1: the durable /executions contract)";
-    const VARS: &'static [Var] = VARS;
-    const CAPABILITIES: Capabilities = CAPABILITIES;
-    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
-
-    type Config = ChronoConfig;
-    type Provider = ChronoProvider;
-
-    fn config(vars: &Vars<'_>) -> Result<ChronoConfig, Error> {
-        ChronoConfig::from_vars(vars)
+execseam_adapter_kit::adapter! {
+    /// The adapter (see [`Adapter`](execseam_adapter_kit::Adapter)): what the `execseam` facade's registry lists.
+    pub struct Chrono {
+        about: "Chrono Sandbox through POST /execute (CHRONO_DURABLE=1: the durable /executions contract)",
+        config: ChronoConfig,
+        provider: ChronoProvider,
     }
 
     fn capabilities(config: &ChronoConfig) -> Capabilities {
         ChronoExec::capabilities_of(config)
-    }
-
-    fn provider(config: ChronoConfig) -> Result<ChronoProvider, Error> {
-        ChronoProvider::new(config)
     }
 }
 

@@ -58,8 +58,8 @@ mod provider;
 mod session_tests;
 mod wire;
 
-use execseam_adapter_kit::{Adapter, Var, Vars};
-use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::Var;
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
 
 pub use config::{CloudflareConfig, DEFAULT_MAX_ANSWER_BYTES, OutputMode};
 pub use exec::{CloudflareExec, MAX_WRITE, TEMP_DIR};
@@ -73,30 +73,16 @@ pub const VARS: &[Var] = &[
     Var::choice("EXECSEAM_CLOUDFLARE_MODE", &["fast", "exact"]),
 ];
 
-/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Cloudflare;
-
-impl Adapter for Cloudflare {
-    const NAME: &'static str = PROVIDER;
-    const ABOUT: &'static str = "Cloudflare Sandbox through the sandbox bridge Worker (EXECSEAM_CLOUDFLARE_MODE=exact for byte-exact output)";
-    const VARS: &'static [Var] = VARS;
-    const CAPABILITIES: Capabilities = CAPABILITIES;
-    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
-
-    type Config = CloudflareConfig;
-    type Provider = CloudflareProvider;
-
-    fn config(vars: &Vars<'_>) -> Result<CloudflareConfig, Error> {
-        CloudflareConfig::from_vars(vars)
+execseam_adapter_kit::adapter! {
+    /// The adapter (see [`Adapter`](execseam_adapter_kit::Adapter)): what the `execseam` facade's registry lists.
+    pub struct Cloudflare {
+        about: "Cloudflare Sandbox through the sandbox bridge Worker (EXECSEAM_CLOUDFLARE_MODE=exact for byte-exact output)",
+        config: CloudflareConfig,
+        provider: CloudflareProvider,
     }
 
     fn capabilities(config: &CloudflareConfig) -> Capabilities {
         CloudflareExec::capabilities_of(config.output_mode())
-    }
-
-    fn provider(config: CloudflareConfig) -> Result<CloudflareProvider, Error> {
-        CloudflareProvider::new(config)
     }
 }
 

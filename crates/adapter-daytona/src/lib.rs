@@ -49,7 +49,7 @@
 //! daemons kill at 360 s by default).
 #![warn(missing_docs)]
 
-use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_adapter_kit::Var;
 use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
 
 mod client;
@@ -133,25 +133,11 @@ pub const VARS: &[Var] = &[
     Var::url("EXECSEAM_DAYTONA_TOOLBOX_URL"),
 ];
 
-/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Daytona;
-
-impl Adapter for Daytona {
-    const NAME: &'static str = PROVIDER;
-    const ABOUT: &'static str = "Daytona sandboxes (each command in its own session)";
-    const VARS: &'static [Var] = VARS;
-    const CAPABILITIES: Capabilities = CAPABILITIES;
-    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
-
-    type Config = DaytonaConfig;
-    type Provider = DaytonaProvider;
-
-    fn config(vars: &Vars<'_>) -> Result<DaytonaConfig, Error> {
-        DaytonaConfig::from_vars(vars)
-    }
-
-    fn provider(config: DaytonaConfig) -> Result<DaytonaProvider, Error> {
-        DaytonaProvider::new(config)
+execseam_adapter_kit::adapter! {
+    /// The adapter (see [`Adapter`](execseam_adapter_kit::Adapter)): what the `execseam` facade's registry lists.
+    pub struct Daytona {
+        about: "Daytona sandboxes (each command in its own session)",
+        config: DaytonaConfig,
+        provider: DaytonaProvider,
     }
 }

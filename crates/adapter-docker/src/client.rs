@@ -224,7 +224,8 @@ pub(crate) async fn bounded<T>(
 /// bollard's frame decoder (`NewlineLogOutputDecoder`, bollard 0.21.1 `src/read.rs`) buffers a
 /// whole frame of the length its 8-byte header announces, so after the `101` head [`Frames`]
 /// reads each header as the decoder will and fails a frame announced over the cap, and a stream
-/// that is not frames (the exec is never a TTY, so the adapter refuses unframed bytes anyway).
+/// that is not frames. A TTY exec's start (a terminal: `"Tty":true` in its body) is raw bytes,
+/// passed on uncapped.
 pub(crate) mod capped {
     use std::future::Future;
     use std::io;
@@ -440,6 +441,9 @@ pub(crate) mod capped {
         Head(Vec<u8>),
         /// After a `101` head: frames, not capped as a whole.
         Frames(Frames),
+        /// After a `101` head to a TTY exec start (`"Tty":true`): the terminal's raw bytes, not
+        /// capped (bollard passes them on as they come: `NewlineLogOutputDecoder::new(true)`).
+        Raw,
     }
 
     /// The client builder, as bollard's own connectors have it: no idle connection kept.
@@ -526,6 +530,11 @@ pub(crate) mod capped {
         }
 
         fn wrote(&mut self, data: &[u8]) {
+            if matches!(self.hijack, Hijack::Head(_)) && self.head.len() < 512 {
+                // The start's body (`{"Detach":false,"Tty":…}`) follows its head.
+                let n = data.len().min(512 - self.head.len());
+                self.head.extend_from_slice(&data[..n]);
+            }
             if !matches!(self.hijack, Hijack::No) {
                 return;
             }
@@ -550,6 +559,7 @@ pub(crate) mod capped {
                 Hijack::No if self.read > self.cap => Err(AnswerTooLarge::Answer(self.cap)),
                 Hijack::No => Ok(()),
                 Hijack::Frames(frames) => frames.feed(data, self.cap),
+                Hijack::Raw => Ok(()),
                 Hijack::Head(head) => {
                     let from = head.len().saturating_sub(3);
                     head.extend_from_slice(data);
@@ -562,7 +572,14 @@ pub(crate) mod capped {
                     };
                     let end = from + end + 4;
                     // hyper upgrades only a `101`; any other answer (an error) is capped whole.
-                    if head.starts_with(b"HTTP/1.1 101 ") || head.starts_with(b"HTTP/1.0 101 ") {
+                    if (head.starts_with(b"HTTP/1.1 101 ") || head.starts_with(b"HTTP/1.0 101 "))
+                        && self.head.windows(10).any(|w| w == b"\"Tty\":true")
+                    {
+                        self.hijack = Hijack::Raw;
+                        Ok(())
+                    } else if head.starts_with(b"HTTP/1.1 101 ")
+                        || head.starts_with(b"HTTP/1.0 101 ")
+                    {
                         let rest = head.split_off(end);
                         let mut frames = Frames::default();
                         frames.feed(&rest, self.cap)?;

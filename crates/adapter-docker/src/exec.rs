@@ -1,6 +1,5 @@
 //! Commands as Docker execs: in the warm container, or in a fresh container per call.
 
-use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::id;
 use execseam_adapter_kit::size;
 use std::pin::Pin;
@@ -45,6 +44,8 @@ pub(crate) struct Inner {
     pub(crate) client: Arc<Client>,
     pub(crate) target: Target,
     pub(crate) ownership: Ownership,
+    /// The terminals this handle started (see `terminal.rs`).
+    pub(crate) terminals: execseam_adapter_kit::attached::Terminals,
 }
 
 pub(crate) enum Target {
@@ -92,6 +93,7 @@ impl DockerExec {
                 client,
                 target,
                 ownership,
+                terminals: Default::default(),
             }),
         }
     }
@@ -827,9 +829,10 @@ impl Exec for DockerExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span!(self.provider(), "exec", command, |command| async move {
-            self.exec_detailed(command).await.map(|d| d.output)
-        })
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
+        let fut = Box::pin(async move { self.exec_detailed(command).await.map(|d| d.output) });
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -837,33 +840,39 @@ impl Exec for DockerExec {
     }
 
     /// Warm mode: the adapter kit's spool in the container's `/tmp` (a detached exec's output is
-    /// discarded and an attached one is killed with its client; there is no exec attach). Per call:
-    /// none (the container is removed after each command).
+    /// discarded and an attached one is killed with its client; there is no exec attach), and
+    /// terminals on the engine's `Tty` exec held by this handle (`terminal.rs`). Per call: none
+    /// (the container is removed after each command).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
         self.capabilities().processes?;
-        execseam_adapter_kit::spool::processes(self)
+        let spool = execseam_adapter_kit::spool::Spool::new(self, Sandbox::id(self))
+            .capabilities(execseam_adapter_kit::spool::SPOOLED);
+        Some(Box::new(execseam_adapter_kit::attached::Attached::new(
+            spool,
+            self,
+            self,
+            &self.inner.terminals,
+        )))
     }
 }
 
 impl ExecStream for DockerExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span!(
-            self.provider(),
-            "exec_stream",
-            command,
-            |command| async move {
-                let run = self.start(command).await?;
-                Ok(EventStream::new(futures_util::stream::unfold(
-                    Some(run),
-                    |state| async move {
-                        let mut run = state?;
-                        let item = run.next_event().await;
-                        let more = !run.done;
-                        Some((item, more.then_some(run)))
-                    },
-                )))
-            },
-        )
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
+        let fut = Box::pin(async move {
+            let run = self.start(command).await?;
+            Ok(EventStream::new(futures_util::stream::unfold(
+                Some(run),
+                |state| async move {
+                    let mut run = state?;
+                    let item = run.next_event().await;
+                    let more = !run.done;
+                    Some((item, more.then_some(run)))
+                },
+            )))
+        });
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 }
 

@@ -47,8 +47,8 @@
 //! Error mapping: see `error.rs` (rendered in `docs/adapters/docker.md`).
 #![warn(missing_docs)]
 
-use execseam_adapter_kit::{Adapter, Var, Vars};
-use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::Var;
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
 
 mod client;
 pub mod config;
@@ -57,6 +57,7 @@ mod error;
 mod exec;
 mod provider;
 mod state;
+mod terminal;
 
 pub use client::{LABEL_MANAGED, LABEL_MODE, LABEL_SANDBOX};
 pub use config::{DEFAULT_MAX_ANSWER, DockerConfig, Mode, Ulimit};
@@ -82,22 +83,12 @@ pub const VARS: &[Var] = &[
     Var::number("EXECSEAM_DOCKER_MEMORY"),
 ];
 
-/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Docker;
-
-impl Adapter for Docker {
-    const NAME: &'static str = PROVIDER;
-    const ABOUT: &'static str = "containers over the Docker Engine API, Docker or podman (EXECSEAM_DOCKER_MODE=warm: a long-lived container per sandbox; per-call: a fresh container per command)";
-    const VARS: &'static [Var] = VARS;
-    const CAPABILITIES: Capabilities = CAPABILITIES;
-    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
-
-    type Config = DockerConfig;
-    type Provider = DockerProvider;
-
-    fn config(vars: &Vars<'_>) -> Result<DockerConfig, Error> {
-        DockerConfig::from_vars(vars)
+execseam_adapter_kit::adapter! {
+    /// The adapter (see [`Adapter`](execseam_adapter_kit::Adapter)): what the `execseam` facade's registry lists.
+    pub struct Docker {
+        about: "containers over the Docker Engine API, Docker or podman (EXECSEAM_DOCKER_MODE=warm: a long-lived container per sandbox; per-call: a fresh container per command)",
+        config: DockerConfig,
+        provider: DockerProvider,
     }
 
     fn capabilities(config: &DockerConfig) -> Capabilities {
@@ -109,10 +100,6 @@ impl Adapter for Docker {
             Mode::Warm => LIFECYCLE,
             Mode::PerCall => PER_CALL_LIFECYCLE,
         }
-    }
-
-    fn provider(config: DockerConfig) -> Result<DockerProvider, Error> {
-        DockerProvider::new(config)
     }
 }
 
@@ -176,7 +163,10 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    processes: Some(execseam_core::ProcessCapabilities {
+        terminal: true,
+        ..execseam_adapter_kit::spool::SPOOLED
+    }),
 };
 
 /// The capabilities of a mode: per call, no process handles (the container is removed after

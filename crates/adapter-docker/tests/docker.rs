@@ -762,3 +762,80 @@ async fn ended_and_abandoned_execs_leave_no_engine_process() {
     .await;
     eprintln!("conmon for the container: {before} before, {piled} after 9 execs, back to {before}");
 }
+
+/// A terminal is the engine's own `Tty` exec (no `script(1)` in this BusyBox image): the
+/// command's env reaches it without going into an engine request (the file it came through is
+/// gone), `TERM` defaults to `xterm-256color`, a resize is the engine's
+/// (`POST /exec/{id}/resize`, seen by `stty size`), and the terminal lives with the handle that
+/// started it: another handle to the same container does not find it (`NotFound`, saying why).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_is_the_engines_tty_exec_held_by_its_handle() {
+    use execseam_core::{StartKey, StartRequest, StdinWrite, StreamOffsets, TerminalSize, Waited};
+    let (exec, _destroy) = warm("terminal").await;
+    let p = exec.processes().expect("warm mode has process handles");
+    assert!(p.process_capabilities().terminal);
+    let cmd = Command::builder([
+        "sh",
+        "-c",
+        "echo \"v=$V t=$TERM\"; ls /tmp | grep -c '^.execseam-' ; read x; echo \"size:$(stty size)\"",
+    ])
+    .env("V", "a b'c")
+    .build()
+    .unwrap();
+    let key = StartKey::new("docker-tty").unwrap();
+    let h = p
+        .start(StartRequest::new(key, cmd).terminal(TerminalSize { cols: 80, rows: 24 }))
+        .await
+        .unwrap()
+        .handle;
+    let until = async |want: &str| {
+        let t = Instant::now();
+        loop {
+            let r = p.read(&h, StreamOffsets::ZERO).await.unwrap();
+            let text = String::from_utf8_lossy(&r.stdout).into_owned();
+            if text.contains(want) {
+                return text;
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "{want:?}: {text:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let text = until("\r\n0\r\n").await;
+    assert!(text.starts_with("v=a b'c t=xterm-256color\r\n"), "{text:?}");
+    // Another handle to the same container: the terminal is not there.
+    let other = provider(&config("terminal")).attach(exec.id()).unwrap();
+    let e = other
+        .processes()
+        .unwrap()
+        .status(&h)
+        .await
+        .expect_err("another handle does not hold the terminal");
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    assert!(e.to_string().contains("client that started it"), "{e}");
+    p.resize(
+        &h,
+        TerminalSize {
+            cols: 100,
+            rows: 40,
+        },
+    )
+    .await
+    .unwrap();
+    let at = p.status(&h).await.unwrap().stdin.unwrap().accepted;
+    p.write_stdin(
+        &h,
+        StdinWrite {
+            at,
+            data: "\r".into(),
+            close: false,
+        },
+    )
+    .await
+    .unwrap();
+    until("size:40 100").await;
+    assert_eq!(
+        p.wait(&h, Duration::from_secs(20)).await.unwrap(),
+        Waited::Exited(Exit::Code(0))
+    );
+    p.release(&h).await.unwrap();
+}

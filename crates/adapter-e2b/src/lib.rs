@@ -64,8 +64,8 @@
 //! told apart.
 #![warn(missing_docs)]
 
-use execseam_adapter_kit::{Adapter, Var, Vars};
-use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport, Tool};
+use execseam_adapter_kit::Var;
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport, Tool};
 
 mod client;
 mod config;
@@ -99,26 +99,12 @@ pub const VARS: &[Var] = &[
     Var::choice("E2B_API_ROUTES", &["v2", "legacy"]),
 ];
 
-/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct E2b;
-
-impl Adapter for E2b {
-    const NAME: &'static str = PROVIDER;
-    const ABOUT: &'static str = "E2B sandboxes: control plane plus envd over Connect";
-    const VARS: &'static [Var] = VARS;
-    const CAPABILITIES: Capabilities = CAPABILITIES;
-    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
-
-    type Config = E2bConfig;
-    type Provider = E2bProvider;
-
-    fn config(vars: &Vars<'_>) -> Result<E2bConfig, Error> {
-        E2bConfig::from_vars(vars)
-    }
-
-    fn provider(config: E2bConfig) -> Result<E2bProvider, Error> {
-        E2bProvider::new(config)
+execseam_adapter_kit::adapter! {
+    /// The adapter (see [`Adapter`](execseam_adapter_kit::Adapter)): what the `execseam` facade's registry lists.
+    pub struct E2b {
+        about: "E2B sandboxes: control plane plus envd over Connect",
+        config: E2bConfig,
+        provider: E2bProvider,
     }
 }
 

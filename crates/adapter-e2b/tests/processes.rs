@@ -9,12 +9,13 @@
 use std::time::{Duration, Instant};
 
 use execseam_core::{
-    Command, ErrorKind, Exec, Exit, ProcessHandle, ProcessState, Sandbox, SandboxSpec, Signal,
-    StartKey, StartRequest, StreamOffsets, Waited,
+    ErrorKind, Exec, Exit, ProcessHandle, ProcessState, Sandbox, SandboxSpec, Signal, StartKey,
+    StartRequest, StreamOffsets, Waited,
 };
 use execseam_e2b::{E2bConfig, E2bExec, E2bProvider};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::e2b::E2bEmulator;
+use execseam_test_util::processes::{output_from_start, sh, stdin_env_and_workdir_reach};
 
 async fn emulator() -> E2bEmulator {
     E2bEmulator::start(EmulatorOptions::default())
@@ -43,10 +44,6 @@ async fn reconnect(emu: &E2bEmulator, id: &str) -> E2bExec {
         .connect(id)
         .await
         .unwrap()
-}
-
-fn sh(script: &str) -> Command {
-    Command::new(["sh", "-c", script]).unwrap()
 }
 
 async fn until(what: &str, mut f: impl FnMut() -> bool) {
@@ -81,13 +78,7 @@ async fn a_detached_command_outlives_its_client_and_is_attached_again_byte_exact
 
     let second = reconnect(&emu, &id).await;
     let p = second.processes().unwrap();
-    let out = p
-        .attach(&stored, StreamOffsets::ZERO)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let out = output_from_start(&*p, &stored).await;
     assert_eq!(&out.stdout[..], b"one\n\xff\x00twothree\n");
     assert_eq!(&out.stderr[..], b"e1\ne2");
     assert_eq!(out.exit, Exit::Code(7));
@@ -126,13 +117,7 @@ async fn a_command_envd_forgot_is_answered_from_the_spool() {
         p.wait(&s.handle, Duration::from_secs(10)).await.unwrap(),
         Waited::Exited(Exit::Code(3))
     );
-    let out = p
-        .attach(&s.handle, StreamOffsets::ZERO)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let out = output_from_start(&*p, &s.handle).await;
     assert_eq!(
         (&out.stdout[..], &out.stderr[..]),
         (&b"done"[..], &b"warn"[..])
@@ -205,25 +190,7 @@ async fn stdin_env_and_workdir_reach_the_detached_command() {
     let emu = emulator().await;
     let exec = create(&emu).await;
     let p = exec.processes().unwrap();
-    let cmd = Command::builder(["sh", "-c", "cat; printf '|%s|%s|' \"$A_1\" \"$(pwd)\""])
-        .stdin("in\x00put")
-        .env("A_1", "v 1")
-        .workdir("/tmp")
-        .build()
-        .unwrap();
-    let s = p
-        .start(StartRequest::new(StartKey::new("io").unwrap(), cmd))
-        .await
-        .unwrap();
-    let out = p
-        .attach(&s.handle, StreamOffsets::ZERO)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    assert_eq!(&out.stdout[..], b"in\x00put|v 1|/tmp|");
-    assert_eq!(out.exit, Exit::Code(0));
+    stdin_env_and_workdir_reach(&*p).await;
     drop(p);
     exec.destroy().await.unwrap();
 }

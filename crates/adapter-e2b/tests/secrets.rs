@@ -9,15 +9,14 @@ use execseam_e2b::{E2bConfig, E2bProvider};
 use execseam_emulators::e2b::E2bEmulator;
 use execseam_emulators::{EmulatorOptions, Fault};
 use execseam_layers::ExecExt;
+use execseam_test_util::secrets::{Planted, assert_not_logged};
 
 const TOKEN: &str = "e2b_s3cr3tapikey0123456789";
-const ENV_SECRET: &str = "s3cr3t-env-value-e2b";
-const STDIN_SECRET: &str = "s3cr3t-stdin-bytes-e2b";
-const OUTPUT_SECRET: &str = "s3cr3t-output-text-e2b";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn secrets_never_reach_any_log_at_trace() {
     let log = execseam_test_util::capture::install();
+    let planted = Planted::new("e2b", TOKEN);
     let emu = E2bEmulator::start(EmulatorOptions {
         token: Some(TOKEN.into()),
         ..EmulatorOptions::default()
@@ -29,32 +28,12 @@ async fn secrets_never_reach_any_log_at_trace() {
         .sandbox_url(emu.base_url());
     let exec = E2bProvider::new(config)
         .unwrap()
-        .create(SandboxSpec::new().with_env("SANDBOX_SECRET", ENV_SECRET))
+        .create(SandboxSpec::new().with_env("SANDBOX_SECRET", &planted.env))
         .await
         .unwrap();
-    let cmd = Command::builder([
-        "sh",
-        "-c",
-        "cat; printf '%s' \"$S\"; printf '%s' \"$1\" >&2",
-        "sh",
-        OUTPUT_SECRET,
-    ])
-    .env("S", ENV_SECRET)
-    .stdin(STDIN_SECRET)
-    .build()
-    .unwrap();
-    let out = exec.exec(cmd.clone()).await.unwrap();
-    assert!(out.stdout.starts_with(STDIN_SECRET.as_bytes()));
-    exec.streaming()
-        .unwrap()
-        .exec_stream(cmd.clone())
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    planted.run_both_ways(&exec).await;
     let slow = Command::builder(["sh", "-c", "printf '%s' \"$S\"; sleep 30"])
-        .env("S", ENV_SECRET)
+        .env("S", &planted.env)
         .build()
         .unwrap();
     assert!(
@@ -65,7 +44,7 @@ async fn secrets_never_reach_any_log_at_trace() {
             .is_err()
     );
     emu.faults().arm("exec", Fault::CutBeforeExit);
-    assert!(exec.exec(cmd).await.is_err());
+    assert!(exec.exec(planted.command()).await.is_err());
     drop(exec);
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -73,9 +52,5 @@ async fn secrets_never_reach_any_log_at_trace() {
         log.has_target("execseam_e2b"),
         "the capture sees the adapter's own records"
     );
-    for secret in [TOKEN, ENV_SECRET, STDIN_SECRET, OUTPUT_SECRET] {
-        if let Some(line) = log.find(secret.as_bytes()) {
-            panic!("{secret:?} reached a log: {line}");
-        }
-    }
+    assert_not_logged(&log, &planted.all(&[]));
 }

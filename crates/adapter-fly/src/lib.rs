@@ -38,8 +38,8 @@
 //! Error mapping: see `docs/adapters/fly.md`.
 #![warn(missing_docs)]
 
-use execseam_adapter_kit::{Adapter, Var, Vars};
-use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::Var;
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
 
 mod client;
 mod config;
@@ -106,30 +106,16 @@ pub const VARS: &[Var] = &[
     Var::text("EXECSEAM_FLY_REGION"),
 ];
 
-/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Fly;
-
-impl Adapter for Fly {
-    const NAME: &'static str = PROVIDER;
-    const ABOUT: &'static str = "Fly Machines through the Machines API exec endpoint (machines of one app are the sandboxes)";
-    const VARS: &'static [Var] = VARS;
-    const CAPABILITIES: Capabilities = CAPABILITIES;
-    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
-
-    type Config = FlyConfig;
-    type Provider = FlyProvider;
-
-    fn config(vars: &Vars<'_>) -> Result<FlyConfig, Error> {
-        FlyConfig::from_vars(vars)
+execseam_adapter_kit::adapter! {
+    /// The adapter (see [`Adapter`](execseam_adapter_kit::Adapter)): what the `execseam` facade's registry lists.
+    pub struct Fly {
+        about: "Fly Machines through the Machines API exec endpoint (machines of one app are the sandboxes)",
+        config: FlyConfig,
+        provider: FlyProvider,
     }
 
     fn capabilities(config: &FlyConfig) -> Capabilities {
         FlyExec::capabilities_of(config)
-    }
-
-    fn provider(config: FlyConfig) -> Result<FlyProvider, Error> {
-        FlyProvider::new(config)
     }
 }
 

@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit, Output, Retry, WireStatus};
+use execseam_core::{
+    Command, Deadline, ErrorKind, Exec, Exit, Output, Retry, SandboxState, WireStatus,
+};
 use execseam_emulators::fly::{FlyEmulator, FlyOptions, TimeoutMode};
 use execseam_emulators::{EmulatorOptions, Fault};
 use execseam_fly::{FlyConfig, FlyExec, FlyProvider};
@@ -43,7 +45,7 @@ fn sh(script: &str) -> Command {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn ensure_started_starts_a_stopped_or_suspended_machine() {
+async fn ensure_started_starts_and_suspend_suspends_the_machine() {
     let emu = emulator(FlyOptions {
         transition: Duration::from_millis(300),
         ..FlyOptions::default()
@@ -60,6 +62,15 @@ async fn ensure_started_starts_a_stopped_or_suspended_machine() {
         "{e}"
     );
     assert_eq!(e.status(), Some(WireStatus::Http(412)));
+    // The 412 says nothing of the state: the adapter reads it from the machine.
+    assert_eq!(e.sandbox_state(), Some(SandboxState::Stopped), "{e}");
+    // Only a started machine can be suspended: refused at once, not waited out.
+    let e = fly.suspend().await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.sandbox_state()),
+        (ErrorKind::Conflict, Some(SandboxState::Stopped)),
+        "{e}"
+    );
 
     let t = Instant::now();
     fly.ensure_started().await.unwrap();
@@ -70,7 +81,15 @@ async fn ensure_started_starts_a_stopped_or_suspended_machine() {
     );
     assert!(fly.exec(sh("true")).await.unwrap().exit.success());
 
-    m.set_state("suspended");
+    fly.suspend().await.unwrap();
+    assert_eq!(m.state(), "suspended");
+    fly.suspend().await.unwrap(); // already suspended: nothing to do
+    let e = fly.exec(sh("true")).await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.sandbox_state()),
+        (ErrorKind::Conflict, Some(SandboxState::Paused)),
+        "{e}"
+    );
     fly.ensure_started().await.unwrap();
     assert_eq!(m.state(), "started");
     fly.ensure_started().await.unwrap(); // already started: nothing to do

@@ -68,3 +68,85 @@ pub trait Adapter: Send + Sync + 'static {
         Self::provider_from(&crate::vars::env)
     }
 }
+
+/// Declares an adapter crate's unit type and its [`Adapter`] implementation from the crate's
+/// `PROVIDER`, `VARS`, `CAPABILITIES` and `LIFECYCLE` constants: the configuration from
+/// `<Config>::from_vars(vars)` (or the function after `=>`), the provider from
+/// `<Provider>::new(config)`. Methods after the struct go into the impl: `capabilities` or
+/// `lifecycle` where the configuration changes them.
+///
+/// ```text
+/// execseam_adapter_kit::adapter! {
+///     /// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
+///     pub struct Fly {
+///         about: "Fly Machines through the Machines API exec endpoint",
+///         config: FlyConfig,
+///         provider: FlyProvider,
+///     }
+///
+///     fn capabilities(config: &FlyConfig) -> Capabilities {
+///         FlyExec::capabilities_of(config)
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! adapter {
+    (
+        $(#[$attr:meta])*
+        $vis:vis struct $name:ident {
+            about: $about:expr,
+            config: $config:ty,
+            provider: $provider:ty $(,)?
+        }
+        $($method:tt)*
+    ) => {
+        $crate::adapter! {
+            $(#[$attr])*
+            $vis struct $name {
+                about: $about,
+                config: $config => <$config>::from_vars,
+                provider: $provider,
+            }
+            $($method)*
+        }
+    };
+    (
+        $(#[$attr:meta])*
+        $vis:vis struct $name:ident {
+            about: $about:expr,
+            config: $config:ty => $from_vars:expr,
+            provider: $provider:ty $(,)?
+        }
+        $($method:tt)*
+    ) => {
+        $(#[$attr])*
+        #[derive(Clone, Copy, Debug, Default)]
+        $vis struct $name;
+
+        impl $crate::Adapter for $name {
+            const NAME: &'static str = PROVIDER;
+            const ABOUT: &'static str = $about;
+            const VARS: &'static [$crate::Var] = VARS;
+            const CAPABILITIES: $crate::__private::Capabilities = CAPABILITIES;
+            const LIFECYCLE: $crate::__private::LifecycleCapabilities = LIFECYCLE;
+
+            type Config = $config;
+            type Provider = $provider;
+
+            fn config(
+                vars: &$crate::Vars<'_>,
+            ) -> ::std::result::Result<$config, $crate::__private::Error> {
+                let from_vars: fn(&$crate::Vars<'_>) -> ::std::result::Result<$config, $crate::__private::Error> = $from_vars;
+                from_vars(vars)
+            }
+
+            fn provider(
+                config: $config,
+            ) -> ::std::result::Result<$provider, $crate::__private::Error> {
+                <$provider>::new(config)
+            }
+
+            $($method)*
+        }
+    };
+}

@@ -2,6 +2,8 @@
 #![warn(missing_docs)]
 
 mod adapter;
+#[cfg(feature = "spool")]
+pub mod attached;
 #[cfg(feature = "body")]
 pub mod body;
 pub mod degrade;
@@ -27,7 +29,7 @@ pub use adapter::Adapter;
 /// What the kit's macros name (not part of its API).
 #[doc(hidden)]
 pub mod __private {
-    pub use execseam_core::Command;
+    pub use execseam_core::{Capabilities, Command, Error, LifecycleCapabilities};
     pub use tracing;
 }
 pub use vars::{Var, VarKind, Vars};

@@ -34,8 +34,8 @@
 //! See `error.rs` (rendered in `docs/adapters/kubernetes.md`).
 #![warn(missing_docs)]
 
-use execseam_adapter_kit::{Adapter, Var, Vars};
-use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::{Var, Vars};
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
 
 mod channel;
 mod client;
@@ -79,22 +79,12 @@ pub const VARS: &[Var] = &[
     Var::flag("EXECSEAM_KUBERNETES_REMOTE_KILL"),
 ];
 
-/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Kubernetes;
-
-impl Adapter for Kubernetes {
-    const NAME: &'static str = PROVIDER;
-    const ABOUT: &'static str = "Kubernetes: pod exec over the API server's WebSocket; agent-sandbox claims, sandboxes or plain pods";
-    const VARS: &'static [Var] = VARS;
-    const CAPABILITIES: Capabilities = CAPABILITIES;
-    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
-
-    type Config = KubernetesConfig;
-    type Provider = KubernetesProvider;
-
-    fn config(vars: &Vars<'_>) -> Result<KubernetesConfig, Error> {
-        KubernetesConfig::from_vars(|k| vars.get(k))
+execseam_adapter_kit::adapter! {
+    /// The adapter (see [`Adapter`](execseam_adapter_kit::Adapter)): what the `execseam` facade's registry lists.
+    pub struct Kubernetes {
+        about: "Kubernetes: pod exec over the API server's WebSocket; agent-sandbox claims, sandboxes or plain pods",
+        config: KubernetesConfig => |vars: &Vars<'_>| KubernetesConfig::from_vars(|k| vars.get(k)),
+        provider: KubernetesProvider,
     }
 
     fn capabilities(config: &KubernetesConfig) -> Capabilities {
@@ -103,10 +93,6 @@ impl Adapter for Kubernetes {
 
     fn lifecycle(config: &KubernetesConfig) -> LifecycleCapabilities {
         lifecycle_of(config)
-    }
-
-    fn provider(config: KubernetesConfig) -> Result<KubernetesProvider, Error> {
-        KubernetesProvider::new(config)
     }
 }
 

@@ -36,10 +36,10 @@ mod error;
 mod exec;
 mod provider;
 
-use execseam_adapter_kit::{Adapter, Var, Vars};
+use execseam_adapter_kit::Var;
 use execseam_core::{
-    Capabilities, Error, ExposeSupport, ForkSupport, Kept, LifecycleCapabilities, PortAuth,
-    PortsWhen, Scope, SnapshotSupport, SourceAfter, SpecSupport, StateCapabilities,
+    Capabilities, ExposeSupport, ForkSupport, Kept, LifecycleCapabilities, PortAuth, PortsWhen,
+    Scope, SnapshotSupport, SourceAfter, SpecSupport, StateCapabilities,
 };
 
 pub use config::LocalConfig;
@@ -99,30 +99,16 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 /// The configuration variables [`LocalConfig::from_env`] reads.
 pub const VARS: &[Var] = &[Var::text("EXECSEAM_LOCAL_SANDBOX_ROOT")];
 
-/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Local;
-
-impl Adapter for Local {
-    const NAME: &'static str = PROVIDER;
-    const ABOUT: &'static str = "runs commands on this host (the embedded default); sandboxes are private directories, not isolation";
-    const VARS: &'static [Var] = VARS;
-    const CAPABILITIES: Capabilities = CAPABILITIES;
-    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
-
-    type Config = LocalConfig;
-    type Provider = LocalProvider;
-
-    fn config(vars: &Vars<'_>) -> Result<LocalConfig, Error> {
-        LocalConfig::from_vars(vars)
+execseam_adapter_kit::adapter! {
+    /// The adapter (see [`Adapter`](execseam_adapter_kit::Adapter)): what the `execseam` facade's registry lists.
+    pub struct Local {
+        about: "runs commands on this host (the embedded default); sandboxes are private directories, not isolation",
+        config: LocalConfig,
+        provider: LocalProvider,
     }
 
     fn capabilities(config: &LocalConfig) -> Capabilities {
         LocalExec::capabilities_of(config)
-    }
-
-    fn provider(config: LocalConfig) -> Result<LocalProvider, Error> {
-        LocalProvider::new(config)
     }
 }
 

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use execseam_adapter_kit::exec_span;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
     ExecStream, Exit, Output, Ownership, Retry, Sandbox,
@@ -348,10 +349,9 @@ impl Exec for ModalExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut = Box::pin(async move { self.start(command).await?.collect().await });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(self.provider(), "exec", command, |command| async move {
+            self.start(command).await?.collect().await
+        })
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -367,10 +367,9 @@ impl Exec for ModalExec {
 
 impl ExecStream for ModalExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
-        let fut = Box::pin(self.start(command));
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(self.provider(), "exec_stream", command, |command| {
+            self.start(command)
+        })
     }
 }
 
@@ -551,6 +550,18 @@ impl Driver {
         };
         let mut stream = match self.router.stdio_read(msg).await {
             Ok(r) => r,
+            // No answer to the open within the request timeout: the router holds it. Reopening
+            // would wait as long again each time (issue 38, D12: 11 opens of 60 s, 664 s), so
+            // this ends the stream, as a silent one ends after its poll.
+            Err(s) if error::origin(&s) == error::Origin::Timer => {
+                return Err((
+                    Status::deadline_exceeded(format!(
+                        "the {fd:?} stream did not open within the request timeout: {}",
+                        s.message()
+                    )),
+                    false,
+                ));
+            }
             Err(s) => return Err((s, false)),
         };
         loop {

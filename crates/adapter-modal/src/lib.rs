@@ -43,8 +43,8 @@
 //! and a [`Retry`](execseam_core::Retry).
 #![warn(missing_docs)]
 
-use execseam_adapter_kit::{Adapter, Var, Vars};
-use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::Var;
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
 
 mod client;
 mod config;
@@ -85,27 +85,12 @@ pub const VARS: &[Var] = &[
     Var::exec_timeout("EXECSEAM_MODAL_EXEC_TIMEOUT"),
 ];
 
-/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Modal;
-
-impl Adapter for Modal {
-    const NAME: &'static str = PROVIDER;
-    const ABOUT: &'static str =
-        "Modal Sandboxes over gRPC: the control plane and the task command router";
-    const VARS: &'static [Var] = VARS;
-    const CAPABILITIES: Capabilities = CAPABILITIES;
-    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
-
-    type Config = ModalConfig;
-    type Provider = ModalProvider;
-
-    fn config(vars: &Vars<'_>) -> Result<ModalConfig, Error> {
-        ModalConfig::from_vars(vars)
-    }
-
-    fn provider(config: ModalConfig) -> Result<ModalProvider, Error> {
-        ModalProvider::new(config)
+execseam_adapter_kit::adapter! {
+    /// The adapter (see [`Adapter`](execseam_adapter_kit::Adapter)): what the `execseam` facade's registry lists.
+    pub struct Modal {
+        about: "Modal Sandboxes over gRPC: the control plane and the task command router",
+        config: ModalConfig,
+        provider: ModalProvider,
     }
 }
 

@@ -420,8 +420,9 @@ impl<'a> ModalProcesses<'a> {
         handle: &ProcessHandle,
         from: StreamOffsets,
     ) -> Result<ProcessRead, Error> {
-        let key = self.key_of(handle, "read")?;
-        let state = self.poll(&key, "read").await?;
+        let op = "read";
+        let key = self.key_of(handle, op)?;
+        let state = self.poll(&key, op).await?;
         let to_end = matches!(state, ProcessState::Exited(_));
         use tcr::TaskExecStdioFileDescriptor as Fd;
         let (out, err) = tokio::join!(

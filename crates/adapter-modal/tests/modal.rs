@@ -440,3 +440,71 @@ async fn a_retry_after_over_the_cap_fails_at_once_with_the_delay() {
     assert!(start.elapsed() >= Duration::from_secs(1));
     assert_eq!(stdout(&exec, "echo ok").await, "ok\n");
 }
+
+/// A process start whose `TaskExecStart` answer is lost (after the command was started) is
+/// retried by the caller under the same key: the exec id is the key's, so one command ran and the
+/// retry is not fresh. A key reused after its release is `Conflict` (Modal keeps exec ids).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_start_whose_answer_is_lost_runs_once_when_retried() {
+    use execseam_core::{StartKey, StartRequest, Waited};
+    let emu = emulator().await;
+    let exec = ModalProvider::new(config(&emu).exec_start_retries(0))
+        .unwrap()
+        .create(SandboxSpec::new())
+        .await
+        .unwrap();
+    let p = exec.processes().expect("native handles");
+    let key = StartKey::new("lost").unwrap();
+    let cmd = sh("echo ran >> /root/lost-runs; exit 3");
+    // The registry's exec is the first TaskExecStart from here, the command's own the second.
+    emu.faults()
+        .add("exec=reset@2".parse::<FaultRule>().unwrap());
+    let e = p
+        .start(StartRequest::new(key.clone(), cmd.clone()))
+        .await
+        .unwrap_err();
+    assert!(matches!(e.retry(), Retry::Safe { .. }), "{e}");
+    let again = p.start(StartRequest::new(key.clone(), cmd)).await.unwrap();
+    assert!(!again.fresh, "the first call made the registry entry");
+    assert_eq!(
+        p.wait(&again.handle, Duration::from_secs(10))
+            .await
+            .unwrap(),
+        Waited::Exited(Exit::Code(3))
+    );
+    assert_eq!(stdout(&exec, "cat /root/lost-runs").await, "ran\n");
+    p.release(&again.handle).await.unwrap();
+    let reuse = p
+        .start(StartRequest::new(key, sh("true")))
+        .await
+        .unwrap_err();
+    assert_eq!(reuse.kind(), ErrorKind::Conflict, "{reuse}");
+}
+
+/// D12: a router that holds the answer to `TaskExecStdioRead` (the chaos proxy holds every
+/// open) ends the exec at the request timeout, once: before, each stalled open timed out and
+/// was reopened, 11 times (664 s at the default 60 s).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_output_stream_ends_at_its_first_timeout() {
+    let emu = emulator().await;
+    let rules = execseam_chaos::parse_rules("POST /*/TaskExecStdioRead=hold:0").unwrap();
+    let proxy = execseam_chaos::ChaosProxy::start(([127, 0, 0, 1], 0).into(), &emu.url(), rules)
+        .await
+        .unwrap();
+    let config = config(&emu)
+        .server_url(proxy.base_url())
+        .request_timeout(Duration::from_secs(1))
+        .stream_idle_timeout(Duration::from_secs(1));
+    let exec = ModalProvider::new(config)
+        .unwrap()
+        .create(SandboxSpec::new())
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let e = exec.exec(sh("echo hi")).await.unwrap_err();
+    let took = start.elapsed();
+    assert_eq!(e.retry(), Retry::Unsafe, "{e}");
+    assert!(took < Duration::from_secs(5), "took {took:?}: {e}");
+    exec.destroy().await.unwrap();
+    proxy.shutdown().await;
+}

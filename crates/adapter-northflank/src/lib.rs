@@ -20,8 +20,8 @@
 //! `docs/adapters/northflank.md`.
 #![warn(missing_docs)]
 
-use execseam_adapter_kit::{Adapter, Var, Vars};
-use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::Var;
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
 
 mod client;
 mod config;
@@ -52,26 +52,12 @@ pub const VARS: &[Var] = &[
     Var::text("NORTHFLANK_GROUP"),
 ];
 
-/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Northflank;
-
-impl Adapter for Northflank {
-    const NAME: &'static str = PROVIDER;
-    const ABOUT: &'static str = "Northflank services and jobs over the exec WebSocket (connect only: the service or job is the sandbox)";
-    const VARS: &'static [Var] = VARS;
-    const CAPABILITIES: Capabilities = CAPABILITIES;
-    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
-
-    type Config = NorthflankConfig;
-    type Provider = NorthflankProvider;
-
-    fn config(vars: &Vars<'_>) -> Result<NorthflankConfig, Error> {
-        NorthflankConfig::from_vars(vars)
-    }
-
-    fn provider(config: NorthflankConfig) -> Result<NorthflankProvider, Error> {
-        NorthflankProvider::new(config)
+execseam_adapter_kit::adapter! {
+    /// The adapter (see [`Adapter`](execseam_adapter_kit::Adapter)): what the `execseam` facade's registry lists.
+    pub struct Northflank {
+        about: "Northflank services and jobs over the exec WebSocket (connect only: the service or job is the sandbox)",
+        config: NorthflankConfig,
+        provider: NorthflankProvider,
     }
 }
 

@@ -4,21 +4,19 @@
 //! defect 10). The token travels inside the `init` frame and stdin in `payload` frames, so a
 //! WebSocket crate that logs frames (tungstenite does, at TRACE through `log`) fails this test.
 
-use execseam_core::{Command, Exec};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::northflank::{
     NorthflankEmulator, NorthflankOptions, PROJECT_ID, SERVICE_ID,
 };
 use execseam_northflank::{NorthflankConfig, NorthflankProvider};
+use execseam_test_util::secrets::{Planted, assert_not_logged};
 
 const TOKEN: &str = "nf-s3cr3tapitoken0123456789";
-const ENV_SECRET: &str = "s3cr3t-env-value-northflank";
-const STDIN_SECRET: &str = "s3cr3t-stdin-bytes-northflank";
-const OUTPUT_SECRET: &str = "s3cr3t-output-text-northflank";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn secrets_never_reach_any_log_at_trace() {
     let log = execseam_test_util::capture::install();
+    let planted = Planted::new("northflank", TOKEN);
     let emu = NorthflankEmulator::start_with(
         EmulatorOptions {
             token: Some(TOKEN.into()),
@@ -34,40 +32,10 @@ async fn secrets_never_reach_any_log_at_trace() {
             .unwrap();
     let exec = provider.connect(SERVICE_ID).await.unwrap();
     // env is shell-wrapped here: the value travels in the init frame's argv.
-    let cmd = Command::builder([
-        "sh",
-        "-c",
-        "cat; printf '%s' \"$S\"; printf '%s' \"$1\" >&2",
-        "sh",
-        OUTPUT_SECRET,
-    ])
-    .env("S", ENV_SECRET)
-    .stdin(STDIN_SECRET)
-    .build()
-    .unwrap();
-    let out = exec.exec(cmd.clone()).await.unwrap();
-    assert_eq!(
-        out.stdout,
-        format!("{STDIN_SECRET}{ENV_SECRET}").as_bytes(),
-        "{out:?}"
-    );
-    assert_eq!(out.stderr, OUTPUT_SECRET.as_bytes(), "{out:?}");
-    let streamed = exec
-        .streaming()
-        .unwrap()
-        .exec_stream(cmd)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    assert_eq!(streamed, out);
+    let (out, streamed) = planted.run_both_ways(&exec).await;
+    planted.assert_exact(&out);
+    assert_eq!(streamed, Some(out));
     drop(exec);
 
-    assert!(!log.is_empty(), "the capture sees records");
-    for secret in [TOKEN, ENV_SECRET, STDIN_SECRET, OUTPUT_SECRET] {
-        if let Some(line) = log.find(secret.as_bytes()) {
-            panic!("{secret:?} reached a log: {line}");
-        }
-    }
+    assert_not_logged(&log, &planted.all(&[]));
 }

@@ -35,8 +35,8 @@
 //! Error mapping and live configuration: `docs/adapters/sprites.md`.
 #![warn(missing_docs)]
 
-use execseam_adapter_kit::{Adapter, Var, Vars};
-use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::Var;
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
 
 mod client;
 mod config;
@@ -105,31 +105,16 @@ pub const VARS: &[Var] = &[
     ),
 ];
 
-/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Sprites;
-
-impl Adapter for Sprites {
-    const NAME: &'static str = PROVIDER;
-    const ABOUT: &'static str =
-        "Fly Sprites over the exec WebSocket (SPRITES_EXEC_TRANSPORT=http for the POST fallback)";
-    const VARS: &'static [Var] = VARS;
-    const CAPABILITIES: Capabilities = CAPABILITIES;
-    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
-
-    type Config = SpritesConfig;
-    type Provider = SpritesProvider;
-
-    fn config(vars: &Vars<'_>) -> Result<SpritesConfig, Error> {
-        SpritesConfig::from_vars(vars)
+execseam_adapter_kit::adapter! {
+    /// The adapter (see [`Adapter`](execseam_adapter_kit::Adapter)): what the `execseam` facade's registry lists.
+    pub struct Sprites {
+        about: "Fly Sprites over the exec WebSocket (SPRITES_EXEC_TRANSPORT=http for the POST fallback)",
+        config: SpritesConfig,
+        provider: SpritesProvider,
     }
 
     fn capabilities(config: &SpritesConfig) -> Capabilities {
         SpritesExec::capabilities_of(config)
-    }
-
-    fn provider(config: SpritesConfig) -> Result<SpritesProvider, Error> {
-        SpritesProvider::new(config)
     }
 }
 

@@ -8,12 +8,12 @@
 use std::time::Duration;
 
 use execseam_core::{
-    Command, ErrorKind, Exec, Exit, ProcessHandle, Signal, StartKey, StartRequest, StreamOffsets,
-    Waited,
+    ErrorKind, Exec, Exit, ProcessHandle, Signal, StartKey, StartRequest, StreamOffsets, Waited,
 };
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator, SpritesOptions};
 use execseam_sprites::{SpritesConfig, SpritesExec, SpritesProvider};
+use execseam_test_util::processes::{output_from_start, sh, stdin_env_and_workdir_reach};
 
 async fn emulator() -> SpritesEmulator {
     SpritesEmulator::start_with(
@@ -38,10 +38,6 @@ fn handle_on(emu: &SpritesEmulator) -> SpritesExec {
         .expect("a provider")
         .attach(DEFAULT_SPRITE)
         .expect("a handle")
-}
-
-fn sh(script: &str) -> Command {
-    Command::new(["sh", "-c", script]).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -70,13 +66,7 @@ async fn a_detached_command_outlives_its_socket_and_is_attached_again_byte_exact
         Waited::Running,
         "still running after its socket closed"
     );
-    let out = p
-        .attach(&stored, StreamOffsets::ZERO)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let out = output_from_start(&*p, &stored).await;
     assert_eq!(
         &out.stdout[..],
         b"one\n\xff\x00two-long-enough-to-overflow-the-ring\nthree\n"
@@ -140,13 +130,7 @@ async fn a_signal_ends_the_command() {
         p.wait(&s.handle, Duration::from_secs(10)).await.unwrap(),
         Waited::Exited(Exit::Code(143))
     );
-    let out = p
-        .attach(&s.handle, StreamOffsets::ZERO)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let out = output_from_start(&*p, &s.handle).await;
     assert!(out.stdout.is_empty(), "it did not run on");
 }
 
@@ -155,23 +139,5 @@ async fn stdin_env_and_workdir_reach_the_detached_command() {
     let emu = emulator().await;
     let exec = handle_on(&emu);
     let p = exec.processes().unwrap();
-    let cmd = Command::builder(["sh", "-c", "cat; printf '|%s|%s|' \"$A_1\" \"$(pwd)\""])
-        .stdin("in\x00put")
-        .env("A_1", "v 1")
-        .workdir("/tmp")
-        .build()
-        .unwrap();
-    let s = p
-        .start(StartRequest::new(StartKey::new("io").unwrap(), cmd))
-        .await
-        .unwrap();
-    let out = p
-        .attach(&s.handle, StreamOffsets::ZERO)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    assert_eq!(&out.stdout[..], b"in\x00put|v 1|/tmp|");
-    assert_eq!(out.exit, Exit::Code(0));
+    stdin_env_and_workdir_reach(&*p).await;
 }

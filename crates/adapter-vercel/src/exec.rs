@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use bytes::Bytes;
-use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::http;
 use execseam_adapter_kit::retry::{Call, Stage};
 use execseam_core::{
@@ -605,27 +604,42 @@ impl Exec for VercelExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<execseam_core::Output, Error>> {
-        exec_span!(self.provider(), "exec", command, |command| async move {
-            self.start(command).await?.collect().await
-        })
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
+        let fut = Box::pin(async move { self.start(command).await?.collect().await });
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
         Some(self)
     }
 
-    /// The adapter kit's spool in the sandbox's `/tmp` (a detached command's logs are decoded text
-    /// replayed from the start, counted in characters, not bytes).
+    /// The adapter kit's spool in the sandbox's `/tmp`, its supervisor a detached command
+    /// ([`Launch`](execseam_adapter_kit::spool::Launch) below; a detached command's logs are
+    /// decoded text replayed from the start, counted in characters: the spool's files are the
+    /// output).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        execseam_adapter_kit::spool::processes(self)
+        Some(Box::new(
+            execseam_adapter_kit::spool::Spool::new(self, Sandbox::id(self)).launch(self),
+        ))
+    }
+}
+
+/// The spool's supervisor as a detached command (`POST …/cmd`, `wait: false`, the SDKs' detached
+/// `runCommand`), without the configured command timeout: Vercel's timeout would end the
+/// supervisor, not the command, and lose its exit. The command is then listed by `GET …/cmd`.
+impl execseam_adapter_kit::spool::Launch for VercelExec {
+    fn launch(&self, supervisor: Command) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move { self.spawn_within(supervisor, None).await.map(drop) })
     }
 }
 
 impl ExecStream for VercelExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span!(self.provider(), "exec_stream", command, |command| {
-            self.start(command)
-        })
+        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
+        let fut = Box::pin(self.start(command));
+        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
+        Box::pin(tracing::Instrument::instrument(fut, span))
     }
 }
 
@@ -650,6 +664,16 @@ impl VercelExec {
     /// [`VercelCommand::logs`] and [`VercelCommand::kill`]. A detached command takes no stdin
     /// here (`Unsupported` before any request: [`Exec::exec`] sends stdin).
     pub async fn spawn(&self, command: Command) -> Result<VercelCommand, Error> {
+        let timeout = self.inner.api.config.command_timeout;
+        self.spawn_within(command, timeout).await
+    }
+
+    /// [`VercelExec::spawn`] with Vercel's `timeout` for the command (`None`: none).
+    async fn spawn_within(
+        &self,
+        command: Command,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<VercelCommand, Error> {
         if !command.stdin().is_empty() {
             return Err(Error::new(
                 ErrorKind::Unsupported,
@@ -670,7 +694,7 @@ impl VercelExec {
             sudo: cfg.sudo,
             wait: false,
             logs: false,
-            timeout: cfg.command_timeout.map(|d| d.as_millis() as u64),
+            timeout: timeout.map(|d| d.as_millis() as u64),
             attach_stdin: false,
         })
         .expect("serializable");

@@ -19,8 +19,8 @@
 //! Error mapping, the lifecycle and what is not verified: `docs/adapters/vercel.md`.
 #![warn(missing_docs)]
 
-use execseam_adapter_kit::{Adapter, Var, Vars};
-use execseam_core::{Capabilities, Delivery, Error, LifecycleCapabilities, SpecSupport};
+use execseam_adapter_kit::Var;
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
 
 mod client;
 mod config;
@@ -59,26 +59,12 @@ pub const VARS: &[Var] = &[
     Var::flag("VERCEL_SANDBOX_SUDO"),
 ];
 
-/// The adapter (see [`Adapter`]): what the `execseam` facade's registry lists.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Vercel;
-
-impl Adapter for Vercel {
-    const NAME: &'static str = PROVIDER;
-    const ABOUT: &'static str = "Vercel Sandbox through the Sandbox REST API (cmd + args, NDJSON logs, files as gzip'd tar)";
-    const VARS: &'static [Var] = VARS;
-    const CAPABILITIES: Capabilities = CAPABILITIES;
-    const LIFECYCLE: LifecycleCapabilities = LIFECYCLE;
-
-    type Config = VercelConfig;
-    type Provider = VercelProvider;
-
-    fn config(vars: &Vars<'_>) -> Result<VercelConfig, Error> {
-        VercelConfig::from_vars(vars)
-    }
-
-    fn provider(config: VercelConfig) -> Result<VercelProvider, Error> {
-        VercelProvider::new(config)
+execseam_adapter_kit::adapter! {
+    /// The adapter (see [`Adapter`](execseam_adapter_kit::Adapter)): what the `execseam` facade's registry lists.
+    pub struct Vercel {
+        about: "Vercel Sandbox through the Sandbox REST API (cmd + args, NDJSON logs, files as gzip'd tar)",
+        config: VercelConfig,
+        provider: VercelProvider,
     }
 }
 
@@ -102,7 +88,20 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         disk: false,
     },
     options: &["name"],
-    state: execseam_core::StateCapabilities::NONE,
+    state: execseam_core::StateCapabilities {
+        // Routes: ports declared at create get a public URL each, `https://{subdomain}.vercel.run`
+        // (the create/get answer's `routes`; the TS SDK's `domain(port)`); no token, no unexpose.
+        expose: Some(execseam_core::ExposeSupport {
+            when: execseam_core::PortsWhen::AtCreate,
+            auth: execseam_core::PortAuth::None,
+            list: true,
+            unexpose: false,
+            ports: (1, 65535),
+            reserved: &[],
+            only: None,
+        }),
+        ..execseam_core::StateCapabilities::NONE
+    },
 };
 
 /// What this adapter does; see the [crate docs](crate).
@@ -117,5 +116,5 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    processes: Some(execseam_adapter_kit::spool::HYBRID),
 };

@@ -3,8 +3,8 @@
 use execseam_adapter_kit::retry::Stage;
 use execseam_adapter_kit::text::escape_path_segment;
 use execseam_core::{
-    BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Ownership, Provider,
-    Sandbox, SandboxInfo, SandboxSpec, SandboxState,
+    BoxFuture, Capabilities, Error, ExposedPort, LifecycleCapabilities, ListFilter, Ownership,
+    Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState,
 };
 use reqwest::Method;
 
@@ -63,7 +63,11 @@ impl VercelProvider {
                 .lifetime()
                 .or(c.sandbox_timeout)
                 .map(|d| d.as_millis() as u64),
-            ports: c.ports.clone(),
+            ports: {
+                let mut ports = c.ports.clone();
+                ports.extend(spec.ports().iter().filter(|p| !c.ports.contains(p)));
+                ports
+            },
             ..CreateSandbox::default()
         };
         match spec
@@ -97,22 +101,27 @@ impl VercelProvider {
         ))
     }
 
+    /// `GET /v2/sandboxes/{name}` (`resume=true` starts a stopped sandbox's new session).
+    async fn get(
+        &self,
+        name: &str,
+        resume: bool,
+        op: &'static str,
+    ) -> Result<SandboxAndSession, Error> {
+        let path = format!("/v2/sandboxes/{}", escape_path_segment(name));
+        let mut query = vec![("projectId", self.api.config.project_id.as_str())];
+        if resume {
+            query.push(("resume", "true"));
+        }
+        self.api
+            .json(Method::GET, &path, &query, Body::None)
+            .await
+            .map_err(|e| map(e, call(op, Stage::Before)))
+    }
+
     /// Connects to a sandbox by name (resuming it if it is stopped); the handle does not own it.
     pub async fn connect(&self, name: &str) -> Result<VercelExec, Error> {
-        let path = format!("/v2/sandboxes/{}", escape_path_segment(name));
-        let got: SandboxAndSession = self
-            .api
-            .json(
-                Method::GET,
-                &path,
-                &[
-                    ("projectId", &self.api.config.project_id),
-                    ("resume", "true"),
-                ],
-                Body::None,
-            )
-            .await
-            .map_err(|e| map(e, call("connect", Stage::Before)))?;
+        let got = self.get(name, true, "connect").await?;
         Ok(VercelExec::new(
             self.api.clone(),
             got.sandbox.name,
@@ -141,6 +150,34 @@ impl VercelProvider {
             session_id.to_owned(),
             Ownership::connected(),
         )
+    }
+
+    /// The public URL of `port`, a port declared at create (the sandbox's `routes`, which the
+    /// Python SDK's `routes`); a port not declared is `InvalidConfig`.
+    pub async fn expose(&self, name: &str, port: u16) -> Result<ExposedPort, Error> {
+        LIFECYCLE.state.check_expose(PROVIDER, port)?;
+        self.exposed(name)
+            .await?
+            .into_iter()
+            .find(|e| e.port == port)
+            .ok_or_else(|| {
+                Error::invalid_config(format!(
+                    "port {port} of sandbox {name} has no route: Vercel routes only the ports declared at create (SandboxSpec::with_port)"
+                ))
+                .with_provider(PROVIDER)
+                .with_operation("expose")
+            })
+    }
+
+    /// The routes of sandbox `name`: every port declared at create, with its public URL.
+    pub async fn exposed(&self, name: &str) -> Result<Vec<ExposedPort>, Error> {
+        LIFECYCLE.state.check_exposed(PROVIDER)?;
+        let got = self.get(name, false, "exposed").await?;
+        Ok(got
+            .routes
+            .into_iter()
+            .map(|r| ExposedPort::new(r.port, r.url))
+            .collect())
     }
 
     /// Lists the project's sandboxes that `filter` selects.
@@ -231,5 +268,13 @@ impl Provider for VercelProvider {
 
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(VercelProvider::destroy(self, id))
+    }
+
+    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
+        Box::pin(VercelProvider::expose(self, id, port))
+    }
+
+    fn exposed<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<ExposedPort>, Error>> {
+        Box::pin(VercelProvider::exposed(self, id))
     }
 }

@@ -135,6 +135,20 @@ pub struct SandboxAndSession {
     pub sandbox: SandboxPayload,
     /// Its current session.
     pub session: SessionPayload,
+    /// One route a port declared at create.
+    #[serde(default)]
+    pub routes: Vec<Route>,
+}
+
+/// `{url, port, subdomain}`: the public URL of a declared port (`SandboxRoute` in the SDKs;
+/// the Python SDK hands `url` on as is; the TS SDK's `domain(port)` builds
+/// `https://{subdomain}.vercel.run` itself).
+#[derive(Clone, Debug, Deserialize)]
+pub struct Route {
+    /// `https://{subdomain}.vercel.run` on the service.
+    pub url: String,
+    /// The sandbox's port.
+    pub port: u16,
 }
 
 /// `{sandboxes, pagination}`: list.

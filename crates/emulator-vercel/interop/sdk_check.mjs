@@ -12,6 +12,8 @@
 // Prints one "ok <name>" per check and "OK" at the end.
 import { Sandbox, APIError } from "@vercel/sandbox";
 import { existsSync, writeFileSync } from "node:fs";
+import http from "node:http";
+import net from "node:net";
 
 const URL = process.env.VERCEL_API_URL;
 const creds = {
@@ -146,5 +148,41 @@ try {
   check(false, "errors: bad token", "accepted");
 } catch (e) {
   check(e instanceof APIError && e.response.status === 403, "errors: a bad token is APIError 403", e.message);
+}
+// [TS session.ts domain(p)] a port declared at create has a route; `domain(p)` builds
+// `https://${route.subdomain}.vercel.run` from its subdomain (it does not read the route's url)
+// and throws for a port without a route. Offline the same subdomain is served under
+// `.vercel.localhost` on the emulator's port: a request with that Host reaches the server.
+{
+  const probe = net.createServer().listen(0, "127.0.0.1");
+  await new Promise((res) => probe.once("listening", res));
+  const port = probe.address().port;
+  await new Promise((res) => probe.close(res));
+  const rs = await Sandbox.create({ ...creds, name: "interop-ts-routes", ports: [port] });
+  const domain = rs.domain(port);
+  const sub = domain.replace(/^https:\/\//, "").replace(/\.vercel\.run$/, "");
+  check(domain === `https://${sub}.vercel.run` && sub.endsWith(`-${port}`), "routes: domain(port) is the route's vercel.run URL", domain);
+  await rs.runCommand({ cmd: "sh", args: ["-c", "mkdir -p www && echo routed > www/index.html"] });
+  const serve = `cd www && if command -v python3 >/dev/null; then exec python3 -m http.server ${port}; else exec busybox httpd -f -p ${port}; fi`;
+  await rs.runCommand({ cmd: "sh", args: ["-c", serve], detached: true });
+  const emulator = new globalThis.URL(URL);
+  let body = null, last = null;
+  for (let i = 0; i < 100 && body === null; i++) {
+    try {
+      body = await new Promise((res, rej) => {
+        const req = http.get({ host: emulator.hostname, port: emulator.port, path: "/index.html", headers: { host: `${sub}.vercel.localhost:${emulator.port}` } }, (r) => {
+          let b = "";
+          r.on("data", (d) => (b += d));
+          r.on("end", () => (r.statusCode === 200 ? res(b) : rej(new Error(`HTTP ${r.statusCode}: ${b}`))));
+        });
+        req.on("error", rej);
+      });
+    } catch (e) {
+      last = e;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+  }
+  check(body === "routed\n", "routes: the route's subdomain reaches the sandbox's port", `${j(body)} ${last}`);
+  await rs.delete();
 }
 console.log("OK");

@@ -167,6 +167,39 @@ with c.create_sandbox(name="interop-py-ephemeral", persistent=False) as eph:
     r = eph.run_process("sh", ["-c", "cat /vercel/sandbox/eph.txt 2>/dev/null || echo fresh"], capture_output=True)
     check(r.stdout == "fresh\n", "lifecycle: a non-persistent sandbox resumes with a fresh filesystem", repr(r.stdout))
 
+# [DOC vercel.com/docs/vercel-sandbox: "ports" exposes ports; PY `routes`, TS `domain(port)`]
+# a port declared at create has a route whose URL reaches the sandbox's server from outside; the
+# SDK hands `url` on as the API answered it (runtime_common.py `routes`). The service's URL is
+# https://{subdomain}.vercel.run; the emulator answers http://{subdomain}.vercel.localhost:<port>.
+import socket
+import urllib.request
+
+with socket.socket() as s_:
+    s_.bind(("127.0.0.1", 0))
+    port = s_.getsockname()[1]
+with c.create_sandbox(name="interop-py-routes", ports=[port]) as sb:
+    routes = {r.port: r for r in sb.routes}
+    check(set(routes) == {port}, "routes: one route per declared port", repr(sb.routes))
+    sb.run_process("sh", ["-c", "mkdir -p www && echo routed > www/index.html"])
+    serve = f"cd www && if command -v python3 >/dev/null; then exec python3 -m http.server {port}; else exec busybox httpd -f -p {port}; fi"
+    server = sb.create_process("sh", ["-c", serve])
+    url = routes[port].url
+    host = url.split("//", 1)[1].split(":", 1)[0]
+    emulator = URL.split("//", 1)[1].split("/", 1)[0]
+    body, last = None, None
+    for _ in range(100):
+        try:
+            # *.localhost is loopback (RFC 6761); Python's resolver may not say so: connect to
+            # the emulator with the route's Host.
+            req = urllib.request.Request(f"http://{emulator}/index.html", headers={"Host": url.split("//", 1)[1]})
+            body = urllib.request.urlopen(req, timeout=5).read()
+            break
+        except Exception as e:  # the server is not listening yet
+            last = e
+            time.sleep(0.1)
+    check(host.endswith(".vercel.localhost") and body == b"routed\n", "routes: the route URL reaches the sandbox's port", repr((url, body, last)))
+    server.kill()
+
 # The context manager deleted it.
 try:
     c.get_sandbox(name="interop-py")

@@ -21,6 +21,10 @@
 //!   `{sandboxes, pagination}`; `GET /v2/sandboxes/{name}?resume=` (a stopped sandbox resumes in
 //!   a new session that keeps its filesystem when `persistent`, the default, and starts from a
 //!   fresh one otherwise); `DELETE /v2/sandboxes/{name}`.
+//! - Routes: each port declared at create (`ports`) has a route
+//!   `http://{name}-{port}.vercel.localhost:<emulator port>` (the service's
+//!   `https://{subdomain}.vercel.run` cannot resolve offline); a request with that `Host` goes
+//!   to the sandbox's own listener on the port (the kit's `ports::forward`), without a token.
 //! - Sessions: `GET /v2/sandboxes/sessions[/{id}]`, `POST …/{id}/stop`, `POST …/{id}/extend-timeout`.
 //!   A session stops by itself when its `timeout` (ms) expires. Commands and files on a stopped
 //!   session: `410 {"error":{"code":"sandbox_stopped"}}`.

@@ -57,9 +57,49 @@ pub(crate) fn router(state: Arc<State>) -> Router {
         .fallback(no_route)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(DefaultBodyLimit::max(MAX_BODY))
-        .with_state(state);
+        .with_state(state.clone());
     // The SDKs' default base is `https://vercel.com/api`: serve both.
-    Router::new().nest("/api", api.clone()).merge(api)
+    Router::new()
+        .nest("/api", api.clone())
+        .merge(api)
+        .layer(middleware::from_fn_with_state(state, route_proxy))
+}
+
+/// A sandbox route: a request whose `Host` is `{subdomain}.vercel.localhost` goes to that
+/// port of the sandbox (public, as a `vercel.run` route is: no token); anything else is the
+/// API's. A port nothing of the sandbox listens on, or a stopped session, is a 502 (inferred:
+/// the service's own error page is not documented).
+pub(crate) async fn route_proxy(st: St, req: Request, next: Next) -> Response {
+    let sub = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(|h| h.rsplit_once(':').map_or(h, |(host, _)| host))
+        .and_then(|h| h.strip_suffix(super::state::ROUTE_DOMAIN))
+        .and_then(|h| h.strip_suffix('.'))
+        .map(str::to_owned);
+    let Some(sub) = sub else {
+        return next.run(req).await;
+    };
+    let names = st.names();
+    let Some((sb, port)) = names
+        .iter()
+        .filter_map(|n| st.sandbox(n))
+        .find_map(|sb| sb.route_port(&sub).map(|p| (sb, p)))
+    else {
+        return api_error(StatusCode::NOT_FOUND, "not_found", "no such sandbox route");
+    };
+    if !sb.session().is_running() {
+        return api_error(
+            StatusCode::BAD_GATEWAY,
+            "sandbox_stopped",
+            "the sandbox is stopped",
+        );
+    }
+    match execseam_emulator_kit::ports::forward(&sb.root(), port, req).await {
+        Ok(r) => r.map(Body::new),
+        Err(e) => api_error(StatusCode::BAD_GATEWAY, "bad_gateway", &e.to_string()),
+    }
 }
 
 /// `{"error":{"code","message"}}` with the status (`base-client.ts` `ErrorResponseBody`).
@@ -274,7 +314,7 @@ async fn create(st: St, headers: HeaderMap, req: Request) -> Response {
         Ok(Some(sb)) => ok(json!({
             "sandbox": sb.payload(),
             "session": sb.session().payload(),
-            "routes": sb.routes(),
+            "routes": sb.routes(st.shell.base_url()),
             "resumed": false,
         })),
         Ok(None) => api_error(
@@ -299,14 +339,16 @@ async fn get_sandbox(st: St, Path(name): Path<String>, uri: Uri) -> Response {
     ok(json!({
         "sandbox": sb.payload(),
         "session": sb.session().payload(),
-        "routes": sb.routes(),
+        "routes": sb.routes(st.shell.base_url()),
         "resumed": resumed,
     }))
 }
 
 async fn delete_sandbox(st: St, Path(name): Path<String>, _body: Bytes) -> Response {
     match st.delete(&name) {
-        Some(sb) => ok(json!({ "sandbox": sb.payload(), "routes": sb.routes() })),
+        Some(sb) => {
+            ok(json!({ "sandbox": sb.payload(), "routes": sb.routes(st.shell.base_url()) }))
+        }
         None => not_found("Sandbox", &name),
     }
 }
@@ -385,7 +427,7 @@ async fn get_session(st: St, Path(sid): Path<String>) -> Response {
     };
     let routes = st
         .sandbox(&s.sandbox_name)
-        .map(|sb| sb.routes())
+        .map(|sb| sb.routes(st.shell.base_url()))
         .unwrap_or(json!([]));
     ok(json!({ "session": s.payload(), "routes": routes }))
 }

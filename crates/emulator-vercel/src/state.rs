@@ -143,8 +143,10 @@ impl VercelSandbox {
         Value::Object(m)
     }
 
-    pub(crate) fn routes(&self) -> Value {
-        let sub_base: String = self
+    /// The subdomain of the route to `port`: `{name}-{port}`, the name lowercased with every
+    /// other character a `-`.
+    fn subdomain(&self, port: u64) -> String {
+        let base: String = self
             .name
             .chars()
             .map(|c| {
@@ -155,18 +157,44 @@ impl VercelSandbox {
                 }
             })
             .collect();
+        format!("{base}-{port}")
+    }
+
+    /// The routes of the ports declared at create. The service answers
+    /// `https://{subdomain}.vercel.run`, which cannot resolve offline; here the URL is
+    /// `http://{subdomain}.vercel.localhost:<emulator port>` (`base` is the emulator's URL),
+    /// served by [`route_proxy`](super::routes::route_proxy). The Python SDK's `routes` hands `url`
+    /// on as is; the TS SDK's `domain(port)` builds `https://{subdomain}.vercel.run` from the
+    /// subdomain, which offline is reached at the emulator with `Host: {subdomain}.vercel.localhost`.
+    pub(crate) fn routes(&self, base: &str) -> Value {
+        let authority = base.rsplit("://").next().unwrap_or(base);
+        let emulator_port = authority.rsplit_once(':').map_or("80", |(_, p)| p);
         Value::Array(
             self.spec
                 .ports
                 .iter()
-                .map(|p| {
-                    let sub = format!("{sub_base}-{p}");
-                    json!({"url": format!("https://{sub}.vercel.run"), "subdomain": sub, "port": p})
+                .map(|&p| {
+                    let sub = self.subdomain(p);
+                    let url = format!("http://{sub}.{ROUTE_DOMAIN}:{emulator_port}");
+                    json!({"url": url, "subdomain": sub, "port": p})
                 })
                 .collect(),
         )
     }
+
+    /// The declared port whose route has this subdomain.
+    pub(crate) fn route_port(&self, subdomain: &str) -> Option<u16> {
+        self.spec
+            .ports
+            .iter()
+            .copied()
+            .find(|&p| self.subdomain(p) == subdomain)
+            .and_then(|p| u16::try_from(p).ok())
+    }
 }
+
+/// The domain of the emulator's routes (RFC 6761 lets `*.localhost` resolve to loopback).
+pub(crate) const ROUTE_DOMAIN: &str = "vercel.localhost";
 
 /// A session's status (`Session.status` in `validators.ts`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

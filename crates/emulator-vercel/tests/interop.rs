@@ -57,7 +57,7 @@ async fn the_official_python_sdk_works_against_the_emulator() {
         .await
         .unwrap()
         .expect("python runs");
-    interop::assert_checks("Python", &out, 45);
+    interop::assert_checks("Python", &out, 47);
     assert!(
         emu.sandbox_names().is_empty(),
         "the SDK deleted its sandboxes: {:?}",
@@ -97,7 +97,7 @@ async fn the_official_typescript_sdk_works_against_the_emulator() {
         .await
         .unwrap()
         .expect("node runs");
-    interop::assert_checks("TypeScript", &out, 31);
+    interop::assert_checks("TypeScript", &out, 33);
     assert!(
         emu.sandbox_names().is_empty(),
         "the SDK deleted its sandbox: {:?}",

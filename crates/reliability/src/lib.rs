@@ -206,7 +206,7 @@ impl Options {
             layered_idle_timeout: Duration::from_secs(10),
             bare_bound: Duration::from_secs(15),
             parallel: 12,
-            rss_limit: 1 << 30,
+            rss_limit: 256 << 20,
         }
     }
 

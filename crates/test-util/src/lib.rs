@@ -5,7 +5,9 @@
 //! Utilities for execseam's own tests (this crate is not published): a tracing subscriber that
 //! captures every record ([`capture`]), `execseam` daemons (`emulate`, `chaos`: [`daemon`]), the providers' official SDKs installed under the target
 //! directory ([`interop`]), the services tests start themselves (a container engine and
-//! PostgreSQL: [`fixtures`]), and probes of the host's processes ([`probe`]).
+//! PostgreSQL: [`fixtures`]), probes of the host's processes ([`probe`]), the planted secrets of
+//! the adapters' log tests ([`secrets`]) and process-handle checks any adapter passes
+//! ([`processes`]).
 #![warn(missing_docs)]
 
 pub mod capture;
@@ -13,3 +15,5 @@ pub mod daemon;
 pub mod fixtures;
 pub mod interop;
 pub mod probe;
+pub mod processes;
+pub mod secrets;

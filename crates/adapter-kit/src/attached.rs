@@ -1,0 +1,612 @@
+//! Terminals on a provider's own TTY exec, held by this client: written once for every
+//! provider whose exec allocates a pseudo-terminal but cannot be attached to again (Docker's
+//! `Tty` exec: no exec attach, and podman KILLs an attached exec when its client goes;
+//! Kubernetes' `tty=true` exec).
+//!
+//! [`Attached`] implements [`Processes`]: a start with [`StartRequest::terminal`] opens the
+//! provider's TTY exec ([`OpenTerminal`]) and keeps it in this client's [`Terminals`]; every
+//! other handle is the [`Spool`]'s. What a terminal handle promises, exactly:
+//!
+//! - Its output (one stream, the terminal's) is kept in this client's memory: `read` and
+//!   `attach` replay it from any offset, byte-exact, for as long as the sandbox handle that
+//!   started it lives. Another client (another process, a handle connected later) does not
+//!   find it: [`NotFound`](ErrorKind::NotFound), saying why. When this client goes, the
+//!   provider ends or orphans the command (podman kills it; Docker lets it run unattached).
+//! - Keystrokes are stdin writes at the accepted count, exactly once ([`Conflict`](ErrorKind::Conflict)
+//!   at another offset); `0x03` is the line discipline's SIGINT to the foreground group.
+//! - Resize is the provider's ([`TerminalControl::resize`]); signals go to the command's
+//!   process group (its session, led by the wrapper's pid, which the wrapper records in the
+//!   sandbox) through one ordinary exec.
+//! - The exit is the provider's status once the output ended ([`TerminalControl::exit`]); a
+//!   broken connection is the typed error the provider gave, never an exit.
+//!
+//! The command runs under a small wrapper inside the terminal: it records its pid, sets the
+//! size (`stty rows R cols C`: the provider's terminal may start at 0x0 until its first
+//! resize) and `exec`s the command, with `TERM` `xterm-256color` unless the command sets one.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use execseam_core::{
+    BoxFuture, Command, Error, ErrorKind, Exec, Exit, ProcessCapabilities, ProcessEvent,
+    ProcessHandle, ProcessInfo, ProcessRead, ProcessState, ProcessStream, Processes, Signal,
+    StartRequest, Started, StdinState, StdinWrite, StreamOffsets, TerminalSize, Waited,
+};
+use futures_util::{Stream, StreamExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+
+use crate::spool::{DEFAULT_READ_MAX, Spool};
+
+/// Where the wrappers record their pids (in the sandbox).
+pub const PID_ROOT: &str = "/tmp/.execseam/t";
+
+/// The output of a provider's TTY exec: the terminal's bytes, then the end (`None`) or the
+/// error that cut it.
+pub type TerminalOutput = Pin<Box<dyn Stream<Item = Result<Bytes, Error>> + Send>>;
+
+/// The terminal's input: keystrokes.
+pub type TerminalInput = Pin<Box<dyn AsyncWrite + Send>>;
+
+/// What a provider does to a terminal it opened.
+pub trait TerminalControl: Send + Sync {
+    /// Sets the terminal's size (the kernel sends SIGWINCH to its foreground group).
+    fn resize(&self, size: TerminalSize) -> BoxFuture<'_, Result<(), Error>>;
+
+    /// The command's exit, asked once its output ended.
+    fn exit(&self) -> BoxFuture<'_, Result<Exit, Error>>;
+}
+
+/// A TTY exec the provider opened.
+pub struct Opened {
+    /// Its output.
+    pub output: TerminalOutput,
+    /// Its input.
+    pub input: TerminalInput,
+    /// Resize and exit.
+    pub control: Box<dyn TerminalControl>,
+}
+
+/// A provider's TTY exec.
+pub trait OpenTerminal: Send + Sync {
+    /// Runs `command` (argv already wrapped; its own env and workdir to honour) on a new
+    /// pseudo-terminal of `size`, attached.
+    fn open(&self, command: Command, size: TerminalSize) -> BoxFuture<'_, Result<Opened, Error>>;
+}
+
+/// One terminal this client holds.
+struct Live {
+    key: execseam_core::StartKey,
+    state: Mutex<LiveState>,
+    changed: watch::Sender<u64>,
+    input: tokio::sync::Mutex<TerminalInput>,
+    control: Arc<dyn TerminalControl>,
+    pid_file: String,
+    pump: tokio::task::AbortHandle,
+}
+
+/// The same error again, for every reader of a terminal's end.
+fn again(e: &Error) -> Error {
+    let mut copy = Error::new(e.kind(), e.message().to_owned())
+        .with_retry(e.retry())
+        .with_provider(e.provider().to_owned())
+        .with_operation(e.operation().to_owned());
+    if let Some(status) = e.status() {
+        copy = copy.with_status(status);
+    }
+    copy
+}
+
+fn end_of(end: &Result<Exit, Error>) -> Result<Exit, Error> {
+    end.as_ref().map(|e| *e).map_err(again)
+}
+
+#[derive(Default)]
+struct LiveState {
+    out: Vec<u8>,
+    end: Option<Result<Exit, Error>>,
+    stdin: StdinState,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.pump.abort();
+    }
+}
+
+impl Live {
+    fn process_state(&self) -> ProcessState {
+        match &self.state.lock().expect("terminal state").end {
+            None => ProcessState::Running,
+            Some(Ok(exit)) => ProcessState::Exited(*exit),
+            Some(Err(_)) => ProcessState::Unknown,
+        }
+    }
+
+    fn info(&self, handle: &ProcessHandle) -> ProcessInfo {
+        let state = self.process_state();
+        let s = self.state.lock().expect("terminal state");
+        ProcessInfo {
+            handle: handle.clone(),
+            key: self.key.clone(),
+            state,
+            written: Some(StreamOffsets::new(s.out.len() as u64, 0)),
+            stdin: Some(s.stdin),
+        }
+    }
+}
+
+/// The terminals a sandbox handle holds; keep one per sandbox handle (its clones share it).
+#[derive(Default)]
+pub struct Terminals {
+    live: Mutex<BTreeMap<String, Arc<Live>>>,
+    starting: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Terminals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.live.lock().map(|m| m.len()).unwrap_or(0);
+        f.debug_struct("Terminals").field("held", &n).finish()
+    }
+}
+
+impl Terminals {
+    fn get(&self, handle: &ProcessHandle) -> Option<Arc<Live>> {
+        self.live
+            .lock()
+            .expect("terminals")
+            .get(handle.as_str())
+            .cloned()
+    }
+}
+
+/// The wrapper inside the terminal: `$1` the pid file, `$2` rows, `$3` columns, then argv.
+const WRAPPER: &str = r#"f=$1 r=$2 c=$3; shift 3
+mkdir -p "${f%/*}" && printf '%s\n' "$$" >"$f.tmp" && mv -f "$f.tmp" "$f" || exit 125
+stty rows "$r" cols "$c" 2>/dev/null
+[ -n "${TERM:-}" ] || { TERM=xterm-256color; export TERM; }
+exec "$@""#;
+
+/// A signal to the group the pid file names (BusyBox's `kill` refuses `--`: the form is chosen
+/// by a harmless `kill -s 0` first, as the spool does): prints `gone` when there is none.
+const SIGNAL: &str = r#"p=$(cat "$1" 2>/dev/null) && kill -0 "$p" 2>/dev/null || { echo gone; exit 0; }
+if kill -s 0 -- "$$" 2>/dev/null; then kill -s "$2" -- "-$p"; else kill -s "$2" "-$p"; fi"#;
+
+/// Process handles with terminals on the provider's TTY exec; see the [module docs](self).
+pub struct Attached<'a> {
+    spool: Spool<'a>,
+    exec: &'a dyn Exec,
+    open: &'a dyn OpenTerminal,
+    terminals: &'a Terminals,
+    capabilities: ProcessCapabilities,
+}
+
+impl<'a> Attached<'a> {
+    /// `spool`'s handles (declaring no terminals itself), with terminals opened by `open` and
+    /// held in `terminals`; `exec` runs the signal script. Declares `spool`'s capabilities
+    /// with `terminal: true`.
+    pub fn new(
+        spool: Spool<'a>,
+        exec: &'a dyn Exec,
+        open: &'a dyn OpenTerminal,
+        terminals: &'a Terminals,
+    ) -> Attached<'a> {
+        let capabilities = ProcessCapabilities {
+            terminal: true,
+            ..spool.process_capabilities()
+        };
+        Attached {
+            spool,
+            exec,
+            open,
+            terminals,
+            capabilities,
+        }
+    }
+
+    fn error(&self, kind: ErrorKind, operation: &'static str, message: &str) -> Error {
+        Error::new(kind, message.to_owned())
+            .with_provider(self.exec.provider().to_owned())
+            .with_operation(operation)
+    }
+
+    async fn start_terminal(
+        &self,
+        request: StartRequest,
+        size: TerminalSize,
+    ) -> Result<Started, Error> {
+        let handle = self.spool.handle_for(&request.key);
+        let _one = self.terminals.starting.lock().await;
+        if self.terminals.get(&handle).is_some() {
+            return Ok(Started {
+                handle,
+                fresh: false,
+            });
+        }
+        let pid_file = format!("{PID_ROOT}/{}", crate::id::random_id(16));
+        let command = &request.command;
+        let mut argv = vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            WRAPPER.to_owned(),
+            "sh".to_owned(),
+            pid_file.clone(),
+            size.rows.to_string(),
+            size.cols.to_string(),
+        ];
+        argv.extend(command.argv().iter().cloned());
+        let mut b = Command::builder(argv).tool(command.tool().clone());
+        for (k, v) in command.env() {
+            b = b.env(k, v);
+        }
+        if let Some(w) = command.workdir() {
+            b = b.workdir(w);
+        }
+        let opened = self.open.open(b.build()?, size).await?;
+        let (changed, _) = watch::channel(0u64);
+        let control: Arc<dyn TerminalControl> = Arc::from(opened.control);
+        let live = Arc::new_cyclic(|weak: &std::sync::Weak<Live>| {
+            let weak = weak.clone();
+            let mut output = opened.output;
+            let pump = tokio::spawn(async move {
+                let end = loop {
+                    let item = output.next().await;
+                    let Some(live) = weak.upgrade() else { return };
+                    match item {
+                        Some(Ok(data)) => {
+                            live.state
+                                .lock()
+                                .expect("terminal state")
+                                .out
+                                .extend_from_slice(&data);
+                            live.changed.send_modify(|n| *n += 1);
+                        }
+                        Some(Err(e)) => break Err(e),
+                        None => break live.control.exit().await,
+                    }
+                };
+                if let Some(live) = weak.upgrade() {
+                    live.state.lock().expect("terminal state").end = Some(end);
+                    live.changed.send_modify(|n| *n += 1);
+                }
+            });
+            Live {
+                key: request.key.clone(),
+                state: Mutex::new(LiveState::default()),
+                changed,
+                input: tokio::sync::Mutex::new(opened.input),
+                control,
+                pid_file,
+                pump: pump.abort_handle(),
+            }
+        });
+        self.terminals
+            .live
+            .lock()
+            .expect("terminals")
+            .insert(handle.as_str().to_owned(), live);
+        Ok(Started {
+            handle,
+            fresh: true,
+        })
+    }
+
+    fn read_live(live: &Live, from: StreamOffsets) -> Result<ProcessRead, Error> {
+        let state = live.process_state();
+        let s = live.state.lock().expect("terminal state");
+        let len = s.out.len() as u64;
+        if let Some(Err(e)) = &s.end
+            && from.stdout >= len
+        {
+            // Everything kept was read: what follows is the error that cut the output.
+            return Err(again(e));
+        }
+        let start = from.stdout.min(len);
+        let stop = (start + DEFAULT_READ_MAX).min(len);
+        Ok(ProcessRead {
+            from: StreamOffsets::new(start, 0),
+            stdout: Bytes::copy_from_slice(&s.out[start as usize..stop as usize]),
+            stderr: Bytes::new(),
+            state,
+            written: StreamOffsets::new(len, 0),
+        })
+    }
+
+    async fn write_live(live: &Live, write: StdinWrite) -> Result<StdinState, Error> {
+        let mut input = live.input.lock().await;
+        let now = live.state.lock().expect("terminal state").stdin;
+        let end = write.at + write.data.len() as u64;
+        if write.at != now.accepted || now.closed {
+            // A retry of bytes already accepted is answered with the state; anything else is
+            // a conflict.
+            if end <= now.accepted && (!write.close || now.closed) {
+                return Ok(now);
+            }
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "stdin has accepted {} bytes{}; a write at {} conflicts",
+                    now.accepted,
+                    if now.closed { " and is closed" } else { "" },
+                    write.at
+                ),
+            ));
+        }
+        if live.state.lock().expect("terminal state").end.is_some() {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                "the terminal's command has exited: nothing reads its input",
+            ));
+        }
+        let io = |e: std::io::Error| {
+            Error::new(
+                ErrorKind::Unavailable,
+                format!("writing to the terminal: {e}"),
+            )
+            .with_retry(execseam_core::Retry::Unsafe)
+        };
+        input.write_all(&write.data).await.map_err(io)?;
+        input.flush().await.map_err(io)?;
+        if write.close {
+            input.shutdown().await.map_err(io)?;
+        }
+        let mut s = live.state.lock().expect("terminal state");
+        s.stdin.accepted = end;
+        s.stdin.closed |= write.close;
+        Ok(s.stdin)
+    }
+
+    async fn wait_live(live: &Live, within: Duration) -> Result<Waited, Error> {
+        let mut rx = live.changed.subscribe();
+        let done = async {
+            loop {
+                if let Some(end) = &live.state.lock().expect("terminal state").end {
+                    return end_of(end).map(Waited::Exited);
+                }
+                if rx.changed().await.is_err() {
+                    return Ok(Waited::Running);
+                }
+            }
+        };
+        match tokio::time::timeout(within, done).await {
+            Ok(r) => r,
+            Err(_) => Ok(Waited::Running),
+        }
+    }
+
+    async fn signal_live(&self, live: &Live, signal: Signal) -> Result<(), Error> {
+        if live.state.lock().expect("terminal state").end.is_some() {
+            return Ok(());
+        }
+        let cmd = Command::builder([
+            "sh",
+            "-c",
+            SIGNAL,
+            "sh",
+            live.pid_file.as_str(),
+            signal.name(),
+        ])
+        .build()?;
+        let out = self.exec.exec(cmd).await?;
+        if out.exit != Exit::Code(0) {
+            return Err(self.error(
+                ErrorKind::Internal,
+                "signal",
+                &format!(
+                    "kill failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn not_held(&self, operation: &'static str) -> Error {
+        self.error(
+            ErrorKind::NotFound,
+            operation,
+            "no process under this handle here (a terminal lives with the client that started it: \
+             this provider's TTY exec cannot be attached to again)",
+        )
+    }
+}
+
+/// The follower of a live terminal: what is there from `at`, then what comes, then the end.
+fn follow(live: Arc<Live>, at: u64) -> impl Stream<Item = Result<ProcessEvent, Error>> {
+    let rx = live.changed.subscribe();
+    futures_util::stream::unfold(Some((live, rx, at)), |state| async move {
+        let (live, mut rx, at) = state?;
+        loop {
+            let (data, end) = {
+                let s = live.state.lock().expect("terminal state");
+                let from = (at as usize).min(s.out.len());
+                (
+                    Bytes::copy_from_slice(&s.out[from..]),
+                    s.end.as_ref().map(end_of),
+                )
+            };
+            if !data.is_empty() {
+                let next = at + data.len() as u64;
+                let ev = ProcessEvent::Stdout { at, data };
+                return Some((Ok(ev), Some((live, rx, next))));
+            }
+            match end {
+                Some(Ok(exit)) => return Some((Ok(ProcessEvent::Exit(exit)), None)),
+                Some(Err(e)) => return Some((Err(e), None)),
+                None => {
+                    if rx.changed().await.is_err() {
+                        return None;
+                    }
+                }
+            }
+        }
+    })
+}
+
+impl Processes for Attached<'_> {
+    fn process_capabilities(&self) -> ProcessCapabilities {
+        self.capabilities
+    }
+
+    fn handle_for(&self, key: &execseam_core::StartKey) -> ProcessHandle {
+        self.spool.handle_for(key)
+    }
+
+    fn start(&self, request: StartRequest) -> BoxFuture<'_, Result<Started, Error>> {
+        match request.terminal {
+            Some(size) => Box::pin(self.start_terminal(request, size)),
+            None => self.spool.start(request),
+        }
+    }
+
+    fn read<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+        from: StreamOffsets,
+    ) -> BoxFuture<'s, Result<ProcessRead, Error>> {
+        match self.terminals.get(handle) {
+            Some(live) => Box::pin(async move { Self::read_live(&live, from) }),
+            None => self.spool.read(handle, from),
+        }
+    }
+
+    fn attach<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+        from: StreamOffsets,
+    ) -> BoxFuture<'s, Result<ProcessStream<'s>, Error>> {
+        match self.terminals.get(handle) {
+            Some(live) => {
+                Box::pin(async move { Ok(ProcessStream::new(follow(live, from.stdout))) })
+            }
+            None => self.spool.attach(handle, from),
+        }
+    }
+
+    fn write_stdin<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+        write: StdinWrite,
+    ) -> BoxFuture<'s, Result<StdinState, Error>> {
+        match self.terminals.get(handle) {
+            Some(live) => Box::pin(async move { Self::write_live(&live, write).await }),
+            None => self.spool.write_stdin(handle, write),
+        }
+    }
+
+    fn signal<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+        signal: Signal,
+    ) -> BoxFuture<'s, Result<(), Error>> {
+        match self.terminals.get(handle) {
+            Some(live) => Box::pin(async move { self.signal_live(&live, signal).await }),
+            None => self.spool.signal(handle, signal),
+        }
+    }
+
+    fn wait<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+        within: Duration,
+    ) -> BoxFuture<'s, Result<Waited, Error>> {
+        match self.terminals.get(handle) {
+            Some(live) => Box::pin(async move { Self::wait_live(&live, within).await }),
+            None => self.spool.wait(handle, within),
+        }
+    }
+
+    fn status<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+    ) -> BoxFuture<'s, Result<ProcessInfo, Error>> {
+        match self.terminals.get(handle) {
+            Some(live) => Box::pin(async move { Ok(live.info(handle)) }),
+            None => Box::pin(async move {
+                self.spool.status(handle).await.map_err(|e| {
+                    if e.kind() == ErrorKind::NotFound {
+                        self.not_held("status")
+                    } else {
+                        e
+                    }
+                })
+            }),
+        }
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<ProcessInfo>, Error>> {
+        Box::pin(async move {
+            let mut all = self.spool.list().await?;
+            let live: Vec<(String, Arc<Live>)> = self
+                .terminals
+                .live
+                .lock()
+                .expect("terminals")
+                .iter()
+                .map(|(h, l)| (h.clone(), l.clone()))
+                .collect();
+            all.extend(
+                live.iter()
+                    .map(|(h, l)| l.info(&ProcessHandle::new(h.clone()))),
+            );
+            all.sort_by(|a, b| a.key.as_str().cmp(b.key.as_str()));
+            Ok(all)
+        })
+    }
+
+    fn release<'s>(&'s self, handle: &'s ProcessHandle) -> BoxFuture<'s, Result<(), Error>> {
+        match self.terminals.get(handle) {
+            Some(live) => Box::pin(async move {
+                if live.process_state() == ProcessState::Running {
+                    return Err(self.error(
+                        ErrorKind::Conflict,
+                        "release",
+                        "the terminal's command is running: signal it first",
+                    ));
+                }
+                self.terminals
+                    .live
+                    .lock()
+                    .expect("terminals")
+                    .remove(handle.as_str());
+                let rm = Command::builder(["rm", "-f", "--", live.pid_file.as_str()]).build()?;
+                let _ = self.exec.exec(rm).await;
+                Ok(())
+            }),
+            None => self.spool.release(handle),
+        }
+    }
+
+    fn resize<'s>(
+        &'s self,
+        handle: &'s ProcessHandle,
+        size: TerminalSize,
+    ) -> BoxFuture<'s, Result<(), Error>> {
+        match self.terminals.get(handle) {
+            Some(live) => Box::pin(async move {
+                if live.process_state() != ProcessState::Running {
+                    return Ok(());
+                }
+                live.control.resize(size).await
+            }),
+            None => Box::pin(async move {
+                // A spooled handle has no terminal; one this client does not hold is not found.
+                self.spool.status(handle).await.map_err(|e| {
+                    if e.kind() == ErrorKind::NotFound {
+                        self.not_held("resize")
+                    } else {
+                        e
+                    }
+                })?;
+                Err(self.error(
+                    ErrorKind::InvalidCommand,
+                    "resize",
+                    "the process was started without a terminal",
+                ))
+            }),
+        }
+    }
+}
