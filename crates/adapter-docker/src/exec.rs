@@ -1,5 +1,6 @@
 //! Commands as Docker execs: in the warm container, or in a fresh container per call.
 
+use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::id;
 use execseam_adapter_kit::size;
 use std::pin::Pin;
@@ -829,10 +830,9 @@ impl Exec for DockerExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut = Box::pin(async move { self.exec_detailed(command).await.map(|d| d.output) });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(self.provider(), "exec", command, |command| async move {
+            self.exec_detailed(command).await.map(|d| d.output)
+        })
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -858,21 +858,23 @@ impl Exec for DockerExec {
 
 impl ExecStream for DockerExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
-        let fut = Box::pin(async move {
-            let run = self.start(command).await?;
-            Ok(EventStream::new(futures_util::stream::unfold(
-                Some(run),
-                |state| async move {
-                    let mut run = state?;
-                    let item = run.next_event().await;
-                    let more = !run.done;
-                    Some((item, more.then_some(run)))
-                },
-            )))
-        });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(
+            self.provider(),
+            "exec_stream",
+            command,
+            |command| async move {
+                let run = self.start(command).await?;
+                Ok(EventStream::new(futures_util::stream::unfold(
+                    Some(run),
+                    |state| async move {
+                        let mut run = state?;
+                        let item = run.next_event().await;
+                        let more = !run.done;
+                        Some((item, more.then_some(run)))
+                    },
+                )))
+            },
+        )
     }
 }
 

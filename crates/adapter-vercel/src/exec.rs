@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use bytes::Bytes;
+use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::http;
 use execseam_adapter_kit::retry::{Call, Stage};
 use execseam_core::{
@@ -604,10 +605,9 @@ impl Exec for VercelExec {
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<execseam_core::Output, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec", tool = %command.tool());
-        let fut = Box::pin(async move { self.start(command).await?.collect().await });
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(self.provider(), "exec", command, |command| async move {
+            self.start(command).await?.collect().await
+        })
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {
@@ -636,10 +636,9 @@ impl execseam_adapter_kit::spool::Launch for VercelExec {
 
 impl ExecStream for VercelExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        let span = tracing::debug_span!("exec", provider = self.provider(), operation = "exec_stream", tool = %command.tool());
-        let fut = Box::pin(self.start(command));
-        // One span per exec: the provider, the operation and the tool, never argv, env or stdin.
-        Box::pin(tracing::Instrument::instrument(fut, span))
+        exec_span!(self.provider(), "exec_stream", command, |command| {
+            self.start(command)
+        })
     }
 }
 
