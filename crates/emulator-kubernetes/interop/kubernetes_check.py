@@ -31,8 +31,10 @@ Every expectation is what a real API server does, with its source:
   "<template>-<sandbox>" per volumeClaimTemplates entry, the template's labels plus the
   sandbox-name-hash label, SetControllerReference to the Sandbox; run in either operating mode)
   and MergeVolumeClaimVolumes (the pod's volume of that name is the claim); the PV controller
-  binds a claim (pv_controller.go: status.phase Bound); the garbage collector deletes owned
-  objects with their owner
+  binds a claim (pv_controller.go: status.phase Bound); the StorageObjectInUseProtection
+  admission plugin adds the kubernetes.io/pvc-protection finalizer, which the pvc-protection
+  controller removes once no pod uses the claim; the garbage collector deletes owned objects
+  with their owner
 
 Prints one "ok <name>" per check and "OK" at the end.
 """
@@ -301,6 +303,7 @@ wait_condition("interop-volume", "Ready", "True")
 pvc = core.read_namespaced_persistent_volume_claim("data-interop-volume", NS)
 owner = [o for o in (pvc.metadata.owner_references or []) if o.controller]
 check(pvc.status.phase == "Bound" and pvc.metadata.labels.get("suite") == "interop"
+      and "kubernetes.io/pvc-protection" in (pvc.metadata.finalizers or [])
       and pvc.metadata.labels.get("agents.x-k8s.io/sandbox-name-hash")
       and owner and owner[0].kind == "Sandbox" and owner[0].uid == vs["metadata"]["uid"]
       and any(v.persistent_volume_claim and v.persistent_volume_claim.claim_name == "data-interop-volume"

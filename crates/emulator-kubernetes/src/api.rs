@@ -517,7 +517,16 @@ pub fn create(
     match res.kind {
         "Pod" => obj["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"}),
         "Namespace" => obj["status"] = json!({"phase": "Active"}),
-        "PersistentVolumeClaim" => obj["status"] = json!({"phase": "Pending"}),
+        "PersistentVolumeClaim" => {
+            obj["status"] = json!({"phase": "Pending"});
+            // plugin/pkg/admission/storage/storageobjectinuseprotection/admission.go
+            let m = &mut obj["metadata"];
+            let mut fin = m["finalizers"].as_array().cloned().unwrap_or_default();
+            if !fin.iter().any(|f| f == crate::cluster::PVC_PROTECTION) {
+                fin.push(json!(crate::cluster::PVC_PROTECTION));
+            }
+            m["finalizers"] = json!(fin);
+        }
         _ => {}
     }
     schema::apply_defaults(res, &mut obj);

@@ -16,6 +16,9 @@ use crate::schema::{self, Resource};
 use crate::status::{self, ApiError};
 use crate::store::{self, From, Store, Subscription};
 
+/// The finalizer the `StorageObjectInUseProtection` admission plugin puts on every claim.
+pub(crate) const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
+
 /// Everything the API server, the controllers, the exec server and the router share.
 pub struct Cluster {
     pub(crate) store: Store,
@@ -195,6 +198,22 @@ impl Cluster {
         if res.kind == "Pod" {
             return self.delete_pod(ns, name, options.grace);
         }
+        let protected = cur["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == PVC_PROTECTION));
+        if res.kind == "PersistentVolumeClaim" && protected {
+            // Terminating until no pod uses it: the pvc-protection controller then drops the
+            // finalizer (`Cluster::release_claims`).
+            let out = self.store.update(res, ns, name, |v| {
+                if v["metadata"]["deletionTimestamp"].is_null() {
+                    v["metadata"]["deletionTimestamp"] = json!(store::now());
+                    v["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+                }
+                Ok(())
+            })?;
+            self.kick();
+            return Ok(out);
+        }
         let out = self
             .store
             .remove(res, ns, name)
@@ -304,6 +323,28 @@ impl Cluster {
         let dir = self.volumes.join(ns).join(name);
         std::fs::create_dir_all(&dir)?;
         Ok(dir)
+    }
+
+    /// The pvc-protection controller (pkg/controller/volume/pvcprotection): a claim being
+    /// deleted loses its finalizer, and so goes (with its volume), once no pod in its
+    /// namespace names it.
+    pub(crate) fn release_claims(&self) {
+        for pvc in self.store.list(&schema::PVCS, None).0 {
+            if pvc["metadata"]["deletionTimestamp"].is_null() {
+                continue;
+            }
+            let ns = pvc["metadata"]["namespace"].as_str().unwrap_or("");
+            let name = pvc["metadata"]["name"].as_str().unwrap_or("");
+            let used = self.store.list(&schema::PODS, Some(ns)).0.iter().any(|p| {
+                p["spec"]["volumes"].as_array().is_some_and(|vs| {
+                    vs.iter()
+                        .any(|v| v["persistentVolumeClaim"]["claimName"].as_str() == Some(name))
+                })
+            });
+            if !used && self.store.remove(&schema::PVCS, ns, name).is_some() {
+                let _ = std::fs::remove_dir_all(self.volumes.join(ns).join(name));
+            }
+        }
     }
 
     /// Stops a pod's sandbox (its processes die, its root goes).

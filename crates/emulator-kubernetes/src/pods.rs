@@ -166,15 +166,19 @@ fn claim_volumes(spec: &Value) -> BTreeMap<&str, &str> {
         .collect()
 }
 
-/// Every claim the pod names exists and is bound: until then the scheduler leaves it `Pending`
-/// (`VolumeBinding` plugin: "persistentvolumeclaim not found" / unbound immediate claims).
+/// Every claim the pod names exists, is bound and is not being deleted: until then the
+/// scheduler leaves it `Pending` (`VolumeBinding` plugin: "persistentvolumeclaim not found",
+/// "is being deleted", unbound immediate claims).
 fn claims_bound(cluster: &Cluster, pod: &Value) -> bool {
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or("");
     claim_volumes(&pod["spec"]).values().all(|claim| {
         cluster
             .store
             .get(&schema::PVCS, ns, claim)
-            .is_some_and(|c| c["status"]["phase"].as_str() == Some("Bound"))
+            .is_some_and(|c| {
+                c["status"]["phase"].as_str() == Some("Bound")
+                    && c["metadata"]["deletionTimestamp"].is_null()
+            })
     })
 }
 
@@ -425,4 +429,5 @@ pub(crate) fn reconcile(cluster: &Cluster) {
     for uid in gone {
         cluster.stop_pod(&uid);
     }
+    cluster.release_claims();
 }
