@@ -873,7 +873,7 @@ impl ExecStream for DockerExec {
                         Some((item, more.then_some(run)))
                     },
                 )))
-            }
+            },
         )
     }
 }

@@ -610,3 +610,159 @@ impl Processes for Attached<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use execseam_core::StartKey;
+    use tokio::io::AsyncReadExt as _;
+    use tokio::sync::mpsc;
+
+    use super::*;
+
+    use crate::spool::tests::Host;
+
+    struct Exit7;
+
+    impl TerminalControl for Exit7 {
+        fn resize(&self, _: TerminalSize) -> BoxFuture<'_, Result<(), Error>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn exit(&self) -> BoxFuture<'_, Result<Exit, Error>> {
+            Box::pin(async { Ok(Exit::Code(7)) })
+        }
+    }
+
+    /// Hands out prepared terminals, one per open.
+    struct Fake(Mutex<Vec<Opened>>);
+
+    impl OpenTerminal for Fake {
+        fn open(&self, command: Command, _: TerminalSize) -> BoxFuture<'_, Result<Opened, Error>> {
+            assert_eq!(command.argv()[2], WRAPPER, "the kit's wrapper runs first");
+            let next = self.0.lock().unwrap().pop().expect("a prepared terminal");
+            Box::pin(async move { Ok(next) })
+        }
+    }
+
+    type Feed = mpsc::UnboundedSender<Result<Bytes, Error>>;
+
+    fn prepared() -> (Opened, Feed, tokio::io::DuplexStream) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (keys, input) = tokio::io::duplex(64);
+        let output = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        let opened = Opened {
+            output: Box::pin(output),
+            input: Box::pin(input),
+            control: Box::new(Exit7),
+        };
+        (opened, tx, keys)
+    }
+
+    async fn follow_all(
+        p: &Attached<'_>,
+        h: &ProcessHandle,
+        from: u64,
+    ) -> Result<execseam_core::Output, Error> {
+        let s = p.attach(h, StreamOffsets::new(from, 0)).await?;
+        s.collect().await
+    }
+
+    fn text(r: &ProcessRead) -> &str {
+        std::str::from_utf8(&r.stdout).unwrap()
+    }
+
+    async fn settle(p: &Attached<'_>, h: &ProcessHandle, want: u64) {
+        for _ in 0..200 {
+            if p.read(h, StreamOffsets::ZERO)
+                .await
+                .map(|r| r.written.stdout)
+                .ok()
+                == Some(want)
+            {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the output never reached {want} bytes");
+    }
+
+    #[tokio::test]
+    async fn a_held_terminal_replays_takes_keys_by_offset_and_a_cut_is_an_error_never_an_exit() {
+        let (cut, cut_feed, _cut_keys) = prepared();
+        let (ok, feed, mut keys) = prepared();
+        let fake = Fake(Mutex::new(vec![cut, ok]));
+        let terminals = Terminals::default();
+        // The host runs the spool's and the release's scripts (nothing of this test's is there).
+        let host = Host { binary: true };
+        let p = Attached::new(Spool::new(&host, "attached-test"), &host, &fake, &terminals);
+        assert!(p.process_capabilities().terminal);
+        let size = TerminalSize { cols: 80, rows: 24 };
+        let sh = || Command::builder(["sh"]).build().unwrap();
+        let req = |k: &str| StartRequest::new(StartKey::new(k).unwrap(), sh()).terminal(size);
+        let s = p.start(req("a")).await.unwrap();
+        assert!(s.fresh);
+        assert!(
+            !p.start(req("a")).await.unwrap().fresh,
+            "the same key starts nothing"
+        );
+        let h = s.handle;
+
+        feed.send(Ok(Bytes::from_static(b"ab"))).unwrap();
+        feed.send(Ok(Bytes::from_static(b"cd"))).unwrap();
+        settle(&p, &h, 4).await;
+        assert_eq!(
+            text(&p.read(&h, StreamOffsets::ZERO).await.unwrap()),
+            "abcd"
+        );
+        let r = p.read(&h, StreamOffsets::new(2, 0)).await.unwrap();
+        assert_eq!((text(&r), r.state), ("cd", ProcessState::Running));
+
+        // Keys by offset, exactly once.
+        let w = |at: u64, d: &'static [u8]| StdinWrite {
+            at,
+            data: Bytes::from_static(d),
+            close: false,
+        };
+        assert_eq!(p.write_stdin(&h, w(0, b"x\x03")).await.unwrap().accepted, 2);
+        assert_eq!(
+            p.write_stdin(&h, w(0, b"x\x03")).await.unwrap().accepted,
+            2,
+            "a retry of accepted bytes"
+        );
+        let e = p.write_stdin(&h, w(5, b"y")).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Conflict);
+        let mut got = [0u8; 2];
+        keys.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"x\x03");
+
+        let e = p.release(&h).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Conflict, "a running terminal is kept");
+        drop(feed);
+        assert_eq!(
+            p.wait(&h, Duration::from_secs(5)).await.unwrap(),
+            Waited::Exited(Exit::Code(7))
+        );
+        let out = follow_all(&p, &h, 2).await.unwrap();
+        assert_eq!((&out.stdout[..], out.exit), (&b"cd"[..], Exit::Code(7)));
+        p.release(&h).await.unwrap();
+        let e = p.status(&h).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "released: {e}");
+        assert!(e.to_string().contains("client that started it"), "{e}");
+
+        // A cut output stream is the typed error, after what was kept.
+        let h = p.start(req("b")).await.unwrap().handle;
+        cut_feed.send(Ok(Bytes::from_static(b"z"))).unwrap();
+        cut_feed
+            .send(Err(Error::protocol("the connection broke")))
+            .unwrap();
+        let e = p.wait(&h, Duration::from_secs(5)).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        assert_eq!(text(&p.read(&h, StreamOffsets::ZERO).await.unwrap()), "z");
+        assert!(p.read(&h, StreamOffsets::new(1, 0)).await.is_err());
+        let e = follow_all(&p, &h, 0).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        assert_eq!(&e.partial().unwrap().stdout[..], b"z");
+        assert_eq!(p.status(&h).await.unwrap().state, ProcessState::Unknown);
+    }
+}

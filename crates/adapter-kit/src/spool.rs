@@ -1122,7 +1122,7 @@ impl<'a> Spool<'a> {
 crate::forward_processes!(Spool<'_>, resize);
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::process::Stdio;
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -1132,8 +1132,8 @@ mod tests {
     use super::*;
 
     /// Runs commands on this host (what an adapter's exec would do in its sandbox).
-    struct Host {
-        binary: bool,
+    pub(crate) struct Host {
+        pub(crate) binary: bool,
     }
 
     impl Exec for Host {

@@ -636,8 +636,9 @@ impl execseam_adapter_kit::spool::Launch for VercelExec {
 
 impl ExecStream for VercelExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span!(self.provider(), "exec_stream", command, |command| self
-            .start(command))
+        exec_span!(self.provider(), "exec_stream", command, |command| {
+            self.start(command)
+        })
     }
 }
 

@@ -5,11 +5,15 @@
 //! preview links and requests through them).
 //! Fails loudly when PyPI cannot be reached.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use execseam_emulator_daytona::DaytonaEmulator;
 use execseam_emulator_kit::EmulatorOptions;
 use execseam_test_util::interop;
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("interop")
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_official_python_sdk_works_against_the_emulator() {
@@ -18,12 +22,6 @@ async fn the_official_python_sdk_works_against_the_emulator() {
             .await
             .expect("the emulator starts"),
     );
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop");
-    let reqs = dir.join("requirements.txt");
-    let python = tokio::task::spawn_blocking(move || interop::python_env("daytona", &reqs))
-        .await
-        .unwrap()
-        .expect("a virtualenv with the official daytona SDK");
     // Where the sandbox's home and /tmp appear to its commands.
     let probe = emu.visible_path("probe", "/tmp");
     assert!(probe.is_none(), "no sandbox exists yet");
@@ -75,22 +73,8 @@ async fn the_official_python_sdk_works_against_the_emulator() {
             }
         })
     };
-    let script = dir.join("sdk_check.py");
-    let out = tokio::task::spawn_blocking(move || interop::run_python(&python, &script, &env))
-        .await
-        .unwrap()
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{stdout}");
-    assert!(
-        out.status.success() && stdout.lines().last() == Some("OK"),
-        "the SDK check failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let checks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
+    interop::python_checks("daytona", &dir(), "sdk_check.py", env, 106).await;
     watcher.abort();
-    assert_eq!(checks, 106, "every check of sdk_check.py ran:\n{stdout}");
     assert!(emu.sandbox_ids().is_empty(), "the SDK deleted its sandbox");
 }
 
@@ -106,27 +90,6 @@ async fn the_official_python_sdk_drives_pty_sessions() {
     let emu = DaytonaEmulator::start(EmulatorOptions::default())
         .await
         .expect("the emulator starts");
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop");
-    let reqs = dir.join("requirements.txt");
-    let python = tokio::task::spawn_blocking(move || interop::python_env("daytona", &reqs))
-        .await
-        .unwrap()
-        .expect("a virtualenv with the official daytona SDK");
-    let env = emu.env();
-    let script = dir.join("pty_check.py");
-    let out = tokio::task::spawn_blocking(move || interop::run_python(&python, &script, &env))
-        .await
-        .unwrap()
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{stdout}");
-    assert!(
-        out.status.success() && stdout.lines().last() == Some("OK"),
-        "the PTY check failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let checks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
-    assert_eq!(checks, 14, "every check of pty_check.py ran:\n{stdout}");
+    interop::python_checks("daytona", &dir(), "pty_check.py", emu.env(), 14).await;
     assert!(emu.sandbox_ids().is_empty(), "the SDK deleted its sandbox");
 }

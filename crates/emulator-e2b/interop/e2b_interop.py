@@ -154,6 +154,19 @@ def main():
     check("connect to a running command", r.stdout == "late\n", repr(r.stdout))
     h.disconnect()
 
+    # A late Connect: envd >= 0.6.12 keeps an ended process's end event 30 s "so a late Connect
+    # can still recover the exit code" (infra packages/envd/internal/services/process/service.go
+    # terminatedRetentionTTL); only the end event, no output; List shows live processes only.
+    h = sbx.commands.run("sleep 0.2; echo gone; exit 7", background=True)
+    pid = h.pid
+    h.disconnect()
+    time.sleep(0.8)
+    listed = [p.pid for p in sbx.commands.list()]
+    e = expect_raise("a late connect gets the retained exit", CommandExitException,
+                     lambda: sbx.commands.connect(pid).wait())
+    check("late connect: exit code, no output, not listed",
+          e.exit_code == 7 and e.stdout == "" and pid not in listed, repr((e.exit_code, e.stdout, listed)))
+
     # The command timeout is envd's process deadline.
     expect_raise(
         "timeout is TimeoutException",

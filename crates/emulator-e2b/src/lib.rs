@@ -108,6 +108,9 @@ pub struct Sbx {
     started_at: SystemTime,
     end_at: Mutex<(Instant, SystemTime)>,
     procs: Mutex<HashMap<u32, Arc<process::Proc>>>,
+    /// Ended processes' end events, each kept [`process::TERMINATED_RETENTION`] for a late
+    /// `Connect`.
+    terminated: Mutex<HashMap<u32, process::Retained>>,
     /// Set (before its processes are killed) when the sandbox goes away: its open streams end
     /// the way the proxy ends them, not with the killed processes' end events.
     gone: tokio::sync::watch::Sender<bool>,
@@ -229,6 +232,7 @@ impl State {
             started_at: SystemTime::now(),
             end_at: Mutex::new((Instant::now(), SystemTime::now())),
             procs: Mutex::new(HashMap::new()),
+            terminated: Mutex::new(HashMap::new()),
             gone: tokio::sync::watch::channel(false).0,
             paused: std::sync::atomic::AtomicBool::new(false),
             watchers: Mutex::new(HashMap::new()),

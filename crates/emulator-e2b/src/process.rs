@@ -280,11 +280,56 @@ async fn pump(proc: Arc<Proc>, mut child: Child, sbx: Weak<Sbx>) {
         }
     }
     let end = end_info(status.expect("the loop ends after the exit"));
-    proc.publish(Out::End(end)).await;
+    retire(&proc, end, &sbx).await;
+}
+
+/// How long envd keeps an ended process's end event for a late `Connect` (envd >= 0.6.12:
+/// "terminatedRetentionTTL is how long a process's terminal event is retained after it exits, so
+/// a late Connect can still recover the exit code", e2b-dev/infra
+/// `packages/envd/internal/services/process/service.go`). Only the end event: no output.
+pub(crate) const TERMINATED_RETENTION: Duration = Duration::from_secs(30);
+
+/// An ended process's end event, kept until `until`.
+pub(crate) struct Retained {
+    tag: Option<String>,
+    end: EndInfo,
+    until: Instant,
+}
+
+/// Publishes the end event, then moves the process from the live map to the retained ends
+/// (envd's `finalizeTermination`: cached before it is removed).
+async fn retire(proc: &Proc, end: EndInfo, sbx: &Weak<Sbx>) {
+    proc.publish(Out::End(end.clone())).await;
     proc.subscribers.lock().expect("subscribers").clear();
     if let Some(sbx) = sbx.upgrade() {
+        let now = Instant::now();
+        let mut kept = sbx.terminated.lock().expect("terminated");
+        kept.retain(|_, r| r.until > now);
+        kept.insert(
+            proc.pid,
+            Retained {
+                tag: proc.tag.clone(),
+                end,
+                until: now + TERMINATED_RETENTION,
+            },
+        );
+        drop(kept);
         sbx.procs.lock().expect("procs").remove(&proc.pid);
     }
+}
+
+/// The retained end of the process `sel` names, if it ended less than
+/// [`TERMINATED_RETENTION`] ago: its pid and end event.
+fn retained(sbx: &Sbx, sel: &Selector) -> Option<(u32, EndInfo)> {
+    let now = Instant::now();
+    let kept = sbx.terminated.lock().expect("terminated");
+    kept.iter()
+        .filter(|(_, r)| r.until > now)
+        .find(|(pid, r)| match sel {
+            Selector::Pid(p) => *pid == p,
+            Selector::Tag(t) => r.tag.as_deref() == Some(t.as_str()),
+        })
+        .map(|(pid, r)| (*pid, r.end.clone()))
 }
 
 /// [`pump`] for a PTY process: the terminal's output in 16 KiB chunks until the process exited
@@ -319,11 +364,7 @@ async fn pump_pty(proc: Arc<Proc>, mut child: Child, master: PtyMaster, sbx: Wea
     proc.tty.lock().expect("tty").take();
     drop(master);
     let end = end_info(status.expect("the loop ends after the exit"));
-    proc.publish(Out::End(end)).await;
-    proc.subscribers.lock().expect("subscribers").clear();
-    if let Some(sbx) = sbx.upgrade() {
-        sbx.procs.lock().expect("procs").remove(&proc.pid);
-    }
+    retire(&proc, end, &sbx).await;
 }
 
 /// The parsed `ProcessConfig` of a `StartRequest`.
@@ -865,12 +906,23 @@ async fn connect(mut req: EnvdRequest) -> Response {
     let [msg] = msgs.as_slice() else {
         return failed_stream(&RpcError::new("invalid_argument", "expected one message"));
     };
-    let proc = match rpc::parse(msg)
-        .and_then(|v| selector(&v))
-        .and_then(|s| find(&req.sbx, &s))
-    {
-        Ok(p) => p,
+    let sel = match rpc::parse(msg).and_then(|v| selector(&v)) {
+        Ok(s) => s,
         Err(e) => return failed_stream(&e),
+    };
+    let proc = match find(&req.sbx, &sel) {
+        Ok(p) => p,
+        // Ended within the retention: its start and end events (no output is kept).
+        Err(e) => match retained(&req.sbx, &sel) {
+            Some((pid, end)) => {
+                return rpc::stream_response(vec![
+                    message(&json!({"event": {"start": {"pid": pid}}})),
+                    message(&end_json(&end)),
+                    end_stream(None),
+                ]);
+            }
+            None => return failed_stream(&e),
+        },
     };
     let timeout = match connect_timeout(&req) {
         Ok(t) => t,

@@ -10,7 +10,7 @@ use execseam_emulator_kit::{EmulatorOptions, Fault};
 use execseam_test_util::interop;
 
 /// Checks `e2b_interop.py main` makes; the run must report exactly this many.
-const MAIN_CHECKS: usize = 114;
+const MAIN_CHECKS: usize = 116;
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("interop")

@@ -6,10 +6,11 @@ use std::time::{Duration, SystemTime};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State as AxState};
+use axum::extract::{DefaultBodyLimit, Extension, FromRequestParts, Path, Query, State as AxState};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use execseam_core::{Command, Event, ExecStream, Exit};
+use http::request::Parts;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
@@ -87,6 +88,23 @@ fn authorized_machine(
         return Err(unauthorized());
     }
     lookup(st, app, id)
+}
+
+/// The machine a request's path names (`/v1/apps/{app}/machines/{id}/…`), for an authorized
+/// request (401 otherwise), of an app (404 "app not found") and a machine (404) that exist, in
+/// that order, before any body or query is read.
+struct AddressedMachine(Arc<Machine>);
+
+impl FromRequestParts<Arc<State>> for AddressedMachine {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, st: &Arc<State>) -> Result<Self, Response> {
+        let params = Path::<BTreeMap<String, String>>::from_request_parts(parts, st)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let param = |k: &str| params.get(k).map_or("", String::as_str);
+        authorized_machine(st, &parts.headers, param("app"), param("id")).map(AddressedMachine)
+    }
 }
 
 fn lookup(st: &State, app: &str, id: &str) -> Result<Arc<Machine>, Response> {
@@ -203,23 +221,16 @@ async fn create(st: St, Path(app): Path<String>, headers: HeaderMap, body: Bytes
     }
 }
 
-async fn show(st: St, Path((app, id)): Path<(String, String)>, headers: HeaderMap) -> Response {
-    match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => json_response(StatusCode::OK, &machine_json(&m)),
-        Err(r) => r,
-    }
+async fn show(AddressedMachine(m): AddressedMachine) -> Response {
+    json_response(StatusCode::OK, &machine_json(&m))
 }
 
 async fn destroy(
     st: St,
-    Path((app, id)): Path<(String, String)>,
+    AddressedMachine(m): AddressedMachine,
     Query(q): Query<BTreeMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    let m = match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
     // fly-go's `Destroy` sends the lease nonce.
     if let Some(r) = lease_conflict(&m, &headers) {
         return r;
@@ -234,7 +245,7 @@ async fn destroy(
             "failed_precondition: machine still active, refusing to delete",
         );
     }
-    st.destroy(&app, &id);
+    st.destroy(&m.app, &m.id);
     json_response(StatusCode::OK, &json!({"ok": true}))
 }
 
@@ -265,11 +276,7 @@ fn lease_conflict(m: &Machine, headers: &HeaderMap) -> Option<Response> {
     ))
 }
 
-async fn start(st: St, Path((app, id)): Path<(String, String)>, headers: HeaderMap) -> Response {
-    let m = match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
+async fn start(st: St, AddressedMachine(m): AddressedMachine, headers: HeaderMap) -> Response {
     if let Some(r) = lease_conflict(&m, &headers) {
         return r;
     }
@@ -325,14 +332,10 @@ async fn transition(st: &State, m: Arc<Machine>, via: &str, to: &'static str, ki
 
 async fn stop(
     st: St,
-    Path((app, id)): Path<(String, String)>,
+    AddressedMachine(m): AddressedMachine,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let m = match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
     if let Some(r) = lease_conflict(&m, &headers) {
         return r;
     }
@@ -358,11 +361,7 @@ async fn stop(
     json_response(StatusCode::OK, &json!({"ok": true}))
 }
 
-async fn suspend(st: St, Path((app, id)): Path<(String, String)>, headers: HeaderMap) -> Response {
-    let m = match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
+async fn suspend(st: St, AddressedMachine(m): AddressedMachine, headers: HeaderMap) -> Response {
     if let Some(r) = lease_conflict(&m, &headers) {
         return r;
     }
@@ -454,15 +453,7 @@ fn lease_json(l: &Lease) -> Value {
     })
 }
 
-async fn lease_show(
-    st: St,
-    Path((app, id)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    let m = match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
+async fn lease_show(AddressedMachine(m): AddressedMachine) -> Response {
     let lease = m.lease.lock().expect("lease").clone();
     match lease.filter(|l| l.expires > SystemTime::now()) {
         Some(l) => json_response(StatusCode::OK, &lease_json(&l)),
@@ -471,16 +462,11 @@ async fn lease_show(
 }
 
 async fn lease_create(
-    st: St,
-    Path((app, id)): Path<(String, String)>,
+    AddressedMachine(m): AddressedMachine,
     Query(q): Query<BTreeMap<String, String>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let m = match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
     let req: LeaseRequest = serde_json::from_slice(&body).unwrap_or_default();
     let ttl = req
         .ttl
@@ -528,15 +514,7 @@ async fn lease_create(
     }
 }
 
-async fn lease_release(
-    st: St,
-    Path((app, id)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    let m = match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
+async fn lease_release(AddressedMachine(m): AddressedMachine, headers: HeaderMap) -> Response {
     let nonce = headers
         .get("fly-machine-lease-nonce")
         .and_then(|v| v.to_str().ok());
@@ -1014,15 +992,10 @@ fn not_started(m: &Machine) -> Response {
 /// replaced, the version changes, and a started machine is rebooted on it (fresh root, its
 /// processes restarted), as flyd replaces the VM.
 async fn update(
-    st: St,
-    Path((app, id)): Path<(String, String)>,
+    AddressedMachine(m): AddressedMachine,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let m = match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
     if let Some(r) = lease_conflict(&m, &headers) {
         return r;
     }
@@ -1133,15 +1106,10 @@ async fn signal_and_wait(sb: &Sandbox, sig: i32, grace: Duration) -> bool {
 /// signal (default SIGTERM), the rest are killed after `timeout` (default 10 s, at once with
 /// `force_stop=true`), and the machine boots again on a fresh root with its main process.
 async fn restart(
-    st: St,
-    Path((app, id)): Path<(String, String)>,
+    AddressedMachine(m): AddressedMachine,
     Query(q): Query<BTreeMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    let m = match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
     if let Some(r) = lease_conflict(&m, &headers) {
         return r;
     }
@@ -1192,16 +1160,7 @@ async fn restart(
 
 /// `POST …/signal` (Machines_signal): `SignalRequest {signal}` reaches every process of the
 /// machine (its init aside). fly-go's `Kill` sends the number 9, the spec an enum of names.
-async fn signal(
-    st: St,
-    Path((app, id)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let m = match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
+async fn signal(AddressedMachine(m): AddressedMachine, body: Bytes) -> Response {
     let req: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return err(StatusCode::BAD_REQUEST, &format!("invalid_argument: {e}")),
@@ -1266,15 +1225,9 @@ fn process_stat(pid: u32, host: u32) -> Option<Value> {
 /// `GET …/ps?sort_by=&order=` (Machines_list_processes; fly-go's `GetProcesses`): the
 /// machine's processes.
 async fn ps(
-    st: St,
-    Path((app, id)): Path<(String, String)>,
+    AddressedMachine(m): AddressedMachine,
     Query(q): Query<BTreeMap<String, String>>,
-    headers: HeaderMap,
 ) -> Response {
-    let m = match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
     let Some(sb) = m.sandbox().filter(|_| m.state() == "started") else {
         return not_started(&m);
     };
@@ -1318,40 +1271,25 @@ async fn ps(
 }
 
 /// `GET …/events` (Machines_list_events): `MachineEvent`s, newest first.
-async fn events(st: St, Path((app, id)): Path<(String, String)>, headers: HeaderMap) -> Response {
-    match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => json_response(StatusCode::OK, &json!(*m.events.lock().expect("events"))),
-        Err(r) => r,
-    }
+async fn events(AddressedMachine(m): AddressedMachine) -> Response {
+    json_response(StatusCode::OK, &json!(*m.events.lock().expect("events")))
 }
 
 /// `GET …/metadata` (Machines_show_metadata): `{key: value}`.
-async fn metadata_show(
-    st: St,
-    Path((app, id)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => json_response(
-            StatusCode::OK,
-            &json!(*m.metadata.lock().expect("metadata")),
-        ),
-        Err(r) => r,
-    }
+async fn metadata_show(AddressedMachine(m): AddressedMachine) -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!(*m.metadata.lock().expect("metadata")),
+    )
 }
 
 /// `POST …/metadata/{key}` with `{"value": "…"}` (fly-go's `SetMetadata`; docs
 /// `_machines_metadata_update_req`): 204, no body.
 async fn metadata_set(
-    st: St,
-    Path((app, id, key)): Path<(String, String, String)>,
-    headers: HeaderMap,
+    AddressedMachine(m): AddressedMachine,
+    Path((_, _, key)): Path<(String, String, String)>,
     body: Bytes,
 ) -> Response {
-    let m = match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let Some(value) = req["value"].as_str() else {
         return err(
@@ -1368,14 +1306,9 @@ async fn metadata_set(
 
 /// `DELETE …/metadata/{key}` (Machines_delete_metadata): 204, no body.
 async fn metadata_delete(
-    st: St,
-    Path((app, id, key)): Path<(String, String, String)>,
-    headers: HeaderMap,
+    AddressedMachine(m): AddressedMachine,
+    Path((_, _, key)): Path<(String, String, String)>,
 ) -> Response {
-    let m = match authorized_machine(&st, &headers, &app, &id) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
     m.metadata.lock().expect("metadata").remove(&key);
     empty(StatusCode::NO_CONTENT)
 }

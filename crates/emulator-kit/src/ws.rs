@@ -36,7 +36,7 @@ where
         *r.status_mut() = StatusCode::BAD_REQUEST;
         return r;
     };
-    let accept = accept_key(key.as_bytes());
+    let accept = crate::server::websocket_accept(key.as_bytes());
     let on_upgrade = hyper::upgrade::on(req);
     tokio::spawn(async move {
         match on_upgrade.await {
@@ -62,22 +62,13 @@ where
     r
 }
 
-/// The `Sec-WebSocket-Accept` for a client's `Sec-WebSocket-Key` (RFC 6455 §4.2.2).
-fn accept_key(key: &[u8]) -> String {
-    use base64::Engine as _;
-    let mut sha = sha1_smol::Sha1::new();
-    sha.update(key);
-    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn accept_key_is_rfc_6455s() {
         // RFC 6455 §1.3's example.
         assert_eq!(
-            super::accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
+            crate::server::websocket_accept(b"dGhlIHNhbXBsZSBub25jZQ=="),
             "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
         );
     }

@@ -25,11 +25,6 @@ async fn run(script: &str, checks: usize) {
     })
     .await
     .expect("the emulator starts");
-    let reqs = dir().join("requirements.txt");
-    let python = tokio::task::spawn_blocking(move || interop::python_env("kubernetes", &reqs))
-        .await
-        .unwrap()
-        .expect("a virtualenv with the official kubernetes and k8s-agent-sandbox clients");
     // The kubeconfig the emulator writes at start (what `execseam emulate` prints).
     let kubeconfig = emu.kubeconfig_path().to_owned();
     assert_eq!(
@@ -45,12 +40,7 @@ async fn run(script: &str, checks: usize) {
         // Never the in-cluster configuration, whatever the host.
         ("KUBERNETES_SERVICE_HOST".to_owned(), String::new()),
     ];
-    let script = dir().join(script);
-    let out = tokio::task::spawn_blocking(move || interop::run_python(&python, &script, &env))
-        .await
-        .unwrap()
-        .expect("python runs");
-    interop::assert_checks("client", &out, checks);
+    interop::python_checks("kubernetes", &dir(), script, env, checks).await;
     drop(emu);
 }
 

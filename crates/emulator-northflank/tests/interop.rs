@@ -45,11 +45,6 @@ fn env_for(emu: &NorthflankEmulator, faults: Vec<(String, String)>) -> Vec<(Stri
 #[tokio::test(flavor = "multi_thread")]
 async fn the_official_python_sdk_works_against_the_emulator() {
     let emu = emulator().await;
-    let reqs = dir().join("requirements.txt");
-    let python = tokio::task::spawn_blocking(move || interop::python_env("northflank", &reqs))
-        .await
-        .unwrap()
-        .expect("a virtualenv with the official northflank SDK");
     let scratch = tempfile::tempdir().expect("scratch");
     let faults = interop::arm_faults_when_ready(
         emu.faults(),
@@ -66,21 +61,12 @@ async fn the_official_python_sdk_works_against_the_emulator() {
         ],
     );
     let env = env_for(&emu, faults);
-    let script = dir().join("sdk_check.py");
-    let out = tokio::task::spawn_blocking(move || interop::run_python(&python, &script, &env))
-        .await
-        .unwrap()
-        .expect("python runs");
-    interop::assert_checks("Python", &out, 32);
+    interop::python_checks("northflank", &dir(), "sdk_check.py", env, 32).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_official_js_client_works_against_the_emulator() {
     let emu = emulator().await;
-    let npm = tokio::task::spawn_blocking(|| interop::node_env("northflank-npm", &dir()))
-        .await
-        .unwrap()
-        .expect("an npm directory with the official @northflank/js-client");
     let scratch = tempfile::tempdir().expect("scratch");
     let faults = interop::arm_faults_when_ready(
         emu.faults(),
@@ -91,10 +77,5 @@ async fn the_official_js_client_works_against_the_emulator() {
         ],
     );
     let env = env_for(&emu, faults);
-    let script = dir().join("sdk_check.mjs");
-    let out = tokio::task::spawn_blocking(move || interop::run_node(&npm, &script, &env))
-        .await
-        .unwrap()
-        .expect("node runs");
-    interop::assert_checks("JS", &out, 22);
+    interop::node_checks("northflank-npm", &dir(), "sdk_check.mjs", env, 22).await;
 }

@@ -5,17 +5,17 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Path, Request, State as AxState};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Request, State as AxState};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use execseam_core::{Command, Exec, ExecStream};
 use futures_util::{SinkExt, StreamExt};
+use http::request::Parts;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
-use tokio_websockets::{CloseCode, Limits, Message, WebSocketStream};
+use tokio_websockets::{CloseCode, Message};
 
 use super::pty;
 use super::query::Query;
@@ -25,6 +25,7 @@ use super::{
     EnvMode, HOME, SPRITE_VERSION, Sprite, SpritesOptions, State, UnknownSprite, fs, lifecycle,
 };
 use execseam_emulator_kit::util::hex_id;
+use execseam_emulator_kit::ws::{self, Ws};
 use execseam_emulator_kit::{ConnControl, Fault, PtySize, reset_connection};
 
 type St = AxState<Arc<State>>;
@@ -166,6 +167,23 @@ pub(crate) fn unknown_sprite(st: &State) -> Response {
 }
 
 /// Authenticates and finds the sprite.
+/// The live sprite a request's path names (`/v1/sprites/{name}/…`), for an authorized request
+/// (401 otherwise): as [`sprite_for`], before any body or query is read.
+pub(crate) struct AddressedSprite(pub(crate) Arc<Sprite>);
+
+impl FromRequestParts<Arc<State>> for AddressedSprite {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, st: &Arc<State>) -> Result<Self, Response> {
+        let params =
+            Path::<std::collections::BTreeMap<String, String>>::from_request_parts(parts, st)
+                .await
+                .map_err(IntoResponse::into_response)?;
+        let name = params.get("name").map_or("", String::as_str);
+        sprite_for(st, &parts.headers, name).map(AddressedSprite)
+    }
+}
+
 pub(crate) fn sprite_for(
     st: &State,
     headers: &HeaderMap,
@@ -604,50 +622,19 @@ async fn start_tty_session(
 // ---------------------------------------------------------------------------------------------
 // WebSocket plumbing
 
-fn is_upgrade(headers: &HeaderMap) -> bool {
-    let has = |name: header::HeaderName, token: &str| {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-    };
-    has(header::UPGRADE, "websocket") && has(header::CONNECTION, "upgrade")
-}
-
-type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
-
-/// Answers the upgrade with 101 and hands the socket to `serve` once hyper has switched.
+/// The kit's WebSocket upgrade, with the Sprites server's answer to a request without a key and
+/// the capability header it sends on the 101.
 fn upgrade<F, Fut>(req: &mut Request, serve: F) -> Response
 where
     F: FnOnce(Ws) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let Some(key) = req.headers().get(header::SEC_WEBSOCKET_KEY).cloned() else {
+    if !req.headers().contains_key(header::SEC_WEBSOCKET_KEY) {
         return text_response(StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key");
-    };
-    let accept = execseam_emulator_kit::server::websocket_accept(key.as_bytes());
-    let on_upgrade = hyper::upgrade::on(req);
-    tokio::spawn(async move {
-        match on_upgrade.await {
-            Ok(upgraded) => {
-                let ws = tokio_websockets::ServerBuilder::new()
-                    .limits(Limits::default().max_payload_len(Some(256 << 20)))
-                    .serve(TokioIo::new(upgraded));
-                serve(ws).await;
-            }
-            Err(e) => tracing::debug!(error = %e, "websocket upgrade failed"),
-        }
-    });
-    let mut r = Response::new(Body::empty());
-    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let h = r.headers_mut();
-    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    if let Ok(v) = HeaderValue::from_str(&accept) {
-        h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
     }
-    h.insert("x-sprite-capabilities", HeaderValue::from_static("signal"));
+    let mut r = ws::upgrade(req, serve);
+    r.headers_mut()
+        .insert("x-sprite-capabilities", HeaderValue::from_static("signal"));
     r
 }
 
@@ -873,7 +860,7 @@ fn vanish_soon(st: &Arc<State>, name: &str) {
 
 async fn exec_get(st: St, Path(name): Path<String>, mut req: Request) -> Response {
     let q = Query::parse(req.uri().query());
-    if !is_upgrade(req.headers()) {
+    if !ws::is_upgrade(req.headers()) {
         return list_sessions(&st, req.headers(), &name);
     }
     if let Some(id) = q.get("id").filter(|i| !i.is_empty()) {
@@ -945,7 +932,7 @@ fn list_sessions(st: &State, headers: &HeaderMap, name: &str) -> Response {
 }
 
 async fn attach_path(st: St, Path((name, id)): Path<(String, String)>, req: Request) -> Response {
-    if !is_upgrade(req.headers()) {
+    if !ws::is_upgrade(req.headers()) {
         return text_response(StatusCode::BAD_REQUEST, "expected a websocket upgrade");
     }
     attach(&st, &name, &id, req).await

@@ -467,32 +467,31 @@ pub(crate) async fn copy(
     .await
 }
 
-pub(crate) async fn chmod(
-    st: St,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let v = match body_json(&body) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let t = match target(
-        &st,
-        &headers,
-        &name,
+/// The JSON body of a `chmod`/`chown` request and its `path` (against `workingDir`).
+fn body_target(
+    st: &State,
+    headers: &HeaderMap,
+    name: &str,
+    body: &Bytes,
+) -> Result<(Value, Target), Response> {
+    let v = body_json(body)?;
+    let t = target(
+        st,
+        headers,
+        name,
         v["path"].as_str(),
         v["workingDir"].as_str(),
-    ) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let Some(mode) = v["mode"].as_str().and_then(parse_mode) else {
-        return bad_request("mode must be an octal string such as \"0755\"");
-    };
-    let mut t = t;
-    as_root(&mut t, v["asRoot"].as_bool() == Some(true));
-    let recursive = v["recursive"].as_bool() == Some(true);
+    )?;
+    Ok((v, t))
+}
+
+/// `apply` on the target and, with `recursive`, on every path below it (the target first);
+/// answers `{count, affected}` with what `apply` reports per path, or `op`'s error for the first
+/// path it fails on.
+async fn each_path<F>(t: Target, recursive: bool, op: &'static str, apply: F) -> Response
+where
+    F: Fn(&FsPath, &str) -> std::io::Result<Value> + Send + 'static,
+{
     t.run(move |fs, t, host| {
         let mut targets = vec![(host.clone(), t.path.clone())];
         if recursive && host.is_dir() {
@@ -506,10 +505,10 @@ pub(crate) async fn chmod(
         }
         let mut affected = Vec::new();
         for (host, path) in targets {
-            if let Err(e) = std::fs::set_permissions(&host, std::fs::Permissions::from_mode(mode)) {
-                return fs_error("chmod", &path, &e);
+            match apply(&host, &path) {
+                Ok(v) => affected.push(v),
+                Err(e) => return fs_error(op, &path, &e),
             }
-            affected.push(json!({"path": path, "mode": format!("{mode:04o}")}));
         }
         json_response(
             StatusCode::OK,
@@ -519,55 +518,55 @@ pub(crate) async fn chmod(
     .await
 }
 
+pub(crate) async fn chmod(
+    st: St,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (v, mut t) = match body_target(&st, &headers, &name, &body) {
+        Ok(vt) => vt,
+        Err(r) => return r,
+    };
+    let Some(mode) = v["mode"].as_str().and_then(parse_mode) else {
+        return bad_request("mode must be an octal string such as \"0755\"");
+    };
+    as_root(&mut t, v["asRoot"].as_bool() == Some(true));
+    each_path(
+        t,
+        v["recursive"].as_bool() == Some(true),
+        "chmod",
+        move |host, path| {
+            std::fs::set_permissions(host, std::fs::Permissions::from_mode(mode))?;
+            Ok(json!({"path": path, "mode": format!("{mode:04o}")}))
+        },
+    )
+    .await
+}
+
 pub(crate) async fn chown(
     st: St,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let v = match body_json(&body) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let t = match target(
-        &st,
-        &headers,
-        &name,
-        v["path"].as_str(),
-        v["workingDir"].as_str(),
-    ) {
-        Ok(t) => t,
+    let (v, mut t) = match body_target(&st, &headers, &name, &body) {
+        Ok(vt) => vt,
         Err(r) => return r,
     };
     let id = |k: &str| v[k].as_u64().and_then(|n| u32::try_from(n).ok());
     let (uid, gid) = (id("uid"), id("gid"));
     // Giving a file away needs root (the server's own privilege).
-    let mut t = t;
     as_root(&mut t, true);
-    let recursive = v["recursive"].as_bool() == Some(true);
-    t.run(move |fs, t, host| {
-        let mut targets = vec![(host.clone(), t.path.clone())];
-        if recursive && host.is_dir() {
-            let mut all = Vec::new();
-            let _ = walk(&host, &t.path, true, &mut all);
-            for e in all {
-                if let Some(p) = e["path"].as_str() {
-                    targets.push((fs.path(p), p.to_owned()));
-                }
-            }
-        }
-        let mut affected = Vec::new();
-        for (host, path) in targets {
-            if let Err(e) = std::os::unix::fs::lchown(&host, uid, gid) {
-                return fs_error("chown", &path, &e);
-            }
-            affected.push(json!({"path": path, "uid": uid, "gid": gid}));
-        }
-        json_response(
-            StatusCode::OK,
-            &json!({"count": affected.len(), "affected": affected}),
-        )
-    })
+    each_path(
+        t,
+        v["recursive"].as_bool() == Some(true),
+        "chown",
+        move |host, path| {
+            std::os::unix::fs::lchown(host, uid, gid)?;
+            Ok(json!({"path": path, "uid": uid, "gid": gid}))
+        },
+    )
     .await
 }
 

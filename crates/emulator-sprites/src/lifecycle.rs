@@ -24,7 +24,7 @@ use axum::response::{IntoResponse as _, Response};
 use http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 
-use super::exec::{check_auth, json_response, sprite_for};
+use super::exec::{AddressedSprite, check_auth, json_response};
 use super::{HOME, Sprite, State, wire};
 use execseam_emulator_kit::util::rfc3339;
 
@@ -74,15 +74,9 @@ pub(crate) fn set_created_labels(sprite: &Sprite, req: &Value) {
 /// `PUT /v1/sprites/{name}`: `labels` replaces the set, `clear_labels: true` empties it; the
 /// answer is the `SpriteInfo`.
 pub(crate) async fn update_sprite(
-    st: St,
-    Path(name): Path<String>,
-    headers: HeaderMap,
+    AddressedSprite(sprite): AddressedSprite,
     body: Bytes,
 ) -> Response {
-    let sprite = match sprite_for(&st, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
     let req: Value = if body.is_empty() {
         Value::Null
     } else {
@@ -231,15 +225,9 @@ fn restore_home(
 /// `POST /v1/sprites/{name}/checkpoint` `{"comment"?}`: NDJSON progress (`info` lines), the
 /// checkpoint's id in the last.
 pub(crate) async fn create_checkpoint(
-    st: St,
-    Path(name): Path<String>,
-    headers: HeaderMap,
+    AddressedSprite(sprite): AddressedSprite,
     body: Bytes,
 ) -> Response {
-    let sprite = match sprite_for(&st, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let comment = req["comment"].as_str().unwrap_or_default().to_owned();
     let entries = match sprite.sandbox.fs(save_home).await {
@@ -266,15 +254,7 @@ pub(crate) async fn create_checkpoint(
 }
 
 /// `GET /v1/sprites/{name}/checkpoints`: a JSON list, newest first.
-pub(crate) async fn list_checkpoints(
-    st: St,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let sprite = match sprite_for(&st, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
+pub(crate) async fn list_checkpoints(AddressedSprite(sprite): AddressedSprite) -> Response {
     let all: Vec<Value> = sprite
         .checkpoints
         .lock()
@@ -298,14 +278,9 @@ fn find(sprite: &Sprite, id: &str) -> Option<Checkpoint> {
 
 /// `GET /v1/sprites/{name}/checkpoints/{id}`: the checkpoint, or 404.
 pub(crate) async fn get_checkpoint(
-    st: St,
-    Path((name, id)): Path<(String, String)>,
-    headers: HeaderMap,
+    AddressedSprite(sprite): AddressedSprite,
+    Path((_, id)): Path<(String, String)>,
 ) -> Response {
-    let sprite = match sprite_for(&st, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
     match find(&sprite, &id) {
         Some(c) => json_response(StatusCode::OK, &checkpoint_json(&c)),
         None => json_response(StatusCode::NOT_FOUND, &wire::error("checkpoint not found")),
@@ -315,14 +290,9 @@ pub(crate) async fn get_checkpoint(
 /// `POST /v1/sprites/{name}/checkpoints/{id}/restore`: the sprite's processes end, its home is
 /// the checkpoint's again; NDJSON progress. An unknown id is a 404.
 pub(crate) async fn restore_checkpoint(
-    st: St,
-    Path((name, id)): Path<(String, String)>,
-    headers: HeaderMap,
+    AddressedSprite(sprite): AddressedSprite,
+    Path((_, id)): Path<(String, String)>,
 ) -> Response {
-    let sprite = match sprite_for(&st, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
     let Some(cp) = find(&sprite, &id) else {
         return json_response(StatusCode::NOT_FOUND, &wire::error("checkpoint not found"));
     };

@@ -32,18 +32,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State as AxState};
+use axum::extract::{Path, Query};
 use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http::{HeaderValue, StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::broadcast;
 
-use super::exec::{json_response, sprite_for};
-use super::{HOME, Sprite, State, wire};
-
-type St = AxState<Arc<State>>;
+use super::exec::{AddressedSprite, json_response};
+use super::{HOME, Sprite, wire};
 
 /// A service definition.
 #[derive(Clone, Deserialize)]
@@ -304,11 +302,7 @@ fn window(q: &Window) -> Result<Duration, Response> {
 }
 
 /// `GET /v1/sprites/{name}/services`.
-pub(crate) async fn list(st: St, Path(name): Path<String>, headers: HeaderMap) -> Response {
-    let sprite = match sprite_for(&st, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
+pub(crate) async fn list(AddressedSprite(sprite): AddressedSprite) -> Response {
     let all: Vec<Value> = sprite
         .services
         .lock()
@@ -321,14 +315,9 @@ pub(crate) async fn list(st: St, Path(name): Path<String>, headers: HeaderMap) -
 
 /// `GET /v1/sprites/{name}/services/{service}`.
 pub(crate) async fn get(
-    st: St,
-    Path((name, service)): Path<(String, String)>,
-    headers: HeaderMap,
+    AddressedSprite(sprite): AddressedSprite,
+    Path((_, service)): Path<(String, String)>,
 ) -> Response {
-    let sprite = match sprite_for(&st, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
     match find(&sprite, &service) {
         Some(s) => json_response(StatusCode::OK, &s.json()),
         None => not_found(&service),
@@ -337,16 +326,11 @@ pub(crate) async fn get(
 
 /// `PUT /v1/sprites/{name}/services/{service}?duration=`.
 pub(crate) async fn put(
-    st: St,
-    Path((name, service)): Path<(String, String)>,
+    AddressedSprite(sprite): AddressedSprite,
+    Path((_, service)): Path<(String, String)>,
     Query(q): Query<Window>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let sprite = match sprite_for(&st, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
     let def: Def = match serde_json::from_slice(&body) {
         Ok(d) => d,
         Err(e) => {
@@ -393,15 +377,10 @@ pub(crate) async fn put(
 
 /// `POST /v1/sprites/{name}/services/{service}/start?duration=`.
 pub(crate) async fn start(
-    st: St,
-    Path((name, service)): Path<(String, String)>,
+    AddressedSprite(sprite): AddressedSprite,
+    Path((_, service)): Path<(String, String)>,
     Query(q): Query<Window>,
-    headers: HeaderMap,
 ) -> Response {
-    let sprite = match sprite_for(&st, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
     let Some(svc) = find(&sprite, &service) else {
         return not_found(&service);
     };
@@ -445,15 +424,10 @@ async fn stop_process(
 
 /// `POST /v1/sprites/{name}/services/{service}/stop?timeout=`.
 pub(crate) async fn stop(
-    st: St,
-    Path((name, service)): Path<(String, String)>,
+    AddressedSprite(sprite): AddressedSprite,
+    Path((_, service)): Path<(String, String)>,
     Query(q): Query<Window>,
-    headers: HeaderMap,
 ) -> Response {
-    let sprite = match sprite_for(&st, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
     let Some(svc) = find(&sprite, &service) else {
         return not_found(&service);
     };
@@ -480,16 +454,7 @@ pub(crate) struct SignalReq {
 }
 
 /// `POST /v1/sprites/{name}/services/signal {name, signal}`.
-pub(crate) async fn signal(
-    st: St,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let sprite = match sprite_for(&st, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
+pub(crate) async fn signal(AddressedSprite(sprite): AddressedSprite, body: Bytes) -> Response {
     let Ok(req) = serde_json::from_slice::<SignalReq>(&body) else {
         return json_response(
             StatusCode::BAD_REQUEST,
@@ -517,14 +482,9 @@ pub(crate) async fn signal(
 
 /// `DELETE /v1/sprites/{name}/services/{service}`.
 pub(crate) async fn delete(
-    st: St,
-    Path((name, service)): Path<(String, String)>,
-    headers: HeaderMap,
+    AddressedSprite(sprite): AddressedSprite,
+    Path((_, service)): Path<(String, String)>,
 ) -> Response {
-    let sprite = match sprite_for(&st, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
     let Some(svc) = find(&sprite, &service) else {
         return not_found(&service);
     };
@@ -579,26 +539,13 @@ fn valid_rule(r: &Value) -> bool {
 }
 
 /// `GET /v1/sprites/{name}/policy/network`.
-pub(crate) async fn get_policy(st: St, Path(name): Path<String>, headers: HeaderMap) -> Response {
-    let sprite = match sprite_for(&st, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
+pub(crate) async fn get_policy(AddressedSprite(sprite): AddressedSprite) -> Response {
     let rules = sprite.policy.lock().expect("policy").clone();
     json_response(StatusCode::OK, &json!({"rules": rules}))
 }
 
 /// `POST /v1/sprites/{name}/policy/network {rules}`.
-pub(crate) async fn set_policy(
-    st: St,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let sprite = match sprite_for(&st, &headers, &name) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
+pub(crate) async fn set_policy(AddressedSprite(sprite): AddressedSprite, body: Bytes) -> Response {
     let rules = serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|v| v.get("rules").and_then(Value::as_array).cloned());

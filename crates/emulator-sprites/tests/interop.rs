@@ -28,27 +28,7 @@ async fn the_official_python_sdk_works_against_the_emulator() {
     .await
     .expect("the emulator starts");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop");
-    let reqs = dir.join("requirements.txt");
-    let python = tokio::task::spawn_blocking(move || interop::python_env("sprites", &reqs))
-        .await
-        .unwrap()
-        .expect("a virtualenv with the official sprites-py SDK");
-    let env = emu.env();
-    let script = dir.join("sdk_check.py");
-    let out = tokio::task::spawn_blocking(move || interop::run_python(&python, &script, &env))
-        .await
-        .unwrap()
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{stdout}");
-    assert!(
-        out.status.success() && stdout.lines().last() == Some("OK"),
-        "the SDK check failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let checks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
-    assert_eq!(checks, 76, "every check of sdk_check.py ran:\n{stdout}");
+    interop::python_checks("sprites", &dir, "sdk_check.py", emu.env(), 76).await;
     // The SDK's requests reached the exec route (and were counted there).
     assert!(
         emu.exec_requests() >= 20,
@@ -74,25 +54,5 @@ async fn the_official_python_sdk_gets_a_real_terminal() {
         .await
         .expect("the emulator starts");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop");
-    let reqs = dir.join("requirements.txt");
-    let python = tokio::task::spawn_blocking(move || interop::python_env("sprites", &reqs))
-        .await
-        .unwrap()
-        .expect("a virtualenv with the official sprites-py SDK");
-    let env = emu.env();
-    let script = dir.join("pty_check.py");
-    let out = tokio::task::spawn_blocking(move || interop::run_python(&python, &script, &env))
-        .await
-        .unwrap()
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{stdout}");
-    assert!(
-        out.status.success() && stdout.lines().last() == Some("OK"),
-        "the TTY check failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let checks = stdout.lines().filter(|l| l.starts_with("ok ")).count();
-    assert_eq!(checks, 9, "every check of pty_check.py ran:\n{stdout}");
+    interop::python_checks("sprites", &dir, "pty_check.py", emu.env(), 9).await;
 }

@@ -36,11 +36,6 @@ async fn emulator() -> VercelEmulator {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_official_python_sdk_works_against_the_emulator() {
     let emu = emulator().await;
-    let reqs = dir().join("requirements.txt");
-    let python = tokio::task::spawn_blocking(move || interop::python_env("vercel", &reqs))
-        .await
-        .unwrap()
-        .expect("a virtualenv with the official vercel-sandbox SDK");
     let scratch = tempfile::tempdir().expect("scratch");
     let faults = interop::arm_faults_when_ready(
         emu.faults(),
@@ -52,12 +47,7 @@ async fn the_official_python_sdk_works_against_the_emulator() {
     );
     let mut env = emu.env();
     env.extend(faults);
-    let script = dir().join("sdk_check.py");
-    let out = tokio::task::spawn_blocking(move || interop::run_python(&python, &script, &env))
-        .await
-        .unwrap()
-        .expect("python runs");
-    interop::assert_checks("Python", &out, 47);
+    interop::python_checks("vercel", &dir(), "sdk_check.py", env, 47).await;
     assert!(
         emu.sandbox_names().is_empty(),
         "the SDK deleted its sandboxes: {:?}",
@@ -68,10 +58,6 @@ async fn the_official_python_sdk_works_against_the_emulator() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_official_typescript_sdk_works_against_the_emulator() {
     let emu = emulator().await;
-    let npm = tokio::task::spawn_blocking(|| interop::node_env("vercel-npm", &dir()))
-        .await
-        .unwrap()
-        .expect("an npm directory with the official @vercel/sandbox SDK");
     let scratch = tempfile::tempdir().expect("scratch");
     // 429 on the 1st submit (the SDK's retry is the 2nd), a cut stream on the 3rd, a 500 on the
     // 4th (the SDK's retry of it is the 5th).
@@ -92,12 +78,7 @@ async fn the_official_typescript_sdk_works_against_the_emulator() {
     );
     let mut env = emu.env();
     env.extend(faults);
-    let script = dir().join("sdk_check.mjs");
-    let out = tokio::task::spawn_blocking(move || interop::run_node(&npm, &script, &env))
-        .await
-        .unwrap()
-        .expect("node runs");
-    interop::assert_checks("TypeScript", &out, 33);
+    interop::node_checks("vercel-npm", &dir(), "sdk_check.mjs", env, 33).await;
     assert!(
         emu.sandbox_names().is_empty(),
         "the SDK deleted its sandbox: {:?}",

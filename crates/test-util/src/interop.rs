@@ -237,6 +237,55 @@ pub fn assert_checks(name: &str, out: &Output, want: usize) {
     );
 }
 
+/// Runs the Python client check `<dir>/<script>` with `env` against an emulator: the virtualenv
+/// `name` from `<dir>/requirements.txt` ([`python_env`]) and the script ([`run_python`]) off the
+/// async runtime; then asserts that it ran exactly `want` checks ([`assert_checks`]).
+pub async fn python_checks(
+    name: &'static str,
+    dir: &Path,
+    script: &str,
+    env: Vec<(String, String)>,
+    want: usize,
+) {
+    let (reqs, script) = (dir.join("requirements.txt"), dir.join(script));
+    checks_off_runtime(script.display().to_string(), want, move || {
+        let python = python_env(name, &reqs)
+            .unwrap_or_else(|e| panic!("the {name} virtualenv (is PyPI reachable?): {e}"));
+        run_python(&python, &script, &env).expect("python runs")
+    })
+    .await;
+}
+
+/// [`python_checks`] for a JavaScript client check: the npm directory `name` from
+/// `<dir>/package-lock.json` ([`node_env`]) and the script ([`run_node`]).
+pub async fn node_checks(
+    name: &'static str,
+    dir: &Path,
+    script: &str,
+    env: Vec<(String, String)>,
+    want: usize,
+) {
+    let (dir, script) = (dir.to_owned(), dir.join(script));
+    checks_off_runtime(script.display().to_string(), want, move || {
+        let npm = node_env(name, &dir).unwrap_or_else(|e| {
+            panic!("the {name} npm directory (is the registry reachable?): {e}")
+        });
+        run_node(&npm, &script, &env).expect("node runs")
+    })
+    .await;
+}
+
+async fn checks_off_runtime(
+    label: String,
+    want: usize,
+    run: impl FnOnce() -> Output + Send + 'static,
+) {
+    let out = tokio::task::spawn_blocking(run)
+        .await
+        .expect("the blocking task");
+    assert_checks(&label, &out, want);
+}
+
 /// Arms `rules` (`(route, nth, fault)`) on `faults` once a client script creates
 /// `<scratch>/faults-ready`, then creates `<scratch>/faults-armed`, which the script waits for.
 /// Returns the two paths as the `FAULTS_READY` / `FAULTS_ARMED` environment.

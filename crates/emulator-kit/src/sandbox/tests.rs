@@ -20,6 +20,16 @@ impl StateDir {
         StateDir(p)
     }
 
+    /// [`new`](Self::new) where the host has namespaces; elsewhere `None`, having said why the
+    /// test is skipped (`why` follows the reason).
+    fn namespaced(name: &str, why: &str) -> Option<StateDir> {
+        if namespaces() {
+            return Some(StateDir::new(name));
+        }
+        eprintln!("SKIP-REASON: needs root (Isolation::Namespaces){why}");
+        None
+    }
+
     fn sandboxing(&self, isolation: Isolation) -> Sandboxing {
         Sandboxing {
             isolation,
@@ -67,6 +77,14 @@ fn namespaces() -> bool {
 
 async fn run(s: &Sandbox, script: &str) -> execseam_core::Output {
     s.exec()
+        .exec(Command::new(["sh", "-c", script]).unwrap())
+        .await
+        .unwrap()
+}
+
+/// [`run`] as root.
+async fn run_as_root(s: &Sandbox, script: &str) -> execseam_core::Output {
+    s.exec_as(&User::root())
         .exec(Command::new(["sh", "-c", script]).unwrap())
         .await
         .unwrap()
@@ -152,13 +170,9 @@ async fn a_missing_workdir_inside_the_sandbox_is_not_found() {
 
 #[tokio::test]
 async fn ps_lists_only_the_sandbox_and_ids_are_the_providers() {
-    if !namespaces() {
-        eprintln!(
-            "SKIP-REASON: needs root (Isolation::Namespaces); degraded mode has no pid isolation"
-        );
+    let Some(dir) = StateDir::namespaced("ps", "; degraded mode has no pid isolation") else {
         return;
-    }
-    let dir = StateDir::new("ps");
+    };
     let a = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
     let b = Sandbox::create("b", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
     // A daemon in b must not show in a.
@@ -189,18 +203,11 @@ async fn ps_lists_only_the_sandbox_and_ids_are_the_providers() {
         "1000\nemu\n1000\nemu users\n/home/emu\nemu-host\nemu-host\nemu-host\n",
         "{out:?}"
     );
-    let root = a.exec_as(&User::root());
-    let out = root
-        .exec(
-            Command::new([
-                "sh",
-                "-c",
-                "id -u; echo $HOME; stat -c %U:%a /home/emu /root /tmp /workspace",
-            ])
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let out = run_as_root(
+        &a,
+        "id -u; echo $HOME; stat -c %U:%a /home/emu /root /tmp /workspace",
+    )
+    .await;
     assert_eq!(
         text(&out.stdout),
         "0\n/root\nemu:755\nroot:700\nroot:1777\nroot:755\n",
@@ -213,13 +220,9 @@ async fn ps_lists_only_the_sandbox_and_ids_are_the_providers() {
 
 #[tokio::test]
 async fn writes_stay_in_the_sandbox_and_the_host_is_hidden() {
-    if !namespaces() {
-        eprintln!(
-            "SKIP-REASON: needs root (Isolation::Namespaces); degraded mode shares the host filesystem"
-        );
+    let Some(dir) = StateDir::namespaced("fs", "; degraded mode shares the host filesystem") else {
         return;
-    }
-    let dir = StateDir::new("fs");
+    };
     let a = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
     let b = Sandbox::create("b", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
     let nanos = std::time::SystemTime::UNIX_EPOCH
@@ -227,18 +230,7 @@ async fn writes_stay_in_the_sandbox_and_the_host_is_hidden() {
         .unwrap()
         .as_nanos();
     let marker = format!("execseam-harness-{}-{nanos}", std::process::id());
-    let root = a.exec_as(&User::root());
-    let out = root
-        .exec(
-            Command::new([
-                "sh",
-                "-c",
-                &format!("echo x > /var/tmp/{marker} && echo y > /etc/{marker} && echo z > /usr/local/{marker} && cat /var/tmp/{marker} /etc/{marker}"),
-            ])
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let out = run_as_root(&a, &format!("echo x > /var/tmp/{marker} && echo y > /etc/{marker} && echo z > /usr/local/{marker} && cat /var/tmp/{marker} /etc/{marker}")).await;
     assert_eq!(text(&out.stdout), "x\ny\n", "{out:?}");
     for p in ["/var/tmp", "/etc", "/usr/local"] {
         assert!(
@@ -265,27 +257,19 @@ async fn writes_stay_in_the_sandbox_and_the_host_is_hidden() {
     let out = run(&a, "echo no >> /etc/passwd").await;
     assert_ne!(out.exit, Exit::Code(0), "{out:?}");
     // Root inside cannot mount or make devices (its bounding set lacks the capabilities).
-    let out = root
-        .exec(
-            Command::new([
-                "sh",
-                "-c",
-                "mount -t tmpfs t /mnt || mknod /tmp/vda b 254 0 || echo denied",
-            ])
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let out = run_as_root(
+        &a,
+        "mount -t tmpfs t /mnt || mknod /tmp/vda b 254 0 || echo denied",
+    )
+    .await;
     assert!(text(&out.stdout).ends_with("denied\n"), "{out:?}");
 }
 
 #[tokio::test]
 async fn the_files_api_resolves_symlinks_inside_the_sandbox() {
-    if !namespaces() {
-        eprintln!("SKIP-REASON: needs root (Isolation::Namespaces)");
+    let Some(dir) = StateDir::namespaced("symlink", "") else {
         return;
-    }
-    let dir = StateDir::new("symlink");
+    };
     let s = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
     let host_target = dir.0.join("host-victim");
     run(
@@ -312,11 +296,9 @@ async fn the_files_api_resolves_symlinks_inside_the_sandbox() {
 /// `kill_processes` spun its 200 rounds), and signals from inside do not end the init.
 #[tokio::test]
 async fn the_init_is_the_only_process_of_an_idle_sandbox() {
-    if !namespaces() {
-        eprintln!("SKIP-REASON: needs root (Isolation::Namespaces)");
+    let Some(dir) = StateDir::namespaced("lifeline", "") else {
         return;
-    }
-    let dir = StateDir::new("lifeline");
+    };
     let s = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
     let ns = s.ns.as_ref().unwrap();
     let live = || -> Vec<u32> {
@@ -363,11 +345,9 @@ async fn the_init_is_the_only_process_of_an_idle_sandbox() {
 /// network is untouched; the sandbox is still a sandbox of the host's other namespaces.
 #[tokio::test]
 async fn a_sandbox_without_network_has_loopback_only() {
-    if !namespaces() {
-        eprintln!("SKIP-REASON: needs root (Isolation::Namespaces)");
+    let Some(dir) = StateDir::namespaced("nonet", "") else {
         return;
-    }
-    let dir = StateDir::new("nonet");
+    };
     let s = Sandbox::create(
         "a",
         spec().without_network(),
@@ -395,11 +375,9 @@ async fn a_sandbox_without_network_has_loopback_only() {
 
 #[tokio::test]
 async fn destroy_kills_daemons_and_a_dropped_exec_kills_its_group() {
-    if !namespaces() {
-        eprintln!("SKIP-REASON: needs root (Isolation::Namespaces)");
+    let Some(dir) = StateDir::namespaced("kill", "") else {
         return;
-    }
-    let dir = StateDir::new("kill");
+    };
     let s = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
     // A command that outlives its deadline: the exec future is dropped, its group is killed.
     let slow = Command::new(["sh", "-c", "sleep 30 & sleep 30; wait"]).unwrap();
@@ -446,11 +424,9 @@ async fn destroy_kills_daemons_and_a_dropped_exec_kills_its_group() {
 
 #[tokio::test]
 async fn spawn_reports_the_pid_the_sandbox_sees() {
-    if !namespaces() {
-        eprintln!("SKIP-REASON: needs root (Isolation::Namespaces)");
+    let Some(dir) = StateDir::namespaced("spawn", "") else {
         return;
-    }
-    let dir = StateDir::new("spawn");
+    };
     let s = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
     let mut cmd = tokio::process::Command::new("sh");
     cmd.args(["-c", "echo $$; ps -o pgid= -p $$"])
@@ -473,11 +449,9 @@ async fn spawn_reports_the_pid_the_sandbox_sees() {
 
 #[tokio::test]
 async fn mounts_bind_host_paths_on_purpose() {
-    if !namespaces() {
-        eprintln!("SKIP-REASON: needs root (Isolation::Namespaces)");
+    let Some(dir) = StateDir::namespaced("mount", "") else {
         return;
-    }
-    let dir = StateDir::new("mount");
+    };
     let host = tempdir_in(&dir.0, "host");
     std::fs::write(host.join("README"), "repo\n").unwrap();
     let mut sandboxing = dir.sandboxing(Isolation::Namespaces);
@@ -488,11 +462,7 @@ async fn mounts_bind_host_paths_on_purpose() {
         format!("{}:/srv/ro:ro", host.display()).parse().unwrap(),
     ];
     let s = Sandbox::create("a", spec(), &sandboxing).unwrap();
-    let root = s.exec_as(&User::root());
-    let out = root
-        .exec(Command::new(["sh", "-c", "cat /home/emu/repo/README /srv/ro/README; echo w > /home/emu/repo/new; echo w > /srv/ro/other || echo ro"]).unwrap())
-        .await
-        .unwrap();
+    let out = run_as_root(&s, "cat /home/emu/repo/README /srv/ro/README; echo w > /home/emu/repo/new; echo w > /srv/ro/other || echo ro").await;
     assert_eq!(text(&out.stdout), "repo\nrepo\nro\n", "{out:?}");
     assert!(host.join("new").exists());
     assert!(!host.join("other").exists());
@@ -532,11 +502,9 @@ async fn the_degraded_mode_translates_paths() {
 
 #[tokio::test]
 async fn the_files_api_as_a_user_has_that_users_permissions_and_ownership() {
-    if !namespaces() {
-        eprintln!("SKIP-REASON: needs root (Isolation::Namespaces)");
+    let Some(dir) = StateDir::namespaced("fsas", "") else {
         return;
-    }
-    let dir = StateDir::new("fsas");
+    };
     let s = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
     let user = s.user().clone();
     let owner = s
@@ -642,11 +610,9 @@ fn pty_command(script: &str) -> tokio::process::Command {
 
 #[tokio::test]
 async fn a_pty_process_has_a_real_terminal_of_the_sandbox() {
-    if !namespaces() {
-        eprintln!("SKIP-REASON: needs root (Isolation::Namespaces)");
+    let Some(dir) = StateDir::namespaced("pty", "") else {
         return;
-    }
-    let dir = StateDir::new("pty");
+    };
     let s = Sandbox::create("a", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
     let script = r#"
         test -t 0 && test -t 1 && test -t 2 && echo T012=yes
@@ -768,13 +734,9 @@ async fn read(s: &Sandbox, path: &'static str) -> Option<String> {
 
 #[tokio::test]
 async fn pause_freezes_every_process_and_resume_continues_them() {
-    if !namespaces() {
-        eprintln!(
-            "SKIP-REASON: needs root (Isolation::Namespaces): pause freezes the sandbox's cgroup"
-        );
+    let Some(dir) = StateDir::namespaced("pause", ": pause freezes the sandbox's cgroup") else {
         return;
-    }
-    let dir = StateDir::new("pause");
+    };
     let s = Sandbox::create("p1", spec(), &dir.sandboxing(Isolation::Namespaces)).unwrap();
     let out = run(
         &s,
@@ -836,13 +798,10 @@ async fn pause_freezes_every_process_and_resume_continues_them() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_snapshot_is_one_point_in_time_and_sandboxes_from_it_are_independent() {
-    if !namespaces() {
-        eprintln!(
-            "SKIP-REASON: needs root (Isolation::Namespaces): snapshots copy the overlay's upper layer"
-        );
+    let Some(dir) = StateDir::namespaced("snapshot", ": snapshots copy the overlay's upper layer")
+    else {
         return;
-    }
-    let dir = StateDir::new("snapshot");
+    };
     let sb = dir.sandboxing(Isolation::Namespaces);
     let src = Sandbox::create("src", spec(), &sb).unwrap();
     let out = run(
@@ -851,18 +810,11 @@ async fn a_snapshot_is_one_point_in_time_and_sandboxes_from_it_are_independent()
     )
     .await;
     assert_eq!(out.exit, Exit::Code(0), "{}", text(&out.stderr));
-    let out = src
-        .exec_as(&User::root())
-        .exec(
-            Command::new([
-                "sh",
-                "-c",
-                "mkdir -p /workspace/d && echo deep > /workspace/d/g && rm /etc/debian_version",
-            ])
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let out = run_as_root(
+        &src,
+        "mkdir -p /workspace/d && echo deep > /workspace/d/g && rm /etc/debian_version",
+    )
+    .await;
     assert_eq!(out.exit, Exit::Code(0), "{}", text(&out.stderr));
     let snap = tokio::task::block_in_place(|| src.snapshot()).unwrap();
     assert!(snap.size_bytes() > 0);
@@ -908,13 +860,12 @@ async fn a_snapshot_is_one_point_in_time_and_sandboxes_from_it_are_independent()
 
 #[tokio::test]
 async fn ports_reach_only_the_sandbox_that_listens_and_not_while_paused() {
-    if !namespaces() {
-        eprintln!(
-            "SKIP-REASON: needs root (Isolation::Namespaces): ownership of a listener is told by pid namespace"
-        );
+    let Some(dir) = StateDir::namespaced(
+        "ports",
+        ": ownership of a listener is told by pid namespace",
+    ) else {
         return;
-    }
-    let dir = StateDir::new("ports");
+    };
     let sb = dir.sandboxing(Isolation::Namespaces);
     let a = Sandbox::create("a", spec(), &sb).unwrap();
     let b = Sandbox::create("b", spec(), &sb).unwrap();
