@@ -344,6 +344,10 @@ pub const COPIES: &[(&str, &str)] = &[
         "parses configuration by hand: use the kit's Vars reader",
     ),
     (
+        "debug_span!(\"exec\"",
+        "writes the per-exec span by hand: use execseam_adapter_kit::exec_span! (same name, fields and target)",
+    ),
+    (
         "RandomState",
         "a RandomState id generator: use execseam_adapter_kit::id::random_id",
     ),
