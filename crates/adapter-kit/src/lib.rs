@@ -9,6 +9,7 @@ pub mod body;
 pub mod degrade;
 #[cfg(feature = "grpc")]
 pub mod grpc;
+pub mod guard;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod id;
