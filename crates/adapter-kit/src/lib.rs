@@ -20,6 +20,7 @@ pub mod retry;
 pub mod size;
 #[cfg(feature = "spool")]
 pub mod spool;
+mod state;
 pub mod text;
 pub mod trace;
 pub mod vars;
