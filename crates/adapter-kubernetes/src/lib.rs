@@ -45,11 +45,12 @@ mod exec;
 mod lifecycle;
 mod names;
 mod provider;
+mod sandboxd;
 mod script;
 mod wire;
 
 pub use channel::Protocol;
-pub use config::{KubernetesConfig, Mode};
+pub use config::{ExecPath, KubernetesConfig, Mode};
 pub use exec::KubernetesExec;
 pub use provider::KubernetesProvider;
 pub use script::EXEC_TAG_VAR;
@@ -77,6 +78,7 @@ pub const VARS: &[Var] = &[
     Var::seconds("EXECSEAM_KUBERNETES_IDLE_TIMEOUT"),
     Var::text("EXECSEAM_KUBERNETES_TEMP_DIR"),
     Var::flag("EXECSEAM_KUBERNETES_REMOTE_KILL"),
+    Var::choice("EXECSEAM_KUBERNETES_EXEC", &["pods-exec", "sandboxd"]),
 ];
 
 execseam_adapter_kit::adapter! {
@@ -182,8 +184,16 @@ pub const CAPABILITIES: Capabilities = Capabilities {
 };
 
 pub(crate) fn capabilities_of(config: &KubernetesConfig) -> Capabilities {
-    Capabilities {
-        remote_kill: config.remote_kill,
-        ..CAPABILITIES
+    match config.exec_path {
+        ExecPath::PodsExec => Capabilities {
+            remote_kill: config.remote_kill,
+            ..CAPABILITIES
+        },
+        // `ProcessConfig.env_vars`; the kill is `SendSignal(SIGKILL)` to the group.
+        ExecPath::Sandboxd => Capabilities {
+            env: Delivery::Native,
+            remote_kill: true,
+            ..CAPABILITIES
+        },
     }
 }
