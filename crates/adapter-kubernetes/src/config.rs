@@ -41,6 +41,21 @@ impl Mode {
     }
 }
 
+/// Where terminals run (`EXECSEAM_KUBERNETES_TERMINAL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TerminalMode {
+    /// The adapter kit's recorder (`script(1)` in the pod, its output spooled to files): the
+    /// terminal outlives this client and is replayed from any handle, like every other process
+    /// handle. Where the image has no `script` or `stty`, the API server's `tty` exec instead
+    /// ([`Attached`](TerminalMode::Attached)).
+    #[default]
+    Recorder,
+    /// Always the API server's `tty=true` exec with its resize channel (channel 4), held by the
+    /// sandbox handle that started it: replayed only within that handle, ended with it. Needs no
+    /// `script` in the image.
+    Attached,
+}
+
 /// How commands reach the pod (`EXECSEAM_KUBERNETES_EXEC`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum ExecPath {
@@ -88,6 +103,7 @@ pub struct KubernetesConfig {
     pub(crate) idle_timeout: Duration,
     pub(crate) temp_dir: String,
     pub(crate) remote_kill: bool,
+    pub(crate) terminal: TerminalMode,
     pub(crate) exec_path: ExecPath,
     pub(crate) labels: BTreeMap<String, String>,
 }
@@ -123,6 +139,7 @@ impl fmt::Debug for KubernetesConfig {
             .field("idle_timeout", &self.idle_timeout)
             .field("temp_dir", &self.temp_dir)
             .field("remote_kill", &self.remote_kill)
+            .field("terminal", &self.terminal)
             .field("exec_path", &self.exec_path)
             .field("labels", &self.labels)
             .finish()
@@ -156,6 +173,7 @@ impl KubernetesConfig {
             idle_timeout: Duration::from_secs(60),
             temp_dir: "/tmp".into(),
             remote_kill: true,
+            terminal: TerminalMode::Recorder,
             exec_path: ExecPath::PodsExec,
             labels: BTreeMap::new(),
         }
@@ -228,6 +246,15 @@ impl KubernetesConfig {
         }
         if let Some(k) = v.flag("EXECSEAM_KUBERNETES_REMOTE_KILL")? {
             c.remote_kill = k;
+        }
+        if let Some(t) = v.choice(
+            "EXECSEAM_KUBERNETES_TERMINAL",
+            &[
+                ("recorder", TerminalMode::Recorder),
+                ("attached", TerminalMode::Attached),
+            ],
+        )? {
+            c.terminal = t;
         }
         if let Some(p) = v.choice(
             "EXECSEAM_KUBERNETES_EXEC",
@@ -401,6 +428,13 @@ impl KubernetesConfig {
     #[must_use]
     pub fn remote_kill(mut self, on: bool) -> Self {
         self.remote_kill = on;
+        self
+    }
+
+    /// Where terminals run (default [`TerminalMode::Recorder`]).
+    #[must_use]
+    pub fn terminal(mut self, mode: TerminalMode) -> Self {
+        self.terminal = mode;
         self
     }
 
