@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use execseam_adapter_kit::exec_span;
+use execseam_adapter_kit::{exec_span, reaper};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
     Output, Ownership, Retry, Sandbox,
@@ -165,13 +165,15 @@ impl AxExec {
             tails: [Vec::new(), Vec::new()],
             stdin_error: Arc::new(Mutex::new(None)),
         };
+        let kill = kill_guard(driver.guest.clone(), driver.id.clone());
+        let awaitable = kill.kill();
         // Counted by the kit's reaper: a consumer that drops the stream leaves the driver to
         // notice and kill (its guard), and the front end's drain must wait for that.
-        execseam_adapter_kit::reaper::spawn(PROVIDER, "kill", async move {
-            driver.run(stdin).await;
+        reaper::spawn(PROVIDER, "kill", async move {
+            driver.run(stdin, kill).await;
             Ok(())
         });
-        Ok(EventStream::new(Receiver(rx)))
+        Ok(EventStream::new(Receiver(rx)).with_kill(awaitable))
     }
 }
 
@@ -302,33 +304,23 @@ impl futures_core::Stream for Receiver {
     }
 }
 
-/// SIGKILLs the process group on drop unless disarmed (the exec was abandoned or failed while the
-/// process may still run).
-struct KillOnDrop {
-    guest: Guest,
-    id: String,
-    armed: bool,
-}
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
+/// SIGKILLs the process group: the guard that does it on drop, or when the stream's kill asks,
+/// unless disarmed (the exec ended, or failed once the process had exited).
+fn kill_guard(guest: Guest, id: String) -> reaper::OnDrop {
+    let guard = reaper::OnDrop::new(PROVIDER);
+    guard.arm("kill", async move {
+        match guest.signal(&id, Signal::Kill).await {
+            Ok(_) => Ok(()),
+            // The process already ended (and was reaped): nothing to kill.
+            Err(s) if s.code() == Code::NotFound => Ok(()),
+            Err(s) => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!("signal {id}: {:?}: {}", s.code(), s.message()),
+            )
+            .with_provider(PROVIDER)),
         }
-        let (guest, id) = (self.guest.clone(), std::mem::take(&mut self.id));
-        execseam_adapter_kit::reaper::spawn(PROVIDER, "kill", async move {
-            match guest.signal(&id, Signal::Kill).await {
-                Ok(_) => Ok(()),
-                // The process already ended (and was reaped): nothing to kill.
-                Err(s) if s.code() == Code::NotFound => Ok(()),
-                Err(s) => Err(Error::new(
-                    ErrorKind::Unavailable,
-                    format!("signal {id}: {:?}: {}", s.code(), s.message()),
-                )
-                .with_provider(PROVIDER)),
-            }
-        });
-    }
+    });
+    guard
 }
 
 /// What one output stream ended with.
@@ -354,12 +346,7 @@ struct Driver {
 }
 
 impl Driver {
-    async fn run(mut self, stdin: Bytes) {
-        let mut kill = KillOnDrop {
-            guest: self.guest.clone(),
-            id: self.id.clone(),
-            armed: true,
-        };
+    async fn run(mut self, stdin: Bytes, kill: reaper::OnDrop) {
         let stdin_task = (!stdin.is_empty()).then(|| {
             let (guest, id, slot) = (
                 self.guest.clone(),
@@ -383,11 +370,13 @@ impl Driver {
         };
         match result {
             Ok(exit) => {
-                kill.armed = false;
+                kill.disarm();
                 let _ = self.tx.send(Ok(Event::Exit(exit))).await;
             }
             Err((e, exited)) => {
-                kill.armed = !exited;
+                if exited {
+                    kill.disarm();
+                }
                 let _ = self.tx.send(Err(e)).await;
             }
         }

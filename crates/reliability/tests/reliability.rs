@@ -6,7 +6,7 @@ mod setups;
 
 use std::time::Duration;
 
-use execseam_reliability::{Adapter, Options, Phase, orphans, run, secrets, sizes};
+use execseam_reliability::{Adapter, Options, Phase, creates, orphans, run, secrets, sizes};
 use setups::ADAPTERS;
 
 fn main() {
@@ -40,13 +40,28 @@ fn main() {
             chunk_framed: a.chunk_framed,
         })
         .collect();
-    let summary = runtime.block_on(run(&adapters, &options));
-    let mut phases = vec![
-        runtime.block_on(orphans(&adapters, &options)),
-        runtime.block_on(sizes(&adapters, &options)),
-    ];
+    // `EXECSEAM_RELIABILITY_PHASE=creates` (or `matrix`, `orphans`, …): that one only.
+    let phase = std::env::var("EXECSEAM_RELIABILITY_PHASE").ok();
+    let on = |name: &str| phase.as_deref().is_none_or(|p| p == name);
+    let summary = if on("matrix") {
+        runtime.block_on(run(&adapters, &options))
+    } else {
+        Default::default()
+    };
+    let mut phases = Vec::new();
+    if on("creates") {
+        phases.push(runtime.block_on(creates(&adapters, &options)));
+    }
+    if on("orphans") {
+        phases.push(runtime.block_on(orphans(&adapters, &options)));
+    }
+    if on("sizes") {
+        phases.push(runtime.block_on(sizes(&adapters, &options)));
+    }
     // Last: the TRACE capture stays installed for the rest of the process.
-    phases.push(runtime.block_on(secrets(&adapters, &options)));
+    if on("secrets") {
+        phases.push(runtime.block_on(secrets(&adapters, &options)));
+    }
     for p in &phases {
         for n in p.not_applicable() {
             println!("{n}");
