@@ -59,6 +59,17 @@ pub enum TerminalMode {
     Attached,
 }
 
+/// How commands reach the pod (`EXECSEAM_KUBERNETES_EXEC`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ExecPath {
+    /// `pods/exec` through the API server (any template).
+    #[default]
+    PodsExec,
+    /// agent-sandbox's `sandboxd` `ProcessService` (`Start`) on port 9090, over a
+    /// `pods/portforward`: for templates whose pod runs sandboxd.
+    Sandboxd,
+}
+
 /// Where the cluster and its credentials come from.
 #[derive(Clone)]
 pub(crate) enum Source {
@@ -96,6 +107,7 @@ pub struct KubernetesConfig {
     pub(crate) temp_dir: String,
     pub(crate) remote_kill: bool,
     pub(crate) terminal: TerminalMode,
+    pub(crate) exec_path: ExecPath,
     pub(crate) labels: BTreeMap<String, String>,
 }
 
@@ -131,6 +143,7 @@ impl fmt::Debug for KubernetesConfig {
             .field("temp_dir", &self.temp_dir)
             .field("remote_kill", &self.remote_kill)
             .field("terminal", &self.terminal)
+            .field("exec_path", &self.exec_path)
             .field("labels", &self.labels)
             .finish()
     }
@@ -164,6 +177,7 @@ impl KubernetesConfig {
             temp_dir: "/tmp".into(),
             remote_kill: true,
             terminal: TerminalMode::Recorder,
+            exec_path: ExecPath::PodsExec,
             labels: BTreeMap::new(),
         }
     }
@@ -245,6 +259,15 @@ impl KubernetesConfig {
             ],
         )? {
             c.terminal = t;
+        }
+        if let Some(p) = v.choice(
+            "EXECSEAM_KUBERNETES_EXEC",
+            &[
+                ("pods-exec", ExecPath::PodsExec),
+                ("sandboxd", ExecPath::Sandboxd),
+            ],
+        )? {
+            c.exec_path = p;
         }
         c.validate()?;
         Ok(c)
@@ -419,6 +442,13 @@ impl KubernetesConfig {
         self
     }
 
+    /// How commands reach the pod (default [`ExecPath::PodsExec`]).
+    #[must_use]
+    pub fn exec_path(mut self, path: ExecPath) -> Self {
+        self.exec_path = path;
+        self
+    }
+
     /// A label on every sandbox this provider creates.
     #[must_use]
     pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
@@ -522,6 +552,10 @@ mod tests {
             (
                 vec![("EXECSEAM_KUBERNETES_MODE", "vm")],
                 "want one of claim, sandbox, pod",
+            ),
+            (
+                vec![("EXECSEAM_KUBERNETES_EXEC", "grpc")],
+                "want one of pods-exec, sandboxd",
             ),
         ] {
             let e = from(&pairs).unwrap_err();

@@ -19,7 +19,7 @@ use tokio::sync::Mutex;
 use crate::PROVIDER;
 use crate::channel::{self, ExecRequest, Frame, Opened, Protocol, Session};
 use crate::client::{Api, adapter};
-use crate::config::Mode;
+use crate::config::{ExecPath, Mode};
 use crate::error::exec_refused;
 use crate::lifecycle;
 use crate::script::{self, Plan};
@@ -184,8 +184,9 @@ impl KubernetesExec {
         *self.inner.target.lock().await = None;
     }
 
-    async fn start(&self, command: Command) -> Result<Run, Error> {
-        size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+    /// What every command is checked for before any request.
+    fn admit(&self, command: &Command) -> Result<(), Error> {
+        size::check_size(PROVIDER, command, &crate::SIZE_LIMIT)?;
         if self.inner.ownership.is_destroyed() {
             return Err(adapter(
                 ErrorKind::NotFound,
@@ -194,6 +195,20 @@ impl KubernetesExec {
                 format!("sandbox {} was destroyed", self.inner.id),
             ));
         }
+        Ok(())
+    }
+
+    /// The pod when commands take the sandboxd path (`EXECSEAM_KUBERNETES_EXEC=sandboxd`).
+    async fn sandboxd(&self, command: &Command) -> Result<Option<Target>, Error> {
+        if self.inner.shared.api.config().exec_path != ExecPath::Sandboxd {
+            return Ok(None);
+        }
+        self.admit(command)?;
+        self.target().await.map(Some)
+    }
+
+    async fn start(&self, command: Command) -> Result<Run, Error> {
+        self.admit(&command)?;
         let shared = &self.inner.shared;
         let config = shared.api.config();
         let tag = config.remote_kill.then(|| id::random_id(32));
@@ -285,6 +300,9 @@ impl KubernetesExec {
 
     /// Runs `command` to its exit.
     async fn run(&self, command: Command) -> Result<Output, Error> {
+        if let Some(target) = self.sandboxd(&command).await? {
+            return crate::sandboxd::run(&self.inner.shared, &target, command).await;
+        }
         let mut run = self.start(command).await?;
         let (mut stdout, mut stderr) = (BytesMut::new(), BytesMut::new());
         loop {
@@ -427,7 +445,7 @@ impl Run {
 
 /// Whether the pod is gone or being deleted (a failed lookup counts as not gone: the exit
 /// stands).
-async fn pod_state(shared: &Shared, target: &Target) -> bool {
+pub(crate) async fn pod_state(shared: &Shared, target: &Target) -> bool {
     let path = format!(
         "/api/v1/namespaces/{}/pods/{}",
         execseam_adapter_kit::text::escape_path_segment(&target.namespace),
@@ -585,9 +603,43 @@ impl Exec for KubernetesExec {
     }
 }
 
+/// A running command whose events a stream yields: up to its exit, or its first error.
+pub(crate) trait Events: Send + 'static {
+    /// The next event.
+    fn next_event(&mut self) -> impl Future<Output = Result<Event, Error>> + Send;
+    /// The exit has been returned.
+    fn done(&self) -> bool;
+}
+
+impl Events for Run {
+    fn next_event(&mut self) -> impl Future<Output = Result<Event, Error>> + Send {
+        Run::next_event(self)
+    }
+
+    fn done(&self) -> bool {
+        self.done
+    }
+}
+
+/// The stream of `run`'s events.
+pub(crate) fn event_stream(run: impl Events) -> EventStream {
+    EventStream::new(futures_util::stream::unfold(
+        Some(run),
+        |state| async move {
+            let mut run = state?;
+            let item = run.next_event().await;
+            let more = !run.done() && item.is_ok();
+            Some((item, more.then_some(run)))
+        },
+    ))
+}
+
 impl ExecStream for KubernetesExec {
     fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
         exec_span!(PROVIDER, "exec_stream", command, |command| async move {
+            if let Some(target) = self.sandboxd(&command).await? {
+                return crate::sandboxd::stream(&self.inner.shared, &target, command).await;
+            }
             let run = self.start(command).await?;
             let has_kill = run
                 .cleanup
@@ -596,15 +648,7 @@ impl ExecStream for KubernetesExec {
                 .map(|k| k.is_some())
                 .unwrap_or(false);
             let kill = run.cleanup.kill.clone();
-            let stream = EventStream::new(futures_util::stream::unfold(
-                Some(run),
-                |state| async move {
-                    let mut run = state?;
-                    let item = run.next_event().await;
-                    let more = !run.done && item.is_ok();
-                    Some((item, more.then_some(run)))
-                },
-            ));
+            let stream = event_stream(run);
             if !has_kill {
                 return Ok(stream);
             }

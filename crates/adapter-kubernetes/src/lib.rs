@@ -46,12 +46,13 @@ mod exec;
 mod lifecycle;
 mod names;
 mod provider;
+mod sandboxd;
 mod script;
 mod terminal;
 mod wire;
 
 pub use channel::Protocol;
-pub use config::{KubernetesConfig, Mode, TerminalMode};
+pub use config::{ExecPath, KubernetesConfig, Mode, TerminalMode};
 pub use exec::KubernetesExec;
 pub use provider::KubernetesProvider;
 pub use script::EXEC_TAG_VAR;
@@ -83,6 +84,7 @@ pub const VARS: &[Var] = &[
         "EXECSEAM_KUBERNETES_TERMINAL",
         &["recorder", "auto", "attached"],
     ),
+    Var::choice("EXECSEAM_KUBERNETES_EXEC", &["pods-exec", "sandboxd"]),
 ];
 
 execseam_adapter_kit::adapter! {
@@ -196,9 +198,18 @@ pub(crate) fn capabilities_of(config: &KubernetesConfig) -> Capabilities {
             ..execseam_adapter_kit::spool::SPOOLED_TERMINAL
         }),
     };
-    Capabilities {
-        remote_kill: config.remote_kill,
-        processes,
-        ..CAPABILITIES
+    match config.exec_path {
+        ExecPath::PodsExec => Capabilities {
+            remote_kill: config.remote_kill,
+            processes,
+            ..CAPABILITIES
+        },
+        // `ProcessConfig.env_vars`; the kill is `SendSignal(SIGKILL)` to the group.
+        ExecPath::Sandboxd => Capabilities {
+            env: Delivery::Native,
+            remote_kill: true,
+            processes,
+            ..CAPABILITIES
+        },
     }
 }

@@ -81,6 +81,10 @@ pub struct Target {
     /// output has closed it (so a background child delays the exit on the real service): the
     /// reason, with its source. `background-child-detached` is then not applicable.
     pub exit_waits_for_children: Option<String>,
+    /// Set when the provider reports a signal death without the signal (sandboxd's `-1`): the
+    /// reason, with its source. The kill cases then check that such a death is an error, never
+    /// an exit code, and are not applicable.
+    pub signal_deaths_unnamed: Option<String>,
     /// Set when every execution runs in a sandbox of its own that ends with it (Chrono), so a
     /// background child ends with its command: the reason. `background-child-detached` then
     /// checks that the child is gone instead of running.
@@ -117,6 +121,7 @@ impl Target {
             live_sandboxes: None,
             environment: None,
             exit_waits_for_children: None,
+            signal_deaths_unnamed: None,
             children_end_with_the_command: None,
             missing_sandbox_id: "execseamnosuchsandbox0".into(),
             keep_alive: Vec::new(),
@@ -189,6 +194,14 @@ impl Target {
     #[must_use]
     pub fn live_sandboxes(mut self, count: impl Fn() -> usize + Send + Sync + 'static) -> Target {
         self.live_sandboxes = Some(Arc::new(count));
+        self
+    }
+
+    /// Declares that the provider reports a signal death without naming the signal (see
+    /// [`Target::signal_deaths_unnamed`]).
+    #[must_use]
+    pub fn signal_deaths_unnamed(mut self, reason: impl Into<String>) -> Target {
+        self.signal_deaths_unnamed = Some(reason.into());
         self
     }
 

@@ -62,6 +62,8 @@ pub struct Spec {
     pub children_end: Option<&'static str>,
     /// Why the provider reports an exit only once every holder of the output closed it.
     pub exit_waits: Option<&'static str>,
+    /// Why the provider reports a signal death without the signal.
+    pub signals_unnamed: Option<&'static str>,
     /// Cases per property test.
     pub proptest_cases: u32,
     /// Starts the emulator when the default start (the provider's default options) does not do.
@@ -79,6 +81,7 @@ impl Spec {
             id_is_endpoint: false,
             children_end: None,
             exit_waits: None,
+            signals_unnamed: None,
             proptest_cases: 16,
             start: None,
         }
@@ -129,6 +132,31 @@ fn tailor(spec: &mut Spec) -> Vec<Spec> {
                  (internal/cri/server/container_execsync.go); a background child holding stdout \
                  keeps the stream, and the status, back",
             );
+            // The sandboxd fast path: plain pods of the sandboxd image, each command a `Start`
+            // on its ProcessService over a port-forward.
+            let sandboxd = Spec {
+                name: "kubernetes-sandboxd",
+                vars: &[
+                    ("EXECSEAM_KUBERNETES_EXEC", "sandboxd"),
+                    ("EXECSEAM_KUBERNETES_MODE", "pod"),
+                    (
+                        "EXECSEAM_KUBERNETES_IMAGE",
+                        "us-central1-docker.pkg.dev/k8s-staging-images/agent-sandbox/sandboxd:latest-main",
+                    ),
+                ],
+                exit_waits: Some(
+                    "sandboxd's Start sends the exit once the leader is reaped and its output \
+                     pipes drained, waiting up to pipeDrainGrace (5 s) for a child that still \
+                     holds them before it closes them (packages/sandboxd/pkg/server/process.go)",
+                ),
+                signals_unnamed: Some(
+                    "sandboxd reports every signal death as exit_code -1 (process.go: Go's \
+                     ExitError.ExitCode() is -1 for a process a signal ended), so the adapter \
+                     answers an error",
+                ),
+                ..*spec
+            };
+            return vec![sandboxd];
         }
         "northflank" => {
             spec.exit_waits = Some(
@@ -468,6 +496,9 @@ impl Emulated {
         }
         if let Some(why) = self.spec.exit_waits {
             target = target.exit_waits_for_children(why);
+        }
+        if let Some(why) = self.spec.signals_unnamed {
+            target = target.signal_deaths_unnamed(why);
         }
         Ok(target.keep_alive(self))
     }

@@ -201,6 +201,9 @@ fn live(spec: Spec) {
         if let Some(why) = spec.exit_waits {
             target = target.exit_waits_for_children(why);
         }
+        if let Some(why) = spec.signals_unnamed {
+            target = target.signal_deaths_unnamed(why);
+        }
         Ok(target)
     });
 }

@@ -53,7 +53,7 @@ fn flag(q: &[(String, String)], name: &str) -> bool {
 
 /// What a fault does to an exec once it runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum InStream {
+pub(crate) enum InStream {
     /// The status says `InternalError` after the command ran (HTTP 500's "may have run").
     Internal,
     /// The socket closes after the output, without the status.
@@ -64,6 +64,51 @@ enum InStream {
     Vanish,
 }
 
+/// Counts one request of the exec path (`pods/exec`, or a `pods/portforward`, which carries
+/// sandboxd's commands) and takes its fault: those answered before the upgrade are answered
+/// here (`Err`), the others come back to act in the stream.
+/// `ctl` is the request's connection control (the request itself is not `Sync`: no borrow of it
+/// may live across an await).
+pub(crate) async fn take_fault(
+    cluster: &Cluster,
+    ctl: Option<execseam_emulator_kit::ConnControl>,
+) -> Result<Option<InStream>, Response> {
+    match cluster.faults().take("exec") {
+        None => {}
+        Some(Fault::Unavailable) => {
+            return Err(status::unavailable(
+                "the server is currently unable to handle the request",
+            )
+            .into_response());
+        }
+        Some(Fault::AuthFailure) => return Err(status::unauthorized().into_response()),
+        Some(Fault::ResetBeforeResponse) => {
+            return Err(execseam_emulator_kit::reset_connection(ctl.as_ref()).await);
+        }
+        Some(Fault::Latency(d)) => tokio::time::sleep(d).await,
+        Some(Fault::ServerError) => return Ok(Some(InStream::Internal)),
+        Some(Fault::CutBeforeExit) => return Ok(Some(InStream::Cut)),
+        Some(Fault::MalformedBody) => return Ok(Some(InStream::Malformed)),
+        Some(Fault::SandboxVanishes) => return Ok(Some(InStream::Vanish)),
+        Some(_) => {}
+    }
+    Ok(None)
+}
+
+/// The sandbox vanishing: what owns the pod is deleted (its claim, else its Sandbox, else the
+/// pod itself) 300 ms from now, as a user's `kubectl delete` would; the garbage collector and
+/// the pod's graceful delete do the rest.
+pub(crate) fn vanish_later(cluster: &Arc<Cluster>, ns: &str, pod: &str) {
+    let cluster = cluster.clone();
+    let (ns, pod) = (ns.to_owned(), pod.to_owned());
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (res, name) = cluster.top_owner(&ns, &pod);
+        let _ = cluster.delete(res, &ns, &name, &crate::api::DeleteOptions::default());
+        cluster.kick();
+    });
+}
+
 /// Serves one `pods/exec` request.
 pub async fn serve(
     cluster: Arc<Cluster>,
@@ -72,28 +117,10 @@ pub async fn serve(
     q: &[(String, String)],
     mut request: Request,
 ) -> Response {
-    let mut in_stream = None;
-    match cluster.faults().take("exec") {
-        None => {}
-        Some(Fault::Unavailable) => {
-            return status::unavailable("the server is currently unable to handle the request")
-                .into_response();
-        }
-        Some(Fault::AuthFailure) => return status::unauthorized().into_response(),
-        Some(Fault::ResetBeforeResponse) => {
-            let ctl = request
-                .extensions()
-                .get::<execseam_emulator_kit::ConnControl>()
-                .cloned();
-            return execseam_emulator_kit::reset_connection(ctl.as_ref()).await;
-        }
-        Some(Fault::Latency(d)) => tokio::time::sleep(d).await,
-        Some(Fault::ServerError) => in_stream = Some(InStream::Internal),
-        Some(Fault::CutBeforeExit) => in_stream = Some(InStream::Cut),
-        Some(Fault::MalformedBody) => in_stream = Some(InStream::Malformed),
-        Some(Fault::SandboxVanishes) => in_stream = Some(InStream::Vanish),
-        Some(_) => {}
-    }
+    let in_stream = match take_fault(&cluster, request.extensions().get().cloned()).await {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
     let Some(pod) = cluster.store.get(&PODS, ns, name) else {
         return status::not_found(&PODS, name).into_response();
     };
@@ -388,19 +415,9 @@ impl Exec {
         }
     }
 
-    /// The sandbox vanishing: what owns the pod is deleted (its claim, else its Sandbox, else
-    /// the pod itself), as a user's `kubectl delete` would; the garbage collector and the pod's
-    /// graceful delete do the rest.
     fn vanish_later(&self) {
         if self.fault == Some(InStream::Vanish) {
-            let cluster = self.cluster.clone();
-            let (ns, pod) = (self.ns.clone(), self.pod.clone());
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                let (res, name) = cluster.top_owner(&ns, &pod);
-                let _ = cluster.delete(res, &ns, &name, &crate::api::DeleteOptions::default());
-                cluster.kick();
-            });
+            vanish_later(&self.cluster, &self.ns, &self.pod);
         }
     }
 

@@ -31,7 +31,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_websockets::Message;
 
 use crate::cluster::Cluster;
-use crate::exec::{Ws, handshake, upgraded};
+use crate::exec::{InStream, Ws, handshake, upgraded};
 use crate::pods::PodRun;
 use crate::schema::PODS;
 use crate::status;
@@ -73,6 +73,11 @@ pub async fn serve(
     mut request: Request,
 ) -> Response {
     let (ns, name) = pod;
+    // A port-forward carries sandboxd's commands: it is on the exec path's faults.
+    let fault = match crate::exec::take_fault(&cluster, request.extensions().get().cloned()).await {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
     let Some(pod) = cluster.store.get(&PODS, ns, name) else {
         return status::not_found(&PODS, name).into_response();
     };
@@ -91,7 +96,7 @@ pub async fn serve(
     let run = cluster.pod(ns, name);
     tokio::spawn(async move {
         if let Some(ws) = upgraded(on_upgrade).await {
-            forward(ws, run, ports).await;
+            forward(ws, &cluster, run, ports, fault).await;
         }
     });
     answer
@@ -104,12 +109,18 @@ fn frame(channel: usize, data: &[u8]) -> Message {
     Message::binary(f)
 }
 
-/// The service listening on `port` in the pod, if any.
-fn listener(run: &Arc<PodRun>, port: u16) -> Option<Router> {
+/// The service listening on `port` in the pod, if any (`fault` acts on sandboxd's next
+/// command).
+fn listener(
+    cluster: &Arc<Cluster>,
+    run: &Arc<PodRun>,
+    port: u16,
+    fault: Option<InStream>,
+) -> Option<Router> {
     match port {
         crate::runtime::PORT => Some(crate::runtime::http(run.clone())),
         crate::sandboxd::GRPC_PORT if run.containers.iter().any(|c| c.sandboxd) => {
-            Some(crate::sandboxd::grpc(run.clone()))
+            Some(crate::sandboxd::grpc(cluster.clone(), run.clone(), fault))
         }
         _ => None,
     }
@@ -124,7 +135,13 @@ fn refused(run: Option<&PodRun>, port: u16) -> String {
     )
 }
 
-async fn forward(ws: Ws, run: Option<Arc<PodRun>>, ports: Vec<u16>) {
+async fn forward(
+    ws: Ws,
+    cluster: &Arc<Cluster>,
+    run: Option<Arc<PodRun>>,
+    ports: Vec<u16>,
+    fault: Option<InStream>,
+) {
     let (mut tx, mut rx) = ws.split();
     for (i, port) in ports.iter().enumerate() {
         for channel in [2 * i, 2 * i + 1] {
@@ -137,7 +154,7 @@ async fn forward(ws: Ws, run: Option<Arc<PodRun>>, ports: Vec<u16>) {
     let mut writers = Vec::new();
     let mut readers = tokio::task::JoinSet::new();
     for (i, &port) in ports.iter().enumerate() {
-        let Some(router) = run.as_ref().and_then(|r| listener(r, port)) else {
+        let Some(router) = run.as_ref().and_then(|r| listener(cluster, r, port, fault)) else {
             writers.push(None);
             let text = refused(run.as_deref(), port);
             if tx.send(frame(2 * i + 1, text.as_bytes())).await.is_err() {

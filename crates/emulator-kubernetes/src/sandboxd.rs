@@ -29,13 +29,15 @@ use std::time::Duration;
 
 use execseam_emulator_kit::User;
 use execseam_emulator_kit::util::clean_path as clean;
-use execseam_sandboxd_proto as pb;
+use execseam_kubernetes_proto as pb;
 use futures_util::Stream;
 use pb::process_service_server::{ProcessService, ProcessServiceServer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::ChildStdin;
 use tonic::{Request, Response, Status};
 
+use crate::cluster::Cluster;
+use crate::exec::InStream;
 use crate::pods::{ContainerRun, PodRun};
 
 /// sandboxd's gRPC port (`--grpc-port` default).
@@ -78,13 +80,21 @@ impl Registry {
     }
 }
 
-/// The `ProcessService` of the pod's sandboxd, as the router a port-forward reaches.
-pub fn grpc(run: Arc<PodRun>) -> axum::Router {
-    tonic::service::Routes::new(ProcessServiceServer::new(Daemon { run })).into_axum_router()
+/// The `ProcessService` of the pod's sandboxd, as the router a port-forward reaches; `fault`
+/// (the exec path's, taken by the port-forward) acts on its first `Start`.
+pub fn grpc(cluster: Arc<Cluster>, run: Arc<PodRun>, fault: Option<InStream>) -> axum::Router {
+    let daemon = Daemon {
+        cluster,
+        run,
+        fault: Mutex::new(fault),
+    };
+    tonic::service::Routes::new(ProcessServiceServer::new(daemon)).into_axum_router()
 }
 
 struct Daemon {
+    cluster: Arc<Cluster>,
     run: Arc<PodRun>,
+    fault: Mutex<Option<InStream>>,
 }
 
 /// `pathutil.SanitizePath(ROOT, path)`, lexically.
@@ -209,6 +219,7 @@ impl ProcessService for Daemon {
             ));
         }
         let (mut cmd, cwd, user, argv0) = self.build(request.config.as_ref())?;
+        let fault = self.fault.lock().expect("fault").take();
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -219,6 +230,9 @@ impl ProcessService for Daemon {
             .await
             .map_err(|e| start_error(&e, &argv0, "failed to start command"))?;
         let mut child = spawned.child;
+        if fault == Some(InStream::Vanish) {
+            crate::exec::vanish_later(&self.cluster, &self.run.namespace, &self.run.name);
+        }
         let id = self.run.processes.next.fetch_add(1, Ordering::SeqCst) + 1;
         let managed = Arc::new(Managed {
             host_pid: spawned.host_pid,
@@ -273,18 +287,37 @@ impl ProcessService for Daemon {
                 .lock()
                 .expect("registry")
                 .remove(&id);
-            let _ = tx
-                .send(event(pb::start_response::Event::Exit(pb::ExitEvent {
+            let last = match fault {
+                // The runtime fails after the command ran.
+                Some(InStream::Internal) => Err(Status::internal(
+                    "the runtime failed after the command started",
+                )),
+                // An answer that cannot be read: a response without its event.
+                Some(InStream::Malformed) => Ok(pb::StartResponse { event: None }),
+                _ => event(pb::start_response::Event::Exit(pb::ExitEvent {
                     exit_code: exit_code(status),
-                })))
-                .await;
+                })),
+            };
+            let _ = tx.send(last).await;
         });
         self.run.sandbox.track(task.abort_handle());
-        let events =
-            futures_util::stream::unfold(
-                rx,
-                |mut rx| async move { rx.recv().await.map(|e| (e, rx)) },
+        // A cut stream ends after the first output, without the exit.
+        let cut = fault == Some(InStream::Cut);
+        let events = futures_util::stream::unfold((rx, false), move |(mut rx, over)| async move {
+            if over {
+                return None;
+            }
+            let e = rx.recv().await?;
+            let output = matches!(
+                e,
+                Ok(pb::StartResponse {
+                    event: Some(
+                        pb::start_response::Event::Stdout(_) | pb::start_response::Event::Stderr(_)
+                    )
+                })
             );
+            Some((e, (rx, cut && output)))
+        });
         Ok(Response::new(Box::pin(events)))
     }
 

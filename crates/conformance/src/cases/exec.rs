@@ -415,6 +415,16 @@ pub(crate) async fn env_baseline(t: &Target) -> CaseResult {
 }
 
 pub(crate) async fn kill_signals(t: &Target) -> CaseResult {
+    if let Some(why) = &t.signal_deaths_unnamed {
+        // No exit can be told honestly: the death must be an error.
+        if let Ok(o) = t.exec.exec(sh("kill -9 $$")).await {
+            return fail(format!(
+                "kill -9 $$: a signal death the provider does not name became {:?}",
+                o.exit
+            ));
+        }
+        return na(format!("the provider does not name a signal death: {why}"));
+    }
     for (sig, code) in [(9, 137), (15, 143)] {
         let o = run_ok(t, sh(&format!("kill -{sig} $$"))).await?;
         if o.exit != Exit::Code(code) && o.exit != Exit::Signal(sig) {

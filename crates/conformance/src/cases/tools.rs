@@ -365,10 +365,19 @@ pub(crate) async fn bash(t: &Target) -> CaseResult {
         &o.stdout,
         format!("{dir}\n").as_bytes(),
     )?;
-    let o = tools
-        .bash("kill -9 $$", None)
-        .await
-        .map_err(|e| tool_err("bash kill", e))?;
+    let killed = tools.bash("kill -9 $$", None).await;
+    if t.signal_deaths_unnamed.is_some() {
+        // The provider does not name a signal death: an error, never an exit.
+        if let Ok(o) = killed {
+            return fail(format!(
+                "bash `kill -9 $$`: a signal death the provider does not name became {:?}",
+                o.exit
+            ));
+        }
+        text.push('\n');
+        return snapshot::check("tools-bash", &text);
+    }
+    let o = killed.map_err(|e| tool_err("bash kill", e))?;
     if !o.exit.is_ambiguous_kill() {
         return fail(format!(
             "bash `kill -9 $$`: {:?} is not an ambiguous kill",
