@@ -3,7 +3,6 @@
 //! ([`close`]): a sandbox it created is destroyed, one it connected to is left running.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use execseam::{AdapterInfo as Adapter, Capabilities, Error, Provider, Sandbox, SandboxSpec};
 
@@ -36,57 +35,19 @@ pub async fn open_with(
     sandbox: Option<&str>,
     spec: SandboxSpec,
 ) -> Result<Arc<dyn Sandbox>, Error> {
-    open_provider(provider(name)?, name, sandbox, spec).await
-}
-
-/// [`open`] for a command with a host `deadline`: where the adapter has no kill of its own but
-/// its provider kills at a per-exec timeout (a [`VarKind::ExecTimeout`](execseam::VarKind)
-/// variable: Modal), the deadline is sent there (issue 38, D29). Returns the sandbox and, when
-/// it was sent, the whole seconds the provider kills at.
-pub async fn open_within(
-    name: &str,
-    sandbox: Option<&str>,
-    deadline: Option<Duration>,
-) -> Result<(Arc<dyn Sandbox>, Option<u64>), Error> {
-    let adapter = execseam::adapter(name)?;
-    let env = execseam_adapter_kit::vars::env;
-    let Some((var, secs)) = deadline
-        .and_then(|d| execseam_adapter_kit::vars::exec_timeout_within(adapter.vars, d, &env))
-    else {
-        return Ok((open(name, sandbox).await?, None));
-    };
-    let lookup = move |k: &str| {
-        if k == var {
-            Some(secs.to_string())
-        } else {
-            env(k)
-        }
-    };
-    let provider = adapter.build(&lookup)?;
-    let sandbox = open_provider(provider, name, sandbox, SandboxSpec::new()).await?;
-    Ok((sandbox, Some(secs)))
+    open_provider(provider(name)?, sandbox, spec).await
 }
 
 async fn open_provider(
     provider: Box<dyn Provider>,
-    name: &str,
     sandbox: Option<&str>,
     spec: SandboxSpec,
 ) -> Result<Arc<dyn Sandbox>, Error> {
     Ok(Arc::from(match sandbox.filter(|s| !s.is_empty()) {
         Some(id) => provider.connect(id).await?,
-        // Guarded: a signal while the answer is in flight must not leak the sandbox (issue 38,
-        // D17); the kit destroys what nobody received, and the exit drains it.
-        None => {
-            let name: &'static str = Box::leak(name.to_owned().into_boxed_str());
-            execseam_adapter_kit::reaper::guarded(
-                name,
-                "destroy the sandbox created for an interrupted command",
-                async move { provider.create(spec).await },
-                |made| async move { made.close().await },
-            )
-            .await?
-        }
+        // The facade's providers guard their creates (a lost answer's sandbox is destroyed,
+        // issue 38, D17); the exit drains that.
+        None => provider.create(spec).await?,
     }))
 }
 
