@@ -10,9 +10,9 @@ use bollard::query_parameters::{
     CreateContainerOptions, InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
     StartContainerOptions,
 };
-use execseam_core::{Deadline, Error, ErrorKind, SandboxInfo, SandboxState};
+use execseam_core::{Error, SandboxInfo, SandboxState};
 
-use crate::client::{LABEL_CREATE, bounded, label_filter};
+use crate::client::{bounded, label_filter};
 use crate::config::{DockerConfig, Mode, WORKSPACE};
 use crate::error::{engine, engine_hint, is_gone, is_podman_stopped_state};
 use execseam_adapter_kit::retry::Stage;
@@ -21,12 +21,9 @@ use execseam_adapter_kit::retry::Stage;
 pub(crate) async fn create(
     docker: &Docker,
     config: &DockerConfig,
-    mut labels: HashMap<String, String>,
+    labels: HashMap<String, String>,
 ) -> Result<String, Error> {
     let keepalive = config.keepalive_argv();
-    // Names this create's container even when its answer (the id) never arrives whole.
-    let nonce = execseam_adapter_kit::id::random_id(32);
-    labels.insert(LABEL_CREATE.to_owned(), nonce.clone());
     let body = ContainerCreateBody {
         image: Some(config.image.clone()),
         entrypoint: Some(keepalive.clone()),
@@ -46,21 +43,16 @@ pub(crate) async fn create(
         docker.timeout(),
         docker.create_container(None::<CreateContainerOptions>, body),
     )
-    .await;
-    let created = match created {
-        Ok(c) => c,
-        Err(e) => {
-            // The engine may have made it and the answer been lost (cut, malformed, stalled):
-            // remove whatever carries this create's label.
-            sweep(docker, &nonce).await;
-            return Err(engine_hint(
-                "create container",
-                Stage::Submit,
-                e,
-                "the adapter never pulls: the image must be on the engine",
-            ));
-        }
-    };
+    .await
+    .map_err(|e| {
+        // A lost answer's container is found by the kit's create tag (`guard::GuardedCreate`).
+        engine_hint(
+            "create container",
+            Stage::Submit,
+            e,
+            "the adapter never pulls: the image must be on the engine",
+        )
+    })?;
     // From here the container exists: every failure removes it, and so does a caller that stops
     // waiting (issue 38, D17/D18: a failed inspect, or a signal, left it running).
     let mut made = Unclaimed {
@@ -75,25 +67,6 @@ pub(crate) async fn create(
             remove(docker, &created.id).await;
             Err(e)
         }
-    }
-}
-
-/// Removes the containers of a create whose answer was lost (by its [`LABEL_CREATE`]); a
-/// failure is logged (the create's own error is what the caller gets).
-async fn sweep(docker: &Docker, nonce: &str) {
-    let labels = HashMap::from([(LABEL_CREATE.to_owned(), nonce.to_owned())]);
-    let listed = tokio::time::timeout(docker.timeout(), list(docker, &labels)).await;
-    let found = match listed
-        .unwrap_or_else(|_| Err(Error::new(ErrorKind::Timeout(Deadline::Request), "list")))
-    {
-        Ok(found) => found,
-        Err(e) => {
-            tracing::debug!(error = %e, "listing a failed create's container failed");
-            return;
-        }
-    };
-    for c in found {
-        remove(docker, &c.id).await;
     }
 }
 

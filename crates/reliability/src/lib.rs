@@ -81,8 +81,8 @@ pub struct Creates {
     /// The requests of a create whose answers are tampered with (the proxy's `METHOD /glob`),
     /// each with whether the sandbox exists (and its id is known to the adapter) by then: a
     /// cut answer there must not leak it. On the answer that names the sandbox, a cut after
-    /// forwarding leaves a sandbox the adapter cannot name (issue 38, D17: no label sweep yet);
-    /// that is reported, not failed.
+    /// forwarding leaves a sandbox the adapter cannot name (issue 38, D17: only the kit's
+    /// create tag finds it, where the provider has labels); that is reported, not failed.
     pub routes: &'static [(&'static str, bool)],
 }
 
@@ -1080,10 +1080,11 @@ async fn create_case(
     if rss > options.rss_limit {
         bad.push(format!("peak RSS {} MiB", rss >> 20));
     }
-    // What the adapter could name must be gone (its clean-up may run in the background); a
-    // sandbox it could not name is only counted (no clean-up to wait for).
+    // What the adapter could name must be gone (its clean-up runs in the background); what
+    // it could not is given a little time for the kit's create tag to find it (the sweep runs
+    // after the error is answered), then only reported.
     let forwarded = !rule.contains("=status:");
-    let wait = if named || !forwarded { 10 } else { 1 };
+    let wait = if named || !forwarded { 10 } else { 3 };
     let until = Instant::now() + Duration::from_secs(wait);
     let left = loop {
         match (creates.left)(false).await {
@@ -1102,7 +1103,7 @@ async fn create_case(
             bad.push(format!("{left} sandbox(es) left"));
         } else {
             not_applicable = Some(format!(
-                "{left} sandbox(es) left: the answer that names it was cut (no label sweep yet)"
+                "{left} sandbox(es) left {wait} s after the answer that names it was cut (not found by a create tag)"
             ));
         }
         // The next case counts from zero.

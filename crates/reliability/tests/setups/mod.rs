@@ -164,7 +164,7 @@ fn agentcore_creates(at: Endpoints, own: String) -> Creates {
             let at = at.clone();
             Box::pin(async move {
                 let config = at.config::<AgentCore>(&url)?.idle_timeout(idle);
-                let provider = AgentCoreProvider::new(config)?;
+                let provider = guarded("agentcore", AgentCoreProvider::new(config)?);
                 let made = provider.create(SandboxSpec::new()).await?;
                 let connect = provider.connect(made.id()).await.map(drop);
                 connected(made, connect).await
@@ -191,6 +191,13 @@ fn agentcore_creates(at: Endpoints, own: String) -> Creates {
     }
 }
 
+/// The provider as the facade's registry builds it: its creates guarded by the kit
+/// (`guard::GuardedCreate`: an answer nobody received is destroyed; where the provider keeps
+/// labels, a lost answer's sandbox is found by its create tag).
+fn guarded(name: &'static str, provider: impl Provider + 'static) -> Box<dyn Provider> {
+    execseam_adapter_kit::guard::guard(name, Box::new(provider))
+}
+
 /// A [`Creates::left`] by label: the sandboxes carrying it, removed when asked.
 async fn labelled_left(
     provider: &dyn Provider,
@@ -212,11 +219,11 @@ async fn labelled_left(
 /// connect's error, once what the create made is destroyed (a connect makes nothing to leak;
 /// the case checks the error, the time and the memory).
 async fn connected(
-    made: impl Sandbox + 'static,
+    made: Box<dyn Sandbox>,
     connect: Result<(), Error>,
 ) -> Result<Arc<dyn Sandbox>, Error> {
     match connect {
-        Ok(()) => Ok(Arc::new(made)),
+        Ok(()) => Ok(Arc::from(made)),
         Err(e) => {
             let _ = made.destroy().await;
             Err(e)
@@ -390,7 +397,7 @@ fn e2b_creates(at: Endpoints, _own: String) -> Creates {
                     .config::<E2b>(&url)?
                     .stream_idle_timeout(idle)
                     .request_timeout(idle);
-                let provider = E2bProvider::new(config)?;
+                let provider = guarded("e2b", E2bProvider::new(config)?);
                 let made = provider
                     .create(SandboxSpec::new().with_label(LABEL.0, LABEL.1))
                     .await?;
@@ -554,10 +561,10 @@ fn docker_creates(base: execseam::docker::DockerConfig) -> Creates {
                 .idle_timeout(idle)
                 .label(LABEL.0, LABEL.1);
             Box::pin(async move {
-                let made = DockerProvider::new(config)?
+                let made = guarded("docker", DockerProvider::new(config)?)
                     .create(SandboxSpec::new())
                     .await?;
-                Ok(Arc::new(made) as Arc<dyn Sandbox>)
+                Ok(Arc::from(made))
             })
         }),
         left: Arc::new(move |remove: bool| {
