@@ -253,8 +253,8 @@ impl KubernetesExec {
             // Armed before the upgrade is sent: the command starts when the server upgrades,
             // before the client has read the answer, so an exec dropped in between has a
             // running command only the tag can find. A refusal ran nothing: disarmed. An
-            // upgrade that failed is returned as it is (`Unsafe` when it may have reached the
-            // server), without a kill exec racing the caller's next request.
+            // upgrade that failed is killed by the tag first when it may have reached the
+            // server (`Unsafe`), then returned ([`Cleanup::upgrade_failed`]).
             let mut cleanup = Cleanup::new(tag.clone().map(|tag| Kill {
                 shared: shared.clone(),
                 target: target.clone(),
@@ -262,10 +262,7 @@ impl KubernetesExec {
             }));
             let opened = channel::open(&shared.api, &path, offers, "exec").await;
             match opened {
-                Err(e) => {
-                    cleanup.disarm();
-                    return Err(e);
-                }
+                Err(e) => return Err(cleanup.upgrade_failed(e).await),
                 Ok(Opened::Socket(socket)) => {
                     shared.learn(socket.protocol);
                     return Ok(Run::new(shared.clone(), target, socket, plan, cleanup));
@@ -504,6 +501,19 @@ impl Cleanup {
 
     pub(crate) fn disarm(&mut self) {
         self.take();
+    }
+
+    /// An upgrade that failed: when it may have reached the server (`Unsafe`: the command
+    /// starts at the upgrade), the kill runs before the error is returned, so that it cannot
+    /// race the caller's next request (a retry, the next command); a failure that ran nothing
+    /// disarms.
+    pub(crate) async fn upgrade_failed(&mut self, e: Error) -> Error {
+        if e.retry() == Retry::Unsafe {
+            self.run_now().await;
+        } else {
+            self.disarm();
+        }
+        e
     }
 
     async fn run_now(&mut self) {

@@ -194,10 +194,7 @@ impl KubernetesExec {
                 cleanup.disarm();
                 return Err(exec_refused(&answer, &target.pod));
             }
-            Err(e) => {
-                cleanup.disarm();
-                return Err(e);
-            }
+            Err(e) => return Err(cleanup.upgrade_failed(e).await),
         };
         let protocol = socket.protocol;
         let (session, frames) = Session::interactive(socket, config.idle_timeout);

@@ -203,6 +203,35 @@ async fn a_dropped_exec_is_killed_by_its_tag() {
 }
 
 #[tokio::test]
+async fn an_upgrade_without_an_answer_is_killed_before_the_error() {
+    // The server may have started the command (it does at the upgrade) and never answered:
+    // the error is `Unsafe`, and the command is killed by its tag before it is returned.
+    let fake = Fake::start().await;
+    fake.with(|s| s.fault = Some(Fault::NoAnswer));
+    let p = provider(&fake, |c| {
+        pod_mode(c).request_timeout(Duration::from_secs(2))
+    });
+    let s = p.attach(POD).unwrap();
+    let pidfile = format!("/tmp/execseam-k8s-noanswer-{}", std::process::id());
+    let script = format!("echo $$ > {pidfile}.w; mv {pidfile}.w {pidfile}; exec sleep 30");
+    let e = s.exec(sh(&script)).await.unwrap_err();
+    assert_eq!(e.retry(), Retry::Unsafe, "{e}");
+    let pid = std::fs::read_to_string(&pidfile).expect("the command started");
+    std::fs::remove_file(&pidfile).unwrap();
+    let state = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+    // Killed (a zombie until the fake reaps it) or gone, when the error came back.
+    assert!(
+        state.is_empty() || state.split(' ').nth(2) == Some("Z"),
+        "pid {pid} still runs: {state}"
+    );
+    assert!(fake.with(|s| {
+        s.execs
+            .iter()
+            .any(|a| a.get(3).is_some_and(|x| x == "execseam-kill"))
+    }));
+}
+
+#[tokio::test]
 async fn the_claim_lifecycle() {
     let fake = Fake::start().await;
     let p = provider(&fake, |c| c);
