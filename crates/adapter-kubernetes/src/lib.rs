@@ -187,6 +187,11 @@ pub const CAPABILITIES: Capabilities = Capabilities {
 pub(crate) fn capabilities_of(config: &KubernetesConfig) -> Capabilities {
     Capabilities {
         remote_kill: config.remote_kill,
+        // The recorder's terminals are attached again from anywhere; the `tty` exec's are not.
+        processes: Some(execseam_core::ProcessCapabilities {
+            terminal_reattach: config.terminal == TerminalMode::Recorder,
+            ..execseam_adapter_kit::spool::SPOOLED_TERMINAL
+        }),
         ..CAPABILITIES
     }
 }
