@@ -258,11 +258,10 @@ impl<'a> Attached<'a> {
     /// Terminals through the spool's recorder (`script(1)`: replayed from any handle, outliving
     /// this client) wherever the sandbox has it, and on the provider's TTY exec only where the
     /// recorder answers `Unsupported` (no `script` or `stty` in the image: nothing started).
-    /// Resize then goes to whichever holds the terminal. Declares `terminal_reattach: true`
-    /// (the recorder's; the TTY exec fallback is live only, as the adapter documents).
+    /// Resize then goes to whichever holds the terminal. Still declares `terminal_reattach:
+    /// false`: which of the two a terminal gets is known only at its start.
     pub fn recorder_first(mut self) -> Attached<'a> {
         self.recorder_first = true;
-        self.capabilities.terminal_reattach = true;
         self
     }
 
