@@ -217,7 +217,7 @@ impl Provider for DaytonaProvider {
         Box::pin(DaytonaProvider::resume(self, id))
     }
 
-    execseam_adapter_kit::forward_snapshots!(DaytonaProvider);
+    execseam_adapter_kit::forward_snapshots!(DaytonaProvider: snapshot, list_snapshots, delete_snapshot);
 
     fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
         Box::pin(DaytonaProvider::expose(self, id, port))

@@ -293,7 +293,7 @@ impl Provider for DockerProvider {
         Box::pin(DockerProvider::resume(self, id))
     }
 
-    execseam_adapter_kit::forward_snapshots!(DockerProvider);
+    execseam_adapter_kit::forward_snapshots!(DockerProvider: snapshot, list_snapshots, delete_snapshot);
 
     fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
         Box::pin(DockerProvider::expose(self, id, port))

@@ -204,7 +204,7 @@ impl Provider for E2bProvider {
         Box::pin(E2bProvider::resume(self, id))
     }
 
-    execseam_adapter_kit::forward_snapshots!(E2bProvider);
+    execseam_adapter_kit::forward_snapshots!(E2bProvider: snapshot, list_snapshots, delete_snapshot);
 
     fn fork<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         Box::pin(async move { Ok(Box::new(E2bProvider::fork(self, id).await?) as _) })

@@ -2,12 +2,16 @@
 //! [`Provider`](execseam_core::Provider) written once, for a provider whose operations are
 //! inherent `async fn`s.
 
-/// Inside an `impl Provider for $ty` block: `snapshot`, `list_snapshots` and `delete_snapshot`,
-/// each forwarded to the inherent `async fn` of `$ty` with the same name and arguments (boxing
-/// the future). With `, no_list`, `list_snapshots` keeps the trait's default (`Unsupported`).
+/// Inside an `impl Provider for $ty` block: each named method of `snapshot`, `restore`,
+/// `list_snapshots` and `delete_snapshot` forwarded to the inherent `async fn` of `$ty` with the
+/// same name and arguments (boxing the future); the others keep the trait's default
+/// (`Unsupported`). `forward_snapshots!(MyProvider: snapshot, list_snapshots)`.
 #[macro_export]
 macro_rules! forward_snapshots {
-    ($ty:ty $(, $no_list:ident)?) => {
+    ($ty:ty: $($method:ident),+ $(,)?) => {
+        $( $crate::forward_snapshots!(@ $method $ty); )+
+    };
+    (@ snapshot $ty:ty) => {
         fn snapshot<'a>(
             &'a self,
             id: &'a str,
@@ -15,17 +19,25 @@ macro_rules! forward_snapshots {
         ) -> ::execseam_core::BoxFuture<'a, Result<::execseam_core::SnapshotOutcome, ::execseam_core::Error>> {
             Box::pin(<$ty>::snapshot(self, id, request))
         }
-
+    };
+    (@ restore $ty:ty) => {
+        fn restore<'a>(
+            &'a self,
+            id: &'a str,
+            snapshot: &'a str,
+        ) -> ::execseam_core::BoxFuture<'a, Result<(), ::execseam_core::Error>> {
+            Box::pin(<$ty>::restore(self, id, snapshot))
+        }
+    };
+    (@ delete_snapshot $ty:ty) => {
         fn delete_snapshot<'a>(
             &'a self,
             snapshot: &'a str,
         ) -> ::execseam_core::BoxFuture<'a, Result<(), ::execseam_core::Error>> {
             Box::pin(<$ty>::delete_snapshot(self, snapshot))
         }
-
-        $crate::forward_snapshots!(@list $ty $(, $no_list)?);
     };
-    (@list $ty:ty) => {
+    (@ list_snapshots $ty:ty) => {
         fn list_snapshots<'a>(
             &'a self,
             source: Option<&'a str>,
@@ -33,5 +45,4 @@ macro_rules! forward_snapshots {
             Box::pin(<$ty>::list_snapshots(self, source))
         }
     };
-    (@list $ty:ty, no_list) => {};
 }

@@ -418,7 +418,7 @@ impl Provider for LocalProvider {
         Box::pin(LocalProvider::destroy(self, id))
     }
 
-    execseam_adapter_kit::forward_snapshots!(LocalProvider);
+    execseam_adapter_kit::forward_snapshots!(LocalProvider: snapshot, list_snapshots, delete_snapshot);
 
     fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
         Box::pin(LocalProvider::expose(self, id, port))

@@ -304,5 +304,5 @@ impl Provider for ModalProvider {
         Box::pin(ModalProvider::destroy(self, id))
     }
 
-    execseam_adapter_kit::forward_snapshots!(ModalProvider, no_list);
+    execseam_adapter_kit::forward_snapshots!(ModalProvider: snapshot, delete_snapshot);
 }

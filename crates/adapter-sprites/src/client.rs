@@ -129,6 +129,44 @@ impl Client {
         self.expect_ok(resp, op).await.map(drop)
     }
 
+    /// `POST /v1/sprites/{name}/checkpoint {"comment"}`, or `POST …/checkpoints/{id}/restore`
+    /// (`suffix`): an NDJSON answer whose `error` message is the operation's failure.
+    pub(crate) async fn checkpoint_stream(
+        &self,
+        suffix: &str,
+        body: Option<String>,
+        op: Call,
+    ) -> Result<(), Error> {
+        let mut rb = self.control(Method::POST, self.url(suffix, &[])?);
+        if let Some(b) = body {
+            rb = rb.header(CONTENT_TYPE, "application/json").body(b);
+        }
+        let resp = self.send(rb, op).await?;
+        let body = self.expect_ok(resp, op).await?;
+        match crate::wire::stream_error(&body) {
+            None => Ok(()),
+            Some(m) => Err(op.error(ErrorKind::Unavailable, m)),
+        }
+    }
+
+    /// `GET /v1/sprites/{name}/checkpoints`: a JSON list, newest first.
+    pub(crate) async fn list_checkpoints(&self) -> Result<Vec<crate::wire::CheckpointInfo>, Error> {
+        let op = control("list_snapshots");
+        let resp = self
+            .send(
+                self.control(Method::GET, self.url("/checkpoints", &[])?),
+                op,
+            )
+            .await?;
+        let body = self.expect_ok(resp, op).await?;
+        serde_json::from_slice(&body).map_err(|e| {
+            op.no_answer(
+                execseam_adapter_kit::retry::NoAnswer::Malformed,
+                format!("a checkpoint list that is not a JSON list: {e}"),
+            )
+        })
+    }
+
     /// `GET /v1/sprites`, every page (`continuation_token`).
     pub(crate) async fn list_sprites(&self) -> Result<Vec<crate::wire::SpriteInfo>, Error> {
         let op = control("list");

@@ -92,7 +92,19 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     destroy: true,
     spec: SpecSupport::NONE,
     options: &["name"],
-    state: execseam_core::StateCapabilities::NONE,
+    // Checkpoints (docs.sprites.dev/concepts/checkpoints): "A checkpoint snapshots the writable
+    // filesystem overlay … does not capture anything that only lives in memory"; restore is in
+    // place ("Restore rewinds the filesystem. Running processes stop."); no create-from, no
+    // delete (sprites-py 0.7.2 has none), no ttl; the comment is not a name execseam sets.
+    state: execseam_core::StateCapabilities {
+        snapshot: Some(execseam_core::SnapshotSupport {
+            create_from: false,
+            restore_in_place: true,
+            delete: false,
+            ..execseam_core::SnapshotSupport::FILESYSTEM
+        }),
+        ..execseam_core::StateCapabilities::NONE
+    },
 };
 
 /// The configuration variables [`SpritesConfig::from_env`] reads.

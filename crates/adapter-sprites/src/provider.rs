@@ -3,9 +3,11 @@
 use std::sync::Arc;
 
 use execseam_adapter_kit::id::random_id;
+use execseam_adapter_kit::text::escape_path_segment;
 use execseam_core::{
-    BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Ownership, Provider,
-    Sandbox, SandboxInfo, SandboxSpec, SandboxState,
+    BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Ownership,
+    Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome,
+    SnapshotRequest,
 };
 
 use crate::client::Client;
@@ -21,6 +23,9 @@ use crate::{LIFECYCLE, PROVIDER};
 /// | [`connect`](Self::connect) | `GET /v1/sprites/{name}` |
 /// | [`list`](Self::list) | `GET /v1/sprites`, every page (`continuation_token`) |
 /// | [`destroy`](Self::destroy) | `DELETE /v1/sprites/{name}` (404: already gone, `Ok`) |
+/// | [`snapshot`](Self::snapshot) | `POST /v1/sprites/{name}/checkpoint {"comment"}` (NDJSON), then `GET …/checkpoints` for its id | the writable filesystem, not memory; the sprite runs on |
+/// | [`restore`](Self::restore) | `POST /v1/sprites/{name}/checkpoints/{id}/restore` (NDJSON) | in place: the files rewind, running processes stop |
+/// | [`list_snapshots`](Self::list_snapshots) | `GET /v1/sprites/{name}/checkpoints` (of every sprite without a source) | newest first |
 #[derive(Clone, Debug)]
 pub struct SpritesProvider {
     client: Client,
@@ -90,6 +95,84 @@ impl SpritesProvider {
             .collect())
     }
 
+    /// Checkpoints sprite `name` (the writable filesystem; the sprite runs on): the checkpoint's
+    /// versioned id, which [`restore`](Self::restore) takes with the same sprite. The create
+    /// answer carries no id, so the checkpoint is taken with a unique comment and found by it.
+    pub async fn snapshot(
+        &self,
+        name: &str,
+        request: SnapshotRequest,
+    ) -> Result<SnapshotOutcome, Error> {
+        let kind = LIFECYCLE.state.check_snapshot(PROVIDER, &request)?;
+        let client = self.client.for_sprite(name);
+        let comment = format!("execseam-{}", random_id(12));
+        let body = serde_json::json!({ "comment": comment }).to_string();
+        client
+            .checkpoint_stream("/checkpoint", Some(body), call("snapshot"))
+            .await?;
+        let taken = client
+            .list_checkpoints()
+            .await?
+            .into_iter()
+            .find(|c| c.comment == comment)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Protocol,
+                    format!("the checkpoint {comment:?} was created but is not listed"),
+                )
+                .with_provider(PROVIDER)
+                .with_operation("snapshot")
+            })?;
+        let info = SnapshotInfo::new(taken.id, kind).with_source(name);
+        Ok(SnapshotOutcome::new(info, SandboxState::Running))
+    }
+
+    /// Restores sprite `name` in place from its checkpoint `snapshot`: its files rewind, its
+    /// running processes stop. An unknown checkpoint is `NotFound`.
+    pub async fn restore(&self, name: &str, snapshot: &str) -> Result<(), Error> {
+        LIFECYCLE.state.check_restore(PROVIDER)?;
+        if snapshot.is_empty() || snapshot.contains(['\0', '\n', '\r']) {
+            return Err(
+                Error::invalid_config(format!("{snapshot:?} is not a checkpoint id"))
+                    .with_provider(PROVIDER)
+                    .with_operation("restore"),
+            );
+        }
+        let suffix = format!("/checkpoints/{}/restore", escape_path_segment(snapshot));
+        self.client
+            .for_sprite(name)
+            .checkpoint_stream(&suffix, None, call("restore"))
+            .await
+    }
+
+    /// The checkpoints of sprite `source`, or of every sprite; newest first per sprite.
+    pub async fn list_snapshots(&self, source: Option<&str>) -> Result<Vec<SnapshotInfo>, Error> {
+        LIFECYCLE.state.check_list_snapshots(PROVIDER)?;
+        let names = match source {
+            Some(n) => vec![n.to_owned()],
+            None => self
+                .client
+                .list_sprites()
+                .await?
+                .into_iter()
+                .map(|s| s.name)
+                .collect(),
+        };
+        let mut out = Vec::new();
+        for n in names {
+            let cps = self.client.for_sprite(&n).list_checkpoints().await?;
+            out.extend(cps.into_iter().map(|c| {
+                let mut i =
+                    SnapshotInfo::new(c.id, execseam_core::Kept::Filesystem).with_source(&n);
+                if !c.comment.is_empty() {
+                    i = i.with_name(c.comment);
+                }
+                i
+            }));
+        }
+        Ok(out)
+    }
+
     /// Deletes sprite `name`; one that does not exist is `Ok(())`.
     pub async fn destroy(&self, name: &str) -> Result<(), Error> {
         Sandbox::destroy(&self.attach(name)?).await
@@ -131,4 +214,14 @@ impl Provider for SpritesProvider {
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(SpritesProvider::destroy(self, id))
     }
+
+    execseam_adapter_kit::forward_snapshots!(SpritesProvider: snapshot, restore, list_snapshots);
+}
+
+const fn call(operation: &'static str) -> execseam_adapter_kit::retry::Call {
+    execseam_adapter_kit::retry::Call::new(
+        PROVIDER,
+        operation,
+        execseam_adapter_kit::retry::Stage::Submit,
+    )
 }

@@ -267,3 +267,32 @@ pub struct SpriteInfo {
     #[serde(default)]
     pub status: Option<String>,
 }
+
+/// One checkpoint (`Checkpoint` in sprites-go `types.go`; `create_time`, `history` and
+/// `is_auto` not read).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct CheckpointInfo {
+    /// Its versioned id (`v1`, …).
+    pub id: String,
+    /// The comment it was taken with.
+    #[serde(default)]
+    pub comment: String,
+}
+
+/// The first `{"type":"error"}` line of an NDJSON answer (`StreamMessage` in sprites-py
+/// `checkpoint.py`: `{type, data, error}`), or why the answer is not NDJSON.
+pub(crate) fn stream_error(body: &[u8]) -> Option<String> {
+    for line in body
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.trim_ascii().is_empty())
+    {
+        match serde_json::from_slice::<Value>(line) {
+            Ok(v) if v["type"] == "error" => {
+                return Some(v["error"].as_str().unwrap_or("(no message)").to_owned());
+            }
+            Ok(_) => {}
+            Err(e) => return Some(format!("not an NDJSON message: {e}")),
+        }
+    }
+    None
+}

@@ -479,3 +479,47 @@ async fn an_exit_merged_into_output_is_never_guessed() {
         assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_checkpoint_restores_in_place_and_stops_the_running_processes() {
+    // docs.sprites.dev/concepts/checkpoints: the checkpoint holds the writable filesystem, not
+    // memory; "Restore rewinds the filesystem. Running processes stop."
+    let emu = emulator(SpritesOptions::default()).await;
+    let config = SpritesConfig::new("spr_test").base_url(emu.base_url());
+    let p = SpritesProvider::new(config.clone()).unwrap();
+    let sprite = on(config, DEFAULT_SPRITE);
+    let f = "/home/sprite/execseam-state";
+    sprite
+        .exec(sh(&format!(
+            "printf before > {f}; sleep 300 >/dev/null 2>&1 </dev/null & echo $! > {f}.pid"
+        )))
+        .await
+        .unwrap();
+    let taken = p
+        .snapshot(DEFAULT_SPRITE, execseam_core::SnapshotRequest::new())
+        .await
+        .unwrap();
+    assert_eq!(taken.source_state, execseam_core::SandboxState::Running);
+    let listed = p.list_snapshots(Some(DEFAULT_SPRITE)).await.unwrap();
+    assert!(
+        listed.iter().any(|s| s.id == taken.snapshot.id),
+        "{listed:?}"
+    );
+    assert!(
+        pid_alive(&sprite, &format!("{f}.pid")).await,
+        "a checkpoint stops nothing"
+    );
+    sprite
+        .exec(sh(&format!("printf after > {f}")))
+        .await
+        .unwrap();
+    p.restore(DEFAULT_SPRITE, &taken.snapshot.id).await.unwrap();
+    let o = sprite.exec(sh(&format!("cat {f}"))).await.unwrap();
+    assert_eq!(o.stdout.as_ref(), b"before");
+    assert!(
+        !pid_alive(&sprite, &format!("{f}.pid")).await,
+        "a restore stops processes"
+    );
+    let e = p.restore(DEFAULT_SPRITE, "v999").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+}

@@ -405,7 +405,7 @@ impl Provider for VercelProvider {
         Box::pin(VercelProvider::destroy(self, id))
     }
 
-    execseam_adapter_kit::forward_snapshots!(VercelProvider);
+    execseam_adapter_kit::forward_snapshots!(VercelProvider: snapshot, list_snapshots, delete_snapshot);
 
     fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
         Box::pin(VercelProvider::expose(self, id, port))
