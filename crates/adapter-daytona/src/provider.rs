@@ -4,8 +4,7 @@ use std::sync::Arc;
 
 use execseam_core::{
     BoxFuture, Capabilities, Error, ExposedPort, Kept, LifecycleCapabilities, ListFilter,
-    Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo,
-    SnapshotOutcome, SnapshotRequest,
+    Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState,
 };
 
 use crate::client::Client;
@@ -218,24 +217,7 @@ impl Provider for DaytonaProvider {
         Box::pin(DaytonaProvider::resume(self, id))
     }
 
-    fn snapshot<'a>(
-        &'a self,
-        id: &'a str,
-        request: SnapshotRequest,
-    ) -> BoxFuture<'a, Result<SnapshotOutcome, Error>> {
-        Box::pin(DaytonaProvider::snapshot(self, id, request))
-    }
-
-    fn list_snapshots<'a>(
-        &'a self,
-        source: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<SnapshotInfo>, Error>> {
-        Box::pin(DaytonaProvider::list_snapshots(self, source))
-    }
-
-    fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(DaytonaProvider::delete_snapshot(self, snapshot))
-    }
+    execseam_adapter_kit::forward_snapshots!(DaytonaProvider);
 
     fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
         Box::pin(DaytonaProvider::expose(self, id, port))

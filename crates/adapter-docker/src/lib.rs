@@ -165,6 +165,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     native_tools: &[],
     processes: Some(execseam_core::ProcessCapabilities {
         terminal: true,
+        // The kit's attached terminals: the engine has no exec attach (`Attached::new`).
+        terminal_reattach: false,
         ..execseam_adapter_kit::spool::SPOOLED
     }),
 };

@@ -8,7 +8,6 @@ use execseam_adapter_kit::gone_is_destroyed;
 use execseam_core::{
     BoxFuture, Capabilities, Error, ErrorKind, ExposedPort, Kept, LifecycleCapabilities,
     ListFilter, Ownership, Provider, Retry, Sandbox, SandboxInfo, SandboxSpec, SandboxState,
-    SnapshotInfo, SnapshotOutcome, SnapshotRequest,
 };
 
 use crate::PROVIDER;
@@ -294,24 +293,7 @@ impl Provider for DockerProvider {
         Box::pin(DockerProvider::resume(self, id))
     }
 
-    fn snapshot<'a>(
-        &'a self,
-        id: &'a str,
-        request: SnapshotRequest,
-    ) -> BoxFuture<'a, Result<SnapshotOutcome, Error>> {
-        Box::pin(DockerProvider::snapshot(self, id, request))
-    }
-
-    fn list_snapshots<'a>(
-        &'a self,
-        source: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<SnapshotInfo>, Error>> {
-        Box::pin(DockerProvider::list_snapshots(self, source))
-    }
-
-    fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(DockerProvider::delete_snapshot(self, snapshot))
-    }
+    execseam_adapter_kit::forward_snapshots!(DockerProvider);
 
     fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
         Box::pin(DockerProvider::expose(self, id, port))

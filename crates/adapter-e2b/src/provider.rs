@@ -2,8 +2,7 @@
 
 use execseam_core::{
     BoxFuture, Capabilities, Error, ExposedPort, Kept, LifecycleCapabilities, ListFilter, Provider,
-    Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome,
-    SnapshotRequest,
+    Sandbox, SandboxInfo, SandboxSpec, SandboxState,
 };
 
 use reqwest::Url;
@@ -205,24 +204,7 @@ impl Provider for E2bProvider {
         Box::pin(E2bProvider::resume(self, id))
     }
 
-    fn snapshot<'a>(
-        &'a self,
-        id: &'a str,
-        request: SnapshotRequest,
-    ) -> BoxFuture<'a, Result<SnapshotOutcome, Error>> {
-        Box::pin(E2bProvider::snapshot(self, id, request))
-    }
-
-    fn list_snapshots<'a>(
-        &'a self,
-        source: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<SnapshotInfo>, Error>> {
-        Box::pin(E2bProvider::list_snapshots(self, source))
-    }
-
-    fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(E2bProvider::delete_snapshot(self, snapshot))
-    }
+    execseam_adapter_kit::forward_snapshots!(E2bProvider);
 
     fn fork<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         Box::pin(async move { Ok(Box::new(E2bProvider::fork(self, id).await?) as _) })

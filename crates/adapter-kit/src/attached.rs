@@ -187,7 +187,7 @@ pub struct Attached<'a> {
 impl<'a> Attached<'a> {
     /// `spool`'s handles (declaring no terminals itself), with terminals opened by `open` and
     /// held in `terminals`; `exec` runs the signal script. Declares `spool`'s capabilities
-    /// with `terminal: true`.
+    /// with `terminal: true` and `terminal_reattach: false`.
     pub fn new(
         spool: Spool<'a>,
         exec: &'a dyn Exec,
@@ -196,6 +196,8 @@ impl<'a> Attached<'a> {
     ) -> Attached<'a> {
         let capabilities = ProcessCapabilities {
             terminal: true,
+            // The terminal lives in this process's memory and ends with its client.
+            terminal_reattach: false,
             ..spool.process_capabilities()
         };
         Attached {

@@ -9,6 +9,7 @@ pub mod body;
 pub mod degrade;
 #[cfg(feature = "grpc")]
 pub mod grpc;
+pub mod guard;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod id;
@@ -20,6 +21,7 @@ pub mod retry;
 pub mod size;
 #[cfg(feature = "spool")]
 pub mod spool;
+mod state;
 pub mod text;
 pub mod trace;
 pub mod vars;

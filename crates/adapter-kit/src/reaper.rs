@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use execseam_core::{Error, ErrorKind};
+use execseam_core::{Error, ErrorKind, Retry};
 use tokio::sync::Notify;
 
 static PENDING: AtomicUsize = AtomicUsize::new(0);
@@ -178,31 +178,70 @@ where
     tokio::time::timeout(wait, rx).await.ok()?.ok()
 }
 
+/// How long a create whose caller stopped waiting still waits for its answer before it looks
+/// for what the request made by its tag ([`guarded`]'s `sweep`).
+const ANSWER_GRACE: Duration = Duration::from_secs(2);
+
 /// Runs `create` (a request that makes something the caller must later destroy) as work of
 /// its own, so that a caller who stops waiting (a signal, a dropped future, a timeout) does not
 /// leak what it makes: the answer nobody received is handed to `undo`, counted like drop-time
 /// work and awaited by [`drain`]. Issue 38 (D17): a signal while a create's answer was in
 /// flight left the sandbox running.
-pub async fn guarded<T, F, U, UF>(
+///
+/// `sweep` (where the request carries a tag the provider keeps) finds and ends what the request
+/// made when its answer is lost: when the caller has gone and no answer came within
+/// [`ANSWER_GRACE`], or when the create failed in a way that may have made it
+/// ([`Retry::Unsafe`]: a reset or a timeout after the request was sent).
+pub async fn guarded<T, F, U, UF, S, SF>(
     provider: &'static str,
     what: &'static str,
     create: F,
     undo: U,
+    sweep: Option<S>,
 ) -> Result<T, Error>
 where
     T: Send + 'static,
     F: Future<Output = Result<T, Error>> + Send + 'static,
     U: FnOnce(T) -> UF + Send + 'static,
     UF: Future<Output = Result<(), Error>> + Send + 'static,
+    S: FnOnce() -> SF + Send + 'static,
+    SF: Future<Output = Result<(), Error>> + Send + 'static,
 {
-    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (mut tx, rx) = tokio::sync::oneshot::channel();
     let flight = InFlight::new();
     tokio::spawn(async move {
         let _flight = flight;
-        let made = create.await;
-        if let Err(Ok(unclaimed)) = tx.send(made)
-            && let Err(error) = undo(unclaimed).await
-        {
+        let tagged = sweep.is_some();
+        let lost = async {
+            if !tagged {
+                std::future::pending::<()>().await;
+            }
+            tx.closed().await;
+            tokio::time::sleep(ANSWER_GRACE).await;
+        };
+        let made = tokio::select! {
+            made = create => Some(made),
+            () = lost => None,
+        };
+        let outcome = match made {
+            Some(Ok(v)) => match tx.send(Ok(v)) {
+                Err(Ok(unclaimed)) => undo(unclaimed).await,
+                _ => Ok(()),
+            },
+            Some(Err(e)) => {
+                let may_have_made = e.retry() == Retry::Unsafe;
+                let _ = tx.send(Err(e));
+                match sweep {
+                    Some(sweep) if may_have_made => sweep().await,
+                    _ => Ok(()),
+                }
+            }
+            None => match sweep {
+                Some(sweep) => sweep().await,
+                None => Ok(()),
+            },
+        };
+        if let Err(error) = outcome {
             record(Reaped {
                 provider,
                 what,
@@ -258,9 +297,13 @@ mod tests {
 
     use super::*;
 
+    type Sweep = fn() -> std::future::Ready<Result<(), Error>>;
+    const NO_SWEEP: Option<Sweep> = None;
+
     // One test: the counters are process-wide.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn drain_waits_for_drop_time_work_and_reports_its_failures() {
+        crate::guard::tests::a_lost_answers_sandbox_is_found_by_its_tag_and_destroyed().await;
         let done = Arc::new(AtomicBool::new(false));
         let d = done.clone();
         spawn("p", "kill", async move {
@@ -319,6 +362,7 @@ mod tests {
                 u.store(true, Ordering::SeqCst);
                 Ok(())
             },
+            NO_SWEEP,
         );
         assert!(
             tokio::time::timeout(Duration::from_millis(20), create)
@@ -331,9 +375,13 @@ mod tests {
             "the unclaimed sandbox was left"
         );
         // A caller that waits gets it, and nothing is undone.
-        let made = guarded("p", "delete", async { Ok::<_, Error>(7) }, |_| async {
-            Err(Error::new(ErrorKind::Internal, "undone although received"))
-        })
+        let made = guarded(
+            "p",
+            "delete",
+            async { Ok::<_, Error>(7) },
+            |_| async { Err(Error::new(ErrorKind::Internal, "undone although received")) },
+            NO_SWEEP,
+        )
         .await;
         assert_eq!(made.unwrap(), 7);
 

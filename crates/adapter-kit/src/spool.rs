@@ -84,11 +84,14 @@ pub const SPOOLED: ProcessCapabilities = ProcessCapabilities {
     list: true,
     exact_signal_exit: false,
     terminal: false,
+    terminal_reattach: false,
 };
 
 /// [`SPOOLED`] with terminals through the recorder (the sandbox has util-linux `script(1)`).
 pub const SPOOLED_TERMINAL: ProcessCapabilities = ProcessCapabilities {
     terminal: true,
+    // The recording lives in the sandbox: any handle can read it again.
+    terminal_reattach: true,
     ..SPOOLED
 };
 

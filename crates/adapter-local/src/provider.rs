@@ -418,24 +418,7 @@ impl Provider for LocalProvider {
         Box::pin(LocalProvider::destroy(self, id))
     }
 
-    fn snapshot<'a>(
-        &'a self,
-        id: &'a str,
-        request: SnapshotRequest,
-    ) -> BoxFuture<'a, Result<SnapshotOutcome, Error>> {
-        Box::pin(LocalProvider::snapshot(self, id, request))
-    }
-
-    fn list_snapshots<'a>(
-        &'a self,
-        source: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<SnapshotInfo>, Error>> {
-        Box::pin(LocalProvider::list_snapshots(self, source))
-    }
-
-    fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(LocalProvider::delete_snapshot(self, snapshot))
-    }
+    execseam_adapter_kit::forward_snapshots!(LocalProvider);
 
     fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
         Box::pin(LocalProvider::expose(self, id, port))

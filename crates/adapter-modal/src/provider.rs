@@ -304,15 +304,5 @@ impl Provider for ModalProvider {
         Box::pin(ModalProvider::destroy(self, id))
     }
 
-    fn snapshot<'a>(
-        &'a self,
-        id: &'a str,
-        request: SnapshotRequest,
-    ) -> BoxFuture<'a, Result<SnapshotOutcome, Error>> {
-        Box::pin(ModalProvider::snapshot(self, id, request))
-    }
-
-    fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(ModalProvider::delete_snapshot(self, snapshot))
-    }
+    execseam_adapter_kit::forward_snapshots!(ModalProvider, no_list);
 }

@@ -71,7 +71,8 @@ execseam_adapter_kit::adapter! {
 /// Vercel's lifecycle: create (`POST /v3/sandboxes`), connect by name (`GET
 /// /v2/sandboxes/{name}?resume=true`), list (`GET /v2/sandboxes?project=&tags=`), destroy
 /// (`DELETE /v2/sandboxes/{name}`). Memory follows the vCPUs (2048 MB each); there is no idle
-/// timeout or disk size.
+/// timeout or disk size. State: filesystem snapshots that stop the sandbox, forks made of them,
+/// routes for the ports declared at create.
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     create: true,
     connect: true,
@@ -89,6 +90,25 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     },
     options: &["name"],
     state: execseam_core::StateCapabilities {
+        // "Once you create a snapshot, the sandbox shuts down automatically" and "Snapshots
+        // expire after 30 days by default" (vercel.com/docs/sandbox/concepts/snapshots); the
+        // files only (a new session boots from them).
+        snapshot: Some(execseam_core::SnapshotSupport {
+            source_after: execseam_core::SourceAfter::Stopped,
+            ttl: true,
+            default_ttl: Some(std::time::Duration::from_secs(30 * 24 * 3600)),
+            ..execseam_core::SnapshotSupport::FILESYSTEM
+        }),
+        // Snapshot + create + delete (the core's default), so the fork has the source's files as
+        // they are now; the service's own `POST /v2/sandboxes/{name}/fork` starts from the
+        // source's last snapshot instead. The source is left stopped by the snapshot.
+        fork: Some(execseam_core::ForkSupport {
+            native: false,
+            keeps: execseam_core::Kept::Filesystem,
+            source_after: execseam_core::SourceAfter::Stopped,
+            includes_unsaved: true,
+            independent: true,
+        }),
         // Routes: ports declared at create get a public URL each, `https://{subdomain}.vercel.run`
         // (the create/get answer's `routes`; the TS SDK's `domain(port)`); no token, no unexpose.
         expose: Some(execseam_core::ExposeSupport {

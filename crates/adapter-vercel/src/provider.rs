@@ -2,18 +2,32 @@
 
 use execseam_adapter_kit::retry::Stage;
 use execseam_adapter_kit::text::escape_path_segment;
+use std::time::{Duration, UNIX_EPOCH};
+
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ExposedPort, LifecycleCapabilities, ListFilter, Ownership,
-    Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState,
+    BoxFuture, Capabilities, Error, ExposedPort, Kept, LifecycleCapabilities, ListFilter,
+    Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo,
+    SnapshotOutcome, SnapshotRequest,
 };
 use reqwest::Method;
+use serde::de::DeserializeOwned;
 
 use crate::client::{Api, Body, http_client};
 use crate::config::VercelConfig;
 use crate::error::{call, map};
 use crate::exec::VercelExec;
-use crate::wire::{CreateSandbox, Resources, SandboxAndSession, SandboxPage, SandboxPayload};
+use crate::wire::{
+    CreateSandbox, CreateSnapshot, Pagination, Resources, SandboxAndSession, SandboxPage,
+    SandboxPayload, SnapshotAndSession, SnapshotPage, SnapshotPayload, SnapshotSource,
+};
 use crate::{CAPABILITIES, LIFECYCLE, PROVIDER};
+
+/// The snapshot lifetimes the service takes besides "never" (`SnapshotExpiration` in
+/// vercel-sandbox 0.10.0 `models.py`: "nonzero values must be between one day and ten years").
+const SNAPSHOT_TTL_RANGE: (Duration, Duration) = (
+    Duration::from_secs(24 * 3600),
+    Duration::from_secs(10 * 365 * 24 * 3600),
+);
 
 /// The runtimes the API names (anything else in [`SandboxSpec::with_image`] is a custom image).
 const RUNTIMES: &[&str] = &["node26", "node24", "node22", "python3.13"];
@@ -26,6 +40,11 @@ const RUNTIMES: &[&str] = &["node26", "node24", "node22", "python3.13"];
 /// | [`connect`](Self::connect) | `GET /v2/sandboxes/{name}?resume=true` | a stopped sandbox resumes in a new session |
 /// | [`list`](Self::list) | `GET /v2/sandboxes?project=&tags=k:v` | every page (`pagination.next`); one tag filtered by the API, the rest here |
 /// | [`destroy`](Self::destroy) | `DELETE /v2/sandboxes/{name}` | stops the session and deletes the sandbox; a 404 is `Ok` |
+/// | [`snapshot`](Self::snapshot) | `GET /v2/sandboxes/{name}?resume=true`, `POST /v2/sandboxes/sessions/{id}/snapshot {expiration}` | the filesystem; the session stops (destructive: needs `allow_stop`); kept 30 days unless a ttl is asked |
+/// | create from a snapshot | `POST /v3/sandboxes` with `source: {type: "snapshot", snapshotId}` | no `runtime`/`image` sent (the snapshot has them); a deleted one is `NotFound` |
+/// | [`list_snapshots`](Self::list_snapshots) | `GET /v2/sandboxes/snapshots?project=&name=` | every page |
+/// | [`delete_snapshot`](Self::delete_snapshot) | `DELETE /v2/sandboxes/snapshots/{id}` | a 404 is `Ok` |
+/// | fork | snapshot, create from it, delete it (the core's default) | the source is left stopped; not the service's `/fork`, which starts from the source's last snapshot, not its current files |
 #[derive(Clone, Debug)]
 pub struct VercelProvider {
     api: Api,
@@ -70,14 +89,18 @@ impl VercelProvider {
             },
             ..CreateSandbox::default()
         };
-        match spec
-            .image()
-            .map(str::to_owned)
-            .or_else(|| c.runtime.clone())
-        {
-            Some(i) if RUNTIMES.contains(&i.as_str()) => body.runtime = Some(i),
-            Some(i) => body.image = Some(i),
-            None => {}
+        match (spec.snapshot(), spec.image().map(str::to_owned)) {
+            // The snapshot holds the runtime or image it was taken of.
+            (Some(snapshot), _) => {
+                body.source = Some(SnapshotSource {
+                    snapshot_id: snapshot.to_owned(),
+                });
+            }
+            (None, image) => match image.or_else(|| c.runtime.clone()) {
+                Some(i) if RUNTIMES.contains(&i.as_str()) => body.runtime = Some(i),
+                Some(i) => body.image = Some(i),
+                None => {}
+            },
         }
         let vcpus = match spec.cpu_millis() {
             Some(m) => Some(m.div_ceil(1000).max(1)),
@@ -188,28 +211,129 @@ impl VercelProvider {
             .iter()
             .next()
             .map(|(k, v)| format!("{k}:{v}"));
+        let q: Vec<(&str, &str)> = tag.iter().map(|t| ("tags", t.as_str())).collect();
+        let all = self
+            .pages("/v2/sandboxes", &q, "list", |p: SandboxPage| {
+                (p.sandboxes, p.pagination)
+            })
+            .await?;
+        Ok(all
+            .into_iter()
+            .map(info)
+            .filter(|i| filter.matches(i))
+            .collect())
+    }
+
+    /// Every page of a listing of the project (`pagination.next` is the next cursor).
+    async fn pages<P: DeserializeOwned, T>(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        op: &'static str,
+        split: impl Fn(P) -> (Vec<T>, Pagination),
+    ) -> Result<Vec<T>, Error> {
         let mut out = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
             let mut q: Vec<(&str, &str)> = vec![("project", &self.api.config.project_id)];
-            if let Some(t) = &tag {
-                q.push(("tags", t));
-            }
+            q.extend_from_slice(query);
             if let Some(c) = &cursor {
                 q.push(("cursor", c));
             }
-            let page: SandboxPage = self
+            let page: P = self
                 .api
-                .json(Method::GET, "/v2/sandboxes", &q, Body::None)
+                .json(Method::GET, path, &q, Body::None)
                 .await
-                .map_err(|e| map(e, call("list", Stage::Before)))?;
-            out.extend(page.sandboxes.into_iter().map(info));
-            match page.pagination.next {
+                .map_err(|e| map(e, call(op, Stage::Before)))?;
+            let (items, pagination) = split(page);
+            out.extend(items);
+            match pagination.next {
                 Some(n) if Some(&n) != cursor.as_ref() => cursor = Some(n),
-                _ => break,
+                _ => return Ok(out),
             }
         }
-        Ok(out.into_iter().filter(|i| filter.matches(i)).collect())
+    }
+
+    /// Snapshots sandbox `name`'s filesystem: the current session (resumed first if the
+    /// sandbox is stopped, as the SDKs' `snapshot()` does) stops, and the snapshot is what
+    /// [`SandboxSpec::with_snapshot`] starts a sandbox from. Destructive: the request must
+    /// allow the stop. Kept for the request's ttl (one day to ten years), else 30 days.
+    pub async fn snapshot(
+        &self,
+        name: &str,
+        request: SnapshotRequest,
+    ) -> Result<SnapshotOutcome, Error> {
+        const OP: &str = "snapshot";
+        let kind = LIFECYCLE.state.check_snapshot(PROVIDER, &request)?;
+        if let Some(ttl) = request.ttl
+            && !(SNAPSHOT_TTL_RANGE.0..=SNAPSHOT_TTL_RANGE.1).contains(&ttl)
+        {
+            return Err(Error::invalid_config(format!(
+                "a Vercel snapshot lives one day to ten years, not {ttl:?}"
+            ))
+            .with_provider(PROVIDER)
+            .with_operation(OP));
+        }
+        let session = self.get(name, true, OP).await?.session.id;
+        let path = format!(
+            "/v2/sandboxes/sessions/{}/snapshot",
+            escape_path_segment(&session)
+        );
+        let body = CreateSnapshot {
+            expiration: request.ttl.map(|d| d.as_millis() as u64),
+        };
+        let taken: SnapshotAndSession = self
+            .api
+            .json(Method::POST, &path, &[], Body::json(&body))
+            .await
+            .map_err(|e| map(e, call(OP, Stage::Submit)))?;
+        let state = if taken.session.status == "running" {
+            SandboxState::Running
+        } else {
+            SandboxState::Stopped
+        };
+        Ok(SnapshotOutcome::new(
+            snapshot_info(taken.snapshot, kind).with_source(name),
+            state,
+        ))
+    }
+
+    /// The project's snapshots, of sandbox `source` only when given.
+    pub async fn list_snapshots(&self, source: Option<&str>) -> Result<Vec<SnapshotInfo>, Error> {
+        LIFECYCLE.state.check_list_snapshots(PROVIDER)?;
+        let q: Vec<(&str, &str)> = source.iter().map(|n| ("name", *n)).collect();
+        let all = self
+            .pages(
+                "/v2/sandboxes/snapshots",
+                &q,
+                "list_snapshots",
+                |p: SnapshotPage| (p.snapshots, p.pagination),
+            )
+            .await?;
+        Ok(all
+            .into_iter()
+            .filter(|s| s.status == "created")
+            .map(|s| {
+                let i = snapshot_info(s, Kept::Filesystem);
+                match source {
+                    Some(n) => i.with_source(n),
+                    None => i,
+                }
+            })
+            .collect())
+    }
+
+    /// Deletes a snapshot (`DELETE /v2/sandboxes/snapshots/{id}`); one already gone is `Ok(())`.
+    pub async fn delete_snapshot(&self, snapshot: &str) -> Result<(), Error> {
+        LIFECYCLE.state.check_delete_snapshot(PROVIDER, snapshot)?;
+        let path = format!("/v2/sandboxes/snapshots/{}", escape_path_segment(snapshot));
+        let r = self
+            .api
+            .json::<serde_json::Value>(Method::DELETE, &path, &[], Body::None)
+            .await
+            .map(drop)
+            .map_err(|e| map(e, call("delete_snapshot", Stage::Before)));
+        execseam_adapter_kit::gone_is_destroyed(r)
     }
 
     /// Deletes a sandbox (`DELETE /v2/sandboxes/{name}`); one that does not exist is `Ok(())`.
@@ -230,6 +354,17 @@ fn info(s: SandboxPayload) -> SandboxInfo {
         .with_state(state);
     if let Some(image) = s.runtime.or(s.image) {
         i = i.with_image(image);
+    }
+    i
+}
+
+fn snapshot_info(s: SnapshotPayload, kind: Kept) -> SnapshotInfo {
+    let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
+    let mut i = SnapshotInfo::new(s.id, kind)
+        .with_created(at(s.created_at))
+        .with_size(s.size_bytes);
+    if let Some(t) = s.expires_at {
+        i = i.with_expires(at(t));
     }
     i
 }
@@ -270,11 +405,58 @@ impl Provider for VercelProvider {
         Box::pin(VercelProvider::destroy(self, id))
     }
 
+    execseam_adapter_kit::forward_snapshots!(VercelProvider);
+
     fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
         Box::pin(VercelProvider::expose(self, id, port))
     }
 
     fn exposed<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<ExposedPort>, Error>> {
         Box::pin(VercelProvider::exposed(self, id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use execseam_adapter_kit::Adapter as _;
+    use execseam_core::ErrorKind;
+
+    /// A provider whose API is a closed port: anything that reached the network would fail
+    /// with a transport error, not the refusals checked here.
+    fn offline() -> VercelProvider {
+        let c = crate::Vercel::config_from(&|k: &str| {
+            match k {
+                "VERCEL_TOKEN" => Some("t"),
+                "VERCEL_TEAM_ID" => Some("team"),
+                "VERCEL_PROJECT_ID" => Some("prj"),
+                "VERCEL_API_URL" => Some("http://127.0.0.1:9"),
+                _ => None,
+            }
+            .map(str::to_owned)
+        })
+        .unwrap();
+        VercelProvider::new(c).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_is_refused_before_any_request_unless_it_may_stop_the_sandbox_for_a_valid_ttl()
+     {
+        let p = offline();
+        let e = p.snapshot("s", SnapshotRequest::new()).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+        for ttl in [
+            Duration::from_secs(3600),
+            Duration::from_secs(11 * 365 * 86400),
+        ] {
+            let r = SnapshotRequest::new().allow_stop(true).ttl(ttl);
+            let e = p.snapshot("s", r).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{ttl:?}: {e}");
+        }
+        let r = SnapshotRequest::new().allow_stop(true).name("n");
+        assert_eq!(
+            p.snapshot("s", r).await.unwrap_err().kind(),
+            ErrorKind::Unsupported
+        );
     }
 }

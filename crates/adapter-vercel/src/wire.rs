@@ -40,6 +40,61 @@ pub struct CreateSandbox {
     /// Ports to expose.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<u16>,
+    /// The snapshot to start from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<SnapshotSource>,
+}
+
+/// `source` of [`CreateSandbox`]: `{"type":"snapshot","snapshotId"}` (the Python SDK's
+/// `SnapshotSource`).
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "type", rename = "snapshot", rename_all = "camelCase")]
+pub struct SnapshotSource {
+    /// The snapshot.
+    pub snapshot_id: String,
+}
+
+/// `POST /v2/sandboxes/sessions/{id}/snapshot` (`_CreateSnapshotRequest`).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct CreateSnapshot {
+    /// Its lifetime in ms (`0`: never expires; absent: the service's default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expiration: Option<u64>,
+}
+
+/// A snapshot, as `{snapshot}` carries it (`_SnapshotPayload`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotPayload {
+    /// Its id.
+    pub id: String,
+    /// `created`, `deleted`, `failed`.
+    pub status: String,
+    /// Its size.
+    pub size_bytes: u64,
+    /// When the service deletes it (ms since the epoch), if it will.
+    #[serde(default)]
+    pub expires_at: Option<u64>,
+    /// When it was taken (ms since the epoch).
+    pub created_at: u64,
+}
+
+/// `{snapshot, session}`: the answer to a snapshot (the session is stopped).
+#[derive(Clone, Debug, Deserialize)]
+pub struct SnapshotAndSession {
+    /// The snapshot.
+    pub snapshot: SnapshotPayload,
+    /// The source's session, as the snapshot left it.
+    pub session: SessionPayload,
+}
+
+/// `GET /v2/sandboxes/snapshots`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct SnapshotPage {
+    /// This page.
+    pub snapshots: Vec<SnapshotPayload>,
+    /// `{count, next}`.
+    pub pagination: Pagination,
 }
 
 /// `resources` of [`CreateSandbox`].
@@ -119,8 +174,7 @@ pub struct SandboxPayload {
 pub struct SessionPayload {
     /// Its id.
     pub id: String,
-    /// `running`, `stopped`, … (required in the answer, not read).
-    #[allow(dead_code)]
+    /// `running`, `stopped`, ….
     pub status: String,
     /// The working directory of its commands (not read: commands name theirs).
     #[allow(dead_code)]

@@ -36,7 +36,7 @@ pub async fn open_with(
     sandbox: Option<&str>,
     spec: SandboxSpec,
 ) -> Result<Arc<dyn Sandbox>, Error> {
-    open_provider(provider(name)?, name, sandbox, spec).await
+    open_provider(provider(name)?, sandbox, spec).await
 }
 
 /// [`open`] for a command with a host `deadline`: where the adapter has no kill of its own but
@@ -63,30 +63,20 @@ pub async fn open_within(
         }
     };
     let provider = adapter.build(&lookup)?;
-    let sandbox = open_provider(provider, name, sandbox, SandboxSpec::new()).await?;
+    let sandbox = open_provider(provider, sandbox, SandboxSpec::new()).await?;
     Ok((sandbox, Some(secs)))
 }
 
 async fn open_provider(
     provider: Box<dyn Provider>,
-    name: &str,
     sandbox: Option<&str>,
     spec: SandboxSpec,
 ) -> Result<Arc<dyn Sandbox>, Error> {
     Ok(Arc::from(match sandbox.filter(|s| !s.is_empty()) {
         Some(id) => provider.connect(id).await?,
-        // Guarded: a signal while the answer is in flight must not leak the sandbox (issue 38,
-        // D17); the kit destroys what nobody received, and the exit drains it.
-        None => {
-            let name: &'static str = Box::leak(name.to_owned().into_boxed_str());
-            execseam_adapter_kit::reaper::guarded(
-                name,
-                "destroy the sandbox created for an interrupted command",
-                async move { provider.create(spec).await },
-                |made| async move { made.close().await },
-            )
-            .await?
-        }
+        // The facade's providers guard their creates (a lost answer's sandbox is destroyed,
+        // issue 38, D17); the exit drains that.
+        None => provider.create(spec).await?,
     }))
 }
 

@@ -9,7 +9,9 @@
 //!
 //! Exit status: the remote command's (128+n for a signal death); 0 after a detach (Ctrl-P
 //! Ctrl-Q, as `docker attach`: the command keeps running, and a sandbox this run created is
-//! kept); 125 for an infrastructure failure (a dropped connection); 2 for a usage error (an
+//! kept). Where the adapter's terminals cannot be attached again
+//! (`ProcessCapabilities::terminal_reattach` false: Docker's `Tty` exec ends with its client),
+//! the detach keys are refused with a line saying so, and `--attach` is a usage error; 125 for an infrastructure failure (a dropped connection); 2 for a usage error (an
 //! adapter without terminals); 143, 129 or 130 when this process is sent SIGTERM, SIGHUP or
 //! SIGINT (the remote command keeps running, unless it lives in a sandbox this run created).
 
@@ -111,7 +113,12 @@ pub async fn shell(args: ShellArgs) -> ExitCode {
     };
     let code = match sandbox.processes() {
         Some(p) if p.process_capabilities().terminal => {
-            session(&*p, &*sandbox, &args, key, command).await
+            if args.attach.is_some() && !p.process_capabilities().terminal_reattach {
+                eprintln!("execseam: {}", no_reattach(sandbox.provider()));
+                ExitCode::from(USAGE)
+            } else {
+                session(&*p, &*sandbox, &args, key, command).await
+            }
         }
         _ => {
             eprintln!(
@@ -123,6 +130,54 @@ pub async fn shell(args: ShellArgs) -> ExitCode {
     };
     registry::close(&*sandbox).await;
     code
+}
+
+/// Why a terminal of `provider` cannot be detached or attached again.
+fn no_reattach(provider: &str) -> String {
+    format!(
+        "adapter {provider}'s terminals cannot be attached again: a terminal ends with the client \
+         that started it (see docs/processes.md); type `exit` to leave"
+    )
+}
+
+/// The detach keys in what is typed. Ctrl-P held at the end of a read waits for the next.
+struct DetachKeys {
+    held_ctrl_p: bool,
+    /// The terminal can be attached again (else the detach keys are refused).
+    allowed: bool,
+}
+
+/// What the detach keys make of a read: the keys to send first, then what to do.
+#[derive(Debug, PartialEq)]
+enum Typed {
+    Keys,
+    Detach,
+    Refused,
+}
+
+impl DetachKeys {
+    /// The keys to send, then what the read asks (the keys after a detach sequence dropped).
+    fn filter(&mut self, keys: Vec<u8>) -> (Vec<u8>, Typed) {
+        let mut k = if self.held_ctrl_p {
+            [&[DETACH[0]][..], &keys[..]].concat()
+        } else {
+            keys
+        };
+        self.held_ctrl_p = false;
+        let detach = k.windows(2).position(|w| w == DETACH);
+        if let Some(i) = detach {
+            k.truncate(i);
+        } else if k.last() == Some(&DETACH[0]) {
+            k.pop();
+            self.held_ctrl_p = true;
+        }
+        let typed = match detach {
+            None => Typed::Keys,
+            Some(_) if self.allowed => Typed::Detach,
+            Some(_) => Typed::Refused,
+        };
+        (k, typed)
+    }
 }
 
 fn failed(e: &Error) -> ExitCode {
@@ -193,7 +248,11 @@ async fn session(
     let mut hup = signal(SignalKind::hangup()).ok();
     let mut int = signal(SignalKind::interrupt()).ok();
     let mut typing = true;
-    let mut held_ctrl_p = false;
+    let reattach = p.process_capabilities().terminal_reattach;
+    let mut detach_keys = DetachKeys {
+        held_ctrl_p: false,
+        allowed: reattach,
+    };
     let mut warned = false;
     let end = loop {
         tokio::select! {
@@ -210,15 +269,7 @@ async fn session(
             },
             k = keys.recv(), if typing => match k {
                 Some(k) => {
-                    let mut k = if held_ctrl_p { [&[DETACH[0]][..], &k[..]].concat() } else { k };
-                    held_ctrl_p = false;
-                    let detach = k.windows(2).position(|w| w == DETACH);
-                    if let Some(i) = detach {
-                        k.truncate(i);
-                    } else if k.last() == Some(&DETACH[0]) {
-                        k.pop();
-                        held_ctrl_p = true;
-                    }
+                    let (k, typed) = detach_keys.filter(k);
                     if !k.is_empty()
                         && let Err(e) = type_keys(p, &handle, &mut at, Bytes::from(k)).await
                         && !warned
@@ -227,8 +278,14 @@ async fn session(
                         warned = true;
                         eprint!("\r\nexecseam: typing failed: {e}\r\n");
                     }
-                    if detach.is_some() {
-                        break End::Detach;
+                    match typed {
+                        Typed::Detach => break End::Detach,
+                        // The terminal would end with this client: say so, stay attached.
+                        Typed::Refused => eprint!(
+                            "\r\nexecseam: not detached: {}\r\n",
+                            no_reattach(sandbox.provider())
+                        ),
+                        Typed::Keys => {}
                     }
                 }
                 // This process's stdin ended (not a terminal): keep showing the output.
@@ -271,13 +328,13 @@ async fn session(
         }
         End::Failed(e) => {
             eprintln!("\nexecseam: {e}");
-            if !sandbox.owned() {
+            if !sandbox.owned() && reattach {
                 eprintln!("execseam: reattach with: {}", attach_hint(sandbox));
             }
             error_status(&e)
         }
         End::Signalled(code) => {
-            if !sandbox.owned() {
+            if !sandbox.owned() && reattach {
                 eprintln!(
                     "\nexecseam: signalled; the command runs on: {}",
                     attach_hint(sandbox)
@@ -379,5 +436,32 @@ impl Drop for RawMode {
         unsafe {
             libc::tcsetattr(0, libc::TCSANOW, &self.0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_detach_keys_detach_only_where_the_terminal_can_be_attached_again() {
+        for (allowed, want) in [(true, Typed::Detach), (false, Typed::Refused)] {
+            let mut d = DetachKeys {
+                held_ctrl_p: false,
+                allowed,
+            };
+            assert_eq!(d.filter(b"ls\r".to_vec()), (b"ls\r".to_vec(), Typed::Keys));
+            // Ctrl-P alone waits for the next read; then Ctrl-Q completes the sequence.
+            assert_eq!(d.filter(b"ab\x10".to_vec()), (b"ab".to_vec(), Typed::Keys));
+            assert_eq!(d.filter(b"\x11xy".to_vec()), (vec![], want));
+            // Ctrl-P then another key is typed as both.
+            assert_eq!(d.filter(b"\x10".to_vec()), (vec![], Typed::Keys));
+            assert_eq!(d.filter(b"p".to_vec()), (b"\x10p".to_vec(), Typed::Keys));
+        }
+        let line = no_reattach("docker");
+        assert!(
+            line.contains("adapter docker's terminals cannot be attached again"),
+            "{line}"
+        );
     }
 }

@@ -14,7 +14,10 @@
 //! bounded per call (`max_output_tokens`, 4 bytes a token as Codex counts): what is cut from the
 //! middle is counted in `dropped_bytes`. Without a terminal stdout and stderr stay apart
 //! (`output`, `stderr`); a terminal has one stream (`output`). A `tty` session on an adapter
-//! without terminals is refused (`unsupported`), never run on pipes.
+//! without terminals is refused (`unsupported`), never run on pipes. Where the adapter's
+//! terminals cannot be attached again (`ProcessCapabilities::terminal_reattach` false: Docker), a
+//! `tty` session's result has no `handle` but a `note` saying the terminal lives only in this
+//! server.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -41,6 +44,9 @@ const WRITE_YIELD_MS: u64 = 250;
 const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 10_000;
 const BYTES_PER_TOKEN: u64 = 4;
 const MAX_SESSIONS: usize = 64;
+/// A `tty` session's note where its terminal cannot be attached again.
+const NOT_SHARED: &str = "this adapter's terminals cannot be attached again: this one lives only \
+     in this server's session (write_stdin), and ends with it";
 /// The terminal a `tty` session gets.
 const SIZE: TerminalSize = TerminalSize { cols: 80, rows: 24 };
 
@@ -93,6 +99,8 @@ struct Session {
     handle: ProcessHandle,
     read: StreamOffsets,
     tty: bool,
+    /// Another client can attach to the handle (false: a terminal held by this server only).
+    shared: bool,
 }
 
 /// The sessions of one MCP server: small numbers (what the model is trained on) for handles.
@@ -205,20 +213,18 @@ async fn collect(
     }
 }
 
-fn result(
-    out: &HeadTail,
-    err: &HeadTail,
-    tty: bool,
-    started: Instant,
-    handle: &ProcessHandle,
-) -> Value {
+fn result(out: &HeadTail, err: &HeadTail, session: &Session, started: Instant) -> Value {
     let mut v = json!({
         "wall_time_seconds": (started.elapsed().as_secs_f64() * 1e4).round() / 1e4,
         "output": out.text(),
-        "handle": handle.as_str(),
         "dropped_bytes": out.dropped,
     });
-    if !tty {
+    if session.shared {
+        v["handle"] = Value::String(session.handle.as_str().to_owned());
+    } else {
+        v["note"] = Value::String(NOT_SHARED.to_owned());
+    }
+    if !session.tty {
         v["stderr"] = Value::String(err.text());
         v["stderr_dropped_bytes"] = json!(err.dropped);
     }
@@ -256,7 +262,7 @@ impl Sessions {
         started: Instant,
     ) -> Result<Value, ToolError> {
         let (out, err, at, state) = collected;
-        let mut v = result(&out, &err, session.tty, started, &session.handle);
+        let mut v = result(&out, &err, &session, started);
         match state {
             ProcessState::Exited(exit) => {
                 if let Some(id) = id {
@@ -337,6 +343,7 @@ impl Sessions {
             handle: s.handle,
             read: StreamOffsets::ZERO,
             tty,
+            shared: !tty || p.process_capabilities().terminal_reattach,
         };
         let collected = collect(
             &*p,
@@ -401,5 +408,25 @@ impl Sessions {
         .map_err(ToolError::Exec)?;
         self.finish(&*p, Some(a.session_id), session, collected, started)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_terminal_that_cannot_be_attached_again_gives_a_note_not_a_handle() {
+        let out = HeadTail::new(100);
+        let session = |tty, shared| Session {
+            handle: ProcessHandle::new("h-1"),
+            read: StreamOffsets::ZERO,
+            tty,
+            shared,
+        };
+        let v = result(&out, &out, &session(true, false), Instant::now());
+        assert_eq!((v.get("handle"), &v["note"]), (None, &json!(NOT_SHARED)));
+        let v = result(&out, &out, &session(true, true), Instant::now());
+        assert_eq!((&v["handle"], v.get("note")), (&json!("h-1"), None));
     }
 }

@@ -193,55 +193,55 @@ async fn a_deadline_or_a_signal_kills_the_command_before_the_cli_exits() {
     assert_killed_first("ax", sigterm_mid_run(&env, &["--adapter", "ax"]).await);
 }
 
-/// A signal while the create's answer is in flight (the chaos proxy holds it 2.5 s after the
-/// emulator made the sandbox): the CLI exits only once that sandbox is destroyed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_signal_during_the_create_destroys_the_sandbox_when_its_answer_arrives() {
-    let common::Emu { emu, key, base, .. } = common::e2b().await;
-    let rules = execseam_chaos::parse_rules("POST /*sandboxes#1-2=hold:2500").unwrap();
-    let proxy = execseam_chaos::ChaosProxy::start(([127, 0, 0, 1], 0).into(), &base, rules)
-        .await
-        .unwrap();
-    let env: Vec<(String, String)> = emu
-        .env
-        .iter()
-        .map(|(k, v)| (k.clone(), v.replace(&base, &proxy.base_url())))
-        .collect();
-    let child = spawn_run(&env, &["--adapter", "e2b", "--", "true"]);
-    until("the emulator made the sandbox", || {
-        http(&base, &key, "GET", "/sandboxes") != "[]"
-    })
-    .await;
-    sigterm(&child);
-    let (code, stderr) = finish(child).await;
-    assert_eq!(code, Some(143), "{stderr}");
-    assert_eq!(
-        http(&base, &key, "GET", "/sandboxes"),
-        "[]",
-        "the sandbox created for the interrupted run is gone: {stderr}"
-    );
-    // `mcp` the same (its stdin open: it would serve after the create). Before, the signal
-    // killed it mid-create (no handler yet) and the sandbox stayed.
+/// SIGTERM to `execseam ARGS` (stdin open) once the E2B emulator behind the proxy made the
+/// sandbox whose create answer the proxy holds: the CLI exits 143 with no sandbox left.
+async fn sigterm_during_create(env: &[(String, String)], e2b: &common::Emu, args: &[&str]) {
+    let list = || http(&e2b.base, &e2b.key, "GET", "/sandboxes");
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_execseam"))
-        .args(["mcp", "--adapter", "e2b"])
+        .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    until("the emulator made the mcp's sandbox", || {
-        http(&base, &key, "GET", "/sandboxes") != "[]"
-    })
-    .await;
+    until("the emulator made the sandbox", || list() != "[]").await;
     sigterm(&child);
     let (code, stderr) = finish(child).await;
-    assert_eq!(code, Some(143), "mcp: {stderr}");
+    assert_eq!(code, Some(143), "{args:?}: {stderr}");
     assert_eq!(
-        http(&base, &key, "GET", "/sandboxes"),
+        list(),
         "[]",
-        "the sandbox created for the interrupted mcp is gone: {stderr}"
+        "{args:?}: the sandbox created for the interrupted command is gone: {stderr}"
     );
+}
+
+/// A signal while the create's answer is in flight: the CLI exits only once that sandbox is
+/// destroyed. Held 2.5 s after the emulator made it (`run`, and `mcp`, which before died on
+/// the signal mid-create, no handler yet, and left the sandbox), or never sent (`hold:0`: the
+/// sandbox is found by its create's tag; before, it stayed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_during_the_create_destroys_the_sandbox_when_its_answer_arrives() {
+    let e2b = common::e2b().await;
+    let rules =
+        execseam_chaos::parse_rules("POST /*sandboxes#1-2=hold:2500;POST /*sandboxes#3=hold:0")
+            .unwrap();
+    let proxy = execseam_chaos::ChaosProxy::start(([127, 0, 0, 1], 0).into(), &e2b.base, rules)
+        .await
+        .unwrap();
+    let env: Vec<(String, String)> = e2b
+        .emu
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.replace(&e2b.base, &proxy.base_url())))
+        .collect();
+    for args in [
+        &["run", "--adapter", "e2b", "--", "true"][..],
+        &["mcp", "--adapter", "e2b"],
+        &["run", "--adapter", "e2b", "--", "true"],
+    ] {
+        sigterm_during_create(&env, &e2b, args).await;
+    }
     proxy.shutdown().await;
 }
 

@@ -126,6 +126,30 @@ async fn accept_loop(listener: TcpListener, router: Router, mut stopped: watch::
     conns.shutdown().await;
 }
 
+/// Serves `router` on one connection that is already open (HTTP/1.1, or HTTP/2 with prior
+/// knowledge, as the client speaks): for a service inside an emulated sandbox that a tunnel
+/// (a Kubernetes port-forward) reaches instead of a socket. Returns when the connection ends.
+pub async fn serve_stream<S>(stream: S, router: Router)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let mut router = router.clone();
+        async move {
+            let req = req.map(|b| Body::new(http_body_util::Limited::new(b, MAX_REQUEST_BODY)));
+            let resp = router.call(req).await;
+            Ok::<_, Infallible>(resp.unwrap_or_else(|never| match never {}))
+        }
+    });
+    let builder = Builder::new(TokioExecutor::new());
+    if let Err(e) = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+    {
+        tracing::debug!(error = %e, "tunnelled connection ended with an error");
+    }
+}
+
 async fn serve_connection(stream: TcpStream, router: Router, mut stopped: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
     // A second descriptor on the same socket, to set SO_LINGER=0 (an RST on close) on reset.

@@ -15,6 +15,11 @@ Every expectation is what a real API server does, with its source:
 - [RESIZE] client-go tools/remotecommand/resize.go (GetResizeFunc: a json.Encoder of
   TerminalSize{Width, Height}, no JSON tags, on the resize stream, channel 4 of the WebSocket
   protocols); the kubelet applies it to the exec's terminal (TIOCSWINSZ), which `stty size` reads
+- [PF] kubernetes pkg/kubelet/cri/streaming/portforward/websocket.go (v4.channel.k8s.io: a data
+  and an error channel per port in the order asked, each opened by the port in 2 bytes
+  little-endian; a port that cannot be reached is "error forwarding port <p> to pod <id>, uid
+  <uid>: <err>" on its error channel), kubernetes/stream/ws_client.py (PortForward), the runtime
+  behind it: agent-sandbox examples/python-runtime-sandbox/main.py (uvicorn on 8888, POST /execute)
 - [POD] pkg/registry/core/pod/strategy.go (ToSelectableFields; exec on a missing pod: 404)
 - [CRD] agent-sandbox k8s/crds/*.yaml (enums, required fields, defaults)
 - [AS] agent-sandbox controllers (claim adoption keeps the warm Sandbox's name; Ready/
@@ -45,7 +50,7 @@ import time
 
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
-from kubernetes.stream import stream
+from kubernetes.stream import portforward, stream
 from kubernetes.stream.ws_client import RESIZE_CHANNEL
 
 from checks import check, ok
@@ -217,6 +222,32 @@ try:
     check(False, "exec: a missing pod is a 404 before the upgrade", "no error")
 except ApiException as ex:
     check("404" in str(ex.reason), "exec: a missing pod is a 404 before the upgrade [POD]", repr(ex.reason))
+
+# Port-forward: the runtime on 8888 over one forwarded connection, a refused port's error.
+pf = portforward(core.connect_get_namespaced_pod_portforward, pod_name, NS, ports="8888,1234")
+sock = pf.socket(8888)
+sock.settimeout(20)
+body = json.dumps({"command": "echo forwarded"}).encode()
+sock.sendall(b"POST /execute HTTP/1.1\r\nHost: sandbox\r\nContent-Type: application/json\r\n"
+             b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+answer = b""
+while True:
+    chunk = sock.recv(65536)
+    if not chunk:
+        break
+    answer += chunk
+head, _, payload = answer.partition(b"\r\n\r\n")
+check(head.startswith(b"HTTP/1.1 200") and json.loads(payload).get("stdout") == "forwarded\n",
+      "portforward: a connection to the pod's port 8888 reaches its runtime [PF]", repr(answer[:200]))
+deadline = time.time() + 10
+while pf.error(1234) is None and time.time() < deadline:
+    time.sleep(0.05)
+err = pf.error(1234) or ""
+check(err.startswith("error forwarding port 1234 to pod "),
+      "portforward: a port nothing listens on is an error on its error channel [PF]", repr(err))
+e = api_error(portforward, core.connect_get_namespaced_pod_portforward, "no-such-pod", NS, ports="8888")
+check(e is not None and "404" in str(e.reason), "portforward: a missing pod is a 404 before the upgrade [POD]",
+      repr(e))
 
 # Suspend and resume through spec.operatingMode (a merge patch, as kubectl and the SDKs send).
 def sandbox_conditions(name):

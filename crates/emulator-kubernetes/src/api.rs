@@ -23,7 +23,7 @@ use crate::schema::{self, Resource};
 use crate::select::{FieldSelector, LabelSelector};
 use crate::status::{self, ApiError};
 use crate::store::{self, ChangeKind, From};
-use crate::{exec, patch};
+use crate::{exec, patch, portforward};
 
 /// The API server's routes (one handler: the path is parsed by hand, as the apiserver's
 /// installer lays it out).
@@ -244,7 +244,12 @@ async fn dispatch(cluster: &Arc<Cluster>, request: Request) -> Result<Response, 
                 (Some("exec"), Method::GET | Method::POST) if res.kind == "Pod" => {
                     Ok(exec::serve(cluster.clone(), &ns, &name, &q, request).await)
                 }
-                (Some("exec" | "status" | "scale"), _) => Err(status::method_not_allowed("")),
+                (Some("portforward"), Method::GET | Method::POST) if res.kind == "Pod" => {
+                    Ok(portforward::serve(cluster.clone(), (&ns, &name), &q, request).await)
+                }
+                (Some("exec" | "portforward" | "status" | "scale"), _) => {
+                    Err(status::method_not_allowed(""))
+                }
                 _ => Err(status::no_route()),
             }
         }

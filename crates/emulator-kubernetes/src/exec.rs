@@ -35,7 +35,7 @@ use crate::schema::PODS;
 use crate::status;
 use execseam_emulator_kit::{Fault, PtySize};
 
-type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+pub(crate) type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
 /// The channel protocols served, in the server's order of preference (the client's order
 /// decides).
@@ -49,14 +49,6 @@ fn flag(q: &[(String, String)], name: &str) -> bool {
     param(q, name)
         .and_then(crate::api::parse_bool)
         .unwrap_or(false)
-}
-
-fn accept_key(key: &[u8]) -> String {
-    use base64::Engine as _;
-    let mut sha = sha1_smol::Sha1::new();
-    sha.update(key);
-    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
 }
 
 /// What a fault does to an exec once it runs.
@@ -148,36 +140,10 @@ pub async fn serve(
         return status::bad_request("you must specify at least one command for the container")
             .into_response();
     }
-    let upgrade = request
-        .headers()
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    if !upgrade {
-        return status::bad_request("Upgrade request required").into_response();
-    }
-    let offered: Vec<String> = request
-        .headers()
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|p| p.trim().to_owned())
-        .filter(|p| !p.is_empty())
-        .collect();
     let served = cluster.exec_protocols();
-    let Some(protocol) = offered
-        .iter()
-        .find(|o| served.contains(&o.as_str()))
-        .cloned()
-    else {
-        // x/net/websocket: a failed handshake is a bare 403.
-        let mut r = Response::new(Body::empty());
-        *r.status_mut() = StatusCode::FORBIDDEN;
-        return r;
-    };
-    let Some(key) = request.headers().get(header::SEC_WEBSOCKET_KEY).cloned() else {
-        return status::bad_request("missing Sec-WebSocket-Key").into_response();
+    let (protocol, on_upgrade, answer) = match handshake(&mut request, &served) {
+        Ok(h) => h,
+        Err(r) => return r,
     };
     let run = cluster.pod(ns, name);
     let exec = Exec {
@@ -194,27 +160,76 @@ pub async fn serve(
         v5: protocol == "v5.channel.k8s.io",
         fault: in_stream,
     };
-    let on_upgrade = hyper::upgrade::on(&mut request);
     tokio::spawn(async move {
-        if let Ok(upgraded) = on_upgrade.await {
-            let ws = tokio_websockets::ServerBuilder::new()
-                .limits(Limits::default().max_payload_len(Some(16 << 20)))
-                .serve(TokioIo::new(upgraded));
+        if let Some(ws) = upgraded(on_upgrade).await {
             exec.run(ws).await;
         }
     });
+    answer
+}
+
+/// The WebSocket handshake as the apiserver's `wsstream` answers it (`conn.go handshake`): an
+/// upgrade is required (400), the first of the client's offered protocols that `served` names is
+/// chosen and named in the answer (none: a bare 403, x/net/websocket's handshake failure),
+/// `Sec-WebSocket-Key` is required. Returns the protocol, the upgrade and the `101` answer.
+pub(crate) fn handshake(
+    request: &mut Request,
+    served: &[&str],
+) -> Result<(String, hyper::upgrade::OnUpgrade, Response), Response> {
+    let upgrade = request
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    if !upgrade {
+        return Err(status::bad_request("Upgrade request required").into_response());
+    }
+    let offered: Vec<String> = request
+        .headers()
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|p| p.trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .collect();
+    let Some(protocol) = offered
+        .iter()
+        .find(|o| served.contains(&o.as_str()))
+        .cloned()
+    else {
+        let mut r = Response::new(Body::empty());
+        *r.status_mut() = StatusCode::FORBIDDEN;
+        return Err(r);
+    };
+    let Some(key) = request.headers().get(header::SEC_WEBSOCKET_KEY).cloned() else {
+        return Err(status::bad_request("missing Sec-WebSocket-Key").into_response());
+    };
+    let on_upgrade = hyper::upgrade::on(request);
     let mut r = Response::new(Body::empty());
     *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = r.headers_mut();
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    if let Ok(v) = HeaderValue::from_str(&accept_key(key.as_bytes())) {
+    if let Ok(v) = HeaderValue::from_str(&execseam_emulator_kit::server::websocket_accept(
+        key.as_bytes(),
+    )) {
         h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
     }
     if let Ok(v) = HeaderValue::from_str(&protocol) {
         h.insert(header::SEC_WEBSOCKET_PROTOCOL, v);
     }
-    r
+    Ok((protocol, on_upgrade, r))
+}
+
+/// The server side of an accepted upgrade (16 MiB messages at most).
+pub(crate) async fn upgraded(on_upgrade: hyper::upgrade::OnUpgrade) -> Option<Ws> {
+    let upgraded = on_upgrade.await.ok()?;
+    Some(
+        tokio_websockets::ServerBuilder::new()
+            .limits(Limits::default().max_payload_len(Some(16 << 20)))
+            .serve(TokioIo::new(upgraded)),
+    )
 }
 
 struct Exec {

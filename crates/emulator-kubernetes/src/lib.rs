@@ -9,7 +9,10 @@
 //! graceful pod deletes, the garbage collector along `ownerReferences`); list and watch with
 //! label and field selectors and resource versions (a replay from `0`, history after a version,
 //! `410` for a compacted one, `timeoutSeconds`); `pods/exec` over WebSocket with the channel
-//! protocols and the status channel; the agent-sandbox controllers (a claim adopts a warm
+//! protocols and the status channel; `pods/portforward` over WebSocket (`v4.channel.k8s.io`,
+//! `portforward.rs`) to what a pod listens on: the runtime model on 8888, and a model of
+//! sandboxd's `ProcessService` on 9090 in a pod whose container runs the sandboxd image
+//! (`sandboxd.rs`); the agent-sandbox controllers (a claim adopts a warm
 //! Sandbox or starts a cold one, conditions turn `Ready`, deletes cascade); and, on a second
 //! port, the agent-sandbox router and a model of its legacy Python runtime, which the
 //! `k8s-agent-sandbox` SDK uses in direct-URL mode.
@@ -29,8 +32,10 @@ mod exec;
 mod names;
 mod patch;
 mod pods;
+mod portforward;
 mod router;
 mod runtime;
+mod sandboxd;
 mod schema;
 mod select;
 mod status;

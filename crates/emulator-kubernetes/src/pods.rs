@@ -36,6 +36,8 @@ pub struct ContainerRun {
     pub workdir: String,
     /// Its environment (the image's `PATH`, `HOSTNAME`, the service variables, `env`).
     pub env: BTreeMap<String, String>,
+    /// Its image is agent-sandbox's `sandboxd` (it serves `ProcessService`).
+    pub sandboxd: bool,
 }
 
 /// A running pod.
@@ -56,6 +58,8 @@ pub struct PodRun {
     terminating: std::sync::Mutex<Option<Instant>>,
     /// A warm pool's spare: capacity, not a sandbox anybody has (not counted as live).
     pub(crate) warm: std::sync::atomic::AtomicBool,
+    /// sandboxd's process registry (its virtual process ids).
+    pub(crate) processes: crate::sandboxd::Registry,
 }
 
 impl SandboxEntry for PodRun {
@@ -248,6 +252,7 @@ pub(crate) fn start(cluster: &Cluster, pod: &Value) -> std::io::Result<PodRun> {
             user: user_of(spec, c),
             workdir: c["workingDir"].as_str().unwrap_or("/").to_owned(),
             env: env_of(pod, c, &ip),
+            sandboxd: crate::sandboxd::is_sandboxd(c["image"].as_str().unwrap_or("")),
         })
         .collect();
     let first = containers
@@ -267,6 +272,10 @@ pub(crate) fn start(cluster: &Cluster, pod: &Value) -> std::io::Result<PodRun> {
         if c.workdir != "/" && c.workdir != "/app" {
             dirs.push(Dir::owned(&c.workdir, &c.user, 0o755));
         }
+        if c.sandboxd {
+            // sandboxd creates its root at start (`os.MkdirAll(rootDir, 0o755)`).
+            dirs.push(Dir::owned(crate::sandboxd::ROOT, &c.user, 0o755));
+        }
     }
     let env: Vec<(String, String)> = first.env.clone().into_iter().collect();
     let sandbox_spec = SandboxSpec::new("kubernetes", &hostname, first.user.clone(), env)
@@ -284,6 +293,7 @@ pub(crate) fn start(cluster: &Cluster, pod: &Value) -> std::io::Result<PodRun> {
         containers,
         terminating: std::sync::Mutex::new(None),
         warm: std::sync::atomic::AtomicBool::new(is_warm(pod)),
+        processes: crate::sandboxd::Registry::default(),
     })
 }
 

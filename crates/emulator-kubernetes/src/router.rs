@@ -195,7 +195,7 @@ async fn serve(State(state): State<Arc<RouterState>>, request: Request) -> Respo
     let Some(run) = run else {
         return unreachable();
     };
-    if target.port != 8888 {
+    if target.port != crate::runtime::PORT {
         return unreachable();
     }
     let limit = timeout(request.headers());

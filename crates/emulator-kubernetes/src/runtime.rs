@@ -190,6 +190,29 @@ fn exec_timeout(run: &PodRun) -> f64 {
         .unwrap_or(300.0)
 }
 
+/// The port the runtime listens on (`main.py`: uvicorn on 8888).
+pub const PORT: u16 = 8888;
+
+/// The runtime as the HTTP service its pod listens on (reached through a port-forward).
+pub fn http(run: Arc<PodRun>) -> axum::Router {
+    axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let run = run.clone();
+        async move {
+            let method = request.method().clone();
+            let raw = request
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str().to_owned())
+                .unwrap_or_default();
+            let headers = request.headers().clone();
+            match axum::body::to_bytes(request.into_body(), usize::MAX).await {
+                Ok(body) => handle(run, method, &raw, &headers, body).await,
+                Err(_) => StatusCode::BAD_REQUEST.into_response(),
+            }
+        }
+    })
+}
+
 /// Serves one request of the runtime on port 8888.
 pub async fn handle(
     run: Arc<PodRun>,

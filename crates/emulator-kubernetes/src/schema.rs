@@ -129,6 +129,11 @@ impl Resource {
         if self.plural == "pods" {
             out.push(sub("exec", "PodExecOptions", &["create", "get"]));
             out.push(sub("log", "Pod", &["get"]));
+            out.push(sub(
+                "portforward",
+                "PodPortForwardOptions",
+                &["create", "get"],
+            ));
         }
         out
     }

@@ -46,7 +46,7 @@ async fn run(script: &str, checks: usize) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_official_kubernetes_client_works_against_the_emulator() {
-    run("kubernetes_check.py", 37).await;
+    run("kubernetes_check.py", 40).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

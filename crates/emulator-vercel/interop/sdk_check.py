@@ -200,6 +200,43 @@ with c.create_sandbox(name="interop-py-routes", ports=[port]) as sb:
     check(host.endswith(".vercel.localhost") and body == b"routed\n", "routes: the route URL reaches the sandbox's port", repr((url, body, last)))
     server.kill()
 
+# Snapshots. [DOC vercel.com/docs/sandbox/concepts/snapshots] "Once you create a snapshot, the
+# sandbox shuts down automatically" and "Snapshots expire after 30 days by default"; [PY]
+# api_client.py `create_snapshot` (POST …/sessions/{id}/snapshot {expiration} -> {snapshot,
+# session}), `query_snapshots`, `get_snapshot`, `delete_snapshot`, `SnapshotSource`.
+from vercel.sandbox.sync import SnapshotSource
+
+with c.create_sandbox(name="interop-py-snap") as sb:
+    sb.run_process("sh", ["-c", "echo before > kept.txt"])
+    snap = sb.snapshot()
+    check(snap.status == "created" and snap.id and snap.size_bytes > 0, "snapshot: created, with a size", repr((snap.status, snap.id, snap.size_bytes)))
+    day30 = 30 * 24 * 3600 * 1000
+    check(snap.expires_at is not None and abs(snap.expires_at - snap.created_at - day30) < 60_000, "snapshot: expires after 30 days by default [DOC]", repr((snap.created_at, snap.expires_at)))
+    # The handle's own `status` is the sandbox payload it last fetched; a fresh get says it.
+    got = c.get_sandbox(name="interop-py-snap")
+    check(got.status == "stopped", "snapshot: the sandbox is stopped after it [DOC]", repr(got.status))
+    check(got.current_snapshot_id == snap.id, "snapshot: the sandbox's currentSnapshotId", repr(got.current_snapshot_id))
+    # The sandbox resumes on its next use with its files; the change is not in the snapshot.
+    sb.run_process("sh", ["-c", "echo after > kept.txt"])
+    forever = sb.snapshot(expiration=0)
+    check(forever.expires_at is None, "snapshot: expiration=0 never expires [PY SnapshotExpiration]", repr(forever.expires_at))
+    listed = [s.id for s in sb.list_snapshots()]
+    check(set(listed) == {snap.id, forever.id}, "snapshot: listed for the sandbox", repr(listed))
+    check(c.get_snapshot(snapshot_id=snap.id).id == snap.id, "snapshot: get by id")
+    with c.create_sandbox(name="interop-py-from-snap", source=SnapshotSource(snapshot_id=snap.id)) as copy:
+        r = copy.run_process("cat", ["kept.txt"], capture_output=True)
+        check(r.stdout == "before\n", "snapshot: a sandbox created from it has the old files", repr(r.stdout))
+        copy.run_process("sh", ["-c", "echo copy > kept.txt"])
+        r = sb.run_process("cat", ["kept.txt"], capture_output=True)
+        check(r.stdout == "after\n", "snapshot: source and copy share nothing", repr(r.stdout))
+    check(snap.delete().status == "deleted", "snapshot: delete answers status deleted", "")
+    forever.delete()
+    try:
+        c.create_sandbox(name="interop-py-from-deleted", source=SnapshotSource(snapshot_id=snap.id))
+        check(False, "snapshot: create from a deleted snapshot", "created")
+    except SandboxApiError as e:
+        check(e.status_code == 404, "snapshot: create from a deleted snapshot is 404", repr(e.status_code))
+
 # The context manager deleted it.
 try:
     c.get_sandbox(name="interop-py")

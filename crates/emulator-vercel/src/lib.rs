@@ -36,6 +36,11 @@
 //!   `GET …/cmd/{cid}/logs` (NDJSON from the start, live until the command ends),
 //!   `POST …/cmd/{cid}/kill {signal}` (a signal death is 128+n), `POST …/cmd/{cid}/stdin
 //!   {data (base64), offset, close}` → `{bytesWritten}` (the Python SDK's resumable stdin).
+//! - Snapshots: `POST …/{id}/snapshot {expiration?}` stops the session and copies its filesystem
+//!   (the kit's `Sandbox::snapshot`) → `{snapshot, session}`; `GET /v2/sandboxes/snapshots`,
+//!   `GET|DELETE /v2/sandboxes/snapshots/{id}`; a create with `source: {type: "snapshot",
+//!   snapshotId}` starts over that copy (a deleted or expired one is a 404). Retention
+//!   (`keepLastSnapshots`) is refused with a 400, not ignored.
 //! - Files: `POST …/fs/write` (a gzip'd tar, `x-cwd` = the extract dir; extracted by the sandbox
 //!   user, modes kept), `POST …/fs/read {path, cwd}` (`application/octet-stream`; missing →
 //!   `404 {"error":{"code":"file_not_found"}}`), `POST …/fs/mkdir {path, cwd, recursive}`.
@@ -55,6 +60,7 @@
 mod cmd;
 mod fs;
 mod routes;
+mod snapshot;
 mod state;
 
 pub use state::{SANDBOX_UID, VercelOptions, VercelSandbox};

@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::state::{Spec, State, now_ms};
-use super::{cmd, fs};
+use super::{cmd, fs, snapshot};
 use execseam_emulator_kit::{ConnControl, Fault, reset_connection};
 
 pub(crate) type St = AxState<Arc<State>>;
@@ -50,6 +50,15 @@ pub(crate) fn router(state: Arc<State>) -> Router {
             post(cmd::stdin),
         )
         .route("/v2/sandboxes/sessions/{sid}/fs/{op}", post(fs::op))
+        .route(
+            "/v2/sandboxes/sessions/{sid}/snapshot",
+            post(snapshot::create),
+        )
+        .route("/v2/sandboxes/snapshots", get(snapshot::list))
+        .route(
+            "/v2/sandboxes/snapshots/{id}",
+            get(snapshot::get).delete(snapshot::delete),
+        )
         .route(
             "/v2/sandboxes/{name}",
             get(get_sandbox).delete(delete_sandbox),
@@ -252,12 +261,20 @@ async fn create(st: St, headers: HeaderMap, req: Request) -> Response {
     let Some(project_id) = body.get("projectId").and_then(Value::as_str) else {
         return bad_request("projectId is required");
     };
-    if let Some(src) = body.get("source").filter(|v| !v.is_null()) {
-        let kind = src.get("type").and_then(Value::as_str).unwrap_or("?");
-        return bad_request(&format!(
-            "source {kind:?} is not supported by the emulator (it has no network to fetch from)"
-        ));
+    let from = match snapshot::source(&st, &body) {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
+    if body.get("keepLastSnapshots").is_some_and(|v| !v.is_null()) {
+        return bad_request("keepLastSnapshots (snapshot retention) is not emulated");
     }
+    let snapshot_expiration = match body.get("snapshotExpiration") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(ms) => Some(ms),
+            None => return bad_request("snapshotExpiration must be a non-negative number of ms"),
+        },
+    };
     let name = match body.get("name") {
         Some(Value::String(n)) if !n.is_empty() => n.clone(),
         None | Some(Value::Null) => format!("sandbox-{}", execseam_emulator_kit::clock::hex_id(32)),
@@ -309,8 +326,9 @@ async fn create(st: St, headers: HeaderMap, req: Request) -> Response {
         ports,
         tags,
         env,
+        snapshot_expiration,
     };
-    match st.create(name.clone(), spec, timeout) {
+    match st.create(name.clone(), spec, timeout, from.as_deref()) {
         Ok(Some(sb)) => ok(json!({
             "sandbox": sb.payload(),
             "session": sb.session().payload(),

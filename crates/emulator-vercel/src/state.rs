@@ -16,7 +16,7 @@ use super::{CWD, HOME, USER, Vercel};
 
 const PATH: &str =
     "/vercel/runtimes/node24/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-const REGION: &str = "iad1";
+pub(crate) const REGION: &str = "iad1";
 
 /// The uid of `vercel-sandbox` (not documented; the image's first user).
 pub const SANDBOX_UID: u32 = 1000;
@@ -65,6 +65,8 @@ pub(crate) struct Spec {
     pub(crate) ports: Vec<u64>,
     pub(crate) tags: BTreeMap<String, String>,
     pub(crate) env: BTreeMap<String, String>,
+    /// `snapshotExpiration` (ms, 0 = never): the default lifetime of its snapshots.
+    pub(crate) snapshot_expiration: Option<u64>,
 }
 
 /// One emulated sandbox: a name, its options, its current session, and the filesystem that
@@ -84,6 +86,8 @@ pub(crate) struct SandboxInner {
     pub(crate) updated_at: u64,
     pub(crate) status_updated_at: u64,
     pub(crate) session: Arc<Session>,
+    /// The latest snapshot taken of it, or the one it was created from (`currentSnapshotId`).
+    pub(crate) current_snapshot_id: Option<String>,
 }
 
 impl std::fmt::Debug for VercelSandbox {
@@ -137,6 +141,12 @@ impl VercelSandbox {
         m.insert("statusUpdatedAt".into(), json!(inner.status_updated_at));
         m.insert("cwd".into(), json!(CWD));
         m.insert("projectId".into(), json!(self.spec.project_id));
+        if let Some(id) = &inner.current_snapshot_id {
+            m.insert("currentSnapshotId".into(), json!(id));
+        }
+        if let Some(ms) = self.spec.snapshot_expiration {
+            m.insert("snapshotExpiration".into(), json!(ms));
+        }
         if !self.spec.tags.is_empty() {
             m.insert("tags".into(), json!(self.spec.tags));
         }
@@ -440,6 +450,8 @@ pub(crate) struct State {
     pub(crate) options: VercelOptions,
     /// Every session ever started (stopped ones answer 410).
     pub(crate) sessions: Mutex<BTreeMap<String, Arc<Session>>>,
+    /// Snapshots by id (deleted and expired ones are gone).
+    pub(crate) snapshots: Mutex<BTreeMap<String, Arc<super::snapshot::VercelSnapshot>>>,
 }
 
 impl State {
@@ -449,6 +461,7 @@ impl State {
             shell,
             options,
             sessions: Mutex::new(BTreeMap::new()),
+            snapshots: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -490,22 +503,28 @@ impl State {
         .dirs([Dir::root("/vercel"), Dir::owned(CWD, &user, 0o755)])
     }
 
-    /// Creates a sandbox and its first session.
+    /// Creates a sandbox and its first session, its filesystem as `from` left it if given.
     pub(crate) fn create(
         self: &Arc<Self>,
         name: String,
         spec: Spec,
         timeout_ms: u64,
+        from: Option<&super::snapshot::VercelSnapshot>,
     ) -> std::io::Result<Option<Arc<VercelSandbox>>> {
         let mut all = self.shell.sandboxes().lock();
         if all.contains_key(&name) {
             return Ok(None);
         }
-        let root = Sandbox::create(
-            name.clone(),
-            Self::sandbox_spec(&name),
-            self.shell.sandboxing(),
-        )?;
+        let sandbox_spec = Self::sandbox_spec(&name);
+        let root = match from {
+            Some(snap) => Sandbox::create_from(
+                name.clone(),
+                sandbox_spec,
+                self.shell.sandboxing(),
+                &snap.layer,
+            )?,
+            None => Sandbox::create(name.clone(), sandbox_spec, self.shell.sandboxing())?,
+        };
         let session = self.new_session(&name, &spec, &root, timeout_ms);
         let now = now_ms();
         let sb = Arc::new(VercelSandbox {
@@ -518,6 +537,7 @@ impl State {
                 updated_at: now,
                 status_updated_at: now,
                 session,
+                current_snapshot_id: from.map(|s| s.id.clone()),
             }),
         });
         all.insert(name, sb.clone());

@@ -47,7 +47,7 @@ async fn the_official_python_sdk_works_against_the_emulator() {
     );
     let mut env = emu.env();
     env.extend(faults);
-    interop::python_checks("vercel", &dir(), "sdk_check.py", env, 47).await;
+    interop::python_checks("vercel", &dir(), "sdk_check.py", env, 58).await;
     assert!(
         emu.sandbox_names().is_empty(),
         "the SDK deleted its sandboxes: {:?}",

@@ -95,7 +95,11 @@ impl AdapterInfo {
             lifecycle: A::LIFECYCLE,
             // Every provider the registry builds runs its lifecycle calls in the layers'
             // `lifecycle` spans (a middleware: the contract crate has no tracing).
-            build: |vars| Ok(execseam_layers::traced(Box::new(A::provider_from(vars)?))),
+            // Its creates are guarded: a lost answer's sandbox is destroyed (issue 38, D17).
+            build: |vars| {
+                let guarded = kit::guard::guard(A::NAME, Box::new(A::provider_from(vars)?));
+                Ok(execseam_layers::traced(guarded))
+            },
         }
     }
 

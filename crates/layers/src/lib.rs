@@ -876,6 +876,7 @@ pub(crate) mod fake_processes {
                 list: false,
                 exact_signal_exit: false,
                 terminal: false,
+                terminal_reattach: false,
             }
         }
         fn handle_for(&self, key: &StartKey) -> ProcessHandle {

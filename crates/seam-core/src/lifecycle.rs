@@ -747,7 +747,9 @@ pub trait Provider: Send + Sync {
     /// Forks the sandbox `id` into a new one, which the handle owns. Where
     /// [`ForkSupport::native`](crate::ForkSupport::native) is false this default does it as a
     /// snapshot, a create from it, and the snapshot's deletion (where the provider deletes
-    /// snapshots); an adapter with a native fork implements it.
+    /// snapshots); a snapshot that stops the source is allowed when
+    /// [`ForkSupport::source_after`](crate::ForkSupport::source_after) declares it. An adapter
+    /// with a native fork implements it.
     fn fork<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         Box::pin(async move {
             let state = self.lifecycle().state;
@@ -755,8 +757,13 @@ pub trait Provider: Send + Sync {
             if fork.native {
                 return Err(unsupported_error(self.provider(), "fork"));
             }
+            // The fork's capability says what the source goes through (a snapshot that stops
+            // it, on Vercel): asking for the fork is asking for that.
+            let request = SnapshotRequest::new()
+                .kind(fork.keeps)
+                .allow_stop(fork.source_after.is_destructive());
             let taken = self
-                .snapshot(id, SnapshotRequest::new().kind(fork.keeps))
+                .snapshot(id, request)
                 .await
                 .map_err(|e| e.with_operation("fork"))?;
             let created = self

@@ -548,6 +548,10 @@ pub struct ProcessCapabilities {
     /// Terminals ([`StartRequest::terminal`], [`Processes::resize`]); false: a terminal start
     /// is [`Unsupported`](ErrorKind::Unsupported).
     pub terminal: bool,
+    /// A terminal can be attached again from another sandbox handle or process (a detached
+    /// `execseam shell` comes back with `--attach`). False: only the handle that started it
+    /// reaches it, and it ends with that client (Docker's `Tty` exec): a client must not detach.
+    pub terminal_reattach: bool,
 }
 
 /// Process handles: see the [module docs](self). Discovered through
