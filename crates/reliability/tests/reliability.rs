@@ -6,7 +6,9 @@ mod setups;
 
 use std::time::Duration;
 
-use execseam_reliability::{Adapter, Options, Phase, orphans, run, secrets, sizes};
+use execseam_reliability::{
+    Adapter, Options, PROCESS_ROUTES, Phase, orphans, processes, run, secrets, sizes,
+};
 use setups::ADAPTERS;
 
 fn main() {
@@ -45,6 +47,13 @@ fn main() {
         runtime.block_on(orphans(&adapters, &options)),
         runtime.block_on(sizes(&adapters, &options)),
     ];
+    // Issue 34: the process routes of one spooled adapter and Modal's native handles.
+    let routes: Vec<Adapter> = adapters
+        .iter()
+        .filter(|a| PROCESS_ROUTES.contains(&a.name))
+        .copied()
+        .collect();
+    phases.push(runtime.block_on(processes(&routes, &options)));
     // Last: the TRACE capture stays installed for the rest of the process.
     phases.push(runtime.block_on(secrets(&adapters, &options)));
     for p in &phases {
