@@ -17,8 +17,8 @@ use crate::PROVIDER;
 use crate::config::CloudflareConfig;
 use crate::error::{call, http_error, protocol};
 use crate::wire::{
-    CreateSandboxResponse, ExecEvent, ExecRequest, RunningResponse, SseDecoder, WriteResponse,
-    exec_event,
+    CreateSandboxResponse, ExecEvent, ExecRequest, RunningResponse, SseDecoder, TunnelResponse,
+    WriteResponse, exec_event,
 };
 #[cfg(test)]
 use crate::wire::{CreateSessionRequest, CreateSessionResponse};
@@ -164,6 +164,25 @@ impl BridgeClient {
     pub async fn delete_sandbox(&self, id: &str) -> Result<(), Error> {
         let rb = self.request(Method::DELETE, &format!("/sandbox/{id}"), true);
         self.send(rb, "delete_sandbox", Stage::Before).await?;
+        Ok(())
+    }
+
+    /// `POST /v1/sandbox/{id}/tunnel/{port}` without a body: the port's ephemeral tunnel (the
+    /// one already recorded for it, or a new one).
+    pub async fn tunnel(&self, id: &str, port: u16) -> Result<TunnelResponse, Error> {
+        let rb = self.request(Method::POST, &format!("/sandbox/{id}/tunnel/{port}"), true);
+        let resp = self.send(rb, "expose", Stage::Before).await?;
+        self.json(resp, "expose", Stage::Before).await
+    }
+
+    /// `DELETE /v1/sandbox/{id}/tunnel/{port}` (204, also when there was none).
+    pub async fn delete_tunnel(&self, id: &str, port: u16) -> Result<(), Error> {
+        let rb = self.request(
+            Method::DELETE,
+            &format!("/sandbox/{id}/tunnel/{port}"),
+            true,
+        );
+        self.send(rb, "unexpose", Stage::Before).await?;
         Ok(())
     }
 

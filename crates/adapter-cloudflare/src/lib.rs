@@ -96,7 +96,22 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     destroy: true,
     spec: SpecSupport::NONE,
     options: &[],
-    state: execseam_core::StateCapabilities::NONE,
+    // Exposed ports are the bridge's ephemeral tunnels (`POST|DELETE /v1/sandbox/{id}/tunnel/
+    // {port}`, `packages/sandbox/src/bridge/routes.ts`): any port 1024-65535 but 3000 (the
+    // control port, the SDK's `validatePort`), at any time, public (a quick tunnel has no
+    // token); no list route.
+    state: execseam_core::StateCapabilities {
+        expose: Some(execseam_core::ExposeSupport {
+            when: execseam_core::PortsWhen::AnyTime,
+            auth: execseam_core::PortAuth::None,
+            list: false,
+            unexpose: true,
+            ports: (1024, 65535),
+            reserved: &[3000],
+            only: None,
+        }),
+        ..execseam_core::StateCapabilities::NONE
+    },
 };
 
 /// The largest command (argv and env) sent, checked before any I/O: the command reaches the

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use execseam_adapter_kit::gone_is_destroyed;
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, Ownership, Provider, Sandbox,
-    SandboxSpec,
+    BoxFuture, Capabilities, Error, ErrorKind, ExposedPort, LifecycleCapabilities, Ownership,
+    Provider, Sandbox, SandboxSpec,
 };
 
 use crate::client::BridgeClient;
@@ -21,6 +21,9 @@ use crate::{LIFECYCLE, PROVIDER};
 /// | [`connect`](Self::connect) | `GET /v1/sandbox/{id}/running`: only a running sandbox has state to connect to; then the marker write |
 /// | list | none: the bridge has no list route (`Unsupported`) |
 /// | [`destroy`](Self::destroy) | `DELETE /v1/sandbox/{id}` (204, also for an id without a container) |
+/// | [`expose`](Self::expose) | `POST /v1/sandbox/{id}/tunnel/{port}` | an ephemeral (quick) tunnel, `https://<random>.trycloudflare.com`: public, reused for the same port |
+/// | [`unexpose`](Self::unexpose) | `DELETE /v1/sandbox/{id}/tunnel/{port}` | 204, also when there was none |
+/// | exposed | none: the bridge has no tunnel list route (`Unsupported`) |
 #[derive(Clone, Debug)]
 pub struct CloudflareProvider {
     client: BridgeClient,
@@ -87,6 +90,34 @@ impl CloudflareProvider {
         ))
     }
 
+    /// The public URL of `port` of sandbox `id`: the bridge's ephemeral tunnel for it (the one
+    /// already open, or a new one). Ports 1024-65535 except 3000 (the bridge's control port);
+    /// anything else is `InvalidConfig` before any request.
+    pub async fn expose(&self, id: &str, port: u16) -> Result<ExposedPort, Error> {
+        LIFECYCLE.state.check_expose(PROVIDER, port)?;
+        let t = self.client.tunnel(&checked_id(id, "expose")?, port).await?;
+        if t.port != port {
+            return Err(Error::new(
+                ErrorKind::Protocol,
+                format!(
+                    "asked to tunnel port {port}, the bridge answered a tunnel to {}",
+                    t.port
+                ),
+            )
+            .with_provider(PROVIDER)
+            .with_operation("expose"));
+        }
+        Ok(ExposedPort::new(port, t.url))
+    }
+
+    /// Closes the tunnel of `port` of sandbox `id`; none open is `Ok(())`.
+    pub async fn unexpose(&self, id: &str, port: u16) -> Result<(), Error> {
+        LIFECYCLE.state.check_unexpose(PROVIDER, port)?;
+        self.client
+            .delete_tunnel(&checked_id(id, "unexpose")?, port)
+            .await
+    }
+
     /// Deletes sandbox `id`; one without a container is `Ok(())`.
     pub async fn destroy(&self, id: &str) -> Result<(), Error> {
         if !valid_sandbox_id(id) {
@@ -123,5 +154,26 @@ impl Provider for CloudflareProvider {
 
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(CloudflareProvider::destroy(self, id))
+    }
+
+    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
+        Box::pin(CloudflareProvider::expose(self, id, port))
+    }
+
+    fn unexpose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(CloudflareProvider::unexpose(self, id, port))
+    }
+}
+
+/// `id` if the bridge takes it as a sandbox id, else `InvalidConfig` (before any request).
+fn checked_id(id: &str, operation: &'static str) -> Result<String, Error> {
+    if valid_sandbox_id(id) {
+        Ok(id.to_owned())
+    } else {
+        Err(
+            Error::invalid_config(format!("{id:?} is not a Cloudflare sandbox id"))
+                .with_provider(PROVIDER)
+                .with_operation(operation),
+        )
     }
 }

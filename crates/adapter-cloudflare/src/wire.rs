@@ -49,6 +49,16 @@ pub struct RunningResponse {
     pub running: bool,
 }
 
+/// `POST /v1/sandbox/{id}/tunnel/{port}` answer (the document's `Tunnel`; `id`, `hostname` and
+/// `createdAt` are not read).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TunnelResponse {
+    /// The container port it serves.
+    pub port: u16,
+    /// Its public URL (`https://<random>.trycloudflare.com` on the service).
+    pub url: String,
+}
+
 /// `POST /v1/sandbox/{id}/session` body.
 #[cfg(test)]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

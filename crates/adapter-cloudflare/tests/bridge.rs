@@ -1,5 +1,5 @@
 //! Adapter behaviour beyond the conformance suite, against the bridge emulator: the bridge's
-//! `timeout_ms`, sessions, the sandbox check, credentials, limits.
+//! `timeout_ms`, sessions, the sandbox check, credentials, limits, tunnels.
 
 use std::time::Duration;
 
@@ -153,4 +153,29 @@ async fn exact_mode_removes_its_capture_files() {
         .unwrap();
     // Only the listing command's own capture file: the first command's were removed.
     assert_eq!(left.stdout.as_ref(), b"1\n", "{left:?}");
+
+    // Tunnels: the same one for the same port; its hostname reaches the emulator's tunnel
+    // proxy (502: nothing listens on the port) until unexposed, then no tunnel has it (404).
+    let p = CloudflareProvider::new(config(&emu, OutputMode::Exact)).unwrap();
+    for (port, id) in [(3000, exec.id()), (80, exec.id()), (8080, "Not-Base32")] {
+        let err = p.expose(id, port).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{port} {id}: {err}");
+    }
+    let first = p.expose(exec.id(), 8080).await.unwrap();
+    assert_eq!(first.url, p.expose(exec.id(), 8080).await.unwrap().url);
+    let host = first.url.split("//").nth(1).unwrap().trim_end_matches('/');
+    let status = || async {
+        reqwest::Client::new()
+            .get(format!("{}/", emu.base_url()))
+            .header(reqwest::header::HOST, host)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(status().await, 502, "{}", first.url);
+    p.unexpose(exec.id(), 8080).await.unwrap();
+    p.unexpose(exec.id(), 8080).await.unwrap();
+    assert_eq!(status().await, 404, "{}", first.url);
 }

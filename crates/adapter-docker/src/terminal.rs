@@ -9,21 +9,14 @@
 use bollard::exec::{CreateExecOptions, ResizeExecOptions, StartExecOptions, StartExecResults};
 use bollard::{Docker, container::LogOutput};
 use execseam_adapter_kit::attached::{OpenTerminal, Opened, TerminalControl};
-use execseam_adapter_kit::degrade::{self, EXEC_TAG_VAR, env_line};
-use execseam_core::{BoxFuture, Command, Error, ErrorKind, Exec, Exit, Retry, TerminalSize};
+use execseam_adapter_kit::degrade::EXEC_TAG_VAR;
+use execseam_core::{BoxFuture, Command, Error, ErrorKind, Exit, Retry, TerminalSize};
 use futures_util::StreamExt;
 use std::time::Duration;
 
 use crate::error::{adapter, engine};
 use crate::exec::{DockerExec, Target};
 use execseam_adapter_kit::retry::Stage;
-
-/// Reads the env file `$1` (one [`env_line`]), removes it, exports its entries (in a function,
-/// whose positional parameters the line sets), then runs the rest of argv.
-const ENV_FROM_FILE: &str = r#"f=$1; shift
-e() { IFS= read -r l <"$f" || exit 125; rm -f -- "$f"; eval "$l"; for kv; do export "$kv"; done; }
-e
-exec "$@""#;
 
 /// The engine's answer to resize and inspect of one `Tty` exec.
 struct EngineTerminal {
@@ -101,30 +94,12 @@ impl OpenTerminal for DockerExec {
             }
             let mut argv = command.argv().to_vec();
             if !entries.is_empty() {
-                let file = degrade::temp_path(&config.temp_dir);
-                let store = Command::builder(["sh", "-c", "umask 077 && cat >\"$1\"", "sh", &file])
-                    .stdin(env_line(&entries))
-                    .build()?;
-                let stored = self.exec(store).await?;
-                if stored.exit != Exit::Code(0) {
-                    return Err(adapter(
-                        ErrorKind::Internal,
-                        Retry::Never,
-                        "terminal",
-                        format!(
-                            "storing the terminal's environment under {} failed: {}",
-                            config.temp_dir,
-                            String::from_utf8_lossy(&stored.stderr).trim()
-                        ),
-                    ));
-                }
-                let mut wrapped = vec![
-                    "/bin/sh".to_owned(),
-                    "-c".to_owned(),
-                    ENV_FROM_FILE.to_owned(),
-                    "sh".to_owned(),
-                    file,
-                ];
+                let mut wrapped = execseam_adapter_kit::attached::env_through_file(
+                    self,
+                    &entries,
+                    &config.temp_dir,
+                )
+                .await?;
                 wrapped.append(&mut argv);
                 argv = wrapped;
             }

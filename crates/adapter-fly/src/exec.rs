@@ -186,7 +186,10 @@ pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Err
         body: MachineExecRequest {
             command: marked,
             stdin,
-            timeout: Some(config.exec_timeout.as_secs().max(1)),
+            // The host's deadline (a `WithDeadline` around this exec) goes to Fly's `timeout`
+            // too (issue 38, D29), rounded up to whole seconds.
+            timeout: execseam_adapter_kit::deadline::provider_timeout(Some(config.exec_timeout))
+                .map(|d| d.as_secs()),
             container: config.container.clone(),
         },
         wrapped,

@@ -175,6 +175,50 @@ exec "$@""#;
 const SIGNAL: &str = r#"p=$(cat "$1" 2>/dev/null) && kill -0 "$p" 2>/dev/null || { echo gone; exit 0; }
 if kill -s 0 -- "$$" 2>/dev/null; then kill -s "$2" -- "-$p"; else kill -s "$2" "-$p"; fi"#;
 
+/// Reads the env file `$1` (one [`env_line`](crate::degrade::env_line)), removes it, exports
+/// its entries (in a function, whose positional parameters the line sets), then runs the rest
+/// of argv.
+const ENV_FROM_FILE: &str = r#"f=$1; shift
+e() { IFS= read -r l <"$f" || exit 125; rm -f -- "$f"; eval "$l"; for kv; do export "$kv"; done; }
+e
+exec "$@""#;
+
+/// For a TTY exec that cannot carry an environment privately (its request is logged, or it has
+/// none): stores `env` in a 0600 file under `temp_dir` by an ordinary exec of `exec` (the values
+/// ride on its stdin), and answers the argv prefix that reads the file, removes it and exports
+/// the entries before it runs the rest of argv. Never type the values into the terminal: it
+/// echoes them.
+pub async fn env_through_file(
+    exec: &dyn Exec,
+    env: &BTreeMap<String, String>,
+    temp_dir: &str,
+) -> Result<Vec<String>, Error> {
+    let file = crate::degrade::temp_path(temp_dir);
+    let store = Command::builder(["sh", "-c", "umask 077 && cat >\"$1\"", "sh", &file])
+        .stdin(crate::degrade::env_line(env))
+        .build()?;
+    let stored = exec.exec(store).await?;
+    if stored.exit != Exit::Code(0) {
+        return Err(Error::new(
+            ErrorKind::Internal,
+            format!(
+                "storing the terminal's environment under {temp_dir} failed: {}",
+                String::from_utf8_lossy(&stored.stderr).trim()
+            ),
+        )
+        .with_retry(execseam_core::Retry::Never)
+        .with_provider(exec.provider().to_owned())
+        .with_operation("terminal"));
+    }
+    Ok(vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        ENV_FROM_FILE.to_owned(),
+        "sh".to_owned(),
+        file,
+    ])
+}
+
 /// Process handles with terminals on the provider's TTY exec; see the [module docs](self).
 pub struct Attached<'a> {
     spool: Spool<'a>,
@@ -182,6 +226,7 @@ pub struct Attached<'a> {
     open: &'a dyn OpenTerminal,
     terminals: &'a Terminals,
     capabilities: ProcessCapabilities,
+    recorder_first: bool,
 }
 
 impl<'a> Attached<'a> {
@@ -206,7 +251,17 @@ impl<'a> Attached<'a> {
             open,
             terminals,
             capabilities,
+            recorder_first: false,
         }
+    }
+
+    /// Terminals through the spool's recorder (`script(1)`: replayed from any handle, outliving
+    /// this client) wherever the sandbox has it, and on the provider's TTY exec only where the
+    /// recorder answers `Unsupported` (no `script` or `stty` in the image: nothing started).
+    /// Resize then goes to whichever holds the terminal.
+    pub fn recorder_first(mut self) -> Attached<'a> {
+        self.recorder_first = true;
+        self
     }
 
     fn error(&self, kind: ErrorKind, operation: &'static str, message: &str) -> Error {
@@ -459,6 +514,14 @@ impl Processes for Attached<'_> {
 
     fn start(&self, request: StartRequest) -> BoxFuture<'_, Result<Started, Error>> {
         match request.terminal {
+            Some(size) if self.recorder_first => Box::pin(async move {
+                match self.spool.start(request.clone()).await {
+                    Err(e) if e.kind() == ErrorKind::Unsupported => {
+                        self.start_terminal(request, size).await
+                    }
+                    recorded => recorded,
+                }
+            }),
             Some(size) => Box::pin(self.start_terminal(request, size)),
             None => self.spool.start(request),
         }
@@ -594,6 +657,7 @@ impl Processes for Attached<'_> {
                 }
                 live.control.resize(size).await
             }),
+            None if self.recorder_first => self.spool.resize(handle, size),
             None => Box::pin(async move {
                 // A spooled handle has no terminal; one this client does not hold is not found.
                 self.spool.status(handle).await.map_err(|e| {
@@ -766,5 +830,83 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::Protocol);
         assert_eq!(&e.partial().unwrap().stdout[..], b"z");
         assert_eq!(p.status(&h).await.unwrap().state, ProcessState::Unknown);
+    }
+
+    /// A sandbox without `script(1)`: the host, with the spool's probe for it failing.
+    struct NoScript(Host);
+
+    impl Exec for NoScript {
+        fn provider(&self) -> &str {
+            "host"
+        }
+        fn capabilities(&self) -> execseam_core::Capabilities {
+            self.0.capabilities()
+        }
+        fn exec(&self, command: Command) -> BoxFuture<'_, Result<execseam_core::Output, Error>> {
+            let argv: Vec<String> = command
+                .argv()
+                .iter()
+                .map(|a| a.replace("command -v script", "command -v no-such-script"))
+                .collect();
+            let mut b = Command::builder(argv).stdin(command.stdin().clone());
+            for (k, v) in command.env() {
+                b = b.env(k, v);
+            }
+            Box::pin(async move { self.0.exec(b.build()?).await })
+        }
+    }
+
+    #[tokio::test]
+    async fn recorder_first_records_where_it_can_and_attaches_where_it_cannot() {
+        let size = TerminalSize { cols: 80, rows: 24 };
+        let req = |k: &str, script: &str| {
+            StartRequest::new(
+                StartKey::new(k).unwrap(),
+                Command::builder(["sh", "-c", script]).build().unwrap(),
+            )
+            .terminal(size)
+        };
+        let terminals = Terminals::default();
+        let id = format!("recorder-first-{}", crate::id::random_id(8));
+        // With script(1): the recorder; the provider's TTY exec is never opened (the fake has
+        // no terminal to hand out and would panic).
+        let host = Host { binary: true };
+        let none = Fake(Mutex::new(Vec::new()));
+        let spool = Spool::new(&host, &id).capabilities(crate::spool::SPOOLED_TERMINAL);
+        let p = Attached::new(spool, &host, &none, &terminals).recorder_first();
+        let h = p
+            .start(req("rec", "read x; echo \"got:$x\""))
+            .await
+            .unwrap()
+            .handle;
+        p.resize(&h, TerminalSize { cols: 90, rows: 30 })
+            .await
+            .unwrap();
+        let at = p.status(&h).await.unwrap().stdin.map_or(0, |s| s.accepted);
+        let w = StdinWrite {
+            at,
+            data: Bytes::from_static(b"k\r"),
+            close: false,
+        };
+        p.write_stdin(&h, w).await.unwrap();
+        assert_eq!(
+            p.wait(&h, Duration::from_secs(10)).await.unwrap(),
+            Waited::Exited(Exit::Code(0))
+        );
+        assert!(terminals.get(&h).is_none(), "recorded, not held");
+        p.release(&h).await.unwrap();
+        // Without: the recorder refuses before starting anything, and the TTY exec opens.
+        let (ok, feed, _keys) = prepared();
+        let fake = Fake(Mutex::new(vec![ok]));
+        let bare = NoScript(Host { binary: true });
+        let spool = Spool::new(&bare, &id).capabilities(crate::spool::SPOOLED_TERMINAL);
+        let p = Attached::new(spool, &bare, &fake, &terminals).recorder_first();
+        let h = p.start(req("att", "true")).await.unwrap().handle;
+        assert!(terminals.get(&h).is_some(), "held by this client");
+        drop(feed);
+        assert_eq!(
+            p.wait(&h, Duration::from_secs(5)).await.unwrap(),
+            Waited::Exited(Exit::Code(7))
+        );
     }
 }

@@ -6,6 +6,7 @@ mod adapter;
 pub mod attached;
 #[cfg(feature = "body")]
 pub mod body;
+pub mod deadline;
 pub mod degrade;
 #[cfg(feature = "grpc")]
 pub mod grpc;

@@ -23,6 +23,7 @@ use execseam_core::{Error, ErrorKind, Exit, Retry};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use hyper_util::rt::TokioIo;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_websockets::{Message, WebSocketStream};
 
@@ -63,6 +64,8 @@ pub(crate) const STDIN: u8 = 0;
 pub(crate) const STDOUT: u8 = 1;
 pub(crate) const STDERR: u8 = 2;
 pub(crate) const ERROR: u8 = 3;
+/// Terminal resizes: `{"Width":…,"Height":…}` (client-go `tools/remotecommand/resize.go`).
+pub(crate) const RESIZE: u8 = 4;
 /// v5's close signal.
 pub(crate) const CLOSE: u8 = 255;
 
@@ -235,10 +238,28 @@ impl Session {
     /// Starts reading `socket`, and writes `stdin` to it (then, on v5, closes stdin) when
     /// `send_stdin`.
     pub fn start(socket: Socket, stdin: Option<Bytes>, idle: Duration) -> Session {
+        Session::with_input(socket, stdin, None, idle)
+    }
+
+    /// Starts reading `socket`; the answered sender takes whole messages (`[channel][payload]`:
+    /// keystrokes on 0, resizes on 4) until it is dropped, which closes stdin (v5).
+    pub fn interactive(socket: Socket, idle: Duration) -> (Session, mpsc::Sender<Vec<u8>>) {
+        let (tx, rx) = mpsc::channel(16);
+        (Session::with_input(socket, None, Some(rx), idle), tx)
+    }
+
+    fn with_input(
+        socket: Socket,
+        stdin: Option<Bytes>,
+        frames: Option<mpsc::Receiver<Vec<u8>>>,
+        idle: Duration,
+    ) -> Session {
         let (write, read) = socket.ws.split();
         let protocol = socket.protocol;
         let heartbeat = (idle / 3).max(Duration::from_millis(100));
-        let writer = Some(tokio::spawn(writer(write, stdin, protocol, heartbeat)));
+        let writer = Some(tokio::spawn(writer(
+            write, stdin, frames, protocol, heartbeat,
+        )));
         Session {
             read,
             writer,
@@ -360,13 +381,15 @@ impl Drop for Session {
     }
 }
 
-/// Writes stdin (then, on v5, closes it), then pings every `heartbeat` so that a connection
+/// Writes stdin (then, on v5, closes it), or the messages `frames` brings (then, once its
+/// sender is dropped, closes stdin on v5), and pings every `heartbeat` so that a connection
 /// that died without a close is noticed (client-go's WebSocket executor pings the same way; every
 /// WebSocket server answers pings). The sink stays open until the session ends: v4 has no way
 /// to end stdin but closing the socket (the caller's wrapper reads a known length instead).
 async fn writer(
     mut write: SplitSink<Ws, Message>,
     stdin: Option<Bytes>,
+    mut frames: Option<mpsc::Receiver<Vec<u8>>>,
     protocol: Protocol,
     heartbeat: Duration,
 ) {
@@ -388,9 +411,28 @@ async fn writer(
             return;
         }
     }
+    let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
     loop {
-        tokio::time::sleep(heartbeat).await;
-        if write.send(Message::ping(Bytes::new())).await.is_err() {
+        let frame = async {
+            match frames.as_mut() {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        let message = tokio::select! {
+            _ = beat.tick() => Message::ping(Bytes::new()),
+            frame = frame => match frame {
+                Some(f) => Message::binary(f),
+                None => {
+                    frames = None;
+                    if protocol != Protocol::V5 {
+                        continue;
+                    }
+                    Message::binary(vec![CLOSE, STDIN])
+                }
+            },
+        };
+        if write.send(message).await.is_err() {
             return;
         }
     }

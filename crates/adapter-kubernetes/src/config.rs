@@ -41,6 +41,21 @@ impl Mode {
     }
 }
 
+/// Where terminals run (`EXECSEAM_KUBERNETES_TERMINAL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TerminalMode {
+    /// The adapter kit's recorder (`script(1)` in the pod, its output spooled to files): the
+    /// terminal outlives this client and is replayed from any handle, like every other process
+    /// handle. Where the image has no `script` or `stty`, the API server's `tty` exec instead
+    /// ([`Attached`](TerminalMode::Attached)).
+    #[default]
+    Recorder,
+    /// Always the API server's `tty=true` exec with its resize channel (channel 4), held by the
+    /// sandbox handle that started it: replayed only within that handle, ended with it. Needs no
+    /// `script` in the image.
+    Attached,
+}
+
 /// Where the cluster and its credentials come from.
 #[derive(Clone)]
 pub(crate) enum Source {
@@ -77,6 +92,7 @@ pub struct KubernetesConfig {
     pub(crate) idle_timeout: Duration,
     pub(crate) temp_dir: String,
     pub(crate) remote_kill: bool,
+    pub(crate) terminal: TerminalMode,
     pub(crate) labels: BTreeMap<String, String>,
 }
 
@@ -111,6 +127,7 @@ impl fmt::Debug for KubernetesConfig {
             .field("idle_timeout", &self.idle_timeout)
             .field("temp_dir", &self.temp_dir)
             .field("remote_kill", &self.remote_kill)
+            .field("terminal", &self.terminal)
             .field("labels", &self.labels)
             .finish()
     }
@@ -143,6 +160,7 @@ impl KubernetesConfig {
             idle_timeout: Duration::from_secs(60),
             temp_dir: "/tmp".into(),
             remote_kill: true,
+            terminal: TerminalMode::Recorder,
             labels: BTreeMap::new(),
         }
     }
@@ -214,6 +232,15 @@ impl KubernetesConfig {
         }
         if let Some(k) = v.flag("EXECSEAM_KUBERNETES_REMOTE_KILL")? {
             c.remote_kill = k;
+        }
+        if let Some(t) = v.choice(
+            "EXECSEAM_KUBERNETES_TERMINAL",
+            &[
+                ("recorder", TerminalMode::Recorder),
+                ("attached", TerminalMode::Attached),
+            ],
+        )? {
+            c.terminal = t;
         }
         c.validate()?;
         Ok(c)
@@ -378,6 +405,13 @@ impl KubernetesConfig {
     #[must_use]
     pub fn remote_kill(mut self, on: bool) -> Self {
         self.remote_kill = on;
+        self
+    }
+
+    /// Where terminals run (default [`TerminalMode::Recorder`]).
+    #[must_use]
+    pub fn terminal(mut self, mode: TerminalMode) -> Self {
+        self.terminal = mode;
         self
     }
 

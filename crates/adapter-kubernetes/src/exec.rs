@@ -81,6 +81,8 @@ struct Inner {
     /// The pod, found on first use (a claim's pod is its bound Sandbox's).
     target: Mutex<Option<Target>>,
     ownership: Ownership,
+    /// Terminals on the API server's `tty` exec this handle holds (`terminal.rs`).
+    terminals: execseam_adapter_kit::attached::Terminals,
 }
 
 impl std::fmt::Debug for KubernetesExec {
@@ -108,6 +110,7 @@ impl KubernetesExec {
                 mode,
                 target: Mutex::new(target),
                 ownership,
+                terminals: Default::default(),
             }),
         }
     }
@@ -158,7 +161,15 @@ impl KubernetesExec {
         self.inner.shared.protocol()
     }
 
-    async fn target(&self) -> Result<Target, Error> {
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+
+    pub(crate) fn terminals(&self) -> &execseam_adapter_kit::attached::Terminals {
+        &self.inner.terminals
+    }
+
+    pub(crate) async fn target(&self) -> Result<Target, Error> {
         let mut t = self.inner.target.lock().await;
         if let Some(t) = t.as_ref() {
             return Ok(t.clone());
@@ -448,22 +459,22 @@ async fn pod_state(shared: &Shared, target: &Target) -> bool {
 
 /// Kills an exec's processes (by tag) unless disarmed: at once on an error, in the background
 /// when the exec is dropped (a host deadline, a cancel).
-struct Cleanup {
+pub(crate) struct Cleanup {
     /// Shared with a stream's awaitable kill: whoever kills first takes it.
     kill: Arc<std::sync::Mutex<Option<Kill>>>,
 }
 
-struct Kill {
-    shared: Arc<Shared>,
-    target: Target,
-    tag: String,
+pub(crate) struct Kill {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) target: Target,
+    pub(crate) tag: String,
 }
 
 /// How long an error waits for the kill exec before it is returned (the kill goes on).
 const CLEANUP_WAIT: Duration = Duration::from_secs(5);
 
 impl Cleanup {
-    fn new(kill: Option<Kill>) -> Cleanup {
+    pub(crate) fn new(kill: Option<Kill>) -> Cleanup {
         Cleanup {
             kill: Arc::new(std::sync::Mutex::new(kill)),
         }
@@ -473,7 +484,7 @@ impl Cleanup {
         self.kill.lock().ok().and_then(|mut k| k.take())
     }
 
-    fn disarm(&mut self) {
+    pub(crate) fn disarm(&mut self) {
         self.take();
     }
 
@@ -562,14 +573,15 @@ impl Exec for KubernetesExec {
     }
 
     /// The adapter kit's spool, in the container's `/tmp`: pod exec has no detach and no
-    /// reattach, and the API server keeps nothing of an exec once its stream ends. The start
+    /// reattach, and the API server keeps nothing of an exec once its stream ends. Terminals:
+    /// `terminal.rs` (the recorder, or the API server's `tty` exec). The start
     /// exec's `setsid -f` supervisor holds none of the exec's pipes, so the exec's status comes
     /// back at once and the command lives on in the container (reparented to its init) until
     /// the container ends. A container restart (a new container: its writable layer and its
     /// processes are new) loses the spool under `/tmp`: handles are then `NotFound`; where `/tmp`
     /// is a volume that survives the restart, `Unknown` (the supervisor is gone, no exit).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        execseam_adapter_kit::spool::processes(self)
+        Some(crate::terminal::processes(self))
     }
 }
 

@@ -21,6 +21,7 @@
 //! | remote kill | yes: a second exec kills every process carrying the command's tag (the API server does not kill a command whose stream closed) |
 //! | binary output | yes |
 //! | process handles | yes: [`Processes`](execseam_core::Processes) from the adapter kit's spool, output and exit in files in the pod's `/tmp` (pod exec has no detach or reattach; a detached command outlives the exec that started it, not the container) |
+//! | terminals | the kit's recorder (`script(1)` in the pod) by default; the API server's `tty=true` exec with its resize channel where the image has no `script`, or always with [`TerminalMode::Attached`] |
 //!
 //! # Exit status
 //!
@@ -46,10 +47,11 @@ mod lifecycle;
 mod names;
 mod provider;
 mod script;
+mod terminal;
 mod wire;
 
 pub use channel::Protocol;
-pub use config::{KubernetesConfig, Mode};
+pub use config::{KubernetesConfig, Mode, TerminalMode};
 pub use exec::KubernetesExec;
 pub use provider::KubernetesProvider;
 pub use script::EXEC_TAG_VAR;
@@ -77,6 +79,7 @@ pub const VARS: &[Var] = &[
     Var::seconds("EXECSEAM_KUBERNETES_IDLE_TIMEOUT"),
     Var::text("EXECSEAM_KUBERNETES_TEMP_DIR"),
     Var::flag("EXECSEAM_KUBERNETES_REMOTE_KILL"),
+    Var::choice("EXECSEAM_KUBERNETES_TERMINAL", &["recorder", "attached"]),
 ];
 
 execseam_adapter_kit::adapter! {

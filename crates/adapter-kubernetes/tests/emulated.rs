@@ -7,7 +7,7 @@ use execseam_core::{Command, ErrorKind, Exec, Exit, Provider, Sandbox, SandboxSp
 use execseam_emulator_kubernetes::{
     EmulatorOptions, KubernetesEmulator, KubernetesOptions, NAMESPACE, TEMPLATE, WARM_POOL,
 };
-use execseam_kubernetes::{KubernetesConfig, KubernetesProvider, Mode, Protocol};
+use execseam_kubernetes::{KubernetesConfig, KubernetesProvider, Mode, Protocol, TerminalMode};
 
 async fn emulator(options: KubernetesOptions) -> KubernetesEmulator {
     KubernetesEmulator::start_with(EmulatorOptions::default(), options)
@@ -240,4 +240,72 @@ async fn a_claims_lifetime_ends_it() {
             .unwrap()
             .is_empty()
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terminals_on_the_api_servers_tty_exec() {
+    // `EXECSEAM_KUBERNETES_TERMINAL=attached`: the API server's `tty=true` exec, keystrokes on
+    // channel 0, resizes on channel 4 (`{"Width","Height"}`, client-go
+    // tools/remotecommand/resize.go), the exit from the status on channel 3. The suite's five
+    // terminal cases run in that mode (the record runs the default mode, the recorder).
+    let emu = emulator(KubernetesOptions::default()).await;
+    let p = KubernetesProvider::new(
+        config(&emu)
+            .mode(Mode::Pod)
+            .image("busybox:1.36")
+            .terminal(TerminalMode::Attached),
+    )
+    .unwrap();
+    let s = p.create(SandboxSpec::new()).await.unwrap();
+    let target = execseam_conformance::Target::new(
+        "kubernetes-attached",
+        std::sync::Arc::new(s.clone()) as std::sync::Arc<dyn Exec>,
+    );
+    let report = execseam_conformance::run(&target, Some("terminal-")).await;
+    let outcomes: Vec<String> = report
+        .cases
+        .iter()
+        .map(|c| format!("{}: {}", c.name, c.outcome))
+        .collect();
+    assert_eq!(report.cases.len(), 5, "{outcomes:#?}");
+    assert!(
+        report
+            .cases
+            .iter()
+            .all(|c| c.outcome == execseam_conformance::Outcome::Pass),
+        "{outcomes:#?}"
+    );
+    // Env and workdir: the values reach the command (through a file, never typed into the
+    // terminal, which would echo them); TERM is the kubelet's `xterm` on a tty exec.
+    let procs = s.processes().expect("process handles");
+    let cmd = Command::builder(["sh", "-c", "echo \"[$SECRET|$(pwd)|$TERM]\""])
+        .env("SECRET", "a b'c")
+        .workdir("/tmp")
+        .build()
+        .unwrap();
+    let size = execseam_core::TerminalSize { cols: 80, rows: 24 };
+    let run = |key: &'static str, cmd: Command| {
+        let procs = &procs;
+        async move {
+            let key = execseam_core::StartKey::new(key).unwrap();
+            let request = execseam_core::StartRequest::new(key, cmd).terminal(size);
+            let h = procs.start(request).await.unwrap().handle;
+            let waited = procs.wait(&h, Duration::from_secs(20)).await.unwrap();
+            let out = procs.read(&h, execseam_core::StreamOffsets::ZERO).await;
+            (h, waited, out.unwrap().stdout)
+        }
+    };
+    let (h, waited, out) = run("env-workdir", cmd).await;
+    assert_eq!(waited, execseam_core::Waited::Exited(Exit::Code(0)));
+    assert_eq!(out.as_ref(), b"[a b'c|/tmp|xterm]\r\n");
+    // A missing workdir is the kit's wrapper failure (125), not the command's run.
+    let cmd = Command::builder(["true"]).workdir("/nope").build().unwrap();
+    let (_, waited, _) = run("no-workdir", cmd).await;
+    assert_eq!(waited, execseam_core::Waited::Exited(Exit::Code(125)));
+    // Held by this sandbox handle only: another handle does not find it.
+    let other = p.attach(s.id()).unwrap();
+    let e = other.processes().unwrap().status(&h).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    drop(procs);
+    s.close().await.unwrap();
 }

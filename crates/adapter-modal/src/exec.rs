@@ -319,15 +319,14 @@ impl ModalExec {
         let router = self.router("exec").await?;
         let exec_id = uuid4();
         let config = &self.inner.config;
-        let timeout_secs = config.exec_timeout.map(|d| {
-            let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-            u32::try_from(s.max(1)).unwrap_or(u32::MAX)
-        });
+        // The host's deadline (a `WithDeadline` around this exec) is Modal's kill too (D29).
+        let timeout = execseam_adapter_kit::deadline::provider_timeout(config.exec_timeout);
+        let timeout_secs = timeout.map(|d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX));
         let request = self.start_request(exec_id.clone(), &command, timeout_secs);
         let started = Instant::now();
         self.exec_start(&router, request, "exec").await?;
         tracing::debug!(provider = PROVIDER, %exec_id, "started");
-        let deadline = config.exec_timeout.map(|d| (started, d));
+        let deadline = timeout.map(|d| (started, d));
         let rx = self.follow(
             router,
             exec_id,
@@ -660,7 +659,7 @@ impl Driver {
             Some((Some(c), _)) => Ok(Exit::Code(c)),
             Some((None, Some(9))) if self.timed_out() => Err(Error::new(
                 ErrorKind::Timeout(Deadline::Command),
-                "Modal killed the command at its timeout_secs (ModalConfig::exec_timeout)",
+                "Modal killed the command at its timeout_secs (ModalConfig::exec_timeout or the host's deadline)",
             )
             .with_retry(Retry::Unsafe)
             .with_provider(PROVIDER)

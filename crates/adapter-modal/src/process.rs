@@ -24,6 +24,14 @@
 //!   own process group (`setsid` when the router did not make it one), and a signal is `kill`
 //!   to that group through another exec.
 //!
+//! Terminals are Modal's own: `TaskExecStart` with `pty_info` (what modal 1.6.4's
+//! `Sandbox.exec(pty=True)` sends, `default_pty_info()` in `modal/sandbox/_common.py`: the size,
+//! `TERM`, `PTY_TYPE_SHELL`, `no_terminate_on_idle_stdin`), so the output is the exec's stdout
+//! by offset like any handle's: replay from any offset and attach from any client or process
+//! (`terminal_reattach`), not the recorder. Modal has no resize RPC: a resize is `stty -F` on the
+//! command's terminal (`/proc/<pid>/fd/0`) through another exec, which sends the foreground job
+//! SIGWINCH as any window change does.
+//!
 //! Release forgets the registry entry (status and list say `NotFound`); Modal keeps the exec
 //! itself (no call deletes one), so a key once used in a sandbox cannot start a new command
 //! there: such a start is [`Conflict`](ErrorKind::Conflict).
@@ -36,7 +44,7 @@ use execseam_adapter_kit::retry::Stage;
 use execseam_core::{
     Command, Error, ErrorKind, Exit, Mechanism, ProcessCapabilities, ProcessHandle, ProcessInfo,
     ProcessRead, ProcessState, ProcessStream, Sandbox, Signal, StartKey, StartRequest, Started,
-    StdinMode, StdinState, StdinWrite, StreamOffsets, Waited,
+    StdinMode, StdinState, StdinWrite, StreamOffsets, TerminalSize, Waited,
 };
 use tonic::Code;
 
@@ -50,8 +58,11 @@ pub const PROCESSES: ProcessCapabilities = ProcessCapabilities {
     mechanism: Mechanism::Native,
     // The router's `TaskExecWait` tells a signal from a code.
     exact_signal_exit: true,
+    // Modal's own PTY execs, read by offset like any exec.
+    terminal: true,
+    terminal_reattach: true,
     // Otherwise what the spool gives: idempotent start, stdin, every signal to the group,
-    // replay, no declared retention, list, no terminal.
+    // replay, no declared retention, list.
     ..execseam_adapter_kit::spool::SPOOLED
 };
 
@@ -71,6 +82,7 @@ const READ_QUIET: Duration = Duration::from_millis(100);
 /// The command's wrapper: `$1` the entry, then argv. Records its pid, then becomes the command
 /// as the leader of a process group (it already is one when the router made it one).
 const WRAP: &str = r#"d=$1; shift
+if [ -t 0 ]; then : >"$d/tty" || exit 125; fi
 printf '%s\n' "$$" >"$d/pid.tmp" && mv -f -- "$d/pid.tmp" "$d/pid" || exit 125
 g=$(sed 's/^.*) //' "/proc/$$/stat" | cut -d' ' -f3)
 if [ "$g" != "$$" ] && command -v setsid >/dev/null 2>&1; then exec setsid "$@"; fi
@@ -82,6 +94,16 @@ g=$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f3)
 if [ "$g" = "$p" ]; then kill -s "$2" -- "-$p" 2>/dev/null || kill -s "$2" "-$p" 2>/dev/null
 else kill -s "$2" "$p" 2>/dev/null; fi
 echo modal:sent"#;
+
+/// A resize: `$1` the entry, `$2` rows, `$3` columns. Prints `modal:sized`, `modal:gone` (it
+/// exited), `modal:notty` or `modal:none` (no such entry). Waits briefly for the wrapper to
+/// record the pid of a command just started.
+const RESIZE: &str = r#"[ -d "$1" ] || { echo modal:none; exit 0; }
+i=0; while [ ! -e "$1/pid" ] && [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done
+[ -e "$1/tty" ] || { echo modal:notty; exit 0; }
+p=$(cat "$1/pid") && t=$(readlink "/proc/$p/fd/0" 2>/dev/null) && [ -c "$t" ] &&
+  stty -F "$t" rows "$2" cols "$3" 2>/dev/null && { echo modal:sized; exit 0; }
+echo modal:gone"#;
 
 /// A stable 128-bit FNV-1a of `parts`, shaped as a version-8 UUID (RFC 9562 "custom").
 fn exec_id(sandbox: &str, key: &StartKey) -> String {
@@ -122,6 +144,14 @@ impl<'a> ModalProcesses<'a> {
 
     fn handle_of(&self, key: &StartKey) -> ProcessHandle {
         REGISTRY.handle(Sandbox::id(self.exec), key)
+    }
+
+    fn not_started(&self, op: &'static str) -> Error {
+        self.error(
+            ErrorKind::NotFound,
+            op,
+            "no process was started (or it was released) under this handle",
+        )
     }
 
     fn error(&self, kind: ErrorKind, op: &'static str, message: impl Into<String>) -> Error {
@@ -169,13 +199,6 @@ impl<'a> ModalProcesses<'a> {
 
     async fn start_one(&self, request: StartRequest) -> Result<Started, Error> {
         let op = "start";
-        if request.terminal.is_some() {
-            return Err(self.error(
-                ErrorKind::Unsupported,
-                op,
-                "Modal process handles have no terminals here",
-            ));
-        }
         let command = request.command;
         execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         let key = request.key;
@@ -213,14 +236,28 @@ impl<'a> ModalProcesses<'a> {
             b = b.workdir(w);
         }
         let (router, _, id) = self.target(&key, op).await?;
-        let start = self.exec.start_request(id.clone(), &b.build()?, None);
+        let mut start = self.exec.start_request(id.clone(), &b.build()?, None);
+        if let Some(size) = request.terminal {
+            let term = command.env().iter().find(|(k, _)| k.as_str() == "TERM");
+            start.pty_info = Some(crate::wire::api::PtyInfo {
+                enabled: true,
+                winsz_rows: u32::from(size.rows),
+                winsz_cols: u32::from(size.cols),
+                env_term: term
+                    .map_or("xterm-256color", |(_, v)| v.as_str())
+                    .to_owned(),
+                pty_type: crate::wire::api::pty_info::PtyType::Shell as i32,
+                no_terminate_on_idle_stdin: true,
+                ..Default::default()
+            });
+        }
         // Idempotent on exec_id: a start whose answer was lost is safe to repeat.
         self.exec
             .exec_start(&router, start, op)
             .await
             .map_err(safe)?;
         // The first stdin bytes (again on a retried start: the router drops the overlap).
-        let close = request.stdin == StdinMode::Closed;
+        let close = request.stdin == StdinMode::Closed && request.terminal.is_none();
         if !command.stdin().is_empty() || close {
             let write = StdinWrite {
                 at: 0,
@@ -465,13 +502,30 @@ impl<'a> ModalProcesses<'a> {
         let op = "status";
         let key = self.key_of(handle, op)?;
         if !REGISTRY.exists(self.exec, op, &key).await? {
-            return Err(self.error(
-                ErrorKind::NotFound,
-                op,
-                "no process was started (or it was released) under this handle",
-            ));
+            return Err(self.not_started(op));
         }
         self.info(key, op).await
+    }
+
+    async fn resize_to(&self, handle: &ProcessHandle, size: TerminalSize) -> Result<(), Error> {
+        let op = "resize";
+        let key = self.key_of(handle, op)?;
+        let (rows, cols) = (size.rows.to_string(), size.cols.to_string());
+        let entry = Self::entry(&key);
+        match self
+            .script(op, RESIZE, &[&entry, &rows, &cols])
+            .await?
+            .as_str()
+        {
+            "modal:sized" | "modal:gone" => Ok(()),
+            "modal:notty" => Err(self.error(
+                ErrorKind::InvalidCommand,
+                op,
+                "the process was started without a terminal",
+            )),
+            "modal:none" => Err(self.not_started(op)),
+            _ => Err(error::protocol(op, "no modal:sized/gone/notty/none answer")),
+        }
     }
 
     async fn list_all(&self) -> Result<Vec<ProcessInfo>, Error> {
@@ -496,7 +550,7 @@ impl<'a> ModalProcesses<'a> {
     }
 }
 
-execseam_adapter_kit::forward_processes!(ModalProcesses<'_>);
+execseam_adapter_kit::forward_processes!(ModalProcesses<'_>, resize);
 
 #[cfg(test)]
 mod tests {

@@ -10,6 +10,7 @@ use execseam_core::{
 };
 use execseam_emulators::modal::{ModalEmulator, TOKEN_ID};
 use execseam_emulators::{EmulatorOptions, Fault, FaultRule};
+use execseam_layers::ExecExt;
 use execseam_modal::{ModalConfig, ModalExec, ModalProvider, is_v1_sandbox_id};
 use execseam_modal_proto::api;
 
@@ -295,6 +296,25 @@ async fn the_exec_timeout_is_enforced_by_modal() {
         .await
         .unwrap();
     assert_eq!(alive.stdout.as_ref(), b"gone\n");
+
+    // None configured: the host's deadline (a library user's `WithDeadline`; `mcp`'s
+    // `timeout_secs`, the `code` tool and `run --timeout` take the same kit path) is sent as
+    // Modal's timeout_secs, so the command is killed, not abandoned (issue 38, D29). Before,
+    // the layer said "abandoned; this backend cannot kill it" and `sleep` ran on.
+    let plain = provider(&emu).connect(exec.id()).await.unwrap();
+    let e = (&plain)
+        .with_deadline(Duration::from_secs(1))
+        .exec(sh("echo $$ > /root/pid; exec sleep 30"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout(Deadline::Command), "{e}");
+    assert!(e.message().contains("Modal killed the command"), "{e}");
+    let alive = stdout(
+        &plain,
+        "kill -0 \"$(cat /root/pid)\" 2>/dev/null && echo alive || echo gone",
+    )
+    .await;
+    assert_eq!(alive, "gone\n");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -31,11 +31,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use clap::Args;
-use execseam::{Command, Deadline, Error, ErrorKind, Exec, Output, Retry, SandboxSpec, Tool};
+use execseam::{Command, Error, Exec, Output, SandboxSpec, Tool};
 use execseam_core::{
     ProcessHandle, ProcessState, Processes, Signal, StartKey, StartRequest, StdinWrite,
     StreamOffsets, Waited,
 };
+use execseam_layers::ExecExt;
 use execseam_tools::{
     GrepOptions, Language, ReadRange, ToolError, Tools, WriteOptions, normalize_absolute,
 };
@@ -697,16 +698,9 @@ impl McpServer {
             Err(e) => return Ok(tool_error(&ToolError::Exec(e))),
         };
         let timeout = Duration::from_secs(timeout);
-        let r = match tokio::time::timeout(timeout, self.exec.exec(cmd)).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::new(
-                ErrorKind::Timeout(Deadline::Command),
-                format!("the command ran longer than {timeout:?}"),
-            )
-            .with_provider(self.exec.provider().to_owned())
-            .with_operation("exec")
-            .with_retry(Retry::Unsafe)),
-        };
+        // The layer's deadline reaches the adapter (a provider with a per-exec timeout of its
+        // own kills the command there: issue 38, D29).
+        let r = (&*self.exec).with_deadline(timeout).exec(cmd).await;
         Ok(match r {
             Ok(o) => ok(self.output(&o)),
             Err(e) => tool_error(&ToolError::Exec(e)),

@@ -3,7 +3,6 @@
 //! ([`close`]): a sandbox it created is destroyed, one it connected to is left running.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use execseam::{AdapterInfo as Adapter, Capabilities, Error, Provider, Sandbox, SandboxSpec};
 
@@ -37,34 +36,6 @@ pub async fn open_with(
     spec: SandboxSpec,
 ) -> Result<Arc<dyn Sandbox>, Error> {
     open_provider(provider(name)?, sandbox, spec).await
-}
-
-/// [`open`] for a command with a host `deadline`: where the adapter has no kill of its own but
-/// its provider kills at a per-exec timeout (a [`VarKind::ExecTimeout`](execseam::VarKind)
-/// variable: Modal), the deadline is sent there (issue 38, D29). Returns the sandbox and, when
-/// it was sent, the whole seconds the provider kills at.
-pub async fn open_within(
-    name: &str,
-    sandbox: Option<&str>,
-    deadline: Option<Duration>,
-) -> Result<(Arc<dyn Sandbox>, Option<u64>), Error> {
-    let adapter = execseam::adapter(name)?;
-    let env = execseam_adapter_kit::vars::env;
-    let Some((var, secs)) = deadline
-        .and_then(|d| execseam_adapter_kit::vars::exec_timeout_within(adapter.vars, d, &env))
-    else {
-        return Ok((open(name, sandbox).await?, None));
-    };
-    let lookup = move |k: &str| {
-        if k == var {
-            Some(secs.to_string())
-        } else {
-            env(k)
-        }
-    };
-    let provider = adapter.build(&lookup)?;
-    let sandbox = open_provider(provider, sandbox, SandboxSpec::new()).await?;
-    Ok((sandbox, Some(secs)))
 }
 
 async fn open_provider(

@@ -31,8 +31,8 @@ pub struct RunArgs {
     stdin: Option<String>,
     /// Kill the command after this many seconds (a host-side deadline; 0: none). A finite
     /// number: `inf`, `nan` and negative values are usage errors; one too large for a
-    /// deadline means none. An adapter whose provider kills at a per-exec timeout, and has no
-    /// kill call (Modal), gets it there, rounded up to whole seconds.
+    /// deadline means none. An adapter whose provider kills at a per-exec timeout (Modal, Fly)
+    /// gets it there, rounded up to whole seconds.
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     timeout: Option<f64>,
     /// Print the whole result (or error) as one JSON object.
@@ -151,10 +151,6 @@ impl Signals {
     }
 }
 
-/// How much longer than a provider's own per-exec timeout the host waits for the kill it
-/// reports, when `--timeout` was sent there.
-const PROVIDER_KILL_GRACE: Duration = Duration::from_secs(2);
-
 /// How long an exit waits for the kills and deletes that dropped handles started (the kit's
 /// reaper): each is one request bounded by its adapter's request timeout.
 pub const DRAIN: Duration = Duration::from_secs(10);
@@ -197,12 +193,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
     // Interrupted during the create: the kit's guard destroys the sandbox when its answer
     // arrives (drained before exiting).
     let deadline = args.timeout.and_then(deadline_of);
-    let (sandbox, deadline) = tokio::select! {
-        s = registry::open_within(&args.adapter, args.sandbox.as_deref(), deadline) => match s {
-            Ok((s, None)) => (s, deadline),
-            // The provider kills at its own timeout: the host's deadline waits that long and a
-            // little more, so the kill it reports (a confirmed one) comes first (issue 38, D29).
-            Ok((s, Some(secs))) => (s, Some(Duration::from_secs(secs).saturating_add(PROVIDER_KILL_GRACE))),
+    let sandbox = tokio::select! {
+        s = registry::open(&args.adapter, args.sandbox.as_deref()) => match s {
+            Ok(s) => s,
             Err(e) => return report(&args, Err(e)),
         },
         sig = signals.recv() => return interrupted_exit(sig, None).await,

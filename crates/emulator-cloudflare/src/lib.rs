@@ -38,8 +38,13 @@
 //!   pseudo-terminal, replay, `ready`, binary I/O, `resize`, `error` status messages, and no
 //!   `exit` frame, as the released container (`pty`).
 //!
-//! Deliberate deviations (listed in `docs/adapters/cloudflare.md`): tunnels and bucket mounts
-//! answer with their documented 502 errors (the emulator has no cloudflared or s3fs); a timed-out command is killed at once (no 5 s grace between SIGTERM and SIGKILL);
+//! - tunnels (`tunnel`): `POST /v1/sandbox/{id}/tunnel/{port}` records an ephemeral tunnel whose
+//!   URL is `http://{port}-{random}.trycloudflare.localhost:<emulator port>` (the service's
+//!   `https://<random>.trycloudflare.com` cannot resolve offline), forwarded to the sandbox's
+//!   port; `DELETE` removes it.
+//!
+//! Deliberate deviations (listed in `docs/adapters/cloudflare.md`): named tunnels and bucket
+//! mounts answer with their documented 502 errors (the emulator has no Cloudflare zone or s3fs); a timed-out command is killed at once (no 5 s grace between SIGTERM and SIGKILL);
 //! a signal death is reported as 128+n.
 //!
 //! Faults (route `exec`, at the top of the exec handler): 429 with `Retry-After` (as Cloudflare's
@@ -65,6 +70,7 @@ mod exec;
 mod pty;
 mod pty_spawn;
 mod routes;
+mod tunnel;
 pub mod wire;
 
 /// The bridge's OpenAPI document (from `@cloudflare/sandbox` 0.12.10), served at
@@ -128,6 +134,8 @@ pub struct Entry {
     pub(crate) sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// The terminals (`/pty`), one per session.
     pub(crate) terminals: pty::Terminals,
+    /// Its tunnels, by port.
+    pub(crate) tunnels: Mutex<BTreeMap<u16, tunnel::Tunnel>>,
 }
 
 impl SandboxEntry for Entry {
@@ -156,6 +164,7 @@ impl State {
             sandbox,
             sessions: Mutex::new(HashMap::new()),
             terminals: pty::Terminals::default(),
+            tunnels: Mutex::new(BTreeMap::new()),
         });
         map.insert(id.to_owned(), entry.clone());
         Ok(entry)

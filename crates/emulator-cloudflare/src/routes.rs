@@ -91,6 +91,10 @@ pub(crate) async fn handle(
     AxState(state): AxState<Arc<State>>,
     req: Request<Body>,
 ) -> Response<Body> {
+    let req = match super::tunnel::proxy(&state, req).await {
+        Ok(r) => return r,
+        Err(req) => req,
+    };
     let path = req.uri().path().to_owned();
     if path == "/health" {
         return if req.method() == Method::GET {
@@ -223,7 +227,10 @@ async fn sandbox_routes(state: Arc<State>, req: Request<Body>) -> Response<Body>
             let tail = tail.unwrap_or_default();
             file(entry, req, &tail).await
         }
-        "tunnel" => tunnel(req, tail.as_deref().unwrap_or("")).await,
+        "tunnel" => match tail.as_deref().filter(|p| valid_port(p)) {
+            Some(p) => super::tunnel::route(&state, entry, req, p.parse().expect("checked")).await,
+            None => error_json("Invalid port", "invalid_request", 400),
+        },
         "running" => {
             let ok = entry
                 .sandbox
@@ -368,39 +375,6 @@ fn valid_port(p: &str) -> bool {
     p.parse::<u32>()
         .is_ok_and(|n| (1024..=65535).contains(&n) && n != 3000)
         && !p.starts_with('+')
-}
-
-async fn tunnel(req: Request<Body>, port: &str) -> Response<Body> {
-    if !valid_port(port) {
-        return error_json("Invalid port", "invalid_request", 400);
-    }
-    if req.method() == Method::DELETE {
-        // Nothing was ever tunnelled here: "deleted or already absent".
-        return empty(204);
-    }
-    let raw = read_body(req, MAX_BODY).await.unwrap_or_default();
-    let text = String::from_utf8_lossy(&raw);
-    if !text.trim().is_empty() {
-        match serde_json::from_str::<serde_json::Value>(&text) {
-            Err(_) => return error_json("Invalid JSON body", "invalid_request", 400),
-            Ok(v) => {
-                if let Some(name) = v.as_object().and_then(|o| o.get("name"))
-                    && !name.is_string()
-                {
-                    return error_json(
-                        "name must be a string when provided",
-                        "invalid_request",
-                        400,
-                    );
-                }
-            }
-        }
-    }
-    error_json(
-        "tunnel failed: cloudflared is not available in the emulator",
-        "tunnel_error",
-        502,
-    )
 }
 
 async fn persist(entry: Arc<Entry>, req: Request<Body>) -> Response<Body> {

@@ -570,10 +570,16 @@ impl Exec {
                         match p.first() {
                             Some(0) if self.stdin => { let _ = master.write_all(&p[1..]).await; }
                             Some(4) => {
+                                // client-go's `TerminalSize{Width, Height uint16}`: a
+                                // missing field is 0, and the kubelet skips a size with
+                                // either below 1 (`pkg/kubelet/container/resize.go`,
+                                // `HandleResizing`).
                                 if let Ok(size) = serde_json::from_slice::<Value>(&p[1..]) {
-                                    let cols = size["Width"].as_u64().unwrap_or(80) as u16;
-                                    let rows = size["Height"].as_u64().unwrap_or(24) as u16;
-                                    let _ = master.resize(PtySize::new(rows, cols));
+                                    let dim = |k: &str| size[k].as_u64().and_then(|v| u16::try_from(v).ok()).unwrap_or(0);
+                                    let (cols, rows) = (dim("Width"), dim("Height"));
+                                    if cols >= 1 && rows >= 1 {
+                                        let _ = master.resize(PtySize::new(rows, cols));
+                                    }
                                 }
                             }
                             // Closing a terminal's stdin: the line discipline's end of file.

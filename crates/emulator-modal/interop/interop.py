@@ -197,6 +197,7 @@ def main():
 
     filesystem(sb)
     handles(sb)
+    pty(sb)
 
     # Entrypoint: the sandbox's own command; its exit code is the sandbox's returncode
     # (_common.py _result_returncode returns result.exitcode for a finished sandbox).
@@ -305,6 +306,46 @@ def handles(sb):
     on_loop(start(eid, "sh", "-c", "kill -TERM $$"))
     waited = on_loop(rc.exec_wait(task_id, eid))
     check("handles: a signal death is exit_status.signal", waited.WhichOneof("exit_status") == "signal" and waited.signal == 15, waited)
+
+
+def pty(sb):
+    """`Sandbox.exec(pty=True)` (modal 1.6.4 sandbox/_sandbox.py: `pty_info = default_pty_info()`,
+    i.e. `get_pty_info(shell=True, no_terminate_on_idle_stdin=True)` from the caller's window size
+    and TERM; "all output (stdout and stderr from the process) is multiplexed into stdout, and the
+    stderr stream is effectively empty"), and the deprecated explicit `pty_info` for a size."""
+    from modal_proto import api_pb2
+
+    p = sb.exec("sh", "-c", "test -t 0 -a -t 1 && echo tty; echo err >&2; exit 4", pty=True)
+    out, err = p.stdout.read(), p.stderr.read()
+    check("pty: the command is on a terminal, stderr merged into stdout, stderr empty",
+          out == "tty\r\nerr\r\n" and err == "", (out, err))
+    check("pty: wait() gives the exit code", p.wait() == 4, p.returncode)
+
+    info = api_pb2.PTYInfo(enabled=True, winsz_rows=33, winsz_cols=101, env_term="xterm-interop",
+                           pty_type=api_pb2.PTYInfo.PTY_TYPE_SHELL, no_terminate_on_idle_stdin=True)
+    code, out, _ = run(sb, "sh", "-c", "stty size; echo TERM=$TERM", pty_info=info)
+    check("pty: the window size and TERM of pty_info", code == 0 and out == "33 101\r\nTERM=xterm-interop\r\n", out)
+
+    p = sb.exec("cat", pty=True)
+    p.stdin.write(b"hello\n")
+    p.stdin.drain()
+    seen = ""
+    for chunk in p.stdout:
+        seen += chunk
+        if seen.count("hello") >= 2:
+            break
+    check("pty: a typed line is echoed by the terminal, then by cat", seen == "hello\r\nhello\r\n", repr(seen))
+    p.stdin.write(b"\x04")
+    p.stdin.drain()
+    check("pty: ^D typed ends cat's input", p.wait() == 0, p.returncode)
+
+    p = sb.exec("sh", "-c", "echo ready; exec sleep 100", pty=True)
+    for chunk in p.stdout:
+        if "ready" in chunk:
+            break
+    p.stdin.write(b"\x03")
+    p.stdin.drain()
+    check("pty: ^C typed is the terminal's SIGINT (130)", p.wait() == 130, p.returncode)
 
 
 def snapshots(app, sb):

@@ -617,6 +617,7 @@ impl Shared {
                 self.entrypoint_retention
                     .load(std::sync::atomic::Ordering::Relaxed),
             ),
+            pty: None,
         };
         let p = process::spawn(&sb.sandbox, "entrypoint", spec)
             .await

@@ -3,6 +3,13 @@
 //! can resume after a reconnect, `TaskExecStdioReadRequest.offset`), stdin fed through a queue
 //! by offset (`TaskExecStdinWrite`, `TaskExecStdinWriteStream`), `timeout_secs` enforced here
 //! with SIGKILL, and the end recorded as a code or a signal (`TaskExecWaitResponse.exit_status`).
+//!
+//! An exec with `pty_info` (modal 1.6.4 `Sandbox.exec(pty=True)` sends `default_pty_info()`,
+//! `modal/sandbox/_common.py`: the caller's window size, `TERM`, `PTY_TYPE_SHELL`,
+//! `no_terminate_on_idle_stdin`) runs on a real pseudo-terminal of the sandbox
+//! ([`Sandbox::spawn_pty`]): everything it writes is stdout ("all output (stdout and stderr from
+//! the process) is multiplexed into stdout, and the stderr stream is effectively empty", the
+//! `exec` docstring), stdin is typed into the terminal. Modal has no resize RPC for an exec.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -53,6 +60,8 @@ pub struct Spawn {
     pub timeout: Option<Duration>,
     /// Keep only the most recent this many bytes of each stream (`None`: all of it).
     pub retain: Option<usize>,
+    /// Run on a pseudo-terminal of this size (`pty_info`); `stdout`/`stderr` are then unused.
+    pub pty: Option<execseam_emulator_kit::PtySize>,
 }
 
 /// Why a process could not start.
@@ -238,6 +247,9 @@ impl Proc {
 /// a program that does not exist fails the spawn inside the sandbox (ENOENT) before anything
 /// runs.
 pub async fn spawn(sandbox: &Arc<Sandbox>, id: &str, spec: Spawn) -> Result<Arc<Proc>, SpawnError> {
+    if let Some(size) = spec.pty {
+        return spawn_pty(sandbox, id, spec, size).await;
+    }
     let mut proc = tokio::process::Command::new(&spec.argv[0]);
     proc.args(&spec.argv[1..])
         .env_clear()
@@ -256,49 +268,9 @@ pub async fn spawn(sandbox: &Arc<Sandbox>, id: &str, spec: Spawn) -> Result<Arc<
     let spawned = sandbox
         .spawn(proc, sandbox.user(), &spec.cwd)
         .await
-        .map_err(|e| match e {
-            execseam_spawn::SpawnError::Workdir(_) => SpawnError::NotFound(format!(
-                "failed to spawn exec: working directory {:?}: No such file or directory (os error 2)",
-                spec.cwd
-            )),
-            execseam_spawn::SpawnError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                SpawnError::NotFound(format!(
-                    "failed to spawn exec: program {:?}: {e}",
-                    spec.argv[0]
-                ))
-            }
-            execseam_spawn::SpawnError::Io(e)
-                if e.kind() == std::io::ErrorKind::PermissionDenied =>
-            {
-                SpawnError::PermissionDenied(format!(
-                    "failed to spawn exec: program {:?}: {e}",
-                    spec.argv[0]
-                ))
-            }
-            execseam_spawn::SpawnError::Io(e) => {
-                SpawnError::Other(format!("failed to spawn exec {:?}: {e}", spec.argv[0]))
-            }
-        })?;
+        .map_err(|e| spawn_error(e, &spec))?;
     let mut child = spawned.child;
-    let host_pid = spawned.host_pid;
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let (changed, _) = watch::channel(0u64);
-    let p = Arc::new(Proc {
-        id: id.to_owned(),
-        host_pid,
-        sandbox: Arc::downgrade(sandbox),
-        cut: AtomicBool::new(false),
-        spools: Mutex::new(std::array::from_fn(|_| Spool {
-            cap: spec.retain,
-            ..Spool::default()
-        })),
-        ended: Mutex::new(None),
-        stdin: Mutex::new(Stdin {
-            tx: Some(tx),
-            ..Stdin::default()
-        }),
-        changed,
-    });
+    let (p, rx) = new_proc(sandbox, id, spawned.host_pid, &spec);
     // stdout-only exec: stderr is discarded; merged: both pipes feed spool 0.
     let out_fd = 0;
     let err_fd = if spec.stderr == StderrTo::Stdout {
@@ -326,8 +298,107 @@ pub async fn spawn(sandbox: &Arc<Sandbox>, id: &str, spec: Spawn) -> Result<Arc<
             let _ = pipe.shutdown().await;
         });
     }
-    let reaped = p.clone();
-    let timeout = spec.timeout;
+    reap(p.clone(), child, spec.timeout, [pump_out, pump_err]);
+    Ok(p)
+}
+
+/// [`spawn`] on a pseudo-terminal: its output is stream 0, stdin is typed into it (a closed
+/// stdin types nothing: a terminal has no end of input but ^D, which is the caller's to send).
+async fn spawn_pty(
+    sandbox: &Arc<Sandbox>,
+    id: &str,
+    spec: Spawn,
+    size: execseam_emulator_kit::PtySize,
+) -> Result<Arc<Proc>, SpawnError> {
+    let mut proc = tokio::process::Command::new(&spec.argv[0]);
+    proc.args(&spec.argv[1..])
+        .env_clear()
+        .envs(&spec.env)
+        .kill_on_drop(false);
+    let spawned = sandbox
+        .spawn_pty(proc, sandbox.user(), &spec.cwd, size)
+        .await
+        .map_err(|e| spawn_error(e, &spec))?;
+    let (p, mut rx) = new_proc(sandbox, id, spawned.host_pid, &spec);
+    let master = spawned.master;
+    let (reader, out) = (master.clone(), p.clone());
+    let pump_out = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n @ 1..) = reader.read(&mut buf).await {
+            out.spools.lock().expect("spools")[0].push(&buf[..n]);
+            out.changed.send_modify(|v| *v += 1);
+        }
+    });
+    tokio::spawn(async move {
+        while let Some(chunk) = rx.recv().await {
+            if master.write_all(&chunk).await.is_err() {
+                break; // the terminal closed: the rest is dropped
+            }
+        }
+    });
+    reap(
+        p.clone(),
+        spawned.child,
+        spec.timeout,
+        [Some(pump_out), None],
+    );
+    Ok(p)
+}
+
+/// Why the harness could not start `spec`, as the router says it.
+fn spawn_error(e: execseam_spawn::SpawnError, spec: &Spawn) -> SpawnError {
+    match e {
+        execseam_spawn::SpawnError::Workdir(_) => SpawnError::NotFound(format!(
+            "failed to spawn exec: working directory {:?}: No such file or directory (os error 2)",
+            spec.cwd
+        )),
+        execseam_spawn::SpawnError::Io(e) => {
+            let program = format!("failed to spawn exec: program {:?}: {e}", spec.argv[0]);
+            match e.kind() {
+                std::io::ErrorKind::NotFound => SpawnError::NotFound(program),
+                std::io::ErrorKind::PermissionDenied => SpawnError::PermissionDenied(program),
+                _ => SpawnError::Other(format!("failed to spawn exec {:?}: {e}", spec.argv[0])),
+            }
+        }
+    }
+}
+
+/// The record of a process just spawned, and the receiving end of its stdin queue.
+fn new_proc(
+    sandbox: &Arc<Sandbox>,
+    id: &str,
+    host_pid: u32,
+    spec: &Spawn,
+) -> (Arc<Proc>, mpsc::UnboundedReceiver<Bytes>) {
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let (changed, _) = watch::channel(0u64);
+    let p = Arc::new(Proc {
+        id: id.to_owned(),
+        host_pid,
+        sandbox: Arc::downgrade(sandbox),
+        cut: AtomicBool::new(false),
+        spools: Mutex::new(std::array::from_fn(|_| Spool {
+            cap: spec.retain,
+            ..Spool::default()
+        })),
+        ended: Mutex::new(None),
+        stdin: Mutex::new(Stdin {
+            tx: Some(tx),
+            ..Stdin::default()
+        }),
+        changed,
+    });
+    (p, rx)
+}
+
+/// Waits for `child` (killed at `timeout`), lets the `pumps` deliver what is left, then records
+/// the end.
+fn reap(
+    reaped: Arc<Proc>,
+    mut child: tokio::process::Child,
+    timeout: Option<Duration>,
+    pumps: [Option<tokio::task::JoinHandle<()>>; 2],
+) {
     tokio::spawn(async move {
         let status = match timeout {
             None => child.wait().await,
@@ -346,7 +417,7 @@ pub async fn spawn(sandbox: &Arc<Sandbox>, id: &str, spec: Spawn) -> Result<Arc<
         // for descendants that keep a pipe open after the process itself is gone.
         // One bound for both pipes, not one each.
         let drained = async {
-            for pump in [pump_out, pump_err].into_iter().flatten() {
+            for pump in pumps.into_iter().flatten() {
                 let _ = pump.await;
             }
         };
@@ -372,7 +443,6 @@ pub async fn spawn(sandbox: &Arc<Sandbox>, id: &str, spec: Spawn) -> Result<Arc<
         }
         reaped.changed.send_modify(|v| *v += 1);
     });
-    Ok(p)
 }
 
 async fn pump<R: AsyncRead + Unpin>(mut r: R, p: Arc<Proc>, fd: usize, keep: bool) {

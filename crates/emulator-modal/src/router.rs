@@ -119,6 +119,26 @@ fn exit_of(e: Ended) -> (Option<i32>, Option<i32>) {
     }
 }
 
+/// The terminal of a `pty_info` exec: its window size (24x80 where the client sent none: a
+/// client without a terminal of its own sends 0, `modal/_output/pty.py` `get_pty_info`), and
+/// the `TERM`, `COLORTERM`, `TERM_PROGRAM` it names added to the environment.
+fn pty_of(
+    info: &execseam_modal_proto::api::PtyInfo,
+    env: &mut BTreeMap<String, String>,
+) -> execseam_emulator_kit::PtySize {
+    for (k, v) in [
+        ("TERM", &info.env_term),
+        ("COLORTERM", &info.env_colorterm),
+        ("TERM_PROGRAM", &info.env_term_program),
+    ] {
+        if !v.is_empty() {
+            env.insert(k.to_owned(), v.clone());
+        }
+    }
+    let dim = |n: u32, default: u16| u16::try_from(n).ok().filter(|n| *n > 0).unwrap_or(default);
+    execseam_emulator_kit::PtySize::new(dim(info.winsz_rows, 24), dim(info.winsz_cols, 80))
+}
+
 /// Waits for `p` to end while `sb` runs; `None` if the task went away first.
 async fn wait_while_running(sb: &ModalSandbox, p: &Proc) -> Option<Ended> {
     let mut result = sb.result.subscribe();
@@ -163,9 +183,6 @@ impl TaskCommandRouter for Router {
             if req.command_args.is_empty() {
                 return Err(Status::invalid_argument("command_args must not be empty"));
             }
-            if req.pty_info.is_some() {
-                return Err(Status::unimplemented("PTY execs are not emulated"));
-            }
             if !req.container_id.is_empty() {
                 return Err(Status::not_found(format!(
                     "Container {} not found",
@@ -183,6 +200,7 @@ impl TaskCommandRouter for Router {
             }
             let mut extra: BTreeMap<String, String> = secret_env(&req.secret_sources)?;
             extra.extend(req.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+            let pty = req.pty_info.as_ref().map(|info| pty_of(info, &mut extra));
             use tcr::{TaskExecStderrConfig as E, TaskExecStdoutConfig as O};
             let spec = process::Spawn {
                 argv: req.command_args.clone(),
@@ -196,6 +214,7 @@ impl TaskCommandRouter for Router {
                 },
                 timeout: req.timeout_secs.map(|s| Duration::from_secs(u64::from(s))),
                 retain: None,
+                pty,
             };
             let p = process::spawn(sb.sandbox(), &req.exec_id, spec)
                 .await

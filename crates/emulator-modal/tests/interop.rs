@@ -1,7 +1,8 @@
 //! The official Modal client (`modal==1.6.4`, pinned in `interop/modal/requirements.txt`)
 //! against the Modal emulator: sandbox create / from_id / list / names / terminate, exec (argv,
 //! workdir, env, stdin, separate streams, signals, timeouts, poll), what process handles rely on
-//! (one exec per `exec_id`, reads from an offset, stdin by offset), `sb.filesystem`, the V1
+//! (one exec per `exec_id`, reads from an offset, stdin by offset), `exec(pty=True)` (a real
+//! terminal: size, TERM, echo, ^C, ^D), `sb.filesystem`, the V1
 //! backend, the sandbox's own stdio (the entrypoint's stdout/stderr by offset, its stdin with
 //! EOF) and the image's `ENV`/`WORKDIR`, filesystem snapshots (`snapshot_filesystem`, a sandbox
 //! from the image, `image_delete`), and faults mapped to the client's own exceptions and
@@ -77,6 +78,10 @@ async fn the_official_client_drives_sandboxes_exec_and_files() {
         "ok handles: exec_stdio_read after the exit, from 0 and from a mid offset, byte-exact per stream",
         "ok handles: stdin by offset with eof: exact input, then closed",
         "ok handles: a signal death is exit_status.signal",
+        "ok pty: the command is on a terminal, stderr merged into stdout, stderr empty",
+        "ok pty: the window size and TERM of pty_info",
+        "ok pty: a typed line is echoed by the terminal, then by cat",
+        "ok pty: ^C typed is the terminal's SIGINT (130)",
         "ok a sandbox past its timeout: wait() raises SandboxTimeoutError",
         "ok a sandbox from the snapshot image has the files as they were",
         "ok the source and the sandbox from its snapshot share nothing",

@@ -10,7 +10,9 @@
 //!   Where the adapter's stream has an awaitable kill ([`EventStream::kill`]) the layer waits
 //!   for it (at most [`WithDeadline::kill_wait`], 750 ms by default), and the message says
 //!   "killed" only when the kill was answered. A deadline too large for the clock
-//!   (`Duration::MAX`) means none.
+//!   (`Duration::MAX`) means none. The adapter sees the deadline (the kit's `deadline`
+//!   module): one whose provider kills at a per-exec timeout of its own (Modal, Fly) sends it
+//!   there, and the layer then waits its `PROVIDER_KILL_GRACE` longer for that kill's answer.
 //! - [`WithOutputCap`]: keeps at most N bytes of each stream and records what it dropped in
 //!   [`Output::truncated`].
 //! - [`WithRetry`]: retries only errors whose class is [`Retry::Safe`], with exponential backoff,
@@ -34,6 +36,7 @@ mod provider;
 
 pub use provider::{TracedProvider, TracedSandbox, traced};
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{Context, Poll};
@@ -45,6 +48,7 @@ use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use tokio::time::{Instant, Sleep};
 
+use execseam_adapter_kit::deadline::{Taken, until};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
     ExecStream, Output, Ownership, PartialOutput, Retry, Sandbox, Truncated,
@@ -163,18 +167,33 @@ enum Killed {
     Unconfirmed(Duration),
     /// The kill failed.
     Failed(String),
+    /// Dropped; the provider kills it at the per-exec timeout the adapter sent (unconfirmed).
+    AtProviderTimeout,
+}
+
+impl Killed {
+    /// What a dropped command becomes: killed by the provider at the timeout the adapter sent
+    /// it, by the adapter in the background, or not at all.
+    fn dropped(remote_kill: bool, taken: &Taken) -> Killed {
+        if taken.by_provider() {
+            Killed::AtProviderTimeout
+        } else {
+            Killed::Dropped { remote_kill }
+        }
+    }
 }
 
 /// Kills the stream, waiting at most `wait` for the answer; the kill keeps running after that.
-async fn kill_stream(stream: EventStream, remote_kill: bool, wait: Duration) -> Killed {
+/// `dropped`: what an unkillable stream's command becomes.
+async fn kill_stream(stream: EventStream, dropped: Killed, wait: Duration) -> Killed {
     if !stream.can_confirm_kill() {
         drop(stream);
-        return Killed::Dropped { remote_kill };
+        return dropped;
     }
     let task = tokio::spawn(stream.kill());
     match tokio::time::timeout(wait, task).await {
         Ok(Ok(Ok(true))) => Killed::Confirmed,
-        Ok(Ok(Ok(false))) => Killed::Dropped { remote_kill },
+        Ok(Ok(Ok(false))) => dropped,
         Ok(Ok(Err(e))) => Killed::Failed(e.to_string()),
         Ok(Err(join)) => Killed::Failed(join.to_string()),
         Err(_) => Killed::Unconfirmed(wait),
@@ -201,6 +220,10 @@ fn deadline_error(
             wait.as_millis()
         ),
         Killed::Failed(e) => format!("the kill failed: {e}"),
+        Killed::AtProviderTimeout => {
+            "the command was abandoned; the provider kills it at the per-exec timeout it was sent (unconfirmed)"
+                .to_owned()
+        }
     };
     Error::new(
         ErrorKind::Timeout(Deadline::Command),
@@ -213,6 +236,28 @@ fn deadline_error(
     .with_provider(provider.to_owned())
     .with_operation("exec")
     .with_partial(partial)
+}
+
+impl<E: Exec> WithDeadline<E> {
+    /// A stream's submit under `deadline` (which the adapter sees): the stream, or the
+    /// deadline's error.
+    async fn submit(
+        &self,
+        streaming: &dyn ExecStream,
+        command: Command,
+        deadline: Instant,
+        taken: &Taken,
+    ) -> Result<EventStream, Error> {
+        match until(deadline, taken, streaming.exec_stream(command)).await {
+            Some(r) => r,
+            None => Err(deadline_error(
+                self.provider(),
+                self.limit,
+                &Killed::dropped(self.inner.capabilities().remote_kill, taken),
+                PartialOutput::default(),
+            )),
+        }
+    }
 }
 
 impl<E: Exec> Exec for WithDeadline<E> {
@@ -230,31 +275,21 @@ impl<E: Exec> Exec for WithDeadline<E> {
             async move {
                 let deadline = deadline_at(self.limit);
                 let remote_kill = self.inner.capabilities().remote_kill;
-                let dropped = Killed::Dropped { remote_kill };
+                let taken = Taken::default();
                 let Some(streaming) = self.inner.streaming() else {
                     // Without a stream there is no partial output to keep.
-                    return match tokio::time::timeout_at(deadline, self.inner.exec(command)).await {
-                        Ok(r) => r,
-                        Err(_) => Err(deadline_error(
+                    return match until(deadline, &taken, self.inner.exec(command)).await {
+                        Some(r) => r,
+                        None => Err(deadline_error(
                             self.provider(),
                             self.limit,
-                            &dropped,
+                            &Killed::dropped(remote_kill, &taken),
                             PartialOutput::default(),
                         )),
                     };
                 };
-                let mut stream =
-                    match tokio::time::timeout_at(deadline, streaming.exec_stream(command)).await {
-                        Ok(r) => r?,
-                        Err(_) => {
-                            return Err(deadline_error(
-                                self.provider(),
-                                self.limit,
-                                &dropped,
-                                PartialOutput::default(),
-                            ));
-                        }
-                    };
+                let mut stream = self.submit(streaming, command, deadline, &taken).await?;
+                let deadline = taken.later(deadline);
                 let (mut stdout, mut stderr) = (BytesMut::new(), BytesMut::new());
                 loop {
                     match tokio::time::timeout_at(deadline, stream.next()).await {
@@ -282,7 +317,8 @@ impl<E: Exec> Exec for WithDeadline<E> {
                                 }));
                         }
                         Err(_) => {
-                            let killed = kill_stream(stream, remote_kill, self.kill_wait).await;
+                            let dropped = Killed::dropped(remote_kill, &taken);
+                            let killed = kill_stream(stream, dropped, self.kill_wait).await;
                             return Err(deadline_error(
                                 self.provider(),
                                 self.limit,
@@ -322,18 +358,10 @@ impl<E: Exec> ExecStream for WithDeadline<E> {
                     .ok_or_else(|| Error::unsupported("the wrapped adapter cannot stream"))?;
                 let deadline = deadline_at(self.limit);
                 let remote_kill = self.inner.capabilities().remote_kill;
-                let stream =
-                    match tokio::time::timeout_at(deadline, inner.exec_stream(command)).await {
-                        Ok(r) => r?,
-                        Err(_) => {
-                            return Err(deadline_error(
-                                self.provider(),
-                                self.limit,
-                                &Killed::Dropped { remote_kill },
-                                PartialOutput::default(),
-                            ));
-                        }
-                    };
+                let taken = Taken::default();
+                let stream = self.submit(inner, command, deadline, &taken).await?;
+                let dropped = Killed::dropped(remote_kill, &taken);
+                let deadline = taken.later(deadline);
                 let provider = self.provider().to_owned();
                 let (limit, kill_wait) = (self.limit, self.kill_wait);
                 Ok(stream.wrap(|stream| DeadlineStream {
@@ -343,7 +371,7 @@ impl<E: Exec> ExecStream for WithDeadline<E> {
                     provider,
                     limit,
                     kill_wait,
-                    remote_kill,
+                    dropped,
                 }))
             }
             .instrument(span),
@@ -359,7 +387,8 @@ struct DeadlineStream {
     provider: String,
     limit: Duration,
     kill_wait: Duration,
-    remote_kill: bool,
+    /// What the command becomes if its stream cannot confirm a kill.
+    dropped: Killed,
 }
 
 impl Stream for DeadlineStream {
@@ -398,7 +427,7 @@ impl Stream for DeadlineStream {
             let stream = this.inner.take().expect("checked above");
             this.killing = Some(Box::pin(kill_stream(
                 stream,
-                this.remote_kill,
+                this.dropped.clone(),
                 this.kill_wait,
             )));
             return self.poll_next(cx);

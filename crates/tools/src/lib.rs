@@ -939,12 +939,16 @@ impl<'a> Tools<'a> {
         #[cfg(not(feature = "typescript"))]
         let _ = native;
         let provider = self.exec.provider().to_owned();
-        match tokio::time::timeout(timeout, self.run(cmd)).await {
-            Ok(r) => r.and_then(|out| {
+        // The deadline reaches the adapter (a provider with a per-exec timeout of its own kills
+        // the program there: issue 38, D29).
+        let at = tokio::time::Instant::now() + timeout;
+        let taken = execseam_adapter_kit::deadline::Taken::default();
+        match execseam_adapter_kit::deadline::until(at, &taken, self.run(cmd)).await {
+            Some(r) => r.and_then(|out| {
                 code::check_output(out)
                     .map_err(|e| ToolError::Exec(e.with_provider(provider).with_operation("code")))
             }),
-            Err(_) => Err(ToolError::Exec(
+            None => Err(ToolError::Exec(
                 Error::new(
                     ErrorKind::Timeout(Deadline::Command),
                     format!("the {language} program ran longer than {timeout:?}"),
