@@ -9,6 +9,9 @@
 //! holds under whatever load the machine had. The other lines are progress and go to stderr.
 //!
 //! `--rows FILE` renders the table and the document from a saved stdout of the suite's binaries.
+//! `--rows FILE --merge` puts FILE's rows into the document's table in place of the rows of the
+//! same groups (e.g. one adapter's, from `EXECSEAM_BENCH_ONLY=<adapter>`), keeping every other
+//! row's line as it was and saying in the document which rows came from which run.
 //! `--pairs N` sets the pairs per row (default 200; fewer is a shorter, noisier run: the table's
 //! `n` column shows it). `cargo xtask bench --target <name>` runs one of the per-crate bench targets in [`BENCHES`].
 
@@ -169,9 +172,16 @@ pub fn render_text(rows: &[Row]) -> String {
 
 /// The table as Markdown (times in ms); `|` in a cell is escaped.
 pub fn render_markdown(rows: &[Row]) -> String {
-    let esc = |s: &str| s.replace('|', "\\|");
     let mut out = format!("| {} |\n", HEADER.join(" | "));
     out.push_str(&format!("|{}\n", "---|".repeat(HEADER.len())));
+    out.push_str(&markdown_rows(rows));
+    out
+}
+
+/// The Markdown lines of `rows`, without the header.
+fn markdown_rows(rows: &[Row]) -> String {
+    let esc = |s: &str| s.replace('|', "\\|");
+    let mut out = String::new();
     for r in rows {
         let c = r.cells();
         out.push_str(&format!(
@@ -187,7 +197,6 @@ pub fn render_markdown(rows: &[Row]) -> String {
 /// suite prints some rows late (P2's latency rows with injected latency, run together at the
 /// end); they join their provider's rows.
 pub fn table_order(mut rows: Vec<Row>) -> Vec<Row> {
-    let group = |r: &Row| format!("{} {}", r.section, r.name.split(':').next().unwrap_or(""));
     let mut first: Vec<String> = Vec::new();
     for r in &rows {
         let g = group(r);
@@ -198,6 +207,113 @@ pub fn table_order(mut rows: Vec<Row>) -> Vec<Row> {
     rows.sort_by_key(|r| first.iter().position(|g| *g == group(r)));
     rows
 }
+
+/// A row's group: its section and the part of its name before `:` (`P2 daytona`).
+fn group(r: &Row) -> String {
+    format!("{} {}", r.section, r.name.split(':').next().unwrap_or(""))
+}
+
+/// The group of a Markdown table line of [`markdown_rows`] (`None`: not a row).
+fn group_of_line(line: &str) -> Option<String> {
+    let first = line.strip_prefix("| ")?.split(" | ").next()?;
+    if first == HEADER[0] {
+        return None;
+    }
+    let (section, name) = first.split_once(' ')?;
+    Some(format!(
+        "{section} {}",
+        name.split(':').next().unwrap_or("")
+    ))
+}
+
+/// `--merge`: `rows` in place of the rows of their groups in the document `old`'s generated
+/// table (new groups after the last row); every other line as it was; the line of rows above
+/// target made again; a line before the table names the merged groups and their run.
+pub fn merge(old: &str, rows: &[Row], meta: &Meta) -> Result<String, String> {
+    let (Some(b), Some(e)) = (old.find(BEGIN), old.find(END)) else {
+        return Err("docs/performance.md has no generated table to merge into".into());
+    };
+    let mut groups: Vec<String> = Vec::new();
+    for r in rows {
+        if !groups.contains(&group(r)) {
+            groups.push(group(r));
+        }
+    }
+    let of = |g: &str| {
+        rows.iter()
+            .filter(|r| group(r) == g)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let mut lines: Vec<String> = Vec::new();
+    let mut placed: Vec<String> = Vec::new();
+    let mut last_row = None;
+    for line in old[b + BEGIN.len()..e].lines() {
+        if line.starts_with("Above target in this run:") {
+            continue;
+        }
+        match group_of_line(line) {
+            Some(g) if groups.contains(&g) => {
+                if !placed.contains(&g) {
+                    lines.extend(markdown_rows(&of(&g)).lines().map(str::to_owned));
+                    placed.push(g);
+                }
+            }
+            Some(_) => lines.push(line.to_owned()),
+            None if line.starts_with("| ") || line.starts_with("|---") => {
+                lines.push(line.to_owned())
+            }
+            None => {
+                lines.push(line.to_owned());
+                continue;
+            }
+        }
+        last_row = Some(lines.len());
+    }
+    let last_row = last_row.ok_or("the generated part of docs/performance.md has no table")?;
+    let rest: Vec<Row> = groups
+        .iter()
+        .filter(|g| !placed.contains(g))
+        .flat_map(|g| of(g))
+        .collect();
+    let tail = lines.split_off(last_row);
+    lines.extend(markdown_rows(&rest).lines().map(str::to_owned));
+    let above: Vec<String> = lines
+        .iter()
+        .filter(|l| l.contains(" ABOVE | "))
+        .filter_map(|l| Some(l.strip_prefix("| ")?.split(" | ").next()?.to_owned()))
+        .collect();
+    if !above.is_empty() {
+        lines.push(String::new());
+        lines.push(format!(
+            "Above target in this run: {} (see the explanations below).",
+            above.join("; ")
+        ));
+    }
+    lines.extend(tail.into_iter().skip_while(|l| l.is_empty()));
+    let header = lines
+        .iter()
+        .position(|l| l.starts_with(&format!("| {} |", HEADER[0])))
+        .ok_or("the generated table has no header")?;
+    let note = format!(
+        "Rows of {} from a later run merged in (`cargo xtask bench --rows FILE --merge`) at commit `{}`; load average {} at its start, {} at its end.",
+        groups.join(", "),
+        meta.commit,
+        meta.load_before,
+        meta.load_after
+    );
+    lines.splice(header..header, [note, String::new()]);
+    let mut generated = lines.join("\n");
+    generated.push('\n');
+    Ok(format!(
+        "{}{BEGIN}{generated}{END}{}",
+        &old[..b],
+        &old[e + END.len()..]
+    ))
+}
+
+const BEGIN: &str = "<!-- BEGIN cargo xtask bench -->";
+const END: &str = "<!-- END cargo xtask bench -->";
 
 /// Rows over their target, for the document's explanations.
 pub fn above_target(rows: &[Row]) -> Vec<&Row> {
@@ -273,7 +389,7 @@ fn rows_of(cmd: &mut Command, out: &mut Output) -> Result<(), String> {
 
 /// `--rows FILE`: the table and the document from a saved stdout of the suite's binaries (one
 /// run, e.g. `cargo bench -p execseam-reliability --bench suite > FILE`).
-fn from_file(file: &str, quick: bool) -> Result<(), String> {
+fn from_file(file: &str, quick: bool, merged: bool) -> Result<(), String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
     let mut out = Output::default();
     for l in text.lines() {
@@ -298,6 +414,14 @@ fn from_file(file: &str, quick: bool) -> Result<(), String> {
         total_secs: f64::NAN,
         commit: git_head(&root()),
     };
+    if merged {
+        let path = root().join("docs/performance.md");
+        let old = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(&path, merge(&old, &rows, &meta)?)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("merged into {}", path.display());
+        return Ok(());
+    }
     write_doc(&rows, &meta)
 }
 
@@ -316,6 +440,8 @@ fn write_doc(rows: &[Row], meta: &Meta) -> Result<(), String> {
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut quick = false;
     let mut pairs: Option<String> = None;
+    let mut rows_file = None;
+    let mut merged = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -326,10 +452,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     .map_err(|_| format!("--pairs {n:?}: not a number"))?;
                 pairs = Some(n.clone());
             }
-            "--rows" => {
-                let file = it.next().ok_or("--rows needs a file")?;
-                return from_file(file, quick);
-            }
+            "--rows" => rows_file = Some(it.next().ok_or("--rows needs a file")?),
+            "--merge" => merged = true,
             "--target" => {
                 let name = it.next().ok_or("--target needs a bench target's name")?;
                 let (package, bench) = BENCHES
@@ -340,6 +464,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
+    }
+    if let Some(file) = rows_file {
+        return from_file(file, quick, merged);
+    }
+    if merged {
+        return Err("--merge goes with --rows FILE".into());
     }
     let root = root();
     let load_before = loadavg();
@@ -468,8 +598,6 @@ pub fn document(rows: &[Row], meta: &Meta) -> String {
     let path = root().join("docs/performance.md");
     let old = std::fs::read_to_string(path).unwrap_or_default();
     let generated = generated(rows, meta);
-    const BEGIN: &str = "<!-- BEGIN cargo xtask bench -->";
-    const END: &str = "<!-- END cargo xtask bench -->";
     match (old.find(BEGIN), old.find(END)) {
         (Some(b), Some(e)) if b < e && !meta.quick => format!(
             "{}{BEGIN}\n{generated}{END}{}",
@@ -654,6 +782,59 @@ mod tests {
         );
         assert!(doc.contains("Above target in this run: P1 e2b"), "{doc}");
         assert!(doc.contains("`cargo xtask bench --quick`"), "{doc}");
+    }
+
+    #[test]
+    fn a_merge_replaces_only_the_groups_it_brings() {
+        let meta = |commit: &str| Meta {
+            quick: false,
+            load_before: "1".into(),
+            load_after: "2".into(),
+            build_secs: f64::NAN,
+            prepare_secs: f64::NAN,
+            total_secs: f64::NAN,
+            commit: commit.into(),
+        };
+        let old_rows = [
+            row("ROW\tP1\te2b: exec\tadapter\t2.004\t3.00\traw\t1.00\t2.00\t200\t1.05\tx"),
+            row("ROW\tP1\tk8s: exec\tadapter\t9.00\t9.00\traw\t1.00\t1.00\t200\t1.05\told"),
+            row("ROW\tP5\te2b: 512\tp99\t5.00\t5.00\tp50\t1.00\t1.00\t512\t5\ty"),
+        ];
+        let old = format!(
+            "# Performance\n\nintro\n\n{}\n## After\n",
+            document_block(&old_rows, &meta("aaa"))
+        );
+        let e2b_p1 = old
+            .lines()
+            .find(|l| l.starts_with("| P1 e2b"))
+            .unwrap()
+            .to_owned();
+        let new = [
+            row("ROW\tP1\tk8s: exec\tadapter\t1.00\t1.00\traw\t1.00\t1.00\t200\t1.05\tnew"),
+            row("ROW\tP5\tk8s: 512\tp99\t2.00\t2.00\tp50\t1.00\t1.00\t512\t5\tz"),
+        ];
+        let merged = merge(&old, &new, &meta("bbb")).unwrap();
+        let rows: Vec<&str> = merged.lines().filter(|l| l.starts_with("| P")).collect();
+        assert_eq!(rows.len(), 4, "{merged}");
+        assert_eq!(rows[0], e2b_p1, "a kept row is its old line");
+        assert!(rows[1].starts_with("| P1 k8s") && rows[1].ends_with("| new |"));
+        assert!(
+            rows[3].starts_with("| P5 k8s"),
+            "a new group after the last row"
+        );
+        assert!(merged.contains("Rows of P1 k8s, P5 k8s from a later run"));
+        assert!(merged.contains("Above target in this run: P1 e2b: exec (see"));
+        assert!(
+            !merged.contains("P1 k8s: exec (see"),
+            "no longer above target"
+        );
+        assert!(merged.starts_with("# Performance\n\nintro\n") && merged.ends_with("## After\n"));
+        assert!(merge("# Performance\n", &new, &meta("c")).is_err());
+    }
+
+    /// The generated block of a document with `rows`, markers included.
+    fn document_block(rows: &[Row], meta: &Meta) -> String {
+        format!("{BEGIN}\n{}{END}", generated(rows, meta))
     }
 
     #[test]

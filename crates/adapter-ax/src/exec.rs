@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use execseam_adapter_kit::exec_span;
+use execseam_adapter_kit::{exec_span, reaper};
 use execseam_core::{
     BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
     Output, Ownership, Retry, Sandbox,
@@ -121,8 +121,8 @@ impl AxExec {
         let stdin = command.stdin().clone();
         let request = start_request(&command, !stdin.is_empty());
         let id = start_process(&guest, request, "exec").await?;
-        let rx = self.follow(guest, id, [0, 0], true, stdin);
-        Ok(EventStream::new(Receiver(rx)))
+        let (rx, kill) = self.follow(guest, id, [0, 0], true, stdin);
+        Ok(EventStream::new(Receiver(rx)).with_kill(kill))
     }
 
     /// Follows process `id` from `offsets` to its exit message, resuming cut streams: an exec's
@@ -135,7 +135,7 @@ impl AxExec {
         offsets: [i64; 2],
         kill_on_drop: bool,
         stdin: Bytes,
-    ) -> mpsc::Receiver<Result<Event, Error>> {
+    ) -> (mpsc::Receiver<Result<Event, Error>>, Kill) {
         let (tx, rx) = mpsc::channel(16);
         let driver = Driver {
             guest,
@@ -145,15 +145,21 @@ impl AxExec {
             offsets,
             tails: [Vec::new(), Vec::new()],
             stdin_error: Arc::new(Mutex::new(None)),
-            kill_on_drop,
         };
+        // An attach only detaches: its guard is never armed.
+        let kill = if kill_on_drop {
+            kill_guard(driver.guest.clone(), driver.id.clone())
+        } else {
+            reaper::OnDrop::new(PROVIDER)
+        };
+        let awaitable = kill.kill();
         // Counted by the kit's reaper: a consumer that drops the stream leaves the driver to
         // notice and kill (its guard), and the front end's drain must wait for that.
-        execseam_adapter_kit::reaper::spawn(PROVIDER, "kill", async move {
-            driver.run(stdin).await;
+        reaper::spawn(PROVIDER, "kill", async move {
+            driver.run(stdin, kill).await;
             Ok(())
         });
-        rx
+        (rx, Box::new(awaitable))
     }
 
     /// The guest's channel (made on first use).
@@ -177,6 +183,9 @@ pub(crate) fn start_request(command: &Command, stdin: bool) -> StartProcessReque
         timeout: None,
     }
 }
+
+/// Kills a followed process's group (for [`EventStream::with_kill`]).
+pub(crate) type Kill = Box<dyn FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send>;
 
 /// `StartProcess`, checked: the new process's id. A lost answer is `Unsafe` (the guest mints
 /// the id: a retry would start a second process).
@@ -337,33 +346,23 @@ impl futures_core::Stream for Receiver {
     }
 }
 
-/// SIGKILLs the process group on drop unless disarmed (the exec was abandoned or failed while the
-/// process may still run).
-struct KillOnDrop {
-    guest: Guest,
-    id: String,
-    armed: bool,
-}
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
+/// SIGKILLs the process group: the guard that does it on drop, or when the stream's kill asks,
+/// unless disarmed (the exec ended, or failed once the process had exited).
+fn kill_guard(guest: Guest, id: String) -> reaper::OnDrop {
+    let guard = reaper::OnDrop::new(PROVIDER);
+    guard.arm("kill", async move {
+        match guest.signal(&id, Signal::Kill).await {
+            Ok(_) => Ok(()),
+            // The process already ended (and was reaped): nothing to kill.
+            Err(s) if s.code() == Code::NotFound => Ok(()),
+            Err(s) => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!("signal {id}: {:?}: {}", s.code(), s.message()),
+            )
+            .with_provider(PROVIDER)),
         }
-        let (guest, id) = (self.guest.clone(), std::mem::take(&mut self.id));
-        execseam_adapter_kit::reaper::spawn(PROVIDER, "kill", async move {
-            match guest.signal(&id, Signal::Kill).await {
-                Ok(_) => Ok(()),
-                // The process already ended (and was reaped): nothing to kill.
-                Err(s) if s.code() == Code::NotFound => Ok(()),
-                Err(s) => Err(Error::new(
-                    ErrorKind::Unavailable,
-                    format!("signal {id}: {:?}: {}", s.code(), s.message()),
-                )
-                .with_provider(PROVIDER)),
-            }
-        });
-    }
+    });
+    guard
 }
 
 /// What one output stream ended with.
@@ -386,17 +385,10 @@ struct Driver {
     /// The bytes received at or past the guest's log limit (to recognise its marker).
     tails: [Vec<u8>; 2],
     stdin_error: Arc<Mutex<Option<Error>>>,
-    /// An exec (kill the group when its consumer goes), not an attach.
-    kill_on_drop: bool,
 }
 
 impl Driver {
-    async fn run(mut self, stdin: Bytes) {
-        let mut kill = KillOnDrop {
-            guest: self.guest.clone(),
-            id: self.id.clone(),
-            armed: self.kill_on_drop,
-        };
+    async fn run(mut self, stdin: Bytes, kill: reaper::OnDrop) {
         let stdin_task = (!stdin.is_empty()).then(|| {
             let (guest, id, slot) = (
                 self.guest.clone(),
@@ -420,11 +412,13 @@ impl Driver {
         };
         match result {
             Ok(exit) => {
-                kill.armed = false;
+                kill.disarm();
                 let _ = self.tx.send(Ok(Event::Exit(exit))).await;
             }
             Err((e, exited)) => {
-                kill.armed = self.kill_on_drop && !exited;
+                if exited {
+                    kill.disarm();
+                }
                 let _ = self.tx.send(Err(e)).await;
             }
         }

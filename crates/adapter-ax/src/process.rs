@@ -460,7 +460,7 @@ impl<'a> AxProcesses<'a> {
         self.state(&id, op).await?;
         let guest = self.guest(op)?;
         let at = [from.stdout, from.stderr].map(|o| i64::try_from(o).unwrap_or(i64::MAX));
-        let rx = self.exec.follow(guest, id, at, false, Bytes::new());
+        let (rx, _) = self.exec.follow(guest, id, at, false, Bytes::new());
         Ok(ProcessStream::new(OffsetEvents::new(rx, from)))
     }
 

@@ -43,10 +43,11 @@ pub struct Prepared {
     /// The program runs the degrade wrapper (workdir, env or stdin), whose own failures are
     /// turned back into typed errors.
     pub wrapped: bool,
-    /// The program ends by writing the kit's end marker ([`degrade::end_marked`]), which the
-    /// answer must carry: a forged or replaced success (`exit_code: 0`, empty output) lacks it
-    /// (issue 38, D22). The `code` tool's native programs are sent exactly and carry none.
-    pub marked: bool,
+    /// The program ends by writing this request's end marker ([`degrade::EndMark`]), which the
+    /// answer must carry: a forged or replaced success (`exit_code: 0`, empty output) lacks it,
+    /// and cannot copy it from another answer (issue 38, D22). The `code` tool's native
+    /// programs are sent exactly and carry none.
+    pub mark: Option<degrade::EndMark>,
 }
 
 impl ChronoExec {
@@ -119,7 +120,7 @@ impl ChronoExec {
         &self,
         request: &ExecuteRequest,
         wrapped: bool,
-        marked: bool,
+        mark: Option<&degrade::EndMark>,
     ) -> Result<Output, Error> {
         match self.send(request).await? {
             Completion::Ran { error: Some(e), .. }
@@ -129,7 +130,7 @@ impl ChronoExec {
                     e.message.as_deref().unwrap_or_default(),
                 ))
             }
-            Completion::Ran { output, .. } => output_of(output, wrapped, marked, EXECUTE),
+            Completion::Ran { output, .. } => output_of(output, wrapped, mark, EXECUTE),
             Completion::NoOutput { error, .. } => Err(no_output_error(error, EXECUTE)),
         }
     }
@@ -156,7 +157,7 @@ impl ChronoExec {
         &self,
         request: ExecuteRequest,
         wrapped: bool,
-        marked: bool,
+        mark: Option<&degrade::EndMark>,
     ) -> Result<Output, Error> {
         // A key per exec attempt: retries inside this attempt (a lost submit response) converge
         // on one operation; a new exec is a new operation.
@@ -190,7 +191,7 @@ impl ChronoExec {
             Terminal::Ran { error: Some(e), .. } if e.code == codes::DEPENDENCY_INSTALL_FAILED => {
                 Err(dependencies_failed(e.message.as_deref().unwrap_or_default()))
             }
-            Terminal::Ran { output, .. } => output_of(output, wrapped, marked, RESULT),
+            Terminal::Ran { output, .. } => output_of(output, wrapped, mark, RESULT),
             Terminal::Failed { error, .. } => Err(no_output_error(error, RESULT)),
             Terminal::Cancelled { operation_id, .. } => Err(STATUS.error(ErrorKind::Cancelled, format!("operation {operation_id} was cancelled"))
             .with_retry(Retry::Unsafe)
@@ -236,7 +237,7 @@ fn executed(c: Completion, op: Call) -> Result<Executed, Error> {
     match c {
         Completion::Ran { output, error, .. } => {
             let files = output.files.clone().unwrap_or_default();
-            let out = output_of(output, false, false, op)?;
+            let out = output_of(output, false, None, op)?;
             Ok(match error {
                 Some(e) if e.code == codes::DEPENDENCY_INSTALL_FAILED => {
                     Executed::DependenciesFailed {
@@ -319,7 +320,7 @@ pub(crate) fn no_output_error(e: ErrorBody, op: Call) -> Error {
 pub(crate) fn output_of(
     o: ExecOutput,
     wrapped: bool,
-    marked: bool,
+    mark: Option<&degrade::EndMark>,
     op: Call,
 ) -> Result<Output, Error> {
     let exit = match o.exit_code {
@@ -333,8 +334,8 @@ pub(crate) fn output_of(
         }
     };
     let mut out = Output::new(o.stdout, o.stderr, exit);
-    if marked {
-        out = degrade::strip_end_mark(out).map_err(|m| protocol(op, m))?;
+    if let Some(mark) = mark {
+        out = mark.strip(out).map_err(|m| protocol(op, m))?;
     }
     if wrapped {
         degrade::check_wrapped(out).map_err(|e| e.or_context(PROVIDER, op.operation))
@@ -361,7 +362,7 @@ pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, 
         return Ok(Prepared {
             request,
             wrapped: false,
-            marked: false,
+            mark: None,
         });
     }
     let len = cmd.stdin().len() as u64;
@@ -408,7 +409,8 @@ pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, 
             "if [ -f {q} ]; then exec 0<{q}; rm -f -- {q}; else printf '%s\\n' {fail} >&2; exit {WRAPPER_STATUS}; fi\n"
         )
     };
-    let script = format!("{redirect}{}\n", degrade::end_marked(&program));
+    let mark = degrade::EndMark::new();
+    let script = format!("{redirect}{}\n", mark.wrap(&program));
     // What counts is the script as sent, wrapper and quoting included.
     size::check_wire(PROVIDER, &[&script], &crate::SIZE_LIMIT)?;
     Ok(Prepared {
@@ -418,7 +420,7 @@ pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, 
             ..ExecuteRequest::new(Language::Bash, script, config.timeout_secs)
         },
         wrapped: wrap || !cmd.stdin().is_empty(),
-        marked: true,
+        mark: Some(mark),
     })
 }
 
@@ -444,10 +446,10 @@ impl Exec for ChronoExec {
                 "exec"
             );
             let out = if self.config().durable {
-                self.run_durable(prepared.request, prepared.wrapped, prepared.marked)
+                self.run_durable(prepared.request, prepared.wrapped, prepared.mark.as_ref())
                     .await?
             } else {
-                self.send_execute(&prepared.request, prepared.wrapped, prepared.marked)
+                self.send_execute(&prepared.request, prepared.wrapped, prepared.mark.as_ref())
                     .await?
             };
             tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
@@ -493,7 +495,10 @@ mod tests {
             p.request.script,
             format!(
                 "exec 0</dev/null\n{}\n",
-                degrade::end_marked("printf '%s\\n' 'a b' 'it'\\''s'")
+                p.mark
+                    .as_ref()
+                    .unwrap()
+                    .wrap("printf '%s\\n' 'a b' 'it'\\''s'")
             )
         );
         let json = String::from_utf8(p.request.to_json()).unwrap();
@@ -567,15 +572,15 @@ mod tests {
             files: None,
         };
         assert_eq!(
-            output_of(o(3), false, false, EXECUTE).unwrap().exit,
+            output_of(o(3), false, None, EXECUTE).unwrap().exit,
             Exit::Code(3)
         );
         assert_eq!(
-            output_of(o(-9), false, false, EXECUTE).unwrap().exit,
+            output_of(o(-9), false, None, EXECUTE).unwrap().exit,
             Exit::Signal(9)
         );
         assert_eq!(
-            output_of(o(-1000), false, false, EXECUTE)
+            output_of(o(-1000), false, None, EXECUTE)
                 .unwrap_err()
                 .kind(),
             ErrorKind::Protocol
@@ -595,11 +600,19 @@ mod tests {
             display_data: None,
             files: None,
         };
+        let mark = degrade::EndMark::new();
+        let m = mark.as_str();
+        // Another request's marker, or the old fixed one: a forger who copied one.
+        let other = degrade::EndMark::new();
         for op in [EXECUTE, RESULT] {
-            let e = output_of(o("", 0), false, true, op).unwrap_err();
+            let e = output_of(o("", 0), false, Some(&mark), op).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
-            assert!(output_of(o("\x1eexecseam-end:1", 0), false, true, op).is_err());
-            let ok = output_of(o("e\x1eexecseam-end:0", 0), false, true, op).unwrap();
+            assert!(output_of(o(&format!("{m}1"), 0), false, Some(&mark), op).is_err());
+            for forged in [other.as_str(), "\x1eexecseam-end:"] {
+                let e = output_of(o(&format!("{forged}0"), 0), false, Some(&mark), op);
+                assert_eq!(e.unwrap_err().kind(), ErrorKind::Protocol, "{forged:?}");
+            }
+            let ok = output_of(o(&format!("e{m}0"), 0), false, Some(&mark), op).unwrap();
             assert_eq!(ok, Output::new("", "e", Exit::Code(0)));
         }
         // The script as prepared, run by bash here, writes what the reader strips.
@@ -613,7 +626,7 @@ mod tests {
             .output()
             .unwrap();
         let stderr = String::from_utf8(run.stderr).unwrap();
-        let out = output_of(o(&stderr, 4), p.wrapped, p.marked, EXECUTE).unwrap();
+        let out = output_of(o(&stderr, 4), p.wrapped, p.mark.as_ref(), EXECUTE).unwrap();
         assert_eq!(out, Output::new("", "x", Exit::Code(4)));
     }
 }

@@ -20,6 +20,8 @@ pub const LABEL_MODE: &str = "io.execseam.mode";
 /// Per call: the sandbox (handle) id a container serves, so destroying the handle can remove the
 /// containers of its running commands.
 pub const LABEL_SANDBOX: &str = "io.execseam.sandbox";
+/// A create's own random label: finds its container when the create's answer was lost.
+pub const LABEL_CREATE: &str = "io.execseam.create";
 
 /// A bollard client, built and version-negotiated on first use (so a configuration naming an
 /// engine that is down is accepted, and the first request reports `Unavailable`).

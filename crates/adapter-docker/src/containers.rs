@@ -10,9 +10,9 @@ use bollard::query_parameters::{
     CreateContainerOptions, InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
     StartContainerOptions,
 };
-use execseam_core::{Error, SandboxInfo, SandboxState};
+use execseam_core::{Deadline, Error, ErrorKind, SandboxInfo, SandboxState};
 
-use crate::client::label_filter;
+use crate::client::{LABEL_CREATE, bounded, label_filter};
 use crate::config::{DockerConfig, Mode, WORKSPACE};
 use crate::error::{engine, engine_hint, is_gone, is_podman_stopped_state};
 use execseam_adapter_kit::retry::Stage;
@@ -21,9 +21,12 @@ use execseam_adapter_kit::retry::Stage;
 pub(crate) async fn create(
     docker: &Docker,
     config: &DockerConfig,
-    labels: HashMap<String, String>,
+    mut labels: HashMap<String, String>,
 ) -> Result<String, Error> {
     let keepalive = config.keepalive_argv();
+    // Names this create's container even when its answer (the id) never arrives whole.
+    let nonce = execseam_adapter_kit::id::random_id(32);
+    labels.insert(LABEL_CREATE.to_owned(), nonce.clone());
     let body = ContainerCreateBody {
         image: Some(config.image.clone()),
         entrypoint: Some(keepalive.clone()),
@@ -37,17 +40,27 @@ pub(crate) async fn create(
         host_config: Some(host_config(config)),
         ..Default::default()
     };
-    let created = docker
-        .create_container(None::<CreateContainerOptions>, body)
-        .await
-        .map_err(|e| {
-            engine_hint(
+    // Every request of the create is bounded as a whole, its answer's body included (bollard's
+    // own timeout ends at the head: a stalled body hung the create; issue 38's create cases).
+    let created = bounded(
+        docker.timeout(),
+        docker.create_container(None::<CreateContainerOptions>, body),
+    )
+    .await;
+    let created = match created {
+        Ok(c) => c,
+        Err(e) => {
+            // The engine may have made it and the answer been lost (cut, malformed, stalled):
+            // remove whatever carries this create's label.
+            sweep(docker, &nonce).await;
+            return Err(engine_hint(
                 "create container",
                 Stage::Submit,
                 e,
                 "the adapter never pulls: the image must be on the engine",
-            )
-        })?;
+            ));
+        }
+    };
     // From here the container exists: every failure removes it, and so does a caller that stops
     // waiting (issue 38, D17/D18: a failed inspect, or a signal, left it running).
     let mut made = Unclaimed {
@@ -65,6 +78,25 @@ pub(crate) async fn create(
     }
 }
 
+/// Removes the containers of a create whose answer was lost (by its [`LABEL_CREATE`]); a
+/// failure is logged (the create's own error is what the caller gets).
+async fn sweep(docker: &Docker, nonce: &str) {
+    let labels = HashMap::from([(LABEL_CREATE.to_owned(), nonce.to_owned())]);
+    let listed = tokio::time::timeout(docker.timeout(), list(docker, &labels)).await;
+    let found = match listed
+        .unwrap_or_else(|_| Err(Error::new(ErrorKind::Timeout(Deadline::Request), "list")))
+    {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::debug!(error = %e, "listing a failed create's container failed");
+            return;
+        }
+    };
+    for c in found {
+        remove(docker, &c.id).await;
+    }
+}
+
 /// Starts a created container; a warm one must still run once started.
 async fn start_checked(
     docker: &Docker,
@@ -72,9 +104,11 @@ async fn start_checked(
     id: &str,
     keepalive: &[String],
 ) -> Result<(), Error> {
-    if let Err(e) = docker
-        .start_container(id, None::<StartContainerOptions>)
-        .await
+    if let Err(e) = bounded(
+        docker.timeout(),
+        docker.start_container(id, None::<StartContainerOptions>),
+    )
+    .await
     {
         let hint = format!("the keepalive {keepalive:?} must exist in the image");
         return Err(engine_hint("start container", Stage::Submit, e, &hint));
@@ -179,9 +213,11 @@ pub(crate) struct State {
 
 /// The container's state; `None` if it does not exist.
 pub(crate) async fn state(docker: &Docker, id: &str) -> Result<Option<State>, Error> {
-    match docker
-        .inspect_container(id, None::<InspectContainerOptions>)
-        .await
+    match bounded(
+        docker.timeout(),
+        docker.inspect_container(id, None::<InspectContainerOptions>),
+    )
+    .await
     {
         Ok(r) => {
             let s = r.state.unwrap_or_default();

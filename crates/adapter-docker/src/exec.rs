@@ -1,8 +1,8 @@
 //! Commands as Docker execs: in the warm container, or in a fresh container per call.
 
-use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::id;
 use execseam_adapter_kit::size;
+use execseam_adapter_kit::{exec_span, reaper};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -204,7 +204,7 @@ impl Drop for Inner {
             return;
         }
         let (client, id) = (self.client.clone(), id.clone());
-        execseam_adapter_kit::reaper::spawn(PROVIDER, "remove the container", async move {
+        reaper::spawn(PROVIDER, "remove the container", async move {
             containers::destroy(client.get().await?, &id).await
         });
     }
@@ -755,65 +755,42 @@ async fn kill_tagged(docker: &Docker, container: &str, tag: &str) -> Result<(), 
     Ok(())
 }
 
-/// Runs its action on drop unless disarmed: on the current tokio runtime, or on a thread with
-/// its own if there is none.
+/// Runs its action on drop unless disarmed (through the kit's reaper), or when the stream's
+/// kill asks for it (awaited: issue 38, D15).
 struct Cleanup {
     docker: Docker,
-    action: Option<Action>,
+    guard: reaper::OnDrop,
 }
 
 impl Cleanup {
     fn new(docker: Docker) -> Cleanup {
         Cleanup {
             docker,
-            action: None,
+            guard: reaper::OnDrop::new(PROVIDER),
         }
     }
 
     fn arm(&mut self, action: Action) {
-        self.action = Some(action);
+        self.guard
+            .arm(action.what(), action.run(self.docker.clone()));
     }
 
     fn disarm(&mut self) {
-        self.action = None;
+        self.guard.disarm();
     }
 
     /// Runs the action, waiting at most [`CLEANUP_WAIT`] for it: an engine that stalls (the
     /// kill exec's requests unanswered) must not hold the error that caused the cleanup; the
     /// action goes on in the background.
     async fn run_now(&mut self) {
-        if let Some(a) = self.action.take() {
-            let what = a.what();
-            let outcome = execseam_adapter_kit::reaper::run_bounded(
-                PROVIDER,
-                what,
-                a.run(self.docker.clone()),
-                CLEANUP_WAIT,
-            )
-            .await;
-            tracing::debug!(
-                provider = PROVIDER,
-                what,
-                ?outcome,
-                "clean-up after an exec"
-            );
-        }
+        let outcome = self.guard.run_now(CLEANUP_WAIT).await;
+        tracing::debug!(provider = PROVIDER, ?outcome, "clean-up after an exec");
     }
 }
 
 /// How long an error waits for its cleanup (the kill exec, the per-call removal) before it is
 /// returned with the cleanup still going on.
 const CLEANUP_WAIT: Duration = Duration::from_secs(5);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let Some(action) = self.action.take() else {
-            return;
-        };
-        let what = action.what();
-        execseam_adapter_kit::reaper::spawn(PROVIDER, what, action.run(self.docker.clone()));
-    }
-}
 
 /// 128 bits that no other exec has.
 fn new_tag() -> String {
@@ -864,6 +841,7 @@ impl ExecStream for DockerExec {
             command,
             |command| async move {
                 let run = self.start(command).await?;
+                let kill = run.cleanup.guard.kill();
                 Ok(EventStream::new(futures_util::stream::unfold(
                     Some(run),
                     |state| async move {
@@ -872,7 +850,8 @@ impl ExecStream for DockerExec {
                         let more = !run.done;
                         Some((item, more.then_some(run)))
                     },
-                )))
+                ))
+                .with_kill(kill))
             },
         )
     }

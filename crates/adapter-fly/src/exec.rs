@@ -29,6 +29,8 @@ pub(crate) struct Prepared {
     pub(crate) body: MachineExecRequest,
     /// The command runs inside the `/bin/sh -c` wrapper.
     pub(crate) wrapped: bool,
+    /// This request's end marker, which the answer must carry.
+    pub(crate) mark: degrade::EndMark,
 }
 
 impl FlyExec {
@@ -173,10 +175,11 @@ pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Err
     // Every command ends by writing a marker with its status to stderr, which the answer must
     // carry: the API omits zero values, so `{}` is what a silent `true` returns, and also what
     // a broken answer looks like. The marker tells them apart (argv is passed on as "$@").
+    let mark = degrade::EndMark::new();
     let mut marked = vec![
         "/bin/sh".to_owned(),
         "-c".to_owned(),
-        degrade::end_marked("\"$@\""),
+        mark.wrap("\"$@\""),
         "sh".to_owned(),
     ];
     marked.extend(argv);
@@ -193,20 +196,25 @@ pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Err
             container: config.container.clone(),
         },
         wrapped,
+        mark,
     })
 }
 
 /// Reads a 200 answer to a command prepared here: [`parse_response`], then the end marker is
 /// required (unless a signal ended the command) and removed from stderr. An answer without it
 /// (`{}`, a cut or replaced body) is a protocol error, never an invented exit.
-pub(crate) fn parse_marked(body: &[u8], wrapped: bool) -> Result<Output, Error> {
+pub(crate) fn parse_marked(
+    body: &[u8],
+    wrapped: bool,
+    mark: &degrade::EndMark,
+) -> Result<Output, Error> {
     let out = parse_response(body, false)?;
     let proto = |m: String| {
         Error::protocol(m)
             .with_provider(PROVIDER)
             .with_operation("exec")
     };
-    let out = degrade::strip_end_mark(out).map_err(proto)?;
+    let out = mark.strip(out).map_err(proto)?;
     if wrapped {
         degrade::check_wrapped(out).map_err(|e| e.with_provider(PROVIDER))
     } else {
@@ -304,7 +312,7 @@ impl Exec for FlyExec {
                 }
                 r => r?,
             };
-            let out = parse_marked(&body, prepared.wrapped)?;
+            let out = parse_marked(&body, prepared.wrapped, &prepared.mark)?;
             tracing::debug!(provider = PROVIDER, exit = ?out.exit, "exited");
             Ok(out)
         })
@@ -356,7 +364,7 @@ mod tests {
             [
                 "/bin/sh",
                 "-c",
-                &*degrade::end_marked("\"$@\""),
+                &*p.mark.wrap("\"$@\""),
                 "sh",
                 "echo",
                 "a b"
@@ -367,7 +375,7 @@ mod tests {
         let json = serde_json::to_value(&p.body).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"command": ["/bin/sh", "-c", &*degrade::end_marked("\"$@\""), "sh", "echo", "a b"], "timeout": 120})
+            serde_json::json!({"command": ["/bin/sh", "-c", &*p.mark.wrap("\"$@\""), "sh", "echo", "a b"], "timeout": 120})
         );
     }
 
@@ -411,29 +419,37 @@ mod tests {
     /// the end marker tells them apart.
     #[test]
     fn an_answer_without_the_end_marker_is_never_an_exit() {
-        for body in [&br#"{}"#[..], br#"{"exit_code":0}"#, br#"{"stdout":"x"}"#] {
-            let e = parse_marked(body, false).unwrap_err();
+        let mark = degrade::EndMark::new();
+        let m = &mark.as_str()[1..];
+        let parse = |body: &str| parse_marked(body.as_bytes(), false, &mark);
+        for body in [r#"{}"#, r#"{"exit_code":0}"#, r#"{"stdout":"x"}"#] {
+            let e = parse(body).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
         }
-        let ok = parse_marked(br#"{"stderr":"e\u001eexecseam-end:0"}"#, false).unwrap();
+        let ok = parse(&format!(r#"{{"stderr":"e\u001e{m}0"}}"#)).unwrap();
         assert_eq!(ok, Output::new("", "e", Exit::Code(0)));
-        let ok = parse_marked(
-            br#"{"stdout":"o","stderr":"\u001eexecseam-end:3","exit_code":3}"#,
-            false,
-        )
+        let ok = parse(&format!(
+            r#"{{"stdout":"o","stderr":"\u001e{m}3","exit_code":3}}"#
+        ))
         .unwrap();
         assert_eq!(ok, Output::new("o", "", Exit::Code(3)));
         assert!(
-            parse_marked(br#"{"stderr":"\u001eexecseam-end:3"}"#, false).is_err(),
+            parse(&format!(r#"{{"stderr":"\u001e{m}3"}}"#)).is_err(),
             "disagrees"
         );
-        let killed = parse_marked(br#"{"exit_signal":9}"#, false).unwrap();
+        // A forged answer with another request's marker (or the old fixed one) is refused.
+        let other = degrade::EndMark::new();
+        for forged in [&other.as_str()[1..], "execseam-end:"] {
+            let e = parse(&format!(r#"{{"stderr":"\u001e{forged}0"}}"#)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Protocol, "{forged}: {e}");
+        }
+        let killed = parse(r#"{"exit_signal":9}"#).unwrap();
         assert_eq!(killed.exit, Exit::Signal(9));
         // The real script, run here, writes exactly what parse_marked strips.
         let o = std::process::Command::new("/bin/sh")
             .args([
                 "-c",
-                &degrade::end_marked("\"$@\""),
+                &mark.wrap("\"$@\""),
                 "sh",
                 "sh",
                 "-c",
@@ -441,7 +457,7 @@ mod tests {
             ])
             .output()
             .unwrap();
-        assert_eq!(o.stderr, [&b"x"[..], degrade::END_MARK, b"4"].concat());
+        assert_eq!(o.stderr, [&b"x"[..], mark.as_bytes(), b"4"].concat());
         assert_eq!(o.status.code(), Some(4));
     }
 

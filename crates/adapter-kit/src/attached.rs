@@ -258,7 +258,8 @@ impl<'a> Attached<'a> {
     /// Terminals through the spool's recorder (`script(1)`: replayed from any handle, outliving
     /// this client) wherever the sandbox has it, and on the provider's TTY exec only where the
     /// recorder answers `Unsupported` (no `script` or `stty` in the image: nothing started).
-    /// Resize then goes to whichever holds the terminal.
+    /// Resize then goes to whichever holds the terminal. Still declares `terminal_reattach:
+    /// false`: which of the two a terminal gets is known only at its start.
     pub fn recorder_first(mut self) -> Attached<'a> {
         self.recorder_first = true;
         self

@@ -241,41 +241,69 @@ pub fn wrapped_command(cmd: &Command, opts: &WrapOptions) -> Result<Command, Err
     b.build()
 }
 
-/// What [`end_marked`] writes last on stderr, before the command's status: proof, end to end,
-/// that the command ran to its end in this request. An answer without it (`{}`, a forged
-/// `exit_code: 0` with empty output, a cut body) is never an exit (issue 38, D22).
-pub const END_MARK: &[u8] = b"\x1eexecseam-end:";
+/// The end marker of one request: what [`EndMark::wrap`] has the command write last on stderr,
+/// before its status: proof, end to end, that the command ran to its end in this request. An
+/// answer without it (`{}`, a forged `exit_code: 0` with empty output, a cut body) is never an
+/// exit (issue 38, D22); a per-request nonce (16 random hex digits) means a forged answer
+/// cannot carry it either, as it never saw the request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndMark(String);
 
-/// A shell line that runs `program` (shell words, `"$@"` for the script's arguments), then
-/// writes [`END_MARK`] and its status to stderr and exits with that status.
-pub fn end_marked(program: &str) -> String {
-    format!("{program}; s=$?; printf '\\036execseam-end:%s' \"$s\" >&2; exit \"$s\"")
+impl Default for EndMark {
+    fn default() -> EndMark {
+        EndMark::new()
+    }
 }
 
-/// Checks and removes the marker [`end_marked`] wrote: its status must be the answer's exit
-/// code; a signal may end the command before it wrote one. `Err` says what is wrong, for the
-/// caller to type as a protocol error.
-pub fn strip_end_mark(out: Output) -> Result<Output, String> {
-    let at = out
-        .stderr
-        .windows(END_MARK.len())
-        .rposition(|w| w == END_MARK);
-    let status = at.map(|at| &out.stderr[at + END_MARK.len()..]);
-    match (at, status, out.exit) {
-        (Some(at), Some(s), Exit::Code(code)) if s == code.to_string().as_bytes() => {
-            let stderr = out.stderr.slice(..at);
-            Ok(Output::new(out.stdout, stderr, out.exit))
+impl EndMark {
+    /// A new marker: `\x1eexecseam-end-<nonce>:`.
+    pub fn new() -> EndMark {
+        EndMark(format!("\x1eexecseam-end-{}:", crate::id::random_id(16)))
+    }
+
+    /// The marker's bytes (what precedes the status on stderr).
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
+    /// The marker as text (`\x1e`, then ASCII).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// A shell line that runs `program` (shell words, `"$@"` for the script's arguments), then
+    /// writes the marker and its status to stderr and exits with that status.
+    pub fn wrap(&self, program: &str) -> String {
+        // After the leading \x1e (written as printf's \036) the marker is hex and ASCII.
+        let rest = &self.0[1..];
+        format!("{program}; s=$?; printf '\\036{rest}%s' \"$s\" >&2; exit \"$s\"")
+    }
+
+    /// Checks and removes the marker [`wrap`](Self::wrap) wrote: its status must be the
+    /// answer's exit code; a signal may end the command before it wrote one. `Err` says what is
+    /// wrong, for the caller to type as a protocol error.
+    pub fn strip(&self, out: Output) -> Result<Output, String> {
+        let mark = self.as_bytes();
+        let at = out.stderr.windows(mark.len()).rposition(|w| w == mark);
+        let status = at.map(|at| &out.stderr[at + mark.len()..]);
+        match (at, status, out.exit) {
+            (Some(at), Some(s), Exit::Code(code)) if s == code.to_string().as_bytes() => {
+                let stderr = out.stderr.slice(..at);
+                Ok(Output::new(out.stdout, stderr, out.exit))
+            }
+            (Some(at), _, Exit::Signal(_)) => {
+                let stderr = out.stderr.slice(..at);
+                Ok(Output::new(out.stdout, stderr, out.exit))
+            }
+            (None, _, Exit::Signal(_)) => Ok(out),
+            (Some(_), Some(s), exit) => Err(format!(
+                "the end marker says status {:?} but the answer says {exit:?}",
+                String::from_utf8_lossy(s)
+            )),
+            _ => {
+                Err("the answer lacks this request's end marker: not a complete result".to_owned())
+            }
         }
-        (Some(at), _, Exit::Signal(_)) => {
-            let stderr = out.stderr.slice(..at);
-            Ok(Output::new(out.stdout, stderr, out.exit))
-        }
-        (None, _, Exit::Signal(_)) => Ok(out),
-        (Some(_), Some(s), exit) => Err(format!(
-            "the end marker says status {:?} but the answer says {exit:?}",
-            String::from_utf8_lossy(s)
-        )),
-        _ => Err("the answer lacks the command's end marker: not a complete result".to_owned()),
     }
 }
 

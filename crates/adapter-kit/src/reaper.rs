@@ -14,11 +14,11 @@
 //! adapters logging at WARN around the front end's one line.
 
 use std::future::Future;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use execseam_core::{Error, ErrorKind, Retry};
+use execseam_core::{BoxFuture, Error, ErrorKind, Retry};
 use tokio::sync::Notify;
 
 static PENDING: AtomicUsize = AtomicUsize::new(0);
@@ -166,6 +166,21 @@ pub async fn run_bounded<F>(
 where
     F: Future<Output = Result<(), Error>> + Send + 'static,
 {
+    tokio::time::timeout(wait, answered(provider, what, work))
+        .await
+        .ok()?
+}
+
+/// Runs `work` as drop-time work and answers its outcome; a caller that stops waiting leaves
+/// it to the reaper (counted, drained, its failure reported). `None`: the work's task was lost.
+async fn answered<F>(
+    provider: &'static str,
+    what: &'static str,
+    work: F,
+) -> Option<Result<(), Error>>
+where
+    F: Future<Output = Result<(), Error>> + Send + 'static,
+{
     let (tx, rx) = tokio::sync::oneshot::channel();
     spawn(provider, what, async move {
         let outcome = work.await;
@@ -175,7 +190,92 @@ where
             Err(outcome) => outcome,
         }
     });
-    tokio::time::timeout(wait, rx).await.ok()?.ok()
+    rx.await.ok()
+}
+
+type Work = (&'static str, BoxFuture<'static, Result<(), Error>>);
+
+/// Drop-time work (a kill, a removal) that a caller can also run and wait for: what makes a
+/// stream's kill awaitable where the adapter only had a kill on drop. Issue 38 (D15): AX and
+/// Docker killed an abandoned command only when its stream was dropped, so a host deadline
+/// could only say "abandoned … (unconfirmed)" although the kill went out.
+///
+/// The adapter arms it while the command may run on and disarms it at the exit. Dropped
+/// armed, the work runs through [`spawn`]; [`OnDrop::kill`] (for `EventStream::with_kill`)
+/// takes it instead, runs it through the reaper too (a caller that stops waiting still has it
+/// drained) and answers when it ends.
+pub struct OnDrop {
+    provider: &'static str,
+    slot: Arc<Mutex<Option<Work>>>,
+}
+
+impl OnDrop {
+    /// Disarmed.
+    pub fn new(provider: &'static str) -> OnDrop {
+        OnDrop {
+            provider,
+            slot: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// From now on, `work` (`what`: `kill`, `remove the container`) undoes the command.
+    pub fn arm<F>(&self, what: &'static str, work: F)
+    where
+        F: Future<Output = Result<(), Error>> + Send + 'static,
+    {
+        if let Ok(mut slot) = self.slot.lock() {
+            *slot = Some((what, Box::pin(work)));
+        }
+    }
+
+    /// The command ended cleanly: nothing to undo.
+    pub fn disarm(&self) {
+        drop(self.take());
+    }
+
+    fn take(&self) -> Option<Work> {
+        self.slot.lock().ok().and_then(|mut s| s.take())
+    }
+
+    /// Runs the armed work now (an error path), waiting at most `wait`: see [`run_bounded`].
+    /// `None` when nothing was armed, or the wait ended first.
+    pub async fn run_now(&self, wait: Duration) -> Option<Result<(), Error>> {
+        let (what, work) = self.take()?;
+        run_bounded(self.provider, what, work, wait).await
+    }
+
+    /// The awaitable kill for `EventStream::with_kill`: runs the armed work and answers its
+    /// outcome; `Ok` at once when nothing is armed any more (the exit was seen, or the work
+    /// already ran).
+    pub fn kill(
+        &self,
+    ) -> impl FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send + 'static + use<> {
+        let (provider, slot) = (self.provider, self.slot.clone());
+        move || {
+            // Taken when called, not when first polled: `EventStream::kill` drops the stream
+            // (this guard's owner) in between, which would run it unawaited.
+            let armed = slot.lock().ok().and_then(|mut s| s.take());
+            Box::pin(async move {
+                let Some((what, work)) = armed else {
+                    return Ok(());
+                };
+                answered(provider, what, work).await.unwrap_or_else(|| {
+                    Err(
+                        Error::new(ErrorKind::Internal, format!("{what}: its task was lost"))
+                            .with_provider(provider),
+                    )
+                })
+            })
+        }
+    }
+}
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        if let Some((what, work)) = self.take() {
+            spawn(self.provider, what, work);
+        }
+    }
 }
 
 /// How long a create whose caller stopped waiting still waits for its answer before it looks
@@ -292,7 +392,6 @@ pub async fn drain(within: Duration) -> Drained {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
 
     use super::*;
@@ -384,6 +483,33 @@ mod tests {
         )
         .await;
         assert_eq!(made.unwrap(), 7);
+
+        // Drop-time work made awaitable (D15): the stream's kill runs it and answers when it
+        // ended; dropped armed it still runs; disarmed (the exit was seen) nothing runs.
+        let count = Arc::new(AtomicUsize::new(0));
+        let work = |c: Arc<AtomicUsize>| async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            c.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        };
+        let armed = OnDrop::new("p");
+        armed.arm("kill", work(count.clone()));
+        // As `EventStream::kill` does: called, then the stream (the guard's owner) dropped,
+        // then awaited: it runs once, and the answer waits for it.
+        let sent = armed.kill()();
+        drop(armed);
+        sent.await.unwrap();
+        assert_eq!(count.load(Ordering::SeqCst), 1, "the kill was not awaited");
+        let dropped = OnDrop::new("p");
+        dropped.arm("kill", work(count.clone()));
+        drop(dropped);
+        let disarmed = OnDrop::new("p");
+        disarmed.arm("kill", work(count.clone()));
+        disarmed.disarm();
+        disarmed.kill()().await.unwrap();
+        drop(disarmed);
+        assert!(drain(Duration::from_secs(5)).await.clean());
+        assert_eq!(count.load(Ordering::SeqCst), 2);
 
         // Bounded: work that never ends is reported pending, not waited for.
         spawn("p", "kill", std::future::pending());

@@ -46,10 +46,13 @@ impl Mode {
 pub enum TerminalMode {
     /// The adapter kit's recorder (`script(1)` in the pod, its output spooled to files): the
     /// terminal outlives this client and is replayed from any handle, like every other process
-    /// handle. Where the image has no `script` or `stty`, the API server's `tty` exec instead
-    /// ([`Attached`](TerminalMode::Attached)).
+    /// handle (`terminal_reattach`). An image without `script` or `stty` answers `Unsupported`.
     #[default]
     Recorder,
+    /// The recorder where the image has `script` and `stty`, else the API server's `tty` exec
+    /// ([`Attached`](TerminalMode::Attached)): terminals everywhere, but none is promised to be
+    /// reattachable (`terminal_reattach: false`).
+    Auto,
     /// Always the API server's `tty=true` exec with its resize channel (channel 4), held by the
     /// sandbox handle that started it: replayed only within that handle, ended with it. Needs no
     /// `script` in the image.
@@ -237,6 +240,7 @@ impl KubernetesConfig {
             "EXECSEAM_KUBERNETES_TERMINAL",
             &[
                 ("recorder", TerminalMode::Recorder),
+                ("auto", TerminalMode::Auto),
                 ("attached", TerminalMode::Attached),
             ],
         )? {

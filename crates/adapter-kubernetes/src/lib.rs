@@ -21,7 +21,7 @@
 //! | remote kill | yes: a second exec kills every process carrying the command's tag (the API server does not kill a command whose stream closed) |
 //! | binary output | yes |
 //! | process handles | yes: [`Processes`](execseam_core::Processes) from the adapter kit's spool, output and exit in files in the pod's `/tmp` (pod exec has no detach or reattach; a detached command outlives the exec that started it, not the container) |
-//! | terminals | the kit's recorder (`script(1)` in the pod) by default; the API server's `tty=true` exec with its resize channel where the image has no `script`, or always with [`TerminalMode::Attached`] |
+//! | terminals | the kit's recorder (`script(1)` in the pod) by default; the API server's `tty=true` exec with its resize channel where the image has no `script` ([`TerminalMode::Auto`]), or always ([`TerminalMode::Attached`]): then not reattachable |
 //!
 //! # Exit status
 //!
@@ -79,7 +79,10 @@ pub const VARS: &[Var] = &[
     Var::seconds("EXECSEAM_KUBERNETES_IDLE_TIMEOUT"),
     Var::text("EXECSEAM_KUBERNETES_TEMP_DIR"),
     Var::flag("EXECSEAM_KUBERNETES_REMOTE_KILL"),
-    Var::choice("EXECSEAM_KUBERNETES_TERMINAL", &["recorder", "attached"]),
+    Var::choice(
+        "EXECSEAM_KUBERNETES_TERMINAL",
+        &["recorder", "auto", "attached"],
+    ),
 ];
 
 execseam_adapter_kit::adapter! {
@@ -185,8 +188,17 @@ pub const CAPABILITIES: Capabilities = Capabilities {
 };
 
 pub(crate) fn capabilities_of(config: &KubernetesConfig) -> Capabilities {
+    let processes = match config.terminal {
+        TerminalMode::Recorder => CAPABILITIES.processes,
+        // Terminals held by the handle that opened them (the kit's attached terminals).
+        TerminalMode::Auto | TerminalMode::Attached => Some(execseam_core::ProcessCapabilities {
+            terminal_reattach: false,
+            ..execseam_adapter_kit::spool::SPOOLED_TERMINAL
+        }),
+    };
     Capabilities {
         remote_kill: config.remote_kill,
+        processes,
         ..CAPABILITIES
     }
 }

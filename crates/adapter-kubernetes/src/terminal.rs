@@ -1,10 +1,11 @@
-//! Terminals. By default ([`TerminalMode::Recorder`]) the adapter kit's recorder: `script(1)`
-//! in the pod, its output spooled to files, so a terminal is a process handle like any other
-//! (it outlives this client, any handle replays it from any offset, its exit is kept). The API
-//! server keeps nothing of an exec once its stream ends, so its own `tty=true` exec cannot give
-//! that; it is used where the image has no `script` or `stty` (the recorder answers
-//! `Unsupported` before anything starts), or always with [`TerminalMode::Attached`], through the
-//! kit's [`Attached`] terminals (held by the sandbox handle that started them).
+//! Terminals, as `EXECSEAM_KUBERNETES_TERMINAL` says. By default ([`TerminalMode::Recorder`])
+//! the adapter kit's recorder: `script(1)` in the pod, its output spooled to files, so a
+//! terminal is a process handle like any other (it outlives this client, any handle replays it
+//! from any offset, its exit is kept). The API server keeps nothing of an exec once its stream
+//! ends, so its own `tty=true` exec cannot give that; it is used, through the kit's
+//! [`Attached`] terminals (held by the sandbox handle that started them, not reattachable),
+//! where the image has no `script` or `stty` ([`TerminalMode::Auto`]: the recorder answers
+//! `Unsupported` before anything starts), or always ([`TerminalMode::Attached`]).
 //!
 //! The `tty` exec: `pods/exec?…&stdin=true&stdout=true&stderr=false&tty=true` (the kubelet
 //! drops stderr on a terminal), keystrokes on channel 0, resizes on channel 4 as
@@ -46,16 +47,25 @@ exec "$@""#;
 
 /// The sandbox handle's process handles: the spool, with terminals as configured.
 pub(crate) fn processes(exec: &KubernetesExec) -> Box<dyn Processes + '_> {
-    let mode = exec.shared().api.config().terminal;
-    let spool = Spool::new(exec, Sandbox::id(exec)).capabilities(match mode {
-        TerminalMode::Recorder => SPOOLED_TERMINAL,
-        TerminalMode::Attached => SPOOLED,
-    });
-    let attached = Attached::new(spool, exec, exec, exec.terminals());
-    Box::new(match mode {
-        TerminalMode::Recorder => attached.recorder_first(),
-        TerminalMode::Attached => attached,
-    })
+    let spool = Spool::new(exec, Sandbox::id(exec));
+    match exec.shared().api.config().terminal {
+        TerminalMode::Recorder => Box::new(spool.capabilities(SPOOLED_TERMINAL)),
+        TerminalMode::Auto => Box::new(
+            Attached::new(
+                spool.capabilities(SPOOLED_TERMINAL),
+                exec,
+                exec,
+                exec.terminals(),
+            )
+            .recorder_first(),
+        ),
+        TerminalMode::Attached => Box::new(Attached::new(
+            spool.capabilities(SPOOLED),
+            exec,
+            exec,
+            exec.terminals(),
+        )),
+    }
 }
 
 /// One `tty` exec's resize channel and its exit.

@@ -7,7 +7,7 @@ mod setups;
 use std::time::Duration;
 
 use execseam_reliability::{
-    Adapter, Options, PROCESS_ROUTES, Phase, orphans, processes, run, secrets, sizes,
+    Adapter, Options, PROCESS_ROUTES, Phase, creates, orphans, processes, run, secrets, sizes,
 };
 use setups::ADAPTERS;
 
@@ -42,20 +42,37 @@ fn main() {
             chunk_framed: a.chunk_framed,
         })
         .collect();
-    let summary = runtime.block_on(run(&adapters, &options));
-    let mut phases = vec![
-        runtime.block_on(orphans(&adapters, &options)),
-        runtime.block_on(sizes(&adapters, &options)),
-    ];
+    // `EXECSEAM_RELIABILITY_PHASE=creates` (or `matrix`, `orphans`, …): that one only.
+    let phase = std::env::var("EXECSEAM_RELIABILITY_PHASE").ok();
+    let on = |name: &str| phase.as_deref().is_none_or(|p| p == name);
+    let summary = if on("matrix") {
+        runtime.block_on(run(&adapters, &options))
+    } else {
+        Default::default()
+    };
+    let mut phases = Vec::new();
+    if on("creates") {
+        phases.push(runtime.block_on(creates(&adapters, &options)));
+    }
+    if on("orphans") {
+        phases.push(runtime.block_on(orphans(&adapters, &options)));
+    }
+    if on("sizes") {
+        phases.push(runtime.block_on(sizes(&adapters, &options)));
+    }
     // Issue 34: the process routes of one spooled adapter and Modal's native handles.
-    let routes: Vec<Adapter> = adapters
-        .iter()
-        .filter(|a| PROCESS_ROUTES.contains(&a.name))
-        .copied()
-        .collect();
-    phases.push(runtime.block_on(processes(&routes, &options)));
+    if on("processes") {
+        let routes: Vec<Adapter> = adapters
+            .iter()
+            .filter(|a| PROCESS_ROUTES.contains(&a.name))
+            .copied()
+            .collect();
+        phases.push(runtime.block_on(processes(&routes, &options)));
+    }
     // Last: the TRACE capture stays installed for the rest of the process.
-    phases.push(runtime.block_on(secrets(&adapters, &options)));
+    if on("secrets") {
+        phases.push(runtime.block_on(secrets(&adapters, &options)));
+    }
     for p in &phases {
         for n in p.not_applicable() {
             println!("{n}");

@@ -9,9 +9,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use execseam_core::{BoxFuture, Error, ErrorKind, Exec, Sandbox, SandboxSpec};
+use execseam_core::{
+    BoxFuture, Error, ErrorKind, Exec, ListFilter, Provider, Sandbox, SandboxSpec,
+};
 use execseam_emulated::{Emulated, Endpoints, StartHook};
-use execseam_reliability::{Adapter, Knobs, Setup, Through};
+use execseam_reliability::{Adapter, Creates, Knobs, Setup, Through};
 
 /// A row of an emulated adapter, with nothing special.
 const fn row(
@@ -78,6 +80,23 @@ where
     F: Fn(Endpoints, String, String, Duration) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Arc<dyn Exec>, Error>> + Send + 'static,
 {
+    emulated_creating(target, start, through, None)
+}
+
+/// Makes the `creates` phase's [`Creates`] from the target's endpoints and its sandbox's id.
+type CreatesOf = fn(Endpoints, String) -> Creates;
+
+/// [`emulated`], with the adapter's creates for the `creates` phase.
+fn emulated_creating<F, Fut>(
+    target: &'static str,
+    start: Option<StartHook>,
+    through: F,
+    creates: Option<CreatesOf>,
+) -> BoxFuture<'static, Result<Setup, Error>>
+where
+    F: Fn(Endpoints, String, String, Duration) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Arc<dyn Exec>, Error>> + Send + 'static,
+{
     Box::pin(async move {
         let mut spec = execseam_emulated::targets()
             .into_iter()
@@ -98,6 +117,7 @@ where
             scratch: t.scratch.clone(),
             direct: t.sandbox.clone(),
             through,
+            creates: creates.map(|c| c(t.endpoints(), t.sandbox.id().to_owned())),
             guard: Box::new(t),
         })
     })
@@ -122,10 +142,86 @@ fn exec(e: impl Exec + 'static) -> Arc<dyn Exec> {
 
 fn agentcore(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     use execseam::agentcore::{AgentCore, AgentCoreProvider};
-    emulated("agentcore", None, |at, url, id, idle| async move {
-        let config = at.config::<AgentCore>(&url)?.idle_timeout(idle);
-        Ok(exec(AgentCoreProvider::new(config)?.attach(&id)?))
-    })
+    emulated_creating(
+        "agentcore",
+        None,
+        |at, url, id, idle| async move {
+            let config = at.config::<AgentCore>(&url)?.idle_timeout(idle);
+            Ok(exec(AgentCoreProvider::new(config)?.attach(&id)?))
+        },
+        Some(agentcore_creates),
+    )
+}
+
+/// AgentCore's session calls (issue 38, D1): StartCodeInterpreterSession, then the
+/// GetCodeInterpreterSession of a connect to it. Sessions have no labels: what is left is
+/// every `READY` session but the suite's own.
+fn agentcore_creates(at: Endpoints, own: String) -> Creates {
+    use execseam::agentcore::{AgentCore, AgentCoreProvider};
+    let here = at.clone();
+    Creates {
+        create: Arc::new(move |url: String, idle: Duration| {
+            let at = at.clone();
+            Box::pin(async move {
+                let config = at.config::<AgentCore>(&url)?.idle_timeout(idle);
+                let provider = AgentCoreProvider::new(config)?;
+                let made = provider.create(SandboxSpec::new()).await?;
+                let connect = provider.connect(made.id()).await.map(drop);
+                connected(made, connect).await
+            })
+        }),
+        left: Arc::new(move |remove: bool| {
+            let (at, own) = (here.clone(), own.clone());
+            Box::pin(async move {
+                let provider = AgentCoreProvider::new(at.config_here::<AgentCore>()?)?;
+                let mut left = provider.list(&ListFilter::new()).await?;
+                left.retain(|s| s.id != own);
+                if remove {
+                    for s in &left {
+                        provider.destroy(&s.id).await?;
+                    }
+                }
+                Ok(left.len())
+            })
+        }),
+        routes: &[
+            ("PUT /code-interpreters/*/sessions/start", false),
+            ("GET /code-interpreters/*/sessions/get", true),
+        ],
+    }
+}
+
+/// A [`Creates::left`] by label: the sandboxes carrying it, removed when asked.
+async fn labelled_left(
+    provider: &dyn Provider,
+    (key, value): (&str, &str),
+    remove: bool,
+) -> Result<usize, Error> {
+    let left = provider
+        .list(&ListFilter::new().with_label(key, value))
+        .await?;
+    if remove {
+        for s in &left {
+            provider.destroy(&s.id).await?;
+        }
+    }
+    Ok(left.len())
+}
+
+/// A create followed by a connect to what it made (whose answer a case tampers with): the
+/// connect's error, once what the create made is destroyed (a connect makes nothing to leak;
+/// the case checks the error, the time and the memory).
+async fn connected(
+    made: impl Sandbox + 'static,
+    connect: Result<(), Error>,
+) -> Result<Arc<dyn Sandbox>, Error> {
+    match connect {
+        Ok(()) => Ok(Arc::new(made)),
+        Err(e) => {
+            let _ = made.destroy().await;
+            Err(e)
+        }
+    }
 }
 
 fn ax(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
@@ -265,14 +361,55 @@ fn chrono(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 
 fn e2b(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     use execseam::e2b::{E2b, E2bProvider};
-    emulated("e2b", None, |at, url, id, idle| async move {
-        let config = at
-            .config::<E2b>(&url)?
-            .stream_idle_timeout(idle)
-            .request_timeout(idle);
-        // `connect` (not `attach`): it learns the sandbox's envd access token.
-        Ok(exec(E2bProvider::new(config)?.connect(&id).await?))
-    })
+    emulated_creating(
+        "e2b",
+        None,
+        |at, url, id, idle| async move {
+            let config = at
+                .config::<E2b>(&url)?
+                .stream_idle_timeout(idle)
+                .request_timeout(idle);
+            // `connect` (not `attach`): it learns the sandbox's envd access token.
+            Ok(exec(E2bProvider::new(config)?.connect(&id).await?))
+        },
+        Some(e2b_creates),
+    )
+}
+
+/// E2B's control plane (issue 38, D3): the create, then a connect to what it made; counted by
+/// their own metadata label.
+fn e2b_creates(at: Endpoints, _own: String) -> Creates {
+    use execseam::e2b::{E2b, E2bProvider};
+    const LABEL: (&str, &str) = ("execseam-test", "reliability-creates");
+    let here = at.clone();
+    Creates {
+        create: Arc::new(move |url: String, idle: Duration| {
+            let at = at.clone();
+            Box::pin(async move {
+                let config = at
+                    .config::<E2b>(&url)?
+                    .stream_idle_timeout(idle)
+                    .request_timeout(idle);
+                let provider = E2bProvider::new(config)?;
+                let made = provider
+                    .create(SandboxSpec::new().with_label(LABEL.0, LABEL.1))
+                    .await?;
+                let connect = provider.connect(made.id()).await.map(drop);
+                connected(made, connect).await
+            })
+        }),
+        left: Arc::new(move |remove: bool| {
+            let at = here.clone();
+            Box::pin(async move {
+                let provider = E2bProvider::new(at.config_here::<E2b>()?)?;
+                labelled_left(&provider, LABEL, remove).await
+            })
+        }),
+        routes: &[
+            ("POST /*sandboxes", false),
+            ("POST /*sandboxes/*/connect", true),
+        ],
+    }
 }
 
 fn vercel(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
@@ -298,14 +435,42 @@ fn vercel(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 
 fn northflank(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     use execseam::northflank::{Northflank, NorthflankProvider};
-    emulated("northflank", None, |at, url, id, idle| async move {
-        let config = at
-            .config::<Northflank>(&url)?
-            .request_timeout(idle)
-            .connect_timeout(idle)
-            .idle_timeout(idle);
-        Ok(exec(NorthflankProvider::new(config)?.attach(&id)?))
-    })
+    emulated_creating(
+        "northflank",
+        None,
+        |at, url, id, idle| async move {
+            let config = at
+                .config::<Northflank>(&url)?
+                .request_timeout(idle)
+                .connect_timeout(idle)
+                .idle_timeout(idle);
+            Ok(exec(NorthflankProvider::new(config)?.attach(&id)?))
+        },
+        Some(northflank_creates),
+    )
+}
+
+/// Northflank creates nothing (connect-only): its connect, the service GET (issue 38, D4),
+/// to the suite's own service; nothing can be left.
+fn northflank_creates(at: Endpoints, own: String) -> Creates {
+    use execseam::northflank::{Northflank, NorthflankProvider};
+    Creates {
+        create: Arc::new(move |url: String, idle: Duration| {
+            let (at, own) = (at.clone(), own.clone());
+            Box::pin(async move {
+                let config = at
+                    .config::<Northflank>(&url)?
+                    .request_timeout(idle)
+                    .connect_timeout(idle)
+                    .idle_timeout(idle);
+                let handle = NorthflankProvider::new(config)?.connect(&own).await?;
+                // Connected (not owned): destroying the handle ends nothing of the service.
+                Ok(Arc::new(handle) as Arc<dyn Sandbox>)
+            })
+        }),
+        left: Arc::new(|_| Box::pin(async { Ok(0) })),
+        routes: &[("GET /*services/*", true)],
+    }
 }
 
 /// Through the proxy, every request of an exec goes through it: a fresh handle's lookups of the
@@ -368,8 +533,45 @@ fn docker(_knobs: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
                 Ok(Arc::new(DockerProvider::new(config(url, idle))?.attach(&id)?) as Arc<dyn Exec>)
             }),
             guard: Box::new(relay),
+            creates: Some(docker_creates(base)),
         })
     })
+}
+
+/// Docker's creates (issue 38, D18): the create, the start and the inspect that follows it
+/// (warm mode: the container must run); the last two come after the container exists, so a
+/// tampered answer there must not leave it. Counted by their own label on the engine's socket.
+fn docker_creates(base: execseam::docker::DockerConfig) -> Creates {
+    use execseam::docker::DockerProvider;
+    const LABEL: (&str, &str) = ("io.execseam.test", "reliability-creates");
+    let direct = base.clone().label(LABEL.0, LABEL.1);
+    Creates {
+        create: Arc::new(move |url: String, idle: Duration| {
+            let config = base
+                .clone()
+                .host(format!("tcp://{}", url.trim_start_matches("http://")))
+                .request_timeout(idle)
+                .idle_timeout(idle)
+                .label(LABEL.0, LABEL.1);
+            Box::pin(async move {
+                let made = DockerProvider::new(config)?
+                    .create(SandboxSpec::new())
+                    .await?;
+                Ok(Arc::new(made) as Arc<dyn Sandbox>)
+            })
+        }),
+        left: Arc::new(move |remove: bool| {
+            let direct = direct.clone();
+            Box::pin(
+                async move { labelled_left(&DockerProvider::new(direct)?, LABEL, remove).await },
+            )
+        }),
+        routes: &[
+            ("POST /*containers/create", false),
+            ("POST /*containers/*/start", true),
+            ("GET /*containers/*/json", true),
+        ],
+    }
 }
 
 /// Accepts TCP connections on 127.0.0.1 and relays each to a Unix socket; stops when dropped.
