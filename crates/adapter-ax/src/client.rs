@@ -149,8 +149,14 @@ impl Guest {
             .into_inner())
     }
 
-    /// `WriteProcessInput`: all of `data` in chunks, then `close`. Returns `bytes_written`.
-    pub async fn write_input(&self, process_id: &str, data: Bytes) -> Result<i64, Status> {
+    /// `WriteProcessInput`: all of `data` in chunks, then (with `close`) a closing message.
+    /// Returns `bytes_written`.
+    pub async fn write_input(
+        &self,
+        process_id: &str,
+        data: Bytes,
+        close: bool,
+    ) -> Result<i64, Status> {
         let mut messages = Vec::with_capacity(data.len() / CHUNK + 1);
         let mut rest = data;
         while !rest.is_empty() {
@@ -162,11 +168,13 @@ impl Guest {
                 close: false,
             });
         }
-        messages.push(WriteProcessInputRequest {
-            process_id: process_id.to_owned(),
-            data: Bytes::new(),
-            close: true,
-        });
+        if close || messages.is_empty() {
+            messages.push(WriteProcessInputRequest {
+                process_id: process_id.to_owned(),
+                data: Bytes::new(),
+                close,
+            });
+        }
         let r = self.request(futures_iter(messages), None);
         Ok(self
             .process

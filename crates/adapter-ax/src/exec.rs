@@ -119,53 +119,39 @@ impl AxExec {
         execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         let guest = self.guest("exec")?;
         let stdin = command.stdin().clone();
-        let argv = detached(command.argv(), command.env());
-        let request = StartProcessRequest {
-            command: argv,
-            cwd: command.workdir().unwrap_or_default().to_owned(),
-            env: command
-                .env()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect::<HashMap<_, _>>(),
-            stdin: !stdin.is_empty(),
-            timeout: None,
-        };
-        let process = guest
-            .start(request)
-            .await
-            .map_err(|s| from_status(s, "exec", Stage::Submit))?;
-        if process.process_id.is_empty() {
-            return Err(protocol("StartProcess answered without a process_id"));
-        }
-        match ProcessState::try_from(process.state) {
-            Ok(ProcessState::Running | ProcessState::Exited) => {}
-            _ => {
-                return Err(Error::new(
-                    ErrorKind::Unsupported,
-                    format!(
-                        "StartProcess answered process {:?} with state {}: a guest without process states \
-                         serves the older ateenv.v1alpha (StreamProcessOutputs/KillProcess), which this adapter does not speak",
-                        process.process_id, process.state
-                    ),
-                )
-                .with_retry(Retry::Unsafe)
-                .with_provider(PROVIDER)
-                .with_operation("exec"));
-            }
-        }
-        tracing::debug!(provider = PROVIDER, process_id = %process.process_id, "started");
+        let request = start_request(&command, !stdin.is_empty());
+        let id = start_process(&guest, request, "exec").await?;
+        let (rx, kill) = self.follow(guest, id, [0, 0], true, stdin);
+        Ok(EventStream::new(Receiver(rx)).with_kill(kill))
+    }
+
+    /// Follows process `id` from `offsets` to its exit message, resuming cut streams: an exec's
+    /// events. `kill_on_drop`: a consumer that goes away before the exit kills the process
+    /// group (an exec); otherwise it only detaches (an attach). `stdin` is fed first, then closed.
+    pub(crate) fn follow(
+        &self,
+        guest: Guest,
+        id: String,
+        offsets: [i64; 2],
+        kill_on_drop: bool,
+        stdin: Bytes,
+    ) -> (mpsc::Receiver<Result<Event, Error>>, Kill) {
         let (tx, rx) = mpsc::channel(16);
         let driver = Driver {
             guest,
-            id: process.process_id,
+            id,
             config: self.config.clone(),
             tx,
-            offsets: [0, 0],
+            offsets,
             tails: [Vec::new(), Vec::new()],
             stdin_error: Arc::new(Mutex::new(None)),
         };
-        let kill = kill_guard(driver.guest.clone(), driver.id.clone());
+        // An attach only detaches: its guard is never armed.
+        let kill = if kill_on_drop {
+            kill_guard(driver.guest.clone(), driver.id.clone())
+        } else {
+            reaper::OnDrop::new(PROVIDER)
+        };
         let awaitable = kill.kill();
         // Counted by the kit's reaper: a consumer that drops the stream leaves the driver to
         // notice and kill (its guard), and the front end's drain must wait for that.
@@ -173,8 +159,66 @@ impl AxExec {
             driver.run(stdin, kill).await;
             Ok(())
         });
-        Ok(EventStream::new(Receiver(rx)).with_kill(awaitable))
+        (rx, Box::new(awaitable))
     }
+
+    /// The guest's channel (made on first use).
+    pub(crate) fn channel(&self, op: &'static str) -> Result<Guest, Error> {
+        self.guest(op)
+    }
+}
+
+/// The `StartProcess` of `command` under the [`detached`] wrapper (`stdin`: a pipe for
+/// `WriteProcessInput`), with the guest's default timeout.
+pub(crate) fn start_request(command: &Command, stdin: bool) -> StartProcessRequest {
+    StartProcessRequest {
+        command: detached(command.argv(), command.env()),
+        cwd: command.workdir().unwrap_or_default().to_owned(),
+        env: command
+            .env()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<HashMap<_, _>>(),
+        stdin,
+        timeout: None,
+    }
+}
+
+/// Kills a followed process's group (for [`EventStream::with_kill`]).
+pub(crate) type Kill = Box<dyn FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send>;
+
+/// `StartProcess`, checked: the new process's id. A lost answer is `Unsafe` (the guest mints
+/// the id: a retry would start a second process).
+pub(crate) async fn start_process(
+    guest: &Guest,
+    request: StartProcessRequest,
+    op: &'static str,
+) -> Result<String, Error> {
+    let process = guest
+        .start(request)
+        .await
+        .map_err(|s| from_status(s, op, Stage::Submit))?;
+    if process.process_id.is_empty() {
+        return Err(protocol("StartProcess answered without a process_id").with_operation(op));
+    }
+    match ProcessState::try_from(process.state) {
+        Ok(ProcessState::Running | ProcessState::Exited) => {}
+        _ => {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "StartProcess answered process {:?} with state {}: a guest without process states \
+                     serves the older ateenv.v1alpha (StreamProcessOutputs/KillProcess), which this adapter does not speak",
+                    process.process_id, process.state
+                ),
+            )
+            .with_retry(Retry::Unsafe)
+            .with_provider(PROVIDER)
+            .with_operation(op));
+        }
+    }
+    tracing::debug!(provider = PROVIDER, process_id = %process.process_id, "started");
+    Ok(process.process_id)
 }
 
 fn protocol(message: impl Into<String>) -> Error {
@@ -270,17 +314,15 @@ impl Exec for AxExec {
         Some(self)
     }
 
-    /// The adapter kit's spool in the guest's `/tmp` over `ExecuteCommand` (the guest has no list
-    /// RPC, and a lost `StartProcess` answer cannot be retried safely). Behind a Substrate router
-    /// the guest is the address *and* the target actor: both name the handles' sandbox.
+    /// The guest's own processes, found by key through a registry in the guest's `/tmp`
+    /// ([`crate::process`]). Behind a Substrate router the guest is the address *and* the
+    /// target actor: both name the handles' sandbox.
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
         let guest = match self.config.actor() {
             Some(actor) => format!("{} {actor}", self.id),
             None => self.id.clone(),
         };
-        Some(Box::new(execseam_adapter_kit::spool::Spool::new(
-            self, &guest,
-        )))
+        Some(Box::new(crate::process::AxProcesses::new(self, guest)))
     }
 }
 
@@ -631,7 +673,7 @@ fn annotate(e: Error, what: &str) -> Error {
 /// recorded (the exec becomes an `Err`) and the process is killed.
 async fn feed_stdin(guest: Guest, id: String, data: Bytes, slot: Arc<Mutex<Option<Error>>>) {
     let len = data.len();
-    match guest.write_input(&id, data).await {
+    match guest.write_input(&id, data, true).await {
         Ok(n) if usize::try_from(n).ok() == Some(len) => {}
         Ok(n) => {
             tracing::debug!(provider = PROVIDER, process_id = %id, written = n, len, "stdin partly written");

@@ -22,6 +22,7 @@
 //! | remote kill | yes (`SignalProcess{SIGNAL_KILL}` to the process group when an exec is dropped) |
 //! | binary output | yes (`bytes` fields) |
 //! | max output | 10 MiB per stream (the guest's spool limit; beyond it: `Err(OutputLimit)`) |
+//! | process handles | native: the guest's processes, found by key through the kit's registry in the guest (`process` module; `docs/adapters/ax.md`, "Process handles") |
 //!
 //! # Version
 //!
@@ -51,6 +52,7 @@ mod client;
 mod config;
 mod error;
 mod exec;
+mod process;
 mod wire;
 
 mod provider;
@@ -89,7 +91,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: Some(GUEST_MAX_LOG_BYTES),
     native_tools: &[],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    processes: Some(process::PROCESSES),
 };
 
 /// AX's lifecycle: connect only. A guest belongs to a task declared elsewhere (the AX API or

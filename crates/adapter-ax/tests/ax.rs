@@ -847,3 +847,99 @@ async fn one_grpc_connection_serves_every_exec_and_file_call_of_a_guest() {
         "one TCP connection for seven execs and two file calls"
     );
 }
+
+// ---- native process handles (the guest's processes, found by key) ----
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_start_whose_answer_is_lost_is_unsafe_and_never_run_again() {
+    use execseam_core::{ProcessState as State, StartKey, StartRequest, StreamOffsets, Waited};
+    let emu = emulator().await;
+    let exec = adapter(&emu);
+    let p = exec.processes().expect("native handles");
+    let count = format!("/tmp/execseam-ax-lost-{}", std::process::id());
+    let once = Command::new(["sh", "-c", "echo x >>\"$1\"", "sh", &count]).unwrap();
+    let key = StartKey::new("lost").unwrap();
+    // Call 1 is the registry's `mkdir`; call 2 the command's own StartProcess: its answer is
+    // reset after the guest started it. The guest mints the id, so nothing can find it again.
+    emu.faults().add("exec=reset@2".parse().unwrap());
+    let err = p
+        .start(StartRequest::new(key.clone(), once.clone()))
+        .await
+        .unwrap_err();
+    emu.faults().clear();
+    assert_eq!(err.retry(), Retry::Unsafe, "{err}");
+    let h = p.handle_for(&key);
+    assert_eq!(p.status(&h).await.unwrap().state, State::Unknown);
+    let err = p.read(&h, StreamOffsets::ZERO).await.unwrap_err();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::Protocol, Retry::Never)
+    );
+    // It ran once; released, the key starts a new command.
+    let mut ran = Bytes::new();
+    for _ in 0..50 {
+        ran = exec
+            .exec(Command::new(["cat", &count]).unwrap())
+            .await
+            .unwrap()
+            .stdout;
+        if !ran.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(&ran[..], b"x\n");
+    p.release(&h).await.unwrap();
+    let s = p
+        .start(StartRequest::new(
+            key,
+            Command::new(["sh", "-c", "exit 3"]).unwrap(),
+        ))
+        .await
+        .unwrap();
+    assert!(s.fresh);
+    assert_eq!(
+        p.wait(&s.handle, Duration::from_secs(10)).await.unwrap(),
+        Waited::Exited(Exit::Code(3))
+    );
+    p.release(&s.handle).await.unwrap();
+    let _ = std::fs::remove_file(&count);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_read_stops_at_the_guest_limit_and_past_it_is_an_output_limit() {
+    use execseam_core::{ProcessEvent, StartKey, StartRequest, StreamOffsets};
+    let emu = emulator().await;
+    let exec = adapter(&emu);
+    let p = exec.processes().expect("native handles");
+    let limit = 10 * 1024 * 1024;
+    let cmd = Command::new(["sh", "-c", "head -c 11000000 /dev/zero"]).unwrap();
+    let h = p
+        .start(StartRequest::new(StartKey::new("big").unwrap(), cmd))
+        .await
+        .unwrap()
+        .handle;
+    p.wait(&h, Duration::from_secs(30)).await.unwrap();
+    // Up to the limit: bytes (bounded per read), and `written` says there is more.
+    let r = p.read(&h, StreamOffsets::new(limit - 5, 0)).await.unwrap();
+    assert_eq!(&r.stdout[..], &[0u8; 5]);
+    assert!(r.written.stdout > limit, "the guest's marker is counted");
+    // From the limit: the guest kept nothing but its marker.
+    let err = p.read(&h, r.next()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutputLimit, "{err}");
+    // An attach ends in the same error, never in an exit.
+    let mut s = p
+        .attach(&h, StreamOffsets::new(limit - 5, 0))
+        .await
+        .unwrap();
+    let mut last = None;
+    while let Some(ev) = s.next().await {
+        last = Some(ev);
+    }
+    match last {
+        Some(Err(e)) => assert_eq!(e.kind(), ErrorKind::OutputLimit, "{e}"),
+        Some(Ok(ProcessEvent::Exit(e))) => panic!("an exit past the limit: {e:?}"),
+        other => panic!("{other:?}"),
+    }
+    p.release(&h).await.unwrap();
+}

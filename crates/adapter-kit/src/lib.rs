@@ -16,6 +16,8 @@ pub mod http;
 pub mod id;
 mod processes;
 pub mod reaper;
+#[cfg(feature = "spool")]
+pub mod registry;
 pub mod retry;
 pub mod size;
 #[cfg(feature = "spool")]

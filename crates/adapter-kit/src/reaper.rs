@@ -247,7 +247,9 @@ impl OnDrop {
     /// The awaitable kill for `EventStream::with_kill`: runs the armed work and answers its
     /// outcome; `Ok` at once when nothing is armed any more (the exit was seen, or the work
     /// already ran).
-    pub fn kill(&self) -> impl FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send + 'static {
+    pub fn kill(
+        &self,
+    ) -> impl FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send + 'static + use<> {
         let (provider, slot) = (self.provider, self.slot.clone());
         move || {
             // Taken when called, not when first polled: `EventStream::kill` drops the stream

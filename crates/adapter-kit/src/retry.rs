@@ -182,6 +182,17 @@ pub fn after_submit(error: Error) -> Error {
     error.with_retry(retry)
 }
 
+/// `error` of a request that is idempotent by construction (a lock in the sandbox, a write by
+/// offset, an id the caller chose): `Unsafe` becomes `Safe`, as repeating it cannot run
+/// anything twice; `Never` and `Safe` stay.
+pub fn repeatable(error: Error) -> Error {
+    if error.retry() == Retry::Unsafe {
+        error.with_retry(Retry::SAFE)
+    } else {
+        error
+    }
+}
+
 /// True if a failure of a request with this `effect` could mean the command ran.
 pub fn may_have_run(effect: Effect, sent: Sent) -> bool {
     retry_class(effect, sent) == Retry::Unsafe

@@ -616,11 +616,7 @@ impl<'a> Spool<'a> {
             // A start that failed after it was sent: retrying under the same key is safe (the
             // directory is the lock), so an `Unsafe` answer becomes `Safe`.
             let e = e.or_context(self.provider().to_owned(), "start");
-            if e.retry() == Retry::Unsafe {
-                e.with_retry(Retry::SAFE)
-            } else {
-                e
-            }
+            crate::retry::repeatable(e)
         })?;
         if !out.exit.success() {
             return Err(self.error(
@@ -678,11 +674,7 @@ impl<'a> Spool<'a> {
                     launch.launch(b.build()?).await.map_err(|e| {
                         let e = e.or_context(self.provider().to_owned(), "start");
                         // The supervisor takes a lock: a second one starts nothing.
-                        if e.retry() == Retry::Unsafe {
-                            e.with_retry(Retry::SAFE)
-                        } else {
-                            e
-                        }
+                        crate::retry::repeatable(e)
                     })?;
                 }
                 Ok(Started { handle, fresh })
@@ -910,13 +902,7 @@ impl<'a> Spool<'a> {
             )
             .await
             // A write whose answer was lost is retried at the same offset: a no-op if it landed.
-            .map_err(|e| {
-                if e.retry() == Retry::Unsafe {
-                    e.with_retry(Retry::SAFE)
-                } else {
-                    e
-                }
-            })?;
+            .map_err(crate::retry::repeatable)?;
         let line = std::str::from_utf8(&out).map(str::trim).unwrap_or("");
         let mut f = line.split(' ');
         if f.next() == Some("spool:none") {

@@ -39,12 +39,12 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use execseam_adapter_kit::registry::{OffsetEvents, Registry};
 use execseam_adapter_kit::retry::Stage;
 use execseam_core::{
-    Command, Error, ErrorKind, Event, Exit, Mechanism, ProcessCapabilities, ProcessEvent,
-    ProcessHandle, ProcessInfo, ProcessRead, ProcessState, ProcessStream, Retry, Sandbox, Signal,
-    StartKey, StartRequest, Started, StdinMode, StdinState, StdinWrite, StreamOffsets,
-    TerminalSize, Waited,
+    Command, Error, ErrorKind, Exit, Mechanism, ProcessCapabilities, ProcessHandle, ProcessInfo,
+    ProcessRead, ProcessState, ProcessStream, Sandbox, Signal, StartKey, StartRequest, Started,
+    StdinMode, StdinState, StdinWrite, StreamOffsets, TerminalSize, Waited,
 };
 use tonic::Code;
 
@@ -66,21 +66,18 @@ pub const PROCESSES: ProcessCapabilities = ProcessCapabilities {
     ..execseam_adapter_kit::spool::SPOOLED
 };
 
-/// The registry's root in the sandbox.
-const ROOT: &str = "/tmp/.execseam/m";
+/// The registry in the sandbox (the kit's: one directory per key).
+const REGISTRY: Registry = Registry {
+    root: "/tmp/.execseam/m",
+    prefix: "modal1:",
+    provider: PROVIDER,
+};
 
 /// The most bytes of each stream one [`Processes::read`] returns.
 const READ_MAX: usize = 1 << 20;
 
 /// How long a read of a running command waits for more output before it answers.
 const READ_QUIET: Duration = Duration::from_millis(100);
-
-/// The handle's prefix.
-const PREFIX: &str = "modal1:";
-
-/// The registry entry: `$1` root, `$2` key. Prints `modal:fresh` or `modal:exists`.
-const REGISTER: &str = r#"umask 077; mkdir -p -- "$1" || exit 125
-if mkdir -- "$1/$2" 2>/dev/null; then echo modal:fresh; else echo modal:exists; fi"#;
 
 /// The command's wrapper: `$1` the entry, then argv. Records its pid, then becomes the command
 /// as the leader of a process group (it already is one when the router made it one).
@@ -107,10 +104,6 @@ i=0; while [ ! -e "$1/pid" ] && [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done
 p=$(cat "$1/pid") && t=$(readlink "/proc/$p/fd/0" 2>/dev/null) && [ -c "$t" ] &&
   stty -F "$t" rows "$2" cols "$3" 2>/dev/null && { echo modal:sized; exit 0; }
 echo modal:gone"#;
-
-/// The registry's keys, one a line (`$1` root).
-const KEYS: &str = r#"cd -- "$1" 2>/dev/null || exit 0
-for k in *; do [ -d "$k" ] && printf '%s\n' "$k"; done; exit 0"#;
 
 /// A stable 128-bit FNV-1a of `parts`, shaped as a version-8 UUID (RFC 9562 "custom").
 fn exec_id(sandbox: &str, key: &StartKey) -> String {
@@ -150,11 +143,7 @@ impl<'a> ModalProcesses<'a> {
     }
 
     fn handle_of(&self, key: &StartKey) -> ProcessHandle {
-        ProcessHandle::new(format!(
-            "{PREFIX}{}:{}",
-            Sandbox::id(self.exec),
-            key.as_str()
-        ))
+        REGISTRY.handle(Sandbox::id(self.exec), key)
     }
 
     fn not_started(&self, op: &'static str) -> Error {
@@ -166,48 +155,20 @@ impl<'a> ModalProcesses<'a> {
     }
 
     fn error(&self, kind: ErrorKind, op: &'static str, message: impl Into<String>) -> Error {
-        Error::new(kind, message)
-            .with_provider(PROVIDER)
-            .with_operation(op)
+        REGISTRY.error(kind, op, message)
     }
 
-    /// The key of `handle`, if it is a handle of this sandbox; [`ErrorKind::InvalidCommand`]
-    /// before any I/O otherwise.
     fn key_of(&self, handle: &ProcessHandle, op: &'static str) -> Result<StartKey, Error> {
-        let parsed = handle
-            .as_str()
-            .strip_prefix(PREFIX)
-            .and_then(|rest| rest.rsplit_once(':'))
-            .and_then(|(sandbox, key)| Some((sandbox, StartKey::new(key).ok()?)));
-        match parsed {
-            Some((sandbox, key)) if sandbox == Sandbox::id(self.exec) => Ok(key),
-            Some(_) => Err(self.error(
-                ErrorKind::InvalidCommand,
-                op,
-                "the handle belongs to another sandbox",
-            )),
-            None => Err(self.error(ErrorKind::InvalidCommand, op, "not a Modal process handle")),
-        }
+        REGISTRY.key_of(Sandbox::id(self.exec), handle, op)
     }
 
     fn entry(key: &StartKey) -> String {
-        format!("{ROOT}/{}", key.as_str())
+        REGISTRY.entry(key)
     }
 
-    /// Runs `script` with `args` through an ordinary exec; its trimmed stdout.
+    /// Runs `script` with `args` through an ordinary exec; its stdout.
     async fn script(&self, op: &'static str, script: &str, args: &[&str]) -> Result<String, Error> {
-        let out = execseam_adapter_kit::spool::run_script(
-            self.exec,
-            op,
-            "modal-registry",
-            script,
-            args,
-            Bytes::new(),
-        )
-        .await?;
-        String::from_utf8(out.to_vec())
-            .map(|s| s.trim_end().to_owned())
-            .map_err(|_| error::protocol(op, "the registry script's answer is not UTF-8"))
+        REGISTRY.run(self.exec, op, script, args).await
     }
 
     /// The router, the task id and the exec id of `key`.
@@ -243,24 +204,9 @@ impl<'a> ModalProcesses<'a> {
         let key = request.key;
         let handle = self.handle_of(&key);
         let entry = Self::entry(&key);
-        // The entry is the lock: a retry finds it (any exec failure here may be retried).
-        let safe = |e: Error| {
-            if e.retry() == Retry::Unsafe {
-                e.with_retry(Retry::SAFE)
-            } else {
-                e
-            }
-        };
-        let fresh = match self
-            .script(op, REGISTER, &[ROOT, key.as_str()])
-            .await
-            .map_err(safe)?
-            .as_str()
-        {
-            "modal:fresh" => true,
-            "modal:exists" => false,
-            _ => return Err(error::protocol(op, "no modal:fresh/exists answer")),
-        };
+        // A retry finds the entry (any failure of a start may be retried).
+        let safe = execseam_adapter_kit::retry::repeatable;
+        let fresh = REGISTRY.register(self.exec, op, &key).await?;
         if fresh {
             match self.poll(&key, op).await {
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
@@ -384,22 +330,7 @@ impl<'a> ModalProcesses<'a> {
                 closed: w.close,
             });
         }
-        // The retry of a write that landed.
-        if w.at + len == st.accepted && (st.closed || !w.close) {
-            return Ok(st);
-        }
-        Err(self.error(
-            ErrorKind::Conflict,
-            op,
-            if st.closed {
-                format!("stdin is closed (after {} bytes)", st.accepted)
-            } else {
-                format!(
-                    "stdin has accepted {} bytes, not {}: write from {}",
-                    st.accepted, w.at, st.accepted
-                )
-            },
-        ))
+        REGISTRY.stale_write(st, &w, op)
     }
 
     /// One stream from `from`: at most [`READ_MAX`] bytes kept, and the offset where it was
@@ -487,11 +418,7 @@ impl<'a> ModalProcesses<'a> {
         let rx = self
             .exec
             .follow(router, id, [from.stdout, from.stderr], None, None);
-        let events = Events {
-            rx,
-            at: [from.stdout, from.stderr],
-        };
-        Ok(ProcessStream::new(events))
+        Ok(ProcessStream::new(OffsetEvents::new(rx, from)))
     }
 
     async fn wait_for(&self, handle: &ProcessHandle, within: Duration) -> Result<Waited, Error> {
@@ -551,18 +478,6 @@ impl<'a> ModalProcesses<'a> {
         }
     }
 
-    /// Whether `key` is in the registry.
-    async fn registered(&self, key: &StartKey, op: &'static str) -> Result<bool, Error> {
-        let answer = self
-            .script(
-                op,
-                "[ -d \"$1\" ] && echo yes || echo no",
-                &[&Self::entry(key)],
-            )
-            .await?;
-        Ok(answer == "yes")
-    }
-
     async fn info(&self, key: StartKey, op: &'static str) -> Result<ProcessInfo, Error> {
         let state = match self.poll(&key, op).await {
             Ok(s) => s,
@@ -586,7 +501,7 @@ impl<'a> ModalProcesses<'a> {
     async fn status_of(&self, handle: &ProcessHandle) -> Result<ProcessInfo, Error> {
         let op = "status";
         let key = self.key_of(handle, op)?;
-        if !self.registered(&key, op).await? {
+        if !REGISTRY.exists(self.exec, op, &key).await? {
             return Err(self.not_started(op));
         }
         self.info(key, op).await
@@ -615,9 +530,7 @@ impl<'a> ModalProcesses<'a> {
 
     async fn list_all(&self) -> Result<Vec<ProcessInfo>, Error> {
         let op = "list";
-        let keys = self.script(op, KEYS, &[ROOT]).await?;
-        let mut keys: Vec<StartKey> = keys.lines().filter_map(|k| StartKey::new(k).ok()).collect();
-        keys.sort();
+        let keys = REGISTRY.keys(self.exec, op).await?;
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
             out.push(self.info(key, op).await?);
@@ -628,54 +541,12 @@ impl<'a> ModalProcesses<'a> {
     async fn release_one(&self, handle: &ProcessHandle) -> Result<(), Error> {
         let op = "release";
         let key = self.key_of(handle, op)?;
-        match self.poll(&key, op).await {
-            Ok(ProcessState::Running) => {
-                return Err(self.error(
-                    ErrorKind::Conflict,
-                    op,
-                    "the process is running: signal it first",
-                ));
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
+        let state = match self.poll(&key, op).await {
+            Ok(s) => Some(s),
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
             Err(e) => return Err(e),
-        }
-        self.script(op, "rm -rf -- \"$1\"", &[&Self::entry(&key)])
-            .await
-            .map(drop)
-    }
-}
-
-/// An exec's events with their offsets.
-struct Events {
-    rx: tokio::sync::mpsc::Receiver<Result<Event, Error>>,
-    at: [u64; 2],
-}
-
-impl futures_core::Stream for Events {
-    type Item = Result<ProcessEvent, Error>;
-
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        self.rx.poll_recv(cx).map(|item| {
-            item.map(|r| {
-                r.map(|event| match event {
-                    Event::Stdout(data) => {
-                        let at = self.at[0];
-                        self.at[0] += data.len() as u64;
-                        ProcessEvent::Stdout { at, data }
-                    }
-                    Event::Stderr(data) => {
-                        let at = self.at[1];
-                        self.at[1] += data.len() as u64;
-                        ProcessEvent::Stderr { at, data }
-                    }
-                    Event::Exit(exit) => ProcessEvent::Exit(exit),
-                })
-            })
-        })
+        };
+        REGISTRY.release(self.exec, op, &key, state).await
     }
 }
 

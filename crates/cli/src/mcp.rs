@@ -20,7 +20,8 @@
 //! handles (`Exec::processes`) and answers its handle as `id`; `bash_output` reads what was
 //! written since the last read (the server keeps one cursor per id; explicit offsets override
 //! it, so a client that restarted the server resumes exactly), `bash_stdin` appends to its stdin
-//! at the count accepted so far, `bash_kill` signals its process group. An adapter without
+//! at the count accepted so far, `bash_kill` signals its process group, `bash_release` forgets an
+//! ended one (`bash_output`'s `block` first waits for the end, as Claude Code's `TaskOutput`). An adapter without
 //! handles answers the typed `unsupported` error.
 
 use std::collections::{BTreeMap, HashMap};
@@ -304,6 +305,21 @@ pub struct BashOutputArgs {
     /// Read stderr from this byte offset (default: where the last read ended).
     #[serde(default)]
     pub stderr_from: Option<u64>,
+    /// Wait for the command to end (up to `timeout_ms`) before reading (default false: answer
+    /// at once).
+    #[serde(default)]
+    pub block: Option<bool>,
+    /// With `block`: the longest wait in milliseconds, 0..=600000 (default 30000).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// `bash_release`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BashReleaseArgs {
+    /// The `id` of a background command that has ended.
+    pub id: String,
 }
 
 /// `bash_stdin`'s arguments.
@@ -893,7 +909,7 @@ impl McpServer {
     }
 
     #[tool(
-        description = "Read a background command's output (`id` from `bash` with `run_in_background`): the stdout and stderr written since this server's last read of it, or from the byte offsets `stdout_from`/`stderr_from`. Never waits. Returns `state` (running, exited with `exit`, or unknown: its supervisor died without an exit, so the outcome is not known), the offsets `next` to read from, and `complete` once the command exited and everything was read. A read returns at most the server's output limit per stream; the rest comes on the next read."
+        description = "Read a background command's output (`id` from `bash` with `run_in_background`): the stdout and stderr written since this server's last read of it, or from the byte offsets `stdout_from`/`stderr_from`. Answers at once, or with `block` first waits for the command to end, up to `timeout_ms` (default 30000). Returns `state` (running, exited with `exit`, or unknown: its supervisor died without an exit, so the outcome is not known), the offsets `next` to read from, and `complete` once the command exited and everything was read. A read returns at most the server's output limit per stream; the rest comes on the next read."
     )]
     async fn bash_output(
         &self,
@@ -904,6 +920,23 @@ impl McpServer {
             Err(e) => return Ok(e),
         };
         let handle = ProcessHandle::new(a.id.clone());
+        // Claude Code's TaskOutput `block` and `timeout` (ms, 0..=600000, default 30000): a
+        // wait for the end, then the read (the state says whether it ended).
+        if a.block == Some(true) {
+            let ms = a.timeout_ms.unwrap_or(30_000);
+            if ms > 600_000 {
+                return Ok(tool_error(&ToolError::InvalidArgument {
+                    message: format!("timeout_ms {ms} is over 600000"),
+                }));
+            }
+            if let Err(e) = p.wait(&handle, Duration::from_millis(ms)).await {
+                return Ok(tool_error(&ToolError::Exec(e)));
+            }
+        } else if a.timeout_ms.is_some() {
+            return Ok(tool_error(&ToolError::InvalidArgument {
+                message: "timeout_ms needs block".into(),
+            }));
+        }
         let last = self
             .cursors
             .lock()
@@ -941,6 +974,24 @@ impl McpServer {
             "exit": exit,
             "complete": exit.is_some() && next == read.written,
         })))
+    }
+
+    #[tool(
+        description = "Forget a background command that has ended (`id` from `bash` with `run_in_background`): its output and exit are no longer kept and the `id` is no longer valid. A running command is refused (`conflict`): end it with `bash_kill` first."
+    )]
+    async fn bash_release(
+        &self,
+        Parameters(a): Parameters<BashReleaseArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let p = match self.processes() {
+            Ok(p) => p,
+            Err(e) => return Ok(e),
+        };
+        if let Err(e) = p.release(&ProcessHandle::new(a.id.clone())).await {
+            return Ok(tool_error(&ToolError::Exec(e)));
+        }
+        self.cursors.lock().expect("cursors").remove(&a.id);
+        Ok(ok(json!({ "id": a.id, "released": true })))
     }
 
     #[tool(

@@ -23,11 +23,12 @@ use common::http;
 
 type Client = RunningService<RoleClient, ()>;
 
-const TOOLS: [&str; 14] = [
+const TOOLS: [&str; 15] = [
     "apply_patch",
     "bash",
     "bash_kill",
     "bash_output",
+    "bash_release",
     "bash_stdin",
     "code",
     "edit",
@@ -123,7 +124,7 @@ async fn schemas(c: &Client) {
             "apply_patch" => &["patch"],
             "code" => &["language", "source"],
             "list" => &[],
-            "bash_output" | "bash_stdin" | "bash_kill" => &["id"],
+            "bash_output" | "bash_stdin" | "bash_kill" | "bash_release" => &["id"],
             "exec_command" => &["cmd"],
             "write_stdin" => &["session_id"],
             other => panic!("{other}"),

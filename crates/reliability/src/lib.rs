@@ -21,6 +21,7 @@ pub struct Knobs {
 }
 
 /// One adapter in the suite: how to start its emulator and reach one sandbox in it.
+#[derive(Clone, Copy)]
 pub struct Adapter {
     /// The provider's name.
     pub name: &'static str,
@@ -982,6 +983,155 @@ async fn orphan_case(adapter: &Adapter, knobs: Knobs, ending: Ending) -> Result<
     kill_leftovers(&token);
     left.map(|()| Applies::Yes)
         .map_err(|pids| format!("the background child survived (host pids {pids:?})"))
+}
+
+/// The adapters whose process routes [`processes`] puts through the chaos proxy: one spooled
+/// adapter (every spooled adapter runs the adapter kit's one spool over its exec, so one
+/// stands for the path) and Modal's native handles (the task command router by offset).
+pub const PROCESS_ROUTES: &[&str] = &["e2b", "modal"];
+
+/// Issue 34's hostile answers on the process routes. A command (the suite's [`SCRIPT`]) is
+/// started detached, then every request through the proxy gets the case's action: on the start
+/// (its answer lost), or on the attach that follows it (a cut log stream, 429, endless output, a
+/// stall). The faulted call must end within the bare bound, typed or with the exact output and
+/// exit; then, with the proxy clean again, a start retried under the same key runs nothing, the
+/// command ran exactly once, its exit and output are read back exactly (the exit never lost),
+/// and the peak RSS stays under the suite's limit.
+pub async fn processes(adapters: &[Adapter], options: &Options) -> Phase {
+    let knobs = Knobs {
+        idle_timeout: options.idle_timeout,
+    };
+    phase(
+        "processes",
+        "{start answers reset after forwarding; attach: reset, 429, endless, stall}: typed or exact within the bound, then exit and output read back, one run, no second start, RSS bounded",
+        adapters,
+        &["start:reset-after", "attach:reset", "attach:status:429", "attach:endless", "attach:stall"],
+        move |adapter, case| {
+            Box::pin(async move {
+                match process_case(adapter, knobs, options, case).await {
+                    Ok(()) => Outcome::Passed,
+                    Err(e) => Outcome::Failed(e),
+                }
+            })
+        },
+    )
+    .await
+}
+
+async fn process_case(
+    adapter: &Adapter,
+    knobs: Knobs,
+    options: &Options,
+    case: &str,
+) -> Result<(), String> {
+    use execseam_core::{ProcessEvent, StartKey, StartRequest, StreamOffsets, Waited};
+    let (route, action) = case.split_once(':').expect("route:action");
+    let rule: Rule = format!("*={action}")
+        .parse()
+        .map_err(|e| format!("the rule {action:?}: {e}"))?;
+    let setup = (adapter.setup)(knobs)
+        .await
+        .map_err(|e| format!("setup failed: {e}"))?;
+    let proxy = ChaosProxy::start(localhost(), &setup.upstream, vec![])
+        .await
+        .map_err(|e| format!("proxy: {e}"))?;
+    let exec = (setup.through)(proxy.base_url(), options.idle_timeout)
+        .await
+        .map_err(|e| format!("connecting through the proxy: {e}"))?;
+    let p = exec
+        .processes()
+        .ok_or("the adapter has no process handles")?;
+    let marker = format!("{}/rel-process", setup.scratch);
+    let key = StartKey::new("rel-process").expect("a valid key");
+    let start = || StartRequest::new(key.clone(), command(&marker));
+    let bound = options.bare_bound;
+    let want = expected();
+    let mut first_fresh = None;
+    if route == "start" {
+        proxy.set_rules(vec![rule.clone()]);
+    }
+    let first = tokio::time::timeout(bound, p.start(start()))
+        .await
+        .map_err(|_| format!("the start did not answer within {bound:?}"))?;
+    proxy.set_rules(vec![]);
+    match first {
+        Ok(s) => first_fresh = Some(s.fresh),
+        Err(e) if route == "start" && e.retry() != Retry::Never => {}
+        Err(e) => return Err(format!("the start failed: {e}")),
+    }
+    let handle = p.handle_for(&key);
+    if route == "attach" {
+        proxy.set_rules(vec![rule]);
+        let attached = async {
+            let mut s = p.attach(&handle, StreamOffsets::ZERO).await?;
+            let (mut out, mut err, mut exit) = (Vec::new(), Vec::new(), None);
+            while let Some(ev) = s.next().await {
+                match ev? {
+                    ProcessEvent::Stdout { at, data } if at == out.len() as u64 => {
+                        out.extend_from_slice(&data);
+                    }
+                    ProcessEvent::Stderr { at, data } if at == err.len() as u64 => {
+                        err.extend_from_slice(&data);
+                    }
+                    ProcessEvent::Exit(e) => exit = Some(e),
+                    other => {
+                        return Err(Error::protocol(format!("a chunk out of place: {other:?}")));
+                    }
+                }
+            }
+            Ok::<_, Error>((out, err, exit))
+        };
+        match tokio::time::timeout(bound, attached).await {
+            Err(_) => return Err(format!("the attach did not end within {bound:?}")),
+            Ok(Ok((out, err, exit))) => {
+                if exit.is_some()
+                    && (out != want.stdout || err != want.stderr || exit != Some(want.exit))
+                {
+                    return Err(format!(
+                        "a wrong attach: {:?} / {:?} / {exit:?}",
+                        String::from_utf8_lossy(&out),
+                        String::from_utf8_lossy(&err)
+                    ));
+                }
+            }
+            // Typed: the invariants below still hold.
+            Ok(Err(_)) => {}
+        }
+        proxy.set_rules(vec![]);
+    }
+    // Clean again: the start retried runs nothing, the exit and the output are all there.
+    let again = p
+        .start(start())
+        .await
+        .map_err(|e| format!("the retried start failed: {e}"))?;
+    if again.fresh && first_fresh.is_some() {
+        return Err("a start retried after an answered one was fresh".into());
+    }
+    match p.wait(&handle, Duration::from_secs(20)).await {
+        Ok(Waited::Exited(exit)) if exit == want.exit => {}
+        other => return Err(format!("wait after the faults: {other:?}")),
+    }
+    let read = p
+        .read(&handle, StreamOffsets::ZERO)
+        .await
+        .map_err(|e| format!("the read back failed: {e}"))?;
+    if (read.stdout.as_ref(), read.stderr.as_ref()) != (want.stdout.as_ref(), want.stderr.as_ref())
+    {
+        return Err(format!("the output read back: {read:?}"));
+    }
+    let ran = runs(&*setup.direct, &marker).await?;
+    if ran != 1 {
+        return Err(format!("the command ran {ran} times"));
+    }
+    let _ = p.release(&handle).await;
+    drop(p);
+    drop(exec);
+    proxy.shutdown().await;
+    let rss = peak_rss();
+    if rss > options.rss_limit {
+        return Err(format!("peak RSS {} MiB over the limit", rss >> 20));
+    }
+    Ok(())
 }
 
 /// The answers the `creates` phase gives a create's requests: an error without forwarding, a

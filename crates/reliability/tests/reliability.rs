@@ -6,7 +6,9 @@ mod setups;
 
 use std::time::Duration;
 
-use execseam_reliability::{Adapter, Options, Phase, creates, orphans, run, secrets, sizes};
+use execseam_reliability::{
+    Adapter, Options, PROCESS_ROUTES, Phase, creates, orphans, processes, run, secrets, sizes,
+};
 use setups::ADAPTERS;
 
 fn main() {
@@ -57,6 +59,15 @@ fn main() {
     }
     if on("sizes") {
         phases.push(runtime.block_on(sizes(&adapters, &options)));
+    }
+    // Issue 34: the process routes of one spooled adapter and Modal's native handles.
+    if on("processes") {
+        let routes: Vec<Adapter> = adapters
+            .iter()
+            .filter(|a| PROCESS_ROUTES.contains(&a.name))
+            .copied()
+            .collect();
+        phases.push(runtime.block_on(processes(&routes, &options)));
     }
     // Last: the TRACE capture stays installed for the rest of the process.
     if on("secrets") {

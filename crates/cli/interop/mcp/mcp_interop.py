@@ -39,7 +39,7 @@ from mcp.shared.exceptions import MCPError
 EXE = os.environ["EXECSEAM_BIN"]
 ROOT = os.environ["MCP_ROOT"]
 ERRLOG = os.environ["MCP_ERRLOG"]
-TOOLS = {"apply_patch", "bash", "bash_kill", "bash_output", "bash_stdin", "code", "edit", "exec_command", "glob", "grep", "list", "read", "write", "write_stdin"}
+TOOLS = {"apply_patch", "bash", "bash_kill", "bash_output", "bash_release", "bash_stdin", "code", "edit", "exec_command", "glob", "grep", "list", "read", "write", "write_stdin"}
 
 checks = 0
 
@@ -221,8 +221,11 @@ async def background(s):
     ok("bash_output: what was written since the last read, then nothing new")
     w = await good(s, "bash_stdin", {"id": b["id"], "data": "hello\n", "close": True})
     assert (w["accepted"], w["closed"]) == (6, True), w
-    o, seen = await poll_output(s, b["id"], lambda o: o["complete"])
-    assert "".join(x["stdout"] for x in seen) == "<hello>", seen
+    # `block` waits for the command's end, as Claude Code's TaskOutput does (`block`, default
+    # true there, and `timeout` in ms, 0..=600000, default 30000: its tool schema as the Claude
+    # Agent SDK 0.3.168 sends it); here the default stays "never waits".
+    o = await good(s, "bash_output", {"id": b["id"], "block": True, "timeout_ms": 20000})
+    assert o["stdout"] == "<hello>" and o["complete"], o
     assert o["exit"] == {"code": 5} and o["state"] == "exited", o
     whole = await good(s, "bash_output", {"id": b["id"], "stdout_from": 0, "stderr_from": 0})
     assert (whole["stdout"], whole["stderr"], whole["complete"]) == ("start<hello>", "e1", True), whole
@@ -249,6 +252,21 @@ async def background(s):
         assert time.monotonic() < deadline, f"the command's child {pid} outlived the kill"
         await asyncio.sleep(0.05)
     ok("bash_kill: TERM to the group, exit 143, its child gone too")
+    # Release: a running command is refused (kill it first); an ended one is forgotten.
+    r = await good(s, "bash", {"script": "sleep 30", "run_in_background": True})
+    start = time.monotonic()
+    o = await good(s, "bash_output", {"id": r["id"], "block": True, "timeout_ms": 300})
+    assert o["state"] == "running" and o["exit"] is None, o
+    assert 0.25 < time.monotonic() - start < 10, "block waits up to timeout_ms"
+    e = await tool_error(s, "bash_release", {"id": r["id"]})
+    assert e.structured_content["error"]["kind"] == "conflict", e
+    await good(s, "bash_kill", {"id": r["id"], "signal": "KILL"})
+    for id in (r["id"], k["id"]):
+        rel = await good(s, "bash_release", {"id": id})
+        assert rel == {"id": id, "released": True}, rel
+        e = await tool_error(s, "bash_output", {"id": id})
+        assert e.structured_content["error"]["kind"] == "not-found", e
+    ok("bash_output block waits up to timeout_ms; bash_release refuses a running command, forgets an ended one")
     e = await tool_error(s, "bash", {"script": "true", "run_in_background": True, "timeout_secs": 5})
     assert e.structured_content["error"]["code"] == "invalid-argument", e
     e = await tool_error(s, "bash_output", {"id": "not a handle"})
