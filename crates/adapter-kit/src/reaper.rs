@@ -290,8 +290,11 @@ const ANSWER_GRACE: Duration = Duration::from_secs(2);
 ///
 /// `sweep` (where the request carries a tag the provider keeps) finds and ends what the request
 /// made when its answer is lost: when the caller has gone and no answer came within
-/// [`ANSWER_GRACE`], or when the create failed in a way that may have made it
-/// ([`Retry::Unsafe`]: a reset or a timeout after the request was sent).
+/// [`ANSWER_GRACE`], or when the create failed after its request was sent ([`after_send`]).
+/// A failed create's error is answered once the sweep has ended, so a caller that gets it
+/// (and a process that exits right after) leaves nothing behind. The sweep is told whether
+/// the provider answered ([`Looking::Answered`]: what it made is there now) or not
+/// ([`Looking::Unanswered`]: it may still be making it).
 pub async fn guarded<T, F, U, UF, S, SF>(
     provider: &'static str,
     what: &'static str,
@@ -304,7 +307,7 @@ where
     F: Future<Output = Result<T, Error>> + Send + 'static,
     U: FnOnce(T) -> UF + Send + 'static,
     UF: Future<Output = Result<(), Error>> + Send + 'static,
-    S: FnOnce() -> SF + Send + 'static,
+    S: FnOnce(Looking) -> SF + Send + 'static,
     SF: Future<Output = Result<(), Error>> + Send + 'static,
 {
     let (mut tx, rx) = tokio::sync::oneshot::channel();
@@ -329,15 +332,15 @@ where
                 _ => Ok(()),
             },
             Some(Err(e)) => {
-                let may_have_made = e.retry() == Retry::Unsafe;
-                let _ = tx.send(Err(e));
-                match sweep {
-                    Some(sweep) if may_have_made => sweep().await,
+                let swept = match sweep {
+                    Some(sweep) if after_send(&e) => sweep(Looking::of(&e)).await,
                     _ => Ok(()),
-                }
+                };
+                let _ = tx.send(Err(e));
+                swept
             }
             None => match sweep {
-                Some(sweep) => sweep().await,
+                Some(sweep) => sweep(Looking::Unanswered).await,
                 None => Ok(()),
             },
         };
@@ -356,6 +359,51 @@ where
             "the create ended without an answer (its task panicked)",
         )
         .with_provider(provider)),
+    }
+}
+
+/// Whether a failed create may have made what it asked for: its request was sent and the
+/// error is not the provider's refusal. [`Retry::Safe`] says nothing ran; a typed refusal
+/// (bad input or configuration, credentials, not found, a conflict, a quota) made nothing.
+/// Everything else may come after the provider acted: a reset or timeout mid-answer, an
+/// answer cut, malformed or endless after a success status, a 5xx from a gateway that had
+/// forwarded (issue 38, D17: keyed on `Retry::Unsafe` alone, Docker's and E2B's cut create
+/// answers left their sandbox).
+pub fn after_send(e: &Error) -> bool {
+    match e.retry() {
+        Retry::Unsafe => true,
+        Retry::Safe { .. } => false,
+        Retry::Never => matches!(
+            e.kind(),
+            ErrorKind::Protocol
+                | ErrorKind::OutputLimit
+                | ErrorKind::Timeout(_)
+                | ErrorKind::Unavailable
+                | ErrorKind::Internal
+                | ErrorKind::Cancelled
+        ),
+    }
+}
+
+/// What a create's sweep may assume when it looks for what the request made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Looking {
+    /// The provider answered (a status, a body read): what it made exists now; one look.
+    Answered,
+    /// No answer (a reset, a timeout, a caller gone): the provider may still be making it;
+    /// look again for a while.
+    Unanswered,
+}
+
+impl Looking {
+    fn of(e: &Error) -> Looking {
+        let answered = e.status().is_some()
+            || matches!(e.kind(), ErrorKind::Protocol | ErrorKind::OutputLimit);
+        if answered {
+            Looking::Answered
+        } else {
+            Looking::Unanswered
+        }
     }
 }
 
@@ -396,7 +444,7 @@ mod tests {
 
     use super::*;
 
-    type Sweep = fn() -> std::future::Ready<Result<(), Error>>;
+    type Sweep = fn(Looking) -> std::future::Ready<Result<(), Error>>;
     const NO_SWEEP: Option<Sweep> = None;
 
     // One test: the counters are process-wide.
