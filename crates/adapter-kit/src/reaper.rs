@@ -13,6 +13,7 @@
 //! it, and report what failed in their own words ([`Drained::failures`]) instead of the
 //! adapters logging at WARN around the front end's one line.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,7 +33,7 @@ const MAX_FAILURES: usize = 64;
 #[derive(Debug)]
 pub struct Reaped {
     /// The provider.
-    pub provider: &'static str,
+    pub provider: Cow<'static, str>,
     /// What it was (`kill`, `stop the session`, `delete the sandbox`).
     pub what: &'static str,
     /// Why it failed.
@@ -110,11 +111,13 @@ impl Drop for InFlight {
 /// Runs `work` (a kill, a stop, a delete) on the current runtime, counted until it ends; its
 /// failure is kept for [`drain`]. Dropped outside a runtime (a handle kept past its runtime's
 /// end), the work runs on a thread with a runtime of its own, counted the same way.
-pub fn spawn<F>(provider: &'static str, what: &'static str, work: F)
+pub fn spawn<F>(provider: impl Into<Cow<'static, str>>, what: &'static str, work: F)
 where
     F: Future<Output = Result<(), Error>> + Send + 'static,
 {
+    let provider = provider.into();
     let flight = InFlight::new();
+    let named = provider.clone();
     let tracked = async move {
         let _flight = flight;
         if let Err(error) = work.await {
@@ -139,13 +142,13 @@ where
                     Err(e) => {
                         drop(tracked);
                         record(Reaped {
-                            provider,
+                            provider: named.clone(),
                             what,
                             error: Error::new(
                                 ErrorKind::Internal,
                                 format!("no runtime to run it on: {e}"),
                             )
-                            .with_provider(provider),
+                            .with_provider(named),
                         });
                     }
                 }
@@ -157,14 +160,15 @@ where
 /// Runs `work` (a kill on an error path) now, waiting at most `wait` for it: an error must not
 /// be held by a clean-up the far end does not answer. Past `wait` the work goes on as drop-time
 /// work (counted, awaited by [`drain`], its failure reported there); `None` then.
-pub async fn run_bounded<F>(
-    provider: &'static str,
+pub async fn run_bounded<T, F>(
+    provider: impl Into<Cow<'static, str>>,
     what: &'static str,
     work: F,
     wait: Duration,
-) -> Option<Result<(), Error>>
+) -> Option<Result<T, Error>>
 where
-    F: Future<Output = Result<(), Error>> + Send + 'static,
+    T: Send + 'static,
+    F: Future<Output = Result<T, Error>> + Send + 'static,
 {
     tokio::time::timeout(wait, answered(provider, what, work))
         .await
@@ -173,13 +177,14 @@ where
 
 /// Runs `work` as drop-time work and answers its outcome; a caller that stops waiting leaves
 /// it to the reaper (counted, drained, its failure reported). `None`: the work's task was lost.
-async fn answered<F>(
-    provider: &'static str,
+async fn answered<T, F>(
+    provider: impl Into<Cow<'static, str>>,
     what: &'static str,
     work: F,
-) -> Option<Result<(), Error>>
+) -> Option<Result<T, Error>>
 where
-    F: Future<Output = Result<(), Error>> + Send + 'static,
+    T: Send + 'static,
+    F: Future<Output = Result<T, Error>> + Send + 'static,
 {
     let (tx, rx) = tokio::sync::oneshot::channel();
     spawn(provider, what, async move {
@@ -187,7 +192,7 @@ where
         // Nobody waits any more: the outcome is the reaper's to report.
         match tx.send(outcome) {
             Ok(()) => Ok(()),
-            Err(outcome) => outcome,
+            Err(outcome) => outcome.map(drop),
         }
     });
     rx.await.ok()
@@ -346,7 +351,7 @@ where
         };
         if let Err(error) = outcome {
             record(Reaped {
-                provider,
+                provider: provider.into(),
                 what,
                 error,
             });
