@@ -730,7 +730,7 @@ async fn feed_stdin(inner: Arc<Inner>, pid: u32, data: Bytes) -> Result<(), Erro
     } else {
         inner
             .envd
-            .stream_input(ProcessSelector::Pid(pid), &data, STDIN_CHUNK)
+            .stream_input(ProcessSelector::Pid(pid), data, STDIN_CHUNK)
             .await
     };
     match sent {
