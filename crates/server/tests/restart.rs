@@ -406,3 +406,29 @@ async fn kill_9_with_an_ax_operation_running_reattaches_its_native_handle() {
     })
     .await;
 }
+
+/// Vercel, a hybrid adapter (the spool's supervisor is a detached `…/cmd` command), in one
+/// sandbox created first (`--sandbox` its id).
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_with_a_vercel_operation_running_reattaches_its_detached_supervisor() {
+    use execseam::vercel::{VercelConfig, VercelProvider};
+    use execseam_emulators::vercel::{PROJECT_ID, TEAM_ID, VercelEmulator};
+    let emu = VercelEmulator::start_with(Default::default(), Default::default())
+        .await
+        .unwrap();
+    let config = VercelConfig::new(emu.token(), TEAM_ID, PROJECT_ID).api_url(emu.base_url());
+    let provider = VercelProvider::new(config).unwrap();
+    let exec = provider
+        .create(execseam_core::SandboxSpec::new())
+        .await
+        .unwrap();
+    reattaches_in_a_shared_sandbox(SharedSandbox {
+        adapter: "vercel",
+        sandbox: execseam_core::Sandbox::id(&exec),
+        env: emu.env(),
+        exec: &exec,
+        handles: "/tmp/.execseam/p",
+        settle: Duration::ZERO,
+    })
+    .await;
+}
