@@ -265,6 +265,32 @@ struct SharedSandbox<'a> {
     settle: Duration,
 }
 
+/// The kit's spool in a sandbox.
+const SPOOL: &str = "/tmp/.execseam/p";
+
+fn spec() -> execseam_core::SandboxSpec {
+    execseam_core::SandboxSpec::new()
+}
+
+impl<'a> SharedSandbox<'a> {
+    /// A sandbox the test created (`--sandbox` its id), whose commands outlive a disconnect.
+    fn created<S: execseam_core::Sandbox + execseam_core::Exec>(
+        adapter: &'static str,
+        env: Vec<(String, String)>,
+        exec: &'a S,
+        handles: &'static str,
+    ) -> SharedSandbox<'a> {
+        SharedSandbox {
+            adapter,
+            sandbox: execseam_core::Sandbox::id(exec),
+            env,
+            exec,
+            handles,
+            settle: Duration::ZERO,
+        }
+    }
+}
+
 async fn reattaches_in_a_shared_sandbox(t: SharedSandbox<'_>) {
     let in_sandbox = |script: &str| {
         let cmd = execseam_core::Command::new(["sh", "-c", script]).unwrap();
@@ -377,7 +403,7 @@ async fn kill_9_with_a_sprites_operation_running_reattaches_it_in_the_shared_spr
         sandbox: DEFAULT_SPRITE,
         env: emu.env(),
         exec: sprite.sandbox().exec(),
-        handles: "/tmp/.execseam/p",
+        handles: SPOOL,
         // Past max_run_after_disconnect of every socket the first server had open.
         settle: Duration::from_millis(600),
     })
@@ -417,18 +443,26 @@ async fn kill_9_with_a_vercel_operation_running_reattaches_its_detached_supervis
         .await
         .unwrap();
     let config = VercelConfig::new(emu.token(), TEAM_ID, PROJECT_ID).api_url(emu.base_url());
-    let provider = VercelProvider::new(config).unwrap();
-    let exec = provider
-        .create(execseam_core::SandboxSpec::new())
-        .await
-        .unwrap();
-    reattaches_in_a_shared_sandbox(SharedSandbox {
-        adapter: "vercel",
-        sandbox: execseam_core::Sandbox::id(&exec),
-        env: emu.env(),
-        exec: &exec,
-        handles: "/tmp/.execseam/p",
-        settle: Duration::ZERO,
-    })
-    .await;
+    let sandbox = VercelProvider::new(config).unwrap().create(spec()).await;
+    let exec = sandbox.unwrap();
+    reattaches_in_a_shared_sandbox(SharedSandbox::created("vercel", emu.env(), &exec, SPOOL)).await;
+}
+
+/// Modal, the other native-handle adapter (the task command router's execs, by an id derived
+/// from the key), in one sandbox created first (`--sandbox` its id).
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_with_a_modal_operation_running_reattaches_its_router_exec() {
+    use execseam::modal::{ModalConfig, ModalProvider};
+    use execseam_emulators::modal::{ModalEmulator, TOKEN_ID};
+    let emu = ModalEmulator::start(Default::default()).await.unwrap();
+    let config = ModalConfig::new(TOKEN_ID, emu.token_secret()).server_url(emu.url());
+    let exec = ModalProvider::new(config).unwrap().create(spec()).await;
+    // The kit's registry in the sandbox.
+    let t = SharedSandbox::created(
+        "modal",
+        emu.env(),
+        exec.as_ref().unwrap(),
+        "/tmp/.execseam/m",
+    );
+    reattaches_in_a_shared_sandbox(t).await;
 }
