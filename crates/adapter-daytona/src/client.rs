@@ -638,28 +638,31 @@ impl Toolbox {
         Ok(logs.output.unwrap_or_default().into_bytes())
     }
 
-    /// Opens `…/logs?follow=true` as a WebSocket (over an HTTP/1.1 upgrade, so TLS and proxies
-    /// are reqwest's).
+    /// Opens `…/logs?follow=true` as a WebSocket.
     pub(crate) async fn follow_logs(
         &self,
         session_id: &str,
         command_id: &str,
     ) -> Result<Ws, Error> {
-        const OP: &str = "follow_logs";
-        let url = self
-            .url(&format!(
-                "/process/session/{}/command/{}/logs?follow=true",
-                path_segment(session_id),
-                path_segment(command_id)
-            ))
-            .await?;
+        let path = format!(
+            "/process/session/{}/command/{}/logs?follow=true",
+            path_segment(session_id),
+            path_segment(command_id)
+        );
+        self.websocket(&path, "follow_logs").await
+    }
+
+    /// Opens `path` under the toolbox as a WebSocket (over an HTTP/1.1 upgrade, so TLS and
+    /// proxies are reqwest's), frames bounded by `max_answer` (a log message is a few lines of
+    /// base64; the daemon's PTY broadcast sends what one read of the terminal gave, 32 KiB).
+    async fn websocket(&self, path: &str, op: &'static str) -> Result<Ws, Error> {
+        let url = self.url(path).await?;
         let request = self
             .client
             .ws
             .get(&url)
             .headers(self.client.headers.clone());
-        let call = error::call(OP, Stage::After);
-        // Bounded frames: a log message is a few lines of base64.
+        let call = error::call(op, Stage::After);
         ws::upgrade(request, self.client.request_timeout, self.client.max_answer)
             .await
             .map(|up| up.socket)
@@ -667,17 +670,65 @@ impl Toolbox {
                 e.into_error(call, |r| {
                     if (200..300).contains(&r.status) {
                         error::protocol(
-                            OP,
-                            format!(
-                                "the log stream answered {} instead of a WebSocket upgrade",
-                                r.status
-                            ),
+                            op,
+                            format!("{op} answered {} instead of a WebSocket upgrade", r.status),
                         )
                     } else {
-                        error::from_response(r.status, &r.headers, &r.body, OP, Stage::After)
+                        error::from_response(r.status, &r.headers, &r.body, op, Stage::After)
                     }
                 })
             })
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // PTY sessions (daemon `apps/daemon/pkg/toolbox/process/pty/controller.go`)
+
+    /// `POST /process/pty`: the session's shell (`-i -l`) starts on a terminal of the size.
+    pub(crate) async fn create_pty(
+        &self,
+        request: &wire::PtyCreateRequest<'_>,
+    ) -> Result<(), Error> {
+        const OP: &str = "create_pty_session";
+        let rb = self
+            .client
+            .request(Method::POST, &self.url("/process/pty").await?, true)
+            .json(request);
+        let resp = self.client.send(rb, OP, Stage::Submit).await?;
+        let created: wire::PtyCreateResponse = self.client.json(resp, OP, Stage::Submit).await?;
+        if created.session_id != request.id {
+            return Err(error::protocol(
+                OP,
+                format!(
+                    "asked for PTY session {:?}, the daemon created {:?}",
+                    request.id, created.session_id
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `GET /process/pty/{id}/connect`: the session's output from now on (no replay), input.
+    pub(crate) async fn connect_pty(&self, id: &str) -> Result<Ws, Error> {
+        let path = format!("/process/pty/{}/connect", path_segment(id));
+        self.websocket(&path, "connect_pty_session").await
+    }
+
+    /// `POST /process/pty/{id}/resize`.
+    pub(crate) async fn resize_pty(&self, id: &str, size: wire::PtySize) -> Result<(), Error> {
+        const OP: &str = "resize_pty_session";
+        let url = self
+            .url(&format!("/process/pty/{}/resize", path_segment(id)))
+            .await?;
+        let rb = self.client.request(Method::POST, &url, true).json(&size);
+        self.client.send(rb, OP, Stage::Before).await.map(drop)
+    }
+
+    /// `DELETE /process/pty/{id}`: kills the session's process tree.
+    pub(crate) async fn delete_pty(&self, id: &str) -> Result<(), Error> {
+        let path = format!("/process/pty/{}", path_segment(id));
+        self.call(Method::DELETE, &path, "delete_pty_session", Stage::Before)
+            .await
+            .map(drop)
     }
 
     // -----------------------------------------------------------------------------------------

@@ -330,6 +330,9 @@ struct Inner {
     route: ExecRoute,
     /// The prefixes of earlier execs' frame files ([`DIRECT_FRAME`]), removed in batches.
     leftovers: degrade::Leftovers,
+    /// The terminals this handle started (see `terminal.rs`).
+    terminals: execseam_adapter_kit::attached::Terminals,
+    request_timeout: Duration,
 }
 
 impl Drop for Inner {
@@ -428,8 +431,26 @@ impl DaytonaExec {
                 pool: Pool::new(config.session_pool),
                 route: config.exec_route,
                 leftovers: degrade::Leftovers::new(LEFTOVER_BATCH),
+                terminals: Default::default(),
+                request_timeout: config.request_timeout,
             }),
         }
+    }
+
+    pub(crate) fn toolbox(&self) -> &Toolbox {
+        &self.inner.toolbox
+    }
+
+    pub(crate) fn temp_dir(&self) -> &str {
+        &self.inner.temp_dir
+    }
+
+    pub(crate) fn terminals(&self) -> &execseam_adapter_kit::attached::Terminals {
+        &self.inner.terminals
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
     }
 
     /// Deletes the pool's idle sessions (`DELETE /process/session/{id}` each, which ends the
@@ -1524,9 +1545,10 @@ impl Exec for DaytonaExec {
 
     /// The adapter kit's spool in the sandbox's `/tmp` (a session command's log is relabelled line
     /// by line, not byte-exact; deleting a session kills its shell's process group, which the
-    /// spool's `setsid` supervisor is not in).
+    /// spool's `setsid` supervisor is not in), and terminals on Daytona's PTY sessions held by
+    /// this handle (`terminal.rs`).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        execseam_adapter_kit::spool::processes(self)
+        Some(crate::terminal::processes(self))
     }
 }
 
