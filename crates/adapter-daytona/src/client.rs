@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use execseam_adapter_kit::http::{self, ClientOptions, Refusal};
-use execseam_adapter_kit::{vars, ws};
+use execseam_adapter_kit::{json, vars, ws};
 use execseam_core::{Error, ErrorKind};
 use reqwest::header::{self, HeaderMap, HeaderValue};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
@@ -44,6 +44,31 @@ pub(crate) async fn read_limited(
     http::read_body(resp, limit, within)
         .await
         .map_err(|e| e.into_error(error::call(operation, stage)))
+}
+
+/// The most of a `process/execute` answer kept besides its `result` (`exitCode`, and whatever
+/// a newer daemon adds).
+const EXECUTE_REST_LIMIT: usize = 64 << 10;
+
+/// The operation and stage of a `process/execute` request: the exec's own, or a helper's.
+fn execute_op(submit: bool) -> (&'static str, Stage) {
+    if submit {
+        ("exec", Stage::Submit)
+    } else {
+        ("exec_probe", Stage::After)
+    }
+}
+
+/// Why a streamed answer ended early: its body failed, or what it carried was refused.
+enum Fed {
+    Body(http::BodyError),
+    Error(Error),
+}
+
+impl From<http::BodyError> for Fed {
+    fn from(e: http::BodyError) -> Fed {
+        Fed::Body(e)
+    }
 }
 
 /// No total bound (an answer that lasts as long as its command): the caller watches it.
@@ -469,31 +494,72 @@ impl Toolbox {
         parse_json(&body, "exec")
     }
 
-    /// `POST /process/execute`: runs `command` and answers when it ends. `submit` says whether
-    /// this is the request that runs an exec's command (no request timeout: it lasts as long
-    /// as the command; the caller watches it) or a short helper (the request timeout).
+    /// `POST /process/execute` of a short helper (a probe, a kill): runs `command` and answers
+    /// when it ends, within the request timeout.
     pub(crate) async fn execute(
         &self,
         command: &str,
         timeout_secs: u64,
-        submit: bool,
     ) -> Result<wire::ExecuteResponse, Error> {
-        self.execute_with(command, &[], timeout_secs, submit).await
+        let (op, stage) = execute_op(false);
+        let resp = self
+            .execute_answer(command, &[], timeout_secs, false)
+            .await?;
+        let body = read_limited(
+            resp,
+            self.client.max_answer,
+            self.client.request_timeout,
+            op,
+            stage,
+        )
+        .await?;
+        parse_json(&body, op)
     }
 
-    /// `POST /process/execute` with variables added to the shell's environment.
-    pub(crate) async fn execute_with(
+    /// `POST /process/execute` with variables added to the shell's environment, its `result`
+    /// given to `result` as it arrives (never held whole: the caller keeps what it decodes);
+    /// the answer's `exitCode` and whether it had a `result`.
+    pub(crate) async fn execute_framed(
+        &self,
+        command: &str,
+        envs: &[(&str, &str)],
+        timeout_secs: u64,
+        mut result: impl FnMut(&[u8]) -> Result<(), Error>,
+    ) -> Result<(Option<i32>, bool), Error> {
+        const OP: &str = "exec";
+        let resp = self
+            .execute_answer(command, envs, timeout_secs, true)
+            .await?;
+        let mut scan = json::FieldScan::new("result", EXECUTE_REST_LIMIT);
+        let malformed = |why: String| error::protocol(OP, format!("malformed answer: {why}"));
+        let fed = http::feed_body(resp, UNBOUNDED, |chunk| {
+            scan.feed(chunk, &mut result).map_err(|e| match e {
+                json::ScanError::Malformed(why) => Fed::Error(malformed(why)),
+                json::ScanError::Sink(e) => Fed::Error(e),
+            })
+        })
+        .await;
+        match fed {
+            Ok(()) => {}
+            Err(Fed::Body(e)) => return Err(e.into_error(error::call(OP, Stage::Submit))),
+            Err(Fed::Error(e)) => return Err(e),
+        }
+        let (rest, found) = scan.finish::<String>().map_err(|e| match e {
+            json::ScanError::Malformed(why) | json::ScanError::Sink(why) => malformed(why),
+        })?;
+        let answer: wire::ExecuteResponse = parse_json(&rest, OP)?;
+        Ok((answer.exit_code, found))
+    }
+
+    /// Sends `POST /process/execute`: its answer once it is a 200.
+    async fn execute_answer(
         &self,
         command: &str,
         envs: &[(&str, &str)],
         timeout_secs: u64,
         submit: bool,
-    ) -> Result<wire::ExecuteResponse, Error> {
-        let (op, stage) = if submit {
-            ("exec", Stage::Submit)
-        } else {
-            ("exec_probe", Stage::After)
-        };
+    ) -> Result<Response, Error> {
+        let (op, stage) = execute_op(submit);
         let rb = self
             .client
             .request(Method::POST, &self.url("/process/execute").await?, !submit)
@@ -512,14 +578,7 @@ impl Toolbox {
                 ),
             ));
         }
-        // The answer carries the whole output: bounded like a log.
-        let within = if submit {
-            UNBOUNDED
-        } else {
-            self.client.request_timeout
-        };
-        let body = read_limited(resp, self.client.max_log, within, op, stage).await?;
-        parse_json(&body, op)
+        Ok(resp)
     }
 
     /// `GET /process/session/{id}`: the session's commands (an exec's session has one).
