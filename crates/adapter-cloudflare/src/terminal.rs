@@ -11,9 +11,11 @@
 //!
 //! So each terminal gets a session of its own (`?session=execseam-t-<random>`), and its program
 //! is a small script written into the container first by an ordinary exec (in the command's
-//! workdir: a missing one is that exec's `NotFound`): it runs the kit's wrapper and the command
-//! as a foreground job (`set -m`: the job is its own process group, the one the kit's signals
-//! and the terminal's Ctrl-C reach), then records the status in a file. The exit is read from
+//! workdir: a missing one is that exec's `NotFound`): it runs the kit's wrapper and the command,
+//! trapping INT and QUIT so that a typed `^C`/`^\` ends the command and not the script, then
+//! records the status in a file (and its own pid, so that a killed script is an error, not a
+//! wait forever). The command is not a process-group leader there, so the kit's `signal` on a
+//! terminal fails (`set -m` does not hand a job the terminal in a script). The exit is read from
 //! that file by ordinary execs that wait for it in the container (at most 5 s each); the output
 //! then ends once the socket has been quiet for 100 ms (at most 1 s), as the terminal's last
 //! bytes may still be on their way. The environment goes through a 0600 file
