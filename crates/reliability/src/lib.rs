@@ -82,9 +82,13 @@ pub struct Creates {
     /// The requests of a create whose answers are tampered with (the proxy's `METHOD /glob`),
     /// each with whether the sandbox exists (and its id is known to the adapter) by then: a
     /// cut answer there must not leak it. On the answer that names the sandbox, a cut after
-    /// forwarding leaves a sandbox the adapter cannot name (issue 38, D17: only the kit's
-    /// create tag finds it, where the provider has labels); that is reported, not failed.
+    /// forwarding leaves a sandbox the adapter cannot name: the kit's create tag finds it
+    /// (issue 38, D17), so it must not be left either, unless [`Creates::untagged`].
     pub routes: &'static [(&'static str, bool)],
+    /// Why a sandbox whose create answer was cut after forwarding cannot be found (the
+    /// provider keeps no label the create could carry): such a sandbox is then reported, not
+    /// failed. `None`: it must be gone.
+    pub untagged: Option<&'static str>,
 }
 
 /// What a rule's answer must be.
@@ -402,7 +406,7 @@ fn localhost() -> SocketAddr {
 
 /// How many requests one clean exec makes through the proxy.
 async fn requests_per_exec(setup: &Setup) -> Result<usize, String> {
-    let (proxy, exec) = connect(setup, vec![], Duration::from_secs(30)).await?;
+    let (proxy, exec) = connect(setup, Duration::from_secs(30)).await?;
     proxy.clear_requests();
     let marker = format!("{}/rel-probe", setup.scratch);
     let out = exec
@@ -611,7 +615,7 @@ async fn run_case(
         Layers::Bare => options.idle_timeout,
         Layers::RetryAndDeadline => options.layered_idle_timeout,
     };
-    let (proxy, exec) = connect(setup, vec![], idle).await?;
+    let (proxy, exec) = connect(setup, idle).await?;
     proxy.set_rules(vec![case.rule.clone()]);
     proxy.clear_requests();
     let marker = format!("{}/rel-{}", setup.scratch, case.id);
@@ -914,7 +918,7 @@ async fn shared_phase<'a, F>(
     case: F,
 ) -> Phase
 where
-    F: Fn(Arc<Setup>, &'static str) -> BoxFuture<'a, Outcome> + Send + Sync + 'a,
+    F: Fn(&'a Adapter, Arc<Setup>, &'static str) -> BoxFuture<'a, Outcome> + Send + Sync + 'a,
 {
     // The current adapter's set-up (the cases come adapter by adapter).
     type Current = Option<(&'static str, Result<Arc<Setup>, Outcome>)>;
@@ -934,20 +938,16 @@ where
                 None => unreachable!("set just above"),
             };
             drop(held);
-            case(setup, c).await
+            case(adapter, setup, c).await
         })
     })
     .await
 }
 
-/// A chaos proxy (with `rules`) in front of `setup`'s emulator and a handle on the suite's
+/// A chaos proxy (no rules yet) in front of `setup`'s emulator and a handle on the suite's
 /// sandbox through it, with the adapter's idle timeout at `idle`.
-async fn connect(
-    setup: &Setup,
-    rules: Vec<Rule>,
-    idle: Duration,
-) -> Result<(ChaosProxy, Arc<dyn Exec>), String> {
-    let proxy = ChaosProxy::start(localhost(), &setup.upstream, rules)
+async fn connect(setup: &Setup, idle: Duration) -> Result<(ChaosProxy, Arc<dyn Exec>), String> {
+    let proxy = ChaosProxy::start(localhost(), &setup.upstream, vec![])
         .await
         .map_err(|e| format!("proxy: {e}"))?;
     let exec = (setup.through)(proxy.base_url(), idle)
@@ -1054,8 +1054,15 @@ async fn orphan_case(adapter: &Adapter, knobs: Knobs, ending: Ending) -> Result<
 
 /// The adapters whose process routes [`processes`] puts through the chaos proxy: one spooled
 /// adapter (every spooled adapter runs the adapter kit's one spool over its exec, so one
-/// stands for the path) and Modal's native handles (the task command router by offset).
-pub const PROCESS_ROUTES: &[&str] = &["e2b", "modal"];
+/// stands for the path) and the native handles: Modal's (the task command router by offset)
+/// and AX's (the guest's processes, found by key in the kit's registry).
+pub const PROCESS_ROUTES: &[&str] = &["e2b", "modal", "ax"];
+
+/// The adapters whose provider mints the process id at the start and has no list: a start
+/// whose answer is lost cannot be found again, so it is `Unsafe` and later starts under its
+/// key are too (by design; `crates/adapter-ax/tests/ax.rs` tests it). The `start:reset-after`
+/// case, which asks for the command's exit after such a start, does not apply.
+const START_ANSWER_UNRECOVERABLE: &[&str] = &["ax"];
 
 /// Issue 34's hostile answers on the process routes. A command (the suite's [`SCRIPT`]) is
 /// started detached, then every request through the proxy gets the case's action: on the start
@@ -1076,8 +1083,14 @@ pub async fn processes(adapters: &[Adapter], options: &Options) -> Phase {
         "{start answers reset after forwarding; attach: reset, 429, endless, stall}: typed or exact within the bound, then exit and output read back, one run, no second start, RSS bounded",
         &["start:reset-after", "attach:reset", "attach:status:429", "attach:endless", "attach:stall"],
         ),
-        move |setup, case| {
+        move |adapter, setup, case| {
             Box::pin(async move {
+                if case == "start:reset-after" && START_ANSWER_UNRECOVERABLE.contains(&adapter.name)
+                {
+                    return Outcome::NotApplicable(
+                        "the provider mints the id and has no list: a lost start answer is Unsafe by design".into(),
+                    );
+                }
                 match process_case(&setup, options, case).await {
                     Ok(()) => Outcome::Passed,
                     Err(e) => Outcome::Failed(e),
@@ -1096,7 +1109,7 @@ async fn process_case(setup: &Setup, options: &Options, case: &str) -> Result<()
     let rule: Rule = format!("*={action}")
         .parse()
         .map_err(|e| format!("the rule {action:?}: {e}"))?;
-    let (proxy, exec) = connect(setup, vec![], options.idle_timeout).await?;
+    let (proxy, exec) = connect(setup, options.idle_timeout).await?;
     let p = exec
         .processes()
         .ok_or("the adapter has no process handles")?;
@@ -1297,10 +1310,11 @@ async fn create_case(
         bad.push(format!("peak RSS {} MiB", rss >> 20));
     }
     // What the adapter could name must be gone (its clean-up runs in the background); what
-    // it could not is given a little time for the kit's create tag to find it (the sweep runs
-    // after the error is answered), then only reported.
+    // it could not is found by the kit's create tag before the error is answered, unless the
+    // provider keeps no tag (then it is only reported, after a little time).
     let forwarded = !rule.contains("=status:");
-    let wait = if named || !forwarded { 10 } else { 3 };
+    let must_go = named || !forwarded || creates.untagged.is_none();
+    let wait = if must_go { 10 } else { 3 };
     let until = Instant::now() + Duration::from_secs(wait);
     let left = loop {
         match (creates.left)(false).await {
@@ -1315,12 +1329,13 @@ async fn create_case(
     };
     let mut not_applicable = None;
     if left > 0 {
-        if named || !forwarded {
-            bad.push(format!("{left} sandbox(es) left"));
-        } else {
-            not_applicable = Some(format!(
-                "{left} sandbox(es) left {wait} s after the answer that names it was cut (not found by a create tag)"
-            ));
+        match creates.untagged {
+            Some(why) if !must_go => {
+                not_applicable = Some(format!(
+                    "{left} sandbox(es) left {wait} s after the answer that names it was cut: {why}"
+                ));
+            }
+            _ => bad.push(format!("{left} sandbox(es) left")),
         }
         // The next case counts from zero.
         let _ = (creates.left)(true).await;
@@ -1358,7 +1373,7 @@ pub async fn sizes(adapters: &[Adapter], options: &Options) -> Phase {
             "100 KiB of text",
         ],
         ),
-        move |setup, case| {
+        move |_, setup, case| {
             let big = big.clone();
             Box::pin(async move {
                 // Near the limit, what counts is what the sandbox execs (after the adapter's
@@ -1393,7 +1408,7 @@ async fn near_limit_case(
     arg: &str,
     may_refuse: bool,
 ) -> Result<(), String> {
-    let (proxy, exec) = connect(setup, vec![], options.layered_idle_timeout).await?;
+    let (proxy, exec) = connect(setup, options.layered_idle_timeout).await?;
     proxy.clear_requests();
     let cmd = Command::new(["printf", "%s", arg]).expect("a valid command");
     let r = tokio::time::timeout(options.bare_bound, exec.exec(cmd)).await;
@@ -1439,7 +1454,7 @@ async fn size_case(
     cmd: Command,
     secret: &str,
 ) -> Result<(), String> {
-    let (proxy, exec) = connect(setup, vec![], options.idle_timeout).await?;
+    let (proxy, exec) = connect(setup, options.idle_timeout).await?;
     proxy.clear_requests();
     let r = tokio::time::timeout(options.bare_bound, exec.exec(cmd)).await;
     let seen = proxy.requests().len();
