@@ -198,8 +198,11 @@ impl Client {
         let rb = self
             .request(Method::POST, &format!("{}/sandbox", self.api_url), true)
             .json(body);
-        let resp = self.send(rb, "create_sandbox", Stage::Before).await?;
-        self.json(resp, "create_sandbox", Stage::Before).await
+        // Not idempotent: a cut after the send may have made the sandbox (`Unsafe`, which the
+        // kit's create guard sweeps by its tag); `Before` called it `Safe`, and a retry made a
+        // second sandbox.
+        let resp = self.send(rb, "create_sandbox", Stage::Submit).await?;
+        self.json(resp, "create_sandbox", Stage::Submit).await
     }
 
     pub(crate) async fn get_sandbox(&self, id: &str) -> Result<wire::Sandbox, Error> {

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use execseam::kit::Adapter as KitAdapter;
 use execseam_core::{
     BoxFuture, Error, ErrorKind, Exec, ListFilter, Provider, Sandbox, SandboxSpec,
 };
@@ -262,20 +263,21 @@ fn cloudflare(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 
 fn daytona(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     use execseam::daytona::{Daytona, DaytonaProvider};
-    emulated("daytona", None, |at, url, id, idle| async move {
-        // The toolbox through the same base URL, as the API would name it (no lookup).
-        let config = at
-            .config::<Daytona>(&url)?
-            .toolbox_url(format!("{url}/toolbox"))
-            .request_timeout(idle)
-            .idle_timeout(idle)
+    emulated_creating(
+        "daytona",
+        None,
+        |at, url, id, idle| async move {
+            // The toolbox through the same base URL, as the API would name it (no lookup).
             // Small declared limits (a log answer is read up to 3 x max_output + 1 MiB): an
             // endless answer must end on them, at any speed of this machine, long before the
             // idle timeout.
-            .max_output(256 << 10)
-            .max_answer_bytes(ANSWER_LIMIT);
-        Ok(exec(DaytonaProvider::new(config)?.attach(&id)?))
-    })
+            let config = daytona_timeouts(at.config::<Daytona>(&url)?, idle)
+                .toolbox_url(format!("{url}/toolbox"))
+                .max_output(256 << 10);
+            Ok(exec(DaytonaProvider::new(config)?.attach(&id)?))
+        },
+        Some(daytona_creates),
+    )
 }
 
 fn fly(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
@@ -373,10 +375,7 @@ fn e2b(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
         "e2b",
         None,
         |at, url, id, idle| async move {
-            let config = at
-                .config::<E2b>(&url)?
-                .stream_idle_timeout(idle)
-                .request_timeout(idle);
+            let config = e2b_timeouts(at.config::<E2b>(&url)?, idle);
             // `connect` (not `attach`): it learns the sandbox's envd access token.
             Ok(exec(E2bProvider::new(config)?.connect(&id).await?))
         },
@@ -384,24 +383,88 @@ fn e2b(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     )
 }
 
-/// E2B's control plane (issue 38, D3): the create, then a connect to what it made; counted by
-/// their own metadata label.
+/// E2B's control plane (issue 38, D3): the create, then a connect to what it made.
 fn e2b_creates(at: Endpoints, _own: String) -> Creates {
-    use execseam::e2b::{E2b, E2bProvider};
+    let routes = &[
+        ("POST /*sandboxes", false),
+        ("POST /*sandboxes/*/connect", true),
+    ];
+    tagged_creates::<execseam::e2b::E2b>("e2b", at, e2b_timeouts, true, routes)
+}
+
+/// E2B's stream idle and request timeouts set to `idle`.
+fn e2b_timeouts(c: execseam::e2b::E2bConfig, idle: Duration) -> execseam::e2b::E2bConfig {
+    c.stream_idle_timeout(idle).request_timeout(idle)
+}
+
+/// Daytona's request and idle timeouts set to `idle`, and the suite's answer limit.
+fn daytona_timeouts(
+    c: execseam::daytona::DaytonaConfig,
+    idle: Duration,
+) -> execseam::daytona::DaytonaConfig {
+    c.request_timeout(idle)
+        .idle_timeout(idle)
+        .max_answer_bytes(ANSWER_LIMIT)
+}
+
+/// Daytona's create (`POST /sandbox`, then the state it polls until `started`).
+fn daytona_creates(at: Endpoints, _own: String) -> Creates {
+    let routes = &[("POST /*sandbox", false)];
+    tagged_creates::<execseam::daytona::Daytona>("daytona", at, daytona_timeouts, false, routes)
+}
+
+/// Vercel's create (`POST /v3/sandboxes`: the sandbox and its session in one answer).
+fn vercel_creates(at: Endpoints, _own: String) -> Creates {
+    let routes = &[("POST /*sandboxes", false)];
+    tagged_creates::<execseam::vercel::Vercel>("vercel", at, vercel_timeouts, false, routes)
+}
+
+/// Vercel's request, connect and stream idle timeouts, all set to `idle`.
+fn vercel_timeouts(
+    c: execseam::vercel::VercelConfig,
+    idle: Duration,
+) -> execseam::vercel::VercelConfig {
+    c.request_timeout(idle)
+        .connect_timeout(idle)
+        .stream_idle_timeout(idle)
+}
+
+/// Adapter `A`'s provider through a base URL, its configuration tuned there (its timeouts set
+/// to the duration), or (`None`) directly at its emulator.
+fn provider_at<A: KitAdapter>(
+    at: &Endpoints,
+    through: Option<(&str, Duration)>,
+    tune: fn(A::Config, Duration) -> A::Config,
+) -> Result<A::Provider, Error> {
+    A::provider(match through {
+        Some((url, idle)) => tune(at.config::<A>(url)?, idle),
+        None => at.config_here::<A>()?,
+    })
+}
+
+/// The [`Creates`] of adapter `A`, whose sandboxes keep labels (so the kit's create tag finds a
+/// sandbox whose answer was cut): the create through the kit's guard, then (`connect`) a
+/// connect to what it made; counted by the suite's own label.
+fn tagged_creates<A: KitAdapter>(
+    name: &'static str,
+    at: Endpoints,
+    tune: fn(A::Config, Duration) -> A::Config,
+    connect: bool,
+    routes: &'static [(&'static str, bool)],
+) -> Creates {
     const LABEL: (&str, &str) = ("execseam-test", "reliability-creates");
     let here = at.clone();
     Creates {
         create: Arc::new(move |url: String, idle: Duration| {
             let at = at.clone();
             Box::pin(async move {
-                let config = at
-                    .config::<E2b>(&url)?
-                    .stream_idle_timeout(idle)
-                    .request_timeout(idle);
-                let provider = guarded("e2b", E2bProvider::new(config)?);
+                let provider = guarded(name, provider_at::<A>(&at, Some((&url, idle)), tune)?);
                 let made = provider
                     .create(SandboxSpec::new().with_label(LABEL.0, LABEL.1))
                     .await?;
+                if !connect {
+                    return Ok(Arc::from(made));
+                }
                 let connect = provider.connect(made.id()).await.map(drop);
                 connected(made, connect).await
             })
@@ -409,37 +472,34 @@ fn e2b_creates(at: Endpoints, _own: String) -> Creates {
         left: Arc::new(move |remove: bool| {
             let at = here.clone();
             Box::pin(async move {
-                let provider = E2bProvider::new(at.config_here::<E2b>()?)?;
-                labelled_left(&provider, LABEL, remove).await
+                labelled_left(&provider_at::<A>(&at, None, tune)?, LABEL, remove).await
             })
         }),
-        routes: &[
-            ("POST /*sandboxes", false),
-            ("POST /*sandboxes/*/connect", true),
-        ],
+        routes,
         untagged: None,
     }
 }
 
 fn vercel(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     use execseam::vercel::{Vercel, VercelProvider};
-    emulated("vercel", None, |at, url, id, idle| async move {
-        let config = at
-            .config::<Vercel>(&url)?
-            .request_timeout(idle)
-            .connect_timeout(idle)
-            .stream_idle_timeout(idle);
-        // The session is looked up directly (not through the proxy): the suite's requests are
-        // the exec's own.
-        let direct = at.config_here::<Vercel>()?;
-        let session = VercelProvider::new(direct)?
-            .connect(&id)
-            .await?
-            .session_id();
-        Ok(exec(
-            VercelProvider::new(config)?.attach_session(&id, &session),
-        ))
-    })
+    emulated_creating(
+        "vercel",
+        None,
+        |at, url, id, idle| async move {
+            let config = vercel_timeouts(at.config::<Vercel>(&url)?, idle);
+            // The session is looked up directly (not through the proxy): the suite's requests are
+            // the exec's own.
+            let direct = at.config_here::<Vercel>()?;
+            let session = VercelProvider::new(direct)?
+                .connect(&id)
+                .await?
+                .session_id();
+            Ok(exec(
+                VercelProvider::new(config)?.attach_session(&id, &session),
+            ))
+        },
+        Some(vercel_creates),
+    )
 }
 
 fn northflank(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
