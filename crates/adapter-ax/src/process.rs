@@ -35,10 +35,10 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use execseam_adapter_kit::registry::{OffsetEvents, Registry};
+use execseam_adapter_kit::registry::{Known, Native, OffsetEvents, Registry, StdinOf};
 use execseam_adapter_kit::retry::Stage;
 use execseam_core::{
-    Error, ErrorKind, Exit, Mechanism, ProcessCapabilities, ProcessHandle, ProcessInfo,
+    Error, ErrorKind, Exec, Exit, Mechanism, ProcessCapabilities, ProcessHandle, ProcessInfo,
     ProcessRead, ProcessState, ProcessStream, Retry, Signal, StartKey, StartRequest, Started,
     StdinMode, StdinState, StdinWrite, StreamOffsets, Waited,
 };
@@ -141,11 +141,7 @@ impl<'a> AxProcesses<'a> {
     async fn id_of(&self, key: &StartKey, op: &'static str) -> Result<String, Error> {
         match self.entry(key, op).await? {
             Entry::Id(id) => Ok(id),
-            Entry::None => Err(REGISTRY.error(
-                ErrorKind::NotFound,
-                op,
-                "no process was started (or it was released) under this handle",
-            )),
+            Entry::None => Err(REGISTRY.not_started(op)),
             Entry::Lost => Err(lost(op)),
         }
     }
@@ -179,17 +175,14 @@ impl<'a> AxProcesses<'a> {
 
     async fn start_one(&self, request: StartRequest) -> Result<Started, Error> {
         let op = "start";
-        if request.terminal.is_some() {
-            return Err(REGISTRY.error(
-                ErrorKind::Unsupported,
-                op,
-                "the guest has no terminals (no PTY in ateenv.v1alpha)",
-            ));
-        }
+        let no_terminal = "the guest has no terminals (no PTY in ateenv.v1alpha)";
+        let (key, handle) = REGISTRY.admit(
+            &self.sandbox,
+            &request,
+            &crate::SIZE_LIMIT,
+            Some(no_terminal),
+        )?;
         let command = request.command;
-        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
-        let key = request.key;
-        let handle = self.handle_of(&key);
         let guest = self.guest(op)?;
         if !REGISTRY.register(self.exec, op, &key).await? {
             return self.started_elsewhere(key, handle).await;
@@ -502,48 +495,12 @@ impl<'a> AxProcesses<'a> {
         }
     }
 
-    async fn info(&self, key: StartKey, op: &'static str) -> Result<Option<ProcessInfo>, Error> {
-        let state = match self.entry(&key, op).await? {
-            Entry::None => return Ok(None),
-            Entry::Lost => ProcessState::Unknown,
-            Entry::Id(id) => match self.state(&id, op).await {
-                Ok(s) => s,
-                Err(e) if e.kind() == ErrorKind::Expired => ProcessState::Unknown,
-                Err(e) => return Err(e),
-            },
-        };
-        let stdin = match state {
-            ProcessState::Unknown => None,
-            _ => self.stdin_state(&key, op).await?,
-        };
-        Ok(Some(ProcessInfo {
-            handle: self.handle_of(&key),
-            key,
-            state,
-            written: None,
-            stdin,
-        }))
-    }
-
     async fn status_of(&self, handle: &ProcessHandle) -> Result<ProcessInfo, Error> {
-        let op = "status";
-        let key = self.key_of(handle, op)?;
-        self.info(key, op).await?.ok_or_else(|| {
-            REGISTRY.error(
-                ErrorKind::NotFound,
-                op,
-                "no process was started (or it was released) under this handle",
-            )
-        })
+        REGISTRY.status(self, handle).await
     }
 
     async fn list_all(&self) -> Result<Vec<ProcessInfo>, Error> {
-        let op = "list";
-        let mut out = Vec::new();
-        for key in REGISTRY.keys(self.exec, op).await? {
-            out.extend(self.info(key, op).await?);
-        }
-        Ok(out)
+        REGISTRY.list(self).await
     }
 
     async fn release_one(&self, handle: &ProcessHandle) -> Result<(), Error> {
@@ -562,6 +519,35 @@ impl<'a> AxProcesses<'a> {
 }
 
 execseam_adapter_kit::forward_processes!(AxProcesses<'_>);
+
+impl Native for AxProcesses<'_> {
+    fn exec(&self) -> &dyn Exec {
+        self.exec
+    }
+
+    fn sandbox(&self) -> &str {
+        &self.sandbox
+    }
+
+    /// A start whose answer was lost, or a process the guest forgot: `Unknown`.
+    fn state<'s>(&'s self, key: &'s StartKey, op: &'static str, _registered: bool) -> Known<'s> {
+        Box::pin(async move {
+            Ok(Some(match self.entry(key, op).await? {
+                Entry::None => return Ok(None),
+                Entry::Lost => ProcessState::Unknown,
+                Entry::Id(id) => match self.state(&id, op).await {
+                    Ok(s) => s,
+                    Err(e) if e.kind() == ErrorKind::Expired => ProcessState::Unknown,
+                    Err(e) => return Err(e),
+                },
+            }))
+        })
+    }
+
+    fn stdin<'s>(&'s self, key: &'s StartKey, op: &'static str) -> StdinOf<'s> {
+        Box::pin(self.stdin_state(key, op))
+    }
+}
 
 /// The state of a guest `Process`; a signalled process is the guest's `128 + n` code.
 fn state_of(p: &wire::Process, op: &'static str) -> Result<ProcessState, Error> {

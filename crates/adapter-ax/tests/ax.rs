@@ -850,6 +850,20 @@ async fn one_grpc_connection_serves_every_exec_and_file_call_of_a_guest() {
 
 // ---- native process handles (the guest's processes, found by key) ----
 
+/// The handle of `script` started under `key`.
+async fn started(
+    p: &dyn execseam_core::Processes,
+    key: &str,
+    script: &str,
+) -> execseam_core::ProcessHandle {
+    let cmd = Command::new(["sh", "-c", script]).unwrap();
+    let key = execseam_core::StartKey::new(key).unwrap();
+    p.start(execseam_core::StartRequest::new(key, cmd))
+        .await
+        .unwrap()
+        .handle
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_process_start_whose_answer_is_lost_is_unsafe_and_never_run_again() {
     use execseam_core::{ProcessState as State, StartKey, StartRequest, StreamOffsets, Waited};
@@ -908,17 +922,12 @@ async fn a_process_start_whose_answer_is_lost_is_unsafe_and_never_run_again() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_process_read_stops_at_the_guest_limit_and_past_it_is_an_output_limit() {
-    use execseam_core::{ProcessEvent, StartKey, StartRequest, StreamOffsets};
+    use execseam_core::{ProcessEvent, StreamOffsets};
     let emu = emulator().await;
     let exec = adapter(&emu);
     let p = exec.processes().expect("native handles");
     let limit = 10 * 1024 * 1024;
-    let cmd = Command::new(["sh", "-c", "head -c 11000000 /dev/zero"]).unwrap();
-    let h = p
-        .start(StartRequest::new(StartKey::new("big").unwrap(), cmd))
-        .await
-        .unwrap()
-        .handle;
+    let h = started(&*p, "big", "head -c 11000000 /dev/zero").await;
     p.wait(&h, Duration::from_secs(30)).await.unwrap();
     // Up to the limit: bytes (bounded per read), and `written` says there is more.
     let r = p.read(&h, StreamOffsets::new(limit - 5, 0)).await.unwrap();
@@ -942,4 +951,40 @@ async fn a_process_read_stops_at_the_guest_limit_and_past_it_is_an_output_limit(
         other => panic!("{other:?}"),
     }
     p.release(&h).await.unwrap();
+}
+
+/// The guest forgets an exited process beyond the 100 most recent (agent-substrate/env
+/// `guest/process` as the research note process-handles §2.6 reads it; the emulator's
+/// `Limits::max_retained`): its handle is then
+/// `Expired` for a read, an attach, a wait and a signal, `Unknown` for status, and it still
+/// releases.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_the_guest_forgot_is_expired() {
+    use execseam_core::{ProcessState as State, StreamOffsets, Waited};
+    let emu = emulator().await;
+    let exec = adapter(&emu);
+    let p = exec.processes().expect("native handles");
+    let h = started(&*p, "forgotten", "echo gone").await;
+    assert_eq!(
+        p.wait(&h, Duration::from_secs(10)).await.unwrap(),
+        Waited::Exited(Exit::Code(0))
+    );
+    // 101 processes that exit after it: the last one's start prunes it.
+    for _ in 0..101 {
+        exec.exec(Command::new(["true"]).unwrap()).await.unwrap();
+    }
+    let expired = |e: execseam_core::Error| assert_eq!(e.kind(), ErrorKind::Expired, "{e}");
+    expired(p.read(&h, StreamOffsets::ZERO).await.unwrap_err());
+    expired(p.attach(&h, StreamOffsets::ZERO).await.err().unwrap());
+    expired(p.wait(&h, Duration::from_secs(1)).await.unwrap_err());
+    expired(p.signal(&h, execseam_core::Signal::Term).await.unwrap_err());
+    let info = p.status(&h).await.unwrap();
+    assert_eq!((info.state, info.stdin), (State::Unknown, None));
+    assert_eq!(p.list().await.unwrap().len(), 1, "still registered");
+    p.release(&h).await.unwrap();
+    assert_eq!(
+        p.status(&h).await.unwrap_err().kind(),
+        ErrorKind::NotFound,
+        "released"
+    );
 }

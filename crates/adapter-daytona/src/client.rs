@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use execseam_adapter_kit::http::{self, ClientOptions, Refusal};
-use execseam_adapter_kit::{vars, ws};
+use execseam_adapter_kit::{json, vars, ws};
 use execseam_core::{Error, ErrorKind};
 use reqwest::header::{self, HeaderMap, HeaderValue};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
@@ -44,6 +44,31 @@ pub(crate) async fn read_limited(
     http::read_body(resp, limit, within)
         .await
         .map_err(|e| e.into_error(error::call(operation, stage)))
+}
+
+/// The most of a `process/execute` answer kept besides its `result` (`exitCode`, and whatever
+/// a newer daemon adds).
+const EXECUTE_REST_LIMIT: usize = 64 << 10;
+
+/// The operation and stage of a `process/execute` request: the exec's own, or a helper's.
+fn execute_op(submit: bool) -> (&'static str, Stage) {
+    if submit {
+        ("exec", Stage::Submit)
+    } else {
+        ("exec_probe", Stage::After)
+    }
+}
+
+/// Why a streamed answer ended early: its body failed, or what it carried was refused.
+enum Fed {
+    Body(http::BodyError),
+    Error(Error),
+}
+
+impl From<http::BodyError> for Fed {
+    fn from(e: http::BodyError) -> Fed {
+        Fed::Body(e)
+    }
 }
 
 /// No total bound (an answer that lasts as long as its command): the caller watches it.
@@ -469,31 +494,72 @@ impl Toolbox {
         parse_json(&body, "exec")
     }
 
-    /// `POST /process/execute`: runs `command` and answers when it ends. `submit` says whether
-    /// this is the request that runs an exec's command (no request timeout: it lasts as long
-    /// as the command; the caller watches it) or a short helper (the request timeout).
+    /// `POST /process/execute` of a short helper (a probe, a kill): runs `command` and answers
+    /// when it ends, within the request timeout.
     pub(crate) async fn execute(
         &self,
         command: &str,
         timeout_secs: u64,
-        submit: bool,
     ) -> Result<wire::ExecuteResponse, Error> {
-        self.execute_with(command, &[], timeout_secs, submit).await
+        let (op, stage) = execute_op(false);
+        let resp = self
+            .execute_answer(command, &[], timeout_secs, false)
+            .await?;
+        let body = read_limited(
+            resp,
+            self.client.max_answer,
+            self.client.request_timeout,
+            op,
+            stage,
+        )
+        .await?;
+        parse_json(&body, op)
     }
 
-    /// `POST /process/execute` with variables added to the shell's environment.
-    pub(crate) async fn execute_with(
+    /// `POST /process/execute` with variables added to the shell's environment, its `result`
+    /// given to `result` as it arrives (never held whole: the caller keeps what it decodes);
+    /// the answer's `exitCode` and whether it had a `result`.
+    pub(crate) async fn execute_framed(
+        &self,
+        command: &str,
+        envs: &[(&str, &str)],
+        timeout_secs: u64,
+        mut result: impl FnMut(&[u8]) -> Result<(), Error>,
+    ) -> Result<(Option<i32>, bool), Error> {
+        const OP: &str = "exec";
+        let resp = self
+            .execute_answer(command, envs, timeout_secs, true)
+            .await?;
+        let mut scan = json::FieldScan::new("result", EXECUTE_REST_LIMIT);
+        let malformed = |why: String| error::protocol(OP, format!("malformed answer: {why}"));
+        let fed = http::feed_body(resp, UNBOUNDED, |chunk| {
+            scan.feed(chunk, &mut result).map_err(|e| match e {
+                json::ScanError::Malformed(why) => Fed::Error(malformed(why)),
+                json::ScanError::Sink(e) => Fed::Error(e),
+            })
+        })
+        .await;
+        match fed {
+            Ok(()) => {}
+            Err(Fed::Body(e)) => return Err(e.into_error(error::call(OP, Stage::Submit))),
+            Err(Fed::Error(e)) => return Err(e),
+        }
+        let (rest, found) = scan.finish::<String>().map_err(|e| match e {
+            json::ScanError::Malformed(why) | json::ScanError::Sink(why) => malformed(why),
+        })?;
+        let answer: wire::ExecuteResponse = parse_json(&rest, OP)?;
+        Ok((answer.exit_code, found))
+    }
+
+    /// Sends `POST /process/execute`: its answer once it is a 200.
+    async fn execute_answer(
         &self,
         command: &str,
         envs: &[(&str, &str)],
         timeout_secs: u64,
         submit: bool,
-    ) -> Result<wire::ExecuteResponse, Error> {
-        let (op, stage) = if submit {
-            ("exec", Stage::Submit)
-        } else {
-            ("exec_probe", Stage::After)
-        };
+    ) -> Result<Response, Error> {
+        let (op, stage) = execute_op(submit);
         let rb = self
             .client
             .request(Method::POST, &self.url("/process/execute").await?, !submit)
@@ -512,14 +578,7 @@ impl Toolbox {
                 ),
             ));
         }
-        // The answer carries the whole output: bounded like a log.
-        let within = if submit {
-            UNBOUNDED
-        } else {
-            self.client.request_timeout
-        };
-        let body = read_limited(resp, self.client.max_log, within, op, stage).await?;
-        parse_json(&body, op)
+        Ok(resp)
     }
 
     /// `GET /process/session/{id}`: the session's commands (an exec's session has one).
@@ -579,28 +638,31 @@ impl Toolbox {
         Ok(logs.output.unwrap_or_default().into_bytes())
     }
 
-    /// Opens `…/logs?follow=true` as a WebSocket (over an HTTP/1.1 upgrade, so TLS and proxies
-    /// are reqwest's).
+    /// Opens `…/logs?follow=true` as a WebSocket.
     pub(crate) async fn follow_logs(
         &self,
         session_id: &str,
         command_id: &str,
     ) -> Result<Ws, Error> {
-        const OP: &str = "follow_logs";
-        let url = self
-            .url(&format!(
-                "/process/session/{}/command/{}/logs?follow=true",
-                path_segment(session_id),
-                path_segment(command_id)
-            ))
-            .await?;
+        let path = format!(
+            "/process/session/{}/command/{}/logs?follow=true",
+            path_segment(session_id),
+            path_segment(command_id)
+        );
+        self.websocket(&path, "follow_logs").await
+    }
+
+    /// Opens `path` under the toolbox as a WebSocket (over an HTTP/1.1 upgrade, so TLS and
+    /// proxies are reqwest's), frames bounded by `max_answer` (a log message is a few lines of
+    /// base64; the daemon's PTY broadcast sends what one read of the terminal gave, 32 KiB).
+    async fn websocket(&self, path: &str, op: &'static str) -> Result<Ws, Error> {
+        let url = self.url(path).await?;
         let request = self
             .client
             .ws
             .get(&url)
             .headers(self.client.headers.clone());
-        let call = error::call(OP, Stage::After);
-        // Bounded frames: a log message is a few lines of base64.
+        let call = error::call(op, Stage::After);
         ws::upgrade(request, self.client.request_timeout, self.client.max_answer)
             .await
             .map(|up| up.socket)
@@ -608,17 +670,65 @@ impl Toolbox {
                 e.into_error(call, |r| {
                     if (200..300).contains(&r.status) {
                         error::protocol(
-                            OP,
-                            format!(
-                                "the log stream answered {} instead of a WebSocket upgrade",
-                                r.status
-                            ),
+                            op,
+                            format!("{op} answered {} instead of a WebSocket upgrade", r.status),
                         )
                     } else {
-                        error::from_response(r.status, &r.headers, &r.body, OP, Stage::After)
+                        error::from_response(r.status, &r.headers, &r.body, op, Stage::After)
                     }
                 })
             })
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // PTY sessions (daemon `apps/daemon/pkg/toolbox/process/pty/controller.go`)
+
+    /// `POST /process/pty`: the session's shell (`-i -l`) starts on a terminal of the size.
+    pub(crate) async fn create_pty(
+        &self,
+        request: &wire::PtyCreateRequest<'_>,
+    ) -> Result<(), Error> {
+        const OP: &str = "create_pty_session";
+        let rb = self
+            .client
+            .request(Method::POST, &self.url("/process/pty").await?, true)
+            .json(request);
+        let resp = self.client.send(rb, OP, Stage::Submit).await?;
+        let created: wire::PtyCreateResponse = self.client.json(resp, OP, Stage::Submit).await?;
+        if created.session_id != request.id {
+            return Err(error::protocol(
+                OP,
+                format!(
+                    "asked for PTY session {:?}, the daemon created {:?}",
+                    request.id, created.session_id
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `GET /process/pty/{id}/connect`: the session's output from now on (no replay), input.
+    pub(crate) async fn connect_pty(&self, id: &str) -> Result<Ws, Error> {
+        let path = format!("/process/pty/{}/connect", path_segment(id));
+        self.websocket(&path, "connect_pty_session").await
+    }
+
+    /// `POST /process/pty/{id}/resize`.
+    pub(crate) async fn resize_pty(&self, id: &str, size: wire::PtySize) -> Result<(), Error> {
+        const OP: &str = "resize_pty_session";
+        let url = self
+            .url(&format!("/process/pty/{}/resize", path_segment(id)))
+            .await?;
+        let rb = self.client.request(Method::POST, &url, true).json(&size);
+        self.client.send(rb, OP, Stage::Before).await.map(drop)
+    }
+
+    /// `DELETE /process/pty/{id}`: kills the session's process tree.
+    pub(crate) async fn delete_pty(&self, id: &str) -> Result<(), Error> {
+        let path = format!("/process/pty/{}", path_segment(id));
+        self.call(Method::DELETE, &path, "delete_pty_session", Stage::Before)
+            .await
+            .map(drop)
     }
 
     // -----------------------------------------------------------------------------------------

@@ -330,6 +330,9 @@ struct Inner {
     route: ExecRoute,
     /// The prefixes of earlier execs' frame files ([`DIRECT_FRAME`]), removed in batches.
     leftovers: degrade::Leftovers,
+    /// The terminals this handle started (see `terminal.rs`).
+    terminals: execseam_adapter_kit::attached::Terminals,
+    request_timeout: Duration,
 }
 
 impl Drop for Inner {
@@ -428,8 +431,26 @@ impl DaytonaExec {
                 pool: Pool::new(config.session_pool),
                 route: config.exec_route,
                 leftovers: degrade::Leftovers::new(LEFTOVER_BATCH),
+                terminals: Default::default(),
+                request_timeout: config.request_timeout,
             }),
         }
+    }
+
+    pub(crate) fn toolbox(&self) -> &Toolbox {
+        &self.inner.toolbox
+    }
+
+    pub(crate) fn temp_dir(&self) -> &str {
+        &self.inner.temp_dir
+    }
+
+    pub(crate) fn terminals(&self) -> &execseam_adapter_kit::attached::Terminals {
+        &self.inner.terminals
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
     }
 
     /// Deletes the pool's idle sessions (`DELETE /process/session/{id}` each, which ends the
@@ -458,7 +479,7 @@ impl DaytonaExec {
         let files: Vec<String> = prefixes.iter().flat_map(|p| frame_files(p)).collect();
         let files: Vec<&str> = files.iter().map(String::as_str).collect();
         let command = format!("exec rm -f -- {}", degrade::join(&files));
-        if let Err(e) = self.inner.toolbox.execute(&command, 60, false).await {
+        if let Err(e) = self.inner.toolbox.execute(&command, 60).await {
             tracing::warn!(error = %e, "could not remove the frame files of earlier Daytona execs");
         }
     }
@@ -1051,48 +1072,228 @@ const LEFTOVER_BATCH: usize = 32;
 /// applies. Without it, current daemons apply 360 s.
 const EXECUTE_TIMEOUT_SECS: u64 = 365 * 24 * 3600;
 
-/// Decodes the frame's answer: `(stdout, stderr, status)`.
+/// More than `max_output` bytes of a stream: the command ran.
+fn output_limit(max_output: u64) -> Error {
+    Error::new(
+        execseam_core::ErrorKind::OutputLimit,
+        format!(
+            "the command wrote more than the {max_output} bytes per stream this adapter collects"
+        ),
+    )
+    .with_retry(execseam_core::Retry::Unsafe)
+    .with_provider(PROVIDER)
+    .with_operation("exec")
+}
+
+/// Decodes a whole framed answer: `(stdout, stderr, status)`.
+#[cfg(test)]
 fn decode_direct(result: &str) -> Result<(Bytes, Bytes, i32), String> {
-    let mut lines = result.split('\n');
-    if lines.next() != Some("O") {
-        return Err(format!(
-            "the framed answer does not start with its stdout marker: {:?}",
-            snippet(result.as_bytes())
-        ));
-    }
-    let (mut out, mut err) = (String::new(), String::new());
-    let mut in_stderr = false;
-    let mut status = None;
-    for line in lines.by_ref() {
-        if line == "E" && !in_stderr {
-            in_stderr = true;
-        } else if let Some(s) = line.strip_prefix(':') {
-            if !in_stderr {
-                return Err("the framed answer has no stderr section".into());
-            }
-            status =
-                Some(s.parse::<i32>().map_err(|_| {
-                    format!("a malformed exit trailer {:?}", snippet(line.as_bytes()))
-                })?);
-            break;
-        } else if in_stderr {
-            err.push_str(line);
-        } else {
-            out.push_str(line);
+    let mut d = DirectDecoder::new(u64::MAX);
+    let malformed = |e: Undecodable| match e {
+        Undecodable::Malformed(m) => m,
+        Undecodable::TooLarge => unreachable!("no limit"),
+    };
+    d.feed(result.as_bytes()).map_err(malformed)?;
+    d.finish().map_err(malformed)
+}
+
+/// Why a framed answer could not be decoded.
+#[derive(Debug)]
+pub(crate) enum Undecodable {
+    /// Not the frame's shape (the message says how).
+    Malformed(String),
+    /// A stream of more than the limit.
+    TooLarge,
+}
+
+/// The most of a marker line (`O`, `E`, `:<status>`) kept before it is taken for data.
+const MARKER_LINE: usize = 32;
+
+/// The start of the answer kept to quote it (and to recognise [`NO_FRAME`]).
+const ANSWER_HEAD: usize = 256;
+
+/// The base64 text decoded at once.
+const B64_BATCH: usize = 64 << 10;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Section {
+    /// Before the `O` line.
+    Head,
+    Stdout,
+    Stderr,
+    /// After the exit trailer.
+    Done,
+}
+
+/// Decodes the frame's answer ([`DIRECT_FRAME`]) as it arrives: the base64 lines of each
+/// stream are decoded in batches, so what is held is the decoded output (at most `limit + 1`
+/// bytes per stream: one more is [`Undecodable::TooLarge`] at once) and one batch, never the
+/// answer.
+pub(crate) struct DirectDecoder {
+    limit: u64,
+    head: Vec<u8>,
+    section: Section,
+    /// The current line while it may be a marker.
+    line: Vec<u8>,
+    /// The current line is base64 (its bytes went to `b64`).
+    data: bool,
+    b64: Vec<u8>,
+    out: Vec<u8>,
+    err: Vec<u8>,
+    status: Option<i32>,
+}
+
+impl DirectDecoder {
+    pub(crate) fn new(limit: u64) -> DirectDecoder {
+        DirectDecoder {
+            limit,
+            head: Vec::new(),
+            section: Section::Head,
+            line: Vec::new(),
+            data: false,
+            b64: Vec::new(),
+            out: Vec::new(),
+            err: Vec::new(),
+            status: None,
         }
     }
-    let status =
-        status.ok_or("the framed answer ended without its exit trailer: the output was cut")?;
-    if lines.any(|l| !l.is_empty()) {
-        return Err("the framed answer has output after its exit trailer".into());
+
+    /// The start of the answer.
+    pub(crate) fn head(&self) -> &[u8] {
+        &self.head
     }
-    let b64 = |s: &str, which: &str| {
+
+    pub(crate) fn feed(&mut self, bytes: &[u8]) -> Result<(), Undecodable> {
+        let room = ANSWER_HEAD.saturating_sub(self.head.len());
+        self.head.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        for &b in bytes {
+            if b == b'\n' {
+                self.end_line()?;
+            } else if self.section == Section::Done {
+                return Err(malformed(
+                    "the framed answer has output after its exit trailer",
+                ));
+            } else if self.data {
+                self.push_b64(b)?;
+            } else {
+                self.line.push(b);
+                let most = if self.section == Section::Head {
+                    ANSWER_HEAD
+                } else {
+                    MARKER_LINE
+                };
+                if self.line.len() > most {
+                    self.not_a_marker()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The current line is too long for a marker: base64, or wrong.
+    fn not_a_marker(&mut self) -> Result<(), Undecodable> {
+        match self.section {
+            Section::Head => Err(malformed(format!(
+                "the framed answer does not start with its stdout marker: {:?}",
+                snippet(&self.head)
+            ))),
+            _ if self.line.first() == Some(&b':') => Err(malformed(format!(
+                "a malformed exit trailer {:?}",
+                snippet(&self.line)
+            ))),
+            _ => {
+                self.data = true;
+                for b in std::mem::take(&mut self.line) {
+                    self.push_b64(b)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn end_line(&mut self) -> Result<(), Undecodable> {
+        if std::mem::take(&mut self.data) {
+            return Ok(());
+        }
+        let line = std::mem::take(&mut self.line);
+        match self.section {
+            Section::Head if line == b"O" => self.section = Section::Stdout,
+            Section::Head => {
+                self.line = line;
+                return self.not_a_marker();
+            }
+            Section::Stdout if line == b"E" => {
+                self.flush_b64(true)?;
+                self.section = Section::Stderr;
+            }
+            Section::Stdout if line.first() == Some(&b':') => {
+                return Err(malformed("the framed answer has no stderr section"));
+            }
+            Section::Stderr if line.first() == Some(&b':') => {
+                let status = std::str::from_utf8(&line[1..])
+                    .ok()
+                    .and_then(|s| s.parse::<i32>().ok())
+                    .ok_or_else(|| {
+                        malformed(format!("a malformed exit trailer {:?}", snippet(&line)))
+                    })?;
+                self.flush_b64(true)?;
+                self.status = Some(status);
+                self.section = Section::Done;
+            }
+            Section::Done => {}
+            Section::Stdout | Section::Stderr => {
+                for b in line {
+                    self.push_b64(b)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn push_b64(&mut self, b: u8) -> Result<(), Undecodable> {
+        self.b64.push(b);
+        if self.b64.len() >= B64_BATCH {
+            self.flush_b64(false)?;
+        }
+        Ok(())
+    }
+
+    /// Decodes the whole quads of base64 text (all of it when the stream has `ended`).
+    fn flush_b64(&mut self, ended: bool) -> Result<(), Undecodable> {
+        let n = if ended {
+            self.b64.len()
+        } else {
+            self.b64.len() / 4 * 4
+        };
+        let (to, which) = if self.section == Section::Stdout {
+            (&mut self.out, "stdout")
+        } else {
+            (&mut self.err, "stderr")
+        };
         base64::engine::general_purpose::STANDARD
-            .decode(s)
-            .map(Bytes::from)
-            .map_err(|_| format!("the framed {which} is not base64"))
-    };
-    Ok((b64(&out, "stdout")?, b64(&err, "stderr")?, status))
+            .decode_vec(&self.b64[..n], to)
+            .map_err(|_| malformed(format!("the framed {which} is not base64")))?;
+        self.b64.drain(..n);
+        if to.len() as u64 > self.limit {
+            return Err(Undecodable::TooLarge);
+        }
+        Ok(())
+    }
+
+    /// `(stdout, stderr, status)` once the answer has ended.
+    pub(crate) fn finish(mut self) -> Result<(Bytes, Bytes, i32), Undecodable> {
+        if self.data || !self.line.is_empty() || self.section == Section::Head {
+            self.end_line()?;
+        }
+        let status = self.status.ok_or_else(|| {
+            malformed("the framed answer ended without its exit trailer: the output was cut")
+        })?;
+        Ok((self.out.into(), self.err.into(), status))
+    }
+}
+
+fn malformed(why: impl Into<String>) -> Undecodable {
+    Undecodable::Malformed(why.into())
 }
 
 /// An exec through `POST /process/execute` that may be running: dropped before
@@ -1123,7 +1324,7 @@ impl Running {
     async fn kill(self) {
         let (toolbox, dir) = (self.toolbox.clone(), self.dir.clone());
         self.disarm();
-        if let Err(e) = toolbox.execute(&kill_command(&dir), 60, false).await {
+        if let Err(e) = toolbox.execute(&kill_command(&dir), 60).await {
             tracing::debug!(error = %e, "could not kill a Daytona command");
         }
     }
@@ -1138,10 +1339,7 @@ impl Drop for Running {
         let (toolbox, dir) = (self.toolbox.clone(), std::mem::take(&mut self.dir));
         execseam_adapter_kit::reaper::spawn(PROVIDER, "kill", async move {
             let killed = if submitted {
-                toolbox
-                    .execute(&kill_command(&dir), 60, false)
-                    .await
-                    .map(|_| ())
+                toolbox.execute(&kill_command(&dir), 60).await.map(|_| ())
             } else {
                 Ok(())
             };
@@ -1216,11 +1414,18 @@ async fn run_framed(
     running.stdin = None;
     running.submitted = true;
     let envs = [(FRAME_VAR, frame.as_str())];
-    let mut exec = Box::pin(inner.toolbox.execute_with(
+    // The answer is decoded as it arrives: what is held is the output, never the answer (its
+    // base64 and JSON are about 2.7 times the output).
+    let mut decoder = DirectDecoder::new(max_output);
+    let undecodable = |e: Undecodable| match e {
+        Undecodable::Malformed(m) => error::protocol("exec", m),
+        Undecodable::TooLarge => output_limit(max_output),
+    };
+    let mut exec = Box::pin(inner.toolbox.execute_framed(
         DIRECT_LINE,
         &envs,
         EXECUTE_TIMEOUT_SECS,
-        true,
+        |piece| decoder.feed(piece).map_err(undecodable),
     ));
     // The answer comes when the command ends, however long that is, so silence is no error;
     // but every idle period the sandbox is asked whether the frame still runs. Absent twice
@@ -1232,7 +1437,10 @@ async fn run_framed(
     let mut absent = 0;
     let resp = loop {
         match tokio::time::timeout(idle, &mut exec).await {
-            Ok(Ok(r)) => break r,
+            Ok(Ok(r)) => {
+                drop(exec);
+                break r;
+            }
             Ok(Err(e)) => {
                 // An answer (an HTTP status) means the daemon's handler is done with the
                 // command; without one (a cut connection) it may still be running.
@@ -1245,7 +1453,7 @@ async fn run_framed(
                 return Err(e);
             }
             Err(_) => {
-                let answer = match inner.toolbox.execute(&probe, 60, false).await {
+                let answer = match inner.toolbox.execute(&probe, 60).await {
                     Ok(a) => a,
                     Err(e) => {
                         drop(exec);
@@ -1285,22 +1493,21 @@ async fn run_framed(
         }
     };
     let proto = |m: String| error::protocol("exec", m);
-    let code = resp
-        .exit_code
-        .ok_or_else(|| proto("process/execute answered without an exitCode".into()))?;
-    let result = resp
-        .result
-        .ok_or_else(|| proto("process/execute answered without a result".into()))?;
-    if result.starts_with(NO_FRAME) {
+    let (code, found) = resp;
+    let code = code.ok_or_else(|| proto("process/execute answered without an exitCode".into()))?;
+    if !found {
+        return Err(proto("process/execute answered without a result".into()));
+    }
+    if decoder.head().starts_with(NO_FRAME.as_bytes()) {
         // Nothing ran: the shell found no frame to evaluate.
         return Err(Error::new(
             execseam_core::ErrorKind::Unsupported,
-            format!("{}: the adapter needs a daemon that sets the envs of process/execute (v0.190 and later do)", result.trim()),
+            format!("{}: the adapter needs a daemon that sets the envs of process/execute (v0.190 and later do)", String::from_utf8_lossy(decoder.head()).trim()),
         )
         .with_provider(PROVIDER)
         .with_operation("exec"));
     }
-    let (stdout, stderr, status) = decode_direct(&result).map_err(proto)?;
+    let (stdout, stderr, status) = decoder.finish().map_err(undecodable)?;
     if status != code {
         return Err(proto(format!(
             "the framed status {status} differs from Daytona's exitCode {code}"
@@ -1308,15 +1515,6 @@ async fn run_framed(
     }
     // The frame ended: nothing to kill.
     running.disarm();
-    if stdout.len() as u64 > max_output || stderr.len() as u64 > max_output {
-        return Err(Error::new(
-            execseam_core::ErrorKind::OutputLimit,
-            format!("the command wrote more than the {max_output} bytes per stream this adapter collects"),
-        )
-        .with_retry(execseam_core::Retry::Unsafe)
-        .with_provider(PROVIDER)
-        .with_operation("exec"));
-    }
     degrade::check_wrapped(Output::new(stdout, stderr, Exit::Code(code)))
         .map_err(|e| e.or_context(PROVIDER, "exec"))
 }
@@ -1347,9 +1545,10 @@ impl Exec for DaytonaExec {
 
     /// The adapter kit's spool in the sandbox's `/tmp` (a session command's log is relabelled line
     /// by line, not byte-exact; deleting a session kills its shell's process group, which the
-    /// spool's `setsid` supervisor is not in).
+    /// spool's `setsid` supervisor is not in), and terminals on Daytona's PTY sessions held by
+    /// this handle (`terminal.rs`).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        execseam_adapter_kit::spool::processes(self)
+        Some(crate::terminal::processes(self))
     }
 }
 
@@ -1968,6 +2167,42 @@ mod tests {
         assert_eq!((answer.as_str(), code), ("", 125));
         assert!(!marker.exists(), "a cancelled frame ran its command");
         gone(&dir);
+    }
+
+    /// D6 (issue 38): an endless answer that looks right is refused once a stream passes the
+    /// output limit, having read about 1.35 times the limit (base64, line ends, JSON escapes);
+    /// the code before read the answer whole up to 3 times the limit plus 1 MiB, and held it.
+    #[test]
+    fn an_endless_well_formed_answer_is_refused_at_the_output_limit() {
+        let limit: u64 = 1 << 20;
+        let mut scan = execseam_adapter_kit::json::FieldScan::new("result", 64 << 10);
+        let mut decoder = DirectDecoder::new(limit);
+        let line = format!("{}\\n", "A".repeat(76));
+        let piece = format!(r#"{{"exitCode":0,"result":"O\n{}"#, line.repeat(200));
+        let more = line.repeat(200);
+        let mut read = 0usize;
+        let mut next = piece.as_bytes();
+        let e = loop {
+            read += next.len();
+            if let Err(e) = scan.feed(next, &mut |b: &[u8]| decoder.feed(b)) {
+                break e;
+            }
+            next = more.as_bytes();
+            assert!(read < 4 << 20, "read {read} bytes of an endless answer");
+        };
+        assert!(
+            matches!(
+                e,
+                execseam_adapter_kit::json::ScanError::Sink(Undecodable::TooLarge)
+            ),
+            "{e:?}"
+        );
+        let encoded = (limit + 1).div_ceil(3) * 4 * 78 / 76;
+        assert!(
+            (read as u64) < encoded + (B64_BATCH as u64) + piece.len() as u64,
+            "read {read} bytes for a {limit}-byte limit"
+        );
+        assert!(decoder.out.len() as u64 <= limit + B64_BATCH as u64);
     }
 
     #[test]

@@ -58,6 +58,7 @@ mod error;
 mod exec;
 mod provider;
 mod state;
+mod terminal;
 mod wire;
 
 pub use config::{
@@ -97,7 +98,12 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: Some(DEFAULT_MAX_OUTPUT),
     native_tools: &[],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    processes: Some(execseam_core::ProcessCapabilities {
+        terminal: true,
+        // The kit's attached terminals: the daemon keeps no scrollback (`terminal.rs`).
+        terminal_reattach: false,
+        ..execseam_adapter_kit::spool::SPOOLED
+    }),
 };
 
 /// Daytona's lifecycle (see [`DaytonaProvider`]): create from a snapshot with env, labels and an

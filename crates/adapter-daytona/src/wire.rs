@@ -187,6 +187,62 @@ pub struct CreateSessionRequest<'a> {
     pub session_id: &'a str,
 }
 
+/// `POST /process/pty` (`PTYCreateRequest`, daemon `pty/types.go`). `envs` is never sent: the
+/// daemon lists a session's envs to anyone (`GET /process/pty`), and defaults `TERM` to
+/// `xterm-256color`.
+#[derive(Clone, Debug, Serialize)]
+pub struct PtyCreateRequest<'a> {
+    /// The session id, the caller's (409 when it exists).
+    pub id: &'a str,
+    /// The shell's directory; the daemon's work dir when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<&'a str>,
+    /// The terminal's size.
+    #[serde(flatten)]
+    pub size: PtySize,
+}
+
+/// A terminal's size, as create and `POST /process/pty/{id}/resize` (`PTYResizeRequest`) spell
+/// it: `{"cols","rows"}`, each at most 1000.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct PtySize {
+    /// Columns.
+    pub cols: u16,
+    /// Rows.
+    pub rows: u16,
+}
+
+/// `PTYCreateResponse`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PtyCreateResponse {
+    /// The session id.
+    pub session_id: String,
+}
+
+/// A PTY WebSocket's text message (`attachWebSocket`): `{"type":"control","status":"connected"}`,
+/// or `"error"` with `error`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct PtyControl {
+    /// `control`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `connected`, `error`.
+    pub status: String,
+    /// Why, with `error`.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// The reason of the close frame `closeClientsWithExitCode` sends every client when the
+/// session's process ended (`pty/session.go`): `{"exitCode":N,"exitReason"?}`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PtyExit {
+    /// Go's `ExitCode()`: -1 for a signal death; 137 when the session was deleted.
+    pub exit_code: i32,
+}
+
 /// `POST /process/session/{sessionId}/exec`.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]

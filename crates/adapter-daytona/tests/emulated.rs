@@ -3,7 +3,7 @@
 //! session pool (a free session reused: one request per exec; nothing of a command stays in the
 //! session's shell; a session whose command did not end cleanly is deleted, never reused; the
 //! pool's sessions deleted at close), a session that ends mid-command, streaming that really
-//! streams, and errors at connect.
+//! streams, errors at connect, and terminals on PTY sessions.
 
 use std::time::{Duration, Instant};
 
@@ -442,4 +442,109 @@ async fn connect_errors_are_typed_and_a_deleted_sandbox_is_not_found() {
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
     assert_eq!(err.code(), Some("SANDBOX_NOT_FOUND"));
     assert!(emu.sandbox_ids().is_empty());
+}
+
+/// Terminals on the daemon's PTY sessions (`src/terminal.rs`), beyond the conformance cases:
+/// nothing of the session's shell (prompt, the typed line's echo) reaches the output; env values
+/// never reach the session's listed `envs`; Ctrl-C to a command under a shell that waits for it
+/// gives that shell's status; a handle dropped while its command runs deletes the session.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_terminal_is_the_commands_alone_and_ends_with_its_handle() {
+    use execseam_core::{StartKey, StartRequest, StdinWrite, StreamOffsets, TerminalSize, Waited};
+    let (emu, exec) = setup().await;
+    let p = exec.processes().unwrap();
+    let size = TerminalSize { cols: 90, rows: 30 };
+    let cmd = Command::builder([
+        "sh",
+        "-c",
+        "echo \"v=$SECRET_V $(stty size)\"; sleep 100; echo after $?",
+    ])
+    .env("SECRET_V", "s3cr3t")
+    .build()
+    .unwrap();
+    let h = p
+        .start(StartRequest::new(StartKey::new("t1").unwrap(), cmd).terminal(size))
+        .await
+        .unwrap()
+        .handle;
+    let mut text = String::new();
+    for _ in 0..200 {
+        let r = p.read(&h, StreamOffsets::ZERO).await.unwrap();
+        text = String::from_utf8_lossy(&r.stdout).into_owned();
+        if text.contains("30 90") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(text, "v=s3cr3t 30 90\r\n", "the command's terminal alone");
+    let listed = exec
+        .exec(Command::new(["sh", "-c", "ls -a /tmp"]).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&listed.stdout).contains(".execseam-"),
+        "the script and env files are removed: {listed:?}"
+    );
+    let id = exec.id().to_owned();
+    let sessions = ptys(&emu, &id).await;
+    assert!(
+        sessions.contains("\"cols\":90") && !sessions.contains("s3cr3t"),
+        "{sessions}"
+    );
+    let w = StdinWrite {
+        at: 0,
+        data: bytes::Bytes::from_static(b"\x03"),
+        close: false,
+    };
+    p.write_stdin(&h, w).await.unwrap();
+    let exit = match p.wait(&h, Duration::from_secs(10)).await.unwrap() {
+        Waited::Exited(e) => e,
+        other => panic!("{other:?}"),
+    };
+    // `sh -c` dies of the SIGINT with its `sleep`: the job's shell reports 130.
+    assert_eq!(exit, Exit::Code(130));
+
+    let h2 = p
+        .start(
+            StartRequest::new(StartKey::new("t2").unwrap(), sh("echo up; exec sleep 100"))
+                .terminal(size),
+        )
+        .await
+        .unwrap()
+        .handle;
+    for _ in 0..200 {
+        let r = p.read(&h2, StreamOffsets::ZERO).await.unwrap();
+        if r.stdout.starts_with(b"up") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(ptys(&emu, &id).await.contains("\"active\":true"));
+    drop(p);
+    drop(exec);
+    let mut left = String::new();
+    for _ in 0..200 {
+        left = ptys(&emu, &id).await;
+        if !left.contains("\"active\":true") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        !left.contains("\"active\":true"),
+        "the session outlived its handle: {left}"
+    );
+}
+
+/// The sandbox's PTY sessions as the toolbox lists them (`GET /process/pty`).
+async fn ptys(emu: &DaytonaEmulator, id: &str) -> String {
+    reqwest::Client::new()
+        .get(format!("{}/{id}/process/pty", emu.toolbox_proxy_url()))
+        .bearer_auth(emu.token())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }

@@ -543,26 +543,29 @@ impl Envd {
             .map(drop)
     }
 
-    /// `process.Process/StreamInput` with every chunk in one request.
+    /// `process.Process/StreamInput`: every chunk in one request, each encoded as it is sent.
     pub(crate) async fn stream_input(
         &self,
         process: wire::ProcessSelector,
-        data: &[u8],
+        data: Bytes,
         chunk: usize,
     ) -> Result<(), CallError> {
-        let mut msgs = vec![wire::StreamInputRequest::Start { process }];
-        msgs.extend(data.chunks(chunk).map(|c| wire::StreamInputRequest::Data {
-            input: wire::ProcessInput {
-                stdin: B64.encode(c),
-            },
-        }));
+        let start = wire::StreamInputRequest::Start { process };
+        let chunks = (0..data.len()).step_by(chunk).map(move |at| {
+            let piece = &data[at..data.len().min(at + chunk)];
+            wire::StreamInputRequest::Data {
+                input: wire::ProcessInput {
+                    stdin: B64.encode(piece),
+                },
+            }
+        });
         // No deadline: envd writes to the pipe as fast as the process reads, which may take
         // longer than any request timeout (the exec's own deadline, if any, bounds it).
         connect::client_stream::<_, wire::Empty>(
             &self.http,
             self.url("process.Process/StreamInput"),
             self.headers.clone(),
-            &msgs,
+            std::iter::once(start).chain(chunks),
             None,
         )
         .await

@@ -577,21 +577,25 @@ impl ServerStream {
     }
 }
 
-/// Calls a client-streaming method with all of its messages known up front; returns the one
-/// response message.
-pub(crate) async fn client_stream<Req: Serialize, Resp: DeserializeOwned>(
+/// Calls a client-streaming method; returns the one response message. The messages are
+/// encoded as the body is sent, one at a time: what is held is the message being sent, not
+/// the request (stdin of hundreds of megabytes goes through here).
+pub(crate) async fn client_stream<Req, Resp>(
     http: &reqwest::Client,
     url: reqwest::Url,
     headers: HeaderMap,
-    requests: &[Req],
+    requests: impl Iterator<Item = Req> + Send + 'static,
     timeout: Option<Duration>,
-) -> Result<Resp, CallError> {
-    let mut body = Vec::new();
-    for r in requests {
-        let payload = serde_json::to_vec(r)
-            .map_err(|e| CallError::Protocol(format!("cannot encode the request: {e}")))?;
-        body.extend(envelope(0, &payload));
-    }
+) -> Result<Resp, CallError>
+where
+    Req: Serialize,
+    Resp: DeserializeOwned,
+{
+    let body = reqwest::Body::wrap_stream(futures_util::stream::iter(requests.map(|r| {
+        serde_json::to_vec(&r)
+            .map(|payload| Bytes::from(envelope(0, &payload)))
+            .map_err(|e| std::io::Error::other(format!("cannot encode the request: {e}")))
+    })));
     let mut req = http
         .post(url)
         .headers(headers)
@@ -624,6 +628,57 @@ pub(crate) async fn client_stream<Req: Serialize, Resp: DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// D5 (issue 38): a client stream's messages are encoded as the body is sent. A server
+    /// that reads 1 MiB and answers gets a few dozen of 2,000 messages of 64 KiB encoded;
+    /// the code before encoded every message, and the whole body, before sending.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_client_stream_encodes_its_messages_as_it_sends_them() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url =
+            reqwest::Url::parse(&format!("http://{}/s", listener.local_addr().unwrap())).unwrap();
+        let server = tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0; 64 << 10];
+            let mut read = 0;
+            while read < 1 << 20 {
+                read += sock.read(&mut buf).await.unwrap();
+            }
+            let mut body = envelope(0, b"{}");
+            body.extend(envelope(FLAG_END_STREAM, b"{}"));
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: {STREAM_CONTENT_TYPE}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            sock.write_all(head.as_bytes()).await.unwrap();
+            sock.write_all(&body).await.unwrap();
+        });
+        let made = Arc::new(AtomicUsize::new(0));
+        let counted = made.clone();
+        let piece = "A".repeat(64 << 10);
+        let messages = (0..2_000).map(move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            serde_json::json!({"data": {"input": {"stdin": piece}}})
+        });
+        let http = http::client(
+            "e2b",
+            http::ClientOptions::new(Duration::from_secs(5)).http1_only(),
+        )
+        .unwrap();
+        let call =
+            client_stream::<_, serde_json::Value>(&http, url, HeaderMap::new(), messages, None);
+        // The answer, or a write cut by the server's close: either way the call ends.
+        let _ = tokio::time::timeout(Duration::from_secs(20), call)
+            .await
+            .expect("the call did not end");
+        server.await.unwrap();
+        let made = made.load(Ordering::SeqCst);
+        assert!(made < 500, "{made} of 2000 messages encoded");
+    }
 
     #[test]
     fn envelopes_round_trip_across_chunk_boundaries() {

@@ -27,6 +27,7 @@ use crate::error::{self, Ctx, Gone, PROVIDER};
 use crate::native::{self, Native, Who};
 use crate::wire::{self, ProcessSelector};
 use execseam_adapter_kit::retry::Stage;
+use execseam_adapter_kit::size;
 
 /// stdin up to this size goes in one `SendInput`; more goes through `StreamInput` in chunks of
 /// this size.
@@ -112,6 +113,8 @@ pub(crate) struct Inner {
     ownership: Ownership,
     /// When the lifetime we asked for ends, if we asked.
     end_at: Mutex<Option<Instant>>,
+    /// What the sandbox's `execve` takes, asked for the first large command.
+    arg_max: size::ArgMax,
 }
 
 impl Inner {
@@ -436,6 +439,7 @@ impl E2bExec {
                 end_at: Mutex::new(end_at),
                 config,
                 http,
+                arg_max: size::ArgMax::new(),
             }),
         })
     }
@@ -543,7 +547,13 @@ impl E2bExec {
     }
 
     async fn start(&self, cmd: Command) -> Result<EventStream, Error> {
-        execseam_adapter_kit::size::check_size(PROVIDER, &cmd, &crate::SIZE_LIMIT)?;
+        // envd starts the program itself (argv as given): its `execve` is the limit.
+        self.inner
+            .arg_max
+            .check(PROVIDER, &cmd, &crate::SIZE_LIMIT, || {
+                self.exec(Command::new(size::ARG_MAX_PROBE).expect("a valid probe"))
+            })
+            .await?;
         let inner = &self.inner;
         let stdin = cmd.stdin().clone();
         if !stdin.is_empty() && inner.envd_version < EnvdVersion::CLOSE_STDIN {
@@ -730,7 +740,7 @@ async fn feed_stdin(inner: Arc<Inner>, pid: u32, data: Bytes) -> Result<(), Erro
     } else {
         inner
             .envd
-            .stream_input(ProcessSelector::Pid(pid), &data, STDIN_CHUNK)
+            .stream_input(ProcessSelector::Pid(pid), data, STDIN_CHUNK)
             .await
     };
     match sent {

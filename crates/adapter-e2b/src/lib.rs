@@ -128,9 +128,11 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     state: STATE,
 };
 
-/// The largest command (argv and env) sent, checked before any I/O: envd `execve`s it in the
-/// sandbox (through `/bin/sh -c … exec nice "$@"`), so Linux's limits apply: 128 KiB per
-/// string, and of the 2 MiB `ARG_MAX` 256 KiB is kept for envd's own environment.
+/// The largest command (argv and env) sent where the sandbox has not said what its `execve`
+/// takes: envd `execve`s it in the sandbox (through `/bin/sh -c … exec nice "$@"`), so Linux's
+/// limits apply: 128 KiB per string, and of the 2 MiB `ARG_MAX` 256 KiB is kept for envd's own
+/// environment. The first command over 64 KiB asks the sandbox (`size::ArgMax`: its
+/// `getconf ARG_MAX` and environment, once per sandbox) and is checked against its answer.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::linux(
         execseam_adapter_kit::size::LINUX_DEFAULT_STACK,

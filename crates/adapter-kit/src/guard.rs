@@ -7,9 +7,11 @@
 //!   is closed (destroyed), and front ends drain that before they exit.
 //! - Where the provider keeps labels and lists by them, each create carries a per-request tag
 //!   ([`CREATE_TAG`] = 16 random hex digits): when the answer never arrives (or the create failed
-//!   after it was sent), what the request made is found by that tag and destroyed, one list and
-//!   its destroys, bounded by [`SWEEP_WITHIN`]. Providers without labels (AgentCore, Sprites,
-//!   Cloudflare, AX, Chrono) get the first half only: an answer that never arrives leaks there.
+//!   after it was sent: [`reaper::after_send`]), what the request made is found by that tag and
+//!   destroyed (looking for up to [`SWEEP_LOOKS_FOR`] where the provider never answered), bounded
+//!   by [`SWEEP_WITHIN`]; a failed create answers its error after that. Providers without labels
+//!   (AgentCore, Sprites, Cloudflare, AX, Chrono) get the first half only: an answer that never
+//!   arrives leaks there.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,14 +22,18 @@ use execseam_core::{
     SnapshotOutcome, SnapshotRequest,
 };
 
-use crate::reaper;
+use crate::reaper::{self, Looking};
 
 /// The label each guarded create carries: a per-request tag, what a lost answer's sandbox is
 /// found by.
 pub const CREATE_TAG: &str = "execseam-create";
 
-/// The most a sweep for a lost answer's sandbox takes (one list and its destroys).
+/// The most a sweep for a lost answer's sandbox takes (its lists and destroys).
 pub const SWEEP_WITHIN: Duration = Duration::from_secs(6);
+
+/// How long a sweep keeps looking when the provider never answered (it may still be making
+/// the sandbox): a sandbox that appears later than this leaks.
+pub const SWEEP_LOOKS_FOR: Duration = Duration::from_secs(2);
 
 /// See the [module docs](self).
 pub struct GuardedCreate {
@@ -43,12 +49,25 @@ pub fn guard(name: &'static str, inner: Box<dyn Provider>) -> Box<dyn Provider> 
     })
 }
 
-/// Destroys every sandbox tagged `tag` (a create's answer was lost), within [`SWEEP_WITHIN`].
-async fn sweep(provider: Arc<dyn Provider>, tag: String) -> Result<(), Error> {
+/// Destroys every sandbox tagged `tag` (a create's answer was lost), within [`SWEEP_WITHIN`];
+/// unanswered, it lists again (at growing intervals) until it finds one or
+/// [`SWEEP_LOOKS_FOR`] has passed.
+async fn sweep(provider: Arc<dyn Provider>, tag: String, looking: Looking) -> Result<(), Error> {
     let work = async {
-        let made = provider
-            .list(&ListFilter::new().with_label(CREATE_TAG, &tag))
-            .await?;
+        let filter = ListFilter::new().with_label(CREATE_TAG, &tag);
+        let until = tokio::time::Instant::now() + SWEEP_LOOKS_FOR;
+        let mut pause = Duration::from_millis(100);
+        let made = loop {
+            let made = provider.list(&filter).await?;
+            if !made.is_empty()
+                || looking == Looking::Answered
+                || tokio::time::Instant::now() + pause > until
+            {
+                break made;
+            }
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+        };
         for s in made {
             crate::gone_is_destroyed(provider.destroy(&s.id).await)?;
         }
@@ -91,7 +110,7 @@ impl Provider for GuardedCreate {
             "destroy the sandbox of a create whose answer was lost",
             async move { made_by.create(spec).await },
             |made: Box<dyn Sandbox>| async move { made.close().await },
-            tag.map(|t| move || sweep(swept, t)),
+            tag.map(|t| move |looking| sweep(swept, t, looking)),
         ))
     }
 
@@ -178,7 +197,7 @@ pub(crate) mod tests {
     /// made it: `fail`).
     #[derive(Default)]
     struct Lossy {
-        fail: bool,
+        fail: Option<fn() -> Error>,
         made: Mutex<Vec<SandboxInfo>>,
         destroyed: Mutex<Vec<String>>,
     }
@@ -208,13 +227,10 @@ pub(crate) mod tests {
             made.push(SandboxInfo::new(id).with_labels(spec.labels().clone()));
             let fail = self.fail;
             Box::pin(async move {
-                if fail {
-                    return Err(
-                        Error::new(ErrorKind::Unavailable, "reset after the request")
-                            .with_retry(Retry::Unsafe),
-                    );
+                match fail {
+                    Some(e) => Err(e()),
+                    None => std::future::pending().await,
                 }
-                std::future::pending().await
             })
         }
         fn list<'a>(
@@ -231,10 +247,21 @@ pub(crate) mod tests {
     }
 
     /// What a create whose answer is lost made is found by its tag and destroyed: dropped
-    /// mid-flight (a signal, a library user's timeout), or failed after it was sent. Called from
+    /// mid-flight (a signal, a library user's timeout), or failed after it was sent: a reset
+    /// (`Unsafe`), and an answer that broke after the provider made it (`Never`: before
+    /// session 6 only `Unsafe` was swept, and Docker's and E2B's cut create answers leaked);
+    /// a failed create answers once the sweep has ended. A refusal is not swept. Called from
     /// the reaper's one test (its counters are process-wide).
     pub(crate) async fn a_lost_answers_sandbox_is_found_by_its_tag_and_destroyed() {
-        for fail in [false, true] {
+        let reset: fn() -> Error = || {
+            Error::new(ErrorKind::Unavailable, "reset after the request").with_retry(Retry::Unsafe)
+        };
+        let malformed: fn() -> Error =
+            || Error::protocol("a malformed answer").with_retry(Retry::Never);
+        let refused: fn() -> Error =
+            || Error::new(ErrorKind::InvalidCommand, "bad image").with_retry(Retry::Never);
+        for fail in [None, Some(reset), Some(malformed), Some(refused)] {
+            let swept = fail.is_none_or(|e| reaper::after_send(&e()));
             let lossy = Arc::new(Lossy {
                 fail,
                 ..Lossy::default()
@@ -244,18 +271,26 @@ pub(crate) mod tests {
             let p = guard("lossy", Box::new(lossy.clone()));
             let create = p.create(SandboxSpec::new().with_label("team", "a"));
             match tokio::time::timeout(Duration::from_millis(100), create).await {
-                Err(_) => assert!(!fail, "the failed create did not answer"),
-                Ok(r) => assert!(fail && r.is_err(), "the failure reaches the caller"),
+                Err(_) => assert!(fail.is_none(), "the failed create did not answer"),
+                Ok(r) => {
+                    assert!(
+                        fail.is_some() && r.is_err(),
+                        "the failure reaches the caller"
+                    );
+                    let destroyed = lossy.destroyed.lock().unwrap().clone();
+                    assert_eq!(destroyed.len(), usize::from(swept), "{destroyed:?}");
+                }
             }
             let start = std::time::Instant::now();
-            while lossy.destroyed.lock().unwrap().is_empty() {
+            while swept && lossy.destroyed.lock().unwrap().is_empty() {
                 assert!(start.elapsed() < Duration::from_secs(10), "never swept");
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let made = lossy.made.lock().unwrap().clone();
             assert_eq!(made[1].labels.get("team").map(String::as_str), Some("a"));
             assert_eq!(made[1].labels[CREATE_TAG].len(), 16);
-            assert_eq!(*lossy.destroyed.lock().unwrap(), ["sb-1"]);
+            let destroyed = lossy.destroyed.lock().unwrap().clone();
+            assert_eq!(destroyed, if swept { &["sb-1"][..] } else { &[] });
         }
     }
 }

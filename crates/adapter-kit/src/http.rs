@@ -245,20 +245,36 @@ pub async fn read_body(
     limit: usize,
     within: Duration,
 ) -> Result<Bytes, BodyError> {
+    let mut body = BytesMut::new();
+    feed_body(resp, within, |chunk| {
+        if body.len() + chunk.len() > limit {
+            return Err(BodyError::TooLarge { limit });
+        }
+        body.extend_from_slice(chunk);
+        Ok(())
+    })
+    .await?;
+    Ok(body.freeze())
+}
+
+/// Reads `resp`'s body piece by piece into `feed`, ended by `within` from now: for an answer
+/// decoded as it arrives rather than held whole (`feed` bounds what it keeps; its error ends
+/// the read; the body's own failures come as `E` from [`BodyError`]).
+pub async fn feed_body<E: From<BodyError>>(
+    resp: reqwest::Response,
+    within: Duration,
+    mut feed: impl FnMut(&[u8]) -> Result<(), E>,
+) -> Result<(), E> {
     let mut resp = resp;
     let read = async {
-        let mut body = BytesMut::new();
         while let Some(chunk) = resp.chunk().await.map_err(BodyError::Transport)? {
-            if body.len() + chunk.len() > limit {
-                return Err(BodyError::TooLarge { limit });
-            }
-            body.extend_from_slice(&chunk);
+            feed(&chunk)?;
         }
-        Ok(body.freeze())
+        Ok(())
     };
     match tokio::time::timeout(within, read).await {
         Ok(r) => r,
-        Err(_) => Err(BodyError::Deadline(within)),
+        Err(_) => Err(BodyError::Deadline(within).into()),
     }
 }
 

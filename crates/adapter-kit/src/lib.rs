@@ -14,6 +14,7 @@ pub mod guard;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod id;
+pub mod json;
 mod processes;
 pub mod reaper;
 #[cfg(feature = "spool")]

@@ -13,6 +13,7 @@
 //! it, and report what failed in their own words ([`Drained::failures`]) instead of the
 //! adapters logging at WARN around the front end's one line.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,7 +33,7 @@ const MAX_FAILURES: usize = 64;
 #[derive(Debug)]
 pub struct Reaped {
     /// The provider.
-    pub provider: &'static str,
+    pub provider: Cow<'static, str>,
     /// What it was (`kill`, `stop the session`, `delete the sandbox`).
     pub what: &'static str,
     /// Why it failed.
@@ -110,11 +111,13 @@ impl Drop for InFlight {
 /// Runs `work` (a kill, a stop, a delete) on the current runtime, counted until it ends; its
 /// failure is kept for [`drain`]. Dropped outside a runtime (a handle kept past its runtime's
 /// end), the work runs on a thread with a runtime of its own, counted the same way.
-pub fn spawn<F>(provider: &'static str, what: &'static str, work: F)
+pub fn spawn<F>(provider: impl Into<Cow<'static, str>>, what: &'static str, work: F)
 where
     F: Future<Output = Result<(), Error>> + Send + 'static,
 {
+    let provider = provider.into();
     let flight = InFlight::new();
+    let named = provider.clone();
     let tracked = async move {
         let _flight = flight;
         if let Err(error) = work.await {
@@ -139,13 +142,13 @@ where
                     Err(e) => {
                         drop(tracked);
                         record(Reaped {
-                            provider,
+                            provider: named.clone(),
                             what,
                             error: Error::new(
                                 ErrorKind::Internal,
                                 format!("no runtime to run it on: {e}"),
                             )
-                            .with_provider(provider),
+                            .with_provider(named),
                         });
                     }
                 }
@@ -157,14 +160,15 @@ where
 /// Runs `work` (a kill on an error path) now, waiting at most `wait` for it: an error must not
 /// be held by a clean-up the far end does not answer. Past `wait` the work goes on as drop-time
 /// work (counted, awaited by [`drain`], its failure reported there); `None` then.
-pub async fn run_bounded<F>(
-    provider: &'static str,
+pub async fn run_bounded<T, F>(
+    provider: impl Into<Cow<'static, str>>,
     what: &'static str,
     work: F,
     wait: Duration,
-) -> Option<Result<(), Error>>
+) -> Option<Result<T, Error>>
 where
-    F: Future<Output = Result<(), Error>> + Send + 'static,
+    T: Send + 'static,
+    F: Future<Output = Result<T, Error>> + Send + 'static,
 {
     tokio::time::timeout(wait, answered(provider, what, work))
         .await
@@ -173,13 +177,14 @@ where
 
 /// Runs `work` as drop-time work and answers its outcome; a caller that stops waiting leaves
 /// it to the reaper (counted, drained, its failure reported). `None`: the work's task was lost.
-async fn answered<F>(
-    provider: &'static str,
+async fn answered<T, F>(
+    provider: impl Into<Cow<'static, str>>,
     what: &'static str,
     work: F,
-) -> Option<Result<(), Error>>
+) -> Option<Result<T, Error>>
 where
-    F: Future<Output = Result<(), Error>> + Send + 'static,
+    T: Send + 'static,
+    F: Future<Output = Result<T, Error>> + Send + 'static,
 {
     let (tx, rx) = tokio::sync::oneshot::channel();
     spawn(provider, what, async move {
@@ -187,7 +192,7 @@ where
         // Nobody waits any more: the outcome is the reaper's to report.
         match tx.send(outcome) {
             Ok(()) => Ok(()),
-            Err(outcome) => outcome,
+            Err(outcome) => outcome.map(drop),
         }
     });
     rx.await.ok()
@@ -290,8 +295,11 @@ const ANSWER_GRACE: Duration = Duration::from_secs(2);
 ///
 /// `sweep` (where the request carries a tag the provider keeps) finds and ends what the request
 /// made when its answer is lost: when the caller has gone and no answer came within
-/// [`ANSWER_GRACE`], or when the create failed in a way that may have made it
-/// ([`Retry::Unsafe`]: a reset or a timeout after the request was sent).
+/// [`ANSWER_GRACE`], or when the create failed after its request was sent ([`after_send`]).
+/// A failed create's error is answered once the sweep has ended, so a caller that gets it
+/// (and a process that exits right after) leaves nothing behind. The sweep is told whether
+/// the provider answered ([`Looking::Answered`]: what it made is there now) or not
+/// ([`Looking::Unanswered`]: it may still be making it).
 pub async fn guarded<T, F, U, UF, S, SF>(
     provider: &'static str,
     what: &'static str,
@@ -304,7 +312,7 @@ where
     F: Future<Output = Result<T, Error>> + Send + 'static,
     U: FnOnce(T) -> UF + Send + 'static,
     UF: Future<Output = Result<(), Error>> + Send + 'static,
-    S: FnOnce() -> SF + Send + 'static,
+    S: FnOnce(Looking) -> SF + Send + 'static,
     SF: Future<Output = Result<(), Error>> + Send + 'static,
 {
     let (mut tx, rx) = tokio::sync::oneshot::channel();
@@ -329,21 +337,21 @@ where
                 _ => Ok(()),
             },
             Some(Err(e)) => {
-                let may_have_made = e.retry() == Retry::Unsafe;
-                let _ = tx.send(Err(e));
-                match sweep {
-                    Some(sweep) if may_have_made => sweep().await,
+                let swept = match sweep {
+                    Some(sweep) if after_send(&e) => sweep(Looking::of(&e)).await,
                     _ => Ok(()),
-                }
+                };
+                let _ = tx.send(Err(e));
+                swept
             }
             None => match sweep {
-                Some(sweep) => sweep().await,
+                Some(sweep) => sweep(Looking::Unanswered).await,
                 None => Ok(()),
             },
         };
         if let Err(error) = outcome {
             record(Reaped {
-                provider,
+                provider: provider.into(),
                 what,
                 error,
             });
@@ -356,6 +364,51 @@ where
             "the create ended without an answer (its task panicked)",
         )
         .with_provider(provider)),
+    }
+}
+
+/// Whether a failed create may have made what it asked for: its request was sent and the
+/// error is not the provider's refusal. [`Retry::Safe`] says nothing ran; a typed refusal
+/// (bad input or configuration, credentials, not found, a conflict, a quota) made nothing.
+/// Everything else may come after the provider acted: a reset or timeout mid-answer, an
+/// answer cut, malformed or endless after a success status, a 5xx from a gateway that had
+/// forwarded (issue 38, D17: keyed on `Retry::Unsafe` alone, Docker's and E2B's cut create
+/// answers left their sandbox).
+pub fn after_send(e: &Error) -> bool {
+    match e.retry() {
+        Retry::Unsafe => true,
+        Retry::Safe { .. } => false,
+        Retry::Never => matches!(
+            e.kind(),
+            ErrorKind::Protocol
+                | ErrorKind::OutputLimit
+                | ErrorKind::Timeout(_)
+                | ErrorKind::Unavailable
+                | ErrorKind::Internal
+                | ErrorKind::Cancelled
+        ),
+    }
+}
+
+/// What a create's sweep may assume when it looks for what the request made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Looking {
+    /// The provider answered (a status, a body read): what it made exists now; one look.
+    Answered,
+    /// No answer (a reset, a timeout, a caller gone): the provider may still be making it;
+    /// look again for a while.
+    Unanswered,
+}
+
+impl Looking {
+    fn of(e: &Error) -> Looking {
+        let answered = e.status().is_some()
+            || matches!(e.kind(), ErrorKind::Protocol | ErrorKind::OutputLimit);
+        if answered {
+            Looking::Answered
+        } else {
+            Looking::Unanswered
+        }
     }
 }
 
@@ -396,7 +449,7 @@ mod tests {
 
     use super::*;
 
-    type Sweep = fn() -> std::future::Ready<Result<(), Error>>;
+    type Sweep = fn(Looking) -> std::future::Ready<Result<(), Error>>;
     const NO_SWEEP: Option<Sweep> = None;
 
     // One test: the counters are process-wide.

@@ -13,9 +13,11 @@
 
 use bytes::Bytes;
 use execseam_core::{
-    Error, ErrorKind, Event, Exec, ProcessEvent, ProcessHandle, ProcessState, StartKey, StdinState,
-    StdinWrite, StreamOffsets,
+    BoxFuture, Error, ErrorKind, Event, Exec, ProcessEvent, ProcessHandle, ProcessInfo,
+    ProcessState, StartKey, StartRequest, StdinState, StdinWrite, StreamOffsets,
 };
+
+use crate::size::SizeLimit;
 
 /// Creates the entry: `$1` root, `$2` key. Prints `registry:fresh` or `registry:exists`.
 const REGISTER: &str = r#"umask 077; mkdir -p -- "$1" || exit 125
@@ -35,6 +37,29 @@ printf '%s' "$3" >"$1/$2.tmp" && mv -f -- "$1/$2.tmp" "$1/$2" && echo registry:s
 const GET: &str = r#"[ -d "$1" ] || { echo registry:none; exit 0; }
 [ -f "$1/$2" ] || { echo registry:empty; exit 0; }
 echo registry:value; cat -- "$1/$2""#;
+
+/// What a native adapter tells its [`Registry`] about one key: the provider's side of
+/// [`Registry::status`] and [`Registry::list`].
+pub trait Native: Send + Sync {
+    /// The exec the registry's scripts run through.
+    fn exec(&self) -> &dyn Exec;
+
+    /// The sandbox the handles name.
+    fn sandbox(&self) -> &str;
+
+    /// The state of `key`'s process: `None` when `key` has no entry (`registered`: the caller
+    /// just listed it), [`ProcessState::Unknown`] when the provider does not know the process.
+    fn state<'s>(&'s self, key: &'s StartKey, op: &'static str, registered: bool) -> Known<'s>;
+
+    /// stdin's state of `key`'s process, which the provider knows.
+    fn stdin<'s>(&'s self, key: &'s StartKey, op: &'static str) -> StdinOf<'s>;
+}
+
+/// What [`Native::state`] answers.
+pub type Known<'s> = BoxFuture<'s, Result<Option<ProcessState>, Error>>;
+
+/// What [`Native::stdin`] answers.
+pub type StdinOf<'s> = BoxFuture<'s, Result<Option<StdinState>, Error>>;
 
 /// A process registry in the sandbox: see the [module docs](self).
 #[derive(Clone, Copy, Debug)]
@@ -81,6 +106,80 @@ impl Registry {
         }
     }
 
+    /// The checks of a start before any I/O: the terminal (`no_terminal`: why the provider has
+    /// none, [`ErrorKind::Unsupported`]) and the command's size; the key and its handle.
+    pub fn admit(
+        &self,
+        sandbox: &str,
+        request: &StartRequest,
+        limit: &SizeLimit,
+        no_terminal: Option<&'static str>,
+    ) -> Result<(StartKey, ProcessHandle), Error> {
+        if let (Some(_), Some(why)) = (request.terminal, no_terminal) {
+            return Err(self.error(ErrorKind::Unsupported, "start", why));
+        }
+        crate::size::check_size(self.provider, &request.command, limit)?;
+        Ok((request.key.clone(), self.handle(sandbox, &request.key)))
+    }
+
+    /// The error of a handle whose key has no entry.
+    pub fn not_started(&self, op: &'static str) -> Error {
+        self.error(
+            ErrorKind::NotFound,
+            op,
+            "no process was started (or it was released) under this handle",
+        )
+    }
+
+    /// What `native` knows of `key`: `None` without an entry; stdin's state unless the
+    /// provider does not know the process.
+    pub async fn info(
+        &self,
+        native: &dyn Native,
+        key: StartKey,
+        op: &'static str,
+        registered: bool,
+    ) -> Result<Option<ProcessInfo>, Error> {
+        let Some(state) = native.state(&key, op, registered).await? else {
+            return Ok(None);
+        };
+        let stdin = match state {
+            ProcessState::Unknown => None,
+            _ => native.stdin(&key, op).await?,
+        };
+        Ok(Some(ProcessInfo {
+            handle: self.handle(native.sandbox(), &key),
+            key,
+            state,
+            written: None,
+            stdin,
+        }))
+    }
+
+    /// [`Processes::status`](execseam_core::Processes::status) of a native adapter.
+    pub async fn status(
+        &self,
+        native: &dyn Native,
+        handle: &ProcessHandle,
+    ) -> Result<ProcessInfo, Error> {
+        let op = "status";
+        let key = self.key_of(native.sandbox(), handle, op)?;
+        self.info(native, key, op, false)
+            .await?
+            .ok_or_else(|| self.not_started(op))
+    }
+
+    /// [`Processes::list`](execseam_core::Processes::list) of a native adapter: every key with
+    /// an entry, sorted.
+    pub async fn list(&self, native: &dyn Native) -> Result<Vec<ProcessInfo>, Error> {
+        let op = "list";
+        let mut out = Vec::new();
+        for key in self.keys(native.exec(), op).await? {
+            out.extend(self.info(native, key, op, true).await?);
+        }
+        Ok(out)
+    }
+
     /// The entry's directory in the sandbox.
     pub fn entry(&self, key: &StartKey) -> String {
         format!("{}/{}", self.root, key.as_str())
@@ -114,6 +213,30 @@ impl Registry {
             .map_err(|_| self.protocol(op, "answer is not UTF-8"))
     }
 
+    /// Runs `script` with `args` through `exec` and maps its one-line answer by `answers`; any
+    /// other answer is a protocol error.
+    pub async fn ask<T: Copy>(
+        &self,
+        exec: &dyn Exec,
+        op: &'static str,
+        script: &str,
+        args: &[&str],
+        answers: &[(&str, T)],
+    ) -> Result<T, Error> {
+        let answer = self.run(exec, op, script, args).await?;
+        answers
+            .iter()
+            .find(|(a, _)| *a == answer)
+            .map(|(_, t)| *t)
+            .ok_or_else(|| {
+                let known: Vec<&str> = answers.iter().map(|(a, _)| *a).collect();
+                self.protocol(
+                    op,
+                    &format!("{op} script gave none of its answers {known:?}"),
+                )
+            })
+    }
+
     /// Creates `key`'s entry: true if this call created it (the first start), false if it
     /// existed. The entry is the start's lock, so a failure here is safe to retry.
     pub async fn register(
@@ -122,15 +245,10 @@ impl Registry {
         op: &'static str,
         key: &StartKey,
     ) -> Result<bool, Error> {
-        let answer = self
-            .run(exec, op, REGISTER, &[self.root, key.as_str()])
+        let answers = [("registry:fresh", true), ("registry:exists", false)];
+        self.ask(exec, op, REGISTER, &[self.root, key.as_str()], &answers)
             .await
-            .map_err(crate::retry::repeatable)?;
-        match answer.as_str() {
-            "registry:fresh" => Ok(true),
-            "registry:exists" => Ok(false),
-            _ => Err(self.protocol(op, "start script gave no fresh/exists answer")),
-        }
+            .map_err(crate::retry::repeatable)
     }
 
     /// Whether `key` has an entry.
@@ -140,15 +258,10 @@ impl Registry {
         op: &'static str,
         key: &StartKey,
     ) -> Result<bool, Error> {
-        let answer = self
-            .run(
-                exec,
-                op,
-                "[ -d \"$1\" ] && echo yes || echo no",
-                &[&self.entry(key)],
-            )
-            .await?;
-        Ok(answer == "yes")
+        let script = "[ -d \"$1\" ] && echo yes || echo no";
+        let answers = [("yes", true), ("no", false)];
+        self.ask(exec, op, script, &[&self.entry(key)], &answers)
+            .await
     }
 
     /// Records `value` as the entry's file `name` (atomic); `NotFound` without the entry.
@@ -160,19 +273,18 @@ impl Registry {
         name: &str,
         value: &str,
     ) -> Result<(), Error> {
-        match self
-            .run(exec, op, SET, &[&self.entry(key), name, value])
+        let answers = [("registry:set", true), ("registry:none", false)];
+        if self
+            .ask(exec, op, SET, &[&self.entry(key), name, value], &answers)
             .await?
-            .as_str()
         {
-            "registry:set" => Ok(()),
-            "registry:none" => Err(self.error(
-                ErrorKind::NotFound,
-                op,
-                "no process is registered under this key",
-            )),
-            _ => Err(self.protocol(op, "write script gave no answer")),
+            return Ok(());
         }
+        Err(self.error(
+            ErrorKind::NotFound,
+            op,
+            "no process is registered under this key",
+        ))
     }
 
     /// The entry's file `name`: `None` for the entry, `Some(None)` for the file when missing.

@@ -190,6 +190,100 @@ pub fn check_wire<S: AsRef<str>>(
     .with_operation("exec"))
 }
 
+/// The command that asks a sandbox what its `execve` takes: its `ARG_MAX` (`getconf`, from
+/// its stack limit), then the lines and bytes of the environment its commands start with.
+pub const ARG_MAX_PROBE: [&str; 3] = ["sh", "-c", "getconf ARG_MAX && env | wc -lc"];
+
+/// A command at most this large (strings, NULs and pointers) fits any Linux sandbox: `ARG_MAX`
+/// is never below 128 KiB, and this leaves half of it to the sandbox's own environment. Larger
+/// ones are checked against the sandbox's [`ArgMax`].
+pub const SURELY_FITS: usize = 64 << 10;
+
+/// What one sandbox's `execve` takes, asked once ([`ARG_MAX_PROBE`]) when the first command
+/// larger than [`SURELY_FITS`] comes, and kept: the kernel takes a quarter of the stack limit
+/// (`fs/exec.c` `bprm_stack_limits`, at most 6 MiB), which the sandbox's provider, engine or
+/// image may set to anything, and the sandbox's own environment counts against it. Issue 38
+/// (D32): a fixed 8 MiB stack sent what a smaller one's `execve` refused.
+#[derive(Debug, Default)]
+pub struct ArgMax {
+    limit: tokio::sync::OnceCell<SizeLimit>,
+}
+
+impl ArgMax {
+    /// An unasked limit.
+    pub fn new() -> ArgMax {
+        ArgMax::default()
+    }
+
+    /// The limit once asked.
+    pub fn known(&self) -> Option<SizeLimit> {
+        self.limit.get().copied()
+    }
+
+    /// Rejects `command` as [`check_size`] does, against this sandbox's limit: asked through
+    /// `probe` (which runs [`ARG_MAX_PROBE`] in the sandbox) the first time a command is larger
+    /// than [`SURELY_FITS`]. A probe that fails (no answer) is asked again next time, and this
+    /// command is checked against `fallback`; a sandbox without `getconf` keeps `fallback`.
+    pub async fn check<F, Fut>(
+        &self,
+        provider: &'static str,
+        command: &Command,
+        fallback: &SizeLimit,
+        probe: F,
+    ) -> Result<(), Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<execseam_core::Output, Error>>,
+    {
+        let size = command_size(command);
+        // One string over its limit is refused without asking; a small command fits.
+        if size.longest > fallback.string
+            || size.bytes + size.strings * fallback.overhead <= SURELY_FITS
+        {
+            return check_size(provider, command, fallback);
+        }
+        let asked = self
+            .limit
+            .get_or_try_init(|| async {
+                let out = probe().await?;
+                let told = String::from_utf8_lossy(&out.stdout).into_owned();
+                Ok::<_, Error>(
+                    out.exit
+                        .success()
+                        .then(|| probed_limit(&told))
+                        .flatten()
+                        .unwrap_or(*fallback),
+                )
+            })
+            .await;
+        match asked {
+            Ok(limit) => check_size(provider, command, limit),
+            Err(e) => {
+                tracing::debug!(provider, error = %e, "the sandbox's ARG_MAX could not be asked");
+                check_size(provider, command, fallback)
+            }
+        }
+    }
+}
+
+/// The limit [`ARG_MAX_PROBE`]'s answer gives (`ARG_MAX`, then the environment's lines and
+/// bytes): `ARG_MAX` (at most the kernel's 6 MiB) less the environment (each line a string
+/// and its pointer) and 4 KiB for the filename and the kernel's own words.
+pub fn probed_limit(told: &str) -> Option<SizeLimit> {
+    let mut n = told.split_whitespace().map(|w| w.parse::<usize>().ok());
+    let (arg_max, lines, bytes) = (n.next()??, n.next()??, n.next()??);
+    if n.next().is_some() {
+        return None;
+    }
+    let total = arg_max
+        .min(linux_arg_max(usize::MAX))
+        .saturating_sub(bytes + lines * 8 + 4096);
+    Some(SizeLimit::execve(
+        total,
+        "the sandbox's execve: 128 KiB per string, its ARG_MAX less its own environment in all",
+    ))
+}
+
 #[cfg(test)]
 mod linux_tests {
     use super::*;
@@ -215,6 +309,82 @@ mod linux_tests {
         assert!(check_size("p", &over, &limit).is_err());
         let long = Command::new(["echo".to_owned(), "a".repeat(MAX_ARG_STRLEN)]).unwrap();
         assert!(check_size("p", &long, &limit).is_err());
+    }
+}
+
+#[cfg(test)]
+mod arg_max_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use execseam_core::{Exit, Output};
+
+    use super::*;
+
+    fn sixteen_64_kib() -> Command {
+        Command::new(vec!["a".repeat(64 << 10); 16]).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_sandbox_is_asked_once_and_only_for_large_commands() {
+        let asked = AtomicUsize::new(0);
+        let fallback = SizeLimit::linux(LINUX_DEFAULT_STACK, "default");
+        // A sandbox with a 2 MiB stack: ARG_MAX 512 KiB, 10 variables of 1 KiB.
+        let probe = || async {
+            asked.fetch_add(1, Ordering::SeqCst);
+            Ok(Output::new("524288\n     10   10240\n", "", Exit::Code(0)))
+        };
+        let arg_max = ArgMax::new();
+        let small = Command::new(["echo", "hi"]).unwrap();
+        arg_max.check("p", &small, &fallback, probe).await.unwrap();
+        assert_eq!(
+            asked.load(Ordering::SeqCst),
+            0,
+            "a small command asks nothing"
+        );
+        // Fits the default stack's limit, not this sandbox's: refused before any request.
+        check_size("p", &sixteen_64_kib(), &fallback).unwrap();
+        let e = arg_max
+            .check("p", &sixteen_64_kib(), &fallback, probe)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidCommand, "{e}");
+        assert!(e.message().contains("ARG_MAX"), "{e}");
+        let fits = Command::new(vec!["a".repeat(64 << 10); 6]).unwrap();
+        arg_max.check("p", &fits, &fallback, probe).await.unwrap();
+        assert_eq!(asked.load(Ordering::SeqCst), 1, "asked once");
+        assert_eq!(
+            arg_max.known().unwrap().total,
+            (512 << 10) - 10240 - 80 - 4096
+        );
+        // One string over 128 KiB is refused without asking.
+        let long = Command::new(["echo".to_owned(), "a".repeat(MAX_ARG_STRLEN)]).unwrap();
+        let fresh = ArgMax::new();
+        assert!(fresh.check("p", &long, &fallback, probe).await.is_err());
+        assert_eq!(asked.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn without_getconf_or_an_answer_the_default_rule_holds() {
+        let fallback = SizeLimit::linux(LINUX_DEFAULT_STACK, "default");
+        let arg_max = ArgMax::new();
+        let failed = || async { Err(Error::new(ErrorKind::Unavailable, "no answer")) };
+        arg_max
+            .check("p", &sixteen_64_kib(), &fallback, failed)
+            .await
+            .unwrap();
+        assert!(arg_max.known().is_none(), "a failed probe is asked again");
+        let missing = || async { Ok(Output::new("", "sh: getconf: not found\n", Exit::Code(127))) };
+        arg_max
+            .check("p", &sixteen_64_kib(), &fallback, missing)
+            .await
+            .unwrap();
+        assert_eq!(arg_max.known(), Some(fallback));
+        assert!(probed_limit("2097152 garbage").is_none());
+        // An unlimited stack: getconf says a quarter of it, the kernel stops at 6 MiB.
+        assert_eq!(
+            probed_limit("4611686018427387903\n 1 10\n").unwrap().total,
+            (6 << 20) - 10 - 8 - 4096
+        );
     }
 }
 

@@ -323,6 +323,12 @@ async fn an_oversized_command_is_invalid_and_never_retried() {
         assert!(e.message().contains("too large"), "{e}");
         assert!(!e.to_string().contains("secret"), "{e}");
     }
+    // Issue 38 (D32): Inspect's 16 x 64 KiB arguments are within this host's ARG_MAX (a quarter
+    // of the stack limit, 2 MiB by default) and run; the 64 x 64 KiB above are over it.
+    let mut argv = vec!["sh".to_owned(), "-c".into(), "echo $#".into(), "sh".into()];
+    argv.extend(std::iter::repeat_n("a".repeat(64 << 10), 16));
+    let out = exec.exec(Command::new(argv).unwrap()).await.unwrap();
+    assert_eq!(out.stdout.as_ref(), b"16\n", "{out:?}");
     // Within the check's limit, but the launcher adds a string execve refuses.
     let launched = LocalExec::with_config(
         LocalConfig::new().launcher(["env", &format!("PAD={}", "p".repeat(200 << 10))]),

@@ -39,12 +39,12 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use execseam_adapter_kit::registry::{OffsetEvents, Registry};
+use execseam_adapter_kit::registry::{Known, Native, OffsetEvents, Registry, StdinOf};
 use execseam_adapter_kit::retry::Stage;
 use execseam_core::{
-    Command, Error, ErrorKind, Exit, Mechanism, ProcessCapabilities, ProcessHandle, ProcessInfo,
-    ProcessRead, ProcessState, ProcessStream, Sandbox, Signal, StartKey, StartRequest, Started,
-    StdinMode, StdinState, StdinWrite, StreamOffsets, TerminalSize, Waited,
+    Command, Error, ErrorKind, Exec, Exit, Mechanism, ProcessCapabilities, ProcessHandle,
+    ProcessInfo, ProcessRead, ProcessState, ProcessStream, Sandbox, Signal, StartKey, StartRequest,
+    Started, StdinMode, StdinState, StdinWrite, StreamOffsets, TerminalSize, Waited,
 };
 use tonic::Code;
 
@@ -146,14 +146,6 @@ impl<'a> ModalProcesses<'a> {
         REGISTRY.handle(Sandbox::id(self.exec), key)
     }
 
-    fn not_started(&self, op: &'static str) -> Error {
-        self.error(
-            ErrorKind::NotFound,
-            op,
-            "no process was started (or it was released) under this handle",
-        )
-    }
-
     fn error(&self, kind: ErrorKind, op: &'static str, message: impl Into<String>) -> Error {
         REGISTRY.error(kind, op, message)
     }
@@ -169,6 +161,18 @@ impl<'a> ModalProcesses<'a> {
     /// Runs `script` with `args` through an ordinary exec; its stdout.
     async fn script(&self, op: &'static str, script: &str, args: &[&str]) -> Result<String, Error> {
         REGISTRY.run(self.exec, op, script, args).await
+    }
+
+    /// Runs `script` with `args` through an ordinary exec; its answer mapped by `answers`.
+    async fn ask<T: Copy>(
+        &self,
+        op: &'static str,
+        script: &str,
+        args: &[String],
+        answers: &[(&str, T)],
+    ) -> Result<T, Error> {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        REGISTRY.ask(self.exec, op, script, &args, answers).await
     }
 
     /// The router, the task id and the exec id of `key`.
@@ -199,10 +203,9 @@ impl<'a> ModalProcesses<'a> {
 
     async fn start_one(&self, request: StartRequest) -> Result<Started, Error> {
         let op = "start";
+        let (key, handle) =
+            REGISTRY.admit(Sandbox::id(self.exec), &request, &crate::SIZE_LIMIT, None)?;
         let command = request.command;
-        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
-        let key = request.key;
-        let handle = self.handle_of(&key);
         let entry = Self::entry(&key);
         // A retry finds the entry (any failure of a start may be retried).
         let safe = execseam_adapter_kit::retry::repeatable;
@@ -463,48 +466,20 @@ impl<'a> ModalProcesses<'a> {
         if let ProcessState::Exited(_) = self.poll(&key, op).await? {
             return Ok(());
         }
-        match self
-            .script(op, SIGNAL, &[&Self::entry(&key), signal.name()])
-            .await?
-            .as_str()
-        {
-            "modal:sent" => Ok(()),
-            "modal:none" => Err(self.error(
-                ErrorKind::NotFound,
-                op,
-                "no process is registered under this handle (released?)",
-            )),
-            _ => Err(error::protocol(op, "no modal:sent answer")),
+        let args = [Self::entry(&key), signal.name().to_owned()];
+        let answers = [("modal:sent", true), ("modal:none", false)];
+        if self.ask(op, SIGNAL, &args, &answers).await? {
+            return Ok(());
         }
-    }
-
-    async fn info(&self, key: StartKey, op: &'static str) -> Result<ProcessInfo, Error> {
-        let state = match self.poll(&key, op).await {
-            Ok(s) => s,
-            // Registered, but the router does not know it: started nothing, or forgotten.
-            Err(e) if e.kind() == ErrorKind::NotFound => ProcessState::Unknown,
-            Err(e) => return Err(e),
-        };
-        let stdin = match state {
-            ProcessState::Unknown => None,
-            _ => Some(self.stdin_state(&key, op).await?),
-        };
-        Ok(ProcessInfo {
-            handle: self.handle_of(&key),
-            key,
-            state,
-            written: None,
-            stdin,
-        })
+        Err(self.error(
+            ErrorKind::NotFound,
+            op,
+            "no process is registered under this handle (released?)",
+        ))
     }
 
     async fn status_of(&self, handle: &ProcessHandle) -> Result<ProcessInfo, Error> {
-        let op = "status";
-        let key = self.key_of(handle, op)?;
-        if !REGISTRY.exists(self.exec, op, &key).await? {
-            return Err(self.not_started(op));
-        }
-        self.info(key, op).await
+        REGISTRY.status(self, handle).await
     }
 
     async fn resize_to(&self, handle: &ProcessHandle, size: TerminalSize) -> Result<(), Error> {
@@ -512,30 +487,26 @@ impl<'a> ModalProcesses<'a> {
         let key = self.key_of(handle, op)?;
         let (rows, cols) = (size.rows.to_string(), size.cols.to_string());
         let entry = Self::entry(&key);
-        match self
-            .script(op, RESIZE, &[&entry, &rows, &cols])
-            .await?
-            .as_str()
-        {
-            "modal:sized" | "modal:gone" => Ok(()),
-            "modal:notty" => Err(self.error(
+        // `Some(true)`: sized (or exited); `Some(false)`: no terminal; `None`: no entry.
+        let answers = [
+            ("modal:sized", Some(true)),
+            ("modal:gone", Some(true)),
+            ("modal:notty", Some(false)),
+            ("modal:none", None),
+        ];
+        match self.ask(op, RESIZE, &[entry, rows, cols], &answers).await? {
+            Some(true) => Ok(()),
+            Some(false) => Err(self.error(
                 ErrorKind::InvalidCommand,
                 op,
                 "the process was started without a terminal",
             )),
-            "modal:none" => Err(self.not_started(op)),
-            _ => Err(error::protocol(op, "no modal:sized/gone/notty/none answer")),
+            None => Err(REGISTRY.not_started(op)),
         }
     }
 
     async fn list_all(&self) -> Result<Vec<ProcessInfo>, Error> {
-        let op = "list";
-        let keys = REGISTRY.keys(self.exec, op).await?;
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            out.push(self.info(key, op).await?);
-        }
-        Ok(out)
+        REGISTRY.list(self).await
     }
 
     async fn release_one(&self, handle: &ProcessHandle) -> Result<(), Error> {
@@ -551,6 +522,34 @@ impl<'a> ModalProcesses<'a> {
 }
 
 execseam_adapter_kit::forward_processes!(ModalProcesses<'_>, resize);
+
+impl Native for ModalProcesses<'_> {
+    fn exec(&self) -> &dyn Exec {
+        self.exec
+    }
+
+    fn sandbox(&self) -> &str {
+        Sandbox::id(self.exec)
+    }
+
+    /// Registered, but the router does not know it (started nothing, or forgotten): `Unknown`.
+    fn state<'s>(&'s self, key: &'s StartKey, op: &'static str, registered: bool) -> Known<'s> {
+        Box::pin(async move {
+            if !registered && !REGISTRY.exists(self.exec, op, key).await? {
+                return Ok(None);
+            }
+            match self.poll(key, op).await {
+                Ok(s) => Ok(Some(s)),
+                Err(e) if e.kind() == ErrorKind::NotFound => Ok(Some(ProcessState::Unknown)),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn stdin<'s>(&'s self, key: &'s StartKey, op: &'static str) -> StdinOf<'s> {
+        Box::pin(async move { self.stdin_state(key, op).await.map(Some) })
+    }
+}
 
 #[cfg(test)]
 mod tests {

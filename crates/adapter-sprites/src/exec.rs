@@ -32,6 +32,8 @@ pub(crate) struct Inner {
     pub(crate) client: Client,
     discovered: OnceCell<BTreeMap<String, String>>,
     ownership: Ownership,
+    /// The terminals this handle opened (Sprites' TTY exec; see `terminal.rs`).
+    pub(crate) terminals: execseam_adapter_kit::attached::Terminals,
 }
 
 impl Drop for Inner {
@@ -57,6 +59,7 @@ impl SpritesExec {
                 client,
                 discovered: OnceCell::new(),
                 ownership,
+                terminals: execseam_adapter_kit::attached::Terminals::default(),
             }),
         }
     }
@@ -313,18 +316,7 @@ async fn drive(
 ) {
     let config = inner.client.config_arc();
     let signal_capable = conn.signal_capable;
-    let (mut sink, mut stream) = conn.ws.split();
-    let (wtx, mut wrx) = mpsc::channel::<Message>(config.ws_buffers.outgoing.max(1));
-    // The writer: every outgoing message goes through one task, so reading never waits on it.
-    let writer = tokio::spawn(async move {
-        while let Some(m) = wrx.recv().await {
-            let close = m.is_close();
-            if sink.send(m).await.is_err() || close {
-                break;
-            }
-        }
-        let _ = sink.flush().await;
-    });
+    let (wtx, writer, mut stream) = split(conn.ws, &config);
     // stdin, then the EOF frame (also without stdin, as sprites-go does).
     let feeder = {
         let wtx = wtx.clone();
@@ -364,7 +356,7 @@ async fn drive(
                             };
                             got_output = true;
                             if tx.send(Ok(event)).await.is_err() {
-                                let _ = kill(&inner, session_id.as_deref(), &wtx, signal_capable).await;
+                                let _ = kill(&inner.client, session_id.as_deref(), &wtx, signal_capable).await;
                                 feeder.abort();
                                 finish_writer(writer).await;
                                 return;
@@ -393,7 +385,7 @@ async fn drive(
             }
             Some(reply) = kill_rx.recv() => {
                 // An awaited kill (EventStream::kill): answer it once the kill route has.
-                let r = kill(&inner, session_id.as_deref(), &wtx, signal_capable).await;
+                let r = kill(&inner.client, session_id.as_deref(), &wtx, signal_capable).await;
                 let _ = reply.send(r);
                 feeder.abort();
                 finish_writer(writer).await;
@@ -401,7 +393,7 @@ async fn drive(
             }
             () = tx.closed() => {
                 // The consumer dropped the stream (a deadline, a cancel): kill the command.
-                let _ = kill(&inner, session_id.as_deref(), &wtx, signal_capable).await;
+                let _ = kill(&inner.client, session_id.as_deref(), &wtx, signal_capable).await;
                 feeder.abort();
                 finish_writer(writer).await;
                 return;
@@ -437,8 +429,32 @@ async fn drive(
     finish_writer(writer).await;
 }
 
+/// The socket's reading half, and its writing half as a task fed by the returned sender: every
+/// outgoing message goes through that one task, so reading never waits on it.
+pub(crate) fn split(
+    ws: crate::client::Ws,
+    config: &SpritesConfig,
+) -> (
+    mpsc::Sender<Message>,
+    tokio::task::JoinHandle<()>,
+    futures_util::stream::SplitStream<crate::client::Ws>,
+) {
+    let (mut sink, stream) = ws.split();
+    let (wtx, mut wrx) = mpsc::channel::<Message>(config.ws_buffers.outgoing.max(1));
+    let writer = tokio::spawn(async move {
+        while let Some(m) = wrx.recv().await {
+            let close = m.is_close();
+            if sink.send(m).await.is_err() || close {
+                break;
+            }
+        }
+        let _ = sink.flush().await;
+    });
+    (wtx, writer, stream)
+}
+
 /// Lets the writer send what is queued (the close frame) for a moment, then gives up on it.
-async fn finish_writer(mut writer: tokio::task::JoinHandle<()>) {
+pub(crate) async fn finish_writer(mut writer: tokio::task::JoinHandle<()>) {
     if tokio::time::timeout(Duration::from_secs(2), &mut writer)
         .await
         .is_err()
@@ -450,8 +466,8 @@ async fn finish_writer(mut writer: tokio::task::JoinHandle<()>) {
 /// Kills the session: a signal message on the socket when the server takes them, then the kill
 /// route with the id from `session_info` (which waits for the process to end), then a close.
 /// Nothing here waits on the socket's writer.
-async fn kill(
-    inner: &Inner,
+pub(crate) async fn kill(
+    client: &Client,
     session_id: Option<&str>,
     wtx: &mpsc::Sender<Message>,
     signal_capable: bool,
@@ -460,7 +476,7 @@ async fn kill(
         let _ = wtx.try_send(Message::text(r#"{"type":"signal","signal":"KILL"}"#));
     }
     let result = match session_id {
-        Some(id) => inner.client.kill(id).await.inspect_err(|e| {
+        Some(id) => client.kill(id).await.inspect_err(|e| {
             tracing::debug!(provider = PROVIDER, session = id, error = %e, "could not kill the dropped command");
         }),
         None => {
@@ -496,9 +512,11 @@ impl Exec for SpritesExec {
     }
 
     /// The adapter kit's spool, in the sprite's `/tmp` (the attach replay of a session is a
-    /// bounded scrollback without offsets, so the output and exit live in files).
+    /// bounded scrollback without offsets, so the output and exit live in files); terminals on
+    /// Sprites' own TTY exec over the WebSocket (`terminal.rs`), on the kit's recorder over the
+    /// POST fallback (which has no TTY).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        execseam_adapter_kit::spool::processes(self)
+        crate::terminal::processes(self)
     }
 
     fn streaming(&self) -> Option<&dyn ExecStream> {

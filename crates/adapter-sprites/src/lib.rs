@@ -14,6 +14,7 @@
 //! | remote_kill | yes: dropping the exec or the stream calls `POST /exec/{session}/kill?signal=KILL` | no |
 //! | binary_output | yes: binary frames | no: frames have no length, so bytes are attributed per HTTP chunk |
 //! | process handles | yes: [`Processes`](execseam_core::Processes) from the adapter kit's spool, output and exit in files in the sprite (the attach replay is a bounded scrollback without offsets) | yes |
+//! | terminals | Sprites' TTY exec (`tty=true`, `rows`, `cols`; resize messages), held by the handle that opened it: not reattachable (`terminal_reattach: false`) | the kit's recorder (`script(1)`): reattachable |
 //!
 //! # Quirks
 //!
@@ -43,6 +44,7 @@ mod config;
 mod error;
 mod exec;
 mod provider;
+mod terminal;
 mod wire;
 
 pub use config::{BaseEnv, DEFAULT_BASE_URL, SpritesConfig, Transport, WsBuffers};
@@ -72,14 +74,22 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED_TERMINAL),
+    processes: Some(execseam_core::ProcessCapabilities {
+        terminal: true,
+        // Sprites' own TTY exec, held by the handle that opened it: a session attached again
+        // replays a bounded scrollback without offsets, so no exact reattach (terminal.rs).
+        terminal_reattach: false,
+        ..execseam_adapter_kit::spool::SPOOLED
+    }),
 };
 
-/// The capabilities over the HTTP POST fallback.
+/// The capabilities over the HTTP POST fallback: no TTY there, so terminals are the kit's
+/// recorder (`script(1)` in the sprite), which any handle can attach to again.
 pub const HTTP_CAPABILITIES: Capabilities = Capabilities {
     streaming: false,
     remote_kill: false,
     binary_output: false,
+    processes: Some(execseam_adapter_kit::spool::SPOOLED_TERMINAL),
     ..CAPABILITIES
 };
 

@@ -130,6 +130,31 @@ pub fn exec_query(
     q
 }
 
+/// How long a terminal's command outlives a lost socket (`max_run_after_disconnect`, a Go
+/// duration; the server's TTY default, `0`, is forever): nobody can reach it again through this
+/// client, so it ends as an abandoned non-TTY command does (that default is 10 s).
+pub const TTY_MAX_RUN_AFTER_DISCONNECT: &str = "10s";
+
+/// What a TTY exec adds to [`exec_query`]: `tty=true`, the size (`rows`, `cols`, as sprites-py
+/// sends them) and [`TTY_MAX_RUN_AFTER_DISCONNECT`].
+pub fn tty_query(rows: u16, cols: u16) -> [(String, String); 4] {
+    [
+        ("tty".to_owned(), "true".to_owned()),
+        ("rows".to_owned(), rows.to_string()),
+        ("cols".to_owned(), cols.to_string()),
+        (
+            "max_run_after_disconnect".to_owned(),
+            TTY_MAX_RUN_AFTER_DISCONNECT.to_owned(),
+        ),
+    ]
+}
+
+/// A TTY resize message: `{"type":"resize","cols":C,"rows":R}` (sprites-go `Resize`, the API's
+/// ResizeMessage).
+pub fn resize_message(rows: u16, cols: u16) -> String {
+    format!(r#"{{"type":"resize","cols":{cols},"rows":{rows}}}"#)
+}
+
 /// The Sprites API error body: `{"error": code-or-text, "message": …, "retry_after_seconds": …}`.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct ApiError {

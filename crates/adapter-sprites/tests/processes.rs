@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use execseam_core::{
-    ErrorKind, Exec, Exit, ProcessHandle, Signal, StartKey, StartRequest, StreamOffsets, Waited,
+    ErrorKind, Exec, Exit, ProcessHandle, Signal, StartKey, StartRequest, StreamOffsets,
+    TerminalSize, Waited,
 };
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator, SpritesOptions};
@@ -140,4 +141,62 @@ async fn stdin_env_and_workdir_reach_the_detached_command() {
     let exec = handle_on(&emu);
     let p = exec.processes().unwrap();
     stdin_env_and_workdir_reach(&*p).await;
+}
+
+/// The sprite's exec sessions whose command mentions `needle`, as `GET /exec` lists them:
+/// `(tty, is_active)` each.
+async fn sessions(emu: &SpritesEmulator, needle: &str) -> Vec<(bool, bool)> {
+    let url = format!("{}/v1/sprites/{DEFAULT_SPRITE}/exec", emu.base_url());
+    let answer = reqwest::Client::new()
+        .get(url)
+        .bearer_auth("spr_test")
+        .send();
+    let list: serde_json::Value = answer.await.unwrap().json().await.unwrap();
+    list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["command"].as_str().unwrap_or_default().contains(needle))
+        .map(|s| (s["tty"] == true, s["is_active"] == true))
+        .collect()
+}
+
+/// Terminals are Sprites' own TTY sessions (`tty=true`: research/fly-sprites.md §B.3.2), not the
+/// kit's recorder over a pipe exec: the sprite lists the session with `"tty": true`. They are
+/// held by the handle that opened them: a session attached again replays a bounded scrollback
+/// without offsets (16 bytes here), so another handle is refused (`NotFound`), never answered
+/// from it; the handle dropped, its session is killed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_terminal_is_a_sprites_tty_session_held_by_the_handle_that_opened_it() {
+    let emu = emulator().await;
+    let first = handle_on(&emu);
+    let p = first.processes().unwrap();
+    let caps = p.process_capabilities();
+    assert!(caps.terminal && !caps.terminal_reattach, "{caps:?}");
+    let started = p
+        .start(
+            StartRequest::new(StartKey::new("tty").unwrap(), sh("echo ready; sleep 31"))
+                .terminal(TerminalSize { cols: 90, rows: 20 }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(sessions(&emu, "sleep 31").await, [(true, true)]);
+    let other = handle_on(&emu);
+    let e = other
+        .processes()
+        .unwrap()
+        .read(&started.handle, StreamOffsets::ZERO)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    drop(p);
+    drop(first);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while sessions(&emu, "sleep 31").await.contains(&(true, true)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the session outlived its handle"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -21,8 +21,9 @@
 //! written since the last read (the server keeps one cursor per id; explicit offsets override
 //! it, so a client that restarted the server resumes exactly), `bash_stdin` appends to its stdin
 //! at the count accepted so far, `bash_kill` signals its process group, `bash_release` forgets an
-//! ended one (`bash_output`'s `block` first waits for the end, as Claude Code's `TaskOutput`). An adapter without
-//! handles answers the typed `unsupported` error.
+//! ended one (`bash_output`'s `block` first waits for the end, as Claude Code's `TaskOutput`, or
+//! with `block_until: "output"` for the first new output). An adapter without handles answers
+//! the typed `unsupported` error.
 
 use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
@@ -33,8 +34,8 @@ use bytes::Bytes;
 use clap::Args;
 use execseam::{Command, Error, Exec, Output, SandboxSpec, Tool};
 use execseam_core::{
-    ProcessHandle, ProcessState, Processes, Signal, StartKey, StartRequest, StdinWrite,
-    StreamOffsets, Waited,
+    ProcessEvent, ProcessHandle, ProcessState, Processes, Signal, StartKey, StartRequest,
+    StdinWrite, StreamOffsets, Waited,
 };
 use execseam_layers::ExecExt;
 use execseam_tools::{
@@ -312,6 +313,21 @@ pub struct BashOutputArgs {
     /// With `block`: the longest wait in milliseconds, 0..=600000 (default 30000).
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// With `block`: what ends the wait: `exit` (default: the command's end) or `output` (the
+    /// first output past the read's offsets, or the end).
+    #[serde(default)]
+    pub block_until: Option<BlockUntil>,
+}
+
+/// What ends `bash_output`'s `block`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BlockUntil {
+    /// The command's end.
+    #[default]
+    Exit,
+    /// New output on either stream, or the end.
+    Output,
 }
 
 /// `bash_release`'s arguments.
@@ -522,6 +538,28 @@ fn ok(v: Value) -> CallToolResult {
 
 /// At most `max` bytes of `b` (cut at a character boundary when it is text), and how many were
 /// dropped.
+/// Waits up to `within` for `handle`'s first output past `from`, or its end: an attach from
+/// `from` that stops at its first non-empty chunk or the exit.
+async fn first_output(
+    p: &dyn Processes,
+    handle: &ProcessHandle,
+    from: StreamOffsets,
+    within: Duration,
+) -> Result<(), Error> {
+    let first = async {
+        let mut s = p.attach(handle, from).await?;
+        while let Some(ev) = s.next().await {
+            match ev? {
+                ProcessEvent::Stdout { data, .. } | ProcessEvent::Stderr { data, .. }
+                    if data.is_empty() => {}
+                _ => return Ok(()),
+            }
+        }
+        Ok(())
+    };
+    tokio::time::timeout(within, first).await.unwrap_or(Ok(()))
+}
+
 fn capped(b: &[u8], max: usize) -> (&[u8], usize) {
     if b.len() <= max {
         return (b, 0);
@@ -909,7 +947,7 @@ impl McpServer {
     }
 
     #[tool(
-        description = "Read a background command's output (`id` from `bash` with `run_in_background`): the stdout and stderr written since this server's last read of it, or from the byte offsets `stdout_from`/`stderr_from`. Answers at once, or with `block` first waits for the command to end, up to `timeout_ms` (default 30000). Returns `state` (running, exited with `exit`, or unknown: its supervisor died without an exit, so the outcome is not known), the offsets `next` to read from, and `complete` once the command exited and everything was read. A read returns at most the server's output limit per stream; the rest comes on the next read."
+        description = "Read a background command's output (`id` from `bash` with `run_in_background`): the stdout and stderr written since this server's last read of it, or from the byte offsets `stdout_from`/`stderr_from`. Answers at once, or with `block` first waits for the command to end (with `block_until: \"output\"`: for its first output past the read's offsets, or its end), up to `timeout_ms` (default 30000). Returns `state` (running, exited with `exit`, or unknown: its supervisor died without an exit, so the outcome is not known), the offsets `next` to read from, and `complete` once the command exited and everything was read. A read returns at most the server's output limit per stream; the rest comes on the next read."
     )]
     async fn bash_output(
         &self,
@@ -920,23 +958,6 @@ impl McpServer {
             Err(e) => return Ok(e),
         };
         let handle = ProcessHandle::new(a.id.clone());
-        // Claude Code's TaskOutput `block` and `timeout` (ms, 0..=600000, default 30000): a
-        // wait for the end, then the read (the state says whether it ended).
-        if a.block == Some(true) {
-            let ms = a.timeout_ms.unwrap_or(30_000);
-            if ms > 600_000 {
-                return Ok(tool_error(&ToolError::InvalidArgument {
-                    message: format!("timeout_ms {ms} is over 600000"),
-                }));
-            }
-            if let Err(e) = p.wait(&handle, Duration::from_millis(ms)).await {
-                return Ok(tool_error(&ToolError::Exec(e)));
-            }
-        } else if a.timeout_ms.is_some() {
-            return Ok(tool_error(&ToolError::InvalidArgument {
-                message: "timeout_ms needs block".into(),
-            }));
-        }
         let last = self
             .cursors
             .lock()
@@ -948,6 +969,28 @@ impl McpServer {
             a.stdout_from.unwrap_or(last.stdout),
             a.stderr_from.unwrap_or(last.stderr),
         );
+        // Claude Code's TaskOutput `block` and `timeout` (ms, 0..=600000, default 30000): a
+        // wait for the end (or for new output), then the read (the state says whether it ended).
+        if a.block == Some(true) {
+            let ms = a.timeout_ms.unwrap_or(30_000);
+            if ms > 600_000 {
+                return Ok(tool_error(&ToolError::InvalidArgument {
+                    message: format!("timeout_ms {ms} is over 600000"),
+                }));
+            }
+            let within = Duration::from_millis(ms);
+            let waited = match a.block_until.unwrap_or_default() {
+                BlockUntil::Exit => p.wait(&handle, within).await.map(drop),
+                BlockUntil::Output => first_output(&*p, &handle, from, within).await,
+            };
+            if let Err(e) = waited {
+                return Ok(tool_error(&ToolError::Exec(e)));
+            }
+        } else if a.timeout_ms.is_some() || a.block_until.is_some() {
+            return Ok(tool_error(&ToolError::InvalidArgument {
+                message: "timeout_ms and block_until need block".into(),
+            }));
+        }
         let read = match p.read(&handle, from).await {
             Ok(r) => r,
             Err(e) => return Ok(tool_error(&ToolError::Exec(e))),

@@ -8,8 +8,9 @@
 //!   with [`remote_kill`](execseam_core::Capabilities::remote_kill) kill it) and the result is an `Err` of
 //!   kind [`Timeout(Command)`](execseam_core::Deadline::Command) carrying the partial output.
 //!   Where the adapter's stream has an awaitable kill ([`EventStream::kill`]) the layer waits
-//!   for it (at most [`WithDeadline::kill_wait`], 750 ms by default), and the message says
-//!   "killed" only when the kill was answered. A deadline too large for the clock
+//!   for it (at most [`WithDeadline::kill_wait`], 750 ms by default; past that the kill goes on
+//!   as the adapter kit's drop-time work, which front ends drain before they exit), and the
+//!   message says "killed" only when the kill was answered. A deadline too large for the clock
 //!   (`Duration::MAX`) means none. The adapter sees the deadline (the kit's `deadline`
 //!   module): one whose provider kills at a per-exec timeout of its own (Modal, Fly) sends it
 //!   there, and the layer then waits its `PROVIDER_KILL_GRACE` longer for that kill's answer.
@@ -49,6 +50,7 @@ use futures_core::Stream;
 use tokio::time::{Instant, Sleep};
 
 use execseam_adapter_kit::deadline::{Taken, until};
+use execseam_adapter_kit::reaper;
 use execseam_core::{
     BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
     ExecStream, Output, Ownership, PartialOutput, Retry, Sandbox, Truncated,
@@ -183,20 +185,26 @@ impl Killed {
     }
 }
 
-/// Kills the stream, waiting at most `wait` for the answer; the kill keeps running after that.
-/// `dropped`: what an unkillable stream's command becomes.
-async fn kill_stream(stream: EventStream, dropped: Killed, wait: Duration) -> Killed {
+/// Kills the stream, waiting at most `wait` for the answer; past that the kill goes on as the
+/// kit's drop-time work, which front ends drain before they exit (issue 38, D29: a bare
+/// `tokio::spawn` lost a kill slower than `wait` when the runtime shut down). `dropped`: what an
+/// unkillable stream's command becomes.
+async fn kill_stream(
+    provider: String,
+    stream: EventStream,
+    dropped: Killed,
+    wait: Duration,
+) -> Killed {
     if !stream.can_confirm_kill() {
         drop(stream);
         return dropped;
     }
-    let task = tokio::spawn(stream.kill());
-    match tokio::time::timeout(wait, task).await {
-        Ok(Ok(Ok(true))) => Killed::Confirmed,
-        Ok(Ok(Ok(false))) => dropped,
-        Ok(Ok(Err(e))) => Killed::Failed(e.to_string()),
-        Ok(Err(join)) => Killed::Failed(join.to_string()),
-        Err(_) => Killed::Unconfirmed(wait),
+    let kill = "kill the command at the host's deadline";
+    match reaper::run_bounded(provider, kill, stream.kill(), wait).await {
+        Some(Ok(true)) => Killed::Confirmed,
+        Some(Ok(false)) => dropped,
+        Some(Err(e)) => Killed::Failed(e.to_string()),
+        None => Killed::Unconfirmed(wait),
     }
 }
 
@@ -318,7 +326,13 @@ impl<E: Exec> Exec for WithDeadline<E> {
                         }
                         Err(_) => {
                             let dropped = Killed::dropped(remote_kill, &taken);
-                            let killed = kill_stream(stream, dropped, self.kill_wait).await;
+                            let killed = kill_stream(
+                                self.provider().to_owned(),
+                                stream,
+                                dropped,
+                                self.kill_wait,
+                            )
+                            .await;
                             return Err(deadline_error(
                                 self.provider(),
                                 self.limit,
@@ -426,6 +440,7 @@ impl Stream for DeadlineStream {
         if this.sleep.as_mut().poll(cx).is_ready() {
             let stream = this.inner.take().expect("checked above");
             this.killing = Some(Box::pin(kill_stream(
+                this.provider.clone(),
                 stream,
                 this.dropped.clone(),
                 this.kill_wait,
@@ -1517,6 +1532,28 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_secs(2) + DEFAULT_KILL_WAIT);
         assert!(!err.message().contains("was killed"), "{err}");
         assert!(err.message().contains("not answered"), "{err}");
+    }
+
+    /// A kill slower than the layer's wait (E2B, Vercel, Kubernetes kills over 750 ms) goes on
+    /// as the kit's drop-time work: a front end's drain waits for it before the runtime ends
+    /// (issue 38, D29: through a bare `tokio::spawn`, the drain returned at once and the kill
+    /// was dropped with the runtime).
+    #[tokio::test(start_paused = true)]
+    async fn a_kill_slower_than_the_wait_is_drained_before_exit() {
+        let killed = Arc::new(AtomicUsize::new(0));
+        let k = Killable {
+            kill: KillBehaviour::AnsweredAfter(DEFAULT_KILL_WAIT * 2),
+            killed: killed.clone(),
+        };
+        let err = k
+            .with_deadline(Duration::from_secs(1))
+            .exec(cmd())
+            .await
+            .unwrap_err();
+        assert!(err.message().contains("not answered"), "{err}");
+        assert_eq!(killed.load(Ordering::SeqCst), 0);
+        reaper::drain(Duration::from_secs(5)).await;
+        assert_eq!(killed.load(Ordering::SeqCst), 1, "the kill was lost");
     }
 
     #[tokio::test(start_paused = true)]

@@ -82,9 +82,13 @@ pub struct Creates {
     /// The requests of a create whose answers are tampered with (the proxy's `METHOD /glob`),
     /// each with whether the sandbox exists (and its id is known to the adapter) by then: a
     /// cut answer there must not leak it. On the answer that names the sandbox, a cut after
-    /// forwarding leaves a sandbox the adapter cannot name (issue 38, D17: only the kit's
-    /// create tag finds it, where the provider has labels); that is reported, not failed.
+    /// forwarding leaves a sandbox the adapter cannot name: the kit's create tag finds it
+    /// (issue 38, D17), so it must not be left either, unless [`Creates::untagged`].
     pub routes: &'static [(&'static str, bool)],
+    /// Why a sandbox whose create answer was cut after forwarding cannot be found (the
+    /// provider keeps no label the create could carry): such a sandbox is then reported, not
+    /// failed. `None`: it must be gone.
+    pub untagged: Option<&'static str>,
 }
 
 /// What a rule's answer must be.
@@ -987,8 +991,15 @@ async fn orphan_case(adapter: &Adapter, knobs: Knobs, ending: Ending) -> Result<
 
 /// The adapters whose process routes [`processes`] puts through the chaos proxy: one spooled
 /// adapter (every spooled adapter runs the adapter kit's one spool over its exec, so one
-/// stands for the path) and Modal's native handles (the task command router by offset).
-pub const PROCESS_ROUTES: &[&str] = &["e2b", "modal"];
+/// stands for the path) and the native handles: Modal's (the task command router by offset)
+/// and AX's (the guest's processes, found by key in the kit's registry).
+pub const PROCESS_ROUTES: &[&str] = &["e2b", "modal", "ax"];
+
+/// The adapters whose provider mints the process id at the start and has no list: a start
+/// whose answer is lost cannot be found again, so it is `Unsafe` and later starts under its
+/// key are too (by design; `crates/adapter-ax/tests/ax.rs` tests it). The `start:reset-after`
+/// case, which asks for the command's exit after such a start, does not apply.
+const START_ANSWER_UNRECOVERABLE: &[&str] = &["ax"];
 
 /// Issue 34's hostile answers on the process routes. A command (the suite's [`SCRIPT`]) is
 /// started detached, then every request through the proxy gets the case's action: on the start
@@ -1008,6 +1019,12 @@ pub async fn processes(adapters: &[Adapter], options: &Options) -> Phase {
         &["start:reset-after", "attach:reset", "attach:status:429", "attach:endless", "attach:stall"],
         move |adapter, case| {
             Box::pin(async move {
+                if case == "start:reset-after" && START_ANSWER_UNRECOVERABLE.contains(&adapter.name)
+                {
+                    return Outcome::NotApplicable(
+                        "the provider mints the id and has no list: a lost start answer is Unsafe by design".into(),
+                    );
+                }
                 match process_case(adapter, knobs, options, case).await {
                     Ok(()) => Outcome::Passed,
                     Err(e) => Outcome::Failed(e),
@@ -1231,10 +1248,11 @@ async fn create_case(
         bad.push(format!("peak RSS {} MiB", rss >> 20));
     }
     // What the adapter could name must be gone (its clean-up runs in the background); what
-    // it could not is given a little time for the kit's create tag to find it (the sweep runs
-    // after the error is answered), then only reported.
+    // it could not is found by the kit's create tag before the error is answered, unless the
+    // provider keeps no tag (then it is only reported, after a little time).
     let forwarded = !rule.contains("=status:");
-    let wait = if named || !forwarded { 10 } else { 3 };
+    let must_go = named || !forwarded || creates.untagged.is_none();
+    let wait = if must_go { 10 } else { 3 };
     let until = Instant::now() + Duration::from_secs(wait);
     let left = loop {
         match (creates.left)(false).await {
@@ -1249,12 +1267,13 @@ async fn create_case(
     };
     let mut not_applicable = None;
     if left > 0 {
-        if named || !forwarded {
-            bad.push(format!("{left} sandbox(es) left"));
-        } else {
-            not_applicable = Some(format!(
-                "{left} sandbox(es) left {wait} s after the answer that names it was cut (not found by a create tag)"
-            ));
+        match creates.untagged {
+            Some(why) if !must_go => {
+                not_applicable = Some(format!(
+                    "{left} sandbox(es) left {wait} s after the answer that names it was cut: {why}"
+                ));
+            }
+            _ => bad.push(format!("{left} sandbox(es) left")),
         }
         // The next case counts from zero.
         let _ = (creates.left)(true).await;

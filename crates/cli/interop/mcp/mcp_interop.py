@@ -253,7 +253,13 @@ async def background(s):
         await asyncio.sleep(0.05)
     ok("bash_kill: TERM to the group, exit 143, its child gone too")
     # Release: a running command is refused (kill it first); an ended one is forgotten.
-    r = await good(s, "bash", {"script": "sleep 30", "run_in_background": True})
+    r = await good(s, "bash", {"script": "sleep 0.3; printf late; sleep 30", "run_in_background": True})
+    # `block_until: "output"` (ours; TaskOutput has only the wait for the end): the first output
+    # past the cursor ends the wait, long before the command's end or the 20 s timeout.
+    start = time.monotonic()
+    o = await good(s, "bash_output", {"id": r["id"], "block": True, "timeout_ms": 20000, "block_until": "output"})
+    assert o["stdout"] == "late" and o["state"] == "running", o
+    assert time.monotonic() - start < 10, "block_until output waits for the output, not the end"
     start = time.monotonic()
     o = await good(s, "bash_output", {"id": r["id"], "block": True, "timeout_ms": 300})
     assert o["state"] == "running" and o["exit"] is None, o
@@ -266,7 +272,7 @@ async def background(s):
         assert rel == {"id": id, "released": True}, rel
         e = await tool_error(s, "bash_output", {"id": id})
         assert e.structured_content["error"]["kind"] == "not-found", e
-    ok("bash_output block waits up to timeout_ms; bash_release refuses a running command, forgets an ended one")
+    ok("bash_output block waits up to timeout_ms or for new output; bash_release refuses a running command, forgets an ended one")
     e = await tool_error(s, "bash", {"script": "true", "run_in_background": True, "timeout_secs": 5})
     assert e.structured_content["error"]["code"] == "invalid-argument", e
     e = await tool_error(s, "bash_output", {"id": "not a handle"})

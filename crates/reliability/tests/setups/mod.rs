@@ -188,6 +188,7 @@ fn agentcore_creates(at: Endpoints, own: String) -> Creates {
             ("PUT /code-interpreters/*/sessions/start", false),
             ("GET /code-interpreters/*/sessions/get", true),
         ],
+        untagged: Some("AgentCore sessions keep no label a create could carry (D17)"),
     }
 }
 
@@ -416,6 +417,7 @@ fn e2b_creates(at: Endpoints, _own: String) -> Creates {
             ("POST /*sandboxes", false),
             ("POST /*sandboxes/*/connect", true),
         ],
+        untagged: None,
     }
 }
 
@@ -477,6 +479,7 @@ fn northflank_creates(at: Endpoints, own: String) -> Creates {
         }),
         left: Arc::new(|_| Box::pin(async { Ok(0) })),
         routes: &[("GET /*services/*", true)],
+        untagged: None,
     }
 }
 
@@ -578,6 +581,7 @@ fn docker_creates(base: execseam::docker::DockerConfig) -> Creates {
             ("POST /*containers/*/start", true),
             ("GET /*containers/*/json", true),
         ],
+        untagged: None,
     }
 }
 
