@@ -152,6 +152,14 @@ pub(crate) async fn declared(t: &Target) -> CaseResult {
                 p.delete_snapshot("execseam-no-such-snapshot").await,
             )?;
         }
+        if !snap.never_expires {
+            unsupported(
+                "a snapshot that never expires",
+                p.snapshot(id, SnapshotRequest::new().never_expires().allow_stop(true))
+                    .await
+                    .map(drop),
+            )?;
+        }
         if snap.source_after.is_destructive() {
             unsupported(
                 "a destructive snapshot without allow_stop",
@@ -221,12 +229,22 @@ pub(crate) async fn snapshot_restores_files(t: &Target) -> CaseResult {
             &format!("printf before > {FILE}"),
         )
         .await?;
+        // Kept until deleted where the provider can (the case deletes it, or it is the suite's).
+        let mut request = SnapshotRequest::new().allow_stop(true);
+        if snap.never_expires {
+            request = request.never_expires();
+        }
         let taken = p
-            .snapshot(src.id(), SnapshotRequest::new().allow_stop(true))
+            .snapshot(src.id(), request)
             .await
             .or_else(|e| fail(format!("snapshot failed: {e}")))?;
         let id = taken.snapshot.id.clone();
         let result = async {
+            if let Some(at) = taken.snapshot.expires.filter(|_| snap.never_expires) {
+                return fail(format!(
+                    "a snapshot asked to never expire expires at {at:?}"
+                ));
+            }
             if taken.snapshot.kind != snap.kinds[0] {
                 return fail(format!(
                     "the snapshot is of kind {}, the declared default is {}",
