@@ -130,6 +130,8 @@ pub const STATE: execseam_core::StateCapabilities = execseam_core::StateCapabili
         list: false,
         ttl: true,
         default_ttl: Some(SNAPSHOT_TTL),
+        // `snapshot_filesystem(ttl=None)`: the image is kept until deleted (`ttl_seconds: -1`).
+        never_expires: true,
         ..execseam_core::SnapshotSupport::FILESYSTEM
     }),
     fork: Some(execseam_core::ForkSupport {

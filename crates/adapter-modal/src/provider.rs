@@ -230,18 +230,20 @@ impl ModalProvider {
 
     /// Snapshots sandbox `id`'s filesystem (`TaskSnapshotFilesystem`): an image id, which
     /// [`SandboxSpec::with_snapshot`] starts a sandbox from. Kept for the request's ttl, else the
-    /// client's default of 30 days; the sandbox runs on.
+    /// client's default of 30 days, until deleted when it asks `never_expires` (the client's
+    /// `ttl=None`); the sandbox runs on.
     pub async fn snapshot(
         &self,
         id: &str,
         request: SnapshotRequest,
     ) -> Result<SnapshotOutcome, Error> {
         let kind = LIFECYCLE.state.check_snapshot(PROVIDER, &request)?;
-        let ttl = request.ttl.unwrap_or(SNAPSHOT_TTL);
-        let image_id = self.attach(id)?.snapshot_filesystem(Some(ttl)).await?;
-        let info = SnapshotInfo::new(image_id, kind)
-            .with_source(id)
-            .with_expires(SystemTime::now() + ttl);
+        let ttl = (!request.never_expires).then(|| request.ttl.unwrap_or(SNAPSHOT_TTL));
+        let image_id = self.attach(id)?.snapshot_filesystem(ttl).await?;
+        let mut info = SnapshotInfo::new(image_id, kind).with_source(id);
+        if let Some(ttl) = ttl {
+            info = info.with_expires(SystemTime::now() + ttl);
+        }
         Ok(SnapshotOutcome::new(info, SandboxState::Running))
     }
 

@@ -97,6 +97,8 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
             source_after: execseam_core::SourceAfter::Stopped,
             ttl: true,
             default_ttl: Some(std::time::Duration::from_secs(30 * 24 * 3600)),
+            // `SnapshotExpiration`: "Zero disables expiration" (vercel-sandbox 0.10.0).
+            never_expires: true,
             ..execseam_core::SnapshotSupport::FILESYSTEM
         }),
         // Snapshot + create + delete (the core's default), so the fork has the source's files as

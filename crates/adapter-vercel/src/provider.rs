@@ -257,7 +257,8 @@ impl VercelProvider {
     /// Snapshots sandbox `name`'s filesystem: the current session (resumed first if the
     /// sandbox is stopped, as the SDKs' `snapshot()` does) stops, and the snapshot is what
     /// [`SandboxSpec::with_snapshot`] starts a sandbox from. Destructive: the request must
-    /// allow the stop. Kept for the request's ttl (one day to ten years), else 30 days.
+    /// allow the stop. Kept for the request's ttl (one day to ten years), forever when it asks
+    /// `never_expires` (`expiration: 0`), else 30 days.
     pub async fn snapshot(
         &self,
         name: &str,
@@ -280,7 +281,11 @@ impl VercelProvider {
             escape_path_segment(&session)
         );
         let body = CreateSnapshot {
-            expiration: request.ttl.map(|d| d.as_millis() as u64),
+            expiration: if request.never_expires {
+                Some(0)
+            } else {
+                request.ttl.map(|d| d.as_millis() as u64)
+            },
         };
         let taken: SnapshotAndSession = self
             .api

@@ -114,6 +114,9 @@ enum SandboxCmd {
         /// How long the provider keeps it, in seconds, where the adapter takes a ttl.
         #[arg(long, value_name = "SECS")]
         ttl: Option<u64>,
+        /// Keep it until it is deleted, where the adapter can (refused otherwise).
+        #[arg(long, conflicts_with = "ttl")]
+        never_expires: bool,
         /// Allow a snapshot that stops the sandbox or ends its processes (refused otherwise).
         #[arg(long)]
         allow_stop: bool,
@@ -392,6 +395,7 @@ async fn run(args: SandboxArgs) -> Result<ExitCode, (bool, Error)> {
             kind,
             name,
             ttl,
+            never_expires,
             allow_stop,
         } => {
             let j = common.json;
@@ -406,6 +410,9 @@ async fn run(args: SandboxArgs) -> Result<ExitCode, (bool, Error)> {
             }
             if let Some(t) = ttl {
                 request = request.ttl(std::time::Duration::from_secs(t));
+            }
+            if never_expires {
+                request = request.never_expires();
             }
             let p = provider(&common.adapter, j)?;
             let taken = p.snapshot(&id, request).await.map_err(|e| (j, e))?;

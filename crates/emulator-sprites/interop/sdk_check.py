@@ -208,18 +208,22 @@ client.destroy_sprite("interop-lab-b")
 # `POST /checkpoint` and `POST /checkpoints/{id}/restore` answer NDJSON `StreamMessage`s,
 # `GET /checkpoints` a JSON list of `{id, create_time, comment}` (sprites-py `checkpoint.py`,
 # `sprite.py`; sprites-go `checkpoint.go`, `types.go`). Restoring brings the files back.
-sprite.run("sh", "-c", "mkdir -p /home/sprite/cp && printf one > /home/sprite/cp/f", capture_output=True)
+# A checkpoint is the whole writable filesystem ("snapshots the writable filesystem overlay",
+# docs.sprites.dev/concepts/checkpoints), so a file outside the home comes back too.
+sprite.run("sh", "-c", "mkdir -p /home/sprite/cp && printf one > /home/sprite/cp/f && printf out > /var/tmp/cp", capture_output=True)
 msgs = list(sprite.create_checkpoint("first"))
 check("create_checkpoint streams messages", msgs and all(m.type == "info" for m in msgs), repr(msgs))
 cps = sprite.list_checkpoints()
 check("list_checkpoints", [c.comment for c in cps] == ["first"] and cps[0].id, repr(cps))
 cp = sprite.get_checkpoint(cps[0].id)
 check("get_checkpoint", cp.id == cps[0].id and cp.comment == "first", repr(cp))
-sprite.run("sh", "-c", "printf two > /home/sprite/cp/f; printf new > /home/sprite/cp/g", capture_output=True)
+sprite.run("sh", "-c", "printf two > /home/sprite/cp/f; printf new > /home/sprite/cp/g; rm /var/tmp/cp", capture_output=True)
 msgs = list(sprite.restore_checkpoint(cp.id))
 check("restore_checkpoint streams messages", msgs and all(m.type == "info" for m in msgs), repr(msgs))
 r = sprite.run("sh", "-c", "cat /home/sprite/cp/f; test -e /home/sprite/cp/g && echo g-left || echo g-gone", capture_output=True)
 check("restore brings the files back", r.stdout == b"oneg-gone\n", repr(r.stdout))
+r = sprite.run("cat", "/var/tmp/cp", capture_output=True)
+check("restore brings back files outside the home", r.stdout == b"out", repr(r.stdout))
 try:
     sprite.get_checkpoint("v999")
     check("an unknown checkpoint is not found", False, "no exception")

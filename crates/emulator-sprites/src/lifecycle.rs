@@ -9,12 +9,16 @@
 //! `continuation_token`), `checkpoint.py` (NDJSON answers to create and restore, a JSON list for
 //! `GET /checkpoints`)).
 //!
-//! A checkpoint here holds the sprite's home (`/home/sprite`: files, directories, symlinks and
-//! modes), read through the sandbox; a restore kills the sprite's processes and puts the home
-//! back as it was. A real checkpoint covers the whole filesystem (documented in
-//! `docs/adapters/sprites.md`).
+//! A checkpoint is the kit's snapshot of the sprite's writable layer (docs.sprites.dev/concepts/
+//! checkpoints: "A checkpoint snapshots the writable filesystem overlay: everything you've added
+//! on top of the base image … does not capture anything that only lives in memory"), taken while
+//! the sprite runs on (frozen for the copy); a restore is the kit's restore in place: every
+//! process ends ("Restore rewinds the filesystem. Running processes stop."), the whole writable
+//! filesystem is the checkpoint's again, and the services start again from their definitions
+//! ("After a restore, Services come back from their on-disk definitions … A process you started
+//! by hand does not."). Without namespaces (the degraded mode) a checkpoint answers an `error`
+//! line.
 
-use std::os::unix::fs::{PermissionsExt as _, symlink};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -25,26 +29,19 @@ use http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 
 use super::exec::{AddressedSprite, check_auth, json_response};
-use super::{HOME, Sprite, State, wire};
+use super::{Sprite, State, wire};
+use execseam_emulator_kit::Snapshot;
 use execseam_emulator_kit::util::rfc3339;
 
 type St = AxState<Arc<State>>;
 
-/// One saved entry of a checkpoint, relative to the home.
-#[derive(Clone, Debug)]
-enum Entry {
-    Dir(String, u32),
-    File(String, u32, Vec<u8>),
-    Link(String, String),
-}
-
-/// A checkpoint: its id (`v1`, `v2`, …), when, its comment, and the saved home.
+/// A checkpoint: its id (`v1`, `v2`, …), when, its comment, and the saved filesystem.
 #[derive(Clone, Debug)]
 pub(crate) struct Checkpoint {
     id: String,
     created: SystemTime,
     comment: String,
-    entries: Arc<Vec<Entry>>,
+    layer: Snapshot,
 }
 
 impl Sprite {
@@ -153,73 +150,13 @@ fn ndjson(lines: &[Value]) -> Response {
         .into_response()
 }
 
-fn save_home(fs: &execseam_emulator_kit::Fs) -> std::io::Result<Vec<Entry>> {
-    fn walk(
-        fs: &execseam_emulator_kit::Fs,
-        rel: &str,
-        out: &mut Vec<Entry>,
-    ) -> std::io::Result<()> {
-        let dir = fs.path(&format!("{HOME}{rel}"));
-        let mut names: Vec<_> = std::fs::read_dir(&dir)?.collect::<Result<_, _>>()?;
-        names.sort_by_key(|e| e.file_name());
-        for e in names {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let r = format!("{rel}/{name}");
-            let md = std::fs::symlink_metadata(e.path())?;
-            let mode = md.permissions().mode() & 0o7777;
-            if md.file_type().is_symlink() {
-                let t = std::fs::read_link(e.path())?;
-                out.push(Entry::Link(r, t.to_string_lossy().into_owned()));
-            } else if md.is_dir() {
-                out.push(Entry::Dir(r.clone(), mode));
-                walk(fs, &r, out)?;
-            } else if md.is_file() {
-                out.push(Entry::File(r, mode, std::fs::read(e.path())?));
-            }
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    walk(fs, "", &mut out)?;
-    Ok(out)
-}
-
-fn restore_home(
-    fs: &execseam_emulator_kit::Fs,
-    entries: &[Entry],
-    uid: u32,
-) -> std::io::Result<()> {
-    let home = fs.path(HOME);
-    for e in std::fs::read_dir(&home)? {
-        let p = e?.path();
-        if std::fs::symlink_metadata(&p)?.is_dir() {
-            std::fs::remove_dir_all(&p)?;
-        } else {
-            std::fs::remove_file(&p)?;
-        }
-    }
-    for e in entries {
-        match e {
-            Entry::Dir(r, mode) => {
-                let p = fs.path(&format!("{HOME}{r}"));
-                std::fs::create_dir(&p)?;
-                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode))?;
-                let _ = std::os::unix::fs::lchown(&p, Some(uid), Some(uid));
-            }
-            Entry::File(r, mode, data) => {
-                let p = fs.path(&format!("{HOME}{r}"));
-                std::fs::write(&p, data)?;
-                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode))?;
-                let _ = std::os::unix::fs::lchown(&p, Some(uid), Some(uid));
-            }
-            Entry::Link(r, target) => {
-                let p = fs.path(&format!("{HOME}{r}"));
-                symlink(target, &p)?;
-                let _ = std::os::unix::fs::lchown(&p, Some(uid), Some(uid));
-            }
-        }
-    }
-    Ok(())
+/// The kit's blocking snapshot and restore, off the runtime's threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
 }
 
 /// `POST /v1/sprites/{name}/checkpoint` `{"comment"?}`: NDJSON progress (`info` lines), the
@@ -230,8 +167,9 @@ pub(crate) async fn create_checkpoint(
 ) -> Response {
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let comment = req["comment"].as_str().unwrap_or_default().to_owned();
-    let entries = match sprite.sandbox.fs(save_home).await {
-        Ok(e) => e,
+    let sandbox = sprite.sandbox.clone();
+    let layer = match blocking(move || sandbox.snapshot()).await {
+        Ok(l) => l,
         Err(e) => {
             return ndjson(&[json!({"type": "error", "error": format!("checkpoint failed: {e}")})]);
         }
@@ -242,7 +180,7 @@ pub(crate) async fn create_checkpoint(
             id: format!("v{}", all.len() + 1),
             created: SystemTime::now(),
             comment,
-            entries: Arc::new(entries),
+            layer,
         };
         all.push(cp.clone());
         cp
@@ -287,8 +225,9 @@ pub(crate) async fn get_checkpoint(
     }
 }
 
-/// `POST /v1/sprites/{name}/checkpoints/{id}/restore`: the sprite's processes end, its home is
-/// the checkpoint's again; NDJSON progress. An unknown id is a 404.
+/// `POST /v1/sprites/{name}/checkpoints/{id}/restore`: the sprite's processes end, its
+/// filesystem is the checkpoint's again, its services start again; NDJSON progress. An unknown
+/// id is a 404.
 pub(crate) async fn restore_checkpoint(
     AddressedSprite(sprite): AddressedSprite,
     Path((_, id)): Path<(String, String)>,
@@ -302,18 +241,16 @@ pub(crate) async fn restore_checkpoint(
     for s in sessions {
         s.lose();
     }
-    sprite.sandbox.kill_processes();
-    let uid = sprite.sandbox.user().uid;
-    let entries = cp.entries.clone();
-    match sprite
-        .sandbox
-        .fs(move |fs| restore_home(fs, &entries, uid))
-        .await
-    {
-        Ok(()) => ndjson(&[
-            json!({"type": "info", "data": format!("Restoring checkpoint {id}...")}),
-            json!({"type": "info", "data": format!("Checkpoint {id} restored")}),
-        ]),
+    let sandbox = sprite.sandbox.clone();
+    let layer = cp.layer.clone();
+    match blocking(move || sandbox.restore(&layer)).await {
+        Ok(()) => {
+            super::services::restart_all(&sprite).await;
+            ndjson(&[
+                json!({"type": "info", "data": format!("Restoring checkpoint {id}...")}),
+                json!({"type": "info", "data": format!("Checkpoint {id} restored")}),
+            ])
+        }
         Err(e) => ndjson(&[json!({"type": "error", "error": format!("restore failed: {e}")})]),
     }
 }

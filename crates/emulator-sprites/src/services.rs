@@ -23,7 +23,7 @@
 //!
 //! Not emulated: the runtime's restart of a crashed service (`restart_count`,
 //! `next_restart_at` stay unset; a service that exits is `stopped` after exit 0, else `failed`),
-//! starting services at boot, `http_port` routing, log files (`complete` carries no
+//! starting services at boot (they start again after a checkpoint's restore), `http_port` routing, log files (`complete` carries no
 //! `log_files`), and any filtering of traffic by the policy (docs/adapters/sprites.md).
 
 use std::collections::BTreeMap;
@@ -257,6 +257,26 @@ async fn spawn(sprite: &Arc<Sprite>, svc: &Arc<Service>, depth: usize) -> Result
     });
     sprite.sandbox.track(handle.abort_handle());
     Ok(())
+}
+
+/// After a restore (every process killed, their watchers aborted): each service starts again
+/// from its definition, as after a cold wake (docs.sprites.dev/concepts/checkpoints: "After a
+/// restore, Services come back from their on-disk definitions").
+pub(crate) async fn restart_all(sprite: &Arc<Sprite>) {
+    let all: Vec<Arc<Service>> = sprite
+        .services
+        .lock()
+        .expect("services")
+        .values()
+        .cloned()
+        .collect();
+    for svc in &all {
+        *svc.run.lock().expect("run") = None;
+        *svc.status.lock().expect("status") = ("stopped", None);
+    }
+    for svc in &all {
+        let _ = spawn(sprite, svc, 0).await;
+    }
 }
 
 /// Collects the service's log for `window` or until it exits, ending with `complete`.

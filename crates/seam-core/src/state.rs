@@ -151,6 +151,8 @@ pub struct SnapshotSupport {
     pub ttl: bool,
     /// The provider's retention when no ttl is asked for, if snapshots expire by default.
     pub default_ttl: Option<Duration>,
+    /// [`SnapshotRequest::never_expires`] is honoured.
+    pub never_expires: bool,
 }
 
 impl SnapshotSupport {
@@ -167,6 +169,7 @@ impl SnapshotSupport {
         named: false,
         ttl: false,
         default_ttl: None,
+        never_expires: false,
     };
 }
 
@@ -286,6 +289,16 @@ impl StateCapabilities {
         }
         if request.ttl.is_some() && !s.ttl {
             return Err(refused(provider, OP, "does not take a snapshot ttl"));
+        }
+        if request.never_expires && !s.never_expires {
+            return Err(refused(provider, OP, "cannot keep a snapshot forever"));
+        }
+        if request.never_expires && request.ttl.is_some() {
+            return Err(
+                Error::invalid_config("a snapshot ttl and never_expires together")
+                    .with_provider(provider.to_owned())
+                    .with_operation(OP),
+            );
         }
         if request.ttl == Some(Duration::ZERO) {
             return Err(Error::invalid_config("a snapshot ttl of zero")
@@ -460,6 +473,10 @@ pub struct SnapshotRequest {
     pub name: Option<String>,
     /// How long the provider keeps the snapshot.
     pub ttl: Option<Duration>,
+    /// Keep the snapshot until it is deleted (Vercel's `expiration: 0`, Modal's `ttl=None`);
+    /// refused where the provider cannot ([`SnapshotSupport::never_expires`]) and together with
+    /// a [`ttl`](Self::ttl).
+    pub never_expires: bool,
     /// Allows a snapshot that ends the sandbox's processes ([`SourceAfter::is_destructive`]).
     pub allow_stop: bool,
 }
@@ -488,6 +505,13 @@ impl SnapshotRequest {
     #[must_use]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
+        self
+    }
+
+    /// Keeps the snapshot until it is deleted (see [`never_expires`](Self::never_expires)).
+    #[must_use]
+    pub fn never_expires(mut self) -> Self {
+        self.never_expires = true;
         self
     }
 
@@ -754,6 +778,27 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::InvalidConfig);
         ALL.check_snapshot("p", &SnapshotRequest::new().name("base"))
             .unwrap();
+        // Never expiring: refused where not declared, and with a ttl where it is.
+        let e = ALL
+            .check_snapshot("p", &SnapshotRequest::new().never_expires())
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+        let forever = StateCapabilities {
+            snapshot: Some(SnapshotSupport {
+                ttl: true,
+                never_expires: true,
+                ..SnapshotSupport::FILESYSTEM
+            }),
+            ..StateCapabilities::NONE
+        };
+        forever
+            .check_snapshot("p", &SnapshotRequest::new().never_expires())
+            .unwrap();
+        let both = SnapshotRequest::new()
+            .never_expires()
+            .ttl(Duration::from_secs(86_400));
+        let e = forever.check_snapshot("p", &both).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
         for port in [80, 3000] {
             let e = ALL.check_expose("p", port).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{port}: {e}");

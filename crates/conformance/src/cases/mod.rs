@@ -105,6 +105,8 @@ pub fn state_cases() -> Vec<Case> {
             "after a snapshot the source is as declared: running with its processes, stopped, or its processes killed",
         "state-snapshot-delete" => state::snapshot_delete:
             "a deleted snapshot is gone from the list, deleting it again is Ok, creating from it is NotFound",
+        "state-restore-in-place" => state::restore_in_place:
+            "write, snapshot, change, restore in place: the same sandbox has the snapshot's files (the whole root where declared) and its processes as the kind keeps them",
         "state-fork-independent" => state::fork_independent:
             "a fork has the source's files (or its last snapshot's, as declared) and the two change independently",
         "state-pause-resume" => state::pause_resume:

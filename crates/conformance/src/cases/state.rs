@@ -152,6 +152,14 @@ pub(crate) async fn declared(t: &Target) -> CaseResult {
                 p.delete_snapshot("execseam-no-such-snapshot").await,
             )?;
         }
+        if !snap.never_expires {
+            unsupported(
+                "a snapshot that never expires",
+                p.snapshot(id, SnapshotRequest::new().never_expires().allow_stop(true))
+                    .await
+                    .map(drop),
+            )?;
+        }
         if snap.source_after.is_destructive() {
             unsupported(
                 "a destructive snapshot without allow_stop",
@@ -221,12 +229,22 @@ pub(crate) async fn snapshot_restores_files(t: &Target) -> CaseResult {
             &format!("printf before > {FILE}"),
         )
         .await?;
+        // Kept until deleted where the provider can (the case deletes it, or it is the suite's).
+        let mut request = SnapshotRequest::new().allow_stop(true);
+        if snap.never_expires {
+            request = request.never_expires();
+        }
         let taken = p
-            .snapshot(src.id(), SnapshotRequest::new().allow_stop(true))
+            .snapshot(src.id(), request)
             .await
             .or_else(|e| fail(format!("snapshot failed: {e}")))?;
         let id = taken.snapshot.id.clone();
         let result = async {
+            if let Some(at) = taken.snapshot.expires.filter(|_| snap.never_expires) {
+                return fail(format!(
+                    "a snapshot asked to never expire expires at {at:?}"
+                ));
+            }
             if taken.snapshot.kind != snap.kinds[0] {
                 return fail(format!(
                     "the snapshot is of kind {}, the declared default is {}",
@@ -268,6 +286,105 @@ pub(crate) async fn snapshot_restores_files(t: &Target) -> CaseResult {
                         "the source has {got:?} after creating from its snapshot, want \"after\""
                     ));
                 }
+            }
+            Ok(())
+        }
+        .await;
+        if snap.delete {
+            let _ = p.delete_snapshot(&id).await;
+        }
+        result
+    })
+}
+
+/// Where the restore case puts a file outside the working directory when the snapshot holds the
+/// whole root (`/var/tmp` is kept on disk, FHS 3.0 5.15).
+const OUTSIDE: &str = "/var/tmp/execseam-state";
+
+/// Write (a file to change, one to delete, one outside the working directory where the snapshot
+/// holds the root), start a background process, snapshot, change all of it, restore in place:
+/// the same sandbox has the snapshot's files again, a file made since is gone, and the process
+/// runs exactly where the snapshot's kind keeps processes.
+pub(crate) async fn restore_in_place(t: &Target) -> CaseResult {
+    let (p, l) = provider(t)?;
+    let Some(snap) = l.state.snapshot else {
+        return na("state.snapshot = None");
+    };
+    if !snap.restore_in_place {
+        return na("state.snapshot.restore_in_place = false");
+    }
+    let root = snap.scope == Scope::Root;
+    let s = create(t, p, spec(t, &l)).await?;
+    with!(s, |s| {
+        let mut write = format!("printf before > {FILE} && printf kept > {FILE}.gone");
+        let mut change =
+            format!("printf after > {FILE} && rm {FILE}.gone && printf new > {FILE}.new");
+        let mut read = format!("cat {FILE} {FILE}.gone");
+        if root {
+            write += &format!(" && printf outside > {OUTSIDE}");
+            change += &format!(" && rm {OUTSIDE}");
+            read += &format!(" {OUTSIDE}");
+        }
+        out("writing", s, &write).await?;
+        let pid = out(
+            "starting a background process",
+            s,
+            "sleep 300 >/dev/null 2>&1 </dev/null & echo $!",
+        )
+        .await?;
+        // By its whole command line: a restored sandbox may number its processes anew, so the
+        // pid alone may be this check's own shell.
+        let probe = format!(
+            "[ \"$(tr '\\0' ' ' < /proc/{}/cmdline 2>/dev/null)\" = 'sleep 300 ' ] && echo alive || echo gone",
+            pid.trim()
+        );
+        if out("checking the background process", s, &probe)
+            .await?
+            .trim()
+            != "alive"
+        {
+            return na("the background process cannot be found by its command line here");
+        }
+        let taken = p
+            .snapshot(s.id(), SnapshotRequest::new().allow_stop(true))
+            .await
+            .or_else(|e| fail(format!("snapshot failed: {e}")))?;
+        let id = taken.snapshot.id.clone();
+        let result = async {
+            out("changing the files", s, &change).await?;
+            p.restore(s.id(), &id)
+                .await
+                .or_else(|e| fail(format!("restore failed: {e}")))?;
+            let got = out(
+                "reading after the restore",
+                s,
+                &format!(
+                    "{read}; if test -e {FILE}.new; then echo ' (made since, still there)'; fi"
+                ),
+            )
+            .await?;
+            let want = if root {
+                "beforekeptoutside"
+            } else {
+                "beforekept"
+            };
+            if got != want {
+                return fail(format!(
+                    "after the restore the files read {got:?}, want {want:?}"
+                ));
+            }
+            let alive = out("checking the background process", s, &probe).await?;
+            let want = if taken.snapshot.kind.keeps_processes() {
+                "alive"
+            } else {
+                "gone"
+            };
+            if alive.trim() != want {
+                return fail(format!(
+                    "after restoring a {} snapshot the background process is {}, want {want}",
+                    taken.snapshot.kind,
+                    alive.trim()
+                ));
             }
             Ok(())
         }

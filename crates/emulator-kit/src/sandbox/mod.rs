@@ -90,6 +90,11 @@
 //!   the snapshot as a lower layer: overlayfs refuses a lower layer that lies inside another,
 //!   and the host's `/` holds every directory here. Cost: O(what the sandbox wrote), about
 //!   0.1 s per 100 MB page-cached.)
+//! - **Restore in place** ([`Sandbox::restore`]): the sandbox's processes end and its init
+//!   starts again over a copy of the snapshot's layer (same id, spec and mounts): the whole
+//!   writable filesystem is the snapshot's again, deletions and new files undone. The overlay's
+//!   upper layer is never changed under a mounted overlay (undefined behaviour in overlayfs):
+//!   the old init keeps its layer until it is torn down.
 //! - **Ports** ([`ports`](crate::ports)): the network is the host's, so a server on port P of
 //!   a sandbox is `127.0.0.1:P`; the emulators route their provider's URL scheme (with a
 //!   `*.localhost` host) to it after checking that the listener belongs to that sandbox and the
@@ -292,13 +297,25 @@ pub struct Sandbox {
     /// `Namespaces`: the state directory (`upper`, `work`, `root`); `Translate`: the root whose
     /// subdirectories stand for the private paths.
     state: PathBuf,
-    ns: Option<Arc<ns::Namespaces>>,
+    ns: Option<Slot>,
     translation: Arc<Translation>,
     exec: ProcessExec,
     running: Mutex<Vec<AbortHandle>>,
     alive: AtomicBool,
     /// Held for reading by every files-API operation, for writing by a snapshot's copy.
     gate: Arc<RwLock<()>>,
+}
+
+/// The namespaces of a sandbox in [`Isolation::Namespaces`], shared with its command runners:
+/// [`Sandbox::restore`] replaces them whole (a new init over the restored layer), so each use
+/// takes the current ones.
+#[derive(Clone)]
+struct Slot(Arc<RwLock<Arc<ns::Namespaces>>>);
+
+impl Slot {
+    fn get(&self) -> Arc<ns::Namespaces> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// A snapshot of a sandbox's filesystem: a copy of its overlay's upper layer, removed from the
@@ -337,7 +354,7 @@ impl std::fmt::Debug for Sandbox {
 
 /// Starts a [`ProcessExec`]'s processes inside a sandbox as one user.
 struct SandboxSpawner {
-    ns: Arc<ns::Namespaces>,
+    ns: Slot,
     creds: crate::sys::Creds,
     home: String,
 }
@@ -348,7 +365,7 @@ impl Spawner for SandboxSpawner {
         command: tokio::process::Command,
         workdir: Option<String>,
     ) -> execseam_core::BoxFuture<'static, Result<tokio::process::Child, SpawnError>> {
-        let ns = self.ns.clone();
+        let ns = self.ns.get();
         let creds = self.creds.clone();
         let workdir = workdir.unwrap_or_else(|| self.home.clone());
         Box::pin(async move { ns.spawn(command, creds, workdir).await })
@@ -423,7 +440,7 @@ impl Sandbox {
             Isolation::Namespaces => {
                 let started = ns::Namespaces::start(&state, &spec, &sandboxing.mounts, from);
                 let ns = match started {
-                    Ok(ns) => Arc::new(ns),
+                    Ok(ns) => Slot(Arc::new(RwLock::new(Arc::new(ns)))),
                     Err(e) => {
                         let _ = std::fs::remove_dir_all(&state);
                         return Err(e);
@@ -475,10 +492,10 @@ impl Sandbox {
         )
     }
 
-    fn exec_in(ns: &Arc<ns::Namespaces>, spec: &SandboxSpec, user: &User) -> ProcessExec {
+    fn exec_in(ns: &Slot, spec: &SandboxSpec, user: &User) -> ProcessExec {
         let spawner = SandboxSpawner {
             ns: ns.clone(),
-            creds: ns::creds(user, &ns.group_file),
+            creds: ns::creds(user, &ns.get().group_file),
             home: user.home.clone(),
         };
         ProcessExec::new(
@@ -531,7 +548,7 @@ impl Sandbox {
     /// this process's user whatever `user` is.
     pub fn exec_as(&self, user: &User) -> ProcessExec {
         match &self.ns {
-            Some(ns) => Self::exec_in(ns, &self.spec, user),
+            Some(slot) => Self::exec_in(slot, &self.spec, user),
             None => Self::exec_translated(&self.translation, &self.spec, user),
         }
     }
@@ -557,7 +574,7 @@ impl Sandbox {
     ) -> Result<SandboxChild, SpawnError> {
         command.process_group(0);
         execseam_spawn::restore_default_signals(&mut command);
-        let child = match &self.ns {
+        let child = match self.ns() {
             Some(ns) => {
                 ns.spawn(command, ns::creds(user, &ns.group_file), workdir.to_owned())
                     .await?
@@ -621,7 +638,7 @@ impl Sandbox {
             let _open = gate.read().unwrap_or_else(|p| p.into_inner());
             f(fs)
         };
-        match &self.ns {
+        match self.ns() {
             Some(ns) => {
                 let creds = user.map(|u| ns::creds(u, &ns.group_file));
                 ns.run(creds, move || f(&fs))
@@ -661,7 +678,7 @@ impl Sandbox {
             let _open = gate.read().unwrap_or_else(|p| p.into_inner());
             f(fs)
         };
-        match &self.ns {
+        match self.ns() {
             Some(ns) => {
                 let creds = user.map(|u| ns::creds(u, &ns.group_file));
                 ns.run_blocking(creds, move || f(&fs))
@@ -685,7 +702,7 @@ impl Sandbox {
     /// emulator code never uses it (a test checks).
     #[doc(hidden)]
     pub fn host_path(&self, sandbox_path: &str) -> PathBuf {
-        match &self.ns {
+        match self.ns() {
             Some(ns) => PathBuf::from(format!(
                 "/proc/{}/root/{}",
                 ns.init,
@@ -713,7 +730,7 @@ impl Sandbox {
     /// Host pids of the sandbox's processes (`None` in [`Isolation::Translate`], which has no
     /// pid namespace to tell them by).
     pub fn processes(&self) -> Option<Vec<u32>> {
-        self.ns.as_ref().map(|ns| ns.sandbox_processes())
+        self.ns().map(|ns| ns.sandbox_processes())
     }
 
     /// `(pid inside the sandbox, host pid)` of every live process of the sandbox, by pid (empty
@@ -733,7 +750,7 @@ impl Sandbox {
     /// The host pid of the live process whose pid inside the sandbox is `pid` (in
     /// [`Isolation::Translate`] they are the same).
     pub fn host_pid(&self, pid: u32) -> Option<u32> {
-        match &self.ns {
+        match self.ns() {
             Some(ns) => ns
                 .sandbox_processes()
                 .into_iter()
@@ -745,7 +762,7 @@ impl Sandbox {
     /// Sends `signal` to the process group led by `host_pid` if that process is still in this
     /// sandbox (so a reaped and reused pid is never signalled).
     pub fn signal_group(&self, host_pid: u32, signal: i32) -> io::Result<()> {
-        if let Some(ns) = &self.ns
+        if let Some(ns) = self.ns()
             && !ns.contains(host_pid)
         {
             return Err(io::Error::from_raw_os_error(libc::ESRCH));
@@ -770,7 +787,7 @@ impl Sandbox {
         // An aborted exec may be mid-poll on another worker and spawn after one scan, so
         // the scan repeats until only the init (and zombies it has yet to reap) is left;
         // bounded, so a process that cannot die does not hang the caller.
-        let Some(ns) = &self.ns else { return };
+        let Some(ns) = self.ns() else { return };
         for _ in 0..200 {
             let live: Vec<u32> = ns
                 .sandbox_processes()
@@ -802,11 +819,16 @@ impl Sandbox {
 
     /// True while paused.
     pub fn is_paused(&self) -> bool {
-        self.ns.as_ref().is_some_and(|ns| ns.is_paused())
+        self.ns().is_some_and(|ns| ns.is_paused())
     }
 
-    fn namespaces(&self, what: &str) -> io::Result<&Arc<ns::Namespaces>> {
-        self.ns.as_ref().ok_or_else(|| {
+    /// The current namespaces (`None` in [`Isolation::Translate`]).
+    fn ns(&self) -> Option<Arc<ns::Namespaces>> {
+        self.ns.as_ref().map(Slot::get)
+    }
+
+    fn namespaces(&self, what: &str) -> io::Result<Arc<ns::Namespaces>> {
+        self.ns().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::Unsupported,
                 format!("{what} needs isolated sandboxes (root)"),
@@ -839,10 +861,65 @@ impl Sandbox {
         Ok(Snapshot(Arc::new(layer)))
     }
 
+    /// Restores the sandbox's filesystem in place to `snapshot` (see the [module docs](self)):
+    /// every process ends, the init with them, and the sandbox starts again over a copy of the
+    /// snapshot's layer, as [`create_from`](Self::create_from) would, keeping its id, spec and
+    /// mounts; the files API waits meanwhile. A failed start leaves the sandbox as it was.
+    /// Blocking: call it from a blocking thread. `Unsupported` in [`Isolation::Translate`].
+    pub fn restore(&self, snapshot: &Snapshot) -> io::Result<()> {
+        let slot = self.ns.as_ref().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                "restore needs isolated sandboxes (root)",
+            )
+        })?;
+        let _quiet = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        for h in self.running.lock().expect("running").drain(..) {
+            h.abort(); // dropping the exec future kills the process group
+        }
+        let mut current = slot.0.write().unwrap_or_else(|p| p.into_inner());
+        // The running init keeps its overlay (mounts hold directories, not names): its files
+        // move aside, the new init starts over a fresh copy, and the old one is torn down.
+        let aside = self
+            .state
+            .join(format!("replaced-{}", crate::clock::hex_id(8)));
+        std::fs::create_dir(&aside)?;
+        let parts = ["upper", "work", "root", "init"];
+        let moved: Vec<&str> = parts
+            .into_iter()
+            .take_while(|p| std::fs::rename(self.state.join(p), aside.join(p)).is_ok())
+            .collect();
+        let started = if moved.len() == parts.len() {
+            ns::Namespaces::start(
+                &self.state,
+                &self.spec,
+                &self.translation.mounts,
+                Some(&snapshot.0.dir),
+            )
+        } else {
+            Err(io::Error::other("moving the sandbox's layer aside failed"))
+        };
+        match started {
+            Ok(new) => {
+                std::mem::replace(&mut *current, Arc::new(new)).teardown(aside);
+                Ok(())
+            }
+            Err(e) => {
+                for p in moved {
+                    let at = self.state.join(p);
+                    let _ = std::fs::remove_dir_all(&at).or_else(|_| std::fs::remove_file(&at));
+                    let _ = std::fs::rename(aside.join(p), at);
+                }
+                let _ = std::fs::remove_dir(&aside);
+                Err(e)
+            }
+        }
+    }
+
     /// Sends `signal` to every process of the sandbox but its init (`SIGSTOP`/`SIGCONT` freeze
     /// and thaw it, as a provider's pause and resume do). Nothing in [`Isolation::Translate`].
     pub fn signal_processes(&self, signal: i32) {
-        if let Some(ns) = &self.ns {
+        if let Some(ns) = self.ns() {
             for pid in ns.sandbox_processes() {
                 if sandbox_pid(pid) != Some(1) {
                     let _ = crate::sys::kill(pid as i32, signal);
@@ -860,8 +937,8 @@ impl Sandbox {
         for h in self.running.lock().expect("running").drain(..) {
             h.abort(); // dropping the exec future kills the process group
         }
-        match &self.ns {
-            Some(ns) => ns.clone().teardown(self.state.clone()),
+        match self.ns() {
+            Some(ns) => ns.teardown(self.state.clone()),
             None => {
                 let _ = std::fs::remove_dir_all(&self.state);
             }

@@ -147,7 +147,7 @@ impl Sandbox {
                 .stderr(Stdio::from(slave));
             Ok(master)
         };
-        let (child, master) = match &self.ns {
+        let (child, master) = match self.ns() {
             Some(ns) => {
                 let creds = ns::creds(user, &ns.group_file);
                 ns.spawn_with(command, creds, workdir.to_owned(), open)
@@ -187,7 +187,7 @@ impl Sandbox {
     /// The `tty` group's gid in the sandbox (the slave's group, as `grantpt` sets it); `None` in
     /// `Translate` (this process cannot give files away there).
     fn tty_gid(&self) -> Option<u32> {
-        let ns = self.ns.as_ref()?;
+        let ns = self.ns()?;
         Some(super::etc::gid_of(&ns.group_file, "tty").unwrap_or(5))
     }
 }
