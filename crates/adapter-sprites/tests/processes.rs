@@ -180,7 +180,15 @@ async fn a_terminal_is_a_sprites_tty_session_held_by_the_handle_that_opened_it()
         )
         .await
         .unwrap();
-    assert_eq!(sessions(&emu, "sleep 31").await, [(true, true)]);
+    // The session is listed once the server has started it, which the upgrade may precede.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while sessions(&emu, "sleep 31").await != [(true, true)] {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no TTY session listed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let other = handle_on(&emu);
     let e = other
         .processes()
