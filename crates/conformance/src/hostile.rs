@@ -12,8 +12,8 @@
 //! expected behaviour of a real backend: a tool's result through `Hostile` must be byte-identical
 //! to its result without it.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use execseam_core::{
@@ -214,6 +214,56 @@ impl ExecStream for Hostile {
     }
 }
 
+/// The backend's answers recorded once and given again: a read-only check's hostile passes ask
+/// the backend exactly what its direct pass asked, and what [`Hostile`] proves is about the
+/// order and the chunking of an answer, not about asking twice (each re-asked command cost a
+/// round trip, on Docker per call a container). A command not asked before goes to the backend
+/// and is recorded; an error is never recorded.
+pub struct Replay {
+    inner: Arc<dyn Exec>,
+    answers: Mutex<Vec<(Command, Output)>>,
+}
+
+impl Replay {
+    /// Records what `inner` answers.
+    pub fn new(inner: Arc<dyn Exec>) -> Replay {
+        Replay {
+            inner,
+            answers: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn recorded(&self, command: &Command) -> Option<Output> {
+        let answers = self.answers.lock().expect("the answers");
+        answers
+            .iter()
+            .find(|(c, _)| c == command)
+            .map(|(_, o)| o.clone())
+    }
+}
+
+impl Exec for Replay {
+    fn provider(&self) -> &str {
+        self.inner.provider()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        Box::pin(async move {
+            if let Some(out) = self.recorded(&command) {
+                return Ok(out);
+            }
+            let out = self.inner.exec(command.clone()).await?;
+            let mut answers = self.answers.lock().expect("the answers");
+            answers.push((command, out.clone()));
+            Ok(out)
+        })
+    }
+}
+
 /// A stream over a vector (the crate does not depend on futures-util).
 fn iter_stream(
     items: Vec<Result<Event, Error>>,
@@ -249,7 +299,8 @@ mod tests {
     use execseam_core::Exit;
     use std::future::Future;
 
-    struct Fixed(Output);
+    /// Answers its output to every command but `flaky`, which fails the first time; counts calls.
+    struct Fixed(Output, AtomicU64);
     impl Exec for Fixed {
         fn provider(&self) -> &str {
             "fixed"
@@ -257,10 +308,20 @@ mod tests {
         fn capabilities(&self) -> Capabilities {
             Capabilities::FULL
         }
-        fn exec(&self, _: Command) -> BoxFuture<'_, Result<Output, Error>> {
+        fn exec(&self, c: Command) -> BoxFuture<'_, Result<Output, Error>> {
+            let first = self.1.fetch_add(1, Ordering::Relaxed) == 0;
             let o = self.0.clone();
-            Box::pin(async move { Ok(o) })
+            Box::pin(async move {
+                if first && c.program() == "flaky" {
+                    return Err(Error::new(execseam_core::ErrorKind::Internal, "flaky"));
+                }
+                Ok(o)
+            })
         }
+    }
+
+    fn fixed(o: Output) -> Arc<Fixed> {
+        Arc::new(Fixed(o, AtomicU64::new(0)))
     }
 
     fn block<F: Future>(f: F) -> F::Output {
@@ -276,7 +337,7 @@ mod tests {
             .flat_map(|i| format!("/r/f{i}\0").into_bytes())
             .collect();
         let out = Output::new(stdout.clone(), "", Exit::Code(0));
-        let h = Hostile::new(Arc::new(Fixed(out)), 7);
+        let h = Hostile::new(fixed(out), 7);
         let cmd = NativeRequest::list("/r", None).command().unwrap();
         let got = block(h.exec(cmd.clone())).unwrap();
         assert_ne!(
@@ -294,10 +355,30 @@ mod tests {
     }
 
     #[test]
+    fn replays_a_recorded_answer_and_never_an_error() {
+        let inner = fixed(Output::new("out", "", Exit::Code(0)));
+        let r = Replay::new(inner.clone());
+        let run = |argv: &str| block(r.exec(Command::new([argv]).unwrap()));
+        let calls = || inner.1.load(Ordering::Relaxed);
+        assert!(run("flaky").is_err());
+        assert_eq!(
+            run("flaky").unwrap().stdout.as_ref(),
+            b"out",
+            "an error is asked again"
+        );
+        assert_eq!(calls(), 2);
+        run("a").unwrap();
+        run("a").unwrap();
+        assert_eq!(calls(), 3, "asked again: replayed");
+        run("b").unwrap();
+        assert_eq!(calls(), 4, "another command: asked");
+    }
+
+    #[test]
     fn regroups_grep_matches_legally() {
         let stdout = b"/r/a\x001:x\n/r/a\x002:y\n/r/b\x005:z\0w\n".to_vec();
         let out = Output::new(stdout.clone(), "", Exit::Code(0));
-        let h = Hostile::new(Arc::new(Fixed(out)), 3);
+        let h = Hostile::new(fixed(out), 3);
         let req = native::GrepRequest {
             root: "/r".into(),
             pattern: "x".into(),

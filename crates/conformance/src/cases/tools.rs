@@ -14,7 +14,7 @@ use execseam_tools::{
 use proptest::prelude::*;
 
 use super::{fail, na, render, run_ok, same};
-use crate::hostile::Hostile;
+use crate::hostile::{Hostile, Replay};
 use crate::{CaseResult, Outcome, Target, property, snapshot};
 
 // ---------------------------------------------------------------------------------------------
@@ -671,14 +671,75 @@ fn render_state(state: &[(String, Option<Vec<u8>>)]) -> String {
     s
 }
 
-/// Requires the tree below `root` to be exactly `before` (names and bytes).
-async fn unchanged(
+/// Every entry below `root` and every file's bytes, in one command (not the tools: a list and
+/// a read per file cost a round trip each, on Docker per call a container each), as
+/// [`tree_state`] shows them, by name. Names must not hold a newline.
+const DUMP: &str = r#"cd "$1" || exit 9
+exec find . -mindepth 1 -exec sh -c 'for p do if [ -d "$p" ]; then printf "d\n%s\n" "$p"; else printf "f\n%s\n%s\n" "$p" "$(wc -c < "$p")"; cat -- "$p"; fi; done' sh {} +"#;
+
+async fn dump(t: &Target, root: &str) -> Result<Vec<(String, Option<Vec<u8>>)>, Outcome> {
+    let o = run_ok(
+        t,
+        Command::new(["sh", "-c", DUMP, "sh", root]).expect("valid"),
+    )
+    .await?;
+    if !o.exit.success() {
+        return fail(format!("dumping the tree {root} failed: {}", render(&o)));
+    }
+    let bad = || Outcome::Fail(format!("an unreadable dump of {root}: {}", render(&o)));
+    let b: &[u8] = &o.stdout;
+    let mut at = 0;
+    let line = |at: &mut usize| -> Result<String, Outcome> {
+        let n = b[*at..].iter().position(|&c| c == b'\n').ok_or_else(bad)?;
+        let l = String::from_utf8(b[*at..*at + n].to_vec()).map_err(|_| bad())?;
+        *at += n + 1;
+        Ok(l)
+    };
+    let mut out = Vec::new();
+    while at < b.len() {
+        let kind = line(&mut at)?;
+        let path = line(&mut at)?;
+        let path = path.strip_prefix("./").ok_or_else(bad)?.to_owned();
+        if kind == "d" {
+            out.push((format!("{path}/"), None));
+            continue;
+        }
+        let size: usize = line(&mut at)?.trim().parse().map_err(|_| bad())?;
+        let content = b.get(at..at + size).ok_or_else(bad)?.to_vec();
+        at += size;
+        out.push((path, Some(content)));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The tree below `root` as a [`dump`], checked once against what the tools see (so a dump
+/// that misses an entry or a byte cannot make [`unchanged`] pass).
+async fn dump_as_tools_see_it(
+    t: &Target,
     tools: &Tools<'_>,
+    root: &str,
+) -> Result<Vec<(String, Option<Vec<u8>>)>, Outcome> {
+    let dumped = dump(t, root).await?;
+    let mut seen = tree_state(tools, root).await?;
+    seen.sort();
+    if dumped != seen {
+        return fail(format!(
+            "the one-command dump of {root} differs from the tools' list and reads:\n{}",
+            super::diff(&render_state(&seen), &render_state(&dumped))
+        ));
+    }
+    Ok(dumped)
+}
+
+/// Requires the tree below `root` to be exactly `before` (a [`dump`]: names and bytes).
+async fn unchanged(
+    t: &Target,
     root: &str,
     before: &[(String, Option<Vec<u8>>)],
     what: &str,
 ) -> CaseResult {
-    let after = tree_state(tools, root).await?;
+    let after = dump(t, root).await?;
     if after != before {
         return fail(format!(
             "{what} changed the tree (nothing may be written):\n{}",
@@ -730,7 +791,7 @@ pub(crate) async fn edit(t: &Target) -> CaseResult {
     let f = |p: &str| format!("{root}/{p}");
     let mut text = String::new();
     // Failures first: each is typed, and nothing at all is written.
-    let before = tree_state(&tools, &root).await?;
+    let before = dump_as_tools_see_it(t, &tools, &root).await?;
     let failing: [(&str, &str, &str, &str, bool); 5] = [
         ("absent", "crlf.txt", "delta", "D", false),
         ("not unique", "dup.txt", "x = 1", "x = 9", false),
@@ -760,7 +821,7 @@ pub(crate) async fn edit(t: &Target) -> CaseResult {
                 let _ = writeln!(text, "edit {p} ({what}): {}", render_tool_err(&root, &e));
             }
         }
-        unchanged(&tools, &root, &before, &format!("a failed edit ({what})")).await?;
+        unchanged(t, &root, &before, &format!("a failed edit ({what})")).await?;
     }
     // Successes: the exact bytes around the replacement are kept (CRLF, no final newline).
     let ok: [(&str, &str, &str, bool); 5] = [
@@ -848,7 +909,7 @@ pub(crate) async fn apply_patch_envelope(t: &Target) -> CaseResult {
     let tools = Tools::new(&*t.exec);
     let root = t.path("tools-envelope");
     create(t, &root, &envelope_plan()).await?;
-    let before = tree_state(&tools, &root).await?;
+    let before = dump_as_tools_see_it(t, &tools, &root).await?;
     let mut text = String::new();
     // Each of these fails in its last file section, after earlier sections applied in memory:
     // a typed error, and nothing at all is written.
@@ -907,7 +968,7 @@ pub(crate) async fn apply_patch_envelope(t: &Target) -> CaseResult {
                 let _ = writeln!(text, "{what}: {}", render_tool_err(&root, &e));
             }
         }
-        unchanged(&tools, &root, &before, &format!("a failed patch ({what})")).await?;
+        unchanged(t, &root, &before, &format!("a failed patch ({what})")).await?;
     }
     let report = tools
         .apply_patch(&root, ENVELOPE)
@@ -1168,7 +1229,9 @@ pub(crate) async fn non_utf8_names(t: &Target) -> CaseResult {
 /// byte-identical.
 pub(crate) async fn hostile_fixture(t: &Target) -> CaseResult {
     let root = fixture(t).await?;
-    let plain = Tools::new(&*t.exec);
+    // The hostile passes get the backend's answers to the direct pass again, reordered and cut.
+    let backend: Arc<dyn Exec> = Arc::new(Replay::new(t.exec.clone()));
+    let plain = Tools::new(&*backend);
     let want = [
         glob_text(&plain, &root).await?,
         list_text(&plain, &root).await?,
@@ -1176,7 +1239,7 @@ pub(crate) async fn hostile_fixture(t: &Target) -> CaseResult {
         read_text(&plain, &root).await?,
     ];
     for seed in 1..=4u64 {
-        let h = Hostile::new(t.exec.clone(), seed);
+        let h = Hostile::new(backend.clone(), seed);
         let tools = Tools::new(&h).streaming(seed % 2 == 0);
         let got = [
             glob_text(&tools, &root).await?,
@@ -1355,8 +1418,10 @@ async fn compare_tree(
     limit: usize,
 ) -> Result<(), String> {
     let want = oracle(flat);
-    let hostile = Hostile::new(exec.clone(), seed);
-    let plain = Tools::new(&**exec);
+    // The hostile pass's listings are the direct pass's answers again, reordered and cut.
+    let backend: Arc<dyn Exec> = Arc::new(Replay::new(exec.clone()));
+    let hostile = Hostile::new(backend.clone(), seed);
+    let plain = Tools::new(&*backend);
     let mean = Tools::new(&hostile).streaming(seed % 2 == 1);
     let e = |what: &str| {
         let what = what.to_owned();
