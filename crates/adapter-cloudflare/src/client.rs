@@ -27,6 +27,8 @@ use crate::wire::{CreateSessionRequest, CreateSessionResponse};
 #[derive(Clone)]
 pub struct BridgeClient {
     http: reqwest::Client,
+    /// HTTP/1.1 only, for the terminal's WebSocket upgrade.
+    upgrades: reqwest::Client,
     config: Arc<CloudflareConfig>,
 }
 
@@ -69,11 +71,14 @@ impl BridgeClient {
             v.set_sensitive(true);
             headers.insert(AUTHORIZATION, v);
         }
-        let http = http::client(
-            PROVIDER,
-            ClientOptions::new(config.connect_timeout).default_headers(headers),
-        )?;
-        Ok(BridgeClient { http, config })
+        let options = ClientOptions::new(config.connect_timeout).default_headers(headers);
+        let http = http::client(PROVIDER, options.clone())?;
+        let upgrades = http::client(PROVIDER, options.http1_only())?;
+        Ok(BridgeClient {
+            http,
+            upgrades,
+            config,
+        })
     }
 
     /// The configuration.
@@ -261,6 +266,48 @@ impl BridgeClient {
         );
         self.send(rb, "delete_session", Stage::Before).await?;
         Ok(())
+    }
+
+    /// `GET /v1/sandbox/{id}/pty?cols&rows&session&shell` upgraded to the terminal's WebSocket
+    /// (bridge `routes.ts` `/sandbox/:id/pty`: `?session=` names the session whose one terminal
+    /// it is, `shell` the program the container spawns on it). No `Session-Id` header: it
+    /// would win over `?session=`.
+    pub async fn pty(
+        &self,
+        id: &str,
+        session: &str,
+        shell: &str,
+        rows: u16,
+        cols: u16,
+    ) -> Result<execseam_adapter_kit::ws::Socket, Error> {
+        let mut url =
+            reqwest::Url::parse(&self.url(&format!("/sandbox/{id}/pty"))).map_err(|e| {
+                protocol(
+                    format!("the terminal's URL: {e}"),
+                    "terminal",
+                    Stage::Before,
+                )
+            })?;
+        url.query_pairs_mut()
+            .append_pair("cols", &cols.to_string())
+            .append_pair("rows", &rows.to_string())
+            .append_pair("session", session)
+            .append_pair("shell", shell);
+        let rb = self.upgrades.get(url);
+        let up = execseam_adapter_kit::ws::upgrade(rb, self.config.request_timeout, 64 << 20)
+            .await
+            .map_err(|e| {
+                e.into_error(call("terminal", Stage::Submit), |r| {
+                    http_error(
+                        r.status,
+                        r.retry_after(),
+                        &r.body,
+                        "terminal",
+                        Stage::Submit,
+                    )
+                })
+            })?;
+        Ok(up.socket)
     }
 
     /// `POST /v1/sandbox/{id}/exec`: submits the command once (never retried) and returns its

@@ -41,11 +41,13 @@ pub struct CloudflareExec {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     client: BridgeClient,
     sandbox_id: String,
     marker: Option<String>,
     ownership: Ownership,
+    /// The terminals this handle opened (`terminal.rs`).
+    terminals: execseam_adapter_kit::attached::Terminals,
 }
 
 impl Drop for Inner {
@@ -119,19 +121,31 @@ impl CloudflareExec {
                 sandbox_id,
                 marker,
                 ownership,
+                terminals: execseam_adapter_kit::attached::Terminals::default(),
             }),
         }
+    }
+
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> CloudflareExec {
+        CloudflareExec { inner }
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    /// The underlying bridge client (files, sessions, `running`, the terminal's socket).
+    pub(crate) fn client(&self) -> &BridgeClient {
+        &self.inner.client
+    }
+
+    pub(crate) fn terminals(&self) -> &execseam_adapter_kit::attached::Terminals {
+        &self.inner.terminals
     }
 
     /// The sandbox id (26 base32 characters when the bridge minted it).
     pub fn sandbox_id(&self) -> &str {
         &self.inner.sandbox_id
-    }
-
-    /// The underlying bridge client (files, sessions, `running`).
-    #[cfg(test)]
-    pub(crate) fn client(&self) -> &BridgeClient {
-        &self.inner.client
     }
 
     /// The capabilities of an adapter in `mode`.
@@ -580,9 +594,10 @@ impl Exec for CloudflareExec {
     }
 
     /// The adapter kit's spool in the container's `/tmp` over the bridge's exec (the bridge Worker
-    /// has no process routes; the container is lost, with its spools, when it sleeps).
+    /// has no process routes; the container is lost, with its spools, when it sleeps), with
+    /// terminals on the bridge's terminal WebSocket (`terminal.rs`).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        execseam_adapter_kit::spool::processes(self)
+        crate::terminal::processes(self)
     }
 }
 

@@ -56,6 +56,7 @@ mod exec;
 mod provider;
 #[cfg(test)]
 mod session_tests;
+mod terminal;
 mod wire;
 
 use execseam_adapter_kit::Var;
@@ -140,7 +141,16 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: Some(MAX_WRITE),
     max_output: None,
     native_tools: &[],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    processes: Some(TERMINALS),
+};
+
+/// Process handles: the kit's spool, with terminals on the bridge's terminal WebSocket, held by
+/// the handle that opened them (the container replays a new connection's scrollback without
+/// offsets: no exact reattach; `terminal.rs`).
+const TERMINALS: execseam_core::ProcessCapabilities = execseam_core::ProcessCapabilities {
+    terminal: true,
+    terminal_reattach: false,
+    ..execseam_adapter_kit::spool::SPOOLED
 };
 
 /// Capabilities in [`OutputMode::Exact`].
@@ -155,5 +165,5 @@ pub const CAPABILITIES_EXACT: Capabilities = Capabilities {
     max_stdin: Some(MAX_WRITE),
     max_output: None,
     native_tools: &[],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    processes: Some(TERMINALS),
 };

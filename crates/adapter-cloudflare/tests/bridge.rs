@@ -179,3 +179,51 @@ async fn exact_mode_removes_its_capture_files() {
     p.unexpose(exec.id(), 8080).await.unwrap();
     assert_eq!(status().await, 404, "{}", first.url);
 }
+
+/// A terminal runs on the bridge's terminal WebSocket with the command's workdir and env (the
+/// env through a 0600 file, never typed into the terminal), and is held by the handle that
+/// opened it: the container replays a new connection's scrollback without offsets, so another
+/// handle of the same sandbox is refused (`NotFound`), never answered from it. A workdir that
+/// does not exist is `NotFound` before any terminal opens.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_terminal_has_its_workdir_and_env_and_belongs_to_its_handle() {
+    use execseam_core::{StartKey, StartRequest, StreamOffsets, TerminalSize};
+    let emu = emulator().await;
+    let first = create(config(&emu, OutputMode::Streaming)).await.unwrap();
+    let p = first.processes().unwrap();
+    let caps = p.process_capabilities();
+    assert!(caps.terminal && !caps.terminal_reattach, "{caps:?}");
+    let cmd = Command::builder(["sh", "-c", "echo \"$PWD $TOKEN\"; exit 4"])
+        .workdir("/tmp")
+        .env("TOKEN", "t0k3n")
+        .build()
+        .unwrap();
+    let size = TerminalSize { cols: 80, rows: 24 };
+    let h = p
+        .start(StartRequest::new(StartKey::new("tty").unwrap(), cmd).terminal(size))
+        .await
+        .unwrap()
+        .handle;
+    assert_eq!(
+        p.wait(&h, Duration::from_secs(10)).await.unwrap(),
+        execseam_core::Waited::Exited(Exit::Code(4))
+    );
+    let out = p.read(&h, StreamOffsets::ZERO).await.unwrap();
+    assert_eq!(out.stdout, &b"/tmp t0k3n\r\n"[..]);
+    let other = CloudflareProvider::new(config(&emu, OutputMode::Streaming))
+        .unwrap()
+        .attach(Sandbox::id(&first))
+        .unwrap();
+    let elsewhere = other.processes().unwrap();
+    let e = elsewhere.read(&h, StreamOffsets::ZERO).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    let missing = Command::builder(["true"])
+        .workdir("/nowhere")
+        .build()
+        .unwrap();
+    let e = p
+        .start(StartRequest::new(StartKey::new("tty2").unwrap(), missing).terminal(size))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+}

@@ -60,6 +60,39 @@ pub trait TerminalControl: Send + Sync {
     fn exit(&self) -> BoxFuture<'_, Result<Exit, Error>>;
 }
 
+/// Where a provider's reader of a TTY exec puts the exit it saw, for
+/// [`TerminalControl::exit`] to take once the output ended; clones share it.
+#[derive(Clone, Debug, Default)]
+pub struct ExitSlot(Arc<Mutex<Option<Exit>>>);
+
+impl ExitSlot {
+    /// The command's exit, seen.
+    pub fn set(&self, exit: Exit) {
+        *self.0.lock().expect("terminal exit") = Some(exit);
+    }
+
+    /// The exit seen, or `missing()` (the output ended without one).
+    pub fn take_or(
+        &self,
+        missing: impl FnOnce() -> Error,
+    ) -> BoxFuture<'static, Result<Exit, Error>> {
+        let exit = self
+            .0
+            .lock()
+            .expect("terminal exit")
+            .take()
+            .ok_or_else(missing);
+        Box::pin(std::future::ready(exit))
+    }
+}
+
+/// A provider reader's channel as a terminal's output.
+pub fn output_of(rx: tokio::sync::mpsc::Receiver<Result<Bytes, Error>>) -> TerminalOutput {
+    Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }))
+}
+
 /// A TTY exec the provider opened.
 pub struct Opened {
     /// Its output.

@@ -17,10 +17,10 @@
 //! The POST fallback has no TTY (the server refuses `tty` there): its terminals stay on the
 //! kit's recorder (`script(1)` in the sprite).
 
-use std::sync::{Arc, Mutex};
-
 use bytes::Bytes;
-use execseam_adapter_kit::attached::{Attached, OpenTerminal, Opened, TerminalControl};
+use execseam_adapter_kit::attached::{
+    Attached, ExitSlot, OpenTerminal, Opened, TerminalControl, output_of,
+};
 use execseam_adapter_kit::spool::{SPOOLED, SPOOLED_TERMINAL, Spool};
 use execseam_core::{
     BoxFuture, Command, Error, ErrorKind, Exit, Processes, Retry, Sandbox, TerminalSize,
@@ -54,7 +54,7 @@ pub(crate) fn processes(exec: &SpritesExec) -> Option<Box<dyn Processes + '_>> {
 /// One TTY exec's resize messages and its exit.
 struct SpritesTerminal {
     outgoing: mpsc::Sender<Message>,
-    exit: Arc<Mutex<Option<Exit>>>,
+    exit: ExitSlot,
 }
 
 impl TerminalControl for SpritesTerminal {
@@ -70,16 +70,9 @@ impl TerminalControl for SpritesTerminal {
     }
 
     fn exit(&self) -> BoxFuture<'_, Result<Exit, Error>> {
-        let exit = self
-            .exit
-            .lock()
-            .expect("terminal exit")
-            .take()
-            .ok_or_else(|| {
-                EXEC.protocol("the terminal's output ended without an exit message")
-                    .with_operation("terminal")
-            });
-        Box::pin(std::future::ready(exit))
+        let what = "the terminal's output ended without an exit message";
+        self.exit
+            .take_or(|| EXEC.protocol(what).with_operation("terminal"))
     }
 }
 
@@ -106,7 +99,7 @@ impl SpritesExec {
             config.ws_buffers.stdin_chunk,
         ));
         let (tx, rx) = mpsc::channel(32);
-        let exit = Arc::new(Mutex::new(None));
+        let exit = ExitSlot::default();
         let reader = Reader {
             client: self.inner.client.clone(),
             outgoing: outgoing.clone(),
@@ -115,11 +108,8 @@ impl SpritesExec {
             exit: exit.clone(),
         };
         tokio::spawn(reader.run(stream, writer, tx));
-        let output = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|item| (item, rx))
-        });
         Ok(Opened {
-            output: output.boxed(),
+            output: output_of(rx),
             input: Box::pin(input),
             control: Box::new(SpritesTerminal { outgoing, exit }),
         })
@@ -151,7 +141,7 @@ struct Reader {
     outgoing: mpsc::Sender<Message>,
     signal_capable: bool,
     workdir: Option<String>,
-    exit: Arc<Mutex<Option<Exit>>>,
+    exit: ExitSlot,
 }
 
 impl Reader {
@@ -186,7 +176,7 @@ impl Reader {
                             Text::SessionInfo { session_id } => session = session_id,
                             Text::Exit(code) => match i32::try_from(code) {
                                 Ok(c) if c >= 0 => {
-                                    *self.exit.lock().expect("terminal exit") = Some(Exit::Code(c));
+                                    self.exit.set(Exit::Code(c));
                                     break Ok(());
                                 }
                                 _ => break Err(EXEC.protocol(format!("exit message with exit_code {code}"))),

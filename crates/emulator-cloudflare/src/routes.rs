@@ -9,8 +9,8 @@ use axum::http::{HeaderMap, Method, Request, Response, Uri, header};
 use execseam_core::{Command, Exec};
 
 use super::wire::{
-    base32, decode_uri, empty, error_json, json, resolve_workspace_path, text, valid_sandbox_id,
-    valid_session_id,
+    base32, decode_uri, decode_uri_component, empty, error_json, json, resolve_workspace_path,
+    text, valid_sandbox_id, valid_session_id,
 };
 use super::{Entry, OPENAPI, State, WORKSPACE};
 
@@ -78,11 +78,7 @@ pub(crate) fn session_header(headers: &HeaderMap) -> Result<Option<String>, Resp
 pub(crate) fn query_param(uri: &Uri, name: &str) -> Option<String> {
     uri.query()?.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        (k == name).then(|| {
-            decode_uri(&v.replace('+', " "))
-                .replace("%2C", ",")
-                .replace("%2c", ",")
-        })
+        (k == name).then(|| decode_uri_component(&v.replace('+', " ")))
     })
 }
 

@@ -131,6 +131,18 @@ pub fn resolve_workspace_path(user_path: &str) -> Option<String> {
 /// escapes of reserved characters (`; / ? : @ & = + $ , #`) encoded; a malformed escape is
 /// kept as it is.
 pub fn decode_uri(path: &str) -> String {
+    decode(path, b";/?:@&=+$,#")
+}
+
+/// What Hono's `c.req.query(name)` gives for a query value: `decodeURIComponent` (every valid
+/// escape decoded, `/` included; hono `src/utils/url.ts` `_getQueryParam`), after `+` became a
+/// space; a malformed escape is kept as it is.
+pub fn decode_uri_component(value: &str) -> String {
+    decode(value, b"")
+}
+
+/// Decodes the `%` escapes of `path` except those of the bytes in `keep`.
+fn decode(path: &str, keep: &[u8]) -> String {
     if !path.contains('%') {
         return path.to_owned();
     }
@@ -143,7 +155,7 @@ pub fn decode_uri(path: &str) -> String {
             && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
         {
             let v = h * 16 + l;
-            if b";/?:@&=+$,#".contains(&v) {
+            if keep.contains(&v) {
                 out.extend_from_slice(&b[i..i + 3]);
             } else {
                 out.push(v);
@@ -272,6 +284,7 @@ mod tests {
         assert_eq!(decode_uri("/a%20b/%C3%A9"), "/a b/é");
         assert_eq!(decode_uri("/a%2Fb%3F"), "/a%2Fb%3F");
         assert_eq!(decode_uri("/plain"), "/plain");
+        assert_eq!(decode_uri_component("%2Ftmp%2Fa%2Cb%20c"), "/tmp/a,b c");
     }
 
     #[test]

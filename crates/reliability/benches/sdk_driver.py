@@ -9,6 +9,11 @@ the suite's chaos proxy). Builds the SDK's client for the sandbox, runs `/bin/tr
 - `conc C N`: runs N execs of `/bin/true`, C at a time on threads, prints the wall seconds and the
   number of failed execs.
 
+- `keys`: opens a terminal through the SDK's own terminal API (e2b `pty.create`, daytona
+  `process.create_pty_session`, modal `exec(pty=True)`) running ECHO, prints `ok` once ECHO said
+  it runs; then `key`: types one key and prints the seconds until the terminal echoed it (the P6
+  rows: keystroke to echo).
+
 A failure prints `error <text>`.
 """
 
@@ -22,6 +27,90 @@ PROVIDER, SANDBOX = sys.argv[1], sys.argv[2]
 # the SDKs that take a shell string (e2b, daytona, agentcore) would run without starting a process
 # while the adapter, whose argv[0] is a program, starts one.
 PROGRAM = "/bin/true"
+# The terminal's command on both sides of P6 (suite.rs's ECHO): the terminal echoes every key at
+# once (not canonical: no line to fill), `cat` reads them, R42 says it is ready.
+ECHO = "stty -icanon; echo R$((6*7)); exec cat >/dev/null"
+
+
+class Keys:
+    """A terminal's output as it comes (`feed`), and keys typed into it (`send`)."""
+
+    def __init__(self):
+        import threading
+
+        self.buf = bytearray()
+        self.cond = threading.Condition()
+        self.send = None
+
+    def feed(self, chunk):
+        if isinstance(chunk, str):
+            chunk = chunk.encode()
+        with self.cond:
+            self.buf.extend(chunk)
+            self.cond.notify_all()
+
+    def until(self, needle, start=0, timeout=30):
+        with self.cond:
+            if not self.cond.wait_for(lambda: needle in self.buf[start:], timeout):
+                raise RuntimeError(f"{needle!r} never came: {bytes(self.buf[-200:])!r}")
+
+    def key(self):
+        with self.cond:
+            start = len(self.buf)
+        t = time.perf_counter()
+        self.send(b"k")
+        self.until(b"k", start)
+        return time.perf_counter() - t
+
+
+OPENED = [0]
+
+
+def terminal():
+    """Opens the SDK's terminal running ECHO; answers its Keys once ECHO runs."""
+    import threading
+
+    OPENED[0] += 1
+    keys = Keys()
+    if PROVIDER == "e2b":
+        from e2b import Sandbox
+        from e2b.sandbox.commands.command_handle import PtySize
+
+        sbx = Sandbox.connect(SANDBOX)
+        h = sbx.pty.create(PtySize(rows=24, cols=80), timeout=0)
+        threading.Thread(target=lambda: h.wait(on_pty=keys.feed), daemon=True).start()
+        keys.send = lambda b: sbx.pty.send_stdin(h.pid, b)
+        keys.send(f"exec sh -c '{ECHO}'\n".encode())
+    elif PROVIDER == "daytona":
+        from daytona import Daytona
+        from daytona.common.pty import PtySize
+
+        sb = Daytona().get(SANDBOX)
+        h = sb.process.create_pty_session(id=f"bench-keys-{os.getpid()}-{OPENED[0]}", pty_size=PtySize(rows=24, cols=80))
+        threading.Thread(target=lambda: h.wait(on_data=keys.feed), daemon=True).start()
+        keys.send = lambda b: h.send_input(b.decode())
+        keys.send(f"exec sh -c '{ECHO}'\n".encode())
+    elif PROVIDER == "modal":
+        import modal
+
+        sb = modal.Sandbox.from_id(SANDBOX)
+        p = sb.exec("sh", "-c", ECHO, pty=True)
+
+        def read():
+            for chunk in p.stdout:
+                keys.feed(chunk)
+
+        threading.Thread(target=read, daemon=True).start()
+
+        def send(b):
+            p.stdin.write(b)
+            p.stdin.drain()
+
+        keys.send = send
+    else:
+        raise RuntimeError(f"no terminal for {PROVIDER}")
+    keys.until(b"R42")
+    return keys
 
 
 def make():
@@ -140,6 +229,7 @@ def main():
         return
     print("ready", flush=True)
     pool = None
+    keys = None
     for line in sys.stdin:
         words = line.split()
         try:
@@ -158,6 +248,11 @@ def main():
                 results = list(pool.map(lambda _: safe(run), range(n)))
                 elapsed = time.perf_counter() - t
                 print(f"{elapsed:.6f} {sum(1 for r in results if r != 0)}", flush=True)
+            elif words == ["keys"]:
+                keys = terminal()
+                print("ok", flush=True)
+            elif words == ["key"]:
+                print(f"{keys.key():.6f}", flush=True)
             else:
                 print(f"error unknown request {line.strip()!r}", flush=True)
         except Exception as e:  # noqa: BLE001 -- reported to the suite

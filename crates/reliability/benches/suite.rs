@@ -22,10 +22,15 @@
 //!   adapter, against `find | sort | head` on the same tree.
 //! - **P5**, 512 concurrent execs on one emulator through one handle, for every adapter: errors,
 //!   p50, p99, peak RSS of this process (the client and the emulator share it).
+//! - **P6**, keystroke to echo on a terminal, for the providers whose official SDK has one (E2B,
+//!   Daytona, Modal): the adapter's terminal handle (one key written by offset, its echo seen on
+//!   one attach stream kept open) against the SDK's own terminal (`sdk_driver.py` `key`), both
+//!   running [`ECHO`] in the same sandbox, through P2's proxy, on loopback and with P2's
+//!   injected latency.
 //!
 //! `EXECSEAM_BENCH_QUICK=1`: fewer pairs, 64 at once (a smoke run; xtask makes a 50,000-file tree).
-//! `EXECSEAM_BENCH_ONLY=<adapter>`: P1/P2/P5 for that adapter only; `EXECSEAM_BENCH_SECTIONS=P1`
-//! (a comma-separated list): only those of P1, P2, P5. `EXECSEAM_BENCH_PAIRS=N`: N
+//! `EXECSEAM_BENCH_ONLY=<adapter>`: P1/P2/P5/P6 for that adapter only; `EXECSEAM_BENCH_SECTIONS=P1`
+//! (a comma-separated list): only those of P1, P2, P5, P6. `EXECSEAM_BENCH_PAIRS=N`: N
 //! pairs per row instead of 200 (the table then says so in its `n` column).
 
 #[path = "../tests/setups/mod.rs"]
@@ -1149,41 +1154,52 @@ fn sdk_for(name: &str, setup: &Setup) -> Option<Sdk> {
     use execseam_emulators::{agentcore, daytona, e2b, modal, sprites, vercel};
     let g = &setup.guard;
     let id = setup.direct.id().to_owned();
+    // A setup made by the generic emulated path holds the target, not the emulator.
+    let env_of = |direct: Option<Vec<(String, String)>>| direct.or_else(|| emulated_env(&**g));
     let (venv, label, env, note) = match name {
         "e2b" => (
             "e2b",
             "e2b (Python) commands.run",
-            g.downcast_ref::<e2b::E2bEmulator>()?.env(),
+            env_of(g.downcast_ref::<e2b::E2bEmulator>().map(|e| e.env()))?,
             "",
         ),
         "daytona" => (
             "daytona",
             "daytona (Python) process.exec",
-            g.downcast_ref::<daytona::DaytonaEmulator>()?.env(),
+            env_of(
+                g.downcast_ref::<daytona::DaytonaEmulator>()
+                    .map(|e| e.env()),
+            )?,
             "the SDK's process.exec merges stdout and stderr (a weaker contract than the adapter's)",
         ),
         "sprites" => (
             "sprites",
             "sprites (Python) run",
-            g.downcast_ref::<sprites::SpritesEmulator>()?.env(),
+            env_of(
+                g.downcast_ref::<sprites::SpritesEmulator>()
+                    .map(|e| e.env()),
+            )?,
             "",
         ),
         "agentcore" => (
             "agentcore",
             "boto3 executeCommand",
-            g.downcast_ref::<agentcore::AgentCoreEmulator>()?.env(),
+            env_of(
+                g.downcast_ref::<agentcore::AgentCoreEmulator>()
+                    .map(|e| e.env()),
+            )?,
             "boto3's executeCommand answers stdout and stderr as text (the adapter's output is byte-exact)",
         ),
         "modal" => (
             "modal",
             "modal (Python) exec",
-            g.downcast_ref::<modal::ModalEmulator>()?.env(),
+            env_of(g.downcast_ref::<modal::ModalEmulator>().map(|e| e.env()))?,
             "",
         ),
         "vercel" => (
             "vercel",
             "vercel-sandbox (Python) run_process",
-            g.downcast_ref::<vercel::VercelEmulator>()?.env(),
+            env_of(g.downcast_ref::<vercel::VercelEmulator>().map(|e| e.env()))?,
             "the SDK runs in a sandbox of its own on the same emulator",
         ),
         "northflank" => (
@@ -1364,10 +1380,15 @@ async fn p2(plan: &Plan, name: &'static str, setup: &Setup) -> Result<Option<P2>
         driver,
         trips: 0.0,
     };
-    p2.trips = p2_latency(plan, &p2, "loopback").await?;
-    p2_throughput(plan, &p2, "loopback").await?;
+    if on("P2") {
+        p2.trips = p2_latency(plan, &p2, "loopback").await?;
+        p2_throughput(plan, &p2, "loopback").await?;
+    }
+    p6(plan, &p2, "loopback").await;
     p2.proxy.set_rules(parse_rules(DELAY.1).expect("rules"));
-    p2_throughput(plan, &p2, DELAY.0).await?;
+    if on("P2") {
+        p2_throughput(plan, &p2, DELAY.0).await?;
+    }
     Ok(Some(p2))
 }
 
@@ -1381,9 +1402,12 @@ async fn p2_delayed(plan: &Plan, mut all: Vec<P2>, lanes: usize) {
             let Some(p2) = queue.lock().expect("queue").pop_front() else {
                 return;
             };
-            if let Err(e) = p2_latency(plan, p2, DELAY.0).await {
+            if on("P2")
+                && let Err(e) = p2_latency(plan, p2, DELAY.0).await
+            {
                 missing("P2", &format!("{}: latency, {}", p2.name, DELAY.0), &e);
             }
+            p6(plan, p2, DELAY.0).await;
         }
     };
     futures_util::future::join_all((0..lanes.max(1)).map(|_| lane())).await;
@@ -1517,6 +1541,167 @@ async fn p2_throughput(plan: &Plan, p2: &P2, setting: &str) -> Result<(), String
             per_sec(&wb),
             errs.0,
             errs.1
+        ),
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// P6: keystroke to echo on a terminal
+
+/// The terminal's command on both sides (sdk_driver.py's ECHO): every key echoed at once by the
+/// terminal (not canonical: no line to fill), read by `cat`; `R42` says it runs.
+const ECHO: &str = "stty -icanon; echo R$((6*7)); exec cat >/dev/null";
+
+/// The providers whose official SDK has a terminal, and its call.
+fn sdk_terminal(name: &str) -> Option<&'static str> {
+    match name {
+        "e2b" => Some("e2b (Python) pty.create + send_stdin"),
+        "daytona" => Some("daytona (Python) create_pty_session + send_input"),
+        "modal" => Some("modal (Python) exec(pty=True) + stdin.write"),
+        _ => None,
+    }
+}
+
+/// The adapter's side: a terminal handle running [`ECHO`], its output on one attach stream
+/// kept open (a task forwards it), keys written by offset.
+struct Echo {
+    adapter: Arc<dyn Exec>,
+    handle: execseam_core::ProcessHandle,
+    output: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+    typed: u64,
+}
+
+impl Echo {
+    async fn open(adapter: &Arc<dyn Exec>) -> Result<Echo, String> {
+        use execseam_core::{ProcessEvent, StartKey, StartRequest, StreamOffsets, TerminalSize};
+        let p = adapter.processes().ok_or("no process handles")?;
+        static OPENED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let key = StartKey::new(format!("bench-echo-{n}")).map_err(|e| e.to_string())?;
+        let cmd = Command::new(["sh", "-c", ECHO]).map_err(|e| e.to_string())?;
+        let size = TerminalSize { cols: 80, rows: 24 };
+        let handle = p
+            .start(StartRequest::new(key, cmd).terminal(size))
+            .await
+            .map_err(|e| e.to_string())?
+            .handle;
+        drop(p);
+        let (tx, output) = tokio::sync::mpsc::unbounded_channel();
+        let (a, h) = (adapter.clone(), handle.clone());
+        tokio::spawn(async move {
+            let Some(p) = a.processes() else { return };
+            let Ok(mut s) = p.attach(&h, StreamOffsets::ZERO).await else {
+                return;
+            };
+            while let Some(Ok(ProcessEvent::Stdout { data, .. })) = s.next().await {
+                if tx.send(data).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut echo = Echo {
+            adapter: adapter.clone(),
+            handle,
+            output,
+            typed: 0,
+        };
+        echo.until(b"R42").await?;
+        Ok(echo)
+    }
+
+    async fn until(&mut self, want: &[u8]) -> Result<(), String> {
+        let mut seen = Vec::new();
+        while !seen.windows(want.len()).any(|w| w == want) {
+            match tokio::time::timeout(Duration::from_secs(30), self.output.recv()).await {
+                Ok(Some(chunk)) => seen.extend_from_slice(&chunk),
+                Ok(None) => return Err("the terminal's output ended".into()),
+                Err(_) => return Err(format!("{want:?} never came")),
+            }
+        }
+        Ok(())
+    }
+
+    async fn key(&mut self) -> Result<Duration, String> {
+        let p = self.adapter.processes().ok_or("no process handles")?;
+        let t = Instant::now();
+        let write = execseam_core::StdinWrite {
+            at: self.typed,
+            data: Bytes::from_static(b"k"),
+            close: false,
+        };
+        p.write_stdin(&self.handle, write)
+            .await
+            .map_err(|e| e.to_string())?;
+        drop(p);
+        self.typed += 1;
+        self.until(b"k").await?;
+        Ok(t.elapsed())
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        let (a, h) = (self.adapter.clone(), self.handle.clone());
+        tokio::spawn(async move {
+            if let Some(p) = a.processes() {
+                let _ = p.signal(&h, execseam_core::Signal::Kill).await;
+            }
+        });
+    }
+}
+
+/// P6's row of `p2`'s provider at `setting`, when its SDK has a terminal (else nothing).
+async fn p6(plan: &Plan, p2: &P2, setting: &str) {
+    let Some(label) = sdk_terminal(p2.name).filter(|_| on("P6")) else {
+        return;
+    };
+    let name = format!("{}: keystroke to echo, {setting}", p2.name);
+    if let Err(e) = p6_row(plan, p2, label, &name).await {
+        missing("P6", &name, &e);
+    }
+}
+
+async fn p6_row(plan: &Plan, p2: &P2, label: &str, name: &str) -> Result<(), String> {
+    let mut echo = Echo::open(&p2.adapter).await?;
+    let ask = |line: &'static str| {
+        let d = p2.driver.clone();
+        async move {
+            tokio::task::spawn_blocking(move || d.lock().expect("driver").ask(line))
+                .await
+                .map_err(|e| e.to_string())?
+        }
+    };
+    ask("keys").await?;
+    let (a, b) = alternate(
+        plan.pairs,
+        async || echo.key().await,
+        async || {
+            let s = ask("key").await?;
+            Ok(Duration::from_secs_f64(
+                s.trim().parse().map_err(|_| format!("bad answer {s:?}"))?,
+            ))
+        },
+    )
+    .await?;
+    let caps = p2
+        .adapter
+        .processes()
+        .map(|p| p.process_capabilities())
+        .map_or_else(String::new, |c| {
+            format!("{:?}, reattach {}", c.mechanism, c.terminal_reattach)
+        });
+    row(
+        "P6",
+        name,
+        &format!("execseam-{}", p2.name),
+        &a,
+        label,
+        &b,
+        plan.pairs,
+        Some(1.0),
+        &format!(
+            "the adapter's terminal handle ({caps}): a key is a stdin write by offset, its echo read on one open attach stream"
         ),
     );
     Ok(())
@@ -1817,6 +2002,14 @@ async fn p4(plan: &Plan) -> Result<(), String> {
 
 /// One adapter's P1, P2 and P5; its P2 state and its emulator, when P2's delayed latency row
 /// is still to run (see [`p2`]).
+/// `EXECSEAM_BENCH_SECTIONS=P1,P5`: only those sections (a partial run, for development).
+fn on(section: &str) -> bool {
+    std::env::var("EXECSEAM_BENCH_SECTIONS")
+        .ok()
+        .as_deref()
+        .is_none_or(|l| l.split(',').any(|x| x == section))
+}
+
 async fn adapter_rows(
     plan: &Plan,
     a: &execseam_reliability::Adapter,
@@ -1828,20 +2021,13 @@ async fn adapter_rows(
         .await
         .map_err(|e| e.to_string())?;
     exec_true(&*adapter).await?;
-    // `EXECSEAM_BENCH_SECTIONS=P1,P5`: only those sections (a partial run, for development).
-    let sections = std::env::var("EXECSEAM_BENCH_SECTIONS").ok();
-    let on = |s: &str| {
-        sections
-            .as_deref()
-            .is_none_or(|l| l.split(',').any(|x| x == s))
-    };
     if on("P1")
         && let Err(e) = p1(plan, a.name, &setup, &adapter).await
     {
         missing("P1", &format!("{}: exec `{PROGRAM}`", a.name), &e);
     }
     let mut delayed = None;
-    if on("P2") {
+    if on("P2") || on("P6") {
         match p2(plan, a.name, &setup).await {
             Ok(p2) => delayed = p2,
             Err(e) => missing("P2", &format!("{}: vs the Python SDK", a.name), &e),

@@ -406,7 +406,7 @@ fn localhost() -> SocketAddr {
 
 /// How many requests one clean exec makes through the proxy.
 async fn requests_per_exec(setup: &Setup) -> Result<usize, String> {
-    let (proxy, exec) = connect(setup, vec![], Duration::from_secs(30)).await?;
+    let (proxy, exec) = connect(setup, Duration::from_secs(30)).await?;
     proxy.clear_requests();
     let marker = format!("{}/rel-probe", setup.scratch);
     let out = exec
@@ -615,7 +615,7 @@ async fn run_case(
         Layers::Bare => options.idle_timeout,
         Layers::RetryAndDeadline => options.layered_idle_timeout,
     };
-    let (proxy, exec) = connect(setup, vec![], idle).await?;
+    let (proxy, exec) = connect(setup, idle).await?;
     proxy.set_rules(vec![case.rule.clone()]);
     proxy.clear_requests();
     let marker = format!("{}/rel-{}", setup.scratch, case.id);
@@ -918,7 +918,7 @@ async fn shared_phase<'a, F>(
     case: F,
 ) -> Phase
 where
-    F: Fn(&'static str, Arc<Setup>, &'static str) -> BoxFuture<'a, Outcome> + Send + Sync + 'a,
+    F: Fn(&'a Adapter, Arc<Setup>, &'static str) -> BoxFuture<'a, Outcome> + Send + Sync + 'a,
 {
     // The current adapter's set-up (the cases come adapter by adapter).
     type Current = Option<(&'static str, Result<Arc<Setup>, Outcome>)>;
@@ -938,20 +938,16 @@ where
                 None => unreachable!("set just above"),
             };
             drop(held);
-            case(adapter.name, setup, c).await
+            case(adapter, setup, c).await
         })
     })
     .await
 }
 
-/// A chaos proxy (with `rules`) in front of `setup`'s emulator and a handle on the suite's
+/// A chaos proxy (no rules yet) in front of `setup`'s emulator and a handle on the suite's
 /// sandbox through it, with the adapter's idle timeout at `idle`.
-async fn connect(
-    setup: &Setup,
-    rules: Vec<Rule>,
-    idle: Duration,
-) -> Result<(ChaosProxy, Arc<dyn Exec>), String> {
-    let proxy = ChaosProxy::start(localhost(), &setup.upstream, rules)
+async fn connect(setup: &Setup, idle: Duration) -> Result<(ChaosProxy, Arc<dyn Exec>), String> {
+    let proxy = ChaosProxy::start(localhost(), &setup.upstream, vec![])
         .await
         .map_err(|e| format!("proxy: {e}"))?;
     let exec = (setup.through)(proxy.base_url(), idle)
@@ -1089,7 +1085,7 @@ pub async fn processes(adapters: &[Adapter], options: &Options) -> Phase {
         ),
         move |adapter, setup, case| {
             Box::pin(async move {
-                if case == "start:reset-after" && START_ANSWER_UNRECOVERABLE.contains(&adapter)
+                if case == "start:reset-after" && START_ANSWER_UNRECOVERABLE.contains(&adapter.name)
                 {
                     return Outcome::NotApplicable(
                         "the provider mints the id and has no list: a lost start answer is Unsafe by design".into(),
@@ -1113,7 +1109,7 @@ async fn process_case(setup: &Setup, options: &Options, case: &str) -> Result<()
     let rule: Rule = format!("*={action}")
         .parse()
         .map_err(|e| format!("the rule {action:?}: {e}"))?;
-    let (proxy, exec) = connect(setup, vec![], options.idle_timeout).await?;
+    let (proxy, exec) = connect(setup, options.idle_timeout).await?;
     let p = exec
         .processes()
         .ok_or("the adapter has no process handles")?;
@@ -1418,7 +1414,7 @@ async fn near_limit_case(
     arg: &str,
     may_refuse: bool,
 ) -> Result<(), String> {
-    let (proxy, exec) = connect(setup, vec![], options.layered_idle_timeout).await?;
+    let (proxy, exec) = connect(setup, options.layered_idle_timeout).await?;
     proxy.clear_requests();
     let cmd = Command::new(["printf", "%s", arg]).expect("a valid command");
     let r = tokio::time::timeout(options.bare_bound, exec.exec(cmd)).await;
@@ -1464,7 +1460,7 @@ async fn size_case(
     cmd: Command,
     secret: &str,
 ) -> Result<(), String> {
-    let (proxy, exec) = connect(setup, vec![], options.idle_timeout).await?;
+    let (proxy, exec) = connect(setup, options.idle_timeout).await?;
     proxy.clear_requests();
     let r = tokio::time::timeout(options.bare_bound, exec.exec(cmd)).await;
     let seen = proxy.requests().len();
