@@ -615,6 +615,19 @@ mod tests {
             let ok = output_of(o(&format!("e{m}0"), 0), false, Some(&mark), op).unwrap();
             assert_eq!(ok, Output::new("", "e", Exit::Code(0)));
         }
+        // Issue 38 (D22): the wrapper itself killed (the whole group: its own OOM, a host
+        // envelope, `kill -9 0`) writes no marker; a backend reporting 128+n gives 137 or 143,
+        // the contract's ambiguous kill. Any other code without the marker stays an error.
+        for op in [EXECUTE, RESULT] {
+            for code in [137, 143] {
+                let out = output_of(o("partial", code), false, Some(&mark), op).unwrap();
+                assert!(out.exit.is_ambiguous_kill(), "{out:?}");
+            }
+            for code in [139, 130, 1] {
+                let e = output_of(o("", code), false, Some(&mark), op).unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::Protocol, "{code}: {e}");
+            }
+        }
         // The script as prepared, run by bash here, writes what the reader strips.
         let p = prepare(
             &config(),

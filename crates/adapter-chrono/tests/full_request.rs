@@ -272,3 +272,19 @@ async fn the_idempotency_hash_covers_every_field() {
     // The same payload is a replay.
     assert!(c.submit(&k, &base).await.is_ok());
 }
+
+/// Issue 38 (D22): a command that kills its whole process group (the adapter's wrapper with it,
+/// as an OOM kill or a host envelope does) is the contract's ambiguous kill, not a protocol
+/// error: the emulator reports the wrapper's death as 128 + 9, and the wrapper wrote no marker.
+#[tokio::test]
+async fn a_command_that_kills_its_whole_group_is_an_ambiguous_kill() {
+    use execseam_core::{Command, Exec as _};
+    let emu = emulator().await;
+    let sync = ChronoExec::new(config(&emu)).unwrap();
+    let out = sync
+        .exec(Command::new(["sh", "-c", "echo before; kill -9 0"]).unwrap())
+        .await
+        .unwrap();
+    assert!(out.exit.is_ambiguous_kill(), "{out:?}");
+    assert_eq!(out.exit, Exit::Code(137));
+}

@@ -280,8 +280,10 @@ impl EndMark {
     }
 
     /// Checks and removes the marker [`wrap`](Self::wrap) wrote: its status must be the
-    /// answer's exit code; a signal may end the command before it wrote one. `Err` says what is
-    /// wrong, for the caller to type as a protocol error.
+    /// answer's exit code; a signal may end the command before it wrote one: a signal exit, or
+    /// a backend's 137/143 (128 + SIGKILL/SIGTERM: the whole group killed, by its own OOM or a
+    /// host envelope), which stay the contract's ambiguous kill and are never a success. `Err`
+    /// says what is wrong, for the caller to type as a protocol error.
     pub fn strip(&self, out: Output) -> Result<Output, String> {
         let mark = self.as_bytes();
         let at = out.stderr.windows(mark.len()).rposition(|w| w == mark);
@@ -296,6 +298,7 @@ impl EndMark {
                 Ok(Output::new(out.stdout, stderr, out.exit))
             }
             (None, _, Exit::Signal(_)) => Ok(out),
+            (None, _, exit) if exit.is_ambiguous_kill() => Ok(out),
             (Some(_), Some(s), exit) => Err(format!(
                 "the end marker says status {:?} but the answer says {exit:?}",
                 String::from_utf8_lossy(s)

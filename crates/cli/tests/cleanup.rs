@@ -292,7 +292,21 @@ async fn a_deadline_or_a_signal_in_a_named_docker_container_leaves_no_survivor()
     probe::kill_leftovers(&token);
     // D16: SIGTERM mid-run in the same container kills the command before the CLI exits 143.
     let killed = sigterm_mid_run(&env, &["--adapter", "docker", "--sandbox", &id]).await;
+    let shell = shell_refuses_to_detach(&env, &id);
     cli(&env, &["sandbox", "destroy", "--adapter", "docker", &id]);
+    let (shell_err, attach) = shell;
+    assert!(
+        shell_err.contains(
+            "execseam: not detached: adapter docker's terminals cannot be attached again"
+        ),
+        "{shell_err}"
+    );
+    assert!(!shell_err.contains("reattach with"), "{shell_err}");
+    assert_eq!(
+        attach.status.code(),
+        Some(2),
+        "--attach on docker is a usage error"
+    );
     assert_eq!(code, Some(125), "{stderr}");
     assert_deadline_killed("docker", &stderr);
     assert!(
@@ -300,6 +314,62 @@ async fn a_deadline_or_a_signal_in_a_named_docker_container_leaves_no_survivor()
         "--timeout left the command running: {left:?}"
     );
     assert_killed_first("docker", killed);
+}
+
+/// `execseam shell` on docker's terminal (not attachable again: `terminal_reattach` false), keys
+/// piped in one step at a time (each after the output it waits for: the engine drops what is
+/// typed before the exec's terminal is attached): a command, then Ctrl-P Ctrl-Q, which does not
+/// detach, then another command and `exit 3`, whose status is the CLI's. Its stderr, and the
+/// output of an `--attach` (refused).
+fn shell_refuses_to_detach(env: &[(String, String)], id: &str) -> (String, std::process::Output) {
+    use execseam_test_util::daemon::{Output, collect, spawn_piped, text};
+    use std::io::Write;
+    let args = ["shell", "--adapter", "docker", "--sandbox", id, "--", "sh"];
+    let mut child = spawn_piped(env!("CARGO_BIN_EXE_execseam"), &args, env);
+    let out = collect(child.stdout.take().unwrap());
+    let err = collect(child.stderr.take().unwrap());
+    let wait_for = |b: &Output, want: &str| {
+        let t = Instant::now();
+        while !text(b).contains(want) {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "{want:?} never came: {:?} / {:?}",
+                text(&out),
+                text(&err)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let mut keys = child.stdin.take().unwrap();
+    let mut typed = 0;
+    // Until the remote shell answers (the first keys may be typed before it reads them).
+    while !text(&out).contains("one-1") {
+        if typed < 50 {
+            keys.write_all(b"echo one-$((0+1))\n").unwrap();
+            typed += 1;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(typed < 50, "the shell never answered: {:?}", text(&err));
+    }
+    keys.write_all(b"\x10\x11").unwrap();
+    wait_for(&err, "not detached");
+    keys.write_all(b"echo two-$((1+1))\nexit 3\n").unwrap();
+    wait_for(&out, "two-2");
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(3), "{:?}\n{:?}", text(&out), text(&err));
+    let attach = cli(
+        env,
+        &[
+            "shell",
+            "--adapter",
+            "docker",
+            "--sandbox",
+            id,
+            "--attach",
+            "h",
+        ],
+    );
+    (text(&err), attach)
 }
 
 /// The CLI with `env`; its output.

@@ -3,21 +3,18 @@
 //! is the typed infrastructure error (exit 125), never exit 127 as the program's result.
 
 use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 const PROGRAM: &str = "const x: number = 6*7; console.log(x)";
 
 fn code(args: &[&str], source: &str, env: &[(String, String)]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_execseam"))
-        .arg("code")
-        .args(args)
-        .arg("-")
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let args: Vec<&str> = ["code"]
+        .into_iter()
+        .chain(args.iter().copied())
+        .chain(["-"])
+        .collect();
+    let mut child =
+        execseam_test_util::daemon::spawn_piped(env!("CARGO_BIN_EXE_execseam"), &args, env);
     child
         .stdin
         .take()

@@ -918,7 +918,7 @@ async fn shared_phase<'a, F>(
     case: F,
 ) -> Phase
 where
-    F: Fn(&'a Adapter, Arc<Setup>, &'static str) -> BoxFuture<'a, Outcome> + Send + Sync + 'a,
+    F: Fn(&'static str, Arc<Setup>, &'static str) -> BoxFuture<'a, Outcome> + Send + Sync + 'a,
 {
     // The current adapter's set-up (the cases come adapter by adapter).
     type Current = Option<(&'static str, Result<Arc<Setup>, Outcome>)>;
@@ -938,7 +938,7 @@ where
                 None => unreachable!("set just above"),
             };
             drop(held);
-            case(adapter, setup, c).await
+            case(adapter.name, setup, c).await
         })
     })
     .await
@@ -1085,7 +1085,7 @@ pub async fn processes(adapters: &[Adapter], options: &Options) -> Phase {
         ),
         move |adapter, setup, case| {
             Box::pin(async move {
-                if case == "start:reset-after" && START_ANSWER_UNRECOVERABLE.contains(&adapter.name)
+                if case == "start:reset-after" && START_ANSWER_UNRECOVERABLE.contains(&adapter)
                 {
                     return Outcome::NotApplicable(
                         "the provider mints the id and has no list: a lost start answer is Unsafe by design".into(),

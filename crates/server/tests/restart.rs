@@ -250,12 +250,139 @@ printf 'after\n'; exit 4"#;
     );
 }
 
-/// The same with Sprites, in one shared sprite (`--sandbox`): the detached command outlives the
-/// killed server (beyond the default `max_run_after_disconnect`), is reattached after the restart
-/// and completes with its exit and exact output; its spool is released after.
+/// A detached command in a shared sandbox outlives the killed server, is reattached after the
+/// restart and completes with its exit and exact output, started exactly once; then the
+/// adapter's handle directory in the sandbox (`handles`) is empty again. `exec` runs in that
+/// sandbox; `settle`: how long the test waits after the kill before it looks (past what the
+/// provider allows a disconnected command).
+struct SharedSandbox<'a> {
+    adapter: &'static str,
+    /// `--sandbox`.
+    sandbox: &'a str,
+    env: Vec<(String, String)>,
+    exec: &'a dyn execseam_core::Exec,
+    handles: &'static str,
+    settle: Duration,
+}
+
+/// The kit's spool in a sandbox.
+const SPOOL: &str = "/tmp/.execseam/p";
+
+fn spec() -> execseam_core::SandboxSpec {
+    execseam_core::SandboxSpec::new()
+}
+
+impl<'a> SharedSandbox<'a> {
+    /// A sandbox the test created (`--sandbox` its id), whose commands outlive a disconnect.
+    fn created<S: execseam_core::Sandbox + execseam_core::Exec>(
+        adapter: &'static str,
+        env: Vec<(String, String)>,
+        exec: &'a S,
+        handles: &'static str,
+    ) -> SharedSandbox<'a> {
+        SharedSandbox {
+            adapter,
+            sandbox: execseam_core::Sandbox::id(exec),
+            env,
+            exec,
+            handles,
+            settle: Duration::ZERO,
+        }
+    }
+}
+
+async fn reattaches_in_a_shared_sandbox(t: SharedSandbox<'_>) {
+    let in_sandbox = |script: &str| {
+        let cmd = execseam_core::Command::new(["sh", "-c", script]).unwrap();
+        async move { t.exec.exec(cmd).await.unwrap() }
+    };
+    let exists = |path: &'static str| async move {
+        in_sandbox(&format!("test -e {path}")).await.exit.success()
+    };
+    let store = sqlite_url(&format!("restart-{}", t.adapter));
+    let tokens = token_file();
+    let args = |port: u16| -> Vec<String> {
+        let mut a = Vec::new();
+        for (k, v) in [
+            ("--adapter", t.adapter),
+            ("--sandbox", t.sandbox),
+            ("--store", store.as_str()),
+            ("--tokens", tokens.to_str().unwrap()),
+            ("--listen", &format!("127.0.0.1:{port}")),
+            ("--replica-id", &format!("node-{}", t.adapter)),
+        ] {
+            a.extend([k.to_owned(), v.to_owned()]);
+        }
+        a
+    };
+    in_sandbox("rm -f /tmp/runs /tmp/go-1 /tmp/go-2 /tmp/detached").await;
+    let mut first = Proc::spawn_with_env(&args(free_port()), &t.env);
+    let base = first.base_url.clone();
+    let c = client(&base, ALICE);
+    let script = r#"echo run >>/tmp/runs; printf 'before\n'; printf 'err\n' >&2
+while [ ! -e /tmp/go-1 ]; do sleep 0.05; done
+printf 'while-detached \303\251\n'; : >/tmp/detached
+while [ ! -e /tmp/go-2 ]; do sleep 0.05; done
+printf 'after\n'; exit 3"#;
+    let req = bash(script);
+    let k = key(&format!("{}-running", t.adapter));
+    let id = c.submit(&k, &req).await.unwrap().receipt.operation_id;
+    for _ in 0..400 {
+        if exists("/tmp/runs").await && status_of(&base, &id).await == Status::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let (_, body) = get(&format!("{base}{}", wire::path::status(&id))).await;
+    assert_eq!(
+        status_of(&base, &id).await,
+        Status::Running,
+        "{}\n{}",
+        String::from_utf8_lossy(&body),
+        first.output()
+    );
+
+    first.kill9();
+    in_sandbox("touch /tmp/go-1").await;
+    tokio::time::sleep(t.settle).await;
+    for _ in 0..400 {
+        if exists("/tmp/detached").await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        exists("/tmp/detached").await,
+        "the command outlived the killed server"
+    );
+
+    let second = Proc::spawn_with_env(&args(free_port()), &t.env);
+    let base = second.base_url.clone();
+    let c = client(&base, ALICE);
+    until("the restarted server reattached", || {
+        second.output().contains("reattaching")
+    })
+    .await;
+    in_sandbox("touch /tmp/go-2").await;
+    let mut op = Operation::resume(k.clone(), req.clone(), &id, None).unwrap();
+    let t2 = run(&c, &mut op).await;
+    let Terminal::Ran { output, .. } = &t2 else {
+        panic!("{t2:?}")
+    };
+    assert_eq!(output.stdout, "before\nwhile-detached \u{e9}\nafter\n");
+    assert_eq!(output.stderr, "err\n");
+    assert_eq!(output.exit_code, 3);
+    let runs = in_sandbox("cat /tmp/runs").await;
+    assert_eq!(&runs.stdout[..], b"run\n", "started exactly once");
+    // The handle is released once the result is known (the sandbox is shared and stays).
+    let left = in_sandbox(&format!("ls -A {} 2>/dev/null | wc -l", t.handles)).await;
+    assert_eq!(String::from_utf8_lossy(&left.stdout).trim(), "0");
+}
+
+/// Sprites, in one shared sprite (`--sandbox`): the spool's supervisor outlives the socket
+/// beyond the default `max_run_after_disconnect`.
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_with_a_sprites_operation_running_reattaches_it_in_the_shared_sprite() {
-    use execseam_core::Exec as _;
     use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator, SpritesOptions};
     let emu = SpritesEmulator::start_with(
         execseam_emulators::EmulatorOptions {
@@ -271,89 +398,71 @@ async fn kill_9_with_a_sprites_operation_running_reattaches_it_in_the_shared_spr
     .await
     .unwrap();
     let sprite = emu.sprite(DEFAULT_SPRITE).unwrap();
-    let in_sprite = |script: String| {
-        let sprite = sprite.clone();
-        async move {
-            let cmd = execseam_core::Command::new(["sh", "-c", script.as_str()]).unwrap();
-            sprite.sandbox().exec().exec(cmd).await.unwrap()
-        }
-    };
-    let store = sqlite_url("restart-sprites");
-    let tokens = token_file();
-    let args = |port: u16| -> Vec<String> {
-        [
-            "--adapter",
-            "sprites",
-            "--sandbox",
-            DEFAULT_SPRITE,
-            "--store",
-            &store,
-            "--tokens",
-            tokens.to_str().unwrap(),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--replica-id",
-            "node-sprites",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    };
-    let env = emu.env();
-    let mut first = Proc::spawn_with_env(&args(free_port()), &env);
-    let base = first.base_url.clone();
-    let c = client(&base, ALICE);
-    let script = r#"echo run >>/tmp/runs; printf 'before\n'; printf 'err\n' >&2
-while [ ! -e /tmp/go-1 ]; do sleep 0.05; done
-printf 'while-detached \303\251\n'
-while [ ! -e /tmp/go-2 ]; do sleep 0.05; done
-printf 'after\n'; exit 3"#;
-    let req = bash(script);
-    let k = key("sprites-running");
-    let id = c.submit(&k, &req).await.unwrap().receipt.operation_id;
-    until("the command runs", || {
-        sprite.sandbox().host_path("/tmp/runs").exists()
+    reattaches_in_a_shared_sandbox(SharedSandbox {
+        adapter: "sprites",
+        sandbox: DEFAULT_SPRITE,
+        env: emu.env(),
+        exec: sprite.sandbox().exec(),
+        handles: SPOOL,
+        // Past max_run_after_disconnect of every socket the first server had open.
+        settle: Duration::from_millis(600),
     })
     .await;
-    for _ in 0..200 {
-        if status_of(&base, &id).await == Status::Running {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(status_of(&base, &id).await, Status::Running);
-
-    first.kill9();
-    in_sprite("touch /tmp/go-1".into()).await;
-    // Past max_run_after_disconnect of every socket the first server had open.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let alive = in_sprite(
-        "ls /tmp/.execseam/p/*/pid >/dev/null && ! ls /tmp/.execseam/p/*/exit 2>/dev/null".into(),
-    )
-    .await;
-    assert!(
-        alive.exit.success(),
-        "the command outlived the killed server"
-    );
-
-    let second = Proc::spawn_with_env(&args(free_port()), &env);
-    let base = second.base_url.clone();
-    let c = client(&base, ALICE);
-    until("the restarted server reattached", || {
-        second.output().contains("reattaching")
-    })
-    .await;
-    in_sprite("touch /tmp/go-2".into()).await;
-    let mut op = Operation::resume(k.clone(), req.clone(), &id, None).unwrap();
-    let t = run(&c, &mut op).await;
-    let Terminal::Ran { output, .. } = &t else {
-        panic!("{t:?}")
-    };
-    assert_eq!(output.stdout, "before\nwhile-detached \u{e9}\nafter\n");
-    assert_eq!(output.stderr, "err\n");
-    assert_eq!(output.exit_code, 3);
-    // The spool is released once the result is known (the sprite is shared and stays).
-    let left = in_sprite("ls -A /tmp/.execseam/p 2>/dev/null | wc -l".into()).await;
-    assert_eq!(String::from_utf8_lossy(&left.stdout).trim(), "0");
     assert!(sprite.is_alive());
+}
+
+/// AX, a native-handle adapter, in its one guest (`--sandbox`: its address): the guest's own
+/// process outlives the server, and the kit's registry finds it again by key.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_with_an_ax_operation_running_reattaches_its_native_handle() {
+    let emu = execseam_emulators::ax::AxEmulator::start(Default::default())
+        .await
+        .unwrap();
+    let env = emu.env();
+    let address = &env.iter().find(|(k, _)| k == "EXECSEAM_SANDBOX").unwrap().1;
+    let provider = execseam::ax::AxProvider::new(execseam::ax::AxConfig::default()).unwrap();
+    let exec = provider.connect(address).await.unwrap();
+    reattaches_in_a_shared_sandbox(SharedSandbox {
+        adapter: "ax",
+        sandbox: address,
+        env: env.clone(),
+        exec: &exec,
+        handles: "/tmp/.execseam/ax",
+        settle: Duration::ZERO,
+    })
+    .await;
+}
+
+/// Vercel, a hybrid adapter (the spool's supervisor is a detached `…/cmd` command), in one
+/// sandbox created first (`--sandbox` its id).
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_with_a_vercel_operation_running_reattaches_its_detached_supervisor() {
+    use execseam::vercel::{VercelConfig, VercelProvider};
+    use execseam_emulators::vercel::{PROJECT_ID, TEAM_ID, VercelEmulator};
+    let emu = VercelEmulator::start_with(Default::default(), Default::default())
+        .await
+        .unwrap();
+    let config = VercelConfig::new(emu.token(), TEAM_ID, PROJECT_ID).api_url(emu.base_url());
+    let sandbox = VercelProvider::new(config).unwrap().create(spec()).await;
+    let exec = sandbox.unwrap();
+    reattaches_in_a_shared_sandbox(SharedSandbox::created("vercel", emu.env(), &exec, SPOOL)).await;
+}
+
+/// Modal, the other native-handle adapter (the task command router's execs, by an id derived
+/// from the key), in one sandbox created first (`--sandbox` its id).
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_with_a_modal_operation_running_reattaches_its_router_exec() {
+    use execseam::modal::{ModalConfig, ModalProvider};
+    use execseam_emulators::modal::{ModalEmulator, TOKEN_ID};
+    let emu = ModalEmulator::start(Default::default()).await.unwrap();
+    let config = ModalConfig::new(TOKEN_ID, emu.token_secret()).server_url(emu.url());
+    let exec = ModalProvider::new(config).unwrap().create(spec()).await;
+    // The kit's registry in the sandbox.
+    let t = SharedSandbox::created(
+        "modal",
+        emu.env(),
+        exec.as_ref().unwrap(),
+        "/tmp/.execseam/m",
+    );
+    reattaches_in_a_shared_sandbox(t).await;
 }

@@ -13,7 +13,43 @@ pub struct Daemon {
     /// What it printed on stdout before it was ready.
     pub banner: Vec<String>,
     /// Everything it writes to stderr.
-    stderr: Arc<Mutex<String>>,
+    stderr: Output,
+}
+
+/// Starts `bin ARGS` with `env` added and stdin, stdout and stderr piped.
+pub fn spawn_piped(bin: &str, args: &[&str], env: &[(String, String)]) -> Child {
+    Command::new(bin)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// What a child wrote so far on one of its pipes ([`collect`]).
+pub type Output = Arc<Mutex<Vec<u8>>>;
+
+/// Reads `from` to its end on a thread of its own; what came so far is in the answer.
+pub fn collect(mut from: impl Read + Send + 'static) -> Output {
+    let seen = Output::default();
+    let sink = seen.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    seen
+}
+
+/// [`collect`]'s bytes so far, as text.
+pub fn text(output: &Output) -> String {
+    String::from_utf8_lossy(&output.lock().unwrap()).into_owned()
 }
 
 impl Daemon {
@@ -26,20 +62,7 @@ impl Daemon {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut err = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let stderr = collect(child.stderr.take().unwrap());
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut banner = Vec::new();
         loop {
@@ -47,7 +70,7 @@ impl Daemon {
             assert!(
                 out.read_line(&mut line).unwrap() > 0,
                 "{bin} {args:?} exited early: {banner:?} {}",
-                stderr.lock().unwrap()
+                text(&stderr)
             );
             let line = line.trim_end().to_owned();
             let done = ready(&line);
@@ -101,7 +124,7 @@ impl Daemon {
     pub fn wait_stderr(&self, text: &str) -> String {
         let t = Instant::now();
         loop {
-            let s = self.stderr.lock().unwrap().clone();
+            let s = self::text(&self.stderr);
             if s.contains(text) || t.elapsed() > Duration::from_secs(10) {
                 return s;
             }
