@@ -550,9 +550,7 @@ impl E2bExec {
         // envd starts the program itself (argv as given): its `execve` is the limit.
         self.inner
             .arg_max
-            .check(PROVIDER, &cmd, &crate::SIZE_LIMIT, || {
-                self.exec(Command::new(size::ARG_MAX_PROBE).expect("a valid probe"))
-            })
+            .check_in(PROVIDER, &cmd, &crate::SIZE_LIMIT, self)
             .await?;
         let inner = &self.inner;
         let stdin = cmd.stdin().clone();

@@ -578,11 +578,7 @@ async fn an_oversized_command_is_refused_before_any_request() {
     let exec = create(config(&emu)).await.unwrap();
     let starts = || requests(&emu, "/process.Process/Start").len();
     let before = starts();
-    let inspect = |n: usize| {
-        let mut argv = vec!["sh".to_owned(), "-c".into(), "echo $#".into(), "sh".into()];
-        argv.extend(std::iter::repeat_n("a".repeat(64 << 10), n));
-        Command::new(argv).unwrap()
-    };
+    let inspect = execseam_test_util::probe::many_64_kib_args;
     let out = exec.exec(inspect(16)).await.unwrap();
     assert_eq!(out.stdout.as_ref(), b"16\n", "{out:?}");
     assert_eq!(starts(), before + 2, "one probe, then the command");
@@ -616,7 +612,7 @@ async fn an_oversized_command_is_refused_before_any_request() {
     assert_eq!(starts(), before + 2);
     // A sandbox whose processes have a 1 MiB stack (ARG_MAX 256 KiB): both sides of its limit.
     let small = {
-        let _stack = StackLimit::set(1 << 20);
+        let _stack = execseam_test_util::probe::StackLimit::set(1 << 20);
         let small = create(config(&emu)).await.unwrap();
         let before = starts();
         let e = small.exec(inspect(16)).await.unwrap_err();
@@ -628,32 +624,4 @@ async fn an_oversized_command_is_refused_before_any_request() {
         small
     };
     small.close().await.unwrap();
-}
-
-/// Sets this process's soft stack limit (what the emulator's sandboxes inherit) until dropped.
-struct StackLimit(libc::rlimit);
-
-impl StackLimit {
-    #[allow(unsafe_code)]
-    fn set(bytes: u64) -> StackLimit {
-        // SAFETY: getrlimit/setrlimit on a properly sized struct.
-        unsafe {
-            let mut old = std::mem::zeroed::<libc::rlimit>();
-            assert_eq!(libc::getrlimit(libc::RLIMIT_STACK, &mut old), 0);
-            let new = libc::rlimit {
-                rlim_cur: bytes,
-                rlim_max: old.rlim_max,
-            };
-            assert_eq!(libc::setrlimit(libc::RLIMIT_STACK, &new), 0);
-            StackLimit(old)
-        }
-    }
-}
-
-impl Drop for StackLimit {
-    #[allow(unsafe_code)]
-    fn drop(&mut self) {
-        // SAFETY: as above.
-        unsafe { libc::setrlimit(libc::RLIMIT_STACK, &self.0) };
-    }
 }

@@ -266,6 +266,25 @@ impl ArgMax {
     }
 }
 
+impl ArgMax {
+    /// [`ArgMax::check`] where the probe is [`ARG_MAX_PROBE`] run by `sandbox` itself (the
+    /// adapter's own `exec`, whose start calls this again with the small probe, which fits):
+    /// the one call an adapter whose command reaches the sandbox as an argv makes before any
+    /// request.
+    pub async fn check_in<E: execseam_core::Exec + ?Sized>(
+        &self,
+        provider: &'static str,
+        command: &Command,
+        fallback: &SizeLimit,
+        sandbox: &E,
+    ) -> Result<(), Error> {
+        self.check(provider, command, fallback, || {
+            sandbox.exec(Command::new(ARG_MAX_PROBE).expect("a valid probe"))
+        })
+        .await
+    }
+}
+
 /// The limit [`ARG_MAX_PROBE`]'s answer gives (`ARG_MAX`, then the environment's lines and
 /// bytes): `ARG_MAX` (at most the kernel's 6 MiB) less the environment (each line a string
 /// and its pointer) and 4 KiB for the filename and the kernel's own words.

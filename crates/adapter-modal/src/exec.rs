@@ -46,6 +46,8 @@ struct Inner {
     first_access: Mutex<Option<api::CommandRouterAccess>>,
     router: OnceCell<Arc<Router>>,
     ownership: Ownership,
+    /// What the container's `execve` takes, asked for the first large command.
+    arg_max: execseam_adapter_kit::size::ArgMax,
 }
 
 impl Drop for Inner {
@@ -114,6 +116,7 @@ impl ModalExec {
                 first_access: Mutex::new(None),
                 router: OnceCell::new(),
                 ownership,
+                arg_max: execseam_adapter_kit::size::ArgMax::new(),
             }),
         }
     }
@@ -314,7 +317,11 @@ impl ModalExec {
     }
 
     async fn start(&self, command: Command) -> Result<EventStream, Error> {
-        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        // The task's command router `execve`s the argv in the container: its limit, asked.
+        self.inner
+            .arg_max
+            .check_in(PROVIDER, &command, &crate::SIZE_LIMIT, self)
+            .await?;
         tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
         let router = self.router("exec").await?;
         let exec_id = uuid4();

@@ -528,3 +528,38 @@ async fn a_process_start_whose_answer_is_lost_runs_once_when_retried() {
         .unwrap_err();
     assert_eq!(reuse.kind(), ErrorKind::Conflict, "{reuse}");
 }
+
+/// The container's `execve` limit is the container's own (issue 38, D32): the first command
+/// over 64 KiB asks it once (`getconf ARG_MAX` and the env, one probe exec), so Inspect's 16 x
+/// 64 KiB arguments run at the default stack, and a handle whose container processes have a
+/// 1 MiB stack (ARG_MAX 256 KiB) refuses them before their `ExecStart` (the code before
+/// assumed 8 MiB and sent them).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_is_checked_against_the_containers_probed_arg_max() {
+    let emu = emulator().await;
+    let a = create(&emu).await;
+    let execs = |exec: &ModalExec| emu.sandbox(exec.id()).unwrap().exec_count();
+    let inspect = execseam_test_util::probe::many_64_kib_args;
+    let out = a.exec(inspect(16)).await.unwrap();
+    assert_eq!(out.stdout.as_ref(), b"16\n", "{out:?}");
+    assert_eq!(execs(&a), 2, "one probe, then the command");
+    a.exec(inspect(16)).await.unwrap();
+    assert_eq!(execs(&a), 3, "asked once");
+    let small = {
+        let _stack = execseam_test_util::probe::StackLimit::set(1 << 20);
+        let small = provider(&emu).connect(a.id()).await.unwrap();
+        let e = small.exec(inspect(16)).await.unwrap_err();
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::InvalidCommand, Retry::Never),
+            "{e}"
+        );
+        assert!(e.message().contains("ARG_MAX"), "{e}");
+        assert_eq!(execs(&a), 4, "only the probe");
+        let out = small.exec(inspect(2)).await.unwrap();
+        assert_eq!(out.stdout.as_ref(), b"2\n", "{out:?}");
+        small
+    };
+    small.close().await.unwrap();
+    a.close().await.unwrap();
+}

@@ -70,3 +70,42 @@ pub fn kill_leftovers(arg: &str) {
             .status();
     }
 }
+
+/// Sets this process's soft stack limit (what an emulator's sandboxes inherit, so their
+/// `getconf ARG_MAX` is a quarter of it) until dropped. Process-wide: a test that sets it
+/// affects the processes other tests of its binary start meanwhile.
+pub struct StackLimit(libc::rlimit);
+
+impl StackLimit {
+    #[allow(unsafe_code)]
+    /// Sets the soft limit to `bytes`, the hard one kept; the old one comes back on drop.
+    pub fn set(bytes: u64) -> StackLimit {
+        // SAFETY: getrlimit/setrlimit on a properly sized struct.
+        unsafe {
+            let mut old = std::mem::zeroed::<libc::rlimit>();
+            assert_eq!(libc::getrlimit(libc::RLIMIT_STACK, &mut old), 0);
+            let new = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: old.rlim_max,
+            };
+            assert_eq!(libc::setrlimit(libc::RLIMIT_STACK, &new), 0);
+            StackLimit(old)
+        }
+    }
+}
+
+impl Drop for StackLimit {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe { libc::setrlimit(libc::RLIMIT_STACK, &self.0) };
+    }
+}
+
+/// Inspect's large command: `sh -c 'echo $#' sh` and `n` arguments of 64 KiB (it prints `n`);
+/// 16 of them fit the default stack's `execve`, not a 1 MiB stack's ([`StackLimit`]).
+pub fn many_64_kib_args(n: usize) -> execseam_core::Command {
+    let mut argv = vec!["sh".to_owned(), "-c".into(), "echo $#".into(), "sh".into()];
+    argv.extend(std::iter::repeat_n("a".repeat(64 << 10), n));
+    execseam_core::Command::new(argv).expect("a valid command")
+}
