@@ -41,6 +41,8 @@ struct Inner {
     name: String,
     session: Mutex<String>,
     ownership: Ownership,
+    /// What the sandbox's `execve` takes, asked for the first large command.
+    arg_max: execseam_adapter_kit::size::ArgMax,
 }
 
 impl std::fmt::Debug for VercelExec {
@@ -90,6 +92,7 @@ impl VercelExec {
                 name,
                 session: Mutex::new(session),
                 ownership,
+                arg_max: execseam_adapter_kit::size::ArgMax::new(),
             }),
         }
     }
@@ -169,7 +172,11 @@ impl VercelExec {
     }
 
     async fn start(&self, command: Command) -> Result<EventStream, Error> {
-        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        // The sandbox `execve`s the argv (`command` and `args`): its limit, asked.
+        self.inner
+            .arg_max
+            .check_in(PROVIDER, &command, &crate::SIZE_LIMIT, self)
+            .await?;
         let argv = command.argv();
         let stdin = command.stdin().clone();
         let cfg = &self.inner.api.config;
@@ -681,7 +688,11 @@ impl VercelExec {
             .with_provider(PROVIDER)
             .with_operation("spawn"));
         }
-        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        // The sandbox `execve`s the argv (`command` and `args`): its limit, asked.
+        self.inner
+            .arg_max
+            .check_in(PROVIDER, &command, &crate::SIZE_LIMIT, self)
+            .await?;
         let argv = command.argv();
         let cfg = &self.inner.api.config;
         let args: Vec<String> = argv[1..].to_vec();

@@ -35,7 +35,8 @@ pub use provider::VercelProvider;
 
 /// The largest command (argv and env) sent, checked before any I/O: the sandbox `execve`s the
 /// command and args it is given (128 KiB per string, 2 MiB less 256 KiB in all, the rest of `ARG_MAX` left
-/// to the sandbox's environment).
+/// to the sandbox's environment). The fallback: the first command over 64 KiB asks the sandbox
+/// (`size::ArgMax`: its `getconf ARG_MAX` less its environment) and is checked against that.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::linux(
         execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
