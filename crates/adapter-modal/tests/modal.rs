@@ -538,28 +538,9 @@ async fn a_process_start_whose_answer_is_lost_runs_once_when_retried() {
 async fn a_command_is_checked_against_the_containers_probed_arg_max() {
     let emu = emulator().await;
     let a = create(&emu).await;
-    let execs = |exec: &ModalExec| emu.sandbox(exec.id()).unwrap().exec_count();
-    let inspect = execseam_test_util::probe::many_64_kib_args;
-    let out = a.exec(inspect(16)).await.unwrap();
-    assert_eq!(out.stdout.as_ref(), b"16\n", "{out:?}");
-    assert_eq!(execs(&a), 2, "one probe, then the command");
-    a.exec(inspect(16)).await.unwrap();
-    assert_eq!(execs(&a), 3, "asked once");
-    let small = {
-        let _stack = execseam_test_util::probe::StackLimit::set(1 << 20);
-        let small = provider(&emu).connect(a.id()).await.unwrap();
-        let e = small.exec(inspect(16)).await.unwrap_err();
-        assert_eq!(
-            (e.kind(), e.retry()),
-            (ErrorKind::InvalidCommand, Retry::Never),
-            "{e}"
-        );
-        assert!(e.message().contains("ARG_MAX"), "{e}");
-        assert_eq!(execs(&a), 4, "only the probe");
-        let out = small.exec(inspect(2)).await.unwrap();
-        assert_eq!(out.stdout.as_ref(), b"2\n", "{out:?}");
-        small
-    };
+    let execs = || emu.sandbox(a.id()).unwrap().exec_count() as u64;
+    let fresh = || async { provider(&emu).connect(a.id()).await.unwrap() };
+    let small = execseam_test_util::probe::arg_max_is_probed(&a, fresh, execs).await;
     small.close().await.unwrap();
     a.close().await.unwrap();
 }

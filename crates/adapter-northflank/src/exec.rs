@@ -92,6 +92,8 @@ struct Inner {
     target: Target,
     id: String,
     ownership: Ownership,
+    /// What the container's `execve` takes, asked for the first large command.
+    arg_max: execseam_adapter_kit::size::ArgMax,
 }
 
 impl NorthflankExec {
@@ -102,6 +104,7 @@ impl NorthflankExec {
                 api,
                 target,
                 ownership: Ownership::never_owned(),
+                arg_max: execseam_adapter_kit::size::ArgMax::new(),
             }),
         }
     }
@@ -112,7 +115,11 @@ impl NorthflankExec {
     }
 
     async fn start(&self, command: Command) -> Result<EventStream, Error> {
-        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        // The container `execve`s the argv: its limit, asked.
+        self.inner
+            .arg_max
+            .check_in(PROVIDER, &command, &crate::SIZE_LIMIT, self)
+            .await?;
         let api = &self.inner.api;
         let c = &api.config;
         // workdir and env through the `/bin/sh -c` wrapper: the protocol has neither.

@@ -76,7 +76,9 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 /// The largest command (argv and env) sent, checked before any I/O: Kubernetes exec
 /// `execve`s the argv in the container (128 KiB per string, 2 MiB less 256 KiB in all, the rest of
 /// `ARG_MAX` left to the container's environment). A command with env or a workdir travels as
-/// one `/bin/sh -c` script, checked after quoting against the 128 KiB of one string.
+/// one `/bin/sh -c` script, checked after quoting against the 128 KiB of one string. The
+/// fallback: the first command over 64 KiB asks the container (`size::ArgMax`: its `getconf
+/// ARG_MAX` less its environment) and is checked against that.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::linux(
         execseam_adapter_kit::size::LINUX_DEFAULT_STACK,

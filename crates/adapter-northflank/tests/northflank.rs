@@ -232,3 +232,16 @@ async fn each_service_is_its_own_container() {
         .unwrap();
     assert_ne!(out.exit, Exit::Code(0), "not in the job's container");
 }
+
+/// The container's `execve` limit is its own (issue 38, D32): the first command over 64 KiB
+/// asks it once (one probe exec), so Inspect's 16 x 64 KiB arguments run at the default stack,
+/// and a handle on a container whose processes have a 1 MiB stack refuses them before their
+/// exec request (the code before assumed 8 MiB and sent them).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_is_checked_against_the_containers_probed_arg_max() {
+    let (emu, config) = setup().await;
+    let provider = NorthflankProvider::new(config).unwrap();
+    let svc = provider.connect(SERVICE_ID).await.unwrap();
+    let fresh = || async { provider.connect(SERVICE_ID).await.unwrap() };
+    execseam_test_util::probe::arg_max_is_probed(&svc, fresh, || emu.exec_requests()).await;
+}

@@ -407,24 +407,7 @@ async fn the_kill_is_awaited_and_confirmed() {
 async fn a_command_is_checked_against_the_sandboxs_probed_arg_max() {
     let (emu, provider) = setup().await;
     let a = provider.create(SandboxSpec::new()).await.unwrap();
-    let inspect = execseam_test_util::probe::many_64_kib_args;
-    let before = emu.exec_requests();
-    let out = a.exec(inspect(16)).await.unwrap();
-    assert_eq!(out.stdout.as_ref(), b"16\n", "{out:?}");
-    assert_eq!(
-        emu.exec_requests(),
-        before + 2,
-        "one probe, then the command"
-    );
-    {
-        let _stack = execseam_test_util::probe::StackLimit::set(1 << 20);
-        let small = provider.connect(a.id()).await.unwrap();
-        let e = small.exec(inspect(16)).await.unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidCommand, "{e}");
-        assert!(e.message().contains("ARG_MAX"), "{e}");
-        assert_eq!(emu.exec_requests(), before + 3, "only the probe");
-        let out = small.exec(inspect(2)).await.unwrap();
-        assert_eq!(out.stdout.as_ref(), b"2\n", "{out:?}");
-    }
+    let fresh = || async { provider.connect(a.id()).await.unwrap() };
+    execseam_test_util::probe::arg_max_is_probed(&a, fresh, || emu.exec_requests()).await;
     a.destroy().await.unwrap();
 }

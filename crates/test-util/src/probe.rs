@@ -109,3 +109,39 @@ pub fn many_64_kib_args(n: usize) -> execseam_core::Command {
     argv.extend(std::iter::repeat_n("a".repeat(64 << 10), n));
     execseam_core::Command::new(argv).expect("a valid command")
 }
+
+/// Issue 38 (D32) on an adapter that asks its sandbox's `ARG_MAX` (`size::ArgMax`): on `first`
+/// (a sandbox at the host's default stack) Inspect's 16 x 64 KiB runs after one probe, and the
+/// probe is not asked again; `fresh` (a new handle made while the sandbox's processes have a
+/// 1 MiB stack: `ARG_MAX` 256 KiB) refuses it before its request (`requests`: the command
+/// requests the emulator counted, only the probe added) and runs 2 x 64 KiB. Returns the fresh
+/// handle for the caller to close.
+pub async fn arg_max_is_probed<E, F, Fut>(first: &E, fresh: F, requests: impl Fn() -> u64) -> E
+where
+    E: execseam_core::Exec,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = E>,
+{
+    let before = requests();
+    for _ in 0..2 {
+        let out = first.exec(many_64_kib_args(16)).await.expect("16 x 64 KiB");
+        assert_eq!(out.stdout.as_ref(), b"16\n", "{out:?}");
+    }
+    assert_eq!(requests(), before + 3, "one probe, then the command twice");
+    let _stack = StackLimit::set(1 << 20);
+    let small = fresh().await;
+    let e = small.exec(many_64_kib_args(16)).await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.retry()),
+        (
+            execseam_core::ErrorKind::InvalidCommand,
+            execseam_core::Retry::Never
+        ),
+        "{e}"
+    );
+    assert!(e.message().contains("ARG_MAX"), "{e}");
+    assert_eq!(requests(), before + 4, "only the probe");
+    let out = small.exec(many_64_kib_args(2)).await.expect("2 x 64 KiB");
+    assert_eq!(out.stdout.as_ref(), b"2\n", "{out:?}");
+    small
+}
