@@ -47,6 +47,8 @@ pub struct AxExec {
     guest: Arc<OnceLock<Guest>>,
     /// Never owned: a guest ends with its task.
     ownership: Ownership,
+    /// What the guest's `execve` takes, asked for the first large command (shared by clones).
+    arg_max: Arc<execseam_adapter_kit::size::ArgMax>,
 }
 
 impl AxExec {
@@ -57,6 +59,7 @@ impl AxExec {
             id,
             guest: Arc::new(OnceLock::new()),
             ownership: Ownership::never_owned(),
+            arg_max: Arc::default(),
         }
     }
 
@@ -116,7 +119,10 @@ impl AxExec {
 
     async fn start(&self, command: Command) -> Result<EventStream, Error> {
         tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec");
-        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        // The guest `execve`s the argv: its limit, asked.
+        self.arg_max
+            .check_in(PROVIDER, &command, &crate::SIZE_LIMIT, self)
+            .await?;
         let guest = self.guest("exec")?;
         let stdin = command.stdin().clone();
         let request = start_request(&command, !stdin.is_empty());

@@ -988,3 +988,14 @@ async fn a_process_the_guest_forgot_is_expired() {
         "released"
     );
 }
+
+/// The guest's `execve` limit is its own (issue 38, D32): asked once for the first command over
+/// 64 KiB, so Inspect's 16 x 64 KiB runs at the default stack and is refused before its
+/// `StartProcess` where the guest's processes have a 1 MiB stack.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_is_checked_against_the_guests_probed_arg_max() {
+    let emu = emulator().await;
+    let fresh = || async { adapter(&emu) };
+    execseam_test_util::probe::arg_max_is_probed(&adapter(&emu), fresh, || emu.exec_requests())
+        .await;
+}

@@ -682,6 +682,11 @@ impl Ax {
         endpoint(&self.shared.shell)
     }
 
+    /// How many `StartProcess` requests arrived (route `exec`).
+    pub fn exec_requests(&self) -> u64 {
+        self.shared.faults.count("exec")
+    }
+
     /// The directly reached guest.
     pub fn primary(&self) -> &Arc<GuestState> {
         &self.shared.primary
