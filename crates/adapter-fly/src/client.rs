@@ -11,7 +11,7 @@ use execseam_adapter_kit::http::{self, ClientOptions, Refusal};
 use execseam_adapter_kit::retry::Call;
 
 use crate::config::FlyConfig;
-use crate::error::{EXEC, control, from_status};
+use crate::error::{CREATE, EXEC, control, from_status};
 use crate::wire::{Machine, MachineExecRequest, WaitResponse};
 
 /// The most of a machine or lease answer read.
@@ -152,14 +152,14 @@ impl Client {
         &self,
         body: &crate::wire::CreateMachine,
     ) -> Result<Machine, Error> {
-        let call = control("create");
+        let call = CREATE;
         let json = serde_json::to_vec(body)
             .map_err(|e| call.invalid_config(format!("cannot encode the request: {e}")))?;
         let req = self
             .request_to(Method::POST, self.app_url())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(json);
-        let body = self.send(req, call, Duration::from_secs(60)).await?;
+        let body = self.send(req, call, self.config.create_timeout).await?;
         parse(&body, "create")
     }
 

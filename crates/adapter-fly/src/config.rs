@@ -32,6 +32,7 @@ pub struct FlyConfig {
     pub(crate) container: Option<String>,
     pub(crate) lease_nonce: Option<String>,
     pub(crate) start_timeout: Duration,
+    pub(crate) create_timeout: Duration,
 }
 
 /// The default [`FlyConfig::max_answer_bytes`]: both streams at the API's 2 MiB output cap,
@@ -55,6 +56,7 @@ impl fmt::Debug for FlyConfig {
             .field("container", &self.container)
             .field("lease_nonce", &self.lease_nonce.as_ref().map(|_| "<set>"))
             .field("start_timeout", &self.start_timeout)
+            .field("create_timeout", &self.create_timeout)
             .finish()
     }
 }
@@ -81,6 +83,7 @@ impl FlyConfig {
             container: None,
             lease_nonce: None,
             start_timeout: Duration::from_secs(180),
+            create_timeout: Duration::from_secs(60),
         }
     }
 
@@ -233,6 +236,15 @@ impl FlyConfig {
     #[must_use]
     pub fn start_timeout(mut self, timeout: Duration) -> Self {
         self.start_timeout = timeout;
+        self
+    }
+
+    /// How long the create request (`POST /v1/apps/{app}/machines`) may take, its answer
+    /// included (default 60 s). An answer that does not come in time is an error after the send
+    /// (the machine may exist): the facade's guard looks for it by its create tag.
+    #[must_use]
+    pub fn create_timeout(mut self, timeout: Duration) -> Self {
+        self.create_timeout = timeout;
         self
     }
 

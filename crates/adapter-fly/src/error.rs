@@ -19,7 +19,12 @@ pub(crate) const fn call(operation: &'static str, stage: Stage) -> Call {
 /// The exec POST: once sent, the command may have run.
 pub(crate) const EXEC: Call = call("exec", Stage::Submit);
 
-/// A control call (get, create, start, wait, destroy): nothing runs in the machine.
+/// The create POST: once sent, the machine may exist (issue 38, D17). A failure after the send
+/// must not be `Safe`: a retry would make a second machine, and the guard would not look for
+/// the first.
+pub(crate) const CREATE: Call = call("create", Stage::Submit);
+
+/// A control call (get, start, wait, destroy): nothing runs in the machine.
 pub(crate) const fn control(operation: &'static str) -> Call {
     call(operation, Stage::Before)
 }
@@ -224,5 +229,14 @@ mod tests {
             }
         );
         assert!(e.message().contains("01JJ-fra"), "{e}");
+    }
+
+    #[test]
+    fn a_create_that_failed_after_its_send_is_not_safe() {
+        // Issue 38, D17: the machine may exist; `Safe` would retry it into a second one.
+        for status in [500, 502, 503, 504] {
+            let e = from_status(status, &HeaderMap::new(), b"{}", CREATE);
+            assert!(!matches!(e.retry(), Retry::Safe { .. }), "{status}: {e:?}");
+        }
     }
 }

@@ -281,18 +281,23 @@ fn daytona(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 }
 
 fn fly(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam::fly::{Fly, FlyProvider};
-    emulated("fly", None, |at, url, id, idle| async move {
-        // Fly's exec answer comes when the command ends: its request is bounded by the
-        // command's timeout plus a slack. A small declared answer limit: an endless answer
-        // must end on it, at any speed of this machine, long before the request timeout.
-        let config = at
-            .config::<Fly>(&url)?
-            .exec_timeout(idle)
-            .request_slack(idle)
-            .max_answer_bytes(ANSWER_LIMIT);
-        Ok(exec(FlyProvider::new(config)?.attach(&id)?))
-    })
+    attached_creating::<execseam::fly::Fly>("fly", fly_timeouts, fly_creates)
+}
+
+/// Fly's exec answer comes when the command ends: its request is bounded by the command's
+/// timeout plus a slack; the create's by its own timeout. A small declared answer limit: an
+/// endless answer must end on it, at any speed of this machine, long before the request timeout.
+fn fly_timeouts(c: execseam::fly::FlyConfig, idle: Duration) -> execseam::fly::FlyConfig {
+    c.exec_timeout(idle)
+        .request_slack(idle)
+        .create_timeout(idle)
+        .max_answer_bytes(ANSWER_LIMIT)
+}
+
+/// Fly's create (`POST /v1/apps/{app}/machines`: the machine, started, in one answer).
+fn fly_creates(at: Endpoints, _own: String) -> Creates {
+    let routes = &[("POST /*/machines", false)];
+    tagged_creates::<execseam::fly::Fly>("fly", at, fly_timeouts, false, routes)
 }
 
 fn sprites(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
@@ -318,20 +323,26 @@ fn sprites_on(transport: execseam::sprites::Transport) -> BoxFuture<'static, Res
 }
 
 fn modal(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam::modal::{Modal, ModalProvider};
     // The router's URL comes from the control plane: through the proxy, the emulator answers
     // with the proxy's address (x-forwarded-host), so router calls go through it.
-    emulated("modal", None, |at, url, id, idle| async move {
-        let config = at
-            .config::<Modal>(&url)?
-            .request_timeout(idle)
-            .stream_idle_timeout(idle)
-            .connect_timeout(idle)
-            // A stream that cannot be opened is reopened up to max_resumes times, each bounded
-            // by the request timeout: a bare answer comes within their product.
-            .max_resumes(3);
-        Ok(exec(ModalProvider::new(config)?.attach(&id)?))
-    })
+    attached_creating::<execseam::modal::Modal>("modal", modal_timeouts, modal_creates)
+}
+
+/// Modal's request, stream idle and connect timeouts set to `idle`.
+fn modal_timeouts(c: execseam::modal::ModalConfig, idle: Duration) -> execseam::modal::ModalConfig {
+    c.request_timeout(idle)
+        .stream_idle_timeout(idle)
+        .connect_timeout(idle)
+        // A stream that cannot be opened is reopened up to max_resumes times, each bounded by
+        // the request timeout: a bare answer comes within their product.
+        .max_resumes(3)
+}
+
+/// Modal's create (`SandboxCreateV2`: the sandbox id and its first router access in one answer;
+/// the app and image lookups before it make nothing).
+fn modal_creates(at: Endpoints, _own: String) -> Creates {
+    let routes = &[("POST /*/SandboxCreateV2", false)];
+    tagged_creates::<execseam::modal::Modal>("modal", at, modal_timeouts, false, routes)
 }
 
 /// Chrono as its conformance target starts it (a host directory mounted into every execution's
@@ -427,6 +438,25 @@ fn vercel_timeouts(
     c.request_timeout(idle)
         .connect_timeout(idle)
         .stream_idle_timeout(idle)
+}
+
+/// Adapter `A`'s emulated target, its sandbox attached to through the proxy (its configuration
+/// tuned there), with its creates for the `creates` phase.
+fn attached_creating<A: KitAdapter>(
+    target: &'static str,
+    tune: fn(A::Config, Duration) -> A::Config,
+    creates: CreatesOf,
+) -> BoxFuture<'static, Result<Setup, Error>> {
+    emulated_creating(
+        target,
+        None,
+        move |at, url, id, idle| async move {
+            let provider = provider_at::<A>(&at, Some((&url, idle)), tune)?;
+            let sandbox: Arc<dyn Sandbox> = Arc::from(provider.attach(&id)?);
+            Ok(sandbox as Arc<dyn Exec>)
+        },
+        Some(creates),
+    )
 }
 
 /// Adapter `A`'s provider through a base URL, its configuration tuned there (its timeouts set
@@ -546,14 +576,32 @@ fn northflank_creates(at: Endpoints, own: String) -> Creates {
 /// Through the proxy, every request of an exec goes through it: a fresh handle's lookups of the
 /// claim, its Sandbox and its pod, the exec upgrade and its socket, the kill.
 fn kubernetes(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam::kubernetes::{Kubernetes, KubernetesProvider};
-    emulated("kubernetes", None, |at, url, id, idle| async move {
-        let config = at
-            .config::<Kubernetes>(&url)?
-            .request_timeout(idle)
-            .idle_timeout(idle);
-        Ok(exec(KubernetesProvider::new(config)?.attach(&id)?))
-    })
+    attached_creating::<execseam::kubernetes::Kubernetes>(
+        "kubernetes",
+        kubernetes_timeouts,
+        kubernetes_creates,
+    )
+}
+
+/// Kubernetes' request and idle timeouts set to `idle`.
+fn kubernetes_timeouts(
+    c: execseam::kubernetes::KubernetesConfig,
+    idle: Duration,
+) -> execseam::kubernetes::KubernetesConfig {
+    c.request_timeout(idle).idle_timeout(idle)
+}
+
+/// Kubernetes' create in its default (claim) mode: `POST …/sandboxclaims`, then the waits for
+/// its Sandbox and pod (the claim is named by then, and deleted on a failure).
+fn kubernetes_creates(at: Endpoints, _own: String) -> Creates {
+    let routes = &[("POST /*/sandboxclaims", false)];
+    tagged_creates::<execseam::kubernetes::Kubernetes>(
+        "kubernetes",
+        at,
+        kubernetes_timeouts,
+        false,
+        routes,
+    )
 }
 
 fn internal(e: impl std::fmt::Display) -> Error {
