@@ -134,6 +134,11 @@ execseam_adapter_kit::adapter! {
         provider: SpritesProvider,
     }
 
+    // A sprite's name is its id (`POST /v1/sprites {"name"}`, then `/v1/sprites/{name}`): a
+    // create whose answer was lost is found by a name the guard gives it.
+    const LOST_CREATE: execseam_adapter_kit::guard::LostCreate =
+        execseam_adapter_kit::guard::LostCreate::Named("name");
+
     fn capabilities(config: &SpritesConfig) -> Capabilities {
         SpritesExec::capabilities_of(config)
     }
