@@ -230,6 +230,12 @@ pub struct CommandPayload {
     pub id: String,
     /// `null` while it runs; 128+n for a signal.
     pub exit_code: Option<i32>,
+    /// The program (`name`: what `command` named).
+    #[serde(default)]
+    pub name: String,
+    /// The rest of its argv.
+    #[serde(default)]
+    pub args: Vec<String>,
 }
 
 /// `{command}`.
@@ -237,6 +243,13 @@ pub struct CommandPayload {
 pub struct CommandResponse {
     /// The command.
     pub command: CommandPayload,
+}
+
+/// `{commands}` (`GET …/cmd`, the Python SDK's command list).
+#[derive(Clone, Debug, Deserialize)]
+pub struct CommandList {
+    /// The session's commands.
+    pub commands: Vec<CommandPayload>,
 }
 
 /// `{"error":{"code","message"}}`.
