@@ -160,11 +160,10 @@ pub trait Launch: Send + Sync {
     /// default cannot tell.
     fn wait_supervisor<'a>(
         &'a self,
-        dir: &'a str,
-        within: Duration,
+        _dir: &'a str,
+        _within: Duration,
     ) -> BoxFuture<'a, Result<bool, Error>> {
-        let _ = (dir, within);
-        Box::pin(async { Ok(false) })
+        Box::pin(std::future::ready(Ok(false)))
     }
 }
 

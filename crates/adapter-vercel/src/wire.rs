@@ -505,7 +505,9 @@ mod tests {
             parse_line(started).unwrap(),
             Line::Command(CommandPayload {
                 id: "cmd_1".into(),
-                exit_code: None
+                exit_code: None,
+                name: "echo".into(),
+                args: vec![],
             })
         );
         let done = br#"{"command":{"id":"cmd_1","exitCode":3,"durationMs":5}}"#;
@@ -513,7 +515,9 @@ mod tests {
             parse_line(done).unwrap(),
             Line::Command(CommandPayload {
                 id: "cmd_1".into(),
-                exit_code: Some(3)
+                exit_code: Some(3),
+                name: String::new(),
+                args: vec![],
             })
         );
         assert_eq!(

@@ -352,11 +352,9 @@ async fn a_handles_wait_is_vercels_wait_on_its_supervisor() {
     let (emu, provider) = setup().await;
     let sb = provider.create(SandboxSpec::new()).await.unwrap();
     let p = sb.processes().expect("handles");
-    let key = execseam_core::StartKey::new("waited").unwrap();
-    let s = p
-        .start(execseam_core::StartRequest::new(key, sh("sleep 1; exit 3")))
-        .await
-        .unwrap();
+    let waited_key = execseam_core::StartKey::new("waited").unwrap();
+    let request = execseam_core::StartRequest::new(waited_key, sh("sleep 1; exit 3"));
+    let s = p.start(request).await.unwrap();
     let (execs, requests) = (emu.exec_requests(), emu.requests().len());
     let waited = p.wait(&s.handle, Duration::from_secs(20)).await.unwrap();
     assert_eq!(waited, execseam_core::Waited::Exited(Exit::Code(3)));
