@@ -14,7 +14,7 @@
 //! | remote_kill | yes: dropping the exec or the stream calls `POST /exec/{session}/kill?signal=KILL` | no |
 //! | binary_output | yes: binary frames | no: frames have no length, so bytes are attributed per HTTP chunk |
 //! | process handles | yes: [`Processes`](execseam_core::Processes) from the adapter kit's spool, output and exit in files in the sprite (the attach replay is a bounded scrollback without offsets) | yes |
-//! | terminals | Sprites' TTY exec (`tty=true`, `rows`, `cols`; resize messages), held by the handle that opened it: not reattachable (`terminal_reattach: false`) | the kit's recorder (`script(1)`): reattachable |
+//! | terminals | the kit's recorder (`script(1)`) by default: reattachable from any handle or process; with `EXECSEAM_SPRITES_TERMINAL=attached`, Sprites' TTY exec (`tty=true`, `rows`, `cols`; resize messages), held by the handle that opened it (`terminal_reattach: false`) | the kit's recorder (`script(1)`): reattachable |
 //!
 //! # Quirks
 //!
