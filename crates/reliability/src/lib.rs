@@ -38,6 +38,11 @@ pub struct Adapter {
     /// At most this many cases in flight for this adapter (below [`Options::parallel`]), where
     /// its backend is a real engine on this host rather than an emulator.
     pub parallel: Option<usize>,
+    /// Why the provider carries a command as one string (a `bash -c` script, a wrapper after
+    /// quoting, a URL), so that Inspect's 16 x 64 KiB argv, which a real `execve` takes, is
+    /// refused (`InvalidCommand` before any request) rather than run: the `sizes` phase holds
+    /// every other adapter to running it exactly.
+    pub one_string: Option<&'static str>,
 }
 
 /// Builds a handle on the suite's sandbox whose every request goes to the given base URL, with
@@ -1400,27 +1405,36 @@ pub async fn sizes(adapters: &[Adapter], options: &Options) -> Phase {
         adapters,
         (
         "sizes",
-        "{10 MiB argv, 10 MiB env: InvalidCommand/Never before any request, message capped, not quoted; 40 KiB of quotes: the exact Ok or refused before any request; 100 KiB of text: the exact Ok}",
+        "{10 MiB argv, 10 MiB env: InvalidCommand/Never before any request, message capped, not quoted; 40 KiB of quotes: the exact Ok or refused before any request; 100 KiB of text: the exact Ok; 16 x 64 KiB argv: the exact Ok, or refused before any request where the row says why the provider carries one string}",
         &[
             "one 10 MiB argument",
             "10 MiB of env",
             "40 KiB of quotes",
             "100 KiB of text",
+            "16 x 64 KiB argv",
         ],
         ),
-        move |_, setup, case| {
+        move |adapter, setup, case| {
             let big = big.clone();
             Box::pin(async move {
                 // Near the limit, what counts is what the sandbox execs (after the adapter's
                 // wrapping and quoting): refused before any request, or run exactly; never
                 // sent and then failed (E2BIG after the submit), never refused when it fits.
                 let near = match case {
-                    "40 KiB of quotes" => Some(("'".repeat(40 << 10), true)),
-                    "100 KiB of text" => Some(("a".repeat(100 << 10), false)),
+                    "40 KiB of quotes" => Some(Near::printf("'".repeat(40 << 10), Refusal::May)),
+                    // Sprites sends argv and env in the exec URL, whose documented limit
+                    // (60 KiB) is below 100 KiB: refusing there is its limit, not a guess.
+                    "100 KiB of text" => Some(Near::printf("a".repeat(100 << 10), Refusal::Url)),
+                    // Issue 38 (D32): Inspect's command, which Linux's default `execve` takes.
+                    "16 x 64 KiB argv" => Some(Near {
+                        cmd: execseam_test_util::probe::many_64_kib_args(16),
+                        want: b"16\n".to_vec(),
+                        refusal: adapter.one_string.map_or(Refusal::Never, Refusal::Must),
+                    }),
                     _ => None,
                 };
-                if let Some((arg, may_refuse)) = near {
-                    return near_limit_case(&setup, options, &arg, may_refuse).await.into();
+                if let Some(near) = near {
+                    return near_limit_case(&setup, options, near).await.into();
                 }
                 let cmd = if case == "10 MiB of env" {
                     Command::builder(["true"]).env("BIG", big.as_str()).build()
@@ -1435,48 +1449,71 @@ pub async fn sizes(adapters: &[Adapter], options: &Options) -> Phase {
     .await
 }
 
-/// `printf %s ARG`: the exact `Ok`, or (where `may_refuse`) `InvalidCommand`/`Never` with no
-/// request sent.
-async fn near_limit_case(
-    setup: &Setup,
-    options: &Options,
-    arg: &str,
-    may_refuse: bool,
-) -> Result<(), String> {
+/// A command near a limit, the stdout it prints, and when a refusal is right.
+struct Near {
+    cmd: Command,
+    want: Vec<u8>,
+    refusal: Refusal,
+}
+
+/// When a near-limit command may be refused (`InvalidCommand`/`Never`, no request sent).
+enum Refusal {
+    /// Either way.
+    May,
+    /// Only for the exec URL's limit (Sprites).
+    Url,
+    /// Never: it must run.
+    Never,
+    /// Always, for the row's reason: it must not run.
+    Must(&'static str),
+}
+
+impl Near {
+    /// `printf %s ARG`, which prints `ARG`.
+    fn printf(arg: String, refusal: Refusal) -> Near {
+        let cmd = Command::new(["printf", "%s", &arg]).expect("a valid command");
+        Near {
+            cmd,
+            want: arg.into_bytes(),
+            refusal,
+        }
+    }
+}
+
+/// The exact `Ok`, or where `near.refusal` allows it `InvalidCommand`/`Never` with no request
+/// sent.
+async fn near_limit_case(setup: &Setup, options: &Options, near: Near) -> Result<(), String> {
     let (proxy, exec) = connect(setup, options.layered_idle_timeout).await?;
     proxy.clear_requests();
-    let cmd = Command::new(["printf", "%s", arg]).expect("a valid command");
-    let r = tokio::time::timeout(options.bare_bound, exec.exec(cmd)).await;
+    let r = tokio::time::timeout(options.bare_bound, exec.exec(near.cmd)).await;
     let seen = proxy.requests().len();
     drop(exec);
     proxy.shutdown().await;
-    match r {
-        Err(_) => Err(format!("no answer within {:?}", options.bare_bound)),
-        Ok(Ok(out)) if out.stdout.as_ref() == arg.as_bytes() && out.exit.success() => Ok(()),
-        Ok(Ok(out)) => Err(format!(
+    let refused =
+        |e: &Error| (e.kind(), e.retry()) == (ErrorKind::InvalidCommand, Retry::Never) && seen == 0;
+    match (r, near.refusal) {
+        (Err(_), _) => Err(format!("no answer within {:?}", options.bare_bound)),
+        (Ok(Ok(out)), Refusal::Must(why)) => Err(format!(
+            "ran (exit {:?}), but the row says it cannot: {why}",
+            out.exit
+        )),
+        (Ok(Ok(out)), _) if out.stdout.as_ref() == near.want && out.exit.success() => Ok(()),
+        (Ok(Ok(out)), _) => Err(format!(
             "a wrong Ok: exit {:?}, {} bytes of stdout, stderr {:?}",
             out.exit,
             out.stdout.len(),
             String::from_utf8_lossy(&out.stderr[..out.stderr.len().min(200)])
         )),
-        // Sprites sends argv and env in the exec URL, whose documented limit (60 KiB) is below
-        // 100 KiB: refusing there is its limit, not a guessed allowance.
-        Ok(Err(e))
-            if (may_refuse || e.message().contains("exec URL"))
-                && (e.kind(), e.retry()) == (ErrorKind::InvalidCommand, Retry::Never)
-                && seen == 0 =>
-        {
-            Ok(())
-        }
-        Ok(Err(e)) => {
+        (Ok(Err(e)), Refusal::May | Refusal::Must(_)) if refused(&e) => Ok(()),
+        (Ok(Err(e)), Refusal::Url) if refused(&e) && e.message().contains("exec URL") => Ok(()),
+        (Ok(Err(e)), refusal) => {
             let mut m = e.to_string();
             m.truncate(300);
             Err(format!(
                 "{} after {seen} requests: {m}",
-                if may_refuse {
-                    "neither run nor refused before any request"
-                } else {
-                    "a command that fits failed"
+                match refusal {
+                    Refusal::May | Refusal::Must(_) => "not refused before any request",
+                    Refusal::Url | Refusal::Never => "a command that fits failed",
                 }
             ))
         }

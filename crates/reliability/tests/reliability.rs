@@ -40,6 +40,7 @@ fn main() {
             children_end: a.children_end,
             parallel: None,
             chunk_framed: a.chunk_framed,
+            one_string: a.one_string,
         })
         .collect();
     // `EXECSEAM_RELIABILITY_PHASE=creates` (or `matrix`, `orphans`, …): that one only.

@@ -28,22 +28,48 @@ const fn row(
         children_end: None,
         parallel: None,
         chunk_framed: None,
+        one_string: None,
     }
 }
 
+/// Why Inspect's 16 x 64 KiB argv cannot run where the provider takes the command as one
+/// `bash -c` script: a single `execve` string is at most 128 KiB (`MAX_ARG_STRLEN`).
+const BASH_C: Option<&str> = Some(
+    "the provider takes the command as one bash -c script, and one execve string is at most 128 KiB (MAX_ARG_STRLEN)",
+);
+
+/// Sprites: argv and env travel in the exec URL's query, which front ends cap (60 KiB).
+const EXEC_URL: Option<&str> =
+    Some("argv and env travel in the exec URL's query, at most 60 KiB (client::MAX_EXEC_URL)");
+
 /// Every adapter the suite drives. Local has no network, so no proxy can stand in front of it.
 pub const ADAPTERS: &[Adapter] = &[
-    row("agentcore", agentcore),
+    Adapter {
+        one_string: BASH_C,
+        ..row("agentcore", agentcore)
+    },
     row("ax", ax),
-    row("cloudflare", cloudflare),
-    row("daytona", daytona),
+    Adapter {
+        one_string: BASH_C,
+        ..row("cloudflare", cloudflare)
+    },
+    Adapter {
+        one_string: Some(
+            "process/execute takes one shell line, and the kit's wrapper script (argv quoted in it) is one execve string of at most 128 KiB (MAX_ARG_STRLEN)",
+        ),
+        ..row("daytona", daytona)
+    },
     row("e2b", e2b),
     row("fly", fly),
-    row("sprites", sprites),
+    Adapter {
+        one_string: EXEC_URL,
+        ..row("sprites", sprites)
+    },
     Adapter {
         chunk_framed: Some(
             "the POST /exec body's frames have no lengths: each HTTP chunk is one frame (docs/adapters/sprites.md); re-chunked, it is Err(Protocol)",
         ),
+        one_string: EXEC_URL,
         ..row("sprites-http", sprites_http)
     },
     row("modal", modal),
@@ -51,6 +77,7 @@ pub const ADAPTERS: &[Adapter] = &[
         children_end: Some(
             "Chrono runs every execution in a fresh sandbox removed when it ends; the background-child-detached conformance case checks the child is gone",
         ),
+        one_string: BASH_C,
         ..row("chrono", chrono)
     },
     row("vercel", vercel),
