@@ -377,16 +377,12 @@ impl OpenTerminal for DaytonaExec {
     }
 }
 
-/// The process handles: the kit's spool, with terminals on PTY sessions.
+/// The process handles: the kit's spool, with terminals where the configured mode puts them
+/// (the recorder, PTY sessions, or the recorder first).
 pub(crate) fn processes(exec: &DaytonaExec) -> Box<dyn execseam_core::Processes + '_> {
-    let spool = execseam_adapter_kit::spool::Spool::new(exec, Sandbox::id(exec))
-        .capabilities(execseam_adapter_kit::spool::SPOOLED);
-    Box::new(execseam_adapter_kit::attached::Attached::new(
-        spool,
-        exec,
-        exec,
-        exec.terminals(),
-    ))
+    let spool = execseam_adapter_kit::spool::Spool::new(exec, Sandbox::id(exec));
+    exec.terminal_mode()
+        .processes(spool, exec, exec, exec.terminals())
 }
 
 #[cfg(test)]

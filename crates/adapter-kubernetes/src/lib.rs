@@ -80,10 +80,7 @@ pub const VARS: &[Var] = &[
     Var::seconds("EXECSEAM_KUBERNETES_IDLE_TIMEOUT"),
     Var::text("EXECSEAM_KUBERNETES_TEMP_DIR"),
     Var::flag("EXECSEAM_KUBERNETES_REMOTE_KILL"),
-    Var::choice(
-        "EXECSEAM_KUBERNETES_TERMINAL",
-        &["recorder", "auto", "attached"],
-    ),
+    Var::choice("EXECSEAM_KUBERNETES_TERMINAL", TerminalMode::WORDS),
     Var::choice("EXECSEAM_KUBERNETES_EXEC", &["pods-exec", "sandboxd"]),
 ];
 
@@ -190,14 +187,11 @@ pub const CAPABILITIES: Capabilities = Capabilities {
 };
 
 pub(crate) fn capabilities_of(config: &KubernetesConfig) -> Capabilities {
-    let processes = match config.terminal {
-        TerminalMode::Recorder => CAPABILITIES.processes,
-        // Terminals held by the handle that opened them (the kit's attached terminals).
-        TerminalMode::Auto | TerminalMode::Attached => Some(execseam_core::ProcessCapabilities {
-            terminal_reattach: false,
-            ..execseam_adapter_kit::spool::SPOOLED_TERMINAL
-        }),
-    };
+    let processes = Some(
+        config
+            .terminal
+            .capabilities(execseam_adapter_kit::spool::SPOOLED),
+    );
     match config.exec_path {
         ExecPath::PodsExec => Capabilities {
             remote_kill: config.remote_kill,

@@ -49,6 +49,7 @@ mod wire;
 
 pub use config::{BaseEnv, DEFAULT_BASE_URL, SpritesConfig, Transport, WsBuffers};
 pub use exec::{SpritesExec, parse_http_body};
+pub use execseam_adapter_kit::attached::TerminalMode;
 pub use provider::SpritesProvider;
 
 /// The largest command (argv and env) sent, checked before any I/O: the sprite `execve`s it
@@ -74,17 +75,14 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: Some(execseam_core::ProcessCapabilities {
-        terminal: true,
-        // Sprites' own TTY exec, held by the handle that opened it: a session attached again
-        // replays a bounded scrollback without offsets, so no exact reattach (terminal.rs).
-        terminal_reattach: false,
-        ..execseam_adapter_kit::spool::SPOOLED
-    }),
+    // Terminals on the recorder by default (`SpritesConfig::terminal`): Sprites' own TTY exec,
+    // held by the handle that opened it, replays a bounded scrollback without offsets when
+    // attached again, so no exact reattach there (terminal.rs).
+    processes: Some(execseam_adapter_kit::spool::SPOOLED_TERMINAL),
 };
 
-/// The capabilities over the HTTP POST fallback: no TTY there, so terminals are the kit's
-/// recorder (`script(1)` in the sprite), which any handle can attach to again.
+/// The capabilities over the HTTP POST fallback: no TTY there, so terminals are always the
+/// kit's recorder (`script(1)` in the sprite), which any handle can attach to again.
 pub const HTTP_CAPABILITIES: Capabilities = Capabilities {
     streaming: false,
     remote_kill: false,
@@ -125,6 +123,7 @@ pub const VARS: &[Var] = &[
         "SPRITES_EXEC_TRANSPORT",
         &["websocket", "ws", "http", "post"],
     ),
+    Var::choice("EXECSEAM_SPRITES_TERMINAL", TerminalMode::WORDS),
 ];
 
 execseam_adapter_kit::adapter! {
@@ -134,6 +133,11 @@ execseam_adapter_kit::adapter! {
         config: SpritesConfig,
         provider: SpritesProvider,
     }
+
+    // A sprite's name is its id (`POST /v1/sprites {"name"}`, then `/v1/sprites/{name}`): a
+    // create whose answer was lost is found by a name the guard gives it.
+    const LOST_CREATE: execseam_adapter_kit::guard::LostCreate =
+        execseam_adapter_kit::guard::LostCreate::Named("name");
 
     fn capabilities(config: &SpritesConfig) -> Capabilities {
         SpritesExec::capabilities_of(config)
