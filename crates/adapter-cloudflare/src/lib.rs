@@ -84,6 +84,13 @@ execseam_adapter_kit::adapter! {
         provider: CloudflareProvider,
     }
 
+    // `POST /v1/sandbox` only mints an id (16 random bytes in base32; the bridge keeps nothing
+    // for it: `bridge/worker/index.ts`), a container is assigned at the id's first use, which
+    // the adapter makes holding the id and deletes on a failure.
+    const LOST_CREATE: execseam_adapter_kit::guard::LostCreate = execseam_adapter_kit::guard::LostCreate::NothingMade(
+        "the bridge's create only mints an id; the container comes at the id's first use, which the adapter holds the id for and deletes on a failure",
+    );
+
     fn capabilities(config: &CloudflareConfig) -> Capabilities {
         CloudflareExec::capabilities_of(config)
     }

@@ -54,7 +54,10 @@ pub use provider::SpritesProvider;
 
 /// The largest command (argv and env) sent, checked before any I/O: the sprite `execve`s it
 /// (128 KiB per string); in all it must also fit the exec URL's query
-/// ([`MAX_EXEC_URL`](client::MAX_EXEC_URL) bytes, checked on the encoded URL).
+/// ([`MAX_EXEC_URL`](client::MAX_EXEC_URL) bytes, checked on the encoded URL). The URL's
+/// 60 KiB is below what any Linux `execve` takes (`ARG_MAX` is never under 128 KiB,
+/// `size::SURELY_FITS`), so the sprite's own limit is never asked (issue 38, D32): a command
+/// larger than that is refused for the URL, before any request.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::linux(
         execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
@@ -133,6 +136,11 @@ execseam_adapter_kit::adapter! {
         config: SpritesConfig,
         provider: SpritesProvider,
     }
+
+    // A sprite's name is its id (`POST /v1/sprites {"name"}`, then `/v1/sprites/{name}`): a
+    // create whose answer was lost is found by a name the guard gives it.
+    const LOST_CREATE: execseam_adapter_kit::guard::LostCreate =
+        execseam_adapter_kit::guard::LostCreate::Named("name");
 
     fn capabilities(config: &SpritesConfig) -> Capabilities {
         SpritesExec::capabilities_of(config)
