@@ -256,8 +256,9 @@ impl BridgeClient {
         Ok(r.id)
     }
 
-    /// `DELETE /v1/sandbox/{id}/session/{sid}`.
-    #[cfg(test)]
+    /// `DELETE /v1/sandbox/{id}/session/{sid}`: the container destroys the session, its shell
+    /// and its terminal (`session-manager.ts` `deleteSession` → `Session.destroy` → `Pty.destroy`:
+    /// the terminal's program killed, the terminal closed).
     pub async fn delete_session(&self, id: &str, sid: &str) -> Result<(), Error> {
         let rb = self.request(
             Method::DELETE,

@@ -126,14 +126,6 @@ impl CloudflareExec {
         }
     }
 
-    pub(crate) fn from_inner(inner: Arc<Inner>) -> CloudflareExec {
-        CloudflareExec { inner }
-    }
-
-    pub(crate) fn inner(&self) -> &Arc<Inner> {
-        &self.inner
-    }
-
     /// The underlying bridge client (files, sessions, `running`, the terminal's socket).
     pub(crate) fn client(&self) -> &BridgeClient {
         &self.inner.client
@@ -162,6 +154,17 @@ impl CloudflareExec {
             ),
             ..c
         }
+    }
+
+    /// The same sandbox through a handle that holds nothing of this one (no terminals, not
+    /// owned): what a terminal's background work runs on, so that it never keeps this handle.
+    pub(crate) fn sibling(&self) -> CloudflareExec {
+        CloudflareExec::from_parts(
+            self.inner.client.clone(),
+            self.inner.sandbox_id.clone(),
+            self.inner.marker.clone(),
+            Ownership::connected(),
+        )
     }
 
     pub(crate) fn terminal_mode(&self) -> execseam_adapter_kit::attached::TerminalMode {

@@ -25,10 +25,9 @@
 //!
 //! What it cannot give: another handle finds nothing (`NotFound`; `terminal_reattach: false`):
 //! the container replays its last 256 KiB to a new connection without any offset, so no exact
-//! reattach can be built on it. A terminal whose handle goes is left running (the socket's close
-//! does not end it: `pty-ws-handler.ts` `onClose`), as are its session and files.
+//! reattach can be built on it. The socket's close does not end a terminal (`pty-ws-handler.ts`
+//! `onClose`), so one whose handle goes has its session deleted, which kills it.
 
-use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -46,8 +45,9 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_websockets::{CloseCode, Message};
 
+use crate::client::BridgeClient;
 use crate::error::{call, protocol};
-use crate::exec::{CloudflareExec, Inner};
+use crate::exec::CloudflareExec;
 
 /// Where the terminals' scripts and exit files live in the container.
 const ROOT: &str = "/tmp/.execseam/c";
@@ -87,10 +87,34 @@ fn script(path: &str, argv: &[String], workdir: Option<&str>) -> String {
     )
 }
 
-/// One terminal's resize messages and its exit.
+/// One terminal's resize messages and its exit; its session (`client`, sandbox, session id) is
+/// deleted when the terminal goes.
 struct BridgeTerminal {
     outgoing: mpsc::Sender<Message>,
     exit: ExitSlot,
+    session: (BridgeClient, String, String),
+    /// The task that asks for the exit.
+    waiter: tokio::task::AbortHandle,
+}
+
+impl Drop for BridgeTerminal {
+    /// Closing the socket does not end the terminal (`pty-ws-handler.ts` `onClose`), and nobody
+    /// can reach it again: delete its session, which kills the program and closes the terminal
+    /// (and ends the session's own shell, which would otherwise live as long as the container).
+    fn drop(&mut self) {
+        self.waiter.abort();
+        let (client, id, sid) = self.session.clone();
+        execseam_adapter_kit::reaper::spawn(
+            crate::PROVIDER,
+            "delete a terminal's session",
+            async move {
+                match client.delete_session(&id, &sid).await {
+                    Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
+                    _ => Ok(()),
+                }
+            },
+        );
+    }
 }
 
 impl TerminalControl for BridgeTerminal {
@@ -154,28 +178,28 @@ async fn open_tty(
             ),
         ));
     }
+    let sid = format!("execseam-t-{name}");
     let socket = exec
         .client()
-        .pty(
-            Sandbox::id(exec),
-            &format!("execseam-t-{name}"),
-            &path,
-            size.rows,
-            size.cols,
-        )
+        .pty(Sandbox::id(exec), &sid, &path, size.rows, size.cols)
         .await?;
     let (outgoing, outgoing_rx) = mpsc::channel(32);
     let (input, keys) = tokio::io::duplex(32 << 10);
     tokio::spawn(forward_keys(keys, outgoing.clone()));
     let exit = ExitSlot::default();
     let (exited_tx, exited) = oneshot::channel();
-    tokio::spawn(wait_exit(Arc::downgrade(exec.inner()), path, exited_tx));
+    let waiter = tokio::spawn(wait_exit(exec.sibling(), path, exited_tx)).abort_handle();
     let (tx, rx) = mpsc::channel(32);
     tokio::spawn(pump(socket, outgoing_rx, exited, exit.clone(), tx));
     Ok(Opened {
         output: output_of(rx),
         input: Box::pin(input),
-        control: Box::new(BridgeTerminal { outgoing, exit }),
+        control: Box::new(BridgeTerminal {
+            outgoing,
+            exit,
+            session: (exec.client().clone(), Sandbox::id(exec).to_owned(), sid),
+            waiter,
+        }),
     })
 }
 
@@ -190,18 +214,14 @@ async fn forward_keys(mut keys: tokio::io::DuplexStream, outgoing: mpsc::Sender<
     }
 }
 
-/// Asks the container for the script's exit until it is there, while the sandbox handle lives
-/// (holding it only during each ask: the handle holds the terminal).
+/// Asks the container for the script's exit until it is there, on a sibling handle (never the
+/// terminal's own, which the terminal's drop must not wait for); aborted when the terminal goes.
 async fn wait_exit(
-    handle: Weak<Inner>,
+    exec: CloudflareExec,
     path: String,
     exited: oneshot::Sender<Result<Exit, Error>>,
 ) {
     let answer = loop {
-        let Some(inner) = handle.upgrade() else {
-            return;
-        };
-        let exec = CloudflareExec::from_inner(inner);
         let ask = Command::new(["sh", "-c", WAIT, "sh", &path]).expect("a valid command");
         let out = match exec.exec(ask).await {
             Ok(out) => out,

@@ -186,7 +186,9 @@ async fn exact_mode_removes_its_capture_files() {
 /// env through a 0600 file, never typed into the terminal), and is held by the handle that
 /// opened it: the container replays a new connection's scrollback without offsets, so another
 /// handle of the same sandbox is refused (`NotFound`), never answered from it. A workdir that
-/// does not exist is `NotFound` before any terminal opens.
+/// does not exist is `NotFound` before any terminal opens. Closing the socket does not end a
+/// terminal (`pty-ws-handler.ts` `onClose`): one whose handle goes has its session deleted, and
+/// its command is gone (looked for among this host's processes, where the emulator runs it).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_terminal_has_its_workdir_and_env_and_belongs_to_its_handle() {
     use execseam_core::{StartKey, StartRequest, StreamOffsets, TerminalSize};
@@ -229,4 +231,34 @@ async fn a_terminal_has_its_workdir_and_env_and_belongs_to_its_handle() {
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+
+    let sleep = execseam_test_util::probe::unique_sleep();
+    let long = Command::new(["sh", "-c", "echo up; exec sleep \"$0\"", &sleep]).unwrap();
+    let h = p
+        .start(StartRequest::new(StartKey::new("tty3").unwrap(), long).terminal(size))
+        .await
+        .unwrap()
+        .handle;
+    for _ in 0..200 {
+        if p.read(&h, StreamOffsets::ZERO)
+            .await
+            .unwrap()
+            .stdout
+            .starts_with(b"up")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(!execseam_test_util::probe::processes_with_arg(&sleep).is_empty());
+    drop(elsewhere);
+    drop(other);
+    drop(p);
+    // The sandbox stays (not owned): only the terminal's session goes with the handle.
+    first.set_owned(false);
+    drop(first);
+    if let Err(left) = execseam_test_util::probe::gone_within(&sleep, Duration::from_secs(10)).await
+    {
+        panic!("the dropped terminal's command still runs: {left:?}");
+    }
 }

@@ -49,6 +49,10 @@ pub(crate) const BUFFER: usize = 256 * 1024;
 pub(crate) enum Control {
     Write(Bytes),
     Resize(u16, u16),
+    /// `Pty.destroy()` (its session deleted: `session-manager.ts` `deleteSession` →
+    /// `Session.destroy`): the terminal closed and its program killed (`process.kill()`,
+    /// Bun's default SIGTERM).
+    Destroy,
 }
 
 struct TermState {
@@ -118,6 +122,19 @@ impl Terminal {
 #[derive(Default)]
 pub(crate) struct Terminals {
     map: tokio::sync::Mutex<HashMap<String, Arc<Terminal>>>,
+}
+
+impl Terminals {
+    /// Destroys the terminal of `session` (its session is being deleted); false if it had none.
+    pub(crate) async fn destroy(&self, session: &str) -> bool {
+        match self.map.lock().await.remove(session) {
+            Some(t) => {
+                t.send(Control::Destroy);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// What the terminal is started with.

@@ -26,6 +26,9 @@ impl Drop for Gone {
     }
 }
 
+/// signal(7): what Bun's `subprocess.kill()` sends by default.
+const SIGTERM: i32 = 15;
+
 /// Starts `launch.shell` on a pseudo-terminal of the sandbox and drives it until it exits.
 pub(crate) async fn start(
     entry: &Arc<Entry>,
@@ -55,6 +58,7 @@ pub(crate) async fn start(
         .await
         .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
     let mut process = child.child;
+    let pid = process.id();
     let master = child.master;
     let reader = {
         let master = master.clone();
@@ -83,6 +87,14 @@ pub(crate) async fn start(
                 }
                 Control::Resize(cols, rows) => {
                     let _ = master.resize(PtySize::new(rows, cols));
+                }
+                // The writer's end of the terminal goes with this task; the reader sees the
+                // program's end.
+                Control::Destroy => {
+                    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+                        let _ = execseam_emulator_kit::sys::kill(pid, SIGTERM);
+                    }
+                    break;
                 }
             }
         }

@@ -243,7 +243,7 @@ async fn sandbox_routes(state: Arc<State>, req: Request<Body>) -> Response<Body>
         "unmount" => unmount(req).await,
         "session" => match tail {
             None => session_create(entry, req).await,
-            Some(sid) => session_delete(entry, &decode_uri(&sid)),
+            Some(sid) => session_delete(entry, &decode_uri(&sid)).await,
         },
         _ => hono_not_found(),
     }
@@ -660,7 +660,7 @@ async fn session_create(entry: Arc<Entry>, req: Request<Body>) -> Response<Body>
     }
 }
 
-fn session_delete(entry: Arc<Entry>, sid: &str) -> Response<Body> {
+async fn session_delete(entry: Arc<Entry>, sid: &str) -> Response<Body> {
     if sid.is_empty() {
         return error_json("session ID must not be empty", "invalid_request", 400);
     }
@@ -672,24 +672,16 @@ fn session_delete(entry: Arc<Entry>, sid: &str) -> Response<Body> {
         );
     }
     let removed = entry.sessions.lock().expect("sessions").remove(sid);
+    // A terminal's session exists from its `getPty` on (`getOrCreateSession`), named or not.
+    let had_terminal = entry.terminals.destroy(sid).await;
     match removed {
+        None if had_terminal => deleted(sid),
         Some(s) => {
             let dir = s.dir.clone();
             let _ = entry
                 .sandbox
                 .fs_blocking(move |fs| std::fs::remove_dir_all(fs.path(&dir)));
-            // The container's key order: success, sessionId, timestamp.
-            let body = format!(
-                "{{\"success\":true,\"sessionId\":{},\"timestamp\":{}}}",
-                serde_json::Value::from(sid),
-                serde_json::Value::from(super::exec::timestamp())
-            );
-            let mut r = Response::new(Body::from(body));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                "application/json".parse().expect("static"),
-            );
-            r
+            deleted(sid)
         }
         None => error_json(
             &format!("session delete failed: Session '{sid}' not found"),
@@ -697,4 +689,20 @@ fn session_delete(entry: Arc<Entry>, sid: &str) -> Response<Body> {
             502,
         ),
     }
+}
+
+/// The container's answer to a session deleted.
+fn deleted(sid: &str) -> Response<Body> {
+    // The container's key order: success, sessionId, timestamp.
+    let body = format!(
+        "{{\"success\":true,\"sessionId\":{},\"timestamp\":{}}}",
+        serde_json::Value::from(sid),
+        serde_json::Value::from(super::exec::timestamp())
+    );
+    let mut r = Response::new(Body::from(body));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        "application/json".parse().expect("static"),
+    );
+    r
 }
