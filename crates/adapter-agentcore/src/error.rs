@@ -27,8 +27,10 @@ const fn call(operation: &'static str, stage: Stage) -> Call {
     Call::new(PROVIDER, operation, stage)
 }
 
-/// StartCodeInterpreterSession.
-pub(crate) const START_SESSION: Call = call("start_session", Stage::Before);
+/// StartCodeInterpreterSession: once sent, the session may exist (issue 38, D17: it was
+/// `Stage::Before`, so a cut after the send was `Retry::Safe`, never swept, and a retry (with
+/// a new `clientToken`) started a second session).
+pub(crate) const START_SESSION: Call = call("start_session", Stage::Submit);
 /// StopCodeInterpreterSession.
 pub(crate) const STOP_SESSION: Call = call("stop_session", Stage::Before);
 /// GetCodeInterpreterSession.

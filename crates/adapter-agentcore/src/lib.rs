@@ -117,6 +117,12 @@ execseam_adapter_kit::adapter! {
         provider: AgentCoreProvider,
     }
 
+    // Sessions keep no labels, but `ListCodeInterpreterSessions` reports each one's `name`
+    // (`CodeInterpreterSessionSummary.name`): a create whose answer was lost is found by a
+    // name the guard gives it. (The `clientToken` is documented only as "ignores the request,
+    // but does not return an error", not as answering the first session again.)
+    const LOST_CREATE: execseam_adapter_kit::guard::LostCreate = execseam_adapter_kit::guard::LostCreate::Named("name");
+
     fn capabilities(config: &AgentCoreConfig) -> Capabilities {
         capabilities_for(config.exec_mode(), config.is_exact_output())
     }

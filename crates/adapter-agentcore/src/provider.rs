@@ -99,7 +99,11 @@ impl AgentCoreProvider {
         let sessions = self.client.list_sessions().await?;
         Ok(sessions
             .into_iter()
-            .map(|(id, _name)| SandboxInfo::new(id).with_state(SandboxState::Running))
+            .map(|(id, name)| {
+                SandboxInfo::new(id)
+                    .with_name(name)
+                    .with_state(SandboxState::Running)
+            })
             .collect())
     }
 

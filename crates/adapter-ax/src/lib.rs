@@ -113,4 +113,6 @@ execseam_adapter_kit::adapter! {
         config: AxConfig,
         provider: AxProvider,
     }
+
+    const LOST_CREATE: execseam_adapter_kit::guard::LostCreate = execseam_adapter_kit::guard::LostCreate::NothingMade("AX has no create: it connects to a running guest");
 }

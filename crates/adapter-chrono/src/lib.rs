@@ -83,6 +83,10 @@ execseam_adapter_kit::adapter! {
         provider: ChronoProvider,
     }
 
+    const LOST_CREATE: execseam_adapter_kit::guard::LostCreate = execseam_adapter_kit::guard::LostCreate::NothingMade(
+        "Chrono's create sends no request: every execution runs in a fresh sandbox removed when it ends",
+    );
+
     fn capabilities(config: &ChronoConfig) -> Capabilities {
         ChronoExec::capabilities_of(config)
     }

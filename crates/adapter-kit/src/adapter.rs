@@ -27,6 +27,9 @@ pub trait Adapter: Send + Sync + 'static {
     const CAPABILITIES: Capabilities;
     /// Which lifecycle operations it has with the default configuration.
     const LIFECYCLE: LifecycleCapabilities;
+    /// How a create whose answer was lost is found, or why nothing can be lost (issue 38,
+    /// D17): by the kit's create tag unless the adapter says otherwise.
+    const LOST_CREATE: crate::guard::LostCreate = crate::guard::LostCreate::Tagged;
 
     /// The configuration (`Debug` never shows a secret).
     type Config: Clone + fmt::Debug + Send + Sync + 'static;

@@ -98,7 +98,7 @@ impl Client {
 
     /// `POST /v1/sprites {"name"}`: 201 created; 409 exists.
     pub(crate) async fn create_sprite(&self, name: &str) -> Result<(), Error> {
-        let op = control("create");
+        let op = crate::error::CREATE;
         let body = serde_json::json!({ "name": name }).to_string();
         let resp = self
             .send(

@@ -22,6 +22,11 @@ pub(crate) const fn call(operation: &'static str, stage: Stage) -> Call {
 /// An exec request: once sent, the command may have run.
 pub(crate) const EXEC: Call = call("exec", Stage::Submit);
 
+/// The sprite's create (`POST /v1/sprites`): once sent, the sprite may exist (issue 38, D17:
+/// it was `Stage::Before`, so a cut after the send was `Retry::Safe`, never swept, and a retry
+/// answered 409 for the sprite the first request had made).
+pub(crate) const CREATE: Call = call("create", Stage::Submit);
+
 /// Anything else (kill, probe, files, lifecycle): nothing new runs.
 pub(crate) const fn control(operation: &'static str) -> Call {
     call(operation, Stage::Before)

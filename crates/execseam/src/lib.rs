@@ -97,7 +97,8 @@ impl AdapterInfo {
             // `lifecycle` spans (a middleware: the contract crate has no tracing).
             // Its creates are guarded: a lost answer's sandbox is destroyed (issue 38, D17).
             build: |vars| {
-                let guarded = kit::guard::guard(A::NAME, Box::new(A::provider_from(vars)?));
+                let guarded =
+                    kit::guard::guard(A::NAME, A::LOST_CREATE, Box::new(A::provider_from(vars)?));
                 Ok(execseam_layers::traced(guarded))
             },
         }

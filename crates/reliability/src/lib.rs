@@ -82,13 +82,14 @@ pub struct Creates {
     /// The requests of a create whose answers are tampered with (the proxy's `METHOD /glob`),
     /// each with whether the sandbox exists (and its id is known to the adapter) by then: a
     /// cut answer there must not leak it. On the answer that names the sandbox, a cut after
-    /// forwarding leaves a sandbox the adapter cannot name: the kit's create tag finds it
-    /// (issue 38, D17), so it must not be left either, unless [`Creates::untagged`].
+    /// forwarding leaves a sandbox the adapter cannot name: the kit's guard finds it by the
+    /// create's tag or name (issue 38, D17), so it must not be left either. Empty: the create
+    /// sends no request ([`Creates::nothing_made`]).
     pub routes: &'static [(&'static str, bool)],
-    /// Why a sandbox whose create answer was cut after forwarding cannot be found (the
-    /// provider keeps no label the create could carry): such a sandbox is then reported, not
-    /// failed. `None`: it must be gone.
-    pub untagged: Option<&'static str>,
+    /// Why the adapter's create makes nothing a lost answer could leak (its kit
+    /// `LOST_CREATE`): with no routes, the phase checks that the create sends no request at
+    /// all and reports this reason as not applicable.
+    pub nothing_made: Option<&'static str>,
 }
 
 /// What a rule's answer must be.
@@ -1055,8 +1056,10 @@ async fn orphan_case(adapter: &Adapter, knobs: Knobs, ending: Ending) -> Result<
 /// The adapters whose process routes [`processes`] puts through the chaos proxy: one spooled
 /// adapter (every spooled adapter runs the adapter kit's one spool over its exec, so one
 /// stands for the path) and the native handles: Modal's (the task command router by offset)
-/// and AX's (the guest's processes, found by key in the kit's registry).
-pub const PROCESS_ROUTES: &[&str] = &["e2b", "modal", "ax"];
+/// and AX's (the guest's processes, found by key in the kit's registry); and the hybrid:
+/// Vercel's (the spool with its supervisor a detached command, whose wait is Vercel's
+/// `?wait=true`).
+pub const PROCESS_ROUTES: &[&str] = &["e2b", "modal", "ax", "vercel"];
 
 /// The adapters whose provider mints the process id at the start and has no list: a start
 /// whose answer is lost cannot be found again, so it is `Unsafe` and later starts under its
@@ -1259,41 +1262,79 @@ async fn creates_of(adapter: Adapter, options: Options) -> Vec<(String, Outcome)
             Outcome::NotApplicable("the suite does not create through this adapter yet".into()),
         )];
     };
+    if creates.routes.is_empty() {
+        return vec![(
+            name("no request"),
+            no_request(&setup, creates, &options).await,
+        )];
+    }
     let mut outcomes = Vec::new();
-    for (i, &(route, named)) in creates.routes.iter().enumerate() {
+    for (i, &(route, _named)) in creates.routes.iter().enumerate() {
         // The answers that never come or come too slowly: on the create's own request only.
         let lost = if i == 0 { LOST_ACTIONS } else { &[] };
         for action in CREATE_ACTIONS.iter().chain(lost) {
             let rule = format!("{route}#1={action}");
-            let outcome = create_case(&setup, creates, &rule, named, &options).await;
+            let outcome = create_case(&setup, creates, &rule, &options).await;
             outcomes.push((name(&rule), outcome));
         }
     }
     outcomes
 }
 
-async fn create_case(
+/// A create that makes nothing remote ([`Creates::nothing_made`]) sends no request: through a
+/// proxy that fails every request, it is `Ok` and the proxy saw nothing; then not applicable,
+/// with the reason.
+async fn no_request(setup: &Setup, creates: &Creates, options: &Options) -> Outcome {
+    let Some(why) = creates.nothing_made else {
+        return Outcome::Failed("no create routes, and no reason why the create sends none".into());
+    };
+    let (proxy, made, _) = match proxied_create(setup, creates, "*=status:500", options).await {
+        Ok(p) => p,
+        Err(o) => return o,
+    };
+    let seen = proxy.requests().len();
+    proxy.shutdown().await;
+    match made {
+        Ok(Ok(sandbox)) if seen == 0 => match sandbox.close().await {
+            Ok(()) => Outcome::NotApplicable(why.into()),
+            Err(e) => Outcome::Failed(format!("its close failed: {e}")),
+        },
+        Ok(Ok(_)) => Outcome::Failed(format!("the create sent {seen} request(s)")),
+        Ok(Err(e)) => Outcome::Failed(format!("the create failed: {e}")),
+        Err(_) => Outcome::Failed(format!("no answer within {:?}", options.bare_bound)),
+    }
+}
+
+/// A create's outcome within the bare bound (`Err`: none came).
+type Made = Result<Result<Arc<dyn Sandbox>, Error>, tokio::time::error::Elapsed>;
+
+/// A create through a proxy with `rule`, bounded by the bare bound: the proxy, the outcome
+/// (`Err` past the bound) and the time it took.
+async fn proxied_create(
     setup: &Setup,
     creates: &Creates,
     rule: &str,
-    named: bool,
     options: &Options,
-) -> Outcome {
-    let rules = match execseam_chaos::parse_rules(rule) {
-        Ok(r) => r,
-        Err(e) => return Outcome::Failed(format!("bad rule: {e}")),
-    };
-    let proxy = match ChaosProxy::start(localhost(), &setup.upstream, rules).await {
-        Ok(p) => p,
-        Err(e) => return Outcome::Failed(format!("proxy: {e}")),
-    };
+) -> Result<(ChaosProxy, Made, Duration), Outcome> {
+    let rules =
+        execseam_chaos::parse_rules(rule).map_err(|e| Outcome::Failed(format!("bad rule: {e}")))?;
+    let proxy = ChaosProxy::start(localhost(), &setup.upstream, rules)
+        .await
+        .map_err(|e| Outcome::Failed(format!("proxy: {e}")))?;
     let start = Instant::now();
     let made = tokio::time::timeout(
         options.bare_bound,
         (creates.create)(proxy.base_url(), options.idle_timeout),
     )
     .await;
-    let took = start.elapsed();
+    Ok((proxy, made, start.elapsed()))
+}
+
+async fn create_case(setup: &Setup, creates: &Creates, rule: &str, options: &Options) -> Outcome {
+    let (proxy, made, took) = match proxied_create(setup, creates, rule, options).await {
+        Ok(p) => p,
+        Err(o) => return o,
+    };
     let fired = proxy.requests().iter().any(|r| r.fired.is_some());
     let mut bad = Vec::new();
     match made {
@@ -1316,12 +1357,8 @@ async fn create_case(
         bad.push(format!("peak RSS {} MiB", rss >> 20));
     }
     // What the adapter could name must be gone (its clean-up runs in the background); what
-    // it could not is found by the kit's create tag before the error is answered, unless the
-    // provider keeps no tag (then it is only reported, after a little time).
-    let forwarded = !rule.contains("=status:");
-    let must_go = named || !forwarded || creates.untagged.is_none();
-    let wait = if must_go { 10 } else { 3 };
-    let until = Instant::now() + Duration::from_secs(wait);
+    // it could not is found by the kit's create tag or name before the error is answered.
+    let until = Instant::now() + Duration::from_secs(10);
     let left = loop {
         match (creates.left)(false).await {
             Ok(0) => break 0,
@@ -1333,21 +1370,13 @@ async fn create_case(
             }
         }
     };
-    let mut not_applicable = None;
     if left > 0 {
-        match creates.untagged {
-            Some(why) if !must_go => {
-                not_applicable = Some(format!(
-                    "{left} sandbox(es) left {wait} s after the answer that names it was cut: {why}"
-                ));
-            }
-            _ => bad.push(format!("{left} sandbox(es) left")),
-        }
+        bad.push(format!("{left} sandbox(es) left"));
         // The next case counts from zero.
         let _ = (creates.left)(true).await;
     }
     if bad.is_empty() {
-        not_applicable.map_or(Outcome::Passed, Outcome::NotApplicable)
+        Outcome::Passed
     } else {
         Outcome::Failed(format!(
             "{} (after {:.1} s)",

@@ -531,6 +531,8 @@ pub struct SandboxInfo {
     pub state: SandboxState,
     /// The image, template or snapshot it runs, if the provider says.
     pub image: Option<String>,
+    /// The name it was created with, where the provider keeps one apart from its id.
+    pub name: Option<String>,
 }
 
 impl SandboxInfo {
@@ -541,7 +543,15 @@ impl SandboxInfo {
             labels: BTreeMap::new(),
             state: SandboxState::Unknown,
             image: None,
+            name: None,
         }
+    }
+
+    /// Sets the name.
+    #[must_use]
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
     }
 
     /// Sets the labels.

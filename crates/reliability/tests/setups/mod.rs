@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use execseam::kit::Adapter as KitAdapter;
@@ -84,8 +85,12 @@ where
     emulated_creating(target, start, through, None)
 }
 
-/// Makes the `creates` phase's [`Creates`] from the target's endpoints and its sandbox's id.
-type CreatesOf = fn(Endpoints, String) -> Creates;
+/// The emulator's count of its live sandboxes.
+type Live = Arc<dyn Fn() -> usize + Send + Sync>;
+
+/// Makes the `creates` phase's [`Creates`] from the target's endpoints, its sandbox's id and
+/// the emulator's count of live sandboxes.
+type CreatesOf = fn(Endpoints, String, Live) -> Creates;
 
 /// [`emulated`], with the adapter's creates for the `creates` phase.
 fn emulated_creating<F, Fut>(
@@ -118,7 +123,10 @@ where
             scratch: t.scratch.clone(),
             direct: t.sandbox.clone(),
             through,
-            creates: creates.map(|c| c(t.endpoints(), t.sandbox.id().to_owned())),
+            creates: creates.map(|c| {
+                let live = t.emulator.live_sandboxes.clone();
+                c(t.endpoints(), t.sandbox.id().to_owned(), live)
+            }),
             guard: Box::new(t),
         })
     })
@@ -142,62 +150,38 @@ fn exec(e: impl Exec + 'static) -> Arc<dyn Exec> {
 }
 
 fn agentcore(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam::agentcore::{AgentCore, AgentCoreProvider};
-    emulated_creating(
+    attached_creating::<execseam::agentcore::AgentCore>(
         "agentcore",
-        None,
-        |at, url, id, idle| async move {
-            let config = at.config::<AgentCore>(&url)?.idle_timeout(idle);
-            Ok(exec(AgentCoreProvider::new(config)?.attach(&id)?))
-        },
-        Some(agentcore_creates),
+        agentcore_timeouts,
+        agentcore_creates,
     )
 }
 
+/// AgentCore's idle timeout set to `idle`.
+fn agentcore_timeouts(
+    c: execseam::agentcore::AgentCoreConfig,
+    idle: Duration,
+) -> execseam::agentcore::AgentCoreConfig {
+    c.idle_timeout(idle)
+}
+
 /// AgentCore's session calls (issue 38, D1): StartCodeInterpreterSession, then the
-/// GetCodeInterpreterSession of a connect to it. Sessions have no labels: what is left is
-/// every `READY` session but the suite's own.
-fn agentcore_creates(at: Endpoints, own: String) -> Creates {
-    use execseam::agentcore::{AgentCore, AgentCoreProvider};
-    let here = at.clone();
-    Creates {
-        create: Arc::new(move |url: String, idle: Duration| {
-            let at = at.clone();
-            Box::pin(async move {
-                let config = at.config::<AgentCore>(&url)?.idle_timeout(idle);
-                let provider = guarded("agentcore", AgentCoreProvider::new(config)?);
-                let made = provider.create(SandboxSpec::new()).await?;
-                let connect = provider.connect(made.id()).await.map(drop);
-                connected(made, connect).await
-            })
-        }),
-        left: Arc::new(move |remove: bool| {
-            let (at, own) = (here.clone(), own.clone());
-            Box::pin(async move {
-                let provider = AgentCoreProvider::new(at.config_here::<AgentCore>()?)?;
-                let mut left = provider.list(&ListFilter::new()).await?;
-                left.retain(|s| s.id != own);
-                if remove {
-                    for s in &left {
-                        provider.destroy(&s.id).await?;
-                    }
-                }
-                Ok(left.len())
-            })
-        }),
-        routes: &[
-            ("PUT /code-interpreters/*/sessions/start", false),
-            ("GET /code-interpreters/*/sessions/get", true),
-        ],
-        untagged: Some("AgentCore sessions keep no label a create could carry (D17)"),
-    }
+/// GetCodeInterpreterSession of a connect to it. Sessions have no labels: the guard names each
+/// create, and what is left is every `READY` session but the suite's own.
+fn agentcore_creates(at: Endpoints, own: String, _: Live) -> Creates {
+    let routes = &[
+        ("PUT /code-interpreters/*/sessions/start", false),
+        ("GET /code-interpreters/*/sessions/get", true),
+    ];
+    use execseam::agentcore::AgentCore;
+    kit_creates::<AgentCore>(at, agentcore_timeouts, true, routes, Counted::AllBut(own))
 }
 
 /// The provider as the facade's registry builds it: its creates guarded by the kit
-/// (`guard::GuardedCreate`: an answer nobody received is destroyed; where the provider keeps
-/// labels, a lost answer's sandbox is found by its create tag).
-fn guarded(name: &'static str, provider: impl Provider + 'static) -> Box<dyn Provider> {
-    execseam_adapter_kit::guard::guard(name, Box::new(provider))
+/// (`guard::GuardedCreate`: an answer nobody received is destroyed; a lost answer's sandbox is
+/// found by its create tag or name, as the adapter's `LOST_CREATE` says).
+fn guarded<A: KitAdapter>(provider: A::Provider) -> Box<dyn Provider> {
+    execseam_adapter_kit::guard::guard(A::NAME, A::LOST_CREATE, Box::new(provider))
 }
 
 /// A [`Creates::left`] by label: the sandboxes carrying it, removed when asked.
@@ -209,8 +193,17 @@ async fn labelled_left(
     let left = provider
         .list(&ListFilter::new().with_label(key, value))
         .await?;
+    destroyed_if(provider, &left, remove).await
+}
+
+/// How many of `left` there are, destroyed first when asked.
+async fn destroyed_if(
+    provider: &dyn Provider,
+    left: &[execseam_core::SandboxInfo],
+    remove: bool,
+) -> Result<usize, Error> {
     if remove {
-        for s in &left {
+        for s in left {
             provider.destroy(&s.id).await?;
         }
     }
@@ -247,18 +240,27 @@ fn ax(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     })
 }
 
+/// Cloudflare's create: `POST /v1/sandbox` (an id minted, nothing made), then the marker write
+/// (`PUT …/file/…`) that assigns the id a container; the bridge has no list route, so what is
+/// left is counted by the emulator (its live sandboxes).
 fn cloudflare(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    use execseam::cloudflare::{Cloudflare, CloudflareProvider};
-    emulated("cloudflare", None, |at, url, id, idle| async move {
-        // A small declared answer limit: an endless answer must end on it, at any speed of
-        // this (shared) machine, long before the idle timeout.
-        let config = at
-            .config::<Cloudflare>(&url)?
-            .request_timeout(idle)
-            .stream_idle_timeout(idle)
-            .max_answer_bytes(ANSWER_LIMIT);
-        Ok(exec(CloudflareProvider::new(config)?.attach(&id)?))
+    use execseam::cloudflare::Cloudflare;
+    attached_creating::<Cloudflare>("cloudflare", cloudflare_timeouts, |at, _own, live| {
+        let routes = &[("POST /*sandbox", false), ("PUT /*/file/*", true)];
+        kit_creates::<Cloudflare>(at, cloudflare_timeouts, false, routes, Counted::Live(live))
     })
+}
+
+/// Cloudflare's request and stream idle timeouts set to `idle`, and a small declared answer
+/// limit: an endless answer must end on it, at any speed of this (shared) machine, long before
+/// the idle timeout.
+fn cloudflare_timeouts(
+    c: execseam::cloudflare::CloudflareConfig,
+    idle: Duration,
+) -> execseam::cloudflare::CloudflareConfig {
+    c.request_timeout(idle)
+        .stream_idle_timeout(idle)
+        .max_answer_bytes(ANSWER_LIMIT)
 }
 
 fn daytona(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
@@ -295,31 +297,57 @@ fn fly_timeouts(c: execseam::fly::FlyConfig, idle: Duration) -> execseam::fly::F
 }
 
 /// Fly's create (`POST /v1/apps/{app}/machines`: the machine, started, in one answer).
-fn fly_creates(at: Endpoints, _own: String) -> Creates {
+fn fly_creates(at: Endpoints, _own: String, _: Live) -> Creates {
     let routes = &[("POST /*/machines", false)];
-    tagged_creates::<execseam::fly::Fly>("fly", at, fly_timeouts, false, routes)
+    tagged_creates::<execseam::fly::Fly>(at, fly_timeouts, false, routes)
 }
 
 fn sprites(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    sprites_on(execseam::sprites::Transport::WebSocket)
+    sprites_on(
+        execseam::sprites::Transport::WebSocket,
+        Some(sprites_creates),
+    )
 }
 
-/// Sprites over its HTTP exec transport (`POST …/exec`, the framed body).
+/// Sprites over its HTTP exec transport (`POST …/exec`, the framed body); its creates are the
+/// WebSocket row's.
 fn sprites_http(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
-    sprites_on(execseam::sprites::Transport::Http)
+    sprites_on(execseam::sprites::Transport::Http, None)
 }
 
-fn sprites_on(transport: execseam::sprites::Transport) -> BoxFuture<'static, Result<Setup, Error>> {
+fn sprites_on(
+    transport: execseam::sprites::Transport,
+    creates: Option<CreatesOf>,
+) -> BoxFuture<'static, Result<Setup, Error>> {
     use execseam::sprites::{Sprites, SpritesProvider};
-    emulated("sprites", None, move |at, url, id, idle| async move {
-        let config = at
-            .config::<Sprites>(&url)?
-            .request_timeout(idle)
-            .keepalive(idle / 4, idle)
-            .http_idle_timeout(idle)
-            .transport(transport);
-        Ok(exec(SpritesProvider::new(config)?.attach(&id)?))
-    })
+    emulated_creating(
+        "sprites",
+        None,
+        move |at, url, id, idle| async move {
+            let config = sprites_timeouts(at.config::<Sprites>(&url)?, idle).transport(transport);
+            Ok(exec(SpritesProvider::new(config)?.attach(&id)?))
+        },
+        creates,
+    )
+}
+
+/// Sprites' request timeout, keepalive and HTTP idle timeout set from `idle`.
+fn sprites_timeouts(
+    c: execseam::sprites::SpritesConfig,
+    idle: Duration,
+) -> execseam::sprites::SpritesConfig {
+    c.request_timeout(idle)
+        .keepalive(idle / 4, idle)
+        .http_idle_timeout(idle)
+}
+
+/// Sprites' create (`POST /v1/sprites {"name"}`): no labels to find a lost answer's sprite by,
+/// but the guard names it (a sprite's name is its id); what is left is every sprite but the
+/// suite's own.
+fn sprites_creates(at: Endpoints, own: String, _: Live) -> Creates {
+    let routes = &[("POST /v1/sprites", false)];
+    use execseam::sprites::Sprites;
+    kit_creates::<Sprites>(at, sprites_timeouts, false, routes, Counted::AllBut(own))
 }
 
 fn modal(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
@@ -340,9 +368,9 @@ fn modal_timeouts(c: execseam::modal::ModalConfig, idle: Duration) -> execseam::
 
 /// Modal's create (`SandboxCreateV2`: the sandbox id and its first router access in one answer;
 /// the app and image lookups before it make nothing).
-fn modal_creates(at: Endpoints, _own: String) -> Creates {
+fn modal_creates(at: Endpoints, _own: String, _: Live) -> Creates {
     let routes = &[("POST /*/SandboxCreateV2", false)];
-    tagged_creates::<execseam::modal::Modal>("modal", at, modal_timeouts, false, routes)
+    tagged_creates::<execseam::modal::Modal>(at, modal_timeouts, false, routes)
 }
 
 /// Chrono as its conformance target starts it (a host directory mounted into every execution's
@@ -359,25 +387,37 @@ fn chrono_start(
 
 fn chrono(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
     use execseam::chrono::{Chrono, ChronoExec};
-    emulated(
+    emulated_creating(
         "chrono",
         Some(chrono_start),
         |at, url, _id, idle| async move {
-            // A synchronous /execute answers when the command ends: the request is bounded by the
-            // command's timeout plus the slack.
-            let secs = u32::try_from(idle.as_secs().max(1)).unwrap_or(u32::MAX);
-            let config = at
-                .config::<Chrono>(&url)?
-                .timeout_secs(secs)
-                .request_slack(idle)
-                .connect_timeout(idle)
-                // Aevatar's own response limit (1 MiB) rather than the adapter's 64 MiB default: an
-                // endless answer must end on it, at any speed of this machine, long before the
-                // request timeout.
-                .max_response_bytes(execseam_chrono_contract::wire::MAX_RESPONSE_BYTES);
-            Ok(exec(ChronoExec::new(config)?))
+            Ok(exec(ChronoExec::new(chrono_timeouts(
+                at.config::<Chrono>(&url)?,
+                idle,
+            ))?))
         },
+        Some(chrono_creates),
     )
+}
+
+/// A synchronous /execute answers when the command ends: the request is bounded by the
+/// command's timeout plus the slack. Aevatar's own response limit (1 MiB) rather than the
+/// adapter's 64 MiB default: an endless answer must end on it, at any speed of this machine,
+/// long before the request timeout.
+fn chrono_timeouts(
+    c: execseam::chrono::ChronoConfig,
+    idle: Duration,
+) -> execseam::chrono::ChronoConfig {
+    let secs = u32::try_from(idle.as_secs().max(1)).unwrap_or(u32::MAX);
+    c.timeout_secs(secs)
+        .request_slack(idle)
+        .connect_timeout(idle)
+        .max_response_bytes(execseam_chrono_contract::wire::MAX_RESPONSE_BYTES)
+}
+
+/// Chrono's create sends no request (its `LOST_CREATE` says why): checked, then not applicable.
+fn chrono_creates(at: Endpoints, _own: String, _: Live) -> Creates {
+    kit_creates::<execseam::chrono::Chrono>(at, chrono_timeouts, false, &[], Counted::Nothing)
 }
 
 fn e2b(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
@@ -395,12 +435,12 @@ fn e2b(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 }
 
 /// E2B's control plane (issue 38, D3): the create, then a connect to what it made.
-fn e2b_creates(at: Endpoints, _own: String) -> Creates {
+fn e2b_creates(at: Endpoints, _own: String, _: Live) -> Creates {
     let routes = &[
         ("POST /*sandboxes", false),
         ("POST /*sandboxes/*/connect", true),
     ];
-    tagged_creates::<execseam::e2b::E2b>("e2b", at, e2b_timeouts, true, routes)
+    tagged_creates::<execseam::e2b::E2b>(at, e2b_timeouts, true, routes)
 }
 
 /// E2B's stream idle and request timeouts set to `idle`.
@@ -419,15 +459,15 @@ fn daytona_timeouts(
 }
 
 /// Daytona's create (`POST /sandbox`, then the state it polls until `started`).
-fn daytona_creates(at: Endpoints, _own: String) -> Creates {
+fn daytona_creates(at: Endpoints, _own: String, _: Live) -> Creates {
     let routes = &[("POST /*sandbox", false)];
-    tagged_creates::<execseam::daytona::Daytona>("daytona", at, daytona_timeouts, false, routes)
+    tagged_creates::<execseam::daytona::Daytona>(at, daytona_timeouts, false, routes)
 }
 
 /// Vercel's create (`POST /v3/sandboxes`: the sandbox and its session in one answer).
-fn vercel_creates(at: Endpoints, _own: String) -> Creates {
+fn vercel_creates(at: Endpoints, _own: String, _: Live) -> Creates {
     let routes = &[("POST /*sandboxes", false)];
-    tagged_creates::<execseam::vercel::Vercel>("vercel", at, vercel_timeouts, false, routes)
+    tagged_creates::<execseam::vercel::Vercel>(at, vercel_timeouts, false, routes)
 }
 
 /// Vercel's request, connect and stream idle timeouts, all set to `idle`.
@@ -473,25 +513,59 @@ fn provider_at<A: KitAdapter>(
 }
 
 /// The [`Creates`] of adapter `A`, whose sandboxes keep labels (so the kit's create tag finds a
-/// sandbox whose answer was cut): the create through the kit's guard, then (`connect`) a
-/// connect to what it made; counted by the suite's own label.
+/// sandbox whose answer was cut): see [`kit_creates`]; counted by the suite's own label.
 fn tagged_creates<A: KitAdapter>(
-    name: &'static str,
     at: Endpoints,
     tune: fn(A::Config, Duration) -> A::Config,
     connect: bool,
     routes: &'static [(&'static str, bool)],
 ) -> Creates {
-    const LABEL: (&str, &str) = ("execseam-test", "reliability-creates");
+    kit_creates::<A>(at, tune, connect, routes, Counted::Label)
+}
+
+/// The label the suite's labelled creates carry (and are counted by).
+const LABEL: (&str, &str) = ("execseam-test", "reliability-creates");
+
+/// How a [`Creates::left`] counts what the creates made.
+enum Counted {
+    /// By the suite's [`LABEL`] (the create carries it).
+    Label,
+    /// Everything the provider lists but the suite's own sandbox.
+    AllBut(String),
+    /// The emulator's live sandboxes beyond those when the setup ended (they cannot be
+    /// removed from here: a leftover stays counted as known once reported).
+    Live(Live),
+    /// Nothing: the create makes nothing remote.
+    Nothing,
+}
+
+/// The [`Creates`] of adapter `A`: the create through the kit's guard as the facade builds it
+/// (`A::LOST_CREATE`), then (`connect`) a connect to what it made; counted as `counted` says.
+fn kit_creates<A: KitAdapter>(
+    at: Endpoints,
+    tune: fn(A::Config, Duration) -> A::Config,
+    connect: bool,
+    routes: &'static [(&'static str, bool)],
+    counted: Counted,
+) -> Creates {
+    use execseam_adapter_kit::guard::LostCreate;
+    let labelled = matches!(counted, Counted::Label);
     let here = at.clone();
+    let known = Arc::new(std::sync::atomic::AtomicUsize::new(match &counted {
+        Counted::Live(live) => live(),
+        _ => 0,
+    }));
+    let counted = Arc::new(counted);
     Creates {
         create: Arc::new(move |url: String, idle: Duration| {
             let at = at.clone();
             Box::pin(async move {
-                let provider = guarded(name, provider_at::<A>(&at, Some((&url, idle)), tune)?);
-                let made = provider
-                    .create(SandboxSpec::new().with_label(LABEL.0, LABEL.1))
-                    .await?;
+                let provider = guarded::<A>(provider_at::<A>(&at, Some((&url, idle)), tune)?);
+                let mut spec = SandboxSpec::new();
+                if labelled {
+                    spec = spec.with_label(LABEL.0, LABEL.1);
+                }
+                let made = provider.create(spec).await?;
                 if !connect {
                     return Ok(Arc::from(made));
                 }
@@ -500,13 +574,33 @@ fn tagged_creates<A: KitAdapter>(
             })
         }),
         left: Arc::new(move |remove: bool| {
-            let at = here.clone();
+            let (at, counted, known) = (here.clone(), counted.clone(), known.clone());
             Box::pin(async move {
-                labelled_left(&provider_at::<A>(&at, None, tune)?, LABEL, remove).await
+                let provider = || provider_at::<A>(&at, None, tune);
+                match &*counted {
+                    Counted::Label => labelled_left(&provider()?, LABEL, remove).await,
+                    Counted::AllBut(own) => {
+                        let provider = provider()?;
+                        let mut left = provider.list(&ListFilter::new()).await?;
+                        left.retain(|s| s.id != *own);
+                        destroyed_if(&provider, &left, remove).await
+                    }
+                    Counted::Live(live) => {
+                        let left = live().saturating_sub(known.load(Ordering::SeqCst));
+                        if remove {
+                            known.fetch_add(left, Ordering::SeqCst);
+                        }
+                        Ok(left)
+                    }
+                    Counted::Nothing => Ok(0),
+                }
             })
         }),
         routes,
-        untagged: None,
+        nothing_made: match A::LOST_CREATE {
+            LostCreate::NothingMade(why) => Some(why),
+            _ => None,
+        },
     }
 }
 
@@ -551,7 +645,7 @@ fn northflank(_: Knobs) -> BoxFuture<'static, Result<Setup, Error>> {
 
 /// Northflank creates nothing (connect-only): its connect, the service GET (issue 38, D4),
 /// to the suite's own service; nothing can be left.
-fn northflank_creates(at: Endpoints, own: String) -> Creates {
+fn northflank_creates(at: Endpoints, own: String, _: Live) -> Creates {
     use execseam::northflank::{Northflank, NorthflankProvider};
     Creates {
         create: Arc::new(move |url: String, idle: Duration| {
@@ -569,7 +663,7 @@ fn northflank_creates(at: Endpoints, own: String) -> Creates {
         }),
         left: Arc::new(|_| Box::pin(async { Ok(0) })),
         routes: &[("GET /*services/*", true)],
-        untagged: None,
+        nothing_made: None,
     }
 }
 
@@ -593,15 +687,9 @@ fn kubernetes_timeouts(
 
 /// Kubernetes' create in its default (claim) mode: `POST …/sandboxclaims`, then the waits for
 /// its Sandbox and pod (the claim is named by then, and deleted on a failure).
-fn kubernetes_creates(at: Endpoints, _own: String) -> Creates {
+fn kubernetes_creates(at: Endpoints, _own: String, _: Live) -> Creates {
     let routes = &[("POST /*/sandboxclaims", false)];
-    tagged_creates::<execseam::kubernetes::Kubernetes>(
-        "kubernetes",
-        at,
-        kubernetes_timeouts,
-        false,
-        routes,
-    )
+    tagged_creates::<execseam::kubernetes::Kubernetes>(at, kubernetes_timeouts, false, routes)
 }
 
 fn internal(e: impl std::fmt::Display) -> Error {
@@ -672,7 +760,7 @@ fn docker_creates(base: execseam::docker::DockerConfig) -> Creates {
                 .idle_timeout(idle)
                 .label(LABEL.0, LABEL.1);
             Box::pin(async move {
-                let made = guarded("docker", DockerProvider::new(config)?)
+                let made = guarded::<execseam::docker::Docker>(DockerProvider::new(config)?)
                     .create(SandboxSpec::new())
                     .await?;
                 Ok(Arc::from(made))
@@ -689,7 +777,7 @@ fn docker_creates(base: execseam::docker::DockerConfig) -> Creates {
             ("POST /*containers/*/start", true),
             ("GET /*containers/*/json", true),
         ],
-        untagged: None,
+        nothing_made: None,
     }
 }
 
