@@ -1814,7 +1814,7 @@ fn value(v: f64) -> Vec<Duration> {
 async fn in_waves<F, Fut, T>(n: usize, at_once: usize, f: F) -> (Vec<T>, BTreeMap<String, usize>)
 where
     F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
+    Fut: Future<Output = Result<T, String>>,
 {
     use futures_util::StreamExt as _;
     let results: Vec<Result<T, String>> = futures_util::stream::iter((0..n).map(f))
