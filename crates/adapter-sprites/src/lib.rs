@@ -114,6 +114,19 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
             delete: false,
             ..execseam_core::SnapshotSupport::FILESYSTEM
         }),
+        // The sprite URL (docs.sprites.dev/concepts/networking): one per sprite, routing to
+        // 8080 unless a running service names an `http_port`; `url_settings.auth: sprite`
+        // (the default for the sprites this adapter makes) takes the API token as a bearer
+        // header, `public` nothing (the header is then left out).
+        expose: Some(execseam_core::ExposeSupport {
+            when: execseam_core::PortsWhen::AnyTime,
+            auth: execseam_core::PortAuth::Header("Authorization"),
+            list: false,
+            unexpose: false,
+            ports: (1, 65535),
+            reserved: &[],
+            only: Some(8080),
+        }),
         ..execseam_core::StateCapabilities::NONE
     },
 };
