@@ -13,6 +13,8 @@ the suite's chaos proxy). Builds the SDK's client for the sandbox, runs `/bin/tr
   `process.create_pty_session`, modal `exec(pty=True)`) running ECHO, prints `ok` once ECHO said
   it runs; then `key`: types one key and prints the seconds until the terminal echoed it (the P6
   rows: keystroke to echo).
+- `snap`, `from ID`, `fork`, `pause`, `resume`, `restore ID`: the SDK's own sandbox-state call
+  on the sandbox (see `state`), prints its seconds and the id it made (P8).
 
 A failure prints `error <text>`.
 """
@@ -113,6 +115,130 @@ def terminal():
     return keys
 
 
+def state():
+    """The SDK's own sandbox-state calls on SANDBOX (P8), each answering its seconds
+    (time.perf_counter around the SDK's calls) and the id it made, if any: `snap`, `from ID`
+    (the sandbox made is ended after the timing), `fork` (likewise), `pause`, `resume`,
+    `restore ID`."""
+    if PROVIDER == "e2b":
+        from e2b import Sandbox
+
+        sbx = Sandbox.connect(SANDBOX)
+        return {
+            "snap": lambda: (None, sbx.create_snapshot().snapshot_id),
+            "from": lambda snap: (Sandbox.create(snap, timeout=120), None),
+            "fork": lambda: (forked(sbx.fork(timeout=120)), None),
+            "pause": lambda: (None, None) if sbx.pause() else error("pause answered False"),
+            "resume": lambda: (Sandbox.connect(SANDBOX), None),
+        }
+    if PROVIDER == "modal":
+        import modal
+
+        sb = modal.Sandbox.from_id(SANDBOX)
+        app = modal.App.lookup("execseam-bench", create_if_missing=True)
+        # The image objects snapshot_filesystem gave, by id: a sandbox starts from the object
+        # (Image.from_id would ask ImageFromId, which the emulator does not serve).
+        images = {}
+
+        def snap():
+            img = sb.snapshot_filesystem()
+            images[img.object_id] = img
+            return None, img.object_id
+
+        return {
+            "snap": snap,
+            "from": lambda snap: (modal.Sandbox.create(image=images[snap], app=app, timeout=60), None),
+        }
+    if PROVIDER == "daytona":
+        from daytona import CreateSandboxFromSnapshotParams, Daytona
+
+        d = Daytona()
+        sb = d.get(SANDBOX)
+
+        def snap():
+            OPENED[0] += 1
+            name = f"bench-{os.getpid()}-{OPENED[0]}"
+            sb.create_snapshot(name)
+            return None, name
+
+        return {
+            "snap": snap,
+            "from": lambda snap: (d.create(CreateSandboxFromSnapshotParams(snapshot=snap)), None),
+            "pause": lambda: (sb.stop(), None),
+            "resume": lambda: (sb.start(), None),
+        }
+    if PROVIDER == "vercel":
+        from vercel.sandbox.sync import SnapshotSource
+
+        c = vercel_client()
+        return {"from": lambda snap: (c.create_sandbox(source=SnapshotSource(snapshot_id=snap)), None)}
+    if PROVIDER == "sprites":
+        from sprites import SpritesClient
+
+        sprite = SpritesClient(os.environ["SPRITE_TOKEN"], base_url=os.environ["SPRITES_API_URL"]).sprite(
+            os.environ["EXECSEAM_SANDBOX"]
+        )
+
+        def snap():
+            # The create streams messages without the checkpoint's id: found by its comment,
+            # as the adapter finds it (both sides' timings include that list).
+            OPENED[0] += 1
+            comment = f"bench-{os.getpid()}-{OPENED[0]}"
+            list(sprite.create_checkpoint(comment))
+            return None, next(c.id for c in sprite.list_checkpoints() if c.comment == comment)
+
+        return {
+            "snap": snap,
+            "restore": lambda snap: (list(sprite.restore_checkpoint(snap)), None),
+        }
+    raise RuntimeError(f"no sandbox state for {PROVIDER}")
+
+
+def error(text):
+    raise RuntimeError(text)
+
+
+def forked(made):
+    """E2B's fork answers one sandbox or exception per fork."""
+    failed = [m for m in made if isinstance(m, Exception)]
+    if failed or len(made) != 1:
+        end([m for m in made if not isinstance(m, Exception)])
+        raise RuntimeError(f"fork: {made!r}")
+    return made
+
+
+def end(made):
+    """Ends the sandboxes a `from` or `fork` made (not timed)."""
+    for s in made if isinstance(made, list) else [made]:
+        for end in ("kill", "terminate", "delete", "stop"):
+            if hasattr(s, end):
+                getattr(s, end)()
+                break
+
+
+def state_call(ops, words):
+    op = ops.get(words[0])
+    if op is None:
+        raise RuntimeError(f"the SDK has no {words[0]}")
+    t = time.perf_counter()
+    made, ident = op(*words[1:])
+    elapsed = time.perf_counter() - t
+    if words[0] in ("from", "fork"):
+        end(made)
+    return f"{elapsed:.6f}" + (f" {ident}" if ident else "")
+
+
+def vercel_client():
+    from vercel.sandbox.sync import SandboxCredentials, SandboxServiceOptions, SyncSandboxClient
+
+    creds = SandboxCredentials(
+        token=os.environ["VERCEL_TOKEN"], team_id=os.environ["VERCEL_TEAM_ID"], project_id=os.environ["VERCEL_PROJECT_ID"]
+    )
+    return SyncSandboxClient.create(
+        options=SandboxServiceOptions(base_url=os.environ["VERCEL_API_URL"], credentials_factory=lambda: creds)
+    )
+
+
 def make():
     """Returns a function that runs PROGRAM once through the SDK and returns its exit code."""
     if PROVIDER == "e2b":
@@ -165,15 +291,7 @@ def make():
 
         return run
     if PROVIDER == "vercel":
-        from vercel.sandbox.sync import SandboxCredentials, SandboxServiceOptions, SyncSandboxClient
-
-        creds = SandboxCredentials(
-            token=os.environ["VERCEL_TOKEN"], team_id=os.environ["VERCEL_TEAM_ID"], project_id=os.environ["VERCEL_PROJECT_ID"]
-        )
-        c = SyncSandboxClient.create(
-            options=SandboxServiceOptions(base_url=os.environ["VERCEL_API_URL"], credentials_factory=lambda: creds)
-        )
-        sb = c.create_sandbox()
+        sb = vercel_client().create_sandbox()
         return lambda: sb.run_process(PROGRAM).returncode
     if PROVIDER == "northflank":
         from northflank import ApiClient
@@ -230,6 +348,7 @@ def main():
     print("ready", flush=True)
     pool = None
     keys = None
+    ops = None
     for line in sys.stdin:
         words = line.split()
         try:
@@ -253,6 +372,9 @@ def main():
                 print("ok", flush=True)
             elif words == ["key"]:
                 print(f"{keys.key():.6f}", flush=True)
+            elif words and words[0] in ("snap", "from", "fork", "pause", "resume", "restore"):
+                ops = ops or state()
+                print(state_call(ops, words), flush=True)
             else:
                 print(f"error unknown request {line.strip()!r}", flush=True)
         except Exception as e:  # noqa: BLE001 -- reported to the suite
