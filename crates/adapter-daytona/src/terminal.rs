@@ -1,4 +1,6 @@
-//! Terminals on Daytona's own PTY sessions (daemon `apps/daemon/pkg/toolbox/process/pty` at
+//! Terminals on Daytona's own PTY sessions, where `EXECSEAM_DAYTONA_TERMINAL` is `attached` (or
+//! `auto` and the image has no `script`; the default is the kit's recorder, reattachable from any
+//! process) (daemon `apps/daemon/pkg/toolbox/process/pty` at
 //! v0.190.0: `controller.go`, `session.go`, `websocket.go`, `types.go`), held by this client
 //! through the kit's [`Attached`](execseam_adapter_kit::attached) terminals.
 //!

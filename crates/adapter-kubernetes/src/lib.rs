@@ -164,7 +164,9 @@ pub(crate) fn lifecycle_of(config: &KubernetesConfig) -> LifecycleCapabilities {
 
 /// The largest command: the argv the container `execve`s (Linux: 128 KiB per string, 2 MiB in
 /// all, some of it the container's environment). The exec URL is checked too (1 MiB,
-/// percent-encoded).
+/// percent-encoded). The fallback: the first command over 64 KiB asks the pod (`size::ArgMax`:
+/// its `getconf ARG_MAX` less its environment) and is checked against that, the wrapped form
+/// too.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::linux(
         execseam_adapter_kit::size::LINUX_DEFAULT_STACK,

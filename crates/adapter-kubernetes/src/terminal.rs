@@ -104,15 +104,9 @@ impl OpenTerminal for KubernetesExec {
 
 impl KubernetesExec {
     async fn open_tty(&self, command: Command) -> Result<Opened, Error> {
-        if self.ownership().is_destroyed() {
-            return Err(adapter(
-                ErrorKind::NotFound,
-                Retry::Never,
-                "terminal",
-                format!("sandbox {} was destroyed", Sandbox::id(self)),
-            ));
-        }
-        size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        self.admit(&command)
+            .await
+            .map_err(|e| e.with_operation("terminal"))?;
         let shared = self.shared().clone();
         let config = shared.api.config();
         let target = self.target().await?;
@@ -136,7 +130,7 @@ impl KubernetesExec {
             argv.extend(env_through_file(self, command.env(), &config.temp_dir).await?);
         }
         argv.extend(command.argv().iter().cloned());
-        size::check_wire(PROVIDER, &argv, &crate::SIZE_LIMIT)?;
+        size::check_wire(PROVIDER, &argv, &self.wire_limit())?;
         let path = ExecRequest {
             namespace: &target.namespace,
             pod: &target.pod,

@@ -14,7 +14,7 @@
 //! | remote_kill | yes: dropping the exec or the stream calls `POST /exec/{session}/kill?signal=KILL` | no |
 //! | binary_output | yes: binary frames | no: frames have no length, so bytes are attributed per HTTP chunk |
 //! | process handles | yes: [`Processes`](execseam_core::Processes) from the adapter kit's spool, output and exit in files in the sprite (the attach replay is a bounded scrollback without offsets) | yes |
-//! | terminals | Sprites' TTY exec (`tty=true`, `rows`, `cols`; resize messages), held by the handle that opened it: not reattachable (`terminal_reattach: false`) | the kit's recorder (`script(1)`): reattachable |
+//! | terminals | the kit's recorder (`script(1)`) by default: reattachable from any handle or process; with `EXECSEAM_SPRITES_TERMINAL=attached`, Sprites' TTY exec (`tty=true`, `rows`, `cols`; resize messages), held by the handle that opened it (`terminal_reattach: false`) | the kit's recorder (`script(1)`): reattachable |
 //!
 //! # Quirks
 //!
@@ -54,7 +54,10 @@ pub use provider::SpritesProvider;
 
 /// The largest command (argv and env) sent, checked before any I/O: the sprite `execve`s it
 /// (128 KiB per string); in all it must also fit the exec URL's query
-/// ([`MAX_EXEC_URL`](client::MAX_EXEC_URL) bytes, checked on the encoded URL).
+/// ([`MAX_EXEC_URL`](client::MAX_EXEC_URL) bytes, checked on the encoded URL). The URL's
+/// 60 KiB is below what any Linux `execve` takes (`ARG_MAX` is never under 128 KiB,
+/// `size::SURELY_FITS`), so the sprite's own limit is never asked (issue 38, D32): a command
+/// larger than that is refused for the URL, before any request.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::linux(
         execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
@@ -110,6 +113,19 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
             restore_in_place: true,
             delete: false,
             ..execseam_core::SnapshotSupport::FILESYSTEM
+        }),
+        // The sprite URL (docs.sprites.dev/concepts/networking): one per sprite, routing to
+        // 8080 unless a running service names an `http_port`; `url_settings.auth: sprite`
+        // (the default for the sprites this adapter makes) takes the API token as a bearer
+        // header, `public` nothing (the header is then left out).
+        expose: Some(execseam_core::ExposeSupport {
+            when: execseam_core::PortsWhen::AnyTime,
+            auth: execseam_core::PortAuth::Header("Authorization"),
+            list: false,
+            unexpose: false,
+            ports: (1, 65535),
+            reserved: &[],
+            only: Some(8080),
         }),
         ..execseam_core::StateCapabilities::NONE
     },

@@ -443,5 +443,21 @@ async fn a_command_is_checked_against_the_sandboxs_probed_arg_max() {
     let a = provider.create(SandboxSpec::new()).await.unwrap();
     let fresh = || async { provider.connect(a.id()).await.unwrap() };
     execseam_test_util::probe::arg_max_is_probed(&a, fresh, || emu.exec_requests()).await;
+    // The detached spawn path (the same `POST …/cmd`): it runs on the default stack, and a
+    // fresh handle's first large spawn at a 1 MiB stack asks once and is refused before its
+    // request.
+    let inspect = execseam_test_util::probe::many_64_kib_args;
+    let spawned = a.spawn(inspect(16)).await.unwrap();
+    assert_eq!(spawned.wait().await.unwrap(), Exit::Code(0));
+    let out = spawned.logs().await.unwrap().collect().await.unwrap();
+    assert_eq!(out.stdout.as_ref(), b"16\n", "{out:?}");
+    {
+        let _stack = execseam_test_util::probe::StackLimit::set(1 << 20);
+        let small = provider.connect(a.id()).await.unwrap();
+        let before = emu.exec_requests();
+        let e = small.spawn(inspect(16)).await.unwrap_err();
+        execseam_test_util::probe::too_large(&e, "ARG_MAX");
+        assert_eq!(emu.exec_requests(), before + 1, "only the probe");
+    }
     a.destroy().await.unwrap();
 }
