@@ -288,3 +288,31 @@ async fn a_command_that_kills_its_whole_group_is_an_ambiguous_kill() {
     assert!(out.exit.is_ambiguous_kill(), "{out:?}");
     assert_eq!(out.exit, Exit::Code(137));
 }
+
+/// Issue 38 (D22), pinned: Chrono's contract carries a death only as the int32 `exit_code`
+/// (Aevatar `NyxIdCodeExecutionPort.cs`, Ornn `sandboxClient.ts`: no signal field), and the
+/// program runs under the adapter's bash wrapper, whose status (with its end marker) is
+/// `128 + n` for a program killed by signal `n`: a SIGSEGV reads `Code(139)` exactly as
+/// `exit 139` does (no shell can tell them apart), a failure, not a kill; a SIGTERM reads
+/// `Code(143)`, the contract's ambiguous kill. docs/adapters/chrono.md and docs/contract.md §3.
+#[tokio::test]
+async fn a_signal_death_reads_as_the_wrappers_128_plus_n() {
+    use execseam_core::{Command, Exec as _, ExitClass};
+    let emu = emulator().await;
+    let sync = ChronoExec::new(config(&emu)).unwrap();
+    let run = |script: &'static str| sync.exec(Command::new(["sh", "-c", script]).unwrap());
+    let (segv, code, term) = tokio::join!(
+        run("echo out; kill -SEGV $$"),
+        run("exit 139"),
+        run("kill -TERM $$")
+    );
+    let (segv, code, term) = (segv.unwrap(), code.unwrap(), term.unwrap());
+    assert_eq!(
+        (segv.exit, &segv.stdout[..]),
+        (Exit::Code(139), &b"out\n"[..])
+    );
+    assert_eq!(segv.exit.class(), ExitClass::Failure, "{segv:?}");
+    assert_eq!(code.exit, segv.exit);
+    assert_eq!(term.exit, Exit::Code(143));
+    assert!(term.exit.is_ambiguous_kill(), "{term:?}");
+}

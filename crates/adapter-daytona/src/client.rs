@@ -46,9 +46,9 @@ pub(crate) async fn read_limited(
         .map_err(|e| e.into_error(error::call(operation, stage)))
 }
 
-/// The most of a `process/execute` answer kept besides its `result` (`exitCode`, and whatever
-/// a newer daemon adds).
-const EXECUTE_REST_LIMIT: usize = 64 << 10;
+/// The most of an output-carrying answer (`process/execute`, a synchronous session exec) kept
+/// besides its output fields (`exitCode`, `cmdId`, and whatever a newer daemon adds).
+const ANSWER_REST_LIMIT: usize = 64 << 10;
 
 /// The operation and stage of a `process/execute` request: the exec's own, or a helper's.
 fn execute_op(submit: bool) -> (&'static str, Stage) {
@@ -448,13 +448,47 @@ impl Toolbox {
             .map(drop)
     }
 
-    /// The request that runs the command; never re-sent.
-    pub(crate) async fn session_exec(
+    /// The request that runs the command with `runAsync`; never re-sent. Answered at once (a
+    /// 202 with the command's id), within the request timeout.
+    pub(crate) async fn session_exec_async(
+        &self,
+        session_id: &str,
+        command: &str,
+    ) -> Result<wire::SessionExecuteResponse, Error> {
+        let resp = self.session_submit(session_id, command, true).await?;
+        let body = read_limited(
+            resp,
+            self.client.max_answer,
+            self.client.request_timeout,
+            "exec",
+            Stage::Submit,
+        )
+        .await?;
+        parse_json(&body, "exec")
+    }
+
+    /// The request that runs the command and answers when it ends (however long that is: the
+    /// caller watches the session); never re-sent. The answer carries the whole output in
+    /// string fields: each of `fields` goes to `output` (with its index) as it arrives, never
+    /// held whole. The answer's other fields, and which of `fields` it had.
+    pub(crate) async fn session_exec_sync(
+        &self,
+        session_id: &str,
+        command: &str,
+        fields: &[&'static str],
+        output: impl FnMut(usize, &[u8]) -> Result<(), Error>,
+    ) -> Result<(wire::SessionExecuteResponse, Vec<bool>), Error> {
+        let resp = self.session_submit(session_id, command, false).await?;
+        let (rest, found) = scan_answer(resp, "exec", fields, output).await?;
+        Ok((parse_json(&rest, "exec")?, found))
+    }
+
+    async fn session_submit(
         &self,
         session_id: &str,
         command: &str,
         run_async: bool,
-    ) -> Result<wire::SessionExecuteResponse, Error> {
+    ) -> Result<Response, Error> {
         let url = self
             .url(&format!(
                 "/process/session/{}/exec",
@@ -465,8 +499,6 @@ impl Toolbox {
             command,
             run_async: run_async.then_some(true),
         };
-        // An async submit is answered at once: it gets the request timeout. A synchronous one
-        // lasts as long as the command (the caller watches the session instead).
         let rb = self
             .client
             .request(Method::POST, &url, run_async)
@@ -487,14 +519,7 @@ impl Toolbox {
                 ),
             ));
         }
-        // A synchronous answer carries the whole output: bounded like a log.
-        let within = if run_async {
-            self.client.request_timeout
-        } else {
-            UNBOUNDED
-        };
-        let body = read_limited(resp, self.client.max_log, within, "exec", Stage::Submit).await?;
-        parse_json(&body, "exec")
+        Ok(resp)
     }
 
     /// `POST /process/execute` of a short helper (a probe, a kill): runs `command` and answers
@@ -533,25 +558,9 @@ impl Toolbox {
         let resp = self
             .execute_answer(command, envs, timeout_secs, true)
             .await?;
-        let mut scan = json::FieldScan::new("result", EXECUTE_REST_LIMIT);
-        let malformed = |why: String| error::protocol(OP, format!("malformed answer: {why}"));
-        let fed = http::feed_body(resp, UNBOUNDED, |chunk| {
-            scan.feed(chunk, &mut result).map_err(|e| match e {
-                json::ScanError::Malformed(why) => Fed::Error(malformed(why)),
-                json::ScanError::Sink(e) => Fed::Error(e),
-            })
-        })
-        .await;
-        match fed {
-            Ok(()) => {}
-            Err(Fed::Body(e)) => return Err(e.into_error(error::call(OP, Stage::Submit))),
-            Err(Fed::Error(e)) => return Err(e),
-        }
-        let (rest, found) = scan.finish::<String>().map_err(|e| match e {
-            json::ScanError::Malformed(why) | json::ScanError::Sink(why) => malformed(why),
-        })?;
+        let (rest, found) = scan_answer(resp, OP, &["result"], |_, b| result(b)).await?;
         let answer: wire::ExecuteResponse = parse_json(&rest, OP)?;
-        Ok((answer.exit_code, found))
+        Ok((answer.exit_code, found[0]))
     }
 
     /// Sends `POST /process/execute`: its answer once it is a 200.
@@ -908,6 +917,35 @@ fn parse_json<T: DeserializeOwned>(body: &[u8], operation: &'static str) -> Resu
                 String::from_utf8_lossy(&body[..body.len().min(200)])
             ),
         )
+    })
+}
+
+/// Reads an answer that carries a command's output in the string `fields` of a JSON object as
+/// it arrives (with no total bound: the caller watches it): each field's unescaped bytes go to
+/// `output` with the field's index; the object without those values (at most
+/// [`ANSWER_REST_LIMIT`]) and which fields it had.
+async fn scan_answer(
+    resp: Response,
+    op: &'static str,
+    fields: &[&'static str],
+    mut output: impl FnMut(usize, &[u8]) -> Result<(), Error>,
+) -> Result<(Vec<u8>, Vec<bool>), Error> {
+    let mut scan = json::FieldScan::of(fields, ANSWER_REST_LIMIT);
+    let malformed = |why: String| error::protocol(op, format!("malformed answer: {why}"));
+    let fed = http::feed_body(resp, UNBOUNDED, |chunk| {
+        scan.feed_fields(chunk, &mut output).map_err(|e| match e {
+            json::ScanError::Malformed(why) => Fed::Error(malformed(why)),
+            json::ScanError::Sink(e) => Fed::Error(e),
+        })
+    })
+    .await;
+    match fed {
+        Ok(()) => {}
+        Err(Fed::Body(e)) => return Err(e.into_error(error::call(op, Stage::Submit))),
+        Err(Fed::Error(e)) => return Err(e),
+    }
+    scan.finish_fields::<String>().map_err(|e| match e {
+        json::ScanError::Malformed(why) | json::ScanError::Sink(why) => malformed(why),
     })
 }
 

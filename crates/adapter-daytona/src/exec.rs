@@ -230,6 +230,12 @@ impl Lines {
                 data(Bytes::from(decoded));
             }
         }
+        if self.partial.len() + rest.len() > MAX_LINE {
+            return Err(format!(
+                "{stream:?} of the framed command has a line of more than {MAX_LINE} bytes: {:?}",
+                snippet(&self.partial)
+            ));
+        }
         self.partial.extend_from_slice(rest);
         Ok(())
     }
@@ -266,55 +272,212 @@ fn snippet(b: &[u8]) -> String {
     String::from_utf8_lossy(&b[..b.len().min(160)]).into_owned()
 }
 
-/// Decodes everything of a finished command: stdout and stderr strings as the daemon split them,
-/// or the raw prefixed log.
+/// Decodes everything of a finished command: stdout and stderr strings as the daemon split them.
+#[cfg(test)]
 fn decode_complete(stdout: &[u8], stderr: &[u8]) -> Result<(Bytes, Bytes, i32), String> {
-    let (mut out, mut err) = (BytesMut::new(), BytesMut::new());
-    let (mut lo, mut le) = (Lines::default(), Lines::default());
-    lo.feed(Stream::Stdout, stdout, |b| out.extend_from_slice(&b))?;
-    le.feed(Stream::Stderr, stderr, |b| err.extend_from_slice(&b))?;
-    lo.check_end(Stream::Stdout)?;
-    le.check_end(Stream::Stderr)?;
-    Ok((out.freeze(), err.freeze(), lo.status()?))
+    let mut route = Route::default();
+    for (stream, bytes) in [(Stream::Stdout, stdout), (Stream::Stderr, stderr)] {
+        route
+            .feed(stream, bytes, u64::MAX)
+            .map_err(|e| format!("{e:?}"))?;
+    }
+    route.finish()
 }
 
-fn split_raw(raw: &[u8]) -> Result<(Vec<u8>, Vec<u8>), String> {
-    let mut demux = Demux::default();
-    let mut parts = Vec::new();
-    demux.feed(raw, &mut parts)?;
-    demux.finish(&mut parts)?;
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    for (s, b) in parts {
-        match s {
-            Stream::Stdout => out.extend_from_slice(&b),
-            Stream::Stderr => err.extend_from_slice(&b),
-        }
-    }
-    Ok((out, err))
+/// Decodes a finished command's whole raw prefixed log (`GET …/logs`).
+fn decode_raw(raw: &[u8]) -> Result<(Bytes, Bytes, i32), String> {
+    let mut decoder = SyncDecoder::new(u64::MAX);
+    decoder.feed(0, raw).map_err(|e| format!("{e:?}"))?;
+    decoder.finish(&[true, false, false])
 }
 
-/// Reads a synchronous session exec answer into an [`Output`].
-fn output_from_response(resp: &wire::SessionExecuteResponse) -> Result<Output, Error> {
-    let proto = |m: String| error::protocol("exec", m);
-    let code = resp
-        .exit_code
-        .ok_or_else(|| proto("the session exec answered without an exitCode".into()))?;
-    let (so, se) = match (&resp.stdout, &resp.stderr, &resp.output) {
-        (Some(o), Some(e), _) => (o.as_bytes().to_vec(), e.as_bytes().to_vec()),
-        (_, _, Some(raw)) => split_raw(raw.as_bytes()).map_err(proto)?,
-        _ => {
-            return Err(proto(
-                "the session exec answered without the command's output".into(),
-            ));
+/// The most of one base64 line held before its end: the frame writes `base64`'s lines (76
+/// characters with GNU's and busybox's; at most 87,384 for one 64 KiB read where it does not
+/// wrap).
+const MAX_LINE: usize = 128 << 10;
+
+/// The fields of a synchronous session exec answer that carry output: the raw prefixed log
+/// (every daemon), then the streams as the daemon split them (SDK >= 0.167).
+const SYNC_FIELDS: [&str; 3] = ["output", "stdout", "stderr"];
+
+/// One way of reading a command's framed output: each stream's lines and what they decoded to.
+#[derive(Default)]
+struct Route {
+    lines: [Lines; 2],
+    data: [BytesMut; 2],
+    /// Why this route cannot be read (the answer is still read to its end for `exitCode`).
+    bad: Option<String>,
+}
+
+impl Route {
+    fn feed(&mut self, stream: Stream, bytes: &[u8], limit: u64) -> Result<(), Undecodable> {
+        if self.bad.is_some() {
+            return Ok(());
         }
-    };
-    let (stdout, stderr, status) = decode_complete(&so, &se).map_err(proto)?;
-    if status != code {
-        return Err(proto(format!(
-            "the framed status {status} differs from Daytona's exitCode {code}"
-        )));
+        let i = stream as usize;
+        let data = &mut self.data[i];
+        if let Err(why) = self.lines[i].feed(stream, bytes, |b| data.extend_from_slice(&b)) {
+            self.fail(why);
+        } else if data.len() as u64 > limit {
+            return Err(Undecodable::TooLarge);
+        }
+        Ok(())
     }
-    Ok(Output::new(stdout, stderr, Exit::Code(code)))
+
+    fn fail(&mut self, why: String) {
+        *self = Route {
+            bad: Some(why),
+            ..Route::default()
+        };
+    }
+
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        (0..2)
+            .map(|i| self.data[i].len() + self.lines[i].partial.len())
+            .sum()
+    }
+
+    fn finish(self) -> Result<(Bytes, Bytes, i32), String> {
+        if let Some(why) = self.bad {
+            return Err(why);
+        }
+        let [out, err] = self.data;
+        self.lines[0].check_end(Stream::Stdout)?;
+        self.lines[1].check_end(Stream::Stderr)?;
+        Ok((out.freeze(), err.freeze(), self.lines[0].status()?))
+    }
+}
+
+/// A synchronous session exec's output ([`SYNC_FIELDS`]) decoded as the answer arrives: what is
+/// held is the decoded output (a stream past the limit is [`Undecodable::TooLarge`] at once),
+/// never the answer, whose base64, line prefixes and JSON escapes are about 2.7 times the
+/// output and which carries it twice (SDK >= 0.167: the raw log, then `stdout` and `stderr`).
+/// The raw log's route is dropped once both split streams have begun.
+struct SyncDecoder {
+    limit: u64,
+    demux: Demux,
+    raw: Option<Route>,
+    split: Route,
+    /// `stdout` and `stderr` have begun.
+    began: [bool; 2],
+    parts: Vec<(Stream, Vec<u8>)>,
+}
+
+impl SyncDecoder {
+    fn new(limit: u64) -> SyncDecoder {
+        SyncDecoder {
+            limit,
+            demux: Demux::default(),
+            raw: Some(Route::default()),
+            split: Route::default(),
+            began: [false; 2],
+            parts: Vec::new(),
+        }
+    }
+
+    /// Feeds a piece of the field [`SYNC_FIELDS`]`[field]`.
+    fn feed(&mut self, field: usize, bytes: &[u8]) -> Result<(), Undecodable> {
+        let stream = match field {
+            0 => return self.feed_raw(bytes),
+            1 => Stream::Stdout,
+            _ => Stream::Stderr,
+        };
+        self.began[stream as usize] = true;
+        if self.began == [true; 2] {
+            self.raw = None;
+        }
+        self.split.feed(stream, bytes, self.limit)
+    }
+
+    fn feed_raw(&mut self, bytes: &[u8]) -> Result<(), Undecodable> {
+        let Some(raw) = self.raw.as_mut().filter(|r| r.bad.is_none()) else {
+            return Ok(());
+        };
+        if let Err(why) = self.demux.feed(bytes, &mut self.parts) {
+            raw.fail(why);
+        }
+        for (stream, piece) in self.parts.drain(..) {
+            raw.feed(stream, &piece, self.limit)?;
+        }
+        Ok(())
+    }
+
+    /// The bytes held: what the routes decoded and their partial lines.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.split.held() + self.raw.as_ref().map_or(0, Route::held) + self.demux.held.len()
+    }
+
+    /// `(stdout, stderr, status)` once the answer ended with the fields `found`: the split
+    /// streams when the answer had both, else the raw log.
+    fn finish(mut self, found: &[bool]) -> Result<(Bytes, Bytes, i32), String> {
+        if found[1] && found[2] {
+            return self.split.finish();
+        }
+        match self.raw.take() {
+            Some(mut raw) if found[0] => {
+                match self.demux.finish(&mut self.parts) {
+                    Err(why) => raw.fail(why),
+                    Ok(()) => {
+                        for (stream, piece) in self.parts.drain(..) {
+                            // The held bytes are at most a marker's two: never past the limit.
+                            let _ = raw.feed(stream, &piece, u64::MAX);
+                        }
+                    }
+                }
+                raw.finish()
+            }
+            _ => Err("the session exec answered without the command's output".into()),
+        }
+    }
+}
+
+/// A synchronous session exec's answer: the command, its exit code, and its output decoded.
+struct SyncAnswer {
+    cmd_id: String,
+    exit_code: Option<i32>,
+    decoded: Result<(Bytes, Bytes, i32), String>,
+}
+
+impl SyncAnswer {
+    /// The [`Output`] when the answer carried the whole output and its status agrees.
+    fn output(&self) -> Result<Output, Error> {
+        let proto = |m: String| error::protocol("exec", m);
+        let code = self
+            .exit_code
+            .ok_or_else(|| proto("the session exec answered without an exitCode".into()))?;
+        let (stdout, stderr, status) = self.decoded.clone().map_err(proto)?;
+        if status != code {
+            return Err(proto(format!(
+                "the framed status {status} differs from Daytona's exitCode {code}"
+            )));
+        }
+        Ok(Output::new(stdout, stderr, Exit::Code(code)))
+    }
+}
+
+/// Runs `command` synchronously in the session and decodes the answer as it arrives.
+async fn session_exec_sync(
+    toolbox: &Toolbox,
+    session_id: &str,
+    command: &str,
+    max_output: u64,
+) -> Result<SyncAnswer, Error> {
+    let mut decoder = SyncDecoder::new(max_output);
+    let (resp, found) = toolbox
+        .session_exec_sync(session_id, command, &SYNC_FIELDS, |field, piece| {
+            decoder.feed(field, piece).map_err(|e| match e {
+                Undecodable::Malformed(m) => error::protocol("exec", m),
+                Undecodable::TooLarge => output_limit(max_output),
+            })
+        })
+        .await?;
+    Ok(SyncAnswer {
+        cmd_id: resp.cmd_id,
+        exit_code: resp.exit_code,
+        decoded: decoder.finish(&found),
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -836,7 +999,7 @@ async fn complete_from_logs(
     let until = Instant::now() + LOG_TAIL_WAIT;
     loop {
         let raw = toolbox.logs(session, cmd_id).await?;
-        let decoded = split_raw(&raw).and_then(|(so, se)| decode_complete(&so, &se));
+        let decoded = decode_raw(&raw);
         match decoded {
             Ok((stdout, stderr, status)) if status == code => {
                 return Ok(Output::new(stdout, stderr, Exit::Code(code)));
@@ -868,7 +1031,7 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
             session.id.clone(),
             plan.command.clone(),
         );
-        Box::pin(async move { toolbox.session_exec(&sid, &command, false).await })
+        Box::pin(async move { session_exec_sync(&toolbox, &sid, &command, max_output).await })
     };
     let mut exec = submit(&mut session);
     let mut ended: Option<(String, i32)> = None;
@@ -928,7 +1091,7 @@ async fn run(inner: Arc<Inner>, cmd: Command) -> Result<Output, Error> {
     // A session whose answer was lost is not reused (the daemon's view of it is unknown).
     let mut reuse = true;
     let output = match answer {
-        Ok(resp) => match (output_from_response(&resp), resp.exit_code) {
+        Ok(resp) => match (resp.output(), resp.exit_code) {
             (Ok(o), _) => o,
             // The answer came before the log's tail: read the log until it is complete.
             (Err(e), Some(code)) if e.kind() == execseam_core::ErrorKind::Protocol => {
@@ -1835,7 +1998,7 @@ async fn start_stream(inner: Arc<Inner>, cmd: Command) -> Result<EventStream, Er
     session.submitted();
     let resp = inner
         .toolbox
-        .session_exec(&session.id, &plan.command, true)
+        .session_exec_async(&session.id, &plan.command)
         .await
         .map_err(|e| e.or_context(PROVIDER, "exec_stream"))?;
     let slot: SessionSlot = Arc::new(std::sync::Mutex::new(Some(session)));
@@ -1974,8 +2137,7 @@ mod tests {
             // Through the daemon's line labeller and our demux: the same bytes.
             let mut log = label(STDOUT_PREFIX, &o.stdout);
             log.extend(label(STDERR_PREFIX, &o.stderr));
-            let (so, se) = split_raw(&log).unwrap();
-            let (out2, err2, _) = decode_complete(&so, &se).unwrap();
+            let (out2, err2, _) = decode_raw(&log).unwrap();
             assert_eq!((out2, err2), (out, err));
         }
     }
@@ -2169,6 +2331,28 @@ mod tests {
         gone(&dir);
     }
 
+    /// Feeds `head`, then `more` again and again, until `feed` refuses with `TooLarge` (before
+    /// `most` bytes): the bytes fed.
+    fn read_until_too_large(
+        head: &[u8],
+        more: &[u8],
+        most: usize,
+        mut feed: impl FnMut(&[u8]) -> Result<(), execseam_adapter_kit::json::ScanError<Undecodable>>,
+    ) -> usize {
+        let (mut read, mut next) = (0, head);
+        loop {
+            read += next.len();
+            match feed(next) {
+                Ok(()) => next = more,
+                Err(execseam_adapter_kit::json::ScanError::Sink(Undecodable::TooLarge)) => {
+                    return read;
+                }
+                Err(e) => panic!("{e:?}"),
+            }
+            assert!(read < most, "read {read} bytes of an endless answer");
+        }
+    }
+
     /// D6 (issue 38): an endless answer that looks right is refused once a stream passes the
     /// output limit, having read about 1.35 times the limit (base64, line ends, JSON escapes);
     /// the code before read the answer whole up to 3 times the limit plus 1 MiB, and held it.
@@ -2180,23 +2364,9 @@ mod tests {
         let line = format!("{}\\n", "A".repeat(76));
         let piece = format!(r#"{{"exitCode":0,"result":"O\n{}"#, line.repeat(200));
         let more = line.repeat(200);
-        let mut read = 0usize;
-        let mut next = piece.as_bytes();
-        let e = loop {
-            read += next.len();
-            if let Err(e) = scan.feed(next, &mut |b: &[u8]| decoder.feed(b)) {
-                break e;
-            }
-            next = more.as_bytes();
-            assert!(read < 4 << 20, "read {read} bytes of an endless answer");
-        };
-        assert!(
-            matches!(
-                e,
-                execseam_adapter_kit::json::ScanError::Sink(Undecodable::TooLarge)
-            ),
-            "{e:?}"
-        );
+        let read = read_until_too_large(piece.as_bytes(), more.as_bytes(), 4 << 20, |b| {
+            scan.feed(b, &mut |b: &[u8]| decoder.feed(b))
+        });
         let encoded = (limit + 1).div_ceil(3) * 4 * 78 / 76;
         assert!(
             (read as u64) < encoded + (B64_BATCH as u64) + piece.len() as u64,
@@ -2306,40 +2476,157 @@ mod tests {
         assert!(d.feed(b"combined output\n", &mut Vec::new()).is_err());
     }
 
+    /// Scans a synchronous session exec answer in pieces of `piece` bytes, as the adapter
+    /// does: the answer, or why it was refused, and the most the scan and decoder held.
+    fn sync_answer(answer: &[u8], limit: u64, piece: usize) -> (Result<SyncAnswer, String>, usize) {
+        let mut scan = execseam_adapter_kit::json::FieldScan::of(&SYNC_FIELDS, 64 << 10);
+        let mut decoder = SyncDecoder::new(limit);
+        let mut most = 0;
+        for chunk in answer.chunks(piece) {
+            if let Err(e) = scan.feed_fields(chunk, &mut |f, b: &[u8]| decoder.feed(f, b)) {
+                return (Err(format!("{e:?}")), most);
+            }
+            most = most.max(scan.held() + decoder.held());
+        }
+        let answer = scan
+            .finish_fields::<Undecodable>()
+            .map_err(|e| format!("{e:?}"))
+            .and_then(|(rest, found)| {
+                let r: wire::SessionExecuteResponse =
+                    serde_json::from_slice(&rest).map_err(|e| e.to_string())?;
+                Ok(SyncAnswer {
+                    cmd_id: r.cmd_id,
+                    exit_code: r.exit_code,
+                    decoded: decoder.finish(&found),
+                })
+            });
+        (answer, most)
+    }
+
+    fn sync_output(answer: serde_json::Value) -> Result<Output, Error> {
+        let text = answer.to_string();
+        let (answer, _) = sync_answer(text.as_bytes(), u64::MAX, 5);
+        answer.unwrap().output()
+    }
+
     #[test]
     fn sync_responses_of_both_shapes_decode_and_disagreeing_codes_fail() {
-        let split = wire::SessionExecuteResponse {
-            cmd_id: "c".into(),
-            output: None,
-            stdout: Some("aGk=\n:3\n".into()),
-            stderr: Some("ZQ==\n.\n".into()),
-            exit_code: Some(3),
-        };
-        let o = output_from_response(&split).unwrap();
+        let raw = "\u{1}\u{1}\u{1}aGk=\n\u{2}\u{2}\u{2}ZQ==\n\u{2}\u{2}\u{2}.\n\u{1}\u{1}\u{1}:3\n";
+        let split = serde_json::json!({"cmdId": "c", "stdout": "aGk=\n:3\n", "stderr": "ZQ==\n.\n", "exitCode": 3});
+        let o = sync_output(split.clone()).unwrap();
         assert_eq!(o, Output::new("hi", "e", Exit::Code(3)));
-        let raw = wire::SessionExecuteResponse {
-            cmd_id: "c".into(),
-            output: Some(
-                "\u{1}\u{1}\u{1}aGk=\n\u{2}\u{2}\u{2}ZQ==\n\u{2}\u{2}\u{2}.\n\u{1}\u{1}\u{1}:3\n"
-                    .into(),
-            ),
-            stdout: None,
-            stderr: None,
-            exit_code: Some(3),
-        };
-        assert_eq!(output_from_response(&raw).unwrap(), o);
-        let wrong = wire::SessionExecuteResponse {
-            exit_code: Some(0),
-            ..split.clone()
-        };
+        let raw_only = serde_json::json!({"cmdId": "c", "output": raw, "exitCode": 3});
+        assert_eq!(sync_output(raw_only).unwrap(), o);
+        // Both (SDK >= 0.167), in either order: the split streams are read.
+        let both = serde_json::json!({"cmdId": "c", "output": "garbage", "stdout": "aGk=\n:3\n", "stderr": "ZQ==\n.\n", "exitCode": 3});
+        assert_eq!(sync_output(both).unwrap(), o);
+        let both = format!(
+            r#"{{"cmdId":"c","stdout":"aGk=\n:3\n","stderr":"ZQ==\n.\n","output":{},"exitCode":3}}"#,
+            serde_json::Value::from(raw)
+        );
+        let (answer, _) = sync_answer(both.as_bytes(), u64::MAX, 3);
+        assert_eq!(answer.unwrap().output().unwrap(), o);
+        let mut wrong = split.clone();
+        wrong["exitCode"] = 0.into();
         assert_eq!(
-            output_from_response(&wrong).unwrap_err().kind(),
+            sync_output(wrong).unwrap_err().kind(),
             execseam_core::ErrorKind::Protocol
         );
-        let no_code = wire::SessionExecuteResponse {
-            exit_code: None,
-            ..split
-        };
-        assert!(output_from_response(&no_code).is_err());
+        let mut no_code = split.clone();
+        no_code.as_object_mut().unwrap().remove("exitCode");
+        assert!(sync_output(no_code).is_err());
+        // A cut output is a protocol error with the answer's id and code (the log is read).
+        let cut =
+            serde_json::json!({"cmdId": "c", "stdout": "aGk=\n", "stderr": ".\n", "exitCode": 3});
+        let (answer, _) = sync_answer(cut.to_string().as_bytes(), u64::MAX, 4);
+        let answer = answer.unwrap();
+        assert_eq!((answer.cmd_id.as_str(), answer.exit_code), ("c", Some(3)));
+        assert!(
+            answer
+                .output()
+                .unwrap_err()
+                .message()
+                .contains("end marker")
+        );
+    }
+
+    /// The framed output of `n` bytes on stdout (status 0) as the daemon's split streams and
+    /// its raw prefixed log; GNU `base64` wraps at 76.
+    fn framed(n: usize) -> (String, String, String) {
+        let data: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+        let mut stdout = String::new();
+        for chunk in data.chunks(65536) {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(chunk);
+            for line in b64.as_bytes().chunks(76) {
+                stdout.push_str(std::str::from_utf8(line).unwrap());
+                stdout.push('\n');
+            }
+        }
+        stdout.push_str(":0\n");
+        let stderr = ".\n".to_owned();
+        let mut raw = String::new();
+        for line in stdout.lines() {
+            raw.push_str("\u{1}\u{1}\u{1}");
+            raw.push_str(line);
+            raw.push('\n');
+        }
+        raw.push_str("\u{2}\u{2}\u{2}.\n");
+        (stdout, stderr, raw)
+    }
+
+    /// D6 (issue 38): a synchronous session exec answer is decoded as it arrives. What the scan
+    /// and decoder hold (counted, not timed) stays near the decoded output, in either field
+    /// order, while the answer carries it twice in base64 (about 2.8 times); and an endless
+    /// well-formed answer is refused at the output limit. The code before read the answer
+    /// whole (up to 3 x `max_output` + 1 MiB) and then held it, its parsed strings and the
+    /// output together.
+    #[test]
+    fn a_sync_session_answer_holds_its_output_not_the_answer() {
+        let n = 256 << 10;
+        let (stdout, stderr, raw) = framed(n);
+        let sorted = serde_json::json!({"cmdId": "c", "output": raw, "stdout": stdout, "stderr": stderr, "exitCode": 0}).to_string();
+        // The daemon's struct order (`output`, `stdout`, `stderr`, `exitCode`).
+        let daemon = format!(
+            r#"{{"cmdId":"c","output":{},"stdout":{},"stderr":{},"exitCode":0}}"#,
+            serde_json::Value::from(raw),
+            serde_json::Value::from(stdout),
+            serde_json::Value::from(stderr)
+        );
+        for answer in [&sorted, &daemon] {
+            assert!(answer.len() > n * 5 / 2, "{} bytes", answer.len());
+            let (decoded, most) = sync_answer(answer.as_bytes(), n as u64, 16 << 10);
+            let output = decoded.unwrap().output().unwrap();
+            assert_eq!(output.stdout.len(), n);
+            assert!(
+                most <= 2 * n + (64 << 10),
+                "held {most} for {n} bytes of output"
+            );
+        }
+        // Sorted keys put `stderr` before `stdout`: the raw route is dropped at once.
+        let (_, most) = sync_answer(sorted.as_bytes(), n as u64, 16 << 10);
+        assert!(most <= n + (64 << 10), "held {most}");
+        // An endless answer that looks right: refused once a stream passes the limit.
+        let limit: u64 = 256 << 10;
+        let mut scan = execseam_adapter_kit::json::FieldScan::of(&SYNC_FIELDS, 64 << 10);
+        let mut decoder = SyncDecoder::new(limit);
+        let lines = format!("{}\\n", "A".repeat(76)).repeat(200);
+        let mut held = 0;
+        let head = r#"{"cmdId":"c","stdout":""#.as_bytes();
+        let read = read_until_too_large(head, lines.as_bytes(), 1 << 20, |b| {
+            let r = scan.feed_fields(b, &mut |f, b: &[u8]| decoder.feed(f, b));
+            held = held.max(scan.held() + decoder.held());
+            r
+        });
+        assert!((read as u64) < limit * 3 / 2, "read {read}");
+        assert!(held as u64 <= limit + (64 << 10), "held {held}");
+        // A line that never ends is refused, and not held.
+        let long = format!(
+            r#"{{"cmdId":"c","stdout":"{}","stderr":".\n","exitCode":0}}"#,
+            "A".repeat(MAX_LINE + 1)
+        );
+        let (r, most) = sync_answer(long.as_bytes(), limit, 16 << 10);
+        assert!(most <= MAX_LINE + (64 << 10), "held {most}");
+        let e = r.unwrap().output().unwrap_err();
+        assert!(e.message().contains("more than"), "{e}");
     }
 }

@@ -254,21 +254,16 @@ pub struct SessionExecuteRequest<'a> {
     pub run_async: Option<bool>,
 }
 
-/// The answer to a session exec: 200 (sync) or 202 (async, `cmdId` only).
+/// The answer to a session exec: 200 (sync) or 202 (async, `cmdId` only). A synchronous
+/// answer also carries the output: `output`, the raw log (with `\x01\x01\x01`/`\x02\x02\x02`
+/// line prefixes for SDK >= 0.27), and `stdout`, `stderr` as the daemon split them (SDK >=
+/// 0.167); those strings are decoded as they arrive (`exec.rs`, `SYNC_FIELDS`), never parsed
+/// here.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionExecuteResponse {
     /// The command id (a UUID).
     pub cmd_id: String,
-    /// The raw log (with `\x01\x01\x01`/`\x02\x02\x02` line prefixes for SDK >= 0.27).
-    #[serde(default)]
-    pub output: Option<String>,
-    /// stdout, demultiplexed by the daemon (SDK >= 0.167).
-    #[serde(default)]
-    pub stdout: Option<String>,
-    /// stderr, demultiplexed by the daemon (SDK >= 0.167).
-    #[serde(default)]
-    pub stderr: Option<String>,
     /// The exit code; absent for async commands.
     #[serde(default)]
     pub exit_code: Option<i32>,
@@ -453,11 +448,11 @@ mod tests {
             "{\"cmdId\":\"c1\",\"output\":\"\\u0001\\u0001\\u0001out\\n\\u0002\\u0002\\u0002bad\\n\",\"stdout\":\"out\\n\",\"stderr\":\"bad\\n\",\"exitCode\":0}",
         )
         .unwrap();
-        assert_eq!(r.stdout.as_deref(), Some("out\n"));
+        assert_eq!(r.cmd_id, "c1");
         assert_eq!(r.exit_code, Some(0));
         // Async: cmdId only.
         let r: SessionExecuteResponse = serde_json::from_str(r#"{"cmdId":"c2"}"#).unwrap();
-        assert!(r.exit_code.is_none() && r.output.is_none());
+        assert!(r.exit_code.is_none());
         let c: SessionCommand = serde_json::from_str(r#"{"id":"c2","command":"sleep 1"}"#).unwrap();
         assert!(c.exit_code.is_none());
     }

@@ -10,9 +10,9 @@ use bollard::query_parameters::{CommitContainerOptions, ListImagesOptions, Remov
 use execseam_adapter_kit::id;
 use execseam_adapter_kit::retry::Stage;
 use execseam_core::{
-    Error, ErrorKind, ExposeSupport, ExposedPort, ForkSupport, Kept, PauseSupport, PortAuth,
-    PortsWhen, Retry, SandboxState, Scope, SnapshotInfo, SnapshotOutcome, SnapshotRequest,
-    SnapshotSupport, SourceAfter, StateCapabilities, WhilePaused,
+    Error, ErrorKind, ExposeSupport, ExposedPort, ForkSupport, Kept, PauseSupport, Retry,
+    SandboxState, Scope, SnapshotInfo, SnapshotOutcome, SnapshotRequest, SnapshotSupport,
+    SourceAfter, StateCapabilities, WhilePaused,
 };
 
 use crate::PROVIDER;
@@ -51,15 +51,7 @@ pub const STATE: StateCapabilities = StateCapabilities {
         includes_unsaved: true,
         independent: true,
     }),
-    expose: Some(ExposeSupport {
-        when: PortsWhen::AtCreate,
-        auth: PortAuth::None,
-        list: true,
-        unexpose: false,
-        ports: (1, 65535),
-        reserved: &[],
-        only: None,
-    }),
+    expose: Some(ExposeSupport::DECLARED_AT_CREATE),
 };
 
 fn state_error(kind: ErrorKind, operation: &'static str, message: String) -> Error {

@@ -26,37 +26,61 @@ tokio::task_local! {
     static HOST: HostDeadline;
 }
 
-/// Whether the adapter under [`within`] sent the deadline to its provider.
-#[derive(Clone, Debug, Default)]
-pub struct Taken(Arc<AtomicBool>);
+/// Whether the adapter under [`within`] sent the deadline to its provider, and how much longer
+/// the caller then waits for the provider's kill (its grace).
+#[derive(Clone, Debug)]
+pub struct Taken {
+    by_provider: Arc<AtomicBool>,
+    grace: Duration,
+}
+
+impl Default for Taken {
+    /// Not taken yet; a grace of [`PROVIDER_KILL_GRACE`].
+    fn default() -> Taken {
+        Taken::with_grace(PROVIDER_KILL_GRACE)
+    }
+}
 
 impl Taken {
-    /// True once an adapter sent the host's deadline as its provider's per-exec timeout.
-    pub fn by_provider(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+    /// Not taken yet; `grace` longer than the deadline is waited once a provider has it. A zero
+    /// grace ends every deadline at itself (a stalled provider's too, and then the provider's
+    /// own kill goes unconfirmed).
+    pub fn with_grace(grace: Duration) -> Taken {
+        Taken {
+            by_provider: Arc::default(),
+            grace,
+        }
     }
 
-    /// `at`, or [`PROVIDER_KILL_GRACE`] later when the provider has the deadline: how long to
-    /// wait for what follows the submit.
+    /// True once an adapter sent the host's deadline as its provider's per-exec timeout.
+    pub fn by_provider(&self) -> bool {
+        self.by_provider.load(Ordering::SeqCst)
+    }
+
+    /// `at`, or the grace later when the provider has the deadline: how long to wait for what
+    /// follows the submit.
     pub fn later(&self, at: Instant) -> Instant {
         if self.by_provider() {
-            at + PROVIDER_KILL_GRACE
+            at + self.grace
         } else {
             at
         }
     }
 }
 
-/// How much longer than the host's deadline a caller waits when the adapter sent it to its
-/// provider ([`provider_timeout`], rounded up to whole seconds there): the provider's kill is
-/// then what the error reports. Under a second: a deadline still answers within 1 s of itself
-/// when the provider stalls (the reliability suite's `RetryAndDeadline` bound; 2 s failed it on
-/// Fly and Modal).
+/// The default of how much longer than the host's deadline a caller waits when the adapter sent
+/// it to its provider ([`provider_timeout`], rounded up to whole seconds there): the provider's
+/// kill is then what the error reports. Why 900 ms: the provider kills at most 1 s after the
+/// host's deadline (the rounding), so a longer grace would catch more of its kills, but a grace
+/// is also what a stalled provider costs, and under a second a deadline still answers within
+/// 1 s of itself (the reliability suite's `RetryAndDeadline` bound; 2 s failed it on Fly and
+/// Modal). A caller that wants the other side of that trade sets its own
+/// ([`Taken::with_grace`]; the layers' `WithDeadline::provider_kill_grace`).
 pub const PROVIDER_KILL_GRACE: Duration = Duration::from_millis(900);
 
 /// `fut` (an exec's submit, or its whole run) until `at`, which the adapter under it sees
-/// ([`within`]); when the adapter sent that deadline to its provider, [`PROVIDER_KILL_GRACE`]
-/// longer. `None`: the deadline fired.
+/// ([`within`]); when the adapter sent that deadline to its provider, `taken`'s grace longer.
+/// `None`: the deadline fired.
 pub async fn until<F: Future>(at: Instant, taken: &Taken, fut: F) -> Option<F::Output> {
     let fut = within(at, taken, fut);
     tokio::pin!(fut);
@@ -66,7 +90,7 @@ pub async fn until<F: Future>(at: Instant, taken: &Taken, fut: F) -> Option<F::O
     if !taken.by_provider() {
         return None;
     }
-    tokio::time::timeout(PROVIDER_KILL_GRACE, fut).await.ok()
+    tokio::time::timeout(taken.grace, fut).await.ok()
 }
 
 /// Runs `fut` (an exec's submit) with the host's deadline `at` visible to the adapter
@@ -75,7 +99,7 @@ pub async fn within<F: Future>(at: Instant, taken: &Taken, fut: F) -> F::Output 
     let at = HOST.try_with(|h| h.at.min(at)).unwrap_or(at);
     let host = HostDeadline {
         at,
-        taken: taken.0.clone(),
+        taken: taken.by_provider.clone(),
     };
     HOST.scope(host, fut).await
 }

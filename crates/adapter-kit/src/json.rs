@@ -1,7 +1,8 @@
-//! One string field of a JSON object, read as the answer arrives: its value (unescaped) goes to
-//! a sink piece by piece, the rest of the object is kept (with the field's value as `""`) for
-//! an ordinary parse. For answers that carry a command's whole output in one string (Daytona's
-//! `process/execute`): the answer is never held whole, only what the sink keeps.
+//! String fields of a JSON object, read as the answer arrives: their values (unescaped) go to
+//! a sink piece by piece, the rest of the object is kept (with each field's value as `""`) for
+//! an ordinary parse. For answers that carry a command's whole output in strings (Daytona's
+//! `process/execute` and session exec): the answer is never held whole, only what the sink
+//! keeps.
 
 /// Why a scan failed.
 #[derive(Debug)]
@@ -27,10 +28,10 @@ enum At {
     End,
 }
 
-/// Scans a JSON object for the string field `name` (see the module docs).
+/// Scans a JSON object for the string fields it names (see the module docs).
 #[derive(Debug)]
 pub struct FieldScan {
-    name: &'static str,
+    names: Vec<&'static str>,
     rest: Vec<u8>,
     rest_limit: usize,
     at: At,
@@ -39,9 +40,11 @@ pub struct FieldScan {
     key_next: bool,
     /// The key being read (at depth 1), then the last key, until its value begins.
     key: Vec<u8>,
-    /// The last key was `name`, and its value has not begun.
-    value_next: bool,
-    found: bool,
+    /// The last key was `names[i]`, and its value has not begun.
+    value_next: Option<usize>,
+    /// The field whose value is being read.
+    field: usize,
+    found: Vec<bool>,
     /// An escape in the field: the bytes after the backslash.
     escape: Option<Vec<u8>>,
     /// A high surrogate waiting for its low half.
@@ -51,16 +54,23 @@ pub struct FieldScan {
 impl FieldScan {
     /// A scan for the field `name`, keeping at most `rest_limit` bytes of everything else.
     pub fn new(name: &'static str, rest_limit: usize) -> FieldScan {
+        FieldScan::of(&[name], rest_limit)
+    }
+
+    /// A scan for each of the fields `names` (each at most once), keeping at most `rest_limit`
+    /// bytes of everything else.
+    pub fn of(names: &[&'static str], rest_limit: usize) -> FieldScan {
         FieldScan {
-            name,
+            names: names.to_vec(),
             rest: Vec::new(),
             rest_limit,
             at: At::Start,
             depth: 0,
             key_next: false,
             key: Vec::new(),
-            value_next: false,
-            found: false,
+            value_next: None,
+            field: 0,
+            found: vec![false; names.len()],
             escape: None,
             high: None,
         }
@@ -72,6 +82,16 @@ impl FieldScan {
         chunk: &[u8],
         sink: &mut impl FnMut(&[u8]) -> Result<(), E>,
     ) -> Result<(), ScanError<E>> {
+        self.feed_fields(chunk, &mut |_, b| sink(b))
+    }
+
+    /// Scans `chunk`, giving each field's unescaped bytes to `sink` with the field's index in
+    /// `names`.
+    pub fn feed_fields<E>(
+        &mut self,
+        chunk: &[u8],
+        sink: &mut impl FnMut(usize, &[u8]) -> Result<(), E>,
+    ) -> Result<(), ScanError<E>> {
         let mut i = 0;
         while i < chunk.len() {
             if self.at == At::InField && self.escape.is_none() {
@@ -82,7 +102,7 @@ impl FieldScan {
                     .unwrap_or(chunk.len() - i);
                 if run > 0 {
                     self.no_pending_high()?;
-                    sink(&chunk[i..i + run]).map_err(ScanError::Sink)?;
+                    sink(self.field, &chunk[i..i + run]).map_err(ScanError::Sink)?;
                     i += run;
                     continue;
                 }
@@ -104,7 +124,8 @@ impl FieldScan {
         if self.rest.len() >= self.rest_limit {
             return Err(malformed(format!(
                 "the answer's fields other than `{}` exceed {} bytes",
-                self.name, self.rest_limit
+                self.names.join("`, `"),
+                self.rest_limit
             )));
         }
         self.rest.push(b);
@@ -114,7 +135,7 @@ impl FieldScan {
     fn byte<E>(
         &mut self,
         b: u8,
-        sink: &mut impl FnMut(&[u8]) -> Result<(), E>,
+        sink: &mut impl FnMut(usize, &[u8]) -> Result<(), E>,
     ) -> Result<(), ScanError<E>> {
         match self.at {
             At::Start | At::End if b.is_ascii_whitespace() => Ok(()),
@@ -136,9 +157,9 @@ impl FieldScan {
                     self.at = At::Outside;
                     if self.depth == 1 && self.key_next {
                         self.key_next = false;
-                        self.value_next = self.key == self.name.as_bytes();
+                        self.value_next = self.names.iter().position(|n| self.key == n.as_bytes());
                     }
-                } else if self.depth == 1 && self.key_next && self.key.len() <= self.name.len() {
+                } else if self.depth == 1 && self.key_next && self.key.len() <= self.longest() {
                     self.key.push(b);
                 }
                 self.keep(b)
@@ -149,12 +170,16 @@ impl FieldScan {
 
     fn outside<E>(&mut self, b: u8) -> Result<(), ScanError<E>> {
         match b {
-            b'"' if self.depth == 1 && self.value_next => {
-                self.value_next = false;
-                if self.found {
-                    return Err(malformed(format!("the field `{}` twice", self.name)));
+            b'"' if self.depth == 1 && self.value_next.is_some() => {
+                let field = self.value_next.take().unwrap_or_default();
+                if self.found[field] {
+                    return Err(malformed(format!(
+                        "the field `{}` twice",
+                        self.names[field]
+                    )));
                 }
-                self.found = true;
+                self.found[field] = true;
+                self.field = field;
                 self.at = At::InField;
                 // The value is kept as `""`: the closing quote is kept when it comes.
                 return self.keep(b);
@@ -168,32 +193,36 @@ impl FieldScan {
             b':' => {}
             _ if b.is_ascii_whitespace() => {}
             b'{' | b'[' => {
-                self.value_next = false;
+                self.value_next = None;
                 self.depth += 1;
             }
             b'}' | b']' => {
-                self.value_next = false;
+                self.value_next = None;
                 self.depth -= 1;
                 if self.depth == 0 {
                     self.at = At::End;
                 }
             }
             b',' => {
-                self.value_next = false;
+                self.value_next = None;
                 if self.depth == 1 {
                     self.key_next = true;
                 }
             }
             // A value other than a string began: not the field's.
-            _ => self.value_next = false,
+            _ => self.value_next = None,
         }
         self.keep(b)
+    }
+
+    fn longest(&self) -> usize {
+        self.names.iter().map(|n| n.len()).max().unwrap_or(0)
     }
 
     fn field_byte<E>(
         &mut self,
         b: u8,
-        sink: &mut impl FnMut(&[u8]) -> Result<(), E>,
+        sink: &mut impl FnMut(usize, &[u8]) -> Result<(), E>,
     ) -> Result<(), ScanError<E>> {
         let Some(esc) = self.escape.as_mut() else {
             return match b {
@@ -225,7 +254,7 @@ impl FieldScan {
         if let Some(c) = simple {
             self.escape = None;
             self.no_pending_high()?;
-            return sink(&[c]).map_err(ScanError::Sink);
+            return sink(self.field, &[c]).map_err(ScanError::Sink);
         }
         if esc.len() < 5 {
             return Ok(());
@@ -248,16 +277,28 @@ impl FieldScan {
         }
         .ok_or_else(|| malformed("a lone surrogate in a string"))?;
         let mut buf = [0; 4];
-        sink(c.encode_utf8(&mut buf).as_bytes()).map_err(ScanError::Sink)
+        sink(self.field, c.encode_utf8(&mut buf).as_bytes()).map_err(ScanError::Sink)
     }
 
-    /// The object with the field's value as `""`, once the answer has ended; `None` for the
-    /// field when it was not there.
+    /// The object with the field's value as `""`, once the answer has ended, and whether the
+    /// (first) field was there.
     pub fn finish<E>(self) -> Result<(Vec<u8>, bool), ScanError<E>> {
+        let (rest, found) = self.finish_fields()?;
+        Ok((rest, found[0]))
+    }
+
+    /// The object with each field's value as `""`, once the answer has ended, and which of
+    /// the fields (by index in `names`) were there.
+    pub fn finish_fields<E>(self) -> Result<(Vec<u8>, Vec<bool>), ScanError<E>> {
         if self.at != At::End {
             return Err(malformed("the answer ended inside its object"));
         }
         Ok((self.rest, self.found))
+    }
+
+    /// The bytes of the answer this scan holds (the object without its fields' values).
+    pub fn held(&self) -> usize {
+        self.rest.len() + self.key.len()
     }
 }
 
@@ -307,6 +348,37 @@ mod tests {
         }
         let (field, _, found) = scan(r#"{"exitCode":1}"#, 3).unwrap();
         assert!(!found && field.is_empty());
+    }
+
+    #[test]
+    fn several_fields_go_to_the_sink_by_index() {
+        let names = ["output", "stdout", "stderr"];
+        let answer =
+            r#"{"cmdId":"c","output":"o\u0001","stdout":"s","exitCode":0,"x":{"stderr":"no"}}"#;
+        for n in [1, 3, 4096] {
+            let mut scan = FieldScan::of(&names, 1024);
+            let mut got = [Vec::new(), Vec::new(), Vec::new()];
+            for piece in answer.as_bytes().chunks(n) {
+                scan.feed_fields(piece, &mut |i, b: &[u8]| -> Result<(), ()> {
+                    got[i].extend_from_slice(b);
+                    Ok(())
+                })
+                .unwrap();
+            }
+            assert!(scan.held() <= answer.len());
+            let (rest, found) = scan.finish_fields::<()>().unwrap();
+            assert_eq!(got, [b"o\x01".to_vec(), b"s".to_vec(), Vec::new()]);
+            assert_eq!(found, [true, true, false]);
+            let rest: serde_json::Value = serde_json::from_slice(&rest).unwrap();
+            assert_eq!(rest["cmdId"], "c");
+            assert_eq!(rest["output"], "");
+            assert_eq!(rest["x"]["stderr"], "no");
+        }
+        let twice = r#"{"stdout":"a","stdout":"b"}"#;
+        let e = FieldScan::of(&names, 1024)
+            .feed_fields(twice.as_bytes(), &mut |_, _| Ok::<(), ()>(()))
+            .unwrap_err();
+        assert!(format!("{e:?}").contains("`stdout` twice"), "{e:?}");
     }
 
     #[test]

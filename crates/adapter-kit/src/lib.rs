@@ -31,6 +31,7 @@ pub mod vars;
 pub mod ws;
 
 pub use adapter::Adapter;
+pub use state::declared_port;
 
 /// What the kit's macros name (not part of its API).
 #[doc(hidden)]

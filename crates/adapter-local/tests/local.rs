@@ -344,3 +344,35 @@ async fn an_oversized_command_is_invalid_and_never_retried() {
     );
     assert!(e.to_string().len() <= 1200, "{}", e.to_string().len());
 }
+
+/// Issue 38 (D29): the host's deadline bounds each call on a process handle, not the detached
+/// command: a wait longer than the deadline answers `Running` within it, and the command runs on
+/// to its own exit.
+#[tokio::test]
+async fn a_host_deadline_bounds_process_calls_not_the_detached_command() {
+    use execseam_core::{StartKey, StartRequest, Waited};
+    use execseam_layers::ExecExt;
+    let limit = Duration::from_millis(600);
+    let guarded = LocalExec::new().with_deadline(limit);
+    let p = guarded.processes().unwrap();
+    let key = StartKey::new(format!("deadline-{}", std::process::id())).unwrap();
+    let cmd = Command::new(["sh", "-c", "sleep 1; echo done"]).unwrap();
+    let h = p.start(StartRequest::new(key, cmd)).await.unwrap().handle;
+    let started = Instant::now();
+    assert_eq!(
+        p.wait(&h, Duration::from_secs(60)).await.unwrap(),
+        Waited::Running
+    );
+    assert!(started.elapsed() < limit, "{:?}", started.elapsed());
+    let plain = LocalExec::new();
+    let plain = plain.processes().unwrap();
+    let waited = plain.wait(&h, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(
+        waited,
+        Waited::Exited(Exit::Code(0)),
+        "not killed by the deadline"
+    );
+    let read = plain.read(&h, Default::default()).await.unwrap();
+    assert_eq!(read.stdout.as_ref(), b"done\n");
+    plain.release(&h).await.unwrap();
+}

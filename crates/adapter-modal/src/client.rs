@@ -497,6 +497,38 @@ impl Control {
         .map(drop)
     }
 
+    /// `SandboxGetTunnels` (V2 or V1): the sandbox's tunnels, the service waiting for them at
+    /// most `wait`; not ready by then is `UNAVAILABLE` (the client's `SandboxTimeoutError`).
+    pub async fn tunnels(
+        &self,
+        sandbox_id: &str,
+        v2: bool,
+        wait: Duration,
+    ) -> Result<Vec<api::TunnelData>, Status> {
+        let msg = api::SandboxGetTunnelsRequest {
+            sandbox_id: sandbox_id.to_owned(),
+            timeout: wait.as_secs_f32(),
+        };
+        let r = if v2 {
+            self.unary(msg, true, |mut c, r| async move {
+                c.sandbox_get_tunnels_v2(r).await
+            })
+            .await?
+        } else {
+            self.unary(msg, false, |mut c, r| async move {
+                c.sandbox_get_tunnels(r).await
+            })
+            .await?
+        };
+        let timed_out = api::generic_result::GenericStatus::Timeout as i32;
+        if r.result.is_some_and(|res| res.status == timed_out) {
+            return Err(Status::unavailable(format!(
+                "the tunnels of sandbox {sandbox_id} were not ready within {wait:?}"
+            )));
+        }
+        Ok(r.tunnels)
+    }
+
     /// `SandboxTerminate` (V2 or V1).
     pub async fn terminate(&self, sandbox_id: &str, v2: bool) -> Result<(), Status> {
         let msg = api::SandboxTerminateRequest {

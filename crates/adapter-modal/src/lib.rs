@@ -124,8 +124,9 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 pub const SNAPSHOT_TTL: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 
 /// Modal's sandbox state: filesystem snapshots (`snapshot_filesystem` → an image; a sandbox
-/// created from it; `ImageDelete`), and forks made of them. Memory snapshots
-/// (`_experimental_snapshot`) are not spoken; nothing lists images. No pause.
+/// created from it; `ImageDelete`), forks made of them, and tunnels for the ports declared at
+/// create (public, listed by `SandboxGetTunnelsV2`, never closed before the sandbox ends).
+/// Memory snapshots (`_experimental_snapshot`) are not spoken; nothing lists images. No pause.
 pub const STATE: execseam_core::StateCapabilities = execseam_core::StateCapabilities {
     snapshot: Some(execseam_core::SnapshotSupport {
         list: false,
@@ -142,6 +143,7 @@ pub const STATE: execseam_core::StateCapabilities = execseam_core::StateCapabili
         includes_unsaved: true,
         independent: true,
     }),
+    expose: Some(execseam_core::ExposeSupport::DECLARED_AT_CREATE),
     ..execseam_core::StateCapabilities::NONE
 };
 

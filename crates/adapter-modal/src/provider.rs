@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Provider, Retry,
-    Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome,
-    SnapshotRequest,
+    BoxFuture, Capabilities, Error, ErrorKind, ExposedPort, LifecycleCapabilities, ListFilter,
+    Provider, Retry, Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo,
+    SnapshotOutcome, SnapshotRequest,
 };
 
 use crate::client::{Control, Create};
@@ -16,6 +16,10 @@ use crate::error::{from_status, protocol};
 use crate::exec::{ModalExec, is_v1_sandbox_id};
 use crate::wire::api;
 use crate::{CAPABILITIES, LIFECYCLE, PROVIDER, SNAPSHOT_TTL};
+
+/// How long the service may take to have a sandbox's tunnels ready: the client's default
+/// (`Sandbox.tunnels(timeout=50)`, modal 1.6.4 `sandbox/_sandbox.py`), within the request timeout.
+const TUNNELS_WAIT: Duration = Duration::from_secs(50);
 use execseam_adapter_kit::retry::Stage;
 
 /// Creates, connects to, lists and destroys Modal sandboxes. Built without I/O; cheap to clone
@@ -111,6 +115,22 @@ impl ModalProvider {
             network_access: Some(api::NetworkAccess {
                 network_access_type: api::network_access::NetworkAccessType::Open as i32,
                 ..Default::default()
+            }),
+            // `Sandbox.create(unencrypted_ports=)` (modal 1.6.4 `sandbox/_common.py`
+            // `open_port_specs`): a TLS endpoint and a raw TCP socket each; `expose` answers the
+            // socket's `http://` URL.
+            open_ports_oneof: (!spec.ports().is_empty()).then(|| {
+                api::sandbox::OpenPortsOneof::OpenPorts(api::PortSpecs {
+                    ports: spec
+                        .ports()
+                        .iter()
+                        .map(|&port| api::PortSpec {
+                            port: u32::from(port),
+                            unencrypted: true,
+                            tunnel_type: None,
+                        })
+                        .collect(),
+                })
             }),
             ..Default::default()
         };
@@ -258,6 +278,41 @@ impl ModalProvider {
         execseam_adapter_kit::gone_is_destroyed(r)
     }
 
+    /// The URL of `port`, a port declared at create ([`SandboxSpec::with_port`]); a port not
+    /// declared is `InvalidConfig`.
+    pub async fn expose(&self, id: &str, port: u16) -> Result<ExposedPort, Error> {
+        LIFECYCLE.state.check_expose(PROVIDER, port)?;
+        let exposed = self.exposed(id).await?;
+        execseam_adapter_kit::declared_port(PROVIDER, id, port, exposed)
+    }
+
+    /// The tunnels of sandbox `id` (`SandboxGetTunnelsV2`): per port, its unencrypted TCP
+    /// socket as `http://{unencrypted_host}:{unencrypted_port}` (the client's
+    /// `Tunnel.tcp_socket`), else, for an encrypted-only port made elsewhere, its TLS URL
+    /// (`Tunnel.url`: `https://{host}`, `:{port}` unless 443).
+    pub async fn exposed(&self, id: &str) -> Result<Vec<ExposedPort>, Error> {
+        LIFECYCLE.state.check_exposed(PROVIDER)?;
+        let wait = TUNNELS_WAIT.min(self.config.request_timeout / 2);
+        let tunnels = self
+            .control
+            .tunnels(id, !is_v1_sandbox_id(id), wait)
+            .await
+            .map_err(|s| from_status(s, "exposed", Stage::Before))?;
+        tunnels
+            .into_iter()
+            .map(|t| {
+                let port = u16::try_from(t.container_port)
+                    .map_err(|_| protocol("exposed", "a tunnel's container_port is not a port"))?;
+                let url = match (t.unencrypted_host, t.unencrypted_port) {
+                    (Some(host), Some(p)) if !host.is_empty() => format!("http://{host}:{p}"),
+                    _ if t.port == 443 => format!("https://{}", t.host),
+                    _ => format!("https://{}:{}", t.host, t.port),
+                };
+                Ok(ExposedPort::new(port, url))
+            })
+            .collect()
+    }
+
     /// Terminates a sandbox (`SandboxTerminateV2`, or `SandboxTerminate` for a V1 id); one that
     /// does not exist is `Ok(())`.
     pub async fn destroy(&self, id: &str) -> Result<(), Error> {
@@ -307,4 +362,12 @@ impl Provider for ModalProvider {
     }
 
     execseam_adapter_kit::forward_snapshots!(ModalProvider: snapshot, delete_snapshot);
+
+    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
+        Box::pin(ModalProvider::expose(self, id, port))
+    }
+
+    fn exposed<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<ExposedPort>, Error>> {
+        Box::pin(ModalProvider::exposed(self, id))
+    }
 }

@@ -80,10 +80,23 @@ async fn lifecycle_create_connect_list_destroy() {
         "closing a connected handle keeps it"
     );
 
+    // Ports: declared at create (unencrypted_ports); the tunnel's TCP socket is the URL; a
+    // port not declared is InvalidConfig.
     let c = p
-        .create(SandboxSpec::new().with_label("team", "other"))
+        .create(SandboxSpec::new().with_label("team", "other").with_port(9))
         .await
         .unwrap();
+    let exposed = p.exposed(c.id()).await.unwrap();
+    assert_eq!(exposed.len(), 1, "{exposed:?}");
+    assert_eq!(exposed[0].port, 9);
+    assert!(
+        exposed[0].url.starts_with("http://127.0.0.1:"),
+        "{exposed:?}"
+    );
+    assert_eq!(p.expose(c.id(), 9).await.unwrap().url, exposed[0].url);
+    let e = p.expose(c.id(), 10).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    assert!(p.exposed(a.id()).await.unwrap().is_empty());
     let all = p.list(&ListFilter::new()).await.unwrap();
     let ids: Vec<&str> = all.iter().map(|s| s.id.as_str()).collect();
     assert_eq!(ids, [c.id(), a.id()], "newest first");

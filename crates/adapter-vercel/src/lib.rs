@@ -114,15 +114,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         }),
         // Routes: ports declared at create get a public URL each, `https://{subdomain}.vercel.run`
         // (the create/get answer's `routes`; the TS SDK's `domain(port)`); no token, no unexpose.
-        expose: Some(execseam_core::ExposeSupport {
-            when: execseam_core::PortsWhen::AtCreate,
-            auth: execseam_core::PortAuth::None,
-            list: true,
-            unexpose: false,
-            ports: (1, 65535),
-            reserved: &[],
-            only: None,
-        }),
+        expose: Some(execseam_core::ExposeSupport::DECLARED_AT_CREATE),
         ..execseam_core::StateCapabilities::NONE
     },
 };

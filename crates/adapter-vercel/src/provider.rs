@@ -179,17 +179,8 @@ impl VercelProvider {
     /// Python SDK's `routes`); a port not declared is `InvalidConfig`.
     pub async fn expose(&self, name: &str, port: u16) -> Result<ExposedPort, Error> {
         LIFECYCLE.state.check_expose(PROVIDER, port)?;
-        self.exposed(name)
-            .await?
-            .into_iter()
-            .find(|e| e.port == port)
-            .ok_or_else(|| {
-                Error::invalid_config(format!(
-                    "port {port} of sandbox {name} has no route: Vercel routes only the ports declared at create (SandboxSpec::with_port)"
-                ))
-                .with_provider(PROVIDER)
-                .with_operation("expose")
-            })
+        let exposed = self.exposed(name).await?;
+        execseam_adapter_kit::declared_port(PROVIDER, name, port, exposed)
     }
 
     /// The routes of sandbox `name`: every port declared at create, with its public URL.

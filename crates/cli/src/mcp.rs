@@ -317,6 +317,12 @@ pub struct BashOutputArgs {
     /// first output past the read's offsets, or the end).
     #[serde(default)]
     pub block_until: Option<BlockUntil>,
+    /// A regular expression: only the whole lines that match it are returned; the read still
+    /// moves past the others, so the next default read does not show them again (they stay
+    /// readable from their offsets). While the command runs, a last line without its newline
+    /// waits for the next read.
+    #[serde(default)]
+    pub filter: Option<String>,
 }
 
 /// What ends `bash_output`'s `block`.
@@ -572,6 +578,48 @@ fn capped(b: &[u8], max: usize) -> (&[u8], usize) {
         end = max;
     }
     (&b[..end], b.len() - end)
+}
+
+/// The longest compiled `filter` (the regex crate's own default is 10 MiB).
+const FILTER_SIZE_LIMIT: usize = 1 << 20;
+
+/// `bash_output`'s `filter`, checked before any read: a bad pattern is an invalid argument.
+fn line_filter(pattern: &str) -> Result<regex::bytes::Regex, ToolError> {
+    regex::bytes::RegexBuilder::new(pattern)
+        .size_limit(FILTER_SIZE_LIMIT)
+        .build()
+        .map_err(|e| ToolError::InvalidArgument {
+            message: format!("filter: {e}"),
+        })
+}
+
+/// The lines of `chunk` that `filter` matches (each with its newline), and how many bytes of
+/// `chunk` the read consumed. Claude Code's BashOutput `filter` works on lines ("Only lines
+/// matching this regex will be included in the result. Any lines that do not match will no
+/// longer be available to read": its published tool schema), so a line is only judged whole:
+/// a last line without its newline is left for the next read unless `last` (nothing follows
+/// it: the command ended and the read reached its end) or the chunk is one line cut at the
+/// output limit (`cut`: it would never grow a newline within one read).
+fn keep_lines(
+    chunk: &[u8],
+    filter: &regex::bytes::Regex,
+    last: bool,
+    cut: bool,
+) -> (Vec<u8>, usize) {
+    let whole = match chunk.iter().rposition(|&b| b == b'\n') {
+        _ if last => chunk.len(),
+        Some(i) => i + 1,
+        None if cut => chunk.len(),
+        None => 0,
+    };
+    let mut kept = Vec::new();
+    for line in chunk[..whole].split_inclusive(|&b| b == b'\n') {
+        let bare = line.strip_suffix(b"\n").unwrap_or(line);
+        if filter.is_match(bare.strip_suffix(b"\r").unwrap_or(bare)) {
+            kept.extend_from_slice(line);
+        }
+    }
+    (kept, whole)
 }
 
 /// A text field: the string when UTF-8, else `{"base64": …}`.
@@ -947,7 +995,7 @@ impl McpServer {
     }
 
     #[tool(
-        description = "Read a background command's output (`id` from `bash` with `run_in_background`): the stdout and stderr written since this server's last read of it, or from the byte offsets `stdout_from`/`stderr_from`. Answers at once, or with `block` first waits for the command to end (with `block_until: \"output\"`: for its first output past the read's offsets, or its end), up to `timeout_ms` (default 30000). Returns `state` (running, exited with `exit`, or unknown: its supervisor died without an exit, so the outcome is not known), the offsets `next` to read from, and `complete` once the command exited and everything was read. A read returns at most the server's output limit per stream; the rest comes on the next read."
+        description = "Read a background command's output (`id` from `bash` with `run_in_background`): the stdout and stderr written since this server's last read of it, or from the byte offsets `stdout_from`/`stderr_from`. Answers at once, or with `block` first waits for the command to end (with `block_until: \"output\"`: for its first output past the read's offsets, or its end), up to `timeout_ms` (default 30000). Returns `state` (running, exited with `exit`, or unknown: its supervisor died without an exit, so the outcome is not known), the offsets `next` to read from, and `complete` once the command exited and everything was read. A read returns at most the server's output limit per stream; the rest comes on the next read. With `filter` (a regular expression) only the whole lines that match are returned, and the read moves past the others."
     )]
     async fn bash_output(
         &self,
@@ -956,6 +1004,10 @@ impl McpServer {
         let p = match self.processes() {
             Ok(p) => p,
             Err(e) => return Ok(e),
+        };
+        let filter = match a.filter.as_deref().map(line_filter).transpose() {
+            Ok(f) => f,
+            Err(e) => return Ok(tool_error(&e)),
         };
         let handle = ProcessHandle::new(a.id.clone());
         let last = self
@@ -995,12 +1047,21 @@ impl McpServer {
             Ok(r) => r,
             Err(e) => return Ok(tool_error(&ToolError::Exec(e))),
         };
-        let (out, _) = capped(&read.stdout, self.max_output);
-        let (err, _) = capped(&read.stderr, self.max_output);
-        let next = StreamOffsets::new(
-            from.stdout + out.len() as u64,
-            from.stderr + err.len() as u64,
-        );
+        let ended = read.state != ProcessState::Running;
+        let pick = |chunk: &Bytes, from: u64, written: u64| -> (Vec<u8>, u64) {
+            let (part, rest) = capped(chunk, self.max_output);
+            match &filter {
+                None => (part.to_vec(), part.len() as u64),
+                Some(f) => {
+                    let last = ended && rest == 0 && from + chunk.len() as u64 == written;
+                    let (kept, used) = keep_lines(part, f, last, rest > 0);
+                    (kept, used as u64)
+                }
+            }
+        };
+        let (out, out_used) = pick(&read.stdout, from.stdout, read.written.stdout);
+        let (err, err_used) = pick(&read.stderr, from.stderr, read.written.stderr);
+        let next = StreamOffsets::new(from.stdout + out_used, from.stderr + err_used);
         self.cursors.lock().expect("cursors").insert(a.id, next);
         let (state, exit) = match read.state {
             ProcessState::Running => ("running", None),
@@ -1008,8 +1069,8 @@ impl McpServer {
             ProcessState::Unknown => ("unknown", None),
         };
         Ok(ok(json!({
-            "stdout": text(out),
-            "stderr": text(err),
+            "stdout": text(&out),
+            "stderr": text(&err),
             "from": { "stdout": from.stdout, "stderr": from.stderr },
             "next": { "stdout": next.stdout, "stderr": next.stderr },
             "written": { "stdout": read.written.stdout, "stderr": read.written.stderr },
@@ -1112,5 +1173,35 @@ impl ServerHandler for McpServer {
                 }
             ),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{keep_lines, line_filter};
+
+    #[test]
+    fn a_filter_keeps_whole_matching_lines_and_consumes_the_rest() {
+        let f = line_filter("^FAIL").unwrap();
+        let chunk = b"ok 1\nFAIL a\r\nok 2\nFAIL b\nFAIL par";
+        // Running: the unfinished last line waits for its newline.
+        assert_eq!(
+            keep_lines(chunk, &f, false, false),
+            (b"FAIL a\r\nFAIL b\n".to_vec(), 25)
+        );
+        // Ended and read to the end: the last line is judged as it is.
+        assert_eq!(
+            keep_lines(chunk, &f, true, false),
+            (b"FAIL a\r\nFAIL b\nFAIL par".to_vec(), chunk.len())
+        );
+        // One line longer than the output limit is judged as cut, never held back forever.
+        assert_eq!(keep_lines(b"FAIL long", &f, false, true).1, 9);
+        assert_eq!(keep_lines(b"FAIL long", &f, false, false), (vec![], 0));
+        let ci = line_filter("(?i)error").unwrap();
+        assert_eq!(
+            keep_lines(b"x\nan Error\n", &ci, false, false).0,
+            b"an Error\n"
+        );
+        assert!(line_filter("(unclosed").is_err());
     }
 }

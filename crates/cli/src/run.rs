@@ -71,6 +71,37 @@ pub struct EmulateArgs {
     chaos: Vec<String>,
 }
 
+/// Reads `--stdin` (`-` for this process's stdin): at most `max` bytes (the adapter's
+/// `max_stdin`), so a larger stdin is refused having read one byte more than the adapter
+/// takes, before any request. The contract holds stdin as bytes (`Command::stdin`), so an
+/// adapter without a cap gets the whole of it in memory, once (streaming it would need a
+/// stdin that is a reader in the contract, which an exec that may be retried or made durable
+/// cannot re-read).
+fn read_stdin(source: &str, max: Option<u64>) -> Result<Vec<u8>, Error> {
+    let (reader, size, what): (Box<dyn Read>, u64, String) = if source == "-" {
+        (Box::new(std::io::stdin()), 0, "stdin".to_owned())
+    } else {
+        let what = format!("--stdin {source}");
+        let file = std::fs::File::open(source)
+            .map_err(|e| Error::new(ErrorKind::InvalidCommand, format!("{what}: {e}")))?;
+        let size = file.metadata().map_or(0, |m| m.len());
+        (Box::new(file), size, what)
+    };
+    let most = max.map_or(u64::MAX, |m| m.saturating_add(1));
+    let mut buf = Vec::with_capacity(usize::try_from(size.min(most)).unwrap_or(0));
+    reader
+        .take(most)
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::new(ErrorKind::InvalidCommand, format!("reading {what}: {e}")))?;
+    match max {
+        Some(m) if buf.len() as u64 > m => Err(Error::new(
+            ErrorKind::InvalidCommand,
+            format!("{what} is more than {m} bytes, the most this adapter accepts (its max_stdin)"),
+        )),
+        _ => Ok(buf),
+    }
+}
+
 fn build_command(args: &RunArgs) -> Result<Command, Error> {
     let mut b = Command::builder(args.argv.clone());
     if let Some(dir) = &args.workdir {
@@ -85,21 +116,12 @@ fn build_command(args: &RunArgs) -> Result<Command, Error> {
         };
         b = b.env(k, v);
     }
-    match args.stdin.as_deref() {
-        None => {}
-        Some("-") => {
-            let mut buf = Vec::new();
-            std::io::stdin().read_to_end(&mut buf).map_err(|e| {
-                Error::new(ErrorKind::InvalidCommand, format!("reading stdin: {e}"))
-            })?;
-            b = b.stdin(buf);
-        }
-        Some(path) => {
-            let buf = std::fs::read(path).map_err(|e| {
-                Error::new(ErrorKind::InvalidCommand, format!("--stdin {path}: {e}"))
-            })?;
-            b = b.stdin(buf);
-        }
+    if let Some(source) = args.stdin.as_deref() {
+        let max = registry::all()
+            .into_iter()
+            .find(|a| a.name == args.adapter)
+            .and_then(|a| registry::capabilities(&a).max_stdin);
+        b = b.stdin(read_stdin(source, max)?);
     }
     b.build()
 }

@@ -186,3 +186,29 @@ fn a_closed_stdout_ends_quietly_with_141() {
     assert_eq!(out.status.code(), Some(141), "{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
 }
+
+/// Issue 38 (D5): `--stdin` is read only up to what the adapter takes (its `max_stdin`; Fly's
+/// 1 MiB): a larger file is refused as a usage error before any request, having read one byte
+/// more than the cap, not the file (here a sparse 1 GiB one, against a dead endpoint: the run
+/// before read it whole and then failed to reach Fly, exit 125).
+#[test]
+fn a_stdin_over_the_adapters_cap_is_refused_before_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_execseam"))
+        .args(["run", "--adapter", "fly", "--stdin", big.to_str().unwrap()])
+        .args(["--", "cat"])
+        .env("FLY_API_TOKEN", "t")
+        .env("FLY_APP_NAME", "a")
+        .env("EXECSEAM_FLY_IMAGE", "img")
+        .env("FLY_FLAPS_BASE_URL", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("more than 1048576 bytes"), "{err}");
+}

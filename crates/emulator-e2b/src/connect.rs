@@ -86,29 +86,81 @@ pub fn end_stream(error: Option<&RpcError>) -> Bytes {
 
 /// Splits a request body into its envelopes' payloads (client-to-server streams).
 pub fn envelopes(body: &[u8]) -> Result<Vec<Bytes>, RpcError> {
+    let mut reader = EnvelopeReader::default();
+    reader.push(body);
     let mut out = Vec::new();
-    let mut rest = body;
-    while !rest.is_empty() {
-        if rest.len() < 5 {
-            return Err(RpcError::new("invalid_argument", "truncated envelope"));
-        }
-        let flags = rest[0];
-        let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
-        if flags & 0x01 != 0 {
-            return Err(RpcError::new(
-                "internal",
-                "protocol error: sent compressed message without compression support",
-            ));
-        }
-        if rest.len() < 5 + len {
-            return Err(RpcError::new("invalid_argument", "truncated envelope"));
-        }
-        if flags & END_STREAM == 0 {
-            out.push(Bytes::copy_from_slice(&rest[5..5 + len]));
-        }
-        rest = &rest[5 + len..];
+    while let Some(m) = reader.next_message()? {
+        out.push(m);
     }
+    reader.finish()?;
     Ok(out)
+}
+
+/// The largest message of a client stream read (128 MiB, the emulator's bound on a whole
+/// request elsewhere). envd sets no read limit (connect-go's default: none), but holds each
+/// message whole too; the SDKs send 64 KiB of stdin per message.
+pub const MAX_STREAM_MESSAGE: usize = execseam_emulator_kit::server::MAX_REQUEST_BODY;
+
+/// Splits a client stream into its envelopes' payloads as its bytes arrive (connect-go's
+/// `ClientStream.Receive`: one message at a time), holding at most one message and the piece
+/// that completes it.
+#[derive(Debug, Default)]
+pub struct EnvelopeReader {
+    buf: bytes::BytesMut,
+}
+
+impl EnvelopeReader {
+    /// Adds bytes of the stream.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next whole message's payload, once it has come (end-stream envelopes are skipped).
+    pub fn next_message(&mut self) -> Result<Option<Bytes>, RpcError> {
+        loop {
+            let Some(head) = self.buf.get(..5) else {
+                return Ok(None);
+            };
+            let flags = head[0];
+            let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+            if flags & 0x01 != 0 {
+                return Err(RpcError::new(
+                    "internal",
+                    "protocol error: sent compressed message without compression support",
+                ));
+            }
+            if len > MAX_STREAM_MESSAGE {
+                return Err(RpcError::new(
+                    "resource_exhausted",
+                    format!(
+                        "message size {len} is larger than configured max {MAX_STREAM_MESSAGE}"
+                    ),
+                ));
+            }
+            if self.buf.len() < 5 + len {
+                return Ok(None);
+            }
+            let envelope = self.buf.split_to(5 + len).freeze();
+            if flags & END_STREAM == 0 {
+                return Ok(Some(envelope.slice(5..)));
+            }
+        }
+    }
+
+    /// The bytes held.
+    #[cfg(test)]
+    pub fn held(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The stream ended: a partial envelope is an error.
+    pub fn finish(&self) -> Result<(), RpcError> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(RpcError::new("invalid_argument", "truncated envelope"))
+        }
+    }
 }
 
 /// The media type of a request, without parameters.
@@ -208,5 +260,42 @@ mod tests {
             &end_stream(Some(&e))[5..],
             br#"{"error":{"code":"deadline_exceeded","message":"context deadline exceeded"}}"#
         );
+    }
+
+    /// D5 (issue 38): a client stream is split as it arrives, holding at most one message and
+    /// the piece that completes it, whatever the stream's length (16 MiB here, in the SDK's
+    /// 64 KiB messages, arriving in pieces of odd sizes); the code before held the whole body.
+    #[test]
+    fn a_client_stream_is_split_holding_one_message() {
+        let message = envelope(0, &vec![b'a'; 64 << 10]);
+        let mut stream = Vec::new();
+        for _ in 0..256 {
+            stream.extend_from_slice(&message);
+        }
+        stream.extend_from_slice(&end_stream(None));
+        let mut reader = EnvelopeReader::default();
+        let (mut got, mut most) = (0, 0);
+        for piece in stream.chunks(7 << 10).chain(std::iter::once(&[][..])) {
+            reader.push(piece);
+            most = most.max(reader.held());
+            while let Some(m) = reader.next_message().unwrap() {
+                assert_eq!(m.len(), 64 << 10);
+                got += 1;
+            }
+        }
+        reader.finish().unwrap();
+        assert_eq!(got, 256);
+        assert!(most <= message.len() + (7 << 10), "held {most}");
+        // A partial envelope at the end, a compressed one, an oversized one: errors.
+        let mut cut = EnvelopeReader::default();
+        cut.push(&message[..100]);
+        assert!(cut.next_message().unwrap().is_none());
+        assert!(cut.finish().is_err());
+        let mut compressed = EnvelopeReader::default();
+        compressed.push(&envelope(1, b"{}"));
+        assert!(compressed.next_message().is_err());
+        let mut huge = EnvelopeReader::default();
+        huge.push(&[0, 0xff, 0xff, 0xff, 0xff]);
+        assert_eq!(huge.next_message().unwrap_err().code, "resource_exhausted");
     }
 }

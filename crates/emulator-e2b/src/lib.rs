@@ -46,8 +46,8 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use execseam_emulator_kit::{
-    ConnControl, Emulator, FAULT_NAMES, Fault, FaultHandle, Provider, Rendered, Sandbox,
-    SandboxEntry, SandboxSpec, Shell,
+    BodyLimit, ConnControl, Emulator, FAULT_NAMES, Fault, FaultHandle, Provider, Rendered, Sandbox,
+    SandboxEntry, SandboxSpec, Shell, stream_then_drain,
 };
 
 mod connect;
@@ -928,17 +928,38 @@ async fn envd(
     uri: Uri,
     headers: HeaderMap,
     ctl: Option<axum::Extension<ConnControl>>,
+    limit: Option<axum::Extension<BodyLimit>>,
     body: Body,
 ) -> Response {
     // Every answer, errors included, comes after the whole request body has been read: a server
     // that answers early and leaves the body unread makes hyper close the connection, and a
     // client that pooled it (the SDK keeps its connections alive) then fails its next request
-    // to a healthy sandbox with a transport error. Every envd route reads its body whole anyway
-    // (unary calls, client streams and uploads alike), so nothing streams less for this.
+    // to a healthy sandbox with a transport error. The routes that envd reads whole (unary
+    // calls, `Start`'s one message, uploads) are read whole here; `StreamInput`, which envd
+    // reads one message at a time with no total bound, is handed over as it arrives and what
+    // its handler leaves is drained.
+    if method == Method::POST && uri.path() == "/process.Process/StreamInput" {
+        return stream_then_drain(body, limit.as_deref(), |body| {
+            envd_routed(state, method, uri, headers, ctl, body)
+        })
+        .await;
+    }
     let body = match axum::body::to_bytes(body, usize::MAX).await {
         Ok(b) => Body::from(b),
         Err(e) => return plain_error(StatusCode::BAD_REQUEST, e.to_string()),
     };
+    envd_routed(state, method, uri, headers, ctl, body).await
+}
+
+/// An envd request, its body read ([`envd`]), routed to its sandbox.
+async fn envd_routed(
+    state: Arc<State>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    ctl: Option<axum::Extension<ConnControl>>,
+    body: Body,
+) -> Response {
     let (id, port) = match route_sandbox(&headers) {
         Ok(Some(routed)) => routed,
         Ok(None) => {

@@ -1034,33 +1034,46 @@ async fn handle_input(proc: &Proc, input: Option<Input>) -> Result<(), RpcError>
     }
 }
 
+/// `StreamInput`: each message is handled as it arrives, as envd's `streamInputHandler` does
+/// (`input.go`: `for stream.Receive()`, each `data` written to the process's stdin before the
+/// next is read), so what is held is one message, never the stream ([`rpc::EnvelopeReader`];
+/// the body comes through `stream_then_drain`, with no total bound).
 async fn stream_input(mut req: EnvdRequest) -> Response {
-    let msgs = match read_stream_messages(&mut req).await {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
+    use futures_util::StreamExt as _;
+    if rpc::content_type(&req.headers) != STREAM_CT {
+        return rpc::unsupported_media_type(STREAM_CT);
+    }
+    let mut body = std::mem::replace(&mut req.body, Body::empty()).into_data_stream();
+    let mut reader = rpc::EnvelopeReader::default();
     let result = async {
-        let mut proc = None;
-        for (i, m) in msgs.iter().enumerate() {
-            let v = rpc::parse(m)?;
-            if let Some(start) = rpc::field(&v, "start", "start") {
-                proc = Some(find(&req.sbx, &selector(start)?)?);
-            } else if let Some(data) = rpc::field(&v, "data", "data") {
-                let Some(p) = &proc else {
+        let (mut proc, mut i) = (None, 0);
+        loop {
+            while let Some(m) = reader.next_message()? {
+                let v = rpc::parse(&m)?;
+                if let Some(start) = rpc::field(&v, "start", "start") {
+                    proc = Some(find(&req.sbx, &selector(start)?)?);
+                } else if let Some(data) = rpc::field(&v, "data", "data") {
+                    let Some(p) = &proc else {
+                        return Err(RpcError::new(
+                            "failed_precondition",
+                            "the first message must be a start event",
+                        ));
+                    };
+                    handle_input(p, input_bytes(data)?).await?;
+                } else if rpc::field(&v, "keepalive", "keepalive").is_none() {
                     return Err(RpcError::new(
-                        "failed_precondition",
-                        "the first message must be a start event",
+                        "invalid_argument",
+                        format!("message {i}: invalid input type"),
                     ));
-                };
-                handle_input(p, input_bytes(data)?).await?;
-            } else if rpc::field(&v, "keepalive", "keepalive").is_none() {
-                return Err(RpcError::new(
-                    "invalid_argument",
-                    format!("message {i}: invalid input type"),
-                ));
+                }
+                i += 1;
+            }
+            match body.next().await {
+                None => return reader.finish(),
+                Some(Err(e)) => return Err(RpcError::new("invalid_argument", e.to_string())),
+                Some(Ok(piece)) => reader.push(&piece),
             }
         }
-        Ok(())
     }
     .await;
     match result {

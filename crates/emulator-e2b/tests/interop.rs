@@ -211,24 +211,11 @@ async fn the_official_sdk_maps_the_emulators_faults_to_its_exceptions() {
 /// envelope `02 00 00 00 02 {}`.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_start_stream_is_envds_on_the_wire() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let emu = E2bEmulator::start(EmulatorOptions::default())
-        .await
-        .unwrap();
-    let sbx = emu.create_sandbox(Duration::from_secs(60)).unwrap();
-    let http = reqwest::Client::new();
+    let (emu, sbx, http) = one_sandbox().await;
     let start = |body: &str, keepalive: &str| {
-        let mut wire = vec![0u8];
-        wire.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        wire.extend_from_slice(body.as_bytes());
-        http.post(format!("{}/process.Process/Start", emu.base_url()))
-            .header("content-type", "application/connect+json")
-            .header("connect-protocol-version", "1")
+        envd_call(&http, &emu, &sbx, "Start", "application/connect+json")
             .header("keepalive-ping-interval", keepalive)
-            .header("e2b-sandbox-id", &sbx.sandbox_id)
-            .header("e2b-sandbox-port", "49983")
-            .header("x-access-token", &sbx.envd_access_token)
-            .body(wire)
+            .body(envelope(body))
     };
     let resp = start(
         r#"{"process":{"cmd":"/bin/sh","args":["-c","sleep 1.5; printf hi"]},"stdin":false}"#,
@@ -410,4 +397,151 @@ async fn the_official_sdk_drives_a_pty() {
     assert!(reqs.iter().any(|r| r.path == "/process.Process/Update"));
     assert!(reqs.iter().any(|r| r.path == "/process.Process/SendSignal"));
     eprintln!("{out}");
+}
+
+/// An emulator with one sandbox, and a client.
+async fn one_sandbox() -> (
+    E2bEmulator,
+    execseam_emulator_e2b::SandboxCreated,
+    reqwest::Client,
+) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let emu = E2bEmulator::start(EmulatorOptions::default())
+        .await
+        .unwrap();
+    let sbx = emu.create_sandbox(Duration::from_secs(60)).unwrap();
+    (emu, sbx, reqwest::Client::new())
+}
+
+/// A `process.Process` call to the sandbox's envd through the emulator's proxy.
+fn envd_call(
+    http: &reqwest::Client,
+    emu: &E2bEmulator,
+    sbx: &execseam_emulator_e2b::SandboxCreated,
+    method: &str,
+    content_type: &str,
+) -> reqwest::RequestBuilder {
+    http.post(format!("{}/process.Process/{method}", emu.base_url()))
+        .header("content-type", content_type)
+        .header("connect-protocol-version", "1")
+        .header("e2b-sandbox-id", &sbx.sandbox_id)
+        .header("e2b-sandbox-port", "49983")
+        .header("x-access-token", &sbx.envd_access_token)
+}
+
+/// One Connect envelope of a JSON message.
+fn envelope(json: &str) -> bytes::Bytes {
+    let mut wire = vec![0u8];
+    wire.extend_from_slice(&(json.len() as u32).to_be_bytes());
+    wire.extend_from_slice(json.as_bytes());
+    wire.into()
+}
+
+/// A server stream's messages as they arrive.
+struct Messages {
+    resp: reqwest::Response,
+    buf: Vec<u8>,
+}
+
+impl Messages {
+    async fn next(&mut self) -> Option<(u8, serde_json::Value)> {
+        loop {
+            if self.buf.len() >= 5 {
+                let len = u32::from_be_bytes(self.buf[1..5].try_into().unwrap()) as usize;
+                if self.buf.len() >= 5 + len {
+                    let flags = self.buf[0];
+                    let v = serde_json::from_slice(&self.buf[5..5 + len]).unwrap();
+                    self.buf.drain(..5 + len);
+                    return Some((flags, v));
+                }
+            }
+            let chunk = self.resp.chunk().await.unwrap()?;
+            self.buf.extend_from_slice(&chunk);
+        }
+    }
+
+    /// The process's stdout until `until` has come (or the stream ended).
+    async fn stdout_until(&mut self, until: &str) -> String {
+        use base64::Engine as _;
+        let mut out = Vec::new();
+        while !String::from_utf8_lossy(&out).contains(until) {
+            let Some((_, v)) = self.next().await else {
+                break;
+            };
+            if let Some(s) = v["event"]["data"]["stdout"].as_str() {
+                out.extend(base64::engine::general_purpose::STANDARD.decode(s).unwrap());
+            }
+        }
+        String::from_utf8(out).unwrap()
+    }
+}
+
+/// D5 (issue 38): `StreamInput` reaches the process as its messages arrive, as envd's handler
+/// does (`e2b-dev/infra` `packages/envd/internal/services/process/input.go`:
+/// `for stream.Receive()`, each `data` written to stdin before the next message is read; no read
+/// limit is set, `service.go`), so the emulator holds one message, not the stream: the process
+/// echoes the first input while the stream is still open, then counts 10 MiB more. The emulator
+/// before read the whole body first (and bounded it at 128 MiB): the echo never came.
+#[tokio::test(flavor = "multi_thread")]
+async fn stream_input_reaches_the_process_as_it_arrives() {
+    use base64::Engine as _;
+    let (emu, sbx, http) = one_sandbox().await;
+    let envd =
+        |method: &str, content_type: &str| envd_call(&http, &emu, &sbx, method, content_type);
+    const STREAM: &str = "application/connect+json";
+    let resp = envd("Start", STREAM)
+        .body(envelope(
+            r#"{"process":{"cmd":"/bin/sh","args":["-c","head -c 5; wc -c"]},"stdin":true}"#,
+        ))
+        .send()
+        .await
+        .unwrap();
+    let mut started = Messages {
+        resp,
+        buf: Vec::new(),
+    };
+    let (_, first) = started.next().await.unwrap();
+    let pid = first["event"]["start"]["pid"]
+        .as_u64()
+        .expect("a start event");
+    let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(4);
+    let body = reqwest::Body::wrap_stream(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, std::io::Error>(b), rx))
+    }));
+    let input = tokio::spawn(envd("StreamInput", STREAM).body(body).send());
+    let data = |bytes: &[u8]| {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+        envelope(&format!(r#"{{"data":{{"input":{{"stdin":"{b64}"}}}}}}"#))
+    };
+    tx.send(envelope(&format!(
+        r#"{{"start":{{"process":{{"pid":{pid}}}}}}}"#
+    )))
+    .await
+    .unwrap();
+    tx.send(data(b"hello")).await.unwrap();
+    let echo = tokio::time::timeout(Duration::from_secs(10), started.stdout_until("hello"))
+        .await
+        .expect("the first input reaches the process while the stream is open");
+    assert_eq!(echo, "hello");
+    let message = data(&[b'x'; 64 << 10]);
+    for _ in 0..160 {
+        tx.send(message.clone()).await.unwrap();
+    }
+    drop(tx);
+    let resp = input.await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(
+        resp.bytes()
+            .await
+            .unwrap()
+            .ends_with(&[2, 0, 0, 0, 2, b'{', b'}'])
+    );
+    let closed = envd("CloseStdin", "application/json")
+        .body(format!(r#"{{"process":{{"pid":{pid}}}}}"#))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(closed.status(), 200);
+    let count = started.stdout_until("\n").await;
+    assert_eq!(count.trim(), (160 * (64 << 10)).to_string());
 }

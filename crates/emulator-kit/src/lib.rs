@@ -28,7 +28,9 @@ pub use sandbox::{
     Dir, Fs, Isolation, Mount, PtyChild, PtyMaster, PtySize, Sandbox, SandboxChild, SandboxSpec,
     Sandboxing, Snapshot, User,
 };
-pub use server::{ConnControl, Server, reset_connection, serve_stream};
+pub use server::{
+    BodyLimit, ConnControl, Server, reset_connection, serve_stream, stream_then_drain,
+};
 pub use shell::{
     AnyEmulator, Emulator, EmulatorOptions, Entry, Provider, RecordedRequest, RequestLog,
     SandboxEntry, Sandboxes, Shell, Token, Unregistered, bearer,

@@ -108,6 +108,25 @@ fn listening_inodes(port: u16) -> Vec<u64> {
     out
 }
 
+/// A TCP connection to `port` of `sandbox`, for an edge that forwards bytes rather than HTTP
+/// requests (Modal's tunnels): refused while it is paused or when the listener is not its own,
+/// like [`forward`].
+pub async fn connect(sandbox: &Sandbox, port: u16) -> Result<tokio::net::TcpStream, PortError> {
+    if sandbox.is_paused() {
+        return Err(PortError::Paused);
+    }
+    if !listens(sandbox, port) {
+        return Err(PortError::NotListening);
+    }
+    match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+        Ok(s) => Ok(s),
+        // A server bound to the IPv6 loopback only.
+        Err(_) => tokio::net::TcpStream::connect(("::1", port))
+            .await
+            .map_err(PortError::Unreachable),
+    }
+}
+
 /// Forwards `req` to `port` of `sandbox` (see the [module docs](self)): the answer of the
 /// sandbox's server, streamed, or why it could not be reached.
 pub async fn forward(
@@ -115,19 +134,7 @@ pub async fn forward(
     port: u16,
     mut req: Request<Body>,
 ) -> Result<Response<Body>, PortError> {
-    if sandbox.is_paused() {
-        return Err(PortError::Paused);
-    }
-    if !listens(sandbox, port) {
-        return Err(PortError::NotListening);
-    }
-    let stream = match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-        Ok(s) => s,
-        // A server bound to the IPv6 loopback only.
-        Err(_) => tokio::net::TcpStream::connect(("::1", port))
-            .await
-            .map_err(PortError::Unreachable)?,
-    };
+    let stream = connect(sandbox, port).await?;
     let io = hyper_util::rt::TokioIo::new(stream);
     let (mut send, conn) = hyper::client::conn::http1::handshake(io)
         .await

@@ -2,11 +2,16 @@
 //! over h2c works), WebSocket upgrades, and a per-connection reset for fault injection.
 //!
 //! Every request body is bounded ([`MAX_REQUEST_BODY`]): a handler that buffers a body fails
-//! at the bound instead of holding a 2 GiB upload in memory.
+//! at the bound instead of holding a 2 GiB upload in memory. A handler that streams a body,
+//! holding a bounded piece of it at a time, lifts the bound ([`BodyLimit`],
+//! [`stream_then_drain`]), as a service with no total bound does.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -21,6 +26,128 @@ use tower_service::Service;
 /// The most a request body may carry, in bytes (128 MiB); beyond it the body fails, and the
 /// handler reading it answers with an error.
 pub const MAX_REQUEST_BODY: usize = 128 << 20;
+
+/// The bound on one request's body ([`MAX_REQUEST_BODY`]), a request extension on every request.
+#[derive(Clone, Debug)]
+pub struct BodyLimit(Arc<AtomicUsize>);
+
+impl BodyLimit {
+    /// No total bound on this request's body: for a handler that streams it and bounds what it
+    /// holds itself.
+    pub fn lift(&self) {
+        self.0.store(usize::MAX, Ordering::Relaxed);
+    }
+}
+
+/// A request body that fails once more than its [`BodyLimit`] has come (the error's text is
+/// `http_body_util::Limited`'s).
+struct Bounded {
+    inner: hyper::body::Incoming,
+    read: usize,
+    limit: Arc<AtomicUsize>,
+}
+
+impl http_body::Body for Bounded {
+    type Data = bytes::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                this.read = this
+                    .read
+                    .saturating_add(frame.data_ref().map_or(0, |d| d.len()));
+                if this.read > this.limit.load(Ordering::Relaxed) {
+                    return Poll::Ready(Some(Err("length limit exceeded".into())));
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Some(Err(e)) => Poll::Ready(Some(Err(e.into()))),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+}
+
+/// The request with its body bounded by a fresh [`BodyLimit`] (also in its extensions).
+fn bounded(req: http::Request<hyper::body::Incoming>) -> http::Request<Body> {
+    let limit = BodyLimit(Arc::new(AtomicUsize::new(MAX_REQUEST_BODY)));
+    let mut req = req.map(|inner| {
+        Body::new(Bounded {
+            inner,
+            read: 0,
+            limit: limit.0.clone(),
+        })
+    });
+    req.extensions_mut().insert(limit);
+    req
+}
+
+/// Serves a request whose body `handler` reads as it arrives: the bound is lifted (`limit`,
+/// the request's [`BodyLimit`]), `handler` gets the body one piece at a time (at most one piece
+/// waits for it), and whatever it leaves unread is read and dropped before the answer is sent
+/// (a server that answers early and leaves the body unread makes hyper close the connection,
+/// which a client that pooled it then sees fail on its next request).
+pub async fn stream_then_drain<F, Fut>(
+    body: Body,
+    limit: Option<&BodyLimit>,
+    handler: F,
+) -> axum::response::Response
+where
+    F: FnOnce(Body) -> Fut,
+    Fut: Future<Output = axum::response::Response>,
+{
+    use http_body_util::BodyExt as _;
+    if let Some(limit) = limit {
+        limit.lift();
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let forward = async move {
+        let (mut body, mut tx) = (body, Some(tx));
+        while let Some(frame) = body.frame().await {
+            let piece = match frame.map(http_body::Frame::into_data) {
+                Ok(Ok(data)) => Ok(data),
+                Ok(Err(_trailers)) => continue,
+                Err(e) => Err(e),
+            };
+            let failed = piece.is_err();
+            if let Some(to) = &tx
+                && to.send(piece).await.is_err()
+            {
+                tx = None;
+            }
+            if failed {
+                break;
+            }
+        }
+    };
+    let (resp, ()) = tokio::join!(handler(Body::new(Received(rx))), forward);
+    resp
+}
+
+/// A body whose pieces come from a channel ([`stream_then_drain`]).
+struct Received(tokio::sync::mpsc::Receiver<Result<bytes::Bytes, axum::Error>>);
+
+impl http_body::Body for Received {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|piece| piece.map(|r| r.map(http_body::Frame::data)))
+    }
+}
 
 /// Lets a handler reset its own connection (a request extension on every request).
 #[derive(Clone, Debug)]
@@ -136,8 +263,7 @@ where
     let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let mut router = router.clone();
         async move {
-            let req = req.map(|b| Body::new(http_body_util::Limited::new(b, MAX_REQUEST_BODY)));
-            let resp = router.call(req).await;
+            let resp = router.call(bounded(req)).await;
             Ok::<_, Infallible>(resp.unwrap_or_else(|never| match never {}))
         }
     });
@@ -176,8 +302,7 @@ async fn serve_connection(stream: TcpStream, router: Router, mut stopped: watch:
             let (method, route) = (req.method().clone(), req.uri().path().to_owned());
             let started = std::time::Instant::now();
             async move {
-                let req = req.map(|b| Body::new(http_body_util::Limited::new(b, MAX_REQUEST_BODY)));
-                let resp = router.call(req).await;
+                let resp = router.call(bounded(req)).await;
                 let resp = resp.unwrap_or_else(|never| match never {});
                 tracing::debug!(
                     %method,

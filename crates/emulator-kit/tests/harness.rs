@@ -134,3 +134,53 @@ async fn request_bodies_are_bounded() {
         .unwrap();
     assert_eq!(small.text().await.unwrap(), "1000");
 }
+
+/// A handler that streams its body lifts the bound (`stream_then_drain`): 136 MiB, more than
+/// the bound, come through one piece at a time; what a handler leaves unread is drained
+/// before its answer, so the client's next request on the same connection is answered.
+#[tokio::test]
+async fn a_streamed_body_has_no_total_bound_and_its_rest_is_drained() {
+    use axum::Extension;
+    use axum::body::Body;
+    use execseam_emulator_kit::server::{BodyLimit, MAX_REQUEST_BODY, stream_then_drain};
+    use http_body_util::BodyExt as _;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let route = |most: usize| {
+        axum::routing::post(
+            move |limit: Option<Extension<BodyLimit>>, body: Body| async move {
+                stream_then_drain(body, limit.as_deref(), |mut body| async move {
+                    let mut n = 0;
+                    while n < most
+                        && let Some(Ok(frame)) = body.frame().await
+                    {
+                        n += frame.data_ref().map_or(0, |d| d.len());
+                    }
+                    axum::response::IntoResponse::into_response(n.to_string())
+                })
+                .await
+            },
+        )
+    };
+    let router = Router::new()
+        .route("/all", route(usize::MAX))
+        .route("/some", route(1));
+    let server = Server::start("127.0.0.1:0".parse().unwrap(), router)
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let post = |path: &str, mib: usize| {
+        http.post(format!("{}{path}", server.base_url()))
+            .body(reqwest::Body::wrap(Zeros(mib)))
+            .send()
+    };
+    let all = post("/all", (MAX_REQUEST_BODY >> 20) + 8).await.unwrap();
+    assert_eq!(
+        all.text().await.unwrap(),
+        (MAX_REQUEST_BODY + (8 << 20)).to_string()
+    );
+    let some = post("/some", 4).await.unwrap();
+    let read: usize = some.text().await.unwrap().parse().unwrap();
+    assert!(read > 0 && read < 4 << 20, "{read}");
+    let next = post("/all", 1).await.unwrap();
+    assert_eq!(next.text().await.unwrap(), (1 << 20).to_string());
+}

@@ -218,6 +218,7 @@ def main():
     check("a timed-out sandbox has returncode 124", short.returncode == 124, short.returncode)
 
     snapshots(app, sb)
+    tunnels(app)
 
     # terminate(wait=True) returns the returncode of a terminated sandbox: 137 (_result_returncode).
     code = sb.terminate(wait=True)
@@ -378,6 +379,75 @@ def snapshots(app, sb):
         # The status is inferred (the docs say only that a deleted image cannot be used):
         # NOT_FOUND, the client's NotFoundError (_grpc_client.py _STATUS_TO_EXCEPTION).
         check("creating from a deleted snapshot image is NotFoundError", True)
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tunnels(app):
+    """Sandbox.create(encrypted_ports=, h2_ports=, unencrypted_ports=) (sandbox/_common.py
+    open_port_specs: a PortSpec each, unencrypted=True for the last, TUNNEL_TYPE_H2 for h2) and
+    Sandbox.tunnels() (SandboxGetTunnelsV2, tunnels_from_protos). _tunnel.py Tunnel: `url` is
+    `https://{host}` plus `:{port}` unless 443, the TLS endpoint; `tcp_socket` is the unencrypted
+    pair and raises InvalidError on an encrypted-only tunnel; forward(unencrypted=True) "also
+    exposes the TCP socket without encryption". The emulator's TLS certificate is trusted through
+    SSL_CERT_FILE (set by the Rust side from ModalEmulator::tunnel_ca_pem)."""
+    import socket
+    import ssl
+    import urllib.request
+
+    tls, plain, h2 = free_port(), free_port(), free_port()
+    sb = modal.Sandbox.create(app=app, timeout=60, encrypted_ports=[tls], unencrypted_ports=[plain], h2_ports=[h2])
+    assert run(sb, "sh", "-c", "mkdir -p /tmp/www && printf 'tunnel ok' > /tmp/www/index.html")[0] == 0
+    for port in (tls, plain):
+        sb.exec("python3", "-m", "http.server", str(port), "--directory", "/tmp/www")
+    t = sb.tunnels()
+    check("tunnels(): one Tunnel per declared port", set(t) == {tls, plain, h2}, t)
+    url = t[tls].url
+    check("Tunnel.url is https://host:port", url.startswith("https://") and t[tls].tls_socket[1] != 0, url)
+    body, deadline = None, time.monotonic() + 15
+    while body is None:
+        try:
+            body = urllib.request.urlopen(url, timeout=5).read()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    check("GET Tunnel.url (TLS, the emulator's certificate trusted) reaches the sandbox's server",
+          body == b"tunnel ok", body)
+    try:
+        t[tls].tcp_socket
+        raise AssertionError("tcp_socket of an encrypted-only tunnel returned")
+    except InvalidError:
+        check("tcp_socket of an encrypted-only tunnel is InvalidError", True)
+    host, port = t[plain].tcp_socket
+    with socket.create_connection((host, port), timeout=5) as c:
+        c.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        raw = b""
+        while chunk := c.recv(65536):
+            raw += chunk
+    check("an unencrypted port's tcp_socket is the raw TCP stream to the sandbox's port",
+          raw.startswith(b"HTTP/1.0 200") and raw.endswith(b"tunnel ok"), raw[:80])
+    ctx = ssl.create_default_context()
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
+    with socket.create_connection(t[h2].tls_socket, timeout=5) as c:
+        with ctx.wrap_socket(c, server_hostname=t[h2].tls_socket[0]) as s:
+            check("an h2_ports tunnel negotiates h2 (TUNNEL_TYPE_H2)", s.selected_alpn_protocol() == "h2",
+                  s.selected_alpn_protocol())
+            s.sendall(b"x")
+            check("a port nothing in the sandbox listens on closes the connection", s.recv(1) == b"")
+    sb.terminate()
+    sb.wait(raise_on_termination=False)
+    try:
+        urllib.request.urlopen(url, timeout=5)
+        raise AssertionError("a terminated sandbox's tunnel answered")
+    except OSError:
+        check("a terminated sandbox's tunnel is closed", True)
 
 
 def filesystem(sb):

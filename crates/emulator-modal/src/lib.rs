@@ -24,6 +24,7 @@
 //! | | `SandboxCreateV2`, `SandboxCreate` (V1) | V2 returns `task_id` and `command_router_access` at once; deduplicated on `x-idempotency-key` |
 //! | | `SandboxWaitV2`, `SandboxWait` | long poll (`timeout` 0 = poll); the result as the client reads it (`TERMINATED`, `TIMEOUT`, `SUCCESS`/`FAILURE` with the entrypoint's code) |
 //! | | `SandboxGetTaskIdV2`, `SandboxGetTaskId` | the task id; a finished sandbox answers `task_result` only |
+//! | | `SandboxGetTunnelsV2`, `SandboxGetTunnels` | the `open_ports` of the create (see Tunnels below): a TLS endpoint each (`Tunnel.url`), and a raw TCP one for an unencrypted port (`Tunnel.tcp_socket`), on loopback; none once finished; `SandboxCreateV2` answers the encrypted ones |
 //! | | `SandboxGetCommandRouterAccess`, `TaskGetCommandRouterAccess` | a fresh router JWT and this server's URL; `FAILED_PRECONDITION` once finished |
 //! | | `SandboxTerminateV2`, `SandboxTerminate` | kills every process; idempotent |
 //! | | `SandboxListV2`, `SandboxList` | newest first, paged by `before_timestamp`, filtered by app, tags, `include_finished` |
@@ -51,12 +52,24 @@
 //! waiting); at the end the result is `GENERIC_STATUS_TIMEOUT`. Terminating a sandbox kills its
 //! whole pid namespace.
 //!
+//! # Tunnels
+//!
+//! Modal's tunnels are TCP: its edge terminates TLS on `host:port` and passes the bytes to the
+//! container's port; an unencrypted port also gets a raw TCP socket (modal 1.6.4 `_tunnel.py`).
+//! Offline, each declared port gets a TLS listener on `127.0.0.1:<ephemeral>` (`Tunnel.url` is
+//! `https://127.0.0.1:<port>`), presenting a certificate for `localhost` and `127.0.0.1` made
+//! when the emulator starts ([`Modal::tunnel_ca_pem`]: a client trusts it, e.g. Python through
+//! `SSL_CERT_FILE`), `h2` offered by ALPN for an `h2_ports` port; an unencrypted port also gets
+//! a plain listener (`Tunnel.tcp_socket`). Each connection reaches the sandbox's own listener
+//! only (the kit's `ports::connect`); a paused sandbox or a closed port closes it. The listeners
+//! close when the sandbox finishes.
+//!
 //! # Faults
 //!
 //! Routes: `exec` (`TaskExecStart`), `stdio` (each `TaskExecStdioRead` and
 //! `SandboxStdioReadV2`), `stdin` (exec and entrypoint writes), `wait`
 //! (`TaskExecWait`), `create` (`SandboxCreate*`), `auth-token`, `access`, `terminate`, `lookup`
-//! (wait, task id, from name, list, tags), `app`, `image`. Rendering:
+//! (wait, task id, from name, list, tags, tunnels), `app`, `image`. Rendering:
 //!
 //! | fault | rendering |
 //! |---|---|
@@ -80,6 +93,7 @@ pub mod process;
 mod router;
 #[cfg(test)]
 mod tests;
+mod tunnel;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -148,6 +162,8 @@ pub struct ModalSandbox {
     result: watch::Sender<Option<GenericResult>>,
     finished_at: Mutex<f64>,
     last_active: Mutex<std::time::Instant>,
+    /// Its open ports (`open_ports`), closed when it finishes.
+    tunnels: Vec<tunnel::Tunnel>,
 }
 
 impl std::fmt::Debug for ModalSandbox {
@@ -207,6 +223,15 @@ impl ModalSandbox {
         self.execs.lock().expect("execs").len()
     }
 
+    /// Its tunnels as `SandboxGetTunnels*` answers them: none once it has finished (the
+    /// listeners are closed).
+    fn tunnels(&self) -> Vec<api::TunnelData> {
+        if !self.is_running() {
+            return Vec::new();
+        }
+        self.tunnels.iter().map(|t| t.data(true)).collect()
+    }
+
     fn tags(&self) -> Vec<api::SandboxTag> {
         self.tags
             .lock()
@@ -242,6 +267,9 @@ impl ModalSandbox {
             }
             if let Some(p) = self.entrypoint() {
                 p.kill(9);
+            }
+            for t in &self.tunnels {
+                t.close();
             }
             self.sandbox.destroy();
         }
@@ -309,6 +337,8 @@ pub(crate) struct Shared {
     /// How many bytes of each entrypoint stream are retained.
     entrypoint_retention: std::sync::atomic::AtomicUsize,
     state: Mutex<State>,
+    /// The certificate of the tunnels' TLS endpoints.
+    tls: tunnel::TunnelTls,
 }
 
 impl Shared {
@@ -533,6 +563,19 @@ impl Shared {
             })
             .await
             .map_err(|e| Status::internal(format!("cannot prepare the sandbox: {e}")))?;
+        let mut tunnels = Vec::new();
+        if let Some(api::sandbox::OpenPortsOneof::OpenPorts(open)) = &def.open_ports_oneof {
+            for spec in &open.ports {
+                match tunnel::Tunnel::open(&sandbox, spec, &self.tls).await {
+                    Ok(t) => tunnels.push(t),
+                    Err(e) => {
+                        tunnels.iter().for_each(tunnel::Tunnel::close);
+                        sandbox.destroy();
+                        return Err(Status::invalid_argument(format!("open_ports: {e}")));
+                    }
+                }
+            }
+        }
         let (result, _) = watch::channel(None);
         let sb = Arc::new(ModalSandbox {
             id: id.clone(),
@@ -556,6 +599,7 @@ impl Shared {
             result,
             finished_at: Mutex::new(0.0),
             last_active: Mutex::new(std::time::Instant::now()),
+            tunnels,
         });
         {
             let mut st = self.lock();
@@ -794,6 +838,7 @@ impl Provider for Modal {
             lifetimes: Mutex::new((Duration::from_secs(3600), Duration::from_secs(3600))),
             entrypoint_retention: std::sync::atomic::AtomicUsize::new(ENTRYPOINT_RETENTION),
             state: Mutex::new(State::default()),
+            tls: tunnel::TunnelTls::generate()?,
         });
         const MAX: usize = 64 * 1024 * 1024;
         let control = ModalClientServer::new(control::Control {
@@ -840,6 +885,12 @@ impl Modal {
     /// `http://127.0.0.1:<port>`: `MODAL_SERVER_URL`, and the router URL it hands out.
     pub fn url(&self) -> String {
         self.shared.url()
+    }
+
+    /// The certificate (PEM) the tunnels' TLS endpoints present: what a client trusts to fetch
+    /// a `Tunnel.url` (`https://127.0.0.1:<port>`), e.g. in a file named by `SSL_CERT_FILE`.
+    pub fn tunnel_ca_pem(&self) -> &str {
+        self.shared.tls.ca_pem()
     }
 
     /// The token secret a client must send.

@@ -5,7 +5,8 @@
 //! terminal: size, TERM, echo, ^C, ^D), `sb.filesystem`, the V1
 //! backend, the sandbox's own stdio (the entrypoint's stdout/stderr by offset, its stdin with
 //! EOF) and the image's `ENV`/`WORKDIR`, filesystem snapshots (`snapshot_filesystem`, a sandbox
-//! from the image, `image_delete`), and faults mapped to the client's own exceptions and
+//! from the image, `image_delete`), tunnels (`encrypted_ports`, `unencrypted_ports`, `h2_ports`,
+//! `tunnels()`, `Tunnel.url` over TLS), and faults mapped to the client's own exceptions and
 //! retries. The same virtualenv
 //! re-exports the schema from the wheel and checks it against the checked-in descriptor set.
 //!
@@ -60,7 +61,12 @@ async fn the_official_client_drives_sandboxes_exec_and_files() {
     let emu = ModalEmulator::start(EmulatorOptions::default())
         .await
         .expect("emulator");
-    let stdout = run(&["main"], emu.env()).await;
+    // The tunnels' TLS certificate, trusted by the client's process (Python's ssl honours it).
+    let ca = tempfile::NamedTempFile::new().expect("a temp file");
+    std::fs::write(ca.path(), emu.tunnel_ca_pem()).expect("the certificate");
+    let mut env = emu.env();
+    env.push(("SSL_CERT_FILE".into(), ca.path().display().to_string()));
+    let stdout = run(&["main"], env).await;
     for check in [
         "ok Sandbox.create returns a V2 sandbox id (not the V1 shape)",
         "ok exec: stdin reaches the command, stdout is its own stream",
@@ -86,6 +92,11 @@ async fn the_official_client_drives_sandboxes_exec_and_files() {
         "ok a sandbox from the snapshot image has the files as they were",
         "ok the source and the sandbox from its snapshot share nothing",
         "ok creating from a deleted snapshot image is NotFoundError",
+        "ok GET Tunnel.url (TLS, the emulator's certificate trusted) reaches the sandbox's server",
+        "ok an unencrypted port's tcp_socket is the raw TCP stream to the sandbox's port",
+        "ok an h2_ports tunnel negotiates h2 (TUNNEL_TYPE_H2)",
+        "ok a port nothing in the sandbox listens on closes the connection",
+        "ok a terminated sandbox's tunnel is closed",
         "ok terminate(wait=True) gives 137",
     ] {
         assert!(stdout.contains(check), "missing {check:?}:\n{stdout}");

@@ -13,7 +13,9 @@
 //!   message says "killed" only when the kill was answered. A deadline too large for the clock
 //!   (`Duration::MAX`) means none. The adapter sees the deadline (the kit's `deadline`
 //!   module): one whose provider kills at a per-exec timeout of its own (Modal, Fly) sends it
-//!   there, and the layer then waits its `PROVIDER_KILL_GRACE` longer for that kill's answer.
+//!   there, and the layer then waits its [`WithDeadline::provider_kill_grace`] longer for that kill's
+//!   answer. Over process handles it bounds each call, not the detached command (`wait`'s
+//!   window shortened to fit, [`WAIT_ANSWER_RESERVE`]); see `WithDeadline::processes`.
 //! - [`WithOutputCap`]: keeps at most N bytes of each stream and records what it dropped in
 //!   [`Output::truncated`].
 //! - [`WithRetry`]: retries only errors whose class is [`Retry::Safe`], with exponential backoff,
@@ -33,7 +35,10 @@
 //! Recommended order, innermost first: `adapter.with_retry(..).with_deadline(..).with_output_cap(..)`
 //! (the deadline bounds the retries; the cap sees the deadline's partial output).
 
+mod deadline_processes;
 mod provider;
+
+pub use deadline_processes::WAIT_ANSWER_RESERVE;
 
 pub use provider::{TracedProvider, TracedSandbox, traced};
 
@@ -49,6 +54,7 @@ use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use tokio::time::{Instant, Sleep};
 
+pub use execseam_adapter_kit::deadline::PROVIDER_KILL_GRACE;
 use execseam_adapter_kit::deadline::{Taken, until};
 use execseam_adapter_kit::reaper;
 use execseam_core::{
@@ -64,6 +70,7 @@ pub trait ExecExt: Exec + Sized {
             inner: self,
             limit,
             kill_wait: DEFAULT_KILL_WAIT,
+            provider_kill_grace: PROVIDER_KILL_GRACE,
         }
     }
 
@@ -134,6 +141,7 @@ pub struct WithDeadline<E> {
     inner: E,
     limit: Duration,
     kill_wait: Duration,
+    provider_kill_grace: Duration,
 }
 
 impl<E> WithDeadline<E> {
@@ -147,6 +155,17 @@ impl<E> WithDeadline<E> {
     #[must_use]
     pub fn kill_wait(mut self, wait: Duration) -> Self {
         self.kill_wait = wait;
+        self
+    }
+
+    /// How much longer than the deadline to wait when the adapter sent it to its provider as a
+    /// per-exec timeout (Modal, Fly), for the provider's own kill to be what the error reports
+    /// (default [`PROVIDER_KILL_GRACE`], 900 ms: why, there). A stalled provider costs the
+    /// grace too: `Duration::ZERO` ends every deadline at itself, the provider's kill then
+    /// unconfirmed.
+    #[must_use]
+    pub fn provider_kill_grace(mut self, grace: Duration) -> Self {
+        self.provider_kill_grace = grace;
         self
     }
 }
@@ -283,7 +302,7 @@ impl<E: Exec> Exec for WithDeadline<E> {
             async move {
                 let deadline = deadline_at(self.limit);
                 let remote_kill = self.inner.capabilities().remote_kill;
-                let taken = Taken::default();
+                let taken = Taken::with_grace(self.provider_kill_grace);
                 let Some(streaming) = self.inner.streaming() else {
                     // Without a stream there is no partial output to keep.
                     return match until(deadline, &taken, self.inner.exec(command)).await {
@@ -354,10 +373,15 @@ impl<E: Exec> Exec for WithDeadline<E> {
         self.inner.streaming().map(|_| self as &dyn ExecStream)
     }
 
-    /// The inner adapter's, unchanged: a detached command outlives any one call, so this
-    /// layer's policy does not apply to it (bound a wait with `Processes::wait`'s own deadline).
+    /// The inner adapter's, each call bounded by the deadline (a detached command is not killed
+    /// by it): see `deadline_processes`.
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        self.inner.processes()
+        let inner = self.inner.processes()?;
+        Some(Box::new(deadline_processes::DeadlineProcesses {
+            inner,
+            provider: self.provider().to_owned(),
+            limit: self.limit,
+        }))
     }
 }
 
@@ -372,7 +396,7 @@ impl<E: Exec> ExecStream for WithDeadline<E> {
                     .ok_or_else(|| Error::unsupported("the wrapped adapter cannot stream"))?;
                 let deadline = deadline_at(self.limit);
                 let remote_kill = self.inner.capabilities().remote_kill;
-                let taken = Taken::default();
+                let taken = Taken::with_grace(self.provider_kill_grace);
                 let stream = self.submit(inner, command, deadline, &taken).await?;
                 let dropped = Killed::dropped(remote_kill, &taken);
                 let deadline = taken.later(deadline);
@@ -893,16 +917,24 @@ impl<E: Exec> ExecStream for WithRetry<E> {
 #[cfg(test)]
 pub(crate) mod fake_processes {
     use execseam_core::{
-        BoxFuture, Error, ProcessCapabilities, ProcessHandle, ProcessInfo, ProcessRead,
-        ProcessStream, Processes, Signal, StartKey, StartRequest, Started, StdinState, StdinWrite,
-        StreamOffsets, Waited,
+        BoxFuture, Error, ProcessCapabilities, ProcessEvent, ProcessHandle, ProcessInfo,
+        ProcessRead, ProcessStream, Processes, Signal, StartKey, StartRequest, Started, StdinState,
+        StdinWrite, StreamOffsets, Waited,
     };
 
-    /// Process handles that name the sandbox they belong to in every answer.
+    /// Process handles that name the sandbox they belong to in every answer; those of
+    /// [`STALLED`] never answer, but for a `wait` that honours its window and an `attach` that
+    /// gives 5 bytes and then nothing.
     pub(crate) struct FakeProcesses(pub(crate) &'static str);
+
+    /// The sandbox whose provider stalls.
+    pub(crate) const STALLED: &str = "stalled";
 
     impl FakeProcesses {
         fn no<T: Send + 'static>(&self, what: &str) -> BoxFuture<'static, Result<T, Error>> {
+            if self.0 == STALLED {
+                return Box::pin(std::future::pending());
+            }
             let e = Error::protocol(format!("{what} in {}", self.0));
             Box::pin(async move { Err(e) })
         }
@@ -939,8 +971,19 @@ pub(crate) mod fake_processes {
         fn attach<'a>(
             &'a self,
             _: &'a ProcessHandle,
-            _: StreamOffsets,
+            from: StreamOffsets,
         ) -> BoxFuture<'a, Result<ProcessStream<'a>, Error>> {
+            if self.0 == STALLED {
+                let first = ProcessEvent::Stdout {
+                    at: from.stdout,
+                    data: bytes::Bytes::from_static(b"hello"),
+                };
+                // One event, then nothing.
+                use futures_util::StreamExt;
+                let events = futures_util::stream::once(async { Ok(first) })
+                    .chain(futures_util::stream::pending());
+                return Box::pin(async move { Ok(ProcessStream::new(events)) });
+            }
             let e = Error::protocol(format!("attach in {}", self.0));
             Box::pin(async move { Err(e) })
         }
@@ -961,8 +1004,14 @@ pub(crate) mod fake_processes {
         fn wait<'a>(
             &'a self,
             _: &'a ProcessHandle,
-            _: std::time::Duration,
+            within: std::time::Duration,
         ) -> BoxFuture<'a, Result<Waited, Error>> {
+            if self.0 == STALLED {
+                return Box::pin(async move {
+                    tokio::time::sleep(within).await;
+                    Ok(Waited::Running)
+                });
+            }
             self.no("wait")
         }
         fn status<'a>(&'a self, _: &'a ProcessHandle) -> BoxFuture<'a, Result<ProcessInfo, Error>> {
@@ -981,14 +1030,17 @@ pub(crate) mod fake_processes {
 mod tests {
     use super::*;
 
-    use execseam_core::Exit;
+    use execseam_core::{
+        Exit, ProcessEvent, Signal, StartKey, StartRequest, StdinWrite, StreamOffsets, Waited,
+    };
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
 
-    /// A sandbox that counts its ends and has process handles.
+    /// A sandbox that counts its ends and has process handles (named for its `processes`).
     struct Kept {
         ownership: Ownership,
         ends: AtomicUsize,
+        processes: &'static str,
     }
 
     impl Exec for Kept {
@@ -1002,7 +1054,7 @@ mod tests {
             Box::pin(async { Ok(Output::new("", "", Exit::Code(0))) })
         }
         fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-            Some(Box::new(fake_processes::FakeProcesses("kept")))
+            Some(Box::new(fake_processes::FakeProcesses(self.processes)))
         }
     }
 
@@ -1024,6 +1076,7 @@ mod tests {
         let layered = Kept {
             ownership: Ownership::created(),
             ends: Default::default(),
+            processes: "kept",
         }
         .with_retry(RetryPolicy::default())
         .with_deadline(Duration::from_secs(5))
@@ -1032,7 +1085,7 @@ mod tests {
         assert!(layered.owned());
         assert_eq!(
             layered.processes().map(|p| p
-                .handle_for(&execseam_core::StartKey::new("k").unwrap())
+                .handle_for(&StartKey::new("k").unwrap())
                 .as_str()
                 .to_owned()),
             Some("h-kept-k".to_owned())
@@ -1099,6 +1152,9 @@ mod tests {
     enum KillBehaviour {
         AnsweredAfter(Duration),
         Hangs,
+        /// None of the adapter's own: it sent the host's deadline to its provider (which then
+        /// stalls) as a per-exec timeout.
+        AtProviderTimeout,
     }
 
     /// A stream that hangs after one chunk and has an awaitable kill.
@@ -1131,10 +1187,17 @@ mod tests {
             };
             let (kill, killed) = (self.kill, self.killed.clone());
             Box::pin(async move {
+                if let KillBehaviour::AtProviderTimeout = kill {
+                    let sent = execseam_adapter_kit::deadline::provider_timeout(None);
+                    assert!(sent.is_some(), "the adapter sees the host's deadline");
+                    return Ok(EventStream::new(s));
+                }
                 Ok(EventStream::new(s).with_kill(move || async move {
                     match kill {
                         KillBehaviour::AnsweredAfter(d) => tokio::time::sleep(d).await,
-                        KillBehaviour::Hangs => std::future::pending().await,
+                        KillBehaviour::Hangs | KillBehaviour::AtProviderTimeout => {
+                            std::future::pending().await
+                        }
                     }
                     killed.fetch_add(1, Ordering::SeqCst);
                     Ok(())
@@ -1554,6 +1617,121 @@ mod tests {
         assert_eq!(killed.load(Ordering::SeqCst), 0);
         reaper::drain(Duration::from_secs(5)).await;
         assert_eq!(killed.load(Ordering::SeqCst), 1, "the kill was lost");
+    }
+
+    /// `call` (the deadline is 400 ms) answered within 10 s of the test's clock, and when.
+    async fn answered<T>(call: impl Future<Output = T>) -> (T, Duration) {
+        let started = Instant::now();
+        let r = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("the call outlived the host's deadline (the layer passed it through)");
+        (r, started.elapsed())
+    }
+
+    fn expect_deadline<T: std::fmt::Debug>(r: Result<T, Error>, op: &str, retry: Retry) {
+        let e = r.expect_err("a stalled provider's call is an error");
+        assert_eq!(e.kind(), ErrorKind::Timeout(Deadline::Request), "{op}: {e}");
+        assert_eq!(e.retry(), retry, "{op}");
+        assert_eq!(e.operation(), op);
+        assert!(e.message().contains("not killed"), "{op}: {e}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_call_on_process_handles_ends_at_the_host_deadline() {
+        let limit = Duration::from_millis(400);
+        let layered = Kept {
+            ownership: Ownership::created(),
+            ends: Default::default(),
+            processes: fake_processes::STALLED,
+        }
+        .with_deadline(limit);
+        let p = layered.processes().expect("the layer keeps the handles");
+        let key = StartKey::new("k").unwrap();
+        let h = p.handle_for(&key);
+        assert_eq!(h.as_str(), "h-stalled-k");
+        let start = StartRequest::new(key, Command::new(["sleep", "60"]).unwrap());
+
+        let (r, took) = answered(p.start(start)).await;
+        assert_eq!(took, limit, "at the deadline itself");
+        // Not idempotent here: the start may have happened.
+        expect_deadline(r, "start", Retry::Unsafe);
+        let (r, _) = answered(p.signal(&h, Signal::Term)).await;
+        expect_deadline(r, "signal", Retry::Unsafe);
+        let safe = Retry::Safe { after: None };
+        expect_deadline(answered(p.status(&h)).await.0, "status", safe);
+        expect_deadline(answered(p.list()).await.0, "list", safe);
+        expect_deadline(
+            answered(p.read(&h, StreamOffsets::ZERO)).await.0,
+            "read",
+            safe,
+        );
+        expect_deadline(answered(p.release(&h)).await.0, "release", safe);
+        let write = StdinWrite {
+            at: 0,
+            data: Bytes::from_static(b"x"),
+            close: false,
+        };
+        expect_deadline(
+            answered(p.write_stdin(&h, write)).await.0,
+            "write_stdin",
+            safe,
+        );
+
+        // A wait longer than the deadline is given what fits (half of it here, the rest left
+        // for the answer) and says Running in time; a shorter one is left as asked.
+        for (within, took) in [(60_000, 200), (50, 50)] {
+            let (r, t) = answered(p.wait(&h, Duration::from_millis(within))).await;
+            assert_eq!(r.unwrap(), Waited::Running);
+            assert_eq!(t, Duration::from_millis(took), "a wait of {within} ms");
+        }
+
+        // Following ends at the deadline, naming where to attach again; the command runs on.
+        let (follow, _) = answered(p.attach(&h, StreamOffsets::new(7, 3))).await;
+        let mut follow = follow.unwrap();
+        let (first, _) = answered(follow.next()).await;
+        assert!(matches!(
+            first,
+            Some(Ok(ProcessEvent::Stdout { at: 7, .. }))
+        ));
+        let (end, took) = answered(follow.next()).await;
+        assert_eq!(took, limit);
+        let e = end.unwrap().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Timeout(Deadline::Request));
+        assert!(
+            e.message()
+                .contains("attach again from stdout 12, stderr 3"),
+            "{e}"
+        );
+        assert!(follow.next().await.is_none(), "it ends after its error");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_provider_kill_grace_is_the_callers_to_set() {
+        let limit = Duration::from_secs(1);
+        for (grace, waited) in [
+            (None, limit + PROVIDER_KILL_GRACE),
+            (Some(Duration::ZERO), limit),
+            (Some(Duration::from_secs(3)), limit + Duration::from_secs(3)),
+        ] {
+            let takes = Killable {
+                kill: KillBehaviour::AtProviderTimeout,
+                killed: Default::default(),
+            };
+            let mut layered = takes.with_deadline(limit);
+            if let Some(g) = grace {
+                layered = layered.provider_kill_grace(g);
+            }
+            let started = Instant::now();
+            let err = layered.exec(cmd()).await.unwrap_err();
+            assert_eq!(started.elapsed(), waited, "grace {grace:?}");
+            assert!(err.message().contains("per-exec timeout"), "{err}");
+            let started = Instant::now();
+            let mut stream = layered.exec_stream(cmd()).await.unwrap();
+            assert!(matches!(stream.next().await, Some(Ok(Event::Stdout(_)))));
+            let err = stream.next().await.unwrap().unwrap_err();
+            assert_eq!(started.elapsed(), waited, "streamed, grace {grace:?}");
+            assert_eq!(err.kind(), ErrorKind::Timeout(Deadline::Command));
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -26,7 +26,7 @@ OUT = Path(__file__).with_name(f"modal-{PINNED}.binpb")
 
 # The RPCs the 1.6.4 client makes for sandbox create / connect / list / exec / filesystem /
 # terminate (V2 path, plus the V1 path where cheap), read from modal/sandbox/*.py, and for
-# filesystem snapshots (`snapshot_filesystem`, modal.experimental `image_delete`).
+# filesystem snapshots (`snapshot_filesystem`, modal.experimental `image_delete`), and tunnels.
 METHODS = {
     "modal.client.ModalClient": [
         "AppGetOrCreate",
@@ -43,6 +43,9 @@ METHODS = {
         "SandboxGetFromNameV2",
         "SandboxGetTaskId",
         "SandboxGetTaskIdV2",
+        # Tunnels of the `open_ports` (`Sandbox.tunnels()`).
+        "SandboxGetTunnels",
+        "SandboxGetTunnelsV2",
         "SandboxList",
         "SandboxListV2",
         "SandboxTagsGet",

@@ -234,6 +234,20 @@ pub struct ExposeSupport {
     pub only: Option<u16>,
 }
 
+impl ExposeSupport {
+    /// Ports declared at create ([`SandboxSpec::with_port`](crate::SandboxSpec::with_port)),
+    /// any of 1-65535, public (no token), listed, never closed before the sandbox ends.
+    pub const DECLARED_AT_CREATE: ExposeSupport = ExposeSupport {
+        when: PortsWhen::AtCreate,
+        auth: PortAuth::None,
+        list: true,
+        unexpose: false,
+        ports: (1, 65535),
+        reserved: &[],
+        only: None,
+    };
+}
+
 /// The state operations a provider has; `None` is [`Unsupported`](crate::ErrorKind::Unsupported),
 /// refused before any I/O.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -273,6 +273,25 @@ async def background(s):
         e = await tool_error(s, "bash_output", {"id": id})
         assert e.structured_content["error"]["kind"] == "not-found", e
     ok("bash_output block waits up to timeout_ms or for new output; bash_release refuses a running command, forgets an ended one")
+    # `filter`, as Claude Code's BashOutput `filter` ("Only lines matching this regex will be
+    # included in the result. Any lines that do not match will no longer be available to read":
+    # its published tool schema): whole lines only, so a line still being written waits for its
+    # newline; the read moves past the lines that do not match.
+    script = "printf 'ok 1\\nFAIL a\\nFAIL par'; sleep 0.5; printf 'tial\\nok 2\\n'; exit 1"
+    f = await good(s, "bash", {"script": script, "run_in_background": True})
+    early = await good(s, "bash_output", {"id": f["id"], "filter": "^FAIL", "block": True, "timeout_ms": 20000, "block_until": "output"})
+    assert early["state"] == "running" and early["next"]["stdout"] in (0, 5, 12), early
+    end = await good(s, "bash_output", {"id": f["id"], "filter": "^FAIL", "block": True, "timeout_ms": 20000})
+    assert early["stdout"] + end["stdout"] == "FAIL a\nFAIL partial\n", (early, end)
+    assert end["exit"] == {"code": 1} and end["complete"] and end["next"]["stdout"] == 30, end
+    after = await good(s, "bash_output", {"id": f["id"]})
+    assert (after["stdout"], after["from"]["stdout"]) == ("", 30), after
+    whole = await good(s, "bash_output", {"id": f["id"], "stdout_from": 0, "stderr_from": 0})
+    assert whole["stdout"] == "ok 1\nFAIL a\nFAIL partial\nok 2\n", whole
+    e = await tool_error(s, "bash_output", {"id": f["id"], "filter": "(unclosed"})
+    assert e.structured_content["error"]["code"] == "invalid-argument", e
+    await good(s, "bash_release", {"id": f["id"]})
+    ok("bash_output filter: matching whole lines only, a line in progress waits, a bad pattern refused")
     e = await tool_error(s, "bash", {"script": "true", "run_in_background": True, "timeout_secs": 5})
     assert e.structured_content["error"]["code"] == "invalid-argument", e
     e = await tool_error(s, "bash_output", {"id": "not a handle"})
