@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::attached::TerminalMode;
 use execseam_adapter_kit::vars::{self, Vars};
 use execseam_core::Error;
 #[cfg(test)]
@@ -79,6 +80,7 @@ pub struct CloudflareConfig {
     pub(crate) verify_sandbox: bool,
     pub(crate) connect_attempts: u32,
     pub(crate) max_answer_bytes: usize,
+    pub(crate) terminal: TerminalMode,
 }
 
 impl fmt::Debug for CloudflareConfig {
@@ -96,6 +98,7 @@ impl fmt::Debug for CloudflareConfig {
             .field("verify_sandbox", &self.verify_sandbox)
             .field("connect_attempts", &self.connect_attempts)
             .field("max_answer_bytes", &self.max_answer_bytes)
+            .field("terminal", &self.terminal)
             .finish()
     }
 }
@@ -117,6 +120,7 @@ impl CloudflareConfig {
             verify_sandbox: true,
             connect_attempts: 4,
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
+            terminal: TerminalMode::Recorder,
         }
     }
 
@@ -127,7 +131,8 @@ impl CloudflareConfig {
 
     /// Reads [`VARS`](crate::VARS) as `vars` gives them: `CLOUDFLARE_SANDBOX_WORKER_URL`
     /// (required), `CLOUDFLARE_SANDBOX_API_KEY`, `CLOUDFLARE_SANDBOX_SESSION_ID`,
-    /// `EXECSEAM_CLOUDFLARE_MODE`. A missing or malformed one is
+    /// `EXECSEAM_CLOUDFLARE_MODE`, `EXECSEAM_CLOUDFLARE_TERMINAL` ([`CloudflareConfig::terminal`]).
+    /// A missing or malformed one is
     /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
     pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<CloudflareConfig, Error> {
         let mut c = CloudflareConfig::new(vars.required(ENV_WORKER_URL, "")?);
@@ -139,6 +144,9 @@ impl CloudflareConfig {
         }
         if let Some(mode) = vars.text(ENV_MODE) {
             c = c.mode(mode.parse()?);
+        }
+        if let Some(mode) = TerminalMode::from_vars(vars, "EXECSEAM_CLOUDFLARE_TERMINAL")? {
+            c.terminal = mode;
         }
         c.validate()?;
         Ok(c)
@@ -164,6 +172,18 @@ impl CloudflareConfig {
     #[must_use]
     pub fn session_id(mut self, id: impl Into<String>) -> Self {
         self.session_id = Some(id.into());
+        self
+    }
+
+    /// Where terminals run (default [`TerminalMode::Recorder`]: `script(1)` in the container,
+    /// whose image is Ubuntu's, so any handle or process reattaches from an offset and types
+    /// into it); [`TerminalMode::Attached`] for the bridge's terminal WebSocket, held by the
+    /// handle that opened it (the container replays its last 256 KiB without offsets),
+    /// [`TerminalMode::Auto`] for the recorder where the image has `script`, the WebSocket
+    /// elsewhere.
+    #[must_use]
+    pub fn terminal(mut self, mode: TerminalMode) -> Self {
+        self.terminal = mode;
         self
     }
 

@@ -148,12 +148,24 @@ impl CloudflareExec {
         &self.inner.sandbox_id
     }
 
-    /// The capabilities of an adapter in `mode`.
-    pub fn capabilities_of(mode: OutputMode) -> Capabilities {
-        match mode {
+    /// The capabilities of an adapter configured so (its output mode, its terminals).
+    pub fn capabilities_of(config: &CloudflareConfig) -> Capabilities {
+        let c = match config.output_mode() {
             OutputMode::Streaming => CAPABILITIES,
             OutputMode::Exact => CAPABILITIES_EXACT,
+        };
+        Capabilities {
+            processes: Some(
+                config
+                    .terminal
+                    .capabilities(execseam_adapter_kit::spool::SPOOLED),
+            ),
+            ..c
         }
+    }
+
+    pub(crate) fn terminal_mode(&self) -> execseam_adapter_kit::attached::TerminalMode {
+        self.config().terminal
     }
 
     fn config(&self) -> &CloudflareConfig {
@@ -571,7 +583,7 @@ impl Exec for CloudflareExec {
     }
 
     fn capabilities(&self) -> Capabilities {
-        CloudflareExec::capabilities_of(self.config().output_mode())
+        CloudflareExec::capabilities_of(self.config())
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {

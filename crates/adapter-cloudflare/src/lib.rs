@@ -64,6 +64,7 @@ use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
 
 pub use config::{CloudflareConfig, DEFAULT_MAX_ANSWER_BYTES, OutputMode};
 pub use exec::{CloudflareExec, MAX_WRITE, TEMP_DIR};
+pub use execseam_adapter_kit::attached::TerminalMode;
 pub use provider::CloudflareProvider;
 
 /// The configuration variables [`CloudflareConfig::from_env`] reads.
@@ -72,6 +73,7 @@ pub const VARS: &[Var] = &[
     Var::secret("CLOUDFLARE_SANDBOX_API_KEY"),
     Var::text("CLOUDFLARE_SANDBOX_SESSION_ID"),
     Var::choice("EXECSEAM_CLOUDFLARE_MODE", &["fast", "exact"]),
+    Var::choice("EXECSEAM_CLOUDFLARE_TERMINAL", TerminalMode::WORDS),
 ];
 
 execseam_adapter_kit::adapter! {
@@ -90,7 +92,7 @@ execseam_adapter_kit::adapter! {
     );
 
     fn capabilities(config: &CloudflareConfig) -> Capabilities {
-        CloudflareExec::capabilities_of(config.output_mode())
+        CloudflareExec::capabilities_of(config)
     }
 }
 
@@ -151,14 +153,10 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     processes: Some(TERMINALS),
 };
 
-/// Process handles: the kit's spool, with terminals on the bridge's terminal WebSocket, held by
-/// the handle that opened them (the container replays a new connection's scrollback without
-/// offsets: no exact reattach; `terminal.rs`).
-const TERMINALS: execseam_core::ProcessCapabilities = execseam_core::ProcessCapabilities {
-    terminal: true,
-    terminal_reattach: false,
-    ..execseam_adapter_kit::spool::SPOOLED
-};
+/// Process handles: the kit's spool, with terminals on its recorder by default
+/// ([`CloudflareConfig::terminal`]; the bridge's terminal WebSocket replays a new connection's
+/// scrollback without offsets: no exact reattach there, `terminal.rs`).
+const TERMINALS: execseam_core::ProcessCapabilities = execseam_adapter_kit::spool::SPOOLED_TERMINAL;
 
 /// Capabilities in [`OutputMode::Exact`].
 pub const CAPABILITIES_EXACT: Capabilities = Capabilities {

@@ -133,7 +133,7 @@ impl Provider for CloudflareProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        CloudflareExec::capabilities_of(self.config().output_mode())
+        CloudflareExec::capabilities_of(self.config())
     }
 
     fn lifecycle(&self) -> LifecycleCapabilities {

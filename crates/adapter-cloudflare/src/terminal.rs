@@ -1,5 +1,7 @@
 //! Terminals on the bridge's terminal WebSocket (`GET /v1/sandbox/{id}/pty`), through the
-//! adapter kit's [`Attached`] terminals.
+//! adapter kit's [`Attached`](execseam_adapter_kit::attached::Attached) terminals, where
+//! `EXECSEAM_CLOUDFLARE_TERMINAL` is `attached` (or `auto` and the image has no `script`); the
+//! default is the kit's recorder, reattachable from any handle.
 //!
 //! What the service offers (bridge `@cloudflare/sandbox` `src/bridge/routes.ts`
 //! `/sandbox/:id/pty`; container `handlers/pty-ws-handler.ts`, `pty.ts`,
@@ -31,11 +33,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use execseam_adapter_kit::attached::{
-    Attached, ExitSlot, OpenTerminal, Opened, TerminalControl, env_through_file, output_of,
+    ExitSlot, OpenTerminal, Opened, TerminalControl, env_through_file, output_of,
 };
 use execseam_adapter_kit::degrade::quote;
 use execseam_adapter_kit::retry::Stage;
-use execseam_adapter_kit::spool::{SPOOLED, Spool};
+use execseam_adapter_kit::spool::Spool;
 use execseam_core::{
     BoxFuture, Command, Error, ErrorKind, Exec, Exit, Processes, Retry, Sandbox, TerminalSize,
 };
@@ -63,10 +65,14 @@ while [ ! -e "$1.exit" ]; do
 done
 cat "$1.exit" && rm -f -- "$1" "$1.pid" "$1.exit""#;
 
-/// The sandbox handle's process handles: the spool, with terminals on the bridge's WebSocket.
+/// The sandbox handle's process handles: the spool, with terminals where the configured mode
+/// puts them (the recorder, the bridge's WebSocket, or the recorder first).
 pub(crate) fn processes(exec: &CloudflareExec) -> Option<Box<dyn Processes + '_>> {
-    let spool = Spool::new(exec, Sandbox::id(exec)).capabilities(SPOOLED);
-    Some(Box::new(Attached::new(spool, exec, exec, exec.terminals())))
+    let spool = Spool::new(exec, Sandbox::id(exec));
+    Some(
+        exec.terminal_mode()
+            .processes(spool, exec, exec, exec.terminals()),
+    )
 }
 
 /// The script the container runs on the terminal: the command as a foreground job, then its

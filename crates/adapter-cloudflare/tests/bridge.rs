@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use execseam_cloudflare::{CloudflareConfig, CloudflareExec, CloudflareProvider, OutputMode};
+use execseam_cloudflare::{
+    CloudflareConfig, CloudflareExec, CloudflareProvider, OutputMode, TerminalMode,
+};
 use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit, Retry, Sandbox, SandboxSpec};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::cloudflare::CloudflareEmulator;
@@ -180,7 +182,7 @@ async fn exact_mode_removes_its_capture_files() {
     assert_eq!(status().await, 404, "{}", first.url);
 }
 
-/// A terminal runs on the bridge's terminal WebSocket with the command's workdir and env (the
+/// With `EXECSEAM_CLOUDFLARE_TERMINAL=attached`, a terminal runs on the bridge's terminal WebSocket with the command's workdir and env (the
 /// env through a 0600 file, never typed into the terminal), and is held by the handle that
 /// opened it: the container replays a new connection's scrollback without offsets, so another
 /// handle of the same sandbox is refused (`NotFound`), never answered from it. A workdir that
@@ -189,7 +191,8 @@ async fn exact_mode_removes_its_capture_files() {
 async fn a_terminal_has_its_workdir_and_env_and_belongs_to_its_handle() {
     use execseam_core::{StartKey, StartRequest, StreamOffsets, TerminalSize};
     let emu = emulator().await;
-    let first = create(config(&emu, OutputMode::Streaming)).await.unwrap();
+    let attached = || config(&emu, OutputMode::Streaming).terminal(TerminalMode::Attached);
+    let first = create(attached()).await.unwrap();
     let p = first.processes().unwrap();
     let caps = p.process_capabilities();
     assert!(caps.terminal && !caps.terminal_reattach, "{caps:?}");
@@ -210,7 +213,7 @@ async fn a_terminal_has_its_workdir_and_env_and_belongs_to_its_handle() {
     );
     let out = p.read(&h, StreamOffsets::ZERO).await.unwrap();
     assert_eq!(out.stdout, &b"/tmp t0k3n\r\n"[..]);
-    let other = CloudflareProvider::new(config(&emu, OutputMode::Streaming))
+    let other = CloudflareProvider::new(attached())
         .unwrap()
         .attach(Sandbox::id(&first))
         .unwrap();

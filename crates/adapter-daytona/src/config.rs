@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::attached::TerminalMode;
 use execseam_adapter_kit::vars::{self, Vars};
 use execseam_core::Error;
 use secrecy::SecretString;
@@ -37,6 +38,7 @@ pub struct DaytonaConfig {
     pub(crate) session_pool: usize,
     pub(crate) exec_route: ExecRoute,
     pub(crate) toolbox_url: Option<String>,
+    pub(crate) terminal: TerminalMode,
 }
 
 /// Which daemon route runs [`Exec::exec`](execseam_core::Exec::exec) (streams always run in a
@@ -76,6 +78,7 @@ impl fmt::Debug for DaytonaConfig {
             .field("max_answer_bytes", &self.max_answer_bytes)
             .field("session_pool", &self.session_pool)
             .field("exec_route", &self.exec_route)
+            .field("terminal", &self.terminal)
             .field("toolbox_url", &self.toolbox_url)
             .finish()
     }
@@ -101,6 +104,7 @@ impl DaytonaConfig {
             session_pool: DEFAULT_SESSION_POOL,
             exec_route: ExecRoute::default(),
             toolbox_url: None,
+            terminal: TerminalMode::Recorder,
         }
     }
 
@@ -116,7 +120,8 @@ impl DaytonaConfig {
     /// - `DAYTONA_API_URL` (default [`DEFAULT_API_URL`]; the deprecated `DAYTONA_SERVER_URL` too);
     /// - `DAYTONA_TARGET` (region for a created sandbox);
     /// - `DAYTONA_SNAPSHOT` (the snapshot new sandboxes start from, unless the spec names one);
-    /// - `EXECSEAM_DAYTONA_TEMP_DIR` (where stdin files and output FIFOs go, default `/tmp`).
+    /// - `EXECSEAM_DAYTONA_TEMP_DIR` (where stdin files and output FIFOs go, default `/tmp`);
+    /// - `EXECSEAM_DAYTONA_TERMINAL` (`recorder`, `auto`, `attached`: [`DaytonaConfig::terminal`]).
     ///
     /// A missing credential is [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
     pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<DaytonaConfig, Error> {
@@ -150,6 +155,9 @@ impl DaytonaConfig {
             c = c.temp_dir(dir);
         }
         c.toolbox_url = var("EXECSEAM_DAYTONA_TOOLBOX_URL");
+        if let Some(mode) = TerminalMode::from_vars(vars, "EXECSEAM_DAYTONA_TERMINAL")? {
+            c.terminal = mode;
+        }
         c.validate()?;
         Ok(c)
     }
@@ -258,6 +266,17 @@ impl DaytonaConfig {
     #[must_use]
     pub fn exec_route(mut self, route: ExecRoute) -> Self {
         self.exec_route = route;
+        self
+    }
+
+    /// Where terminals run (default [`TerminalMode::Recorder`]: `script(1)`, which Daytona's
+    /// default snapshot has, so a terminal is reattached and typed into from any handle or
+    /// process); [`TerminalMode::Attached`] for the daemon's own PTY sessions (held by the
+    /// handle that started them: the daemon keeps no scrollback), [`TerminalMode::Auto`] for the
+    /// recorder where the image has `script` and a PTY session elsewhere.
+    #[must_use]
+    pub fn terminal(mut self, mode: TerminalMode) -> Self {
+        self.terminal = mode;
         self
     }
 

@@ -496,6 +496,7 @@ struct Inner {
     /// The terminals this handle started (see `terminal.rs`).
     terminals: execseam_adapter_kit::attached::Terminals,
     request_timeout: Duration,
+    terminal: execseam_adapter_kit::attached::TerminalMode,
 }
 
 impl Drop for Inner {
@@ -596,8 +597,13 @@ impl DaytonaExec {
                 leftovers: degrade::Leftovers::new(LEFTOVER_BATCH),
                 terminals: Default::default(),
                 request_timeout: config.request_timeout,
+                terminal: config.terminal,
             }),
         }
+    }
+
+    pub(crate) fn terminal_mode(&self) -> execseam_adapter_kit::attached::TerminalMode {
+        self.inner.terminal
     }
 
     pub(crate) fn toolbox(&self) -> &Toolbox {
@@ -1688,7 +1694,7 @@ impl Exec for DaytonaExec {
     }
 
     fn capabilities(&self) -> Capabilities {
-        crate::CAPABILITIES
+        crate::capabilities_of(self.inner.terminal)
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {

@@ -65,6 +65,7 @@ pub use config::{
     DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_OUTPUT, DEFAULT_SESSION_POOL, DaytonaConfig, ExecRoute,
 };
 pub use exec::DaytonaExec;
+pub use execseam_adapter_kit::attached::TerminalMode;
 pub use provider::DaytonaProvider;
 pub use state::{PREVIEW_TOKEN_HEADER, STATE};
 
@@ -98,13 +99,18 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: Some(DEFAULT_MAX_OUTPUT),
     native_tools: &[],
-    processes: Some(execseam_core::ProcessCapabilities {
-        terminal: true,
-        // The kit's attached terminals: the daemon keeps no scrollback (`terminal.rs`).
-        terminal_reattach: false,
-        ..execseam_adapter_kit::spool::SPOOLED
-    }),
+    // Terminals on the recorder by default ([`DaytonaConfig::terminal`]; [`capabilities_of`]).
+    processes: Some(execseam_adapter_kit::spool::SPOOLED_TERMINAL),
 };
+
+/// [`CAPABILITIES`] with terminals where `mode` puts them: reattachable only on the recorder
+/// (the daemon keeps no scrollback of a PTY session: `terminal.rs`).
+pub(crate) const fn capabilities_of(mode: TerminalMode) -> Capabilities {
+    Capabilities {
+        processes: Some(mode.capabilities(execseam_adapter_kit::spool::SPOOLED)),
+        ..CAPABILITIES
+    }
+}
 
 /// Daytona's lifecycle (see [`DaytonaProvider`]): create from a snapshot with env, labels and an
 /// idle stop; connect, list by labels, delete. Resources come from the snapshot; a lifetime has
@@ -137,6 +143,7 @@ pub const VARS: &[Var] = &[
     Var::text("DAYTONA_SNAPSHOT"),
     Var::text("EXECSEAM_DAYTONA_TEMP_DIR"),
     Var::url("EXECSEAM_DAYTONA_TOOLBOX_URL"),
+    Var::choice("EXECSEAM_DAYTONA_TERMINAL", TerminalMode::WORDS),
 ];
 
 execseam_adapter_kit::adapter! {

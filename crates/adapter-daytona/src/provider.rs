@@ -175,7 +175,7 @@ impl Provider for DaytonaProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        crate::CAPABILITIES
+        crate::capabilities_of(self.config.terminal)
     }
 
     fn lifecycle(&self) -> LifecycleCapabilities {

@@ -1,4 +1,6 @@
-//! Terminals on Daytona's own PTY sessions (daemon `apps/daemon/pkg/toolbox/process/pty` at
+//! Terminals on Daytona's own PTY sessions, where `EXECSEAM_DAYTONA_TERMINAL` is `attached` (or
+//! `auto` and the image has no `script`; the default is the kit's recorder, reattachable from any
+//! process) (daemon `apps/daemon/pkg/toolbox/process/pty` at
 //! v0.190.0: `controller.go`, `session.go`, `websocket.go`, `types.go`), held by this client
 //! through the kit's [`Attached`](execseam_adapter_kit::attached) terminals.
 //!
@@ -377,16 +379,12 @@ impl OpenTerminal for DaytonaExec {
     }
 }
 
-/// The process handles: the kit's spool, with terminals on PTY sessions.
+/// The process handles: the kit's spool, with terminals where the configured mode puts them
+/// (the recorder, PTY sessions, or the recorder first).
 pub(crate) fn processes(exec: &DaytonaExec) -> Box<dyn execseam_core::Processes + '_> {
-    let spool = execseam_adapter_kit::spool::Spool::new(exec, Sandbox::id(exec))
-        .capabilities(execseam_adapter_kit::spool::SPOOLED);
-    Box::new(execseam_adapter_kit::attached::Attached::new(
-        spool,
-        exec,
-        exec,
-        exec.terminals(),
-    ))
+    let spool = execseam_adapter_kit::spool::Spool::new(exec, Sandbox::id(exec));
+    exec.terminal_mode()
+        .processes(spool, exec, exec, exec.terminals())
 }
 
 #[cfg(test)]

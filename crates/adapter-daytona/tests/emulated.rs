@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use execseam_core::{
     Command, ErrorKind, Event, Exec, Exit, Retry, Sandbox, SandboxSpec, WireStatus,
 };
-use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider, ExecRoute};
+use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider, ExecRoute, TerminalMode};
 use execseam_emulators::daytona::DaytonaEmulator;
 use execseam_emulators::{EmulatorOptions, Fault};
 
@@ -444,14 +444,22 @@ async fn connect_errors_are_typed_and_a_deleted_sandbox_is_not_found() {
     assert!(emu.sandbox_ids().is_empty());
 }
 
-/// Terminals on the daemon's PTY sessions (`src/terminal.rs`), beyond the conformance cases:
+/// Terminals on the daemon's PTY sessions (`src/terminal.rs`, `TerminalMode::Attached`; the
+/// default recorder is the conformance suite's), beyond the conformance cases:
 /// nothing of the session's shell (prompt, the typed line's echo) reaches the output; env values
 /// never reach the session's listed `envs`; Ctrl-C to a command under a shell that waits for it
 /// gives that shell's status; a handle dropped while its command runs deletes the session.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_terminal_is_the_commands_alone_and_ends_with_its_handle() {
     use execseam_core::{StartKey, StartRequest, StdinWrite, StreamOffsets, TerminalSize, Waited};
-    let (emu, exec) = setup().await;
+    let emu = DaytonaEmulator::start(EmulatorOptions::default())
+        .await
+        .unwrap();
+    let exec = create(config(&emu).terminal(TerminalMode::Attached))
+        .await
+        .unwrap();
+    let caps = exec.capabilities().processes.unwrap();
+    assert!(caps.terminal && !caps.terminal_reattach, "{caps:?}");
     let p = exec.processes().unwrap();
     let size = TerminalSize { cols: 90, rows: 30 };
     let cmd = Command::builder([

@@ -47,6 +47,9 @@ pub(crate) struct Inner {
     pub(crate) ownership: Ownership,
     /// The terminals this handle started (see `terminal.rs`).
     pub(crate) terminals: execseam_adapter_kit::attached::Terminals,
+    /// What the container's `execve` takes, asked once (per call: every container has the
+    /// same image and ulimits).
+    pub(crate) arg_max: size::ArgMax,
 }
 
 pub(crate) enum Target {
@@ -95,6 +98,7 @@ impl DockerExec {
                 target,
                 ownership,
                 terminals: Default::default(),
+                arg_max: Default::default(),
             }),
         }
     }
@@ -146,7 +150,6 @@ impl DockerExec {
     }
 
     async fn start(&self, command: Command) -> Result<Run, Error> {
-        size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
         if self.inner.ownership.is_destroyed() {
             return Err(adapter(
                 ErrorKind::NotFound,
@@ -155,17 +158,24 @@ impl DockerExec {
                 format!("sandbox {} was destroyed", self.id()),
             ));
         }
+        // The engine `execve`s the argv in the container: its limit (image, `--ulimit stack`),
+        // asked.
+        let arg_max = &self.inner.arg_max;
+        (arg_max.check_in(PROVIDER, &command, &crate::SIZE_LIMIT, self)).await?;
+        let limit = arg_max.limit_or(&crate::SIZE_LIMIT);
         let docker = self.inner.client.get().await?.clone();
         let config = &self.inner.config;
         let sandbox = match &self.inner.target {
-            Target::Container(id) => return start_exec(&docker, config, id, command, false).await,
+            Target::Container(id) => {
+                return start_exec(&docker, config, id, command, false, &limit).await;
+            }
             Target::PerCall(sandbox) => sandbox,
         };
         let labels = client::labels(config, [(&LABEL_SANDBOX.to_owned(), sandbox)]);
         let id = containers::create(&docker, config, labels).await?;
         let mut cleanup = Cleanup::new(docker.clone());
         cleanup.arm(Action::Remove(id.clone()));
-        match start_exec(&docker, config, &id, command, true).await {
+        match start_exec(&docker, config, &id, command, true, &limit).await {
             Ok(mut run) => {
                 // The container goes with the exec; removing it kills everything in it.
                 std::mem::swap(&mut run.cleanup, &mut cleanup);
@@ -216,6 +226,7 @@ async fn start_exec(
     container: &str,
     command: Command,
     per_call: bool,
+    limit: &size::SizeLimit,
 ) -> Result<Run, Error> {
     let tag = new_tag();
     let workdir = command
@@ -242,7 +253,7 @@ async fn start_exec(
     }
     // What counts is what the engine execs: the wrapper script is one string, `Env` is the rest.
     let sent: Vec<&String> = argv.iter().chain(&env).collect();
-    size::check_wire(PROVIDER, &sent, &crate::SIZE_LIMIT)?;
+    size::check_wire(PROVIDER, &sent, limit)?;
     let options = CreateExecOptions {
         // Without stdin attached the exec's stdin is /dev/null: EOF at once, as the contract says.
         attach_stdin: Some(stdin_attached),

@@ -144,7 +144,9 @@ pub const PER_CALL_LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 
 /// The largest command (argv and env) sent, checked before any I/O: the engine `execve`s the
 /// exec's `Cmd` with its `Env` in the container (128 KiB per string, 2 MiB less 256 KiB in all, the rest
-/// of `ARG_MAX` left to the image's environment).
+/// of `ARG_MAX` left to the image's environment). The fallback: the first command over 64 KiB
+/// asks the container (`size::ArgMax`: its `getconf ARG_MAX` less its environment; an image or
+/// `--ulimit stack` sets it) and is checked against that, the wrapped form too.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::linux(
         execseam_adapter_kit::size::LINUX_DEFAULT_STACK,

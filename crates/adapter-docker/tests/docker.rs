@@ -15,6 +15,7 @@ use execseam_core::{
 };
 use execseam_docker::{DockerConfig, DockerExec, Mode};
 use execseam_layers::ExecExt;
+use execseam_test_util::probe::many_64_kib_args as inspect;
 use support::{Destroy, config, containers, engine, provider, sweep, warm_with};
 
 fn sh(script: &str) -> Command {
@@ -78,6 +79,25 @@ async fn exit_3_stays_3_through_the_compat_api_in_both_modes() {
         assert_eq!(o.exit, Exit::Code(3), "{:?}", exec.config().current_mode());
         assert_eq!((&o.stdout[..], &o.stderr[..]), (&b"out"[..], &b"err"[..]));
     }
+    // Issue 38 (D32), on this warm container: Inspect's 16 x 64 KiB runs at the engine's
+    // default stack (see `a_command_is_checked_against_the_containers_probed_arg_max`).
+    let out = w.exec(inspect(16)).await.unwrap();
+    assert_eq!(out.stdout.as_ref(), b"16\n", "{out:?}");
+}
+
+/// The container's `execve` limit is its own (issue 38, D32): Inspect's 16 x 64 KiB runs at the
+/// engine's default stack (`exit_3_stays_3_through_the_compat_api_in_both_modes`), and a
+/// container made with `--ulimit stack=1 MiB` (ARG_MAX 256 KiB) refuses it before its exec,
+/// after one probe, and runs 2 x 64 KiB. The code before assumed an 8 MiB stack and sent it:
+/// the answer was a wrong `Ok`, exit 1, "exec /bin/sh: argument list too long".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_is_checked_against_the_containers_probed_arg_max() {
+    sweep("arg-max").await;
+    let (small, _s) = warm_with(config("arg-max").ulimit("stack", 1 << 20, 1 << 20)).await;
+    let e = small.exec(inspect(16)).await.unwrap_err();
+    execseam_test_util::probe::too_large(&e, "ARG_MAX");
+    let out = small.exec(inspect(2)).await.unwrap();
+    assert_eq!(out.stdout.as_ref(), b"2\n", "{out:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -573,6 +573,12 @@ impl E2bExec {
         }
         let tag = format!("execseam-{}", execseam_adapter_kit::id::random_id(16));
         let (argv, envs) = deliverable(&cmd)?;
+        // What envd execs: an env name that is not a shell name moves argv into one wrapper
+        // script, which must fit too, against the sandbox's own limit once asked.
+        let sent: Vec<String> = (argv.iter().cloned())
+            .chain(envs.iter().map(|(k, v)| format!("{k}={v}")))
+            .collect();
+        size::check_wire(PROVIDER, &sent, &inner.arg_max.limit_or(&crate::SIZE_LIMIT))?;
         let req = wire::StartRequest {
             process: wire::ProcessConfig {
                 cmd: argv[0].clone(),

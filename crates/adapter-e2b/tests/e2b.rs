@@ -610,6 +610,17 @@ async fn an_oversized_command_is_refused_before_any_request() {
         }
     }
     assert_eq!(starts(), before + 2);
+    // An env name that is not a shell name moves argv into one wrapper script (`deliverable`):
+    // checked as sent, before any request (the code before sent it; envd failed to start it).
+    let odd = |n| {
+        let cmd = inspect(n).into_builder().env("odd-name", "x");
+        cmd.build().unwrap()
+    };
+    let e = exec.exec(odd(16)).await.unwrap_err();
+    execseam_test_util::probe::too_large(&e, "after wrapping");
+    assert_eq!(starts(), before + 2, "refused before its request");
+    let out = exec.exec(odd(1)).await.unwrap();
+    assert_eq!(out.stdout.as_ref(), b"1\n", "{out:?}");
     // A sandbox whose processes have a 1 MiB stack (ARG_MAX 256 KiB): both sides of its limit.
     let small = {
         let _stack = execseam_test_util::probe::StackLimit::set(1 << 20);

@@ -20,6 +20,10 @@
 //! - The exit is the provider's status once the output ended ([`TerminalControl::exit`]); a
 //!   broken connection is the typed error the provider gave, never an exit.
 //!
+//! Which of the two a provider's terminals use is the user's choice, one enum for every adapter
+//! that has a TTY exec: [`TerminalMode`] (the spool's recorder, reattachable from anywhere; this
+//! module's terminals; or the recorder where the sandbox has `script(1)`).
+//!
 //! The command runs under a small wrapper inside the terminal: it records its pid, sets the
 //! size (`stty rows R cols C`: the provider's terminal may start at 0x0 until its first
 //! resize) and `exec`s the command, with `TERM` `xterm-256color` unless the command sets one.
@@ -250,6 +254,85 @@ pub async fn env_through_file(
         "sh".to_owned(),
         file,
     ])
+}
+
+/// Where a provider's terminals run: the one choice every adapter with its own TTY exec offers
+/// (`EXECSEAM_<PROVIDER>_TERMINAL`: `recorder`, `auto`, `attached`), read by
+/// [`TerminalMode::from_vars`] and turned into process handles by [`TerminalMode::processes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TerminalMode {
+    /// The spool's recorder (`script(1)` in the sandbox, its output in files): a terminal
+    /// outlives this client, any handle (another process too) replays it from any offset,
+    /// types into it and reads its exit (`terminal_reattach: true`). A sandbox without
+    /// `script` or `stty` answers `Unsupported` before anything starts.
+    #[default]
+    Recorder,
+    /// The recorder where the sandbox has `script` and `stty`, else the provider's TTY exec
+    /// ([`Attached`](TerminalMode::Attached)): terminals everywhere, but none is promised to be
+    /// reattachable (`terminal_reattach: false`: which one a terminal gets is known at its start).
+    Auto,
+    /// Always the provider's TTY exec ([`Attached`]), held by the sandbox handle that started it:
+    /// replayed only within that handle, ended with it (`terminal_reattach: false`). Needs
+    /// nothing in the image.
+    Attached,
+}
+
+impl TerminalMode {
+    /// The words the variable takes, in the order of the variants.
+    pub const WORDS: &'static [&'static str] = &["recorder", "auto", "attached"];
+
+    /// The mode `name` says in `vars` (`None`: unset); another word is `InvalidConfig`.
+    pub fn from_vars(vars: &crate::Vars<'_>, name: &str) -> Result<Option<TerminalMode>, Error> {
+        vars.choice(
+            name,
+            &[
+                (Self::WORDS[0], TerminalMode::Recorder),
+                (Self::WORDS[1], TerminalMode::Auto),
+                (Self::WORDS[2], TerminalMode::Attached),
+            ],
+        )
+    }
+
+    /// `base` (spooled handles) with this mode's terminals: `terminal_reattach` true only for
+    /// the recorder.
+    #[must_use]
+    pub const fn capabilities(self, base: ProcessCapabilities) -> ProcessCapabilities {
+        ProcessCapabilities {
+            terminal: true,
+            terminal_reattach: matches!(self, TerminalMode::Recorder),
+            ..base
+        }
+    }
+
+    /// The sandbox handle's process handles in this mode: `spool`'s, with terminals on its
+    /// recorder, on the provider's TTY exec (`open`, held in `terminals`; `exec` runs the signal
+    /// script), or the recorder first.
+    pub fn processes<'a>(
+        self,
+        spool: Spool<'a>,
+        exec: &'a dyn Exec,
+        open: &'a dyn OpenTerminal,
+        terminals: &'a Terminals,
+    ) -> Box<dyn Processes + 'a> {
+        let base = spool.process_capabilities();
+        let recorder = TerminalMode::Recorder.capabilities(base);
+        match self {
+            TerminalMode::Recorder => Box::new(spool.capabilities(recorder)),
+            TerminalMode::Auto => Box::new(
+                Attached::new(spool.capabilities(recorder), exec, open, terminals).recorder_first(),
+            ),
+            TerminalMode::Attached => Box::new(Attached::new(
+                spool.capabilities(ProcessCapabilities {
+                    terminal: false,
+                    terminal_reattach: false,
+                    ..base
+                }),
+                exec,
+                open,
+                terminals,
+            )),
+        }
+    }
 }
 
 /// Process handles with terminals on the provider's TTY exec; see the [module docs](self).
@@ -907,7 +990,12 @@ mod tests {
         let host = Host { binary: true };
         let none = Fake(Mutex::new(Vec::new()));
         let spool = Spool::new(&host, &id).capabilities(crate::spool::SPOOLED_TERMINAL);
-        let p = Attached::new(spool, &host, &none, &terminals).recorder_first();
+        let p = TerminalMode::Auto.processes(spool, &host, &none, &terminals);
+        let caps = p.process_capabilities();
+        assert!(
+            caps.terminal && !caps.terminal_reattach,
+            "auto promises no reattach"
+        );
         let h = p
             .start(req("rec", "read x; echo \"got:$x\""))
             .await
@@ -934,7 +1022,7 @@ mod tests {
         let fake = Fake(Mutex::new(vec![ok]));
         let bare = NoScript(Host { binary: true });
         let spool = Spool::new(&bare, &id).capabilities(crate::spool::SPOOLED_TERMINAL);
-        let p = Attached::new(spool, &bare, &fake, &terminals).recorder_first();
+        let p = TerminalMode::Auto.processes(spool, &bare, &fake, &terminals);
         let h = p.start(req("att", "true")).await.unwrap().handle;
         assert!(terminals.get(&h).is_some(), "held by this client");
         drop(feed);
@@ -942,5 +1030,29 @@ mod tests {
             p.wait(&h, Duration::from_secs(5)).await.unwrap(),
             Waited::Exited(Exit::Code(7))
         );
+    }
+
+    #[test]
+    fn the_terminal_mode_is_one_word_and_only_the_recorder_reattaches() {
+        const DECLARED: &[crate::Var] = &[crate::Var::choice("T", TerminalMode::WORDS)];
+        let read = |value: &'static str| {
+            let get = move |_: &str| Some(value.to_owned());
+            TerminalMode::from_vars(&crate::Vars::new("p", DECLARED, &get), "T")
+        };
+        assert_eq!(read("attached").unwrap(), Some(TerminalMode::Attached));
+        assert_eq!(read(" auto ").unwrap(), Some(TerminalMode::Auto));
+        assert_eq!(read("").unwrap(), None);
+        let e = read("tty").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+        assert!(e.message().contains("recorder, auto, attached"), "{e}");
+        let spooled = crate::spool::SPOOLED;
+        assert_eq!(
+            TerminalMode::Recorder.capabilities(spooled),
+            crate::spool::SPOOLED_TERMINAL
+        );
+        for mode in [TerminalMode::Auto, TerminalMode::Attached] {
+            let caps = mode.capabilities(spooled);
+            assert!(caps.terminal && !caps.terminal_reattach, "{mode:?}");
+        }
     }
 }

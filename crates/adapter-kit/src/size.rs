@@ -220,6 +220,14 @@ impl ArgMax {
         self.limit.get().copied()
     }
 
+    /// The limit to check what the adapter sends after wrapping the command ([`check_wire`]):
+    /// the sandbox's once asked, else `fallback`. The wrapped form of a command over
+    /// [`SURELY_FITS`] is checked after [`ArgMax::check`] asked; a smaller one wrapped stays far
+    /// below any `ARG_MAX`, so `fallback` only bounds its strings.
+    pub fn limit_or(&self, fallback: &SizeLimit) -> SizeLimit {
+        self.known().unwrap_or(*fallback)
+    }
+
     /// Rejects `command` as [`check_size`] does, against this sandbox's limit: asked through
     /// `probe` (which runs [`ARG_MAX_PROBE`] in the sandbox) the first time a command is larger
     /// than [`SURELY_FITS`]. A probe that fails (no answer) is asked again next time, and this
@@ -375,6 +383,12 @@ mod arg_max_tests {
             arg_max.known().unwrap().total,
             (512 << 10) - 10240 - 80 - 4096
         );
+        // A wrapped form is checked against the sandbox's limit once asked (Northflank, E2B,
+        // Docker, Kubernetes): 7 strings of 80 KiB fit the default, not this sandbox.
+        let wrapped = vec!["a".repeat(80 << 10); 7];
+        check_wire("p", &wrapped, &fallback).unwrap();
+        assert!(check_wire("p", &wrapped, &arg_max.limit_or(&fallback)).is_err());
+        assert_eq!(ArgMax::new().limit_or(&fallback), fallback, "unasked");
         // One string over 128 KiB is refused without asking.
         let long = Command::new(["echo".to_owned(), "a".repeat(MAX_ARG_STRLEN)]).unwrap();
         let fresh = ArgMax::new();

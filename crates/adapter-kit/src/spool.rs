@@ -151,6 +151,34 @@ pub trait Launch: Send + Sync {
     /// env) detached; `Ok` once the provider holds it. It must not wait for its end, and its
     /// output is never read.
     fn launch(&self, supervisor: Command) -> BoxFuture<'_, Result<(), Error>>;
+
+    /// Waits up to `within` for the end of the supervisor this provider runs for the spool
+    /// directory `dir` (find it with [`supervised_dir`]), where the provider can block on a
+    /// command's end (Vercel `GET …/cmd/{id}?wait=true`): `true` once it ended, `false` when it
+    /// still runs at `within` or the provider cannot tell. The spool's files stay the truth
+    /// (the supervisor records the exit before it ends); this only spares the polling. The
+    /// default cannot tell.
+    fn wait_supervisor<'a>(
+        &'a self,
+        _dir: &'a str,
+        _within: Duration,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(std::future::ready(Ok(false)))
+    }
+}
+
+/// The spool directory a supervisor started through [`Launch`] runs, from its whole argv as
+/// the provider lists it (`sh -c <supervisor> sh <dir> <mode> argv…`); `None` for any other
+/// command.
+pub fn supervised_dir(argv: &[String]) -> Option<&str> {
+    match argv {
+        [sh, c, script, name, dir, ..]
+            if sh == "sh" && c == "-c" && script == SUPERVISOR && name == "sh" =>
+        {
+            Some(dir)
+        }
+        _ => None,
+    }
 }
 
 /// The shell functions every script starts with. `alive PID`: the process exists and is not
@@ -979,6 +1007,8 @@ impl<'a> Spool<'a> {
     async fn wait_for(&self, handle: &ProcessHandle, within: Duration) -> Result<Waited, Error> {
         let deadline = tokio::time::Instant::now() + within;
         let mut delay = self.poll.0;
+        // The provider's own wait for the supervisor's end, once; then (or without one) polls.
+        let mut native = self.launch;
         loop {
             let info = self.status_of(handle).await?;
             match info.state {
@@ -989,6 +1019,22 @@ impl<'a> Spool<'a> {
             let now = tokio::time::Instant::now();
             if now >= deadline {
                 return Ok(Waited::Running);
+            }
+            if let Some(launch) = native.take() {
+                let dir = self.dir(&self.key_of(handle, "wait")?);
+                // Bounded here whatever the provider does (a stalled answer must not outlast
+                // the deadline).
+                let left = deadline - now;
+                match tokio::time::timeout(left, launch.wait_supervisor(&dir, left)).await {
+                    Ok(Ok(true)) => continue,
+                    Ok(Ok(false)) | Err(_) => {}
+                    // The files are the truth: a failed wait of the provider's only costs polls.
+                    Ok(Err(e)) => tracing::debug!(error = %e, "spool: the provider's wait failed"),
+                }
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                continue;
             }
             tokio::time::sleep(delay.min(deadline - now)).await;
             delay = (delay * 2).min(self.poll.1);
@@ -1671,11 +1717,38 @@ pub(crate) mod tests {
         struct Detach(Host, AtomicBool);
         impl Launch for Detach {
             fn launch(&self, supervisor: Command) -> BoxFuture<'_, Result<(), Error>> {
+                let dir = supervised_dir(supervisor.argv()).expect("the supervisor's directory");
+                assert!(std::path::Path::new(dir).join("ready").exists(), "{dir}");
                 self.1.store(true, Ordering::SeqCst);
                 let mut argv = vec!["setsid".to_owned(), "-f".to_owned()];
                 argv.extend(supervisor.argv().iter().cloned());
                 let cmd = Command::builder(argv).build().unwrap();
                 Box::pin(async move { self.0.exec(cmd).await.map(|_| ()) })
+            }
+            // A provider that knows when its command ended: the supervisor's pid is gone.
+            fn wait_supervisor<'a>(
+                &'a self,
+                dir: &'a str,
+                within: Duration,
+            ) -> BoxFuture<'a, Result<bool, Error>> {
+                Box::pin(async move {
+                    let gone = || {
+                        std::fs::read_link(format!("{dir}/run")).is_ok_and(|pid| {
+                            std::fs::read_to_string(format!("/proc/{}/stat", pid.display()))
+                                .map_or(true, |st| {
+                                    st.rsplit(") ").next().unwrap_or("").starts_with('Z')
+                                })
+                        })
+                    };
+                    let deadline = tokio::time::Instant::now() + within;
+                    while !gone() {
+                        if tokio::time::Instant::now() >= deadline {
+                            return Ok(false);
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Ok(true)
+                })
             }
         }
         let host = Host { binary: true };
@@ -1690,6 +1763,23 @@ pub(crate) mod tests {
         assert_eq!(
             whole(&spool, &s.handle).await,
             Output::new("hi\n", "", Exit::Code(0))
+        );
+        // The wait rides on the provider's: with polls a minute apart it still ends at once.
+        let slow = Spool::new(&host, "sbx")
+            .root(root.as_str())
+            .launch(&launch)
+            .poll(Duration::from_secs(60), Duration::from_secs(60));
+        let s = slow
+            .start(StartRequest::new(key("l2"), sh("sleep 0.3; exit 3")))
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        let waited = slow.wait(&s.handle, Duration::from_secs(30)).await.unwrap();
+        assert_eq!(waited, Waited::Exited(Exit::Code(3)));
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
         );
         let _ = std::fs::remove_dir_all(&root);
     }

@@ -41,23 +41,9 @@ impl Mode {
     }
 }
 
-/// Where terminals run (`EXECSEAM_KUBERNETES_TERMINAL`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum TerminalMode {
-    /// The adapter kit's recorder (`script(1)` in the pod, its output spooled to files): the
-    /// terminal outlives this client and is replayed from any handle, like every other process
-    /// handle (`terminal_reattach`). An image without `script` or `stty` answers `Unsupported`.
-    #[default]
-    Recorder,
-    /// The recorder where the image has `script` and `stty`, else the API server's `tty` exec
-    /// ([`Attached`](TerminalMode::Attached)): terminals everywhere, but none is promised to be
-    /// reattachable (`terminal_reattach: false`).
-    Auto,
-    /// Always the API server's `tty=true` exec with its resize channel (channel 4), held by the
-    /// sandbox handle that started it: replayed only within that handle, ended with it. Needs no
-    /// `script` in the image.
-    Attached,
-}
+/// Where terminals run (`EXECSEAM_KUBERNETES_TERMINAL`): the kit's choice, default the
+/// recorder; `attached`/`auto` use the API server's `tty=true` exec with its resize channel.
+pub use execseam_adapter_kit::attached::TerminalMode;
 
 /// How commands reach the pod (`EXECSEAM_KUBERNETES_EXEC`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -250,14 +236,7 @@ impl KubernetesConfig {
         if let Some(k) = v.flag("EXECSEAM_KUBERNETES_REMOTE_KILL")? {
             c.remote_kill = k;
         }
-        if let Some(t) = v.choice(
-            "EXECSEAM_KUBERNETES_TERMINAL",
-            &[
-                ("recorder", TerminalMode::Recorder),
-                ("auto", TerminalMode::Auto),
-                ("attached", TerminalMode::Attached),
-            ],
-        )? {
+        if let Some(t) = TerminalMode::from_vars(&v, "EXECSEAM_KUBERNETES_TERMINAL")? {
             c.terminal = t;
         }
         if let Some(p) = v.choice(

@@ -83,6 +83,8 @@ struct Inner {
     ownership: Ownership,
     /// Terminals on the API server's `tty` exec this handle holds (`terminal.rs`).
     terminals: execseam_adapter_kit::attached::Terminals,
+    /// What the pod's `execve` takes, asked once.
+    arg_max: size::ArgMax,
 }
 
 impl std::fmt::Debug for KubernetesExec {
@@ -111,6 +113,7 @@ impl KubernetesExec {
                 target: Mutex::new(target),
                 ownership,
                 terminals: Default::default(),
+                arg_max: Default::default(),
             }),
         }
     }
@@ -184,9 +187,12 @@ impl KubernetesExec {
         *self.inner.target.lock().await = None;
     }
 
-    /// What every command is checked for before any request.
-    fn admit(&self, command: &Command) -> Result<(), Error> {
-        size::check_size(PROVIDER, command, &crate::SIZE_LIMIT)?;
+    /// What every command is checked for before any request: its size against the pod's own
+    /// `execve` limit (asked once, `size::ArgMax`: the container runtime's or image's stack
+    /// limit sets it), and the sandbox not destroyed.
+    pub(crate) async fn admit(&self, command: &Command) -> Result<(), Error> {
+        let arg_max = &self.inner.arg_max;
+        (arg_max.check_in(PROVIDER, command, &crate::SIZE_LIMIT, self)).await?;
         if self.inner.ownership.is_destroyed() {
             return Err(adapter(
                 ErrorKind::NotFound,
@@ -198,17 +204,22 @@ impl KubernetesExec {
         Ok(())
     }
 
+    /// The limit on what a pod execs after wrapping: its own once asked.
+    pub(crate) fn wire_limit(&self) -> size::SizeLimit {
+        self.inner.arg_max.limit_or(&crate::SIZE_LIMIT)
+    }
+
     /// The pod when commands take the sandboxd path (`EXECSEAM_KUBERNETES_EXEC=sandboxd`).
     async fn sandboxd(&self, command: &Command) -> Result<Option<Target>, Error> {
         if self.inner.shared.api.config().exec_path != ExecPath::Sandboxd {
             return Ok(None);
         }
-        self.admit(command)?;
+        self.admit(command).await?;
         self.target().await.map(Some)
     }
 
     async fn start(&self, command: Command) -> Result<Run, Error> {
-        self.admit(&command)?;
+        self.admit(&command).await?;
         let shared = &self.inner.shared;
         let config = shared.api.config();
         let tag = config.remote_kill.then(|| id::random_id(32));
@@ -249,7 +260,7 @@ impl KubernetesExec {
                 plan = script::plan_as(&command, assume, tag.as_deref(), &config.temp_dir, true)?;
                 path = request_of(&plan);
             }
-            size::check_wire(PROVIDER, &plan.argv, &crate::SIZE_LIMIT)?;
+            size::check_wire(PROVIDER, &plan.argv, &self.wire_limit())?;
             // Armed before the upgrade is sent: the command starts when the server upgrades,
             // before the client has read the answer, so an exec dropped in between has a
             // running command only the tag can find. A refusal ran nothing: disarmed. An

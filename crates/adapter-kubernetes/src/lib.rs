@@ -80,10 +80,7 @@ pub const VARS: &[Var] = &[
     Var::seconds("EXECSEAM_KUBERNETES_IDLE_TIMEOUT"),
     Var::text("EXECSEAM_KUBERNETES_TEMP_DIR"),
     Var::flag("EXECSEAM_KUBERNETES_REMOTE_KILL"),
-    Var::choice(
-        "EXECSEAM_KUBERNETES_TERMINAL",
-        &["recorder", "auto", "attached"],
-    ),
+    Var::choice("EXECSEAM_KUBERNETES_TERMINAL", TerminalMode::WORDS),
     Var::choice("EXECSEAM_KUBERNETES_EXEC", &["pods-exec", "sandboxd"]),
 ];
 
@@ -167,7 +164,9 @@ pub(crate) fn lifecycle_of(config: &KubernetesConfig) -> LifecycleCapabilities {
 
 /// The largest command: the argv the container `execve`s (Linux: 128 KiB per string, 2 MiB in
 /// all, some of it the container's environment). The exec URL is checked too (1 MiB,
-/// percent-encoded).
+/// percent-encoded). The fallback: the first command over 64 KiB asks the pod (`size::ArgMax`:
+/// its `getconf ARG_MAX` less its environment) and is checked against that, the wrapped form
+/// too.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::linux(
         execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
@@ -190,14 +189,11 @@ pub const CAPABILITIES: Capabilities = Capabilities {
 };
 
 pub(crate) fn capabilities_of(config: &KubernetesConfig) -> Capabilities {
-    let processes = match config.terminal {
-        TerminalMode::Recorder => CAPABILITIES.processes,
-        // Terminals held by the handle that opened them (the kit's attached terminals).
-        TerminalMode::Auto | TerminalMode::Attached => Some(execseam_core::ProcessCapabilities {
-            terminal_reattach: false,
-            ..execseam_adapter_kit::spool::SPOOLED_TERMINAL
-        }),
-    };
+    let processes = Some(
+        config
+            .terminal
+            .capabilities(execseam_adapter_kit::spool::SPOOLED),
+    );
     match config.exec_path {
         ExecPath::PodsExec => Capabilities {
             remote_kill: config.remote_kill,

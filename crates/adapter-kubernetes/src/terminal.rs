@@ -1,11 +1,11 @@
-//! Terminals, as `EXECSEAM_KUBERNETES_TERMINAL` says. By default ([`TerminalMode::Recorder`])
+//! Terminals, as `EXECSEAM_KUBERNETES_TERMINAL` says. By default ([`TerminalMode::Recorder`](crate::TerminalMode::Recorder))
 //! the adapter kit's recorder: `script(1)` in the pod, its output spooled to files, so a
 //! terminal is a process handle like any other (it outlives this client, any handle replays it
 //! from any offset, its exit is kept). The API server keeps nothing of an exec once its stream
 //! ends, so its own `tty=true` exec cannot give that; it is used, through the kit's
-//! [`Attached`] terminals (held by the sandbox handle that started them, not reattachable),
-//! where the image has no `script` or `stty` ([`TerminalMode::Auto`]: the recorder answers
-//! `Unsupported` before anything starts), or always ([`TerminalMode::Attached`]).
+//! [`Attached`](execseam_adapter_kit::attached::Attached) terminals (held by the sandbox handle that started them, not reattachable),
+//! where the image has no `script` or `stty` ([`TerminalMode::Auto`](crate::TerminalMode::Auto): the recorder answers
+//! `Unsupported` before anything starts), or always ([`TerminalMode::Attached`](crate::TerminalMode::Attached)).
 //!
 //! The `tty` exec: `pods/exec?…&stdin=true&stdout=true&stderr=false&tty=true` (the kubelet
 //! drops stderr on a terminal), keystrokes on channel 0, resizes on channel 4 as
@@ -19,12 +19,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use execseam_adapter_kit::attached::{
-    Attached, OpenTerminal, Opened, TerminalControl, env_through_file,
-};
+use execseam_adapter_kit::attached::{OpenTerminal, Opened, TerminalControl, env_through_file};
 use execseam_adapter_kit::degrade::{EXEC_TAG_VAR, WRAPPER_MARK, WRAPPER_STATUS};
 use execseam_adapter_kit::retry::after_submit;
-use execseam_adapter_kit::spool::{SPOOLED, SPOOLED_TERMINAL, Spool};
+use execseam_adapter_kit::spool::Spool;
 use execseam_adapter_kit::{id, size};
 use execseam_core::{
     BoxFuture, Command, Error, ErrorKind, Exit, Processes, Retry, Sandbox, TerminalSize,
@@ -35,7 +33,6 @@ use tokio::sync::mpsc;
 
 use crate::channel::{self, ExecRequest, Frame, Opened as Upgrade, Protocol, Session};
 use crate::client::adapter;
-use crate::config::TerminalMode;
 use crate::error::exec_refused;
 use crate::exec::{Cleanup, Kill, KubernetesExec};
 use crate::{PROVIDER, script};
@@ -48,24 +45,11 @@ exec "$@""#;
 /// The sandbox handle's process handles: the spool, with terminals as configured.
 pub(crate) fn processes(exec: &KubernetesExec) -> Box<dyn Processes + '_> {
     let spool = Spool::new(exec, Sandbox::id(exec));
-    match exec.shared().api.config().terminal {
-        TerminalMode::Recorder => Box::new(spool.capabilities(SPOOLED_TERMINAL)),
-        TerminalMode::Auto => Box::new(
-            Attached::new(
-                spool.capabilities(SPOOLED_TERMINAL),
-                exec,
-                exec,
-                exec.terminals(),
-            )
-            .recorder_first(),
-        ),
-        TerminalMode::Attached => Box::new(Attached::new(
-            spool.capabilities(SPOOLED),
-            exec,
-            exec,
-            exec.terminals(),
-        )),
-    }
+    exec.shared()
+        .api
+        .config()
+        .terminal
+        .processes(spool, exec, exec, exec.terminals())
 }
 
 /// One `tty` exec's resize channel and its exit.
@@ -120,15 +104,9 @@ impl OpenTerminal for KubernetesExec {
 
 impl KubernetesExec {
     async fn open_tty(&self, command: Command) -> Result<Opened, Error> {
-        if self.ownership().is_destroyed() {
-            return Err(adapter(
-                ErrorKind::NotFound,
-                Retry::Never,
-                "terminal",
-                format!("sandbox {} was destroyed", Sandbox::id(self)),
-            ));
-        }
-        size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        self.admit(&command)
+            .await
+            .map_err(|e| e.with_operation("terminal"))?;
         let shared = self.shared().clone();
         let config = shared.api.config();
         let target = self.target().await?;
@@ -152,7 +130,7 @@ impl KubernetesExec {
             argv.extend(env_through_file(self, command.env(), &config.temp_dir).await?);
         }
         argv.extend(command.argv().iter().cloned());
-        size::check_wire(PROVIDER, &argv, &crate::SIZE_LIMIT)?;
+        size::check_wire(PROVIDER, &argv, &self.wire_limit())?;
         let path = ExecRequest {
             namespace: &target.namespace,
             pod: &target.pod,

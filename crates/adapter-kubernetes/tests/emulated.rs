@@ -127,6 +127,21 @@ async fn pod_mode_runs_a_plain_pod() {
         (out.stdout.as_ref(), out.exit),
         (&b"hello there"[..], Exit::Code(4))
     );
+    // The pod's `execve` limit is its own (issue 38, D32): Inspect's 16 x 64 KiB runs at the
+    // default stack; a fresh handle while the pod's processes get a 1 MiB stack (ARG_MAX
+    // 256 KiB) refuses it before its exec, after one probe, and runs 2 x 64 KiB. The code
+    // before assumed an 8 MiB stack and sent it (the pod then failed to exec it).
+    let inspect = execseam_test_util::probe::many_64_kib_args;
+    let out = s.exec(inspect(16)).await.unwrap();
+    assert_eq!(out.stdout.as_ref(), b"16\n", "{out:?}");
+    {
+        let _stack = execseam_test_util::probe::StackLimit::set(1 << 20);
+        let small = p.attach(s.id()).unwrap();
+        let e = small.exec(inspect(16)).await.unwrap_err();
+        execseam_test_util::probe::too_large(&e, "ARG_MAX");
+        let out = small.exec(inspect(2)).await.unwrap();
+        assert_eq!(out.stdout.as_ref(), b"2\n", "{out:?}");
+    }
     let e = s.suspend().await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unsupported);
     let e = Provider::pause(&p, s.id(), None).await.unwrap_err();

@@ -135,8 +135,10 @@ impl NorthflankExec {
         } else {
             command.argv().to_vec()
         };
-        // What counts is what the container execs: a wrapper script is one string.
-        execseam_adapter_kit::size::check_wire(PROVIDER, &argv, &crate::SIZE_LIMIT)?;
+        // What counts is what the container execs (a wrapper script is one string), against
+        // the container's own limit once asked.
+        let limit = self.inner.arg_max.limit_or(&crate::SIZE_LIMIT);
+        execseam_adapter_kit::size::check_wire(PROVIDER, &argv, &limit)?;
         let (segment, id) = self.inner.target.segment();
         let path = wire::exec_path(c.team_id.as_deref(), &c.project_id, segment, id);
         let ws = api.upgrade(&path, call("exec", Stage::Before)).await?;

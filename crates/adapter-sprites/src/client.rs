@@ -111,13 +111,23 @@ impl Client {
         self.expect_ok(resp, op).await.map(drop)
     }
 
-    /// `GET /v1/sprites/{name}`.
-    pub(crate) async fn get_sprite(&self) -> Result<(), Error> {
-        let op = control("connect");
+    /// `GET /v1/sprites/{name}`, for `operation`.
+    pub(crate) async fn get_sprite(
+        &self,
+        operation: &'static str,
+    ) -> Result<crate::wire::SpriteInfo, Error> {
+        let op = control(operation);
         let resp = self
             .send(self.control(Method::GET, self.url("", &[])?), op)
             .await?;
-        self.expect_ok(resp, op).await.map(drop)
+        let body = self.expect_ok(resp, op).await?;
+        serde_json::from_slice(&body)
+            .map_err(|e| op.protocol(format!("the sprite is not valid JSON: {e}")))
+    }
+
+    /// The `Authorization` value of the API token (what an `auth: sprite` URL takes).
+    pub(crate) fn authorization(&self) -> String {
+        self.config.authorization()
     }
 
     /// `DELETE /v1/sprites/{name}`.

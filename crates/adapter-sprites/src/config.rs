@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::attached::TerminalMode;
 use execseam_adapter_kit::vars::{self, Vars};
 use execseam_core::Error;
 use secrecy::{ExposeSecret, SecretString};
@@ -67,6 +68,7 @@ pub struct SpritesConfig {
     pub(crate) ping_interval: Duration,
     pub(crate) pong_timeout: Duration,
     pub(crate) ws_buffers: WsBuffers,
+    pub(crate) terminal: TerminalMode,
 }
 
 /// The client-side buffers of one exec WebSocket: what each command in flight holds while it
@@ -116,6 +118,7 @@ impl fmt::Debug for SpritesConfig {
             .field("ws_buffers", &self.ws_buffers)
             .field("ping_interval", &self.ping_interval)
             .field("pong_timeout", &self.pong_timeout)
+            .field("terminal", &self.terminal)
             .finish()
     }
 }
@@ -134,6 +137,7 @@ impl SpritesConfig {
             ping_interval: Duration::from_secs(15),
             pong_timeout: Duration::from_secs(45),
             ws_buffers: WsBuffers::DEFAULT,
+            terminal: TerminalMode::Recorder,
         }
     }
 
@@ -146,7 +150,9 @@ impl SpritesConfig {
     ///
     /// - `SPRITE_TOKEN` (required; the Sprites CLI's name): the API token;
     /// - `SPRITES_API_URL` (optional, the CLI's name): the API base URL;
-    /// - `SPRITES_EXEC_TRANSPORT` (optional): `websocket` (default) or `http`.
+    /// - `SPRITES_EXEC_TRANSPORT` (optional): `websocket` (default) or `http`;
+    /// - `EXECSEAM_SPRITES_TERMINAL` (optional): `recorder` (default), `auto` or `attached`
+    ///   ([`SpritesConfig::terminal`]).
     ///
     /// A missing or malformed setting is [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
     pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<SpritesConfig, Error> {
@@ -163,6 +169,9 @@ impl SpritesConfig {
         if let Some(t) = vars.choice("SPRITES_EXEC_TRANSPORT", &transports)? {
             c = c.transport(t);
         }
+        if let Some(mode) = TerminalMode::from_vars(vars, "EXECSEAM_SPRITES_TERMINAL")? {
+            c.terminal = mode;
+        }
         c.validate()?;
         Ok(c)
     }
@@ -178,6 +187,12 @@ impl SpritesConfig {
         if self.token.expose_secret().is_empty() {
             return Err(vars::config_error(PROVIDER, "the token is empty"));
         }
+        if self.transport == Transport::Http && self.terminal != TerminalMode::Recorder {
+            return Err(vars::config_error(
+                PROVIDER,
+                "the HTTP transport has no TTY exec (the server refuses `tty` there): its terminals are the recorder's",
+            ));
+        }
         Ok(())
     }
 
@@ -192,6 +207,18 @@ impl SpritesConfig {
     #[must_use]
     pub fn transport(mut self, transport: Transport) -> Self {
         self.transport = transport;
+        self
+    }
+
+    /// Where terminals run (default [`TerminalMode::Recorder`]: `script(1)` in the sprite, a full
+    /// Linux VM, so any handle or process reattaches from an offset and types into it);
+    /// [`TerminalMode::Attached`] for Sprites' own TTY exec, held by the handle that opened it
+    /// (its reattach replays a bounded scrollback without offsets), [`TerminalMode::Auto`] for
+    /// the recorder where the sprite has `script` and the TTY exec elsewhere. The HTTP transport
+    /// has only the recorder.
+    #[must_use]
+    pub fn terminal(mut self, mode: TerminalMode) -> Self {
+        self.terminal = mode;
         self
     }
 
@@ -252,6 +279,16 @@ impl SpritesConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_http_transport_has_only_the_recorders_terminals() {
+        let http = SpritesConfig::new("t").transport(Transport::Http);
+        assert!(http.clone().validate().is_ok());
+        for mode in [TerminalMode::Auto, TerminalMode::Attached] {
+            let e = http.clone().terminal(mode).validate().unwrap_err();
+            assert_eq!(e.kind(), execseam_core::ErrorKind::InvalidConfig, "{e}");
+        }
+    }
 
     #[test]
     fn debug_redacts_the_token_and_env_values() {

@@ -72,7 +72,14 @@ impl SpritesExec {
     /// The capabilities of a configuration.
     pub fn capabilities_of(config: &SpritesConfig) -> Capabilities {
         match config.transport {
-            Transport::WebSocket => crate::CAPABILITIES,
+            Transport::WebSocket => Capabilities {
+                processes: Some(
+                    config
+                        .terminal
+                        .capabilities(execseam_adapter_kit::spool::SPOOLED),
+                ),
+                ..crate::CAPABILITIES
+            },
             Transport::Http => crate::HTTP_CAPABILITIES,
         }
     }

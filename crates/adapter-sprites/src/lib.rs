@@ -14,7 +14,7 @@
 //! | remote_kill | yes: dropping the exec or the stream calls `POST /exec/{session}/kill?signal=KILL` | no |
 //! | binary_output | yes: binary frames | no: frames have no length, so bytes are attributed per HTTP chunk |
 //! | process handles | yes: [`Processes`](execseam_core::Processes) from the adapter kit's spool, output and exit in files in the sprite (the attach replay is a bounded scrollback without offsets) | yes |
-//! | terminals | Sprites' TTY exec (`tty=true`, `rows`, `cols`; resize messages), held by the handle that opened it: not reattachable (`terminal_reattach: false`) | the kit's recorder (`script(1)`): reattachable |
+//! | terminals | the kit's recorder (`script(1)`) by default: reattachable from any handle or process; with `EXECSEAM_SPRITES_TERMINAL=attached`, Sprites' TTY exec (`tty=true`, `rows`, `cols`; resize messages), held by the handle that opened it (`terminal_reattach: false`) | the kit's recorder (`script(1)`): reattachable |
 //!
 //! # Quirks
 //!
@@ -49,11 +49,15 @@ mod wire;
 
 pub use config::{BaseEnv, DEFAULT_BASE_URL, SpritesConfig, Transport, WsBuffers};
 pub use exec::{SpritesExec, parse_http_body};
+pub use execseam_adapter_kit::attached::TerminalMode;
 pub use provider::SpritesProvider;
 
 /// The largest command (argv and env) sent, checked before any I/O: the sprite `execve`s it
 /// (128 KiB per string); in all it must also fit the exec URL's query
-/// ([`MAX_EXEC_URL`](client::MAX_EXEC_URL) bytes, checked on the encoded URL).
+/// ([`MAX_EXEC_URL`](client::MAX_EXEC_URL) bytes, checked on the encoded URL). The URL's
+/// 60 KiB is below what any Linux `execve` takes (`ARG_MAX` is never under 128 KiB,
+/// `size::SURELY_FITS`), so the sprite's own limit is never asked (issue 38, D32): a command
+/// larger than that is refused for the URL, before any request.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::linux(
         execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
@@ -74,17 +78,14 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[],
-    processes: Some(execseam_core::ProcessCapabilities {
-        terminal: true,
-        // Sprites' own TTY exec, held by the handle that opened it: a session attached again
-        // replays a bounded scrollback without offsets, so no exact reattach (terminal.rs).
-        terminal_reattach: false,
-        ..execseam_adapter_kit::spool::SPOOLED
-    }),
+    // Terminals on the recorder by default (`SpritesConfig::terminal`): Sprites' own TTY exec,
+    // held by the handle that opened it, replays a bounded scrollback without offsets when
+    // attached again, so no exact reattach there (terminal.rs).
+    processes: Some(execseam_adapter_kit::spool::SPOOLED_TERMINAL),
 };
 
-/// The capabilities over the HTTP POST fallback: no TTY there, so terminals are the kit's
-/// recorder (`script(1)` in the sprite), which any handle can attach to again.
+/// The capabilities over the HTTP POST fallback: no TTY there, so terminals are always the
+/// kit's recorder (`script(1)` in the sprite), which any handle can attach to again.
 pub const HTTP_CAPABILITIES: Capabilities = Capabilities {
     streaming: false,
     remote_kill: false,
@@ -113,6 +114,19 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
             delete: false,
             ..execseam_core::SnapshotSupport::FILESYSTEM
         }),
+        // The sprite URL (docs.sprites.dev/concepts/networking): one per sprite, routing to
+        // 8080 unless a running service names an `http_port`; `url_settings.auth: sprite`
+        // (the default for the sprites this adapter makes) takes the API token as a bearer
+        // header, `public` nothing (the header is then left out).
+        expose: Some(execseam_core::ExposeSupport {
+            when: execseam_core::PortsWhen::AnyTime,
+            auth: execseam_core::PortAuth::Header("Authorization"),
+            list: false,
+            unexpose: false,
+            ports: (1, 65535),
+            reserved: &[],
+            only: Some(8080),
+        }),
         ..execseam_core::StateCapabilities::NONE
     },
 };
@@ -125,6 +139,7 @@ pub const VARS: &[Var] = &[
         "SPRITES_EXEC_TRANSPORT",
         &["websocket", "ws", "http", "post"],
     ),
+    Var::choice("EXECSEAM_SPRITES_TERMINAL", TerminalMode::WORDS),
 ];
 
 execseam_adapter_kit::adapter! {

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use execseam_adapter_kit::id::random_id;
 use execseam_adapter_kit::text::escape_path_segment;
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Ownership,
-    Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome,
-    SnapshotRequest,
+    BoxFuture, Capabilities, Error, ErrorKind, ExposedPort, LifecycleCapabilities, ListFilter,
+    Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState, Secret, SnapshotInfo,
+    SnapshotOutcome, SnapshotRequest,
 };
 
 use crate::client::Client;
@@ -66,7 +66,7 @@ impl SpritesProvider {
     /// Connects to sprite `name` (`NotFound` if there is none); not owned.
     pub async fn connect(&self, name: &str) -> Result<SpritesExec, Error> {
         let client = self.client.for_sprite(name);
-        client.get_sprite().await?;
+        client.get_sprite("connect").await?;
         Ok(SpritesExec::new(client, Ownership::connected()))
     }
 
@@ -173,6 +173,31 @@ impl SpritesProvider {
         Ok(out)
     }
 
+    /// The URL of sprite `name` (`SpriteInfo.url`), which routes HTTP to port 8080, or to a
+    /// running service's `http_port` when one is defined (see the crate's page). With
+    /// `url_settings.auth: sprite` (the default) the URL takes the API token, which the answer
+    /// carries as its `Authorization` header; a `public` URL needs none.
+    pub async fn expose(&self, name: &str, port: u16) -> Result<ExposedPort, Error> {
+        LIFECYCLE.state.check_expose(PROVIDER, port)?;
+        let client = self.client.for_sprite(name);
+        let info = client.get_sprite("expose").await?;
+        let url = info.url.filter(|u| !u.is_empty()).ok_or_else(|| {
+            Error::new(ErrorKind::Protocol, format!("sprite {name} has no url"))
+                .with_provider(PROVIDER)
+                .with_operation("expose")
+        })?;
+        let public = info
+            .url_settings
+            .and_then(|s| s.auth)
+            .is_some_and(|a| a == "public");
+        let exposed = ExposedPort::new(port, url);
+        Ok(if public {
+            exposed
+        } else {
+            exposed.with_header("Authorization", Secret::new(client.authorization()))
+        })
+    }
+
     /// Deletes sprite `name`; one that does not exist is `Ok(())`.
     pub async fn destroy(&self, name: &str) -> Result<(), Error> {
         Sandbox::destroy(&self.attach(name)?).await
@@ -216,6 +241,10 @@ impl Provider for SpritesProvider {
     }
 
     execseam_adapter_kit::forward_snapshots!(SpritesProvider: snapshot, restore, list_snapshots);
+
+    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
+        Box::pin(SpritesProvider::expose(self, id, port))
+    }
 }
 
 const fn call(operation: &'static str) -> execseam_adapter_kit::retry::Call {

@@ -5,7 +5,10 @@
 //! `Resize`, sprites-py 0.7.2 `websocket.py`, the API reference's exec WebSocket: ResizeMessage,
 //! ExitMessage; ../shared/research/fly-sprites.md §B.3.2).
 //!
-//! Held through the adapter kit's [`Attached`] terminals: output is replayed byte-exact from any
+//! Used where `EXECSEAM_SPRITES_TERMINAL` is `attached` (or `auto` and the sprite has no
+//! `script`); the default is the kit's recorder, reattachable from any handle.
+//!
+//! Held through the adapter kit's [`Attached`](execseam_adapter_kit::attached::Attached) terminals: output is replayed byte-exact from any
 //! offset by the sandbox handle that started the terminal, never by another. Sprites can attach
 //! to a running session again (`/exec/{id}`), but what it replays then is a bounded scrollback
 //! without offsets (the in-VM server kept the last 5 KiB, `limitedBuffer(5*1024)`; the current
@@ -18,10 +21,8 @@
 //! kit's recorder (`script(1)` in the sprite).
 
 use bytes::Bytes;
-use execseam_adapter_kit::attached::{
-    Attached, ExitSlot, OpenTerminal, Opened, TerminalControl, output_of,
-};
-use execseam_adapter_kit::spool::{SPOOLED, SPOOLED_TERMINAL, Spool};
+use execseam_adapter_kit::attached::{ExitSlot, OpenTerminal, Opened, TerminalControl, output_of};
+use execseam_adapter_kit::spool::Spool;
 use execseam_core::{
     BoxFuture, Command, Error, ErrorKind, Exit, Processes, Retry, Sandbox, TerminalSize,
 };
@@ -32,23 +33,19 @@ use tokio::time::Instant;
 use tokio_websockets::{CloseCode, Message};
 
 use crate::client::Client;
-use crate::config::Transport;
 use crate::error::{EXEC, lost};
 use crate::exec::{SpritesExec, finish_writer, kill, split};
 use crate::wire::{self, Text};
 
-/// The sandbox handle's process handles: the spool, with terminals as the transport allows.
+/// The sandbox handle's process handles: the spool, with terminals where the configured mode
+/// puts them (the HTTP transport allows only the recorder: its config says so).
 pub(crate) fn processes(exec: &SpritesExec) -> Option<Box<dyn Processes + '_>> {
     let spool = Spool::new(exec, Sandbox::id(exec));
-    Some(match exec.config().transport {
-        Transport::WebSocket => Box::new(Attached::new(
-            spool.capabilities(SPOOLED),
-            exec,
-            exec,
-            &exec.inner.terminals,
-        )),
-        Transport::Http => Box::new(spool.capabilities(SPOOLED_TERMINAL)),
-    })
+    Some(
+        exec.config()
+            .terminal
+            .processes(spool, exec, exec, &exec.inner.terminals),
+    )
 }
 
 /// One TTY exec's resize messages and its exit.

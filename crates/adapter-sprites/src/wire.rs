@@ -291,6 +291,20 @@ pub struct SpriteInfo {
     /// Its status (`running`, `warm`, `cold`, …).
     #[serde(default)]
     pub status: Option<String>,
+    /// Its URL, which routes HTTP to it (`https://{name}-{suffix}.sprites.app`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Who may use the URL.
+    #[serde(default)]
+    pub url_settings: Option<UrlSettings>,
+}
+
+/// `url_settings` (sprites-go `types.go` `URLSettings`).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct UrlSettings {
+    /// `sprite` (a Sprites token is required, the default) or `public`.
+    #[serde(default)]
+    pub auth: Option<String>,
 }
 
 /// One checkpoint (`Checkpoint` in sprites-go `types.go`; `create_time`, `history` and

@@ -13,7 +13,7 @@ use execseam_core::{
 };
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator, SpritesOptions};
-use execseam_sprites::{SpritesConfig, SpritesExec, SpritesProvider};
+use execseam_sprites::{SpritesConfig, SpritesExec, SpritesProvider, TerminalMode};
 use execseam_test_util::processes::{output_from_start, sh, stdin_env_and_workdir_reach};
 
 async fn emulator() -> SpritesEmulator {
@@ -35,10 +35,19 @@ async fn emulator() -> SpritesEmulator {
 
 /// A fresh handle on the sprite, as another process would have.
 fn handle_on(emu: &SpritesEmulator) -> SpritesExec {
-    SpritesProvider::new(SpritesConfig::new("spr_test").base_url(emu.base_url()))
-        .expect("a provider")
-        .attach(DEFAULT_SPRITE)
-        .expect("a handle")
+    handle_with(emu, TerminalMode::Recorder)
+}
+
+/// The same, with terminals in `mode`.
+fn handle_with(emu: &SpritesEmulator, mode: TerminalMode) -> SpritesExec {
+    SpritesProvider::new(
+        SpritesConfig::new("spr_test")
+            .base_url(emu.base_url())
+            .terminal(mode),
+    )
+    .expect("a provider")
+    .attach(DEFAULT_SPRITE)
+    .expect("a handle")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -161,7 +170,7 @@ async fn sessions(emu: &SpritesEmulator, needle: &str) -> Vec<(bool, bool)> {
         .collect()
 }
 
-/// Terminals are Sprites' own TTY sessions (`tty=true`: research/fly-sprites.md §B.3.2), not the
+/// With `EXECSEAM_SPRITES_TERMINAL=attached`, terminals are Sprites' own TTY sessions (`tty=true`: research/fly-sprites.md §B.3.2), not the
 /// kit's recorder over a pipe exec: the sprite lists the session with `"tty": true`. They are
 /// held by the handle that opened them: a session attached again replays a bounded scrollback
 /// without offsets (16 bytes here), so another handle is refused (`NotFound`), never answered
@@ -169,7 +178,7 @@ async fn sessions(emu: &SpritesEmulator, needle: &str) -> Vec<(bool, bool)> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_terminal_is_a_sprites_tty_session_held_by_the_handle_that_opened_it() {
     let emu = emulator().await;
-    let first = handle_on(&emu);
+    let first = handle_with(&emu, TerminalMode::Attached);
     let p = first.processes().unwrap();
     let caps = p.process_capabilities();
     assert!(caps.terminal && !caps.terminal_reattach, "{caps:?}");
@@ -189,7 +198,7 @@ async fn a_terminal_is_a_sprites_tty_session_held_by_the_handle_that_opened_it()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let other = handle_on(&emu);
+    let other = handle_with(&emu, TerminalMode::Attached);
     let e = other
         .processes()
         .unwrap()

@@ -639,6 +639,52 @@ impl execseam_adapter_kit::spool::Launch for VercelExec {
     fn launch(&self, supervisor: Command) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move { self.spawn_within(supervisor, None).await.map(drop) })
     }
+
+    /// The supervisor found by its argv in `GET …/cmd` (any process can: nothing is kept
+    /// here), then `GET …/cmd/{id}?wait=true` (the SDKs' `wait()`), which answers at its end.
+    /// Each wait request is bounded below the request timeout and sent again until `within`.
+    fn wait_supervisor<'a>(
+        &'a self,
+        dir: &'a str,
+        within: std::time::Duration,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + within;
+            let listed: wire::CommandList = self
+                .inner
+                .api
+                .json(Method::GET, &self.session_path("cmd"), &[], Body::None)
+                .await
+                .map_err(|e| map(e, call("list commands", Stage::Before)))?;
+            let Some(found) = listed.commands.into_iter().rev().find(|c| {
+                let argv: Vec<String> = std::iter::once(c.name.clone())
+                    .chain(c.args.iter().cloned())
+                    .collect();
+                execseam_adapter_kit::spool::supervised_dir(&argv) == Some(dir)
+            }) else {
+                return Ok(false);
+            };
+            if found.exit_code.is_some() {
+                return Ok(true);
+            }
+            let cmd = VercelCommand {
+                exec: self.clone(),
+                id: found.id,
+            };
+            let slice = (self.inner.api.config.request_timeout * 3 / 4)
+                .max(std::time::Duration::from_millis(100));
+            loop {
+                let now = tokio::time::Instant::now();
+                if now >= deadline {
+                    return Ok(false);
+                }
+                let bound = slice.min(deadline - now);
+                if let Ok(waited) = tokio::time::timeout(bound, cmd.wait()).await {
+                    return waited.map(|_| true);
+                }
+            }
+        })
+    }
 }
 
 impl ExecStream for VercelExec {

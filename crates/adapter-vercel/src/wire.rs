@@ -230,6 +230,12 @@ pub struct CommandPayload {
     pub id: String,
     /// `null` while it runs; 128+n for a signal.
     pub exit_code: Option<i32>,
+    /// The program (`name`: what `command` named).
+    #[serde(default)]
+    pub name: String,
+    /// The rest of its argv.
+    #[serde(default)]
+    pub args: Vec<String>,
 }
 
 /// `{command}`.
@@ -237,6 +243,13 @@ pub struct CommandPayload {
 pub struct CommandResponse {
     /// The command.
     pub command: CommandPayload,
+}
+
+/// `{commands}` (`GET …/cmd`, the Python SDK's command list).
+#[derive(Clone, Debug, Deserialize)]
+pub struct CommandList {
+    /// The session's commands.
+    pub commands: Vec<CommandPayload>,
 }
 
 /// `{"error":{"code","message"}}`.
@@ -492,7 +505,9 @@ mod tests {
             parse_line(started).unwrap(),
             Line::Command(CommandPayload {
                 id: "cmd_1".into(),
-                exit_code: None
+                exit_code: None,
+                name: "echo".into(),
+                args: vec![],
             })
         );
         let done = br#"{"command":{"id":"cmd_1","exitCode":3,"durationMs":5}}"#;
@@ -500,7 +515,9 @@ mod tests {
             parse_line(done).unwrap(),
             Line::Command(CommandPayload {
                 id: "cmd_1".into(),
-                exit_code: Some(3)
+                exit_code: Some(3),
+                name: String::new(),
+                args: vec![],
             })
         );
         assert_eq!(

@@ -344,6 +344,40 @@ async fn detached_commands_wait_logs_and_kill() {
     drop(emu);
 }
 
+/// A handle's wait rides on Vercel's own (`GET …/cmd/{id}?wait=true` on the spool's supervisor,
+/// found in `GET …/cmd`), not on polls of the spool: one status exec before and one after,
+/// where polling every 20..500 ms would have run about six over the second.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handles_wait_is_vercels_wait_on_its_supervisor() {
+    let (emu, provider) = setup().await;
+    let sb = provider.create(SandboxSpec::new()).await.unwrap();
+    let p = sb.processes().expect("handles");
+    let waited_key = execseam_core::StartKey::new("waited").unwrap();
+    let request = execseam_core::StartRequest::new(waited_key, sh("sleep 1; exit 3"));
+    let s = p.start(request).await.unwrap();
+    let (execs, requests) = (emu.exec_requests(), emu.requests().len());
+    let waited = p.wait(&s.handle, Duration::from_secs(20)).await.unwrap();
+    assert_eq!(waited, execseam_core::Waited::Exited(Exit::Code(3)));
+    let gets: Vec<String> = emu.requests()[requests..]
+        .iter()
+        .filter(|r| r.method == "GET")
+        .map(|r| r.path.clone())
+        .collect();
+    let wait_on = |p: &String| p.rsplit('/').nth(1) == Some("cmd");
+    assert!(
+        gets.first().is_some_and(|p| p.ends_with("/cmd")) && gets.iter().any(wait_on),
+        "the list, then the supervisor's wait: {gets:?}"
+    );
+    assert!(
+        emu.exec_requests() - execs <= 2,
+        "{} status execs",
+        emu.exec_requests() - execs
+    );
+    p.release(&s.handle).await.unwrap();
+    drop(p);
+    sb.close().await.unwrap();
+}
+
 /// The stream's kill is awaitable and confirmed (issue 24 item 8): `EventStream::kill` resolves
 /// once `POST …/cmd/{id}/kill` was answered, so the command is gone when it returns, without
 /// any sleep; and the deadline layer, which awaits that kill, says "killed" only then.
@@ -409,5 +443,21 @@ async fn a_command_is_checked_against_the_sandboxs_probed_arg_max() {
     let a = provider.create(SandboxSpec::new()).await.unwrap();
     let fresh = || async { provider.connect(a.id()).await.unwrap() };
     execseam_test_util::probe::arg_max_is_probed(&a, fresh, || emu.exec_requests()).await;
+    // The detached spawn path (the same `POST …/cmd`): it runs on the default stack, and a
+    // fresh handle's first large spawn at a 1 MiB stack asks once and is refused before its
+    // request.
+    let inspect = execseam_test_util::probe::many_64_kib_args;
+    let spawned = a.spawn(inspect(16)).await.unwrap();
+    assert_eq!(spawned.wait().await.unwrap(), Exit::Code(0));
+    let out = spawned.logs().await.unwrap().collect().await.unwrap();
+    assert_eq!(out.stdout.as_ref(), b"16\n", "{out:?}");
+    {
+        let _stack = execseam_test_util::probe::StackLimit::set(1 << 20);
+        let small = provider.connect(a.id()).await.unwrap();
+        let before = emu.exec_requests();
+        let e = small.spawn(inspect(16)).await.unwrap_err();
+        execseam_test_util::probe::too_large(&e, "ARG_MAX");
+        assert_eq!(emu.exec_requests(), before + 1, "only the probe");
+    }
     a.destroy().await.unwrap();
 }

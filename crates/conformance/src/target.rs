@@ -62,6 +62,9 @@ pub struct Target {
     pub dead_endpoint: Option<Arc<dyn Exec>>,
     /// The same adapter pointed at a sandbox that does not exist (or no longer does).
     pub vanished_sandbox: Option<Arc<dyn Exec>>,
+    /// The same sandbox through another client (a provider configured afresh, the sandbox
+    /// attached by id): what another process sees. The terminal replay case reattaches from it.
+    pub another_client: Option<Arc<dyn Exec>>,
     /// Fault injection (emulated runs only).
     pub faults: Option<Arc<dyn Faults>>,
     /// A run against the real provider: records are not compared and proptest case counts are low.
@@ -114,6 +117,7 @@ impl Target {
             scratch: "/tmp/execseam-conformance".into(),
             dead_endpoint: None,
             vanished_sandbox: None,
+            another_client: None,
             faults: None,
             live: false,
             proptest_cases: 32,
@@ -159,6 +163,13 @@ impl Target {
     #[must_use]
     pub fn vanished_sandbox(mut self, exec: Arc<dyn Exec>) -> Target {
         self.vanished_sandbox = Some(exec);
+        self
+    }
+
+    /// Sets [`Target::another_client`].
+    #[must_use]
+    pub fn another_client(mut self, exec: Arc<dyn Exec>) -> Target {
+        self.another_client = Some(exec);
         self
     }
 

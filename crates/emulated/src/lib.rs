@@ -475,6 +475,13 @@ impl Emulated {
     pub async fn conformance(self) -> Result<execseam_conformance::Target, Error> {
         let dead = self.dead_endpoint().await?;
         let vanished = self.vanished().await?;
+        // Another process's view: a provider configured afresh, connected to the sandbox by id
+        // (what a stored id gives: E2B's envd token comes with the connect), else attached.
+        let fresh = self.provider_with(&[])?;
+        let another = match fresh.connect(self.sandbox.id()).await {
+            Ok(s) => Some(s),
+            Err(_) => fresh.attach(self.sandbox.id()).ok(),
+        };
         let mut target = execseam_conformance::Target::new(
             self.spec.name,
             self.sandbox.clone() as Arc<dyn execseam::Exec>,
@@ -490,6 +497,9 @@ impl Emulated {
         target = target.live_sandboxes(move || count());
         if let Some(v) = vanished {
             target = target.vanished_sandbox(exec(v));
+        }
+        if let Some(a) = another {
+            target = target.another_client(exec(a));
         }
         if let Some(why) = self.spec.children_end {
             target = target.children_end_with_the_command(why);

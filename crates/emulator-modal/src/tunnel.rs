@@ -42,7 +42,7 @@ impl TunnelTls {
         let made = rcgen::generate_simple_self_signed(vec!["localhost".into(), HOST.into()])
             .map_err(std::io::Error::other)?;
         let cert = made.cert.der().clone();
-        let key = rustls::pki_types::PrivateKeyDer::try_from(made.signing_key.serialize_der())
+        let key = rustls::pki_types::PrivateKeyDer::try_from(made.key_pair.serialize_der())
             .map_err(std::io::Error::other)?;
         let config = |alpn: &[&[u8]]| -> std::io::Result<TlsAcceptor> {
             let provider = Arc::new(rustls::crypto::ring::default_provider());

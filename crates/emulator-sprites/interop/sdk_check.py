@@ -288,6 +288,54 @@ check("delete_service", sprite.list_services() == [])
 r = sprite.run("sh", "-c", "pgrep -f '[w]hile true|[s]leep 300' >/dev/null && echo alive || echo gone", capture_output=True)
 check("deleting stops the processes", r.stdout == b"gone\n", repr(r.stdout))
 
+# -- the sprite URL --------------------------------------------------------------------------------
+# Every sprite has a URL (SpriteInfo.url) routing HTTP to the `http_port` of a running service
+# (the Services API reference: "HTTP port for proxy routing"); `url_settings.auth` is `sprite`
+# (the default, "Requires Sprite token") or `public` (docs.sprites.dev/concepts/networking;
+# sprites-py `update_url_settings`). The emulator's URL is `http://{name}.sprites.localhost:<port>`;
+# glibc does not resolve `*.localhost`, so the request goes to 127.0.0.1 with that Host.
+import http.client
+import socket
+import urllib.parse
+
+from sprites import URLSettings
+
+info = client.get_sprite(NAME)
+check("SpriteInfo.url is the offline form", info.url.startswith(f"http://{NAME}.sprites.localhost:"), info.url)
+check("url_settings.auth defaults to sprite", info.url_settings.auth == "sprite", repr(info.url_settings))
+
+
+def get_url(url, token=None):
+    u = urllib.parse.urlsplit(url)
+    c = http.client.HTTPConnection("127.0.0.1", u.port, timeout=10)
+    headers = {"Host": u.netloc}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    c.request("GET", "/", headers=headers)
+    r = c.getresponse()
+    return r.status, r.read()
+
+
+with socket.socket() as s_:
+    s_.bind(("127.0.0.1", 0))
+    port = s_.getsockname()[1]
+sprite.run("sh", "-c", "mkdir -p /tmp/www && printf 'url ok' > /tmp/www/index.html")
+list(sprite.create_service("site", "python3", ["-m", "http.server", str(port), "--directory", "/tmp/www"], http_port=port, duration=0))
+deadline = time.monotonic() + 15
+while get_url(info.url, TOKEN)[0] != 200 and time.monotonic() < deadline:
+    time.sleep(0.1)
+got = get_url(info.url, TOKEN)
+check("the URL reaches the service's http_port with the token", got == (200, b"url ok"), repr(got))
+check("without the token an auth=sprite URL is 401", get_url(info.url)[0] == 401)
+sprite.update_url_settings(URLSettings(auth="public"))
+check("update_url_settings(auth=public) is kept", client.get_sprite(NAME).url_settings.auth == "public")
+check("a public URL needs no token", get_url(info.url) == (200, b"url ok"))
+sprite.delete_service("site")
+check("with no http_port service nothing of the sprite on 8080 answers 502", get_url(info.url)[0] == 502)
+check("the URL of a sprite that does not exist is 404",
+      get_url(info.url.replace(f"{NAME}.", "no-such-sprite."), TOKEN)[0] == 404)
+sprite.update_url_settings(URLSettings(auth="sprite"))
+
 # -- network policy --------------------------------------------------------------------------------
 # `GET`/`POST /v1/sprites/{name}/policy/network` `{rules: [{domain, action}|{include}]}` (docs
 # "Policy API"; sprites-py `policy.py` and sprites-go `policy.go` accept only 204 on the update

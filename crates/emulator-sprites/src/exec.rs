@@ -102,6 +102,10 @@ pub(crate) fn router(state: Arc<State>) -> Router {
         .fallback(|| async { json_response(StatusCode::NOT_FOUND, &wire::error("not found")) })
         .layer(axum::middleware::map_response(common_headers))
         .layer(DefaultBodyLimit::max(256 << 20))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::url::route,
+        ))
         .with_state(state)
 }
 
@@ -206,9 +210,14 @@ async fn create_sprite(st: St, headers: HeaderMap, body: Bytes) -> Response {
     let Some(name) = req["name"].as_str().filter(|n| !n.is_empty()) else {
         return json_response(StatusCode::BAD_REQUEST, &wire::error("name is required"));
     };
+    let public = match crate::url::requested_auth(&req) {
+        Ok(p) => p.unwrap_or(false),
+        Err(r) => return r,
+    };
     match st.create_sprite(name) {
         Ok((s, true)) => {
             lifecycle::set_created_labels(&s, &req);
+            s.set_url_public(public);
             json_response(StatusCode::CREATED, &s.info())
         }
         Ok((_, false)) => {

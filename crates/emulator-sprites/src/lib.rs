@@ -36,7 +36,10 @@
 //!   `[0x03, code]` last; a command that cannot start is `500 failed to start process`.
 //! - `GET /control`: `404 {"error":"not found"}`, so every SDK uses direct WebSockets.
 //! - `/fs/read|write|list|delete|rename|copy|chmod|chown` (see `fs.rs`).
-//! - `GET|POST /v1/sprites`, `GET|PUT|DELETE /v1/sprites/{name}`.
+//! - `GET|POST /v1/sprites`, `GET|PUT|DELETE /v1/sprites/{name}` (`url_settings.auth` at create
+//!   and by `PUT`).
+//! - The sprite URL, `http://{name}.sprites.localhost:<port>` (`url.rs`): HTTP to a running
+//!   service's `http_port`, else 8080; the token unless `url_settings.auth` is `public`.
 //! - `/services…` and `/policy/network` (see `services.rs`; the policy is kept, not enforced).
 //!
 //! Faults (route `exec`, on the request that submits a command: the WebSocket upgrade or the
@@ -59,6 +62,7 @@ mod pty;
 mod query;
 mod services;
 mod session;
+mod url;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -162,6 +166,10 @@ pub struct Sprite {
     services: Mutex<BTreeMap<String, Arc<services::Service>>>,
     /// The network policy's rules (`/policy/network`), kept, not enforced.
     policy: Mutex<Vec<serde_json::Value>>,
+    /// Its URL (offline: `http://{name}.sprites.localhost:<port>`, see `url.rs`).
+    url: String,
+    /// `url_settings.auth` is `public` (else `sprite`).
+    url_public: AtomicBool,
 }
 
 impl std::fmt::Debug for Sprite {
@@ -197,6 +205,20 @@ impl Sprite {
             .values()
             .cloned()
             .collect()
+    }
+
+    /// Its URL, which routes HTTP to it (see `url.rs`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// True when its URL needs no token (`url_settings.auth: public`).
+    pub fn url_public(&self) -> bool {
+        self.url_public.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_url_public(&self, public: bool) {
+        self.url_public.store(public, Ordering::SeqCst);
     }
 
     /// True until destroyed.
@@ -279,6 +301,12 @@ impl State {
             checkpoints: Mutex::new(Vec::new()),
             services: Mutex::new(BTreeMap::new()),
             policy: Mutex::new(Vec::new()),
+            url: format!(
+                "http://{name}.{}:{}",
+                url::URL_DOMAIN,
+                self.shell.base_url().rsplit(':').next().unwrap_or("80")
+            ),
+            url_public: AtomicBool::new(false),
         });
         all.insert(name.to_owned(), s.clone());
         Ok((s, true))

@@ -49,6 +49,8 @@ impl Sprite {
     pub(crate) fn info(&self) -> Value {
         let mut v = wire::sprite(&self.name, &self.id, self.created);
         v["labels"] = json!(*self.labels.lock().expect("labels"));
+        v["url"] = json!(self.url());
+        v["url_settings"] = json!({"auth": if self.url_public() { "public" } else { "sprite" }});
         v
     }
 }
@@ -68,8 +70,8 @@ pub(crate) fn set_created_labels(sprite: &Sprite, req: &Value) {
     }
 }
 
-/// `PUT /v1/sprites/{name}`: `labels` replaces the set, `clear_labels: true` empties it; the
-/// answer is the `SpriteInfo`.
+/// `PUT /v1/sprites/{name}`: `labels` replaces the set, `clear_labels: true` empties it,
+/// `url_settings.auth` sets the URL's auth; the answer is the `SpriteInfo`.
 pub(crate) async fn update_sprite(
     AddressedSprite(sprite): AddressedSprite,
     body: Bytes,
@@ -84,6 +86,11 @@ pub(crate) async fn update_sprite(
             }
         }
     };
+    match crate::url::requested_auth(&req) {
+        Ok(Some(public)) => sprite.set_url_public(public),
+        Ok(None) => {}
+        Err(r) => return r,
+    }
     if req["clear_labels"].as_bool() == Some(true) {
         sprite.labels.lock().expect("labels").clear();
     }

@@ -23,7 +23,7 @@
 //!
 //! Not emulated: the runtime's restart of a crashed service (`restart_count`,
 //! `next_restart_at` stay unset; a service that exits is `stopped` after exit 0, else `failed`),
-//! starting services at boot (they start again after a checkpoint's restore), `http_port` routing, log files (`complete` carries no
+//! starting services at boot (they start again after a checkpoint's restore), log files (`complete` carries no
 //! `log_files`), and any filtering of traffic by the policy (docs/adapters/sprites.md).
 
 use std::collections::BTreeMap;
@@ -109,6 +109,18 @@ impl Service {
 
     fn running(&self) -> bool {
         self.run.lock().expect("run").is_some()
+    }
+}
+
+impl Sprite {
+    /// The `http_port` of a running service, the port its URL routes to (the first by name).
+    pub(crate) fn http_port(&self) -> Option<u16> {
+        self.services
+            .lock()
+            .expect("services")
+            .values()
+            .filter(|s| s.running())
+            .find_map(|s| s.def.lock().expect("def").http_port)
     }
 }
 

@@ -67,15 +67,14 @@ pub fn session_entry(s: &Session) -> Value {
     })
 }
 
-/// The sprite object of `GET /v1/sprites/{name}`.
+/// The sprite object of `GET /v1/sprites/{name}` (the URL fields are the sprite's own, added
+/// by its `info`).
 pub fn sprite(name: &str, id: &str, created: SystemTime) -> Value {
     json!({
         "id": id,
         "name": name,
         "organization": "personal",
         "status": "running",
-        "url": format!("https://{name}.sprites.app"),
-        "url_settings": {"auth": "sprite"},
         "created_at": rfc3339(created),
         "updated_at": rfc3339(SystemTime::now()),
         "version": super::SPRITE_VERSION,

@@ -1,7 +1,8 @@
 //! The official Sprites Python SDK (PyPI `sprites-py`, pinned in
 //! `interop/sprites/requirements.txt`) against the Sprites emulator: sprites CRUD, exec over the
 //! WebSocket (argv, cwd, env, stdin, stdout and stderr separately, exit codes, a failing command),
-//! control mode's fallback, sessions (list, kill), the filesystem API, and the errors. Fails loudly
+//! control mode's fallback, sessions (list, kill), the filesystem API, the sprite URL
+//! (`url`, `url_settings.auth`, routed to a service's `http_port`), and the errors. Fails loudly
 //! when PyPI cannot be reached.
 
 use std::path::Path;
@@ -28,7 +29,7 @@ async fn the_official_python_sdk_works_against_the_emulator() {
     .await
     .expect("the emulator starts");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop");
-    interop::python_checks("sprites", &dir, "sdk_check.py", emu.env(), 77).await;
+    interop::python_checks("sprites", &dir, "sdk_check.py", emu.env(), 85).await;
     // The SDK's requests reached the exec route (and were counted there).
     assert!(
         emu.exec_requests() >= 20,

@@ -1058,8 +1058,10 @@ async fn orphan_case(adapter: &Adapter, knobs: Knobs, ending: Ending) -> Result<
 /// The adapters whose process routes [`processes`] puts through the chaos proxy: one spooled
 /// adapter (every spooled adapter runs the adapter kit's one spool over its exec, so one
 /// stands for the path) and the native handles: Modal's (the task command router by offset)
-/// and AX's (the guest's processes, found by key in the kit's registry).
-pub const PROCESS_ROUTES: &[&str] = &["e2b", "modal", "ax"];
+/// and AX's (the guest's processes, found by key in the kit's registry); and the hybrid:
+/// Vercel's (the spool with its supervisor a detached command, whose wait is Vercel's
+/// `?wait=true`).
+pub const PROCESS_ROUTES: &[&str] = &["e2b", "modal", "ax", "vercel"];
 
 /// The adapters whose provider mints the process id at the start and has no list: a start
 /// whose answer is lost cannot be found again, so it is `Unsafe` and later starts under its

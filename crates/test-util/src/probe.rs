@@ -102,6 +102,20 @@ impl Drop for StackLimit {
     }
 }
 
+/// Asserts that `e` is the typed refusal of a command too large to run (`InvalidCommand`,
+/// never retried), whose message `says` why.
+pub fn too_large(e: &execseam_core::Error, says: &str) {
+    assert_eq!(
+        (e.kind(), e.retry()),
+        (
+            execseam_core::ErrorKind::InvalidCommand,
+            execseam_core::Retry::Never
+        ),
+        "{e}"
+    );
+    assert!(e.message().contains(says), "{e}");
+}
+
 /// Inspect's large command: `sh -c 'echo $#' sh` and `n` arguments of 64 KiB (it prints `n`);
 /// 16 of them fit the default stack's `execve`, not a 1 MiB stack's ([`StackLimit`]).
 pub fn many_64_kib_args(n: usize) -> execseam_core::Command {
@@ -131,15 +145,7 @@ where
     let _stack = StackLimit::set(1 << 20);
     let small = fresh().await;
     let e = small.exec(many_64_kib_args(16)).await.unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (
-            execseam_core::ErrorKind::InvalidCommand,
-            execseam_core::Retry::Never
-        ),
-        "{e}"
-    );
-    assert!(e.message().contains("ARG_MAX"), "{e}");
+    too_large(&e, "ARG_MAX");
     assert_eq!(requests(), before + 4, "only the probe");
     let out = small.exec(many_64_kib_args(2)).await.expect("2 x 64 KiB");
     assert_eq!(out.stdout.as_ref(), b"2\n", "{out:?}");

@@ -71,7 +71,7 @@ pub fn process_cases() -> Vec<Case> {
         "terminal-echo" => process::terminal_echo:
             "a line typed into `cat` is echoed by the terminal then printed; Ctrl-D ends it with 0",
         "terminal-replay-and-exit" => process::terminal_replay:
-            "detach, output while nobody is attached, reattach from an offset: exact replay of the one stream; `exit 7` is 7",
+            "detach, output while nobody is attached, reattach from an offset: exact replay of the one stream; `exit 7` is 7; another client (a fresh provider's handle, where the target has one) takes it over if terminal_reattach, else gets NotFound",
     ]
 }
 

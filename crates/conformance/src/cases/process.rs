@@ -765,12 +765,33 @@ pub(crate) async fn terminal_replay(t: &Target) -> CaseResult {
                 Err(_) => return fail("the first line never came"),
             }
         };
-        keys(&*p, &h, b"abc\r").await?;
-        let exit = wait_exit(&*p, &h, Duration::from_secs(20)).await?;
+        // Another client (another process's sandbox handle), where the target has one: it takes
+        // the terminal over (types into it, waits, replays it) if reattach is declared, and is
+        // refused typed if not.
+        let other = t.another_client.as_ref().and_then(|c| c.processes());
+        let declared = p.process_capabilities().terminal_reattach;
+        let stored = ProcessHandle::new(h.as_str().to_owned());
+        let (q, hq): (&dyn Processes, &ProcessHandle) = match &other {
+            Some(o) if declared => (&**o, &stored),
+            Some(o) => {
+                match o.status(&stored).await {
+                    Err(e) if e.kind() == ErrorKind::NotFound => {}
+                    r => {
+                        return fail(format!(
+                            "terminal_reattach is false, yet another client's status gave {r:?}, not NotFound"
+                        ));
+                    }
+                }
+                (&*p, &h)
+            }
+            None => (&*p, &h),
+        };
+        keys(q, hq, b"abc\r").await?;
+        let exit = wait_exit(q, hq, Duration::from_secs(20)).await?;
         if exit != Exit::Code(7) {
             return fail(format!("`exit 7` gave {exit:?}"));
         }
-        let (all, err, e1) = follow(&*p, &h, StreamOffsets::ZERO).await?;
+        let (all, err, e1) = follow(q, hq, StreamOffsets::ZERO).await?;
         let (tail, _, e2) = follow(&*p, &h, StreamOffsets::new(mark, 0)).await?;
         if !err.is_empty() || e1 != exit || e2 != exit {
             return fail(format!(
