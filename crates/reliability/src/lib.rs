@@ -95,6 +95,8 @@ pub struct Creates {
     /// `LOST_CREATE`): with no routes, the phase checks that the create sends no request at
     /// all and reports this reason as not applicable.
     pub nothing_made: Option<&'static str>,
+    /// Another way the same adapter creates (another mode), tampered with after this one.
+    pub then: Option<Box<Creates>>,
 }
 
 /// What a rule's answer must be.
@@ -1261,26 +1263,29 @@ async fn creates_of(adapter: Adapter, options: Options) -> Vec<(String, Outcome)
         Ok(s) => s,
         Err(o) => return vec![(name("setup"), o)],
     };
-    let Some(creates) = &setup.creates else {
+    let Some(first) = &setup.creates else {
         return vec![(
             name("*"),
             Outcome::NotApplicable("the suite does not create through this adapter yet".into()),
         )];
     };
-    if creates.routes.is_empty() {
-        return vec![(
-            name("no request"),
-            no_request(&setup, creates, &options).await,
-        )];
-    }
     let mut outcomes = Vec::new();
-    for (i, &(route, _named)) in creates.routes.iter().enumerate() {
-        // The answers that never come or come too slowly: on the create's own request only.
-        let lost = if i == 0 { LOST_ACTIONS } else { &[] };
-        for action in CREATE_ACTIONS.iter().chain(lost) {
-            let rule = format!("{route}#1={action}");
-            let outcome = create_case(&setup, creates, &rule, &options).await;
-            outcomes.push((name(&rule), outcome));
+    let mut next = Some(first);
+    while let Some(creates) = next {
+        next = creates.then.as_deref();
+        if creates.routes.is_empty() {
+            let outcome = no_request(&setup, creates, &options).await;
+            outcomes.push((name("no request"), outcome));
+            continue;
+        }
+        for (i, &(route, _named)) in creates.routes.iter().enumerate() {
+            // The answers that never come or come too slowly: on the create's own request only.
+            let lost = if i == 0 { LOST_ACTIONS } else { &[] };
+            for action in CREATE_ACTIONS.iter().chain(lost) {
+                let rule = format!("{route}#1={action}");
+                let outcome = create_case(&setup, creates, &rule, &options).await;
+                outcomes.push((name(&rule), outcome));
+            }
         }
     }
     outcomes

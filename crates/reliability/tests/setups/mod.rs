@@ -603,7 +603,10 @@ fn kit_creates<A: KitAdapter>(
         left: Arc::new(move |remove: bool| {
             let (at, counted, known) = (here.clone(), counted.clone(), known.clone());
             Box::pin(async move {
-                let provider = || provider_at::<A>(&at, None, tune);
+                // Directly at the emulator, in the create's configuration (its mode), with
+                // room for the list's answer.
+                let provider =
+                    || A::provider(tune(at.config_here::<A>()?, Duration::from_secs(10)));
                 match &*counted {
                     Counted::Label => labelled_left(&provider()?, LABEL, remove).await,
                     Counted::AllBut(own) => {
@@ -628,6 +631,7 @@ fn kit_creates<A: KitAdapter>(
             LostCreate::NothingMade(why) => Some(why),
             _ => None,
         },
+        then: None,
     }
 }
 
@@ -691,6 +695,7 @@ fn northflank_creates(at: Endpoints, own: String, _: Live) -> Creates {
         left: Arc::new(|_| Box::pin(async { Ok(0) })),
         routes: &[("GET /*services/*", true)],
         nothing_made: None,
+        then: None,
     }
 }
 
@@ -712,11 +717,37 @@ fn kubernetes_timeouts(
     c.request_timeout(idle).idle_timeout(idle)
 }
 
-/// Kubernetes' create in its default (claim) mode: `POST …/sandboxclaims`, then the waits for
-/// its Sandbox and pod (the claim is named by then, and deleted on a failure).
+/// Kubernetes' creates in its three modes: the claim (`POST …/sandboxclaims`, then the waits
+/// for its Sandbox and pod: the claim is named by then, and deleted on a failure), a Sandbox
+/// from the emulator's template (`POST …/sandboxes`) and a plain pod (`POST …/pods`).
 fn kubernetes_creates(at: Endpoints, _own: String, _: Live) -> Creates {
-    let routes = &[("POST /*/sandboxclaims", false)];
-    tagged_creates::<execseam::kubernetes::Kubernetes>(at, kubernetes_timeouts, false, routes)
+    use execseam::kubernetes::{Kubernetes, Mode};
+    use execseam_emulators::kubernetes::TEMPLATE;
+    let pods = |c, idle| {
+        kubernetes_timeouts(c, idle)
+            .mode(Mode::Pod)
+            .image("python:3.12")
+    };
+    let sandboxes = |c, idle| {
+        kubernetes_timeouts(c, idle)
+            .mode(Mode::Sandbox)
+            .template(TEMPLATE)
+    };
+    let pod = tagged_creates::<Kubernetes>(at.clone(), pods, false, &[("POST /*/pods", false)]);
+    let sandbox = Creates {
+        then: Some(Box::new(pod)),
+        ..tagged_creates::<Kubernetes>(
+            at.clone(),
+            sandboxes,
+            false,
+            &[("POST /*/sandboxes", false)],
+        )
+    };
+    let claims = &[("POST /*/sandboxclaims", false)];
+    Creates {
+        then: Some(Box::new(sandbox)),
+        ..tagged_creates::<Kubernetes>(at, kubernetes_timeouts, false, claims)
+    }
 }
 
 fn internal(e: impl std::fmt::Display) -> Error {
@@ -805,6 +836,7 @@ fn docker_creates(base: execseam::docker::DockerConfig) -> Creates {
             ("GET /*containers/*/json", true),
         ],
         nothing_made: None,
+        then: None,
     }
 }
 
