@@ -1,5 +1,7 @@
 //! The `Exec` implementation over `POST /v1/apps/{app}/machines/{id}/exec`.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use execseam_adapter_kit::degrade::{self, StdinFrom, WrapOptions};
 use execseam_adapter_kit::exec_span;
@@ -20,6 +22,8 @@ use crate::wire::{ExecResponse, MachineExecRequest};
 pub struct FlyExec {
     client: Client,
     ownership: Ownership,
+    /// The machine's own `ARG_MAX`, asked once (issue 38, D32); shared by clones.
+    arg_max: Arc<execseam_adapter_kit::size::ArgMax>,
 }
 
 /// A request ready to send, and whether its output must go through `check_wrapped`.
@@ -35,7 +39,11 @@ pub(crate) struct Prepared {
 
 impl FlyExec {
     pub(crate) fn new(client: Client, ownership: Ownership) -> FlyExec {
-        FlyExec { client, ownership }
+        FlyExec {
+            client,
+            ownership,
+            arg_max: Arc::default(),
+        }
     }
 
     /// The configuration.
@@ -132,7 +140,11 @@ impl FlyExec {
 /// Builds the request for `command` without sending it: argv as `command`; workdir and env
 /// through the `/bin/sh -c` wrapper; text stdin in `stdin`; binary stdin base64-encoded in
 /// `stdin` and decoded by the wrapper into a temporary file.
-pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Error> {
+pub(crate) fn prepare(
+    config: &FlyConfig,
+    cmd: &Command,
+    limit: &execseam_adapter_kit::size::SizeLimit,
+) -> Result<Prepared, Error> {
     execseam_adapter_kit::size::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
     let len = cmd.stdin().len() as u64;
     if len > config.max_stdin {
@@ -184,7 +196,7 @@ pub(crate) fn prepare(config: &FlyConfig, cmd: &Command) -> Result<Prepared, Err
     ];
     marked.extend(argv);
     // What counts is what the machine execs: the marked argv, a wrapper script as one string.
-    execseam_adapter_kit::size::check_wire(PROVIDER, &marked, &crate::SIZE_LIMIT)?;
+    execseam_adapter_kit::size::check_wire(PROVIDER, &marked, limit)?;
     Ok(Prepared {
         body: MachineExecRequest {
             command: marked,
@@ -293,7 +305,12 @@ impl Exec for FlyExec {
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         exec_span!(self.provider(), "exec", command, |command| async move {
-            let prepared = prepare(self.config(), &command)?;
+            // The machine's init execs the argv: its `execve` is the limit, asked once.
+            (self.arg_max)
+                .check_in(PROVIDER, &command, &crate::SIZE_LIMIT, self)
+                .await?;
+            let limit = self.arg_max.limit_or(&crate::SIZE_LIMIT);
+            let prepared = prepare(self.config(), &command, &limit)?;
             tracing::debug!(
                 provider = PROVIDER,
                 tool = %command.tool(),
@@ -357,7 +374,12 @@ mod tests {
 
     #[test]
     fn plain_commands_go_as_argv() {
-        let p = prepare(&config(), &Command::new(["echo", "a b"]).unwrap()).unwrap();
+        let p = prepare(
+            &config(),
+            &Command::new(["echo", "a b"]).unwrap(),
+            &crate::SIZE_LIMIT,
+        )
+        .unwrap();
         assert!(!p.wrapped);
         assert_eq!(
             p.body.command,
@@ -382,7 +404,7 @@ mod tests {
     #[test]
     fn text_stdin_is_native_binary_stdin_is_base64_through_the_wrapper() {
         let c = Command::builder(["cat"]).stdin("héllo\n").build().unwrap();
-        let p = prepare(&config(), &c).unwrap();
+        let p = prepare(&config(), &c, &crate::SIZE_LIMIT).unwrap();
         assert!(!p.wrapped);
         assert_eq!(p.body.stdin.as_deref(), Some("héllo\n"));
 
@@ -390,7 +412,7 @@ mod tests {
             .stdin(&b"\xff\x00"[..])
             .build()
             .unwrap();
-        let p = prepare(&config(), &c).unwrap();
+        let p = prepare(&config(), &c, &crate::SIZE_LIMIT).unwrap();
         assert!(p.wrapped);
         assert_eq!(p.body.command[4..6], ["/bin/sh", "-c"]);
         assert!(
@@ -408,7 +430,7 @@ mod tests {
             .env("A", "b c")
             .build()
             .unwrap();
-        let p = prepare(&config(), &c).unwrap();
+        let p = prepare(&config(), &c, &crate::SIZE_LIMIT).unwrap();
         assert!(p.wrapped);
         let script = &p.body.command[6];
         assert!(script.contains("cd -- /srv"), "{script}");
@@ -467,7 +489,7 @@ mod tests {
             .stdin(vec![b'a'; 11])
             .build()
             .unwrap();
-        let e = prepare(&config().max_stdin(10), &c).unwrap_err();
+        let e = prepare(&config().max_stdin(10), &c, &crate::SIZE_LIMIT).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidCommand);
     }
 

@@ -123,7 +123,9 @@ execseam_adapter_kit::adapter! {
 /// exec request's argv (128 KiB per string, 2 MiB less 256 KiB in all, the rest of `ARG_MAX` left to the
 /// machine's environment); a command with env, a workdir or binary stdin is one `/bin/sh -c`
 /// script in it. The check is on the argv as sent, wrapper and quoting included
-/// (`size::check_wire`); the raw command's size is only its fast lower bound.
+/// (`size::check_wire`); the raw command's size is only its fast lower bound. The rule until
+/// the machine is asked: the first command over 64 KiB asks its own `ARG_MAX` (`size::ArgMax`,
+/// one probe per handle, through its exec), which then is the limit.
 pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
     execseam_adapter_kit::size::SizeLimit::linux(
         execseam_adapter_kit::size::LINUX_DEFAULT_STACK,

@@ -273,3 +273,14 @@ async fn an_app_that_does_not_exist_is_not_found_until_it_is_created() {
     assert_eq!(provider.list(&ListFilter::new()).await.unwrap().len(), 1);
     fly.close().await.unwrap();
 }
+
+/// Issue 38 (D32): the machine's own `ARG_MAX` is asked once, through the exec itself; 16 x 64
+/// KiB runs at the default stack, and a handle made while the machine's processes have a 1 MiB
+/// stack refuses it before its request (the assumed 8 MiB stack sent it before).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_is_checked_against_the_machines_probed_arg_max() {
+    let emu = emulator(FlyOptions::default()).await;
+    let first = adapter(&emu, |c| c);
+    let fresh = || async { adapter(&emu, |c| c) };
+    execseam_test_util::probe::arg_max_is_probed(&first, fresh, || emu.exec_requests()).await;
+}

@@ -95,6 +95,10 @@ pub struct Creates {
     /// `LOST_CREATE`): with no routes, the phase checks that the create sends no request at
     /// all and reports this reason as not applicable.
     pub nothing_made: Option<&'static str>,
+    /// Why a plain HTTP 429 is not the provider's throttle (a gRPC service's is
+    /// `RESOURCE_EXHAUSTED`): its [`RATE_LIMITED`] case then checks only that the create fails
+    /// at once, not that it is `RateLimited`.
+    pub plain_429: Option<&'static str>,
     /// Another way the same adapter creates (another mode), tampered with after this one.
     pub then: Option<Box<Creates>>,
 }
@@ -1233,7 +1237,11 @@ pub const CREATE_ACTIONS: &[&str] = &[
 
 /// The create's own request also gets an answer that never comes (the request forwarded) and
 /// one that trickles: what it made is found by the kit's create tag.
-pub const LOST_ACTIONS: &[&str] = &["hold:0", "trickle:500:1"];
+pub const LOST_ACTIONS: &[&str] = &["hold:0", "trickle:500:1", RATE_LIMITED];
+
+/// A create's own request answered 429 with a Retry-After far over any adapter's retry cap
+/// (issue 38, D14): `RateLimited` at once, never a sleep of the wait asked for.
+pub const RATE_LIMITED: &str = "status:429:86400";
 
 /// Issue 38's create cases (D3, D4, D18): every tampered answer of a create (and of the calls
 /// that follow it before the handle is returned) ends as an error within the bare bound (or an
@@ -1354,6 +1362,15 @@ async fn create_case(setup: &Setup, creates: &Creates, rule: &str, options: &Opt
         Ok(Ok(sandbox)) => {
             if let Err(e) = sandbox.close().await {
                 bad.push(format!("Ok, but its close failed: {e}"));
+            }
+        }
+        Ok(Err(e)) if rule.ends_with(RATE_LIMITED) => {
+            let typed = creates.plain_429.is_some() || e.kind() == ErrorKind::RateLimited;
+            if !typed || took > Duration::from_secs(2) {
+                bad.push(format!(
+                    "{:?} after {took:?}, not RateLimited at once",
+                    e.kind()
+                ));
             }
         }
         Ok(Err(_)) => {}

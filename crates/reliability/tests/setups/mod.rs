@@ -397,7 +397,10 @@ fn modal_timeouts(c: execseam::modal::ModalConfig, idle: Duration) -> execseam::
 /// the app and image lookups before it make nothing).
 fn modal_creates(at: Endpoints, _own: String, _: Live) -> Creates {
     let routes = &[("POST /*/SandboxCreateV2", false)];
-    tagged_creates::<execseam::modal::Modal>(at, modal_timeouts, false, routes)
+    Creates {
+        plain_429: Some("Modal throttles with gRPC's RESOURCE_EXHAUSTED, not an HTTP 429"),
+        ..tagged_creates::<execseam::modal::Modal>(at, modal_timeouts, false, routes)
+    }
 }
 
 /// Chrono as its conformance target starts it (a host directory mounted into every execution's
@@ -631,6 +634,7 @@ fn kit_creates<A: KitAdapter>(
             LostCreate::NothingMade(why) => Some(why),
             _ => None,
         },
+        plain_429: None,
         then: None,
     }
 }
@@ -695,6 +699,7 @@ fn northflank_creates(at: Endpoints, own: String, _: Live) -> Creates {
         left: Arc::new(|_| Box::pin(async { Ok(0) })),
         routes: &[("GET /*services/*", true)],
         nothing_made: None,
+        plain_429: None,
         then: None,
     }
 }
@@ -836,6 +841,7 @@ fn docker_creates(base: execseam::docker::DockerConfig) -> Creates {
             ("GET /*containers/*/json", true),
         ],
         nothing_made: None,
+        plain_429: None,
         then: None,
     }
 }
