@@ -16,7 +16,9 @@
 //!   at another offset); `0x03` is the line discipline's SIGINT to the foreground group.
 //! - Resize is the provider's ([`TerminalControl::resize`]); signals go to the command's
 //!   process group (its session, led by the wrapper's pid, which the wrapper records in the
-//!   sandbox) through one ordinary exec.
+//!   sandbox) through one ordinary exec, or are refused ([`Unsupported`](ErrorKind::Unsupported),
+//!   before any request) where the provider says no group is the command's
+//!   ([`TerminalControl::signals`]).
 //! - The exit is the provider's status once the output ended ([`TerminalControl::exit`]); a
 //!   broken connection is the typed error the provider gave, never an exit.
 //!
@@ -62,6 +64,13 @@ pub trait TerminalControl: Send + Sync {
 
     /// The command's exit, asked once its output ended.
     fn exit(&self) -> BoxFuture<'_, Result<Exit, Error>>;
+
+    /// Whether the wrapper's pid leads the command's process group, so that a signal can reach
+    /// the command; where it does not (the provider runs the command under a script of its
+    /// own), `signal` refuses with [`Unsupported`](ErrorKind::Unsupported) before any request.
+    fn signals(&self) -> bool {
+        true
+    }
 }
 
 /// Where a provider's reader of a TTY exec puts the exit it saw, for
@@ -554,6 +563,15 @@ impl<'a> Attached<'a> {
     async fn signal_live(&self, live: &Live, signal: Signal) -> Result<(), Error> {
         if live.state.lock().expect("terminal state").end.is_some() {
             return Ok(());
+        }
+        if !live.control.signals() {
+            return Err(self.error(
+                ErrorKind::Unsupported,
+                "signal",
+                "this provider's terminal runs the command under a script of its own, where the \
+                 command leads no process group, so no signal reaches it alone: type ^C (0x03) \
+                 or ^\\ (0x1c) as keystrokes, or start the terminal in the `recorder` mode",
+            ));
         }
         let cmd = Command::builder([
             "sh",
