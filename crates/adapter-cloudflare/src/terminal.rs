@@ -16,8 +16,11 @@
 //! workdir: a missing one is that exec's `NotFound`): it runs the kit's wrapper and the command,
 //! trapping INT and QUIT so that a typed `^C`/`^\` ends the command and not the script, then
 //! records the status in a file (and its own pid, so that a killed script is an error, not a
-//! wait forever). The command is not a process-group leader there, so the kit's `signal` on a
-//! terminal fails (`set -m` does not hand a job the terminal in a script). The exit is read from
+//! wait forever). The command is not a process-group leader there (`set -m` does not hand a job
+//! the terminal in a script, and `setsid -c` would have to take the terminal from the script's
+//! session: `TIOCSCTTY` then needs `CAP_SYS_ADMIN`), so such a terminal's `signal` is refused,
+//! `Unsupported`, before any request (the kit's [`TerminalControl::signals`]): a typed `^C` or
+//! `^\` reaches it, and the default recorder's terminals take signals. The exit is read from
 //! that file by ordinary execs that wait for it in the container (at most 5 s each); the output
 //! then ends once the socket has been quiet for 100 ms (at most 1 s), as the terminal's last
 //! bytes may still be on their way. The environment goes through a 0600 file
@@ -136,6 +139,12 @@ impl TerminalControl for BridgeTerminal {
         let what = "the terminal's output ended without its exit";
         self.exit
             .take_or(|| protocol(what, "terminal", Stage::After))
+    }
+
+    /// The command runs under the status-recording script, in the script's process group:
+    /// no signal reaches it alone (see the module doc).
+    fn signals(&self) -> bool {
+        false
     }
 }
 

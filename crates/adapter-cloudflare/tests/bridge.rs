@@ -191,7 +191,9 @@ async fn exact_mode_removes_its_capture_files() {
 /// its command is gone (looked for among this host's processes, where the emulator runs it).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_terminal_has_its_workdir_and_env_and_belongs_to_its_handle() {
-    use execseam_core::{StartKey, StartRequest, StreamOffsets, TerminalSize};
+    use execseam_core::{
+        Signal, StartKey, StartRequest, StdinWrite, StreamOffsets, TerminalSize, Waited,
+    };
     let emu = emulator().await;
     let attached = || config(&emu, OutputMode::Streaming).terminal(TerminalMode::Attached);
     let first = create(attached()).await.unwrap();
@@ -211,7 +213,7 @@ async fn a_terminal_has_its_workdir_and_env_and_belongs_to_its_handle() {
         .handle;
     assert_eq!(
         p.wait(&h, Duration::from_secs(10)).await.unwrap(),
-        execseam_core::Waited::Exited(Exit::Code(4))
+        Waited::Exited(Exit::Code(4))
     );
     let out = p.read(&h, StreamOffsets::ZERO).await.unwrap();
     assert_eq!(out.stdout, &b"/tmp t0k3n\r\n"[..]);
@@ -231,6 +233,49 @@ async fn a_terminal_has_its_workdir_and_env_and_belongs_to_its_handle() {
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+
+    // Attached: no signal reaches the command (not a group leader under the recording script):
+    // refused before any request, and the terminal runs on to the end it is typed.
+    let read = Command::new(["sh", "-c", "read s; exit \"$s\""]).unwrap();
+    let h = p
+        .start(StartRequest::new(StartKey::new("tty4").unwrap(), read).terminal(size))
+        .await
+        .unwrap()
+        .handle;
+    let e = p.signal(&h, Signal::Term).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    assert!(e.message().contains("recorder"), "{e}");
+    let typed = StdinWrite {
+        at: 0,
+        data: "3\n".into(),
+        close: false,
+    };
+    p.write_stdin(&h, typed).await.unwrap();
+    assert_eq!(
+        p.wait(&h, Duration::from_secs(10)).await.unwrap(),
+        Waited::Exited(Exit::Code(3))
+    );
+    // The default recorder's terminal takes the signal: the command leads its group under
+    // `script`, whose `-e` status is 128 + n for a signal death.
+    let recorder = CloudflareProvider::new(config(&emu, OutputMode::Streaming))
+        .unwrap()
+        .attach(Sandbox::id(&first))
+        .unwrap();
+    let rp = recorder.processes().unwrap();
+    let sleeper = Command::new(["sleep", "100"]).unwrap();
+    let h = rp
+        .start(StartRequest::new(StartKey::new("tty5").unwrap(), sleeper).terminal(size))
+        .await
+        .unwrap()
+        .handle;
+    rp.signal(&h, Signal::Term).await.unwrap();
+    let Waited::Exited(exit) = rp.wait(&h, Duration::from_secs(10)).await.unwrap() else {
+        panic!("the signalled terminal still runs");
+    };
+    assert_eq!(exit, Exit::Code(143), "{exit:?}");
+    assert_eq!(exit.class(), execseam_core::ExitClass::AmbiguousKill);
+    drop(rp);
+    drop(recorder);
 
     let sleep = execseam_test_util::probe::unique_sleep();
     let long = Command::new(["sh", "-c", "echo up; exec sleep \"$0\"", &sleep]).unwrap();

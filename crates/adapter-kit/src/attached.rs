@@ -16,7 +16,9 @@
 //!   at another offset); `0x03` is the line discipline's SIGINT to the foreground group.
 //! - Resize is the provider's ([`TerminalControl::resize`]); signals go to the command's
 //!   process group (its session, led by the wrapper's pid, which the wrapper records in the
-//!   sandbox) through one ordinary exec.
+//!   sandbox) through one ordinary exec, or are refused ([`Unsupported`](ErrorKind::Unsupported),
+//!   before any request) where the provider says no group is the command's
+//!   ([`TerminalControl::signals`]).
 //! - The exit is the provider's status once the output ended ([`TerminalControl::exit`]); a
 //!   broken connection is the typed error the provider gave, never an exit.
 //!
@@ -36,7 +38,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use execseam_core::{
     BoxFuture, Command, Error, ErrorKind, Exec, Exit, ProcessCapabilities, ProcessEvent,
-    ProcessHandle, ProcessInfo, ProcessRead, ProcessState, ProcessStream, Processes, Signal,
+    ProcessHandle, ProcessInfo, ProcessRead, ProcessState, ProcessStream, Processes, Retry, Signal,
     StartRequest, Started, StdinState, StdinWrite, StreamOffsets, TerminalSize, Waited,
 };
 use futures_util::{Stream, StreamExt};
@@ -62,6 +64,13 @@ pub trait TerminalControl: Send + Sync {
 
     /// The command's exit, asked once its output ended.
     fn exit(&self) -> BoxFuture<'_, Result<Exit, Error>>;
+
+    /// Whether the wrapper's pid leads the command's process group, so that a signal can reach
+    /// the command; where it does not (the provider runs the command under a script of its
+    /// own), `signal` refuses with [`Unsupported`](ErrorKind::Unsupported) before any request.
+    fn signals(&self) -> bool {
+        true
+    }
 }
 
 /// Where a provider's reader of a TTY exec puts the exit it saw, for
@@ -208,8 +217,12 @@ stty rows "$r" cols "$c" 2>/dev/null
 exec "$@""#;
 
 /// A signal to the group the pid file names (BusyBox's `kill` refuses `--`: the form is chosen
-/// by a harmless `kill -s 0` first, as the spool does): prints `gone` when there is none.
-const SIGNAL: &str = r#"p=$(cat "$1" 2>/dev/null) && kill -0 "$p" 2>/dev/null || { echo gone; exit 0; }
+/// by a harmless `kill -s 0` first, as the spool does): prints `gone` when the program has ended.
+/// A terminal just opened may not have written its pid yet: waited for (2 s), then exit 3, so a
+/// signal is never reported sent when nothing was signalled.
+const SIGNAL: &str = r#"i=0; while [ ! -s "$1" ] && [ "$i" -lt 40 ]; do sleep 0.05; i=$((i+1)); done
+p=$(cat "$1" 2>/dev/null) && [ -n "$p" ] || exit 3
+kill -0 "$p" 2>/dev/null || { echo gone; exit 0; }
 if kill -s 0 -- "$$" 2>/dev/null; then kill -s "$2" -- "-$p"; else kill -s "$2" "-$p"; fi"#;
 
 /// Reads the env file `$1` (one [`env_line`](crate::degrade::env_line)), removes it, exports
@@ -243,7 +256,7 @@ pub async fn env_through_file(
                 String::from_utf8_lossy(&stored.stderr).trim()
             ),
         )
-        .with_retry(execseam_core::Retry::Never)
+        .with_retry(Retry::Never)
         .with_provider(exec.provider().to_owned())
         .with_operation("terminal"));
     }
@@ -520,7 +533,7 @@ impl<'a> Attached<'a> {
                 ErrorKind::Unavailable,
                 format!("writing to the terminal: {e}"),
             )
-            .with_retry(execseam_core::Retry::Unsafe)
+            .with_retry(Retry::Unsafe)
         };
         input.write_all(&write.data).await.map_err(io)?;
         input.flush().await.map_err(io)?;
@@ -555,6 +568,15 @@ impl<'a> Attached<'a> {
         if live.state.lock().expect("terminal state").end.is_some() {
             return Ok(());
         }
+        if !live.control.signals() {
+            return Err(self.error(
+                ErrorKind::Unsupported,
+                "signal",
+                "this provider's terminal runs the command under a script of its own, where the \
+                 command leads no process group, so no signal reaches it alone: type ^C (0x03) \
+                 or ^\\ (0x1c) as keystrokes, or start the terminal in the `recorder` mode",
+            ));
+        }
         let cmd = Command::builder([
             "sh",
             "-c",
@@ -565,6 +587,19 @@ impl<'a> Attached<'a> {
         ])
         .build()?;
         let out = self.exec.exec(cmd).await?;
+        if out.exit == Exit::Code(3) && live.state.lock().expect("terminal state").end.is_none() {
+            return Err(self
+                .error(
+                    ErrorKind::Internal,
+                    "signal",
+                    "the terminal's program has not recorded its pid (its wrapper never ran): \
+                     nothing was signalled",
+                )
+                .with_retry(Retry::SAFE));
+        }
+        if out.exit == Exit::Code(3) {
+            return Ok(());
+        }
         if out.exit != Exit::Code(0) {
             return Err(self.error(
                 ErrorKind::Internal,
@@ -947,6 +982,36 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::Protocol);
         assert_eq!(&e.partial().unwrap().stdout[..], b"z");
         assert_eq!(p.status(&h).await.unwrap().state, ProcessState::Unknown);
+    }
+
+    #[tokio::test]
+    async fn a_signal_that_reaches_nothing_is_an_error_never_ok() {
+        // The fake terminal's wrapper never runs, so no pid is ever recorded: the old script
+        // printed `gone` and the signal was reported sent.
+        let (opened, _feed, _keys) = prepared();
+        let fake = Fake(Mutex::new(vec![opened]));
+        let terminals = Terminals::default();
+        let host = Host { binary: true };
+        let p = Attached::new(
+            Spool::new(&host, "attached-signal"),
+            &host,
+            &fake,
+            &terminals,
+        );
+        let size = TerminalSize { cols: 80, rows: 24 };
+        let req = StartRequest::new(
+            StartKey::new("s").unwrap(),
+            Command::builder(["sh"]).build().unwrap(),
+        )
+        .terminal(size);
+        let h = p.start(req).await.unwrap().handle;
+        let e = p.signal(&h, Signal::Term).await.unwrap_err();
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::Internal, Retry::SAFE),
+            "{e}"
+        );
+        assert!(e.to_string().contains("nothing was signalled"), "{e}");
     }
 
     /// A sandbox without `script(1)`: the host, with the spool's probe for it failing.
