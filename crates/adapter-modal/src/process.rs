@@ -209,20 +209,22 @@ impl<'a> ModalProcesses<'a> {
         let entry = Self::entry(&key);
         // A retry finds the entry (any failure of a start may be retried).
         let safe = execseam_adapter_kit::retry::repeatable;
+        // Whether Modal already knows this key's exec id, asked BEFORE registering: a concurrent
+        // start under the same key registers after this one and only then starts the (same)
+        // exec, so a fresh registration never mistakes that start for an earlier run.
+        let ran_before = match self.poll(&key, op).await {
+            Err(e) if e.kind() == ErrorKind::NotFound => false,
+            Err(e) => return Err(e),
+            Ok(_) => true,
+        };
         let fresh = REGISTRY.register(self.exec, op, &key).await?;
-        if fresh {
-            match self.poll(&key, op).await {
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-                Ok(_) => {
-                    let _ = self.script(op, "rmdir -- \"$1\"", &[&entry]).await;
-                    return Err(self.error(
-                        ErrorKind::Conflict,
-                        op,
-                        "this key already ran a command in this sandbox (Modal keeps every exec id): start under a new key",
-                    ));
-                }
-            }
+        if fresh && ran_before {
+            let _ = self.script(op, "rmdir -- \"$1\"", &[&entry]).await;
+            return Err(self.error(
+                ErrorKind::Conflict,
+                op,
+                "this key already ran a command in this sandbox (Modal keeps every exec id): start under a new key",
+            ));
         }
         let mut argv = vec![
             "sh".to_owned(),
