@@ -58,13 +58,7 @@ pub const STATE: StateCapabilities = StateCapabilities {
         named: true,
         ..SnapshotSupport::FILESYSTEM
     }),
-    fork: Some(ForkSupport {
-        native: false,
-        keeps: Kept::Filesystem,
-        source_after: SourceAfter::Running,
-        includes_unsaved: true,
-        independent: true,
-    }),
+    fork: Some(ForkSupport::SNAPSHOT_AND_CREATE),
     expose: Some(ExposeSupport {
         when: PortsWhen::AnyTime,
         auth: PortAuth::Header(PREVIEW_TOKEN_HEADER),

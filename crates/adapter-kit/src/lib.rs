@@ -11,6 +11,7 @@ pub mod degrade;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod guard;
+pub mod host_snapshots;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod id;
