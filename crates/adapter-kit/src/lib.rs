@@ -20,6 +20,7 @@ pub mod reaper;
 #[cfg(feature = "spool")]
 pub mod registry;
 pub mod retry;
+mod setters;
 pub mod size;
 #[cfg(feature = "spool")]
 pub mod spool;
