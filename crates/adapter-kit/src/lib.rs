@@ -8,6 +8,7 @@ pub mod attached;
 pub mod body;
 pub mod deadline;
 pub mod degrade;
+mod forward;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod guard;
@@ -21,6 +22,7 @@ pub mod reaper;
 #[cfg(feature = "spool")]
 pub mod registry;
 pub mod retry;
+mod setters;
 pub mod size;
 #[cfg(feature = "spool")]
 pub mod spool;

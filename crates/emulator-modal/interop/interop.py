@@ -7,6 +7,8 @@ Usage:
     interop.py entrypoint    the sandbox's own stdio (Sandbox.create(*args)) and the image's ENV/WORKDIR
     interop.py retention     the entrypoint's output past what is retained (the Rust side set a
                              1000-byte retention)
+    interop.py tunnel-ca     Tunnel.url verified with the certificate `execseam emulate modal`
+                             printed (run with the environment it printed)
     interop.py fault <kind>  one call while the Rust side has armed a fault; prints
                              `FAULT <kind> <outcome>`
 
@@ -497,6 +499,42 @@ def tunnels(app):
         check("a terminated sandbox's tunnel is closed", True)
 
 
+def tunnel_ca():
+    """`execseam emulate modal` writes the certificate its tunnels present and prints
+    SSL_CERT_FILE naming it (the caller runs this with the environment the CLI printed): with it,
+    Python's default ssl context (which reads SSL_CERT_FILE) verifies Tunnel.url, as a user's
+    client would; without it (certifi's roots only) the same URL fails verification."""
+    import ssl
+    import urllib.request
+
+    import certifi
+
+    app = modal.App.lookup(APP, create_if_missing=True)
+    port = free_port()
+    sb = modal.Sandbox.create("python3", "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                              app=app, timeout=60, encrypted_ports=[port])
+    url = sb.tunnels()[port].url
+    status, deadline = None, time.monotonic() + 15
+    while status is None:
+        try:
+            status = urllib.request.urlopen(url, timeout=5).status
+        except OSError as e:
+            # Only "not listening yet" is waited out; a TLS failure is the answer.
+            if time.monotonic() > deadline or isinstance(getattr(e, "reason", None), ssl.SSLError):
+                raise
+            time.sleep(0.1)
+    check("GET Tunnel.url verifies with the certificate execseam emulate printed (SSL_CERT_FILE)", status == 200,
+          status)
+    try:
+        urllib.request.urlopen(url, timeout=5, context=ssl.create_default_context(cafile=certifi.where()))
+        raise AssertionError("Tunnel.url verified without the emulator's certificate")
+    except urllib.error.URLError as e:
+        check("without it, the tunnel's certificate does not verify",
+              isinstance(e.reason, ssl.SSLCertVerificationError), e)
+    sb.terminate()
+    print("done", flush=True)
+
+
 def filesystem(sb):
     fs = sb.filesystem
     # Every operation execs /__modal/.bin/modal-sandbox-fs-tools (sandbox/_filesystem.py).
@@ -793,6 +831,8 @@ if __name__ == "__main__":
         entrypoint()
     elif phase == "retention":
         retention()
+    elif phase == "tunnel-ca":
+        tunnel_ca()
     elif phase == "fault":
         fault(sys.argv[2])
     else:

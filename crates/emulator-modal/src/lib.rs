@@ -61,8 +61,9 @@
 //! Offline, each declared port gets a TLS listener on `127.0.0.1:<ephemeral>` (`Tunnel.url` is
 //! `https://127.0.0.1:<port>`), presenting a certificate for `localhost` and `127.0.0.1` made
 //! when the emulator starts ([`Modal::tunnel_ca_pem`]: a client trusts it, e.g. Python through
-//! `SSL_CERT_FILE`), `h2` offered by ALPN for an `h2_ports` port; an unencrypted port also gets
-//! a plain listener (`Tunnel.tcp_socket`). Each connection reaches the sandbox's own listener
+//! `SSL_CERT_FILE`; `execseam emulate modal` writes it to a file and prints that variable),
+//! `h2` offered by ALPN for an `h2_ports` port; an unencrypted port also gets a plain listener
+//! (`Tunnel.tcp_socket`). Each connection reaches the sandbox's own listener
 //! only (the kit's `ports::connect`); a paused sandbox or a closed port closes it. The listeners
 //! close when the sandbox finishes.
 //!
@@ -925,6 +926,11 @@ impl Provider for Modal {
                 shell.token().advertised().to_owned(),
             ),
         ]
+    }
+
+    /// The tunnels' certificate ([`Modal::tunnel_ca_pem`]).
+    fn tls_ca_pem(&self) -> Option<String> {
+        Some(self.tunnel_ca_pem().to_owned())
     }
 }
 
