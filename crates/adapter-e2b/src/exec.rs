@@ -158,12 +158,14 @@ impl Inner {
         error::map(call, &ctx)
     }
 
-    /// SIGKILLs a process and, once its pid is known, its whole process group. envd starts
-    /// each process in its own group (`Setpgid`) but its `SendSignal` signals the pid only
-    /// (`handler.go`: `p.cmd.Process.Signal`), so background children and pipeline members
-    /// would survive: the group is killed first by a `kill -9 -PGID` started next to it. By
-    /// tag the pid may not be registered yet, so not_found is retried briefly. `Ok` when the
-    /// process is gone.
+    /// SIGKILLs a process and, once its pid is known, the process group it leads, if any.
+    /// envd's `SendSignal` signals the pid only (`handler.go`: `p.cmd.Process.Signal`), and envd
+    /// gives a non-PTY process no group of its own (no `Setpgid`/`Setsid` in its `SysProcAttr`,
+    /// e2b-dev/infra@54693ff35 `handler.go` lines 223-230): the `kill -9 -PGID` started next to
+    /// it reaches a group only where the command made one itself (`setsid`, a job-control
+    /// shell); other background children and pipeline members survive, as with the SDK's own
+    /// `kill`. By tag the pid may not be registered yet, so not_found is retried briefly. `Ok`
+    /// when the process is gone.
     pub(crate) async fn kill_process(&self, mut target: ProcessSelector) -> Result<(), Error> {
         if let ProcessSelector::Tag(tag) = &target {
             // The start event has not been read: find the pid, for the group.
