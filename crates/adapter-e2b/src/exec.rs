@@ -158,14 +158,13 @@ impl Inner {
         error::map(call, &ctx)
     }
 
-    /// SIGKILLs a process and, once its pid is known, the process group it leads, if any.
-    /// envd's `SendSignal` signals the pid only (`handler.go`: `p.cmd.Process.Signal`), and envd
-    /// gives a non-PTY process no group of its own (no `Setpgid`/`Setsid` in its `SysProcAttr`,
-    /// e2b-dev/infra@54693ff35 `handler.go` lines 223-230): the `kill -9 -PGID` started next to
-    /// it reaches a group only where the command made one itself (`setsid`, a job-control
-    /// shell); other background children and pipeline members survive, as with the SDK's own
-    /// `kill`. By tag the pid may not be registered yet, so not_found is retried briefly. `Ok`
-    /// when the process is gone.
+    /// SIGKILLs a process and, once its pid is known, its descendants. envd's `SendSignal`
+    /// signals the pid only (`handler.go`: `p.cmd.Process.Signal`), and envd gives a non-PTY
+    /// process no group of its own (no `Setpgid`/`Setsid` in its `SysProcAttr`,
+    /// e2b-dev/infra@54693ff35 `handler.go` lines 223-230: it shares envd's), so background
+    /// children and pipeline members would survive and no group kill can name them: the tree is
+    /// killed first by [`KILL_TREE`] started next to it. By tag the pid may not be registered
+    /// yet, so not_found is retried briefly. `Ok` when the process is gone.
     pub(crate) async fn kill_process(&self, mut target: ProcessSelector) -> Result<(), Error> {
         if let ProcessSelector::Tag(tag) = &target {
             // The start event has not been read: find the pid, for the group.
@@ -180,7 +179,7 @@ impl Inner {
             }
         }
         if let ProcessSelector::Pid(pid) = target {
-            self.kill_group(pid).await;
+            self.kill_tree(pid).await;
         }
         let by_tag = matches!(target, ProcessSelector::Tag(_));
         for attempt in 0..4 {
@@ -227,17 +226,12 @@ impl Inner {
         .with_operation("kill"))
     }
 
-    /// `kill -9 -PGID` in the sandbox (the pid is its group's id), waited for boundedly.
-    async fn kill_group(&self, pid: u32) {
+    /// [`KILL_TREE`] of `pid` in the sandbox, waited for boundedly.
+    async fn kill_tree(&self, pid: u32) {
         let req = wire::StartRequest {
             process: wire::ProcessConfig {
                 cmd: "/bin/sh".into(),
-                args: vec![
-                    "-c".into(),
-                    "kill -9 -\"$1\" 2>/dev/null; exit 0".into(),
-                    "sh".into(),
-                    pid.to_string(),
-                ],
+                args: vec!["-c".into(), KILL_TREE.into(), "sh".into(), pid.to_string()],
                 envs: BTreeMap::new(),
                 cwd: None,
             },
@@ -250,11 +244,11 @@ impl Inner {
             Ok::<(), CallError>(())
         };
         match tokio::time::timeout(self.config.request_timeout, run).await {
-            Ok(Ok(())) => tracing::debug!(provider = PROVIDER, pid, "killed the process group"),
+            Ok(Ok(())) => tracing::debug!(provider = PROVIDER, pid, "killed the process tree"),
             Ok(Err(e)) => {
-                tracing::debug!(provider = PROVIDER, pid, error = ?e, "the group kill failed")
+                tracing::debug!(provider = PROVIDER, pid, error = ?e, "the tree kill failed")
             }
-            Err(_) => tracing::debug!(provider = PROVIDER, pid, "the group kill timed out"),
+            Err(_) => tracing::debug!(provider = PROVIDER, pid, "the tree kill timed out"),
         }
     }
 }
@@ -671,6 +665,31 @@ impl E2bExec {
         )
     }
 }
+
+/// Kills `$1` and its descendants in its session, POSIX `sh` and `/proc` only: stops the process,
+/// then generation by generation every process whose parent was stopped (so none forks past the
+/// walk), and SIGKILLs them all. A descendant in a session of its own (`setsid`: detached on
+/// purpose, as the spool's supervisor is) is left with its subtree. Fields after the command
+/// name in `/proc/<pid>/stat`: state, ppid, pgrp, session.
+const KILL_TREE: &str = r#"read -r l 2>/dev/null <"/proc/$1/stat" || exit 0
+r=$1; set -- ${l##*) }; s=$4
+kill -STOP "$r" 2>/dev/null
+all=$r gen=" $r "
+while [ "$gen" != " " ]; do
+  next=" "
+  for f in /proc/[0-9]*/stat; do
+    read -r l 2>/dev/null <"$f" || continue
+    set -- ${l##*) }
+    case $gen in *" $2 "*) ;; *) continue ;; esac
+    [ "$4" = "$s" ] || continue
+    p=${f#/proc/}; p=${p%/stat}
+    kill -STOP "$p" 2>/dev/null
+    next="$next$p " all="$all $p"
+  done
+  gen=$next
+done
+kill -9 $all 2>/dev/null
+exit 0"#;
 
 pub(crate) fn new_http(config: &E2bConfig) -> Result<reqwest::Client, Error> {
     crate::client::http_client(config)
