@@ -495,6 +495,26 @@ impl Envd {
         req: &wire::StartRequest,
         deadline: Option<Duration>,
     ) -> Result<ServerStream, CallError> {
+        self.events("process.Process/Start", req, deadline).await
+    }
+
+    /// `process.Process/Connect`: the process's events from now on (its start event first; an
+    /// ended process's retained end event only, for 30 s, envd `service.go`).
+    pub(crate) async fn connect(
+        &self,
+        process: wire::ProcessSelector,
+    ) -> Result<ServerStream, CallError> {
+        let req = wire::ProcessRequest { process };
+        self.events("process.Process/Connect", &req, None).await
+    }
+
+    /// A process event stream with the SDK's keepalive header.
+    async fn events<Req: Serialize>(
+        &self,
+        method: &str,
+        req: &Req,
+        deadline: Option<Duration>,
+    ) -> Result<ServerStream, CallError> {
         let mut headers = self.headers.clone();
         headers.insert(
             HeaderName::from_static("keepalive-ping-interval"),
@@ -502,7 +522,7 @@ impl Envd {
         );
         connect::server_stream(
             &self.http,
-            self.url("process.Process/Start"),
+            self.url(method),
             headers,
             req,
             deadline,
@@ -579,7 +599,7 @@ impl Envd {
     ) -> Result<(), CallError> {
         self.unary::<_, wire::Empty>(
             "process.Process/CloseStdin",
-            &wire::CloseStdinRequest { process },
+            &wire::ProcessRequest { process },
         )
         .await
         .map(drop)

@@ -158,12 +158,13 @@ impl Inner {
         error::map(call, &ctx)
     }
 
-    /// SIGKILLs a process and, once its pid is known, its whole process group. envd starts
-    /// each process in its own group (`Setpgid`) but its `SendSignal` signals the pid only
-    /// (`handler.go`: `p.cmd.Process.Signal`), so background children and pipeline members
-    /// would survive: the group is killed first by a `kill -9 -PGID` started next to it. By
-    /// tag the pid may not be registered yet, so not_found is retried briefly. `Ok` when the
-    /// process is gone.
+    /// SIGKILLs a process and, once its pid is known, its descendants. envd's `SendSignal`
+    /// signals the pid only (`handler.go`: `p.cmd.Process.Signal`), and envd gives a non-PTY
+    /// process no group of its own (no `Setpgid`/`Setsid` in its `SysProcAttr`,
+    /// e2b-dev/infra@54693ff35 `handler.go` lines 223-230: it shares envd's), so background
+    /// children and pipeline members would survive and no group kill can name them: the tree is
+    /// killed first by [`KILL_TREE`] started next to it. By tag the pid may not be registered
+    /// yet, so not_found is retried briefly. `Ok` when the process is gone.
     pub(crate) async fn kill_process(&self, mut target: ProcessSelector) -> Result<(), Error> {
         if let ProcessSelector::Tag(tag) = &target {
             // The start event has not been read: find the pid, for the group.
@@ -178,7 +179,7 @@ impl Inner {
             }
         }
         if let ProcessSelector::Pid(pid) = target {
-            self.kill_group(pid).await;
+            self.kill_tree(pid).await;
         }
         let by_tag = matches!(target, ProcessSelector::Tag(_));
         for attempt in 0..4 {
@@ -225,17 +226,12 @@ impl Inner {
         .with_operation("kill"))
     }
 
-    /// `kill -9 -PGID` in the sandbox (the pid is its group's id), waited for boundedly.
-    async fn kill_group(&self, pid: u32) {
+    /// [`KILL_TREE`] of `pid` in the sandbox, waited for boundedly.
+    async fn kill_tree(&self, pid: u32) {
         let req = wire::StartRequest {
             process: wire::ProcessConfig {
                 cmd: "/bin/sh".into(),
-                args: vec![
-                    "-c".into(),
-                    "kill -9 -\"$1\" 2>/dev/null; exit 0".into(),
-                    "sh".into(),
-                    pid.to_string(),
-                ],
+                args: vec!["-c".into(), KILL_TREE.into(), "sh".into(), pid.to_string()],
                 envs: BTreeMap::new(),
                 cwd: None,
             },
@@ -248,11 +244,11 @@ impl Inner {
             Ok::<(), CallError>(())
         };
         match tokio::time::timeout(self.config.request_timeout, run).await {
-            Ok(Ok(())) => tracing::debug!(provider = PROVIDER, pid, "killed the process group"),
+            Ok(Ok(())) => tracing::debug!(provider = PROVIDER, pid, "killed the process tree"),
             Ok(Err(e)) => {
-                tracing::debug!(provider = PROVIDER, pid, error = ?e, "the group kill failed")
+                tracing::debug!(provider = PROVIDER, pid, error = ?e, "the tree kill failed")
             }
-            Err(_) => tracing::debug!(provider = PROVIDER, pid, "the group kill timed out"),
+            Err(_) => tracing::debug!(provider = PROVIDER, pid, "the tree kill timed out"),
         }
     }
 }
@@ -546,12 +542,37 @@ impl E2bExec {
         }
     }
 
-    async fn start(&self, cmd: Command) -> Result<EventStream, Error> {
-        // envd starts the program itself (argv as given): its `execve` is the limit.
-        self.inner
+    /// The `Start` request for `cmd` under `tag`: its argv and env as envd can deliver them
+    /// ([`deliverable`]), checked against the sandbox's `execve` limit (envd starts the program
+    /// itself, argv as given).
+    async fn start_request(&self, cmd: &Command, tag: &str) -> Result<wire::StartRequest, Error> {
+        let inner = &self.inner;
+        inner
             .arg_max
-            .check_in(PROVIDER, &cmd, &crate::SIZE_LIMIT, self)
+            .check_in(PROVIDER, cmd, &crate::SIZE_LIMIT, self)
             .await?;
+        let (argv, envs) = deliverable(cmd)?;
+        // What envd execs: an env name that is not a shell name moves argv into one wrapper
+        // script, which must fit too, against the sandbox's own limit once asked.
+        let sent: Vec<String> = (argv.iter().cloned())
+            .chain(envs.iter().map(|(k, v)| format!("{k}={v}")))
+            .collect();
+        size::check_wire(PROVIDER, &sent, &inner.arg_max.limit_or(&crate::SIZE_LIMIT))?;
+        Ok(wire::StartRequest {
+            process: wire::ProcessConfig {
+                cmd: argv[0].clone(),
+                args: argv[1..].to_vec(),
+                envs,
+                cwd: cmd.workdir().map(str::to_owned),
+            },
+            tag: Some(tag.to_owned()),
+            stdin: !cmd.stdin().is_empty(),
+        })
+    }
+
+    async fn start(&self, cmd: Command) -> Result<EventStream, Error> {
+        let tag = format!("execseam-{}", execseam_adapter_kit::id::random_id(16));
+        let req = self.start_request(&cmd, &tag).await?;
         let inner = &self.inner;
         let stdin = cmd.stdin().clone();
         if !stdin.is_empty() && inner.envd_version < EnvdVersion::CLOSE_STDIN {
@@ -571,24 +592,6 @@ impl E2bExec {
             .with_provider(PROVIDER)
             .with_operation("exec"));
         }
-        let tag = format!("execseam-{}", execseam_adapter_kit::id::random_id(16));
-        let (argv, envs) = deliverable(&cmd)?;
-        // What envd execs: an env name that is not a shell name moves argv into one wrapper
-        // script, which must fit too, against the sandbox's own limit once asked.
-        let sent: Vec<String> = (argv.iter().cloned())
-            .chain(envs.iter().map(|(k, v)| format!("{k}={v}")))
-            .collect();
-        size::check_wire(PROVIDER, &sent, &inner.arg_max.limit_or(&crate::SIZE_LIMIT))?;
-        let req = wire::StartRequest {
-            process: wire::ProcessConfig {
-                cmd: argv[0].clone(),
-                args: argv[1..].to_vec(),
-                envs,
-                cwd: cmd.workdir().map(str::to_owned),
-            },
-            tag: Some(tag.clone()),
-            stdin: !stdin.is_empty(),
-        };
         let deadline = inner.config.command_timeout;
         let mut ctx = Ctx::exec("exec", Stage::Submit);
         ctx.deadline = deadline.map(|_| Deadline::Command);
@@ -608,27 +611,8 @@ impl E2bExec {
                 return Err(inner.fail(e, ctx).await);
             }
         };
-        let pid = match stream.message::<wire::StartResponse>().await {
-            Ok(Some(wire::StartResponse {
-                event:
-                    Some(wire::ProcessEvent {
-                        start: Some(start), ..
-                    }),
-            })) => start.pid,
-            Ok(Some(other)) => {
-                return Err(Error::protocol(format!(
-                    "the first event of process.Start is not a start event: {other:?}"
-                ))
-                .with_provider(PROVIDER)
-                .with_operation("exec"));
-            }
-            Ok(None) => {
-                return Err(
-                    Error::protocol("process.Start ended before its start event")
-                        .with_provider(PROVIDER)
-                        .with_operation("exec"),
-                );
-            }
+        let pid = match start_pid(&mut stream, "exec").await {
+            Ok(pid) => pid?,
             Err(e) => {
                 // envd answers an in-stream error before the start event only when it did not
                 // start the process (a missing cwd, a bad user).
@@ -668,6 +652,50 @@ impl E2bExec {
             .with_kill(kill),
         )
     }
+}
+
+/// Kills `$1` and its descendants in its session, POSIX `sh` and `/proc` only: stops the process,
+/// then generation by generation every process whose parent was stopped (so none forks past the
+/// walk), and SIGKILLs them all. A descendant in a session of its own (`setsid`: detached on
+/// purpose, as the spool's supervisor is) is left with its subtree. Fields after the command
+/// name in `/proc/<pid>/stat`: state, ppid, pgrp, session.
+const KILL_TREE: &str = r#"read -r l 2>/dev/null <"/proc/$1/stat" || exit 0
+r=$1; set -- ${l##*) }; s=$4
+kill -STOP "$r" 2>/dev/null
+all=$r gen=" $r "
+while [ "$gen" != " " ]; do
+  next=" "
+  for f in /proc/[0-9]*/stat; do
+    read -r l 2>/dev/null <"$f" || continue
+    set -- ${l##*) }
+    case $gen in *" $2 "*) ;; *) continue ;; esac
+    [ "$4" = "$s" ] || continue
+    p=${f#/proc/}; p=${p%/stat}
+    kill -STOP "$p" 2>/dev/null
+    next="$next$p " all="$all $p"
+  done
+  gen=$next
+done
+kill -9 $all 2>/dev/null
+exit 0"#;
+
+/// The pid in the first event of a `Start` stream; `Ok(Err)` when that event is not a start.
+async fn start_pid(
+    stream: &mut ServerStream,
+    operation: &'static str,
+) -> Result<Result<u32, Error>, CallError> {
+    let what = match stream.message::<wire::StartResponse>().await? {
+        Some(wire::StartResponse {
+            event: Some(wire::ProcessEvent {
+                start: Some(start), ..
+            }),
+        }) => return Ok(Ok(start.pid)),
+        Some(other) => format!("the first event of process.Start is not a start event: {other:?}"),
+        None => "process.Start ended before its start event".to_owned(),
+    };
+    Ok(Err(Error::protocol(what)
+        .with_provider(PROVIDER)
+        .with_operation(operation)))
 }
 
 pub(crate) fn new_http(config: &E2bConfig) -> Result<reqwest::Client, Error> {
@@ -1038,9 +1066,99 @@ impl Exec for E2bExec {
     }
 
     /// The adapter kit's spool, in the sandbox's `/tmp` (envd drops output nobody is subscribed
-    /// to and keeps an ended process's exit only 30 s, so the output and exit live in files).
+    /// to and keeps an ended process's exit only 30 s, so the output and exit live in files),
+    /// its supervisor one of envd's own background processes ([`Launch`](execseam_adapter_kit::spool::Launch) below).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        execseam_adapter_kit::spool::processes(self)
+        execseam_adapter_kit::spool::hybrid(self)
+    }
+}
+
+/// The tag of the supervisor envd runs for the spool directory `dir`.
+fn supervisor_tag(dir: &str) -> String {
+    format!("execseam-spool:{dir}")
+}
+
+/// The spool's supervisor as an envd background process: `Start` without `Connect-Timeout-Ms`
+/// (envd runs it under a context of its own, `start.go`, so it outlives the stream, which is
+/// closed after the start event), tagged by its spool directory. Its output is never read
+/// (envd discards what nobody is subscribed to, `handler.go` #2639): the spool's files are the
+/// output.
+impl execseam_adapter_kit::spool::Launch for E2bExec {
+    /// A start whose answer was lost is looked for by its tag in `List` before it is called
+    /// failed (a repeat would start a second supervisor, which the spool's lock turns away).
+    fn launch(&self, supervisor: Command) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let dir = execseam_adapter_kit::spool::supervised_dir(supervisor.argv()).ok_or_else(
+                || {
+                    Error::new(ErrorKind::InvalidCommand, "not the spool's supervisor")
+                        .with_provider(PROVIDER)
+                        .with_operation("start")
+                },
+            )?;
+            let tag = supervisor_tag(dir);
+            let req = self.start_request(&supervisor, &tag).await?;
+            let ctx = Ctx::new("start", Stage::Submit);
+            let e = match self.inner.envd.start(&req, None).await {
+                Ok(mut stream) => match start_pid(&mut stream, "start").await {
+                    Ok(pid) => return pid.map(drop),
+                    Err(e) => e,
+                },
+                Err(e) if !may_have_started(&e) => return Err(self.inner.fail(e, ctx).await),
+                Err(e) => e,
+            };
+            if let Ok(Some(pid)) = self.inner.envd.pid_of_tag(&tag).await {
+                tracing::debug!(provider = PROVIDER, pid, error = ?e, "the supervisor's start answer was lost; envd runs it");
+                return Ok(());
+            }
+            Err(self.inner.fail(e, ctx).await)
+        })
+    }
+
+    /// `Connect` to the supervisor by its tag until its end event (envd's own wait: the SDK's
+    /// `CommandHandle.wait`). `false` when envd does not know it (ended more than 30 s ago, or
+    /// not started by envd).
+    fn wait_supervisor<'a>(
+        &'a self,
+        dir: &'a str,
+        _within: Duration,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.connect_until_end(dir))
+    }
+}
+
+impl E2bExec {
+    /// [`wait_supervisor`](execseam_adapter_kit::spool::Launch::wait_supervisor)'s `Connect`.
+    async fn connect_until_end(&self, dir: &str) -> Result<bool, Error> {
+        let ctx = || Ctx::new("wait", Stage::Before);
+        let selector = ProcessSelector::Tag(supervisor_tag(dir));
+        let mut stream = match self.inner.envd.connect(selector).await {
+            Ok(s) => s,
+            Err(e) => return Err(self.inner.fail(e, ctx()).await),
+        };
+        loop {
+            match stream.message::<wire::StartResponse>().await {
+                Ok(Some(r)) if r.event.as_ref().is_some_and(|e| e.end.is_some()) => {
+                    return Ok(true);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    return Err(
+                        Error::protocol("process.Connect ended before its end event")
+                            .with_provider(PROVIDER)
+                            .with_operation("wait"),
+                    );
+                }
+                Err(CallError::Rpc {
+                    error:
+                        RpcError {
+                            code: Code::NotFound,
+                            ..
+                        },
+                    ..
+                }) => return Ok(false),
+                Err(e) => return Err(self.inner.fail(e, ctx()).await),
+            }
+        }
     }
 }
 

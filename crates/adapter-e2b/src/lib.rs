@@ -151,5 +151,5 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: None,
     native_tools: &[Tool::LIST, Tool::GLOB],
-    processes: Some(execseam_adapter_kit::spool::SPOOLED_TERMINAL),
+    processes: Some(execseam_adapter_kit::spool::HYBRID_TERMINAL),
 };

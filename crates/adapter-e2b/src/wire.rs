@@ -237,9 +237,9 @@ pub struct SendSignalRequest {
     pub signal: &'static str,
 }
 
-/// `process.CloseStdinRequest`.
+/// `process.CloseStdinRequest` and `process.ConnectRequest` (both only name the process).
 #[derive(Serialize, Debug)]
-pub struct CloseStdinRequest {
+pub struct ProcessRequest {
     /// Which process.
     pub process: ProcessSelector,
 }
@@ -528,7 +528,7 @@ mod tests {
             serde_json::to_string(&i).unwrap(),
             r#"{"process":{"pid":42},"input":{"stdin":"aGVsbG8K"}}"#
         );
-        let t = CloseStdinRequest {
+        let t = ProcessRequest {
             process: ProcessSelector::Tag("t".into()),
         };
         assert_eq!(

@@ -101,6 +101,12 @@ pub const HYBRID: ProcessCapabilities = ProcessCapabilities {
     ..SPOOLED
 };
 
+/// [`HYBRID`] with terminals through the recorder.
+pub const HYBRID_TERMINAL: ProcessCapabilities = ProcessCapabilities {
+    mechanism: Mechanism::Hybrid,
+    ..SPOOLED_TERMINAL
+};
+
 /// Where spools live by default: in the sandbox's `/tmp`.
 pub const DEFAULT_ROOT: &str = "/tmp/.execseam/p";
 
@@ -422,6 +428,14 @@ pub fn processes<'a, S: Exec + execseam_core::Sandbox>(
     sandbox: &'a S,
 ) -> Option<Box<dyn Processes + 'a>> {
     Some(Box::new(Spool::new(sandbox, sandbox.id())))
+}
+
+/// [`processes`] with the supervisor started by the provider itself ([`Launch`]): an adapter
+/// that declares [`HYBRID`] or [`HYBRID_TERMINAL`].
+pub fn hybrid<'a, S: Exec + execseam_core::Sandbox + Launch>(
+    sandbox: &'a S,
+) -> Option<Box<dyn Processes + 'a>> {
+    Some(Box::new(Spool::new(sandbox, sandbox.id()).launch(sandbox)))
 }
 
 /// What a start script said.

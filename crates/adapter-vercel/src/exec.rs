@@ -626,9 +626,7 @@ impl Exec for VercelExec {
     /// decoded text replayed from the start, counted in characters: the spool's files are the
     /// output).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        Some(Box::new(
-            execseam_adapter_kit::spool::Spool::new(self, Sandbox::id(self)).launch(self),
-        ))
+        execseam_adapter_kit::spool::hybrid(self)
     }
 }
 

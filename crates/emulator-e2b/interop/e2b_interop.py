@@ -147,6 +147,27 @@ def main():
     check("killed error text", e.error == "signal: killed", repr(e.error))
     check("kill unknown pid is False", sbx.commands.kill(999_999) is False)
 
+    # envd gives a non-PTY process no group or session of its own: its `SysProcAttr` holds only
+    # the credentials and the cgroup fd, no `Setpgid`/`Setsid` (e2b-dev/infra@54693ff35
+    # packages/envd/internal/services/process/handler/handler.go lines 223-230), so every such
+    # command is in envd's group; and `kill` (`SendSignal`) signals the one pid
+    # (`p.cmd.Process.Signal`, line 481): a background child lives on.
+    h = sbx.commands.run(
+        "ps -o pgid= -p $$ > /home/user/pg; sleep 60 >/dev/null 2>&1 & echo $! > /home/user/bg; wait",
+        background=True,
+    )
+    # Once the child is there: the command's group, then this one's.
+    r = sbx.commands.run(
+        "until [ -s /home/user/bg ]; do sleep 0.01; done; cat /home/user/pg; ps -o pgid= -p $$"
+    )
+    own, other = (r.stdout.split() + ["", ""])[:2]
+    check("a command leads no process group of its own (envd's)", own == other and own != str(h.pid),
+          repr((own, other, h.pid)))
+    check("kill a command with a background child", sbx.commands.kill(h.pid) is True)
+    expect_raise("its wait raises", CommandExitException, h.wait)
+    r = sbx.commands.run("bg=$(cat /home/user/bg); kill -0 $bg && echo alive; kill $bg")
+    check("kill signals the pid only: the background child lived on", r.stdout == "alive\n", repr(r.stdout))
+
     # Connect to a running command.
     h = sbx.commands.run("sleep 0.5; echo late", background=True)
     h2 = sbx.commands.connect(h.pid)
@@ -573,6 +594,13 @@ def pty():
     # The SDK's defaults (TERM, LANG) and the request's envs, the user and the cwd.
     check("pty env", term.wait_for("ENV=xterm-256color:C.UTF-8:v:user:/home/user"))
     check("pty output is the terminal's", "\r\n" in term.text(), repr(term.text()[-200:]))
+    # `pty.StartWithSize` (handler.go line 297; creack/pty sets `Setsid` and `Setctty`): the
+    # process leads a session and process group of its own, unlike a non-PTY command.
+    sbx.pty.send_stdin(
+        h.pid,
+        b"[ $(ps -o sid= -p $$) -eq $$ ] && [ $(ps -o pgid= -p $$) -eq $$ ] && echo LEADS=$((20+1))\n",
+    )
+    check("pty leads its own session", term.wait_for("LEADS=21"))
 
     # Resize: the terminal's size changes and the foreground job gets SIGWINCH.
     # (The kernel signals the terminal's foreground process group: here the job running bash -c.)

@@ -67,7 +67,9 @@ pub(crate) struct EndInfo {
 pub(crate) struct Proc {
     /// Its pid inside the sandbox (what envd reports and what `echo $$` prints).
     pub pid: u32,
-    /// Its pid on the host: the one to signal (it leads its own process group there).
+    /// Its pid on the host: the one envd signals. A non-PTY process shares one group with the
+    /// sandbox's other non-PTY processes (envd's, stood for by the emulator-kit's daemon group);
+    /// a PTY process leads a session of its own.
     host_pid: u32,
     pub tag: Option<String>,
     pub config: Value,
@@ -99,11 +101,20 @@ impl Proc {
         kill(self.host_pid as i32, sig)
     }
 
-    /// Kills its whole process group (the sandbox is going away).
+    /// Kills the group it leads, if it leads one (a PTY process's session), else the process:
+    /// the sandbox is going away (its daemon group goes with it).
     pub(crate) fn kill_group(&self) {
-        if !self.reaped.load(Ordering::SeqCst) {
-            let _ = kill(-(self.host_pid as i32), libc::SIGKILL);
+        if !self.reaped.load(Ordering::SeqCst)
+            && kill(-(self.host_pid as i32), libc::SIGKILL).is_err()
+        {
+            self.kill_now();
         }
+    }
+
+    /// SIGKILLs the process itself when its `Start`'s context ends, as envd's
+    /// `exec.CommandContext` does (Go's default `Cancel` is `Process.Kill`): its children live on.
+    pub(crate) fn kill_now(&self) {
+        let _ = self.signal(libc::SIGKILL);
     }
 
     fn subscribe(&self) -> mpsc::Receiver<Out> {
@@ -530,10 +541,15 @@ async fn spawn(
                 .map_err(spawn_error)?;
             (p.child, p.pid, p.host_pid, Some(p.master))
         }
+        // envd gives a non-PTY process neither `Setpgid` nor `Setsid` (its `SysProcAttr` holds
+        // only the credentials and the cgroup fd: e2b-dev/infra@54693ff35
+        // `packages/envd/internal/services/process/handler/handler.go` lines 223-230), so it
+        // stays in envd's process group; `pty.StartWithSize` (line 297) gives a PTY process a
+        // session of its own (creack/pty sets `Setsid` and `Setctty`), as `spawn_pty` does.
         None => {
             let p = sbx
                 .sandbox
-                .spawn(proc, &account, &cwd)
+                .spawn_in_daemon_group(proc, &account, &cwd)
                 .await
                 .map_err(spawn_error)?;
             (p.child, p.pid, p.host_pid, None)
@@ -561,13 +577,13 @@ async fn spawn(
 /// envd runs a `Start` with a `Connect-Timeout-Ms` under a context of its own (not the request's:
 /// "we do not want the command to be killed if the request context is cancelled", `start.go`),
 /// so the process is killed at the deadline whether or not the client still listens. envd's
-/// `exec.CommandContext` kills the process itself; the emulator kills its whole process group.
+/// `exec.CommandContext` kills the process itself, and so does the emulator.
 fn kill_at(proc: &Arc<Proc>, deadline: Instant) {
     let proc = Arc::downgrade(proc);
     tokio::spawn(async move {
         tokio::time::sleep_until(deadline).await;
         if let Some(p) = proc.upgrade() {
-            p.kill_group();
+            p.kill_now();
         }
     });
 }
@@ -722,7 +738,7 @@ async fn run_stream(p: StreamPlan) {
             () = at(deadline) => {
                 if kill_at_deadline {
                     // Also killed by `kill_at`, which does not depend on this stream.
-                    proc.kill_group();
+                    proc.kill_now();
                 }
                 let e = RpcError::new("deadline_exceeded", "context deadline exceeded");
                 let _ = tx.send(Ok(end_stream(Some(&e)))).await;

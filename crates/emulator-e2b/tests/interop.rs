@@ -10,7 +10,7 @@ use execseam_emulator_kit::{EmulatorOptions, Fault};
 use execseam_test_util::interop;
 
 /// Checks `e2b_interop.py main` makes; the run must report exactly this many.
-const MAIN_CHECKS: usize = 116;
+const MAIN_CHECKS: usize = 120;
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("interop")
@@ -374,7 +374,7 @@ async fn an_answer_to_a_killed_sandbox_keeps_the_connection_usable() {
 }
 
 /// Checks `e2b_interop.py pty` makes.
-const PTY_CHECKS: usize = 18;
+const PTY_CHECKS: usize = 19;
 
 /// `sandbox.pty.*` through the official SDK: envd's PTY process mode on a real terminal of the
 /// sandbox (see `pty()` in `e2b_interop.py` for the sources each check follows).

@@ -309,6 +309,21 @@ pub struct Sandbox {
     alive: AtomicBool,
     /// Held for reading by every files-API operation, for writing by a snapshot's copy.
     gate: Arc<RwLock<()>>,
+    /// The group [`Sandbox::spawn_in_daemon_group`] puts processes in, once one was asked for.
+    daemon_group: Mutex<Option<DaemonGroup>>,
+}
+
+/// A process group standing for a provider daemon's own: led by a placeholder process inside the
+/// sandbox (root, `sleep infinity`), never this process's group, so a group kill sent from a
+/// command (`kill 0`) reaches the daemon's children and the placeholder, never the emulator or
+/// the test harness. The leader is never reaped while kept, so the group outlives its death.
+struct DaemonGroup {
+    /// The namespaces it lives in: a restore starts new ones, and with them a new group.
+    ns: Option<std::sync::Weak<ns::Namespaces>>,
+    /// Killed (and then reaped) when dropped.
+    _leader: tokio::process::Child,
+    /// The group's id as the sandbox's processes name it (their pid namespace's).
+    pgid: u32,
 }
 
 /// The namespaces of a sandbox in [`Isolation::Namespaces`], shared with its command runners:
@@ -377,12 +392,13 @@ impl Spawner for SandboxSpawner {
     }
 }
 
-/// A process started with [`Sandbox::spawn`].
+/// A process started with [`Sandbox::spawn`] or [`Sandbox::spawn_in_daemon_group`].
 #[derive(Debug)]
 pub struct SandboxChild {
-    /// The process (a child of this process; it leads its own process group).
+    /// The process (a child of this process; it leads its own process group unless started in
+    /// the daemon group).
     pub child: tokio::process::Child,
-    /// Its pid on the host (and its process group there).
+    /// Its pid on the host (and, from [`Sandbox::spawn`], its process group there).
     pub host_pid: u32,
     /// Its pid inside the sandbox (what `echo $$` prints there); the host pid in `Translate`.
     pub pid: u32,
@@ -479,6 +495,7 @@ impl Sandbox {
             running: Mutex::new(Vec::new()),
             alive: AtomicBool::new(true),
             gate: Arc::new(RwLock::new(())),
+            daemon_group: Mutex::new(None),
         });
         let mut live = LIVE.lock().expect("live sandboxes");
         live.retain(|w| w.strong_count() > 0);
@@ -573,11 +590,73 @@ impl Sandbox {
     /// [`Isolation::Translate`] it runs on the host, with `workdir` translated.
     pub async fn spawn(
         &self,
-        mut command: tokio::process::Command,
+        command: tokio::process::Command,
         user: &User,
         workdir: &str,
     ) -> Result<SandboxChild, SpawnError> {
-        command.process_group(0);
+        self.spawn_grouped(command, user, workdir, 0).await
+    }
+
+    /// [`spawn`](Self::spawn) as a provider daemon that gives its children no group of their own
+    /// (E2B's envd starts a non-PTY process with neither `Setpgid` nor `Setsid`): the process
+    /// joins one group per sandbox standing for the daemon's, shared by every process started
+    /// this way and led by a placeholder inside the sandbox, never the emulator's group (see
+    /// [`DaemonGroup`]). So `kill -- -$pid` of such a process reaches no group, and its group's
+    /// id is not its pid, as on the provider.
+    pub async fn spawn_in_daemon_group(
+        &self,
+        command: tokio::process::Command,
+        user: &User,
+        workdir: &str,
+    ) -> Result<SandboxChild, SpawnError> {
+        let pgid = self.daemon_group().await?;
+        self.spawn_grouped(command, user, workdir, pgid).await
+    }
+
+    /// The id of the sandbox's [`DaemonGroup`], started on first use (and again after a
+    /// restore replaced the namespaces it lived in).
+    async fn daemon_group(&self) -> Result<u32, SpawnError> {
+        let current = self.ns().map(|ns| Arc::downgrade(&ns));
+        let same = |g: &&DaemonGroup| match (&g.ns, &current) {
+            (Some(a), Some(b)) => a.ptr_eq(b),
+            (a, b) => a.is_none() && b.is_none(),
+        };
+        let lock = || self.daemon_group.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(g) = lock().as_ref().filter(same) {
+            return Ok(g.pgid);
+        }
+        let mut leader = tokio::process::Command::new("sleep");
+        leader
+            .arg("infinity")
+            .env_clear()
+            .env("PATH", ns::PATH)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let leader = self.spawn_grouped(leader, &User::root(), "/", 0).await?;
+        let mut slot = lock();
+        if let Some(g) = slot.as_ref().filter(same) {
+            return Ok(g.pgid); // started meanwhile by another spawn: ours is dropped (killed)
+        }
+        *slot = Some(DaemonGroup {
+            ns: current,
+            _leader: leader.child,
+            pgid: leader.pid,
+        });
+        Ok(leader.pid)
+    }
+
+    /// Spawns into process group `pgid` (0: a group of its own; else a group id as the
+    /// sandbox's processes see it).
+    async fn spawn_grouped(
+        &self,
+        mut command: tokio::process::Command,
+        user: &User,
+        workdir: &str,
+        pgid: u32,
+    ) -> Result<SandboxChild, SpawnError> {
+        command.process_group(pgid as i32);
         execseam_spawn::restore_default_signals(&mut command);
         let child = match self.ns() {
             Some(ns) => {
@@ -906,6 +985,11 @@ impl Sandbox {
         };
         match started {
             Ok(new) => {
+                // The daemon group's leader died with the old processes: reaped, not waited for.
+                self.daemon_group
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
                 std::mem::replace(&mut *current, Arc::new(new)).teardown(aside);
                 Ok(())
             }
@@ -938,6 +1022,17 @@ impl Sandbox {
     pub fn destroy(&self) {
         if !self.alive.swap(false, Ordering::SeqCst) {
             return;
+        }
+        // Its leader is killed and left to tokio to reap, so the teardown sees it go; without
+        // namespaces nothing else would end the group's members.
+        if let Some(g) = self
+            .daemon_group
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            && self.ns.is_none()
+        {
+            let _ = crate::sys::kill(-(g.pgid as i32), libc::SIGKILL);
         }
         for h in self.running.lock().expect("running").drain(..) {
             h.abort(); // dropping the exec future kills the process group

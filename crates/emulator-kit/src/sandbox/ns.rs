@@ -19,7 +19,7 @@ use super::spec::{Mount, SandboxSpec, User};
 use crate::sys;
 
 const INIT: &str = include_str!("init.sh");
-const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// `p` quoted for a POSIX shell (`'…'`, a `'` as `'\''`).
 fn sh_quote(p: &[u8]) -> Vec<u8> {

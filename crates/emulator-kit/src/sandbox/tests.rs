@@ -445,6 +445,46 @@ async fn spawn_reports_the_pid_the_sandbox_sees() {
         [child.pid.to_string(), child.pid.to_string()],
         "its own group, inside"
     );
+    // The daemon's group: shared, not the process's own, not the harness's; a group kill from
+    // inside reaches its members (and the placeholder), never this process.
+    use std::os::unix::process::ExitStatusExt;
+    let in_group = |script: &str| {
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.args(["-c", script])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .stdout(std::process::Stdio::piped());
+        cmd
+    };
+    let sleeper = s
+        .spawn_in_daemon_group(in_group("exec sleep 60"), s.user(), "/workspace")
+        .await
+        .unwrap();
+    let killer = s
+        .spawn_in_daemon_group(
+            in_group("ps -o pgid= -p $$; kill -KILL 0"),
+            &User::root(),
+            "/",
+        )
+        .await
+        .unwrap();
+    let out = killer.child.wait_with_output().await.unwrap();
+    let pgid: u32 = text(&out.stdout).trim().parse().unwrap();
+    assert_ne!(pgid, killer.pid, "no group of its own");
+    assert_ne!(pgid, sleeper.pid);
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "its own `kill 0`");
+    let status = tokio::time::timeout(Duration::from_secs(5), { sleeper }.child.wait())
+        .await
+        .expect("the group kill reached the other member")
+        .unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    // The group outlives its killed leader: a later process still joins it.
+    let again = s
+        .spawn_in_daemon_group(in_group("ps -o pgid= -p $$"), s.user(), "/")
+        .await
+        .unwrap();
+    let out = again.child.wait_with_output().await.unwrap();
+    assert_eq!(text(&out.stdout).trim(), pgid.to_string());
 }
 
 #[tokio::test]
