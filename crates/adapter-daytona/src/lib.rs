@@ -144,6 +144,7 @@ pub const VARS: &[Var] = &[
     Var::text("EXECSEAM_DAYTONA_TEMP_DIR"),
     Var::url("EXECSEAM_DAYTONA_TOOLBOX_URL"),
     Var::choice("EXECSEAM_DAYTONA_TERMINAL", TerminalMode::WORDS),
+    Var::seconds("EXECSEAM_DAYTONA_SIGNED_PREVIEWS"),
 ];
 
 execseam_adapter_kit::adapter! {

@@ -3,12 +3,12 @@
 //! session pool (a free session reused: one request per exec; nothing of a command stays in the
 //! session's shell; a session whose command did not end cleanly is deleted, never reused; the
 //! pool's sessions deleted at close), a session that ends mid-command, streaming that really
-//! streams, errors at connect, and terminals on PTY sessions.
+//! streams, errors at connect, terminals on PTY sessions, and signed preview URLs.
 
 use std::time::{Duration, Instant};
 
 use execseam_core::{
-    Command, ErrorKind, Event, Exec, Exit, Retry, Sandbox, SandboxSpec, WireStatus,
+    Command, ErrorKind, Event, Exec, Exit, Provider, Retry, Sandbox, SandboxSpec, WireStatus,
 };
 use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider, ExecRoute, TerminalMode};
 use execseam_emulators::daytona::DaytonaEmulator;
@@ -96,6 +96,52 @@ async fn the_files_api_round_trips_and_shares_the_filesystem_with_commands() {
     exec.delete_file(&dir, true).await.unwrap();
     let err = exec.list_files(&dir).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+
+    // Signed previews (`DaytonaConfig::signed_previews`): `expose` answers the signed URL, no
+    // header, with its expiry; the capability says the token is in the URL; a fetch with no
+    // header reaches the sandbox's server through the emulator's preview proxy.
+    let bad = DaytonaProvider::new(config(&emu).signed_previews(Duration::from_secs(86_401)));
+    assert_eq!(bad.unwrap_err().kind(), ErrorKind::InvalidConfig);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    exec.exec(sh(&format!(
+        "mkdir -p {dir} && printf signed > {dir}/index.html && cd {dir} && \
+         (python3 -m http.server {port} >/dev/null 2>&1 </dev/null &)"
+    )))
+    .await
+    .unwrap();
+    let p = DaytonaProvider::new(config(&emu).signed_previews(Duration::from_secs(600))).unwrap();
+    let auth = p.lifecycle().state.expose.map(|e| e.auth);
+    assert_eq!(auth, Some(execseam_core::PortAuth::InUrl));
+    let e = p.expose(exec.id(), port).await.unwrap();
+    assert!(e.headers.is_empty() && e.expires.is_some(), "{e:?}");
+    // `{port}-{token}.proxy.localhost:<emulator port>`; glibc does not resolve *.localhost.
+    let host = e.url.split("//").nth(1).unwrap().trim_end_matches('/');
+    let at = format!("http://127.0.0.1:{}/", host.rsplit(':').next().unwrap());
+    let mut last = None;
+    for _ in 0..100 {
+        let r = reqwest::Client::new()
+            .get(&at)
+            .header(reqwest::header::HOST, host)
+            .send()
+            .await
+            .unwrap();
+        last = Some(r.status().as_u16());
+        if last == Some(200) {
+            assert_eq!(r.text().await.unwrap(), "signed");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(last, Some(200), "{}", e.url);
+    exec.exec(sh(&format!(
+        "pkill -f 'http[.]server {port}'; rm -rf {dir}"
+    )))
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -12,6 +12,7 @@ mod forward;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod guard;
+pub mod host_snapshots;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod id;

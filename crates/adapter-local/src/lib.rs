@@ -72,13 +72,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
             source_after: SourceAfter::Running,
             ..SnapshotSupport::FILESYSTEM
         }),
-        fork: Some(ForkSupport {
-            native: false,
-            keeps: Kept::Filesystem,
-            source_after: SourceAfter::Running,
-            includes_unsaved: true,
-            independent: true,
-        }),
+        fork: Some(ForkSupport::SNAPSHOT_AND_CREATE),
         expose: Some(ExposeSupport {
             when: PortsWhen::AnyTime,
             auth: PortAuth::None,

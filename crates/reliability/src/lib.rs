@@ -702,6 +702,7 @@ pub async fn run(adapters: &[Adapter], options: &Options) -> Summary {
         idle_timeout: options.layered_idle_timeout,
     };
     let sem = Arc::new(tokio::sync::Semaphore::new(options.parallel.max(1)));
+    let mut adapters_running = tokio::task::JoinSet::new();
     for adapter in adapters {
         let setup = match (adapter.setup)(knobs).await {
             Ok(s) => Arc::new(s),
@@ -753,7 +754,6 @@ pub async fn run(adapters: &[Adapter], options: &Options) -> Summary {
             None => sem.clone(),
         };
         let adapter_start = Instant::now();
-        let failed_before = summary.failures.len();
         let mut tasks = tokio::task::JoinSet::new();
         for case in cases {
             let (setup, options, sem) = (setup.clone(), options.clone(), sem.clone());
@@ -764,22 +764,27 @@ pub async fn run(adapters: &[Adapter], options: &Options) -> Summary {
                 r.map_err(|e| format!("{}: {e}", case.name(name)))
             });
         }
-        while let Some(r) = tasks.join_next().await {
-            match r {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => summary.failures.push(e),
-                Err(join) => summary
-                    .failures
-                    .push(format!("{}: a case panicked: {join}", adapter.name)),
+        let name = adapter.name;
+        adapters_running.spawn(async move {
+            let mut failures = Vec::new();
+            while let Some(r) = tasks.join_next().await {
+                match r {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => failures.push(e),
+                    Err(join) => failures.push(format!("{name}: a case panicked: {join}")),
+                }
             }
-        }
-        summary.per_adapter.insert(
-            adapter.name,
-            (
-                summary.failures.len() - failed_before,
-                adapter_start.elapsed(),
-            ),
-        );
+            (name, failures, adapter_start.elapsed())
+        });
+        // The next adapter is set up once this one's last case has started (the semaphore
+        // queues in order), not after it ends: no adapter's slow last cases leave the
+        // others' slots idle, and about two adapters' emulators are up at a time.
+        drop(sem.acquire().await.expect("semaphore"));
+    }
+    while let Some(done) = adapters_running.join_next().await {
+        let (name, failures, elapsed) = done.expect("an adapter's cases are joined, not panicked");
+        summary.per_adapter.insert(name, (failures.len(), elapsed));
+        summary.failures.extend(failures);
     }
     summary.failures.sort();
     summary.peak_rss = peak_rss();
