@@ -268,11 +268,9 @@ impl AgentCoreConfig {
         self
     }
 
-    /// The base URL of the data plane (`scheme://host:port`), instead of the regional endpoint.
-    #[must_use]
-    pub fn endpoint_url(mut self, url: impl Into<String>) -> Self {
-        self.endpoint_url = Some(url.into());
-        self
+    execseam_adapter_kit::setters! {
+        /// The base URL of the data plane (`scheme://host:port`), instead of the regional endpoint.
+        endpoint_url: some into String,
     }
 
     /// The code interpreter identifier (default `aws.codeinterpreter.v1`).
@@ -282,33 +280,16 @@ impl AgentCoreConfig {
         self
     }
 
-    /// The name given to a started session (default `execseam-<random>`).
-    #[must_use]
-    pub fn session_name(mut self, name: impl Into<String>) -> Self {
-        self.session_name = Some(name.into());
-        self
-    }
-
-    /// The lifetime asked for a started session (1 s ..= 8 h; default 900 s).
-    #[must_use]
-    pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
-        self
-    }
-
-    /// How commands are run (default [`ExecMode::Command`]).
-    #[must_use]
-    pub fn mode(mut self, mode: ExecMode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// Whether output is carried base64-framed on stdout so it arrives byte-exact (default
-    /// true); see the crate docs.
-    #[must_use]
-    pub fn exact_output(mut self, on: bool) -> Self {
-        self.exact_output = on;
-        self
+    execseam_adapter_kit::setters! {
+        /// The name given to a started session (default `execseam-<random>`).
+        session_name: some into String,
+        /// The lifetime asked for a started session (1 s ..= 8 h; default 900 s).
+        session_timeout: Duration,
+        /// How commands are run (default [`ExecMode::Command`]).
+        mode: ExecMode,
+        /// Whether output is carried base64-framed on stdout so it arrives byte-exact (default
+        /// true); see the crate docs.
+        exact_output: bool,
     }
 
     /// The exact-output frame of the adapter before issue 22 (every stream base64-encoded by
@@ -321,43 +302,21 @@ impl AgentCoreConfig {
         self
     }
 
-    /// The session working directory, where relative file paths land (default
-    /// `/opt/amazon/genesis1p-tools/var`).
-    #[must_use]
-    pub fn session_root(mut self, root: impl Into<String>) -> Self {
-        self.session_root = root.into();
-        self
-    }
-
-    /// The directory for the exact-output capture files (default `/tmp`).
-    #[must_use]
-    pub fn temp_dir(mut self, dir: impl Into<String>) -> Self {
-        self.temp_dir = dir.into();
-        self
-    }
-
-    /// The longest pause between two `getTask` polls in [`ExecMode::Task`] (default 500 ms; the
-    /// first polls come sooner).
-    #[must_use]
-    pub fn poll_max(mut self, max: Duration) -> Self {
-        self.poll_max = max;
-        self
-    }
-
-    /// The TCP/TLS connect timeout (default 10 s).
-    #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The longest wait for an answer's head and then for each event of its stream (default
-    /// 10 min; a command silent for longer fails with `Timeout(Request)`), and the timeout of
-    /// each session call.
-    #[must_use]
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.idle_timeout = timeout;
-        self
+    execseam_adapter_kit::setters! {
+        /// The session working directory, where relative file paths land (default
+        /// `/opt/amazon/genesis1p-tools/var`).
+        session_root: into String,
+        /// The directory for the exact-output capture files (default `/tmp`).
+        temp_dir: into String,
+        /// The longest pause between two `getTask` polls in [`ExecMode::Task`] (default 500 ms; the
+        /// first polls come sooner).
+        poll_max: Duration,
+        /// The TCP/TLS connect timeout (default 10 s).
+        connect_timeout: Duration,
+        /// The longest wait for an answer's head and then for each event of its stream (default
+        /// 10 min; a command silent for longer fails with `Timeout(Request)`), and the timeout of
+        /// each session call.
+        idle_timeout: Duration,
     }
 
     /// The exec mode.

@@ -81,16 +81,12 @@ pub const CAPABILITIES: Capabilities = capabilities_for(ExecMode::Command, true)
 /// started with a lifetime (`sessionTimeoutSeconds`), found, listed (`READY` sessions) and
 /// stopped. Sessions carry no labels, image, env or sizes.
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
-    create: true,
-    connect: true,
-    list: true,
-    destroy: true,
     spec: SpecSupport {
         lifetime: true,
         ..SpecSupport::NONE
     },
     options: &["name"],
-    state: execseam_core::StateCapabilities::NONE,
+    ..LifecycleCapabilities::ALL_OPERATIONS
 };
 
 /// The configuration variables [`AgentCoreConfig::from_env`] reads.

@@ -2,8 +2,8 @@
 
 use execseam_adapter_kit::gone_is_destroyed;
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Ownership,
-    Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState,
+    Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Ownership, Provider,
+    SandboxInfo, SandboxSpec, SandboxState,
 };
 
 use crate::client::Client;
@@ -126,26 +126,5 @@ impl Provider for AgentCoreProvider {
         LIFECYCLE
     }
 
-    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(AgentCoreProvider::create(self, spec).await?) as _) })
-    }
-
-    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(AgentCoreProvider::connect(self, id).await?) as _) })
-    }
-
-    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
-        Ok(Box::new(AgentCoreProvider::attach(self, id)?))
-    }
-
-    fn list<'a>(
-        &'a self,
-        filter: &'a ListFilter,
-    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
-        Box::pin(AgentCoreProvider::list(self, filter))
-    }
-
-    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(AgentCoreProvider::destroy(self, id))
-    }
+    execseam_adapter_kit::forward_lifecycle!(AgentCoreProvider: create, connect, attach, list, destroy);
 }

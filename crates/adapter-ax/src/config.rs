@@ -15,6 +15,9 @@ pub const AX_PORT: u16 = 80;
 pub const ENV_LIBRARY_PORT: u16 = 8080;
 /// The guest's default per-stream spool limit (10 MiB); output beyond it is discarded by the guest.
 pub const GUEST_MAX_LOG_BYTES: u64 = 10 * 1024 * 1024;
+/// The guest's default watchdog (`DefaultProcessTimeout`, 1 h: agent-substrate/env
+/// `guest/process/tracker.go`).
+pub const GUEST_PROCESS_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Environment variable (optional): `<atespace>/<actor>`, sent as `ate-target-actor` to route
 /// through the Substrate router.
@@ -31,6 +34,7 @@ pub struct AxConfig {
     pub(crate) max_resumes: u32,
     pub(crate) exit_poll_timeout: Duration,
     pub(crate) idle_timeout: Duration,
+    pub(crate) process_timeout: Duration,
 }
 
 impl fmt::Debug for AxConfig {
@@ -45,6 +49,7 @@ impl fmt::Debug for AxConfig {
             .field("max_resumes", &self.max_resumes)
             .field("exit_poll_timeout", &self.exit_poll_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("process_timeout", &self.process_timeout)
             .finish()
     }
 }
@@ -101,6 +106,7 @@ impl AxConfig {
             max_resumes: 5,
             exit_poll_timeout: Duration::from_secs(3600),
             idle_timeout: Duration::from_secs(30),
+            process_timeout: GUEST_PROCESS_TIMEOUT,
         }
     }
 
@@ -130,6 +136,12 @@ impl AxConfig {
             return Err(vars::config_error(
                 PROVIDER,
                 format!("target actor {actor:?} is not printable ASCII (<atespace>/<actor>)"),
+            ));
+        }
+        if self.process_timeout.is_zero() {
+            return Err(vars::config_error(
+                PROVIDER,
+                "process_timeout is zero: the guest would read it as its default",
             ));
         }
         Ok(())
@@ -199,6 +211,17 @@ impl AxConfig {
     #[must_use]
     pub fn exit_poll_timeout(mut self, timeout: Duration) -> AxConfig {
         self.exit_poll_timeout = timeout;
+        self
+    }
+
+    /// The guest's watchdog for each command this adapter starts (`StartProcessRequest.timeout`;
+    /// default 1 h, the guest's own default): at it the guest SIGKILLs the command's process
+    /// group. Such an end is `Timeout(Deadline::Command)` (`Retry::Never`), never the exit 137
+    /// the guest reports; telling it apart takes this value, so every client of a guest's
+    /// handles should use the same one. Zero is refused (the guest reads it as its default).
+    #[must_use]
+    pub fn process_timeout(mut self, timeout: Duration) -> AxConfig {
+        self.process_timeout = timeout;
         self
     }
 

@@ -49,6 +49,10 @@ pub struct AxExec {
     ownership: Ownership,
     /// What the guest's `execve` takes, asked for the first large command (shared by clones).
     arg_max: Arc<execseam_adapter_kit::size::ArgMax>,
+    /// Process ids of handles this client started or found (shared by clones): the way back to
+    /// a running handle when the guest's 10 running processes leave no slot for the registry's
+    /// exec (`process.rs`, `id_of`).
+    pub(crate) known_ids: Arc<Mutex<HashMap<execseam_core::StartKey, String>>>,
 }
 
 impl AxExec {
@@ -60,6 +64,7 @@ impl AxExec {
             guest: Arc::new(OnceLock::new()),
             ownership: Ownership::never_owned(),
             arg_max: Arc::default(),
+            known_ids: Arc::default(),
         }
     }
 
@@ -125,7 +130,7 @@ impl AxExec {
             .await?;
         let guest = self.guest("exec")?;
         let stdin = command.stdin().clone();
-        let request = start_request(&command, !stdin.is_empty());
+        let request = start_request(&command, !stdin.is_empty(), None, &self.config);
         let id = start_process(&guest, request, "exec").await?;
         let (rx, kill) = self.follow(guest, id, [0, 0], true, stdin);
         Ok(EventStream::new(Receiver(rx)).with_kill(kill))
@@ -175,10 +180,17 @@ impl AxExec {
 }
 
 /// The `StartProcess` of `command` under the [`detached`] wrapper (`stdin`: a pipe for
-/// `WriteProcessInput`), with the guest's default timeout.
-pub(crate) fn start_request(command: &Command, stdin: bool) -> StartProcessRequest {
+/// `WriteProcessInput`; `gate`: behind [`GATE`] on that directory), with the configured
+/// watchdog ([`AxConfig::process_timeout`]).
+pub(crate) fn start_request(
+    command: &Command,
+    stdin: bool,
+    gate: Option<&str>,
+    config: &AxConfig,
+) -> StartProcessRequest {
+    let timeout = config.process_timeout;
     StartProcessRequest {
-        command: detached(command.argv(), command.env()),
+        command: wrapped(command.argv(), command.env(), gate),
         cwd: command.workdir().unwrap_or_default().to_owned(),
         env: command
             .env()
@@ -186,8 +198,41 @@ pub(crate) fn start_request(command: &Command, stdin: bool) -> StartProcessReque
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect::<HashMap<_, _>>(),
         stdin,
-        timeout: None,
+        timeout: Some(crate::wire::google::protobuf::Duration {
+            seconds: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+            nanos: timeout.subsec_nanos() as i32,
+        }),
     }
+}
+
+/// A process the guest's watchdog ended: SIGKILL to its group at the requested timeout, which
+/// the guest reports as `128 + 9` like any kill (`Tracker.Kill` from the watchdog's
+/// `time.AfterFunc`, agent-substrate/env `guest/process/tracker.go`). Told apart by its run
+/// time: a kill before the timeout is someone else's.
+pub(crate) fn watchdog_end(config: &AxConfig, p: &Process, op: &'static str) -> Option<Error> {
+    if p.exit_code != 128 + 9 {
+        return None;
+    }
+    let at = |t: &Option<crate::wire::google::protobuf::Timestamp>| {
+        t.as_ref()
+            .map(|t| (i128::from(t.seconds) * 1_000_000_000) + i128::from(t.nanos))
+    };
+    let ran = at(&p.finished_at)? - at(&p.started_at)?;
+    if ran < config.process_timeout.as_nanos() as i128 {
+        return None;
+    }
+    Some(
+        Error::new(
+            ErrorKind::Timeout(execseam_core::Deadline::Command),
+            format!(
+                "the guest's watchdog SIGKILLed process {} and its group after {:?} (AxConfig::process_timeout); the guest reports it as exit 137",
+                p.process_id, config.process_timeout
+            ),
+        )
+        .with_retry(Retry::Never)
+        .with_provider(PROVIDER)
+        .with_operation(op),
+    )
 }
 
 /// Kills a followed process's group (for [`EventStream::with_kill`]).
@@ -268,6 +313,29 @@ exec "$@""#;
 /// needed (env would take it for an assignment), is sent as it is: only it keeps the guest's own
 /// wait for background children.
 pub fn detached(argv: &[String], env: &std::collections::BTreeMap<String, String>) -> Vec<String> {
+    wrapped(argv, env, None)
+}
+
+/// Holds a command until its handle's registry entry (`$1`) has the process id: the guest mints
+/// the id only in `StartProcess`'s answer, so the command runs only once the adapter recorded
+/// it (a start refused afterwards, or whose answer was lost, runs nothing). It looks every
+/// 10 ms for a second (the record follows the start's answer at once), then every 100 ms, and
+/// gives up after a minute (exit 125, nothing run).
+const GATE: &str = r#"e=$1; shift; n=0
+until [ -e "$e/id" ]; do
+  n=$((n + 1)); [ "$n" -le 700 ] || exit 125
+  if [ "$n" -le 100 ]; then t=0.01; else t=0.1; fi
+  sleep "$t" 2>/dev/null || sleep 1
+done
+exec "$@""#;
+
+/// [`detached`], behind [`GATE`] on the registry entry `gate` (inside the wrapper, before the
+/// `env --` that restores names a shell drops). The argv sent as it is gets no gate.
+fn wrapped(
+    argv: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+    gate: Option<&str>,
+) -> Vec<String> {
     let odd: Vec<String> = env
         .iter()
         .filter(|(k, _)| !is_identifier(k))
@@ -279,8 +347,11 @@ pub fn detached(argv: &[String], env: &std::collections::BTreeMap<String, String
     if program.starts_with('-') || (!odd.is_empty() && program.contains('=')) {
         return argv.to_vec();
     }
-    let mut out = Vec::with_capacity(argv.len() + odd.len() + 6);
+    let mut out = Vec::with_capacity(argv.len() + odd.len() + 11);
     out.extend(["/bin/sh", "-c", DETACH, "sh"].map(str::to_owned));
+    if let Some(entry) = gate {
+        out.extend(["/bin/sh", "-c", GATE, "execseam-gate", entry].map(str::to_owned));
+    }
     if !odd.is_empty() {
         out.extend(["env", "--"].map(str::to_owned));
         out.extend(odd);
@@ -639,6 +710,9 @@ impl Driver {
                 "the guest could not determine how {} ended (exit_code {})",
                 self.id, p.exit_code
             )));
+        }
+        if let Some(e) = watchdog_end(&self.config, &p, "exec") {
+            return Err(e);
         }
         for (i, name) in [(0, "stdout"), (1, "stderr")] {
             if self.tails[i].starts_with(crate::TRUNCATION_MARKER) {

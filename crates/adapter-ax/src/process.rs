@@ -7,9 +7,12 @@
 //! - `StartProcess` mints the id (`proc-<24 hex>`): a start is not idempotent, and there is no
 //!   list RPC. So the first start under a key makes its registry entry (`mkdir`, atomic), starts
 //!   the process and records its id there; a retry (or a concurrent start) finds the entry and
-//!   the id, and starts nothing. A start whose answer was lost left an entry without an id: the
-//!   command may have run and nothing can find it, so every later start under that key is
-//!   `Unsafe`, and status and list say `Unknown`.
+//!   the id, and starts nothing. The command waits at the wrapper's gate until its id is
+//!   recorded, so it never runs unrecorded. A start whose answer was lost left an entry without
+//!   an id: nothing can find the process (gated, it runs nothing, but that cannot be told from
+//!   here), so every later start under that key is `Unsafe`, and status and list say `Unknown`.
+//! - The guest runs 10 processes at most, the registry's execs included: a handle whose record
+//!   finds no slot is ended at its gate and the start is `RateLimited` (see `withdraw`).
 //! - `StreamProcessOutput{stdout_offset, stderr_offset, follow}`: byte offsets per stream, live,
 //!   and after the exit; the exit message comes last. A read is one stream without `follow`; an
 //!   attach is the exec's own follower (resumes a cut stream from the bytes it has), started at
@@ -29,8 +32,9 @@
 //!
 //! The command runs under the exec's [`detached`](crate::detached) wrapper, so its exit is its
 //! own even when a background child keeps its output open (the guest waits for its output
-//! copiers before it records an exit). The guest's watchdog still applies: a process the guest
-//! started without a timeout is SIGKILLed after the guest's default (1 h in agent-substrate/env).
+//! copiers before it records an exit). The guest's watchdog SIGKILLs it at
+//! [`AxConfig::process_timeout`](crate::AxConfig::process_timeout): `wait` and `attach` say
+//! `Timeout(Command)` then, not 137 ([`watchdog_end`]).
 
 use std::time::Duration;
 
@@ -47,7 +51,7 @@ use tonic::Code;
 use crate::PROVIDER;
 use crate::client::Guest;
 use crate::error::from_status;
-use crate::exec::{AxExec, start_process, start_request};
+use crate::exec::{AxExec, start_process, start_request, watchdog_end};
 use crate::wire::{self, process_output};
 
 /// What the guest's native handles do: see the [module docs](self).
@@ -137,13 +141,35 @@ impl<'a> AxProcesses<'a> {
     }
 
     /// The process id of `key`: `NotFound` without an entry, `Protocol` (never retried) for a
-    /// start whose answer was lost.
+    /// start whose answer was lost. The registry is read by an exec, which the guest refuses
+    /// while 10 processes run (`RESOURCE_EXHAUSTED`): then a running process this client
+    /// started or found under `key` is still `key`'s (a running process cannot be released, so
+    /// its key cannot have started another), and its handle can still be signalled, read and
+    /// waited on. Anything else stays the guest's refusal (`RateLimited`).
     async fn id_of(&self, key: &StartKey, op: &'static str) -> Result<String, Error> {
-        match self.entry(key, op).await? {
-            Entry::Id(id) => Ok(id),
+        let entry = match self.entry(key, op).await {
+            Ok(entry) => entry,
+            Err(e) if e.kind() == ErrorKind::RateLimited => {
+                let known = self.known_ids().get(key).cloned();
+                return match known {
+                    Some(id) if self.state(&id, op).await? == ProcessState::Running => Ok(id),
+                    _ => Err(e),
+                };
+            }
+            Err(e) => return Err(e),
+        };
+        match entry {
+            Entry::Id(id) => {
+                self.known_ids().insert(key.clone(), id.clone());
+                Ok(id)
+            }
             Entry::None => Err(REGISTRY.not_started(op)),
             Entry::Lost => Err(lost(op)),
         }
+    }
+
+    fn known_ids(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<StartKey, String>> {
+        self.exec.known_ids.lock().expect("known ids")
     }
 
     /// A guest error about process `id`: a process the guest no longer knows is `Expired`.
@@ -163,14 +189,17 @@ impl<'a> AxProcesses<'a> {
         from_status(status, op, Stage::Before)
     }
 
-    /// `GetProcess`: the state.
-    async fn state(&self, id: &str, op: &'static str) -> Result<ProcessState, Error> {
-        let p = self
-            .guest(op)?
+    /// `GetProcess`.
+    async fn process(&self, id: &str, op: &'static str) -> Result<wire::Process, Error> {
+        self.guest(op)?
             .get(id)
             .await
-            .map_err(|s| self.guest_error(s, op, id))?;
-        state_of(&p, op)
+            .map_err(|s| self.guest_error(s, op, id))
+    }
+
+    /// `GetProcess`: the state (a watchdog's kill is the guest's exit 137, as it reports it).
+    async fn state(&self, id: &str, op: &'static str) -> Result<ProcessState, Error> {
+        state_of(&self.process(id, op).await?, op)
     }
 
     async fn start_one(&self, request: StartRequest) -> Result<Started, Error> {
@@ -190,7 +219,8 @@ impl<'a> AxProcesses<'a> {
         let data = command.stdin().clone();
         let close = request.stdin == StdinMode::Closed;
         let native_stdin = !close || !data.is_empty();
-        let start = start_request(&command, native_stdin);
+        let entry = REGISTRY.entry(&key);
+        let start = start_request(&command, native_stdin, Some(&entry), self.exec.config());
         let id = match start_process(&guest, start, op).await {
             Ok(id) => id,
             Err(e) => {
@@ -215,7 +245,15 @@ impl<'a> AxProcesses<'a> {
                 )
                 .await
             {
-                Ok(a) if a == "ax:recorded" => break,
+                Ok(a) if a == "ax:recorded" => {
+                    self.known_ids().insert(key.clone(), id.clone());
+                    break;
+                }
+                // The guest's 10 running processes, this one the 10th: the record's exec is
+                // refused, and the command waits at its gate, not run.
+                Err(e) if e.kind() == ErrorKind::RateLimited => {
+                    return Err(self.withdraw(&guest, &key, &id, e).await);
+                }
                 Ok(_) | Err(_) if tries < 2 => tries += 1,
                 Ok(_) => return Err(unrecorded(op, &id, "no answer".into())),
                 Err(e) => return Err(unrecorded(op, &id, e.to_string())),
@@ -228,6 +266,45 @@ impl<'a> AxProcesses<'a> {
             handle,
             fresh: true,
         })
+    }
+
+    /// Ends process `id`, held at its gate (it ran nothing), and forgets `key`'s entry once
+    /// the guest has a slot again for the exec that does it: the start is then `RateLimited`
+    /// and safe to retry.
+    async fn withdraw(&self, guest: &Guest, key: &StartKey, id: &str, refused: Error) -> Error {
+        let op = "start";
+        let _ = guest.signal(id, wire::Signal::Kill).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            match REGISTRY.forget(self.exec, op, key).await {
+                Ok(_) => {
+                    return REGISTRY
+                        .error(
+                            ErrorKind::RateLimited,
+                            op,
+                            format!(
+                                "the guest runs 10 processes, its limit, with this one: recording it needs one more, so it was ended before it ran ({refused})"
+                            ),
+                        )
+                        .with_retry(Retry::SAFE);
+                }
+                Err(e)
+                    if e.kind() == ErrorKind::RateLimited
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => {
+                    return REGISTRY.error(
+                        ErrorKind::RateLimited,
+                        op,
+                        format!(
+                            "the guest runs 10 processes, its limit: this one was ended before it ran, but its key could not be freed ({e}); release it to start again"
+                        ),
+                    );
+                }
+            }
+        }
     }
 
     /// A start that found `key`'s entry: the first start's process, once it recorded its id.
@@ -302,14 +379,18 @@ impl<'a> AxProcesses<'a> {
                     format!("stdin is closed or the process exited: {}", s.message()),
                 ))
             }
-            // Lost on the way or refused before it was read: the lock stays (see the module
-            // docs) unless the call never reached the guest.
+            // Refused with an answer (or never connected): nothing was written, the lock goes.
+            // Lost on the way: the bytes may have arrived, so the lock stays (see the module
+            // docs) and the write is `Unsafe`, whatever the transport error says.
             Err(s) => {
+                use crate::error::{Origin, origin};
+                let answered = matches!(origin(&s), Origin::Peer | Origin::Connect);
                 let e = self.guest_error(s, op, id);
-                if e.retry() == Retry::Never || e.kind() == ErrorKind::Expired {
+                if e.kind() == ErrorKind::Expired || (answered && e.retry() != Retry::Unsafe) {
                     let _ = REGISTRY.run(self.exec, op, STDIN_END, &[&entry, ""]).await;
+                    return Err(e);
                 }
-                Err(e)
+                Err(e.with_retry(Retry::Unsafe))
             }
         }
     }
@@ -464,7 +545,11 @@ impl<'a> AxProcesses<'a> {
         let deadline = tokio::time::Instant::now() + within;
         let mut delay = Duration::from_millis(50);
         loop {
-            if let ProcessState::Exited(exit) = self.state(&id, op).await? {
+            let p = self.process(&id, op).await?;
+            if let Some(e) = watchdog_end(self.exec.config(), &p, op) {
+                return Err(e);
+            }
+            if let ProcessState::Exited(exit) = state_of(&p, op)? {
                 return Ok(Waited::Exited(exit));
             }
             let now = tokio::time::Instant::now();
@@ -514,7 +599,9 @@ impl<'a> AxProcesses<'a> {
             },
             Entry::None | Entry::Lost => None,
         };
-        REGISTRY.release(self.exec, op, &key, state).await
+        REGISTRY.release(self.exec, op, &key, state).await?;
+        self.known_ids().remove(&key);
+        Ok(())
     }
 }
 

@@ -5,7 +5,7 @@
 //! variant (StreamProcessOutputs, KillProcess) is not offered.
 
 pub use ateenv::v1alpha::*;
-pub use execseam_ax_proto::ateenv;
+pub use execseam_ax_proto::{ateenv, google};
 
 /// The gRPC metadata key the Substrate router routes on: `<atespace>/<actor>`.
 pub const TARGET_ACTOR_HEADER: &str = "ate-target-actor";

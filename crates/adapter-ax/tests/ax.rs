@@ -865,7 +865,7 @@ async fn started(
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_process_start_whose_answer_is_lost_is_unsafe_and_never_run_again() {
+async fn a_process_start_whose_answer_is_lost_is_unsafe_and_never_runs() {
     use execseam_core::{ProcessState as State, StartKey, StartRequest, StreamOffsets, Waited};
     let emu = emulator().await;
     let exec = adapter(&emu);
@@ -889,20 +889,14 @@ async fn a_process_start_whose_answer_is_lost_is_unsafe_and_never_run_again() {
         (err.kind(), err.retry()),
         (ErrorKind::Protocol, Retry::Never)
     );
-    // It ran once; released, the key starts a new command.
-    let mut ran = Bytes::new();
-    for _ in 0..50 {
-        ran = exec
-            .exec(Command::new(["cat", &count]).unwrap())
-            .await
-            .unwrap()
-            .stdout;
-        if !ran.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(&ran[..], b"x\n");
+    // The command waits at its gate for an id that is never recorded: it did not run (the
+    // gate gives up after 60 s, still without running it). Released, the key starts anew.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let out = exec
+        .exec(Command::new(["cat", &count]).unwrap())
+        .await
+        .unwrap();
+    assert_ne!(out.exit, Exit::Code(0), "nothing ran: {out:?}");
     p.release(&h).await.unwrap();
     let s = p
         .start(StartRequest::new(
@@ -998,4 +992,226 @@ async fn a_command_is_checked_against_the_guests_probed_arg_max() {
     let fresh = || async { adapter(&emu) };
     execseam_test_util::probe::arg_max_is_probed(&adapter(&emu), fresh, || emu.exec_requests())
         .await;
+}
+
+/// The guest SIGKILLs a process's group at its `StartProcessRequest.timeout` (the watchdog,
+/// 1 h by default: agent-substrate/env `guest/process/tracker.go` `DefaultProcessTimeout`,
+/// `time.AfterFunc` → `Kill`) and reports 137 like any kill. The adapter sends its
+/// `process_timeout` (1 s here) and tells the watchdog's end by the run time: a handle's wait
+/// and attach, and an exec, are `Timeout(Command)`, never exit 137; a KILL before it stays 137.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_guest_watchdog_is_a_command_timeout_never_an_exit() {
+    use execseam_core::{
+        Deadline, ProcessEvent, ProcessState as State, Signal, StreamOffsets, Waited,
+    };
+    let emu = emulator().await;
+    let exec = on(
+        AxConfig::new().process_timeout(Duration::from_secs(1)),
+        &emu.endpoint(),
+    );
+    let p = exec.processes().expect("native handles");
+    let h = started(&*p, "watched", "echo before; exec sleep 30").await;
+    let killed = started(&*p, "killed", "exec sleep 30").await;
+    p.signal(&killed, Signal::Kill).await.unwrap();
+    let timed_out = |e: execseam_core::Error| {
+        assert_eq!(
+            (e.kind(), e.retry()),
+            (ErrorKind::Timeout(Deadline::Command), Retry::Never),
+            "{e}"
+        );
+    };
+    let (waited, one_shot) = tokio::join!(
+        p.wait(&h, Duration::from_secs(20)),
+        exec.exec(Command::new(["sleep", "30"]).unwrap())
+    );
+    timed_out(waited.unwrap_err());
+    timed_out(one_shot.unwrap_err());
+    let mut s = p.attach(&h, StreamOffsets::ZERO).await.unwrap();
+    let mut events = Vec::new();
+    while let Some(ev) = s.next().await {
+        events.push(ev);
+    }
+    match events.as_slice() {
+        [Ok(ProcessEvent::Stdout { at: 0, data }), Err(e)] if &data[..] == b"before\n" => {
+            assert_eq!(e.kind(), ErrorKind::Timeout(Deadline::Command), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // What the guest reports, as status and list show it.
+    assert_eq!(
+        p.status(&h).await.unwrap().state,
+        State::Exited(Exit::Code(137))
+    );
+    assert_eq!(
+        p.wait(&killed, Duration::from_secs(10)).await.unwrap(),
+        Waited::Exited(Exit::Code(137)),
+        "a kill before the watchdog is the kill's exit"
+    );
+    let zero = AxConfig::new().process_timeout(Duration::ZERO);
+    assert_eq!(
+        AxProvider::new(zero).unwrap_err().kind(),
+        ErrorKind::InvalidConfig
+    );
+}
+
+/// The guest runs at most 10 processes (`DefaultMaxConcurrentProcesses`; beyond it
+/// `RESOURCE_EXHAUSTED "maximum concurrent processes limit (10) reached …"`,
+/// agent-substrate/env `guest/process/tracker.go`), and the registry's own execs count: a handle
+/// that would be the 10th cannot be recorded. Its command waits at the adapter's gate until its
+/// id is recorded, so it is ended before it ran and the start is `RateLimited`, `Retry::Safe`,
+/// nothing left under its key. With all 10 slots taken, the client that started the running
+/// handles still signals and waits on them (no slot needed); another client cannot find them
+/// and says so with the same typed error.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handle_beyond_the_guests_process_limit_is_rate_limited_and_never_runs() {
+    use execseam_core::{Signal, StartKey, StartRequest, Started, Waited};
+    let marker = format!("/tmp/execseam-ax-slots-{}", std::process::id());
+    let script = format!("echo ran >>{marker}; exec sleep 30");
+    let emu = emulator().await;
+    let exec = adapter(&emu);
+    let p = exec.processes().expect("native handles");
+    // The guest frees a slot just after it reports an exit (its reaper decrements last), so
+    // an exec right behind another may find all 10 taken for a moment.
+    let start = |key: &str| {
+        let (p, key) = (&p, StartKey::new(key).unwrap());
+        let cmd = Command::new(["sh", "-c", &script]).unwrap();
+        async move {
+            let mut tries = 0;
+            loop {
+                match p.start(StartRequest::new(key.clone(), cmd.clone())).await {
+                    Err(e) if e.kind() == ErrorKind::RateLimited && tries < 20 => {
+                        tries += 1;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    other => break other,
+                }
+            }
+        }
+    };
+    let mut running = Vec::new();
+    for i in 0..9 {
+        let Started { handle, fresh } = start(&format!("slot-{i}")).await.unwrap();
+        assert!(fresh);
+        running.push(handle);
+    }
+    let ran = || async {
+        let out = exec
+            .exec(Command::new(["sh", "-c", &format!("cat {marker} | wc -l")]).unwrap())
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(ran().await, "9");
+    let tenth = StartRequest::new(
+        StartKey::new("tenth").unwrap(),
+        Command::new(["sh", "-c", &script]).unwrap(),
+    );
+    let err = p.start(tenth).await.unwrap_err();
+    assert_eq!(
+        (err.kind(), err.retry()),
+        (ErrorKind::RateLimited, Retry::SAFE),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("maximum concurrent processes"),
+        "{err}"
+    );
+    assert_eq!(ran().await, "9", "the refused handle's command never ran");
+    // The 10th slot taken by a process of the guest's own: every slot is busy.
+    let raw = raw(&emu).await;
+    let other_id = raw
+        .clone()
+        .start_process(StartProcessRequest {
+            command: vec!["sleep".into(), "30".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .process_id;
+    let other = adapter(&emu);
+    let q = other.processes().unwrap();
+    let err = q.signal(&running[0], Signal::Kill).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RateLimited, "another client: {err}");
+    p.signal(&running[0], Signal::Kill).await.unwrap();
+    // Ended, it is no longer surely the key's (a key is released only once its process ended),
+    // so the wait needs the registry, and the slot the kill frees comes just after the exit.
+    let mut tries = 0;
+    let waited = loop {
+        match p.wait(&running[0], Duration::from_secs(10)).await {
+            Err(e) if e.kind() == ErrorKind::RateLimited && tries < 20 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => break other.unwrap(),
+        }
+    };
+    assert_eq!(waited, Waited::Exited(Exit::Code(137)));
+    raw.clone()
+        .signal_process(SignalProcessRequest {
+            process_id: other_id,
+            signal: execseam_ax_proto::Signal::Kill as i32,
+        })
+        .await
+        .unwrap();
+    // Two slots free again: the refused key starts afresh, once.
+    let s = start("tenth").await.unwrap();
+    assert!(s.fresh, "nothing was left under the refused key");
+    running.push(s.handle);
+    for h in &running[1..] {
+        p.signal(h, Signal::Kill).await.unwrap();
+    }
+    assert_eq!(ran().await, "10");
+    let _ = std::fs::remove_file(&marker);
+}
+
+/// `WriteProcessInput` takes no offset, so a write whose answer is lost (the fault `input=reset`:
+/// the guest wrote the bytes, the connection reset before its answer) keeps the registry's
+/// stdin lock: that write is `Unsafe`, and every later write, the retry included, is `Conflict`
+/// saying why; the bytes arrived once. A write the guest refused with an answer (`input=429`)
+/// wrote nothing and leaves stdin usable.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_stdin_answer_locks_stdin_and_a_refused_one_does_not() {
+    use execseam_core::{Signal, StartKey, StartRequest, StdinWrite, StreamOffsets};
+    let w = |at, data: &'static [u8]| StdinWrite {
+        at,
+        data: Bytes::from_static(data),
+        close: false,
+    };
+    let emu = emulator().await;
+    let exec = adapter(&emu);
+    let p = exec.processes().expect("native handles");
+    let key = StartKey::new("stdin-lock").unwrap();
+    let cmd = Command::new(["cat"]).unwrap();
+    let h = p
+        .start(StartRequest::new(key, cmd).open_stdin())
+        .await
+        .unwrap()
+        .handle;
+    emu.faults().add("input=429".parse().unwrap());
+    let err = p.write_stdin(&h, w(0, b"a")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RateLimited, "{err}");
+    let st = p.write_stdin(&h, w(0, b"a")).await.unwrap();
+    assert_eq!(
+        st.accepted, 1,
+        "refused with an answer: nothing written, not locked"
+    );
+    emu.faults().add("input=reset".parse().unwrap());
+    let err = p.write_stdin(&h, w(1, b"b")).await.unwrap_err();
+    assert_eq!(err.retry(), Retry::Unsafe, "{err}");
+    for at in [1, 2] {
+        let err = p.write_stdin(&h, w(at, b"b")).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+        assert!(err.to_string().contains("answer was lost"), "{err}");
+    }
+    let mut out = Bytes::new();
+    for _ in 0..50 {
+        out = p.read(&h, StreamOffsets::ZERO).await.unwrap().stdout;
+        if out.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(&out[..], b"ab", "the lost write's bytes arrived, once");
+    p.signal(&h, Signal::Kill).await.unwrap();
 }

@@ -162,11 +162,9 @@ impl ChronoConfig {
         self
     }
 
-    /// The NyxID UserService id (`?_nyxid_via=`), when going through the NyxID proxy.
-    #[must_use]
-    pub fn via(mut self, user_service_id: impl Into<String>) -> Self {
-        self.via = Some(user_service_id.into());
-        self
+    execseam_adapter_kit::setters! {
+        /// The NyxID UserService id (`?_nyxid_via=`), when going through the NyxID proxy.
+        via: some into String,
     }
 
     /// The bearer credential (a NyxID bearer or Agent Key `nyxid_ag_…`); kept in a
@@ -185,55 +183,24 @@ impl ChronoConfig {
         self
     }
 
-    /// `timeout_secs` sent with every execution: 1..=600, default 180. An invalid value is
-    /// `InvalidConfig`, before any I/O.
-    #[must_use]
-    pub fn timeout_secs(mut self, secs: u32) -> Self {
-        self.timeout_secs = secs;
-        self
-    }
-
-    /// How much longer than `timeout_secs` the synchronous HTTP request may take (default 30 s),
-    /// so the server's deadline fires first.
-    #[must_use]
-    pub fn request_slack(mut self, slack: Duration) -> Self {
-        self.request_slack = slack;
-        self
-    }
-
-    /// TCP connect timeout (default 10 s).
-    #[must_use]
-    pub fn connect_timeout(mut self, t: Duration) -> Self {
-        self.connect_timeout = t;
-        self
-    }
-
-    /// The largest stdin accepted (default 8 MiB); larger is `InvalidCommand` before any I/O.
-    #[must_use]
-    pub fn max_stdin(mut self, bytes: u64) -> Self {
-        self.max_stdin = bytes;
-        self
-    }
-
-    /// The largest response body read (default 64 MiB; Aevatar uses 1 MiB); a larger one is `OutputLimit`.
-    #[must_use]
-    pub fn max_response_bytes(mut self, bytes: usize) -> Self {
-        self.max_response_bytes = bytes;
-        self
-    }
-
-    /// Run commands through the durable `/executions` contract instead of `/execute`.
-    #[must_use]
-    pub fn durable(mut self, yes: bool) -> Self {
-        self.durable = yes;
-        self
-    }
-
-    /// The durable client's timing rules.
-    #[must_use]
-    pub fn policy(mut self, policy: DurablePolicy) -> Self {
-        self.policy = policy;
-        self
+    execseam_adapter_kit::setters! {
+        /// `timeout_secs` sent with every execution: 1..=600, default 180. An invalid value is
+        /// `InvalidConfig`, before any I/O.
+        timeout_secs: u32,
+        /// How much longer than `timeout_secs` the synchronous HTTP request may take (default 30
+        /// s), so the server's deadline fires first.
+        request_slack: Duration,
+        /// TCP connect timeout (default 10 s).
+        connect_timeout: Duration,
+        /// The largest stdin accepted (default 8 MiB); larger is `InvalidCommand` before any I/O.
+        max_stdin: u64,
+        /// The largest response body read (default 64 MiB; Aevatar uses 1 MiB); a larger one is
+        /// `OutputLimit`.
+        max_response_bytes: usize,
+        /// Run commands through the durable `/executions` contract instead of `/execute`.
+        durable: bool,
+        /// The durable client's timing rules.
+        policy: DurablePolicy,
     }
 
     /// The configured `timeout_secs`.

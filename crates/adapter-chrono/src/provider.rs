@@ -1,8 +1,6 @@
 //! [`ChronoProvider`]: Chrono's (small) lifecycle.
 
-use execseam_core::{
-    BoxFuture, Capabilities, Error, LifecycleCapabilities, Provider, Sandbox, SandboxSpec,
-};
+use execseam_core::{Capabilities, Error, LifecycleCapabilities, Provider, SandboxSpec};
 
 use crate::config::ChronoConfig;
 use crate::exec::ChronoExec;
@@ -57,7 +55,5 @@ impl Provider for ChronoProvider {
         LIFECYCLE
     }
 
-    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(ChronoProvider::create(self, spec).await?) as _) })
-    }
+    execseam_adapter_kit::forward_lifecycle!(ChronoProvider: create);
 }

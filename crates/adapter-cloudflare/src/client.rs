@@ -44,6 +44,9 @@ impl std::fmt::Debug for BridgeClient {
 /// end of the body (the caller decides what a missing terminal means), or with an `Err`.
 pub type ExecEvents = Pin<Box<dyn Stream<Item = Result<ExecEvent, Error>> + Send>>;
 
+/// The largest tar the bridge's `hydrate` takes (`MAX_HYDRATE_BYTES`, 32 MiB: `routes.ts`).
+pub const MAX_HYDRATE: usize = 32 * 1024 * 1024;
+
 /// Percent-encodes a sandbox path for the `/file/<path>` route (keeps `/` and unreserved bytes).
 pub fn encode_path(path: &str) -> String {
     let mut out = String::with_capacity(path.len());
@@ -191,6 +194,63 @@ impl BridgeClient {
         Ok(())
     }
 
+    /// `POST /v1/sandbox/{id}/persist?excludes=<dir>`: the bridge's tar of `/workspace` without
+    /// `exclude` (a path relative to it), read up to [`MAX_HYDRATE`] bytes (a larger one could
+    /// not be hydrated: `OutputLimit`).
+    pub async fn persist(&self, id: &str, exclude: &str) -> Result<Bytes, Error> {
+        let rest = format!("/sandbox/{id}/persist?excludes={}", encode_path(exclude));
+        let rb = self.request(Method::POST, &rest, true);
+        let resp = self.send(rb, "snapshot", Stage::Before).await?;
+        let tar = read_limited(
+            resp,
+            MAX_HYDRATE + 1,
+            self.config.request_timeout,
+            "snapshot",
+            Stage::Before,
+        )
+        .await?;
+        if tar.len() > MAX_HYDRATE {
+            return Err(Error::new(
+                ErrorKind::OutputLimit,
+                format!("/workspace's tar is over {MAX_HYDRATE} bytes: the bridge's hydrate could not take it back"),
+            )
+            .with_provider(PROVIDER)
+            .with_operation("snapshot"));
+        }
+        Ok(tar)
+    }
+
+    /// `POST /v1/sandbox/{id}/hydrate` with a tar: extracted over `/workspace` (files in the
+    /// tar replace the sandbox's, others stay).
+    pub async fn hydrate(&self, id: &str, tar: Bytes) -> Result<(), Error> {
+        let rest = format!("/sandbox/{id}/hydrate");
+        self.put_bytes(Method::POST, &rest, tar, "create").await
+    }
+
+    /// Sends `data` as an octet stream; the answer is `{"ok": true}`.
+    async fn put_bytes(
+        &self,
+        method: Method,
+        rest: &str,
+        data: Bytes,
+        operation: &'static str,
+    ) -> Result<(), Error> {
+        let rb = self
+            .request(method, rest, true)
+            .header(CONTENT_TYPE, "application/octet-stream")
+            .body(data);
+        let resp = self.send(rb, operation, Stage::Before).await?;
+        let r: WriteResponse = self.json(resp, operation, Stage::Before).await?;
+        if !r.ok {
+            return Err(protocol(
+                format!("{rest} answered ok: false"),
+                operation,
+                Stage::Before,
+            ));
+        }
+        Ok(())
+    }
+
     /// `GET /v1/sandbox/{id}/running`.
     pub async fn running(&self, id: &str) -> Result<bool, Error> {
         let rb = self.request(Method::GET, &format!("/sandbox/{id}/running"), true);
@@ -202,24 +262,8 @@ impl BridgeClient {
     /// `PUT /v1/sandbox/{id}/file/<path>` with raw bytes (at most 32 MiB; the bridge creates
     /// parent directories through the SDK's write).
     pub async fn write_file(&self, id: &str, path: &str, data: Bytes) -> Result<(), Error> {
-        let rb = self
-            .request(
-                Method::PUT,
-                &format!("/sandbox/{id}/file/{}", encode_path(path)),
-                true,
-            )
-            .header(CONTENT_TYPE, "application/octet-stream")
-            .body(data);
-        let resp = self.send(rb, "write_file", Stage::Before).await?;
-        let r: WriteResponse = self.json(resp, "write_file", Stage::Before).await?;
-        if !r.ok {
-            return Err(protocol(
-                "the write answered ok: false",
-                "write_file",
-                Stage::Before,
-            ));
-        }
-        Ok(())
+        let rest = format!("/sandbox/{id}/file/{}", encode_path(path));
+        self.put_bytes(Method::PUT, &rest, data, "write_file").await
     }
 
     /// `GET /v1/sandbox/{id}/file/<path>`: the raw bytes.

@@ -1,6 +1,7 @@
 //! Configuration of the Cloudflare adapter, and [`CloudflareConfig::from_env`].
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use execseam_adapter_kit::Adapter as _;
@@ -19,6 +20,8 @@ pub const ENV_API_KEY: &str = "CLOUDFLARE_SANDBOX_API_KEY";
 pub const ENV_SESSION_ID: &str = "CLOUDFLARE_SANDBOX_SESSION_ID";
 /// `streaming` (the default) or `exact`; see [`OutputMode`].
 pub const ENV_MODE: &str = "EXECSEAM_CLOUDFLARE_MODE";
+/// Where snapshots are kept on this host; see [`CloudflareConfig::snapshot_dir`].
+pub const ENV_SNAPSHOT_DIR: &str = "EXECSEAM_CLOUDFLARE_SNAPSHOT_DIR";
 
 /// The default [`CloudflareConfig::stream_idle_timeout`].
 pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -81,6 +84,7 @@ pub struct CloudflareConfig {
     pub(crate) connect_attempts: u32,
     pub(crate) max_answer_bytes: usize,
     pub(crate) terminal: TerminalMode,
+    pub(crate) snapshot_dir: Option<PathBuf>,
 }
 
 impl fmt::Debug for CloudflareConfig {
@@ -99,6 +103,7 @@ impl fmt::Debug for CloudflareConfig {
             .field("connect_attempts", &self.connect_attempts)
             .field("max_answer_bytes", &self.max_answer_bytes)
             .field("terminal", &self.terminal)
+            .field("snapshot_dir", &self.snapshot_dir)
             .finish()
     }
 }
@@ -121,6 +126,7 @@ impl CloudflareConfig {
             connect_attempts: 4,
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             terminal: TerminalMode::Recorder,
+            snapshot_dir: None,
         }
     }
 
@@ -131,7 +137,8 @@ impl CloudflareConfig {
 
     /// Reads [`VARS`](crate::VARS) as `vars` gives them: `CLOUDFLARE_SANDBOX_WORKER_URL`
     /// (required), `CLOUDFLARE_SANDBOX_API_KEY`, `CLOUDFLARE_SANDBOX_SESSION_ID`,
-    /// `EXECSEAM_CLOUDFLARE_MODE`, `EXECSEAM_CLOUDFLARE_TERMINAL` ([`CloudflareConfig::terminal`]).
+    /// `EXECSEAM_CLOUDFLARE_MODE`, `EXECSEAM_CLOUDFLARE_TERMINAL` ([`CloudflareConfig::terminal`]),
+    /// `EXECSEAM_CLOUDFLARE_SNAPSHOT_DIR` ([`CloudflareConfig::snapshot_dir`]).
     /// A missing or malformed one is
     /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
     pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<CloudflareConfig, Error> {
@@ -147,6 +154,9 @@ impl CloudflareConfig {
         }
         if let Some(mode) = TerminalMode::from_vars(vars, "EXECSEAM_CLOUDFLARE_TERMINAL")? {
             c.terminal = mode;
+        }
+        if let Some(dir) = vars.text(ENV_SNAPSHOT_DIR) {
+            c = c.snapshot_dir(dir);
         }
         c.validate()?;
         Ok(c)
@@ -185,6 +195,35 @@ impl CloudflareConfig {
     pub fn terminal(mut self, mode: TerminalMode) -> Self {
         self.terminal = mode;
         self
+    }
+
+    /// Where snapshots are kept. The bridge keeps none: its `persist` answers a tar of
+    /// `/workspace` and `hydrate` takes one back (the OpenAI Agents SDK's Cloudflare client
+    /// keeps that tar as its snapshot too), so the adapter keeps each tar as a file here.
+    /// Default: `$XDG_STATE_HOME/execseam/cloudflare-snapshots`, else
+    /// `$HOME/.local/state/execseam/cloudflare-snapshots`; with neither set, a snapshot is
+    /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig) until this is set.
+    #[must_use]
+    pub fn snapshot_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.snapshot_dir = Some(dir.into());
+        self
+    }
+
+    /// The snapshot directory: [`snapshot_dir`](Self::snapshot_dir)'s, else the default.
+    pub(crate) fn snapshots_in(&self) -> Option<PathBuf> {
+        let state = || {
+            std::env::var_os("XDG_STATE_HOME")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| {
+                    std::env::var_os("HOME")
+                        .filter(|v| !v.is_empty())
+                        .map(|h| PathBuf::from(h).join(".local/state"))
+                })
+        };
+        self.snapshot_dir
+            .clone()
+            .or_else(|| state().map(|s| s.join("execseam").join("cloudflare-snapshots")))
     }
 
     /// How output is obtained; see [`OutputMode`].

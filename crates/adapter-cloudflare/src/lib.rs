@@ -74,6 +74,7 @@ pub const VARS: &[Var] = &[
     Var::text("CLOUDFLARE_SANDBOX_SESSION_ID"),
     Var::choice("EXECSEAM_CLOUDFLARE_MODE", &["fast", "exact"]),
     Var::choice("EXECSEAM_CLOUDFLARE_TERMINAL", TerminalMode::WORDS),
+    Var::text("EXECSEAM_CLOUDFLARE_SNAPSHOT_DIR"),
 ];
 
 execseam_adapter_kit::adapter! {
@@ -109,8 +110,17 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
     // Exposed ports are the bridge's ephemeral tunnels (`POST|DELETE /v1/sandbox/{id}/tunnel/
     // {port}`, `packages/sandbox/src/bridge/routes.ts`): any port 1024-65535 but 3000 (the
     // control port, the SDK's `validatePort`), at any time, public (a quick tunnel has no
-    // token); no list route.
+    // token); no list route. Snapshots are the bridge's `persist` (a tar of `/workspace`,
+    // taken with `tar cf` while commands run on: not frozen) kept as a file on this host, and a
+    // create from one is a new sandbox `hydrate`d with it (`POST /v1/sandbox/{id}/persist`,
+    // `/hydrate`, same file); the OpenAI Agents SDK's Cloudflare client snapshots the same way.
+    // A fork is a snapshot and a create from it; nothing is shared afterwards.
     state: execseam_core::StateCapabilities {
+        snapshot: Some(execseam_core::SnapshotSupport {
+            scope: execseam_core::Scope::Dir("/workspace"),
+            ..execseam_core::SnapshotSupport::FILESYSTEM
+        }),
+        fork: Some(execseam_core::ForkSupport::SNAPSHOT_AND_CREATE),
         expose: Some(execseam_core::ExposeSupport {
             when: execseam_core::PortsWhen::AnyTime,
             auth: execseam_core::PortAuth::None,

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use execseam_adapter_kit::gone_is_destroyed;
+use execseam_adapter_kit::host_snapshots::HostSnapshots;
 use execseam_core::{
     BoxFuture, Capabilities, Error, ErrorKind, ExposedPort, LifecycleCapabilities, Ownership,
-    Provider, Sandbox, SandboxSpec,
+    Provider, Sandbox, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome, SnapshotRequest,
 };
 
 use crate::client::BridgeClient;
@@ -24,6 +25,9 @@ use crate::{LIFECYCLE, PROVIDER};
 /// | [`expose`](Self::expose) | `POST /v1/sandbox/{id}/tunnel/{port}` | an ephemeral (quick) tunnel, `https://<random>.trycloudflare.com`: public, reused for the same port |
 /// | [`unexpose`](Self::unexpose) | `DELETE /v1/sandbox/{id}/tunnel/{port}` | 204, also when there was none |
 /// | exposed | none: the bridge has no tunnel list route (`Unsupported`) |
+/// | [`snapshot`](Self::snapshot) | `GET /v1/sandbox/{id}/running`, then `POST /v1/sandbox/{id}/persist?excludes=.execseam`: a tar of `/workspace` (not the adapter's temp dir), kept as a file in [`CloudflareConfig::snapshot_dir`] |
+/// | [`create`](Self::create) from a snapshot | the create above, then `POST /v1/sandbox/{id}/hydrate` with the tar |
+/// | [`list_snapshots`](Self::list_snapshots), [`delete_snapshot`](Self::delete_snapshot) | none: the files in the snapshot directory |
 #[derive(Clone, Debug)]
 pub struct CloudflareProvider {
     client: BridgeClient,
@@ -50,17 +54,81 @@ impl CloudflareProvider {
     }
 
     /// Mints a sandbox id and assigns it a container; the handle owns it (close deletes it).
+    /// From a snapshot ([`SandboxSpec::with_snapshot`]), the snapshot's tar is read first (one
+    /// not kept here is `NotFound` before any request) and extracted into the new sandbox's
+    /// `/workspace`.
     pub async fn create(&self, spec: SandboxSpec) -> Result<CloudflareExec, Error> {
         spec.check(PROVIDER, &LIFECYCLE)?;
+        let tar = match spec.snapshot() {
+            Some(snap) => Some(self.snapshots("create")?.get(snap, "create").await?),
+            None => None,
+        };
         let attempts = self.config().connect_attempts;
         let id = with_backoff(attempts, || self.client.create_sandbox()).await?;
-        match CloudflareExec::open(self.client.clone(), id.clone(), Ownership::created()).await {
+        let opened = async {
+            let exec =
+                CloudflareExec::open(self.client.clone(), id.clone(), Ownership::created()).await?;
+            if let Some(tar) = tar {
+                self.client.hydrate(&id, tar.into()).await?;
+            }
+            Ok(exec)
+        };
+        match opened.await {
             Ok(exec) => Ok(exec),
             Err(e) => {
                 let _ = self.client.delete_sandbox(&id).await;
                 Err(e)
             }
         }
+    }
+
+    /// The snapshot store, or `InvalidConfig` when no directory is configured or known.
+    fn snapshots(&self, operation: &'static str) -> Result<HostSnapshots, Error> {
+        let dir = self.config().snapshots_in().ok_or_else(|| {
+            Error::invalid_config(
+                "no snapshot directory: set EXECSEAM_CLOUDFLARE_SNAPSHOT_DIR (or CloudflareConfig::snapshot_dir), XDG_STATE_HOME or HOME",
+            )
+            .with_provider(PROVIDER)
+            .with_operation(operation)
+        })?;
+        Ok(HostSnapshots::new(PROVIDER, "cf-snap-", dir))
+    }
+
+    /// Snapshots `/workspace` of the running sandbox `id` (the source runs on, not frozen:
+    /// files written meanwhile may be half in the tar) into a file on this host. The adapter's
+    /// temp dir (`/workspace/.execseam`) is left out.
+    pub async fn snapshot(
+        &self,
+        id: &str,
+        request: SnapshotRequest,
+    ) -> Result<SnapshotOutcome, Error> {
+        let id = checked_id(id, "snapshot")?;
+        let kind = LIFECYCLE.state.check_snapshot(PROVIDER, &request)?;
+        let store = self.snapshots("snapshot")?;
+        if !self.client.running(&id).await? {
+            return Err(Error::new(
+                ErrorKind::NotFound,
+                format!("sandbox {id:?} is not running (nothing to snapshot)"),
+            )
+            .with_provider(PROVIDER)
+            .with_operation("snapshot"));
+        }
+        let exclude = crate::exec::TEMP_DIR.trim_start_matches("/workspace/");
+        let tar = self.client.persist(&id, exclude).await?;
+        let info = store.put(&id, kind, &tar).await?;
+        Ok(SnapshotOutcome::new(info, SandboxState::Running))
+    }
+
+    /// The snapshots kept here, of sandbox `source` only when given.
+    pub async fn list_snapshots(&self, source: Option<&str>) -> Result<Vec<SnapshotInfo>, Error> {
+        LIFECYCLE.state.check_list_snapshots(PROVIDER)?;
+        self.snapshots("list_snapshots")?.list(source).await
+    }
+
+    /// Deletes a snapshot's file; one that does not exist is `Ok(())`.
+    pub async fn delete_snapshot(&self, snapshot: &str) -> Result<(), Error> {
+        LIFECYCLE.state.check_delete_snapshot(PROVIDER, snapshot)?;
+        self.snapshots("delete_snapshot")?.delete(snapshot).await
     }
 
     /// Connects to the running sandbox `id`; not owned. A sandbox that is not running has no
@@ -163,6 +231,8 @@ impl Provider for CloudflareProvider {
     fn unexpose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(CloudflareProvider::unexpose(self, id, port))
     }
+
+    execseam_adapter_kit::forward_snapshots!(CloudflareProvider: snapshot, list_snapshots, delete_snapshot);
 }
 
 /// `id` if the bridge takes it as a sandbox id, else `InvalidConfig` (before any request).

@@ -1,5 +1,5 @@
 //! Adapter behaviour beyond the conformance suite, against the bridge emulator: the bridge's
-//! `timeout_ms`, sessions, the sandbox check, credentials, limits, tunnels.
+//! `timeout_ms`, sessions, the sandbox check, credentials, limits, tunnels, snapshots.
 
 use std::time::Duration;
 
@@ -180,6 +180,50 @@ async fn exact_mode_removes_its_capture_files() {
     p.unexpose(exec.id(), 8080).await.unwrap();
     p.unexpose(exec.id(), 8080).await.unwrap();
     assert_eq!(status().await, 404, "{}", first.url);
+
+    // Snapshots: the bridge's `persist` tar kept as a file here, without the adapter's temp
+    // dir (its capture files and marker); listed by source; created from into a new sandbox
+    // (`hydrate`); a snapshot not kept here is `NotFound` before any request (the provider
+    // below points at nothing).
+    let dir = std::env::temp_dir().join(format!("execseam-cf-snaps-{}", std::process::id()));
+    let p = CloudflareProvider::new(config(&emu, OutputMode::Exact).snapshot_dir(&dir)).unwrap();
+    exec.exec(Command::new(["sh", "-c", "printf kept > /workspace/f"]).unwrap())
+        .await
+        .unwrap();
+    let snap = p
+        .snapshot(exec.id(), execseam_core::SnapshotRequest::new())
+        .await
+        .unwrap();
+    let tar = std::fs::read(dir.join(format!("{}.data", snap.snapshot.id))).unwrap();
+    let has = |name: &[u8]| tar.windows(name.len()).any(|w| w == name);
+    assert!(
+        has(b"./f") && !has(b".execseam"),
+        "the tar holds /workspace/f only"
+    );
+    let listed = p.list_snapshots(Some(exec.id())).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, snap.snapshot.id);
+    assert!(p.list_snapshots(Some("other")).await.unwrap().is_empty());
+    let made = p
+        .create(SandboxSpec::new().with_snapshot(snap.snapshot.id.clone()))
+        .await
+        .unwrap();
+    let got = made
+        .exec(Command::new(["cat", "/workspace/f"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(got.stdout.as_ref(), b"kept");
+    made.close().await.unwrap();
+    p.delete_snapshot(&snap.snapshot.id).await.unwrap();
+    let dead =
+        CloudflareProvider::new(CloudflareConfig::new("http://127.0.0.1:9").snapshot_dir(&dir))
+            .unwrap();
+    let err = dead
+        .create(SandboxSpec::new().with_snapshot(snap.snapshot.id.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// With `EXECSEAM_CLOUDFLARE_TERMINAL=attached`, a terminal runs on the bridge's terminal WebSocket with the command's workdir and env (the

@@ -333,14 +333,21 @@ impl Client {
     }
 
     /// `GET /sandbox/{id}/ports/{port}/preview-url`.
+    /// `GET /sandbox/{id}/ports/{port}/preview-url`, or with `signed` its
+    /// `signed-preview-url?expiresInSeconds=` (the same two fields used).
     pub(crate) async fn preview_url(
         &self,
         id: &str,
         port: u16,
+        signed: Option<Duration>,
     ) -> Result<wire::PortPreviewUrl, Error> {
         const OP: &str = "expose";
+        let route = match signed {
+            None => "preview-url".to_owned(),
+            Some(t) => format!("signed-preview-url?expiresInSeconds={}", t.as_secs()),
+        };
         let url = format!(
-            "{}/sandbox/{}/ports/{port}/preview-url",
+            "{}/sandbox/{}/ports/{port}/{route}",
             self.api_url,
             path_segment(id)
         );

@@ -39,6 +39,7 @@ pub struct DaytonaConfig {
     pub(crate) exec_route: ExecRoute,
     pub(crate) toolbox_url: Option<String>,
     pub(crate) terminal: TerminalMode,
+    pub(crate) signed_previews: Option<Duration>,
 }
 
 /// Which daemon route runs [`Exec::exec`](execseam_core::Exec::exec) (streams always run in a
@@ -80,6 +81,7 @@ impl fmt::Debug for DaytonaConfig {
             .field("exec_route", &self.exec_route)
             .field("terminal", &self.terminal)
             .field("toolbox_url", &self.toolbox_url)
+            .field("signed_previews", &self.signed_previews)
             .finish()
     }
 }
@@ -105,6 +107,7 @@ impl DaytonaConfig {
             exec_route: ExecRoute::default(),
             toolbox_url: None,
             terminal: TerminalMode::Recorder,
+            signed_previews: None,
         }
     }
 
@@ -121,7 +124,8 @@ impl DaytonaConfig {
     /// - `DAYTONA_TARGET` (region for a created sandbox);
     /// - `DAYTONA_SNAPSHOT` (the snapshot new sandboxes start from, unless the spec names one);
     /// - `EXECSEAM_DAYTONA_TEMP_DIR` (where stdin files and output FIFOs go, default `/tmp`);
-    /// - `EXECSEAM_DAYTONA_TERMINAL` (`recorder`, `auto`, `attached`: [`DaytonaConfig::terminal`]).
+    /// - `EXECSEAM_DAYTONA_TERMINAL` (`recorder`, `auto`, `attached`: [`DaytonaConfig::terminal`]);
+    /// - `EXECSEAM_DAYTONA_SIGNED_PREVIEWS` (seconds: [`DaytonaConfig::signed_previews`]).
     ///
     /// A missing credential is [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
     pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<DaytonaConfig, Error> {
@@ -158,6 +162,7 @@ impl DaytonaConfig {
         if let Some(mode) = TerminalMode::from_vars(vars, "EXECSEAM_DAYTONA_TERMINAL")? {
             c.terminal = mode;
         }
+        c.signed_previews = vars.seconds("EXECSEAM_DAYTONA_SIGNED_PREVIEWS")?;
         c.validate()?;
         Ok(c)
     }
@@ -168,6 +173,14 @@ impl DaytonaConfig {
             return Err(vars::config_error(
                 crate::PROVIDER,
                 "the temp dir must be an absolute path without quotes",
+            ));
+        }
+        if let Some(t) = self.signed_previews
+            && !(1..=86_400).contains(&t.as_secs())
+        {
+            return Err(vars::config_error(
+                crate::PROVIDER,
+                "signed previews last 1 second to 24 hours (expiresInSeconds)",
             ));
         }
         // Parsed whole here, so no request can fail on the URL later.
@@ -300,6 +313,16 @@ impl DaytonaConfig {
     #[must_use]
     pub fn session_pool(mut self, idle_sessions: usize) -> Self {
         self.session_pool = idle_sessions;
+        self
+    }
+
+    /// `expose` answers a signed preview URL (`GET /sandbox/{id}/ports/{port}/signed-preview-url`)
+    /// that works for `expires` (1 s to 24 h, whole seconds) with its token in the URL itself,
+    /// instead of the preview link whose every request carries `X-Daytona-Preview-Token`: for a
+    /// browser or another service that cannot send headers. Each call makes a new URL.
+    #[must_use]
+    pub fn signed_previews(mut self, expires: Duration) -> Self {
+        self.signed_previews = Some(expires);
         self
     }
 

@@ -179,7 +179,10 @@ impl Provider for DaytonaProvider {
     }
 
     fn lifecycle(&self) -> LifecycleCapabilities {
-        LIFECYCLE
+        LifecycleCapabilities {
+            state: crate::state::state_with(self.config.signed_previews),
+            ..LIFECYCLE
+        }
     }
 
     fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {

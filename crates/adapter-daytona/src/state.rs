@@ -43,7 +43,9 @@ pub const PREVIEW_TOKEN_HEADER: &str = "X-Daytona-Preview-Token";
 ///   a snapshot, a create from it, and the snapshot's deletion.
 /// - any port 1–65535 has a preview URL (`{port}-{id}.{proxyDomain}`) whose requests carry
 ///   the sandbox's token in `X-Daytona-Preview-Token`; no list, no unexpose. The daemon's own
-///   ports (toolbox 2280, terminal 22222, recording dashboard 33333) are refused.
+///   ports (toolbox 2280, terminal 22222, recording dashboard 33333) are refused. With
+///   [`DaytonaConfig::signed_previews`](crate::DaytonaConfig::signed_previews) the URL is a
+///   signed one instead (`{port}-{token}.{proxyDomain}`, [`PortAuth::InUrl`]), which expires.
 pub const STATE: StateCapabilities = StateCapabilities {
     pause: Some(PauseSupport {
         kinds: &[Kept::Filesystem],
@@ -58,13 +60,7 @@ pub const STATE: StateCapabilities = StateCapabilities {
         named: true,
         ..SnapshotSupport::FILESYSTEM
     }),
-    fork: Some(ForkSupport {
-        native: false,
-        keeps: Kept::Filesystem,
-        source_after: SourceAfter::Running,
-        includes_unsaved: true,
-        independent: true,
-    }),
+    fork: Some(ForkSupport::SNAPSHOT_AND_CREATE),
     expose: Some(ExposeSupport {
         when: PortsWhen::AnyTime,
         auth: PortAuth::Header(PREVIEW_TOKEN_HEADER),
@@ -75,6 +71,18 @@ pub const STATE: StateCapabilities = StateCapabilities {
         only: None,
     }),
 };
+
+/// [`STATE`] as a provider configured with `signed` previews has it: the token in the URL.
+pub(crate) fn state_with(signed: Option<Duration>) -> StateCapabilities {
+    let mut state = STATE;
+    if signed.is_some() {
+        state.expose = state.expose.map(|e| ExposeSupport {
+            auth: PortAuth::InUrl,
+            ..e
+        });
+    }
+    state
+}
 
 /// Polls the sandbox until `done` says its state is reached (the SDK's `_wait_for_state`),
 /// within `timeout`; `error`/`build_failed`/`destroyed` end the wait with an error.
@@ -287,7 +295,14 @@ impl DaytonaProvider {
     /// The preview URL of port `port` of sandbox `id`, with the token its requests carry.
     pub async fn expose(&self, id: &str, port: u16) -> Result<ExposedPort, Error> {
         STATE.check_expose(PROVIDER, port)?;
-        let p = self.client().preview_url(id, port).await?;
-        Ok(ExposedPort::new(port, p.url).with_header(PREVIEW_TOKEN_HEADER, Secret::new(p.token)))
+        let signed = self.config().signed_previews;
+        let asked = SystemTime::now();
+        let p = self.client().preview_url(id, port, signed).await?;
+        Ok(match signed {
+            // The token is the URL's host label (`{port}-{token}.{proxyDomain}`).
+            Some(t) => ExposedPort::new(port, p.url).with_expires(asked + t),
+            None => ExposedPort::new(port, p.url)
+                .with_header(PREVIEW_TOKEN_HEADER, Secret::new(p.token)),
+        })
     }
 }

@@ -3,12 +3,12 @@
 //! session pool (a free session reused: one request per exec; nothing of a command stays in the
 //! session's shell; a session whose command did not end cleanly is deleted, never reused; the
 //! pool's sessions deleted at close), a session that ends mid-command, streaming that really
-//! streams, errors at connect, and terminals on PTY sessions.
+//! streams, errors at connect, terminals on PTY sessions, and signed preview URLs.
 
 use std::time::{Duration, Instant};
 
 use execseam_core::{
-    Command, ErrorKind, Event, Exec, Exit, Retry, Sandbox, SandboxSpec, WireStatus,
+    Command, ErrorKind, Event, Exec, Exit, Provider, Retry, Sandbox, SandboxSpec, WireStatus,
 };
 use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider, ExecRoute, TerminalMode};
 use execseam_emulators::daytona::DaytonaEmulator;
@@ -96,6 +96,52 @@ async fn the_files_api_round_trips_and_shares_the_filesystem_with_commands() {
     exec.delete_file(&dir, true).await.unwrap();
     let err = exec.list_files(&dir).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+
+    // Signed previews (`DaytonaConfig::signed_previews`): `expose` answers the signed URL, no
+    // header, with its expiry; the capability says the token is in the URL; a fetch with no
+    // header reaches the sandbox's server through the emulator's preview proxy.
+    let bad = DaytonaProvider::new(config(&emu).signed_previews(Duration::from_secs(86_401)));
+    assert_eq!(bad.unwrap_err().kind(), ErrorKind::InvalidConfig);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    exec.exec(sh(&format!(
+        "mkdir -p {dir} && printf signed > {dir}/index.html && cd {dir} && \
+         (python3 -m http.server {port} >/dev/null 2>&1 </dev/null &)"
+    )))
+    .await
+    .unwrap();
+    let p = DaytonaProvider::new(config(&emu).signed_previews(Duration::from_secs(600))).unwrap();
+    let auth = p.lifecycle().state.expose.map(|e| e.auth);
+    assert_eq!(auth, Some(execseam_core::PortAuth::InUrl));
+    let e = p.expose(exec.id(), port).await.unwrap();
+    assert!(e.headers.is_empty() && e.expires.is_some(), "{e:?}");
+    // `{port}-{token}.proxy.localhost:<emulator port>`; glibc does not resolve *.localhost.
+    let host = e.url.split("//").nth(1).unwrap().trim_end_matches('/');
+    let at = format!("http://127.0.0.1:{}/", host.rsplit(':').next().unwrap());
+    let mut last = None;
+    for _ in 0..100 {
+        let r = reqwest::Client::new()
+            .get(&at)
+            .header(reqwest::header::HOST, host)
+            .send()
+            .await
+            .unwrap();
+        last = Some(r.status().as_u16());
+        if last == Some(200) {
+            assert_eq!(r.text().await.unwrap(), "signed");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(last, Some(200), "{}", e.url);
+    exec.exec(sh(&format!(
+        "pkill -f 'http[.]server {port}'; rm -rf {dir}"
+    )))
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -555,4 +601,68 @@ async fn ptys(emu: &DaytonaEmulator, id: &str) -> String {
         .text()
         .await
         .unwrap()
+}
+
+/// Handles are hybrid: the spool's supervisor is the one async command of a session named from
+/// the key (`POST /process/session {"sessionId":"execseam-h-<key>"}`, then `…/exec` with
+/// `runAsync`), and a wait follows that command's log to its end (`…/logs?follow=true`: the
+/// daemon closes it once the exit code exists, `pkg/session/log.go`) instead of polling the
+/// spool: one status exec before it and one after, where polls every 20..500 ms over 0.6 s
+/// would run about five. Release deletes the session; the key then starts again in a new one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handles_supervisor_is_a_session_command_and_its_wait_follows_it() {
+    use execseam_core::{StartKey, StartRequest, Waited};
+    let (emu, exec) = setup().await;
+    let p = exec.processes().expect("handles");
+    let key = StartKey::new("hybrid").unwrap();
+    let run = || StartRequest::new(key.clone(), sh("sleep 0.6; exit 3"));
+    let s = p.start(run()).await.unwrap();
+    assert!(s.fresh);
+    let session = "/process/session/execseam-h-hybrid";
+    let posts = |from: usize| -> Vec<String> {
+        emu.requests()[from..]
+            .iter()
+            .filter(|r| r.method == "POST")
+            .map(|r| r.path.clone())
+            .collect()
+    };
+    assert!(
+        posts(0)
+            .iter()
+            .any(|p| p.ends_with(&format!("{session}/exec"))),
+        "the supervisor is the session's command: {:?}",
+        posts(0)
+    );
+    assert!(
+        !p.start(run()).await.unwrap().fresh,
+        "a retried start runs nothing"
+    );
+    let before = emu.requests().len();
+    let waited = p.wait(&s.handle, Duration::from_secs(20)).await.unwrap();
+    assert_eq!(waited, Waited::Exited(Exit::Code(3)));
+    let after = &emu.requests()[before..];
+    assert!(
+        after
+            .iter()
+            .any(|r| r.path.contains(session) && r.path.contains("/logs")),
+        "the wait follows the supervisor's log: {after:?}"
+    );
+    let execs = posts(before).len();
+    assert!(execs <= 2, "{execs} status execs");
+    let sessions = emu.session_count(exec.id());
+    p.release(&s.handle).await.unwrap();
+    assert_eq!(
+        emu.session_count(exec.id()),
+        sessions - 1,
+        "the session is deleted"
+    );
+    let again = p.start(run()).await.unwrap();
+    assert!(again.fresh);
+    assert_eq!(
+        p.wait(&again.handle, Duration::from_secs(20))
+            .await
+            .unwrap(),
+        Waited::Exited(Exit::Code(3))
+    );
+    p.release(&again.handle).await.unwrap();
 }

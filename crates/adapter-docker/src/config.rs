@@ -234,64 +234,28 @@ impl DockerConfig {
         Ok(c)
     }
 
-    /// The engine: `unix:///path`, `tcp://host:port`, `http://…`, or `https://…` (TLS needs the
-    /// `tls` feature). Default [`DEFAULT_HOST`].
-    #[must_use]
-    pub fn host(mut self, host: impl Into<String>) -> Self {
-        self.host = host.into();
-        self
-    }
-
-    /// TLS to a `tcp://` engine, with the client certificate in [`cert_path`](Self::cert_path)
-    /// (`DOCKER_TLS_VERIFY`).
-    #[must_use]
-    pub fn tls_verify(mut self, verify: bool) -> Self {
-        self.tls_verify = verify;
-        self
-    }
-
-    /// The directory holding `ca.pem`, `cert.pem` and `key.pem` (`DOCKER_CERT_PATH`; default
-    /// `~/.docker`).
-    #[must_use]
-    pub fn cert_path(mut self, dir: impl Into<String>) -> Self {
-        self.cert_path = Some(dir.into());
-        self
-    }
-
-    /// The image containers are created from (overridden by a spec's image).
-    #[must_use]
-    pub fn image(mut self, image: impl Into<String>) -> Self {
-        self.image = image.into();
-        self
-    }
-
-    /// [`Mode::Warm`] (default) or [`Mode::PerCall`].
-    #[must_use]
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// The user commands run as (`uid`, `uid:gid`, or a name in the image); default: the image's.
-    #[must_use]
-    pub fn user(mut self, user: impl Into<String>) -> Self {
-        self.user = Some(user.into());
-        self
-    }
-
-    /// Whether PID 1 is an init (default true): without one the keepalive is PID 1, ignores
-    /// SIGTERM, and a stop waits for the engine's timeout.
-    #[must_use]
-    pub fn init(mut self, init: bool) -> Self {
-        self.init = init;
-        self
-    }
-
-    /// The OCI runtime (`HostConfig.Runtime`), e.g. `runc`; default: the engine's.
-    #[must_use]
-    pub fn runtime(mut self, runtime: impl Into<String>) -> Self {
-        self.runtime = Some(runtime.into());
-        self
+    execseam_adapter_kit::setters! {
+        /// The engine: `unix:///path`, `tcp://host:port`, `http://…`, or `https://…` (TLS needs the
+        /// `tls` feature). Default [`DEFAULT_HOST`].
+        host: into String,
+        /// TLS to a `tcp://` engine, with the client certificate in [`cert_path`](Self::cert_path)
+        /// (`DOCKER_TLS_VERIFY`).
+        tls_verify: bool,
+        /// The directory holding `ca.pem`, `cert.pem` and `key.pem` (`DOCKER_CERT_PATH`; default
+        /// `~/.docker`).
+        cert_path: some into String,
+        /// The image containers are created from (overridden by a spec's image).
+        image: into String,
+        /// [`Mode::Warm`] (default) or [`Mode::PerCall`].
+        mode: Mode,
+        /// The user commands run as (`uid`, `uid:gid`, or a name in the image); default: the
+        /// image's.
+        user: some into String,
+        /// Whether PID 1 is an init (default true): without one the keepalive is PID 1, ignores
+        /// SIGTERM, and a stop waits for the engine's timeout.
+        init: bool,
+        /// The OCI runtime (`HostConfig.Runtime`), e.g. `runc`; default: the engine's.
+        runtime: some into String,
     }
 
     /// Adds a ulimit (`HostConfig.Ulimits`).
@@ -305,33 +269,16 @@ impl DockerConfig {
         self
     }
 
-    /// A memory limit in bytes, with no swap beyond it.
-    #[must_use]
-    pub fn memory(mut self, bytes: i64) -> Self {
-        self.memory = Some(bytes);
-        self
-    }
-
-    /// A CPU limit in 10⁻⁹ CPUs (`HostConfig.NanoCpus`; `1_500_000_000` is 1.5 CPUs).
-    #[must_use]
-    pub fn nano_cpus(mut self, nano_cpus: i64) -> Self {
-        self.nano_cpus = Some(nano_cpus);
-        self
-    }
-
-    /// The most processes a container may hold (`HostConfig.PidsLimit`).
-    #[must_use]
-    pub fn pids_limit(mut self, limit: i64) -> Self {
-        self.pids_limit = Some(limit);
-        self
-    }
-
-    /// The network mode (`HostConfig.NetworkMode`); default `none`: no network unless asked
-    /// (`bridge` on Docker, `slirp4netns` or `pasta` for rootless podman).
-    #[must_use]
-    pub fn network(mut self, mode: impl Into<String>) -> Self {
-        self.network = mode.into();
-        self
+    execseam_adapter_kit::setters! {
+        /// A memory limit in bytes, with no swap beyond it.
+        memory: some i64,
+        /// A CPU limit in 10⁻⁹ CPUs (`HostConfig.NanoCpus`; `1_500_000_000` is 1.5 CPUs).
+        nano_cpus: some i64,
+        /// The most processes a container may hold (`HostConfig.PidsLimit`).
+        pids_limit: some i64,
+        /// The network mode (`HostConfig.NetworkMode`); default `none`: no network unless asked
+        /// (`bridge` on Docker, `slirp4netns` or `pasta` for rootless podman).
+        network: into String,
     }
 
     /// A label on every container created, which also scopes [`list`](crate::DockerProvider::list).
@@ -360,28 +307,16 @@ impl DockerConfig {
         self
     }
 
-    /// How long a warm container lives: its keepalive is `sleep <seconds>` and the engine removes
-    /// it when that ends (default: until destroyed).
-    #[must_use]
-    pub fn lifetime(mut self, lifetime: Duration) -> Self {
-        self.lifetime = Some(lifetime);
-        self
-    }
-
-    /// A host directory (absolute) bind-mounted read-write at [`WORKSPACE`], which becomes the
-    /// default workdir. Per call it is the only thing that survives between commands.
-    #[must_use]
-    pub fn worktree(mut self, host_dir: impl Into<String>) -> Self {
-        self.worktree = Some(host_dir.into());
-        self
-    }
-
-    /// Where stdin is stored before the command reads it (default `/tmp`: absolute, writable by
-    /// the commands' user).
-    #[must_use]
-    pub fn temp_dir(mut self, dir: impl Into<String>) -> Self {
-        self.temp_dir = dir.into();
-        self
+    execseam_adapter_kit::setters! {
+        /// How long a warm container lives: its keepalive is `sleep <seconds>` and the engine
+        /// removes it when that ends (default: until destroyed).
+        lifetime: some Duration,
+        /// A host directory (absolute) bind-mounted read-write at [`WORKSPACE`], which becomes the
+        /// default workdir. Per call it is the only thing that survives between commands.
+        worktree: some into String,
+        /// Where stdin is stored before the command reads it (default `/tmp`: absolute, writable by
+        /// the commands' user).
+        temp_dir: into String,
     }
 
     /// The most bytes one engine answer may have (head and body, [`DEFAULT_MAX_ANSWER`] by
@@ -393,38 +328,21 @@ impl DockerConfig {
         self
     }
 
-    /// How long one engine request may take to answer (default 120 s); output streams are not
-    /// bounded by it (that is the host's deadline layer).
-    #[must_use]
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// How long an exec's output stream may stay silent before the engine is asked whether the
-    /// exec still runs (default 30 s): while it runs the silence is the command's and the wait
-    /// goes on; once it has ended, a stream that still neither ends nor speaks (a stalled
-    /// connection) fails with `Timeout(Request)` (`Retry::Unsafe`), never a quiet `Ok`.
-    #[must_use]
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.idle_timeout = timeout;
-        self
-    }
-
-    /// The longest a per-call container can live (default 1 h): its keepalive ends then and the
-    /// engine removes it, even if this process died before removing it.
-    #[must_use]
-    pub fn per_call_lifetime(mut self, lifetime: Duration) -> Self {
-        self.per_call_lifetime = lifetime;
-        self
-    }
-
-    /// Whether dropping the last handle of an owned, unclosed sandbox removes its container
-    /// (default true; best effort, on the running tokio runtime).
-    #[must_use]
-    pub fn destroy_on_drop(mut self, destroy: bool) -> Self {
-        self.destroy_on_drop = destroy;
-        self
+    execseam_adapter_kit::setters! {
+        /// How long one engine request may take to answer (default 120 s); output streams are not
+        /// bounded by it (that is the host's deadline layer).
+        request_timeout: Duration,
+        /// How long an exec's output stream may stay silent before the engine is asked whether the
+        /// exec still runs (default 30 s): while it runs the silence is the command's and the wait
+        /// goes on; once it has ended, a stream that still neither ends nor speaks (a stalled
+        /// connection) fails with `Timeout(Request)` (`Retry::Unsafe`), never a quiet `Ok`.
+        idle_timeout: Duration,
+        /// The longest a per-call container can live (default 1 h): its keepalive ends then and the
+        /// engine removes it, even if this process died before removing it.
+        per_call_lifetime: Duration,
+        /// Whether dropping the last handle of an owned, unclosed sandbox removes its container
+        /// (default true; best effort, on the running tokio runtime).
+        destroy_on_drop: bool,
     }
 
     /// The image name.

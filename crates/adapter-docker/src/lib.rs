@@ -120,26 +120,20 @@ const SPEC: SpecSupport = SpecSupport {
 /// (`DELETE /containers/{id}?force=1&v=1`). Options: [`OPTIONS`]. Sandbox state: [`STATE`]
 /// (pause, commit snapshots, fork by snapshot, ports published at create).
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
-    create: true,
-    connect: true,
-    list: true,
-    destroy: true,
     spec: SPEC,
     options: OPTIONS,
     state: STATE,
+    ..LifecycleCapabilities::ALL_OPERATIONS
 };
 
 /// Per call: create (an image check; the spec applies to every command's container) and destroy
 /// (removes the containers of commands still running); nothing persists to connect to or list,
 /// pause, snapshot or expose.
 pub const PER_CALL_LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
-    create: true,
     connect: false,
     list: false,
-    destroy: true,
-    spec: SPEC,
-    options: OPTIONS,
     state: execseam_core::StateCapabilities::NONE,
+    ..LIFECYCLE
 };
 
 /// The largest command (argv and env) sent, checked before any I/O: the engine `execve`s the
@@ -155,22 +149,15 @@ pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
 
 /// What this adapter does; see the [crate docs](crate).
 pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
     stdin: Delivery::TempFile,
-    workdir: Delivery::Native,
     env: Delivery::ShellWrapped,
-    streaming: true,
-    remote_kill: true,
-    binary_output: true,
-    max_stdin: None,
-    max_output: None,
-    native_tools: &[],
     processes: Some(execseam_core::ProcessCapabilities {
         terminal: true,
         // The kit's attached terminals: the engine has no exec attach (`Attached::new`).
         terminal_reattach: false,
         ..execseam_adapter_kit::spool::SPOOLED
     }),
+    ..Capabilities::FULL
 };
 
 /// The capabilities of a mode: per call, no process handles (the container is removed after

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use execseam_adapter_kit::gone_is_destroyed;
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ErrorKind, ExposedPort, Kept, LifecycleCapabilities,
-    ListFilter, Ownership, Provider, Retry, Sandbox, SandboxInfo, SandboxSpec, SandboxState,
+    Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Ownership, Provider, Retry,
+    SandboxInfo, SandboxSpec,
 };
 
 use crate::PROVIDER;
@@ -258,50 +258,10 @@ impl Provider for DockerProvider {
         DockerProvider::lifecycle(self)
     }
 
-    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(DockerProvider::create(self, spec).await?) as _) })
-    }
-
-    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(DockerProvider::connect(self, id).await?) as _) })
-    }
-
-    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
-        Ok(Box::new(DockerProvider::attach(self, id)?))
-    }
-
-    fn list<'a>(
-        &'a self,
-        filter: &'a ListFilter,
-    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
-        Box::pin(DockerProvider::list(self, filter))
-    }
-
-    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(DockerProvider::destroy(self, id))
-    }
-
-    fn pause<'a>(
-        &'a self,
-        id: &'a str,
-        keep: Option<Kept>,
-    ) -> BoxFuture<'a, Result<SandboxState, Error>> {
-        Box::pin(DockerProvider::pause(self, id, keep))
-    }
-
-    fn resume<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(DockerProvider::resume(self, id))
-    }
-
-    execseam_adapter_kit::forward_snapshots!(DockerProvider: snapshot, list_snapshots, delete_snapshot);
-
-    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
-        Box::pin(DockerProvider::expose(self, id, port))
-    }
-
-    fn exposed<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<ExposedPort>, Error>> {
-        Box::pin(DockerProvider::exposed(self, id))
-    }
+    execseam_adapter_kit::forward_lifecycle!(
+        DockerProvider: create, connect, attach, list, destroy, pause, resume, expose, exposed,
+        snapshot, list_snapshots, delete_snapshot
+    );
 }
 
 #[cfg(test)]

@@ -45,11 +45,8 @@ pub const STATE: StateCapabilities = StateCapabilities {
         ..SnapshotSupport::FILESYSTEM
     }),
     fork: Some(ForkSupport {
-        native: false,
-        keeps: Kept::Filesystem,
         source_after: SourceAfter::PausedBriefly,
-        includes_unsaved: true,
-        independent: true,
+        ..ForkSupport::SNAPSHOT_AND_CREATE
     }),
     expose: Some(ExposeSupport::DECLARED_AT_CREATE),
 };

@@ -146,18 +146,11 @@ impl FlyConfig {
         Ok(())
     }
 
-    /// The image of created machines when the spec names none.
-    #[must_use]
-    pub fn image(mut self, image: impl Into<String>) -> Self {
-        self.image = Some(image.into());
-        self
-    }
-
-    /// The region of created machines (default: the API's choice).
-    #[must_use]
-    pub fn region(mut self, region: impl Into<String>) -> Self {
-        self.region = Some(region.into());
-        self
+    execseam_adapter_kit::setters! {
+        /// The image of created machines when the spec names none.
+        image: some into String,
+        /// The region of created machines (default: the API's choice).
+        region: some into String,
     }
 
     /// The Machines API base URL (default [`DEFAULT_BASE_URL`]; `http://_api.internal:4280` from
@@ -168,84 +161,39 @@ impl FlyConfig {
         self
     }
 
-    /// The command deadline sent as the exec's `timeout` (whole seconds, at least 1; default 120 s).
-    /// The HTTP request itself may take this plus [`request_slack`](Self::request_slack).
-    #[must_use]
-    pub fn exec_timeout(mut self, timeout: Duration) -> Self {
-        self.exec_timeout = timeout.max(Duration::from_secs(1));
-        self
-    }
-
-    /// How much longer than the exec timeout the HTTP request may take, so that the server's own
-    /// deadline fires first (default 30 s).
-    #[must_use]
-    pub fn request_slack(mut self, slack: Duration) -> Self {
-        self.request_slack = slack;
-        self
-    }
-
-    /// The TCP/TLS connect timeout (default 10 s).
-    #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// A writable directory in the machine for the binary-stdin temporary file (default `/tmp`).
-    #[must_use]
-    pub fn temp_dir(mut self, dir: impl Into<String>) -> Self {
-        self.temp_dir = dir.into();
-        self
-    }
-
-    /// The largest stdin accepted, in bytes (default 1 MiB, flyctl's own cap); larger stdin is
-    /// rejected with `InvalidCommand` before any request.
-    #[must_use]
-    pub fn max_stdin(mut self, bytes: u64) -> Self {
-        self.max_stdin = bytes;
-        self
-    }
-
-    /// The most of an exec answer read (default [`DEFAULT_MAX_ANSWER_BYTES`]: both streams at
-    /// the API's 2 MiB output cap, JSON-escaped at up to six bytes a byte, plus 64 KiB); machine
-    /// and lease answers are read up to the smaller of this and 4 MiB. A larger (or endless)
-    /// answer fails with `OutputLimit` (`Retry::Unsafe` for the exec, `Never` for the others)
-    /// instead of being collected whole.
-    #[must_use]
-    pub fn max_answer_bytes(mut self, bytes: usize) -> Self {
-        self.max_answer_bytes = bytes.max(1024);
-        self
-    }
-
-    /// The container to run in, for a multi-container machine (the `container` field).
-    #[must_use]
-    pub fn container(mut self, container: impl Into<String>) -> Self {
-        self.container = Some(container.into());
-        self
-    }
-
-    /// A lease nonce this caller holds; sent as `fly-machine-lease-nonce` on every request.
-    #[must_use]
-    pub fn lease_nonce(mut self, nonce: impl Into<String>) -> Self {
-        self.lease_nonce = Some(nonce.into());
-        self
-    }
-
-    /// How long [`FlyExec::ensure_started`](crate::FlyExec::ensure_started) may take in total
-    /// (default 180 s).
-    #[must_use]
-    pub fn start_timeout(mut self, timeout: Duration) -> Self {
-        self.start_timeout = timeout;
-        self
-    }
-
-    /// How long the create request (`POST /v1/apps/{app}/machines`) may take, its answer
-    /// included (default 60 s). An answer that does not come in time is an error after the send
-    /// (the machine may exist): the facade's guard looks for it by its create tag.
-    #[must_use]
-    pub fn create_timeout(mut self, timeout: Duration) -> Self {
-        self.create_timeout = timeout;
-        self
+    execseam_adapter_kit::setters! {
+        /// The command deadline sent as the exec's `timeout` (whole seconds, at least 1; default
+        /// 120 s). The HTTP request itself may take this plus
+        /// [`request_slack`](Self::request_slack).
+        exec_timeout: Duration => .max(Duration::from_secs(1)),
+        /// How much longer than the exec timeout the HTTP request may take, so that the server's
+        /// own deadline fires first (default 30 s).
+        request_slack: Duration,
+        /// The TCP/TLS connect timeout (default 10 s).
+        connect_timeout: Duration,
+        /// A writable directory in the machine for the binary-stdin temporary file (default
+        /// `/tmp`).
+        temp_dir: into String,
+        /// The largest stdin accepted, in bytes (default 1 MiB, flyctl's own cap); larger stdin is
+        /// rejected with `InvalidCommand` before any request.
+        max_stdin: u64,
+        /// The most of an exec answer read (default [`DEFAULT_MAX_ANSWER_BYTES`]: both streams at
+        /// the API's 2 MiB output cap, JSON-escaped at up to six bytes a byte, plus 64 KiB);
+        /// machine and lease answers are read up to the smaller of this and 4 MiB. A larger (or
+        /// endless) answer fails with `OutputLimit` (`Retry::Unsafe` for the exec, `Never` for the
+        /// others) instead of being collected whole.
+        max_answer_bytes: usize => .max(1024),
+        /// The container to run in, for a multi-container machine (the `container` field).
+        container: some into String,
+        /// A lease nonce this caller holds; sent as `fly-machine-lease-nonce` on every request.
+        lease_nonce: some into String,
+        /// How long [`FlyExec::ensure_started`](crate::FlyExec::ensure_started) may take in total
+        /// (default 180 s).
+        start_timeout: Duration,
+        /// How long the create request (`POST /v1/apps/{app}/machines`) may take, its answer
+        /// included (default 60 s). An answer that does not come in time is an error after the send
+        /// (the machine may exist): the facade's guard looks for it by its create tag.
+        create_timeout: Duration,
     }
 
     /// The app name.

@@ -71,10 +71,6 @@ pub const CAPABILITIES: Capabilities = Capabilities {
 /// metadata labels, CPUs and memory; connect, list, destroy; pause is Fly's suspend (memory
 /// and processes kept; connect starts, so resumes, a suspended machine; an exec is refused).
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
-    create: true,
-    connect: true,
-    list: true,
-    destroy: true,
     spec: SpecSupport {
         image: true,
         env: true,
@@ -83,7 +79,6 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         memory: true,
         ..SpecSupport::NONE
     },
-    options: &[],
     state: execseam_core::StateCapabilities {
         pause: Some(execseam_core::PauseSupport {
             kinds: &[execseam_core::Kept::FilesystemAndMemory],
@@ -93,6 +88,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         }),
         ..execseam_core::StateCapabilities::NONE
     },
+    ..LifecycleCapabilities::ALL_OPERATIONS
 };
 
 /// The configuration variables [`FlyConfig::from_env`] reads.

@@ -8,9 +8,11 @@ pub mod attached;
 pub mod body;
 pub mod deadline;
 pub mod degrade;
+mod forward;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod guard;
+pub mod host_snapshots;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod id;
@@ -20,6 +22,7 @@ pub mod reaper;
 #[cfg(feature = "spool")]
 pub mod registry;
 pub mod retry;
+mod setters;
 pub mod size;
 #[cfg(feature = "spool")]
 pub mod spool;

@@ -323,109 +323,43 @@ impl KubernetesConfig {
         self
     }
 
-    /// The namespace of the claims, sandboxes and pods (default: the context's, else `default`).
-    #[must_use]
-    pub fn namespace(mut self, ns: impl Into<String>) -> Self {
-        self.namespace = Some(ns.into());
-        self
-    }
-
-    /// How sandboxes are created.
-    #[must_use]
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// The `SandboxWarmPool` claims name (claim mode).
-    #[must_use]
-    pub fn warm_pool(mut self, name: impl Into<String>) -> Self {
-        self.warm_pool = Some(name.into());
-        self
-    }
-
-    /// The `SandboxTemplate` a Sandbox is made from (sandbox mode).
-    #[must_use]
-    pub fn template(mut self, name: impl Into<String>) -> Self {
-        self.template = Some(name.into());
-        self
-    }
-
-    /// A Pod manifest (YAML or JSON) new pods are made from (pod mode).
-    #[must_use]
-    pub fn pod_template(mut self, path: impl Into<PathBuf>) -> Self {
-        self.pod_template = Some(path.into());
-        self
-    }
-
-    /// The image of new pods (pod mode; overrides the template's container image).
-    #[must_use]
-    pub fn image(mut self, image: impl Into<String>) -> Self {
-        self.image = Some(image.into());
-        self
-    }
-
-    /// The container commands run in (default: the pod's only container; a pod with several
-    /// needs one named).
-    #[must_use]
-    pub fn container(mut self, name: impl Into<String>) -> Self {
-        self.container = Some(name.into());
-        self
-    }
-
-    /// How long create (and connect to a sandbox still starting) waits for `Ready`.
-    #[must_use]
-    pub fn ready_timeout(mut self, t: Duration) -> Self {
-        self.ready_timeout = t;
-        self
-    }
-
-    /// The deadline of one API request (an exec's upgrade included; not the command's run).
-    #[must_use]
-    pub fn request_timeout(mut self, t: Duration) -> Self {
-        self.request_timeout = t;
-        self
-    }
-
-    /// How long an exec's socket may stay silent, heartbeat pongs included, before the
-    /// connection counts as dead (`Timeout(Request)`, `Unsafe`). A ping goes out every third of
-    /// it, so a command that prints nothing for hours is fine.
-    #[must_use]
-    pub fn idle_timeout(mut self, t: Duration) -> Self {
-        self.idle_timeout = t;
-        self
-    }
-
-    /// Where stdin is stored in the container when the API server only speaks
-    /// `v4.channel.k8s.io` (which cannot close stdin).
-    #[must_use]
-    pub fn temp_dir(mut self, dir: impl Into<String>) -> Self {
-        self.temp_dir = dir.into();
-        self
-    }
-
-    /// Tag every command (`env EXECSEAM_EXEC=<tag> argv…`) so that an abandoned one is killed
-    /// with its children by a second exec (default on; needs `env`, `sh`, `tr`, `grep`, `kill`
-    /// in the image). Off: argv goes to the container exactly as given, and an abandoned
-    /// command keeps running (the API server does not kill it when its stream closes).
-    #[must_use]
-    pub fn remote_kill(mut self, on: bool) -> Self {
-        self.remote_kill = on;
-        self
-    }
-
-    /// Where terminals run (default [`TerminalMode::Recorder`]).
-    #[must_use]
-    pub fn terminal(mut self, mode: TerminalMode) -> Self {
-        self.terminal = mode;
-        self
-    }
-
-    /// How commands reach the pod (default [`ExecPath::PodsExec`]).
-    #[must_use]
-    pub fn exec_path(mut self, path: ExecPath) -> Self {
-        self.exec_path = path;
-        self
+    execseam_adapter_kit::setters! {
+        /// The namespace of the claims, sandboxes and pods (default: the context's, else
+        /// `default`).
+        namespace: some into String,
+        /// How sandboxes are created.
+        mode: Mode,
+        /// The `SandboxWarmPool` claims name (claim mode).
+        warm_pool: some into String,
+        /// The `SandboxTemplate` a Sandbox is made from (sandbox mode).
+        template: some into String,
+        /// A Pod manifest (YAML or JSON) new pods are made from (pod mode).
+        pod_template: some into PathBuf,
+        /// The image of new pods (pod mode; overrides the template's container image).
+        image: some into String,
+        /// The container commands run in (default: the pod's only container; a pod with several
+        /// needs one named).
+        container: some into String,
+        /// How long create (and connect to a sandbox still starting) waits for `Ready`.
+        ready_timeout: Duration,
+        /// The deadline of one API request (an exec's upgrade included; not the command's run).
+        request_timeout: Duration,
+        /// How long an exec's socket may stay silent, heartbeat pongs included, before the
+        /// connection counts as dead (`Timeout(Request)`, `Unsafe`). A ping goes out every third of
+        /// it, so a command that prints nothing for hours is fine.
+        idle_timeout: Duration,
+        /// Where stdin is stored in the container when the API server only speaks
+        /// `v4.channel.k8s.io` (which cannot close stdin).
+        temp_dir: into String,
+        /// Tag every command (`env EXECSEAM_EXEC=<tag> argv…`) so that an abandoned one is killed
+        /// with its children by a second exec (default on; needs `env`, `sh`, `tr`, `grep`, `kill`
+        /// in the image). Off: argv goes to the container exactly as given, and an abandoned
+        /// command keeps running (the API server does not kill it when its stream closes).
+        remote_kill: bool,
+        /// Where terminals run (default [`TerminalMode::Recorder`]).
+        terminal: TerminalMode,
+        /// How commands reach the pod (default [`ExecPath::PodsExec`]).
+        exec_path: ExecPath,
     }
 
     /// A label on every sandbox this provider creates.

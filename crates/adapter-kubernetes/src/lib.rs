@@ -105,10 +105,6 @@ execseam_adapter_kit::adapter! {
 /// the pool, env → `spec.env`, labels, lifetime → `spec.lifecycle.shutdownTime`), connect, list
 /// (by label), destroy, pause and resume ([`STATE`]).
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
-    create: true,
-    connect: true,
-    list: true,
-    destroy: true,
     spec: SpecSupport {
         image: true,
         env: true,
@@ -116,8 +112,8 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         lifetime: true,
         ..SpecSupport::NONE
     },
-    options: &[],
     state: STATE,
+    ..LifecycleCapabilities::ALL_OPERATIONS
 };
 
 /// Claim and sandbox modes: pause is agent-sandbox's suspend, `spec.operatingMode: Suspended`
@@ -175,17 +171,10 @@ pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
 
 /// What this adapter does by default; see the [crate docs](crate).
 pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
-    stdin: Delivery::Native,
     workdir: Delivery::ShellWrapped,
     env: Delivery::ShellWrapped,
-    streaming: true,
-    remote_kill: true,
-    binary_output: true,
-    max_stdin: None,
-    max_output: None,
-    native_tools: &[],
     processes: Some(execseam_adapter_kit::spool::SPOOLED_TERMINAL),
+    ..Capabilities::FULL
 };
 
 pub(crate) fn capabilities_of(config: &KubernetesConfig) -> Capabilities {

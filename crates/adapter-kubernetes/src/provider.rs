@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use execseam_core::{
-    BoxFuture, Capabilities, Error, Kept, LifecycleCapabilities, ListFilter, Ownership, Provider,
-    Sandbox, SandboxInfo, SandboxSpec, SandboxState,
+    Capabilities, Error, Kept, LifecycleCapabilities, ListFilter, Ownership, Provider, Sandbox,
+    SandboxInfo, SandboxSpec, SandboxState,
 };
 
 use crate::client::Api;
@@ -128,38 +128,5 @@ impl Provider for KubernetesProvider {
         crate::lifecycle_of(&self.config)
     }
 
-    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(KubernetesProvider::create(self, spec).await?) as _) })
-    }
-
-    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(KubernetesProvider::connect(self, id).await?) as _) })
-    }
-
-    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
-        Ok(Box::new(KubernetesProvider::attach(self, id)?))
-    }
-
-    fn list<'a>(
-        &'a self,
-        filter: &'a ListFilter,
-    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
-        Box::pin(KubernetesProvider::list(self, filter))
-    }
-
-    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(KubernetesProvider::destroy(self, id))
-    }
-
-    fn pause<'a>(
-        &'a self,
-        id: &'a str,
-        keep: Option<Kept>,
-    ) -> BoxFuture<'a, Result<SandboxState, Error>> {
-        Box::pin(KubernetesProvider::pause(self, id, keep))
-    }
-
-    fn resume<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(KubernetesProvider::resume(self, id))
-    }
+    execseam_adapter_kit::forward_lifecycle!(KubernetesProvider: create, connect, attach, list, destroy, pause, resume);
 }

@@ -59,12 +59,10 @@ impl LocalConfig {
         Ok(c)
     }
 
-    /// The directory [`LocalProvider`](crate::LocalProvider) creates sandboxes in (default
-    /// `$TMPDIR/execseam-local`); it must be absolute.
-    #[must_use]
-    pub fn sandbox_root(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.sandbox_root = dir.into();
-        self
+    execseam_adapter_kit::setters! {
+        /// The directory [`LocalProvider`](crate::LocalProvider) creates sandboxes in (default
+        /// `$TMPDIR/execseam-local`); it must be absolute.
+        sandbox_root: into PathBuf,
     }
 
     /// The directory sandboxes are created in.

@@ -59,16 +59,11 @@ pub const CAPABILITIES: Capabilities = Capabilities {
 /// exposed port is the host's own loopback address. No pause: local commands are host
 /// processes with nothing to freeze them as a group.
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
-    create: true,
-    connect: true,
-    list: true,
-    destroy: true,
     spec: SpecSupport {
         env: true,
         labels: true,
         ..SpecSupport::NONE
     },
-    options: &[],
     state: StateCapabilities {
         pause: None,
         snapshot: Some(SnapshotSupport {
@@ -77,13 +72,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
             source_after: SourceAfter::Running,
             ..SnapshotSupport::FILESYSTEM
         }),
-        fork: Some(ForkSupport {
-            native: false,
-            keeps: Kept::Filesystem,
-            source_after: SourceAfter::Running,
-            includes_unsaved: true,
-            independent: true,
-        }),
+        fork: Some(ForkSupport::SNAPSHOT_AND_CREATE),
         expose: Some(ExposeSupport {
             when: PortsWhen::AnyTime,
             auth: PortAuth::None,
@@ -94,6 +83,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
             only: None,
         }),
     },
+    ..LifecycleCapabilities::ALL_OPERATIONS
 };
 
 /// The configuration variables [`LocalConfig::from_env`] reads.

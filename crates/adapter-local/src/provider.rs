@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use execseam_adapter_kit::id::random_id;
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ErrorKind, ExposedPort, Kept, LifecycleCapabilities,
-    ListFilter, Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo,
-    SnapshotOutcome, SnapshotRequest,
+    Capabilities, Error, ErrorKind, ExposedPort, Kept, LifecycleCapabilities, ListFilter,
+    Ownership, Provider, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome,
+    SnapshotRequest,
 };
 
 use crate::config::LocalConfig;
@@ -399,28 +399,8 @@ impl Provider for LocalProvider {
         LIFECYCLE
     }
 
-    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(LocalProvider::create(self, spec).await?) as _) })
-    }
-
-    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(LocalProvider::connect(self, id).await?) as _) })
-    }
-
-    fn list<'a>(
-        &'a self,
-        filter: &'a ListFilter,
-    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
-        Box::pin(LocalProvider::list(self, filter))
-    }
-
-    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(LocalProvider::destroy(self, id))
-    }
-
-    execseam_adapter_kit::forward_snapshots!(LocalProvider: snapshot, list_snapshots, delete_snapshot);
-
-    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
-        Box::pin(LocalProvider::expose(self, id, port))
-    }
+    execseam_adapter_kit::forward_lifecycle!(
+        LocalProvider: create, connect, list, destroy, expose, snapshot, list_snapshots,
+        delete_snapshot
+    );
 }

@@ -136,13 +136,7 @@ pub const STATE: execseam_core::StateCapabilities = execseam_core::StateCapabili
         never_expires: true,
         ..execseam_core::SnapshotSupport::FILESYSTEM
     }),
-    fork: Some(execseam_core::ForkSupport {
-        native: false,
-        keeps: execseam_core::Kept::Filesystem,
-        source_after: execseam_core::SourceAfter::Running,
-        includes_unsaved: true,
-        independent: true,
-    }),
+    fork: Some(execseam_core::ForkSupport::SNAPSHOT_AND_CREATE),
     expose: Some(execseam_core::ExposeSupport::DECLARED_AT_CREATE),
     ..execseam_core::StateCapabilities::NONE
 };

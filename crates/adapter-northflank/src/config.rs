@@ -101,77 +101,31 @@ impl NorthflankConfig {
         Ok(c)
     }
 
-    /// The API base (`https://api.northflank.com`); exec uses its host with `ws(s)://`.
-    #[must_use]
-    pub fn api_url(mut self, url: impl Into<String>) -> Self {
-        self.api_url = url.into();
-        self
-    }
-
-    /// The team, for the team-scoped routes (`/v1/teams/{t}/…`, `/v1/command-exec/teams/{t}/…`).
-    #[must_use]
-    pub fn team_id(mut self, team: impl Into<String>) -> Self {
-        self.team_id = Some(team.into());
-        self
-    }
-
-    /// The instance to run in (unset: one the proxy picks).
-    #[must_use]
-    pub fn instance_name(mut self, name: impl Into<String>) -> Self {
-        self.instance_name = Some(name.into());
-        self
-    }
-
-    /// The container to run in (unset: the proxy picks).
-    #[must_use]
-    pub fn container_name(mut self, name: impl Into<String>) -> Self {
-        self.container_name = Some(name.into());
-        self
-    }
-
-    /// The user (name or uid) commands run as (unset: the image's `USER`).
-    #[must_use]
-    pub fn user(mut self, user: impl Into<String>) -> Self {
-        self.user = Some(user.into());
-        self
-    }
-
-    /// The group (name or gid) commands run with.
-    #[must_use]
-    pub fn group(mut self, group: impl Into<String>) -> Self {
-        self.group = Some(group.into());
-        self
-    }
-
-    /// The limit on a REST request and on the WebSocket handshake (default 60 s).
-    #[must_use]
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// The limit on making a connection (default 10 s).
-    #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The longest wait for each frame of the exec socket after the handshake (default 10
-    /// min): the exec socket carries no keepalives, so a command silent for longer fails with
-    /// `Timeout(Request)` (`Retry::Unsafe`: it may still run). Raise it for commands that are
-    /// quiet for longer.
-    #[must_use]
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.idle_timeout = timeout;
-        self
-    }
-
-    /// Raw stdin bytes per `payload` frame (default 64 KiB, the Python SDK's file-copy chunk).
-    #[must_use]
-    pub fn stdin_chunk(mut self, bytes: usize) -> Self {
-        self.stdin_chunk = bytes;
-        self
+    execseam_adapter_kit::setters! {
+        /// The API base (`https://api.northflank.com`); exec uses its host with `ws(s)://`.
+        api_url: into String,
+        /// The team, for the team-scoped routes (`/v1/teams/{t}/…`,
+        /// `/v1/command-exec/teams/{t}/…`).
+        team_id: some into String,
+        /// The instance to run in (unset: one the proxy picks).
+        instance_name: some into String,
+        /// The container to run in (unset: the proxy picks).
+        container_name: some into String,
+        /// The user (name or uid) commands run as (unset: the image's `USER`).
+        user: some into String,
+        /// The group (name or gid) commands run with.
+        group: some into String,
+        /// The limit on a REST request and on the WebSocket handshake (default 60 s).
+        request_timeout: Duration,
+        /// The limit on making a connection (default 10 s).
+        connect_timeout: Duration,
+        /// The longest wait for each frame of the exec socket after the handshake (default 10
+        /// min): the exec socket carries no keepalives, so a command silent for longer fails with
+        /// `Timeout(Request)` (`Retry::Unsafe`: it may still run). Raise it for commands that are
+        /// quiet for longer.
+        idle_timeout: Duration,
+        /// Raw stdin bytes per `payload` frame (default 64 KiB, the Python SDK's file-copy chunk).
+        stdin_chunk: usize,
     }
 
     /// The project.

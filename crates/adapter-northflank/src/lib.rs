@@ -21,7 +21,7 @@
 #![warn(missing_docs)]
 
 use execseam_adapter_kit::Var;
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities};
 
 mod client;
 mod config;
@@ -64,13 +64,9 @@ execseam_adapter_kit::adapter! {
 /// Connect-only: exec targets an existing service or job (`GET …/services/{id}` checks it);
 /// list gives the project's services; nothing is created or deleted.
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
-    create: false,
     connect: true,
     list: true,
-    destroy: false,
-    spec: SpecSupport::NONE,
-    options: &[],
-    state: execseam_core::StateCapabilities::NONE,
+    ..LifecycleCapabilities::NONE
 };
 
 /// The largest command (argv and env) sent, checked before any I/O: Kubernetes exec
@@ -87,15 +83,9 @@ pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
 
 /// What this adapter does; see the [crate docs](crate).
 pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
-    stdin: Delivery::Native,
     workdir: Delivery::ShellWrapped,
     env: Delivery::ShellWrapped,
-    streaming: true,
     remote_kill: false,
-    binary_output: true,
-    max_stdin: None,
-    max_output: None,
-    native_tools: &[],
     processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    ..Capabilities::FULL
 };

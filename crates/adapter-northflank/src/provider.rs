@@ -5,8 +5,8 @@
 use execseam_adapter_kit::retry::Stage;
 use execseam_adapter_kit::text::escape_path_segment;
 use execseam_core::{
-    BoxFuture, Capabilities, Error, LifecycleCapabilities, ListFilter, Provider, Sandbox,
-    SandboxInfo, SandboxSpec, SandboxState,
+    Capabilities, Error, LifecycleCapabilities, ListFilter, Provider, SandboxInfo, SandboxSpec,
+    SandboxState,
 };
 
 use crate::client::Api;
@@ -131,26 +131,5 @@ impl Provider for NorthflankProvider {
         LIFECYCLE
     }
 
-    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(NorthflankProvider::create(self, spec).await?) as _) })
-    }
-
-    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(NorthflankProvider::connect(self, id).await?) as _) })
-    }
-
-    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
-        Ok(Box::new(NorthflankProvider::attach(self, id)?))
-    }
-
-    fn list<'a>(
-        &'a self,
-        filter: &'a ListFilter,
-    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
-        Box::pin(NorthflankProvider::list(self, filter))
-    }
-
-    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(NorthflankProvider::destroy(self, id))
-    }
+    execseam_adapter_kit::forward_lifecycle!(NorthflankProvider: create, connect, attach, list, destroy);
 }

@@ -106,11 +106,8 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         // they are now; the service's own `POST /v2/sandboxes/{name}/fork` starts from the
         // source's last snapshot instead. The source is left stopped by the snapshot.
         fork: Some(execseam_core::ForkSupport {
-            native: false,
-            keeps: execseam_core::Kept::Filesystem,
             source_after: execseam_core::SourceAfter::Stopped,
-            includes_unsaved: true,
-            independent: true,
+            ..execseam_core::ForkSupport::SNAPSHOT_AND_CREATE
         }),
         // Routes: ports declared at create get a public URL each, `https://{subdomain}.vercel.run`
         // (the create/get answer's `routes`; the TS SDK's `domain(port)`); no token, no unexpose.

@@ -69,6 +69,12 @@ pub struct EmulateArgs {
     /// environment points at the proxy.
     #[arg(long = "chaos", value_name = "RULE")]
     chaos: Vec<String>,
+    /// Where to write the certificate its own TLS endpoints present (Modal's tunnels:
+    /// `Tunnel.url`), followed by this system's root certificates; printed as `SSL_CERT_FILE`
+    /// (default: a file beside the sandboxes' state, removed at exit). Emulators without TLS
+    /// endpoints of their own write nothing.
+    #[arg(long, value_name = "FILE")]
+    ca_file: Option<std::path::PathBuf>,
 }
 
 /// Reads `--stdin` (`-` for this process's stdin): at most `max` bytes (the adapter's
@@ -449,7 +455,7 @@ pub async fn emulate(args: EmulateArgs) -> ExitCode {
             }
         }
     }
-    options.sandboxing.state_dir = args.state_dir;
+    options.sandboxing.state_dir.clone_from(&args.state_dir);
     let isolation = options.sandboxing.isolation;
     let mounts = options.sandboxing.mounts.clone();
     for rule in &args.faults {
@@ -510,6 +516,23 @@ pub async fn emulate(args: EmulateArgs) -> ExitCode {
     if isolation == execseam_emulators::Isolation::Translate {
         eprintln!("execseam: warning: {}", isolation.describe());
     }
+    let ca_file = match &emulator.tls_ca_pem {
+        Some(pem) => match write_ca_file(args.ca_file, args.state_dir, emulator.provider, pem) {
+            Ok(written) => {
+                println!(
+                    "# its TLS endpoints (Modal's Tunnel.url) present a certificate made at start: in {} with this system's roots (SSL_CERT_FILE)",
+                    written.0.display()
+                );
+                env.push(("SSL_CERT_FILE".into(), written.0.display().to_string()));
+                Some(written)
+            }
+            Err(e) => {
+                eprintln!("execseam: cannot write the TLS certificate: {e}");
+                return ExitCode::from(INFRA_FAILURE);
+            }
+        },
+        None => None,
+    };
     println!(
         "# point an official SDK (or `execseam run --adapter {}`) at it:",
         emulator.provider
@@ -528,12 +551,51 @@ pub async fn emulate(args: EmulateArgs) -> ExitCode {
         p.shutdown().await;
     }
     drop(emulator);
+    if let Some((path, true)) = ca_file {
+        let _ = std::fs::remove_file(path);
+    }
     // Whatever still holds a sandbox (an open connection's task), kill and remove them all
     // before exiting: no process, mount or state directory is left behind.
     if !execseam_emulators::kit::sandbox::destroy_all(Duration::from_secs(10)).await {
         eprintln!("execseam: some sandboxes were still being torn down at exit");
     }
     ExitCode::SUCCESS
+}
+
+/// Writes `pem` followed by this system's root certificates (so that `SSL_CERT_FILE` naming it
+/// adds a trust rather than replacing the system's) to `--ca-file`, else to a file of this
+/// process beside the sandboxes' state; the path, and whether it is ours to remove at exit.
+fn write_ca_file(
+    ca_file: Option<std::path::PathBuf>,
+    state_dir: Option<std::path::PathBuf>,
+    provider: &str,
+    pem: &str,
+) -> std::io::Result<(std::path::PathBuf, bool)> {
+    let (path, ours) = match ca_file {
+        Some(p) => (p, false),
+        None => {
+            let dir = state_dir.unwrap_or_else(std::env::temp_dir);
+            let name = format!("execseam-{provider}-{}-ca.pem", std::process::id());
+            (dir.join(name), true)
+        }
+    };
+    // The bundle Python's ssl and OpenSSL read by default on this system (Debian's, Red Hat's,
+    // a BSD's), or the one SSL_CERT_FILE already names.
+    let system = std::env::var_os("SSL_CERT_FILE")
+        .map(std::path::PathBuf::from)
+        .into_iter()
+        .chain(
+            [
+                "/etc/ssl/certs/ca-certificates.crt",
+                "/etc/pki/tls/certs/ca-bundle.crt",
+                "/etc/ssl/cert.pem",
+            ]
+            .map(std::path::PathBuf::from),
+        )
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_default();
+    std::fs::write(&path, format!("{}\n{system}", pem.trim_end()))?;
+    Ok((path, ours))
 }
 
 /// `env` with every value that starts with the emulator's `base` URL pointed at `proxy` instead.

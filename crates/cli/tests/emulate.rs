@@ -216,3 +216,43 @@ fn sigkill_still_ends_the_sandboxes() {
     // What SIGKILL cannot clean: the state directory this test created.
     std::fs::remove_dir_all(&emu.state).unwrap();
 }
+
+/// `execseam emulate modal` writes the certificate its tunnels present (with this system's roots)
+/// and prints `SSL_CERT_FILE` naming it: the official client's `Tunnel.url` then verifies under
+/// Python's default ssl context, run with exactly the environment the CLI printed.
+#[test]
+fn emulate_modal_prints_the_tunnel_certificate_that_verifies_tunnel_url() {
+    needs_namespaces();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("modal-ca.pem");
+    let daemon = Daemon::start(
+        env!("CARGO_BIN_EXE_execseam"),
+        &["emulate", "modal", "--ca-file", ca.to_str().unwrap()],
+        |l| l.starts_with("export SSL_CERT_FILE="),
+    );
+    assert_eq!(daemon.var("SSL_CERT_FILE"), ca.display().to_string());
+    let pem = std::fs::read_to_string(&ca).unwrap();
+    assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{pem}");
+    let interop = Path::new(env!("CARGO_MANIFEST_DIR")).join("../emulator-modal/interop");
+    let python =
+        execseam_test_util::interop::python_env("modal", &interop.join("requirements.txt"))
+            .expect("the modal virtualenv (is PyPI reachable?)");
+    let out = std::process::Command::new(python)
+        .arg(interop.join("interop.py"))
+        .arg("tunnel-ca")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(daemon.env())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with("done"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("ok GET Tunnel.url verifies with the certificate execseam emulate printed")
+    );
+    assert!(stdout.contains("ok without it, the tunnel's certificate does not verify"));
+}

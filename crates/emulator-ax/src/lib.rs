@@ -77,6 +77,7 @@ pub const TARGET_ACTOR_HEADER: &str = "ate-target-actor";
 const FAULTS: Rendered = &[
     ("exec", FAULT_NAMES),
     ("get", &["429", "503", "auth", "500"]),
+    ("input", &["429", "503", "reset"]),
     ("stream", FAULT_NAMES),
 ];
 
@@ -457,6 +458,11 @@ impl ProcessService for Processes {
         &self,
         request: Request<Streaming<WriteProcessInputRequest>>,
     ) -> Result<Response<WriteProcessInputResponse>, Status> {
+        let fault = self.shared.faults.take("input");
+        if let Some(s) = fault.and_then(status_fault) {
+            return Err(s);
+        }
+        let ctl = request.extensions().get::<ConnControl>().cloned();
         let guest = self.shared.route(&request)?;
         let mut stream = request.into_inner();
         let mut proc: Option<(Arc<Proc>, String)> = None;
@@ -487,6 +493,10 @@ impl ProcessService for Processes {
             return Err(Status::invalid_argument(
                 "process_id is required on the first message",
             ));
+        }
+        // The bytes were written; the answer is lost on the way.
+        if fault == Some(Fault::ResetBeforeResponse) {
+            return execseam_emulator_kit::reset_connection(ctl.as_ref()).await;
         }
         Ok(Response::new(WriteProcessInputResponse {
             bytes_written: total,

@@ -7,8 +7,11 @@ any failed assertion is a non-zero exit.
 """
 
 import asyncio
+import http.client
 import os
+import re
 import time
+import urllib.parse
 
 from daytona import (
     CodeRunParams,
@@ -402,8 +405,6 @@ daytona.delete(fatal)
 # create_snapshot: `POST /sandbox/{id}/snapshot {name}`; the sandbox is `snapshotting` until the
 # commit is persisted, then back in its previous state; the SDK waits for that and returns None.
 # The runner commits the container without pausing it (`container_commit.go`: `Pause: false`).
-import http.client
-import urllib.parse
 
 SNAP = "interop-snap"
 sandbox.process.exec("printf before > state-file; sleep 300 >/dev/null 2>&1 &")
@@ -453,11 +454,12 @@ u = urllib.parse.urlsplit(link.url)
 check("preview link", u.scheme == "http" and u.hostname == f"{PORT}-{sandbox.id}.proxy.localhost" and link.token, link.url)
 
 
-def preview(headers):
+def preview(headers, url=None):
     # *.localhost is loopback (RFC 6761); glibc does not resolve it, so connect by address.
+    at = urllib.parse.urlsplit(url) if url else u
     for _ in range(100):
-        c = http.client.HTTPConnection("127.0.0.1", u.port, timeout=10)
-        c.request("GET", "/index.html", headers={"Host": u.netloc, **headers})
+        c = http.client.HTTPConnection("127.0.0.1", at.port, timeout=10)
+        c.request("GET", "/index.html", headers={"Host": at.netloc, **headers})
         resp = c.getresponse()
         body = resp.read()
         if resp.status != 502:
@@ -474,6 +476,40 @@ status, _ = preview({})
 check("preview without credentials redirects to sign-in", status == 307, status)
 status, _ = preview({"X-Daytona-Preview-Token": "wrong"})
 check("preview with a wrong token", status == 307, status)
+
+# Signed preview URLs (`getSignedPortPreviewUrl`, v0.190.0 `sandbox.service.ts`): the token (16 of
+# `[a-z0-9]`) is the host label, `{proxyProtocol}://{port}-{token}.{proxyDomain}`, kept
+# `expiresInSeconds` (default 60, 1 s-24 h else 400); the proxy maps it to the sandbox with no
+# header (`auth.go`: `getSandboxIdFromSignedPreviewUrlToken`), an expired or expired-by-call one
+# fails every credential and redirects to sign-in (307).
+signed = sandbox.create_signed_preview_url(PORT, expires_in_seconds=600)
+su = urllib.parse.urlsplit(signed.url)
+check(
+    "signed preview url",
+    signed.sandbox_id == sandbox.id and signed.port == PORT
+    and re.fullmatch(r"[a-z0-9]{16}", signed.token) is not None
+    and su.hostname == f"{PORT}-{signed.token}.proxy.localhost",
+    repr(signed),
+)
+status, body = preview({}, signed.url)
+check("the signed url needs no header", status == 200 and body == b"served", repr((status, body)))
+status, _ = preview({}, signed.url.replace(f"{PORT}-", f"{PORT + 1}-", 1))
+check("a signed token is for its port only", status == 307, status)
+sandbox.expire_signed_preview_url(PORT, signed.token)
+status, _ = preview({}, signed.url)
+check("expire_signed_preview_url ends it at once", status == 307, status)
+short = sandbox.create_signed_preview_url(PORT, expires_in_seconds=1)
+status, _ = preview({}, short.url)
+check("a one-second signed url works at first", status == 200, status)
+time.sleep(1.1)
+status, _ = preview({}, short.url)
+check("and not after its expiry", status == 307, status)
+for bad in (0, 86401):
+    expect_400(
+        f"expires_in_seconds={bad}",
+        lambda: sandbox.create_signed_preview_url(PORT, expires_in_seconds=bad),
+        "between 1 second and 24 hours",
+    )
 sandbox.process.exec(f"pkill -f 'http.server {PORT}'; true")
 
 # delete: the SDK resolves a name to the id (`GET /snapshots/{name}`), then `DELETE

@@ -112,6 +112,7 @@ impl Provider for Daytona {
             minute: Mutex::new(std::time::Duration::from_secs(60)),
             toolbox_requests: AtomicU64::new(0),
             snapshots: Default::default(),
+            signed: Default::default(),
         });
         tokio::spawn(auto_stopper(Arc::downgrade(&state)));
         Ok((
@@ -148,6 +149,8 @@ pub(crate) struct State {
     pub(crate) toolbox_requests: AtomicU64,
     /// The organization's snapshots (`state.rs`).
     pub(crate) snapshots: state::Snapshots,
+    /// Signed preview tokens (`state.rs`).
+    pub(crate) signed: state::SignedTokens,
 }
 
 /// One emulated sandbox: the registry's entry.
@@ -483,6 +486,14 @@ fn router(state: Arc<State>) -> Router {
         .route(
             "/api/sandbox/{id}/ports/{port}/preview-url",
             get(state::preview_url),
+        )
+        .route(
+            "/api/sandbox/{id}/ports/{port}/signed-preview-url",
+            get(state::signed_preview_url),
+        )
+        .route(
+            "/api/sandbox/{id}/ports/{port}/signed-preview-url/{token}/expire",
+            post(state::expire_signed_preview_url),
         )
         .route("/api/snapshots", get(state::list_snapshots))
         .route(

@@ -1,11 +1,13 @@
 //! Sandbox state on the control plane: snapshots of a sandbox (`POST /sandbox/{id}/snapshot`,
 //! `GET|DELETE /snapshots…`, create with `snapshot`), preview links (`GET
 //! /sandbox/{id}/ports/{port}/preview-url` and the preview proxy on `{port}-{id}.proxy.localhost`),
+//! signed preview URLs (`…/signed-preview-url`, `…/signed-preview-url/{token}/expire`, the proxy
+//! on `{port}-{token}.proxy.localhost` with no header; the proxy's auth cookie is not set),
 //! and the answers of the routes a container sandbox cannot take (`pause`, `fork`).
 //!
 //! Sources: `daytonaio/daytona` v0.190.0 (`b5a5d9e78`) `apps/api/src/sandbox/services/
 //! sandbox.service.ts` (`createSnapshotFromSandbox`, `runV0SnapshotFromSandbox`,
-//! `getPortPreviewUrl`, `pause`, `forkSandbox`, create's snapshot lookup), `controllers/
+//! `getPortPreviewUrl`, `getSignedPortPreviewUrl`, `expireSignedPreviewUrlToken`, `pause`, `forkSandbox`, create's snapshot lookup), `controllers/
 //! snapshot.controller.ts`, `services/snapshot.service.ts`, `apps/proxy/pkg/proxy/
 //! {get_sandbox_target,auth,proxy}.go`; the SDK `daytona` 0.226.1 (`_sync/sandbox.py`,
 //! `_sync/snapshot.py`) and its generated models (`SnapshotDto`, `PortPreviewUrl`).
@@ -14,6 +16,7 @@
 //! 422 as the service does for that class; a snapshot is the runner's `docker commit` (the
 //! container is not paused, `Pause: false`), here a copy of the overlay's upper layer.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::body::{Body, Bytes};
@@ -376,17 +379,9 @@ pub(super) async fn preview_url(
     }: Addressed,
     Path((_, port)): Path<(String, String)>,
 ) -> Response {
-    let port = match port.parse::<i64>() {
-        Ok(p) if (1..=65535).contains(&p) => p,
-        Ok(_) => return error(StatusCode::BAD_REQUEST, "Invalid port", &uri, &method),
-        Err(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "Validation failed (numeric string is expected)",
-                &uri,
-                &method,
-            );
-        }
+    let port = match preview_port(&port, &uri, &method) {
+        Ok(p) => p,
+        Err(r) => return r,
     };
     json_response(
         StatusCode::OK,
@@ -396,6 +391,114 @@ pub(super) async fn preview_url(
             "token": s.auth_token,
         }),
     )
+}
+
+/// Signed preview tokens: `(port, token)` → the sandbox id and when the token stops working
+/// (the API keeps `sandbox:signed-preview-url-token:{port}:{token}` in Redis with `SETEX`).
+pub(crate) type SignedTokens = Mutex<HashMap<(u16, String), (String, std::time::Instant)>>;
+
+/// The path's port as `getSignedPortPreviewUrl` checks it (1–65535, "Invalid port").
+fn preview_port(port: &str, uri: &Uri, method: &Method) -> Result<u16, Response> {
+    match port.parse::<i64>() {
+        Ok(p) if (1..=65535).contains(&p) => Ok(p as u16),
+        Ok(_) => Err(error(StatusCode::BAD_REQUEST, "Invalid port", uri, method)),
+        Err(_) => Err(error(
+            StatusCode::BAD_REQUEST,
+            "Validation failed (numeric string is expected)",
+            uri,
+            method,
+        )),
+    }
+}
+
+/// `GET /sandbox/{id}/ports/{port}/signed-preview-url?expiresInSeconds=` (`getSignedPortPreviewUrl`,
+/// `sandbox.service.ts` at v0.190.0): port 1–65535, `expiresInSeconds` 1 s–24 h (default 60,
+/// else 400 "expiresInSeconds must be between 1 second and 24 hours"; a value that is not a
+/// number is the same 400 here: inferred), a token of 16 `[a-z0-9]` (nanoid without `_-`,
+/// lowercased) kept for that long, and `{sandboxId, port, token, url:
+/// "{proxyProtocol}://{port}-{token}.{proxyDomain}"}`: the token is the URL's host label, so
+/// the URL works with no header.
+pub(super) async fn signed_preview_url(
+    a: Addressed,
+    Path((_, port)): Path<(String, String)>,
+) -> Response {
+    let (state, s, uri, method) = (a.state, a.s, a.uri, a.method);
+    let port = match preview_port(&port, &uri, &method) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let expires = super::api::query_pairs(&uri)
+        .into_iter()
+        .find(|(k, _)| k == "expiresInSeconds")
+        .map_or(Some(60), |(_, v)| v.parse::<u64>().ok())
+        .filter(|e| (1..=86_400).contains(e));
+    let Some(expires) = expires else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "expiresInSeconds must be between 1 second and 24 hours",
+            &uri,
+            &method,
+        );
+    };
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let hex = super::uuid_v4().replace('-', "");
+    let token: String = hex
+        .as_bytes()
+        .chunks(2)
+        .map(|pair| {
+            let v = u8::from_str_radix(std::str::from_utf8(pair).unwrap_or("0"), 16).unwrap_or(0);
+            ALPHABET[usize::from(v) % ALPHABET.len()] as char
+        })
+        .collect();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(expires);
+    state
+        .signed
+        .lock()
+        .expect("signed")
+        .insert((port, token.clone()), (s.id.clone(), until));
+    json_response(
+        StatusCode::OK,
+        &serde_json::json!({
+            "sandboxId": s.id,
+            "port": port,
+            "token": token,
+            "url": format!("http://{port}-{token}.{PROXY_DOMAIN}:{}", state.listen_port()),
+        }),
+    )
+}
+
+/// `POST /sandbox/{id}/ports/{port}/signed-preview-url/{token}/expire`
+/// (`expireSignedPortPreviewUrl`): the token stops working at once (`redis.del`); an unknown
+/// token is no error. Nest answers a `@Post` without `@HttpCode` with 201 and no body.
+pub(super) async fn expire_signed_preview_url(
+    Addressed {
+        state, uri, method, ..
+    }: Addressed,
+    Path((_, port, token)): Path<(String, String, String)>,
+) -> Response {
+    let port = match preview_port(&port, &uri, &method) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    state.signed.lock().expect("signed").remove(&(port, token));
+    StatusCode::CREATED.into_response()
+}
+
+impl State {
+    /// The sandbox a live signed token names for `port` (`getSandboxIdFromSignedPreviewUrlToken`);
+    /// an expired one is forgotten.
+    fn signed_sandbox(&self, port: u16, token: &str) -> Option<String> {
+        let mut signed = self.signed.lock().expect("signed");
+        let key = (port, token.to_owned());
+        match signed.get(&key) {
+            Some((id, until)) if *until > std::time::Instant::now() => Some(id.clone()),
+            Some(_) => {
+                signed.remove(&key);
+                None
+            }
+            None => None,
+        }
+    }
 }
 
 impl State {
@@ -441,13 +544,30 @@ pub(super) async fn preview_proxy(
             method.as_str(),
         )
     };
-    let Some(s) = state.sandbox(&id) else {
+    // A host label that is no sandbox may be a signed token (`auth.go`: tried after the
+    // sandbox's own credentials): a live one for this port is the sandbox's credential.
+    let signed = match state.sandbox(&id) {
+        Some(_) => None,
+        None => state.signed_sandbox(port, &id),
+    };
+    let Some(s) = state.sandbox(signed.as_deref().unwrap_or(&id)) else {
+        if signed_shaped(&id) {
+            // `Authenticate` found no credential: the redirect to sign in.
+            return (
+                StatusCode::TEMPORARY_REDIRECT,
+                [(
+                    header::LOCATION,
+                    format!("{}/auth/preview/{id}", state.shell.base_url()),
+                )],
+            )
+                .into_response();
+        }
         return proxy_error(
             StatusCode::BAD_REQUEST,
             &format!("failed to get sandbox public status: sandbox {id} not found"),
         );
     };
-    let bearer_ok = authorized(&state, req.headers());
+    let bearer_ok = signed.is_some() || authorized(&state, req.headers());
     let token_ok = req
         .headers()
         .get(PREVIEW_TOKEN_HEADER)
@@ -490,6 +610,14 @@ pub(super) async fn preview_proxy(
         Err(PortError::Paused) => proxy_error(StatusCode::BAD_GATEWAY, "the sandbox is paused"),
         Err(e) => proxy_error(StatusCode::BAD_GATEWAY, &format!("proxy error: {e}")),
     }
+}
+
+/// 16 of `[a-z0-9]`: what a signed token looks like (a sandbox id is a UUID).
+fn signed_shaped(label: &str) -> bool {
+    label.len() == 16
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
 }
 
 /// The snapshot a create names, if it is one of the organization's: `Ok(None)` for the default

@@ -73,7 +73,7 @@ async fn the_official_python_sdk_works_against_the_emulator() {
             }
         })
     };
-    interop::python_checks("daytona", &dir(), "sdk_check.py", env, 106).await;
+    interop::python_checks("daytona", &dir(), "sdk_check.py", env, 114).await;
     watcher.abort();
     assert!(emu.sandbox_ids().is_empty(), "the SDK deleted its sandbox");
 }

@@ -25,8 +25,8 @@ pub mod ws;
 
 pub use faults::{FAULT_NAMES, Fault, FaultHandle, FaultRule, Faults, Rendered, When, check_rule};
 pub use sandbox::{
-    Dir, Fs, Isolation, Mount, PtyChild, PtyMaster, PtySize, Sandbox, SandboxChild, SandboxSpec,
-    Sandboxing, Snapshot, User,
+    Dir, DirImage, Fs, Isolation, Mount, PtyChild, PtyMaster, PtySize, Sandbox, SandboxChild,
+    SandboxSpec, Sandboxing, Snapshot, User,
 };
 pub use server::{
     BodyLimit, ConnControl, Server, reset_connection, serve_stream, stream_then_drain,

@@ -100,6 +100,12 @@ pub trait Provider: Sized + Send + Sync + 'static {
     /// The environment the official SDK and the adapter's `from_env` need to reach the emulator.
     fn env(&self, shell: &Shell<Self>) -> Vec<(String, String)>;
 
+    /// The certificate (PEM) of TLS endpoints it serves with a certificate of its own (Modal's
+    /// tunnels), which a client must trust to reach them; `None` when it serves none.
+    fn tls_ca_pem(&self) -> Option<String> {
+        None
+    }
+
     /// Called when the emulator is dropped, before the registry's sandboxes are destroyed (for
     /// what the provider keeps outside the registry).
     fn shutdown(&self) {}
@@ -524,6 +530,7 @@ impl<P: Provider> Emulator<P> {
             env: self.env(),
             faults: self.shell.faults.clone(),
             live_sandboxes: Arc::new(self.sandbox_counter()),
+            tls_ca_pem: self.provider.tls_ca_pem(),
             guard: Box::new(self),
         }
     }
@@ -565,6 +572,8 @@ pub struct AnyEmulator {
     pub faults: FaultHandle,
     /// Its count of live sandboxes ([`Emulator::sandbox_counter`]).
     pub live_sandboxes: Arc<dyn Fn() -> usize + Send + Sync>,
+    /// [`Provider::tls_ca_pem`].
+    pub tls_ca_pem: Option<String>,
     /// Keeps the server and the provider's state alive.
     pub guard: Box<dyn std::any::Any + Send + Sync>,
 }

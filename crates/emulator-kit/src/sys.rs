@@ -168,6 +168,38 @@ pub fn set_opaque(path: &Path) -> io::Result<()> {
     check(unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), b"y".as_ptr().cast(), 1, 0) })
 }
 
+/// Makes `dir` (an open directory) the calling thread's working directory. Only for a thread
+/// that stopped sharing its filesystem attributes ([`enter_on_this_thread`]): relative paths then
+/// resolve in that directory, whatever mount namespace the thread is in.
+pub fn fchdir(dir: &File) -> io::Result<()> {
+    // SAFETY: fchdir(2) takes an open descriptor, borrowed for the call.
+    check(unsafe { libc::fchdir(dir.as_raw_fd()) })
+}
+
+/// Mounts a fresh tmpfs (mode 0755, no setuid, no device files) at `path`, in the calling
+/// thread's mount namespace.
+pub fn mount_tmpfs(path: &Path) -> io::Result<()> {
+    let target = c_path(path)?;
+    // SAFETY: mount(2) over NUL-terminated strings that outlive the call.
+    check(unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            target.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            c"mode=0755".as_ptr().cast(),
+        )
+    })
+}
+
+/// Detaches the mount at `path` (lazily, as `umount -l`: what was beneath shows at once; a
+/// process still inside keeps its view until it leaves), never following a symlink there.
+pub fn unmount(path: &Path) -> io::Result<()> {
+    let target = c_path(path)?;
+    // SAFETY: umount2(2) over a NUL-terminated string that outlives the call, and flags.
+    check(unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) })
+}
+
 /// kill(2).
 pub fn kill(pid: i32, sig: i32) -> io::Result<()> {
     // SAFETY: kill(2) has no memory-safety preconditions.

@@ -7,6 +7,8 @@ Usage:
     interop.py entrypoint    the sandbox's own stdio (Sandbox.create(*args)) and the image's ENV/WORKDIR
     interop.py retention     the entrypoint's output past what is retained (the Rust side set a
                              1000-byte retention)
+    interop.py tunnel-ca     Tunnel.url verified with the certificate `execseam emulate modal`
+                             printed (run with the environment it printed)
     interop.py fault <kind>  one call while the Rust side has armed a fault; prints
                              `FAULT <kind> <outcome>`
 
@@ -367,6 +369,7 @@ def snapshots(app, sb):
     assert run(forked, "sh", "-c", "printf forked > /tmp/state")[0] == 0
     check("the source and the sandbox from its snapshot share nothing",
           run(sb, "cat", "/tmp/state")[1] == "after" and run(forked, "cat", "/tmp/state")[1] == "forked")
+    directories(sb, forked)
     forked.terminate()
     kept = sb.snapshot_filesystem(ttl=None)  # sends TTL_NO_EXPIRY_SENTINEL (-1)
     check("snapshot_filesystem(ttl=None) is accepted", kept.object_id != img.object_id, kept.object_id)
@@ -379,6 +382,52 @@ def snapshots(app, sb):
         # The status is inferred (the docs say only that a deleted image cannot be used):
         # NOT_FOUND, the client's NotFoundError (_grpc_client.py _STATUS_TO_EXCEPTION).
         check("creating from a deleted snapshot image is NotFoundError", True)
+
+
+def directories(sb, other):
+    """Sandbox.snapshot_directory (sandbox/_common.py snapshot_directory_via_tcr:
+    TaskSnapshotDirectory) gives "an `Image` containing the directory contents", and
+    Sandbox.mount_image (mount_image_via_tcr: TaskMountDirectory) mounts it in another sandbox:
+    "If the path doesn't exist it will be created. If it exists and contains data, the previous
+    directory will be replaced by the mount"; unmount_image: "the underlying Sandbox filesystem at
+    that path becomes visible again"; `Image.from_scratch()` mounts as an empty image (its id is
+    "", _common.py _image_id_for_mount) (docstrings in sandbox/_sandbox.py)."""
+    import modal.experimental
+
+    assert run(sb, "sh", "-c", "mkdir -p /project/sub && printf v1 > /project/sub/f")[0] == 0
+    image = sb.snapshot_directory("/project")
+    check("snapshot_directory gives a hydrated image id", image.object_id.startswith("im-"), image.object_id)
+    assert run(sb, "sh", "-c", "printf v2 > /project/sub/f")[0] == 0
+    assert run(other, "sh", "-c", "mkdir /project && printf mine > /project/keep")[0] == 0
+    other.mount_image("/project", image)
+    check("mount_image: another sandbox sees the directory as it was at snapshot_directory",
+          run(other, "cat", "/project/sub/f")[1] == "v1")
+    check("mount_image replaces what the directory held", run(other, "test", "-e", "/project/keep")[0] == 1)
+    assert run(other, "sh", "-c", "printf changed > /project/sub/f")[0] == 0
+    other.mount_image("/again", image)  # a path that did not exist: created
+    check("a mounted image is a copy: writes under it reach neither the source nor the image",
+          run(sb, "cat", "/project/sub/f")[1] == "v2" and run(other, "cat", "/again/sub/f")[1] == "v1")
+    other.unmount_image("/project")
+    check("unmount_image shows the directory as it was before the mount",
+          run(other, "cat", "/project/keep")[1] == "mine")
+    other.mount_image("/scratch", modal.Image.from_scratch())
+    check("mount_image(Image.from_scratch()) mounts an empty directory",
+          run(other, "ls", "-A", "/scratch")[1] == "")
+    modal.experimental.image_delete(image.object_id)
+    try:
+        other.mount_image("/gone", image)
+        raise AssertionError("a deleted image was mounted")
+    except NotFoundError:
+        # Inferred as for create: a deleted image "cannot be used" (modal.experimental.image_delete).
+        check("mounting a deleted directory snapshot is NotFoundError", True)
+    # Memory snapshots (V2: TaskSnapshotMemory, sandbox/_impl_v2.py _snapshot_memory) need a
+    # checkpoint of the processes, which the emulator cannot take: it answers UNIMPLEMENTED, the
+    # client's UnimplementedError (_grpc_client.py), never a files-only snapshot called a full one.
+    try:
+        sb._experimental_snapshot()
+        raise AssertionError("a memory snapshot was taken")
+    except modal.exception.UnimplementedError:
+        check("_experimental_snapshot (a memory snapshot) is UnimplementedError, never files only", True)
 
 
 def free_port():
@@ -448,6 +497,42 @@ def tunnels(app):
         raise AssertionError("a terminated sandbox's tunnel answered")
     except OSError:
         check("a terminated sandbox's tunnel is closed", True)
+
+
+def tunnel_ca():
+    """`execseam emulate modal` writes the certificate its tunnels present and prints
+    SSL_CERT_FILE naming it (the caller runs this with the environment the CLI printed): with it,
+    Python's default ssl context (which reads SSL_CERT_FILE) verifies Tunnel.url, as a user's
+    client would; without it (certifi's roots only) the same URL fails verification."""
+    import ssl
+    import urllib.request
+
+    import certifi
+
+    app = modal.App.lookup(APP, create_if_missing=True)
+    port = free_port()
+    sb = modal.Sandbox.create("python3", "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                              app=app, timeout=60, encrypted_ports=[port])
+    url = sb.tunnels()[port].url
+    status, deadline = None, time.monotonic() + 15
+    while status is None:
+        try:
+            status = urllib.request.urlopen(url, timeout=5).status
+        except OSError as e:
+            # Only "not listening yet" is waited out; a TLS failure is the answer.
+            if time.monotonic() > deadline or isinstance(getattr(e, "reason", None), ssl.SSLError):
+                raise
+            time.sleep(0.1)
+    check("GET Tunnel.url verifies with the certificate execseam emulate printed (SSL_CERT_FILE)", status == 200,
+          status)
+    try:
+        urllib.request.urlopen(url, timeout=5, context=ssl.create_default_context(cafile=certifi.where()))
+        raise AssertionError("Tunnel.url verified without the emulator's certificate")
+    except urllib.error.URLError as e:
+        check("without it, the tunnel's certificate does not verify",
+              isinstance(e.reason, ssl.SSLCertVerificationError), e)
+    sb.terminate()
+    print("done", flush=True)
 
 
 def filesystem(sb):
@@ -746,6 +831,8 @@ if __name__ == "__main__":
         entrypoint()
     elif phase == "retention":
         retention()
+    elif phase == "tunnel-ca":
+        tunnel_ca()
     elif phase == "fault":
         fault(sys.argv[2])
     else:

@@ -36,6 +36,8 @@
 //! | | `SandboxStdioReadV2` | the entrypoint's stdout or stderr from any byte `offset`, live and after it exited (`starting_offset` past the request when older bytes are no longer retained: the most recent 64 MiB of each, [`Modal::set_entrypoint_retention`]); ends OK at the end of the stream; without an entrypoint, ends with the sandbox |
 //! | | `SandboxStdinWriteV2` | the entrypoint's stdin, offset-addressed like an exec's, `eof` closes it (a second is ignored); `FAILED_PRECONDITION` once it exited |
 //! | | `TaskSnapshotFilesystem` | the sandbox's writable layer copied (frozen meanwhile) into a new `im-` image over its source's image; `ttl_seconds` `-1` keeps it, `> 0` expires it |
+//! | | `TaskSnapshotDirectory` | one directory's files copied (frozen meanwhile; the kit's [`DirImage`](execseam_emulator_kit::DirImage)) into a new `im-` image, kept as above; the call's `snapshot_id` deduplicates retries; a missing path is `NOT_FOUND`, a file `INVALID_ARGUMENT` (both inferred); creating a sandbox from it is `FAILED_PRECONDITION` (inferred: it holds one directory, no system) |
+//! | | `TaskMountDirectory`, `TaskUnmountDirectory` | a copy of a directory snapshot (`image_id` "": `Image.from_scratch()`, empty) on a fresh tmpfs mounted at `path` (created if missing) in the sandbox's own mount namespace, hiding what was there; unmount (only of a path `mount_image` mounted, else `NOT_FOUND`, inferred) shows it again. Mounting a filesystem snapshot or a built image is `UNIMPLEMENTED` (the emulator's images are the host's system); a deleted or expired image `NOT_FOUND` |
 //!
 //! Every other RPC of the two services is `UNIMPLEMENTED` (tonic's answer for an unknown
 //! method, which the client raises as `UnimplementedError`).
@@ -59,8 +61,9 @@
 //! Offline, each declared port gets a TLS listener on `127.0.0.1:<ephemeral>` (`Tunnel.url` is
 //! `https://127.0.0.1:<port>`), presenting a certificate for `localhost` and `127.0.0.1` made
 //! when the emulator starts ([`Modal::tunnel_ca_pem`]: a client trusts it, e.g. Python through
-//! `SSL_CERT_FILE`), `h2` offered by ALPN for an `h2_ports` port; an unencrypted port also gets
-//! a plain listener (`Tunnel.tcp_socket`). Each connection reaches the sandbox's own listener
+//! `SSL_CERT_FILE`; `execseam emulate modal` writes it to a file and prints that variable),
+//! `h2` offered by ALPN for an `h2_ports` port; an unencrypted port also gets a plain listener
+//! (`Tunnel.tcp_socket`). Each connection reaches the sandbox's own listener
 //! only (the kit's `ports::connect`); a paused sandbox or a closed port closes it. The listeners
 //! close when the sandbox finishes.
 //!
@@ -164,6 +167,8 @@ pub struct ModalSandbox {
     last_active: Mutex<std::time::Instant>,
     /// Its open ports (`open_ports`), closed when it finishes.
     tunnels: Vec<tunnel::Tunnel>,
+    /// Where `mount_image` mounted an image, in order (`unmount_image` takes these only).
+    mounts: tokio::sync::Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for ModalSandbox {
@@ -313,21 +318,35 @@ struct State {
     created: HashMap<String, Arc<tokio::sync::OnceCell<String>>>,
     /// Image definitions by id (`ImageGetOrCreate`), for their `ENV` and `WORKDIR`.
     images: HashMap<String, api::Image>,
-    /// Images `snapshot_filesystem` made, by id.
+    /// Images `snapshot_filesystem` and `snapshot_directory` made, by id.
     snapshots: HashMap<String, SnapshotImage>,
+    /// `TaskSnapshotDirectory`'s `snapshot_id` (a uuid per call, the same on the client's
+    /// retries) → the image it made.
+    dir_snapshot_ids: HashMap<String, String>,
     /// Ids of images `ImageDelete` removed (or whose ttl ran out): creating from one is
     /// `NOT_FOUND`.
     deleted_images: std::collections::HashSet<String>,
 }
 
-/// An image made by `TaskSnapshotFilesystem`: the sandbox's filesystem over its own image.
+/// An image a snapshot made.
 #[derive(Clone)]
 struct SnapshotImage {
-    /// The image the source sandbox ran (its `ENV` and `WORKDIR` stay).
-    base: String,
-    layer: execseam_emulator_kit::Snapshot,
+    content: Snapshotted,
     /// When it expires (seconds since the epoch); `None` for the client's `ttl=None`.
     expires_at: Option<u64>,
+}
+
+/// What a snapshot image holds.
+#[derive(Clone)]
+enum Snapshotted {
+    /// `TaskSnapshotFilesystem`: the sandbox's filesystem over `base`, the image it ran (its
+    /// `ENV` and `WORKDIR` stay).
+    Filesystem {
+        base: String,
+        layer: execseam_emulator_kit::Snapshot,
+    },
+    /// `TaskSnapshotDirectory`: one directory's contents, for `mount_image`.
+    Directory(execseam_emulator_kit::DirImage),
 }
 
 pub(crate) struct Shared {
@@ -413,14 +432,22 @@ impl Shared {
             .await
             .map_err(|e| Status::internal(format!("the snapshot task failed: {e}")))?
             .map_err(|e| Status::internal(format!("cannot snapshot the filesystem: {e}")))?;
-        let id = ids::v1("im");
-        let image = SnapshotImage {
+        let content = Snapshotted::Filesystem {
             base: sb.image_id.clone(),
             layer,
+        };
+        Ok(self.add_snapshot(content, expires_at))
+    }
+
+    /// Keeps a snapshot image under a new `im-` id.
+    fn add_snapshot(&self, content: Snapshotted, expires_at: Option<u64>) -> String {
+        let id = ids::v1("im");
+        let image = SnapshotImage {
+            content,
             expires_at,
         };
         self.lock().snapshots.insert(id.clone(), image);
-        Ok(id)
+        id
     }
 
     /// `ImageDelete`: the image is gone for good (creating from it is `NOT_FOUND`); an id it
@@ -448,6 +475,23 @@ impl Shared {
             return Err(Status::not_found(format!("Image {id} not found")));
         }
         Ok(st.snapshots.get(id).cloned())
+    }
+
+    /// What `mount_image` can mount from image `id`: a directory snapshot. A filesystem
+    /// snapshot or a built image is refused (mounting a whole image is not emulated: the
+    /// emulator's images are the host's system); an unknown, deleted or expired one is
+    /// `NOT_FOUND`.
+    fn mountable(&self, id: &str) -> Result<execseam_emulator_kit::DirImage, Status> {
+        match self.snapshot_image(id)?.map(|s| s.content) {
+            Some(Snapshotted::Directory(image)) => Ok(image),
+            Some(Snapshotted::Filesystem { .. }) => Err(Status::unimplemented(format!(
+                "Image {id} is a filesystem snapshot: mounting one is not emulated (directory snapshots and Image.from_scratch() are)"
+            ))),
+            None if self.lock().images.contains_key(id) => Err(Status::unimplemented(format!(
+                "Image {id} is a built image: mounting one is not emulated (directory snapshots and Image.from_scratch() are)"
+            ))),
+            None => Err(Status::not_found(format!("Image {id} not found"))),
+        }
     }
 
     fn issue_auth_token(&self) -> String {
@@ -496,8 +540,19 @@ impl Shared {
             }
             t => t,
         };
-        let snapshot = self.snapshot_image(&def.image_id)?;
-        let base = snapshot.as_ref().map_or(def.image_id.as_str(), |s| &s.base);
+        let snapshot = match self.snapshot_image(&def.image_id)?.map(|s| s.content) {
+            Some(Snapshotted::Filesystem { base, layer }) => Some((base, layer)),
+            // Inferred: a directory snapshot holds one directory's files, no system to boot;
+            // its documented use is `mount_image` (modal 1.6.4 `sandbox/_sandbox.py`).
+            Some(Snapshotted::Directory(_)) => {
+                return Err(Status::failed_precondition(format!(
+                    "Image {} is a directory snapshot: mount it with mount_image",
+                    def.image_id
+                )));
+            }
+            None => None,
+        };
+        let base = snapshot.as_ref().map_or(def.image_id.as_str(), |s| &s.0);
         let image = self
             .image_config(base)
             .map_err(|e| Status::failed_precondition(format!("Image {}: {e}", def.image_id)))?;
@@ -545,8 +600,8 @@ impl Shared {
             .dirs([Dir::root("/__modal"), Dir::root("/__modal/.bin")]);
         let sandbox = match &snapshot {
             // A filesystem snapshot is an image: the new sandbox starts over its files.
-            Some(snap) => {
-                Sandbox::create_from(id.clone(), spec, self.shell.sandboxing(), &snap.layer)
+            Some((_, layer)) => {
+                Sandbox::create_from(id.clone(), spec, self.shell.sandboxing(), layer)
             }
             None => Sandbox::create(id.clone(), spec, self.shell.sandboxing()),
         }
@@ -600,6 +655,7 @@ impl Shared {
             finished_at: Mutex::new(0.0),
             last_active: Mutex::new(std::time::Instant::now()),
             tunnels,
+            mounts: tokio::sync::Mutex::new(Vec::new()),
         });
         {
             let mut st = self.lock();
@@ -870,6 +926,11 @@ impl Provider for Modal {
                 shell.token().advertised().to_owned(),
             ),
         ]
+    }
+
+    /// The tunnels' certificate ([`Modal::tunnel_ca_pem`]).
+    fn tls_ca_pem(&self) -> Option<String> {
+        Some(self.tunnel_ca_pem().to_owned())
     }
 }
 

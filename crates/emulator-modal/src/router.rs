@@ -16,9 +16,10 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::control::BoxStream;
 use super::process::{self, Ended, Proc, StderrTo, StdinError};
-use super::{ModalSandbox, Shared, exec_env, now_secs, secret_env, spawn_status};
+use super::{ModalSandbox, Shared, Snapshotted, exec_env, now_secs, secret_env, spawn_status};
 use execseam_emulator_kit::grpc::BodyFault;
 use execseam_emulator_kit::{ConnControl, Fault, reset_connection};
+use execseam_modal_proto::google::protobuf::Empty;
 
 pub(crate) struct Router {
     pub(crate) shared: Arc<Shared>,
@@ -85,6 +86,21 @@ impl Router {
 
     async fn fault(&self, route: &str) -> Result<Option<Fault>, Status> {
         self.shared.fault(route).await
+    }
+
+    /// What a snapshot request names: its running task (the main container, no
+    /// customer-supplied key) and the image's expiry.
+    fn snapshot_of<T>(
+        &self,
+        r: &Request<T>,
+        task_id: &str,
+        container_id: &str,
+        encryption_key: bool,
+        ttl_seconds: Option<i64>,
+    ) -> Result<(Arc<ModalSandbox>, Option<u64>), Status> {
+        let sb = self.task(r, task_id)?;
+        main_container(container_id, encryption_key)?;
+        Ok((sb, expiry(ttl_seconds)?))
     }
 
     fn vanish_soon(&self, sb: &Arc<ModalSandbox>) {
@@ -461,33 +477,173 @@ impl TaskCommandRouter for Router {
         &self,
         r: Request<tcr::TaskSnapshotFilesystemRequest>,
     ) -> Result<Response<tcr::TaskSnapshotFilesystemResponse>, Status> {
-        let req = r.get_ref().clone();
-        let sb = self.task(&r, &req.task_id)?;
-        if !req.container_id.is_empty() {
-            return Err(Status::not_found(format!(
-                "Container {} not found (sidecars are not emulated)",
-                req.container_id
-            )));
-        }
-        if req.customer_supplied_encryption_key.is_some() {
-            return Err(Status::unimplemented(
-                "customer-supplied encryption keys are not emulated",
-            ));
-        }
-        // Absent (older clients) is taken as no expiry (inferred).
-        let expires_at = match req.ttl_seconds.unwrap_or(-1) {
-            -1 => None,
-            t if t > 0 => Some(now_secs().saturating_add(t.unsigned_abs())),
-            t => {
-                return Err(Status::invalid_argument(format!(
-                    "ttl_seconds must be positive or -1, got {t}"
-                )));
-            }
-        };
+        let req = r.get_ref();
+        let key = req.customer_supplied_encryption_key.is_some();
+        let (sb, expires_at) =
+            self.snapshot_of(&r, &req.task_id, &req.container_id, key, req.ttl_seconds)?;
         let image_id = self.shared.snapshot_sandbox(&sb, expires_at).await?;
         Ok(Response::new(tcr::TaskSnapshotFilesystemResponse {
             image_id,
         }))
+    }
+
+    /// `Sandbox.snapshot_directory(path, timeout, ttl=)` (`sandbox/_common.py`
+    /// `snapshot_directory_via_tcr`): the directory's contents as a new image (copied while the
+    /// sandbox is frozen; it runs on), kept for `ttl_seconds` as a filesystem snapshot is. The
+    /// client's retries carry the call's `snapshot_id` (a uuid) and get the same image.
+    async fn task_snapshot_directory(
+        &self,
+        r: Request<tcr::TaskSnapshotDirectoryRequest>,
+    ) -> Result<Response<tcr::TaskSnapshotDirectoryResponse>, Status> {
+        let req = r.get_ref();
+        let key = req.customer_supplied_encryption_key.is_some();
+        let (sb, expires_at) =
+            self.snapshot_of(&r, &req.task_id, &req.container_id, key, req.ttl_seconds)?;
+        let path = path_of(&req.path)?;
+        let done = self
+            .shared
+            .lock()
+            .dir_snapshot_ids
+            .get(&req.snapshot_id)
+            .cloned();
+        let image_id = match done {
+            Some(id) if !req.snapshot_id.is_empty() => id,
+            _ => {
+                let image = sb
+                    .sandbox()
+                    .snapshot_dir(&path)
+                    .await
+                    .map_err(|e| path_status(e, &path))?;
+                let id = self
+                    .shared
+                    .add_snapshot(Snapshotted::Directory(image), expires_at);
+                self.shared
+                    .lock()
+                    .dir_snapshot_ids
+                    .insert(req.snapshot_id.clone(), id.clone());
+                id
+            }
+        };
+        Ok(Response::new(tcr::TaskSnapshotDirectoryResponse {
+            image_id,
+        }))
+    }
+
+    /// `Sandbox.mount_image(path, image)` (`sandbox/_common.py` `mount_image_via_tcr`): a copy
+    /// of a directory snapshot (or, for `Image.from_scratch()`, sent as `image_id` "", an empty
+    /// directory) mounted at `path`, created if missing, hiding what was there until
+    /// `unmount_image` ("If it exists and contains data, the previous directory will be replaced
+    /// by the mount", `sandbox/_sandbox.py`). The mount is the sandbox's own: writes under it
+    /// change neither the image nor the sandbox it came from.
+    async fn task_mount_directory(
+        &self,
+        r: Request<tcr::TaskMountDirectoryRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let req = r.get_ref().clone();
+        let sb = self.task(&r, &req.task_id)?;
+        main_container(
+            &req.container_id,
+            req.customer_supplied_encryption_key.is_some(),
+        )?;
+        let path = path_of(&req.path)?;
+        let image = match req.image_id.as_str() {
+            "" => None,
+            id => Some(self.shared.mountable(id)?),
+        };
+        let mut mounts = sb.mounts.lock().await;
+        sb.sandbox()
+            .mount_dir(&path, image.as_ref())
+            .await
+            .map_err(|e| path_status(e, &path))?;
+        mounts.push(path);
+        Ok(Response::new(Empty {}))
+    }
+
+    /// `Sandbox.unmount_image(path)` (`sandbox/_common.py` `unmount_image_via_tcr`): `path`
+    /// must be where `mount_image` mounted (the client docs: "the exact mount point"); what was
+    /// beneath shows again. Any other path is `NOT_FOUND` (inferred).
+    async fn task_unmount_directory(
+        &self,
+        r: Request<tcr::TaskUnmountDirectoryRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let req = r.get_ref().clone();
+        let sb = self.task(&r, &req.task_id)?;
+        main_container(&req.container_id, false)?;
+        let path = path_of(&req.path)?;
+        let mut mounts = sb.mounts.lock().await;
+        let Some(at) = mounts.iter().rposition(|m| *m == path) else {
+            return Err(Status::not_found(format!("No image is mounted at {path}")));
+        };
+        sb.sandbox()
+            .unmount_dir(&path)
+            .await
+            .map_err(|e| path_status(e, &path))?;
+        // Mounts made under it later went with it (a detached mount takes its submounts).
+        let inside = format!("{path}/");
+        let mut i = 0;
+        mounts.retain(|m| {
+            i += 1;
+            i <= at || !m.starts_with(&inside)
+        });
+        mounts.remove(at);
+        Ok(Response::new(Empty {}))
+    }
+}
+
+/// Snapshots and mounts act on the sandbox's main container only, without a customer-supplied
+/// key: sidecars and encryption keys are not emulated.
+fn main_container(container_id: &str, encryption_key: bool) -> Result<(), Status> {
+    if !container_id.is_empty() {
+        return Err(Status::not_found(format!(
+            "Container {container_id} not found (sidecars are not emulated)"
+        )));
+    }
+    if encryption_key {
+        return Err(Status::unimplemented(
+            "customer-supplied encryption keys are not emulated",
+        ));
+    }
+    Ok(())
+}
+
+/// A snapshot's `ttl_seconds` as its expiry: `-1` (`TTL_NO_EXPIRY_SENTINEL`, the client's
+/// `ttl=None`) never; absent (older clients) is taken as never too (inferred).
+fn expiry(ttl_seconds: Option<i64>) -> Result<Option<u64>, Status> {
+    match ttl_seconds.unwrap_or(-1) {
+        -1 => Ok(None),
+        t if t > 0 => Ok(Some(now_secs().saturating_add(t.unsigned_abs()))),
+        t => Err(Status::invalid_argument(format!(
+            "ttl_seconds must be positive or -1, got {t}"
+        ))),
+    }
+}
+
+/// A request's `path` (the client sends `PurePosixPath(path).as_posix()` as UTF-8,
+/// `sandbox/_common.py` `absolute_path_bytes`).
+fn path_of(bytes: &[u8]) -> Result<String, Status> {
+    let path =
+        std::str::from_utf8(bytes).map_err(|_| Status::invalid_argument("path is not UTF-8"))?;
+    if !path.starts_with('/') {
+        return Err(Status::invalid_argument(format!(
+            "path must be absolute; got: {path}"
+        )));
+    }
+    match path.trim_end_matches('/') {
+        "" => Ok("/".to_owned()),
+        p => Ok(p.to_owned()),
+    }
+}
+
+/// A directory snapshot's or mount's failure (the codes are inferred: the service's are not
+/// published).
+fn path_status(e: std::io::Error, path: &str) -> Status {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::NotFound => Status::not_found(format!("{path}: no such directory")),
+        K::NotADirectory => Status::invalid_argument(format!("{path} is not a directory")),
+        K::InvalidInput => Status::invalid_argument(e.to_string()),
+        K::Unsupported => Status::unimplemented(e.to_string()),
+        _ => Status::internal(format!("{path}: {e}")),
     }
 }
 

@@ -5,7 +5,8 @@
 //! terminal: size, TERM, echo, ^C, ^D), `sb.filesystem`, the V1
 //! backend, the sandbox's own stdio (the entrypoint's stdout/stderr by offset, its stdin with
 //! EOF) and the image's `ENV`/`WORKDIR`, filesystem snapshots (`snapshot_filesystem`, a sandbox
-//! from the image, `image_delete`), tunnels (`encrypted_ports`, `unencrypted_ports`, `h2_ports`,
+//! from the image, `image_delete`), directory snapshots (`snapshot_directory`, `mount_image`,
+//! `unmount_image`), tunnels (`encrypted_ports`, `unencrypted_ports`, `h2_ports`,
 //! `tunnels()`, `Tunnel.url` over TLS), and faults mapped to the client's own exceptions and
 //! retries. The same virtualenv
 //! re-exports the schema from the wheel and checks it against the checked-in descriptor set.
@@ -91,6 +92,13 @@ async fn the_official_client_drives_sandboxes_exec_and_files() {
         "ok a sandbox past its timeout: wait() raises SandboxTimeoutError",
         "ok a sandbox from the snapshot image has the files as they were",
         "ok the source and the sandbox from its snapshot share nothing",
+        "ok mount_image: another sandbox sees the directory as it was at snapshot_directory",
+        "ok mount_image replaces what the directory held",
+        "ok a mounted image is a copy: writes under it reach neither the source nor the image",
+        "ok unmount_image shows the directory as it was before the mount",
+        "ok mount_image(Image.from_scratch()) mounts an empty directory",
+        "ok mounting a deleted directory snapshot is NotFoundError",
+        "ok _experimental_snapshot (a memory snapshot) is UnimplementedError, never files only",
         "ok creating from a deleted snapshot image is NotFoundError",
         "ok GET Tunnel.url (TLS, the emulator's certificate trusted) reaches the sandbox's server",
         "ok an unencrypted port's tcp_socket is the raw TCP stream to the sandbox's port",

@@ -334,7 +334,12 @@ sprite.delete_service("site")
 check("with no http_port service nothing of the sprite on 8080 answers 502", get_url(info.url)[0] == 502)
 check("the URL of a sprite that does not exist is 404",
       get_url(info.url.replace(f"{NAME}.", "no-such-sprite."), TOKEN)[0] == 404)
-sprite.update_url_settings(URLSettings(auth="sprite"))
+sprite.update_url_settings(URLSettings(auth="sprite", private_access="org"))
+# `private_access` (sprites-py and sprites-go send it and read it back; no doc gives its values):
+# kept as sent, the auth beside it unchanged by a later update that leaves it out.
+check("update_url_settings(private_access=) is kept and answered",
+      client.get_sprite(NAME).url_settings == URLSettings(auth="sprite", private_access="org"),
+      repr(client.get_sprite(NAME).url_settings))
 
 # -- network policy --------------------------------------------------------------------------------
 # `GET`/`POST /v1/sprites/{name}/policy/network` `{rules: [{domain, action}|{include}]}` (docs

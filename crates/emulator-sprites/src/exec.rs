@@ -210,14 +210,14 @@ async fn create_sprite(st: St, headers: HeaderMap, body: Bytes) -> Response {
     let Some(name) = req["name"].as_str().filter(|n| !n.is_empty()) else {
         return json_response(StatusCode::BAD_REQUEST, &wire::error("name is required"));
     };
-    let public = match crate::url::requested_auth(&req) {
-        Ok(p) => p.unwrap_or(false),
+    let settings = match crate::url::requested(&req) {
+        Ok(s) => s,
         Err(r) => return r,
     };
     match st.create_sprite(name) {
         Ok((s, true)) => {
             lifecycle::set_created_labels(&s, &req);
-            s.set_url_public(public);
+            s.set_url_settings(settings);
             json_response(StatusCode::CREATED, &s.info())
         }
         Ok((_, false)) => {

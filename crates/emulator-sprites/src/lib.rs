@@ -36,8 +36,8 @@
 //!   `[0x03, code]` last; a command that cannot start is `500 failed to start process`.
 //! - `GET /control`: `404 {"error":"not found"}`, so every SDK uses direct WebSockets.
 //! - `/fs/read|write|list|delete|rename|copy|chmod|chown` (see `fs.rs`).
-//! - `GET|POST /v1/sprites`, `GET|PUT|DELETE /v1/sprites/{name}` (`url_settings.auth` at create
-//!   and by `PUT`).
+//! - `GET|POST /v1/sprites`, `GET|PUT|DELETE /v1/sprites/{name}` (`url_settings.auth` and
+//!   `private_access` at create and by `PUT`; `private_access` kept and answered, not acted on).
 //! - The sprite URL, `http://{name}.sprites.localhost:<port>` (`url.rs`): HTTP to a running
 //!   service's `http_port`, else 8080; the token unless `url_settings.auth` is `public`.
 //! - `/services…` and `/policy/network` (see `services.rs`; the policy is kept, not enforced).
@@ -170,6 +170,8 @@ pub struct Sprite {
     url: String,
     /// `url_settings.auth` is `public` (else `sprite`).
     url_public: AtomicBool,
+    /// `url_settings.private_access`, as last set (see `url.rs`).
+    private_access: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Sprite {
@@ -217,8 +219,24 @@ impl Sprite {
         self.url_public.load(Ordering::SeqCst)
     }
 
-    pub(crate) fn set_url_public(&self, public: bool) {
-        self.url_public.store(public, Ordering::SeqCst);
+    /// Applies what a request's `url_settings` set.
+    pub(crate) fn set_url_settings(&self, settings: url::UrlSettings) {
+        if let Some(public) = settings.public {
+            self.url_public.store(public, Ordering::SeqCst);
+        }
+        if let Some(p) = settings.private_access {
+            *self.private_access.lock().expect("private_access") = Some(p);
+        }
+    }
+
+    /// `url_settings` as `SpriteInfo` answers it.
+    pub(crate) fn url_settings(&self) -> serde_json::Value {
+        let mut v =
+            serde_json::json!({"auth": if self.url_public() { "public" } else { "sprite" }});
+        if let Some(p) = &*self.private_access.lock().expect("private_access") {
+            v["private_access"] = serde_json::json!(p);
+        }
+        v
     }
 
     /// True until destroyed.
@@ -307,6 +325,7 @@ impl State {
                 self.shell.base_url().rsplit(':').next().unwrap_or("80")
             ),
             url_public: AtomicBool::new(false),
+            private_access: Mutex::new(None),
         });
         all.insert(name.to_owned(), s.clone());
         Ok((s, true))

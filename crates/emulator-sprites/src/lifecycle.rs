@@ -50,7 +50,7 @@ impl Sprite {
         let mut v = wire::sprite(&self.name, &self.id, self.created);
         v["labels"] = json!(*self.labels.lock().expect("labels"));
         v["url"] = json!(self.url());
-        v["url_settings"] = json!({"auth": if self.url_public() { "public" } else { "sprite" }});
+        v["url_settings"] = self.url_settings();
         v
     }
 }
@@ -71,7 +71,7 @@ pub(crate) fn set_created_labels(sprite: &Sprite, req: &Value) {
 }
 
 /// `PUT /v1/sprites/{name}`: `labels` replaces the set, `clear_labels: true` empties it,
-/// `url_settings.auth` sets the URL's auth; the answer is the `SpriteInfo`.
+/// `url_settings` sets the URL's auth and `private_access`; the answer is the `SpriteInfo`.
 pub(crate) async fn update_sprite(
     AddressedSprite(sprite): AddressedSprite,
     body: Bytes,
@@ -86,9 +86,8 @@ pub(crate) async fn update_sprite(
             }
         }
     };
-    match crate::url::requested_auth(&req) {
-        Ok(Some(public)) => sprite.set_url_public(public),
-        Ok(None) => {}
+    match crate::url::requested(&req) {
+        Ok(settings) => sprite.set_url_settings(settings),
         Err(r) => return r,
     }
     if req["clear_labels"].as_bool() == Some(true) {

@@ -9,6 +9,12 @@
 //! - Auth: `url_settings.auth`, `sprite` (the default: "Requires Sprite token", the API's
 //!   `Authorization: Bearer`) or `public`; set at create (`CreateSpriteRequest.url_settings`) or
 //!   by `PUT /v1/sprites/{name}` (sprites-py `update_url_settings`). Anything else is a 400.
+//! - `url_settings.private_access`: a string both SDKs send and read back (sprites-go `types.go`
+//!   `URLSettings.PrivateAccess`, `omitempty`; sprites-py `types.py` `URLSettings`, `_utils.py`
+//!   `parse_url_settings`), which neither the docs (docs.sprites.dev/reference/configuration
+//!   lists `auth` only) nor the SDKs give values or a meaning for. Kept as sent and answered
+//!   (absent until set, as `omitempty` serializes it); it changes nothing about the URL here. A
+//!   value that is not a string is a 400 (inferred).
 //!
 //! Offline the URL is `http://{name}.sprites.localhost:<emulator port>`: the emulator's own
 //! listener, told apart by the `Host` (RFC 6761 lets `*.localhost` resolve to loopback; a client
@@ -34,20 +40,42 @@ pub(crate) const URL_DOMAIN: &str = "sprites.localhost";
 /// The port the URL routes to when no running service names an `http_port`.
 pub(crate) const DEFAULT_HTTP_PORT: u16 = 8080;
 
-/// `url_settings.auth` of a request body: `Ok(None)` when absent, `Err` for a value the API
-/// does not take.
-pub(crate) fn requested_auth(req: &Value) -> Result<Option<bool>, Response> {
-    match req["url_settings"]["auth"].as_str() {
-        None => Ok(None),
-        Some("sprite") => Ok(Some(false)),
-        Some("public") => Ok(Some(true)),
-        Some(other) => Err(json_response(
-            StatusCode::BAD_REQUEST,
-            &wire::error(&format!(
-                "url_settings.auth must be sprite or public, not {other:?}"
-            )),
-        )),
-    }
+/// What a request body's `url_settings` sets (`None`: left as it is).
+#[derive(Default)]
+pub(crate) struct UrlSettings {
+    /// `auth`: `public` (true) or `sprite`.
+    pub(crate) public: Option<bool>,
+    /// `private_access`, as sent.
+    pub(crate) private_access: Option<String>,
+}
+
+/// The `url_settings` of a request body; `Err` for a value the API does not take.
+pub(crate) fn requested(req: &Value) -> Result<UrlSettings, Response> {
+    let refuse = |why: String| Err(json_response(StatusCode::BAD_REQUEST, &wire::error(&why)));
+    let settings = &req["url_settings"];
+    let public = match &settings["auth"] {
+        Value::Null => None,
+        Value::String(a) if a == "sprite" => Some(false),
+        Value::String(a) if a == "public" => Some(true),
+        other => {
+            return refuse(format!(
+                "url_settings.auth must be sprite or public, not {other}"
+            ));
+        }
+    };
+    let private_access = match &settings["private_access"] {
+        Value::Null => None,
+        Value::String(p) => Some(p.clone()),
+        other => {
+            return refuse(format!(
+                "url_settings.private_access must be a string, not {other}"
+            ));
+        }
+    };
+    Ok(UrlSettings {
+        public,
+        private_access,
+    })
 }
 
 /// A request to a sprite's URL, routed to its port; any other request goes on to the API.

@@ -29,7 +29,7 @@ async fn the_official_python_sdk_works_against_the_emulator() {
     .await
     .expect("the emulator starts");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop");
-    interop::python_checks("sprites", &dir, "sdk_check.py", emu.env(), 85).await;
+    interop::python_checks("sprites", &dir, "sdk_check.py", emu.env(), 86).await;
     // The SDK's requests reached the exec route (and were counted there).
     assert!(
         emu.exec_requests() >= 20,

@@ -26,7 +26,8 @@ OUT = Path(__file__).with_name(f"modal-{PINNED}.binpb")
 
 # The RPCs the 1.6.4 client makes for sandbox create / connect / list / exec / filesystem /
 # terminate (V2 path, plus the V1 path where cheap), read from modal/sandbox/*.py, and for
-# filesystem snapshots (`snapshot_filesystem`, modal.experimental `image_delete`), and tunnels.
+# filesystem snapshots (`snapshot_filesystem`, modal.experimental `image_delete`), directory
+# snapshots and image mounts, and tunnels.
 METHODS = {
     "modal.client.ModalClient": [
         "AppGetOrCreate",
@@ -69,8 +70,13 @@ METHODS = {
         "TaskExecStdinWriteStream",
         "TaskExecStdioRead",
         "TaskExecWait",
+        # Sandbox.mount_image / unmount_image / snapshot_directory (sandbox/_common.py
+        # mount_image_via_tcr, unmount_image_via_tcr, snapshot_directory_via_tcr).
+        "TaskMountDirectory",
+        "TaskSnapshotDirectory",
         # Sandbox.snapshot_filesystem (sandbox/_common.py snapshot_filesystem_via_tcr).
         "TaskSnapshotFilesystem",
+        "TaskUnmountDirectory",
     ],
 }
 # Messages used outside any RPC signature: the status details Modal attaches to errors

@@ -84,6 +84,16 @@ impl LifecycleCapabilities {
         options: &[],
         state: StateCapabilities::NONE,
     };
+
+    /// Create, connect, list and destroy, with no spec field, option or state operation: what a
+    /// provider with the whole lifecycle states its spec and state over.
+    pub const ALL_OPERATIONS: LifecycleCapabilities = LifecycleCapabilities {
+        create: true,
+        connect: true,
+        list: true,
+        destroy: true,
+        ..LifecycleCapabilities::NONE
+    };
 }
 
 /// Which [`SandboxSpec`] fields a provider honours on create.

@@ -191,6 +191,20 @@ pub struct ForkSupport {
     pub independent: bool,
 }
 
+impl ForkSupport {
+    /// A fork made by the default [`Provider::fork`](crate::Provider::fork): a filesystem
+    /// snapshot of the running source and a create from it, with everything written up to the
+    /// fork, sharing nothing afterwards: a base to override with
+    /// `..ForkSupport::SNAPSHOT_AND_CREATE`.
+    pub const SNAPSHOT_AND_CREATE: ForkSupport = ForkSupport {
+        native: false,
+        keeps: Kept::Filesystem,
+        source_after: SourceAfter::Running,
+        includes_unsaved: true,
+        independent: true,
+    };
+}
+
 /// When ports can be exposed.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -52,19 +52,7 @@ const READ_CHUNK: usize = 64 * 1024;
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// What a process runner does without a launcher (with one, the workdir is shell-wrapped).
-pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
-    stdin: Delivery::Native,
-    workdir: Delivery::Native,
-    env: Delivery::Native,
-    streaming: true,
-    remote_kill: true,
-    binary_output: true,
-    max_stdin: None,
-    max_output: None,
-    native_tools: &[],
-    processes: None,
-};
+pub const CAPABILITIES: Capabilities = Capabilities::FULL;
 
 /// The marker of the launcher's own wrapper failures (a missing workdir, a failed set-up step of
 /// the launcher). It differs from [`execseam_adapter_kit::degrade::WRAPPER_MARK`] so that a command

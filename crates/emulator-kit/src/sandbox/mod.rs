@@ -95,11 +95,15 @@
 //!   writable filesystem is the snapshot's again, deletions and new files undone. The overlay's
 //!   upper layer is never changed under a mounted overlay (undefined behaviour in overlayfs):
 //!   the old init keeps its layer until it is torn down.
+//! - **Directory images** ([`Sandbox::snapshot_dir`], [`Sandbox::mount_dir`]): a copy of one
+//!   directory, taken while the sandbox is frozen, and a copy of it mounted (a tmpfs in the
+//!   sandbox's mount namespace) over a path of any sandbox, independent of both; see [`DirImage`].
 //! - **Ports** ([`ports`](crate::ports)): the network is the host's, so a server on port P of
 //!   a sandbox is `127.0.0.1:P`; the emulators route their provider's URL scheme (with a
 //!   `*.localhost` host) to it after checking that the listener belongs to that sandbox and the
 //!   sandbox is not paused.
 
+mod dir_image;
 mod etc;
 mod freeze;
 mod ns;
@@ -119,6 +123,7 @@ use tokio::task::AbortHandle;
 /// emulators map them to their own wire).
 const PROVIDER: &str = "local";
 
+pub use dir_image::DirImage;
 pub use freeze::describe as describe_pause;
 pub use pty::{PtyChild, PtyMaster, PtySize};
 pub use spec::{Dir, Mount, SandboxSpec, Sandboxing, User};

@@ -887,6 +887,52 @@ async fn a_snapshot_is_one_point_in_time_and_sandboxes_from_it_are_independent()
     // StateDir's drop checks that the snapshots' copies were removed with them.
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_directory_image_is_a_copy_mounted_over_a_path_and_unmounted_again() {
+    let Some(dir) =
+        StateDir::namespaced("dir-image", ": mounts need the sandbox's mount namespace")
+    else {
+        return;
+    };
+    let sb = dir.sandboxing(Isolation::Namespaces);
+    let [src, other] = ["src", "other"].map(|id| Sandbox::create(id, spec(), &sb).unwrap());
+    let tree = "mkdir -p /home/emu/p/sub && echo a > /home/emu/p/sub/f && chmod 640 /home/emu/p/sub/f && ln -s sub/f /home/emu/p/link && ln -s /etc/passwd /home/emu/p/abs";
+    assert_eq!(run(&src, tree).await.exit, Exit::Code(0));
+    let image = src.snapshot_dir("/home/emu/p").await.unwrap();
+    assert_eq!(image.size_bytes(), 2);
+    assert!(!src.is_paused(), "the source runs on after the copy");
+    run(&src, "echo b > /home/emu/p/sub/f").await;
+    let missing = src.snapshot_dir("/home/emu/nope").await.unwrap_err();
+    assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+    let not_dir = src.snapshot_dir("/home/emu/p/sub/f").await.unwrap_err();
+    assert_eq!(not_dir.kind(), io::ErrorKind::NotADirectory);
+
+    run(&other, "mkdir /home/emu/q && echo under > /home/emu/q/old").await;
+    other.mount_dir("/home/emu/q", Some(&image)).await.unwrap();
+    let script = "cat /home/emu/q/sub/f /home/emu/q/link; readlink /home/emu/q/abs; stat -c '%U %a' /home/emu/q/sub/f; test -e /home/emu/q/old || echo hidden";
+    let out = run(&other, script).await;
+    let seen = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(seen.0, "a\na\n/etc/passwd\nemu 640\nhidden\n", "{}", seen.1);
+    // Independent: the mount's writes reach neither the source nor the image.
+    run(&other, "echo c > /home/emu/q/sub/f").await;
+    assert_eq!(read(&src, "/home/emu/p/sub/f").await.unwrap(), "b\n");
+    other.mount_dir("/srv/again", Some(&image)).await.unwrap();
+    assert_eq!(read(&other, "/srv/again/sub/f").await.unwrap(), "a\n");
+    // Unmounted, what was beneath shows again; an empty image mounts an empty directory.
+    other.unmount_dir("/home/emu/q").await.unwrap();
+    assert_eq!(read(&other, "/home/emu/q/old").await.unwrap(), "under\n");
+    assert!(other.unmount_dir("/home/emu/q").await.is_err());
+    other.mount_dir("/home/emu/q", None).await.unwrap();
+    let out = run(&other, "ls -A /home/emu/q | wc -l").await;
+    assert_eq!(text(&out.stdout).trim(), "0");
+    assert!(other.mount_dir("/", None).await.is_err());
+    for s in [&src, &other] {
+        s.destroy();
+    }
+    drop(image);
+    // StateDir's drop checks that the image's copy was removed with it.
+}
+
 #[tokio::test]
 async fn ports_reach_only_the_sandbox_that_listens_and_not_while_paused() {
     let Some(dir) = StateDir::namespaced(
