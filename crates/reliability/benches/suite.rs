@@ -2503,8 +2503,10 @@ fn on(section: &str) -> bool {
     )
 }
 
-/// Sections that run only when `EXECSEAM_BENCH_SECTIONS` names them: P7 and P8 have not had a
-/// release run yet (their code is built, not measured), so the full suite leaves them out.
+/// Sections that run only when `EXECSEAM_BENCH_SECTIONS` names them, for the full run's time
+/// budget (docs/performance.md, "Build and run time"): P7 at 200 pairs takes longer than the
+/// rest of the suite (a spooled handle's start + attach + wait is 140 to 260 ms, Fly's about 2 s:
+/// its follower reads once a second; four memory rows of 512 handles), P8 about 110 s.
 const OPT_IN: &[&str] = &["P7", "P8"];
 
 async fn adapter_rows(
