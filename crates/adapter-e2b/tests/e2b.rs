@@ -225,6 +225,12 @@ async fn dropping_a_stream_kills_the_process() {
     assert_eq!(emu.processes(exec.id()).len(), 1);
     drop(stream);
     no_process_left(&emu, exec.id()).await;
+    // The tree kill next to it may end the process before the `SendSignal` that follows.
+    let until = Instant::now() + Duration::from_secs(10);
+    while requests(&emu, "/process.Process/SendSignal").is_empty() {
+        assert!(Instant::now() < until, "no SendSignal");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let kill = &requests(&emu, "/process.Process/SendSignal")[0];
     assert_eq!(kill.headers["content-type"], "application/json");
 }

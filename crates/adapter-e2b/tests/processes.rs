@@ -14,7 +14,7 @@ use execseam_core::{
 };
 use execseam_e2b::{E2bConfig, E2bExec, E2bProvider};
 use execseam_emulators::EmulatorOptions;
-use execseam_emulators::e2b::E2bEmulator;
+use execseam_emulators::e2b::{E2bEmulator, StreamFault};
 use execseam_test_util::processes::{output_from_start, sh, stdin_env_and_workdir_reach};
 
 async fn emulator() -> E2bEmulator {
@@ -197,14 +197,18 @@ async fn stdin_env_and_workdir_reach_the_detached_command() {
 }
 
 /// The spool's supervisor is one of envd's own background processes (`Start`, tagged by its
-/// spool directory, no `Connect-Timeout-Ms`), and `wait` rides on envd's `Connect` to it until
-/// its end event instead of polling the spool (a command of 1.5 s would take about 7 status
-/// reads from 20 ms to 500 ms apart).
+/// spool directory, no `Connect-Timeout-Ms`): a start whose answer was cut after envd ran it
+/// is found by its tag in `List` (one supervisor, not an error), and `wait` rides on envd's
+/// `Connect` to it until its end event instead of polling the spool (a command of 1.5 s would
+/// take about 7 status reads from 20 ms to 500 ms apart).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_supervisor_is_envds_own_process_and_wait_connects_to_it() {
     let emu = emulator().await;
     let exec = create(&emu).await;
     let p = exec.processes().unwrap();
+    emu.arm_stream_fault(StreamFault::CutBeforeStart {
+        tag_prefix: "execseam-spool:".into(),
+    });
     let s = start(&*p, "native", "sleep 1.5; exit 4").await;
     assert!(s.fresh);
     until("envd tracks only the supervisor", || {

@@ -84,6 +84,13 @@ pub enum StreamFault {
     },
     /// Stream the output, then end the stream successfully (`{}`) without the end event.
     NoEndEvent,
+    /// Start the process, then cut the stream before its start event (a start envd ran whose
+    /// answer was lost on the way back), for the next `Start` whose tag begins with
+    /// `tag_prefix` (other `Start`s leave it armed).
+    CutBeforeStart {
+        /// The tag's beginning.
+        tag_prefix: String,
+    },
 }
 
 /// A sandbox created directly through the typed handle.

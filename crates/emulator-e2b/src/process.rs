@@ -662,6 +662,12 @@ async fn run_stream(p: StreamPlan) {
             }
         };
     }
+    if let Mode::Stream(StreamFault::CutBeforeStart { .. }) = &mode {
+        let _ = tx
+            .send(Err(io::Error::other("stream cut by fault injection")))
+            .await;
+        return;
+    }
     send!(message(&json!({"event": {"start": {"pid": proc.pid}}})));
     match &mode {
         Mode::Malformed => {
@@ -814,16 +820,6 @@ async fn start(mut req: EnvdRequest) -> Response {
             Mode::Normal
         }
     };
-    if mode == Mode::Normal
-        && let Some(f) = req
-            .state
-            .stream_faults
-            .lock()
-            .expect("stream faults")
-            .pop_front()
-    {
-        mode = Mode::Stream(f);
-    }
     let msgs = match read_stream_messages(&mut req).await {
         Ok(m) => m,
         Err(r) => return r,
@@ -838,6 +834,20 @@ async fn start(mut req: EnvdRequest) -> Response {
         Ok(p) => p,
         Err(e) => return failed_stream(&e),
     };
+    if mode == Mode::Normal {
+        let mut armed = req.state.stream_faults.lock().expect("stream faults");
+        let applies = match armed.front() {
+            Some(StreamFault::CutBeforeStart { tag_prefix }) => parsed
+                .tag
+                .as_deref()
+                .is_some_and(|t| t.starts_with(tag_prefix.as_str())),
+            Some(_) => true,
+            None => false,
+        };
+        if let Some(f) = applies.then(|| armed.pop_front()).flatten() {
+            mode = Mode::Stream(f);
+        }
+    }
     let user = match user_of(&req.headers) {
         Ok(u) => u,
         Err(m) => return failed_stream(&RpcError::new("unauthenticated", m)),
