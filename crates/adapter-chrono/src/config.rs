@@ -1,6 +1,5 @@
 //! Configuration of the Chrono adapter and of the durable client.
 
-use std::fmt;
 use std::time::Duration;
 
 use execseam_adapter_kit::Adapter as _;
@@ -48,7 +47,7 @@ impl DurablePolicy {
 /// Where and how the adapter reaches Chrono.
 ///
 /// `Debug` never shows the tokens.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ChronoConfig {
     pub(crate) base_url: String,
     pub(crate) via: Option<String>,
@@ -61,25 +60,6 @@ pub struct ChronoConfig {
     pub(crate) max_response_bytes: usize,
     pub(crate) durable: bool,
     pub(crate) policy: DurablePolicy,
-}
-
-impl fmt::Debug for ChronoConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let set = |s: &Option<SecretString>| s.as_ref().map(|_| "<redacted>");
-        f.debug_struct("ChronoConfig")
-            .field("base_url", &self.base_url)
-            .field("via", &self.via)
-            .field("token", &set(&self.token))
-            .field("delegation_token", &set(&self.delegation_token))
-            .field("timeout_secs", &self.timeout_secs)
-            .field("request_slack", &self.request_slack)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("max_stdin", &self.max_stdin)
-            .field("max_response_bytes", &self.max_response_bytes)
-            .field("durable", &self.durable)
-            .field("policy", &self.policy)
-            .finish()
-    }
 }
 
 impl ChronoConfig {

@@ -102,8 +102,10 @@ impl CloudflareProvider {
         id: &str,
         request: SnapshotRequest,
     ) -> Result<SnapshotOutcome, Error> {
-        let id = checked_id(id, "snapshot")?;
+        // The request's refusals come first (a kind or option the bridge cannot honour), then
+        // the id, then the store: all before any request.
         let kind = LIFECYCLE.state.check_snapshot(PROVIDER, &request)?;
+        let id = checked_id(id, "snapshot")?;
         let store = self.snapshots("snapshot")?;
         if !self.client.running(&id).await? {
             return Err(Error::new(

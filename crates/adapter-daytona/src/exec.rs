@@ -1721,6 +1721,139 @@ impl Exec for DaytonaExec {
     }
 }
 
+/// The session a handle's supervisor runs in: one per key, named from the spool directory's
+/// last part (the key), so any process finds it again (`GET /process/session/{id}`).
+fn handle_session(dir: &str) -> String {
+    format!("execseam-h-{}", dir.rsplit('/').next().unwrap_or(dir))
+}
+
+impl DaytonaExec {
+    /// [`Launch::wait_supervisor`](execseam_adapter_kit::spool::Launch::wait_supervisor).
+    async fn supervisor_ended(&self, spool_dir: &str, within: Duration) -> Result<bool, Error> {
+        let session = handle_session(spool_dir);
+        let toolbox = &self.inner.toolbox;
+        let known = match toolbox.get_session(&session).await {
+            Ok(known) => known,
+            // Not launched here (or by an older adapter): the spool's polls tell.
+            Err(e) if e.kind() == execseam_core::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        // The daemon lists a session's commands from a map (no order): the running one is
+        // the supervisor; with none running, the supervisor has ended.
+        let commands = known.commands.unwrap_or_default();
+        if commands.is_empty() {
+            return Ok(false);
+        }
+        let Some(command) = commands.into_iter().find(|c| c.exit_code.is_none()) else {
+            return Ok(true);
+        };
+        let follow = async {
+            let mut ws = toolbox.follow_logs(&session, &command.id).await?;
+            while let Some(m) = ws.next().await {
+                if m.is_err() {
+                    break;
+                }
+            }
+            Ok::<(), Error>(())
+        };
+        match tokio::time::timeout(within, follow).await {
+            Err(_) => Ok(false),
+            Ok(followed) => {
+                followed?;
+                let now = toolbox.get_command(&session, &command.id).await?;
+                Ok(now.exit_code.is_some())
+            }
+        }
+    }
+}
+
+/// The spool's supervisor as the one async command of a session named from the key
+/// (`POST /process/session`, then `POST …/exec {runAsync: true}`, the SDKs'
+/// `executeSessionCommand(…, {runAsync: true})`; daemon `toolbox/process/session`): the daemon
+/// records the command's exit code when it ends, so `wait` follows its log to the end
+/// (`…/logs?follow=true`, which closes once the exit code exists) instead of polling the spool.
+/// A launch retried after a lost answer finds the session (409) and its command and sends
+/// nothing (the supervisor's own lock would make a second one a no-op anyway). The output is the
+/// spool's files: the session log is relabelled line by line (`session/execute.go`), never read.
+/// The command leads its own session and group inside the supervisor (the spool's `setsid`), and
+/// the session is deleted only when the handle is released (its command has ended then).
+impl execseam_adapter_kit::spool::Launch for DaytonaExec {
+    fn launch(&self, supervisor: Command) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let Some(dir) = execseam_adapter_kit::spool::supervised_dir(supervisor.argv()) else {
+                return Err(error::protocol("start", "not the spool's supervisor"));
+            };
+            let mut session = handle_session(dir);
+            let toolbox = &self.inner.toolbox;
+            match toolbox.create_session(&session).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == execseam_core::ErrorKind::Conflict => {
+                    match toolbox.get_session(&session).await {
+                        // A supervisor of this key runs: launched before (its answer was lost).
+                        Ok(known)
+                            if known
+                                .commands
+                                .iter()
+                                .flatten()
+                                .any(|c| c.exit_code.is_none()) =>
+                        {
+                            return Ok(());
+                        }
+                        // Only ended ones (a launch retried after its supervisor ended, or a key
+                        // started again): one more is harmless, the supervisor's lock decides.
+                        Ok(_) => {}
+                        // A daemon before `pkg/session` keeps a deleted session's id taken
+                        // (`toolbox/process/session/session.go`): a session of its own, whose
+                        // wait is the spool's polls.
+                        Err(e) if e.kind() == execseam_core::ErrorKind::NotFound => {
+                            session = fresh_id("execseam-h");
+                            toolbox.create_session(&session).await?;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+            let opts = WrapOptions {
+                workdir: true,
+                env: true,
+                ..WrapOptions::default()
+            };
+            let script =
+                degrade::script(&supervisor, &opts).map_err(|e| e.or_context(PROVIDER, "start"))?;
+            toolbox
+                .session_exec_async(&session, &degrade::join(&["/bin/sh", "-c", &script]))
+                .await
+                .map(drop)
+        })
+    }
+
+    /// The session's command followed to its end (`…/logs?follow=true`), bounded by `within`;
+    /// then its exit code says whether it ended.
+    fn wait_supervisor<'a>(
+        &'a self,
+        spool_dir: &'a str,
+        within: Duration,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(self.supervisor_ended(spool_dir, within))
+    }
+
+    /// Deletes the handle's session (its command has ended: a running one is not released).
+    fn released<'a>(&'a self, dir: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            match self
+                .inner
+                .toolbox
+                .delete_session(&handle_session(dir))
+                .await
+            {
+                Err(e) if e.kind() != execseam_core::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            }
+        })
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Streaming
 

@@ -99,15 +99,16 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: None,
     max_output: Some(DEFAULT_MAX_OUTPUT),
     native_tools: &[],
-    // Terminals on the recorder by default ([`DaytonaConfig::terminal`]; [`capabilities_of`]).
-    processes: Some(execseam_adapter_kit::spool::SPOOLED_TERMINAL),
+    // Hybrid handles (the spool's supervisor a session command: `exec.rs`, `Launch`); terminals
+    // on the recorder by default ([`DaytonaConfig::terminal`]; [`capabilities_of`]).
+    processes: Some(TerminalMode::Recorder.capabilities(execseam_adapter_kit::spool::HYBRID)),
 };
 
 /// [`CAPABILITIES`] with terminals where `mode` puts them: reattachable only on the recorder
 /// (the daemon keeps no scrollback of a PTY session: `terminal.rs`).
 pub(crate) const fn capabilities_of(mode: TerminalMode) -> Capabilities {
     Capabilities {
-        processes: Some(mode.capabilities(execseam_adapter_kit::spool::SPOOLED)),
+        processes: Some(mode.capabilities(execseam_adapter_kit::spool::HYBRID)),
         ..CAPABILITIES
     }
 }

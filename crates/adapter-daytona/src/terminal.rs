@@ -382,7 +382,7 @@ impl OpenTerminal for DaytonaExec {
 /// The process handles: the kit's spool, with terminals where the configured mode puts them
 /// (the recorder, PTY sessions, or the recorder first).
 pub(crate) fn processes(exec: &DaytonaExec) -> Box<dyn execseam_core::Processes + '_> {
-    let spool = execseam_adapter_kit::spool::Spool::new(exec, Sandbox::id(exec));
+    let spool = execseam_adapter_kit::spool::Spool::new(exec, Sandbox::id(exec)).launch(exec);
     exec.terminal_mode()
         .processes(spool, exec, exec, exec.terminals())
 }

@@ -602,3 +602,67 @@ async fn ptys(emu: &DaytonaEmulator, id: &str) -> String {
         .await
         .unwrap()
 }
+
+/// Handles are hybrid: the spool's supervisor is the one async command of a session named from
+/// the key (`POST /process/session {"sessionId":"execseam-h-<key>"}`, then `…/exec` with
+/// `runAsync`), and a wait follows that command's log to its end (`…/logs?follow=true`: the
+/// daemon closes it once the exit code exists, `pkg/session/log.go`) instead of polling the
+/// spool: one status exec before it and one after, where polls every 20..500 ms over 0.6 s
+/// would run about five. Release deletes the session; the key then starts again in a new one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handles_supervisor_is_a_session_command_and_its_wait_follows_it() {
+    use execseam_core::{StartKey, StartRequest, Waited};
+    let (emu, exec) = setup().await;
+    let p = exec.processes().expect("handles");
+    let key = StartKey::new("hybrid").unwrap();
+    let run = || StartRequest::new(key.clone(), sh("sleep 0.6; exit 3"));
+    let s = p.start(run()).await.unwrap();
+    assert!(s.fresh);
+    let session = "/process/session/execseam-h-hybrid";
+    let posts = |from: usize| -> Vec<String> {
+        emu.requests()[from..]
+            .iter()
+            .filter(|r| r.method == "POST")
+            .map(|r| r.path.clone())
+            .collect()
+    };
+    assert!(
+        posts(0)
+            .iter()
+            .any(|p| p.ends_with(&format!("{session}/exec"))),
+        "the supervisor is the session's command: {:?}",
+        posts(0)
+    );
+    assert!(
+        !p.start(run()).await.unwrap().fresh,
+        "a retried start runs nothing"
+    );
+    let before = emu.requests().len();
+    let waited = p.wait(&s.handle, Duration::from_secs(20)).await.unwrap();
+    assert_eq!(waited, Waited::Exited(Exit::Code(3)));
+    let after = &emu.requests()[before..];
+    assert!(
+        after
+            .iter()
+            .any(|r| r.path.contains(session) && r.path.contains("/logs")),
+        "the wait follows the supervisor's log: {after:?}"
+    );
+    let execs = posts(before).len();
+    assert!(execs <= 2, "{execs} status execs");
+    let sessions = emu.session_count(exec.id());
+    p.release(&s.handle).await.unwrap();
+    assert_eq!(
+        emu.session_count(exec.id()),
+        sessions - 1,
+        "the session is deleted"
+    );
+    let again = p.start(run()).await.unwrap();
+    assert!(again.fresh);
+    assert_eq!(
+        p.wait(&again.handle, Duration::from_secs(20))
+            .await
+            .unwrap(),
+        Waited::Exited(Exit::Code(3))
+    );
+    p.release(&again.handle).await.unwrap();
+}

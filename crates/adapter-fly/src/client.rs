@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use execseam_core::{Error, ErrorKind};
 use reqwest::{Method, RequestBuilder};
+use secrecy::ExposeSecret;
 
 use execseam_adapter_kit::http::{self, ClientOptions, Refusal};
 use execseam_adapter_kit::retry::Call;
@@ -81,7 +82,7 @@ impl Client {
             .request(method, url)
             .header(reqwest::header::AUTHORIZATION, self.config.authorization());
         if let Some(nonce) = &self.config.lease_nonce {
-            r = r.header("fly-machine-lease-nonce", nonce);
+            r = r.header("fly-machine-lease-nonce", nonce.expose_secret());
         }
         r
     }

@@ -1,6 +1,5 @@
 //! Configuration of the Fly Machines adapter.
 
-use std::fmt;
 use std::time::Duration;
 
 use execseam_adapter_kit::Adapter as _;
@@ -16,7 +15,7 @@ pub const DEFAULT_BASE_URL: &str = "https://api.machines.dev";
 /// Which app the adapter manages machines in, and how it runs commands. Built with
 /// [`FlyConfig::new`] and the setters, or [`FlyConfig::from_env`]; checked by
 /// [`FlyProvider::new`](crate::FlyProvider::new). `Debug` never shows the token.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct FlyConfig {
     pub(crate) base_url: String,
     pub(crate) token: SecretString,
@@ -30,7 +29,7 @@ pub struct FlyConfig {
     pub(crate) max_stdin: u64,
     pub(crate) max_answer_bytes: usize,
     pub(crate) container: Option<String>,
-    pub(crate) lease_nonce: Option<String>,
+    pub(crate) lease_nonce: Option<SecretString>,
     pub(crate) start_timeout: Duration,
     pub(crate) create_timeout: Duration,
 }
@@ -38,28 +37,6 @@ pub struct FlyConfig {
 /// The default [`FlyConfig::max_answer_bytes`]: both streams at the API's 2 MiB output cap,
 /// JSON-escaped (up to six bytes a byte), plus 64 KiB.
 pub const DEFAULT_MAX_ANSWER_BYTES: usize = 2 * 6 * (2 << 20) + (64 << 10);
-
-impl fmt::Debug for FlyConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FlyConfig")
-            .field("base_url", &self.base_url)
-            .field("token", &"<redacted>")
-            .field("app", &self.app)
-            .field("image", &self.image)
-            .field("region", &self.region)
-            .field("exec_timeout", &self.exec_timeout)
-            .field("request_slack", &self.request_slack)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("temp_dir", &self.temp_dir)
-            .field("max_stdin", &self.max_stdin)
-            .field("max_answer_bytes", &self.max_answer_bytes)
-            .field("container", &self.container)
-            .field("lease_nonce", &self.lease_nonce.as_ref().map(|_| "<set>"))
-            .field("start_timeout", &self.start_timeout)
-            .field("create_timeout", &self.create_timeout)
-            .finish()
-    }
-}
 
 impl FlyConfig {
     /// A configuration for the machines of app `app`, against the public Machines API.
@@ -186,7 +163,7 @@ impl FlyConfig {
         /// The container to run in, for a multi-container machine (the `container` field).
         container: some into String,
         /// A lease nonce this caller holds; sent as `fly-machine-lease-nonce` on every request.
-        lease_nonce: some into String,
+        lease_nonce: some into SecretString,
         /// How long [`FlyExec::ensure_started`](crate::FlyExec::ensure_started) may take in total
         /// (default 180 s).
         start_timeout: Duration,

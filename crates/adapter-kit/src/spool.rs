@@ -171,6 +171,13 @@ pub trait Launch: Send + Sync {
     ) -> BoxFuture<'a, Result<bool, Error>> {
         Box::pin(std::future::ready(Ok(false)))
     }
+
+    /// Forgets what the provider keeps for the supervisor of the spool directory `dir` (its
+    /// command has ended: a running handle is not released), after the spool released it.
+    /// Best effort: a failure is logged, the release stands. The default keeps nothing.
+    fn released<'a>(&'a self, _dir: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 /// The spool directory a supervisor started through [`Launch`] runs, from its whole argv as
@@ -1157,7 +1164,14 @@ impl<'a> Spool<'a> {
         let dir = self.dir(&key);
         let out = self.run("release", RELEASE, &[&dir], Bytes::new()).await?;
         match std::str::from_utf8(&out).map(str::trim) {
-            Ok("spool:release done") => Ok(()),
+            Ok("spool:release done") => {
+                if let Some(launch) = self.launch
+                    && let Err(e) = launch.released(&dir).await
+                {
+                    tracing::debug!(error = %e, "spool: the provider kept the released supervisor's state");
+                }
+                Ok(())
+            }
             Ok("spool:release running") => Err(self.error(
                 ErrorKind::Conflict,
                 "release",

@@ -24,11 +24,6 @@ pub enum VarKind {
     Url,
     /// A whole number of seconds.
     Seconds,
-    /// Whole seconds after which the provider itself kills each command (a per-exec timeout the
-    /// provider enforces). A host's deadline is sent here (rounded up) by a caller that has one
-    /// (`execseam run --timeout`), so an adapter without a kill of its own still kills (issue
-    /// 38, D29).
-    ExecTimeout,
     /// A number.
     Number,
     /// On or off (`1`, `true`, `yes`, `on` / `0`, `false`, `no`, `off`).
@@ -77,9 +72,12 @@ impl Var {
         Var::new(name, VarKind::Seconds)
     }
 
-    /// Whole seconds after which the provider kills each command ([`VarKind::ExecTimeout`]).
+    /// Whole seconds after which the provider itself kills each command, read as
+    /// [`VarKind::Seconds`]: the host's deadline reaches such a timeout through
+    /// [`deadline::provider_timeout`](crate::deadline::provider_timeout), not through the
+    /// variable.
     pub const fn exec_timeout(name: &'static str) -> Var {
-        Var::new(name, VarKind::ExecTimeout)
+        Var::seconds(name)
     }
 
     /// A number.
@@ -108,27 +106,6 @@ impl Var {
 /// The names of `vars`, in order.
 pub fn names(vars: &[Var]) -> Vec<&'static str> {
     vars.iter().map(|v| v.name).collect()
-}
-
-/// A host deadline sent to the provider's own per-exec timeout (issue 38, D29): for the first
-/// [`VarKind::ExecTimeout`] variable of `declared`, its name and the value to configure: the
-/// deadline in whole seconds, rounded up (the provider counts whole seconds), or the value `get`
-/// already gives when that is a shorter number. `None` when the adapter declares no such
-/// variable (it kills by its own call, or cannot).
-pub fn exec_timeout_within(
-    declared: &[Var],
-    deadline: Duration,
-    get: &dyn Fn(&str) -> Option<String>,
-) -> Option<(&'static str, u64)> {
-    let var = declared.iter().find(|v| v.kind == VarKind::ExecTimeout)?;
-    let host = deadline
-        .as_secs()
-        .saturating_add(u64::from(deadline.subsec_nanos() > 0))
-        .max(1);
-    let configured = get(var.name)
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|c| *c > 0);
-    Some((var.name, configured.map_or(host, |c| c.min(host))))
 }
 
 /// A configuration error of `provider`: [`ErrorKind::InvalidConfig`], operation `config`.
@@ -386,23 +363,5 @@ mod tests {
     #[should_panic(expected = "read but not declared")]
     fn undeclared_variables_are_a_bug() {
         with(&[], |v| v.text("OTHER"));
-    }
-
-    #[test]
-    fn a_host_deadline_goes_to_the_providers_exec_timeout_rounded_up() {
-        const WITH: &[Var] = &[Var::seconds("T"), Var::exec_timeout("EXEC")];
-        let none = |_: &str| None;
-        let d = Duration::from_millis(1500);
-        assert_eq!(exec_timeout_within(DECLARED, d, &none), None);
-        assert_eq!(exec_timeout_within(WITH, d, &none), Some(("EXEC", 2)));
-        assert_eq!(
-            exec_timeout_within(WITH, Duration::from_millis(10), &none),
-            Some(("EXEC", 1))
-        );
-        // A shorter configured timeout stays; a longer one (or 0, or junk) gives way.
-        for (set, want) in [("1", 1), ("60", 2), ("0", 2), ("x", 2)] {
-            let get = |k: &str| (k == "EXEC").then(|| set.to_owned());
-            assert_eq!(exec_timeout_within(WITH, d, &get), Some(("EXEC", want)));
-        }
     }
 }

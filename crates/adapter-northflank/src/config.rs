@@ -1,7 +1,6 @@
 //! Configuration: the API token, the API base (exec is the same host over `ws(s)://`), the
 //! project (and team), and where and as whom commands run.
 
-use std::fmt;
 use std::time::Duration;
 
 use execseam_adapter_kit::Adapter as _;
@@ -17,7 +16,7 @@ pub const DEFAULT_API_URL: &str = "https://api.northflank.com";
 /// Configuration of [`NorthflankProvider`](crate::NorthflankProvider). Built with
 /// [`NorthflankConfig::new`] and the setters, or [`NorthflankConfig::from_env`]; checked by
 /// [`NorthflankProvider::new`](crate::NorthflankProvider::new). `Debug` never prints the token.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct NorthflankConfig {
     pub(crate) token: SecretString,
     pub(crate) project_id: String,
@@ -31,25 +30,6 @@ pub struct NorthflankConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) stdin_chunk: usize,
     pub(crate) idle_timeout: Duration,
-}
-
-impl fmt::Debug for NorthflankConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NorthflankConfig")
-            .field("token", &"<redacted>")
-            .field("project_id", &self.project_id)
-            .field("team_id", &self.team_id)
-            .field("api_url", &self.api_url)
-            .field("instance_name", &self.instance_name)
-            .field("container_name", &self.container_name)
-            .field("user", &self.user)
-            .field("group", &self.group)
-            .field("request_timeout", &self.request_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("stdin_chunk", &self.stdin_chunk)
-            .field("idle_timeout", &self.idle_timeout)
-            .finish()
-    }
 }
 
 /// The default [`NorthflankConfig::idle_timeout`].

@@ -116,13 +116,31 @@ impl Client {
         &self,
         operation: &'static str,
     ) -> Result<crate::wire::SpriteInfo, Error> {
+        self.get_json("", operation, "the sprite").await
+    }
+
+    /// `GET /v1/sprites/{name}/services` (sprites-go `services.go` `ListServices`).
+    pub(crate) async fn list_services(
+        &self,
+        operation: &'static str,
+    ) -> Result<Vec<crate::wire::ServiceWithState>, Error> {
+        self.get_json("/services", operation, "the services").await
+    }
+
+    /// `GET /v1/sprites/{name}{suffix}`, its JSON body as `T` (`what` names it in the error).
+    async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        suffix: &str,
+        operation: &'static str,
+        what: &str,
+    ) -> Result<T, Error> {
         let op = control(operation);
         let resp = self
-            .send(self.control(Method::GET, self.url("", &[])?), op)
+            .send(self.control(Method::GET, self.url(suffix, &[])?), op)
             .await?;
         let body = self.expect_ok(resp, op).await?;
         serde_json::from_slice(&body)
-            .map_err(|e| op.protocol(format!("the sprite is not valid JSON: {e}")))
+            .map_err(|e| op.protocol(format!("{what} is not valid JSON: {e}")))
     }
 
     /// The `Authorization` value of the API token (what an `auth: sprite` URL takes).

@@ -174,13 +174,34 @@ impl SpritesProvider {
     }
 
     /// The URL of sprite `name` (`SpriteInfo.url`), which routes HTTP to port 8080, or to a
-    /// running service's `http_port` when one is defined (see the crate's page). With
-    /// `url_settings.auth: sprite` (the default) the URL takes the API token, which the answer
-    /// carries as its `Authorization` header; a `public` URL needs none.
+    /// running service's `http_port` when one is defined (see the crate's page): while a
+    /// running service routes it to another port the URL does not reach `port`, and the answer
+    /// is `Conflict` (retry once the service stops). With `url_settings.auth: sprite` (the
+    /// default) the URL takes the API token, which the answer carries as its `Authorization`
+    /// header; a `public` URL needs none.
     pub async fn expose(&self, name: &str, port: u16) -> Result<ExposedPort, Error> {
         LIFECYCLE.state.check_expose(PROVIDER, port)?;
         let client = self.client.for_sprite(name);
         let info = client.get_sprite("expose").await?;
+        // (service, http_port) of each running service that routes the URL.
+        let routed: Vec<(String, u16)> = client
+            .list_services("expose")
+            .await?
+            .into_iter()
+            .filter(|s| s.state.as_ref().and_then(|st| st.status.as_deref()) == Some("running"))
+            .filter_map(|s| Some((s.name, s.http_port?)))
+            .collect();
+        if routed.iter().any(|&(_, p)| p != port) {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "sprite {name}'s URL routes to the http_port of its running services {routed:?}, not to port {port}"
+                ),
+            )
+            .with_provider(PROVIDER)
+            .with_operation("expose")
+            .with_retry(execseam_core::Retry::SAFE));
+        }
         let url = info.url.filter(|u| !u.is_empty()).ok_or_else(|| {
             Error::new(ErrorKind::Protocol, format!("sprite {name} has no url"))
                 .with_provider(PROVIDER)

@@ -299,6 +299,30 @@ pub struct SpriteInfo {
     pub url_settings: Option<UrlSettings>,
 }
 
+/// One service of `GET /v1/sprites/{name}/services` (sprites-go `types.go` `ServiceWithState`:
+/// the definition and its runtime state).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ServiceWithState {
+    /// Its name.
+    #[serde(default)]
+    pub name: String,
+    /// The port the sprite's URL routes to while it runs ("HTTP port for proxy routing").
+    #[serde(default)]
+    pub http_port: Option<u16>,
+    /// Its runtime state.
+    #[serde(default)]
+    pub state: Option<ServiceState>,
+}
+
+/// `ServiceState` (sprites-go `types.go`): `status` is `stopped`, `starting`, `running`,
+/// `stopping` or `failed`.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ServiceState {
+    /// Its status.
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
 /// `url_settings` (sprites-go `types.go` `URLSettings`).
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct UrlSettings {

@@ -523,3 +523,45 @@ async fn a_checkpoint_restores_in_place_and_stops_the_running_processes() {
     let e = p.restore(DEFAULT_SPRITE, "v999").await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
 }
+
+/// Sends one HTTP/1.1 request to the emulator (`Connection: close`) and reads the whole answer.
+async fn http(emu: &SpritesEmulator, method: &str, path: &str, body: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = emu.base_url().trim_start_matches("http://").to_owned();
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer spr_test\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn expose_is_a_conflict_while_a_running_service_routes_the_url_to_another_port() {
+    // The sprite URL routes to a running service's `http_port` (the Services API: "HTTP port
+    // for proxy routing"), so while one names 3000 the URL does not reach 8080.
+    let emu = emulator(SpritesOptions::default()).await;
+    let provider = SpritesProvider::new(SpritesConfig::new("spr_test").base_url(emu.base_url()))
+        .expect("a provider");
+    let url = provider.expose(DEFAULT_SPRITE, 8080).await.unwrap();
+    assert!(url.url.contains(".sprites.localhost:"), "{}", url.url);
+    let path = format!("/v1/sprites/{DEFAULT_SPRITE}/services/site?duration=0s");
+    let started = http(
+        &emu,
+        "PUT",
+        &path,
+        r#"{"cmd":"sleep","args":["300"],"http_port":3000}"#,
+    )
+    .await;
+    assert!(started.starts_with("HTTP/1.1 200"), "{started}");
+    let e = provider.expose(DEFAULT_SPRITE, 8080).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+    assert!(e.to_string().contains("3000"), "{e}");
+    let path = format!("/v1/sprites/{DEFAULT_SPRITE}/services/site");
+    let deleted = http(&emu, "DELETE", &path, "").await;
+    assert!(deleted.starts_with("HTTP/1.1 204"), "{deleted}");
+    assert!(provider.expose(DEFAULT_SPRITE, 8080).await.is_ok());
+}

@@ -9,6 +9,7 @@ import asyncio
 import io
 import os
 import sys
+import tarfile
 
 import aiohttp
 from agents.extensions.sandbox.cloudflare import (
@@ -154,6 +155,17 @@ async def main():
             out == "a\ufffdb".encode() and term == ("exit", {"exit_code": 0}),
             "non-UTF-8 output arrives as U+FFFD (the bridge decodes output as text)",
             repr((out, term)),
+        )
+        # persist?excludes= (routes.ts: `tar cf … --exclude './<rel>' -C /workspace .`), what the
+        # execseam adapter sends to leave its temp dir out of a snapshot.
+        await session.exec("mkdir -p /workspace/skipme && printf x > /workspace/skipme/f && printf y > /workspace/kept")
+        async with http.post(f"{url}/v1/sandbox/{sandbox_id}/persist", params={"excludes": "skipme"}) as resp:
+            status, tar = resp.status, await resp.read()
+        names = tarfile.open(fileobj=io.BytesIO(tar)).getnames()
+        check(
+            status == 200 and "./kept" in names and not any(n.startswith("./skipme") for n in names),
+            "persist?excludes= leaves the path out of the tar",
+            repr((status, names[:8])),
         )
         async with http.post(f"{url}/v1/sandbox/{sandbox_id}/session", json={"id": "interop", "env": {"GREETING": "hi"}}) as resp:
             body = await resp.json()

@@ -60,7 +60,7 @@ async fn openai_agents_cloudflare_client_against_the_emulator() {
         show(&out)
     );
     let checks = text.lines().filter(|l| l.starts_with("ok ")).count();
-    assert_eq!(checks, 31, "{}", show(&out));
+    assert_eq!(checks, 32, "{}", show(&out));
     // The SDK deleted its sandbox.
     assert!(
         emulator.sandbox_ids().is_empty(),

@@ -475,11 +475,27 @@ def tunnels(app):
     except InvalidError:
         check("tcp_socket of an encrypted-only tunnel is InvalidError", True)
     host, port = t[plain].tcp_socket
-    with socket.create_connection((host, port), timeout=5) as c:
-        c.sendall(b"GET / HTTP/1.0\r\n\r\n")
-        raw = b""
-        while chunk := c.recv(65536):
-            raw += chunk
+
+    def raw_get():
+        with socket.create_connection((host, port), timeout=5) as c:
+            c.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            raw = b""
+            while chunk := c.recv(65536):
+                raw += chunk
+            return raw
+
+    # The plain port's server was started beside the TLS one's, which alone was waited for: until
+    # it listens, the tunnel closes (or resets) the connection, so it is waited for too.
+    raw, deadline = b"", time.monotonic() + 15
+    while not raw:
+        try:
+            raw = raw_get()
+        except ConnectionResetError:
+            pass
+        if not raw:
+            if time.monotonic() > deadline:
+                raise AssertionError("the unencrypted port's server never answered")
+            time.sleep(0.1)
     check("an unencrypted port's tcp_socket is the raw TCP stream to the sandbox's port",
           raw.startswith(b"HTTP/1.0 200") and raw.endswith(b"tunnel ok"), raw[:80])
     ctx = ssl.create_default_context()

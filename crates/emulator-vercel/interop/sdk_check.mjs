@@ -136,6 +136,42 @@ check(r.exitCode === 0, "faults: a 500 is retried", r.exitCode);
 const counts = await sb.runCommand({ cmd: "sh", args: ["-c", "wc -l < /tmp/ran429; wc -l < /tmp/ran500"] });
 check((await counts.stdout()) === "1\n2\n", "faults: 429 ran once, 500 ran twice", j(await counts.stdout()));
 
+// Snapshots. [TS sandbox.ts snapshot()] POST …/sessions/{id}/snapshot -> Snapshot; the session
+// stops [DOC vercel.com/docs/sandbox/concepts/snapshots] and the next use resumes it [TS
+// withResume]. [TS sandbox.ts create] `source: {type: "snapshot", snapshotId}`. [TS snapshot.ts
+// Snapshot.list] `listSnapshots({name, limit, cursor})`, answered `{snapshots, pagination:
+// {count, next}}` [TS validators.ts CursorPagination]; its paginator follows `next` until null.
+{
+  const { Snapshot } = await import("@vercel/sandbox");
+  await sb.writeFiles([{ path: "/vercel/sandbox/snap.txt", content: "before\n" }]);
+  const a = await sb.snapshot();
+  check(a.status === "created" && a.snapshotId && a.sizeBytes > 0, "snapshot: created, with a size", j([a.status, a.snapshotId, a.sizeBytes]));
+  await sb.writeFiles([{ path: "/vercel/sandbox/snap.txt", content: "after\n" }]);
+  const b = await sb.snapshot({ expiration: 0 });
+  check(b.snapshotId !== a.snapshotId && b.expiresAt == null, "snapshot: a second one, expiration 0 never expires", j([b.snapshotId, b.expiresAt]));
+  const first = await Snapshot.list({ ...creds, name: "interop-ts", limit: 1 });
+  check(first.snapshots.length === 1 && first.pagination.count === 1 && typeof first.pagination.next === "string", "snapshot: list pages by limit, next is a cursor", j(first.pagination));
+  const second = await Snapshot.list({ ...creds, name: "interop-ts", limit: 1, cursor: first.pagination.next });
+  check(second.snapshots.length === 1 && second.pagination.next === null && second.snapshots[0].id !== first.snapshots[0].id, "snapshot: the cursor gives the next page, the last has next null", j(second.pagination));
+  const all = await (await Snapshot.list({ ...creds, name: "interop-ts", limit: 1 })).toArray();
+  check(j(all.map((s) => s.id).sort()) === j([a.snapshotId, b.snapshotId].sort()), "snapshot: the paginator follows next through every page", j(all.map((s) => s.id)));
+  const copy = await Sandbox.create({ ...creds, name: "interop-ts-from-snap", source: { type: "snapshot", snapshotId: a.snapshotId } });
+  const r2 = await copy.runCommand({ cmd: "cat", args: ["/vercel/sandbox/snap.txt"] });
+  check((await r2.stdout()) === "before\n", "snapshot: a sandbox created from it has the old files", j(await r2.stdout()));
+  await copy.delete();
+  const got2 = await Snapshot.get({ ...creds, snapshotId: a.snapshotId });
+  await got2.delete();
+  await b.delete();
+  const left = await Snapshot.list({ ...creds, name: "interop-ts" });
+  check(left.snapshots.length === 0, "snapshot: deleted ones are not listed", j(left.snapshots.map((s) => s.id)));
+  try {
+    await Sandbox.create({ ...creds, name: "interop-ts-from-deleted", source: { type: "snapshot", snapshotId: a.snapshotId } });
+    check(false, "snapshot: create from a deleted snapshot", "created");
+  } catch (e) {
+    check(e instanceof APIError && e.response.status === 404, "snapshot: create from a deleted snapshot is APIError 404", `${e.response && e.response.status} ${e.message}`);
+  }
+}
+
 await sb.delete();
 try {
   await Sandbox.get({ ...creds, name: "interop-ts" });

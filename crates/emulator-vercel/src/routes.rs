@@ -404,21 +404,28 @@ async fn list(st: St, uri: Uri) -> Response {
     if query_get(&q, "sortOrder") != Some("asc") {
         all.reverse();
     }
-    let start: usize = query_get(&q, "cursor")
+    ok(paged("sandboxes", &q, &all, |sb| sb.payload()))
+}
+
+/// One page of a sorted listing as the API answers it: `{<key>: [...], pagination: {count,
+/// next}}` (the SDK's `CursorPagination`: `count` of this page, `next` the cursor of the next
+/// page or null), `limit` per page (default 50), `cursor` an offset here (opaque to clients).
+pub(crate) fn paged<T>(
+    key: &str,
+    q: &[(String, String)],
+    all: &[T],
+    payload: impl Fn(&T) -> Value,
+) -> Value {
+    let start: usize = query_get(q, "cursor")
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let limit: usize = query_get(&q, "limit")
+    let limit: usize = query_get(q, "limit")
         .and_then(|l| l.parse().ok())
         .filter(|l| *l > 0)
         .unwrap_or(50);
-    let page: Vec<Value> = all
-        .iter()
-        .skip(start)
-        .take(limit)
-        .map(|sb| sb.payload())
-        .collect();
+    let page: Vec<Value> = all.iter().skip(start).take(limit).map(payload).collect();
     let next = (start + limit < all.len()).then(|| (start + limit).to_string());
-    ok(json!({ "sandboxes": page, "pagination": { "count": page.len(), "next": next } }))
+    json!({ key: page, "pagination": { "count": page.len(), "next": next } })
 }
 
 async fn list_sessions(st: St, uri: Uri) -> Response {

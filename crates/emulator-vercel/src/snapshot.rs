@@ -125,8 +125,11 @@ pub(crate) async fn create(st: St, Path(sid): Path<String>, body: Bytes) -> Resp
     ok(json!({ "snapshot": snap.payload("created"), "session": session.payload() }))
 }
 
-/// `GET /v2/sandboxes/snapshots?project=&name=&sortOrder=`: the live snapshots, newest first
-/// unless `sortOrder=asc`, of one sandbox when `name` is given; one page.
+/// `GET /v2/sandboxes/snapshots?project=&name=&sortOrder=&limit=&cursor=`: the live snapshots,
+/// newest first unless `sortOrder=asc`, of one sandbox when `name` is given, a page at a time
+/// (`api-client.ts` `listSnapshots` sends `limit` and `cursor`; `validators.ts`
+/// `SnapshotsResponse.pagination` is `CursorPagination {count, next}`, which `Snapshot.list`'s
+/// paginator follows while `next` is not null).
 pub(crate) async fn list(st: St, uri: Uri) -> Response {
     let q = query(&uri);
     let project = query_get(&q, "project");
@@ -148,8 +151,9 @@ pub(crate) async fn list(st: St, uri: Uri) -> Response {
     if query_get(&q, "sortOrder") != Some("asc") {
         snaps.reverse();
     }
-    let page: Vec<Value> = snaps.iter().map(|s| s.payload("created")).collect();
-    ok(json!({ "snapshots": page, "pagination": { "count": page.len(), "next": null } }))
+    ok(super::routes::paged("snapshots", &q, &snaps, |s| {
+        s.payload("created")
+    }))
 }
 
 /// `GET /v2/sandboxes/snapshots/{id}` → `{snapshot}`.

@@ -78,7 +78,7 @@ async fn the_official_typescript_sdk_works_against_the_emulator() {
     );
     let mut env = emu.env();
     env.extend(faults);
-    interop::node_checks("vercel-npm", &dir(), "sdk_check.mjs", env, 33).await;
+    interop::node_checks("vercel-npm", &dir(), "sdk_check.mjs", env, 41).await;
     assert!(
         emu.sandbox_names().is_empty(),
         "the SDK deleted its sandbox: {:?}",

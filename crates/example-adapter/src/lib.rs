@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use execseam_adapter_kit::{Adapter, Var, Vars, id};
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Delivery, Error, ErrorKind, Exec, LifecycleCapabilities,
-    Output, Ownership, Provider, Sandbox, SandboxSpec, SpecSupport,
+    BoxFuture, Capabilities, Command, Error, ErrorKind, Exec, LifecycleCapabilities, Output,
+    Ownership, Provider, Sandbox, SandboxSpec,
 };
 use execseam_local::LocalExec;
 
@@ -30,28 +30,16 @@ pub const PROVIDER: &str = "example";
 /// What its sandboxes do: everything native (they are host processes), no streaming (the
 /// contract's `streaming` is optional; this example leaves it out).
 pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
-    stdin: Delivery::Native,
-    workdir: Delivery::Native,
-    env: Delivery::Native,
     streaming: false,
-    remote_kill: true,
-    binary_output: true,
-    max_stdin: None,
-    max_output: None,
-    native_tools: &[],
-    processes: None,
+    ..Capabilities::FULL
 };
 
 /// Create, connect and destroy; no listing, no spec fields.
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
-    create: true,
-    connect: true,
     list: false,
-    destroy: true,
-    spec: SpecSupport::NONE,
-    options: &[], // No pause, snapshots, forks or exposed ports: every state operation is Unsupported.
-    state: execseam_core::StateCapabilities::NONE,
+    // No spec fields or options; no pause, snapshots, forks or exposed ports: every state
+    // operation is Unsupported.
+    ..LifecycleCapabilities::ALL_OPERATIONS
 };
 
 /// The variables its configuration reads.

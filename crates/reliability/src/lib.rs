@@ -1072,16 +1072,23 @@ async fn orphan_case(adapter: &Adapter, knobs: Knobs, ending: Ending) -> Result<
 /// The adapters whose process routes [`processes`] puts through the chaos proxy: one spooled
 /// adapter (every spooled adapter runs the adapter kit's one spool over its exec, so one
 /// stands for the path) and the native handles: Modal's (the task command router by offset)
-/// and AX's (the guest's processes, found by key in the kit's registry); and the hybrid:
+/// and AX's (the guest's processes, found by key in the kit's registry); and the hybrids:
 /// Vercel's (the spool with its supervisor a detached command, whose wait is Vercel's
-/// `?wait=true`).
-pub const PROCESS_ROUTES: &[&str] = &["e2b", "modal", "ax", "vercel"];
+/// `?wait=true`) and Daytona's (its supervisor a session's async command, whose wait follows
+/// the command's log to its end).
+pub const PROCESS_ROUTES: &[&str] = &["e2b", "modal", "ax", "vercel", "daytona"];
 
 /// The adapters whose provider mints the process id at the start and has no list: a start
 /// whose answer is lost cannot be found again, so it is `Unsafe` and later starts under its
 /// key are too (by design; `crates/adapter-ax/tests/ax.rs` tests it). The `start:reset-after`
 /// case, which asks for the command's exit after such a start, does not apply.
 const START_ANSWER_UNRECOVERABLE: &[&str] = &["ax"];
+
+/// The hybrids' own wait on the spool's supervisor, the route the `wait:faults` case faults
+/// (paths only: the proxy matches no query string). Vercel: `GET …/cmd/{id}?wait=true` (its list
+/// is `GET …/cmd`, its execs `POST …/cmd`). Daytona: the supervisor's `GET …/logs?follow=true`
+/// (its execs are `POST /process/execute`). Every other adapter's wait polls: n/a.
+const WAIT_ROUTES: &[(&str, &str)] = &[("vercel", "GET /*/cmd/*"), ("daytona", "GET /*/logs")];
 
 /// Issue 34's hostile answers on the process routes. A command (the suite's [`SCRIPT`]) is
 /// started detached, then every request through the proxy gets the case's action: on the start
@@ -1099,8 +1106,8 @@ pub async fn processes(adapters: &[Adapter], options: &Options) -> Phase {
         adapters,
         (
         "processes",
-        "{start answers reset after forwarding; attach: reset, 429, endless, stall}: typed or exact within the bound, then exit and output read back, one run, no second start, RSS bounded",
-        &["start:reset-after", "attach:reset", "attach:status:429", "attach:endless", "attach:stall"],
+        "{start answers reset after forwarding; attach: reset, 429, endless, stall; the hybrids' own wait: stall, 429, reset}: typed or exact within the bound, then exit and output read back, one run, no second start, RSS bounded",
+        &["start:reset-after", "attach:reset", "attach:status:429", "attach:endless", "attach:stall", "wait:faults"],
         ),
         move |adapter, setup, case| {
             Box::pin(async move {
@@ -1110,7 +1117,13 @@ pub async fn processes(adapters: &[Adapter], options: &Options) -> Phase {
                         "the provider mints the id and has no list: a lost start answer is Unsafe by design".into(),
                     );
                 }
-                match process_case(&setup, options, case).await {
+                let wait_route = WAIT_ROUTES.iter().find(|(a, _)| *a == adapter.name);
+                if case == "wait:faults" && wait_route.is_none() {
+                    return Outcome::NotApplicable(
+                        "the adapter's wait polls: it has no route of its own to fault".into(),
+                    );
+                }
+                match process_case(&setup, options, case, wait_route.map(|(_, r)| *r)).await {
                     Ok(()) => Outcome::Passed,
                     Err(e) => Outcome::Failed(e),
                 }
@@ -1122,12 +1135,29 @@ pub async fn processes(adapters: &[Adapter], options: &Options) -> Phase {
 
 /// One [`processes`] case on the adapter's shared set-up: its own start key and marker file
 /// (named after the case), so what an earlier case started is never counted.
-async fn process_case(setup: &Setup, options: &Options, case: &str) -> Result<(), String> {
+async fn process_case(
+    setup: &Setup,
+    options: &Options,
+    case: &str,
+    wait_route: Option<&str>,
+) -> Result<(), String> {
     use execseam_core::{ProcessEvent, StartKey, StartRequest, StreamOffsets, Waited};
     let (route, action) = case.split_once(':').expect("route:action");
-    let rule: Rule = format!("*={action}")
-        .parse()
-        .map_err(|e| format!("the rule {action:?}: {e}"))?;
+    let parse = |rule: String| {
+        rule.parse::<Rule>()
+            .map_err(|e| format!("the rule {rule:?}: {e}"))
+    };
+    // The wait case: the provider's wait stalls, then is refused (429), then reset, one after
+    // the other, while a slower command runs.
+    let rules = match wait_route {
+        Some(r) if route == "wait" => ["stall", "status:429", "reset"]
+            .iter()
+            .enumerate()
+            .map(|(i, a)| parse(format!("{r}#{}={a}", i + 1)))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => vec![parse(format!("*={action}"))?],
+    };
+    let rule = rules[0].clone();
     let (proxy, exec) = connect(setup, options.idle_timeout).await?;
     let p = exec
         .processes()
@@ -1138,7 +1168,15 @@ async fn process_case(setup: &Setup, options: &Options, case: &str) -> Result<()
     );
     let marker = format!("{}/{name}", setup.scratch);
     let key = StartKey::new(name).expect("a valid key");
-    let start = || StartRequest::new(key.clone(), command(&marker));
+    let start = || {
+        let run = if route == "wait" {
+            let slow = format!("sleep 2; {SCRIPT}");
+            Command::new(["sh", "-c", slow.as_str(), "sh", marker.as_str()]).expect("a command")
+        } else {
+            command(&marker)
+        };
+        StartRequest::new(key.clone(), run)
+    };
     let bound = options.bare_bound;
     let want = expected();
     let mut first_fresh = None;
@@ -1193,6 +1231,42 @@ async fn process_case(setup: &Setup, options: &Options, case: &str) -> Result<()
             Ok(Err(_)) => {}
         }
         proxy.set_rules(vec![]);
+    }
+    if route == "wait" {
+        // Each wait answers by its deadline (the provider's wait is bounded by it, and a failed
+        // one falls back to the spool's polls): `Running`, or the command's own exit.
+        proxy.set_rules(rules);
+        let slice = Duration::from_millis(600);
+        let mut exited = false;
+        for _ in 0..20 {
+            let waited =
+                tokio::time::timeout(slice + Duration::from_secs(2), p.wait(&handle, slice))
+                    .await
+                    .map_err(|_| format!("a wait of {slice:?} did not answer within 2 s more"))?;
+            match waited {
+                Ok(Waited::Running) => {}
+                Ok(Waited::Exited(exit)) if exit == want.exit => {
+                    exited = true;
+                    break;
+                }
+                other => return Err(format!("a wait under the faults: {other:?}")),
+            }
+        }
+        proxy.set_rules(vec![]);
+        if !exited {
+            return Err("no exit within 20 waits".into());
+        }
+        // The stall and the 429 at least (the reset may come after the exit).
+        let fired = proxy
+            .requests()
+            .iter()
+            .filter(|r| r.fired.is_some())
+            .count();
+        if fired < 2 {
+            return Err(format!(
+                "the provider's wait was faulted {fired} times, not 2"
+            ));
+        }
     }
     // Clean again: the start retried runs nothing, the exit and the output are all there.
     let again = p

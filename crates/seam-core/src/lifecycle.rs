@@ -1026,17 +1026,13 @@ mod tests {
     use std::future::Future;
 
     const SOME: LifecycleCapabilities = LifecycleCapabilities {
-        create: true,
-        connect: true,
-        list: true,
-        destroy: true,
         spec: SpecSupport {
             image: true,
             labels: true,
             ..SpecSupport::NONE
         },
         options: &["region"],
-        state: StateCapabilities::NONE,
+        ..LifecycleCapabilities::ALL_OPERATIONS
     };
 
     #[test]

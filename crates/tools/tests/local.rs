@@ -3,46 +3,15 @@
 //! available and we are root), where permission bits apply.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::PathBuf;
 
 use execseam_core::Exec;
 use execseam_local::{LocalConfig, LocalExec};
 use execseam_tools::{GrepOptions, ReadRange, ToolError, Tools, WriteOptions};
 
-static N: AtomicU32 = AtomicU32::new(0);
+mod common;
 
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().canonicalize().unwrap().join(format!(
-            "execseam-tools-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
-        Dir(d)
-    }
-    fn s(&self) -> String {
-        self.0.to_str().unwrap().to_owned()
-    }
-    fn p(&self, rel: &str) -> String {
-        format!("{}/{rel}", self.s())
-    }
-    fn file(&self, rel: &str, content: &[u8]) {
-        let p = self.0.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
-}
+use common::{Dir, busybox_bin};
 
 fn tree() -> Dir {
     let d = Dir::new("tree");
@@ -139,26 +108,9 @@ async fn host_tools() {
     assert_eq!(render(&Tools::new(&exec), &d.s()).await, EXPECTED);
 }
 
-/// A directory of busybox applet links, if busybox is installed.
-fn busybox_bin() -> Option<Dir> {
-    let bb = std::env::var("PATH")
-        .ok()?
-        .split(':')
-        .map(|p| Path::new(p).join("busybox"))
-        .find(|p| p.exists())?;
-    let d = Dir::new("bb");
-    for applet in [
-        "sh", "find", "grep", "ls", "printf", "cat", "head", "tail", "rm", "mv", "cp", "mkdir",
-        "id",
-    ] {
-        std::os::unix::fs::symlink(&bb, d.0.join(applet)).unwrap();
-    }
-    Some(d)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn busybox_tools_give_the_same_bytes() {
-    let Some(bin) = busybox_bin() else {
+    let Some(bin) = busybox_bin(&[]) else {
         eprintln!("busybox is not installed: this test proves nothing here");
         return;
     };

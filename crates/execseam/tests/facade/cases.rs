@@ -87,7 +87,7 @@ async fn every_adapter_reads_what_it_declares() {
             let v = a.vars.iter().find(|v| v.name == k)?;
             Some(match v.kind {
                 VarKind::Url => "http://127.0.0.1:9".to_owned(),
-                VarKind::Seconds | VarKind::ExecTimeout | VarKind::Number => "7".to_owned(),
+                VarKind::Seconds | VarKind::Number => "7".to_owned(),
                 VarKind::Flag => "1".to_owned(),
                 VarKind::Choice(words) => words[0].to_owned(),
                 VarKind::Secret => "a-secret".to_owned(),
