@@ -61,8 +61,19 @@
 //! `tty.err` holds `script`'s own complaints (never part of the output). util-linux 2.38:
 //! `script -e` returns the child's status, `128 + n` for a signal death; echo stays on when its
 //! stdin is not a terminal (`--echo auto`).
+//!
+//! # Following
+//!
+//! An attach reads again after a delay that doubles from `poll`'s min to its max while nothing
+//! comes. A stdin write through any spool of the same process brings the next read of that
+//! handle's followers in this process forward to `poll`'s min after the write, and starts the
+//! doubling again: a terminal's echo comes right after its key, when a follower that had waited
+//! long would sleep up to the max (a key every few seconds would otherwise wait about 500 ms for
+//! its echo). Writes from other processes are not seen: their followers keep the backoff.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -399,6 +410,44 @@ fn digest(s: &str) -> String {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{:012x}", h >> 16)
+}
+
+/// The handles followed in this process, each with the channel its stdin writes wake its
+/// followers on (see "Following" in the [module docs](self)).
+static FOLLOWED: Mutex<BTreeMap<String, Weak<tokio::sync::watch::Sender<()>>>> =
+    Mutex::new(BTreeMap::new());
+
+/// A follower's end of [`FOLLOWED`]: while it lives, stdin writes to its handle wake it.
+struct Woken {
+    _channel: Arc<tokio::sync::watch::Sender<()>>,
+    written: tokio::sync::watch::Receiver<()>,
+}
+
+impl Woken {
+    fn follow(handle: &ProcessHandle) -> Woken {
+        let mut followed = FOLLOWED.lock().unwrap_or_else(|p| p.into_inner());
+        followed.retain(|_, c| c.strong_count() > 0);
+        let channel = match followed.get(handle.as_str()).and_then(Weak::upgrade) {
+            Some(c) => c,
+            None => {
+                let c = Arc::new(tokio::sync::watch::Sender::new(()));
+                followed.insert(handle.as_str().to_owned(), Arc::downgrade(&c));
+                c
+            }
+        };
+        Woken {
+            written: channel.subscribe(),
+            _channel: channel,
+        }
+    }
+
+    /// A stdin write to `handle` landed: its followers in this process read soon.
+    fn written(handle: &ProcessHandle) {
+        let followed = FOLLOWED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = followed.get(handle.as_str()).and_then(Weak::upgrade) {
+            c.send_replace(());
+        }
+    }
 }
 
 /// Process handles over an adapter's exec; see the [module docs](self).
@@ -872,6 +921,7 @@ impl<'a> Spool<'a> {
             at: StreamOffsets,
             pending: Option<ProcessRead>,
             delay: Duration,
+            woken: Woken,
             queue: std::collections::VecDeque<ProcessEvent>,
             done: bool,
         }
@@ -879,6 +929,7 @@ impl<'a> Spool<'a> {
             at: from,
             pending: Some(first),
             delay: self.poll.0,
+            woken: Woken::follow(handle),
             queue: Default::default(),
             done: false,
         };
@@ -893,7 +944,21 @@ impl<'a> Spool<'a> {
                 let read = match st.pending.take() {
                     Some(r) => r,
                     None => {
-                        tokio::time::sleep(st.delay).await;
+                        let next = tokio::time::sleep(st.delay);
+                        tokio::pin!(next);
+                        loop {
+                            tokio::select! {
+                                () = &mut next => break,
+                                Ok(()) = st.woken.written.changed() => {
+                                    // A stdin write: read soon, and back off from the start.
+                                    let soon = tokio::time::Instant::now() + self.poll.0;
+                                    if soon < next.deadline() {
+                                        next.as_mut().reset(soon);
+                                    }
+                                    st.delay = self.poll.0 / 2;
+                                }
+                            }
+                        }
                         match self.read_at(handle, st.at).await {
                             Ok(r) => r,
                             Err(e) => {
@@ -952,6 +1017,7 @@ impl<'a> Spool<'a> {
             .await
             // A write whose answer was lost is retried at the same offset: a no-op if it landed.
             .map_err(crate::retry::repeatable)?;
+        Woken::written(handle);
         let line = std::str::from_utf8(&out).map(str::trim).unwrap_or("");
         let mut f = line.split(' ');
         if f.next() == Some("spool:none") {
@@ -1194,6 +1260,9 @@ pub(crate) mod tests {
 
     use super::*;
 
+    /// The spool's reads through [`Host`], by the handle's directory.
+    static READS: Mutex<BTreeMap<String, usize>> = Mutex::new(BTreeMap::new());
+
     /// Runs commands on this host (what an adapter's exec would do in its sandbox).
     pub(crate) struct Host {
         pub(crate) binary: bool,
@@ -1210,6 +1279,12 @@ pub(crate) mod tests {
             }
         }
         fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
+            if let [_, _, script, _, dir, ..] = command.argv()
+                && script.contains(READ)
+            {
+                let mut reads = READS.lock().unwrap();
+                *reads.entry(dir.clone()).or_default() += 1;
+            }
             Box::pin(async move {
                 let mut c = tokio::process::Command::new(&command.argv()[0]);
                 c.args(&command.argv()[1..])
@@ -1808,6 +1883,57 @@ pub(crate) mod tests {
             started.elapsed() < Duration::from_secs(20),
             "{:?}",
             started.elapsed()
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A stdin write brings the next read of a follower that backed off forward ("Following"
+    /// in the module docs): without it the echo below waits out a 1.28 s sleep.
+    #[tokio::test]
+    async fn a_stdin_write_brings_a_backed_off_followers_next_read_forward() {
+        let (root, host) = (root(), Host { binary: true });
+        let poll = (Duration::from_millis(10), Duration::from_secs(60));
+        let spool = Spool::new(&host, "sbx")
+            .root(root.as_str())
+            .poll(poll.0, poll.1);
+        let s = spool
+            .start(StartRequest::new(key("wake"), sh("exec cat")).open_stdin())
+            .await
+            .unwrap();
+        let h = &s.handle;
+        let mut stream = spool.attach(h, StreamOffsets::ZERO).await.unwrap();
+        let write = async {
+            // The attach's read, then reads after 10, 20, ..., 640 ms: the next sleep is 1.28 s.
+            let dir = spool.dir(&key("wake"));
+            while READS.lock().unwrap().get(&dir).copied().unwrap_or(0) < 8 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let data = Bytes::from_static(b"k");
+            let w = StdinWrite {
+                at: 0,
+                data,
+                close: false,
+            };
+            spool.write_stdin(h, w).await.unwrap();
+            std::time::Instant::now()
+        };
+        let (echo, written) = tokio::join!(stream.next(), write);
+        let after = written.elapsed();
+        assert!(
+            matches!(echo, Some(Ok(ProcessEvent::Stdout { at: 0, ref data })) if data == "k"),
+            "{echo:?}"
+        );
+        assert!(after < Duration::from_secs(1), "{after:?}");
+        drop(stream);
+        let close = StdinWrite {
+            at: 1,
+            data: Bytes::new(),
+            close: true,
+        };
+        spool.write_stdin(h, close).await.unwrap();
+        assert_eq!(
+            spool.wait(h, Duration::from_secs(30)).await.unwrap(),
+            Waited::Exited(Exit::Code(0))
         );
         let _ = std::fs::remove_dir_all(&root);
     }
