@@ -1973,12 +1973,7 @@ fn sdk_state(name: &str) -> &'static [(StateOp, Result<&'static str, &'static st
             (PauseResume, Ok("daytona (Python) stop / start")),
         ],
         "vercel" => &[
-            (
-                Snapshot,
-                Err(
-                    "Vercel's snapshot stops the sandbox (allow_stop), so each pair needs a new running sandbox on both sides: not built yet",
-                ),
-            ),
+            (Snapshot, Ok("vercel-sandbox (Python) snapshot")),
             (
                 CreateFrom,
                 Ok("vercel-sandbox (Python) create_sandbox(source=SnapshotSource)"),
@@ -2067,13 +2062,21 @@ async fn p8_row(
                 .map_err(|e| e.to_string())?
         }
     };
-    let snapshot = async || {
+    let snapshot_of = async |id: &str| {
         provider
             .snapshot(id, SnapshotRequest::new().allow_stop(true))
             .await
             .map(|o| o.snapshot.id)
             .map_err(|e| format!("snapshot: {e}"))
     };
+    let snapshot = async || snapshot_of(id).await;
+    // A snapshot that stops its source (Vercel's) is taken of a new running sandbox each pair,
+    // made before the timing and destroyed after it (`sdk_driver.py` does the same).
+    let destructive = provider
+        .lifecycle()
+        .state
+        .snapshot
+        .is_some_and(|s| s.source_after.is_destructive());
     // The snapshot each side starts from or restores, made by that side before the row (not
     // timed), as a user of each would (the Modal SDK's image object comes from its snapshot:
     // `Image.from_id` needs `ImageFromId`, which the emulator does not serve); the adapter's
@@ -2082,7 +2085,9 @@ async fn p8_row(
         StateOp::CreateFrom | StateOp::Restore => {
             let s = snapshot().await?;
             made.0.push(s.clone());
-            let theirs = if sdk_snapshots {
+            // Both from the same sandbox: where the snapshot stops its source, the SDK's
+            // `snap` is of a new sandbox, so the SDK starts from the adapter's snapshot.
+            let theirs = if sdk_snapshots && !destructive {
                 let b = sdk("snap".into())
                     .await?
                     .1
@@ -2103,6 +2108,18 @@ async fn p8_row(
         let a = async || -> Result<Duration, String> {
             let t = Instant::now();
             match op {
+                StateOp::Snapshot if destructive => {
+                    let sb = provider
+                        .create(SandboxSpec::new())
+                        .await
+                        .map_err(|e| format!("create: {e}"))?;
+                    let t = Instant::now();
+                    let s = snapshot_of(sb.id()).await?;
+                    let d = t.elapsed();
+                    made_a.push(s);
+                    sb.destroy().await.map_err(|e| format!("destroy: {e}"))?;
+                    Ok(d)
+                }
                 StateOp::Snapshot => {
                     let s = snapshot().await?;
                     let d = t.elapsed();
@@ -2167,6 +2184,9 @@ async fn p8_row(
         alternate_warm(1, pairs, a, b).await?
     };
     let note = match op {
+        StateOp::Snapshot if destructive => {
+            "the snapshot stops its source: each pair, each side snapshots a new running sandbox of its own, made before the timing and destroyed after it; the snapshots are deleted after the row (not timed)"
+        }
         StateOp::Snapshot => {
             "each side snapshots the same sandbox; the snapshots are deleted after the row (not timed)"
         }
