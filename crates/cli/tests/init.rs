@@ -78,9 +78,17 @@ async fn ps_in_every_emulator_shows_no_execseam_machinery() {
             procs.iter().any(|p| p.0 == 1 && p.2 == "/sbin/init"),
             "{provider}: pid 1 is not /sbin/init: {procs:?}"
         );
+        // E2B's sandboxes run envd (e2b-dev/infra `storage.GuestEnvdPath`, `/usr/bin/envd`, a
+        // systemd unit): its stand-in, the leader of the group envd's children share, is the
+        // provider's, not the emulator's machinery.
+        let provider_daemon = |p: &(u32, u32, String)| {
+            provider == "e2b"
+                && p.2.split_whitespace().next()
+                    == Some(execseam_emulators::kit::sandbox::DAEMON_GROUP_LEADER)
+        };
         let foreign: Vec<_> = procs
             .iter()
-            .filter(|p| p.0 != 1 && !in_command(p.0))
+            .filter(|p| p.0 != 1 && !in_command(p.0) && !provider_daemon(p))
             .collect();
         assert!(
             foreign.is_empty(),

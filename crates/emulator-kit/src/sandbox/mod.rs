@@ -313,8 +313,11 @@ pub struct Sandbox {
     daemon_group: Mutex<Option<DaemonGroup>>,
 }
 
+/// What the [`DaemonGroup`]'s leader shows as its name in the sandbox's `ps` (E2B's envd).
+pub const DAEMON_GROUP_LEADER: &str = "/usr/bin/envd";
+
 /// A process group standing for a provider daemon's own: led by a placeholder process inside the
-/// sandbox (root, `sleep infinity`), never this process's group, so a group kill sent from a
+/// sandbox (root, `sleep infinity` named [`DAEMON_GROUP_LEADER`]), never this process's group, so a group kill sent from a
 /// command (`kill 0`) reaches the daemon's children and the placeholder, never the emulator or
 /// the test harness. The leader is never reaped while kept, so the group outlives its death.
 struct DaemonGroup {
@@ -625,8 +628,12 @@ impl Sandbox {
         if let Some(g) = lock().as_ref().filter(same) {
             return Ok(g.pgid);
         }
+        // Named as E2B's daemon shows in `ps` (e2b-dev/infra `storage.GuestEnvdPath`,
+        // `/usr/bin/envd`, run by systemd's `envd.service`): a sandbox's own view has no
+        // process that is not the provider's.
         let mut leader = tokio::process::Command::new("sleep");
         leader
+            .arg0(DAEMON_GROUP_LEADER)
             .arg("infinity")
             .env_clear()
             .env("PATH", ns::PATH)
