@@ -229,15 +229,21 @@ impl SpritesExec {
     }
 }
 
+/// The ids that start an HTTP body's frames, never inside an output payload.
+const FRAME_IDS: [u8; 3] = [STDOUT, STDERR, EXIT];
+
 /// Reads a `POST /exec` body: frames with the WebSocket ids but no lengths. Each HTTP chunk is
 /// taken as one frame (what the server writes and what every client assumes); the exit is a
 /// `[0x03, code]` chunk. A body that ends without one (an exit merged into a data chunk
 /// included), a frame with an unknown id, or a cut body is an `Err`, never a guessed exit.
 ///
-/// HTTP does not keep chunk boundaries: an intermediary (or the reader) that merges or splits
-/// chunks can move bytes between stdout and stderr undetectably when the result still ends
-/// with a clean exit chunk. The WebSocket transport (the default) frames every message and has
-/// no such gap; this one reports `binary_output: false`.
+/// HTTP does not keep chunk boundaries: an intermediary (or the reader) may merge or split
+/// chunks. A payload holding a frame id (0x01 to 0x03) is therefore refused (`Protocol`): merged
+/// frames always hold the next frame's id, and a split frame's second piece starts with a byte
+/// of output, which is not an id unless the output itself holds one. The cost: output holding
+/// those bytes is refused on this transport (unless a split lands right before one), never
+/// attributed by guess. The WebSocket transport (the default) frames every message and has no
+/// such gap; this one reports `binary_output: false`.
 pub async fn parse_http_body<S>(mut chunks: S) -> Result<Output, Error>
 where
     S: futures_util::Stream<Item = reqwest::Result<Bytes>> + Unpin,
@@ -273,6 +279,15 @@ where
             }
             return Err(EXEC
                 .protocol("an exit frame without its code")
+                .with_partial(partial(&out, &err)));
+        }
+        if matches!(chunk[0], STDOUT | STDERR) && chunk[1..].iter().any(|b| FRAME_IDS.contains(b)) {
+            return Err(EXEC
+                .protocol(
+                    "a frame id (0x01 to 0x03) inside an output frame: chunks were merged on the \
+                     way, or the output holds bytes this transport cannot carry (use the \
+                     WebSocket transport)",
+                )
                 .with_partial(partial(&out, &err)));
         }
         match chunk[0] {

@@ -454,7 +454,9 @@ async fn a_command_too_large_for_the_exec_url_is_refused_before_any_request() {
 }
 
 /// The HTTP body's exit is a chunk of its own; an exit merged into the last data chunk (an
-/// intermediary merged chunks) is never guessed from the output's last two bytes.
+/// intermediary merged chunks) is never guessed from the output's last two bytes, and two output
+/// frames merged into one chunk (`out` + `err` read as stdout `out\x02err`, seen once in the
+/// reliability suite's `rechunk:65536` case) or split (`\x01ou` + `t`) are refused, never `Ok`.
 #[tokio::test]
 async fn an_exit_merged_into_output_is_never_guessed() {
     use bytes::Bytes;
@@ -472,6 +474,9 @@ async fn an_exit_merged_into_output_is_never_guessed() {
     for merged in [
         vec![&b"\x01out\x03\x07"[..]],
         vec![&b"\x01out"[..], b"\x02err\x03\x00"],
+        vec![&b"\x01out\x02err"[..], b"\x03\x07"],
+        vec![&b"\x02err\x01out"[..], b"\x03\x07"],
+        vec![&b"\x01ou"[..], b"t", b"\x03\x07"],
     ] {
         let e = execseam_sprites::parse_http_body(body(merged))
             .await
