@@ -76,33 +76,22 @@ fn sources(dir: &Path) -> String {
 
 /// The `[dependencies]` section of a manifest.
 fn dependencies(manifest: &str) -> Vec<String> {
-    let mut deps = Vec::new();
-    let mut inside = false;
-    for line in manifest.lines() {
-        let t = line.trim();
-        if t.starts_with('[') {
-            inside = t == "[dependencies]";
-            continue;
-        }
-        if inside
-            && !t.is_empty()
-            && !t.starts_with('#')
-            && let Some(name) = t.split(['=', '.', ' ']).next()
-        {
-            deps.push(name.to_owned());
-        }
-    }
-    deps
+    dependencies_in(manifest, |section| section == "[dependencies]")
 }
 
 /// Every dependency of a manifest, of any kind (normal, dev, build, per target).
 fn all_dependencies(manifest: &str) -> Vec<String> {
+    dependencies_in(manifest, |section| section.ends_with("dependencies]"))
+}
+
+/// The names listed in the sections of a manifest whose header `wanted` accepts.
+fn dependencies_in(manifest: &str, wanted: impl Fn(&str) -> bool) -> Vec<String> {
     let mut deps = Vec::new();
     let mut inside = false;
     for line in manifest.lines() {
         let t = line.trim();
         if t.starts_with('[') {
-            inside = t.ends_with("dependencies]");
+            inside = wanted(t);
             continue;
         }
         if inside

@@ -20,7 +20,7 @@ use execseam_agentcore::{AgentCoreConfig, AgentCoreExec, AgentCoreProvider};
 use execseam_core::{Command, Exec, Sandbox, SandboxSpec};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::agentcore::{ACCESS_KEY_ID, AgentCoreEmulator, REGION, SESSION_ROOT};
-use execseam_test_util::interop;
+use execseam_test_util::{bench, interop};
 
 fn pct(v: &mut [Duration], p: f64) -> f64 {
     v.sort();
@@ -64,16 +64,8 @@ async fn time_adapter(exec: &AgentCoreExec, argv: &[&str], want: &[u8]) -> Durat
 }
 
 fn main() {
-    let scale: f64 = std::env::var("EXECSEAM_BENCH_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
-    let rounds = ((200.0 * scale) as usize).max(10);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    let rounds = bench::count(200, 10);
+    bench::runtime(None).block_on(async move {
         let emu = AgentCoreEmulator::start(EmulatorOptions::default())
             .await
             .expect("emulator");

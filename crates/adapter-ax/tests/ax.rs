@@ -14,6 +14,7 @@ use execseam_ax_proto::{
 use execseam_core::{Command, ErrorKind, Event, Exec, Exit, Retry};
 use execseam_emulators::ax::AxEmulator;
 use execseam_emulators::{EmulatorOptions, Fault};
+use execseam_test_util::exec;
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
@@ -460,15 +461,7 @@ async fn a_missing_program_is_127_and_a_missing_workdir_not_found() {
         "{out:?}"
     );
     // The guest checks the cwd before it starts anything (Go: fork/exec ...: ENOENT).
-    let err = ax
-        .exec(
-            Command::builder(["true"])
-                .workdir("/workspace/nope")
-                .build()
-                .unwrap(),
-        )
-        .await
-        .unwrap_err();
+    let err = exec::in_missing_workdir(&ax, &["true"], "/workspace/nope").await;
     assert_eq!(
         (err.kind(), err.retry()),
         (ErrorKind::NotFound, Retry::Never),
@@ -578,15 +571,7 @@ async fn argv_stdin_and_status_are_exact_through_the_wrapper() {
         .unwrap();
     assert_eq!(out.exit, Exit::Code(137), "{out:?}");
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
-    let out = ax
-        .exec(
-            Command::builder(["cat"])
-                .stdin(data.clone())
-                .build()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let out = exec::cat(&ax, &data).await;
     assert!(out.stdout == data, "{} bytes back", out.stdout.len());
     // The wrapper's variables do not reach the command.
     let out = ax

@@ -16,15 +16,12 @@ use execseam_core::{Command, Exec, Sandbox, SandboxSpec};
 use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider, ExecRoute};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::daytona::DaytonaEmulator;
+use execseam_test_util::bench::{self, ms};
 
 fn quantile(v: &[Duration], q: f64) -> Duration {
     let mut v = v.to_vec();
     v.sort();
     v[((v.len() - 1) as f64 * q).round() as usize]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 struct Side {
@@ -103,11 +100,7 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(200);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    bench::runtime(None).block_on(async move {
         let emu = DaytonaEmulator::start(EmulatorOptions::default())
             .await
             .expect("emulator");

@@ -13,6 +13,7 @@ use execseam_core::{
 use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider, ExecRoute, TerminalMode};
 use execseam_emulators::daytona::DaytonaEmulator;
 use execseam_emulators::{EmulatorOptions, Fault};
+use execseam_test_util::exec;
 
 async fn setup() -> (DaytonaEmulator, DaytonaExec) {
     let emu = DaytonaEmulator::start(EmulatorOptions::default())
@@ -255,18 +256,7 @@ async fn a_background_child_outlives_its_exec_until_the_sandbox_handle_closes() 
     let owner = provider.create(SandboxSpec::new()).await.unwrap();
     let exec = provider.connect(owner.id()).await.unwrap();
     let pidfile = emu.visible_path(exec.id(), "/tmp/bg.pid").unwrap();
-    let started = Instant::now();
-    let o = exec
-        .exec(sh(&format!("sleep 60 & echo $! > {pidfile}; echo started")))
-        .await
-        .unwrap();
-    assert_eq!(o.stdout.as_ref(), b"started\n");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
-    let alive = format!("kill -0 \"$(cat {pidfile})\" 2>/dev/null && echo alive || echo gone");
+    let alive = exec::leave_a_background_child(&exec, &pidfile).await;
     let o = owner.exec(sh(&alive)).await.unwrap();
     assert_eq!(o.stdout.as_ref(), b"alive\n", "the child keeps running");
     // Closing the connected handle deletes its pool's sessions (not the sandbox): the child

@@ -13,6 +13,15 @@ struct Api {
 }
 
 impl Api {
+    /// An emulator, and a sandbox created in it.
+    async fn start() -> (DaytonaEmulator, Api) {
+        let emu = DaytonaEmulator::start(EmulatorOptions::default())
+            .await
+            .unwrap();
+        let api = Api::new(&emu).await;
+        (emu, api)
+    }
+
     async fn new(emu: &DaytonaEmulator) -> Api {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::new();
@@ -65,6 +74,28 @@ impl Api {
             .bearer_auth(&self.token)
     }
 
+    /// POSTs `body` (of `content_type`) to `path`: the answer.
+    async fn send(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        self.post(path)
+            .header("Content-Type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `POST /process/session` for the session `id`: the answer.
+    async fn create_session(&self, id: &str) -> reqwest::Response {
+        let body = format!(r#"{{"sessionId": "{id}"}}"#);
+        self.send("/process/session", "application/json", body)
+            .await
+    }
+
     fn get(&self, path: &str) -> reqwest::RequestBuilder {
         self.http
             .get(format!("{}{path}", self.toolbox))
@@ -89,37 +120,16 @@ impl Api {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn session_answers_follow_the_sdk_version_header() {
-    let emu = DaytonaEmulator::start(EmulatorOptions::default())
-        .await
-        .unwrap();
-    let api = Api::new(&emu).await;
-    let r = api
-        .post("/process/session")
-        .header("Content-Type", "application/json")
-        .body(r#"{"sessionId": "s1"}"#)
-        .send()
-        .await
-        .unwrap();
+    let (_emu, api) = Api::start().await;
+    let r = api.create_session("s1").await;
     assert_eq!(r.status(), 201);
     assert!(
         r.bytes().await.unwrap().is_empty(),
         "201 with an empty body"
     );
-    let dup = api
-        .post("/process/session")
-        .header("Content-Type", "application/json")
-        .body(r#"{"sessionId": "s1"}"#)
-        .send()
-        .await
-        .unwrap();
+    let dup = api.create_session("s1").await;
     assert_eq!(dup.status(), 409);
-    let reserved = api
-        .post("/process/session")
-        .header("Content-Type", "application/json")
-        .body(r#"{"sessionId": "entrypoint"}"#)
-        .send()
-        .await
-        .unwrap();
+    let reserved = api.create_session("entrypoint").await;
     assert_eq!(reserved.status(), 400);
 
     let raw = "\u{1}\u{1}\u{1}out\n\u{2}\u{2}\u{2}bad\n\u{1}\u{1}\u{1}tail\n";
@@ -207,10 +217,7 @@ async fn session_answers_follow_the_sdk_version_header() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bulk_download_is_the_daemons_multipart() {
-    let emu = DaytonaEmulator::start(EmulatorOptions::default())
-        .await
-        .unwrap();
-    let api = Api::new(&emu).await;
+    let (_emu, api) = Api::start().await;
     let up = api
         .post("/files/bulk-upload")
         .header("Content-Type", "multipart/form-data; boundary=b")
@@ -227,13 +234,7 @@ async fn bulk_download_is_the_daemons_multipart() {
     assert_eq!(v["files"][0]["path"], "/tmp/a.txt");
     assert_eq!(v["files"][0]["bytes"], 11);
 
-    let bad = api
-        .post("/files/bulk-upload")
-        .header("Content-Type", "multipart/form-data; boundary=b")
-        .body("--b\r\nContent-Disposition: form-data; name=\"files[0].file\"; filename=\"x\"\r\n\r\nx\r\n--b--\r\n")
-        .send()
-        .await
-        .unwrap();
+    let bad = api.send("/files/bulk-upload", "multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"files[0].file\"; filename=\"x\"\r\n\r\nx\r\n--b--\r\n").await;
     assert_eq!(bad.status(), 400);
     let v: Value = bad.json().await.unwrap();
     assert_eq!(v["errors"][0], "file[0]: missing .path metadata");

@@ -9,6 +9,7 @@ use execseam_core::{Command, ErrorKind, Exec, Exit, Sandbox, SandboxSpec};
 use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::daytona::DaytonaEmulator;
+use execseam_test_util::exec;
 
 async fn setup(
     config: impl FnOnce(DaytonaConfig) -> DaytonaConfig,
@@ -113,20 +114,9 @@ async fn an_exec_is_one_request_with_the_streams_apart_and_exact() {
 async fn a_background_child_does_not_hold_the_exec() {
     let (emu, exec) = setup(|c| c).await;
     let pidfile = emu.visible_path(exec.id(), "/tmp/bg.pid").unwrap();
-    let started = Instant::now();
-    let o = exec
-        .exec(sh(&format!("sleep 60 & echo $! > {pidfile}; echo started")))
-        .await
-        .unwrap();
-    assert_eq!(o.stdout.as_ref(), b"started\n");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
+    let alive = exec::leave_a_background_child(&exec, &pidfile).await;
     // The child runs on (as a process the command left behind does in the real sandbox) and
     // ends with the sandbox.
-    let alive = format!("kill -0 \"$(cat {pidfile})\" 2>/dev/null && echo alive || echo gone");
     assert_eq!(
         exec.exec(sh(&alive)).await.unwrap().stdout.as_ref(),
         b"alive\n"

@@ -4,22 +4,14 @@
 
 use execseam_core::SandboxSpec;
 use execseam_daytona::{DaytonaConfig, DaytonaProvider};
-use execseam_emulators::EmulatorOptions;
 use execseam_emulators::daytona::DaytonaEmulator;
-use execseam_test_util::secrets::{Planted, assert_not_logged};
+use execseam_test_util::secrets::{self, assert_not_logged};
 
 const TOKEN: &str = "dtn_s3cr3tapikey0123456789";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn secrets_never_reach_any_log_at_trace() {
-    let log = execseam_test_util::capture::install();
-    let planted = Planted::new("daytona", TOKEN);
-    let emu = DaytonaEmulator::start(EmulatorOptions {
-        token: Some(TOKEN.into()),
-        ..EmulatorOptions::default()
-    })
-    .await
-    .unwrap();
+    let (log, planted, emu): (_, _, DaytonaEmulator) = secrets::start("daytona", TOKEN).await;
     let exec = DaytonaProvider::new(DaytonaConfig::new(TOKEN).api_url(emu.api_url()))
         .unwrap()
         .create(SandboxSpec::new())

@@ -5,8 +5,6 @@
 //! Needs the engine the tests use (`.ci/podman start && . target/podman/env`).
 //! `cargo bench -p execseam-docker` (or `cargo xtask bench`). `EXECSEAM_BENCH_SCALE=0.1` shortens it.
 
-use std::time::{Duration, Instant};
-
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecResults};
@@ -14,12 +12,8 @@ use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use execseam_core::{Command, Exec, Sandbox, SandboxSpec};
 use execseam_docker::{DockerConfig, DockerExec, DockerProvider, Mode};
+use execseam_test_util::bench;
 use futures_util::StreamExt;
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
 
 fn host_config(c: &DockerConfig) -> HostConfig {
     let ulimits = std::env::var("EXECSEAM_DOCKER_ULIMITS").unwrap_or_default();
@@ -133,44 +127,21 @@ where
         baseline().await,
         "{name}: both paths must agree"
     );
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for i in 0..iterations {
-        for first in [i % 2 == 0, i % 2 != 0] {
-            let t = Instant::now();
-            if first {
-                adapter().await;
-                a.push(t.elapsed());
-            } else {
-                baseline().await;
-                b.push(t.elapsed());
-            }
-        }
-    }
-    let (ma, mb) = (median(a), median(b));
-    println!(
-        "{name:<34} execseam-docker {:>8.1} ms   bollard direct {:>8.1} ms   ratio {:.3}  ({iterations} iterations each, medians)",
-        ma.as_secs_f64() * 1e3,
-        mb.as_secs_f64() * 1e3,
-        ma.as_secs_f64() / mb.as_secs_f64(),
+    let medians = bench::alternate(iterations, adapter, baseline).await;
+    bench::report(
+        name,
+        ["execseam-docker", "bollard direct"],
+        medians,
+        iterations,
     );
 }
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("latency: run with `cargo bench -p execseam-docker`");
+    if !bench::under_cargo_bench("latency", "execseam-docker") {
         return;
     }
-    let scale: f64 = std::env::var("EXECSEAM_BENCH_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
-    let n = |base: usize| ((base as f64 * scale) as usize).max(3);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    let n = |base: usize| bench::count(base, 3);
+    bench::runtime(Some(2)).block_on(async {
         let config = DockerConfig::from_env()
             .unwrap_or_else(|e| {
                 panic!("{e}: start the engine with `.ci/podman start && . target/podman/env`")

@@ -15,6 +15,7 @@ use execseam_core::{
 };
 use execseam_docker::{DockerConfig, DockerExec, Mode};
 use execseam_layers::ExecExt;
+use execseam_test_util::exec;
 use execseam_test_util::probe::many_64_kib_args as inspect;
 use support::{Destroy, config, containers, engine, provider, sweep, warm_with};
 
@@ -266,15 +267,7 @@ async fn a_per_call_container_never_outlives_its_exec() {
         containers(suite, Mode::PerCall).await.is_empty(),
         "left after a clean exit"
     );
-    let e = p
-        .exec(
-            Command::builder(["pwd"])
-                .workdir("/no/such/dir")
-                .build()
-                .unwrap(),
-        )
-        .await
-        .unwrap_err();
+    let e = exec::in_missing_workdir(&p, &["pwd"], "/no/such/dir").await;
     assert_eq!(e.kind(), ErrorKind::NotFound);
     assert!(
         containers(suite, Mode::PerCall).await.is_empty(),
@@ -707,27 +700,13 @@ async fn per_call_lifecycle_is_create_and_destroy() {
 /// from the engine config, `libpod/oci_conmon_exec_common.go` passes it as `--exit-delay`).
 /// Docker Engine has no such process: empty there.
 fn engine_processes(container: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
+    execseam_test_util::probe::processes_where(|_, argv| {
+        let Some((a0, args)) = argv.split_first() else {
+            return false;
         };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let mut args = cmdline.split(|&b| b == 0);
-        let conmon = args
-            .next()
-            .is_some_and(|a0| a0.rsplit(|&b| b == b'/').next() == Some(&b"conmon"[..]));
-        if conmon && args.any(|a| a == container.as_bytes()) {
-            out.push(pid);
-        }
-    }
-    out
+        a0.rsplit(|&b| b == b'/').next() == Some(&b"conmon"[..])
+            && args.contains(&container.as_bytes())
+    })
 }
 
 /// Issue 38, D7: after the benchmark's execs podman held 1,848 `conmon` for one warm container.

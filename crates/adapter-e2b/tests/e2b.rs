@@ -2,26 +2,18 @@
 //! timeouts, the E2B-specific stream faults, stdin paths, files, control-plane routes, and the
 //! native listings proven byte-identical to the scripts they replace.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{config, emulator};
 use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit, Retry, Sandbox, SandboxSpec, Tool};
 use execseam_e2b::{ApiRoutes, E2bConfig, E2bExec, E2bProvider};
+use execseam_emulators::Fault;
 use execseam_emulators::RecordedRequest;
 use execseam_emulators::e2b::{E2bEmulator, StreamFault};
-use execseam_emulators::{EmulatorOptions, Fault};
+use execseam_test_util::exec;
 use execseam_tools_protocol::native::{GlobRequest, NativeRequest, records};
-
-async fn emulator() -> E2bEmulator {
-    E2bEmulator::start(EmulatorOptions::default())
-        .await
-        .expect("the emulator starts")
-}
-
-fn config(emu: &E2bEmulator) -> E2bConfig {
-    E2bConfig::new(emu.api_key())
-        .api_url(emu.base_url())
-        .sandbox_url(emu.base_url())
-}
 
 async fn create(config: E2bConfig) -> Result<E2bExec, execseam_core::Error> {
     E2bProvider::new(config)?.create(SandboxSpec::new()).await
@@ -240,15 +232,7 @@ async fn stdin_paths_and_a_command_that_does_not_read_it() {
     let emu = emulator().await;
     let exec = create(config(&emu)).await.unwrap();
     let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
-    let out = exec
-        .exec(
-            Command::builder(["cat"])
-                .stdin(big.clone())
-                .build()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let out = exec::cat(&exec, &big).await;
     assert_eq!(out.stdout.len(), big.len());
     assert!(out.stdout == big);
     assert_eq!(requests(&emu, "/process.Process/StreamInput").len(), 1);

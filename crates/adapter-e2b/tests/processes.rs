@@ -6,28 +6,18 @@
 //! process is forgotten (its end event kept 30 s, `service.go` `terminatedRetentionTTL`), which
 //! is why the adapter uses the kit's spool: output and exit in files in the sandbox.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{config, emulator};
 use execseam_core::{
     ErrorKind, Exec, Exit, ProcessHandle, ProcessState, Processes, Sandbox, SandboxSpec, Signal,
     StartKey, StartRequest, Started, StreamOffsets, Waited,
 };
-use execseam_e2b::{E2bConfig, E2bExec, E2bProvider};
-use execseam_emulators::EmulatorOptions;
+use execseam_e2b::{E2bExec, E2bProvider};
 use execseam_emulators::e2b::{E2bEmulator, StreamFault};
 use execseam_test_util::processes::{output_from_start, sh, stdin_env_and_workdir_reach};
-
-async fn emulator() -> E2bEmulator {
-    E2bEmulator::start(EmulatorOptions::default())
-        .await
-        .expect("the emulator starts")
-}
-
-fn config(emu: &E2bEmulator) -> E2bConfig {
-    E2bConfig::new(emu.api_key())
-        .api_url(emu.base_url())
-        .sandbox_url(emu.base_url())
-}
 
 async fn create(emu: &E2bEmulator) -> E2bExec {
     E2bProvider::new(config(emu))

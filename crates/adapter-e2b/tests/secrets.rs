@@ -6,23 +6,16 @@ use std::time::Duration;
 
 use execseam_core::{Command, Exec, SandboxSpec};
 use execseam_e2b::{E2bConfig, E2bProvider};
+use execseam_emulators::Fault;
 use execseam_emulators::e2b::E2bEmulator;
-use execseam_emulators::{EmulatorOptions, Fault};
 use execseam_layers::ExecExt;
-use execseam_test_util::secrets::{Planted, assert_not_logged};
+use execseam_test_util::secrets::{self, assert_not_logged};
 
 const TOKEN: &str = "e2b_s3cr3tapikey0123456789";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn secrets_never_reach_any_log_at_trace() {
-    let log = execseam_test_util::capture::install();
-    let planted = Planted::new("e2b", TOKEN);
-    let emu = E2bEmulator::start(EmulatorOptions {
-        token: Some(TOKEN.into()),
-        ..EmulatorOptions::default()
-    })
-    .await
-    .unwrap();
+    let (log, planted, emu): (_, _, E2bEmulator) = secrets::start("e2b", TOKEN).await;
     let config = E2bConfig::new(TOKEN)
         .api_url(emu.base_url())
         .sandbox_url(emu.base_url());

@@ -8,6 +8,7 @@ use execseam_emulator_kubernetes::{
     EmulatorOptions, KubernetesEmulator, KubernetesOptions, NAMESPACE, TEMPLATE, WARM_POOL,
 };
 use execseam_kubernetes::{KubernetesConfig, KubernetesProvider, Mode, Protocol, TerminalMode};
+use execseam_test_util::exec;
 
 async fn emulator(options: KubernetesOptions) -> KubernetesEmulator {
     KubernetesEmulator::start_with(EmulatorOptions::default(), options)
@@ -27,6 +28,12 @@ fn config(emu: &KubernetesEmulator) -> KubernetesConfig {
 
 fn sh(s: &str) -> Command {
     Command::new(["sh", "-c", s]).unwrap()
+}
+
+/// The provider lists no sandbox.
+async fn nothing_listed(p: &impl Provider) {
+    let listed = p.list(&execseam_core::ListFilter::new()).await.unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -99,12 +106,7 @@ async fn sandbox_mode_copies_the_template_and_suspends_and_resumes() {
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
     drop(procs);
     s.close().await.unwrap();
-    assert!(
-        p.list(&execseam_core::ListFilter::new())
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    nothing_listed(&p).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -166,15 +168,7 @@ async fn a_v4_only_server_gets_stdin_by_length() {
     let p = KubernetesProvider::new(config(&emu)).unwrap();
     let s = p.create(SandboxSpec::new()).await.unwrap();
     let data: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
-    let out = s
-        .exec(
-            Command::builder(["cat"])
-                .stdin(data.clone())
-                .build()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let out = exec::cat(&s, &data).await;
     assert_eq!(s.protocol(), Some(Protocol::V4));
     assert!(
         out.stdout == data && out.exit == Exit::Code(0),
@@ -206,12 +200,7 @@ async fn a_claim_on_a_missing_pool_fails_at_once_and_is_deleted() {
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
     assert!(e.message().contains("WarmPoolNotFound"), "{e}");
     assert!(started.elapsed() < Duration::from_secs(10));
-    assert!(
-        p.list(&execseam_core::ListFilter::new())
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    nothing_listed(&p).await;
     // Env on a claim: the default template's policy (Disallowed) rejects it.
     let e = p
         .create(SandboxSpec::new().with_env("A", "1"))
@@ -249,12 +238,7 @@ async fn a_claims_lifetime_ends_it() {
         }
     }
     assert!(last.is_none(), "the claim outlived its lifetime: {last:?}");
-    assert!(
-        p.list(&execseam_core::ListFilter::new())
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    nothing_listed(&p).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use execseam_core::{Command, ErrorKind, Exec, Exit, Provider, Retry, Sandbox, SandboxSpec};
 use execseam_kubernetes::{KubernetesConfig, KubernetesProvider, Protocol};
+use execseam_test_util::exec;
 use fake::{Fake, Fault, POD};
 
 fn provider(
@@ -43,15 +44,7 @@ async fn exec_over_v5_keeps_streams_exit_and_stdin_exact() {
     );
     assert_eq!(s.protocol(), Some(Protocol::V5));
     let all: Vec<u8> = (0..=255u8).cycle().take(200_000).collect();
-    let out = s
-        .exec(
-            Command::builder(["cat"])
-                .stdin(all.clone())
-                .build()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let out = exec::cat(&s, &all).await;
     assert_eq!(out.stdout.len(), all.len());
     assert!(out.stdout[..] == all[..] && out.exit == Exit::Code(0));
     let out = s
@@ -70,15 +63,7 @@ async fn exec_over_v5_keeps_streams_exit_and_stdin_exact() {
     assert!(!requests.contains("hunter2"), "{requests}");
     assert!(!requests.contains("t0ken"), "{requests}");
     // A missing workdir is the wrapper's typed error, not the command's exit.
-    let e = s
-        .exec(
-            Command::builder(["pwd"])
-                .workdir("/no/such")
-                .build()
-                .unwrap(),
-        )
-        .await
-        .unwrap_err();
+    let e = exec::in_missing_workdir(&s, &["pwd"], "/no/such").await;
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
 }
 

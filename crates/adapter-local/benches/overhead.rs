@@ -9,15 +9,10 @@
 //! `cargo bench -p execseam-local` (or `cargo xtask bench`). `EXECSEAM_BENCH_SCALE=0.1` shortens it.
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use execseam_core::{Command, Exec};
 use execseam_local::LocalExec;
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
+use execseam_test_util::bench;
 
 async fn raw(argv: &[&str]) -> (usize, usize) {
     let env = execseam_local::LocalConfig::new().environment();
@@ -52,52 +47,27 @@ async fn compare(name: &str, argv: &[&str], iterations: usize) -> f64 {
         seam(&exec, argv).await,
         "both paths must produce the same output"
     );
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for i in 0..iterations {
-        // Alternate which goes first, so neither always runs on a warmer machine.
-        if i % 2 == 0 {
-            let t = Instant::now();
-            raw(argv).await;
-            b.push(t.elapsed());
-            let t = Instant::now();
-            seam(&exec, argv).await;
-            a.push(t.elapsed());
-        } else {
-            let t = Instant::now();
-            seam(&exec, argv).await;
-            a.push(t.elapsed());
-            let t = Instant::now();
-            raw(argv).await;
-            b.push(t.elapsed());
-        }
-    }
-    let (ma, mb) = (median(a), median(b));
-    let ratio = ma.as_secs_f64() / mb.as_secs_f64();
-    println!(
-        "{name:<28} execseam-local {:>10.3} ms   raw tokio::process {:>10.3} ms   ratio {ratio:.3}  ({iterations} iterations each, medians)",
-        ma.as_secs_f64() * 1e3,
-        mb.as_secs_f64() * 1e3,
-    );
-    ratio
+    // The raw spawn goes first in the first pair.
+    let (mb, ma) = bench::alternate(
+        iterations,
+        async || raw(argv).await,
+        async || seam(&exec, argv).await,
+    )
+    .await;
+    bench::report(
+        name,
+        ["execseam-local", "raw tokio::process"],
+        (ma, mb),
+        iterations,
+    )
 }
 
 fn main() {
-    // `cargo test --benches` passes `--bench`-less args; run only under `cargo bench`.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("overhead: run with `cargo bench -p execseam-local`");
+    if !bench::under_cargo_bench("overhead", "execseam-local") {
         return;
     }
-    let scale: f64 = std::env::var("EXECSEAM_BENCH_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
-    let n = |base: usize| ((base as f64 * scale) as usize).max(3);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    let n = |base: usize| bench::count(base, 3);
+    bench::runtime(Some(2)).block_on(async {
         let r1 = compare("true", &["true"], n(300)).await;
         let r2 = compare(
             "64 MiB on stdout",

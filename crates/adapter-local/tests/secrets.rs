@@ -9,13 +9,33 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 
-/// A subscriber that keeps every field of every span and event, as text.
+/// A subscriber that keeps every field of every span and event, as text; with `spans`, each
+/// span's name and what each record and event is go in front of its fields.
 #[derive(Clone, Default)]
-struct Capture(Arc<Mutex<String>>);
+struct Capture {
+    text: Arc<Mutex<String>>,
+    spans: bool,
+}
+
+impl Capture {
+    fn spans() -> Capture {
+        Capture {
+            spans: true,
+            ..Capture::default()
+        }
+    }
+
+    /// Adds `what` in front of the next fields, with `spans`.
+    fn mark(&self, what: impl FnOnce() -> String) {
+        if self.spans {
+            self.text.lock().unwrap().push_str(&what());
+        }
+    }
+}
 
 impl Visit for Capture {
     fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
-        let mut s = self.0.lock().unwrap();
+        let mut s = self.text.lock().unwrap();
         s.push_str(&format!("{field}={value:?} "));
     }
 }
@@ -25,14 +45,17 @@ impl Subscriber for Capture {
         true
     }
     fn new_span(&self, span: &Attributes<'_>) -> Id {
+        self.mark(|| format!("\nspan {} ", span.metadata().name()));
         span.record(&mut self.clone());
         Id::from_u64(1)
     }
     fn record(&self, _: &Id, values: &Record<'_>) {
+        self.mark(|| "| record ".to_owned());
         values.record(&mut self.clone());
     }
     fn record_follows_from(&self, _: &Id, _: &Id) {}
     fn event(&self, event: &Event<'_>) {
+        self.mark(|| "| event ".to_owned());
         event.record(&mut self.clone());
     }
     fn enter(&self, _: &Id) {}
@@ -69,7 +92,7 @@ fn secrets_never_reach_tracing_debug_or_errors() {
         })
     });
     assert_eq!(ok.exit, execseam_core::Exit::Code(3));
-    let traced = capture.0.lock().unwrap().clone();
+    let traced = capture.text.lock().unwrap().clone();
     assert!(traced.contains("exec"), "the capture works: {traced}");
     let everything = format!(
         "{traced} {cmd_debug} {err} {err:?} {ok:?} {:?}",
@@ -83,48 +106,12 @@ fn secrets_never_reach_tracing_debug_or_errors() {
     }
 }
 
-/// Like [`Capture`], with each span's name in front of its fields.
-#[derive(Clone, Default)]
-struct Spans(Arc<Mutex<String>>);
-
-impl Visit for Spans {
-    fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
-        let mut s = self.0.lock().unwrap();
-        s.push_str(&format!("{field}={value:?} "));
-    }
-}
-
-impl Subscriber for Spans {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, span: &Attributes<'_>) -> Id {
-        self.0
-            .lock()
-            .unwrap()
-            .push_str(&format!("\nspan {} ", span.metadata().name()));
-        span.record(&mut self.clone());
-        Id::from_u64(1)
-    }
-    fn record(&self, _: &Id, values: &Record<'_>) {
-        self.0.lock().unwrap().push_str("| record ");
-        values.record(&mut self.clone());
-    }
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-    fn event(&self, event: &Event<'_>) {
-        self.0.lock().unwrap().push_str("| event ");
-        event.record(&mut self.clone());
-    }
-    fn enter(&self, _: &Id) {}
-    fn exit(&self, _: &Id) {}
-}
-
 #[test]
 fn lifecycle_calls_run_in_spans_with_the_sandbox_id_and_no_spec_values() {
     use execseam_core::{ListFilter, Provider, SandboxSpec};
     // Through the layers' `TracedProvider`, as the facade's registry builds every provider (the
     // spans are a middleware: neither the contract nor the adapter emits them).
-    let spans = Spans::default();
+    let spans = Capture::spans();
     let dir = std::env::temp_dir().join(format!("execseam-local-spans-{}", std::process::id()));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -162,7 +149,7 @@ fn lifecycle_calls_run_in_spans_with_the_sandbox_id_and_no_spec_values() {
         })
     });
     let _ = std::fs::remove_dir_all(&dir);
-    let log = spans.0.lock().unwrap().clone();
+    let log = spans.text.lock().unwrap().clone();
     let lines: Vec<&str> = log
         .lines()
         .filter(|l| l.starts_with("span lifecycle "))

@@ -16,12 +16,7 @@ use execseam_core::{Command, Exec, Sandbox, SandboxSpec};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::modal::{ModalEmulator, TOKEN_ID};
 use execseam_modal::{ModalConfig, ModalExec, ModalProvider};
-use execseam_test_util::interop;
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
+use execseam_test_util::{bench, interop};
 
 struct Client {
     child: std::process::Child,
@@ -54,16 +49,7 @@ async fn adapter(exec: &ModalExec, argv: &[&str]) -> (Duration, usize) {
 }
 
 fn main() {
-    let scale: f64 = std::env::var("EXECSEAM_BENCH_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    bench::runtime(Some(2)).block_on(async {
         let emu = ModalEmulator::start(EmulatorOptions::default())
             .await
             .expect("emulator");
@@ -95,8 +81,12 @@ fn main() {
             ("1 MiB stdout", &["head", "-c", "1048576", "/dev/zero"], 60),
         ];
         for (name, argv, n) in workloads {
-            let n = ((n as f64 * scale) as usize).max(5);
-            assert_eq!(adapter(&exec, argv).await.1, client.run(argv).1, "same output");
+            let n = bench::count(n, 5);
+            assert_eq!(
+                adapter(&exec, argv).await.1,
+                client.run(argv).1,
+                "same output"
+            );
             let (mut a, mut b) = (Vec::new(), Vec::new());
             for i in 0..n {
                 if i % 2 == 0 {
@@ -107,13 +97,8 @@ fn main() {
                     a.push(adapter(&exec, argv).await.0);
                 }
             }
-            let (ma, mb) = (median(a), median(b));
-            println!(
-                "{name:<14} execseam-modal {:>8.3} ms   modal 1.6.4 client {:>8.3} ms   ratio {:.3}  ({n} execs each, medians)",
-                ma.as_secs_f64() * 1e3,
-                mb.as_secs_f64() * 1e3,
-                ma.as_secs_f64() / mb.as_secs_f64(),
-            );
+            let medians = (bench::median(a), bench::median(b));
+            bench::report(name, ["execseam-modal", "modal 1.6.4 client"], medians, n);
         }
         drop(client.child.stdin.take());
         let _ = client.child.wait();

@@ -8,6 +8,7 @@ use execseam_emulators::northflank::{
     ExitCodeJson, JOB_ID, NorthflankEmulator, NorthflankOptions, PROJECT_ID, SERVICE_ID, TEAM_ID,
 };
 use execseam_northflank::{NorthflankConfig, NorthflankProvider, Target};
+use execseam_test_util::exec;
 
 async fn setup() -> (NorthflankEmulator, NorthflankConfig) {
     let options = EmulatorOptions {
@@ -99,15 +100,7 @@ async fn exit_codes_as_numbers_or_strings_stdin_and_a_job() {
         }
     }
     let input: Vec<u8> = (0..300_000u32).map(|i| (i % 256) as u8).collect();
-    let out = svc
-        .exec(
-            Command::builder(["cat"])
-                .stdin(input.clone())
-                .build()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let out = exec::cat(&svc, &input).await;
     assert_eq!(
         out.stdout.as_ref(),
         &input[..],

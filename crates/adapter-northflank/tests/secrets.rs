@@ -4,29 +4,15 @@
 //! defect 10). The token travels inside the `init` frame and stdin in `payload` frames, so a
 //! WebSocket crate that logs frames (tungstenite does, at TRACE through `log`) fails this test.
 
-use execseam_emulators::EmulatorOptions;
-use execseam_emulators::northflank::{
-    NorthflankEmulator, NorthflankOptions, PROJECT_ID, SERVICE_ID,
-};
+use execseam_emulators::northflank::{NorthflankEmulator, PROJECT_ID, SERVICE_ID};
 use execseam_northflank::{NorthflankConfig, NorthflankProvider};
-use execseam_test_util::secrets::{Planted, assert_not_logged};
+use execseam_test_util::secrets::{self, assert_not_logged};
 
 const TOKEN: &str = "nf-s3cr3tapitoken0123456789";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn secrets_never_reach_any_log_at_trace() {
-    let log = execseam_test_util::capture::install();
-    let planted = Planted::new("northflank", TOKEN);
-    let emu = NorthflankEmulator::start_with(
-        EmulatorOptions {
-            token: Some(TOKEN.into()),
-            ..EmulatorOptions::default()
-        },
-        NorthflankOptions::default(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(emu.token(), TOKEN);
+    let (log, planted, emu): (_, _, NorthflankEmulator) = secrets::start("northflank", TOKEN).await;
     let provider =
         NorthflankProvider::new(NorthflankConfig::new(TOKEN, PROJECT_ID).api_url(emu.base_url()))
             .unwrap();

@@ -2,26 +2,15 @@
 //! (reqwest, the WebSocket client, rustls, the emulator): everything `log` and `tracing` see at
 //! TRACE is captured while the adapter runs commands over both transports and streams.
 
-use execseam_emulators::EmulatorOptions;
-use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator, SpritesOptions};
+use execseam_emulators::sprites::{DEFAULT_SPRITE, SpritesEmulator};
 use execseam_sprites::{SpritesConfig, SpritesProvider, Transport};
-use execseam_test_util::secrets::{Planted, assert_not_logged};
+use execseam_test_util::secrets::{self, assert_not_logged};
 
 const TOKEN: &str = "spr_s3cr3ttoken0123456789";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn secrets_never_reach_any_log_at_trace() {
-    let log = execseam_test_util::capture::install();
-    let planted = Planted::new("sprites", TOKEN);
-    let emu = SpritesEmulator::start_with(
-        EmulatorOptions {
-            token: Some(TOKEN.into()),
-            ..EmulatorOptions::default()
-        },
-        SpritesOptions::default(),
-    )
-    .await
-    .unwrap();
+    let (log, planted, emu): (_, _, SpritesEmulator) = secrets::start("sprites", TOKEN).await;
     for transport in [Transport::WebSocket, Transport::Http] {
         let sprite = SpritesProvider::new(
             SpritesConfig::new(TOKEN)

@@ -4,9 +4,8 @@
 //! writes and reads a file (issue 24, defect 10).
 
 use execseam_core::{Sandbox, SandboxSpec};
-use execseam_emulators::EmulatorOptions;
-use execseam_emulators::vercel::{PROJECT_ID, TEAM_ID, VercelEmulator, VercelOptions};
-use execseam_test_util::secrets::{Planted, assert_not_logged};
+use execseam_emulators::vercel::{PROJECT_ID, TEAM_ID, VercelEmulator};
+use execseam_test_util::secrets::{self, assert_not_logged};
 use execseam_vercel::{VercelConfig, VercelProvider};
 
 const TOKEN: &str = "vc-s3cr3tapitoken0123456789";
@@ -14,18 +13,7 @@ const FILE_SECRET: &str = "s3cr3t-file-content-vercel";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn secrets_never_reach_any_log_at_trace() {
-    let log = execseam_test_util::capture::install();
-    let planted = Planted::new("vercel", TOKEN);
-    let emu = VercelEmulator::start_with(
-        EmulatorOptions {
-            token: Some(TOKEN.into()),
-            ..EmulatorOptions::default()
-        },
-        VercelOptions::default(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(emu.token(), TOKEN);
+    let (log, planted, emu): (_, _, VercelEmulator) = secrets::start("vercel", TOKEN).await;
     let provider =
         VercelProvider::new(VercelConfig::new(TOKEN, TEAM_ID, PROJECT_ID).api_url(emu.base_url()))
             .unwrap();

@@ -50,6 +50,7 @@ use serde_json::{Value, json};
 
 use crate::registry;
 use crate::run::USAGE;
+use crate::sandbox::pairs;
 
 #[derive(Args)]
 pub struct McpArgs {
@@ -91,16 +92,6 @@ pub struct McpArgs {
     /// instead of stdio, until SIGINT or SIGTERM; the one sandbox is shared by every session.
     #[arg(long, value_name = "ADDR")]
     http: Option<std::net::SocketAddr>,
-}
-
-fn pairs(what: &str, kvs: &[String]) -> Result<Vec<(String, String)>, String> {
-    kvs.iter()
-        .map(|kv| {
-            kv.split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .ok_or_else(|| format!("--{what} {kv:?} is not KEY=VALUE"))
-        })
-        .collect()
 }
 
 /// Runs the server until the client goes away or a signal arrives; the sandbox this run created

@@ -353,26 +353,43 @@ fn lifecycle(l: &execseam::LifecycleCapabilities) -> String {
     }
 }
 
+/// An adapter's cells in both tables: its name, how it delivers argv, stdin, workdir and env,
+/// and whether it streams, kills remotely and returns binary output.
+fn cells(a: &execseam::AdapterInfo) -> [&'static str; 8] {
+    let c = registry::capabilities(a);
+    let yn = |b: bool| if b { "yes" } else { "no" };
+    [
+        a.name,
+        delivery(c.argv),
+        delivery(c.stdin),
+        delivery(c.workdir),
+        delivery(c.env),
+        yn(c.streaming),
+        yn(c.remote_kill),
+        yn(c.binary_output),
+    ]
+}
+
+/// The text table's column widths (the columns of [`cells`]).
+const WIDTHS: [usize; 8] = [11, 13, 13, 13, 13, 6, 5, 6];
+
+/// The text table's line: `cells` padded to [`WIDTHS`], then `last`.
+fn text_line(cells: [&str; 8], last: &str) -> String {
+    let mut line = String::new();
+    for (cell, width) in cells.iter().zip(WIDTHS) {
+        line.push_str(&format!("{cell:<width$} "));
+    }
+    line + last
+}
+
 /// The README's adapter table (checked by `tests/readme.rs`).
 pub fn markdown_table() -> String {
-    let yn = |b: bool| if b { "yes" } else { "no" };
     let mut s = String::from(
         "| adapter | argv | stdin | workdir | env | streaming | remote kill | binary output | lifecycle |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     for a in registry::all() {
-        let c = registry::capabilities(&a);
-        s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            a.name,
-            delivery(c.argv),
-            delivery(c.stdin),
-            delivery(c.workdir),
-            delivery(c.env),
-            yn(c.streaming),
-            yn(c.remote_kill),
-            yn(c.binary_output),
-            lifecycle(&a.lifecycle)
-        ));
+        let row = cells(&a).join(" | ");
+        s.push_str(&format!("| {row} | {} |\n", lifecycle(&a.lifecycle)));
     }
     s
 }
@@ -414,25 +431,12 @@ pub fn adapters(as_json: bool, markdown: bool) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    println!(
-        "{:<11} {:<13} {:<13} {:<13} {:<13} {:<6} {:<5} {:<6} about",
-        "adapter", "argv", "stdin", "workdir", "env", "stream", "kill", "binary"
-    );
+    let header = [
+        "adapter", "argv", "stdin", "workdir", "env", "stream", "kill", "binary",
+    ];
+    println!("{}", text_line(header, "about"));
     for a in &all {
-        let c = registry::capabilities(a);
-        let yn = |b: bool| if b { "yes" } else { "no" };
-        println!(
-            "{:<11} {:<13} {:<13} {:<13} {:<13} {:<6} {:<5} {:<6} {}",
-            a.name,
-            delivery(c.argv),
-            delivery(c.stdin),
-            delivery(c.workdir),
-            delivery(c.env),
-            yn(c.streaming),
-            yn(c.remote_kill),
-            yn(c.binary_output),
-            a.about
-        );
+        println!("{}", text_line(cells(a), a.about));
         if !a.vars.is_empty() {
             println!("{:<11} configured by: {}", "", a.env().join(", "));
         }

@@ -215,7 +215,8 @@ fn provider(adapter: &str, j: bool) -> Result<Box<dyn Provider>, (bool, Error)> 
     registry::provider(adapter).map_err(|e| (j, e))
 }
 
-fn pairs(what: &str, kvs: &[String]) -> Result<Vec<(String, String)>, String> {
+/// The `KEY=VALUE` arguments of `--{what}`, split.
+pub(crate) fn pairs(what: &str, kvs: &[String]) -> Result<Vec<(String, String)>, String> {
     kvs.iter()
         .map(|kv| {
             kv.split_once('=')

@@ -11,15 +11,7 @@ async fn a_sandbox_created_by_the_run_is_removed_and_an_existing_one_is_kept() {
     let env = emu.env.clone();
     let run = move |extra: Vec<(String, String)>| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_execseam"));
-        cmd.args([
-            "run",
-            "--adapter",
-            "e2b",
-            "--",
-            "sh",
-            "-c",
-            "printf ran; exit 4",
-        ]);
+        cmd.args(common::run_sh("e2b", "printf ran; exit 4"));
         cmd.envs(env.iter().chain(extra.iter()).map(|(k, v)| (k, v)));
         cmd.output().unwrap()
     };
@@ -83,6 +75,22 @@ fn spawn_run(env: &[(String, String)], args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
+}
+
+/// `run`'s arguments: `sh -c <script>` on `adapter` (in `sandbox` when given) with
+/// `--timeout <secs>`.
+fn with_deadline<'a>(
+    adapter: &'a str,
+    sandbox: Option<&'a str>,
+    secs: &'a str,
+    script: &'a str,
+) -> Vec<&'a str> {
+    let mut args = vec!["--adapter", adapter];
+    if let Some(id) = sandbox {
+        args.extend(["--sandbox", id]);
+    }
+    args.extend(["--timeout", secs, "--", "sh", "-c", script]);
+    args
 }
 
 fn sigterm(child: &Child) {
@@ -178,19 +186,7 @@ async fn a_deadline_or_a_signal_kills_the_command_before_the_cli_exits() {
     // The token is never a whole argument of the CLI itself: only the command has it.
     let token = probe::unique_sleep();
     let script = format!("sleep {token}");
-    let child = spawn_run(
-        &env,
-        &[
-            "--adapter",
-            "ax",
-            "--timeout",
-            "1",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    );
+    let child = spawn_run(&env, &with_deadline("ax", None, "1", &script));
     let (code, stderr) = finish(child).await;
     assert_eq!(code, Some(125), "{stderr}");
     assert_deadline_killed("ax", &stderr);
@@ -269,18 +265,7 @@ async fn a_deadline_or_a_signal_in_a_named_docker_container_leaves_no_survivor()
     let id = create(&env, "docker");
     let token = probe::unique_sleep();
     let script = format!("sleep {token}");
-    let args = [
-        "--adapter",
-        "docker",
-        "--sandbox",
-        &id,
-        "--timeout",
-        "3",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ];
+    let args = with_deadline("docker", Some(&id), "3", &script);
     let child = spawn_run(&env, &args);
     // The command really runs (seen from the host) before the deadline fires.
     until("the command starts", || {
@@ -423,18 +408,7 @@ async fn a_deadline_on_modal_is_modals_own_kill() {
     let id = create(&emu.env, "modal");
     let token = probe::unique_sleep();
     let script = format!("sleep {token}");
-    let args = [
-        "--adapter",
-        "modal",
-        "--sandbox",
-        &id,
-        "--timeout",
-        "1",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ];
+    let args = with_deadline("modal", Some(&id), "1", &script);
     let child = spawn_run(&emu.env, &args);
     let (code, stderr) = finish(child).await;
     let left = probe::processes_with_arg(&token);

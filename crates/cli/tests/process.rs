@@ -13,15 +13,20 @@ fn execseam(args: &[&str]) -> std::process::Output {
     execseam_with(args, b"")
 }
 
-fn execseam_with(args: &[&str], stdin: &[u8]) -> std::process::Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_execseam"))
+/// `execseam <args>` started (its stdout and stderr piped), outside any `EXECSEAM_SANDBOX`.
+fn spawn(args: &[&str], stdin: Stdio) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_execseam"))
         .args(args)
         .env_remove("EXECSEAM_SANDBOX")
-        .stdin(Stdio::piped())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+fn execseam_with(args: &[&str], stdin: &[u8]) -> std::process::Output {
+    let mut child = spawn(args, Stdio::piped());
     child.stdin.take().unwrap().write_all(stdin).unwrap();
     child.wait_with_output().unwrap()
 }
@@ -46,39 +51,35 @@ impl Sandbox {
     }
 
     fn process_with(&self, sub: &str, rest: &[&str], stdin: &[u8]) -> std::process::Output {
+        execseam_with(&self.process_args(sub, rest), stdin)
+    }
+
+    fn process_args<'a>(&'a self, sub: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
         let mut args = vec!["process", sub, "--adapter", "local", "--sandbox", &self.0];
         args.extend_from_slice(rest);
-        execseam_with(&args, stdin)
+        args
+    }
+
+    /// [`Sandbox::process`] as a child process left running, its stdout and stderr piped.
+    fn spawn_process(&self, sub: &str, rest: &[&str]) -> std::process::Child {
+        spawn(&self.process_args(sub, rest), Stdio::null())
+    }
+
+    /// `execseam run --adapter local --sandbox <id> -- <argv…>`.
+    fn run(&self, argv: &[&str]) -> std::process::Output {
+        let mut args = vec!["run", "--adapter", "local", "--sandbox", &self.0, "--"];
+        args.extend_from_slice(argv);
+        execseam(&args)
     }
 
     /// Whether the file `name` exists in the sandbox's working directory (where the started
     /// commands' relative paths land).
     fn exists(&self, name: &str) -> bool {
-        let r = execseam(&[
-            "run",
-            "--adapter",
-            "local",
-            "--sandbox",
-            &self.0,
-            "--",
-            "test",
-            "-e",
-            name,
-        ]);
-        r.status.code() == Some(0)
+        self.run(&["test", "-e", name]).status.code() == Some(0)
     }
 
     fn touch(&self, name: &str) {
-        let r = execseam(&[
-            "run",
-            "--adapter",
-            "local",
-            "--sandbox",
-            &self.0,
-            "--",
-            "touch",
-            name,
-        ]);
+        let r = self.run(&["touch", name]);
         assert_eq!(r.status.code(), Some(0), "{}", text(&r.stderr));
     }
 }
@@ -118,22 +119,7 @@ fn start_then_follow_wait_and_a_sigkilled_follower_from_other_processes() {
     assert_eq!(again["fresh"], false);
 
     // A follower in another process, killed with SIGKILL mid-way.
-    let mut follower = Command::new(env!("CARGO_BIN_EXE_execseam"))
-        .args([
-            "process",
-            "logs",
-            "--adapter",
-            "local",
-            "--sandbox",
-            &sb.0,
-            &handle,
-            "--follow",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut follower = sb.spawn_process("logs", &[&handle, "--follow"]);
     until("the command wrote its first line", || {
         text(&sb.process("logs", &[&handle]).stdout) == "one\n"
     });
@@ -166,37 +152,8 @@ fn start_then_follow_wait_and_a_sigkilled_follower_from_other_processes() {
     assert_eq!(early.status.code(), Some(124), "{}", text(&early.stderr));
 
     // A new follower from the start, and a waiter, both in processes that did not start it.
-    let follow = Command::new(env!("CARGO_BIN_EXE_execseam"))
-        .args([
-            "process",
-            "logs",
-            "--adapter",
-            "local",
-            "--sandbox",
-            &sb.0,
-            &handle,
-            "--follow",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let waiter = Command::new(env!("CARGO_BIN_EXE_execseam"))
-        .args([
-            "process",
-            "wait",
-            "--adapter",
-            "local",
-            "--sandbox",
-            &sb.0,
-            &handle,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let follow = sb.spawn_process("logs", &[&handle, "--follow"]);
+    let waiter = sb.spawn_process("wait", &[&handle]);
     sb.touch("end");
     let followed = follow.wait_with_output().unwrap();
     assert_eq!(

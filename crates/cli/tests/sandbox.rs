@@ -21,6 +21,20 @@ fn execseam(env: &[(String, String)], args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// `sandbox <sub> --adapter e2b <rest…>`.
+fn e2b_sandbox<'a>(sub: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["sandbox", sub, "--adapter", "e2b"];
+    args.extend_from_slice(rest);
+    args
+}
+
+/// `run --adapter e2b --sandbox <id> -- <argv…>`.
+fn in_sandbox<'a>(id: &'a str, argv: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", "--adapter", "e2b", "--sandbox", id, "--"];
+    args.extend_from_slice(argv);
+    args
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -30,104 +44,46 @@ async fn create_run_twice_list_destroy() {
     let e = emulator().await;
     let env = e.env.clone();
     let out = tokio::task::spawn_blocking(move || {
-        let created = execseam(
-            &env,
-            &[
-                "sandbox",
-                "create",
-                "--adapter",
-                "e2b",
-                "--label",
-                "suite=cli",
-            ],
-        );
+        let created = execseam(&env, &e2b_sandbox("create", &["--label", "suite=cli"]));
         assert!(created.status.success(), "{}", text(&created.stderr));
         let id = text(&created.stdout).trim().to_owned();
         assert!(!id.is_empty());
         // Write, then read, in the same sandbox.
         let w = execseam(
             &env,
-            &[
-                "run",
-                "--adapter",
-                "e2b",
-                "--sandbox",
-                &id,
-                "--",
-                "sh",
-                "-c",
-                "printf kept > /tmp/f",
-            ],
+            &in_sandbox(&id, &["sh", "-c", "printf kept > /tmp/f"]),
         );
         assert_eq!(w.status.code(), Some(0), "{}", text(&w.stderr));
-        let r = execseam(
-            &env,
-            &[
-                "run",
-                "--adapter",
-                "e2b",
-                "--sandbox",
-                &id,
-                "--",
-                "cat",
-                "/tmp/f",
-            ],
-        );
+        let r = execseam(&env, &in_sandbox(&id, &["cat", "/tmp/f"]));
         assert_eq!(
             (r.status.code(), text(&r.stdout)),
             (Some(0), "kept".to_owned()),
             "{}",
             text(&r.stderr)
         );
-        let listed = execseam(
-            &env,
-            &[
-                "sandbox",
-                "list",
-                "--adapter",
-                "e2b",
-                "--label",
-                "suite=cli",
-            ],
-        );
+        let listed = execseam(&env, &e2b_sandbox("list", &["--label", "suite=cli"]));
         assert!(
             text(&listed.stdout).contains(&id),
             "{}",
             text(&listed.stdout)
         );
-        let other = execseam(
-            &env,
-            &[
-                "sandbox",
-                "list",
-                "--adapter",
-                "e2b",
-                "--label",
-                "suite=other",
-            ],
-        );
+        let other = execseam(&env, &e2b_sandbox("list", &["--label", "suite=other"]));
         assert!(!text(&other.stdout).contains(&id));
-        let connected = execseam(
-            &env,
-            &["sandbox", "connect", "--adapter", "e2b", &id, "--json"],
-        );
+        let connected = execseam(&env, &e2b_sandbox("connect", &[&id, "--json"]));
         assert!(
             text(&connected.stdout).contains(&id),
             "{}",
             text(&connected.stderr)
         );
-        let gone = execseam(&env, &["sandbox", "destroy", "--adapter", "e2b", &id]);
+        let gone = execseam(&env, &e2b_sandbox("destroy", &[&id]));
         assert!(gone.status.success(), "{}", text(&gone.stderr));
         // Destroying again is fine; running in it is an infrastructure failure (NotFound).
         assert!(
-            execseam(&env, &["sandbox", "destroy", "--adapter", "e2b", &id])
+            execseam(&env, &e2b_sandbox("destroy", &[&id]))
                 .status
                 .success()
         );
-        let r = execseam(
-            &env,
-            &["run", "--adapter", "e2b", "--sandbox", &id, "--", "true"],
-        );
+        let r = execseam(&env, &in_sandbox(&id, &["true"]));
         assert_eq!(r.status.code(), Some(125), "{}", text(&r.stderr));
         id
     })
@@ -157,15 +113,7 @@ async fn signal_mid_run(signal: &'static str, want: i32) {
     let env = e.env.clone();
     let (code, streamed_in) = tokio::task::spawn_blocking(move || {
         let mut child = Command::new(env!("CARGO_BIN_EXE_execseam"))
-            .args([
-                "run",
-                "--adapter",
-                "e2b",
-                "--",
-                "sh",
-                "-c",
-                "echo started; exec sleep 30",
-            ])
+            .args(common::run_sh("e2b", "echo started; exec sleep 30"))
             .envs(env.iter().map(|(k, v)| (k, v)))
             .env_remove("EXECSEAM_SANDBOX")
             .stdout(Stdio::piped())
@@ -253,59 +201,33 @@ async fn state_commands_snapshot_fork_pause_and_expose() {
             );
             text(&out.stdout).trim().to_owned()
         };
-        let sh = |id: &str, script: &str| {
-            ok(&[
-                "run",
-                "--adapter",
-                "e2b",
-                "--sandbox",
-                id,
-                "--",
-                "sh",
-                "-c",
-                script,
-            ])
-        };
+        let sh = |id: &str, script: &str| ok(&in_sandbox(id, &["sh", "-c", script]));
         let id = ok(&["sandbox", "create", "--adapter", "e2b"]);
         sh(&id, "printf v1 > /home/user/f");
-        let snap = ok(&["sandbox", "snapshot", "--adapter", "e2b", &id]);
+        let snap = ok(&e2b_sandbox("snapshot", &[&id]));
         assert!(snap.ends_with(":default"), "{snap}");
         sh(&id, "printf v2 > /home/user/f");
-        let from = ok(&[
-            "sandbox",
-            "create",
-            "--adapter",
-            "e2b",
-            "--from-snapshot",
-            &snap,
-        ]);
+        let from = ok(&e2b_sandbox("create", &["--from-snapshot", &snap]));
         assert_eq!(sh(&from, "cat /home/user/f"), "v1");
-        let fork = ok(&["sandbox", "fork", "--adapter", "e2b", &id]);
+        let fork = ok(&e2b_sandbox("fork", &[&id]));
         assert_ne!(fork, id);
         assert_eq!(sh(&fork, "cat /home/user/f"), "v2");
 
-        let listed: serde_json::Value = serde_json::from_str(&ok(&[
-            "sandbox",
-            "snapshots",
-            "--adapter",
-            "e2b",
-            "--json",
-            "--source",
-            &id,
-        ]))
-        .unwrap();
+        let listed: serde_json::Value =
+            serde_json::from_str(&ok(&e2b_sandbox("snapshots", &["--json", "--source", &id])))
+                .unwrap();
         assert_eq!(listed[0]["id"], snap.as_str(), "{listed}");
         assert_eq!(listed[0]["kind"], "filesystem+memory", "{listed}");
 
-        assert_eq!(ok(&["sandbox", "pause", "--adapter", "e2b", &id]), "paused");
-        assert_eq!(ok(&["sandbox", "pause", "--adapter", "e2b", &id]), "paused");
+        assert_eq!(ok(&e2b_sandbox("pause", &[&id])), "paused");
+        assert_eq!(ok(&e2b_sandbox("pause", &[&id])), "paused");
         let rows = ok(&["sandbox", "list", "--adapter", "e2b"]);
         assert!(
             rows.lines()
                 .any(|l| l.starts_with(&format!("{id}\tpaused"))),
             "{rows}"
         );
-        ok(&["sandbox", "resume", "--adapter", "e2b", &id]);
+        ok(&e2b_sandbox("resume", &[&id]));
         let rows = ok(&["sandbox", "list", "--adapter", "e2b"]);
         assert!(
             rows.lines()
@@ -314,27 +236,11 @@ async fn state_commands_snapshot_fork_pause_and_expose() {
         );
         assert_eq!(sh(&id, "cat /home/user/f"), "v2");
         // `run --sandbox` connects, and E2B's connect resumes a paused sandbox.
-        ok(&[
-            "sandbox",
-            "pause",
-            "--adapter",
-            "e2b",
-            "--keep",
-            "filesystem",
-            &id,
-        ]);
+        ok(&e2b_sandbox("pause", &["--keep", "filesystem", &id]));
         assert_eq!(sh(&id, "cat /home/user/f"), "v2");
 
-        let exposed: serde_json::Value = serde_json::from_str(&ok(&[
-            "sandbox",
-            "expose",
-            "--adapter",
-            "e2b",
-            "--json",
-            &id,
-            "8080",
-        ]))
-        .unwrap();
+        let exposed: serde_json::Value =
+            serde_json::from_str(&ok(&e2b_sandbox("expose", &["--json", &id, "8080"]))).unwrap();
         assert_eq!(exposed["port"], 8080);
         assert_eq!(
             exposed["headers"]["E2b-Sandbox-Id"],
@@ -342,10 +248,7 @@ async fn state_commands_snapshot_fork_pause_and_expose() {
             "{exposed}"
         );
         assert_eq!(exposed["headers"]["E2b-Sandbox-Port"], "8080", "{exposed}");
-        let reserved = execseam(
-            &env,
-            &["sandbox", "expose", "--adapter", "e2b", &id, "49983"],
-        );
+        let reserved = execseam(&env, &e2b_sandbox("expose", &[&id, "49983"]));
         assert_eq!(
             reserved.status.code(),
             Some(2),
@@ -353,19 +256,9 @@ async fn state_commands_snapshot_fork_pause_and_expose() {
             text(&reserved.stderr)
         );
 
-        ok(&["sandbox", "destroy", "--adapter", "e2b", &from]);
-        ok(&["sandbox", "delete-snapshot", "--adapter", "e2b", &snap]);
-        let gone = execseam(
-            &env,
-            &[
-                "sandbox",
-                "create",
-                "--adapter",
-                "e2b",
-                "--from-snapshot",
-                &snap,
-            ],
-        );
+        ok(&e2b_sandbox("destroy", &[&from]));
+        ok(&e2b_sandbox("delete-snapshot", &[&snap]));
+        let gone = execseam(&env, &e2b_sandbox("create", &["--from-snapshot", &snap]));
         assert_eq!(gone.status.code(), Some(125), "{}", text(&gone.stderr));
         assert!(
             text(&gone.stderr).contains("not found"),
@@ -373,7 +266,7 @@ async fn state_commands_snapshot_fork_pause_and_expose() {
             text(&gone.stderr)
         );
         for s in [&id, &fork] {
-            ok(&["sandbox", "destroy", "--adapter", "e2b", s]);
+            ok(&e2b_sandbox("destroy", &[s]));
         }
     })
     .await

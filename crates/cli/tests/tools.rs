@@ -1,34 +1,26 @@
 //! `execseam glob|list|grep|read|write|patch` through the built binary and the local adapter.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-struct Tree(PathBuf);
-
-impl Drop for Tree {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn tree(tag: &str) -> Tree {
-    let d = std::env::temp_dir()
-        .canonicalize()
-        .unwrap()
-        .join(format!("execseam-cli-tools-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
+/// A small source tree in a fresh directory under the (canonical) temp dir, removed when
+/// dropped.
+fn tree(tag: &str) -> tempfile::TempDir {
+    let t = tempfile::Builder::new()
+        .prefix(&format!("execseam-cli-tools-{tag}-"))
+        .tempdir_in(std::env::temp_dir().canonicalize().unwrap())
+        .unwrap();
     for (p, c) in [
         ("src/main.rs", "fn main() {\n    // needle\n}\n"),
         ("src/lib.rs", "pub fn needle() {}\n"),
         ("b.txt", "no\n"),
         ("a b.txt", "needle\n"),
     ] {
-        let p = d.join(p);
+        let p = t.path().join(p);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, c).unwrap();
     }
-    Tree(d)
+    t
 }
 
 fn execseam(args: &[&str], stdin: Option<&[u8]>) -> Output {
@@ -53,7 +45,7 @@ fn json(o: &Output) -> serde_json::Value {
 #[test]
 fn glob_and_list_print_sorted_truncated_paths() {
     let t = tree("glob");
-    let root = t.0.to_str().unwrap();
+    let root = t.path().to_str().unwrap();
     let o = execseam(
         &["glob", "**", "--root", root, "--limit", "3", "--json"],
         None,
@@ -81,7 +73,7 @@ fn glob_and_list_print_sorted_truncated_paths() {
 #[test]
 fn grep_read_write_patch() {
     let t = tree("grep");
-    let root = t.0.to_str().unwrap();
+    let root = t.path().to_str().unwrap();
     let o = execseam(&["grep", "needle", "--root", root], None);
     assert_eq!(
         String::from_utf8(o.stdout).unwrap(),
@@ -108,11 +100,11 @@ fn grep_read_write_patch() {
     );
     assert_eq!(o.status.code(), Some(0), "{o:?}");
     assert_eq!(json(&o)["bytes"], 6);
-    assert_eq!(std::fs::read(t.0.join("new.txt")).unwrap(), b"hello\n");
+    assert_eq!(std::fs::read(t.path().join("new.txt")).unwrap(), b"hello\n");
     let patch = "--- a/new.txt\n+++ b/new.txt\n@@ -1 +1 @@\n-hello\n+bye\n";
     let o = execseam(&["patch", "--root", root], Some(patch.as_bytes()));
     assert_eq!(o.stdout, b"modified new.txt\n", "{o:?}");
-    assert_eq!(std::fs::read(t.0.join("new.txt")).unwrap(), b"bye\n");
+    assert_eq!(std::fs::read(t.path().join("new.txt")).unwrap(), b"bye\n");
     // Context lines, files with matches, counts; edit; a Begin Patch.
     let o = execseam(
         &[
@@ -154,13 +146,13 @@ fn grep_read_write_patch() {
     let patch = "*** Begin Patch\n*** Update File: new.txt\n-ciao\n+hello\n*** End Patch\n";
     let o = execseam(&["patch", "--root", root], Some(patch.as_bytes()));
     assert_eq!(o.stdout, b"modified new.txt\n", "{o:?}");
-    assert_eq!(std::fs::read(t.0.join("new.txt")).unwrap(), b"hello\n");
+    assert_eq!(std::fs::read(t.path().join("new.txt")).unwrap(), b"hello\n");
 }
 
 #[test]
 fn typed_errors_exit_1_and_infrastructure_errors_125() {
     let t = tree("err");
-    let root = t.0.to_str().unwrap();
+    let root = t.path().to_str().unwrap();
     let o = execseam(&["read", "nope", "--root", root], None);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8(o.stderr).unwrap();
@@ -194,7 +186,7 @@ fn typed_errors_exit_1_and_infrastructure_errors_125() {
     let patch = "--- a/b.txt\n+++ b/b.txt\n@@ -1 +1 @@\n-yes\n+no\n";
     let o = execseam(&["patch", "--root", root], Some(patch.as_bytes()));
     assert_eq!(o.status.code(), Some(1));
-    assert_eq!(std::fs::read(t.0.join("b.txt")).unwrap(), b"no\n");
+    assert_eq!(std::fs::read(t.path().join("b.txt")).unwrap(), b"no\n");
     let o = execseam(
         &["glob", "**", "--adapter", "no-such-adapter", "--root", root],
         None,

@@ -128,6 +128,34 @@ macro_rules! forward_sandbox {
 
 forward_sandbox!(WithDeadline, WithOutputCap, WithRetry);
 
+/// In a layer's `Exec` impl: the inner adapter's provider and capabilities, and the layer
+/// itself as the stream where the inner adapter streams (its `ExecStream` impl applies the
+/// layer). `processes`: also the inner adapter's process handles, unchanged (a detached command
+/// outlives any one call, so the layer's policy does not apply to it; bound a wait with
+/// `Processes::wait`'s own deadline).
+macro_rules! forward_exec {
+    () => {
+        fn provider(&self) -> &str {
+            self.inner.provider()
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+
+        fn streaming(&self) -> Option<&dyn ExecStream> {
+            self.inner.streaming().map(|_| self as &dyn ExecStream)
+        }
+    };
+    (processes) => {
+        forward_exec!();
+
+        fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+            self.inner.processes()
+        }
+    };
+}
+
 // ---------------------------------------------------------------------------------------------
 // Deadline
 
@@ -288,13 +316,7 @@ impl<E: Exec> WithDeadline<E> {
 }
 
 impl<E: Exec> Exec for WithDeadline<E> {
-    fn provider(&self) -> &str {
-        self.inner.provider()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
+    forward_exec!();
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         let span = tracing::debug_span!("deadline", provider = self.inner.provider(), operation = "exec", tool = %command.tool());
@@ -367,10 +389,6 @@ impl<E: Exec> Exec for WithDeadline<E> {
             }
             .instrument(span),
         )
-    }
-
-    fn streaming(&self) -> Option<&dyn ExecStream> {
-        self.inner.streaming().map(|_| self as &dyn ExecStream)
     }
 
     /// The inner adapter's, each call bounded by the deadline (a detached command is not killed
@@ -518,14 +536,6 @@ fn cap_bytes(b: &Bytes, cap: u64) -> (Bytes, u64) {
 }
 
 impl<E: Exec> Exec for WithOutputCap<E> {
-    fn provider(&self) -> &str {
-        self.inner.provider()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         let span = tracing::debug_span!("output_cap", provider = self.inner.provider(), operation = "exec", tool = %command.tool());
         Box::pin(
@@ -599,15 +609,7 @@ impl<E: Exec> Exec for WithOutputCap<E> {
         )
     }
 
-    fn streaming(&self) -> Option<&dyn ExecStream> {
-        self.inner.streaming().map(|_| self as &dyn ExecStream)
-    }
-
-    /// The inner adapter's, unchanged: a detached command outlives any one call, so this
-    /// layer's policy does not apply to it (bound a wait with `Processes::wait`'s own deadline).
-    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        self.inner.processes()
-    }
+    forward_exec!(processes);
 }
 
 impl<E: Exec> ExecStream for WithOutputCap<E> {
@@ -837,14 +839,6 @@ impl<E> WithRetry<E> {
 }
 
 impl<E: Exec> Exec for WithRetry<E> {
-    fn provider(&self) -> &str {
-        self.inner.provider()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         let span = tracing::debug_span!("retry", provider = self.inner.provider(), operation = "exec", tool = %command.tool(), attempts = tracing::field::Empty);
         let tool = command.tool().to_string();
@@ -870,15 +864,7 @@ impl<E: Exec> Exec for WithRetry<E> {
         )
     }
 
-    fn streaming(&self) -> Option<&dyn ExecStream> {
-        self.inner.streaming().map(|_| self as &dyn ExecStream)
-    }
-
-    /// The inner adapter's, unchanged: a detached command outlives any one call, so this
-    /// layer's policy does not apply to it (bound a wait with `Processes::wait`'s own deadline).
-    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
-        self.inner.processes()
-    }
+    forward_exec!(processes);
 }
 
 impl<E: Exec> ExecStream for WithRetry<E> {

@@ -612,16 +612,7 @@ impl RawUpgrade {
 
     async fn exchange(&self) -> Result<(), String> {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let tcp = tokio::net::TcpStream::connect(&self.authority)
-            .await
-            .map_err(|e| format!("raw connect: {e}"))?;
-        let _ = tcp.set_nodelay(true);
-        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-            .await
-            .map_err(|e| format!("raw handshake: {e}"))?;
-        tokio::spawn(async move {
-            let _ = conn.with_upgrades().await;
-        });
+        let mut send = raw_http1(&self.authority).await?;
         let mut req = http::Request::new(http_body_util::Full::new(self.body.clone()));
         *req.method_mut() = self.req.method.clone();
         *req.uri_mut() = self
@@ -937,16 +928,7 @@ impl RawDocker {
             serde_json::from_slice(&created).map_err(|e| format!("raw create answer: {e}"))?;
         let id = v["Id"].as_str().ok_or("raw create: no Id")?;
         let version = self.start.path.split("/exec/").next().unwrap_or("");
-        let tcp = tokio::net::TcpStream::connect(&self.authority)
-            .await
-            .map_err(|e| format!("raw connect: {e}"))?;
-        let _ = tcp.set_nodelay(true);
-        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-            .await
-            .map_err(|e| format!("raw handshake: {e}"))?;
-        tokio::spawn(async move {
-            let _ = conn.with_upgrades().await;
-        });
+        let mut send = raw_http1(&self.authority).await?;
         let mut req = http::Request::new(http_body_util::Full::new(self.start_body.clone()));
         *req.method_mut() = http::Method::POST;
         *req.uri_mut() = format!("{version}/exec/{id}/start")
@@ -2637,4 +2619,22 @@ fn main() {
     });
     rt.shutdown_timeout(Duration::from_secs(5));
     println!("LOAD\t{}", loadavg());
+}
+
+/// An HTTP/1.1 connection to `authority` (no delay on its socket, upgrades allowed), driven in
+/// a task of its own: its request sender.
+async fn raw_http1(
+    authority: &str,
+) -> Result<hyper::client::conn::http1::SendRequest<http_body_util::Full<Bytes>>, String> {
+    let tcp = tokio::net::TcpStream::connect(authority)
+        .await
+        .map_err(|e| format!("raw connect: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| format!("raw handshake: {e}"))?;
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    Ok(send)
 }

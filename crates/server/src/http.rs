@@ -19,7 +19,7 @@ use execseam_chrono_contract::contract::{self, Record, Reply, error_reply};
 use execseam_chrono_contract::wire::{self, ExecuteRequest, codes};
 use futures_util::StreamExt as _;
 use secrecy::SecretString;
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use crate::node::Node;
 use crate::runner::{Chunk, RunEnd};
@@ -246,34 +246,48 @@ fn sync_error(end: RunEnd) -> Response {
     render(end.reply())
 }
 
-async fn execute(State(n): S, headers: HeaderMap, body: Body) -> Response {
-    if let Err(r) = owner(&n, &headers) {
-        return r;
-    }
-    let body = match read_body(&n, &headers, body).await {
-        Ok(b) => b,
-        Err(r) => return r,
+/// A synchronous execution's admission: an authenticated caller, a body read and parsed, and a
+/// free execution slot (held until the run ends).
+async fn admit(
+    n: &Node,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(ExecuteRequest, OwnedSemaphorePermit), Response> {
+    owner(n, headers)?;
+    let body = read_body(n, headers, body).await?;
+    let req = parse(n, &body)?;
+    let Ok(permit) = n.slots.clone().try_acquire_owned() else {
+        return Err(busy(n, "every execution slot is busy"));
     };
-    let req = match parse(&n, &body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
-    let Ok(_permit) = n.slots.clone().try_acquire_owned() else {
-        return busy(&n, "every execution slot is busy");
-    };
-    let end = n
-        .runner
+    Ok((req, permit))
+}
+
+/// Runs `req` now, outside the store (nothing to cancel it, no detach), its output chunks to
+/// `chunks` as they come when set.
+async fn run_now(
+    n: &Node,
+    req: &ExecuteRequest,
+    chunks: Option<mpsc::UnboundedSender<Chunk>>,
+) -> RunEnd {
+    n.runner
         .run(
-            &req,
-            n.timeout(&req),
+            req,
+            n.timeout(req),
             std::future::pending(),
             |_| std::future::ready(true),
             |_| std::future::ready(()),
             false,
-            None,
+            chunks,
         )
-        .await;
-    sync_error(end)
+        .await
+}
+
+async fn execute(State(n): S, headers: HeaderMap, body: Body) -> Response {
+    let (req, _permit) = match admit(&n, &headers, body).await {
+        Ok(admitted) => admitted,
+        Err(r) => return r,
+    };
+    sync_error(run_now(&n, &req, None).await)
 }
 
 fn sse(v: serde_json::Value) -> Bytes {
@@ -295,19 +309,9 @@ impl Drop for AbortOnDrop {
 }
 
 async fn execute_stream(State(n): S, headers: HeaderMap, body: Body) -> Response {
-    if let Err(r) = owner(&n, &headers) {
-        return r;
-    }
-    let body = match read_body(&n, &headers, body).await {
-        Ok(b) => b,
+    let (req, permit) = match admit(&n, &headers, body).await {
+        Ok(admitted) => admitted,
         Err(r) => return r,
-    };
-    let req = match parse(&n, &body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
-    let Ok(permit) = n.slots.clone().try_acquire_owned() else {
-        return busy(&n, "every execution slot is busy");
     };
     let (tx, rx) = mpsc::unbounded_channel::<Sse>();
     let (ctx, mut crx) = mpsc::unbounded_channel::<Chunk>();
@@ -320,18 +324,7 @@ async fn execute_stream(State(n): S, headers: HeaderMap, body: Body) -> Response
                 let _ = forward.send(Sse::Chunk(c));
             }
         });
-        let end = node
-            .runner
-            .run(
-                &req,
-                node.timeout(&req),
-                std::future::pending(),
-                |_| std::future::ready(true),
-                |_| std::future::ready(()),
-                false,
-                Some(ctx),
-            )
-            .await;
+        let end = run_now(&node, &req, Some(ctx)).await;
         let _ = pump.await;
         let _ = tx.send(Sse::End(end));
     });

@@ -143,20 +143,21 @@ impl Metrics {
             "execseam_store_query_duration_seconds",
             "Wall time of store queries.",
         );
-        out.push_str("# HELP execseam_executions_total Commands started by this replica.\n");
-        out.push_str("# TYPE execseam_executions_total counter\n");
-        let _ = writeln!(
-            out,
-            "execseam_executions_total {}",
-            self.executions.load(Ordering::Relaxed)
-        );
-        out.push_str("# HELP execseam_reconciled_total Operations this replica reconciled after a lease expired.\n");
-        out.push_str("# TYPE execseam_reconciled_total counter\n");
-        let _ = writeln!(
-            out,
-            "execseam_reconciled_total {}",
-            self.reconciled.load(Ordering::Relaxed)
-        );
+        for (name, help, counter) in [
+            (
+                "execseam_executions_total",
+                "Commands started by this replica.",
+                &self.executions,
+            ),
+            (
+                "execseam_reconciled_total",
+                "Operations this replica reconciled after a lease expired.",
+                &self.reconciled,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            let _ = writeln!(out, "{name} {}", counter.load(Ordering::Relaxed));
+        }
         out.push_str(
             "# HELP execseam_http_requests_total Requests answered, by route and status code.\n",
         );

@@ -192,14 +192,7 @@ impl Node {
                 .await;
             return;
         };
-        let (tx, mut rx) = watch::channel(false);
-        self.running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id.clone(), tx);
-        let cancelled = async move {
-            let _ = rx.wait_for(|c| *c).await;
-        };
+        let cancelled = self.cancellable(&id, false);
         let store = self.store.clone();
         let started_guard = guard.clone();
         let started_id = id.clone();
@@ -375,20 +368,26 @@ impl Node {
         Some(Ok(Some(())))
     }
 
+    /// Registers `id` as running here (`requested`: a cancel is already asked for); the future
+    /// ends once a cancel of it is asked.
+    fn cancellable(&self, id: &str, requested: bool) -> impl Future<Output = ()> + Send + use<> {
+        let (tx, mut rx) = watch::channel(requested);
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_owned(), tx);
+        async move {
+            let _ = rx.wait_for(|c| *c).await;
+        }
+    }
+
     /// Finishes a taken-over operation through [`Runner::resume`].
     async fn resume(&self, id: String, op: crate::store::Stored, d: Detached) {
         let req = op
             .request
             .as_deref()
             .and_then(|r| serde_json::from_str::<ExecuteRequest>(r).ok());
-        let (tx, mut rx) = watch::channel(op.rec.cancel_requested);
-        self.running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id.clone(), tx);
-        let cancelled = async move {
-            let _ = rx.wait_for(|c| *c).await;
-        };
+        let cancelled = self.cancellable(&id, op.rec.cancel_requested);
         let timeout = req.as_ref().map_or(
             Duration::from_secs(u64::from(self.config.default_timeout_secs)),
             |r| self.timeout(r),

@@ -20,23 +20,13 @@ fn args(store: &str, tokens: &std::path::Path, replica: &str) -> Vec<String> {
 }
 
 fn args_for(adapter: &str, store: &str, tokens: &std::path::Path, replica: &str) -> Vec<String> {
-    [
-        "--adapter",
-        adapter,
-        "--store",
-        store,
-        "--tokens",
-        tokens.to_str().unwrap(),
-        "--listen",
-        &format!("127.0.0.1:{}", free_port()),
-        "--replica-id",
-        replica,
-        "--lease-secs",
-        "2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    serve_args(&[
+        ("--adapter", adapter),
+        ("--store", store),
+        ("--tokens", tokens.to_str().unwrap()),
+        ("--replica-id", replica),
+        ("--lease-secs", "2"),
+    ])
 }
 
 async fn owner_of(store: &str, id: &str) -> Option<String> {
@@ -100,17 +90,7 @@ async fn one_replica_serves_what_the_other_runs_and_cancels_through_the_store() 
     let other = if holder == "replica-a" { &cb } else { &ca };
     let mut op = Operation::resume(key("l"), long, &id, None).unwrap();
     op.request_cancel();
-    let t = run(other, &mut op).await;
-    let Terminal::Cancelled {
-        snapshot: Some(s), ..
-    } = &t
-    else {
-        panic!("{t:?}")
-    };
-    assert_eq!(
-        s.failure.as_ref().map(|f| f.code.as_str()),
-        Some(codes::EXECUTION_CANCELLED)
-    );
+    ended_with(&run(other, &mut op).await, codes::EXECUTION_CANCELLED);
     until("the process is gone", || processes_with(&m).is_empty()).await;
     drop((a, b));
 }
@@ -143,17 +123,7 @@ async fn a_dead_owner_is_found_by_lease_expiry_and_reconciled_by_the_survivor() 
     assert_eq!(kill_supervisors_then_programs(&m), 1);
     let t0 = std::time::Instant::now();
     let mut op = Operation::resume(k.clone(), long.clone(), &id, None).unwrap();
-    let t = run(&cb, &mut op).await;
-    let Terminal::OutcomeUncertain {
-        snapshot: Some(s), ..
-    } = &t
-    else {
-        panic!("{t:?}")
-    };
-    assert_eq!(
-        s.failure.as_ref().map(|f| f.code.as_str()),
-        Some(codes::OUTCOME_UNCERTAIN)
-    );
+    ended_with(&run(&cb, &mut op).await, codes::OUTCOME_UNCERTAIN);
     assert!(
         t0.elapsed() < Duration::from_secs(10),
         "found within a few leases: {:?}",
@@ -188,12 +158,11 @@ async fn a_dead_owners_e2b_command_is_reattached_by_the_survivor_and_its_cancel_
 
     a.kill9();
     // B finds the expired lease and takes the operation over instead of giving up on it.
-    for _ in 0..400 {
-        if owner_of(&store, &id).await.as_deref() == Some("replica-b") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let (s, i) = (&store, &id);
+    poll(400, || async move {
+        owner_of(s, i).await.as_deref() == Some("replica-b")
+    })
+    .await;
     assert_eq!(owner_of(&store, &id).await.as_deref(), Some("replica-b"));
     assert!(b.output().contains("reattaching"), "{}", b.output());
     assert_eq!(
@@ -204,17 +173,7 @@ async fn a_dead_owners_e2b_command_is_reattached_by_the_survivor_and_its_cancel_
 
     let mut op = Operation::resume(k.clone(), long.clone(), &id, None).unwrap();
     op.request_cancel();
-    let t = run(&cb, &mut op).await;
-    let Terminal::Cancelled {
-        snapshot: Some(s), ..
-    } = &t
-    else {
-        panic!("{t:?}")
-    };
-    assert_eq!(
-        s.failure.as_ref().map(|f| f.code.as_str()),
-        Some(codes::EXECUTION_CANCELLED)
-    );
+    ended_with(&run(&cb, &mut op).await, codes::EXECUTION_CANCELLED);
     // Cancelled (not uncertain) means the kill was confirmed: the spool recorded the exit of
     // the killed process group.
     // The sandbox is destroyed after.

@@ -34,24 +34,15 @@ async fn status_of(base: &str, id: &str) -> Status {
 async fn kill_9_and_restart_keeps_results_runs_the_queue_and_reconciles_the_running() {
     let store = sqlite_url("restart");
     let tokens = token_file();
-    let args = |port: u16| -> Vec<String> {
-        [
-            "--store",
-            &store,
-            "--tokens",
-            tokens.to_str().unwrap(),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--replica-id",
-            "node-1",
-            "--max-running",
-            "1",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    let args = || {
+        serve_args(&[
+            ("--store", &store),
+            ("--tokens", tokens.to_str().unwrap()),
+            ("--replica-id", "node-1"),
+            ("--max-running", "1"),
+        ])
     };
-    let mut first = Proc::spawn(&args(free_port()));
+    let mut first = Proc::spawn(&args());
     let base = first.base_url.clone();
     let c = client(&base, ALICE);
 
@@ -102,7 +93,7 @@ async fn kill_9_and_restart_keeps_results_runs_the_queue_and_reconciles_the_runn
     );
     assert_eq!(kill_supervisors_then_programs(&m), 1);
 
-    let second = Proc::spawn(&args(free_port()));
+    let second = Proc::spawn(&args());
     let base = second.base_url.clone();
     let c = client(&base, ALICE);
 
@@ -116,17 +107,7 @@ async fn kill_9_and_restart_keeps_results_runs_the_queue_and_reconciles_the_runn
     // Running: reconciled, never re-run.
     let mut r =
         Operation::resume(running_key.clone(), running_req.clone(), &running, None).unwrap();
-    let t = run(&c, &mut r).await;
-    let Terminal::OutcomeUncertain {
-        snapshot: Some(s), ..
-    } = &t
-    else {
-        panic!("{t:?}")
-    };
-    assert_eq!(
-        s.failure.as_ref().map(|f| f.code.as_str()),
-        Some(codes::OUTCOME_UNCERTAIN)
-    );
+    ended_with(&run(&c, &mut r).await, codes::OUTCOME_UNCERTAIN);
     assert!(processes_with(&m).is_empty(), "not started again");
     // The same key and payload converge on the same operation; another payload is 409.
     let again = c.submit(&running_key, &running_req).await.unwrap();
@@ -156,24 +137,15 @@ async fn kill_9_with_an_e2b_operation_running_reattaches_and_finishes_it_exactly
         .unwrap();
     let store = sqlite_url("restart-e2b");
     let tokens = token_file();
-    let args = |port: u16| -> Vec<String> {
-        [
-            "--adapter",
-            "e2b",
-            "--store",
-            &store,
-            "--tokens",
-            tokens.to_str().unwrap(),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--replica-id",
-            "node-e2b",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    let args = || {
+        serve_args(&[
+            ("--adapter", "e2b"),
+            ("--store", &store),
+            ("--tokens", tokens.to_str().unwrap()),
+            ("--replica-id", "node-e2b"),
+        ])
     };
-    let mut first = Proc::spawn_with_env(&args(free_port()), &emu.env());
+    let mut first = Proc::spawn_with_env(&args(), &emu.env());
     let base = first.base_url.clone();
     let c = client(&base, ALICE);
 
@@ -191,12 +163,12 @@ printf 'after\n'; exit 4"#;
     let sandbox = emu.sandbox_ids()[0].clone();
     let file = |name: &str| emu.host_path(&sandbox, &format!("/tmp/{name}")).unwrap();
     until("the command runs", || file("runs").exists()).await;
-    for _ in 0..200 {
-        if status_of(&base, &id).await == Status::Running {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let (b, i) = (&base, &id);
+    poll(
+        200,
+        || async move { status_of(b, i).await == Status::Running },
+    )
+    .await;
     assert_eq!(status_of(&base, &id).await, Status::Running);
 
     first.kill9();
@@ -207,7 +179,7 @@ printf 'after\n'; exit 4"#;
     })
     .await;
 
-    let second = Proc::spawn_with_env(&args(free_port()), &emu.env());
+    let second = Proc::spawn_with_env(&args(), &emu.env());
     let base = second.base_url.clone();
     let c = client(&base, ALICE);
     until("the restarted server reattached", || {
@@ -301,22 +273,18 @@ async fn reattaches_in_a_shared_sandbox(t: SharedSandbox<'_>) {
     };
     let store = sqlite_url(&format!("restart-{}", t.adapter));
     let tokens = token_file();
-    let args = |port: u16| -> Vec<String> {
-        let mut a = Vec::new();
-        for (k, v) in [
+    let replica = format!("node-{}", t.adapter);
+    let args = || {
+        serve_args(&[
             ("--adapter", t.adapter),
             ("--sandbox", t.sandbox),
             ("--store", store.as_str()),
             ("--tokens", tokens.to_str().unwrap()),
-            ("--listen", &format!("127.0.0.1:{port}")),
-            ("--replica-id", &format!("node-{}", t.adapter)),
-        ] {
-            a.extend([k.to_owned(), v.to_owned()]);
-        }
-        a
+            ("--replica-id", &replica),
+        ])
     };
     in_sandbox("rm -f /tmp/runs /tmp/go-1 /tmp/go-2 /tmp/detached").await;
-    let mut first = Proc::spawn_with_env(&args(free_port()), &t.env);
+    let mut first = Proc::spawn_with_env(&args(), &t.env);
     let base = first.base_url.clone();
     let c = client(&base, ALICE);
     let script = r#"echo run >>/tmp/runs; printf 'before\n'; printf 'err\n' >&2
@@ -327,12 +295,11 @@ printf 'after\n'; exit 3"#;
     let req = bash(script);
     let k = key(&format!("{}-running", t.adapter));
     let id = c.submit(&k, &req).await.unwrap().receipt.operation_id;
-    for _ in 0..400 {
-        if exists("/tmp/runs").await && status_of(&base, &id).await == Status::Running {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let (b, i) = (&base, &id);
+    poll(400, || async move {
+        exists("/tmp/runs").await && status_of(b, i).await == Status::Running
+    })
+    .await;
     let (_, body) = get(&format!("{base}{}", wire::path::status(&id))).await;
     assert_eq!(
         status_of(&base, &id).await,
@@ -345,18 +312,13 @@ printf 'after\n'; exit 3"#;
     first.kill9();
     in_sandbox("touch /tmp/go-1").await;
     tokio::time::sleep(t.settle).await;
-    for _ in 0..400 {
-        if exists("/tmp/detached").await {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    poll(400, || exists("/tmp/detached")).await;
     assert!(
         exists("/tmp/detached").await,
         "the command outlived the killed server"
     );
 
-    let second = Proc::spawn_with_env(&args(free_port()), &t.env);
+    let second = Proc::spawn_with_env(&args(), &t.env);
     let base = second.base_url.clone();
     let c = client(&base, ALICE);
     until("the restarted server reattached", || {

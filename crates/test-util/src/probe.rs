@@ -15,6 +15,12 @@ pub fn unique_sleep() -> String {
 
 /// The pids of the host processes whose argv contains `arg` exactly (one whole argument).
 pub fn processes_with_arg(arg: &str) -> Vec<u32> {
+    processes_where(|pid, argv| argv.contains(&arg.as_bytes()) && !is_zombie(pid))
+}
+
+/// The pids of the host processes for which `keep` holds, given the pid and the arguments of
+/// the process's command line (`/proc/<pid>/cmdline`).
+pub fn processes_where(mut keep: impl FnMut(u32, &[&[u8]]) -> bool) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -30,7 +36,8 @@ pub fn processes_with_arg(arg: &str) -> Vec<u32> {
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
             continue;
         };
-        if cmdline.split(|&b| b == 0).any(|a| a == arg.as_bytes()) && !is_zombie(pid) {
+        let argv: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        if keep(pid, &argv) {
             out.push(pid);
         }
     }

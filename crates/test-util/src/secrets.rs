@@ -2,6 +2,7 @@
 //! that carries them through an exec both ways.
 
 use execseam_core::{Command, Exec, Output};
+use execseam_emulator_kit::{Emulator, EmulatorOptions, Provider};
 
 use crate::capture::Captured;
 
@@ -27,6 +28,20 @@ impl Planted {
             env: format!("s3cr3t-env-value-{adapter}"),
             stdin: format!("s3cr3t-stdin-bytes-{adapter}"),
             output: format!("s3cr3t-output-text-{adapter}"),
+        }
+    }
+
+    /// Installs the capture of every log record ([`crate::capture::install`]) and plants
+    /// `adapter`'s secrets with its `token`: the capture, then the secrets.
+    pub fn capture(adapter: &str, token: &'static str) -> (Captured, Planted) {
+        (crate::capture::install(), Planted::new(adapter, token))
+    }
+
+    /// An emulator's options whose API token is the planted token.
+    pub fn emulator_options(&self) -> EmulatorOptions {
+        EmulatorOptions {
+            token: Some(self.token.into()),
+            ..EmulatorOptions::default()
         }
     }
 
@@ -82,6 +97,20 @@ impl Planted {
         all.extend_from_slice(more);
         all
     }
+}
+
+/// The capture installed and `adapter`'s secrets planted ([`Planted::capture`]), and the
+/// provider's emulator started with the planted token: the capture, the secrets, the emulator.
+pub async fn start<P: Provider>(
+    adapter: &str,
+    token: &'static str,
+) -> (Captured, Planted, Emulator<P>) {
+    let (log, planted) = Planted::capture(adapter, token);
+    let emu = Emulator::<P>::start(planted.emulator_options())
+        .await
+        .expect("the emulator starts");
+    assert_eq!(emu.token(), token);
+    (log, planted, emu)
 }
 
 /// Panics with the line where any of `secrets` reached `log` (as text, hex or base64), or when

@@ -64,3 +64,8 @@ pub fn request(base: &str, key: &str, method: &str, path: &str, body: &str) -> S
         .trim()
         .to_owned()
 }
+
+/// `run --adapter <adapter> -- sh -c <script>`: the CLI's arguments.
+pub fn run_sh<'a>(adapter: &'a str, script: &'a str) -> [&'a str; 7] {
+    ["run", "--adapter", adapter, "--", "sh", "-c", script]
+}

@@ -16,7 +16,8 @@ use crate::{CaseResult, Outcome, Target};
 /// The label every sandbox the suite creates carries.
 pub(crate) const SUITE_LABEL: &str = "execseam-suite";
 
-fn provider(t: &Target) -> Result<(&dyn Provider, LifecycleCapabilities), Outcome> {
+/// The target's provider and its lifecycle capabilities; n.a. without a provider.
+pub(super) fn provider(t: &Target) -> Result<(&dyn Provider, LifecycleCapabilities), Outcome> {
     match &t.provider {
         Some(p) => Ok((p.as_ref(), p.lifecycle())),
         None => na("the target has no provider (lifecycle not wired)"),
@@ -46,7 +47,7 @@ fn need(l: &LifecycleCapabilities, ops: &[&str]) -> CaseResult {
 }
 
 /// A spec with the suite's label (when the provider has labels).
-fn spec(t: &Target, l: &LifecycleCapabilities) -> SandboxSpec {
+pub(super) fn spec(t: &Target, l: &LifecycleCapabilities) -> SandboxSpec {
     let spec = SandboxSpec::new();
     if l.spec.labels {
         spec.with_label(SUITE_LABEL, t.suite_id())
@@ -55,7 +56,8 @@ fn spec(t: &Target, l: &LifecycleCapabilities) -> SandboxSpec {
     }
 }
 
-async fn create(
+/// Creates a sandbox from `spec` (failing after 120 s without an answer) and records it.
+pub(super) async fn create_recorded(
     t: &Target,
     p: &dyn Provider,
     spec: SandboxSpec,
@@ -65,6 +67,16 @@ async fn create(
         .or_else(|_| fail("create did not answer within 120 s"))?
         .or_else(|e| fail(format!("create failed: {e}")))?;
     t.record_created(s.id());
+    Ok(s)
+}
+
+/// [`create_recorded`], and the sandbox must be owned (the handle that created it closes it).
+async fn create(
+    t: &Target,
+    p: &dyn Provider,
+    spec: SandboxSpec,
+) -> Result<Box<dyn Sandbox>, Outcome> {
+    let s = create_recorded(t, p, spec).await?;
     if !s.owned() {
         return fail(format!("a created sandbox ({}) is not owned", s.id()));
     }
@@ -98,6 +110,18 @@ async fn gone(what: &str, s: &dyn Exec) -> CaseResult {
     }
 }
 
+/// `r`, of an operation (`what`) declared unsupported, must be `Unsupported`.
+pub(super) fn unsupported(what: &str, r: Result<(), execseam_core::Error>) -> CaseResult {
+    match r {
+        Err(e) if e.kind() == ErrorKind::Unsupported => Ok(()),
+        Err(e) => fail(format!(
+            "{what} is declared unsupported but failed with {:?}: {e}",
+            e.kind()
+        )),
+        Ok(()) => fail(format!("{what} is declared unsupported but succeeded")),
+    }
+}
+
 pub(crate) async fn declared(t: &Target) -> CaseResult {
     let (p, l) = provider(t)?;
     if p.provider() != t.exec.provider() {
@@ -107,14 +131,6 @@ pub(crate) async fn declared(t: &Target) -> CaseResult {
             t.exec.provider()
         ));
     }
-    let unsupported = |what: &str, r: Result<(), execseam_core::Error>| match r {
-        Err(e) if e.kind() == ErrorKind::Unsupported => Ok(()),
-        Err(e) => fail(format!(
-            "{what} is declared unsupported but failed with {:?}: {e}",
-            e.kind()
-        )),
-        Ok(()) => fail(format!("{what} is declared unsupported but succeeded")),
-    };
     if !l.create {
         unsupported("create", p.create(SandboxSpec::new()).await.map(drop))?;
     }
@@ -336,23 +352,49 @@ pub(crate) async fn unsupported_spec_field(t: &Target) -> CaseResult {
             SandboxSpec::new().with_option("execseam.no-such-option", "x"),
         )
     };
-    let before = t.live_sandboxes.as_ref().map(|c| c());
-    match p.create(spec).await {
-        Err(e) if matches!(e.kind(), ErrorKind::Unsupported | ErrorKind::InvalidConfig) => {}
-        Err(e) => {
-            return fail(format!(
-                "a spec with {field} (not honoured) failed with {:?} instead of Unsupported: {e}",
-                e.kind()
-            ));
-        }
+    refused_create(
+        t,
+        p,
+        spec,
+        &[ErrorKind::Unsupported, ErrorKind::InvalidConfig],
+        &format!("a spec with {field}, which the provider does not honour,"),
+    )
+    .await
+}
+
+/// `made` must be an error of one of `kinds` (`what` made it, in the messages); a sandbox it
+/// made anyway is recorded and closed.
+pub(super) async fn refused(
+    t: &Target,
+    made: Result<Box<dyn Sandbox>, execseam_core::Error>,
+    kinds: &[ErrorKind],
+    what: &str,
+) -> CaseResult {
+    match made {
+        Err(e) if kinds.contains(&e.kind()) => Ok(()),
+        Err(e) => fail(format!(
+            "{what} failed with {:?} instead of {kinds:?}: {e}",
+            e.kind()
+        )),
         Ok(s) => {
             t.record_created(s.id());
             let _ = s.close().await;
-            return fail(format!(
-                "a spec with {field}, which the provider does not honour, created a sandbox"
-            ));
+            fail(format!("{what} made a sandbox"))
         }
     }
+}
+
+/// A create from `spec` (`what`, in the messages) must fail with one of `kinds`, and leave the
+/// emulator's sandbox count as it was; a sandbox it made anyway is recorded and closed.
+pub(super) async fn refused_create(
+    t: &Target,
+    p: &dyn Provider,
+    spec: SandboxSpec,
+    kinds: &[ErrorKind],
+    what: &str,
+) -> CaseResult {
+    let before = t.live_sandboxes.as_ref().map(|c| c());
+    refused(t, p.create(spec).await, kinds, what).await?;
     let after = t.live_sandboxes.as_ref().map(|c| c());
     if before != after {
         return fail(format!(

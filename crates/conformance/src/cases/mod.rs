@@ -270,29 +270,10 @@ pub(crate) async fn run_ok(t: &Target, c: Command) -> Result<Output, Outcome> {
         .or_else(|e| fail(format!("{argv:?} returned Err instead of Ok: {e}")))
 }
 
-/// Bytes as a readable, lossless string.
+/// Bytes as a readable, lossless string: in quotes, escaped as the tools escape paths
+/// ([`execseam_tools::escape`]), a quote escaped too.
 pub(crate) fn show(b: &[u8]) -> String {
-    let mut s = String::from("\"");
-    for chunk in b.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '"' => s.push_str("\\\""),
-                '\\' => s.push_str("\\\\"),
-                '\n' => s.push_str("\\n"),
-                '\t' => s.push_str("\\t"),
-                '\r' => s.push_str("\\r"),
-                c if c.is_control() => {
-                    let _ = write!(s, "\\u{{{:x}}}", c as u32);
-                }
-                c => s.push(c),
-            }
-        }
-        for b in chunk.invalid() {
-            let _ = write!(s, "\\x{b:02x}");
-        }
-    }
-    s.push('"');
-    s
+    format!("\"{}\"", execseam_tools::escape(b).replace('"', "\\\""))
 }
 
 /// Shows at most `max` bytes.

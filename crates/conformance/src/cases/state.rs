@@ -6,44 +6,18 @@
 use std::time::Duration;
 
 use execseam_core::{
-    ErrorKind, Exec, LifecycleCapabilities, PortsWhen, Provider, Sandbox, SandboxSpec,
-    SandboxState, Scope, SnapshotRequest, SourceAfter, StateCapabilities, WhilePaused,
+    ErrorKind, Exec, LifecycleCapabilities, PortsWhen, Sandbox, SandboxSpec, SandboxState, Scope,
+    SnapshotRequest, SourceAfter, StateCapabilities, WhilePaused,
 };
 
+use super::lifecycle::{
+    create_recorded as create, provider, refused, refused_create, spec, unsupported,
+};
 use super::{fail, na, sh, show};
 use crate::{CaseResult, Outcome, Target};
 
 /// A relative path: the sandbox's default working directory, on every provider.
 const FILE: &str = "execseam-state";
-
-fn provider(t: &Target) -> Result<(&dyn Provider, LifecycleCapabilities), Outcome> {
-    match &t.provider {
-        Some(p) => Ok((p.as_ref(), p.lifecycle())),
-        None => na("the target has no provider (lifecycle not wired)"),
-    }
-}
-
-fn spec(t: &Target, l: &LifecycleCapabilities) -> SandboxSpec {
-    let spec = SandboxSpec::new();
-    if l.spec.labels {
-        spec.with_label(super::lifecycle::SUITE_LABEL, t.suite_id())
-    } else {
-        spec
-    }
-}
-
-async fn create(
-    t: &Target,
-    p: &dyn Provider,
-    spec: SandboxSpec,
-) -> Result<Box<dyn Sandbox>, Outcome> {
-    let s = tokio::time::timeout(Duration::from_secs(120), p.create(spec))
-        .await
-        .or_else(|_| fail("create did not answer within 120 s"))?
-        .or_else(|e| fail(format!("create failed: {e}")))?;
-    t.record_created(s.id());
-    Ok(s)
-}
 
 async fn out(what: &str, s: &dyn Exec, script: &str) -> Result<String, Outcome> {
     match tokio::time::timeout(Duration::from_secs(60), s.exec(sh(script))).await {
@@ -90,14 +64,6 @@ pub(crate) async fn declared(t: &Target) -> CaseResult {
     let (p, l) = provider(t)?;
     let s = state_of(&l);
     let id = t.missing_sandbox_id.as_str();
-    let unsupported = |what: &str, r: Result<(), execseam_core::Error>| match r {
-        Err(e) if e.kind() == ErrorKind::Unsupported => Ok(()),
-        Err(e) => fail(format!(
-            "{what} is declared unsupported but failed with {:?}: {e}",
-            e.kind()
-        )),
-        Ok(()) => fail(format!("{what} is declared unsupported but succeeded")),
-    };
     if s.pause.is_none() {
         unsupported("pause", p.pause(id, None).await.map(drop))?;
         unsupported("resume", p.resume(id).await)?;
@@ -115,29 +81,14 @@ pub(crate) async fn declared(t: &Target) -> CaseResult {
             p.delete_snapshot("execseam-no-such-snapshot").await,
         )?;
         if l.create {
-            let before = t.live_sandboxes.as_ref().map(|c| c());
-            match p
-                .create(SandboxSpec::new().with_snapshot("execseam-no-such-snapshot"))
-                .await
-            {
-                Err(e) if e.kind() == ErrorKind::Unsupported => {}
-                Err(e) => {
-                    return fail(format!(
-                        "create from a snapshot (no snapshots) failed with {:?}: {e}",
-                        e.kind()
-                    ));
-                }
-                Ok(sb) => {
-                    t.record_created(sb.id());
-                    let _ = sb.close().await;
-                    return fail(
-                        "create from a snapshot succeeded on a provider without snapshots",
-                    );
-                }
-            }
-            if before != t.live_sandboxes.as_ref().map(|c| c()) {
-                return fail("the refused create changed the emulator's sandbox count");
-            }
+            refused_create(
+                t,
+                p,
+                SandboxSpec::new().with_snapshot("execseam-no-such-snapshot"),
+                &[ErrorKind::Unsupported],
+                "a create from a snapshot on a provider without snapshots",
+            )
+            .await?;
         }
     } else if let Some(snap) = s.snapshot {
         if !snap.restore_in_place {
@@ -168,20 +119,8 @@ pub(crate) async fn declared(t: &Target) -> CaseResult {
         }
     }
     if s.fork.is_none() {
-        match p.fork(id).await {
-            Err(e) if e.kind() == ErrorKind::Unsupported => {}
-            Err(e) => {
-                return fail(format!(
-                    "fork is declared unsupported but failed with {:?}: {e}",
-                    e.kind()
-                ));
-            }
-            Ok(sb) => {
-                t.record_created(sb.id());
-                let _ = sb.close().await;
-                return fail("fork is declared unsupported but succeeded");
-            }
-        }
+        let what = "fork, declared unsupported,";
+        refused(t, p.fork(id).await, &[ErrorKind::Unsupported], what).await?;
     }
     match s.expose {
         None => {

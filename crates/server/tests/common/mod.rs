@@ -148,6 +148,47 @@ pub fn kill_supervisors_then_programs(marker: &str) -> usize {
     n
 }
 
+/// The snapshot of a run that ended without a result of its own: `Cancelled` with
+/// `EXECUTION_CANCELLED`, or `OutcomeUncertain` with `OUTCOME_UNCERTAIN` (`code` says which);
+/// panics on any other terminal, one without a snapshot, or another failure code.
+pub fn ended_with<'a>(t: &'a Terminal, code: &str) -> &'a wire::Snapshot {
+    let snapshot = match t {
+        Terminal::Cancelled {
+            snapshot: Some(s), ..
+        } if code == wire::codes::EXECUTION_CANCELLED => s,
+        Terminal::OutcomeUncertain {
+            snapshot: Some(s), ..
+        } if code == wire::codes::OUTCOME_UNCERTAIN => s,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        snapshot.failure.as_ref().map(|f| f.code.as_str()),
+        Some(code)
+    );
+    snapshot
+}
+
+/// `serve` arguments: each flag with its value, then `--listen` on a free loopback port.
+pub fn serve_args(flags: &[(&str, &str)]) -> Vec<String> {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut args = Vec::new();
+    for (flag, value) in flags.iter().copied().chain([("--listen", listen.as_str())]) {
+        args.extend([flag.to_owned(), value.to_owned()]);
+    }
+    args
+}
+
+/// Awaits `f` every 25 ms until it holds, `tries` times at the most (the caller asserts what
+/// it waited for).
+pub async fn poll<F: Future<Output = bool>>(tries: u32, mut f: impl FnMut() -> F) {
+    for _ in 0..tries {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 pub async fn until(what: &str, mut f: impl FnMut() -> bool) {
     for _ in 0..400 {
         if f() {
