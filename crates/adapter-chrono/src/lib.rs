@@ -42,11 +42,13 @@ pub mod durable;
 mod error;
 mod exec;
 pub mod http;
+pub mod process;
 mod provider;
 
 pub use config::{ChronoConfig, DurablePolicy};
 pub use durable::{DurableClient, Operation, Terminal};
 pub use exec::{ChronoExec, Executed, Prepared};
+pub use process::{ChronoProcesses, PROCESS_CAPABILITIES};
 pub use provider::ChronoProvider;
 
 use execseam_adapter_kit::Var;
@@ -73,6 +75,7 @@ pub const VARS: &[Var] = &[
     Var::text("CHRONO_VIA"),
     Var::seconds("CHRONO_TIMEOUT_SECS"),
     Var::flag("CHRONO_DURABLE"),
+    Var::text("CHRONO_STATE_DIR"),
 ];
 
 execseam_adapter_kit::adapter! {
@@ -112,5 +115,5 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: Some(8 << 20),
     max_output: None,
     native_tools: &[Tool::CODE],
-    processes: None,
+    processes: Some(PROCESS_CAPABILITIES),
 };
