@@ -51,7 +51,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::PROVIDER;
-use crate::config::ChronoConfig;
+use crate::config::{ChronoConfig, DurablePolicy};
 use crate::durable::{DurableClient, Operation, Progress, ResultAnswer, StatusAnswer, Terminal};
 use crate::error::{CANCEL, RESULT, STATUS, SUBMIT};
 use crate::exec::no_output_error;
@@ -73,6 +73,10 @@ pub const PROCESS_CAPABILITIES: ProcessCapabilities = ProcessCapabilities {
     terminal: false,
     terminal_reattach: false,
 };
+
+/// Consecutive transient failures (reset, 429, 503, a stalled exchange) a process call rides
+/// out before it answers the last one.
+pub const MAX_TRANSIENT_FAILURES: u32 = 2;
 
 /// The most bytes per stream one [`Processes::read`] returns.
 pub const READ_MAX: usize = 1 << 20;
@@ -446,7 +450,7 @@ fn read_error(e: Error, operation_id: &str) -> Error {
 /// Chrono's process handles: see the [module docs](self).
 pub struct ChronoProcesses<'a> {
     config: &'a ChronoConfig,
-    durable: &'a DurableClient,
+    durable: DurableClient,
     local: &'a Local,
 }
 
@@ -470,9 +474,19 @@ impl<'a> ChronoProcesses<'a> {
         durable: &'a DurableClient,
         local: &'a Local,
     ) -> ChronoProcesses<'a> {
+        // A process call answers for itself: a few transient failures in a row (a reset, a
+        // 429, a stalled exchange) end it with that error, typed and safe to retry (the start
+        // too: it converges), rather than the reconcile loop's long patience.
+        let policy = DurablePolicy {
+            max_transient_failures: durable
+                .policy()
+                .max_transient_failures
+                .min(MAX_TRANSIENT_FAILURES),
+            ..durable.policy()
+        };
         ChronoProcesses {
             config,
-            durable,
+            durable: durable.clone().with_policy(policy),
             local,
         }
     }
@@ -1058,7 +1072,6 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::*;
-    use crate::config::DurablePolicy;
     use crate::http::{Answer, Exchange, Method, Transport};
 
     type Asked = (Method, String, Vec<(&'static str, String)>, Option<Vec<u8>>);
@@ -1602,6 +1615,54 @@ mod tests {
         }
         assert!(s.asked.lock().unwrap().is_empty());
         assert!(p.release(&p.handle_for(&k)).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn hostile_answers_end_a_call_typed_and_a_retried_start_converges() {
+        let dir = Dir::new();
+        let s = Arc::new(Script::default());
+        let a = Client::new(&dir, s.clone());
+        let k = key("op-7");
+        // Every submit answer lost: the start gives up after a few, safe to retry.
+        for _ in 0..=MAX_TRANSIENT_FAILURES {
+            s.push(lost());
+        }
+        let e = a
+            .p()
+            .start(StartRequest::new(k.clone(), sh("true")))
+            .await
+            .unwrap_err();
+        assert!(e.retry().is_safe(), "{e}");
+        s.push(receipt());
+        let st = a
+            .p()
+            .start(StartRequest::new(k.clone(), sh("true")))
+            .await
+            .unwrap();
+        assert!(!st.fresh);
+        let asked = s.asked.lock().unwrap().clone();
+        assert_eq!(asked.len() as u32, MAX_TRANSIENT_FAILURES + 2);
+        assert!(
+            asked
+                .iter()
+                .all(|x| (&x.2, &x.3) == (&asked[0].2, &asked[0].3))
+        );
+        // 429 on every status read: the attach ends with it, never with an exit.
+        for _ in 0..=MAX_TRANSIENT_FAILURES {
+            s.push(answer(
+                429,
+                &[("retry-after", "0")],
+                r#"{"error":{"code":"RATE_LIMITED"}}"#,
+            ));
+        }
+        let p = a.p();
+        let e = p
+            .attach(&st.handle, StreamOffsets::ZERO)
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        assert_eq!(e.unwrap_err().kind(), ErrorKind::RateLimited);
     }
 
     /// The program as prepared, run by bash here: its frame gives the exact bytes (NUL and a
