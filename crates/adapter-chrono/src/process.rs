@@ -601,7 +601,7 @@ impl<'a> ChronoProcesses<'a> {
     }
 
     /// One look, without waiting: a status read, and the result once it is terminal.
-    async fn look(&self, t: &Target, op: &'static str) -> Result<Look, Error> {
+    async fn look(&self, t: &Target) -> Result<Look, Error> {
         if let Some(e) = self.cached(&t.key) {
             return Ok(Look::Ended(e));
         }
@@ -610,7 +610,6 @@ impl<'a> ChronoProcesses<'a> {
             // that could be shown.
             return Ok(Look::Running);
         };
-        let _ = op;
         let snapshot = match self.durable.status(&id, None).await {
             Ok(StatusAnswer::Snapshot { snapshot, .. }) => snapshot,
             Ok(StatusAnswer::NotModified { .. }) => {
@@ -647,9 +646,10 @@ impl<'a> ChronoProcesses<'a> {
         let deadline = within.map(|w| tokio::time::Instant::now() + w);
         let id = match t.record.operation_id.clone() {
             Some(id) => id,
+            None if deadline.is_none() => return Err(Self::operation_id(t, "attach").unwrap_err()),
             None => {
                 // No receipt recorded (a start under way elsewhere, or one that died before
-                // its receipt): nothing to poll but the record.
+                // its receipt): nothing to poll but the record, until the deadline.
                 loop {
                     if let Some(r) = self.local.load(&t.key)?
                         && r.operation_id.is_some()
@@ -871,7 +871,7 @@ impl Processes for ChronoProcesses<'_> {
     ) -> BoxFuture<'b, Result<ProcessRead, Error>> {
         Box::pin(async move {
             let t = self.target(handle, "read")?;
-            match self.look(&t, "read").await? {
+            match self.look(&t).await? {
                 Look::Running => Ok(ProcessRead {
                     from: at,
                     stdout: Bytes::new(),
@@ -996,7 +996,7 @@ impl Processes for ChronoProcesses<'_> {
     ) -> BoxFuture<'b, Result<ProcessInfo, Error>> {
         Box::pin(async move {
             let t = self.target(handle, "status")?;
-            let (state, written) = match self.look(&t, "status").await {
+            let (state, written) = match self.look(&t).await {
                 Ok(Look::Running) => (ProcessState::Running, None),
                 Ok(Look::Ended(e)) => (
                     ProcessState::Exited(e.exit),
@@ -1047,7 +1047,7 @@ impl Processes for ChronoProcesses<'_> {
                     key: key.clone(),
                     record,
                 };
-                match self.look(&t, "release").await {
+                match self.look(&t).await {
                     Ok(Look::Running) => {
                         return Err(Error::new(
                             ErrorKind::Conflict,
@@ -1353,6 +1353,22 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Unauthenticated);
+        // Recorded, no receipt yet: running to a read, no exit to wait for, and a follow is
+        // refused (nothing to follow until a start reads the receipt); no request is sent.
+        let h = a.p().handle_for(&k);
+        let r = a.p().read(&h, StreamOffsets::ZERO).await.unwrap();
+        assert_eq!(r.state, ProcessState::Running);
+        let w = a.p().wait(&h, Duration::from_millis(50)).await.unwrap();
+        assert_eq!(w, Waited::Running);
+        let pa = a.p();
+        let e = pa
+            .attach(&h, StreamOffsets::ZERO)
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        assert_eq!(e.unwrap_err().kind(), ErrorKind::Unavailable);
+        assert_eq!(s.asked.lock().unwrap().len(), 1);
         // Another process retries the start: same key, same body; not fresh (the first may
         // have reached the service).
         s.push(receipt());
