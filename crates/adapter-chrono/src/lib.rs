@@ -20,6 +20,7 @@
 //! | remote_kill | durable only | a dropped exec sends `POST /executions/{id}/cancel`; `/execute` has no cancel |
 //! | binary_output | no | stdout and stderr are JSON strings |
 //! | native_tools | `code` | the `code` tool's commands ([`execseam_core::code`]) are sent in their own language |
+//! | processes | native | the durable `/executions` ([`process`]): keyed idempotent start, output and exit in the result (framed for exact bytes), `KILL` as a cancel; no stdin after the start, other signals, list or terminals |
 //!
 //! # Rules kept
 //!
