@@ -60,6 +60,7 @@ pub struct ChronoConfig {
     pub(crate) max_response_bytes: usize,
     pub(crate) durable: bool,
     pub(crate) policy: DurablePolicy,
+    pub(crate) state_dir: Option<std::path::PathBuf>,
 }
 
 impl ChronoConfig {
@@ -79,6 +80,7 @@ impl ChronoConfig {
             max_response_bytes: MAX_RESPONSE_BYTES * 64,
             durable: false,
             policy: DurablePolicy::default(),
+            state_dir: None,
         }
     }
 
@@ -95,7 +97,8 @@ impl ChronoConfig {
     /// - `CHRONO_DELEGATION_TOKEN`: sent as `X-NyxID-Delegation-Token`;
     /// - `CHRONO_VIA`: the NyxID UserService id, sent as `_nyxid_via`;
     /// - `CHRONO_TIMEOUT_SECS`: 1..=600, default 180;
-    /// - `CHRONO_DURABLE`: `1`/`true` runs commands through `/executions`.
+    /// - `CHRONO_DURABLE`: `1`/`true` runs commands through `/executions`;
+    /// - `CHRONO_STATE_DIR`: where process handles are recorded ([`state_dir`](Self::state_dir)).
     ///
     /// Anything missing or unparsable is `InvalidConfig`, before any I/O.
     pub(crate) fn from_vars(vars: &Vars<'_>) -> Result<ChronoConfig, Error> {
@@ -114,6 +117,9 @@ impl ChronoConfig {
         }
         if let Some(d) = vars.flag("CHRONO_DURABLE")? {
             c = c.durable(d);
+        }
+        if let Some(d) = vars.text("CHRONO_STATE_DIR") {
+            c = c.state_dir(d);
         }
         c.validate()?;
         Ok(c)
@@ -181,6 +187,16 @@ impl ChronoConfig {
         durable: bool,
         /// The durable client's timing rules.
         policy: DurablePolicy,
+    }
+
+    /// Where process handles record their operations (one small file per handle, under a
+    /// directory per service root): any `execseam` process on this host with the same
+    /// configuration finds a handle's command from there. Default `$XDG_STATE_HOME/execseam/chrono`,
+    /// else `$HOME/.local/state/execseam/chrono`.
+    #[must_use]
+    pub fn state_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
+        self
     }
 
     /// The configured `timeout_secs`.

@@ -336,6 +336,13 @@ impl DurableClient {
         self
     }
 
+    /// The same client with other timing rules.
+    #[must_use]
+    pub fn with_policy(mut self, policy: DurablePolicy) -> DurableClient {
+        self.policy = policy;
+        self
+    }
+
     /// The timing rules.
     pub fn policy(&self) -> DurablePolicy {
         self.policy

@@ -33,6 +33,7 @@ pub struct ChronoExec {
     durable: DurableClient,
     id: String,
     ownership: Arc<Ownership>,
+    local: Arc<crate::process::Local>,
 }
 
 /// A request ready to send, and whether its output must go through `check_wrapped`.
@@ -57,7 +58,9 @@ impl ChronoExec {
         let policy = config.policy;
         let http = HttpTransport::new(Arc::new(config))?;
         let durable = DurableClient::with_transport(Arc::new(http.clone()), policy);
+        let local = Arc::new(crate::process::Local::new(http.config()));
         Ok(ChronoExec {
+            local,
             http,
             durable,
             id: format!("chrono-{}", id::random_id(16)),
@@ -431,6 +434,15 @@ impl Exec for ChronoExec {
 
     fn capabilities(&self) -> Capabilities {
         ChronoExec::capabilities_of(self.config())
+    }
+
+    /// Native, over the durable `/executions` contract ([`crate::process`]).
+    fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
+        Some(Box::new(crate::process::ChronoProcesses::new(
+            self.config(),
+            &self.durable,
+            &self.local,
+        )))
     }
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {

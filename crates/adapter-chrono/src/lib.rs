@@ -20,6 +20,7 @@
 //! | remote_kill | durable only | a dropped exec sends `POST /executions/{id}/cancel`; `/execute` has no cancel |
 //! | binary_output | no | stdout and stderr are JSON strings |
 //! | native_tools | `code` | the `code` tool's commands ([`execseam_core::code`]) are sent in their own language |
+//! | processes | native | the durable `/executions` ([`process`]): keyed idempotent start, output and exit in the result (framed for exact bytes), `KILL` as a cancel; no stdin after the start, other signals, list or terminals |
 //!
 //! # Rules kept
 //!
@@ -42,11 +43,13 @@ pub mod durable;
 mod error;
 mod exec;
 pub mod http;
+pub mod process;
 mod provider;
 
 pub use config::{ChronoConfig, DurablePolicy};
 pub use durable::{DurableClient, Operation, Terminal};
 pub use exec::{ChronoExec, Executed, Prepared};
+pub use process::{ChronoProcesses, PROCESS_CAPABILITIES};
 pub use provider::ChronoProvider;
 
 use execseam_adapter_kit::Var;
@@ -73,6 +76,7 @@ pub const VARS: &[Var] = &[
     Var::text("CHRONO_VIA"),
     Var::seconds("CHRONO_TIMEOUT_SECS"),
     Var::flag("CHRONO_DURABLE"),
+    Var::text("CHRONO_STATE_DIR"),
 ];
 
 execseam_adapter_kit::adapter! {
@@ -112,5 +116,5 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     max_stdin: Some(8 << 20),
     max_output: None,
     native_tools: &[Tool::CODE],
-    processes: None,
+    processes: Some(PROCESS_CAPABILITIES),
 };

@@ -1075,8 +1075,9 @@ async fn orphan_case(adapter: &Adapter, knobs: Knobs, ending: Ending) -> Result<
 /// and AX's (the guest's processes, found by key in the kit's registry); and the hybrids:
 /// Vercel's (the spool with its supervisor a detached command, whose wait is Vercel's
 /// `?wait=true`) and Daytona's (its supervisor a session's async command, whose wait follows
-/// the command's log to its end).
-pub const PROCESS_ROUTES: &[&str] = &["e2b", "modal", "ax", "vercel", "daytona"];
+/// the command's log to its end); and Chrono's durable operations (keyed submit, status polls,
+/// the result).
+pub const PROCESS_ROUTES: &[&str] = &["e2b", "modal", "ax", "vercel", "daytona", "chrono"];
 
 /// The adapters whose provider mints the process id at the start and has no list: a start
 /// whose answer is lost cannot be found again, so it is `Unsafe` and later starts under its

@@ -443,6 +443,12 @@ fn chrono_timeouts(
         .request_slack(idle)
         .connect_timeout(idle)
         .max_response_bytes(execseam_chrono_contract::wire::MAX_RESPONSE_BYTES)
+        // The durable exchanges (process handles) bounded like the rest, so a stalled status
+        // read ends in time.
+        .policy(execseam::chrono::DurablePolicy {
+            exchange_timeout: idle,
+            ..Default::default()
+        })
 }
 
 /// Chrono's create sends no request (its `LOST_CREATE` says why): checked, then not applicable.
