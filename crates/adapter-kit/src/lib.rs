@@ -22,6 +22,7 @@ pub mod reaper;
 #[cfg(feature = "spool")]
 pub mod registry;
 pub mod retry;
+pub mod secret_env;
 mod setters;
 pub mod size;
 #[cfg(feature = "spool")]
