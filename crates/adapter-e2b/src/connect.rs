@@ -417,12 +417,29 @@ pub(crate) async fn unary<Req: Serialize, Resp: DeserializeOwned>(
             "a unary answer with Content-Type {ct:?}, want {UNARY_CONTENT_TYPE}"
         )));
     }
-    let body = http::read_body(resp, MAX_UNARY_BODY, timeout.unwrap_or(Duration::MAX))
+    read_json(
+        resp,
+        MAX_UNARY_BODY,
+        timeout.unwrap_or(Duration::MAX),
+        "a unary answer",
+    )
+    .await
+}
+
+/// Reads a JSON answer (`what`, in errors) of at most `limit` bytes within `within`: a larger one
+/// is `Protocol`, a stall `Idle`, one that is not the JSON of `T` `Protocol` quoting its start.
+pub(crate) async fn read_json<T: DeserializeOwned>(
+    resp: reqwest::Response,
+    limit: usize,
+    within: Duration,
+    what: &str,
+) -> Result<T, CallError> {
+    let body = http::read_body(resp, limit, within)
         .await
         .map_err(|e| match e {
             BodyError::Transport(e) => CallError::from_reqwest(e),
             BodyError::TooLarge { limit } => {
-                CallError::Protocol(format!("a unary answer longer than {limit} bytes"))
+                CallError::Protocol(format!("{what} longer than {limit} bytes"))
             }
             BodyError::Deadline(d) => CallError::Idle(d),
         })?;
