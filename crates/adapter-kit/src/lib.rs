@@ -12,6 +12,7 @@ mod forward;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod guard;
+mod handle;
 pub mod host_snapshots;
 #[cfg(feature = "http")]
 pub mod http;
@@ -30,6 +31,8 @@ pub mod spool;
 mod state;
 pub mod text;
 pub mod trace;
+#[cfg(feature = "url")]
+pub mod url_path;
 pub mod vars;
 #[cfg(feature = "websocket")]
 pub mod ws;
