@@ -2201,13 +2201,7 @@ impl ExecStream for DaytonaExec {
 }
 
 impl Sandbox for DaytonaExec {
-    fn id(&self) -> &str {
-        &self.inner.sandbox_id
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.inner.ownership
-    }
+    execseam_adapter_kit::sandbox_fields!(id: inner.sandbox_id, ownership: inner.ownership);
 
     /// The pool's sessions, then `DELETE /sandbox/{id}`.
     fn end(&self) -> BoxFuture<'_, Result<(), Error>> {

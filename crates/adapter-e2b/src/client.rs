@@ -10,6 +10,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
 use execseam_adapter_kit::http::{self, ClientOptions};
 use execseam_adapter_kit::text::escape_path_segment;
+use execseam_adapter_kit::url_path::under as join;
 use execseam_core::Error;
 use reqwest::header::{
     AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT,
@@ -39,18 +40,6 @@ pub(crate) fn http_client(config: &E2bConfig) -> Result<reqwest::Client, Error> 
             .read_timeout(config.stream_idle_timeout)
             .user_agent(USER_AGENT_VALUE),
     )
-}
-
-fn join(base: &Url, path: &str) -> Url {
-    let mut u = base.clone();
-    let p = format!(
-        "{}/{}",
-        u.path().trim_end_matches('/'),
-        path.trim_start_matches('/')
-    );
-    u.set_path(&p);
-    u.set_query(None);
-    u
 }
 
 async fn rest<B: Serialize>(
@@ -121,15 +110,7 @@ impl ControlPlane<'_> {
             env_vars: &new.env,
             secure,
         };
-        let resp = rest(
-            self.http,
-            Method::POST,
-            join(&self.base, path),
-            &self.config.api_key,
-            Some(&body),
-            self.config.request_timeout,
-        )
-        .await?;
+        let resp = self.post(path, &body).await?;
         json_of(resp, self.config.request_timeout).await
     }
 
@@ -178,15 +159,7 @@ impl ControlPlane<'_> {
                     q.append_pair("nextToken", token);
                 }
             }
-            let resp = rest::<()>(
-                self.http,
-                Method::GET,
-                url,
-                &self.config.api_key,
-                None,
-                self.config.request_timeout,
-            )
-            .await?;
+            let resp = self.send::<()>(Method::GET, url, None).await?;
             next = resp
                 .headers()
                 .get("x-next-token")
@@ -211,37 +184,14 @@ impl ControlPlane<'_> {
         let body = wire::ConnectSandbox {
             timeout: Some(self.config.sandbox_timeout.as_secs().max(1)),
         };
-        let resp = rest(
-            self.http,
-            Method::POST,
-            join(&self.base, &path),
-            &self.config.api_key,
-            Some(&body),
-            self.config.request_timeout,
-        )
-        .await?;
+        let resp = self.post(&path, &body).await?;
         json_of(resp, self.config.request_timeout).await
     }
 
     /// `DELETE /sandboxes/{id}`: true when killed, false when it did not exist (404).
     pub(crate) async fn kill(&self, id: &str) -> Result<bool, CallError> {
-        match rest::<()>(
-            self.http,
-            Method::DELETE,
-            join(
-                &self.base,
-                &format!("sandboxes/{}", escape_path_segment(id)),
-            ),
-            &self.config.api_key,
-            None,
-            self.config.request_timeout,
-        )
-        .await
-        {
-            Ok(_) => Ok(true),
-            Err(CallError::Http { status: 404, .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.delete(&format!("sandboxes/{}", escape_path_segment(id)))
+            .await
     }
 
     /// `POST /sandboxes/{id}/timeout` (204).
@@ -274,31 +224,47 @@ impl ControlPlane<'_> {
         path: &str,
         body: &B,
     ) -> Result<reqwest::Response, CallError> {
+        self.send(Method::POST, join(&self.base, path), Some(body))
+            .await
+    }
+
+    /// `method` on `url` with the API key, bounded by the request timeout.
+    async fn send<B: Serialize>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&B>,
+    ) -> Result<reqwest::Response, CallError> {
         rest(
             self.http,
-            Method::POST,
-            join(&self.base, path),
+            method,
+            url,
             &self.config.api_key,
-            Some(body),
+            body,
             self.config.request_timeout,
         )
         .await
     }
 
+    /// `DELETE` of `path`: true when deleted, false when it did not exist (404).
+    async fn delete(&self, path: &str) -> Result<bool, CallError> {
+        match self
+            .send::<()>(Method::DELETE, join(&self.base, path), None)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(CallError::Http { status: 404, .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `GET /sandboxes/{id}` (`SandboxDetail`: its `state`).
     pub(crate) async fn get(&self, id: &str) -> Result<wire::ListedSandbox, CallError> {
-        let resp = rest::<()>(
-            self.http,
-            Method::GET,
-            join(
-                &self.base,
-                &format!("sandboxes/{}", escape_path_segment(id)),
-            ),
-            &self.config.api_key,
-            None,
-            self.config.request_timeout,
-        )
-        .await?;
+        let url = join(
+            &self.base,
+            &format!("sandboxes/{}", escape_path_segment(id)),
+        );
+        let resp = self.send::<()>(Method::GET, url, None).await?;
         json_of(resp, self.config.request_timeout).await
     }
 
@@ -339,23 +305,8 @@ impl ControlPlane<'_> {
 
     /// `DELETE /templates/{id}` (204); `false` when it did not exist (404).
     pub(crate) async fn delete_template(&self, id: &str) -> Result<bool, CallError> {
-        match rest::<()>(
-            self.http,
-            Method::DELETE,
-            join(
-                &self.base,
-                &format!("templates/{}", escape_path_segment(id)),
-            ),
-            &self.config.api_key,
-            None,
-            self.config.request_timeout,
-        )
-        .await
-        {
-            Ok(_) => Ok(true),
-            Err(CallError::Http { status: 404, .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.delete(&format!("templates/{}", escape_path_segment(id)))
+            .await
     }
 
     /// `POST /sandboxes/{id}/fork` with `count: 1` (201, one `SandboxForkResult`).

@@ -553,24 +553,7 @@ mod tests {
 
     #[test]
     fn every_connect_code_has_a_kind_and_in_stream_errors_after_start_are_unsafe() {
-        for code in [
-            Code::Canceled,
-            Code::Unknown,
-            Code::InvalidArgument,
-            Code::DeadlineExceeded,
-            Code::NotFound,
-            Code::AlreadyExists,
-            Code::PermissionDenied,
-            Code::ResourceExhausted,
-            Code::FailedPrecondition,
-            Code::Aborted,
-            Code::OutOfRange,
-            Code::Unimplemented,
-            Code::Internal,
-            Code::Unavailable,
-            Code::DataLoss,
-            Code::Unauthenticated,
-        ] {
+        for code in Code::ALL {
             let e = map(rpc(code, "m", true), &exec_ctx(Stage::After));
             assert_eq!(e.provider(), "e2b");
             assert_eq!(e.code(), Some(code.as_str()));
