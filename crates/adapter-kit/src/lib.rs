@@ -8,6 +8,7 @@ pub mod attached;
 pub mod body;
 pub mod deadline;
 pub mod degrade;
+mod entry_setters;
 mod forward;
 #[cfg(feature = "grpc")]
 pub mod grpc;
