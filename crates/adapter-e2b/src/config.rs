@@ -154,18 +154,11 @@ impl E2bConfig {
         sandbox_timeout: Duration,
     }
 
-    /// A sandbox-wide environment variable set on every create (`envVars`), under the spec's.
-    #[must_use]
-    pub fn sandbox_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.sandbox_env.insert(key, value);
-        self
-    }
-
-    /// A metadata entry set on every create, under the spec's labels.
-    #[must_use]
-    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.metadata.insert(key.into(), value.into());
-        self
+    execseam_adapter_kit::entry_setters! {
+        /// A sandbox-wide environment variable set on every create (`envVars`), under the spec's.
+        sandbox_env => sandbox_env,
+        /// A metadata entry set on every create, under the spec's labels.
+        metadata => metadata,
     }
 
     execseam_adapter_kit::setters! {

@@ -95,20 +95,22 @@ pub(crate) enum Gone {
 }
 
 pub(crate) fn gone(e: &CallError) -> Gone {
+    // The proxy's answer about the sandbox, as a 502 or as a Connect `unavailable`.
+    let proxy = |message: &str| {
+        if message.contains(SANDBOX_NOT_FOUND) {
+            Gone::Yes
+        } else if message.contains(PORT_NOT_OPEN) {
+            Gone::No
+        } else {
+            Gone::Maybe
+        }
+    };
     match e {
         CallError::Http {
             status: 502,
             message,
             ..
-        } => {
-            if message.contains(SANDBOX_NOT_FOUND) {
-                Gone::Yes
-            } else if message.contains(PORT_NOT_OPEN) {
-                Gone::No
-            } else {
-                Gone::Maybe
-            }
-        }
+        } => proxy(message),
         CallError::Rpc {
             error:
                 RpcError {
@@ -116,15 +118,7 @@ pub(crate) fn gone(e: &CallError) -> Gone {
                     message,
                 },
             ..
-        } => {
-            if message.contains(SANDBOX_NOT_FOUND) {
-                Gone::Yes
-            } else if message.contains(PORT_NOT_OPEN) {
-                Gone::No
-            } else {
-                Gone::Maybe
-            }
-        }
+        } => proxy(message),
         CallError::Transport(_) => Gone::Maybe,
         CallError::Protocol(m) if m.contains("ended") => Gone::Maybe,
         _ => Gone::No,

@@ -173,18 +173,11 @@ impl ModalConfig {
         workdir: some into String,
     }
 
-    /// An environment variable for every command of every created sandbox, under the spec's.
-    #[must_use]
-    pub fn sandbox_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.sandbox_env.insert(key, value);
-        self
-    }
-
-    /// A tag set on every created sandbox, under the spec's labels.
-    #[must_use]
-    pub fn tag(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.tags.insert(key.into(), value.into());
-        self
+    execseam_adapter_kit::entry_setters! {
+        /// An environment variable for every command of every created sandbox, under the spec's.
+        sandbox_env => sandbox_env,
+        /// A tag set on every created sandbox, under the spec's labels.
+        tag => tags,
     }
 
     execseam_adapter_kit::setters! {

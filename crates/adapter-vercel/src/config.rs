@@ -167,18 +167,11 @@ impl VercelConfig {
         self
     }
 
-    /// An environment variable of every command in new sandboxes.
-    #[must_use]
-    pub fn sandbox_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.sandbox_env.insert(key, value);
-        self
-    }
-
-    /// A tag of new sandboxes.
-    #[must_use]
-    pub fn tag(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.tags.insert(key.into(), value.into());
-        self
+    execseam_adapter_kit::entry_setters! {
+        /// An environment variable of every command in new sandboxes.
+        sandbox_env => sandbox_env,
+        /// A tag of new sandboxes.
+        tag => tags,
     }
 
     execseam_adapter_kit::setters! {
