@@ -1,6 +1,5 @@
 //! Configuration of the Cloudflare adapter, and [`CloudflareConfig::from_env`].
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -68,8 +67,8 @@ impl std::str::FromStr for OutputMode {
 /// The default [`CloudflareConfig::max_answer_bytes`]: 16 MiB.
 pub const DEFAULT_MAX_ANSWER_BYTES: usize = 16 << 20;
 
-/// Configuration of [`CloudflareExec`](crate::CloudflareExec).
-#[derive(Clone)]
+/// Configuration of [`CloudflareExec`](crate::CloudflareExec). `Debug` never prints the API key.
+#[derive(Clone, Debug)]
 pub struct CloudflareConfig {
     pub(crate) base_url: String,
     pub(crate) api_key: Option<SecretString>,
@@ -85,27 +84,6 @@ pub struct CloudflareConfig {
     pub(crate) max_answer_bytes: usize,
     pub(crate) terminal: TerminalMode,
     pub(crate) snapshot_dir: Option<PathBuf>,
-}
-
-impl fmt::Debug for CloudflareConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CloudflareConfig")
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("api_prefix", &self.api_prefix)
-            .field("session_id", &self.session_id)
-            .field("mode", &self.mode)
-            .field("command_timeout", &self.command_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .field("stream_idle_timeout", &self.stream_idle_timeout)
-            .field("verify_sandbox", &self.verify_sandbox)
-            .field("connect_attempts", &self.connect_attempts)
-            .field("max_answer_bytes", &self.max_answer_bytes)
-            .field("terminal", &self.terminal)
-            .field("snapshot_dir", &self.snapshot_dir)
-            .finish()
-    }
 }
 
 impl CloudflareConfig {
@@ -162,13 +140,6 @@ impl CloudflareConfig {
         Ok(c)
     }
 
-    /// The bridge's `SANDBOX_API_KEY`, sent as `Authorization: Bearer`.
-    #[must_use]
-    pub fn api_key(mut self, key: impl Into<String>) -> Self {
-        self.api_key = Some(SecretString::from(key.into()));
-        self
-    }
-
     /// The bridge's `apiRoutePrefix` (default `/v1`).
     #[must_use]
     pub fn api_prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -177,36 +148,26 @@ impl CloudflareConfig {
         self
     }
 
-    /// Run every command in this bridge session (`Session-Id` header). Without it commands run
-    /// sessionless, which is what a stateless `Exec` wants.
-    #[must_use]
-    pub fn session_id(mut self, id: impl Into<String>) -> Self {
-        self.session_id = Some(id.into());
-        self
-    }
-
-    /// Where terminals run (default [`TerminalMode::Recorder`]: `script(1)` in the container,
-    /// whose image is Ubuntu's, so any handle or process reattaches from an offset and types
-    /// into it); [`TerminalMode::Attached`] for the bridge's terminal WebSocket, held by the
-    /// handle that opened it (the container replays its last 256 KiB without offsets),
-    /// [`TerminalMode::Auto`] for the recorder where the image has `script`, the WebSocket
-    /// elsewhere.
-    #[must_use]
-    pub fn terminal(mut self, mode: TerminalMode) -> Self {
-        self.terminal = mode;
-        self
-    }
-
-    /// Where snapshots are kept. The bridge keeps none: its `persist` answers a tar of
-    /// `/workspace` and `hydrate` takes one back (the OpenAI Agents SDK's Cloudflare client
-    /// keeps that tar as its snapshot too), so the adapter keeps each tar as a file here.
-    /// Default: `$XDG_STATE_HOME/execseam/cloudflare-snapshots`, else
-    /// `$HOME/.local/state/execseam/cloudflare-snapshots`; with neither set, a snapshot is
-    /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig) until this is set.
-    #[must_use]
-    pub fn snapshot_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.snapshot_dir = Some(dir.into());
-        self
+    execseam_adapter_kit::setters! {
+        /// The bridge's `SANDBOX_API_KEY`, sent as `Authorization: Bearer`.
+        api_key: some into SecretString,
+        /// Run every command in this bridge session (`Session-Id` header). Without it commands run
+        /// sessionless, which is what a stateless `Exec` wants.
+        session_id: some into String,
+        /// Where terminals run (default [`TerminalMode::Recorder`]: `script(1)` in the container,
+        /// whose image is Ubuntu's, so any handle or process reattaches from an offset and types
+        /// into it); [`TerminalMode::Attached`] for the bridge's terminal WebSocket, held by the
+        /// handle that opened it (the container replays its last 256 KiB without offsets),
+        /// [`TerminalMode::Auto`] for the recorder where the image has `script`, the WebSocket
+        /// elsewhere.
+        terminal: TerminalMode,
+        /// Where snapshots are kept. The bridge keeps none: its `persist` answers a tar of
+        /// `/workspace` and `hydrate` takes one back (the OpenAI Agents SDK's Cloudflare client
+        /// keeps that tar as its snapshot too), so the adapter keeps each tar as a file here.
+        /// Default: `$XDG_STATE_HOME/execseam/cloudflare-snapshots`, else
+        /// `$HOME/.local/state/execseam/cloudflare-snapshots`; with neither set, a snapshot is
+        /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig) until this is set.
+        snapshot_dir: some into PathBuf,
     }
 
     /// The snapshot directory: [`snapshot_dir`](Self::snapshot_dir)'s, else the default.
@@ -226,74 +187,37 @@ impl CloudflareConfig {
             .or_else(|| state().map(|s| s.join("execseam").join("cloudflare-snapshots")))
     }
 
-    /// How output is obtained; see [`OutputMode`].
-    #[must_use]
-    pub fn mode(mut self, mode: OutputMode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// The bridge's `timeout_ms`: the sandbox kills a command that runs longer (sessionless:
-    /// exit 124 plus a line on stderr, which the adapter reports as `Timeout(Command)`). Unset by
-    /// default: deadlines belong to the host (`execseam_core::layer`), but since the bridge
-    /// cannot kill an abandoned command, this bounds how long one keeps running.
-    #[must_use]
-    pub fn command_timeout(mut self, timeout: Duration) -> Self {
-        self.command_timeout = Some(timeout);
-        self
-    }
-
-    /// TCP/TLS connect timeout (default 10 s).
-    #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The longest wait for the exec answer's head and then for each of its events (default
-    /// 10 min): the bridge sends no keepalives, so a command silent for longer fails with
-    /// `Timeout(Request)` (`Retry::Unsafe`). Raise it for commands that are quiet for longer.
-    #[must_use]
-    pub fn stream_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.stream_idle_timeout = timeout;
-        self
-    }
-
-    /// The timeout of each request that is not the exec stream (default 120 s).
-    #[must_use]
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Check before every command that the sandbox's container is still the one this adapter
-    /// connected to (default true). The bridge silently gives a sandbox id whose container was
-    /// destroyed or replaced a fresh, empty container; with this check such a command fails
-    /// with `NotFound` instead of running against a blank `/workspace`.
-    #[must_use]
-    pub fn verify_sandbox(mut self, verify: bool) -> Self {
-        self.verify_sandbox = verify;
-        self
-    }
-
-    /// How many times connecting retries a bridge answer that is safe to retry
-    /// (`capacity_exceeded`, `pool_error`, 429), with exponential backoff (default 4).
-    #[must_use]
-    pub fn connect_attempts(mut self, attempts: u32) -> Self {
-        self.connect_attempts = attempts.max(1);
-        self
-    }
-
-    /// The most of any one answer read (default [`DEFAULT_MAX_ANSWER_BYTES`]): a JSON answer,
-    /// a file read back (the buffered mode's output files), and each line of the exec event
-    /// stream (an event, its data lines together, at most twice this). A larger (or endless)
-    /// answer fails with `OutputLimit` (a JSON answer or file) or `Protocol` (an event stream
-    /// line), `Retry::Never` before the command is submitted and `Unsafe` after, instead of
-    /// being collected whole.
-    #[must_use]
-    pub fn max_answer_bytes(mut self, bytes: usize) -> Self {
-        self.max_answer_bytes = bytes.max(1024);
-        self
+    execseam_adapter_kit::setters! {
+        /// How output is obtained; see [`OutputMode`].
+        mode: OutputMode,
+        /// The bridge's `timeout_ms`: the sandbox kills a command that runs longer (sessionless:
+        /// exit 124 plus a line on stderr, which the adapter reports as `Timeout(Command)`). Unset by
+        /// default: deadlines belong to the host (`execseam_core::layer`), but since the bridge
+        /// cannot kill an abandoned command, this bounds how long one keeps running.
+        command_timeout: some Duration,
+        /// TCP/TLS connect timeout (default 10 s).
+        connect_timeout: Duration,
+        /// The longest wait for the exec answer's head and then for each of its events (default
+        /// 10 min): the bridge sends no keepalives, so a command silent for longer fails with
+        /// `Timeout(Request)` (`Retry::Unsafe`). Raise it for commands that are quiet for longer.
+        stream_idle_timeout: Duration,
+        /// The timeout of each request that is not the exec stream (default 120 s).
+        request_timeout: Duration,
+        /// Check before every command that the sandbox's container is still the one this adapter
+        /// connected to (default true). The bridge silently gives a sandbox id whose container was
+        /// destroyed or replaced a fresh, empty container; with this check such a command fails
+        /// with `NotFound` instead of running against a blank `/workspace`.
+        verify_sandbox: bool,
+        /// How many times connecting retries a bridge answer that is safe to retry
+        /// (`capacity_exceeded`, `pool_error`, 429), with exponential backoff (default 4).
+        connect_attempts: u32 => .max(1),
+        /// The most of any one answer read (default [`DEFAULT_MAX_ANSWER_BYTES`]): a JSON answer,
+        /// a file read back (the buffered mode's output files), and each line of the exec event
+        /// stream (an event, its data lines together, at most twice this). A larger (or endless)
+        /// answer fails with `OutputLimit` (a JSON answer or file) or `Protocol` (an event stream
+        /// line), `Retry::Never` before the command is submitted and `Unsafe` after, instead of
+        /// being collected whole.
+        max_answer_bytes: usize => .max(1024),
     }
 
     /// The base URL.
@@ -360,7 +284,7 @@ mod tests {
         let c = CloudflareConfig::new("https://b.example/").api_key("sekrit-token");
         let d = format!("{c:?}");
         assert!(!d.contains("sekrit-token"), "{d}");
-        assert!(d.contains("<redacted>"));
+        assert!(d.contains("REDACTED"), "{d}");
         assert_eq!(c.base_url(), "https://b.example");
     }
 

@@ -639,13 +639,7 @@ impl ExecStream for CloudflareExec {
 }
 
 impl Sandbox for CloudflareExec {
-    fn id(&self) -> &str {
-        &self.inner.sandbox_id
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.inner.ownership
-    }
+    execseam_adapter_kit::sandbox_fields!(id: inner.sandbox_id, ownership: inner.ownership);
 
     /// `DELETE /v1/sandbox/{id}` (204, also for an id that never had a container).
     fn end(&self) -> BoxFuture<'_, Result<(), Error>> {

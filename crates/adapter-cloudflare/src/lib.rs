@@ -60,7 +60,7 @@ mod terminal;
 mod wire;
 
 use execseam_adapter_kit::Var;
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+use execseam_core::{Capabilities, Delivery, LifecycleCapabilities};
 
 pub use config::{CloudflareConfig, DEFAULT_MAX_ANSWER_BYTES, OutputMode};
 pub use exec::{CloudflareExec, MAX_WRITE, TEMP_DIR};
@@ -101,12 +101,7 @@ execseam_adapter_kit::adapter! {
 /// sandbox, delete. The bridge has no list route, and a sandbox takes no image, env, labels or
 /// sizes from the caller (they are the Worker's deployment).
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
-    create: true,
-    connect: true,
     list: false,
-    destroy: true,
-    spec: SpecSupport::NONE,
-    options: &[],
     // Exposed ports are the bridge's ephemeral tunnels (`POST|DELETE /v1/sandbox/{id}/tunnel/
     // {port}`, `packages/sandbox/src/bridge/routes.ts`): any port 1024-65535 but 3000 (the
     // control port, the SDK's `validatePort`), at any time, public (a quick tunnel has no
@@ -132,6 +127,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         }),
         ..execseam_core::StateCapabilities::NONE
     },
+    ..LifecycleCapabilities::ALL_OPERATIONS
 };
 
 /// The largest command (argv and env) sent, checked before any I/O: the command reaches the
@@ -154,13 +150,11 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     stdin: Delivery::TempFile,
     workdir: Delivery::ShellWrapped,
     env: Delivery::ShellWrapped,
-    streaming: true,
     remote_kill: false,
     binary_output: false,
     max_stdin: Some(MAX_WRITE),
-    max_output: None,
-    native_tools: &[],
     processes: Some(TERMINALS),
+    ..Capabilities::FULL
 };
 
 /// Process handles: the kit's spool, with terminals on its recorder by default
@@ -170,15 +164,7 @@ const TERMINALS: execseam_core::ProcessCapabilities = execseam_adapter_kit::spoo
 
 /// Capabilities in [`OutputMode::Exact`].
 pub const CAPABILITIES_EXACT: Capabilities = Capabilities {
-    argv: Delivery::ShellWrapped,
-    stdin: Delivery::TempFile,
-    workdir: Delivery::ShellWrapped,
-    env: Delivery::ShellWrapped,
     streaming: false,
-    remote_kill: false,
     binary_output: true,
-    max_stdin: Some(MAX_WRITE),
-    max_output: None,
-    native_tools: &[],
-    processes: Some(TERMINALS),
+    ..CAPABILITIES
 };

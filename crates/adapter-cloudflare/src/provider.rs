@@ -5,8 +5,8 @@ use std::sync::Arc;
 use execseam_adapter_kit::gone_is_destroyed;
 use execseam_adapter_kit::host_snapshots::HostSnapshots;
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ErrorKind, ExposedPort, LifecycleCapabilities, Ownership,
-    Provider, Sandbox, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome, SnapshotRequest,
+    Capabilities, Error, ErrorKind, ExposedPort, LifecycleCapabilities, Ownership, Provider,
+    SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome, SnapshotRequest,
 };
 
 use crate::client::BridgeClient;
@@ -210,31 +210,9 @@ impl Provider for CloudflareProvider {
         LIFECYCLE
     }
 
-    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(CloudflareProvider::create(self, spec).await?) as _) })
-    }
-
-    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(CloudflareProvider::connect(self, id).await?) as _) })
-    }
-
-    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
-        Ok(Box::new(CloudflareProvider::attach(self, id)?))
-    }
-
-    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(CloudflareProvider::destroy(self, id))
-    }
-
-    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
-        Box::pin(CloudflareProvider::expose(self, id, port))
-    }
-
-    fn unexpose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(CloudflareProvider::unexpose(self, id, port))
-    }
-
-    execseam_adapter_kit::forward_snapshots!(CloudflareProvider: snapshot, list_snapshots, delete_snapshot);
+    execseam_adapter_kit::forward_lifecycle!(
+        CloudflareProvider: create, connect, attach, destroy, expose, unexpose, snapshot, list_snapshots, delete_snapshot
+    );
 }
 
 /// `id` if the bridge takes it as a sandbox id, else `InvalidConfig` (before any request).

@@ -1,6 +1,5 @@
 //! Configuration of the Daytona adapter.
 
-use std::fmt;
 use std::time::Duration;
 
 use execseam_adapter_kit::Adapter as _;
@@ -21,7 +20,7 @@ pub const DEFAULT_MAX_ANSWER_BYTES: usize = 16 << 20;
 /// How to reach Daytona, and the defaults for new sandboxes. Build with [`DaytonaConfig::new`]
 /// and the setters, or [`DaytonaConfig::from_env`]; checked by
 /// [`DaytonaProvider::new`](crate::DaytonaProvider::new). `Debug` never prints the token.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct DaytonaConfig {
     pub(crate) api_url: String,
     pub(crate) token: SecretString,
@@ -61,30 +60,6 @@ pub enum ExecRoute {
 
 /// The default [`DaytonaConfig::session_pool`]: idle sessions a handle keeps for reuse.
 pub const DEFAULT_SESSION_POOL: usize = 4;
-
-impl fmt::Debug for DaytonaConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DaytonaConfig")
-            .field("api_url", &self.api_url)
-            .field("token", &"<redacted>")
-            .field("organization_id", &self.organization_id)
-            .field("target", &self.target)
-            .field("snapshot", &self.snapshot)
-            .field("temp_dir", &self.temp_dir)
-            .field("request_timeout", &self.request_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("start_timeout", &self.start_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("max_output", &self.max_output)
-            .field("max_answer_bytes", &self.max_answer_bytes)
-            .field("session_pool", &self.session_pool)
-            .field("exec_route", &self.exec_route)
-            .field("terminal", &self.terminal)
-            .field("toolbox_url", &self.toolbox_url)
-            .field("signed_previews", &self.signed_previews)
-            .finish()
-    }
-}
 
 impl DaytonaConfig {
     /// An API key (or a JWT with [`organization_id`](Self::organization_id)) against
@@ -193,144 +168,67 @@ impl DaytonaConfig {
         Ok(())
     }
 
-    /// The control-plane base URL (`…/api`).
-    #[must_use]
-    pub fn api_url(mut self, url: impl Into<String>) -> Self {
-        self.api_url = url.into();
-        self
-    }
-
-    /// Sends `X-Daytona-Organization-ID` (needed with a JWT).
-    #[must_use]
-    pub fn organization_id(mut self, org: impl Into<String>) -> Self {
-        self.organization_id = Some(org.into());
-        self
-    }
-
-    /// The region for created sandboxes.
-    #[must_use]
-    pub fn target(mut self, target: impl Into<String>) -> Self {
-        self.target = Some(target.into());
-        self
-    }
-
-    /// The snapshot new sandboxes start from when the spec names none (default: the
-    /// organization's).
-    #[must_use]
-    pub fn snapshot(mut self, snapshot: impl Into<String>) -> Self {
-        self.snapshot = Some(snapshot.into());
-        self
-    }
-
-    /// The directory in the sandbox for stdin files and the output FIFOs (absolute; default
-    /// `/tmp`).
-    #[must_use]
-    pub fn temp_dir(mut self, dir: impl Into<String>) -> Self {
-        self.temp_dir = dir.into();
-        self
-    }
-
-    /// The timeout of each control or files request. The request that runs a command has none:
-    /// commands take as long as they take (use a host deadline layer).
-    #[must_use]
-    pub fn request_timeout(mut self, t: Duration) -> Self {
-        self.request_timeout = t;
-        self
-    }
-
-    /// The TCP/TLS connect timeout.
-    #[must_use]
-    pub fn connect_timeout(mut self, t: Duration) -> Self {
-        self.connect_timeout = t;
-        self
-    }
-
-    /// The longest silence on a command's log stream before the adapter asks Daytona, with
-    /// one status request, whether the command ended (default 30 s). A command that is still
-    /// running keeps its stream; one that ended while its stream stalled is finished from the
-    /// log's REST route. A silent command is never failed for its silence.
-    #[must_use]
-    pub fn idle_timeout(mut self, t: Duration) -> Self {
-        self.idle_timeout = t;
-        self
-    }
-
-    /// The most output [`Exec::exec`](execseam_core::Exec::exec) collects per stream (default
-    /// 64 MiB); beyond it the exec fails with `OutputLimit`. Streams are not limited.
-    #[must_use]
-    pub fn max_output(mut self, bytes: u64) -> Self {
-        self.max_output = bytes;
-        self
-    }
-
-    /// The most of any answer read that is not a command's log (default
-    /// [`DEFAULT_MAX_ANSWER_BYTES`]): sandboxes, sessions, command states, listings, downloaded
-    /// files, and each message of the log stream. A larger (or endless) answer fails with
-    /// `OutputLimit` (`Retry::Never` before the command is submitted, `Unsafe` after) instead of
-    /// being collected whole. The log answers are bounded by [`max_output`](Self::max_output).
-    #[must_use]
-    pub fn max_answer_bytes(mut self, bytes: usize) -> Self {
-        self.max_answer_bytes = bytes.max(1024);
-        self
-    }
-
-    /// Which route runs [`Exec::exec`](execseam_core::Exec::exec) (default
-    /// [`ExecRoute::Execute`]).
-    #[must_use]
-    pub fn exec_route(mut self, route: ExecRoute) -> Self {
-        self.exec_route = route;
-        self
-    }
-
-    /// Where terminals run (default [`TerminalMode::Recorder`]: `script(1)`, which Daytona's
-    /// default snapshot has, so a terminal is reattached and typed into from any handle or
-    /// process); [`TerminalMode::Attached`] for the daemon's own PTY sessions (held by the
-    /// handle that started them: the daemon keeps no scrollback), [`TerminalMode::Auto`] for the
-    /// recorder where the image has `script` and a PTY session elsewhere.
-    #[must_use]
-    pub fn terminal(mut self, mode: TerminalMode) -> Self {
-        self.terminal = mode;
-        self
-    }
-
-    /// The toolbox proxy (`toolboxProxyUrl`, `https://proxy.app.daytona.io/toolbox` on Daytona
-    /// Cloud) for sandboxes attached by id ([`DaytonaProvider::attach`](crate::DaytonaProvider::attach));
-    /// unset, it is asked of the API on first use. Created and connected sandboxes use the one
-    /// their DTO names.
-    #[must_use]
-    pub fn toolbox_url(mut self, url: impl Into<String>) -> Self {
-        self.toolbox_url = Some(url.into());
-        self
-    }
-
-    /// How many idle sessions a sandbox handle keeps for reuse (default
-    /// [`DEFAULT_SESSION_POOL`]), for streams and [`ExecRoute::Session`]. An exec takes a free session (one request: the synchronous
-    /// session exec) and creates one only when all are busy; a session whose command did not
-    /// end cleanly (cancelled, timed out, dropped, failed after the submit) is deleted instead
-    /// of reused, and the pool's sessions are deleted by `close`/`destroy`. `0` gives every exec
-    /// a fresh session, deleted after it (three requests per exec, and a background child
-    /// ends with its command).
-    #[must_use]
-    pub fn session_pool(mut self, idle_sessions: usize) -> Self {
-        self.session_pool = idle_sessions;
-        self
-    }
-
-    /// `expose` answers a signed preview URL (`GET /sandbox/{id}/ports/{port}/signed-preview-url`)
-    /// that works for `expires` (1 s to 24 h, whole seconds) with its token in the URL itself,
-    /// instead of the preview link whose every request carries `X-Daytona-Preview-Token`: for a
-    /// browser or another service that cannot send headers. Each call makes a new URL.
-    #[must_use]
-    pub fn signed_previews(mut self, expires: Duration) -> Self {
-        self.signed_previews = Some(expires);
-        self
-    }
-
-    /// How long create and connect wait for a sandbox to reach `started`.
-    #[must_use]
-    pub fn start_timeout(mut self, t: Duration) -> Self {
-        self.start_timeout = t;
-        self
+    execseam_adapter_kit::setters! {
+        /// The control-plane base URL (`…/api`).
+        api_url: into String,
+        /// Sends `X-Daytona-Organization-ID` (needed with a JWT).
+        organization_id: some into String,
+        /// The region for created sandboxes.
+        target: some into String,
+        /// The snapshot new sandboxes start from when the spec names none (default: the
+        /// organization's).
+        snapshot: some into String,
+        /// The directory in the sandbox for stdin files and the output FIFOs (absolute; default
+        /// `/tmp`).
+        temp_dir: into String,
+        /// The timeout of each control or files request. The request that runs a command has none:
+        /// commands take as long as they take (use a host deadline layer).
+        request_timeout: Duration,
+        /// The TCP/TLS connect timeout.
+        connect_timeout: Duration,
+        /// The longest silence on a command's log stream before the adapter asks Daytona, with
+        /// one status request, whether the command ended (default 30 s). A command that is still
+        /// running keeps its stream; one that ended while its stream stalled is finished from the
+        /// log's REST route. A silent command is never failed for its silence.
+        idle_timeout: Duration,
+        /// The most output [`Exec::exec`](execseam_core::Exec::exec) collects per stream (default
+        /// 64 MiB); beyond it the exec fails with `OutputLimit`. Streams are not limited.
+        max_output: u64,
+        /// The most of any answer read that is not a command's log (default
+        /// [`DEFAULT_MAX_ANSWER_BYTES`]): sandboxes, sessions, command states, listings, downloaded
+        /// files, and each message of the log stream. A larger (or endless) answer fails with
+        /// `OutputLimit` (`Retry::Never` before the command is submitted, `Unsafe` after) instead of
+        /// being collected whole. The log answers are bounded by [`max_output`](Self::max_output).
+        max_answer_bytes: usize => .max(1024),
+        /// Which route runs [`Exec::exec`](execseam_core::Exec::exec) (default
+        /// [`ExecRoute::Execute`]).
+        exec_route: ExecRoute,
+        /// Where terminals run (default [`TerminalMode::Recorder`]: `script(1)`, which Daytona's
+        /// default snapshot has, so a terminal is reattached and typed into from any handle or
+        /// process); [`TerminalMode::Attached`] for the daemon's own PTY sessions (held by the
+        /// handle that started them: the daemon keeps no scrollback), [`TerminalMode::Auto`] for the
+        /// recorder where the image has `script` and a PTY session elsewhere.
+        terminal: TerminalMode,
+        /// The toolbox proxy (`toolboxProxyUrl`, `https://proxy.app.daytona.io/toolbox` on Daytona
+        /// Cloud) for sandboxes attached by id ([`DaytonaProvider::attach`](crate::DaytonaProvider::attach));
+        /// unset, it is asked of the API on first use. Created and connected sandboxes use the one
+        /// their DTO names.
+        toolbox_url: some into String,
+        /// How many idle sessions a sandbox handle keeps for reuse (default
+        /// [`DEFAULT_SESSION_POOL`]), for streams and [`ExecRoute::Session`]. An exec takes a free session (one request: the synchronous
+        /// session exec) and creates one only when all are busy; a session whose command did not
+        /// end cleanly (cancelled, timed out, dropped, failed after the submit) is deleted instead
+        /// of reused, and the pool's sessions are deleted by `close`/`destroy`. `0` gives every exec
+        /// a fresh session, deleted after it (three requests per exec, and a background child
+        /// ends with its command).
+        session_pool: usize,
+        /// `expose` answers a signed preview URL (`GET /sandbox/{id}/ports/{port}/signed-preview-url`)
+        /// that works for `expires` (1 s to 24 h, whole seconds) with its token in the URL itself,
+        /// instead of the preview link whose every request carries `X-Daytona-Preview-Token`: for a
+        /// browser or another service that cannot send headers. Each call makes a new URL.
+        signed_previews: some Duration,
+        /// How long create and connect wait for a sandbox to reach `started`.
+        start_timeout: Duration,
     }
 }
 
@@ -343,7 +241,7 @@ mod tests {
         let c = DaytonaConfig::new("dtn_secret_value").organization_id("org");
         let s = format!("{c:?} {c:#?}");
         assert!(!s.contains("dtn_secret_value"), "{s}");
-        assert!(s.contains("<redacted>"));
+        assert!(s.contains("REDACTED"), "{s}");
     }
 
     #[test]

@@ -2201,13 +2201,7 @@ impl ExecStream for DaytonaExec {
 }
 
 impl Sandbox for DaytonaExec {
-    fn id(&self) -> &str {
-        &self.inner.sandbox_id
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.inner.ownership
-    }
+    execseam_adapter_kit::sandbox_fields!(id: inner.sandbox_id, ownership: inner.ownership);
 
     /// The pool's sessions, then `DELETE /sandbox/{id}`.
     fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
@@ -2354,19 +2348,27 @@ mod tests {
         d.to_str().unwrap().to_owned()
     }
 
+    /// Runs `argv`'s frame (1 MiB limit) in each of [`shells`], in its own scratch prefix named
+    /// after `name` and the shell; `check` gets the shell, the script, the prefix, the answer and
+    /// the frame's exit code.
+    fn in_every_shell(argv: &[&str], name: &str, check: impl Fn(&str, &str, &str, String, i32)) {
+        let cmd = Command::new(argv.iter().copied()).unwrap();
+        let script = degrade::script(&cmd, &WrapOptions::default()).unwrap();
+        for shell in shells() {
+            let dir = scratch(&format!("{name}-{}", shell.replace('/', "-")));
+            let (answer, code) = run_direct_frame(shell, &script, &dir, 1 << 20);
+            check(shell, &script, &dir, answer, code);
+        }
+    }
+
     #[test]
     fn the_direct_frame_keeps_the_streams_apart_and_exact_in_every_shell() {
-        let cmd = Command::builder([
+        let argv = [
             "sh",
             "-c",
             "printf 'a\\000b\\377'; printf 'no newline' >&2; head -c 70000 /dev/zero; exit 7",
-        ])
-        .build()
-        .unwrap();
-        let script = degrade::script(&cmd, &WrapOptions::default()).unwrap();
-        for shell in shells() {
-            let dir = scratch(shell.trim_start_matches('/').replace('/', "-").as_str());
-            let (answer, code) = run_direct_frame(shell, &script, &dir, 1 << 20);
+        ];
+        in_every_shell(&argv, "streams", |shell, script, dir, answer, code| {
             assert_eq!(code, 7, "{shell}: {answer}");
             let (out, err, status) = decode_direct(&answer).unwrap();
             let mut want = b"a\0b\xff".to_vec();
@@ -2382,33 +2384,30 @@ mod tests {
             let next = format!("{dir}-next");
             let (answer, code) = run_direct_frame_removing(
                 shell,
-                &script,
+                script,
                 &next,
                 1 << 20,
-                &[&dir, "/nonexistent/prefix"],
+                &[dir, "/nonexistent/prefix"],
             );
             assert_eq!(code, 7, "{shell}: {answer}");
             decode_direct(&answer).unwrap();
-            gone(&dir);
+            gone(dir);
             remove(&next);
             gone(&next);
-        }
+        });
     }
 
     #[test]
     fn the_frame_travels_in_the_environment_and_the_command_does_not_inherit_it() {
-        let cmd = Command::new(["sh", "-c", "printf %s \"${EXECSEAM_FRAME-unset}\""]).unwrap();
-        let script = degrade::script(&cmd, &WrapOptions::default()).unwrap();
-        for shell in shells() {
-            let dir = scratch(&format!("env-{}", shell.replace('/', "-")));
-            let (answer, code) = run_direct_frame(shell, &script, &dir, 1 << 20);
+        let argv = ["sh", "-c", "printf %s \"${EXECSEAM_FRAME-unset}\""];
+        in_every_shell(&argv, "env", |shell, _, dir, answer, code| {
             assert_eq!(code, 0, "{shell}: {answer}");
             assert_eq!(
                 decode_direct(&answer).unwrap().0.as_ref(),
                 b"unset",
                 "{shell}"
             );
-            remove(&dir);
+            remove(dir);
             // A daemon that drops the request's envs: the line says so, and runs nothing.
             let o = std::process::Command::new(shell)
                 .env_remove(FRAME_VAR)
@@ -2426,18 +2425,15 @@ mod tests {
                 String::from_utf8_lossy(&o.stdout).starts_with(NO_FRAME),
                 "{shell}"
             );
-        }
+        });
     }
 
     #[test]
     fn a_command_killed_by_a_signal_leaves_the_answer_intact() {
         // dash reports a subshell killed by a signal ("Killed") on the frame's stderr, which is
         // the answer's pipe: the frame holds its stderr on /dev/null while the command runs.
-        let cmd = Command::new(["sh", "-c", "echo out; echo err >&2; kill -9 $$"]).unwrap();
-        let script = degrade::script(&cmd, &WrapOptions::default()).unwrap();
-        for shell in shells() {
-            let dir = scratch(&format!("signal-{}", shell.replace('/', "-")));
-            let (answer, code) = run_direct_frame(shell, &script, &dir, 1 << 20);
+        let argv = ["sh", "-c", "echo out; echo err >&2; kill -9 $$"];
+        in_every_shell(&argv, "signal", |shell, _, dir, answer, code| {
             assert_eq!(code, 137, "{shell}: {answer}");
             let (out, err, status) = decode_direct(&answer).unwrap();
             assert_eq!(
@@ -2445,9 +2441,9 @@ mod tests {
                 (&b"out\n"[..], &b"err\n"[..], 137),
                 "{shell}: {answer:?}"
             );
-            remove(&dir);
-            gone(&dir);
-        }
+            remove(dir);
+            gone(dir);
+        });
     }
 
     #[test]

@@ -93,15 +93,11 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     stdin: Delivery::TempFile,
     workdir: Delivery::ShellWrapped,
     env: Delivery::ShellWrapped,
-    streaming: true,
-    remote_kill: true,
-    binary_output: true,
-    max_stdin: None,
     max_output: Some(DEFAULT_MAX_OUTPUT),
-    native_tools: &[],
     // Hybrid handles (the spool's supervisor a session command: `exec.rs`, `Launch`); terminals
     // on the recorder by default ([`DaytonaConfig::terminal`]; [`capabilities_of`]).
     processes: Some(TerminalMode::Recorder.capabilities(execseam_adapter_kit::spool::HYBRID)),
+    ..Capabilities::FULL
 };
 
 /// [`CAPABILITIES`] with terminals where `mode` puts them: reattachable only on the recorder
@@ -118,10 +114,6 @@ pub(crate) const fn capabilities_of(mode: TerminalMode) -> Capabilities {
 /// no equivalent. Sandbox state (stop/start, snapshots, forks by snapshot, preview links):
 /// [`STATE`].
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
-    create: true,
-    connect: true,
-    list: true,
-    destroy: true,
     spec: SpecSupport {
         image: true,
         env: true,
@@ -129,8 +121,8 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         idle_timeout: true,
         ..SpecSupport::NONE
     },
-    options: &[],
     state: STATE,
+    ..LifecycleCapabilities::ALL_OPERATIONS
 };
 
 /// The configuration variables [`DaytonaConfig::from_env`] reads.

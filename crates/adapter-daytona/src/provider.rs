@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ExposedPort, Kept, LifecycleCapabilities, ListFilter,
-    Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState,
+    Capabilities, Error, LifecycleCapabilities, ListFilter, Ownership, Provider, Sandbox,
+    SandboxInfo, SandboxSpec, SandboxState,
 };
 
 use crate::client::Client;
@@ -185,44 +185,7 @@ impl Provider for DaytonaProvider {
         }
     }
 
-    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(DaytonaProvider::create(self, spec).await?) as _) })
-    }
-
-    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(DaytonaProvider::connect(self, id).await?) as _) })
-    }
-
-    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
-        Ok(Box::new(DaytonaProvider::attach(self, id)?))
-    }
-
-    fn list<'a>(
-        &'a self,
-        filter: &'a ListFilter,
-    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
-        Box::pin(DaytonaProvider::list(self, filter))
-    }
-
-    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(DaytonaProvider::destroy(self, id))
-    }
-
-    fn pause<'a>(
-        &'a self,
-        id: &'a str,
-        keep: Option<Kept>,
-    ) -> BoxFuture<'a, Result<SandboxState, Error>> {
-        Box::pin(DaytonaProvider::pause(self, id, keep))
-    }
-
-    fn resume<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(DaytonaProvider::resume(self, id))
-    }
-
-    execseam_adapter_kit::forward_snapshots!(DaytonaProvider: snapshot, list_snapshots, delete_snapshot);
-
-    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
-        Box::pin(DaytonaProvider::expose(self, id, port))
-    }
+    execseam_adapter_kit::forward_lifecycle!(
+        DaytonaProvider: create, connect, attach, list, destroy, pause, resume, snapshot, list_snapshots, delete_snapshot, expose
+    );
 }

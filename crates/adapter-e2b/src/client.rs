@@ -8,8 +8,9 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
-use execseam_adapter_kit::http::{self, BodyError, ClientOptions};
+use execseam_adapter_kit::http::{self, ClientOptions};
 use execseam_adapter_kit::text::escape_path_segment;
+use execseam_adapter_kit::url_path::under as join;
 use execseam_core::Error;
 use reqwest::header::{
     AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT,
@@ -41,18 +42,6 @@ pub(crate) fn http_client(config: &E2bConfig) -> Result<reqwest::Client, Error> 
     )
 }
 
-fn join(base: &Url, path: &str) -> Url {
-    let mut u = base.clone();
-    let p = format!(
-        "{}/{}",
-        u.path().trim_end_matches('/'),
-        path.trim_start_matches('/')
-    );
-    u.set_path(&p);
-    u.set_query(None);
-    u
-}
-
 async fn rest<B: Serialize>(
     http: &reqwest::Client,
     method: Method,
@@ -74,16 +63,12 @@ async fn rest<B: Serialize>(
             .map_err(|e| CallError::Protocol(format!("cannot encode the request: {e}")))?;
         req = req.header(CONTENT_TYPE, "application/json").body(json);
     }
-    let resp = req.send().await.map_err(reqwest_error)?;
+    let resp = req.send().await.map_err(CallError::from_reqwest)?;
     if resp.status().is_success() {
         Ok(resp)
     } else {
         Err(connect::error_of(resp, timeout).await)
     }
-}
-
-fn reqwest_error(e: reqwest::Error) -> CallError {
-    CallError::from_reqwest(e)
 }
 
 /// The largest JSON answer read (a sandbox, a listing page, a file's info).
@@ -93,21 +78,7 @@ async fn json_of<T: DeserializeOwned>(
     resp: reqwest::Response,
     within: Duration,
 ) -> Result<T, CallError> {
-    let body = http::read_body(resp, MAX_JSON_BODY, within)
-        .await
-        .map_err(|e| match e {
-            BodyError::Transport(e) => reqwest_error(e),
-            BodyError::TooLarge { limit } => {
-                CallError::Protocol(format!("an answer longer than {limit} bytes"))
-            }
-            BodyError::Deadline(d) => CallError::Idle(d),
-        })?;
-    serde_json::from_slice(&body).map_err(|e| {
-        CallError::Protocol(format!(
-            "a malformed answer ({e}): {}",
-            String::from_utf8_lossy(&body[..body.len().min(200)])
-        ))
-    })
+    connect::read_json(resp, MAX_JSON_BODY, within, "an answer").await
 }
 
 /// What a create asks for: the spec over the configuration's defaults.
@@ -139,15 +110,7 @@ impl ControlPlane<'_> {
             env_vars: &new.env,
             secure,
         };
-        let resp = rest(
-            self.http,
-            Method::POST,
-            join(&self.base, path),
-            &self.config.api_key,
-            Some(&body),
-            self.config.request_timeout,
-        )
-        .await?;
+        let resp = self.post(path, &body).await?;
         json_of(resp, self.config.request_timeout).await
     }
 
@@ -170,36 +133,40 @@ impl ControlPlane<'_> {
             })
             .collect::<Vec<_>>()
             .join("&");
+        let mut query = vec![("state", "running,paused")];
+        if !filter.is_empty() {
+            query.push(("metadata", &filter));
+        }
+        self.pages("v2/sandboxes", &query).await
+    }
+
+    /// Every page of a `GET` listing at `path` with `query`: each page asks for the next with
+    /// `nextToken`, the token the previous page's `x-next-token` header gave; an empty page or no
+    /// token ends it.
+    async fn pages<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> Result<Vec<T>, CallError> {
         let mut out = Vec::new();
         let mut next: Option<String> = None;
         loop {
-            let mut url = join(&self.base, "v2/sandboxes");
+            let mut url = join(&self.base, path);
             {
                 let mut q = url.query_pairs_mut();
-                q.append_pair("state", "running,paused");
-                if !filter.is_empty() {
-                    q.append_pair("metadata", &filter);
-                }
+                q.extend_pairs(query);
                 if let Some(token) = &next {
                     q.append_pair("nextToken", token);
                 }
             }
-            let resp = rest::<()>(
-                self.http,
-                Method::GET,
-                url,
-                &self.config.api_key,
-                None,
-                self.config.request_timeout,
-            )
-            .await?;
+            let resp = self.send::<()>(Method::GET, url, None).await?;
             next = resp
                 .headers()
                 .get("x-next-token")
                 .and_then(|v| v.to_str().ok())
                 .filter(|v| !v.is_empty())
                 .map(str::to_owned);
-            let page: Vec<wire::ListedSandbox> = json_of(resp, self.config.request_timeout).await?;
+            let page: Vec<T> = json_of(resp, self.config.request_timeout).await?;
             let empty = page.is_empty();
             out.extend(page);
             if next.is_none() || empty {
@@ -217,37 +184,14 @@ impl ControlPlane<'_> {
         let body = wire::ConnectSandbox {
             timeout: Some(self.config.sandbox_timeout.as_secs().max(1)),
         };
-        let resp = rest(
-            self.http,
-            Method::POST,
-            join(&self.base, &path),
-            &self.config.api_key,
-            Some(&body),
-            self.config.request_timeout,
-        )
-        .await?;
+        let resp = self.post(&path, &body).await?;
         json_of(resp, self.config.request_timeout).await
     }
 
     /// `DELETE /sandboxes/{id}`: true when killed, false when it did not exist (404).
     pub(crate) async fn kill(&self, id: &str) -> Result<bool, CallError> {
-        match rest::<()>(
-            self.http,
-            Method::DELETE,
-            join(
-                &self.base,
-                &format!("sandboxes/{}", escape_path_segment(id)),
-            ),
-            &self.config.api_key,
-            None,
-            self.config.request_timeout,
-        )
-        .await
-        {
-            Ok(_) => Ok(true),
-            Err(CallError::Http { status: 404, .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.delete(&format!("sandboxes/{}", escape_path_segment(id)))
+            .await
     }
 
     /// `POST /sandboxes/{id}/timeout` (204).
@@ -280,31 +224,47 @@ impl ControlPlane<'_> {
         path: &str,
         body: &B,
     ) -> Result<reqwest::Response, CallError> {
+        self.send(Method::POST, join(&self.base, path), Some(body))
+            .await
+    }
+
+    /// `method` on `url` with the API key, bounded by the request timeout.
+    async fn send<B: Serialize>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&B>,
+    ) -> Result<reqwest::Response, CallError> {
         rest(
             self.http,
-            Method::POST,
-            join(&self.base, path),
+            method,
+            url,
             &self.config.api_key,
-            Some(body),
+            body,
             self.config.request_timeout,
         )
         .await
     }
 
+    /// `DELETE` of `path`: true when deleted, false when it did not exist (404).
+    async fn delete(&self, path: &str) -> Result<bool, CallError> {
+        match self
+            .send::<()>(Method::DELETE, join(&self.base, path), None)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(CallError::Http { status: 404, .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `GET /sandboxes/{id}` (`SandboxDetail`: its `state`).
     pub(crate) async fn get(&self, id: &str) -> Result<wire::ListedSandbox, CallError> {
-        let resp = rest::<()>(
-            self.http,
-            Method::GET,
-            join(
-                &self.base,
-                &format!("sandboxes/{}", escape_path_segment(id)),
-            ),
-            &self.config.api_key,
-            None,
-            self.config.request_timeout,
-        )
-        .await?;
+        let url = join(
+            &self.base,
+            &format!("sandboxes/{}", escape_path_segment(id)),
+        );
+        let resp = self.send::<()>(Method::GET, url, None).await?;
         json_of(resp, self.config.request_timeout).await
     }
 
@@ -339,62 +299,14 @@ impl ControlPlane<'_> {
         &self,
         sandbox: Option<&str>,
     ) -> Result<Vec<wire::SnapshotInfo>, CallError> {
-        let mut out = Vec::new();
-        let mut next: Option<String> = None;
-        loop {
-            let mut url = join(&self.base, "snapshots");
-            {
-                let mut q = url.query_pairs_mut();
-                if let Some(s) = sandbox {
-                    q.append_pair("sandboxID", s);
-                }
-                if let Some(token) = &next {
-                    q.append_pair("nextToken", token);
-                }
-            }
-            let resp = rest::<()>(
-                self.http,
-                Method::GET,
-                url,
-                &self.config.api_key,
-                None,
-                self.config.request_timeout,
-            )
-            .await?;
-            next = resp
-                .headers()
-                .get("x-next-token")
-                .and_then(|v| v.to_str().ok())
-                .filter(|v| !v.is_empty())
-                .map(str::to_owned);
-            let page: Vec<wire::SnapshotInfo> = json_of(resp, self.config.request_timeout).await?;
-            let empty = page.is_empty();
-            out.extend(page);
-            if next.is_none() || empty {
-                return Ok(out);
-            }
-        }
+        let query: Vec<_> = sandbox.map(|s| ("sandboxID", s)).into_iter().collect();
+        self.pages("snapshots", &query).await
     }
 
     /// `DELETE /templates/{id}` (204); `false` when it did not exist (404).
     pub(crate) async fn delete_template(&self, id: &str) -> Result<bool, CallError> {
-        match rest::<()>(
-            self.http,
-            Method::DELETE,
-            join(
-                &self.base,
-                &format!("templates/{}", escape_path_segment(id)),
-            ),
-            &self.config.api_key,
-            None,
-            self.config.request_timeout,
-        )
-        .await
-        {
-            Ok(_) => Ok(true),
-            Err(CallError::Http { status: 404, .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.delete(&format!("templates/{}", escape_path_segment(id)))
+            .await
     }
 
     /// `POST /sandboxes/{id}/fork` with `count: 1` (201, one `SandboxForkResult`).
@@ -679,11 +591,11 @@ impl Envd {
             .timeout(self.request_timeout)
             .send()
             .await
-            .map_err(reqwest_error)?;
+            .map_err(CallError::from_reqwest)?;
         if !resp.status().is_success() {
             return Err(connect::error_of(resp, self.request_timeout).await);
         }
-        resp.bytes().await.map_err(reqwest_error)
+        resp.bytes().await.map_err(CallError::from_reqwest)
     }
 
     /// `POST /files?path=`: octet-stream (envd ≥ 0.5.7) or multipart with the part named `file`.
@@ -719,7 +631,7 @@ impl Envd {
             )
             .body(body)
         };
-        let resp = req.send().await.map_err(reqwest_error)?;
+        let resp = req.send().await.map_err(CallError::from_reqwest)?;
         if !resp.status().is_success() {
             return Err(connect::error_of(resp, self.request_timeout).await);
         }

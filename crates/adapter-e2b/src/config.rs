@@ -11,10 +11,10 @@
 //!   the sandbox, else [`E2bConfig::domain`] (`E2B_DOMAIN`, default `e2b.app`).
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::secret_env::SecretEnv;
 use execseam_adapter_kit::vars::{self, Vars};
 use execseam_core::Error;
 use reqwest::Url;
@@ -52,7 +52,7 @@ pub enum ApiRoutes {
 /// new sandboxes, timeouts. Built with [`E2bConfig::new`] and the setters, or
 /// [`E2bConfig::from_env`]; checked (URLs) by [`E2bProvider::new`](crate::E2bProvider::new).
 /// `Debug` never prints the API key or env values.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct E2bConfig {
     pub(crate) api_key: SecretString,
     pub(crate) domain: String,
@@ -60,7 +60,7 @@ pub struct E2bConfig {
     pub(crate) sandbox_url: Option<String>,
     pub(crate) template: String,
     pub(crate) sandbox_timeout: Duration,
-    pub(crate) sandbox_env: BTreeMap<String, String>,
+    pub(crate) sandbox_env: SecretEnv,
     pub(crate) metadata: BTreeMap<String, String>,
     pub(crate) request_timeout: Duration,
     pub(crate) connect_timeout: Duration,
@@ -71,30 +71,6 @@ pub struct E2bConfig {
     pub(crate) api_routes: ApiRoutes,
     pub(crate) kill_on_drop: bool,
     pub(crate) native_tools: bool,
-}
-
-impl fmt::Debug for E2bConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("E2bConfig")
-            .field("api_key", &"<redacted>")
-            .field("domain", &self.domain)
-            .field("api_url", &self.api_url)
-            .field("sandbox_url", &self.sandbox_url)
-            .field("template", &self.template)
-            .field("sandbox_timeout", &self.sandbox_timeout)
-            .field("sandbox_env", &self.sandbox_env.keys().collect::<Vec<_>>())
-            .field("metadata", &self.metadata.keys().collect::<Vec<_>>())
-            .field("request_timeout", &self.request_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("stream_idle_timeout", &self.stream_idle_timeout)
-            .field("command_timeout", &self.command_timeout)
-            .field("keepalive_interval", &self.keepalive_interval)
-            .field("user", &self.user)
-            .field("api_routes", &self.api_routes)
-            .field("kill_on_drop", &self.kill_on_drop)
-            .field("native_tools", &self.native_tools)
-            .finish()
-    }
 }
 
 fn parse_url(what: &str, s: &str) -> Result<Url, Error> {
@@ -111,7 +87,7 @@ impl E2bConfig {
             sandbox_url: None,
             template: "base".into(),
             sandbox_timeout: Duration::from_secs(300),
-            sandbox_env: BTreeMap::new(),
+            sandbox_env: SecretEnv::default(),
             metadata: BTreeMap::new(),
             request_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),
@@ -163,122 +139,51 @@ impl E2bConfig {
         Ok(c)
     }
 
-    /// The domain (`E2B_DOMAIN`, default `e2b.app`).
-    #[must_use]
-    pub fn domain(mut self, domain: impl Into<String>) -> Self {
-        self.domain = domain.into();
-        self
+    execseam_adapter_kit::setters! {
+        /// The domain (`E2B_DOMAIN`, default `e2b.app`).
+        domain: into String,
+        /// The control plane (`E2B_API_URL`); unset means `https://api.<domain>`.
+        api_url: some into String,
+        /// envd for every sandbox (`E2B_SANDBOX_URL`); unset derives it from the domain.
+        sandbox_url: some into String,
+        /// The template new sandboxes start from unless the spec names one (`E2B_TEMPLATE`,
+        /// default `base`).
+        template: into String,
+        /// The lifetime asked for on create (unless the spec sets one) and on connect
+        /// (`E2B_SANDBOX_TIMEOUT` seconds, default 300).
+        sandbox_timeout: Duration,
     }
 
-    /// The control plane (`E2B_API_URL`); unset means `https://api.<domain>`.
-    #[must_use]
-    pub fn api_url(mut self, url: impl Into<String>) -> Self {
-        self.api_url = Some(url.into());
-        self
+    execseam_adapter_kit::entry_setters! {
+        /// A sandbox-wide environment variable set on every create (`envVars`), under the spec's.
+        sandbox_env => sandbox_env,
+        /// A metadata entry set on every create, under the spec's labels.
+        metadata => metadata,
     }
 
-    /// envd for every sandbox (`E2B_SANDBOX_URL`); unset derives it from the domain.
-    #[must_use]
-    pub fn sandbox_url(mut self, url: impl Into<String>) -> Self {
-        self.sandbox_url = Some(url.into());
-        self
-    }
-
-    /// The template new sandboxes start from unless the spec names one (`E2B_TEMPLATE`,
-    /// default `base`).
-    #[must_use]
-    pub fn template(mut self, template: impl Into<String>) -> Self {
-        self.template = template.into();
-        self
-    }
-
-    /// The lifetime asked for on create (unless the spec sets one) and on connect
-    /// (`E2B_SANDBOX_TIMEOUT` seconds, default 300).
-    #[must_use]
-    pub fn sandbox_timeout(mut self, timeout: Duration) -> Self {
-        self.sandbox_timeout = timeout;
-        self
-    }
-
-    /// A sandbox-wide environment variable set on every create (`envVars`), under the spec's.
-    #[must_use]
-    pub fn sandbox_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.sandbox_env.insert(key.into(), value.into());
-        self
-    }
-
-    /// A metadata entry set on every create, under the spec's labels.
-    #[must_use]
-    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.metadata.insert(key.into(), value.into());
-        self
-    }
-
-    /// Bound on each unary call and control-plane request (default 60 s, the SDK's).
-    #[must_use]
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// Bound on establishing a connection (default 10 s).
-    #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// A stream with no byte (not even a keepalive) for this long is dead (default 150 s).
-    #[must_use]
-    pub fn stream_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.stream_idle_timeout = timeout;
-        self
-    }
-
-    /// Sent as `Connect-Timeout-Ms` on `process.Start`: envd kills the command at this deadline
-    /// and the exec fails with `Timeout(Command)`. `None` (the default) sends none: commands run
-    /// until they exit or the host's deadline drops them (which kills them with `SendSignal`).
-    #[must_use]
-    pub fn command_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.command_timeout = timeout;
-        self
-    }
-
-    /// `Keepalive-Ping-Interval` asked of envd on streams (default 50 s, the SDK's).
-    #[must_use]
-    pub fn keepalive_interval(mut self, interval: Duration) -> Self {
-        self.keepalive_interval = interval;
-        self
-    }
-
-    /// Run as this user (`Authorization: Basic base64("<user>:")`); unset is envd's default
-    /// user (`user` on E2B templates).
-    #[must_use]
-    pub fn user(mut self, user: impl Into<String>) -> Self {
-        self.user = Some(user.into());
-        self
-    }
-
-    /// Which create/connect routes to use.
-    #[must_use]
-    pub fn api_routes(mut self, routes: ApiRoutes) -> Self {
-        self.api_routes = routes;
-        self
-    }
-
-    /// Kill an owned sandbox that was never closed when its last handle is dropped (the safety
-    /// net; default true).
-    #[must_use]
-    pub fn kill_on_drop(mut self, kill: bool) -> Self {
-        self.kill_on_drop = kill;
-        self
-    }
-
-    /// Serve the tools' `list` and `glob` from `ListDir` when provably exact (default true).
-    #[must_use]
-    pub fn native_tools(mut self, native: bool) -> Self {
-        self.native_tools = native;
-        self
+    execseam_adapter_kit::setters! {
+        /// Bound on each unary call and control-plane request (default 60 s, the SDK's).
+        request_timeout: Duration,
+        /// Bound on establishing a connection (default 10 s).
+        connect_timeout: Duration,
+        /// A stream with no byte (not even a keepalive) for this long is dead (default 150 s).
+        stream_idle_timeout: Duration,
+        /// Sent as `Connect-Timeout-Ms` on `process.Start`: envd kills the command at this deadline
+        /// and the exec fails with `Timeout(Command)`. `None` (the default) sends none: commands run
+        /// until they exit or the host's deadline drops them (which kills them with `SendSignal`).
+        command_timeout: Option<Duration>,
+        /// `Keepalive-Ping-Interval` asked of envd on streams (default 50 s, the SDK's).
+        keepalive_interval: Duration,
+        /// Run as this user (`Authorization: Basic base64("<user>:")`); unset is envd's default
+        /// user (`user` on E2B templates).
+        user: some into String,
+        /// Which create/connect routes to use.
+        api_routes: ApiRoutes,
+        /// Kill an owned sandbox that was never closed when its last handle is dropped (the safety
+        /// net; default true).
+        kill_on_drop: bool,
+        /// Serve the tools' `list` and `glob` from `ListDir` when provably exact (default true).
+        native_tools: bool,
     }
 
     /// Checks every setting that can be wrong before any I/O.

@@ -78,7 +78,8 @@ pub enum Code {
 }
 
 impl Code {
-    const ALL: [Code; 16] = [
+    /// Every code, in number order.
+    pub(crate) const ALL: [Code; 16] = [
         Code::Canceled,
         Code::Unknown,
         Code::InvalidArgument,
@@ -378,6 +379,40 @@ pub(crate) fn error_of_parts(
     }
 }
 
+/// A Connect call's `POST`: `content_type` with the encoding headers that go with it (HTTP's
+/// own for a unary call, `connect-*` for a stream), the request bounded by `deadline`, and
+/// `timeout` sent as `Connect-Timeout-Ms`.
+fn post(
+    http: &reqwest::Client,
+    url: reqwest::Url,
+    headers: HeaderMap,
+    content_type: &'static str,
+    body: impl Into<reqwest::Body>,
+    deadline: Option<Duration>,
+    timeout: Option<Duration>,
+) -> reqwest::RequestBuilder {
+    let (accept, content) = if content_type == UNARY_CONTENT_TYPE {
+        ("accept-encoding", "content-encoding")
+    } else {
+        ("connect-accept-encoding", "connect-content-encoding")
+    };
+    let mut req = http
+        .post(url)
+        .headers(headers)
+        .header(CONTENT_TYPE, content_type)
+        .header("connect-protocol-version", "1")
+        .header(accept, "identity")
+        .header(content, "identity")
+        .body(body);
+    if let Some(t) = deadline {
+        req = req.timeout(t);
+    }
+    if let Some(v) = timeout_header(timeout) {
+        req = req.header("connect-timeout-ms", v);
+    }
+    req
+}
+
 fn timeout_header(timeout: Option<Duration>) -> Option<HeaderValue> {
     let ms = timeout?.as_millis().clamp(1, 9_999_999_999);
     HeaderValue::from_str(&ms.to_string()).ok()
@@ -393,20 +428,15 @@ pub(crate) async fn unary<Req: Serialize, Resp: DeserializeOwned>(
 ) -> Result<Resp, CallError> {
     let body = serde_json::to_vec(request)
         .map_err(|e| CallError::Protocol(format!("cannot encode the request: {e}")))?;
-    let mut req = http
-        .post(url)
-        .headers(headers)
-        .header(CONTENT_TYPE, UNARY_CONTENT_TYPE)
-        .header("connect-protocol-version", "1")
-        .header("accept-encoding", "identity")
-        .header("content-encoding", "identity")
-        .body(body);
-    if let Some(t) = timeout {
-        req = req.timeout(t);
-        if let Some(v) = timeout_header(Some(t)) {
-            req = req.header("connect-timeout-ms", v);
-        }
-    }
+    let req = post(
+        http,
+        url,
+        headers,
+        UNARY_CONTENT_TYPE,
+        body,
+        timeout,
+        timeout,
+    );
     let resp = req.send().await.map_err(CallError::from_reqwest)?;
     if resp.status().as_u16() != 200 {
         return Err(error_of(resp, timeout.unwrap_or(ERROR_BODY_WITHIN)).await);
@@ -417,12 +447,29 @@ pub(crate) async fn unary<Req: Serialize, Resp: DeserializeOwned>(
             "a unary answer with Content-Type {ct:?}, want {UNARY_CONTENT_TYPE}"
         )));
     }
-    let body = http::read_body(resp, MAX_UNARY_BODY, timeout.unwrap_or(Duration::MAX))
+    read_json(
+        resp,
+        MAX_UNARY_BODY,
+        timeout.unwrap_or(Duration::MAX),
+        "a unary answer",
+    )
+    .await
+}
+
+/// Reads a JSON answer (`what`, in errors) of at most `limit` bytes within `within`: a larger one
+/// is `Protocol`, a stall `Idle`, one that is not the JSON of `T` `Protocol` quoting its start.
+pub(crate) async fn read_json<T: DeserializeOwned>(
+    resp: reqwest::Response,
+    limit: usize,
+    within: Duration,
+    what: &str,
+) -> Result<T, CallError> {
+    let body = http::read_body(resp, limit, within)
         .await
         .map_err(|e| match e {
             BodyError::Transport(e) => CallError::from_reqwest(e),
             BodyError::TooLarge { limit } => {
-                CallError::Protocol(format!("a unary answer longer than {limit} bytes"))
+                CallError::Protocol(format!("{what} longer than {limit} bytes"))
             }
             BodyError::Deadline(d) => CallError::Idle(d),
         })?;
@@ -447,17 +494,8 @@ pub(crate) async fn server_stream<Req: Serialize>(
 ) -> Result<ServerStream, CallError> {
     let payload = serde_json::to_vec(request)
         .map_err(|e| CallError::Protocol(format!("cannot encode the request: {e}")))?;
-    let mut req = http
-        .post(url)
-        .headers(headers)
-        .header(CONTENT_TYPE, STREAM_CONTENT_TYPE)
-        .header("connect-protocol-version", "1")
-        .header("connect-accept-encoding", "identity")
-        .header("connect-content-encoding", "identity")
-        .body(envelope(0, &payload));
-    if let Some(v) = timeout_header(timeout) {
-        req = req.header("connect-timeout-ms", v);
-    }
+    let body = envelope(0, &payload);
+    let req = post(http, url, headers, STREAM_CONTENT_TYPE, body, None, timeout);
     let resp = match tokio::time::timeout(idle, req.send()).await {
         Ok(r) => r.map_err(CallError::from_reqwest)?,
         Err(_) => return Err(CallError::Idle(idle)),
@@ -596,20 +634,15 @@ where
             .map(|payload| Bytes::from(envelope(0, &payload)))
             .map_err(|e| std::io::Error::other(format!("cannot encode the request: {e}")))
     })));
-    let mut req = http
-        .post(url)
-        .headers(headers)
-        .header(CONTENT_TYPE, STREAM_CONTENT_TYPE)
-        .header("connect-protocol-version", "1")
-        .header("connect-accept-encoding", "identity")
-        .header("connect-content-encoding", "identity")
-        .body(body);
-    if let Some(t) = timeout {
-        req = req.timeout(t);
-        if let Some(v) = timeout_header(Some(t)) {
-            req = req.header("connect-timeout-ms", v);
-        }
-    }
+    let req = post(
+        http,
+        url,
+        headers,
+        STREAM_CONTENT_TYPE,
+        body,
+        timeout,
+        timeout,
+    );
     let resp = req.send().await.map_err(CallError::from_reqwest)?;
     let mut stream = stream_of(resp, None).await?;
     let Some(msg) = stream.message::<Resp>().await? else {

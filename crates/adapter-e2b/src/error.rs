@@ -95,20 +95,22 @@ pub(crate) enum Gone {
 }
 
 pub(crate) fn gone(e: &CallError) -> Gone {
+    // The proxy's answer about the sandbox, as a 502 or as a Connect `unavailable`.
+    let proxy = |message: &str| {
+        if message.contains(SANDBOX_NOT_FOUND) {
+            Gone::Yes
+        } else if message.contains(PORT_NOT_OPEN) {
+            Gone::No
+        } else {
+            Gone::Maybe
+        }
+    };
     match e {
         CallError::Http {
             status: 502,
             message,
             ..
-        } => {
-            if message.contains(SANDBOX_NOT_FOUND) {
-                Gone::Yes
-            } else if message.contains(PORT_NOT_OPEN) {
-                Gone::No
-            } else {
-                Gone::Maybe
-            }
-        }
+        } => proxy(message),
         CallError::Rpc {
             error:
                 RpcError {
@@ -116,15 +118,7 @@ pub(crate) fn gone(e: &CallError) -> Gone {
                     message,
                 },
             ..
-        } => {
-            if message.contains(SANDBOX_NOT_FOUND) {
-                Gone::Yes
-            } else if message.contains(PORT_NOT_OPEN) {
-                Gone::No
-            } else {
-                Gone::Maybe
-            }
-        }
+        } => proxy(message),
         CallError::Transport(_) => Gone::Maybe,
         CallError::Protocol(m) if m.contains("ended") => Gone::Maybe,
         _ => Gone::No,
@@ -553,24 +547,7 @@ mod tests {
 
     #[test]
     fn every_connect_code_has_a_kind_and_in_stream_errors_after_start_are_unsafe() {
-        for code in [
-            Code::Canceled,
-            Code::Unknown,
-            Code::InvalidArgument,
-            Code::DeadlineExceeded,
-            Code::NotFound,
-            Code::AlreadyExists,
-            Code::PermissionDenied,
-            Code::ResourceExhausted,
-            Code::FailedPrecondition,
-            Code::Aborted,
-            Code::OutOfRange,
-            Code::Unimplemented,
-            Code::Internal,
-            Code::Unavailable,
-            Code::DataLoss,
-            Code::Unauthenticated,
-        ] {
+        for code in Code::ALL {
             let e = map(rpc(code, "m", true), &exec_ctx(Stage::After));
             assert_eq!(e.provider(), "e2b");
             assert_eq!(e.code(), Some(code.as_str()));

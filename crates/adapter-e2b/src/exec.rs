@@ -1162,22 +1162,10 @@ impl E2bExec {
     }
 }
 
-impl ExecStream for E2bExec {
-    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span!(self.provider(), "exec_stream", command, |command| {
-            self.start(command)
-        })
-    }
-}
+execseam_adapter_kit::exec_stream_by!(E2bExec: start);
 
 impl Sandbox for E2bExec {
-    fn id(&self) -> &str {
-        &self.inner.sandbox_id
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.inner.ownership
-    }
+    execseam_adapter_kit::sandbox_fields!(id: inner.sandbox_id, ownership: inner.ownership);
 
     /// `DELETE /sandboxes/{id}`.
     fn end(&self) -> BoxFuture<'_, Result<(), Error>> {

@@ -65,7 +65,7 @@
 #![warn(missing_docs)]
 
 use execseam_adapter_kit::Var;
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport, Tool};
+use execseam_core::{Capabilities, LifecycleCapabilities, SpecSupport, Tool};
 
 mod client;
 mod config;
@@ -113,10 +113,6 @@ execseam_adapter_kit::adapter! {
 /// (`DELETE /sandboxes/{id}`). Resources come from the template. Sandbox state: [`STATE`]
 /// (pause/resume, snapshot templates, native fork, ports by host).
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
-    create: true,
-    connect: true,
-    list: true,
-    destroy: true,
     spec: SpecSupport {
         image: true,
         env: true,
@@ -124,8 +120,8 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         lifetime: true,
         ..SpecSupport::NONE
     },
-    options: &[],
     state: STATE,
+    ..LifecycleCapabilities::ALL_OPERATIONS
 };
 
 /// The largest command (argv and env) sent where the sandbox has not said what its `execve`
@@ -141,15 +137,7 @@ pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
 
 /// What this adapter does; see the [crate docs](crate).
 pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
-    stdin: Delivery::Native,
-    workdir: Delivery::Native,
-    env: Delivery::Native,
-    streaming: true,
-    remote_kill: true,
-    binary_output: true,
-    max_stdin: None,
-    max_output: None,
     native_tools: &[Tool::LIST, Tool::GLOB],
     processes: Some(execseam_adapter_kit::spool::HYBRID_TERMINAL),
+    ..Capabilities::FULL
 };

@@ -1,7 +1,7 @@
 //! [`E2bProvider`]: the control plane's sandbox lifecycle.
 
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ExposedPort, Kept, LifecycleCapabilities, ListFilter, Provider,
+    BoxFuture, Capabilities, Error, ExposedPort, LifecycleCapabilities, ListFilter, Provider,
     Sandbox, SandboxInfo, SandboxSpec, SandboxState,
 };
 
@@ -65,7 +65,7 @@ impl E2bProvider {
         let c = &self.config;
         let mut metadata = c.metadata.clone();
         metadata.extend(spec.labels().clone());
-        let mut env = c.sandbox_env.clone();
+        let mut env = c.sandbox_env.exposed();
         env.extend(spec.env().clone());
         let new = NewSandbox {
             // A snapshot is a template (`crate::state`).
@@ -169,46 +169,9 @@ impl Provider for E2bProvider {
         LIFECYCLE
     }
 
-    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(E2bProvider::create(self, spec).await?) as _) })
-    }
-
-    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(E2bProvider::connect(self, id).await?) as _) })
-    }
-
-    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
-        Ok(Box::new(E2bProvider::attach(self, id)?))
-    }
-
-    fn list<'a>(
-        &'a self,
-        filter: &'a ListFilter,
-    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
-        Box::pin(E2bProvider::list(self, filter))
-    }
-
-    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(E2bProvider::destroy(self, id))
-    }
-
-    fn pause<'a>(
-        &'a self,
-        id: &'a str,
-        keep: Option<Kept>,
-    ) -> BoxFuture<'a, Result<SandboxState, Error>> {
-        Box::pin(E2bProvider::pause(self, id, keep))
-    }
-
-    fn resume<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(E2bProvider::resume(self, id))
-    }
-
-    execseam_adapter_kit::forward_snapshots!(E2bProvider: snapshot, list_snapshots, delete_snapshot);
-
-    fn fork<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(E2bProvider::fork(self, id).await?) as _) })
-    }
+    execseam_adapter_kit::forward_lifecycle!(
+        E2bProvider: create, connect, attach, list, destroy, pause, resume, snapshot, list_snapshots, delete_snapshot, fork
+    );
 
     fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
         Box::pin(async move { E2bProvider::expose(self, id, port) })

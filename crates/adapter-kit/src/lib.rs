@@ -8,10 +8,12 @@ pub mod attached;
 pub mod body;
 pub mod deadline;
 pub mod degrade;
+mod entry_setters;
 mod forward;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod guard;
+mod handle;
 pub mod host_snapshots;
 #[cfg(feature = "http")]
 pub mod http;
@@ -22,6 +24,7 @@ pub mod reaper;
 #[cfg(feature = "spool")]
 pub mod registry;
 pub mod retry;
+pub mod secret_env;
 mod setters;
 pub mod size;
 #[cfg(feature = "spool")]
@@ -29,6 +32,8 @@ pub mod spool;
 mod state;
 pub mod text;
 pub mod trace;
+#[cfg(feature = "url")]
+pub mod url_path;
 pub mod vars;
 #[cfg(feature = "websocket")]
 pub mod ws;

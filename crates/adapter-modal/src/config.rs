@@ -3,9 +3,9 @@
 //! before any I/O.
 
 use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::secret_env::SecretEnv;
 use execseam_adapter_kit::vars::{self, Vars};
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use execseam_core::Error;
@@ -24,8 +24,9 @@ pub const DEFAULT_IMAGE_BUILDER_VERSION: &str = "2025.06";
 /// Modal's longest sandbox lifetime (24 h).
 pub const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 
-/// How to reach Modal and what a created sandbox looks like.
-#[derive(Clone)]
+/// How to reach Modal and what a created sandbox looks like. `Debug` never prints the token
+/// secret or env values.
+#[derive(Clone, Debug)]
 pub struct ModalConfig {
     pub(crate) server_url: String,
     pub(crate) token_id: String,
@@ -37,7 +38,7 @@ pub struct ModalConfig {
     pub(crate) sandbox_timeout: Duration,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) workdir: Option<String>,
-    pub(crate) sandbox_env: BTreeMap<String, String>,
+    pub(crate) sandbox_env: SecretEnv,
     pub(crate) tags: BTreeMap<String, String>,
     pub(crate) exec_timeout: Option<Duration>,
     pub(crate) exec_start_retries: u32,
@@ -48,34 +49,6 @@ pub struct ModalConfig {
     pub(crate) client_version: String,
     pub(crate) max_resumes: u32,
     pub(crate) terminate_on_drop: bool,
-}
-
-impl fmt::Debug for ModalConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ModalConfig")
-            .field("server_url", &self.server_url)
-            .field("token_id", &self.token_id)
-            .field("token_secret", &"<redacted>")
-            .field("environment", &self.environment)
-            .field("app_name", &self.app_name)
-            .field("image", &self.image)
-            .field("image_builder_version", &self.image_builder_version)
-            .field("sandbox_timeout", &self.sandbox_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("workdir", &self.workdir)
-            .field("sandbox_env", &self.sandbox_env.keys().collect::<Vec<_>>())
-            .field("tags", &self.tags)
-            .field("exec_timeout", &self.exec_timeout)
-            .field("exec_start_retries", &self.exec_start_retries)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .field("stream_idle_timeout", &self.stream_idle_timeout)
-            .field("client_type", &self.client_type)
-            .field("client_version", &self.client_version)
-            .field("max_resumes", &self.max_resumes)
-            .field("terminate_on_drop", &self.terminate_on_drop)
-            .finish()
-    }
 }
 
 /// `http(s)://host[:port]`, without a path.
@@ -107,7 +80,7 @@ impl ModalConfig {
             sandbox_timeout: Duration::from_secs(300),
             idle_timeout: None,
             workdir: None,
-            sandbox_env: BTreeMap::new(),
+            sandbox_env: SecretEnv::default(),
             tags: BTreeMap::new(),
             exec_timeout: None,
             exec_start_retries: 0,
@@ -180,116 +153,55 @@ impl ModalConfig {
         self
     }
 
-    /// The Modal environment (`MODAL_ENVIRONMENT`; default: the workspace's default).
-    #[must_use]
-    pub fn environment(mut self, name: impl Into<String>) -> Self {
-        self.environment = Some(name.into());
-        self
+    execseam_adapter_kit::setters! {
+        /// The Modal environment (`MODAL_ENVIRONMENT`; default: the workspace's default).
+        environment: some into String,
+        /// The app created sandboxes belong to, created if missing (default `execseam`).
+        app_name: into String,
+        /// The image of created sandboxes unless the spec names one: a registry tag
+        /// (`Image.from_registry(tag)`), or the id of an image Modal already built (`im-…`).
+        /// Default [`DEFAULT_IMAGE`].
+        image: into String,
+        /// The image builder version (default [`DEFAULT_IMAGE_BUILDER_VERSION`]).
+        image_builder_version: into String,
+        /// The lifetime of a created sandbox unless the spec sets one (`timeout`, default 300 s,
+        /// at most 24 h); Modal ends it then.
+        sandbox_timeout: Duration,
+        /// Ends a created sandbox after this long idle (`idle_timeout`), unless the spec sets one.
+        idle_timeout: some Duration,
+        /// The working directory of created sandboxes (`Sandbox.create(workdir=)`), absolute.
+        workdir: some into String,
     }
 
-    /// The app created sandboxes belong to, created if missing (default `execseam`).
-    #[must_use]
-    pub fn app_name(mut self, name: impl Into<String>) -> Self {
-        self.app_name = name.into();
-        self
+    execseam_adapter_kit::entry_setters! {
+        /// An environment variable for every command of every created sandbox, under the spec's.
+        sandbox_env => sandbox_env,
+        /// A tag set on every created sandbox, under the spec's labels.
+        tag => tags,
     }
 
-    /// The image of created sandboxes unless the spec names one: a registry tag
-    /// (`Image.from_registry(tag)`), or the id of an image Modal already built (`im-…`).
-    /// Default [`DEFAULT_IMAGE`].
-    #[must_use]
-    pub fn image(mut self, image: impl Into<String>) -> Self {
-        self.image = image.into();
-        self
-    }
-
-    /// The image builder version (default [`DEFAULT_IMAGE_BUILDER_VERSION`]).
-    #[must_use]
-    pub fn image_builder_version(mut self, version: impl Into<String>) -> Self {
-        self.image_builder_version = version.into();
-        self
-    }
-
-    /// The lifetime of a created sandbox unless the spec sets one (`timeout`, default 300 s,
-    /// at most 24 h); Modal ends it then.
-    #[must_use]
-    pub fn sandbox_timeout(mut self, timeout: Duration) -> Self {
-        self.sandbox_timeout = timeout;
-        self
-    }
-
-    /// Ends a created sandbox after this long idle (`idle_timeout`), unless the spec sets one.
-    #[must_use]
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.idle_timeout = Some(timeout);
-        self
-    }
-
-    /// The working directory of created sandboxes (`Sandbox.create(workdir=)`), absolute.
-    #[must_use]
-    pub fn workdir(mut self, dir: impl Into<String>) -> Self {
-        self.workdir = Some(dir.into());
-        self
-    }
-
-    /// An environment variable for every command of every created sandbox, under the spec's.
-    #[must_use]
-    pub fn sandbox_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.sandbox_env.insert(key.into(), value.into());
-        self
-    }
-
-    /// A tag set on every created sandbox, under the spec's labels.
-    #[must_use]
-    pub fn tag(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.tags.insert(key.into(), value.into());
-        self
-    }
-
-    /// Every command is killed by Modal after this long (`TaskExecStartRequest.timeout_secs`,
-    /// whole seconds, rounded up), and the exec is `Err(Timeout(Command))`. Modal has no call
-    /// that kills one command: this is the only way a command is ended server-side short of
-    /// destroying the sandbox.
-    #[must_use]
-    pub fn exec_timeout(mut self, timeout: Duration) -> Self {
-        self.exec_timeout = Some(timeout);
-        self
-    }
-
-    /// Retries `TaskExecStart` this many times after a transport failure or a transient status,
-    /// with the same `exec_id` (the router deduplicates on it, so the command runs at most once).
-    /// Default 0: the failure is returned with its retry class.
-    #[must_use]
-    pub fn exec_start_retries(mut self, n: u32) -> Self {
-        self.exec_start_retries = n;
-        self
-    }
-
-    /// How long to wait for a connection (default 10 s).
-    #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The deadline of each unary call (default 60 s); output streams and `TaskExecWait` have
-    /// none (a command runs as long as it runs).
-    #[must_use]
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// How long an output stream or `TaskExecWait` may stay silent before the adapter asks the
-    /// router whether the command still runs (`TaskExecPoll`, bounded by the request timeout):
-    /// while it runs, the wait goes on (a silent command is not an error); once it exited, the
-    /// exit is the poll's and an output stream still silent is `Err(Timeout(Request))`,
-    /// `Retry::Unsafe`; a router that does not answer the poll ends the exec with its error.
-    /// Default 30 s.
-    #[must_use]
-    pub fn stream_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.stream_idle_timeout = timeout;
-        self
+    execseam_adapter_kit::setters! {
+        /// Every command is killed by Modal after this long (`TaskExecStartRequest.timeout_secs`,
+        /// whole seconds, rounded up), and the exec is `Err(Timeout(Command))`. Modal has no call
+        /// that kills one command: this is the only way a command is ended server-side short of
+        /// destroying the sandbox.
+        exec_timeout: some Duration,
+        /// Retries `TaskExecStart` this many times after a transport failure or a transient status,
+        /// with the same `exec_id` (the router deduplicates on it, so the command runs at most once).
+        /// Default 0: the failure is returned with its retry class.
+        exec_start_retries: u32,
+        /// How long to wait for a connection (default 10 s).
+        connect_timeout: Duration,
+        /// The deadline of each unary call (default 60 s); output streams and `TaskExecWait` have
+        /// none (a command runs as long as it runs).
+        request_timeout: Duration,
+        /// How long an output stream or `TaskExecWait` may stay silent before the adapter asks the
+        /// router whether the command still runs (`TaskExecPoll`, bounded by the request timeout):
+        /// while it runs, the wait goes on (a silent command is not an error); once it exited, the
+        /// exit is the poll's and an output stream still silent is `Err(Timeout(Request))`,
+        /// `Retry::Unsafe`; a router that does not answer the poll ends the exec with its error.
+        /// Default 30 s.
+        stream_idle_timeout: Duration,
     }
 
     /// The `x-modal-client-type` and `x-modal-client-version` sent (default 7 and `1.0.0`, as
@@ -301,20 +213,13 @@ impl ModalConfig {
         self
     }
 
-    /// How many times in a row an output stream is reopened from its offset after a transient
-    /// failure without progress (default 10, as the client).
-    #[must_use]
-    pub fn max_resumes(mut self, n: u32) -> Self {
-        self.max_resumes = n;
-        self
-    }
-
-    /// Terminate an owned sandbox that was never closed when its last handle is dropped (the
-    /// safety net; default true).
-    #[must_use]
-    pub fn terminate_on_drop(mut self, terminate: bool) -> Self {
-        self.terminate_on_drop = terminate;
-        self
+    execseam_adapter_kit::setters! {
+        /// How many times in a row an output stream is reopened from its offset after a transient
+        /// failure without progress (default 10, as the client).
+        max_resumes: u32,
+        /// Terminate an owned sandbox that was never closed when its last handle is dropped (the
+        /// safety net; default true).
+        terminate_on_drop: bool,
     }
 
     /// The API URL.

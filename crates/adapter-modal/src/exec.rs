@@ -371,22 +371,10 @@ impl Exec for ModalExec {
     }
 }
 
-impl ExecStream for ModalExec {
-    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span!(self.provider(), "exec_stream", command, |command| {
-            self.start(command)
-        })
-    }
-}
+execseam_adapter_kit::exec_stream_by!(ModalExec: start);
 
 impl Sandbox for ModalExec {
-    fn id(&self) -> &str {
-        &self.inner.sandbox_id
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.inner.ownership
-    }
+    execseam_adapter_kit::sandbox_fields!(id: inner.sandbox_id, ownership: inner.ownership);
 
     /// `SandboxTerminateV2` (`SandboxTerminate` for a V1 id): every command in it ends.
     fn end(&self) -> BoxFuture<'_, Result<(), Error>> {

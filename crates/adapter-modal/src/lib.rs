@@ -44,7 +44,7 @@
 #![warn(missing_docs)]
 
 use execseam_adapter_kit::Var;
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+use execseam_core::{Capabilities, LifecycleCapabilities, SpecSupport};
 
 mod client;
 mod config;
@@ -101,10 +101,6 @@ execseam_adapter_kit::adapter! {
 /// (`SandboxListV2`, by tags), destroy (`SandboxTerminateV2`), filesystem snapshots ([`STATE`]).
 /// No disk size: Modal refuses ephemeral disk for sandboxes.
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
-    create: true,
-    connect: true,
-    list: true,
-    destroy: true,
     spec: SpecSupport {
         image: true,
         env: true,
@@ -113,10 +109,11 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         idle_timeout: true,
         cpu: true,
         memory: true,
-        disk: false,
+        ..SpecSupport::NONE
     },
     options: OPTIONS,
     state: STATE,
+    ..LifecycleCapabilities::ALL_OPERATIONS
 };
 
 /// How long a snapshot's image is kept when no ttl is asked for: the client's default
@@ -143,15 +140,7 @@ pub const STATE: execseam_core::StateCapabilities = execseam_core::StateCapabili
 
 /// What this adapter does; see the [crate docs](crate).
 pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
-    stdin: Delivery::Native,
-    workdir: Delivery::Native,
-    env: Delivery::Native,
-    streaming: true,
     remote_kill: false,
-    binary_output: true,
-    max_stdin: None,
-    max_output: None,
-    native_tools: &[],
     processes: Some(PROCESSES),
+    ..Capabilities::FULL
 };

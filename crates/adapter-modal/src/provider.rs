@@ -5,9 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ErrorKind, ExposedPort, LifecycleCapabilities, ListFilter,
-    Provider, Retry, Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo,
-    SnapshotOutcome, SnapshotRequest,
+    Capabilities, Error, ErrorKind, ExposedPort, LifecycleCapabilities, ListFilter, Provider,
+    Retry, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome, SnapshotRequest,
 };
 
 use crate::client::{Control, Create};
@@ -134,7 +133,7 @@ impl ModalProvider {
             }),
             ..Default::default()
         };
-        let mut env = c.sandbox_env.clone();
+        let mut env = c.sandbox_env.exposed();
         env.extend(spec.env().clone());
         let mut tags = c.tags.clone();
         tags.extend(spec.labels().clone());
@@ -338,36 +337,7 @@ impl Provider for ModalProvider {
         LIFECYCLE
     }
 
-    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(ModalProvider::create(self, spec).await?) as _) })
-    }
-
-    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(ModalProvider::connect(self, id).await?) as _) })
-    }
-
-    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
-        Ok(Box::new(ModalProvider::attach(self, id)?))
-    }
-
-    fn list<'a>(
-        &'a self,
-        filter: &'a ListFilter,
-    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
-        Box::pin(ModalProvider::list(self, filter))
-    }
-
-    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(ModalProvider::destroy(self, id))
-    }
-
-    execseam_adapter_kit::forward_snapshots!(ModalProvider: snapshot, delete_snapshot);
-
-    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
-        Box::pin(ModalProvider::expose(self, id, port))
-    }
-
-    fn exposed<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<ExposedPort>, Error>> {
-        Box::pin(ModalProvider::exposed(self, id))
-    }
+    execseam_adapter_kit::forward_lifecycle!(
+        ModalProvider: create, connect, attach, list, destroy, snapshot, delete_snapshot, expose, exposed
+    );
 }

@@ -39,14 +39,7 @@ pub(crate) fn http_client(config: &VercelConfig) -> Result<reqwest::Client, Erro
 
 impl Api {
     fn url(&self, path: &str, query: &[(&str, &str)]) -> Url {
-        let mut u = self.base.clone();
-        let p = format!(
-            "{}/{}",
-            u.path().trim_end_matches('/'),
-            path.trim_start_matches('/')
-        );
-        u.set_path(&p);
-        u.set_query(None);
+        let mut u = execseam_adapter_kit::url_path::under(&self.base, path);
         {
             let mut q = u.query_pairs_mut();
             q.append_pair("teamId", &self.config.team_id);

@@ -7,11 +7,11 @@
 //! project). The token is kept in a `secrecy` string and never printed.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use base64::Engine as _;
 use execseam_adapter_kit::Adapter as _;
+use execseam_adapter_kit::secret_env::SecretEnv;
 use execseam_adapter_kit::vars::{self, Vars};
 use execseam_core::Error;
 use secrecy::{ExposeSecret, SecretString};
@@ -25,7 +25,7 @@ pub const DEFAULT_API_URL: &str = "https://vercel.com/api";
 /// (or [`VercelConfig::from_oidc_token`]) and the setters, or [`VercelConfig::from_env`];
 /// checked by [`VercelProvider::new`](crate::VercelProvider::new). `Debug` never prints the
 /// token or env values.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct VercelConfig {
     pub(crate) token: SecretString,
     pub(crate) team_id: String,
@@ -35,35 +35,13 @@ pub struct VercelConfig {
     pub(crate) sandbox_timeout: Option<Duration>,
     pub(crate) vcpus: Option<u32>,
     pub(crate) ports: Vec<u16>,
-    pub(crate) sandbox_env: BTreeMap<String, String>,
+    pub(crate) sandbox_env: SecretEnv,
     pub(crate) tags: BTreeMap<String, String>,
     pub(crate) command_timeout: Option<Duration>,
     pub(crate) sudo: bool,
     pub(crate) request_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) stream_idle_timeout: Duration,
-}
-
-impl fmt::Debug for VercelConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("VercelConfig")
-            .field("token", &"<redacted>")
-            .field("team_id", &self.team_id)
-            .field("project_id", &self.project_id)
-            .field("api_url", &self.api_url)
-            .field("runtime", &self.runtime)
-            .field("sandbox_timeout", &self.sandbox_timeout)
-            .field("vcpus", &self.vcpus)
-            .field("ports", &self.ports)
-            .field("sandbox_env", &self.sandbox_env.keys().collect::<Vec<_>>())
-            .field("tags", &self.tags.keys().collect::<Vec<_>>())
-            .field("command_timeout", &self.command_timeout)
-            .field("sudo", &self.sudo)
-            .field("request_timeout", &self.request_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("stream_idle_timeout", &self.stream_idle_timeout)
-            .finish()
-    }
 }
 
 /// The default [`VercelConfig::stream_idle_timeout`].
@@ -106,7 +84,7 @@ impl VercelConfig {
             sandbox_timeout: None,
             vcpus: None,
             ports: Vec::new(),
-            sandbox_env: BTreeMap::new(),
+            sandbox_env: SecretEnv::default(),
             tags: BTreeMap::new(),
             command_timeout: None,
             sudo: false,
@@ -170,33 +148,16 @@ impl VercelConfig {
         Ok(c)
     }
 
-    /// The API base (`VERCEL_API_URL`, default [`DEFAULT_API_URL`]); an emulator's URL offline.
-    #[must_use]
-    pub fn api_url(mut self, url: impl Into<String>) -> Self {
-        self.api_url = url.into();
-        self
-    }
-
-    /// The runtime of new sandboxes (`node24`, `node22`, `python3.13`; unset: the service's
-    /// default).
-    #[must_use]
-    pub fn runtime(mut self, runtime: impl Into<String>) -> Self {
-        self.runtime = Some(runtime.into());
-        self
-    }
-
-    /// How long a new sandbox's session lives (unset: the service's default, 5 minutes).
-    #[must_use]
-    pub fn sandbox_timeout(mut self, timeout: Duration) -> Self {
-        self.sandbox_timeout = Some(timeout);
-        self
-    }
-
-    /// Virtual CPUs of new sandboxes (memory follows, 2048 MB each).
-    #[must_use]
-    pub fn vcpus(mut self, vcpus: u32) -> Self {
-        self.vcpus = Some(vcpus);
-        self
+    execseam_adapter_kit::setters! {
+        /// The API base (`VERCEL_API_URL`, default [`DEFAULT_API_URL`]); an emulator's URL offline.
+        api_url: into String,
+        /// The runtime of new sandboxes (`node24`, `node22`, `python3.13`; unset: the service's
+        /// default).
+        runtime: some into String,
+        /// How long a new sandbox's session lives (unset: the service's default, 5 minutes).
+        sandbox_timeout: some Duration,
+        /// Virtual CPUs of new sandboxes (memory follows, 2048 MB each).
+        vcpus: some u32,
     }
 
     /// A port new sandboxes expose.
@@ -206,56 +167,27 @@ impl VercelConfig {
         self
     }
 
-    /// An environment variable of every command in new sandboxes.
-    #[must_use]
-    pub fn sandbox_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.sandbox_env.insert(key.into(), value.into());
-        self
+    execseam_adapter_kit::entry_setters! {
+        /// An environment variable of every command in new sandboxes.
+        sandbox_env => sandbox_env,
+        /// A tag of new sandboxes.
+        tag => tags,
     }
 
-    /// A tag of new sandboxes.
-    #[must_use]
-    pub fn tag(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.tags.insert(key.into(), value.into());
-        self
-    }
-
-    /// The service kills a command after this long (SIGKILL: exit 137); unset: no limit.
-    #[must_use]
-    pub fn command_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.command_timeout = timeout;
-        self
-    }
-
-    /// Run commands as root (`sudo: true`) instead of the sandbox's user, `vercel-sandbox`.
-    #[must_use]
-    pub fn sudo(mut self, sudo: bool) -> Self {
-        self.sudo = sudo;
-        self
-    }
-
-    /// The limit on one request that is not a command stream (default 60 s).
-    #[must_use]
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// The limit on making a connection (default 10 s).
-    #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The longest wait for a command stream's head (`POST …/cmd`, `GET …/logs`) and then for
-    /// each of its NDJSON lines (default 10 min): the API sends no keepalive lines, so a
-    /// command silent for longer fails with `Timeout(Request)` (`Retry::Unsafe`: it may still
-    /// run). Raise it for commands that are quiet for longer.
-    #[must_use]
-    pub fn stream_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.stream_idle_timeout = timeout;
-        self
+    execseam_adapter_kit::setters! {
+        /// The service kills a command after this long (SIGKILL: exit 137); unset: no limit.
+        command_timeout: Option<Duration>,
+        /// Run commands as root (`sudo: true`) instead of the sandbox's user, `vercel-sandbox`.
+        sudo: bool,
+        /// The limit on one request that is not a command stream (default 60 s).
+        request_timeout: Duration,
+        /// The limit on making a connection (default 10 s).
+        connect_timeout: Duration,
+        /// The longest wait for a command stream's head (`POST …/cmd`, `GET …/logs`) and then for
+        /// each of its NDJSON lines (default 10 min): the API sends no keepalive lines, so a
+        /// command silent for longer fails with `Timeout(Request)` (`Retry::Unsafe`: it may still
+        /// run). Raise it for commands that are quiet for longer.
+        stream_idle_timeout: Duration,
     }
 
     /// The team.

@@ -685,22 +685,10 @@ impl execseam_adapter_kit::spool::Launch for VercelExec {
     }
 }
 
-impl ExecStream for VercelExec {
-    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span!(self.provider(), "exec_stream", command, |command| {
-            self.start(command)
-        })
-    }
-}
+execseam_adapter_kit::exec_stream_by!(VercelExec: start);
 
 impl Sandbox for VercelExec {
-    fn id(&self) -> &str {
-        &self.inner.name
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.inner.ownership
-    }
+    execseam_adapter_kit::sandbox_fields!(id: inner.name, ownership: inner.ownership);
 
     /// `DELETE /v2/sandboxes/{name}`.
     fn end(&self) -> BoxFuture<'_, Result<(), Error>> {

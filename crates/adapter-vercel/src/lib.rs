@@ -20,7 +20,7 @@
 #![warn(missing_docs)]
 
 use execseam_adapter_kit::Var;
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+use execseam_core::{Capabilities, LifecycleCapabilities, SpecSupport};
 
 mod client;
 mod config;
@@ -75,19 +75,13 @@ execseam_adapter_kit::adapter! {
 /// timeout or disk size. State: filesystem snapshots that stop the sandbox, forks made of them,
 /// routes for the ports declared at create.
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
-    create: true,
-    connect: true,
-    list: true,
-    destroy: true,
     spec: SpecSupport {
         image: true,
         env: true,
         labels: true,
         lifetime: true,
-        idle_timeout: false,
         cpu: true,
-        memory: false,
-        disk: false,
+        ..SpecSupport::NONE
     },
     options: &["name"],
     state: execseam_core::StateCapabilities {
@@ -114,19 +108,12 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         expose: Some(execseam_core::ExposeSupport::DECLARED_AT_CREATE),
         ..execseam_core::StateCapabilities::NONE
     },
+    ..LifecycleCapabilities::ALL_OPERATIONS
 };
 
 /// What this adapter does; see the [crate docs](crate).
 pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
-    stdin: Delivery::Native,
-    workdir: Delivery::Native,
-    env: Delivery::Native,
-    streaming: true,
-    remote_kill: true,
     binary_output: false,
-    max_stdin: None,
-    max_output: None,
-    native_tools: &[],
     processes: Some(execseam_adapter_kit::spool::HYBRID),
+    ..Capabilities::FULL
 };

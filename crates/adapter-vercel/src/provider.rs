@@ -5,9 +5,9 @@ use execseam_adapter_kit::text::escape_path_segment;
 use std::time::{Duration, UNIX_EPOCH};
 
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ExposedPort, Kept, LifecycleCapabilities, ListFilter,
-    Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo,
-    SnapshotOutcome, SnapshotRequest,
+    Capabilities, Error, ExposedPort, Kept, LifecycleCapabilities, ListFilter, Ownership, Provider,
+    Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome,
+    SnapshotRequest,
 };
 use reqwest::Method;
 use serde::de::DeserializeOwned;
@@ -107,7 +107,7 @@ impl VercelProvider {
             None => c.vcpus,
         };
         body.resources = vcpus.map(|vcpus| Resources { vcpus });
-        body.env = c.sandbox_env.clone();
+        body.env = c.sandbox_env.exposed();
         body.env.extend(spec.env().clone());
         body.tags = c.tags.clone();
         body.tags.extend(spec.labels().clone());
@@ -378,38 +378,9 @@ impl Provider for VercelProvider {
         LIFECYCLE
     }
 
-    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(VercelProvider::create(self, spec).await?) as _) })
-    }
-
-    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(VercelProvider::connect(self, id).await?) as _) })
-    }
-
-    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
-        Ok(Box::new(VercelProvider::attach(self, id)?))
-    }
-
-    fn list<'a>(
-        &'a self,
-        filter: &'a ListFilter,
-    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
-        Box::pin(VercelProvider::list(self, filter))
-    }
-
-    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(VercelProvider::destroy(self, id))
-    }
-
-    execseam_adapter_kit::forward_snapshots!(VercelProvider: snapshot, list_snapshots, delete_snapshot);
-
-    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
-        Box::pin(VercelProvider::expose(self, id, port))
-    }
-
-    fn exposed<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<ExposedPort>, Error>> {
-        Box::pin(VercelProvider::exposed(self, id))
-    }
+    execseam_adapter_kit::forward_lifecycle!(
+        VercelProvider: create, connect, attach, list, destroy, snapshot, list_snapshots, delete_snapshot, expose, exposed
+    );
 }
 
 #[cfg(test)]
