@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Extension, Path, Query, State as AxState};
-use axum::response::Response;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use http::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
@@ -20,7 +20,76 @@ use super::wire::{self, Exception};
 use super::{AgentCoreFault, Armed, Session, SessionStatus, State};
 use execseam_emulator_kit::{ConnControl, Fault, reset_connection};
 
-type St = AxState<Arc<State>>;
+/// What every route is given: the state, the code interpreter's identifier, the query, the
+/// headers, the connection's control (for injected resets) and the body; extracted in that order.
+struct Call {
+    state: Arc<State>,
+    identifier: String,
+    q: HashMap<String, String>,
+    headers: HeaderMap,
+    ctl: Option<ConnControl>,
+    body: Bytes,
+}
+
+impl FromRequest<Arc<State>> for Call {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &Arc<State>) -> Result<Call, Response> {
+        let (mut parts, body) = req.into_parts();
+        let Path(identifier) = Path::<String>::from_request_parts(&mut parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Query(q) = Query::<HashMap<String, String>>::from_request_parts(&mut parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let headers = parts.headers.clone();
+        let ctl = parts.extensions.get::<ConnControl>().cloned();
+        let body = Bytes::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Call {
+            state: state.clone(),
+            identifier,
+            q,
+            headers,
+            ctl,
+            body,
+        })
+    }
+}
+
+impl Call {
+    /// The common start of the routes with a JSON body: the armed fault (applied before anything
+    /// else), the credentials, and the body (`{}` when empty).
+    async fn admit_body(&self, route: &'static str) -> Result<(Option<Armed>, Value), Response> {
+        let armed = self.state.take(route);
+        if let Some(r) = before(armed, self.ctl.as_ref(), None).await {
+            return Err(r);
+        }
+        authorize(&self.state, &self.headers)?;
+        Ok((armed, parse_body(&self.body)?))
+    }
+
+    /// The common start of the session routes: the armed fault (applied before anything else),
+    /// the credentials, the `sessionId` parameter, and the session of this code interpreter.
+    async fn admit_session(
+        &self,
+        route: &'static str,
+    ) -> Result<(Option<Armed>, Arc<Session>), Response> {
+        let armed = self.state.take(route);
+        if let Some(r) = before(armed, self.ctl.as_ref(), None).await {
+            return Err(r);
+        }
+        authorize(&self.state, &self.headers)?;
+        let sid = session_param(&self.q)?;
+        let s = self
+            .state
+            .session(sid)
+            .filter(|s| s.identifier == self.identifier)
+            .ok_or_else(|| not_found(&format!("Session not found: {sid}")))?;
+        Ok((armed, s))
+    }
+}
 
 pub(crate) fn router(state: Arc<State>) -> Router {
     Router::new()
@@ -102,20 +171,23 @@ async fn before(
         Armed::Extra(AgentCoreFault::HttpException(e)) if e != Exception::InternalServer => {
             Some(wire::exception(e, &format!("injected {}", e.shape())))
         }
-        Armed::Extra(AgentCoreFault::StreamException(e)) if e != Exception::InternalServer => {
-            Some(stream_response(
-                session,
-                vec![eventstream::exception_event(
-                    e.member(),
-                    e.body(&format!("injected {}", e.member()))
-                        .to_string()
-                        .as_bytes(),
-                )],
-                None,
-            ))
-        }
+        Armed::Extra(AgentCoreFault::StreamException(e)) if e != Exception::InternalServer => Some(
+            exception_stream(session, e, &format!("injected {}", e.member())),
+        ),
         _ => None,
     }
+}
+
+/// An event stream of one exception frame, `e` with `message`.
+fn exception_stream(session: Option<&str>, e: Exception, message: &str) -> Response {
+    stream_response(
+        session,
+        vec![eventstream::exception_event(
+            e.member(),
+            e.body(message).to_string().as_bytes(),
+        )],
+        None,
+    )
 }
 
 /// A body fed from a channel: the cut variant sends part of a frame, waits so it is flushed with
@@ -172,45 +244,34 @@ fn parse_body(body: &Bytes) -> Result<Value, Response> {
     if body.is_empty() {
         return Ok(json!({}));
     }
-    serde_json::from_slice(body).map_err(|e| {
-        wire::error_response(
-            400,
-            "ValidationException",
-            &json!({ "message": format!("Could not parse the request body: {e}"), "reason": "CannotParse" }),
-        )
-    })
+    serde_json::from_slice(body).map_err(cannot_parse)
+}
+
+fn cannot_parse(e: serde_json::Error) -> Response {
+    wire::error_response(
+        400,
+        "ValidationException",
+        &json!({ "message": format!("Could not parse the request body: {e}"), "reason": "CannotParse" }),
+    )
 }
 
 fn validation(message: &str) -> Response {
     wire::exception(Exception::Validation, message)
 }
 
-async fn start(
-    AxState(state): St,
-    Path(identifier): Path<String>,
-    headers: HeaderMap,
-    ctl: Option<Extension<ConnControl>>,
-    body: Bytes,
-) -> Response {
-    let armed = state.take("start");
-    if let Some(r) = before(armed, ctl.as_deref(), None).await {
-        return r;
-    }
-    if let Err(r) = authorize(&state, &headers) {
-        return r;
-    }
-    let req = match parse_body(&body) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
+async fn start(call: Call) -> Result<Response, Response> {
+    let (armed, req) = call.admit_body("start").await?;
+    let Call {
+        state, identifier, ..
+    } = call;
     let timeout = req
         .get("sessionTimeoutSeconds")
         .and_then(Value::as_i64)
         .unwrap_or(900);
     if !(1..=28_800).contains(&timeout) {
-        return validation(&format!(
+        return Err(validation(&format!(
             "1 validation error detected: Value '{timeout}' at 'sessionTimeoutSeconds' failed to satisfy constraint: Member must have value between 1 and 28800"
-        ));
+        )));
     }
     let name = req
         .get("name")
@@ -218,9 +279,9 @@ async fn start(
         .map(str::to_owned)
         .unwrap_or_else(wire::uuid);
     if name.is_empty() || name.len() > 100 {
-        return validation(
+        return Err(validation(
             "1 validation error detected: Value at 'name' failed to satisfy constraint: Member must have length between 1 and 100",
-        );
+        ));
     }
     let token = req
         .get("clientToken")
@@ -230,21 +291,17 @@ async fn start(
     if let Some(t) = &token {
         let known = state.tokens.lock().expect("tokens").get(t).cloned();
         if let Some(s) = known.and_then(|sid| state.session(&sid)) {
-            return wire::ok_json(&json!({
-                "codeInterpreterIdentifier": s.identifier,
-                "sessionId": s.id,
-                "createdAt": wire::iso8601(s.created_at),
-            }));
+            return Ok(started(&s));
         }
     }
     let session = match state.create_session(&identifier, name, Duration::from_secs(timeout as u64))
     {
         Ok(s) => s,
         Err(e) => {
-            return wire::exception(
+            return Err(wire::exception(
                 Exception::InternalServer,
                 &format!("cannot create the session sandbox: {e}"),
-            );
+            ));
         }
     };
     if let Some(t) = token {
@@ -255,12 +312,20 @@ async fn start(
             .insert(t, session.id.clone());
     }
     if matches!(armed, Some(Armed::Standard(Fault::ServerError))) {
-        return wire::exception(Exception::InternalServer, "Internal server error");
+        return Err(wire::exception(
+            Exception::InternalServer,
+            "Internal server error",
+        ));
     }
+    Ok(started(&session))
+}
+
+/// The answer to a start (a new session, or the one a known client token started).
+fn started(s: &Session) -> Response {
     wire::ok_json(&json!({
-        "codeInterpreterIdentifier": session.identifier,
-        "sessionId": session.id,
-        "createdAt": wire::iso8601(session.created_at),
+        "codeInterpreterIdentifier": s.identifier,
+        "sessionId": s.id,
+        "createdAt": wire::iso8601(s.created_at),
     }))
 }
 
@@ -275,99 +340,48 @@ fn not_found(what: &str) -> Response {
     wire::exception(Exception::ResourceNotFound, what)
 }
 
-/// The common start of the session routes: the armed fault (applied before anything else), the
-/// credentials, the `sessionId` parameter, and the session of this code interpreter.
-async fn admit_session(
-    state: &Arc<State>,
-    route: &'static str,
-    identifier: &str,
-    q: &HashMap<String, String>,
-    headers: &HeaderMap,
-    ctl: Option<Extension<ConnControl>>,
-) -> Result<(Option<Armed>, Arc<Session>), Response> {
-    let armed = state.take(route);
-    if let Some(r) = before(armed, ctl.as_deref(), None).await {
-        return Err(r);
-    }
-    authorize(state, headers)?;
-    let sid = session_param(q)?;
-    let s = state
-        .session(sid)
-        .filter(|s| s.identifier == identifier)
-        .ok_or_else(|| not_found(&format!("Session not found: {sid}")))?;
-    Ok((armed, s))
-}
-
-async fn stop(
-    AxState(state): St,
-    Path(identifier): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-    ctl: Option<Extension<ConnControl>>,
-) -> Response {
-    let (armed, s) = match admit_session(&state, "stop", &identifier, &q, &headers, ctl).await {
-        Ok(admitted) => admitted,
-        Err(r) => return r,
-    };
+async fn stop(call: Call) -> Result<Response, Response> {
+    let (armed, s) = call.admit_session("stop").await?;
     s.terminate();
     if matches!(armed, Some(Armed::Standard(Fault::ServerError))) {
-        return wire::exception(Exception::InternalServer, "Internal server error");
+        return Err(wire::exception(
+            Exception::InternalServer,
+            "Internal server error",
+        ));
     }
     let updated = *s.last_updated.lock().expect("last updated");
-    wire::ok_json(&json!({
+    Ok(wire::ok_json(&json!({
         "codeInterpreterIdentifier": s.identifier,
         "sessionId": s.id,
         "lastUpdatedAt": wire::iso8601(updated),
-    }))
+    })))
 }
 
-async fn get_session(
-    AxState(state): St,
-    Path(identifier): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-    ctl: Option<Extension<ConnControl>>,
-) -> Response {
-    let (_, s) = match admit_session(&state, "get", &identifier, &q, &headers, ctl).await {
-        Ok(admitted) => admitted,
-        Err(r) => return r,
-    };
-    wire::ok_json(&json!({
+async fn get_session(call: Call) -> Result<Response, Response> {
+    let (_, s) = call.admit_session("get").await?;
+    Ok(wire::ok_json(&json!({
         "codeInterpreterIdentifier": s.identifier,
         "sessionId": s.id,
         "name": s.name,
         "createdAt": wire::iso8601(s.created_at),
         "sessionTimeoutSeconds": s.timeout.as_secs(),
         "status": s.status().as_str(),
-    }))
+    })))
 }
 
-async fn list(
-    AxState(state): St,
-    Path(identifier): Path<String>,
-    headers: HeaderMap,
-    ctl: Option<Extension<ConnControl>>,
-    body: Bytes,
-) -> Response {
-    let armed = state.take("list");
-    if let Some(r) = before(armed, ctl.as_deref(), None).await {
-        return r;
-    }
-    if let Err(r) = authorize(&state, &headers) {
-        return r;
-    }
-    let req = match parse_body(&body) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
+async fn list(call: Call) -> Result<Response, Response> {
+    let (_, req) = call.admit_body("list").await?;
+    let Call {
+        state, identifier, ..
+    } = call;
     let max = req.get("maxResults").and_then(Value::as_u64).unwrap_or(10);
     if !(1..=100).contains(&max) {
-        return validation("maxResults must be between 1 and 100");
+        return Err(validation("maxResults must be between 1 and 100"));
     }
     let from: usize = match req.get("nextToken").and_then(Value::as_str) {
         Some(t) => match t.parse() {
             Ok(n) => n,
-            Err(_) => return validation("Invalid nextToken"),
+            Err(_) => return Err(validation("Invalid nextToken")),
         },
         None => 0,
     };
@@ -406,16 +420,18 @@ async fn list(
     if from + (max as usize) < matching.len() {
         out["nextToken"] = Value::String((from + max as usize).to_string());
     }
-    wire::ok_json(&out)
+    Ok(wire::ok_json(&out))
 }
 
-async fn invoke(
-    AxState(state): St,
-    Path(identifier): Path<String>,
-    headers: HeaderMap,
-    ctl: Option<Extension<ConnControl>>,
-    body: Bytes,
-) -> Response {
+async fn invoke(call: Call) -> Response {
+    let Call {
+        state,
+        identifier,
+        headers,
+        ctl,
+        body,
+        ..
+    } = call;
     let req = serde_json::from_slice::<Value>(&body);
     let tool = req
         .as_ref()
@@ -428,7 +444,7 @@ async fn invoke(
     let sid_header = headers
         .get("x-amzn-code-interpreter-session-id")
         .and_then(|v| v.to_str().ok());
-    if let Some(r) = before(armed, ctl.as_deref(), sid_header).await {
+    if let Some(r) = before(armed, ctl.as_ref(), sid_header).await {
         return r;
     }
     if let Err(r) = authorize(&state, &headers) {
@@ -436,13 +452,7 @@ async fn invoke(
     }
     let req = match req {
         Ok(v) => v,
-        Err(e) => {
-            return wire::error_response(
-                400,
-                "ValidationException",
-                &json!({ "message": format!("Could not parse the request body: {e}"), "reason": "CannotParse" }),
-            );
-        }
+        Err(e) => return cannot_parse(e),
     };
     if !TOOL_NAMES.contains(&tool.as_str()) {
         return validation(&format!(
@@ -468,17 +478,7 @@ async fn invoke(
     let outcome = tools::run_tool(&state, &session, &tool, &args, vanish).await;
     let result = match outcome {
         Outcome::Vanished(message) => {
-            return stream_response(
-                Some(sid),
-                vec![eventstream::exception_event(
-                    Exception::ResourceNotFound.member(),
-                    Exception::ResourceNotFound
-                        .body(&message)
-                        .to_string()
-                        .as_bytes(),
-                )],
-                None,
-            );
+            return exception_stream(Some(sid), Exception::ResourceNotFound, &message);
         }
         Outcome::Result(r) => r.to_string().into_bytes(),
     };
@@ -488,16 +488,9 @@ async fn invoke(
         | Some(Armed::Extra(AgentCoreFault::HttpException(Exception::InternalServer))) => {
             wire::exception(Exception::InternalServer, "Internal server error")
         }
-        Some(Armed::Extra(AgentCoreFault::StreamException(e))) => stream_response(
-            Some(sid),
-            vec![eventstream::exception_event(
-                e.member(),
-                e.body(&format!("injected {}", e.member()))
-                    .to_string()
-                    .as_bytes(),
-            )],
-            None,
-        ),
+        Some(Armed::Extra(AgentCoreFault::StreamException(e))) => {
+            exception_stream(Some(sid), e, &format!("injected {}", e.member()))
+        }
         Some(Armed::Standard(Fault::CutBeforeExit)) => {
             let half = frame.len() / 2;
             stream_response(Some(sid), vec![frame], Some(half))

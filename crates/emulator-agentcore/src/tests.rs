@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::eventstream::{self, Message};
@@ -53,7 +54,7 @@ impl Raw {
 
     async fn send(
         &self,
-        method: reqwest::Method,
+        method: Method,
         path: &str,
         session: Option<&str>,
         auth: Option<&str>,
@@ -86,10 +87,15 @@ impl Raw {
         }
     }
 
+    /// A signed request outside a session.
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
+        self.send(method, path, None, Some(AUTH), body).await
+    }
+
     async fn start(&self) -> String {
         let r = self
             .send(
-                reqwest::Method::PUT,
+                Method::PUT,
                 "/sessions/start",
                 None,
                 Some(AUTH),
@@ -100,9 +106,15 @@ impl Raw {
         r.json()["sessionId"].as_str().unwrap().to_owned()
     }
 
+    /// `executeCommand` with `command`.
+    async fn exec(&self, sid: &str, command: &str) -> Reply {
+        self.invoke(sid, "executeCommand", json!({ "command": command }))
+            .await
+    }
+
     async fn invoke(&self, sid: &str, tool: &str, args: Value) -> Reply {
         self.send(
-            reqwest::Method::POST,
+            Method::POST,
             "/tools/invoke",
             Some(sid),
             Some(AUTH),
@@ -122,30 +134,26 @@ async fn emulator() -> AgentCoreEmulator {
         .unwrap()
 }
 
-#[tokio::test]
-async fn a_session_runs_commands_and_ends() {
+/// An emulator, a client of it, and a session started on it.
+async fn session() -> (AgentCoreEmulator, Raw, String) {
     let emu = emulator().await;
     let raw = Raw::new(&emu);
     let sid = raw.start().await;
+    (emu, raw, sid)
+}
+
+#[tokio::test]
+async fn a_session_runs_commands_and_ends() {
+    let (emu, raw, sid) = session().await;
     assert_eq!(sid.len(), 26);
     let r = raw
-        .send(
-            reqwest::Method::GET,
-            &format!("/sessions/get?sessionId={sid}"),
-            None,
-            Some(AUTH),
-            None,
-        )
+        .call(Method::GET, &format!("/sessions/get?sessionId={sid}"), None)
         .await;
     assert_eq!(r.json()["status"], "READY");
     assert_eq!(r.json()["sessionTimeoutSeconds"], 300);
 
     let r = raw
-        .invoke(
-            &sid,
-            "executeCommand",
-            json!({ "command": "echo hi; echo err >&2; pwd; echo $HOME $USER; exit 3" }),
-        )
+        .exec(&sid, "echo hi; echo err >&2; pwd; echo $HOME $USER; exit 3")
         .await;
     assert_eq!(r.status, 200);
     assert_eq!(
@@ -170,20 +178,16 @@ async fn a_session_runs_commands_and_ends() {
     assert_eq!(v["content"][0]["type"], "text");
 
     let r = raw
-        .send(
-            reqwest::Method::PUT,
+        .call(
+            Method::PUT,
             &format!("/sessions/stop?sessionId={sid}"),
-            None,
-            Some(AUTH),
             Some(json!({"clientToken": uuid_token()})),
         )
         .await;
     assert_eq!(r.status, 200);
     assert!(r.json()["lastUpdatedAt"].as_str().unwrap().ends_with('Z'));
     assert_eq!(emu.session_status(&sid), Some(SessionStatus::Terminated));
-    let r = raw
-        .invoke(&sid, "executeCommand", json!({ "command": "true" }))
-        .await;
+    let r = raw.exec(&sid, "true").await;
     assert_eq!(r.status, 404);
     assert_eq!(
         r.header("x-amzn-errortype"),
@@ -197,34 +201,19 @@ async fn credentials_are_required_but_signatures_are_not_checked() {
     let emu = emulator().await;
     let raw = Raw::new(&emu);
     let r = raw
-        .send(
-            reqwest::Method::PUT,
-            "/sessions/start",
-            None,
-            None,
-            Some(json!({})),
-        )
+        .send(Method::PUT, "/sessions/start", None, None, Some(json!({})))
         .await;
     assert_eq!(r.status, 403);
     assert_eq!(
         r.header("x-amzn-errortype"),
         Some("MissingAuthenticationTokenException")
     );
-    let emu = AgentCoreEmulator::start(EmulatorOptions {
-        token: Some("AKIDRIGHT".into()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let emu = AgentCoreEmulator::start(EmulatorOptions::with_token("AKIDRIGHT"))
+        .await
+        .unwrap();
     let raw = Raw::new(&emu);
     let r = raw
-        .send(
-            reqwest::Method::PUT,
-            "/sessions/start",
-            None,
-            Some(AUTH),
-            Some(json!({})),
-        )
+        .call(Method::PUT, "/sessions/start", Some(json!({})))
         .await;
     assert_eq!(r.status, 403);
     assert_eq!(
@@ -235,9 +224,7 @@ async fn credentials_are_required_but_signatures_are_not_checked() {
 
 #[tokio::test]
 async fn files_and_commands_share_the_session_directory() {
-    let emu = emulator().await;
-    let raw = Raw::new(&emu);
-    let sid = raw.start().await;
+    let (emu, raw, sid) = session().await;
     let r = raw
         .invoke(
             &sid,
@@ -252,11 +239,7 @@ async fn files_and_commands_share_the_session_directory() {
     assert_eq!(v["isError"], false);
     assert_eq!(v["content"][0]["text"], "Successfully wrote all 2 files");
     let r = raw
-        .invoke(
-            &sid,
-            "executeCommand",
-            json!({ "command": "cat data.txt; od -An -tx1 sub/bin.dat" }),
-        )
+        .exec(&sid, "cat data.txt; od -An -tx1 sub/bin.dat")
         .await;
     assert_eq!(
         r.result()["structuredContent"]["stdout"],
@@ -277,11 +260,7 @@ async fn files_and_commands_share_the_session_directory() {
     assert_eq!(v["content"][1]["resource"]["blob"], "AP+A");
 
     let r = raw
-        .invoke(
-            &sid,
-            "executeCommand",
-            json!({ "command": "mkdir d && printf x > d/f && printf y > /tmp/t" }),
-        )
+        .exec(&sid, "mkdir d && printf x > d/f && printf y > /tmp/t")
         .await;
     assert_eq!(r.result()["structuredContent"]["exitCode"], 0);
     let r = raw
@@ -329,9 +308,7 @@ async fn files_and_commands_share_the_session_directory() {
 
 #[tokio::test]
 async fn tasks_run_report_and_stop() {
-    let emu = emulator().await;
-    let raw = Raw::new(&emu);
-    let sid = raw.start().await;
+    let (emu, raw, sid) = session().await;
     let r = raw
         .invoke(
             &sid,
@@ -402,10 +379,8 @@ async fn tasks_run_report_and_stop() {
 
 #[tokio::test]
 async fn faults_are_rendered_in_the_wire_format() {
-    let emu = emulator().await;
-    let raw = Raw::new(&emu);
-    let sid = raw.start().await;
-    let echo = json!({ "command": "echo x >> /tmp/count" });
+    let (emu, raw, sid) = session().await;
+    let echo = "echo x >> /tmp/count";
 
     emu.faults().arm(
         "exec",
@@ -413,7 +388,7 @@ async fn faults_are_rendered_in_the_wire_format() {
             retry_after_secs: 7,
         },
     );
-    let r = raw.invoke(&sid, "executeCommand", echo.clone()).await;
+    let r = raw.exec(&sid, echo).await;
     assert_eq!(r.status, 429);
     assert_eq!(r.header("retry-after"), Some("7"));
     assert_eq!(r.header("x-amzn-errortype"), Some("ThrottlingException"));
@@ -422,7 +397,7 @@ async fn faults_are_rendered_in_the_wire_format() {
         "exec",
         AgentCoreFault::HttpException(super::Exception::ServiceQuotaExceeded),
     );
-    let r = raw.invoke(&sid, "executeCommand", echo.clone()).await;
+    let r = raw.exec(&sid, echo).await;
     assert_eq!(r.status, 402);
     assert_eq!(
         r.header("x-amzn-errortype"),
@@ -430,7 +405,7 @@ async fn faults_are_rendered_in_the_wire_format() {
     );
 
     emu.faults().arm("exec", Fault::ServerError);
-    let r = raw.invoke(&sid, "executeCommand", echo.clone()).await;
+    let r = raw.exec(&sid, echo).await;
     assert_eq!(r.status, 500);
     assert_eq!(
         r.header("x-amzn-errortype"),
@@ -440,64 +415,53 @@ async fn faults_are_rendered_in_the_wire_format() {
     let count = std::fs::read_to_string(emu.host_path(&sid, "/tmp/count").unwrap()).unwrap();
     assert_eq!(count, "x\n");
 
-    emu.arm("exec", AgentCoreFault::BadMessageCrc);
-    let r = raw
-        .invoke(&sid, "executeCommand", json!({ "command": "true" }))
-        .await;
-    let e = eventstream::decode(r.body.as_ref().unwrap()).unwrap_err();
-    assert!(e.contains("message CRC"), "{e}");
+    // The frames do not decode.
+    for (fault, error) in [
+        (AgentCoreFault::BadMessageCrc, "message CRC"),
+        (AgentCoreFault::BadPreludeCrc, "prelude CRC"),
+    ] {
+        emu.arm("exec", fault);
+        let r = raw.exec(&sid, "true").await;
+        let e = eventstream::decode(r.body.as_ref().unwrap()).unwrap_err();
+        assert!(e.contains(error), "{e}");
+    }
 
-    emu.arm("exec", AgentCoreFault::BadPreludeCrc);
-    let r = raw
-        .invoke(&sid, "executeCommand", json!({ "command": "true" }))
-        .await;
-    let e = eventstream::decode(r.body.as_ref().unwrap()).unwrap_err();
-    assert!(e.contains("prelude CRC"), "{e}");
-
-    emu.arm("exec", AgentCoreFault::ErrorFrame);
-    let m = raw
-        .invoke(&sid, "executeCommand", json!({ "command": "true" }))
-        .await
-        .messages();
-    assert_eq!(m[0].header(":message-type"), Some("error"));
-    assert_eq!(m[0].header(":error-code"), Some("InternalFailure"));
-
-    emu.arm(
-        "exec",
-        AgentCoreFault::StreamException(super::Exception::Throttling),
-    );
-    let m = raw
-        .invoke(&sid, "executeCommand", json!({ "command": "true" }))
-        .await
-        .messages();
-    assert_eq!(m[0].header(":message-type"), Some("exception"));
-    assert_eq!(m[0].header(":exception-type"), Some("throttlingException"));
+    // The first frame is an error or an exception.
+    for (fault, message_type, header, value) in [
+        (
+            AgentCoreFault::ErrorFrame,
+            "error",
+            ":error-code",
+            "InternalFailure",
+        ),
+        (
+            AgentCoreFault::StreamException(super::Exception::Throttling),
+            "exception",
+            ":exception-type",
+            "throttlingException",
+        ),
+    ] {
+        emu.arm("exec", fault);
+        let m = raw.exec(&sid, "true").await.messages();
+        assert_eq!(m[0].header(":message-type"), Some(message_type));
+        assert_eq!(m[0].header(header), Some(value));
+    }
 
     emu.arm("exec", AgentCoreFault::NoResult);
-    let r = raw
-        .invoke(&sid, "executeCommand", json!({ "command": "true" }))
-        .await;
+    let r = raw.exec(&sid, "true").await;
     assert_eq!((r.status, r.body.as_ref().unwrap().len()), (200, 0));
 
     emu.faults().arm("exec", Fault::CutBeforeExit);
-    let r = raw
-        .invoke(&sid, "executeCommand", json!({ "command": "true" }))
-        .await;
+    let r = raw.exec(&sid, "true").await;
     assert_eq!(r.status, 200);
     assert!(r.body.is_err(), "the body must fail: {:?}", r.body);
 
     emu.faults().arm("exec", Fault::MalformedBody);
-    let m = raw
-        .invoke(&sid, "executeCommand", json!({ "command": "true" }))
-        .await
-        .messages();
+    let m = raw.exec(&sid, "true").await.messages();
     assert!(serde_json::from_slice::<Value>(&m[0].payload).is_err());
 
     emu.faults().arm("exec", Fault::SandboxVanishes);
-    let m = raw
-        .invoke(&sid, "executeCommand", json!({ "command": "sleep 5" }))
-        .await
-        .messages();
+    let m = raw.exec(&sid, "sleep 5").await.messages();
     assert_eq!(
         m[0].header(":exception-type"),
         Some("resourceNotFoundException")
@@ -512,28 +476,18 @@ async fn sessions_expire() {
     let emu = emulator().await;
     let raw = Raw::new(&emu);
     let r = raw
-        .send(
-            reqwest::Method::PUT,
+        .call(
+            Method::PUT,
             "/sessions/start",
-            None,
-            Some(AUTH),
             Some(json!({ "sessionTimeoutSeconds": 1 })),
         )
         .await;
     let sid = r.json()["sessionId"].as_str().unwrap().to_owned();
     tokio::time::sleep(Duration::from_millis(1300)).await;
-    let r = raw
-        .invoke(&sid, "executeCommand", json!({ "command": "true" }))
-        .await;
+    let r = raw.exec(&sid, "true").await;
     assert_eq!(r.status, 404);
     let r = raw
-        .send(
-            reqwest::Method::POST,
-            "/sessions/list",
-            None,
-            Some(AUTH),
-            Some(json!({})),
-        )
+        .call(Method::POST, "/sessions/list", Some(json!({})))
         .await;
     assert_eq!(r.json()["items"][0]["status"], "TERMINATED");
 }

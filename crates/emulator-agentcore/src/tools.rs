@@ -153,6 +153,27 @@ fn command_result(state: &State, output: &Output, elapsed: Duration) -> Value {
     )
 }
 
+/// The task the `taskId` argument names, or the tool error to answer.
+fn named_task<'a>(session: &Session, args: &'a Value) -> Result<(&'a str, Arc<Task>), Value> {
+    let Some(id) = arg_str(args, "taskId") else {
+        return Err(tool_error("The 'taskId' argument is required"));
+    };
+    match session.tasks.lock().expect("tasks").get(id) {
+        Some(task) => Ok((id, task.clone())),
+        None => Err(tool_error(&format!("Task not found: {id}"))),
+    }
+}
+
+/// `getTask`'s answer for a task that ended without its command's output (canceled, or failed
+/// to start).
+fn ended_task(message: &str, id: &str, status: &str, is_error: bool) -> Value {
+    result(
+        vec![text(message)],
+        Some(json!({ "taskId": id, "taskStatus": status, "stdout": "", "stderr": "" })),
+        is_error,
+    )
+}
+
 fn arg_str<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
     args.get(key).and_then(Value::as_str)
 }
@@ -268,11 +289,9 @@ pub(crate) async fn run_tool(
             ))
         }
         "getTask" => {
-            let Some(id) = arg_str(args, "taskId") else {
-                return Outcome::Result(tool_error("The 'taskId' argument is required"));
-            };
-            let Some(task) = session.tasks.lock().expect("tasks").get(id).cloned() else {
-                return Outcome::Result(tool_error(&format!("Task not found: {id}")));
+            let (id, task) = match named_task(session, args) {
+                Ok(found) => found,
+                Err(e) => return Outcome::Result(e),
             };
             let st = task.state.lock().expect("task").clone();
             Outcome::Result(match st {
@@ -289,28 +308,14 @@ pub(crate) async fn run_tool(
                         Value::String(if failed { "failed" } else { "completed" }.to_owned());
                     r
                 }
-                TaskState::Canceled => result(
-                    vec![text("Task is canceled")],
-                    Some(
-                        json!({ "taskId": id, "taskStatus": "canceled", "stdout": "", "stderr": "" }),
-                    ),
-                    false,
-                ),
-                TaskState::Failed { message } => result(
-                    vec![text(&message)],
-                    Some(
-                        json!({ "taskId": id, "taskStatus": "failed", "stdout": "", "stderr": "" }),
-                    ),
-                    true,
-                ),
+                TaskState::Canceled => ended_task("Task is canceled", id, "canceled", false),
+                TaskState::Failed { message } => ended_task(&message, id, "failed", true),
             })
         }
         "stopTask" => {
-            let Some(id) = arg_str(args, "taskId") else {
-                return Outcome::Result(tool_error("The 'taskId' argument is required"));
-            };
-            let Some(task) = session.tasks.lock().expect("tasks").get(id).cloned() else {
-                return Outcome::Result(tool_error(&format!("Task not found: {id}")));
+            let (_, task) = match named_task(session, args) {
+                Ok(found) => found,
+                Err(e) => return Outcome::Result(e),
             };
             let mut st = task.state.lock().expect("task");
             if matches!(*st, TaskState::Working) {
@@ -336,10 +341,10 @@ pub(crate) async fn run_tool(
                 ))
             }
         }
-        "writeFiles" => Outcome::Result(write_files(session, args)),
-        "readFiles" => Outcome::Result(read_files(session, args)),
-        "listFiles" => Outcome::Result(list_files(session, args)),
-        "removeFiles" => Outcome::Result(remove_files(session, args)),
+        "writeFiles" => Outcome::Result(file_tool(session, args, write_files)),
+        "readFiles" => Outcome::Result(file_tool(session, args, read_files)),
+        "listFiles" => Outcome::Result(file_tool(session, args, list_files)),
+        "removeFiles" => Outcome::Result(file_tool(session, args, remove_files)),
         other => Outcome::Result(tool_error(&format!("Unknown tool {other}"))),
     }
 }
@@ -404,13 +409,14 @@ where
     session.sandbox.fs_blocking_as(session.sandbox.user(), f)
 }
 
-fn write_files(session: &Session, args: &Value) -> Value {
+/// A files tool (`write_files` ...) run in the session's sandbox as its user.
+fn file_tool(session: &Session, args: &Value, tool: fn(&Fs, &Value) -> Value) -> Value {
     let args = args.clone();
-    as_tools(session, move |fs| Ok(write_files_in(fs, &args)))
+    as_tools(session, move |fs| Ok(tool(fs, &args)))
         .unwrap_or_else(|e| tool_error(&format!("The session's sandbox is unreachable: {e}")))
 }
 
-fn write_files_in(fs: &Fs, args: &Value) -> Value {
+fn write_files(fs: &Fs, args: &Value) -> Value {
     let Some(items) = args.get("content").and_then(Value::as_array) else {
         return tool_error("The 'content' argument is required");
     };
@@ -454,13 +460,7 @@ fn write_files_in(fs: &Fs, args: &Value) -> Value {
     )
 }
 
-fn read_files(session: &Session, args: &Value) -> Value {
-    let args = args.clone();
-    as_tools(session, move |fs| Ok(read_files_in(fs, &args)))
-        .unwrap_or_else(|e| tool_error(&format!("The session's sandbox is unreachable: {e}")))
-}
-
-fn read_files_in(fs: &Fs, args: &Value) -> Value {
+fn read_files(fs: &Fs, args: &Value) -> Value {
     let paths = arg_paths(args);
     if paths.is_empty() {
         return tool_error("The 'paths' argument is required");
@@ -492,13 +492,7 @@ fn read_files_in(fs: &Fs, args: &Value) -> Value {
     result(content, None, false)
 }
 
-fn list_files(session: &Session, args: &Value) -> Value {
-    let args = args.clone();
-    as_tools(session, move |fs| Ok(list_files_in(fs, &args)))
-        .unwrap_or_else(|e| tool_error(&format!("The session's sandbox is unreachable: {e}")))
-}
-
-fn list_files_in(fs: &Fs, args: &Value) -> Value {
+fn list_files(fs: &Fs, args: &Value) -> Value {
     let given = arg_str(args, "directoryPath")
         .or_else(|| arg_str(args, "path"))
         .unwrap_or("");
@@ -541,13 +535,7 @@ fn list_files_in(fs: &Fs, args: &Value) -> Value {
     result(content, None, false)
 }
 
-fn remove_files(session: &Session, args: &Value) -> Value {
-    let args = args.clone();
-    as_tools(session, move |fs| Ok(remove_files_in(fs, &args)))
-        .unwrap_or_else(|e| tool_error(&format!("The session's sandbox is unreachable: {e}")))
-}
-
-fn remove_files_in(fs: &Fs, args: &Value) -> Value {
+fn remove_files(fs: &Fs, args: &Value) -> Value {
     let paths = arg_paths(args);
     if paths.is_empty() {
         return tool_error("The 'paths' argument is required");

@@ -104,13 +104,7 @@ pub struct GuestState {
     streams: Mutex<Vec<ConnControl>>,
 }
 
-impl std::fmt::Debug for GuestState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GuestState")
-            .field("actor", &self.actor)
-            .finish_non_exhaustive()
-    }
-}
+execseam_emulator_kit::debug_fields!(GuestState: actor);
 
 impl GuestState {
     /// Its actor name (`<atespace>/<actor>`).

@@ -136,14 +136,7 @@ pub struct Proc {
     pub cut: AtomicBool,
 }
 
-impl std::fmt::Debug for Proc {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Proc")
-            .field("id", &self.id)
-            .field("pid", &self.pid)
-            .finish_non_exhaustive()
-    }
-}
+execseam_emulator_kit::debug_fields!(Proc: id, pid);
 
 impl Proc {
     /// How it ended, once reaped (and its output fully spooled).

@@ -103,16 +103,7 @@ pub struct Chrono {
 pub type ChronoEmulator = Emulator<Chrono>;
 
 /// What the read routes render: the early faults, and the late ones on their answer.
-const READ_FAULTS: &[&str] = &[
-    "429",
-    "503",
-    "auth",
-    "latency",
-    "500",
-    "reset",
-    "cut",
-    "malformed",
-];
+const READ_FAULTS: &[&str] = execseam_emulator_kit::FAULTS_BUT_VANISH;
 
 impl Provider for Chrono {
     const NAME: &'static str = "chrono";

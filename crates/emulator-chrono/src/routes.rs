@@ -203,28 +203,36 @@ fn end_response(end: RunEnd) -> Response {
     render(end.reply())
 }
 
+/// The common start of the synchronous runs (`/execute`, `/execute/stream`): admitted on `exec`,
+/// a valid request, and a free sandbox (429 when every one is busy).
+async fn admit_run(
+    s: &Shared,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(Option<Fault>, ExecuteRequest), Response> {
+    let (_owner, fault) = admit(s, "exec", headers).await?;
+    let req = parse_request(s, body)?;
+    if !s.runner.try_reserve(s.options.max_concurrent) {
+        return Err(render(error_reply(
+            429,
+            codes::EXECUTION_CAPACITY_EXCEEDED,
+            "every sandbox is busy",
+            Some(s.options.retry_after_secs),
+        )));
+    }
+    Ok((fault, req))
+}
+
 async fn execute(
     State(s): S,
     headers: HeaderMap,
     conn: Option<axum::Extension<ConnControl>>,
     body: Bytes,
 ) -> Response {
-    let (_owner, fault) = match admit(&s, "exec", &headers).await {
+    let (fault, req) = match admit_run(&s, &headers, &body).await {
         Ok(v) => v,
         Err(r) => return r,
     };
-    let req = match parse_request(&s, &body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
-    if !s.runner.try_reserve(s.options.max_concurrent) {
-        return render(error_reply(
-            429,
-            codes::EXECUTION_CAPACITY_EXCEEDED,
-            "every sandbox is busy",
-            Some(s.options.retry_after_secs),
-        ));
-    }
     let end = s
         .runner
         .run(
@@ -272,22 +280,10 @@ fn sse_line(v: serde_json::Value) -> Bytes {
 }
 
 async fn execute_stream(State(s): S, headers: HeaderMap, body: Bytes) -> Response {
-    let (_owner, fault) = match admit(&s, "exec", &headers).await {
+    let (fault, req) = match admit_run(&s, &headers, &body).await {
         Ok(v) => v,
         Err(r) => return r,
     };
-    let req = match parse_request(&s, &body) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
-    if !s.runner.try_reserve(s.options.max_concurrent) {
-        return render(error_reply(
-            429,
-            codes::EXECUTION_CAPACITY_EXCEEDED,
-            "every sandbox is busy",
-            Some(s.options.retry_after_secs),
-        ));
-    }
     let (tx, rx) = mpsc::unbounded_channel::<Sse>();
     let (ctx, mut crx) = mpsc::unbounded_channel::<Chunk>();
     let runner = s.runner.clone();
@@ -522,18 +518,26 @@ async fn read_fault(
     }
 }
 
+/// The common start of the read routes: admitted on `route`, for an execution the caller may
+/// read.
+async fn admit_read(
+    s: &Shared,
+    route: &str,
+    id: &str,
+    headers: &HeaderMap,
+) -> Result<(Option<Fault>, Record), Response> {
+    let (owner, fault) = admit(s, route, headers).await?;
+    Ok((fault, readable(s, id, &owner)?))
+}
+
 async fn status(
     State(s): S,
     Path(id): Path<String>,
     headers: HeaderMap,
     conn: Option<axum::Extension<ConnControl>>,
 ) -> Response {
-    let (owner, fault) = match admit(&s, "status", &headers).await {
+    let (fault, rec) = match admit_read(&s, "status", &id, &headers).await {
         Ok(v) => v,
-        Err(r) => return r,
-    };
-    let rec = match readable(&s, &id, &owner) {
-        Ok(r) => r,
         Err(r) => return r,
     };
     let inm = headers.get("if-none-match").and_then(|v| v.to_str().ok());
@@ -551,12 +555,8 @@ async fn result(
     headers: HeaderMap,
     conn: Option<axum::Extension<ConnControl>>,
 ) -> Response {
-    let (owner, fault) = match admit(&s, "result", &headers).await {
+    let (fault, rec) = match admit_read(&s, "result", &id, &headers).await {
         Ok(v) => v,
-        Err(r) => return r,
-    };
-    let rec = match readable(&s, &id, &owner) {
-        Ok(r) => r,
         Err(r) => return r,
     };
     read_fault(

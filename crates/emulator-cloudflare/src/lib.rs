@@ -254,12 +254,9 @@ mod tests {
 
     async fn emulator() -> (CloudflareEmulator, reqwest::Client) {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let emu = CloudflareEmulator::start(EmulatorOptions {
-            token: Some("k".into()),
-            ..EmulatorOptions::default()
-        })
-        .await
-        .expect("emulator");
+        let emu = CloudflareEmulator::start(EmulatorOptions::with_token("k"))
+            .await
+            .expect("emulator");
         (emu, reqwest::Client::new())
     }
 

@@ -24,10 +24,7 @@ fn dir() -> PathBuf {
 
 /// A configured `SANDBOX_API_KEY`, so that a wrong token is refused.
 fn options() -> EmulatorOptions {
-    EmulatorOptions {
-        token: Some("interop-secret".into()),
-        ..EmulatorOptions::default()
-    }
+    EmulatorOptions::with_token("interop-secret")
 }
 
 fn show(out: &Output) -> String {
@@ -39,28 +36,26 @@ fn show(out: &Output) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn openai_agents_cloudflare_client_against_the_emulator() {
+/// Runs the OpenAI Agents SDK script `script` (the `cloudflare` virtualenv) against a fresh
+/// emulator: it must succeed, print `passed`, run exactly `checks` checks (`ok …` lines), and
+/// delete the sandboxes it made.
+async fn sdk_checks(script: &'static str, passed: &str, checks: usize) {
     let emulator = CloudflareEmulator::start(options())
         .await
         .expect("emulator");
     let env = emulator.env();
     let out = tokio::task::spawn_blocking(move || {
         let python = python_env("cloudflare", &dir().join("requirements.txt"))?;
-        run_python(&python, &dir().join("interop.py"), &env)
+        run_python(&python, &dir().join(script), &env)
     })
     .await
     .expect("join")
-    .expect("the interop script could not run (is PyPI reachable?)");
+    .unwrap_or_else(|e| panic!("{script} could not run (is PyPI reachable?): {e}"));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", show(&out));
-    assert!(
-        text.contains("interop: all checks passed"),
-        "{}",
-        show(&out)
-    );
-    let checks = text.lines().filter(|l| l.starts_with("ok ")).count();
-    assert_eq!(checks, 32, "{}", show(&out));
+    assert!(text.contains(passed), "{}", show(&out));
+    let ran = text.lines().filter(|l| l.starts_with("ok ")).count();
+    assert_eq!(ran, checks, "{}", show(&out));
     // The SDK deleted its sandbox.
     assert!(
         emulator.sandbox_ids().is_empty(),
@@ -70,32 +65,13 @@ async fn openai_agents_cloudflare_client_against_the_emulator() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn openai_agents_cloudflare_client_against_the_emulator() {
+    sdk_checks("interop.py", "interop: all checks passed", 32).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn openai_agents_shell_tools_run_commands_on_the_bridge_terminal() {
-    let emulator = CloudflareEmulator::start(options())
-        .await
-        .expect("emulator");
-    let env = emulator.env();
-    let out = tokio::task::spawn_blocking(move || {
-        let python = python_env("cloudflare", &dir().join("requirements.txt"))?;
-        run_python(&python, &dir().join("pty_interop.py"), &env)
-    })
-    .await
-    .expect("join")
-    .expect("the PTY interop script could not run (is PyPI reachable?)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", show(&out));
-    assert!(
-        text.contains("pty interop: all checks passed"),
-        "{}",
-        show(&out)
-    );
-    let checks = text.lines().filter(|l| l.starts_with("ok ")).count();
-    assert_eq!(checks, 22, "{}", show(&out));
-    assert!(
-        emulator.sandbox_ids().is_empty(),
-        "{:?}",
-        emulator.sandbox_ids()
-    );
+    sdk_checks("pty_interop.py", "pty interop: all checks passed", 22).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -110,7 +110,33 @@ pub(super) struct Addressed {
     pub(super) method: Method,
 }
 
-impl FromRequestParts<Arc<State>> for Addressed {
+impl Addressed {
+    /// A 400 in the API's envelope, for this request.
+    pub(super) fn fail(&self, message: &str) -> Response {
+        sandbox_error(message, &self.uri, &self.method)
+    }
+
+    /// The sandbox as [`dto`] renders it for this request (`state_override` as there).
+    pub(super) fn dto(&self, state_override: Option<&'static str>) -> serde_json::Value {
+        dto(&self.state, &self.headers, &self.s, state_override)
+    }
+
+    /// 200 with the sandbox.
+    pub(super) fn answer(&self) -> Response {
+        json_response(StatusCode::OK, &self.dto(None))
+    }
+}
+
+/// A control-plane request that carries the organization's key (401 otherwise), with what the
+/// answers need.
+pub(super) struct Authorized {
+    pub(super) state: Arc<State>,
+    pub(super) headers: HeaderMap,
+    pub(super) uri: Uri,
+    pub(super) method: Method,
+}
+
+impl FromRequestParts<Arc<State>> for Authorized {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<State>) -> Result<Self, Response> {
@@ -122,7 +148,26 @@ impl FromRequestParts<Arc<State>> for Addressed {
         if let Some(r) = check(state, &headers, &uri, &method) {
             return Err(r);
         }
-        let params = Path::<BTreeMap<String, String>>::from_request_parts(parts, state)
+        Ok(Authorized {
+            state: state.clone(),
+            headers,
+            uri,
+            method,
+        })
+    }
+}
+
+impl FromRequestParts<Arc<State>> for Addressed {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<State>) -> Result<Self, Response> {
+        let Authorized {
+            state,
+            headers,
+            uri,
+            method,
+        } = Authorized::from_request_parts(parts, state).await?;
+        let params = Path::<BTreeMap<String, String>>::from_request_parts(parts, &state)
             .await
             .map_err(IntoResponse::into_response)?;
         let id = params.get("id").map_or("", String::as_str);
@@ -130,7 +175,7 @@ impl FromRequestParts<Arc<State>> for Addressed {
             return Err(not_found(id, &uri, &method));
         };
         Ok(Addressed {
-            state: state.clone(),
+            state,
             s,
             headers,
             uri,
@@ -279,15 +324,13 @@ pub(crate) fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
 /// SDK sends `json.dumps(labels)`, `daytona/_sync/daytona.py` `_fetch_sandbox_page`) and a
 /// sandbox matches when it carries every pair; `states` (repeated or comma-separated), `id` and
 /// `name` filter too; `limit` bounds a page.
-pub(super) async fn list(
-    AxState(state): AxState<Arc<State>>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
-) -> Response {
-    if let Some(r) = check(&state, &headers, &uri, &method) {
-        return r;
-    }
+pub(super) async fn list(a: Authorized) -> Response {
+    let Authorized {
+        state,
+        headers,
+        uri,
+        method,
+    } = a;
     let q = query_pairs(&uri);
     let get = |k: &str| {
         q.iter()
@@ -377,81 +420,57 @@ fn sandbox_error(message: &str, uri: &Uri, method: &Method) -> Response {
 
 /// `POST /sandbox/{id}/start` (`sandbox.service.ts` `start`): a stopped or archived sandbox
 /// starts (at once here: no `starting` state is observed), a started one is returned as is.
-pub(super) async fn start(
-    Addressed {
-        state,
-        s,
-        headers,
-        uri,
-        method,
-    }: Addressed,
-) -> Response {
+pub(super) async fn start(a: Addressed) -> Response {
     {
-        let mut life = s.life.lock().expect("life");
+        let mut life = a.s.life.lock().expect("life");
         // `assertSandboxNotErrored`: a sandbox in error is recovered, not started.
         if life.state == "error" {
             drop(life);
-            return sandbox_error("Sandbox is in an errored state", &uri, &method);
+            return a.fail("Sandbox is in an errored state");
         }
         if life.state != "started" {
             life.state = "started";
             life.touch();
         }
     }
-    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+    a.answer()
 }
 
 /// `POST /sandbox/{id}/stop` (`sandbox.service.ts` `stop`): only a started sandbox stops
 /// ("Sandbox is not in a stoppable state"); its processes die, its filesystem stays.
-pub(super) async fn stop(
-    Addressed {
-        state,
-        s,
-        headers,
-        uri,
-        method,
-    }: Addressed,
-) -> Response {
-    match s.life.lock().expect("life").state {
-        "error" => return sandbox_error("Sandbox is in an errored state", &uri, &method),
+pub(super) async fn stop(a: Addressed) -> Response {
+    match a.s.life.lock().expect("life").state {
+        "error" => return a.fail("Sandbox is in an errored state"),
         "started" => {}
-        _ => return sandbox_error("Sandbox is not in a stoppable state", &uri, &method),
+        _ => return a.fail("Sandbox is not in a stoppable state"),
     }
-    if s.stop() {
+    if a.s.stop() {
         // `autoDeleteInterval` 0: stopping destroys it (`desiredState: DESTROYED`).
-        let body = dto(&state, &headers, &s, Some("destroying"));
-        state.destroy(&s.id);
+        let body = a.dto(Some("destroying"));
+        a.state.destroy(&a.s.id);
         return json_response(StatusCode::OK, &body);
     }
-    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+    a.answer()
 }
 
 /// `POST /sandbox/{id}/archive` (`sandbox.service.ts` `archive`): only a stopped sandbox
 /// ("Sandbox is not stopped") that is not ephemeral ("Ephemeral sandboxes cannot be archived",
 /// `autoDeleteInterval` 0); its files are kept (start brings it back).
-pub(super) async fn archive(
-    Addressed {
-        state,
-        s,
-        headers,
-        uri,
-        method,
-    }: Addressed,
-) -> Response {
+pub(super) async fn archive(a: Addressed) -> Response {
     {
-        let mut life = s.life.lock().expect("life");
+        let mut life = a.s.life.lock().expect("life");
         if life.state != "stopped" {
             drop(life);
-            return sandbox_error("Sandbox is not stopped", &uri, &method);
+            return a.fail("Sandbox is not stopped");
         }
         if life.auto_delete == 0 {
             drop(life);
-            return sandbox_error("Ephemeral sandboxes cannot be archived", &uri, &method);
+            return a.fail("Ephemeral sandboxes cannot be archived");
         }
         life.state = "archived";
         life.touch();
     }
-    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+    a.answer()
 }
 
 #[derive(Deserialize)]
@@ -461,14 +480,11 @@ struct Labels {
 
 /// `PUT /sandbox/{id}/labels` `{"labels": {...}}` (`replaceLabels`: the whole set is replaced);
 /// answers `SandboxLabels`.
-pub(super) async fn replace_labels(
-    Addressed { s, uri, method, .. }: Addressed,
-    body: Bytes,
-) -> Response {
+pub(super) async fn replace_labels(a: Addressed, body: Bytes) -> Response {
     let Ok(req) = serde_json::from_slice::<Labels>(&body) else {
-        return sandbox_error("labels must be an object of strings", &uri, &method);
+        return a.fail("labels must be an object of strings");
     };
-    let mut life = s.life.lock().expect("life");
+    let mut life = a.s.life.lock().expect("life");
     life.labels = req.labels;
     life.touch();
     json_response(StatusCode::OK, &serde_json::json!({"labels": life.labels}))
@@ -477,28 +493,18 @@ pub(super) async fn replace_labels(
 /// `POST /sandbox/{id}/autostop/{interval}` (`setAutostopInterval`): minutes of inactivity
 /// before the sandbox stops, 0 disables it; a negative or non-integer interval is a 400.
 pub(super) async fn set_autostop(
-    Addressed {
-        state,
-        s,
-        headers,
-        uri,
-        method,
-    }: Addressed,
+    a: Addressed,
     Path((_, interval)): Path<(String, String)>,
 ) -> Response {
     let Ok(minutes) = interval.parse::<u64>() else {
-        return sandbox_error(
-            "Auto-stop interval must be a non-negative integer",
-            &uri,
-            &method,
-        );
+        return a.fail("Auto-stop interval must be a non-negative integer");
     };
     {
-        let mut life = s.life.lock().expect("life");
+        let mut life = a.s.life.lock().expect("life");
         life.auto_stop = minutes;
         life.touch();
     }
-    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+    a.answer()
 }
 
 /// `resolveAutoArchiveInterval` (`sandbox.service.ts`): negative is a 400, 0 is the maximum,
@@ -551,13 +557,7 @@ fn network_allow_list(list: &str) -> Result<String, String> {
 /// `POST /sandbox/{id}/autoarchive/{interval}` (`setAutoArchiveInterval`): minutes a sandbox
 /// stays stopped before it is archived (`resolveAutoArchiveInterval`); answers the sandbox.
 pub(super) async fn set_autoarchive(
-    Addressed {
-        state,
-        s,
-        headers,
-        uri,
-        method,
-    }: Addressed,
+    a: Addressed,
     Path((_, interval)): Path<(String, String)>,
 ) -> Response {
     let minutes = match interval
@@ -566,34 +566,24 @@ pub(super) async fn set_autoarchive(
         .and_then(auto_archive)
     {
         Ok(m) => m,
-        Err(m) => return sandbox_error(m, &uri, &method),
+        Err(m) => return a.fail(m),
     };
-    s.life.lock().expect("life").auto_archive = minutes;
-    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+    a.s.life.lock().expect("life").auto_archive = minutes;
+    a.answer()
 }
 
 /// `POST /sandbox/{id}/autodelete/{interval}` (`setAutoDeleteInterval`): minutes a sandbox
 /// stays stopped before it is deleted, stored as given (negative disables, 0 deletes on stop);
 /// answers the sandbox.
 pub(super) async fn set_autodelete(
-    Addressed {
-        state,
-        s,
-        headers,
-        uri,
-        method,
-    }: Addressed,
+    a: Addressed,
     Path((_, interval)): Path<(String, String)>,
 ) -> Response {
     let Ok(minutes) = interval.parse::<i64>() else {
-        return sandbox_error(
-            "Validation failed (numeric string is expected)",
-            &uri,
-            &method,
-        );
+        return a.fail("Validation failed (numeric string is expected)");
     };
-    s.life.lock().expect("life").auto_delete = minutes;
-    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+    a.s.life.lock().expect("life").auto_delete = minutes;
+    a.answer()
 }
 
 #[derive(Deserialize)]
@@ -609,30 +599,21 @@ struct NetworkSettings {
 /// allow list, an allow list (validated) unblocks, `networkBlockAll: false` alone clears the
 /// list, an empty string clears a list; answers the sandbox. The emulator stores and reports
 /// the policy; it does not filter the sandbox's traffic (docs/adapters/daytona.md).
-pub(super) async fn network_settings(
-    Addressed {
-        state,
-        s,
-        headers,
-        uri,
-        method,
-    }: Addressed,
-    body: Bytes,
-) -> Response {
+pub(super) async fn network_settings(a: Addressed, body: Bytes) -> Response {
     let req: NetworkSettings = match serde_json::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => return sandbox_error(&format!("invalid body: {e}"), &uri, &method),
+        Err(e) => return a.fail(&format!("invalid body: {e}")),
     };
     let allow = match req.network_allow_list.as_deref() {
         Some(l) if !l.trim().is_empty() => match network_allow_list(l) {
             Ok(l) => Some(Some(l)),
-            Err(m) => return sandbox_error(&m, &uri, &method),
+            Err(m) => return a.fail(&m),
         },
         Some(_) => Some(None),
         None => None,
     };
     {
-        let mut life = s.life.lock().expect("life");
+        let mut life = a.s.life.lock().expect("life");
         if let Some(d) = req.domain_allow_list {
             life.domain_allow_list = (!d.trim().is_empty()).then_some(d);
         }
@@ -653,46 +634,34 @@ pub(super) async fn network_settings(
         }
         life.updated_at = super::files::rfc3339(std::time::SystemTime::now());
     }
-    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+    a.answer()
 }
 
 /// `POST /sandbox/{id}/recover` (`sandbox.service.ts` `recover`, `recoverInPlace`): only a
 /// sandbox in `error` whose error is recoverable ("Sandbox is not in a recoverable state",
 /// 400); it goes to `stopped` (error cleared) and is started; answers the sandbox.
-pub(super) async fn recover(
-    Addressed {
-        state,
-        s,
-        headers,
-        uri,
-        method,
-    }: Addressed,
-) -> Response {
+pub(super) async fn recover(a: Addressed) -> Response {
     {
-        let mut life = s.life.lock().expect("life");
+        let mut life = a.s.life.lock().expect("life");
         if !life.recoverable {
             drop(life);
-            return sandbox_error("Sandbox is not in a recoverable state", &uri, &method);
+            return a.fail("Sandbox is not in a recoverable state");
         }
         if life.state != "error" {
             drop(life);
-            return sandbox_error("Sandbox must be in error state to recover", &uri, &method);
+            return a.fail("Sandbox must be in error state to recover");
         }
         life.error_reason = None;
         life.recoverable = false;
         life.state = "started";
         life.touch();
     }
-    json_response(StatusCode::OK, &dto(&state, &headers, &s, None))
+    a.answer()
 }
 
-pub(super) async fn delete(
-    Addressed {
-        state, s, headers, ..
-    }: Addressed,
-) -> Response {
-    let body = dto(&state, &headers, &s, Some("destroying"));
-    state.destroy(&s.id);
+pub(super) async fn delete(a: Addressed) -> Response {
+    let body = a.dto(Some("destroying"));
+    a.state.destroy(&a.s.id);
     json_response(StatusCode::OK, &body)
 }
 

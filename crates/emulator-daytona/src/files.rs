@@ -35,34 +35,22 @@ fn go_time(t: SystemTime) -> String {
 /// Go's `FileMode.String()`.
 fn go_mode(meta: &std::fs::Metadata) -> String {
     let ft = meta.file_type();
-    let mut s = String::new();
-    if ft.is_dir() {
-        s.push('d');
-    }
-    if ft.is_symlink() {
-        s.push('L');
-    }
-    if ft.is_block_device() {
-        s.push('D');
-    }
-    if ft.is_fifo() {
-        s.push('p');
-    }
-    if ft.is_socket() {
-        s.push('S');
-    }
-    if ft.is_char_device() {
-        s.push_str("Dc");
-    }
     let mode = meta.permissions().mode();
-    if mode & 0o4000 != 0 {
-        s.push('u');
-    }
-    if mode & 0o2000 != 0 {
-        s.push('g');
-    }
-    if mode & 0o1000 != 0 {
-        s.push('t');
+    let mut s = String::new();
+    for (set, letters) in [
+        (ft.is_dir(), "d"),
+        (ft.is_symlink(), "L"),
+        (ft.is_block_device(), "D"),
+        (ft.is_fifo(), "p"),
+        (ft.is_socket(), "S"),
+        (ft.is_char_device(), "Dc"),
+        (mode & 0o4000 != 0, "u"),
+        (mode & 0o2000 != 0, "g"),
+        (mode & 0o1000 != 0, "t"),
+    ] {
+        if set {
+            s.push_str(letters);
+        }
     }
     if s.is_empty() {
         s.push('-');
@@ -98,6 +86,11 @@ pub(crate) fn query(req: &Request) -> Vec<(String, String)> {
 
 fn param(q: &[(String, String)], key: &str) -> Option<String> {
     q.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+}
+
+/// `key`'s value unless it is absent or empty.
+fn nonempty(q: &[(String, String)], key: &str) -> Option<String> {
+    param(q, key).filter(|v| !v.is_empty())
 }
 
 /// A sandbox path from a request: relative paths are relative to the daemon's cwd (the home).
@@ -187,14 +180,8 @@ fn list_into(
 pub(super) async fn info(sb: Arc<SandboxEntry>, req: Request) -> Response {
     let route = rel(&sb, &req);
     let q = query(&req);
-    let Some(p) = param(&q, "path").filter(|p| !p.is_empty()) else {
-        return daemon_error(
-            StatusCode::BAD_REQUEST,
-            "bad request: path is required",
-            Some("BAD_REQUEST"),
-            &route,
-            "GET",
-        );
+    let Some(p) = nonempty(&q, "path") else {
+        return bad_request("path is required", &route, "GET");
     };
     let p = sandbox_path(&p);
     as_daemon(
@@ -239,22 +226,24 @@ fn walk(host: &Path, shown: &str, f: &mut dyn FnMut(&str, &Path, &std::fs::Metad
     }
 }
 
-pub(super) async fn find(sb: Arc<SandboxEntry>, req: Request) -> Response {
-    let route = rel(&sb, &req);
-    let q = query(&req);
-    let (Some(p), Some(pattern)) = (
-        param(&q, "path").filter(|p| !p.is_empty()),
-        param(&q, "pattern").filter(|p| !p.is_empty()),
-    ) else {
-        return daemon_error(
-            StatusCode::BAD_REQUEST,
-            "bad request: path and pattern are required",
-            Some("BAD_REQUEST"),
-            &route,
-            "GET",
-        );
+/// The route, the sandbox `path` and the `pattern` of a find or search (both required).
+fn path_and_pattern(
+    sb: &SandboxEntry,
+    req: &Request,
+) -> Result<(String, String, String), Response> {
+    let route = rel(sb, req);
+    let q = query(req);
+    let (Some(p), Some(pattern)) = (nonempty(&q, "path"), nonempty(&q, "pattern")) else {
+        return Err(bad_request("path and pattern are required", &route, "GET"));
     };
-    let p = sandbox_path(&p);
+    Ok((route, sandbox_path(&p), pattern))
+}
+
+pub(super) async fn find(sb: Arc<SandboxEntry>, req: Request) -> Response {
+    let (route, p, pattern) = match path_and_pattern(&sb, &req) {
+        Ok(found) => found,
+        Err(r) => return r,
+    };
     as_daemon(&sb, &route, "GET", move |fs| {
         let mut hits = Vec::new();
         walk(&fs.path(&p), &p, &mut |shown, host, meta| {
@@ -374,21 +363,10 @@ pub(crate) fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
 }
 
 pub(super) async fn search(sb: Arc<SandboxEntry>, req: Request) -> Response {
-    let route = rel(&sb, &req);
-    let q = query(&req);
-    let (Some(p), Some(pattern)) = (
-        param(&q, "path").filter(|p| !p.is_empty()),
-        param(&q, "pattern").filter(|p| !p.is_empty()),
-    ) else {
-        return daemon_error(
-            StatusCode::BAD_REQUEST,
-            "bad request: path and pattern are required",
-            Some("BAD_REQUEST"),
-            &route,
-            "GET",
-        );
+    let (route, p, pattern) = match path_and_pattern(&sb, &req) {
+        Ok(found) => found,
+        Err(r) => return r,
     };
-    let p = sandbox_path(&p);
     as_daemon(&sb, &route, "GET", move |fs| {
         let mut files = Vec::new();
         walk(&fs.path(&p), &p, &mut |shown, host, _| {
@@ -662,24 +640,12 @@ pub(super) async fn bulk_upload(sb: Arc<SandboxEntry>, req: Request) -> Response
 pub(super) async fn folder(sb: Arc<SandboxEntry>, req: Request) -> Response {
     let route = rel(&sb, &req);
     let q = query(&req);
-    let Some(p) = param(&q, "path").filter(|p| !p.is_empty()) else {
-        return daemon_error(
-            StatusCode::BAD_REQUEST,
-            "bad request: path is required",
-            Some("BAD_REQUEST"),
-            &route,
-            "POST",
-        );
+    let Some(p) = nonempty(&q, "path") else {
+        return bad_request("path is required", &route, "POST");
     };
     let mode = param(&q, "mode").unwrap_or_else(|| "755".into());
     let Ok(mode) = u32::from_str_radix(&mode, 8) else {
-        return daemon_error(
-            StatusCode::BAD_REQUEST,
-            "bad request: invalid mode format",
-            Some("BAD_REQUEST"),
-            &route,
-            "POST",
-        );
+        return bad_request("invalid mode format", &route, "POST");
     };
     as_daemon(&sb, &route.clone(), "POST", move |fs| {
         let host = fs.path(&sandbox_path(&p));
@@ -697,14 +663,8 @@ pub(super) async fn folder(sb: Arc<SandboxEntry>, req: Request) -> Response {
 pub(super) async fn delete(sb: Arc<SandboxEntry>, req: Request) -> Response {
     let route = rel(&sb, &req);
     let q = query(&req);
-    let Some(p) = param(&q, "path").filter(|p| !p.is_empty()) else {
-        return daemon_error(
-            StatusCode::BAD_REQUEST,
-            "bad request: path is required",
-            Some("BAD_REQUEST"),
-            &route,
-            "DELETE",
-        );
+    let Some(p) = nonempty(&q, "path") else {
+        return bad_request("path is required", &route, "DELETE");
     };
     let recursive = param(&q, "recursive").as_deref() == Some("true");
     as_daemon(&sb, &route.clone(), "DELETE", move |fs| {
@@ -712,10 +672,8 @@ pub(super) async fn delete(sb: Arc<SandboxEntry>, req: Request) -> Response {
         let r = match std::fs::symlink_metadata(&host) {
             Err(e) => Err(e),
             Ok(m) if m.is_dir() && !recursive => {
-                return daemon_error(
-                    StatusCode::BAD_REQUEST,
-                    "bad request: cannot delete directory without recursive flag",
-                    Some("BAD_REQUEST"),
+                return bad_request(
+                    "cannot delete directory without recursive flag",
                     &route,
                     "DELETE",
                 );
@@ -775,10 +733,7 @@ fn copy_tree(src: &Path, dst: &Path) -> std::io::Result<()> {
 pub(super) async fn move_file(sb: Arc<SandboxEntry>, req: Request) -> Response {
     let route = rel(&sb, &req);
     let q = query(&req);
-    let (Some(src), Some(dst)) = (
-        param(&q, "source").filter(|p| !p.is_empty()),
-        param(&q, "destination").filter(|p| !p.is_empty()),
-    ) else {
+    let (Some(src), Some(dst)) = (nonempty(&q, "source"), nonempty(&q, "destination")) else {
         return bad_request("source and destination paths are required", &route, "POST");
     };
     as_daemon(&sb, &route.clone(), "POST", move |fs| {
@@ -878,12 +833,12 @@ pub(super) async fn replace(sb: Arc<SandboxEntry>, req: Request) -> Response {
 pub(super) async fn permissions(sb: Arc<SandboxEntry>, req: Request) -> Response {
     let route = rel(&sb, &req);
     let q = query(&req);
-    let Some(p) = param(&q, "path").filter(|p| !p.is_empty()) else {
+    let Some(p) = nonempty(&q, "path") else {
         return bad_request("path is required", &route, "POST");
     };
-    let mode = param(&q, "mode").filter(|m| !m.is_empty());
-    let owner = param(&q, "owner").filter(|m| !m.is_empty());
-    let group = param(&q, "group").filter(|m| !m.is_empty());
+    let mode = nonempty(&q, "mode");
+    let owner = nonempty(&q, "owner");
+    let group = nonempty(&q, "group");
     let users = {
         let mut u = vec![sb.sandbox.user().clone()];
         u.push(execseam_emulator_kit::User::root());

@@ -581,6 +581,26 @@ pub(crate) fn json_response(status: StatusCode, body: &serde_json::Value) -> Res
         .into_response()
 }
 
+/// A request the proxy forwards to the sandbox's runner: a stopped sandbox's container has no
+/// address (400 "… Is the Sandbox started?"); a request is activity otherwise.
+pub(crate) fn reach_runner(sb: &SandboxEntry, path: &str, method: &str) -> Result<(), Response> {
+    let mut life = sb.life.lock().expect("life");
+    // A snapshotting container runs on (the runner commits it without pausing).
+    if !matches!(life.state, "started" | "snapshotting") {
+        drop(life);
+        return Err(envelope(
+            StatusCode::BAD_REQUEST,
+            "bad request: no IP address found. Is the Sandbox started?",
+            Some("BAD_REQUEST"),
+            "DAYTONA_RUNNER",
+            path,
+            method,
+        ));
+    }
+    life.last_activity = std::time::Instant::now();
+    Ok(())
+}
+
 /// The toolbox proxy: `/toolbox/{sandboxId}/{path}`.
 async fn toolbox(
     AxState(state): AxState<Arc<State>>,
@@ -606,21 +626,8 @@ async fn toolbox(
     // The proxy forwards to the runner, which finds no address for a stopped sandbox's
     // container and answers 400 "… Is the Sandbox started?" (runner
     // `pkg/api/controllers/proxy.go` `getProxyTarget`); a request is activity otherwise.
-    {
-        let mut life = sb.life.lock().expect("life");
-        // A snapshotting container runs on (the runner commits it without pausing).
-        if !matches!(life.state, "started" | "snapshotting") {
-            drop(life);
-            return envelope(
-                StatusCode::BAD_REQUEST,
-                "bad request: no IP address found. Is the Sandbox started?",
-                Some("BAD_REQUEST"),
-                "DAYTONA_RUNNER",
-                req.uri().path(),
-                &method,
-            );
-        }
-        life.last_activity = std::time::Instant::now();
+    if let Err(r) = reach_runner(&sb, req.uri().path(), &method) {
+        return r;
     }
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     if segs.len() >= 2 && segs[..2] == ["process", "pty"] {

@@ -243,13 +243,7 @@ pub(super) async fn execute(
     let r: ExecuteRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
-            return daemon_error(
-                StatusCode::BAD_REQUEST,
-                &format!("invalid body request: {e}"),
-                Some("INVALID_REQUEST_BODY"),
-                &path,
-                "POST",
-            );
+            return invalid_body(&e, &path);
         }
     };
     let script = if code_run {
@@ -574,24 +568,38 @@ fn rel_path(sb: &SandboxEntry, req: &Request) -> String {
         .to_owned()
 }
 
-pub(super) async fn create_session(sb: Arc<SandboxEntry>, req: Request) -> Response {
-    let path = rel_path(&sb, &req);
-    let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+/// A JSON body of at most `limit` bytes that must carry `what`: 400 `INVALID_REQUEST_BODY`
+/// ("invalid body request: {what} is required") when it does not decode.
+async fn required_body<T: serde::de::DeserializeOwned>(
+    req: Request,
+    limit: usize,
+    path: &str,
+    what: &str,
+) -> Result<T, Response> {
+    let body = axum::body::to_bytes(req.into_body(), limit)
         .await
         .unwrap_or_default();
+    serde_json::from_slice(&body).map_err(|_| {
+        daemon_error(
+            StatusCode::BAD_REQUEST,
+            &format!("invalid body request: {what} is required"),
+            Some("INVALID_REQUEST_BODY"),
+            path,
+            "POST",
+        )
+    })
+}
+
+pub(super) async fn create_session(sb: Arc<SandboxEntry>, req: Request) -> Response {
+    let path = rel_path(&sb, &req);
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Create {
         session_id: String,
     }
-    let Ok(c) = serde_json::from_slice::<Create>(&body) else {
-        return daemon_error(
-            StatusCode::BAD_REQUEST,
-            "invalid body request: sessionId is required",
-            Some("INVALID_REQUEST_BODY"),
-            &path,
-            "POST",
-        );
+    let c: Create = match required_body(req, 1 << 20, &path, "sessionId").await {
+        Ok(c) => c,
+        Err(r) => return r,
     };
     if c.session_id == "entrypoint" {
         return daemon_error(
@@ -823,13 +831,7 @@ pub(super) async fn session_exec(
     let r: SessionExecuteRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
-            return daemon_error(
-                StatusCode::BAD_REQUEST,
-                &format!("invalid body request: {e}"),
-                Some("INVALID_REQUEST_BODY"),
-                &path,
-                "POST",
-            );
+            return invalid_body(&e, &path);
         }
     };
     if r.command.trim().is_empty() {
@@ -1019,21 +1021,13 @@ pub(super) async fn get_command(
 
 pub(super) async fn input(sb: Arc<SandboxEntry>, sid: &str, cid: &str, req: Request) -> Response {
     let path = rel_path(&sb, &req);
-    let body = axum::body::to_bytes(req.into_body(), 1 << 24)
-        .await
-        .unwrap_or_default();
     #[derive(Deserialize)]
     struct Input {
         data: String,
     }
-    let Ok(i) = serde_json::from_slice::<Input>(&body) else {
-        return daemon_error(
-            StatusCode::BAD_REQUEST,
-            "invalid body request: data is required",
-            Some("INVALID_REQUEST_BODY"),
-            &path,
-            "POST",
-        );
+    let i: Input = match required_body(req, 1 << 24, &path, "data").await {
+        Ok(i) => i,
+        Err(r) => return r,
     };
     let Some(s) = session(&sb, sid) else {
         return session_not_found(&path, "POST");
@@ -1193,26 +1187,18 @@ pub(super) async fn logs(
         )
         .await;
     });
-    let accept = execseam_emulator_kit::server::websocket_accept(&key);
-    let mut resp = Response::new(Body::empty());
-    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let h = resp.headers_mut();
-    h.insert(
-        http::header::UPGRADE,
-        http::HeaderValue::from_static("websocket"),
-    );
-    h.insert(
-        http::header::CONNECTION,
-        http::HeaderValue::from_static("Upgrade"),
-    );
-    h.insert(
-        http::header::SEC_WEBSOCKET_ACCEPT,
-        http::HeaderValue::from_str(&accept).expect("base64"),
-    );
-    if let Some(p) = protocol.and_then(|p| http::HeaderValue::from_str(&p).ok()) {
-        h.insert(http::header::SEC_WEBSOCKET_PROTOCOL, p);
-    }
-    resp
+    execseam_emulator_kit::ws::switching_protocols(&key, protocol.as_deref())
+}
+
+/// 400 `INVALID_REQUEST_BODY`: a POST body that does not decode.
+fn invalid_body(e: &serde_json::Error, path: &str) -> Response {
+    daemon_error(
+        StatusCode::BAD_REQUEST,
+        &format!("invalid body request: {e}"),
+        Some("INVALID_REQUEST_BODY"),
+        path,
+        "POST",
+    )
 }
 
 /// Tails the log as the daemon does: ≤ 1024-byte binary frames; with `follow`, ends after 50
@@ -1331,30 +1317,20 @@ mod tests {
             }
             m
         };
-        assert_eq!(
-            shape(&h(&[("X-Daytona-SDK-Version", "0.226.1")])),
-            Shape::Split
-        );
-        assert_eq!(
-            shape(&h(&[("X-Daytona-SDK-Version", "0.167.0")])),
-            Shape::Split
-        );
-        assert_eq!(
-            shape(&h(&[("X-Daytona-SDK-Version", "0.166.9")])),
-            Shape::Raw
-        );
-        assert_eq!(
-            shape(&h(&[("X-Daytona-SDK-Version", "0.27.0")])),
-            Shape::Raw
-        );
-        assert_eq!(
-            shape(&h(&[("X-Daytona-SDK-Version", "0.26.0")])),
-            Shape::Combined
-        );
-        assert_eq!(
-            shape(&h(&[("X-Daytona-SDK-Version", "0.0.0-dev")])),
-            Shape::Split
-        );
+        for (version, want) in [
+            ("0.226.1", Shape::Split),
+            ("0.167.0", Shape::Split),
+            ("0.166.9", Shape::Raw),
+            ("0.27.0", Shape::Raw),
+            ("0.26.0", Shape::Combined),
+            ("0.0.0-dev", Shape::Split),
+        ] {
+            assert_eq!(
+                shape(&h(&[("X-Daytona-SDK-Version", version)])),
+                want,
+                "{version}"
+            );
+        }
         assert_eq!(shape(&h(&[])), Shape::Combined);
         assert_eq!(shape(&h(&[("X-Daytona-Split-Output", "true")])), Shape::Raw);
     }

@@ -524,23 +524,7 @@ where
         let ws = tokio_websockets::ServerBuilder::new().serve(TokioIo::new(upgraded));
         serve(ws).await;
     });
-    let mut resp = Response::new(Body::empty());
-    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let h = resp.headers_mut();
-    h.insert(
-        http::header::UPGRADE,
-        http::HeaderValue::from_static("websocket"),
-    );
-    h.insert(
-        http::header::CONNECTION,
-        http::HeaderValue::from_static("Upgrade"),
-    );
-    let accept = execseam_emulator_kit::server::websocket_accept(&key);
-    h.insert(
-        http::header::SEC_WEBSOCKET_ACCEPT,
-        http::HeaderValue::from_str(&accept).expect("base64"),
-    );
-    resp
+    execseam_emulator_kit::ws::switching_protocols(&key, None)
 }
 
 async fn send_error(mut ws: Ws, msg: &str) {

@@ -23,10 +23,10 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, Request, State as AxState};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, Method, StatusCode, Uri, header};
+use http::{Method, StatusCode, Uri, header};
 use serde::Deserialize;
 
-use super::api::Addressed;
+use super::api::{Addressed, Authorized};
 use super::{State, authorized, envelope, json_response};
 use execseam_emulator_kit::ports::{self, PortError};
 
@@ -87,50 +87,32 @@ struct CreateSandboxSnapshot {
 /// `active`. A name the organization already has is refused up front with the snapshot
 /// service's 409 (the service meets it only when the background driver persists the snapshot,
 /// a unique violation it logs and drops: refusing is the emulator's choice, documented).
-pub(super) async fn snapshot(
-    Addressed {
-        state,
-        s,
-        headers,
-        uri,
-        method,
-    }: Addressed,
-    body: Bytes,
-) -> Response {
+pub(super) async fn snapshot(a: Addressed, body: Bytes) -> Response {
     let req: CreateSandboxSnapshot = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("invalid body: {e}"),
-                &uri,
-                &method,
-            );
+            return a.error(StatusCode::BAD_REQUEST, &format!("invalid body: {e}"));
         }
     };
     let previous = {
-        let life = s.life.lock().expect("life");
+        let life = a.s.life.lock().expect("life");
         if !matches!(life.state, "started" | "stopped") {
             drop(life);
-            return error(
+            return a.error(
                 StatusCode::BAD_REQUEST,
                 "Sandbox must be in started or stopped state to create a snapshot",
-                &uri,
-                &method,
             );
         }
         life.state
     };
     if req.include_memory == Some(true) {
-        return error(
+        return a.error(
             StatusCode::BAD_REQUEST,
             "includeMemory is only supported for Windows sandboxes",
-            &uri,
-            &method,
         );
     }
     if req.name.trim().is_empty()
-        || state
+        || a.state
             .snapshots
             .lock()
             .expect("snapshots")
@@ -138,23 +120,21 @@ pub(super) async fn snapshot(
             .any(|x| x.name == req.name)
         || is_general(&req.name)
     {
-        return error(
+        return a.error(
             StatusCode::CONFLICT,
             &format!(
                 "Snapshot with name \"{}\" already exists for this organization",
                 req.name
             ),
-            &uri,
-            &method,
         );
     }
     {
-        let mut life = s.life.lock().expect("life");
+        let mut life = a.s.life.lock().expect("life");
         life.state = "snapshotting";
         life.touch();
     }
-    let answer = json_response(StatusCode::OK, &super::api::dto(&state, &headers, &s, None));
-    let st = state.clone();
+    let answer = json_response(StatusCode::OK, &a.dto(None));
+    let (st, s) = (a.state.clone(), a.s.clone());
     tokio::spawn(async move {
         let sandbox = s.sandbox.clone();
         let layer = tokio::task::spawn_blocking(move || sandbox.snapshot()).await;
@@ -209,15 +189,7 @@ fn snapshot_dto(s: &SnapshotEntry) -> serde_json::Value {
 
 /// `GET /snapshots?page=&limit=&name=&sourceSandboxId=` (`getAllSnapshots`: page 1, limit 10
 /// by default, `name` a case-insensitive substring) → `PaginatedSnapshots`.
-pub(super) async fn list_snapshots(
-    AxState(state): AxState<Arc<State>>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
-) -> Response {
-    if !authorized(&state, &headers) {
-        return super::unauthorized("DAYTONA_API", uri.path(), method.as_str());
-    }
+pub(super) async fn list_snapshots(Authorized { state, uri, .. }: Authorized) -> Response {
     let q = super::api::query_pairs(&uri);
     let get = |k: &str| q.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
     let page = get("page")
@@ -271,23 +243,12 @@ impl State {
 }
 
 /// `GET /snapshots/{idOrName}` (`getSnapshot`).
-pub(super) async fn get_snapshot(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
-) -> Response {
-    if !authorized(&state, &headers) {
-        return super::unauthorized("DAYTONA_API", uri.path(), method.as_str());
-    }
-    match state.snapshot(&id) {
+pub(super) async fn get_snapshot(a: Authorized, Path(id): Path<String>) -> Response {
+    match a.state.snapshot(&id) {
         Some(s) => json_response(StatusCode::OK, &snapshot_dto(&s)),
-        None => error(
+        None => a.error(
             StatusCode::NOT_FOUND,
             &format!("Snapshot with ID or name {id} not found"),
-            &uri,
-            &method,
         ),
     }
 }
@@ -295,33 +256,17 @@ pub(super) async fn get_snapshot(
 /// `DELETE /snapshots/{id}` (`removeSnapshot`: the id only, `ParseUUIDPipe`; 404 when unknown;
 /// 200 with no body). The service marks it `removing` and a job removes it; here it is gone at
 /// once (its layer stays while a sandbox created from it runs).
-pub(super) async fn delete_snapshot(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    method: Method,
-) -> Response {
-    if !authorized(&state, &headers) {
-        return super::unauthorized("DAYTONA_API", uri.path(), method.as_str());
-    }
+pub(super) async fn delete_snapshot(a: Authorized, Path(id): Path<String>) -> Response {
     if !is_uuid(&id) {
-        return error(
+        return a.error(
             StatusCode::BAD_REQUEST,
             "Validation failed (uuid is expected)",
-            &uri,
-            &method,
         );
     }
-    let mut all = state.snapshots.lock().expect("snapshots");
+    let mut all = a.state.snapshots.lock().expect("snapshots");
     let Some(at) = all.iter().position(|s| s.id == id) else {
         drop(all);
-        return error(
-            StatusCode::NOT_FOUND,
-            &format!("Snapshot {id} not found"),
-            &uri,
-            &method,
-        );
+        return a.error(StatusCode::NOT_FOUND, &format!("Snapshot {id} not found"));
     };
     all.remove(at);
     StatusCode::OK.into_response()
@@ -335,60 +280,59 @@ fn is_uuid(s: &str) -> bool {
             .all(|p| p.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
+impl Addressed {
+    /// An error in the API's envelope, for this request ([`error`]).
+    fn error(&self, status: StatusCode, message: &str) -> Response {
+        error(status, message, &self.uri, &self.method)
+    }
+}
+
+impl Authorized {
+    /// An error in the API's envelope, for this request ([`error`]).
+    fn error(&self, status: StatusCode, message: &str) -> Response {
+        error(status, message, &self.uri, &self.method)
+    }
+}
+
 /// `POST /sandbox/{id}/pause`: only `linux-vm` and `windows` sandboxes pause (`pause`: "Sandbox
 /// must be in started state to pause", then 422 for any other class); the emulated ones are
 /// containers.
-pub(super) async fn pause(Addressed { s, uri, method, .. }: Addressed) -> Response {
-    if s.life.lock().expect("life").state != "started" {
-        return error(
+pub(super) async fn pause(a: Addressed) -> Response {
+    if a.s.life.lock().expect("life").state != "started" {
+        return a.error(
             StatusCode::BAD_REQUEST,
             "Sandbox must be in started state to pause",
-            &uri,
-            &method,
         );
     }
-    error(
+    a.error(
         StatusCode::UNPROCESSABLE_ENTITY,
         "Pausing is not supported for this sandbox",
-        &uri,
-        &method,
     )
 }
 
 /// `POST /sandbox/{id}/fork`: the class is checked first (`forkSandbox`), so a container
 /// sandbox's fork is 422 whatever its state.
 pub(super) async fn fork(a: Addressed) -> Response {
-    error(
+    a.error(
         StatusCode::UNPROCESSABLE_ENTITY,
         "Forking is not supported for this sandbox",
-        &a.uri,
-        &a.method,
     )
 }
 
 /// `GET /sandbox/{id}/ports/{port}/preview-url` (`getPortPreviewUrl`): port 1–65535 ("Invalid
 /// port", 400), `{sandboxId, url: "{proxyProtocol}://{port}-{id}.{proxyDomain}", token:
 /// sandbox.authToken}`; here the self-hosted shape on the emulator's port.
-pub(super) async fn preview_url(
-    Addressed {
-        state,
-        s,
-        uri,
-        method,
-        ..
-    }: Addressed,
-    Path((_, port)): Path<(String, String)>,
-) -> Response {
-    let port = match preview_port(&port, &uri, &method) {
+pub(super) async fn preview_url(a: Addressed, Path((_, port)): Path<(String, String)>) -> Response {
+    let port = match preview_port(&port, &a.uri, &a.method) {
         Ok(p) => p,
         Err(r) => return r,
     };
     json_response(
         StatusCode::OK,
         &serde_json::json!({
-            "sandboxId": s.id,
-            "url": format!("http://{port}-{}.{PROXY_DOMAIN}:{}", s.id, state.listen_port()),
-            "token": s.auth_token,
+            "sandboxId": a.s.id,
+            "url": format!("http://{port}-{}.{PROXY_DOMAIN}:{}", a.s.id, a.state.listen_port()),
+            "token": a.s.auth_token,
         }),
     )
 }
@@ -471,16 +415,18 @@ pub(super) async fn signed_preview_url(
 /// (`expireSignedPortPreviewUrl`): the token stops working at once (`redis.del`); an unknown
 /// token is no error. Nest answers a `@Post` without `@HttpCode` with 201 and no body.
 pub(super) async fn expire_signed_preview_url(
-    Addressed {
-        state, uri, method, ..
-    }: Addressed,
+    a: Addressed,
     Path((_, port, token)): Path<(String, String, String)>,
 ) -> Response {
-    let port = match preview_port(&port, &uri, &method) {
+    let port = match preview_port(&port, &a.uri, &a.method) {
         Ok(p) => p,
         Err(r) => return r,
     };
-    state.signed.lock().expect("signed").remove(&(port, token));
+    a.state
+        .signed
+        .lock()
+        .expect("signed")
+        .remove(&(port, token));
     StatusCode::CREATED.into_response()
 }
 
@@ -588,20 +534,8 @@ pub(super) async fn preview_proxy(
     }
     req.headers_mut().remove(header::AUTHORIZATION);
     req.headers_mut().remove(PREVIEW_TOKEN_HEADER);
-    {
-        let mut life = s.life.lock().expect("life");
-        if !matches!(life.state, "started" | "snapshotting") {
-            drop(life);
-            return envelope(
-                StatusCode::BAD_REQUEST,
-                "bad request: no IP address found. Is the Sandbox started?",
-                Some("BAD_REQUEST"),
-                "DAYTONA_RUNNER",
-                uri.path(),
-                method.as_str(),
-            );
-        }
-        life.last_activity = std::time::Instant::now();
+    if let Err(r) = super::reach_runner(&s, uri.path(), method.as_str()) {
+        return r;
     }
     let (parts, body) = req.into_parts();
     let req = http::Request::from_parts(parts, Body::new(body));

@@ -61,6 +61,26 @@ impl RpcError {
     }
 }
 
+/// A unary call's answer: 200 with the JSON result, or the error.
+pub fn unary_json(r: Result<Value, RpcError>) -> Response {
+    match r {
+        Ok(v) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            v.to_string(),
+        )
+            .into_response(),
+        Err(e) => e.unary_response(),
+    }
+}
+
+/// A unary call's whole body (`invalid_argument` when it cannot be read).
+pub async fn unary_body(body: Body) -> Result<Bytes, Response> {
+    axum::body::to_bytes(body, usize::MAX)
+        .await
+        .map_err(|e| RpcError::new("invalid_argument", e.to_string()).unary_response())
+}
+
 /// Encodes one envelope.
 pub fn envelope(flags: u8, payload: &[u8]) -> Bytes {
     let mut v = Vec::with_capacity(5 + payload.len());

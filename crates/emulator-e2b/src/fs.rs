@@ -468,9 +468,9 @@ pub(crate) async fn dispatch(req: EnvdRequest, method: String) -> Response {
         Ok(u) => u,
         Err(m) => return RpcError::new("unauthenticated", m).unary_response(),
     };
-    let body = match axum::body::to_bytes(req.body, usize::MAX).await {
+    let body = match rpc::unary_body(req.body).await {
         Ok(b) => b,
-        Err(e) => return RpcError::new("invalid_argument", e.to_string()).unary_response(),
+        Err(r) => return r,
     };
     let sbx = req.sbx;
     let r = sbx
@@ -495,15 +495,7 @@ pub(crate) async fn dispatch(req: EnvdRequest, method: String) -> Response {
         })
         .await
         .unwrap_or_else(|e| Err(internal(e)));
-    match r {
-        Ok(v) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            v.to_string(),
-        )
-            .into_response(),
-        Err(e) => e.unary_response(),
-    }
+    rpc::unary_json(r)
 }
 
 /// The polling watcher calls (`watch.rs`), unary with the JSON codec.
@@ -511,9 +503,9 @@ async fn watcher_call(req: EnvdRequest, method: &str) -> Response {
     if rpc::content_type(&req.headers) != "application/json" {
         return rpc::unsupported_media_type("application/json");
     }
-    let body = match axum::body::to_bytes(req.body, usize::MAX).await {
+    let body = match rpc::unary_body(req.body).await {
         Ok(b) => b,
-        Err(e) => return RpcError::new("invalid_argument", e.to_string()).unary_response(),
+        Err(r) => return r,
     };
     let v = match rpc::parse(&body) {
         Ok(v) => v,
@@ -524,15 +516,7 @@ async fn watcher_call(req: EnvdRequest, method: &str) -> Response {
         "GetWatcherEvents" => super::watch::events(&req.sbx, &v),
         _ => super::watch::remove(&req.sbx, &v),
     };
-    match r {
-        Ok(v) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            v.to_string(),
-        )
-            .into_response(),
-        Err(e) => e.unary_response(),
-    }
+    rpc::unary_json(r)
 }
 
 /// `generateSignature` (`envd/internal/api/auth.go`): `v1_` and the unpadded base64 of the
@@ -698,17 +682,25 @@ fn query(req: &EnvdRequest) -> HashMap<String, String> {
         .unwrap_or_default()
 }
 
-/// `GET /files?path=&username=`: the raw bytes.
-pub(crate) async fn download(req: EnvdRequest) -> Response {
-    let q = query(&req);
-    if let Err(m) = validate_signing(&req, &q, "read") {
-        return plain_error(StatusCode::UNAUTHORIZED, m);
-    }
-    let user = match user_named(
+/// The user a `/files` request acts as (`username`, else the default), once its signature for
+/// `operation` holds.
+fn signed_user(
+    req: &EnvdRequest,
+    q: &HashMap<String, String>,
+    operation: &str,
+) -> Result<super::User, String> {
+    validate_signing(req, q, operation)?;
+    user_named(
         q.get("username")
             .map(String::as_str)
             .filter(|s| !s.is_empty()),
-    ) {
+    )
+}
+
+/// `GET /files?path=&username=`: the raw bytes.
+pub(crate) async fn download(req: EnvdRequest) -> Response {
+    let q = query(&req);
+    let user = match signed_user(&req, &q, "read") {
         Ok(u) => u,
         Err(m) => return plain_error(StatusCode::UNAUTHORIZED, m),
     };
@@ -854,14 +846,7 @@ fn write_one(
 /// destination when `path` is absent) or `application/octet-stream`.
 pub(crate) async fn upload(req: EnvdRequest) -> Response {
     let q = query(&req);
-    if let Err(m) = validate_signing(&req, &q, "write") {
-        return plain_error(StatusCode::UNAUTHORIZED, m);
-    }
-    let user = match user_named(
-        q.get("username")
-            .map(String::as_str)
-            .filter(|s| !s.is_empty()),
-    ) {
+    let user = match signed_user(&req, &q, "write") {
         Ok(u) => u,
         Err(m) => return plain_error(StatusCode::UNAUTHORIZED, m),
     };

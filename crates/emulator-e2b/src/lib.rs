@@ -38,7 +38,8 @@ use std::time::{Duration, SystemTime};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Path, Query, State as AxState};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, State as AxState};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -384,8 +385,8 @@ impl E2b {
 
 fn router(state: Arc<State>) -> Router {
     Router::new()
-        .route("/sandboxes", post(create_v1).get(list))
-        .route("/v2/sandboxes", post(create_v2).get(list))
+        .route("/sandboxes", post(create::<15>).get(list))
+        .route("/v2/sandboxes", post(create::<300>).get(list))
         .route("/sandboxes/{id}", get(get_sandbox).delete(kill_sandbox))
         .route("/sandboxes/{id}/connect", post(connect_sandbox))
         .route("/v2/sandboxes/{id}/connect", post(connect_sandbox))
@@ -501,6 +502,39 @@ fn detail_json(s: &Sbx) -> Value {
     })
 }
 
+/// A control-plane request with a valid API key (`x-api-key`; 401 otherwise).
+pub(crate) struct Keyed(pub(crate) Arc<State>);
+
+impl FromRequestParts<Arc<State>> for Keyed {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<State>) -> Result<Keyed, Response> {
+        if !state.key_ok(&parts.headers) {
+            return Err(unauthorized_key());
+        }
+        Ok(Keyed(state.clone()))
+    }
+}
+
+/// A keyed request for the sandbox its path's `{id}` names (404 when there is none): the id and
+/// the sandbox.
+pub(crate) struct Addressed(pub(crate) String, pub(crate) Arc<Sbx>);
+
+impl FromRequestParts<Arc<State>> for Addressed {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<State>) -> Result<Self, Response> {
+        let Keyed(state) = Keyed::from_request_parts(parts, state).await?;
+        let Path(id) = Path::<String>::from_request_parts(parts, &state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        match state.get(&id) {
+            Some(s) => Ok(Addressed(id, s)),
+            None => Err(not_found_sandbox(&id)),
+        }
+    }
+}
+
 fn not_found_sandbox(id: &str) -> Response {
     plain_error(
         StatusCode::NOT_FOUND,
@@ -515,6 +549,19 @@ fn unauthorized_key() -> Response {
     )
 }
 
+/// A body that is empty (`null`) or JSON; otherwise 400 "Error when parsing request".
+pub(crate) fn optional_json(body: &Bytes) -> Result<Value, Response> {
+    if body.is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        plain_error(
+            StatusCode::BAD_REQUEST,
+            format!("Error when parsing request: {e}"),
+        )
+    })
+}
+
 fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
     v.and_then(|v| v.as_object())
         .map(|m| {
@@ -525,13 +572,15 @@ fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-async fn create(
-    state: Arc<State>,
+/// `POST /sandboxes` and `POST /v2/sandboxes`: `DEFAULT_TIMEOUT` seconds when the body names
+/// none (the legacy `NewSandbox` schema's default is 15 s, v2's 300 s).
+async fn create<const DEFAULT_TIMEOUT: u64>(
+    AxState(state): AxState<Arc<State>>,
     headers: HeaderMap,
-    ctl: Option<ConnControl>,
+    ctl: Option<axum::Extension<ConnControl>>,
     body: Bytes,
-    default_timeout: u64,
 ) -> Response {
+    let ctl = ctl.map(|c| c.0);
     if let Some(f) = state.faults.take("create") {
         if f == Fault::ServerError {
             return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "internal server error");
@@ -558,7 +607,7 @@ async fn create(
     let timeout = req
         .get("timeout")
         .and_then(|t| t.as_u64())
-        .unwrap_or(default_timeout);
+        .unwrap_or(DEFAULT_TIMEOUT);
     // A snapshot template (`<template>:<tag>` or `<team>/<name>:<tag>`) starts from its layer;
     // one that does not exist is the template cache's 404 (`cache/templates/errors.go`).
     let layer = match snapshots::resolve(&state, template) {
@@ -591,37 +640,7 @@ async fn create(
     }
 }
 
-async fn create_v2(
-    AxState(state): AxState<Arc<State>>,
-    headers: HeaderMap,
-    ctl: Option<axum::Extension<ConnControl>>,
-    body: Bytes,
-) -> Response {
-    create(state, headers, ctl.map(|c| c.0), body, 300).await
-}
-
-async fn create_v1(
-    AxState(state): AxState<Arc<State>>,
-    headers: HeaderMap,
-    ctl: Option<axum::Extension<ConnControl>>,
-    body: Bytes,
-) -> Response {
-    // The legacy `NewSandbox` schema's default timeout is 15 s.
-    create(state, headers, ctl.map(|c| c.0), body, 15).await
-}
-
-async fn connect_sandbox(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if !state.key_ok(&headers) {
-        return unauthorized_key();
-    }
-    let Some(s) = state.get(&id) else {
-        return not_found_sandbox(&id);
-    };
+async fn connect_sandbox(Addressed(_, s): Addressed, body: Bytes) -> Response {
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     // `handlers/sandbox_connect.go`: a running sandbox answers 200 (its timeout only ever
     // extended), a paused one is resumed with the timeout asked for (default 300 s) and
@@ -645,17 +664,7 @@ async fn connect_sandbox(
 /// `GET /sandboxes/{id}/metrics`: one sample of now (`SandboxMetric`): the memory is the
 /// resident size of the sandbox's processes, the disk what the sandbox wrote; CPU count, memory
 /// and disk totals are the emulator's fixed sizes (those of `GET /sandboxes/{id}`).
-async fn metrics(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    if !state.key_ok(&headers) {
-        return unauthorized_key();
-    }
-    let Some(s) = state.get(&id) else {
-        return not_found_sandbox(&id);
-    };
+async fn metrics(Addressed(_, s): Addressed) -> Response {
     let rss: u64 = s
         .sandbox
         .processes()
@@ -698,28 +707,11 @@ async fn metrics(
     )
 }
 
-async fn get_sandbox(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    if !state.key_ok(&headers) {
-        return unauthorized_key();
-    }
-    match state.get(&id) {
-        Some(s) => plain_json(StatusCode::OK, detail_json(&s)),
-        None => not_found_sandbox(&id),
-    }
+async fn get_sandbox(Addressed(_, s): Addressed) -> Response {
+    plain_json(StatusCode::OK, detail_json(&s))
 }
 
-async fn kill_sandbox(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    if !state.key_ok(&headers) {
-        return unauthorized_key();
-    }
+async fn kill_sandbox(Keyed(state): Keyed, Path(id): Path<String>) -> Response {
     if state.kill(&id) {
         StatusCode::NO_CONTENT.into_response()
     } else {
@@ -727,18 +719,7 @@ async fn kill_sandbox(
     }
 }
 
-async fn set_timeout(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if !state.key_ok(&headers) {
-        return unauthorized_key();
-    }
-    let Some(s) = state.get(&id) else {
-        return not_found_sandbox(&id);
-    };
+async fn set_timeout(Addressed(_, s): Addressed, body: Bytes) -> Response {
     let Some(t) = serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|v| v.get("timeout").and_then(|t| t.as_u64()))
@@ -752,14 +733,7 @@ async fn set_timeout(
     StatusCode::NO_CONTENT.into_response()
 }
 
-async fn list(
-    AxState(state): AxState<Arc<State>>,
-    headers: HeaderMap,
-    Query(query): Query<BTreeMap<String, String>>,
-) -> Response {
-    if !state.key_ok(&headers) {
-        return unauthorized_key();
-    }
+async fn list(Keyed(state): Keyed, Query(query): Query<BTreeMap<String, String>>) -> Response {
     // `metadata` is decoded as the API decodes it (infra `utils/sandboxes_list.go`
     // `parseFilters`): the value (already query-decoded once) is unescaped again, split on `&`
     // and `=`, and each key and value unescaped a third time; a pair without exactly one `=`

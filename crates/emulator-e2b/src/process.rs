@@ -267,12 +267,6 @@ async fn pump(proc: Arc<Proc>, mut child: Child, sbx: Weak<Sbx>) {
     let mut status = None;
     let mut drain_until: Option<Instant> = None;
     while out.is_some() || err.is_some() || status.is_none() {
-        let drain = async {
-            match drain_until {
-                Some(t) => tokio::time::sleep_until(t).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             r = read_opt(&mut out, &mut ob), if out.is_some() => match r {
                 Ok(n) if n > 0 => proc.publish(Out::Stdout(Bytes::copy_from_slice(&ob[..n]))).await,
@@ -282,16 +276,29 @@ async fn pump(proc: Arc<Proc>, mut child: Child, sbx: Weak<Sbx>) {
                 Ok(n) if n > 0 => proc.publish(Out::Stderr(Bytes::copy_from_slice(&eb[..n]))).await,
                 _ => err = None,
             },
-            st = child.wait(), if status.is_none() => {
-                proc.reaped.store(true, Ordering::SeqCst);
-                status = Some(st);
-                drain_until = Some(Instant::now() + DRAIN);
-            }
-            () = drain => break,
+            st = child.wait(), if status.is_none() => (status, drain_until) = reaped(&proc, st),
+            () = drained(drain_until) => break,
         }
     }
     let end = end_info(status.expect("the loop ends after the exit"));
     retire(&proc, end, &sbx).await;
+}
+
+/// The process was reaped with `st`: its status, and the end of the drain after the exit.
+fn reaped(
+    proc: &Proc,
+    st: io::Result<ExitStatus>,
+) -> (Option<io::Result<ExitStatus>>, Option<Instant>) {
+    proc.reaped.store(true, Ordering::SeqCst);
+    (Some(st), Some(Instant::now() + DRAIN))
+}
+
+/// Sleeps until the end of the drain after the exit (`None`: not exited, forever).
+async fn drained(until: Option<Instant>) {
+    match until {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// How long envd keeps an ended process's end event for a late `Connect` (envd >= 0.6.12:
@@ -353,23 +360,13 @@ async fn pump_pty(proc: Arc<Proc>, mut child: Child, master: PtyMaster, sbx: Wea
     let mut open = true;
     let mut drain_until: Option<Instant> = None;
     while open || status.is_none() {
-        let drain = async {
-            match drain_until {
-                Some(t) => tokio::time::sleep_until(t).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             r = master.read(&mut buf), if open => match r {
                 Ok(n) if n > 0 => proc.publish(Out::Pty(Bytes::copy_from_slice(&buf[..n]))).await,
                 _ => open = false,
             },
-            st = child.wait(), if status.is_none() => {
-                proc.reaped.store(true, Ordering::SeqCst);
-                status = Some(st);
-                drain_until = Some(Instant::now() + DRAIN);
-            }
-            () = drain => break,
+            st = child.wait(), if status.is_none() => (status, drain_until) = reaped(&proc, st),
+            () = drained(drain_until) => break,
         }
     }
     proc.tty.lock().expect("tty").take();
@@ -1112,9 +1109,9 @@ async fn unary(req: EnvdRequest, method: &str) -> Response {
     if rpc::content_type(&req.headers) != "application/json" {
         return rpc::unsupported_media_type("application/json");
     }
-    let body = match axum::body::to_bytes(req.body, usize::MAX).await {
+    let body = match rpc::unary_body(req.body).await {
         Ok(b) => b,
-        Err(e) => return RpcError::new("invalid_argument", e.to_string()).unary_response(),
+        Err(r) => return r,
     };
     let sbx = req.sbx.clone();
     let r: Result<Value, RpcError> = async {
@@ -1203,15 +1200,7 @@ async fn unary(req: EnvdRequest, method: &str) -> Response {
         }
     }
     .await;
-    match r {
-        Ok(v) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            v.to_string(),
-        )
-            .into_response(),
-        Err(e) => e.unary_response(),
-    }
+    rpc::unary_json(r)
 }
 
 /// Routes `/process.Process/<method>`.

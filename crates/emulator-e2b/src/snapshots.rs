@@ -14,14 +14,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State as AxState};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, Query};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::{
-    Sbx, State, not_found_sandbox, plain_error, plain_json, random_id, sandbox_json,
-    unauthorized_key,
+    Addressed, Keyed, Sbx, State, not_found_sandbox, optional_json, plain_error, plain_json,
+    random_id, sandbox_json,
 };
 
 /// The team slug snapshot names are namespaced with (`<team>/<name>:<tag>`).
@@ -108,18 +108,7 @@ pub(crate) async fn thaw(s: &Arc<Sbx>) {
 /// `POST /sandboxes/{id}/pause` (`sandbox_pause.go`): 204; 409 when already paused. The body is
 /// optional; `memory: false` is a filesystem-only pause (`filesystemOnly := body.Memory != nil
 /// && !*body.Memory`): the processes end and a resume boots from the disk.
-pub(crate) async fn pause(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if !state.key_ok(&headers) {
-        return unauthorized_key();
-    }
-    let Some(s) = state.get(&id) else {
-        return not_found_sandbox(&id);
-    };
+pub(crate) async fn pause(Addressed(id, s): Addressed, body: Bytes) -> Response {
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let filesystem_only = req.get("memory").and_then(Value::as_bool) == Some(false);
     if s.paused.swap(true, Ordering::SeqCst) {
@@ -139,27 +128,10 @@ pub(crate) async fn pause(
 /// {snapshotID, names}`. Without a name the id is a new template's, `<template>:default`; with
 /// one, `<team>/<name>:default` (a name that exists gets a new build). The source is frozen
 /// while its layer is copied and runs on with the same id.
-pub(crate) async fn create(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if !state.key_ok(&headers) {
-        return unauthorized_key();
-    }
-    let req: Value = if body.is_empty() {
-        Value::Null
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(v) => v,
-            Err(e) => {
-                return plain_error(
-                    StatusCode::BAD_REQUEST,
-                    format!("Error when parsing request: {e}"),
-                );
-            }
-        }
+pub(crate) async fn create(Keyed(state): Keyed, Path(id): Path<String>, body: Bytes) -> Response {
+    let req = match optional_json(&body) {
+        Ok(v) => v,
+        Err(r) => return r,
     };
     let Some(s) = state.get(&id) else {
         return not_found_sandbox(&id);
@@ -211,13 +183,9 @@ pub(crate) async fn create(
 /// `GET /snapshots?sandboxID=&name=` (`snapshot_template_list.go`): the team's snapshots, newest
 /// first, one page (no `x-next-token`).
 pub(crate) async fn list(
-    AxState(state): AxState<Arc<State>>,
+    Keyed(state): Keyed,
     Query(q): Query<std::collections::HashMap<String, String>>,
-    headers: HeaderMap,
 ) -> Response {
-    if !state.key_ok(&headers) {
-        return unauthorized_key();
-    }
     let sandbox = q.get("sandboxID").filter(|s| !s.is_empty());
     let name = q.get("name").filter(|s| !s.is_empty());
     let snaps = state.snapshots.lock().expect("snapshots");
@@ -240,14 +208,7 @@ pub(crate) async fn list(
 
 /// `DELETE /templates/{id}` (`template_delete.go`) for a snapshot template: 204; 404 when it
 /// does not exist; 400 while a running sandbox uses it.
-pub(crate) async fn delete(
-    AxState(state): AxState<Arc<State>>,
-    Path(template): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    if !state.key_ok(&headers) {
-        return unauthorized_key();
-    }
+pub(crate) async fn delete(Keyed(state): Keyed, Path(template): Path<String>) -> Response {
     let Some(key) = key_of(&state, &template) else {
         return template_not_found(&template);
     };
@@ -273,27 +234,10 @@ pub(crate) async fn delete(
 /// `POST /sandboxes/{id}/fork` (`sandbox_fork.go`): body `{timeout?: 15, count?: 1}`; the source
 /// is checkpointed in place and runs on; 201 with one `{sandbox}` (or `{error}`) per fork; 409
 /// for a paused source.
-pub(crate) async fn fork(
-    AxState(state): AxState<Arc<State>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if !state.key_ok(&headers) {
-        return unauthorized_key();
-    }
-    let req: Value = if body.is_empty() {
-        Value::Null
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(v) => v,
-            Err(e) => {
-                return plain_error(
-                    StatusCode::BAD_REQUEST,
-                    format!("Error when parsing request: {e}"),
-                );
-            }
-        }
+pub(crate) async fn fork(Keyed(state): Keyed, Path(id): Path<String>, body: Bytes) -> Response {
+    let req = match optional_json(&body) {
+        Ok(v) => v,
+        Err(r) => return r,
     };
     let count = req.get("count").and_then(Value::as_u64).unwrap_or(1);
     let timeout = req.get("timeout").and_then(Value::as_u64).unwrap_or(15);

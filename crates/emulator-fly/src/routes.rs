@@ -782,14 +782,11 @@ async fn exec(
 /// `CreateAppRequest`: the docs and the spec name the field `app_name`; fly-go's
 /// `CreateAppRequest` sends `name`. Both are read.
 #[derive(serde::Deserialize, Default)]
+#[serde(default)]
 struct CreateApp {
-    #[serde(default)]
     app_name: Option<String>,
-    #[serde(default)]
     name: Option<String>,
-    #[serde(default)]
     org_slug: Option<String>,
-    #[serde(default)]
     network: Option<String>,
 }
 

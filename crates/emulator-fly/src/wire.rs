@@ -10,52 +10,43 @@ use serde_json::{Map, Value, json};
 /// `MachineExecRequest` (every field optional; `cmd` is the deprecated string form that fly-go
 /// and flyctl still send; `machine` was added to fly-go in 2026).
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct ExecRequest {
     /// argv.
-    #[serde(default)]
     pub command: Option<Vec<String>>,
     /// Deprecated: one string, split shell-words style (no expansion, no shell).
-    #[serde(default)]
     pub cmd: Option<String>,
     /// The whole of stdin.
-    #[serde(default)]
     pub stdin: Option<String>,
     /// Seconds.
-    #[serde(default)]
     pub timeout: Option<i64>,
     /// The container of a multi-container machine (accepted, ignored: one container here).
-    #[serde(default)]
     pub container: Option<String>,
     /// Run in the machine's own namespace (accepted, ignored).
-    #[serde(default)]
     pub machine: Option<bool>,
 }
 
 /// `POST /v1/apps/{app}/machines` body (the fields the emulator uses).
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct CreateMachineRequest {
     /// The machine's name.
-    #[serde(default)]
     pub name: Option<String>,
     /// The region.
-    #[serde(default)]
     pub region: Option<String>,
     /// Create it without starting it.
-    #[serde(default)]
     pub skip_launch: Option<bool>,
     /// `config` (`image`, `env`, …).
-    #[serde(default)]
     pub config: Option<Value>,
 }
 
 /// `POST …/lease` body.
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct LeaseRequest {
     /// Seconds.
-    #[serde(default)]
     pub ttl: Option<u64>,
     /// Free text.
-    #[serde(default)]
     pub description: Option<String>,
 }
 

@@ -49,20 +49,21 @@ use std::time::Duration;
 
 use execseam_emulator_fly::{FlyEmulator, FlyOptions, TimeoutMode};
 use execseam_emulator_kit::EmulatorOptions;
+use reqwest::Method;
 use serde_json::{Value, json};
 
 async fn emulator(opts: FlyOptions) -> FlyEmulator {
     let _ = rustls::crypto::ring::default_provider().install_default();
     FlyEmulator::start_with(
-        EmulatorOptions {
-            token: Some("fm2_lJPECAAAAAAAAMx6xBDH".into()),
-            ..EmulatorOptions::default()
-        },
+        EmulatorOptions::with_token("fm2_lJPECAAAAAAAAMx6xBDH"),
         opts,
     )
     .await
     .expect("the emulator starts")
 }
+
+/// The status, the content type and the body of an answer.
+type Reply = (u16, String, Value);
 
 struct Api {
     http: reqwest::Client,
@@ -94,40 +95,38 @@ impl Api {
 
     async fn call(
         &self,
-        method: reqwest::Method,
+        method: Method,
         suffix: &str,
         body: Option<&str>,
         headers: &[(&str, &str)],
-    ) -> (u16, String, Value) {
-        let url = self.url(suffix);
-        self.at(method, &url, body, headers).await
-    }
-
-    /// A request to `path` under the base URL (`/v1/apps…`).
-    async fn raw(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<&str>,
-    ) -> (u16, String, Value) {
-        let url = format!("{}{path}", self.base);
-        self.at(method, &url, body, &[]).await
-    }
-
-    async fn at(
-        &self,
-        method: reqwest::Method,
-        url: &str,
-        body: Option<&str>,
-        headers: &[(&str, &str)],
-    ) -> (u16, String, Value) {
-        let mut r = self
-            .http
-            .request(method, url)
-            .header("authorization", &self.auth);
+    ) -> Reply {
+        let mut r = self.http.request(method, self.url(suffix));
         for (k, v) in headers {
             r = r.header(*k, *v);
         }
+        self.send(r, body).await
+    }
+
+    /// POST `body` to the machine's `suffix`.
+    async fn post(&self, suffix: &str, body: &str) -> Reply {
+        self.call(Method::POST, suffix, Some(body), &[]).await
+    }
+
+    /// GET the machine's `suffix`.
+    async fn get(&self, suffix: &str) -> Reply {
+        self.call(Method::GET, suffix, None, &[]).await
+    }
+
+    /// A request to `path` under the base URL (`/v1/apps…`).
+    async fn raw(&self, method: Method, path: &str, body: Option<&str>) -> Reply {
+        let url = format!("{}{path}", self.base);
+        self.send(self.http.request(method, url), body).await
+    }
+
+    /// Sends `r` with the token (and `body` as JSON): the status, the content type, and the body
+    /// as JSON (a string when it is not JSON, `Null` only when it is empty).
+    async fn send(&self, r: reqwest::RequestBuilder, body: Option<&str>) -> Reply {
+        let mut r = r.header("authorization", &self.auth);
         if let Some(b) = body {
             r = r
                 .header("content-type", "application/json")
@@ -151,9 +150,8 @@ impl Api {
         (status, ctype, json)
     }
 
-    async fn exec(&self, body: &str) -> (u16, String, Value) {
-        self.call(reqwest::Method::POST, "/exec", Some(body), &[])
-            .await
+    async fn exec(&self, body: &str) -> Reply {
+        self.post("/exec", body).await
     }
 }
 
@@ -333,10 +331,8 @@ async fn the_output_limit_is_the_apis_error() {
 async fn lifecycle_and_leases_follow_the_docs_examples() {
     let emu = emulator(FlyOptions::default()).await;
     let api = Api::new(&emu);
-    let get = reqwest::Method::GET;
-    let post = reqwest::Method::POST;
 
-    let (status, _, m) = api.call(get.clone(), "", None, &[]).await;
+    let (status, _, m) = api.get("").await;
     assert_eq!(status, 200);
     assert_eq!(
         (m["id"].as_str(), m["state"].as_str()),
@@ -350,38 +346,25 @@ async fn lifecycle_and_leases_follow_the_docs_examples() {
     assert_eq!(status, 412, "{v}");
 
     // [docs] _machines_start_resp: {"previous_state":"stopped","migrated":false,"new_host":""}.
-    let (status, _, v) = api.call(post.clone(), "/start", None, &[]).await;
+    let (status, _, v) = api.call(Method::POST, "/start", None, &[]).await;
     assert_eq!(status, 200);
     assert_eq!(
         v,
         json!({"previous_state": "stopped", "migrated": false, "new_host": ""})
     );
     // [docs] wait: 200 {"ok": true}; timeout outside [1, 60] is invalid_argument.
-    let (status, _, v) = api
-        .call(get.clone(), "/wait?state=started&timeout=10", None, &[])
-        .await;
+    let (status, _, v) = api.get("/wait?state=started&timeout=10").await;
     assert_eq!((status, v), (200, json!({"ok": true})));
-    let (status, _, _) = api
-        .call(get.clone(), "/wait?state=started&timeout=61", None, &[])
-        .await;
+    let (status, _, _) = api.get("/wait?state=started&timeout=61").await;
     assert_eq!(status, 400);
     // Waiting for a state that does not come is 408.
-    let (status, _, _) = api
-        .call(get.clone(), "/wait?state=suspended&timeout=1", None, &[])
-        .await;
+    let (status, _, _) = api.get("/wait?state=suspended&timeout=1").await;
     assert_eq!(status, 408);
     assert_eq!(api.exec(r#"{"command": ["true"]}"#).await.0, 200);
 
     // [docs] _machines_lease_create_resp: 201 {"status":"success","data":{nonce,expires_at,owner,
     // description,version}}; body {"description":"","ttl":500}.
-    let (status, _, lease) = api
-        .call(
-            post.clone(),
-            "/lease",
-            Some(r#"{"description":"","ttl":500}"#),
-            &[],
-        )
-        .await;
+    let (status, _, lease) = api.post("/lease", r#"{"description":"","ttl":500}"#).await;
     assert_eq!(status, 201);
     assert_eq!(lease["status"], "success");
     let data = lease["data"].as_object().unwrap();
@@ -408,7 +391,7 @@ async fn lifecycle_and_leases_follow_the_docs_examples() {
     let with_nonce = [("fly-machine-lease-nonce", nonce.as_str())];
     let (status, _, _) = api
         .call(
-            post.clone(),
+            Method::POST,
             "/exec",
             Some(r#"{"command":["true"]}"#),
             &with_nonce,
@@ -416,9 +399,7 @@ async fn lifecycle_and_leases_follow_the_docs_examples() {
         .await;
     assert_eq!(status, 200);
     // [docs] _machines_lease_release_resp: {"status":"success","data":{"ok":true}}.
-    let (status, _, v) = api
-        .call(reqwest::Method::DELETE, "/lease", None, &with_nonce)
-        .await;
+    let (status, _, v) = api.call(Method::DELETE, "/lease", None, &with_nonce).await;
     assert_eq!(
         (status, v),
         (200, json!({"status": "success", "data": {"ok": true}}))
@@ -469,7 +450,7 @@ fn app_api(emu: &FlyEmulator, app: &str, id: &str) -> Api {
 async fn launch(api: &Api, body: Value) -> String {
     let (status, _, m) = api
         .raw(
-            reqwest::Method::POST,
+            Method::POST,
             &format!("/v1/apps/{}/machines", api.app),
             Some(&body.to_string()),
         )
@@ -478,10 +459,20 @@ async fn launch(api: &Api, body: Value) -> String {
     m["id"].as_str().expect("an id").to_owned()
 }
 
+/// An emulator, its default machine's API, and the API of a machine launched in its app from
+/// `body`.
+async fn launched(body: Value) -> (FlyEmulator, Api, Api) {
+    let emu = emulator(FlyOptions::default()).await;
+    let api = Api::new(&emu);
+    let id = launch(&api, body).await;
+    let m = app_api(&emu, &api.app, &id);
+    (emu, api, m)
+}
+
 /// Polls `ps` until `f` holds (the main process starts in the background of a boot).
 async fn ps_until(api: &Api, f: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     for _ in 0..100 {
-        let (status, _, v) = api.call(reqwest::Method::GET, "/ps", None, &[]).await;
+        let (status, _, v) = api.get("/ps").await;
         assert_eq!(status, 200, "{v}");
         let list = v.as_array().expect("[spec] ProcessStat[]").clone();
         if f(&list) {
@@ -502,32 +493,27 @@ fn commands(list: &[Value]) -> Vec<String> {
 async fn the_apps_api_creates_lists_shows_and_deletes_apps() {
     let emu = emulator(FlyOptions::default()).await;
     let api = Api::new(&emu);
-    let (get, post, delete) = (
-        reqwest::Method::GET,
-        reqwest::Method::POST,
-        reqwest::Method::DELETE,
-    );
 
     // [fly-go-apps] an unknown app is 404 {"error":"app not found"}, and creating a machine in
     // it does not create it.
-    let (status, _, v) = api.raw(get.clone(), "/v1/apps/fresh-app", None).await;
+    let (status, _, v) = api.raw(Method::GET, "/v1/apps/fresh-app", None).await;
     assert_eq!((status, v), (404, json!({"error": "app not found"})));
     let (status, _, v) = api
         .raw(
-            post.clone(),
+            Method::POST,
             "/v1/apps/fresh-app/machines",
             Some(r#"{"config":{"image":"debian"}}"#),
         )
         .await;
     assert_eq!((status, v), (404, json!({"error": "app not found"})));
     assert_eq!(
-        api.raw(get.clone(), "/v1/apps/fresh-app/machines", None)
+        api.raw(Method::GET, "/v1/apps/fresh-app/machines", None)
             .await
             .0,
         404
     );
     assert_eq!(
-        api.raw(get.clone(), "/v1/apps/fresh-app", None).await.0,
+        api.raw(Method::GET, "/v1/apps/fresh-app", None).await.0,
         404
     );
     let ghost = app_api(&emu, "fresh-app", "3d8d413b29d089");
@@ -537,13 +523,8 @@ async fn the_apps_api_creates_lists_shows_and_deletes_apps() {
     );
 
     // [docs-apps] POST /v1/apps {"app_name","org_slug"} → 201 {"id","created_at"}.
-    let (status, ctype, v) = api
-        .raw(
-            post.clone(),
-            "/v1/apps",
-            Some(r#"{"app_name": "fresh-app", "org_slug": "personal"}"#),
-        )
-        .await;
+    let fresh_app = r#"{"app_name": "fresh-app", "org_slug": "personal"}"#;
+    let (status, ctype, v) = api.raw(Method::POST, "/v1/apps", Some(fresh_app)).await;
     assert_eq!((status, ctype.as_str()), (201, "application/json"), "{v}");
     let mut keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
     keys.sort();
@@ -556,20 +537,14 @@ async fn the_apps_api_creates_lists_shows_and_deletes_apps() {
     // [fly-go-apps] fly-go's CreateAppRequest names the field `name` and adds `?wait=true`.
     let (status, _, _) = api
         .raw(
-            post.clone(),
+            Method::POST,
             "/v1/apps?wait=true",
             Some(r#"{"name":"second-app","org_slug":"personal","network":"","app_role_id":""}"#),
         )
         .await;
     assert_eq!(status, 201);
     // A taken name: fly-go's `name_taken` status.
-    let (status, _, v) = api
-        .raw(
-            post.clone(),
-            "/v1/apps",
-            Some(r#"{"app_name": "fresh-app", "org_slug": "personal"}"#),
-        )
-        .await;
+    let (status, _, v) = api.raw(Method::POST, "/v1/apps", Some(fresh_app)).await;
     assert!(status >= 400, "{status}");
     assert_eq!(v["status"], "name_taken", "{v}");
     // No name, or no org: 400 ErrorResponse.
@@ -578,13 +553,13 @@ async fn the_apps_api_creates_lists_shows_and_deletes_apps() {
         r#"{"app_name":"x-app"}"#,
         "nope",
     ] {
-        let (status, _, v) = api.raw(post.clone(), "/v1/apps", Some(body)).await;
+        let (status, _, v) = api.raw(Method::POST, "/v1/apps", Some(body)).await;
         assert_eq!(status, 400, "{body}: {v}");
         assert!(v["error"].is_string());
     }
 
     // [docs-apps] GET /v1/apps/{app} → {id, name, status, organization{name, slug}}.
-    let (status, _, v) = api.raw(get.clone(), "/v1/apps/fresh-app", None).await;
+    let (status, _, v) = api.raw(Method::GET, "/v1/apps/fresh-app", None).await;
     assert_eq!(status, 200);
     assert_eq!(v["id"], app_id.as_str());
     assert_eq!(v["name"], "fresh-app");
@@ -598,7 +573,7 @@ async fn the_apps_api_creates_lists_shows_and_deletes_apps() {
     let fresh = app_api(&emu, "fresh-app", &id);
     assert_eq!(fresh.exec(r#"{"command":["true"]}"#).await.0, 200);
     let (status, _, v) = api
-        .raw(get.clone(), "/v1/apps?org_slug=personal", None)
+        .raw(Method::GET, "/v1/apps?org_slug=personal", None)
         .await;
     assert_eq!(status, 200);
     let apps = v["apps"].as_array().expect("apps");
@@ -615,25 +590,25 @@ async fn the_apps_api_creates_lists_shows_and_deletes_apps() {
     let names: Vec<_> = apps.iter().map(|a| a["name"].as_str().unwrap()).collect();
     assert!(names.contains(&"execseam-emulated") && names.contains(&"second-app"));
     // [spec-2023] Apps_list: `org_slug` is required; another org's list is empty.
-    assert_eq!(api.raw(get.clone(), "/v1/apps", None).await.0, 400);
+    assert_eq!(api.raw(Method::GET, "/v1/apps", None).await.0, 400);
     let (_, _, v) = api
-        .raw(get.clone(), "/v1/apps?org_slug=other-org", None)
+        .raw(Method::GET, "/v1/apps?org_slug=other-org", None)
         .await;
     assert_eq!(v, json!({"total_apps": 0, "apps": []}));
 
     // [docs-apps] "Machines should be stopped before attempting deletion. Append ?force=true
     // to the URI to stop and delete immediately."; 202 with no body.
-    let (status, _, _) = api.raw(delete.clone(), "/v1/apps/fresh-app", None).await;
+    let (status, _, _) = api.raw(Method::DELETE, "/v1/apps/fresh-app", None).await;
     assert!(
         status >= 400,
         "a started machine refuses the delete: {status}"
     );
     let (status, _, v) = api
-        .raw(delete.clone(), "/v1/apps/fresh-app?force=true", None)
+        .raw(Method::DELETE, "/v1/apps/fresh-app?force=true", None)
         .await;
     assert_eq!((status, v), (202, Value::Null));
     assert_eq!(
-        api.raw(get.clone(), "/v1/apps/fresh-app", None).await.0,
+        api.raw(Method::GET, "/v1/apps/fresh-app", None).await.0,
         404
     );
     assert_eq!(fresh.exec(r#"{"command":["true"]}"#).await.0, 404);
@@ -642,7 +617,7 @@ async fn the_apps_api_creates_lists_shows_and_deletes_apps() {
         "its machines are gone"
     );
     // [docs-apps] `_delete_app_resp`: {"error": "Could not find App"}.
-    let (status, _, v) = api.raw(delete, "/v1/apps/fresh-app", None).await;
+    let (status, _, v) = api.raw(Method::DELETE, "/v1/apps/fresh-app", None).await;
     assert_eq!((status, v), (404, json!({"error": "Could not find App"})));
 }
 
@@ -650,8 +625,7 @@ async fn the_apps_api_creates_lists_shows_and_deletes_apps() {
 async fn update_replaces_the_config_and_reboots_the_machine() {
     let emu = emulator(FlyOptions::default()).await;
     let api = Api::new(&emu);
-    let post = reqwest::Method::POST;
-    let (_, _, before) = api.call(reqwest::Method::GET, "", None, &[]).await;
+    let (_, _, before) = api.get("").await;
     api.exec(r#"{"command":["sh","-c","echo old > /data/f"]}"#)
         .await;
 
@@ -661,9 +635,7 @@ async fn update_replaces_the_config_and_reboots_the_machine() {
         "guest": {"memory_mb": 512, "cpus": 2, "cpu_kind": "shared"},
         "env": {"APP_ENV": "production"},
     }});
-    let (status, _, m) = api
-        .call(post.clone(), "", Some(&body.to_string()), &[])
-        .await;
+    let (status, _, m) = api.post("", &body.to_string()).await;
     assert_eq!(status, 200, "[spec-2023] Machines_update → Machine: {m}");
     assert_eq!(m["id"], api.id.as_str());
     assert_eq!(m["config"]["env"], json!({"APP_ENV": "production"}));
@@ -676,7 +648,7 @@ async fn update_replaces_the_config_and_reboots_the_machine() {
         .exec(r#"{"command":["sh","-c","echo $APP_ENV; cat /data/f 2>/dev/null || echo gone"]}"#)
         .await;
     assert_eq!(v["stdout"], "production\ngone\n");
-    let (_, _, after) = api.call(reqwest::Method::GET, "", None, &[]).await;
+    let (_, _, after) = api.get("").await;
     assert_eq!(after["state"], "started");
     assert!(
         after["events"]
@@ -689,27 +661,17 @@ async fn update_replaces_the_config_and_reboots_the_machine() {
 
     // Fly staff (community.fly.io/t/15555): a `current_version` that does not match is 409.
     let stale = json!({"config": {"image": "debian"}, "current_version": before["version"]});
-    let (status, _, v) = api
-        .call(post.clone(), "", Some(&stale.to_string()), &[])
-        .await;
+    let (status, _, v) = api.post("", &stale.to_string()).await;
     assert_eq!(status, 409, "{v}");
     let current = json!({"config": {"image": "debian"}, "current_version": after["version"]});
-    assert_eq!(
-        api.call(post.clone(), "", Some(&current.to_string()), &[])
-            .await
-            .0,
-        200
-    );
+    assert_eq!(api.post("", &current.to_string()).await.0, 200);
     // [spec-2023] 400 ErrorResponse for a body that is not an UpdateMachineRequest.
-    let (status, _, v) = api.call(post.clone(), "", Some("[1]"), &[]).await;
+    let (status, _, v) = api.post("", "[1]").await;
     assert_eq!(status, 400);
     assert!(v["error"].is_string());
     // Another app's path is the app's 404.
     let other = app_api(&emu, "no-such-app", &api.id);
-    assert_eq!(
-        other.call(post, "", Some(&body.to_string()), &[]).await.0,
-        404
-    );
+    assert_eq!(other.post("", &body.to_string()).await.0, 404);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -730,17 +692,9 @@ async fn signal_reaches_the_machines_processes() {
         commands(l).iter().any(|c| c.starts_with("sh -c trap"))
     })
     .await;
-    let post = reqwest::Method::POST;
 
     // [spec-2023] SignalRequest {"signal": "SIGUSR1"} (a name of its enum).
-    let (status, _, _) = m
-        .call(
-            post.clone(),
-            "/signal",
-            Some(r#"{"signal":"SIGUSR1"}"#),
-            &[],
-        )
-        .await;
+    let (status, _, _) = m.post("/signal", r#"{"signal":"SIGUSR1"}"#).await;
     assert_eq!(status, 200);
     let mut got = Value::Null;
     for _ in 0..100 {
@@ -753,30 +707,16 @@ async fn signal_reaches_the_machines_processes() {
     assert_eq!(got["stdout"], "usr1\n", "the trap ran: {got}");
 
     // Unknown signals are 400 ErrorResponse.
-    let (status, _, v) = m
-        .call(
-            post.clone(),
-            "/signal",
-            Some(r#"{"signal":"SIGNOPE"}"#),
-            &[],
-        )
-        .await;
+    let (status, _, v) = m.post("/signal", r#"{"signal":"SIGNOPE"}"#).await;
     assert_eq!(status, 400);
     assert!(v["error"].is_string());
 
     // [spec-2023] SIGTERM ends it (its trap exits 7): the events record the exit.
-    let (status, _, _) = m
-        .call(
-            post.clone(),
-            "/signal",
-            Some(r#"{"signal":"SIGTERM"}"#),
-            &[],
-        )
-        .await;
+    let (status, _, _) = m.post("/signal", r#"{"signal":"SIGTERM"}"#).await;
     assert_eq!(status, 200);
     let mut exit = Value::Null;
     for _ in 0..100 {
-        let (_, _, ev) = m.call(reqwest::Method::GET, "/events", None, &[]).await;
+        let (_, _, ev) = m.get("/events").await;
         if let Some(e) = ev.as_array().unwrap().iter().find(|e| e["type"] == "exit") {
             exit = e.clone();
             break;
@@ -790,21 +730,17 @@ async fn signal_reaches_the_machines_processes() {
     m.exec(r#"{"command":["sh","-c","setsid sleep 300 >/dev/null 2>&1 < /dev/null &"]}"#)
         .await;
     ps_until(&m, |l| commands(l).contains(&"sleep 300".to_owned())).await;
-    let (status, _, _) = m.call(post, "/signal", Some(r#"{"signal": 9}"#), &[]).await;
+    let (status, _, _) = m.post("/signal", r#"{"signal": 9}"#).await;
     assert_eq!(status, 200);
     ps_until(&m, |l| !commands(l).contains(&"sleep 300".to_owned())).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ps_lists_the_processes_and_restart_restarts_them() {
-    let emu = emulator(FlyOptions::default()).await;
-    let api = Api::new(&emu);
-    let id = launch(
-        &api,
+    let (_emu, api, m) = launched(
         json!({"config": {"image": "debian", "init": {"entrypoint": ["sleep"], "cmd": ["600"]}}}),
     )
     .await;
-    let m = app_api(&emu, &api.app, &id);
     let list = ps_until(&m, |l| commands(l).contains(&"sleep 600".to_owned())).await;
     // [spec-2023] ProcessStat: exactly these fields, with these types.
     for p in &list {
@@ -847,14 +783,7 @@ async fn ps_lists_the_processes_and_restart_restarts_them() {
         .await;
     ps_until(&m, |l| commands(l).contains(&"sleep 301".to_owned())).await;
     // [spec-2023] sort_by and order.
-    let (status, _, v) = m
-        .call(
-            reqwest::Method::GET,
-            "/ps?sort_by=pid&order=desc",
-            None,
-            &[],
-        )
-        .await;
+    let (status, _, v) = m.get("/ps?sort_by=pid&order=desc").await;
     assert_eq!(status, 200);
     let pids: Vec<u64> = v
         .as_array()
@@ -867,14 +796,14 @@ async fn ps_lists_the_processes_and_restart_restarts_them() {
     // [fly-go-machines] Restart: `/{id}/restart?force_stop=false&timeout=5s&signal=SIGTERM`.
     let (status, _, _) = m
         .call(
-            reqwest::Method::POST,
+            Method::POST,
             "/restart?force_stop=false&timeout=5s&signal=SIGTERM",
             None,
             &[],
         )
         .await;
     assert_eq!(status, 200);
-    let (_, _, machine) = m.call(reqwest::Method::GET, "", None, &[]).await;
+    let (_, _, machine) = m.get("").await;
     assert_eq!(machine["state"], "started");
     // The main process runs again, a new one (started later); the exec'd one is gone.
     let after = ps_until(&m, |l| commands(l).contains(&"sleep 600".to_owned())).await;
@@ -887,7 +816,7 @@ async fn ps_lists_the_processes_and_restart_restarts_them() {
         again["stime"].as_u64().unwrap() > main["stime"].as_u64().unwrap(),
         "{main} then {again}"
     );
-    let (_, _, ev) = m.call(reqwest::Method::GET, "/events", None, &[]).await;
+    let (_, _, ev) = m.get("/events").await;
     let kinds: Vec<_> = ev
         .as_array()
         .unwrap()
@@ -905,62 +834,40 @@ async fn ps_lists_the_processes_and_restart_restarts_them() {
     assert_eq!(exit["request"]["exit_event"]["signal"], 15, "{exit}");
     // A bad timeout is 400; a stopped machine cannot restart.
     let (status, _, _) = m
-        .call(reqwest::Method::POST, "/restart?timeout=soon", None, &[])
+        .call(Method::POST, "/restart?timeout=soon", None, &[])
         .await;
     assert_eq!(status, 400);
-    assert_eq!(
-        api.call(reqwest::Method::GET, "/ps?sort_by=nope", None, &[])
-            .await
-            .0,
-        400
-    );
+    assert_eq!(api.get("/ps?sort_by=nope").await.0, 400);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metadata_and_events_follow_the_spec() {
-    let emu = emulator(FlyOptions::default()).await;
-    let api = Api::new(&emu);
-    let (get, post, delete) = (
-        reqwest::Method::GET,
-        reqwest::Method::POST,
-        reqwest::Method::DELETE,
-    );
-    let id = launch(
-        &api,
-        json!({"config": {"image": "debian", "metadata": {"fly_process_group": "app"}}}),
-    )
-    .await;
-    let m = app_api(&emu, &api.app, &id);
-    let (status, _, v) = m.call(get.clone(), "/metadata", None, &[]).await;
+    let (emu, api, m) =
+        launched(json!({"config": {"image": "debian", "metadata": {"fly_process_group": "app"}}}))
+            .await;
+    let (status, _, v) = m.get("/metadata").await;
     assert_eq!((status, v), (200, json!({"fly_process_group": "app"})));
     // [docs-apps] `_machines_metadata_update_req`: POST …/metadata/foo-key {"value":"bar"};
     // [spec-2023] 204 No Content.
-    let (status, _, v) = m
-        .call(
-            post.clone(),
-            "/metadata/foo-key",
-            Some(r#"{"value":"bar"}"#),
-            &[],
-        )
-        .await;
+    let (status, _, v) = m.post("/metadata/foo-key", r#"{"value":"bar"}"#).await;
     assert_eq!((status, v), (204, Value::Null));
-    let (_, _, v) = m.call(get.clone(), "/metadata", None, &[]).await;
+    let (_, _, v) = m.get("/metadata").await;
     assert_eq!(v, json!({"fly_process_group": "app", "foo-key": "bar"}));
-    let (_, _, machine) = m.call(get.clone(), "", None, &[]).await;
+    let (_, _, machine) = m.get("").await;
     assert_eq!(machine["config"]["metadata"]["foo-key"], "bar");
     // [spec-2023] Machines_update_metadata 400.
-    let (status, _, v) = m.call(post, "/metadata/foo-key", Some("{}"), &[]).await;
+    let (status, _, v) = m.post("/metadata/foo-key", "{}").await;
     assert_eq!(status, 400);
     assert!(v["error"].is_string());
-    let (status, _, v) = m.call(delete, "/metadata/foo-key", None, &[]).await;
+    let (status, _, v) = m.call(Method::DELETE, "/metadata/foo-key", None, &[]).await;
     assert_eq!((status, v), (204, Value::Null));
-    let (_, _, v) = m.call(get.clone(), "/metadata", None, &[]).await;
+    let (_, _, v) = m.get("/metadata").await;
     assert_eq!(v, json!({"fly_process_group": "app"}));
 
     // [spec-2023] Machines_list_events: MachineEvent {id, request, source, status, timestamp,
     // type}; newest first.
-    emu.stop_machine(&emu.machine(&api.app, &id).unwrap());
-    let (status, _, ev) = m.call(get, "/events", None, &[]).await;
+    emu.stop_machine(&emu.machine(&api.app, &m.id).unwrap());
+    let (status, _, ev) = m.get("/events").await;
     assert_eq!(status, 200);
     let ev = ev.as_array().unwrap();
     for e in ev {
@@ -990,42 +897,34 @@ async fn metadata_and_events_follow_the_spec() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn wait_states_and_lease_enforcement() {
-    let emu = emulator(FlyOptions::default()).await;
-    let api = Api::new(&emu);
-    let (get, post, delete) = (
-        reqwest::Method::GET,
-        reqwest::Method::POST,
-        reqwest::Method::DELETE,
-    );
-    let id = launch(&api, json!({"config": {"image": "debian"}})).await;
-    let m = app_api(&emu, &api.app, &id);
-    let (_, _, machine) = m.call(get.clone(), "", None, &[]).await;
+    let (emu, api, m) = launched(json!({"config": {"image": "debian"}})).await;
+    let (_, _, machine) = m.get("").await;
     let instance = machine["instance_id"].as_str().unwrap().to_owned();
 
     // [fly-go-machines] AcquireLease: POST …/lease?ttl=N with no body.
-    let (status, _, lease) = m.call(post.clone(), "/lease?ttl=30", None, &[]).await;
+    let (status, _, lease) = m.call(Method::POST, "/lease?ttl=30", None, &[]).await;
     assert!(status == 200 || status == 201, "{status}: {lease}");
     let nonce = lease["data"]["nonce"].as_str().unwrap().to_owned();
     let with = [("fly-machine-lease-nonce", nonce.as_str())];
     // A second acquirer gets 409 (fly-go retries on 409).
     assert_eq!(
-        m.call(post.clone(), "/lease?ttl=30", None, &[]).await.0,
+        m.call(Method::POST, "/lease?ttl=30", None, &[]).await.0,
         409
     );
     // [fly-go-machines] RefreshLease: the same POST with the nonce.
-    let (status, _, v) = m.call(post.clone(), "/lease?ttl=30", None, &with).await;
+    let (status, _, v) = m.call(Method::POST, "/lease?ttl=30", None, &with).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["data"]["nonce"], nonce.as_str());
     // [fly-go-machines] Update, Restart, Stop, Start, Suspend and Destroy send the nonce: without
     // it they are refused while the lease is held.
     let update = r#"{"config":{"image":"debian","env":{"V":"2"}}}"#;
     for (method, suffix, body) in [
-        (post.clone(), "", Some(update)),
-        (post.clone(), "/restart?force_stop=true", None),
-        (post.clone(), "/stop", None),
-        (post.clone(), "/suspend", None),
-        (post.clone(), "/start", None),
-        (delete.clone(), "?kill=true", None),
+        (Method::POST, "", Some(update)),
+        (Method::POST, "/restart?force_stop=true", None),
+        (Method::POST, "/stop", None),
+        (Method::POST, "/suspend", None),
+        (Method::POST, "/start", None),
+        (Method::DELETE, "?kill=true", None),
     ] {
         let (status, _, v) = m.call(method, suffix, body, &[]).await;
         assert_eq!(status, 409, "{suffix}: {v}");
@@ -1038,16 +937,16 @@ async fn wait_states_and_lease_enforcement() {
         );
     }
     // The holder's calls pass.
-    assert_eq!(m.call(post.clone(), "", Some(update), &with).await.0, 200);
+    assert_eq!(m.call(Method::POST, "", Some(update), &with).await.0, 200);
     assert_eq!(
-        m.call(post.clone(), "/restart?force_stop=true", None, &with)
+        m.call(Method::POST, "/restart?force_stop=true", None, &with)
             .await
             .0,
         200
     );
     let (_, _, v) = m
         .call(
-            post.clone(),
+            Method::POST,
             "/exec",
             Some(r#"{"command":["sh","-c","echo $V"]}"#),
             &with,
@@ -1057,50 +956,38 @@ async fn wait_states_and_lease_enforcement() {
 
     // [docs] wait states: started, stopped (needs instance_id), suspended, destroyed; [fly-go]
     // repeats `state`; timeout in seconds; 408 when the state does not come.
-    let (_, _, machine) = m.call(get.clone(), "", None, &[]).await;
+    let (_, _, machine) = m.get("").await;
     let instance2 = machine["instance_id"].as_str().unwrap().to_owned();
     assert_ne!(instance, instance2);
     let (status, _, v) = m
-        .call(
-            get.clone(),
-            &format!("/wait?state=started&state=stopped&instance_id={instance2}&timeout=5"),
-            None,
-            &[],
-        )
+        .get(&format!(
+            "/wait?state=started&state=stopped&instance_id={instance2}&timeout=5"
+        ))
         .await;
     assert_eq!((status, v), (200, json!({"ok": true})));
     assert_eq!(
-        m.call(get.clone(), "/wait?state=stopped&timeout=1", None, &[])
-            .await
-            .0,
+        m.get("/wait?state=stopped&timeout=1").await.0,
         400,
         "stopped needs instance_id"
     );
-    assert_eq!(m.call(post.clone(), "/suspend", None, &with).await.0, 200);
-    let (status, _, _) = m
-        .call(get.clone(), "/wait?state=suspended&timeout=10", None, &[])
-        .await;
+    assert_eq!(m.call(Method::POST, "/suspend", None, &with).await.0, 200);
+    let (status, _, _) = m.get("/wait?state=suspended&timeout=10").await;
     assert_eq!(status, 200);
     // [docs suspend-resume] suspend saves memory and processes and nothing runs meanwhile: the
     // sandbox is frozen (in namespaces; the freezer needs them), kept, and thawed by start.
-    let sandbox = || emu.machine(&api.app, &id).unwrap().sandbox().unwrap();
+    let sandbox = || emu.machine(&api.app, &m.id).unwrap().sandbox().unwrap();
     if execseam_emulator_kit::Isolation::detect() == execseam_emulator_kit::Isolation::Namespaces {
         assert!(
             sandbox().is_paused(),
             "a suspended machine's sandbox is frozen"
         );
     }
-    assert_eq!(m.call(post.clone(), "/start", None, &with).await.0, 200);
-    assert_eq!(
-        m.call(get.clone(), "/wait?state=started&timeout=10", None, &[])
-            .await
-            .0,
-        200
-    );
+    assert_eq!(m.call(Method::POST, "/start", None, &with).await.0, 200);
+    assert_eq!(m.get("/wait?state=started&timeout=10").await.0, 200);
     assert!(!sandbox().is_paused(), "start resumes a suspended machine");
     assert_eq!(
         m.call(
-            post.clone(),
+            Method::POST,
             "/stop",
             Some(r#"{"signal":"SIGTERM","timeout":"5s"}"#),
             &with
@@ -1110,35 +997,28 @@ async fn wait_states_and_lease_enforcement() {
         200
     );
     let (status, _, _) = m
-        .call(
-            get.clone(),
-            &format!("/wait?state=stopped&instance_id={instance2}&timeout=10"),
-            None,
-            &[],
-        )
+        .get(&format!(
+            "/wait?state=stopped&instance_id={instance2}&timeout=10"
+        ))
         .await;
     assert_eq!(status, 200);
-    let (status, _, v) = m
-        .call(get.clone(), "/wait?state=started&timeout=1", None, &[])
-        .await;
+    let (status, _, v) = m.get("/wait?state=started&timeout=1").await;
     assert_eq!(status, 408, "{v}");
     assert!(v["error"].is_string());
 
     // [docs] release with the nonce; then anyone may destroy, and a wait for `destroyed` after
     // the fact answers at once.
-    let (status, _, _) = m.call(delete.clone(), "/lease", None, &with).await;
+    let (status, _, _) = m.call(Method::DELETE, "/lease", None, &with).await;
     assert_eq!(status, 200);
-    assert_eq!(m.call(delete, "?kill=true", None, &[]).await.0, 200);
-    let (status, _, v) = m
-        .call(get, "/wait?state=destroyed&timeout=5", None, &[])
-        .await;
+    assert_eq!(m.call(Method::DELETE, "?kill=true", None, &[]).await.0, 200);
+    let (status, _, v) = m.get("/wait?state=destroyed&timeout=5").await;
     assert_eq!((status, v), (200, json!({"ok": true})));
 
     // A lease that expires stops being enforced.
     let id = launch(&api, json!({"config": {"image": "debian"}})).await;
     let m = app_api(&emu, &api.app, &id);
-    assert!(m.call(post.clone(), "/lease?ttl=1", None, &[]).await.0 < 300);
-    assert_eq!(m.call(post.clone(), "/stop", None, &[]).await.0, 409);
+    assert!(m.call(Method::POST, "/lease?ttl=1", None, &[]).await.0 < 300);
+    assert_eq!(m.call(Method::POST, "/stop", None, &[]).await.0, 409);
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(m.call(post, "/stop", None, &[]).await.0, 200);
+    assert_eq!(m.call(Method::POST, "/stop", None, &[]).await.0, 200);
 }

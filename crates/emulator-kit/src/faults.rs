@@ -19,6 +19,20 @@ use std::sync::{Arc, Mutex};
 
 pub use execseam_conformance::{FAULT_NAMES, Fault, Faults};
 
+/// Every fault but `vanish`: what a route renders when its request takes effect before the
+/// answer (the early faults, then the late ones on the answer), with no command to lose its
+/// sandbox in the middle of.
+pub const FAULTS_BUT_VANISH: &[&str] = &[
+    "429",
+    "503",
+    "auth",
+    "latency",
+    "500",
+    "reset",
+    "cut",
+    "malformed",
+];
+
 /// What an emulator renders: each route, with the names ([`Fault::name`]) of the faults it
 /// renders there.
 pub type Rendered = &'static [(&'static str, &'static [&'static str])];

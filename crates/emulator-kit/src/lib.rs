@@ -23,7 +23,10 @@ pub mod sys;
 pub mod util;
 pub mod ws;
 
-pub use faults::{FAULT_NAMES, Fault, FaultHandle, FaultRule, Faults, Rendered, When, check_rule};
+pub use faults::{
+    FAULT_NAMES, FAULTS_BUT_VANISH, Fault, FaultHandle, FaultRule, Faults, Rendered, When,
+    check_rule,
+};
 pub use sandbox::{
     Dir, DirImage, Fs, Isolation, Mount, PtyChild, PtyMaster, PtySize, Sandbox, SandboxChild,
     SandboxSpec, Sandboxing, Snapshot, User,

@@ -52,6 +52,16 @@ pub struct EmulatorOptions {
     pub sandboxing: Sandboxing,
 }
 
+impl EmulatorOptions {
+    /// The defaults, accepting only `token`.
+    pub fn with_token(token: impl Into<String>) -> EmulatorOptions {
+        EmulatorOptions {
+            token: Some(token.into()),
+            ..EmulatorOptions::default()
+        }
+    }
+}
+
 impl Default for EmulatorOptions {
     fn default() -> Self {
         EmulatorOptions {
@@ -578,14 +588,7 @@ pub struct AnyEmulator {
     pub guard: Box<dyn std::any::Any + Send + Sync>,
 }
 
-impl fmt::Debug for AnyEmulator {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AnyEmulator")
-            .field("provider", &self.provider)
-            .field("base_url", &self.base_url)
-            .finish_non_exhaustive()
-    }
-}
+crate::debug_fields!(AnyEmulator: provider, base_url);
 
 /// How [`Entry::start`] starts an emulator.
 pub type StartFn =

@@ -1,6 +1,21 @@
 //! Small helpers shared by the emulators: RFC 3339 timestamps without a date-time dependency, ids,
 //! lexical path cleaning and `application/x-www-form-urlencoded` query strings.
 
+/// `Debug` for a type some of whose fields are not (or must not be) shown: the named fields,
+/// then `..` (`finish_non_exhaustive`). `debug_fields!(Session: id, command);`
+#[macro_export]
+macro_rules! debug_fields {
+    ($ty:ident: $($field:ident),+ $(,)?) => {
+        impl ::std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.debug_struct(stringify!($ty))
+                    $(.field(stringify!($field), &self.$field))+
+                    .finish_non_exhaustive()
+            }
+        }
+    };
+}
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::clock::{self, Fraction};

@@ -36,7 +36,6 @@ where
         *r.status_mut() = StatusCode::BAD_REQUEST;
         return r;
     };
-    let accept = crate::server::websocket_accept(key.as_bytes());
     let on_upgrade = hyper::upgrade::on(req);
     tokio::spawn(async move {
         match on_upgrade.await {
@@ -51,13 +50,22 @@ where
             Err(e) => tracing::debug!(error = %e, "websocket upgrade failed"),
         }
     });
+    switching_protocols(key.as_bytes(), None)
+}
+
+/// The 101 answer to a WebSocket upgrade whose `Sec-WebSocket-Key` is `key`, selecting
+/// `protocol` if given.
+pub fn switching_protocols(key: &[u8], protocol: Option<&str>) -> Response {
     let mut r = Response::new(Body::empty());
     *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = r.headers_mut();
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    if let Ok(v) = HeaderValue::from_str(&accept) {
+    if let Ok(v) = HeaderValue::from_str(&crate::server::websocket_accept(key)) {
         h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
+    }
+    if let Some(v) = protocol.and_then(|p| HeaderValue::from_str(p).ok()) {
+        h.insert(header::SEC_WEBSOCKET_PROTOCOL, v);
     }
     r
 }

@@ -656,17 +656,29 @@ fn replace(
         {
             return Err(status::conflict(res, name));
         }
-        let mut next = merge_update(res, cur, body, status_only);
-        schema::apply_defaults(res, &mut next);
-        let causes = schema::validate(res, &next);
-        if !causes.is_empty() {
-            return Err(status::invalid(res, name, &causes));
-        }
-        *cur = next;
-        Ok(())
+        replace_valid(res, name, cur, body, status_only)
     })?;
     cluster.kick();
     Ok(updated)
+}
+
+/// Replaces `cur` with `body` merged into it ([`merge_update`]), defaulted, if it is valid (422
+/// with the causes otherwise).
+fn replace_valid(
+    res: &'static Resource,
+    name: &str,
+    cur: &mut Value,
+    body: Value,
+    status_only: bool,
+) -> Result<(), ApiError> {
+    let mut next = merge_update(res, cur, body, status_only);
+    schema::apply_defaults(res, &mut next);
+    let causes = schema::validate(res, &next);
+    if !causes.is_empty() {
+        return Err(status::invalid(res, name, &causes));
+    }
+    *cur = next;
+    Ok(())
 }
 
 fn patch_object(
@@ -702,14 +714,7 @@ fn patch_object(
         {
             return Err(status::conflict(res, name));
         }
-        let mut next = merge_update(res, cur, doc, status_only);
-        schema::apply_defaults(res, &mut next);
-        let causes = schema::validate(res, &next);
-        if !causes.is_empty() {
-            return Err(status::invalid(res, name, &causes));
-        }
-        *cur = next;
-        Ok(())
+        replace_valid(res, name, cur, doc, status_only)
     })?;
     cluster.kick();
     Ok(updated)
@@ -832,29 +837,28 @@ fn delete(
 ) -> Result<Value, ApiError> {
     let options = delete_options(body, q)?;
     let cur = get_object(cluster, res, ns, name)?;
-    if let Some(uid) = &options.uid
-        && cur["metadata"]["uid"].as_str() != Some(uid)
-    {
-        return Err(status::conflict_because(
-            res,
-            name,
-            &format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                cur["metadata"]["uid"].as_str().unwrap_or("")
-            ),
-        ));
-    }
-    if let Some(rv) = &options.resource_version
-        && cur["metadata"]["resourceVersion"].as_str() != Some(rv)
-    {
-        return Err(status::conflict_because(
-            res,
-            name,
-            &format!(
-                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                cur["metadata"]["resourceVersion"].as_str().unwrap_or("")
-            ),
-        ));
+    // The preconditions, in the API server's order and words.
+    for (label, field, want) in [
+        ("UID", "uid", &options.uid),
+        (
+            "ResourceVersion",
+            "resourceVersion",
+            &options.resource_version,
+        ),
+    ] {
+        let have = cur["metadata"][field].as_str();
+        if let Some(want) = want
+            && have != Some(want.as_str())
+        {
+            return Err(status::conflict_because(
+                res,
+                name,
+                &format!(
+                    "Precondition failed: {label} in precondition: {want}, {label} in object meta: {}",
+                    have.unwrap_or("")
+                ),
+            ));
+        }
     }
     let out = cluster.delete(res, ns, name, &options)?;
     Ok(out)

@@ -168,6 +168,30 @@ fn past(time: &Value) -> bool {
         .is_some_and(|t| t <= now_secs())
 }
 
+/// Marks `o` not ready because it expired (`reason`, `message`), unless its status says so
+/// already.
+fn mark_expired(
+    c: &Cluster,
+    res: &'static schema::Resource,
+    o: &Value,
+    reason: &str,
+    message: &str,
+) {
+    let generation = o["metadata"]["generation"].as_i64().unwrap_or(1);
+    let ready = condition(
+        &conditions(o),
+        "Ready",
+        "False",
+        reason,
+        message,
+        generation,
+    );
+    let status = json!({"conditions": [ready]});
+    if o["status"] != status {
+        write_status(c, res, o, status);
+    }
+}
+
 fn delete(c: &Cluster, res: &'static schema::Resource, o: &Value, propagation: &str) {
     let _ = c.delete(
         res,
@@ -336,19 +360,13 @@ fn reconcile_claim(c: &Cluster, claim: &Value) {
                 if let Some(s) = &bound {
                     delete(c, &SANDBOXES, s, "Background");
                 }
-                let ready = condition(
-                    &old,
-                    "Ready",
-                    "False",
+                return mark_expired(
+                    c,
+                    &CLAIMS,
+                    claim,
                     "ClaimExpired",
                     "Claim expired. Sandbox cleanup initiated.",
-                    generation,
                 );
-                let status = json!({"conditions": [ready]});
-                if claim["status"] != status {
-                    write_status(c, &CLAIMS, claim, status);
-                }
-                return;
             }
         }
     }
@@ -714,19 +732,7 @@ fn reconcile_sandbox(c: &Cluster, s: &Value) {
         if s["spec"]["shutdownPolicy"].as_str() == Some("Delete") {
             return delete(c, &SANDBOXES, s, "Background");
         }
-        let ready = condition(
-            &old,
-            "Ready",
-            "False",
-            "SandboxExpired",
-            "Sandbox has expired",
-            generation,
-        );
-        let status = json!({"conditions": [ready]});
-        if s["status"] != status {
-            write_status(c, &SANDBOXES, s, status);
-        }
-        return;
+        return mark_expired(c, &SANDBOXES, s, "SandboxExpired", "Sandbox has expired");
     }
     reconcile_pvcs(c, s);
     let suspended = s["spec"]["operatingMode"].as_str() == Some("Suspended");

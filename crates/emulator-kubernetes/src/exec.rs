@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -233,19 +233,7 @@ pub(crate) fn handshake(
         return Err(status::bad_request("missing Sec-WebSocket-Key").into_response());
     };
     let on_upgrade = hyper::upgrade::on(request);
-    let mut r = Response::new(Body::empty());
-    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let h = r.headers_mut();
-    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    if let Ok(v) = HeaderValue::from_str(&execseam_emulator_kit::server::websocket_accept(
-        key.as_bytes(),
-    )) {
-        h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
-    }
-    if let Ok(v) = HeaderValue::from_str(&protocol) {
-        h.insert(header::SEC_WEBSOCKET_PROTOCOL, v);
-    }
+    let r = execseam_emulator_kit::ws::switching_protocols(key.as_bytes(), Some(&protocol));
     Ok((protocol, on_upgrade, r))
 }
 

@@ -73,14 +73,7 @@ impl SandboxEntry for PodRun {
     }
 }
 
-impl std::fmt::Debug for PodRun {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PodRun")
-            .field("name", &self.name)
-            .field("ip", &self.ip)
-            .finish_non_exhaustive()
-    }
-}
+execseam_emulator_kit::debug_fields!(PodRun: name, ip);
 
 impl PodRun {
     /// The container `name`, or the only one.

@@ -218,6 +218,33 @@ impl Store {
         (items, s.rev)
     }
 
+    /// A new revision for `obj` (its `resourceVersion`), recorded as a `kind` change of the
+    /// object `(res, ns, name)`.
+    fn revise(
+        &self,
+        s: &mut State,
+        (res, ns, name): (&'static Resource, &str, &str),
+        kind: ChangeKind,
+        obj: &mut Value,
+        previous: Option<Value>,
+    ) {
+        s.rev += 1;
+        obj["metadata"]["resourceVersion"] = json!(s.rev.to_string());
+        let rev = s.rev;
+        self.record(
+            s,
+            Change {
+                rev,
+                res,
+                ns: ns.to_owned(),
+                name: name.to_owned(),
+                kind,
+                object: obj.clone(),
+                previous,
+            },
+        );
+    }
+
     fn record(&self, s: &mut State, change: Change) {
         let change = Arc::new(change);
         if s.history.len() >= s.capacity {
@@ -241,22 +268,8 @@ impl Store {
         if s.objects.contains_key(&k) {
             return Err(status::already_exists(res, &name));
         }
-        s.rev += 1;
-        obj["metadata"]["resourceVersion"] = json!(s.rev.to_string());
+        self.revise(&mut s, (res, ns, &name), ChangeKind::Added, &mut obj, None);
         s.objects.insert(k, obj.clone());
-        let rev = s.rev;
-        self.record(
-            &mut s,
-            Change {
-                rev,
-                res,
-                ns: ns.to_owned(),
-                name,
-                kind: ChangeKind::Added,
-                object: obj.clone(),
-                previous: None,
-            },
-        );
         Ok(obj)
     }
 
@@ -282,22 +295,14 @@ impl Store {
         if new == old {
             return Ok(old);
         }
-        s.rev += 1;
-        new["metadata"]["resourceVersion"] = json!(s.rev.to_string());
-        s.objects.insert(k, new.clone());
-        let rev = s.rev;
-        self.record(
+        self.revise(
             &mut s,
-            Change {
-                rev,
-                res,
-                ns: ns.to_owned(),
-                name: name.to_owned(),
-                kind: ChangeKind::Modified,
-                object: new.clone(),
-                previous: Some(old),
-            },
+            (res, ns, name),
+            ChangeKind::Modified,
+            &mut new,
+            Some(old),
         );
+        s.objects.insert(k, new.clone());
         Ok(new)
     }
 
@@ -305,21 +310,7 @@ impl Store {
     pub fn remove(&self, res: &'static Resource, ns: &str, name: &str) -> Option<Value> {
         let mut s = self.lock();
         let mut obj = s.objects.remove(&key(res, ns, name))?;
-        s.rev += 1;
-        obj["metadata"]["resourceVersion"] = json!(s.rev.to_string());
-        let rev = s.rev;
-        self.record(
-            &mut s,
-            Change {
-                rev,
-                res,
-                ns: ns.to_owned(),
-                name: name.to_owned(),
-                kind: ChangeKind::Deleted,
-                object: obj.clone(),
-                previous: None,
-            },
-        );
+        self.revise(&mut s, (res, ns, name), ChangeKind::Deleted, &mut obj, None);
         Some(obj)
     }
 

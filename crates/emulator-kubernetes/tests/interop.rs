@@ -19,12 +19,9 @@ async fn run(script: &str, checks: usize) {
         Isolation::Namespaces,
         "the Kubernetes interop checks need mount namespaces (root and unshare): pods are sandboxes with /app"
     );
-    let emu = KubernetesEmulator::start(EmulatorOptions {
-        token: Some("interop-api-token".into()),
-        ..EmulatorOptions::default()
-    })
-    .await
-    .expect("the emulator starts");
+    let emu = KubernetesEmulator::start(EmulatorOptions::with_token("interop-api-token"))
+        .await
+        .expect("the emulator starts");
     // The kubeconfig the emulator writes at start (what `execseam emulate` prints).
     let kubeconfig = emu.kubeconfig_path().to_owned();
     assert_eq!(

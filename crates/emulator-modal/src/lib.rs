@@ -848,16 +848,7 @@ pub type ModalEmulator = Emulator<Modal>;
 /// What every route renders before anything happens.
 const EARLY: &[&str] = &["429", "503", "auth", "latency"];
 /// What the routes whose request takes effect before the answer render.
-const LATE: &[&str] = &[
-    "429",
-    "503",
-    "auth",
-    "latency",
-    "500",
-    "reset",
-    "cut",
-    "malformed",
-];
+const LATE: &[&str] = execseam_emulator_kit::FAULTS_BUT_VANISH;
 
 impl Provider for Modal {
     const NAME: &'static str = "modal";

@@ -100,6 +100,12 @@ impl Fixture {
         self.router.task_exec_start(req).await.unwrap();
     }
 
+    /// [`start`](Self::start) of `sh -c script`.
+    async fn sh(&mut self, exec_id: &str, script: &str, stdout: i32, stderr: i32) {
+        self.start(exec_id, &["sh", "-c", script], stdout, stderr)
+            .await;
+    }
+
     async fn read(&mut self, exec_id: &str, fd: i32, offset: u64) -> Vec<u8> {
         let req = self.bearer(tcr::TaskExecStdioReadRequest {
             task_id: self.task_id.clone(),
@@ -157,36 +163,19 @@ use tcr::task_exec_wait_response::ExitStatus;
 #[tokio::test(flavor = "multi_thread")]
 async fn reads_replay_from_any_offset_and_stdio_configs_are_honoured() {
     let mut f = Fixture::new().await;
-    f.start(
-        "e1",
-        &["sh", "-c", "printf abcdef; printf XY >&2"],
-        PIPE,
-        PIPE,
-    )
-    .await;
+    f.sh("e1", "printf abcdef; printf XY >&2", PIPE, PIPE).await;
     assert_eq!(f.wait("e1").await, ExitStatus::Code(0));
     assert_eq!(f.read("e1", 0, 0).await, b"abcdef");
     assert_eq!(f.read("e1", 0, 4).await, b"ef", "from an offset");
     assert_eq!(f.read("e1", 1, 0).await, b"XY");
     // The proto3 defaults (0) discard the output.
-    f.start(
-        "e2",
-        &["sh", "-c", "printf out; printf err >&2"],
-        DEVNULL,
-        DEVNULL,
-    )
-    .await;
+    f.sh("e2", "printf out; printf err >&2", DEVNULL, DEVNULL)
+        .await;
     f.wait("e2").await;
     assert_eq!(f.read("e2", 0, 0).await, b"");
     assert_eq!(f.read("e2", 1, 0).await, b"");
     // TASK_EXEC_STDERR_CONFIG_STDOUT merges stderr into stdout.
-    f.start(
-        "e3",
-        &["sh", "-c", "printf a; printf b >&2"],
-        PIPE,
-        TO_STDOUT,
-    )
-    .await;
+    f.sh("e3", "printf a; printf b >&2", PIPE, TO_STDOUT).await;
     f.wait("e3").await;
     let mut merged = f.read("e3", 0, 0).await;
     merged.sort_unstable();
@@ -197,20 +186,10 @@ async fn reads_replay_from_any_offset_and_stdio_configs_are_honoured() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_start_is_idempotent_on_its_exec_id() {
     let mut f = Fixture::new().await;
-    f.start(
-        "same",
-        &["sh", "-c", "echo x >> /tmp/n; cat /tmp/n"],
-        PIPE,
-        PIPE,
-    )
-    .await;
-    f.start(
-        "same",
-        &["sh", "-c", "echo x >> /tmp/n; cat /tmp/n"],
-        PIPE,
-        PIPE,
-    )
-    .await;
+    f.sh("same", "echo x >> /tmp/n; cat /tmp/n", PIPE, PIPE)
+        .await;
+    f.sh("same", "echo x >> /tmp/n; cat /tmp/n", PIPE, PIPE)
+        .await;
     assert_eq!(f.wait("same").await, ExitStatus::Code(0));
     assert_eq!(f.read("same", 0, 0).await, b"x\n");
     let sb = f.emu.sandboxes().pop().unwrap();
@@ -240,8 +219,7 @@ async fn stdin_is_offset_addressed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn signals_timeouts_and_tokens() {
     let mut f = Fixture::new().await;
-    f.start("sig", &["sh", "-c", "kill -TERM $$"], PIPE, PIPE)
-        .await;
+    f.sh("sig", "kill -TERM $$", PIPE, PIPE).await;
     assert_eq!(f.wait("sig").await, ExitStatus::Signal(15));
     let req = f.bearer(tcr::TaskExecStartRequest {
         task_id: f.task_id.clone(),

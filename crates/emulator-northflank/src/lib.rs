@@ -136,14 +136,7 @@ pub struct Entity {
     pub(crate) runs: Mutex<Vec<Arc<rest::JobRun>>>,
 }
 
-impl std::fmt::Debug for Entity {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Entity")
-            .field("kind", &self.kind)
-            .field("id", &self.id)
-            .finish_non_exhaustive()
-    }
-}
+execseam_emulator_kit::debug_fields!(Entity: kind, id);
 
 impl Entity {
     /// The id.

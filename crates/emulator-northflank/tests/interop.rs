@@ -24,21 +24,23 @@ async fn emulator() -> NorthflankEmulator {
          address the container's /app and /root"
     );
     NorthflankEmulator::start_with(
-        EmulatorOptions {
-            token: Some("nf-interop-token".into()),
-            ..EmulatorOptions::default()
-        },
+        EmulatorOptions::with_token("nf-interop-token"),
         NorthflankOptions::default(),
     )
     .await
     .expect("the emulator starts")
 }
 
-/// The emulator's environment, the job, and the fault hand-shake files.
-fn env_for(emu: &NorthflankEmulator, faults: Vec<(String, String)>) -> Vec<(String, String)> {
+/// The emulator's environment, the job, and `rules` armed once the client script is ready (the
+/// hand-shake files in `scratch`).
+fn env_for(
+    emu: &NorthflankEmulator,
+    scratch: &Path,
+    rules: Vec<(&'static str, u64, Fault)>,
+) -> Vec<(String, String)> {
     let mut env = emu.env();
     env.push(("NORTHFLANK_JOB_ID".into(), JOB_ID.into()));
-    env.extend(faults);
+    env.extend(interop::arm_faults_when_ready(emu.faults(), scratch, rules));
     env
 }
 
@@ -46,8 +48,8 @@ fn env_for(emu: &NorthflankEmulator, faults: Vec<(String, String)>) -> Vec<(Stri
 async fn the_official_python_sdk_works_against_the_emulator() {
     let emu = emulator().await;
     let scratch = tempfile::tempdir().expect("scratch");
-    let faults = interop::arm_faults_when_ready(
-        emu.faults(),
+    let env = env_for(
+        &emu,
         scratch.path(),
         vec![
             ("exec", 1, Fault::CutBeforeExit),
@@ -60,7 +62,6 @@ async fn the_official_python_sdk_works_against_the_emulator() {
             ),
         ],
     );
-    let env = env_for(&emu, faults);
     interop::python_checks("northflank", &dir(), "sdk_check.py", env, 32).await;
 }
 
@@ -68,14 +69,13 @@ async fn the_official_python_sdk_works_against_the_emulator() {
 async fn the_official_js_client_works_against_the_emulator() {
     let emu = emulator().await;
     let scratch = tempfile::tempdir().expect("scratch");
-    let faults = interop::arm_faults_when_ready(
-        emu.faults(),
+    let env = env_for(
+        &emu,
         scratch.path(),
         vec![
             ("exec", 1, Fault::ServerError),
             ("exec", 2, Fault::CutBeforeExit),
         ],
     );
-    let env = env_for(&emu, faults);
     interop::node_checks("northflank-npm", &dir(), "sdk_check.mjs", env, 22).await;
 }

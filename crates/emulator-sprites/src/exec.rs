@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_websockets::{CloseCode, Message};
 
 use super::pty;
-use super::query::Query;
+use super::query::{Params, Query};
 use super::session::{Out, Session, drive};
 use super::wire::{self, EXIT, MAX_FRAME, STDERR, STDIN, STDIN_EOF, STDOUT};
 use super::{
@@ -1025,15 +1025,9 @@ async fn kill(st: St, Path((name, id)): Path<(String, String)>, req: Request) ->
         Ok(s) => s,
         Err(r) => return r,
     };
-    let q = Query::parse(req.uri().query());
-    let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+    let signal = Params::read(req)
         .await
-        .unwrap_or_default();
-    let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let signal = q
         .get("signal")
-        .map(str::to_owned)
-        .or_else(|| json["signal"].as_str().map(str::to_owned))
         .unwrap_or_else(|| "SIGTERM".to_owned());
     let signal = signal_name(&signal);
     let Ok(id) = id.parse::<u64>() else {
@@ -1069,17 +1063,7 @@ async fn kill(st: St, Path((name, id)): Path<(String, String)>, req: Request) ->
         None => lines
             .push(json!({"type": "error", "message": "Warning: process may not have terminated"})),
     }
-    let mut text = String::new();
-    for l in lines {
-        text.push_str(&l.to_string());
-        text.push('\n');
-    }
-    let mut r = (StatusCode::OK, text).into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/x-ndjson"),
-    );
-    r
+    super::services::ndjson(&lines)
 }
 
 // ---------------------------------------------------------------------------------------------

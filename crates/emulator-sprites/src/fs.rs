@@ -13,7 +13,7 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Request, State as AxState};
+use axum::extract::{FromRequest, Path, Request, State as AxState};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use super::Sprite;
 use super::State;
 use super::exec::{json_response, sprite_for};
-use super::query::Query;
+use super::query::{Params, Query};
 use execseam_emulator_kit::Fs;
 use execseam_emulator_kit::util::{resolve_path, rfc3339};
 
@@ -137,6 +137,14 @@ fn as_root(t: &mut Target, yes: bool) {
     t.as_root = yes;
 }
 
+/// The target a query names (`path` against `workingDir`, as root with `asRoot=true`): read,
+/// write, list.
+fn query_target(st: &State, name: &str, req: &Request, q: &Query) -> Result<Target, Response> {
+    let mut t = target(st, req.headers(), name, q.get("path"), q.get("workingDir"))?;
+    as_root(&mut t, q.flag("asRoot"));
+    Ok(t)
+}
+
 fn entry(name: &str, path: &str, m: &std::fs::Metadata) -> Value {
     let ty = if m.file_type().is_symlink() {
         "symlink"
@@ -158,17 +166,10 @@ fn entry(name: &str, path: &str, m: &std::fs::Metadata) -> Value {
 
 pub(crate) async fn read(st: St, Path(name): Path<String>, req: Request) -> Response {
     let q = Query::parse(req.uri().query());
-    let mut t = match target(
-        &st,
-        req.headers(),
-        &name,
-        q.get("path"),
-        q.get("workingDir"),
-    ) {
+    let t = match query_target(&st, &name, &req, &q) {
         Ok(t) => t,
         Err(r) => return r,
     };
-    as_root(&mut t, q.flag("asRoot"));
     t.run(|_, t, host| {
         if host.is_dir() {
             return fs_error(
@@ -194,13 +195,7 @@ pub(crate) async fn read(st: St, Path(name): Path<String>, req: Request) -> Resp
 
 pub(crate) async fn write(st: St, Path(name): Path<String>, req: Request) -> Response {
     let q = Query::parse(req.uri().query());
-    let mut t = match target(
-        &st,
-        req.headers(),
-        &name,
-        q.get("path"),
-        q.get("workingDir"),
-    ) {
+    let t = match query_target(&st, &name, &req, &q) {
         Ok(t) => t,
         Err(r) => return r,
     };
@@ -216,7 +211,6 @@ pub(crate) async fn write(st: St, Path(name): Path<String>, req: Request) -> Res
         Ok(b) => b,
         Err(e) => return bad_request(&format!("cannot read the body: {e}")),
     };
-    as_root(&mut t, q.flag("asRoot"));
     t.run(move |_, t, host| {
         if mkdir
             && let Some(parent) = host.parent()
@@ -238,13 +232,18 @@ pub(crate) async fn write(st: St, Path(name): Path<String>, req: Request) -> Res
     .await
 }
 
-fn walk(dir: &FsPath, shown: &str, recursive: bool, out: &mut Vec<Value>) -> std::io::Result<()> {
+/// The names in `dir`, sorted (the order the listings and copies answer in).
+fn sorted_names(dir: &FsPath) -> std::io::Result<Vec<std::ffi::OsString>> {
     let mut names: Vec<_> = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
         .map(|e| e.file_name())
         .collect();
     names.sort();
-    for n in names {
+    Ok(names)
+}
+
+fn walk(dir: &FsPath, shown: &str, recursive: bool, out: &mut Vec<Value>) -> std::io::Result<()> {
+    for n in sorted_names(dir)? {
         let name = n.to_string_lossy().into_owned();
         let host = dir.join(&n);
         let path = format!("{}/{name}", shown.trim_end_matches('/'));
@@ -261,17 +260,10 @@ fn walk(dir: &FsPath, shown: &str, recursive: bool, out: &mut Vec<Value>) -> std
 
 pub(crate) async fn list(st: St, Path(name): Path<String>, req: Request) -> Response {
     let q = Query::parse(req.uri().query());
-    let mut t = match target(
-        &st,
-        req.headers(),
-        &name,
-        q.get("path"),
-        q.get("workingDir"),
-    ) {
+    let t = match query_target(&st, &name, &req, &q) {
         Ok(t) => t,
         Err(r) => return r,
     };
-    as_root(&mut t, q.flag("asRoot"));
     let recursive = q.flag("recursive");
     t.run(move |_, t, host| {
         let m = match std::fs::symlink_metadata(&host) {
@@ -297,29 +289,15 @@ pub(crate) async fn list(st: St, Path(name): Path<String>, req: Request) -> Resp
 }
 
 pub(crate) async fn delete(st: St, Path(name): Path<String>, req: Request) -> Response {
-    let q = Query::parse(req.uri().query());
     let headers = req.headers().clone();
-    let body = axum::body::to_bytes(req.into_body(), 1 << 20)
-        .await
-        .unwrap_or_default();
-    let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let path = q
-        .get("path")
-        .map(str::to_owned)
-        .or_else(|| json["path"].as_str().map(str::to_owned));
-    let wd = q
-        .get("workingDir")
-        .map(str::to_owned)
-        .or_else(|| json["workingDir"].as_str().map(str::to_owned));
-    let recursive = q.flag("recursive") || json["recursive"].as_bool() == Some(true);
+    let p = Params::read(req).await;
+    let (path, wd) = (p.get("path"), p.get("workingDir"));
+    let recursive = p.flag("recursive");
     let mut t = match target(&st, &headers, &name, path.as_deref(), wd.as_deref()) {
         Ok(t) => t,
         Err(r) => return r,
     };
-    as_root(
-        &mut t,
-        q.flag("asRoot") || json["asRoot"].as_bool() == Some(true),
-    );
+    as_root(&mut t, p.flag("asRoot"));
     t.run(move |_, t, host| {
         let m = match std::fs::symlink_metadata(&host) {
             Ok(m) => m,
@@ -354,31 +332,38 @@ pub(crate) async fn delete(st: St, Path(name): Path<String>, req: Request) -> Re
     .await
 }
 
-fn body_json(body: &Bytes) -> Result<Value, Response> {
-    serde_json::from_slice(body).map_err(|e| bad_request(&format!("invalid JSON body: {e}")))
+/// The headers and the JSON body of a request (rename, copy, chmod, chown); the body is read as
+/// axum's `Bytes` extractor reads it.
+async fn json_request(req: Request) -> Result<(HeaderMap, Value), Response> {
+    let headers = req.headers().clone();
+    let body = Bytes::from_request(req, &())
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let v = serde_json::from_slice(&body)
+        .map_err(|e| bad_request(&format!("invalid JSON body: {e}")))?;
+    Ok((headers, v))
 }
 
-pub(crate) async fn rename(
-    st: St,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let v = match body_json(&body) {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
+/// The JSON body of a `rename`/`copy` request, its `source` and its `dest` (both against
+/// `workingDir`; the source as root with `asRoot`).
+async fn source_dest(
+    st: &State,
+    name: &str,
+    req: Request,
+) -> Result<(Value, Target, Target), Response> {
+    let (headers, v) = json_request(req).await?;
     let wd = v["workingDir"].as_str();
-    let src = match target(&st, &headers, &name, v["source"].as_str(), wd) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let dst = match target(&st, &headers, &name, v["dest"].as_str(), wd) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let mut src = src;
+    let mut src = target(st, &headers, name, v["source"].as_str(), wd)?;
+    let dst = target(st, &headers, name, v["dest"].as_str(), wd)?;
     as_root(&mut src, v["asRoot"].as_bool() == Some(true));
+    Ok((v, src, dst))
+}
+
+pub(crate) async fn rename(st: St, Path(name): Path<String>, req: Request) -> Response {
+    let (_, src, dst) = match source_dest(&st, &name, req).await {
+        Ok(vsd) => vsd,
+        Err(r) => return r,
+    };
     src.run2(dst, |_, src, s, dst, d| match std::fs::rename(&s, &d) {
         Ok(()) => json_response(
             StatusCode::OK,
@@ -400,12 +385,7 @@ fn copy_tree(
     if m.is_dir() {
         std::fs::create_dir_all(dst)?;
         std::fs::set_permissions(dst, m.permissions())?;
-        let mut names: Vec<_> = std::fs::read_dir(src)?
-            .filter_map(Result::ok)
-            .map(|e| e.file_name())
-            .collect();
-        names.sort();
-        for n in names {
+        for n in sorted_names(src)? {
             let name = n.to_string_lossy().into_owned();
             copy_tree(
                 &src.join(&n),
@@ -425,27 +405,11 @@ fn copy_tree(
     Ok(())
 }
 
-pub(crate) async fn copy(
-    st: St,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let v = match body_json(&body) {
-        Ok(v) => v,
+pub(crate) async fn copy(st: St, Path(name): Path<String>, req: Request) -> Response {
+    let (v, src, dst) = match source_dest(&st, &name, req).await {
+        Ok(vsd) => vsd,
         Err(r) => return r,
     };
-    let wd = v["workingDir"].as_str();
-    let src = match target(&st, &headers, &name, v["source"].as_str(), wd) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let dst = match target(&st, &headers, &name, v["dest"].as_str(), wd) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let mut src = src;
-    as_root(&mut src, v["asRoot"].as_bool() == Some(true));
     let not_recursive = v["recursive"].as_bool() == Some(false);
     src.run2(dst, move |_, src, s, dst, d| {
         if s.is_dir() && not_recursive {
@@ -468,16 +432,11 @@ pub(crate) async fn copy(
 }
 
 /// The JSON body of a `chmod`/`chown` request and its `path` (against `workingDir`).
-fn body_target(
-    st: &State,
-    headers: &HeaderMap,
-    name: &str,
-    body: &Bytes,
-) -> Result<(Value, Target), Response> {
-    let v = body_json(body)?;
+async fn body_target(st: &State, name: &str, req: Request) -> Result<(Value, Target), Response> {
+    let (headers, v) = json_request(req).await?;
     let t = target(
         st,
-        headers,
+        &headers,
         name,
         v["path"].as_str(),
         v["workingDir"].as_str(),
@@ -485,13 +444,14 @@ fn body_target(
     Ok((v, t))
 }
 
-/// `apply` on the target and, with `recursive`, on every path below it (the target first);
+/// `apply` on the target and, with the body's `recursive`, on every path below it (the target first);
 /// answers `{count, affected}` with what `apply` reports per path, or `op`'s error for the first
 /// path it fails on.
-async fn each_path<F>(t: Target, recursive: bool, op: &'static str, apply: F) -> Response
+async fn each_path<F>(t: Target, v: &Value, op: &'static str, apply: F) -> Response
 where
     F: Fn(&FsPath, &str) -> std::io::Result<Value> + Send + 'static,
 {
+    let recursive = v["recursive"].as_bool() == Some(true);
     t.run(move |fs, t, host| {
         let mut targets = vec![(host.clone(), t.path.clone())];
         if recursive && host.is_dir() {
@@ -518,13 +478,8 @@ where
     .await
 }
 
-pub(crate) async fn chmod(
-    st: St,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let (v, mut t) = match body_target(&st, &headers, &name, &body) {
+pub(crate) async fn chmod(st: St, Path(name): Path<String>, req: Request) -> Response {
+    let (v, mut t) = match body_target(&st, &name, req).await {
         Ok(vt) => vt,
         Err(r) => return r,
     };
@@ -532,25 +487,15 @@ pub(crate) async fn chmod(
         return bad_request("mode must be an octal string such as \"0755\"");
     };
     as_root(&mut t, v["asRoot"].as_bool() == Some(true));
-    each_path(
-        t,
-        v["recursive"].as_bool() == Some(true),
-        "chmod",
-        move |host, path| {
-            std::fs::set_permissions(host, std::fs::Permissions::from_mode(mode))?;
-            Ok(json!({"path": path, "mode": format!("{mode:04o}")}))
-        },
-    )
+    each_path(t, &v, "chmod", move |host, path| {
+        std::fs::set_permissions(host, std::fs::Permissions::from_mode(mode))?;
+        Ok(json!({"path": path, "mode": format!("{mode:04o}")}))
+    })
     .await
 }
 
-pub(crate) async fn chown(
-    st: St,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let (v, mut t) = match body_target(&st, &headers, &name, &body) {
+pub(crate) async fn chown(st: St, Path(name): Path<String>, req: Request) -> Response {
+    let (v, mut t) = match body_target(&st, &name, req).await {
         Ok(vt) => vt,
         Err(r) => return r,
     };
@@ -558,15 +503,10 @@ pub(crate) async fn chown(
     let (uid, gid) = (id("uid"), id("gid"));
     // Giving a file away needs root (the server's own privilege).
     as_root(&mut t, true);
-    each_path(
-        t,
-        v["recursive"].as_bool() == Some(true),
-        "chown",
-        move |host, path| {
-            std::os::unix::fs::lchown(host, uid, gid)?;
-            Ok(json!({"path": path, "uid": uid, "gid": gid}))
-        },
-    )
+    each_path(t, &v, "chown", move |host, path| {
+        std::os::unix::fs::lchown(host, uid, gid)?;
+        Ok(json!({"path": path, "uid": uid, "gid": gid}))
+    })
     .await
 }
 

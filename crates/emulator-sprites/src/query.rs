@@ -37,6 +37,38 @@ impl Query {
     }
 }
 
+/// A request's query and its JSON body, either of which may carry a parameter (the SDKs send
+/// kill's `signal` and delete's `path` one way or the other); the query wins, and a body that is
+/// not JSON (or is longer than 1 MiB) counts as none.
+pub(crate) struct Params {
+    query: Query,
+    body: serde_json::Value,
+}
+
+impl Params {
+    pub(crate) async fn read(req: axum::extract::Request) -> Params {
+        let query = Query::parse(req.uri().query());
+        let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+            .await
+            .unwrap_or_default();
+        let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+        Params { query, body }
+    }
+
+    /// `key` from the query, else the body's string `key`.
+    pub(crate) fn get(&self, key: &str) -> Option<String> {
+        self.query
+            .get(key)
+            .map(str::to_owned)
+            .or_else(|| self.body[key].as_str().map(str::to_owned))
+    }
+
+    /// `key=true` in the query or `"key": true` in the body.
+    pub(crate) fn flag(&self, key: &str) -> bool {
+        self.query.flag(key) || self.body[key].as_bool() == Some(true)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,8 +32,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query};
+use axum::extract::{FromRequestParts, Path, Query};
 use axum::response::{IntoResponse, Response};
+use http::request::Parts;
 use http::{HeaderValue, StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -41,7 +42,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::broadcast;
 
 use super::exec::{AddressedSprite, json_response};
-use super::{HOME, Sprite, wire};
+use super::{HOME, Sprite, State, wire};
 
 /// A service definition.
 #[derive(Clone, Deserialize)]
@@ -138,7 +139,8 @@ fn go_duration(s: &str) -> Option<Duration> {
     (secs >= 0.0).then(|| Duration::from_secs_f64(secs))
 }
 
-fn ndjson(events: &[Value]) -> Response {
+/// One JSON value a line, `application/x-ndjson`.
+pub(crate) fn ndjson(events: &[Value]) -> Response {
     let mut body = String::new();
     for e in events {
         body.push_str(&e.to_string());
@@ -161,6 +163,28 @@ fn not_found(name: &str) -> Response {
 
 fn find(sprite: &Sprite, name: &str) -> Option<Arc<Service>> {
     sprite.services.lock().expect("services").get(name).cloned()
+}
+
+/// A start or stop request: its sprite, the service it names (404 when there is none) and the
+/// query's window; checked in that order (the sprite and the query as the extractors do).
+pub(crate) struct ServiceCall(Arc<Sprite>, String, Arc<Service>, Window);
+
+impl FromRequestParts<Arc<State>> for ServiceCall {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, st: &Arc<State>) -> Result<Self, Response> {
+        let AddressedSprite(sprite) = AddressedSprite::from_request_parts(parts, st).await?;
+        let Path((_, service)) = Path::<(String, String)>::from_request_parts(parts, st)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Query(q) = Query::<Window>::from_request_parts(parts, st)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Some(svc) = find(&sprite, &service) else {
+            return Err(not_found(&service));
+        };
+        Ok(ServiceCall(sprite, service, svc, q))
+    }
 }
 
 /// Starts the service's process (and, first, the services it needs that are not running).
@@ -408,14 +432,7 @@ pub(crate) async fn put(
 }
 
 /// `POST /v1/sprites/{name}/services/{service}/start?duration=`.
-pub(crate) async fn start(
-    AddressedSprite(sprite): AddressedSprite,
-    Path((_, service)): Path<(String, String)>,
-    Query(q): Query<Window>,
-) -> Response {
-    let Some(svc) = find(&sprite, &service) else {
-        return not_found(&service);
-    };
+pub(crate) async fn start(ServiceCall(sprite, _, svc, q): ServiceCall) -> Response {
     let win = match window(&q) {
         Ok(w) => w,
         Err(r) => return r,
@@ -455,14 +472,7 @@ async fn stop_process(
 }
 
 /// `POST /v1/sprites/{name}/services/{service}/stop?timeout=`.
-pub(crate) async fn stop(
-    AddressedSprite(sprite): AddressedSprite,
-    Path((_, service)): Path<(String, String)>,
-    Query(q): Query<Window>,
-) -> Response {
-    let Some(svc) = find(&sprite, &service) else {
-        return not_found(&service);
-    };
+pub(crate) async fn stop(ServiceCall(sprite, service, svc, q): ServiceCall) -> Response {
     if !svc.running() {
         return json_response(
             StatusCode::CONFLICT,

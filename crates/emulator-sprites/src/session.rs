@@ -52,14 +52,7 @@ pub struct Session {
     pty: Mutex<Option<(PtyMaster, Option<TtyInput>)>>,
 }
 
-impl std::fmt::Debug for Session {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session")
-            .field("id", &self.id)
-            .field("command", &self.command)
-            .finish_non_exhaustive()
-    }
-}
+execseam_emulator_kit::debug_fields!(Session: id, command);
 
 impl Session {
     pub(crate) fn new(

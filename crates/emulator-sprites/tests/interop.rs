@@ -20,10 +20,7 @@ async fn the_official_python_sdk_works_against_the_emulator() {
          sprite's paths are not /home/sprite and the SDK's path checks cannot hold"
     );
     let emu = SpritesEmulator::start_with(
-        EmulatorOptions {
-            token: Some("spr-interop-token".into()),
-            ..EmulatorOptions::default()
-        },
+        EmulatorOptions::with_token("spr-interop-token"),
         SpritesOptions::default(),
     )
     .await

@@ -18,15 +18,9 @@ type Ws =
 
 async fn emulator(opts: SpritesOptions) -> SpritesEmulator {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    SpritesEmulator::start_with(
-        EmulatorOptions {
-            token: Some("tok".into()),
-            ..EmulatorOptions::default()
-        },
-        opts,
-    )
-    .await
-    .expect("the emulator starts")
+    SpritesEmulator::start_with(EmulatorOptions::with_token("tok"), opts)
+        .await
+        .expect("the emulator starts")
 }
 
 async fn connect(
@@ -37,12 +31,35 @@ async fn connect(
         "{}/v1/sprites/{DEFAULT_SPRITE}/exec?{query}",
         emu.base_url().replacen("http", "ws", 1)
     );
+    tokio_tungstenite::connect_async(ws_request(url))
+        .await
+        .map(|(ws, _)| ws)
+}
+
+/// An exec WebSocket with `query` that must open.
+async fn open(emu: &SpritesEmulator, query: &str) -> Ws {
+    connect(emu, query).await.expect("the upgrade")
+}
+
+/// Sends `r` with the token.
+async fn send(r: reqwest::RequestBuilder) -> reqwest::Response {
+    r.header("authorization", "Bearer tok")
+        .send()
+        .await
+        .expect("a response")
+}
+
+/// Sends `r` with the token; the answer's JSON body.
+async fn json_of(r: reqwest::RequestBuilder) -> Value {
+    send(r).await.json().await.expect("a JSON body")
+}
+
+/// A WebSocket request to `url` with the token.
+fn ws_request(url: String) -> tokio_tungstenite::tungstenite::handshake::client::Request {
     let mut req = url.into_client_request().unwrap();
     req.headers_mut()
         .insert("authorization", "Bearer tok".parse().unwrap());
-    tokio_tungstenite::connect_async(req)
-        .await
-        .map(|(ws, _)| ws)
+    req
 }
 
 /// Reads messages until the exit frame (inclusive); text messages are returned as JSON.
@@ -72,7 +89,7 @@ async fn websocket_frames_match_the_test_vectors() {
     let emu = emulator(SpritesOptions::default()).await;
 
     // `echo hello` → text session_info; `01 68 65 6c 6c 6f 0a`; `03 00`.
-    let mut ws = connect(&emu, "cmd=echo&cmd=hello&path=echo").await.unwrap();
+    let mut ws = open(&emu, "cmd=echo&cmd=hello&path=echo").await;
     let (text, bin) = frames(&mut ws).await;
     assert_eq!(text.len(), 1);
     assert_eq!(text[0]["type"], "session_info");
@@ -87,13 +104,11 @@ async fn websocket_frames_match_the_test_vectors() {
     ws.close(None).await.unwrap();
 
     // `sh -c 'echo err 1>&2; exit 3'` → `02 65 72 72 0a`, `03 03`.
-    let mut ws = connect(&emu, "cmd=sh&cmd=-c&cmd=echo+err+1%3E%262%3B+exit+3")
-        .await
-        .unwrap();
+    let mut ws = open(&emu, "cmd=sh&cmd=-c&cmd=echo+err+1%3E%262%3B+exit+3").await;
     assert_eq!(frames(&mut ws).await.1, [b"\x02err\n".to_vec(), vec![3, 3]]);
 
     // `cat` with stdin=true: `00 61 62 63`, `04` → `01 61 62 63`, `03 00`.
-    let mut ws = connect(&emu, "cmd=cat&stdin=true").await.unwrap();
+    let mut ws = open(&emu, "cmd=cat&stdin=true").await;
     ws.send(Message::Binary(b"\x00abc".to_vec().into()))
         .await
         .unwrap();
@@ -101,7 +116,7 @@ async fn websocket_frames_match_the_test_vectors() {
     assert_eq!(frames(&mut ws).await.1, [b"\x01abc".to_vec(), vec![3, 0]]);
 
     // The same with stdin=false: the frames are ignored, cat sees EOF at once → `03 00` only.
-    let mut ws = connect(&emu, "cmd=cat&stdin=false").await.unwrap();
+    let mut ws = open(&emu, "cmd=cat&stdin=false").await;
     ws.send(Message::Binary(b"\x00abc".to_vec().into()))
         .await
         .unwrap();
@@ -122,14 +137,10 @@ async fn websocket_frames_match_the_test_vectors() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_signal_death_is_128_plus_n_or_255_in_raw_mode() {
     let emu = emulator(SpritesOptions::default()).await;
-    let mut ws = connect(&emu, "cmd=sh&cmd=-c&cmd=kill+-9+%24%24")
-        .await
-        .unwrap();
+    let mut ws = open(&emu, "cmd=sh&cmd=-c&cmd=kill+-9+%24%24").await;
     assert_eq!(frames(&mut ws).await.1, [vec![3, 137]]);
     emu.set_options(|o| o.signal_exit = SignalExit::Raw255);
-    let mut ws = connect(&emu, "cmd=sh&cmd=-c&cmd=kill+-9+%24%24")
-        .await
-        .unwrap();
+    let mut ws = open(&emu, "cmd=sh&cmd=-c&cmd=kill+-9+%24%24").await;
     assert_eq!(frames(&mut ws).await.1, [vec![3, 0xff]]);
 }
 
@@ -140,7 +151,7 @@ async fn the_server_lingers_after_the_exit_then_closes_with_1000() {
         ..SpritesOptions::default()
     })
     .await;
-    let mut ws = connect(&emu, "cmd=true").await.unwrap();
+    let mut ws = open(&emu, "cmd=true").await;
     assert_eq!(frames(&mut ws).await.1, [vec![3, 0]]);
     let t = Instant::now();
     match tokio::time::timeout(Duration::from_secs(5), ws.next())
@@ -160,9 +171,7 @@ async fn the_server_lingers_after_the_exit_then_closes_with_1000() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_command_that_cannot_start_drops_the_socket_without_an_exit() {
     let emu = emulator(SpritesOptions::default()).await;
-    let mut ws = connect(&emu, "cmd=true&dir=%2Fno%2Fsuch%2Fdir")
-        .await
-        .unwrap();
+    let mut ws = open(&emu, "cmd=true&dir=%2Fno%2Fsuch%2Fdir").await;
     let mut got = Vec::new();
     while let Some(m) = ws.next().await {
         match m {
@@ -183,28 +192,28 @@ async fn http_post_exec_bodies() {
     let http = reqwest::Client::new();
     let url = format!("{}/v1/sprites/{DEFAULT_SPRITE}/exec", emu.base_url());
     let post = |q: &'static str, body: &'static [u8]| {
-        http.post(format!("{url}?{q}"))
-            .header("authorization", "Bearer tok")
-            .header("content-type", "application/octet-stream")
-            .body(body)
-            .send()
+        send(
+            http.post(format!("{url}?{q}"))
+                .header("content-type", "application/octet-stream")
+                .body(body),
+        )
     };
 
     // `cmd=echo&cmd=hello` → `01 68 65 6c 6c 6f 0a 03 00`, application/octet-stream, nosniff.
-    let r = post("cmd=echo&cmd=hello", b"").await.unwrap();
+    let r = post("cmd=echo&cmd=hello", b"").await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "application/octet-stream");
     assert_eq!(r.headers()["x-content-type-options"], "nosniff");
     assert_eq!(r.bytes().await.unwrap().as_ref(), b"\x01hello\n\x03\x00");
 
     // stdin from the body only with stdin=true.
-    let r = post("cmd=cat&stdin=true", b"piped").await.unwrap();
+    let r = post("cmd=cat&stdin=true", b"piped").await;
     assert_eq!(r.bytes().await.unwrap().as_ref(), b"\x01piped\x03\x00");
-    let r = post("cmd=cat", b"ignored").await.unwrap();
+    let r = post("cmd=cat", b"ignored").await;
     assert_eq!(r.bytes().await.unwrap().as_ref(), b"\x03\x00");
 
     // The status is 200 whatever the command's exit; the code is in the last frame.
-    let r = post("cmd=sh&cmd=-c&cmd=exit+9", b"").await.unwrap();
+    let r = post("cmd=sh&cmd=-c&cmd=exit+9", b"").await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.bytes().await.unwrap().as_ref(), b"\x03\x09");
 
@@ -216,11 +225,11 @@ async fn http_post_exec_bodies() {
             "Unsupported parameters for POST /exec",
         ),
     ] {
-        let r = post(q, b"").await.unwrap();
+        let r = post(q, b"").await;
         assert_eq!(r.status(), 400, "{q}");
         assert_eq!(r.text().await.unwrap().trim(), want);
     }
-    let r = post("cmd=true&dir=%2Fno%2Fsuch", b"").await.unwrap();
+    let r = post("cmd=true&dir=%2Fno%2Fsuch", b"").await;
     assert_eq!(r.status(), 500);
     assert_eq!(r.text().await.unwrap().trim(), "failed to start process");
 
@@ -236,26 +245,17 @@ async fn http_post_exec_bodies() {
         r.text().await.unwrap(),
         r#"{"error":"authentication failed"}"#
     );
-    let r = http
-        .get(format!("{}/v1/sprites/ghost", emu.base_url()))
-        .header("authorization", "Bearer tok")
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.get(format!("{}/v1/sprites/ghost", emu.base_url()))).await;
     assert_eq!(r.status(), 500);
     assert_eq!(
         r.text().await.unwrap(),
         r#"{"error":"failed to retrieve sprite"}"#
     );
-    let r = http
-        .get(format!(
-            "{}/v1/sprites/{DEFAULT_SPRITE}/control",
-            emu.base_url()
-        ))
-        .header("authorization", "Bearer tok")
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.get(format!(
+        "{}/v1/sprites/{DEFAULT_SPRITE}/control",
+        emu.base_url()
+    )))
+    .await;
     assert_eq!(
         r.status(),
         404,
@@ -266,9 +266,7 @@ async fn http_post_exec_bodies() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sessions_can_be_listed_attached_and_killed() {
     let emu = emulator(SpritesOptions::default()).await;
-    let mut owner = connect(&emu, "cmd=sh&cmd=-c&cmd=echo+first%3B+sleep+30")
-        .await
-        .unwrap();
+    let mut owner = open(&emu, "cmd=sh&cmd=-c&cmd=echo+first%3B+sleep+30").await;
     let info = match owner.next().await.unwrap().unwrap() {
         Message::Text(t) => serde_json::from_str::<Value>(t.as_str()).unwrap(),
         other => panic!("{other:?}"),
@@ -281,15 +279,7 @@ async fn sessions_can_be_listed_attached_and_killed() {
 
     let http = reqwest::Client::new();
     let base = format!("{}/v1/sprites/{DEFAULT_SPRITE}", emu.base_url());
-    let list: Value = http
-        .get(format!("{base}/exec"))
-        .header("authorization", "Bearer tok")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Value = json_of(http.get(format!("{base}/exec"))).await;
     assert_eq!(list["count"], 1);
     let s = &list["sessions"][0];
     assert_eq!(s["id"], id.to_string());
@@ -300,10 +290,9 @@ async fn sessions_can_be_listed_attached_and_killed() {
 
     // Attach: session_info (not the owner), the replayed output, then live.
     let url = format!("{}/exec/{id}", base.replacen("http", "ws", 1));
-    let mut req = url.into_client_request().unwrap();
-    req.headers_mut()
-        .insert("authorization", "Bearer tok".parse().unwrap());
-    let (mut attached, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let (mut attached, _) = tokio_tungstenite::connect_async(ws_request(url))
+        .await
+        .unwrap();
     match attached.next().await.unwrap().unwrap() {
         Message::Text(t) => {
             let v: Value = serde_json::from_str(t.as_str()).unwrap();
@@ -320,13 +309,11 @@ async fn sessions_can_be_listed_attached_and_killed() {
     );
 
     // Kill: NDJSON signal → killed → complete; both clients get the exit; then 410.
-    let r = http
-        .post(format!("{base}/exec/{id}/kill"))
-        .header("authorization", "Bearer tok")
-        .json(&serde_json::json!({"signal": "SIGTERM", "timeout": 10}))
-        .send()
-        .await
-        .unwrap();
+    let r = send(
+        http.post(format!("{base}/exec/{id}/kill"))
+            .json(&serde_json::json!({"signal": "SIGTERM", "timeout": 10})),
+    )
+    .await;
     assert_eq!(r.headers()["content-type"], "application/x-ndjson");
     let body = r.text().await.unwrap();
     let types: Vec<String> = body
@@ -341,12 +328,7 @@ async fn sessions_can_be_listed_attached_and_killed() {
     assert_eq!(types, ["signal", "killed", "complete"], "{body}");
     assert_eq!(frames(&mut owner).await.1.last().unwrap(), &vec![3, 137]);
     assert_eq!(frames(&mut attached).await.1.last().unwrap(), &vec![3, 137]);
-    let r = http
-        .post(format!("{base}/exec/{id}/kill?signal=TERM&timeout=0s"))
-        .header("authorization", "Bearer tok")
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.post(format!("{base}/exec/{id}/kill?signal=TERM&timeout=0s"))).await;
     assert_eq!(r.status(), 410, "an exited session is gone");
 }
 
@@ -354,9 +336,7 @@ async fn sessions_can_be_listed_attached_and_killed() {
 async fn a_disconnected_command_runs_on_for_max_run_after_disconnect() {
     let emu = emulator(SpritesOptions::default()).await;
     let sprite = emu.sprite(DEFAULT_SPRITE).unwrap();
-    let ws = connect(&emu, "cmd=sleep&cmd=30&max_run_after_disconnect=1s")
-        .await
-        .unwrap();
+    let ws = open(&emu, "cmd=sleep&cmd=30&max_run_after_disconnect=1s").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(sprite.sessions().len(), 1);
     drop(ws);
@@ -383,9 +363,7 @@ async fn tty_mode_has_raw_frames_and_a_text_exit() {
     // once its newline arrives, and the terminal echoes it with ONLCR's `\r\n`), the exit is the
     // text message, then a close.
     let emu = emulator(SpritesOptions::default()).await;
-    let mut ws = connect(&emu, "cmd=head&cmd=-c&cmd=3&tty=true&rows=40&cols=120")
-        .await
-        .unwrap();
+    let mut ws = open(&emu, "cmd=head&cmd=-c&cmd=3&tty=true&rows=40&cols=120").await;
     ws.send(Message::Binary(b"abc\n".to_vec().into()))
         .await
         .unwrap();
@@ -427,18 +405,15 @@ async fn the_filesystem_api_shares_files_with_commands() {
     let emu = emulator(SpritesOptions::default()).await;
     let http = reqwest::Client::new();
     let base = format!("{}/v1/sprites/{DEFAULT_SPRITE}/fs", emu.base_url());
-    let auth = ("authorization", "Bearer tok");
 
     // `mkdir` (the docs' name) as well as `mkdirParents` (the SDKs'); relative to workingDir.
-    let r = http
-        .put(format!(
+    let r = send(
+        http.put(format!(
             "{base}/write?path=a%2Fb.txt&workingDir=%2Fhome%2Fsprite&mode=0640&mkdir=true"
         ))
-        .header(auth.0, auth.1)
-        .body("data")
-        .send()
-        .await
-        .unwrap();
+        .body("data"),
+    )
+    .await;
     let v: Value = r.json().await.unwrap();
     assert_eq!(
         v,
@@ -446,17 +421,8 @@ async fn the_filesystem_api_shares_files_with_commands() {
     );
 
     // Listing a file returns that file (the SDKs' stat); a directory, its children.
-    let list = |path: &'static str| {
-        http.get(format!("{base}/list?path={path}&workingDir=%2F"))
-            .header(auth.0, auth.1)
-            .send()
-    };
-    let v: Value = list("%2Fhome%2Fsprite%2Fa%2Fb.txt")
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = |path: &'static str| http.get(format!("{base}/list?path={path}&workingDir=%2F"));
+    let v = json_of(list("%2Fhome%2Fsprite%2Fa%2Fb.txt")).await;
     assert_eq!(v["count"], 1);
     let e = &v["entries"][0];
     assert_eq!(
@@ -476,86 +442,53 @@ async fn the_filesystem_api_shares_files_with_commands() {
         )
     );
     assert!(e["modTime"].as_str().unwrap().ends_with('Z'));
-    let v: Value = list("%2Fhome%2Fsprite%2Fa")
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = json_of(list("%2Fhome%2Fsprite%2Fa")).await;
     assert_eq!(v["entries"][0]["path"], "/home/sprite/a/b.txt");
-    let r = list("%2Fhome%2Fsprite%2Fnope").await.unwrap();
+    let r = send(list("%2Fhome%2Fsprite%2Fnope")).await;
     assert_eq!(r.status(), 404);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["code"], "ENOENT");
 
     // Copy, chown, then a command sees the result at the same path.
-    let post = |op: &'static str, body: Value| {
-        http.post(format!("{base}/{op}"))
-            .header(auth.0, auth.1)
-            .json(&body)
-            .send()
-    };
-    let v: Value = post(
+    let post =
+        |op: &'static str, body: Value| json_of(http.post(format!("{base}/{op}")).json(&body));
+    let v = post(
         "copy",
         serde_json::json!({"source": "a", "dest": "c", "workingDir": "/home/sprite", "recursive": true}),
     )
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    .await;
     assert_eq!(v["count"], 1);
     assert_eq!(v["totalBytes"], 4);
-    let v: Value = post(
+    let v = post(
         "chown",
         serde_json::json!({"path": "/home/sprite/c/b.txt", "workingDir": "/", "uid": 1000, "gid": 1000}),
     )
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    .await;
     assert_eq!(v["affected"][0]["uid"], 1000);
-    let mut ws = connect(
+    let mut ws = open(
         &emu,
         "cmd=stat&cmd=-c&cmd=%25u%3A%25g%3A%25s&cmd=%2Fhome%2Fsprite%2Fc%2Fb.txt",
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         frames(&mut ws).await.1,
         [b"\x011000:1000:4\n".to_vec(), vec![3, 0]]
     );
 
     // workingDir is required; delete takes a JSON body too (the docs) and is recursive on demand.
-    let r = http
-        .get(format!("{base}/read?path=%2Fetc%2Fhostname"))
-        .header(auth.0, auth.1)
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.get(format!("{base}/read?path=%2Fetc%2Fhostname"))).await;
     assert_eq!(r.status(), 400);
-    let r = http
-        .delete(format!("{base}/delete"))
-        .header(auth.0, auth.1)
-        .json(&serde_json::json!({"path": "/home/sprite/c", "workingDir": "/", "recursive": false}))
-        .send()
-        .await
-        .unwrap();
+    let r = send(http.delete(format!("{base}/delete")).json(
+        &serde_json::json!({"path": "/home/sprite/c", "workingDir": "/", "recursive": false}),
+    ))
+    .await;
     assert_eq!(r.status(), 400, "a non-empty directory without recursive");
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["code"], "ENOTEMPTY");
-    let v: Value = http
-        .delete(format!(
-            "{base}/delete?path=%2Fhome%2Fsprite%2Fc&workingDir=%2F&recursive=true"
-        ))
-        .header(auth.0, auth.1)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = json_of(http.delete(format!(
+        "{base}/delete?path=%2Fhome%2Fsprite%2Fc&workingDir=%2F&recursive=true"
+    )))
+    .await;
     assert_eq!(
         v["deleted"],
         serde_json::json!(["/home/sprite/c/b.txt", "/home/sprite/c"])

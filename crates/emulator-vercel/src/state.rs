@@ -90,13 +90,7 @@ pub(crate) struct SandboxInner {
     pub(crate) current_snapshot_id: Option<String>,
 }
 
-impl std::fmt::Debug for VercelSandbox {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VercelSandbox")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
+execseam_emulator_kit::debug_fields!(VercelSandbox: name);
 
 impl VercelSandbox {
     /// The name.

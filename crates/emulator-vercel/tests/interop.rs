@@ -23,30 +23,37 @@ async fn emulator() -> VercelEmulator {
          /vercel/sandbox"
     );
     VercelEmulator::start_with(
-        EmulatorOptions {
-            token: Some("vercel-interop-token".into()),
-            ..EmulatorOptions::default()
-        },
+        EmulatorOptions::with_token("vercel-interop-token"),
         VercelOptions::default(),
     )
     .await
     .expect("the emulator starts")
 }
 
+/// The emulator's environment, with `rules` armed once the client script is ready (the
+/// hand-shake files in `scratch`).
+fn env_with_faults(
+    emu: &VercelEmulator,
+    scratch: &Path,
+    rules: Vec<(&'static str, u64, Fault)>,
+) -> Vec<(String, String)> {
+    let mut env = emu.env();
+    env.extend(interop::arm_faults_when_ready(emu.faults(), scratch, rules));
+    env
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_official_python_sdk_works_against_the_emulator() {
     let emu = emulator().await;
     let scratch = tempfile::tempdir().expect("scratch");
-    let faults = interop::arm_faults_when_ready(
-        emu.faults(),
+    let env = env_with_faults(
+        &emu,
         scratch.path(),
         vec![
             ("exec", 1, Fault::ServerError),
             ("exec", 2, Fault::CutBeforeExit),
         ],
     );
-    let mut env = emu.env();
-    env.extend(faults);
     interop::python_checks("vercel", &dir(), "sdk_check.py", env, 58).await;
     assert!(
         emu.sandbox_names().is_empty(),
@@ -61,8 +68,8 @@ async fn the_official_typescript_sdk_works_against_the_emulator() {
     let scratch = tempfile::tempdir().expect("scratch");
     // 429 on the 1st submit (the SDK's retry is the 2nd), a cut stream on the 3rd, a 500 on the
     // 4th (the SDK's retry of it is the 5th).
-    let faults = interop::arm_faults_when_ready(
-        emu.faults(),
+    let env = env_with_faults(
+        &emu,
         scratch.path(),
         vec![
             (
@@ -76,8 +83,6 @@ async fn the_official_typescript_sdk_works_against_the_emulator() {
             ("exec", 4, Fault::ServerError),
         ],
     );
-    let mut env = emu.env();
-    env.extend(faults);
     interop::node_checks("vercel-npm", &dir(), "sdk_check.mjs", env, 41).await;
     assert!(
         emu.sandbox_names().is_empty(),

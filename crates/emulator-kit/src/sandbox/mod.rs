@@ -365,15 +365,7 @@ impl Snapshot {
     }
 }
 
-impl std::fmt::Debug for Sandbox {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sandbox")
-            .field("id", &self.id)
-            .field("state", &self.state)
-            .field("isolation", &self.isolation)
-            .finish_non_exhaustive()
-    }
-}
+crate::debug_fields!(Sandbox: id, state, isolation);
 
 /// Starts a [`ProcessExec`]'s processes inside a sandbox as one user.
 struct SandboxSpawner {

@@ -82,13 +82,7 @@ pub(crate) struct Namespaces {
     paused: AtomicBool,
 }
 
-impl std::fmt::Debug for Namespaces {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Namespaces")
-            .field("pid_ns", &self.pid_ns)
-            .finish_non_exhaustive()
-    }
-}
+crate::debug_fields!(Namespaces: pid_ns);
 
 fn ns_inode(path: impl AsRef<Path>) -> io::Result<u64> {
     Ok(std::fs::metadata(path)?.ino())
