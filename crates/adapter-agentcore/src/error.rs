@@ -140,21 +140,20 @@ fn base(kind: ErrorKind, op: Call, message: impl Into<String>) -> Error {
 
 /// A protocol error: malformed, truncated, or missing what the result must carry.
 pub(crate) fn protocol(op: Call, message: impl Into<String>) -> Error {
-    let retry = if op.stage == Stage::Submit {
+    base(ErrorKind::Protocol, op, message).with_retry(unsafe_once_submitted(op, Retry::SAFE))
+}
+
+/// `Unsafe` for a call at its submit (the command may have run), `otherwise` before it.
+fn unsafe_once_submitted(op: Call, otherwise: Retry) -> Retry {
+    if op.stage == Stage::Submit {
         Retry::Unsafe
     } else {
-        Retry::SAFE
-    };
-    base(ErrorKind::Protocol, op, message).with_retry(retry)
+        otherwise
+    }
 }
 
 /// No answer head or no next event within the idle timeout.
 pub(crate) fn idle(op: Call, idle: Duration) -> Error {
-    let retry = if op.stage == Stage::Submit {
-        Retry::Unsafe
-    } else {
-        Retry::SAFE
-    };
     base(
         ErrorKind::Timeout(Deadline::Request),
         op,
@@ -163,22 +162,17 @@ pub(crate) fn idle(op: Call, idle: Duration) -> Error {
             idle.as_millis()
         ),
     )
-    .with_retry(retry)
+    .with_retry(unsafe_once_submitted(op, Retry::SAFE))
 }
 
 /// The result grew beyond what an invocation may carry.
 pub(crate) fn output_limit(op: Call, limit: usize) -> Error {
-    let retry = if op.stage == Stage::Submit {
-        Retry::Unsafe
-    } else {
-        Retry::Never
-    };
     base(
         ErrorKind::OutputLimit,
         op,
         format!("the tool's result exceeds {limit} bytes"),
     )
-    .with_retry(retry)
+    .with_retry(unsafe_once_submitted(op, Retry::Never))
 }
 
 /// A tool-level failure (`isError: true` without a usable result).
@@ -222,11 +216,7 @@ where
     E: StdError + 'static,
     R: std::fmt::Debug + 'static,
 {
-    let unsafe_or_safe = if op.stage == Stage::Submit {
-        Retry::Unsafe
-    } else {
-        Retry::SAFE
-    };
+    let unsafe_or_safe = unsafe_once_submitted(op, Retry::SAFE);
     match err {
         SdkError::ConstructionFailure(_) => Some(
             base(

@@ -946,24 +946,32 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::NotFound);
     }
 
+    /// Both exact framings (the legacy base64 one and the one-pass one): the frame's exit code
+    /// must be the service's, and text that is no frame is a protocol error.
     #[test]
     fn exact_results_cross_check_the_exit_code() {
         let cmd = Command::new(["true"]).unwrap();
-        let plan = Plan::new(&cmd, &cfg().legacy_framing(true)).unwrap();
-        let text = frame(b"out", b"err", 4, false);
-        let o = plan.output(&result(&text, "", Some(4), true)).unwrap();
-        assert_eq!(o, Output::new("out", "err", Exit::Code(4)));
-        let e = plan.output(&result(&text, "", Some(5), true)).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Protocol);
-        let e = plan
-            .output(&result(
-                "bash: base64: command not found",
-                "",
-                Some(127),
-                true,
-            ))
-            .unwrap_err();
-        assert_eq!((e.kind(), e.retry()), (ErrorKind::Protocol, Retry::Unsafe));
+        let one_pass =
+            "execseam-exact-v2\nt 3\nout\nexecseam-exact-stderr\nt 3\nerr\nexecseam-exact-end 4\n";
+        for (config, text) in [
+            (cfg().legacy_framing(true), frame(b"out", b"err", 4, false)),
+            (cfg(), one_pass.to_owned()),
+        ] {
+            let plan = Plan::new(&cmd, &config).unwrap();
+            let o = plan.output(&result(&text, "", Some(4), true)).unwrap();
+            assert_eq!(o, Output::new("out", "err", Exit::Code(4)));
+            let e = plan.output(&result(&text, "", Some(5), true)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Protocol);
+            let e = plan
+                .output(&result(
+                    "bash: base64: command not found",
+                    "",
+                    Some(127),
+                    true,
+                ))
+                .unwrap_err();
+            assert_eq!((e.kind(), e.retry()), (ErrorKind::Protocol, Retry::Unsafe));
+        }
     }
 
     #[test]
@@ -1117,27 +1125,6 @@ mod tests {
         for f in &later.files {
             let _ = std::fs::remove_file(f);
         }
-    }
-
-    #[test]
-    fn one_pass_results_cross_check_the_exit_code() {
-        let cmd = Command::new(["true"]).unwrap();
-        let plan = Plan::new(&cmd, &cfg()).unwrap();
-        let text =
-            "execseam-exact-v2\nt 3\nout\nexecseam-exact-stderr\nt 3\nerr\nexecseam-exact-end 4\n";
-        let o = plan.output(&result(text, "", Some(4), true)).unwrap();
-        assert_eq!(o, Output::new("out", "err", Exit::Code(4)));
-        let e = plan.output(&result(text, "", Some(5), true)).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Protocol);
-        let e = plan
-            .output(&result(
-                "bash: base64: command not found",
-                "",
-                Some(127),
-                true,
-            ))
-            .unwrap_err();
-        assert_eq!((e.kind(), e.retry()), (ErrorKind::Protocol, Retry::Unsafe));
     }
 
     #[test]
