@@ -31,6 +31,13 @@ pub const fn linux_arg_max(stack: usize) -> usize {
     }
 }
 
+/// A command a Linux container `execve`s at the default stack, as Docker's containers and
+/// Kubernetes' pods run them: [`SizeLimit::linux`] at [`LINUX_DEFAULT_STACK`].
+pub const CONTAINER: SizeLimit = SizeLimit::linux(
+    LINUX_DEFAULT_STACK,
+    "execve in the container: 128 KiB per string, 1.75 MiB in all (Linux at the default stack, less 256 KiB for the sandbox's own env)",
+);
+
 /// What a remote sandbox's own side adds to every `execve`'s environment (the provider's daemon
 /// and image env, the wrapper's variables), kept out of [`SizeLimit::linux`]'s total: the
 /// adapter cannot see it, and it counts against the same limit.
