@@ -10,8 +10,8 @@ use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::retry::after_submit;
 use execseam_adapter_kit::{id, size};
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
-    Output, Ownership, Retry, Sandbox,
+    BoxFuture, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit, Output,
+    Ownership, Retry, Sandbox,
 };
 use tokio::sync::Mutex;
 
@@ -571,13 +571,10 @@ pub(crate) async fn kill_tagged(shared: &Shared, target: &Target, tag: &str) -> 
 }
 
 impl Exec for KubernetesExec {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        crate::capabilities_of(self.inner.shared.api.config())
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: crate::capabilities_of(self.inner.shared.api.config()),
+    );
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         exec_span!(PROVIDER, "exec", command, |command| self.run(command))
@@ -661,13 +658,7 @@ impl ExecStream for KubernetesExec {
 }
 
 impl Sandbox for KubernetesExec {
-    fn id(&self) -> &str {
-        &self.inner.id
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.inner.ownership
-    }
+    execseam_adapter_kit::accessors!(self => id: &self.inner.id, ownership: &self.inner.ownership);
 
     /// Deletes the claim, the Sandbox or the Pod, and waits for the pod to be gone; later
     /// commands through any handle are `Err(NotFound)`.

@@ -81,6 +81,16 @@ fn not_found(op: &'static str, what: String) -> Error {
     adapter(ErrorKind::NotFound, Retry::Never, op, what)
 }
 
+/// A claim the controller has not bound to a sandbox yet: `Unavailable`, `Safe` (it may be soon).
+fn not_bound(op: &'static str, id: &str) -> Error {
+    adapter(
+        ErrorKind::Unavailable,
+        Retry::SAFE,
+        op,
+        format!("claim {id} is not bound to a sandbox yet"),
+    )
+}
+
 /// An id that is not a Kubernetes name names no sandbox: `NotFound` before any request.
 fn check_id(op: &'static str, id: &str) -> Result<(), Error> {
     if names::is_dns_subdomain(id) {
@@ -133,14 +143,7 @@ pub(crate) async fn resolve(api: &Api, mode: Mode, id: &str) -> Result<Target, E
                 .sandbox
                 .map(|s| s.name)
                 .filter(|n| !n.is_empty())
-                .ok_or_else(|| {
-                    adapter(
-                        ErrorKind::Unavailable,
-                        Retry::SAFE,
-                        op,
-                        format!("claim {id} is not bound to a sandbox yet"),
-                    )
-                })?;
+                .ok_or_else(|| not_bound(op, id))?;
             if !names::is_dns_subdomain(&bound) {
                 return Err(malformed(
                     op,
@@ -990,14 +993,7 @@ pub(crate) async fn set_operating_mode(
                 .sandbox
                 .map(|s| s.name)
                 .filter(|n| names::is_dns_subdomain(n))
-                .ok_or_else(|| {
-                    adapter(
-                        ErrorKind::Unavailable,
-                        Retry::SAFE,
-                        op,
-                        format!("claim {id} is not bound to a sandbox yet"),
-                    )
-                })?
+                .ok_or_else(|| not_bound(op, id))?
         }
     };
     let word = if suspended { "Suspended" } else { "Running" };
