@@ -298,23 +298,24 @@ where
 /// The modelled member an exception event is, by its variant (the SDK does not copy the
 /// `:exception-type` header into the error's `code()`).
 fn stream_member(e: &CodeInterpreterStreamOutputError) -> Option<&'static str> {
-    Some(if e.is_validation_exception() {
-        "validationException"
-    } else if e.is_service_quota_exceeded_exception() {
-        "serviceQuotaExceededException"
-    } else if e.is_throttling_exception() {
-        "throttlingException"
-    } else if e.is_access_denied_exception() {
-        "accessDeniedException"
-    } else if e.is_resource_not_found_exception() {
-        "resourceNotFoundException"
-    } else if e.is_conflict_exception() {
-        "conflictException"
-    } else if e.is_internal_server_exception() {
-        "internalServerException"
-    } else {
-        return None;
-    })
+    type E = CodeInterpreterStreamOutputError;
+    type Is = fn(&E) -> bool;
+    let members: [(Is, &str); 7] = [
+        (E::is_validation_exception, "validationException"),
+        (
+            E::is_service_quota_exceeded_exception,
+            "serviceQuotaExceededException",
+        ),
+        (E::is_throttling_exception, "throttlingException"),
+        (E::is_access_denied_exception, "accessDeniedException"),
+        (
+            E::is_resource_not_found_exception,
+            "resourceNotFoundException",
+        ),
+        (E::is_conflict_exception, "conflictException"),
+        (E::is_internal_server_exception, "internalServerException"),
+    ];
+    members.iter().find(|(is, _)| is(e)).map(|(_, name)| *name)
 }
 
 /// Maps an error of the event stream (`recv()`): an exception event, or a bad frame.
