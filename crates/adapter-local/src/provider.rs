@@ -16,9 +16,8 @@ use std::sync::Arc;
 
 use execseam_adapter_kit::id::random_id;
 use execseam_core::{
-    Capabilities, Error, ErrorKind, ExposedPort, Kept, LifecycleCapabilities, ListFilter,
-    Ownership, Provider, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome,
-    SnapshotRequest,
+    Error, ErrorKind, ExposedPort, Kept, ListFilter, Ownership, Provider, SandboxInfo, SandboxSpec,
+    SandboxState, SnapshotInfo, SnapshotOutcome, SnapshotRequest,
 };
 
 use crate::config::LocalConfig;
@@ -365,17 +364,11 @@ pub(crate) async fn remove(dir: &Path) -> Result<(), Error> {
 }
 
 impl Provider for LocalProvider {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        LocalExec::capabilities_of(&self.config)
-    }
-
-    fn lifecycle(&self) -> LifecycleCapabilities {
-        LIFECYCLE
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: LocalExec::capabilities_of(&self.config),
+        lifecycle: LIFECYCLE,
+    );
 
     execseam_adapter_kit::forward_lifecycle!(
         LocalProvider: create, connect, list, destroy, expose, snapshot, list_snapshots,
