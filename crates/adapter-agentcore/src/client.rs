@@ -10,9 +10,11 @@ use execseam_adapter_kit::retry::Call;
 use std::sync::Arc;
 
 use aws_sdk_bedrockagentcore as ac;
+use aws_sdk_bedrockagentcore::config::http::HttpResponse;
 use aws_sdk_bedrockagentcore::config::retry::RetryConfig;
 use aws_sdk_bedrockagentcore::config::timeout::TimeoutConfig;
 use aws_sdk_bedrockagentcore::config::{BehaviorVersion, Region, StalledStreamProtectionConfig};
+use aws_sdk_bedrockagentcore::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_bedrockagentcore::types::{CodeInterpreterStreamOutput, ToolArguments, ToolName};
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 use execseam_core::Error;
@@ -79,6 +81,21 @@ impl Client {
         &self.identifier
     }
 
+    /// `call`'s answer within the idle timeout, its failure classified as `op`'s.
+    async fn within_idle<T, E>(
+        &self,
+        op: Call,
+        call: impl Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+    ) -> Result<T, Error>
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        tokio::time::timeout(self.idle, call)
+            .await
+            .map_err(|_| error::idle(op, self.idle))?
+            .map_err(|e| error::from_operation(op, e))
+    }
+
     /// StartCodeInterpreterSession: the new session's id.
     pub(crate) async fn start_session(
         &self,
@@ -92,10 +109,7 @@ impl Client {
             .name(name)
             .session_timeout_seconds(timeout_secs)
             .send();
-        let out = tokio::time::timeout(self.idle, out)
-            .await
-            .map_err(|_| error::idle(START_SESSION, self.idle))?
-            .map_err(|e| error::from_operation(START_SESSION, e))?;
+        let out = self.within_idle(START_SESSION, out).await?;
         let sid = out.session_id();
         if sid.is_empty() {
             return Err(error::protocol(
@@ -114,10 +128,7 @@ impl Client {
             .code_interpreter_identifier(self.identifier())
             .session_id(session_id)
             .send();
-        tokio::time::timeout(self.idle, out)
-            .await
-            .map_err(|_| error::idle(STOP_SESSION, self.idle))?
-            .map_err(|e| error::from_operation(STOP_SESSION, e))?;
+        self.within_idle(STOP_SESSION, out).await?;
         Ok(())
     }
 
@@ -129,10 +140,7 @@ impl Client {
             .code_interpreter_identifier(self.identifier())
             .session_id(session_id)
             .send();
-        let out = tokio::time::timeout(self.idle, out)
-            .await
-            .map_err(|_| error::idle(GET_SESSION, self.idle))?
-            .map_err(|e| error::from_operation(GET_SESSION, e))?;
+        let out = self.within_idle(GET_SESSION, out).await?;
         Ok(out
             .status()
             .map(|s| s.as_str().to_owned())
@@ -151,10 +159,7 @@ impl Client {
                 .status(aws_sdk_bedrockagentcore::types::CodeInterpreterSessionStatus::Ready)
                 .set_next_token(token.take())
                 .send();
-            let page = tokio::time::timeout(self.idle, page)
-                .await
-                .map_err(|_| error::idle(LIST_SESSIONS, self.idle))?
-                .map_err(|e| error::from_operation(LIST_SESSIONS, e))?;
+            let page = self.within_idle(LIST_SESSIONS, page).await?;
             out.extend(page.items().iter().map(|s| {
                 (
                     s.session_id().to_owned(),

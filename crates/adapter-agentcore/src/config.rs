@@ -64,6 +64,24 @@ pub(crate) enum CredentialSource {
     Provider(SharedCredentialsProvider),
 }
 
+impl fmt::Debug for CredentialSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CredentialSource::Static(k) => write!(
+                f,
+                "static(access key {}, secret <redacted>{})",
+                k.access_key_id,
+                if k.session_token.is_some() {
+                    ", session token <redacted>"
+                } else {
+                    ""
+                }
+            ),
+            CredentialSource::Provider(_) => f.write_str("provider"),
+        }
+    }
+}
+
 impl CredentialSource {
     pub(crate) fn provider(&self) -> SharedCredentialsProvider {
         match self {
@@ -81,8 +99,9 @@ impl CredentialSource {
     }
 }
 
-/// Configuration of [`AgentCoreExec`](crate::AgentCoreExec).
-#[derive(Clone)]
+/// Configuration of [`AgentCoreExec`](crate::AgentCoreExec). `Debug` shows the access key id,
+/// never the secret or the session token.
+#[derive(Clone, Debug)]
 pub struct AgentCoreConfig {
     pub(crate) region: String,
     pub(crate) endpoint_url: Option<String>,
@@ -98,38 +117,6 @@ pub struct AgentCoreConfig {
     pub(crate) poll_max: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) idle_timeout: Duration,
-}
-
-impl fmt::Debug for AgentCoreConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let credentials = match &self.credentials {
-            CredentialSource::Static(k) => format!(
-                "static(access key {}, secret <redacted>{})",
-                k.access_key_id,
-                if k.session_token.is_some() {
-                    ", session token <redacted>"
-                } else {
-                    ""
-                }
-            ),
-            CredentialSource::Provider(_) => "provider".to_owned(),
-        };
-        f.debug_struct("AgentCoreConfig")
-            .field("region", &self.region)
-            .field("endpoint_url", &self.endpoint_url)
-            .field("credentials", &credentials)
-            .field("identifier", &self.identifier)
-            .field("session_name", &self.session_name)
-            .field("session_timeout", &self.session_timeout)
-            .field("mode", &self.mode)
-            .field("exact_output", &self.exact_output)
-            .field("session_root", &self.session_root)
-            .field("temp_dir", &self.temp_dir)
-            .field("poll_max", &self.poll_max)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .finish()
-    }
 }
 
 fn missing_credentials(message: &str) -> Error {

@@ -140,21 +140,20 @@ fn base(kind: ErrorKind, op: Call, message: impl Into<String>) -> Error {
 
 /// A protocol error: malformed, truncated, or missing what the result must carry.
 pub(crate) fn protocol(op: Call, message: impl Into<String>) -> Error {
-    let retry = if op.stage == Stage::Submit {
+    base(ErrorKind::Protocol, op, message).with_retry(unsafe_once_submitted(op, Retry::SAFE))
+}
+
+/// `Unsafe` for a call at its submit (the command may have run), `otherwise` before it.
+fn unsafe_once_submitted(op: Call, otherwise: Retry) -> Retry {
+    if op.stage == Stage::Submit {
         Retry::Unsafe
     } else {
-        Retry::SAFE
-    };
-    base(ErrorKind::Protocol, op, message).with_retry(retry)
+        otherwise
+    }
 }
 
 /// No answer head or no next event within the idle timeout.
 pub(crate) fn idle(op: Call, idle: Duration) -> Error {
-    let retry = if op.stage == Stage::Submit {
-        Retry::Unsafe
-    } else {
-        Retry::SAFE
-    };
     base(
         ErrorKind::Timeout(Deadline::Request),
         op,
@@ -163,22 +162,17 @@ pub(crate) fn idle(op: Call, idle: Duration) -> Error {
             idle.as_millis()
         ),
     )
-    .with_retry(retry)
+    .with_retry(unsafe_once_submitted(op, Retry::SAFE))
 }
 
 /// The result grew beyond what an invocation may carry.
 pub(crate) fn output_limit(op: Call, limit: usize) -> Error {
-    let retry = if op.stage == Stage::Submit {
-        Retry::Unsafe
-    } else {
-        Retry::Never
-    };
     base(
         ErrorKind::OutputLimit,
         op,
         format!("the tool's result exceeds {limit} bytes"),
     )
-    .with_retry(retry)
+    .with_retry(unsafe_once_submitted(op, Retry::Never))
 }
 
 /// A tool-level failure (`isError: true` without a usable result).
@@ -222,11 +216,7 @@ where
     E: StdError + 'static,
     R: std::fmt::Debug + 'static,
 {
-    let unsafe_or_safe = if op.stage == Stage::Submit {
-        Retry::Unsafe
-    } else {
-        Retry::SAFE
-    };
+    let unsafe_or_safe = unsafe_once_submitted(op, Retry::SAFE);
     match err {
         SdkError::ConstructionFailure(_) => Some(
             base(
@@ -308,23 +298,24 @@ where
 /// The modelled member an exception event is, by its variant (the SDK does not copy the
 /// `:exception-type` header into the error's `code()`).
 fn stream_member(e: &CodeInterpreterStreamOutputError) -> Option<&'static str> {
-    Some(if e.is_validation_exception() {
-        "validationException"
-    } else if e.is_service_quota_exceeded_exception() {
-        "serviceQuotaExceededException"
-    } else if e.is_throttling_exception() {
-        "throttlingException"
-    } else if e.is_access_denied_exception() {
-        "accessDeniedException"
-    } else if e.is_resource_not_found_exception() {
-        "resourceNotFoundException"
-    } else if e.is_conflict_exception() {
-        "conflictException"
-    } else if e.is_internal_server_exception() {
-        "internalServerException"
-    } else {
-        return None;
-    })
+    type E = CodeInterpreterStreamOutputError;
+    type Is = fn(&E) -> bool;
+    let members: [(Is, &str); 7] = [
+        (E::is_validation_exception, "validationException"),
+        (
+            E::is_service_quota_exceeded_exception,
+            "serviceQuotaExceededException",
+        ),
+        (E::is_throttling_exception, "throttlingException"),
+        (E::is_access_denied_exception, "accessDeniedException"),
+        (
+            E::is_resource_not_found_exception,
+            "resourceNotFoundException",
+        ),
+        (E::is_conflict_exception, "conflictException"),
+        (E::is_internal_server_exception, "internalServerException"),
+    ];
+    members.iter().find(|(is, _)| is(e)).map(|(_, name)| *name)
 }
 
 /// Maps an error of the event stream (`recv()`): an exception event, or a bad frame.

@@ -436,14 +436,10 @@ impl Plan {
             let (out, err, status) = match decoded {
                 Ok(d) => d,
                 Err(why) if r.is_error && code.is_none() => {
-                    return Err(error::tool_error(
-                        SUBMIT,
-                        ErrorKind::Internal,
-                        format!(
-                            "the command failed without a result ({why}): {}",
-                            r.message()
-                        ),
-                    ));
+                    return Err(tool_failed(format!(
+                        "the command failed without a result ({why}): {}",
+                        r.message()
+                    )));
                 }
                 Err(why) => {
                     return Err(error::protocol(
@@ -464,22 +460,20 @@ impl Plan {
                 ));
             }
             if r.is_error && status == 0 {
-                return Err(error::tool_error(
-                    SUBMIT,
-                    ErrorKind::Internal,
-                    format!("isError with exit status 0: {}", r.message()),
-                ));
+                return Err(tool_failed(format!(
+                    "isError with exit status 0: {}",
+                    r.message()
+                )));
             }
             let output = Output::new(out, err, Exit::Code(status));
             return degrade::check_wrapped(output).map_err(|e| e.or_context(PROVIDER, "exec"));
         }
         let Some(code) = code else {
             if r.is_error {
-                return Err(error::tool_error(
-                    SUBMIT,
-                    ErrorKind::Internal,
-                    format!("the command failed without an exit code: {}", r.message()),
-                ));
+                return Err(tool_failed(format!(
+                    "the command failed without an exit code: {}",
+                    r.message()
+                )));
             }
             return Err(error::protocol(
                 SUBMIT,
@@ -487,11 +481,10 @@ impl Plan {
             ));
         };
         if r.is_error && code == 0 {
-            return Err(error::tool_error(
-                SUBMIT,
-                ErrorKind::Internal,
-                format!("isError with exitCode 0: {}", r.message()),
-            ));
+            return Err(tool_failed(format!(
+                "isError with exitCode 0: {}",
+                r.message()
+            )));
         }
         // A negative code is how a Python runner reports a signal death (-N).
         let exit = if code < 0 {
@@ -749,11 +742,10 @@ impl Inner {
             .await?;
         let Some(task_id) = started.task_id.clone() else {
             if started.is_error {
-                return Err(error::tool_error(
-                    SUBMIT,
-                    ErrorKind::Internal,
-                    format!("startCommandExecution failed: {}", started.message()),
-                ));
+                return Err(tool_failed(format!(
+                    "startCommandExecution failed: {}",
+                    started.message()
+                )));
             }
             return Err(error::protocol(
                 SUBMIT,
@@ -767,11 +759,10 @@ impl Inner {
             armed: true,
         };
         if started.is_error {
-            return Err(error::tool_error(
-                SUBMIT,
-                ErrorKind::Internal,
-                format!("startCommandExecution failed: {}", started.message()),
-            ));
+            return Err(tool_failed(format!(
+                "startCommandExecution failed: {}",
+                started.message()
+            )));
         }
         let mut delay = Duration::from_millis(10);
         loop {
@@ -823,13 +814,10 @@ impl Inner {
 }
 
 impl Exec for AgentCoreExec {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        capabilities_for(self.inner.config.mode, self.inner.config.exact_output)
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: capabilities_for(self.inner.config.mode, self.inner.config.exact_output),
+    );
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         exec_span!(self.provider(), "exec", command, |command| {
@@ -845,13 +833,10 @@ impl Exec for AgentCoreExec {
 }
 
 impl Sandbox for AgentCoreExec {
-    fn id(&self) -> &str {
-        &self.inner.session_id
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.inner.ownership
-    }
+    execseam_adapter_kit::accessors!(
+        self => id: &self.inner.session_id,
+        ownership: &self.inner.ownership,
+    );
 
     /// `StopCodeInterpreterSession`: commands still running in it are ended by the service.
     fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
@@ -865,6 +850,11 @@ impl Sandbox for AgentCoreExec {
             Ok(())
         })
     }
+}
+
+/// The tool reported a failure (`isError`) the result does not explain: `Internal`.
+fn tool_failed(message: String) -> Error {
+    error::tool_error(SUBMIT, ErrorKind::Internal, message)
 }
 
 #[cfg(test)]
@@ -946,24 +936,32 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::NotFound);
     }
 
+    /// Both exact framings (the legacy base64 one and the one-pass one): the frame's exit code
+    /// must be the service's, and text that is no frame is a protocol error.
     #[test]
     fn exact_results_cross_check_the_exit_code() {
         let cmd = Command::new(["true"]).unwrap();
-        let plan = Plan::new(&cmd, &cfg().legacy_framing(true)).unwrap();
-        let text = frame(b"out", b"err", 4, false);
-        let o = plan.output(&result(&text, "", Some(4), true)).unwrap();
-        assert_eq!(o, Output::new("out", "err", Exit::Code(4)));
-        let e = plan.output(&result(&text, "", Some(5), true)).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Protocol);
-        let e = plan
-            .output(&result(
-                "bash: base64: command not found",
-                "",
-                Some(127),
-                true,
-            ))
-            .unwrap_err();
-        assert_eq!((e.kind(), e.retry()), (ErrorKind::Protocol, Retry::Unsafe));
+        let one_pass =
+            "execseam-exact-v2\nt 3\nout\nexecseam-exact-stderr\nt 3\nerr\nexecseam-exact-end 4\n";
+        for (config, text) in [
+            (cfg().legacy_framing(true), frame(b"out", b"err", 4, false)),
+            (cfg(), one_pass.to_owned()),
+        ] {
+            let plan = Plan::new(&cmd, &config).unwrap();
+            let o = plan.output(&result(&text, "", Some(4), true)).unwrap();
+            assert_eq!(o, Output::new("out", "err", Exit::Code(4)));
+            let e = plan.output(&result(&text, "", Some(5), true)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Protocol);
+            let e = plan
+                .output(&result(
+                    "bash: base64: command not found",
+                    "",
+                    Some(127),
+                    true,
+                ))
+                .unwrap_err();
+            assert_eq!((e.kind(), e.retry()), (ErrorKind::Protocol, Retry::Unsafe));
+        }
     }
 
     #[test]
@@ -1117,27 +1115,6 @@ mod tests {
         for f in &later.files {
             let _ = std::fs::remove_file(f);
         }
-    }
-
-    #[test]
-    fn one_pass_results_cross_check_the_exit_code() {
-        let cmd = Command::new(["true"]).unwrap();
-        let plan = Plan::new(&cmd, &cfg()).unwrap();
-        let text =
-            "execseam-exact-v2\nt 3\nout\nexecseam-exact-stderr\nt 3\nerr\nexecseam-exact-end 4\n";
-        let o = plan.output(&result(text, "", Some(4), true)).unwrap();
-        assert_eq!(o, Output::new("out", "err", Exit::Code(4)));
-        let e = plan.output(&result(text, "", Some(5), true)).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Protocol);
-        let e = plan
-            .output(&result(
-                "bash: base64: command not found",
-                "",
-                Some(127),
-                true,
-            ))
-            .unwrap_err();
-        assert_eq!((e.kind(), e.retry()), (ErrorKind::Protocol, Retry::Unsafe));
     }
 
     #[test]

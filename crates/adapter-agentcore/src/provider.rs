@@ -2,8 +2,7 @@
 
 use execseam_adapter_kit::gone_is_destroyed;
 use execseam_core::{
-    Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Ownership, Provider,
-    SandboxInfo, SandboxSpec, SandboxState,
+    Error, ErrorKind, ListFilter, Ownership, Provider, SandboxInfo, SandboxSpec, SandboxState,
 };
 
 use crate::client::Client;
@@ -114,17 +113,11 @@ impl AgentCoreProvider {
 }
 
 impl Provider for AgentCoreProvider {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        capabilities_for(self.config.exec_mode(), self.config.is_exact_output())
-    }
-
-    fn lifecycle(&self) -> LifecycleCapabilities {
-        LIFECYCLE
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: capabilities_for(self.config.exec_mode(), self.config.is_exact_output()),
+        lifecycle: LIFECYCLE,
+    );
 
     execseam_adapter_kit::forward_lifecycle!(AgentCoreProvider: create, connect, attach, list, destroy);
 }

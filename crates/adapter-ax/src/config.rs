@@ -2,7 +2,6 @@
 
 use execseam_adapter_kit::Adapter as _;
 use execseam_adapter_kit::vars::{self, Vars};
-use std::fmt;
 use std::time::Duration;
 
 use execseam_core::Error;
@@ -23,8 +22,9 @@ pub const GUEST_PROCESS_TIMEOUT: Duration = Duration::from_secs(3600);
 /// through the Substrate router.
 pub const ENV_TARGET_ACTOR: &str = "AX_TARGET_ACTOR";
 
-/// How to reach one guest and how patient to be with it.
-#[derive(Clone)]
+/// How to reach one guest and how patient to be with it (nothing in it is secret: the guest API
+/// has no credentials).
+#[derive(Clone, Debug)]
 pub struct AxConfig {
     pub(crate) target_actor: Option<String>,
     pub(crate) connect_timeout: Duration,
@@ -35,23 +35,6 @@ pub struct AxConfig {
     pub(crate) exit_poll_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) process_timeout: Duration,
-}
-
-impl fmt::Debug for AxConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Nothing here is secret (the guest API has no credentials), but keep the shape stable.
-        f.debug_struct("AxConfig")
-            .field("target_actor", &self.target_actor)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .field("max_message_size", &self.max_message_size)
-            .field("max_log_bytes", &self.max_log_bytes)
-            .field("max_resumes", &self.max_resumes)
-            .field("exit_poll_timeout", &self.exit_poll_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("process_timeout", &self.process_timeout)
-            .finish()
-    }
 }
 
 /// Parses a guest address: `host:port`, `http://host:port`, or a bare host (port 80, as AX), into
@@ -147,82 +130,40 @@ impl AxConfig {
         Ok(())
     }
 
-    /// Routes every call through the Substrate router to `<atespace>/<actor>` (metadata
-    /// `ate-target-actor`).
-    #[must_use]
-    pub fn target_actor(mut self, actor: impl Into<String>) -> AxConfig {
-        self.target_actor = Some(actor.into());
-        self
-    }
-
-    /// How long to wait for a TCP connection (default 5 s).
-    #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> AxConfig {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The deadline of each unary call and file transfer (default 30 s); output streams have
-    /// none (the command runs as long as it runs; HTTP/2 keepalive detects dead connections).
-    #[must_use]
-    pub fn request_timeout(mut self, timeout: Duration) -> AxConfig {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// The largest gRPC message accepted (default 16 MiB: the guest sends each spool delta as one
-    /// message, up to its 10 MiB limit plus a marker).
-    #[must_use]
-    pub fn max_message_size(mut self, bytes: usize) -> AxConfig {
-        self.max_message_size = bytes;
-        self
-    }
-
-    /// The guest's per-stream spool limit (default 10 MiB, the env library's `MaxLogBytes`).
-    /// Output that reaches it with the guest's truncation marker is an `OutputLimit` error.
-    #[must_use]
-    pub fn max_log_bytes(mut self, bytes: u64) -> AxConfig {
-        self.max_log_bytes = bytes;
-        self
-    }
-
-    /// How many consecutive failed output streams (without progress) are resumed before the
-    /// exec fails (default 5).
-    #[must_use]
-    pub fn max_resumes(mut self, n: u32) -> AxConfig {
-        self.max_resumes = n;
-        self
-    }
-
-    /// How long an output stream may stay silent (no message, or a message that does not
-    /// complete) before the adapter asks the guest whether the process still runs (`GetProcess`,
-    /// bounded by the request timeout): if it runs, the stream is waited on again (a silent
-    /// command is not an error); if it exited, the output is read again from the offsets; if the
-    /// guest does not answer, the exec is `Err(Timeout(Request))`, `Retry::Unsafe`. Opening a
-    /// stream is bounded by the request timeout. Default 30 s.
-    #[must_use]
-    pub fn idle_timeout(mut self, timeout: Duration) -> AxConfig {
-        self.idle_timeout = timeout;
-        self
-    }
-
-    /// How long the poll for an exit may go on after a stream ended without the exit message,
-    /// while the process still runs (default 1 h, the guest's own default process timeout).
-    #[must_use]
-    pub fn exit_poll_timeout(mut self, timeout: Duration) -> AxConfig {
-        self.exit_poll_timeout = timeout;
-        self
-    }
-
-    /// The guest's watchdog for each command this adapter starts (`StartProcessRequest.timeout`;
-    /// default 1 h, the guest's own default): at it the guest SIGKILLs the command's process
-    /// group. Such an end is `Timeout(Deadline::Command)` (`Retry::Never`), never the exit 137
-    /// the guest reports; telling it apart takes this value, so every client of a guest's
-    /// handles should use the same one. Zero is refused (the guest reads it as its default).
-    #[must_use]
-    pub fn process_timeout(mut self, timeout: Duration) -> AxConfig {
-        self.process_timeout = timeout;
-        self
+    execseam_adapter_kit::setters! {
+        /// Routes every call through the Substrate router to `<atespace>/<actor>` (metadata
+        /// `ate-target-actor`).
+        target_actor: some into String,
+        /// How long to wait for a TCP connection (default 5 s).
+        connect_timeout: Duration,
+        /// The deadline of each unary call and file transfer (default 30 s); output streams have
+        /// none (the command runs as long as it runs; HTTP/2 keepalive detects dead connections).
+        request_timeout: Duration,
+        /// The largest gRPC message accepted (default 16 MiB: the guest sends each spool delta as one
+        /// message, up to its 10 MiB limit plus a marker).
+        max_message_size: usize,
+        /// The guest's per-stream spool limit (default 10 MiB, the env library's `MaxLogBytes`).
+        /// Output that reaches it with the guest's truncation marker is an `OutputLimit` error.
+        max_log_bytes: u64,
+        /// How many consecutive failed output streams (without progress) are resumed before the
+        /// exec fails (default 5).
+        max_resumes: u32,
+        /// How long an output stream may stay silent (no message, or a message that does not
+        /// complete) before the adapter asks the guest whether the process still runs (`GetProcess`,
+        /// bounded by the request timeout): if it runs, the stream is waited on again (a silent
+        /// command is not an error); if it exited, the output is read again from the offsets; if the
+        /// guest does not answer, the exec is `Err(Timeout(Request))`, `Retry::Unsafe`. Opening a
+        /// stream is bounded by the request timeout. Default 30 s.
+        idle_timeout: Duration,
+        /// How long the poll for an exit may go on after a stream ended without the exit message,
+        /// while the process still runs (default 1 h, the guest's own default process timeout).
+        exit_poll_timeout: Duration,
+        /// The guest's watchdog for each command this adapter starts (`StartProcessRequest.timeout`;
+        /// default 1 h, the guest's own default): at it the guest SIGKILLs the command's process
+        /// group. Such an end is `Timeout(Deadline::Command)` (`Retry::Never`), never the exit 137
+        /// the guest reports; telling it apart takes this value, so every client of a guest's
+        /// handles should use the same one. Zero is refused (the guest reads it as its default).
+        process_timeout: Duration,
     }
 
     /// The routing target, if any.

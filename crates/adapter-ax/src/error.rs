@@ -179,14 +179,7 @@ pub fn resumable(status: &Status) -> bool {
     match origin(status) {
         Origin::Connect | Origin::Transport | Origin::Timer => true,
         // A stream cut before its trailers; a malformed message is not healed by asking again.
-        Origin::Decode => {
-            status
-                .message()
-                .starts_with("protocol error: missing grpc-status trailer")
-                || status
-                    .message()
-                    .starts_with("Unexpected EOF decoding stream")
-        }
+        Origin::Decode => grpc::cut_short(status),
         Origin::Peer => matches!(status.code(), Code::Unavailable | Code::Cancelled),
     }
 }

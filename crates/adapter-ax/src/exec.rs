@@ -370,9 +370,7 @@ fn is_identifier(name: &str) -> bool {
 }
 
 impl Exec for AxExec {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
+    execseam_adapter_kit::accessors!(self => provider: PROVIDER);
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
@@ -770,13 +768,7 @@ async fn feed_stdin(guest: Guest, id: String, data: Bytes, slot: Arc<Mutex<Optio
     }
 }
 impl Sandbox for AxExec {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.ownership
-    }
+    execseam_adapter_kit::accessors!(self => id: &self.id, ownership: &self.ownership);
 
     fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async {

@@ -58,7 +58,7 @@ mod wire;
 mod provider;
 
 use execseam_adapter_kit::Var;
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities};
+use execseam_core::{Capabilities, LifecycleCapabilities};
 
 use crate::config::GUEST_MAX_LOG_BYTES;
 
@@ -83,17 +83,9 @@ pub const TRUNCATION_MARKER: &[u8] = b"\n\n[guest: maximum log limit of ";
 
 /// The capabilities with the default configuration.
 pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
-    stdin: Delivery::Native,
-    workdir: Delivery::Native,
-    env: Delivery::Native,
-    streaming: true,
-    remote_kill: true,
-    binary_output: true,
-    max_stdin: None,
     max_output: Some(GUEST_MAX_LOG_BYTES),
-    native_tools: &[],
     processes: Some(process::PROCESSES),
+    ..Capabilities::FULL
 };
 
 /// AX's lifecycle: connect only. A guest belongs to a task declared elsewhere (the AX API or

@@ -2,9 +2,7 @@
 
 use std::sync::Arc;
 
-use execseam_core::{
-    BoxFuture, Capabilities, Error, ErrorKind, LifecycleCapabilities, Provider, Sandbox,
-};
+use execseam_core::{Error, ErrorKind, Provider};
 
 use crate::config::{AxConfig, parse_endpoint};
 use crate::exec::AxExec;
@@ -66,23 +64,11 @@ impl AxProvider {
 }
 
 impl Provider for AxProvider {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: crate::CAPABILITIES,
+        lifecycle: LIFECYCLE,
+    );
 
-    fn capabilities(&self) -> Capabilities {
-        crate::CAPABILITIES
-    }
-
-    fn lifecycle(&self) -> LifecycleCapabilities {
-        LIFECYCLE
-    }
-
-    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(AxProvider::connect(self, id).await?) as _) })
-    }
-
-    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
-        Ok(Box::new(AxProvider::attach(self, id)?))
-    }
+    execseam_adapter_kit::forward_lifecycle!(AxProvider: connect, attach);
 }

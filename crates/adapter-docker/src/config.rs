@@ -3,11 +3,11 @@
 use execseam_adapter_kit::Adapter as _;
 use execseam_adapter_kit::vars::{self, Vars};
 use std::collections::BTreeMap;
-use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
 use execseam_core::Error;
+use secrecy::{ExposeSecret, SecretString};
 
 use crate::PROVIDER;
 
@@ -99,7 +99,7 @@ pub const DEFAULT_MAX_ANSWER: usize = 16 << 20;
 
 /// The engine, the image, and how the adapter's containers are made. `Debug` never shows env
 /// values.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct DockerConfig {
     pub(crate) host: String,
     pub(crate) tls_verify: bool,
@@ -117,7 +117,7 @@ pub struct DockerConfig {
     /// Container ports published on the host (from [`SandboxSpec::with_port`](execseam_core::SandboxSpec::with_port)).
     pub(crate) ports: Vec<u16>,
     pub(crate) labels: BTreeMap<String, String>,
-    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) env: BTreeMap<String, SecretString>,
     pub(crate) keepalive: Option<Vec<String>>,
     pub(crate) lifetime: Option<Duration>,
     pub(crate) worktree: Option<String>,
@@ -127,38 +127,6 @@ pub struct DockerConfig {
     pub(crate) max_answer: usize,
     pub(crate) per_call_lifetime: Duration,
     pub(crate) destroy_on_drop: bool,
-}
-
-impl fmt::Debug for DockerConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DockerConfig")
-            .field("host", &self.host)
-            .field("tls_verify", &self.tls_verify)
-            .field("cert_path", &self.cert_path)
-            .field("image", &self.image)
-            .field("mode", &self.mode)
-            .field("user", &self.user)
-            .field("init", &self.init)
-            .field("runtime", &self.runtime)
-            .field("ulimits", &self.ulimits)
-            .field("memory", &self.memory)
-            .field("nano_cpus", &self.nano_cpus)
-            .field("pids_limit", &self.pids_limit)
-            .field("network", &self.network)
-            .field("ports", &self.ports)
-            .field("labels", &self.labels)
-            .field("env", &self.env.keys().collect::<Vec<_>>())
-            .field("keepalive", &self.keepalive)
-            .field("lifetime", &self.lifetime)
-            .field("worktree", &self.worktree)
-            .field("temp_dir", &self.temp_dir)
-            .field("request_timeout", &self.request_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("max_answer", &self.max_answer)
-            .field("per_call_lifetime", &self.per_call_lifetime)
-            .field("destroy_on_drop", &self.destroy_on_drop)
-            .finish()
-    }
 }
 
 impl DockerConfig {
@@ -291,7 +259,8 @@ impl DockerConfig {
     /// An environment variable of every container created (a command's own env overrides it).
     #[must_use]
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.env.insert(key.into(), value.into());
+        self.env
+            .insert(key.into(), SecretString::from(value.into()));
         self
     }
 
@@ -365,6 +334,18 @@ impl DockerConfig {
         }
     }
 
+    /// The environment a command runs with: the container-wide env, then `command`'s own over
+    /// it (the values exposed: they travel on the exec's stdin, never in an engine request).
+    pub(crate) fn env_for(&self, command: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        let mut entries: BTreeMap<String, String> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.expose_secret().to_owned()))
+            .collect();
+        entries.extend(command.iter().map(|(k, v)| (k.clone(), v.clone())));
+        entries
+    }
+
     /// The engine removes the container when its keepalive ends.
     pub(crate) fn auto_remove(&self) -> bool {
         self.mode == Mode::PerCall || self.lifetime.is_some()
@@ -431,7 +412,7 @@ impl DockerConfig {
             }
         }
         for (k, v) in &self.env {
-            if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
+            if k.is_empty() || k.contains(['=', '\0']) || v.expose_secret().contains('\0') {
                 return Err(vars::config_error(
                     PROVIDER,
                     format!("env key {k:?} is not valid"),

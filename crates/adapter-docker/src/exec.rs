@@ -15,8 +15,8 @@ use bollard::query_parameters::ContainerArchiveInfoOptions;
 use bytes::BytesMut;
 use execseam_adapter_kit::degrade::{self, env_line};
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
-    Output, Ownership, PartialOutput, Retry, Sandbox,
+    BoxFuture, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit, Output,
+    Ownership, PartialOutput, Retry, Sandbox,
 };
 use futures_util::{Stream, StreamExt};
 use tokio::io::AsyncWriteExt;
@@ -236,8 +236,7 @@ async fn start_exec(
     // Env values never go into an engine request (see `degrade::env_line`): with env (the container-wide
     // env of the config, then the command's own, which overrides it), the command takes its env
     // from the first line of its stdin, so stdin is attached.
-    let mut entries = config.env.clone();
-    entries.extend(command.env().iter().map(|(k, v)| (k.clone(), v.clone())));
+    let entries = config.env_for(command.env());
     let env_on_stdin = !entries.is_empty();
     let mut argv = command.argv().to_vec();
     let env = vec![format!("{EXEC_TAG_VAR}={tag}")];
@@ -809,13 +808,10 @@ fn new_tag() -> String {
 }
 
 impl Exec for DockerExec {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        crate::capabilities_of(self.inner.config.mode)
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: crate::capabilities_of(self.inner.config.mode),
+    );
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         exec_span!(self.provider(), "exec", command, |command| async move {
@@ -869,13 +865,10 @@ impl ExecStream for DockerExec {
 }
 
 impl Sandbox for DockerExec {
-    fn id(&self) -> &str {
-        DockerExec::id(self)
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.inner.ownership
-    }
+    execseam_adapter_kit::accessors!(
+        self => id: DockerExec::id(self),
+        ownership: &self.inner.ownership,
+    );
 
     /// Removes the container (warm), or the containers of commands still running (per call);
     /// later commands through any handle are `Err(NotFound)`.

@@ -141,11 +141,7 @@ pub const PER_CALL_LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
 /// of `ARG_MAX` left to the image's environment). The fallback: the first command over 64 KiB
 /// asks the container (`size::ArgMax`: its `getconf ARG_MAX` less its environment; an image or
 /// `--ulimit stack` sets it) and is checked against that, the wrapped form too.
-pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit =
-    execseam_adapter_kit::size::SizeLimit::linux(
-        execseam_adapter_kit::size::LINUX_DEFAULT_STACK,
-        "execve in the container: 128 KiB per string, 1.75 MiB in all (Linux at the default stack, less 256 KiB for the sandbox's own env)",
-    );
+pub const SIZE_LIMIT: execseam_adapter_kit::size::SizeLimit = execseam_adapter_kit::size::CONTAINER;
 
 /// What this adapter does; see the [crate docs](crate).
 pub const CAPABILITIES: Capabilities = Capabilities {

@@ -4,10 +4,12 @@ use execseam_adapter_kit::id;
 use execseam_adapter_kit::vars;
 use std::sync::Arc;
 
+use secrecy::SecretString;
+
 use execseam_adapter_kit::gone_is_destroyed;
 use execseam_core::{
-    Capabilities, Error, ErrorKind, LifecycleCapabilities, ListFilter, Ownership, Provider, Retry,
-    SandboxInfo, SandboxSpec,
+    Error, ErrorKind, LifecycleCapabilities, ListFilter, Ownership, Provider, Retry, SandboxInfo,
+    SandboxSpec,
 };
 
 use crate::PROVIDER;
@@ -211,7 +213,9 @@ fn merge(config: &DockerConfig, spec: &SandboxSpec) -> Result<DockerConfig, Erro
         c.image = snapshot.to_owned();
     }
     c.ports = spec.ports().to_vec();
-    c.env.extend(spec.env().clone());
+    for (k, v) in spec.env() {
+        c.env.insert(k.clone(), SecretString::from(v.clone()));
+    }
     c.labels.extend(spec.labels().clone());
     if let Some(l) = spec.lifetime() {
         match c.mode {
@@ -246,17 +250,11 @@ fn merge(config: &DockerConfig, spec: &SandboxSpec) -> Result<DockerConfig, Erro
 }
 
 impl Provider for DockerProvider {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        crate::CAPABILITIES
-    }
-
-    fn lifecycle(&self) -> LifecycleCapabilities {
-        DockerProvider::lifecycle(self)
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: crate::CAPABILITIES,
+        lifecycle: DockerProvider::lifecycle(self),
+    );
 
     execseam_adapter_kit::forward_lifecycle!(
         DockerProvider: create, connect, attach, list, destroy, pause, resume, expose, exposed,

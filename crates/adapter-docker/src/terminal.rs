@@ -83,8 +83,7 @@ impl OpenTerminal for DockerExec {
             // Env values never go into an engine request (see exec.rs): they go to a file by
             // an ordinary exec (whose stdin carries them), which the terminal's shell reads and
             // removes. `TERM` (not secret) is the exec's own unless the command sets one.
-            let mut entries = config.env.clone();
-            entries.extend(command.env().iter().map(|(k, v)| (k.clone(), v.clone())));
+            let entries = config.env_for(command.env());
             let mut env = vec![format!(
                 "{EXEC_TAG_VAR}={}",
                 execseam_adapter_kit::id::random_id(32)

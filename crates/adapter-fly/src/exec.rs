@@ -295,13 +295,10 @@ pub(crate) fn parse_response(body: &[u8], wrapped: bool) -> Result<Output, Error
 }
 
 impl Exec for FlyExec {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        FlyExec::capabilities_of(self.config())
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: FlyExec::capabilities_of(self.config()),
+    );
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         exec_span!(self.provider(), "exec", command, |command| async move {
@@ -350,13 +347,10 @@ impl Exec for FlyExec {
 }
 
 impl Sandbox for FlyExec {
-    fn id(&self) -> &str {
-        self.client.machine_id()
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.ownership
-    }
+    execseam_adapter_kit::accessors!(
+        self => id: self.client.machine_id(),
+        ownership: &self.ownership,
+    );
 
     /// `DELETE …?kill=true` (fly-go's `Destroy` with `Kill`).
     fn end(&self) -> BoxFuture<'_, Result<(), Error>> {

@@ -54,7 +54,6 @@ pub use provider::FlyProvider;
 
 /// The capabilities with the default configuration (see the [crate docs](crate)).
 pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
     stdin: Delivery::TempFile,
     workdir: Delivery::ShellWrapped,
     env: Delivery::ShellWrapped,
@@ -63,8 +62,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     binary_output: false,
     max_stdin: Some(1 << 20),
     max_output: Some(2 << 20),
-    native_tools: &[],
     processes: Some(execseam_adapter_kit::spool::SPOOLED),
+    ..Capabilities::FULL
 };
 
 /// Fly's lifecycle (see [`FlyProvider`]): machines of one app, created from an image with env,

@@ -3,8 +3,7 @@
 use std::sync::Arc;
 
 use execseam_core::{
-    Capabilities, Error, Kept, LifecycleCapabilities, ListFilter, Ownership, Provider, Sandbox,
-    SandboxInfo, SandboxSpec, SandboxState,
+    Error, Kept, ListFilter, Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState,
 };
 
 use crate::client::Client;
@@ -177,17 +176,11 @@ impl FlyProvider {
 }
 
 impl Provider for FlyProvider {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        FlyExec::capabilities_of(self.config())
-    }
-
-    fn lifecycle(&self) -> LifecycleCapabilities {
-        LIFECYCLE
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: FlyExec::capabilities_of(self.config()),
+        lifecycle: LIFECYCLE,
+    );
 
     execseam_adapter_kit::forward_lifecycle!(FlyProvider: create, connect, attach, list, destroy, pause, resume);
 }

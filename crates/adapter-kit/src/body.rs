@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use execseam_core::{Error, ErrorKind, Retry};
+use execseam_core::Error;
 use http_body::Body;
 use http_body_util::BodyExt as _;
 
@@ -28,24 +28,13 @@ pub enum BodyError<E> {
 
 impl<E: std::error::Error + 'static> BodyError<E> {
     /// The error of `call`, as [`http::BodyError`](crate::http) maps it: a body too large is
-    /// [`ErrorKind::OutputLimit`] (`Never` before the submit, `Unsafe` from it on), one past
-    /// its deadline [`ErrorKind::Timeout`] of the request, a broken read [`NoAnswer::Cut`].
+    /// [`ErrorKind::OutputLimit`](execseam_core::ErrorKind::OutputLimit) (`Never` before the
+    /// submit, `Unsafe` from it on), one past its deadline
+    /// [`ErrorKind::Timeout`](execseam_core::ErrorKind::Timeout) of the request, a broken read [`NoAnswer::Cut`].
     pub fn into_error(self, call: Call) -> Error {
         match self {
-            BodyError::TooLarge { limit } => call
-                .error(
-                    ErrorKind::OutputLimit,
-                    format!("the answer exceeds the {limit}-byte limit"),
-                )
-                .with_retry(if call.stage.submitted() {
-                    Retry::Unsafe
-                } else {
-                    Retry::Never
-                }),
-            BodyError::Deadline(d) => call.no_answer(
-                NoAnswer::Timeout,
-                format!("the answer did not end within {}ms", d.as_millis()),
-            ),
+            BodyError::TooLarge { limit } => call.body_too_large(limit),
+            BodyError::Deadline(d) => call.body_too_late(d),
             BodyError::Read(e) => call.no_answer(
                 NoAnswer::Cut,
                 format!("{}: {}", NoAnswer::Cut.describe(), text::error_chain(&e)),
@@ -110,6 +99,8 @@ mod tests {
 
     use http_body::Frame;
     use http_body_util::Full;
+
+    use execseam_core::{ErrorKind, Retry};
 
     use super::*;
     use crate::retry::Stage;

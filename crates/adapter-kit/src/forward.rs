@@ -1,6 +1,8 @@
 //! [`forward_lifecycle!`](crate::forward_lifecycle): the lifecycle methods of
 //! [`Provider`](execseam_core::Provider) written once, for a provider whose operations are
-//! inherent methods of the same name.
+//! inherent methods of the same name; [`accessors!`](crate::accessors): the one-expression
+//! accessors of `Exec`, `Sandbox` and `Provider` (`provider`, `capabilities`, `lifecycle`, `id`,
+//! `ownership`).
 
 /// Inside an `impl Provider for $ty` block: each named lifecycle method forwarded to the
 /// inherent method of `$ty` with the same name and arguments (an `async fn`, its future boxed;
@@ -75,6 +77,44 @@ macro_rules! forward_lifecycle {
             $($arg: $arg_ty),*
         ) -> ::execseam_core::BoxFuture<'a, Result<$out, ::execseam_core::Error>> {
             Box::pin(<$ty>::$method(self, $($arg),*))
+        }
+    };
+}
+
+/// Inside an `impl` of [`Exec`](execseam_core::Exec), [`Sandbox`](execseam_core::Sandbox) or
+/// [`Provider`](execseam_core::Provider): the accessors every adapter writes, each from an
+/// expression over the `self` named first. Keys: `provider` (`&str`), `capabilities`,
+/// `lifecycle`, `id` (`&str`), `ownership` (`&Ownership`), in any order:
+/// `accessors!(self => provider: PROVIDER, capabilities: CAPABILITIES)`,
+/// `accessors!(self => id: &self.inner.id, ownership: &self.inner.ownership)`.
+#[macro_export]
+macro_rules! accessors {
+    ($this:ident => $($key:ident: $value:expr),+ $(,)?) => {
+        $( $crate::accessors!(@ $this $key $value); )+
+    };
+    (@ $this:ident provider $value:expr) => {
+        fn provider(&$this) -> &str {
+            $value
+        }
+    };
+    (@ $this:ident capabilities $value:expr) => {
+        fn capabilities(&$this) -> ::execseam_core::Capabilities {
+            $value
+        }
+    };
+    (@ $this:ident lifecycle $value:expr) => {
+        fn lifecycle(&$this) -> ::execseam_core::LifecycleCapabilities {
+            $value
+        }
+    };
+    (@ $this:ident id $value:expr) => {
+        fn id(&$this) -> &str {
+            $value
+        }
+    };
+    (@ $this:ident ownership $value:expr) => {
+        fn ownership(&$this) -> &::execseam_core::Ownership {
+            $value
         }
     };
 }

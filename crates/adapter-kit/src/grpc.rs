@@ -78,6 +78,14 @@ pub fn origin(status: &Status, timer: Option<&str>) -> Origin {
     Origin::Peer
 }
 
+/// A stream tonic saw end before its trailers (`missing grpc-status trailer`, an EOF inside a
+/// message): a [`Origin::Decode`] status that a new stream may heal, unlike a malformed message.
+pub fn cut_short(status: &Status) -> bool {
+    let message = status.message();
+    message.starts_with("protocol error: missing grpc-status trailer")
+        || message.starts_with("Unexpected EOF decoding stream")
+}
+
 /// The delay a status asks for in gRFC A6's `grpc-retry-pushback-ms` metadata, if any.
 pub fn pushback(status: &Status) -> Option<Duration> {
     status

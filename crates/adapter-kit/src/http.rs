@@ -11,7 +11,7 @@ use std::io;
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use execseam_core::{Error, ErrorKind, Retry};
+use execseam_core::{Error, ErrorKind};
 use reqwest::header::HeaderMap;
 
 use crate::retry::{self, Call, NoAnswer};
@@ -212,20 +212,8 @@ impl BodyError {
     /// [`NoAnswer::Cut`]: the answer had begun).
     pub fn into_error(self, call: Call) -> Error {
         match self {
-            BodyError::TooLarge { limit } => call
-                .error(
-                    ErrorKind::OutputLimit,
-                    format!("the answer exceeds the {limit}-byte limit"),
-                )
-                .with_retry(if call.stage.submitted() {
-                    Retry::Unsafe
-                } else {
-                    Retry::Never
-                }),
-            BodyError::Deadline(d) => call.no_answer(
-                NoAnswer::Timeout,
-                format!("the answer did not end within {}ms", d.as_millis()),
-            ),
+            BodyError::TooLarge { limit } => call.body_too_large(limit),
+            BodyError::Deadline(d) => call.body_too_late(d),
             BodyError::Transport(e) => {
                 let e = e.without_url();
                 let what = match classify(&e) {
@@ -340,7 +328,7 @@ impl Refusal {
 mod tests {
     use std::time::Instant;
 
-    use execseam_core::Deadline;
+    use execseam_core::{Deadline, Retry};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 

@@ -135,6 +135,28 @@ impl Call {
             .with_operation(self.operation)
     }
 
+    /// An answer body over `limit` bytes: [`ErrorKind::OutputLimit`], `Never` before the submit
+    /// (repeating gets the same answer), `Unsafe` from it on.
+    pub fn body_too_large(&self, limit: usize) -> Error {
+        self.error(
+            ErrorKind::OutputLimit,
+            format!("the answer exceeds the {limit}-byte limit"),
+        )
+        .with_retry(if self.stage.submitted() {
+            Retry::Unsafe
+        } else {
+            Retry::Never
+        })
+    }
+
+    /// An answer body that did not end within `within`: [`NoAnswer::Timeout`].
+    pub fn body_too_late(&self, within: Duration) -> Error {
+        self.no_answer(
+            NoAnswer::Timeout,
+            format!("the answer did not end within {}ms", within.as_millis()),
+        )
+    }
+
     /// A malformed or truncated answer to this call: [`ErrorKind::Protocol`], `Unsafe` as
     /// [`Error::protocol`] (a malformed answer says nothing about what ran; an adapter whose
     /// provider proves otherwise sets the class).

@@ -31,6 +31,13 @@ pub const fn linux_arg_max(stack: usize) -> usize {
     }
 }
 
+/// A command a Linux container `execve`s at the default stack, as Docker's containers and
+/// Kubernetes' pods run them: [`SizeLimit::linux`] at [`LINUX_DEFAULT_STACK`].
+pub const CONTAINER: SizeLimit = SizeLimit::linux(
+    LINUX_DEFAULT_STACK,
+    "execve in the container: 128 KiB per string, 1.75 MiB in all (Linux at the default stack, less 256 KiB for the sandbox's own env)",
+);
+
 /// What a remote sandbox's own side adds to every `execve`'s environment (the provider's daemon
 /// and image env, the wrapper's variables), kept out of [`SizeLimit::linux`]'s total: the
 /// adapter cannot see it, and it counts against the same limit.
@@ -128,18 +135,35 @@ pub fn check_size(
 ) -> Result<(), Error> {
     let size = command_size(command);
     let total = size.bytes + size.strings * limit.overhead;
-    let what = if size.longest > limit.string {
-        format!(
-            "one argv string or env entry takes {} bytes, more than the {} allowed ({})",
-            size.longest, limit.string, limit.source
-        )
-    } else if total > limit.total {
-        format!(
-            "argv and env take {total} bytes, more than the {} allowed ({})",
+    refuse_over(
+        provider,
+        limit,
+        ("one argv string or env entry takes", "argv and env take"),
+        (size.longest, limit.string),
+        Some(total),
+    )
+}
+
+/// The refusal of [`check_size`] and [`check_wire`]: the longest string over `string_max`, or
+/// the `total` (where the limit counts one) over the limit's; `what` names one string and all
+/// of them in the message.
+fn refuse_over(
+    provider: &'static str,
+    limit: &SizeLimit,
+    (one, all): (&str, &str),
+    (longest, string_max): (usize, usize),
+    total: Option<usize>,
+) -> Result<(), Error> {
+    let what = match total {
+        _ if longest > string_max => format!(
+            "{one} {longest} bytes, more than the {string_max} allowed ({})",
+            limit.source
+        ),
+        Some(total) if total > limit.total => format!(
+            "{all} {total} bytes, more than the {} allowed ({})",
             limit.total, limit.source
-        )
-    } else {
-        return Ok(());
+        ),
+        _ => return Ok(()),
     };
     Err(Error::new(
         ErrorKind::InvalidCommand,
@@ -169,25 +193,16 @@ pub fn check_wire<S: AsRef<str>>(
         .iter()
         .map(|s| s.as_ref().len() + 1 + limit.overhead)
         .sum();
-    let what = if longest > MAX_ARG_STRLEN {
-        format!(
-            "after wrapping and quoting, one string the sandbox runs takes {longest} bytes, more than the {MAX_ARG_STRLEN} allowed ({})",
-            limit.source
-        )
-    } else if limit.overhead > 0 && total > limit.total {
-        format!(
-            "after wrapping and quoting, the strings the sandbox runs take {total} bytes, more than the {} allowed ({})",
-            limit.total, limit.source
-        )
-    } else {
-        return Ok(());
-    };
-    Err(Error::new(
-        ErrorKind::InvalidCommand,
-        format!("the command is too large: {what}"),
+    refuse_over(
+        provider,
+        limit,
+        (
+            "after wrapping and quoting, one string the sandbox runs takes",
+            "after wrapping and quoting, the strings the sandbox runs take",
+        ),
+        (longest, MAX_ARG_STRLEN),
+        (limit.overhead > 0).then_some(total),
     )
-    .with_provider(provider)
-    .with_operation("exec"))
 }
 
 /// The command that asks a sandbox what its `execve` takes: its `ARG_MAX` (`getconf`, from

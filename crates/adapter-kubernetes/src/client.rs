@@ -122,18 +122,7 @@ impl Api {
                 body,
             })
         };
-        match tokio::time::timeout(deadline, work).await {
-            Ok(r) => r,
-            Err(_) => Err(no_answer(
-                NoAnswer::Timeout,
-                op,
-                stage,
-                format!(
-                    "no answer within {} s (EXECSEAM_KUBERNETES_REQUEST_TIMEOUT)",
-                    deadline.as_secs()
-                ),
-            )),
-        }
+        within_request_timeout(deadline, work, op, stage).await
     }
 
     /// Sends `request` and decodes a 2xx answer as `T`; any other status is the error its
@@ -161,9 +150,24 @@ impl Api {
     ) -> Result<http::Response<Body>, Error> {
         let c = self.connected().await?;
         let deadline = self.config.request_timeout;
-        match tokio::time::timeout(deadline, c.client.send(request.map(Body::from))).await {
-            Ok(r) => r.map_err(|e| transport(e, op, stage)),
-            Err(_) => Err(no_answer(
+        let send = async {
+            (c.client.send(request.map(Body::from)).await).map_err(|e| transport(e, op, stage))
+        };
+        within_request_timeout(deadline, send, op, stage).await
+    }
+}
+
+/// `work`, cut at the request timeout `deadline` with [`NoAnswer::Timeout`].
+async fn within_request_timeout<T>(
+    deadline: Duration,
+    work: impl Future<Output = Result<T, Error>>,
+    op: &'static str,
+    stage: Stage,
+) -> Result<T, Error> {
+    tokio::time::timeout(deadline, work)
+        .await
+        .unwrap_or_else(|_| {
+            Err(no_answer(
                 NoAnswer::Timeout,
                 op,
                 stage,
@@ -171,9 +175,8 @@ impl Api {
                     "no answer within {} s (EXECSEAM_KUBERNETES_REQUEST_TIMEOUT)",
                     deadline.as_secs()
                 ),
-            )),
-        }
-    }
+            ))
+        })
 }
 
 async fn connect(config: &KubernetesConfig) -> Result<Connected, Error> {

@@ -208,13 +208,17 @@ mod tests {
     use super::*;
     use bytes::Bytes;
 
-    #[test]
-    fn statuses_map_with_the_reason_and_the_apiserver_edge() {
-        let answer = |status: u16, body: &str| Answer {
+    /// An answer with no headers.
+    fn answer(status: u16, body: &str) -> Answer {
+        Answer {
             status,
             headers: http::HeaderMap::new(),
             body: Bytes::from(body.to_owned()),
-        };
+        }
+    }
+
+    #[test]
+    fn statuses_map_with_the_reason_and_the_apiserver_edge() {
         let e = status_error(
             &answer(
                 404,
@@ -249,11 +253,6 @@ mod tests {
 
     #[test]
     fn refused_execs() {
-        let answer = |status: u16, body: &str| Answer {
-            status,
-            headers: http::HeaderMap::new(),
-            body: Bytes::from(body.to_owned()),
-        };
         let e = exec_refused(
             &answer(
                 404,

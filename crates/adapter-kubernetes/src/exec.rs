@@ -5,14 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use bytes::BytesMut;
 use execseam_adapter_kit::degrade::{StderrGate, WrapOptions};
 use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::retry::after_submit;
 use execseam_adapter_kit::{id, size};
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
-    Output, Ownership, PartialOutput, Retry, Sandbox,
+    BoxFuture, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit, Output,
+    Ownership, Retry, Sandbox,
 };
 use tokio::sync::Mutex;
 
@@ -133,28 +132,21 @@ impl KubernetesExec {
     /// Sandbox and its volumes kept): what [`Provider::pause`](execseam_core::Provider::pause)
     /// does by id.
     pub async fn suspend(&self) -> Result<(), Error> {
-        lifecycle::set_operating_mode(
-            &self.inner.shared.api,
-            self.inner.mode,
-            &self.inner.id,
-            true,
-        )
-        .await?;
-        self.forget_target().await;
-        Ok(())
+        self.set_suspended(true).await
     }
 
     /// Resumes a suspended sandbox: `spec.operatingMode: Running`, then waits until it is Ready
     /// (a new pod under the same name, with a new IP). A provider extra, as
     /// [`suspend`](Self::suspend).
     pub async fn resume(&self) -> Result<(), Error> {
-        lifecycle::set_operating_mode(
-            &self.inner.shared.api,
-            self.inner.mode,
-            &self.inner.id,
-            false,
-        )
-        .await?;
+        self.set_suspended(false).await
+    }
+
+    /// Sets the operating mode, waits for the controller to report it, and forgets the pod
+    /// (resolved again on the next command).
+    async fn set_suspended(&self, suspended: bool) -> Result<(), Error> {
+        let api = &self.inner.shared.api;
+        lifecycle::set_operating_mode(api, self.inner.mode, &self.inner.id, suspended).await?;
         self.forget_target().await;
         Ok(())
     }
@@ -311,24 +303,8 @@ impl KubernetesExec {
         if let Some(target) = self.sandboxd(&command).await? {
             return crate::sandboxd::run(&self.inner.shared, &target, command).await;
         }
-        let mut run = self.start(command).await?;
-        let (mut stdout, mut stderr) = (BytesMut::new(), BytesMut::new());
-        loop {
-            match run.next_event().await {
-                Ok(Event::Stdout(b)) => stdout.extend_from_slice(&b),
-                Ok(Event::Stderr(b)) => stderr.extend_from_slice(&b),
-                Ok(Event::Exit(exit)) => {
-                    return Ok(Output::new(stdout.freeze(), stderr.freeze(), exit));
-                }
-                Err(e) if e.partial().is_some() => return Err(e),
-                Err(e) => {
-                    return Err(e.with_partial(PartialOutput {
-                        stdout: stdout.freeze(),
-                        stderr: stderr.freeze(),
-                    }));
-                }
-            }
-        }
+        // The stream's collect: the output at the exit, or the error with what came before it.
+        event_stream(self.start(command).await?).collect().await
     }
 }
 
@@ -595,13 +571,10 @@ pub(crate) async fn kill_tagged(shared: &Shared, target: &Target, tag: &str) -> 
 }
 
 impl Exec for KubernetesExec {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        crate::capabilities_of(self.inner.shared.api.config())
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: crate::capabilities_of(self.inner.shared.api.config()),
+    );
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         exec_span!(PROVIDER, "exec", command, |command| self.run(command))
@@ -685,13 +658,7 @@ impl ExecStream for KubernetesExec {
 }
 
 impl Sandbox for KubernetesExec {
-    fn id(&self) -> &str {
-        &self.inner.id
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.inner.ownership
-    }
+    execseam_adapter_kit::accessors!(self => id: &self.inner.id, ownership: &self.inner.ownership);
 
     /// Deletes the claim, the Sandbox or the Pod, and waits for the pod to be gone; later
     /// commands through any handle are `Err(NotFound)`.

@@ -81,16 +81,55 @@ fn not_found(op: &'static str, what: String) -> Error {
     adapter(ErrorKind::NotFound, Retry::Never, op, what)
 }
 
+/// A claim the controller has not bound to a sandbox yet: `Unavailable`, `Safe` (it may be soon).
+fn not_bound(op: &'static str, id: &str) -> Error {
+    adapter(
+        ErrorKind::Unavailable,
+        Retry::SAFE,
+        op,
+        format!("claim {id} is not bound to a sandbox yet"),
+    )
+}
+
+/// An id that is not a Kubernetes name names no sandbox: `NotFound` before any request.
+fn check_id(op: &'static str, id: &str) -> Result<(), Error> {
+    if names::is_dns_subdomain(id) {
+        return Ok(());
+    }
+    Err(not_found(
+        op,
+        format!("{id:?} is not a Kubernetes name: no such sandbox"),
+    ))
+}
+
+/// One round of a poll waiting for the API server to report `what`: past `deadline` it is
+/// `Timeout(Request)` (`Safe`: the polls change nothing), with `what` given the ready timeout in
+/// seconds; otherwise a pause of `wait`, which doubles up to 1 s.
+async fn next_poll(
+    api: &Api,
+    op: &'static str,
+    deadline: Instant,
+    wait: &mut Duration,
+    what: impl FnOnce(u64) -> String,
+) -> Result<(), Error> {
+    if Instant::now() >= deadline {
+        return Err(adapter(
+            ErrorKind::Timeout(Deadline::Request),
+            Retry::SAFE,
+            op,
+            what(api.config().ready_timeout.as_secs()),
+        ));
+    }
+    client::pause(*wait, deadline).await;
+    *wait = (*wait * 2).min(Duration::from_secs(1));
+    Ok(())
+}
+
 /// The sandbox `id`'s pod. A claim that is not bound yet is `Unavailable` (`Safe`); anything
 /// gone or being deleted is `NotFound`.
 pub(crate) async fn resolve(api: &Api, mode: Mode, id: &str) -> Result<Target, Error> {
     let op = "resolve";
-    if !names::is_dns_subdomain(id) {
-        return Err(not_found(
-            op,
-            format!("{id:?} is not a Kubernetes name: no such sandbox"),
-        ));
-    }
+    check_id(op, id)?;
     let ns = api.namespace().await?;
     let container = api.config().container.clone();
     let pod = match mode {
@@ -98,28 +137,13 @@ pub(crate) async fn resolve(api: &Api, mode: Mode, id: &str) -> Result<Target, E
         Mode::Sandbox => sandbox_pod(api, &ns, id, op).await?,
         Mode::Claim => {
             let claim: Claim = get(api, claims(&ns), id, op).await?;
-            if claim.metadata.name != id {
-                return Err(malformed(
-                    op,
-                    format!("the answer for claim {id} names {:?}", claim.metadata.name),
-                ));
-            }
-            if claim.metadata.deletion_timestamp.is_some() {
-                return Err(not_found(op, format!("claim {id} is being deleted")));
-            }
+            check_object(&claim.metadata, "claim", id, op)?;
             let bound = claim
                 .status
                 .sandbox
                 .map(|s| s.name)
                 .filter(|n| !n.is_empty())
-                .ok_or_else(|| {
-                    adapter(
-                        ErrorKind::Unavailable,
-                        Retry::SAFE,
-                        op,
-                        format!("claim {id} is not bound to a sandbox yet"),
-                    )
-                })?;
+                .ok_or_else(|| not_bound(op, id))?;
             if !names::is_dns_subdomain(&bound) {
                 return Err(malformed(
                     op,
@@ -131,21 +155,28 @@ pub(crate) async fn resolve(api: &Api, mode: Mode, id: &str) -> Result<Target, E
     };
     // The pod itself: gone is NotFound; its UID tells a recreated pod from this one.
     let p: Pod = get(api, pods(&ns), &pod, op).await?;
-    if p.metadata.name != pod {
-        return Err(malformed(
-            op,
-            format!("the answer for pod {pod} names {:?}", p.metadata.name),
-        ));
-    }
-    if p.metadata.deletion_timestamp.is_some() {
-        return Err(not_found(op, format!("pod {pod} is being deleted")));
-    }
+    check_object(&p.metadata, "pod", &pod, op)?;
     Ok(Target {
         namespace: ns,
         pod,
         container,
         uid: p.metadata.uid,
     })
+}
+
+/// The answer for the `what` called `name`: it must name it (else it is malformed), and one
+/// being deleted is `NotFound`.
+fn check_object(meta: &wire::Meta, what: &str, name: &str, op: &'static str) -> Result<(), Error> {
+    if meta.name != name {
+        return Err(malformed(
+            op,
+            format!("the answer for {what} {name} names {:?}", meta.name),
+        ));
+    }
+    if meta.deletion_timestamp.is_some() {
+        return Err(not_found(op, format!("{what} {name} is being deleted")));
+    }
+    Ok(())
 }
 
 async fn sandbox_pod(api: &Api, ns: &str, name: &str, op: &'static str) -> Result<String, Error> {
@@ -278,15 +309,29 @@ pub(crate) async fn create(api: &Api, spec: &SandboxSpec) -> Result<(String, Tar
 /// Waits for an existing sandbox to be Ready (connect).
 pub(crate) async fn connect(api: &Api, id: &str) -> Result<Target, Error> {
     let mode = api.config().mode;
-    if !names::is_dns_subdomain(id) {
-        return Err(not_found(
-            "connect",
-            format!("{id:?} is not a Kubernetes name: no such sandbox"),
-        ));
-    }
+    check_id("connect", id)?;
     let ns = api.namespace().await?;
     let deadline = Instant::now() + api.config().ready_timeout;
     wait_ready(api, mode, &ns, id, None, deadline).await
+}
+
+/// What a create starts from: the spec's image, else the configured `default` (a warm pool's or
+/// a template's name), which must be a Kubernetes name.
+fn image_or(spec: &SandboxSpec, default: &Option<String>, what: &str) -> Result<String, Error> {
+    let name = spec
+        .image()
+        .map(str::to_owned)
+        .or_else(|| default.clone())
+        .unwrap_or_default();
+    if !names::is_dns_label(&name) {
+        return Err(adapter(
+            ErrorKind::InvalidConfig,
+            Retry::Never,
+            "create",
+            format!("{what} {name:?} is not a Kubernetes name"),
+        ));
+    }
+    Ok(name)
 }
 
 fn claim_body(
@@ -296,19 +341,7 @@ fn claim_body(
     spec: &SandboxSpec,
 ) -> Result<Value, Error> {
     let config = api.config();
-    let pool = spec
-        .image()
-        .map(str::to_owned)
-        .or_else(|| config.warm_pool.clone())
-        .unwrap_or_default();
-    if !names::is_dns_label(&pool) {
-        return Err(adapter(
-            ErrorKind::InvalidConfig,
-            Retry::Never,
-            "create",
-            format!("warm pool {pool:?} is not a Kubernetes name"),
-        ));
-    }
+    let pool = image_or(spec, &config.warm_pool, "warm pool")?;
     let mut s = json!({"warmPoolRef": {"name": pool}});
     if !spec.env().is_empty() {
         // Injected by the claim controller into the sandbox's containers, as the template's
@@ -345,19 +378,7 @@ async fn sandbox_body(
 ) -> Result<Value, Error> {
     let op = "create";
     let config = api.config();
-    let template_name = spec
-        .image()
-        .map(str::to_owned)
-        .or_else(|| config.template.clone())
-        .unwrap_or_default();
-    if !names::is_dns_label(&template_name) {
-        return Err(adapter(
-            ErrorKind::InvalidConfig,
-            Retry::Never,
-            op,
-            format!("template {template_name:?} is not a Kubernetes name"),
-        ));
-    }
+    let template_name = image_or(spec, &config.template, "template")?;
     let template: Value = get(api, templates(ns), &template_name, op)
         .await
         .map_err(|e| {
@@ -901,12 +922,7 @@ pub(crate) async fn delete(
     pod: Option<String>,
 ) -> Result<(), Error> {
     let op = "destroy";
-    if !names::is_dns_subdomain(id) {
-        return Err(not_found(
-            op,
-            format!("{id:?} is not a Kubernetes name: no such sandbox"),
-        ));
-    }
+    check_id(op, id)?;
     let ns = api.namespace().await?;
     let pod = match pod {
         Some(p) => Some(p),
@@ -940,19 +956,10 @@ pub(crate) async fn delete(
                 }
             }
         }
-        if Instant::now() >= deadline {
-            return Err(adapter(
-                ErrorKind::Timeout(Deadline::Request),
-                Retry::SAFE,
-                op,
-                format!(
-                    "{id} is deleted, but its pod {pod} was still terminating after {} s",
-                    api.config().ready_timeout.as_secs()
-                ),
-            ));
-        }
-        client::pause(wait, deadline).await;
-        wait = (wait * 2).min(Duration::from_secs(1));
+        next_poll(api, op, deadline, &mut wait, |s| {
+            format!("{id} is deleted, but its pod {pod} was still terminating after {s} s")
+        })
+        .await?;
     }
 }
 
@@ -967,12 +974,7 @@ pub(crate) async fn set_operating_mode(
     suspended: bool,
 ) -> Result<(), Error> {
     let op = if suspended { "suspend" } else { "resume" };
-    if !names::is_dns_subdomain(id) {
-        return Err(not_found(
-            op,
-            format!("{id:?} is not a Kubernetes name: no such sandbox"),
-        ));
-    }
+    check_id(op, id)?;
     let ns = api.namespace().await?;
     let sandbox = match mode {
         Mode::Pod => {
@@ -991,14 +993,7 @@ pub(crate) async fn set_operating_mode(
                 .sandbox
                 .map(|s| s.name)
                 .filter(|n| names::is_dns_subdomain(n))
-                .ok_or_else(|| {
-                    adapter(
-                        ErrorKind::Unavailable,
-                        Retry::SAFE,
-                        op,
-                        format!("claim {id} is not bound to a sandbox yet"),
-                    )
-                })?
+                .ok_or_else(|| not_bound(op, id))?
         }
     };
     let word = if suspended { "Suspended" } else { "Running" };
@@ -1023,19 +1018,10 @@ pub(crate) async fn set_operating_mode(
         if (suspended && cond("Suspended")) || (!suspended && cond("Ready")) {
             return Ok(());
         }
-        if Instant::now() >= deadline {
-            return Err(adapter(
-                ErrorKind::Timeout(Deadline::Request),
-                Retry::SAFE,
-                op,
-                format!(
-                    "sandbox {sandbox} did not report {word} within {} s",
-                    api.config().ready_timeout.as_secs()
-                ),
-            ));
-        }
-        client::pause(wait, deadline).await;
-        wait = (wait * 2).min(Duration::from_secs(1));
+        next_poll(api, op, deadline, &mut wait, |s| {
+            format!("sandbox {sandbox} did not report {word} within {s} s")
+        })
+        .await?;
     }
 }
 

@@ -3,8 +3,7 @@
 use std::sync::Arc;
 
 use execseam_core::{
-    Capabilities, Error, Kept, LifecycleCapabilities, ListFilter, Ownership, Provider, Sandbox,
-    SandboxInfo, SandboxSpec, SandboxState,
+    Error, Kept, ListFilter, Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState,
 };
 
 use crate::client::Api;
@@ -116,17 +115,11 @@ impl KubernetesProvider {
 }
 
 impl Provider for KubernetesProvider {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        crate::capabilities_of(&self.config)
-    }
-
-    fn lifecycle(&self) -> LifecycleCapabilities {
-        crate::lifecycle_of(&self.config)
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: crate::capabilities_of(&self.config),
+        lifecycle: crate::lifecycle_of(&self.config),
+    );
 
     execseam_adapter_kit::forward_lifecycle!(KubernetesProvider: create, connect, attach, list, destroy, pause, resume);
 }

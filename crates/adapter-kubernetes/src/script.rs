@@ -252,6 +252,16 @@ mod tests {
         assert_eq!(p.stdin.as_deref(), Some(&b"in"[..]));
     }
 
+    /// The run's stdout is `want` (its stderr shown where it is not).
+    fn assert_stdout(out: &std::process::Output, want: &str, protocol: Protocol) {
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            want,
+            "{protocol:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     #[test]
     fn env_travels_on_stdin_and_reaches_the_command_exactly() {
         let nasty = "a'b\"c $HOME `x` %s\\n\nline2\n\n";
@@ -273,12 +283,10 @@ mod tests {
                 !url.contains("line2") && !url.contains("a'b"),
                 "env in argv: {url}"
             );
-            let out = run(&p, close);
-            assert_eq!(
-                String::from_utf8_lossy(&out.stdout),
-                format!("{nasty}||rest\nof\0stdintag9"),
-                "{protocol:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
+            assert_stdout(
+                &run(&p, close),
+                &format!("{nasty}||rest\nof\0stdintag9"),
+                protocol,
             );
         }
     }
@@ -298,13 +306,7 @@ mod tests {
                 "{:?}",
                 p.argv
             );
-            let out = run(&p, close);
-            assert_eq!(
-                String::from_utf8_lossy(&out.stdout),
-                format!("{big}|-v x|in"),
-                "{protocol:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            assert_stdout(&run(&p, close), &format!("{big}|-v x|in"), protocol);
         }
     }
 

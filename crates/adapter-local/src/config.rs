@@ -12,7 +12,7 @@ use execseam_core::Error;
 use execseam_spawn::{ProcessConfig, Spawner};
 
 /// Configuration of [`LocalExec`](crate::LocalExec); the defaults suit running commands on this host.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct LocalConfig {
     /// How commands run (the environment they start from, a launcher or spawner, the drain).
     pub(crate) process: ProcessConfig,
@@ -25,15 +25,6 @@ impl Default for LocalConfig {
             process: ProcessConfig::default(),
             sandbox_root: std::env::temp_dir().join("execseam-local"),
         }
-    }
-}
-
-impl std::fmt::Debug for LocalConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalConfig")
-            .field("process", &self.process)
-            .field("sandbox_root", &self.sandbox_root)
-            .finish()
     }
 }
 

@@ -138,13 +138,10 @@ impl Default for LocalExec {
 }
 
 impl Exec for LocalExec {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        LocalExec::capabilities_of(&self.config)
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: LocalExec::capabilities_of(&self.config),
+    );
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         exec_span!(self.provider(), "exec", command, |command| async move {
@@ -201,13 +198,10 @@ impl ExecStream for LocalExec {
 }
 
 impl Sandbox for LocalExec {
-    fn id(&self) -> &str {
-        self.sandbox.as_deref().map_or(HOST_ID, |s| s.id.as_str())
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.ownership
-    }
+    execseam_adapter_kit::accessors!(
+        self => id: self.sandbox.as_deref().map_or(HOST_ID, |s| s.id.as_str()),
+        ownership: &self.ownership,
+    );
 
     /// Removes the sandbox directory; the host is not a sandbox and cannot be destroyed.
     fn end(&self) -> BoxFuture<'_, Result<(), Error>> {

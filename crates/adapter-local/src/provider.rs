@@ -16,9 +16,8 @@ use std::sync::Arc;
 
 use execseam_adapter_kit::id::random_id;
 use execseam_core::{
-    Capabilities, Error, ErrorKind, ExposedPort, Kept, LifecycleCapabilities, ListFilter,
-    Ownership, Provider, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome,
-    SnapshotRequest,
+    Error, ErrorKind, ExposedPort, Kept, ListFilter, Ownership, Provider, SandboxInfo, SandboxSpec,
+    SandboxState, SnapshotInfo, SnapshotOutcome, SnapshotRequest,
 };
 
 use crate::config::LocalConfig;
@@ -198,25 +197,14 @@ impl LocalProvider {
     /// Lists the sandbox directories under the root that `filter` selects.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<SandboxInfo>, Error> {
         filter.check(PROVIDER, &LIFECYCLE)?;
-        let mut entries = match tokio::fs::read_dir(&self.config.sandbox_root).await {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io_failure("list", "cannot read the sandbox root", e)),
-        };
+        let io = |e| io_failure("list", "cannot read the sandbox root", e);
         let mut out = Vec::new();
-        while let Some(entry) = entries
-            .next_entry()
-            .await
-            .map_err(|e| io_failure("list", "cannot read the sandbox root", e))?
-        {
-            let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
+        for (id, path) in named_entries(&self.config.sandbox_root).await.map_err(io)? {
             if !valid_id(&id) {
                 continue;
             }
             // A sandbox destroyed while we list is simply not there.
-            let Ok(labels) = tokio::fs::read(entry.path().join(LABELS)).await else {
+            let Ok(labels) = tokio::fs::read(path.join(LABELS)).await else {
                 continue;
             };
             let info = SandboxInfo::new(id)
@@ -275,21 +263,10 @@ impl LocalProvider {
     /// The snapshots, of sandbox `source` only when given.
     pub async fn list_snapshots(&self, source: Option<&str>) -> Result<Vec<SnapshotInfo>, Error> {
         let root = self.config.sandbox_root.join(SNAPSHOTS);
-        let mut entries = match tokio::fs::read_dir(&root).await {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io_failure("list_snapshots", "cannot read the snapshots", e)),
-        };
+        let io = |e| io_failure("list_snapshots", "cannot read the snapshots", e);
         let mut out = Vec::new();
-        while let Some(entry) = entries
-            .next_entry()
-            .await
-            .map_err(|e| io_failure("list_snapshots", "cannot read the snapshots", e))?
-        {
-            let Some(snap) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            let Ok(meta) = tokio::fs::read_to_string(entry.path().join(META)).await else {
+        for (snap, path) in named_entries(&root).await.map_err(io)? {
+            let Ok(meta) = tokio::fs::read_to_string(path.join(META)).await else {
                 continue;
             };
             let mut lines = meta.lines();
@@ -387,20 +364,31 @@ pub(crate) async fn remove(dir: &Path) -> Result<(), Error> {
 }
 
 impl Provider for LocalProvider {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        LocalExec::capabilities_of(&self.config)
-    }
-
-    fn lifecycle(&self) -> LifecycleCapabilities {
-        LIFECYCLE
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: LocalExec::capabilities_of(&self.config),
+        lifecycle: LIFECYCLE,
+    );
 
     execseam_adapter_kit::forward_lifecycle!(
         LocalProvider: create, connect, list, destroy, expose, snapshot, list_snapshots,
         delete_snapshot
     );
+}
+
+/// The entries of `dir` whose names are UTF-8, with their paths; a directory that does not
+/// exist has none.
+async fn named_entries(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+    let mut entries = match tokio::fs::read_dir(dir).await {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    while let Some(entry) = entries.next_entry().await? {
+        if let Some(name) = entry.file_name().to_str() {
+            out.push((name.to_owned(), entry.path()));
+        }
+    }
+    Ok(out)
 }

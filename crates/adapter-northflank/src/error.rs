@@ -118,31 +118,35 @@ mod tests {
         );
         assert_eq!((e.kind(), e.retry()), (ErrorKind::Unavailable, Retry::SAFE));
         assert_eq!(e.message(), "503: down");
-        let e = map(
-            CallError::AuthFailed("bad".into()),
-            call("exec", Stage::Submit),
-        );
-        assert_eq!(
-            (e.kind(), e.retry()),
-            (ErrorKind::Unauthenticated, Retry::Never)
-        );
-        let e = map(
-            CallError::Closed("gone".into()),
-            call("exec", Stage::Submit),
-        );
-        assert_eq!(
-            (e.kind(), e.retry()),
-            (ErrorKind::Unavailable, Retry::Unsafe)
-        );
-        let e = map(
-            CallError::Frame {
-                message: "x".into(),
-                started: true,
-            },
-            call("exec", Stage::Submit),
-        );
-        assert_eq!((e.kind(), e.retry()), (ErrorKind::Internal, Retry::Unsafe));
-        let e = map(CallError::Protocol("x".into()), call("exec", Stage::Submit));
-        assert_eq!((e.kind(), e.retry()), (ErrorKind::Protocol, Retry::Unsafe));
+        let after_the_init = [
+            (
+                CallError::AuthFailed("bad".into()),
+                ErrorKind::Unauthenticated,
+                Retry::Never,
+            ),
+            (
+                CallError::Closed("gone".into()),
+                ErrorKind::Unavailable,
+                Retry::Unsafe,
+            ),
+            (
+                CallError::Frame {
+                    message: "x".into(),
+                    started: true,
+                },
+                ErrorKind::Internal,
+                Retry::Unsafe,
+            ),
+            (
+                CallError::Protocol("x".into()),
+                ErrorKind::Protocol,
+                Retry::Unsafe,
+            ),
+        ];
+        for (failure, kind, retry) in after_the_init {
+            let shown = format!("{failure:?}");
+            let e = map(failure, call("exec", Stage::Submit));
+            assert_eq!((e.kind(), e.retry()), (kind, retry), "{shown}");
+        }
     }
 }

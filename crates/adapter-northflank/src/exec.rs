@@ -9,8 +9,8 @@ use execseam_adapter_kit::degrade::{self, StderrGate, StdinFrom, WrapOptions};
 use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::retry::Stage;
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
-    Output, Ownership, Sandbox,
+    BoxFuture, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit, Output,
+    Ownership, Sandbox,
 };
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
@@ -376,13 +376,7 @@ async fn next(mut st: St) -> Option<(Result<Event, Error>, St)> {
 }
 
 impl Exec for NorthflankExec {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
-    }
+    execseam_adapter_kit::accessors!(self => provider: PROVIDER, capabilities: CAPABILITIES);
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         exec_span!(self.provider(), "exec", command, |command| async move {
@@ -410,13 +404,7 @@ impl ExecStream for NorthflankExec {
 }
 
 impl Sandbox for NorthflankExec {
-    fn id(&self) -> &str {
-        &self.inner.id
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.inner.ownership
-    }
+    execseam_adapter_kit::accessors!(self => id: &self.inner.id, ownership: &self.inner.ownership);
 
     /// A Northflank service or job is never this adapter's to delete (connect-only).
     fn end(&self) -> BoxFuture<'_, Result<(), Error>> {

@@ -4,10 +4,7 @@
 
 use execseam_adapter_kit::retry::Stage;
 use execseam_adapter_kit::text::escape_path_segment;
-use execseam_core::{
-    Capabilities, Error, LifecycleCapabilities, ListFilter, Provider, SandboxInfo, SandboxSpec,
-    SandboxState,
-};
+use execseam_core::{Error, ListFilter, Provider, SandboxInfo, SandboxSpec, SandboxState};
 
 use crate::client::Api;
 use crate::config::NorthflankConfig;
@@ -119,17 +116,11 @@ impl NorthflankProvider {
 }
 
 impl Provider for NorthflankProvider {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
-    }
-
-    fn lifecycle(&self) -> LifecycleCapabilities {
-        LIFECYCLE
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: CAPABILITIES,
+        lifecycle: LIFECYCLE,
+    );
 
     execseam_adapter_kit::forward_lifecycle!(NorthflankProvider: create, connect, attach, list, destroy);
 }

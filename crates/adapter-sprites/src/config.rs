@@ -56,7 +56,7 @@ impl fmt::Debug for BaseEnv {
 }
 
 /// Where the adapter runs commands, and how. `Debug` never shows the token.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct SpritesConfig {
     pub(crate) base_url: String,
     pub(crate) token: SecretString,
@@ -102,24 +102,6 @@ impl WsBuffers {
 impl Default for WsBuffers {
     fn default() -> WsBuffers {
         WsBuffers::DEFAULT
-    }
-}
-
-impl fmt::Debug for SpritesConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SpritesConfig")
-            .field("base_url", &self.base_url)
-            .field("token", &"<redacted>")
-            .field("transport", &self.transport)
-            .field("base_env", &self.base_env)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .field("http_idle_timeout", &self.http_idle_timeout)
-            .field("ws_buffers", &self.ws_buffers)
-            .field("ping_interval", &self.ping_interval)
-            .field("pong_timeout", &self.pong_timeout)
-            .field("terminal", &self.terminal)
-            .finish()
     }
 }
 
@@ -203,56 +185,29 @@ impl SpritesConfig {
         self
     }
 
-    /// The exec transport (default [`Transport::WebSocket`]).
-    #[must_use]
-    pub fn transport(mut self, transport: Transport) -> Self {
-        self.transport = transport;
-        self
-    }
-
-    /// Where terminals run (default [`TerminalMode::Recorder`]: `script(1)` in the sprite, a full
-    /// Linux VM, so any handle or process reattaches from an offset and types into it);
-    /// [`TerminalMode::Attached`] for Sprites' own TTY exec, held by the handle that opened it
-    /// (its reattach replays a bounded scrollback without offsets), [`TerminalMode::Auto`] for
-    /// the recorder where the sprite has `script` and the TTY exec elsewhere. The HTTP transport
-    /// has only the recorder.
-    #[must_use]
-    pub fn terminal(mut self, mode: TerminalMode) -> Self {
-        self.terminal = mode;
-        self
-    }
-
-    /// What commands with env are sent with (default [`BaseEnv::Discover`]).
-    #[must_use]
-    pub fn base_env(mut self, base: BaseEnv) -> Self {
-        self.base_env = base;
-        self
-    }
-
-    /// The TCP/TLS connect timeout (default 10 s).
-    #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The timeout of the WebSocket handshake and of the small HTTP calls (kill, probe;
-    /// default 30 s). The command itself has no deadline here: use the host's deadline layer.
-    #[must_use]
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-
-    /// How long any HTTP answer may stay silent (no byte: the response headers, or the next
-    /// chunk of a body) before it is `Err(Timeout(Request))`, `Retry::Unsafe` after the exec was
-    /// sent (default 10 min). The HTTP exec transport has no keepalive, so a command silent for
-    /// longer ends the same way: use the WebSocket transport (pings every `keepalive`
-    /// interval) for those.
-    #[must_use]
-    pub fn http_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.http_idle_timeout = timeout;
-        self
+    execseam_adapter_kit::setters! {
+        /// The exec transport (default [`Transport::WebSocket`]).
+        transport: Transport,
+        /// Where terminals run (default [`TerminalMode::Recorder`]: `script(1)` in the sprite, a full
+        /// Linux VM, so any handle or process reattaches from an offset and types into it);
+        /// [`TerminalMode::Attached`] for Sprites' own TTY exec, held by the handle that opened it
+        /// (its reattach replays a bounded scrollback without offsets), [`TerminalMode::Auto`] for
+        /// the recorder where the sprite has `script` and the TTY exec elsewhere. The HTTP transport
+        /// has only the recorder.
+        terminal: TerminalMode,
+        /// What commands with env are sent with (default [`BaseEnv::Discover`]).
+        base_env: BaseEnv,
+        /// The TCP/TLS connect timeout (default 10 s).
+        connect_timeout: Duration,
+        /// The timeout of the WebSocket handshake and of the small HTTP calls (kill, probe;
+        /// default 30 s). The command itself has no deadline here: use the host's deadline layer.
+        request_timeout: Duration,
+        /// How long any HTTP answer may stay silent (no byte: the response headers, or the next
+        /// chunk of a body) before it is `Err(Timeout(Request))`, `Retry::Unsafe` after the exec was
+        /// sent (default 10 min). The HTTP exec transport has no keepalive, so a command silent for
+        /// longer ends the same way: use the WebSocket transport (pings every `keepalive`
+        /// interval) for those.
+        http_idle_timeout: Duration,
     }
 
     /// How often a ping is sent on an exec WebSocket (default 15 s, as the SDKs), and how long
@@ -264,11 +219,9 @@ impl SpritesConfig {
         self
     }
 
-    /// The exec WebSocket's client-side buffers (default [`WsBuffers::DEFAULT`]).
-    #[must_use]
-    pub fn ws_buffers(mut self, buffers: WsBuffers) -> Self {
-        self.ws_buffers = buffers;
-        self
+    execseam_adapter_kit::setters! {
+        /// The exec WebSocket's client-side buffers (default [`WsBuffers::DEFAULT`]).
+        ws_buffers: WsBuffers,
     }
 
     pub(crate) fn authorization(&self) -> String {

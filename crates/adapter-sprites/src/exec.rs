@@ -514,13 +514,10 @@ pub(crate) async fn kill(
 }
 
 impl Exec for SpritesExec {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        SpritesExec::capabilities_of(self.config())
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: SpritesExec::capabilities_of(self.config()),
+    );
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         exec_span!(self.provider(), "exec", command, |command| async move {
@@ -572,13 +569,10 @@ impl ExecStream for SpritesExec {
     }
 }
 impl Sandbox for SpritesExec {
-    fn id(&self) -> &str {
-        self.inner.client.sprite()
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.inner.ownership
-    }
+    execseam_adapter_kit::accessors!(
+        self => id: self.inner.client.sprite(),
+        ownership: &self.inner.ownership,
+    );
 
     /// `DELETE /v1/sprites/{name}`.
     fn end(&self) -> BoxFuture<'_, Result<(), Error>> {

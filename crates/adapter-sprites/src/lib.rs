@@ -37,7 +37,7 @@
 #![warn(missing_docs)]
 
 use execseam_adapter_kit::Var;
-use execseam_core::{Capabilities, Delivery, LifecycleCapabilities, SpecSupport};
+use execseam_core::{Capabilities, LifecycleCapabilities};
 
 mod client;
 mod config;
@@ -68,20 +68,11 @@ pub use client::{MAX_EXEC_URL, MAX_WS_FRAME};
 
 /// The capabilities over WebSockets (the default transport).
 pub const CAPABILITIES: Capabilities = Capabilities {
-    argv: Delivery::Native,
-    stdin: Delivery::Native,
-    workdir: Delivery::Native,
-    env: Delivery::Native,
-    streaming: true,
-    remote_kill: true,
-    binary_output: true,
-    max_stdin: None,
-    max_output: None,
-    native_tools: &[],
     // Terminals on the recorder by default (`SpritesConfig::terminal`): Sprites' own TTY exec,
     // held by the handle that opened it, replays a bounded scrollback without offsets when
     // attached again, so no exact reattach there (terminal.rs).
     processes: Some(execseam_adapter_kit::spool::SPOOLED_TERMINAL),
+    ..Capabilities::FULL
 };
 
 /// The capabilities over the HTTP POST fallback: no TTY there, so terminals are always the
@@ -97,11 +88,6 @@ pub const HTTP_CAPABILITIES: Capabilities = Capabilities {
 /// Sprites' lifecycle (see [`SpritesProvider`]): a sprite is created by name (generated), found,
 /// listed and deleted; it has no image, env, labels or sizes to ask for.
 pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
-    create: true,
-    connect: true,
-    list: true,
-    destroy: true,
-    spec: SpecSupport::NONE,
     options: &["name"],
     // Checkpoints (docs.sprites.dev/concepts/checkpoints): "A checkpoint snapshots the writable
     // filesystem overlay … does not capture anything that only lives in memory"; restore is in
@@ -129,6 +115,7 @@ pub const LIFECYCLE: LifecycleCapabilities = LifecycleCapabilities {
         }),
         ..execseam_core::StateCapabilities::NONE
     },
+    ..LifecycleCapabilities::ALL_OPERATIONS
 };
 
 /// The configuration variables [`SpritesConfig::from_env`] reads.

@@ -5,9 +5,8 @@ use std::sync::Arc;
 use execseam_adapter_kit::id::random_id;
 use execseam_adapter_kit::text::escape_path_segment;
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ErrorKind, ExposedPort, LifecycleCapabilities, ListFilter,
-    Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec, SandboxState, Secret, SnapshotInfo,
-    SnapshotOutcome, SnapshotRequest,
+    Error, ErrorKind, ExposedPort, ListFilter, Ownership, Provider, Sandbox, SandboxInfo,
+    SandboxSpec, SandboxState, Secret, SnapshotInfo, SnapshotOutcome, SnapshotRequest,
 };
 
 use crate::client::Client;
@@ -226,46 +225,23 @@ impl SpritesProvider {
 }
 
 impl Provider for SpritesProvider {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: SpritesExec::capabilities_of(self.config()),
+        lifecycle: LIFECYCLE,
+    );
 
-    fn capabilities(&self) -> Capabilities {
-        SpritesExec::capabilities_of(self.config())
-    }
-
-    fn lifecycle(&self) -> LifecycleCapabilities {
-        LIFECYCLE
-    }
-
-    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(SpritesProvider::create(self, spec).await?) as _) })
-    }
-
-    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-        Box::pin(async move { Ok(Box::new(SpritesProvider::connect(self, id).await?) as _) })
-    }
-
-    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
-        Ok(Box::new(SpritesProvider::attach(self, id)?))
-    }
-
-    fn list<'a>(
-        &'a self,
-        filter: &'a ListFilter,
-    ) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
-        Box::pin(SpritesProvider::list(self, filter))
-    }
-
-    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(SpritesProvider::destroy(self, id))
-    }
-
-    execseam_adapter_kit::forward_snapshots!(SpritesProvider: snapshot, restore, list_snapshots);
-
-    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
-        Box::pin(SpritesProvider::expose(self, id, port))
-    }
+    execseam_adapter_kit::forward_lifecycle!(
+        SpritesProvider: create,
+        connect,
+        attach,
+        list,
+        destroy,
+        snapshot,
+        restore,
+        list_snapshots,
+        expose,
+    );
 }
 
 const fn call(operation: &'static str) -> execseam_adapter_kit::retry::Call {
