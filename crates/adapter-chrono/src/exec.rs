@@ -428,13 +428,10 @@ pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, 
 }
 
 impl Exec for ChronoExec {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        ChronoExec::capabilities_of(self.config())
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: ChronoExec::capabilities_of(self.config()),
+    );
 
     /// Native, over the durable `/executions` contract ([`crate::process`]).
     fn processes(&self) -> Option<Box<dyn execseam_core::Processes + '_>> {
@@ -471,13 +468,7 @@ impl Exec for ChronoExec {
 }
 
 impl Sandbox for ChronoExec {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn ownership(&self) -> &Ownership {
-        &self.ownership
-    }
+    execseam_adapter_kit::accessors!(self => id: &self.id, ownership: &self.ownership);
 
     /// Nothing to end: every execution's sandbox is removed when the execution ends.
     fn end(&self) -> BoxFuture<'_, Result<(), Error>> {

@@ -1,6 +1,6 @@
 //! [`ChronoProvider`]: Chrono's (small) lifecycle.
 
-use execseam_core::{Capabilities, Error, LifecycleCapabilities, Provider, SandboxSpec};
+use execseam_core::{Error, Provider, SandboxSpec};
 
 use crate::config::ChronoConfig;
 use crate::exec::ChronoExec;
@@ -43,17 +43,11 @@ impl ChronoProvider {
 }
 
 impl Provider for ChronoProvider {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        ChronoExec::capabilities_of(&self.config)
-    }
-
-    fn lifecycle(&self) -> LifecycleCapabilities {
-        LIFECYCLE
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: ChronoExec::capabilities_of(&self.config),
+        lifecycle: LIFECYCLE,
+    );
 
     execseam_adapter_kit::forward_lifecycle!(ChronoProvider: create);
 }

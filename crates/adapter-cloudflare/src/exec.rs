@@ -581,13 +581,10 @@ fn events_to_stream(
 }
 
 impl Exec for CloudflareExec {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        CloudflareExec::capabilities_of(self.config())
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: CloudflareExec::capabilities_of(self.config()),
+    );
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         exec_span!(self.provider(), "exec", command, |command| async move {

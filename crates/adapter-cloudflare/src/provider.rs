@@ -5,8 +5,8 @@ use std::sync::Arc;
 use execseam_adapter_kit::gone_is_destroyed;
 use execseam_adapter_kit::host_snapshots::HostSnapshots;
 use execseam_core::{
-    Capabilities, Error, ErrorKind, ExposedPort, LifecycleCapabilities, Ownership, Provider,
-    SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome, SnapshotRequest,
+    Error, ErrorKind, ExposedPort, Ownership, Provider, SandboxSpec, SandboxState, SnapshotInfo,
+    SnapshotOutcome, SnapshotRequest,
 };
 
 use crate::client::BridgeClient;
@@ -198,17 +198,11 @@ impl CloudflareProvider {
 }
 
 impl Provider for CloudflareProvider {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        CloudflareExec::capabilities_of(self.config())
-    }
-
-    fn lifecycle(&self) -> LifecycleCapabilities {
-        LIFECYCLE
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: CloudflareExec::capabilities_of(self.config()),
+        lifecycle: LIFECYCLE,
+    );
 
     execseam_adapter_kit::forward_lifecycle!(
         CloudflareProvider: create, connect, attach, destroy, expose, unexpose, snapshot, list_snapshots, delete_snapshot

@@ -52,8 +52,8 @@ use execseam_adapter_kit::degrade::{self, StdinFrom, WrapOptions};
 use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::retry::after_submit;
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Error, Event, EventStream, Exec, ExecStream, Exit, Output,
-    Ownership, Sandbox,
+    BoxFuture, Command, Error, Event, EventStream, Exec, ExecStream, Exit, Output, Ownership,
+    Sandbox,
 };
 use futures_util::{SinkExt as _, StreamExt as _};
 use tokio_websockets::CloseCode;
@@ -1689,13 +1689,10 @@ async fn run_framed(
 }
 
 impl Exec for DaytonaExec {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        crate::capabilities_of(self.inner.terminal)
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: crate::capabilities_of(self.inner.terminal),
+    );
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         let inner = self.inner.clone();

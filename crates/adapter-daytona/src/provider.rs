@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use execseam_core::{
-    Capabilities, Error, LifecycleCapabilities, ListFilter, Ownership, Provider, Sandbox,
-    SandboxInfo, SandboxSpec, SandboxState,
+    Error, LifecycleCapabilities, ListFilter, Ownership, Provider, Sandbox, SandboxInfo,
+    SandboxSpec, SandboxState,
 };
 
 use crate::client::Client;
@@ -170,13 +170,10 @@ impl DaytonaProvider {
 }
 
 impl Provider for DaytonaProvider {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        crate::capabilities_of(self.config.terminal)
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: crate::capabilities_of(self.config.terminal),
+    );
 
     fn lifecycle(&self) -> LifecycleCapabilities {
         LifecycleCapabilities {

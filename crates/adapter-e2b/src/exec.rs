@@ -1033,9 +1033,7 @@ fn go_signal_number(name: &str) -> Option<i32> {
 }
 
 impl Exec for E2bExec {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
+    execseam_adapter_kit::accessors!(self => provider: PROVIDER);
 
     fn capabilities(&self) -> Capabilities {
         let mut c = crate::CAPABILITIES;

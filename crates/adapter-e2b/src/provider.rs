@@ -1,8 +1,8 @@
 //! [`E2bProvider`]: the control plane's sandbox lifecycle.
 
 use execseam_core::{
-    BoxFuture, Capabilities, Error, ExposedPort, LifecycleCapabilities, ListFilter, Provider,
-    Sandbox, SandboxInfo, SandboxSpec, SandboxState,
+    BoxFuture, Capabilities, Error, ExposedPort, ListFilter, Provider, Sandbox, SandboxInfo,
+    SandboxSpec, SandboxState,
 };
 
 use reqwest::Url;
@@ -153,9 +153,7 @@ impl E2bProvider {
 }
 
 impl Provider for E2bProvider {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
+    execseam_adapter_kit::accessors!(self => provider: PROVIDER);
 
     fn capabilities(&self) -> Capabilities {
         let mut c = crate::CAPABILITIES;
@@ -165,9 +163,7 @@ impl Provider for E2bProvider {
         c
     }
 
-    fn lifecycle(&self) -> LifecycleCapabilities {
-        LIFECYCLE
-    }
+    execseam_adapter_kit::accessors!(self => lifecycle: LIFECYCLE);
 
     execseam_adapter_kit::forward_lifecycle!(
         E2bProvider: create, connect, attach, list, destroy, pause, resume, snapshot, list_snapshots, delete_snapshot, fork

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use execseam_adapter_kit::exec_span;
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec,
-    ExecStream, Exit, Output, Ownership, Retry, Sandbox,
+    BoxFuture, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
+    Output, Ownership, Retry, Sandbox,
 };
 use tokio::sync::{OnceCell, mpsc};
 use tonic::{Code, Status};
@@ -346,13 +346,7 @@ impl ModalExec {
 }
 
 impl Exec for ModalExec {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
-    }
+    execseam_adapter_kit::accessors!(self => provider: PROVIDER, capabilities: CAPABILITIES);
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
         exec_span!(self.provider(), "exec", command, |command| async move {

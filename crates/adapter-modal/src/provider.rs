@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use execseam_core::{
-    Capabilities, Error, ErrorKind, ExposedPort, LifecycleCapabilities, ListFilter, Provider,
-    Retry, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome, SnapshotRequest,
+    Error, ErrorKind, ExposedPort, ListFilter, Provider, Retry, SandboxInfo, SandboxSpec,
+    SandboxState, SnapshotInfo, SnapshotOutcome, SnapshotRequest,
 };
 
 use crate::client::{Control, Create};
@@ -325,17 +325,11 @@ impl ModalProvider {
 }
 
 impl Provider for ModalProvider {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
-    }
-
-    fn lifecycle(&self) -> LifecycleCapabilities {
-        LIFECYCLE
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: CAPABILITIES,
+        lifecycle: LIFECYCLE,
+    );
 
     execseam_adapter_kit::forward_lifecycle!(
         ModalProvider: create, connect, attach, list, destroy, snapshot, delete_snapshot, expose, exposed

@@ -9,8 +9,8 @@ use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::http;
 use execseam_adapter_kit::retry::{Call, Stage};
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
-    Ownership, Sandbox,
+    BoxFuture, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit, Ownership,
+    Sandbox,
 };
 use futures_util::StreamExt;
 use reqwest::Method;
@@ -603,13 +603,7 @@ async fn write_stdin(exec: &VercelExec, id: &str, input: Bytes) -> Result<(), Er
 }
 
 impl Exec for VercelExec {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
-    }
+    execseam_adapter_kit::accessors!(self => provider: PROVIDER, capabilities: CAPABILITIES);
 
     fn exec(&self, command: Command) -> BoxFuture<'_, Result<execseam_core::Output, Error>> {
         exec_span!(self.provider(), "exec", command, |command| async move {

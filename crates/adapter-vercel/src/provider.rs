@@ -5,9 +5,8 @@ use execseam_adapter_kit::text::escape_path_segment;
 use std::time::{Duration, UNIX_EPOCH};
 
 use execseam_core::{
-    Capabilities, Error, ExposedPort, Kept, LifecycleCapabilities, ListFilter, Ownership, Provider,
-    Sandbox, SandboxInfo, SandboxSpec, SandboxState, SnapshotInfo, SnapshotOutcome,
-    SnapshotRequest,
+    Error, ExposedPort, Kept, ListFilter, Ownership, Provider, Sandbox, SandboxInfo, SandboxSpec,
+    SandboxState, SnapshotInfo, SnapshotOutcome, SnapshotRequest,
 };
 use reqwest::Method;
 use serde::de::DeserializeOwned;
@@ -366,17 +365,11 @@ fn snapshot_info(s: SnapshotPayload, kind: Kept) -> SnapshotInfo {
 }
 
 impl Provider for VercelProvider {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
-    }
-
-    fn lifecycle(&self) -> LifecycleCapabilities {
-        LIFECYCLE
-    }
+    execseam_adapter_kit::accessors!(
+        self => provider: PROVIDER,
+        capabilities: CAPABILITIES,
+        lifecycle: LIFECYCLE,
+    );
 
     execseam_adapter_kit::forward_lifecycle!(
         VercelProvider: create, connect, attach, list, destroy, snapshot, list_snapshots, delete_snapshot, expose, exposed
