@@ -431,6 +431,7 @@ impl ProcessService for Processes {
         let (tx, rx) = mpsc::channel(4);
         let cut = proc.cut.load(Ordering::SeqCst);
         tokio::spawn(follow(
+            guest.clone(),
             proc,
             [req.stdout_offset, req.stderr_offset],
             req.follow,
@@ -532,6 +533,7 @@ impl ProcessService for Processes {
 pub const OUTPUT_CHUNK: usize = 1 << 20;
 
 async fn follow(
+    guest: Arc<GuestState>,
     proc: Arc<Proc>,
     mut offsets: [i64; 2],
     follow: bool,
@@ -586,6 +588,14 @@ async fn follow(
             }
             if reset {
                 reset_now(&ctl);
+                return;
+            }
+            // A guest that vanished reports nothing more: its processes died with it (the kill in
+            // `vanish` records exit 137), and no exit may reach a client as the command's own end.
+            // `vanish` resets the streams it knows first; this closes the race with a stream whose
+            // reset has not landed yet under load.
+            if !guest.is_alive() {
+                let _ = tx.send(Err(Status::unavailable("the guest is gone"))).await;
                 return;
             }
             let _ = tx

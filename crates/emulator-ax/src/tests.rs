@@ -356,3 +356,56 @@ fn futures_iter<T: Send + 'static>(items: Vec<T>) -> impl futures_core::Stream<I
     }
     Iter(items.into_iter())
 }
+
+/// A guest that vanishes reports no exit for the processes that died with it (the kill in
+/// `vanish` records 137): a stream its reset did not reach, here one with no connection to
+/// reset (under load the reset can land after the exit was sent: conformance
+/// `fault-sandbox-vanishes` once read exit 137), ends with an error, never with an exit.
+#[tokio::test]
+async fn a_vanished_guest_reports_no_exit() {
+    let (emu, _channel) = emulator().await;
+    let guest = emu.shared.primary.clone();
+    let proc = guest
+        .tracker
+        .start(super::tracker::StartOptions {
+            command: vec!["sleep".into(), "30".into()],
+            cwd: String::new(),
+            env: Default::default(),
+            stdin: false,
+            timeout: Duration::ZERO,
+        })
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+    let follower = tokio::spawn(super::follow(
+        guest.clone(),
+        proc,
+        [0, 0],
+        true,
+        tx,
+        None,
+        None,
+    ));
+    guest.vanish();
+    let mut answers = Vec::new();
+    while let Some(m) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("the stream ends")
+    {
+        answers.push(m);
+    }
+    follower.await.unwrap();
+    assert!(
+        answers.iter().all(|m| !matches!(
+            m,
+            Ok(execseam_ax_proto::ProcessOutput {
+                output: Some(Output::Exit(_))
+            })
+        )),
+        "{answers:?}"
+    );
+    assert!(
+        matches!(answers.last(), Some(Err(s)) if s.code() == Code::Unavailable),
+        "{answers:?}"
+    );
+}
