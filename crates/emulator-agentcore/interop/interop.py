@@ -46,6 +46,23 @@ def check(cond, what):
         raise AssertionError(what)
 
 
+def refused(c, sid, exc, why):
+    """`executeCommand true` on session `sid` raises `exc`, which is returned (`why`: the failed
+    check when it does not raise)."""
+    try:
+        invoke(c, sid, "executeCommand", {"command": "true"})
+    except exc as e:
+        return e
+    check(False, why)
+
+
+def error_is(e, code, status=None):
+    """The error's code is `code` (and its HTTP status `status`)."""
+    check(e.response["Error"]["Code"] == code, f"{e.response}")
+    if status is not None:
+        check(e.response["ResponseMetadata"]["HTTPStatusCode"] == status, str(status))
+
+
 def invoke(c, sid, name, args):
     """One InvokeCodeInterpreter call: every event of the stream, in order."""
     resp = c.invoke_code_interpreter(
@@ -181,12 +198,8 @@ def main():
     check(g["status"] == "TERMINATED", f"status {g['status']}")
     ok("stop_code_interpreter_session TERMINATED")
 
-    try:
-        invoke(c, sid, "executeCommand", {"command": "true"})
-        check(False, "invoke on a stopped session must fail")
-    except ClientError as e:
-        check(e.response["Error"]["Code"] == "ResourceNotFoundException", f"{e.response}")
-        check(e.response["ResponseMetadata"]["HTTPStatusCode"] == 404, "404")
+    e = refused(c, sid, ClientError, "invoke on a stopped session must fail")
+    error_is(e, "ResourceNotFoundException", 404)
     ok("a stopped session is ResourceNotFoundException")
 
 
@@ -275,33 +288,17 @@ def faults():
     c = client(retries={"max_attempts": 1, "mode": "standard"})
     sid = c.start_code_interpreter_session(codeInterpreterIdentifier=IDENT)["sessionId"]
 
-    try:
-        invoke(c, sid, "executeCommand", {"command": "true"})
-        check(False, "an exception event must raise")
-    except EventStreamError as e:
-        check(e.response["Error"]["Code"] == "validationException", f"{e.response}")
+    error_is(refused(c, sid, EventStreamError, "an exception event must raise"), "validationException")
     ok("exception event -> EventStreamError validationException")
 
-    try:
-        invoke(c, sid, "executeCommand", {"command": "true"})
-        check(False, "a 402 must raise")
-    except ClientError as e:
-        check(e.response["Error"]["Code"] == "ServiceQuotaExceededException", f"{e.response}")
-        check(e.response["ResponseMetadata"]["HTTPStatusCode"] == 402, "402")
+    error_is(refused(c, sid, ClientError, "a 402 must raise"), "ServiceQuotaExceededException", 402)
     ok("HTTP 402 -> ServiceQuotaExceededException")
 
-    try:
-        invoke(c, sid, "executeCommand", {"command": "true"})
-        check(False, "a bad CRC must raise")
-    except botocore.eventstream.ChecksumMismatch as e:
-        print(f"   ({type(e).__name__}: {e})")
+    e = refused(c, sid, botocore.eventstream.ChecksumMismatch, "a bad CRC must raise")
+    print(f"   ({type(e).__name__}: {e})")
     ok("bad message CRC -> ChecksumMismatch")
 
-    try:
-        invoke(c, sid, "executeCommand", {"command": "true"})
-        check(False, "an error frame must raise")
-    except EventStreamError as e:
-        check(e.response["Error"]["Code"] == "InternalFailure", f"{e.response}")
+    error_is(refused(c, sid, EventStreamError, "an error frame must raise"), "InternalFailure")
     ok("error frame -> EventStreamError InternalFailure")
 
     r = result(c, sid, "executeCommand", {"command": "echo fine"})

@@ -205,14 +205,7 @@ impl Proc {
 
 /// Sends `sig` to the process group `pgid` (kill(-pgid, sig)); false if it is gone (ESRCH).
 pub async fn kill_group(pgid: i32, sig: i32) -> bool {
-    // The kill(1) utility: the emulators crate has no unsafe code for kill(2).
-    tokio::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg("--")
-        .arg(format!("-{pgid}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+    tokio::process::Command::from(kill_command(pgid, sig))
         .status()
         .await
         .is_ok_and(|s| s.success())
@@ -220,14 +213,20 @@ pub async fn kill_group(pgid: i32, sig: i32) -> bool {
 
 /// [`kill_group`], blocking (for `Drop`).
 pub fn kill_group_now(pgid: i32, sig: i32) {
-    let _ = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
+    let _ = kill_command(pgid, sig).status();
+}
+
+/// `kill -<sig> -- -<pgid>`, its standard streams closed.
+fn kill_command(pgid: i32, sig: i32) -> std::process::Command {
+    // The kill(1) utility: the emulators crate has no unsafe code for kill(2).
+    let mut kill = std::process::Command::new("kill");
+    kill.arg(format!("-{sig}"))
         .arg("--")
         .arg(format!("-{pgid}"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+        .stderr(Stdio::null());
+    kill
 }
 
 /// What `StartProcess` asks for.

@@ -9,12 +9,13 @@ use axum::http::{HeaderValue, Request, Response, header};
 use bytes::Bytes;
 use execseam_core::{Command, Event, ExecStream, Exit};
 use execseam_emulator_kit::sh::quote;
+use execseam_emulator_kit::stream::Utf8;
+use futures_util::StreamExt as _;
 use tokio::sync::mpsc;
 
 use super::routes::{MAX_BODY, read_body, session_header};
 use super::wire::{
-    Utf8Stream, base64, error_body, error_json, resolve_workspace_path, shell_quote, sse_event,
-    text,
+    base64, error_body, error_json, resolve_workspace_path, shell_quote, sse_event, text,
 };
 use super::{Entry, Session, State, WORKSPACE};
 use execseam_emulator_kit::clock::{self, Fraction};
@@ -326,33 +327,28 @@ fn frames(
     struct St {
         rx: mpsc::Receiver<Raw>,
         f: Framing,
-        out: Utf8Stream,
-        err: Utf8Stream,
+        // What `TextDecoder` with `{stream: true}` does to the command's output before the
+        // bridge re-encodes it.
+        out: Utf8,
+        err: Utf8,
         pending: [String; 2],
         cut: bool,
-        malformed: bool,
         done: bool,
     }
     let st = St {
         rx,
         f,
-        out: Utf8Stream::default(),
-        err: Utf8Stream::default(),
+        out: Utf8::default(),
+        err: Utf8::default(),
         pending: [String::new(), String::new()],
         cut,
-        malformed,
         done: false,
     };
-    futures_util::stream::unfold(st, |mut st| async move {
+    // A malformed body: an event whose data is not base64, first.
+    let garbage = malformed.then(|| Ok(Bytes::from(sse_event("stdout", "%%% not base64 %%%"))));
+    let events = futures_util::stream::unfold(st, |mut st| async move {
         if st.done {
             return None;
-        }
-        if st.malformed {
-            st.malformed = false;
-            return Some((
-                Ok(Bytes::from(sse_event("stdout", "%%% not base64 %%%"))),
-                st,
-            ));
         }
         loop {
             let frame = match st.rx.recv().await {
@@ -427,7 +423,8 @@ fn frames(
                 return Some((Ok(Bytes::from(frame)), st));
             }
         }
-    })
+    });
+    futures_util::stream::iter(garbage).chain(events)
 }
 
 /// Runs the command; keeps draining when the client is gone (the bridge does not stop a

@@ -105,17 +105,7 @@ fn spec(id: &str) -> SandboxSpec {
 
 /// A hostname-safe form of a sandbox id (at most 63 characters of `[a-z0-9-]`).
 fn hostname(id: &str) -> String {
-    let h: String = id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .take(63)
-        .collect();
+    let h = SandboxSpec::hostname_of(id);
     if h.is_empty() { "sandbox".into() } else { h }
 }
 

@@ -32,10 +32,7 @@ fn bearer_ci(headers: &HeaderMap) -> String {
 }
 
 fn bearer_exact(headers: &HeaderMap) -> String {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
+    execseam_emulator_kit::bearer(headers)
         .unwrap_or("")
         .to_owned()
 }

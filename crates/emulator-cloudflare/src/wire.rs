@@ -185,57 +185,6 @@ pub fn sse_event(event: &str, data: &str) -> String {
     format!("event: {event}\n{}\n\n", payload.join("\n"))
 }
 
-/// Streaming UTF-8 decoding with replacement (what `TextDecoder` with `{stream: true}` does to
-/// the command's output before the bridge re-encodes it): invalid sequences become U+FFFD, a
-/// sequence split across chunks is kept for the next chunk.
-#[derive(Debug, Default)]
-pub struct Utf8Stream {
-    pending: Vec<u8>,
-}
-
-impl Utf8Stream {
-    /// Decodes a chunk.
-    pub fn push(&mut self, chunk: &[u8]) -> String {
-        let mut buf = std::mem::take(&mut self.pending);
-        buf.extend_from_slice(chunk);
-        let mut out = String::new();
-        let mut rest: &[u8] = &buf;
-        loop {
-            match std::str::from_utf8(rest) {
-                Ok(s) => {
-                    out.push_str(s);
-                    break;
-                }
-                Err(e) => {
-                    let (valid, after) = rest.split_at(e.valid_up_to());
-                    out.push_str(std::str::from_utf8(valid).expect("valid prefix"));
-                    match e.error_len() {
-                        Some(n) => {
-                            out.push('\u{FFFD}');
-                            rest = &after[n..];
-                        }
-                        None => {
-                            self.pending = after.to_vec();
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    /// The end of the stream: an unfinished sequence becomes one U+FFFD.
-    pub fn finish(&mut self) -> String {
-        if self.pending.is_empty() {
-            String::new()
-        } else {
-            self.pending.clear();
-            "\u{FFFD}".into()
-        }
-    }
-}
-
 /// Standard base64 with padding (`btoa`).
 pub fn base64(data: &[u8]) -> String {
     base64::Engine::encode(&base64::engine::general_purpose::STANDARD, data)
@@ -289,13 +238,16 @@ mod tests {
 
     #[test]
     fn streaming_utf8_keeps_split_sequences_and_replaces_invalid_bytes() {
+        // The output is decoded as `TextDecoder` with `{stream: true}` decodes it before the
+        // bridge re-encodes it.
+        use execseam_emulator_kit::stream::Utf8;
         let crab = "🦀".as_bytes();
-        let mut d = Utf8Stream::default();
+        let mut d = Utf8::default();
         let mut s = d.push(&[b'a', crab[0], crab[1]]);
         s += &d.push(&[crab[2], crab[3], 0xff, b'b', 0xe2]);
         s += &d.finish();
         assert_eq!(s, "a🦀\u{FFFD}b\u{FFFD}");
-        let mut d = Utf8Stream::default();
+        let mut d = Utf8::default();
         assert_eq!(d.push(b"a\0b\xffc\n"), "a\0b\u{FFFD}c\n");
     }
 

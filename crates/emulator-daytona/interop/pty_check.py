@@ -51,6 +51,15 @@ class Terminal:
             time.sleep(0.02)
         raise AssertionError(f"{needle!r} not in the terminal's output: {self.text()!r}")
 
+    def ended(self, exit_code, error):
+        """Whether the handle's wait returns within 30 s with this exit code and error."""
+        self.thread.join(30)
+        return (
+            not self.thread.is_alive()
+            and self.result.exit_code == exit_code
+            and self.result.error == error
+        )
+
 
 daytona = Daytona()
 sandbox = daytona.create()
@@ -101,13 +110,7 @@ h2.disconnect()
 
 # The shell's exit closes the socket with {"exitCode":3,"exitReason":"non-zero exit"}.
 h.send_input("exit 3\n")
-term.thread.join(30)
-check(
-    "exit code through the close frame",
-    not term.thread.is_alive() and term.result.exit_code == 3
-    and term.result.error == "non-zero exit",
-    repr(term.result),
-)
+check("exit code through the close frame", term.ended(3, "non-zero exit"), repr(term.result))
 deadline = time.monotonic() + 10
 while sandbox.process.list_pty_sessions() and time.monotonic() < deadline:
     time.sleep(0.05)
@@ -119,13 +122,7 @@ term3 = Terminal(h3)
 h3.send_input("echo UP=$((8+8))\n")
 term3.wait_for("UP=16")
 h3.kill()
-term3.thread.join(30)
-check(
-    "kill",
-    not term3.thread.is_alive() and term3.result.exit_code == 137
-    and term3.result.error == "SIGKILL",
-    repr(term3.result),
-)
+check("kill", term3.ended(137, "SIGKILL"), repr(term3.result))
 try:
     sandbox.process.get_pty_session_info("term-2")
     check("killed session is gone", False, "still there")

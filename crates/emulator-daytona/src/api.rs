@@ -395,15 +395,32 @@ pub(super) async fn list(a: Authorized) -> Response {
         .and_then(|p| p.parse::<usize>().ok())
         .unwrap_or(1)
         .max(1);
-    let pages = total.div_ceil(limit).max(1);
-    let items: Vec<_> = items
+    // The sandbox list answers at least one page; the snapshot list none when it is empty.
+    paginated(items, page, limit, 1)
+}
+
+/// A `Paginated*` answer: page `page` (from 1) of `all`, `limit` items a page, `totalPages`
+/// at least `min_pages`.
+pub(crate) fn paginated(
+    all: Vec<serde_json::Value>,
+    page: usize,
+    limit: usize,
+    min_pages: usize,
+) -> Response {
+    let total = all.len();
+    let items: Vec<_> = all
         .into_iter()
         .skip((page - 1) * limit)
         .take(limit)
         .collect();
     json_response(
         StatusCode::OK,
-        &serde_json::json!({"items": items, "total": total, "page": page, "totalPages": pages}),
+        &serde_json::json!({
+            "items": items,
+            "total": total,
+            "page": page,
+            "totalPages": total.div_ceil(limit).max(min_pages),
+        }),
     )
 }
 

@@ -1144,11 +1144,7 @@ pub(super) async fn logs(
         .uri()
         .query()
         .is_some_and(|q| q.split('&').any(|p| p == "follow=true"));
-    let Some(key) = req
-        .headers()
-        .get(http::header::SEC_WEBSOCKET_KEY)
-        .map(|k| k.as_bytes().to_vec())
-    else {
+    let Some(key) = super::pty::ws_key(&req) else {
         return daemon_error(
             StatusCode::BAD_REQUEST,
             "missing Sec-WebSocket-Key",

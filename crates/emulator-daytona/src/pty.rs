@@ -208,6 +208,35 @@ fn error(status: StatusCode, msg: &str, path: &str, method: &str) -> Response {
     daemon_error(status, msg, None, path, method)
 }
 
+/// A new session's id: given (else a 400 saying `missing`) and not in use (else a 409).
+fn new_id(
+    sb: &SandboxEntry,
+    id: &str,
+    missing: &str,
+    path: &str,
+    method: &str,
+) -> Result<(), Response> {
+    if id.is_empty() {
+        return Err(error(StatusCode::BAD_REQUEST, missing, path, method));
+    }
+    if sb.ptys.lock().expect("ptys").contains_key(id) {
+        return Err(error(
+            StatusCode::CONFLICT,
+            &format!("PTY session with ID '{id}' already exists"),
+            path,
+            method,
+        ));
+    }
+    Ok(())
+}
+
+/// The `Sec-WebSocket-Key` of an upgrade request.
+pub(crate) fn ws_key(req: &Request<Body>) -> Option<Vec<u8>> {
+    req.headers()
+        .get(http::header::SEC_WEBSOCKET_KEY)
+        .map(|k| k.as_bytes().to_vec())
+}
+
 fn query(req: &Request<Body>) -> BTreeMap<String, String> {
     super::files::query(req).into_iter().collect()
 }
@@ -311,21 +340,8 @@ async fn create(sb: Arc<SandboxEntry>, path: &str, req: Request<Body>) -> Respon
         Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string(), path, "POST"),
     };
     let id = v["id"].as_str().unwrap_or_default().to_owned();
-    if id.is_empty() {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "session ID is required",
-            path,
-            "POST",
-        );
-    }
-    if sb.ptys.lock().expect("ptys").contains_key(&id) {
-        return error(
-            StatusCode::CONFLICT,
-            &format!("PTY session with ID '{id}' already exists"),
-            path,
-            "POST",
-        );
+    if let Err(r) = new_id(&sb, &id, "session ID is required", path, "POST") {
+        return r;
     }
     let cwd = v["cwd"]
         .as_str()
@@ -384,21 +400,9 @@ async fn create(sb: Arc<SandboxEntry>, path: &str, req: Request<Body>) -> Respon
 async fn create_connect(sb: Arc<SandboxEntry>, path: &str, req: Request<Body>) -> Response {
     let q = query(&req);
     let id = q.get("id").cloned().unwrap_or_default();
-    if id.is_empty() {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "session ID is required (query param 'id')",
-            path,
-            "GET",
-        );
-    }
-    if sb.ptys.lock().expect("ptys").contains_key(&id) {
-        return error(
-            StatusCode::CONFLICT,
-            &format!("PTY session with ID '{id}' already exists"),
-            path,
-            "GET",
-        );
+    let missing = "session ID is required (query param 'id')";
+    if let Err(r) = new_id(&sb, &id, missing, path, "GET") {
+        return r;
     }
     let cwd = q.get("cwd").cloned().unwrap_or_else(|| HOME.to_owned());
     let (cols, rows) = (u16_query(&q, "cols", 80), u16_query(&q, "rows", 24));
@@ -504,11 +508,7 @@ where
     F: FnOnce(Ws) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let Some(key) = req
-        .headers()
-        .get(http::header::SEC_WEBSOCKET_KEY)
-        .map(|k| k.as_bytes().to_vec())
-    else {
+    let Some(key) = ws_key(&req) else {
         return error(
             StatusCode::BAD_REQUEST,
             "missing Sec-WebSocket-Key",

@@ -214,21 +214,7 @@ pub(super) async fn list_snapshots(Authorized { state, uri, .. }: Authorized) ->
         .filter(|s| source.as_ref().is_none_or(|src| *src == s.source))
         .map(|s| snapshot_dto(s))
         .collect();
-    let total = all.len();
-    let items: Vec<_> = all
-        .into_iter()
-        .skip((page - 1) * limit)
-        .take(limit)
-        .collect();
-    json_response(
-        StatusCode::OK,
-        &serde_json::json!({
-            "items": items,
-            "total": total,
-            "page": page,
-            "totalPages": total.div_ceil(limit),
-        }),
-    )
+    super::api::paginated(all, page, limit, 0)
 }
 
 impl State {

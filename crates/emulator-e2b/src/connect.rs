@@ -81,6 +81,14 @@ pub async fn unary_body(body: Body) -> Result<Bytes, Response> {
         .map_err(|e| RpcError::new("invalid_argument", e.to_string()).unary_response())
 }
 
+/// A unary call's whole body with the JSON codec: connect-go's 415 for another Content-Type.
+pub async fn json_unary_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
+    if content_type(headers) != "application/json" {
+        return Err(unsupported_media_type("application/json"));
+    }
+    unary_body(body).await
+}
+
 /// Encodes one envelope.
 pub fn envelope(flags: u8, payload: &[u8]) -> Bytes {
     let mut v = Vec::with_capacity(5 + payload.len());

@@ -168,18 +168,31 @@ fn internal(e: impl std::fmt::Display) -> RpcError {
     RpcError::new("internal", e.to_string())
 }
 
+/// envd's `not_found` for a missing `path` (`<what> not found: lstat <path>: …`); any other
+/// error is `otherwise`'s.
+fn lstat_error(
+    e: io::Error,
+    what: &str,
+    path: &str,
+    otherwise: impl FnOnce(io::Error) -> RpcError,
+) -> RpcError {
+    if e.kind() == io::ErrorKind::NotFound {
+        RpcError::new(
+            "not_found",
+            format!("{what} not found: lstat {path}: no such file or directory"),
+        )
+    } else {
+        otherwise(e)
+    }
+}
+
 /// envd's `entryInfo` (Stat): lstat, and for a symlink the target's type and permission bits.
 pub(crate) fn stat_entry(fs: &Fs, path: &str) -> Result<Value, RpcError> {
     let host = fs.path(path);
     let md = std::fs::symlink_metadata(&host).map_err(|e| {
-        if e.kind() == io::ErrorKind::NotFound {
-            RpcError::new(
-                "not_found",
-                format!("file not found: lstat {path}: no such file or directory"),
-            )
-        } else {
+        lstat_error(e, "file", path, |e| {
             internal(format!("error getting file info: {e}"))
-        }
+        })
     })?;
     if md.file_type().is_symlink() {
         let target = eval_symlinks(fs, path).ok();
@@ -337,27 +350,29 @@ fn walk(
     Ok(())
 }
 
-fn list_dir(fs: &Fs, v: &Value, user: &super::User) -> Result<Value, RpcError> {
-    let path = rpc::field(v, "path", "path")
+/// The request's `path` as given (empty when absent).
+fn path_field(v: &Value) -> &str {
+    rpc::field(v, "path", "path")
         .and_then(|p| p.as_str())
-        .unwrap_or("");
+        .unwrap_or("")
+}
+
+fn list_dir(fs: &Fs, v: &Value, user: &super::User) -> Result<Value, RpcError> {
+    let path = path_field(v);
     let depth = rpc::int_field(v, "depth", "depth")?.unwrap_or(0);
     let depth = if depth <= 0 { 1 } else { depth as u32 };
     let requested = resolve(path, user);
     let resolved = eval_symlinks(fs, &requested).map_err(|e| {
-        if e.kind() == io::ErrorKind::NotFound {
-            RpcError::new(
-                "not_found",
-                format!("path not found: lstat {requested}: no such file or directory"),
-            )
-        } else if e.to_string().contains("too many links") {
-            RpcError::new(
-                "failed_precondition",
-                format!("cyclic symlink or chain >255 links at {requested:?}"),
-            )
-        } else {
-            internal(format!("error resolving symlink: {e}"))
-        }
+        lstat_error(e, "path", &requested, |e| {
+            if e.to_string().contains("too many links") {
+                RpcError::new(
+                    "failed_precondition",
+                    format!("cyclic symlink or chain >255 links at {requested:?}"),
+                )
+            } else {
+                internal(format!("error resolving symlink: {e}"))
+            }
+        })
     })?;
     let md = std::fs::metadata(fs.path(&resolved))
         .map_err(|e| internal(format!("error getting file info: {e}")))?;
@@ -378,12 +393,7 @@ fn list_dir(fs: &Fs, v: &Value, user: &super::User) -> Result<Value, RpcError> {
 }
 
 fn make_dir(fs: &Fs, v: &Value, user: &super::User) -> Result<Value, RpcError> {
-    let path = resolve(
-        rpc::field(v, "path", "path")
-            .and_then(|p| p.as_str())
-            .unwrap_or(""),
-        user,
-    );
+    let path = resolve(path_field(v), user);
     let host = fs.path(&path);
     match std::fs::metadata(&host) {
         Ok(md) if md.is_dir() => {
@@ -428,12 +438,7 @@ fn move_entry(fs: &Fs, v: &Value, user: &super::User) -> Result<Value, RpcError>
 }
 
 fn remove(fs: &Fs, v: &Value, user: &super::User) -> Result<Value, RpcError> {
-    let path = resolve(
-        rpc::field(v, "path", "path")
-            .and_then(|p| p.as_str())
-            .unwrap_or(""),
-        user,
-    );
+    let path = resolve(path_field(v), user);
     let host = fs.path(&path);
     let r = match std::fs::symlink_metadata(&host) {
         Ok(md) if md.is_dir() => std::fs::remove_dir_all(&host),
@@ -500,10 +505,7 @@ pub(crate) async fn dispatch(req: EnvdRequest, method: String) -> Response {
 
 /// The polling watcher calls (`watch.rs`), unary with the JSON codec.
 async fn watcher_call(req: EnvdRequest, method: &str) -> Response {
-    if rpc::content_type(&req.headers) != "application/json" {
-        return rpc::unsupported_media_type("application/json");
-    }
-    let body = match rpc::unary_body(req.body).await {
+    let body = match rpc::json_unary_body(&req.headers, req.body).await {
         Ok(b) => b,
         Err(r) => return r,
     };

@@ -201,18 +201,8 @@ fn random_id(len: usize) -> String {
 }
 
 impl State {
-    fn create(
-        &self,
-        template: &str,
-        timeout: Duration,
-        env_vars: BTreeMap<String, String>,
-        metadata: BTreeMap<String, String>,
-    ) -> std::io::Result<Arc<Sbx>> {
-        self.create_over(template, timeout, env_vars, metadata, None)
-    }
-
-    /// [`create`](Self::create), its files starting as `layer` left them (a snapshot template
-    /// or a fork).
+    /// Creates a sandbox of `template`, its files starting as `layer` left them (a snapshot
+    /// template or a fork) or as the template's.
     fn create_over(
         &self,
         template: &str,
@@ -338,7 +328,7 @@ impl E2b {
     pub fn create_sandbox(&self, timeout: Duration) -> std::io::Result<SandboxCreated> {
         let s = self
             .state
-            .create("base", timeout, BTreeMap::new(), BTreeMap::new())?;
+            .create_over("base", timeout, BTreeMap::new(), BTreeMap::new(), None)?;
         Ok(SandboxCreated {
             sandbox_id: s.id.clone(),
             envd_access_token: s.token.clone(),
@@ -1052,23 +1042,14 @@ pub(crate) fn ensure_dirs(
     host: &std::path::Path,
     uid: u32,
 ) -> std::io::Result<()> {
-    let mut missing = Vec::new();
-    let mut p = host;
-    while !p.exists() {
-        missing.push(p.to_path_buf());
-        match p.parent() {
-            Some(parent) => p = parent,
-            None => break,
-        }
-    }
-    for dir in missing.iter().rev() {
-        match std::fs::create_dir(dir) {
-            Ok(()) => chown(fs, dir, uid),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    execseam_emulator_kit::util::create_missing_dirs(
+        host,
+        |p| !p.exists(),
+        |dir| {
+            chown(fs, dir, uid);
+            Ok(())
+        },
+    )
 }
 
 pub(crate) fn user_named(name: Option<&str>) -> Result<User, String> {

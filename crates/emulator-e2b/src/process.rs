@@ -853,7 +853,6 @@ async fn start(mut req: EnvdRequest) -> Response {
         Ok(t) => t,
         Err(e) => return failed_stream(&e),
     };
-    let keepalive = header_secs(&req, "keepalive-ping-interval").unwrap_or(DEFAULT_KEEPALIVE);
     let (proc, mut sub) = match spawn(&req.sbx, parsed, &user).await {
         Ok(p) => p,
         Err(e) => return failed_stream(&e),
@@ -873,6 +872,19 @@ async fn start(mut req: EnvdRequest) -> Response {
         }
         return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "internal server error");
     }
+    stream_events(&req, proc, sub, deadline, true, mode)
+}
+
+/// Answers `req` with `proc`'s events from `sub` (and keepalives at the request's interval)
+/// until the process ends, the sandbox goes or `deadline` passes.
+fn stream_events(
+    req: &EnvdRequest,
+    proc: Arc<Proc>,
+    sub: mpsc::Receiver<Out>,
+    deadline: Option<Instant>,
+    kill_at_deadline: bool,
+    mode: Mode,
+) -> Response {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(run_stream(StreamPlan {
         tx,
@@ -882,8 +894,8 @@ async fn start(mut req: EnvdRequest) -> Response {
         sandbox_id: req.sbx.id.clone(),
         gone: req.sbx.gone.subscribe(),
         deadline,
-        kill_at_deadline: true,
-        keepalive,
+        kill_at_deadline,
+        keepalive: keepalive_of(req),
         mode,
     }));
     streaming(rx)
@@ -951,22 +963,9 @@ async fn connect(mut req: EnvdRequest) -> Response {
         Ok(t) => t,
         Err(e) => return failed_stream(&e),
     };
-    let keepalive = header_secs(&req, "keepalive-ping-interval").unwrap_or(DEFAULT_KEEPALIVE);
     let sub = proc.subscribe();
-    let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(run_stream(StreamPlan {
-        tx,
-        sub,
-        proc,
-        state: req.state.clone(),
-        sandbox_id: req.sbx.id.clone(),
-        gone: req.sbx.gone.subscribe(),
-        deadline: timeout.map(|t| Instant::now() + t),
-        kill_at_deadline: false,
-        keepalive,
-        mode: Mode::Normal,
-    }));
-    streaming(rx)
+    let deadline = timeout.map(|t| Instant::now() + t);
+    stream_events(&req, proc, sub, deadline, false, Mode::Normal)
 }
 
 async fn write_stdin(proc: &Proc, data: &[u8]) -> Result<(), RpcError> {
@@ -1106,10 +1105,7 @@ async fn stream_input(mut req: EnvdRequest) -> Response {
 }
 
 async fn unary(req: EnvdRequest, method: &str) -> Response {
-    if rpc::content_type(&req.headers) != "application/json" {
-        return rpc::unsupported_media_type("application/json");
-    }
-    let body = match rpc::unary_body(req.body).await {
+    let body = match rpc::json_unary_body(&req.headers, req.body).await {
         Ok(b) => b,
         Err(r) => return r,
     };

@@ -94,6 +94,15 @@ async fn freeze(s: &Arc<Sbx>, kill_first: bool) -> std::io::Result<()> {
     .unwrap_or_else(|e| Err(std::io::Error::other(e)))
 }
 
+/// The sandbox's files as a layer to start others from (`None` when they cannot be read).
+async fn layer_of(s: &Sbx) -> Option<execseam_emulator_kit::Snapshot> {
+    let sandbox = s.sandbox.clone();
+    match tokio::task::spawn_blocking(move || sandbox.snapshot()).await {
+        Ok(Ok(l)) => Some(l),
+        _ => None,
+    }
+}
+
 /// Thaws a paused sandbox (the connect that resumes it).
 pub(crate) async fn thaw(s: &Arc<Sbx>) {
     let sandbox = s.sandbox.clone();
@@ -148,15 +157,11 @@ pub(crate) async fn create(Keyed(state): Keyed, Path(id): Path<String>, body: By
             format!("Invalid name: {n:?} must be lowercase letters, digits, '-', '_' or '.'"),
         );
     }
-    let sandbox = s.sandbox.clone();
-    let layer = match tokio::task::spawn_blocking(move || sandbox.snapshot()).await {
-        Ok(Ok(l)) => l,
-        _ => {
-            return plain_error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "Error creating snapshot template",
-            );
-        }
+    let Some(layer) = layer_of(&s).await else {
+        return plain_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Error creating snapshot template",
+        );
     };
     let (snapshot_id, names) = match name {
         Some(n) => {
@@ -259,10 +264,8 @@ pub(crate) async fn fork(Keyed(state): Keyed, Path(id): Path<String>, body: Byte
             format!("Sandbox '{id}' is paused and cannot be forked; resume it first"),
         );
     }
-    let sandbox = s.sandbox.clone();
-    let layer = match tokio::task::spawn_blocking(move || sandbox.snapshot()).await {
-        Ok(Ok(l)) => l,
-        _ => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "Error forking sandbox"),
+    let Some(layer) = layer_of(&s).await else {
+        return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "Error forking sandbox");
     };
     let mut results = Vec::new();
     for _ in 0..count {

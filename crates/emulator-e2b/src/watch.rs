@@ -207,14 +207,18 @@ pub(crate) async fn create(
     Ok(json!({"watcherId": id}))
 }
 
+/// The request's `watcherId` (or `watcher_id`), empty when absent.
+fn watcher_id(v: &Value) -> &str {
+    v.get("watcherId")
+        .or_else(|| v.get("watcher_id"))
+        .and_then(|i| i.as_str())
+        .unwrap_or("")
+}
+
 /// `GetWatcherEvents {watcherId}`: the events since the last call; an unknown id is
 /// `not_found`.
 pub(crate) fn events(sbx: &Sbx, v: &Value) -> Result<Value, RpcError> {
-    let id = v
-        .get("watcherId")
-        .or_else(|| v.get("watcher_id"))
-        .and_then(|i| i.as_str())
-        .unwrap_or("");
+    let id = watcher_id(v);
     let w = sbx
         .watchers
         .lock()
@@ -232,11 +236,7 @@ pub(crate) fn events(sbx: &Sbx, v: &Value) -> Result<Value, RpcError> {
 
 /// `RemoveWatcher {watcherId}`: `{}`; an unknown id is `not_found`.
 pub(crate) fn remove(sbx: &Sbx, v: &Value) -> Result<Value, RpcError> {
-    let id = v
-        .get("watcherId")
-        .or_else(|| v.get("watcher_id"))
-        .and_then(|i| i.as_str())
-        .unwrap_or("");
+    let id = watcher_id(v);
     sbx.watchers
         .lock()
         .expect("watchers")

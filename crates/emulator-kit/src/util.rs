@@ -1,5 +1,6 @@
 //! Small helpers shared by the emulators: RFC 3339 timestamps without a date-time dependency, ids,
-//! lexical path cleaning and `application/x-www-form-urlencoded` query strings.
+//! lexical path cleaning, creating missing directories one by one, and
+//! `application/x-www-form-urlencoded` query strings.
 
 /// `Debug` for a type some of whose fields are not (or must not be) shown: the named fields,
 /// then `..` (`finish_non_exhaustive`). `debug_fields!(Session: id, command);`
@@ -52,6 +53,33 @@ pub fn clean_path(path: &str) -> String {
         }
     }
     format!("/{}", parts.join("/"))
+}
+
+/// Creates the directories of the host path `dir` that `missing` says are missing, one by one
+/// from the outermost, calling `created` on each one this call creates (to give it to a user);
+/// one that appears meanwhile (`AlreadyExists`) is left as it is.
+pub fn create_missing_dirs(
+    dir: &std::path::Path,
+    missing: impl Fn(&std::path::Path) -> bool,
+    mut created: impl FnMut(&std::path::Path) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let mut dirs = Vec::new();
+    let mut p = dir;
+    while missing(p) {
+        dirs.push(p);
+        match p.parent() {
+            Some(parent) => p = parent,
+            None => break,
+        }
+    }
+    for dir in dirs.into_iter().rev() {
+        match std::fs::create_dir(dir) {
+            Ok(()) => created(dir)?,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// `path` against the directory `cwd` (an absolute `path` wins), cleaned by [`clean_path`].

@@ -41,6 +41,23 @@ api = config.new_client_from_config(config_file=os.environ["KUBECONFIG"])
 co = client.CustomObjectsApi(api)
 
 
+def raises(exc, call, name):
+    """`call()` raises `exc` (ok `name`); returning fails the check."""
+    try:
+        call()
+    except exc:
+        ok(name)
+        return
+    check(False, name, "no error")
+
+
+def empty_pool(name, template):
+    """A SandboxWarmPool `name` of no replicas on `template`."""
+    co.create_namespaced_custom_object(G, V, NS, "sandboxwarmpools", {
+        "apiVersion": f"{G}/{V}", "kind": "SandboxWarmPool", "metadata": {"name": name},
+        "spec": {"replicas": 0, "sandboxTemplateRef": {"name": template}}})
+
+
 def sdk(token):
     conn = SandboxDirectConnectionConfig(
         api_url=os.environ["ROUTER_URL"],
@@ -87,24 +104,20 @@ try:
 except SandboxRequestError as e:
     check(e.status_code == 401, "router: a bad token is 401 [ROUTER]", repr(e))
 
-try:
-    c.create_sandbox("missing-pool", namespace=NS, sandbox_ready_timeout=30)
-    check(False, "create_sandbox: a missing pool", "no error")
-except SandboxWarmPoolNotFoundError:
-    ok("create_sandbox: a missing pool raises SandboxWarmPoolNotFoundError [CLAIM]")
+raises(
+    SandboxWarmPoolNotFoundError,
+    lambda: c.create_sandbox("missing-pool", namespace=NS, sandbox_ready_timeout=30),
+    "create_sandbox: a missing pool raises SandboxWarmPoolNotFoundError [CLAIM]",
+)
 
-co.create_namespaced_custom_object(G, V, NS, "sandboxwarmpools", {
-    "apiVersion": f"{G}/{V}", "kind": "SandboxWarmPool", "metadata": {"name": "orphan-pool"},
-    "spec": {"replicas": 0, "sandboxTemplateRef": {"name": "missing-template"}}})
-try:
-    c.create_sandbox("orphan-pool", namespace=NS, sandbox_ready_timeout=30)
-    check(False, "create_sandbox: a missing template", "no error")
-except SandboxTemplateNotFoundError:
-    ok("create_sandbox: a pool on a missing template raises SandboxTemplateNotFoundError [CLAIM]")
+empty_pool("orphan-pool", "missing-template")
+raises(
+    SandboxTemplateNotFoundError,
+    lambda: c.create_sandbox("orphan-pool", namespace=NS, sandbox_ready_timeout=30),
+    "create_sandbox: a pool on a missing template raises SandboxTemplateNotFoundError [CLAIM]",
+)
 
-co.create_namespaced_custom_object(G, V, NS, "sandboxwarmpools", {
-    "apiVersion": f"{G}/{V}", "kind": "SandboxWarmPool", "metadata": {"name": "cold-pool"},
-    "spec": {"replicas": 0, "sandboxTemplateRef": {"name": TEMPLATE}}})
+empty_pool("cold-pool", TEMPLATE)
 cold = c.create_sandbox("cold-pool", namespace=NS, sandbox_ready_timeout=60)
 check(cold.sandbox_id == cold.claim_name, "create_sandbox: no warm member: a cold Sandbox named like the claim [CLAIM]",
       f"{cold.sandbox_id} / {cold.claim_name}")
@@ -120,9 +133,9 @@ for _ in range(100):
         break
     time.sleep(0.1)
 check(status == "SandboxNotFound", "terminate(): the Sandbox is garbage-collected [GC]", repr(status))
-try:
-    c.get_sandbox(claim, namespace=NS, resolve_timeout=5)
-    check(False, "get_sandbox after terminate", "no error")
-except SandboxNotFoundError:
-    ok("get_sandbox after terminate raises SandboxNotFoundError [GC]")
+raises(
+    SandboxNotFoundError,
+    lambda: c.get_sandbox(claim, namespace=NS, resolve_timeout=5),
+    "get_sandbox after terminate raises SandboxNotFoundError [GC]",
+)
 print("OK")

@@ -97,23 +97,18 @@ fn target<'a>(group: &'a str, version: &'a str, rest: &[&'a str]) -> Result<Targ
                 ns: Some(ns),
             })
         }
-        ["namespaces", ns, plural, name] => Ok(Target::Object {
+        ["namespaces", ns, plural, name, sub @ ..] if sub.len() <= 1 => Ok(Target::Object {
             res: resource(group, version, plural)?,
             ns,
             name,
-            sub: None,
-        }),
-        ["namespaces", ns, plural, name, sub] => Ok(Target::Object {
-            res: resource(group, version, plural)?,
-            ns,
-            name,
-            sub: Some(sub),
+            sub: sub.first().copied(),
         }),
         [plural] => Ok(Target::Collection {
             res: resource(group, version, plural)?,
             ns: None,
         }),
-        [plural, name] => {
+        // {plural}/{name}[/{sub}]: cluster-scoped resources only
+        [plural, name, sub @ ..] if sub.len() <= 1 => {
             let res = resource(group, version, plural)?;
             if res.namespaced {
                 return Err(status::no_route());
@@ -122,19 +117,7 @@ fn target<'a>(group: &'a str, version: &'a str, rest: &[&'a str]) -> Result<Targ
                 res,
                 ns: "",
                 name,
-                sub: None,
-            })
-        }
-        [plural, name, sub] => {
-            let res = resource(group, version, plural)?;
-            if res.namespaced {
-                return Err(status::no_route());
-            }
-            Ok(Target::Object {
-                res,
-                ns: "",
-                name,
-                sub: Some(sub),
+                sub: sub.first().copied(),
             })
         }
         _ => Err(status::no_route()),
@@ -309,14 +292,24 @@ fn get_object(
         .ok_or_else(|| status::not_found(res, name))
 }
 
+/// The request's `labelSelector` and `fieldSelector` (each empty when absent).
+fn selectors(
+    res: &'static Resource,
+    q: &[(String, String)],
+) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    Ok((
+        LabelSelector::parse(param(q, "labelSelector").unwrap_or(""))?,
+        FieldSelector::parse(res, param(q, "fieldSelector").unwrap_or(""))?,
+    ))
+}
+
 fn list(
     cluster: &Cluster,
     res: &'static Resource,
     ns: Option<&str>,
     q: &[(String, String)],
 ) -> Result<Response, ApiError> {
-    let labels = LabelSelector::parse(param(q, "labelSelector").unwrap_or(""))?;
-    let fields = FieldSelector::parse(res, param(q, "fieldSelector").unwrap_or(""))?;
+    let (labels, fields) = selectors(res, q)?;
     let (items, rev) = cluster.store.list(res, ns);
     let items: Vec<Value> = items
         .into_iter()
@@ -340,8 +333,7 @@ fn watch_response(
     ns: Option<&str>,
     q: &[(String, String)],
 ) -> Result<Response, ApiError> {
-    let labels = LabelSelector::parse(param(q, "labelSelector").unwrap_or(""))?;
-    let fields = FieldSelector::parse(res, param(q, "fieldSelector").unwrap_or(""))?;
+    let (labels, fields) = selectors(res, q)?;
     let from = match param(q, "resourceVersion") {
         None | Some("") | Some("0") => From::Now,
         Some(v) => match v.parse::<u64>() {

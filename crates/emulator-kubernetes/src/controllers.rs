@@ -690,18 +690,22 @@ fn reserved(key: &str) -> bool {
     key.starts_with("agents.x-k8s.io/") || key.starts_with("extensions.agents.x-k8s.io/")
 }
 
-/// The labels the Sandbox's pod carries: its template's (minus reserved keys), the name hash,
-/// the extension labels.
-fn pod_labels(s: &Value) -> Map<String, Value> {
-    let mut labels: Map<String, Value> = s["spec"]["podTemplate"]["metadata"]["labels"]
-        .as_object()
+/// A template's labels or annotations (an object, or nothing) without the reserved keys.
+fn unreserved(m: &Value) -> Map<String, Value> {
+    m.as_object()
         .map(|m| {
             m.iter()
                 .filter(|(k, _)| !reserved(k))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The labels the Sandbox's pod carries: its template's (minus reserved keys), the name hash,
+/// the extension labels.
+fn pod_labels(s: &Value) -> Map<String, Value> {
+    let mut labels = unreserved(&s["spec"]["podTemplate"]["metadata"]["labels"]);
     labels.insert(SANDBOX_NAME_HASH.into(), json!(name_hash(meta(s, "name"))));
     for k in EXTENSION_LABELS {
         if let Some(v) = s["metadata"]["labels"][*k].as_str() {
@@ -809,16 +813,9 @@ fn reconcile_sandbox(c: &Cluster, s: &Value) {
             "Sandbox is not suspended",
             generation,
         );
-        let ready = match &pod {
+        // A pod being deleted counts as none.
+        let ready = match pod.as_ref().filter(|p| !deleting(p)) {
             None => condition(
-                &old,
-                "Ready",
-                "False",
-                "DependenciesNotReady",
-                "Pod does not exist",
-                generation,
-            ),
-            Some(p) if deleting(p) => condition(
                 &old,
                 "Ready",
                 "False",
@@ -1017,15 +1014,7 @@ fn merge_claim_volumes(s: &Value, pod_spec: &mut Value) {
 
 fn create_pod(c: &Cluster, s: &Value, name: &str) -> Result<Value, crate::status::ApiError> {
     let template = &s["spec"]["podTemplate"];
-    let annotations: Map<String, Value> = template["metadata"]["annotations"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter(|(k, _)| !reserved(k))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let annotations = unreserved(&template["metadata"]["annotations"]);
     let mut body = json!({
         "apiVersion": "v1",
         "kind": "Pod",

@@ -76,13 +76,13 @@ fn details(res: &Resource, name: &str) -> Value {
 
 /// `404 NotFound`: `sandboxclaims.extensions.agents.x-k8s.io "x" not found`.
 pub fn not_found(res: &Resource, name: &str) -> ApiError {
-    let mut e = ApiError::new(
-        404,
-        "NotFound",
-        format!("{} \"{name}\" not found", res.qualified()),
-    );
-    e.details = Some(details(res, name));
-    e
+    let message = format!("{} \"{name}\" not found", res.qualified());
+    about(res, name, 404, "NotFound", message)
+}
+
+/// An error about the object `name` of `res`, with the object's `details`.
+fn about(res: &Resource, name: &str, code: u16, reason: &'static str, message: String) -> ApiError {
+    ApiError::new(code, reason, message).with_details(details(res, name))
 }
 
 /// `404` for a path the server does not serve (the generic handler's text).
@@ -97,13 +97,8 @@ pub fn no_route() -> ApiError {
 
 /// `409 AlreadyExists`.
 pub fn already_exists(res: &Resource, name: &str) -> ApiError {
-    let mut e = ApiError::new(
-        409,
-        "AlreadyExists",
-        format!("{} \"{name}\" already exists", res.qualified()),
-    );
-    e.details = Some(details(res, name));
-    e
+    let message = format!("{} \"{name}\" already exists", res.qualified());
+    about(res, name, 409, "AlreadyExists", message)
 }
 
 /// `409 Conflict`: the optimistic-lock message of the generic registry (`store.go`).
@@ -117,16 +112,11 @@ pub fn conflict(res: &Resource, name: &str) -> ApiError {
 
 /// `409 Conflict` with a reason of its own.
 pub fn conflict_because(res: &Resource, name: &str, why: &str) -> ApiError {
-    let mut e = ApiError::new(
-        409,
-        "Conflict",
-        format!(
-            "Operation cannot be fulfilled on {} \"{name}\": {why}",
-            res.qualified()
-        ),
+    let message = format!(
+        "Operation cannot be fulfilled on {} \"{name}\": {why}",
+        res.qualified()
     );
-    e.details = Some(details(res, name));
-    e
+    about(res, name, 409, "Conflict", message)
 }
 
 /// One cause of an `Invalid` error.

@@ -50,6 +50,15 @@ def check(name, cond, detail=""):
     print(f"ok {name}", flush=True)
 
 
+def raises(exc, call, returned):
+    """`call()` raises `exc`, which is returned; `returned` is the failure when it returns."""
+    try:
+        call()
+    except exc as e:
+        return e
+    raise AssertionError(returned)
+
+
 def is_v1_id(sid):
     # sandbox/_common.py _is_v1_sandbox_id: "sb-" + 22 of [0-9A-Za-z] is V1, anything else V2.
     prefix, _, rest = sid.partition("-")
@@ -65,13 +74,10 @@ def run(sb, *args, **kw):
 def main():
     app = modal.App.lookup(APP, create_if_missing=True)
     check("App.lookup(create_if_missing=True) gives an app id", app.app_id.startswith("ap-"), app.app_id)
-    try:
-        modal.App.lookup("execseam-no-such-app")
-        raise AssertionError("App.lookup of a missing app returned")
-    except NotFoundError:
-        # app.py lookup: create_if_missing=False sends OBJECT_CREATION_TYPE_UNSPECIFIED, a pure
-        # lookup; NOT_FOUND is NotFoundError (_grpc_client.py _STATUS_TO_EXCEPTION).
-        check("App.lookup of a missing app is NotFoundError", True)
+    raises(NotFoundError, lambda: modal.App.lookup("execseam-no-such-app"), "App.lookup of a missing app returned")
+    # app.py lookup: create_if_missing=False sends OBJECT_CREATION_TYPE_UNSPECIFIED, a pure
+    # lookup; NOT_FOUND is NotFoundError (_grpc_client.py _STATUS_TO_EXCEPTION).
+    check("App.lookup of a missing app is NotFoundError", True)
 
     t0 = time.monotonic()
     sb = modal.Sandbox.create(app=app, timeout=120, env={"SB_LEVEL": "sandbox"})
@@ -169,11 +175,8 @@ def main():
     code, out, _ = run(sb2, "cat", "/tmp/timed.pid")
     check("Sandbox.from_id: exec works on the reattached sandbox", code == 0 and out.strip().isdigit(), repr(out))
     check("Sandbox.poll: None while running", sb2.poll() is None and sb.poll() is None)
-    try:
-        modal.Sandbox.from_id("sb-01ARZ3NDEKTSV4RRFFQ69G5FAV").exec("true").wait()
-        raise AssertionError("from_id of an unknown sandbox worked")
-    except NotFoundError:
-        check("Sandbox.from_id of an unknown id is NotFoundError", True)
+    raises(NotFoundError, lambda: modal.Sandbox.from_id("sb-01ARZ3NDEKTSV4RRFFQ69G5FAV").exec("true").wait(), "from_id of an unknown sandbox worked")
+    check("Sandbox.from_id of an unknown id is NotFoundError", True)
 
     # Tags and list (SandboxListV2 pages by before_timestamp, _sandbox.py _list).
     sb.set_tags({"suite": "interop"})
@@ -190,11 +193,8 @@ def main():
     named = modal.Sandbox.create(app=app, name="interop-named", timeout=60)
     found = modal.Sandbox.from_name(APP, "interop-named")
     check("Sandbox.from_name finds a named sandbox", found.object_id == named.object_id)
-    try:
-        modal.Sandbox.create(app=app, name="interop-named", timeout=60)
-        raise AssertionError("a second sandbox with the same name was created")
-    except AlreadyExistsError:
-        check("a second running sandbox with the same name is AlreadyExistsError", True)
+    raises(AlreadyExistsError, lambda: modal.Sandbox.create(app=app, name="interop-named", timeout=60), "a second sandbox with the same name was created")
+    check("a second running sandbox with the same name is AlreadyExistsError", True)
     named.terminate()
 
     filesystem(sb)
@@ -211,12 +211,9 @@ def main():
     # SandboxTimeoutError (_common.py raise_for_wait_result), returncode is 124 (_result_returncode).
     short = modal.Sandbox.create(app=app, timeout=2)
     t0 = time.monotonic()
-    try:
-        short.wait()
-        raise AssertionError("wait() on a timed-out sandbox returned")
-    except SandboxTimeoutError:
-        check("a sandbox past its timeout: wait() raises SandboxTimeoutError", 1.5 < time.monotonic() - t0 < 6,
-              time.monotonic() - t0)
+    raises(SandboxTimeoutError, lambda: short.wait(), "wait() on a timed-out sandbox returned")
+    check("a sandbox past its timeout: wait() raises SandboxTimeoutError", 1.5 < time.monotonic() - t0 < 6,
+          time.monotonic() - t0)
     check("a timed-out sandbox has returncode 124", short.returncode == 124, short.returncode)
 
     snapshots(app, sb)
@@ -225,13 +222,10 @@ def main():
     # terminate(wait=True) returns the returncode of a terminated sandbox: 137 (_result_returncode).
     code = sb.terminate(wait=True)
     check("terminate(wait=True) gives 137", code == 137 and sb.returncode == 137, code)
-    try:
-        sb.exec("true").wait()
-        raise AssertionError("exec on a terminated sandbox worked")
-    except NotFoundError:
-        # _task_command_router_client.py exec_wait: "If just the task shuts down, the task
-        # command router will return a NOT_FOUND error".
-        check("exec on a terminated sandbox is NotFoundError", True)
+    raises(NotFoundError, lambda: sb.exec("true").wait(), "exec on a terminated sandbox worked")
+    # _task_command_router_client.py exec_wait: "If just the task shuts down, the task
+    # command router will return a NOT_FOUND error".
+    check("exec on a terminated sandbox is NotFoundError", True)
     print("done", flush=True)
 
 
@@ -375,13 +369,10 @@ def snapshots(app, sb):
     check("snapshot_filesystem(ttl=None) is accepted", kept.object_id != img.object_id, kept.object_id)
     modal.experimental.image_delete(img.object_id)
     modal.experimental.image_delete(kept.object_id)
-    try:
-        modal.Sandbox.create(image=img, app=app, timeout=60)
-        raise AssertionError("a sandbox was created from a deleted image")
-    except NotFoundError:
-        # The status is inferred (the docs say only that a deleted image cannot be used):
-        # NOT_FOUND, the client's NotFoundError (_grpc_client.py _STATUS_TO_EXCEPTION).
-        check("creating from a deleted snapshot image is NotFoundError", True)
+    raises(NotFoundError, lambda: modal.Sandbox.create(image=img, app=app, timeout=60), "a sandbox was created from a deleted image")
+    # The status is inferred (the docs say only that a deleted image cannot be used):
+    # NOT_FOUND, the client's NotFoundError (_grpc_client.py _STATUS_TO_EXCEPTION).
+    check("creating from a deleted snapshot image is NotFoundError", True)
 
 
 def directories(sb, other):
@@ -414,20 +405,14 @@ def directories(sb, other):
     check("mount_image(Image.from_scratch()) mounts an empty directory",
           run(other, "ls", "-A", "/scratch")[1] == "")
     modal.experimental.image_delete(image.object_id)
-    try:
-        other.mount_image("/gone", image)
-        raise AssertionError("a deleted image was mounted")
-    except NotFoundError:
-        # Inferred as for create: a deleted image "cannot be used" (modal.experimental.image_delete).
-        check("mounting a deleted directory snapshot is NotFoundError", True)
+    raises(NotFoundError, lambda: other.mount_image("/gone", image), "a deleted image was mounted")
+    # Inferred as for create: a deleted image "cannot be used" (modal.experimental.image_delete).
+    check("mounting a deleted directory snapshot is NotFoundError", True)
     # Memory snapshots (V2: TaskSnapshotMemory, sandbox/_impl_v2.py _snapshot_memory) need a
     # checkpoint of the processes, which the emulator cannot take: it answers UNIMPLEMENTED, the
     # client's UnimplementedError (_grpc_client.py), never a files-only snapshot called a full one.
-    try:
-        sb._experimental_snapshot()
-        raise AssertionError("a memory snapshot was taken")
-    except modal.exception.UnimplementedError:
-        check("_experimental_snapshot (a memory snapshot) is UnimplementedError, never files only", True)
+    raises(modal.exception.UnimplementedError, lambda: sb._experimental_snapshot(), "a memory snapshot was taken")
+    check("_experimental_snapshot (a memory snapshot) is UnimplementedError, never files only", True)
 
 
 def free_port():
@@ -469,11 +454,8 @@ def tunnels(app):
             time.sleep(0.1)
     check("GET Tunnel.url (TLS, the emulator's certificate trusted) reaches the sandbox's server",
           body == b"tunnel ok", body)
-    try:
-        t[tls].tcp_socket
-        raise AssertionError("tcp_socket of an encrypted-only tunnel returned")
-    except InvalidError:
-        check("tcp_socket of an encrypted-only tunnel is InvalidError", True)
+    raises(InvalidError, lambda: t[tls].tcp_socket, "tcp_socket of an encrypted-only tunnel returned")
+    check("tcp_socket of an encrypted-only tunnel is InvalidError", True)
     host, port = t[plain].tcp_socket
 
     def raw_get():
@@ -508,11 +490,8 @@ def tunnels(app):
             check("a port nothing in the sandbox listens on closes the connection", s.recv(1) == b"")
     sb.terminate()
     sb.wait(raise_on_termination=False)
-    try:
-        urllib.request.urlopen(url, timeout=5)
-        raise AssertionError("a terminated sandbox's tunnel answered")
-    except OSError:
-        check("a terminated sandbox's tunnel is closed", True)
+    raises(OSError, lambda: urllib.request.urlopen(url, timeout=5), "a terminated sandbox's tunnel answered")
+    check("a terminated sandbox's tunnel is closed", True)
 
 
 def tunnel_ca():
@@ -541,12 +520,9 @@ def tunnel_ca():
             time.sleep(0.1)
     check("GET Tunnel.url verifies with the certificate execseam emulate printed (SSL_CERT_FILE)", status == 200,
           status)
-    try:
-        urllib.request.urlopen(url, timeout=5, context=ssl.create_default_context(cafile=certifi.where()))
-        raise AssertionError("Tunnel.url verified without the emulator's certificate")
-    except urllib.error.URLError as e:
-        check("without it, the tunnel's certificate does not verify",
-              isinstance(e.reason, ssl.SSLCertVerificationError), e)
+    e = raises(urllib.error.URLError, lambda: urllib.request.urlopen(url, timeout=5, context=ssl.create_default_context(cafile=certifi.where())), "Tunnel.url verified without the emulator's certificate")
+    check("without it, the tunnel's certificate does not verify",
+          isinstance(e.reason, ssl.SSLCertVerificationError), e)
     sb.terminate()
     print("done", flush=True)
 
@@ -579,48 +555,24 @@ def filesystem(sb):
     check("filesystem: stat mode and time", (st.mode & 0o170000) == 0o100000 and st.modified_time > 1e9, st)
     check("filesystem: stat of a directory", fs.stat("/root/d").is_dir())
 
-    try:
-        fs.read_text("/root/nope.txt")
-        raise AssertionError("reading a missing file worked")
-    except SandboxFilesystemNotFoundError:
-        check("filesystem: reading a missing file is SandboxFilesystemNotFoundError", True)
-    try:
-        fs.read_bytes("/root/d")
-        raise AssertionError("reading a directory worked")
-    except SandboxFilesystemIsADirectoryError:
-        check("filesystem: reading a directory is SandboxFilesystemIsADirectoryError", True)
-    try:
-        fs.list_files("/root/d/c.txt")
-        raise AssertionError("listing a file worked")
-    except SandboxFilesystemNotADirectoryError:
-        check("filesystem: listing a file is SandboxFilesystemNotADirectoryError", True)
-    try:
-        fs.make_directory("/root/d", create_parents=False)
-        raise AssertionError("make_directory of an existing path worked")
-    except SandboxFilesystemPathAlreadyExistsError:
-        check("filesystem: make_directory(create_parents=False) of an existing path is PathAlreadyExists", True)
-    try:
-        fs.stat("/root/none")
-        raise AssertionError("stat of a missing path worked")
-    except SandboxFilesystemNotFoundError:
-        check("filesystem: stat of a missing path is SandboxFilesystemNotFoundError", True)
-    try:
-        fs.remove("/root/d")
-        raise AssertionError("removing a non-empty directory worked")
-    except SandboxFilesystemDirectoryNotEmptyError:
-        check("filesystem: remove of a non-empty directory is DirectoryNotEmpty", True)
-    try:
-        fs.write_text("x", "/root/d")
-        raise AssertionError("writing over a directory worked")
-    except SandboxFilesystemIsADirectoryError:
-        # The helper exits early; the client handles the refused stdin (ConflictError) and maps
-        # the helper's error (sandbox/_filesystem.py _exec_fs_tool_write).
-        check("filesystem: writing over a directory is SandboxFilesystemIsADirectoryError", True)
-    try:
-        fs.read_text("relative/path")
-        raise AssertionError("a relative path worked")
-    except InvalidError:
-        check("filesystem: a relative path is InvalidError before any call", True)
+    raises(SandboxFilesystemNotFoundError, lambda: fs.read_text("/root/nope.txt"), "reading a missing file worked")
+    check("filesystem: reading a missing file is SandboxFilesystemNotFoundError", True)
+    raises(SandboxFilesystemIsADirectoryError, lambda: fs.read_bytes("/root/d"), "reading a directory worked")
+    check("filesystem: reading a directory is SandboxFilesystemIsADirectoryError", True)
+    raises(SandboxFilesystemNotADirectoryError, lambda: fs.list_files("/root/d/c.txt"), "listing a file worked")
+    check("filesystem: listing a file is SandboxFilesystemNotADirectoryError", True)
+    raises(SandboxFilesystemPathAlreadyExistsError, lambda: fs.make_directory("/root/d", create_parents=False), "make_directory of an existing path worked")
+    check("filesystem: make_directory(create_parents=False) of an existing path is PathAlreadyExists", True)
+    raises(SandboxFilesystemNotFoundError, lambda: fs.stat("/root/none"), "stat of a missing path worked")
+    check("filesystem: stat of a missing path is SandboxFilesystemNotFoundError", True)
+    raises(SandboxFilesystemDirectoryNotEmptyError, lambda: fs.remove("/root/d"), "removing a non-empty directory worked")
+    check("filesystem: remove of a non-empty directory is DirectoryNotEmpty", True)
+    raises(SandboxFilesystemIsADirectoryError, lambda: fs.write_text("x", "/root/d"), "writing over a directory worked")
+    # The helper exits early; the client handles the refused stdin (ConflictError) and maps
+    # the helper's error (sandbox/_filesystem.py _exec_fs_tool_write).
+    check("filesystem: writing over a directory is SandboxFilesystemIsADirectoryError", True)
+    raises(InvalidError, lambda: fs.read_text("relative/path"), "a relative path worked")
+    check("filesystem: a relative path is InvalidError before any call", True)
 
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "up.bin")
@@ -636,11 +588,8 @@ def filesystem(sb):
     fs.remove("/root/d/c.txt")
     check("filesystem: remove of a file", "c.txt" not in [e.name for e in fs.list_files("/root/d")])
     fs.remove("/root/d", recursive=True)
-    try:
-        fs.stat("/root/d")
-        raise AssertionError("the removed directory is still there")
-    except SandboxFilesystemNotFoundError:
-        check("filesystem: remove(recursive=True) of a directory", True)
+    raises(SandboxFilesystemNotFoundError, lambda: fs.stat("/root/d"), "the removed directory is still there")
+    check("filesystem: remove(recursive=True) of a directory", True)
 
     # The helper is a program in the sandbox, reachable by any exec.
     code, _, err = run(sb, FS_TOOLS, '{"Stat": {"path": "/nonexistent"}}')
@@ -695,23 +644,17 @@ def entrypoint():
     check("entrypoint: stderr is its own stream", err == "bye\n", repr(err))
     sb.wait(raise_on_termination=False)
     check("entrypoint: its exit code is the sandbox's returncode", sb.returncode == 7, sb.returncode)
-    try:
-        sb.stdin.write(b"late")
-        raise AssertionError("a write after write_eof() was accepted")
-    except ValueError:
-        # io_streams.py write(): "Stdin is closed. Cannot write to it."
-        check("entrypoint: a write after write_eof() is refused by the client", True)
+    raises(ValueError, lambda: sb.stdin.write(b"late"), "a write after write_eof() was accepted")
+    # io_streams.py write(): "Stdin is closed. Cannot write to it."
+    check("entrypoint: a write after write_eof() is refused by the client", True)
 
     # stdin of an entrypoint that already exited: FAILED_PRECONDITION is ConflictError, which the
     # writer re-raises as ValueError (io_streams.py _StreamWriterThroughCommandRouterSandbox).
     sb = modal.Sandbox.create("true", app=app)
     sb.wait(raise_on_termination=False)
     sb.stdin.write(b"x")
-    try:
-        sb.stdin.drain()
-        raise AssertionError("stdin of an exited entrypoint accepted a write")
-    except ValueError:
-        check("entrypoint: stdin after it exited is ValueError", True)
+    raises(ValueError, lambda: sb.stdin.drain(), "stdin of an exited entrypoint accepted a write")
+    check("entrypoint: stdin after it exited is ValueError", True)
 
     # Live reads: lines arrive while it runs, and the read ends when it exits.
     sb = modal.Sandbox.create("sh", "-c", "echo one; sleep 1; echo two", app=app)

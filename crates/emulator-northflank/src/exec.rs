@@ -194,31 +194,21 @@ pub(crate) async fn serve(mut ws: Ws, st: Arc<State>, entity: Arc<Entity>, fault
             return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
         }
     };
-    if ctx
-        .instance
-        .as_deref()
-        .is_some_and(|i| i != entity.instance)
-    {
-        let _ = ws
-            .send(error_frame(&format!(
-                "Instance {} not found",
-                ctx.instance.as_deref().unwrap_or("")
-            )))
-            .await;
-        return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
-    }
-    if ctx
-        .container
-        .as_deref()
-        .is_some_and(|c| c != entity.container())
-    {
-        let _ = ws
-            .send(error_frame(&format!(
-                "Container {} not found",
-                ctx.container.as_deref().unwrap_or("")
-            )))
-            .await;
-        return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
+    // An instance or container named in the context must be the entity's own.
+    for (what, asked, own) in [
+        (
+            "Instance",
+            ctx.instance.as_deref(),
+            entity.instance.as_str(),
+        ),
+        ("Container", ctx.container.as_deref(), entity.container()),
+    ] {
+        if let Some(asked) = asked.filter(|a| *a != own) {
+            let _ = ws
+                .send(error_frame(&format!("{what} {asked} not found")))
+                .await;
+            return close(&mut ws, CloseCode::NORMAL_CLOSURE, "").await;
+        }
     }
     // `user`: a name or uid of the image (the docs: "the name or uid of the user").
     let user = match ctx.user.as_deref() {

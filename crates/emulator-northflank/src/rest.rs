@@ -27,15 +27,21 @@ type Params = Path<HashMap<String, String>>;
 
 pub(crate) fn router(state: Arc<State>) -> Router {
     let scoped = Router::new()
-        .route("/services", get(list_services))
-        .route("/services/{id}", get(get_service))
+        .route(
+            "/services",
+            get(|st, p, req| list(Kind::Service, st, p, req)),
+        )
+        .route(
+            "/services/{id}",
+            get(|st, p, req| show(Kind::Service, st, p, req)),
+        )
         .route("/services/{id}/containers", get(service_containers))
         .route(
             "/services/{id}/logs",
             get(|st, p, req| logs(Kind::Service, st, p, req)),
         )
-        .route("/jobs", get(list_jobs))
-        .route("/jobs/{id}", get(get_job))
+        .route("/jobs", get(|st, p, req| list(Kind::Job, st, p, req)))
+        .route("/jobs/{id}", get(|st, p, req| show(Kind::Job, st, p, req)))
         .route("/jobs/{id}/runs", get(list_runs).post(start_run))
         .route("/jobs/{id}/runs/{run}", get(get_run))
         .route(
@@ -96,12 +102,7 @@ async fn no_route(method: Method, uri: Uri) -> Response {
 
 /// The Bearer token, the team and the project of a REST request.
 fn admit(st: &State, p: &HashMap<String, String>, req: &Request) -> Result<String, Response> {
-    let token = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
+    let token = execseam_emulator_kit::bearer(req.headers()).unwrap_or("");
     if !st.accepts(token) {
         return Err(error(
             StatusCode::UNAUTHORIZED,
@@ -142,6 +143,13 @@ fn entity_of(
     })
 }
 
+fn entity_json(e: &Entity) -> Value {
+    match e.kind {
+        Kind::Service => service_json(e),
+        Kind::Job => job_json(e),
+    }
+}
+
 fn service_json(e: &Entity) -> Value {
     let t = iso(e.created);
     json!({
@@ -165,23 +173,29 @@ fn job_json(e: &Entity) -> Value {
     })
 }
 
-async fn list_services(st: St, Path(p): Params, req: Request) -> Response {
+/// `GET …/services`, `GET …/jobs`.
+async fn list(kind: Kind, st: St, Path(p): Params, req: Request) -> Response {
     let project = match admit(&st, &p, &req) {
         Ok(p) => p,
         Err(r) => return r,
     };
+    let key = match kind {
+        Kind::Service => "services",
+        Kind::Job => "jobs",
+    };
     page(
-        "services",
-        st.list(&project, Kind::Service)
+        key,
+        st.list(&project, kind)
             .iter()
-            .map(|e| service_json(e))
+            .map(|e| entity_json(e))
             .collect(),
     )
 }
 
-async fn get_service(st: St, Path(p): Params, req: Request) -> Response {
-    match admit(&st, &p, &req).and_then(|project| entity_of(&st, &project, Kind::Service, &p)) {
-        Ok(e) => data(service_json(&e)),
+/// `GET …/services/{id}`, `GET …/jobs/{id}`.
+async fn show(kind: Kind, st: St, Path(p): Params, req: Request) -> Response {
+    match admit(&st, &p, &req).and_then(|project| entity_of(&st, &project, kind, &p)) {
+        Ok(e) => data(entity_json(&e)),
         Err(r) => r,
     }
 }
@@ -198,27 +212,6 @@ async fn service_containers(st: St, Path(p): Params, req: Request) -> Response {
                 json!({"containers": [{"name": e.instance, "createdAt": created, "status": "TASK_RUNNING"}]}),
             )
         }
-        Err(r) => r,
-    }
-}
-
-async fn list_jobs(st: St, Path(p): Params, req: Request) -> Response {
-    let project = match admit(&st, &p, &req) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    page(
-        "jobs",
-        st.list(&project, Kind::Job)
-            .iter()
-            .map(|e| job_json(e))
-            .collect(),
-    )
-}
-
-async fn get_job(st: St, Path(p): Params, req: Request) -> Response {
-    match admit(&st, &p, &req).and_then(|project| entity_of(&st, &project, Kind::Job, &p)) {
-        Ok(e) => data(job_json(&e)),
         Err(r) => r,
     }
 }

@@ -44,38 +44,39 @@ fn env_for(
     env
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_official_python_sdk_works_against_the_emulator() {
+/// A started emulator, its environment with `rules` armed ([`env_for`]) and the scratch
+/// directory of the hand-shake files (both kept for the test's length).
+async fn armed(
+    rules: Vec<(&'static str, u64, Fault)>,
+) -> (NorthflankEmulator, Vec<(String, String)>, tempfile::TempDir) {
     let emu = emulator().await;
     let scratch = tempfile::tempdir().expect("scratch");
-    let env = env_for(
-        &emu,
-        scratch.path(),
-        vec![
-            ("exec", 1, Fault::CutBeforeExit),
-            (
-                "exec",
-                2,
-                Fault::RateLimited {
-                    retry_after_secs: 1,
-                },
-            ),
-        ],
-    );
+    let env = env_for(&emu, scratch.path(), rules);
+    (emu, env, scratch)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_python_sdk_works_against_the_emulator() {
+    let (_emu, env, _scratch) = armed(vec![
+        ("exec", 1, Fault::CutBeforeExit),
+        (
+            "exec",
+            2,
+            Fault::RateLimited {
+                retry_after_secs: 1,
+            },
+        ),
+    ])
+    .await;
     interop::python_checks("northflank", &dir(), "sdk_check.py", env, 32).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_official_js_client_works_against_the_emulator() {
-    let emu = emulator().await;
-    let scratch = tempfile::tempdir().expect("scratch");
-    let env = env_for(
-        &emu,
-        scratch.path(),
-        vec![
-            ("exec", 1, Fault::ServerError),
-            ("exec", 2, Fault::CutBeforeExit),
-        ],
-    );
+    let (_emu, env, _scratch) = armed(vec![
+        ("exec", 1, Fault::ServerError),
+        ("exec", 2, Fault::CutBeforeExit),
+    ])
+    .await;
     interop::node_checks("northflank-npm", &dir(), "sdk_check.mjs", env, 22).await;
 }

@@ -11,29 +11,15 @@ Environment: SPRITES_API_URL, SPRITE_TOKEN, EXECSEAM_SANDBOX (the default sprite
 """
 
 import io
-import os
-import sys
 import time
 
-from sprites import SpritesClient
 from sprites.exceptions import ExitError
 from sprites.exec import Cmd
 from sprites.loop import run_sync
 from sprites.websocket import WSCommand
 
-URL = os.environ["SPRITES_API_URL"]
-TOKEN = os.environ["SPRITE_TOKEN"]
-NAME = os.environ["EXECSEAM_SANDBOX"]
+from common import NAME, check, client
 
-
-def check(name, cond, detail=""):
-    if not cond:
-        print(f"FAIL {name}: {detail}", flush=True)
-        sys.exit(1)
-    print(f"ok {name}", flush=True)
-
-
-client = SpritesClient(TOKEN, base_url=URL)
 sprite = client.sprite(NAME)
 
 # A terminal on stdin, stdout and stderr, of the size the SDK asked for (`rows`, `cols`).

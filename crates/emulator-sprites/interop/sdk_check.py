@@ -8,8 +8,6 @@ Environment: SPRITES_API_URL, SPRITE_TOKEN, EXECSEAM_SANDBOX (the default sprite
 """
 
 import io
-import os
-import sys
 import threading
 import time
 
@@ -18,19 +16,7 @@ from sprites import SpritesClient
 from sprites.exceptions import APIError, AuthenticationError, ExecError, SpriteError
 from sprites.session import kill_session, list_sessions
 
-URL = os.environ["SPRITES_API_URL"]
-TOKEN = os.environ["SPRITE_TOKEN"]
-NAME = os.environ["EXECSEAM_SANDBOX"]
-
-
-def check(name, cond, detail=""):
-    if not cond:
-        print(f"FAIL {name}: {detail}", flush=True)
-        sys.exit(1)
-    print(f"ok {name}", flush=True)
-
-
-client = SpritesClient(TOKEN, base_url=URL)
+from common import NAME, TOKEN, URL, check, client
 
 # -- sprites ------------------------------------------------------------------------------------
 info = client.get_sprite(NAME)

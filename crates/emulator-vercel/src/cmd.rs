@@ -323,7 +323,6 @@ fn follow(
         logs: bool,
         with_final: bool,
         cut: bool,
-        malformed: bool,
         done: bool,
     }
     let rx = record.progress.subscribe();
@@ -334,19 +333,14 @@ fn follow(
         logs,
         with_final,
         cut: fault == Some(Fault::CutBeforeExit),
-        malformed: fault == Some(Fault::MalformedBody),
         done: false,
     };
-    futures_util::stream::unfold(st, |mut st| async move {
+    // A malformed body: a truncated JSON line first.
+    let garbage = (fault == Some(Fault::MalformedBody))
+        .then(|| Ok(Bytes::from_static(b"{\"stream\":\"stdout\",\"data\":\n")));
+    let lines = futures_util::stream::unfold(st, |mut st| async move {
         if st.done {
             return None;
-        }
-        if st.malformed {
-            st.malformed = false;
-            return Some((
-                Ok(Bytes::from_static(b"{\"stream\":\"stdout\",\"data\":\n")),
-                st,
-            ));
         }
         loop {
             if st.logs
@@ -382,7 +376,8 @@ fn follow(
                 return None;
             }
         }
-    })
+    });
+    futures_util::stream::iter(garbage).chain(lines)
 }
 
 /// `GET …/cmd`.

@@ -165,12 +165,7 @@ async fn no_route(method: Method, uri: Uri) -> Response {
 }
 
 async fn authenticate(st: St, req: Request, next: Next) -> Response {
-    let token = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
+    let token = execseam_emulator_kit::bearer(req.headers()).unwrap_or("");
     if !st.shell.token().accepts(token) {
         return forbidden();
     }

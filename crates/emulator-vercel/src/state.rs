@@ -476,17 +476,7 @@ impl State {
     /// root.
     fn sandbox_spec(name: &str) -> SandboxSpec {
         let user = sandbox_user();
-        let hostname: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '-'
-                }
-            })
-            .take(63)
-            .collect();
+        let hostname = SandboxSpec::hostname_of(name);
         SandboxSpec::new(
             "vercel",
             &hostname,

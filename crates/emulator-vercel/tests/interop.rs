@@ -42,19 +42,19 @@ fn env_with_faults(
     env
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_official_python_sdk_works_against_the_emulator() {
+/// A started emulator, its environment with `rules` armed ([`env_with_faults`]) and the
+/// scratch directory of the hand-shake files (both kept for the test's length).
+async fn armed(
+    rules: Vec<(&'static str, u64, Fault)>,
+) -> (VercelEmulator, Vec<(String, String)>, tempfile::TempDir) {
     let emu = emulator().await;
     let scratch = tempfile::tempdir().expect("scratch");
-    let env = env_with_faults(
-        &emu,
-        scratch.path(),
-        vec![
-            ("exec", 1, Fault::ServerError),
-            ("exec", 2, Fault::CutBeforeExit),
-        ],
-    );
-    interop::python_checks("vercel", &dir(), "sdk_check.py", env, 58).await;
+    let env = env_with_faults(&emu, scratch.path(), rules);
+    (emu, env, scratch)
+}
+
+/// The SDK deleted every sandbox it created.
+fn assert_deleted(emu: &VercelEmulator) {
     assert!(
         emu.sandbox_names().is_empty(),
         "the SDK deleted its sandboxes: {:?}",
@@ -63,30 +63,32 @@ async fn the_official_python_sdk_works_against_the_emulator() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_official_python_sdk_works_against_the_emulator() {
+    let (emu, env, _scratch) = armed(vec![
+        ("exec", 1, Fault::ServerError),
+        ("exec", 2, Fault::CutBeforeExit),
+    ])
+    .await;
+    interop::python_checks("vercel", &dir(), "sdk_check.py", env, 58).await;
+    assert_deleted(&emu);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_official_typescript_sdk_works_against_the_emulator() {
-    let emu = emulator().await;
-    let scratch = tempfile::tempdir().expect("scratch");
     // 429 on the 1st submit (the SDK's retry is the 2nd), a cut stream on the 3rd, a 500 on the
     // 4th (the SDK's retry of it is the 5th).
-    let env = env_with_faults(
-        &emu,
-        scratch.path(),
-        vec![
-            (
-                "exec",
-                1,
-                Fault::RateLimited {
-                    retry_after_secs: 1,
-                },
-            ),
-            ("exec", 3, Fault::CutBeforeExit),
-            ("exec", 4, Fault::ServerError),
-        ],
-    );
+    let (emu, env, _scratch) = armed(vec![
+        (
+            "exec",
+            1,
+            Fault::RateLimited {
+                retry_after_secs: 1,
+            },
+        ),
+        ("exec", 3, Fault::CutBeforeExit),
+        ("exec", 4, Fault::ServerError),
+    ])
+    .await;
     interop::node_checks("vercel-npm", &dir(), "sdk_check.mjs", env, 41).await;
-    assert!(
-        emu.sandbox_names().is_empty(),
-        "the SDK deleted its sandbox: {:?}",
-        emu.sandbox_names()
-    );
+    assert_deleted(&emu);
 }

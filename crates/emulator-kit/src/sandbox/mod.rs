@@ -265,27 +265,14 @@ impl Fs {
     /// `user` (as a daemon running as the user would create them).
     pub fn create_dir_all_as(&self, sandbox_path: &str, user: &User) -> io::Result<()> {
         let target = self.path(sandbox_path);
-        let mut missing = Vec::new();
-        let mut p = target.as_path();
-        while std::fs::symlink_metadata(p).is_err() {
-            missing.push(p.to_path_buf());
-            match p.parent() {
-                Some(parent) => p = parent,
-                None => break,
-            }
-        }
-        for dir in missing.iter().rev() {
-            match std::fs::create_dir(dir) {
-                Ok(()) => {
-                    if self.translate.is_none() {
-                        std::os::unix::fs::lchown(dir, Some(user.uid), Some(user.gid))?;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        crate::util::create_missing_dirs(
+            &target,
+            |p| std::fs::symlink_metadata(p).is_err(),
+            |dir| match self.is_isolated() {
+                true => std::os::unix::fs::lchown(dir, Some(user.uid), Some(user.gid)),
+                false => Ok(()),
+            },
+        )
     }
 
     /// True in [`Isolation::Namespaces`]: ownership and permission bits are real.
@@ -663,16 +650,36 @@ impl Sandbox {
                     .await?
             }
             None => {
-                let dir = self.visible_path(workdir);
-                if !Path::new(&dir).is_dir() {
-                    return Err(SpawnError::Workdir(format!(
-                        "workdir {workdir} does not exist"
-                    )));
-                }
-                command.current_dir(dir);
+                self.host_workdir(&mut command, workdir)?;
                 command.spawn().map_err(SpawnError::Io)?
             }
         };
+        let (host_pid, pid) = self.pids(&child)?;
+        Ok(SandboxChild {
+            child,
+            host_pid,
+            pid,
+        })
+    }
+
+    /// Without namespaces: runs `command` in the host directory of `workdir`, which must exist.
+    fn host_workdir(
+        &self,
+        command: &mut tokio::process::Command,
+        workdir: &str,
+    ) -> Result<(), SpawnError> {
+        let dir = self.visible_path(workdir);
+        if !Path::new(&dir).is_dir() {
+            return Err(SpawnError::Workdir(format!(
+                "workdir {workdir} does not exist"
+            )));
+        }
+        command.current_dir(dir);
+        Ok(())
+    }
+
+    /// A spawned child's pid on the host and in the sandbox.
+    fn pids(&self, child: &tokio::process::Child) -> Result<(u32, u32), SpawnError> {
         let host_pid = child
             .id()
             .ok_or_else(|| SpawnError::Io(io::Error::other("the process has no pid")))?;
@@ -680,11 +687,7 @@ impl Sandbox {
             Some(_) => sandbox_pid(host_pid).unwrap_or(host_pid),
             None => host_pid,
         };
-        Ok(SandboxChild {
-            child,
-            host_pid,
-            pid,
-        })
+        Ok((host_pid, pid))
     }
 
     /// Runs `f` where sandbox paths resolve as the sandbox's commands see them (on a thread inside
@@ -715,20 +718,12 @@ impl Sandbox {
         T: Send + 'static,
         F: FnOnce(&Fs) -> io::Result<T> + Send + 'static,
     {
-        let fs = self.fs_view();
-        let gate = self.gate.clone();
-        let f = move |fs: &Fs| {
-            let _open = gate.read().unwrap_or_else(|p| p.into_inner());
-            f(fs)
-        };
-        match self.ns() {
-            Some(ns) => {
-                let creds = user.map(|u| ns::creds(u, &ns.group_file));
-                ns.run(creds, move || f(&fs))
-                    .await
-                    .map_err(|_| io::Error::other("the sandbox thread panicked"))?
-            }
-            None => f(&fs),
+        match self.fs_job(user, f) {
+            (Some((ns, creds)), job) => ns
+                .run(creds, job)
+                .await
+                .map_err(|_| io::Error::other("the sandbox thread panicked"))?,
+            (None, job) => job(),
         }
     }
 
@@ -755,19 +750,38 @@ impl Sandbox {
         T: Send + 'static,
         F: FnOnce(&Fs) -> io::Result<T> + Send + 'static,
     {
+        match self.fs_job(user, f) {
+            (Some((ns, creds)), job) => ns.run_blocking(creds, job),
+            (None, job) => job(),
+        }
+    }
+
+    /// `f` on this sandbox's view, run behind its gate, and where to run it: the sandbox's
+    /// namespaces with `user`'s file credentials (or root's), or here (`None`).
+    #[allow(clippy::type_complexity)]
+    fn fs_job<T, F>(
+        &self,
+        user: Option<&User>,
+        f: F,
+    ) -> (
+        Option<(Arc<ns::Namespaces>, Option<crate::sys::Creds>)>,
+        impl FnOnce() -> io::Result<T> + Send + 'static,
+    )
+    where
+        T: Send + 'static,
+        F: FnOnce(&Fs) -> io::Result<T> + Send + 'static,
+    {
         let fs = self.fs_view();
         let gate = self.gate.clone();
-        let f = move |fs: &Fs| {
+        let job = move || {
             let _open = gate.read().unwrap_or_else(|p| p.into_inner());
-            f(fs)
+            f(&fs)
         };
-        match self.ns() {
-            Some(ns) => {
-                let creds = user.map(|u| ns::creds(u, &ns.group_file));
-                ns.run_blocking(creds, move || f(&fs))
-            }
-            None => f(&fs),
-        }
+        let ns = self.ns().map(|ns| {
+            let creds = user.map(|u| ns::creds(u, &ns.group_file));
+            (ns, creds)
+        });
+        (ns, job)
     }
 
     fn fs_view(&self) -> Fs {

@@ -100,6 +100,17 @@ fn write(path: &Path, text: &str, mode: u32, gid: u32) -> io::Result<()> {
     std::os::unix::fs::chown(path, Some(0), Some(gid))
 }
 
+/// Where `m` is mounted in the upper layer: a directory's is created here (`None`); a file's
+/// parent is, and the file's path is returned for the caller to create.
+fn mount_point(upper: &Path, m: &Mount) -> io::Result<Option<PathBuf>> {
+    if m.host.is_dir() {
+        upper_dir(upper, &m.sandbox)?;
+        return Ok(None);
+    }
+    let (parent, name) = m.sandbox.rsplit_once('/').unwrap_or(("", &m.sandbox));
+    Ok(Some(upper_dir(upper, parent)?.join(name)))
+}
+
 fn rel(sandbox_path: &str) -> &str {
     sandbox_path.trim_start_matches('/')
 }
@@ -210,32 +221,17 @@ fn prepare_upper(upper: &Path, spec: &SandboxSpec, mounts: &[Mount]) -> io::Resu
     let shadow_gid = etc::gid_of(&group, "shadow").unwrap_or(0);
     let etc_dir = upper.join("etc");
     mkdir(&etc_dir, 0o755)?;
-    write(&etc_dir.join("passwd"), &passwd, 0o644, 0)?;
-    write(&etc_dir.join("group"), &group, 0o644, 0)?;
-    write(
-        &etc_dir.join("shadow"),
-        &etc::shadow(&passwd, false),
-        0o640,
-        shadow_gid,
-    )?;
-    write(
-        &etc_dir.join("gshadow"),
-        &etc::shadow(&group, true),
-        0o640,
-        shadow_gid,
-    )?;
-    write(
-        &etc_dir.join("hostname"),
-        &format!("{}\n", spec.hostname),
-        0o644,
-        0,
-    )?;
-    write(
-        &etc_dir.join("hosts"),
-        &etc::hosts(&spec.hostname),
-        0o644,
-        0,
-    )?;
+    // Root's; the shadow files readable by the `shadow` group only.
+    for (name, text, mode, gid) in [
+        ("passwd", passwd.clone(), 0o644, 0),
+        ("group", group.clone(), 0o644, 0),
+        ("shadow", etc::shadow(&passwd, false), 0o640, shadow_gid),
+        ("gshadow", etc::shadow(&group, true), 0o640, shadow_gid),
+        ("hostname", format!("{}\n", spec.hostname), 0o644, 0),
+        ("hosts", etc::hosts(&spec.hostname), 0o644, 0),
+    ] {
+        write(&etc_dir.join(name), &text, mode, gid)?;
+    }
     // Homes, then the spec's directories (which may override a home's mode).
     for u in &users {
         let home = upper_dir(upper, &u.home)?;
@@ -248,11 +244,7 @@ fn prepare_upper(upper: &Path, spec: &SandboxSpec, mounts: &[Mount]) -> io::Resu
         std::os::unix::fs::chown(&p, Some(d.uid), Some(d.gid))?;
     }
     for m in mounts {
-        if m.host.is_dir() {
-            upper_dir(upper, &m.sandbox)?;
-        } else {
-            let (parent, name) = m.sandbox.rsplit_once('/').unwrap_or(("", &m.sandbox));
-            let p = upper_dir(upper, parent)?.join(name);
+        if let Some(p) = mount_point(upper, m)? {
             if std::fs::symlink_metadata(&p).is_ok() {
                 std::fs::remove_file(&p)?;
             }
@@ -302,15 +294,11 @@ fn prepare_upper_from(
         write(&p, &text, 0o644, 0)?;
     }
     for m in mounts {
-        if m.host.is_dir() {
-            upper_dir(upper, &m.sandbox)?;
-        } else {
-            let (parent, name) = m.sandbox.rsplit_once('/').unwrap_or(("", &m.sandbox));
-            let p = upper_dir(upper, parent)?.join(name);
-            if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
-                let _ = std::fs::remove_file(&p);
-                std::fs::write(&p, b"")?;
-            }
+        if let Some(p) = mount_point(upper, m)?
+            && !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file())
+        {
+            let _ = std::fs::remove_file(&p);
+            std::fs::write(&p, b"")?;
         }
     }
     mkdir(&upper.join(".old-root"), 0o700)?;

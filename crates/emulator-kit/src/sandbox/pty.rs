@@ -20,7 +20,7 @@ use std::sync::Arc;
 use execseam_spawn::SpawnError;
 use tokio::io::unix::AsyncFd;
 
-use super::{Sandbox, User, ns, sandbox_pid};
+use super::{Sandbox, User, ns};
 use crate::sys;
 
 /// A terminal's window size in character cells.
@@ -154,13 +154,7 @@ impl Sandbox {
                     .await?
             }
             None => {
-                let dir = self.visible_path(workdir);
-                if !std::path::Path::new(&dir).is_dir() {
-                    return Err(SpawnError::Workdir(format!(
-                        "workdir {workdir} does not exist"
-                    )));
-                }
-                command.current_dir(dir);
+                self.host_workdir(&mut command, workdir)?;
                 let master = open(&mut command).map_err(SpawnError::Io)?;
                 let child = command.spawn().map_err(SpawnError::Io)?;
                 // The slave's copies in `command` close here, so the master sees the end.
@@ -169,13 +163,7 @@ impl Sandbox {
             }
         };
         let master = PtyMaster::new(master).map_err(SpawnError::Io)?;
-        let host_pid = child
-            .id()
-            .ok_or_else(|| SpawnError::Io(io::Error::other("the process has no pid")))?;
-        let pid = match self.ns {
-            Some(_) => sandbox_pid(host_pid).unwrap_or(host_pid),
-            None => host_pid,
-        };
+        let (host_pid, pid) = self.pids(&child)?;
         Ok(PtyChild {
             child,
             host_pid,

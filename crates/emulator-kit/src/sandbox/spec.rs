@@ -134,6 +134,21 @@ impl SandboxSpec {
         }
     }
 
+    /// A hostname-safe form of a sandbox's id or name: ASCII letters and digits lowercased,
+    /// anything else `-`, at most 63 characters (empty for an empty `id`).
+    pub fn hostname_of(id: &str) -> String {
+        id.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .take(63)
+            .collect()
+    }
+
     /// With a network namespace of its own: loopback only, nothing else reachable (needs
     /// [`Isolation::Namespaces`](super::Isolation::Namespaces); `Sandbox::create` refuses it
     /// otherwise with `Unsupported`).
