@@ -107,16 +107,6 @@ impl Command {
         Command::builder(argv).build()
     }
 
-    /// The tool this command serves.
-    pub fn tool(&self) -> &Tool {
-        &self.tool
-    }
-
-    /// The full argv; never empty.
-    pub fn argv(&self) -> &[String] {
-        &self.argv
-    }
-
     /// `argv[0]`.
     pub fn program(&self) -> &str {
         &self.argv[0]
@@ -125,21 +115,6 @@ impl Command {
     /// `argv[1..]`.
     pub fn args(&self) -> &[String] {
         &self.argv[1..]
-    }
-
-    /// The absolute working directory, if one was asked for.
-    pub fn workdir(&self) -> Option<&str> {
-        self.workdir.as_deref()
-    }
-
-    /// Environment variables added to the backend's base environment.
-    pub fn env(&self) -> &BTreeMap<String, String> {
-        &self.env
-    }
-
-    /// Bytes fed to stdin; empty means stdin is at EOF immediately (never inherited).
-    pub fn stdin(&self) -> &Bytes {
-        &self.stdin
     }
 
     /// Turns the command back into a builder, to derive a changed command (it is re-validated).
@@ -153,6 +128,19 @@ impl Command {
         }
     }
 }
+
+getters!(Command {
+    /// The tool this command serves.
+    tool -> &Tool = ref(tool);
+    /// The full argv; never empty.
+    argv -> &[String] = ref(argv);
+    /// The absolute working directory, if one was asked for.
+    workdir -> Option<&str> = deref(workdir);
+    /// Environment variables added to the backend's base environment.
+    env -> &BTreeMap<String, String> = ref(env);
+    /// Bytes fed to stdin; empty means stdin is at EOF immediately (never inherited).
+    stdin -> &Bytes = ref(stdin);
+});
 
 impl fmt::Debug for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
