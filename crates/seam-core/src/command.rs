@@ -31,7 +31,7 @@ impl Tool {
     pub const LIST: Tool = Tool(Cow::Borrowed("list"));
     /// Applying a patch.
     pub const APPLY_PATCH: Tool = Tool(Cow::Borrowed("apply_patch"));
-    /// Running an exact source program (see [`code`](crate::code)).
+    /// Running an exact source program (the tools protocol's `code`).
     pub const CODE: Tool = Tool(Cow::Borrowed("code"));
 
     /// A custom tool name. Validated when the command is built (non-empty, no NUL).
@@ -70,7 +70,7 @@ impl fmt::Display for Tool {
 /// `=`, and a relative workdir, with [`ErrorKind::InvalidCommand`], before any I/O.
 ///
 /// There is deliberately no timeout, output limit or budget here: policy lives on the host side
-/// (adapter configuration and [`layer`](crate::layer)s).
+/// (adapter configuration and host-side layers, `execseam-layers`).
 ///
 /// `Debug` prints argv and env keys, never env values or stdin (they often carry credentials).
 #[derive(Clone, PartialEq, Eq)]

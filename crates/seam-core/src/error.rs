@@ -101,6 +101,11 @@ impl Retry {
 /// be added.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 pub enum WireStatus {
     /// An HTTP status code.
     Http(u16),

@@ -363,7 +363,9 @@ setters!(SandboxInfo {
 
 /// One sandbox: runs commands ([`Exec`], and [`ExecStream`](crate::ExecStream) through
 /// [`Exec::streaming`] where the adapter streams), knows its id, and is ended by an awaited
-/// [`close`](Sandbox::close). See the [module docs](self) for ownership.
+/// [`close`](Sandbox::close). A handle from [`Provider::create`] owns its sandbox (`close`
+/// destroys it), one from [`Provider::connect`] does not (`close` only releases what the handle
+/// holds); see [`Ownership`].
 ///
 /// An adapter implements [`id`](Sandbox::id), [`ownership`](Sandbox::ownership) and
 /// [`end`](Sandbox::end) (and [`release`](Sandbox::release) if its handle holds anything);

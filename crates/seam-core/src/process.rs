@@ -14,7 +14,7 @@
 //! - **Exact bytes from any offset.** stdout and stderr are each byte-exact and addressed by
 //!   absolute offsets from the command's start; the same offsets give the same bytes from
 //!   another process, after a disconnect or after the host restarted. Output the sandbox no
-//!   longer keeps is [`ErrorKind::Expired`](crate::ErrorKind::Expired) carrying the first
+//!   longer keeps is [`ErrorKind::Expired`] carrying the first
 //!   offsets still available ([`Error::retained_from`](crate::Error::retained_from)): never a
 //!   silent gap. The order **between** the two streams is not promised across a reattach.
 //! - **One exit, never guessed.** A followed stream ends with exactly one [`ProcessEvent::Exit`];
@@ -25,7 +25,7 @@
 //! - **Signals reach the group.** [`Signal`]s go to the command's process group, so its children
 //!   get them too.
 //! - **Typed handles.** A handle from another sandbox or another adapter, or a garbage token, is
-//!   [`ErrorKind::InvalidCommand`](crate::ErrorKind::InvalidCommand) before any I/O; a
+//!   [`ErrorKind::InvalidCommand`] before any I/O; a
 //!   well-formed handle with nothing behind it is [`NotFound`](crate::ErrorKind::NotFound).
 //!   Neither is ever an exit.
 //! - **Terminals.** A start with [`StartRequest::terminal`] runs the command on a terminal of
