@@ -41,8 +41,8 @@ use execseam_core::{
 /// [`Provider::list`](execseam_core::Provider::list) do first).
 pub trait Checks {
     /// Checks the spec against what `provider` supports, before any I/O: a field it does not
-    /// honour is [`Unsupported`](execseam_core::ErrorKind::Unsupported), naming the field; an unknown
-    /// option, an env key or label that is not well formed, or a zero size is
+    /// honour is [`Unsupported`](execseam_core::ErrorKind::Unsupported), naming the field; an
+    /// unknown option, an env key or label that is not well formed, or a zero size is
     /// [`InvalidConfig`](execseam_core::ErrorKind::InvalidConfig).
     ///
     /// Label keys are 1 to 63 bytes of ASCII letters, digits and `-_./`; values are at most 255
@@ -200,7 +200,8 @@ fn check_label(key: &str, value: &str) -> Result<(), String> {
 }
 
 /// A state operation checked against a provider's [`StateCapabilities`], before any I/O: an
-/// operation the provider does not declare is [`Unsupported`](execseam_core::ErrorKind::Unsupported).
+/// operation the provider does not declare is
+/// [`Unsupported`](execseam_core::ErrorKind::Unsupported).
 pub trait StateChecks {
     /// Checks a pause asking to keep `keep` (the default kind when `None`); returns the kind.
     fn check_pause(&self, provider: &str, keep: Option<Kept>) -> Result<Kept, Error>;

@@ -93,7 +93,8 @@ pub enum WhilePaused {
     /// The provider (or adapter) resumes the sandbox and the command runs.
     Resumes,
     /// A typed error at once: [`Conflict`](crate::ErrorKind::Conflict) with
-    /// [`Error::sandbox_state`](crate::Error::sandbox_state) `Some(Paused)`, retry `Never`. Never a hang.
+    /// [`Error::sandbox_state`](crate::Error::sandbox_state) `Some(Paused)`, retry `Never`. Never
+    /// a hang.
     Refused,
 }
 
