@@ -1,5 +1,6 @@
 //! [`AgentCoreProvider`]: Code Interpreter sessions as sandboxes.
 
+use execseam_adapter_kit::Checks as _;
 use execseam_adapter_kit::gone_is_destroyed;
 use execseam_core::{
     Error, ErrorKind, ListFilter, Ownership, Provider, SandboxInfo, SandboxSpec, SandboxState,

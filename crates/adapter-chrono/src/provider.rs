@@ -1,5 +1,6 @@
 //! [`ChronoProvider`]: Chrono's (small) lifecycle.
 
+use execseam_adapter_kit::Checks as _;
 use execseam_core::{Error, Provider, SandboxSpec};
 
 use crate::config::ChronoConfig;

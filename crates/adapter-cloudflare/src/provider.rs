@@ -1,5 +1,6 @@
 //! [`CloudflareProvider`]: the bridge's sandboxes.
 
+use execseam_adapter_kit::{Checks as _, StateChecks as _};
 use std::sync::Arc;
 
 use execseam_adapter_kit::gone_is_destroyed;

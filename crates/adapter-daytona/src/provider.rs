@@ -1,5 +1,6 @@
 //! [`DaytonaProvider`]: the control plane's sandbox lifecycle.
 
+use execseam_adapter_kit::Checks as _;
 use std::sync::Arc;
 
 use execseam_core::{

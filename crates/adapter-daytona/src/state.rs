@@ -3,6 +3,7 @@
 //! `snapshot`), forks as snapshot + create, and preview links
 //! (`GET /sandbox/{id}/ports/{port}/preview-url`).
 
+use execseam_adapter_kit::StateChecks as _;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;

@@ -1,5 +1,6 @@
 //! [`DockerProvider`]: containers as sandboxes.
 
+use execseam_adapter_kit::Checks as _;
 use execseam_adapter_kit::id;
 use execseam_adapter_kit::vars;
 use std::sync::Arc;

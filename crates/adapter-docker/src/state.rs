@@ -3,6 +3,7 @@
 //! layer; volumes and bind mounts are not in them), sandboxes created from them, and ports
 //! published at create.
 
+use execseam_adapter_kit::StateChecks as _;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 

@@ -1,5 +1,6 @@
 //! [`E2bProvider`]: the control plane's sandbox lifecycle.
 
+use execseam_adapter_kit::Checks as _;
 use execseam_core::{
     BoxFuture, Capabilities, Error, ExposedPort, ListFilter, Provider, Sandbox, SandboxInfo,
     SandboxSpec, SandboxState,

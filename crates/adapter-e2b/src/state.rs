@@ -4,6 +4,7 @@
 //! snapshot id as `templateID`), the native fork (`POST /sandboxes/{id}/fork`), and ports by
 //! E2B's host scheme (`{port}-{id}.{domain}`, the SDK's `get_host`).
 
+use execseam_adapter_kit::StateChecks as _;
 use tokio::time::Instant;
 
 use execseam_adapter_kit::retry::Stage;

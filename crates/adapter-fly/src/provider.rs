@@ -1,5 +1,6 @@
 //! [`FlyProvider`]: machines of one app as sandboxes.
 
+use execseam_adapter_kit::{Checks as _, StateChecks as _};
 use std::sync::Arc;
 
 use execseam_core::{

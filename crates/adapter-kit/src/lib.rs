@@ -6,6 +6,7 @@ mod adapter;
 pub mod attached;
 #[cfg(feature = "body")]
 pub mod body;
+pub mod checks;
 pub mod deadline;
 pub mod degrade;
 mod entry_setters;
@@ -39,6 +40,7 @@ pub mod vars;
 pub mod ws;
 
 pub use adapter::Adapter;
+pub use checks::{Checks, StateChecks};
 pub use state::declared_port;
 
 /// What the kit's macros name (not part of its API).

@@ -1,5 +1,6 @@
 //! [`KubernetesProvider`]: sandboxes as agent-sandbox claims, Sandboxes, or plain pods.
 
+use execseam_adapter_kit::{Checks as _, StateChecks as _};
 use std::sync::Arc;
 
 use execseam_core::{

@@ -10,6 +10,7 @@
 //! (`cp -a`, reflinked where the filesystem can); a sandbox created from one starts with a copy
 //! of it. An exposed port is `http://127.0.0.1:<port>`: local commands share this host's network.
 
+use execseam_adapter_kit::{Checks as _, StateChecks as _};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,6 +1,7 @@
 //! [`ModalProvider`]: the sandbox lifecycle on Modal's control plane.
 
 use execseam_adapter_kit::vars;
+use execseam_adapter_kit::{Checks as _, StateChecks as _};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 

@@ -2,6 +2,7 @@
 //! Northflank's exec protocol creates and deletes nothing; those are the platform's own
 //! (service and job definitions), not a sandbox lifecycle.
 
+use execseam_adapter_kit::Checks as _;
 use execseam_adapter_kit::retry::Stage;
 use execseam_adapter_kit::text::escape_path_segment;
 use execseam_core::{Error, ListFilter, Provider, SandboxInfo, SandboxSpec, SandboxState};

@@ -1,5 +1,6 @@
 //! [`SpritesProvider`]: sprites as sandboxes.
 
+use execseam_adapter_kit::{Checks as _, StateChecks as _};
 use std::sync::Arc;
 
 use execseam_adapter_kit::id::random_id;

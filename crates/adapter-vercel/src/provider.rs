@@ -2,6 +2,7 @@
 
 use execseam_adapter_kit::retry::Stage;
 use execseam_adapter_kit::text::escape_path_segment;
+use execseam_adapter_kit::{Checks as _, StateChecks as _};
 use std::time::{Duration, UNIX_EPOCH};
 
 use execseam_core::{

@@ -14,6 +14,7 @@
 //!    items; `owned`, `set_owned`, `close` and `destroy` are provided by the contract.
 #![warn(missing_docs)]
 
+use execseam_adapter_kit::Checks as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -6,7 +6,7 @@ use crate::process::ProcessCapabilities;
 pub enum Delivery {
     /// The backend's API has a field for it.
     Native,
-    /// The adapter wraps the command in `sh -c` (see [`degrade`](crate::degrade)); for argv this
+    /// The adapter wraps the command in `sh -c` (the adapter kit's `degrade`); for argv this
     /// means exact POSIX quoting into one string.
     ShellWrapped,
     /// The adapter writes it to a temporary file in the sandbox and redirects from it.

@@ -31,7 +31,7 @@ impl Tool {
     pub const LIST: Tool = Tool(Cow::Borrowed("list"));
     /// Applying a patch.
     pub const APPLY_PATCH: Tool = Tool(Cow::Borrowed("apply_patch"));
-    /// Running an exact source program (see [`code`](crate::code)).
+    /// Running an exact source program (the tools protocol's `code`).
     pub const CODE: Tool = Tool(Cow::Borrowed("code"));
 
     /// A custom tool name. Validated when the command is built (non-empty, no NUL).
@@ -70,7 +70,7 @@ impl fmt::Display for Tool {
 /// `=`, and a relative workdir, with [`ErrorKind::InvalidCommand`], before any I/O.
 ///
 /// There is deliberately no timeout, output limit or budget here: policy lives on the host side
-/// (adapter configuration and [`layer`](crate::layer)s).
+/// (adapter configuration and host-side layers, `execseam-layers`).
 ///
 /// `Debug` prints argv and env keys, never env values or stdin (they often carry credentials).
 #[derive(Clone, PartialEq, Eq)]
@@ -107,16 +107,6 @@ impl Command {
         Command::builder(argv).build()
     }
 
-    /// The tool this command serves.
-    pub fn tool(&self) -> &Tool {
-        &self.tool
-    }
-
-    /// The full argv; never empty.
-    pub fn argv(&self) -> &[String] {
-        &self.argv
-    }
-
     /// `argv[0]`.
     pub fn program(&self) -> &str {
         &self.argv[0]
@@ -125,21 +115,6 @@ impl Command {
     /// `argv[1..]`.
     pub fn args(&self) -> &[String] {
         &self.argv[1..]
-    }
-
-    /// The absolute working directory, if one was asked for.
-    pub fn workdir(&self) -> Option<&str> {
-        self.workdir.as_deref()
-    }
-
-    /// Environment variables added to the backend's base environment.
-    pub fn env(&self) -> &BTreeMap<String, String> {
-        &self.env
-    }
-
-    /// Bytes fed to stdin; empty means stdin is at EOF immediately (never inherited).
-    pub fn stdin(&self) -> &Bytes {
-        &self.stdin
     }
 
     /// Turns the command back into a builder, to derive a changed command (it is re-validated).
@@ -153,6 +128,19 @@ impl Command {
         }
     }
 }
+
+getters!(Command {
+    /// The tool this command serves.
+    tool -> &Tool = ref(tool);
+    /// The full argv; never empty.
+    argv -> &[String] = ref(argv);
+    /// The absolute working directory, if one was asked for.
+    workdir -> Option<&str> = deref(workdir);
+    /// Environment variables added to the backend's base environment.
+    env -> &BTreeMap<String, String> = ref(env);
+    /// Bytes fed to stdin; empty means stdin is at EOF immediately (never inherited).
+    stdin -> &Bytes = ref(stdin);
+});
 
 impl fmt::Debug for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -101,6 +101,11 @@ impl Retry {
 /// be added.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 pub enum WireStatus {
     /// An HTTP status code.
     Http(u16),
@@ -189,65 +194,9 @@ impl Error {
         Error::new(ErrorKind::InvalidConfig, message).with_operation("config")
     }
 
-    /// Sets the retry class.
-    #[must_use]
-    pub fn with_retry(mut self, retry: Retry) -> Self {
-        self.inner.retry = retry;
-        self
-    }
-
-    /// Sets the provider name (`"fly"`, `"e2b"`, …).
-    #[must_use]
-    pub fn with_provider(mut self, provider: impl Into<Cow<'static, str>>) -> Self {
-        self.inner.provider = provider.into();
-        self
-    }
-
-    /// Sets the operation that failed (`"exec"`, `"create_sandbox"`, …).
-    #[must_use]
-    pub fn with_operation(mut self, operation: impl Into<Cow<'static, str>>) -> Self {
-        self.inner.operation = operation.into();
-        self
-    }
-
-    /// Sets the transport status.
-    #[must_use]
-    pub fn with_status(mut self, status: WireStatus) -> Self {
-        self.inner.status = Some(status);
-        self
-    }
-
-    /// Sets the provider's own error code (`"CONTAINER_UNAVAILABLE"`, …).
-    #[must_use]
-    pub fn with_code(mut self, code: impl Into<String>) -> Self {
-        self.inner.code = Some(code.into());
-        self
-    }
-
-    /// Attaches the underlying error.
-    #[must_use]
-    pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
-        self.inner.source = Some(Box::new(source));
-        self
-    }
-
     /// Records the sandbox's state as the cause ([`sandbox_state`](Self::sandbox_state)).
     pub fn with_sandbox_state(mut self, state: SandboxState) -> Self {
         self.inner.sandbox_state = Some(state);
-        self
-    }
-
-    /// Attaches the output collected before the failure (a deadline, a cut stream).
-    #[must_use]
-    pub fn with_partial(mut self, partial: PartialOutput) -> Self {
-        self.inner.partial = Some(Box::new(partial));
-        self
-    }
-
-    /// Records the first offsets still retained (for [`ErrorKind::Expired`]).
-    #[must_use]
-    pub fn with_retained_from(mut self, from: StreamOffsets) -> Self {
-        self.inner.retained_from = Some(from);
         self
     }
 
@@ -268,63 +217,55 @@ impl Error {
         self
     }
 
-    /// The kind.
-    pub fn kind(&self) -> ErrorKind {
-        self.inner.kind
-    }
-
-    /// The retry class.
-    pub fn retry(&self) -> Retry {
-        self.inner.retry
-    }
-
-    /// The provider name, or `""`.
-    pub fn provider(&self) -> &str {
-        &self.inner.provider
-    }
-
-    /// The operation, or `""`.
-    pub fn operation(&self) -> &str {
-        &self.inner.operation
-    }
-
-    /// The transport status, if known.
-    pub fn status(&self) -> Option<WireStatus> {
-        self.inner.status
-    }
-
-    /// The provider's error code, if any.
-    pub fn code(&self) -> Option<&str> {
-        self.inner.code.as_deref()
-    }
-
-    /// The message.
-    pub fn message(&self) -> &str {
-        &self.inner.message
-    }
-
-    /// The state the sandbox was found in when that state is why the operation failed (an exec
-    /// on a paused sandbox: [`Conflict`](ErrorKind::Conflict) with `Some(Paused)`).
-    pub fn sandbox_state(&self) -> Option<SandboxState> {
-        self.inner.sandbox_state
-    }
-
-    /// Output collected before the failure, if any.
-    pub fn partial(&self) -> Option<&PartialOutput> {
-        self.inner.partial.as_deref()
-    }
-
-    /// For [`ErrorKind::Expired`]: the first offsets of a started command's output still
-    /// retained (read from there, or accept the gap knowingly); `None` when nothing is left.
-    pub fn retained_from(&self) -> Option<StreamOffsets> {
-        self.inner.retained_from
-    }
-
     /// Takes the partial output out of the error.
     pub fn take_partial(&mut self) -> Option<PartialOutput> {
         self.inner.partial.take().map(|b| *b)
     }
 }
+
+setters!(Error {
+    /// Sets the retry class.
+    with_retry(retry: Retry) => inner.retry = retry;
+    /// Sets the provider name (`"fly"`, `"e2b"`, …).
+    with_provider(provider: impl Into<Cow<'static, str>>) => inner.provider = provider.into();
+    /// Sets the operation that failed (`"exec"`, `"create_sandbox"`, …).
+    with_operation(operation: impl Into<Cow<'static, str>>) => inner.operation = operation.into();
+    /// Sets the transport status.
+    with_status(status: WireStatus) => inner.status = Some(status);
+    /// Sets the provider's own error code (`"CONTAINER_UNAVAILABLE"`, …).
+    with_code(code: impl Into<String>) => inner.code = Some(code.into());
+    /// Attaches the underlying error.
+    with_source(source: impl StdError + Send + Sync + 'static) => inner.source = Some(Box::new(source));
+    /// Attaches the output collected before the failure (a deadline, a cut stream).
+    with_partial(partial: PartialOutput) => inner.partial = Some(Box::new(partial));
+    /// Records the first offsets still retained (for [`ErrorKind::Expired`]).
+    with_retained_from(from: StreamOffsets) => inner.retained_from = Some(from);
+});
+
+getters!(Error {
+    /// The kind.
+    kind -> ErrorKind = copy(inner.kind);
+    /// The retry class.
+    retry -> Retry = copy(inner.retry);
+    /// The provider name, or `""`.
+    provider -> &str = ref(inner.provider);
+    /// The operation, or `""`.
+    operation -> &str = ref(inner.operation);
+    /// The transport status, if known.
+    status -> Option<WireStatus> = copy(inner.status);
+    /// The provider's error code, if any.
+    code -> Option<&str> = deref(inner.code);
+    /// The message.
+    message -> &str = ref(inner.message);
+    /// The state the sandbox was found in when that state is why the operation failed (an exec
+    /// on a paused sandbox: [`Conflict`](ErrorKind::Conflict) with `Some(Paused)`).
+    sandbox_state -> Option<SandboxState> = copy(inner.sandbox_state);
+    /// Output collected before the failure, if any.
+    partial -> Option<&PartialOutput> = deref(inner.partial);
+    /// For [`ErrorKind::Expired`]: the first offsets of a started command's output still
+    /// retained (read from there, or accept the gap knowingly); `None` when nothing is left.
+    retained_from -> Option<StreamOffsets> = copy(inner.retained_from);
+});
 
 impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -225,29 +225,13 @@ impl fmt::Debug for EventStream {
     }
 }
 
-macro_rules! forward_exec {
-    ($($ty:ty),*) => {$(
-        impl<T: Exec + ?Sized> Exec for $ty {
-            fn provider(&self) -> &str {
-                (**self).provider()
-            }
-            fn capabilities(&self) -> Capabilities {
-                (**self).capabilities()
-            }
-            fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-                (**self).exec(command)
-            }
-            fn streaming(&self) -> Option<&dyn ExecStream> {
-                (**self).streaming()
-            }
-            fn processes(&self) -> Option<Box<dyn Processes + '_>> {
-                (**self).processes()
-            }
-        }
-    )*};
-}
-
-forward_exec!(&T, Box<T>, Arc<T>);
+forward_pointers!(Exec {
+    fn provider(&self) -> &str;
+    fn capabilities(&self) -> Capabilities;
+    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>>;
+    fn streaming(&self) -> Option<&dyn ExecStream>;
+    fn processes(&self) -> Option<Box<dyn Processes + '_>>;
+});
 
 #[cfg(test)]
 mod tests {

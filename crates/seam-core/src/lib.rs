@@ -39,6 +39,9 @@
 //! The conformance suite (`execseam-conformance`) enforces each rule against every adapter.
 #![warn(missing_docs)]
 
+#[macro_use]
+mod macros;
+
 mod capabilities;
 mod command;
 mod error;

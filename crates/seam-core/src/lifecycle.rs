@@ -134,7 +134,8 @@ impl SpecSupport {
 /// What to create: the portable part of a sandbox's definition, plus provider-specific options.
 ///
 /// Every field is optional; the provider's defaults (its configuration) fill the rest. A field
-/// the provider cannot honour is an error from [`Provider::create`] (see [`SandboxSpec::check`]),
+/// the provider cannot honour is an error from [`Provider::create`] (checked before any I/O: the
+/// adapter kit's `Checks`),
 /// never silently ignored. `Debug` never prints env values.
 #[non_exhaustive]
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -158,13 +159,6 @@ impl SandboxSpec {
         SandboxSpec::default()
     }
 
-    /// The image, template or snapshot to start from.
-    #[must_use]
-    pub fn with_image(mut self, image: impl Into<String>) -> Self {
-        self.image = Some(image.into());
-        self
-    }
-
     /// An environment variable for every command run in the sandbox (a command's own
     /// [`Command`](crate::Command) env overrides it).
     #[must_use]
@@ -177,50 +171,6 @@ impl SandboxSpec {
     #[must_use]
     pub fn with_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.labels.insert(key.into(), value.into());
-        self
-    }
-
-    /// How long the sandbox may live, from creation.
-    #[must_use]
-    pub fn with_lifetime(mut self, lifetime: Duration) -> Self {
-        self.lifetime = Some(lifetime);
-        self
-    }
-
-    /// How long the sandbox may sit idle before the provider stops it.
-    #[must_use]
-    pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.idle_timeout = Some(timeout);
-        self
-    }
-
-    /// CPU, in thousandths of a virtual CPU (`1000` is one vCPU).
-    #[must_use]
-    pub fn with_cpu_millis(mut self, millis: u32) -> Self {
-        self.cpu_millis = Some(millis);
-        self
-    }
-
-    /// Memory, in MiB.
-    #[must_use]
-    pub fn with_memory_mib(mut self, mib: u64) -> Self {
-        self.memory_mib = Some(mib);
-        self
-    }
-
-    /// Disk, in MiB.
-    #[must_use]
-    pub fn with_disk_mib(mut self, mib: u64) -> Self {
-        self.disk_mib = Some(mib);
-        self
-    }
-
-    /// Starts from this snapshot (an id from [`Provider::snapshot`]) instead of an image; needs
-    /// [`SnapshotSupport::create_from`](crate::SnapshotSupport::create_from). A snapshot that
-    /// does not exist (or was deleted) is [`NotFound`](crate::ErrorKind::NotFound) from create.
-    #[must_use]
-    pub fn with_snapshot(mut self, snapshot: impl Into<String>) -> Self {
-        self.snapshot = Some(snapshot.into());
         self
     }
 
@@ -242,190 +192,51 @@ impl SandboxSpec {
         self.options.insert(key.into(), value.into());
         self
     }
+}
 
+setters!(SandboxSpec {
+    /// The image, template or snapshot to start from.
+    with_image(image: impl Into<String>) => image = Some(image.into());
+    /// How long the sandbox may live, from creation.
+    with_lifetime(lifetime: Duration) => lifetime = Some(lifetime);
+    /// How long the sandbox may sit idle before the provider stops it.
+    with_idle_timeout(timeout: Duration) => idle_timeout = Some(timeout);
+    /// CPU, in thousandths of a virtual CPU (`1000` is one vCPU).
+    with_cpu_millis(millis: u32) => cpu_millis = Some(millis);
+    /// Memory, in MiB.
+    with_memory_mib(mib: u64) => memory_mib = Some(mib);
+    /// Disk, in MiB.
+    with_disk_mib(mib: u64) => disk_mib = Some(mib);
+    /// Starts from this snapshot (an id from [`Provider::snapshot`]) instead of an image; needs
+    /// [`SnapshotSupport::create_from`](crate::SnapshotSupport::create_from). A snapshot that
+    /// does not exist (or was deleted) is [`NotFound`](crate::ErrorKind::NotFound) from create.
+    with_snapshot(snapshot: impl Into<String>) => snapshot = Some(snapshot.into());
+});
+
+getters!(SandboxSpec {
     /// The image, template or snapshot, if set.
-    pub fn image(&self) -> Option<&str> {
-        self.image.as_deref()
-    }
-
+    image -> Option<&str> = deref(image);
     /// The sandbox-wide environment.
-    pub fn env(&self) -> &BTreeMap<String, String> {
-        &self.env
-    }
-
+    env -> &BTreeMap<String, String> = ref(env);
     /// The labels.
-    pub fn labels(&self) -> &BTreeMap<String, String> {
-        &self.labels
-    }
-
+    labels -> &BTreeMap<String, String> = ref(labels);
     /// The lifetime, if set.
-    pub fn lifetime(&self) -> Option<Duration> {
-        self.lifetime
-    }
-
+    lifetime -> Option<Duration> = copy(lifetime);
     /// The idle timeout, if set.
-    pub fn idle_timeout(&self) -> Option<Duration> {
-        self.idle_timeout
-    }
-
+    idle_timeout -> Option<Duration> = copy(idle_timeout);
     /// The CPU in thousandths of a vCPU, if set.
-    pub fn cpu_millis(&self) -> Option<u32> {
-        self.cpu_millis
-    }
-
+    cpu_millis -> Option<u32> = copy(cpu_millis);
     /// The memory in MiB, if set.
-    pub fn memory_mib(&self) -> Option<u64> {
-        self.memory_mib
-    }
-
+    memory_mib -> Option<u64> = copy(memory_mib);
     /// The disk in MiB, if set.
-    pub fn disk_mib(&self) -> Option<u64> {
-        self.disk_mib
-    }
-
+    disk_mib -> Option<u64> = copy(disk_mib);
     /// The snapshot to start from, if set.
-    pub fn snapshot(&self) -> Option<&str> {
-        self.snapshot.as_deref()
-    }
-
+    snapshot -> Option<&str> = deref(snapshot);
     /// The ports declared, in the order given.
-    pub fn ports(&self) -> &[u16] {
-        &self.ports
-    }
-
+    ports -> &[u16] = ref(ports);
     /// The provider-specific options.
-    pub fn options(&self) -> &BTreeMap<String, String> {
-        &self.options
-    }
-
-    /// Checks the spec against what `provider` supports, before any I/O: a field it does not
-    /// honour is [`Unsupported`](crate::ErrorKind::Unsupported), naming the field; an unknown
-    /// option, an env key or label that is not well formed, or a zero size is
-    /// [`InvalidConfig`](crate::ErrorKind::InvalidConfig).
-    ///
-    /// Label keys are 1 to 63 bytes of ASCII letters, digits and `-_./`; values are at most 255
-    /// bytes with no control characters (the intersection of what the providers accept).
-    pub fn check(&self, provider: &str, lifecycle: &LifecycleCapabilities) -> Result<(), Error> {
-        let s = &lifecycle.spec;
-        let unsupported = |field: &str| {
-            Err(
-                Error::unsupported(format!("{provider} does not support {field} on create"))
-                    .with_provider(provider.to_owned())
-                    .with_operation("create"),
-            )
-        };
-        let invalid = |message: String| {
-            Err(Error::invalid_config(message)
-                .with_provider(provider.to_owned())
-                .with_operation("create"))
-        };
-        if !lifecycle.create {
-            return Err(
-                Error::unsupported(format!("{provider} cannot create sandboxes"))
-                    .with_provider(provider.to_owned())
-                    .with_operation("create"),
-            );
-        }
-        if self.image.is_some() && !s.image {
-            return unsupported("an image");
-        }
-        if !self.env.is_empty() && !s.env {
-            return unsupported("sandbox-wide env");
-        }
-        if !self.labels.is_empty() && !s.labels {
-            return unsupported("labels");
-        }
-        if self.lifetime.is_some() && !s.lifetime {
-            return unsupported("a lifetime");
-        }
-        if self.idle_timeout.is_some() && !s.idle_timeout {
-            return unsupported("an idle timeout");
-        }
-        if self.cpu_millis.is_some() && !s.cpu {
-            return unsupported("a CPU size");
-        }
-        if self.memory_mib.is_some() && !s.memory {
-            return unsupported("a memory size");
-        }
-        if self.disk_mib.is_some() && !s.disk {
-            return unsupported("a disk size");
-        }
-        if let Some(snapshot) = &self.snapshot {
-            if !lifecycle.state.snapshot.is_some_and(|s| s.create_from) {
-                return unsupported("a snapshot to start from");
-            }
-            if self.image.is_some() {
-                return invalid(
-                    "a sandbox starts from an image or a snapshot, not both".to_owned(),
-                );
-            }
-            crate::state::check_snapshot_id(provider, "create", snapshot)?;
-        }
-        for port in &self.ports {
-            lifecycle.state.check_spec_port(provider, *port)?;
-        }
-        if let Some(image) = self
-            .image
-            .as_ref()
-            .filter(|i| i.is_empty() || i.contains(['\0', '\n']))
-        {
-            return invalid(format!("image {image:?} is not a name"));
-        }
-        for key in self.env.keys() {
-            if key.is_empty() || key.contains(['=', '\0']) {
-                return invalid(format!("env key {key:?} is not a variable name"));
-            }
-        }
-        for value in self.env.values() {
-            if value.contains('\0') {
-                return invalid("an env value contains NUL".to_owned());
-            }
-        }
-        for (key, value) in &self.labels {
-            check_label(key, value).or_else(invalid)?;
-        }
-        if self.cpu_millis == Some(0) || self.memory_mib == Some(0) || self.disk_mib == Some(0) {
-            return invalid("a resource size of zero".to_owned());
-        }
-        if self.lifetime == Some(Duration::ZERO) || self.idle_timeout == Some(Duration::ZERO) {
-            return invalid("a timeout of zero".to_owned());
-        }
-        if let Some(key) = self
-            .options
-            .keys()
-            .find(|k| !lifecycle.options.contains(&k.as_str()))
-        {
-            let known = if lifecycle.options.is_empty() {
-                "none".to_owned()
-            } else {
-                lifecycle.options.join(", ")
-            };
-            return invalid(format!(
-                "unknown {provider} option {key:?} (known: {known})"
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// Checks one label: see [`SandboxSpec::check`].
-pub(crate) fn check_label(key: &str, value: &str) -> Result<(), String> {
-    let key_ok = (1..=63).contains(&key.len())
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'));
-    if !key_ok {
-        return Err(format!(
-            "label key {key:?} must be 1-63 ASCII letters, digits or -_./"
-        ));
-    }
-    if value.len() > 255 || value.chars().any(char::is_control) {
-        return Err(format!(
-            "label {key:?}: the value must be at most 255 bytes without control characters"
-        ));
-    }
-    Ok(())
-}
+    options -> &BTreeMap<String, String> = ref(options);
+});
 
 impl fmt::Debug for SandboxSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -476,25 +287,6 @@ impl ListFilter {
         self.labels
             .iter()
             .all(|(k, v)| info.labels.get(k).is_some_and(|have| have == v))
-    }
-
-    /// Checks the filter before any I/O, as [`SandboxSpec::check`] checks labels.
-    pub fn check(&self, provider: &str, lifecycle: &LifecycleCapabilities) -> Result<(), Error> {
-        let fail = |e: Error| Err(e.with_provider(provider.to_owned()).with_operation("list"));
-        if !lifecycle.list {
-            return fail(Error::unsupported(format!(
-                "{provider} cannot list sandboxes"
-            )));
-        }
-        if !self.labels.is_empty() && !lifecycle.spec.labels {
-            return fail(Error::unsupported(format!("{provider} has no labels")));
-        }
-        for (key, value) in &self.labels {
-            if let Err(m) = check_label(key, value) {
-                return fail(Error::invalid_config(m));
-            }
-        }
-        Ok(())
     }
 }
 
@@ -556,39 +348,24 @@ impl SandboxInfo {
             name: None,
         }
     }
-
-    /// Sets the name.
-    #[must_use]
-    pub fn with_name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
-
-    /// Sets the labels.
-    #[must_use]
-    pub fn with_labels(mut self, labels: BTreeMap<String, String>) -> Self {
-        self.labels = labels;
-        self
-    }
-
-    /// Sets the state.
-    #[must_use]
-    pub fn with_state(mut self, state: SandboxState) -> Self {
-        self.state = state;
-        self
-    }
-
-    /// Sets the image.
-    #[must_use]
-    pub fn with_image(mut self, image: impl Into<String>) -> Self {
-        self.image = Some(image.into());
-        self
-    }
 }
+
+setters!(SandboxInfo {
+    /// Sets the name.
+    with_name(name: impl Into<String>) => name = Some(name.into());
+    /// Sets the labels.
+    with_labels(labels: BTreeMap<String, String>) => labels = labels;
+    /// Sets the state.
+    with_state(state: SandboxState) => state = state;
+    /// Sets the image.
+    with_image(image: impl Into<String>) => image = Some(image.into());
+});
 
 /// One sandbox: runs commands ([`Exec`], and [`ExecStream`](crate::ExecStream) through
 /// [`Exec::streaming`] where the adapter streams), knows its id, and is ended by an awaited
-/// [`close`](Sandbox::close). See the [module docs](self) for ownership.
+/// [`close`](Sandbox::close). A handle from [`Provider::create`] owns its sandbox (`close`
+/// destroys it), one from [`Provider::connect`] does not (`close` only releases what the handle
+/// holds); see [`Ownership`].
 ///
 /// An adapter implements [`id`](Sandbox::id), [`ownership`](Sandbox::ownership) and
 /// [`end`](Sandbox::end) (and [`release`](Sandbox::release) if its handle holds anything);
@@ -673,8 +450,8 @@ pub trait Provider: Send + Sync {
     /// Which lifecycle operations this provider has.
     fn lifecycle(&self) -> LifecycleCapabilities;
 
-    /// Creates a sandbox from `spec`; the handle owns it. `spec` is checked first
-    /// ([`SandboxSpec::check`]).
+    /// Creates a sandbox from `spec`; the handle owns it. `spec` is checked first (the adapter
+    /// kit's `Checks`).
     fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
         let _ = spec;
         unsupported(self.provider(), "create")
@@ -731,8 +508,8 @@ pub trait Provider: Send + Sync {
         unsupported(self.provider(), "resume")
     }
 
-    /// Snapshots the sandbox `id` (checked first with
-    /// [`StateCapabilities::check_snapshot`]): the snapshot and the state the source is in.
+    /// Snapshots the sandbox `id` (checked first against [`StateCapabilities`], with the adapter
+    /// kit's `StateChecks`): the snapshot and the state the source is in.
     fn snapshot<'a>(
         &'a self,
         id: &'a str,
@@ -773,7 +550,9 @@ pub trait Provider: Send + Sync {
     fn fork<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
         Box::pin(async move {
             let state = self.lifecycle().state;
-            let fork = state.check_fork(self.provider())?;
+            let fork = state
+                .fork
+                .ok_or_else(|| unsupported_error(self.provider(), "fork"))?;
             if fork.native {
                 return Err(unsupported_error(self.provider(), "fork"));
             }
@@ -923,206 +702,46 @@ impl Ownership {
     }
 }
 
-macro_rules! forward_provider {
-    ($($ty:ty),*) => {$(
-        impl<T: Provider + ?Sized> Provider for $ty {
-            fn provider(&self) -> &str {
-                (**self).provider()
-            }
-            fn capabilities(&self) -> Capabilities {
-                (**self).capabilities()
-            }
-            fn lifecycle(&self) -> LifecycleCapabilities {
-                (**self).lifecycle()
-            }
-            fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>> {
-                (**self).create(spec)
-            }
-            fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-                (**self).connect(id)
-            }
-            fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error> {
-                (**self).attach(id)
-            }
-            fn list<'a>(&'a self, filter: &'a ListFilter) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>> {
-                (**self).list(filter)
-            }
-            fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-                (**self).destroy(id)
-            }
-            fn pause<'a>(&'a self, id: &'a str, keep: Option<Kept>) -> BoxFuture<'a, Result<SandboxState, Error>> {
-                (**self).pause(id, keep)
-            }
-            fn resume<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-                (**self).resume(id)
-            }
-            fn snapshot<'a>(&'a self, id: &'a str, request: SnapshotRequest) -> BoxFuture<'a, Result<SnapshotOutcome, Error>> {
-                (**self).snapshot(id, request)
-            }
-            fn restore<'a>(&'a self, id: &'a str, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-                (**self).restore(id, snapshot)
-            }
-            fn list_snapshots<'a>(&'a self, source: Option<&'a str>) -> BoxFuture<'a, Result<Vec<SnapshotInfo>, Error>> {
-                (**self).list_snapshots(source)
-            }
-            fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>> {
-                (**self).delete_snapshot(snapshot)
-            }
-            fn fork<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>> {
-                (**self).fork(id)
-            }
-            fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>> {
-                (**self).expose(id, port)
-            }
-            fn exposed<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<ExposedPort>, Error>> {
-                (**self).exposed(id)
-            }
-            fn unexpose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<(), Error>> {
-                (**self).unexpose(id, port)
-            }
-        }
-    )*};
-}
+forward_pointers!(Provider {
+    fn provider(&self) -> &str;
+    fn capabilities(&self) -> Capabilities;
+    fn lifecycle(&self) -> LifecycleCapabilities;
+    fn create(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<Box<dyn Sandbox>, Error>>;
+    fn connect<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>>;
+    fn attach(&self, id: &str) -> Result<Box<dyn Sandbox>, Error>;
+    fn list<'a>(&'a self, filter: &'a ListFilter) -> BoxFuture<'a, Result<Vec<SandboxInfo>, Error>>;
+    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>>;
+    fn pause<'a>(&'a self, id: &'a str, keep: Option<Kept>)
+        -> BoxFuture<'a, Result<SandboxState, Error>>;
+    fn resume<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Error>>;
+    fn snapshot<'a>(&'a self, id: &'a str, request: SnapshotRequest)
+        -> BoxFuture<'a, Result<SnapshotOutcome, Error>>;
+    fn restore<'a>(&'a self, id: &'a str, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>>;
+    fn list_snapshots<'a>(&'a self, source: Option<&'a str>)
+        -> BoxFuture<'a, Result<Vec<SnapshotInfo>, Error>>;
+    fn delete_snapshot<'a>(&'a self, snapshot: &'a str) -> BoxFuture<'a, Result<(), Error>>;
+    fn fork<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Box<dyn Sandbox>, Error>>;
+    fn expose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<ExposedPort, Error>>;
+    fn exposed<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<ExposedPort>, Error>>;
+    fn unexpose<'a>(&'a self, id: &'a str, port: u16) -> BoxFuture<'a, Result<(), Error>>;
+});
 
-forward_provider!(&T, Box<T>, Arc<T>);
-
-macro_rules! forward_sandbox {
-    ($($ty:ty),*) => {$(
-        impl<T: Sandbox + ?Sized> Sandbox for $ty {
-            fn id(&self) -> &str {
-                (**self).id()
-            }
-            fn ownership(&self) -> &Ownership {
-                (**self).ownership()
-            }
-            fn end(&self) -> BoxFuture<'_, Result<(), Error>> {
-                (**self).end()
-            }
-            fn release(&self) -> BoxFuture<'_, Result<(), Error>> {
-                (**self).release()
-            }
-            fn owned(&self) -> bool {
-                (**self).owned()
-            }
-            fn set_owned(&self, owned: bool) {
-                (**self).set_owned(owned)
-            }
-            fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
-                (**self).close()
-            }
-            fn destroy(&self) -> BoxFuture<'_, Result<(), Error>> {
-                (**self).destroy()
-            }
-        }
-    )*};
-}
-
-forward_sandbox!(&T, Box<T>, Arc<T>);
+forward_pointers!(Sandbox {
+    fn id(&self) -> &str;
+    fn ownership(&self) -> &Ownership;
+    fn end(&self) -> BoxFuture<'_, Result<(), Error>>;
+    fn release(&self) -> BoxFuture<'_, Result<(), Error>>;
+    fn owned(&self) -> bool;
+    fn set_owned(&self, owned: bool);
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>>;
+    fn destroy(&self) -> BoxFuture<'_, Result<(), Error>>;
+});
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{Command, Exit, Output};
     use std::future::Future;
-
-    const SOME: LifecycleCapabilities = LifecycleCapabilities {
-        spec: SpecSupport {
-            image: true,
-            labels: true,
-            ..SpecSupport::NONE
-        },
-        options: &["region"],
-        ..LifecycleCapabilities::ALL_OPERATIONS
-    };
-
-    #[test]
-    fn an_unsupported_field_is_unsupported_and_named() {
-        let e = SandboxSpec::new()
-            .with_lifetime(Duration::from_secs(5))
-            .check("p", &SOME)
-            .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Unsupported);
-        assert!(e.message().contains("lifetime"), "{e}");
-        assert_eq!((e.provider(), e.operation()), ("p", "create"));
-        let e = SandboxSpec::new()
-            .with_env("A", "1")
-            .check("p", &SOME)
-            .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Unsupported);
-    }
-
-    #[test]
-    fn bad_values_and_unknown_options_are_invalid_config() {
-        let bad = [
-            SandboxSpec::new().with_label("", "x"),
-            SandboxSpec::new().with_label("a=b", "x"),
-            SandboxSpec::new().with_label("k", "line\nbreak"),
-            SandboxSpec::new().with_image(""),
-            SandboxSpec::new().with_option("zone", "x"),
-        ];
-        for spec in bad {
-            let e = spec.check("p", &SOME).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{spec:?}: {e}");
-        }
-        SandboxSpec::new()
-            .with_image("base")
-            .with_label("team", "a-b")
-            .with_option("region", "iad")
-            .check("p", &SOME)
-            .unwrap();
-    }
-
-    #[test]
-    fn no_create_means_unsupported_even_for_an_empty_spec() {
-        let e = SandboxSpec::new()
-            .check("ax", &LifecycleCapabilities::NONE)
-            .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Unsupported);
-    }
-
-    #[test]
-    fn snapshots_and_ports_in_a_spec_are_checked_against_the_state_capabilities() {
-        let e = SandboxSpec::new()
-            .with_snapshot("s1")
-            .check("p", &SOME)
-            .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Unsupported);
-        assert!(e.message().contains("snapshot"), "{e}");
-        let e = SandboxSpec::new()
-            .with_port(8080)
-            .check("p", &SOME)
-            .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Unsupported);
-        let with_state = LifecycleCapabilities {
-            state: StateCapabilities {
-                snapshot: Some(crate::SnapshotSupport::FILESYSTEM),
-                expose: Some(crate::ExposeSupport {
-                    when: crate::PortsWhen::AtCreate,
-                    auth: crate::PortAuth::None,
-                    list: true,
-                    unexpose: false,
-                    ports: (1, 65535),
-                    reserved: &[],
-                    only: None,
-                }),
-                ..StateCapabilities::NONE
-            },
-            ..SOME
-        };
-        SandboxSpec::new()
-            .with_snapshot("s1")
-            .with_port(8080)
-            .check("p", &with_state)
-            .unwrap();
-        for bad in [
-            SandboxSpec::new().with_snapshot("s1").with_image("base"),
-            SandboxSpec::new().with_snapshot(""),
-            SandboxSpec::new().with_port(0),
-        ] {
-            let e = bad.check("p", &with_state).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{bad:?}: {e}");
-        }
-    }
 
     #[test]
     fn debug_hides_env_values() {

@@ -5,6 +5,11 @@ use bytes::Bytes;
 /// There is no "unknown" variant: an adapter that cannot tell how a command ended returns an
 /// [`Error`](crate::Error) of kind [`Protocol`](crate::ErrorKind::Protocol), never a guess.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case", deny_unknown_fields)
+)]
 pub enum Exit {
     /// The command exited with this status (0..=255 on POSIX; some backends report 128+n for a
     /// signal, which stays a code).
@@ -93,6 +98,7 @@ impl Exit {
 
 /// Bytes dropped from each stream by a host-side output cap (0 when nothing was dropped).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Truncated {
     /// Bytes of stdout dropped.
     pub stdout: u64,

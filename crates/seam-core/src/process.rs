@@ -14,7 +14,7 @@
 //! - **Exact bytes from any offset.** stdout and stderr are each byte-exact and addressed by
 //!   absolute offsets from the command's start; the same offsets give the same bytes from
 //!   another process, after a disconnect or after the host restarted. Output the sandbox no
-//!   longer keeps is [`ErrorKind::Expired`](crate::ErrorKind::Expired) carrying the first
+//!   longer keeps is [`ErrorKind::Expired`] carrying the first
 //!   offsets still available ([`Error::retained_from`](crate::Error::retained_from)): never a
 //!   silent gap. The order **between** the two streams is not promised across a reattach.
 //! - **One exit, never guessed.** A followed stream ends with exactly one [`ProcessEvent::Exit`];
@@ -25,7 +25,7 @@
 //! - **Signals reach the group.** [`Signal`]s go to the command's process group, so its children
 //!   get them too.
 //! - **Typed handles.** A handle from another sandbox or another adapter, or a garbage token, is
-//!   [`ErrorKind::InvalidCommand`](crate::ErrorKind::InvalidCommand) before any I/O; a
+//!   [`ErrorKind::InvalidCommand`] before any I/O; a
 //!   well-formed handle with nothing behind it is [`NotFound`](crate::ErrorKind::NotFound).
 //!   Neither is ever an exit.
 //! - **Terminals.** A start with [`StartRequest::terminal`] runs the command on a terminal of
@@ -204,21 +204,14 @@ impl StartRequest {
             terminal: None,
         }
     }
-
-    /// Keeps stdin open for [`Processes::write_stdin`].
-    #[must_use]
-    pub fn open_stdin(mut self) -> StartRequest {
-        self.stdin = StdinMode::Open;
-        self
-    }
-
-    /// Asks for a terminal of `size` (refused until the adapter has terminals).
-    #[must_use]
-    pub fn terminal(mut self, size: TerminalSize) -> StartRequest {
-        self.terminal = Some(size);
-        self
-    }
 }
+
+setters!(StartRequest {
+    /// Keeps stdin open for [`Processes::write_stdin`].
+    open_stdin() => stdin = StdinMode::Open;
+    /// Asks for a terminal of `size` (refused until the adapter has terminals).
+    terminal(size: TerminalSize) => terminal = Some(size);
+});
 
 /// The answer to a start.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -634,50 +627,26 @@ pub trait Processes: Send + Sync {
     }
 }
 
-macro_rules! forward_processes {
-    ($($ty:ty),*) => {$(
-        impl<T: Processes + ?Sized> Processes for $ty {
-            fn process_capabilities(&self) -> ProcessCapabilities {
-                (**self).process_capabilities()
-            }
-            fn handle_for(&self, key: &StartKey) -> ProcessHandle {
-                (**self).handle_for(key)
-            }
-            fn start(&self, request: StartRequest) -> BoxFuture<'_, Result<Started, Error>> {
-                (**self).start(request)
-            }
-            fn read<'a>(&'a self, handle: &'a ProcessHandle, from: StreamOffsets) -> BoxFuture<'a, Result<ProcessRead, Error>> {
-                (**self).read(handle, from)
-            }
-            fn attach<'a>(&'a self, handle: &'a ProcessHandle, from: StreamOffsets) -> BoxFuture<'a, Result<ProcessStream<'a>, Error>> {
-                (**self).attach(handle, from)
-            }
-            fn write_stdin<'a>(&'a self, handle: &'a ProcessHandle, write: StdinWrite) -> BoxFuture<'a, Result<StdinState, Error>> {
-                (**self).write_stdin(handle, write)
-            }
-            fn signal<'a>(&'a self, handle: &'a ProcessHandle, signal: Signal) -> BoxFuture<'a, Result<(), Error>> {
-                (**self).signal(handle, signal)
-            }
-            fn wait<'a>(&'a self, handle: &'a ProcessHandle, within: Duration) -> BoxFuture<'a, Result<Waited, Error>> {
-                (**self).wait(handle, within)
-            }
-            fn status<'a>(&'a self, handle: &'a ProcessHandle) -> BoxFuture<'a, Result<ProcessInfo, Error>> {
-                (**self).status(handle)
-            }
-            fn list(&self) -> BoxFuture<'_, Result<Vec<ProcessInfo>, Error>> {
-                (**self).list()
-            }
-            fn release<'a>(&'a self, handle: &'a ProcessHandle) -> BoxFuture<'a, Result<(), Error>> {
-                (**self).release(handle)
-            }
-            fn resize<'a>(&'a self, handle: &'a ProcessHandle, size: TerminalSize) -> BoxFuture<'a, Result<(), Error>> {
-                (**self).resize(handle, size)
-            }
-        }
-    )*};
-}
-
-forward_processes!(&T, Box<T>, std::sync::Arc<T>);
+forward_pointers!(Processes {
+    fn process_capabilities(&self) -> ProcessCapabilities;
+    fn handle_for(&self, key: &StartKey) -> ProcessHandle;
+    fn start(&self, request: StartRequest) -> BoxFuture<'_, Result<Started, Error>>;
+    fn read<'a>(&'a self, handle: &'a ProcessHandle, from: StreamOffsets)
+        -> BoxFuture<'a, Result<ProcessRead, Error>>;
+    fn attach<'a>(&'a self, handle: &'a ProcessHandle, from: StreamOffsets)
+        -> BoxFuture<'a, Result<ProcessStream<'a>, Error>>;
+    fn write_stdin<'a>(&'a self, handle: &'a ProcessHandle, write: StdinWrite)
+        -> BoxFuture<'a, Result<StdinState, Error>>;
+    fn signal<'a>(&'a self, handle: &'a ProcessHandle, signal: Signal)
+        -> BoxFuture<'a, Result<(), Error>>;
+    fn wait<'a>(&'a self, handle: &'a ProcessHandle, within: Duration)
+        -> BoxFuture<'a, Result<Waited, Error>>;
+    fn status<'a>(&'a self, handle: &'a ProcessHandle) -> BoxFuture<'a, Result<ProcessInfo, Error>>;
+    fn list(&self) -> BoxFuture<'_, Result<Vec<ProcessInfo>, Error>>;
+    fn release<'a>(&'a self, handle: &'a ProcessHandle) -> BoxFuture<'a, Result<(), Error>>;
+    fn resize<'a>(&'a self, handle: &'a ProcessHandle, size: TerminalSize)
+        -> BoxFuture<'a, Result<(), Error>>;
+});
 
 #[cfg(test)]
 mod tests {

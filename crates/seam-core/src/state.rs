@@ -4,32 +4,14 @@
 //! Each provider declares what it has in [`StateCapabilities`] (the `state` field of its
 //! [`LifecycleCapabilities`](crate::LifecycleCapabilities)); the operations are
 //! [`Provider`](crate::Provider) methods by sandbox id, each defaulting to
-//! [`Unsupported`](crate::ErrorKind::Unsupported). The `check_*` methods refuse, before any I/O,
-//! an operation the provider does not have, a kind it cannot take, a destructive snapshot the
-//! caller did not opt into, and a port outside the provider's rule.
-//!
-//! ```
-//! use execseam_core::{Kept, SnapshotRequest, SourceAfter, StateCapabilities, SnapshotSupport, Scope};
-//!
-//! const STATE: StateCapabilities = StateCapabilities {
-//!     snapshot: Some(SnapshotSupport {
-//!         kinds: &[Kept::Filesystem],
-//!         scope: Scope::Root,
-//!         source_after: SourceAfter::Stopped,
-//!         ..SnapshotSupport::FILESYSTEM
-//!     }),
-//!     ..StateCapabilities::NONE
-//! };
-//! // A snapshot that stops the sandbox is refused unless the caller opts in.
-//! let e = STATE.check_snapshot("p", &SnapshotRequest::new()).unwrap_err();
-//! assert_eq!(e.kind(), execseam_core::ErrorKind::Unsupported);
-//! assert_eq!(STATE.check_snapshot("p", &SnapshotRequest::new().allow_stop(true)).unwrap(), Kept::Filesystem);
-//! ```
+//! [`Unsupported`](crate::ErrorKind::Unsupported). Adapters refuse, before any I/O, an operation
+//! the provider does not have, a kind it cannot take, a destructive snapshot the caller did not
+//! opt into ([`SnapshotRequest::allow_stop`]), and a port outside the provider's rule (the
+//! adapter kit's `StateChecks` does it).
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use crate::error::Error;
 use crate::lifecycle::SandboxState;
 
 /// What an operation keeps of a sandbox.
@@ -111,7 +93,8 @@ pub enum WhilePaused {
     /// The provider (or adapter) resumes the sandbox and the command runs.
     Resumes,
     /// A typed error at once: [`Conflict`](crate::ErrorKind::Conflict) with
-    /// [`Error::sandbox_state`] `Some(Paused)`, retry `Never`. Never a hang.
+    /// [`Error::sandbox_state`](crate::Error::sandbox_state) `Some(Paused)`, retry `Never`. Never
+    /// a hang.
     Refused,
 }
 
@@ -284,211 +267,6 @@ impl StateCapabilities {
         fork: None,
         expose: None,
     };
-
-    /// Checks a pause asking to keep `keep` (the default kind when `None`); returns the kind.
-    pub fn check_pause(&self, provider: &str, keep: Option<Kept>) -> Result<Kept, Error> {
-        let p = self.pause.ok_or_else(|| missing(provider, "pause"))?;
-        kind_of(provider, "pause", p.kinds, keep)
-    }
-
-    /// Checks a resume.
-    pub fn check_resume(&self, provider: &str) -> Result<(), Error> {
-        self.pause
-            .map(drop)
-            .ok_or_else(|| missing(provider, "resume"))
-    }
-
-    /// Checks a snapshot request; returns the kind it takes.
-    pub fn check_snapshot(&self, provider: &str, request: &SnapshotRequest) -> Result<Kept, Error> {
-        const OP: &str = "snapshot";
-        let s = self.snapshot.ok_or_else(|| missing(provider, OP))?;
-        let kind = kind_of(provider, OP, s.kinds, request.kind)?;
-        if request.name.is_some() && !s.named {
-            return Err(refused(provider, OP, "does not name snapshots"));
-        }
-        if let Some(name) = &request.name
-            && (name.is_empty() || name.len() > 255 || name.chars().any(char::is_control))
-        {
-            return Err(Error::invalid_config(format!(
-                "snapshot name {name:?} must be 1-255 bytes without control characters"
-            ))
-            .with_provider(provider.to_owned())
-            .with_operation(OP));
-        }
-        if request.ttl.is_some() && !s.ttl {
-            return Err(refused(provider, OP, "does not take a snapshot ttl"));
-        }
-        if request.never_expires && !s.never_expires {
-            return Err(refused(provider, OP, "cannot keep a snapshot forever"));
-        }
-        if request.never_expires && request.ttl.is_some() {
-            return Err(
-                Error::invalid_config("a snapshot ttl and never_expires together")
-                    .with_provider(provider.to_owned())
-                    .with_operation(OP),
-            );
-        }
-        if request.ttl == Some(Duration::ZERO) {
-            return Err(Error::invalid_config("a snapshot ttl of zero")
-                .with_provider(provider.to_owned())
-                .with_operation(OP));
-        }
-        if s.source_after.is_destructive() && !request.allow_stop {
-            return Err(refused(
-                provider,
-                OP,
-                &format!(
-                    "cannot snapshot without ending the sandbox's processes ({:?}); ask with allow_stop",
-                    s.source_after
-                ),
-            ));
-        }
-        Ok(kind)
-    }
-
-    /// Checks a restore in place.
-    pub fn check_restore(&self, provider: &str) -> Result<(), Error> {
-        match self.snapshot {
-            Some(s) if s.restore_in_place => Ok(()),
-            _ => Err(missing(provider, "restore")),
-        }
-    }
-
-    /// Checks a snapshot listing.
-    pub fn check_list_snapshots(&self, provider: &str) -> Result<(), Error> {
-        match self.snapshot {
-            Some(s) if s.list => Ok(()),
-            _ => Err(missing(provider, "list_snapshots")),
-        }
-    }
-
-    /// Checks a snapshot deletion.
-    pub fn check_delete_snapshot(&self, provider: &str, snapshot: &str) -> Result<(), Error> {
-        match self.snapshot {
-            Some(s) if s.delete => check_snapshot_id(provider, "delete_snapshot", snapshot),
-            _ => Err(missing(provider, "delete_snapshot")),
-        }
-    }
-
-    /// Checks a fork.
-    pub fn check_fork(&self, provider: &str) -> Result<ForkSupport, Error> {
-        self.fork.ok_or_else(|| missing(provider, "fork"))
-    }
-
-    /// Checks exposing `port`: the operation exists and the port is within the provider's rule
-    /// ([`InvalidConfig`](crate::ErrorKind::InvalidConfig) otherwise).
-    pub fn check_expose(&self, provider: &str, port: u16) -> Result<ExposeSupport, Error> {
-        let e = self.expose.ok_or_else(|| missing(provider, "expose"))?;
-        check_port(provider, "expose", &e, port)?;
-        Ok(e)
-    }
-
-    /// Checks listing exposed ports.
-    pub fn check_exposed(&self, provider: &str) -> Result<(), Error> {
-        match self.expose {
-            Some(e) if e.list => Ok(()),
-            _ => Err(missing(provider, "exposed")),
-        }
-    }
-
-    /// Checks unexposing `port`.
-    pub fn check_unexpose(&self, provider: &str, port: u16) -> Result<(), Error> {
-        match self.expose {
-            Some(e) if e.unexpose => check_port(provider, "unexpose", &e, port),
-            _ => Err(missing(provider, "unexpose")),
-        }
-    }
-
-    /// Checks the ports a spec declares at create (see [`SandboxSpec::check`](crate::SandboxSpec::check)).
-    pub(crate) fn check_spec_port(&self, provider: &str, port: u16) -> Result<(), Error> {
-        let e = self
-            .expose
-            .ok_or_else(|| refused(provider, "create", "does not expose ports"))?;
-        check_port(provider, "create", &e, port)
-    }
-}
-
-fn missing(provider: &str, operation: &'static str) -> Error {
-    Error::unsupported(format!("{provider} has no {operation}"))
-        .with_provider(provider.to_owned())
-        .with_operation(operation)
-}
-
-fn refused(provider: &str, operation: &'static str, why: &str) -> Error {
-    Error::unsupported(format!("{provider} {why}"))
-        .with_provider(provider.to_owned())
-        .with_operation(operation)
-}
-
-fn kind_of(
-    provider: &str,
-    operation: &'static str,
-    kinds: &[Kept],
-    asked: Option<Kept>,
-) -> Result<Kept, Error> {
-    match asked {
-        None => kinds
-            .first()
-            .copied()
-            .ok_or_else(|| missing(provider, operation)),
-        Some(k) if kinds.contains(&k) => Ok(k),
-        Some(k) => Err(refused(
-            provider,
-            operation,
-            &format!(
-                "cannot {operation} keeping {k} (it keeps: {})",
-                kinds
-                    .iter()
-                    .map(|k| k.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )),
-    }
-}
-
-fn check_port(
-    provider: &str,
-    operation: &'static str,
-    e: &ExposeSupport,
-    port: u16,
-) -> Result<(), Error> {
-    let bad = |why: String| {
-        Err(Error::invalid_config(why)
-            .with_provider(provider.to_owned())
-            .with_operation(operation))
-    };
-    if let Some(only) = e.only
-        && port != only
-    {
-        return bad(format!("{provider} exposes port {only} only, not {port}"));
-    }
-    if port < e.ports.0 || port > e.ports.1 {
-        return bad(format!(
-            "{provider} exposes ports {} to {}, not {port}",
-            e.ports.0, e.ports.1
-        ));
-    }
-    if e.reserved.contains(&port) {
-        return bad(format!("{provider} reserves port {port}"));
-    }
-    Ok(())
-}
-
-/// A snapshot id as the operations take it: not empty, no NUL, no line break, at most 1024 bytes.
-pub(crate) fn check_snapshot_id(
-    provider: &str,
-    operation: &'static str,
-    id: &str,
-) -> Result<(), Error> {
-    if id.is_empty() || id.len() > 1024 || id.contains(['\0', '\n', '\r']) {
-        return Err(
-            Error::invalid_config(format!("{id:?} is not a snapshot id"))
-                .with_provider(provider.to_owned())
-                .with_operation(operation),
-        );
-    }
-    Ok(())
 }
 
 /// What to snapshot: the kind, a name, a ttl, and the opt-in for a destructive snapshot.
@@ -514,42 +292,20 @@ impl SnapshotRequest {
     pub fn new() -> SnapshotRequest {
         SnapshotRequest::default()
     }
-
-    /// Asks for this kind.
-    #[must_use]
-    pub fn kind(mut self, kind: Kept) -> Self {
-        self.kind = Some(kind);
-        self
-    }
-
-    /// Names the snapshot.
-    #[must_use]
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
-
-    /// Keeps the snapshot this long.
-    #[must_use]
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
-        self
-    }
-
-    /// Keeps the snapshot until it is deleted (see [`never_expires`](Self::never_expires)).
-    #[must_use]
-    pub fn never_expires(mut self) -> Self {
-        self.never_expires = true;
-        self
-    }
-
-    /// Allows (or not) a snapshot that stops the sandbox or kills its processes.
-    #[must_use]
-    pub fn allow_stop(mut self, allow: bool) -> Self {
-        self.allow_stop = allow;
-        self
-    }
 }
+
+setters!(SnapshotRequest {
+    /// Asks for this kind.
+    kind(kind: Kept) => kind = Some(kind);
+    /// Names the snapshot.
+    name(name: impl Into<String>) => name = Some(name.into());
+    /// Keeps the snapshot this long.
+    ttl(ttl: Duration) => ttl = Some(ttl);
+    /// Keeps the snapshot until it is deleted (see [`never_expires`](Self::never_expires)).
+    never_expires() => never_expires = true;
+    /// Allows (or not) a snapshot that stops the sandbox or kills its processes.
+    allow_stop(allow: bool) => allow_stop = allow;
+});
 
 /// One snapshot, as [`Provider::snapshot`](crate::Provider::snapshot) and
 /// [`Provider::list_snapshots`](crate::Provider::list_snapshots) report it.
@@ -588,41 +344,24 @@ impl SnapshotInfo {
         }
     }
 
-    /// Sets the source sandbox.
-    #[must_use]
-    pub fn with_source(mut self, source: impl Into<String>) -> Self {
-        self.source = Some(source.into());
-        self
-    }
-
     /// Adds a name.
     #[must_use]
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.names.push(name.into());
         self
     }
-
-    /// Sets the creation time.
-    #[must_use]
-    pub fn with_created(mut self, at: SystemTime) -> Self {
-        self.created = Some(at);
-        self
-    }
-
-    /// Sets the expiry.
-    #[must_use]
-    pub fn with_expires(mut self, at: SystemTime) -> Self {
-        self.expires = Some(at);
-        self
-    }
-
-    /// Sets the size.
-    #[must_use]
-    pub fn with_size(mut self, bytes: u64) -> Self {
-        self.size_bytes = Some(bytes);
-        self
-    }
 }
+
+setters!(SnapshotInfo {
+    /// Sets the source sandbox.
+    with_source(source: impl Into<String>) => source = Some(source.into());
+    /// Sets the creation time.
+    with_created(at: SystemTime) => created = Some(at);
+    /// Sets the expiry.
+    with_expires(at: SystemTime) => expires = Some(at);
+    /// Sets the size.
+    with_size(bytes: u64) => size_bytes = Some(bytes);
+});
 
 /// What [`Provider::snapshot`](crate::Provider::snapshot) gives back.
 #[non_exhaustive]
@@ -709,136 +448,6 @@ impl ExposedPort {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorKind;
-
-    const ALL: StateCapabilities = StateCapabilities {
-        pause: Some(PauseSupport {
-            kinds: &[Kept::FilesystemAndMemory, Kept::Filesystem],
-            scope: Scope::Root,
-            while_paused: WhilePaused::Refused,
-            connect_resumes: true,
-        }),
-        snapshot: Some(SnapshotSupport {
-            named: true,
-            ..SnapshotSupport::FILESYSTEM
-        }),
-        fork: None,
-        expose: Some(ExposeSupport {
-            when: PortsWhen::AnyTime,
-            auth: PortAuth::None,
-            list: false,
-            unexpose: false,
-            ports: (1024, 65535),
-            reserved: &[3000],
-            only: None,
-        }),
-    };
-
-    #[test]
-    fn operations_not_declared_are_unsupported() {
-        let none = StateCapabilities::NONE;
-        for e in [
-            none.check_pause("p", None).unwrap_err(),
-            none.check_resume("p").unwrap_err(),
-            none.check_snapshot("p", &SnapshotRequest::new())
-                .unwrap_err(),
-            none.check_restore("p").unwrap_err(),
-            none.check_list_snapshots("p").unwrap_err(),
-            none.check_delete_snapshot("p", "s").unwrap_err(),
-            none.check_fork("p").unwrap_err(),
-            none.check_expose("p", 8080).unwrap_err(),
-            none.check_exposed("p").unwrap_err(),
-            none.check_unexpose("p", 8080).unwrap_err(),
-            ALL.check_fork("p").unwrap_err(),
-            ALL.check_restore("p").unwrap_err(),
-            ALL.check_unexpose("p", 8080).unwrap_err(),
-        ] {
-            assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
-            assert_eq!(e.provider(), "p");
-        }
-    }
-
-    #[test]
-    fn kinds_default_to_the_first_and_others_are_refused() {
-        assert_eq!(
-            ALL.check_pause("p", None).unwrap(),
-            Kept::FilesystemAndMemory
-        );
-        assert_eq!(
-            ALL.check_pause("p", Some(Kept::Filesystem)).unwrap(),
-            Kept::Filesystem
-        );
-        let e = ALL
-            .check_snapshot("p", &SnapshotRequest::new().kind(Kept::FilesystemAndMemory))
-            .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Unsupported);
-        assert!(e.message().contains("filesystem+memory"), "{e}");
-    }
-
-    #[test]
-    fn a_destructive_snapshot_needs_the_opt_in() {
-        let vercel = StateCapabilities {
-            snapshot: Some(SnapshotSupport {
-                source_after: SourceAfter::Stopped,
-                ..SnapshotSupport::FILESYSTEM
-            }),
-            ..StateCapabilities::NONE
-        };
-        let e = vercel
-            .check_snapshot("vercel", &SnapshotRequest::new())
-            .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Unsupported);
-        assert!(e.message().contains("allow_stop"), "{e}");
-        vercel
-            .check_snapshot("vercel", &SnapshotRequest::new().allow_stop(true))
-            .unwrap();
-    }
-
-    #[test]
-    fn names_ttls_and_ports_are_checked() {
-        let e = ALL
-            .check_snapshot("p", &SnapshotRequest::new().ttl(Duration::from_secs(5)))
-            .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Unsupported);
-        let e = ALL
-            .check_snapshot("p", &SnapshotRequest::new().name(""))
-            .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
-        ALL.check_snapshot("p", &SnapshotRequest::new().name("base"))
-            .unwrap();
-        // Never expiring: refused where not declared, and with a ttl where it is.
-        let e = ALL
-            .check_snapshot("p", &SnapshotRequest::new().never_expires())
-            .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
-        let forever = StateCapabilities {
-            snapshot: Some(SnapshotSupport {
-                ttl: true,
-                never_expires: true,
-                ..SnapshotSupport::FILESYSTEM
-            }),
-            ..StateCapabilities::NONE
-        };
-        forever
-            .check_snapshot("p", &SnapshotRequest::new().never_expires())
-            .unwrap();
-        let both = SnapshotRequest::new()
-            .never_expires()
-            .ttl(Duration::from_secs(86_400));
-        let e = forever.check_snapshot("p", &both).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
-        for port in [80, 3000] {
-            let e = ALL.check_expose("p", port).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{port}: {e}");
-        }
-        ALL.check_expose("p", 8080).unwrap();
-        let e = StateCapabilities::NONE
-            .check_delete_snapshot("p", "x")
-            .unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Unsupported);
-        let e = ALL.check_delete_snapshot("p", "a\nb").unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
-    }
 
     #[test]
     fn secrets_never_print() {

@@ -2,9 +2,11 @@
 //!
 //! The names are part of the contract: [`ErrorKind::as_str`] (`not-found`, `timeout-command`,
 //! …), [`Deadline::as_str`] and [`Retry::class`] never change for an existing value. With the
-//! `serde` feature, [`Output`], [`Exit`], [`Truncated`], [`PartialOutput`], [`ErrorKind`],
-//! [`Deadline`], [`Retry`], [`WireStatus`] and [`Error`] implement `serde::Serialize` (all but
-//! [`Error`] and [`PartialOutput`] also `Deserialize`) in these shapes:
+//! `serde` feature, [`Output`](crate::Output), [`Exit`](crate::Exit),
+//! [`Truncated`](crate::Truncated), [`PartialOutput`](crate::PartialOutput), [`ErrorKind`],
+//! [`Deadline`], [`Retry`], [`WireStatus`](crate::WireStatus) and [`Error`](crate::Error)
+//! implement `serde::Serialize` (all but `Error` and `PartialOutput` also `Deserialize`) in these
+//! shapes:
 //!
 //! | type | JSON |
 //! |---|---|
@@ -110,7 +112,7 @@ mod impls {
     use serde::ser::{SerializeMap, SerializeStruct, Serializer};
     use serde::{Deserialize, Serialize};
 
-    use crate::error::{Deadline, Error, ErrorKind, Retry, WireStatus};
+    use crate::error::{Deadline, Error, ErrorKind, Retry};
     use crate::output::{Exit, Output, PartialOutput, Truncated};
     use base64::Engine as _;
 
@@ -188,84 +190,6 @@ mod impls {
                 }),
                 other => Err(de::Error::custom(format!("unknown retry class {other:?}"))),
             }
-        }
-    }
-
-    #[derive(Serialize, Deserialize)]
-    #[serde(rename_all = "snake_case", deny_unknown_fields)]
-    enum ExitWire {
-        Code(i32),
-        Signal(i32),
-    }
-
-    impl Serialize for Exit {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            match *self {
-                Exit::Code(c) => ExitWire::Code(c),
-                Exit::Signal(n) => ExitWire::Signal(n),
-            }
-            .serialize(s)
-        }
-    }
-
-    impl<'de> Deserialize<'de> for Exit {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            Ok(match ExitWire::deserialize(d)? {
-                ExitWire::Code(c) => Exit::Code(c),
-                ExitWire::Signal(n) => Exit::Signal(n),
-            })
-        }
-    }
-
-    #[derive(Serialize, Deserialize)]
-    #[serde(rename_all = "snake_case")]
-    enum StatusWire {
-        Http(u16),
-        Grpc(i32),
-    }
-
-    impl Serialize for WireStatus {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            match *self {
-                WireStatus::Http(c) => StatusWire::Http(c),
-                WireStatus::Grpc(c) => StatusWire::Grpc(c),
-            }
-            .serialize(s)
-        }
-    }
-
-    impl<'de> Deserialize<'de> for WireStatus {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            Ok(match StatusWire::deserialize(d)? {
-                StatusWire::Http(c) => WireStatus::Http(c),
-                StatusWire::Grpc(c) => WireStatus::Grpc(c),
-            })
-        }
-    }
-
-    #[derive(Serialize, Deserialize)]
-    struct TruncatedWire {
-        stdout: u64,
-        stderr: u64,
-    }
-
-    impl Serialize for Truncated {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            TruncatedWire {
-                stdout: self.stdout,
-                stderr: self.stderr,
-            }
-            .serialize(s)
-        }
-    }
-
-    impl<'de> Deserialize<'de> for Truncated {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            let w = TruncatedWire::deserialize(d)?;
-            Ok(Truncated {
-                stdout: w.stdout,
-                stderr: w.stderr,
-            })
         }
     }
 
