@@ -15,11 +15,8 @@ use execseam_core::{
 use execseam_emulators::agentcore::eventstream;
 use execseam_emulators::agentcore::{AgentCoreFault, Exception, SessionStatus};
 use execseam_emulators::kit::Fault;
+use execseam_test_util::exec::{assert_error, command, sh};
 use serde_json::{Value, json};
-
-fn sh(script: &str) -> Command {
-    Command::new(["sh", "-c", script]).expect("valid")
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_adapter_starts_and_stops_its_session() {
@@ -35,11 +32,7 @@ async fn the_adapter_starts_and_stops_its_session() {
     exec.close().await.expect("stops");
     assert_eq!(emu.session_status(&sid), Some(SessionStatus::Terminated));
     let e = exec.exec(sh("true")).await.unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::NotFound, Retry::Never),
-        "{e}"
-    );
+    assert_error(&e, ErrorKind::NotFound, Retry::Never);
     assert_eq!(e.status(), Some(WireStatus::Http(404)));
     assert_eq!(e.code(), Some("ResourceNotFoundException"));
 
@@ -65,11 +58,7 @@ async fn no_duplicate(mode: ExecMode) {
         .exec(sh(&format!("echo x >> '{marker}'")))
         .await
         .unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::Internal, Retry::Unsafe),
-        "{e}"
-    );
+    assert_error(&e, ErrorKind::Internal, Retry::Unsafe);
     assert_eq!(e.status(), Some(WireStatus::Http(500)));
     assert_eq!(
         emu.count("exec") - before,
@@ -491,10 +480,7 @@ async fn captured_service_results_are_read_as_they_are() {
         .await
         .unwrap();
     assert_eq!(exec.id(), SID);
-    let out = exec
-        .exec(Command::new(["echo", "Hello world!"]).unwrap())
-        .await
-        .unwrap();
+    let out = exec.exec(command(["echo", "Hello world!"])).await.unwrap();
     assert_eq!(out, Output::new("Hello world!\r\n", "", Exit::Code(0)));
     assert_eq!(
         exec.read_file("data.txt").await.unwrap().as_ref(),

@@ -15,6 +15,7 @@ use execseam_core::{Command, ErrorKind, Event, Exec, Exit, Retry};
 use execseam_emulators::ax::AxEmulator;
 use execseam_emulators::{EmulatorOptions, Fault};
 use execseam_test_util::exec;
+use execseam_test_util::exec::{assert_error, command, sh, stream_of};
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
@@ -42,7 +43,7 @@ async fn raw(emu: &AxEmulator) -> ProcessServiceClient<Channel> {
     ProcessServiceClient::new(channel)
 }
 
-fn sh(script: &str) -> Vec<String> {
+fn sh_argv(script: &str) -> Vec<String> {
     vec!["sh".into(), "-c".into(), script.into()]
 }
 
@@ -287,7 +288,7 @@ async fn ax_exit_code_from_stdin() {
     let client = raw(&emu).await;
     let run = ax_exec(
         &client,
-        sh("read code; exit $code"),
+        sh_argv("read code; exit $code"),
         Some(input(&[b"7\n"])),
         None,
     )
@@ -309,7 +310,7 @@ async fn ax_exit_code_from_stdin() {
 async fn ax_without_stdin_reads_empty() {
     let emu = emulator().await;
     let client = raw(&emu).await;
-    let run = ax_exec(&client, sh("cat; echo done"), None, None).await;
+    let run = ax_exec(&client, sh_argv("cat; echo done"), None, None).await;
     assert_eq!((run.code, run.stdout.as_slice()), (0, &b"done\n"[..]));
 }
 
@@ -323,7 +324,7 @@ async fn ax_sigint_gives_130() {
         Duration::from_secs(20),
         ax_exec(
             &client,
-            sh("echo ready; cat"),
+            sh_argv("echo ready; cat"),
             Some(rx),
             Some((b"ready\n", Signal::Int)),
         ),
@@ -372,7 +373,7 @@ async fn a_stream_that_ends_without_the_exit_is_followed_by_polling() {
     let emu = emulator().await;
     emu.faults().arm("stream", Fault::CutBeforeExit);
     let out = adapter(&emu)
-        .exec(Command::new(["sh", "-c", "printf x; sleep 0.4; printf y >&2; exit 5"]).unwrap())
+        .exec(sh("printf x; sleep 0.4; printf y >&2; exit 5"))
         .await
         .unwrap();
     assert_eq!(
@@ -386,10 +387,7 @@ async fn a_stream_that_ends_without_the_exit_is_followed_by_polling() {
 async fn a_transient_unavailable_stream_is_retried() {
     let emu = emulator().await;
     emu.faults().arm("stream", Fault::Unavailable);
-    let out = adapter(&emu)
-        .exec(Command::new(["sh", "-c", "printf ok"]).unwrap())
-        .await
-        .unwrap();
+    let out = adapter(&emu).exec(sh("printf ok")).await.unwrap();
     assert_eq!((out.stdout.as_ref(), out.exit), (&b"ok"[..], Exit::Code(0)));
 }
 
@@ -399,7 +397,7 @@ async fn an_unobservable_process_is_an_error_never_an_exit_code() {
     // Every output stream of the process is cut before its exit: it cannot be observed.
     emu.faults().arm("exec", Fault::CutBeforeExit);
     let err = adapter(&emu)
-        .exec(Command::new(["sh", "-c", "printf partial; exit 1"]).unwrap())
+        .exec(sh("printf partial; exit 1"))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
@@ -412,32 +410,20 @@ async fn an_unobservable_process_is_an_error_never_an_exit_code() {
 async fn unavailable_before_the_start_is_safe_after_it_unsafe() {
     let emu = emulator().await;
     emu.faults().arm("exec", Fault::Unavailable);
-    let err = adapter(&emu)
-        .exec(Command::new(["true"]).unwrap())
-        .await
-        .unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::Unavailable, Retry::SAFE)
-    );
+    let err = adapter(&emu).exec(command(["true"])).await.unwrap_err();
+    assert_error(&err, ErrorKind::Unavailable, Retry::SAFE);
     // After the start, UNAVAILABLE on every stream: resumed, then given up, unsafe.
     emu.faults().add("stream=503@always".parse().unwrap());
-    let err = adapter(&emu)
-        .exec(Command::new(["true"]).unwrap())
-        .await
-        .unwrap_err();
+    let err = adapter(&emu).exec(command(["true"])).await.unwrap_err();
     emu.faults().clear();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::Unavailable, Retry::Unsafe)
-    );
+    assert_error(&err, ErrorKind::Unavailable, Retry::Unsafe);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn output_past_the_guest_limit_is_an_output_limit_error() {
     let emu = emulator().await;
     let err = adapter(&emu)
-        .exec(Command::new(["sh", "-c", "head -c 11000000 /dev/zero; exit 0"]).unwrap())
+        .exec(sh("head -c 11000000 /dev/zero; exit 0"))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::OutputLimit, "{err}");
@@ -450,10 +436,7 @@ async fn a_missing_program_is_127_and_a_missing_workdir_not_found() {
     let emu = emulator().await;
     let ax = adapter(&emu);
     // Under the detaching wrapper the shell looks the program up, as a local shell does.
-    let out = ax
-        .exec(Command::new(["execseam-nope"]).unwrap())
-        .await
-        .unwrap();
+    let out = ax.exec(command(["execseam-nope"])).await.unwrap();
     assert_eq!(out.exit, Exit::Code(127), "{out:?}");
     assert!(out.stdout.is_empty(), "{out:?}");
     assert!(
@@ -462,11 +445,7 @@ async fn a_missing_program_is_127_and_a_missing_workdir_not_found() {
     );
     // The guest checks the cwd before it starts anything (Go: fork/exec ...: ENOENT).
     let err = exec::in_missing_workdir(&ax, &["true"], "/workspace/nope").await;
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::NotFound, Retry::Never),
-        "{err}"
-    );
+    assert_error(&err, ErrorKind::NotFound, Retry::Never);
 }
 
 // ---- the detaching wrapper (defect 2 of issue 24) ----
@@ -501,13 +480,11 @@ async fn a_background_child_does_not_hold_the_exit() {
     assert!(took < Duration::from_secs(5), "took {took:?}");
     // The child still runs (detached from the exec, not killed), then a kill of it works.
     let alive = ax
-        .exec(Command::new(["sh", "-c", "kill -0 $(cat /workspace/bg.pid) && echo alive"]).unwrap())
+        .exec(sh("kill -0 $(cat /workspace/bg.pid) && echo alive"))
         .await
         .unwrap();
     assert_eq!(alive.stdout.as_ref(), b"alive\n", "{alive:?}");
-    ax.exec(Command::new(["sh", "-c", "kill $(cat /workspace/bg.pid)"]).unwrap())
-        .await
-        .unwrap();
+    ax.exec(sh("kill $(cat /workspace/bg.pid)")).await.unwrap();
 }
 
 /// The streaming path too: the exit event comes while the child runs.
@@ -515,12 +492,7 @@ async fn a_background_child_does_not_hold_the_exit() {
 async fn a_background_child_does_not_hold_the_stream() {
     let emu = emulator().await;
     let ax = adapter(&emu);
-    let mut stream = ax
-        .streaming()
-        .unwrap()
-        .exec_stream(Command::new(["sh", "-c", "sleep 30 & echo started"]).unwrap())
-        .await
-        .unwrap();
+    let mut stream = stream_of(&ax, sh("sleep 30 & echo started")).await;
     let mut events = Vec::new();
     let done = tokio::time::timeout(Duration::from_secs(10), async {
         while let Some(e) = stream.next().await {
@@ -551,31 +523,22 @@ async fn argv_stdin_and_status_are_exact_through_the_wrapper() {
     let out = ax.exec(Command::new(argv).unwrap()).await.unwrap();
     let want: String = odd.iter().map(|s| format!("[{s}]")).collect();
     assert_eq!(String::from_utf8_lossy(&out.stdout), want);
-    let out = ax
-        .exec(Command::new(["echo", "a\\tb"]).unwrap())
-        .await
-        .unwrap();
+    let out = ax.exec(command(["echo", "a\\tb"])).await.unwrap();
     assert_eq!(
         out.stdout.as_ref(),
         b"a\\tb\n",
         "the program, not the builtin"
     );
-    let out = ax
-        .exec(Command::new(["sh", "-c", "exit 201"]).unwrap())
-        .await
-        .unwrap();
+    let out = ax.exec(sh("exit 201")).await.unwrap();
     assert_eq!(out.exit, Exit::Code(201));
-    let out = ax
-        .exec(Command::new(["sh", "-c", "kill -9 $$"]).unwrap())
-        .await
-        .unwrap();
+    let out = ax.exec(sh("kill -9 $$")).await.unwrap();
     assert_eq!(out.exit, Exit::Code(137), "{out:?}");
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
     let out = exec::cat(&ax, &data).await;
     assert!(out.stdout == data, "{} bytes back", out.stdout.len());
     // The wrapper's variables do not reach the command.
     let out = ax
-        .exec(Command::new(["sh", "-c", "echo \"${d-unset}${o-unset}${s-unset}\""]).unwrap())
+        .exec(sh("echo \"${d-unset}${o-unset}${s-unset}\""))
         .await
         .unwrap();
     assert_eq!(out.stdout.as_ref(), b"unsetunsetunset\n");
@@ -659,7 +622,7 @@ async fn an_oversized_command_is_invalid_before_any_request() {
     let ax = on(AxConfig::new(), &dead.to_string());
     let secret = "s3cr3t-argv-".repeat(12_000);
     for cmd in [
-        Command::new(["echo", secret.as_str()]).unwrap(),
+        command(["echo", secret.as_str()]),
         Command::new(
             std::iter::once("echo".to_owned())
                 .chain((0..20).map(|_| "x".repeat(100_000)))
@@ -672,17 +635,13 @@ async fn an_oversized_command_is_invalid_before_any_request() {
             .unwrap(),
     ] {
         let err = ax.exec(cmd).await.unwrap_err();
-        assert_eq!(
-            (err.kind(), err.retry()),
-            (ErrorKind::InvalidCommand, Retry::Never),
-            "{err}"
-        );
+        assert_error(&err, ErrorKind::InvalidCommand, Retry::Never);
         assert!(!err.message().contains("s3cr3t"), "{err}");
         assert!(err.message().len() <= 1024, "{err}");
     }
     // Just under the limit is sent (and fails only because nobody listens).
     let err = ax
-        .exec(Command::new(["echo", &"y".repeat(100_000)]).unwrap())
+        .exec(command(["echo", &"y".repeat(100_000)]))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
@@ -694,12 +653,7 @@ async fn an_oversized_command_is_invalid_before_any_request() {
 async fn dropping_the_stream_kills_the_process_group() {
     let emu = emulator().await;
     let ax = adapter(&emu);
-    let mut stream = ax
-        .streaming()
-        .unwrap()
-        .exec_stream(Command::new(["sh", "-c", "echo started; sleep 30 & sleep 30; wait"]).unwrap())
-        .await
-        .unwrap();
+    let mut stream = stream_of(&ax, sh("echo started; sleep 30 & sleep 30; wait")).await;
     let first = stream.next().await.unwrap().unwrap();
     assert_eq!(first, Event::Stdout(Bytes::from_static(b"started\n")));
     assert_eq!(emu.primary().running(), 1);
@@ -727,13 +681,11 @@ async fn files_and_commands_share_the_workspace() {
         200_000
     );
     let out = ax
-        .exec(Command::new(["cat", "/workspace/d/f.bin"]).unwrap())
+        .exec(command(["cat", "/workspace/d/f.bin"]))
         .await
         .unwrap();
     assert_eq!(out.stdout, data);
-    ax.exec(Command::new(["sh", "-c", "printf made > /workspace/m.txt"]).unwrap())
-        .await
-        .unwrap();
+    ax.exec(sh("printf made > /workspace/m.txt")).await.unwrap();
     assert_eq!(
         ax.read_file("/workspace/m.txt").await.unwrap().as_ref(),
         b"made"
@@ -767,23 +719,13 @@ async fn the_target_actor_routes_to_its_own_guest() {
     emu.add_guest("team/other").unwrap();
     let a = adapter(&emu);
     let b = on(AxConfig::new().target_actor("team/other"), &emu.endpoint());
-    a.exec(Command::new(["sh", "-c", "printf a > /workspace/who"]).unwrap())
-        .await
-        .unwrap();
-    b.exec(Command::new(["sh", "-c", "printf b > /workspace/who"]).unwrap())
-        .await
-        .unwrap();
+    a.exec(sh("printf a > /workspace/who")).await.unwrap();
+    b.exec(sh("printf b > /workspace/who")).await.unwrap();
     assert_eq!(a.read_file("/workspace/who").await.unwrap().as_ref(), b"a");
     assert_eq!(b.read_file("/workspace/who").await.unwrap().as_ref(), b"b");
     let gone = on(AxConfig::new().target_actor("team/none"), &emu.endpoint());
-    let err = gone
-        .exec(Command::new(["true"]).unwrap())
-        .await
-        .unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::NotFound, Retry::Never)
-    );
+    let err = gone.exec(command(["true"])).await.unwrap_err();
+    assert_error(&err, ErrorKind::NotFound, Retry::Never);
 }
 
 /// A loopback TCP proxy to `target` that counts the connections it accepts.
@@ -817,15 +759,12 @@ async fn one_grpc_connection_serves_every_exec_and_file_call_of_a_guest() {
     let exec = on(AxConfig::new(), &addr);
     let clone = exec.clone();
     for i in 0..5 {
-        let out = exec
-            .exec(Command::new(sh(&format!("echo {i}"))).unwrap())
-            .await
-            .unwrap();
+        let out = exec.exec(sh(&format!("echo {i}"))).await.unwrap();
         assert_eq!(out.stdout, format!("{i}\n").as_bytes());
     }
     clone.write_file("one.txt", b"x".to_vec(), 0).await.unwrap();
     assert_eq!(&exec.read_file("one.txt").await.unwrap()[..], b"x");
-    clone.exec(Command::new(sh("true")).unwrap()).await.unwrap();
+    clone.exec(sh("true")).await.unwrap();
     assert_eq!(
         accepted.load(std::sync::atomic::Ordering::SeqCst),
         1,
@@ -841,7 +780,7 @@ async fn started(
     key: &str,
     script: &str,
 ) -> execseam_core::ProcessHandle {
-    let cmd = Command::new(["sh", "-c", script]).unwrap();
+    let cmd = sh(script);
     let key = execseam_core::StartKey::new(key).unwrap();
     p.start(execseam_core::StartRequest::new(key, cmd))
         .await
@@ -856,7 +795,7 @@ async fn a_process_start_whose_answer_is_lost_is_unsafe_and_never_runs() {
     let exec = adapter(&emu);
     let p = exec.processes().expect("native handles");
     let count = format!("/tmp/execseam-ax-lost-{}", std::process::id());
-    let once = Command::new(["sh", "-c", "echo x >>\"$1\"", "sh", &count]).unwrap();
+    let once = command(["sh", "-c", "echo x >>\"$1\"", "sh", &count]);
     let key = StartKey::new("lost").unwrap();
     // Call 1 is the registry's `mkdir`; call 2 the command's own StartProcess: its answer is
     // reset after the guest started it. The guest mints the id, so nothing can find it again.
@@ -870,26 +809,14 @@ async fn a_process_start_whose_answer_is_lost_is_unsafe_and_never_runs() {
     let h = p.handle_for(&key);
     assert_eq!(p.status(&h).await.unwrap().state, State::Unknown);
     let err = p.read(&h, StreamOffsets::ZERO).await.unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::Protocol, Retry::Never)
-    );
+    assert_error(&err, ErrorKind::Protocol, Retry::Never);
     // The command waits at its gate for an id that is never recorded: it did not run (the
     // gate gives up after 60 s, still without running it). Released, the key starts anew.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let out = exec
-        .exec(Command::new(["cat", &count]).unwrap())
-        .await
-        .unwrap();
+    let out = exec.exec(command(["cat", &count])).await.unwrap();
     assert_ne!(out.exit, Exit::Code(0), "nothing ran: {out:?}");
     p.release(&h).await.unwrap();
-    let s = p
-        .start(StartRequest::new(
-            key,
-            Command::new(["sh", "-c", "exit 3"]).unwrap(),
-        ))
-        .await
-        .unwrap();
+    let s = p.start(StartRequest::new(key, sh("exit 3"))).await.unwrap();
     assert!(s.fresh);
     assert_eq!(
         p.wait(&s.handle, Duration::from_secs(10)).await.unwrap(),
@@ -950,7 +877,7 @@ async fn a_process_the_guest_forgot_is_expired() {
     );
     // 101 processes that exit after it: the last one's start prunes it.
     for _ in 0..101 {
-        exec.exec(Command::new(["true"]).unwrap()).await.unwrap();
+        exec.exec(command(["true"])).await.unwrap();
     }
     let expired = |e: execseam_core::Error| assert_eq!(e.kind(), ErrorKind::Expired, "{e}");
     expired(p.read(&h, StreamOffsets::ZERO).await.unwrap_err());
@@ -1007,7 +934,7 @@ async fn the_guest_watchdog_is_a_command_timeout_never_an_exit() {
     };
     let (waited, one_shot) = tokio::join!(
         p.wait(&h, Duration::from_secs(20)),
-        exec.exec(Command::new(["sleep", "30"]).unwrap())
+        exec.exec(command(["sleep", "30"]))
     );
     timed_out(waited.unwrap_err());
     timed_out(one_shot.unwrap_err());
@@ -1059,7 +986,7 @@ async fn a_handle_beyond_the_guests_process_limit_is_rate_limited_and_never_runs
     // an exec right behind another may find all 10 taken for a moment.
     let start = |key: &str| {
         let (p, key) = (&p, StartKey::new(key).unwrap());
-        let cmd = Command::new(["sh", "-c", &script]).unwrap();
+        let cmd = sh(&script);
         async move {
             let mut tries = 0;
             loop {
@@ -1081,22 +1008,15 @@ async fn a_handle_beyond_the_guests_process_limit_is_rate_limited_and_never_runs
     }
     let ran = || async {
         let out = exec
-            .exec(Command::new(["sh", "-c", &format!("cat {marker} | wc -l")]).unwrap())
+            .exec(sh(&format!("cat {marker} | wc -l")))
             .await
             .unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     };
     assert_eq!(ran().await, "9");
-    let tenth = StartRequest::new(
-        StartKey::new("tenth").unwrap(),
-        Command::new(["sh", "-c", &script]).unwrap(),
-    );
+    let tenth = StartRequest::new(StartKey::new("tenth").unwrap(), sh(&script));
     let err = p.start(tenth).await.unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::RateLimited, Retry::SAFE),
-        "{err}"
-    );
+    assert_error(&err, ErrorKind::RateLimited, Retry::SAFE);
     assert!(
         err.to_string().contains("maximum concurrent processes"),
         "{err}"
@@ -1167,7 +1087,7 @@ async fn a_lost_stdin_answer_locks_stdin_and_a_refused_one_does_not() {
     let exec = adapter(&emu);
     let p = exec.processes().expect("native handles");
     let key = StartKey::new("stdin-lock").unwrap();
-    let cmd = Command::new(["cat"]).unwrap();
+    let cmd = command(["cat"]);
     let h = p
         .start(StartRequest::new(key, cmd).open_stdin())
         .await

@@ -12,15 +12,7 @@ use execseam_chrono::{ChronoConfig, ChronoExec, DurablePolicy};
 use execseam_core::{Command, Exec};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::chrono::{ChronoEmulator, ChronoOptions};
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
+use execseam_test_util::bench::{self, median, ms};
 
 async fn once(exec: &dyn Exec) -> Duration {
     let t = Instant::now();
@@ -33,17 +25,8 @@ async fn once(exec: &dyn Exec) -> Duration {
 }
 
 fn main() {
-    let scale: f64 = std::env::var("EXECSEAM_BENCH_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
-    let iterations = ((100.0 * scale) as usize).max(5);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    let iterations = bench::count(100, 5);
+    bench::runtime(Some(2)).block_on(async {
         let options = ChronoOptions {
             retry_after_secs: 0,
             phase_delay: Duration::ZERO,

@@ -13,9 +13,11 @@ use execseam_chrono::{
     ChronoConfig, ChronoExec, DurableClient, DurablePolicy, Operation, Terminal,
 };
 use execseam_chrono_contract::wire::{self, Completion, ExecuteRequest, Language, Status, codes};
-use execseam_core::{BoxFuture, Command, ErrorKind, Exec, Retry, WireStatus};
+use execseam_core::{BoxFuture, ErrorKind, Exec, Retry, WireStatus};
 use execseam_emulators::chrono::{ChronoEmulator, ChronoOptions};
 use execseam_emulators::{EmulatorOptions, Fault};
+use execseam_test_util::exec::{assert_error, command};
+use execseam_test_util::probe::processes_with;
 
 async fn emulator(options: ChronoOptions) -> ChronoEmulator {
     ChronoEmulator::start_with(EmulatorOptions::default(), options)
@@ -92,23 +94,6 @@ async fn until_running(client: &DurableClient, op: &mut Operation) {
         }
     }
     panic!("never running: {op:?}");
-}
-
-/// Host processes whose command line contains `marker` (the emulator shares the host's /proc).
-fn processes_with(marker: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline"))
-            && String::from_utf8_lossy(&cmd).contains(marker)
-            && pid != std::process::id()
-        {
-            found.push(pid);
-        }
-    }
-    found
 }
 
 async fn gone(marker: &str) -> bool {
@@ -368,7 +353,7 @@ async fn a_dropped_durable_exec_cancels_its_operation() {
     let chrono = ChronoExec::new(config(&emu, policy()).durable(true)).unwrap();
     assert!(chrono.capabilities().remote_kill);
     let m = marker();
-    let cmd = Command::new(["sleep", m.as_str()]).unwrap();
+    let cmd = command(["sleep", m.as_str()]);
     let r = tokio::time::timeout(Duration::from_millis(800), chrono.exec(cmd)).await;
     assert!(r.is_err(), "still running when dropped");
     assert!(
@@ -472,7 +457,7 @@ async fn a_program_longer_than_the_exchange_bound_completes_through_short_exchan
     // The same through the adapter's durable exec.
     let chrono = ChronoExec::new(config(&emu, bound).durable(true)).unwrap();
     let out = chrono
-        .exec(Command::new(["sh", "-c", "sleep 2; echo ok; exit 3"]).unwrap())
+        .exec(command(["sh", "-c", "sleep 2; echo ok; exit 3"]))
         .await
         .unwrap();
     assert_eq!(
@@ -519,10 +504,7 @@ async fn disabled_async_timeouts_and_vanished_sandboxes_are_typed() {
     assert!(matches!(t, Terminal::OutcomeUncertain { .. }), "{t:?}");
     // Through the adapter these are typed errors, never Ok.
     let chrono = ChronoExec::new(config(&emu, policy()).durable(true).timeout_secs(1)).unwrap();
-    let e = chrono
-        .exec(Command::new(["sleep", "5"]).unwrap())
-        .await
-        .unwrap_err();
+    let e = chrono.exec(command(["sleep", "5"])).await.unwrap_err();
     assert_eq!(
         (e.kind(), e.retry()),
         (
@@ -619,14 +601,8 @@ async fn tokens_never_reach_debug_or_errors() {
         assert!(!shown.contains(s), "{s} in {shown}");
     }
     emu.faults().arm("exec", Fault::AuthFailure);
-    let e = chrono
-        .exec(Command::new(["true"]).unwrap())
-        .await
-        .unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::Unauthenticated, Retry::Never)
-    );
+    let e = chrono.exec(command(["true"])).await.unwrap_err();
+    assert_error(&e, ErrorKind::Unauthenticated, Retry::Never);
     let shown = format!("{e} {e:?}");
     assert!(
         !shown.contains(secret) && !shown.contains(delegation),
@@ -639,10 +615,7 @@ async fn tokens_never_reach_debug_or_errors() {
             .via("us-code-alpha"),
     )
     .unwrap();
-    let e = dead
-        .exec(Command::new(["true"]).unwrap())
-        .await
-        .unwrap_err();
+    let e = dead.exec(command(["true"])).await.unwrap_err();
     let shown = format!("{e} {e:?}");
     assert!(
         !shown.contains("us-code-alpha") && !shown.contains(secret),

@@ -278,11 +278,12 @@ async fn the_idempotency_hash_covers_every_field() {
 /// error: the emulator reports the wrapper's death as 128 + 9, and the wrapper wrote no marker.
 #[tokio::test]
 async fn a_command_that_kills_its_whole_group_is_an_ambiguous_kill() {
-    use execseam_core::{Command, Exec as _};
+    use execseam_core::Exec as _;
+    use execseam_test_util::exec::command;
     let emu = emulator().await;
     let sync = ChronoExec::new(config(&emu)).unwrap();
     let out = sync
-        .exec(Command::new(["sh", "-c", "echo before; kill -9 0"]).unwrap())
+        .exec(command(["sh", "-c", "echo before; kill -9 0"]))
         .await
         .unwrap();
     assert!(out.exit.is_ambiguous_kill(), "{out:?}");
@@ -297,10 +298,11 @@ async fn a_command_that_kills_its_whole_group_is_an_ambiguous_kill() {
 /// `Code(143)`, the contract's ambiguous kill. docs/adapters/chrono.md and docs/contract.md §3.
 #[tokio::test]
 async fn a_signal_death_reads_as_the_wrappers_128_plus_n() {
-    use execseam_core::{Command, Exec as _, ExitClass};
+    use execseam_core::{Exec as _, ExitClass};
+    use execseam_test_util::exec::command;
     let emu = emulator().await;
     let sync = ChronoExec::new(config(&emu)).unwrap();
-    let run = |script: &'static str| sync.exec(Command::new(["sh", "-c", script]).unwrap());
+    let run = |script: &'static str| sync.exec(command(["sh", "-c", script]));
     let (segv, code, term) = tokio::join!(
         run("echo out; kill -SEGV $$"),
         run("exit 139"),

@@ -9,6 +9,7 @@ use execseam_cloudflare::{
 use execseam_core::{Command, Deadline, ErrorKind, Exec, Exit, Retry, Sandbox, SandboxSpec};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::cloudflare::CloudflareEmulator;
+use execseam_test_util::exec::{assert_error, command};
 
 async fn emulator() -> CloudflareEmulator {
     CloudflareEmulator::start(EmulatorOptions {
@@ -38,7 +39,7 @@ async fn the_bridge_timeout_is_a_command_timeout_with_the_partial_output() {
         let exec = create(config(&emu, mode).command_timeout(Duration::from_millis(700)))
             .await
             .unwrap();
-        let cmd = Command::new(["sh", "-c", "echo start; sleep 5"]).unwrap();
+        let cmd = command(["sh", "-c", "echo start; sleep 5"]);
         let err = exec.exec(cmd).await.unwrap_err();
         assert_eq!(
             err.kind(),
@@ -53,7 +54,7 @@ async fn the_bridge_timeout_is_a_command_timeout_with_the_partial_output() {
         );
         // A command's own exit 124 is a result.
         let own = exec
-            .exec(Command::new(["sh", "-c", "echo 'not the bridge' >&2; exit 124"]).unwrap())
+            .exec(command(["sh", "-c", "echo 'not the bridge' >&2; exit 124"]))
             .await
             .unwrap();
         assert_eq!(own.exit, Exit::Code(124));
@@ -64,33 +65,19 @@ async fn the_bridge_timeout_is_a_command_timeout_with_the_partial_output() {
 async fn a_replaced_container_is_not_found_and_attaching_without_the_check_works() {
     let emu = emulator().await;
     let exec = create(config(&emu, OutputMode::Streaming)).await.unwrap();
-    exec.exec(Command::new(["touch", "/workspace/state"]).unwrap())
+    exec.exec(command(["touch", "/workspace/state"]))
         .await
         .unwrap();
     let provider = CloudflareProvider::new(config(&emu, OutputMode::Streaming)).unwrap();
     let other = provider.connect(exec.id()).await.unwrap();
     Sandbox::destroy(&exec).await.unwrap();
     // The handle that destroyed it knows, without a request.
-    let err = exec
-        .exec(Command::new(["true"]).unwrap())
-        .await
-        .unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::NotFound, Retry::Never),
-        "{err}"
-    );
+    let err = exec.exec(command(["true"])).await.unwrap_err();
+    assert_error(&err, ErrorKind::NotFound, Retry::Never);
     assert!(err.message().contains("was destroyed"), "{err}");
     // Another handle finds its marker gone: the bridge gave the id a fresh container.
-    let err = other
-        .exec(Command::new(["true"]).unwrap())
-        .await
-        .unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::NotFound, Retry::Never),
-        "{err}"
-    );
+    let err = other.exec(command(["true"])).await.unwrap_err();
+    assert_error(&err, ErrorKind::NotFound, Retry::Never);
     assert!(err.message().contains("the workspace is gone"), "{err}");
     // The id itself works again, with a fresh workspace, for whoever attaches anew.
     let again = CloudflareProvider::new(config(&emu, OutputMode::Streaming).verify_sandbox(false))
@@ -98,7 +85,7 @@ async fn a_replaced_container_is_not_found_and_attaching_without_the_check_works
         .attach(exec.id())
         .expect("a handle");
     let out = again
-        .exec(Command::new(["ls", "/workspace/state"]).unwrap())
+        .exec(command(["ls", "/workspace/state"]))
         .await
         .unwrap();
     assert_ne!(out.exit, Exit::Code(0));
@@ -110,11 +97,7 @@ async fn credentials_and_limits_fail_before_any_command() {
     let err = create(CloudflareConfig::new(emu.base_url()).api_key("wrong"))
         .await
         .unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::Unauthenticated, Retry::Never),
-        "{err}"
-    );
+    assert_error(&err, ErrorKind::Unauthenticated, Retry::Never);
     assert_eq!(err.code(), Some("unauthorized"));
 
     let exec = create(config(&emu, OutputMode::Exact)).await.unwrap();
@@ -142,7 +125,7 @@ async fn exact_mode_removes_its_capture_files() {
     let emu = emulator().await;
     let exec = create(config(&emu, OutputMode::Exact)).await.unwrap();
     let out = exec
-        .exec(Command::new(["sh", "-c", "printf '\\377'; printf '\\000' >&2"]).unwrap())
+        .exec(command(["sh", "-c", "printf '\\377'; printf '\\000' >&2"]))
         .await
         .unwrap();
     assert_eq!(
@@ -187,7 +170,7 @@ async fn exact_mode_removes_its_capture_files() {
     // below points at nothing).
     let dir = std::env::temp_dir().join(format!("execseam-cf-snaps-{}", std::process::id()));
     let p = CloudflareProvider::new(config(&emu, OutputMode::Exact).snapshot_dir(&dir)).unwrap();
-    exec.exec(Command::new(["sh", "-c", "printf kept > /workspace/f"]).unwrap())
+    exec.exec(command(["sh", "-c", "printf kept > /workspace/f"]))
         .await
         .unwrap();
     let snap = p
@@ -208,10 +191,7 @@ async fn exact_mode_removes_its_capture_files() {
         .create(SandboxSpec::new().with_snapshot(snap.snapshot.id.clone()))
         .await
         .unwrap();
-    let got = made
-        .exec(Command::new(["cat", "/workspace/f"]).unwrap())
-        .await
-        .unwrap();
+    let got = made.exec(command(["cat", "/workspace/f"])).await.unwrap();
     assert_eq!(got.stdout.as_ref(), b"kept");
     made.close().await.unwrap();
     p.delete_snapshot(&snap.snapshot.id).await.unwrap();
@@ -280,7 +260,7 @@ async fn a_terminal_has_its_workdir_and_env_and_belongs_to_its_handle() {
 
     // Attached: no signal reaches the command (not a group leader under the recording script):
     // refused before any request, and the terminal runs on to the end it is typed.
-    let read = Command::new(["sh", "-c", "read s; exit \"$s\""]).unwrap();
+    let read = command(["sh", "-c", "read s; exit \"$s\""]);
     let h = p
         .start(StartRequest::new(StartKey::new("tty4").unwrap(), read).terminal(size))
         .await
@@ -306,7 +286,7 @@ async fn a_terminal_has_its_workdir_and_env_and_belongs_to_its_handle() {
         .attach(Sandbox::id(&first))
         .unwrap();
     let rp = recorder.processes().unwrap();
-    let sleeper = Command::new(["sleep", "100"]).unwrap();
+    let sleeper = command(["sleep", "100"]);
     let h = rp
         .start(StartRequest::new(StartKey::new("tty5").unwrap(), sleeper).terminal(size))
         .await
@@ -322,7 +302,7 @@ async fn a_terminal_has_its_workdir_and_env_and_belongs_to_its_handle() {
     drop(recorder);
 
     let sleep = execseam_test_util::probe::unique_sleep();
-    let long = Command::new(["sh", "-c", "echo up; exec sleep \"$0\"", &sleep]).unwrap();
+    let long = command(["sh", "-c", "echo up; exec sleep \"$0\"", &sleep]);
     let h = p
         .start(StartRequest::new(StartKey::new("tty3").unwrap(), long).terminal(size))
         .await

@@ -14,6 +14,7 @@ use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider, ExecRoute, T
 use execseam_emulators::daytona::DaytonaEmulator;
 use execseam_emulators::{EmulatorOptions, Fault};
 use execseam_test_util::exec;
+use execseam_test_util::exec::{alive_or_gone, command, sh, stream_of, until_gone};
 
 async fn setup() -> (DaytonaEmulator, DaytonaExec) {
     let emu = DaytonaEmulator::start(EmulatorOptions::default())
@@ -35,10 +36,6 @@ fn config(emu: &DaytonaEmulator) -> DaytonaConfig {
         .exec_route(ExecRoute::Session)
 }
 
-fn sh(script: &str) -> Command {
-    Command::new(["sh", "-c", script]).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_files_api_round_trips_and_shares_the_filesystem_with_commands() {
     let (emu, exec) = setup().await;
@@ -57,7 +54,7 @@ async fn the_files_api_round_trips_and_shares_the_filesystem_with_commands() {
         data
     );
     let out = exec
-        .exec(Command::new(["cat", &format!("{dir}/sub/b.txt")]).unwrap())
+        .exec(command(["cat", &format!("{dir}/sub/b.txt")]))
         .await
         .unwrap();
     assert_eq!(out.stdout.as_ref(), b"one\nhello two\n");
@@ -262,15 +259,13 @@ async fn a_background_child_outlives_its_exec_until_the_sandbox_handle_closes() 
     // Closing the connected handle deletes its pool's sessions (not the sandbox): the child
     // ends with its session, as the daemon's session delete terminates the process tree.
     exec.close().await.unwrap();
-    let until = Instant::now() + Duration::from_secs(15);
-    loop {
-        let o = owner.exec(sh(&alive)).await.unwrap();
-        if o.stdout.as_ref() == b"gone\n" {
-            break;
-        }
-        assert!(Instant::now() < until, "the child outlived its session");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until_gone(
+        &owner,
+        &alive,
+        Duration::from_secs(15),
+        "the child outlived its session",
+    )
+    .await;
     owner.close().await.unwrap();
 }
 
@@ -337,7 +332,7 @@ trait StreamHelper {
 
 impl StreamHelper for DaytonaExec {
     async fn exec_stream_helper(&self, c: Command) -> Vec<u8> {
-        let s = self.streaming().unwrap().exec_stream(c).await.unwrap();
+        let s = stream_of(&self, c).await;
         s.collect().await.unwrap().stdout.to_vec()
     }
 }
@@ -358,16 +353,9 @@ async fn dropping_an_exec_deletes_its_session_and_kills_the_command() {
         assert!(Instant::now() < until, "the session was not deleted");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let check = format!("kill -0 \"$(cat {pidfile})\" 2>/dev/null && echo alive || echo gone");
-    let until = Instant::now() + Duration::from_secs(15);
-    loop {
-        let o = exec.exec(sh(&check)).await.unwrap();
-        if o.stdout.as_ref() == b"gone\n" {
-            break;
-        }
-        assert!(Instant::now() < until, "the command outlived its session");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let kept = "the command outlived its session";
+    let within = Duration::from_secs(15);
+    until_gone(&exec, &alive_or_gone(&pidfile), within, kept).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -409,12 +397,11 @@ async fn a_session_that_ends_mid_command_is_an_unsafe_error_not_a_result() {
 async fn streaming_delivers_output_before_the_command_ends() {
     let (_emu, exec) = setup().await;
     let started = Instant::now();
-    let mut s = exec
-        .streaming()
-        .unwrap()
-        .exec_stream(sh("printf first; sleep 3; printf second >&2; exit 4"))
-        .await
-        .unwrap();
+    let mut s = stream_of(
+        &exec,
+        sh("printf first; sleep 3; printf second >&2; exit 4"),
+    )
+    .await;
     let first = s.next().await.unwrap().unwrap();
     assert_eq!(first, Event::Stdout("first".into()));
     assert!(
@@ -436,12 +423,7 @@ async fn streaming_delivers_output_before_the_command_ends() {
 async fn a_cut_log_stream_is_an_error() {
     let (emu, exec) = setup().await;
     emu.faults().arm("exec", Fault::CutBeforeExit);
-    let stream = exec
-        .streaming()
-        .unwrap()
-        .exec_stream(sh("printf before; sleep 1; printf after"))
-        .await
-        .unwrap();
+    let stream = stream_of(&exec, sh("printf before; sleep 1; printf after")).await;
     let err = stream.collect().await.unwrap_err();
     assert!(
         matches!(err.kind(), ErrorKind::Protocol | ErrorKind::Unavailable),
@@ -521,10 +503,7 @@ async fn a_terminal_is_the_commands_alone_and_ends_with_its_handle() {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     assert_eq!(text, "v=s3cr3t 30 90\r\n", "the command's terminal alone");
-    let listed = exec
-        .exec(Command::new(["sh", "-c", "ls -a /tmp"]).unwrap())
-        .await
-        .unwrap();
+    let listed = exec.exec(sh("ls -a /tmp")).await.unwrap();
     assert!(
         !String::from_utf8_lossy(&listed.stdout).contains(".execseam-"),
         "the script and env files are removed: {listed:?}"

@@ -10,6 +10,7 @@ use execseam_daytona::{DaytonaConfig, DaytonaExec, DaytonaProvider};
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::daytona::DaytonaEmulator;
 use execseam_test_util::exec;
+use execseam_test_util::exec::{alive_or_gone, command, sh, until_gone};
 
 async fn setup(
     config: impl FnOnce(DaytonaConfig) -> DaytonaConfig,
@@ -25,10 +26,6 @@ async fn setup(
     .await
     .unwrap();
     (emu, exec)
-}
-
-fn sh(script: &str) -> Command {
-    Command::new(["sh", "-c", script]).unwrap()
 }
 
 /// What the adapter left in the temp directory: the prefixes of frame files
@@ -61,7 +58,7 @@ const OWN_PREFIX: &str = "own=$(readlink /proc/$$/fd/1); printf %s \"${own%.o}\"
 /// `prefix` are gone (the removal runs in the background), and at most a batch is left.
 async fn removed_by_a_later_batch(exec: &DaytonaExec, prefix: &str) {
     for _ in 0..33 {
-        exec.exec(Command::new(["true"]).unwrap()).await.unwrap();
+        exec.exec(command(["true"])).await.unwrap();
     }
     let until = Instant::now() + Duration::from_secs(3);
     loop {
@@ -96,7 +93,7 @@ async fn an_exec_is_one_request_with_the_streams_apart_and_exact() {
     assert_eq!(emu.toolbox_requests() - before, 2, "upload + execute");
     assert_eq!(o.stdout.as_ref(), b"in\0put");
     // A command that reads stdin without any gets EOF (not the rest of the daemon's script).
-    let o = exec.exec(Command::new(["cat"]).unwrap()).await.unwrap();
+    let o = exec.exec(command(["cat"])).await.unwrap();
     assert_eq!(o.stdout.as_ref(), b"");
     let first = exec.exec(sh(OWN_PREFIX)).await.unwrap().stdout;
     let first = String::from_utf8(first.to_vec()).unwrap();
@@ -134,16 +131,9 @@ async fn dropping_an_exec_kills_its_command() {
         format!("echo $$ > {pidfile}; {OWN_PREFIX} > {prefixfile}; sleep 3; touch {marker}");
     let r = tokio::time::timeout(Duration::from_secs(1), exec.exec(sh(&script))).await;
     assert!(r.is_err(), "the command was still running");
-    let check = format!("kill -0 \"$(cat {pidfile})\" 2>/dev/null && echo alive || echo gone");
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        let o = exec.exec(sh(&check)).await.unwrap();
-        if o.stdout.as_ref() == b"gone\n" {
-            break;
-        }
-        assert!(Instant::now() < until, "the dropped command kept running");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let kept = "the dropped command kept running";
+    let within = Duration::from_secs(10);
+    until_gone(&exec, &alive_or_gone(&pidfile), within, kept).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let o = exec
         .exec(sh(&format!(

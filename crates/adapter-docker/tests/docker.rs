@@ -16,12 +16,9 @@ use execseam_core::{
 use execseam_docker::{DockerConfig, DockerExec, Mode};
 use execseam_layers::ExecExt;
 use execseam_test_util::exec;
+use execseam_test_util::exec::{assert_error, command, sh, stream_of};
 use execseam_test_util::probe::many_64_kib_args as inspect;
 use support::{Destroy, config, containers, engine, provider, sweep, warm_with};
-
-fn sh(script: &str) -> Command {
-    Command::new(["sh", "-c", script]).expect("valid")
-}
 
 async fn warm(suite: &str) -> (DockerExec, Destroy) {
     sweep(suite).await;
@@ -112,7 +109,7 @@ async fn exits_125_126_127_are_results_and_engine_failures_are_errors() {
         }
         // A missing program is the shell's 127, with the runtime's message.
         let o = exec
-            .exec(Command::new(["execseam-no-such-program"]).unwrap())
+            .exec(command(["execseam-no-such-program"]))
             .await
             .unwrap();
         assert_eq!(o.exit, Exit::Code(127));
@@ -217,12 +214,7 @@ async fn gone_within(exec: &DockerExec, needle: &str, limit: Duration) {
 async fn a_killed_exec_leaves_no_process() {
     let (w, _g) = warm("kill").await;
     // Dropping a stream after its first chunk.
-    let mut s = w
-        .streaming()
-        .unwrap()
-        .exec_stream(sh("echo started; exec sleep 987"))
-        .await
-        .unwrap();
+    let mut s = stream_of(&w, sh("echo started; exec sleep 987")).await;
     assert_eq!(
         s.next().await.unwrap().unwrap(),
         Event::Stdout("started\n".into())
@@ -274,12 +266,7 @@ async fn a_per_call_container_never_outlives_its_exec() {
         "left after an error"
     );
 
-    let mut s = p
-        .streaming()
-        .unwrap()
-        .exec_stream(sh("echo started; exec sleep 60"))
-        .await
-        .unwrap();
+    let mut s = stream_of(&p, sh("echo started; exec sleep 60")).await;
     assert!(matches!(s.next().await, Some(Ok(Event::Stdout(_)))));
     assert_eq!(containers(suite, Mode::PerCall).await.len(), 1);
     drop(s);
@@ -408,11 +395,7 @@ async fn the_engine_stopping_mid_exec_is_an_error() {
     // With the service gone, nothing is sent: safe to retry once it is back.
     let _ = std::fs::remove_file(&sock);
     let e = w.exec(sh("true")).await.unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::Unavailable, Retry::SAFE),
-        "{e}"
-    );
+    assert_error(&e, ErrorKind::Unavailable, Retry::SAFE);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -424,21 +407,13 @@ async fn a_dead_engine_is_unavailable_and_safe_to_retry() {
         .exec(sh("true"))
         .await
         .unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::Unavailable, Retry::SAFE),
-        "{e}"
-    );
+    assert_error(&e, ErrorKind::Unavailable, Retry::SAFE);
     for mode in [Mode::Warm, Mode::PerCall] {
         let e = provider(&c.clone().mode(mode))
             .create(SandboxSpec::new())
             .await
             .unwrap_err();
-        assert_eq!(
-            (e.kind(), e.retry()),
-            (ErrorKind::Unavailable, Retry::SAFE),
-            "{e}"
-        );
+        assert_error(&e, ErrorKind::Unavailable, Retry::SAFE);
     }
     let e = provider(&c).list(&ListFilter::new()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
@@ -728,12 +703,7 @@ async fn ended_and_abandoned_execs_leave_no_engine_process() {
         let e = guarded.exec(sh("exec sleep 982")).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Timeout(Deadline::Command));
     }
-    let mut s = w
-        .streaming()
-        .unwrap()
-        .exec_stream(sh("echo started; exec sleep 981"))
-        .await
-        .unwrap();
+    let mut s = stream_of(&w, sh("echo started; exec sleep 981")).await;
     assert!(matches!(s.next().await, Some(Ok(Event::Stdout(_)))));
     drop(s);
     gone_within(&w, "sleep 98", Duration::from_secs(5)).await;

@@ -13,6 +13,7 @@ use execseam_emulators::Fault;
 use execseam_emulators::RecordedRequest;
 use execseam_emulators::e2b::{E2bEmulator, StreamFault};
 use execseam_test_util::exec;
+use execseam_test_util::exec::{assert_error, command, sh, stream_of};
 use execseam_tools_protocol::native::{GlobRequest, NativeRequest, records};
 
 async fn create(config: E2bConfig) -> Result<E2bExec, execseam_core::Error> {
@@ -21,10 +22,6 @@ async fn create(config: E2bConfig) -> Result<E2bExec, execseam_core::Error> {
 
 async fn connect(config: E2bConfig, id: &str) -> Result<E2bExec, execseam_core::Error> {
     E2bProvider::new(config)?.connect(id).await
-}
-
-fn sh(script: &str) -> Command {
-    Command::new(["sh", "-c", script]).unwrap()
 }
 
 fn requests(emu: &E2bEmulator, path: &str) -> Vec<RecordedRequest> {
@@ -90,7 +87,7 @@ async fn the_wire_matches_the_sdk() {
     assert_eq!(requests(&emu, "/process.Process/CloseStdin").len(), 1);
     // Without stdin nothing is sent after the start.
     let before = emu.requests().len();
-    exec.exec(Command::new(["true"]).unwrap()).await.unwrap();
+    exec.exec(command(["true"])).await.unwrap();
     let after: Vec<_> = emu.requests()[before..]
         .iter()
         .map(|r| r.path.clone())
@@ -151,16 +148,9 @@ async fn the_sandbox_lifetime_running_out_is_told_apart_from_a_killed_sandbox() 
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(emu.kill_sandbox(&id));
     let err = running.await.unwrap().unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::NotFound, Retry::Never),
-        "{err}"
-    );
+    assert_error(&err, ErrorKind::NotFound, Retry::Never);
     let err = exec.exec(sh("true")).await.unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::NotFound, Retry::Never)
-    );
+    assert_error(&err, ErrorKind::NotFound, Retry::Never);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -172,11 +162,7 @@ async fn an_in_stream_error_after_the_start_is_unsafe_and_the_process_is_killed(
         message: "error sending data event: broken".into(),
     });
     let err = exec.exec(sh("sleep 30")).await.unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::Internal, Retry::Unsafe),
-        "{err}"
-    );
+    assert_error(&err, ErrorKind::Internal, Retry::Unsafe);
     assert_eq!(err.code(), Some("internal"));
     no_process_left(&emu, exec.id()).await;
 
@@ -194,11 +180,7 @@ async fn a_stream_without_an_end_event_is_a_protocol_error_never_an_exit() {
     let exec = create(config(&emu)).await.unwrap();
     emu.arm_stream_fault(StreamFault::NoEndEvent);
     let err = exec.exec(sh("printf out; exit 4")).await.unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::Protocol, Retry::Unsafe),
-        "{err}"
-    );
+    assert_error(&err, ErrorKind::Protocol, Retry::Unsafe);
     assert_eq!(&err.partial().unwrap().stdout[..], b"out");
 }
 
@@ -206,12 +188,7 @@ async fn a_stream_without_an_end_event_is_a_protocol_error_never_an_exit() {
 async fn dropping_a_stream_kills_the_process() {
     let emu = emulator().await;
     let exec = create(config(&emu)).await.unwrap();
-    let mut stream = exec
-        .streaming()
-        .unwrap()
-        .exec_stream(sh("echo up; exec sleep 60"))
-        .await
-        .unwrap();
+    let mut stream = stream_of(&exec, sh("echo up; exec sleep 60")).await;
     let first = stream.next().await.unwrap().unwrap();
     assert_eq!(first, execseam_core::Event::Stdout("up\n".into()));
     assert_eq!(emu.processes(exec.id()).len(), 1);
@@ -268,10 +245,7 @@ async fn files_users_and_the_control_plane() {
     let out = exec.exec(sh("cat /home/user/a/b.txt")).await.unwrap();
     assert_eq!(&out.stdout[..], b"hello");
     let err = exec.read_file("/home/user/nope").await.unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::NotFound, Retry::Never)
-    );
+    assert_error(&err, ErrorKind::NotFound, Retry::Never);
     let entries = exec.list_dir("/home/user", 2).await.unwrap();
     let paths: Vec<_> = entries.iter().map(|e| e.path.as_str()).collect();
     assert!(paths.contains(&"/home/user/a/b.txt"), "{paths:?}");
@@ -304,10 +278,7 @@ async fn files_users_and_the_control_plane() {
         .await
         .expect("a second destroy finds nothing and is Ok");
     let err = exec.exec(sh("true")).await.unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::NotFound, Retry::Never)
-    );
+    assert_error(&err, ErrorKind::NotFound, Retry::Never);
 
     // Connecting to a sandbox that does not exist.
     let err = connect(c.clone(), "inope").await.unwrap_err();
@@ -328,10 +299,7 @@ async fn files_users_and_the_control_plane() {
     assert_eq!(err.retry(), Retry::Unsafe);
     emu.faults().arm("create", Fault::AuthFailure);
     let err = create(c.clone()).await.unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::Unauthenticated, Retry::Never)
-    );
+    assert_error(&err, ErrorKind::Unauthenticated, Retry::Never);
     // An empty key or a bad URL never reaches the network.
     let err = E2bProvider::new(E2bConfig::new("")).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
@@ -544,12 +512,7 @@ async fn kills_reach_background_children_and_pipeline_members() {
 
     // A dropped stream.
     let token = unique_sleep();
-    let stream = exec
-        .streaming()
-        .unwrap()
-        .exec_stream(family(&token))
-        .await
-        .unwrap();
+    let stream = stream_of(&exec, family(&token)).await;
     wait_started(token.clone()).await;
     drop(stream);
     let left = gone_within(&token, Duration::from_secs(5)).await;
@@ -574,7 +537,7 @@ async fn an_oversized_command_is_refused_before_any_request() {
     assert_eq!(starts(), before + 2, "one probe, then the command");
     let big = "secret-".repeat(10 << 20 >> 3);
     for cmd in [
-        Command::new(["echo", big.as_str()]).unwrap(),
+        command(["echo", big.as_str()]),
         Command::builder(["true"])
             .env("A", "x".repeat(200 << 10))
             .build()
@@ -590,11 +553,7 @@ async fn an_oversized_command_is_refused_before_any_request() {
                 .await
                 .unwrap_err(),
         ] {
-            assert_eq!(
-                (err.kind(), err.retry()),
-                (ErrorKind::InvalidCommand, Retry::Never),
-                "{err}"
-            );
+            assert_error(&err, ErrorKind::InvalidCommand, Retry::Never);
             assert!(err.to_string().len() < 400, "{err}");
             assert!(!err.to_string().contains("secret"), "{err}");
         }

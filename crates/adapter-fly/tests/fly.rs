@@ -9,6 +9,7 @@ use execseam_core::{
 use execseam_emulators::fly::{FlyEmulator, FlyOptions, TimeoutMode};
 use execseam_emulators::{EmulatorOptions, Fault};
 use execseam_fly::{FlyConfig, FlyExec, FlyProvider};
+use execseam_test_util::exec::{assert_error, sh};
 
 const TOKEN: &str = "fm2_lJPECAAAAAAAAMx6xBDH";
 
@@ -40,10 +41,6 @@ fn on(config: FlyConfig, id: &str) -> FlyExec {
         .expect("a handle")
 }
 
-fn sh(script: &str) -> Command {
-    Command::new(["sh", "-c", script]).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn ensure_started_starts_and_suspend_suspends_the_machine() {
     let emu = emulator(FlyOptions {
@@ -56,11 +53,7 @@ async fn ensure_started_starts_and_suspend_suspends_the_machine() {
 
     emu.stop_machine(&m);
     let e = fly.exec(sh("true")).await.unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::Conflict, Retry::Never),
-        "{e}"
-    );
+    assert_error(&e, ErrorKind::Conflict, Retry::Never);
     assert_eq!(e.status(), Some(WireStatus::Http(412)));
     // The 412 says nothing of the state: the adapter reads it from the machine.
     assert_eq!(e.sandbox_state(), Some(SandboxState::Stopped), "{e}");
@@ -110,11 +103,7 @@ async fn a_lease_held_elsewhere_is_a_conflict_and_the_holder_passes() {
         .acquire_lease("someone@else.example", Duration::from_secs(60));
     let fly = adapter(&emu, |c| c);
     let e = fly.exec(sh("true")).await.unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::Conflict, Retry::SAFE),
-        "{e}"
-    );
+    assert_error(&e, ErrorKind::Conflict, Retry::SAFE);
     assert!(e.message().contains("lease currently held"), "{e}");
     let holder = adapter(&emu, |c| c.lease_nonce(nonce));
     assert!(holder.exec(sh("true")).await.unwrap().exit.success());
@@ -144,11 +133,7 @@ async fn the_output_limit_is_output_limit() {
     let fly = adapter(&emu, |c| c);
     // 4 MiB of NULs: 6 bytes each once JSON-escaped (\u0000), over the 10 MiB response limit.
     let e = fly.exec(sh("head -c 4194304 /dev/zero")).await.unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::OutputLimit, Retry::Unsafe),
-        "{e}"
-    );
+    assert_error(&e, ErrorKind::OutputLimit, Retry::Unsafe);
     // Below the limit the output is exact.
     let o = fly
         .exec(sh("head -c 2097152 /dev/zero | tr '\\0' x"))
@@ -212,10 +197,7 @@ async fn tokens_are_sent_as_fly_go_sends_them() {
         m.id(),
     );
     let e = bad.exec(sh("true")).await.unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::Unauthenticated, Retry::Never)
-    );
+    assert_error(&e, ErrorKind::Unauthenticated, Retry::Never);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -9,6 +9,7 @@ use execseam_emulator_kubernetes::{
 };
 use execseam_kubernetes::{KubernetesConfig, KubernetesProvider, Mode, Protocol, TerminalMode};
 use execseam_test_util::exec;
+use execseam_test_util::exec::sh;
 
 async fn emulator(options: KubernetesOptions) -> KubernetesEmulator {
     KubernetesEmulator::start_with(EmulatorOptions::default(), options)
@@ -24,10 +25,6 @@ fn config(emu: &KubernetesEmulator) -> KubernetesConfig {
         .warm_pool(WARM_POOL)
         .template(TEMPLATE)
         .ready_timeout(Duration::from_secs(60))
-}
-
-fn sh(s: &str) -> Command {
-    Command::new(["sh", "-c", s]).unwrap()
 }
 
 /// The provider lists no sandbox.

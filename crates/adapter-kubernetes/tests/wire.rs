@@ -8,6 +8,7 @@ use std::time::Duration;
 use execseam_core::{Command, ErrorKind, Exec, Exit, Provider, Retry, Sandbox, SandboxSpec};
 use execseam_kubernetes::{KubernetesConfig, KubernetesProvider, Protocol};
 use execseam_test_util::exec;
+use execseam_test_util::exec::{assert_error, command, sh, stream_of};
 use fake::{Fake, Fault, POD};
 
 fn provider(
@@ -26,10 +27,6 @@ fn provider(
 
 fn pod_mode(c: KubernetesConfig) -> KubernetesConfig {
     c.mode(execseam_kubernetes::Mode::Pod).image("busybox")
-}
-
-fn sh(script: &str) -> Command {
-    Command::new(["sh", "-c", script]).unwrap()
 }
 
 #[tokio::test]
@@ -98,25 +95,17 @@ async fn a_socket_without_a_status_is_an_error_never_an_exit() {
     let s = p.attach(POD).unwrap();
     fake.with(|s| s.fault = Some(Fault::NoStatus));
     let e = s.exec(sh("printf partial")).await.unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::Unavailable, Retry::Unsafe),
-        "{e}"
-    );
+    assert_error(&e, ErrorKind::Unavailable, Retry::Unsafe);
     assert_eq!(&e.partial().unwrap().stdout[..], b"partial");
     fake.with(|s| s.fault = Some(Fault::BadStatus));
     let e = s.exec(sh("true")).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
     fake.with(|s| s.fault = Some(Fault::Internal));
     let e = s.exec(sh("true")).await.unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::Internal, Retry::Unsafe),
-        "{e}"
-    );
+    assert_error(&e, ErrorKind::Internal, Retry::Unsafe);
     fake.with(|s| s.fault = None);
     let e = s
-        .exec(Command::new(["execseam-no-such-program"]).unwrap())
+        .exec(command(["execseam-no-such-program"]))
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
@@ -126,11 +115,7 @@ async fn a_socket_without_a_status_is_an_error_never_an_exit() {
         .exec(sh("true"))
         .await
         .unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::NotFound, Retry::Never),
-        "{e}"
-    );
+    assert_error(&e, ErrorKind::NotFound, Retry::Never);
 }
 
 #[tokio::test]
@@ -247,11 +232,7 @@ async fn the_claim_lifecycle() {
         .create(SandboxSpec::new().with_image("missing-pool"))
         .await
         .unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::NotFound, Retry::Never),
-        "{e}"
-    );
+    assert_error(&e, ErrorKind::NotFound, Retry::Never);
     assert!(e.message().contains("WarmPoolNotFound"), "{e}");
     assert!(fake.with(|s| s.claims.is_empty()));
     // Bad labels are refused before any request.
@@ -277,11 +258,7 @@ async fn an_error_answer_longer_than_the_quote_is_still_the_status() {
         .exec(sh("true"))
         .await
         .unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::NotFound, Retry::Never),
-        "{e}"
-    );
+    assert_error(&e, ErrorKind::NotFound, Retry::Never);
     assert!(fake.with(|s| {
         s.requests
             .iter()
@@ -294,12 +271,7 @@ async fn streaming_delivers_frames_then_one_exit() {
     let fake = Fake::start().await;
     let p = provider(&fake, pod_mode);
     let s = p.attach(POD).unwrap();
-    let mut st = s
-        .streaming()
-        .unwrap()
-        .exec_stream(sh("echo a; sleep 0.2; echo b >&2; exit 4"))
-        .await
-        .unwrap();
+    let mut st = stream_of(&s, sh("echo a; sleep 0.2; echo b >&2; exit 4")).await;
     let mut events = Vec::new();
     while let Some(e) = st.next().await {
         events.push(e.unwrap());

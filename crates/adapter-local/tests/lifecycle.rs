@@ -4,6 +4,7 @@ use execseam_core::{
     Command, ErrorKind, Exec, ListFilter, Provider, Sandbox, SandboxSpec, SandboxState,
 };
 use execseam_local::{LocalConfig, LocalExec, LocalProvider};
+use execseam_test_util::exec::command;
 
 fn provider(root: &std::path::Path) -> LocalProvider {
     LocalProvider::new(LocalConfig::new().sandbox_root(root)).unwrap()
@@ -71,9 +72,9 @@ async fn create_exec_connect_list_destroy() {
     assert_eq!(sh(&a, "cat f").await.unwrap(), "data");
 
     a.close().await.unwrap();
-    let e = a.exec(Command::new(["true"]).unwrap()).await.unwrap_err();
+    let e = a.exec(command(["true"])).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
-    let e = b.exec(Command::new(["true"]).unwrap()).await.unwrap_err();
+    let e = b.exec(command(["true"])).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
     // Destroy is idempotent, through the handle and the provider.
     Sandbox::destroy(&a).await.unwrap();

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use execseam_core::{Command, ErrorKind, Event, Exec, Exit};
 use execseam_local::{LocalConfig, LocalExec};
+use execseam_test_util::exec::{assert_error, command, stream_of};
 
 fn alive(pid: &str) -> bool {
     std::path::Path::new(&format!("/proc/{}", pid.trim())).exists()
@@ -27,10 +28,7 @@ async fn gone_within(pid: &str, limit: Duration) -> bool {
 async fn the_host_environment_does_not_leak_into_commands() {
     // cargo sets CARGO_PKG_NAME for this test process; a command must not see it.
     assert!(std::env::var("CARGO_PKG_NAME").is_ok());
-    let out = LocalExec::new()
-        .exec(Command::new(["env"]).unwrap())
-        .await
-        .unwrap();
+    let out = LocalExec::new().exec(command(["env"])).await.unwrap();
     let env = String::from_utf8(out.stdout.to_vec()).unwrap();
     assert!(!env.contains("CARGO_PKG_NAME="), "{env}");
     assert!(env.lines().any(|l| l.starts_with("PATH=")), "{env}");
@@ -60,8 +58,8 @@ async fn the_host_environment_does_not_leak_into_commands() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_stream_kills_the_whole_process_group() {
     let exec = LocalExec::new();
-    let cmd = Command::new(["sh", "-c", "sleep 300 & echo $!; wait"]).unwrap();
-    let mut stream = exec.streaming().unwrap().exec_stream(cmd).await.unwrap();
+    let cmd = command(["sh", "-c", "sleep 300 & echo $!; wait"]);
+    let mut stream = stream_of(&exec, cmd).await;
     let pid = match stream.next().await {
         Some(Ok(Event::Stdout(b))) => String::from_utf8(b.to_vec()).unwrap(),
         other => panic!("want the grandchild's pid first, got {other:?}"),
@@ -83,7 +81,7 @@ async fn dropping_an_exec_future_kills_the_whole_process_group() {
     let exec = LocalExec::new();
     let r = tokio::time::timeout(
         Duration::from_millis(500),
-        exec.exec(Command::new(["sh", "-c", &script]).unwrap()),
+        exec.exec(command(["sh", "-c", &script])),
     )
     .await;
     assert!(r.is_err(), "the command cannot have finished");
@@ -117,7 +115,7 @@ async fn a_background_child_holding_the_pipes_does_not_hang_the_exec() {
     let exec = LocalExec::with_config(LocalConfig::new().drain_timeout(Duration::from_millis(200)));
     let started = Instant::now();
     let out = exec
-        .exec(Command::new(["sh", "-c", "sleep 30 & echo hi"]).unwrap())
+        .exec(command(["sh", "-c", "sleep 30 & echo hi"]))
         .await
         .unwrap();
     assert!(
@@ -132,30 +130,20 @@ async fn a_background_child_holding_the_pipes_does_not_hang_the_exec() {
 #[tokio::test]
 async fn not_found_and_not_executable_are_127_and_126() {
     let exec = LocalExec::new();
-    let out = exec
-        .exec(Command::new(["/nonexistent/execseam"]).unwrap())
-        .await
-        .unwrap();
+    let out = exec.exec(command(["/nonexistent/execseam"])).await.unwrap();
     assert_eq!(out.exit, Exit::Code(127));
     assert!(String::from_utf8_lossy(&out.stderr).contains("command not found"));
 
     let file = std::env::temp_dir().join(format!("execseam-not-exec-{}", std::process::id()));
     std::fs::write(&file, "#!/bin/sh\necho never\n").unwrap();
-    let out = exec
-        .exec(Command::new([file.to_str().unwrap()]).unwrap())
-        .await
-        .unwrap();
+    let out = exec.exec(command([file.to_str().unwrap()])).await.unwrap();
     assert_eq!(out.exit, Exit::Code(126));
     assert!(out.stdout.is_empty());
     let _ = std::fs::remove_file(file);
 
     // The streaming path gives the same answer.
-    let out = exec
-        .streaming()
-        .unwrap()
-        .exec_stream(Command::new(["/nonexistent/execseam"]).unwrap())
+    let out = stream_of(&exec, command(["/nonexistent/execseam"]))
         .await
-        .unwrap()
         .collect()
         .await
         .unwrap();
@@ -183,15 +171,7 @@ async fn with_a_launcher_the_wrapper_enters_the_workdir_and_reports_a_missing_on
         .unwrap();
     let err = exec.exec(missing.clone()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound);
-    let err = exec
-        .streaming()
-        .unwrap()
-        .exec_stream(missing)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap_err();
+    let err = stream_of(&exec, missing).await.collect().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
 
     // A command an adapter wrapped itself keeps its own wrapper's failure as its output.
@@ -213,28 +193,12 @@ async fn with_a_launcher_the_wrapper_enters_the_workdir_and_reports_a_missing_on
         out.stderr
             .starts_with(execseam_adapter_kit::degrade::WRAPPER_MARK.as_bytes())
     );
-    let streamed = exec
-        .streaming()
-        .unwrap()
-        .exec_stream(inner)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let streamed = stream_of(&exec, inner).await.collect().await.unwrap();
     assert_eq!(streamed, out);
 
     // Held-back stderr that only looks like the wrapper's is released with the exit.
-    let cmd = Command::new(["sh", "-c", "printf 'execseam-launcher: mine' >&2; exit 3"]).unwrap();
-    let out = exec
-        .streaming()
-        .unwrap()
-        .exec_stream(cmd)
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let cmd = command(["sh", "-c", "printf 'execseam-launcher: mine' >&2; exit 3"]);
+    let out = stream_of(&exec, cmd).await.collect().await.unwrap();
     assert_eq!(
         (out.stderr.as_ref(), out.exit),
         (&b"execseam-launcher: mine"[..], Exit::Code(3))
@@ -244,7 +208,7 @@ async fn with_a_launcher_the_wrapper_enters_the_workdir_and_reports_a_missing_on
 #[tokio::test]
 async fn signals_are_reported_as_signals() {
     let out = LocalExec::new()
-        .exec(Command::new(["sh", "-c", "kill -INT $$"]).unwrap())
+        .exec(command(["sh", "-c", "kill -INT $$"]))
         .await
         .unwrap();
     assert_eq!(out.exit, Exit::Signal(2));
@@ -257,7 +221,7 @@ async fn commands_start_with_default_signal_dispositions() {
     // commands it runs must still die from SIGINT.
     if std::env::var_os("EXECSEAM_NESTED_SIGINT").is_some() {
         let out = LocalExec::new()
-            .exec(Command::new(["sh", "-c", "kill -INT $$; echo survived"]).unwrap())
+            .exec(command(["sh", "-c", "kill -INT $$; echo survived"]))
             .await
             .unwrap();
         assert_eq!(out.exit, Exit::Signal(2), "{out:?}");
@@ -307,7 +271,7 @@ async fn an_oversized_command_is_invalid_and_never_retried() {
     let exec = LocalExec::new();
     let secret = "secret-".repeat(3 << 20 >> 3);
     for cmd in [
-        Command::new(["echo", secret.as_str()]).unwrap(),
+        command(["echo", secret.as_str()]),
         Command::new(vec!["x".repeat(64 << 10); 64]).unwrap(),
         Command::builder(["true"])
             .env("BIG", "y".repeat(200 << 10))
@@ -315,11 +279,7 @@ async fn an_oversized_command_is_invalid_and_never_retried() {
             .unwrap(),
     ] {
         let e = exec.exec(cmd).await.unwrap_err();
-        assert_eq!(
-            (e.kind(), e.retry()),
-            (ErrorKind::InvalidCommand, Retry::Never),
-            "{e}"
-        );
+        assert_error(&e, ErrorKind::InvalidCommand, Retry::Never);
         assert!(e.message().contains("too large"), "{e}");
         assert!(!e.to_string().contains("secret"), "{e}");
     }
@@ -333,15 +293,8 @@ async fn an_oversized_command_is_invalid_and_never_retried() {
     let launched = LocalExec::with_config(
         LocalConfig::new().launcher(["env", &format!("PAD={}", "p".repeat(200 << 10))]),
     );
-    let e = launched
-        .exec(Command::new(["true"]).unwrap())
-        .await
-        .unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::InvalidCommand, Retry::Never),
-        "{e}"
-    );
+    let e = launched.exec(command(["true"])).await.unwrap_err();
+    assert_error(&e, ErrorKind::InvalidCommand, Retry::Never);
     assert!(e.to_string().len() <= 1200, "{}", e.to_string().len());
 }
 
@@ -356,7 +309,7 @@ async fn a_host_deadline_bounds_process_calls_not_the_detached_command() {
     let guarded = LocalExec::new().with_deadline(limit);
     let p = guarded.processes().unwrap();
     let key = StartKey::new(format!("deadline-{}", std::process::id())).unwrap();
-    let cmd = Command::new(["sh", "-c", "sleep 1; echo done"]).unwrap();
+    let cmd = command(["sh", "-c", "sleep 1; echo done"]);
     let h = p.start(StartRequest::new(key, cmd)).await.unwrap().handle;
     let started = Instant::now();
     assert_eq!(

@@ -13,6 +13,7 @@ use execseam_emulators::{EmulatorOptions, Fault, FaultRule};
 use execseam_layers::ExecExt;
 use execseam_modal::{ModalConfig, ModalExec, ModalProvider, is_v1_sandbox_id};
 use execseam_modal_proto::api;
+use execseam_test_util::exec::{alive_or_gone, command, sh};
 
 async fn emulator() -> ModalEmulator {
     ModalEmulator::start(EmulatorOptions::default())
@@ -32,10 +33,6 @@ fn provider(emu: &ModalEmulator) -> ModalProvider {
 
 async fn create(emu: &ModalEmulator) -> ModalExec {
     provider(emu).create(SandboxSpec::new()).await.unwrap()
-}
-
-fn sh(script: &str) -> Command {
-    Command::new(["sh", "-c", script]).unwrap()
 }
 
 async fn stdout(exec: &ModalExec, script: &str) -> String {
@@ -302,12 +299,7 @@ async fn the_exec_timeout_is_enforced_by_modal() {
     assert!(started.elapsed() < Duration::from_secs(5));
     let partial = e.take_partial().expect("partial output");
     assert_eq!(partial.stdout.as_ref(), b"started\n");
-    let alive = exec
-        .exec(sh(
-            "kill -0 \"$(cat /root/pid)\" 2>/dev/null && echo alive || echo gone",
-        ))
-        .await
-        .unwrap();
+    let alive = exec.exec(sh(&alive_or_gone("/root/pid"))).await.unwrap();
     assert_eq!(alive.stdout.as_ref(), b"gone\n");
 
     // None configured: the host's deadline (a library user's `WithDeadline`; `mcp`'s
@@ -322,11 +314,7 @@ async fn the_exec_timeout_is_enforced_by_modal() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Timeout(Deadline::Command), "{e}");
     assert!(e.message().contains("Modal killed the command"), "{e}");
-    let alive = stdout(
-        &plain,
-        "kill -0 \"$(cat /root/pid)\" 2>/dev/null && echo alive || echo gone",
-    )
-    .await;
+    let alive = stdout(&plain, &alive_or_gone("/root/pid")).await;
     assert_eq!(alive, "gone\n");
 }
 
@@ -355,10 +343,7 @@ async fn a_file_without_the_execute_bit_is_permission_denied_and_never_ran() {
         .await
         .unwrap();
     assert_eq!(o.exit, Exit::Code(0));
-    let e = exec
-        .exec(Command::new(["/tmp/noexec"]).unwrap())
-        .await
-        .unwrap_err();
+    let e = exec.exec(command(["/tmp/noexec"])).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
     assert_eq!(e.retry(), Retry::Never, "{e}");
     assert!(e.message().contains("Permission denied"), "{e}");

@@ -9,6 +9,7 @@ use execseam_emulators::northflank::{
 };
 use execseam_northflank::{NorthflankConfig, NorthflankProvider, Target};
 use execseam_test_util::exec;
+use execseam_test_util::exec::{assert_error, command};
 
 async fn setup() -> (NorthflankEmulator, NorthflankConfig) {
     let options = EmulatorOptions {
@@ -64,7 +65,7 @@ async fn connect_only_lifecycle() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported);
     svc.close().await.unwrap();
-    let out = svc.exec(Command::new(["true"]).unwrap()).await.unwrap();
+    let out = svc.exec(command(["true"])).await.unwrap();
     assert_eq!(
         out.exit,
         Exit::Code(0),
@@ -93,7 +94,7 @@ async fn exit_codes_as_numbers_or_strings_stdin_and_a_job() {
         emu.set_options(|o| o.exit_code = mode);
         for code in [0, 3, 255] {
             let out = svc
-                .exec(Command::new(["sh", "-c", &format!("exit {code}")]).unwrap())
+                .exec(command(["sh", "-c", &format!("exit {code}")]))
                 .await
                 .unwrap();
             assert_eq!(out.exit, Exit::Code(code), "{mode:?}");
@@ -128,10 +129,7 @@ async fn exit_codes_as_numbers_or_strings_stdin_and_a_job() {
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
     let job = provider.connect(&format!("jobs/{JOB_ID}")).await.unwrap();
     assert_eq!(job.target(), &Target::Job(JOB_ID.into()));
-    let out = job
-        .exec(Command::new(["printenv", "HOSTNAME"]).unwrap())
-        .await
-        .unwrap();
+    let out = job.exec(command(["printenv", "HOSTNAME"])).await.unwrap();
     assert!(
         String::from_utf8_lossy(&out.stdout).starts_with(JOB_ID),
         "{out:?}"
@@ -146,20 +144,14 @@ async fn the_user_setting_picks_the_images_account() {
             .unwrap()
             .attach(SERVICE_ID)
             .expect("a handle");
-        let out = svc
-            .exec(Command::new(["id", "-un"]).unwrap())
-            .await
-            .unwrap();
+        let out = svc.exec(command(["id", "-un"])).await.unwrap();
         assert_eq!(out.stdout.as_ref(), b"northflank\n", "{user}");
     }
     let root = NorthflankProvider::new(config)
         .unwrap()
         .attach(SERVICE_ID)
         .expect("a handle");
-    let out = root
-        .exec(Command::new(["id", "-u"]).unwrap())
-        .await
-        .unwrap();
+    let out = root.exec(command(["id", "-u"])).await.unwrap();
     assert_eq!(out.stdout.as_ref(), b"0\n", "the image's default user");
 }
 
@@ -168,20 +160,18 @@ async fn refusals_are_typed() {
     let (emu, config) = setup().await;
     let bad = NorthflankProvider::new(config.clone().user("nobody-here")).unwrap();
     let svc = bad.attach(SERVICE_ID).expect("a handle");
-    let err = svc.exec(Command::new(["true"]).unwrap()).await.unwrap_err();
+    let err = svc.exec(command(["true"])).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidCommand, "{err}");
     let wrong =
         NorthflankProvider::new(NorthflankConfig::new("wrong", PROJECT_ID).api_url(emu.base_url()))
             .unwrap()
             .attach(SERVICE_ID)
             .expect("a handle");
-    let err = wrong
-        .exec(Command::new(["true"]).unwrap())
-        .await
-        .unwrap_err();
-    assert_eq!(
-        (err.kind(), err.retry()),
-        (ErrorKind::Unauthenticated, execseam_core::Retry::Never)
+    let err = wrong.exec(command(["true"])).await.unwrap_err();
+    assert_error(
+        &err,
+        ErrorKind::Unauthenticated,
+        execseam_core::Retry::Never,
     );
     let err = NorthflankProvider::new(NorthflankConfig::new("", "p")).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig);
@@ -202,27 +192,24 @@ async fn each_service_is_its_own_container() {
         .unwrap()
         .instance()
         .to_owned();
-    let out = svc.exec(Command::new(["hostname"]).unwrap()).await.unwrap();
+    let out = svc.exec(command(["hostname"])).await.unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         instance,
         "the pod's hostname"
     );
     let out = svc
-        .exec(Command::new(["sh", "-c", "ps -e -o pid= | wc -l"]).unwrap())
+        .exec(command(["sh", "-c", "ps -e -o pid= | wc -l"]))
         .await
         .unwrap();
     let n: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     assert!(n < 10, "ps lists only the container's processes: {n}");
     let marker = format!("/var/tmp/execseam-nf-{}", std::process::id());
-    svc.exec(Command::new(["sh", "-c", &format!("echo x > {marker}")]).unwrap())
+    svc.exec(command(["sh", "-c", &format!("echo x > {marker}")]))
         .await
         .unwrap();
     assert!(!std::path::Path::new(&marker).exists(), "not on the host");
-    let out = job
-        .exec(Command::new(["cat", &marker]).unwrap())
-        .await
-        .unwrap();
+    let out = job.exec(command(["cat", &marker])).await.unwrap();
     assert_ne!(out.exit, Exit::Code(0), "not in the job's container");
 }
 

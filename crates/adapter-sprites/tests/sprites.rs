@@ -11,6 +11,7 @@ use execseam_emulators::sprites::{
 };
 use execseam_emulators::{EmulatorOptions, Fault};
 use execseam_sprites::{BaseEnv, SpritesConfig, SpritesExec, SpritesProvider, Transport};
+use execseam_test_util::exec::{alive_or_gone, assert_error, command, sh, stream_of};
 
 async fn emulator(opts: SpritesOptions) -> SpritesEmulator {
     SpritesEmulator::start_with(
@@ -39,17 +40,8 @@ fn on(config: SpritesConfig, name: &str) -> SpritesExec {
         .expect("a handle")
 }
 
-fn sh(script: &str) -> Command {
-    Command::new(["sh", "-c", script]).unwrap()
-}
-
 async fn pid_alive(sprite: &SpritesExec, pidfile: &str) -> bool {
-    let o = sprite
-        .exec(sh(&format!(
-            "kill -0 \"$(cat {pidfile})\" 2>/dev/null && echo alive || echo gone"
-        )))
-        .await
-        .unwrap();
+    let o = sprite.exec(sh(&alive_or_gone(pidfile))).await.unwrap();
     o.stdout.as_ref() == b"alive\n"
 }
 
@@ -133,14 +125,7 @@ async fn the_adapter_closes_first_so_the_servers_linger_costs_nothing() {
     let sprite = adapter(&emu, |c| c);
     let t = Instant::now();
     for _ in 0..3 {
-        assert!(
-            sprite
-                .exec(Command::new(["true"]).unwrap())
-                .await
-                .unwrap()
-                .exit
-                .success()
-        );
+        assert!(sprite.exec(command(["true"])).await.unwrap().exit.success());
     }
     assert!(
         t.elapsed() < Duration::from_secs(3),
@@ -170,12 +155,7 @@ async fn the_http_post_transport() {
         b"through the body"
     );
     assert_eq!(
-        sprite
-            .exec(Command::new(["cat"]).unwrap())
-            .await
-            .unwrap()
-            .stdout
-            .as_ref(),
+        sprite.exec(command(["cat"])).await.unwrap().stdout.as_ref(),
         b""
     );
     let c = Command::builder(["pwd"])
@@ -277,7 +257,7 @@ async fn env_is_added_to_the_base_environment_under_either_server_semantics() {
 #[tokio::test(flavor = "multi_thread")]
 async fn observed_errors_map_to_typed_errors() {
     let emu = emulator(SpritesOptions::default()).await;
-    let true_ = || Command::new(["true"]).unwrap();
+    let true_ = || command(["true"]);
 
     // The observed 500 {"error":"failed to retrieve sprite"} and the 404 are both NotFound.
     let gone = on(
@@ -285,18 +265,10 @@ async fn observed_errors_map_to_typed_errors() {
         "ghost",
     );
     let e = gone.exec(true_()).await.unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::NotFound, Retry::Never),
-        "{e}"
-    );
+    assert_error(&e, ErrorKind::NotFound, Retry::Never);
     emu.set_options(|o| o.unknown_sprite = UnknownSprite::NotFound);
     let e = gone.exec(true_()).await.unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::NotFound, Retry::Never),
-        "{e}"
-    );
+    assert_error(&e, ErrorKind::NotFound, Retry::Never);
 
     // 401 {"error":"authentication failed"}.
     let bad = on(
@@ -304,11 +276,7 @@ async fn observed_errors_map_to_typed_errors() {
         DEFAULT_SPRITE,
     );
     let e = bad.exec(true_()).await.unwrap_err();
-    assert_eq!(
-        (e.kind(), e.retry()),
-        (ErrorKind::Unauthenticated, Retry::Never),
-        "{e}"
-    );
+    assert_error(&e, ErrorKind::Unauthenticated, Retry::Never);
     assert!(
         !format!("{e:?}{e}").contains("wrong"),
         "the token never appears in errors"
@@ -340,10 +308,7 @@ async fn the_sprite_vanishing_mid_command_is_an_error_and_stays_one() {
     );
     assert_eq!(e.retry(), Retry::Unsafe);
     assert_eq!(e.partial().map(|p| p.stdout.as_ref()), Some(&b"start"[..]));
-    let e = sprite
-        .exec(Command::new(["true"]).unwrap())
-        .await
-        .unwrap_err();
+    let e = sprite.exec(command(["true"])).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
 }
 
@@ -411,12 +376,7 @@ async fn a_slow_consumer_is_not_a_silent_socket() {
         c.keepalive(Duration::from_millis(50), Duration::from_millis(200))
     });
     let script = "i=0; while [ $i -lt 200 ]; do echo $i; i=$((i+1)); sleep 0.001; done";
-    let events = sprite
-        .streaming()
-        .unwrap()
-        .exec_stream(sh(script))
-        .await
-        .unwrap();
+    let events = stream_of(&sprite, sh(script)).await;
     // The driver's queue fills up while nobody reads, for far longer than the pong timeout.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let o = events.collect().await.unwrap();
@@ -434,18 +394,14 @@ async fn a_command_too_large_for_the_exec_url_is_refused_before_any_request() {
         let before = emu.faults().count("exec");
         let long = "a".repeat(70 << 10);
         for cmd in [
-            Command::new(["echo", long.as_str()]).unwrap(),
+            command(["echo", long.as_str()]),
             Command::builder(["true"])
                 .env("BIG", long.as_str())
                 .build()
                 .unwrap(),
         ] {
             let e = sprite.exec(cmd).await.unwrap_err();
-            assert_eq!(
-                (e.kind(), e.retry()),
-                (ErrorKind::InvalidCommand, Retry::Never),
-                "{e}"
-            );
+            assert_error(&e, ErrorKind::InvalidCommand, Retry::Never);
             assert!(e.message().contains("exec URL"), "{e}");
             assert!(!e.message().contains("aaaa"), "{e}");
         }

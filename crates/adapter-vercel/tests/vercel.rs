@@ -9,6 +9,7 @@ use execseam_core::{
 };
 use execseam_emulators::EmulatorOptions;
 use execseam_emulators::vercel::{PROJECT_ID, TEAM_ID, VercelEmulator, VercelOptions};
+use execseam_test_util::exec::{command, sh};
 use execseam_vercel::{VercelConfig, VercelProvider};
 
 async fn setup() -> (VercelEmulator, VercelProvider) {
@@ -20,10 +21,6 @@ async fn setup() -> (VercelEmulator, VercelProvider) {
     )
     .expect("provider");
     (emu, provider)
-}
-
-fn sh(script: &str) -> Command {
-    Command::new(["sh", "-c", script]).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -76,10 +73,7 @@ async fn lifecycle_create_list_connect_stop_resume_destroy() {
     // A stopped session resumes (a new session) on the next command, files kept.
     let before = a.session_id();
     a.stop().await.unwrap();
-    let out = a
-        .exec(Command::new(["cat", "note.txt"]).unwrap())
-        .await
-        .unwrap();
+    let out = a.exec(command(["cat", "note.txt"])).await.unwrap();
     assert_eq!(out.stdout.as_ref(), b"written by a\n");
     assert_ne!(a.session_id(), before);
 
@@ -90,7 +84,7 @@ async fn lifecycle_create_list_connect_stop_resume_destroy() {
         "closing a connected handle deletes nothing"
     );
     a.close().await.unwrap();
-    let err = a.exec(Command::new(["true"]).unwrap()).await.unwrap_err();
+    let err = a.exec(command(["true"])).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
     provider
         .destroy(a.id())
@@ -119,7 +113,7 @@ async fn files_modes_mkdir_and_missing() {
         Some(&bin[..])
     );
     let out = sb
-        .exec(Command::new(["/vercel/sandbox/deep/er/run.sh"]).unwrap())
+        .exec(command(["/vercel/sandbox/deep/er/run.sh"]))
         .await
         .unwrap();
     assert_eq!(out.stdout.as_ref(), b"ran\n");
@@ -128,7 +122,7 @@ async fn files_modes_mkdir_and_missing() {
     let err = sb.mkdir("/vercel/sandbox/p/q", false).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
     let out = sb
-        .exec(Command::new(["test", "-d", "/vercel/sandbox/x/y/z"]).unwrap())
+        .exec(command(["test", "-d", "/vercel/sandbox/x/y/z"]))
         .await
         .unwrap();
     assert_eq!(out.exit, Exit::Code(0));
@@ -214,7 +208,7 @@ async fn the_providers_trait_objects_work_and_bad_config_fails_before_io() {
         .await
         .unwrap();
     assert_eq!(
-        sb.exec(Command::new(["true"]).unwrap()).await.unwrap().exit,
+        sb.exec(command(["true"])).await.unwrap().exit,
         Exit::Code(0)
     );
     sb.close().await.unwrap();
@@ -240,7 +234,7 @@ async fn sandboxes_are_isolated_and_their_processes_end_with_them() {
     let (emu, provider) = setup().await;
     let a = provider.create(SandboxSpec::new()).await.unwrap();
     let b = provider.create(SandboxSpec::new()).await.unwrap();
-    let out = a.exec(Command::new(["id", "-u"]).unwrap()).await.unwrap();
+    let out = a.exec(command(["id", "-u"])).await.unwrap();
     assert_eq!(
         out.stdout.as_ref(),
         b"1000\n",
@@ -257,10 +251,7 @@ async fn sandboxes_are_isolated_and_their_processes_end_with_them() {
     let marker = format!("/var/tmp/execseam-vercel-{}", std::process::id());
     a.exec(sh(&format!("echo x > {marker}"))).await.unwrap();
     assert!(!std::path::Path::new(&marker).exists(), "not on the host");
-    let out = b
-        .exec(Command::new(["cat", &marker]).unwrap())
-        .await
-        .unwrap();
+    let out = b.exec(command(["cat", &marker])).await.unwrap();
     assert_ne!(out.exit, Exit::Code(0), "not in another sandbox");
     // A daemonized child dies with its sandbox.
     a.exec(sh("setsid sleep 300 >/dev/null 2>&1 < /dev/null &"))

@@ -407,19 +407,7 @@ async fn handle(
     }
     // The address the client reached, for upstreams that hand out URLs of their own (Modal's
     // router access): a reverse proxy's `x-forwarded-host`.
-    let reached = req
-        .uri()
-        .authority()
-        .map(|a| a.as_str().to_owned())
-        .or_else(|| {
-            req.headers()
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .map(str::to_owned)
-        });
-    if let Some(host) = reached.and_then(|h| HeaderValue::from_str(&h).ok()) {
-        req.headers_mut().entry(FORWARDED_HOST).or_insert(host);
-    }
+    mark_forwarded_host(&mut req);
     let upgrade = req.version() == Version::HTTP_11 && req.headers().contains_key(header::UPGRADE);
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let mut resp = match forward(&state.upstream, &h2, req).await {
@@ -534,6 +522,24 @@ fn tamper(state: &State, resp: Response<ChaosBody>, action: Option<Action>) -> R
 
 /// The header that tells the upstream which address the client reached (set when absent).
 pub const FORWARDED_HOST: &str = "x-forwarded-host";
+
+/// Sets [`FORWARDED_HOST`] on `req` when it has none: the address the client reached (the
+/// request URI's authority, else its `Host` header), as a reverse proxy does.
+pub fn mark_forwarded_host<B>(req: &mut Request<B>) {
+    let reached = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_owned)
+        });
+    if let Some(host) = reached.and_then(|h| HeaderValue::from_str(&h).ok()) {
+        req.headers_mut().entry(FORWARDED_HOST).or_insert(host);
+    }
+}
 
 /// Sends the request to the upstream in its HTTP version: HTTP/1.1 on a fresh connection,
 /// HTTP/2 on the client connection's shared upstream connection.

@@ -551,6 +551,19 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, in the order of the enum.
+    pub const ALL: [Status; 9] = [
+        Status::Queued,
+        Status::Provisioning,
+        Status::Preparing,
+        Status::Running,
+        Status::Collecting,
+        Status::Succeeded,
+        Status::Failed,
+        Status::Cancelled,
+        Status::OutcomeUncertain,
+    ];
+
     /// `succeeded`, `failed`, `cancelled`, `outcome_uncertain`.
     pub fn is_terminal(&self) -> bool {
         matches!(

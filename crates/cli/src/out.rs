@@ -28,3 +28,21 @@ pub fn write(args: std::fmt::Arguments<'_>, newline: bool) {
         std::process::exit(i32::from(crate::INFRA_FAILURE));
     }
 }
+
+/// Prints a listing: with `json`, one JSON array of `to_json` of every item; else `line` of each
+/// item on a line of its own.
+pub fn list<T>(
+    json: bool,
+    items: &[T],
+    to_json: impl Fn(&T) -> serde_json::Value,
+    line: impl Fn(&T) -> String,
+) {
+    if json {
+        let v: Vec<_> = items.iter().map(to_json).collect();
+        println!("{}", serde_json::Value::Array(v));
+    } else {
+        for i in items {
+            println!("{}", line(i));
+        }
+    }
+}

@@ -268,19 +268,14 @@ async fn run(p: &dyn Processes, cmd: ProcessCmd) -> Result<ExitCode, Error> {
         }
         ProcessCmd::List { json, .. } => {
             let listed = p.list().await?;
-            if json {
-                let v: Vec<_> = listed.iter().map(info_json).collect();
-                println!("{}", serde_json::Value::Array(v));
-            } else {
-                for i in &listed {
-                    println!(
-                        "{}\t{}\t{}",
-                        i.handle.as_str(),
-                        i.key.as_str(),
-                        state_text(&i.state)
-                    );
-                }
-            }
+            crate::out::list(json, &listed, info_json, |i| {
+                format!(
+                    "{}\t{}\t{}",
+                    i.handle.as_str(),
+                    i.key.as_str(),
+                    state_text(&i.state)
+                )
+            });
             Ok(ExitCode::SUCCESS)
         }
         ProcessCmd::Logs {

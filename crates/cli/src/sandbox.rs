@@ -333,15 +333,10 @@ async fn run(args: SandboxArgs) -> Result<ExitCode, (bool, Error)> {
             let mut listed = provider.list(&filter).await.map_err(|e| (j, e))?;
             // The provider's order is not trusted: by id.
             listed.sort_by(|a, b| a.id.cmp(&b.id));
-            if j {
-                let v: Vec<_> = listed.iter().map(info_json).collect();
-                println!("{}", serde_json::Value::Array(v));
-            } else {
-                for i in &listed {
-                    let labels: Vec<_> = i.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                    println!("{}\t{}\t{}", i.id, i.state, labels.join(","));
-                }
-            }
+            crate::out::list(j, &listed, info_json, |i| {
+                let labels: Vec<_> = i.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!("{}\t{}\t{}", i.id, i.state, labels.join(","))
+            });
             Ok(ExitCode::SUCCESS)
         }
         SandboxCmd::Destroy { common, id } => {
@@ -439,20 +434,15 @@ async fn run(args: SandboxArgs) -> Result<ExitCode, (bool, Error)> {
                 .await
                 .map_err(|e| (j, e))?;
             listed.sort_by(|a, b| a.id.cmp(&b.id));
-            if j {
-                let v: Vec<_> = listed.iter().map(snapshot_json).collect();
-                println!("{}", serde_json::Value::Array(v));
-            } else {
-                for s in &listed {
-                    println!(
-                        "{}\t{}\t{}\t{}",
-                        s.id,
-                        s.kind,
-                        s.source.as_deref().unwrap_or("-"),
-                        s.names.join(",")
-                    );
-                }
-            }
+            crate::out::list(j, &listed, snapshot_json, |s| {
+                format!(
+                    "{}\t{}\t{}\t{}",
+                    s.id,
+                    s.kind,
+                    s.source.as_deref().unwrap_or("-"),
+                    s.names.join(",")
+                )
+            });
             Ok(ExitCode::SUCCESS)
         }
         SandboxCmd::DeleteSnapshot { common, snapshot } => {
@@ -504,14 +494,12 @@ async fn run(args: SandboxArgs) -> Result<ExitCode, (bool, Error)> {
             let j = common.json;
             let p = provider(&common.adapter, j)?;
             let listed = p.exposed(&id).await.map_err(|e| (j, e))?;
-            if j {
-                let v: Vec<_> = listed.iter().map(|x| port_json(x, false)).collect();
-                println!("{}", serde_json::Value::Array(v));
-            } else {
-                for x in &listed {
-                    println!("{}\t{}", x.port, x.url);
-                }
-            }
+            crate::out::list(
+                j,
+                &listed,
+                |x| port_json(x, false),
+                |x| format!("{}\t{}", x.port, x.url),
+            );
             Ok(ExitCode::SUCCESS)
         }
     }

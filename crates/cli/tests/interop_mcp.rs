@@ -7,21 +7,16 @@
 //! SDK source it follows, is written in `interop/mcp/mcp_interop.py`. Fails loudly when PyPI
 //! cannot be reached: an interop check that silently skips proves nothing.
 
-use std::path::{Path, PathBuf};
+mod common;
 
 use execseam_test_util::interop;
 
 /// Checks `mcp_interop.py` makes; the run must report exactly this many.
 const CHECKS: usize = 33;
 
-fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/mcp")
-}
-
 #[test]
 fn the_official_python_sdk_drives_the_mcp_server_over_stdio() {
-    let python = interop::python_env("mcp", &dir().join("requirements.txt"))
-        .expect("the official mcp SDK installs from PyPI");
+    let python = common::mcp_python();
     let scratch = std::env::temp_dir()
         .canonicalize()
         .unwrap()
@@ -37,7 +32,8 @@ fn the_official_python_sdk_drives_the_mcp_server_over_stdio() {
         ("MCP_ROOT".to_owned(), scratch.to_str().unwrap().to_owned()),
         ("MCP_ERRLOG".to_owned(), errlog.to_str().unwrap().to_owned()),
     ];
-    let out = interop::run_python(&python, &dir().join("mcp_interop.py"), &env).unwrap();
+    let out =
+        interop::run_python(&python, &common::mcp_dir().join("mcp_interop.py"), &env).unwrap();
     let _ = std::fs::remove_dir_all(&scratch);
     let _ = std::fs::remove_file(&errlog);
     interop::assert_checks("mcp", &out, CHECKS);

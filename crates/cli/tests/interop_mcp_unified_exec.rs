@@ -7,7 +7,7 @@
 //! `tty: true` refused as `unsupported`, the same command on pipes run (one more session,
 //! `interop/mcp/unified_exec_no_terminal.py`).
 
-use std::path::{Path, PathBuf};
+mod common;
 
 use execseam_test_util::daemon::Daemon;
 use execseam_test_util::interop;
@@ -15,14 +15,9 @@ use execseam_test_util::interop;
 /// Checks `unified_exec.py` makes; the run must report exactly this many.
 const CHECKS: usize = 7;
 
-fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/mcp")
-}
-
 #[test]
 fn the_official_python_sdk_drives_unified_exec_on_a_terminal() {
-    let python = interop::python_env("mcp", &dir().join("requirements.txt"))
-        .expect("the official mcp SDK installs from PyPI");
+    let python = common::mcp_python();
     let scratch = tempfile::tempdir().unwrap();
     let root = scratch.path().canonicalize().unwrap();
     let env = vec![
@@ -32,19 +27,23 @@ fn the_official_python_sdk_drives_unified_exec_on_a_terminal() {
         ),
         ("MCP_ROOT".to_owned(), root.to_str().unwrap().to_owned()),
     ];
-    let out = interop::run_python(&python, &dir().join("unified_exec.py"), &env).unwrap();
+    let out =
+        interop::run_python(&python, &common::mcp_dir().join("unified_exec.py"), &env).unwrap();
     interop::assert_checks("mcp unified exec", &out, CHECKS);
 }
 
 #[test]
 fn a_tty_session_on_an_adapter_without_terminals_is_refused_as_unsupported() {
-    let python = interop::python_env("mcp", &dir().join("requirements.txt"))
-        .expect("the official mcp SDK installs from PyPI");
+    let python = common::mcp_python();
     let bin = env!("CARGO_BIN_EXE_execseam");
     let emu = Daemon::emulate(bin, "fly", "EXECSEAM_SANDBOX");
     let mut env = emu.env();
     env.push(("EXECSEAM_BIN".to_owned(), bin.to_owned()));
-    let out =
-        interop::run_python(&python, &dir().join("unified_exec_no_terminal.py"), &env).unwrap();
+    let out = interop::run_python(
+        &python,
+        &common::mcp_dir().join("unified_exec_no_terminal.py"),
+        &env,
+    )
+    .unwrap();
     interop::assert_checks("mcp unified exec without terminals", &out, 2);
 }

@@ -359,21 +359,7 @@ async fn capture_one(
     let mut req = req;
     // As the chaos proxy does: the emulators that hand out follow-up URLs (Modal's router,
     // Daytona's toolbox) build them on the address the client reached.
-    let reached = req
-        .uri()
-        .authority()
-        .map(|a| a.as_str().to_owned())
-        .or_else(|| {
-            req.headers()
-                .get(http::header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .map(str::to_owned)
-        });
-    if let Some(host) = reached.and_then(|h| http::HeaderValue::from_str(&h).ok()) {
-        req.headers_mut()
-            .entry(execseam_chaos::FORWARDED_HOST)
-            .or_insert(host);
-    }
+    execseam_chaos::mark_forwarded_host(&mut req);
     let upgrade = req.headers().contains_key(http::header::UPGRADE);
     let body = Arc::new(Mutex::new(Vec::new()));
     let answer = Arc::new(Mutex::new(Vec::new()));

@@ -9,6 +9,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use execseam_chrono_contract::wire::Status;
+
 /// Bucket bounds in seconds.
 const EXEC_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0,
@@ -114,17 +116,7 @@ impl Metrics {
             "# HELP execseam_operations Operations in the store by status (all replicas).\n",
         );
         out.push_str("# TYPE execseam_operations gauge\n");
-        for s in [
-            "queued",
-            "provisioning",
-            "preparing",
-            "running",
-            "collecting",
-            "succeeded",
-            "failed",
-            "cancelled",
-            "outcome_uncertain",
-        ] {
+        for s in Status::ALL.map(|s| s.as_str()) {
             let n = ops.iter().find(|(k, _)| k == s).map_or(0, |(_, n)| *n);
             let _ = writeln!(out, "execseam_operations{{status=\"{s}\"}} {n}");
         }

@@ -7,6 +7,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
 
 /// The workspace's target directory (`CARGO_TARGET_DIR`, or `<workspace>/target`).
 pub fn target_dir() -> PathBuf {
@@ -27,10 +28,8 @@ pub fn target_dir() -> PathBuf {
 /// Tests of one binary run in parallel and may ask for the same virtualenv at once: creation is
 /// serialised (cargo runs test binaries one after the other).
 pub fn python_env(name: &str, requirements: &Path) -> io::Result<PathBuf> {
-    static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one_at_a_time = CREATING
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    static CREATING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = hold(&CREATING);
     let dir = target_dir().join("interop").join(name);
     let venv = dir.join("venv");
     let python = venv.join("bin").join("python");
@@ -101,10 +100,8 @@ pub const TSX_VERSION: &str = "4.20.6";
 /// returns the argv prefix that runs a `.ts` file with it (`node …/tsx/dist/cli.mjs`). Fails
 /// loudly when npm or the registry is unreachable.
 pub fn typescript_runtime() -> io::Result<Vec<String>> {
-    static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one_at_a_time = CREATING
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    static CREATING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = hold(&CREATING);
     let dir = target_dir().join("interop").join("typescript");
     let cli = dir.join("node_modules/tsx/dist/cli.mjs");
     let stamp = dir.join("installed-tsx.txt");
@@ -152,10 +149,8 @@ pub fn typescript_runtime() -> io::Result<Vec<String>> {
 /// pins (`npm ci --ignore-scripts`, so nothing from the registry runs at install time) and
 /// returns the npm directory. Re-installs when the lockfile changes. Needs `node` and `npm`.
 pub fn node_env(name: &str, dir: &Path) -> io::Result<PathBuf> {
-    static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one_at_a_time = CREATING
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    static CREATING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = hold(&CREATING);
     let npm_dir = target_dir().join("interop").join(name);
     let lock = std::fs::read_to_string(dir.join("package-lock.json"))?;
     let manifest = std::fs::read_to_string(dir.join("package.json"))?;
@@ -315,4 +310,9 @@ pub fn arm_faults_when_ready(
         ("FAULTS_READY".into(), ready.to_string_lossy().into_owned()),
         ("FAULTS_ARMED".into(), armed.to_string_lossy().into_owned()),
     ]
+}
+
+/// Holds `lock` (one that a panicking holder poisoned too): one creation at a time.
+fn hold(lock: &'static Mutex<()>) -> MutexGuard<'static, ()> {
+    lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -18,6 +18,15 @@ pub fn processes_with_arg(arg: &str) -> Vec<u32> {
     processes_where(|pid, argv| argv.contains(&arg.as_bytes()) && !is_zombie(pid))
 }
 
+/// The pids of the host processes other than this one whose command line (the arguments with
+/// their NUL separators, read as UTF-8 with replacements) contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<u32> {
+    let me = std::process::id();
+    processes_where(|pid, argv| {
+        pid != me && String::from_utf8_lossy(&argv.join(&0u8)).contains(marker)
+    })
+}
+
 /// The pids of the host processes for which `keep` holds, given the pid and the arguments of
 /// the process's command line (`/proc/<pid>/cmdline`).
 pub fn processes_where(mut keep: impl FnMut(u32, &[&[u8]]) -> bool) -> Vec<u32> {

@@ -5,6 +5,19 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+
+/// The MCP interop scripts' folder (`interop/mcp`).
+pub fn mcp_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/mcp")
+}
+
+/// The Python of the official MCP SDK's venv (`mcp`, pinned in `interop/mcp/requirements.txt`,
+/// installed from PyPI when missing).
+pub fn mcp_python() -> PathBuf {
+    execseam_test_util::interop::python_env("mcp", &mcp_dir().join("requirements.txt"))
+        .expect("the official mcp SDK installs from PyPI")
+}
 
 /// A running E2B emulator, with the variables that point the CLI at it.
 pub struct Emu {

@@ -472,30 +472,32 @@ pub(crate) async fn concurrent(t: &Target) -> CaseResult {
     Ok(())
 }
 
+/// `true` on `exec` fails within 60 s as one of `kinds`, with one of `retries` (any when empty).
+async fn true_fails(
+    exec: &dyn Exec,
+    what: &str,
+    kinds: &[ErrorKind],
+    retries: &[Retry],
+) -> CaseResult {
+    let r = tokio::time::timeout(Duration::from_secs(60), exec.exec(cmd(["true"])))
+        .await
+        .or_else(|_| fail("no answer within 60 s"))?;
+    expect_err(what, r, kinds, retries).map(drop)
+}
+
 pub(crate) async fn dead_endpoint(t: &Target) -> CaseResult {
     let Some(dead) = &t.dead_endpoint else {
         return na("the target has no remote endpoint to take away");
     };
-    let r = tokio::time::timeout(Duration::from_secs(60), dead.exec(cmd(["true"])))
-        .await
-        .or_else(|_| fail("no answer within 60 s"))?;
-    expect_err("dead endpoint", r, &[ErrorKind::Unavailable], &[]).map(drop)
+    true_fails(&**dead, "dead endpoint", &[ErrorKind::Unavailable], &[]).await
 }
 
 pub(crate) async fn vanished_sandbox(t: &Target) -> CaseResult {
     let Some(gone) = &t.vanished_sandbox else {
         return na("the target has no sandbox that can vanish");
     };
-    let r = tokio::time::timeout(Duration::from_secs(60), gone.exec(cmd(["true"])))
-        .await
-        .or_else(|_| fail("no answer within 60 s"))?;
-    expect_err(
-        "vanished sandbox",
-        r,
-        &[ErrorKind::NotFound],
-        &[Retry::Never],
-    )
-    .map(drop)
+    let kinds = [ErrorKind::NotFound];
+    true_fails(&**gone, "vanished sandbox", &kinds, &[Retry::Never]).await
 }
 
 pub(crate) async fn streaming_declared(t: &Target) -> CaseResult {

@@ -112,21 +112,7 @@ pub fn ran(t: &Terminal) -> (&str, i32) {
 }
 
 /// Host processes whose command line contains `marker`.
-pub fn processes_with(marker: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline"))
-            && String::from_utf8_lossy(&cmd).contains(marker)
-            && pid != std::process::id()
-        {
-            found.push(pid);
-        }
-    }
-    found
-}
+pub use execseam_test_util::probe::processes_with;
 
 /// Kills (SIGKILL) every process whose command line holds `marker`, the spool's supervisors
 /// first (their script takes the `ln -s` lock) and then the program: nothing is left to record
