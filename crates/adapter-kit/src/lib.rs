@@ -7,8 +7,11 @@ pub mod attached;
 #[cfg(feature = "body")]
 pub mod body;
 pub mod deadline;
+mod debug_fields;
 pub mod degrade;
 mod entry_setters;
+pub mod excerpt;
+pub mod exec_by;
 mod forward;
 #[cfg(feature = "grpc")]
 pub mod grpc;
@@ -20,6 +23,7 @@ pub mod http;
 pub mod id;
 pub mod json;
 mod processes;
+mod provider_config;
 pub mod reaper;
 #[cfg(feature = "spool")]
 pub mod registry;
