@@ -34,15 +34,7 @@ impl AgentCoreProvider {
         Ok(AgentCoreProvider { config, client })
     }
 
-    /// [`AgentCoreConfig::from_env`], then [`new`](Self::new).
-    pub fn from_env() -> Result<AgentCoreProvider, Error> {
-        AgentCoreProvider::new(AgentCoreConfig::from_env()?)
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &AgentCoreConfig {
-        &self.config
-    }
+    execseam_adapter_kit::provider_config!(self => AgentCoreConfig: &self.config);
 
     /// Starts a session; the handle owns it (close stops it).
     pub async fn create(&self, spec: SandboxSpec) -> Result<AgentCoreExec, Error> {

@@ -30,13 +30,7 @@ pub struct Guest {
     timeout: Duration,
 }
 
-impl std::fmt::Debug for Guest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Guest")
-            .field("timeout", &self.timeout)
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => Guest { timeout: self.timeout });
 
 impl Guest {
     /// A guest for `config`; connects on first use (so this needs no I/O and cannot fail on the

@@ -18,10 +18,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use execseam_adapter_kit::{exec_span, reaper};
+use execseam_adapter_kit::exec_by::ChannelEvents;
+use execseam_adapter_kit::reaper;
 use execseam_core::{
-    BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
-    Output, Ownership, Retry, Sandbox,
+    BoxFuture, Capabilities, Command, Error, ErrorKind, Event, EventStream, Exec, Exit, Ownership,
+    Retry, Sandbox,
 };
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -133,7 +134,7 @@ impl AxExec {
         let request = start_request(&command, !stdin.is_empty(), None, &self.config);
         let id = start_process(&guest, request, "exec").await?;
         let (rx, kill) = self.follow(guest, id, [0, 0], true, stdin);
-        Ok(EventStream::new(Receiver(rx)).with_kill(kill))
+        Ok(EventStream::new(ChannelEvents(rx)).with_kill(kill))
     }
 
     /// Follows process `id` from `offsets` to its exit message, resuming cut streams: an exec's
@@ -379,15 +380,7 @@ impl Exec for AxExec {
         }
     }
 
-    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span!(self.provider(), "exec", command, |command| async move {
-            self.start(command).await?.collect().await
-        })
-    }
-
-    fn streaming(&self) -> Option<&dyn ExecStream> {
-        Some(self)
-    }
+    execseam_adapter_kit::exec_by!(start);
 
     /// The guest's own processes, found by key through a registry in the guest's `/tmp`
     /// ([`crate::process`]). Behind a Substrate router the guest is the address *and* the
@@ -401,25 +394,7 @@ impl Exec for AxExec {
     }
 }
 
-impl ExecStream for AxExec {
-    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span!(self.provider(), "exec_stream", command, |command| {
-            self.start(command)
-        })
-    }
-}
-
-struct Receiver(mpsc::Receiver<Result<Event, Error>>);
-
-impl futures_core::Stream for Receiver {
-    type Item = Result<Event, Error>;
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx)
-    }
-}
+execseam_adapter_kit::exec_stream_by!(AxExec: start);
 
 /// SIGKILLs the process group: the guard that does it on drop, or when the stream's kill asks,
 /// unless disarmed (the exec ended, or failed once the process had exited).

@@ -29,15 +29,7 @@ impl AxProvider {
         })
     }
 
-    /// [`AxConfig::from_env`], then [`new`](Self::new).
-    pub fn from_env() -> Result<AxProvider, Error> {
-        AxProvider::new(AxConfig::from_env()?)
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &AxConfig {
-        &self.config
-    }
+    execseam_adapter_kit::provider_config!(self => AxConfig: &self.config);
 
     /// A handle on the guest at `address`; not owned (guests end with their task). An address
     /// that is not `host[:port]` or `http://host[:port]` names no guest: `NotFound`.

@@ -18,7 +18,6 @@
 //! steps (an actor, a job queue) gets Aevatar's "one bounded exchange per callback" shape; a
 //! host that does not just calls [`DurableClient::run`].
 
-use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -211,19 +210,15 @@ pub struct Operation {
     pub stats: Stats,
 }
 
-impl fmt::Debug for Operation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Operation")
-            .field("operation_id", &self.operation_id)
-            .field("etag", &self.etag)
-            .field("stage", &self.stage)
-            .field("cancel_wanted", &self.cancel_wanted)
-            .field("cancel_sent", &self.cancel_sent)
-            .field("request", &self.request)
-            .field("stats", &self.stats)
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => Operation {
+    operation_id: self.operation_id,
+    etag: self.etag,
+    stage: self.stage,
+    cancel_wanted: self.cancel_wanted,
+    cancel_sent: self.cancel_sent,
+    request: self.request,
+    stats: self.stats,
+});
 
 impl Operation {
     /// A new operation to submit under `key` (validated: [`wire::check_idempotency_key`]) with
@@ -299,13 +294,7 @@ pub struct DurableClient {
     policy: DurablePolicy,
 }
 
-impl fmt::Debug for DurableClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DurableClient")
-            .field("policy", &self.policy)
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => DurableClient { policy: self.policy });
 
 fn exchange_error(op: Call, e: &Error) -> bool {
     e.kind() == ErrorKind::Timeout(execseam_core::Deadline::Request)
@@ -760,49 +749,9 @@ fn check_id(id: &str, op: Call) -> Result<(), Error> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::VecDeque;
-    use std::sync::Mutex;
-
     use super::*;
+    use crate::script::{ID, Script, answer};
     use crate::wire::Language;
-
-    type Asked = (Method, String, Vec<(&'static str, String)>);
-
-    /// Answers from a script and records what was asked.
-    #[derive(Default)]
-    struct Script {
-        answers: Mutex<VecDeque<Result<Answer, Error>>>,
-        asked: Mutex<Vec<Asked>>,
-    }
-
-    impl Transport for Script {
-        fn send(&self, ex: Exchange) -> BoxFuture<'_, Result<Answer, Error>> {
-            self.asked
-                .lock()
-                .unwrap()
-                .push((ex.method, ex.path, ex.headers));
-            let a = self
-                .answers
-                .lock()
-                .unwrap()
-                .pop_front()
-                .expect("a scripted answer");
-            Box::pin(async move { a })
-        }
-    }
-
-    fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> Result<Answer, Error> {
-        Ok(Answer {
-            status,
-            headers: headers
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            body: body.as_bytes().to_vec().into(),
-        })
-    }
-
-    const ID: &str = "op_0123456789abcdefghijklmnopqrstuv";
 
     fn receipt() -> String {
         format!(
@@ -865,7 +814,7 @@ mod tests {
         };
         assert!(matches!(t, Terminal::Ran { ref output, .. } if output.stdout == "1\n"));
         let asked = s.asked.lock().unwrap();
-        let paths: Vec<&str> = asked.iter().map(|(_, p, _)| p.as_str()).collect();
+        let paths: Vec<&str> = asked.iter().map(|(_, p, _, _)| p.as_str()).collect();
         assert_eq!(
             paths,
             [
@@ -913,7 +862,7 @@ mod tests {
             .lock()
             .unwrap()
             .iter()
-            .map(|(_, _, h)| h[0].1.clone())
+            .map(|(_, _, h, _)| h[0].1.clone())
             .collect();
         assert_eq!(keys, ["tool:v1:operation:k", "tool:v1:operation:k"]);
 

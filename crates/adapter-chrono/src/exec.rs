@@ -352,25 +352,31 @@ fn stdin_name() -> String {
     format!(".execseam-stdin-{}", id::random_id(16))
 }
 
-/// `config` is validated (by [`ChronoExec::new`]): it is not checked again per command.
-pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, Error> {
-    size::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
-    let timeout = Some(config.timeout_secs);
-    // The `code` tool's commands run natively: the exact source in its own language.
-    if let Some(code) = CodeRequest::parse(cmd)
-        && let Ok(language) = code.language.as_str().parse::<Language>()
-    {
-        let mut request = ExecuteRequest::new(language, code.source, config.timeout_secs);
-        request.timeout_secs = timeout;
-        return Ok(Prepared {
-            request,
-            wrapped: false,
-            mark: None,
-        });
-    }
+/// The parts of a bash request that every Chrono program shares: the command as one shell
+/// program (the degrade wrapper when it has a workdir or env), and its stdin as the uploaded
+/// file `name` (opened, then removed; a missing file is the wrapper's failure), else EOF.
+pub(crate) struct StdinParts {
+    /// The command as one shell program.
+    pub(crate) program: String,
+    /// The script's first line: stdin from the uploaded file, else `/dev/null`.
+    pub(crate) redirect: String,
+    /// The stdin file, when there is stdin.
+    pub(crate) input_files: Vec<InputFile>,
+    /// The program runs the degrade wrapper or reads the stdin file (see [`Prepared::wrapped`]).
+    pub(crate) wrapped: bool,
+}
+
+/// [`StdinParts`] for `cmd`, its stdin checked against `config.max_stdin` first (typed as
+/// `call`'s invalid command; a wrapper refusal is in `context`).
+pub(crate) fn stdin_parts(
+    config: &ChronoConfig,
+    cmd: &Command,
+    (call, context): (&Call, &'static str),
+    name: String,
+) -> Result<StdinParts, Error> {
     let len = cmd.stdin().len() as u64;
     if len > config.max_stdin {
-        return Err(EXECUTE.error(
+        return Err(call.error(
             ErrorKind::InvalidCommand,
             format!(
                 "stdin is {len} bytes; this adapter accepts at most {} (ChronoConfig::max_stdin)",
@@ -390,39 +396,62 @@ pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, 
                     ..WrapOptions::default()
                 },
             )
-            .map_err(|e| e.or_context(PROVIDER, "exec"))?,
+            .map_err(|e| e.or_context(PROVIDER, context))?,
         )
     } else {
         degrade::join(cmd.argv())
     };
     let mut input_files = Vec::new();
-    // The program's stdin: the uploaded file (opened, then removed), else EOF.
     let redirect = if cmd.stdin().is_empty() {
         "exec 0</dev/null\n".to_owned()
     } else {
-        let name = stdin_name();
-        let q = degrade::quote(&name);
-        input_files.push(InputFile {
-            path: name.clone(),
-            content: degrade::base64_encode(cmd.stdin()),
-        });
+        let q = degrade::quote(&name).into_owned();
         let fail =
             degrade::quote(&format!("{WRAPPER_MARK}stdin file missing: {name}")).into_owned();
+        input_files.push(InputFile {
+            path: name,
+            content: degrade::base64_encode(cmd.stdin()),
+        });
         format!(
             "if [ -f {q} ]; then exec 0<{q}; rm -f -- {q}; else printf '%s\\n' {fail} >&2; exit {WRAPPER_STATUS}; fi\n"
         )
     };
+    Ok(StdinParts {
+        program,
+        redirect,
+        input_files,
+        wrapped: wrap || !cmd.stdin().is_empty(),
+    })
+}
+
+/// `config` is validated (by [`ChronoExec::new`]): it is not checked again per command.
+pub(crate) fn prepare(config: &ChronoConfig, cmd: &Command) -> Result<Prepared, Error> {
+    size::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
+    let timeout = Some(config.timeout_secs);
+    // The `code` tool's commands run natively: the exact source in its own language.
+    if let Some(code) = CodeRequest::parse(cmd)
+        && let Ok(language) = code.language.as_str().parse::<Language>()
+    {
+        let mut request = ExecuteRequest::new(language, code.source, config.timeout_secs);
+        request.timeout_secs = timeout;
+        return Ok(Prepared {
+            request,
+            wrapped: false,
+            mark: None,
+        });
+    }
+    let stdin = stdin_parts(config, cmd, (&EXECUTE, "exec"), stdin_name())?;
     let mark = degrade::EndMark::new();
-    let script = format!("{redirect}{}\n", mark.wrap(&program));
+    let script = format!("{}{}\n", stdin.redirect, mark.wrap(&stdin.program));
     // What counts is the script as sent, wrapper and quoting included.
     size::check_wire(PROVIDER, &[&script], &crate::SIZE_LIMIT)?;
     Ok(Prepared {
         request: ExecuteRequest {
             timeout_secs: timeout,
-            input_files,
+            input_files: stdin.input_files,
             ..ExecuteRequest::new(Language::Bash, script, config.timeout_secs)
         },
-        wrapped: wrap || !cmd.stdin().is_empty(),
+        wrapped: stdin.wrapped,
         mark: Some(mark),
     })
 }

@@ -97,13 +97,7 @@ pub struct HttpTransport {
     config: Arc<ChronoConfig>,
 }
 
-impl std::fmt::Debug for HttpTransport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpTransport")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => HttpTransport { config: self.config });
 
 impl HttpTransport {
     /// A transport for `config` (no request is made).
@@ -123,7 +117,7 @@ impl HttpTransport {
             Some(via) => format!(
                 "{}{path}?_nyxid_via={}",
                 self.config.base_url,
-                query_escape(via)
+                execseam_adapter_kit::text::escape_path_segment(via)
             ),
             None => format!("{}{path}", self.config.base_url),
         }
@@ -190,18 +184,6 @@ impl Transport for HttpTransport {
     fn send(&self, exchange: Exchange) -> BoxFuture<'_, Result<Answer, Error>> {
         Box::pin(self.exchange(exchange))
     }
-}
-
-fn query_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// `Retry-After` as delta-seconds (the form Chrono sends); negative values become 0 (Aevatar).

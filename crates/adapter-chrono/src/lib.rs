@@ -45,6 +45,8 @@ mod exec;
 pub mod http;
 pub mod process;
 mod provider;
+#[cfg(test)]
+mod script;
 
 pub use config::{ChronoConfig, DurablePolicy};
 pub use durable::{DurableClient, Operation, Terminal};

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use execseam_adapter_kit::degrade::{self, StdinFrom, WrapOptions};
+use execseam_adapter_kit::degrade;
 use execseam_adapter_kit::{id, size};
 use execseam_core::{
     BoxFuture, Command, Deadline, Error, ErrorKind, Exit, Mechanism, Output, ProcessCapabilities,
@@ -55,9 +55,7 @@ use crate::config::{ChronoConfig, DurablePolicy};
 use crate::durable::{DurableClient, Operation, Progress, ResultAnswer, StatusAnswer, Terminal};
 use crate::error::{CANCEL, RESULT, STATUS, SUBMIT};
 use crate::exec::no_output_error;
-use crate::wire::{
-    self, Completion, ExecOutput, ExecuteRequest, InputFile, Language, Status, codes,
-};
+use crate::wire::{self, Completion, ExecOutput, ExecuteRequest, Language, Status, codes};
 
 /// What Chrono's process handles can do (see the [module docs](self)).
 pub const PROCESS_CAPABILITIES: ProcessCapabilities = ProcessCapabilities {
@@ -152,14 +150,7 @@ pub(crate) struct Local {
     ended: Mutex<HashMap<String, Arc<Ended>>>,
 }
 
-impl std::fmt::Debug for Local {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Local")
-            .field("ns", &self.ns)
-            .field("dir", &self.dir)
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => Local { ns: self.ns, dir: self.dir });
 
 impl Local {
     pub(crate) fn new(config: &ChronoConfig) -> Local {
@@ -257,71 +248,31 @@ pub(crate) fn prepare(
     nonce: &str,
 ) -> Result<(ExecuteRequest, bool), Error> {
     size::check_size(PROVIDER, cmd, &crate::SIZE_LIMIT)?;
-    let len = cmd.stdin().len() as u64;
-    if len > config.max_stdin {
-        return Err(SUBMIT.error(
-            ErrorKind::InvalidCommand,
-            format!(
-                "stdin is {len} bytes; this adapter accepts at most {} (ChronoConfig::max_stdin)",
-                config.max_stdin
-            ),
-        ));
-    }
-    let wrap = cmd.workdir().is_some() || !cmd.env().is_empty();
-    let program = if wrap {
-        degrade::join(
-            &degrade::wrap(
-                cmd,
-                &WrapOptions {
-                    workdir: true,
-                    env: true,
-                    stdin: StdinFrom::Backend,
-                    ..WrapOptions::default()
-                },
-            )
-            .map_err(|e| e.or_context(PROVIDER, "start"))?,
-        )
-    } else {
-        degrade::join(cmd.argv())
-    };
-    let mut input_files = Vec::new();
-    let redirect = if cmd.stdin().is_empty() {
-        "exec 0</dev/null\n".to_owned()
-    } else {
-        let name = format!(".execseam-stdin-{nonce}");
-        let q = degrade::quote(&name).into_owned();
-        input_files.push(InputFile {
-            path: name.clone(),
-            content: degrade::base64_encode(cmd.stdin()),
-        });
-        let fail = degrade::quote(&format!(
-            "{}stdin file missing: {name}",
-            degrade::WRAPPER_MARK
-        ))
-        .into_owned();
-        format!(
-            "if [ -f {q} ]; then exec 0<{q}; rm -f -- {q}; else printf '%s\\n' {fail} >&2; exit {}; fi\n",
-            degrade::WRAPPER_STATUS
-        )
-    };
+    let stdin = crate::exec::stdin_parts(
+        config,
+        cmd,
+        (&SUBMIT, "start"),
+        format!(".execseam-stdin-{nonce}"),
+    )?;
     let tag = tag(nonce);
     let script = format!(
-        "{redirect}d=$(mktemp -d) || exit 125\n\
-         ( {program}\n) >\"$d/o\" 2>\"$d/e\"; s=$?\n\
+        "{}d=$(mktemp -d) || exit 125\n\
+         ( {}\n) >\"$d/o\" 2>\"$d/e\"; s=$?\n\
          printf '%s %s %s %s\\n' {tag} \"$s\" \"$(wc -c <\"$d/o\")\" \"$(wc -c <\"$d/e\")\"\n\
          base64 <\"$d/o\" | tr -d '\\n'; printf '\\n'\n\
          base64 <\"$d/e\" | tr -d '\\n'; printf '\\n'\n\
          printf '%s\\n' {tag}-end\n\
          rm -rf -- \"$d\"\n\
-         exit \"$s\"\n"
+         exit \"$s\"\n",
+        stdin.redirect, stdin.program
     );
     size::check_wire(PROVIDER, &[&script], &crate::SIZE_LIMIT)?;
     let request = ExecuteRequest {
         timeout_secs: Some(config.timeout_secs),
-        input_files,
+        input_files: stdin.input_files,
         ..ExecuteRequest::new(Language::Bash, script, config.timeout_secs)
     };
-    Ok((request, wrap || !cmd.stdin().is_empty()))
+    Ok((request, stdin.wrapped))
 }
 
 fn tag(nonce: &str) -> String {
@@ -454,13 +405,7 @@ pub struct ChronoProcesses<'a> {
     local: &'a Local,
 }
 
-impl std::fmt::Debug for ChronoProcesses<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChronoProcesses")
-            .field("local", self.local)
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => ChronoProcesses<'_> { local: self.local });
 
 /// One resolved handle.
 struct Target {
@@ -1072,59 +1017,8 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::*;
-    use crate::http::{Answer, Exchange, Method, Transport};
-
-    type Asked = (Method, String, Vec<(&'static str, String)>, Option<Vec<u8>>);
-
-    /// Answers from a script and records what was asked (bodies too).
-    #[derive(Default)]
-    struct Script {
-        answers: Mutex<VecDeque<Result<Answer, Error>>>,
-        asked: Mutex<Vec<Asked>>,
-    }
-
-    impl Transport for Script {
-        fn send(&self, ex: Exchange) -> BoxFuture<'_, Result<Answer, Error>> {
-            self.asked
-                .lock()
-                .unwrap()
-                .push((ex.method, ex.path, ex.headers, ex.body));
-            let a = self
-                .answers
-                .lock()
-                .unwrap()
-                .pop_front()
-                .expect("a scripted answer");
-            Box::pin(async move { a })
-        }
-    }
-
-    impl Script {
-        fn push(&self, a: Result<Answer, Error>) {
-            self.answers.lock().unwrap().push_back(a);
-        }
-        fn paths(&self) -> Vec<String> {
-            self.asked
-                .lock()
-                .unwrap()
-                .iter()
-                .map(|a| a.1.clone())
-                .collect()
-        }
-    }
-
-    fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> Result<Answer, Error> {
-        Ok(Answer {
-            status,
-            headers: headers
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            body: body.as_bytes().to_vec().into(),
-        })
-    }
-
-    const ID: &str = "op_0123456789abcdefghijklmnopqrstuv";
+    use crate::http::{Answer, Method};
+    use crate::script::{ID, Script, answer};
 
     fn receipt() -> Result<Answer, Error> {
         answer(

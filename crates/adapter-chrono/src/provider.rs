@@ -26,15 +26,7 @@ impl ChronoProvider {
         Ok(ChronoProvider { config })
     }
 
-    /// [`ChronoConfig::from_env`], then [`new`](Self::new).
-    pub fn from_env() -> Result<ChronoProvider, Error> {
-        ChronoProvider::new(ChronoConfig::from_env()?)
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &ChronoConfig {
-        &self.config
-    }
+    execseam_adapter_kit::provider_config!(self => ChronoConfig: &self.config);
 
     /// A handle on the service (owned; closing it removes nothing, since nothing persists).
     pub async fn create(&self, spec: SandboxSpec) -> Result<ChronoExec, Error> {

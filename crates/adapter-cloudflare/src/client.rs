@@ -32,13 +32,7 @@ pub struct BridgeClient {
     config: Arc<CloudflareConfig>,
 }
 
-impl std::fmt::Debug for BridgeClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BridgeClient")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => BridgeClient { config: self.config });
 
 /// The decoded events of one exec stream, in order; ends after the first terminal event, at the
 /// end of the body (the caller decides what a missing terminal means), or with an `Err`.

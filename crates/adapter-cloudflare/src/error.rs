@@ -137,15 +137,8 @@ pub fn http_error(
     let parsed: Option<ErrorResponse> = serde_json::from_slice(body).ok();
     let text = match &parsed {
         Some(e) => e.error.clone(),
-        None => {
-            let t = String::from_utf8_lossy(body);
-            let t = t.trim();
-            if t.is_empty() {
-                format!("HTTP {status}")
-            } else {
-                t.chars().take(300).collect()
-            }
-        }
+        None => execseam_adapter_kit::excerpt::excerpt(body, 300)
+            .unwrap_or_else(|| format!("HTTP {status}")),
     };
     let code = parsed.as_ref().map(|e| e.code.as_str());
     let (kind, retry) = match (status, code) {

@@ -613,25 +613,21 @@ impl Exec for CloudflareExec {
     }
 }
 
-impl ExecStream for CloudflareExec {
-    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span!(
-            self.provider(),
-            "exec_stream",
-            command,
-            |command| async move {
-                execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
-                self.not_destroyed("exec_stream")?;
-                if self.config().output_mode() == OutputMode::Exact {
-                    return Err(Error::unsupported(
-                        "the exact output mode fetches output after the exit: it does not stream",
-                    )
-                    .with_provider(PROVIDER)
-                    .with_operation("exec_stream"));
-                }
-                self.stream_mode(command).await
-            },
-        )
+execseam_adapter_kit::exec_stream_by!(CloudflareExec: open_stream);
+
+impl CloudflareExec {
+    /// The stream of `command` (the streaming output mode only: the exact mode fetches output after the exit).
+    async fn open_stream(&self, command: Command) -> Result<EventStream, Error> {
+        execseam_adapter_kit::size::check_size(PROVIDER, &command, &crate::SIZE_LIMIT)?;
+        self.not_destroyed("exec_stream")?;
+        if self.config().output_mode() == OutputMode::Exact {
+            return Err(Error::unsupported(
+                "the exact output mode fetches output after the exit: it does not stream",
+            )
+            .with_provider(PROVIDER)
+            .with_operation("exec_stream"));
+        }
+        self.stream_mode(command).await
     }
 }
 

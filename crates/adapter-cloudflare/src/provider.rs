@@ -44,15 +44,7 @@ impl CloudflareProvider {
         })
     }
 
-    /// [`CloudflareConfig::from_env`], then [`new`](Self::new).
-    pub fn from_env() -> Result<CloudflareProvider, Error> {
-        CloudflareProvider::new(CloudflareConfig::from_env()?)
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &CloudflareConfig {
-        self.client.config()
-    }
+    execseam_adapter_kit::provider_config!(self => CloudflareConfig: self.client.config());
 
     /// Mints a sandbox id and assigns it a container; the handle owns it (close deletes it).
     /// From a snapshot ([`SandboxSpec::with_snapshot`]), the snapshot's tar is read first (one

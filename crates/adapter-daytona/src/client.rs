@@ -957,17 +957,7 @@ async fn scan_answer(
 }
 
 /// Percent-encodes one path segment (ids are normally plain, but never trust that).
-pub(crate) fn path_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub(crate) use execseam_adapter_kit::text::escape_path_segment as path_segment;
 
 /// `?k=v&…`, each part percent-encoded.
 fn query_string(pairs: &[(&str, &str)]) -> String {

@@ -42,15 +42,10 @@ pub(crate) fn from_response(
 ) -> Error {
     let envelope: ErrorResponse = serde_json::from_slice(body).unwrap_or_default();
     let code = envelope.code.clone().filter(|c| !c.is_empty());
-    let mut text = envelope.text().unwrap_or_else(|| {
-        let raw = String::from_utf8_lossy(body);
-        let raw = raw.trim();
-        if raw.is_empty() {
-            format!("HTTP {status} with an empty body")
-        } else {
-            raw.chars().take(300).collect()
-        }
-    });
+    let mut text = envelope
+        .text()
+        .or_else(|| execseam_adapter_kit::excerpt::excerpt(body, 300))
+        .unwrap_or_else(|| format!("HTTP {status} with an empty body"));
     if let Some(src) = &envelope.source {
         text = format!("{text} (from {src})");
     }

@@ -534,13 +534,7 @@ pub struct DaytonaExec {
     inner: Arc<Inner>,
 }
 
-impl std::fmt::Debug for DaytonaExec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DaytonaExec")
-            .field("sandbox_id", &self.inner.sandbox_id)
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => DaytonaExec { sandbox_id: self.inner.sandbox_id });
 
 impl DaytonaExec {
     /// A handle on a started sandbox (`sandbox` as the control plane returned it).

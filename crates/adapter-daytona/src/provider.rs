@@ -38,13 +38,7 @@ pub struct DaytonaProvider {
     client: Arc<Client>,
 }
 
-impl std::fmt::Debug for DaytonaProvider {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DaytonaProvider")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => DaytonaProvider { config: self.config });
 
 impl DaytonaProvider {
     /// A provider with this configuration; what can be wrong in it is
@@ -55,15 +49,7 @@ impl DaytonaProvider {
         Ok(DaytonaProvider { config, client })
     }
 
-    /// [`DaytonaConfig::from_env`], then [`new`](Self::new).
-    pub fn from_env() -> Result<DaytonaProvider, Error> {
-        DaytonaProvider::new(DaytonaConfig::from_env()?)
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &DaytonaConfig {
-        &self.config
-    }
+    execseam_adapter_kit::provider_config!(self => DaytonaConfig: &self.config);
 
     pub(crate) fn client(&self) -> &Client {
         &self.client

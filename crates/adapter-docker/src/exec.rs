@@ -59,16 +59,12 @@ pub(crate) enum Target {
     PerCall(String),
 }
 
-impl std::fmt::Debug for DockerExec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DockerExec")
-            .field("host", &self.inner.client.host)
-            .field("mode", &self.inner.config.mode)
-            .field("id", &self.id())
-            .field("owned", &self.inner.ownership.owned())
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => DockerExec {
+    host: self.inner.client.host,
+    mode: self.inner.config.mode,
+    id: self.id(),
+    owned: self.inner.ownership.owned(),
+});
 
 /// An [`Output`] with what the engine said about the container.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -840,27 +836,23 @@ impl Exec for DockerExec {
     }
 }
 
-impl ExecStream for DockerExec {
-    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span!(
-            self.provider(),
-            "exec_stream",
-            command,
-            |command| async move {
-                let run = self.start(command).await?;
-                let kill = run.cleanup.guard.kill();
-                Ok(EventStream::new(futures_util::stream::unfold(
-                    Some(run),
-                    |state| async move {
-                        let mut run = state?;
-                        let item = run.next_event().await;
-                        let more = !run.done;
-                        Some((item, more.then_some(run)))
-                    },
-                ))
-                .with_kill(kill))
+execseam_adapter_kit::exec_stream_by!(DockerExec: open_stream);
+
+impl DockerExec {
+    /// The stream of `command`: its events as the attach connection reads them; dropped early, the command is killed.
+    async fn open_stream(&self, command: Command) -> Result<EventStream, Error> {
+        let run = self.start(command).await?;
+        let kill = run.cleanup.guard.kill();
+        Ok(EventStream::new(futures_util::stream::unfold(
+            Some(run),
+            |state| async move {
+                let mut run = state?;
+                let item = run.next_event().await;
+                let more = !run.done;
+                Some((item, more.then_some(run)))
             },
-        )
+        ))
+        .with_kill(kill))
     }
 }
 

@@ -35,13 +35,7 @@ pub struct DockerProvider {
     pub(crate) client: Arc<Client>,
 }
 
-impl std::fmt::Debug for Client {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client")
-            .field("host", &self.host)
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => Client { host: self.host });
 
 /// The [`SandboxSpec::with_option`] keys: a value as the matching [`DockerConfig`] setter takes it
 /// (`ulimits` as `name=soft:hard,…`, `init` as `true`/`false`).
@@ -64,15 +58,7 @@ impl DockerProvider {
         Ok(DockerProvider { config, client })
     }
 
-    /// [`DockerConfig::from_env`], then [`new`](Self::new).
-    pub fn from_env() -> Result<DockerProvider, Error> {
-        DockerProvider::new(DockerConfig::from_env()?)
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &DockerConfig {
-        &self.config
-    }
+    execseam_adapter_kit::provider_config!(self => DockerConfig: &self.config);
 
     /// [`LIFECYCLE`] in warm mode, [`PER_CALL_LIFECYCLE`] per call.
     pub fn lifecycle(&self) -> LifecycleCapabilities {

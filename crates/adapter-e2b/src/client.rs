@@ -2,7 +2,6 @@
 //! `/health` routes), with the headers the SDK sends.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -357,13 +356,7 @@ pub(crate) struct Envd {
     pub octet_stream_upload: bool,
 }
 
-impl fmt::Debug for Envd {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Envd")
-            .field("base", &self.base.as_str())
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => Envd { base: self.base.as_str() });
 
 impl Envd {
     /// The headers every envd request carries.

@@ -362,15 +362,9 @@ pub(crate) fn error_of_parts(
             .and_then(|m| m.as_str())
             .map(str::to_owned);
     }
-    let message = message.unwrap_or_else(|| {
-        let text = String::from_utf8_lossy(body);
-        let text = text.trim();
-        if text.is_empty() {
-            format!("HTTP {status}")
-        } else {
-            text.chars().take(512).collect()
-        }
-    });
+    let message = message
+        .or_else(|| execseam_adapter_kit::excerpt::excerpt(body, 512))
+        .unwrap_or_else(|| format!("HTTP {status}"));
     CallError::Http {
         status: effective,
         signed,

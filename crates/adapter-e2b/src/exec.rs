@@ -284,15 +284,11 @@ pub struct E2bExec {
     pub(crate) inner: Arc<Inner>,
 }
 
-impl fmt::Debug for E2bExec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("E2bExec")
-            .field("sandbox_id", &self.inner.sandbox_id)
-            .field("envd_version", &self.inner.envd_version)
-            .field("envd", &self.inner.envd)
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => E2bExec {
+    sandbox_id: self.inner.sandbox_id,
+    envd_version: self.inner.envd_version,
+    envd: self.inner.envd,
+});
 
 fn setup_error(message: impl Into<String>) -> Error {
     Error::invalid_config(message).with_provider(PROVIDER)

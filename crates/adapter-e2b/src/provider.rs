@@ -42,15 +42,7 @@ impl E2bProvider {
         Ok(E2bProvider { config, http, api })
     }
 
-    /// [`E2bConfig::from_env`], then [`new`](Self::new).
-    pub fn from_env() -> Result<E2bProvider, Error> {
-        E2bProvider::new(E2bConfig::from_env()?)
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &E2bConfig {
-        &self.config
-    }
+    execseam_adapter_kit::provider_config!(self => E2bConfig: &self.config);
 
     pub(crate) fn control(&self) -> Result<ControlPlane<'_>, Error> {
         Ok(ControlPlane {

@@ -43,15 +43,7 @@ impl FlyProvider {
         })
     }
 
-    /// [`FlyConfig::from_env`], then [`new`](Self::new).
-    pub fn from_env() -> Result<FlyProvider, Error> {
-        FlyProvider::new(FlyConfig::from_env()?)
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &FlyConfig {
-        self.client.config()
-    }
+    execseam_adapter_kit::provider_config!(self => FlyConfig: self.client.config());
 
     /// Creates a machine and waits until it is started; the handle owns it (close destroys it).
     /// CPUs are whole (`cpu_millis` a multiple of 1000) and memory a multiple of 256 MiB, as the

@@ -8,8 +8,11 @@ pub mod attached;
 pub mod body;
 pub mod checks;
 pub mod deadline;
+mod debug_fields;
 pub mod degrade;
 mod entry_setters;
+pub mod excerpt;
+pub mod exec_by;
 mod forward;
 #[cfg(feature = "grpc")]
 pub mod grpc;
@@ -21,6 +24,7 @@ pub mod http;
 pub mod id;
 pub mod json;
 mod processes;
+mod provider_config;
 pub mod reaper;
 #[cfg(feature = "spool")]
 pub mod registry;

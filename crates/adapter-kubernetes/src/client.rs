@@ -55,13 +55,7 @@ pub(crate) struct Connected {
     pub(crate) namespace: String,
 }
 
-impl std::fmt::Debug for Api {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Api")
-            .field("connected", &self.client.initialized())
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => Api { connected: self.client.initialized() });
 
 /// A request's answer: status, headers, the whole body (bounded).
 pub(crate) struct Answer {

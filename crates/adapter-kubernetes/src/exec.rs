@@ -86,15 +86,11 @@ struct Inner {
     arg_max: size::ArgMax,
 }
 
-impl std::fmt::Debug for KubernetesExec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubernetesExec")
-            .field("id", &self.inner.id)
-            .field("mode", &self.inner.mode)
-            .field("owned", &self.inner.ownership.owned())
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => KubernetesExec {
+    id: self.inner.id,
+    mode: self.inner.mode,
+    owned: self.inner.ownership.owned(),
+});
 
 impl KubernetesExec {
     pub(crate) fn new(

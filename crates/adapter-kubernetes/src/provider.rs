@@ -28,13 +28,7 @@ pub struct KubernetesProvider {
     shared: Arc<Shared>,
 }
 
-impl std::fmt::Debug for KubernetesProvider {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubernetesProvider")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => KubernetesProvider { config: self.config });
 
 impl KubernetesProvider {
     /// A provider with this configuration; what is wrong in it is
@@ -45,15 +39,7 @@ impl KubernetesProvider {
         Ok(KubernetesProvider { config, shared })
     }
 
-    /// [`KubernetesConfig::from_env`], then [`new`](Self::new).
-    pub fn from_env() -> Result<KubernetesProvider, Error> {
-        KubernetesProvider::new(KubernetesConfig::from_env()?)
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &KubernetesConfig {
-        &self.config
-    }
+    execseam_adapter_kit::provider_config!(self => KubernetesConfig: &self.config);
 
     fn handle(
         &self,

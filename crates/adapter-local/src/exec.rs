@@ -182,18 +182,14 @@ impl Exec for LocalExec {
     }
 }
 
-impl ExecStream for LocalExec {
-    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span!(
-            self.provider(),
-            "exec_stream",
-            command,
-            |command| async move {
-                tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec_stream");
-                let command = self.prepare(command).await?;
-                self.process.run_stream(command).await
-            },
-        )
+execseam_adapter_kit::exec_stream_by!(LocalExec: open_stream);
+
+impl LocalExec {
+    /// The stream of `command`, run in the sandbox's directory.
+    async fn open_stream(&self, command: Command) -> Result<EventStream, Error> {
+        tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec_stream");
+        let command = self.prepare(command).await?;
+        self.process.run_stream(command).await
     }
 }
 

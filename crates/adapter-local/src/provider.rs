@@ -129,15 +129,7 @@ impl LocalProvider {
         })
     }
 
-    /// [`LocalConfig::from_env`], then [`new`](Self::new).
-    pub fn from_env() -> Result<LocalProvider, Error> {
-        LocalProvider::new(LocalConfig::from_env()?)
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &LocalConfig {
-        &self.config
-    }
+    execseam_adapter_kit::provider_config!(self => LocalConfig: &self.config);
 
     fn dir(&self, id: &str) -> PathBuf {
         self.config.sandbox_root.join(id)

@@ -101,13 +101,7 @@ pub struct Control {
     auth: tokio::sync::Mutex<Option<AuthToken>>,
 }
 
-impl std::fmt::Debug for Control {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Control")
-            .field("url", &self.config.server_url)
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => Control { url: self.config.server_url });
 
 /// What a sandbox create needs.
 pub struct Create {
@@ -615,14 +609,7 @@ pub struct Router {
     refresh: tokio::sync::Mutex<()>,
 }
 
-impl std::fmt::Debug for Router {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Router")
-            .field("url", &self.url)
-            .field("target", &self.target)
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => Router { url: self.url, target: self.target });
 
 impl Router {
     /// A router client for `access` (its URL must be https, or http with a loopback control

@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use execseam_adapter_kit::exec_span;
+use execseam_adapter_kit::exec_by::ChannelEvents;
 use execseam_core::{
-    BoxFuture, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit,
-    Output, Ownership, Retry, Sandbox,
+    BoxFuture, Command, Deadline, Error, ErrorKind, Event, EventStream, Exec, Exit, Ownership,
+    Retry, Sandbox,
 };
 use tokio::sync::{OnceCell, mpsc};
 use tonic::{Code, Status};
@@ -75,15 +75,11 @@ pub struct ModalExec {
     inner: Arc<Inner>,
 }
 
-impl std::fmt::Debug for ModalExec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModalExec")
-            .field("sandbox_id", &self.inner.sandbox_id)
-            .field("task_id", &self.inner.task_id.get())
-            .field("owned", &self.inner.ownership.owned())
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => ModalExec {
+    sandbox_id: self.inner.sandbox_id,
+    task_id: self.inner.task_id.get(),
+    owned: self.inner.ownership.owned(),
+});
 
 /// A finished sandbox (no task, or router access refused as FAILED_PRECONDITION) can never run
 /// a command: `NotFound` (the V2 client turns the latter into `NotFoundError`,
@@ -341,22 +337,14 @@ impl ModalExec {
             Some(command.stdin().clone()),
             deadline,
         );
-        Ok(EventStream::new(Receiver(rx)))
+        Ok(EventStream::new(ChannelEvents(rx)))
     }
 }
 
 impl Exec for ModalExec {
     execseam_adapter_kit::accessors!(self => provider: PROVIDER, capabilities: CAPABILITIES);
 
-    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span!(self.provider(), "exec", command, |command| async move {
-            self.start(command).await?.collect().await
-        })
-    }
-
-    fn streaming(&self) -> Option<&dyn ExecStream> {
-        Some(self)
-    }
+    execseam_adapter_kit::exec_by!(start);
 
     /// Native: the task command router's execs by a key-derived `exec_id` (see
     /// [`crate::process`]).
@@ -379,18 +367,6 @@ impl Sandbox for ModalExec {
                 .await
                 .map_err(|s| from_status(s, "destroy", Stage::Before))
         })
-    }
-}
-
-struct Receiver(mpsc::Receiver<Result<Event, Error>>);
-
-impl futures_core::Stream for Receiver {
-    type Item = Result<Event, Error>;
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx)
     }
 }
 

@@ -57,15 +57,7 @@ impl ModalProvider {
         Ok(ModalProvider { config, control })
     }
 
-    /// [`ModalConfig::from_env`], then [`new`](Self::new).
-    pub fn from_env() -> Result<ModalProvider, Error> {
-        ModalProvider::new(ModalConfig::from_env()?)
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &ModalConfig {
-        &self.config
-    }
+    execseam_adapter_kit::provider_config!(self => ModalConfig: &self.config);
 
     /// Creates a sandbox; the handle owns it (close terminates it). Retried creating calls
     /// carry their first idempotency key, so an answer lost on the way does not make a second

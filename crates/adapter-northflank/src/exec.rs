@@ -6,11 +6,9 @@ use std::sync::Arc;
 use base64::Engine as _;
 use bytes::Bytes;
 use execseam_adapter_kit::degrade::{self, StderrGate, StdinFrom, WrapOptions};
-use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::retry::Stage;
 use execseam_core::{
-    BoxFuture, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit, Output,
-    Ownership, Sandbox,
+    BoxFuture, Command, Error, ErrorKind, Event, EventStream, Exec, Exit, Ownership, Sandbox,
 };
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
@@ -378,15 +376,7 @@ async fn next(mut st: St) -> Option<(Result<Event, Error>, St)> {
 impl Exec for NorthflankExec {
     execseam_adapter_kit::accessors!(self => provider: PROVIDER, capabilities: CAPABILITIES);
 
-    fn exec(&self, command: Command) -> BoxFuture<'_, Result<Output, Error>> {
-        exec_span!(self.provider(), "exec", command, |command| async move {
-            self.start(command).await?.collect().await
-        })
-    }
-
-    fn streaming(&self) -> Option<&dyn ExecStream> {
-        Some(self)
-    }
+    execseam_adapter_kit::exec_by!(start);
 
     /// The adapter kit's spool in the container's `/tmp` (the exec WebSocket has no detach and no
     /// reattach: a command ends with its connection).
@@ -395,13 +385,7 @@ impl Exec for NorthflankExec {
     }
 }
 
-impl ExecStream for NorthflankExec {
-    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span!(self.provider(), "exec_stream", command, |command| {
-            self.start(command)
-        })
-    }
-}
+execseam_adapter_kit::exec_stream_by!(NorthflankExec: start);
 
 impl Sandbox for NorthflankExec {
     execseam_adapter_kit::accessors!(self => id: &self.inner.id, ownership: &self.inner.ownership);

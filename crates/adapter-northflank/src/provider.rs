@@ -35,15 +35,7 @@ impl NorthflankProvider {
         Ok(NorthflankProvider { api })
     }
 
-    /// [`NorthflankConfig::from_env`], then [`new`](Self::new).
-    pub fn from_env() -> Result<NorthflankProvider, Error> {
-        NorthflankProvider::new(NorthflankConfig::from_env()?)
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &NorthflankConfig {
-        &self.api.config
-    }
+    execseam_adapter_kit::provider_config!(self => NorthflankConfig: &self.api.config);
 
     /// Always `Unsupported` (after the spec check): Northflank's exec creates nothing; services
     /// and jobs are defined on the platform. Connect to one instead.

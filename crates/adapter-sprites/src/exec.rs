@@ -546,26 +546,22 @@ impl Exec for SpritesExec {
     }
 }
 
-impl ExecStream for SpritesExec {
-    fn exec_stream(&self, command: Command) -> BoxFuture<'_, Result<EventStream, Error>> {
-        exec_span!(
-            self.provider(),
-            "exec_stream",
-            command,
-            |command| async move {
-                if self.config().transport == Transport::Http {
-                    return Err(Error::unsupported(
-                        "streaming needs the WebSocket transport (configured: HTTP POST)",
-                    )
-                    .with_provider(PROVIDER)
-                    .with_operation("exec_stream"));
-                }
-                tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec_stream");
-                self.fits(&command)?;
-                let env = self.env_for(&command).await?;
-                self.stream(command, env).await
-            },
-        )
+execseam_adapter_kit::exec_stream_by!(SpritesExec: open_stream);
+
+impl SpritesExec {
+    /// The stream of `command` (the WebSocket transport only).
+    async fn open_stream(&self, command: Command) -> Result<EventStream, Error> {
+        if self.config().transport == Transport::Http {
+            return Err(Error::unsupported(
+                "streaming needs the WebSocket transport (configured: HTTP POST)",
+            )
+            .with_provider(PROVIDER)
+            .with_operation("exec_stream"));
+        }
+        tracing::debug!(provider = PROVIDER, tool = %command.tool(), program = %command.program(), argc = command.argv().len(), "exec_stream");
+        self.fits(&command)?;
+        let env = self.env_for(&command).await?;
+        self.stream(command, env).await
     }
 }
 impl Sandbox for SpritesExec {

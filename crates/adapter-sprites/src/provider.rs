@@ -41,15 +41,7 @@ impl SpritesProvider {
         })
     }
 
-    /// [`SpritesConfig::from_env`], then [`new`](Self::new).
-    pub fn from_env() -> Result<SpritesProvider, Error> {
-        SpritesProvider::new(SpritesConfig::from_env()?)
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &SpritesConfig {
-        self.client.config()
-    }
+    execseam_adapter_kit::provider_config!(self => SpritesConfig: self.client.config());
 
     /// Creates a sprite; the handle owns it (close deletes it). The option `name` names it.
     pub async fn create(&self, spec: SandboxSpec) -> Result<SpritesExec, Error> {

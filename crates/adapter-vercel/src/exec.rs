@@ -5,12 +5,10 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use bytes::Bytes;
-use execseam_adapter_kit::exec_span;
 use execseam_adapter_kit::http;
 use execseam_adapter_kit::retry::{Call, Stage};
 use execseam_core::{
-    BoxFuture, Command, Error, ErrorKind, Event, EventStream, Exec, ExecStream, Exit, Ownership,
-    Sandbox,
+    BoxFuture, Command, Error, ErrorKind, Event, EventStream, Exec, Exit, Ownership, Sandbox,
 };
 use futures_util::StreamExt;
 use reqwest::Method;
@@ -45,14 +43,10 @@ struct Inner {
     arg_max: execseam_adapter_kit::size::ArgMax,
 }
 
-impl std::fmt::Debug for VercelExec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VercelExec")
-            .field("name", &self.inner.name)
-            .field("session", &self.session_id())
-            .finish_non_exhaustive()
-    }
-}
+execseam_adapter_kit::debug_fields!(self => VercelExec {
+    name: self.inner.name,
+    session: self.session_id(),
+});
 
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -605,15 +599,7 @@ async fn write_stdin(exec: &VercelExec, id: &str, input: Bytes) -> Result<(), Er
 impl Exec for VercelExec {
     execseam_adapter_kit::accessors!(self => provider: PROVIDER, capabilities: CAPABILITIES);
 
-    fn exec(&self, command: Command) -> BoxFuture<'_, Result<execseam_core::Output, Error>> {
-        exec_span!(self.provider(), "exec", command, |command| async move {
-            self.start(command).await?.collect().await
-        })
-    }
-
-    fn streaming(&self) -> Option<&dyn ExecStream> {
-        Some(self)
-    }
+    execseam_adapter_kit::exec_by!(start);
 
     /// The adapter kit's spool in the sandbox's `/tmp`, its supervisor a detached command
     /// ([`Launch`](execseam_adapter_kit::spool::Launch) below; a detached command's logs are

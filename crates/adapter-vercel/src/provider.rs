@@ -61,15 +61,7 @@ impl VercelProvider {
         })
     }
 
-    /// [`VercelConfig::from_env`], then [`new`](Self::new).
-    pub fn from_env() -> Result<VercelProvider, Error> {
-        VercelProvider::new(VercelConfig::from_env()?)
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &VercelConfig {
-        &self.api.config
-    }
+    execseam_adapter_kit::provider_config!(self => VercelConfig: &self.api.config);
 
     /// Creates a sandbox; the handle owns it (close deletes it).
     pub async fn create(&self, spec: SandboxSpec) -> Result<VercelExec, Error> {
