@@ -227,18 +227,38 @@ fn venv(root: &Path, name: &str) -> Result<String, String> {
     let _ = std::fs::remove_dir_all(&venv);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let host = std::env::var("EXECSEAM_PYTHON").unwrap_or_else(|_| "python3".into());
-    run_quiet(Command::new(host).arg("-m").arg("venv").arg(&venv))?;
     run_quiet(
-        Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--quiet",
-                "-r",
-            ])
-            .arg(&requirements),
+        Command::new(&host)
+            .args(["-m", "venv", "--without-pip"])
+            .arg(&venv),
+    )?;
+    // The host's pip installs into the virtualenv (`--python`), else pip is bootstrapped into it.
+    let host_pip = run_quiet(
+        Command::new(&host)
+            .args(["-m", "pip", "--python"])
+            .arg(&python)
+            .arg("--version"),
+    )
+    .is_ok();
+    let mut pip = if host_pip {
+        let mut c = Command::new(&host);
+        c.args(["-m", "pip", "--python"]).arg(&python);
+        c
+    } else {
+        run_quiet(Command::new(&python).args(["-m", "ensurepip", "--default-pip"]))?;
+        let mut c = Command::new(&python);
+        c.args(["-m", "pip"]);
+        c
+    };
+    run_quiet(
+        pip.args([
+            "install",
+            "--no-compile",
+            "--disable-pip-version-check",
+            "--quiet",
+            "-r",
+        ])
+        .arg(&requirements),
     )?;
     std::fs::write(&stamp, wanted).map_err(|e| e.to_string())?;
     Ok("installed".into())
