@@ -4,8 +4,10 @@ The stubs are generated at run time by grpcio-tools' protoc from execseam's gues
 proto's path comes in AX_PROTO_DIR); the endpoint in EXECSEAM_SANDBOX (the guest address the emulator announces). Prints one `ok ...` line
 per check and `done` at the end; any failure raises.
 """
+import atexit
 import importlib
 import os
+import shutil
 import sys
 import tempfile
 
@@ -14,6 +16,8 @@ from grpc_tools import protoc
 
 proto_dir = os.environ["AX_PROTO_DIR"]
 out = tempfile.mkdtemp(prefix="ax-interop-")
+# The generated stubs are this run's alone: gone when the script ends, whatever its outcome.
+atexit.register(shutil.rmtree, out, ignore_errors=True)
 include = os.path.join(os.path.dirname(protoc.__file__), "_proto")
 rc = protoc.main([
     "protoc",
