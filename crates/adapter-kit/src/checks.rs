@@ -529,15 +529,7 @@ mod tests {
         let with_state = LifecycleCapabilities {
             state: StateCapabilities {
                 snapshot: Some(SnapshotSupport::FILESYSTEM),
-                expose: Some(ExposeSupport {
-                    when: PortsWhen::AtCreate,
-                    auth: PortAuth::None,
-                    list: true,
-                    unexpose: false,
-                    ports: (1, 65535),
-                    reserved: &[],
-                    only: None,
-                }),
+                expose: Some(ExposeSupport::DECLARED_AT_CREATE),
                 ..StateCapabilities::NONE
             },
             ..SOME
