@@ -44,16 +44,13 @@ pub(crate) fn from_status(
     // Through NyxID the upstream status may only be in the envelope.
     let status = wire::envelope_status(body).unwrap_or(status);
     let code = wire::error_code(body);
-    let message = message_of(body).unwrap_or_else(|| {
-        if body.is_empty() {
-            format!("HTTP {status} with an empty body")
-        } else {
-            format!(
-                "HTTP {status}: {}",
-                String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
-            )
-        }
-    });
+    let message =
+        message_of(body).unwrap_or_else(|| {
+            match execseam_adapter_kit::excerpt::excerpt(body, 200) {
+                Some(text) => format!("HTTP {status}: {text}"),
+                None => format!("HTTP {status} with an empty body"),
+            }
+        });
     let safe_after = Retry::Safe { after: retry_after };
     let (kind, retry) = match (code.as_deref(), status) {
         (Some(codes::IDEMPOTENCY_KEY_MISSING | codes::INVALID_REQUEST), _) => {
@@ -139,6 +136,18 @@ mod tests {
         format!(
             r#"{{"success":false,"error":{{"code":"{code}","message":"m"}},"diagnostic_id":"d-1"}}"#
         )
+    }
+
+    #[test]
+    fn a_plain_text_body_is_the_message_trimmed_and_cut() {
+        let e = map(502, "  bad gateway\n", EXECUTE);
+        assert_eq!(e.message(), "HTTP 502: bad gateway");
+        let e = map(502, &"x".repeat(1000), EXECUTE);
+        assert_eq!(e.message(), format!("HTTP 502: {}", "x".repeat(200)));
+        for blank in ["", " \n"] {
+            let e = map(503, blank, EXECUTE);
+            assert_eq!(e.message(), "HTTP 503 with an empty body");
+        }
     }
 
     #[test]
